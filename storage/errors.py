@@ -1,0 +1,118 @@
+"""The one error hierarchy of raybroker's storage layer, in Kafka's vocabulary.
+
+Every decoder of untrusted bytes (disk files, client batches) raises only these types; lower-level
+exceptions (`struct.error`, `IndexError`, codec errors, `OSError`) are wrapped at the boundary with
+`raise ... from exc`. Each error carries the fields a caller needs to act on it (file path, byte
+position, offset) as attributes, not only inside the message.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class RaybrokerError(Exception):
+    """Base of every error raybroker raises on purpose."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str | Path | None = None,
+        position: int | None = None,
+        offset: int | None = None,
+    ) -> None:
+        self.message = message
+        self.path = str(path) if path is not None else None
+        self.position = position
+        self.offset = offset
+        super().__init__(self._render())
+
+    def _render(self) -> str:
+        where = []
+        if self.path is not None:
+            where.append(f"file {self.path}")
+        if self.position is not None:
+            where.append(f"position {self.position}")
+        if self.offset is not None:
+            where.append(f"offset {self.offset}")
+        return f"{self.message} ({', '.join(where)})" if where else self.message
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # Keyword-only fields survive pickling (Ray ships errors between processes).
+        return (_rebuild, (type(self), self.message, self.path, self.position, self.offset))
+
+
+def _rebuild(
+    cls: type[RaybrokerError], message: str, path: str | None, position: int | None, offset: int | None
+) -> RaybrokerError:
+    return cls(message, path=path, position=position, offset=offset)
+
+
+class StorageError(RaybrokerError):
+    """Base of errors raised by the storage layer."""
+
+
+class CorruptRecordError(StorageError):
+    """Bytes that do not form a valid record batch: bad CRC, bad size field, truncated data (CORRUPT_MESSAGE)."""
+
+
+class InvalidRecordError(StorageError):
+    """A well-formed batch that breaks a rule: client baseOffset != 0, count mismatch, control batch from a
+    client, unkeyed record on a compacted topic, malformed record or header (INVALID_RECORD)."""
+
+
+class RecordTooLargeError(StorageError):
+    """A batch larger than `max.message.bytes` (MESSAGE_TOO_LARGE)."""
+
+
+class RecordBatchTooLargeError(StorageError):
+    """A whole append larger than `segment.bytes`."""
+
+
+class InvalidTimestampError(StorageError):
+    """CreateTime outside the before/after window, or a client that set LogAppendTime (INVALID_TIMESTAMP)."""
+
+
+class OffsetOutOfRangeError(StorageError):
+    """An offset below the log start offset or above the log end offset (OFFSET_OUT_OF_RANGE)."""
+
+
+class InvalidOffsetError(StorageError):
+    """An index append whose offset is not greater than the last entry's."""
+
+
+class IndexOffsetOverflowError(StorageError):
+    """An offset that cannot be stored relative to its segment's base offset (outside 0..2**31-1)."""
+
+
+class CorruptIndexError(StorageError):
+    """An index file that fails its sanity check (size not a multiple of the entry size, bad ordering)."""
+
+
+class CorruptCheckpointError(StorageError):
+    """A checkpoint or properties file whose text breaks its format (bad version, count, or line)."""
+
+
+class UnsupportedCompressionTypeError(StorageError):
+    """A codec id outside none/gzip/snappy/lz4/zstd."""
+
+
+class InvalidConfigError(RaybrokerError):
+    """A configuration key or value that is unknown, of the wrong type, or out of range."""
+
+
+class PolicyViolationError(StorageError):
+    """An operation the topic's policy forbids, e.g. DeleteRecords on a compact-only topic."""
+
+
+class LogSegmentError(StorageError):
+    """A roll or segment operation that would break the segment ordering (Kafka's KafkaException)."""
+
+
+class KafkaStorageError(StorageError):
+    """An I/O error on a log dir: the dir is taken offline and its partitions fail with this (KAFKA_STORAGE_ERROR)."""
+
+
+class LogDirLockedError(StorageError):
+    """Another process holds the `.lock` of a log dir."""

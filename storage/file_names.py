@@ -1,0 +1,187 @@
+"""Every file-name rule of a Kafka log dir, and the parsers back (Kafka's `LogFileUtils`).
+
+Layout of one log dir (one entry of `log.dirs`)::
+
+    meta.properties                      broker/cluster identity (Java properties)
+    .lock                                OS file lock held while a broker owns the dir
+    .kafka_cleanshutdown                 present only after a clean shutdown
+    recovery-point-offset-checkpoint     text checkpoints: version, count, "topic partition offset" lines
+    log-start-offset-checkpoint
+    replication-offset-checkpoint
+    cleaner-offset-checkpoint
+    <topic>-<partition>/                 one folder per partition log
+        00000000000000000000.log         record batches; name = base offset, 20 digits zero-padded
+        00000000000000000000.index       offset index (8-byte entries)
+        00000000000000000000.timeindex   time index (12-byte entries)
+        00000000000000000000.txnindex    aborted transactions (34-byte entries)
+        <offset>.snapshot                producer-state snapshot
+        leader-epoch-checkpoint, partition.metadata
+
+Suffixes appended after a normal name mark files in flight: `.deleted` (waiting for the async unlink),
+`.cleaned` (a compaction result not yet swapped in), `.swap` (a swap in progress); checkpoint and
+properties files are rewritten through `<name>.tmp`. No other module builds a file name.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from storage.errors import InvalidRecordError
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIME_INDEX_SUFFIX = ".timeindex"
+TXN_INDEX_SUFFIX = ".txnindex"
+PRODUCER_SNAPSHOT_SUFFIX = ".snapshot"
+DELETED_SUFFIX = ".deleted"
+CLEANED_SUFFIX = ".cleaned"
+SWAP_SUFFIX = ".swap"
+TMP_SUFFIX = ".tmp"
+
+SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
+IN_FLIGHT_SUFFIXES = (DELETED_SUFFIX, CLEANED_SUFFIX, SWAP_SUFFIX)
+
+META_PROPERTIES = "meta.properties"
+LOCK_FILE = ".lock"
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
+LOG_START_OFFSET_CHECKPOINT = "log-start-offset-checkpoint"
+REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
+CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"
+LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
+PARTITION_METADATA = "partition.metadata"
+
+OFFSET_DIGITS = 20
+MAX_TOPIC_LENGTH = 249
+_TOPIC_CHARS = re.compile(r"^[a-zA-Z0-9._-]+$")
+_SEGMENT_NAME = re.compile(r"^(\d{20})(\.[a-z]+)((?:\.deleted|\.cleaned|\.swap)?)$")
+
+
+def offset_name(offset: int) -> str:
+    """The 20-digit zero-padded form of an offset, as in `00000000000000368769`."""
+    return f"{offset:0{OFFSET_DIGITS}d}"
+
+
+def log_file(directory: Path, base_offset: int, suffix: str = "") -> Path:
+    """`<dir>/<base>.log[suffix]`."""
+    return directory / f"{offset_name(base_offset)}{LOG_SUFFIX}{suffix}"
+
+
+def index_file(directory: Path, base_offset: int, suffix: str = "") -> Path:
+    """`<dir>/<base>.index[suffix]`."""
+    return directory / f"{offset_name(base_offset)}{INDEX_SUFFIX}{suffix}"
+
+
+def time_index_file(directory: Path, base_offset: int, suffix: str = "") -> Path:
+    """`<dir>/<base>.timeindex[suffix]`."""
+    return directory / f"{offset_name(base_offset)}{TIME_INDEX_SUFFIX}{suffix}"
+
+
+def txn_index_file(directory: Path, base_offset: int, suffix: str = "") -> Path:
+    """`<dir>/<base>.txnindex[suffix]`."""
+    return directory / f"{offset_name(base_offset)}{TXN_INDEX_SUFFIX}{suffix}"
+
+
+def producer_snapshot_file(directory: Path, offset: int) -> Path:
+    """`<dir>/<offset>.snapshot`."""
+    return directory / f"{offset_name(offset)}{PRODUCER_SNAPSHOT_SUFFIX}"
+
+
+def segment_files(directory: Path, base_offset: int, suffix: str = "") -> tuple[Path, ...]:
+    """The .log, .index, .timeindex and .txnindex files of one segment, with an optional in-flight suffix."""
+    name = offset_name(base_offset)
+    return tuple(directory / f"{name}{kind}{suffix}" for kind in SEGMENT_SUFFIXES)
+
+
+def parse_segment_name(name: str) -> tuple[int, str, str] | None:
+    """`00000000000000000042.log.swap` -> (42, ".log", ".swap"); None for names that are not segment files."""
+    match = _SEGMENT_NAME.match(name)
+    if match is None:
+        return None
+    return int(match.group(1)), match.group(2), match.group(3)
+
+
+def with_suffix(path: Path, suffix: str) -> Path:
+    """`path` with an in-flight suffix appended (`x.log` -> `x.log.deleted`)."""
+    return path.with_name(path.name + suffix)
+
+
+def without_suffix(path: Path, suffix: str) -> Path:
+    """`path` with a trailing in-flight suffix removed (`x.log.swap` -> `x.log`)."""
+    if not path.name.endswith(suffix):
+        raise ValueError(f"{path} does not end with {suffix}")
+    return path.with_name(path.name[: -len(suffix)])
+
+
+def tmp_file(path: Path) -> Path:
+    """The temporary name a checkpoint or properties file is written under before its atomic rename."""
+    return with_suffix(path, TMP_SUFFIX)
+
+
+def validate_topic(topic: str) -> str:
+    """Kafka's topic-name rules: `[a-zA-Z0-9._-]`, 1..249 chars, not `.` or `..`. Returns the name."""
+    if not isinstance(topic, str) or not topic:
+        raise InvalidRecordError(f"invalid topic name {topic!r}: must be a non-empty string")
+    if topic in (".", ".."):
+        raise InvalidRecordError(f"invalid topic name {topic!r}: '.' and '..' are not allowed")
+    if len(topic) > MAX_TOPIC_LENGTH:
+        raise InvalidRecordError(f"invalid topic name: {len(topic)} chars, the limit is {MAX_TOPIC_LENGTH}")
+    if not _TOPIC_CHARS.match(topic):
+        raise InvalidRecordError(f"invalid topic name {topic!r}: only [a-zA-Z0-9._-] are allowed")
+    return topic
+
+
+def partition_dir_name(topic: str, partition: int) -> str:
+    """`<topic>-<partition>`, the folder of one partition log."""
+    validate_topic(topic)
+    if not isinstance(partition, int) or isinstance(partition, bool) or partition < 0:
+        raise InvalidRecordError(f"invalid partition {partition!r}: must be an int >= 0")
+    return f"{topic}-{partition}"
+
+
+DELETE_DIR_SUFFIX = "-delete"
+_DELETE_DIR = re.compile(r"^(.+)-(\d+)\.([0-9a-f]{32})-delete$")
+
+
+def delete_dir_name(topic: str, partition: int, unique_hex: str) -> str:
+    """`<topic>-<partition>.<32-hex>-delete`: a partition folder waiting for asynchronous deletion.
+
+    Kafka truncates the topic so the whole name fits in 255 characters.
+    """
+    suffix = f"-{partition}.{unique_hex}{DELETE_DIR_SUFFIX}"
+    return topic[: 255 - len(suffix)] + suffix
+
+
+def is_delete_dir_name(name: str) -> bool:
+    """Whether `name` is a partition folder renamed for asynchronous deletion."""
+    return _DELETE_DIR.match(name) is not None
+
+
+def parse_partition_dir_name(name: str) -> tuple[str, int] | None:
+    """`my-topic-3` -> ("my-topic", 3) (the topic may contain `-`: split at the last one); None otherwise.
+
+    Names of partitions being deleted (`...-delete`), moved (`...-future`) or stray (`...-stray`) are not
+    live partitions and give None.
+    """
+    topic, sep, partition = name.rpartition("-")
+    if not sep or not topic or not partition.isdigit():
+        return None
+    if not _TOPIC_CHARS.match(topic) or topic in (".", ".."):
+        return None
+    return topic, int(partition)
+
+
+# KRaft metadata snapshots (`__cluster_metadata-0/<end offset>-<epoch>.checkpoint`) and the bootstrap snapshot
+# (`bootstrap.checkpoint` in the metadata log dir) are v2 batch sequences, like `.log` files.
+KRAFT_SNAPSHOT_SUFFIX = ".checkpoint"
+BOOTSTRAP_CHECKPOINT = "bootstrap.checkpoint"
+_KRAFT_SNAPSHOT_NAME = re.compile(r"^(\d{20})-(\d{10})\.checkpoint$")
+
+
+def parse_kraft_snapshot_name(name: str) -> tuple[int, int] | None:
+    """`00000000000000007364-0000000001.checkpoint` -> (7364, 1): the snapshot's end offset and epoch; else None."""
+    match = _KRAFT_SNAPSHOT_NAME.match(name)
+    if match is None:
+        return None
+    return int(match.group(1)), int(match.group(2))

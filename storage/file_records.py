@@ -1,0 +1,260 @@
+"""A segment's `.log` file: record batches back to back, nothing else (Kafka's `FileRecords`).
+
+The file holds consecutive log entries; every entry, whatever its magic, starts with int64 offset and
+int32 length (bytes that follow), and byte 16 holds the magic (2 for v2 batches, 0/1 for legacy
+messages), so 17 bytes identify any entry. With `preallocate` the file is created at `segment.bytes`
+and its logical size (`size`) is tracked apart from its length on disk; a zero-filled tail reads as a
+length below the minimum and is cut off by recovery.
+
+Appends go to the end with `os.pwrite`; reads are `os.pread` slices of whole bytes, never decoded
+records. Iteration reads the file in 1 MiB chunks and stops silently at a trailing partial entry,
+exactly like Kafka's `FileLogInputStream`. Every I/O error is raised as `KafkaStorageError`.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Union
+
+from storage.errors import CorruptRecordError, KafkaStorageError
+from storage.record_batch import (
+    CURRENT_MAGIC,
+    HEADER_SIZE_UP_TO_MAGIC,
+    LENGTH_OFFSET,
+    LOG_OVERHEAD,
+    MAGIC_OFFSET,
+    MIN_BATCH_LENGTH_FIELD,
+    NO_TIMESTAMP,
+    RecordBatch,
+)
+
+if TYPE_CHECKING:
+    from storage.legacy_records import LegacyBatch
+
+AnyBatch = Union[RecordBatch, "LegacyBatch"]
+
+# Recovery and searches read this much at a time: big enough that per-read overhead vanishes
+# (a 1 GiB segment is 1024 reads), small enough to stay in cache.
+READ_CHUNK_BYTES = 1024 * 1024
+_LENGTH = struct.Struct(">i")
+
+
+@dataclass(frozen=True, slots=True)
+class BatchPosition:
+    """Where a batch lies in a file: its last offset, start position and size in bytes."""
+
+    offset: int
+    position: int
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class TimestampAndOffset:
+    """A ListOffsets answer: the record's timestamp and offset, and its batch's leader epoch."""
+
+    timestamp: int
+    offset: int
+    leader_epoch: int | None = None
+
+
+def batch_at(buffer: bytes | memoryview, start: int, *, path: str | None, position: int) -> AnyBatch:
+    """The batch (any magic) starting at `start` in `buffer`, which must hold all of it."""
+    magic = buffer[start + MAGIC_OFFSET]
+    if magic == CURRENT_MAGIC:
+        return RecordBatch(buffer, start, path=path, position=position)
+    if magic in (0, 1):
+        from storage.legacy_records import LegacyBatch
+
+        return LegacyBatch(buffer, start, path=path, file_position=position)
+    raise CorruptRecordError(f"unknown record batch magic {magic}", path=path, position=position)
+
+
+def iter_any_batches(
+    buffer: bytes | memoryview, *, path: str | None = None, base_position: int = 0
+) -> Iterator[AnyBatch]:
+    """Walks the batches of any magic in an in-memory buffer (a fetch response, a whole small file)."""
+    position = 0
+    end = len(buffer)
+    while end - position >= HEADER_SIZE_UP_TO_MAGIC:
+        (length,) = _LENGTH.unpack_from(buffer, position + LENGTH_OFFSET)
+        if length < MIN_BATCH_LENGTH_FIELD:
+            raise CorruptRecordError(
+                f"record batch size {length} is smaller than the minimum {MIN_BATCH_LENGTH_FIELD}",
+                path=path,
+                position=base_position + position,
+            )
+        if position + length + LOG_OVERHEAD > end:
+            return
+        yield batch_at(buffer, position, path=path, position=base_position + position)
+        position += length + LOG_OVERHEAD
+
+
+class FileRecords:
+    """One `.log` file. Not thread-safe for writers: the owning Log serialises appends and truncation."""
+
+    def __init__(self, path: Path, *, preallocate_bytes: int = 0, read_only: bool = False) -> None:
+        self.path = Path(path)
+        self.read_only = read_only
+        try:
+            if read_only:
+                self._fd = os.open(self.path, os.O_RDONLY)
+            else:
+                self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            length = os.fstat(self._fd).st_size
+            if preallocate_bytes and length == 0 and not read_only:
+                os.ftruncate(self._fd, preallocate_bytes)
+                length = 0
+        except OSError as exc:
+            raise KafkaStorageError(f"cannot open log file: {exc}", path=path) from exc
+        self._size = length
+        self._preallocated = bool(preallocate_bytes)
+
+    @property
+    def size(self) -> int:
+        """Logical size in bytes (the end of the last appended batch)."""
+        return self._size
+
+    def append(self, data: bytes | memoryview) -> int:
+        """Writes `data` at the end; returns the number of bytes written."""
+        try:
+            written = os.pwrite(self._fd, data, self._size)
+            while written < len(data):
+                written += os.pwrite(self._fd, memoryview(data)[written:], self._size + written)
+        except OSError as exc:
+            raise KafkaStorageError(f"cannot append to log file: {exc}", path=self.path, position=self._size) from exc
+        self._size += written
+        return written
+
+    def read(self, position: int, size: int) -> bytes:
+        """`size` bytes from `position` (fewer at the end of the file)."""
+        size = max(0, min(size, self._size - position))
+        if size == 0:
+            return b""
+        try:
+            return os.pread(self._fd, size, position)
+        except OSError as exc:
+            raise KafkaStorageError(f"cannot read log file: {exc}", path=self.path, position=position) from exc
+
+    def batches(self, start: int = 0, end: int | None = None) -> Iterator[AnyBatch]:
+        """Batches from `start` (a batch boundary) up to `end`, read in chunks; stops at a partial tail.
+
+        A length field below the minimum (garbage or a zero-filled tail) raises `CorruptRecordError`
+        with the position; recovery catches it and truncates there.
+        """
+        end = self._size if end is None else min(end, self._size)
+        position = start
+        chunk = b""
+        chunk_start = start
+        path = str(self.path)
+        while end - position >= HEADER_SIZE_UP_TO_MAGIC:
+            if position + HEADER_SIZE_UP_TO_MAGIC > chunk_start + len(chunk):
+                chunk_start, chunk = position, self.read(position, min(READ_CHUNK_BYTES, end - position))
+            (length,) = _LENGTH.unpack_from(chunk, position - chunk_start + LENGTH_OFFSET)
+            if length < MIN_BATCH_LENGTH_FIELD:
+                raise CorruptRecordError(
+                    f"record batch size {length} is smaller than the minimum {MIN_BATCH_LENGTH_FIELD}",
+                    path=path,
+                    position=position,
+                )
+            total = length + LOG_OVERHEAD
+            if position + total > end:
+                return
+            if position + total > chunk_start + len(chunk):
+                chunk_start, chunk = position, self.read(position, max(total, min(READ_CHUNK_BYTES, end - position)))
+            yield batch_at(chunk, position - chunk_start, path=path, position=position)
+            position += total
+
+    def search_for_offset_with_size(self, target_offset: int, start_position: int) -> BatchPosition | None:
+        """The first batch from `start_position` whose last offset is >= `target_offset`."""
+        for batch in self.batches(start_position):
+            if batch.last_offset >= target_offset:
+                return BatchPosition(batch.last_offset, batch.position, batch.size_in_bytes)
+        return None
+
+    def search_for_timestamp(
+        self, target_timestamp: int, start_position: int, starting_offset: int
+    ) -> TimestampAndOffset | None:
+        """The first record with timestamp >= target and offset >= `starting_offset`, from a batch boundary."""
+        for batch in self.batches(start_position):
+            if batch.max_timestamp >= target_timestamp:
+                for record in batch.records():
+                    if record.timestamp >= target_timestamp and record.offset >= starting_offset:
+                        return TimestampAndOffset(record.timestamp, record.offset, _leader_epoch(batch))
+        return None
+
+    def largest_timestamp_after(self, start_position: int) -> TimestampAndOffset:
+        """The largest batch max-timestamp from `start_position` on, with that batch's last offset."""
+        best = TimestampAndOffset(NO_TIMESTAMP, -1)
+        for batch in self.batches(start_position):
+            if batch.max_timestamp > best.timestamp:
+                best = TimestampAndOffset(batch.max_timestamp, batch.last_offset)
+        return best
+
+    def truncate_to(self, size: int) -> int:
+        """Cuts the file to `size` bytes if that shrinks it; returns the bytes removed."""
+        if size < 0 or size > self._size:
+            raise KafkaStorageError(f"cannot truncate {self._size}-byte log to {size} bytes", path=self.path)
+        removed = self._size - size
+        if removed or self._preallocated:
+            try:
+                os.ftruncate(self._fd, size)
+            except OSError as exc:
+                raise KafkaStorageError(f"cannot truncate log file: {exc}", path=self.path) from exc
+        self._size = size
+        self._preallocated = False
+        return removed
+
+    def trim(self) -> None:
+        """Drops a preallocated tail so the file ends at its logical size (on roll and close)."""
+        if self._preallocated and not self.read_only:
+            self.truncate_to(self._size)
+
+    def flush(self) -> None:
+        """fsync the file."""
+        if self.read_only:
+            return
+        try:
+            os.fsync(self._fd)
+        except OSError as exc:
+            raise KafkaStorageError(f"cannot fsync log file: {exc}", path=self.path) from exc
+
+    def close(self) -> None:
+        """Trims a preallocated tail, fsyncs and closes the file."""
+        if self._fd < 0:
+            return
+        self.trim()
+        self.flush()
+        os.close(self._fd)
+        self._fd = -1
+
+    def close_handlers(self) -> None:
+        """Closes the file without flushing (the file is being deleted)."""
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def rename_to(self, path: Path) -> None:
+        """Renames the file; the open descriptor keeps working."""
+        try:
+            os.replace(self.path, path)
+        except OSError as exc:
+            raise KafkaStorageError(f"cannot rename log file to {path}: {exc}", path=self.path) from exc
+        self.path = Path(path)
+
+    def last_modified_ms(self) -> int:
+        try:
+            return os.stat(self.path).st_mtime_ns // 1_000_000
+        except OSError as exc:
+            raise KafkaStorageError(f"cannot stat log file: {exc}", path=self.path) from exc
+
+    def set_last_modified_ms(self, timestamp_ms: int) -> None:
+        os.utime(self.path, ns=(timestamp_ms * 1_000_000, timestamp_ms * 1_000_000))
+
+
+def _leader_epoch(batch: AnyBatch) -> int | None:
+    epoch = getattr(batch, "partition_leader_epoch", -1)
+    return None if epoch < 0 else epoch

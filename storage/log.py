@@ -1,0 +1,721 @@
+"""A partition log: the `<topic>-<partition>` folder of segments (Kafka's `UnifiedLog` + `LocalLog`).
+
+Offsets: `log_start_offset` (first readable offset, only moves forward), `log_end_offset` (LEO, the next
+offset to assign), `high_watermark` (last offset + 1 visible to consumers; with one replica it follows
+the LEO), `recovery_point` (everything below it is known fsynced).
+
+Append (leader path): validate the client's batches (see `log_validator`), then under the log lock
+assign offsets in place from the LEO (baseOffset and leader epoch are outside the CRC), stamp
+LogAppendTime if the topic uses it, roll if a roll condition holds (spec §3.2), write to the active
+segment, advance the LEO, and fsync when `flush.messages` / `flush.ms` say so.
+
+Read (fetch): whole batches from the one containing the offset, at most `max_bytes` (at least one batch
+with `min_one_message`), never past the isolation bound; the result may end mid-batch like Kafka's.
+Readers use an immutable snapshot of the segment list, so they never wait behind an append.
+
+Shutdown: `close()` flushes, writes the final time-index entries, trims indexes and a preallocated
+`.log`, then writes the `.kafka_cleanshutdown` marker. `Log.open` deletes that marker before loading,
+so a crash while the log is open always counts as unclean and triggers recovery on the next open.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from storage import clean_shutdown, file_names, retention
+from storage.clock import SYSTEM_CLOCK, Clock
+from storage.config import LogConfig
+from storage.errors import (
+    InvalidRecordError,
+    KafkaStorageError,
+    LogSegmentError,
+    OffsetOutOfRangeError,
+    RecordBatchTooLargeError,
+    StorageError,
+)
+from storage.file_records import TimestampAndOffset, iter_any_batches
+from storage.log_loader import DroppedBytes, LogLoader, new_segment
+from storage.log_segment import FetchDataInfo, LogOffsetMetadata, LogSegment, RollParams
+from storage.log_segments import LogSegments
+from storage.log_validator import validate_client_records
+from storage.record_batch import (
+    NO_TIMESTAMP,
+    Record,
+    RecordBatch,
+    set_base_offset_and_epoch,
+    set_log_append_time,
+)
+
+logger = logging.getLogger(__name__)
+
+EARLIEST_TIMESTAMP = -2
+LATEST_TIMESTAMP = -1
+MAX_TIMESTAMP = -3
+DEFAULT_FETCH_MAX_BYTES = 1024 * 1024  # Kafka's max.partition.fetch.bytes
+LEADER_EPOCH = 0
+
+
+@dataclass(frozen=True, slots=True)
+class LogAppendInfo:
+    """What an append did: the offsets it assigned and the timestamps it saw."""
+
+    first_offset: int
+    last_offset: int
+    max_timestamp: int
+    offset_of_max_timestamp: int
+    log_append_time: int
+    log_start_offset: int
+    record_count: int
+    batch_count: int
+    valid_bytes: int
+
+
+class Log:
+    """One partition's log in its own folder. Appends, rolls and truncation are serialised by a lock."""
+
+    def __init__(self, directory: Path, config: LogConfig, clock: Clock, segments: LogSegments, *, log_start_offset: int, recovery_point: int, log_end_offset: int, standalone: bool, dropped: list[DroppedBytes]) -> None:
+        self.directory = directory
+        self._config = config
+        self._clock = clock
+        self._segments = segments
+        self._log_start_offset = log_start_offset
+        self._recovery_point = recovery_point
+        self._standalone = standalone
+        self._lock = threading.RLock()
+        self._closed = False
+        self._pending_deletes: list[tuple[int, LogSegment]] = []
+        self._last_flush_ms = clock.milliseconds()
+        active = segments.active
+        self._end_offset_metadata = LogOffsetMetadata(log_end_offset, active.base_offset, active.size)
+        self._high_watermark = log_end_offset
+        self.dropped_on_open = tuple(dropped)
+
+    # --- opening ---------------------------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        directory: str | Path,
+        config: LogConfig | None = None,
+        *,
+        clock: Clock = SYSTEM_CLOCK,
+        recovery_point: int = 0,
+        log_start_offset: int = 0,
+        had_clean_shutdown: bool | None = None,
+    ) -> Log:
+        """Opens (creating it if missing) and, after an unclean shutdown, recovers the log in `directory`.
+
+        With `had_clean_shutdown=None` the log manages its own `.kafka_cleanshutdown` marker in its
+        folder; a Kafka log dir's marker (in the parent folder) also counts as clean for this
+        partition when no segment was modified after it was written. A LogManager that owns the log
+        dir passes `had_clean_shutdown`, `recovery_point` and `log_start_offset` from its checkpoints.
+        """
+        path = Path(directory)
+        config = config or LogConfig()
+        standalone = had_clean_shutdown is None
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+            if standalone:
+                had_clean_shutdown = clean_shutdown.delete_clean_shutdown_marker(path) or _parent_marker_covers(path)
+        except OSError as exc:
+            raise KafkaStorageError(f"cannot open log folder: {exc}", path=path) from exc
+        loaded = LogLoader(
+            path,
+            config,
+            clock,
+            had_clean_shutdown=bool(had_clean_shutdown),
+            recovery_point=recovery_point,
+            log_start_offset_checkpoint=log_start_offset,
+        ).load()
+        return cls(
+            path,
+            config,
+            clock,
+            loaded.segments,
+            log_start_offset=loaded.log_start_offset,
+            recovery_point=loaded.recovery_point,
+            log_end_offset=loaded.log_end_offset,
+            standalone=standalone,
+            dropped=loaded.dropped,
+        )
+
+    # --- state -----------------------------------------------------------------------------------
+
+    @property
+    def config(self) -> LogConfig:
+        return self._config
+
+    def update_config(self, config: LogConfig) -> None:
+        """New settings apply to the next append, roll and retention pass."""
+        self._config = config
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._end_offset_metadata.message_offset
+
+    @property
+    def high_watermark(self) -> int:
+        return self._high_watermark
+
+    @property
+    def recovery_point(self) -> int:
+        return self._recovery_point
+
+    @property
+    def last_flush_ms(self) -> int:
+        return self._last_flush_ms
+
+    @property
+    def size_in_bytes(self) -> int:
+        return self._segments.size_in_bytes()
+
+    @property
+    def num_segments(self) -> int:
+        return len(self._segments)
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segments.active
+
+    def log_segments(self) -> tuple[LogSegment, ...]:
+        """The segments, oldest first (an immutable snapshot)."""
+        return self._segments.snapshot()
+
+    @property
+    def clock(self) -> Clock:
+        return self._clock
+
+    @property
+    def lock(self) -> threading.RLock:
+        """The writer lock (retention and the cleaner take it to change the segment list)."""
+        return self._lock
+
+    def update_high_watermark(self, offset: int) -> int:
+        """Sets the high watermark, clamped to [log_start_offset, log_end_offset]; returns the new value."""
+        with self._lock:
+            self._high_watermark = min(max(offset, self._log_start_offset), self.log_end_offset)
+            return self._high_watermark
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise KafkaStorageError("log is closed", path=self.directory)
+
+    # --- append ----------------------------------------------------------------------------------
+
+    def append(self, batches: bytes | bytearray | memoryview) -> LogAppendInfo:
+        """Appends one or more client v2 batches (baseOffset 0), assigning offsets from the LEO.
+
+        Every batch is validated before anything is written; a failing batch rejects the whole call.
+        """
+        now_ms = self._clock.milliseconds()
+        validated = validate_client_records(batches, self._config, now_ms)
+        with self._lock:
+            self._check_open()
+            self._delete_due_files(now_ms)
+            buffer = validated.buffer
+            log_append_time = now_ms if self._config.message_timestamp_type == "LogAppendTime" else NO_TIMESTAMP
+            next_offset = self.log_end_offset
+            first_offset = next_offset
+            max_timestamp = NO_TIMESTAMP
+            offset_of_max_timestamp = -1
+            for info in validated.batches:
+                set_base_offset_and_epoch(buffer, info.start, next_offset, LEADER_EPOCH)
+                batch_max = info.max_timestamp
+                if log_append_time != NO_TIMESTAMP:
+                    set_log_append_time(buffer, info.start, info.size, log_append_time)
+                    batch_max = log_append_time
+                last = next_offset + info.last_offset_delta
+                if batch_max > max_timestamp:
+                    max_timestamp, offset_of_max_timestamp = batch_max, last
+                next_offset = last + 1
+            return self._append_assigned(
+                buffer,
+                first_offset,
+                next_offset - 1,
+                max_timestamp,
+                offset_of_max_timestamp,
+                log_append_time,
+                validated.record_count,
+                len(validated.batches),
+            )
+
+    def append_as_follower(self, batches: bytes | bytearray | memoryview) -> LogAppendInfo:
+        """Appends batches whose offsets are already assigned (replication, tests of offset gaps).
+
+        Offsets must increase and start at or above the LEO; CRCs are checked; `max.message.bytes`
+        is not (Kafka's follower path).
+        """
+        data = bytes(batches)
+        parsed: list[RecordBatch] = []
+        for batch in iter_any_batches(data):
+            if not isinstance(batch, RecordBatch):
+                raise InvalidRecordError("only magic 2 batches can be appended")
+            batch.ensure_valid()
+            parsed.append(batch)
+        if not parsed or sum(batch.size_in_bytes for batch in parsed) != len(data):
+            raise InvalidRecordError("follower append must be whole v2 batches")
+        with self._lock:
+            self._check_open()
+            previous = self.log_end_offset - 1
+            for batch in parsed:
+                if batch.base_offset <= previous:
+                    raise InvalidRecordError(
+                        f"out of order offsets: batch {batch.base_offset} after offset {previous}",
+                        offset=batch.base_offset,
+                    )
+                previous = batch.last_offset
+            best = max(parsed, key=lambda batch: batch.max_timestamp)
+            return self._append_assigned(
+                data,
+                parsed[0].base_offset,
+                parsed[-1].last_offset,
+                best.max_timestamp,
+                best.last_offset,
+                NO_TIMESTAMP,
+                sum(batch.records_count for batch in parsed),
+                len(parsed),
+            )
+
+    def _append_assigned(
+        self,
+        buffer: bytes | bytearray,
+        first_offset: int,
+        last_offset: int,
+        max_timestamp: int,
+        offset_of_max_timestamp: int,
+        log_append_time: int,
+        record_count: int,
+        batch_count: int,
+    ) -> LogAppendInfo:
+        size = len(buffer)
+        if size > self._config.segment_bytes:
+            raise RecordBatchTooLargeError(
+                f"append of {size} bytes is larger than segment.bytes ({self._config.segment_bytes})"
+            )
+        segment = self._maybe_roll(size, first_offset, last_offset, max_timestamp)
+        segment.append(last_offset, max_timestamp, offset_of_max_timestamp, buffer)
+        self._end_offset_metadata = LogOffsetMetadata(last_offset + 1, segment.base_offset, segment.size)
+        self._high_watermark = last_offset + 1
+        now_ms = self._clock.milliseconds()
+        if (
+            self.log_end_offset - self._recovery_point >= self._config.flush_messages
+            or now_ms - self._last_flush_ms >= self._config.flush_ms
+        ):
+            self.flush()
+        return LogAppendInfo(
+            first_offset,
+            last_offset,
+            max_timestamp,
+            offset_of_max_timestamp,
+            log_append_time,
+            self._log_start_offset,
+            record_count,
+            batch_count,
+            size,
+        )
+
+    # --- roll ------------------------------------------------------------------------------------
+
+    def _maybe_roll(self, size: int, first_offset: int, last_offset: int, max_timestamp: int) -> LogSegment:
+        segment = self._segments.active
+        params = RollParams(
+            self._config.effective_segment_ms,
+            self._config.segment_bytes,
+            max_timestamp,
+            last_offset,
+            size,
+            self._clock.milliseconds(),
+        )
+        if segment.should_roll(params):
+            return self.roll(first_offset)
+        return segment
+
+    def roll(self, expected_next_offset: int | None = None) -> LogSegment:
+        """Starts a new active segment at max(expected_next_offset, LEO); seals the old one."""
+        with self._lock:
+            self._check_open()
+            new_offset = max(expected_next_offset or 0, self.log_end_offset)
+            active = self._segments.active
+            if active.base_offset == new_offset:
+                if active.size > 0:
+                    raise LogSegmentError(
+                        f"cannot roll to offset {new_offset}: segment {active.base_offset} already exists and holds data",
+                        path=self.directory,
+                    )
+                self._segments.remove(active.base_offset)
+                active.delete_files()
+            elif new_offset < active.base_offset:
+                raise LogSegmentError(
+                    f"cannot roll to offset {new_offset}, below the active segment {active.base_offset}",
+                    path=self.directory,
+                )
+            else:
+                for stale in file_names.segment_files(self.directory, new_offset):
+                    if stale.exists():
+                        logger.warning("%s: deleting stale file %s before rolling", self.directory, stale.name)
+                        stale.unlink()
+                active.on_become_inactive_segment()
+            segment = new_segment(self.directory, new_offset, self._config, self._clock)
+            self._segments.add(segment)
+            self._end_offset_metadata = LogOffsetMetadata(self.log_end_offset, segment.base_offset, segment.size)
+            self.flush(new_offset)
+            return segment
+
+    # --- flush -----------------------------------------------------------------------------------
+
+    def flush(self, offset: int | None = None) -> None:
+        """fsyncs every segment holding offsets in [recovery_point, offset) and moves the recovery point."""
+        with self._lock:
+            self._check_open()
+            target = self.log_end_offset if offset is None else offset
+            if target <= self._recovery_point and offset is not None:
+                return
+            for segment in self._segments.from_floor(self._recovery_point):
+                if segment.base_offset >= target and segment is not self._segments.active:
+                    break
+                segment.flush()
+            _fsync_dir(self.directory)
+            self._recovery_point = max(self._recovery_point, min(target, self.log_end_offset))
+            self._last_flush_ms = self._clock.milliseconds()
+
+    # --- read ------------------------------------------------------------------------------------
+
+    def read(
+        self,
+        offset: int,
+        max_bytes: int = DEFAULT_FETCH_MAX_BYTES,
+        min_one_message: bool = True,
+        *,
+        isolation: str = "log_end",
+    ) -> FetchDataInfo:
+        """Kafka fetch semantics (spec §3.5); `isolation` is `log_end` or `high_watermark`."""
+        if not isinstance(offset, int) or isinstance(offset, bool):
+            raise OffsetOutOfRangeError(f"offset must be an int, not {type(offset).__name__}")
+        if max_bytes < 0:
+            raise ValueError(f"max_bytes must be >= 0, got {max_bytes}")
+        self._check_open()
+        segments = self._segments.snapshot()
+        end_metadata = self._end_offset_metadata
+        log_start = self._log_start_offset
+        if offset > end_metadata.message_offset or offset < log_start:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is outside the log's range [{log_start}, {end_metadata.message_offset}]",
+                path=self.directory,
+                offset=offset,
+            )
+        if isolation == "log_end":
+            upper = end_metadata
+        elif isolation == "high_watermark":
+            upper = self._offset_metadata(min(self._high_watermark, end_metadata.message_offset), segments)
+        else:
+            raise ValueError(f"unknown isolation {isolation!r}")
+        if offset >= upper.message_offset:
+            return FetchDataInfo(LogOffsetMetadata(offset, upper.segment_base_offset, upper.relative_position), b"")
+        view = LogSegments()
+        for segment in segments:
+            view.add(segment)
+        segment = view.floor(offset)
+        while segment is not None:
+            max_position = upper.relative_position if segment.base_offset == upper.segment_base_offset else None
+            fetch = segment.read(offset, max_bytes, max_position, min_one_message)
+            if fetch is not None:
+                return fetch
+            if segment.base_offset == upper.segment_base_offset:
+                break
+            segment = view.higher(segment.base_offset)
+        return FetchDataInfo(end_metadata, b"")
+
+    def _offset_metadata(self, offset: int, segments: tuple[LogSegment, ...]) -> LogOffsetMetadata:
+        if offset == self.log_end_offset:
+            return self._end_offset_metadata
+        view = LogSegments()
+        for segment in segments:
+            view.add(segment)
+        segment = view.floor(offset)
+        if segment is None:
+            return LogOffsetMetadata(offset, segments[0].base_offset, 0)
+        mapping = segment.translate_offset(offset)
+        return LogOffsetMetadata(offset, segment.base_offset, mapping.position if mapping else segment.size)
+
+    def records(self, start_offset: int | None = None, end_offset: int | None = None) -> Iterator[Record]:
+        """Every record from `start_offset` (default: log start) to `end_offset` (default: LEO), decoded.
+
+        A convenience for tools and tests; consumers fetch bytes with `read`.
+        """
+        position = self._log_start_offset if start_offset is None else start_offset
+        end = self.log_end_offset if end_offset is None else end_offset
+        while position < end:
+            fetch = self.read(position, DEFAULT_FETCH_MAX_BYTES)
+            if not fetch.records:
+                return
+            progressed = False
+            for batch in iter_any_batches(fetch.records):
+                for record in batch.records():
+                    if position <= record.offset < end:
+                        yield record
+                position = max(position, batch.last_offset + 1)
+                progressed = True
+            if not progressed:
+                return
+
+    # --- offsets by time -------------------------------------------------------------------------
+
+    def offset_for_timestamp(self, timestamp_ms: int) -> int | None:
+        """Offset of the first record with timestamp >= `timestamp_ms`, or None."""
+        found = self.fetch_offset_by_timestamp(timestamp_ms)
+        return None if found is None else found.offset
+
+    def fetch_offset_by_timestamp(self, timestamp_ms: int) -> TimestampAndOffset | None:
+        """Kafka's ListOffsets (spec §3.6): a timestamp, or EARLIEST (-2), LATEST (-1), MAX_TIMESTAMP (-3)."""
+        self._check_open()
+        if timestamp_ms == EARLIEST_TIMESTAMP:
+            return TimestampAndOffset(NO_TIMESTAMP, self._log_start_offset)
+        if timestamp_ms == LATEST_TIMESTAMP:
+            return TimestampAndOffset(NO_TIMESTAMP, self.log_end_offset)
+        segments = self._segments.snapshot()
+        if timestamp_ms == MAX_TIMESTAMP:
+            return self._max_timestamp_offset(segments)
+        if timestamp_ms < 0:
+            raise ValueError(f"invalid timestamp {timestamp_ms}")
+        for segment in segments:
+            if segment.size == 0 or segment.largest_timestamp < timestamp_ms:
+                continue
+            found = segment.find_offset_by_timestamp(timestamp_ms, self._log_start_offset)
+            if found is not None:
+                return found
+        return None
+
+    def _max_timestamp_offset(self, segments: tuple[LogSegment, ...]) -> TimestampAndOffset | None:
+        candidates = [segment for segment in segments if segment.size > 0]
+        if not candidates:
+            return None
+        best = max(candidates, key=lambda segment: segment.max_timestamp_so_far)
+        target = best.max_timestamp_so_far
+        position = best.offset_index.lookup(best.max_timestamp_and_offset.offset).position
+        for batch in best.log.batches(0 if target < 0 else position):
+            if batch.max_timestamp == target:
+                for record in batch.records():
+                    if record.timestamp == target:
+                        return TimestampAndOffset(target, record.offset, getattr(batch, "partition_leader_epoch", None))
+        return TimestampAndOffset(target, best.max_timestamp_and_offset.offset)
+
+    # --- truncation ------------------------------------------------------------------------------
+
+    def truncate_to(self, target_offset: int) -> bool:
+        """Removes every offset >= `target_offset` (batch-granular); no-op at or beyond the LEO."""
+        if target_offset < 0:
+            raise OffsetOutOfRangeError(f"cannot truncate to negative offset {target_offset}", offset=target_offset)
+        with self._lock:
+            self._check_open()
+            if target_offset >= self.log_end_offset:
+                return False
+            first = self._segments.first
+            if first is not None and target_offset < first.base_offset:
+                self.truncate_fully_and_start_at(target_offset)
+                return True
+            for segment in reversed(self._segments.snapshot()):
+                if segment.base_offset > target_offset:
+                    self._segments.remove(segment.base_offset)
+                    self._schedule_delete(segment)
+            active = self._segments.active
+            active.truncate_to(target_offset)
+            self._end_offset_metadata = LogOffsetMetadata(target_offset, active.base_offset, active.size)
+            self._log_start_offset = min(self._log_start_offset, target_offset)
+            self._high_watermark = min(self._high_watermark, target_offset)
+            self._recovery_point = min(self._recovery_point, target_offset)
+            return True
+
+    def truncate_fully_and_start_at(self, new_offset: int) -> None:
+        """Deletes every segment and restarts the log, empty, at `new_offset`."""
+        with self._lock:
+            self._check_open()
+            old = self._segments.snapshot()
+            fresh = None
+            for segment in old:
+                if segment.base_offset == new_offset:
+                    segment.delete_files()
+                    fresh = segment
+            self._segments.clear()
+            for segment in old:
+                if segment is not fresh:
+                    self._schedule_delete(segment)
+            segment = new_segment(self.directory, new_offset, self._config, self._clock)
+            self._segments.add(segment)
+            self._end_offset_metadata = LogOffsetMetadata(new_offset, new_offset, 0)
+            self._log_start_offset = new_offset
+            self._high_watermark = new_offset
+            self._recovery_point = min(self._recovery_point, new_offset)
+
+    # --- deletion --------------------------------------------------------------------------------
+
+    def _schedule_delete(self, segment: LogSegment) -> None:
+        """Renames the segment's files to `.deleted`; they are unlinked after `file.delete.delay.ms`."""
+        segment.change_file_suffixes(segment.suffix, file_names.DELETED_SUFFIX)
+        due = self._clock.milliseconds() + self._config.file_delete_delay_ms
+        self._pending_deletes.append((due, segment))
+        if self._config.file_delete_delay_ms == 0:
+            self._delete_due_files(self._clock.milliseconds())
+
+    def _delete_due_files(self, now_ms: int) -> None:
+        remaining = []
+        for due, segment in self._pending_deletes:
+            if due <= now_ms:
+                segment.delete_files()
+            else:
+                remaining.append((due, segment))
+        self._pending_deletes = remaining
+
+    def delete_due_files(self) -> int:
+        """Unlinks `.deleted` files whose delay has passed; returns how many segments are still pending."""
+        with self._lock:
+            self._delete_due_files(self._clock.milliseconds())
+            return len(self._pending_deletes)
+
+    # --- retention -----------------------------------------------------------------------------
+
+    def maybe_increment_log_start_offset(self, new_offset: int) -> int:
+        """Moves the log start offset forward (never back, never past the high watermark); returns it."""
+        with self._lock:
+            self._check_open()
+            if new_offset > self._high_watermark:
+                raise OffsetOutOfRangeError(
+                    f"cannot move the log start offset to {new_offset}, past the high watermark {self._high_watermark}",
+                    path=self.directory,
+                    offset=new_offset,
+                )
+            if new_offset > self._log_start_offset:
+                self._log_start_offset = new_offset
+            return self._log_start_offset
+
+    def remove_and_delete_segments(self, segments: list[LogSegment]) -> int:
+        """Removes `segments` (oldest first) from the log and schedules their files for deletion.
+
+        If they are all of the log's segments, a fresh empty active segment is rolled first so the log
+        stays appendable at the same offset. Returns the number of segments removed.
+        """
+        if not segments:
+            return 0
+        with self._lock:
+            self._check_open()
+            if len(segments) == len(self._segments):
+                new_active = self.roll()
+                segments = [segment for segment in segments if segment.base_offset != new_active.base_offset]
+            for segment in segments:
+                self._segments.remove(segment.base_offset)
+                self._schedule_delete(segment)
+            first = self._segments.first
+            if first is not None and first.base_offset > self._log_start_offset:
+                self._log_start_offset = first.base_offset
+            return len(segments)
+
+    def delete_old_segments(self) -> int:
+        """One retention pass (log-start breach, then size and time for `delete` policies); see retention.py."""
+        return retention.delete_old_segments(self)
+
+    def delete_records(self, offset: int) -> int:
+        """Kafka's DeleteRecords: moves the log start offset (-1 = high watermark); returns the new start."""
+        return retention.delete_records(self, offset)
+
+    def replace_segments(self, new_segments: list[LogSegment], old_segments: list[LogSegment]) -> None:
+        """Swaps compacted segments in (Kafka's replaceSegments), crash-safely (spec §2.13).
+
+        `new_segments` carry the `.cleaned` suffix. Steps: `.cleaned` -> `.swap` (descending offsets),
+        the segment map switches to the new segments, old segments -> `.deleted` (unlinked later),
+        `.swap` -> final names, fsync the folder. A crash between any two steps is resolved on open.
+        """
+        with self._lock:
+            self._check_open()
+            for segment in sorted(new_segments, key=lambda s: s.base_offset, reverse=True):
+                segment.change_file_suffixes(file_names.CLEANED_SUFFIX, file_names.SWAP_SUFFIX)
+            new_bases = {segment.base_offset for segment in new_segments}
+            for segment in old_segments:
+                if segment.base_offset not in new_bases:
+                    self._segments.remove(segment.base_offset)
+            for segment in new_segments:
+                self._segments.add(segment)
+            for segment in old_segments:
+                self._schedule_delete(segment)
+            for segment in new_segments:
+                segment.change_file_suffixes(file_names.SWAP_SUFFIX, "")
+            _fsync_dir(self.directory)
+
+    # --- close -----------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Clean shutdown: flush, final time-index entries, trim files, then the clean-shutdown marker."""
+        with self._lock:
+            if self._closed:
+                return
+            self.flush()
+            for segment in self._segments:
+                segment.close()
+            for _, segment in self._pending_deletes:
+                segment.close_handlers()
+            self._closed = True
+            if self._standalone:
+                clean_shutdown.write_clean_shutdown_marker(self.directory)
+
+    def close_without_marker(self) -> None:
+        """Closes files without flushing or writing the marker: what a crash leaves (for tests and tools)."""
+        with self._lock:
+            for segment in self._segments:
+                segment.close_handlers()
+            self._closed = True
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __enter__(self) -> Log:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"Log({self.directory}, log_start_offset={self._log_start_offset}, "
+            f"log_end_offset={self.log_end_offset}, segments={len(self._segments)})"
+        )
+
+
+def _parent_marker_covers(directory: Path) -> bool:
+    """True when the Kafka log dir holding `directory` was shut down cleanly after its last write here."""
+    marker = directory.parent / file_names.CLEAN_SHUTDOWN_FILE
+    try:
+        marker_ns = marker.stat().st_mtime_ns
+        newest = max((entry.stat().st_mtime_ns for entry in directory.iterdir() if entry.is_file()), default=0)
+    except OSError:
+        return False
+    return newest <= marker_ns
+
+
+def _fsync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise KafkaStorageError(f"cannot fsync directory: {exc}", path=directory) from exc
+
+
+__all__ = [
+    "EARLIEST_TIMESTAMP",
+    "LATEST_TIMESTAMP",
+    "MAX_TIMESTAMP",
+    "FetchDataInfo",
+    "Log",
+    "LogAppendInfo",
+    "StorageError",
+]

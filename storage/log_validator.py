@@ -1,0 +1,192 @@
+"""Checks a client's produce bytes before they reach a log, and prepares them for offset assignment
+(Kafka's `LogValidator` plus the analysis step of `UnifiedLog.append`, spec §3.1).
+
+Per batch, in Kafka's order: magic 2 only (raybroker writes v2); baseOffset 0; size within
+`max.message.bytes`; CRC-32C; record count > 0 and equal to lastOffsetDelta + 1; no control batches;
+a producer id needs a base sequence; the producer may not set LogAppendTime. Then, per record where
+the topic's settings need it: a key on compacted topics, CreateTime inside
+[now - before.max.ms, now + after.max.ms]. Any failure rejects the whole append and nothing is written.
+
+Speed: an uncompressed batch is never decoded unless a record-level rule applies. Its record framing
+is still walked (length varints only) so a batch whose count or sizes lie is refused. Compressed
+batches are inflated once to validate them, and recompressed only when the topic's
+`compression.type` names another codec.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from storage.compression import CompressionType
+from storage.config import LONG_MAX, LogConfig
+from storage.errors import (
+    CorruptRecordError,
+    InvalidRecordError,
+    InvalidTimestampError,
+    RecordTooLargeError,
+)
+from storage.record_batch import (
+    HEADER_SIZE_UP_TO_MAGIC,
+    LENGTH_OFFSET,
+    LOG_OVERHEAD,
+    MAGIC_OFFSET,
+    RECORD_BATCH_OVERHEAD,
+    RecordBatch,
+    RecordBatchBuilder,
+    TimestampType,
+    decode_varint,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class BatchInfo:
+    """One validated batch inside the prepared buffer."""
+
+    start: int
+    size: int
+    last_offset_delta: int
+    max_timestamp: int
+    records_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class ValidatedRecords:
+    """The bytes to append (offsets not yet assigned) and what the log needs to know about them."""
+
+    buffer: bytearray
+    batches: tuple[BatchInfo, ...]
+    record_count: int
+    source_compression: CompressionType
+    target_compression: CompressionType
+
+
+def validate_client_records(data: bytes | bytearray | memoryview, config: LogConfig, now_ms: int) -> ValidatedRecords:
+    """Validates produce bytes (one or more v2 batches) against `config`; see the module docstring."""
+    if not isinstance(data, bytes | bytearray | memoryview):
+        raise InvalidRecordError(f"record batches must be bytes, not {type(data).__name__}")
+    view = memoryview(data).cast("B") if isinstance(data, memoryview) else memoryview(data)
+    if len(view) == 0:
+        raise InvalidRecordError("no record batches to append")
+    target = None if config.compression_type == "producer" else CompressionType.from_name(config.compression_type)
+    parts: list[bytes | memoryview] = []
+    infos: list[BatchInfo] = []
+    position = 0
+    total_records = 0
+    source = CompressionType.NONE
+    while position < len(view):
+        batch = _parse_client_batch(view, position, config, now_ms)
+        source = batch.compression
+        raw = batch.raw()
+        records_count = batch.records_count
+        max_timestamp = batch.max_timestamp
+        if target is not None and target != batch.compression:
+            raw = memoryview(_recompress(batch, target))
+            if len(raw) > config.max_message_bytes:
+                raise RecordTooLargeError(
+                    f"batch of {len(raw)} bytes after recompression exceeds max.message.bytes "
+                    f"({config.max_message_bytes})",
+                    position=position,
+                )
+        start = sum(len(part) for part in parts)
+        parts.append(raw)
+        infos.append(BatchInfo(start, len(raw), batch.last_offset_delta, max_timestamp, records_count))
+        total_records += records_count
+        position += batch.size_in_bytes
+    buffer = bytearray(b"".join(parts))
+    return ValidatedRecords(buffer, tuple(infos), total_records, source, target if target is not None else source)
+
+
+def _parse_client_batch(view: memoryview, position: int, config: LogConfig, now_ms: int) -> RecordBatch:
+    remaining = len(view) - position
+    if remaining < HEADER_SIZE_UP_TO_MAGIC:
+        raise CorruptRecordError(f"{remaining} trailing bytes do not form a record batch", position=position)
+    magic = view[position + MAGIC_OFFSET]
+    if magic != 2:
+        raise InvalidRecordError(f"record batch magic {magic} is not accepted: raybroker stores magic 2", position=position)
+    length = int.from_bytes(view[position + LENGTH_OFFSET : position + LOG_OVERHEAD], "big", signed=True)
+    if length + LOG_OVERHEAD < RECORD_BATCH_OVERHEAD or length + LOG_OVERHEAD > remaining:
+        raise CorruptRecordError(
+            f"record batch length field {length} does not match the {remaining} bytes supplied", position=position
+        )
+    if length + LOG_OVERHEAD > config.max_message_bytes:
+        raise RecordTooLargeError(
+            f"record batch of {length + LOG_OVERHEAD} bytes exceeds max.message.bytes ({config.max_message_bytes})",
+            position=position,
+        )
+    batch = RecordBatch(view, position)
+    if batch.base_offset != 0:
+        raise InvalidRecordError(f"client batches must have baseOffset 0, got {batch.base_offset}", position=position)
+    batch.ensure_valid()
+    if batch.records_count <= 0 or batch.records_count != batch.last_offset_delta + 1:
+        raise InvalidRecordError(
+            f"record count {batch.records_count} does not match lastOffsetDelta {batch.last_offset_delta}",
+            position=position,
+        )
+    if batch.is_control:
+        raise InvalidRecordError("clients may not produce control batches", position=position)
+    if batch.producer_id >= 0 and batch.base_sequence < 0:
+        raise InvalidRecordError(f"producer id {batch.producer_id} set without a base sequence", position=position)
+    if batch.timestamp_type == TimestampType.LOG_APPEND_TIME:
+        raise InvalidTimestampError("clients may not set the LogAppendTime timestamp type", position=position)
+    _validate_records(batch, config, now_ms, position)
+    return batch
+
+
+def _validate_records(batch: RecordBatch, config: LogConfig, now_ms: int, position: int) -> None:
+    create_time = config.message_timestamp_type == "CreateTime"
+    before_ms = config.timestamp_before_max_ms if create_time else LONG_MAX
+    after_ms = config.timestamp_after_max_ms if create_time else LONG_MAX
+    if batch.max_timestamp - now_ms > after_ms:
+        raise InvalidTimestampError(
+            f"timestamp {batch.max_timestamp} is more than message.timestamp.after.max.ms ({after_ms}) "
+            f"after the broker time {now_ms}",
+            position=position,
+        )
+    if batch.compression == CompressionType.NONE and not config.compact and before_ms == LONG_MAX:
+        _check_framing(batch, position)
+        return
+    try:
+        records = batch.records()
+    except (InvalidRecordError, CorruptRecordError) as exc:
+        raise InvalidRecordError(exc.message, position=position) from exc
+    for record in records:
+        if config.compact and record.key is None:
+            raise InvalidRecordError(
+                "compacted topic cannot accept a record without a key", position=position, offset=record.offset
+            )
+        if now_ms - record.timestamp > before_ms or record.timestamp - now_ms > after_ms:
+            raise InvalidTimestampError(
+                f"timestamp {record.timestamp} is outside [now - {before_ms}, now + {after_ms}] "
+                f"around the broker time {now_ms}",
+                position=position,
+                offset=record.offset,
+            )
+
+
+def _check_framing(batch: RecordBatch, position: int) -> None:
+    data = batch.raw()[RECORD_BATCH_OVERHEAD:]
+    cursor = 0
+    for _ in range(batch.records_count):
+        length, cursor = decode_varint(data, cursor, 5)
+        if length <= 0 or cursor + length > len(data):
+            raise InvalidRecordError(f"record length {length} overruns the batch", position=position)
+        cursor += length
+    if cursor != len(data):
+        raise InvalidRecordError(
+            f"incorrect declared batch size: {len(data) - cursor} bytes left after {batch.records_count} records",
+            position=position,
+        )
+
+
+def _recompress(batch: RecordBatch, target: CompressionType) -> bytes:
+    builder = RecordBatchBuilder(
+        compression=target,
+        producer_id=batch.producer_id,
+        producer_epoch=batch.producer_epoch,
+        base_sequence=batch.base_sequence,
+        is_transactional=batch.is_transactional,
+        partition_leader_epoch=batch.partition_leader_epoch,
+    )
+    for record in batch.records():
+        builder.append(record.key, record.value, timestamp=record.timestamp, headers=record.headers, offset_delta=record.offset)
+    return builder.build()
