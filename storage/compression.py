@@ -122,23 +122,37 @@ def decompress(codec: CompressionType, data: bytes, max_output_bytes: int = DEFA
                 raise CorruptRecordError("lz4 frame is truncated or inflates beyond the limit")
             return result
         if codec == CompressionType.ZSTD:
-            zstd_out = zstandard.ZstdDecompressor().decompressobj()
-            chunks = []
-            total = 0
-            for start in range(0, len(data), 65536):
-                chunk = zstd_out.decompress(bytes(data[start : start + 65536]))
-                total += len(chunk)
-                if total > max_output_bytes:
-                    raise CorruptRecordError(f"zstd records inflate beyond {max_output_bytes} bytes")
-                chunks.append(chunk)
-            if not zstd_out.eof:
-                raise CorruptRecordError("zstd frame is truncated")
-            return b"".join(chunks)
+            return _zstd_decompress(memoryview(data), max_output_bytes)
     except CorruptRecordError:
         raise
     except (zlib.error, RuntimeError, ValueError, zstandard.ZstdError, cramjam.DecompressionError) as exc:
         raise CorruptRecordError(f"cannot decompress {codec.kafka_name} records: {exc}") from exc
     raise UnsupportedCompressionTypeError(f"unknown compression codec {codec!r}")
+
+
+# zstd's decompressor returns everything a call's input inflates to, and a 4-byte RLE block (3-byte header,
+# 1 byte) inflates to the 128 KiB block maximum: 32768x. Feeding at most remaining/32768 input bytes per call
+# (never fewer than 64, i.e. at most 2 MiB of output) keeps the total within the limit plus 2 MiB.
+ZSTD_MAX_EXPANSION = 32768
+_ZSTD_MIN_INPUT_CHUNK_BYTES = 64
+
+
+def _zstd_decompress(data: memoryview, max_output_bytes: int) -> bytes:
+    zstd_out = zstandard.ZstdDecompressor().decompressobj()
+    chunks = []
+    total = 0
+    position = 0
+    while position < len(data) and not zstd_out.eof:
+        step = max(_ZSTD_MIN_INPUT_CHUNK_BYTES, (max_output_bytes - total) // ZSTD_MAX_EXPANSION)
+        chunk = zstd_out.decompress(bytes(data[position : position + step]))
+        position += step
+        total += len(chunk)
+        if total > max_output_bytes:
+            raise CorruptRecordError(f"zstd records inflate beyond {max_output_bytes} bytes")
+        chunks.append(chunk)
+    if not zstd_out.eof:
+        raise CorruptRecordError("zstd frame is truncated")
+    return b"".join(chunks)
 
 
 def _xerial_compress(data: bytes) -> bytes:

@@ -8,6 +8,7 @@ Unknown keys, values of the wrong type and values out of Kafka's ranges raise `I
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -71,6 +72,8 @@ class LogConfig:
             value = getattr(self, spec.name)
             name = kafka_name(spec.name)
             _check_type(name, value, spec.type)
+            if isinstance(value, float) and math.isnan(value):
+                raise InvalidConfigError(f"invalid value {value!r} for {name}: not a number")  # NaN passes < and >
             bounds: _Range = spec.metadata["range"]
             if bounds.low is not None and value < bounds.low:
                 raise InvalidConfigError(f"invalid value {value!r} for {name}: must be at least {bounds.low:g}")

@@ -94,6 +94,10 @@ class CorruptCheckpointError(StorageError):
     """A checkpoint or properties file whose text breaks its format (bad version, count, or line)."""
 
 
+class InvalidTopicError(StorageError):
+    """A topic name or partition number that breaks Kafka's rules (INVALID_TOPIC_EXCEPTION)."""
+
+
 class UnsupportedCompressionTypeError(StorageError):
     """A codec id outside none/gzip/snappy/lz4/zstd."""
 
@@ -116,3 +120,11 @@ class KafkaStorageError(StorageError):
 
 class LogDirLockedError(StorageError):
     """Another process holds the `.lock` of a log dir."""
+
+
+class OutOfOrderSequenceError(StorageError):
+    """An idempotent producer's batch whose sequence does not follow its last one (OUT_OF_ORDER_SEQUENCE_NUMBER)."""
+
+
+class InvalidProducerEpochError(StorageError):
+    """A batch from an older epoch of an idempotent producer that has since been fenced (INVALID_PRODUCER_EPOCH)."""

@@ -27,7 +27,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from storage.errors import InvalidRecordError
+from storage.errors import InvalidTopicError
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
@@ -54,8 +54,10 @@ PARTITION_METADATA = "partition.metadata"
 
 OFFSET_DIGITS = 20
 MAX_TOPIC_LENGTH = 249
-_TOPIC_CHARS = re.compile(r"^[a-zA-Z0-9._-]+$")
-_SEGMENT_NAME = re.compile(r"^(\d{20})(\.[a-z]+)((?:\.deleted|\.cleaned|\.swap)?)$")
+# Patterns are applied with `fullmatch` (`$` would also accept a trailing newline) and spell digits as [0-9]
+# (`\d` would also accept non-ASCII digits, which Kafka's names never contain).
+_TOPIC_CHARS = re.compile(r"[a-zA-Z0-9._-]+")
+_SEGMENT_NAME = re.compile(r"([0-9]{20})(\.[a-z]+)((?:\.deleted|\.cleaned|\.swap)?)")
 
 
 def offset_name(offset: int) -> str:
@@ -96,7 +98,7 @@ def segment_files(directory: Path, base_offset: int, suffix: str = "") -> tuple[
 
 def parse_segment_name(name: str) -> tuple[int, str, str] | None:
     """`00000000000000000042.log.swap` -> (42, ".log", ".swap"); None for names that are not segment files."""
-    match = _SEGMENT_NAME.match(name)
+    match = _SEGMENT_NAME.fullmatch(name)
     if match is None:
         return None
     return int(match.group(1)), match.group(2), match.group(3)
@@ -122,13 +124,13 @@ def tmp_file(path: Path) -> Path:
 def validate_topic(topic: str) -> str:
     """Kafka's topic-name rules: `[a-zA-Z0-9._-]`, 1..249 chars, not `.` or `..`. Returns the name."""
     if not isinstance(topic, str) or not topic:
-        raise InvalidRecordError(f"invalid topic name {topic!r}: must be a non-empty string")
+        raise InvalidTopicError(f"invalid topic name {topic!r}: must be a non-empty string")
     if topic in (".", ".."):
-        raise InvalidRecordError(f"invalid topic name {topic!r}: '.' and '..' are not allowed")
+        raise InvalidTopicError(f"invalid topic name {topic!r}: '.' and '..' are not allowed")
     if len(topic) > MAX_TOPIC_LENGTH:
-        raise InvalidRecordError(f"invalid topic name: {len(topic)} chars, the limit is {MAX_TOPIC_LENGTH}")
-    if not _TOPIC_CHARS.match(topic):
-        raise InvalidRecordError(f"invalid topic name {topic!r}: only [a-zA-Z0-9._-] are allowed")
+        raise InvalidTopicError(f"invalid topic name: {len(topic)} chars, the limit is {MAX_TOPIC_LENGTH}")
+    if not _TOPIC_CHARS.fullmatch(topic):
+        raise InvalidTopicError(f"invalid topic name {topic!r}: only [a-zA-Z0-9._-] are allowed")
     return topic
 
 
@@ -136,12 +138,12 @@ def partition_dir_name(topic: str, partition: int) -> str:
     """`<topic>-<partition>`, the folder of one partition log."""
     validate_topic(topic)
     if not isinstance(partition, int) or isinstance(partition, bool) or partition < 0:
-        raise InvalidRecordError(f"invalid partition {partition!r}: must be an int >= 0")
+        raise InvalidTopicError(f"invalid partition {partition!r}: must be an int >= 0")
     return f"{topic}-{partition}"
 
 
 DELETE_DIR_SUFFIX = "-delete"
-_DELETE_DIR = re.compile(r"^(.+)-(\d+)\.([0-9a-f]{32})-delete$")
+_DELETE_DIR = re.compile(r"(.+)-([0-9]+)\.([0-9a-f]{32})-delete")
 
 
 def delete_dir_name(topic: str, partition: int, unique_hex: str) -> str:
@@ -155,7 +157,7 @@ def delete_dir_name(topic: str, partition: int, unique_hex: str) -> str:
 
 def is_delete_dir_name(name: str) -> bool:
     """Whether `name` is a partition folder renamed for asynchronous deletion."""
-    return _DELETE_DIR.match(name) is not None
+    return _DELETE_DIR.fullmatch(name) is not None
 
 
 def parse_partition_dir_name(name: str) -> tuple[str, int] | None:
@@ -165,9 +167,9 @@ def parse_partition_dir_name(name: str) -> tuple[str, int] | None:
     live partitions and give None.
     """
     topic, sep, partition = name.rpartition("-")
-    if not sep or not topic or not partition.isdigit():
+    if not sep or not topic or not partition.isascii() or not partition.isdigit():
         return None
-    if not _TOPIC_CHARS.match(topic) or topic in (".", ".."):
+    if not _TOPIC_CHARS.fullmatch(topic) or topic in (".", "..") or len(topic) > MAX_TOPIC_LENGTH:
         return None
     return topic, int(partition)
 
@@ -176,12 +178,12 @@ def parse_partition_dir_name(name: str) -> tuple[str, int] | None:
 # (`bootstrap.checkpoint` in the metadata log dir) are v2 batch sequences, like `.log` files.
 KRAFT_SNAPSHOT_SUFFIX = ".checkpoint"
 BOOTSTRAP_CHECKPOINT = "bootstrap.checkpoint"
-_KRAFT_SNAPSHOT_NAME = re.compile(r"^(\d{20})-(\d{10})\.checkpoint$")
+_KRAFT_SNAPSHOT_NAME = re.compile(r"([0-9]{20})-([0-9]{10})\.checkpoint")
 
 
 def parse_kraft_snapshot_name(name: str) -> tuple[int, int] | None:
     """`00000000000000007364-0000000001.checkpoint` -> (7364, 1): the snapshot's end offset and epoch; else None."""
-    match = _KRAFT_SNAPSHOT_NAME.match(name)
+    match = _KRAFT_SNAPSHOT_NAME.fullmatch(name)
     if match is None:
         return None
     return int(match.group(1)), int(match.group(2))

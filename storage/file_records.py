@@ -37,8 +37,10 @@ if TYPE_CHECKING:
 
 AnyBatch = Union[RecordBatch, "LegacyBatch"]
 
-# Recovery and searches read this much at a time: big enough that per-read overhead vanishes
-# (a 1 GiB segment is 1024 reads), small enough to stay in cache.
+# Iteration reads in chunks that start small and double: a lookup from an index entry usually finds
+# its batch within index.interval.bytes (4 KiB), so the first read is 16 KiB; a recovery scan soon reads
+# 1 MiB at a time, where per-read overhead vanishes (a 1 GiB segment is ~1024 reads) and data stays in cache.
+FIRST_READ_CHUNK_BYTES = 16 * 1024
 READ_CHUNK_BYTES = 1024 * 1024
 _LENGTH = struct.Struct(">i")
 
@@ -149,10 +151,12 @@ class FileRecords:
         position = start
         chunk = b""
         chunk_start = start
+        chunk_bytes = FIRST_READ_CHUNK_BYTES
         path = str(self.path)
         while end - position >= HEADER_SIZE_UP_TO_MAGIC:
             if position + HEADER_SIZE_UP_TO_MAGIC > chunk_start + len(chunk):
-                chunk_start, chunk = position, self.read(position, min(READ_CHUNK_BYTES, end - position))
+                chunk_start, chunk = position, self.read(position, min(chunk_bytes, end - position))
+                chunk_bytes = min(chunk_bytes * 2, READ_CHUNK_BYTES)
             (length,) = _LENGTH.unpack_from(chunk, position - chunk_start + LENGTH_OFFSET)
             if length < MIN_BATCH_LENGTH_FIELD:
                 raise CorruptRecordError(
@@ -164,7 +168,8 @@ class FileRecords:
             if position + total > end:
                 return
             if position + total > chunk_start + len(chunk):
-                chunk_start, chunk = position, self.read(position, max(total, min(READ_CHUNK_BYTES, end - position)))
+                chunk_start, chunk = position, self.read(position, max(total, min(chunk_bytes, end - position)))
+                chunk_bytes = min(chunk_bytes * 2, READ_CHUNK_BYTES)
             yield batch_at(chunk, position - chunk_start, path=path, position=position)
             position += total
 

@@ -39,6 +39,7 @@ from storage.errors import (
     StorageError,
 )
 from storage.file_records import TimestampAndOffset, iter_any_batches
+from storage.log_dir_lock import LogDirLock
 from storage.log_loader import DroppedBytes, LogLoader, new_segment
 from storage.log_segment import FetchDataInfo, LogOffsetMetadata, LogSegment, RollParams
 from storage.log_segments import LogSegments
@@ -78,14 +79,26 @@ class LogAppendInfo:
 class Log:
     """One partition's log in its own folder. Appends, rolls and truncation are serialised by a lock."""
 
-    def __init__(self, directory: Path, config: LogConfig, clock: Clock, segments: LogSegments, *, log_start_offset: int, recovery_point: int, log_end_offset: int, standalone: bool, dropped: list[DroppedBytes]) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        config: LogConfig,
+        clock: Clock,
+        segments: LogSegments,
+        *,
+        log_start_offset: int,
+        recovery_point: int,
+        log_end_offset: int,
+        folder_lock: LogDirLock | None,
+        dropped: list[DroppedBytes],
+    ) -> None:
         self.directory = directory
         self._config = config
         self._clock = clock
         self._segments = segments
         self._log_start_offset = log_start_offset
         self._recovery_point = recovery_point
-        self._standalone = standalone
+        self._folder_lock = folder_lock
         self._lock = threading.RLock()
         self._closed = False
         self._pending_deletes: list[tuple[int, LogSegment]] = []
@@ -110,28 +123,40 @@ class Log:
     ) -> Log:
         """Opens (creating it if missing) and, after an unclean shutdown, recovers the log in `directory`.
 
-        With `had_clean_shutdown=None` the log manages its own `.kafka_cleanshutdown` marker in its
-        folder; a Kafka log dir's marker (in the parent folder) also counts as clean for this
-        partition when no segment was modified after it was written. A LogManager that owns the log
+        With `had_clean_shutdown=None` the log runs standalone: it holds `<folder>/.lock` while open
+        (a second process gets `LogDirLockedError`) and removes it on `close()`, which also writes
+        `<folder>/.kafka_cleanshutdown`. On open, that marker means clean; so does the marker of the
+        Kafka log dir holding the folder (Kafka's own layout), unless a `.lock` left in the folder
+        shows that raybroker had the log open when its process died. A LogManager that owns the log
         dir passes `had_clean_shutdown`, `recovery_point` and `log_start_offset` from its checkpoints.
         """
         path = Path(directory)
         config = config or LogConfig()
         standalone = had_clean_shutdown is None
+        folder_lock = None
         try:
             path.mkdir(parents=True, exist_ok=True)
             if standalone:
-                had_clean_shutdown = clean_shutdown.delete_clean_shutdown_marker(path) or _parent_marker_covers(path)
+                crashed_while_open = (path / file_names.LOCK_FILE).exists()
+                folder_lock = LogDirLock(path)
+                had_clean_shutdown = clean_shutdown.delete_clean_shutdown_marker(path) or (
+                    not crashed_while_open and clean_shutdown.has_clean_shutdown_marker(path.parent)
+                )
         except OSError as exc:
             raise KafkaStorageError(f"cannot open log folder: {exc}", path=path) from exc
-        loaded = LogLoader(
-            path,
-            config,
-            clock,
-            had_clean_shutdown=bool(had_clean_shutdown),
-            recovery_point=recovery_point,
-            log_start_offset_checkpoint=log_start_offset,
-        ).load()
+        try:
+            loaded = LogLoader(
+                path,
+                config,
+                clock,
+                had_clean_shutdown=bool(had_clean_shutdown),
+                recovery_point=recovery_point,
+                log_start_offset_checkpoint=log_start_offset,
+            ).load()
+        except BaseException:
+            if folder_lock is not None:
+                folder_lock.release()
+            raise
         return cls(
             path,
             config,
@@ -140,7 +165,7 @@ class Log:
             log_start_offset=loaded.log_start_offset,
             recovery_point=loaded.recovery_point,
             log_end_offset=loaded.log_end_offset,
-            standalone=standalone,
+            folder_lock=folder_lock,
             dropped=loaded.dropped,
         )
 
@@ -420,9 +445,7 @@ class Log:
             raise ValueError(f"unknown isolation {isolation!r}")
         if offset >= upper.message_offset:
             return FetchDataInfo(LogOffsetMetadata(offset, upper.segment_base_offset, upper.relative_position), b"")
-        view = LogSegments()
-        for segment in segments:
-            view.add(segment)
+        view = LogSegments.of(segments)
         segment = view.floor(offset)
         while segment is not None:
             max_position = upper.relative_position if segment.base_offset == upper.segment_base_offset else None
@@ -437,9 +460,7 @@ class Log:
     def _offset_metadata(self, offset: int, segments: tuple[LogSegment, ...]) -> LogOffsetMetadata:
         if offset == self.log_end_offset:
             return self._end_offset_metadata
-        view = LogSegments()
-        for segment in segments:
-            view.add(segment)
+        view = LogSegments.of(segments)
         segment = view.floor(offset)
         if segment is None:
             return LogOffsetMetadata(offset, segments[0].base_offset, 0)
@@ -618,12 +639,19 @@ class Log:
             return len(segments)
 
     def delete_old_segments(self) -> int:
-        """One retention pass (log-start breach, then size and time for `delete` policies); see retention.py."""
-        return retention.delete_old_segments(self)
+        """One retention pass (log-start breach, then size and time for `delete` policies); see retention.py.
+
+        Holds the writer lock from choosing segments to removing them: a truncation or roll in between
+        would leave the pass deleting segments that are no longer the ones it judged (Kafka does the same).
+        """
+        with self._lock:
+            self._check_open()
+            return retention.delete_old_segments(self)
 
     def delete_records(self, offset: int) -> int:
         """Kafka's DeleteRecords: moves the log start offset (-1 = high watermark); returns the new start."""
-        return retention.delete_records(self, offset)
+        with self._lock:
+            return retention.delete_records(self, offset)
 
     def replace_segments(self, new_segments: list[LogSegment], old_segments: list[LogSegment]) -> None:
         """Swaps compacted segments in (Kafka's replaceSegments), crash-safely (spec §2.13).
@@ -661,14 +689,20 @@ class Log:
             for _, segment in self._pending_deletes:
                 segment.close_handlers()
             self._closed = True
-            if self._standalone:
+            if self._folder_lock is not None:
                 clean_shutdown.write_clean_shutdown_marker(self.directory)
+                self._folder_lock.release()
+                self._folder_lock.path.unlink(missing_ok=True)
 
     def close_without_marker(self) -> None:
         """Closes files without flushing or writing the marker: what a crash leaves (for tests and tools)."""
         with self._lock:
             for segment in self._segments:
                 segment.close_handlers()
+            for _, segment in self._pending_deletes:
+                segment.close_handlers()
+            if self._folder_lock is not None:
+                self._folder_lock.release()
             self._closed = True
 
     @property
@@ -686,17 +720,6 @@ class Log:
             f"Log({self.directory}, log_start_offset={self._log_start_offset}, "
             f"log_end_offset={self.log_end_offset}, segments={len(self._segments)})"
         )
-
-
-def _parent_marker_covers(directory: Path) -> bool:
-    """True when the Kafka log dir holding `directory` was shut down cleanly after its last write here."""
-    marker = directory.parent / file_names.CLEAN_SHUTDOWN_FILE
-    try:
-        marker_ns = marker.stat().st_mtime_ns
-        newest = max((entry.stat().st_mtime_ns for entry in directory.iterdir() if entry.is_file()), default=0)
-    except OSError:
-        return False
-    return newest <= marker_ns
 
 
 def _fsync_dir(directory: Path) -> None:

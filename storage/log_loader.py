@@ -61,9 +61,14 @@ class LoadedLog:
 def new_segment(
     directory: Path, base_offset: int, config: LogConfig, clock: Clock, *, suffix: str = "", new_file: bool = True
 ) -> LogSegment:
-    """Opens (or creates) the segment at `base_offset` with the log's settings."""
+    """Opens (or creates) the segment at `base_offset` with the log's settings.
+
+    A new segment gets its `.index` and `.timeindex` files at once, as in Kafka: a segment that never
+    receives an index entry still has (empty) index files after a clean close, so the next open does not
+    mistake it for a segment whose index was lost and rebuild it.
+    """
     jitter = random.randrange(min(config.segment_jitter_ms, config.effective_segment_ms)) if config.segment_jitter_ms else 0
-    return LogSegment(
+    segment = LogSegment(
         directory,
         base_offset,
         index_interval_bytes=config.index_interval_bytes,
@@ -73,6 +78,10 @@ def new_segment(
         preallocate_bytes=config.segment_bytes if (config.preallocate and new_file) else 0,
         suffix=suffix,
     )
+    if new_file:
+        segment.offset_index.flush()
+        segment.time_index.flush()
+    return segment
 
 
 class LogLoader:
@@ -159,8 +168,7 @@ class LogLoader:
     def _complete_swaps(self, swap_files: list[Path]) -> None:
         log_swaps = [path for path in swap_files if file_names.parse_segment_name(path.name)[1] == file_names.LOG_SUFFIX]  # type: ignore[index]
         if not log_swaps:
-            for path in swap_files:
-                os.replace(path, file_names.without_suffix(path, file_names.SWAP_SUFFIX))
+            self._rename_swap_files()
             return
         min_swap_base: int | None = None
         max_swap_next = -1
@@ -180,8 +188,16 @@ class LogLoader:
             if min_swap_base <= parsed[0] < max_swap_next:
                 logger.info("%s: deleting %s, replaced by an interrupted swap", self.directory, entry.name)
                 entry.unlink()
-        for path in swap_files:
-            os.replace(path, file_names.without_suffix(path, file_names.SWAP_SUFFIX))
+        self._rename_swap_files()
+
+    def _rename_swap_files(self) -> None:
+        """Completes the swap: every `.swap` file now in the folder loses its suffix. The folder is listed
+        again, not the list collected before, because rebuilding a `.log.swap`'s missing indexes above
+        created `.index.swap` / `.timeindex.swap` files that must be renamed with it (Kafka's third pass)."""
+        for entry in sorted(self.directory.iterdir()):
+            parsed = file_names.parse_segment_name(entry.name)
+            if parsed is not None and parsed[2] == file_names.SWAP_SUFFIX:
+                os.replace(entry, file_names.without_suffix(entry, file_names.SWAP_SUFFIX))
 
     def _load_segment_files(self) -> LogSegments:
         segments = LogSegments()

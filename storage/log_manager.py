@@ -12,28 +12,36 @@ State it owns, and where that state is persisted:
 | high watermark (one replica: the LEO)  | `replication-offset-checkpoint`                    |
 | clean shutdown                         | `.kafka_cleanshutdown`, written last by `shutdown` |
 
-Startup, per dir: take the lock, check or write meta.properties, note and DELETE the clean-shutdown
-marker (so a crash while running counts as unclean), read the checkpoints (an unreadable one is
-treated as empty: full recovery, as Kafka does), then open every partition folder with a bounded pool
-of `num.recovery.threads.per.data.dir` threads. Folders renamed `...-delete` are removed later.
+Startup: the cluster id is the configured one, else the one in the first readable meta.properties,
+else a new one. Then per dir: take the lock, check or write meta.properties (a dir of another cluster
+or node goes offline, untouched), note and DELETE the clean-shutdown marker (so a crash while running
+counts as unclean), read the checkpoints (an unreadable one is treated as empty: full recovery, as
+Kafka does), then open every partition folder with a bounded pool of
+`num.recovery.threads.per.data.dir` threads. Folders renamed `...-delete` are removed after
+`file.delete.delay.ms`. A startup that fails (a dir locked by another owner, a corrupt meta.properties,
+every dir offline) closes what it opened and releases every lock before raising.
 
 A new partition goes to the live dir that holds the fewest partitions (Kafka's rule: counts, not
-bytes); if creating it there fails, the next dir is tried. An I/O error on a dir takes that dir
-offline: its partitions fail with `KafkaStorageError`, the other dirs keep serving.
+bytes); if creating it there fails, that dir goes offline and the next one is tried. An I/O error on a
+dir takes that dir offline: its logs' files are closed and its lock released (Kafka's
+`handleLogDirFailure`), its partitions fail with `KafkaStorageError`, the other dirs keep serving.
+The periodic tasks (retention, flush, checkpoints, delayed deletes) do not raise for such an error:
+the dir goes offline (logged, and listed by `offline_dirs`) and the pass goes on with the other dirs.
 
 Every method is idempotent: creating an existing log returns it, deleting a missing one does nothing,
-checkpoints and scheduled tasks can run any number of times. The periodic work (retention, flush,
-checkpoints, delayed deletes) is exposed as methods that the broker's actor calls on Kafka's intervals.
+checkpoints and scheduled tasks can run any number of times. The periodic work is exposed as methods
+that the broker's actor calls on Kafka's intervals. Lock order: the manager's lock, then a log's lock.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import shutil
 import threading
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -42,7 +50,7 @@ from storage import clean_shutdown, file_names
 from storage.checkpoint_file import OffsetCheckpointFile
 from storage.clock import SYSTEM_CLOCK, Clock
 from storage.config import LogConfig
-from storage.errors import KafkaStorageError, RaybrokerError, StorageError
+from storage.errors import KafkaStorageError, StorageError
 from storage.log import Log
 from storage.log_dir_lock import LogDirLock
 from storage.meta_properties import (
@@ -94,6 +102,7 @@ class LogManager:
         self.default_config = default_config or LogConfig()
         self._topic_configs = dict(topic_configs or {})
         self.clock = clock
+        self._cluster_id_configured = cluster_id is not None
         self.cluster_id = cluster_id or _new_cluster_id()
         self.node_id = node_id
         self.recovery_threads_per_data_dir = max(1, recovery_threads_per_data_dir)
@@ -114,21 +123,40 @@ class LogManager:
         with self._lock:
             if self._started:
                 return
-            for directory in self.log_dirs:
-                try:
-                    self._load_dir(directory)
-                except RaybrokerError as exc:
-                    if isinstance(exc, StorageError) and not isinstance(exc, KafkaStorageError):
-                        for locked in list(self._locks):
-                            self._release(locked)
-                        raise
-                    self._take_offline(directory, exc)
-                except OSError as exc:
-                    self._take_offline(directory, exc)
-            if len(self._offline) == len(self.log_dirs):
-                reasons = "; ".join(f"{d}: {why}" for d, why in self._offline.items())
-                raise KafkaStorageError(f"every log dir is offline ({reasons})")
+            try:
+                self._adopt_cluster_id()
+                for directory in self.log_dirs:
+                    try:
+                        self._load_dir(directory)
+                    except (KafkaStorageError, OSError) as exc:
+                        self._take_offline(directory, exc)
+                if len(self._offline) == len(self.log_dirs):
+                    reasons = "; ".join(f"{d}: {why}" for d, why in self._offline.items())
+                    raise KafkaStorageError(f"every log dir is offline ({reasons})")
+            except BaseException:
+                self._abandon()
+                raise
             self._started = True
+
+    def _adopt_cluster_id(self) -> None:
+        """Without a configured cluster id, the first one found in a meta.properties is this broker's.
+
+        Read before any dir is written, so a new dir never gets a random id that the existing dirs
+        would then be refused against. Unreadable files are skipped here; their dir's check reports them.
+        """
+        if self._cluster_id_configured:
+            return
+        for directory in self.log_dirs:
+            path = directory / file_names.META_PROPERTIES
+            try:
+                if not path.is_file():
+                    continue
+                meta = read_meta_properties(path)
+            except (StorageError, OSError):
+                continue
+            if meta.cluster_id is not None:
+                self.cluster_id = meta.cluster_id
+                return
 
     def _load_dir(self, directory: Path) -> None:
         directory.mkdir(parents=True, exist_ok=True)
@@ -147,16 +175,16 @@ class LogManager:
             parsed = file_names.parse_partition_dir_name(entry.name)
             if parsed is None:
                 continue
-            if parsed in self._logs:
+            if parsed in self._dir_of:
                 raise KafkaStorageError(
                     f"partition {parsed[0]}-{parsed[1]} exists in both {self._dir_of[parsed]} and {directory}",
                     path=entry,
                 )
             jobs.append((parsed, entry))
 
-        def load(job: tuple[TopicPartition, Path]) -> tuple[TopicPartition, Log]:
+        def load(job: tuple[TopicPartition, Path]) -> Log:
             tp, folder = job
-            log = Log.open(
+            return Log.open(
                 folder,
                 self.config_for(tp[0]),
                 clock=self.clock,
@@ -164,12 +192,22 @@ class LogManager:
                 log_start_offset=log_starts.get(tp, 0),
                 had_clean_shutdown=had_clean_shutdown,
             )
-            return tp, log
 
         with ThreadPoolExecutor(max_workers=self.recovery_threads_per_data_dir) as pool:
-            for tp, log in pool.map(load, jobs):
-                self._logs[tp] = log
-                self._dir_of[tp] = directory
+            futures: list[Future[Log]] = [pool.submit(load, job) for job in jobs]
+        # Every partition found is mapped to this dir, even one that failed to open: if the dir goes
+        # offline its partitions must fail, not be recreated empty elsewhere. Logs that did open are
+        # registered so they are closed with the dir.
+        failures: list[BaseException] = []
+        for (tp, _), future in zip(jobs, futures, strict=True):
+            self._dir_of[tp] = directory
+            failure = future.exception()
+            if failure is not None:
+                failures.append(failure)
+                continue
+            self._logs[tp] = future.result()
+        if failures:
+            raise failures[0]
         self._loaded_cleanly.add(directory)
         logger.info("loaded %d logs from %s (clean shutdown: %s)", len(jobs), directory, had_clean_shutdown)
 
@@ -178,12 +216,10 @@ class LogManager:
         if path.exists():
             meta = read_meta_properties(path)
             if meta.cluster_id is not None and meta.cluster_id != self.cluster_id:
-                if self._locks and any(p != directory for p in self._locks):
-                    raise KafkaStorageError(
-                        f"cluster.id {meta.cluster_id} does not match {self.cluster_id} of the other log dirs",
-                        path=path,
-                    )
-                self.cluster_id = meta.cluster_id
+                raise KafkaStorageError(
+                    f"log dir belongs to cluster {meta.cluster_id}, this broker is in cluster {self.cluster_id}",
+                    path=path,
+                )
             node_id = meta.node_id
             if node_id is not None and node_id != self.node_id:
                 raise KafkaStorageError(
@@ -226,7 +262,8 @@ class LogManager:
 
     def all_logs(self) -> dict[TopicPartition, Log]:
         """Online logs by (topic, partition)."""
-        return {tp: log for tp, log in self._logs.items() if self._dir_of[tp] not in self._offline}
+        with self._lock:
+            return {tp: log for tp, log in self._logs.items() if self._dir_of[tp] not in self._offline}
 
     def log_dir_of(self, topic: str, partition: int) -> Path | None:
         return self._dir_of.get((topic, partition))
@@ -248,7 +285,7 @@ class LogManager:
             if existing is not None:
                 return existing
             if config is not None:
-                self._topic_configs[topic] = config
+                self.set_topic_config(topic, config)
             counts = self.partition_counts()
             errors: list[str] = []
             for directory in sorted(counts, key=lambda d: (counts[d], self.log_dirs.index(d))):
@@ -272,52 +309,83 @@ class LogManager:
         """Kafka-style async delete: the folder is renamed `...-delete` now and removed after the delay."""
         with self._lock:
             tp = (topic, partition)
-            log = self._logs.pop(tp, None)
-            directory = self._dir_of.pop(tp, None)
-            if log is None or directory is None:
+            log = self.get_log(topic, partition)
+            if log is None:
                 return False
-            log.close_without_marker()
+            directory = self._dir_of[tp]
             target = directory / file_names.delete_dir_name(topic, partition, uuid.uuid4().hex)
-            self._guard(directory, lambda: log.directory.rename(target))
+            # Under the log's lock no append can roll a new segment into the folder while it is renamed.
+            with log.lock:
+                self._guard(directory, lambda: log.directory.rename(target))
+                log.close_without_marker()
+            del self._logs[tp]
+            del self._dir_of[tp]
             self._pending_dir_deletes.append((self.clock.milliseconds() + self.file_delete_delay_ms, target))
             self.checkpoint_recovery_points([directory])
             self.checkpoint_log_start_offsets([directory])
+            self.checkpoint_high_watermarks([directory])
             return True
 
     # --- scheduled work --------------------------------------------------------------------------
 
     def run_retention(self) -> int:
         """One retention pass over every online log; returns the number of segments deleted."""
-        deleted = 0
-        for tp, log in self.all_logs().items():
-            deleted += self._guard(self._dir_of[tp], log.delete_old_segments)
-        return deleted
+        return self._each_online_log(lambda log: log.delete_old_segments())
 
     def flush_dirty_logs(self) -> int:
         """fsyncs logs whose last flush is older than their `flush.ms`; returns how many were flushed."""
         now_ms = self.clock.milliseconds()
-        flushed = 0
-        for tp, log in self.all_logs().items():
-            if now_ms - log.last_flush_ms >= log.config.flush_ms:
-                self._guard(self._dir_of[tp], log.flush)
-                flushed += 1
-        return flushed
+
+        def flush_if_due(log: Log) -> int:
+            if now_ms - log.last_flush_ms < log.config.flush_ms:
+                return 0
+            log.flush()
+            return 1
+
+        return self._each_online_log(flush_if_due)
 
     def delete_due_files(self) -> int:
         """Unlinks `.deleted` segments and `-delete` folders whose delay has passed; returns what is left."""
-        pending = 0
-        for tp, log in self.all_logs().items():
-            pending += self._guard(self._dir_of[tp], log.delete_due_files)
+        pending = self._each_online_log(lambda log: log.delete_due_files())
         now_ms = self.clock.milliseconds()
         with self._lock:
             remaining = []
             for due, folder in self._pending_dir_deletes:
-                if due <= now_ms:
-                    shutil.rmtree(folder, ignore_errors=True)
-                else:
+                # A folder in an offline dir is dropped here; the next startup finds it again.
+                if folder.parent in self._offline:
+                    continue
+                if due > now_ms:
                     remaining.append((due, folder))
+                    continue
+                try:
+                    shutil.rmtree(folder)
+                except FileNotFoundError:
+                    pass
+                except OSError as exc:
+                    self._take_offline(folder.parent, exc)
             self._pending_dir_deletes = remaining
         return pending + len(remaining)
+
+    def _each_online_log(self, action: Callable[[Log], int]) -> int:
+        """Sums `action` over the online logs; an I/O error takes that log's dir offline and the pass goes on."""
+        total = 0
+        for directory, log in self._online_logs():
+            failure: BaseException | None = None
+            with log.lock:
+                # Deleted or taken offline since the snapshot: skipped, not mistaken for an I/O error.
+                if log.closed or directory in self._offline:
+                    continue
+                try:
+                    total += action(log)
+                except (KafkaStorageError, OSError) as exc:
+                    failure = exc
+            if failure is not None:
+                self._take_offline(directory, failure)
+        return total
+
+    def _online_logs(self) -> list[tuple[Path, Log]]:
+        with self._lock:
+            return [(self._dir_of[tp], log) for tp, log in self._logs.items() if self._dir_of[tp] not in self._offline]
 
     def checkpoint_recovery_points(self, dirs: Sequence[Path] | None = None) -> None:
         self._write_checkpoint(file_names.RECOVERY_POINT_CHECKPOINT, lambda log: log.recovery_point, dirs)
@@ -334,16 +402,22 @@ class LogManager:
         self._write_checkpoint(file_names.REPLICATION_OFFSET_CHECKPOINT, lambda log: log.high_watermark, dirs)
 
     def _write_checkpoint(self, name: str, value: Callable[[Log], int | None], dirs: Sequence[Path] | None) -> None:
+        """Rewrites `name` in each online dir of `dirs` (default: all); a dir that fails goes offline."""
         with self._lock:
-            targets = [d for d in (dirs or self.log_dirs) if d not in self._offline and d in self._locks]
+            targets = self.log_dirs if dirs is None else dirs
             for directory in targets:
+                if directory in self._offline or directory not in self._locks:
+                    continue
                 offsets: dict[TopicPartition, int] = {}
                 for tp, log in self._logs.items():
                     if self._dir_of[tp] == directory:
                         offset = value(log)
                         if offset is not None:
                             offsets[tp] = offset
-                self._guard(directory, lambda d=directory, o=offsets: OffsetCheckpointFile(d / name).write(o))
+                try:
+                    OffsetCheckpointFile(directory / name).write(offsets)
+                except (KafkaStorageError, OSError) as exc:
+                    self._take_offline(directory, exc)
 
     # --- shutdown --------------------------------------------------------------------------------
 
@@ -359,20 +433,32 @@ class LogManager:
                     for tp, log in self._logs.items():
                         if self._dir_of[tp] == directory:
                             log.close()
-                    self.checkpoint_recovery_points([directory])
-                    self.checkpoint_log_start_offsets([directory])
-                    self.checkpoint_high_watermarks([directory])
-                    if directory in self._loaded_cleanly:
-                        clean_shutdown.write_clean_shutdown_marker(directory)
-                except RaybrokerError as exc:
+                except (StorageError, OSError) as exc:
                     self._take_offline(directory, exc)
-            for directory in list(self._locks):
-                self._release(directory)
-            self._logs.clear()
-            self._dir_of.clear()
-            self._loaded_cleanly.clear()
-            self._offline.clear()
+                    continue
+                self.checkpoint_recovery_points([directory])
+                self.checkpoint_log_start_offsets([directory])
+                self.checkpoint_high_watermarks([directory])
+                if directory in self._loaded_cleanly and directory not in self._offline:
+                    try:
+                        clean_shutdown.write_clean_shutdown_marker(directory)
+                    except (StorageError, OSError) as exc:
+                        self._take_offline(directory, exc)
+            self._abandon()
             self._started = False
+
+    def _abandon(self) -> None:
+        """Closes every log still open (no flush, no marker), releases every lock and forgets all state."""
+        for log in self._logs.values():
+            if not log.closed:
+                log.close_without_marker()
+        for directory in list(self._locks):
+            self._release(directory)
+        self._logs.clear()
+        self._dir_of.clear()
+        self._loaded_cleanly.clear()
+        self._offline.clear()
+        self._pending_dir_deletes.clear()
 
     # --- dir health ------------------------------------------------------------------------------
 
@@ -404,9 +490,23 @@ class LogManager:
             raise KafkaStorageError(f"I/O error in log dir: {exc}", path=directory) from exc
 
     def _take_offline(self, directory: Path, error: BaseException) -> None:
-        if directory not in self._offline:
+        """Marks `directory` offline, closes its logs' files and releases its lock (Kafka's handleLogDirFailure).
+
+        Its partitions stay mapped to it, so they fail with `KafkaStorageError` instead of being
+        recreated empty in another dir. Cleanup errors are suppressed: the disk is already failing.
+        """
+        with self._lock:
+            if directory in self._offline:
+                return
             logger.error("log dir %s goes offline: %s", directory, error)
             self._offline[directory] = str(error)
+            for tp, log_dir in self._dir_of.items():
+                log = self._logs.get(tp)
+                if log_dir == directory and log is not None:
+                    with contextlib.suppress(StorageError, OSError):
+                        log.close_without_marker()
+            with contextlib.suppress(StorageError, OSError):
+                self._release(directory)
 
     def _release(self, directory: Path) -> None:
         lock = self._locks.pop(directory, None)

@@ -275,9 +275,12 @@ class LogSegment:
                     )
                 if batch.max_timestamp > max_timestamp.timestamp:
                     max_timestamp = TimestampAndOffset(batch.max_timestamp, batch.last_offset)
-                if valid_bytes - last_index_entry > self.index_interval_bytes:
+                # The rule runs per batch here but per append when writing, so a segment written with
+                # multi-batch appends can need more entries than its index holds: a full index only stops
+                # adding entries (lookups scan further); it must not fail and cost the segment its data.
+                if valid_bytes - last_index_entry > self.index_interval_bytes and not self.offset_index.is_full():
                     self.offset_index.append(batch.last_offset, valid_bytes)
-                    if max_timestamp.timestamp >= 0:
+                    if max_timestamp.timestamp >= 0 and not self.time_index.is_full():
                         self.time_index.maybe_append(max_timestamp.timestamp, max_timestamp.offset)
                     last_index_entry = valid_bytes
                 valid_bytes += batch.size_in_bytes
@@ -287,7 +290,7 @@ class LogSegment:
         self.log.truncate_to(valid_bytes)
         self.offset_index.trim_to_valid_size()
         self._max_timestamp_and_offset = max_timestamp
-        if max_timestamp.timestamp >= 0:
+        if max_timestamp.timestamp >= 0 and self.time_index.max_entries > 0:
             self.time_index.maybe_append(max_timestamp.timestamp, max_timestamp.offset, skip_full_check=True)
         self.time_index.trim_to_valid_size()
         self.bytes_since_last_index_entry = valid_bytes - last_index_entry
@@ -330,7 +333,9 @@ class LogSegment:
     def _append_final_time_index_entry(self) -> None:
         if self._max_timestamp_and_offset is not None or self._time_index is not None:
             best = self.max_timestamp_and_offset
-            if best.timestamp >= 0:
+            # segment.index.bytes may be as low as 4 (Kafka's minimum): a time index below 12 bytes has no
+            # slot at all, reserved or not, and the segment rolls on every append without one.
+            if best.timestamp >= 0 and self.time_index.max_entries > 0:
                 self.time_index.maybe_append(best.timestamp, best.offset, skip_full_check=True)
 
     def on_become_inactive_segment(self) -> None:

@@ -20,6 +20,15 @@ class LogSegments:
         self._bases: tuple[int, ...] = ()
         self._segments: tuple[LogSegment, ...] = ()
 
+    @classmethod
+    def of(cls, snapshot: tuple[LogSegment, ...]) -> LogSegments:
+        """A `LogSegments` over a `snapshot()` (already sorted), built in O(n) so that a reader can binary-search
+        its own snapshot; adding the segments one by one would copy the tuples n times, O(n**2) per fetch."""
+        view = cls()
+        view._bases = tuple(segment.base_offset for segment in snapshot)
+        view._segments = snapshot
+        return view
+
     def add(self, segment: LogSegment) -> None:
         """Adds or replaces the segment with `segment.base_offset`."""
         index = bisect.bisect_left(self._bases, segment.base_offset)

@@ -1,21 +1,26 @@
 """Checks a client's produce bytes before they reach a log, and prepares them for offset assignment
 (Kafka's `LogValidator` plus the analysis step of `UnifiedLog.append`, spec §3.1).
 
-Per batch, in Kafka's order: magic 2 only (raybroker writes v2); baseOffset 0; size within
-`max.message.bytes`; CRC-32C; record count > 0 and equal to lastOffsetDelta + 1; no control batches;
-a producer id needs a base sequence; the producer may not set LogAppendTime. Then, per record where
-the topic's settings need it: a key on compacted topics, CreateTime inside
-[now - before.max.ms, now + after.max.ms]. Any failure rejects the whole append and nothing is written.
+Per batch, in Kafka's order: a known magic (bytes at 16 outside 0..2 are garbage: `CorruptRecordError`),
+magic 2 only (raybroker writes v2; 0 and 1 are refused); baseOffset 0; size within `max.message.bytes`;
+CRC-32C; record count > 0 and equal to lastOffsetDelta + 1; no control batches; a producer id needs a base
+sequence; the producer may not set LogAppendTime. Then every record is decoded strictly (a record whose
+framing lies is refused, as Kafka's iterator refuses it) and checked: a key on compacted topics, CreateTime
+inside [now - before.max.ms, now + after.max.ms] unless the record has no timestamp (-1, exempt as in
+Kafka). Any failure rejects the whole append and nothing is written.
 
-Speed: an uncompressed batch is never decoded unless a record-level rule applies. Its record framing
-is still walked (length varints only) so a batch whose count or sizes lie is refused. Compressed
-batches are inflated once to validate them, and recompressed only when the topic's
+The batch's maxTimestamp is recomputed from its records, as Kafka does: a header that disagrees is
+rewritten in place (CRC recomputed), so the time index, time lookups and retention see the records' real
+times. Compressed batches are inflated to validate them, and recompressed only when the topic's
 `compression.type` names another codec.
 """
 
 from __future__ import annotations
 
+import struct
 from dataclasses import dataclass
+
+import crc32c
 
 from storage.compression import CompressionType
 from storage.config import LONG_MAX, LogConfig
@@ -26,16 +31,25 @@ from storage.errors import (
     RecordTooLargeError,
 )
 from storage.record_batch import (
+    ATTRIBUTES_OFFSET,
+    CRC_OFFSET,
+    CURRENT_MAGIC,
     HEADER_SIZE_UP_TO_MAGIC,
     LENGTH_OFFSET,
     LOG_OVERHEAD,
     MAGIC_OFFSET,
+    MAX_TIMESTAMP_OFFSET,
+    NO_TIMESTAMP,
     RECORD_BATCH_OVERHEAD,
     RecordBatch,
     RecordBatchBuilder,
     TimestampType,
-    decode_varint,
 )
+
+# Magics 0 and 1 are Kafka's legacy formats (refused, but recognised); any other byte 16 means garbage.
+_KNOWN_MAGICS = (0, 1, CURRENT_MAGIC)
+_INT64 = struct.Struct(">q")
+_UINT32 = struct.Struct(">I")
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,12 +87,13 @@ def validate_client_records(data: bytes | bytearray | memoryview, config: LogCon
     position = 0
     total_records = 0
     source = CompressionType.NONE
+    stale_max_timestamps: list[tuple[int, int, int]] = []
     while position < len(view):
-        batch = _parse_client_batch(view, position, config, now_ms)
+        batch, max_timestamp = _parse_client_batch(view, position, config, now_ms)
         source = batch.compression
         raw = batch.raw()
         records_count = batch.records_count
-        max_timestamp = batch.max_timestamp
+        start = sum(len(part) for part in parts)
         if target is not None and target != batch.compression:
             raw = memoryview(_recompress(batch, target))
             if len(raw) > config.max_message_bytes:
@@ -87,22 +102,30 @@ def validate_client_records(data: bytes | bytearray | memoryview, config: LogCon
                     f"({config.max_message_bytes})",
                     position=position,
                 )
-        start = sum(len(part) for part in parts)
+        elif max_timestamp != batch.max_timestamp:
+            stale_max_timestamps.append((start, len(raw), max_timestamp))
         parts.append(raw)
         infos.append(BatchInfo(start, len(raw), batch.last_offset_delta, max_timestamp, records_count))
         total_records += records_count
         position += batch.size_in_bytes
     buffer = bytearray(b"".join(parts))
+    for start, size, max_timestamp in stale_max_timestamps:
+        _set_max_timestamp(buffer, start, size, max_timestamp)
     return ValidatedRecords(buffer, tuple(infos), total_records, source, target if target is not None else source)
 
 
-def _parse_client_batch(view: memoryview, position: int, config: LogConfig, now_ms: int) -> RecordBatch:
+def _parse_client_batch(view: memoryview, position: int, config: LogConfig, now_ms: int) -> tuple[RecordBatch, int]:
+    """The batch at `position`, checked, and the max timestamp of its records."""
     remaining = len(view) - position
     if remaining < HEADER_SIZE_UP_TO_MAGIC:
         raise CorruptRecordError(f"{remaining} trailing bytes do not form a record batch", position=position)
     magic = view[position + MAGIC_OFFSET]
-    if magic != 2:
-        raise InvalidRecordError(f"record batch magic {magic} is not accepted: raybroker stores magic 2", position=position)
+    if magic not in _KNOWN_MAGICS:
+        raise CorruptRecordError(f"invalid magic {magic}: these bytes are not a record batch", position=position)
+    if magic != CURRENT_MAGIC:
+        raise InvalidRecordError(
+            f"record batch magic {magic} is not accepted: raybroker stores magic 2", position=position
+        )
     length = int.from_bytes(view[position + LENGTH_OFFSET : position + LOG_OVERHEAD], "big", signed=True)
     if length + LOG_OVERHEAD < RECORD_BATCH_OVERHEAD or length + LOG_OVERHEAD > remaining:
         raise CorruptRecordError(
@@ -128,54 +151,42 @@ def _parse_client_batch(view: memoryview, position: int, config: LogConfig, now_
         raise InvalidRecordError(f"producer id {batch.producer_id} set without a base sequence", position=position)
     if batch.timestamp_type == TimestampType.LOG_APPEND_TIME:
         raise InvalidTimestampError("clients may not set the LogAppendTime timestamp type", position=position)
-    _validate_records(batch, config, now_ms, position)
-    return batch
+    return batch, _validate_records(batch, config, now_ms, position)
 
 
-def _validate_records(batch: RecordBatch, config: LogConfig, now_ms: int, position: int) -> None:
+def _validate_records(batch: RecordBatch, config: LogConfig, now_ms: int, position: int) -> int:
+    """Decodes every record strictly, applies the key and timestamp rules; returns the records' max timestamp."""
     create_time = config.message_timestamp_type == "CreateTime"
     before_ms = config.timestamp_before_max_ms if create_time else LONG_MAX
     after_ms = config.timestamp_after_max_ms if create_time else LONG_MAX
-    if batch.max_timestamp - now_ms > after_ms:
-        raise InvalidTimestampError(
-            f"timestamp {batch.max_timestamp} is more than message.timestamp.after.max.ms ({after_ms}) "
-            f"after the broker time {now_ms}",
-            position=position,
-        )
-    if batch.compression == CompressionType.NONE and not config.compact and before_ms == LONG_MAX:
-        _check_framing(batch, position)
-        return
     try:
         records = batch.records()
     except (InvalidRecordError, CorruptRecordError) as exc:
         raise InvalidRecordError(exc.message, position=position) from exc
+    max_timestamp = NO_TIMESTAMP
     for record in records:
         if config.compact and record.key is None:
             raise InvalidRecordError(
                 "compacted topic cannot accept a record without a key", position=position, offset=record.offset
             )
-        if now_ms - record.timestamp > before_ms or record.timestamp - now_ms > after_ms:
+        if record.timestamp != NO_TIMESTAMP and (
+            now_ms - record.timestamp > before_ms or record.timestamp - now_ms > after_ms
+        ):
             raise InvalidTimestampError(
                 f"timestamp {record.timestamp} is outside [now - {before_ms}, now + {after_ms}] "
                 f"around the broker time {now_ms}",
                 position=position,
                 offset=record.offset,
             )
+        max_timestamp = max(max_timestamp, record.timestamp)
+    return max_timestamp
 
 
-def _check_framing(batch: RecordBatch, position: int) -> None:
-    data = batch.raw()[RECORD_BATCH_OVERHEAD:]
-    cursor = 0
-    for _ in range(batch.records_count):
-        length, cursor = decode_varint(data, cursor, 5)
-        if length <= 0 or cursor + length > len(data):
-            raise InvalidRecordError(f"record length {length} overruns the batch", position=position)
-        cursor += length
-    if cursor != len(data):
-        raise InvalidRecordError(
-            f"incorrect declared batch size: {len(data) - cursor} bytes left after {batch.records_count} records",
-            position=position,
-        )
+def _set_max_timestamp(buffer: bytearray, start: int, size: int, max_timestamp: int) -> None:
+    """Rewrites a batch's maxTimestamp and, since the CRC covers it, the CRC."""
+    _INT64.pack_into(buffer, start + MAX_TIMESTAMP_OFFSET, max_timestamp)
+    crc = crc32c.crc32c(memoryview(buffer)[start + ATTRIBUTES_OFFSET : start + size])
+    _UINT32.pack_into(buffer, start + CRC_OFFSET, crc)
 
 
 def _recompress(batch: RecordBatch, target: CompressionType) -> bytes:
@@ -188,5 +199,7 @@ def _recompress(batch: RecordBatch, target: CompressionType) -> bytes:
         partition_leader_epoch=batch.partition_leader_epoch,
     )
     for record in batch.records():
-        builder.append(record.key, record.value, timestamp=record.timestamp, headers=record.headers, offset_delta=record.offset)
+        builder.append(
+            record.key, record.value, timestamp=record.timestamp, headers=record.headers, offset_delta=record.offset
+        )
     return builder.build()

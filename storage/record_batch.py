@@ -149,7 +149,9 @@ class Record:
 
 
 def encode_varint(value: int) -> bytes:
-    """Zig-zag + base-128 encoding of a signed 64-bit value."""
+    """Zig-zag + base-128 encoding of a signed 64-bit value; `InvalidRecordError` outside int64."""
+    if not -(2**63) <= value < 2**63:
+        raise InvalidRecordError(f"{value} does not fit in a varlong (int64)")
     zigzag = (value << 1) ^ (value >> 63)
     out = bytearray()
     while zigzag > 0x7F:
@@ -163,8 +165,11 @@ def decode_varint(buffer: bytes | memoryview, position: int, max_bytes: int = 10
     """Decodes a zig-zag varint at `position`; returns (value, next position).
 
     `max_bytes` is 5 for a varint (int32) and 10 for a varlong. Raises `InvalidRecordError` on a
-    truncated or over-long encoding.
+    truncated or over-long encoding, or one whose value does not fit in int32 / int64 (Java's reader
+    silently drops those high bits; no Kafka writer sets them).
     """
+    # 5 groups of 7 bits carry 35 bits for a 32-bit zig-zag value, 10 groups carry 70 for a 64-bit one.
+    value_bits = 32 if max_bytes <= 5 else 64
     result = 0
     shift = 0
     end = len(buffer)
@@ -175,6 +180,8 @@ def decode_varint(buffer: bytes | memoryview, position: int, max_bytes: int = 10
         position += 1
         result |= (byte & 0x7F) << shift
         if byte < 0x80:
+            if result >> value_bits:
+                raise InvalidRecordError(f"varint does not fit in {value_bits} bits", position=position)
             return (result >> 1) ^ -(result & 1), position
         shift += 7
     raise InvalidRecordError(f"varint longer than {max_bytes} bytes", position=position)
@@ -260,6 +267,8 @@ def decode_records(
                 f"record body is {position - body_start} bytes but its length field says {length}", position=position
             )
         timestamp = log_append_time if log_append_time is not None else base_timestamp + timestamp_delta
+        if not -(2**63) <= timestamp < 2**63:
+            raise InvalidRecordError(f"record timestamp {timestamp} does not fit in int64", position=body_start)
         records.append(Record(base_offset + offset_delta, timestamp, key, value, tuple(headers)))
     if position != end:
         raise InvalidRecordError(f"incorrect declared batch size: {end - position} bytes left after {count} records")
@@ -597,25 +606,31 @@ def encode_batch(
     records_count: int,
     payload: bytes,
 ) -> bytes:
-    """Frames an already encoded (and compressed) records section as a v2 batch and computes its CRC."""
+    """Frames an already encoded (and compressed) records section as a v2 batch and computes its CRC.
+
+    A field outside its header type's range raises `InvalidRecordError`.
+    """
     out = bytearray(RECORD_BATCH_OVERHEAD + len(payload))
-    HEADER.pack_into(
-        out,
-        0,
-        base_offset,
-        len(out) - LOG_OVERHEAD,
-        partition_leader_epoch,
-        CURRENT_MAGIC,
-        0,
-        attributes,
-        last_offset_delta,
-        base_timestamp,
-        max_timestamp,
-        producer_id,
-        producer_epoch,
-        base_sequence,
-        records_count,
-    )
+    try:
+        HEADER.pack_into(
+            out,
+            0,
+            base_offset,
+            len(out) - LOG_OVERHEAD,
+            partition_leader_epoch,
+            CURRENT_MAGIC,
+            0,
+            attributes,
+            last_offset_delta,
+            base_timestamp,
+            max_timestamp,
+            producer_id,
+            producer_epoch,
+            base_sequence,
+            records_count,
+        )
+    except struct.error as exc:
+        raise InvalidRecordError(f"record batch header field out of range: {exc}") from exc
     out[RECORD_BATCH_OVERHEAD:] = payload
     _UINT32.pack_into(out, CRC_OFFSET, crc32c.crc32c(memoryview(out)[ATTRIBUTES_OFFSET:]))
     return bytes(out)
