@@ -128,8 +128,8 @@ class StickyPartitionCache:
     """The sticky partition of each topic for null-key records (Kafka's `StickyPartitionCache`, KIP-480).
 
     `available`, when given and not empty, lists the partitions the caller can reach (Kafka: those with a known
-    leader); the choice is made among them, else among all `num_partitions`. Thread-safe. Pass a seeded
-    `random.Random` for reproducible choices.
+    leader; ids outside 0..num_partitions-1 are ignored); the choice is made among them, else among all
+    `num_partitions`. Thread-safe. Pass a seeded `random.Random` for reproducible choices.
     """
 
     def __init__(self, rng: random.Random | None = None) -> None:
@@ -147,7 +147,9 @@ class StickyPartitionCache:
                 current = self._choose(topic, num_partitions, available, avoid=None)
             return current
 
-    def on_new_batch(self, topic: str, previous_partition: int, num_partitions: int, available: Sequence[int] = ()) -> int:
+    def on_new_batch(
+        self, topic: str, previous_partition: int, num_partitions: int, available: Sequence[int] = ()
+    ) -> int:
         """The producer started a new batch because the one for `previous_partition` filled or was sent.
 
         Moves the topic to another partition only if `previous_partition` is still its sticky partition, so the

@@ -190,7 +190,7 @@ def _snappy_decompress(data: bytes, max_output_bytes: int) -> bytes:
 def _raw_snappy(block: bytes, max_output_bytes: int) -> bytes:
     # A raw snappy block starts with its uncompressed length as a varint: check it before inflating.
     length = 0
-    for shift, byte in zip(range(0, 35, 7), block[:5]):
+    for shift, byte in zip(range(0, 35, 7), block[:5], strict=False):
         length |= (byte & 0x7F) << shift
         if byte < 0x80:
             break

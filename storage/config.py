@@ -57,7 +57,9 @@ class LogConfig:
     message_timestamp_before_max_ms: int = _conf(LONG_MAX, "reject CreateTime older than now minus this", low=0)
     message_timestamp_after_max_ms: int = _conf(LONG_MAX, "reject CreateTime newer than now plus this", low=0)
     message_timestamp_difference_max_ms: int = _conf(LONG_MAX, "deprecated: both windows at once", low=0)
-    compression_type: str = _conf("producer", "codec the log stores; producer keeps the producer's", choices=COMPRESSION_TYPES)
+    compression_type: str = _conf(
+        "producer", "codec the log stores; producer keeps the producer's", choices=COMPRESSION_TYPES
+    )
     compression_gzip_level: int = _conf(-1, "gzip level 1..9, or -1 for zlib's default", low=-1, high=9)
     compression_lz4_level: int = _conf(9, "lz4 level 1..17", low=1, high=17)
     compression_zstd_level: int = _conf(3, "zstd level -131072..22", low=-131072, high=22)

@@ -128,3 +128,8 @@ class OutOfOrderSequenceError(StorageError):
 
 class InvalidProducerEpochError(StorageError):
     """A batch from an older epoch of an idempotent producer that has since been fenced (INVALID_PRODUCER_EPOCH)."""
+
+
+class InvalidRequestError(RaybrokerError):
+    """A call with arguments outside what the operation accepts: a negative size, an unknown isolation
+    level, an invalid ListOffsets timestamp (INVALID_REQUEST)."""

@@ -32,6 +32,7 @@ from storage.clock import SYSTEM_CLOCK, Clock
 from storage.config import LogConfig
 from storage.errors import (
     InvalidRecordError,
+    InvalidRequestError,
     KafkaStorageError,
     LogSegmentError,
     OffsetOutOfRangeError,
@@ -373,7 +374,7 @@ class Log:
             if active.base_offset == new_offset:
                 if active.size > 0:
                     raise LogSegmentError(
-                        f"cannot roll to offset {new_offset}: segment {active.base_offset} already exists and holds data",
+                        f"cannot roll to offset {new_offset}: segment {active.base_offset} exists and holds data",
                         path=self.directory,
                     )
                 self._segments.remove(active.base_offset)
@@ -426,7 +427,7 @@ class Log:
         if not isinstance(offset, int) or isinstance(offset, bool):
             raise OffsetOutOfRangeError(f"offset must be an int, not {type(offset).__name__}")
         if max_bytes < 0:
-            raise ValueError(f"max_bytes must be >= 0, got {max_bytes}")
+            raise InvalidRequestError(f"max_bytes must be >= 0, got {max_bytes}")
         self._check_open()
         segments = self._segments.snapshot()
         end_metadata = self._end_offset_metadata
@@ -442,7 +443,7 @@ class Log:
         elif isolation == "high_watermark":
             upper = self._offset_metadata(min(self._high_watermark, end_metadata.message_offset), segments)
         else:
-            raise ValueError(f"unknown isolation {isolation!r}")
+            raise InvalidRequestError(f"unknown isolation {isolation!r}; expected log_end or high_watermark")
         if offset >= upper.message_offset:
             return FetchDataInfo(LogOffsetMetadata(offset, upper.segment_base_offset, upper.relative_position), b"")
         view = LogSegments.of(segments)
@@ -506,7 +507,7 @@ class Log:
         if timestamp_ms == MAX_TIMESTAMP:
             return self._max_timestamp_offset(segments)
         if timestamp_ms < 0:
-            raise ValueError(f"invalid timestamp {timestamp_ms}")
+            raise InvalidRequestError(f"invalid ListOffsets timestamp {timestamp_ms}")
         for segment in segments:
             if segment.size == 0 or segment.largest_timestamp < timestamp_ms:
                 continue

@@ -67,7 +67,9 @@ def new_segment(
     receives an index entry still has (empty) index files after a clean close, so the next open does not
     mistake it for a segment whose index was lost and rebuild it.
     """
-    jitter = random.randrange(min(config.segment_jitter_ms, config.effective_segment_ms)) if config.segment_jitter_ms else 0
+    jitter = (
+        random.randrange(min(config.segment_jitter_ms, config.effective_segment_ms)) if config.segment_jitter_ms else 0
+    )
     segment = LogSegment(
         directory,
         base_offset,
@@ -79,8 +81,7 @@ def new_segment(
         suffix=suffix,
     )
     if new_file:
-        segment.offset_index.flush()
-        segment.time_index.flush()
+        segment.open_indexes()
     return segment
 
 
@@ -104,6 +105,9 @@ class LogLoader:
         self.recovery_point = recovery_point
         self.log_start_offset_checkpoint = log_start_offset_checkpoint
         self._dropped: list[DroppedBytes] = []
+        # Base offsets of segments recovery cut short, including those already rebuilt while loading (a
+        # missing or corrupt index): the later segments go too, whichever pass did the cutting.
+        self._truncated_bases: set[int] = set()
 
     def load(self) -> LoadedLog:
         try:
@@ -166,7 +170,9 @@ class LogLoader:
         return kept
 
     def _complete_swaps(self, swap_files: list[Path]) -> None:
-        log_swaps = [path for path in swap_files if file_names.parse_segment_name(path.name)[1] == file_names.LOG_SUFFIX]  # type: ignore[index]
+        log_swaps = [
+            path for path in swap_files if file_names.parse_segment_name(path.name)[1] == file_names.LOG_SUFFIX
+        ]  # type: ignore[index]
         if not log_swaps:
             self._rename_swap_files()
             return
@@ -174,7 +180,9 @@ class LogLoader:
         max_swap_next = -1
         for path in log_swaps:
             base = file_names.parse_segment_name(path.name)[0]  # type: ignore[index]
-            segment = new_segment(self.directory, base, self.config, self.clock, suffix=file_names.SWAP_SUFFIX, new_file=False)
+            segment = new_segment(
+                self.directory, base, self.config, self.clock, suffix=file_names.SWAP_SUFFIX, new_file=False
+            )
             if not file_names.index_file(self.directory, base, file_names.SWAP_SUFFIX).exists():
                 segment.recover()
             min_swap_base = base if min_swap_base is None else min(min_swap_base, base)
@@ -236,15 +244,22 @@ class LogLoader:
         try:
             truncated = segment.recover()
         except (InvalidOffsetError, CorruptIndexError) as exc:
-            logger.warning("%s: cannot recover segment %d (%s); truncating it to empty", self.directory, segment.base_offset, exc)
+            logger.warning(
+                "%s: cannot recover segment %d (%s); truncating it to empty", self.directory, segment.base_offset, exc
+            )
             truncated = segment.log.truncate_to(0)
             for index in (segment.offset_index, segment.time_index):
                 index.truncate()
         if truncated > 0:
+            self._truncated_bases.add(segment.base_offset)
             position = size_before - truncated
             self._dropped.append(DroppedBytes(str(segment.log.path), position, truncated))
             logger.warning(
-                "%s: recovery dropped %d bytes at position %d of %s", self.directory, truncated, position, segment.log.path
+                "%s: recovery dropped %d bytes at position %d of %s",
+                self.directory,
+                truncated,
+                position,
+                segment.log.path,
             )
         return truncated
 
@@ -254,7 +269,8 @@ class LogLoader:
         while unflushed:
             segment = unflushed.pop(0)
             recovered += 1
-            if self._recover_segment(segment) > 0 and unflushed:
+            truncated = self._recover_segment(segment) > 0 or segment.base_offset in self._truncated_bases
+            if truncated and unflushed:
                 for later in unflushed:
                     logger.warning("%s: deleting segment %d after a truncated one", self.directory, later.base_offset)
                     self._dropped.append(DroppedBytes(str(later.log.path), 0, later.size))

@@ -29,6 +29,7 @@ from storage.errors import (
     CorruptRecordError,
     IndexOffsetOverflowError,
     InvalidRecordError,
+    InvalidRequestError,
     KafkaStorageError,
 )
 from storage.file_records import BatchPosition, FileRecords, TimestampAndOffset
@@ -94,7 +95,9 @@ class LogSegment:
         self._clock = clock
         self._suffix = suffix
         self.log = FileRecords(
-            file_names.log_file(self.directory, base_offset, suffix), preallocate_bytes=preallocate_bytes, read_only=read_only
+            file_names.log_file(self.directory, base_offset, suffix),
+            preallocate_bytes=preallocate_bytes,
+            read_only=read_only,
         )
         self._offset_index: OffsetIndex | None = None
         self._time_index: TimeIndex | None = None
@@ -139,6 +142,10 @@ class LogSegment:
 
     def has_offset_index_file(self) -> bool:
         return self._offset_index is not None or self.offset_index_path.exists()
+
+    def open_indexes(self) -> tuple[OffsetIndex, TimeIndex]:
+        """Opens (creating them if missing) both index files now rather than on first use."""
+        return self.offset_index, self.time_index
 
     # --- timestamps --------------------------------------------------------------------------------
 
@@ -193,7 +200,13 @@ class LogSegment:
 
     # --- append and read ---------------------------------------------------------------------------
 
-    def append(self, largest_offset: int, largest_timestamp: int, shallow_offset_of_max_timestamp: int, records: bytes | memoryview) -> None:
+    def append(
+        self,
+        largest_offset: int,
+        largest_timestamp: int,
+        shallow_offset_of_max_timestamp: int,
+        records: bytes | memoryview,
+    ) -> None:
         """Appends batches whose offsets are already assigned, maintaining both sparse indexes."""
         if len(records) == 0:
             return
@@ -227,7 +240,7 @@ class LogSegment:
         """Bytes from the batch containing `start_offset`, at most `max_size` (at least one batch with
         `min_one_message`), never past `max_position`; None when nothing in this segment is >= start."""
         if max_size < 0:
-            raise ValueError(f"invalid max size {max_size}")
+            raise InvalidRequestError(f"invalid max size {max_size}")
         start = self.translate_offset(start_offset)
         if start is None:
             return None

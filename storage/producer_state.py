@@ -101,7 +101,9 @@ class ProducerStateManager:
     def producers(self) -> dict[int, ProducerEntry]:
         return self._producers
 
-    def find_duplicate(self, producer_id: int, epoch: int, first_sequence: int, last_sequence: int) -> BatchMetadata | None:
+    def find_duplicate(
+        self, producer_id: int, epoch: int, first_sequence: int, last_sequence: int
+    ) -> BatchMetadata | None:
         """The retained batch this one repeats, if any."""
         entry = self._producers.get(producer_id)
         if entry is None or entry.epoch != epoch:

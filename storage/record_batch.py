@@ -42,7 +42,7 @@ from dataclasses import dataclass
 import crc32c
 
 from storage.compression import CompressionType, compress, decompress
-from storage.errors import CorruptRecordError, InvalidRecordError, StorageError
+from storage.errors import CorruptRecordError, InvalidConfigError, InvalidRecordError, StorageError
 
 HEADER = struct.Struct(
     ">"
@@ -115,7 +115,7 @@ class TimestampType(enum.IntEnum):
         for member in cls:
             if member.kafka_name == name:
                 return member
-        raise ValueError(f"unknown timestamp type {name!r}; expected CreateTime or LogAppendTime")
+        raise InvalidConfigError(f"unknown timestamp type {name!r}; expected CreateTime or LogAppendTime")
 
 
 class ControlRecordType(enum.IntEnum):
@@ -397,7 +397,9 @@ class RecordBatch:
         return memoryview(self._buffer)[self._start : self._start + self.size_in_bytes]
 
     def compute_crc(self) -> int:
-        return crc32c.crc32c(memoryview(self._buffer)[self._start + ATTRIBUTES_OFFSET : self._start + self.size_in_bytes])
+        return crc32c.crc32c(
+            memoryview(self._buffer)[self._start + ATTRIBUTES_OFFSET : self._start + self.size_in_bytes]
+        )
 
     def is_valid(self) -> bool:
         return self.compute_crc() == self.crc
@@ -419,7 +421,9 @@ class RecordBatch:
         try:
             return decompress(self.compression, raw)
         except StorageError as exc:
-            raise CorruptRecordError(exc.message, path=self.path, position=self.position, offset=self.base_offset) from exc
+            raise CorruptRecordError(
+                exc.message, path=self.path, position=self.position, offset=self.base_offset
+            ) from exc
 
     def records(self) -> list[Record]:
         """Decodes every record (absolute offsets; LogAppendTime applied)."""
@@ -429,7 +433,9 @@ class RecordBatch:
                 self.records_section(), self.records_count, self.base_offset, self.base_timestamp, log_append_time
             )
         except InvalidRecordError as exc:
-            raise InvalidRecordError(exc.message, path=self.path, position=self.position, offset=self.base_offset) from exc
+            raise InvalidRecordError(
+                exc.message, path=self.path, position=self.position, offset=self.base_offset
+            ) from exc
 
     def control_type(self) -> ControlRecordType:
         """For a control batch: the type in its single record's key (unknown types read as UNKNOWN)."""

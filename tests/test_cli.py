@@ -50,9 +50,7 @@ def json_lines(output: str) -> list[dict[str, object]]:
     return [json.loads(line) for line in output.splitlines()]
 
 
-def test_dump_log_json_prints_one_row_per_batch(
-    good_log: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_dump_log_json_prints_one_row_per_batch(good_log: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["dump-log", "--json", "--print-data-log", str(good_log)])
     captured = capsys.readouterr()
     rows = json_lines(captured.out)

@@ -185,11 +185,6 @@ def file_states(directory: Path) -> dict[str, tuple[bytes, int]]:
     }
 
 
-def file_sizes(directory: Path) -> dict[str, int]:
-    """name -> size of every file in `directory`."""
-    return {entry.name: entry.stat().st_size for entry in sorted(directory.iterdir()) if entry.is_file()}
-
-
 def crash(log: Log) -> None:
     """Leaves the files as a power cut would: no flush, no marker, and the active segment's indexes still at
     their preallocated length (zero slots after the used entries), as Kafka's mmapped files are."""

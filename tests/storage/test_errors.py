@@ -14,6 +14,7 @@ from storage.errors import (
     CorruptRecordError,
     InvalidConfigError,
     InvalidRecordError,
+    InvalidRequestError,
     OffsetOutOfRangeError,
     RaybrokerError,
     StorageError,
@@ -102,10 +103,11 @@ def test_every_error_is_a_raybroker_error_and_storage_errors_are_storage_errors(
 ) -> None:
     assert issubclass(error_type, Exception)
     assert error_type.__doc__
-    if error_type not in (RaybrokerError, InvalidConfigError):
+    if error_type not in (RaybrokerError, InvalidConfigError, InvalidRequestError):
         assert issubclass(error_type, StorageError)
 
 
 def test_config_errors_are_not_storage_errors() -> None:
     # A bad setting is the caller's mistake, not a fault of the log: catching StorageError must not hide it.
     assert not issubclass(InvalidConfigError, StorageError)
+    assert not issubclass(InvalidRequestError, StorageError)

@@ -20,6 +20,7 @@ from storage.clock import MockClock
 from storage.compression import CompressionType
 from storage.errors import (
     InvalidRecordError,
+    KafkaStorageError,
     OffsetOutOfRangeError,
     RecordBatchTooLargeError,
     RecordTooLargeError,
@@ -331,7 +332,7 @@ def test_time_based_roll_jitter(logs: list[Log], log_dir: Path, clock: MockClock
     log = make_log(logs, log_dir, clock, segment_ms=segment_ms, segment_jitter_ms=max_jitter)
     log.append(simple_batch(1, timestamp=clock.milliseconds()))
     jitter = log.active_segment.rolling_jitter_ms
-    assert 0 <= jitter < max_jitter
+    assert 0 < jitter < max_jitter
     clock.sleep(segment_ms - max_jitter)
     log.append(simple_batch(1, timestamp=clock.milliseconds()))
     assert log.num_segments == 1
@@ -367,13 +368,21 @@ def test_roll_when_an_index_is_full(logs: list[Log], log_dir: Path, clock: MockC
     assert as_recs(all_records(log))[-1].value == simple_records(1, tag=21)[0].value
 
 
-def test_tiny_segment_index_bytes_still_appends(logs: list[Log], log_dir: Path, clock: MockClock) -> None:
-    """With segment.index.bytes=4 every index is full from the start: each append gets its own segment."""
-    log = make_log(logs, log_dir, clock, segment_index_bytes=4)
+@pytest.mark.parametrize("index_bytes", [4, 12, 20])
+def test_tiny_segment_index_bytes_still_appends(
+    logs: list[Log], log_dir: Path, clock: MockClock, index_bytes: int
+) -> None:
+    """Below 24 bytes the time index has no slot but the reserved one, so it is full from the start and every
+    append gets its own segment; below 12 it has no slot at all, and rolls must not need one."""
+    log = make_log(logs, log_dir, clock, segment_index_bytes=index_bytes)
     for i in range(5):
-        log.append(simple_batch(2, tag=i))
+        log.append(simple_batch(2, timestamp=START_MS + 10 * i, tag=i))
     assert [segment.base_offset for segment in log.log_segments()] == [0, 2, 4, 6, 8]
-    assert len(all_records(log)) == 10
+    crash(log)
+    reopened = make_log(logs, log_dir, clock, segment_index_bytes=index_bytes)
+    assert len(all_records(reopened)) == 10
+    assert reopened.offset_for_timestamp(START_MS + 25) == 6
+    assert reopened.append(simple_batch(1)).first_offset == 10
 
 
 def test_roll_empty_active_segment_recreates_it(logs: list[Log], log_dir: Path, clock: MockClock) -> None:
@@ -646,12 +655,12 @@ def test_roll_flushes_up_to_the_new_segment(logs: list[Log], log_dir: Path, cloc
 def test_closed_log_refuses_appends_and_reads(logs: list[Log], log_dir: Path, clock: MockClock) -> None:
     log = make_log(logs, log_dir, clock)
     log.close()
-    with pytest.raises(Exception) as info:
+    with pytest.raises(KafkaStorageError):
         log.append(simple_batch(1))
-    assert type(info.value).__module__ == "storage.errors"
-    with pytest.raises(Exception) as info:
+    with pytest.raises(KafkaStorageError):
         log.read(0, 100)
-    assert type(info.value).__module__ == "storage.errors"
+    with pytest.raises(KafkaStorageError):
+        log.roll()
 
 
 # --- property: random appends, reads, rolls, truncations and reopens against an oracle -----------------
@@ -733,6 +742,10 @@ def test_random_operations_match_an_oracle(operations: list[tuple]) -> None:
                     oracle.reopened(active_base)
                 assert log.log_end_offset == oracle.log_end_offset
             assert [(r.offset, *as_recs([r])) for r in all_records(log)] == oracle.records()
+            present = oracle.records()
+            for target in sorted({record.timestamp for _, record in present} | {START_MS - 1, START_MS + 10**6}):
+                hits = [offset for offset, record in present if record.timestamp >= target]
+                assert log.offset_for_timestamp(target) == (min(hits) if hits else None)
         finally:
             log.close()
 

@@ -7,10 +7,13 @@ from __future__ import annotations
 import os
 import random
 import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from storage import file_names
 from storage.clock import MockClock
@@ -193,6 +196,28 @@ def test_corrupt_batch_mid_segment_truncates_from_it_and_deletes_later_segments(
     assert reopened.log_end_offset == victim + 2
     assert as_recs(all_records(reopened)) == oracle[: victim + 2]
     assert victim_path.read_bytes() == data[:position]
+
+
+def test_segment_cut_while_rebuilding_a_broken_index_also_drops_later_segments(
+    logs: list[Log], log_dir: Path, clock: MockClock
+) -> None:
+    """A segment whose index fails its sanity check is rebuilt while loading; if that rebuild cuts it short,
+    the later segments go as with any other truncation, instead of leaving a hole in the offsets."""
+    log = open_log(logs, log_dir, clock)
+    oracle = fill(log, 30)
+    bases = segment_bases(log_dir)
+    victim = file_names.log_file(log_dir, bases[1])
+    crash(log)
+    flip_byte(victim, victim.stat().st_size - 3)
+    with open(file_names.index_file(log_dir, bases[1]), "ab") as handle:
+        handle.write(b"\x01\x02\x03")  # no longer a multiple of the 8-byte entry size
+    reopened = open_log(logs, log_dir, clock)
+    assert segment_bases(log_dir) == bases[:2]
+    assert [drop.path for drop in reopened.dropped_on_open] == [
+        str(file_names.log_file(log_dir, base)) for base in bases[1:]
+    ]
+    assert as_recs(all_records(reopened)) == oracle[: bases[2] - 1]
+    assert reopened.log_end_offset == bases[2] - 1
 
 
 def test_zero_filled_tail_is_dropped(logs: list[Log], log_dir: Path, clock: MockClock) -> None:
@@ -403,6 +428,20 @@ def test_swap_whose_old_segments_were_already_renamed_deleted_completes(
     assert as_recs(all_records(reopened)) == oracle
 
 
+def test_swap_renamed_from_a_real_segment_whose_original_is_gone_completes(
+    logs: list[Log], clock: MockClock, closed_log: tuple[Path, list[Rec], list[int]]
+) -> None:
+    directory, oracle, bases = closed_log
+    before = log_bytes(directory)
+    for path in file_names.segment_files(directory, bases[2]):
+        if path.exists():
+            path.rename(file_names.with_suffix(path, file_names.SWAP_SUFFIX))
+    reopened = open_log(logs, directory, clock)
+    assert_no_in_flight_files(directory)
+    assert log_bytes(directory) == before
+    assert as_recs(all_records(reopened)) == oracle
+
+
 def test_swap_at_or_above_a_cleaned_file_belongs_to_an_unfinished_split_and_is_dropped(
     logs: list[Log], clock: MockClock, closed_log: tuple[Path, list[Rec], list[int]]
 ) -> None:
@@ -540,3 +579,80 @@ def test_multi_batch_appends_survive_recovery_with_a_small_index(
     assert as_recs(all_records(reopened)) == oracle
     for i, record in enumerate(oracle):
         assert reopened.offset_for_timestamp(record.timestamp) == i
+
+
+# --- property: any damage to any file is repaired on open, never with a raw error ------------------------
+
+DAMAGE = st.lists(
+    st.tuples(
+        st.integers(0, 10**6),  # which file (modulo the files present)
+        st.sampled_from(["flip", "truncate", "garbage", "delete", "zero"]),
+        st.floats(0, 1, exclude_max=True),  # where in the file
+        st.integers(1, 200),  # how many bytes (garbage / zeros) or which bit (flip)
+    ),
+    min_size=1,
+    max_size=3,
+)
+
+
+def damage(directory: Path, damages: list[tuple[int, str, float, int]], rng: random.Random) -> set[str]:
+    """Applies the damages; returns the suffixes of the files touched."""
+    touched = set()
+    for which, operation, where, amount in damages:
+        files = sorted(path for path in directory.iterdir() if path.is_file())
+        path = files[which % len(files)]
+        touched.add(path.suffix)
+        data = bytearray(path.read_bytes())
+        position = int(where * len(data))
+        if operation == "delete":
+            path.unlink()
+        elif operation == "garbage":
+            path.write_bytes(bytes(data) + rng.randbytes(amount))
+        elif data and operation == "flip":
+            data[position] ^= 1 << (amount % 8)
+            path.write_bytes(bytes(data))
+        elif data and operation == "truncate":
+            path.write_bytes(bytes(data[:position]))
+        elif data and operation == "zero":
+            end = min(len(data), position + amount)
+            data[position:end] = bytes(end - position)
+            path.write_bytes(bytes(data))
+    return touched
+
+
+@pytest.fixture(scope="module")
+def crashed_template(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[Rec]]:
+    directory = tmp_path_factory.mktemp("template") / "topic-0"
+    log = Log.open(directory, LogConfig(**SETTINGS), clock=MockClock(START_MS))
+    oracle: list[Rec] = []
+    for i in range(30):
+        records = simple_records(1 + i % 3, timestamp=START_MS + i, tag=i)
+        log.append(batch_bytes(records))
+        oracle += records
+    crash(log)
+    return directory, oracle
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(damages=DAMAGE, seed=st.integers(0, 2**32 - 1))
+def test_any_damage_is_repaired_on_open(crashed_template: tuple[Path, list[Rec]], damages: list, seed: int) -> None:
+    template, oracle = crashed_template
+    with tempfile.TemporaryDirectory() as tmp:
+        directory = Path(tmp) / "topic-0"
+        shutil.copytree(template, directory)
+        touched = damage(directory, damages, random.Random(seed))
+        log = Log.open(directory, LogConfig(**SETTINGS), clock=MockClock(START_MS))
+        try:
+            records = all_records(log)
+            if touched <= {file_names.INDEX_SUFFIX, file_names.TIME_INDEX_SUFFIX}:
+                assert as_recs(records) == oracle, "index files are rebuilt from the .log: no record may be lost"
+            # bytes under the CRC cannot change unnoticed; only a baseOffset outside it could move a record
+            assert {(r.key, r.value, r.timestamp) for r in records} <= {(r.key, r.value, r.timestamp) for r in oracle}
+            end = log.log_end_offset
+            assert log.append(simple_batch(1)).first_offset == end
+        finally:
+            log.close()
+        reopened = Log.open(directory, LogConfig(**SETTINGS), clock=MockClock(START_MS))
+        assert reopened.dropped_on_open == ()
+        assert reopened.log_end_offset == end + 1
+        reopened.close()

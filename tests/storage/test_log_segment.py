@@ -307,10 +307,11 @@ def test_empty_segment_never_rolls_on_time(segment: LogSegment, clock: MockClock
 def test_should_roll_when_an_index_is_full_or_offsets_overflow(tmp_path: Path, clock: MockClock) -> None:
     seg = make_segment(tmp_path, clock, 0, interval=0, index_bytes=48)  # 6 offset slots, 4 time slots (3 usable)
     params = RollParams(10**9, 10**9, START_MS, 1, 10, clock.milliseconds())
-    offset = 0
-    while not seg.should_roll(params):
+    for offset in range(10):
+        if seg.should_roll(params):
+            break
         append(seg, offset, [START_MS + offset])
-        offset += 1
+    assert offset == 4, "one append without an index entry, then three entries fill the time index"
     assert seg.time_index.is_full()
     assert seg.time_index.entries == 3
     overflow = RollParams(10**9, 10**9, START_MS, MAX_RELATIVE_OFFSET + 1, 10, clock.milliseconds())
