@@ -206,35 +206,7 @@ class CleanerManager:
             return chosen
 
     def _log_to_clean(self, tp: TopicPartition, log: Log, now_ms: int) -> LogToClean | None:
-        segments = log.log_segments()
-        first_dirty, reset = self._first_dirty_offset(tp, log)
-        upper = first_uncleanable_offset(log, first_dirty, now_ms, segments)
-        ltc = _measure(tp, log, segments, first_dirty, upper, now_ms, reset)
-        if not ltc.eligible:
-            return None
-        # Only now look for open transactions: it reads every batch header from the first dirty segment.
-        unstable = first_unstable_offset(segments, first_dirty)
-        if unstable is not None and unstable < upper:
-            ltc = _measure(tp, log, segments, first_dirty, floor_base_offset(segments, unstable), now_ms, reset)
-            if not ltc.eligible:
-                return None
-        return ltc
-
-    def _first_dirty_offset(self, tp: TopicPartition, log: Log) -> tuple[int, bool]:
-        start = log.log_start_offset
-        checkpointed = self._offsets.get(tp)
-        if checkpointed is None:
-            return start, False
-        if checkpointed < start or checkpointed > log.log_end_offset:
-            logger.warning(
-                "%s: cleaner checkpoint %d is outside [%d, %d]; cleaning from the log start",
-                log.directory,
-                checkpointed,
-                start,
-                log.log_end_offset,
-            )
-            return start, True
-        return checkpointed, False
+        return log_to_clean(tp, log, self._offsets.get(tp), now_ms)
 
     # --- progress ------------------------------------------------------------------------------------
 
@@ -307,6 +279,42 @@ class CleanerManager:
                 log.delete_due_files()
             except StorageError as exc:
                 logger.warning("retention of %s-%d failed: %s", *tp, exc)
+
+
+def log_to_clean(tp: TopicPartition, log: Log, checkpointed: int | None, now_ms: int) -> LogToClean | None:
+    """`log`'s cleanable range from its checkpointed first dirty offset, or None if it does not qualify now.
+
+    A checkpoint outside [log start, log end] restarts from the log start (`checkpoint_reset`).
+    """
+    segments = log.log_segments()
+    first_dirty, reset = _first_dirty_offset(log, checkpointed)
+    upper = first_uncleanable_offset(log, first_dirty, now_ms, segments)
+    ltc = _measure(tp, log, segments, first_dirty, upper, now_ms, reset)
+    if not ltc.eligible:
+        return None
+    # Only now look for open transactions: it reads every batch header from the first dirty segment.
+    unstable = first_unstable_offset(segments, first_dirty)
+    if unstable is not None and unstable < upper:
+        ltc = _measure(tp, log, segments, first_dirty, floor_base_offset(segments, unstable), now_ms, reset)
+        if not ltc.eligible:
+            return None
+    return ltc
+
+
+def _first_dirty_offset(log: Log, checkpointed: int | None) -> tuple[int, bool]:
+    start = log.log_start_offset
+    if checkpointed is None:
+        return start, False
+    if checkpointed < start or checkpointed > log.log_end_offset:
+        logger.warning(
+            "%s: cleaner checkpoint %d is outside [%d, %d]; cleaning from the log start",
+            log.directory,
+            checkpointed,
+            start,
+            log.log_end_offset,
+        )
+        return start, True
+    return checkpointed, False
 
 
 def _measure(

@@ -133,3 +133,24 @@ class InvalidProducerEpochError(StorageError):
 class InvalidRequestError(RaybrokerError):
     """A call with arguments outside what the operation accepts: a negative size, an unknown isolation
     level, an invalid ListOffsets timestamp (INVALID_REQUEST)."""
+
+
+class TopicExistsError(RaybrokerError):
+    """Creating a topic that already exists (TOPIC_ALREADY_EXISTS)."""
+
+
+class UnknownTopicOrPartitionError(RaybrokerError):
+    """A topic or partition the cluster does not host (UNKNOWN_TOPIC_OR_PARTITION)."""
+
+
+class InvalidPartitionsError(RaybrokerError):
+    """A partition count that is not a positive int within the limit, or that would shrink a topic
+    (INVALID_PARTITIONS)."""
+
+
+class BrokerNotAvailableError(RaybrokerError):
+    """No broker is running where the client looked: start one with `raybroker start` (BROKER_NOT_AVAILABLE)."""
+
+
+class RequestTimedOutError(RaybrokerError):
+    """A broker call that did not answer in time (REQUEST_TIMED_OUT); retriable."""

@@ -172,7 +172,10 @@ class IndexBase(abc.ABC):
             return False
         fd = self._open_fd()
         try:
-            self._unmap()
+            # The old mapping is dropped, not closed: a reader thread may still be searching it (the
+            # partition actor reads while its writer rolls). It only touches used entries, which stay
+            # inside the new length, and it is unmapped when the last reference goes.
+            self._mmap = None
             os.ftruncate(fd, rounded)
             self._length = rounded
             self._map()

@@ -20,6 +20,8 @@ so a crash while the log is open always counts as unclean and triggers recovery 
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import logging
 import os
 import threading
@@ -44,7 +46,8 @@ from storage.log_dir_lock import LogDirLock
 from storage.log_loader import DroppedBytes, LogLoader, new_segment
 from storage.log_segment import FetchDataInfo, LogOffsetMetadata, LogSegment, RollParams
 from storage.log_segments import LogSegments
-from storage.log_validator import validate_client_records
+from storage.log_validator import BatchInfo, validate_client_records
+from storage.producer_state import SEQUENCE_MODULUS, BatchMetadata, ProducerStateManager
 from storage.record_batch import (
     NO_TIMESTAMP,
     Record,
@@ -75,6 +78,8 @@ class LogAppendInfo:
     record_count: int
     batch_count: int
     valid_bytes: int
+    batch_offsets: tuple[tuple[int, int], ...] = ()
+    duplicate: bool = False
 
 
 class Log:
@@ -92,6 +97,7 @@ class Log:
         log_end_offset: int,
         folder_lock: LogDirLock | None,
         dropped: list[DroppedBytes],
+        producer_state: ProducerStateManager,
     ) -> None:
         self.directory = directory
         self._config = config
@@ -100,6 +106,7 @@ class Log:
         self._log_start_offset = log_start_offset
         self._recovery_point = recovery_point
         self._folder_lock = folder_lock
+        self._producer_state = producer_state
         self._lock = threading.RLock()
         self._closed = False
         self._pending_deletes: list[tuple[int, LogSegment]] = []
@@ -168,6 +175,7 @@ class Log:
             log_end_offset=loaded.log_end_offset,
             folder_lock=folder_lock,
             dropped=loaded.dropped,
+            producer_state=load_producer_state(path, loaded.segments, loaded.log_end_offset, bool(had_clean_shutdown)),
         )
 
     # --- state -----------------------------------------------------------------------------------
@@ -241,38 +249,71 @@ class Log:
         """Appends one or more client v2 batches (baseOffset 0), assigning offsets from the LEO.
 
         Every batch is validated before anything is written; a failing batch rejects the whole call.
+        A batch an idempotent producer already wrote (same producer, epoch and sequences among its
+        last 5 batches) is not written again: its original offsets are returned (`duplicate`).
         """
         now_ms = self._clock.milliseconds()
         validated = validate_client_records(batches, self._config, now_ms)
         with self._lock:
             self._check_open()
             self._delete_due_files(now_ms)
-            buffer = validated.buffer
             log_append_time = now_ms if self._config.message_timestamp_type == "LogAppendTime" else NO_TIMESTAMP
+            pending = self._producer_state.begin_append()
             next_offset = self.log_end_offset
-            first_offset = next_offset
+            kept: list[tuple[BatchInfo, BatchMetadata]] = []
+            batch_offsets: list[tuple[int, int]] = []
+            for info in validated.batches:
+                last = next_offset + info.last_offset_delta
+                batch_max = info.max_timestamp if log_append_time == NO_TIMESTAMP else log_append_time
+                last_sequence = (info.base_sequence + info.last_offset_delta) % SEQUENCE_MODULUS
+                metadata = BatchMetadata(info.base_sequence, last_sequence, next_offset, last, batch_max)
+                if info.producer_id >= 0:
+                    duplicate = pending.append(info.producer_id, info.producer_epoch, metadata)
+                    if duplicate is not None:
+                        batch_offsets.append((duplicate.first_offset, duplicate.last_offset))
+                        continue
+                kept.append((info, metadata))
+                batch_offsets.append((next_offset, last))
+                next_offset = last + 1
+            if not kept:
+                return LogAppendInfo(
+                    batch_offsets[0][0],
+                    batch_offsets[-1][1],
+                    NO_TIMESTAMP,
+                    -1,
+                    NO_TIMESTAMP,
+                    self._log_start_offset,
+                    0,
+                    0,
+                    0,
+                    tuple(batch_offsets),
+                    duplicate=True,
+                )
+            buffer = validated.buffer
+            starts = [info.start for info, _ in kept]
+            if len(kept) < len(validated.batches):
+                buffer = bytearray(b"".join(buffer[info.start : info.start + info.size] for info, _ in kept))
+                starts = list(itertools.accumulate((info.size for info, _ in kept[:-1]), initial=0))
             max_timestamp = NO_TIMESTAMP
             offset_of_max_timestamp = -1
-            for info in validated.batches:
-                set_base_offset_and_epoch(buffer, info.start, next_offset, LEADER_EPOCH)
-                batch_max = info.max_timestamp
+            for (info, metadata), start in zip(kept, starts, strict=True):
+                set_base_offset_and_epoch(buffer, start, metadata.first_offset, LEADER_EPOCH)
                 if log_append_time != NO_TIMESTAMP:
-                    set_log_append_time(buffer, info.start, info.size, log_append_time)
-                    batch_max = log_append_time
-                last = next_offset + info.last_offset_delta
-                if batch_max > max_timestamp:
-                    max_timestamp, offset_of_max_timestamp = batch_max, last
-                next_offset = last + 1
-            return self._append_assigned(
+                    set_log_append_time(buffer, start, info.size, log_append_time)
+                if metadata.timestamp > max_timestamp:
+                    max_timestamp, offset_of_max_timestamp = metadata.timestamp, metadata.last_offset
+            info = self._append_assigned(
                 buffer,
-                first_offset,
-                next_offset - 1,
+                kept[0][1].first_offset,
+                kept[-1][1].last_offset,
                 max_timestamp,
                 offset_of_max_timestamp,
                 log_append_time,
-                validated.record_count,
-                len(validated.batches),
+                sum(info.records_count for info, _ in kept),
+                len(kept),
             )
+            pending.commit()
+            return dataclasses.replace(info, batch_offsets=tuple(batch_offsets))
 
     def append_as_follower(self, batches: bytes | bytearray | memoryview) -> LogAppendInfo:
         """Appends batches whose offsets are already assigned (replication, tests of offset gaps).
@@ -393,6 +434,8 @@ class Log:
             segment = new_segment(self.directory, new_offset, self._config, self._clock)
             self._segments.add(segment)
             self._end_offset_metadata = LogOffsetMetadata(self.log_end_offset, segment.base_offset, segment.size)
+            self._producer_state.write_snapshot(new_offset)
+            self._producer_state.delete_snapshots_below(self._log_start_offset)
             self.flush(new_offset)
             return segment
 
@@ -554,6 +597,8 @@ class Log:
             self._log_start_offset = min(self._log_start_offset, target_offset)
             self._high_watermark = min(self._high_watermark, target_offset)
             self._recovery_point = min(self._recovery_point, target_offset)
+            self._producer_state.delete_snapshots_above(target_offset)
+            self._producer_state = load_producer_state(self.directory, self._segments, target_offset, False)
             return True
 
     def truncate_fully_and_start_at(self, new_offset: int) -> None:
@@ -576,6 +621,8 @@ class Log:
             self._log_start_offset = new_offset
             self._high_watermark = new_offset
             self._recovery_point = min(self._recovery_point, new_offset)
+            self._producer_state.clear()
+            self._producer_state.delete_snapshots_above(-1)
 
     # --- deletion --------------------------------------------------------------------------------
 
@@ -685,6 +732,8 @@ class Log:
             if self._closed:
                 return
             self.flush()
+            if self._producer_state.changed_since_snapshot:
+                self._producer_state.write_snapshot(self.log_end_offset)
             for segment in self._segments:
                 segment.close()
             for _, segment in self._pending_deletes:
@@ -721,6 +770,38 @@ class Log:
             f"Log({self.directory}, log_start_offset={self._log_start_offset}, "
             f"log_end_offset={self.log_end_offset}, segments={len(self._segments)})"
         )
+
+
+def load_producer_state(
+    directory: Path, segments: LogSegments, log_end_offset: int, had_clean_shutdown: bool
+) -> ProducerStateManager:
+    """Idempotent-producer state as of `log_end_offset`: the newest snapshot at or below it, then the
+    producer batches after it replayed from the segments (batch headers only).
+
+    As in Kafka, a cleanly shut down log without any snapshot is not replayed (it had no producer
+    state to keep); snapshots above the log end are stale and removed.
+    """
+    state = ProducerStateManager(directory)
+    state.delete_snapshots_above(log_end_offset)
+    if had_clean_shutdown and not state.snapshot_offsets():
+        return state
+    start = state.load_latest_snapshot(log_end_offset)
+    start = 0 if start is None else start
+    for segment in segments.from_floor(start):
+        position = segment.offset_index.lookup(start).position if segment.base_offset <= start else 0
+        for batch in segment.log.batches(position):
+            if batch.last_offset < start or not isinstance(batch, RecordBatch) or batch.producer_id < 0:
+                continue
+            if batch.is_control or batch.last_offset >= log_end_offset:
+                continue
+            state.update(
+                batch.producer_id,
+                batch.producer_epoch,
+                BatchMetadata(
+                    batch.base_sequence, batch.last_sequence, batch.base_offset, batch.last_offset, batch.max_timestamp
+                ),
+            )
+    return state
 
 
 def _fsync_dir(directory: Path) -> None:

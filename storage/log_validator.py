@@ -61,6 +61,9 @@ class BatchInfo:
     last_offset_delta: int
     max_timestamp: int
     records_count: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +108,18 @@ def validate_client_records(data: bytes | bytearray | memoryview, config: LogCon
         elif max_timestamp != batch.max_timestamp:
             stale_max_timestamps.append((start, len(raw), max_timestamp))
         parts.append(raw)
-        infos.append(BatchInfo(start, len(raw), batch.last_offset_delta, max_timestamp, records_count))
+        infos.append(
+            BatchInfo(
+                start,
+                len(raw),
+                batch.last_offset_delta,
+                max_timestamp,
+                records_count,
+                batch.producer_id,
+                batch.producer_epoch,
+                batch.base_sequence,
+            )
+        )
         total_records += records_count
         position += batch.size_in_bytes
     buffer = bytearray(b"".join(parts))

@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 import struct
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import crc32c
@@ -80,6 +80,8 @@ class ProducerEntry:
     producer_id: int
     epoch: int
     batches: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=NUM_BATCHES_TO_RETAIN))
+    coordinator_epoch: int = -1
+    current_txn_first_offset: int = -1
 
     @property
     def last_sequence(self) -> int:
@@ -96,42 +98,13 @@ class ProducerStateManager:
     def __init__(self, directory: Path) -> None:
         self.directory = Path(directory)
         self._producers: dict[int, ProducerEntry] = {}
+        # False while the newest snapshot at or below the log end, plus the batches after it, rebuilds exactly
+        # this state; `Log.close` writes a snapshot only when it is True.
+        self.changed_since_snapshot = False
 
     @property
     def producers(self) -> dict[int, ProducerEntry]:
         return self._producers
-
-    def find_duplicate(
-        self, producer_id: int, epoch: int, first_sequence: int, last_sequence: int
-    ) -> BatchMetadata | None:
-        """The retained batch this one repeats, if any."""
-        entry = self._producers.get(producer_id)
-        if entry is None or entry.epoch != epoch:
-            return None
-        for batch in entry.batches:
-            if batch.first_sequence == first_sequence and batch.last_sequence == last_sequence:
-                return batch
-        return None
-
-    def check_sequence(self, producer_id: int, epoch: int, first_sequence: int) -> None:
-        """Raises unless a batch starting at `first_sequence` may follow what this producer wrote."""
-        entry = self._producers.get(producer_id)
-        if entry is None:
-            return
-        if epoch < entry.epoch:
-            raise InvalidProducerEpochError(
-                f"producer {producer_id} epoch {epoch} is older than the current epoch {entry.epoch}"
-            )
-        if epoch > entry.epoch:
-            if first_sequence != 0:
-                raise OutOfOrderSequenceError(
-                    f"producer {producer_id} new epoch {epoch} must start at sequence 0, not {first_sequence}"
-                )
-            return
-        if entry.batches and first_sequence != next_sequence(entry.last_sequence):
-            raise OutOfOrderSequenceError(
-                f"producer {producer_id} sent sequence {first_sequence}, expected {next_sequence(entry.last_sequence)}"
-            )
 
     def update(self, producer_id: int, epoch: int, batch: BatchMetadata) -> None:
         """Records a written batch (also used when replaying the log, without checks)."""
@@ -140,9 +113,15 @@ class ProducerStateManager:
             entry = ProducerEntry(producer_id, epoch)
             self._producers[producer_id] = entry
         entry.batches.append(batch)
+        self.changed_since_snapshot = True
+
+    def begin_append(self) -> PendingAppend:
+        """A scratch view in which the batches of one append are checked before any is written."""
+        return PendingAppend(self)
 
     def clear(self) -> None:
         self._producers.clear()
+        self.changed_since_snapshot = True
 
     # --- snapshots -------------------------------------------------------------------------------
 
@@ -161,14 +140,15 @@ class ProducerStateManager:
                     last.last_offset,
                     last.last_offset - last.first_offset,
                     last.timestamp,
-                    -1,
-                    -1,
+                    entry.coordinator_epoch,
+                    entry.current_txn_first_offset,
                 )
             )
         body = struct.pack(">i", len(entries)) + b"".join(entries)
         data = struct.pack(">hI", SNAPSHOT_VERSION, crc32c.crc32c(body)) + body
         path = file_names.producer_snapshot_file(self.directory, offset)
         write_atomically(path, data)
+        self.changed_since_snapshot = False
         return path
 
     def snapshot_offsets(self) -> list[int]:
@@ -182,7 +162,11 @@ class ProducerStateManager:
         return sorted(offsets)
 
     def load_latest_snapshot(self, at_or_below: int) -> int | None:
-        """Loads the newest readable snapshot with offset <= `at_or_below`; returns its offset, or None."""
+        """Loads the newest readable snapshot with offset <= `at_or_below`; returns its offset, or None.
+
+        An unreadable snapshot is deleted, as Kafka does, so that it is not read again on every open.
+        """
+        self.changed_since_snapshot = False
         for offset in reversed(self.snapshot_offsets()):
             if offset > at_or_below:
                 continue
@@ -191,7 +175,8 @@ class ProducerStateManager:
                 self._producers = read_snapshot(path)
                 return offset
             except CorruptCheckpointError as exc:
-                logger.warning("%s: ignoring unreadable producer snapshot (%s)", self.directory, exc)
+                logger.warning("%s: deleting unreadable producer snapshot (%s)", self.directory, exc)
+                path.unlink(missing_ok=True)
         self._producers = {}
         return None
 
@@ -207,6 +192,73 @@ class ProducerStateManager:
         for snapshot in offsets[: max(0, len(offsets) - keep)]:
             if snapshot < offset:
                 file_names.producer_snapshot_file(self.directory, snapshot).unlink(missing_ok=True)
+
+
+class PendingAppend:
+    """The producer state as it would be after the batches of one append seen so far.
+
+    Each batch is judged against the state the batches before it left, so a multi-batch append behaves
+    like the same batches appended one by one (a batch repeated inside the call is a duplicate of its first
+    copy); `commit` applies the result only once the whole append is written, so a refused or failed
+    append leaves the manager untouched. Entries are copied on first touch, not the whole map.
+    """
+
+    def __init__(self, manager: ProducerStateManager) -> None:
+        self._manager = manager
+        self._entries: dict[int, ProducerEntry | None] = {}
+        self._appended: set[int] = set()
+
+    def append(self, producer_id: int, epoch: int, batch: BatchMetadata) -> BatchMetadata | None:
+        """The retained batch `batch` repeats (nothing to write), or None once `batch` is recorded as new.
+
+        Raises `InvalidProducerEpochError` for an older epoch and `OutOfOrderSequenceError` for a sequence
+        that does not follow the producer's last one.
+        """
+        entry = self._entry(producer_id)
+        if entry is not None and entry.epoch == epoch:
+            for retained in entry.batches:
+                if (retained.first_sequence, retained.last_sequence) == (batch.first_sequence, batch.last_sequence):
+                    return retained
+        _check_sequence(producer_id, entry, epoch, batch.first_sequence)
+        if entry is None or epoch > entry.epoch:
+            entry = ProducerEntry(producer_id, epoch)
+            self._entries[producer_id] = entry
+        entry.batches.append(batch)
+        self._appended.add(producer_id)
+        return None
+
+    def commit(self) -> None:
+        """Makes the new batches part of the manager's state (after they are written)."""
+        for producer_id in self._appended:
+            entry = self._entries[producer_id]
+            assert entry is not None, "a producer with a new batch has an entry"
+            self._manager.producers[producer_id] = entry
+            self._manager.changed_since_snapshot = True
+
+    def _entry(self, producer_id: int) -> ProducerEntry | None:
+        if producer_id not in self._entries:
+            current = self._manager.producers.get(producer_id)
+            self._entries[producer_id] = None if current is None else replace(current, batches=current.batches.copy())
+        return self._entries[producer_id]
+
+
+def _check_sequence(producer_id: int, entry: ProducerEntry | None, epoch: int, first_sequence: int) -> None:
+    """Raises unless a batch of `epoch` starting at `first_sequence` may follow `entry` (None: unknown producer)."""
+    if entry is None:
+        return
+    if epoch < entry.epoch:
+        raise InvalidProducerEpochError(
+            f"producer {producer_id} epoch {epoch} is older than the current epoch {entry.epoch}"
+        )
+    if epoch > entry.epoch:
+        if first_sequence != 0:
+            raise OutOfOrderSequenceError(
+                f"producer {producer_id} new epoch {epoch} must start at sequence 0, not {first_sequence}"
+            )
+        return
+    expected = next_sequence(entry.last_sequence)
+    if first_sequence != expected:
+        raise OutOfOrderSequenceError(f"producer {producer_id} sent sequence {first_sequence}, expected {expected}")
 
 
 def read_snapshot(path: Path) -> dict[int, ProducerEntry]:
@@ -226,13 +278,12 @@ def read_snapshot(path: Path) -> dict[int, ProducerEntry]:
         raise CorruptCheckpointError(f"producer snapshot count {count} does not match its size", path=path)
     producers: dict[int, ProducerEntry] = {}
     for index in range(count):
-        pid, epoch, last_seq, last_offset, delta, timestamp, _, _ = _ENTRY.unpack_from(
+        pid, epoch, last_seq, last_offset, delta, timestamp, coordinator_epoch, txn_first = _ENTRY.unpack_from(
             data, _HEADER.size + index * _ENTRY.size
         )
-        entry = ProducerEntry(pid, epoch)
-        span = last_offset - (last_offset - delta)
+        entry = ProducerEntry(pid, epoch, coordinator_epoch=coordinator_epoch, current_txn_first_offset=txn_first)
         entry.batches.append(
-            BatchMetadata((last_seq - span) % SEQUENCE_MODULUS, last_seq, last_offset - delta, last_offset, timestamp)
+            BatchMetadata((last_seq - delta) % SEQUENCE_MODULUS, last_seq, last_offset - delta, last_offset, timestamp)
         )
         producers[pid] = entry
     return producers

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -23,3 +27,77 @@ def kafka_samples_dir() -> Path:
 def fixtures_dir() -> Path:
     """Golden files committed with the tests (`tests/fixtures/`)."""
     return TESTS_DIR / "fixtures"
+
+
+# --- Ray: one local cluster per test session (starting Ray on 2 cores takes seconds) -----------------
+
+
+@pytest.fixture(scope="session")
+def ray_session() -> Iterator[None]:
+    """A real local Ray, shared by every `ray`/`spark` test; shut down (with any broker) at the end.
+
+    Settings from shared/spec/spark-bridge.md §2: `RAY_LOG_TO_DRIVER=0` in the environment before
+    `ray.init` (against the log feedback loop), 4 logical CPUs so Spark executors still leave room,
+    no dashboard.
+    """
+    os.environ["RAY_LOG_TO_DRIVER"] = "0"
+    import ray
+
+    ray.init(
+        num_cpus=4,
+        include_dashboard=False,
+        logging_level="ERROR",
+        log_to_driver=False,
+        namespace="raybroker",
+    )
+    try:
+        yield
+    finally:
+        _stop_running_broker()
+        ray.shutdown()
+
+
+def _stop_running_broker() -> None:
+    from actors.broker import stop_broker
+    from storage.errors import BrokerNotAvailableError
+
+    with contextlib.suppress(BrokerNotAvailableError):
+        stop_broker()
+
+
+# Intervals short enough that scheduled work (retention, checkpoints, cleaning) happens within a test.
+FAST_BROKER_PROPERTIES = {
+    "log.initial.task.delay.ms": "200",
+    "log.retention.check.interval.ms": "500",
+    "log.flush.offset.checkpoint.interval.ms": "500",
+    "log.flush.start.offset.checkpoint.interval.ms": "500",
+    "replica.high.watermark.checkpoint.interval.ms": "500",
+    "log.cleaner.backoff.ms": "500",
+    "log.segment.delete.delay.ms": "500",
+    "offsets.topic.num.partitions": "2",
+    "log.index.size.max.bytes": "65536",
+}
+
+
+@pytest.fixture(scope="session")
+def start_test_broker(
+    ray_session: None, tmp_path_factory: pytest.TempPathFactory
+) -> Callable[..., tuple[Any, list[Path]]]:
+    """Starts a broker (stopping any running one) over fresh log dirs; returns (Broker, log dirs).
+
+    Keyword arguments are broker properties with underscores for dots, e.g. `log_dirs_count=2`,
+    `log_retention_check_interval_ms="200"`.
+    """
+    from actors.broker import Broker, start_broker
+
+    def start(log_dirs_count: int = 2, log_dirs: list[Path] | None = None, **overrides: str) -> tuple[Any, list[Path]]:
+        _stop_running_broker()
+        if log_dirs is None:
+            root = tmp_path_factory.mktemp("broker")
+            log_dirs = [root / f"dir{index}" for index in range(log_dirs_count)]
+        properties = {**FAST_BROKER_PROPERTIES, "log.dirs": ",".join(str(d) for d in log_dirs)}
+        properties.update({key.replace("_", "."): str(value) for key, value in overrides.items()})
+        start_broker(properties)
+        return Broker.connect(), log_dirs
+
+    return start

@@ -518,7 +518,7 @@ def test_small_segments_are_merged_into_one_named_after_the_first(tmp_path: Path
     assert result.segments_written == 1
     assert merged.size <= log.config.segment_bytes
     parsed = [file_names.parse_segment_name(path.name) for path in (tmp_path / "topic-0").iterdir()]
-    files = [name for name in parsed if name is not None]
+    files = [name for name in parsed if name is not None and name[1] in file_names.SEGMENT_SUFFIXES]
     assert {base for base, _, _ in files} == {0, log.active_segment.base_offset}
     assert {(kind, suffix) for base, kind, suffix in files if base == 0} == {
         (".log", ""),

@@ -1,0 +1,108 @@
+"""Starting and stopping the broker's actors on a running Ray cluster, and the `Broker` client.
+
+`start_broker(config)` runs on a node of the cluster (the CLI's `raybroker start`, or an embedded
+session): it makes sure the cluster's controller exists (created on this node the first time, with its
+metadata log in the first log dir), starts this node's log manager over its `log.dirs`, registers it
+(the controller learns which partitions this node's disks hold), and makes sure the internal
+`__consumer_offsets` topic exists. Running it again is harmless: every actor is named and found again.
+`stop_broker()` shuts every log manager down cleanly (partitions flushed and closed, checkpoints and
+clean-shutdown markers written), then the controller.
+
+`Broker` is what users hold: `Broker.connect()` finds the running broker; `broker.partition("t", 0)`
+returns a partition actor's raw handle for users who want `.remote()` calls.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import ray
+
+from actors.client import call, controller, get_actor, partition_actor
+from actors.controller import TopicMetadata
+from actors.options import controller_options, log_manager_name, log_manager_options
+from storage.broker_config import BrokerConfig
+from storage.errors import TopicExistsError, UnknownTopicOrPartitionError
+
+logger = logging.getLogger(__name__)
+
+CONSUMER_OFFSETS_TOPIC = "__consumer_offsets"
+
+
+def start_broker(config: BrokerConfig | Mapping[str, str] | None = None) -> str:
+    """Starts (or finds) the controller and this node's broker; returns this node's Ray node id."""
+    broker_config = config if isinstance(config, BrokerConfig) else BrokerConfig.from_properties(dict(config or {}))
+    properties = broker_config.to_properties()
+    node_id = ray.get_runtime_context().get_node_id()
+    from actors.remote import Controller, LogManager
+
+    metadata_dir = broker_config.log_dirs[0]
+    ctrl = Controller.options(**controller_options(node_id)).remote(metadata_dir, properties)
+    cluster_id = call(ctrl.cluster_id.remote())
+    topic_configs = call(ctrl.topic_configs.remote())
+    manager = LogManager.options(**log_manager_options(node_id)).remote(node_id, properties, topic_configs, cluster_id)
+    call(manager.ping.remote())
+    call(ctrl.register_broker.remote(node_id))
+    with contextlib.suppress(TopicExistsError):
+        call(
+            ctrl.create_topic.remote(
+                CONSUMER_OFFSETS_TOPIC,
+                broker_config.offsets_topic_num_partitions,
+                {"cleanup.policy": "compact", "segment.bytes": str(100 * 1024 * 1024)},
+            )
+        )
+    logger.info("broker started on node %s (cluster %s)", node_id, cluster_id)
+    return node_id
+
+
+def stop_broker() -> dict[str, int]:
+    """Clean shutdown of every node's broker, then the controller. Returns final log end offsets."""
+    ctrl = controller()
+    end_offsets: dict[str, int] = {}
+    for node_id in call(ctrl.brokers.remote()):
+        try:
+            manager = get_actor(log_manager_name(node_id))
+        except Exception:
+            continue
+        end_offsets.update(call(manager.shutdown.remote()))
+        call(ctrl.unregister_broker.remote(node_id))
+        ray.kill(manager, no_restart=True)
+    call(ctrl.shutdown.remote())
+    ray.kill(ctrl, no_restart=True)
+    return end_offsets
+
+
+class Broker:
+    """A client's view of the running broker (see the module docstring)."""
+
+    def __init__(self, controller_handle: Any) -> None:
+        self._controller = controller_handle
+
+    @classmethod
+    def connect(cls) -> Broker:
+        """The broker of the Ray cluster this process is connected to."""
+        return cls(controller())
+
+    @property
+    def controller(self) -> Any:
+        return self._controller
+
+    def topic(self, name: str) -> TopicMetadata:
+        return call(self._controller.describe_topic.remote(name))
+
+    def partition(self, topic: str, partition: int) -> Any:
+        """The raw actor handle of a partition: `ray.get(handle.append.remote(batch_bytes))`."""
+        if not isinstance(partition, int) or isinstance(partition, bool):
+            raise UnknownTopicOrPartitionError(f"partition must be an int, not {type(partition).__name__}")
+        metadata = self.topic(topic)
+        if partition not in metadata.partitions:
+            raise UnknownTopicOrPartitionError(
+                f"topic {topic!r} has partitions 0..{len(metadata.partitions) - 1}, not {partition}"
+            )
+        return partition_actor(topic, partition)
+
+    def node_of(self, topic: str, partition: int) -> str:
+        return self.topic(topic).partitions[partition]

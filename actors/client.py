@@ -1,0 +1,58 @@
+"""Calling raybroker's actors from client code: `ray.get` with the project's errors, and actor lookup.
+
+Ray wraps an exception raised inside an actor in `RayTaskError`; clients see the original typed error
+from `storage.errors` instead (`OffsetOutOfRangeError`, `InvalidRecordError`, ...). An actor that is
+dead or restarting surfaces as `BrokerNotAvailableError`, which producers treat as retriable.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ray
+from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+
+from actors.options import CONTROLLER_NAME, NAMESPACE, partition_actor_name
+from storage.errors import BrokerNotAvailableError, RaybrokerError, RequestTimedOutError, UnknownTopicOrPartitionError
+
+
+def call(ref: Any, timeout_s: float | None = None) -> Any:
+    """`ray.get(ref)`, raising the actor's own typed error rather than Ray's wrapper."""
+    try:
+        return ray.get(ref, timeout=timeout_s)
+    except RayTaskError as exc:
+        cause = getattr(exc, "cause", None)
+        if isinstance(cause, RaybrokerError):
+            raise cause from None
+        if isinstance(cause, RayActorError):
+            raise BrokerNotAvailableError(f"actor unavailable: {cause}") from None
+        raise
+    except RayActorError as exc:
+        raise BrokerNotAvailableError(f"actor unavailable: {exc}") from None
+    except GetTimeoutError as exc:
+        raise RequestTimedOutError(f"no answer within {timeout_s} s") from exc
+
+
+def call_all(refs: list[Any], timeout_s: float | None = None) -> list[Any]:
+    """`call` for several refs, waiting for all of them."""
+    return [call(ref, timeout_s) for ref in refs]
+
+
+def get_actor(name: str) -> Any:
+    """A named raybroker actor, or `BrokerNotAvailableError` if none runs under that name."""
+    try:
+        return ray.get_actor(name, namespace=NAMESPACE)
+    except ValueError:
+        raise BrokerNotAvailableError(f"no actor {name!r} in namespace {NAMESPACE!r}: is the broker running?") from None
+
+
+def controller() -> Any:
+    return get_actor(CONTROLLER_NAME)
+
+
+def partition_actor(topic: str, partition: int) -> Any:
+    """The partition actor of (topic, partition); `UnknownTopicOrPartitionError` if the cluster has none."""
+    try:
+        return ray.get_actor(partition_actor_name(topic, partition), namespace=NAMESPACE)
+    except ValueError:
+        raise UnknownTopicOrPartitionError(f"no partition {topic}-{partition} is hosted") from None

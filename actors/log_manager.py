@@ -1,0 +1,390 @@
+"""The log-manager actor: one per Ray node, i.e. one broker, owning that node's `log.dirs`.
+
+State it owns, and where it is persisted:
+
+- the log dirs themselves (lock, `meta.properties`, `.kafka_cleanshutdown`, the four checkpoint
+  files), through `storage.log_dirs.LogDirs` — see that module for the formats;
+- which partition lives in which dir: the `<topic>-<partition>` folders on disk (found again at start);
+- one partition actor per folder (`actors.partition_log`), pinned to this node.
+
+It keeps no state of its own beyond what is on disk: after a restart (Ray restarts it if it dies) it
+rediscovers the folders, and the partition actors, which are named and detached, are found again
+(`get_if_exists`) rather than duplicated. Every call is idempotent: creating an existing partition
+returns it, deleting a missing one does nothing, a scheduled pass may run any number of times.
+
+Scheduled work (Kafka's intervals, from the broker config), run by one background thread:
+retention (`log.retention.check.interval.ms`) and delayed deletes, the recovery-point / log-start /
+high-watermark checkpoints (`log.flush.offset.checkpoint.interval.ms`,
+`log.flush.start.offset.checkpoint.interval.ms`, `replica.high.watermark.checkpoint.interval.ms`),
+time-based flushes, and compaction (`log.cleaner.backoff.ms`): the filthiest compacted partitions,
+at most `log.cleaner.threads` at once, are cleaned by their own actors, because a log's segments can
+only be rewritten by the process that owns them. A partition whose cleaning fails is retried after
+a growing backoff while the others go on.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from actors.options import partition_options
+from actors.partition_log import CleanableRange, PartitionState
+from storage import file_names
+from storage.broker_config import BrokerConfig
+from storage.cleaner_manager import MAX_BACKOFF_DOUBLINGS
+from storage.clock import SYSTEM_CLOCK
+from storage.config import LogConfig
+from storage.errors import KafkaStorageError
+from storage.log_dirs import LogDirs, TopicPartition
+
+logger = logging.getLogger(__name__)
+
+# How often the scheduler thread wakes to see which task is due: short enough for tests that set
+# intervals of a few hundred ms, long enough to cost nothing when idle.
+TICK_SECONDS = 0.1
+# Partition actors created at once while loading a dir (Kafka: num.recovery.threads.per.data.dir).
+READY_TIMEOUT_SECONDS = 600
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionPlacement:
+    """Where a partition lives on this node."""
+
+    topic: str
+    partition: int
+    directory: str
+
+
+class LogManagerActor:
+    """One node's broker; see the module docstring."""
+
+    def __init__(
+        self,
+        node_id: str,
+        broker_config: dict[str, str],
+        topic_configs: dict[str, dict[str, str]],
+        cluster_id: str | None = None,
+    ) -> None:
+        self.node_id = node_id
+        self.config = BrokerConfig.from_properties(broker_config)
+        self._broker_config_properties = dict(broker_config)
+        self._topic_configs = {topic: dict(config) for topic, config in topic_configs.items()}
+        self._dirs = LogDirs(
+            self.config.log_dirs,
+            clock=SYSTEM_CLOCK,
+            cluster_id=cluster_id,
+            node_id=self.config.node_id,
+            file_delete_delay_ms=self.config.log_segment_delete_delay_ms,
+        )
+        self._lock = threading.RLock()
+        self._partitions: dict[TopicPartition, tuple[Path, Any]] = {}
+        self._cleaner_offsets: dict[TopicPartition, int] = {}
+        self._cleaner_failures: dict[TopicPartition, tuple[int, int]] = {}
+        self._stopping = threading.Event()
+        loaded = self._dirs.startup()
+        for found in loaded:
+            self._cleaner_offsets.update(found.cleaner_offsets)
+            self._open_dir(found.path, found.partitions, found.recovery_points, found.log_start_offsets)
+        self._scheduler = threading.Thread(target=self._run_scheduler, name="log-manager-scheduler", daemon=True)
+        self._scheduler.start()
+
+    # --- partitions ------------------------------------------------------------------------------
+
+    def _log_config(self, topic: str) -> dict[str, str]:
+        base = self.config.log_config
+        overrides = self._topic_configs.get(topic, {})
+        return LogConfig.from_properties(overrides, base=base).to_properties()
+
+    def _start_partition(
+        self, topic: str, partition: int, folder: Path, recovery_point: int = 0, log_start_offset: int = 0
+    ) -> Any:
+        from actors.remote import PartitionLog
+
+        return PartitionLog.options(**partition_options(topic, partition, self.node_id)).remote(
+            str(folder),
+            self._log_config(topic),
+            recovery_point,
+            log_start_offset,
+            self.config.cleaner_config.to_properties(),
+        )
+
+    def _open_dir(
+        self,
+        directory: Path,
+        partitions: dict[TopicPartition, Path],
+        recovery_points: dict[TopicPartition, int],
+        log_starts: dict[TopicPartition, int],
+    ) -> None:
+        """Starts the actors of every partition in `directory`, at most `num.recovery.threads.per.data.dir`
+        recovering at once (each actor recovers its own log in its `__init__`)."""
+        batch = max(1, self.config.num_recovery_threads_per_data_dir)
+        items = sorted(partitions.items())
+        for start in range(0, len(items), batch):
+            started = []
+            for tp, folder in items[start : start + batch]:
+                handle = self._start_partition(tp[0], tp[1], folder, recovery_points.get(tp, 0), log_starts.get(tp, 0))
+                started.append((tp, folder, handle))
+            for tp, _, handle in started:
+                try:
+                    ray.get(handle.ready.remote(), timeout=READY_TIMEOUT_SECONDS)
+                except Exception as exc:
+                    logger.error("partition %s-%d in %s failed to load: %s", tp[0], tp[1], directory, exc)
+                    self._dirs.mark_load_failed(directory)
+                self._partitions[tp] = (directory, handle)
+
+    def create_partition(self, topic: str, partition: int, config: dict[str, str] | None = None) -> PartitionPlacement:
+        """The partition's placement, creating its folder (in the live dir with the fewest partitions)
+        and actor if missing."""
+        with self._lock:
+            if config is not None:
+                self._topic_configs[topic] = dict(config)
+            existing = self._partitions.get((topic, partition))
+            if existing is not None:
+                self._check_online(existing[0], topic, partition)
+                return PartitionPlacement(topic, partition, str(existing[0]))
+            folder_name = file_names.partition_dir_name(topic, partition)
+            errors = []
+            for directory in self._dirs.placement_order(self._counts()):
+                handle = self._start_partition(topic, partition, directory / folder_name)
+                try:
+                    ray.get(handle.ready.remote(), timeout=READY_TIMEOUT_SECONDS)
+                except Exception as exc:
+                    errors.append(f"{directory}: {exc}")
+                    ray.kill(handle, no_restart=True)
+                    self._dirs.take_offline(directory, exc)
+                    continue
+                self._partitions[(topic, partition)] = (directory, handle)
+                return PartitionPlacement(topic, partition, str(directory))
+            raise KafkaStorageError(f"cannot create {folder_name} in any live log dir ({'; '.join(errors)})")
+
+    def delete_partition(self, topic: str, partition: int) -> bool:
+        """Kafka-style async delete: the actor stops, the folder becomes `...-delete`, removed later."""
+        with self._lock:
+            entry = self._partitions.pop((topic, partition), None)
+            if entry is None:
+                return False
+            directory, handle = entry
+            try:
+                ray.get(handle.close.remote())
+            finally:
+                ray.kill(handle, no_restart=True)
+            folder = directory / file_names.partition_dir_name(topic, partition)
+            self._dirs.schedule_folder_delete(folder, topic, partition)
+            self._cleaner_offsets.pop((topic, partition), None)
+            return True
+
+    def set_topic_config(self, topic: str, config: dict[str, str]) -> int:
+        """New topic settings for this node's partitions of `topic`; returns how many were updated."""
+        with self._lock:
+            self._topic_configs[topic] = dict(config)
+            handles = [handle for (t, _), (_, handle) in self._partitions.items() if t == topic]
+        ray.get([handle.update_config.remote(self._log_config(topic)) for handle in handles])
+        return len(handles)
+
+    def partitions(self) -> list[PartitionPlacement]:
+        with self._lock:
+            return [PartitionPlacement(t, p, str(d)) for (t, p), (d, _) in sorted(self._partitions.items())]
+
+    def partition_count(self) -> int:
+        return len(self._partitions)
+
+    def describe(self, topic: str | None = None) -> list[tuple[PartitionPlacement, PartitionState | None]]:
+        """Placement and live state of this node's partitions (of `topic`, or all)."""
+        with self._lock:
+            items = [(tp, entry) for tp, entry in sorted(self._partitions.items()) if topic in (None, tp[0])]
+        refs = [handle.state.remote() for _, (_, handle) in items]
+        result = []
+        for (tp, (directory, _)), ref in zip(items, refs, strict=True):
+            try:
+                state = ray.get(ref)
+            except Exception:
+                state = None
+            result.append((PartitionPlacement(tp[0], tp[1], str(directory)), state))
+        return result
+
+    def dirs(self) -> dict[str, str | None]:
+        """Each log dir and why it is offline (None when online)."""
+        offline = self._dirs.offline_dirs
+        return {str(d): offline.get(d) for d in self._dirs.log_dirs}
+
+    def cluster_id(self) -> str:
+        return self._dirs.cluster_id
+
+    def _counts(self) -> dict[Path, int]:
+        counts: dict[Path, int] = {}
+        for directory, _ in self._partitions.values():
+            counts[directory] = counts.get(directory, 0) + 1
+        return counts
+
+    def _check_online(self, directory: Path, topic: str, partition: int) -> None:
+        reason = self._dirs.offline_dirs.get(directory)
+        if reason is not None:
+            raise KafkaStorageError(f"partition {topic}-{partition} is offline: {reason}", path=directory)
+
+    # --- scheduled work --------------------------------------------------------------------------
+
+    def _run_scheduler(self) -> None:
+        config = self.config
+        tasks = [
+            (config.log_retention_check_interval_ms, self.run_retention),
+            (config.log_flush_offset_checkpoint_interval_ms, self.checkpoint_recovery_points),
+            (config.log_flush_start_offset_checkpoint_interval_ms, self.checkpoint_log_start_offsets),
+            (config.replica_high_watermark_checkpoint_interval_ms, self.checkpoint_high_watermarks),
+            (config.log_flush_scheduler_interval_ms, self.flush_due),
+            (config.log_cleaner_backoff_ms, self.run_cleaner),
+        ]
+        now = SYSTEM_CLOCK.milliseconds()
+        due = [now + config.log_initial_task_delay_ms for _ in tasks]
+        while not self._stopping.wait(TICK_SECONDS):
+            now = SYSTEM_CLOCK.milliseconds()
+            for index, (interval, task) in enumerate(tasks):
+                if now < due[index]:
+                    continue
+                due[index] = now + interval
+                try:
+                    task()
+                except Exception as exc:
+                    logger.exception("scheduled %s failed: %s", task.__name__, exc)
+
+    def _each_partition(self, method: str, *args: Any) -> dict[TopicPartition, Any]:
+        """Calls `method` on every online partition actor at once; failures are logged, not raised."""
+        with self._lock:
+            items = [(tp, d, h) for tp, (d, h) in self._partitions.items() if self._dirs.is_online(d)]
+        refs = [getattr(handle, method).remote(*args) for _, _, handle in items]
+        results = {}
+        for (tp, directory, _), ref in zip(items, refs, strict=True):
+            try:
+                results[tp] = ray.get(ref)
+            except Exception as exc:
+                cause = getattr(exc, "cause", exc)
+                if isinstance(cause, KafkaStorageError):
+                    self._dirs.take_offline(directory, cause)
+                logger.warning("%s of %s-%d failed: %s", method, tp[0], tp[1], cause)
+        return results
+
+    def run_retention(self) -> int:
+        """One retention pass on every partition, then delayed deletes; returns segments deleted."""
+        deleted = sum(self._each_partition("delete_old_segments").values())
+        self._each_partition("delete_due_files")
+        self._dirs.delete_due_folders()
+        return deleted
+
+    def flush_due(self) -> int:
+        return sum(self._each_partition("flush_if_due").values())
+
+    def checkpoint_recovery_points(self) -> None:
+        self.checkpoint([file_names.RECOVERY_POINT_CHECKPOINT, file_names.CLEANER_OFFSET_CHECKPOINT])
+
+    def checkpoint_log_start_offsets(self) -> None:
+        self.checkpoint([file_names.LOG_START_OFFSET_CHECKPOINT])
+
+    def checkpoint_high_watermarks(self) -> None:
+        self.checkpoint([file_names.REPLICATION_OFFSET_CHECKPOINT])
+
+    def checkpoint(
+        self, names: list[str] | None = None, states: dict[TopicPartition, PartitionState] | None = None
+    ) -> None:
+        """Writes checkpoint files (`names`, default all four) of every online dir from partition states."""
+        states = self._each_partition("state") if states is None else states
+        with self._lock:
+            placement = {tp: directory for tp, (directory, _) in self._partitions.items()}
+            cleaner = dict(self._cleaner_offsets)
+        values = {
+            file_names.RECOVERY_POINT_CHECKPOINT: {tp: s.recovery_point for tp, s in states.items()},
+            file_names.LOG_START_OFFSET_CHECKPOINT: {
+                tp: s.log_start_offset for tp, s in states.items() if s.log_start_offset > s.first_segment_base
+            },
+            file_names.REPLICATION_OFFSET_CHECKPOINT: {tp: s.high_watermark for tp, s in states.items()},
+            file_names.CLEANER_OFFSET_CHECKPOINT: cleaner,
+        }
+        for directory in self._dirs.online_dirs:
+            for name in names or list(values):
+                here = {tp: offset for tp, offset in values[name].items() if placement.get(tp) == directory}
+                self._dirs.write_checkpoint(directory, name, here)
+
+    def run_cleaner(self) -> int:
+        """Cleans the filthiest eligible compacted partitions, `log.cleaner.threads` at a time."""
+        if not self.config.log_cleaner_enable or self.config.log_cleaner_threads == 0:
+            return 0
+        now = SYSTEM_CLOCK.milliseconds()
+        with self._lock:
+            compacted = {
+                tp: (d, h)
+                for tp, (d, h) in self._partitions.items()
+                if self._dirs.is_online(d) and now >= self._cleaner_failures.get(tp, (0, 0))[1]
+            }
+            offsets = {tp: self._cleaner_offsets.get(tp) for tp in compacted}
+        refs = {tp: handle.cleanable.remote(offsets[tp]) for tp, (_, handle) in compacted.items()}
+        ranges: list[tuple[TopicPartition, CleanableRange]] = []
+        for tp, ref in refs.items():
+            try:
+                found = ray.get(ref)
+            except Exception as exc:
+                self._cleaning_failed(tp, exc, now)
+                continue
+            if found is not None:
+                ranges.append((tp, found))
+        ranges.sort(key=lambda item: -item[1].dirty_ratio)
+        chosen = ranges[: self.config.log_cleaner_threads]
+        runs = [
+            (tp, compacted[tp][1].clean.remote(r.first_dirty_offset, r.first_uncleanable_offset)) for tp, r in chosen
+        ]
+        cleaned = 0
+        for tp, ref in runs:
+            try:
+                result = ray.get(ref)
+            except Exception as exc:
+                self._cleaning_failed(tp, exc, now)
+                continue
+            if not result.aborted:
+                with self._lock:
+                    self._cleaner_offsets[tp] = result.end_offset
+                    self._cleaner_failures.pop(tp, None)
+                cleaned += 1
+        return cleaned
+
+    def _cleaning_failed(self, tp: TopicPartition, error: BaseException, now_ms: int) -> None:
+        with self._lock:
+            failures = self._cleaner_failures.get(tp, (0, 0))[0] + 1
+            backoff = self.config.log_cleaner_backoff_ms * 2 ** min(failures - 1, MAX_BACKOFF_DOUBLINGS)
+            self._cleaner_failures[tp] = (failures, now_ms + backoff)
+        logger.error("cleaning %s-%d failed (%d in a row), retry in %d ms: %s", tp[0], tp[1], failures, backoff, error)
+
+    def uncleanable(self) -> dict[str, int]:
+        """Partitions whose last cleaning failed, with the number of failures in a row."""
+        with self._lock:
+            return {f"{t}-{p}": failures for (t, p), (failures, _) in self._cleaner_failures.items()}
+
+    # --- shutdown --------------------------------------------------------------------------------
+
+    def shutdown(self) -> dict[str, int]:
+        """Clean shutdown: every partition closes (flush, trim, markers), then the checkpoints and the
+        log dirs' clean-shutdown markers are written and the locks released. Returns end offsets."""
+        self._stopping.set()
+        self._scheduler.join(timeout=30)
+        with self._lock:
+            items = list(self._partitions.items())
+            refs = [(tp, handle.close.remote()) for tp, (_, handle) in items]
+            states: dict[TopicPartition, PartitionState] = {}
+            for tp, ref in refs:
+                try:
+                    states[tp] = ray.get(ref)
+                except Exception as exc:
+                    directory = self._partitions[tp][0]
+                    logger.error("closing %s-%d failed: %s", tp[0], tp[1], exc)
+                    self._dirs.mark_load_failed(directory)
+            self.checkpoint(states=states)
+            self._dirs.write_clean_shutdown_markers(self._dirs.online_dirs)
+            self._dirs.release_all()
+            for _, (_, handle) in items:
+                ray.kill(handle, no_restart=True)
+            self._partitions.clear()
+            return {f"{t}-{p}": state.log_end_offset for (t, p), state in states.items()}
+
+    def ping(self) -> str:
+        return self.node_id

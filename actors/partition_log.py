@@ -1,0 +1,189 @@
+"""The partition actor: one per partition, owning its `<topic>-<partition>` folder through `storage.Log`.
+
+A thin wrapper: every method delegates to the storage log and returns plain values (bytes, ints,
+frozen dataclasses), never lists of Python record objects. Batches travel as Kafka's wire bytes.
+
+Crash behaviour: the log runs in standalone mode, so it holds `<folder>/.lock` while open. When Ray
+restarts a killed actor, `__init__` runs again with the same arguments, finds the stale lock, and
+recovers the log from its recovery point (batch CRCs checked, torn tail cut off) before serving;
+every acknowledged append was written before it was acknowledged, so none is lost.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import ray
+
+from actors.options import MAINTENANCE_GROUP, READ_GROUP
+from storage.cleaner import Cleaner, CleanResult
+from storage.cleaner_config import CleanerConfig
+from storage.cleaner_manager import log_to_clean
+from storage.config import LogConfig
+from storage.file_records import TimestampAndOffset
+from storage.log import DEFAULT_FETCH_MAX_BYTES, Log, LogAppendInfo
+
+
+@dataclass(frozen=True, slots=True)
+class FetchResult:
+    """A fetch answer: the batch bytes plus the partition's offsets at the time of the read."""
+
+    records: bytes
+    high_watermark: int
+    log_start_offset: int
+    log_end_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class CleanableRange:
+    """How dirty a compacted partition is: what the cleaner compares to pick the filthiest log."""
+
+    first_dirty_offset: int
+    first_uncleanable_offset: int
+    dirty_ratio: float
+    cleanable_bytes: int
+    needs_compaction_now: bool
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionState:
+    """What the log manager checkpoints and describes for one partition."""
+
+    directory: str
+    log_start_offset: int
+    log_end_offset: int
+    high_watermark: int
+    recovery_point: int
+    first_segment_base: int
+    size_bytes: int
+    segments: int
+    pid: int
+
+
+class PartitionLogActor:
+    """One partition log; see the module docstring. Writes run on one thread, reads on several."""
+
+    def __init__(
+        self,
+        directory: str,
+        config: dict[str, str],
+        recovery_point: int = 0,
+        log_start_offset: int = 0,
+        cleaner_config: dict[str, str] | None = None,
+    ) -> None:
+        self._log = Log.open(
+            Path(directory),
+            LogConfig.from_properties(config),
+            recovery_point=recovery_point,
+            log_start_offset=log_start_offset,
+        )
+        self._cleaner = Cleaner(CleanerConfig.from_properties(cleaner_config or {}), self._log.clock)
+
+    def ready(self) -> int:
+        """Answers once the log is open (and recovered); returns the log end offset."""
+        return self._log.log_end_offset
+
+    # --- writes (default group: one thread, in call order) ---------------------------------------
+
+    def append(self, batches: bytes) -> LogAppendInfo:
+        """Appends client batches (Kafka wire bytes, baseOffset 0); returns the assigned offsets."""
+        return self._log.append(batches)
+
+    def delete_records(self, offset: int) -> int:
+        """Kafka's DeleteRecords; returns the new log start offset."""
+        return self._log.delete_records(offset)
+
+    def update_config(self, config: dict[str, str]) -> None:
+        self._log.update_config(LogConfig.from_properties(config))
+
+    def close(self) -> PartitionState:
+        """Clean shutdown of the log (flush, trim, markers); returns its final state."""
+        self._log.close()
+        return self._state()
+
+    # --- reads (read group: concurrent, never behind an append) ----------------------------------
+
+    @ray.method(concurrency_group=READ_GROUP)
+    def read(self, offset: int, max_bytes: int = DEFAULT_FETCH_MAX_BYTES) -> bytes:
+        """Kafka fetch bytes from `offset` (whole batches, up to the high watermark)."""
+        return self._log.read(offset, max_bytes, isolation="high_watermark").records
+
+    @ray.method(concurrency_group=READ_GROUP)
+    def fetch(self, offset: int, max_bytes: int = DEFAULT_FETCH_MAX_BYTES) -> FetchResult:
+        """`read` plus the offsets a consumer needs to know where the end is."""
+        records = self._log.read(offset, max_bytes, isolation="high_watermark").records
+        return FetchResult(records, self._log.high_watermark, self._log.log_start_offset, self._log.log_end_offset)
+
+    @ray.method(concurrency_group=READ_GROUP)
+    def list_offset(self, timestamp: int) -> TimestampAndOffset | None:
+        """Kafka's ListOffsets: a timestamp, or -2 earliest, -1 latest, -3 max timestamp."""
+        return self._log.fetch_offset_by_timestamp(timestamp)
+
+    @ray.method(concurrency_group=READ_GROUP)
+    def offsets(self) -> tuple[int, int, int]:
+        """(log start offset, high watermark, log end offset)."""
+        return self._log.log_start_offset, self._log.high_watermark, self._log.log_end_offset
+
+    @ray.method(concurrency_group=READ_GROUP)
+    def state(self) -> PartitionState:
+        return self._state()
+
+    def _state(self) -> PartitionState:
+        segments = self._log.log_segments()
+        return PartitionState(
+            str(self._log.directory),
+            self._log.log_start_offset,
+            self._log.log_end_offset,
+            self._log.high_watermark,
+            self._log.recovery_point,
+            segments[0].base_offset,
+            self._log.size_in_bytes,
+            len(segments),
+            os.getpid(),
+        )
+
+    # --- maintenance (one thread beside the writer) ----------------------------------------------
+
+    @ray.method(concurrency_group=MAINTENANCE_GROUP)
+    def delete_old_segments(self) -> int:
+        """One retention pass; returns the number of segments deleted."""
+        return self._log.delete_old_segments()
+
+    @ray.method(concurrency_group=MAINTENANCE_GROUP)
+    def delete_due_files(self) -> int:
+        return self._log.delete_due_files()
+
+    @ray.method(concurrency_group=MAINTENANCE_GROUP)
+    def flush_if_due(self) -> bool:
+        """fsync when the last flush is older than `flush.ms`; returns whether it flushed."""
+        if self._log.clock.milliseconds() - self._log.last_flush_ms < self._log.config.flush_ms:
+            return False
+        self._log.flush()
+        return True
+
+    @ray.method(concurrency_group=MAINTENANCE_GROUP)
+    def cleanable(self, checkpointed_first_dirty: int | None) -> CleanableRange | None:
+        """This log's cleanable range if it qualifies for compaction now, else None."""
+        if not self._log.config.compact:
+            return None
+        ltc = log_to_clean(("", 0), self._log, checkpointed_first_dirty, self._log.clock.milliseconds())
+        if ltc is None:
+            return None
+        return CleanableRange(
+            ltc.first_dirty_offset,
+            ltc.first_uncleanable_offset,
+            ltc.dirty_ratio,
+            ltc.cleanable_bytes,
+            ltc.needs_compaction_now,
+        )
+
+    @ray.method(concurrency_group=MAINTENANCE_GROUP)
+    def clean(self, first_dirty_offset: int, first_uncleanable_offset: int | None = None) -> CleanResult:
+        """One compaction pass; its `end_offset` is where the next pass starts. Retention follows for
+        `compact,delete` logs, as after a Kafka cleaner pass."""
+        result = self._cleaner.clean(self._log, first_dirty_offset, first_uncleanable_offset)
+        if self._log.config.delete:
+            self._log.delete_old_segments()
+        return result
