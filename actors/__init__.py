@@ -1,0 +1,27 @@
+"""raybroker's broker on Ray: the client facades users hold, and the broker's lifecycle.
+
+`Broker.connect()` finds the running broker; `Admin` manages topics, `Producer` and `Consumer` write and
+read records without any `.remote()` or `ray.get`, and raise the project's typed errors
+(`storage.errors`), never Ray's. `serializers` turns keys and values into bytes and back. The actors
+themselves live in their own modules (`partition_log`, `log_manager`, `controller`, `group_coordinator`).
+"""
+
+from actors import serializers
+from actors.admin import Admin, PartitionDescription, TopicDescription
+from actors.broker import Broker, start_broker, stop_broker
+from actors.consumer import Consumer, ConsumerRecord
+from actors.producer import Producer, RecordMetadata
+
+__all__ = [
+    "Admin",
+    "Broker",
+    "Consumer",
+    "ConsumerRecord",
+    "PartitionDescription",
+    "Producer",
+    "RecordMetadata",
+    "TopicDescription",
+    "serializers",
+    "start_broker",
+    "stop_broker",
+]

@@ -23,9 +23,15 @@ import ray
 
 from actors.client import call, controller, get_actor, partition_actor
 from actors.controller import TopicMetadata
-from actors.options import controller_options, log_manager_name, log_manager_options
+from actors.options import (
+    controller_options,
+    group_coordinator_name,
+    group_coordinator_options,
+    log_manager_name,
+    log_manager_options,
+)
 from storage.broker_config import BrokerConfig
-from storage.errors import TopicExistsError, UnknownTopicOrPartitionError
+from storage.errors import BrokerNotAvailableError, TopicExistsError, UnknownTopicOrPartitionError
 
 logger = logging.getLogger(__name__)
 
@@ -37,7 +43,7 @@ def start_broker(config: BrokerConfig | Mapping[str, str] | None = None) -> str:
     broker_config = config if isinstance(config, BrokerConfig) else BrokerConfig.from_properties(dict(config or {}))
     properties = broker_config.to_properties()
     node_id = ray.get_runtime_context().get_node_id()
-    from actors.remote import Controller, LogManager
+    from actors.remote import Controller, GroupCoordinator, LogManager
 
     metadata_dir = broker_config.log_dirs[0]
     ctrl = Controller.options(**controller_options(node_id)).remote(metadata_dir, properties)
@@ -54,6 +60,8 @@ def start_broker(config: BrokerConfig | Mapping[str, str] | None = None) -> str:
                 {"cleanup.policy": "compact", "segment.bytes": str(100 * 1024 * 1024)},
             )
         )
+    coordinator = GroupCoordinator.options(**group_coordinator_options(node_id)).remote()
+    call(coordinator.ready.remote())
     logger.info("broker started on node %s (cluster %s)", node_id, cluster_id)
     return node_id
 
@@ -61,6 +69,9 @@ def start_broker(config: BrokerConfig | Mapping[str, str] | None = None) -> str:
 def stop_broker() -> dict[str, int]:
     """Clean shutdown of every node's broker, then the controller. Returns final log end offsets."""
     ctrl = controller()
+    # First, so that no commit is appended while the partitions close.
+    with contextlib.suppress(BrokerNotAvailableError):
+        ray.kill(get_actor(group_coordinator_name()), no_restart=True)
     end_offsets: dict[str, int] = {}
     for node_id in call(ctrl.brokers.remote()):
         try:

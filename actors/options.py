@@ -49,60 +49,43 @@ def _node_affinity(node_id: str) -> Any:
     return NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)
 
 
-def controller_options(node_id: str) -> dict[str, Any]:
-    """The cluster's metadata actor, pinned to the node holding the metadata log."""
-    return {
-        "name": CONTROLLER_NAME,
+# max_concurrency of the service actors (controller, log managers, group coordinator); partition actors
+# use PARTITION_CONCURRENCY_GROUPS instead.
+SERVICE_CONCURRENCY = 8
+
+
+def _pinned_actor_options(name: str, node_id: str, *, max_concurrency: int | None = None) -> dict[str, Any]:
+    """A named, detached, restartable, zero-CPU actor, pinned to `node_id` (see the module docstring)."""
+    options: dict[str, Any] = {
+        "name": name,
         "namespace": NAMESPACE,
         "lifetime": "detached",
         "get_if_exists": True,
         "num_cpus": 0,
         "max_restarts": -1,
         "max_task_retries": 0,
-        "max_concurrency": 8,
-        "scheduling_strategy": _node_affinity(node_id),
     }
+    if max_concurrency is not None:
+        options["max_concurrency"] = max_concurrency
+    options["scheduling_strategy"] = _node_affinity(node_id)
+    return options
+
+
+def controller_options(node_id: str) -> dict[str, Any]:
+    """The cluster's metadata actor, pinned to the node holding the metadata log."""
+    return _pinned_actor_options(CONTROLLER_NAME, node_id, max_concurrency=SERVICE_CONCURRENCY)
 
 
 def log_manager_options(node_id: str) -> dict[str, Any]:
     """One node's broker: owns its log dirs and its partition actors."""
-    return {
-        "name": log_manager_name(node_id),
-        "namespace": NAMESPACE,
-        "lifetime": "detached",
-        "get_if_exists": True,
-        "num_cpus": 0,
-        "max_restarts": -1,
-        "max_task_retries": 0,
-        "max_concurrency": 8,
-        "scheduling_strategy": _node_affinity(node_id),
-    }
+    return _pinned_actor_options(log_manager_name(node_id), node_id, max_concurrency=SERVICE_CONCURRENCY)
 
 
 def partition_options(topic: str, partition: int, node_id: str) -> dict[str, Any]:
     """One partition log, on the node whose disk holds its folder."""
-    return {
-        "name": partition_actor_name(topic, partition),
-        "namespace": NAMESPACE,
-        "lifetime": "detached",
-        "get_if_exists": True,
-        "num_cpus": 0,
-        "max_restarts": -1,
-        "max_task_retries": 0,
-        "scheduling_strategy": _node_affinity(node_id),
-    }
+    return _pinned_actor_options(partition_actor_name(topic, partition), node_id)
 
 
 def group_coordinator_options(node_id: str) -> dict[str, Any]:
     """Committed consumer offsets, cached in front of the `__consumer_offsets` topic."""
-    return {
-        "name": group_coordinator_name(),
-        "namespace": NAMESPACE,
-        "lifetime": "detached",
-        "get_if_exists": True,
-        "num_cpus": 0,
-        "max_restarts": -1,
-        "max_task_retries": 0,
-        "max_concurrency": 8,
-        "scheduling_strategy": _node_affinity(node_id),
-    }
+    return _pinned_actor_options(group_coordinator_name(), node_id, max_concurrency=SERVICE_CONCURRENCY)

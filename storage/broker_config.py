@@ -1,9 +1,9 @@
 """Broker-level configuration (Kafka's `server.properties`): Kafka's names and defaults, validated on creation.
 
 Every field is a Kafka broker key with dots as underscores (`log.segment.bytes` -> `log_segment_bytes`). Java
-types are enforced: an `int` key takes -2**31..2**31-1, a `long` key -2**63..2**63-1, a `double` key any finite
-or infinite float, a `boolean` key `true`/`false` (any case), a `list` key a comma list (blanks trimmed, empty
-entries dropped, as Kafka's `csvList`).
+types are enforced (`storage.config_values`): an `int` key takes -2**31..2**31-1, a `long` key -2**63..2**63-1,
+a `double` key any finite or infinite float, a `boolean` key `true`/`false` (any case), a `list` key a comma
+list (blanks trimmed, empty entries dropped, as Kafka's `csvList`).
 
 | Kafka key                                     | type    | default             | meaning                              |
 |-----------------------------------------------|---------|---------------------|--------------------------------------|
@@ -86,9 +86,6 @@ from __future__ import annotations
 
 import difflib
 import logging
-import math
-import re
-import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -96,21 +93,26 @@ from typing import Any
 
 from storage.cleaner_config import CleanerConfig
 from storage.config import LogConfig
+from storage.config_values import (
+    DOUBLE_MAX,
+    LONG_MAX,
+    check_fields,
+    config_field,
+    config_fields,
+    kafka_name,
+    parse_value,
+    render_properties,
+    values_from_properties,
+)
 from storage.errors import CorruptCheckpointError, InvalidConfigError
 from storage.meta_properties import parse_properties
 
 logger = logging.getLogger(__name__)
 
-LONG_MAX = 2**63 - 1
-DOUBLE_MAX = sys.float_info.max
 DEFAULT_LOG_DIR = "/tmp/raybroker-logs"
 
 MS_PER_MINUTE = 60_000
 MS_PER_HOUR = 3_600_000
-
-_JAVA_RANGES = {"int": (-(2**31), 2**31 - 1), "long": (-(2**63), 2**63 - 1)}
-_JAVA_INTEGER = re.compile(r"^[+-]?[0-9]+$")
-_JAVA_DECIMAL = re.compile(r"^[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?$")
 
 IGNORED_KAFKA_KEYS = frozenset(
     {
@@ -185,93 +187,75 @@ _TOPIC_SYNONYMS = {
 
 
 @dataclass(frozen=True)
-class _Key:
-    java_type: str
-    low: int | None
-
-
-def _key(default: Any, java_type: str, low: int | None = None) -> Any:
-    """A field for one Kafka key; `low` is checked here, ranges of topic-config synonyms by `LogConfig`."""
-    return field(default=default, metadata={"kafka": _Key(java_type, low)})
-
-
-@dataclass(frozen=True)
 class BrokerConfig:
     """One broker's settings (see the module docstring for every key, its default and its meaning).
 
     `log_config` (the topic defaults) and `cleaner_config` are derived on creation; `ignored_keys` lists the
-    Kafka keys a loaded file set that raybroker does not use.
+    Kafka keys a loaded file set that raybroker does not use. A field's `low` is checked here; the ranges of
+    topic-config synonyms and cleaner keys are checked by `LogConfig` and `CleanerConfig`.
     """
 
-    node_id: int = _key(0, "int", low=0)
-    log_dirs: tuple[str, ...] = _key((DEFAULT_LOG_DIR,), "list")
-    num_recovery_threads_per_data_dir: int = _key(1, "int", low=1)
-    num_partitions: int = _key(1, "int", low=1)
-    log_retention_check_interval_ms: int = _key(300000, "long", low=1)
-    log_flush_offset_checkpoint_interval_ms: int = _key(60000, "int", low=1)
-    log_flush_start_offset_checkpoint_interval_ms: int = _key(60000, "int", low=1)
-    replica_high_watermark_checkpoint_interval_ms: int = _key(5000, "long", low=1)
-    log_flush_scheduler_interval_ms: int = _key(LONG_MAX, "long", low=1)
-    log_initial_task_delay_ms: int = _key(30000, "long", low=0)
-    log_cleaner_enable: bool = _key(True, "boolean")
-    log_cleaner_threads: int = _key(1, "int")
-    log_cleaner_dedupe_buffer_size: int = _key(134217728, "long")
-    log_cleaner_io_buffer_load_factor: float = _key(0.9, "double")
-    log_cleaner_io_buffer_size: int = _key(524288, "int")
-    log_cleaner_io_max_bytes_per_second: float = _key(DOUBLE_MAX, "double")
-    log_cleaner_backoff_ms: int = _key(15000, "long")
-    offsets_topic_num_partitions: int = _key(50, "int", low=1)
-    offsets_retention_minutes: int = _key(10080, "int", low=1)
-    auto_create_topics_enable: bool = _key(True, "boolean")
-    delete_topic_enable: bool = _key(True, "boolean")
-    producer_id_expiration_ms: int = _key(86400000, "int", low=1)
-    log_segment_bytes: int = _key(1073741824, "int")
-    log_roll_ms: int | None = _key(None, "long")
-    log_roll_hours: int = _key(168, "int")
-    log_roll_jitter_ms: int | None = _key(None, "long")
-    log_roll_jitter_hours: int = _key(0, "int")
-    log_index_size_max_bytes: int = _key(10485760, "int")
-    log_index_interval_bytes: int = _key(4096, "int")
-    log_flush_interval_messages: int = _key(LONG_MAX, "long")
-    log_flush_interval_ms: int | None = _key(None, "long")
-    log_retention_ms: int | None = _key(None, "long")
-    log_retention_minutes: int | None = _key(None, "int")
-    log_retention_hours: int = _key(168, "int")
-    log_retention_bytes: int = _key(-1, "long")
-    log_cleanup_policy: str = _key("delete", "string")
-    log_cleaner_min_cleanable_ratio: float = _key(0.5, "double")
-    log_cleaner_min_compaction_lag_ms: int = _key(0, "long")
-    log_cleaner_max_compaction_lag_ms: int = _key(LONG_MAX, "long")
-    log_cleaner_delete_retention_ms: int = _key(86400000, "long")
-    log_segment_delete_delay_ms: int = _key(60000, "long")
-    message_max_bytes: int = _key(1048588, "int")
-    log_message_timestamp_type: str = _key("CreateTime", "string")
-    log_message_timestamp_before_max_ms: int = _key(LONG_MAX, "long")
-    log_message_timestamp_after_max_ms: int = _key(LONG_MAX, "long")
-    log_message_timestamp_difference_max_ms: int = _key(LONG_MAX, "long")
-    compression_type: str = _key("producer", "string")
-    compression_gzip_level: int = _key(-1, "int")
-    compression_lz4_level: int = _key(9, "int")
-    compression_zstd_level: int = _key(3, "int")
-    log_preallocate: bool = _key(False, "boolean")
-    min_insync_replicas: int = _key(1, "int")
-    unclean_leader_election_enable: bool = _key(False, "boolean")
-    log_local_retention_ms: int = _key(-2, "long")
-    log_local_retention_bytes: int = _key(-2, "long")
+    node_id: int = config_field(0, "int", low=0)
+    log_dirs: tuple[str, ...] = config_field((DEFAULT_LOG_DIR,), "list")
+    num_recovery_threads_per_data_dir: int = config_field(1, "int", low=1)
+    num_partitions: int = config_field(1, "int", low=1)
+    log_retention_check_interval_ms: int = config_field(300000, "long", low=1)
+    log_flush_offset_checkpoint_interval_ms: int = config_field(60000, "int", low=1)
+    log_flush_start_offset_checkpoint_interval_ms: int = config_field(60000, "int", low=1)
+    replica_high_watermark_checkpoint_interval_ms: int = config_field(5000, "long", low=1)
+    log_flush_scheduler_interval_ms: int = config_field(LONG_MAX, "long", low=1)
+    log_initial_task_delay_ms: int = config_field(30000, "long", low=0)
+    log_cleaner_enable: bool = config_field(True, "boolean")
+    log_cleaner_threads: int = config_field(1, "int")
+    log_cleaner_dedupe_buffer_size: int = config_field(134217728, "long")
+    log_cleaner_io_buffer_load_factor: float = config_field(0.9, "double")
+    log_cleaner_io_buffer_size: int = config_field(524288, "int")
+    log_cleaner_io_max_bytes_per_second: float = config_field(DOUBLE_MAX, "double")
+    log_cleaner_backoff_ms: int = config_field(15000, "long")
+    offsets_topic_num_partitions: int = config_field(50, "int", low=1)
+    offsets_retention_minutes: int = config_field(10080, "int", low=1)
+    auto_create_topics_enable: bool = config_field(True, "boolean")
+    delete_topic_enable: bool = config_field(True, "boolean")
+    producer_id_expiration_ms: int = config_field(86400000, "int", low=1)
+    log_segment_bytes: int = config_field(1073741824, "int")
+    log_roll_ms: int | None = config_field(None, "long")
+    log_roll_hours: int = config_field(168, "int")
+    log_roll_jitter_ms: int | None = config_field(None, "long")
+    log_roll_jitter_hours: int = config_field(0, "int")
+    log_index_size_max_bytes: int = config_field(10485760, "int")
+    log_index_interval_bytes: int = config_field(4096, "int")
+    log_flush_interval_messages: int = config_field(LONG_MAX, "long")
+    log_flush_interval_ms: int | None = config_field(None, "long")
+    log_retention_ms: int | None = config_field(None, "long")
+    log_retention_minutes: int | None = config_field(None, "int")
+    log_retention_hours: int = config_field(168, "int")
+    log_retention_bytes: int = config_field(-1, "long")
+    log_cleanup_policy: str = config_field("delete", "string")
+    log_cleaner_min_cleanable_ratio: float = config_field(0.5, "double")
+    log_cleaner_min_compaction_lag_ms: int = config_field(0, "long")
+    log_cleaner_max_compaction_lag_ms: int = config_field(LONG_MAX, "long")
+    log_cleaner_delete_retention_ms: int = config_field(86400000, "long")
+    log_segment_delete_delay_ms: int = config_field(60000, "long")
+    message_max_bytes: int = config_field(1048588, "int")
+    log_message_timestamp_type: str = config_field("CreateTime", "string")
+    log_message_timestamp_before_max_ms: int = config_field(LONG_MAX, "long")
+    log_message_timestamp_after_max_ms: int = config_field(LONG_MAX, "long")
+    log_message_timestamp_difference_max_ms: int = config_field(LONG_MAX, "long")
+    compression_type: str = config_field("producer", "string")
+    compression_gzip_level: int = config_field(-1, "int")
+    compression_lz4_level: int = config_field(9, "int")
+    compression_zstd_level: int = config_field(3, "int")
+    log_preallocate: bool = config_field(False, "boolean")
+    min_insync_replicas: int = config_field(1, "int")
+    unclean_leader_election_enable: bool = config_field(False, "boolean")
+    log_local_retention_ms: int = config_field(-2, "long")
+    log_local_retention_bytes: int = config_field(-2, "long")
     ignored_keys: tuple[str, ...] = ()
     log_config: LogConfig = field(init=False, repr=False, compare=False)
     cleaner_config: CleanerConfig = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        for spec in _kafka_fields():
-            meta: _Key = spec.metadata["kafka"]
-            name = kafka_name(spec.name)
-            value = getattr(self, spec.name)
-            if value is None and spec.default is None:
-                continue
-            _check_java_type(name, value, meta.java_type)
-            if meta.low is not None and value < meta.low:
-                raise InvalidConfigError(f"invalid value {value!r} for {name}: must be at least {meta.low}")
+        check_fields(self)
         if not self.log_dirs or any(not directory.strip() for directory in self.log_dirs):
             raise InvalidConfigError(f"invalid value {list(self.log_dirs)!r} for log.dirs: expected non-empty paths")
         if not isinstance(self.ignored_keys, tuple) or not all(isinstance(key, str) for key in self.ignored_keys):
@@ -328,10 +312,9 @@ class BrokerConfig:
         or a value out of range; logs one warning naming the ignored keys.
         """
         props = {str(key).strip(): value for key, value in properties.items()}
-        specs = {kafka_name(spec.name): spec for spec in _kafka_fields()}
         if "broker.id" in props:
-            broker_id = _parse("broker.id", props.pop("broker.id"), "int")
-            if "node.id" in props and _parse("node.id", props["node.id"], "int") != broker_id:
+            broker_id = parse_value("broker.id", props.pop("broker.id"), "int")
+            if "node.id" in props and parse_value("node.id", props["node.id"], "int") != broker_id:
                 raise InvalidConfigError(
                     f"broker.id ({broker_id}) and node.id ({props['node.id']!r}) must be equal when both are set"
                 )
@@ -339,19 +322,11 @@ class BrokerConfig:
         log_dir = props.pop("log.dir", None)
         if log_dir is not None:
             props.setdefault("log.dirs", log_dir)
-        values: dict[str, Any] = {}
-        ignored: list[str] = []
-        unknown: list[str] = []
-        for key, raw in props.items():
-            spec = specs.get(key)
-            if spec is not None:
-                values[spec.name] = _parse(key, raw, spec.metadata["kafka"].java_type)
-            elif key in IGNORED_KAFKA_KEYS or key.startswith(IGNORED_KAFKA_KEY_PREFIXES):
-                ignored.append(key)
-            else:
-                unknown.append(key)
+        values, other_keys = values_from_properties(cls, props)
+        ignored = [key for key in other_keys if key in IGNORED_KAFKA_KEYS or key.startswith(IGNORED_KAFKA_KEY_PREFIXES)]
+        unknown = [key for key in other_keys if key not in ignored]
         if unknown:
-            hints = [_describe_unknown(key, specs) for key in unknown]
+            hints = [_describe_unknown(key) for key in unknown]
             raise InvalidConfigError(f"unknown broker config(s): {', '.join(hints)}")
         if ignored:
             logger.warning("ignoring Kafka broker settings that raybroker does not use: %s", ", ".join(ignored))
@@ -359,12 +334,7 @@ class BrokerConfig:
 
     def to_properties(self) -> dict[str, str]:
         """Every set key under its Kafka name, as Kafka would print it (unset optional keys are left out)."""
-        rendered: dict[str, str] = {}
-        for spec in _kafka_fields():
-            value = getattr(self, spec.name)
-            if value is not None:
-                rendered[kafka_name(spec.name)] = _render(value)
-        return rendered
+        return render_properties(self)
 
 
 def load_server_properties(path: str | Path) -> BrokerConfig:
@@ -388,69 +358,10 @@ def load_server_properties(path: str | Path) -> BrokerConfig:
         raise InvalidConfigError(exc.message, path=path) from exc
 
 
-def kafka_name(field_name: str) -> str:
-    """`log_segment_bytes` -> `log.segment.bytes`."""
-    return field_name.replace("_", ".")
-
-
-def _kafka_fields() -> list[Any]:
-    return [spec for spec in fields(BrokerConfig) if "kafka" in spec.metadata]
-
-
-def _describe_unknown(key: str, specs: Mapping[str, Any]) -> str:
-    candidates = [*specs, "broker.id", "log.dir"]
+def _describe_unknown(key: str) -> str:
+    candidates = [*(kafka_name(spec.name) for spec in config_fields(BrokerConfig)), "broker.id", "log.dir"]
     close = difflib.get_close_matches(key, candidates, n=1)
     return f"{key!r} (did you mean {close[0]!r}?)" if close else repr(key)
-
-
-def _check_java_type(name: str, value: Any, java_type: str) -> None:
-    if java_type in _JAVA_RANGES:
-        low, high = _JAVA_RANGES[java_type]
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise InvalidConfigError(f"invalid value {value!r} for {name}: expected an integer (Java {java_type})")
-        if not low <= value <= high:
-            raise InvalidConfigError(f"invalid value {value!r} for {name}: expected a Java {java_type}, {low}..{high}")
-    elif java_type == "double":
-        if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
-            raise InvalidConfigError(f"invalid value {value!r} for {name}: expected a number")
-    elif java_type == "boolean":
-        if not isinstance(value, bool):
-            raise InvalidConfigError(f"invalid value {value!r} for {name}: expected true or false")
-    elif java_type == "string":
-        if not isinstance(value, str):
-            raise InvalidConfigError(f"invalid value {value!r} for {name}: expected a string")
-    elif not isinstance(value, tuple) or not all(isinstance(item, str) for item in value):
-        raise InvalidConfigError(f"invalid value {value!r} for {name}: expected a tuple of strings")
-
-
-def _parse(key: str, raw: Any, java_type: str) -> Any:
-    """Kafka's `ConfigDef.parseType` for a string (trimmed first); other values pass through (lists to tuples)."""
-    if not isinstance(raw, str):
-        return tuple(raw) if java_type == "list" and isinstance(raw, list | tuple) else raw
-    text = raw.strip()
-    if java_type in _JAVA_RANGES:
-        if not _JAVA_INTEGER.match(text):
-            raise InvalidConfigError(f"invalid value {raw!r} for {key}: expected an integer (Java {java_type})")
-        return int(text)
-    if java_type == "double":
-        if not _JAVA_DECIMAL.match(text):
-            raise InvalidConfigError(f"invalid value {raw!r} for {key}: expected a number")
-        return float(text)
-    if java_type == "boolean":
-        if text.lower() not in ("true", "false"):
-            raise InvalidConfigError(f"invalid value {raw!r} for {key}: expected true or false")
-        return text.lower() == "true"
-    if java_type == "list":
-        return tuple(item.strip() for item in text.split(",") if item.strip())
-    return text
-
-
-def _render(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, tuple):
-        return ",".join(value)
-    return str(value)
 
 
 __all__ = ["IGNORED_KAFKA_KEYS", "IGNORED_KAFKA_KEY_PREFIXES", "BrokerConfig", "load_server_properties"]

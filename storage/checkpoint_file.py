@@ -24,18 +24,16 @@ that differs from the number of entry lines raises `CorruptCheckpointError` carr
 position of the offending line. Entries keep the file's order, so a file Kafka wrote reads and rewrites to the
 same bytes.
 
-Crash behaviour: `write` puts the whole file in `<name>.tmp`, flushes and fsyncs it, renames it over the target
-with `os.replace` (an atomic rename(2)), then fsyncs the parent directory so the rename itself is durable. A
-crash leaves either the old or the new file, never a mix; a stale `.tmp` is never read and is overwritten by the
-next write. The file is created empty when a writable `CheckpointFile` is opened on a missing path (Kafka does
-the same), and a missing file reads as no entries. Such a 0-byte file is what a broker leaves for a checkpoint
-it never wrote (e.g. the cleaner-offset-checkpoint of a broker that never compacted); it rewrites as `0\\n0\\n`.
+Crash behaviour: `write` replaces the file through `storage.file_io.write_atomically` (`<name>.tmp`, fsync,
+atomic rename, directory fsync), so a crash leaves either the old or the new file, never a mix; a stale `.tmp`
+is never read and is overwritten by the next write. The file is created empty when a writable `CheckpointFile`
+is opened on a missing path (Kafka does the same), and a missing file reads as no entries. Such a 0-byte file is
+what a broker leaves for a checkpoint it never wrote (e.g. the cleaner-offset-checkpoint of a broker that never
+compacted); it rewrites as `0\\n0\\n`.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -43,7 +41,7 @@ from pathlib import Path
 from typing import Generic, NamedTuple, Protocol, TypeVar
 
 from storage.errors import CorruptCheckpointError, KafkaStorageError
-from storage.file_names import tmp_file
+from storage.file_io import write_atomically
 
 T = TypeVar("T")
 
@@ -209,34 +207,6 @@ def format_checkpoint_text(
     except (ValueError, TypeError) as exc:
         raise CorruptCheckpointError(f"refusing to write checkpoint entry: {exc}", path=path) from exc
     return "".join(f"{line}\n" for line in (str(version), str(len(lines)), *lines))
-
-
-def fsync_dir(directory: Path) -> None:
-    """Make the directory's entries (a rename, a create, an unlink) durable; raises `OSError`."""
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_atomically(path: Path, data: bytes) -> None:
-    """Replace `path` with `data` through `<name>.tmp`: write, fsync, rename, fsync the directory.
-
-    On failure the target keeps its old content, the temporary file is removed, and `KafkaStorageError` is raised.
-    """
-    tmp = tmp_file(path)
-    try:
-        with open(tmp, "wb") as stream:
-            stream.write(data)
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.replace(tmp, path)
-        fsync_dir(path.parent)
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
-        raise KafkaStorageError(f"failed to write {path.name}: {exc.strerror or exc}", path=path) from exc
 
 
 class CheckpointFile(Generic[T]):

@@ -21,8 +21,9 @@ import json
 import re
 from pathlib import Path
 
-from storage.checkpoint_file import INT64_MAX, INT64_MIN, fsync_dir, write_atomically
+from storage.checkpoint_file import INT64_MAX, INT64_MIN
 from storage.errors import CorruptCheckpointError, KafkaStorageError
+from storage.file_io import fsync_dir, write_atomically
 from storage.file_names import CLEAN_SHUTDOWN_FILE
 
 CLEAN_SHUTDOWN_VERSION = 0
@@ -109,10 +110,5 @@ def delete_clean_shutdown_marker(directory: Path) -> bool:
         return False
     except OSError as exc:
         raise KafkaStorageError(f"failed to delete clean-shutdown marker: {exc.strerror or exc}", path=path) from exc
-    try:
-        fsync_dir(path.parent)
-    except OSError as exc:
-        raise KafkaStorageError(
-            f"failed to sync directory after deleting marker: {exc.strerror or exc}", path=path
-        ) from exc
+    fsync_dir(path.parent)
     return True

@@ -135,22 +135,35 @@ class InvalidRequestError(RaybrokerError):
     level, an invalid ListOffsets timestamp (INVALID_REQUEST)."""
 
 
-class TopicExistsError(RaybrokerError):
+class BrokerError(RaybrokerError):
+    """Base of errors raised by the broker layer: topics, partitions, brokers and their clients."""
+
+
+class TopicExistsError(BrokerError):
     """Creating a topic that already exists (TOPIC_ALREADY_EXISTS)."""
 
 
-class UnknownTopicOrPartitionError(RaybrokerError):
+class UnknownTopicOrPartitionError(BrokerError):
     """A topic or partition the cluster does not host (UNKNOWN_TOPIC_OR_PARTITION)."""
 
 
-class InvalidPartitionsError(RaybrokerError):
+class InvalidPartitionsError(BrokerError):
     """A partition count that is not a positive int within the limit, or that would shrink a topic
     (INVALID_PARTITIONS)."""
 
 
-class BrokerNotAvailableError(RaybrokerError):
+class BrokerNotAvailableError(BrokerError):
     """No broker is running where the client looked: start one with `raybroker start` (BROKER_NOT_AVAILABLE)."""
 
 
-class RequestTimedOutError(RaybrokerError):
+class RequestTimedOutError(BrokerError):
     """A broker call that did not answer in time (REQUEST_TIMED_OUT); retriable."""
+
+
+class SerializationError(BrokerError):
+    """A key or value that its serializer cannot turn into bytes, or bytes its deserializer cannot read
+    (Kafka's SerializationException / RecordDeserializationException)."""
+
+
+class InvalidGroupIdError(BrokerError):
+    """A consumer-group call without a valid group id: none configured, or not a non-empty string (INVALID_GROUP_ID)."""

@@ -14,7 +14,6 @@ exactly like Kafka's `FileLogInputStream`. Every I/O error is raised as `KafkaSt
 from __future__ import annotations
 
 import os
-import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,12 +23,11 @@ from storage.errors import CorruptRecordError, KafkaStorageError
 from storage.record_batch import (
     CURRENT_MAGIC,
     HEADER_SIZE_UP_TO_MAGIC,
-    LENGTH_OFFSET,
-    LOG_OVERHEAD,
     MAGIC_OFFSET,
-    MIN_BATCH_LENGTH_FIELD,
     NO_TIMESTAMP,
     RecordBatch,
+    batch_size_at,
+    iter_batches,
 )
 
 if TYPE_CHECKING:
@@ -42,7 +40,6 @@ AnyBatch = Union[RecordBatch, "LegacyBatch"]
 # 1 MiB at a time, where per-read overhead vanishes (a 1 GiB segment is ~1024 reads) and data stays in cache.
 FIRST_READ_CHUNK_BYTES = 16 * 1024
 READ_CHUNK_BYTES = 1024 * 1024
-_LENGTH = struct.Struct(">i")
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,20 +76,7 @@ def iter_any_batches(
     buffer: bytes | memoryview, *, path: str | None = None, base_position: int = 0
 ) -> Iterator[AnyBatch]:
     """Walks the batches of any magic in an in-memory buffer (a fetch response, a whole small file)."""
-    position = 0
-    end = len(buffer)
-    while end - position >= HEADER_SIZE_UP_TO_MAGIC:
-        (length,) = _LENGTH.unpack_from(buffer, position + LENGTH_OFFSET)
-        if length < MIN_BATCH_LENGTH_FIELD:
-            raise CorruptRecordError(
-                f"record batch size {length} is smaller than the minimum {MIN_BATCH_LENGTH_FIELD}",
-                path=path,
-                position=base_position + position,
-            )
-        if position + length + LOG_OVERHEAD > end:
-            return
-        yield batch_at(buffer, position, path=path, position=base_position + position)
-        position += length + LOG_OVERHEAD
+    return iter_batches(buffer, path=path, base_position=base_position, open_batch=batch_at)
 
 
 class FileRecords:
@@ -157,14 +141,7 @@ class FileRecords:
             if position + HEADER_SIZE_UP_TO_MAGIC > chunk_start + len(chunk):
                 chunk_start, chunk = position, self.read(position, min(chunk_bytes, end - position))
                 chunk_bytes = min(chunk_bytes * 2, READ_CHUNK_BYTES)
-            (length,) = _LENGTH.unpack_from(chunk, position - chunk_start + LENGTH_OFFSET)
-            if length < MIN_BATCH_LENGTH_FIELD:
-                raise CorruptRecordError(
-                    f"record batch size {length} is smaller than the minimum {MIN_BATCH_LENGTH_FIELD}",
-                    path=path,
-                    position=position,
-                )
-            total = length + LOG_OVERHEAD
+            total = batch_size_at(chunk, position - chunk_start, path=path, position=position)
             if position + total > end:
                 return
             if position + total > chunk_start + len(chunk):

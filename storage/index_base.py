@@ -31,9 +31,10 @@ from __future__ import annotations
 import abc
 import mmap
 import os
+import struct
 from collections.abc import Callable
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, Generic, TypeVar
 
 from storage.errors import CorruptIndexError, IndexOffsetOverflowError, KafkaStorageError, StorageError
 
@@ -52,14 +53,20 @@ INT32_MAX = 2**31 - 1
 # smaller section would miss readers that lag a little, a larger one would let pages in it go cold.
 WARM_SECTION_BYTES = 8192
 
+_INT32 = struct.Struct(">i")
 
-class IndexBase(abc.ABC):
+EntryT = TypeVar("EntryT")
+
+
+class IndexBase(abc.ABC, Generic[EntryT]):
     """A sorted array of fixed-size entries in a memory-mapped file; subclasses define the entry.
 
+    Every entry stores an int32 `offset - base_offset` at byte `RELATIVE_OFFSET_AT` of the entry.
     Not thread-safe: one owner (the segment's actor) serialises calls.
     """
 
     ENTRY_SIZE: ClassVar[int]
+    RELATIVE_OFFSET_AT: ClassVar[int]
 
     def __init__(
         self,
@@ -199,9 +206,21 @@ class IndexBase(abc.ABC):
         self._check_writable()
         self._entries = 0
 
-    @abc.abstractmethod
     def truncate_to(self, offset: int) -> None:
-        """Drop every entry whose offset is >= `offset`."""
+        """Drop every entry whose offset is >= `offset` (an exact match is dropped too)."""
+        self._check_writable()
+        self._truncate_to_entries(self._entries_below(offset - self._base_offset, self._relative_offset_at))
+
+    def entry(self, n: int) -> EntryT:
+        """The n-th entry (0-based)."""
+        self._check_open()
+        self._check_slot(n)
+        return self._read(n)
+
+    def entries_list(self) -> list[EntryT]:
+        """Every used entry, in file order."""
+        self._check_open()
+        return [self._read(slot) for slot in range(self._entries)]
 
     def flush(self) -> None:
         """Write dirty pages of the mapping and the file length to disk (msync + fsync)."""
@@ -255,6 +274,13 @@ class IndexBase(abc.ABC):
     @abc.abstractmethod
     def _check_entries(self) -> None:
         """Raise `CorruptIndexError` if the used entries break the kind's ordering rules."""
+
+    @abc.abstractmethod
+    def _read(self, slot: int) -> EntryT:
+        """The entry in `slot`, with its offset made absolute."""
+
+    def _relative_offset_at(self, slot: int) -> int:
+        return _INT32.unpack_from(self._buffer_for_read(), slot * self.ENTRY_SIZE + self.RELATIVE_OFFSET_AT)[0]
 
     def _largest_lower_bound_slot(self, target: int, value_at: Callable[[int], int]) -> int:
         """The largest slot whose value is <= `target`, or -1; values must be non-decreasing by slot."""

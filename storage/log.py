@@ -23,7 +23,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import logging
-import os
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -41,6 +40,7 @@ from storage.errors import (
     RecordBatchTooLargeError,
     StorageError,
 )
+from storage.file_io import fsync_dir
 from storage.file_records import TimestampAndOffset, iter_any_batches
 from storage.log_dir_lock import LogDirLock
 from storage.log_loader import DroppedBytes, LogLoader, new_segment
@@ -250,7 +250,9 @@ class Log:
 
         Every batch is validated before anything is written; a failing batch rejects the whole call.
         A batch an idempotent producer already wrote (same producer, epoch and sequences among its
-        last 5 batches) is not written again: its original offsets are returned (`duplicate`).
+        last 5 batches) is not written again: its original offsets are returned (`batch_offsets`, one
+        pair per input batch; `duplicate` when no batch was written). The batches of one call are judged
+        in order, each after the ones before it; an out-of-order one rejects the whole call.
         """
         now_ms = self._clock.milliseconds()
         validated = validate_client_records(batches, self._config, now_ms)
@@ -302,18 +304,18 @@ class Log:
                     set_log_append_time(buffer, start, info.size, log_append_time)
                 if metadata.timestamp > max_timestamp:
                     max_timestamp, offset_of_max_timestamp = metadata.timestamp, metadata.last_offset
-            info = self._append_assigned(
+            appended = self._append_assigned(
                 buffer,
                 kept[0][1].first_offset,
                 kept[-1][1].last_offset,
                 max_timestamp,
                 offset_of_max_timestamp,
                 log_append_time,
-                sum(info.records_count for info, _ in kept),
+                sum(batch.records_count for batch, _ in kept),
                 len(kept),
             )
             pending.commit()
-            return dataclasses.replace(info, batch_offsets=tuple(batch_offsets))
+            return dataclasses.replace(appended, batch_offsets=tuple(batch_offsets))
 
     def append_as_follower(self, batches: bytes | bytearray | memoryview) -> LogAppendInfo:
         """Appends batches whose offsets are already assigned (replication, tests of offset gaps).
@@ -341,7 +343,7 @@ class Log:
                     )
                 previous = batch.last_offset
             best = max(parsed, key=lambda batch: batch.max_timestamp)
-            return self._append_assigned(
+            info = self._append_assigned(
                 data,
                 parsed[0].base_offset,
                 parsed[-1].last_offset,
@@ -351,6 +353,20 @@ class Log:
                 sum(batch.records_count for batch in parsed),
                 len(parsed),
             )
+            for batch in parsed:
+                if batch.producer_id >= 0 and not batch.is_control:
+                    self._producer_state.update(
+                        batch.producer_id,
+                        batch.producer_epoch,
+                        BatchMetadata(
+                            batch.base_sequence,
+                            batch.last_sequence,
+                            batch.base_offset,
+                            batch.last_offset,
+                            batch.max_timestamp,
+                        ),
+                    )
+            return info
 
     def _append_assigned(
         self,
@@ -452,7 +468,7 @@ class Log:
                 if segment.base_offset >= target and segment is not self._segments.active:
                     break
                 segment.flush()
-            _fsync_dir(self.directory)
+            fsync_dir(self.directory)
             self._recovery_point = max(self._recovery_point, min(target, self.log_end_offset))
             self._last_flush_ms = self._clock.milliseconds()
 
@@ -722,7 +738,7 @@ class Log:
                 self._schedule_delete(segment)
             for segment in new_segments:
                 segment.change_file_suffixes(file_names.SWAP_SUFFIX, "")
-            _fsync_dir(self.directory)
+            fsync_dir(self.directory)
 
     # --- close -----------------------------------------------------------------------------------
 
@@ -802,17 +818,6 @@ def load_producer_state(
                 ),
             )
     return state
-
-
-def _fsync_dir(directory: Path) -> None:
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    except OSError as exc:
-        raise KafkaStorageError(f"cannot fsync directory: {exc}", path=directory) from exc
 
 
 __all__ = [

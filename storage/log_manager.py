@@ -1,70 +1,54 @@
 """The logs of one broker across its log dirs (Kafka's `LogManager`), as plain storage code.
 
-State it owns, and where that state is persisted:
+Everything dir-level (locks, meta.properties, the clean-shutdown marker, reading and writing checkpoint
+files, placement order, delayed removal of `-delete` folders, offline dirs) is `storage.log_dirs.LogDirs`'s;
+its docstring describes those files. This module owns the in-process `Log` objects and what goes into
+each checkpoint file, one line per online log of that dir:
 
-| state                                  | persisted in (per log dir)                         |
-|----------------------------------------|----------------------------------------------------|
-| which partition lives in which dir     | the `<topic>-<partition>` folders themselves       |
-| broker/cluster identity of each dir    | `meta.properties` (v1: cluster.id, node.id, directory.id) |
-| exclusive ownership of each dir        | `.lock` (flock held from `startup` to `shutdown`)  |
-| recovery point of each log             | `recovery-point-offset-checkpoint`                 |
-| log start offset above the first base  | `log-start-offset-checkpoint`                      |
-| high watermark (one replica: the LEO)  | `replication-offset-checkpoint`                    |
-| clean shutdown                         | `.kafka_cleanshutdown`, written last by `shutdown` |
+| checkpoint file                      | value written per log                                        |
+|--------------------------------------|--------------------------------------------------------------|
+| `recovery-point-offset-checkpoint`   | `recovery_point`: the offset below which the log is flushed  |
+| `log-start-offset-checkpoint`        | `log_start_offset`, only when above the first segment's base |
+| `replication-offset-checkpoint`      | `high_watermark` (one replica: the log end offset)           |
 
-Startup: the cluster id is the configured one, else the one in the first readable meta.properties,
-else a new one. Then per dir: take the lock, check or write meta.properties (a dir of another cluster
-or node goes offline, untouched), note and DELETE the clean-shutdown marker (so a crash while running
-counts as unclean), read the checkpoints (an unreadable one is treated as empty: full recovery, as
-Kafka does), then open every partition folder with a bounded pool of
-`num.recovery.threads.per.data.dir` threads. Folders renamed `...-delete` are removed after
-`file.delete.delay.ms`. A startup that fails (a dir locked by another owner, a corrupt meta.properties,
-every dir offline) closes what it opened and releases every lock before raising.
+Startup: `LogDirs.startup` locks and reads every dir, then every partition folder found is opened with
+a bounded pool of `num.recovery.threads.per.data.dir` threads per dir, from the dir's recovery point and
+log start offset, trusting the indexes only after a clean shutdown. A log that fails to open takes its
+dir offline; a startup that fails (a dir locked by another owner, a corrupt meta.properties, every dir
+offline) closes what it opened and releases every lock before raising.
 
-A new partition goes to the live dir that holds the fewest partitions (Kafka's rule: counts, not
-bytes); if creating it there fails, that dir goes offline and the next one is tried. An I/O error on a
-dir takes that dir offline: its logs' files are closed and its lock released (Kafka's
-`handleLogDirFailure`), its partitions fail with `KafkaStorageError`, the other dirs keep serving.
-The periodic tasks (retention, flush, checkpoints, delayed deletes) do not raise for such an error:
-the dir goes offline (logged, and listed by `offline_dirs`) and the pass goes on with the other dirs.
+A new partition goes to the first dir of `LogDirs.placement_order` (fewest partitions); if creating it
+there fails, that dir goes offline and the next one is tried. A dir that goes offline has its logs'
+files closed (Kafka's `handleLogDirFailure`); its partitions stay mapped to it and fail with
+`KafkaStorageError` instead of being recreated empty elsewhere, while the other dirs keep serving. The
+periodic tasks (retention, flush, checkpoints, delayed deletes) do not raise for such an error: the dir
+goes offline (logged, and listed by `offline_dirs`) and the pass goes on with the other dirs. Shutdown
+closes (flushes) every online log, writes the checkpoints, then the clean-shutdown markers, and unlocks.
 
 Every method is idempotent: creating an existing log returns it, deleting a missing one does nothing,
 checkpoints and scheduled tasks can run any number of times. The periodic work is exposed as methods
-that the broker's actor calls on Kafka's intervals. Lock order: the manager's lock, then a log's lock.
+that the broker's actor calls on Kafka's intervals. Lock order: the manager's lock, then the `LogDirs`
+lock, then a log's lock; every call into `LogDirs` is made under the manager's lock.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import shutil
 import threading
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
 
-from storage import clean_shutdown, file_names
-from storage.checkpoint_file import OffsetCheckpointFile
+from storage import file_names
 from storage.clock import SYSTEM_CLOCK, Clock
 from storage.config import LogConfig
 from storage.errors import KafkaStorageError, StorageError
 from storage.log import Log
-from storage.log_dir_lock import LogDirLock
-from storage.meta_properties import (
-    MetaProperties,
-    new_directory_id,
-    read_meta_properties,
-    with_directory_id,
-    write_meta_properties,
-)
+from storage.log_dirs import LoadedDir, LogDirs, TopicPartition
 
 logger = logging.getLogger(__name__)
-
-TopicPartition = tuple[str, int]
-T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,114 +77,78 @@ class LogManager:
         recovery_threads_per_data_dir: int = 1,
         file_delete_delay_ms: int = 60_000,
     ) -> None:
-        if not log_dirs:
-            raise KafkaStorageError("no log dirs configured (log.dirs is empty)")
-        resolved = [Path(directory).resolve() for directory in log_dirs]
-        if len(set(resolved)) != len(resolved):
-            raise KafkaStorageError(f"duplicate log dirs in {[str(d) for d in resolved]}")
-        self.log_dirs = resolved
+        self._dirs = LogDirs(
+            log_dirs,
+            clock=clock,
+            cluster_id=cluster_id,
+            node_id=node_id,
+            file_delete_delay_ms=file_delete_delay_ms,
+            on_offline=self._close_logs_of_offline_dir,
+        )
         self.default_config = default_config or LogConfig()
         self._topic_configs = dict(topic_configs or {})
         self.clock = clock
-        self._cluster_id_configured = cluster_id is not None
-        self.cluster_id = cluster_id or _new_cluster_id()
-        self.node_id = node_id
         self.recovery_threads_per_data_dir = max(1, recovery_threads_per_data_dir)
-        self.file_delete_delay_ms = file_delete_delay_ms
         self._lock = threading.RLock()
         self._logs: dict[TopicPartition, Log] = {}
         self._dir_of: dict[TopicPartition, Path] = {}
-        self._locks: dict[Path, LogDirLock] = {}
-        self._offline: dict[Path, str] = {}
-        self._loaded_cleanly: set[Path] = set()
-        self._pending_dir_deletes: list[tuple[int, Path]] = []
-        self._started = False
+
+    @property
+    def log_dirs(self) -> list[Path]:
+        """The configured dirs, resolved, in config order."""
+        return self._dirs.log_dirs
+
+    @property
+    def cluster_id(self) -> str:
+        """The configured cluster id, else the one adopted from the dirs at startup."""
+        return self._dirs.cluster_id
+
+    @property
+    def node_id(self) -> int:
+        return self._dirs.node_id
+
+    @property
+    def file_delete_delay_ms(self) -> int:
+        return self._dirs.file_delete_delay_ms
 
     # --- startup ---------------------------------------------------------------------------------
 
     def startup(self) -> None:
         """Locks every dir, checks its identity, and loads (recovering if needed) every log in it."""
         with self._lock:
-            if self._started:
+            if self._dirs.started:
                 return
             try:
-                self._adopt_cluster_id()
-                for directory in self.log_dirs:
+                for loaded in self._dirs.startup():
                     try:
-                        self._load_dir(directory)
+                        self._open_logs(loaded)
                     except (KafkaStorageError, OSError) as exc:
-                        self._take_offline(directory, exc)
-                if len(self._offline) == len(self.log_dirs):
-                    reasons = "; ".join(f"{d}: {why}" for d, why in self._offline.items())
-                    raise KafkaStorageError(f"every log dir is offline ({reasons})")
+                        self._dirs.take_offline(loaded.path, exc)
+                self._dirs.raise_if_all_offline()
             except BaseException:
                 self._abandon()
                 raise
-            self._started = True
 
-    def _adopt_cluster_id(self) -> None:
-        """Without a configured cluster id, the first one found in a meta.properties is this broker's.
-
-        Read before any dir is written, so a new dir never gets a random id that the existing dirs
-        would then be refused against. Unreadable files are skipped here; their dir's check reports them.
-        """
-        if self._cluster_id_configured:
-            return
-        for directory in self.log_dirs:
-            path = directory / file_names.META_PROPERTIES
-            try:
-                if not path.is_file():
-                    continue
-                meta = read_meta_properties(path)
-            except (StorageError, OSError):
-                continue
-            if meta.cluster_id is not None:
-                self.cluster_id = meta.cluster_id
-                return
-
-    def _load_dir(self, directory: Path) -> None:
-        directory.mkdir(parents=True, exist_ok=True)
-        self._locks[directory] = LogDirLock(directory)
-        self._check_meta_properties(directory)
-        had_clean_shutdown = clean_shutdown.delete_clean_shutdown_marker(directory)
-        recovery_points = self._read_checkpoint(directory, file_names.RECOVERY_POINT_CHECKPOINT)
-        log_starts = self._read_checkpoint(directory, file_names.LOG_START_OFFSET_CHECKPOINT)
-        jobs: list[tuple[TopicPartition, Path]] = []
-        for entry in sorted(directory.iterdir()):
-            if not entry.is_dir():
-                continue
-            if file_names.is_delete_dir_name(entry.name):
-                self._pending_dir_deletes.append((self.clock.milliseconds() + self.file_delete_delay_ms, entry))
-                continue
-            parsed = file_names.parse_partition_dir_name(entry.name)
-            if parsed is None:
-                continue
-            if parsed in self._dir_of:
-                raise KafkaStorageError(
-                    f"partition {parsed[0]}-{parsed[1]} exists in both {self._dir_of[parsed]} and {directory}",
-                    path=entry,
-                )
-            jobs.append((parsed, entry))
-
-        def load(job: tuple[TopicPartition, Path]) -> Log:
-            tp, folder = job
+    def _open_logs(self, loaded: LoadedDir) -> None:
+        def load(tp: TopicPartition, folder: Path) -> Log:
             return Log.open(
                 folder,
                 self.config_for(tp[0]),
                 clock=self.clock,
-                recovery_point=recovery_points.get(tp, 0),
-                log_start_offset=log_starts.get(tp, 0),
-                had_clean_shutdown=had_clean_shutdown,
+                recovery_point=loaded.recovery_points.get(tp, 0),
+                log_start_offset=loaded.log_start_offsets.get(tp, 0),
+                had_clean_shutdown=loaded.had_clean_shutdown,
             )
 
+        jobs = list(loaded.partitions.items())
         with ThreadPoolExecutor(max_workers=self.recovery_threads_per_data_dir) as pool:
-            futures: list[Future[Log]] = [pool.submit(load, job) for job in jobs]
+            futures: list[Future[Log]] = [pool.submit(load, tp, folder) for tp, folder in jobs]
         # Every partition found is mapped to this dir, even one that failed to open: if the dir goes
         # offline its partitions must fail, not be recreated empty elsewhere. Logs that did open are
         # registered so they are closed with the dir.
         failures: list[BaseException] = []
         for (tp, _), future in zip(jobs, futures, strict=True):
-            self._dir_of[tp] = directory
+            self._dir_of[tp] = loaded.path
             failure = future.exception()
             if failure is not None:
                 failures.append(failure)
@@ -208,35 +156,7 @@ class LogManager:
             self._logs[tp] = future.result()
         if failures:
             raise failures[0]
-        self._loaded_cleanly.add(directory)
-        logger.info("loaded %d logs from %s (clean shutdown: %s)", len(jobs), directory, had_clean_shutdown)
-
-    def _check_meta_properties(self, directory: Path) -> None:
-        path = directory / file_names.META_PROPERTIES
-        if path.exists():
-            meta = read_meta_properties(path)
-            if meta.cluster_id is not None and meta.cluster_id != self.cluster_id:
-                raise KafkaStorageError(
-                    f"log dir belongs to cluster {meta.cluster_id}, this broker is in cluster {self.cluster_id}",
-                    path=path,
-                )
-            node_id = meta.node_id
-            if node_id is not None and node_id != self.node_id:
-                raise KafkaStorageError(
-                    f"log dir belongs to node {node_id}, this broker is node {self.node_id}", path=path
-                )
-            if meta.version == 1 and meta.directory_id is None:
-                write_meta_properties(path, with_directory_id(meta), clock=self.clock)
-            return
-        meta = with_directory_id(MetaProperties(version=1, cluster_id=self.cluster_id, node_id=self.node_id))
-        write_meta_properties(path, meta, clock=self.clock)
-
-    def _read_checkpoint(self, directory: Path, name: str) -> dict[TopicPartition, int]:
-        try:
-            return OffsetCheckpointFile(directory / name).read()
-        except StorageError as exc:
-            logger.warning("%s: ignoring unreadable %s (%s); logs there recover fully", directory, name, exc)
-            return {}
+        logger.info("loaded %d logs from %s (clean shutdown: %s)", len(jobs), loaded.path, loaded.had_clean_shutdown)
 
     # --- lookup and placement --------------------------------------------------------------------
 
@@ -254,23 +174,25 @@ class LogManager:
     def get_log(self, topic: str, partition: int) -> Log | None:
         tp = (topic, partition)
         directory = self._dir_of.get(tp)
-        if directory is not None and directory in self._offline:
-            raise KafkaStorageError(
-                f"partition {topic}-{partition} is offline: {self._offline[directory]}", path=directory
-            )
+        if directory is not None:
+            reason = self._dirs.offline_dirs.get(directory)
+            if reason is not None:
+                raise KafkaStorageError(f"partition {topic}-{partition} is offline: {reason}", path=directory)
         return self._logs.get(tp)
 
     def all_logs(self) -> dict[TopicPartition, Log]:
         """Online logs by (topic, partition)."""
         with self._lock:
-            return {tp: log for tp, log in self._logs.items() if self._dir_of[tp] not in self._offline}
+            offline = self._dirs.offline_dirs
+            return {tp: log for tp, log in self._logs.items() if self._dir_of[tp] not in offline}
 
     def log_dir_of(self, topic: str, partition: int) -> Path | None:
         return self._dir_of.get((topic, partition))
 
     def partition_counts(self) -> dict[Path, int]:
         """Partitions per live log dir (what placement compares)."""
-        counts = {directory: 0 for directory in self.log_dirs if directory not in self._offline}
+        offline = self._dirs.offline_dirs
+        counts = {directory: 0 for directory in self.log_dirs if directory not in offline}
         for directory in self._dir_of.values():
             if directory in counts:
                 counts[directory] += 1
@@ -280,15 +202,15 @@ class LogManager:
         """The log of (topic, partition), created in the live dir with the fewest partitions if missing."""
         folder_name = file_names.partition_dir_name(topic, partition)
         with self._lock:
-            self._require_started()
+            if not self._dirs.started:
+                raise KafkaStorageError("the log manager is not started")
             existing = self.get_log(topic, partition)
             if existing is not None:
                 return existing
             if config is not None:
                 self.set_topic_config(topic, config)
-            counts = self.partition_counts()
             errors: list[str] = []
-            for directory in sorted(counts, key=lambda d: (counts[d], self.log_dirs.index(d))):
+            for directory in self._dirs.placement_order(self.partition_counts()):
                 try:
                     log = Log.open(
                         directory / folder_name,
@@ -298,7 +220,7 @@ class LogManager:
                     )
                 except (KafkaStorageError, OSError) as exc:
                     errors.append(f"{directory}: {exc}")
-                    self._take_offline(directory, exc)
+                    self._dirs.take_offline(directory, exc)
                     continue
                 self._logs[(topic, partition)] = log
                 self._dir_of[(topic, partition)] = directory
@@ -313,17 +235,13 @@ class LogManager:
             if log is None:
                 return False
             directory = self._dir_of[tp]
-            target = directory / file_names.delete_dir_name(topic, partition, uuid.uuid4().hex)
             # Under the log's lock no append can roll a new segment into the folder while it is renamed.
             with log.lock:
-                self._guard(directory, lambda: log.directory.rename(target))
+                self._dirs.schedule_folder_delete(log.directory, topic, partition)
                 log.close_without_marker()
             del self._logs[tp]
             del self._dir_of[tp]
-            self._pending_dir_deletes.append((self.clock.milliseconds() + self.file_delete_delay_ms, target))
-            self.checkpoint_recovery_points([directory])
-            self.checkpoint_log_start_offsets([directory])
-            self.checkpoint_high_watermarks([directory])
+            self._write_checkpoints([directory])
             return True
 
     # --- scheduled work --------------------------------------------------------------------------
@@ -347,24 +265,8 @@ class LogManager:
     def delete_due_files(self) -> int:
         """Unlinks `.deleted` segments and `-delete` folders whose delay has passed; returns what is left."""
         pending = self._each_online_log(lambda log: log.delete_due_files())
-        now_ms = self.clock.milliseconds()
         with self._lock:
-            remaining = []
-            for due, folder in self._pending_dir_deletes:
-                # A folder in an offline dir is dropped here; the next startup finds it again.
-                if folder.parent in self._offline:
-                    continue
-                if due > now_ms:
-                    remaining.append((due, folder))
-                    continue
-                try:
-                    shutil.rmtree(folder)
-                except FileNotFoundError:
-                    pass
-                except OSError as exc:
-                    self._take_offline(folder.parent, exc)
-            self._pending_dir_deletes = remaining
-        return pending + len(remaining)
+            return pending + self._dirs.delete_due_folders()
 
     def _each_online_log(self, action: Callable[[Log], int]) -> int:
         """Sums `action` over the online logs; an I/O error takes that log's dir offline and the pass goes on."""
@@ -373,19 +275,20 @@ class LogManager:
             failure: BaseException | None = None
             with log.lock:
                 # Deleted or taken offline since the snapshot: skipped, not mistaken for an I/O error.
-                if log.closed or directory in self._offline:
+                if log.closed or not self._dirs.is_online(directory):
                     continue
                 try:
                     total += action(log)
                 except (KafkaStorageError, OSError) as exc:
                     failure = exc
             if failure is not None:
-                self._take_offline(directory, failure)
+                with self._lock:
+                    self._dirs.take_offline(directory, failure)
         return total
 
     def _online_logs(self) -> list[tuple[Path, Log]]:
         with self._lock:
-            return [(self._dir_of[tp], log) for tp, log in self._logs.items() if self._dir_of[tp] not in self._offline]
+            return [(self._dir_of[tp], log) for tp, log in self.all_logs().items()]
 
     def checkpoint_recovery_points(self, dirs: Sequence[Path] | None = None) -> None:
         self._write_checkpoint(file_names.RECOVERY_POINT_CHECKPOINT, lambda log: log.recovery_point, dirs)
@@ -401,12 +304,17 @@ class LogManager:
     def checkpoint_high_watermarks(self, dirs: Sequence[Path] | None = None) -> None:
         self._write_checkpoint(file_names.REPLICATION_OFFSET_CHECKPOINT, lambda log: log.high_watermark, dirs)
 
+    def _write_checkpoints(self, dirs: Sequence[Path]) -> None:
+        self.checkpoint_recovery_points(dirs)
+        self.checkpoint_log_start_offsets(dirs)
+        self.checkpoint_high_watermarks(dirs)
+
     def _write_checkpoint(self, name: str, value: Callable[[Log], int | None], dirs: Sequence[Path] | None) -> None:
         """Rewrites `name` in each online dir of `dirs` (default: all); a dir that fails goes offline."""
         with self._lock:
-            targets = self.log_dirs if dirs is None else dirs
-            for directory in targets:
-                if directory in self._offline or directory not in self._locks:
+            for directory in self.log_dirs if dirs is None else dirs:
+                # An offline dir's logs are closed: their values are not read, let alone written.
+                if not self._dirs.is_online(directory):
                     continue
                 offsets: dict[TopicPartition, int] = {}
                 for tp, log in self._logs.items():
@@ -414,110 +322,61 @@ class LogManager:
                         offset = value(log)
                         if offset is not None:
                             offsets[tp] = offset
-                try:
-                    OffsetCheckpointFile(directory / name).write(offsets)
-                except (KafkaStorageError, OSError) as exc:
-                    self._take_offline(directory, exc)
+                self._dirs.write_checkpoint(directory, name, offsets)
 
     # --- shutdown --------------------------------------------------------------------------------
 
     def shutdown(self) -> None:
-        """Flush and close every log, write the checkpoints, then the clean-shutdown marker; unlock."""
+        """Flush and close every log, write the checkpoints, then the clean-shutdown markers; unlock."""
         with self._lock:
-            if not self._started:
+            if not self._dirs.started:
                 return
-            for directory in self.log_dirs:
-                if directory in self._offline:
-                    continue
+            for directory in self._dirs.online_dirs:
                 try:
                     for tp, log in self._logs.items():
                         if self._dir_of[tp] == directory:
                             log.close()
                 except (StorageError, OSError) as exc:
-                    self._take_offline(directory, exc)
+                    self._dirs.take_offline(directory, exc)
                     continue
-                self.checkpoint_recovery_points([directory])
-                self.checkpoint_log_start_offsets([directory])
-                self.checkpoint_high_watermarks([directory])
-                if directory in self._loaded_cleanly and directory not in self._offline:
-                    try:
-                        clean_shutdown.write_clean_shutdown_marker(directory)
-                    except (StorageError, OSError) as exc:
-                        self._take_offline(directory, exc)
+                self._write_checkpoints([directory])
+            self._dirs.write_clean_shutdown_markers(self.log_dirs)
             self._abandon()
-            self._started = False
 
     def _abandon(self) -> None:
         """Closes every log still open (no flush, no marker), releases every lock and forgets all state."""
         for log in self._logs.values():
             if not log.closed:
                 log.close_without_marker()
-        for directory in list(self._locks):
-            self._release(directory)
+        self._dirs.release_all()
         self._logs.clear()
         self._dir_of.clear()
-        self._loaded_cleanly.clear()
-        self._offline.clear()
-        self._pending_dir_deletes.clear()
 
     # --- dir health ------------------------------------------------------------------------------
 
     @property
     def offline_dirs(self) -> dict[Path, str]:
         """Offline dirs and why they went offline."""
-        return dict(self._offline)
+        return self._dirs.offline_dirs
 
     def describe_dirs(self) -> list[LogDirInfo]:
+        offline = self._dirs.offline_dirs
         infos = []
         for directory in self.log_dirs:
             tps = [tp for tp, d in self._dir_of.items() if d == directory]
-            online = directory not in self._offline
+            online = directory not in offline
             size = sum(self._logs[tp].size_in_bytes for tp in tps) if online else 0
-            infos.append(LogDirInfo(str(directory), online, len(tps), size, self._offline.get(directory)))
+            infos.append(LogDirInfo(str(directory), online, len(tps), size, offline.get(directory)))
         return infos
 
-    def _guard(self, directory: Path, action: Callable[[], T]) -> T:
-        """Runs `action`; an I/O failure takes `directory` offline and is re-raised as KafkaStorageError."""
-        if directory in self._offline:
-            raise KafkaStorageError(f"log dir is offline: {self._offline[directory]}", path=directory)
-        try:
-            return action()
-        except KafkaStorageError as exc:
-            self._take_offline(directory, exc)
-            raise
-        except OSError as exc:
-            self._take_offline(directory, exc)
-            raise KafkaStorageError(f"I/O error in log dir: {exc}", path=directory) from exc
+    def _close_logs_of_offline_dir(self, directory: Path) -> None:
+        """`LogDirs`' `on_offline`: closes the dir's logs' files without flushing (Kafka's handleLogDirFailure).
 
-    def _take_offline(self, directory: Path, error: BaseException) -> None:
-        """Marks `directory` offline, closes its logs' files and releases its lock (Kafka's handleLogDirFailure).
-
-        Its partitions stay mapped to it, so they fail with `KafkaStorageError` instead of being
-        recreated empty in another dir. Cleanup errors are suppressed: the disk is already failing.
+        Cleanup errors are suppressed: the disk is already failing.
         """
         with self._lock:
-            if directory in self._offline:
-                return
-            logger.error("log dir %s goes offline: %s", directory, error)
-            self._offline[directory] = str(error)
             for tp, log_dir in self._dir_of.items():
                 log = self._logs.get(tp)
                 if log_dir == directory and log is not None:
                     with contextlib.suppress(StorageError, OSError):
                         log.close_without_marker()
-            with contextlib.suppress(StorageError, OSError):
-                self._release(directory)
-
-    def _release(self, directory: Path) -> None:
-        lock = self._locks.pop(directory, None)
-        if lock is not None:
-            lock.release()
-
-    def _require_started(self) -> None:
-        if not self._started:
-            raise KafkaStorageError("the log manager is not started")
-
-
-def _new_cluster_id() -> str:
-    """A Kafka-style cluster id: 16 random bytes, base64url without padding (22 chars)."""
-    return new_directory_id()

@@ -26,7 +26,7 @@ backslash line continuation, `\\uXXXX` escapes, duplicate keys keep the last val
 Errors: a version other than 0 or 1, a v1 file without `cluster.id` or `node.id`, a node id that is not an
 int32, a malformed `directory.id` or `\\uXXXX` escape, or bytes that are not UTF-8 raise `CorruptCheckpointError`
 with the path. Crash behaviour: written through `meta.properties.tmp` with fsync, atomic rename and a directory
-fsync (`storage.checkpoint_file.write_atomically`), so a crash leaves the old file or the new one.
+fsync (`storage.file_io.write_atomically`), so a crash leaves the old file or the new one.
 """
 
 from __future__ import annotations
@@ -41,9 +41,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from storage.checkpoint_file import INT32_MAX, INT32_MIN, write_atomically
+from storage.checkpoint_file import INT32_MAX, INT32_MIN
 from storage.clock import SYSTEM_CLOCK, Clock
 from storage.errors import CorruptCheckpointError, KafkaStorageError
+from storage.file_io import write_atomically
 
 VERSION_KEY = "version"
 CLUSTER_ID_KEY = "cluster.id"

@@ -40,10 +40,11 @@ class OffsetPosition:
     position: int
 
 
-class OffsetIndex(IndexBase):
+class OffsetIndex(IndexBase[OffsetPosition]):
     """Offset -> `.log` position entries of one segment."""
 
     ENTRY_SIZE = _ENTRY.size
+    RELATIVE_OFFSET_AT = 0  # the relative offset is the first field of an entry
 
     @property
     def last_offset(self) -> int:
@@ -92,22 +93,6 @@ class OffsetIndex(IndexBase):
             return None
         return self._read(slot)
 
-    def entry(self, n: int) -> OffsetPosition:
-        """The n-th entry (0-based)."""
-        self._check_open()
-        self._check_slot(n)
-        return self._read(n)
-
-    def entries_list(self) -> list[OffsetPosition]:
-        """Every used entry, in file order."""
-        self._check_open()
-        return [self._read(slot) for slot in range(self._entries)]
-
-    def truncate_to(self, offset: int) -> None:
-        """Drop every entry whose offset is >= `offset` (an exact match is dropped too)."""
-        self._check_writable()
-        self._truncate_to_entries(self._entries_below(offset - self._base_offset, self._relative_offset_at))
-
     def _check_entries(self) -> None:
         if self._entries > 0 and self.last_offset < self._base_offset:
             raise CorruptIndexError(
@@ -121,9 +106,6 @@ class OffsetIndex(IndexBase):
     def _read(self, slot: int) -> OffsetPosition:
         relative, position = _ENTRY.unpack_from(self._buffer_for_read(), slot * self.ENTRY_SIZE)
         return OffsetPosition(self._base_offset + relative, position)
-
-    def _relative_offset_at(self, slot: int) -> int:
-        return _INT32.unpack_from(self._buffer_for_read(), slot * self.ENTRY_SIZE)[0]
 
     def _position_at(self, slot: int) -> int:
         return _INT32.unpack_from(self._buffer_for_read(), slot * self.ENTRY_SIZE + _POSITION_FIELD_AT)[0]

@@ -10,17 +10,25 @@ per producer, its epoch and the metadata of its last 5 batches (Kafka's
   producer is new, or when a higher epoch starts again at sequence 0;
 - otherwise refused: `OutOfOrderSequenceError`, or `InvalidProducerEpochError` for an older epoch.
 
+The batches of one multi-batch append are judged one after the other (`PendingAppend`), each against the
+state the earlier ones left, and the whole append is refused if any one is: nothing is written.
+
 Snapshot file `<offset>.snapshot` (Kafka's format, version 1, big-endian), the state as of `<offset>`::
 
     version int16 (1) | crc uint32: CRC-32C of every byte after this field | count int32
     count x: producerId int64 | producerEpoch int16 | lastSequence int32 | lastOffset int64
              | offsetDelta int32 (lastOffset - first offset of the last batch) | timestamp int64
-             | coordinatorEpoch int32 (-1) | currentTxnFirstOffset int64 (-1: no open transaction)
+             | coordinatorEpoch int32 (-1 outside transactions) | currentTxnFirstOffset int64 (-1: none open)
+
+Entries are written in the order they were read or first appended, and the two transaction fields are
+kept as read, so a snapshot a Kafka broker wrote is rewritten byte for byte.
 
 A snapshot keeps only each producer's last batch, as Kafka's does. Snapshots are written on roll (at
-the new base offset) and on clean close (at the log end), so after a crash only the batches after the
-newest snapshot are replayed. A snapshot that fails its CRC or framing is ignored (the state is rebuilt
-from the log), never fatal.
+the new base offset) and on close (at the log end) when the state changed since the last one, a state
+rebuilt by replaying the log included, so after a crash only the batches after the newest snapshot are
+replayed. Snapshots above the log end are stale and deleted on open and truncation. A snapshot that
+fails its version, CRC or framing is deleted (as Kafka does) and the state is rebuilt from the log: never
+fatal.
 """
 
 from __future__ import annotations
@@ -206,7 +214,7 @@ class PendingAppend:
     def __init__(self, manager: ProducerStateManager) -> None:
         self._manager = manager
         self._entries: dict[int, ProducerEntry | None] = {}
-        self._appended: set[int] = set()
+        self._appended: dict[int, ProducerEntry] = {}
 
     def append(self, producer_id: int, epoch: int, batch: BatchMetadata) -> BatchMetadata | None:
         """The retained batch `batch` repeats (nothing to write), or None once `batch` is recorded as new.
@@ -224,15 +232,13 @@ class PendingAppend:
             entry = ProducerEntry(producer_id, epoch)
             self._entries[producer_id] = entry
         entry.batches.append(batch)
-        self._appended.add(producer_id)
+        self._appended[producer_id] = entry
         return None
 
     def commit(self) -> None:
         """Makes the new batches part of the manager's state (after they are written)."""
-        for producer_id in self._appended:
-            entry = self._entries[producer_id]
-            assert entry is not None, "a producer with a new batch has an entry"
-            self._manager.producers[producer_id] = entry
+        if self._appended:
+            self._manager.producers.update(self._appended)
             self._manager.changed_since_snapshot = True
 
     def _entry(self, producer_id: int) -> ProducerEntry | None:

@@ -36,8 +36,9 @@ from __future__ import annotations
 
 import enum
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any, TypeVar, overload
 
 import crc32c
 
@@ -457,28 +458,59 @@ class RecordBatch:
         )
 
 
+BatchT = TypeVar("BatchT")
+
+
+def batch_size_at(buffer: bytes | memoryview, start: int, *, path: str | None = None, position: int = 0) -> int:
+    """The whole size (batchLength + 12) of the entry of any magic at `start`, which needs 12 bytes of `buffer`.
+
+    A length field below the minimum (garbage, or a zero-filled preallocated tail) raises `CorruptRecordError`
+    at `position`, the entry's place in its file.
+    """
+    (length,) = _INT32.unpack_from(buffer, start + LENGTH_OFFSET)
+    if length < MIN_BATCH_LENGTH_FIELD:
+        raise CorruptRecordError(
+            f"record batch size {length} is smaller than the minimum {MIN_BATCH_LENGTH_FIELD}",
+            path=path,
+            position=position,
+        )
+    return length + LOG_OVERHEAD
+
+
+@overload
 def iter_batches(
     buffer: bytes | memoryview, *, path: str | None = None, base_position: int = 0
-) -> Iterator[RecordBatch]:
-    """Walks consecutive v2 batches in `buffer`, shallowly (records are not decoded, CRCs not checked).
+) -> Iterator[RecordBatch]: ...
 
-    Stops silently at a trailing partial batch, as Kafka's log input stream does (a fetch may end
-    mid-batch). A length field below the minimum or a magic other than 2 raises `CorruptRecordError`.
+
+@overload
+def iter_batches(
+    buffer: bytes | memoryview, *, path: str | None = None, base_position: int = 0, open_batch: Callable[..., BatchT]
+) -> Iterator[BatchT]: ...
+
+
+def iter_batches(
+    buffer: bytes | memoryview,
+    *,
+    path: str | None = None,
+    base_position: int = 0,
+    open_batch: Callable[..., Any] = RecordBatch,
+) -> Iterator[Any]:
+    """Walks consecutive batches in `buffer`, shallowly (records are not decoded, CRCs not checked).
+
+    `open_batch(buffer, start, path=, position=)` makes each batch: `RecordBatch` (v2 only: another magic
+    raises `CorruptRecordError`) unless told otherwise. Stops silently at a trailing partial batch, as Kafka's
+    log input stream does (a fetch may end mid-batch). A length field below the minimum raises
+    `CorruptRecordError`.
     """
     position = 0
     end = len(buffer)
     while end - position >= HEADER_SIZE_UP_TO_MAGIC:
-        (length,) = _INT32.unpack_from(buffer, position + LENGTH_OFFSET)
-        if length < MIN_BATCH_LENGTH_FIELD:
-            raise CorruptRecordError(
-                f"record batch size {length} is smaller than the minimum {MIN_BATCH_LENGTH_FIELD}",
-                path=path,
-                position=base_position + position,
-            )
-        if position + length + LOG_OVERHEAD > end:
+        size = batch_size_at(buffer, position, path=path, position=base_position + position)
+        if position + size > end:
             return
-        yield RecordBatch(buffer, position, path=path, position=base_position + position)
-        position += length + LOG_OVERHEAD
+        yield open_batch(buffer, position, path=path, position=base_position + position)
+        position += size
 
 
 # --- encoding ----------------------------------------------------------------------------------------

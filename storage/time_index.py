@@ -29,8 +29,6 @@ _ENTRY = struct.Struct(
     "i"  # relative offset: offset - base_offset
 )
 _TIMESTAMP = struct.Struct(">q")
-_INT32 = struct.Struct(">i")
-_OFFSET_FIELD_AT = _TIMESTAMP.size  # the relative offset follows the 8-byte timestamp
 
 # Kafka's RecordBatch.NO_TIMESTAMP: what an empty index reports as its last timestamp.
 NO_TIMESTAMP = -1
@@ -47,10 +45,11 @@ class TimestampOffset:
     offset: int
 
 
-class TimeIndex(IndexBase):
+class TimeIndex(IndexBase[TimestampOffset]):
     """Timestamp -> offset entries of one segment."""
 
     ENTRY_SIZE = _ENTRY.size
+    RELATIVE_OFFSET_AT = _TIMESTAMP.size  # the relative offset follows the 8-byte timestamp
 
     def is_full(self) -> bool:
         """True one slot early: the last slot is kept for the final entry written on roll or close."""
@@ -106,22 +105,6 @@ class TimeIndex(IndexBase):
             return TimestampOffset(NO_TIMESTAMP, self._base_offset)
         return self._read(slot)
 
-    def entry(self, n: int) -> TimestampOffset:
-        """The n-th entry (0-based)."""
-        self._check_open()
-        self._check_slot(n)
-        return self._read(n)
-
-    def entries_list(self) -> list[TimestampOffset]:
-        """Every used entry, in file order."""
-        self._check_open()
-        return [self._read(slot) for slot in range(self._entries)]
-
-    def truncate_to(self, offset: int) -> None:
-        """Drop every entry whose offset is >= `offset` (an exact match is dropped too)."""
-        self._check_writable()
-        self._truncate_to_entries(self._entries_below(offset - self._base_offset, self._relative_offset_at))
-
     def _check_entries(self) -> None:
         if self._entries == 0:
             return
@@ -157,6 +140,3 @@ class TimeIndex(IndexBase):
 
     def _timestamp_at(self, slot: int) -> int:
         return _TIMESTAMP.unpack_from(self._buffer_for_read(), slot * self.ENTRY_SIZE)[0]
-
-    def _relative_offset_at(self, slot: int) -> int:
-        return _INT32.unpack_from(self._buffer_for_read(), slot * self.ENTRY_SIZE + _OFFSET_FIELD_AT)[0]

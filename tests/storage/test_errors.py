@@ -11,6 +11,7 @@ import pytest
 
 from storage import errors
 from storage.errors import (
+    BrokerError,
     CorruptRecordError,
     InvalidConfigError,
     InvalidRecordError,
@@ -103,8 +104,8 @@ def test_every_error_is_a_raybroker_error_and_storage_errors_are_storage_errors(
 ) -> None:
     assert issubclass(error_type, Exception)
     assert error_type.__doc__
-    if error_type not in (RaybrokerError, InvalidConfigError, InvalidRequestError):
-        assert issubclass(error_type, StorageError)
+    if error_type not in (RaybrokerError, InvalidConfigError, InvalidRequestError, BrokerError):
+        assert issubclass(error_type, StorageError | BrokerError)
 
 
 def test_config_errors_are_not_storage_errors() -> None:

@@ -84,7 +84,7 @@ def crash(manager: LogManager) -> None:
     """What a killed broker leaves: files closed without flush, trim or marker, and no locks (flock dies with it)."""
     for log in manager.all_logs().values():
         log.close_without_marker()
-    for lock in manager._locks.values():
+    for lock in manager._dirs._locks.values():
         lock.release()
 
 
