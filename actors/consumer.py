@@ -156,8 +156,9 @@ class Consumer:
         for name in names:
             if not isinstance(name, str):
                 raise UnknownTopicOrPartitionError(f"a topic name must be a str, not {type(name).__name__}")
+        self._set_assignment(self._partitions_of(names))
         self._subscription = names
-        self._refresh_subscription()
+        self._subscribed_at_ns = time.monotonic_ns()
 
     def unsubscribe(self) -> None:
         self._subscription = None
@@ -166,15 +167,8 @@ class Consumer:
     def assignment(self) -> list[TopicPartition]:
         return list(self._assignment)
 
-    def _refresh_subscription(self) -> None:
-        assert self._subscription is not None
-        wanted = [
-            (topic, partition)
-            for topic in self._subscription
-            for partition in sorted(self._broker.topic(topic).partitions)
-        ]
-        self._subscribed_at_ns = time.monotonic_ns()
-        self._set_assignment(wanted)
+    def _partitions_of(self, topics: list[str]) -> list[TopicPartition]:
+        return [(topic, partition) for topic in topics for partition in sorted(self._broker.topic(topic).partitions)]
 
     def _set_assignment(self, wanted: list[TopicPartition]) -> None:
         keep = set(wanted)
@@ -267,8 +261,8 @@ class Consumer:
             raise InvalidRequestError(f"max_records must be an int >= 1, got {max_records!r}")
         deadline = time.monotonic_ns() + max(0, timeout_ms) * 1_000_000
         self._maybe_auto_commit()
-        if self._subscription is not None and time.monotonic_ns() - self._subscribed_at_ns > self._metadata_max_age_ns:
-            self._refresh_subscription()
+        if self._subscription is not None and time.monotonic_ns() - self._subscribed_at_ns >= self._metadata_max_age_ns:
+            self.subscribe(self._subscription)
         while True:
             records = self._drain(limit)
             if records:

@@ -524,6 +524,17 @@ class Producer:
                 completions.extend((batch, error) for batch in flight.batches)
                 if reset_sequence_from is None:
                     reset_sequence_from = len(resend)
+        first_error = queue.failed[0][1]
+        logger.info(
+            "%s-%d: %d call(s) failed, first with %s: %s; %d batch(es) to resend, %d failed for good",
+            queue.topic,
+            queue.partition,
+            len(queue.failed),
+            type(first_error).__name__,
+            first_error,
+            len(resend),
+            len(completions),
+        )
         queue.failed.clear()
         if reset_sequence_from is not None and self._idempotent:
             for batch in itertools.chain(resend[reset_sequence_from:], queue.ready):

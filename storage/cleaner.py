@@ -66,6 +66,7 @@ import crc32c
 from storage import file_names
 from storage.cleaner_config import CleanerConfig
 from storage.clock import Clock
+from storage.compression import CompressionType
 from storage.errors import CorruptRecordError, KafkaStorageError, OffsetOutOfRangeError
 from storage.file_records import AnyBatch
 from storage.legacy_records import LegacyRecord
@@ -74,16 +75,13 @@ from storage.log_segment import MAX_RELATIVE_OFFSET, LogSegment
 from storage.offset_map import SkimpyOffsetMap
 from storage.record_batch import (
     ATTRIBUTES_OFFSET,
-    CONTROL_FLAG_MASK,
     CRC_OFFSET,
     LAST_OFFSET_DELTA_OFFSET,
-    TIMESTAMP_TYPE_MASK,
-    TRANSACTIONAL_FLAG_MASK,
     ControlRecordType,
     Record,
     RecordBatch,
     RecordBatchBuilder,
-    TimestampType,
+    encode_attributes,
     encode_batch,
 )
 
@@ -761,13 +759,13 @@ def _empty_batch(batch: RecordBatch) -> tuple[bytes, int, int]:
     """A kept batch with no records: the 61-byte header only (Kafka's `writeEmptyHeader`)."""
     if batch.records_count == 0:
         return bytes(batch.raw()), batch.max_timestamp, 0
-    attributes = 0
-    if batch.timestamp_type == TimestampType.LOG_APPEND_TIME:
-        attributes |= TIMESTAMP_TYPE_MASK
-    if batch.is_transactional:
-        attributes |= TRANSACTIONAL_FLAG_MASK
-    if batch.is_control:
-        attributes |= CONTROL_FLAG_MASK
+    attributes = encode_attributes(
+        CompressionType.NONE,
+        batch.timestamp_type,
+        is_transactional=batch.is_transactional,
+        is_control=batch.is_control,
+        has_delete_horizon=False,
+    )
     data = encode_batch(
         base_offset=batch.base_offset,
         partition_leader_epoch=batch.partition_leader_epoch,

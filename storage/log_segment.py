@@ -370,11 +370,7 @@ class LogSegment:
         """Final time-index entry, trim and close everything."""
         if not self.read_only:
             self._append_final_time_index_entry()
-        for index in (self._offset_index, self._time_index):
-            if index is not None:
-                index.close()
-        self._offset_index = None
-        self._time_index = None
+        self._close_indexes()
         self.log.close()
 
     def change_file_suffixes(self, old_suffix: str, new_suffix: str) -> None:
@@ -399,11 +395,7 @@ class LogSegment:
 
     def delete_files(self) -> None:
         """Closes and unlinks every file of the segment (whatever its current suffix)."""
-        for index in (self._offset_index, self._time_index):
-            if index is not None:
-                index.close()
-        self._offset_index = None
-        self._time_index = None
+        self._close_indexes()
         self.log.close_handlers()
         for path in file_names.segment_files(self.directory, self.base_offset, self._suffix):
             try:
@@ -413,12 +405,15 @@ class LogSegment:
 
     def close_handlers(self) -> None:
         """Closes files without flushing or trimming (the segment is abandoned)."""
+        self._close_indexes()
+        self.log.close_handlers()
+
+    def _close_indexes(self) -> None:
         for index in (self._offset_index, self._time_index):
             if index is not None:
                 index.close()
         self._offset_index = None
         self._time_index = None
-        self.log.close_handlers()
 
     @property
     def suffix(self) -> str:

@@ -222,24 +222,8 @@ def decode_records(
         position += 1  # attributes, unused
         timestamp_delta, position = decode_varint(data, position, 10)
         offset_delta, position = decode_varint(data, position, 5)
-        key_length, position = decode_varint(data, position, 5)
-        key = None
-        if key_length >= 0:
-            if position + key_length > body_end:
-                raise InvalidRecordError("record key overruns the record", position=position)
-            key = bytes(data[position : position + key_length])
-            position += key_length
-        elif key_length != -1:
-            raise InvalidRecordError(f"invalid key length {key_length}", position=position)
-        value_length, position = decode_varint(data, position, 5)
-        value = None
-        if value_length >= 0:
-            if position + value_length > body_end:
-                raise InvalidRecordError("record value overruns the record", position=position)
-            value = bytes(data[position : position + value_length])
-            position += value_length
-        elif value_length != -1:
-            raise InvalidRecordError(f"invalid value length {value_length}", position=position)
+        key, position = _decode_nullable_bytes(data, position, body_end, "record key")
+        value, position = _decode_nullable_bytes(data, position, body_end, "record value")
         header_count, position = decode_varint(data, position, 5)
         if header_count < 0 or header_count > body_end - position:
             raise InvalidRecordError(f"invalid header count {header_count}", position=position)
@@ -253,15 +237,7 @@ def decode_records(
             except UnicodeDecodeError as exc:
                 raise InvalidRecordError("header key is not UTF-8", position=position) from exc
             position += header_key_length
-            header_value_length, position = decode_varint(data, position, 5)
-            header_value = None
-            if header_value_length >= 0:
-                if position + header_value_length > body_end:
-                    raise InvalidRecordError("header value overruns the record", position=position)
-                header_value = bytes(data[position : position + header_value_length])
-                position += header_value_length
-            elif header_value_length != -1:
-                raise InvalidRecordError(f"invalid header value length {header_value_length}", position=position)
+            header_value, position = _decode_nullable_bytes(data, position, body_end, "header value")
             headers.append((header_key, header_value))
         if position != body_end:
             raise InvalidRecordError(
@@ -274,6 +250,20 @@ def decode_records(
     if position != end:
         raise InvalidRecordError(f"incorrect declared batch size: {end - position} bytes left after {count} records")
     return records
+
+
+def _decode_nullable_bytes(
+    data: bytes | memoryview, position: int, body_end: int, what: str
+) -> tuple[bytes | None, int]:
+    """A varint length (-1 = null) and that many bytes, which must end by `body_end`; and the next position."""
+    length, position = decode_varint(data, position, 5)
+    if length == -1:
+        return None, position
+    if length < 0:
+        raise InvalidRecordError(f"invalid {what} length {length}", position=position)
+    if position + length > body_end:
+        raise InvalidRecordError(f"{what} overruns the record", position=position)
+    return bytes(data[position : position + length]), position + length
 
 
 class RecordBatch:
@@ -605,16 +595,14 @@ class RecordBatchBuilder:
         """The batch's bytes with a valid CRC."""
         records = b"".join(self._records)
         payload = compress(self.compression, records)
-        attributes = int(self.compression)
-        if self.timestamp_type == TimestampType.LOG_APPEND_TIME:
-            attributes |= TIMESTAMP_TYPE_MASK
-        if self.is_transactional:
-            attributes |= TRANSACTIONAL_FLAG_MASK
-        if self.is_control:
-            attributes |= CONTROL_FLAG_MASK
+        attributes = encode_attributes(
+            self.compression,
+            self.timestamp_type,
+            is_transactional=self.is_transactional,
+            is_control=self.is_control,
+            has_delete_horizon=self.delete_horizon_ms is not None,
+        )
         base_timestamp = NO_TIMESTAMP if self._base_timestamp is None else self._base_timestamp
-        if self.delete_horizon_ms is not None:
-            attributes |= DELETE_HORIZON_FLAG_MASK
         return encode_batch(
             base_offset=self.base_offset,
             partition_leader_epoch=self.partition_leader_epoch,
@@ -628,6 +616,27 @@ class RecordBatchBuilder:
             records_count=len(self._records),
             payload=payload,
         )
+
+
+def encode_attributes(
+    compression: CompressionType,
+    timestamp_type: TimestampType,
+    *,
+    is_transactional: bool,
+    is_control: bool,
+    has_delete_horizon: bool,
+) -> int:
+    """The int16 attributes field: codec in bits 0-2, then the flag bits (see the module docstring)."""
+    attributes = int(compression)
+    if timestamp_type == TimestampType.LOG_APPEND_TIME:
+        attributes |= TIMESTAMP_TYPE_MASK
+    if is_transactional:
+        attributes |= TRANSACTIONAL_FLAG_MASK
+    if is_control:
+        attributes |= CONTROL_FLAG_MASK
+    if has_delete_horizon:
+        attributes |= DELETE_HORIZON_FLAG_MASK
+    return attributes
 
 
 def encode_batch(
