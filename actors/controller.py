@@ -12,15 +12,19 @@ Its records (JSON values, readable with `raybroker dump-log --print-data-log`):
 | `producer-ids`     | `{"next": N}`: the next idempotent-producer id to hand out       |
 
 On start the log is replayed (latest value per key), so a restarted broker finds its topics again.
+Which brokers are registered is not persisted: a controller restarted by Ray finds the log managers
+still running on the cluster's live nodes by name; after a full restart each `start_broker` registers.
 Which node hosts a partition is decided here (the node whose broker holds the fewest partitions);
-which log dir holds it is decided by that node's log manager. Topic names follow Kafka's rules,
-configs are validated against Kafka's names and ranges before anything is written.
+which log dir holds it is decided by that node's log manager. Topic names follow Kafka's rules (and
+`__cluster_metadata`, the controller's own folder, is reserved); configs must be a mapping validated
+against Kafka's names and ranges before anything is written.
 """
 
 from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,7 +38,9 @@ from storage.clock import SYSTEM_CLOCK
 from storage.config import LogConfig
 from storage.errors import (
     BrokerNotAvailableError,
+    InvalidConfigError,
     InvalidPartitionsError,
+    InvalidTopicError,
     TopicExistsError,
     UnknownTopicOrPartitionError,
 )
@@ -77,7 +83,7 @@ class ControllerActor:
         if not self._cluster_id:
             self._cluster_id = new_directory_id()
             self._write("cluster", {"cluster_id": self._cluster_id})
-        self._brokers: dict[str, Any] = {}
+        self._brokers: dict[str, Any] = _running_log_managers()
 
     def _replay(self) -> None:
         latest: dict[bytes, bytes | None] = {}
@@ -161,14 +167,19 @@ class ControllerActor:
 
     # --- topics ----------------------------------------------------------------------------------
 
-    def _validated_config(self, config: dict[str, str] | None) -> dict[str, str]:
+    def _validated_config(self, config: Mapping[str, str] | None) -> dict[str, str]:
+        if config is not None and not isinstance(config, Mapping):
+            raise InvalidConfigError(f"a topic config must be a mapping, not {type(config).__name__}")
         overrides = {str(k): str(v) for k, v in (config or {}).items()}
         LogConfig.from_properties(overrides, base=self.config.log_config)
         return overrides
 
     def create_topic(self, name: str, partitions: int, config: dict[str, str] | None = None) -> TopicMetadata:
-        """Creates the topic's partitions on the least-loaded brokers (Kafka's CreateTopics)."""
+        """Creates the topic's partitions on the least-loaded brokers (Kafka's CreateTopics). If a partition
+        cannot be created, the topic is deleted again (with the partitions that were) and the error raised."""
         file_names.validate_topic(name)
+        if name == METADATA_TOPIC:
+            raise InvalidTopicError(f"topic name {name!r} is reserved for the cluster metadata log")
         _check_partition_count(partitions)
         overrides = self._validated_config(config)
         with self._lock:
@@ -177,17 +188,25 @@ class ControllerActor:
             nodes = self._place(partitions)
             topic = TopicMetadata(name, dict(enumerate(nodes)), overrides)
             self._persist_topic(topic)
-            self._create_partitions(topic, range(partitions))
+            try:
+                self._create_partitions(topic, range(partitions))
+            except BaseException:
+                self.delete_topic(name)
+                raise
             return topic
 
     def _create_partitions(self, topic: TopicMetadata, partitions: range) -> None:
+        """Creates the partitions on their brokers; if any fails, raises its error once every creation has
+        ended, so that the caller's rollback never overtakes a creation still running."""
         refs = [
             self._broker(topic.partitions[p]).create_partition.remote(topic.name, p, topic.config) for p in partitions
         ]
+        ray.wait(refs, num_returns=len(refs))
         ray.get(refs)
 
     def add_partitions(self, name: str, total: int) -> TopicMetadata:
-        """Grows a topic to `total` partitions (Kafka's CreatePartitions; topics never shrink)."""
+        """Grows a topic to `total` partitions (Kafka's CreatePartitions; topics never shrink). If a new
+        partition cannot be created, the topic goes back to its old partitions and the error is raised."""
         _check_partition_count(total)
         with self._lock:
             topic = self.describe_topic(name)
@@ -199,7 +218,18 @@ class ControllerActor:
                 partitions[partition] = node
             grown = TopicMetadata(name, partitions, topic.config)
             self._persist_topic(grown)
-            self._create_partitions(grown, range(current, total))
+            try:
+                self._create_partitions(grown, range(current, total))
+            except BaseException:
+                self._persist_topic(topic)
+                ray.get(
+                    [
+                        self._brokers[grown.partitions[p]].delete_partition.remote(name, p)
+                        for p in range(current, total)
+                        if grown.partitions[p] in self._brokers
+                    ]
+                )
+                raise
             return grown
 
     def alter_topic_config(self, name: str, config: dict[str, str]) -> TopicMetadata:
@@ -254,6 +284,19 @@ class ControllerActor:
     def shutdown(self) -> None:
         with self._lock:
             self._log.close()
+
+
+def _running_log_managers() -> dict[str, Any]:
+    """node id -> handle of every log manager running on a live node (none when the cluster starts)."""
+    found = {}
+    for node in ray.nodes():
+        if not node["Alive"]:
+            continue
+        try:
+            found[node["NodeID"]] = ray.get_actor(log_manager_name(node["NodeID"]), namespace=NAMESPACE)
+        except ValueError:
+            continue
+    return found
 
 
 def _check_partition_count(partitions: object) -> None:

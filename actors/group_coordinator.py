@@ -5,11 +5,11 @@ records of the internal compacted topic `__consumer_offsets` (created by `start_
 `offsets.topic.num.partitions` partitions). A group's commits all go to partition
 `abs(java_string_hashcode(group)) % partitions` (Kafka's `Utils.abs(groupId.hashCode())`, where
 `abs(Integer.MIN_VALUE)` is 0), so one group's commits stay ordered. The actor holds a cache of the
-latest offset per key, rebuilt at start (also after Ray restarts it) by reading every partition of the
-topic from its log start to its high watermark: the latest value per key wins, a null value (tombstone)
-removes the key, and records of other kinds (group metadata, key version 2) are skipped. A commit is
-acknowledged only once its record is appended, so a commit that returned survives a broker restart.
-Calls are idempotent: committing the same offsets again writes a record that changes nothing.
+latest offset per key. Before a partition is first used (after a start, also after Ray restarts the actor)
+it is read from its log start to its high watermark into the cache: the latest value per key wins, a null
+value (tombstone) removes the key, and records of other kinds (group metadata, key version 2) are
+skipped. A commit is acknowledged only once its record is appended, so a commit that returned survives a
+broker restart. Calls are idempotent: committing the same offsets again writes a record that changes nothing.
 
 Record format (Kafka's `OffsetCommitKey` v1 / `OffsetCommitValue` v3; big-endian; a string is an
 int16 length followed by that many UTF-8 bytes)::
@@ -33,7 +33,13 @@ from typing import Any
 from actors.broker import CONSUMER_OFFSETS_TOPIC
 from actors.client import call, controller, partition_actor
 from storage.clock import SYSTEM_CLOCK
-from storage.errors import CorruptRecordError, InvalidGroupIdError, InvalidRequestError
+from storage.errors import (
+    BrokerNotAvailableError,
+    CorruptRecordError,
+    InvalidGroupIdError,
+    InvalidRequestError,
+    UnknownTopicOrPartitionError,
+)
 from storage.record_batch import Record, RecordBatchBuilder, iter_batches
 
 logger = logging.getLogger(__name__)
@@ -144,15 +150,42 @@ def apply_offset_commit(offsets: dict[GroupTopicPartition, int], key: bytes | No
 
 
 class GroupCoordinatorActor:
-    """Committed offsets of consumer groups; see the module docstring. Thread-safe (one lock)."""
+    """Committed offsets of consumer groups; see the module docstring. Thread-safe (one lock).
+
+    Each `__consumer_offsets` partition is loaded into the cache before its first use (Kafka loads a
+    partition when it becomes its leader): `ready()` loads every partition it can reach, and one hosted by a
+    broker that is not up yet (a cluster starting node by node) is loaded by the first call that needs it,
+    which fails with the retriable `BrokerNotAvailableError` until then.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         metadata = call(controller().describe_topic.remote(CONSUMER_OFFSETS_TOPIC))
-        self._partitions = {p: partition_actor(CONSUMER_OFFSETS_TOPIC, p) for p in sorted(metadata.partitions)}
+        self._partition_count = len(metadata.partitions)
+        self._handles: dict[int, Any] = {}
         self._offsets: dict[GroupTopicPartition, int] = {}
-        for partition, handle in self._partitions.items():
+
+    def ready(self) -> int:
+        """Loads every partition it can reach now; returns how many are loaded (the others load on first use)."""
+        with self._lock:
+            for partition in range(self._partition_count):
+                try:
+                    self._loaded_partition(partition)
+                except BrokerNotAvailableError as exc:
+                    logger.warning("%s-%d not loaded yet: %s", CONSUMER_OFFSETS_TOPIC, partition, exc)
+            return len(self._handles)
+
+    def _loaded_partition(self, partition: int) -> Any:
+        """The partition's actor handle, once its records are in the cache. Called with the lock held."""
+        handle = self._handles.get(partition)
+        if handle is None:
+            try:
+                handle = partition_actor(CONSUMER_OFFSETS_TOPIC, partition)
+            except UnknownTopicOrPartitionError as exc:
+                raise BrokerNotAvailableError(f"the group coordinator cannot load its partition yet: {exc}") from exc
             self._load(partition, handle)
+            self._handles[partition] = handle
+        return handle
 
     def _load(self, partition: int, handle: Any) -> None:
         log_start_offset, high_watermark, _ = call(handle.offsets.remote())
@@ -178,22 +211,18 @@ class GroupCoordinatorActor:
         except CorruptRecordError as exc:
             logger.warning("%s-%d offset %d skipped: %s", CONSUMER_OFFSETS_TOPIC, partition, record.offset, exc)
 
-    def ready(self) -> int:
-        """Answers once the cache is rebuilt; returns how many committed offsets it holds."""
-        return len(self._offsets)
-
     def partition_for(self, group: str) -> int:
         _check_group(group)
-        return partition_for_group(group, len(self._partitions))
+        return partition_for_group(group, self._partition_count)
 
     def commit(self, group: str, offsets: Mapping[tuple[str, int], int], metadata: str = "") -> None:
         """Durably records `group`'s offsets (one batch on the group's partition), then caches them."""
         _check_group(group)
         checked = {_check_topic_partition(tp): _check_offset(tp, offset) for tp, offset in offsets.items()}
-        if not checked:
-            return
         if not isinstance(metadata, str):
             raise InvalidRequestError(f"commit metadata must be a str, not {type(metadata).__name__}")
+        if not checked:
+            return
         now_ms = SYSTEM_CLOCK.milliseconds()
         builder = RecordBatchBuilder()
         for (topic, partition), offset in checked.items():
@@ -202,9 +231,9 @@ class GroupCoordinatorActor:
                 encode_offset_commit_value(offset, metadata, now_ms),
                 timestamp=now_ms,
             )
-        handle = self._partitions[partition_for_group(group, len(self._partitions))]
         # Held across the append so two commits of one group reach the log and the cache in the same order.
         with self._lock:
+            handle = self._loaded_partition(partition_for_group(group, self._partition_count))
             call(handle.append.remote(builder.build()))
             for (topic, partition), offset in checked.items():
                 self._offsets[(group, topic, partition)] = offset
@@ -216,6 +245,7 @@ class GroupCoordinatorActor:
         _check_group(group)
         wanted = [_check_topic_partition(tp) for tp in topic_partitions]
         with self._lock:
+            self._loaded_partition(partition_for_group(group, self._partition_count))
             return {(topic, partition): self._offsets.get((group, topic, partition)) for topic, partition in wanted}
 
 

@@ -9,8 +9,12 @@ State it owns, and where it is persisted:
 
 It keeps no state of its own beyond what is on disk: after a restart (Ray restarts it if it dies) it
 rediscovers the folders, and the partition actors, which are named and detached, are found again
-(`get_if_exists`) rather than duplicated. Every call is idempotent: creating an existing partition
-returns it, deleting a missing one does nothing, a scheduled pass may run any number of times.
+(`get_if_exists`) rather than duplicated. A partition actor restarted by Ray asks the controller for
+its topic's current settings (`CurrentTopicConfig`), since Ray hands it the arguments of its first start.
+Every call is idempotent: creating an existing partition returns it, deleting a missing one does
+nothing, a scheduled pass may run any number of times. A new partition whose log fails to open with
+an I/O error (`KafkaStorageError`) takes its dir offline and is tried in the next dir; any other
+failure is raised to the caller and leaves every dir online.
 
 Scheduled work (Kafka's intervals, from the broker config), run by one background thread:
 retention (`log.retention.check.interval.ms`) and delayed deletes, the recovery-point / log-start /
@@ -32,6 +36,7 @@ from typing import Any
 
 import ray
 
+from actors.client import call, controller
 from actors.options import partition_options
 from actors.partition_log import CleanableRange, PartitionState
 from storage import file_names
@@ -39,7 +44,7 @@ from storage.broker_config import BrokerConfig
 from storage.cleaner_manager import MAX_BACKOFF_DOUBLINGS
 from storage.clock import SYSTEM_CLOCK
 from storage.config import LogConfig
-from storage.errors import KafkaStorageError
+from storage.errors import BrokerNotAvailableError, KafkaStorageError, RaybrokerError
 from storage.log_dirs import LogDirs, TopicPartition
 
 logger = logging.getLogger(__name__)
@@ -49,6 +54,9 @@ logger = logging.getLogger(__name__)
 TICK_SECONDS = 0.1
 # Partition actors created at once while loading a dir (Kafka: num.recovery.threads.per.data.dir).
 READY_TIMEOUT_SECONDS = 600
+# A restarted partition actor waits this long for the controller (itself restarting takes a few seconds)
+# before it opens its log with the settings of its first start.
+CONFIG_TIMEOUT_SECONDS = 30
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +66,27 @@ class PartitionPlacement:
     topic: str
     partition: int
     directory: str
+
+
+@dataclass(frozen=True, slots=True)
+class CurrentTopicConfig:
+    """A partition actor's `current_config`: after a Ray restart, the topic's settings from the controller
+    over the broker's defaults; None on a first start (its arguments are current) or if the controller
+    cannot answer (the first start's settings are kept, with a warning)."""
+
+    topic: str
+    broker_log_config: dict[str, str]
+
+    def __call__(self) -> dict[str, str] | None:
+        if not ray.get_runtime_context().was_current_actor_reconstructed:
+            return None
+        try:
+            topic = call(controller().describe_topic.remote(self.topic), timeout_s=CONFIG_TIMEOUT_SECONDS)
+        except RaybrokerError as exc:
+            logger.warning("restarted partition of %s keeps the settings of its first start: %s", self.topic, exc)
+            return None
+        base = LogConfig.from_properties(self.broker_log_config)
+        return LogConfig.from_properties(topic.config, base=base).to_properties()
 
 
 class LogManagerActor:
@@ -111,6 +140,7 @@ class LogManagerActor:
             recovery_point,
             log_start_offset,
             self.config.cleaner_config.to_properties(),
+            CurrentTopicConfig(topic, self.config.log_config.to_properties()),
         )
 
     def _open_dir(
@@ -154,10 +184,15 @@ class LogManagerActor:
                 try:
                     ray.get(handle.ready.remote(), timeout=READY_TIMEOUT_SECONDS)
                 except Exception as exc:
-                    errors.append(f"{directory}: {exc}")
                     ray.kill(handle, no_restart=True)
-                    self._dirs.take_offline(directory, exc)
-                    continue
+                    cause = getattr(exc, "cause", None)
+                    if isinstance(cause, KafkaStorageError):
+                        errors.append(f"{directory}: {cause}")
+                        self._dirs.take_offline(directory, cause)
+                        continue
+                    if isinstance(cause, RaybrokerError):
+                        raise cause from None
+                    raise BrokerNotAvailableError(f"the actor of {folder_name} did not start: {exc}") from None
                 self._partitions[(topic, partition)] = (directory, handle)
                 return PartitionPlacement(topic, partition, str(directory))
             raise KafkaStorageError(f"cannot create {folder_name} in any live log dir ({'; '.join(errors)})")

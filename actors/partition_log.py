@@ -6,12 +6,22 @@ frozen dataclasses), never lists of Python record objects. Batches travel as Kaf
 Crash behaviour: the log runs in standalone mode, so it holds `<folder>/.lock` while open. When Ray
 restarts a killed actor, `__init__` runs again with the same arguments, finds the stale lock, and
 recovers the log from its recovery point (batch CRCs checked, torn tail cut off) before serving;
-every acknowledged append was written before it was acknowledged, so none is lost.
+every acknowledged append was written before it was acknowledged, so none is lost. Those arguments
+are the ones of the first start, so the topic's settings are asked again (`current_config`) before the
+log opens: a config altered since then is not lost with the process.
+
+A log that fails to open (an I/O error, a folder locked by another process) leaves the actor alive
+but failed: `ready` and every other call raise that typed error, so the log manager can tell a
+failing disk (`KafkaStorageError`, the dir goes offline) from any other cause. Ray would only report
+"the actor died in its creation task" and lose the error's type. After `close` (topic deletion, broker
+shutdown, or a user holding the raw handle) every call but `close` raises `BrokerNotAvailableError`:
+a closed log is not a failing disk, and must not take its dir offline.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +32,7 @@ from storage.cleaner import Cleaner, CleanResult
 from storage.cleaner_config import CleanerConfig
 from storage.cleaner_manager import log_to_clean
 from storage.config import LogConfig
+from storage.errors import BrokerNotAvailableError, InvalidRequestError, RaybrokerError
 from storage.file_records import TimestampAndOffset
 from storage.log import DEFAULT_FETCH_MAX_BYTES, Log, LogAppendInfo
 
@@ -72,14 +83,29 @@ class PartitionLogActor:
         recovery_point: int = 0,
         log_start_offset: int = 0,
         cleaner_config: dict[str, str] | None = None,
+        current_config: Callable[[], dict[str, str] | None] | None = None,
     ) -> None:
-        self._log = Log.open(
-            Path(directory),
-            LogConfig.from_properties(config),
-            recovery_point=recovery_point,
-            log_start_offset=log_start_offset,
-        )
-        self._cleaner = Cleaner(CleanerConfig.from_properties(cleaner_config or {}), self._log.clock)
+        """`current_config`, when given, answers the topic's settings now (None: keep `config`)."""
+        # Why this actor serves no calls: its log failed to open, or is closed.
+        self._unavailable: RaybrokerError | None = None
+        self._closed_state: PartitionState | None = None
+        try:
+            latest = current_config() if current_config is not None else None
+            self._opened_log = Log.open(
+                Path(directory),
+                LogConfig.from_properties(config if latest is None else latest),
+                recovery_point=recovery_point,
+                log_start_offset=log_start_offset,
+            )
+            self._cleaner = Cleaner(CleanerConfig.from_properties(cleaner_config or {}), self._opened_log.clock)
+        except RaybrokerError as exc:
+            self._unavailable = exc
+
+    @property
+    def _log(self) -> Log:
+        if self._unavailable is not None:
+            raise self._unavailable
+        return self._opened_log
 
     def ready(self) -> int:
         """Answers once the log is open (and recovered); returns the log end offset."""
@@ -99,21 +125,24 @@ class PartitionLogActor:
         self._log.update_config(LogConfig.from_properties(config))
 
     def close(self) -> PartitionState:
-        """Clean shutdown of the log (flush, trim, markers); returns its final state."""
-        self._log.close()
-        return self._state()
+        """Clean shutdown of the log (flush, trim, markers); returns its final state, again if called again."""
+        if self._closed_state is None:
+            self._log.close()
+            self._closed_state = self._state()
+            self._unavailable = BrokerNotAvailableError(f"the log of {self._opened_log.directory} is closed")
+        return self._closed_state
 
     # --- reads (read group: concurrent, never behind an append) ----------------------------------
 
     @ray.method(concurrency_group=READ_GROUP)
     def read(self, offset: int, max_bytes: int = DEFAULT_FETCH_MAX_BYTES) -> bytes:
         """Kafka fetch bytes from `offset` (whole batches, up to the high watermark)."""
-        return self._log.read(offset, max_bytes, isolation="high_watermark").records
+        return self._log.read(offset, _checked_max_bytes(max_bytes), isolation="high_watermark").records
 
     @ray.method(concurrency_group=READ_GROUP)
     def fetch(self, offset: int, max_bytes: int = DEFAULT_FETCH_MAX_BYTES) -> FetchResult:
         """`read` plus the offsets a consumer needs to know where the end is."""
-        records = self._log.read(offset, max_bytes, isolation="high_watermark").records
+        records = self._log.read(offset, _checked_max_bytes(max_bytes), isolation="high_watermark").records
         return FetchResult(records, self._log.high_watermark, self._log.log_start_offset, self._log.log_end_offset)
 
     @ray.method(concurrency_group=READ_GROUP)
@@ -187,3 +216,10 @@ class PartitionLogActor:
         if self._log.config.delete:
             self._log.delete_old_segments()
         return result
+
+
+def _checked_max_bytes(max_bytes: object) -> int:
+    """Client arguments arrive untyped through Ray: a non-int size is refused, not compared."""
+    if not isinstance(max_bytes, int) or isinstance(max_bytes, bool):
+        raise InvalidRequestError(f"max_bytes must be an int, not {type(max_bytes).__name__}")
+    return max_bytes

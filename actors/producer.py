@@ -223,7 +223,8 @@ class Producer:
 
     @property
     def producer_id(self) -> int:
-        """The producer id its batches carry (-1 without idempotence)."""
+        """The producer id taken at start (-1 without idempotence); a partition whose sequence had to be
+        reset continues under a fresh one."""
         return self._producer_id
 
     def _new_producer_id(self) -> int:
@@ -344,7 +345,8 @@ class Producer:
     def flush(self, timeout: float | None = None) -> None:
         """Sends every record queued so far at once and waits until each is acknowledged or failed.
 
-        Raises `RequestTimedOutError` if that takes longer than `timeout` seconds (None: no limit).
+        Raises `RequestTimedOutError` if that takes longer than `timeout` seconds (None: no limit). Not for a
+        future's callback: callbacks run on the sender thread, which would then wait for itself.
         """
         with self._cond:
             pending = [batch for batch in self._incomplete if not batch.done]
@@ -438,15 +440,17 @@ class Producer:
                 try:
                     if queue.handle is None:
                         queue.handle = partition_actor(queue.topic, queue.partition)
+                    payload = self._build(queue, batches)
                 except RaybrokerError as exc:
+                    # Nothing was sent: the batches are judged like those of a failed call.
                     queue.failed.append((_InFlight(None, batches, done=True), exc))
                     break
-                flight = _InFlight(queue.handle.append.remote(b"".join(b.payload or b"" for b in batches)), batches)
+                flight = _InFlight(queue.handle.append.remote(payload), batches)
                 queue.in_flight.append(flight)
                 flight.ref.future().add_done_callback(lambda _, flight=flight: self._on_call_done(flight))
 
     def _take_request(self, queue: _PartitionQueue) -> list[_ProducerBatch]:
-        """The next batches of `queue` for one call (in order, within `max_request_size`), their bytes built."""
+        """The next batches of `queue` for one call: in order, within `max_request_size`, a solo batch alone."""
         batches = [queue.ready.popleft()]
         size = batches[0].estimated_bytes
         while (
@@ -458,6 +462,13 @@ class Producer:
             batch = queue.ready.popleft()
             batches.append(batch)
             size += batch.estimated_bytes
+        return batches
+
+    def _build(self, queue: _PartitionQueue, batches: list[_ProducerBatch]) -> bytes:
+        """The call's bytes. A batch sent for the first time gets the partition's producer id, epoch and next
+        sequence; a resent batch keeps its bytes, so the partition can recognise it."""
+        if self._idempotent and queue.producer_id == NO_PRODUCER_ID and any(b.payload is None for b in batches):
+            queue.producer_id = self._new_producer_id()
         for batch in batches:
             if batch.payload is None:
                 builder = batch.builder
@@ -467,7 +478,7 @@ class Producer:
                     builder.base_sequence = queue.next_sequence
                     queue.next_sequence = (queue.next_sequence + len(builder)) % SEQUENCE_MODULUS
                 batch.payload = builder.build()
-        return batches
+        return b"".join(batch.payload or b"" for batch in batches)
 
     def _on_call_done(self, flight: _InFlight) -> None:
         """Runs on a Ray thread: it must not wait for the producer's lock (that thread also serves the
@@ -539,7 +550,8 @@ class Producer:
         if reset_sequence_from is not None and self._idempotent:
             for batch in itertools.chain(resend[reset_sequence_from:], queue.ready):
                 batch.payload = None
-            queue.producer_id = self._new_producer_id()
+            # A fresh id is taken when the next batch is built, so failures in a row cost one id, none at the end.
+            queue.producer_id = NO_PRODUCER_ID
             queue.next_sequence = 0
         queue.ready.extendleft(reversed(resend))
         if backoff:

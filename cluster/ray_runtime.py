@@ -30,7 +30,6 @@ NAMESPACE = "raybroker"
 
 def _quiet_environment() -> None:
     os.environ["RAY_LOG_TO_DRIVER"] = "0"
-    os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "error")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 

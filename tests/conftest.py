@@ -44,6 +44,8 @@ def ray_session() -> Iterator[None]:
     import ray
 
     ray.init(
+        # Never join a cluster another process left in /tmp/ray/ray_current_cluster (`ray start`, Cluster).
+        address="local",
         num_cpus=4,
         include_dashboard=False,
         logging_level="ERROR",
@@ -58,9 +60,14 @@ def ray_session() -> Iterator[None]:
 
 
 def _stop_running_broker() -> None:
+    """Stops the broker if one runs; a no-op when Ray is already down (`test_zz_multinode` shuts it down)."""
+    import ray
+
     from actors.broker import stop_broker
     from storage.errors import BrokerNotAvailableError
 
+    if not ray.is_initialized():
+        return
     with contextlib.suppress(BrokerNotAvailableError):
         stop_broker()
 

@@ -142,7 +142,8 @@ def test_unexpected_exception_is_one_line_not_a_traceback(
     [
         (["--help"], "dump-log"),
         (["dump-log", "--help"], "--print-data-log"),
-        (["demo", "--help"], "--dir"),
+        (["storage-demo", "--help"], "--dir"),
+        (["demo", "--help"], "--events"),
     ],
 )
 def test_help_exits_0_and_describes_the_commands(
@@ -152,7 +153,7 @@ def test_help_exits_0_and_describes_the_commands(
     out = capsys.readouterr().out
     assert out.startswith("usage: raybroker")
     assert expected in out
-    assert "Exit codes" in out or argv[0] == "demo"
+    assert "Exit codes" in out or argv[0] in ("demo", "storage-demo")
 
 
 def test_no_command_or_unknown_option_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
@@ -162,7 +163,7 @@ def test_no_command_or_unknown_option_is_a_usage_error(capsys: pytest.CaptureFix
 
 
 def test_demo_runs_and_leaves_a_log_that_dump_log_reads(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["demo", "--dir", str(tmp_path)]) == EXIT_OK
+    assert main(["storage-demo", "--dir", str(tmp_path)]) == EXIT_OK
     out = capsys.readouterr().out
     assert "[5/5]" in out
     logs = sorted((tmp_path / "demo-0").glob("*.log"))

@@ -26,15 +26,24 @@ from storage.errors import (
     InvalidConfigError,
     InvalidPartitionsError,
     InvalidRecordError,
+    InvalidRequestError,
     InvalidTopicError,
+    OffsetOutOfRangeError,
+    RequestTimedOutError,
     StorageError,
     TopicExistsError,
     UnknownTopicOrPartitionError,
 )
 from storage.log import Log, LogAppendInfo
 from storage.log_dirs import METADATA_TOPIC
-from storage.record_batch import CRC_OFFSET, MAGIC_OFFSET, RECORDS_COUNT_OFFSET, ControlRecordType, build_control_batch
-from storage.record_batch import RecordBatchBuilder
+from storage.record_batch import (
+    CRC_OFFSET,
+    MAGIC_OFFSET,
+    RECORDS_COUNT_OFFSET,
+    ControlRecordType,
+    RecordBatchBuilder,
+    build_control_batch,
+)
 from tests.storage.builders import Rec, as_recs, batch_bytes, kafka_decode
 
 pytestmark = pytest.mark.ray
@@ -106,7 +115,7 @@ def wait_for(predicate: Callable[[], bool], timeout_s: float = 15.0, what: str =
 
 @pytest.fixture(scope="module")
 def broker(start_test_broker: StartBroker) -> tuple[Broker, list[Path]]:
-    """One broker over two fresh log dirs, shared by the tests that do not restart it (they come first)."""
+    """One broker over two fresh log dirs, shared by the module; the restart test, which stops it, comes last."""
     return start_test_broker()
 
 
@@ -209,7 +218,9 @@ def _no_new_folders(client: Broker, log_dirs: list[Path], action: Callable[[], A
     assert {d: sorted(entry.name for entry in d.iterdir() if entry.is_dir()) for d in log_dirs} == folders
 
 
-@pytest.mark.parametrize("name", ["../x", "a/b", "/tmp/abs", "a\x00b", "x" * 250, ".", "..", "", "a b", "ü"])
+@pytest.mark.parametrize(
+    "name", ["../x", "a/b", "/tmp/abs", "a\x00b", "x" * 250, ".", "..", "", "a b", "ü", 7, None, METADATA_TOPIC]
+)
 def test_invalid_topic_names_are_refused(broker: tuple[Broker, list[Path]], name: str) -> None:
     client, log_dirs = broker
     _no_new_folders(client, log_dirs, lambda: call(client.controller.create_topic.remote(name, 1)), InvalidTopicError)
@@ -236,6 +247,14 @@ def test_invalid_partition_counts_are_refused(broker: tuple[Broker, list[Path]],
     ],
 )
 def test_bad_topic_configs_are_refused(broker: tuple[Broker, list[Path]], config: dict[str, str]) -> None:
+    client, log_dirs = broker
+    _no_new_folders(
+        client, log_dirs, lambda: call(client.controller.create_topic.remote("configs", 1, config)), InvalidConfigError
+    )
+
+
+@pytest.mark.parametrize("config", [["segment.bytes"], "segment.bytes=1024", 5])
+def test_configs_that_are_not_mappings_are_refused(broker: tuple[Broker, list[Path]], config: Any) -> None:
     client, log_dirs = broker
     _no_new_folders(
         client, log_dirs, lambda: call(client.controller.create_topic.remote("configs", 1, config)), InvalidConfigError
@@ -286,71 +305,35 @@ def test_bad_batches_are_refused_with_typed_errors(broker: tuple[Broker, list[Pa
     assert {p.name: p.stat().st_size for p in folder.glob(f"*{file_names.LOG_SUFFIX}")} == sizes
 
 
-# --- restart -----------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("offset", "max_bytes", "error"),
+    [
+        (-1, 1024, OffsetOutOfRangeError),
+        (10**6, 1024, OffsetOutOfRangeError),
+        ("0", 1024, OffsetOutOfRangeError),
+        (0, -1, InvalidRequestError),
+        (0, "1024", InvalidRequestError),
+        (0, None, InvalidRequestError),
+    ],
+)
+def test_bad_read_arguments_are_refused_with_typed_errors(
+    broker: tuple[Broker, list[Path]], offset: Any, max_bytes: Any, error: type[Exception]
+) -> None:
+    client, _ = broker
+    if "reads" not in call(client.controller.list_topics.remote()):
+        call(client.controller.create_topic.remote("reads", 1))
+        append(client.partition("reads", 0), batch_bytes(make_records("r", 3)))
+    handle = client.partition("reads", 0)
+    for method in (handle.read, handle.fetch):
+        with pytest.raises(error):
+            call(method.remote(offset, max_bytes))
 
 
-def _rewrite_placement(metadata_dir: Path, topic: str, node_id: str) -> None:
-    """Points every partition of `topic` at `node_id` in the stopped broker's metadata log, as a Ray restart
-    does (node ids are new) — through the record format the controller documents."""
-    log = Log.open(metadata_dir / file_names.partition_dir_name(METADATA_TOPIC, 0))
-    try:
-        latest: dict[bytes, bytes | None] = {}
-        for record in log.records():
-            assert record.key is not None
-            latest[record.key] = record.value
-        body = json.loads(latest[f"topic/{topic}".encode()] or b"null")
-        body["partitions"] = {p: node_id for p in body["partitions"]}
-        builder = RecordBatchBuilder()
-        builder.append(f"topic/{topic}".encode(), json.dumps(body).encode(), timestamp=now_ms())
-        log.append(builder.build())
-    finally:
-        log.close()
+# --- actors killed mid-stream ------------------------------------------------------------------------
 
 
-def test_restart_finds_topics_records_and_remaps_nodes(start_test_broker: StartBroker) -> None:
-    client, log_dirs = start_test_broker()
-    call(client.controller.create_topic.remote("durable", 3, {"segment.bytes": "2048"}))
-    oracle: dict[int, list[tuple[int, Rec]]] = {}
-    for partition in range(3):
-        handle = client.partition("durable", partition)
-        oracle[partition] = []
-        for step in range(20):
-            batch = make_records(f"p{partition}s{step}", 3)
-            info = append(handle, batch_bytes(batch))
-            oracle[partition].extend((info.first_offset + i, rec) for i, rec in enumerate(batch))
-    end_offsets = stop_broker()
-    assert {f"durable-{p}": len(oracle[p]) for p in range(3)}.items() <= end_offsets.items()
-    for directory in log_dirs:
-        assert (directory / file_names.CLEAN_SHUTDOWN_FILE).exists()
-        recovery_points = read_checkpoint_text(directory / file_names.RECOVERY_POINT_CHECKPOINT)
-        for folder in directory.iterdir():
-            parsed = file_names.parse_partition_dir_name(folder.name)
-            if parsed is not None and parsed[0] != METADATA_TOPIC:
-                assert (folder / file_names.CLEAN_SHUTDOWN_FILE).exists(), folder
-                assert recovery_points[parsed] == end_offsets[folder.name]
-    with pytest.raises(BrokerNotAvailableError):
-        Broker.connect()
-
-    _rewrite_placement(log_dirs[0], "durable", "f" * 56)
-    client, _ = start_test_broker(log_dirs=log_dirs)
-    this_node = ray.get_runtime_context().get_node_id()
-    topic = client.topic("durable")
-    assert topic.partitions == dict.fromkeys(range(3), this_node)
-    assert topic.config == {"segment.bytes": "2048"}
-    assert set(call(client.controller.list_topics.remote())) >= {"durable"}
-    for partition, expected in oracle.items():
-        handle = client.partition("durable", partition)
-        assert read_range(handle, 0, len(expected)) == expected
-        assert append(handle, batch_bytes(make_records("after", 1))).first_offset == len(expected)
-    for directory in log_dirs:
-        assert not (directory / file_names.CLEAN_SHUTDOWN_FILE).exists()  # deleted while running
-
-
-# --- a partition actor killed mid-stream -------------------------------------------------------------
-
-
-def test_killed_partition_actor_recovers_every_acknowledged_append(start_test_broker: StartBroker) -> None:
-    client, _ = start_test_broker()
+def test_killed_partition_actor_recovers_every_acknowledged_append(broker: tuple[Broker, list[Path]]) -> None:
+    client, _ = broker
     call(client.controller.create_topic.remote("crashy", 1, {"segment.bytes": "4096"}))
     handle = client.partition("crashy", 0)
     producer_id = call(client.controller.allocate_producer_id.remote())
@@ -379,7 +362,6 @@ def test_killed_partition_actor_recovers_every_acknowledged_append(start_test_br
     writer.join(120)
     assert not writer.is_alive()
     assert len(acknowledged) == 100, f"{retries} retries"
-    print("RETRIES", retries)
     state = call(handle.state.remote())
     assert state.pid != pid_before
     assert state.log_end_offset == 400  # the in-flight retry was deduplicated, not written twice
@@ -389,11 +371,95 @@ def test_killed_partition_actor_recovers_every_acknowledged_append(start_test_br
     assert append(handle, batch_bytes(make_records("next", 1))).first_offset == 400
 
 
-def test_stop_broker_without_a_broker_is_broker_not_available(start_test_broker: StartBroker) -> None:
-    start_test_broker()
-    stop_broker()
+def test_killed_controller_comes_back_with_its_topics_and_brokers(broker: tuple[Broker, list[Path]]) -> None:
+    client, log_dirs = broker
+    call(client.controller.create_topic.remote("before", 2, {"retention.ms": "60000"}))
+    brokers = call(client.controller.brokers.remote())
+    ray.kill(client.controller, no_restart=False)
+    wait_for(lambda: restarts(client.controller) == 1 and _answers(client.controller), what="the controller restart")
+    assert call(client.controller.brokers.remote()) == brokers
+    assert client.topic("before").config == {"retention.ms": "60000"}
+    call(client.controller.create_topic.remote("after", 2))
+    assert len(partition_folders(log_dirs, "after")) == 2
+    append(client.partition("after", 1), batch_bytes(make_records("a", 1)))
+
+
+def restarts(handle: Any) -> int:
+    """How often Ray restarted the actor, from the GCS actor table (the public state API needs the dashboard,
+    which the test session turns off)."""
+    return ray._private.state.actors(actor_id=handle._actor_id.hex())["NumRestarts"]
+
+
+def _answers(handle: Any) -> bool:
+    try:
+        call(handle.brokers.remote(), timeout_s=5)
+    except (BrokerNotAvailableError, RequestTimedOutError):
+        return False
+    return True
+
+
+# --- restart -----------------------------------------------------------------------------------------
+
+
+def _rewrite_placement(metadata_dir: Path, topic: str, node_id: str) -> None:
+    """Points every partition of `topic` at `node_id` in the stopped broker's metadata log, as a Ray restart
+    does (node ids are new) — through the record format the controller documents."""
+    log = Log.open(metadata_dir / file_names.partition_dir_name(METADATA_TOPIC, 0))
+    try:
+        latest: dict[bytes, bytes | None] = {}
+        for record in log.records():
+            assert record.key is not None
+            latest[record.key] = record.value
+        body = json.loads(latest[f"topic/{topic}".encode()] or b"null")
+        body["partitions"] = {p: node_id for p in body["partitions"]}
+        builder = RecordBatchBuilder()
+        builder.append(f"topic/{topic}".encode(), json.dumps(body).encode(), timestamp=now_ms())
+        log.append(builder.build())
+    finally:
+        log.close()
+
+
+def test_restart_finds_topics_records_and_remaps_nodes(
+    broker: tuple[Broker, list[Path]], start_test_broker: StartBroker
+) -> None:
+    """Last of the module: stops the shared broker and starts one over the same dirs."""
+    client, log_dirs = broker
+    call(client.controller.create_topic.remote("durable", 3, {"segment.bytes": "2048"}))
+    oracle: dict[int, list[tuple[int, Rec]]] = {}
+    for partition in range(3):
+        handle = client.partition("durable", partition)
+        oracle[partition] = []
+        for step in range(20):
+            batch = make_records(f"p{partition}s{step}", 3)
+            info = append(handle, batch_bytes(batch))
+            oracle[partition].extend((info.first_offset + i, rec) for i, rec in enumerate(batch))
+    end_offsets = stop_broker()
+    assert {f"durable-{p}": len(oracle[p]) for p in range(3)}.items() <= end_offsets.items()
+    for directory in log_dirs:
+        assert (directory / file_names.CLEAN_SHUTDOWN_FILE).exists()
+        recovery_points = read_checkpoint_text(directory / file_names.RECOVERY_POINT_CHECKPOINT)
+        for folder in directory.iterdir():
+            parsed = file_names.parse_partition_dir_name(folder.name)
+            if parsed is not None and parsed[0] != METADATA_TOPIC:
+                assert (folder / file_names.CLEAN_SHUTDOWN_FILE).exists(), folder
+                assert recovery_points[parsed] == end_offsets[folder.name]
+    with pytest.raises(BrokerNotAvailableError):
+        Broker.connect()
     with pytest.raises(BrokerNotAvailableError):
         stop_broker()
-    manager = log_manager_name(ray.get_runtime_context().get_node_id())
     with pytest.raises(ValueError):
-        ray.get_actor(manager, namespace=NAMESPACE)
+        ray.get_actor(log_manager_name(ray.get_runtime_context().get_node_id()), namespace=NAMESPACE)
+
+    _rewrite_placement(log_dirs[0], "durable", "f" * 56)
+    client, _ = start_test_broker(log_dirs=log_dirs, num_recovery_threads_per_data_dir="4")
+    this_node = ray.get_runtime_context().get_node_id()
+    topic = client.topic("durable")
+    assert topic.partitions == dict.fromkeys(range(3), this_node)
+    assert topic.config == {"segment.bytes": "2048"}
+    assert set(call(client.controller.list_topics.remote())) >= {"durable"}
+    for partition, expected in oracle.items():
+        handle = client.partition("durable", partition)
+        assert read_range(handle, 0, len(expected)) == expected
+        assert append(handle, batch_bytes(make_records("after", 1))).first_offset == len(expected)
+    for directory in log_dirs:
+        assert not (directory / file_names.CLEAN_SHUTDOWN_FILE).exists()  # deleted while running

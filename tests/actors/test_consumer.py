@@ -23,7 +23,9 @@ from storage.record_batch import TimestampType
 
 pytestmark = pytest.mark.ray
 
-BASE_TIMESTAMP_MS = 1_700_000_000_000
+# Recent on purpose: the test broker checks retention every 500 ms, and records older than `retention.ms`
+# (7 days) would be deleted under the tests' feet. The 500 records span 500 s before now.
+BASE_TIMESTAMP_MS = time.time_ns() // 1_000_000 - 600_000
 SENT_COUNT = 500
 
 
@@ -133,7 +135,7 @@ def test_offsets_for_times_finds_the_first_record_at_or_after_each_timestamp(sen
 
     with Consumer() as consumer:
         assert consumer.offsets_for_times(wanted) == {tp: oracle(tp[1], ts) for tp, ts in wanted.items()}
-        assert consumer.offsets_for_times({("c2", 0): BASE_TIMESTAMP_MS + 10**9}) == {("c2", 0): None}
+        assert consumer.offsets_for_times({("c2", 0): BASE_TIMESTAMP_MS + 10**7}) == {("c2", 0): None}
         with pytest.raises(InvalidRequestError):
             consumer.offsets_for_times({("c2", 0): -1})
 

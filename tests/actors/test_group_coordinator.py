@@ -3,6 +3,7 @@ group -> partition rule, and committed offsets that survive a coordinator restar
 
 from __future__ import annotations
 
+import os
 import re
 import struct
 import time
@@ -161,20 +162,27 @@ def coordinator() -> Any:
     return get_actor(group_coordinator_name())
 
 
-def wait_until_answers(handle: Any, timeout_s: float = 60) -> None:
-    """Calls made while Ray restarts an actor fail at once (`BrokerNotAvailableError`): ask until one answers."""
-    from actors.client import call
-    from storage.errors import BrokerNotAvailableError
+def process_id(handle: Any) -> int:
+    """The pid of the actor's process, asked through Ray's `__ray_call__` (runs a function on the actor)."""
+    import ray
+
+    return ray.get(handle.__ray_call__.remote(lambda _: os.getpid()))
+
+
+def wait_for_new_process(handle: Any, old_pid: int, timeout_s: float = 60) -> None:
+    """Calls made while Ray restarts an actor fail at once, and `ray.kill` returns before the actor is dead:
+    ask until a process other than `old_pid` answers."""
+    from ray.exceptions import RayActorError
 
     deadline = time.monotonic() + timeout_s
-    while True:
+    while time.monotonic() < deadline:
         try:
-            call(handle.ready.remote())
-            return
-        except BrokerNotAvailableError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.1)
+            if process_id(handle) != old_pid:
+                return
+        except RayActorError:
+            pass
+        time.sleep(0.05)
+    raise AssertionError(f"the actor was not restarted within {timeout_s} s")
 
 
 def offsets_partition_records(partition: int) -> list[Record]:
@@ -220,8 +228,9 @@ def test_a_restarted_coordinator_rebuilds_its_cache_from_the_log(broker: tuple[A
     tombstone = RecordBatchBuilder()
     tombstone.append(encode_offset_commit_key("rebuild", "a", 1), None, timestamp=0)
     call(partition_actor("__consumer_offsets", partition_for_group("rebuild", 2)).append.remote(tombstone.build()))
+    old_pid = process_id(coordinator())
     ray.kill(coordinator(), no_restart=False)
-    wait_until_answers(coordinator())
+    wait_for_new_process(coordinator(), old_pid)
     assert call(coordinator().fetch_committed.remote("rebuild", [("a", 0), ("a", 1)])) == {
         ("a", 0): 5,
         ("a", 1): None,

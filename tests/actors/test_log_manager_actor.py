@@ -19,7 +19,8 @@ from actors.client import call, get_actor
 from actors.options import log_manager_name
 from storage import file_names
 from storage.checkpoint_file import OffsetCheckpointFile
-from storage.errors import BrokerNotAvailableError, RequestTimedOutError
+from storage.errors import BrokerNotAvailableError, LogDirLockedError, RequestTimedOutError
+from storage.log_dir_lock import LogDirLock
 from tests.storage.builders import Rec, as_recs, batch_bytes, kafka_decode
 
 pytestmark = pytest.mark.ray
@@ -74,6 +75,11 @@ def checkpoint(log_dirs: list[Path], name: str) -> dict[tuple[str, int], int]:
     return found
 
 
+def restarts(handle: Any) -> int:
+    """How often Ray restarted the actor (from the GCS actor table, see `alive_partition_actors`)."""
+    return ray._private.state.actors(actor_id=handle._actor_id.hex())["NumRestarts"]
+
+
 def alive_partition_actors() -> dict[str, list[int]]:
     """Actor name -> pids of its ALIVE instances, from the GCS actor table (the public state API needs the
     dashboard, which the test session turns off)."""
@@ -91,7 +97,7 @@ def broker(start_test_broker: StartBroker) -> tuple[Broker, list[Path]]:
 
 
 def test_partitions_go_to_the_dir_with_the_fewest_and_the_manager_lists_them(broker: tuple[Broker, list[Path]]) -> None:
-    client, log_dirs = broker
+    _, log_dirs = broker
     lm = manager()
     assert call(lm.dirs.remote()) == {str(d.resolve()): None for d in log_dirs}
     for partition in range(7):
@@ -185,10 +191,14 @@ def test_altered_config_reaches_running_and_restarted_partition_actors(broker: t
     call(client.controller.create_topic.remote("altered", 1))
     call(client.controller.alter_topic_config.remote("altered", {"segment.bytes": "1024"}))
     handle = client.partition("altered", 0)
+    fill(handle, "a", 12)
+    segments = call(handle.state.remote()).segments
+    assert segments > 1  # the running actor rolls at 1024 bytes
     pid = call(handle.state.remote()).pid
     ray.kill(handle, no_restart=False)
     wait_for(lambda: pid_of(handle) not in (None, pid), what="the partition actor to restart")
-    wait_for(lambda: fill(handle, "a", 12) and call(handle.state.remote()).segments > 1, what="rolls at 1024 bytes")
+    fill(handle, "b", 12)
+    assert call(handle.state.remote()).segments > segments  # Ray restarts it with its first arguments
 
 
 def test_killed_log_manager_comes_back_without_duplicating_partitions(broker: tuple[Broker, list[Path]]) -> None:
@@ -200,7 +210,7 @@ def test_killed_log_manager_comes_back_without_duplicating_partitions(broker: tu
     assert all(len(pids) == 1 for pids in actors_before.values())
     placements_before = call(lm.partitions.remote())
     ray.kill(lm, no_restart=False)
-    wait_for(lambda: _answers(lm), what="the log manager to restart")
+    wait_for(lambda: restarts(lm) == 1 and _answers(lm), what="the log manager to restart")
     assert call(lm.partitions.remote()) == placements_before
     assert alive_partition_actors() == actors_before  # the same processes: found again, not re-created
     assert read_all(client.partition("survivor", 0)) == written
@@ -212,6 +222,49 @@ def test_killed_log_manager_comes_back_without_duplicating_partitions(broker: tu
         lambda: checkpoint(log_dirs, file_names.REPLICATION_OFFSET_CHECKPOINT).get(("after-restart", 0)) == 3,
         what="the restarted scheduler's checkpoint",
     )
+
+
+def test_only_an_io_error_takes_a_log_dir_offline(start_test_broker: StartBroker) -> None:
+    client, log_dirs = start_test_broker(log_dirs_count=2, log_flush_scheduler_interval_ms="100")
+    lm = manager()
+    online = {str(d.resolve()): None for d in log_dirs}
+    call(client.controller.create_topic.remote("closed", 2, {"flush.ms": "0"}))
+    closed = client.partition("closed", 0)
+    final = call(closed.close.remote())  # a user with a raw handle closes the log under the broker
+    assert call(closed.close.remote()) == final
+    with pytest.raises(BrokerNotAvailableError):
+        call(closed.append.remote(batch_bytes([Rec(b"k", b"v", now_ms())])))
+    time.sleep(1.5)  # three retention and checkpoint passes, a dozen flush passes
+    assert call(lm.dirs.remote()) == online
+    holders = []
+    for directory in log_dirs:
+        (directory / "held-0").mkdir()
+        holders.append(LogDirLock(directory / "held-0"))  # another process has the folder open
+    try:
+        with pytest.raises(LogDirLockedError) as raised:
+            call(client.controller.create_topic.remote("held", 3))
+    finally:
+        for holder in holders:
+            holder.release()
+    assert type(raised.value).__module__ == "storage.errors"  # unwrapped through controller and log manager
+    assert call(lm.dirs.remote()) == online
+    assert "held" not in call(client.controller.list_topics.remote())  # rolled back, partitions 1 and 2 too
+    assert not [name for name in alive_partition_actors() if name.startswith("partition:held:")]
+    assert not [entry for d in log_dirs for entry in d.glob("held-[12]")]
+    call(client.controller.create_topic.remote("held", 3))
+    assert {p.directory for p in call(lm.partitions.remote()) if p.topic == "held"} <= set(online)
+
+    counts = {d.resolve(): 0 for d in log_dirs}
+    for existing in call(lm.partitions.remote()):
+        counts[Path(existing.directory)] += 1
+    first_choice = min(counts, key=lambda d: (counts[d], list(counts).index(d)))
+    (first_choice / "broken-0").write_bytes(b"")  # the folder cannot be made: an I/O error in that dir
+    placement = call(lm.create_partition.remote("broken", 0, {}))
+    assert Path(placement.directory) != first_choice
+    dirs = call(lm.dirs.remote())
+    assert dirs[str(first_choice)] is not None and dirs[placement.directory] is None
+    call(client.controller.create_topic.remote("elsewhere", 2))
+    assert {p.directory for p in call(lm.partitions.remote()) if p.topic == "elsewhere"} == {placement.directory}
 
 
 def pid_of(handle: Any) -> int | None:

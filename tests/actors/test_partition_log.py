@@ -13,13 +13,18 @@ import pytest
 from actors.partition_log import CleanableRange, FetchResult, PartitionLogActor, PartitionState
 from storage import file_names
 from storage.errors import (
+    BrokerNotAvailableError,
     CorruptRecordError,
     InvalidConfigError,
     InvalidRecordError,
+    InvalidRequestError,
+    KafkaStorageError,
+    LogDirLockedError,
     OffsetOutOfRangeError,
     StorageError,
 )
 from storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from storage.log_dir_lock import LogDirLock
 from storage.record_batch import CRC_OFFSET, MAGIC_OFFSET, RECORDS_COUNT_OFFSET, ControlRecordType, build_control_batch
 from tests.storage.builders import Rec, as_recs, batch_bytes, crash, kafka_decode
 
@@ -87,12 +92,24 @@ def test_fetch_reports_offsets_and_empty_at_the_end(tmp_path: Path) -> None:
     assert as_recs(kafka_decode(actor.fetch(1).records))[-1].value == b"a-2"
 
 
-@pytest.mark.parametrize("offset", [-1, 4, 10**12])
-def test_read_outside_the_log_raises_offset_out_of_range(tmp_path: Path, offset: int) -> None:
+@pytest.mark.parametrize("offset", [-1, 4, 10**12, "0", None])
+def test_read_outside_the_log_raises_offset_out_of_range(tmp_path: Path, offset: object) -> None:
     actor = open_actor(tmp_path / "t-0")
     actor.append(batch_bytes(records("a", 3)))
     with pytest.raises(OffsetOutOfRangeError):
-        actor.read(offset)
+        actor.read(offset)  # type: ignore[arg-type]
+    with pytest.raises(OffsetOutOfRangeError):
+        actor.fetch(offset)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("max_bytes", [-1, "1024", None, 1.5, True])
+def test_read_with_a_bad_size_raises_invalid_request(tmp_path: Path, max_bytes: object) -> None:
+    actor = open_actor(tmp_path / "t-0")
+    actor.append(batch_bytes(records("a", 3)))
+    with pytest.raises(InvalidRequestError):
+        actor.read(0, max_bytes)  # type: ignore[arg-type]
+    with pytest.raises(InvalidRequestError):
+        actor.fetch(0, max_bytes)  # type: ignore[arg-type]
 
 
 def test_list_offset_earliest_latest_and_by_time(tmp_path: Path) -> None:
@@ -189,7 +206,8 @@ def test_bad_client_batches_raise_typed_errors_and_write_nothing(tmp_path: Path,
 def test_bad_config_is_refused_before_a_folder_is_made(tmp_path: Path) -> None:
     for config in ({"no.such.key": "1"}, {"segment.bytes": "abc"}, {"retention.ms": "-5"}):
         with pytest.raises(InvalidConfigError):
-            open_actor(tmp_path / "t-0", config)
+            open_actor(tmp_path / "t-0", config).ready()
+    assert not (tmp_path / "t-0").exists()
     actor = open_actor(tmp_path / "t-0")
     with pytest.raises(InvalidConfigError):
         actor.update_config({"segment.bytes": "-1"})
@@ -203,7 +221,7 @@ def test_delete_records_moves_the_log_start(tmp_path: Path) -> None:
     assert actor.offsets() == (4, 10, 10)
     with pytest.raises(OffsetOutOfRangeError):
         actor.read(3)
-    assert [r.offset for r in kafka_decode(actor.read(4))][0] <= 4
+    assert next(r.offset for r in kafka_decode(actor.read(4))) <= 4
 
 
 def test_retention_by_size_deletes_old_segments_after_the_delay(tmp_path: Path) -> None:
@@ -268,3 +286,56 @@ def test_cleanable_is_none_for_delete_topics(tmp_path: Path) -> None:
     for index in range(20):
         actor.append(batch_bytes(records(f"b{index}", 3)))
     assert actor.cleanable(None) is None
+
+
+def test_a_log_that_cannot_open_leaves_a_failed_actor_raising_the_typed_error(tmp_path: Path) -> None:
+    (tmp_path / "not-a-dir").write_bytes(b"")
+    actor = open_actor(tmp_path / "not-a-dir" / "t-0")
+    for method, args in ((actor.ready, ()), (actor.append, (batch_bytes(records("a", 1)),)), (actor.state, ())):
+        with pytest.raises(KafkaStorageError):
+            method(*args)
+    folder = tmp_path / "t-0"
+    folder.mkdir()
+    holder = LogDirLock(folder)
+    try:
+        with pytest.raises(LogDirLockedError):
+            open_actor(folder).ready()
+    finally:
+        holder.release()
+    assert open_actor(folder).ready() == 0
+
+
+def test_current_config_replaces_the_first_starts_config(tmp_path: Path) -> None:
+    asked: list[bool] = []
+
+    def current() -> dict[str, str]:
+        asked.append(True)
+        return dict(SMALL_SEGMENTS)
+
+    actor = open_actor(tmp_path / "t-0", {}, current_config=current)
+    for index in range(20):
+        actor.append(batch_bytes(records(f"b{index}", 3)))
+    assert asked == [True] and actor.state().segments > 1
+    kept = open_actor(tmp_path / "t-1", SMALL_SEGMENTS, current_config=lambda: None)
+    for index in range(20):
+        kept.append(batch_bytes(records(f"b{index}", 3)))
+    assert kept.state().segments > 1
+
+
+def test_after_close_every_call_is_broker_not_available_and_close_repeats_its_answer(tmp_path: Path) -> None:
+    actor = open_actor(tmp_path / "t-0")
+    actor.append(batch_bytes(records("a", 3)))
+    final = actor.close()
+    assert final.log_end_offset == 3 and final.recovery_point == 3
+    assert actor.close() == final
+    calls = (
+        (actor.append, (batch_bytes(records("b", 1)),)),
+        (actor.read, (0,)),
+        (actor.state, ()),
+        (actor.delete_old_segments, ()),
+        (actor.flush_if_due, ()),
+        (actor.cleanable, (None,)),
+    )
+    for method, args in calls:
+        with pytest.raises(BrokerNotAvailableError):
+            method(*args)

@@ -160,13 +160,13 @@ def test_headers_and_timestamps_round_trip(broker: Any) -> None:
 
     start = end_offsets(broker, "one")[0]
     headers = [("trace", b"\x00\x01"), ("empty", None), ("text", "é")]
+    # Recent: older records would fall to the test broker's 500 ms retention checks (retention.ms is 7 days).
+    base_ms = time.time_ns() // 1_000_000 - 60_000
     with Producer(broker, value_serializer=serializers.json_serializer) as producer:
-        futures = [
-            producer.send("one", {"n": i}, timestamp_ms=1_600_000_000_000 + i, headers=headers) for i in range(5)
-        ]
+        futures = [producer.send("one", {"n": i}, timestamp_ms=base_ms + i, headers=headers) for i in range(5)]
         defaulted = producer.send("one", {"n": 5})
         before_ms = time.time_ns() // 1_000_000
-    assert [f.result().timestamp for f in futures] == [1_600_000_000_000 + i for i in range(5)]
+    assert [f.result().timestamp for f in futures] == [base_ms + i for i in range(5)]
     assert abs(defaulted.result().timestamp - before_ms) < 60_000
     records = consume(broker, {("one", 0): start}, 6, value_deserializer=serializers.json_deserializer)
     assert [r.value for r in records] == [{"n": i} for i in range(6)]
@@ -201,7 +201,7 @@ def test_a_batch_resent_with_its_sequence_is_a_duplicate_and_mixes_with_facade_r
         producer_id = ray.get(broker.controller.allocate_producer_id.remote())
         builder = RecordBatchBuilder(producer_id=producer_id, producer_epoch=0, base_sequence=0)
         for i in range(4):
-            builder.append(None, f"raw-{i}".encode(), timestamp=1_700_000_000_000)
+            builder.append(None, f"raw-{i}".encode(), timestamp=time.time_ns() // 1_000_000)
         batch = builder.build()
         first = ray.get(handle.append.remote(batch))
         again = ray.get(handle.append.remote(batch))
@@ -291,6 +291,18 @@ def test_batches_are_sent_when_full_or_on_flush_and_close_ends_sending(broker: A
     producer.close()
     with pytest.raises(InvalidRequestError):
         producer.send("one", b"late")
+
+
+def test_a_full_buffer_makes_send_wait_for_acknowledgements_instead_of_growing(broker: Any) -> None:
+    from actors import Producer
+
+    start = end_offsets(broker, "one")[0]
+    # 100 records of about 136 bytes against a 1000-byte buffer: without the bound they would all wait
+    # for the 60 s linger; with it, each send that finds the buffer full pushes the batches out.
+    with Producer(broker, buffer_memory=1000, linger_ms=60_000, max_block_ms=10_000) as producer:
+        futures = [producer.send("one", b"z" * 100) for _ in range(100)]
+        assert sum(f.done() for f in futures) >= 90
+    assert [f.result().offset for f in futures] == list(range(start, start + 100))
 
 
 def test_callbacks_may_send_again(broker: Any) -> None:

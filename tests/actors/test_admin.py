@@ -1,0 +1,136 @@
+"""The admin facade on a real broker: topic lifecycle, descriptions with live partition state, configs,
+partitions, DeleteRecords and ListOffsets (oracle: what was produced), and the typed errors of bad calls."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from storage.errors import (
+    InvalidConfigError,
+    InvalidPartitionsError,
+    InvalidRequestError,
+    InvalidTopicError,
+    OffsetOutOfRangeError,
+    TopicExistsError,
+    UnknownTopicOrPartitionError,
+)
+
+pytestmark = pytest.mark.ray
+
+
+@pytest.fixture(scope="module")
+def admin_and_dirs(start_test_broker: Any) -> tuple[Any, list[Path]]:
+    from actors import Admin
+
+    broker, log_dirs = start_test_broker(log_dirs_count=2)
+    return Admin(broker), log_dirs
+
+
+def produce(topic: str, timestamps: list[int], partition: int = 0) -> list[int]:
+    from actors import Producer
+
+    with Producer(linger_ms=0) as producer:
+        futures = [
+            producer.send(topic, f"v{i}", partition=partition, timestamp_ms=ts) for i, ts in enumerate(timestamps)
+        ]
+    return [future.result().offset for future in futures]
+
+
+def test_a_topic_is_created_described_altered_grown_and_deleted(admin_and_dirs: tuple[Any, list[Path]]) -> None:
+    from actors import Broker
+
+    admin, log_dirs = admin_and_dirs
+    created = admin.create_topic("life", 2, {"retention.ms": "3600000"})
+    assert created.name == "life"
+    assert created.config == {"retention.ms": "3600000"}
+    assert [p.partition for p in created.partitions] == [0, 1]
+    assert {p.log_dir for p in created.partitions} == {str(d.resolve()) for d in log_dirs}
+    assert all((p.log_start_offset, p.log_end_offset, p.high_watermark) == (0, 0, 0) for p in created.partitions)
+    assert [p.node_id for p in created.partitions] == [Broker.connect().node_of("life", p) for p in (0, 1)]
+
+    now_ms = time.time_ns() // 1_000_000
+    produce("life", [now_ms] * 7, partition=1)
+    described = admin.describe_topic("life")
+    assert (described.partitions[1].log_end_offset, described.partitions[1].high_watermark) == (7, 7)
+    assert described.partitions[1].size_bytes > 0 and described.partitions[1].segments == 1
+    assert described.partitions[0].size_bytes == 0
+
+    altered = admin.alter_topic_config("life", {"cleanup.policy": "delete", "retention.ms": "7200000"})
+    assert altered.config == {"retention.ms": "7200000", "cleanup.policy": "delete"}
+    assert admin.describe_topic("life").config == altered.config
+
+    grown = admin.add_partitions("life", 3)
+    assert [p.partition for p in grown.partitions] == [0, 1, 2]
+    assert grown.partitions[1].log_end_offset == 7
+
+    assert "life" in admin.list_topics()
+    admin.delete_topic("life")
+    assert "life" not in admin.list_topics()
+    with pytest.raises(UnknownTopicOrPartitionError):
+        admin.describe_topic("life")
+
+
+def test_internal_topics_are_listed_only_on_request(admin_and_dirs: tuple[Any, list[Path]]) -> None:
+    admin, _ = admin_and_dirs
+    assert "__consumer_offsets" not in admin.list_topics()
+    assert "__consumer_offsets" in admin.list_topics(include_internal=True)
+    assert len(admin.describe_topic("__consumer_offsets").partitions) == 2
+
+
+def test_delete_records_and_list_offsets_agree_with_what_was_produced(admin_and_dirs: tuple[Any, list[Path]]) -> None:
+    admin, _ = admin_and_dirs
+    admin.create_topic("offsets", 1)
+    base_ms = time.time_ns() // 1_000_000 - 60_000
+    # Timestamps go up and down so that the max timestamp is not the last record.
+    timestamps = [base_ms + delta for delta in (0, 10, 30, 20, 40, 25)]
+    offsets = produce("offsets", timestamps)
+    assert admin.list_offsets("offsets", "earliest") == {0: (0, -1)}
+    assert admin.list_offsets("offsets", "latest") == {0: (6, -1)}
+    assert admin.list_offsets("offsets", "max-timestamp") == {0: (offsets[4], base_ms + 40)}
+    assert admin.list_offsets("offsets", base_ms + 15) == {0: (offsets[2], base_ms + 30)}
+    assert admin.list_offsets("offsets", str(base_ms + 15)) == {0: (offsets[2], base_ms + 30)}
+    assert admin.list_offsets("offsets", base_ms + 41) == {0: None}
+
+    assert admin.delete_records("offsets", 0, 3) == 3
+    assert admin.describe_topic("offsets").partitions[0].log_start_offset == 3
+    assert admin.list_offsets("offsets", "earliest") == {0: (3, -1)}
+    with pytest.raises(OffsetOutOfRangeError):
+        admin.delete_records("offsets", 0, 99)
+
+
+@pytest.mark.parametrize("spec", ["first", "-1", -2, 1.5, True])
+def test_bad_offset_specs_raise_invalid_request(admin_and_dirs: tuple[Any, list[Path]], spec: Any) -> None:
+    admin, _ = admin_and_dirs
+    with pytest.raises(InvalidRequestError):
+        admin.list_offsets("__consumer_offsets", spec)
+
+
+def test_bad_admin_calls_raise_typed_errors(admin_and_dirs: tuple[Any, list[Path]]) -> None:
+    admin, _ = admin_and_dirs
+    admin.create_topic("taken", 1)
+    with pytest.raises(TopicExistsError):
+        admin.create_topic("taken", 1)
+    with pytest.raises(InvalidTopicError):
+        admin.create_topic("bad/name", 1)
+    with pytest.raises(InvalidPartitionsError):
+        admin.create_topic("zero", 0)
+    with pytest.raises(InvalidConfigError):
+        admin.create_topic("configured", 1, {"retention.ms": "soon"})
+    with pytest.raises(InvalidConfigError):
+        admin.alter_topic_config("taken", {"no.such.config": "1"})
+    with pytest.raises(InvalidPartitionsError):
+        admin.add_partitions("taken", 1)
+    with pytest.raises(UnknownTopicOrPartitionError):
+        admin.describe_topic("missing")
+    with pytest.raises(UnknownTopicOrPartitionError):
+        admin.delete_topic("missing")
+    with pytest.raises(UnknownTopicOrPartitionError):
+        admin.list_offsets("missing", "latest")
+    with pytest.raises(UnknownTopicOrPartitionError):
+        admin.delete_records("taken", 1, 0)
+    assert admin.list_topics() == sorted(admin.list_topics())
+    assert "zero" not in admin.list_topics() and "configured" not in admin.list_topics()

@@ -1,0 +1,166 @@
+"""Two Ray nodes on this machine (`ray.cluster_utils.Cluster`: two raylets, one GCS), each with its own log dirs
+and its own broker started ON that node: partitions spread over the nodes (fewest first), each partition
+actor runs on the node whose disk holds its folder, and a client reaches all of them.
+
+This module needs its own Ray cluster: it stops the shared session's broker and Ray first. It is named to sort
+last in `tests/actors/`, so the session's Ray is not needed again afterwards."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+import ray
+from ray.cluster_utils import Cluster
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from actors.broker import Broker, stop_broker
+from actors.client import call
+from storage import file_names
+from storage.errors import BrokerNotAvailableError
+from tests.storage.builders import Rec, as_recs, batch_bytes, kafka_decode
+
+pytestmark = pytest.mark.ray
+
+# Each node is a raylet plus its agents (~300 MiB) and every actor a process (~120 MiB): two nodes with one
+# logical CPU each keep this module within a few GiB on a 2-core box. The object store only carries small
+# batches here, so 128 MiB per node instead of 30 % of RAM.
+NODE_ARGS = {"num_cpus": 1, "object_store_memory": 128 * 1024 * 1024}
+
+
+@ray.remote(num_cpus=0)
+def start_broker_here(properties: dict[str, str]) -> str:
+    """`start_broker` run on the node the task is pinned to, over that node's log dirs."""
+    from actors.broker import start_broker
+
+    return start_broker(properties)
+
+
+@pytest.fixture(scope="module")
+def two_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, list[Path]]]:
+    """A fresh two-node cluster with a broker on each node; node id -> that node's log dirs."""
+    if ray.is_initialized():
+        with contextlib.suppress(BrokerNotAvailableError):
+            stop_broker()
+        ray.shutdown()
+    os.environ["RAY_LOG_TO_DRIVER"] = "0"  # inherited by both raylets and their workers (spark-bridge.md G1)
+    cluster = Cluster(initialize_head=True, head_node_args={**NODE_ARGS, "include_dashboard": False})
+    try:
+        cluster.add_node(**NODE_ARGS)
+        ray.init(address=cluster.address, namespace="raybroker", log_to_driver=False, logging_level="ERROR")
+        cluster.wait_for_nodes()
+        root = tmp_path_factory.mktemp("multinode")
+        nodes = sorted(n["NodeID"] for n in ray.nodes() if n["Alive"])
+        dirs = {node: [root / f"node{index}-dir{d}" for d in range(2)] for index, node in enumerate(nodes)}
+        for node in nodes:
+            start_brokers_on(node, dirs[node])
+        yield dirs
+        stop_broker()
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+
+
+def start_brokers_on(node: str, log_dirs: list[Path]) -> None:
+    """Starts the broker of `node` over `log_dirs`; its Kafka `node.id` is the one the dirs were made with."""
+    properties = {
+        "log.dirs": ",".join(str(d) for d in log_dirs),
+        "node.id": log_dirs[0].name.split("-")[0].removeprefix("node"),
+        "offsets.topic.num.partitions": "2",
+        "log.initial.task.delay.ms": "200",
+        # A restart re-opens every partition: a few at once per dir rather than one after the other.
+        "num.recovery.threads.per.data.dir": "4",
+    }
+    pinned = NodeAffinitySchedulingStrategy(node_id=node, soft=False)
+    assert ray.get(start_broker_here.options(scheduling_strategy=pinned).remote(properties)) == node
+
+
+def actor_table_entry(handle: Any) -> dict[str, Any]:
+    """The GCS's record of an actor (the public state API needs the dashboard, which is off)."""
+    return ray._private.state.actors(actor_id=handle._actor_id.hex())
+
+
+def raylet_node_id(pid: int) -> str:
+    """The node id on the command line of the raylet that spawned worker `pid`: the OS's view of its node."""
+    for argument in psutil.Process(pid).parent().cmdline():
+        if argument.startswith("--node_id="):
+            return argument.split("=", 1)[1]
+    raise AssertionError(f"the parent of {pid} is not a raylet")
+
+
+def test_partitions_spread_over_nodes_and_run_where_their_folders_are(two_nodes: dict[str, list[Path]]) -> None:
+    client = Broker.connect()
+    assert call(client.controller.brokers.remote()) == sorted(two_nodes)
+    topic = call(client.controller.create_topic.remote("spread", 6))
+    # The first broker took both __consumer_offsets partitions, so the fewest-first rule evens it out to 4/4.
+    load = dict.fromkeys(two_nodes, 0)
+    for name in ("spread", "__consumer_offsets"):
+        for node in client.topic(name).partitions.values():
+            load[node] += 1
+    assert sorted(load.values()) == [4, 4]
+    for partition, node in topic.partitions.items():
+        handle = client.partition("spread", partition)
+        state = call(handle.state.remote())
+        assert Path(state.directory).parent in two_nodes[node]
+        entry = actor_table_entry(handle)
+        assert entry["Address"]["NodeID"] == node and entry["Pid"] == state.pid
+        assert raylet_node_id(state.pid) == node
+
+
+def test_a_client_reaches_every_partition_on_every_node(two_nodes: dict[str, list[Path]]) -> None:
+    client = Broker.connect()
+    call(client.controller.create_topic.remote("reach", 4))
+    oracle: dict[int, list[Rec]] = {}
+    now_ms = int(time.time() * 1000)  # recent: the default 7-day retention would delete older records
+    for partition in range(4):
+        records = [Rec(f"k{i}".encode(), f"p{partition}-v{i}".encode(), now_ms + i) for i in range(5)]
+        info = call(client.partition("reach", partition).append.remote(batch_bytes(records)))
+        assert info.first_offset == 0
+        oracle[partition] = records
+    for partition, records in oracle.items():
+        got = kafka_decode(call(client.partition("reach", partition).read.remote(0)))
+        assert as_recs(got) == records
+    nodes = set(client.topic("reach").partitions.values())
+    assert nodes == set(two_nodes)
+    folders = {
+        node: sorted(entry.name for d in dirs for entry in d.iterdir() if entry.name.startswith("reach-"))
+        for node, dirs in two_nodes.items()
+    }
+    expected = {
+        node: sorted(
+            file_names.partition_dir_name("reach", p) for p, n in client.topic("reach").partitions.items() if n == node
+        )
+        for node in two_nodes
+    }
+    assert folders == expected
+
+
+def test_swapped_disks_are_found_on_their_new_nodes(two_nodes: dict[str, list[Path]]) -> None:
+    """What a full Ray restart looks like to the controller: the folders are where they were, the node ids
+    holding them are not. Here each node's dirs move to the other node; the node holding the metadata dir
+    starts first, as the one that started the cluster must."""
+    client = Broker.connect()
+    call(client.controller.create_topic.remote("moved", 4))
+    written = {}
+    for partition in range(4):
+        records = [Rec(b"k", f"moved-{partition}".encode(), int(time.time() * 1000))]
+        call(client.partition("moved", partition).append.remote(batch_bytes(records)))
+        written[partition] = records
+    before = client.topic("moved").partitions
+    stop_broker()
+    first, second = sorted(two_nodes)
+    start_brokers_on(second, two_nodes[first])  # two_nodes[first][0] holds __cluster_metadata-0
+    start_brokers_on(first, two_nodes[second])
+    client = Broker.connect()
+    swap = {first: second, second: first}
+    assert client.topic("moved").partitions == {p: swap[node] for p, node in before.items()}
+    for partition, records in written.items():
+        handle = client.partition("moved", partition)
+        assert as_recs(kafka_decode(call(handle.read.remote(0)))) == records
+        assert raylet_node_id(call(handle.state.remote()).pid) == swap[before[partition]]
