@@ -106,6 +106,15 @@ class Broker:
 
     def partition(self, topic: str, partition: int) -> Any:
         """The raw actor handle of a partition: `ray.get(handle.append.remote(batch_bytes))`."""
+        self._check_partition(topic, partition)
+        return partition_actor(topic, partition)
+
+    def node_of(self, topic: str, partition: int) -> str:
+        """The Ray node id hosting the partition."""
+        return self._check_partition(topic, partition).partitions[partition]
+
+    def _check_partition(self, topic: str, partition: int) -> TopicMetadata:
+        """The topic's metadata; `UnknownTopicOrPartitionError` unless it has that partition."""
         if not isinstance(partition, int) or isinstance(partition, bool):
             raise UnknownTopicOrPartitionError(f"partition must be an int, not {type(partition).__name__}")
         metadata = self.topic(topic)
@@ -113,7 +122,4 @@ class Broker:
             raise UnknownTopicOrPartitionError(
                 f"topic {topic!r} has partitions 0..{len(metadata.partitions) - 1}, not {partition}"
             )
-        return partition_actor(topic, partition)
-
-    def node_of(self, topic: str, partition: int) -> str:
-        return self.topic(topic).partitions[partition]
+        return metadata

@@ -257,7 +257,7 @@ class ControllerActor:
         ray.get(refs)
 
     def describe_topic(self, name: str) -> TopicMetadata:
-        topic = self._topics.get(name)
+        topic = self._topics.get(name) if isinstance(name, str) else None
         if topic is None:
             raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
         return topic

@@ -9,8 +9,10 @@ State it owns, and where it is persisted:
 
 It keeps no state of its own beyond what is on disk: after a restart (Ray restarts it if it dies) it
 rediscovers the folders, and the partition actors, which are named and detached, are found again
-(`get_if_exists`) rather than duplicated. A partition actor restarted by Ray asks the controller for
-its topic's current settings (`CurrentTopicConfig`), since Ray hands it the arguments of its first start.
+(`get_if_exists`) rather than duplicated. A partition actor restarted by Ray resumes (`ResumeAfterRestart`)
+with its topic's current settings from the controller and its offsets from the log dir's checkpoints,
+since Ray hands it the arguments of its first start. Deleting a partition rewrites the checkpoints at
+once (as Kafka's async delete does), so a topic created again under the same name never inherits them.
 Every call is idempotent: creating an existing partition returns it, deleting a missing one does
 nothing, a scheduled pass may run any number of times. A new partition whose log fails to open with
 an I/O error (`KafkaStorageError`) takes its dir offline and is tried in the next dir; any other
@@ -38,21 +40,22 @@ import ray
 
 from actors.client import call, controller
 from actors.options import partition_options
-from actors.partition_log import CleanableRange, PartitionState
+from actors.partition_log import CleanableRange, PartitionState, ResumePoint
 from storage import file_names
 from storage.broker_config import BrokerConfig
 from storage.cleaner_manager import MAX_BACKOFF_DOUBLINGS
 from storage.clock import SYSTEM_CLOCK
 from storage.config import LogConfig
 from storage.errors import BrokerNotAvailableError, KafkaStorageError, RaybrokerError
-from storage.log_dirs import LogDirs, TopicPartition
+from storage.log_dirs import LogDirs, TopicPartition, checkpointed_offsets
 
 logger = logging.getLogger(__name__)
 
 # How often the scheduler thread wakes to see which task is due: short enough for tests that set
 # intervals of a few hundred ms, long enough to cost nothing when idle.
 TICK_SECONDS = 0.1
-# Partition actors created at once while loading a dir (Kafka: num.recovery.threads.per.data.dir).
+# How long a partition actor may take to open its log: recovery after a crash reads (and CRC-checks)
+# every batch above the recovery point, minutes for gigabytes of unflushed log.
 READY_TIMEOUT_SECONDS = 600
 # A restarted partition actor waits this long for the controller (itself restarting takes a few seconds)
 # before it opens its log with the settings of its first start.
@@ -69,24 +72,26 @@ class PartitionPlacement:
 
 
 @dataclass(frozen=True, slots=True)
-class CurrentTopicConfig:
-    """A partition actor's `current_config`: after a Ray restart, the topic's settings from the controller
-    over the broker's defaults; None on a first start (its arguments are current) or if the controller
-    cannot answer (the first start's settings are kept, with a warning)."""
+class ResumeAfterRestart:
+    """A partition actor's `resume`: None on a first start (its arguments are current); after a Ray restart,
+    the topic's settings from the controller over the broker's defaults (the first start's are kept, with a
+    warning, if the controller cannot answer) and the offsets checkpointed in the folder's log dir."""
 
     topic: str
+    folder: str
     broker_log_config: dict[str, str]
 
-    def __call__(self) -> dict[str, str] | None:
+    def __call__(self) -> ResumePoint | None:
         if not ray.get_runtime_context().was_current_actor_reconstructed:
             return None
+        config = None
         try:
             topic = call(controller().describe_topic.remote(self.topic), timeout_s=CONFIG_TIMEOUT_SECONDS)
+            config = LogConfig.from_properties(topic.config, base=LogConfig.from_properties(self.broker_log_config))
         except RaybrokerError as exc:
             logger.warning("restarted partition of %s keeps the settings of its first start: %s", self.topic, exc)
-            return None
-        base = LogConfig.from_properties(self.broker_log_config)
-        return LogConfig.from_properties(topic.config, base=base).to_properties()
+        recovery_point, log_start_offset = checkpointed_offsets(Path(self.folder))
+        return ResumePoint(None if config is None else config.to_properties(), recovery_point, log_start_offset)
 
 
 class LogManagerActor:
@@ -140,7 +145,7 @@ class LogManagerActor:
             recovery_point,
             log_start_offset,
             self.config.cleaner_config.to_properties(),
-            CurrentTopicConfig(topic, self.config.log_config.to_properties()),
+            ResumeAfterRestart(topic, str(folder), self.config.log_config.to_properties()),
         )
 
     def _open_dir(
@@ -211,6 +216,7 @@ class LogManagerActor:
             folder = directory / file_names.partition_dir_name(topic, partition)
             self._dirs.schedule_folder_delete(folder, topic, partition)
             self._cleaner_offsets.pop((topic, partition), None)
+            self.checkpoint()
             return True
 
     def set_topic_config(self, topic: str, config: dict[str, str]) -> int:
@@ -326,21 +332,22 @@ class LogManagerActor:
     ) -> None:
         """Writes checkpoint files (`names`, default all four) of every online dir from partition states."""
         states = self._each_partition("state") if states is None else states
-        with self._lock:
-            placement = {tp: directory for tp, (directory, _) in self._partitions.items()}
-            cleaner = dict(self._cleaner_offsets)
         values = {
             file_names.RECOVERY_POINT_CHECKPOINT: {tp: s.recovery_point for tp, s in states.items()},
             file_names.LOG_START_OFFSET_CHECKPOINT: {
                 tp: s.log_start_offset for tp, s in states.items() if s.log_start_offset > s.first_segment_base
             },
             file_names.REPLICATION_OFFSET_CHECKPOINT: {tp: s.high_watermark for tp, s in states.items()},
-            file_names.CLEANER_OFFSET_CHECKPOINT: cleaner,
         }
-        for directory in self._dirs.online_dirs:
-            for name in names or list(values):
-                here = {tp: offset for tp, offset in values[name].items() if placement.get(tp) == directory}
-                self._dirs.write_checkpoint(directory, name, here)
+        # Under the lock from reading the placement to the last write: the scheduler and a delete both write
+        # (they would share `<name>.tmp`), and a partition deleted meanwhile must not be written back.
+        with self._lock:
+            placement = {tp: directory for tp, (directory, _) in self._partitions.items()}
+            values[file_names.CLEANER_OFFSET_CHECKPOINT] = dict(self._cleaner_offsets)
+            for directory in self._dirs.online_dirs:
+                for name in names or list(values):
+                    here = {tp: offset for tp, offset in values[name].items() if placement.get(tp) == directory}
+                    self._dirs.write_checkpoint(directory, name, here)
 
     def run_cleaner(self) -> int:
         """Cleans the filthiest eligible compacted partitions, `log.cleaner.threads` at a time."""

@@ -7,8 +7,10 @@ Crash behaviour: the log runs in standalone mode, so it holds `<folder>/.lock` w
 restarts a killed actor, `__init__` runs again with the same arguments, finds the stale lock, and
 recovers the log from its recovery point (batch CRCs checked, torn tail cut off) before serving;
 every acknowledged append was written before it was acknowledged, so none is lost. Those arguments
-are the ones of the first start, so the topic's settings are asked again (`current_config`) before the
-log opens: a config altered since then is not lost with the process.
+are the ones of the first start, so a restarted actor asks `resume` for a `ResumePoint` before the log
+opens: the topic's current settings and the log dir's checkpointed recovery point and log start offset.
+Without it, a config altered since the first start would be lost with the process, and records removed
+by DeleteRecords or retention (log start above the first segment's base) would come back.
 
 A log that fails to open (an I/O error, a folder locked by another process) leaves the actor alive
 but failed: `ready` and every other call raise that typed error, so the log manager can tell a
@@ -59,6 +61,16 @@ class CleanableRange:
 
 
 @dataclass(frozen=True, slots=True)
+class ResumePoint:
+    """What a restarted actor opens its log with instead of its first start's arguments; offsets only
+    raise those arguments, `config` None keeps the first start's."""
+
+    config: dict[str, str] | None
+    recovery_point: int
+    log_start_offset: int
+
+
+@dataclass(frozen=True, slots=True)
 class PartitionState:
     """What the log manager checkpoints and describes for one partition."""
 
@@ -83,17 +95,21 @@ class PartitionLogActor:
         recovery_point: int = 0,
         log_start_offset: int = 0,
         cleaner_config: dict[str, str] | None = None,
-        current_config: Callable[[], dict[str, str] | None] | None = None,
+        resume: Callable[[], ResumePoint | None] | None = None,
     ) -> None:
-        """`current_config`, when given, answers the topic's settings now (None: keep `config`)."""
+        """`resume`, when given, answers None on a first start and a `ResumePoint` after a restart."""
         # Why this actor serves no calls: its log failed to open, or is closed.
         self._unavailable: RaybrokerError | None = None
         self._closed_state: PartitionState | None = None
         try:
-            latest = current_config() if current_config is not None else None
+            resumed = resume() if resume is not None else None
+            if resumed is not None:
+                config = config if resumed.config is None else resumed.config
+                recovery_point = max(recovery_point, resumed.recovery_point)
+                log_start_offset = max(log_start_offset, resumed.log_start_offset)
             self._opened_log = Log.open(
                 Path(directory),
-                LogConfig.from_properties(config if latest is None else latest),
+                LogConfig.from_properties(config),
                 recovery_point=recovery_point,
                 log_start_offset=log_start_offset,
             )
@@ -103,6 +119,7 @@ class PartitionLogActor:
 
     @property
     def _log(self) -> Log:
+        """The open log; raises why there is none (it failed to open, or is closed)."""
         if self._unavailable is not None:
             raise self._unavailable
         return self._opened_log

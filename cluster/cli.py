@@ -12,10 +12,12 @@ Subcommands:
     raybroker start | stop | topics | produce | consume | get-offsets | delete-records [--address ADDR] ...
         The broker on Ray, modelled on Kafka's tools (kafka-server-start.sh, kafka-topics.sh,
         kafka-console-producer.sh, ...); see `cluster/broker_commands.py` for each command and its output.
+    raybroker sql QUERY --topic T [--topic T2] [--value-format FMT] [--starting-offsets SPEC] [--address ADDR]
+        Spark SQL over live topics, each registered as a view named after it (see `cluster/sql_command.py`).
 
 This module imports only the standard library, `storage.errors` and the argument parsers of
-`cluster.broker_commands` at load time; every subcommand imports what it needs when it runs, so `dump-log`
-never pays for Ray, and only the broker commands import it.
+`cluster.broker_commands` and `cluster.sql_command` at load time; every subcommand imports what it needs when it
+runs, so `dump-log` never pays for Ray, and only the broker and sql commands import it.
 
 Exit codes:
 
@@ -41,7 +43,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from cluster.broker_commands import UsageError, add_broker_commands
+from cluster.broker_commands import ADDRESS_HELP, UsageError, add_broker_commands
+from cluster.sql_command import add_sql_command
 from storage.errors import RaybrokerError
 
 EXIT_OK = 0
@@ -190,6 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
     storage_demo.set_defaults(handler=_storage_demo)
 
     add_broker_commands(subcommands)
+    add_sql_command(subcommands, ADDRESS_HELP)
     return parser
 
 

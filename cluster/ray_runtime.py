@@ -51,7 +51,8 @@ def ensure_ray(address: str | None = None, *, num_cpus: int = EMBEDDED_NUM_CPUS)
         except (ConnectionError, RuntimeError, ValueError) as exc:
             raise BrokerNotAvailableError(f"no Ray cluster at {address!r}: {exc}") from None
         return False
-    ray.init(num_cpus=num_cpus, include_dashboard=False, **common)
+    # "local": always a new cluster, never one another process recorded in /tmp/ray/ray_current_cluster.
+    ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, **common)
     return True
 
 

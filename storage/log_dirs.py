@@ -33,6 +33,9 @@ not bytes), ties broken by the configured order. A dir whose I/O fails goes offl
 callback is called once with it so the owner closes that dir's logs. The clean-shutdown marker is
 written only to dirs that loaded cleanly and are still online.
 
+A partition process restarted on its own (no startup of the owner runs) reads its entries with
+`checkpointed_offsets`, read-only and lock-free: the files are only ever replaced whole.
+
 `take_offline`, `write_checkpoint`, `write_clean_shutdown_markers`, `delete_due_folders` and
 `release_all` may run any number of times. Lock order: the owner's lock, then this object's. `on_offline`
 may run under this object's lock, so an owner whose callback takes the owner's lock must hold that lock
@@ -66,6 +69,23 @@ logger = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
 METADATA_TOPIC = "__cluster_metadata"
+
+
+def checkpointed_offsets(folder: Path) -> tuple[int, int]:
+    """(recovery point, log start offset) of the partition in `folder` from its log dir's checkpoints;
+    0 for a missing entry, file or folder name, and for an unreadable file (as at startup: full recovery)."""
+    tp = file_names.parse_partition_dir_name(folder.name)
+    if tp is None:
+        return 0, 0
+    offsets = []
+    for name in (file_names.RECOVERY_POINT_CHECKPOINT, file_names.LOG_START_OFFSET_CHECKPOINT):
+        try:
+            found = OffsetCheckpointFile(folder.parent / name, read_only=True).read()
+        except (StorageError, OSError) as exc:
+            logger.warning("%s: ignoring unreadable %s (%s)", folder.parent, name, exc)
+            found = {}
+        offsets.append(found.get(tp, 0))
+    return offsets[0], offsets[1]
 
 
 @dataclass(frozen=True, slots=True)

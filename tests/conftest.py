@@ -32,6 +32,15 @@ def fixtures_dir() -> Path:
 # --- Ray: one local cluster per test session (starting Ray on 2 cores takes seconds) -----------------
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Modules that shut the session's Ray down for a cluster of their own (`OWNS_RAY = True`, e.g.
+    `tests/actors/test_zz_multinode.py`) run after every other test, wherever their path sorts."""
+    last = [item for item in items if getattr(getattr(item, "module", None), "OWNS_RAY", False)]
+    if last:
+        moved = set(last)
+        items[:] = [item for item in items if item not in moved] + last
+
+
 @pytest.fixture(scope="session")
 def ray_session() -> Iterator[None]:
     """A real local Ray, shared by every `ray`/`spark` test; shut down (with any broker) at the end.

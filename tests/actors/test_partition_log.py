@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from actors.partition_log import CleanableRange, FetchResult, PartitionLogActor, PartitionState
+from actors.partition_log import CleanableRange, FetchResult, PartitionLogActor, PartitionState, ResumePoint
 from storage import file_names
+from storage.checkpoint_file import OffsetCheckpointFile
 from storage.errors import (
     BrokerNotAvailableError,
     CorruptRecordError,
@@ -25,6 +26,7 @@ from storage.errors import (
 )
 from storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from storage.log_dir_lock import LogDirLock
+from storage.log_dirs import checkpointed_offsets
 from storage.record_batch import CRC_OFFSET, MAGIC_OFFSET, RECORDS_COUNT_OFFSET, ControlRecordType, build_control_batch
 from tests.storage.builders import Rec, as_recs, batch_bytes, crash, kafka_decode
 
@@ -305,21 +307,38 @@ def test_a_log_that_cannot_open_leaves_a_failed_actor_raising_the_typed_error(tm
     assert open_actor(folder).ready() == 0
 
 
-def test_current_config_replaces_the_first_starts_config(tmp_path: Path) -> None:
+def test_resume_replaces_the_first_starts_config(tmp_path: Path) -> None:
     asked: list[bool] = []
 
-    def current() -> dict[str, str]:
+    def resume() -> ResumePoint:
         asked.append(True)
-        return dict(SMALL_SEGMENTS)
+        return ResumePoint(dict(SMALL_SEGMENTS), 0, 0)
 
-    actor = open_actor(tmp_path / "t-0", {}, current_config=current)
+    actor = open_actor(tmp_path / "t-0", {}, resume=resume)
     for index in range(20):
         actor.append(batch_bytes(records(f"b{index}", 3)))
     assert asked == [True] and actor.state().segments > 1
-    kept = open_actor(tmp_path / "t-1", SMALL_SEGMENTS, current_config=lambda: None)
+    first_start = open_actor(tmp_path / "t-1", SMALL_SEGMENTS, resume=lambda: None)
     for index in range(20):
-        kept.append(batch_bytes(records(f"b{index}", 3)))
-    assert kept.state().segments > 1
+        first_start.append(batch_bytes(records(f"b{index}", 3)))
+    assert first_start.state().segments > 1
+
+
+def test_resume_from_the_log_dirs_checkpoints_keeps_deleted_records_deleted(tmp_path: Path) -> None:
+    folder = tmp_path / "t-0"
+    actor = open_actor(folder)
+    written = records("a", 15)
+    actor.append(batch_bytes(written))
+    assert actor.delete_records(10) == 10
+    OffsetCheckpointFile(tmp_path / file_names.LOG_START_OFFSET_CHECKPOINT).write({("t", 0): 10})
+    OffsetCheckpointFile(tmp_path / file_names.RECOVERY_POINT_CHECKPOINT).write({("t", 0): 0, ("t", 1): 7})
+    crash(actor._log)
+    assert checkpointed_offsets(folder) == (0, 10)
+    resumed = open_actor(folder, resume=lambda: ResumePoint(None, *checkpointed_offsets(folder)))
+    assert resumed.offsets() == (10, 15, 15)
+    assert read_all(resumed, 10) == written[10:]
+    crash(resumed._log)
+    assert open_actor(folder).offsets() == (0, 15, 15)  # what Ray's restart with the first arguments did
 
 
 def test_after_close_every_call_is_broker_not_available_and_close_repeats_its_answer(tmp_path: Path) -> None:

@@ -2,8 +2,9 @@
 and its own broker started ON that node: partitions spread over the nodes (fewest first), each partition
 actor runs on the node whose disk holds its folder, and a client reaches all of them.
 
-This module needs its own Ray cluster: it stops the shared session's broker and Ray first. It is named to sort
-last in `tests/actors/`, so the session's Ray is not needed again afterwards."""
+This module needs its own Ray cluster: it stops the shared session's broker and Ray first, and restores
+nothing. `OWNS_RAY` makes `tests/conftest.py` run it after every other test of the session (and its name sorts
+last in `tests/actors/`), so the session's Ray is not needed again afterwards."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from storage.errors import BrokerNotAvailableError
 from tests.storage.builders import Rec, as_recs, batch_bytes, kafka_decode
 
 pytestmark = pytest.mark.ray
+OWNS_RAY = True
 
 # Each node is a raylet plus its agents (~300 MiB) and every actor a process (~120 MiB): two nodes with one
 # logical CPU each keep this module within a few GiB on a 2-core box. The object store only carries small
