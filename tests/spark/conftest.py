@@ -1,0 +1,41 @@
+"""The Spark suite's shared fixtures: one RayDP Spark session and one broker for every test of `tests/spark/`.
+
+Starting Spark on Ray costs ~10 s and its first Python job ~6 s more (spark-bridge.md §2), so the session is
+started once (with its warm-up job), reused by every test, and stopped at the end of the test session, before
+the Ray fixture it depends on shuts Ray down.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def spark(ray_session: None) -> Iterator[Any]:
+    """The RayDP Spark session (1 executor x 2 cores, settings of `cluster.spark_session`)."""
+    from cluster.spark_session import get_spark, stop_spark
+
+    session = get_spark()
+    try:
+        yield session
+    finally:
+        stop_spark()
+
+
+@pytest.fixture(scope="session")
+def spark_broker(start_test_broker: Callable[..., tuple[Any, list[Path]]]) -> Any:
+    """A broker for the Spark tests (each test makes its own topics)."""
+    broker, _ = start_test_broker(log_dirs_count=1)
+    return broker
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """pyspark 3.5's `toPandas` calls pandas APIs that pandas 2.x deprecated; the warning is pyspark's, not ours."""
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(item.fspath).parents:
+            item.add_marker(pytest.mark.filterwarnings("ignore:is_datetime64tz_dtype is deprecated:DeprecationWarning"))
