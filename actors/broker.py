@@ -21,9 +21,10 @@ from typing import Any
 
 import ray
 
-from actors.client import call, controller, get_actor, partition_actor
+from actors.client import call, controller, get_actor, kill_and_wait, partition_actor
 from actors.controller import TopicMetadata
 from actors.options import (
+    CONTROLLER_NAME,
     controller_options,
     group_coordinator_name,
     group_coordinator_options,
@@ -71,7 +72,7 @@ def stop_broker() -> dict[str, int]:
     ctrl = controller()
     # First, so that no commit is appended while the partitions close.
     with contextlib.suppress(BrokerNotAvailableError):
-        ray.kill(get_actor(group_coordinator_name()), no_restart=True)
+        kill_and_wait(get_actor(group_coordinator_name()), group_coordinator_name())
     end_offsets: dict[str, int] = {}
     for node_id in call(ctrl.brokers.remote()):
         try:
@@ -80,9 +81,9 @@ def stop_broker() -> dict[str, int]:
             continue
         end_offsets.update(call(manager.shutdown.remote()))
         call(ctrl.unregister_broker.remote(node_id))
-        ray.kill(manager, no_restart=True)
+        kill_and_wait(manager, log_manager_name(node_id))
     call(ctrl.shutdown.remote())
-    ray.kill(ctrl, no_restart=True)
+    kill_and_wait(ctrl, CONTROLLER_NAME)
     return end_offsets
 
 

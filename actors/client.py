@@ -7,6 +7,7 @@ dead or restarting surfaces as `BrokerNotAvailableError`, which producers treat 
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import ray
@@ -56,3 +57,20 @@ def partition_actor(topic: str, partition: int) -> Any:
         return ray.get_actor(partition_actor_name(topic, partition), namespace=NAMESPACE)
     except ValueError:
         raise UnknownTopicOrPartitionError(f"no partition {topic}-{partition} is hosted") from None
+
+
+# A killed actor's name is released asynchronously; an actor created under the same name before that
+# (a broker restarted right after a stop) would get the dying one back from `get_if_exists`.
+NAME_RELEASE_TIMEOUT_S = 30.0
+
+
+def kill_and_wait(handle: Any, name: str, timeout_s: float = NAME_RELEASE_TIMEOUT_S) -> None:
+    """Kills a named actor for good and waits until its name is free again (or `timeout_s` passes)."""
+    ray.kill(handle, no_restart=True)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            ray.get_actor(name, namespace=NAMESPACE)
+        except ValueError:
+            return
+        time.sleep(0.05)

@@ -38,8 +38,8 @@ from typing import Any
 
 import ray
 
-from actors.client import call, controller
-from actors.options import partition_options
+from actors.client import call, controller, kill_and_wait
+from actors.options import partition_actor_name, partition_options
 from actors.partition_log import CleanableRange, PartitionState, ResumePoint
 from storage import file_names
 from storage.broker_config import BrokerConfig
@@ -212,7 +212,7 @@ class LogManagerActor:
             try:
                 ray.get(handle.close.remote())
             finally:
-                ray.kill(handle, no_restart=True)
+                kill_and_wait(handle, partition_actor_name(topic, partition))
             folder = directory / file_names.partition_dir_name(topic, partition)
             self._dirs.schedule_folder_delete(folder, topic, partition)
             self._cleaner_offsets.pop((topic, partition), None)
@@ -423,8 +423,8 @@ class LogManagerActor:
             self.checkpoint(states=states)
             self._dirs.write_clean_shutdown_markers(self._dirs.online_dirs)
             self._dirs.release_all()
-            for _, (_, handle) in items:
-                ray.kill(handle, no_restart=True)
+            for (topic, partition), (_, handle) in items:
+                kill_and_wait(handle, partition_actor_name(topic, partition))
             self._partitions.clear()
             return {f"{t}-{p}": state.log_end_offset for (t, p), state in states.items()}
 

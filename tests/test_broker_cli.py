@@ -327,8 +327,15 @@ def test_ctrl_c_ends_a_subprocess_consumer_quietly_with_130(keyed_topic: list[st
     # The subprocess inherits this process's RAY_AUTH_MODE, which the test session's Ray set.
     address = ray.get_runtime_context().gcs_address
     command = [sys.executable, "-m", "cluster.cli", "consume", "--topic", "cli-keyed", "--from-beginning"]
+    # Ray's core prints a line of its own when RAY_BACKEND_LOG_LEVEL is set (the Spark session sets it).
+    env = {key: value for key, value in os.environ.items() if key != "RAY_BACKEND_LOG_LEVEL"}
     consumer = subprocess.Popen(
-        [*command, "--address", address], cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [*command, "--address", address],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         assert consumer.stdout is not None
