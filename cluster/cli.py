@@ -5,8 +5,9 @@ Subcommands:
     raybroker dump-log [--print-data-log] [--deep-iteration] [--json] FILE...
         Print the contents of log-dir files offline, like Kafka's kafka-dump-log.sh (see `storage/dump_log.py`
         for the file kinds and output formats). Imports no Ray or Spark, so it starts in a fraction of a second.
-    raybroker demo [--dir DIR] [--events N]
-        The main job on an embedded default: a local Ray, the broker, a topic, producers and consumers.
+    raybroker demo [--dir DIR] [--events N] [--no-spark]
+        The main job on an embedded default: a local Ray, the broker, a topic, producers and consumers, and
+        Spark analytics over the live partitions through RayDP.
     raybroker storage-demo [--dir DIR]
         A storage-only demo (no Ray): writes a small partition log with every codec, reads it back, rolls it.
     raybroker start | stop | topics | produce | consume | get-offsets | delete-records [--address ADDR] ...
@@ -99,7 +100,7 @@ def _dump_log(args: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace) -> int:
     from cluster.broker_demo import run_broker_demo
 
-    return run_broker_demo(args.dir, events=args.events)
+    return run_broker_demo(args.dir, events=args.events, spark=not args.no_spark)
 
 
 def _storage_demo(args: argparse.Namespace) -> int:
@@ -163,8 +164,9 @@ def build_parser() -> argparse.ArgumentParser:
         description=(
             "Start an embedded Ray cluster and the broker over two log dirs in a new temporary folder, create "
             "the topic 'page-views' with 4 partitions, produce msgpack page-view events through the idempotent "
-            "producer, consume them back in a group and check every event came back exactly once, then shut "
-            "the broker down cleanly. Prints each step with its time."
+            "producer, consume them back in a group and check every event came back exactly once, run Spark "
+            "(RayDP) aggregations twice over the live partitions while a producer keeps writing, then shut "
+            "everything down cleanly. Prints each step with its time."
         ),
     )
     demo.add_argument(
@@ -174,6 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="folder for the demo's log dirs (default: a new temporary folder, kept for inspection)",
     )
     demo.add_argument("--events", type=int, default=20_000, help="page-view events to produce (default 20000)")
+    demo.add_argument("--no-spark", action="store_true", help="skip the Spark analytics step (no Java needed)")
     demo.set_defaults(handler=_demo)
 
     storage_demo = subcommands.add_parser(

@@ -36,7 +36,11 @@ degrading by 70-90 ms per task (1M records, 128 partitions: 15 s), against 1.9 s
 Reading (inside Spark's Python workers, `mapInArrow` over a `spark.range` of task numbers): each task attaches its
 worker to Ray once, fires the first fetch of every range it owns at once, and then, range by range, fires the next
 fetch before decoding the current one (`cluster.arrow_records`), so fetching overlaps decoding. Records travel as
-Kafka batch bytes from the actor and as Arrow record batches into Spark, never as Python rows.
+Kafka batch bytes from the actor and as Arrow record batches into Spark, never as Python rows. As Spark's default
+isolation (`read_uncommitted`), records of aborted transactions are read too; control batches are not. Measured
+on this 2-core box (1 executor x 2 cores, other jobs running): `read_ranges` alone 630-730k records/s in one
+process; 1M records of 100 B through Spark into a `groupBy(partition)` count and sums 1.5-3.7 s (270-670k/s),
+of which ~0.85 s is the fixed cost of a two-stage Python job; 8 and 32 partitions alike (4 Spark tasks each).
 
 Data loss (`failOnDataLoss`): records of a planned range that are gone when it is read (retention or DeleteRecords
 moved the log start past them, or the log was truncated below the planned end) fail the read with

@@ -52,6 +52,7 @@ from cluster.kafka_source import (
     sample_values,
     topic_partitions,
 )
+from cluster.spark_session import typed_spark_error
 from storage.errors import InvalidRequestError, OffsetOutOfRangeError
 
 if TYPE_CHECKING:
@@ -229,9 +230,16 @@ class MicroBatchRunner:
             valueFormat=self._value_format,
             valueSchema=self._value_schema,
         )
-        result = self._process(df)
-        if result is not None:
-            self._write(result, info)
+        try:
+            result = self._process(df)
+            if result is not None:
+                self._write(result, info)
+        except Exception as exc:
+            # A read task's typed error (data loss) reaches the driver as text in Spark's PythonException.
+            typed = typed_spark_error(exc)
+            if typed is None:
+                raise
+            raise typed from exc
         self._consumer.commit(ends)
         return info
 

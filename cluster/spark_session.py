@@ -7,7 +7,7 @@
 |----------------------------------------------------|----------------------------|---------------------------------|
 | executors x cores                                  | 1 x 2                      | an executor is a JVM actor      |
 | `spark.{driver,executor}.extraJavaOptions`,        | `--add-opens` for 14 JDK   | Ray's Java serialiser needs     |
-| `spark.ray.raydp_app_master.extraJavaOptions`      | packages, in all three JVMs| reflection on JDK 17 (§1)       |
+| `spark.ray.raydp_app_master.extraJavaOptions`      | packages, all three JVMs   | reflection on JDK 17 (§1)       |
 | `spark.sql.shuffle.partitions`                     | executors x cores (2)      | 200 cost +1.2 s a shuffle (§2)  |
 | `spark.sql.execution.arrow.pyspark.enabled`        | true                       | pandas paths 2-10x faster (§1)  |
 | `spark.ui.enabled`, `spark.ui.showConsoleProgress` | false                      | no web UI, no progress bars     |
@@ -18,8 +18,8 @@ their own output back until a worker log reached 213 MB in a minute), `RAY_BACKE
 `PYSPARK_PYTHON`/`PYSPARK_DRIVER_PYTHON` set to this interpreter (workers must import this project).
 
 The first Python job of a new session waits 5.4-6.3 s for Spark's Python workers to start; a warm-up job at
-start-up pays that once, and also attaches every worker to Ray (`attach_worker_to_ray`), which the read tasks
-of `cluster.kafka_source` need.
+start-up pays that once, attaches every worker to Ray (`attach_worker_to_ray`), which the read tasks of
+`cluster.kafka_source` need, and imports the read path there.
 
 Spark's Python workers attach to Ray by the GCS address the driver passes down, never by `auto`: `auto` reads
 `/tmp/ray/ray_current_cluster`, which names the last cluster `ray start` made on the machine, not necessarily
@@ -194,6 +194,10 @@ def attach_worker_to_ray(address: str) -> None:
 
 def _warm_up_task(address: str, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     attach_worker_to_ray(address)
+    # The read path's imports (numpy, the storage decoders, msgpack), paid here instead of by the first read.
+    import cluster.kafka_source
+    import cluster.value_formats  # noqa: F401
+
     yield from batches
 
 

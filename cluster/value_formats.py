@@ -35,7 +35,7 @@ import pyarrow as pa
 from storage.errors import InvalidRequestError
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import DataType, StructType
 
 VALUE_FORMATS = ("binary", "string", "json", "msgpack")
@@ -62,7 +62,8 @@ def python_value(value_format: str, data: bytes) -> Any:
             return json.loads(data.decode("utf-8"))
         if value_format == "string":
             return data.decode("utf-8")
-    except (ValueError, TypeError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError):
+    except (ValueError, TypeError, RecursionError):
+        # msgpack's ExtraData, FormatError and StackError are ValueErrors, as are JSON and UTF-8 decode errors.
         return None
     return data
 
@@ -289,7 +290,6 @@ def json_columns(value_type: DataType, layout: ValueLayout) -> list[Column]:
 
 
 def decode_values(
-    spark: SparkSession,
     df: DataFrame,
     value_format: str,
     value_schema: str | DataType | None = None,

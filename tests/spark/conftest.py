@@ -1,8 +1,9 @@
 """The Spark suite's shared fixtures: one RayDP Spark session and one broker for every test of `tests/spark/`.
 
 Starting Spark on Ray costs ~10 s and its first Python job ~6 s more (spark-bridge.md §2), so the session is
-started once (with its warm-up job), reused by every test, and stopped at the end of the test session, before
-the Ray fixture it depends on shuts Ray down.
+started once (with its warm-up job) and reused by every test of this package. It is stopped when the package's
+last test is done (package scope): modules that own Ray (`OWNS_RAY`, run last by `tests/conftest.py`) shut the
+session's Ray down, and Spark's JVMs must be stopped before their Ray goes.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 import pytest
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def spark(ray_session: None) -> Iterator[Any]:
     """The RayDP Spark session (1 executor x 2 cores, settings of `cluster.spark_session`)."""
     from cluster.spark_session import get_spark, stop_spark
@@ -26,7 +27,7 @@ def spark(ray_session: None) -> Iterator[Any]:
         stop_spark()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def spark_broker(start_test_broker: Callable[..., tuple[Any, list[Path]]]) -> Any:
     """A broker for the Spark tests (each test makes its own topics)."""
     broker, _ = start_test_broker(log_dirs_count=1)

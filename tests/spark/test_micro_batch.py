@@ -12,7 +12,7 @@ import pytest
 from actors.admin import Admin
 from actors.consumer import Consumer
 from cluster.micro_batch import BatchInfo, MicroBatchRunner
-from storage.errors import InvalidRequestError
+from storage.errors import InvalidRequestError, OffsetOutOfRangeError
 from tests.spark.helpers import append, unique_topic
 
 pytestmark = [pytest.mark.ray, pytest.mark.spark]
@@ -125,3 +125,19 @@ def test_a_runner_needs_exactly_one_of_transform_and_sql_and_a_sink_for_sql(spar
         MicroBatchRunner(spark, "g", topics="t", sql="SELECT 1")
     with pytest.raises(InvalidRequestError):
         MicroBatchRunner(spark, "g", topics="t", transform=lambda df: df, maxOffsetsPerTrigger=0)
+
+
+def test_a_committed_offset_whose_records_were_deleted_fails_or_resumes_at_the_log_start(
+    spark: Any, spark_broker: Any
+) -> None:
+    topic = new_topic(1)
+    group = unique_topic("group")
+    produce(spark_broker, topic, 1, 30, "d")
+    with Consumer(spark_broker, group_id=group) as consumer:
+        consumer.commit({(topic, 0): 5})
+    Admin().delete_records(topic, 0, 12)
+    sink = Collector()
+    with pytest.raises(OffsetOutOfRangeError, match="failOnDataLoss"):
+        MicroBatchRunner(spark, group, topics=topic, transform=lambda df: df, sink=sink).run()
+    MicroBatchRunner(spark, group, topics=topic, transform=lambda df: df, sink=sink, failOnDataLoss=False).run()
+    assert sorted(sink.rows) == [(0, offset) for offset in range(12, 30)]

@@ -172,6 +172,6 @@ def test_string_format_and_decode_values_on_any_kafka_dataframe(
         e["latency_ms"] for e in data
     ]
     raw = read_topics(spark, topics=msgpack_topic)
-    assert page_counts(decode_values(spark, raw, "msgpack", "page string, latency_ms long")) == expected_counts(data)
+    assert page_counts(decode_values(raw, "msgpack", "page string, latency_ms long")) == expected_counts(data)
     raw_json = read_topics(spark, topics=json_topic)
-    assert page_counts(decode_values(spark, raw_json, "json")) == expected_counts(data)
+    assert page_counts(decode_values(raw_json, "json")) == expected_counts(data)
