@@ -35,7 +35,7 @@ from types import TracebackType
 from typing import Any
 
 from actors.broker import Broker
-from actors.client import call, get_actor, partition_actor
+from actors.client import call, check_topic_partition, get_actor, partition_actor
 from actors.options import group_coordinator_name
 from actors.serializers import Deserializer
 from storage.errors import (
@@ -137,7 +137,7 @@ class Consumer:
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
         """Reads exactly these partitions (replacing any assignment or subscription)."""
         self._check_open()
-        wanted = list(dict.fromkeys(_check_tp(tp) for tp in partitions))
+        wanted = list(dict.fromkeys(check_topic_partition(tp) for tp in partitions))
         counts: dict[str, int] = {}
         for topic, partition in wanted:
             if topic not in counts:
@@ -214,7 +214,7 @@ class Consumer:
         for tp, timestamp in timestamps.items():
             if not isinstance(timestamp, int) or isinstance(timestamp, bool) or timestamp < 0:
                 raise InvalidRequestError(f"timestamp of {tp} must be an int >= 0 (ms), got {timestamp!r}")
-            checked[_check_tp(tp)] = timestamp
+            checked[check_topic_partition(tp)] = timestamp
         return {
             tp: None if found is None else (found.offset, found.timestamp)
             for tp, found in self._list_offsets(checked).items()
@@ -365,14 +365,14 @@ class Consumer:
         to_commit = (
             {tp: self._positions[tp] for tp in self._assignment if tp in self._positions}
             if offsets is None
-            else {_check_tp(tp): offset for tp, offset in offsets.items()}
+            else {check_topic_partition(tp): offset for tp, offset in offsets.items()}
         )
         call(self._coordinator().commit.remote(group, to_commit))
 
     def committed(self, tp: TopicPartition) -> int | None:
         """The group's committed offset of `tp`, None if it has none."""
         group = self._require_group()
-        tp = _check_tp(tp)
+        tp = check_topic_partition(tp)
         return call(self._coordinator().fetch_committed.remote(group, [tp]))[tp]
 
     def _maybe_auto_commit(self) -> None:
@@ -416,7 +416,7 @@ class Consumer:
             raise InvalidRequestError("the consumer is closed")
 
     def _check_assigned(self, tp: object) -> TopicPartition:
-        checked = _check_tp(tp)
+        checked = check_topic_partition(tp)
         if checked not in self._assignment:
             raise InvalidRequestError(f"{checked[0]}-{checked[1]} is not assigned to this consumer")
         return checked
@@ -427,19 +427,6 @@ class Consumer:
             handle = partition_actor(*tp)
             self._handles[tp] = handle
         return handle
-
-
-def _check_tp(tp: object) -> TopicPartition:
-    if (
-        not isinstance(tp, tuple)
-        or len(tp) != 2
-        or not isinstance(tp[0], str)
-        or not isinstance(tp[1], int)
-        or isinstance(tp[1], bool)
-        or tp[1] < 0
-    ):
-        raise UnknownTopicOrPartitionError(f"expected a (topic, partition >= 0) tuple, got {tp!r}")
-    return tp[0], tp[1]
 
 
 __all__ = ["Consumer", "ConsumerRecord", "TopicPartition"]

@@ -31,7 +31,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from actors.broker import CONSUMER_OFFSETS_TOPIC
-from actors.client import call, controller, partition_actor
+from actors.client import call, check_topic_partition, controller, partition_actor
 from storage.clock import SYSTEM_CLOCK
 from storage.errors import (
     BrokerNotAvailableError,
@@ -218,7 +218,9 @@ class GroupCoordinatorActor:
     def commit(self, group: str, offsets: Mapping[tuple[str, int], int], metadata: str = "") -> None:
         """Durably records `group`'s offsets (one batch on the group's partition), then caches them."""
         _check_group(group)
-        checked = {_check_topic_partition(tp): _check_offset(tp, offset) for tp, offset in offsets.items()}
+        checked = {
+            check_topic_partition(tp, InvalidRequestError): _check_offset(tp, offset) for tp, offset in offsets.items()
+        }
         if not isinstance(metadata, str):
             raise InvalidRequestError(f"commit metadata must be a str, not {type(metadata).__name__}")
         if not checked:
@@ -243,7 +245,7 @@ class GroupCoordinatorActor:
     ) -> dict[tuple[str, int], int | None]:
         """The committed offset of each (topic, partition) for `group`, None where it has none."""
         _check_group(group)
-        wanted = [_check_topic_partition(tp) for tp in topic_partitions]
+        wanted = [check_topic_partition(tp, InvalidRequestError) for tp in topic_partitions]
         with self._lock:
             self._loaded_partition(partition_for_group(group, self._partition_count))
             return {(topic, partition): self._offsets.get((group, topic, partition)) for topic, partition in wanted}
@@ -252,19 +254,6 @@ class GroupCoordinatorActor:
 def _check_group(group: object) -> None:
     if not isinstance(group, str) or not group:
         raise InvalidGroupIdError(f"a group id must be a non-empty str, not {group!r}")
-
-
-def _check_topic_partition(tp: object) -> tuple[str, int]:
-    if (
-        not isinstance(tp, tuple)
-        or len(tp) != 2
-        or not isinstance(tp[0], str)
-        or not isinstance(tp[1], int)
-        or isinstance(tp[1], bool)
-        or tp[1] < 0
-    ):
-        raise InvalidRequestError(f"expected a (topic, partition) tuple, got {tp!r}")
-    return tp[0], tp[1]
 
 
 def _check_offset(tp: tuple[str, int], offset: object) -> int:
