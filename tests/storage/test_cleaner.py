@@ -840,8 +840,3 @@ def test_throttler_sleeps_to_hold_the_configured_rate(clock: MockClock) -> None:
     clock.sleep(1000)
     throttler.maybe_throttle(500)
     assert sleeps == [1600]
-
-
-@pytest.fixture
-def clock() -> MockClock:
-    return MockClock()

@@ -26,11 +26,6 @@ from tests.storage.test_cleaner import (
 BACKOFF_MS = 1000
 
 
-@pytest.fixture
-def clock() -> MockClock:
-    return MockClock()
-
-
 @pytest.fixture(autouse=True)
 def _logs_stay_valid_kafka_bytes(tmp_path: Path) -> Iterator[None]:
     yield

@@ -8,7 +8,6 @@ import bisect
 import random
 import struct
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -52,26 +51,6 @@ from tests.storage.builders import (
 )
 
 HOUR_MS = 3_600_000
-
-
-@pytest.fixture
-def clock() -> MockClock:
-    return MockClock(START_MS)
-
-
-@pytest.fixture
-def log_dir(tmp_path: Path) -> Path:
-    return tmp_path / "topic-0"
-
-
-@pytest.fixture
-def logs() -> Iterator[list[Log]]:
-    """Logs a test opened; closed at teardown if the test did not."""
-    opened: list[Log] = []
-    yield opened
-    for log in opened:
-        if not log.closed:
-            log.close()
 
 
 def make_log(logs: list[Log], directory: Path, clock: MockClock, **overrides: object) -> Log:

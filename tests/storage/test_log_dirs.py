@@ -36,11 +36,6 @@ def no_fsync(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-def clock() -> MockClock:
-    return MockClock()
-
-
-@pytest.fixture
 def dirs(tmp_path: Path) -> list[Path]:
     return [tmp_path / "data" / name for name in ("d0", "d1", "d2")]
 

@@ -8,7 +8,6 @@ import os
 import random
 import shutil
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -35,25 +34,6 @@ from tests.storage.builders import (
 )
 
 SETTINGS = {"segment_bytes": 400, "index_interval_bytes": 1, "segment_index_bytes": 600}
-
-
-@pytest.fixture
-def clock() -> MockClock:
-    return MockClock(START_MS)
-
-
-@pytest.fixture
-def log_dir(tmp_path: Path) -> Path:
-    return tmp_path / "topic-0"
-
-
-@pytest.fixture
-def logs() -> Iterator[list[Log]]:
-    opened: list[Log] = []
-    yield opened
-    for log in opened:
-        if not log.closed:
-            log.close()
 
 
 def open_log(logs: list[Log], directory: Path, clock: MockClock, **kwargs: object) -> Log:

@@ -131,11 +131,6 @@ def logs_left_are_kafka_readable(tmp_path: Path) -> Iterator[None]:
 
 
 @pytest.fixture
-def clock() -> MockClock:
-    return MockClock()
-
-
-@pytest.fixture
 def dirs(tmp_path: Path) -> list[Path]:
     return [tmp_path / "data" / name for name in ("d0", "d1", "d2")]
 

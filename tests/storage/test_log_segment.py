@@ -21,11 +21,6 @@ from tests.storage.builders import START_MS, Rec, batch_bytes, batches_in, spars
 INDEX_BYTES = 1200  # 150 offset entries, 100 time entries
 
 
-@pytest.fixture
-def clock() -> MockClock:
-    return MockClock(START_MS)
-
-
 def make_segment(
     directory: Path, clock: MockClock, base_offset: int = 0, *, interval: int = 1, index_bytes: int = INDEX_BYTES
 ) -> LogSegment:

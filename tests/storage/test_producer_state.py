@@ -158,25 +158,6 @@ def values(log: Log) -> list[bytes | None]:
     return [record.value for record in log.records()]
 
 
-@pytest.fixture
-def clock() -> MockClock:
-    return MockClock(START_MS)
-
-
-@pytest.fixture
-def log_dir(tmp_path: Path) -> Path:
-    return tmp_path / "topic-0"
-
-
-@pytest.fixture
-def logs() -> Iterator[list[Log]]:
-    opened: list[Log] = []
-    yield opened
-    for log in opened:
-        if not log.closed:
-            log.close()
-
-
 class OpenLog(Protocol):
     def __call__(self, *, segment_bytes: int = SEGMENT_BYTES) -> Log: ...
 
