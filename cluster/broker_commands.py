@@ -183,7 +183,7 @@ def _probe(address: str) -> None:
         ) from None
 
 
-def _connect(address: str | None) -> None:
+def connect_to_cluster(address: str | None) -> None:
     """Attaches this process to the cluster at `address`; a no-op when already attached.
 
     Without `--address` and `RAY_ADDRESS`, the head `start` recorded is used while it runs (Ray's own `auto`
@@ -330,7 +330,7 @@ def _broker_config(args: argparse.Namespace) -> BrokerConfig:
 def _start(args: argparse.Namespace) -> int:
     config = _broker_config(args)
     if args.address is not None:
-        _connect(args.address)
+        connect_to_cluster(args.address)
         return _start_broker_and_report(config, started=None)
     previous = read_state()
     if previous is not None and previous.started_head:
@@ -346,7 +346,7 @@ def _start(args: argparse.Namespace) -> int:
     state = _started_head()
     _write_state(state)
     try:
-        _connect(state.address)
+        connect_to_cluster(state.address)
         return _start_broker_and_report(config, started=state)
     except BaseException:
         ray = sys.modules.get("ray")
@@ -420,7 +420,7 @@ def _stop(args: argparse.Namespace) -> int:
             "with --address ADDR (or --address auto)"
         )
     try:
-        _connect(args.address)
+        connect_to_cluster(args.address)
     except BrokerNotAvailableError:
         if state is not None and not own_head_runs:
             _forget_state()
@@ -479,7 +479,7 @@ def _check_topic_options(args: argparse.Namespace) -> None:
 
 def _topics(args: argparse.Namespace) -> int:
     _check_topic_options(args)
-    _connect(args.address)
+    connect_to_cluster(args.address)
     from actors import Admin
     from storage.errors import TopicExistsError, UnknownTopicOrPartitionError
 
@@ -568,7 +568,7 @@ def _input_lines() -> Iterator[bytes]:
 def _produce(args: argparse.Namespace) -> int:
     if args.key_separator == "":
         raise UsageError("--key-separator must not be empty")
-    _connect(args.address)
+    connect_to_cluster(args.address)
     from actors import Broker, Producer
 
     broker = Broker.connect()
@@ -658,7 +658,7 @@ def _check_consume_options(args: argparse.Namespace) -> None:
 
 def _consume(args: argparse.Namespace) -> int:
     _check_consume_options(args)
-    _connect(args.address)
+    connect_to_cluster(args.address)
     from actors import Consumer
 
     # With a group, the consumer auto-commits its positions, which never run ahead of what was printed
@@ -734,7 +734,7 @@ def _poll_until_done(
 
 
 def _get_offsets(args: argparse.Namespace) -> int:
-    _connect(args.address)
+    connect_to_cluster(args.address)
     from actors import Admin
 
     admin = Admin()
@@ -757,7 +757,7 @@ def _get_offsets(args: argparse.Namespace) -> int:
 
 
 def _delete_records(args: argparse.Namespace) -> int:
-    _connect(args.address)
+    connect_to_cluster(args.address)
     from actors import Admin
 
     low_watermark = Admin().delete_records(args.topic, args.partition, args.offset)

@@ -99,9 +99,9 @@ def _for_topic(spec: str, topic: str, option: str) -> str:
 
 def run_sql(args: argparse.Namespace) -> int:
     """The `sql` handler: plans every view, runs the query, prints the table; stops the Spark it started."""
-    from cluster.broker_commands import _connect
+    from cluster.broker_commands import connect_to_cluster
 
-    _connect(args.address)
+    connect_to_cluster(args.address)
     from pyspark.errors import PySparkException
 
     from cluster.kafka_source import read_topics
