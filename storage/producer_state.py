@@ -42,8 +42,8 @@ from pathlib import Path
 import crc32c
 
 from storage import file_names
-from storage.checkpoint_file import write_atomically
 from storage.errors import CorruptCheckpointError, InvalidProducerEpochError, OutOfOrderSequenceError
+from storage.file_io import write_atomically
 
 logger = logging.getLogger(__name__)
 
