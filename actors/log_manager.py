@@ -43,7 +43,7 @@ from actors.options import partition_actor_name, partition_options
 from actors.partition_log import CleanableRange, PartitionState, ResumePoint
 from storage import file_names
 from storage.broker_config import BrokerConfig
-from storage.cleaner_manager import MAX_BACKOFF_DOUBLINGS
+from storage.cleaner_manager import failure_backoff_ms
 from storage.clock import SYSTEM_CLOCK
 from storage.config import LogConfig
 from storage.errors import BrokerNotAvailableError, KafkaStorageError, RaybrokerError
@@ -393,7 +393,7 @@ class LogManagerActor:
     def _cleaning_failed(self, tp: TopicPartition, error: BaseException, now_ms: int) -> None:
         with self._lock:
             failures = self._cleaner_failures.get(tp, (0, 0))[0] + 1
-            backoff = self.config.log_cleaner_backoff_ms * 2 ** min(failures - 1, MAX_BACKOFF_DOUBLINGS)
+            backoff = failure_backoff_ms(self.config.log_cleaner_backoff_ms, failures)
             self._cleaner_failures[tp] = (failures, now_ms + backoff)
         logger.error("cleaning %s-%d failed (%d in a row), retry in %d ms: %s", tp[0], tp[1], failures, backoff, error)
 

@@ -69,6 +69,11 @@ TopicPartition = tuple[str, int]
 MAX_BACKOFF_DOUBLINGS = 6
 
 
+def failure_backoff_ms(backoff_ms: int, failures: int) -> int:
+    """How long a log waits after its `failures`-th failed cleaning in a row before it is tried again."""
+    return backoff_ms * 2 ** min(failures - 1, MAX_BACKOFF_DOUBLINGS)
+
+
 @dataclass(frozen=True)
 class LogToClean:
     """A compacted log's cleanable range and how dirty it is."""
@@ -226,7 +231,7 @@ class CleanerManager:
             self._in_progress.discard(tp)
             previous = self._failures.get(tp)
             failures = 1 if previous is None else previous.failures + 1
-            backoff_ms = self.config.log_cleaner_backoff_ms * 2 ** min(failures - 1, MAX_BACKOFF_DOUBLINGS)
+            backoff_ms = failure_backoff_ms(self.config.log_cleaner_backoff_ms, failures)
             record = UncleanableLog(reason, now_ms, failures, now_ms + backoff_ms)
             self._failures[tp] = record
         logger.error("cleaning %s-%d failed (%d in a row, retry at %d): %s", *tp, failures, record.retry_at_ms, reason)
