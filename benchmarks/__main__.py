@@ -1,0 +1,159 @@
+"""`python -m benchmarks`: runs every benchmark module in order, prints a table, writes the JSON list.
+
+Storage benchmarks run first (no Ray), then the actor benchmarks over one shared embedded Ray and broker, then
+Spark. `--quick` shrinks every workload (the whole command in under 2 minutes on 2 cores); the full run takes
+under 10. A benchmark that fails is reported as such and the others still run; the exit status is 1 then.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import platform
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import BenchContext, Figure
+from benchmarks.environment import RayEnvironment
+
+# Module names under `benchmarks/`, in run order, and the figure names each reports (for `--only`).
+BENCHMARKS: dict[str, tuple[str, ...]] = {
+    "bench_storage": ("storage_append", "lookup", "recovery", "compaction"),
+    "bench_codec": ("encode", "decode"),
+    "bench_produce": ("produce_1p", "latency"),
+    "bench_fetch": ("fetch_remote", "fetch_local"),
+    "bench_spark": ("spark_ingest",),
+    "bench_partitions": ("partitions_per_node",),
+}
+
+
+def _figure_names() -> list[str]:
+    return [name for names in BENCHMARKS.values() for name in names]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks",
+        description="Measure raybroker against its baselines, side by side, and print the ratios.",
+    )
+    parser.add_argument("--quick", action="store_true", help="small workloads: the whole run in under 2 minutes")
+    parser.add_argument("--json", metavar="PATH", help="also write the figures as a JSON list to PATH ('-' = stdout)")
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        metavar="NAME",
+        help=f"run only the benchmarks reporting these figures ({', '.join(_figure_names())})",
+    )
+    parser.add_argument("--workdir", metavar="DIR", help="where to write the benchmark logs (default: a temp dir)")
+    return parser
+
+
+def _format_number(value: float | None) -> str:
+    if value is None:
+        return "-"
+    if abs(value) >= 100:
+        return f"{value:,.0f}"
+    return f"{value:.3g}"
+
+
+def format_table(figures: list[Figure]) -> str:
+    """The figures as a Markdown table (the README's Performance section pastes it)."""
+    rows = [("name", "value", "unit", "baseline", "baseline value", "ratio", "goal", "met")]
+    for figure in figures:
+        met = "-" if figure.met is None else ("yes" if figure.met else "NO")
+        rows.append(
+            (
+                figure.name,
+                _format_number(figure.value),
+                figure.unit,
+                figure.baseline_name or "-",
+                _format_number(figure.baseline_value),
+                "-" if figure.ratio is None else f"{figure.ratio:.2f}",
+                figure.goal,
+                met,
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = [
+        "| " + " | ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)) + " |" for row in rows
+    ]
+    lines.insert(1, "|" + "|".join("-" * (width + 2) for width in widths) + "|")
+    return "\n".join(lines)
+
+
+def machine_description() -> str:
+    import os
+
+    return f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+
+
+def _selected(only: list[str] | None) -> list[str]:
+    if not only:
+        return list(BENCHMARKS)
+    unknown = sorted(set(only) - set(_figure_names()))
+    if unknown:
+        known = ", ".join(_figure_names())
+        raise SystemExit(f"python -m benchmarks: unknown benchmark {', '.join(unknown)} (known: {known})")
+    return [module for module, names in BENCHMARKS.items() if set(names) & set(only)]
+
+
+def run(quick: bool, only: list[str] | None, workdir: Path) -> tuple[list[Figure], list[str]]:
+    """Runs the selected benchmark modules; returns the figures and the names of modules that failed."""
+    figures: list[Figure] = []
+    failed: list[str] = []
+    environment = RayEnvironment(workdir / "broker")
+    ctx = BenchContext(quick=quick, workdir=workdir, environment=environment)
+    try:
+        for module_name in _selected(only):
+            ctx.progress(f"{module_name} ...")
+            module: Any = importlib.import_module(f"benchmarks.{module_name}")
+            try:
+                produced = module.run(ctx)
+            except Exception:
+                traceback.print_exc()
+                failed.append(module_name)
+                continue
+            for figure in produced:
+                if only and figure.name not in only:
+                    continue
+                figures.append(figure)
+                ctx.progress(f"  {figure.name}: {_format_number(figure.value)} {figure.unit}")
+    finally:
+        environment.close()
+    return figures, failed
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    own_workdir = args.workdir is None
+    workdir = Path(tempfile.mkdtemp(prefix="raybroker-bench-")) if own_workdir else Path(args.workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    try:
+        figures, failed = run(args.quick, args.only, workdir)
+    finally:
+        if own_workdir:
+            shutil.rmtree(workdir, ignore_errors=True)
+    print(format_table(figures))
+    mode = "quick" if args.quick else "full"
+    print(f"\n{machine_description()}; {mode} run in {time.perf_counter() - started:.0f} s")
+    if args.json:
+        text = json.dumps([figure.to_json() for figure in figures], indent=2)
+        if args.json == "-":
+            print(text)
+        else:
+            Path(args.json).write_text(text + "\n")
+    if failed:
+        print(f"python -m benchmarks: failed: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

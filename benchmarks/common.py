@@ -1,0 +1,118 @@
+"""What every benchmark shares: the figure it reports, the context it runs in, timing and progress helpers.
+
+A benchmark module (`benchmarks/bench_<what>.py`) exposes `run(ctx: BenchContext) -> list[Figure]`. Each figure
+is measured next to its baseline in the same run, because absolute times on a shared 2-core machine drift from
+run to run while the ratio of two measurements taken side by side holds. `ratio` is always "ours / baseline" for
+throughputs (higher is better); for figures without a baseline it is None and `met` compares the value with the
+goal directly.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from benchmarks.environment import RayEnvironment
+
+
+@dataclass(frozen=True, slots=True)
+class Figure:
+    """One row of the table and of the JSON list (field names are the JSON keys)."""
+
+    name: str
+    value: float
+    unit: str
+    baseline_name: str | None
+    baseline_value: float | None
+    ratio: float | None
+    goal: str
+    met: bool | None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def throughput_figure(
+    name: str, value: float, unit: str, baseline_name: str, baseline_value: float, min_ratio: float | None, goal: str
+) -> Figure:
+    """A higher-is-better figure against its baseline; `met` is `ratio >= min_ratio` (None: report only)."""
+    ratio = value / baseline_value if baseline_value > 0 else None
+    met = None if min_ratio is None or ratio is None else ratio >= min_ratio
+    return Figure(name, value, unit, baseline_name, baseline_value, ratio, goal, met)
+
+
+def absolute_figure(name: str, value: float, unit: str, goal: str, met: bool | None) -> Figure:
+    """A figure without a baseline (latencies, counts)."""
+    return Figure(name, value, unit, None, None, None, goal, met)
+
+
+@dataclass(slots=True)
+class BenchContext:
+    """Where a benchmark runs: `quick` shrinks every workload so the whole command takes under 2 minutes;
+    `workdir` is a fresh folder removed afterwards; `environment.broker()` starts (once per run) the embedded Ray
+    and broker the actor and Spark benchmarks share; `progress` prints one line (to stderr, so `--json -` stays
+    clean)."""
+
+    quick: bool
+    workdir: Path
+    environment: RayEnvironment
+    started_s: float = field(default_factory=time.perf_counter)
+
+    def progress(self, message: str) -> None:
+        elapsed = time.perf_counter() - self.started_s
+        print(f"[{elapsed:7.1f}s] {message}", file=sys.stderr, flush=True)
+
+    def scratch(self, name: str) -> Path:
+        """A new empty folder under the work dir."""
+        path = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=self.workdir))
+        return path
+
+
+def best_of(repeats: int, measure: Callable[[], float]) -> float:
+    """The best (highest) of `repeats` throughput measurements: noise from other processes only ever slows a
+    run down, so the best run is the closest to what the code can do."""
+    return max(measure() for _ in range(repeats))
+
+
+@contextmanager
+def timer() -> Iterator[Callable[[], float]]:
+    """`with timer() as elapsed: ...; elapsed()` gives seconds, with the garbage collector paused inside."""
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    start = time.perf_counter()
+    end: float | None = None
+
+    def elapsed() -> float:
+        return (end if end is not None else time.perf_counter()) - start
+
+    try:
+        yield elapsed
+    finally:
+        end = time.perf_counter()
+        if gc_was_enabled:
+            gc.enable()
+
+
+def percentile(sorted_values: list[float], fraction: float) -> float:
+    """Nearest-rank percentile of an ascending list (fraction 0.5 = p50, 0.99 = p99)."""
+    if not sorted_values:
+        raise ValueError("no values")
+    rank = max(0, min(len(sorted_values) - 1, math.ceil(fraction * len(sorted_values)) - 1))
+    return sorted_values[rank]
+
+
+def drop_page_cache_hint(path: Path) -> None:
+    """Asks the kernel to forget a file's cached pages (best effort; needs no privileges for our own files), so a
+    'recovery after a crash' read comes from disk in both the measured run and the baseline."""
+    with open(path, "rb") as file:
+        os.posix_fadvise(file.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
