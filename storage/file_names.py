@@ -54,6 +54,8 @@ PARTITION_METADATA = "partition.metadata"
 
 OFFSET_DIGITS = 20
 MAX_TOPIC_LENGTH = 249
+MAX_PARTITION = 2**31 - 1
+MAX_FILE_NAME_LENGTH = 255
 # Patterns are applied with `fullmatch` (`$` would also accept a trailing newline) and spell digits as [0-9]
 # (`\d` would also accept non-ASCII digits, which Kafka's names never contain).
 _TOPIC_CHARS = re.compile(r"[a-zA-Z0-9._-]+")
@@ -137,9 +139,15 @@ def validate_topic(topic: str) -> str:
 def partition_dir_name(topic: str, partition: int) -> str:
     """`<topic>-<partition>`, the folder of one partition log."""
     validate_topic(topic)
-    if not isinstance(partition, int) or isinstance(partition, bool) or partition < 0:
-        raise InvalidTopicError(f"invalid partition {partition!r}: must be an int >= 0")
-    return f"{topic}-{partition}"
+    # Kafka's partition ids are int32: a larger one could not be written to the offset checkpoints.
+    if not isinstance(partition, int) or isinstance(partition, bool) or not 0 <= partition <= MAX_PARTITION:
+        raise InvalidTopicError(f"invalid partition {partition!r}: must be an int in 0..{MAX_PARTITION}")
+    name = f"{topic}-{partition}"
+    # A 249-char topic leaves room for 5 partition digits only: a longer name would fail mkdir (ENAMETOOLONG),
+    # an I/O error that takes the log dir offline, so it is refused here as a bad name.
+    if len(name) > MAX_FILE_NAME_LENGTH:
+        raise InvalidTopicError(f"partition folder name {name[:20]}...-{partition} is longer than 255 chars")
+    return name
 
 
 DELETE_DIR_SUFFIX = "-delete"

@@ -20,8 +20,8 @@ so a crash while the log is open always counts as unclean and triggers recovery 
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
-import itertools
 import logging
 import threading
 from collections.abc import Iterator
@@ -49,6 +49,7 @@ from storage.log_segments import LogSegments
 from storage.log_validator import BatchInfo, validate_client_records
 from storage.producer_state import SEQUENCE_MODULUS, BatchMetadata, ProducerStateManager
 from storage.record_batch import (
+    MAGIC_OFFSET,
     NO_TIMESTAMP,
     Record,
     RecordBatch,
@@ -63,6 +64,7 @@ LATEST_TIMESTAMP = -1
 MAX_TIMESTAMP = -3
 DEFAULT_FETCH_MAX_BYTES = 1024 * 1024  # Kafka's max.partition.fetch.bytes
 LEADER_EPOCH = 0
+OFFSET_AND_EPOCH_BYTES = MAGIC_OFFSET  # baseOffset, batchLength, partitionLeaderEpoch: what offset assignment edits
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,9 +264,9 @@ class Log:
             log_append_time = now_ms if self._config.message_timestamp_type == "LogAppendTime" else NO_TIMESTAMP
             pending = self._producer_state.begin_append()
             next_offset = self.log_end_offset
-            kept: list[tuple[BatchInfo, BatchMetadata]] = []
+            kept: list[tuple[BatchInfo, BatchMetadata, bytes | memoryview]] = []
             batch_offsets: list[tuple[int, int]] = []
-            for info in validated.batches:
+            for info, part in zip(validated.batches, validated.parts, strict=True):
                 last = next_offset + info.last_offset_delta
                 batch_max = info.max_timestamp if log_append_time == NO_TIMESTAMP else log_append_time
                 last_sequence = (info.base_sequence + info.last_offset_delta) % SEQUENCE_MODULUS
@@ -274,7 +276,7 @@ class Log:
                     if duplicate is not None:
                         batch_offsets.append((duplicate.first_offset, duplicate.last_offset))
                         continue
-                kept.append((info, metadata))
+                kept.append((info, metadata, part))
                 batch_offsets.append((next_offset, last))
                 next_offset = last + 1
             if not kept:
@@ -291,27 +293,31 @@ class Log:
                     tuple(batch_offsets),
                     duplicate=True,
                 )
-            buffer = validated.buffer
-            starts = [info.start for info, _ in kept]
-            if len(kept) < len(validated.batches):
-                buffer = bytearray(b"".join(buffer[info.start : info.start + info.size] for info, _ in kept))
-                starts = list(itertools.accumulate((info.size for info, _ in kept[:-1]), initial=0))
+            # The client's bytes are written as they are, after a rewritten copy of their first 16 bytes
+            # (baseOffset and leader epoch, outside the CRC): a 1 MB batch is never copied in memory.
+            pieces: list[bytes | memoryview] = []
             max_timestamp = NO_TIMESTAMP
             offset_of_max_timestamp = -1
-            for (info, metadata), start in zip(kept, starts, strict=True):
-                set_base_offset_and_epoch(buffer, start, metadata.first_offset, LEADER_EPOCH)
+            for info, metadata, part in kept:
                 if log_append_time != NO_TIMESTAMP:
-                    set_log_append_time(buffer, start, info.size, log_append_time)
+                    whole = bytearray(part)
+                    set_base_offset_and_epoch(whole, 0, metadata.first_offset, LEADER_EPOCH)
+                    set_log_append_time(whole, 0, info.size, log_append_time)
+                    pieces.append(whole)
+                else:
+                    head = bytearray(part[:OFFSET_AND_EPOCH_BYTES])
+                    set_base_offset_and_epoch(head, 0, metadata.first_offset, LEADER_EPOCH)
+                    pieces += [head, part[OFFSET_AND_EPOCH_BYTES:]]
                 if metadata.timestamp > max_timestamp:
                     max_timestamp, offset_of_max_timestamp = metadata.timestamp, metadata.last_offset
             appended = self._append_assigned(
-                buffer,
+                pieces,
                 kept[0][1].first_offset,
                 kept[-1][1].last_offset,
                 max_timestamp,
                 offset_of_max_timestamp,
                 log_append_time,
-                sum(batch.records_count for batch, _ in kept),
+                sum(batch.records_count for batch, _, _ in kept),
                 len(kept),
             )
             pending.commit()
@@ -344,7 +350,7 @@ class Log:
                 previous = batch.last_offset
             best = max(parsed, key=lambda batch: batch.max_timestamp)
             info = self._append_assigned(
-                data,
+                [data],
                 parsed[0].base_offset,
                 parsed[-1].last_offset,
                 best.max_timestamp,
@@ -370,7 +376,7 @@ class Log:
 
     def _append_assigned(
         self,
-        buffer: bytes | bytearray,
+        pieces: list[bytes | memoryview],
         first_offset: int,
         last_offset: int,
         max_timestamp: int,
@@ -379,13 +385,13 @@ class Log:
         record_count: int,
         batch_count: int,
     ) -> LogAppendInfo:
-        size = len(buffer)
+        size = sum(len(piece) for piece in pieces)
         if size > self._config.segment_bytes:
             raise RecordBatchTooLargeError(
                 f"append of {size} bytes is larger than segment.bytes ({self._config.segment_bytes})"
             )
         segment = self._maybe_roll(size, first_offset, last_offset, max_timestamp)
-        segment.append(last_offset, max_timestamp, offset_of_max_timestamp, buffer)
+        segment.append(last_offset, max_timestamp, offset_of_max_timestamp, pieces)
         self._end_offset_metadata = LogOffsetMetadata(last_offset + 1, segment.base_offset, segment.size)
         self._high_watermark = last_offset + 1
         now_ms = self._clock.milliseconds()
@@ -485,8 +491,8 @@ class Log:
         """Kafka fetch semantics (spec §3.5); `isolation` is `log_end` or `high_watermark`."""
         if not isinstance(offset, int) or isinstance(offset, bool):
             raise OffsetOutOfRangeError(f"offset must be an int, not {type(offset).__name__}")
-        if max_bytes < 0:
-            raise InvalidRequestError(f"max_bytes must be >= 0, got {max_bytes}")
+        if not isinstance(max_bytes, int) or isinstance(max_bytes, bool) or max_bytes < 0:
+            raise InvalidRequestError(f"max_bytes must be an int >= 0, got {max_bytes!r}")
         self._check_open()
         segments = self._segments.snapshot()
         end_metadata = self._end_offset_metadata
@@ -505,25 +511,23 @@ class Log:
             raise InvalidRequestError(f"unknown isolation {isolation!r}; expected log_end or high_watermark")
         if offset >= upper.message_offset:
             return FetchDataInfo(LogOffsetMetadata(offset, upper.segment_base_offset, upper.relative_position), b"")
-        view = LogSegments.of(segments)
-        segment = view.floor(offset)
-        while segment is not None:
+        floor = _floor_index(segments, offset)
+        for segment in segments[floor:] if floor >= 0 else ():
             max_position = upper.relative_position if segment.base_offset == upper.segment_base_offset else None
             fetch = segment.read(offset, max_bytes, max_position, min_one_message)
             if fetch is not None:
                 return fetch
             if segment.base_offset == upper.segment_base_offset:
                 break
-            segment = view.higher(segment.base_offset)
         return FetchDataInfo(end_metadata, b"")
 
     def _offset_metadata(self, offset: int, segments: tuple[LogSegment, ...]) -> LogOffsetMetadata:
         if offset == self.log_end_offset:
             return self._end_offset_metadata
-        view = LogSegments.of(segments)
-        segment = view.floor(offset)
-        if segment is None:
+        index = _floor_index(segments, offset)
+        if index < 0:
             return LogOffsetMetadata(offset, segments[0].base_offset, 0)
+        segment = segments[index]
         mapping = segment.translate_offset(offset)
         return LogOffsetMetadata(offset, segment.base_offset, mapping.position if mapping else segment.size)
 
@@ -557,6 +561,8 @@ class Log:
 
     def fetch_offset_by_timestamp(self, timestamp_ms: int) -> TimestampAndOffset | None:
         """Kafka's ListOffsets (spec §3.6): a timestamp, or EARLIEST (-2), LATEST (-1), MAX_TIMESTAMP (-3)."""
+        if not isinstance(timestamp_ms, int) or isinstance(timestamp_ms, bool):
+            raise InvalidRequestError(f"a ListOffsets timestamp must be an int, not {type(timestamp_ms).__name__}")
         self._check_open()
         if timestamp_ms == EARLIEST_TIMESTAMP:
             return TimestampAndOffset(NO_TIMESTAMP, self._log_start_offset)
@@ -761,15 +767,18 @@ class Log:
                 self._folder_lock.path.unlink(missing_ok=True)
 
     def close_without_marker(self) -> None:
-        """Closes files without flushing or writing the marker: what a crash leaves (for tests and tools)."""
+        """Closes files without flushing or writing the marker: what a crash leaves (for tests and tools), and
+        how the logs of a failed log dir are dropped. Never raises: an I/O error closing one segment (a full
+        disk refusing an index trim) is logged and the other segments are still closed."""
         with self._lock:
-            for segment in self._segments:
-                segment.close_handlers()
-            for _, segment in self._pending_deletes:
-                segment.close_handlers()
+            self._closed = True
+            for segment in [*self._segments, *(segment for _, segment in self._pending_deletes)]:
+                try:
+                    segment.close_handlers()
+                except (StorageError, OSError) as exc:
+                    logger.warning("%s: closing segment %d failed: %s", self.directory, segment.base_offset, exc)
             if self._folder_lock is not None:
                 self._folder_lock.release()
-            self._closed = True
 
     @property
     def closed(self) -> bool:
@@ -786,6 +795,16 @@ class Log:
             f"Log({self.directory}, log_start_offset={self._log_start_offset}, "
             f"log_end_offset={self.log_end_offset}, segments={len(self._segments)})"
         )
+
+
+def _floor_index(segments: tuple[LogSegment, ...], offset: int) -> int:
+    """Index of the segment with the greatest base offset <= `offset` in a snapshot; -1 if none. A binary search
+    on the snapshot itself: building a `LogSegments` over it costs O(segments), ~40 us a read at 1,000."""
+    return bisect.bisect_right(segments, offset, key=_base_offset) - 1
+
+
+def _base_offset(segment: LogSegment) -> int:
+    return segment.base_offset
 
 
 def load_producer_state(

@@ -20,6 +20,7 @@ thousands of files at start (Kafka's KAFKA-7283 change). Crash recovery (`recove
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -205,10 +206,12 @@ class LogSegment:
         largest_offset: int,
         largest_timestamp: int,
         shallow_offset_of_max_timestamp: int,
-        records: bytes | memoryview,
+        records: bytes | memoryview | Sequence[bytes | memoryview],
     ) -> None:
-        """Appends batches whose offsets are already assigned, maintaining both sparse indexes."""
-        if len(records) == 0:
+        """Appends batches whose offsets are already assigned (one buffer, or pieces written back to back),
+        maintaining both sparse indexes."""
+        size = len(records) if isinstance(records, bytes | bytearray | memoryview) else sum(map(len, records))
+        if size == 0:
             return
         if not self.can_convert_to_relative_offset(largest_offset):
             raise IndexOffsetOverflowError(
@@ -227,7 +230,7 @@ class LogSegment:
             if self.max_timestamp_so_far >= 0:
                 self.time_index.maybe_append(self.max_timestamp_so_far, self.max_timestamp_and_offset.offset)
             self.bytes_since_last_index_entry = 0
-        self.bytes_since_last_index_entry += len(records)
+        self.bytes_since_last_index_entry += size
 
     def translate_offset(self, offset: int, starting_file_position: int = 0) -> BatchPosition | None:
         """Position and size of the batch containing `offset` (index lookup, then a scan)."""
@@ -277,6 +280,7 @@ class LogSegment:
         valid_bytes = 0
         last_index_entry = 0
         max_timestamp = TimestampAndOffset(NO_TIMESTAMP, -1)
+        next_offset = self.base_offset
         try:
             for batch in self.log.batches(0):
                 batch.ensure_valid()
@@ -286,6 +290,16 @@ class LogSegment:
                         path=self.log.path,
                         position=batch.position,
                     )
+                if batch.base_offset < next_offset:
+                    # baseOffset is outside the CRC: a damaged one shows as offsets going backwards. Cut here,
+                    # keeping the batches before it; the index rebuild would otherwise fail on the out-of-order
+                    # offset and cost the whole segment, and every later one.
+                    raise CorruptRecordError(
+                        f"batch offset {batch.base_offset} is below the previous batch's end {next_offset}",
+                        path=self.log.path,
+                        position=batch.position,
+                    )
+                next_offset = batch.last_offset + 1
                 if batch.max_timestamp > max_timestamp.timestamp:
                     max_timestamp = TimestampAndOffset(batch.max_timestamp, batch.last_offset)
                 # The rule runs per batch here but per append when writing, so a segment written with
@@ -404,16 +418,23 @@ class LogSegment:
                 raise KafkaStorageError(f"cannot delete segment file: {exc}", path=path) from exc
 
     def close_handlers(self) -> None:
-        """Closes files without flushing or trimming (the segment is abandoned)."""
-        self._close_indexes()
-        self.log.close_handlers()
+        """Closes files without flushing (the segment is abandoned). The `.log` is closed even when an index
+        cannot be (a failing disk refuses its trim), so no descriptor is left behind; that error is raised after."""
+        try:
+            self._close_indexes()
+        finally:
+            self.log.close_handlers()
 
     def _close_indexes(self) -> None:
-        for index in (self._offset_index, self._time_index):
-            if index is not None:
-                index.close()
+        offset_index, time_index = self._offset_index, self._time_index
         self._offset_index = None
         self._time_index = None
+        try:
+            if offset_index is not None:
+                offset_index.close()
+        finally:
+            if time_index is not None:
+                time_index.close()
 
     @property
     def suffix(self) -> str:

@@ -76,6 +76,9 @@ MAX_TIMESTAMP_OFFSET = BASE_TIMESTAMP_OFFSET + 8
 RECORDS_COUNT_OFFSET = RECORD_BATCH_OVERHEAD - 4
 # The smallest legal value of the length field over all magics (a v0 message with no key and value).
 MIN_BATCH_LENGTH_FIELD = 14
+# Below this many records a batch is decoded record by record: numpy's fixed cost (~60 calls of ~1.5 us) is
+# more than the ~4 us a record of the Python decoder.
+COLUMNS_MIN_RECORDS = 32
 
 CURRENT_MAGIC = 2
 NO_PRODUCER_ID = -1
@@ -416,10 +419,26 @@ class RecordBatch:
                 exc.message, path=self.path, position=self.position, offset=self.base_offset
             ) from exc
 
+    def records_view(self) -> bytes | memoryview:
+        """The uncompressed records section: a view into the buffer (no copy) when the batch is uncompressed."""
+        if self.attributes & COMPRESSION_CODEC_MASK == CompressionType.NONE:
+            return memoryview(self._buffer)[self._start + RECORD_BATCH_OVERHEAD : self._start + self.size_in_bytes]
+        return self.records_section()
+
     def records(self) -> list[Record]:
-        """Decodes every record (absolute offsets; LogAppendTime applied)."""
+        """Decodes every record (absolute offsets; LogAppendTime applied).
+
+        From `COLUMNS_MIN_RECORDS` records on, the fields of all records are decoded at once with numpy
+        (`record_columns`, imported here because it builds on this module): ~0.5 us a record against ~4 us.
+        """
         log_append_time = self.max_timestamp if self.timestamp_type == TimestampType.LOG_APPEND_TIME else None
         try:
+            if self.records_count >= COLUMNS_MIN_RECORDS:
+                from storage.record_columns import decode_records_fast
+
+                return decode_records_fast(
+                    self.records_view(), self.records_count, self.base_offset, self.base_timestamp, log_append_time
+                )
             return decode_records(
                 self.records_section(), self.records_count, self.base_offset, self.base_timestamp, log_append_time
             )
