@@ -16,7 +16,7 @@ from pathlib import Path
 from actors.broker import Broker
 from actors.client import call, partition_actor
 from actors.controller import TopicMetadata
-from storage.errors import InvalidRequestError
+from storage.errors import InvalidConfigError, InvalidRequestError
 
 # Kafka's ListOffsets sentinels (OffsetSpec.earliest(), latest(), maxTimestamp()).
 OFFSET_SPECS = {"earliest": -2, "latest": -1, "max-timestamp": -3}
@@ -54,7 +54,7 @@ class Admin:
 
     def create_topic(self, name: str, partitions: int = 1, config: Mapping[str, str] | None = None) -> TopicDescription:
         """Creates the topic (Kafka's CreateTopics); `config` takes Kafka's topic config names."""
-        metadata = call(self._controller.create_topic.remote(name, partitions, dict(config or {})))
+        metadata = call(self._controller.create_topic.remote(name, partitions, _config_mapping(config)))
         return self._describe(metadata)
 
     def delete_topic(self, name: str) -> None:
@@ -68,7 +68,7 @@ class Admin:
 
     def alter_topic_config(self, name: str, config: Mapping[str, str]) -> TopicDescription:
         """Merges `config` into the topic's overrides; every partition applies it at once."""
-        return self._describe(call(self._controller.alter_topic_config.remote(name, dict(config))))
+        return self._describe(call(self._controller.alter_topic_config.remote(name, _config_mapping(config))))
 
     def add_partitions(self, name: str, total: int) -> TopicDescription:
         """Grows the topic to `total` partitions (topics never shrink)."""
@@ -109,6 +109,15 @@ class Admin:
                 )
             )
         return TopicDescription(metadata.name, dict(metadata.config), described)
+
+
+def _config_mapping(config: Mapping[str, str] | None) -> dict[str, str]:
+    """A plain dict of `config` for the controller; anything but a mapping is an `InvalidConfigError`."""
+    if config is None:
+        return {}
+    if not isinstance(config, Mapping):
+        raise InvalidConfigError(f"a topic config must be a mapping, not {type(config).__name__}")
+    return dict(config)
 
 
 def _offset_spec(spec: str | int) -> int:

@@ -9,7 +9,8 @@ metadata log in the first log dir), starts this node's log manager over its `log
 clean-shutdown markers written), then the controller.
 
 `Broker` is what users hold: `Broker.connect()` finds the running broker; `broker.partition("t", 0)`
-returns a partition actor's raw handle for users who want `.remote()` calls.
+returns a partition actor's raw handle for users who want `.remote()` calls (with
+`log.partitions.per.process` > 1, an `actors.client.HostedPartitionHandle` that takes the same calls).
 """
 
 from __future__ import annotations
@@ -106,7 +107,8 @@ class Broker:
         return call(self._controller.describe_topic.remote(name))
 
     def partition(self, topic: str, partition: int) -> Any:
-        """The raw actor handle of a partition: `ray.get(handle.append.remote(batch_bytes))`."""
+        """The raw actor handle of a partition, or its `HostedPartitionHandle` when a partition host holds it:
+        `ray.get(handle.append.remote(batch_bytes))` either way."""
         self._check_partition(topic, partition)
         return partition_actor(topic, partition)
 

@@ -12,12 +12,15 @@ first position is its group's committed offset if there is one, else the `auto_o
 position that falls outside the log (below the log start after retention or `delete_records`, or past
 the end) is reset by the same policy on the next fetch, as Kafka's consumer does.
 
-`poll` fetches from every assigned partition whose buffer is empty with one concurrent `fetch` call each
+`poll` fetches from every assigned partition whose buffer is empty with one concurrent fetch each
 (at most `max_partition_fetch_bytes` each, `fetch_max_bytes` in all; a partition returns at least one
-whole batch), decodes the batches, skips the records below the position (a fetch starts at the batch
-holding it) and those at or above the high watermark, and buffers what it does not return yet. It
-returns at most `max_poll_records` records, in offset order per partition, and waits up to `timeout_ms`
-when nothing is there. Records come back with their key and value as bytes unless a deserializer is given.
+whole batch). A partition on the consumer's own Ray node is read from the page cache (`actors.local_fetch`:
+the actor only says where the bytes lie); other partitions, or all with `local_fetch=False`, through the
+partition actor. Either way the bytes are the same. `poll` decodes the batches, skips the records below
+the position (a fetch starts at the batch holding it) and those at or above the high watermark, and
+buffers what it does not return yet. It returns at most `max_poll_records` records, in offset order per
+partition, and waits up to `timeout_ms` when nothing is there. Records come back with their key and value
+as bytes unless a deserializer is given.
 
 Committed offsets live in the group coordinator (`actors.group_coordinator`, stored in
 `__consumer_offsets`). `commit()` commits the current positions; with `enable_auto_commit` they are also
@@ -36,6 +39,7 @@ from typing import Any
 
 from actors.broker import Broker
 from actors.client import call, check_topic_partition, get_actor, partition_actor
+from actors.local_fetch import PendingFetch
 from actors.options import group_coordinator_name
 from actors.serializers import Deserializer
 from storage.errors import (
@@ -94,6 +98,7 @@ class Consumer:
         metadata_max_age_ms: int = 300_000,
         value_deserializer: Deserializer | None = None,
         key_deserializer: Deserializer | None = None,
+        local_fetch: bool = True,
     ) -> None:
         if auto_offset_reset not in AUTO_OFFSET_RESET_POLICIES:
             raise InvalidConfigError(
@@ -122,12 +127,15 @@ class Consumer:
         self._metadata_max_age_ns = metadata_max_age_ms * 1_000_000
         self._value_deserializer = value_deserializer
         self._key_deserializer = key_deserializer
+        self._local_fetch = local_fetch
         self._assignment: list[TopicPartition] = []
         self._subscription: list[str] | None = None
         self._subscribed_at_ns = 0
         self._positions: dict[TopicPartition, int] = {}
         self._buffers: dict[TopicPartition, deque[ConsumerRecord]] = {}
         self._handles: dict[TopicPartition, Any] = {}
+        # The node each partition's actor reported on its first fetch: a remote one is fetched directly after.
+        self._nodes: dict[TopicPartition, str] = {}
         self._next_auto_commit_ns = time.monotonic_ns() + (self._auto_commit_interval_ns or 0)
         self._round_robin = 0
         self._closed = False
@@ -172,7 +180,7 @@ class Consumer:
 
     def _set_assignment(self, wanted: list[TopicPartition]) -> None:
         keep = set(wanted)
-        for mapping in (self._positions, self._buffers, self._handles):
+        for mapping in (self._positions, self._buffers, self._handles, self._nodes):
             for tp in [tp for tp in mapping if tp not in keep]:
                 del mapping[tp]
         self._assignment = wanted
@@ -296,12 +304,21 @@ class Consumer:
             return
         self._resolve_positions(tps)
         max_bytes = min(self._max_partition_fetch_bytes, self._fetch_max_bytes // len(tps))
-        refs = {tp: self._handle(tp).fetch.remote(self._positions[tp], max_bytes) for tp in tps}
+        pending = {
+            tp: PendingFetch(
+                self._handle(tp),
+                self._positions[tp],
+                max_bytes,
+                node_id=self._nodes.get(tp),
+                prefer_local=self._local_fetch,
+            )
+            for tp in tps
+        }
         out_of_range: list[TopicPartition] = []
         first_error: OffsetOutOfRangeError | None = None
-        for tp, ref in refs.items():
+        for tp, fetch in pending.items():
             try:
-                result = call(ref)
+                result = fetch.result()
             except OffsetOutOfRangeError as exc:
                 out_of_range.append(tp)
                 first_error = first_error or exc
@@ -310,7 +327,10 @@ class Consumer:
                 # A restarting actor: the next round asks again (a new actor under the name is looked up).
                 logger.info("fetch from %s-%d failed, retrying: %s", tp[0], tp[1], exc)
                 self._handles.pop(tp, None)
+                self._nodes.pop(tp, None)
                 continue
+            if fetch.node_id is not None:
+                self._nodes[tp] = fetch.node_id
             self._buffer_fetched(tp, result.records, result.high_watermark)
         self._reset_positions(out_of_range, first_error)
 
@@ -402,6 +422,7 @@ class Consumer:
             self._closed = True
             self._buffers.clear()
             self._handles.clear()
+            self._nodes.clear()
 
     def __enter__(self) -> Consumer:
         return self

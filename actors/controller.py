@@ -185,6 +185,10 @@ class ControllerActor:
         with self._lock:
             if name in self._topics:
                 raise TopicExistsError(f"topic {name!r} already exists")
+            # Kafka's rule: metric names turn '.' into '_', so 'a.b' and 'a_b' may not both exist.
+            colliding = [t for t in self._topics if t.replace(".", "_") == name.replace(".", "_")]
+            if colliding:
+                raise InvalidTopicError(f"topic {name!r} collides with existing topic {colliding[0]!r}")
             nodes = self._place(partitions)
             topic = TopicMetadata(name, dict(enumerate(nodes)), overrides)
             self._persist_topic(topic)

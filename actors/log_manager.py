@@ -5,18 +5,26 @@ State it owns, and where it is persisted:
 - the log dirs themselves (lock, `meta.properties`, `.kafka_cleanshutdown`, the four checkpoint
   files), through `storage.log_dirs.LogDirs` — see that module for the formats;
 - which partition lives in which dir: the `<topic>-<partition>` folders on disk (found again at start);
-- one partition actor per folder (`actors.partition_log`), pinned to this node.
+- one partition actor per folder (`actors.partition_log`), pinned to this node; or, with
+  `log.partitions.per.process` N > 1, partition hosts (`actors.partition_host`) named
+  `partition-host:<node>:<index>`, each holding up to N partition logs: a new partition goes to the
+  lowest-numbered host with room, a new host starts when all are full, and a host emptied by deletes
+  keeps running for the next partitions.
 
 It keeps no state of its own beyond what is on disk: after a restart (Ray restarts it if it dies) it
 rediscovers the folders, and the partition actors, which are named and detached, are found again
 (`get_if_exists`) rather than duplicated. A partition actor restarted by Ray resumes (`ResumeAfterRestart`)
-with its topic's current settings from the controller and its offsets from the log dir's checkpoints,
-since Ray hands it the arguments of its first start. Deleting a partition rewrites the checkpoints at
-once (as Kafka's async delete does), so a topic created again under the same name never inherits them.
-Every call is idempotent: creating an existing partition returns it, deleting a missing one does
-nothing, a scheduled pass may run any number of times. A new partition whose log fails to open with
-an I/O error (`KafkaStorageError`) takes its dir offline and is tried in the next dir; any other
-failure is raised to the caller and leaves every dir online.
+with its topic's current settings from the controller and its offsets from the log dir's checkpoints, since
+Ray hands it the arguments of its first start. A partition host restarted by Ray asks `hosted_partitions`
+(answered on a thread of its own and without the manager's lock, which callers waiting on that very host may
+hold) which partitions it held and reopens them from disk; a log manager restarted by Ray finds its hosts by
+name and asks each which partitions it holds before it opens the folders on disk; and a scheduled pass
+(`reopen_lost_partitions`) reopens any partition a host should hold but does not. Deleting a partition
+rewrites the checkpoints at once (as Kafka's async delete does), so a topic created again under the same name
+never inherits them. Every call is idempotent: creating an existing partition returns it, deleting a missing
+one does nothing, a scheduled pass may run any number of times. A new partition whose log fails to open with
+an I/O error (`KafkaStorageError`) takes its dir offline and is tried in the next dir; any other failure is
+raised to the caller and leaves every dir online.
 
 Scheduled work (Kafka's intervals, from the broker config), run by one background thread:
 retention (`log.retention.check.interval.ms`) and delayed deletes, the recovery-point / log-start /
@@ -38,8 +46,16 @@ from typing import Any
 
 import ray
 
-from actors.client import call, controller, kill_and_wait
-from actors.options import partition_actor_name, partition_options
+from actors.client import HostedPartitionHandle, call, controller, get_actor, kill_and_wait
+from actors.options import (
+    HOSTS_GROUP,
+    log_manager_name,
+    partition_actor_name,
+    partition_host_name,
+    partition_host_options,
+    partition_options,
+)
+from actors.partition_host import HostedPartitionSpec
 from actors.partition_log import CleanableRange, PartitionState, ResumePoint
 from storage import file_names
 from storage.broker_config import BrokerConfig
@@ -57,6 +73,9 @@ TICK_SECONDS = 0.1
 # How long a partition actor may take to open its log: recovery after a crash reads (and CRC-checks)
 # every batch above the recovery point, minutes for gigabytes of unflushed log.
 READY_TIMEOUT_SECONDS = 600
+# How long taking a dir offline waits for its partitions to close their files: a partition busy with a long
+# append answers after it; one that does not (its process hung on the failed disk) must not stall the broker.
+OFFLINE_TIMEOUT_SECONDS = 30
 # A restarted partition actor waits this long for the controller (itself restarting takes a few seconds)
 # before it opens its log with the settings of its first start.
 CONFIG_TIMEOUT_SECONDS = 30
@@ -94,6 +113,35 @@ class ResumeAfterRestart:
         return ResumePoint(None if config is None else config.to_properties(), recovery_point, log_start_offset)
 
 
+@dataclass(frozen=True, slots=True)
+class HostResumeAfterRestart:
+    """A partition host's `resume`: None on a first start; after a Ray restart, the partitions it held, from
+    this node's log manager (none, with a warning, if it cannot answer: a log manager restarting at the same
+    time reopens them itself once it finds the host)."""
+
+    node_id: str
+    name: str
+
+    def __call__(self) -> list[HostedPartitionSpec] | None:
+        if not ray.get_runtime_context().was_current_actor_reconstructed:
+            return None
+        try:
+            manager = get_actor(log_manager_name(self.node_id))
+            return call(manager.hosted_partitions.remote(self.name), timeout_s=CONFIG_TIMEOUT_SECONDS)
+        except RaybrokerError as exc:
+            logger.warning("restarted partition host %s reopens no partition: %s", self.name, exc)
+            return None
+
+
+@dataclass(slots=True)
+class _Host:
+    """A partition host this manager started: its handle and its partitions' folders."""
+
+    name: str
+    handle: Any
+    partitions: dict[TopicPartition, str]
+
+
 class LogManagerActor:
     """One node's broker; see the module docstring."""
 
@@ -114,16 +162,19 @@ class LogManagerActor:
             cluster_id=cluster_id,
             node_id=self.config.node_id,
             file_delete_delay_ms=self.config.log_segment_delete_delay_ms,
+            on_offline=self._close_partitions_of_offline_dir,
         )
         self._lock = threading.RLock()
         self._partitions: dict[TopicPartition, tuple[Path, Any]] = {}
         self._cleaner_offsets: dict[TopicPartition, int] = {}
         self._cleaner_failures: dict[TopicPartition, tuple[int, int]] = {}
         self._stopping = threading.Event()
+        self._hosts: list[_Host] = self._running_hosts() if self.config.log_partitions_per_process > 1 else []
         loaded = self._dirs.startup()
         for found in loaded:
             self._cleaner_offsets.update(found.cleaner_offsets)
             self._open_dir(found.path, found.partitions, found.recovery_points, found.log_start_offsets)
+        self._drop_vanished_hosted_partitions()
         self._scheduler = threading.Thread(target=self._run_scheduler, name="log-manager-scheduler", daemon=True)
         self._scheduler.start()
 
@@ -136,10 +187,18 @@ class LogManagerActor:
 
     def _start_partition(
         self, topic: str, partition: int, folder: Path, recovery_point: int = 0, log_start_offset: int = 0
-    ) -> Any:
+    ) -> tuple[Any, Any]:
+        """The partition's handle (its own actor, or its place in a partition host) and the `ObjectRef` that
+        answers once its log is open (and recovered), or raises why it did not open."""
+        if self.config.log_partitions_per_process > 1:
+            host = self._host_for((topic, partition), folder)
+            opened = host.handle.open_partition.remote(
+                topic, partition, str(folder), self._log_config(topic), recovery_point, log_start_offset
+            )
+            return HostedPartitionHandle(host.handle, topic, partition), opened
         from actors.remote import PartitionLog
 
-        return PartitionLog.options(**partition_options(topic, partition, self.node_id)).remote(
+        handle = PartitionLog.options(**partition_options(topic, partition, self.node_id)).remote(
             str(folder),
             self._log_config(topic),
             recovery_point,
@@ -147,6 +206,78 @@ class LogManagerActor:
             self.config.cleaner_config.to_properties(),
             ResumeAfterRestart(topic, str(folder), self.config.log_config.to_properties()),
         )
+        return handle, handle.ready.remote()
+
+    def _running_hosts(self) -> list[_Host]:
+        """The partition hosts still running from before this manager (re)started, numbered from 0."""
+        hosts: list[_Host] = []
+        while True:
+            name = partition_host_name(self.node_id, len(hosts))
+            try:
+                handle = get_actor(name)
+            except BrokerNotAvailableError:
+                return hosts
+            try:
+                held = ray.get(handle.partitions.remote(), timeout=READY_TIMEOUT_SECONDS)
+            except Exception as exc:
+                logger.error("partition host %s did not answer: %s", name, exc)
+                held = []
+            hosts.append(_Host(name, handle, {tuple(tp): "" for tp in held}))
+
+    def _host_for(self, tp: TopicPartition, folder: Path) -> _Host:
+        """The host holding `tp`, else the first with room, else a new one. Called with the lock held (or
+        from `__init__`)."""
+        limit = self.config.log_partitions_per_process
+        host = next((h for h in self._hosts if tp in h.partitions), None)
+        if host is None:
+            host = next((h for h in self._hosts if len(h.partitions) < limit), None)
+        if host is None:
+            from actors.remote import PartitionHost
+
+            name = partition_host_name(self.node_id, len(self._hosts))
+            handle = PartitionHost.options(**partition_host_options(self.node_id, len(self._hosts))).remote(
+                name, self.config.cleaner_config.to_properties(), HostResumeAfterRestart(self.node_id, name)
+            )
+            host = _Host(name, handle, {})
+            self._hosts.append(host)
+        host.partitions[tp] = str(folder)
+        return host
+
+    def _drop_vanished_hosted_partitions(self) -> None:
+        """After a restart: partitions a running host still holds whose folder is no longer on disk (deleted
+        while this manager was down) are dropped from it."""
+        for host in self._hosts:
+            for tp in [tp for tp, folder in host.partitions.items() if not folder]:
+                logger.warning("partition host %s drops %s-%d: its folder is gone", host.name, tp[0], tp[1])
+                self._stop_partition(tp, HostedPartitionHandle(host.handle, *tp))
+
+    def _stop_partition(self, tp: TopicPartition, handle: Any) -> None:
+        """Stops a partition for good: kills its actor, or drops it from its host (closing its log)."""
+        if not isinstance(handle, HostedPartitionHandle):
+            kill_and_wait(handle, partition_actor_name(*tp))
+            return
+        for host in self._hosts:
+            if host.partitions.pop(tp, None) is not None:
+                ray.get(host.handle.remove_partition.remote(*tp), timeout=READY_TIMEOUT_SECONDS)
+
+    @ray.method(concurrency_group=HOSTS_GROUP)
+    def hosted_partitions(self, name: str) -> list[HostedPartitionSpec]:
+        """What a restarted host reopens: its partitions with their topics' current settings. Reads a copy
+        of the placement without the lock (see the module docstring)."""
+        for host in list(self._hosts):
+            if host.name == name:
+                held = dict(host.partitions)
+                return [
+                    HostedPartitionSpec(t, p, folder, self._log_config(t)) for (t, p), folder in sorted(held.items())
+                ]
+        return []
+
+    def partition_host(self, topic: str, partition: int) -> Any | None:
+        """The actor handle of the host holding (topic, partition), None if no host here holds it."""
+        entry = self._partitions.get((topic, partition))
+        if entry is None or not isinstance(entry[1], HostedPartitionHandle):
+            return None
+        return entry[1].host
 
     def _open_dir(
         self,
@@ -162,11 +293,13 @@ class LogManagerActor:
         for start in range(0, len(items), batch):
             started = []
             for tp, folder in items[start : start + batch]:
-                handle = self._start_partition(tp[0], tp[1], folder, recovery_points.get(tp, 0), log_starts.get(tp, 0))
-                started.append((tp, folder, handle))
-            for tp, _, handle in started:
+                handle, ready = self._start_partition(
+                    tp[0], tp[1], folder, recovery_points.get(tp, 0), log_starts.get(tp, 0)
+                )
+                started.append((tp, handle, ready))
+            for tp, handle, ready in started:
                 try:
-                    ray.get(handle.ready.remote(), timeout=READY_TIMEOUT_SECONDS)
+                    ray.get(ready, timeout=READY_TIMEOUT_SECONDS)
                 except Exception as exc:
                     logger.error("partition %s-%d in %s failed to load: %s", tp[0], tp[1], directory, exc)
                     self._dirs.mark_load_failed(directory)
@@ -185,11 +318,11 @@ class LogManagerActor:
             folder_name = file_names.partition_dir_name(topic, partition)
             errors = []
             for directory in self._dirs.placement_order(self._counts()):
-                handle = self._start_partition(topic, partition, directory / folder_name)
+                handle, ready = self._start_partition(topic, partition, directory / folder_name)
                 try:
-                    ray.get(handle.ready.remote(), timeout=READY_TIMEOUT_SECONDS)
+                    ray.get(ready, timeout=READY_TIMEOUT_SECONDS)
                 except Exception as exc:
-                    ray.kill(handle, no_restart=True)
+                    self._discard(handle, (topic, partition))
                     cause = getattr(exc, "cause", None)
                     if isinstance(cause, KafkaStorageError):
                         errors.append(f"{directory}: {cause}")
@@ -202,6 +335,13 @@ class LogManagerActor:
                 return PartitionPlacement(topic, partition, str(directory))
             raise KafkaStorageError(f"cannot create {folder_name} in any live log dir ({'; '.join(errors)})")
 
+    def _discard(self, handle: Any, tp: TopicPartition) -> None:
+        """Drops a partition whose log did not open (its folder may be tried in another dir)."""
+        if isinstance(handle, HostedPartitionHandle):
+            self._stop_partition(tp, handle)
+        else:
+            ray.kill(handle, no_restart=True)
+
     def delete_partition(self, topic: str, partition: int) -> bool:
         """Kafka-style async delete: the actor stops, the folder becomes `...-delete`, removed later."""
         with self._lock:
@@ -212,7 +352,7 @@ class LogManagerActor:
             try:
                 ray.get(handle.close.remote())
             finally:
-                kill_and_wait(handle, partition_actor_name(topic, partition))
+                self._stop_partition((topic, partition), handle)
             folder = directory / file_names.partition_dir_name(topic, partition)
             self._dirs.schedule_folder_delete(folder, topic, partition)
             self._cleaner_offsets.pop((topic, partition), None)
@@ -262,6 +402,23 @@ class LogManagerActor:
             counts[directory] = counts.get(directory, 0) + 1
         return counts
 
+    def log_dir_failed(self, directory: str, reason: str) -> bool:
+        """A partition's I/O error in `directory` (Kafka's LogDirFailureChannel): the dir goes offline; False if
+        it already was, or is not one of this broker's dirs."""
+        path = Path(directory)
+        if path not in self._dirs.log_dirs:
+            return False
+        return self._dirs.take_offline(path, reason)
+
+    def _close_partitions_of_offline_dir(self, directory: Path) -> None:
+        """`LogDirs`' `on_offline`: every partition of the dir stops serving, its files closed without a flush."""
+        reason = self._dirs.offline_dirs.get(directory, "I/O error")
+        with self._lock:
+            handles = [handle for d, handle in self._partitions.values() if d == directory]
+        refs = [handle.go_offline.remote(reason) for handle in handles]
+        if refs:
+            ray.wait(refs, num_returns=len(refs), timeout=OFFLINE_TIMEOUT_SECONDS)
+
     def _check_online(self, directory: Path, topic: str, partition: int) -> None:
         reason = self._dirs.offline_dirs.get(directory)
         if reason is not None:
@@ -278,6 +435,7 @@ class LogManagerActor:
             (config.replica_high_watermark_checkpoint_interval_ms, self.checkpoint_high_watermarks),
             (config.log_flush_scheduler_interval_ms, self.flush_due),
             (config.log_cleaner_backoff_ms, self.run_cleaner),
+            (config.replica_high_watermark_checkpoint_interval_ms, self.reopen_lost_partitions),
         ]
         now = SYSTEM_CLOCK.milliseconds()
         due = [now + config.log_initial_task_delay_ms for _ in tasks]
@@ -307,6 +465,26 @@ class LogManagerActor:
                     self._dirs.take_offline(directory, cause)
                 logger.warning("%s of %s-%d failed: %s", method, tp[0], tp[1], cause)
         return results
+
+    def reopen_lost_partitions(self) -> int:
+        """Reopens, from disk, partitions a host should hold but does not (it restarted while this manager could
+        not tell it which it held); returns how many. A no-op without hosts."""
+        with self._lock:
+            hosts = list(self._hosts)
+        reopened = 0
+        for host in hosts:
+            held = {tuple(tp) for tp in ray.get(host.handle.partitions.remote(), timeout=READY_TIMEOUT_SECONDS)}
+            with self._lock:
+                lost = [(tp, f) for tp, f in host.partitions.items() if tp not in held and tp in self._partitions]
+                for (topic, partition), folder in lost:
+                    logger.warning("partition host %s lost %s-%d: reopening it", host.name, topic, partition)
+                    recovery_point, log_start_offset = checkpointed_offsets(Path(folder))
+                    opened = host.handle.open_partition.remote(
+                        topic, partition, folder, self._log_config(topic), recovery_point, log_start_offset
+                    )
+                    ray.get(opened, timeout=READY_TIMEOUT_SECONDS)
+                    reopened += 1
+        return reopened
 
     def run_retention(self) -> int:
         """One retention pass on every partition, then delayed deletes; returns segments deleted."""
@@ -424,7 +602,11 @@ class LogManagerActor:
             self._dirs.write_clean_shutdown_markers(self._dirs.online_dirs)
             self._dirs.release_all()
             for (topic, partition), (_, handle) in items:
-                kill_and_wait(handle, partition_actor_name(topic, partition))
+                if not isinstance(handle, HostedPartitionHandle):
+                    kill_and_wait(handle, partition_actor_name(topic, partition))
+            for host in self._hosts:
+                kill_and_wait(host.handle, host.name)
+            self._hosts.clear()
             self._partitions.clear()
             return {f"{t}-{p}": state.log_end_offset for (t, p), state in states.items()}
 

@@ -14,6 +14,10 @@ concurrency, resources and placement.
   every write, so appends are single-writer and ordered; `read` (several threads) serves fetches and
   offset queries, which never wait behind an append; `maintenance` (one thread) runs retention,
   flushes and compaction.
+- Partition hosts (`log.partitions.per.process` > 1), named per node and index, run the same three
+  groups for all the partitions they hold: every write of the host on one thread, in call order. Ray
+  runs the calls of async or multi-threaded (`max_concurrency` > 1) actors out of order, so neither
+  kind of actor could keep a partition's appends in order.
 """
 
 from __future__ import annotations
@@ -27,11 +31,20 @@ MAINTENANCE_GROUP = "maintenance"
 # Fetches in flight per partition: more threads only add GIL contention on a 2-core node.
 READ_THREADS = 4
 PARTITION_CONCURRENCY_GROUPS = {READ_GROUP: READ_THREADS, MAINTENANCE_GROUP: 1}
+# A log manager answers restarted partition hosts on a thread of their own: its SERVICE_CONCURRENCY threads
+# may all be waiting on the very host that is restarting (creates queue behind the one holding its lock).
+HOSTS_GROUP = "hosts"
+LOG_MANAGER_CONCURRENCY_GROUPS = {HOSTS_GROUP: 1}
 
 
 def partition_actor_name(topic: str, partition: int) -> str:
     """`partition:<topic>:<partition>` (topic names cannot contain `:`)."""
     return f"partition:{topic}:{partition}"
+
+
+def partition_host_name(node_id: str, index: int) -> str:
+    """`partition-host:<ray node id>:<index>`: the node's log manager numbers its hosts from 0."""
+    return f"partition-host:{node_id}:{index}"
 
 
 def log_manager_name(node_id: str) -> str:
@@ -84,6 +97,11 @@ def log_manager_options(node_id: str) -> dict[str, Any]:
 def partition_options(topic: str, partition: int, node_id: str) -> dict[str, Any]:
     """One partition log, on the node whose disk holds its folder."""
     return _pinned_actor_options(partition_actor_name(topic, partition), node_id)
+
+
+def partition_host_options(node_id: str, index: int) -> dict[str, Any]:
+    """Several partition logs in one process, on the node whose disks hold their folders."""
+    return _pinned_actor_options(partition_host_name(node_id, index), node_id)
 
 
 def group_coordinator_options(node_id: str) -> dict[str, Any]:

@@ -23,30 +23,51 @@ a closed log is not a failing disk, and must not take its dir offline.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+import pickle
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import ray
 
-from actors.options import MAINTENANCE_GROUP, READ_GROUP
+from actors.options import MAINTENANCE_GROUP, NAMESPACE, READ_GROUP, log_manager_name
 from storage.cleaner import Cleaner, CleanResult
 from storage.cleaner_config import CleanerConfig
 from storage.cleaner_manager import log_to_clean
 from storage.config import LogConfig
-from storage.errors import BrokerNotAvailableError, InvalidRequestError, RaybrokerError
+from storage.errors import (
+    BrokerNotAvailableError,
+    InvalidConfigError,
+    InvalidRequestError,
+    KafkaStorageError,
+    RaybrokerError,
+)
 from storage.file_records import TimestampAndOffset
+from storage.file_slices import FileSlice, locate_file_slices, read_located
 from storage.log import DEFAULT_FETCH_MAX_BYTES, Log, LogAppendInfo
 
 
 @dataclass(frozen=True, slots=True)
 class FetchResult:
-    """A fetch answer: the batch bytes plus the partition's offsets at the time of the read."""
+    """A fetch answer: the batch bytes plus the partition's offsets at the time of the read. `records` is
+    `bytes`, or with `fetch(..., zero_copy=True)` a buffer (`actors.local_fetch` hands out a memoryview)."""
 
-    records: bytes
+    records: bytes | memoryview | pickle.PickleBuffer
     high_watermark: int
     log_start_offset: int
     log_end_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class FileSlices:
+    """Where a fetch's bytes lie on the partition's node (`storage.file_slices`), for a reader on that node to
+    read them itself; `slices` empty when the fetch is empty. Offsets as in `FetchResult`."""
+
+    slices: tuple[FileSlice, ...]
+    high_watermark: int
+    log_start_offset: int
+    log_end_offset: int
+    node_id: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,14 +152,30 @@ class PartitionLogActor:
     # --- writes (default group: one thread, in call order) ---------------------------------------
 
     def append(self, batches: bytes) -> LogAppendInfo:
-        """Appends client batches (Kafka wire bytes, baseOffset 0); returns the assigned offsets."""
-        return self._log.append(batches)
+        """Appends client batches (Kafka wire bytes, baseOffset 0); returns the assigned offsets. An I/O error
+        is reported to the node's log manager, which takes the whole log dir offline (Kafka's
+        LogDirFailureChannel), then raised to the caller as `KafkaStorageError`."""
+        log = self._log
+        try:
+            return log.append(batches)
+        except KafkaStorageError as exc:
+            _report_log_dir_failure(log.directory.parent, exc)
+            raise
+
+    def go_offline(self, reason: str) -> None:
+        """Its log dir failed (Kafka's handleLogDirFailure): the files are closed without a flush and every call
+        but `close` raises `KafkaStorageError` from now on; the next broker start recovers the log."""
+        if self._unavailable is None:
+            self._unavailable = KafkaStorageError(f"log dir is offline: {reason}", path=self._opened_log.directory)
+            self._opened_log.close_without_marker()
 
     def delete_records(self, offset: int) -> int:
         """Kafka's DeleteRecords; returns the new log start offset."""
         return self._log.delete_records(offset)
 
     def update_config(self, config: dict[str, str]) -> None:
+        if not isinstance(config, Mapping):
+            raise InvalidConfigError(f"a topic config must be a mapping, not {type(config).__name__}")
         self._log.update_config(LogConfig.from_properties(config))
 
     def close(self) -> PartitionState:
@@ -157,10 +194,37 @@ class PartitionLogActor:
         return self._log.read(offset, _checked_max_bytes(max_bytes), isolation="high_watermark").records
 
     @ray.method(concurrency_group=READ_GROUP)
-    def fetch(self, offset: int, max_bytes: int = DEFAULT_FETCH_MAX_BYTES) -> FetchResult:
-        """`read` plus the offsets a consumer needs to know where the end is."""
-        records = self._log.read(offset, _checked_max_bytes(max_bytes), isolation="high_watermark").records
-        return FetchResult(records, self._log.high_watermark, self._log.log_start_offset, self._log.log_end_offset)
+    def fetch(self, offset: int, max_bytes: int = DEFAULT_FETCH_MAX_BYTES, zero_copy: bool = False) -> FetchResult:
+        """`read` plus the offsets a consumer needs to know where the end is.
+
+        With `zero_copy` the bytes are mapped from the page cache (`storage.file_slices`) rather than read into
+        a new `bytes`, and travel out of band (`pickle.PickleBuffer`): Ray copies them into its object store
+        once and the caller reads them there in place, as a read-only buffer. 16 MiB fetches ran 5x faster
+        out of band (181 -> 900 MB/s on 2 cores); a 64 MiB `pread` into fresh memory runs near 700 MB/s.
+        """
+        checked_max_bytes = _checked_max_bytes(max_bytes)
+        records: bytes | memoryview | None = None
+        if zero_copy:
+            located = locate_file_slices(self._log, offset, checked_max_bytes)
+            read = read_located(located[0], offset, zero_copy=True) if located else (b"", offset)
+            records = None if read is None else read[0]
+        if records is None:
+            records = self._log.read(offset, checked_max_bytes, isolation="high_watermark").records
+        return FetchResult(
+            pickle.PickleBuffer(records) if zero_copy else records,
+            self._log.high_watermark,
+            self._log.log_start_offset,
+            self._log.log_end_offset,
+        )
+
+    @ray.method(concurrency_group=READ_GROUP)
+    def locate(self, offset: int, max_bytes: int = DEFAULT_FETCH_MAX_BYTES, max_slices: int = 1) -> FileSlices:
+        """Where the bytes `fetch(offset, max_bytes)` would return lie on disk, and with `max_slices` > 1 those
+        of the following segments too, `max_bytes` in all (see `actors.local_fetch`)."""
+        found = locate_file_slices(self._log, offset, _checked_max_bytes(max_bytes), max_slices)
+        return FileSlices(
+            found, self._log.high_watermark, self._log.log_start_offset, self._log.log_end_offset, _node_id()
+        )
 
     @ray.method(concurrency_group=READ_GROUP)
     def list_offset(self, timestamp: int) -> TimestampAndOffset | None:
@@ -229,10 +293,29 @@ class PartitionLogActor:
     def clean(self, first_dirty_offset: int, first_uncleanable_offset: int | None = None) -> CleanResult:
         """One compaction pass; its `end_offset` is where the next pass starts. Retention follows for
         `compact,delete` logs, as after a Kafka cleaner pass."""
+        for offset in (first_dirty_offset, first_uncleanable_offset):
+            if offset is not None and (not isinstance(offset, int) or isinstance(offset, bool)):
+                raise InvalidRequestError(f"cleaning offsets must be ints, not {type(offset).__name__}")
         result = self._cleaner.clean(self._log, first_dirty_offset, first_uncleanable_offset)
         if self._log.config.delete:
             self._log.delete_old_segments()
         return result
+
+
+def _report_log_dir_failure(directory: Path, error: KafkaStorageError) -> None:
+    """Tells this node's log manager (without waiting: it calls back `go_offline`) that `directory` failed."""
+    node = _node_id()
+    try:
+        manager = ray.get_actor(log_manager_name(node), namespace=NAMESPACE) if node else None
+    except ValueError:
+        manager = None
+    if manager is not None:
+        manager.log_dir_failed.remote(str(directory), str(error))
+
+
+def _node_id() -> str:
+    """The Ray node this actor runs on ("" for the plain class outside Ray, as in unit tests)."""
+    return ray.get_runtime_context().get_node_id() if ray.is_initialized() else ""
 
 
 def _checked_max_bytes(max_bytes: object) -> int:

@@ -29,7 +29,7 @@ BENCHMARKS: dict[str, tuple[str, ...]] = {
     "bench_produce": ("produce_1p", "latency"),
     "bench_fetch": ("fetch_remote", "fetch_local"),
     "bench_spark": ("spark_ingest",),
-    "bench_partitions": ("partitions_per_node",),
+    "bench_partitions": ("partitions_per_node", "partitions_create_s"),
 }
 
 

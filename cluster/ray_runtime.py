@@ -8,6 +8,11 @@ Three ways in, in this order:
    `raybroker start`; `stop_head()` stops it again (`ray stop`) for `raybroker stop`;
 3. `ensure_ray()` with no address starts an embedded Ray inside this process (the demo, tests).
 
+Token authentication (Ray 2.60, `RAY_AUTH_MODE`): an embedded cluster has it on by default (Ray's own
+default for a new local `ray.init()`); `start_head()` keeps it on by creating `~/.ray/auth_token` first if no
+token exists. Every process that attaches to that head by address needs `RAY_AUTH_MODE=token` and the same
+token (in `~/.ray/auth_token`, `RAY_AUTH_TOKEN` or `RAY_AUTH_TOKEN_PATH`); `RAY_AUTH_MODE=disabled` opts out.
+
 Every path sets `RAY_LOG_TO_DRIVER=0` before Ray starts and passes `log_to_driver=False`: with log
 forwarding on, Spark's Python workers (which call `ray.init` themselves) feed their own output back
 in a loop that grew a worker log to 213 MB in a minute here (spark-bridge.md §4, G1). The embedded
@@ -26,6 +31,7 @@ from storage.errors import BrokerNotAvailableError
 
 EMBEDDED_NUM_CPUS = 4
 NAMESPACE = "raybroker"
+AUTH_MODE_VARIABLE = "RAY_AUTH_MODE"
 
 
 def _quiet_environment() -> None:
@@ -64,8 +70,19 @@ def _ray_command(*args: str) -> list[str]:
 
 
 def start_head(num_cpus: int = EMBEDDED_NUM_CPUS) -> None:
-    """Starts a local Ray head daemon (the processes outlive this command)."""
+    """Starts a local Ray head daemon (the processes outlive this command), with token authentication on
+    unless `RAY_AUTH_MODE` says otherwise."""
     _quiet_environment()
+    if os.environ.get(AUTH_MODE_VARIABLE) is None:
+        # Ray 2.60's `ray start --head` turns token authentication on only where a token already exists
+        # (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token) and otherwise starts an open cluster that
+        # runs any code it is sent. Creating the token first (a no-op if one exists) keeps the head closed;
+        # `RAY_AUTH_MODE=disabled` opts out.
+        generated = subprocess.run(
+            _ray_command("get-auth-token", "--generate"), capture_output=True, text=True, check=False
+        )
+        if generated.returncode != 0:
+            raise BrokerNotAvailableError(f"cannot create a Ray auth token: {generated.stderr.strip()[-200:]}")
     command = _ray_command(
         "start", "--head", f"--num-cpus={num_cpus}", "--include-dashboard=false", "--disable-usage-stats"
     )

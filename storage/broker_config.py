@@ -29,9 +29,13 @@ list (blanks trimmed, empty entries dropped, as Kafka's `csvList`).
 | auto.create.topics.enable                     | boolean | true                | create a topic on first use          |
 | delete.topic.enable                           | boolean | true                | allow DeleteTopics                   |
 | producer.id.expiration.ms                     | int     | 86400000            | forget an idle producer id after it  |
+| log.partitions.per.process (raybroker only)   | int     | 1                   | partition logs per actor process     |
 
 `offsets.topic.num.partitions` keeps Kafka's default of 50 here; raybroker's example `configs/server.properties`
-sets it lower because every partition of raybroker is a process (a Ray actor), not a few open files.
+sets it lower because every partition of raybroker is a process (a Ray actor), not a few open files, unless
+`log.partitions.per.process` (a raybroker key, no Kafka equivalent) lets one actor process host up to that many
+partition logs (`actors.partition_host`): each process costs ~61 MiB of its own, so 1 caps a 24 GiB node near
+400 partitions.
 
 Broker defaults of topic configs (Kafka's "server synonyms"); together they form `BrokerConfig.log_config`, the
 `LogConfig` a topic gets when it overrides nothing. A negative retention in any unit means no time limit (-1):
@@ -217,6 +221,7 @@ class BrokerConfig:
     auto_create_topics_enable: bool = config_field(True, "boolean")
     delete_topic_enable: bool = config_field(True, "boolean")
     producer_id_expiration_ms: int = config_field(86400000, "int", low=1)
+    log_partitions_per_process: int = config_field(1, "int", low=1)
     log_segment_bytes: int = config_field(1073741824, "int")
     log_roll_ms: int | None = config_field(None, "long")
     log_roll_hours: int = config_field(168, "int")

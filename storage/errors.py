@@ -156,6 +156,12 @@ class BrokerNotAvailableError(BrokerError):
     """No broker is running where the client looked: start one with `raybroker start` (BROKER_NOT_AVAILABLE)."""
 
 
+class LogClosedError(BrokerNotAvailableError):
+    """A call reached a partition log that was closed under it (its topic deleted, its broker shutting down):
+    not a disk failure, so its log dir stays online; retriable, like Kafka's NOT_LEADER_OR_FOLLOWER, by
+    looking the partition up again."""
+
+
 class RequestTimedOutError(BrokerError):
     """A broker call that did not answer in time (REQUEST_TIMED_OUT); retriable."""
 

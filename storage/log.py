@@ -35,6 +35,7 @@ from storage.errors import (
     InvalidRecordError,
     InvalidRequestError,
     KafkaStorageError,
+    LogClosedError,
     LogSegmentError,
     OffsetOutOfRangeError,
     RecordBatchTooLargeError,
@@ -243,7 +244,7 @@ class Log:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise KafkaStorageError("log is closed", path=self.directory)
+            raise LogClosedError("log is closed", path=self.directory)
 
     # --- append ----------------------------------------------------------------------------------
 

@@ -108,6 +108,30 @@ def test_a_subscription_returns_every_record_once_in_partition_order_within_max_
             assert consumer.position(("c2", partition)) == items[-1][0] + 1
 
 
+@pytest.mark.parametrize("local_fetch", [True, False])
+def test_records_are_the_same_read_from_the_page_cache_or_through_the_actor(
+    sent: list[Sent], local_fetch: bool
+) -> None:
+    """The partitions live on this node: by default the consumer reads their files itself (`actors.local_fetch`),
+    with `local_fetch=False` through the actors; either way every record comes back once, in order."""
+    from actors import Consumer
+    from actors import local_fetch as local_fetch_module
+
+    before = local_fetch_module.statistics()
+    with Consumer(
+        auto_offset_reset="earliest", local_fetch=local_fetch, value_deserializer=serializers.msgpack_deserializer
+    ) as consumer:
+        consumer.subscribe(["c2"])
+        records = poll_until(consumer, SENT_COUNT)
+    after = local_fetch_module.statistics()
+    assert by_partition(records) == by_partition(sent)
+    if local_fetch:
+        assert after.local_reads > before.local_reads and after.actor_fetches == before.actor_fetches
+    else:
+        assert after.actor_fetches > before.actor_fetches and after.local_reads == before.local_reads
+    assert after.fallbacks == before.fallbacks
+
+
 def test_seek_starts_mid_batch_and_seek_to_beginning_and_end_move_the_position(sent: list[Sent]) -> None:
     from actors import Consumer
 

@@ -20,6 +20,7 @@ from storage.compression import CompressionType
 from storage.errors import (
     InvalidRecordError,
     KafkaStorageError,
+    LogClosedError,
     OffsetOutOfRangeError,
     RecordBatchTooLargeError,
     RecordTooLargeError,
@@ -634,12 +635,13 @@ def test_roll_flushes_up_to_the_new_segment(logs: list[Log], log_dir: Path, cloc
 def test_closed_log_refuses_appends_and_reads(logs: list[Log], log_dir: Path, clock: MockClock) -> None:
     log = make_log(logs, log_dir, clock)
     log.close()
-    with pytest.raises(KafkaStorageError):
+    with pytest.raises(LogClosedError):
         log.append(simple_batch(1))
-    with pytest.raises(KafkaStorageError):
+    with pytest.raises(LogClosedError):
         log.read(0, 100)
-    with pytest.raises(KafkaStorageError):
+    with pytest.raises(LogClosedError):
         log.roll()
+    assert not issubclass(LogClosedError, KafkaStorageError)  # a closed log must not take its log dir offline
 
 
 # --- property: random appends, reads, rolls, truncations and reopens against an oracle -----------------
