@@ -179,10 +179,10 @@ class IndexBase(abc.ABC, Generic[EntryT]):
             return False
         fd = self._open_fd()
         try:
-            # The old mapping is dropped, not closed: a reader thread may still be searching it (the
-            # partition actor reads while its writer rolls). It only touches used entries, which stay
-            # inside the new length, and it is unmapped when the last reference goes.
-            self._mmap = None
+            # The old mapping is replaced, never closed nor set to None first: a reader thread may be
+            # searching it (the partition actor reads while its writer rolls) and must find a mapping at
+            # every moment. It only touches used entries, which stay inside the new length, and the old
+            # mapping is unmapped when its last reference goes.
             os.ftruncate(fd, rounded)
             self._length = rounded
             self._map()

@@ -30,7 +30,7 @@ from pathlib import Path
 from storage import file_names
 from storage.clock import Clock
 from storage.config import LogConfig
-from storage.errors import CorruptIndexError, InvalidOffsetError, KafkaStorageError
+from storage.errors import CorruptIndexError, CorruptRecordError, InvalidOffsetError, KafkaStorageError
 from storage.log_segment import LogSegment
 from storage.log_segments import LogSegments
 
@@ -114,6 +114,8 @@ class LogLoader:
             swap_files = self._remove_temp_files_and_collect_swap_files()
             self._complete_swaps(swap_files)
             segments = self._load_segment_files()
+            if self.had_clean_shutdown and segments and not self._active_index_trusted(segments.active):
+                self._recover_segment(segments.active)
             recovered = 0 if self.had_clean_shutdown else self._recover_from(segments, self.recovery_point)
             if segments:
                 end_offset = segments.active.read_next_offset()
@@ -239,10 +241,36 @@ class LogLoader:
             segments.add(segment)
         return segments
 
-    def _recover_segment(self, segment: LogSegment) -> int:
+    def _active_index_trusted(self, segment: LogSegment) -> bool:
+        """After a clean shutdown indexes are trusted unread (Kafka's choice), except the active segment's last
+        offset-index entry: the log end offset is read from the batch it points at, so a damaged entry (a bit
+        flip in its position) would hide the segment's tail and the next append would reuse those offsets.
+        Checking it costs one read of the batch header there: it must start at or below the entry's offset."""
+        index = segment.offset_index
+        try:
+            index.sanity_check()
+            segment.time_index.sanity_check()
+            if index.entries == 0:
+                return True
+            last = index.lookup(index.last_offset)
+            batch = next(segment.log.batches(last.position), None) if 0 <= last.position < segment.size else None
+        except (CorruptIndexError, CorruptRecordError) as exc:
+            logger.warning("%s: %s; rebuilding the indexes of segment %d", self.directory, exc, segment.base_offset)
+            return False
+        if batch is None or not batch.base_offset <= last.offset:
+            logger.warning(
+                "%s: last index entry %s of segment %d does not point at its batch; rebuilding the indexes",
+                self.directory,
+                last,
+                segment.base_offset,
+            )
+            return False
+        return True
+
+    def _recover_segment(self, segment: LogSegment, next_segment_base: int | None = None) -> int:
         size_before = segment.size
         try:
-            truncated = segment.recover()
+            truncated = segment.recover(next_segment_base)
         except (InvalidOffsetError, CorruptIndexError) as exc:
             logger.warning(
                 "%s: cannot recover segment %d (%s); truncating it to empty", self.directory, segment.base_offset, exc
@@ -269,7 +297,8 @@ class LogLoader:
         while unflushed:
             segment = unflushed.pop(0)
             recovered += 1
-            truncated = self._recover_segment(segment) > 0 or segment.base_offset in self._truncated_bases
+            next_base = unflushed[0].base_offset if unflushed else None
+            truncated = self._recover_segment(segment, next_base) > 0 or segment.base_offset in self._truncated_bases
             if truncated and unflushed:
                 for later in unflushed:
                     logger.warning("%s: deleting segment %d after a truncated one", self.directory, later.base_offset)

@@ -271,9 +271,10 @@ class LogSegment:
 
     # --- recovery and truncation -------------------------------------------------------------------
 
-    def recover(self) -> int:
+    def recover(self, next_segment_base: int | None = None) -> int:
         """Re-reads the whole `.log`, checking each batch; rebuilds both indexes; truncates at the first
-        invalid byte. Returns the number of bytes truncated."""
+        invalid byte. Returns the number of bytes truncated. A batch reaching `next_segment_base` (the next
+        segment's base offset) is invalid too: only a damaged baseOffset puts it there."""
         for index in (self.offset_index, self.time_index):
             index.truncate()
             index.resize(self.max_index_size)
@@ -290,12 +291,15 @@ class LogSegment:
                         path=self.log.path,
                         position=batch.position,
                     )
-                if batch.base_offset < next_offset:
-                    # baseOffset is outside the CRC: a damaged one shows as offsets going backwards. Cut here,
-                    # keeping the batches before it; the index rebuild would otherwise fail on the out-of-order
-                    # offset and cost the whole segment, and every later one.
+                if batch.base_offset < next_offset or (
+                    next_segment_base is not None and batch.last_offset >= next_segment_base
+                ):
+                    # baseOffset is outside the CRC: a damaged one shows as offsets going backwards or into the
+                    # next segment. Cut here, keeping the batches before it; the index rebuild would otherwise
+                    # fail on the out-of-order offset and cost the whole segment, and every later one.
                     raise CorruptRecordError(
-                        f"batch offset {batch.base_offset} is below the previous batch's end {next_offset}",
+                        f"batch offsets [{batch.base_offset}, {batch.last_offset}] are out of order (expected from "
+                        f"{next_offset}, below {next_segment_base})",
                         path=self.log.path,
                         position=batch.position,
                     )

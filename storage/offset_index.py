@@ -80,7 +80,13 @@ class OffsetIndex(IndexBase[OffsetPosition]):
         slot = self._largest_lower_bound_slot(target_offset - self._base_offset, self._relative_offset_at)
         if slot < 0:
             return OffsetPosition(self._base_offset, 0)
-        return self._read(slot)
+        found = self._read(slot)
+        if found.position < 0:
+            # Only a damaged entry (a flipped sign bit) holds a negative position: reading the .log there fails
+            # with EINVAL, an I/O error that takes the whole log dir offline. A scan from the segment start is
+            # always right, only slower.
+            return OffsetPosition(self._base_offset, 0)
+        return found
 
     def fetch_upper_bound_offset(self, fetch_start: OffsetPosition, fetch_size: int) -> OffsetPosition | None:
         """The first entry whose position is >= `fetch_start.position + fetch_size`, or None.

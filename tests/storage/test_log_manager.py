@@ -586,9 +586,9 @@ def count_recoveries(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     recovered: list[int] = []
     real_recover = LogSegment.recover
 
-    def counting_recover(segment: LogSegment) -> int:
+    def counting_recover(segment: LogSegment, next_segment_base: int | None = None) -> int:
         recovered.append(segment.base_offset)
-        return real_recover(segment)
+        return real_recover(segment, next_segment_base)
 
     monkeypatch.setattr(LogSegment, "recover", counting_recover)
     return recovered
