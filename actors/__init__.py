@@ -10,7 +10,7 @@ from actors import serializers
 from actors.admin import Admin, PartitionDescription, TopicDescription
 from actors.broker import Broker, start_broker, stop_broker
 from actors.consumer import Consumer, ConsumerRecord
-from actors.producer import Producer, RecordMetadata
+from actors.producer import Producer, RecordMetadata, SendManyFuture
 
 __all__ = [
     "Admin",
@@ -20,6 +20,7 @@ __all__ = [
     "PartitionDescription",
     "Producer",
     "RecordMetadata",
+    "SendManyFuture",
     "TopicDescription",
     "serializers",
     "start_broker",

@@ -275,7 +275,12 @@ class Consumer:
             records = self._drain(limit)
             if records:
                 return records
-            self._fetch_round()
+            try:
+                self._fetch_round()
+            except (BrokerNotAvailableError, RequestTimedOutError) as exc:
+                # The group coordinator or a partition actor is restarting (committed positions or a handle
+                # could not be looked up): like Kafka's poll, keep trying until the timeout instead of failing.
+                logger.info("poll round failed, retrying: %s", exc)
             if any(self._buffers.values()):
                 continue
             remaining_s = (deadline - time.monotonic_ns()) / 1e9

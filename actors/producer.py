@@ -1,14 +1,20 @@
 """The producer facade: Kafka's producer (batching, partitioning, idempotent retries) over partition actors.
 
-`Producer.send` serializes a record, picks its partition and appends it to that partition's open batch
-(a `RecordBatchBuilder`); it returns a `concurrent.futures.Future` that resolves to the record's
-`RecordMetadata` once the partition actor has written it. A background sender thread does the rest:
+`Producer.send` serializes a record, picks its partition and appends it to that partition's open batch;
+it returns a `concurrent.futures.Future` that resolves to the record's `RecordMetadata` once the partition
+actor has written it. `Producer.send_many(topic, values, keys=None, partition=None, timestamps=None)` queues
+many records at once and returns one `SendManyFuture` for all of them: no future, lock round or size
+estimate per record, and batches cut whole (~0.4 us a record on top of encoding, against ~15 us for `send`).
+A batch keeps its records as columns (keys, values, timestamps) and is encoded in one go when first sent,
+by `storage.record_columns.build_batch_from_columns` (a `RecordBatchBuilder` when a record has headers).
+A background sender thread does the rest:
 
 - Batching (Kafka's `batch.size`, `linger.ms`): a batch is closed when it reaches `batch_size` bytes
   (uncompressed estimate; a record larger than that gets a batch of its own) or is `linger_ms` old, or at
   once during `flush`. Closed batches of one partition travel together in one `append` call, up to
   `max_request_size` bytes; at most `max_in_flight_requests_per_connection` calls per partition are in
-  flight, and Ray runs one caller's calls to an actor in submission order, so batches land in send order.
+  flight (idempotent: at most 5 batches in all, the partition's dedup window), and Ray runs one caller's
+  calls to an actor in submission order, so batches land in send order.
 - Partitioning (Kafka's default partitioner, `actors.partitioner`): an explicit partition wins; a keyed
   record goes to `murmur2(key) % partitions`; a record without key sticks to one partition per topic until
   it would start a new batch there, then the topic moves to another partition (KIP-480).
@@ -44,15 +50,17 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
+import numpy as np
+
 from actors.broker import Broker
 from actors.client import call, partition_actor
-from actors.partitioner import StickyPartitionCache, partition_for_key
+from actors.partitioner import StickyPartitionCache, partition_for_key, partitions_for_keys
 from actors.serializers import Serializer, default_serializer
 from storage.clock import SYSTEM_CLOCK
 from storage.compression import CompressionType
@@ -73,10 +81,12 @@ from storage.producer_state import NUM_BATCHES_TO_RETAIN, SEQUENCE_MODULUS
 from storage.record_batch import (
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
+    NO_SEQUENCE,
     NO_TIMESTAMP,
     RECORD_BATCH_OVERHEAD,
     RecordBatchBuilder,
 )
+from storage.record_columns import build_batch_from_columns
 
 logger = logging.getLogger(__name__)
 
@@ -99,21 +109,112 @@ class RecordMetadata:
     timestamp: int
 
 
+class SendManyFuture:
+    """The outcome of one `send_many` call: every record's `RecordMetadata` through one handle.
+
+    The records travel in several batches, possibly to several partitions; `done()` is true once every batch
+    was acknowledged or failed. `result()` gives the metadata in the order the records were given, or raises
+    the typed error of the first batch that failed (the other batches may have been written). `wait()` waits
+    the same way without building one `RecordMetadata` per record (at 1M records that costs ~0.5 s).
+    """
+
+    def __init__(self, topic: str, timestamps: list[int]) -> None:
+        self.topic = topic
+        self.count = len(timestamps)
+        self._timestamps = timestamps
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        self._pending = 0
+        self._sealed = False
+        self._error: BaseException | None = None
+        # Per acknowledged batch: record indices, partition, first offset, LogAppendTime (or -1).
+        self._acks: list[tuple[Sequence[int], int, int, int]] = []
+
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def wait(self, timeout: float | None = None) -> None:
+        """Waits until every record is acknowledged; raises the first batch's error, or `RequestTimedOutError`."""
+        self._wait_done(timeout)
+        if self._error is not None:
+            raise self._error
+
+    def _wait_done(self, timeout: float | None) -> None:
+        if not self._done.wait(timeout):
+            raise RequestTimedOutError(f"send_many of {self.count} records not answered within {timeout} s")
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        """The first failed batch's error (None if all were written), after waiting as `wait` does."""
+        self._wait_done(timeout)
+        return self._error
+
+    def result(self, timeout: float | None = None) -> list[RecordMetadata]:
+        """Each record's metadata, in the order the records were given to `send_many`."""
+        self.wait(timeout)
+        metadata: list[RecordMetadata | None] = [None] * self.count
+        timestamps = self._timestamps
+        for indices, partition, first_offset, log_append_time in self._acks:
+            for position, index in enumerate(indices):
+                written = timestamps[index] if log_append_time == NO_TIMESTAMP else log_append_time
+                metadata[index] = RecordMetadata(self.topic, partition, first_offset + position, written)
+        return [item for item in metadata if item is not None]
+
+    def _add_batch(self) -> None:
+        with self._lock:
+            self._pending += 1
+
+    def _seal(self) -> None:
+        """No more batches will be added (send_many queued them all)."""
+        with self._lock:
+            self._sealed = True
+            self._finish_if_done()
+
+    def _acknowledged(self, indices: Sequence[int], partition: int, first_offset: int, log_append_time: int) -> None:
+        with self._lock:
+            self._acks.append((indices, partition, first_offset, log_append_time))
+            self._pending -= 1
+            self._finish_if_done()
+
+    def _failed(self, error: BaseException) -> None:
+        with self._lock:
+            self._error = self._error or error
+            self._pending -= 1
+            self._finish_if_done()
+
+    def _finish_if_done(self) -> None:
+        if self._sealed and self._pending == 0:
+            self._done.set()
+
+
 @dataclass(eq=False)
 class _ProducerBatch:
-    """One batch being filled or sent; `payload` is its wire bytes, built when it is first sent."""
+    """One batch: its records as columns (`keys` None: all null), encoded in one go into `payload`, its wire
+    bytes, when it is first sent. A batch of `send` holds its records and answers one future per record; a
+    batch of `send_many` holds only `bulk_indices` into the call's `bulk_records`, sliced when it is encoded
+    (slicing every batch at once touches each record object a second time: ~0.4 us a record for 1M records
+    spread over 100 MB, as the cache is cold by then), and answers its `bulk` future."""
 
     topic: str
     partition: int
-    builder: RecordBatchBuilder
     created_ns: int
-    futures: list[Future[RecordMetadata]] = field(default_factory=list)
+    values: list[bytes | None] = field(default_factory=list)
+    keys: list[bytes | None] | None = field(default_factory=list)
     timestamps: list[int] = field(default_factory=list)
+    # One tuple per record once any record of the batch has headers (the columnar encoder takes none).
+    headers: list[tuple[tuple[str, bytes | None], ...]] | None = None
+    futures: list[Future[RecordMetadata]] = field(default_factory=list)
+    bulk: SendManyFuture | None = None
+    bulk_indices: Sequence[int] = ()
+    bulk_records: _BulkRecords | None = None
     estimated_bytes: int = RECORD_BATCH_OVERHEAD
     payload: bytes | None = None
     attempts: int = 0
     solo: bool = False
     done: bool = False
+
+    @property
+    def record_count(self) -> int:
+        return len(self.bulk_indices) if self.bulk_records is not None else len(self.values)
 
 
 @dataclass(eq=False)
@@ -142,7 +243,8 @@ class _PartitionQueue:
     retry_at_ns: int = 0
 
 
-Completion = tuple[_ProducerBatch, list[RecordMetadata] | BaseException]
+# A batch's outcome: (first offset, LogAppendTime or -1) once written, else the error that failed it.
+Completion = tuple[_ProducerBatch, tuple[int, int] | BaseException]
 
 
 class Producer:
@@ -267,6 +369,10 @@ class Producer:
                     partition = self._sticky.on_new_batch(topic, partition, num_partitions)
             queue = self._queue(topic, partition)
             batch = queue.open
+            # The sender is woken only when there is news for it: a batch closed, or a new one whose linger
+            # deadline it must start waiting for. A record joining an open batch changes neither (a wake-up
+            # per record cost ~6 us of Event locking, a third of `send`).
+            wake = False
             if batch is not None and not self._fits(batch, size):
                 self._close_batch(queue)
                 batch = None
@@ -274,22 +380,173 @@ class Producer:
                 batch = self._new_batch(topic, partition)
                 queue.open = batch
                 self._incomplete.add(batch)
-            batch.builder.append(key_bytes, value_bytes, timestamp=timestamp, headers=record_headers)
-            batch.futures.append(future)
+                wake = True
+            if record_headers and batch.headers is None:
+                batch.headers = [()] * len(batch.values)
+            if batch.headers is not None:
+                batch.headers.append(record_headers)
+            batch.values.append(value_bytes)
+            batch.keys.append(key_bytes)  # type: ignore[union-attr]  # a batch of `send` has a keys list
             batch.timestamps.append(timestamp)
+            batch.futures.append(future)
             batch.estimated_bytes += size
             self._buffered_bytes += size
             if batch.estimated_bytes >= self._batch_size:
                 self._close_batch(queue)
+                wake = True
+        if wake:
+            self._wakeup.set()
+        return future
+
+    def send_many(
+        self,
+        topic: str,
+        values: Sequence[Any],
+        keys: Sequence[Any] | None = None,
+        partition: int | None = None,
+        timestamps: Sequence[int] | None = None,
+    ) -> SendManyFuture:
+        """Queues many records at once: `values[i]` with `keys[i]` and `timestamps[i]` (None: no keys, the
+        current time for all); partitioned as `send` does. One future for all (`SendManyFuture`), and batches
+        encoded whole, so a record costs a fraction of what `send` costs.
+
+        Every record is serialized and checked before any is queued, so a bad one (the errors of `send`)
+        queues nothing. Only `RequestTimedOutError` (`buffer_memory` still full after `max_block_ms`) can come
+        after some batches were queued; those are still sent. The records are cut into full batches at once
+        (`linger_ms` does not apply); a batch `send` left open on a partition is closed first, so records keep
+        their send order per partition.
+        For throughput give the producer a larger `batch_size` (up to the topic's `max.message.bytes`, 1 MiB by
+        default): a batch has fixed costs (encoding setup, validation, and an idempotent partition takes only 5
+        unacknowledged batches), so 16 KiB batches of 100-byte records reach ~130k records/s, 1 MB ones ~500k.
+        """
+        if self._closed or self._stopping:
+            raise InvalidRequestError("cannot send after the producer has been closed")
+        count = len(values)
+        if keys is not None and len(keys) != count:
+            raise InvalidRequestError(f"send_many got {len(keys)} keys for {count} values")
+        if timestamps is not None and len(timestamps) != count:
+            raise InvalidRequestError(f"send_many got {len(timestamps)} timestamps for {count} values")
+        value_bytes = _serialize_all(self._value_serializer, values, "value")
+        key_bytes = None if keys is None else _serialize_all(self._key_serializer, keys, "key")
+        if timestamps is None:
+            record_timestamps = [SYSTEM_CLOCK.milliseconds()] * count
+        else:
+            record_timestamps = [_check_timestamp(timestamp) for timestamp in timestamps]
+        sizes = RECORD_OVERHEAD_BOUND + _lengths(value_bytes)
+        if key_bytes is not None:
+            sizes += _lengths(key_bytes)
+        largest = int(sizes.max()) if count else 0
+        if RECORD_BATCH_OVERHEAD + largest > self._max_request_size:
+            raise RecordTooLargeError(
+                f"a record of about {largest} bytes does not fit in max_request_size {self._max_request_size}"
+            )
+        num_partitions = self._partition_count(topic, partition)
+        future = SendManyFuture(topic, record_timestamps)
+        # Kept as an array: `tolist()` of a million running totals took ~9% of a `send_many` run.
+        cumulative = np.concatenate((np.zeros(1, dtype=np.int64), np.cumsum(sizes)))
+        records = _BulkRecords(key_bytes, value_bytes, record_timestamps, cumulative)
+        with self._cond:
+            for chosen, indices in self._place_bulk(topic, num_partitions, partition, records):
+                self._queue_bulk(future, topic, chosen, records, indices)
+        future._seal()
         self._wakeup.set()
         return future
+
+    def _place_bulk(
+        self, topic: str, num_partitions: int, partition: int | None, records: _BulkRecords
+    ) -> list[tuple[int, Sequence[int]]]:
+        """Where the records go: (partition, indices) pieces, each partition's records in the order given.
+        Null-key records fill a batch's worth (`batch_size`) on the topic's sticky partition, then the topic
+        moves on (KIP-480). Holds the lock, so the sticky partition moves for one call at a time."""
+        count = len(records.values)
+        if partition is not None:
+            return [(partition, range(count))]
+        if records.keys is None:
+            # Every record is sticky: each batch-sized run is a piece of its own, no per-record work.
+            return [(self._next_sticky(topic, num_partitions), run) for run in self._runs(records.cumulative_sizes)]
+        keys = records.keys
+        placed = np.empty(count, dtype=np.int64)
+        keyed = [index for index, key in enumerate(keys) if key is not None]
+        if keyed:
+            placed[keyed] = partitions_for_keys([keys[index] for index in keyed], num_partitions)
+        unkeyed = np.asarray([index for index, key in enumerate(keys) if key is None], dtype=np.int64)
+        cumulative = records.cumulative_sizes
+        running = np.concatenate(
+            (np.zeros(1, dtype=np.int64), np.cumsum(cumulative[unkeyed + 1] - cumulative[unkeyed]))
+        )
+        for run in self._runs(running):
+            placed[unkeyed[run.start : run.stop]] = self._next_sticky(topic, num_partitions)
+        pieces: list[tuple[int, Sequence[int]]] = []
+        for chosen in np.unique(placed).tolist():
+            indices = np.flatnonzero(placed == chosen)
+            contiguous = int(indices[-1]) - int(indices[0]) == len(indices) - 1
+            pieces.append((chosen, range(int(indices[0]), int(indices[-1]) + 1) if contiguous else indices.tolist()))
+        return pieces
+
+    def _runs(self, cumulative: np.ndarray) -> list[range]:
+        """Consecutive runs of records (by their running size total) of one batch's worth each, at least one
+        record each."""
+        budget = self._batch_size - RECORD_BATCH_OVERHEAD
+        runs = []
+        position, count = 0, len(cumulative) - 1
+        while position < count:
+            within = int(np.searchsorted(cumulative, cumulative[position] + budget, side="right")) - 1
+            end = min(count, max(position + 1, within))
+            runs.append(range(position, end))
+            position = end
+        return runs
+
+    def _next_sticky(self, topic: str, num_partitions: int) -> int:
+        """The sticky partition for one more batch of null-key records; the topic moves on after it."""
+        sticky = self._sticky.partition(topic, num_partitions)
+        self._sticky.on_new_batch(topic, sticky, num_partitions)
+        return sticky
+
+    def _queue_bulk(
+        self, future: SendManyFuture, topic: str, partition: int, records: _BulkRecords, indices: Sequence[int]
+    ) -> None:
+        """Cuts `indices` (records of `partition`, in order) into batches of up to `batch_size` bytes and queues
+        them ready to send, after any batch `send` left open there. Holds the lock."""
+        queue = self._queue(topic, partition)
+        self._close_batch(queue)
+        budget = self._batch_size - RECORD_BATCH_OVERHEAD
+        cumulative = records.cumulative_sizes
+        sizes = None if isinstance(indices, range) else np.diff(cumulative)[indices].tolist()
+        position = 0
+        while position < len(indices):
+            if sizes is None:
+                # A run of records: the batch ends at the last running total within budget, one bisection away.
+                first = indices[position]
+                end = int(np.searchsorted(cumulative, cumulative[first] + budget, side="right")) - 1
+                end = min(max(end, first + 1), indices[-1] + 1)
+                chunk: Sequence[int] = range(first, end)
+                size = int(cumulative[end] - cumulative[first])
+            else:
+                stop, size = position, 0
+                while stop < len(indices):
+                    record_size = sizes[stop]
+                    if stop > position and size + record_size > budget:
+                        break
+                    size += record_size
+                    stop += 1
+                chunk = indices[position:stop]
+            self._wait_for_buffer(size)
+            batch = _ProducerBatch(topic, partition, time.monotonic_ns())
+            batch.bulk_records = records
+            batch.estimated_bytes += size
+            batch.bulk = future
+            batch.bulk_indices = chunk
+            future._add_batch()
+            self._buffered_bytes += size
+            self._incomplete.add(batch)
+            queue.ready.append(batch)
+            position += len(chunk)
 
     def _fits(self, batch: _ProducerBatch, size: int) -> bool:
         return batch.estimated_bytes + size <= self._batch_size
 
     def _new_batch(self, topic: str, partition: int) -> _ProducerBatch:
-        builder = RecordBatchBuilder(compression=self._compression)
-        return _ProducerBatch(topic, partition, builder, time.monotonic_ns())
+        return _ProducerBatch(topic, partition, time.monotonic_ns())
 
     def _queue(self, topic: str, partition: int) -> _PartitionQueue:
         queue = self._queues.get((topic, partition))
@@ -419,7 +676,7 @@ class Producer:
                 return 0.0
             if queue.open is not None:
                 deadlines.append(queue.open.created_ns + self._linger_ns)
-            if queue.ready and not queue.failed and len(queue.in_flight) < self._max_in_flight:
+            if queue.ready and not queue.failed and self._batch_room(queue) > 0:
                 deadlines.append(queue.retry_at_ns)
         if not deadlines:
             return None
@@ -435,8 +692,8 @@ class Producer:
         for queue in self._queues.values():
             if queue.failed or now < queue.retry_at_ns:
                 continue
-            while queue.ready and len(queue.in_flight) < self._max_in_flight:
-                batches = self._take_request(queue)
+            while queue.ready and self._batch_room(queue) > 0:
+                batches = self._take_request(queue, self._batch_room(queue))
                 try:
                     if queue.handle is None:
                         queue.handle = partition_actor(queue.topic, queue.partition)
@@ -449,12 +706,24 @@ class Producer:
                 queue.in_flight.append(flight)
                 flight.ref.future().add_done_callback(lambda _, flight=flight: self._on_call_done(flight))
 
-    def _take_request(self, queue: _PartitionQueue) -> list[_ProducerBatch]:
-        """The next batches of `queue` for one call: in order, within `max_request_size`, a solo batch alone."""
+    def _batch_room(self, queue: _PartitionQueue) -> int:
+        """How many more batches `queue` may send now. An idempotent producer's partition remembers its last
+        NUM_BATCHES_TO_RETAIN (5) batches, so at most 5 may be unacknowledged, however many calls carry them:
+        a retry of an older one that was written would be refused (`OutOfOrderSequenceError`), not deduplicated."""
+        if len(queue.in_flight) >= self._max_in_flight:
+            return 0
+        if not self._idempotent:
+            return len(queue.ready)
+        return NUM_BATCHES_TO_RETAIN - sum(len(flight.batches) for flight in queue.in_flight)
+
+    def _take_request(self, queue: _PartitionQueue, limit: int) -> list[_ProducerBatch]:
+        """The next batches of `queue` for one call: in order, at most `limit`, within `max_request_size`, a solo
+        batch alone."""
         batches = [queue.ready.popleft()]
         size = batches[0].estimated_bytes
         while (
             not batches[0].solo
+            and len(batches) < limit
             and queue.ready
             and not queue.ready[0].solo
             and size + queue.ready[0].estimated_bytes <= self._max_request_size
@@ -471,14 +740,39 @@ class Producer:
             queue.producer_id = self._new_producer_id()
         for batch in batches:
             if batch.payload is None:
-                builder = batch.builder
-                builder.producer_id = queue.producer_id
-                builder.producer_epoch = queue.producer_epoch
+                base_sequence = NO_SEQUENCE
                 if self._idempotent:
-                    builder.base_sequence = queue.next_sequence
-                    queue.next_sequence = (queue.next_sequence + len(builder)) % SEQUENCE_MODULUS
-                batch.payload = builder.build()
+                    base_sequence = queue.next_sequence
+                    queue.next_sequence = (queue.next_sequence + batch.record_count) % SEQUENCE_MODULUS
+                batch.payload = self._encode(batch, queue.producer_id, queue.producer_epoch, base_sequence)
         return b"".join(batch.payload or b"" for batch in batches)
+
+    def _encode(self, batch: _ProducerBatch, producer_id: int, producer_epoch: int, base_sequence: int) -> bytes:
+        if batch.bulk_records is not None:
+            values, keys, timestamps = batch.bulk_records.columns(batch.bulk_indices)
+        else:
+            values, keys, timestamps = batch.values, batch.keys, batch.timestamps
+        if batch.headers is None:
+            return build_batch_from_columns(
+                values,
+                keys,
+                timestamps,
+                compression=self._compression,
+                producer_id=producer_id,
+                producer_epoch=producer_epoch,
+                base_sequence=base_sequence,
+            )
+        builder = RecordBatchBuilder(
+            compression=self._compression,
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            base_sequence=base_sequence,
+        )
+        for key, value, timestamp, headers in zip(
+            keys or [None] * len(values), values, timestamps, batch.headers, strict=True
+        ):
+            builder.append(key, value, timestamp=timestamp, headers=headers)
+        return builder.build()
 
     def _on_call_done(self, flight: _InFlight) -> None:
         """Runs on a Ray thread: it must not wait for the producer's lock (that thread also serves the
@@ -579,9 +873,16 @@ class Producer:
             if isinstance(outcome, BaseException):
                 for future in batch.futures:
                     future.set_exception(outcome)
-            else:
-                for future, metadata in zip(batch.futures, outcome, strict=True):
-                    future.set_result(metadata)
+                if batch.bulk is not None:
+                    batch.bulk._failed(outcome)
+                continue
+            first_offset, log_append_time = outcome
+            if batch.bulk is not None:
+                batch.bulk._acknowledged(batch.bulk_indices, batch.partition, first_offset, log_append_time)
+                continue
+            for index, (future, timestamp) in enumerate(zip(batch.futures, batch.timestamps, strict=True)):
+                written = timestamp if log_append_time == NO_TIMESTAMP else log_append_time
+                future.set_result(RecordMetadata(batch.topic, batch.partition, first_offset + index, written))
         if not completions:
             return
         with self._cond:
@@ -598,19 +899,54 @@ def _acknowledged(batches: list[_ProducerBatch], info: LogAppendInfo) -> list[Co
     if len(info.batch_offsets) != len(batches):
         error = InvalidRequestError(f"the partition answered {len(info.batch_offsets)} batches for {len(batches)}")
         return [(batch, error) for batch in batches]
-    completions: list[Completion] = []
-    for batch, (first_offset, _) in zip(batches, info.batch_offsets, strict=True):
-        metadata = [
-            RecordMetadata(
-                batch.topic,
-                batch.partition,
-                first_offset + index,
-                timestamp if info.log_append_time == NO_TIMESTAMP else info.log_append_time,
+    return [
+        (batch, (first_offset, info.log_append_time))
+        for batch, (first_offset, _) in zip(batches, info.batch_offsets, strict=True)
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class _BulkRecords:
+    """The serialized records of one `send_many` call; `cumulative_sizes[i]` is the size bound of records
+    0..i-1, so any run's size is one subtraction."""
+
+    keys: list[bytes | None] | None
+    values: list[bytes | None]
+    timestamps: list[int]
+    cumulative_sizes: np.ndarray
+
+    def columns(self, indices: Sequence[int]) -> tuple[list[bytes | None], list[bytes | None] | None, list[int]]:
+        """Values, keys and timestamps of the records at `indices` (a range is sliced, not gathered)."""
+        keys = self.keys
+        if isinstance(indices, range):
+            start, stop = indices.start, indices.stop
+            return (
+                self.values[start:stop],
+                None if keys is None else keys[start:stop],
+                self.timestamps[start:stop],
             )
-            for index, timestamp in enumerate(batch.timestamps)
-        ]
-        completions.append((batch, metadata))
-    return completions
+        return (
+            [self.values[i] for i in indices],
+            None if keys is None else [keys[i] for i in indices],
+            [self.timestamps[i] for i in indices],
+        )
+
+
+def _serialize_all(serializer: Callable[[Any], bytes], items: Sequence[Any], what: str) -> list[bytes | None]:
+    """Each item serialized (None stays None); bytes pass through the default serializer without a call."""
+    if serializer is default_serializer:
+        if set(map(type, items)) <= {bytes, type(None)}:
+            return list(items)
+        return [item if item is None or type(item) is bytes else _serialize(serializer, item, what) for item in items]
+    return [None if item is None else _serialize(serializer, item, what) for item in items]
+
+
+def _lengths(items: list[bytes | None]) -> np.ndarray:
+    """Each item's length (0 for None), as an int64 array."""
+    try:
+        return np.fromiter(map(len, items), dtype=np.int64, count=len(items))
+    except TypeError:
+        return np.fromiter((0 if item is None else len(item) for item in items), dtype=np.int64, count=len(items))
 
 
 def _serialize(serializer: Callable[[Any], bytes], value: Any, what: str) -> bytes:
@@ -655,4 +991,4 @@ def _record_size_bound(key: bytes | None, value: bytes | None, headers: tuple[tu
     return size
 
 
-__all__ = ["Producer", "RecordMetadata"]
+__all__ = ["Producer", "RecordMetadata", "SendManyFuture"]

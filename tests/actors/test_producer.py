@@ -358,3 +358,121 @@ def test_bad_producer_configs_raise_typed_errors(broker: Any, options: dict[str,
 
     with pytest.raises(error):
         Producer(broker, **options)
+
+
+# --- send_many -----------------------------------------------------------------------------------
+
+
+def test_send_many_to_a_partition_keeps_send_order_with_single_sends_and_numbers_batches(broker: Any) -> None:
+    from actors import Producer
+
+    start = end_offsets(broker, "p3")[2]
+    bulk = [f"bulk-{i}".encode() * (1 + i % 7) for i in range(3000)]
+    with Producer(broker, linger_ms=60_000, batch_size=2000) as producer:
+        before = producer.send("p3", b"single-before", partition=2)
+        many = producer.send_many("p3", bulk, partition=2)
+        after = producer.send("p3", b"single-after", partition=2)
+        producer.flush()
+        producer_id = producer.producer_id
+    sent = [b"single-before", *bulk, b"single-after"]
+    metadata = [before.result(), *many.result(), after.result()]
+    assert many.done() and many.exception() is None
+    assert [(m.topic, m.partition) for m in metadata] == [("p3", 2)] * len(sent)
+    assert [m.offset for m in metadata] == list(range(start, start + len(sent)))
+    records = consume(broker, {("p3", 2): start}, len(sent))
+    assert [r.value for r in records] == sent
+    assert [r.timestamp for r in records] == [m.timestamp for m in metadata]
+    batches = raw_batches(broker, "p3", 2, start)
+    assert len(batches) > 10  # 2000-byte batches, not one call's worth in one batch
+    assert {b.producer_id for b in batches} == {producer_id}
+    assert [b.base_sequence for b in batches] == list(
+        itertools.accumulate((b.records_count for b in batches[:-1]), initial=batches[0].base_sequence)
+    )
+
+
+def test_send_many_places_keyed_records_like_send_and_null_keys_stickily(broker: Any) -> None:
+    from actors import Producer
+
+    starts = end_offsets(broker, "p3")
+    keys = [None if i % 5 == 0 else f"key-{i % 41}".encode() for i in range(2000)]
+    values = [f"value-{i}".encode() for i in range(2000)]
+    timestamps = [time.time_ns() // 1_000_000 - 1000 + i % 100 for i in range(2000)]
+    with Producer(broker, batch_size=1000) as producer:
+        metadata = producer.send_many("p3", values, keys=keys, timestamps=timestamps).result(timeout=30)
+    sent: dict[int, list[tuple[int, bytes]]] = defaultdict(list)
+    for key, value, timestamp, placed in zip(keys, values, timestamps, metadata, strict=True):
+        if key is not None:
+            assert placed.partition == (kafka_python_murmur2(key) & 0x7FFFFFFF) % 3
+        assert placed.timestamp == timestamp
+        sent[placed.partition].append((placed.offset, value))
+    for partition, records in sent.items():
+        assert [offset for offset, _ in records] == list(range(starts[partition], starts[partition] + len(records)))
+    null_key_partitions = [placed.partition for key, placed in zip(keys, metadata, strict=True) if key is None]
+    assert len(set(null_key_partitions)) > 1  # 400 null-key records of ~50 bytes fill more than one batch
+    records = consume(broker, {("p3", p): offset for p, offset in starts.items()}, 2000)
+    assert per_partition(records) == dict(sent)
+    assert {(r.partition, r.offset): r.key for r in records} == {
+        (placed.partition, placed.offset): key for key, placed in zip(keys, metadata, strict=True)
+    }
+
+
+@pytest.mark.parametrize("codec", ["none", "lz4", "zstd"])
+def test_send_many_compresses_its_batches_with_the_producers_codec(broker: Any, codec: str) -> None:
+    from actors import Producer
+
+    start = end_offsets(broker, "one")[0]
+    values = [f"{codec}-{i}-".encode() * 10 for i in range(500)]
+    with Producer(broker, compression_type=codec) as producer:
+        producer.send_many("one", values).wait(timeout=30)
+    batches = raw_batches(broker, "one", 0, start)
+    assert {batch.compression for batch in batches} == {CompressionType.from_name(codec)}
+    assert [r.value for batch in batches for r in batch.records()] == values
+
+
+def test_send_many_reports_a_refused_batch_through_its_future(broker: Any) -> None:
+    from actors import Producer
+
+    start = end_offsets(broker, "small")[0]
+    # 30 records of ~140 bytes in 8000-byte batches: one batch, larger than the topic's max.message.bytes 2000.
+    with Producer(broker, batch_size=8000) as producer:
+        many = producer.send_many("small", [b"r" * 100] * 30)
+        with pytest.raises(RecordTooLargeError):
+            many.wait(timeout=30)
+        assert isinstance(many.exception(), RecordTooLargeError)
+        with pytest.raises(RecordTooLargeError):
+            many.result()
+        fine = producer.send_many("small", [b"s" * 10] * 5)
+    assert [m.offset for m in fine.result()] == list(range(start, start + 5))
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        ({"values": [b"a", b"b"], "keys": [b"k"]}, InvalidRequestError),
+        ({"values": [b"a"], "timestamps": [1, 2]}, InvalidRequestError),
+        ({"values": [b"a", object()]}, SerializationError),
+        ({"values": [b"a", b"v" * (1 << 20)]}, RecordTooLargeError),
+        ({"values": [b"a"], "timestamps": [-1]}, InvalidTimestampError),
+        ({"values": [b"a"], "partition": 1}, UnknownTopicOrPartitionError),
+    ],
+)
+def test_send_many_refuses_bad_records_before_queueing_any(broker: Any, args: dict[str, Any], error: type) -> None:
+    from actors import Producer
+
+    start = end_offsets(broker, "one")[0]
+    with Producer(broker) as producer:
+        with pytest.raises(error):
+            producer.send_many("one", **args)
+        producer.flush()
+    assert end_offsets(broker, "one")[0] == start
+
+
+def test_send_many_of_nothing_is_done_at_once_and_after_close_is_refused(broker: Any) -> None:
+    from actors import Producer
+
+    producer = Producer(broker)
+    empty = producer.send_many("one", [])
+    assert empty.done() and empty.result() == []
+    producer.close()
+    with pytest.raises(InvalidRequestError):
+        producer.send_many("one", [b"late"])
