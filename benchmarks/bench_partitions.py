@@ -3,11 +3,10 @@ per partition, and how long creating them takes.
 
 Both modes are measured in the same run. One actor per partition (`log.partitions.per.process=1`, the default)
 is measured first, on the shared broker of `ctx.environment.broker()`: a topic of `BASELINE_PARTITIONS`
-partitions, each its own actor process. Hosting needs a broker config of its own, so this module then stops the
-shared broker (`stop_broker()`, a clean shutdown) and starts one with `log.partitions.per.process=
-HOSTED_PER_PROCESS` over a scratch log dir (`ctx.scratch`), where it creates a topic of `hosted - 1` partitions
-(with the one `__consumer_offsets` partition, every host is full). The shared broker is not started again: this
-module runs last, and `RayEnvironment.close()` stops whichever broker runs.
+partitions, each its own actor process. Hosting needs a broker config of its own, so this module then asks the
+environment for a broker with `log.partitions.per.process=HOSTED_PER_PROCESS` (it stops the shared broker
+cleanly and starts one over a new log dir), where it creates a topic of `hosted - 1` partitions (with the one
+`__consumer_offsets` partition, every host is full).
 
 Memory is the USS (pages no other process shares: what a process really adds) of the processes holding the
 partitions, found through the log manager's `describe` (each partition's state names its pid) and read with
@@ -63,27 +62,13 @@ def _measure(ctx: BenchContext, topic: str, count: int) -> tuple[float, float, f
     return create_s, uss / partitions, rss / partitions, len(pids)
 
 
-def _restart_broker_with_hosts(ctx: BenchContext) -> None:
-    from actors.broker import start_broker, stop_broker
-    from benchmarks.environment import BENCH_BROKER_PROPERTIES
-
-    ctx.progress(f"  restarting the broker with log.partitions.per.process={HOSTED_PER_PROCESS}")
-    stop_broker()
-    start_broker(
-        {
-            **BENCH_BROKER_PROPERTIES,
-            "log.dirs": str(ctx.scratch("partitions-hosted")),
-            "log.partitions.per.process": str(HOSTED_PER_PROCESS),
-        }
-    )
-
-
 def run(ctx: BenchContext) -> list[Figure]:
     ctx.environment.broker()
     baseline_count = QUICK_BASELINE_PARTITIONS if ctx.quick else BASELINE_PARTITIONS
     hosted_count = QUICK_HOSTED_PARTITIONS if ctx.quick else HOSTED_PARTITIONS
     actor_s, actor_uss, actor_rss, _ = _measure(ctx, "bench-one-actor-each", baseline_count)
-    _restart_broker_with_hosts(ctx)
+    ctx.progress(f"  restarting the broker with log.partitions.per.process={HOSTED_PER_PROCESS}")
+    ctx.environment.broker({"log.partitions.per.process": str(HOSTED_PER_PROCESS)})
     # The broker's one __consumer_offsets partition takes the first slot, so every host ends up full.
     hosted_s, hosted_uss, hosted_rss, hosts = _measure(ctx, "bench-hosted", hosted_count - 1)
     per_node = NODE_BUDGET_BYTES / hosted_uss

@@ -16,23 +16,38 @@ BENCH_BROKER_PROPERTIES = {
 
 
 class RayEnvironment:
-    """Starts an embedded Ray (or reuses the one this process is connected to) and one broker over `log_dir`."""
+    """Starts an embedded Ray (or reuses the one this process is connected to) and one broker under `log_dir`."""
 
     def __init__(self, log_dir: Path) -> None:
         self.log_dir = log_dir
         self._owns_ray = False
         self._broker: Any = None
+        self._properties: dict[str, str] | None = None
+        self._restarts = 0
 
-    def broker(self) -> Any:
-        """The running `actors.Broker`, started on first use."""
+    def broker(self, properties: dict[str, str] | None = None) -> Any:
+        """The running `actors.Broker`, started on first use with `BENCH_BROKER_PROPERTIES` plus `properties`.
+
+        Asking for other properties than the running broker's (`log.partitions.per.process` for the
+        many-partition benchmarks) stops it cleanly and starts one with them over a new log dir, so each
+        configuration's topics stay apart.
+        """
+        wanted = {**BENCH_BROKER_PROPERTIES, **(properties or {})}
+        if self._broker is not None and wanted == self._properties:
+            return self._broker
+        from actors.broker import Broker, start_broker, stop_broker
+        from cluster.ray_runtime import ensure_ray
+
         if self._broker is None:
-            from actors.broker import Broker, start_broker
-            from cluster.ray_runtime import ensure_ray
-
-            self._owns_ray = ensure_ray()
-            self.log_dir.mkdir(parents=True, exist_ok=True)
-            start_broker({**BENCH_BROKER_PROPERTIES, "log.dirs": str(self.log_dir)})
-            self._broker = Broker.connect()
+            self._owns_ray = ensure_ray() or self._owns_ray
+        else:
+            stop_broker()
+            self._restarts += 1
+        log_dir = self.log_dir / f"broker-{self._restarts}"
+        log_dir.mkdir(parents=True, exist_ok=True)
+        start_broker({**wanted, "log.dirs": str(log_dir)})
+        self._broker = Broker.connect()
+        self._properties = wanted
         return self._broker
 
     def close(self) -> None:

@@ -30,17 +30,21 @@ DataFrame reads exactly the planned ranges however often it is evaluated and how
 (a consistent snapshot), and a next read that starts from this one's end offsets (`planned_read(df).
 ending_offsets_json()`) neither skips nor repeats a record. Ranges are split when `minPartitions` asks for more
 ranges than there are partitions (each range in proportion to its share of the records), then packed, biggest
-first, into about 2 x executor cores Spark tasks: spark-bridge.md §3 measured one Spark task per partition
-degrading by 70-90 ms per task (1M records, 128 partitions: 15 s), against 1.9 s for 4 grouped tasks.
+first, into one Spark task per executor core (more only when `minPartitions` asks): spark-bridge.md §3 measured
+one Spark task per partition degrading by 70-90 ms per task (1M records, 128 partitions: 15 s), against 1.9 s for
+4 grouped tasks, and 2 tasks on the 2 cores beat 4 (`TASKS_PER_CORE`). Ranges are packed by their offset counts,
+which stand for their bytes as long as the partitions' records are of similar sizes.
 
 Reading (inside Spark's Python workers, `mapInArrow` over a `spark.range` of task numbers): each task attaches its
 worker to Ray once, fires the first fetch of every range it owns at once, and then, range by range, fires the next
-fetch before decoding the current one (`cluster.arrow_records`), so fetching overlaps decoding. Records travel as
-Kafka batch bytes from the actor and as Arrow record batches into Spark, never as Python rows. As Spark's default
-isolation (`read_uncommitted`), records of aborted transactions are read too; control batches are not. Measured
-on this 2-core box (1 executor x 2 cores, other jobs running): `read_ranges` alone 630-730k records/s in one
-process; 1M records of 100 B through Spark into a `groupBy(partition)` count and sums 1.5-3.7 s (270-670k/s),
-of which ~0.85 s is the fixed cost of a two-stage Python job; 8 and 32 partitions alike (4 Spark tasks each).
+fetch before decoding the current one (`cluster.arrow_records`), so fetching overlaps decoding. A fetch reads the
+segment file itself when the task runs on the partition's node (`actors.local_fetch`: the actor only says where
+the bytes lie), else it goes through the actor. Records travel as Kafka batch bytes and as Arrow record batches
+into Spark, never as Python rows; the topic column leaves Python as a 4-byte index into the plan's topics and
+becomes the name again in the JVM (`_topic_names`). As Spark's default isolation (`read_uncommitted`), records of
+aborted transactions are read too; control batches are not. Measured on this 2-core box (1 executor x 2 cores,
+other jobs running, load 20-50): `read_ranges` alone 1.2-1.3M records/s in one process; 1M records of ~80 B
+(8 partitions) through Spark into a `groupBy(partition)` count and sums 0.9-1.1 s with 2 tasks, 1.1-2.0 s with 4.
 
 Data loss (`failOnDataLoss`): records of a planned range that are gone when it is read (retention or DeleteRecords
 moved the log start past them, or the log was truncated below the planned end) fail the read with
@@ -52,7 +56,9 @@ records are not data loss: those records are simply not there.
 from __future__ import annotations
 
 import json
+import sys
 import weakref
+import zipimport
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -67,10 +73,11 @@ from storage.errors import (
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.types import DataType, StructType
 
     from actors.broker import Broker
+    from actors.local_fetch import PendingFetch
     from cluster.value_formats import ArrowValueDecoder
 
 TopicPartition = tuple[str, int]
@@ -83,9 +90,10 @@ TIMESTAMP_STRATEGIES = ("error", "latest")
 FIRST_FETCH_BYTES = 1024 * 1024
 MAX_FETCH_BYTES = 8 * 1024 * 1024
 MIN_FETCH_BYTES = 64 * 1024
-# Spark tasks per executor core: spark-bridge.md §3, c_actor' (4 tasks on 2 cores) was the fastest and flat in
-# the partition count.
-TASKS_PER_CORE = 2
+# Spark tasks per executor core. 1M records in 8 partitions into a groupBy (best of 3-4, loaded box): 2 tasks on
+# the 2 cores 0.90-1.11 s, 4 tasks 1.13-2.03 s; 100k records 0.40 s against 0.66 s. Each task pays Spark's Python
+# task set-up, and one wave of tasks keeps the read of every core going to the end.
+TASKS_PER_CORE = 1
 
 _plans: weakref.WeakKeyDictionary[Any, ReadPlan] = weakref.WeakKeyDictionary()
 _handles: dict[TopicPartition, Any] = {}
@@ -414,22 +422,27 @@ class _RangeReader:
         self.fail_on_data_loss = fail_on_data_loss
         self.include_headers = include_headers
         self.max_bytes = FIRST_FETCH_BYTES
-        self.pending: Any = None
+        self.pending: PendingFetch | None = None
+        self.node_id: str | None = None
 
     @property
     def done(self) -> bool:
         return self.position >= self.range.end
 
     def fire(self) -> None:
-        self.pending = self.handle.fetch.remote(self.position, self.max_bytes)
+        from actors.local_fetch import PendingFetch
+
+        self.pending = PendingFetch(self.handle, self.position, self.max_bytes, node_id=self.node_id)
 
     def next_batch(self) -> pa.RecordBatch | None:
         """Waits for the fetch in flight, fires the next one unless the range is done, decodes this one."""
-        from actors.client import call
         from cluster.arrow_records import decode_fetch
 
+        if self.pending is None:
+            raise InvalidRequestError(f"{self.range.topic}-{self.range.partition}: no fetch in flight")
         try:
-            result = call(self.pending)
+            result = self.pending.result()
+            self.node_id = self.pending.node_id
         except OffsetOutOfRangeError:
             self._skip_deleted_records()
             return None
@@ -516,22 +529,82 @@ def read_ranges(
 
 def _read_task(
     tasks: tuple[tuple[OffsetRange, ...], ...],
+    topics: tuple[str, ...],
+    topic_column: str,
     address: str,
     fail_on_data_loss: bool,
     include_headers: bool,
     decoder: ArrowValueDecoder | None,
     batches: Iterator[pa.RecordBatch],
 ) -> Iterator[pa.RecordBatch]:
-    """The `mapInArrow` function: its input rows are task numbers (`spark.range`)."""
+    """The `mapInArrow` function: its input rows are task numbers (`spark.range`); the topic column of its output
+    holds the topic's index in `topics` (see `_topic_names`)."""
+    import numpy as np
+    import pyarrow as pa
+
     from cluster.spark_session import attach_worker_to_ray
 
     attach_worker_to_ray(address)
+    keep_zip_directories()
+    index_field = pa.field(topic_column, pa.int32())
     for batch in batches:
         for task in batch.column(0).to_pylist():
             for records in read_ranges(
                 tasks[task], fail_on_data_loss=fail_on_data_loss, include_headers=include_headers
             ):
-                yield records if decoder is None else decoder.assemble(records)
+                topic_index = topics.index(records.column("topic")[0].as_py())
+                output = records if decoder is None else decoder.assemble(records)
+                position = output.schema.get_field_index(topic_column)
+                yield output.set_column(
+                    position, index_field, pa.array(np.full(output.num_rows, topic_index, dtype=np.int32))
+                )
+
+
+def _with_topic_index(schema: StructType, topic_column: str) -> StructType:
+    """The read task's output schema: `schema` with an int topic index in place of the topic name."""
+    from pyspark.sql import types as T
+
+    return T.StructType(
+        [T.StructField(topic_column, T.IntegerType()) if field.name == topic_column else field for field in schema]
+    )
+
+
+def _topic_names(topics: tuple[str, ...], topic_column: str) -> Column:
+    """The topic names back from the read task's indexes, computed in the JVM.
+
+    A topic name per row costs its bytes on the way from Python to the JVM and again in each row there: 29 of the
+    ~140 bytes a row of the benchmark's records took. As an expression over a 4-byte index it costs nothing when
+    the query does not use it (Spark prunes it) and one array lookup when it does.
+    """
+    from pyspark.sql import functions as F
+
+    if len(topics) == 1:
+        return F.lit(topics[0])
+    return F.element_at(F.array(*[F.lit(topic) for topic in topics]), F.col(topic_column) + 1)
+
+
+class _StableZipImporter(zipimport.zipimporter):
+    """A zip on `sys.path` whose directory is read once for the life of the process."""
+
+    def invalidate_caches(self) -> None:
+        """Keeps the directory: Spark's zips (`pyspark.zip`, py4j's) do not change while a worker runs."""
+
+
+def keep_zip_directories() -> None:
+    """Stops Spark's Python worker from re-reading its zips before every task.
+
+    The worker calls `importlib.invalidate_caches()` at the start of each task, and on Python 3.10+ that makes
+    every zip importer on `sys.path` read its zip's whole directory again: `pyspark.zip` (2.4 MB, ~1000
+    entries). py-spy over the read tasks of 1M records (8 partitions, 4 tasks) found 23 % of the workers'
+    samples there, more than fetching and decoding took together. Swapping the importers for ones that keep
+    their directory makes later tasks of this (reused) worker skip it; imports from the zips still work.
+    """
+    for path, finder in list(sys.path_importer_cache.items()):
+        if type(finder) is zipimport.zipimporter:
+            try:
+                sys.path_importer_cache[path] = _StableZipImporter(path)
+            except zipimport.ZipImportError:
+                continue
 
 
 # --- the DataFrame ---------------------------------------------------------------------------------------
@@ -611,9 +684,14 @@ def read_plan(
         decoder = ArrowValueDecoder.for_layout(valueFormat, layout)
         schema = layout.spark_schema
     tasks = tuple(tuple(plan.ranges[index] for index in task) for task in plan.tasks)
-    read = partial(_read_task, tasks, gcs_address(), plan.fail_on_data_loss, includeHeaders, decoder)
+    topics = tuple(sorted({offset_range.topic for offset_range in plan.ranges}))
+    topic_column = "topic" if decoder is None or layout is None else layout.names[layout.sources.index("topic")]
+    read = partial(
+        _read_task, tasks, topics, topic_column, gcs_address(), plan.fail_on_data_loss, includeHeaders, decoder
+    )
     task_count = max(1, len(tasks))
-    df = spark.range(0, len(tasks), 1, task_count).mapInArrow(read, schema)
+    df = spark.range(0, len(tasks), 1, task_count).mapInArrow(read, _with_topic_index(schema, topic_column))
+    df = df.withColumn(topic_column, _topic_names(topics, topic_column))
     if valueFormat == "string":
         from pyspark.sql import functions as F
 

@@ -3,13 +3,14 @@ decoder) on batches built by kafka-python's and by our own producer code. No Ray
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import pyarrow as pa
 import pytest
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
 
-from cluster.arrow_records import decode_fetch, kafka_arrow_schema
+from cluster.arrow_records import PYTHON_WALK_SECTIONS, decode_fetch, kafka_arrow_schema
 from storage.compression import CompressionType
 from storage.errors import CorruptRecordError
 from storage.record_batch import (
@@ -156,3 +157,52 @@ def test_a_batch_claiming_more_records_than_its_bytes_hold_is_corrupt() -> None:
     )
     with pytest.raises(CorruptRecordError):
         decode_fetch(forged, TOPIC, 0, 0, 10)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_many_batches_walked_in_lockstep_match_kafka_pythons_reader(seed: int) -> None:
+    """More batches than `PYTHON_WALK_SECTIONS` take the lockstep walk: batches of 1 to 90 records whose bodies
+    need 1-, 2- and 3-byte length varints, one big batch among small ones, mixed codecs."""
+    rng = random.Random(seed)
+    data = b""
+    offset = 0
+    for index in range(rng.randint(PYTHON_WALK_SECTIONS + 1, 40)):
+        count = 90 if index == 3 else rng.randint(1, 25)
+        records = [
+            Rec(
+                rng.choice([None, b"k" * rng.randint(0, 20)]),
+                rng.choice([None, b"", bytes(rng.randint(1, 100)), bytes(rng.randint(100, 20_000))]),
+                START_MS + rng.randint(0, 10_000),
+                (("h", b"v"),) if rng.random() < 0.1 else (),
+            )
+            for _ in range(count)
+        ]
+        data += at(kafka_batch(records, rng.choice([CompressionType.NONE, CompressionType.LZ4])), offset)
+        offset += count
+    result = decode_fetch(data, TOPIC, 0, 0, offset, include_headers=True)
+    assert decoded_rows(result.batch) == oracle_rows(data)
+    assert result.next_offset == offset
+
+
+def test_a_record_length_that_lies_is_corrupt_in_the_lockstep_walk() -> None:
+    batches = [at(kafka_batch(sample(8, f"b{i}")), i * 8) for i in range(PYTHON_WALK_SECTIONS + 4)]
+    damaged = bytearray(batches[2])
+    # The first record's one-byte length varint now says 63 bytes (zig-zag 0x7e): every later record misparses.
+    damaged[RECORD_BATCH_OVERHEAD : RECORD_BATCH_OVERHEAD + 1] = b"\x7e"
+    records = bytes(damaged[RECORD_BATCH_OVERHEAD:])
+    forged = encode_batch(
+        base_offset=16,
+        partition_leader_epoch=0,
+        attributes=0,
+        last_offset_delta=7,
+        base_timestamp=START_MS,
+        max_timestamp=START_MS,
+        producer_id=-1,
+        producer_epoch=-1,
+        base_sequence=-1,
+        records_count=8,
+        payload=records,
+    )
+    batches[2] = forged
+    with pytest.raises(CorruptRecordError):
+        decode_fetch(b"".join(batches), TOPIC, 0, 0, 1000)
