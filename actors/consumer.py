@@ -14,13 +14,21 @@ the end) is reset by the same policy on the next fetch, as Kafka's consumer does
 
 `poll` fetches from every assigned partition whose buffer is empty with one concurrent fetch each
 (at most `max_partition_fetch_bytes` each, `fetch_max_bytes` in all; a partition returns at least one
-whole batch). A partition on the consumer's own Ray node is read from the page cache (`actors.local_fetch`:
-the actor only says where the bytes lie); other partitions, or all with `local_fetch=False`, through the
-partition actor. Either way the bytes are the same. `poll` decodes the batches, skips the records below
-the position (a fetch starts at the batch holding it) and those at or above the high watermark, and
-buffers what it does not return yet. It returns at most `max_poll_records` records, in offset order per
-partition, and waits up to `timeout_ms` when nothing is there. Records come back with their key and value
-as bytes unless a deserializer is given.
+whole batch). Fetches are Kafka's long polls: a partition actor holds a fetch until `fetch_min_bytes` are
+there or `fetch_max_wait_ms` expired (or what is left of the poll's `timeout_ms`, if less), so a record
+appended while a consumer waits reaches it within a round trip, not after a polling pause. `poll` returns as
+soon as any partition answered with records, after starting the next fetch of every partition it drained
+(Kafka's pipelining: it waits in the actor while the caller works); the fetches of the others stay in flight
+and are collected by the next `poll` (one dropped by `seek`, a position reset or `close` ends on its own when
+its wait expires). An actor answers at once when its long-poll slots are taken (`actors.partition_log`); an
+empty answer that comes back before half its wait is taken for that, and the partition is fetched again
+after `EMPTY_FETCH_BACKOFF_S` rather than at once. A partition on the consumer's own Ray node is read from
+the page cache (`actors.local_fetch`: the actor only says where the bytes lie, its `locate` long-polling as
+a fetch does); other partitions, or all with `local_fetch=False`, through the partition actor. Either way
+the bytes are the same. `poll` decodes the batches, skips the records below the position (a fetch starts
+at the batch holding it) and those at or above the high watermark, and buffers what it does not return yet.
+It returns at most `max_poll_records` records, in offset order per partition, and waits up to `timeout_ms`
+when nothing is there. Records come back with their key and value as bytes unless a deserializer is given.
 
 Committed offsets live in the group coordinator (`actors.group_coordinator`, stored in
 `__consumer_offsets`). `commit()` commits the current positions; with `enable_auto_commit` they are also
@@ -36,6 +44,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
+
+import ray
 
 from actors.broker import Broker
 from actors.client import call, check_topic_partition, get_actor, partition_actor
@@ -62,9 +72,12 @@ AUTO_OFFSET_RESET_POLICIES = ("earliest", "latest", "none")
 # Kafka's ListOffsets sentinels.
 EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
-# Pause between two fetch rounds that found nothing: partition actors answer at once (no long poll), so
-# this bounds the load an idle consumer puts on them (20 rounds a second) against the added latency.
+# Pause before fetching again a partition whose actor answered empty without waiting (its long-poll slots
+# were taken): bounds the load an idle consumer then puts on it (20 fetches a second) against the latency.
 EMPTY_FETCH_BACKOFF_S = 0.05
+# How long past its wait an answer may take (a Ray round trip is 1-3 ms on a loaded 2-core node) before a
+# poll stops waiting for it and leaves it in flight for the next one.
+ANSWER_GRACE_S = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +92,15 @@ class ConsumerRecord:
     key: Any
     value: Any
     headers: tuple[tuple[str, bytes | None], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _InFlight:
+    """A partition's fetch in flight, when it started and how long the actor may hold it."""
+
+    fetch: PendingFetch
+    started_ns: int
+    wait_ms: int
 
 
 class Consumer:
@@ -96,6 +118,8 @@ class Consumer:
         fetch_max_bytes: int = 1024 * 1024,
         max_partition_fetch_bytes: int = 1024 * 1024,
         metadata_max_age_ms: int = 300_000,
+        fetch_max_wait_ms: int = 500,
+        fetch_min_bytes: int = 1,
         value_deserializer: Deserializer | None = None,
         key_deserializer: Deserializer | None = None,
         local_fetch: bool = True,
@@ -110,6 +134,8 @@ class Consumer:
             ("fetch_max_bytes", fetch_max_bytes, 0),
             ("max_partition_fetch_bytes", max_partition_fetch_bytes, 0),
             ("metadata_max_age_ms", metadata_max_age_ms, 0),
+            ("fetch_max_wait_ms", fetch_max_wait_ms, 0),
+            ("fetch_min_bytes", fetch_min_bytes, 0),
         ):
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
                 raise InvalidConfigError(f"{name} must be an int >= {low}, got {value!r}")
@@ -125,6 +151,8 @@ class Consumer:
         self._fetch_max_bytes = fetch_max_bytes
         self._max_partition_fetch_bytes = max_partition_fetch_bytes
         self._metadata_max_age_ns = metadata_max_age_ms * 1_000_000
+        self._fetch_max_wait_ms = fetch_max_wait_ms
+        self._fetch_min_bytes = fetch_min_bytes
         self._value_deserializer = value_deserializer
         self._key_deserializer = key_deserializer
         self._local_fetch = local_fetch
@@ -136,6 +164,9 @@ class Consumer:
         self._handles: dict[TopicPartition, Any] = {}
         # The node each partition's actor reported on its first fetch: a remote one is fetched directly after.
         self._nodes: dict[TopicPartition, str] = {}
+        self._in_flight: dict[TopicPartition, _InFlight] = {}
+        # Partitions not fetched again before this monotonic_ns (their actor answered empty without waiting).
+        self._backoff_until_ns: dict[TopicPartition, int] = {}
         self._next_auto_commit_ns = time.monotonic_ns() + (self._auto_commit_interval_ns or 0)
         self._round_robin = 0
         self._closed = False
@@ -180,7 +211,14 @@ class Consumer:
 
     def _set_assignment(self, wanted: list[TopicPartition]) -> None:
         keep = set(wanted)
-        for mapping in (self._positions, self._buffers, self._handles, self._nodes):
+        for mapping in (
+            self._positions,
+            self._buffers,
+            self._handles,
+            self._nodes,
+            self._in_flight,
+            self._backoff_until_ns,
+        ):
             for tp in [tp for tp in mapping if tp not in keep]:
                 del mapping[tp]
         self._assignment = wanted
@@ -198,8 +236,7 @@ class Consumer:
         tp = self._check_assigned(tp)
         if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
             raise InvalidRequestError(f"seek offset must be an int >= 0, got {offset!r}")
-        self._positions[tp] = offset
-        self._buffers.pop(tp, None)
+        self._set_position(tp, offset)
 
     def seek_to_beginning(self, partitions: Iterable[TopicPartition] | None = None) -> None:
         self._seek_to(EARLIEST_TIMESTAMP, partitions)
@@ -211,8 +248,13 @@ class Consumer:
         tps = self._assignment if partitions is None else [self._check_assigned(tp) for tp in partitions]
         for tp, found in zip(tps, self._list_offsets({tp: timestamp for tp in tps}).values(), strict=True):
             assert found is not None, "earliest and latest always have an answer"
-            self._positions[tp] = found.offset
-            self._buffers.pop(tp, None)
+            self._set_position(tp, found.offset)
+
+    def _set_position(self, tp: TopicPartition, offset: int) -> None:
+        """Moves the position: what is buffered or in flight from the old one is dropped."""
+        self._positions[tp] = offset
+        self._buffers.pop(tp, None)
+        self._in_flight.pop(tp, None)
 
     def offsets_for_times(
         self, timestamps: Mapping[TopicPartition, int]
@@ -256,8 +298,7 @@ class Consumer:
         timestamp = EARLIEST_TIMESTAMP if self._auto_offset_reset == "earliest" else LATEST_TIMESTAMP
         for tp, found in self._list_offsets(dict.fromkeys(tps, timestamp)).items():
             assert found is not None, "earliest and latest always have an answer"
-            self._positions[tp] = found.offset
-            self._buffers.pop(tp, None)
+            self._set_position(tp, found.offset)
 
     # --- poll ------------------------------------------------------------------------------------
 
@@ -274,19 +315,28 @@ class Consumer:
         while True:
             records = self._drain(limit)
             if records:
+                self._prefetch()
                 return records
             try:
-                self._fetch_round()
+                self._fetch_round(deadline)
             except (BrokerNotAvailableError, RequestTimedOutError) as exc:
                 # The group coordinator or a partition actor is restarting (committed positions or a handle
                 # could not be looked up): like Kafka's poll, keep trying until the timeout instead of failing.
                 logger.info("poll round failed, retrying: %s", exc)
+                time.sleep(max(0, min(EMPTY_FETCH_BACKOFF_S, (deadline - time.monotonic_ns()) / 1e9)))
             if any(self._buffers.values()):
                 continue
-            remaining_s = (deadline - time.monotonic_ns()) / 1e9
-            if remaining_s <= 0:
+            if time.monotonic_ns() >= deadline:
                 return []
-            time.sleep(min(EMPTY_FETCH_BACKOFF_S, remaining_s))
+
+    def _prefetch(self) -> None:
+        """Starts the next fetches of the partitions just drained before handing their records out (Kafka's
+        fetch pipelining): they wait in the actors while the caller works, which saves the next `poll` a round
+        trip. Their wait is `fetch_max_wait_ms`, the next poll's timeout being unknown yet."""
+        try:
+            self._start_fetches(time.monotonic_ns() + self._fetch_max_wait_ms * 1_000_000)
+        except (BrokerNotAvailableError, RequestTimedOutError) as exc:
+            logger.info("prefetch failed, the next poll retries: %s", exc)
 
     def _drain(self, limit: int) -> list[ConsumerRecord]:
         """Buffered records, partition after partition (starting one further each time), advancing positions."""
@@ -302,28 +352,27 @@ class Consumer:
         self._round_robin = (self._round_robin + 1) % max(1, count)
         return records
 
-    def _fetch_round(self) -> None:
-        """One concurrent fetch from every assigned partition whose buffer is empty."""
-        tps = [tp for tp in self._assignment if not self._buffers.get(tp)]
-        if not tps:
+    def _fetch_round(self, deadline_ns: int) -> None:
+        """Starts a long-poll fetch for every assigned partition with an empty buffer and none in flight, then
+        waits (until `deadline_ns` and the answers' grace) for any answer and buffers every answer there."""
+        self._start_fetches(deadline_ns)
+        if not self._in_flight:
+            # Every partition is backing off: sleep until the first may be fetched again (or the deadline).
+            wake_ns = min([deadline_ns, *self._backoff_until_ns.values()])
+            time.sleep(max(0, wake_ns - time.monotonic_ns()) / 1e9)
             return
-        self._resolve_positions(tps)
-        max_bytes = min(self._max_partition_fetch_bytes, self._fetch_max_bytes // len(tps))
-        pending = {
-            tp: PendingFetch(
-                self._handle(tp),
-                self._positions[tp],
-                max_bytes,
-                node_id=self._nodes.get(tp),
-                prefer_local=self._local_fetch,
-            )
-            for tp in tps
-        }
+        by_ref = {flight.fetch.ref: tp for tp, flight in self._in_flight.items()}
+        timeout_s = max(0, deadline_ns - time.monotonic_ns()) / 1e9 + ANSWER_GRACE_S
+        ready, _ = ray.wait(list(by_ref), num_returns=1, timeout=timeout_s)
+        if ready:
+            ready, _ = ray.wait(list(by_ref), num_returns=len(by_ref), timeout=0)
         out_of_range: list[TopicPartition] = []
         first_error: OffsetOutOfRangeError | None = None
-        for tp, fetch in pending.items():
+        for ref in ready:
+            tp = by_ref[ref]
+            flight = self._in_flight.pop(tp)
             try:
-                result = fetch.result()
+                result = flight.fetch.result()
             except OffsetOutOfRangeError as exc:
                 out_of_range.append(tp)
                 first_error = first_error or exc
@@ -333,11 +382,39 @@ class Consumer:
                 logger.info("fetch from %s-%d failed, retrying: %s", tp[0], tp[1], exc)
                 self._handles.pop(tp, None)
                 self._nodes.pop(tp, None)
+                self._backoff_until_ns[tp] = time.monotonic_ns() + round(EMPTY_FETCH_BACKOFF_S * 1e9)
                 continue
-            if fetch.node_id is not None:
-                self._nodes[tp] = fetch.node_id
+            if flight.fetch.node_id is not None:
+                self._nodes[tp] = flight.fetch.node_id
+            if not len(result.records) and (time.monotonic_ns() - flight.started_ns) * 2 < flight.wait_ms * 1_000_000:
+                self._backoff_until_ns[tp] = time.monotonic_ns() + round(EMPTY_FETCH_BACKOFF_S * 1e9)
             self._buffer_fetched(tp, result.records, result.high_watermark)
         self._reset_positions(out_of_range, first_error)
+
+    def _start_fetches(self, deadline_ns: int) -> None:
+        """A fetch waiting up to `fetch_max_wait_ms` (at most until `deadline_ns`) for every partition that
+        needs one and is not backing off."""
+        now_ns = time.monotonic_ns()
+        idle = [tp for tp in self._assignment if not self._buffers.get(tp)]
+        tps = [tp for tp in idle if tp not in self._in_flight and self._backoff_until_ns.get(tp, 0) <= now_ns]
+        if not tps:
+            return
+        self._resolve_positions(tps)
+        for tp in tps:
+            self._backoff_until_ns.pop(tp, None)
+        max_bytes = min(self._max_partition_fetch_bytes, self._fetch_max_bytes // len(idle))
+        wait_ms = min(self._fetch_max_wait_ms, max(0, deadline_ns - now_ns) // 1_000_000)
+        for tp in tps:
+            fetch = PendingFetch(
+                self._handle(tp),
+                self._positions[tp],
+                max_bytes,
+                node_id=self._nodes.get(tp),
+                prefer_local=self._local_fetch,
+                max_wait_ms=wait_ms,
+                min_bytes=self._fetch_min_bytes,
+            )
+            self._in_flight[tp] = _InFlight(fetch, now_ns, wait_ms)
 
     def _buffer_fetched(self, tp: TopicPartition, data: bytes, high_watermark: int) -> None:
         position = self._positions[tp]
@@ -428,6 +505,8 @@ class Consumer:
             self._buffers.clear()
             self._handles.clear()
             self._nodes.clear()
+            self._in_flight.clear()
+            self._backoff_until_ns.clear()
 
     def __enter__(self) -> Consumer:
         return self

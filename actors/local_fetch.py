@@ -22,10 +22,13 @@ Public API (stable; `cluster.kafka_source` builds on it):
   the next one in flight while the caller parses the current one; locally one call locates up to
   `max_bytes` across up to `MAX_SLICES_PER_LOCATE` segments.
 - `PendingFetch(handle, offset, max_bytes, *, node_id=None, prefer_local=True, zero_copy=False,
-  max_slices=1)`: one fetch started now and finished by `.result(timeout_s)` (or `.results(timeout_s)` for
-  several slices), so one reader can have fetches to many partitions in flight at once; `.node_id` is the
-  partition's node once the actor told it (pass it to the next fetch), `.next_offset` the offset after the
-  answer's last whole batch.
+  max_slices=1, max_wait_ms=0, min_bytes=1)`: one fetch started now and finished by `.result(timeout_s)` (or
+  `.results(timeout_s)` for several slices), so one reader can have fetches to many partitions in flight at
+  once (`.ref` is the call in flight, for `ray.wait`); `.node_id` is the partition's node once the actor told
+  it (pass it to the next fetch), `.next_offset` the offset after the answer's last whole batch. With
+  `max_wait_ms` > 0 it is a long poll (Kafka's `fetch.max.wait.ms` / `fetch.min.bytes`): the actor answers
+  once `min_bytes` are there or the wait expired (`actors.partition_log`), the locate and the fetch alike; a
+  fetch falling back to the actor after a located read failed does not wait again.
 - `read_file_slice(file_slice, offset, *, zero_copy=False) -> bytes | memoryview | None`: the located bytes,
   or None when they cannot be trusted (the caller then uses the actor path).
 - `BULK_FETCH_MAX_BYTES` (64 MiB): the `max_bytes` bulk readers should ask for; each call costs 1-3 ms of Ray
@@ -115,6 +118,8 @@ class PendingFetch:
         prefer_local: bool = True,
         zero_copy: bool = False,
         max_slices: int = 1,
+        max_wait_ms: int = 0,
+        min_bytes: int = 1,
     ) -> None:
         self._handle = handle
         self._offset = offset
@@ -124,12 +129,13 @@ class PendingFetch:
         # The offset after the last whole batch of the answer, once `results` returned it.
         self.next_offset = offset
         self._located = prefer_local and (node_id is None or node_id == this_node_id())
-        self._ref = handle.locate.remote(offset, max_bytes, max_slices) if self._located else self._fetch()
+        if self._located:
+            self.ref = handle.locate.remote(offset, max_bytes, max_slices, max_wait_ms, min_bytes)
+        else:
+            self.ref = self._fetch(max_wait_ms, min_bytes)
 
-    def _fetch(self) -> Any:
-        if self._zero_copy:
-            return self._handle.fetch.remote(self._offset, self._max_bytes, True)
-        return self._handle.fetch.remote(self._offset, self._max_bytes)
+    def _fetch(self, max_wait_ms: int = 0, min_bytes: int = 1) -> Any:
+        return self._handle.fetch.remote(self._offset, self._max_bytes, self._zero_copy, max_wait_ms, min_bytes)
 
     def result(self, timeout_s: float | None = None) -> FetchResult:
         """The fetch's answer; the actor's typed errors are raised as they are (`actors.client.call`)."""
@@ -138,7 +144,7 @@ class PendingFetch:
     def results(self, timeout_s: float | None = None) -> list[FetchResult]:
         """The fetch's answer, then (`max_slices` > 1, read locally) the answers of fetches of the following
         segments, each from the offset after the one before."""
-        answer = call(self._ref, timeout_s)
+        answer = call(self.ref, timeout_s)
         if not self._located:
             _count("actor_fetches")
             return [self._from_actor(answer)]

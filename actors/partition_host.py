@@ -15,7 +15,10 @@ with the same three concurrency groups (`actors.options`):
 - `write` (the default group, one thread, in call order) runs every write of every partition it holds, so a
   partition's appends are single-writer and applied in the order each caller sent them. The price: a slow
   write (an fsync with `flush.messages=1`, opening a big log) delays the other partitions of the same host.
-- `read` (several threads) serves fetches and offset queries, never behind an append.
+- `read` (several threads) serves fetches and offset queries, never behind an append. Its threads serve every
+  partition of the host, so the host's partitions share one pool of `LONG_POLL_SLOTS` (2 of the 4 threads) for
+  long-poll fetches (`fetch`/`locate` with `max_wait_ms`): a fetch that finds the pool taken answers at once,
+  and the other threads stay free for the other partitions' reads.
 - `maintain` (one thread) runs retention, flushes and compaction, one partition at a time per host, as a
   partition actor's single maintenance thread does. A partition's maintenance and its closing exclude each
   other (a per-partition lock), so a pass never finds the log closed under it (`LogClosedError`).
@@ -45,7 +48,7 @@ from typing import Any
 import ray
 
 from actors.options import MAINTENANCE_GROUP, READ_GROUP
-from actors.partition_log import PartitionLogActor
+from actors.partition_log import LONG_POLL_SLOTS, PartitionLogActor
 from storage.errors import BrokerNotAvailableError, InvalidRequestError, RaybrokerError
 from storage.log_dirs import TopicPartition, checkpointed_offsets
 
@@ -86,6 +89,7 @@ class PartitionHostActor:
         # Changed only on the write thread; the read and maintenance threads look entries up (atomic in CPython).
         self._logs: dict[TopicPartition, PartitionLogActor] = {}
         self._closing_locks: dict[TopicPartition, threading.Lock] = {}
+        self._long_poll_slots = threading.BoundedSemaphore(LONG_POLL_SLOTS)
         for spec in (resume() if resume is not None else None) or []:
             recovery_point, log_start_offset = checkpointed_offsets(Path(spec.directory))
             self._logs[(spec.topic, spec.partition)] = self._new_log(
@@ -99,7 +103,14 @@ class PartitionHostActor:
         self, directory: str, config: dict[str, str], recovery_point: int, log_start_offset: int
     ) -> PartitionLogActor:
         """The plain partition class opens (and recovers) the log; a failure is kept and raised by every call."""
-        return PartitionLogActor(directory, config, recovery_point, log_start_offset, self._cleaner_config)
+        return PartitionLogActor(
+            directory,
+            config,
+            recovery_point,
+            log_start_offset,
+            self._cleaner_config,
+            long_poll_slots=self._long_poll_slots,
+        )
 
     # --- placement (write thread) ----------------------------------------------------------------
 

@@ -1,9 +1,12 @@
 """The consumer facade on a real broker: every record once, in per-partition order, across polls; positions
 (committed, reset policies, seek, out of range after delete_records); offsets_for_times; deserializers;
-committed offsets; subscriptions that grow; typed errors. The oracle is what the module fixture sent."""
+committed offsets; subscriptions that grow; long-poll fetches (a record produced during a poll comes back
+at once, the fetches of partitions without data stay in flight across polls); typed errors. The oracle is what
+the module fixture sent."""
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -267,11 +270,69 @@ def test_polling_carries_on_after_a_partition_actor_restarts(sent: list[Sent]) -
         assert [(r.offset, r.value) for r in poll_until(consumer, 1)] == [(offsets[0], b"after-restart")]
 
 
+def produce_later(topic: str, partition: int, value: bytes, delay_s: float) -> threading.Thread:
+    """Sends `value` to the partition `delay_s` from now, in a started thread."""
+    from actors import Producer
+
+    def send() -> None:
+        time.sleep(delay_s)
+        with Producer(linger_ms=0) as producer:
+            producer.send(topic, value, partition=partition).result()
+
+    thread = threading.Thread(target=send)
+    thread.start()
+    return thread
+
+
+def test_a_record_produced_during_a_poll_comes_back_at_once_and_an_empty_poll_lasts_its_timeout(
+    sent: list[Sent],
+) -> None:
+    from actors import Admin, Consumer, Producer
+
+    Admin().create_topic("long-poll", 1)
+    with Producer() as producer:
+        producer.send("long-poll", b"warm-up", partition=0).result()  # the producer's first call starts actors
+    with Consumer(auto_offset_reset="latest", fetch_max_wait_ms=30_000) as consumer:
+        consumer.assign([("long-poll", 0)])
+        started = time.monotonic()
+        assert consumer.poll(timeout_ms=400) == []
+        assert 0.39 < time.monotonic() - started < 5
+        producing = produce_later("long-poll", 0, b"during", 1.0)
+        started = time.monotonic()
+        records = consumer.poll(timeout_ms=60_000)
+        elapsed = time.monotonic() - started
+        producing.join()
+        assert [(r.offset, r.value) for r in records] == [(1, b"during")]
+        # The producer starts a Ray actor call 1 s in; the fetch was held by the partition actor meanwhile.
+        assert 0.9 < elapsed < 20
+
+
+def test_polls_return_any_partition_with_data_and_keep_the_others_fetches_in_flight(sent: list[Sent]) -> None:
+    from actors import Admin, Consumer
+
+    Admin().create_topic("long-poll-2", 2)
+    with Consumer(auto_offset_reset="latest", local_fetch=False) as consumer:
+        consumer.assign([("long-poll-2", 0), ("long-poll-2", 1)])
+        assert consumer.poll(timeout_ms=200) == []
+        got = []
+        for step in range(6):
+            partition = step % 2
+            producing = produce_later("long-poll-2", partition, f"v{step}".encode(), 0.3)
+            records = consumer.poll(timeout_ms=60_000)
+            producing.join()
+            got.extend((r.partition, r.offset, r.value) for r in records)
+        got.extend((r.partition, r.offset, r.value) for r in poll_until(consumer, 1, timeout_s=1))
+        assert sorted(got) == [(0, 0, b"v0"), (0, 1, b"v2"), (0, 2, b"v4"), (1, 0, b"v1"), (1, 1, b"v3"), (1, 2, b"v5")]
+        assert consumer.position(("long-poll-2", 0)) == 3 and consumer.position(("long-poll-2", 1)) == 3
+
+
 @pytest.mark.parametrize(
     ("options", "error"),
     [
         ({"auto_offset_reset": "smallest"}, InvalidConfigError),
         ({"max_poll_records": 0}, InvalidConfigError),
+        ({"fetch_max_wait_ms": -1}, InvalidConfigError),
+        ({"fetch_min_bytes": -1}, InvalidConfigError),
         ({"group_id": ""}, InvalidGroupIdError),
         ({"enable_auto_commit": True}, InvalidGroupIdError),
     ],

@@ -1,11 +1,18 @@
 """`actors.local_fetch` on a real broker, with the actor's own `fetch` as the oracle: the page-cache path returns
 the same bytes and offsets for every offset and size across segment rolls, falls back to the actor when the
 located segment is deleted or swapped under it or its bytes are torn, and raises the same out-of-range errors.
-`read_file_slice` is also checked on plain files (no Ray) for each reason to distrust a slice."""
+`read_file_slice` is also checked on plain files (no Ray) for each reason to distrust a slice. Long polls
+(`max_wait_ms`, `min_bytes`) are checked on the plain partition and host classes (no Ray: answered as soon as
+an append brings enough bytes, empty when the wait expires, at once when every long-poll slot is taken) and
+through a real partition's `locate` and `fetch`."""
 
 from __future__ import annotations
 
+import functools
 import os
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +20,9 @@ import pytest
 
 from actors import local_fetch
 from actors.local_fetch import PendingFetch, fetch_local_or_remote, iter_fetches, read_file_slice
-from storage.errors import OffsetOutOfRangeError
+from actors.partition_host import PartitionHostActor
+from actors.partition_log import LONG_POLL_SLOTS, PartitionLogActor
+from storage.errors import BrokerNotAvailableError, OffsetOutOfRangeError
 from storage.file_records import iter_any_batches
 from storage.file_slices import FileSlice
 from tests.storage.builders import simple_batch
@@ -156,7 +165,7 @@ def test_a_segment_deleted_between_locate_and_read_falls_back_to_the_actor(parti
     append(partition, 40)
     start, _, _ = offsets(partition)
     pending = PendingFetch(partition, start, 10**6)
-    ray.wait([pending._ref])
+    ray.wait([pending.ref])
     # Retention removes the located segment (file.delete.delay.ms=0: its file is unlinked at once); a fetch
     # never spans segments, so the end of a big one from the log start is the next segment's base.
     next_segment_base = list(iter_any_batches(actor_fetch(partition, start, 10**6).records))[-1].last_offset + 1
@@ -271,3 +280,160 @@ def test_read_file_slice_distrusts_a_vanished_swapped_short_or_torn_file(tmp_pat
     path.unlink()
     assert read_file_slice(located, 0) is None  # deleted by retention
     assert read_file_slice(FileSlice(str(path), 0, 0, 0, 0), 0) == b""  # an empty fetch reads nothing
+
+
+@pytest.mark.ray
+def test_a_long_poll_through_a_real_partition_answers_when_a_record_arrives(partition: Any) -> None:
+    """Locally (`locate` waits, then the bytes are read from the page cache) and through the actor's `fetch`."""
+    for prefer_local in (True, False):
+        end = offsets(partition)[2]
+        before = local_fetch.statistics()
+        pending = PendingFetch(partition, end, 10**6, prefer_local=prefer_local, max_wait_ms=20_000)
+        started = time.monotonic()
+        threading.Timer(0.3, append, [partition, 1, 7000]).start()
+        result = pending.result()
+        assert 0.2 < time.monotonic() - started < 10
+        assert [batch.base_offset for batch in iter_any_batches(result.records)] == [end]
+        assert result.high_watermark > end
+        after = local_fetch.statistics()
+        assert (after.local_reads - before.local_reads, after.actor_fetches - before.actor_fetches) == (
+            (1, 0) if prefer_local else (0, 1)
+        )
+
+
+# --- long polls on the plain partition and host classes (no Ray) ------------------------------------------
+
+
+class WatchedSlots(threading.BoundedSemaphore):
+    """A long-poll slot pool that tells how many slots are taken."""
+
+    def __init__(self, value: int) -> None:
+        super().__init__(value)
+        self.taken = 0
+
+    def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
+        acquired = super().acquire(blocking, timeout)
+        self.taken += acquired
+        return acquired
+
+    def release(self, n: int = 1) -> None:
+        self.taken -= n
+        super().release(n)
+
+
+def wait_until(predicate: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + 10
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting until {what}"
+        time.sleep(0.01)
+
+
+def timed(call: Callable[[], Any]) -> tuple[Any, float]:
+    started = time.monotonic()
+    answer = call()
+    return answer, time.monotonic() - started
+
+
+def in_thread(call: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
+    """Runs `call` in a started thread; the list gets its answer or error."""
+    out: list[Any] = []
+
+    def run() -> None:
+        try:
+            out.append(call())
+        except Exception as exc:
+            out.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread, out
+
+
+def test_a_long_poll_answers_as_soon_as_an_append_brings_data(tmp_path: Path) -> None:
+    log = PartitionLogActor(str(tmp_path / "long-poll-0"), {})
+    try:
+        for method in ("fetch", "locate"):
+            end = log.ready()
+            batch = simple_batch(2, tag=end)
+            threading.Timer(0.3, log.append, [batch]).start()
+            answer, elapsed = timed(functools.partial(getattr(log, method), end, 10**6, max_wait_ms=20_000))
+            assert 0.2 < elapsed < 10, method
+            assert answer.high_watermark == end + 2
+            if method == "fetch":
+                assert [b.base_offset for b in iter_any_batches(answer.records)] == [end]
+            else:
+                assert sum(file_slice.length for file_slice in answer.slices) == len(batch)
+    finally:
+        log.close()
+
+
+def test_a_long_poll_answers_empty_when_its_wait_expires_and_at_once_without_waiting(tmp_path: Path) -> None:
+    log = PartitionLogActor(str(tmp_path / "long-poll-0"), {})
+    try:
+        log.append(simple_batch(3))
+        answer, elapsed = timed(lambda: log.fetch(3, 10**6, max_wait_ms=300))
+        assert (answer.records, answer.high_watermark) == (b"", 3) and 0.29 < elapsed < 5
+        located, elapsed = timed(lambda: log.locate(3, 10**6, max_wait_ms=300))
+        assert (located.slices, located.high_watermark) == ((), 3) and 0.29 < elapsed < 5
+        answer, elapsed = timed(lambda: log.fetch(0, 10**6, max_wait_ms=20_000))
+        assert len(answer.records) == len(simple_batch(3)) and elapsed < 5  # data there: no wait
+        assert timed(lambda: log.fetch(3, 10**6))[1] < 5  # max_wait_ms=0: never waits
+        with pytest.raises(OffsetOutOfRangeError):
+            log.fetch(4, 10**6, max_wait_ms=20_000)  # past the log end: the error at once, no wait
+    finally:
+        log.close()
+
+
+def test_a_long_poll_waits_for_min_bytes_and_ends_when_the_log_closes(tmp_path: Path) -> None:
+    log = PartitionLogActor(str(tmp_path / "long-poll-0"), {})
+    first, second = simple_batch(1, tag=0), simple_batch(1, tag=1)
+    threading.Timer(0.2, log.append, [first]).start()
+    threading.Timer(0.6, log.append, [second]).start()
+    answer, elapsed = timed(lambda: log.fetch(0, 10**6, max_wait_ms=20_000, min_bytes=len(first) + 1))
+    assert 0.5 < elapsed < 10
+    assert [batch.base_offset for batch in iter_any_batches(answer.records)] == [0, 1]
+    thread, out = in_thread(lambda: log.fetch(2, 10**6, max_wait_ms=20_000))
+    time.sleep(0.2)
+    log.close()
+    thread.join(10)
+    assert not thread.is_alive() and isinstance(out[0], BrokerNotAvailableError)
+
+
+def test_long_polls_beyond_the_slots_answer_at_once_and_leave_read_threads_free(tmp_path: Path) -> None:
+    slots = WatchedSlots(LONG_POLL_SLOTS)
+    log = PartitionLogActor(str(tmp_path / "long-poll-0"), {}, long_poll_slots=slots)
+    try:
+        waiters = [in_thread(lambda: log.fetch(0, 10**6, max_wait_ms=20_000)) for _ in range(LONG_POLL_SLOTS)]
+        wait_until(lambda: slots.taken == LONG_POLL_SLOTS, "every slot is taken")
+        answer, elapsed = timed(lambda: log.fetch(0, 10**6, max_wait_ms=20_000))
+        assert answer.records == b"" and elapsed < 5
+        log.append(simple_batch(1))
+        for thread, out in waiters:
+            thread.join(10)
+            assert [batch.base_offset for batch in iter_any_batches(out[0].records)] == [0]
+        assert slots.taken == 0
+    finally:
+        log.close()
+
+
+def test_a_hosts_partitions_share_its_long_poll_slots(tmp_path: Path) -> None:
+    """Long polls on one partition of a host take its slots: another partition's long poll answers at once
+    rather than taking a read thread the host's other partitions need."""
+    host = PartitionHostActor("host-under-test", {})
+    slots = host._long_poll_slots = WatchedSlots(LONG_POLL_SLOTS)  # watched: created before any partition opens
+    for partition in (0, 1):
+        host.open_partition("t", partition, str(tmp_path / f"t-{partition}"), {})
+    try:
+        waiters = [
+            in_thread(lambda: host.read("t", 0, "fetch", 0, 10**6, max_wait_ms=20_000)) for _ in range(LONG_POLL_SLOTS)
+        ]
+        wait_until(lambda: slots.taken == LONG_POLL_SLOTS, "every slot is taken")
+        answer, elapsed = timed(lambda: host.read("t", 1, "locate", 0, 10**6, max_wait_ms=20_000))
+        assert answer.slices == () and elapsed < 5
+        host.write("t", 0, "append", simple_batch(1))
+        for thread, out in waiters:
+            thread.join(10)
+            assert [batch.base_offset for batch in iter_any_batches(out[0].records)] == [0]
+    finally:
+        for partition in (0, 1):
+            host.remove_partition("t", partition)
