@@ -7,6 +7,7 @@ snapshot of every file under the log dirs (path and size) and the log end offset
 
 from __future__ import annotations
 
+import os
 import struct
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -78,6 +79,19 @@ def files_under(*roots: Path) -> dict[str, int]:
         for path in sorted(root.rglob("*")):
             found[str(path)] = path.stat().st_size if path.is_file() else -1
     return found
+
+
+def escape_targets(tmp_path: Path) -> set[str]:
+    """The names in the folders a `..` from a log dir reaches, listed without recursing (other tests' live
+    brokers keep writing checkpoints below them)."""
+    return {str(path) for folder in (tmp_path.parent, tmp_path.parent.parent) for path in folder.iterdir()}
+
+
+def naive_folders(tmp_path: Path, topic: object) -> list[Path]:
+    """Where a naive `<log dir>/<topic>-0` would have put the folder, for the names a path can hold."""
+    if not isinstance(topic, str) or "\x00" in topic:
+        return []
+    return [Path(f"{tmp_path / name}/{topic}-0") for name in ("a", "b")]
 
 
 def batch(count: int = 2, value_size: int = 10) -> bytearray:
@@ -280,10 +294,11 @@ def manager(tmp_path: Path) -> Iterator[LogManager]:
 
 @pytest.mark.parametrize("topic", ESCAPING_TOPICS, ids=repr)
 def test_a_bad_topic_name_creates_no_folder_anywhere(manager: LogManager, tmp_path: Path, topic: object) -> None:
-    before = files_under(tmp_path.parent)
+    before = files_under(tmp_path), escape_targets(tmp_path)
     with pytest.raises(InvalidTopicError):
         manager.get_or_create_log(topic, 0)  # type: ignore[arg-type]
-    assert files_under(tmp_path.parent) == before
+    assert (files_under(tmp_path), escape_targets(tmp_path)) == before
+    assert not any(os.path.lexists(folder) for folder in naive_folders(tmp_path, topic))
     assert manager.all_logs() == {}
 
 
