@@ -44,15 +44,12 @@ from storage.record_batch import (
     RecordBatchBuilder,
     build_control_batch,
 )
+from tests.actors.support import now_ms, wait_for
 from tests.storage.builders import Rec, as_recs, batch_bytes, kafka_decode
 
 pytestmark = pytest.mark.ray
 
 StartBroker = Callable[..., tuple[Broker, list[Path]]]
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def make_records(tag: str, count: int) -> list[Rec]:
@@ -104,13 +101,6 @@ def read_checkpoint_text(path: Path) -> dict[tuple[str, int], int]:
         topic, partition, offset = line.split(" ")
         parsed[(topic, int(partition))] = int(offset)
     return parsed
-
-
-def wait_for(predicate: Callable[[], bool], timeout_s: float = 15.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 @pytest.fixture(scope="module")

@@ -15,32 +15,17 @@ import pytest
 import ray
 
 from actors.broker import Broker
-from actors.client import call, get_actor
-from actors.options import log_manager_name
+from actors.client import call
 from storage import file_names
 from storage.checkpoint_file import OffsetCheckpointFile
 from storage.errors import BrokerNotAvailableError, LogDirLockedError, OffsetOutOfRangeError, RequestTimedOutError
 from storage.log_dir_lock import LogDirLock
+from tests.actors.support import manager, now_ms, wait_for
 from tests.storage.builders import Rec, as_recs, batch_bytes, kafka_decode
 
 pytestmark = pytest.mark.ray
 
 StartBroker = Callable[..., tuple[Broker, list[Path]]]
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
-
-
-def wait_for(predicate: Callable[[], bool], timeout_s: float = 20.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
-
-
-def manager() -> Any:
-    return get_actor(log_manager_name(ray.get_runtime_context().get_node_id()))
 
 
 def fill(handle: Any, tag: str, batches: int, per_batch: int = 3, keys: int | None = None) -> list[Rec]:

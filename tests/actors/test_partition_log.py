@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import struct
-import time
 from pathlib import Path
 
 import pytest
@@ -28,13 +27,10 @@ from storage.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from storage.log_dir_lock import LogDirLock
 from storage.log_dirs import checkpointed_offsets
 from storage.record_batch import CRC_OFFSET, MAGIC_OFFSET, RECORDS_COUNT_OFFSET, ControlRecordType, build_control_batch
+from tests.actors.support import now_ms
 from tests.storage.builders import Rec, as_recs, batch_bytes, crash, kafka_decode
 
 SMALL_SEGMENTS = {"segment.bytes": "1024", "segment.index.bytes": "4096"}
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def records(tag: str, count: int, *, keys: int | None = None) -> list[Rec]:

@@ -161,6 +161,32 @@ class Acknowledgements:
             return ordered
 
 
+def produce_paced(
+    producer: Any,
+    topic: str,
+    partitions: int,
+    name: str,
+    records_per_second: float,
+    acks: Acknowledgements,
+    stop: threading.Event,
+) -> None:
+    """Sends `<name>-<index>` values round-robin over the partitions at a steady rate until `stop`, tracking
+    each future in `acks`; a `send` that itself fails (e.g. blocked past max_block_ms) lands in
+    `acks.failures`, which the test checks."""
+    index = 0
+    started = time.monotonic()
+    try:
+        while not stop.is_set():
+            value = f"{name}-{index:08d}".encode()
+            acks.track(producer.send(topic, value, partition=index % partitions), value)
+            index += 1
+            ahead = index / records_per_second - (time.monotonic() - started)
+            if ahead > 0:
+                time.sleep(ahead)
+    except BaseException as exc:
+        acks.failures.append(exc)
+
+
 def check_log_holds(log: list[tuple[int, bytes | None]], acked: dict[int, bytes], log_start: int = 0) -> None:
     """The log's offsets run contiguously from `log_start`, no value appears twice, and every acknowledged
     offset holds its value."""

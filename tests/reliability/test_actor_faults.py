@@ -38,6 +38,7 @@ from storage.record_batch import iter_batches
 from tests.reliability.broker_support import (
     Acknowledgements,
     check_log_holds,
+    produce_paced,
     read_partition,
     seeded_random,
     shared_broker,
@@ -70,21 +71,6 @@ class Session:
 @pytest.fixture(scope="module")
 def broker(start_test_broker: Any) -> Broker:
     return shared_broker(start_test_broker)
-
-
-def produce(producer: Producer, name: str, acks: Acknowledgements, stop: threading.Event) -> None:
-    index = 0
-    started = time.monotonic()
-    try:
-        while not stop.is_set():
-            value = f"{name}-{index:08d}".encode()
-            acks.track(producer.send(TOPIC, value, partition=index % PARTITIONS), value)
-            index += 1
-            ahead = index / RECORDS_PER_SECOND - (time.monotonic() - started)
-            if ahead > 0:
-                time.sleep(ahead)
-    except BaseException as exc:  # `send` itself failed (e.g. blocked past max_block_ms): the test fails
-        acks.failures.append(exc)
 
 
 def commit_until_done(consumer: Consumer, offsets: dict[tuple[str, int], int]) -> int:
@@ -188,7 +174,11 @@ def test_actor_faults_under_load_lose_and_duplicate_nothing(broker: Broker) -> N
     sessions: list[Session] = []
     consumer_errors: list[BaseException] = []
     threads = [
-        threading.Thread(target=produce, args=(producer, f"p{n}", acks[n], stop_producing), name=f"producer-{n}")
+        threading.Thread(
+            target=produce_paced,
+            args=(producer, TOPIC, PARTITIONS, f"p{n}", RECORDS_PER_SECOND, acks[n], stop_producing),
+            name=f"producer-{n}",
+        )
         for n, producer in enumerate(producers)
     ]
     threads.append(

@@ -25,6 +25,7 @@ from storage.errors import OutOfOrderSequenceError
 from tests.reliability.broker_support import (
     Acknowledgements,
     check_log_holds,
+    produce_paced,
     raw_append,
     read_partition,
     seeded_random,
@@ -69,24 +70,14 @@ def test_sigkilled_partition_actors_keep_every_acknowledged_record_exactly_once(
         buffer_memory=64 * 1024,
     )
 
-    def produce() -> None:
-        index = 0
-        started = time.monotonic()
-        try:
-            while not stop.is_set():
-                value = f"record-{index:08d}".encode()
-                acks.track(producer.send(TOPIC, value, partition=index % PARTITIONS), value)
-                index += 1
-                ahead = index / MAX_RECORDS_PER_SECOND - (time.monotonic() - started)
-                if ahead > 0:
-                    time.sleep(ahead)
-        except BaseException as exc:  # `send` itself failed (e.g. blocked past max_block_ms): the test fails
-            acks.failures.append(exc)
-
     def acknowledged(partition: int) -> dict[int, bytes]:
         return {**acks.snapshot().get(partition, {}), **probes[partition]}
 
-    writer = threading.Thread(target=produce, name="kill9-producer")
+    writer = threading.Thread(
+        target=produce_paced,
+        args=(producer, TOPIC, PARTITIONS, "record", MAX_RECORDS_PER_SECOND, acks, stop),
+        name="kill9-producer",
+    )
     writer.start()
     killed: list[int] = []
     restart_s: list[float] = []

@@ -1,0 +1,30 @@
+"""Helpers the actor tests share: the wall clock in Kafka's milliseconds, waiting for a condition, and this
+node's log-manager actor."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import ray
+
+from actors.client import get_actor
+from actors.options import log_manager_name
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def wait_for(predicate: Callable[[], bool], timeout_s: float = 30.0, what: str = "condition") -> None:
+    """Polls `predicate` every 0.1 s; fails the test after `timeout_s` (Ray restarts on 2 cores take seconds)."""
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def manager() -> Any:
+    """The log-manager actor of the node this test runs on."""
+    return get_actor(log_manager_name(ray.get_runtime_context().get_node_id()))
