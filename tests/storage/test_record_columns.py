@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from storage import record_columns
 from storage.compression import CompressionType
@@ -31,7 +30,7 @@ from storage.record_columns import (
     record_body_starts,
     summarize_records_section,
 )
-from tests.storage.builders import START_MS
+from tests.storage.builders import START_MS, Rec, kafka_batch
 
 Header = tuple[str, bytes | None]
 
@@ -104,19 +103,9 @@ def test_column_batch_is_byte_identical_to_kafka_python(rows: list[tuple]) -> No
     keys = [key for key, _, _ in rows]
     values = [value for _, value, _ in rows]
     stamps = [stamp for _, _, stamp in rows]
-    builder = DefaultRecordBatchBuilder(
-        magic=2,
-        compression_type=0,
-        is_transactional=False,
-        producer_id=-1,
-        producer_epoch=-1,
-        base_sequence=-1,
-        batch_size=1 << 30,
-    )
-    for offset, (key, value, stamp) in enumerate(rows):
-        builder.append(offset, stamp, key, value, [])
     if rows:
-        assert build_batch_from_columns(values, keys, stamps, partition_leader_epoch=0) == bytes(builder.build())
+        expected = kafka_batch([Rec(key, value, stamp) for key, value, stamp in rows])
+        assert build_batch_from_columns(values, keys, stamps, partition_leader_epoch=0) == expected
 
 
 def test_one_timestamp_for_every_record_and_numpy_timestamps() -> None:
@@ -238,19 +227,9 @@ def test_fixed_layout_of_tombstones_and_big_values_matches_the_builder() -> None
 def test_fixed_layout_batch_is_byte_identical_to_kafka_python() -> None:
     values = [bytes([index % 256]) * 100 for index in range(9000)]
     stamps = [START_MS + index % 50 for index in range(9000)]
-    builder = DefaultRecordBatchBuilder(
-        magic=2,
-        compression_type=0,
-        is_transactional=False,
-        producer_id=-1,
-        producer_epoch=-1,
-        base_sequence=-1,
-        batch_size=1 << 30,
-    )
-    for offset, (value, stamp) in enumerate(zip(values, stamps, strict=True)):
-        builder.append(offset, stamp, None, value, [])
+    expected = kafka_batch([Rec(None, value, stamp) for value, stamp in zip(values, stamps, strict=True)])
     assert takes_fast_path(values, None, stamps)
-    assert build_batch_from_columns(values, None, stamps, partition_leader_epoch=0) == bytes(builder.build())
+    assert build_batch_from_columns(values, None, stamps, partition_leader_epoch=0) == expected
 
 
 @pytest.mark.parametrize(
