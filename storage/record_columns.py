@@ -569,13 +569,6 @@ def _decode_pieces(data: bytes | memoryview, count: int) -> list[_Run | _Part]:
     return pieces
 
 
-def record_body_starts(section: Bytes, count: int) -> tuple[np.ndarray, np.ndarray]:
-    """Where each of `count` records' body starts (after its length varint) and the body lengths, decoded and
-    checked as `decode_records_columns` does."""
-    columns = decode_records_columns(section, count)
-    return columns.body_starts, columns.body_ends - columns.body_starts
-
-
 @dataclass(slots=True)
 class _Layout:
     """Where the fields of one header-less record lie, relative to where the record starts, and which of its

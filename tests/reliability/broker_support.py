@@ -23,6 +23,7 @@ from actors.broker import Broker
 from actors.client import call
 from storage.errors import BrokerNotAvailableError, RequestTimedOutError
 from storage.record_batch import RecordBatchBuilder, iter_batches
+from tests.actors.support import wait_for
 
 # A restarted actor starts a fresh Python worker and recovers its log: seconds on a loaded 2-core node.
 RESTART_TIMEOUT_S = 90.0
@@ -44,14 +45,6 @@ def shared_broker(start_test_broker: Callable[..., tuple[Broker, list[Path]]]) -
     client, _ = start_test_broker(log_dirs_count=2)
     _shared_broker.append(client)
     return client
-
-
-def wait_for(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-        time.sleep(0.05)
 
 
 def alive_pid(handle: Any) -> int | None:

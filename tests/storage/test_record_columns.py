@@ -27,7 +27,6 @@ from storage.record_columns import (
     decode_records_columns,
     decode_varints,
     encode_records_section,
-    record_body_starts,
     summarize_records_section,
 )
 from tests.storage.builders import START_MS, Rec, kafka_batch
@@ -385,7 +384,8 @@ def test_record_batch_records_use_columns_for_big_batches_with_log_append_time()
 
 def test_body_starts_and_lengths_frame_every_record() -> None:
     section, _ = uniform_section(70, 20)
-    starts, lengths = record_body_starts(section, 70)
+    columns = decode_records_columns(section, 70)
+    starts, lengths = columns.body_starts, columns.body_ends - columns.body_starts
     assert starts[-1] + lengths[-1] == len(section)
     assert (starts[1:] > starts[:-1] + lengths[:-1]).all()
 
