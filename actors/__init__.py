@@ -6,11 +6,11 @@ read records without any `.remote()` or `ray.get`, and raise the project's typed
 themselves live in their own modules (`partition_log`, `log_manager`, `controller`, `group_coordinator`).
 """
 
-from actors import serializers
-from actors.admin import Admin, PartitionDescription, TopicDescription
-from actors.broker import Broker, start_broker, stop_broker
-from actors.consumer import Consumer, ConsumerRecord
-from actors.producer import Producer, RecordMetadata, SendManyFuture
+from actors.clients import serializers
+from actors.clients.admin import Admin, PartitionDescription, TopicDescription
+from actors.clients.broker import Broker, start_broker, stop_broker
+from actors.clients.consumer import Consumer, ConsumerRecord
+from actors.clients.producer import Producer, RecordMetadata, SendManyFuture
 
 __all__ = [
     "Admin",

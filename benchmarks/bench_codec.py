@@ -22,8 +22,8 @@ from kafka.record.memory_records import MemoryRecords
 
 from benchmarks.common import BenchContext, Figure, throughput_figure, timer
 from storage.clock import SYSTEM_CLOCK
-from storage.record_batch import iter_batches
-from storage.record_columns import build_batch_from_columns
+from storage.records.record_batch import iter_batches
+from storage.records.record_columns import build_batch_from_columns
 
 RECORDS_PER_BATCH = 140
 VALUE_BYTES = 100

@@ -8,8 +8,8 @@
 |                | offset found by walking the batch headers           | method, so put in the object store there  |
 |                |                                                     | and got here                              |
 | `fetch_local`  | MB/s for a consumer on the partition's node reading | raw sequential `pread` of the segment     |
-|                | it with `actors.local_fetch.iter_fetches` (the      | files in 1 MiB chunks (the chunk of       |
-|                | actor only locates each 64 MiB; the bytes are       | `storage.file_records`)                   |
+|                | it with `actors.clients.local_fetch.iter_fetches`   | files in 1 MiB chunks (the chunk of       |
+|                | (the actor only locates each 64 MiB; the bytes are  | `storage.records.file_records`)           |
 |                | mapped from the page cache), headers walked alike   |                                           |
 
 The partition is filled once with 1 MB batches (32 MB quick, 256 MB full) in segments of a quarter of that, so
@@ -32,7 +32,7 @@ MB = 1_000_000
 # 1000 records of 1000 bytes: a ~1 MB batch, under Kafka's default max.message.bytes (1048588).
 RECORDS_PER_BATCH = 1000
 VALUE_BYTES = 1000
-# What the baseline of `fetch_local` reads per call: `storage.file_records` iterates files in 1 MiB chunks.
+# What the baseline of `fetch_local` reads per call: `storage.records.file_records` iterates files in 1 MiB chunks.
 RAW_READ_CHUNK_BYTES = 1024 * 1024
 SEGMENTS = 4
 REMOTE_GOAL_RATIO = 0.8
@@ -42,7 +42,7 @@ LOCAL_GOAL_RATIO = 0.5
 def run(ctx: BenchContext) -> list[Figure]:
     import ray
 
-    from actors.local_fetch import BULK_FETCH_MAX_BYTES, iter_fetches, statistics, this_node_id
+    from actors.clients.local_fetch import BULK_FETCH_MAX_BYTES, iter_fetches, statistics, this_node_id
 
     broker = ctx.environment.broker()
     fill_batches = 32 if ctx.quick else 256
@@ -152,7 +152,7 @@ def _filled_partition(ctx: BenchContext, broker: Any, batches: int) -> tuple[Any
     import ray
 
     from actors import Admin
-    from storage.record_batch import RecordBatchBuilder
+    from storage.records.record_batch import RecordBatchBuilder
 
     name = f"bench-fetch-{uuid.uuid4().hex[:8]}"
     batch_bytes = RECORDS_PER_BATCH * (VALUE_BYTES + 10)
@@ -173,7 +173,7 @@ def _filled_partition(ctx: BenchContext, broker: Any, batches: int) -> tuple[Any
 def _whole_batch_bytes(records: Any) -> int:
     """The bytes of a fetch's whole batches, walked as a consumer walks them (a fetch may end inside a batch,
     which the next fetch returns again)."""
-    from storage.file_records import iter_any_batches
+    from storage.records.file_records import iter_any_batches
 
     return sum(batch.size_in_bytes for batch in iter_any_batches(records))
 

@@ -38,8 +38,8 @@ def _measure(ctx: BenchContext, topic: str, count: int) -> tuple[float, float, f
     partition, RSS bytes per partition, processes) over every process holding a partition of this node."""
     import ray
 
-    from actors.broker import Broker
-    from actors.client import call, get_actor
+    from actors.calls import call, get_actor
+    from actors.clients.broker import Broker
     from actors.options import log_manager_name
 
     broker = Broker.connect()

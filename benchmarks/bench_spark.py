@@ -15,7 +15,7 @@ appended through the partition actors. `actors.Producer` would write the same by
 this loaded 2-core box (measured: 100k records in 6.8 s into 8 partitions, 43 s into 32), 2M records would take
 the whole time budget. The read takes the values as bytes (`valueFormat` binary): the aggregate is `count(*)`,
 `sum(offset)`, `sum(length(value))` per partition, which touches every row's offset and value. The baseline is
-the very same rows (read back once through `cluster.kafka_source.read_ranges` on the driver, untimed) written
+the very same rows (read back once through `cluster.spark.kafka_source.read_ranges` on the driver, untimed) written
 with pyarrow as one uncompressed Parquet file per log partition (uncompressed: the faster of pyarrow's choices to
 read back, so the stricter baseline); the aggregates of both reads must be equal.
 
@@ -63,9 +63,9 @@ def _produce(topic: str, partitions: int, rows: int) -> None:
     batches of up to `BATCH_BYTES` (a Kafka producer's `batch.size`), appended `IN_FLIGHT` calls at a time."""
     import msgpack
 
-    from actors.client import call, partition_actor
-    from actors.partitioner import partition_for_key
-    from storage.record_batch import RecordBatchBuilder
+    from actors.calls import call, partition_actor
+    from actors.clients.partitioner import partition_for_key
+    from storage.records.record_batch import RecordBatchBuilder
 
     keys = [f"user-{user:011d}".encode() for user in range(USERS)]
     homes = [partition_for_key(key, partitions) for key in keys]
@@ -105,7 +105,7 @@ def _write_parquet(topic: str, directory: Path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from cluster.kafka_source import plan_read, read_ranges
+    from cluster.spark.kafka_source import plan_read, read_ranges
 
     plan = plan_read(topics=topic)
     for offset_range in plan.ranges:
@@ -128,7 +128,7 @@ def _measure(
     spark: SparkSession, topic: str, parquet_dir: Path, rows: int, repeats: int
 ) -> tuple[float, float, list[Any]]:
     """Best rows/s of the topic read and of the Parquet read, interleaved run by run; both aggregates."""
-    from cluster.kafka_source import read_topics
+    from cluster.spark.kafka_source import read_topics
 
     ingest_best = parquet_best = 0.0
     ingest_result: list[Any] = []
@@ -146,7 +146,7 @@ def _measure(
 
 
 def _prepare(ctx: BenchContext, partitions: int, rows: int) -> tuple[str, Path]:
-    from actors.admin import Admin
+    from actors.clients.admin import Admin
 
     topic = f"spark-ingest-{partitions}-{int(time.time() * 1000)}"
     began = time.perf_counter()
@@ -164,7 +164,7 @@ def _prepare(ctx: BenchContext, partitions: int, rows: int) -> tuple[str, Path]:
 
 
 def run(ctx: BenchContext) -> list[Figure]:
-    from cluster.spark_session import get_spark
+    from cluster.spark.session import get_spark
 
     rows = QUICK_ROWS if ctx.quick else ROWS
     repeats = QUICK_REPEATS if ctx.quick else REPEATS

@@ -35,12 +35,12 @@ from benchmarks.common import (
     throughput_figure,
     timer,
 )
-from storage.cleaner import Cleaner
-from storage.cleaner_config import CleanerConfig
 from storage.clock import SYSTEM_CLOCK
-from storage.config import LogConfig
-from storage.log import Log
-from storage.record_columns import build_batch_from_columns
+from storage.compaction.cleaner import Cleaner
+from storage.config.cleaner_config import CleanerConfig
+from storage.config.log_config import LogConfig
+from storage.partition.log import Log
+from storage.records.record_columns import build_batch_from_columns
 
 MB = 1_000_000
 MIB = 1024 * 1024

@@ -35,8 +35,8 @@ class RayEnvironment:
         wanted = {**BENCH_BROKER_PROPERTIES, **(properties or {})}
         if self._broker is not None and wanted == self._properties:
             return self._broker
-        from actors.broker import Broker, start_broker, stop_broker
-        from cluster.ray_runtime import ensure_ray
+        from actors.clients.broker import Broker, start_broker, stop_broker
+        from cluster.runtime import ensure_ray
 
         if self._broker is None:
             self._owns_ray = ensure_ray() or self._owns_ray
@@ -56,8 +56,8 @@ class RayEnvironment:
             return
         import ray
 
-        from actors.broker import stop_broker
-        from cluster.spark_session import stop_spark
+        from actors.clients.broker import stop_broker
+        from cluster.spark.session import stop_spark
 
         stop_spark()
         stop_broker()

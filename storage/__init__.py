@@ -4,8 +4,7 @@ The public surface is re-exported here; everything else is reachable through its
 """
 
 from storage.clock import Clock, MockClock, SystemClock
-from storage.compression import CompressionType
-from storage.config import LogConfig
+from storage.config.log_config import LogConfig
 from storage.errors import (
     CorruptRecordError,
     InvalidConfigError,
@@ -20,10 +19,11 @@ from storage.errors import (
     RecordTooLargeError,
     StorageError,
 )
-from storage.log import Log, LogAppendInfo
-from storage.log_manager import LogManager
-from storage.log_segment import FetchDataInfo
-from storage.record_batch import Record, RecordBatch, RecordBatchBuilder, TimestampType
+from storage.logdir.log_manager import LogManager
+from storage.partition.log import Log, LogAppendInfo
+from storage.records.compression import CompressionType
+from storage.records.record_batch import Record, RecordBatch, RecordBatchBuilder, TimestampType
+from storage.segment.log_segment import FetchDataInfo
 
 __all__ = [
     "Clock",

@@ -71,16 +71,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from storage import file_names
-from storage.checkpoint_file import EPOCH_ENTRY_FORMATTER, OFFSET_ENTRY_FORMATTER, CheckpointFile, EpochEntry
-from storage.clean_shutdown import parse_clean_shutdown
-from storage.compression import CompressionType
 from storage.errors import CorruptCheckpointError, KafkaStorageError, StorageError
-from storage.file_records import AnyBatch, FileRecords
-from storage.legacy_records import LegacyRecord
-from storage.meta_properties import MetaProperties, parse_properties
-from storage.offset_index import OffsetIndex, OffsetPosition
-from storage.record_batch import NO_SEQUENCE, ControlRecordType, Record, RecordBatch
-from storage.time_index import TimeIndex, TimestampOffset
+from storage.logdir.checkpoint_file import EPOCH_ENTRY_FORMATTER, OFFSET_ENTRY_FORMATTER, CheckpointFile, EpochEntry
+from storage.logdir.clean_shutdown import parse_clean_shutdown
+from storage.logdir.meta_properties import MetaProperties, parse_properties
+from storage.records.compression import CompressionType
+from storage.records.file_records import AnyBatch, FileRecords
+from storage.records.legacy_records import LegacyRecord
+from storage.records.record_batch import NO_SEQUENCE, ControlRecordType, Record, RecordBatch
+from storage.segment.offset_index import OffsetIndex, OffsetPosition
+from storage.segment.time_index import TimeIndex, TimestampOffset
 
 # Kafka's sequences are int32 and wrap from 2**31 - 1 back to 0 (DefaultRecordBatch.incrementSequence).
 _SEQUENCE_MODULUS = 2**31

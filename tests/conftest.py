@@ -72,7 +72,7 @@ def _stop_running_broker() -> None:
     """Stops the broker if one runs; a no-op when Ray is already down (`test_zz_multinode` shuts it down)."""
     import ray
 
-    from actors.broker import stop_broker
+    from actors.clients.broker import stop_broker
     from storage.errors import BrokerNotAvailableError
 
     if not ray.is_initialized():
@@ -104,7 +104,7 @@ def start_test_broker(
     Keyword arguments are broker properties with underscores for dots, e.g. `log_dirs_count=2`,
     `log_retention_check_interval_ms="200"`.
     """
-    from actors.broker import Broker, start_broker
+    from actors.clients.broker import Broker, start_broker
 
     def start(log_dirs_count: int = 2, log_dirs: list[Path] | None = None, **overrides: str) -> tuple[Any, list[Path]]:
         _stop_running_broker()

@@ -9,7 +9,7 @@ from typing import Any
 
 import ray
 
-from actors.client import get_actor
+from actors.calls import get_actor
 from actors.options import log_manager_name
 
 

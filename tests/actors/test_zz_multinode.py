@@ -21,8 +21,8 @@ import ray
 from ray.cluster_utils import Cluster
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from actors.broker import Broker, stop_broker
-from actors.client import call
+from actors.calls import call
+from actors.clients.broker import Broker, stop_broker
 from storage import file_names
 from storage.errors import BrokerNotAvailableError
 from tests.storage.builders import Rec, as_recs, batch_bytes, kafka_decode
@@ -39,7 +39,7 @@ NODE_ARGS = {"num_cpus": 1, "object_store_memory": 128 * 1024 * 1024}
 @ray.remote(num_cpus=0)
 def start_broker_here(properties: dict[str, str]) -> str:
     """`start_broker` run on the node the task is pinned to, over that node's log dirs."""
-    from actors.broker import start_broker
+    from actors.clients.broker import start_broker
 
     return start_broker(properties)
 

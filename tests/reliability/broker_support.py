@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from actors.broker import Broker
-from actors.client import call
+from actors.calls import call
+from actors.clients.broker import Broker
 from storage.errors import BrokerNotAvailableError, RequestTimedOutError
-from storage.record_batch import RecordBatchBuilder, iter_batches
+from storage.records.record_batch import RecordBatchBuilder, iter_batches
 from tests.actors.support import wait_for
 
 # A restarted actor starts a fresh Python worker and recovers its log: seconds on a loaded 2-core node.

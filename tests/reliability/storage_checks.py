@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from storage.log import Log
-from storage.log_segment import LogSegment
+from storage.partition.log import Log
+from storage.segment.log_segment import LogSegment
 
 
 def check_segment_indexes(segment: LogSegment) -> None:

@@ -55,18 +55,18 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from storage import file_io, file_names  # noqa: E402
-from storage.cleaner import Cleaner  # noqa: E402
-from storage.cleaner_config import CleanerConfig  # noqa: E402
-from storage.cleaner_manager import CleanerManager  # noqa: E402
 from storage.clock import SYSTEM_CLOCK  # noqa: E402
-from storage.config import LogConfig  # noqa: E402
-from storage.file_records import FileRecords  # noqa: E402
-from storage.log import Log  # noqa: E402
-from storage.log_manager import LogManager  # noqa: E402
-from storage.log_segment import LogSegment  # noqa: E402
-from storage.offset_index import OffsetIndex  # noqa: E402
-from storage.producer_state import ProducerStateManager  # noqa: E402
-from storage.record_batch import RecordBatchBuilder  # noqa: E402
+from storage.compaction.cleaner import Cleaner  # noqa: E402
+from storage.compaction.cleaner_manager import CleanerManager  # noqa: E402
+from storage.config.cleaner_config import CleanerConfig  # noqa: E402
+from storage.config.log_config import LogConfig  # noqa: E402
+from storage.logdir.log_manager import LogManager  # noqa: E402
+from storage.partition.log import Log  # noqa: E402
+from storage.partition.producer_state import ProducerStateManager  # noqa: E402
+from storage.records.file_records import FileRecords  # noqa: E402
+from storage.records.record_batch import RecordBatchBuilder  # noqa: E402
+from storage.segment.log_segment import LogSegment  # noqa: E402
+from storage.segment.offset_index import OffsetIndex  # noqa: E402
 
 PLAIN = "plain"
 COMPACTED = "compacted"

@@ -23,9 +23,9 @@ from typing import Any
 import pytest
 
 from storage.errors import KafkaStorageError
-from storage.log import Log
-from storage.log_manager import LogManager
-from storage.record_batch import RecordBatchBuilder
+from storage.logdir.log_manager import LogManager
+from storage.partition.log import Log
+from storage.records.record_batch import RecordBatchBuilder
 from tests.reliability.modes import scaled
 
 pytestmark = pytest.mark.reliability
@@ -178,7 +178,7 @@ def split_by_dir(manager: LogManager, tps: list[TopicPartition]) -> dict[Path, l
 def test_a_failing_log_dir_goes_offline_while_the_other_serves_and_nothing_acked_is_lost(
     tmp_path: Path, faults: DiskFaults, error: int, torn: bool, segment_bytes: int
 ) -> None:
-    from storage.config import LogConfig
+    from storage.config.log_config import LogConfig
 
     dirs = [tmp_path / "a", tmp_path / "b"]
     manager = started(dirs, default_config=LogConfig(segment_bytes=segment_bytes))
@@ -279,7 +279,7 @@ def test_a_fault_at_any_write_of_a_busy_dir_loses_no_acknowledged_record(
     tmp_path: Path, faults: DiskFaults, fail_from: int
 ) -> None:
     """The fault hits the `fail_from`-th write-side call into the dir: mid-append, mid-roll, mid-checkpoint."""
-    from storage.config import LogConfig
+    from storage.config.log_config import LogConfig
 
     dirs = [tmp_path / "a", tmp_path / "b"]
     manager = started(dirs, default_config=LogConfig(segment_bytes=400, index_interval_bytes=64))
@@ -343,7 +343,7 @@ def test_a_broker_log_dir_that_fills_up_goes_offline_while_the_other_serves_and_
     import resource
 
     from actors import Admin, Producer
-    from actors.client import call, get_actor, partition_actor
+    from actors.calls import call, get_actor, partition_actor
     from actors.options import log_manager_name
 
     broker, dirs = start_test_broker(log_dirs_count=2)

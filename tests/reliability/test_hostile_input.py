@@ -16,7 +16,7 @@ from typing import Any
 import crc32c
 import pytest
 
-from storage.config import LogConfig
+from storage.config.log_config import LogConfig
 from storage.errors import (
     CorruptRecordError,
     InvalidConfigError,
@@ -31,9 +31,9 @@ from storage.errors import (
     SerializationError,
     UnknownTopicOrPartitionError,
 )
-from storage.log import Log
-from storage.log_manager import LogManager
-from storage.record_batch import (
+from storage.logdir.log_manager import LogManager
+from storage.partition.log import Log
+from storage.records.record_batch import (
     ATTRIBUTES_OFFSET,
     CRC_OFFSET,
     MAGIC_OFFSET,
@@ -445,7 +445,7 @@ def test_admin_refuses_bad_topic_configs(broker: tuple[Any, list[Path]], config:
 @pytest.mark.ray
 def test_unknown_topics_and_partitions_are_typed_errors_everywhere(broker: tuple[Any, list[Path]]) -> None:
     from actors import Admin, Consumer, Producer
-    from actors.client import partition_actor
+    from actors.calls import partition_actor
 
     admin = Admin(broker[0])
     before = broker_snapshot(broker)
@@ -505,7 +505,7 @@ def test_the_producer_refuses_oversized_and_unserializable_records_without_writi
 def test_the_partition_actor_refuses_bad_batches_through_a_raw_handle(
     broker: tuple[Any, list[Path]], name: str, data: bytes, error: type[RaybrokerError]
 ) -> None:
-    from actors.client import call, partition_actor
+    from actors.calls import call, partition_actor
 
     handle = partition_actor("hostile", 0)
     before = broker_snapshot(broker)
@@ -544,7 +544,7 @@ def test_the_partition_actor_refuses_bad_batches_through_a_raw_handle(
 def test_partition_actor_methods_refuse_bad_arguments_with_typed_errors(
     broker: tuple[Any, list[Path]], method: str, args: tuple[object, ...]
 ) -> None:
-    from actors.client import call, partition_actor
+    from actors.calls import call, partition_actor
 
     handle = partition_actor("hostile", 0)
     before = broker_snapshot(broker)
@@ -586,7 +586,7 @@ def test_the_cli_answers_bad_requests_with_one_line_and_exit_1(
     import io
     import sys
 
-    from cluster.cli import EXIT_DATA_ERROR, main
+    from cluster.cli.main import EXIT_DATA_ERROR, main
 
     monkeypatch.setattr(sys, "stdin", io.StringIO("line\n"))
     before = broker_snapshot(broker)
@@ -614,7 +614,7 @@ def test_the_cli_answers_bad_requests_with_one_line_and_exit_1(
 def test_the_cli_refuses_bad_arguments_before_touching_ray_with_exit_2(
     capsys: pytest.CaptureFixture[str], argv: list[str]
 ) -> None:
-    from cluster.cli import EXIT_USAGE, main
+    from cluster.cli.main import EXIT_USAGE, main
 
     code = main(argv)
     err = capsys.readouterr().err

@@ -28,8 +28,8 @@ import ray
 
 from actors import Admin, Broker, Consumer, Producer
 from storage.errors import BrokerNotAvailableError, RequestTimedOutError, StorageError
-from storage.offset_index import OffsetIndex
-from storage.record_batch import RecordBatchBuilder
+from storage.records.record_batch import RecordBatchBuilder
+from storage.segment.offset_index import OffsetIndex
 from tests.reliability.broker_support import (
     Acknowledgements,
     ProcessFigures,

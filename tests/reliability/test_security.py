@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from storage import file_names
 from storage.errors import InvalidTopicError, TopicExistsError
-from storage.log_manager import LogManager
+from storage.logdir.log_manager import LogManager
 from tests.reliability.modes import scaled
 
 pytestmark = pytest.mark.reliability
@@ -115,7 +115,7 @@ def call_name(node: ast.Call) -> str:
 
 
 def source_files() -> list[Path]:
-    return sorted(path for package in ("storage", "actors", "cluster") for path in (REPO_ROOT / package).glob("*.py"))
+    return sorted(path for package in ("storage", "actors", "cluster") for path in (REPO_ROOT / package).rglob("*.py"))
 
 
 def test_no_module_evaluates_unpickles_or_shells_out_user_data() -> None:
@@ -175,7 +175,7 @@ def test_cli_values_with_shell_metacharacters_are_stored_and_printed_verbatim(
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from cluster.cli import EXIT_OK, main
+    from cluster.cli.main import EXIT_OK, main
 
     canary = tmp_path / "pwned"
     lines = [f"k{index}:{line.format(canary=canary)}" for index, line in enumerate(SHELL_LINES)]
@@ -200,7 +200,7 @@ def test_cli_values_with_shell_metacharacters_are_stored_and_printed_verbatim(
 @pytest.mark.ray
 def test_admin_topic_names_never_create_folders_outside_the_log_dirs(running_broker: Any) -> None:
     from actors import Admin
-    from actors.client import call, get_actor
+    from actors.calls import call, get_actor
     from actors.options import log_manager_name
     from storage.errors import UnknownTopicOrPartitionError
 

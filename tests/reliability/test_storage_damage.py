@@ -38,16 +38,16 @@ from pathlib import Path
 import pytest
 
 from storage import file_names
-from storage.checkpoint_file import OffsetCheckpointFile
-from storage.cleaner_manager import CleanerManager
 from storage.clock import MockClock
-from storage.compression import CompressionType
-from storage.config import LogConfig
+from storage.compaction.cleaner_manager import CleanerManager
+from storage.config.log_config import LogConfig
 from storage.errors import CorruptIndexError, CorruptRecordError, RaybrokerError
-from storage.log import Log
-from storage.log_loader import DroppedBytes
-from storage.log_manager import LogManager
-from storage.record_batch import LOG_OVERHEAD, MAGIC_OFFSET, RecordBatch, RecordBatchBuilder
+from storage.logdir.checkpoint_file import OffsetCheckpointFile
+from storage.logdir.log_manager import LogManager
+from storage.partition.log import Log
+from storage.partition.log_loader import DroppedBytes
+from storage.records.compression import CompressionType
+from storage.records.record_batch import LOG_OVERHEAD, MAGIC_OFFSET, RecordBatch, RecordBatchBuilder
 from tests.reliability.modes import LONG
 from tests.reliability.storage_checks import check_log_indexes, shm_path_fixture  # noqa: F401 - the `shm_path` fixture
 

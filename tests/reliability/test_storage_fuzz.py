@@ -32,16 +32,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
 
-from storage.checkpoint_file import OFFSET_ENTRY_FORMATTER, parse_checkpoint_text
-from storage.compression import CompressionType, compress, decompress
-from storage.config import LogConfig
+from storage.config.log_config import LogConfig
 from storage.errors import RaybrokerError
-from storage.file_records import FileRecords, iter_any_batches
-from storage.log import Log
-from storage.meta_properties import read_meta_properties
-from storage.offset_index import OffsetIndex
-from storage.record_batch import ATTRIBUTES_OFFSET, CRC_OFFSET, LENGTH_OFFSET, RecordBatchBuilder
-from storage.time_index import TimeIndex
+from storage.logdir.checkpoint_file import OFFSET_ENTRY_FORMATTER, parse_checkpoint_text
+from storage.logdir.meta_properties import read_meta_properties
+from storage.partition.log import Log
+from storage.records.compression import CompressionType, compress, decompress
+from storage.records.file_records import FileRecords, iter_any_batches
+from storage.records.record_batch import ATTRIBUTES_OFFSET, CRC_OFFSET, LENGTH_OFFSET, RecordBatchBuilder
+from storage.segment.offset_index import OffsetIndex
+from storage.segment.time_index import TimeIndex
 from tests.reliability.modes import scaled
 
 pytestmark = [pytest.mark.reliability, pytest.mark.timeout(scaled(300, 3600))]

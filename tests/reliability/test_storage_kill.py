@@ -37,10 +37,10 @@ from pathlib import Path
 import pytest
 
 from storage import file_names
-from storage.checkpoint_file import OffsetCheckpointFile
-from storage.log import Log
-from storage.log_manager import LogManager
-from storage.record_batch import RecordBatchBuilder
+from storage.logdir.checkpoint_file import OffsetCheckpointFile
+from storage.logdir.log_manager import LogManager
+from storage.partition.log import Log
+from storage.records.record_batch import RecordBatchBuilder
 from tests.reliability import storage_writer
 from tests.reliability.modes import scaled
 from tests.reliability.storage_checks import check_log_indexes, shm_path_fixture  # noqa: F401 - the `shm_path` fixture

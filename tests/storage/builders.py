@@ -18,11 +18,11 @@ from kafka.record.memory_records import MemoryRecords
 
 from storage import file_names
 from storage.clock import MockClock
-from storage.compression import CompressionType
-from storage.config import LogConfig
-from storage.file_records import iter_any_batches
-from storage.log import Log
-from storage.record_batch import NO_TIMESTAMP, RecordBatch, RecordBatchBuilder
+from storage.config.log_config import LogConfig
+from storage.partition.log import Log
+from storage.records.compression import CompressionType
+from storage.records.file_records import iter_any_batches
+from storage.records.record_batch import NO_TIMESTAMP, RecordBatch, RecordBatchBuilder
 
 START_MS = 1_700_000_000_000
 ALL_CODECS = tuple(CompressionType)

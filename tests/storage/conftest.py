@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from storage.clock import MockClock
-from storage.log import Log
+from storage.partition.log import Log
 from tests.storage.builders import START_MS
 
 

@@ -13,10 +13,9 @@ import pytest
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
 
-from storage.compression import CompressionType
 from storage.dump_log import DumpOptions, FileDump, FileKind, classify
-from storage.offset_index import OffsetIndex
-from storage.record_batch import (
+from storage.records.compression import CompressionType
+from storage.records.record_batch import (
     ATTRIBUTES_OFFSET,
     CRC_OFFSET,
     RECORD_BATCH_OVERHEAD,
@@ -27,7 +26,8 @@ from storage.record_batch import (
     set_base_offset_and_epoch,
     set_log_append_time,
 )
-from storage.time_index import TimeIndex
+from storage.segment.offset_index import OffsetIndex
+from storage.segment.time_index import TimeIndex
 
 LOG_NAME = "00000000000000000000.log"
 TS = 1_700_000_000_000

@@ -31,9 +31,9 @@ from kafka.record.memory_records import MemoryRecords
 
 from storage import file_names
 from storage.clock import MockClock
-from storage.file_records import iter_any_batches
-from storage.log import Log
-from storage.record_batch import ControlRecordType, Record, RecordBatch
+from storage.partition.log import Log
+from storage.records.file_records import iter_any_batches
+from storage.records.record_batch import ControlRecordType, Record, RecordBatch
 
 TESTS_DIR = Path(__file__).resolve().parents[1]
 FIXTURES_DIR = TESTS_DIR / "fixtures" / "kafka"

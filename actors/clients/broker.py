@@ -1,0 +1,128 @@
+"""Starting and stopping the broker's actors on a running Ray cluster, and the `Broker` client.
+
+`start_broker(config)` runs on a node of the cluster (the CLI's `raybroker start`, or an embedded
+session): it makes sure the cluster's controller exists (created on this node the first time, with its
+metadata log in the first log dir), starts this node's log manager over its `log.dirs`, registers it
+(the controller learns which partitions this node's disks hold), and makes sure the internal
+`__consumer_offsets` topic exists. Running it again is harmless: every actor is named and found again.
+`stop_broker()` shuts every log manager down cleanly (partitions flushed and closed, checkpoints and
+clean-shutdown markers written), then the controller.
+
+`Broker` is what users hold: `Broker.connect()` finds the running broker; `broker.partition("t", 0)`
+returns a partition actor's raw handle for users who want `.remote()` calls (with
+`log.partitions.per.process` > 1, an `actors.calls.HostedPartitionHandle` that takes the same calls).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import ray
+
+from actors.calls import call, controller, get_actor, kill_and_wait, partition_actor
+from actors.options import (
+    CONTROLLER_NAME,
+    controller_options,
+    group_coordinator_name,
+    group_coordinator_options,
+    log_manager_name,
+    log_manager_options,
+)
+from actors.server.controller import TopicMetadata
+from storage.config.broker_config import BrokerConfig
+from storage.errors import BrokerNotAvailableError, TopicExistsError, UnknownTopicOrPartitionError
+
+logger = logging.getLogger(__name__)
+
+CONSUMER_OFFSETS_TOPIC = "__consumer_offsets"
+
+
+def start_broker(config: BrokerConfig | Mapping[str, str] | None = None) -> str:
+    """Starts (or finds) the controller and this node's broker; returns this node's Ray node id."""
+    broker_config = config if isinstance(config, BrokerConfig) else BrokerConfig.from_properties(dict(config or {}))
+    properties = broker_config.to_properties()
+    node_id = ray.get_runtime_context().get_node_id()
+    from actors.server.remote import Controller, GroupCoordinator, LogManager
+
+    metadata_dir = broker_config.log_dirs[0]
+    ctrl = Controller.options(**controller_options(node_id)).remote(metadata_dir, properties)
+    cluster_id = call(ctrl.cluster_id.remote())
+    topic_configs = call(ctrl.topic_configs.remote())
+    manager = LogManager.options(**log_manager_options(node_id)).remote(node_id, properties, topic_configs, cluster_id)
+    call(manager.ping.remote())
+    call(ctrl.register_broker.remote(node_id))
+    with contextlib.suppress(TopicExistsError):
+        call(
+            ctrl.create_topic.remote(
+                CONSUMER_OFFSETS_TOPIC,
+                broker_config.offsets_topic_num_partitions,
+                {"cleanup.policy": "compact", "segment.bytes": str(100 * 1024 * 1024)},
+            )
+        )
+    coordinator = GroupCoordinator.options(**group_coordinator_options(node_id)).remote()
+    call(coordinator.ready.remote())
+    logger.info("broker started on node %s (cluster %s)", node_id, cluster_id)
+    return node_id
+
+
+def stop_broker() -> dict[str, int]:
+    """Clean shutdown of every node's broker, then the controller. Returns final log end offsets."""
+    ctrl = controller()
+    # First, so that no commit is appended while the partitions close.
+    with contextlib.suppress(BrokerNotAvailableError):
+        kill_and_wait(get_actor(group_coordinator_name()), group_coordinator_name())
+    end_offsets: dict[str, int] = {}
+    for node_id in call(ctrl.brokers.remote()):
+        try:
+            manager = get_actor(log_manager_name(node_id))
+        except Exception:
+            continue
+        end_offsets.update(call(manager.shutdown.remote()))
+        call(ctrl.unregister_broker.remote(node_id))
+        kill_and_wait(manager, log_manager_name(node_id))
+    call(ctrl.shutdown.remote())
+    kill_and_wait(ctrl, CONTROLLER_NAME)
+    return end_offsets
+
+
+class Broker:
+    """A client's view of the running broker (see the module docstring)."""
+
+    def __init__(self, controller_handle: Any) -> None:
+        self._controller = controller_handle
+
+    @classmethod
+    def connect(cls) -> Broker:
+        """The broker of the Ray cluster this process is connected to."""
+        return cls(controller())
+
+    @property
+    def controller(self) -> Any:
+        return self._controller
+
+    def topic(self, name: str) -> TopicMetadata:
+        return call(self._controller.describe_topic.remote(name))
+
+    def partition(self, topic: str, partition: int) -> Any:
+        """The raw actor handle of a partition, or its `HostedPartitionHandle` when a partition host holds it:
+        `ray.get(handle.append.remote(batch_bytes))` either way."""
+        self._check_partition(topic, partition)
+        return partition_actor(topic, partition)
+
+    def node_of(self, topic: str, partition: int) -> str:
+        """The Ray node id hosting the partition."""
+        return self._check_partition(topic, partition).partitions[partition]
+
+    def _check_partition(self, topic: str, partition: int) -> TopicMetadata:
+        """The topic's metadata; `UnknownTopicOrPartitionError` unless it has that partition."""
+        if not isinstance(partition, int) or isinstance(partition, bool):
+            raise UnknownTopicOrPartitionError(f"partition must be an int, not {type(partition).__name__}")
+        metadata = self.topic(topic)
+        if partition not in metadata.partitions:
+            raise UnknownTopicOrPartitionError(
+                f"topic {topic!r} has partitions 0..{len(metadata.partitions) - 1}, not {partition}"
+            )
+        return metadata

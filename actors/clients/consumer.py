@@ -1,0 +1,537 @@
+"""The consumer facade: Kafka's consumer (positions, fetches, committed offsets) over partition actors.
+
+A consumer reads a set of partitions, chosen with `assign([(topic, partition), ...])` or
+`subscribe([topic, ...])`. `subscribe` assigns every partition of the topics to this one consumer: there is
+no group membership and no rebalancing between several consumers of a group (a group here is only a name
+under which offsets are committed); partitions added to a subscribed topic are picked up when the topic
+metadata is refreshed (`metadata_max_age_ms`).
+
+Positions: the position of a partition is the offset of the next record `poll` returns. A partition's
+first position is its group's committed offset if there is one, else the `auto_offset_reset` policy
+(`earliest`: the log start offset, `latest`: the log end offset, `none`: `OffsetOutOfRangeError`). A
+position that falls outside the log (below the log start after retention or `delete_records`, or past
+the end) is reset by the same policy on the next fetch, as Kafka's consumer does.
+
+`poll` fetches from every assigned partition whose buffer is empty with one concurrent fetch each
+(at most `max_partition_fetch_bytes` each, `fetch_max_bytes` in all; a partition returns at least one
+whole batch). Fetches are Kafka's long polls: a partition actor holds a fetch until `fetch_min_bytes` are
+there or `fetch_max_wait_ms` expired (or what is left of the poll's `timeout_ms`, if less), so a record
+appended while a consumer waits reaches it within a round trip, not after a polling pause. `poll` returns as
+soon as any partition answered with records, after starting the next fetch of every partition it drained
+(Kafka's pipelining: it waits in the actor while the caller works); the fetches of the others stay in flight
+and are collected by the next `poll` (one dropped by `seek`, a position reset or `close` ends on its own when
+its wait expires). An actor answers at once when its long-poll slots are taken (`actors.server.partition_log`); an
+empty answer that comes back before half its wait is taken for that, and the partition is fetched again
+after `EMPTY_FETCH_BACKOFF_S` rather than at once. A partition on the consumer's own Ray node is read from
+the page cache (`actors.clients.local_fetch`: the actor only says where the bytes lie, its `locate` long-polling as
+a fetch does); other partitions, or all with `local_fetch=False`, through the partition actor. Either way
+the bytes are the same. `poll` decodes the batches, skips the records below the position (a fetch starts
+at the batch holding it) and those at or above the high watermark, and buffers what it does not return yet.
+It returns at most `max_poll_records` records, in offset order per partition, and waits up to `timeout_ms`
+when nothing is there. Records come back with their key and value as bytes unless a deserializer is given.
+
+Committed offsets live in the group coordinator (`actors.server.group_coordinator`, stored in
+`__consumer_offsets`). `commit()` commits the current positions; with `enable_auto_commit` they are also
+committed every `auto_commit_interval_ms` during `poll`, and on `close`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+import ray
+
+from actors.calls import call, check_topic_partition, get_actor, partition_actor
+from actors.clients.broker import Broker
+from actors.clients.local_fetch import PendingFetch
+from actors.clients.serializers import Deserializer
+from actors.options import group_coordinator_name
+from storage.errors import (
+    BrokerNotAvailableError,
+    InvalidConfigError,
+    InvalidGroupIdError,
+    InvalidRequestError,
+    OffsetOutOfRangeError,
+    RequestTimedOutError,
+    SerializationError,
+    UnknownTopicOrPartitionError,
+)
+from storage.records.file_records import TimestampAndOffset
+from storage.records.record_batch import TimestampType, iter_batches
+
+logger = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+AUTO_OFFSET_RESET_POLICIES = ("earliest", "latest", "none")
+# Kafka's ListOffsets sentinels.
+EARLIEST_TIMESTAMP = -2
+LATEST_TIMESTAMP = -1
+# Pause before fetching again a partition whose actor answered empty without waiting (its long-poll slots
+# were taken): bounds the load an idle consumer then puts on it (20 fetches a second) against the latency.
+EMPTY_FETCH_BACKOFF_S = 0.05
+# How long past its wait an answer may take (a Ray round trip is 1-3 ms on a loaded 2-core node) before a
+# poll stops waiting for it and leaves it in flight for the next one.
+ANSWER_GRACE_S = 0.05
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerRecord:
+    """One record as `poll` returns it (key and value deserialized if deserializers were given)."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    timestamp_type: TimestampType
+    key: Any
+    value: Any
+    headers: tuple[tuple[str, bytes | None], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _InFlight:
+    """A partition's fetch in flight, when it started and how long the actor may hold it."""
+
+    fetch: PendingFetch
+    started_ns: int
+    wait_ms: int
+
+
+class Consumer:
+    """Reads assigned partitions; see the module docstring. Not thread-safe (as Kafka's consumer)."""
+
+    def __init__(
+        self,
+        broker: Broker | None = None,
+        *,
+        group_id: str | None = None,
+        auto_offset_reset: str = "latest",
+        enable_auto_commit: bool = False,
+        auto_commit_interval_ms: int = 5000,
+        max_poll_records: int = 500,
+        fetch_max_bytes: int = 1024 * 1024,
+        max_partition_fetch_bytes: int = 1024 * 1024,
+        metadata_max_age_ms: int = 300_000,
+        fetch_max_wait_ms: int = 500,
+        fetch_min_bytes: int = 1,
+        value_deserializer: Deserializer | None = None,
+        key_deserializer: Deserializer | None = None,
+        local_fetch: bool = True,
+    ) -> None:
+        if auto_offset_reset not in AUTO_OFFSET_RESET_POLICIES:
+            raise InvalidConfigError(
+                f"auto_offset_reset must be one of {', '.join(AUTO_OFFSET_RESET_POLICIES)}, got {auto_offset_reset!r}"
+            )
+        for name, value, low in (
+            ("auto_commit_interval_ms", auto_commit_interval_ms, 0),
+            ("max_poll_records", max_poll_records, 1),
+            ("fetch_max_bytes", fetch_max_bytes, 0),
+            ("max_partition_fetch_bytes", max_partition_fetch_bytes, 0),
+            ("metadata_max_age_ms", metadata_max_age_ms, 0),
+            ("fetch_max_wait_ms", fetch_max_wait_ms, 0),
+            ("fetch_min_bytes", fetch_min_bytes, 0),
+        ):
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
+                raise InvalidConfigError(f"{name} must be an int >= {low}, got {value!r}")
+        if group_id is not None and (not isinstance(group_id, str) or not group_id):
+            raise InvalidGroupIdError(f"group_id must be a non-empty str or None, got {group_id!r}")
+        if enable_auto_commit and group_id is None:
+            raise InvalidGroupIdError("enable_auto_commit needs a group_id to commit under")
+        self._broker = broker or Broker.connect()
+        self._group_id = group_id
+        self._auto_offset_reset = auto_offset_reset
+        self._auto_commit_interval_ns = auto_commit_interval_ms * 1_000_000 if enable_auto_commit else None
+        self._max_poll_records = max_poll_records
+        self._fetch_max_bytes = fetch_max_bytes
+        self._max_partition_fetch_bytes = max_partition_fetch_bytes
+        self._metadata_max_age_ns = metadata_max_age_ms * 1_000_000
+        self._fetch_max_wait_ms = fetch_max_wait_ms
+        self._fetch_min_bytes = fetch_min_bytes
+        self._value_deserializer = value_deserializer
+        self._key_deserializer = key_deserializer
+        self._local_fetch = local_fetch
+        self._assignment: list[TopicPartition] = []
+        self._subscription: list[str] | None = None
+        self._subscribed_at_ns = 0
+        self._positions: dict[TopicPartition, int] = {}
+        self._buffers: dict[TopicPartition, deque[ConsumerRecord]] = {}
+        self._handles: dict[TopicPartition, Any] = {}
+        # The node each partition's actor reported on its first fetch: a remote one is fetched directly after.
+        self._nodes: dict[TopicPartition, str] = {}
+        self._in_flight: dict[TopicPartition, _InFlight] = {}
+        # Partitions not fetched again before this monotonic_ns (their actor answered empty without waiting).
+        self._backoff_until_ns: dict[TopicPartition, int] = {}
+        self._next_auto_commit_ns = time.monotonic_ns() + (self._auto_commit_interval_ns or 0)
+        self._round_robin = 0
+        self._closed = False
+
+    # --- assignment ------------------------------------------------------------------------------
+
+    def assign(self, partitions: Iterable[TopicPartition]) -> None:
+        """Reads exactly these partitions (replacing any assignment or subscription)."""
+        self._check_open()
+        wanted = list(dict.fromkeys(check_topic_partition(tp) for tp in partitions))
+        counts: dict[str, int] = {}
+        for topic, partition in wanted:
+            if topic not in counts:
+                counts[topic] = len(self._broker.topic(topic).partitions)
+            if partition >= counts[topic]:
+                raise UnknownTopicOrPartitionError(
+                    f"topic {topic!r} has partitions 0..{counts[topic] - 1}, not {partition}"
+                )
+        self._subscription = None
+        self._set_assignment(wanted)
+
+    def subscribe(self, topics: Iterable[str]) -> None:
+        """Reads every partition of `topics` (no rebalancing: see the module docstring)."""
+        self._check_open()
+        names = list(dict.fromkeys(topics))
+        for name in names:
+            if not isinstance(name, str):
+                raise UnknownTopicOrPartitionError(f"a topic name must be a str, not {type(name).__name__}")
+        self._set_assignment(self._partitions_of(names))
+        self._subscription = names
+        self._subscribed_at_ns = time.monotonic_ns()
+
+    def unsubscribe(self) -> None:
+        self._subscription = None
+        self._set_assignment([])
+
+    def assignment(self) -> list[TopicPartition]:
+        return list(self._assignment)
+
+    def _partitions_of(self, topics: list[str]) -> list[TopicPartition]:
+        return [(topic, partition) for topic in topics for partition in sorted(self._broker.topic(topic).partitions)]
+
+    def _set_assignment(self, wanted: list[TopicPartition]) -> None:
+        keep = set(wanted)
+        for mapping in (
+            self._positions,
+            self._buffers,
+            self._handles,
+            self._nodes,
+            self._in_flight,
+            self._backoff_until_ns,
+        ):
+            for tp in [tp for tp in mapping if tp not in keep]:
+                del mapping[tp]
+        self._assignment = wanted
+
+    # --- positions -------------------------------------------------------------------------------
+
+    def position(self, tp: TopicPartition) -> int:
+        """The offset of the next record `poll` returns for `tp` (resolving it first if needed)."""
+        tp = self._check_assigned(tp)
+        self._resolve_positions([tp])
+        return self._positions[tp]
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        """The next `poll` reads `tp` from `offset` (checked against the log on the next fetch)."""
+        tp = self._check_assigned(tp)
+        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+            raise InvalidRequestError(f"seek offset must be an int >= 0, got {offset!r}")
+        self._set_position(tp, offset)
+
+    def seek_to_beginning(self, partitions: Iterable[TopicPartition] | None = None) -> None:
+        self._seek_to(EARLIEST_TIMESTAMP, partitions)
+
+    def seek_to_end(self, partitions: Iterable[TopicPartition] | None = None) -> None:
+        self._seek_to(LATEST_TIMESTAMP, partitions)
+
+    def _seek_to(self, timestamp: int, partitions: Iterable[TopicPartition] | None) -> None:
+        tps = self._assignment if partitions is None else [self._check_assigned(tp) for tp in partitions]
+        for tp, found in zip(tps, self._list_offsets({tp: timestamp for tp in tps}).values(), strict=True):
+            assert found is not None, "earliest and latest always have an answer"
+            self._set_position(tp, found.offset)
+
+    def _set_position(self, tp: TopicPartition, offset: int) -> None:
+        """Moves the position: what is buffered or in flight from the old one is dropped."""
+        self._positions[tp] = offset
+        self._buffers.pop(tp, None)
+        self._in_flight.pop(tp, None)
+
+    def offsets_for_times(
+        self, timestamps: Mapping[TopicPartition, int]
+    ) -> dict[TopicPartition, tuple[int, int] | None]:
+        """Per partition, the first (offset, timestamp) whose timestamp is >= the given ms; None if none is."""
+        checked = {}
+        for tp, timestamp in timestamps.items():
+            if not isinstance(timestamp, int) or isinstance(timestamp, bool) or timestamp < 0:
+                raise InvalidRequestError(f"timestamp of {tp} must be an int >= 0 (ms), got {timestamp!r}")
+            checked[check_topic_partition(tp)] = timestamp
+        return {
+            tp: None if found is None else (found.offset, found.timestamp)
+            for tp, found in self._list_offsets(checked).items()
+        }
+
+    def _list_offsets(
+        self, timestamps: Mapping[TopicPartition, int]
+    ) -> dict[TopicPartition, TimestampAndOffset | None]:
+        refs = {tp: self._handle(tp).list_offset.remote(timestamp) for tp, timestamp in timestamps.items()}
+        return {tp: call(ref) for tp, ref in refs.items()}
+
+    def _resolve_positions(self, tps: list[TopicPartition]) -> None:
+        """Gives every partition of `tps` without a position its committed offset, else the reset policy."""
+        missing = [tp for tp in tps if tp not in self._positions]
+        if not missing:
+            return
+        if self._group_id is not None:
+            committed = call(self._coordinator().fetch_committed.remote(self._group_id, missing))
+            for tp, offset in committed.items():
+                if offset is not None:
+                    self._positions[tp] = offset
+        self._reset_positions([tp for tp in missing if tp not in self._positions])
+
+    def _reset_positions(self, tps: list[TopicPartition], cause: OffsetOutOfRangeError | None = None) -> None:
+        if not tps:
+            return
+        if self._auto_offset_reset == "none":
+            raise cause or OffsetOutOfRangeError(
+                f"no committed offset for {', '.join(f'{t}-{p}' for t, p in tps)} and auto_offset_reset is none"
+            )
+        timestamp = EARLIEST_TIMESTAMP if self._auto_offset_reset == "earliest" else LATEST_TIMESTAMP
+        for tp, found in self._list_offsets(dict.fromkeys(tps, timestamp)).items():
+            assert found is not None, "earliest and latest always have an answer"
+            self._set_position(tp, found.offset)
+
+    # --- poll ------------------------------------------------------------------------------------
+
+    def poll(self, timeout_ms: int = 1000, max_records: int | None = None) -> list[ConsumerRecord]:
+        """Up to `max_records` (default `max_poll_records`) records, waiting up to `timeout_ms` for some."""
+        self._check_open()
+        limit = self._max_poll_records if max_records is None else max_records
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+            raise InvalidRequestError(f"max_records must be an int >= 1, got {max_records!r}")
+        deadline = time.monotonic_ns() + max(0, timeout_ms) * 1_000_000
+        self._maybe_auto_commit()
+        if self._subscription is not None and time.monotonic_ns() - self._subscribed_at_ns >= self._metadata_max_age_ns:
+            self.subscribe(self._subscription)
+        while True:
+            records = self._drain(limit)
+            if records:
+                self._prefetch()
+                return records
+            try:
+                self._fetch_round(deadline)
+            except (BrokerNotAvailableError, RequestTimedOutError) as exc:
+                # The group coordinator or a partition actor is restarting (committed positions or a handle
+                # could not be looked up): like Kafka's poll, keep trying until the timeout instead of failing.
+                logger.info("poll round failed, retrying: %s", exc)
+                time.sleep(max(0, min(EMPTY_FETCH_BACKOFF_S, (deadline - time.monotonic_ns()) / 1e9)))
+            if any(self._buffers.values()):
+                continue
+            if time.monotonic_ns() >= deadline:
+                return []
+
+    def _prefetch(self) -> None:
+        """Starts the next fetches of the partitions just drained before handing their records out (Kafka's
+        fetch pipelining): they wait in the actors while the caller works, which saves the next `poll` a round
+        trip. Their wait is `fetch_max_wait_ms`, the next poll's timeout being unknown yet."""
+        try:
+            self._start_fetches(time.monotonic_ns() + self._fetch_max_wait_ms * 1_000_000)
+        except (BrokerNotAvailableError, RequestTimedOutError) as exc:
+            logger.info("prefetch failed, the next poll retries: %s", exc)
+
+    def _drain(self, limit: int) -> list[ConsumerRecord]:
+        """Buffered records, partition after partition (starting one further each time), advancing positions."""
+        records: list[ConsumerRecord] = []
+        count = len(self._assignment)
+        for step in range(count):
+            tp = self._assignment[(self._round_robin + step) % count]
+            buffer = self._buffers.get(tp)
+            while buffer and len(records) < limit:
+                record = buffer.popleft()
+                records.append(record)
+                self._positions[tp] = record.offset + 1
+        self._round_robin = (self._round_robin + 1) % max(1, count)
+        return records
+
+    def _fetch_round(self, deadline_ns: int) -> None:
+        """Starts a long-poll fetch for every assigned partition with an empty buffer and none in flight, then
+        waits (until `deadline_ns` and the answers' grace) for any answer and buffers every answer there."""
+        self._start_fetches(deadline_ns)
+        if not self._in_flight:
+            # Every partition is backing off: sleep until the first may be fetched again (or the deadline).
+            wake_ns = min([deadline_ns, *self._backoff_until_ns.values()])
+            time.sleep(max(0, wake_ns - time.monotonic_ns()) / 1e9)
+            return
+        by_ref = {flight.fetch.ref: tp for tp, flight in self._in_flight.items()}
+        timeout_s = max(0, deadline_ns - time.monotonic_ns()) / 1e9 + ANSWER_GRACE_S
+        ready, _ = ray.wait(list(by_ref), num_returns=1, timeout=timeout_s)
+        if ready:
+            ready, _ = ray.wait(list(by_ref), num_returns=len(by_ref), timeout=0)
+        out_of_range: list[TopicPartition] = []
+        first_error: OffsetOutOfRangeError | None = None
+        for ref in ready:
+            tp = by_ref[ref]
+            flight = self._in_flight.pop(tp)
+            try:
+                result = flight.fetch.result()
+            except OffsetOutOfRangeError as exc:
+                out_of_range.append(tp)
+                first_error = first_error or exc
+                continue
+            except (BrokerNotAvailableError, RequestTimedOutError) as exc:
+                # A restarting actor: the next round asks again (a new actor under the name is looked up).
+                logger.info("fetch from %s-%d failed, retrying: %s", tp[0], tp[1], exc)
+                self._handles.pop(tp, None)
+                self._nodes.pop(tp, None)
+                self._backoff_until_ns[tp] = time.monotonic_ns() + round(EMPTY_FETCH_BACKOFF_S * 1e9)
+                continue
+            if flight.fetch.node_id is not None:
+                self._nodes[tp] = flight.fetch.node_id
+            if not len(result.records) and (time.monotonic_ns() - flight.started_ns) * 2 < flight.wait_ms * 1_000_000:
+                self._backoff_until_ns[tp] = time.monotonic_ns() + round(EMPTY_FETCH_BACKOFF_S * 1e9)
+            self._buffer_fetched(tp, result.records, result.high_watermark)
+        self._reset_positions(out_of_range, first_error)
+
+    def _start_fetches(self, deadline_ns: int) -> None:
+        """A fetch waiting up to `fetch_max_wait_ms` (at most until `deadline_ns`) for every partition that
+        needs one and is not backing off."""
+        now_ns = time.monotonic_ns()
+        idle = [tp for tp in self._assignment if not self._buffers.get(tp)]
+        tps = [tp for tp in idle if tp not in self._in_flight and self._backoff_until_ns.get(tp, 0) <= now_ns]
+        if not tps:
+            return
+        self._resolve_positions(tps)
+        for tp in tps:
+            self._backoff_until_ns.pop(tp, None)
+        max_bytes = min(self._max_partition_fetch_bytes, self._fetch_max_bytes // len(idle))
+        wait_ms = min(self._fetch_max_wait_ms, max(0, deadline_ns - now_ns) // 1_000_000)
+        for tp in tps:
+            fetch = PendingFetch(
+                self._handle(tp),
+                self._positions[tp],
+                max_bytes,
+                node_id=self._nodes.get(tp),
+                prefer_local=self._local_fetch,
+                max_wait_ms=wait_ms,
+                min_bytes=self._fetch_min_bytes,
+            )
+            self._in_flight[tp] = _InFlight(fetch, now_ns, wait_ms)
+
+    def _buffer_fetched(self, tp: TopicPartition, data: bytes, high_watermark: int) -> None:
+        position = self._positions[tp]
+        buffer = self._buffers.setdefault(tp, deque())
+        next_position = position
+        for batch in iter_batches(data):
+            if batch.is_control:
+                next_position = max(next_position, batch.next_offset)
+                continue
+            timestamp_type = batch.timestamp_type
+            for record in batch.records():
+                if record.offset < position or record.offset >= high_watermark:
+                    continue
+                buffer.append(
+                    ConsumerRecord(
+                        tp[0],
+                        tp[1],
+                        record.offset,
+                        record.timestamp,
+                        timestamp_type,
+                        self._deserialize(self._key_deserializer, record.key, tp, record.offset, "key"),
+                        self._deserialize(self._value_deserializer, record.value, tp, record.offset, "value"),
+                        record.headers,
+                    )
+                )
+            if batch.last_offset < high_watermark:
+                next_position = max(next_position, batch.next_offset)
+        if not buffer:
+            # Batches without a record to return (compacted away, control, all below the position) still
+            # move the position past them, so the next fetch does not return them again.
+            self._positions[tp] = next_position
+
+    def _deserialize(
+        self, deserializer: Deserializer | None, data: bytes | None, tp: TopicPartition, offset: int, what: str
+    ) -> Any:
+        if data is None or deserializer is None:
+            return data
+        try:
+            return deserializer(data)
+        except SerializationError as exc:
+            message = f"{tp[0]}-{tp[1]}: cannot deserialize the {what}: {exc.message}"
+            raise SerializationError(message, offset=offset) from exc
+
+    # --- committed offsets -----------------------------------------------------------------------
+
+    def commit(self, offsets: Mapping[TopicPartition, int] | None = None) -> None:
+        """Commits `offsets` (default: the current position of every assigned partition) for the group."""
+        self._check_open()
+        group = self._require_group()
+        to_commit = (
+            {tp: self._positions[tp] for tp in self._assignment if tp in self._positions}
+            if offsets is None
+            else {check_topic_partition(tp): offset for tp, offset in offsets.items()}
+        )
+        call(self._coordinator().commit.remote(group, to_commit))
+
+    def committed(self, tp: TopicPartition) -> int | None:
+        """The group's committed offset of `tp`, None if it has none."""
+        group = self._require_group()
+        tp = check_topic_partition(tp)
+        return call(self._coordinator().fetch_committed.remote(group, [tp]))[tp]
+
+    def _maybe_auto_commit(self) -> None:
+        if self._auto_commit_interval_ns is None or time.monotonic_ns() < self._next_auto_commit_ns:
+            return
+        self.commit()
+        self._next_auto_commit_ns = time.monotonic_ns() + self._auto_commit_interval_ns
+
+    def _require_group(self) -> str:
+        if self._group_id is None:
+            raise InvalidGroupIdError("committed offsets need a consumer with a group_id")
+        return self._group_id
+
+    def _coordinator(self) -> Any:
+        return get_actor(group_coordinator_name())
+
+    # --- lifecycle -------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Commits the positions when auto-commit is on, then releases the consumer. Idempotent."""
+        if self._closed:
+            return
+        try:
+            if self._auto_commit_interval_ns is not None:
+                self.commit()
+        finally:
+            self._closed = True
+            self._buffers.clear()
+            self._handles.clear()
+            self._nodes.clear()
+            self._in_flight.clear()
+            self._backoff_until_ns.clear()
+
+    def __enter__(self) -> Consumer:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise InvalidRequestError("the consumer is closed")
+
+    def _check_assigned(self, tp: object) -> TopicPartition:
+        checked = check_topic_partition(tp)
+        if checked not in self._assignment:
+            raise InvalidRequestError(f"{checked[0]}-{checked[1]} is not assigned to this consumer")
+        return checked
+
+    def _handle(self, tp: TopicPartition) -> Any:
+        handle = self._handles.get(tp)
+        if handle is None:
+            handle = partition_actor(*tp)
+            self._handles[tp] = handle
+        return handle
+
+
+__all__ = ["Consumer", "ConsumerRecord", "TopicPartition"]

@@ -1,0 +1,259 @@
+"""Fetching a partition without moving its bytes through Ray when the reader shares the partition's node.
+
+The actor path (`handle.fetch.remote`) has the partition actor `pread` the batches, pickle them into Ray's
+object store and the reader copy them out again. A reader on the actor's own node asks the actor only where the
+bytes lie (`handle.locate.remote`, a few hundred bytes: `FileSlices` naming `.log` files, byte positions,
+lengths, and each file's device and inode) and reads them from the page cache itself (`pread`, or `mmap`):
+Kafka's `sendfile` idea in Ray's terms. Remote readers keep the actor path.
+
+Public API (stable; `cluster.spark.kafka_source` builds on it):
+
+- `fetch_local_or_remote(handle, offset, max_bytes=1 MiB, *, node_id=None, prefer_local=True, zero_copy=False,
+  timeout_s=None) -> FetchResult`: the same answer as `handle.fetch.remote(offset, max_bytes)` (bytes, high
+  watermark, log start, log end), the same typed errors (`OffsetOutOfRangeError` ...), read locally when
+  possible. `node_id` is the partition's node if the caller knows it (`Broker.node_of`, topic metadata): a
+  remote partition then costs one call, not two. `prefer_local=False` forces the actor path.
+  `zero_copy=True` (for bulk readers that parse the batches and drop them: Spark tasks, benchmarks) makes
+  `records` a read-only `memoryview` instead of `bytes`: locally over the segment file's pages (`mmap`, no
+  copy at all), remotely over Ray's object store (one copy, not three). Hold it only while parsing.
+- `iter_fetches(handle, offset, end_offset=None, max_bytes=64 MiB, *, node_id=None, prefer_local=True,
+  zero_copy=False, timeout_s=None) -> Iterator[FetchResult]`: for bulk readers of an offset range (a Spark
+  task): the successive fetches from `offset` to `end_offset` (default: the high watermark when it starts),
+  the next one in flight while the caller parses the current one; locally one call locates up to
+  `max_bytes` across up to `MAX_SLICES_PER_LOCATE` segments.
+- `PendingFetch(handle, offset, max_bytes, *, node_id=None, prefer_local=True, zero_copy=False,
+  max_slices=1, max_wait_ms=0, min_bytes=1)`: one fetch started now and finished by `.result(timeout_s)` (or
+  `.results(timeout_s)` for several slices), so one reader can have fetches to many partitions in flight at
+  once (`.ref` is the call in flight, for `ray.wait`); `.node_id` is the partition's node once the actor told
+  it (pass it to the next fetch), `.next_offset` the offset after the answer's last whole batch. With
+  `max_wait_ms` > 0 it is a long poll (Kafka's `fetch.max.wait.ms` / `fetch.min.bytes`): the actor answers
+  once `min_bytes` are there or the wait expired (`actors.server.partition_log`), the locate and the fetch alike; a
+  fetch falling back to the actor after a located read failed does not wait again.
+- `read_file_slice(file_slice, offset, *, zero_copy=False) -> bytes | memoryview | None`: the located bytes,
+  or None when they cannot be trusted (the caller then uses the actor path).
+- `BULK_FETCH_MAX_BYTES` (64 MiB): the `max_bytes` bulk readers should ask for; each call costs 1-3 ms of Ray
+  round trip on a loaded 2-core node, which 1 MiB fetches cannot amortize.
+- `this_node_id() -> str` and `statistics() -> LocalFetchStatistics` (local reads, fallbacks, actor fetches
+  of this process).
+
+Why the local bytes equal the actor's: the slice is computed by `storage.partition.file_slices` step for step like the
+actor's `Log.read`, and names the file by inode. The reader opens the path, checks the inode (a segment deleted
+by retention is missing; one swapped for its compacted copy is another inode), reads exactly `length` bytes,
+and checks they walk as batches whose first one holds `offset`. Any failure falls back to the actor path; an
+opened (or mapped) file stays readable even if it is unlinked afterwards.
+
+A zero-copy view maps only bytes below the file's size at the time of the read; a mapped page that a later
+truncation cuts off would fault (SIGBUS) when touched (see `storage.partition.file_slices`: it does not happen with one
+replica), which is why zero copy is opt-in and the consumer, which keeps records for a while, copies.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from typing import Any
+
+import ray
+
+from actors.calls import call
+from actors.server.partition_log import FetchResult, FileSlices
+from storage.partition.file_slices import FileSlice, offset_after, read_located
+from storage.partition.log import DEFAULT_FETCH_MAX_BYTES
+
+# The max_bytes of bulk reads: a Ray round trip costs 1-3 ms on a loaded 2-core node, mapping 8 MiB from the
+# page cache 0.6 ms; through the actor, 16 MiB fetches ran at 900 MB/s against 180 MB/s at 1 MiB.
+BULK_FETCH_MAX_BYTES = 64 * 1024 * 1024
+# Segments one bulk `locate` may cover (each a slice): with Kafka's 1 GiB segments one suffices; small segments
+# would otherwise cost a round trip each.
+MAX_SLICES_PER_LOCATE = 16
+
+
+@dataclass(frozen=True, slots=True)
+class LocalFetchStatistics:
+    """Fetches made by this process: read locally, located but fallen back to the actor, through the actor."""
+
+    local_reads: int
+    fallbacks: int
+    actor_fetches: int
+
+
+_counts_lock = threading.Lock()
+_counts = {"local_reads": 0, "fallbacks": 0, "actor_fetches": 0}
+
+
+def _count(kind: str) -> None:
+    with _counts_lock:
+        _counts[kind] += 1
+
+
+def statistics() -> LocalFetchStatistics:
+    with _counts_lock:
+        return LocalFetchStatistics(**_counts)
+
+
+def this_node_id() -> str:
+    """The Ray node of this process ("" when Ray is not initialized, which matches no partition)."""
+    return ray.get_runtime_context().get_node_id() if ray.is_initialized() else ""
+
+
+def read_file_slice(file_slice: FileSlice, offset: int, *, zero_copy: bool = False) -> bytes | memoryview | None:
+    """The `length` bytes of the slice (a read-only view of the file's pages with `zero_copy`), if its file is
+    still the located one and they walk as batches from the one holding `offset`; None otherwise (file gone
+    or replaced, shorter than located, torn bytes)."""
+    read = read_located(file_slice, offset, zero_copy=zero_copy)
+    return None if read is None else read[0]
+
+
+class PendingFetch:
+    """One fetch in flight: `locate` when the partition may be on this node, else `fetch`; see the module."""
+
+    def __init__(
+        self,
+        handle: Any,
+        offset: int,
+        max_bytes: int = DEFAULT_FETCH_MAX_BYTES,
+        *,
+        node_id: str | None = None,
+        prefer_local: bool = True,
+        zero_copy: bool = False,
+        max_slices: int = 1,
+        max_wait_ms: int = 0,
+        min_bytes: int = 1,
+    ) -> None:
+        self._handle = handle
+        self._offset = offset
+        self._max_bytes = max_bytes
+        self._zero_copy = zero_copy
+        self.node_id = node_id
+        # The offset after the last whole batch of the answer, once `results` returned it.
+        self.next_offset = offset
+        self._located = prefer_local and (node_id is None or node_id == this_node_id())
+        if self._located:
+            self.ref = handle.locate.remote(offset, max_bytes, max_slices, max_wait_ms, min_bytes)
+        else:
+            self.ref = self._fetch(max_wait_ms, min_bytes)
+
+    def _fetch(self, max_wait_ms: int = 0, min_bytes: int = 1) -> Any:
+        return self._handle.fetch.remote(self._offset, self._max_bytes, self._zero_copy, max_wait_ms, min_bytes)
+
+    def result(self, timeout_s: float | None = None) -> FetchResult:
+        """The fetch's answer; the actor's typed errors are raised as they are (`actors.calls.call`)."""
+        return self.results(timeout_s)[0]
+
+    def results(self, timeout_s: float | None = None) -> list[FetchResult]:
+        """The fetch's answer, then (`max_slices` > 1, read locally) the answers of fetches of the following
+        segments, each from the offset after the one before."""
+        answer = call(self.ref, timeout_s)
+        if not self._located:
+            _count("actor_fetches")
+            return [self._from_actor(answer)]
+        located: FileSlices = answer
+        self.node_id = located.node_id
+        if located.node_id == this_node_id():
+            read = self._read_locally(located)
+            if read:
+                _count("local_reads")
+                return read
+            _count("fallbacks")
+        else:
+            _count("actor_fetches")
+        return [self._from_actor(call(self._fetch(), timeout_s))]
+
+    def _read_locally(self, located: FileSlices) -> list[FetchResult]:
+        """The located slices' answers, up to the first that cannot be trusted (none if the first cannot)."""
+        offsets = (located.high_watermark, located.log_start_offset, located.log_end_offset)
+        if not located.slices:
+            return [FetchResult(b"", *offsets)]
+        results = []
+        for file_slice in located.slices:
+            read = read_located(file_slice, self.next_offset, zero_copy=self._zero_copy)
+            if read is None:
+                break
+            results.append(FetchResult(read[0], *offsets))
+            self.next_offset = read[1]
+        return results
+
+    def _from_actor(self, answer: FetchResult) -> FetchResult:
+        """Out-of-band bytes arrive as a Ray buffer over the object store: handed out as a memoryview."""
+        if self._zero_copy:
+            answer = replace(answer, records=memoryview(answer.records))
+        next_offset = offset_after(answer.records, self._offset)
+        self.next_offset = self._offset if next_offset is None else next_offset
+        return answer
+
+
+def fetch_local_or_remote(
+    handle: Any,
+    offset: int,
+    max_bytes: int = DEFAULT_FETCH_MAX_BYTES,
+    *,
+    node_id: str | None = None,
+    prefer_local: bool = True,
+    zero_copy: bool = False,
+    timeout_s: float | None = None,
+) -> FetchResult:
+    """`handle.fetch.remote(offset, max_bytes)`'s answer, read from the page cache when the partition is on this
+    node; see the module docstring."""
+    pending = PendingFetch(handle, offset, max_bytes, node_id=node_id, prefer_local=prefer_local, zero_copy=zero_copy)
+    return pending.result(timeout_s)
+
+
+def iter_fetches(
+    handle: Any,
+    offset: int,
+    end_offset: int | None = None,
+    max_bytes: int = BULK_FETCH_MAX_BYTES,
+    *,
+    node_id: str | None = None,
+    prefer_local: bool = True,
+    zero_copy: bool = False,
+    timeout_s: float | None = None,
+) -> Iterator[FetchResult]:
+    """The fetches that read the partition from `offset` until `end_offset` (default: the high watermark of the
+    first answer), in order, each from the offset after the last whole batch of the one before; the next call
+    is in flight while the caller handles an answer. Read locally, one call locates up to `max_bytes` over up to
+    `MAX_SLICES_PER_LOCATE` segments. The first answer's first batch may start below `offset` and the last
+    one's batches may reach past `end_offset`, as with any fetch; it stops early at the high watermark."""
+    pending = PendingFetch(
+        handle,
+        offset,
+        max_bytes,
+        node_id=node_id,
+        prefer_local=prefer_local,
+        zero_copy=zero_copy,
+        max_slices=MAX_SLICES_PER_LOCATE,
+    )
+    limit = end_offset
+    while True:
+        results = pending.results(timeout_s)
+        limit = results[0].high_watermark if limit is None else limit
+        next_offset = pending.next_offset
+        more = offset < next_offset < limit
+        if more:
+            pending = PendingFetch(
+                handle,
+                next_offset,
+                max_bytes,
+                node_id=pending.node_id,
+                prefer_local=prefer_local,
+                zero_copy=zero_copy,
+                max_slices=MAX_SLICES_PER_LOCATE,
+            )
+        yield from (result for result in results if len(result.records))
+        if not more:
+            return
+        offset = next_offset
+
+
+__all__ = [
+    "BULK_FETCH_MAX_BYTES",
+    "MAX_SLICES_PER_LOCATE",
+    "LocalFetchStatistics",
+    "PendingFetch",
+    "fetch_local_or_remote",
+    "iter_fetches",
+    "read_file_slice",
+    "statistics",
+    "this_node_id",
+]

@@ -1,0 +1,181 @@
+"""The partition host: one actor process holding several partition logs (`log.partitions.per.process` > 1).
+
+A partition actor costs a whole Python process (~129 MiB RSS, ~61 MiB of its own, ~1 s to start), so one
+actor per partition caps a 24 GiB node near 400 partitions. A host runs one `PartitionLogActor` (the plain
+class, not a Ray actor) per partition it holds, so a partition costs its open files and buffers only. Nothing
+changes on disk: each partition keeps its own `<topic>-<partition>` folder, `.lock` and Kafka's files, and the
+log dir's checkpoints stay the log manager's.
+
+Clients hold a `actors.calls.HostedPartitionHandle`, whose `handle.append.remote(batch)` looks like a partition
+actor's and becomes `host.write.remote(topic, partition, "append", batch)`: each public method of
+`PartitionLogActor` goes to the host method of the concurrency group its `@ray.method` names
+(`partition_method_group`), so a method added there is hosted too. The host keeps a partition actor's guarantees
+with the same three concurrency groups (`actors.options`):
+
+- `write` (the default group, one thread, in call order) runs every write of every partition it holds, so a
+  partition's appends are single-writer and applied in the order each caller sent them. The price: a slow
+  write (an fsync with `flush.messages=1`, opening a big log) delays the other partitions of the same host.
+- `read` (several threads) serves fetches and offset queries, never behind an append. Its threads serve every
+  partition of the host, so the host's partitions share one pool of `LONG_POLL_SLOTS` (2 of the 4 threads) for
+  long-poll fetches (`fetch`/`locate` with `max_wait_ms`): a fetch that finds the pool taken answers at once,
+  and the other threads stay free for the other partitions' reads.
+- `maintain` (one thread) runs retention, flushes and compaction, one partition at a time per host, as a
+  partition actor's single maintenance thread does. A partition's maintenance and its closing exclude each
+  other (a per-partition lock), so a pass never finds the log closed under it (`LogClosedError`).
+
+Errors are the partition log's own typed errors; a partition the host does not hold (deleted, or now in
+another host after its topic was created again) answers `BrokerNotAvailableError`, which clients treat as
+retriable and answer by looking the partition up again; a method of another group or none answers
+`InvalidRequestError`.
+
+Crash behaviour: the host is named, detached and restarted by Ray (`max_restarts=-1`) with the arguments of
+its first start, which name no partition. A restarted host asks `resume` (the log manager) which partitions it
+held and their current settings, and reopens each from disk before serving: the recovery point and log start
+offset come from the log dir's checkpoints and the log is recovered from its recovery point (CRCs checked,
+torn tail cut), so no acknowledged append is lost and no record removed by DeleteRecords comes back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from actors.options import MAINTENANCE_GROUP, READ_GROUP
+from actors.server.partition_log import LONG_POLL_SLOTS, PartitionLogActor
+from storage.errors import BrokerNotAvailableError, InvalidRequestError, RaybrokerError
+from storage.logdir.log_dirs import TopicPartition, checkpointed_offsets
+
+logger = logging.getLogger(__name__)
+
+
+def partition_method_group(method: str) -> str | None:
+    """The concurrency group `PartitionLogActor.<method>` runs in (None: the default group, writes);
+    `InvalidRequestError` unless it is a public method of that class."""
+    function = getattr(PartitionLogActor, method, None) if not method.startswith("_") else None
+    if not callable(function) or isinstance(function, type):
+        raise InvalidRequestError(f"a partition has no method {method!r}")
+    return getattr(function, "__ray_concurrency_group__", None)
+
+
+@dataclass(frozen=True, slots=True)
+class HostedPartitionSpec:
+    """What a restarted host reopens a partition with: its folder and its topic's current settings."""
+
+    topic: str
+    partition: int
+    directory: str
+    config: dict[str, str]
+
+
+class PartitionHostActor:
+    """Several partition logs in one process; see the module docstring."""
+
+    def __init__(
+        self,
+        name: str,
+        cleaner_config: dict[str, str],
+        resume: Callable[[], list[HostedPartitionSpec] | None] | None = None,
+    ) -> None:
+        """`resume`, when given, answers None on a first start and the partitions to reopen after a restart."""
+        self.name = name
+        self._cleaner_config = dict(cleaner_config)
+        # Changed only on the write thread; the read and maintenance threads look entries up (atomic in CPython).
+        self._logs: dict[TopicPartition, PartitionLogActor] = {}
+        self._closing_locks: dict[TopicPartition, threading.Lock] = {}
+        self._long_poll_slots = threading.BoundedSemaphore(LONG_POLL_SLOTS)
+        for spec in (resume() if resume is not None else None) or []:
+            recovery_point, log_start_offset = checkpointed_offsets(Path(spec.directory))
+            self._logs[(spec.topic, spec.partition)] = self._new_log(
+                spec.directory, spec.config, recovery_point, log_start_offset
+            )
+            self._closing_locks[(spec.topic, spec.partition)] = threading.Lock()
+        if self._logs:
+            logger.warning("partition host %s restarted and reopened %d partitions", name, len(self._logs))
+
+    def _new_log(
+        self, directory: str, config: dict[str, str], recovery_point: int, log_start_offset: int
+    ) -> PartitionLogActor:
+        """The plain partition class opens (and recovers) the log; a failure is kept and raised by every call."""
+        return PartitionLogActor(
+            directory,
+            config,
+            recovery_point,
+            log_start_offset,
+            self._cleaner_config,
+            long_poll_slots=self._long_poll_slots,
+        )
+
+    # --- placement (write thread) ----------------------------------------------------------------
+
+    def open_partition(
+        self,
+        topic: str,
+        partition: int,
+        directory: str,
+        config: dict[str, str],
+        recovery_point: int = 0,
+        log_start_offset: int = 0,
+    ) -> int:
+        """Opens the partition's log here unless the host holds it already (idempotent); returns its log end
+        offset, or raises why it did not open (as a partition actor's `ready` does)."""
+        log = self._logs.get((topic, partition))
+        if log is None:
+            self._closing_locks.setdefault((topic, partition), threading.Lock())
+            log = self._logs[(topic, partition)] = self._new_log(directory, config, recovery_point, log_start_offset)
+        return log.ready()
+
+    def remove_partition(self, topic: str, partition: int) -> bool:
+        """Closes the partition's log (if still open) and forgets it; False if it was not held here."""
+        log = self._logs.pop((topic, partition), None)
+        if log is None:
+            return False
+        # A log that failed to open, or is closed already, has nothing left to close.
+        with self._closing_locks.pop((topic, partition)), contextlib.suppress(RaybrokerError):
+            log.close()
+        return True
+
+    # --- partition calls, one method per concurrency group ---------------------------------------
+
+    def write(self, topic: str, partition: int, method: str, *args: Any, **kwargs: Any) -> Any:
+        """A method of the default group (writes, `ready`), on the host's single write thread."""
+        if method == "close":
+            with self._closing_locks.get((topic, partition)) or contextlib.nullcontext():
+                return self._call(None, topic, partition, method, args, kwargs)
+        return self._call(None, topic, partition, method, args, kwargs)
+
+    @ray.method(concurrency_group=READ_GROUP)
+    def read(self, topic: str, partition: int, method: str, *args: Any, **kwargs: Any) -> Any:
+        """A method of the read group (fetches, offsets, state), beside the writes."""
+        return self._call(READ_GROUP, topic, partition, method, args, kwargs)
+
+    @ray.method(concurrency_group=MAINTENANCE_GROUP)
+    def maintain(self, topic: str, partition: int, method: str, *args: Any, **kwargs: Any) -> Any:
+        """A method of the maintenance group (retention, flushes, compaction), never while the log closes."""
+        with self._closing_locks.get((topic, partition)) or contextlib.nullcontext():
+            return self._call(MAINTENANCE_GROUP, topic, partition, method, args, kwargs)
+
+    def _call(
+        self, group: str | None, topic: str, partition: int, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        if not isinstance(method, str) or partition_method_group(method) != group:
+            raise InvalidRequestError(f"{method!r} is not a partition method of concurrency group {group or 'default'}")
+        log = self._logs.get((topic, partition))
+        if log is None:
+            raise BrokerNotAvailableError(f"partition {topic}-{partition} is not hosted by {self.name}")
+        return getattr(log, method)(*args, **kwargs)
+
+    @ray.method(concurrency_group=READ_GROUP)
+    def partitions(self) -> list[TopicPartition]:
+        """The partitions this host holds (the log manager asks after its own restart)."""
+        return sorted(self._logs.copy())
+
+    @ray.method(concurrency_group=READ_GROUP)
+    def ping(self) -> str:
+        return self.name

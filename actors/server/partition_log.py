@@ -1,0 +1,426 @@
+"""The partition actor: one per partition, owning its `<topic>-<partition>` folder through `storage.Log`.
+
+A thin wrapper: every method delegates to the storage log and returns plain values (bytes, ints,
+frozen dataclasses), never lists of Python record objects. Batches travel as Kafka's wire bytes.
+
+Crash behaviour: the log runs in standalone mode, so it holds `<folder>/.lock` while open. When Ray
+restarts a killed actor, `__init__` runs again with the same arguments, finds the stale lock, and
+recovers the log from its recovery point (batch CRCs checked, torn tail cut off) before serving;
+every acknowledged append was written before it was acknowledged, so none is lost. Those arguments
+are the ones of the first start, so a restarted actor asks `resume` for a `ResumePoint` before the log
+opens: the topic's current settings and the log dir's checkpointed recovery point and log start offset.
+Without it, a config altered since the first start would be lost with the process, and records removed
+by DeleteRecords or retention (log start above the first segment's base) would come back.
+
+Long-poll fetches (Kafka's `fetch.max.wait.ms` / `fetch.min.bytes`): `fetch` and `locate` given `max_wait_ms`
+> 0 answer at once when at least `min_bytes` are there, else wait for an append (a `threading.Condition`
+that every append, DeleteRecords and close notify, apart from the log's own lock, so appends never wait for
+readers) and look again, until `min_bytes` are there or `max_wait_ms` expired. A waiting fetch holds one of
+the `READ_THREADS` (4) read threads, so at most `LONG_POLL_SLOTS` (2) fetches wait at once per actor (per
+host for a partition host, whose read threads serve all its partitions); a fetch that finds every slot taken
+answers at once, as with `max_wait_ms=0`. The other 2 threads always remain for offsets, states and fetches
+with data, so long polls never starve another partition's reads.
+
+A log that fails to open (an I/O error, a folder locked by another process) leaves the actor alive
+but failed: `ready` and every other call raise that typed error, so the log manager can tell a
+failing disk (`KafkaStorageError`, the dir goes offline) from any other cause. Ray would only report
+"the actor died in its creation task" and lose the error's type. After `close` (topic deletion, broker
+shutdown, or a user holding the raw handle) every call but `close` raises `BrokerNotAvailableError`:
+a closed log is not a failing disk, and must not take its dir offline.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+import ray
+
+from actors.options import MAINTENANCE_GROUP, NAMESPACE, READ_GROUP, READ_THREADS, log_manager_name
+from storage.compaction.cleaner import Cleaner, CleanResult
+from storage.compaction.cleaner_manager import log_to_clean
+from storage.config.cleaner_config import CleanerConfig
+from storage.config.log_config import LogConfig
+from storage.errors import (
+    BrokerNotAvailableError,
+    InvalidConfigError,
+    InvalidRequestError,
+    KafkaStorageError,
+    RaybrokerError,
+)
+from storage.partition.file_slices import FileSlice, locate_file_slices, read_located
+from storage.partition.log import DEFAULT_FETCH_MAX_BYTES, Log, LogAppendInfo
+from storage.records.file_records import TimestampAndOffset
+
+# Long-poll fetches waiting at once per actor (or per partition host): half the read threads, so offsets,
+# states and fetches that find data always have a thread (see the module docstring).
+LONG_POLL_SLOTS = READ_THREADS // 2
+_Answer = TypeVar("_Answer", "FetchResult", "FileSlices")
+
+
+@dataclass(frozen=True, slots=True)
+class FetchResult:
+    """A fetch answer: the batch bytes plus the partition's offsets at the time of the read. `records` is
+    `bytes`, or with `fetch(..., zero_copy=True)` a buffer (`actors.clients.local_fetch` hands out a memoryview)."""
+
+    records: bytes | memoryview | pickle.PickleBuffer
+    high_watermark: int
+    log_start_offset: int
+    log_end_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class FileSlices:
+    """Where a fetch's bytes lie on the partition's node (`storage.partition.file_slices`), for a reader on that node to
+    read them itself; `slices` empty when the fetch is empty. Offsets as in `FetchResult`."""
+
+    slices: tuple[FileSlice, ...]
+    high_watermark: int
+    log_start_offset: int
+    log_end_offset: int
+    node_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class CleanableRange:
+    """How dirty a compacted partition is: what the cleaner compares to pick the filthiest log."""
+
+    first_dirty_offset: int
+    first_uncleanable_offset: int
+    dirty_ratio: float
+    cleanable_bytes: int
+    needs_compaction_now: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ResumePoint:
+    """What a restarted actor opens its log with instead of its first start's arguments; offsets only
+    raise those arguments, `config` None keeps the first start's."""
+
+    config: dict[str, str] | None
+    recovery_point: int
+    log_start_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionState:
+    """What the log manager checkpoints and describes for one partition."""
+
+    directory: str
+    log_start_offset: int
+    log_end_offset: int
+    high_watermark: int
+    recovery_point: int
+    first_segment_base: int
+    size_bytes: int
+    segments: int
+    pid: int
+
+
+class PartitionLogActor:
+    """One partition log; see the module docstring. Writes run on one thread, reads on several."""
+
+    def __init__(
+        self,
+        directory: str,
+        config: dict[str, str],
+        recovery_point: int = 0,
+        log_start_offset: int = 0,
+        cleaner_config: dict[str, str] | None = None,
+        resume: Callable[[], ResumePoint | None] | None = None,
+        long_poll_slots: threading.Semaphore | None = None,
+    ) -> None:
+        """`resume`, when given, answers None on a first start and a `ResumePoint` after a restart;
+        `long_poll_slots` (a partition host's, shared by its partitions) bounds the fetches waiting at once,
+        default `LONG_POLL_SLOTS` of this actor's own."""
+        self._long_poll_slots = long_poll_slots or threading.BoundedSemaphore(LONG_POLL_SLOTS)
+        # Counts the changes a waiting fetch must look at (appends, DeleteRecords, close), under its own lock.
+        self._changes = threading.Condition()
+        self._change_count = 0
+        # Why this actor serves no calls: its log failed to open, or is closed.
+        self._unavailable: RaybrokerError | None = None
+        self._closed_state: PartitionState | None = None
+        try:
+            resumed = resume() if resume is not None else None
+            if resumed is not None:
+                config = config if resumed.config is None else resumed.config
+                recovery_point = max(recovery_point, resumed.recovery_point)
+                log_start_offset = max(log_start_offset, resumed.log_start_offset)
+            self._opened_log = Log.open(
+                Path(directory),
+                LogConfig.from_properties(config),
+                recovery_point=recovery_point,
+                log_start_offset=log_start_offset,
+            )
+            self._cleaner = Cleaner(CleanerConfig.from_properties(cleaner_config or {}), self._opened_log.clock)
+        except RaybrokerError as exc:
+            self._unavailable = exc
+
+    @property
+    def _log(self) -> Log:
+        """The open log; raises why there is none (it failed to open, or is closed)."""
+        if self._unavailable is not None:
+            raise self._unavailable
+        return self._opened_log
+
+    def ready(self) -> int:
+        """Answers once the log is open (and recovered); returns the log end offset."""
+        return self._log.log_end_offset
+
+    # --- writes (default group: one thread, in call order) ---------------------------------------
+
+    def append(self, batches: bytes) -> LogAppendInfo:
+        """Appends client batches (Kafka wire bytes, baseOffset 0); returns the assigned offsets. An I/O error
+        is reported to the node's log manager, which takes the whole log dir offline (Kafka's
+        LogDirFailureChannel), then raised to the caller as `KafkaStorageError`."""
+        log = self._log
+        try:
+            info = log.append(batches)
+        except KafkaStorageError as exc:
+            _report_log_dir_failure(log.directory.parent, exc)
+            raise
+        self._notify_fetchers()
+        return info
+
+    def _notify_fetchers(self) -> None:
+        """Wakes the waiting fetches: the high watermark, log start or availability changed."""
+        with self._changes:
+            self._change_count += 1
+            self._changes.notify_all()
+
+    def go_offline(self, reason: str) -> None:
+        """Its log dir failed (Kafka's handleLogDirFailure): the files are closed without a flush and every call
+        but `close` raises `KafkaStorageError` from now on; the next broker start recovers the log."""
+        if self._unavailable is None:
+            self._unavailable = KafkaStorageError(f"log dir is offline: {reason}", path=self._opened_log.directory)
+            self._opened_log.close_without_marker()
+            self._notify_fetchers()
+
+    def delete_records(self, offset: int) -> int:
+        """Kafka's DeleteRecords; returns the new log start offset."""
+        log_start_offset = self._log.delete_records(offset)
+        self._notify_fetchers()
+        return log_start_offset
+
+    def update_config(self, config: dict[str, str]) -> None:
+        if not isinstance(config, Mapping):
+            raise InvalidConfigError(f"a topic config must be a mapping, not {type(config).__name__}")
+        self._log.update_config(LogConfig.from_properties(config))
+
+    def close(self) -> PartitionState:
+        """Clean shutdown of the log (flush, trim, markers); returns its final state, again if called again."""
+        if self._closed_state is None:
+            self._log.close()
+            self._closed_state = self._state()
+            self._unavailable = BrokerNotAvailableError(f"the log of {self._opened_log.directory} is closed")
+            self._notify_fetchers()
+        return self._closed_state
+
+    # --- reads (read group: concurrent, never behind an append) ----------------------------------
+
+    @ray.method(concurrency_group=READ_GROUP)
+    def read(self, offset: int, max_bytes: int = DEFAULT_FETCH_MAX_BYTES) -> bytes:
+        """Kafka fetch bytes from `offset` (whole batches, up to the high watermark)."""
+        return self._log.read(offset, _checked_max_bytes(max_bytes), isolation="high_watermark").records
+
+    @ray.method(concurrency_group=READ_GROUP)
+    def fetch(
+        self,
+        offset: int,
+        max_bytes: int = DEFAULT_FETCH_MAX_BYTES,
+        zero_copy: bool = False,
+        max_wait_ms: int = 0,
+        min_bytes: int = 1,
+    ) -> FetchResult:
+        """`read` plus the offsets a consumer needs to know where the end is; with `max_wait_ms` > 0 a long poll
+        that waits up to that long for `min_bytes` (see the module docstring).
+
+        With `zero_copy` the bytes are mapped from the page cache (`storage.partition.file_slices`) rather than read
+        into
+        a new `bytes`, and travel out of band (`pickle.PickleBuffer`): Ray copies them into its object store
+        once and the caller reads them there in place, as a read-only buffer. 16 MiB fetches ran 5x faster
+        out of band (181 -> 900 MB/s on 2 cores); a 64 MiB `pread` into fresh memory runs near 700 MB/s.
+        """
+        checked_max_bytes = _checked_max_bytes(max_bytes)
+        result = self._long_poll(
+            lambda: self._fetch_now(offset, checked_max_bytes, zero_copy),
+            lambda answer: len(answer.records),
+            max_wait_ms,
+            min_bytes,
+        )
+        if zero_copy:
+            return FetchResult(
+                pickle.PickleBuffer(result.records),
+                result.high_watermark,
+                result.log_start_offset,
+                result.log_end_offset,
+            )
+        return result
+
+    def _fetch_now(self, offset: int, max_bytes: int, zero_copy: bool) -> FetchResult:
+        records: bytes | memoryview | None = None
+        if zero_copy:
+            located = locate_file_slices(self._log, offset, max_bytes)
+            read = read_located(located[0], offset, zero_copy=True) if located else (b"", offset)
+            records = None if read is None else read[0]
+        if records is None:
+            records = self._log.read(offset, max_bytes, isolation="high_watermark").records
+        return FetchResult(records, self._log.high_watermark, self._log.log_start_offset, self._log.log_end_offset)
+
+    @ray.method(concurrency_group=READ_GROUP)
+    def locate(
+        self,
+        offset: int,
+        max_bytes: int = DEFAULT_FETCH_MAX_BYTES,
+        max_slices: int = 1,
+        max_wait_ms: int = 0,
+        min_bytes: int = 1,
+    ) -> FileSlices:
+        """Where the bytes `fetch(offset, max_bytes)` would return lie on disk, and with `max_slices` > 1 those
+        of the following segments too, `max_bytes` in all (see `actors.clients.local_fetch`); a long poll as `fetch`'s
+        with `max_wait_ms` > 0."""
+        checked_max_bytes = _checked_max_bytes(max_bytes)
+
+        def located() -> FileSlices:
+            found = locate_file_slices(self._log, offset, checked_max_bytes, max_slices)
+            return FileSlices(
+                found, self._log.high_watermark, self._log.log_start_offset, self._log.log_end_offset, _node_id()
+            )
+
+        return self._long_poll(
+            located, lambda answer: sum(file_slice.length for file_slice in answer.slices), max_wait_ms, min_bytes
+        )
+
+    def _long_poll(
+        self, answer: Callable[[], _Answer], size: Callable[[_Answer], int], max_wait_ms: int, min_bytes: int
+    ) -> _Answer:
+        """`answer()` once at least `min_bytes` (by `size`) are there or `max_wait_ms` expired, looking again
+        after each change the writer notifies; at once without a free long-poll slot. Errors (offset out of
+        range, a closed log) are raised by `answer` as they come."""
+        for name, value in (("max_wait_ms", max_wait_ms), ("min_bytes", min_bytes)):
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise InvalidRequestError(f"{name} must be an int, not {type(value).__name__}")
+        deadline = time.monotonic() + max_wait_ms / 1000
+        # Read before answering: an append between the answer and the wait is then seen, not slept through.
+        seen = self._change_count
+        result = answer()
+        if max_wait_ms <= 0 or size(result) >= min_bytes or not self._long_poll_slots.acquire(blocking=False):
+            return result
+        try:
+            while True:
+                with self._changes:
+                    while self._change_count == seen:
+                        remaining_s = deadline - time.monotonic()
+                        if remaining_s <= 0:
+                            return result
+                        self._changes.wait(remaining_s)
+                    seen = self._change_count
+                result = answer()
+                if size(result) >= min_bytes or time.monotonic() >= deadline:
+                    return result
+        finally:
+            self._long_poll_slots.release()
+
+    @ray.method(concurrency_group=READ_GROUP)
+    def list_offset(self, timestamp: int) -> TimestampAndOffset | None:
+        """Kafka's ListOffsets: a timestamp, or -2 earliest, -1 latest, -3 max timestamp."""
+        return self._log.fetch_offset_by_timestamp(timestamp)
+
+    @ray.method(concurrency_group=READ_GROUP)
+    def offsets(self) -> tuple[int, int, int]:
+        """(log start offset, high watermark, log end offset)."""
+        return self._log.log_start_offset, self._log.high_watermark, self._log.log_end_offset
+
+    @ray.method(concurrency_group=READ_GROUP)
+    def state(self) -> PartitionState:
+        return self._state()
+
+    def _state(self) -> PartitionState:
+        segments = self._log.log_segments()
+        return PartitionState(
+            str(self._log.directory),
+            self._log.log_start_offset,
+            self._log.log_end_offset,
+            self._log.high_watermark,
+            self._log.recovery_point,
+            segments[0].base_offset,
+            self._log.size_in_bytes,
+            len(segments),
+            os.getpid(),
+        )
+
+    # --- maintenance (one thread beside the writer) ----------------------------------------------
+
+    @ray.method(concurrency_group=MAINTENANCE_GROUP)
+    def delete_old_segments(self) -> int:
+        """One retention pass; returns the number of segments deleted."""
+        return self._log.delete_old_segments()
+
+    @ray.method(concurrency_group=MAINTENANCE_GROUP)
+    def delete_due_files(self) -> int:
+        return self._log.delete_due_files()
+
+    @ray.method(concurrency_group=MAINTENANCE_GROUP)
+    def flush_if_due(self) -> bool:
+        """fsync when the last flush is older than `flush.ms`; returns whether it flushed."""
+        if self._log.clock.milliseconds() - self._log.last_flush_ms < self._log.config.flush_ms:
+            return False
+        self._log.flush()
+        return True
+
+    @ray.method(concurrency_group=MAINTENANCE_GROUP)
+    def cleanable(self, checkpointed_first_dirty: int | None) -> CleanableRange | None:
+        """This log's cleanable range if it qualifies for compaction now, else None."""
+        if not self._log.config.compact:
+            return None
+        ltc = log_to_clean(("", 0), self._log, checkpointed_first_dirty, self._log.clock.milliseconds())
+        if ltc is None:
+            return None
+        return CleanableRange(
+            ltc.first_dirty_offset,
+            ltc.first_uncleanable_offset,
+            ltc.dirty_ratio,
+            ltc.cleanable_bytes,
+            ltc.needs_compaction_now,
+        )
+
+    @ray.method(concurrency_group=MAINTENANCE_GROUP)
+    def clean(self, first_dirty_offset: int, first_uncleanable_offset: int | None = None) -> CleanResult:
+        """One compaction pass; its `end_offset` is where the next pass starts. Retention follows for
+        `compact,delete` logs, as after a Kafka cleaner pass."""
+        for offset in (first_dirty_offset, first_uncleanable_offset):
+            if offset is not None and (not isinstance(offset, int) or isinstance(offset, bool)):
+                raise InvalidRequestError(f"cleaning offsets must be ints, not {type(offset).__name__}")
+        result = self._cleaner.clean(self._log, first_dirty_offset, first_uncleanable_offset)
+        if self._log.config.delete:
+            self._log.delete_old_segments()
+        return result
+
+
+def _report_log_dir_failure(directory: Path, error: KafkaStorageError) -> None:
+    """Tells this node's log manager (without waiting: it calls back `go_offline`) that `directory` failed."""
+    node = _node_id()
+    try:
+        manager = ray.get_actor(log_manager_name(node), namespace=NAMESPACE) if node else None
+    except ValueError:
+        manager = None
+    if manager is not None:
+        manager.log_dir_failed.remote(str(directory), str(error))
+
+
+def _node_id() -> str:
+    """The Ray node this actor runs on ("" for the plain class outside Ray, as in unit tests)."""
+    return ray.get_runtime_context().get_node_id() if ray.is_initialized() else ""
+
+
+def _checked_max_bytes(max_bytes: object) -> int:
+    """Client arguments arrive untyped through Ray: a non-int size is refused, not compared."""
+    if not isinstance(max_bytes, int) or isinstance(max_bytes, bool):
+        raise InvalidRequestError(f"max_bytes must be an int, not {type(max_bytes).__name__}")
+    return max_bytes

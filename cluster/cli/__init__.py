@@ -1,0 +1,1 @@
+"""The `raybroker` command line, modelled on Apache Kafka's command-line tools."""

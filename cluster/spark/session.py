@@ -1,0 +1,223 @@
+"""A Spark session on the Ray cluster (RayDP), set up as shared/spec/spark-bridge.md measured it on this machine.
+
+`get_spark()` starts the session once per process (later calls return the same one) and `stop_spark()` stops it
+(`raydp.stop_spark()`, then Ray itself if `get_spark` had to start an embedded Ray). The settings and why:
+
+| setting                                            | value                      | why (spark-bridge.md)           |
+|----------------------------------------------------|----------------------------|---------------------------------|
+| executors x cores                                  | 1 x 2                      | an executor is a JVM actor      |
+| `spark.{driver,executor}.extraJavaOptions`,        | `--add-opens` for 14 JDK   | Ray's Java serialiser needs     |
+| `spark.ray.raydp_app_master.extraJavaOptions`      | packages, all three JVMs   | reflection on JDK 17 (§1)       |
+| `spark.sql.shuffle.partitions`                     | executors x cores (2)      | 200 cost +1.2 s a shuffle (§2)  |
+| `spark.sql.execution.arrow.pyspark.enabled`        | true                       | pandas paths 2-10x faster (§1)  |
+| `spark.ui.enabled`, `spark.ui.showConsoleProgress` | false                      | no web UI, no progress bars     |
+| `spark.log4j.config.file.name`                     | configs/log4j2-quiet...    | JVM logs at ERROR, by path (§2) |
+
+Environment before Ray starts: `RAY_LOG_TO_DRIVER=0` (§4 G1: with log forwarding on, Spark's Python workers fed
+their own output back until a worker log reached 213 MB in a minute), `RAY_BACKEND_LOG_LEVEL=error`, and
+`PYSPARK_PYTHON`/`PYSPARK_DRIVER_PYTHON` set to this interpreter (workers must import this project).
+
+The first Python job of a new session waits 5.4-6.3 s for Spark's Python workers to start; a warm-up job at
+start-up pays that once, attaches every worker to Ray (`attach_worker_to_ray`), which the read tasks of
+`cluster.spark.kafka_source` need, and imports the read path there.
+
+Spark's Python workers attach to Ray by the GCS address the driver passes down, never by `auto`: `auto` reads
+`/tmp/ray/ray_current_cluster`, which names the last cluster `ray start` made on the machine, not necessarily
+the one this session runs on.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import sys
+import warnings
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from storage.errors import RaybrokerError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import SparkSession
+
+QUIET_LOG4J_PATH = Path(__file__).resolve().parents[1] / "configs" / "log4j2-quiet.properties"
+APP_NAME = "raybroker"
+NAMESPACE = "raybroker"
+NUM_EXECUTORS = 1
+EXECUTOR_CORES = 2
+EXECUTOR_MEMORY = "2G"
+# JDK packages Ray's and Spark's Java code reach into reflectively (the list raydp's own examples pass).
+JDK_OPENED_PACKAGES = (
+    "java.lang",
+    "java.lang.invoke",
+    "java.io",
+    "java.net",
+    "java.nio",
+    "java.math",
+    "java.text",
+    "java.util",
+    "java.util.concurrent",
+    "java.util.concurrent.atomic",
+    "sun.nio.ch",
+    "sun.nio.cs",
+    "sun.security.action",
+    "sun.util.calendar",
+)
+JDK17_JAVA_OPTIONS = " ".join(
+    ["-XX:+IgnoreUnrecognizedVMOptions"]
+    + [f"--add-opens=java.base/{package}=ALL-UNNAMED" for package in JDK_OPENED_PACKAGES]
+)
+QUIET_LOGGERS = ("ray", "ray.data", "raydp", "py4j")
+# How a worker's traceback names one of raybroker's errors: `storage.errors.OffsetOutOfRangeError: message`.
+_TYPED_ERROR_LINE = re.compile(r"^storage\.errors\.(\w+): (.*)$")
+
+_session: SparkSession | None = None
+_started_ray = False
+
+
+def session_configs(
+    executor_cores: int = EXECUTOR_CORES, num_executors: int = NUM_EXECUTORS, extra: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """The Spark configs of the table above; `extra` entries win."""
+    configs = {
+        "spark.sql.shuffle.partitions": str(executor_cores * num_executors),
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.log4j.config.file.name": str(QUIET_LOG4J_PATH),
+        "spark.driver.extraJavaOptions": JDK17_JAVA_OPTIONS,
+        "spark.executor.extraJavaOptions": JDK17_JAVA_OPTIONS,
+        "spark.ray.raydp_app_master.extraJavaOptions": JDK17_JAVA_OPTIONS,
+    }
+    configs.update(extra or {})
+    return configs
+
+
+def _quiet_python() -> None:
+    os.environ["RAY_LOG_TO_DRIVER"] = "0"
+    os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "error")
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.ERROR)
+    # pyspark 3.5 compares versions with distutils' LooseVersion on every Arrow call, and raydp reads
+    # DataFrame.sql_ctx; both warn on every use.
+    warnings.filterwarnings("ignore", message="distutils Version classes are deprecated", category=DeprecationWarning)
+    warnings.filterwarnings("ignore", message="DataFrame.sql_ctx is an internal property")
+
+
+def get_spark(
+    *,
+    address: str | None = None,
+    app_name: str = APP_NAME,
+    num_executors: int = NUM_EXECUTORS,
+    executor_cores: int = EXECUTOR_CORES,
+    executor_memory: str = EXECUTOR_MEMORY,
+    configs: Mapping[str, str] | None = None,
+    warm_up: bool = True,
+) -> SparkSession:
+    """The process's RayDP Spark session, started on first use (see the module docstring).
+
+    Ray is attached first (`cluster.runtime.ensure_ray(address)`: an explicit address, `RAY_ADDRESS`, or an
+    embedded Ray that `stop_spark` shuts down again). Later calls return the running session and ignore the
+    sizing arguments.
+    """
+    global _session, _started_ray
+    running = active_session()
+    if running is not None:
+        return running
+    _quiet_python()
+    from cluster.runtime import ensure_ray
+
+    _started_ray = ensure_ray(address) or _started_ray
+    import raydp
+
+    spark = raydp.init_spark(
+        app_name,
+        num_executors=num_executors,
+        executor_cores=executor_cores,
+        executor_memory=executor_memory,
+        configs=session_configs(executor_cores, num_executors, configs),
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    _session = spark
+    if warm_up:
+        warm_up_workers(spark, executor_cores * num_executors)
+    return spark
+
+
+def active_session() -> SparkSession | None:
+    """The session `get_spark` started, if it is still running."""
+    if _session is not None and _session.sparkContext._jsc is not None:
+        return _session
+    return None
+
+
+def stop_spark() -> None:
+    """Stops the session (`raydp.stop_spark()`) and the embedded Ray `get_spark` started, if any. Idempotent."""
+    global _session, _started_ray
+    import raydp
+
+    try:
+        raydp.stop_spark()
+    finally:
+        _session = None
+        if _started_ray:
+            import ray
+
+            ray.shutdown()
+            _started_ray = False
+
+
+def gcs_address() -> str:
+    """The GCS address of the Ray cluster this driver is attached to (what Spark's workers attach to)."""
+    import ray
+
+    return ray.get_runtime_context().gcs_address
+
+
+def attach_worker_to_ray(address: str) -> None:
+    """Attaches this Spark Python worker to Ray once (workers are reused across tasks: later calls are free).
+
+    Log forwarding stays off: this process's stderr is the executor's, which Ray would publish back (G1).
+    """
+    import ray
+
+    if ray.is_initialized():
+        return
+    os.environ["RAY_LOG_TO_DRIVER"] = "0"
+    ray.init(address=address, namespace=NAMESPACE, log_to_driver=False, logging_level=logging.ERROR)
+
+
+def _warm_up_task(address: str, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    attach_worker_to_ray(address)
+    # The read path's imports (numpy, the storage decoders, msgpack), paid here instead of by the first read.
+    import cluster.spark.kafka_source
+    import cluster.spark.value_formats  # noqa: F401
+
+    yield from batches
+
+
+def warm_up_workers(spark: SparkSession, tasks: int) -> None:
+    """Runs `tasks` tiny Python tasks at once, so that every Python worker slot starts and attaches to Ray now."""
+    from functools import partial
+
+    spark.range(0, tasks, 1, tasks).mapInArrow(partial(_warm_up_task, gcs_address()), "id long").collect()
+
+
+def typed_spark_error(exc: BaseException) -> RaybrokerError | None:
+    """The raybroker error behind a failed Spark job, if one is: a read task's `OffsetOutOfRangeError` reaches the
+    driver only as text inside Spark's `PythonException`; this rebuilds it (message only) from that text."""
+    import storage.errors
+
+    for line in reversed(str(exc).splitlines()):
+        match = _TYPED_ERROR_LINE.match(line.strip())
+        if match is None:
+            continue
+        error_type = getattr(storage.errors, match.group(1), None)
+        if isinstance(error_type, type) and issubclass(error_type, RaybrokerError):
+            return error_type(match.group(2))
+    return None

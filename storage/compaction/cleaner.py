@@ -1,0 +1,795 @@
+"""Log compaction, the algorithm (Kafka's `Cleaner`): keep the latest record per key, offsets unchanged.
+
+One pass over a log with cleaner checkpoint `first_dirty_offset`:
+
+1. Pre-scan (batch headers; control batches decoded) of every segment up to the log end: which
+   transactional data belongs to aborted transactions (for each producer id, the transactional data
+   batches between its previous marker and an ABORT marker), the first offset of any still-open
+   transaction, and each producer's last batch. Kafka reads this from `.txnindex` files and producer
+   snapshots, which this storage layer does not keep; the scan costs one read of the batch headers.
+2. `first_uncleanable_offset` = min(high watermark, first open transaction, active segment base, base of
+   the first dirty non-active segment whose largest timestamp > now - `min.compaction.lag.ms`), rounded
+   down to its segment's base. The active segment and records younger than the lag are never touched.
+3. Offset map over [first_dirty, first_uncleanable): key -> latest offset (`offset_map.SkimpyOffsetMap`).
+   Aborted data is not mapped. If the map fills, the pass ends at `map.latest_offset + 1` and the next
+   pass continues from there; otherwise it ends at `first_uncleanable_offset`.
+4. Segments below the end offset are grouped (`group_segments_by_size`: total `.log` <= segment.bytes,
+   each index total <= segment.index.bytes, offset span <= 2**31 - 1) and each group is rewritten into
+   ONE segment named after the group's first base offset with the `.cleaned` suffix, then swapped in.
+
+What a rewritten segment holds, batch by batch (Kafka's `MemoryRecords.filterTo` rules):
+
+- A record is kept if its offset is past the map's latest offset, or it has a key, its offset is >= the
+  map's offset for that key, and it has a value or its batch's delete horizon has not passed. Records
+  without a key are dropped (counted as invalid). Data of aborted transactions is dropped whatever its key.
+- Offsets never change: a kept batch keeps its base offset, last offset (even when its last record goes),
+  producer id/epoch, base sequence, leader epoch and flags. A batch that keeps every record and needs no
+  new horizon is copied byte for byte; otherwise it is rebuilt, record offset deltas preserved, and
+  recompressed with its own codec.
+- Tombstones (v2): the first cleaning that copies a batch holding a tombstone, or a transaction marker
+  whose transaction has no data left, sets attribute bit 6 and baseTimestamp = now + delete.retention.ms
+  (the delete horizon); later cleanings drop the tombstones, and the marker, once now >= horizon.
+- Transaction markers: a COMMIT/ABORT marker stays while any data batch of its transaction was seen in
+  this pass; after that it gets a horizon and goes when the horizon passes.
+- A batch emptied by cleaning is dropped, unless it is the last batch of a producer that is still active
+  (last write within `producer.id.expiration.ms`, Kafka's 1-day default): then its 61-byte header is kept
+  with no records, so the producer's last sequence and epoch survive.
+- Legacy (magic 0/1) entries cannot be rewritten here (raybroker writes only magic 2): an entry is dropped
+  whole when every record in it is superseded by a later offset of its key (or has no key), and copied
+  byte for byte otherwise. Their tombstones therefore stay until superseded (Kafka's segment-mtime rule
+  for legacy tombstones is not implemented).
+
+Swap and crash safety: the `.cleaned` segment is fsynced, its indexes trimmed, and its `.log` mtime set to
+the last source segment's mtime (time retention sees the same age), then `Log.replace_segments` renames
+`.cleaned` -> `.swap`, old segments -> `.deleted`, `.swap` -> final. A crash at any step is resolved by the
+log loader (spec §2.13): leftover `.cleaned` files are deleted, `.swap` files complete the swap.
+
+Threads: sealed segments are read without the log lock. The lock is taken only to swap, after checking
+that every segment the pass read is still in the log, unchanged in size, and that the active segment was
+not truncated back into the cleaned range; otherwise the group's `.cleaned` files are deleted and the
+pass ends with `aborted=True` (nothing to checkpoint). Truncation that later re-appends the same sizes
+cannot be detected this way: a caller that truncates logs must not do so while a pass runs on that log.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import crc32c
+
+from storage import file_names
+from storage.clock import Clock
+from storage.compaction.offset_map import SkimpyOffsetMap
+from storage.config.cleaner_config import CleanerConfig
+from storage.errors import CorruptRecordError, KafkaStorageError, OffsetOutOfRangeError
+from storage.partition.log_loader import new_segment
+from storage.records.compression import CompressionType
+from storage.records.file_records import AnyBatch
+from storage.records.legacy_records import LegacyRecord
+from storage.records.record_batch import (
+    ATTRIBUTES_OFFSET,
+    CRC_OFFSET,
+    LAST_OFFSET_DELTA_OFFSET,
+    ControlRecordType,
+    Record,
+    RecordBatch,
+    RecordBatchBuilder,
+    encode_attributes,
+    encode_batch,
+)
+from storage.segment.log_segment import MAX_RELATIVE_OFFSET, LogSegment
+
+if TYPE_CHECKING:
+    from storage.partition.log import Log
+
+logger = logging.getLogger(__name__)
+
+# Kafka's producer.id.expiration.ms default: a producer idle this long is forgotten, so its last batch no
+# longer has to survive compaction.
+PRODUCER_ID_EXPIRATION_MS = 86_400_000
+# Kafka's Throttler measures the rate over windows of at least 300 ms.
+THROTTLE_CHECK_INTERVAL_MS = 300
+_INT32 = struct.Struct(">i")
+_UINT32 = struct.Struct(">I")
+
+
+# --- grouping ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentSizes:
+    """What grouping needs to know about a segment."""
+
+    base_offset: int
+    log_bytes: int
+    offset_index_bytes: int
+    time_index_bytes: int
+
+
+def group_segments_by_size(
+    segments: Sequence[SegmentSizes], max_log_bytes: int, max_index_bytes: int, first_uncleanable_offset: int
+) -> list[list[SegmentSizes]]:
+    """Consecutive segments grouped so each group fits one segment (Kafka's `groupSegmentsBySize`).
+
+    A group grows while its total `.log` bytes stay <= `max_log_bytes`, its offset-index and time-index
+    totals each stay <= `max_index_bytes`, and its offsets still fit 32 bits relative to its first base:
+    the last offset of a candidate is estimated by the next segment's base - 1, or
+    `first_uncleanable_offset - 1` for the last one. A segment alone always forms a group.
+    """
+    groups: list[list[SegmentSizes]] = []
+    index = 0
+    while index < len(segments):
+        group = [segments[index]]
+        log_bytes = segments[index].log_bytes
+        offset_index_bytes = segments[index].offset_index_bytes
+        time_index_bytes = segments[index].time_index_bytes
+        index += 1
+        while index < len(segments):
+            candidate = segments[index]
+            last_offset = (
+                segments[index + 1].base_offset - 1 if index + 1 < len(segments) else first_uncleanable_offset - 1
+            )
+            if (
+                log_bytes + candidate.log_bytes > max_log_bytes
+                or offset_index_bytes + candidate.offset_index_bytes > max_index_bytes
+                or time_index_bytes + candidate.time_index_bytes > max_index_bytes
+                or last_offset - group[0].base_offset > MAX_RELATIVE_OFFSET
+            ):
+                break
+            group.append(candidate)
+            log_bytes += candidate.log_bytes
+            offset_index_bytes += candidate.offset_index_bytes
+            time_index_bytes += candidate.time_index_bytes
+            index += 1
+        groups.append(group)
+    return groups
+
+
+def segment_sizes(segment: LogSegment) -> SegmentSizes:
+    return SegmentSizes(
+        segment.base_offset, segment.size, segment.offset_index.size_in_bytes, segment.time_index.size_in_bytes
+    )
+
+
+# --- cleanable range -----------------------------------------------------------------------------------
+
+
+def floor_base_offset(segments: Sequence[LogSegment], offset: int) -> int:
+    """Base offset of the segment holding `offset` (the first segment's base when `offset` precedes it)."""
+    base = segments[0].base_offset
+    for segment in segments:
+        if segment.base_offset > offset:
+            break
+        base = segment.base_offset
+    return base
+
+
+def dirty_segments(segments: Sequence[LogSegment], first_dirty_offset: int, end_offset: int) -> list[LogSegment]:
+    """Segments holding offsets in [first_dirty_offset, end_offset)."""
+    chosen = []
+    for index, segment in enumerate(segments):
+        next_base = segments[index + 1].base_offset if index + 1 < len(segments) else None
+        if segment.base_offset >= end_offset:
+            break
+        if next_base is None or next_base > first_dirty_offset:
+            chosen.append(segment)
+    return chosen
+
+
+def first_uncleanable_offset(
+    log: Log, first_dirty_offset: int, now_ms: int, segments: Sequence[LogSegment] | None = None
+) -> int:
+    """min(high watermark, active segment base, first dirty segment younger than min.compaction.lag.ms),
+    rounded down to a segment base. Open transactions are not considered (see `first_unstable_offset`)."""
+    segments = log.log_segments() if segments is None else segments
+    active = segments[-1]
+    candidates = [active.base_offset, log.high_watermark]
+    lag_ms = log.config.min_compaction_lag_ms
+    if lag_ms > 0:
+        for segment in dirty_segments(segments[:-1], first_dirty_offset, active.base_offset):
+            if segment.largest_timestamp > now_ms - lag_ms:
+                candidates.append(segment.base_offset)
+                break
+    return floor_base_offset(segments, min(candidates))
+
+
+def first_unstable_offset(segments: Sequence[LogSegment], from_offset: int) -> int | None:
+    """First offset of a transaction with no marker yet, scanning batch headers from `from_offset`'s segment."""
+    open_first: dict[int, int] = {}
+    start = floor_base_offset(segments, from_offset)
+    for segment in segments:
+        if segment.base_offset < start:
+            continue
+        for batch in segment.log.batches(0):
+            if not isinstance(batch, RecordBatch) or batch.producer_id < 0 or not batch.is_transactional:
+                continue
+            if batch.is_control:
+                open_first.pop(batch.producer_id, None)
+            else:
+                open_first.setdefault(batch.producer_id, batch.base_offset)
+    return min(open_first.values(), default=None)
+
+
+# --- transactions --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AbortedTxn:
+    """An aborted transaction still in the log: its first data offset and the offset of its ABORT marker."""
+
+    producer_id: int
+    first_offset: int
+    marker_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerLastBatch:
+    """A producer's latest state in the log: its last data batch's last offset (None if it wrote only
+    markers), its latest epoch and the max timestamp of its latest batch."""
+
+    last_data_offset: int | None
+    producer_epoch: int
+    last_timestamp: int
+
+
+@dataclass(frozen=True)
+class TransactionScan:
+    """What the pre-scan learned (see the module docstring, step 1)."""
+
+    aborted: tuple[AbortedTxn, ...]
+    first_unstable_offset: int | None
+    producers: Mapping[int, ProducerLastBatch]
+
+    def is_last_batch_of_active_producer(self, batch: RecordBatch, now_ms: int) -> bool:
+        """Kafka's rule for RETAIN_EMPTY: the batch holds the producer's last data offset, or, for a producer
+        that wrote only markers, it is a marker of the producer's latest epoch."""
+        last = self.producers.get(batch.producer_id)
+        if last is None or now_ms - last.last_timestamp >= PRODUCER_ID_EXPIRATION_MS:
+            return False
+        if last.last_data_offset is not None:
+            return batch.last_offset == last.last_data_offset
+        return batch.is_control and batch.producer_epoch == last.producer_epoch
+
+
+def scan_transactions(segments: Iterable[LogSegment]) -> TransactionScan:
+    """Reads every batch header once (control batches fully) to build a `TransactionScan`."""
+    open_first: dict[int, int] = {}
+    aborted: list[AbortedTxn] = []
+    producers: dict[int, ProducerLastBatch] = {}
+    for segment in segments:
+        for batch in segment.log.batches(0):
+            if not isinstance(batch, RecordBatch) or batch.producer_id < 0:
+                continue
+            producer_id = batch.producer_id
+            previous = producers.get(producer_id)
+            if batch.is_control:
+                if batch.records_count > 0 and batch.control_type() == ControlRecordType.ABORT:
+                    first = open_first.get(producer_id)
+                    if first is not None:
+                        aborted.append(AbortedTxn(producer_id, first, batch.base_offset))
+                if batch.is_transactional:
+                    open_first.pop(producer_id, None)
+                last_data_offset = previous.last_data_offset if previous is not None else None
+            else:
+                if batch.is_transactional:
+                    open_first.setdefault(producer_id, batch.base_offset)
+                last_data_offset = batch.last_offset
+            producers[producer_id] = ProducerLastBatch(last_data_offset, batch.producer_epoch, batch.max_timestamp)
+    aborted.sort(key=lambda txn: txn.first_offset)
+    return TransactionScan(tuple(aborted), min(open_first.values(), default=None), producers)
+
+
+class TransactionTracker:
+    """Transaction state while walking batches in offset order (Kafka's `CleanedTransactionMetadata`)."""
+
+    def __init__(self, aborted: Iterable[AbortedTxn]) -> None:
+        self._pending = deque(sorted(aborted, key=lambda txn: txn.first_offset))
+        self._ongoing_aborted: dict[int, bool] = {}  # producer id -> a batch of it was seen
+        self._ongoing_committed: set[int] = set()
+
+    def _consume_up_to(self, offset: int) -> None:
+        while self._pending and self._pending[0].first_offset <= offset:
+            self._ongoing_aborted[self._pending.popleft().producer_id] = False
+
+    def on_batch_read(self, batch: RecordBatch) -> bool:
+        """For a data batch: True when it belongs to an aborted transaction (its records must go)."""
+        self._consume_up_to(batch.last_offset)
+        if not batch.is_transactional:
+            return False
+        if batch.producer_id in self._ongoing_aborted:
+            self._ongoing_aborted[batch.producer_id] = True
+            return True
+        self._ongoing_committed.add(batch.producer_id)
+        return False
+
+    def on_control_batch_read(self, batch: RecordBatch) -> bool:
+        """For a control batch: True when no data of its transaction was seen, so the marker may go."""
+        self._consume_up_to(batch.last_offset)
+        if batch.records_count == 0:
+            return True
+        control_type = batch.control_type()
+        if control_type == ControlRecordType.ABORT:
+            return not self._ongoing_aborted.pop(batch.producer_id, False)
+        if control_type == ControlRecordType.COMMIT:
+            seen = batch.producer_id in self._ongoing_committed
+            self._ongoing_committed.discard(batch.producer_id)
+            return not seen
+        return False
+
+
+# --- results -------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CleanResult:
+    """What one pass did. `end_offset` is the next pass's first dirty offset (unchanged when aborted)."""
+
+    first_dirty_offset: int
+    first_uncleanable_offset: int
+    end_offset: int
+    bytes_read: int
+    bytes_written: int
+    messages_read: int
+    messages_written: int
+    invalid_messages: int
+    map_bytes_read: int
+    map_messages_read: int
+    map_entries: int
+    segments_read: int
+    segments_written: int
+    aborted: bool
+    duration_ms: float
+
+
+@dataclass
+class _Stats:
+    bytes_read: int = 0
+    bytes_written: int = 0
+    messages_read: int = 0
+    messages_written: int = 0
+    invalid_messages: int = 0
+    map_bytes_read: int = 0
+    map_messages_read: int = 0
+    segments_read: int = 0
+    segments_written: int = 0
+
+
+@dataclass
+class _Pass:
+    log: Log
+    now_ms: int
+    first_dirty_offset: int
+    first_uncleanable_offset: int
+    end_offset: int
+    scan: TransactionScan
+    tracker: TransactionTracker
+    offset_map: SkimpyOffsetMap
+    max_batch_bytes: int
+    stats: _Stats
+    # Every segment the pass read, by base offset, with its size then: the swap checks they are unchanged.
+    expected: dict[int, tuple[LogSegment, int]] = field(default_factory=dict)
+
+
+class Throttler:
+    """Keeps bytes/second under `rate` by sleeping (Kafka's `Throttler`, checked every 300 ms)."""
+
+    def __init__(self, rate_bytes_per_second: float, clock: Clock, sleep_ms: Callable[[int], None]) -> None:
+        self._rate = rate_bytes_per_second
+        self._clock = clock
+        self._sleep_ms = sleep_ms
+        self._period_start_ns = clock.nanoseconds()
+        self._observed = 0
+
+    def maybe_throttle(self, observed_bytes: int) -> None:
+        self._observed += observed_bytes
+        now_ns = self._clock.nanoseconds()
+        elapsed_ns = now_ns - self._period_start_ns
+        if elapsed_ns <= THROTTLE_CHECK_INTERVAL_MS * 1_000_000 or self._observed <= 0:
+            return
+        elapsed_ms = elapsed_ns / 1_000_000
+        if self._observed * 1000 / elapsed_ms > self._rate:
+            sleep_ms = round(self._observed * 1000 / self._rate - elapsed_ms)
+            if sleep_ms > 0:
+                self._sleep_ms(sleep_ms)
+        self._period_start_ns = self._clock.nanoseconds()
+        self._observed = 0
+
+
+def _real_sleep_ms(duration_ms: int) -> None:
+    time.sleep(duration_ms / 1000)
+
+
+# --- the cleaner ---------------------------------------------------------------------------------------
+
+
+class Cleaner:
+    """Cleans one log at a time (one Kafka cleaner thread); reuse it: its offset map is allocated once."""
+
+    def __init__(
+        self,
+        config: CleanerConfig,
+        clock: Clock,
+        *,
+        offset_map: SkimpyOffsetMap | None = None,
+        sleep_ms: Callable[[int], None] = _real_sleep_ms,
+    ) -> None:
+        self.config = config
+        self._clock = clock
+        self._offset_map = offset_map
+        self._throttler = Throttler(config.log_cleaner_io_max_bytes_per_second, clock, sleep_ms)
+
+    @property
+    def offset_map(self) -> SkimpyOffsetMap:
+        """The dedupe map, allocated on first use (`log.cleaner.dedupe.buffer.size` / threads)."""
+        if self._offset_map is None:
+            self._offset_map = SkimpyOffsetMap(
+                self.config.dedupe_buffer_bytes_per_thread, self.config.log_cleaner_io_buffer_load_factor
+            )
+        return self._offset_map
+
+    def clean(self, log: Log, first_dirty_offset: int, first_uncleanable: int | None = None) -> CleanResult:
+        """One pass over `log` from `first_dirty_offset` (see the module docstring).
+
+        `first_uncleanable` (from the cleaner manager) bounds the pass further; open transactions always do.
+        Raises `OffsetOutOfRangeError` for a first dirty offset outside [log start, log end], and the storage
+        errors of a corrupt or unreadable segment; the log is left as it was, minus groups already swapped.
+        """
+        start_ns = self._clock.nanoseconds()
+        now_ms = self._clock.milliseconds()
+        if not log.log_start_offset <= first_dirty_offset <= log.log_end_offset:
+            raise OffsetOutOfRangeError(
+                f"first dirty offset {first_dirty_offset} is outside [{log.log_start_offset}, {log.log_end_offset}]",
+                path=log.directory,
+                offset=first_dirty_offset,
+            )
+        segments = log.log_segments()
+        scan = scan_transactions(segments)
+        upper = first_uncleanable_offset(log, first_dirty_offset, now_ms, segments)
+        if first_uncleanable is not None:
+            upper = min(upper, floor_base_offset(segments, first_uncleanable))
+        if scan.first_unstable_offset is not None:
+            upper = min(upper, floor_base_offset(segments, scan.first_unstable_offset))
+        max_batch_bytes = max(log.config.max_message_bytes, self.config.io_buffer_bytes_per_thread)
+        offset_map = self.offset_map
+        map_tracker = TransactionTracker(txn for txn in scan.aborted if txn.marker_offset >= first_dirty_offset)
+        stats = _Stats()
+        full = self._build_offset_map(
+            segments, first_dirty_offset, upper, offset_map, map_tracker, max_batch_bytes, stats
+        )
+        end_offset = max(offset_map.latest_offset + 1, first_dirty_offset) if full else max(upper, first_dirty_offset)
+        clean_pass = _Pass(
+            log,
+            now_ms,
+            first_dirty_offset,
+            upper,
+            end_offset,
+            scan,
+            TransactionTracker(scan.aborted),
+            offset_map,
+            max_batch_bytes,
+            stats,
+        )
+        to_clean = [segment for segment in segments[:-1] if segment.base_offset < end_offset]
+        clean_pass.expected = {segment.base_offset: (segment, segment.size) for segment in to_clean}
+        aborted = False
+        if end_offset > first_dirty_offset:
+            groups = group_segments_by_size(
+                [segment_sizes(segment) for segment in to_clean],
+                log.config.segment_bytes,
+                log.config.segment_index_bytes,
+                upper,
+            )
+            by_base = {segment.base_offset: segment for segment in to_clean}
+            for group in groups:
+                if not self._clean_group(clean_pass, [by_base[sizes.base_offset] for sizes in group]):
+                    aborted = True
+                    break
+        result = CleanResult(
+            first_dirty_offset=first_dirty_offset,
+            first_uncleanable_offset=upper,
+            end_offset=first_dirty_offset if aborted else end_offset,
+            bytes_read=stats.bytes_read,
+            bytes_written=stats.bytes_written,
+            messages_read=stats.messages_read,
+            messages_written=stats.messages_written,
+            invalid_messages=stats.invalid_messages,
+            map_bytes_read=stats.map_bytes_read,
+            map_messages_read=stats.map_messages_read,
+            map_entries=offset_map.size,
+            segments_read=stats.segments_read,
+            segments_written=stats.segments_written,
+            aborted=aborted,
+            duration_ms=(self._clock.nanoseconds() - start_ns) / 1_000_000,
+        )
+        logger.info(
+            "%s: cleaned [%d, %d): %d -> %d bytes, %d -> %d messages%s",
+            log.directory,
+            first_dirty_offset,
+            result.end_offset,
+            result.bytes_read,
+            result.bytes_written,
+            result.messages_read,
+            result.messages_written,
+            " (aborted: the log changed)" if aborted else "",
+        )
+        return result
+
+    # --- offset map ----------------------------------------------------------------------------------
+
+    def _build_offset_map(
+        self,
+        segments: Sequence[LogSegment],
+        start: int,
+        end: int,
+        offset_map: SkimpyOffsetMap,
+        tracker: TransactionTracker,
+        max_batch_bytes: int,
+        stats: _Stats,
+    ) -> bool:
+        """Maps keys of [start, end); True when the map filled before `end`."""
+        offset_map.clear()
+        for segment in dirty_segments(segments, start, end):
+            position = segment.offset_index.lookup(start).position if segment.base_offset <= start else 0
+            for batch in segment.log.batches(position):
+                _check_batch_size(batch, max_batch_bytes)
+                stats.map_bytes_read += batch.size_in_bytes
+                self._throttler.maybe_throttle(batch.size_in_bytes)
+                records = self._records_to_map(batch, tracker)
+                stats.map_messages_read += batch.records_count if isinstance(batch, RecordBatch) else len(records)
+                for record in records:
+                    if record.key is None or record.offset < start:
+                        continue
+                    if offset_map.is_full and offset_map.get(record.key) < 0:
+                        return True
+                    offset_map.put(record.key, record.offset)
+                if batch.last_offset >= start:
+                    offset_map.update_latest_offset(batch.last_offset)
+        return False
+
+    @staticmethod
+    def _records_to_map(batch: AnyBatch, tracker: TransactionTracker) -> Sequence[Record | LegacyRecord]:
+        """The records of `batch` whose keys go into the map: none for markers and aborted data."""
+        if not isinstance(batch, RecordBatch):
+            return batch.records()
+        if batch.is_control:
+            tracker.on_control_batch_read(batch)
+            return ()
+        if tracker.on_batch_read(batch):
+            return ()
+        return batch.records()
+
+    # --- rewriting -----------------------------------------------------------------------------------
+
+    def _clean_group(self, clean_pass: _Pass, group: list[LogSegment]) -> bool:
+        """Rewrites `group` into one `.cleaned` segment and swaps it in; False if the log changed meanwhile."""
+        log = clean_pass.log
+        base = group[0].base_offset
+        try:
+            for stale in file_names.segment_files(log.directory, base, file_names.CLEANED_SUFFIX):
+                stale.unlink(missing_ok=True)
+        except OSError as exc:
+            raise KafkaStorageError(f"cannot delete a stale cleaned file: {exc}", path=log.directory) from exc
+        cleaned = new_segment(log.directory, base, log.config, self._clock, suffix=file_names.CLEANED_SUFFIX)
+        try:
+            for segment in group:
+                self._clean_into(clean_pass, segment, cleaned)
+            cleaned.on_become_inactive_segment()
+            cleaned.flush()
+            modified_ms = group[-1].last_modified_ms()
+            try:
+                cleaned.log.set_last_modified_ms(modified_ms)
+            except OSError as exc:
+                raise KafkaStorageError(
+                    f"cannot set the cleaned segment's mtime: {exc}", path=cleaned.log.path
+                ) from exc
+        except Exception:
+            cleaned.delete_files()
+            with log.lock:
+                changed = not self._log_unchanged(clean_pass, group)
+            if changed:
+                return False
+            raise
+        with log.lock:
+            if not self._log_unchanged(clean_pass, group):
+                cleaned.delete_files()
+                return False
+            log.replace_segments([cleaned], group)
+        for segment in group:
+            del clean_pass.expected[segment.base_offset]
+        clean_pass.expected[cleaned.base_offset] = (cleaned, cleaned.size)
+        clean_pass.stats.segments_written += 1
+        return True
+
+    @staticmethod
+    def _log_unchanged(clean_pass: _Pass, group: list[LogSegment]) -> bool:
+        """Under the log lock: every segment the pass read is still there with its size, and no truncation
+        moved the active segment back into the cleaned range."""
+        log = clean_pass.log
+        if log.closed:
+            return False
+        current = log.log_segments()
+        if current[-1].base_offset < clean_pass.first_uncleanable_offset or current[-1] in group:
+            return False
+        by_base = {segment.base_offset: segment for segment in current}
+        return all(
+            by_base.get(base) is segment and segment.size == size
+            for base, (segment, size) in clean_pass.expected.items()
+        )
+
+    def _clean_into(self, clean_pass: _Pass, source: LogSegment, dest: LogSegment) -> None:
+        stats = clean_pass.stats
+        end_position = 0
+        for batch in source.log.batches(0):
+            _check_batch_size(batch, clean_pass.max_batch_bytes)
+            batch.ensure_valid()
+            end_position = batch.position + batch.size_in_bytes
+            stats.bytes_read += batch.size_in_bytes
+            self._throttler.maybe_throttle(batch.size_in_bytes)
+            if isinstance(batch, RecordBatch):
+                retained = self._filter_batch(clean_pass, batch)
+            else:
+                retained = self._filter_legacy_entry(clean_pass, source, batch)
+            if retained is None:
+                continue
+            data, max_timestamp, records_written = retained
+            dest.append(batch.last_offset, max_timestamp, batch.last_offset, data)
+            stats.bytes_written += len(data)
+            stats.messages_written += records_written
+            self._throttler.maybe_throttle(len(data))
+        if end_position != source.size:
+            raise CorruptRecordError(
+                f"{source.size - end_position} bytes at the end of the segment do not form a record batch; "
+                "log segment may be corrupt",
+                path=source.log.path,
+                position=end_position,
+            )
+        stats.segments_read += 1
+
+    def _filter_batch(self, clean_pass: _Pass, batch: RecordBatch) -> tuple[bytes, int, int] | None:
+        """The bytes to keep for `batch` (with their max timestamp and record count), or None to drop it."""
+        now_ms = clean_pass.now_ms
+        stats = clean_pass.stats
+        if batch.is_control:
+            can_discard = clean_pass.tracker.on_control_batch_read(batch)
+            horizon = batch.delete_horizon_ms
+            discard_records = can_discard and horizon is not None and horizon <= now_ms
+        else:
+            can_discard = discard_records = clean_pass.tracker.on_batch_read(batch)
+        retain_empty = batch.producer_id >= 0 and clean_pass.scan.is_last_batch_of_active_producer(batch, now_ms)
+        if discard_records:
+            stats.messages_read += batch.records_count
+            return _empty_batch(batch) if retain_empty else None
+        records = batch.records()
+        stats.messages_read += len(records)
+        if batch.is_control:
+            retained = records
+        else:
+            retained = [record for record in records if self._retain_record(clean_pass, batch, record)]
+        if not retained:
+            return _empty_batch(batch) if retain_empty else None
+        has_tombstone = any(record.value is None for record in retained) and not batch.is_control
+        needs_horizon = (has_tombstone or (batch.is_control and can_discard)) and batch.delete_horizon_ms is None
+        if len(retained) == len(records) and not needs_horizon:
+            return bytes(batch.raw()), batch.max_timestamp, len(records)
+        horizon_ms = now_ms + clean_pass.log.config.delete_retention_ms if needs_horizon else batch.delete_horizon_ms
+        rebuilt = _rebuild(batch, retained, horizon_ms)
+        return rebuilt, RecordBatch(rebuilt).max_timestamp, len(retained)
+
+    @staticmethod
+    def _retain_record(clean_pass: _Pass, batch: RecordBatch, record: Record) -> bool:
+        offset_map = clean_pass.offset_map
+        if record.offset > offset_map.latest_offset:
+            return True
+        if record.key is None:
+            clean_pass.stats.invalid_messages += 1
+            return False
+        if record.offset < offset_map.get(record.key):
+            return False
+        if record.value is not None:
+            return True
+        horizon = batch.delete_horizon_ms
+        return horizon is None or clean_pass.now_ms < horizon
+
+    def _filter_legacy_entry(
+        self, clean_pass: _Pass, source: LogSegment, entry: AnyBatch
+    ) -> tuple[bytes, int, int] | None:
+        offset_map = clean_pass.offset_map
+        records = entry.records()
+        clean_pass.stats.messages_read += len(records)
+        superseded = all(
+            record.offset <= offset_map.latest_offset
+            and (record.key is None or offset_map.get(record.key) > record.offset)
+            for record in records
+        )
+        if superseded:
+            clean_pass.stats.invalid_messages += sum(1 for record in records if record.key is None)
+            return None
+        return source.log.read(entry.position, entry.size_in_bytes), entry.max_timestamp, len(records)
+
+
+def _check_batch_size(batch: AnyBatch, max_batch_bytes: int) -> None:
+    if batch.size_in_bytes > max_batch_bytes:
+        raise CorruptRecordError(
+            f"record batch of {batch.size_in_bytes} bytes is larger than the cleaner's limit of {max_batch_bytes} "
+            "(max of max.message.bytes and the cleaner I/O buffer); log segment may be corrupt",
+            position=batch.position,
+            offset=batch.base_offset if isinstance(batch, RecordBatch) else batch.last_offset,
+        )
+
+
+def _rebuild(batch: RecordBatch, retained: Sequence[Record], delete_horizon_ms: int | None) -> bytes:
+    """`batch` with only `retained` records: same offsets, producer fields, flags and codec."""
+    builder = RecordBatchBuilder(
+        compression=batch.compression,
+        timestamp_type=batch.timestamp_type,
+        base_offset=batch.base_offset,
+        producer_id=batch.producer_id,
+        producer_epoch=batch.producer_epoch,
+        base_sequence=batch.base_sequence,
+        is_transactional=batch.is_transactional,
+        is_control=batch.is_control,
+        partition_leader_epoch=batch.partition_leader_epoch,
+        delete_horizon_ms=delete_horizon_ms,
+    )
+    for record in retained:
+        builder.append(
+            record.key,
+            record.value,
+            timestamp=record.timestamp,
+            headers=record.headers,
+            offset_delta=record.offset - batch.base_offset,
+        )
+    data = builder.build()
+    if retained[-1].offset == batch.last_offset:
+        return data
+    # The last offset (and so the producer's last sequence) must survive even when its record does not.
+    out = bytearray(data)
+    _INT32.pack_into(out, LAST_OFFSET_DELTA_OFFSET, batch.last_offset_delta)
+    _UINT32.pack_into(out, CRC_OFFSET, crc32c.crc32c(memoryview(out)[ATTRIBUTES_OFFSET:]))
+    return bytes(out)
+
+
+def _empty_batch(batch: RecordBatch) -> tuple[bytes, int, int]:
+    """A kept batch with no records: the 61-byte header only (Kafka's `writeEmptyHeader`)."""
+    if batch.records_count == 0:
+        return bytes(batch.raw()), batch.max_timestamp, 0
+    attributes = encode_attributes(
+        CompressionType.NONE,
+        batch.timestamp_type,
+        is_transactional=batch.is_transactional,
+        is_control=batch.is_control,
+        has_delete_horizon=False,
+    )
+    data = encode_batch(
+        base_offset=batch.base_offset,
+        partition_leader_epoch=batch.partition_leader_epoch,
+        attributes=attributes,
+        last_offset_delta=batch.last_offset_delta,
+        base_timestamp=batch.max_timestamp,
+        max_timestamp=batch.max_timestamp,
+        producer_id=batch.producer_id,
+        producer_epoch=batch.producer_epoch,
+        base_sequence=batch.base_sequence,
+        records_count=0,
+        payload=b"",
+    )
+    return data, batch.max_timestamp, 0
+
+
+__all__ = [
+    "AbortedTxn",
+    "CleanResult",
+    "Cleaner",
+    "SegmentSizes",
+    "TransactionScan",
+    "first_uncleanable_offset",
+    "first_unstable_offset",
+    "group_segments_by_size",
+    "scan_transactions",
+]

@@ -1,0 +1,372 @@
+"""Broker-level configuration (Kafka's `server.properties`): Kafka's names and defaults, validated on creation.
+
+Every field is a Kafka broker key with dots as underscores (`log.segment.bytes` -> `log_segment_bytes`). Java
+types are enforced (`storage.config.config_values`): an `int` key takes -2**31..2**31-1, a `long` key -2**63..2**63-1,
+a `double` key any finite or infinite float, a `boolean` key `true`/`false` (any case), a `list` key a comma
+list (blanks trimmed, empty entries dropped, as Kafka's `csvList`).
+
+| Kafka key                                     | type    | default             | meaning                              |
+|-----------------------------------------------|---------|---------------------|--------------------------------------|
+| node.id (synonym broker.id)                   | int     | 0                   | this broker's id, >= 0               |
+| log.dirs (falls back to log.dir)              | list    | /tmp/raybroker-logs | data dirs (Kafka: /tmp/kafka-logs)   |
+| num.recovery.threads.per.data.dir             | int     | 1                   | threads per dir for load and close   |
+| num.partitions                                | int     | 1                   | partitions of an auto-created topic  |
+| log.retention.check.interval.ms               | long    | 300000              | period of the retention task         |
+| log.flush.offset.checkpoint.interval.ms       | int     | 60000               | recovery-point checkpoint period     |
+| log.flush.start.offset.checkpoint.interval.ms | int     | 60000               | log-start-offset checkpoint period   |
+| replica.high.watermark.checkpoint.interval.ms | long    | 5000                | replication-offset checkpoint period |
+| log.flush.scheduler.interval.ms               | long    | Long.MAX            | period of the flusher task           |
+| log.initial.task.delay.ms                     | long    | 30000               | delay before the first periodic task |
+| log.cleaner.enable                            | boolean | true                | run the cleaner at all               |
+| log.cleaner.threads                           | int     | 1                   | cleaner threads                      |
+| log.cleaner.dedupe.buffer.size                | long    | 134217728           | offset-map memory, all threads       |
+| log.cleaner.io.buffer.load.factor             | double  | 0.9                 | max fill of the offset map           |
+| log.cleaner.io.buffer.size                    | int     | 524288              | cleaner I/O buffers, all threads     |
+| log.cleaner.io.max.bytes.per.second           | double  | Double.MAX          | cleaner I/O throttle                 |
+| log.cleaner.backoff.ms                        | long    | 15000               | cleaner sleep when idle              |
+| offsets.topic.num.partitions                  | int     | 50                  | partitions of __consumer_offsets     |
+| offsets.retention.minutes                     | int     | 10080               | committed offsets kept this long     |
+| auto.create.topics.enable                     | boolean | true                | create a topic on first use          |
+| delete.topic.enable                           | boolean | true                | allow DeleteTopics                   |
+| producer.id.expiration.ms                     | int     | 86400000            | forget an idle producer id after it  |
+| log.partitions.per.process (raybroker only)   | int     | 1                   | partition logs per actor process     |
+
+`offsets.topic.num.partitions` keeps Kafka's default of 50 here; raybroker's example `configs/server.properties`
+sets it lower because every partition of raybroker is a process (a Ray actor), not a few open files, unless
+`log.partitions.per.process` (a raybroker key, no Kafka equivalent) lets one actor process host up to that many
+partition logs (`actors.server.partition_host`): each process costs ~61 MiB of its own, so 1 caps a 24 GiB node near
+400 partitions.
+
+Broker defaults of topic configs (Kafka's "server synonyms"); together they form `BrokerConfig.log_config`, the
+`LogConfig` a topic gets when it overrides nothing. A negative retention in any unit means no time limit (-1):
+
+| Kafka key                                  | type     | default     | topic config it defaults               |
+|--------------------------------------------|----------|-------------|----------------------------------------|
+| log.segment.bytes                          | int      | 1073741824  | segment.bytes                          |
+| log.roll.ms / log.roll.hours               | long/int | unset / 168 | segment.ms (ms wins over hours)        |
+| log.roll.jitter.ms / log.roll.jitter.hours | long/int | unset / 0   | segment.jitter.ms (ms wins over hours) |
+| log.index.size.max.bytes                   | int      | 10485760    | segment.index.bytes                    |
+| log.index.interval.bytes                   | int      | 4096        | index.interval.bytes                   |
+| log.flush.interval.messages                | long     | Long.MAX    | flush.messages                         |
+| log.flush.interval.ms                      | long     | unset       | flush.ms (unset: scheduler interval)   |
+| log.retention.ms                           | long     | unset       | retention.ms (ms wins)                 |
+| log.retention.minutes                      | int      | unset       | retention.ms (minutes beat hours)      |
+| log.retention.hours                        | int      | 168         | retention.ms                           |
+| log.retention.bytes                        | long     | -1          | retention.bytes                        |
+| log.cleanup.policy                         | list     | delete      | cleanup.policy                         |
+| log.cleaner.min.cleanable.ratio            | double   | 0.5         | min.cleanable.dirty.ratio              |
+| log.cleaner.min.compaction.lag.ms          | long     | 0           | min.compaction.lag.ms                  |
+| log.cleaner.max.compaction.lag.ms          | long     | Long.MAX    | max.compaction.lag.ms                  |
+| log.cleaner.delete.retention.ms            | long     | 86400000    | delete.retention.ms                    |
+| log.segment.delete.delay.ms                | long     | 60000       | file.delete.delay.ms                   |
+| message.max.bytes                          | int      | 1048588     | max.message.bytes                      |
+| log.message.timestamp.type                 | string   | CreateTime  | message.timestamp.type                 |
+| log.message.timestamp.before.max.ms        | long     | Long.MAX    | message.timestamp.before.max.ms        |
+| log.message.timestamp.after.max.ms         | long     | Long.MAX    | message.timestamp.after.max.ms         |
+| log.message.timestamp.difference.max.ms    | long     | Long.MAX    | message.timestamp.difference.max.ms    |
+| compression.type                           | string   | producer    | compression.type                       |
+| compression.gzip.level                     | int      | -1          | compression.gzip.level                 |
+| compression.lz4.level                      | int      | 9           | compression.lz4.level                  |
+| compression.zstd.level                     | int      | 3           | compression.zstd.level                 |
+| log.preallocate                            | boolean  | false       | preallocate                            |
+| min.insync.replicas                        | int      | 1           | min.insync.replicas                    |
+| unclean.leader.election.enable             | boolean  | false       | unclean.leader.election.enable         |
+| log.local.retention.ms                     | long     | -2          | local.retention.ms                     |
+| log.local.retention.bytes                  | long     | -2          | local.retention.bytes                  |
+
+Loading (`from_properties`, `load_server_properties`): `broker.id` is read as `node.id` (both set and different
+is an error, as in Kafka); `log.dir` is read only when `log.dirs` is absent. Keys of Kafka's broker that do not
+apply to raybroker (listeners, sockets, ZooKeeper, KRaft quorum, replication factors, security: `IGNORED_KAFKA_KEYS`
+and `IGNORED_KAFKA_KEY_PREFIXES`) load with one logged warning and are listed in `BrokerConfig.ignored_keys`; any
+other unknown key raises `InvalidConfigError` (with the closest known key as a hint), so a typo never passes
+silently.
+
+Deviations from Kafka's validation: every periodic-task interval must be >= 1 ms (Kafka accepts 0 for the two
+`log.flush.*.checkpoint.interval.ms` keys; raybroker's scheduler needs a positive period), and the default data
+dir is `/tmp/raybroker-logs` instead of `/tmp/kafka-logs`, so a local raybroker never touches a local Kafka.
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from storage.config.cleaner_config import CleanerConfig
+from storage.config.config_values import (
+    DOUBLE_MAX,
+    LONG_MAX,
+    check_fields,
+    config_field,
+    config_fields,
+    kafka_name,
+    parse_value,
+    render_properties,
+    values_from_properties,
+)
+from storage.config.log_config import LogConfig
+from storage.errors import CorruptCheckpointError, InvalidConfigError
+from storage.logdir.meta_properties import parse_properties
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_LOG_DIR = "/tmp/raybroker-logs"
+
+MS_PER_MINUTE = 60_000
+MS_PER_HOUR = 3_600_000
+
+IGNORED_KAFKA_KEYS = frozenset(
+    {
+        "advertised.listeners",
+        "allow.everyone.if.no.acl.found",
+        "authorizer.class.name",
+        "auto.leader.rebalance.enable",
+        "broker.rack",
+        "controlled.shutdown.enable",
+        "controller.listener.names",
+        "controller.quorum.bootstrap.servers",
+        "controller.quorum.voters",
+        "default.replication.factor",
+        "group.initial.rebalance.delay.ms",
+        "inter.broker.listener.name",
+        "inter.broker.protocol.version",
+        "listener.security.protocol.map",
+        "listeners",
+        "log.dir.failure.timeout.ms",
+        "log.message.format.version",
+        "metadata.log.dir",
+        "metric.reporters",
+        "num.io.threads",
+        "num.network.threads",
+        "num.replica.fetchers",
+        "offsets.topic.replication.factor",
+        "process.roles",
+        "replica.lag.time.max.ms",
+        "security.inter.broker.protocol",
+        "socket.receive.buffer.bytes",
+        "socket.request.max.bytes",
+        "socket.send.buffer.bytes",
+        "super.users",
+        "transaction.state.log.min.isr",
+        "transaction.state.log.replication.factor",
+        "zookeeper.connect",
+        "zookeeper.connection.timeout.ms",
+        "zookeeper.session.timeout.ms",
+    }
+)
+# Families of keys for the network and security layers, which raybroker does not have (Ray carries the calls).
+IGNORED_KAFKA_KEY_PREFIXES = ("listener.name.", "sasl.", "ssl.")
+
+# Broker key (as a field name) -> the LogConfig field it is the default of, when the value passes unchanged.
+_TOPIC_SYNONYMS = {
+    "log_segment_bytes": "segment_bytes",
+    "log_index_size_max_bytes": "segment_index_bytes",
+    "log_index_interval_bytes": "index_interval_bytes",
+    "log_flush_interval_messages": "flush_messages",
+    "log_retention_bytes": "retention_bytes",
+    "log_cleanup_policy": "cleanup_policy",
+    "log_cleaner_min_cleanable_ratio": "min_cleanable_dirty_ratio",
+    "log_cleaner_min_compaction_lag_ms": "min_compaction_lag_ms",
+    "log_cleaner_max_compaction_lag_ms": "max_compaction_lag_ms",
+    "log_cleaner_delete_retention_ms": "delete_retention_ms",
+    "log_segment_delete_delay_ms": "file_delete_delay_ms",
+    "message_max_bytes": "max_message_bytes",
+    "log_message_timestamp_type": "message_timestamp_type",
+    "log_message_timestamp_before_max_ms": "message_timestamp_before_max_ms",
+    "log_message_timestamp_after_max_ms": "message_timestamp_after_max_ms",
+    "log_message_timestamp_difference_max_ms": "message_timestamp_difference_max_ms",
+    "compression_type": "compression_type",
+    "compression_gzip_level": "compression_gzip_level",
+    "compression_lz4_level": "compression_lz4_level",
+    "compression_zstd_level": "compression_zstd_level",
+    "log_preallocate": "preallocate",
+    "min_insync_replicas": "min_insync_replicas",
+    "unclean_leader_election_enable": "unclean_leader_election_enable",
+    "log_local_retention_ms": "local_retention_ms",
+    "log_local_retention_bytes": "local_retention_bytes",
+}
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    """One broker's settings (see the module docstring for every key, its default and its meaning).
+
+    `log_config` (the topic defaults) and `cleaner_config` are derived on creation; `ignored_keys` lists the
+    Kafka keys a loaded file set that raybroker does not use. A field's `low` is checked here; the ranges of
+    topic-config synonyms and cleaner keys are checked by `LogConfig` and `CleanerConfig`.
+    """
+
+    node_id: int = config_field(0, "int", low=0)
+    log_dirs: tuple[str, ...] = config_field((DEFAULT_LOG_DIR,), "list")
+    num_recovery_threads_per_data_dir: int = config_field(1, "int", low=1)
+    num_partitions: int = config_field(1, "int", low=1)
+    log_retention_check_interval_ms: int = config_field(300000, "long", low=1)
+    log_flush_offset_checkpoint_interval_ms: int = config_field(60000, "int", low=1)
+    log_flush_start_offset_checkpoint_interval_ms: int = config_field(60000, "int", low=1)
+    replica_high_watermark_checkpoint_interval_ms: int = config_field(5000, "long", low=1)
+    log_flush_scheduler_interval_ms: int = config_field(LONG_MAX, "long", low=1)
+    log_initial_task_delay_ms: int = config_field(30000, "long", low=0)
+    log_cleaner_enable: bool = config_field(True, "boolean")
+    log_cleaner_threads: int = config_field(1, "int")
+    log_cleaner_dedupe_buffer_size: int = config_field(134217728, "long")
+    log_cleaner_io_buffer_load_factor: float = config_field(0.9, "double")
+    log_cleaner_io_buffer_size: int = config_field(524288, "int")
+    log_cleaner_io_max_bytes_per_second: float = config_field(DOUBLE_MAX, "double")
+    log_cleaner_backoff_ms: int = config_field(15000, "long")
+    offsets_topic_num_partitions: int = config_field(50, "int", low=1)
+    offsets_retention_minutes: int = config_field(10080, "int", low=1)
+    auto_create_topics_enable: bool = config_field(True, "boolean")
+    delete_topic_enable: bool = config_field(True, "boolean")
+    producer_id_expiration_ms: int = config_field(86400000, "int", low=1)
+    log_partitions_per_process: int = config_field(1, "int", low=1)
+    log_segment_bytes: int = config_field(1073741824, "int")
+    log_roll_ms: int | None = config_field(None, "long")
+    log_roll_hours: int = config_field(168, "int")
+    log_roll_jitter_ms: int | None = config_field(None, "long")
+    log_roll_jitter_hours: int = config_field(0, "int")
+    log_index_size_max_bytes: int = config_field(10485760, "int")
+    log_index_interval_bytes: int = config_field(4096, "int")
+    log_flush_interval_messages: int = config_field(LONG_MAX, "long")
+    log_flush_interval_ms: int | None = config_field(None, "long")
+    log_retention_ms: int | None = config_field(None, "long")
+    log_retention_minutes: int | None = config_field(None, "int")
+    log_retention_hours: int = config_field(168, "int")
+    log_retention_bytes: int = config_field(-1, "long")
+    log_cleanup_policy: str = config_field("delete", "string")
+    log_cleaner_min_cleanable_ratio: float = config_field(0.5, "double")
+    log_cleaner_min_compaction_lag_ms: int = config_field(0, "long")
+    log_cleaner_max_compaction_lag_ms: int = config_field(LONG_MAX, "long")
+    log_cleaner_delete_retention_ms: int = config_field(86400000, "long")
+    log_segment_delete_delay_ms: int = config_field(60000, "long")
+    message_max_bytes: int = config_field(1048588, "int")
+    log_message_timestamp_type: str = config_field("CreateTime", "string")
+    log_message_timestamp_before_max_ms: int = config_field(LONG_MAX, "long")
+    log_message_timestamp_after_max_ms: int = config_field(LONG_MAX, "long")
+    log_message_timestamp_difference_max_ms: int = config_field(LONG_MAX, "long")
+    compression_type: str = config_field("producer", "string")
+    compression_gzip_level: int = config_field(-1, "int")
+    compression_lz4_level: int = config_field(9, "int")
+    compression_zstd_level: int = config_field(3, "int")
+    log_preallocate: bool = config_field(False, "boolean")
+    min_insync_replicas: int = config_field(1, "int")
+    unclean_leader_election_enable: bool = config_field(False, "boolean")
+    log_local_retention_ms: int = config_field(-2, "long")
+    log_local_retention_bytes: int = config_field(-2, "long")
+    ignored_keys: tuple[str, ...] = ()
+    log_config: LogConfig = field(init=False, repr=False, compare=False)
+    cleaner_config: CleanerConfig = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        check_fields(self)
+        if not self.log_dirs or any(not directory.strip() for directory in self.log_dirs):
+            raise InvalidConfigError(f"invalid value {list(self.log_dirs)!r} for log.dirs: expected non-empty paths")
+        if not isinstance(self.ignored_keys, tuple) or not all(isinstance(key, str) for key in self.ignored_keys):
+            raise InvalidConfigError(f"invalid ignored_keys {self.ignored_keys!r}: expected a tuple of strings")
+        object.__setattr__(self, "log_config", self._build_log_config())
+        cleaner_values = {spec.name: getattr(self, spec.name) for spec in fields(CleanerConfig)}
+        object.__setattr__(self, "cleaner_config", CleanerConfig(**cleaner_values))
+
+    def _log_config_sources(self) -> dict[str, tuple[str, Any]]:
+        """LogConfig field -> (the broker field its value comes from, the value), with Kafka's precedence."""
+        sources = {topic: (broker, getattr(self, broker)) for broker, topic in _TOPIC_SYNONYMS.items()}
+        if self.log_roll_ms is not None:
+            sources["segment_ms"] = ("log_roll_ms", self.log_roll_ms)
+        else:
+            sources["segment_ms"] = ("log_roll_hours", self.log_roll_hours * MS_PER_HOUR)
+        if self.log_roll_jitter_ms is not None:
+            sources["segment_jitter_ms"] = ("log_roll_jitter_ms", self.log_roll_jitter_ms)
+        else:
+            sources["segment_jitter_ms"] = ("log_roll_jitter_hours", self.log_roll_jitter_hours * MS_PER_HOUR)
+        if self.log_flush_interval_ms is not None:
+            sources["flush_ms"] = ("log_flush_interval_ms", self.log_flush_interval_ms)
+        else:
+            sources["flush_ms"] = ("log_flush_scheduler_interval_ms", self.log_flush_scheduler_interval_ms)
+        if self.log_retention_ms is not None:
+            broker, retention_ms = "log_retention_ms", self.log_retention_ms
+        elif self.log_retention_minutes is not None:
+            broker, retention_ms = "log_retention_minutes", self.log_retention_minutes * MS_PER_MINUTE
+        else:
+            broker, retention_ms = "log_retention_hours", self.log_retention_hours * MS_PER_HOUR
+        # Kafka reads any negative retention, in any unit, as "no time limit".
+        sources["retention_ms"] = (broker, max(retention_ms, -1))
+        return sources
+
+    def _build_log_config(self) -> LogConfig:
+        sources = self._log_config_sources()
+        for topic, (broker, value) in sources.items():
+            try:
+                LogConfig(**{topic: value})
+            except InvalidConfigError as exc:
+                raise InvalidConfigError(
+                    f"invalid value {getattr(self, broker)!r} for {kafka_name(broker)} "
+                    f"(the broker default of topic config {kafka_name(topic)}): {exc.message}"
+                ) from exc
+        try:
+            return LogConfig(**{topic: value for topic, (_, value) in sources.items()})
+        except InvalidConfigError as exc:
+            raise InvalidConfigError(f"inconsistent broker defaults of topic configs: {exc.message}") from exc
+
+    @classmethod
+    def from_properties(cls, properties: Mapping[str, Any]) -> BrokerConfig:
+        """A config from Kafka's dotted keys; string values are parsed as Kafka parses them.
+
+        Raises `InvalidConfigError` for an unknown key (not in `IGNORED_KAFKA_KEYS`), an unparsable value,
+        or a value out of range; logs one warning naming the ignored keys.
+        """
+        props = {str(key).strip(): value for key, value in properties.items()}
+        if "broker.id" in props:
+            broker_id = parse_value("broker.id", props.pop("broker.id"), "int")
+            if "node.id" in props and parse_value("node.id", props["node.id"], "int") != broker_id:
+                raise InvalidConfigError(
+                    f"broker.id ({broker_id}) and node.id ({props['node.id']!r}) must be equal when both are set"
+                )
+            props.setdefault("node.id", broker_id)
+        log_dir = props.pop("log.dir", None)
+        if log_dir is not None:
+            props.setdefault("log.dirs", log_dir)
+        values, other_keys = values_from_properties(cls, props)
+        ignored = [key for key in other_keys if key in IGNORED_KAFKA_KEYS or key.startswith(IGNORED_KAFKA_KEY_PREFIXES)]
+        unknown = [key for key in other_keys if key not in ignored]
+        if unknown:
+            hints = [_describe_unknown(key) for key in unknown]
+            raise InvalidConfigError(f"unknown broker config(s): {', '.join(hints)}")
+        if ignored:
+            logger.warning("ignoring Kafka broker settings that raybroker does not use: %s", ", ".join(ignored))
+        return cls(**values, ignored_keys=tuple(ignored))
+
+    def to_properties(self) -> dict[str, str]:
+        """Every set key under its Kafka name, as Kafka would print it (unset optional keys are left out)."""
+        return render_properties(self)
+
+
+def load_server_properties(path: str | Path) -> BrokerConfig:
+    """Read a Java properties file (Kafka's `server.properties`) into a `BrokerConfig`.
+
+    Raises `InvalidConfigError` carrying `path` when the file cannot be read, is not a properties file, or
+    holds an invalid or unknown key.
+    """
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise InvalidConfigError(f"cannot read broker config: {exc.strerror or exc}", path=path) from exc
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        # Kafka loads server.properties with Properties.load(InputStream), which reads ISO-8859-1.
+        text = data.decode("latin-1")
+    try:
+        return BrokerConfig.from_properties(parse_properties(text, path=path))
+    except (InvalidConfigError, CorruptCheckpointError) as exc:
+        raise InvalidConfigError(exc.message, path=path) from exc
+
+
+def _describe_unknown(key: str) -> str:
+    candidates = [*(kafka_name(spec.name) for spec in config_fields(BrokerConfig)), "broker.id", "log.dir"]
+    close = difflib.get_close_matches(key, candidates, n=1)
+    return f"{key!r} (did you mean {close[0]!r}?)" if close else repr(key)
+
+
+__all__ = ["IGNORED_KAFKA_KEYS", "IGNORED_KAFKA_KEY_PREFIXES", "BrokerConfig", "load_server_properties"]

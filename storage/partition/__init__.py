@@ -1,0 +1,1 @@
+"""One partition log: appends and their validation, loading and recovery, producer state, retention, reads."""

@@ -1,0 +1,309 @@
+"""Opening a partition folder: leftover in-flight files, segment loading, crash recovery (Kafka's `LogLoader`).
+
+What happens on open, in order (spec §2.13, §3.11):
+
+1. Every `*.deleted` file is unlinked (its deletion was scheduled before a crash or restart).
+2. `.cleaned` files are an unfinished compaction: dropped. A `.swap` whose base offset is at or
+   above the smallest `.cleaned` base belongs to the same unfinished pass: dropped too.
+3. The remaining `.swap` segments finish their swap: ordinary segments whose base offset falls in the
+   swap's offset range are deleted (they were replaced but not yet renamed), then the `.swap` suffix
+   is removed.
+4. Segments load in base-offset order. An index file without its `.log` is deleted; a `.log` without
+   its `.index` is recovered (indexes rebuilt).
+5. After an unclean shutdown every segment from the one holding the recovery point on is recovered:
+   each batch's CRC is checked, the `.log` is cut at the first invalid byte, both indexes are rebuilt,
+   and if a segment lost bytes, all later segments are deleted. What was dropped is reported.
+6. With no segment left, one is created at the log start offset; if the log end is below the
+   checkpointed log start offset, everything is deleted and the log restarts there.
+
+After a clean shutdown no segment is read: indexes below the recovery point are trusted.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from storage import file_names
+from storage.clock import Clock
+from storage.config.log_config import LogConfig
+from storage.errors import CorruptIndexError, CorruptRecordError, InvalidOffsetError, KafkaStorageError
+from storage.segment.log_segment import LogSegment
+from storage.segment.log_segments import LogSegments
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class DroppedBytes:
+    """Bytes removed by recovery: which file, from which position, how many."""
+
+    path: str
+    position: int
+    size: int
+
+
+@dataclass
+class LoadedLog:
+    """The outcome of loading a partition folder."""
+
+    segments: LogSegments
+    log_start_offset: int
+    recovery_point: int
+    log_end_offset: int
+    recovered_segments: int = 0
+    dropped: list[DroppedBytes] = field(default_factory=list)
+
+
+def new_segment(
+    directory: Path, base_offset: int, config: LogConfig, clock: Clock, *, suffix: str = "", new_file: bool = True
+) -> LogSegment:
+    """Opens (or creates) the segment at `base_offset` with the log's settings.
+
+    A new segment gets its `.index` and `.timeindex` files at once, as in Kafka: a segment that never
+    receives an index entry still has (empty) index files after a clean close, so the next open does not
+    mistake it for a segment whose index was lost and rebuild it.
+    """
+    jitter = (
+        random.randrange(min(config.segment_jitter_ms, config.effective_segment_ms)) if config.segment_jitter_ms else 0
+    )
+    segment = LogSegment(
+        directory,
+        base_offset,
+        index_interval_bytes=config.index_interval_bytes,
+        max_index_size=config.segment_index_bytes,
+        rolling_jitter_ms=jitter,
+        clock=clock,
+        preallocate_bytes=config.segment_bytes if (config.preallocate and new_file) else 0,
+        suffix=suffix,
+    )
+    if new_file:
+        segment.open_indexes()
+    return segment
+
+
+class LogLoader:
+    """Loads one partition folder; see the module docstring for the steps."""
+
+    def __init__(
+        self,
+        directory: Path,
+        config: LogConfig,
+        clock: Clock,
+        *,
+        had_clean_shutdown: bool,
+        recovery_point: int,
+        log_start_offset_checkpoint: int,
+    ) -> None:
+        self.directory = Path(directory)
+        self.config = config
+        self.clock = clock
+        self.had_clean_shutdown = had_clean_shutdown
+        self.recovery_point = recovery_point
+        self.log_start_offset_checkpoint = log_start_offset_checkpoint
+        self._dropped: list[DroppedBytes] = []
+        # Base offsets of segments recovery cut short, including those already rebuilt while loading (a
+        # missing or corrupt index): the later segments go too, whichever pass did the cutting.
+        self._truncated_bases: set[int] = set()
+
+    def load(self) -> LoadedLog:
+        try:
+            swap_files = self._remove_temp_files_and_collect_swap_files()
+            self._complete_swaps(swap_files)
+            segments = self._load_segment_files()
+            if self.had_clean_shutdown and segments and not self._active_index_trusted(segments.active):
+                self._recover_segment(segments.active)
+            recovered = 0 if self.had_clean_shutdown else self._recover_from(segments, self.recovery_point)
+            if segments:
+                end_offset = segments.active.read_next_offset()
+                if end_offset < self.log_start_offset_checkpoint:
+                    logger.warning(
+                        "%s: log end offset %d is below the checkpointed log start offset %d; deleting all segments",
+                        self.directory,
+                        end_offset,
+                        self.log_start_offset_checkpoint,
+                    )
+                    for segment in segments.snapshot():
+                        segment.delete_files()
+                    segments.clear()
+            if not segments:
+                segments.add(new_segment(self.directory, self.log_start_offset_checkpoint, self.config, self.clock))
+            segments.active.resize_indexes(self.config.segment_index_bytes)
+            log_end_offset = segments.active.read_next_offset()
+        except OSError as exc:
+            raise KafkaStorageError(f"cannot load log: {exc}", path=self.directory) from exc
+        first = segments.first
+        log_start_offset = max(self.log_start_offset_checkpoint, first.base_offset if first else 0)
+        recovery_point = log_end_offset if self.had_clean_shutdown else min(self.recovery_point, log_end_offset)
+        return LoadedLog(segments, log_start_offset, recovery_point, log_end_offset, recovered, self._dropped)
+
+    def _remove_temp_files_and_collect_swap_files(self) -> list[Path]:
+        swap_files: list[Path] = []
+        cleaned_files: list[Path] = []
+        min_cleaned_base = None
+        for entry in sorted(self.directory.iterdir()):
+            if not entry.is_file():
+                continue
+            parsed = file_names.parse_segment_name(entry.name)
+            if parsed is None:
+                continue
+            base, _, suffix = parsed
+            if suffix == file_names.DELETED_SUFFIX:
+                entry.unlink()
+            elif suffix == file_names.CLEANED_SUFFIX:
+                min_cleaned_base = base if min_cleaned_base is None else min(min_cleaned_base, base)
+                cleaned_files.append(entry)
+            elif suffix == file_names.SWAP_SUFFIX:
+                swap_files.append(entry)
+        kept: list[Path] = []
+        for swap in swap_files:
+            parsed = file_names.parse_segment_name(swap.name)
+            assert parsed is not None
+            if min_cleaned_base is not None and parsed[0] >= min_cleaned_base:
+                logger.info("%s: deleting swap file %s of an unfinished split", self.directory, swap.name)
+                swap.unlink()
+            else:
+                kept.append(swap)
+        for cleaned in cleaned_files:
+            cleaned.unlink()
+        return kept
+
+    def _complete_swaps(self, swap_files: list[Path]) -> None:
+        log_swaps = [
+            path for path in swap_files if file_names.parse_segment_name(path.name)[1] == file_names.LOG_SUFFIX
+        ]  # type: ignore[index]
+        if not log_swaps:
+            self._rename_swap_files()
+            return
+        min_swap_base: int | None = None
+        max_swap_next = -1
+        for path in log_swaps:
+            base = file_names.parse_segment_name(path.name)[0]  # type: ignore[index]
+            segment = new_segment(
+                self.directory, base, self.config, self.clock, suffix=file_names.SWAP_SUFFIX, new_file=False
+            )
+            if not file_names.index_file(self.directory, base, file_names.SWAP_SUFFIX).exists():
+                segment.recover()
+            min_swap_base = base if min_swap_base is None else min(min_swap_base, base)
+            max_swap_next = max(max_swap_next, segment.read_next_offset())
+            segment.close()
+        assert min_swap_base is not None
+        for entry in sorted(self.directory.iterdir()):
+            parsed = file_names.parse_segment_name(entry.name)
+            if parsed is None or parsed[2]:
+                continue
+            if min_swap_base <= parsed[0] < max_swap_next:
+                logger.info("%s: deleting %s, replaced by an interrupted swap", self.directory, entry.name)
+                entry.unlink()
+        self._rename_swap_files()
+
+    def _rename_swap_files(self) -> None:
+        """Completes the swap: every `.swap` file now in the folder loses its suffix. The folder is listed
+        again, not the list collected before, because rebuilding a `.log.swap`'s missing indexes above
+        created `.index.swap` / `.timeindex.swap` files that must be renamed with it (Kafka's third pass)."""
+        for entry in sorted(self.directory.iterdir()):
+            parsed = file_names.parse_segment_name(entry.name)
+            if parsed is not None and parsed[2] == file_names.SWAP_SUFFIX:
+                os.replace(entry, file_names.without_suffix(entry, file_names.SWAP_SUFFIX))
+
+    def _load_segment_files(self) -> LogSegments:
+        segments = LogSegments()
+        names = sorted(entry.name for entry in self.directory.iterdir() if entry.is_file())
+        log_bases = set()
+        for name in names:
+            parsed = file_names.parse_segment_name(name)
+            if parsed is not None and not parsed[2] and parsed[1] == file_names.LOG_SUFFIX:
+                log_bases.add(parsed[0])
+        for name in names:
+            parsed = file_names.parse_segment_name(name)
+            if parsed is None or parsed[2]:
+                continue
+            base, kind, _ = parsed
+            if kind != file_names.LOG_SUFFIX:
+                if base not in log_bases and kind in file_names.SEGMENT_SUFFIXES:
+                    logger.warning("%s: deleting orphan index file %s", self.directory, name)
+                    (self.directory / name).unlink()
+                continue
+            segment = new_segment(self.directory, base, self.config, self.clock, new_file=False)
+            if not segment.has_offset_index_file():
+                logger.info("%s: rebuilding missing index of segment %d", self.directory, base)
+                self._recover_segment(segment)
+            elif not self.had_clean_shutdown:
+                try:
+                    segment.offset_index.sanity_check()
+                    segment.time_index.sanity_check()
+                except CorruptIndexError as exc:
+                    logger.warning("%s: %s; rebuilding", self.directory, exc)
+                    self._recover_segment(segment)
+            segments.add(segment)
+        return segments
+
+    def _active_index_trusted(self, segment: LogSegment) -> bool:
+        """After a clean shutdown indexes are trusted unread (Kafka's choice), except the active segment's last
+        offset-index entry: the log end offset is read from the batch it points at, so a damaged entry (a bit
+        flip in its position) would hide the segment's tail and the next append would reuse those offsets.
+        Checking it costs one read of the batch header there: it must start at or below the entry's offset."""
+        index = segment.offset_index
+        try:
+            index.sanity_check()
+            segment.time_index.sanity_check()
+            if index.entries == 0:
+                return True
+            last = index.lookup(index.last_offset)
+            batch = next(segment.log.batches(last.position), None) if 0 <= last.position < segment.size else None
+        except (CorruptIndexError, CorruptRecordError) as exc:
+            logger.warning("%s: %s; rebuilding the indexes of segment %d", self.directory, exc, segment.base_offset)
+            return False
+        if batch is None or not batch.base_offset <= last.offset:
+            logger.warning(
+                "%s: last index entry %s of segment %d does not point at its batch; rebuilding the indexes",
+                self.directory,
+                last,
+                segment.base_offset,
+            )
+            return False
+        return True
+
+    def _recover_segment(self, segment: LogSegment, next_segment_base: int | None = None) -> int:
+        size_before = segment.size
+        try:
+            truncated = segment.recover(next_segment_base)
+        except (InvalidOffsetError, CorruptIndexError) as exc:
+            logger.warning(
+                "%s: cannot recover segment %d (%s); truncating it to empty", self.directory, segment.base_offset, exc
+            )
+            truncated = segment.log.truncate_to(0)
+            for index in (segment.offset_index, segment.time_index):
+                index.truncate()
+        if truncated > 0:
+            self._truncated_bases.add(segment.base_offset)
+            position = size_before - truncated
+            self._dropped.append(DroppedBytes(str(segment.log.path), position, truncated))
+            logger.warning(
+                "%s: recovery dropped %d bytes at position %d of %s",
+                self.directory,
+                truncated,
+                position,
+                segment.log.path,
+            )
+        return truncated
+
+    def _recover_from(self, segments: LogSegments, recovery_point: int) -> int:
+        unflushed = list(segments.from_floor(recovery_point))
+        recovered = 0
+        while unflushed:
+            segment = unflushed.pop(0)
+            recovered += 1
+            next_base = unflushed[0].base_offset if unflushed else None
+            truncated = self._recover_segment(segment, next_base) > 0 or segment.base_offset in self._truncated_bases
+            if truncated and unflushed:
+                for later in unflushed:
+                    logger.warning("%s: deleting segment %d after a truncated one", self.directory, later.base_offset)
+                    self._dropped.append(DroppedBytes(str(later.log.path), 0, later.size))
+                    segments.remove(later.base_offset)
+                    later.delete_files()
+                unflushed = []
+        return recovered

@@ -1,0 +1,44 @@
+"""The Spark suite's shared fixtures: one RayDP Spark session and one broker for every Spark test under
+`tests/cluster/`.
+
+Starting Spark on Ray costs ~10 s and its first Python job ~6 s more (spark-bridge.md §2), so the session is
+started once (with its warm-up job) and reused by every test of this package (`tests/cluster/`). It is stopped when
+the package's
+last test is done (package scope): modules that own Ray (`OWNS_RAY`, run last by `tests/conftest.py`) shut the
+session's Ray down, and Spark's JVMs must be stopped before their Ray goes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+
+@pytest.fixture(scope="package")
+def spark(ray_session: None) -> Iterator[Any]:
+    """The RayDP Spark session (1 executor x 2 cores, settings of `cluster.spark.session`)."""
+    from cluster.spark.session import get_spark, stop_spark
+
+    session = get_spark()
+    try:
+        yield session
+    finally:
+        stop_spark()
+
+
+@pytest.fixture(scope="package")
+def spark_broker(start_test_broker: Callable[..., tuple[Any, list[Path]]]) -> Any:
+    """A broker for the Spark tests (each test makes its own topics)."""
+    broker, _ = start_test_broker(log_dirs_count=1)
+    return broker
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """pyspark 3.5's `toPandas` calls pandas APIs that pandas 2.x deprecated; the warning is pyspark's, not ours."""
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(item.fspath).parents:
+            item.add_marker(pytest.mark.filterwarnings("ignore:is_datetime64tz_dtype is deprecated:DeprecationWarning"))

@@ -1,0 +1,110 @@
+"""SkimpyOffsetMap against a dict oracle: latest offset per key, capacity from the memory budget, full map."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from storage.compaction.offset_map import BYTES_PER_ENTRY, SkimpyOffsetMap
+from storage.errors import InvalidConfigError, StorageError
+
+
+def test_slots_and_capacity_come_from_the_memory_budget() -> None:
+    offset_map = SkimpyOffsetMap(24 * 1000 + 23, load_factor=0.9)
+    assert BYTES_PER_ENTRY == 24
+    assert offset_map.slots == 1000
+    assert offset_map.max_entries == 900
+    assert offset_map.memory_bytes == 24_000
+
+
+def test_kafka_default_budget_holds_five_million_keys() -> None:
+    slots = 134217728 // BYTES_PER_ENTRY
+    assert slots == 5_592_405
+    assert int(slots * 0.9) == 5_033_164
+
+
+def test_put_and_get_match_a_dict_oracle() -> None:
+    rng = random.Random(7)
+    offset_map = SkimpyOffsetMap(24 * 4096)
+    oracle: dict[bytes, int] = {}
+    for offset in range(3000):
+        key = b"key-%d" % rng.randrange(1500)
+        offset_map.put(key, offset)
+        oracle[key] = offset
+    assert offset_map.size == len(oracle)
+    assert offset_map.latest_offset == 2999
+    for key, offset in oracle.items():
+        assert offset_map.get(key) == offset
+    for missing in range(200):
+        assert offset_map.get(b"absent-%d" % missing) == -1
+    assert offset_map.utilization == pytest.approx(len(oracle) / 4096)
+
+
+def test_keys_are_compared_by_their_bytes() -> None:
+    offset_map = SkimpyOffsetMap(24 * 64)
+    offset_map.put(b"a", 1)
+    offset_map.put(b"a\x00", 2)
+    offset_map.put(b"", 3)
+    assert (offset_map.get(b"a"), offset_map.get(b"a\x00"), offset_map.get(b"")) == (1, 2, 3)
+
+
+def test_full_map_refuses_new_keys_but_updates_existing_ones() -> None:
+    offset_map = SkimpyOffsetMap(24 * 10, load_factor=0.5)
+    for offset in range(5):
+        offset_map.put(b"k%d" % offset, offset)
+    assert offset_map.is_full
+    offset_map.put(b"k0", 9)
+    assert offset_map.get(b"k0") == 9
+    with pytest.raises(StorageError, match="full"):
+        offset_map.put(b"new", 10)
+    assert offset_map.size == 5
+
+
+def test_completely_full_map_still_answers_absent_keys() -> None:
+    offset_map = SkimpyOffsetMap(24 * 8, load_factor=1.0)
+    for offset in range(8):
+        offset_map.put(b"k%d" % offset, offset)
+    assert offset_map.utilization == 1.0
+    assert offset_map.get(b"absent") == -1
+    assert [offset_map.get(b"k%d" % offset) for offset in range(8)] == list(range(8))
+
+
+def test_clear_empties_the_map_for_the_next_pass() -> None:
+    offset_map = SkimpyOffsetMap(24 * 32)
+    for offset in range(20):
+        offset_map.put(b"k%d" % offset, offset)
+    offset_map.clear()
+    assert (offset_map.size, offset_map.latest_offset, offset_map.is_full) == (0, -1, False)
+    assert offset_map.get(b"k3") == -1
+    offset_map.put(b"k3", 40)
+    assert offset_map.get(b"k3") == 40
+
+
+def test_latest_offset_moves_only_forward() -> None:
+    offset_map = SkimpyOffsetMap(24 * 32)
+    offset_map.update_latest_offset(10)
+    offset_map.update_latest_offset(4)
+    assert offset_map.latest_offset == 10
+    offset_map.put(b"k", 12)
+    assert offset_map.latest_offset == 12
+
+
+def test_memory_does_not_grow_with_keys() -> None:
+    offset_map = SkimpyOffsetMap(24 * 2048)
+    before = offset_map.allocated_bytes
+    assert before == 24 * 2048
+    for offset in range(1800):
+        offset_map.put(b"k%d" % offset, offset)
+    assert offset_map.allocated_bytes == before
+
+
+@pytest.mark.parametrize(("memory_bytes", "load_factor"), [(23, 0.9), (24, 0.5), (240, 0.0), (240, 1.5)])
+def test_budgets_that_hold_no_key_are_rejected(memory_bytes: int, load_factor: float) -> None:
+    with pytest.raises(InvalidConfigError):
+        SkimpyOffsetMap(memory_bytes, load_factor)
+
+
+def test_negative_offsets_are_rejected() -> None:
+    with pytest.raises(ValueError):
+        SkimpyOffsetMap(240).put(b"k", -1)
