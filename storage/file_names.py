@@ -106,6 +106,12 @@ def parse_segment_name(name: str) -> tuple[int, str, str] | None:
     return int(match.group(1)), match.group(2), match.group(3)
 
 
+def segment_suffix(name: str) -> str | None:
+    """`00000000000000000042.log.swap` -> ".log"; None for names that are not segment files."""
+    parsed = parse_segment_name(name)
+    return None if parsed is None else parsed[1]
+
+
 def with_suffix(path: Path, suffix: str) -> Path:
     """`path` with an in-flight suffix appended (`x.log` -> `x.log.deleted`)."""
     return path.with_name(path.name + suffix)

@@ -28,9 +28,12 @@ import re
 import sys
 from collections.abc import Mapping
 from dataclasses import Field, dataclass, field, fields
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from storage.errors import InvalidConfigError
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 INT_MIN, INT_MAX = -(2**31), 2**31 - 1
 LONG_MIN, LONG_MAX = -(2**63), 2**63 - 1
@@ -45,7 +48,7 @@ _JAVA_INTEGER = re.compile(r"^[+-]?[0-9]+$")
 _JAVA_DECIMAL = re.compile(r"^[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?$")
 _METADATA_KEY = "config_key"
 
-ConfigT = TypeVar("ConfigT")
+ConfigT = TypeVar("ConfigT", bound="DataclassInstance")
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,7 @@ from storage.partition.log_loader import DroppedBytes, LogLoader, new_segment
 from storage.partition.log_validator import BatchInfo, validate_client_records
 from storage.partition.producer_state import SEQUENCE_MODULUS, BatchMetadata, ProducerStateManager
 from storage.records.file_records import TimestampAndOffset, iter_any_batches
+from storage.records.legacy_records import LegacyRecord
 from storage.records.record_batch import (
     MAGIC_OFFSET,
     NO_TIMESTAMP,
@@ -298,7 +299,7 @@ class Log:
                 )
             # The client's bytes are written as they are, after a rewritten copy of their first 16 bytes
             # (baseOffset and leader epoch, outside the CRC): a 1 MB batch is never copied in memory.
-            pieces: list[bytes | memoryview] = []
+            pieces: list[bytes | bytearray | memoryview] = []
             max_timestamp = NO_TIMESTAMP
             offset_of_max_timestamp = -1
             for info, metadata, part in kept:
@@ -379,7 +380,7 @@ class Log:
 
     def _append_assigned(
         self,
-        pieces: list[bytes | memoryview],
+        pieces: list[bytes | bytearray | memoryview],
         first_offset: int,
         last_offset: int,
         max_timestamp: int,
@@ -534,7 +535,9 @@ class Log:
         mapping = segment.translate_offset(offset)
         return LogOffsetMetadata(offset, segment.base_offset, mapping.position if mapping else segment.size)
 
-    def records(self, start_offset: int | None = None, end_offset: int | None = None) -> Iterator[Record]:
+    def records(
+        self, start_offset: int | None = None, end_offset: int | None = None
+    ) -> Iterator[Record | LegacyRecord]:
         """Every record from `start_offset` (default: log start) to `end_offset` (default: LEO), decoded.
 
         A convenience for tools and tests; consumers fetch bytes with `read`.

@@ -172,9 +172,7 @@ class LogLoader:
         return kept
 
     def _complete_swaps(self, swap_files: list[Path]) -> None:
-        log_swaps = [
-            path for path in swap_files if file_names.parse_segment_name(path.name)[1] == file_names.LOG_SUFFIX
-        ]  # type: ignore[index]
+        log_swaps = [path for path in swap_files if file_names.segment_suffix(path.name) == file_names.LOG_SUFFIX]
         if not log_swaps:
             self._rename_swap_files()
             return

@@ -28,7 +28,8 @@ from dataclasses import dataclass
 
 import crc32c
 
-from storage.config.log_config import LONG_MAX, LogConfig
+from storage.config.config_values import LONG_MAX
+from storage.config.log_config import LogConfig
 from storage.errors import (
     CorruptRecordError,
     InvalidRecordError,

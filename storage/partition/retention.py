@@ -1,4 +1,4 @@
-"""Deleting whole old segments (Kafka's `UnifiedLog.deleteOldSegments`, spec §3.7-3.8).
+"""Deleting whole old segments (Kafka's `UnifiedLog.deleteOldSegments`) and DeleteRecords.
 
 Three rules run in Kafka's order; each walks the segments oldest first and stops at the first one that
 does not qualify:
@@ -16,7 +16,7 @@ would go, the log first rolls a fresh empty active segment, so it stays appendab
 `log_start_offset` moves to the first remaining segment's base and never backwards. Deleted segments
 are renamed `.deleted` at once (no longer readable) and unlinked after `file.delete.delay.ms`.
 
-Future timestamps (spec §6.5, KAFKA-6482): Kafka judges a segment by its largest record timestamp, so
+Future timestamps (KAFKA-6482): Kafka judges a segment by its largest record timestamp, so
 one record stamped years ahead pins its segment for years. Here a segment's retention timestamp is
 its largest record timestamp capped at the time the segment was last written (the `.log` file's
 mtime) plus the allowed producer clock skew, `min(message.timestamp.after.max.ms, 1 hour)` (1 hour is
@@ -28,17 +28,48 @@ Segments without timestamps use the mtime, as in Kafka.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import Protocol
 
+from storage.arguments import is_int
+from storage.clock import Clock
+from storage.config.log_config import LogConfig
 from storage.errors import OffsetOutOfRangeError, PolicyViolationError
-
-if TYPE_CHECKING:
-    from storage.partition.log import Log
-    from storage.segment.log_segment import LogSegment
+from storage.segment.log_segment import LogSegment
 
 # Kafka 4.0's default for message.timestamp.after.max.ms: the largest producer clock skew tolerated.
 MAX_FUTURE_SKEW_MS = 3_600_000
 HIGH_WATERMARK_OFFSET = -1
+
+
+class RetainedLog(Protocol):
+    """What retention reads and calls on a partition log (`storage.partition.log.Log` is the one that runs)."""
+
+    directory: Path
+
+    @property
+    def config(self) -> LogConfig: ...
+
+    @property
+    def clock(self) -> Clock: ...
+
+    @property
+    def high_watermark(self) -> int: ...
+
+    @property
+    def log_end_offset(self) -> int: ...
+
+    @property
+    def log_start_offset(self) -> int: ...
+
+    @property
+    def size_in_bytes(self) -> int: ...
+
+    def log_segments(self) -> tuple[LogSegment, ...]: ...
+
+    def remove_and_delete_segments(self, segments: list[LogSegment]) -> int: ...
+
+    def maybe_increment_log_start_offset(self, offset: int) -> int: ...
 
 
 def retention_timestamp(segment: LogSegment, after_max_ms: int) -> int:
@@ -49,7 +80,9 @@ def retention_timestamp(segment: LogSegment, after_max_ms: int) -> int:
     return min(segment.max_timestamp_so_far, written_ms + min(after_max_ms, MAX_FUTURE_SKEW_MS))
 
 
-def deletable_segments(log: Log, predicate: Callable[[LogSegment, LogSegment | None], bool]) -> list[LogSegment]:
+def deletable_segments(
+    log: RetainedLog, predicate: Callable[[LogSegment, LogSegment | None], bool]
+) -> list[LogSegment]:
     """Oldest-first prefix of segments that satisfy `predicate`, are below the HW and not an empty last one."""
     segments = log.log_segments()
     deletable: list[LogSegment] = []
@@ -64,14 +97,14 @@ def deletable_segments(log: Log, predicate: Callable[[LogSegment, LogSegment | N
     return deletable
 
 
-def delete_log_start_offset_breached_segments(log: Log) -> int:
+def delete_log_start_offset_breached_segments(log: RetainedLog) -> int:
     start = log.log_start_offset
     return log.remove_and_delete_segments(
         deletable_segments(log, lambda _, following: following is not None and following.base_offset <= start)
     )
 
 
-def delete_retention_size_breached_segments(log: Log) -> int:
+def delete_retention_size_breached_segments(log: RetainedLog) -> int:
     limit = log.config.retention_bytes
     size = log.size_in_bytes
     if limit < 0 or size < limit:
@@ -88,7 +121,7 @@ def delete_retention_size_breached_segments(log: Log) -> int:
     return log.remove_and_delete_segments(deletable_segments(log, over_limit))
 
 
-def delete_retention_ms_breached_segments(log: Log) -> int:
+def delete_retention_ms_breached_segments(log: RetainedLog) -> int:
     retention_ms = log.config.retention_ms
     if retention_ms < 0:
         return 0
@@ -99,7 +132,7 @@ def delete_retention_ms_breached_segments(log: Log) -> int:
     )
 
 
-def delete_old_segments(log: Log) -> int:
+def delete_old_segments(log: RetainedLog) -> int:
     """One retention pass; returns the number of segments deleted."""
     deleted = delete_log_start_offset_breached_segments(log)
     if log.config.delete:
@@ -108,7 +141,7 @@ def delete_old_segments(log: Log) -> int:
     return deleted
 
 
-def delete_records(log: Log, offset: int) -> int:
+def delete_records(log: RetainedLog, offset: int) -> int:
     """Kafka's DeleteRecords: moves the log start offset to `offset` (-1 = the high watermark).
 
     Reads below it fail at once; whole segments below it go on the next retention pass. Returns the
@@ -120,6 +153,6 @@ def delete_records(log: Log, offset: int) -> int:
             path=log.directory,
         )
     target = log.high_watermark if offset == HIGH_WATERMARK_OFFSET else offset
-    if not isinstance(target, int) or isinstance(target, bool) or target < 0:
+    if not is_int(target) or target < 0:
         raise OffsetOutOfRangeError(f"cannot delete records before offset {offset!r}", path=log.directory)
     return log.maybe_increment_log_start_offset(target)

@@ -111,7 +111,7 @@ class FileRecords:
         """Logical size in bytes (the end of the last appended batch)."""
         return self._size
 
-    def append(self, data: bytes | memoryview | Sequence[bytes | memoryview]) -> int:
+    def append(self, data: bytes | memoryview | Sequence[bytes | bytearray | memoryview]) -> int:
         """Writes `data` (one buffer, or pieces back to back with one `pwritev`) at the end; returns the number
         of bytes written."""
         pieces = [data] if isinstance(data, bytes | bytearray | memoryview) else list(data)

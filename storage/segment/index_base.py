@@ -280,7 +280,10 @@ class IndexBase(abc.ABC, Generic[EntryT]):
         """The entry in `slot`, with its offset made absolute."""
 
     def _relative_offset_at(self, slot: int) -> int:
-        return _INT32.unpack_from(self._buffer_for_read(), slot * self.ENTRY_SIZE + self.RELATIVE_OFFSET_AT)[0]
+        relative_offset: int = _INT32.unpack_from(
+            self._buffer_for_read(), slot * self.ENTRY_SIZE + self.RELATIVE_OFFSET_AT
+        )[0]
+        return relative_offset
 
     def _largest_lower_bound_slot(self, target: int, value_at: Callable[[int], int]) -> int:
         """The largest slot whose value is <= `target`, or -1; values must be non-decreasing by slot."""
@@ -374,6 +377,7 @@ class IndexBase(abc.ABC, Generic[EntryT]):
         if self._length == 0:
             self._mmap = None
             return
+        assert self._fd is not None, f"{self._path} is closed"
         access = mmap.ACCESS_WRITE if self._writable else mmap.ACCESS_READ
         self._mmap = mmap.mmap(self._fd, self._length, access=access)
 

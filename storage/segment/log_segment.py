@@ -206,7 +206,7 @@ class LogSegment:
         largest_offset: int,
         largest_timestamp: int,
         shallow_offset_of_max_timestamp: int,
-        records: bytes | memoryview | Sequence[bytes | memoryview],
+        records: bytes | memoryview | Sequence[bytes | bytearray | memoryview],
     ) -> None:
         """Appends batches whose offsets are already assigned (one buffer, or pieces written back to back),
         maintaining both sparse indexes."""

@@ -114,4 +114,5 @@ class OffsetIndex(IndexBase[OffsetPosition]):
         return OffsetPosition(self._base_offset + relative, position)
 
     def _position_at(self, slot: int) -> int:
-        return _INT32.unpack_from(self._buffer_for_read(), slot * self.ENTRY_SIZE + _POSITION_FIELD_AT)[0]
+        position: int = _INT32.unpack_from(self._buffer_for_read(), slot * self.ENTRY_SIZE + _POSITION_FIELD_AT)[0]
+        return position

@@ -139,4 +139,5 @@ class TimeIndex(IndexBase[TimestampOffset]):
         return TimestampOffset(timestamp, self._base_offset + relative)
 
     def _timestamp_at(self, slot: int) -> int:
-        return _TIMESTAMP.unpack_from(self._buffer_for_read(), slot * self.ENTRY_SIZE)[0]
+        timestamp: int = _TIMESTAMP.unpack_from(self._buffer_for_read(), slot * self.ENTRY_SIZE)[0]
+        return timestamp

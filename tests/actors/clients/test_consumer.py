@@ -119,7 +119,7 @@ def test_records_are_the_same_read_from_the_page_cache_or_through_the_actor(
     (`actors.clients.local_fetch`),
     with `local_fetch=False` through the actors; either way every record comes back once, in order."""
     from actors import Consumer
-    from actors import local_fetch as local_fetch_module
+    from actors.clients import local_fetch as local_fetch_module
 
     before = local_fetch_module.statistics()
     with Consumer(
