@@ -27,6 +27,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from storage.arguments import is_int
 from storage.errors import InvalidTopicError
 
 LOG_SUFFIX = ".log"
@@ -146,7 +147,7 @@ def partition_dir_name(topic: str, partition: int) -> str:
     """`<topic>-<partition>`, the folder of one partition log."""
     validate_topic(topic)
     # Kafka's partition ids are int32: a larger one could not be written to the offset checkpoints.
-    if not isinstance(partition, int) or isinstance(partition, bool) or not 0 <= partition <= MAX_PARTITION:
+    if not is_int(partition) or not 0 <= partition <= MAX_PARTITION:
         raise InvalidTopicError(f"invalid partition {partition!r}: must be an int in 0..{MAX_PARTITION}")
     name = f"{topic}-{partition}"
     # A 249-char topic leaves room for 5 partition digits only: a longer name would fail mkdir (ENAMETOOLONG),

@@ -42,7 +42,7 @@ What a rewritten segment holds, batch by batch (Kafka's `MemoryRecords.filterTo`
 Swap and crash safety: the `.cleaned` segment is fsynced, its indexes trimmed, and its `.log` mtime set to
 the last source segment's mtime (time retention sees the same age), then `Log.replace_segments` renames
 `.cleaned` -> `.swap`, old segments -> `.deleted`, `.swap` -> final. A crash at any step is resolved by the
-log loader (spec §2.13): leftover `.cleaned` files are deleted, `.swap` files complete the swap.
+log loader (`storage.partition.log_loader`): leftover `.cleaned` files are deleted, `.swap` files complete the swap.
 
 Threads: sealed segments are read without the log lock. The lock is taken only to swap, after checking
 that every segment the pass read is still in the log, unchanged in size, and that the active segment was

@@ -30,6 +30,7 @@ from collections.abc import Mapping
 from dataclasses import Field, dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
+from storage.arguments import is_int
 from storage.errors import InvalidConfigError
 
 if TYPE_CHECKING:
@@ -112,7 +113,7 @@ def check_value(name: str, value: Any, java_type: JavaType) -> None:
     """Raises `InvalidConfigError` unless `value` is a Python value of `java_type` (within its Java range)."""
     if java_type in _INTEGER_RANGES:
         low, high = _INTEGER_RANGES[java_type]
-        if isinstance(value, bool) or not isinstance(value, int):
+        if not is_int(value):
             raise InvalidConfigError(f"invalid value {value!r} for {name}: expected an integer (Java {java_type})")
         if not low <= value <= high:
             raise InvalidConfigError(f"invalid value {value!r} for {name}: expected a Java {java_type}, {low}..{high}")

@@ -40,6 +40,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Generic, NamedTuple, Protocol, TypeVar
 
+from storage.arguments import is_int
 from storage.errors import CorruptCheckpointError, KafkaStorageError
 from storage.file_io import write_atomically
 
@@ -93,7 +94,7 @@ def _java_split(line: str) -> list[str]:
 
 
 def _check_int(name: str, value: object, low: int, high: int) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+    if not is_int(value) or not low <= value <= high:
         raise ValueError(f"{name} {value!r} is not an integer in [{low}, {high}]")
     return value
 

@@ -21,6 +21,7 @@ import json
 import re
 from pathlib import Path
 
+from storage.arguments import is_int
 from storage.errors import CorruptCheckpointError, KafkaStorageError
 from storage.file_io import fsync_dir, write_atomically
 from storage.file_names import CLEAN_SHUTDOWN_FILE
@@ -47,7 +48,7 @@ def has_clean_shutdown_marker(directory: Path) -> bool:
 
 
 def _is_int64(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and INT64_MIN <= value <= INT64_MAX
+    return is_int(value) and INT64_MIN <= value <= INT64_MAX
 
 
 def _epoch(value: object) -> int | None:

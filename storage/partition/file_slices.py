@@ -4,7 +4,7 @@ A reader on the partition's own machine can then `pread` the bytes from the page
 having them copied through the process that owns the log (Kafka's `sendfile` zero-copy path, in spirit).
 
 `locate_file_slices(log, offset, max_bytes)` follows `Log.read(offset, max_bytes, isolation="high_watermark")`
-step for step (spec §3.5): the same `OffsetOutOfRangeError` / `InvalidRequestError` for the same arguments, the
+step for step: the same `OffsetOutOfRangeError` / `InvalidRequestError` for the same arguments, the
 batch holding `offset` first and always whole (even above `max_bytes`), nothing at or past the high watermark,
 and never more than one segment (a Kafka fetch stops at a segment's end). Reading `length` bytes at `position`
 of the first slice's file gives exactly the bytes `Log.read` returns for the same log state.
@@ -14,14 +14,14 @@ its segment's end is followed by the next segments' bytes from their start, stil
 below the high watermark: slice k is what a fetch from the offset after slice k-1 returns (without the
 first-batch-whole rule, so it may end inside a batch, as any fetch cut by `max_bytes` does).
 
-The slice names its file by identity as well as by path: `device` and `inode` are those of the `.log` file
-the positions were computed from. Segment files are append-only below their size, so while the same inode sits
-at `path` the located bytes cannot change; a segment deleted by retention, or swapped for its compacted copy
-(same name, new inode, spec §2.13), shows as a missing file or another inode, and the reader must fall back to
-`Log.read`. Identity is taken by `stat(path)` *before* checking that the segment is still in the log: segments
-leave the log's segment list before their files are renamed or deleted, so a segment still listed after the
-`stat` was at `path` when the `stat` ran. Retention and compaction change the list and rename files under the
-log's writer lock, so the last attempt takes that lock (waiting behind at most one append) and cannot miss.
+The slice names its file by identity as well as by path: `device` and `inode` are those of the `.log` file the positions
+were computed from. Segment files are append-only below their size, so while the same inode sits at `path` the located
+bytes cannot change; a segment deleted by retention, or swapped for its compacted copy (same name, new inode: the
+`.swap` file renamed over it), shows as a missing file or another inode, and the reader must fall back to `Log.read`.
+Identity is taken by `stat(path)` *before* checking that the segment is still in the log: segments leave the log's
+segment list before their files are renamed or deleted, so a segment still listed after the `stat` was at `path` when
+the `stat` ran. Retention and compaction change the list and rename files under the log's writer lock, so the last
+attempt takes that lock (waiting behind at most one append) and cannot miss.
 
 `read_located(file_slice, offset)` is the reader's side: it opens the path, checks the inode and that the file
 still holds `position + length` bytes, reads them (`pread`, or with `zero_copy` a read-only `mmap` of the page
@@ -38,6 +38,7 @@ import mmap
 import os
 from dataclasses import dataclass
 
+from storage.arguments import is_int
 from storage.errors import CorruptRecordError, InvalidRequestError, KafkaStorageError, OffsetOutOfRangeError
 from storage.partition.log import Log
 from storage.records.file_records import iter_any_batches
@@ -67,11 +68,11 @@ class _SegmentMovedError(Exception):
 def locate_file_slices(log: Log, offset: int, max_bytes: int, max_slices: int = 1) -> tuple[FileSlice, ...]:
     """Where `log.read(offset, max_bytes, isolation="high_watermark").records` lies (and, with `max_slices` > 1,
     the bytes of the following segments); empty when that read is empty."""
-    if not isinstance(offset, int) or isinstance(offset, bool):
+    if not is_int(offset):
         raise OffsetOutOfRangeError(f"offset must be an int, not {type(offset).__name__}")
-    if not isinstance(max_bytes, int) or isinstance(max_bytes, bool) or max_bytes < 0:
+    if not is_int(max_bytes) or max_bytes < 0:
         raise InvalidRequestError(f"max_bytes must be an int >= 0, got {max_bytes!r}")
-    if not isinstance(max_slices, int) or isinstance(max_slices, bool) or max_slices < 1:
+    if not is_int(max_slices) or max_slices < 1:
         raise InvalidRequestError(f"max_slices must be an int >= 1, got {max_slices!r}")
     for _ in range(LOCK_FREE_ATTEMPTS):
         try:

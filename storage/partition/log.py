@@ -6,7 +6,7 @@ the LEO), `recovery_point` (everything below it is known fsynced).
 
 Append (leader path): validate the client's batches (see `log_validator`), then under the log lock
 assign offsets in place from the LEO (baseOffset and leader epoch are outside the CRC), stamp
-LogAppendTime if the topic uses it, roll if a roll condition holds (spec §3.2), write to the active
+LogAppendTime if the topic uses it, roll if a roll condition holds (`LogSegment.should_roll`), write to the active
 segment, advance the LEO, and fsync when `flush.messages` / `flush.ms` say so.
 
 Read (fetch): whole batches from the one containing the offset, at most `max_bytes` (at least one batch
@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from storage import file_names
+from storage.arguments import is_int
 from storage.clock import SYSTEM_CLOCK, Clock
 from storage.config.log_config import LogConfig
 from storage.errors import (
@@ -492,10 +493,13 @@ class Log:
         *,
         isolation: str = "log_end",
     ) -> FetchDataInfo:
-        """Kafka fetch semantics (spec §3.5); `isolation` is `log_end` or `high_watermark`."""
-        if not isinstance(offset, int) or isinstance(offset, bool):
+        """Kafka's fetch semantics (whole batches, the first one even above `max_bytes`).
+
+        `isolation` is `log_end` or `high_watermark`.
+        """
+        if not is_int(offset):
             raise OffsetOutOfRangeError(f"offset must be an int, not {type(offset).__name__}")
-        if not isinstance(max_bytes, int) or isinstance(max_bytes, bool) or max_bytes < 0:
+        if not is_int(max_bytes) or max_bytes < 0:
             raise InvalidRequestError(f"max_bytes must be an int >= 0, got {max_bytes!r}")
         self._check_open()
         segments = self._segments.snapshot()
@@ -566,8 +570,8 @@ class Log:
         return None if found is None else found.offset
 
     def fetch_offset_by_timestamp(self, timestamp_ms: int) -> TimestampAndOffset | None:
-        """Kafka's ListOffsets (spec §3.6): a timestamp, or EARLIEST (-2), LATEST (-1), MAX_TIMESTAMP (-3)."""
-        if not isinstance(timestamp_ms, int) or isinstance(timestamp_ms, bool):
+        """Kafka's ListOffsets: a timestamp, or EARLIEST (-2), LATEST (-1), MAX_TIMESTAMP (-3)."""
+        if not is_int(timestamp_ms):
             raise InvalidRequestError(f"a ListOffsets timestamp must be an int, not {type(timestamp_ms).__name__}")
         self._check_open()
         if timestamp_ms == EARLIEST_TIMESTAMP:
@@ -730,7 +734,7 @@ class Log:
             return retention.delete_records(self, offset)
 
     def replace_segments(self, new_segments: list[LogSegment], old_segments: list[LogSegment]) -> None:
-        """Swaps compacted segments in (Kafka's replaceSegments), crash-safely (spec §2.13).
+        """Swaps compacted segments in (Kafka's replaceSegments), crash-safely.
 
         `new_segments` carry the `.cleaned` suffix. Steps: `.cleaned` -> `.swap` (descending offsets),
         the segment map switches to the new segments, old segments -> `.deleted` (unlinked later),

@@ -1,6 +1,6 @@
 """Opening a partition folder: leftover in-flight files, segment loading, crash recovery (Kafka's `LogLoader`).
 
-What happens on open, in order (spec §2.13, §3.11):
+What happens on open, in order (Kafka's `LogLoader.load`):
 
 1. Every `*.deleted` file is unlinked (its deletion was scheduled before a crash or restart).
 2. `.cleaned` files are an unfinished compaction: dropped. A `.swap` whose base offset is at or

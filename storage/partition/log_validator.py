@@ -1,5 +1,5 @@
 """Checks a client's produce bytes before they reach a log, and prepares them for offset assignment
-(Kafka's `LogValidator` plus the analysis step of `UnifiedLog.append`, spec §3.1).
+(Kafka's `LogValidator` plus the analysis step of `UnifiedLog.append`).
 
 Per batch, in Kafka's order: a known magic (bytes at 16 outside 0..2 are garbage: `CorruptRecordError`),
 magic 2 only (raybroker writes v2; 0 and 1 are refused); baseOffset 0; size within `max.message.bytes`;

@@ -184,7 +184,7 @@ class LogSegment:
         return now_ms - self.created_ms
 
     def should_roll(self, params: RollParams) -> bool:
-        """Kafka's roll conditions (spec §3.2), checked before each append."""
+        """Kafka's roll conditions (`LogSegment.shouldRoll`), checked before each append."""
         reached_roll_ms = self.time_waited_for_roll(params.now_ms, params.max_timestamp_in_messages) > (
             params.max_segment_ms - self.rolling_jitter_ms
         )
