@@ -5,7 +5,8 @@ concurrency, resources and placement.
   them with `ray.get_actor(name, namespace="raybroker")`; they are detached, so they outlive the
   process that created them (the CLI's `start` exits while the broker keeps running).
 - Every actor asks for `num_cpus=0`: they spend their time in I/O and must not take the CPUs Spark
-  executors need (spark-bridge.md §2: with the CPUs reserved, a default actor never started).
+  executors need (measured here: with `ray.init(num_cpus=2)` and a 2-core Spark executor, a default
+  `num_cpus=1` actor never started).
 - Partition and log-manager actors are pinned (hard node affinity) to the node whose disks hold their
   folders; a partition actor that dies is restarted by Ray (`max_restarts=-1`) on the same node and
   recovers its log from disk. Tasks are not retried by Ray (`max_task_retries=0`): a produce retry is
