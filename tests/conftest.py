@@ -11,15 +11,13 @@ from typing import Any
 import pytest
 
 TESTS_DIR = Path(__file__).resolve().parent
-# The repo is checked out next to `shared/` (locally /work/main beside /work/shared; CI clones it the same way).
-KAFKA_SAMPLES_DIR = TESTS_DIR.parents[1] / "shared" / "kafka-samples"
+# Log dirs a real Kafka broker wrote, committed with the tests (provenance and licences in its PROVENANCE.md).
+KAFKA_SAMPLES_DIR = TESTS_DIR / "fixtures" / "kafka"
 
 
 @pytest.fixture(scope="session")
 def kafka_samples_dir() -> Path:
-    """Log dirs written by a real Kafka broker (see its PROVENANCE.md); skips when `shared/` is not beside the repo."""
-    if not KAFKA_SAMPLES_DIR.is_dir():
-        pytest.skip(f"Kafka sample log dirs not found at {KAFKA_SAMPLES_DIR}")
+    """Log dirs written by a real Kafka broker (`tests/fixtures/kafka/`, see its PROVENANCE.md)."""
     return KAFKA_SAMPLES_DIR
 
 

@@ -611,11 +611,19 @@ def test_clean_shutdown_marker_row(tmp_path: Path, content: bytes, epoch: int | 
     assert (rows, failed) == ([{"brokerEpoch": epoch}], False)
 
 
-def test_checkpoint_fixtures_match_their_text(fixtures_dir: Path) -> None:
-    root = fixtures_dir / "kafka" / "checkpoints"
-    files = [path for path in sorted(root.rglob("*")) if path.is_file() and classify(path) is not None]
-    if not files:
-        pytest.skip(f"no checkpoint fixtures under {root}")
+def test_checkpoint_fixtures_match_their_text(kafka_samples_dir: Path) -> None:
+    text_kinds = {
+        FileKind.OFFSET_CHECKPOINT,
+        FileKind.LEADER_EPOCH_CHECKPOINT,
+        FileKind.META_PROPERTIES,
+        FileKind.CLEAN_SHUTDOWN,
+    }
+    files = [
+        path
+        for path in sorted(kafka_samples_dir.rglob("*"))
+        if path.is_file() and (info := classify(path)) is not None and info.kind in text_kinds
+    ]
+    assert len(files) > 400
     for path in files:
         rows, failed = dump(path)
         assert not failed, path

@@ -1,11 +1,7 @@
 """Golden tests: `Log` opens partition folders that real Kafka brokers wrote, and reads them like Kafka does.
 
-Two sources of broker-written log dirs:
-
-- `tests/fixtures/kafka/<owner>__<repo>@<commit>/...`: a few small partition folders from Apache-2.0 / MIT
-  repositories (see that folder's PROVENANCE.md), so these tests always run, CI included;
-- every partition folder (a folder holding a `.log`) of `shared/kafka-samples/` beside the repo, skipped when
-  that folder is absent.
+The samples are every partition folder (a folder holding a `.log`) under `tests/fixtures/kafka/`: whole log
+dirs committed to public Apache-2.0 / MIT repositories, copied byte for byte (that folder's PROVENANCE.md).
 
 Each folder is copied to `tmp_path` (with its log dir's `.kafka_cleanshutdown`, if any) and opened there, never
 in place. The oracle is kafka-python 3.0.12's independent decoder (`MemoryRecords` over each `.log` file's
@@ -15,6 +11,7 @@ bytes) and the index files' own bytes, unpacked here with `struct`.
 from __future__ import annotations
 
 import functools
+import hashlib
 import itertools
 import os
 import re
@@ -34,13 +31,12 @@ from storage.clock import MockClock
 from storage.partition.log import Log
 from storage.records.file_records import iter_any_batches
 from storage.records.record_batch import ControlRecordType, Record, RecordBatch
+from tests.conftest import KAFKA_SAMPLES_DIR
 
-TESTS_DIR = Path(__file__).resolve().parents[1]
-FIXTURES_DIR = TESTS_DIR / "fixtures" / "kafka"
+FIXTURES_DIR = KAFKA_SAMPLES_DIR
 FIXTURES_PROVENANCE = FIXTURES_DIR / "PROVENANCE.md"
-# Another test module owns this sub-folder of root checkpoint files; it holds no segment.
-CHECKPOINT_FIXTURES = FIXTURES_DIR / "checkpoints"
-SHARED_SAMPLES_DIR = Path(__file__).resolve().parents[3] / "shared" / "kafka-samples"
+# `sha256sum` output for every sample file, taken when they were copied from their repositories.
+FIXTURES_CHECKSUMS = FIXTURES_DIR / "SHA256SUMS"
 
 INDEX_INTERVAL_BYTES = 4096  # Kafka's default `index.interval.bytes`, used by every sampled broker
 OFFSET_ENTRY = struct.Struct(">ii")  # relative offset, position
@@ -174,27 +170,14 @@ def recovery_rule_indexes(segment: OracleSegment) -> tuple[list[tuple[int, int]]
 
 def partition_folders(root: Path) -> list[Path]:
     """Every folder under `root` holding at least one `.log` file (folders without a segment are skipped)."""
-    if not root.is_dir():
-        return []
-    folders = {log_file.parent for log_file in root.rglob(f"*{file_names.LOG_SUFFIX}")}
-    return sorted(folder for folder in folders if CHECKPOINT_FIXTURES not in folder.parents)
+    return sorted({log_file.parent for log_file in root.rglob(f"*{file_names.LOG_SUFFIX}")})
 
 
 def sample_params() -> list[object]:
-    params: list[object] = [
+    return [
         pytest.param(folder, id=f"fixtures/{folder.relative_to(FIXTURES_DIR)}")
         for folder in partition_folders(FIXTURES_DIR)
     ]
-    # A shared folder that is also a fixture is tested once, as the fixture (the copies are checked identical).
-    shared = [
-        folder
-        for folder in partition_folders(SHARED_SAMPLES_DIR)
-        if not (FIXTURES_DIR / folder.relative_to(SHARED_SAMPLES_DIR)).is_dir()
-    ]
-    params += [pytest.param(folder, id=f"shared/{folder.relative_to(SHARED_SAMPLES_DIR)}") for folder in shared]
-    if not shared:
-        params.append(pytest.param(None, id="shared", marks=pytest.mark.skip(reason=f"{SHARED_SAMPLES_DIR} absent")))
-    return params
 
 
 SAMPLES = sample_params()
@@ -203,14 +186,14 @@ SAMPLES = sample_params()
 def representative(params: list[object]) -> list[object]:
     """Every non-empty sample, and one empty partition per log dir.
 
-    Most partitions are empty (451 of the 498 samples: 0-byte `.log`, `.index`, `.timeindex`) and alike within a
+    Most partitions are empty (354 of the 385 samples: 0-byte `.log`, `.index`, `.timeindex`) and alike within a
     log dir; the tests that write to a copy run on one of each log dir to keep the module's runtime small.
     """
     kept: list[object] = []
     log_dirs_with_an_empty_one: set[Path] = set()
     for param in params:
         partition = param.values[0]  # type: ignore[attr-defined]
-        if partition is None or any(log.stat().st_size for log in partition.glob(f"*{file_names.LOG_SUFFIX}")):
+        if any(log.stat().st_size for log in partition.glob(f"*{file_names.LOG_SUFFIX}")):
             kept.append(param)
         elif partition.parent not in log_dirs_with_an_empty_one:
             log_dirs_with_an_empty_one.add(partition.parent)
@@ -234,7 +217,7 @@ def with_index_files(partition: Path) -> bool:
 def copy_partition(partition: Path, tmp_path: Path) -> Path:
     """Copies the partition folder (mtimes kept) and its log dir's clean-shutdown marker into `tmp_path`.
 
-    The sources are git checkouts, whose mtimes follow checkout order (in the shared samples the marker is a
+    The sources are git checkouts, whose mtimes follow checkout order (in a checkout of the samples the marker may be a
     few milliseconds OLDER than most partition files). A broker writes the marker after closing every segment,
     so the copied marker is dated after the newest copied file, as it was on the broker's disk.
     """
@@ -441,10 +424,13 @@ def test_our_batch_headers_match_kafka_python(partition: Path) -> None:
 def test_samples_without_index_files_are_the_unclean_ones() -> None:
     """The rebuilt-index branch above runs on real samples, and only on logs a broker did not close cleanly."""
     unindexed = [folder for folder in partition_folders(FIXTURES_DIR) if not with_index_files(folder)]
-    assert {folder.name for folder in unindexed} == {"lsx1-0", "some-topic-0"}
-    for folder in [*unindexed, *partition_folders(SHARED_SAMPLES_DIR)]:
-        if not with_index_files(folder):
-            assert not is_clean(folder), folder
+    assert {str(folder.parent.relative_to(FIXTURES_DIR)) for folder in unindexed} == {
+        "BiggerBrain__kafka@0af19244/data",
+        "seanorth__kafka-server@9626fa1e/kafka-logs",
+    }
+    assert {"lsx1-0", "some-topic-0"} <= {folder.name for folder in unindexed}
+    for folder in unindexed:
+        assert not is_clean(folder), folder
 
 
 # --- indexes rebuilt from the .log -------------------------------------------------------------------------
@@ -527,37 +513,6 @@ class SegmentCounts:
     time_index_entries: int | None
 
 
-# Rows of shared/kafka-samples/PROVENANCE.md (its tables and prose), relative to that folder.
-_FIRST = "00000000000000000000.log"
-_VZ = "VolodymyrZee__kafka@f6e21745/log-dir"
-_ND = "NikhilDighe9975__kafka_setup@8639fa41/kafka-logs"
-_NA = "nomanazeem__Kafka-java@b563105e/kafka-logs"
-_SR = "sagarrao1__kafka@8d7c180e/MultiNode"
-_WL = "William0423__kafka@499e39fa/kafka-logs"
-_RJ = "rjmfernandes__flink-on-prem@43d3daa3/data"
-_IM = "ItumelengMogase__Real-Time-Data-Pipeline-for-Patient-Admissions@2f57540f/kafka-data"
-SHARED_COUNTS = [
-    SegmentCounts(f"{_VZ}/__consumer_offsets-12/{_FIRST}", 162, 470, 0, 469, 10, 11),
-    SegmentCounts(f"{_VZ}/__consumer_offsets-18/{_FIRST}", 277, 499, 0, 498, 13, 14),
-    SegmentCounts(f"{_VZ}/first_topic-2/{_FIRST}", 16, 18, 0, 17, 0, 1),
-    SegmentCounts(f"{_ND}/__consumer_offsets-12/{_FIRST}", 147, 862, 0, 861, 14, 15),
-    SegmentCounts(f"{_ND}/__consumer_offsets-12/00000000000000000862.log", 1, 7, 862, 868, 0, 1),
-    SegmentCounts(f"{_ND}/nikhilDemo-0/{_FIRST}", 3, 3, 0, 2, 0, 1),
-    SegmentCounts(f"{_NA}/__cluster_metadata-0/{_FIRST}", 1842, 2067, 0, 2066, 34, 35),
-    SegmentCounts(f"{_NA}/__consumer_offsets-15/{_FIRST}", 88, 256, 0, 255, 5, 6),
-    SegmentCounts(f"{_SR}/kafka-logs-1/my_topic-1/{_FIRST}", 637, 691, 0, 690, 10, 12),
-    SegmentCounts(f"{_SR}/kafka-logs-1/my_other_topic-1/{_FIRST}", 23, 26, 0, 25, 0, 1),
-    SegmentCounts(f"{_SR}/kafka-logs-2/__consumer_offsets-48/{_FIRST}", 867, 3867, 0, 3866, 61, 63),
-    SegmentCounts(f"{_WL}/__consumer_offsets-28/{_FIRST}", 8202, 8202, 0, 8201, 254, 258),
-    SegmentCounts(f"{_WL}/debug_topic-0/{_FIRST}", 3, 40, 0, 39, 0, 2),
-    SegmentCounts(f"{_RJ}/_confluent-command-0/{_FIRST}", 2, 2, 0, 1, 0, 1),
-    SegmentCounts(f"{_RJ}/promotions-0/{_FIRST}", 19, 29, 0, 28, 0, 1),
-    SegmentCounts(f"{_IM}/_confluent-ksql-default__command_topic-0/{_FIRST}", 2, 2, 0, 1, 1, 1),
-    SegmentCounts("BiggerBrain__kafka@0af19244/data/lsx1-0/" + _FIRST, 14, 14, 0, 13, None, None),
-    SegmentCounts(
-        "seanorth__kafka-server@9626fa1e/kafka-logs/__consumer_offsets-16/" + _FIRST, 69, 69, 0, 68, None, None
-    ),
-]
 _COUNTS_ROW = re.compile(r"^\| `([^`]+\.log)` \| (\d+) \| (\d+) \| (\d+)\.\.(\d+) \| (\d+|-) \| (\d+|-) \|")
 
 
@@ -572,14 +527,7 @@ def fixture_counts() -> list[SegmentCounts]:
 
 
 def count_params() -> list[object]:
-    params: list[object] = [pytest.param(FIXTURES_DIR, row, id=f"fixtures/{row.path}") for row in fixture_counts()]
-    if SHARED_SAMPLES_DIR.is_dir():
-        params += [pytest.param(SHARED_SAMPLES_DIR, row, id=f"shared/{row.path}") for row in SHARED_COUNTS]
-    else:
-        params.append(
-            pytest.param(None, None, id="shared", marks=pytest.mark.skip(reason=f"{SHARED_SAMPLES_DIR} absent"))
-        )
-    return params
+    return [pytest.param(FIXTURES_DIR, row, id=f"fixtures/{row.path}") for row in fixture_counts()]
 
 
 @pytest.mark.parametrize(("root", "row"), count_params())
@@ -603,17 +551,18 @@ def test_segment_holds_what_provenance_states(root: Path, row: SegmentCounts) ->
             assert path.stat().st_size == entries * entry_size
 
 
-def test_fixtures_are_byte_copies_of_the_shared_samples() -> None:
-    if not SHARED_SAMPLES_DIR.is_dir():
-        pytest.skip(f"{SHARED_SAMPLES_DIR} absent")
-    copied = [
-        path
-        for path in FIXTURES_DIR.rglob("*")
-        if path.is_file() and path != FIXTURES_PROVENANCE and CHECKPOINT_FIXTURES not in path.parents
-    ]
-    assert len(copied) > 40
-    for path in copied:
-        assert path.read_bytes() == (SHARED_SAMPLES_DIR / path.relative_to(FIXTURES_DIR)).read_bytes(), path
+def test_fixtures_are_the_bytes_copied_from_their_repositories() -> None:
+    """Nothing (an editor, a line-ending filter, a test writing in place) has changed a sample since its copy."""
+    listed = {}
+    for line in FIXTURES_CHECKSUMS.read_text().splitlines():
+        digest, name = line.split("  ", 1)
+        listed[name] = digest
+    own_files = {FIXTURES_PROVENANCE, FIXTURES_CHECKSUMS, FIXTURES_DIR / ".gitattributes"}
+    copied = {str(path.relative_to(FIXTURES_DIR)): path for path in FIXTURES_DIR.rglob("*") if path.is_file()}
+    assert set(listed) == {name for name, path in copied.items() if path not in own_files}
+    assert len(listed) > 1700
+    for name, digest in listed.items():
+        assert hashlib.sha256(copied[name].read_bytes()).hexdigest() == digest, name
 
 
 def test_every_fixture_folder_has_provenance() -> None:
@@ -623,16 +572,14 @@ def test_every_fixture_folder_has_provenance() -> None:
     for folder in folders:
         assert f"`{folder}/" in text, folder
     described = {row.path for row in fixture_counts()}
-    on_disk = {str(path.relative_to(FIXTURES_DIR)) for path in FIXTURES_DIR.rglob(f"*{file_names.LOG_SUFFIX}")}
-    assert described == on_disk
+    logs = {str(path.relative_to(FIXTURES_DIR)): path for path in FIXTURES_DIR.rglob(f"*{file_names.LOG_SUFFIX}")}
+    assert described == {name for name, path in logs.items() if path.stat().st_size}
 
 
 # --- KRaft snapshots ---------------------------------------------------------------------------------------
 
 
 def kraft_files(root: Path) -> list[Path]:
-    if not root.is_dir():
-        return []
     return sorted(
         path
         for path in root.rglob("*.checkpoint")
@@ -641,17 +588,10 @@ def kraft_files(root: Path) -> list[Path]:
 
 
 def kraft_params() -> list[object]:
-    params: list[object] = [
-        pytest.param(path, id=f"fixtures/{path.relative_to(FIXTURES_DIR)}") for path in kraft_files(FIXTURES_DIR)
-    ]
-    shared = kraft_files(SHARED_SAMPLES_DIR)
-    params += [pytest.param(path, id=f"shared/{path.relative_to(SHARED_SAMPLES_DIR)}") for path in shared]
-    if not shared:
-        params.append(pytest.param(None, id="shared", marks=pytest.mark.skip(reason=f"{SHARED_SAMPLES_DIR} absent")))
-    return params
+    return [pytest.param(path, id=f"fixtures/{path.relative_to(FIXTURES_DIR)}") for path in kraft_files(FIXTURES_DIR)]
 
 
-# Records per KRaft snapshot (header and footer included), from the shared PROVENANCE.md.
+# Records per KRaft snapshot (header and footer included), from PROVENANCE.md.
 KRAFT_SNAPSHOT_RECORDS = {
     "00000000000000007364-0000000001.checkpoint": 165,
     "00000000000000021265-0000000006.checkpoint": 165,

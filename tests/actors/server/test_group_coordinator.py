@@ -76,7 +76,7 @@ def test_every_commit_a_kafka_broker_wrote_sits_on_the_partition_its_group_hashe
         if version(record.key) == 1:
             assert encode_offset_commit_key(group, topic, topic_partition) == record.key
         checked += 1
-    assert checked > 10_000
+    assert checked > 9_000
 
 
 def test_version_3_values_are_byte_identical_to_kafkas(kafka_samples_dir: Path) -> None:

@@ -29,9 +29,9 @@ from storage.logdir.checkpoint_file import (
     format_checkpoint_text,
     parse_checkpoint_text,
 )
+from tests.conftest import KAFKA_SAMPLES_DIR
 
-SAMPLES = Path(__file__).resolve().parents[4] / "shared" / "kafka-samples"
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "kafka" / "checkpoints"
+SAMPLES = KAFKA_SAMPLES_DIR
 OFFSET_CHECKPOINTS = (
     RECOVERY_POINT_CHECKPOINT,
     LOG_START_OFFSET_CHECKPOINT,
@@ -51,7 +51,7 @@ def write_raw(path: Path, data: bytes) -> Path:
 
 def checkpoint_files(root: Path) -> list[Path]:
     names = (*OFFSET_CHECKPOINTS, LEADER_EPOCH_CHECKPOINT)
-    return sorted(path for path in root.rglob("*") if path.name in names) if root.is_dir() else []
+    return sorted(path for path in root.rglob("*") if path.name in names)
 
 
 def open_checkpoint(path: Path) -> OffsetCheckpointFile | LeaderEpochCheckpointFile:
@@ -332,20 +332,25 @@ def test_write_fsyncs_file_then_directory(tmp_path: Path, monkeypatch: pytest.Mo
 # --- real Kafka bytes ---------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("source", checkpoint_files(FIXTURES), ids=lambda path: str(path.relative_to(FIXTURES)))
-def test_fixture_checkpoints_rewrite_to_identical_bytes(source: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("source", checkpoint_files(SAMPLES), ids=lambda path: str(path.relative_to(SAMPLES)))
+def test_sample_checkpoints_rewrite_to_identical_bytes(source: Path, tmp_path: Path) -> None:
     assert_rewrites_to_same_bytes(source, tmp_path)
 
 
+def test_samples_hold_hundreds_of_checkpoint_files() -> None:
+    # 418 files: every partition's `leader-epoch-checkpoint` and the root offset checkpoints of 8 log dirs.
+    assert len(checkpoint_files(SAMPLES)) > 400
+
+
 def test_fixture_checkpoints_hold_the_expected_entries() -> None:
-    nikhil = FIXTURES / "NikhilDighe9975__kafka_setup@8639fa41" / "kafka-logs"
+    nikhil = SAMPLES / "NikhilDighe9975__kafka_setup@8639fa41" / "kafka-logs"
     assert OffsetCheckpointFile(nikhil / CLEANER_OFFSET_CHECKPOINT, read_only=True).read() == {
         ("__consumer_offsets", 12): 0
     }
     replication = OffsetCheckpointFile(nikhil / REPLICATION_OFFSET_CHECKPOINT, read_only=True).read()
     assert len(replication) == 84
     assert list(replication.items())[:2] == [(("nikhilDemo", 1), 0), (("demo_topic1", 2), 1)]
-    epochs = FIXTURES / "BiggerBrain__kafka@0af19244" / "data" / "lsx1-0" / LEADER_EPOCH_CHECKPOINT
+    epochs = SAMPLES / "BiggerBrain__kafka@0af19244" / "data" / "lsx1-0" / LEADER_EPOCH_CHECKPOINT
     assert LeaderEpochCheckpointFile(epochs, read_only=True).read() == [
         (0, 0),
         (1, 9),
@@ -354,13 +359,3 @@ def test_fixture_checkpoints_hold_the_expected_entries() -> None:
         (6, 13),
         (7, 14),
     ]
-
-
-@pytest.mark.skipif(not SAMPLES.is_dir(), reason="shared Kafka samples are not present")
-def test_every_shared_sample_checkpoint_rewrites_to_identical_bytes(tmp_path: Path) -> None:
-    sources = checkpoint_files(SAMPLES)
-    assert len(sources) > 500
-    for index, source in enumerate(sources):
-        target_dir = tmp_path / str(index)
-        target_dir.mkdir()
-        assert_rewrites_to_same_bytes(source, target_dir)

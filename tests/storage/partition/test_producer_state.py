@@ -37,6 +37,7 @@ from storage.partition.producer_state import (
     read_snapshot,
 )
 from storage.records.record_batch import RecordBatchBuilder
+from tests.conftest import KAFKA_SAMPLES_DIR
 from tests.storage.builders import START_MS, crash, segment_bases
 
 MAX_SEQUENCE = 2**31 - 1
@@ -585,7 +586,7 @@ def rewrite(path: Path, tmp_path: Path) -> bytes:
     return manager.write_snapshot(offset).read_bytes()
 
 
-FIXTURE_SNAPSHOTS = sorted((Path(__file__).parents[2] / "fixtures" / "kafka").rglob("*.snapshot"))
+FIXTURE_SNAPSHOTS = sorted(KAFKA_SAMPLES_DIR.rglob("*.snapshot"))
 
 
 @pytest.mark.parametrize("path", FIXTURE_SNAPSHOTS, ids=lambda path: f"{path.parent.name}/{path.name}")

@@ -24,9 +24,10 @@ from storage.errors import (
 from storage.file_names import index_file, parse_segment_name
 from storage.segment.index_base import WARM_SECTION_BYTES
 from storage.segment.offset_index import OffsetIndex, OffsetPosition
+from tests.conftest import KAFKA_SAMPLES_DIR
 
 BASE_OFFSET = 45
-SAMPLES = Path(__file__).resolve().parents[4] / "shared" / "kafka-samples"
+SAMPLES = KAFKA_SAMPLES_DIR
 CONSUMER_OFFSETS_28 = SAMPLES / "William0423__kafka@499e39fa" / "kafka-logs" / "__consumer_offsets-28"
 
 
@@ -341,7 +342,6 @@ def test_written_bytes_are_kafkas_big_endian_layout(tmp_path: Path) -> None:
     assert path.stat().st_size == 16
 
 
-@pytest.mark.skipif(not SAMPLES.is_dir(), reason="shared Kafka samples are not present")
 def test_real_kafka_index_has_254_increasing_entries() -> None:
     path = CONSUMER_OFFSETS_28 / "00000000000000000000.index"
     idx = OffsetIndex(path, 0, writable=False)
@@ -356,7 +356,6 @@ def test_real_kafka_index_has_254_increasing_entries() -> None:
     idx.close()
 
 
-@pytest.mark.skipif(not SAMPLES.is_dir(), reason="shared Kafka samples are not present")
 def test_every_real_kafka_index_passes_sanity_check_and_is_sorted() -> None:
     paths = sorted(SAMPLES.rglob("*.index"))
     assert paths

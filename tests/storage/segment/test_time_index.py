@@ -21,9 +21,10 @@ from storage.errors import (
 from storage.file_names import parse_segment_name, time_index_file
 from storage.segment.index_base import WARM_SECTION_BYTES
 from storage.segment.time_index import NO_TIMESTAMP, TimeIndex, TimestampOffset
+from tests.conftest import KAFKA_SAMPLES_DIR
 
 BASE_OFFSET = 45
-SAMPLES = Path(__file__).resolve().parents[4] / "shared" / "kafka-samples"
+SAMPLES = KAFKA_SAMPLES_DIR
 CONSUMER_OFFSETS_28 = SAMPLES / "William0423__kafka@499e39fa" / "kafka-logs" / "__consumer_offsets-28"
 
 
@@ -272,7 +273,6 @@ def test_written_bytes_are_kafkas_big_endian_layout(tmp_path: Path) -> None:
     assert path.read_bytes() == bytes.fromhex("000001653b5f3851 0000001f")
 
 
-@pytest.mark.skipif(not SAMPLES.is_dir(), reason="shared Kafka samples are not present")
 def test_real_kafka_time_index_has_258_increasing_entries() -> None:
     idx = TimeIndex(CONSUMER_OFFSETS_28 / "00000000000000000000.timeindex", 0, writable=False)
     idx.sanity_check()
@@ -286,7 +286,6 @@ def test_real_kafka_time_index_has_258_increasing_entries() -> None:
     idx.close()
 
 
-@pytest.mark.skipif(not SAMPLES.is_dir(), reason="shared Kafka samples are not present")
 def test_every_real_kafka_time_index_passes_sanity_check_and_is_sorted() -> None:
     paths = sorted(SAMPLES.rglob("*.timeindex"))
     assert paths
