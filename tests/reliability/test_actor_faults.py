@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-import actors.clients.producer
+import actors.clients.sender
 from actors import Admin, Broker, Consumer, Producer
 from actors.calls import get_actor
 from actors.options import group_coordinator_name, log_manager_name
@@ -286,7 +286,7 @@ def test_lost_answers_are_deduplicated_because_at_most_five_batches_are_unacknow
     topic = "lost-answers"
     Admin(broker).create_topic(topic, 1)
     losing = LosingHandle(broker.partition(topic, 0), lose_every=4)
-    monkeypatch.setattr(actors.clients.producer, "partition_actor", lambda *_: losing)
+    monkeypatch.setattr(actors.clients.sender, "partition_actor", lambda *_: losing)
     acks = Acknowledgements()
     # Tiny batches sent faster than the partition answers: a backlog of many ready batches builds up.
     with Producer(broker, linger_ms=0, batch_size=256, retry_backoff_ms=10, retries=50) as producer:

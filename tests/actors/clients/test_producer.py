@@ -233,7 +233,7 @@ def test_killing_a_partition_actor_mid_stream_loses_and_duplicates_nothing(
     futures: list[tuple[bytes, Future[Any]]] = []
     # Small batches with almost no linger: many calls are in flight when the actor dies.
     with (
-        caplog.at_level(logging.INFO, "actors.clients.producer"),
+        caplog.at_level(logging.INFO, "actors.clients.sender"),
         Producer(broker, linger_ms=1, batch_size=512) as producer,
     ):
         for i in range(3000):

@@ -1,0 +1,348 @@
+"""The producer's sender thread (Kafka's `Sender`): drains closed batches to the partition actors and answers
+their futures.
+
+- Requests: the closed batches of one partition travel together in one `append` call, up to
+  `max_request_size` bytes; at most `max_in_flight_requests_per_connection` calls per partition are in
+  flight (idempotent: at most 5 batches in all, the partition's dedup window), and Ray runs one caller's
+  calls to an actor in submission order, so batches land in send order.
+- Idempotence (`enable_idempotence`): the sender takes a producer id from the controller (epoch 0) and
+  numbers each partition's batches with sequences, assigned when a batch is first sent and kept by its
+  retries, so a retry of a batch that was written but whose answer was lost is recognised by the partition
+  as a duplicate and answered with the original offsets.
+- Retries: a call that fails with `BrokerNotAvailableError` or `RequestTimedOutError` (an actor dead or
+  restarting) is retried after an exponential backoff (`retry_backoff_ms` doubling up to
+  `retry_backoff_max_ms`, Kafka's KIP-580), at most `retries` times and within `delivery_timeout_ms`
+  of the batch's creation. When a call of a partition fails, no new call goes to that partition until
+  its calls in flight have answered; then the failed batches are sent again, in sequence order. Later
+  calls refused with `OutOfOrderSequenceError` only because an earlier one failed are resent too. A call
+  refused for any other reason wrote nothing; if it held several batches, each is resent alone to find
+  the bad one, and a batch refused alone fails its futures with the typed error (`RecordTooLargeError`,
+  `InvalidRecordError`, ...). Once a batch of a partition has failed for good, the partition's sequence
+  is no longer known, so its remaining batches continue under a fresh producer id from sequence 0
+  (Kafka's idempotent-producer reset; the other partitions keep theirs).
+
+Only the sender thread touches its per-partition state; Ray's callbacks only flag a call done and set
+`wakeup`, which the thread waits on between passes (with the next linger or backoff deadline as timeout).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import sys
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from actors.calls import call, partition_actor
+from actors.clients.broker import Broker
+from actors.clients.producer_batch import ProducerBatch
+from actors.clients.record_accumulator import ReadyCheck, RecordAccumulator
+from storage.clock import Clock
+from storage.errors import (
+    BrokerNotAvailableError,
+    InvalidRequestError,
+    OutOfOrderSequenceError,
+    RaybrokerError,
+    RequestTimedOutError,
+)
+from storage.partition.log import LogAppendInfo
+from storage.partition.producer_state import NUM_BATCHES_TO_RETAIN, SEQUENCE_MODULUS
+from storage.records.record_batch import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE
+from storage.topic_partition import TopicPartition
+
+logger = logging.getLogger(__name__)
+
+RETRIABLE_ERRORS = (BrokerNotAvailableError, RequestTimedOutError)
+
+# A batch's outcome: (first offset, LogAppendTime or -1) once written, else the error that failed it.
+Completion = tuple[ProducerBatch, tuple[int, int] | BaseException]
+
+
+@dataclass(eq=False)
+class _InFlight:
+    """One `append` call and the batches it carries, in order."""
+
+    ref: Any
+    batches: list[ProducerBatch]
+    done: bool = False
+
+
+@dataclass(eq=False)
+class _PartitionState:
+    """The sender's state for one partition: its producer id and next sequence, its actor handle, its calls
+    in flight, the failed calls not yet resolved, and when it may be sent to again after a backoff."""
+
+    topic: str
+    partition: int
+    producer_id: int
+    producer_epoch: int
+    next_sequence: int = 0
+    handle: Any = None
+    in_flight: deque[_InFlight] = field(default_factory=deque)
+    failed: list[tuple[_InFlight, BaseException]] = field(default_factory=list)
+    retry_at_ns: int = 0
+
+
+class Sender:
+    """Sends the accumulator's batches from a thread of its own; see the module docstring."""
+
+    def __init__(
+        self,
+        accumulator: RecordAccumulator,
+        broker: Broker,
+        wakeup: threading.Event,
+        *,
+        enable_idempotence: bool,
+        retries: int,
+        retry_backoff_ms: int,
+        retry_backoff_max_ms: int,
+        delivery_timeout_ms: int,
+        max_in_flight_requests_per_connection: int,
+        max_request_size: int,
+        clock: Clock,
+    ) -> None:
+        self._accumulator = accumulator
+        self._broker = broker
+        self._wakeup = wakeup
+        self._idempotent = enable_idempotence
+        self._retries = retries
+        self._retry_backoff_ms = retry_backoff_ms
+        self._retry_backoff_max_ms = max(retry_backoff_ms, retry_backoff_max_ms)
+        self._delivery_timeout_ns = delivery_timeout_ms * 1_000_000
+        self._max_in_flight = max_in_flight_requests_per_connection
+        self._max_request_size = max_request_size
+        self._clock = clock
+        self.producer_id = self._new_producer_id() if enable_idempotence else NO_PRODUCER_ID
+        self._partitions: dict[TopicPartition, _PartitionState] = {}
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="raybroker-producer-sender", daemon=True)
+
+    @property
+    def running(self) -> bool:
+        """False once the sender was told to stop, or stopped on an unexpected error."""
+        return not self._stopping
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def close(self) -> None:
+        """Stops the thread after its current pass and waits for it; batches not answered stay incomplete."""
+        self._stopping = True
+        self._wakeup.set()
+        self._thread.join()
+
+    def _new_producer_id(self) -> int:
+        return call(self._broker.controller.allocate_producer_id.remote())
+
+    def _run(self) -> None:
+        try:
+            while True:
+                # Cleared before the state is read, so a wake-up arriving while this pass runs (`close`'s
+                # included) is not lost.
+                self._wakeup.clear()
+                if self._stopping:
+                    return
+                now = self._clock.nanoseconds()
+                completions = self._collect(now)
+                check = self._accumulator.ready(now)
+                self._send(check.partitions, now)
+                timeout = 0.0 if completions else self._wait_seconds(check, now)
+                self._complete(completions)
+                if timeout != 0.0:
+                    self._wakeup.wait(timeout)
+        except BaseException as exc:
+            logger.exception("producer sender thread failed")
+            self._stopping = True
+            self._accumulator.abort_incomplete_batches(exc)
+            raise
+
+    def _wait_seconds(self, check: ReadyCheck, now: int) -> float | None:
+        """Time until the next linger deadline or retry backoff; None if nothing is waiting on time."""
+        deadlines = [] if check.next_linger_deadline_ns is None else [check.next_linger_deadline_ns]
+        for state in self._partitions.values():
+            if state.failed:
+                if not state.in_flight:
+                    return 0.0
+            elif state.retry_at_ns > now:
+                deadlines.append(state.retry_at_ns)
+        if not deadlines:
+            return None
+        return max(0, min(deadlines) - now) / 1e9
+
+    def _state(self, tp: TopicPartition) -> _PartitionState:
+        state = self._partitions.get(tp)
+        if state is None:
+            epoch = 0 if self._idempotent else NO_PRODUCER_EPOCH
+            state = self._partitions[tp] = _PartitionState(tp[0], tp[1], self.producer_id, epoch)
+        return state
+
+    # --- sending ---------------------------------------------------------------------------------
+
+    def _send(self, partitions: list[TopicPartition], now: int) -> None:
+        """One `append` call after another for each partition with closed batches, as its room allows."""
+        for tp in partitions:
+            state = self._state(tp)
+            if state.failed or now < state.retry_at_ns:
+                continue
+            while (room := self._batch_room(state)) > 0:
+                batches = self._accumulator.drain(tp, room, self._max_request_size)
+                if not batches:
+                    break
+                try:
+                    if state.handle is None:
+                        state.handle = partition_actor(state.topic, state.partition)
+                    payload = self._build(state, batches)
+                except RaybrokerError as exc:
+                    # Nothing was sent: the batches are judged like those of a failed call.
+                    state.failed.append((_InFlight(None, batches, done=True), exc))
+                    break
+                flight = _InFlight(state.handle.append.remote(payload), batches)
+                state.in_flight.append(flight)
+                flight.ref.future().add_done_callback(lambda _, flight=flight: self._on_call_done(flight))
+
+    def _batch_room(self, state: _PartitionState) -> int:
+        """How many more batches the partition may be sent now. An idempotent producer's partition remembers its
+        last NUM_BATCHES_TO_RETAIN (5) batches, so at most 5 may be unacknowledged, however many calls carry
+        them: a retry of an older one that was written would be refused (`OutOfOrderSequenceError`), not
+        deduplicated. Without idempotence only `max_request_size` bounds a call."""
+        if len(state.in_flight) >= self._max_in_flight:
+            return 0
+        if not self._idempotent:
+            return sys.maxsize
+        return NUM_BATCHES_TO_RETAIN - sum(len(flight.batches) for flight in state.in_flight)
+
+    def _build(self, state: _PartitionState, batches: list[ProducerBatch]) -> bytes:
+        """The call's bytes. A batch sent for the first time gets the partition's producer id, epoch and next
+        sequence; a resent batch keeps its bytes, so the partition can recognise it."""
+        if self._idempotent and state.producer_id == NO_PRODUCER_ID and any(b.payload is None for b in batches):
+            state.producer_id = self._new_producer_id()
+        for batch in batches:
+            if batch.payload is None:
+                base_sequence = NO_SEQUENCE
+                if self._idempotent:
+                    base_sequence = state.next_sequence
+                    state.next_sequence = (state.next_sequence + batch.record_count) % SEQUENCE_MODULUS
+                batch.payload = batch.encode(state.producer_id, state.producer_epoch, base_sequence)
+        return b"".join(batch.payload or b"" for batch in batches)
+
+    def _on_call_done(self, flight: _InFlight) -> None:
+        """Runs on a Ray thread, which also serves the sender's `ray.get`s: it only flags the call and wakes
+        the sender, never waits for anything."""
+        flight.done = True
+        self._wakeup.set()
+
+    # --- answers ---------------------------------------------------------------------------------
+
+    def _collect(self, now: int) -> list[Completion]:
+        """Takes the answers of finished calls, in each partition's call order."""
+        completions: list[Completion] = []
+        for state in self._partitions.values():
+            while state.in_flight and state.in_flight[0].done:
+                flight = state.in_flight.popleft()
+                try:
+                    info = call(flight.ref)
+                except Exception as exc:
+                    state.failed.append((flight, exc))
+                    continue
+                completions.extend(_acknowledged(flight.batches, info))
+            if state.failed and not state.in_flight:
+                completions.extend(self._resolve_failures(state, now))
+        return completions
+
+    def _resolve_failures(self, state: _PartitionState, now: int) -> list[Completion]:
+        """Decides, once a partition has no call in flight, what becomes of the batches of its failed calls."""
+        completions: list[Completion] = []
+        resend: list[ProducerBatch] = []
+        failed_for_good: BaseException | None = None
+        reset_sequence_from: int | None = None
+        backoff = False
+        for index, (flight, error) in enumerate(state.failed):
+            if failed_for_good is not None:
+                # An earlier batch's fate is unknown (it may have been written): these may not be resent.
+                completions.extend((batch, failed_for_good) for batch in flight.batches)
+                continue
+            if isinstance(error, RETRIABLE_ERRORS) or (index > 0 and isinstance(error, OutOfOrderSequenceError)):
+                charged = isinstance(error, RETRIABLE_ERRORS)
+                for batch in flight.batches:
+                    batch.attempts += int(charged)
+                expired = self._expiry_error(flight.batches, error, now)
+                if expired is None:
+                    resend.extend(flight.batches)
+                    backoff = backoff or charged
+                    continue
+                failed_for_good = expired
+                reset_sequence_from = len(resend)
+                completions.extend((batch, expired) for batch in flight.batches)
+            elif len(flight.batches) > 1:
+                # A refused call wrote nothing; sent alone, each batch shows whether it is the bad one.
+                for batch in flight.batches:
+                    batch.solo = True
+                resend.extend(flight.batches)
+            else:
+                completions.extend((batch, error) for batch in flight.batches)
+                if reset_sequence_from is None:
+                    reset_sequence_from = len(resend)
+        first_error = state.failed[0][1]
+        logger.info(
+            "%s-%d: %d call(s) failed, first with %s: %s; %d batch(es) to resend, %d failed for good",
+            state.topic,
+            state.partition,
+            len(state.failed),
+            type(first_error).__name__,
+            first_error,
+            len(resend),
+            len(completions),
+        )
+        state.failed.clear()
+        tp = (state.topic, state.partition)
+        if reset_sequence_from is not None and self._idempotent:
+            for batch in itertools.chain(resend[reset_sequence_from:], self._accumulator.queued(tp)):
+                batch.payload = None
+            # A fresh id is taken when the next batch is built, so failures in a row cost one id, none at the end.
+            state.producer_id = NO_PRODUCER_ID
+            state.next_sequence = 0
+        self._accumulator.reenqueue(tp, resend)
+        if backoff:
+            attempts = max(batch.attempts for batch in resend)
+            delay_ms = min(self._retry_backoff_ms * 2 ** (attempts - 1), self._retry_backoff_max_ms)
+            state.retry_at_ns = now + delay_ms * 1_000_000
+            # The actor may be a new one under the same name (topic re-created): look it up again.
+            state.handle = None
+        return completions
+
+    def _expiry_error(self, batches: list[ProducerBatch], error: BaseException, now: int) -> BaseException | None:
+        """The error that ends these batches' retries, or None while they may be retried."""
+        if any(batch.attempts > self._retries for batch in batches):
+            return error
+        if any(now - batch.created_ns >= self._delivery_timeout_ns for batch in batches):
+            return RequestTimedOutError(
+                f"delivery_timeout_ms {self._delivery_timeout_ns // 1_000_000} passed since the batch was "
+                f"created; last error: {error}"
+            )
+        return None
+
+    def _complete(self, completions: list[Completion]) -> None:
+        """Answers the futures (outside any lock: their callbacks may send), then releases the batches."""
+        for batch, outcome in completions:
+            if isinstance(outcome, BaseException):
+                batch.fail(outcome)
+            else:
+                batch.complete(*outcome)
+        if completions:
+            self._accumulator.deallocate([batch for batch, _ in completions])
+
+
+def _acknowledged(batches: list[ProducerBatch], info: LogAppendInfo) -> list[Completion]:
+    """Each batch's record metadata from the offsets the partition assigned (or had assigned, for a duplicate)."""
+    if len(info.batch_offsets) != len(batches):
+        error = InvalidRequestError(f"the partition answered {len(info.batch_offsets)} batches for {len(batches)}")
+        return [(batch, error) for batch in batches]
+    return [
+        (batch, (first_offset, info.log_append_time))
+        for batch, (first_offset, _) in zip(batches, info.batch_offsets, strict=True)
+    ]
+
+
+__all__ = ["Sender"]
