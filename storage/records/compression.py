@@ -87,7 +87,7 @@ def compress(codec: CompressionType, data: bytes, level: int | None = None) -> b
     if codec == CompressionType.SNAPPY:
         return _xerial_compress(data)
     if codec == CompressionType.LZ4:
-        return lz4.frame.compress(
+        framed: bytes = lz4.frame.compress(
             data,
             block_size=lz4.frame.BLOCKSIZE_MAX64KB,
             block_linked=False,
@@ -95,12 +95,15 @@ def compress(codec: CompressionType, data: bytes, level: int | None = None) -> b
             block_checksum=False,
             store_size=False,
         )
+        return framed
     if codec == CompressionType.ZSTD:
         return zstandard.ZstdCompressor(level=ZSTD_DEFAULT_LEVEL if level is None else level).compress(data)
     raise UnsupportedCompressionTypeError(f"unknown compression codec {codec!r}")
 
 
-def decompress(codec: CompressionType, data: bytes, max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES) -> bytes:
+def decompress(
+    codec: CompressionType, data: bytes | memoryview, max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES
+) -> bytes:
     """Inflate the records section of a batch; `CorruptRecordError` on any malformed input."""
     try:
         if codec == CompressionType.NONE:
@@ -117,10 +120,10 @@ def decompress(codec: CompressionType, data: bytes, max_output_bytes: int = DEFA
             return _snappy_decompress(bytes(data), max_output_bytes)
         if codec == CompressionType.LZ4:
             lz4_out = lz4.frame.LZ4FrameDecompressor()
-            result = lz4_out.decompress(bytes(data), max_length=max_output_bytes)
+            inflated: bytes = lz4_out.decompress(bytes(data), max_length=max_output_bytes)
             if not lz4_out.eof:
                 raise CorruptRecordError("lz4 frame is truncated or inflates beyond the limit")
-            return result
+            return inflated
         if codec == CompressionType.ZSTD:
             return _zstd_decompress(memoryview(data), max_output_bytes)
     except CorruptRecordError:

@@ -18,25 +18,22 @@ import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Union
 
 from storage.errors import CorruptRecordError, KafkaStorageError
-from storage.records.record_batch import (
+from storage.records.layout import (
+    BASE_OFFSET_OFFSET,
     CURRENT_MAGIC,
     HEADER_SIZE_UP_TO_MAGIC,
     LAST_OFFSET_DELTA_OFFSET,
     MAGIC_OFFSET,
+    NO_PARTITION_LEADER_EPOCH,
     NO_TIMESTAMP,
     RECORD_BATCH_OVERHEAD,
-    RecordBatch,
-    batch_size_at,
-    iter_batches,
 )
+from storage.records.legacy_records import LegacyBatch
+from storage.records.record_batch import RecordBatch, batch_size_at, iter_batches
 
-if TYPE_CHECKING:
-    from storage.records.legacy_records import LegacyBatch
-
-AnyBatch = Union[RecordBatch, "LegacyBatch"]
+AnyBatch = RecordBatch | LegacyBatch
 
 # Iteration reads in chunks that start small and double: a lookup from an index entry usually finds
 # its batch within index.interval.bytes (4 KiB), so the first read is 16 KiB; a recovery scan soon reads
@@ -73,8 +70,6 @@ def batch_at(buffer: bytes | memoryview, start: int, *, path: str | None, positi
     if magic == CURRENT_MAGIC:
         return RecordBatch(buffer, start, path=path, position=position)
     if magic in (0, 1):
-        from storage.records.legacy_records import LegacyBatch
-
         return LegacyBatch(buffer, start, path=path, file_position=position)
     raise CorruptRecordError(f"unknown record batch magic {magic}", path=path, position=position)
 
@@ -184,7 +179,9 @@ class FileRecords:
             size = batch_size_at(header, 0, path=str(self.path), position=position)
             if size < RECORD_BATCH_OVERHEAD or position + size > end:
                 break
-            last_offset = _INT64.unpack_from(header, 0)[0] + _INT32.unpack_from(header, LAST_OFFSET_DELTA_OFFSET)[0]
+            (base_offset,) = _INT64.unpack_from(header, BASE_OFFSET_OFFSET)
+            (last_offset_delta,) = _INT32.unpack_from(header, LAST_OFFSET_DELTA_OFFSET)
+            last_offset = base_offset + last_offset_delta
             if last_offset >= target_offset:
                 return BatchPosition(last_offset, position, size)
             position += size
@@ -274,5 +271,5 @@ class FileRecords:
 
 
 def _leader_epoch(batch: AnyBatch) -> int | None:
-    epoch = getattr(batch, "partition_leader_epoch", -1)
+    epoch = batch.partition_leader_epoch if isinstance(batch, RecordBatch) else NO_PARTITION_LEADER_EPOCH
     return None if epoch < 0 else epoch

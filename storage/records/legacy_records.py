@@ -51,11 +51,21 @@ import xxhash
 
 from storage.errors import CorruptRecordError
 from storage.records.compression import CompressionType, decompress
+from storage.records.layout import (
+    COMPRESSION_CODEC_MASK,
+    HEADER_SIZE_UP_TO_MAGIC,
+    LOG_OVERHEAD,
+    MAGIC_OFFSET,
+    NO_TIMESTAMP,
+    TIMESTAMP_TYPE_MASK,
+    TimestampType,
+)
 
 _LOG_HEADER = struct.Struct(
     ">q"  # offset
     "i"  # message_size
 )
+# LOG_OVERHEAD (offset and size), MAGIC_OFFSET and HEADER_SIZE_UP_TO_MAGIC are the bytes every magic shares.
 _MESSAGE_HEADER = struct.Struct(
     ">I"  # crc
     "b"  # magic
@@ -64,21 +74,12 @@ _MESSAGE_HEADER = struct.Struct(
 _TIMESTAMP = struct.Struct(">q")
 _LENGTH = struct.Struct(">i")  # key or value length, -1 = null
 
-LOG_OVERHEAD = _LOG_HEADER.size
 CRC_OFFSET = LOG_OVERHEAD
-MAGIC_OFFSET = CRC_OFFSET + struct.calcsize(">I")
 TIMESTAMP_OFFSET = LOG_OVERHEAD + _MESSAGE_HEADER.size
 KEY_OFFSET_V0 = TIMESTAMP_OFFSET
 KEY_OFFSET_V1 = TIMESTAMP_OFFSET + _TIMESTAMP.size
-# Offset, size, crc and magic: the bytes Kafka reads before it knows the format of an entry.
-HEADER_SIZE_UP_TO_MAGIC = MAGIC_OFFSET + 1
 RECORD_OVERHEAD_V0 = KEY_OFFSET_V0 - LOG_OVERHEAD + 2 * _LENGTH.size
 RECORD_OVERHEAD_V1 = KEY_OFFSET_V1 - LOG_OVERHEAD + 2 * _LENGTH.size
-
-CODEC_MASK = 0x07
-TIMESTAMP_TYPE_MASK = 0x08
-NO_TIMESTAMP = -1
-TIMESTAMP_TYPE_NAMES = ("CreateTime", "LogAppendTime")
 
 _LZ4_FRAME_MAGIC = b"\x04\x22\x4d\x18"
 _LZ4_FLG_CONTENT_SIZE = 0x08
@@ -115,6 +116,11 @@ class LegacyBatch:
         "size_in_bytes",
         "timestamp",
     )
+    attributes: int
+    offset: int
+    crc: int
+    magic: int
+    timestamp: int
 
     def __init__(
         self,
@@ -152,7 +158,7 @@ class LegacyBatch:
 
     @property
     def compression(self) -> CompressionType:
-        codec_id = self.attributes & CODEC_MASK
+        codec_id = self.attributes & COMPRESSION_CODEC_MASK
         if codec_id > CompressionType.LZ4:
             raise self._corrupt(f"codec id {codec_id} is not allowed in a magic {self.magic} message")
         return CompressionType(codec_id)
@@ -168,8 +174,8 @@ class LegacyBatch:
     def timestamp_type_name(self) -> str:
         """What kafka-dump-log prints: `NoTimestampType` for magic 0, else `CreateTime` or `LogAppendTime`."""
         if self.magic == 0:
-            return "NoTimestampType"
-        return TIMESTAMP_TYPE_NAMES[self.timestamp_type]
+            return TimestampType.NO_TIMESTAMP_TYPE.kafka_name
+        return TimestampType(self.timestamp_type).kafka_name
 
     @property
     def key(self) -> bytes | None:
@@ -182,7 +188,7 @@ class LegacyBatch:
     @property
     def base_offset(self) -> int:
         """The first inner offset of a wrapper (decompresses it), else the entry's own offset."""
-        if self.attributes & CODEC_MASK == 0:
+        if self.attributes & COMPRESSION_CODEC_MASK == 0:
             return self.offset
         return self._decoded()[0].offset
 
@@ -265,7 +271,7 @@ class LegacyBatch:
     def _check_inner(self, entry: LegacyBatch, previous_offset: int | None) -> None:
         if entry.magic != self.magic:
             raise self._corrupt(f"inner message magic {entry.magic} differs from wrapper magic {self.magic}")
-        if entry.attributes & CODEC_MASK:
+        if entry.attributes & COMPRESSION_CODEC_MASK:
             raise self._corrupt("compressed wrapper message nests another compressed message")
         if not entry.is_valid():
             raise self._corrupt(f"inner message at offset {entry.offset} fails its crc check")

@@ -1,272 +1,110 @@
 """Kafka record batches, format v2 (`magic` 2): the unit of every append, fetch and file.
 
-Batch header (61 bytes, all integers big-endian)::
+`RecordBatch` is a read-only view of one batch in a buffer, `iter_batches` walks consecutive batches,
+`RecordBatchBuilder` writes one as a producer does, and the in-place setters stamp what the broker assigns. The
+header layout, attribute bits and sentinels are declared in `layout.py`, the records section's grammar and its
+decoder in `record_columns.py`, varints in `varint.py`; this module is the format's public surface and
+re-exports them (`__all__`).
 
-    offset  size  field                 notes
-    0       8     baseOffset            assigned by the broker in place; clients send 0
-    8       4     batchLength           bytes after this field (total size - 12)
-    12      4     partitionLeaderEpoch  stamped by the broker in place; -1 unknown
-    16      1     magic                 2 (bytes 0..16 are common to all magics: 17 bytes identify any batch)
-    17      4     crc                   CRC-32C (Castagnoli) over bytes [21, end of batch)
-    21      2     attributes            bits 0-2 codec, 3 timestamp type, 4 transactional, 5 control,
-                                        6 delete horizon set (baseTimestamp holds it); others 0
-    23      4     lastOffsetDelta       lastOffset = baseOffset + lastOffsetDelta
-    27      8     baseTimestamp         first record's timestamp (or the delete horizon, bit 6)
-    35      8     maxTimestamp          max record timestamp (broker time for LogAppendTime)
-    43      8     producerId            -1 none
-    51      2     producerEpoch         -1 none
-    53      4     baseSequence          -1 none; sequences wrap at 2**31-1 back to 0
-    57      4     recordsCount          uncompressed record count
-    61      ...   records               plain, or one compressed stream of all records (see compression.py)
-
-Record (inside the records section; varints are zig-zag, base-128, little-endian groups, at most 5 bytes,
-varlongs at most 10)::
-
-    length varint (bytes of the body that follows) | attributes int8 (0) | timestampDelta varlong
-    | offsetDelta varint | keyLength varint (-1 = null) | key | valueLength varint (-1 = null) | value
-    | headerCount varint | per header: keyLength varint (>= 0) | UTF-8 key | valueLength varint (-1 = null) | value
-
-Because baseOffset and partitionLeaderEpoch lie outside the CRC, the broker assigns offsets without
-recomputing it. Decoding is strict: after `recordsCount` records the section must be consumed exactly.
-Header problems and CRC mismatches raise `CorruptRecordError`; malformed records raise
-`InvalidRecordError` (Kafka's INVALID_RECORD); nothing else escapes.
+Decoding is strict: after `recordsCount` records the section must be consumed exactly. Bytes that do not form a
+valid batch or record (header, CRC, codec stream, record framing) raise `CorruptRecordError` with the batch's
+file, position and base offset; nothing else escapes. A builder given values it cannot write raises
+`InvalidRecordError`.
 """
 
 from __future__ import annotations
 
-import enum
 import struct
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any, TypeVar, overload
 
 import crc32c
 
-from storage.errors import CorruptRecordError, InvalidConfigError, InvalidRecordError, StorageError
+from storage.errors import CorruptRecordError, InvalidRecordError, StorageError
 from storage.records.compression import CompressionType, compress, decompress
-
-HEADER = struct.Struct(
-    ">"
-    "q"  # baseOffset
-    "i"  # batchLength
-    "i"  # partitionLeaderEpoch
-    "b"  # magic
-    "I"  # crc
-    "h"  # attributes
-    "i"  # lastOffsetDelta
-    "q"  # baseTimestamp
-    "q"  # maxTimestamp
-    "q"  # producerId
-    "h"  # producerEpoch
-    "i"  # baseSequence
-    "i"  # recordsCount
+from storage.records.layout import (
+    ATTRIBUTES_OFFSET,
+    BASE_OFFSET_OFFSET,
+    COMPRESSION_CODEC_MASK,
+    CONTROL_FLAG_MASK,
+    CONTROL_KEY,
+    CRC_OFFSET,
+    CURRENT_MAGIC,
+    DELETE_HORIZON_FLAG_MASK,
+    END_TXN_MARKER_VALUE,
+    HEADER,
+    HEADER_SIZE_UP_TO_MAGIC,
+    LAST_OFFSET_DELTA_OFFSET,
+    LENGTH_OFFSET,
+    LOG_OVERHEAD,
+    MAGIC_OFFSET,
+    MAX_TIMESTAMP_OFFSET,
+    MIN_BATCH_LENGTH_FIELD,
+    NO_PARTITION_LEADER_EPOCH,
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    NO_SEQUENCE,
+    NO_TIMESTAMP,
+    PARTITION_LEADER_EPOCH_OFFSET,
+    RECORD_BATCH_OVERHEAD,
+    RECORDS_COUNT_OFFSET,
+    TIMESTAMP_TYPE_MASK,
+    TRANSACTIONAL_FLAG_MASK,
+    ControlRecordType,
+    TimestampType,
+    encode_attributes,
+    encode_batch,
 )
-RECORD_BATCH_OVERHEAD = HEADER.size  # 61
-BASE_OFFSET_OFFSET = 0
-LENGTH_OFFSET = struct.calcsize(">q")
-LOG_OVERHEAD = struct.calcsize(">qi")  # 12: offset + length, common to every magic
-PARTITION_LEADER_EPOCH_OFFSET = LOG_OVERHEAD
-MAGIC_OFFSET = struct.calcsize(">qii")  # 16
-HEADER_SIZE_UP_TO_MAGIC = MAGIC_OFFSET + 1  # 17
-CRC_OFFSET = HEADER_SIZE_UP_TO_MAGIC
-ATTRIBUTES_OFFSET = struct.calcsize(">qiibI")  # 21: the CRC covers [21, end)
-LAST_OFFSET_DELTA_OFFSET = ATTRIBUTES_OFFSET + 2
-BASE_TIMESTAMP_OFFSET = LAST_OFFSET_DELTA_OFFSET + 4
-MAX_TIMESTAMP_OFFSET = BASE_TIMESTAMP_OFFSET + 8
-RECORDS_COUNT_OFFSET = RECORD_BATCH_OVERHEAD - 4
-# The smallest legal value of the length field over all magics (a v0 message with no key and value).
-MIN_BATCH_LENGTH_FIELD = 14
+from storage.records.record import Header, Record
+from storage.records.record_columns import Section, decode_records, decode_records_fast
+from storage.records.varint import decode_varint, encode_varint, varint_size
+
+__all__ = [
+    "ATTRIBUTES_OFFSET",
+    "COLUMNS_MIN_RECORDS",
+    "CRC_OFFSET",
+    "CURRENT_MAGIC",
+    "HEADER_SIZE_UP_TO_MAGIC",
+    "LAST_OFFSET_DELTA_OFFSET",
+    "LENGTH_OFFSET",
+    "LOG_OVERHEAD",
+    "MAGIC_OFFSET",
+    "MAX_TIMESTAMP_OFFSET",
+    "NO_PARTITION_LEADER_EPOCH",
+    "NO_PRODUCER_EPOCH",
+    "NO_PRODUCER_ID",
+    "NO_SEQUENCE",
+    "NO_TIMESTAMP",
+    "PARTITION_LEADER_EPOCH_OFFSET",
+    "RECORDS_COUNT_OFFSET",
+    "RECORD_BATCH_OVERHEAD",
+    "ControlRecordType",
+    "Header",
+    "Record",
+    "RecordBatch",
+    "RecordBatchBuilder",
+    "TimestampType",
+    "batch_size_at",
+    "build_control_batch",
+    "decode_records",
+    "decode_varint",
+    "encode_attributes",
+    "encode_batch",
+    "encode_varint",
+    "iter_batches",
+    "set_base_offset_and_epoch",
+    "set_log_append_time",
+    "varint_size",
+]
+
 # Below this many records a batch is decoded record by record: numpy's fixed cost (~60 calls of ~1.5 us) is
 # more than the ~4 us a record of the Python decoder.
 COLUMNS_MIN_RECORDS = 32
-
-CURRENT_MAGIC = 2
-NO_PRODUCER_ID = -1
-NO_PRODUCER_EPOCH = -1
-NO_SEQUENCE = -1
-NO_PARTITION_LEADER_EPOCH = -1
-NO_TIMESTAMP = -1
-
-COMPRESSION_CODEC_MASK = 0x07
-TIMESTAMP_TYPE_MASK = 0x08
-TRANSACTIONAL_FLAG_MASK = 0x10
-CONTROL_FLAG_MASK = 0x20
-DELETE_HORIZON_FLAG_MASK = 0x40
 
 _INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
 _INT64 = struct.Struct(">q")
 _UINT32 = struct.Struct(">I")
-_CONTROL_KEY = struct.Struct(">hh")  # version, type
-_END_TXN_VALUE = struct.Struct(">hi")  # version, coordinatorEpoch
-
-
-class TimestampType(enum.IntEnum):
-    """Attribute bit 3 (magic >= 1); magic 0 has no timestamps."""
-
-    NO_TIMESTAMP_TYPE = -1
-    CREATE_TIME = 0
-    LOG_APPEND_TIME = 1
-
-    @property
-    def kafka_name(self) -> str:
-        """`CreateTime`, `LogAppendTime` or `NoTimestampType`, as Kafka's tools print them."""
-        return {-1: "NoTimestampType", 0: "CreateTime", 1: "LogAppendTime"}[int(self)]
-
-    @classmethod
-    def from_name(cls, name: str) -> TimestampType:
-        """Parses Kafka's `message.timestamp.type` values."""
-        for member in cls:
-            if member.kafka_name == name:
-                return member
-        raise InvalidConfigError(f"unknown timestamp type {name!r}; expected CreateTime or LogAppendTime")
-
-
-class ControlRecordType(enum.IntEnum):
-    """The `type` field of a control record's key (transaction markers and KRaft records)."""
-
-    UNKNOWN = -1
-    ABORT = 0
-    COMMIT = 1
-    LEADER_CHANGE = 2
-    SNAPSHOT_HEADER = 3
-    SNAPSHOT_FOOTER = 4
-    KRAFT_VERSION = 5
-    KRAFT_VOTERS = 6
-
-
-Header = tuple[str, bytes | None]
-
-
-@dataclass(frozen=True, slots=True)
-class Record:
-    """One decoded record: absolute offset and timestamp, key/value (None = null), headers."""
-
-    offset: int
-    timestamp: int
-    key: bytes | None
-    value: bytes | None
-    headers: tuple[Header, ...] = ()
-
-
-# --- zig-zag varints ---------------------------------------------------------------------------------
-
-
-def encode_varint(value: int) -> bytes:
-    """Zig-zag + base-128 encoding of a signed 64-bit value; `InvalidRecordError` outside int64."""
-    if not -(2**63) <= value < 2**63:
-        raise InvalidRecordError(f"{value} does not fit in a varlong (int64)")
-    zigzag = (value << 1) ^ (value >> 63)
-    out = bytearray()
-    while zigzag > 0x7F:
-        out.append((zigzag & 0x7F) | 0x80)
-        zigzag >>= 7
-    out.append(zigzag)
-    return bytes(out)
-
-
-def decode_varint(buffer: bytes | memoryview, position: int, max_bytes: int = 10) -> tuple[int, int]:
-    """Decodes a zig-zag varint at `position`; returns (value, next position).
-
-    `max_bytes` is 5 for a varint (int32) and 10 for a varlong. Raises `InvalidRecordError` on a
-    truncated or over-long encoding, or one whose value does not fit in int32 / int64 (Java's reader
-    silently drops those high bits; no Kafka writer sets them).
-    """
-    # 5 groups of 7 bits carry 35 bits for a 32-bit zig-zag value, 10 groups carry 70 for a 64-bit one.
-    value_bits = 32 if max_bytes <= 5 else 64
-    result = 0
-    shift = 0
-    end = len(buffer)
-    for _ in range(max_bytes):
-        if position >= end:
-            raise InvalidRecordError("varint runs past the end of the record data", position=position)
-        byte = buffer[position]
-        position += 1
-        result |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            if result >> value_bits:
-                raise InvalidRecordError(f"varint does not fit in {value_bits} bits", position=position)
-            return (result >> 1) ^ -(result & 1), position
-        shift += 7
-    raise InvalidRecordError(f"varint longer than {max_bytes} bytes", position=position)
-
-
-def varint_size(value: int) -> int:
-    """Number of bytes `encode_varint(value)` takes."""
-    zigzag = (value << 1) ^ (value >> 63)
-    size = 1
-    while zigzag > 0x7F:
-        zigzag >>= 7
-        size += 1
-    return size
-
-
-# --- decoding ----------------------------------------------------------------------------------------
-
-
-def decode_records(
-    data: bytes | memoryview, count: int, base_offset: int, base_timestamp: int, log_append_time: int | None
-) -> list[Record]:
-    """Decodes `count` records from an (uncompressed) records section, strictly.
-
-    `log_append_time` replaces every record's timestamp when the batch uses LogAppendTime.
-    """
-    if count < 0:
-        raise InvalidRecordError(f"negative record count {count}")
-    records: list[Record] = []
-    position = 0
-    end = len(data)
-    for _ in range(count):
-        length, position = decode_varint(data, position, 5)
-        body_start = position
-        if length < 0 or body_start + length > end:
-            raise InvalidRecordError(f"record length {length} overruns the batch", position=body_start)
-        body_end = body_start + length
-        position += 1  # attributes, unused
-        timestamp_delta, position = decode_varint(data, position, 10)
-        offset_delta, position = decode_varint(data, position, 5)
-        key, position = _decode_nullable_bytes(data, position, body_end, "record key")
-        value, position = _decode_nullable_bytes(data, position, body_end, "record value")
-        header_count, position = decode_varint(data, position, 5)
-        if header_count < 0 or header_count > body_end - position:
-            raise InvalidRecordError(f"invalid header count {header_count}", position=position)
-        headers: list[Header] = []
-        for _ in range(header_count):
-            header_key_length, position = decode_varint(data, position, 5)
-            if header_key_length < 0 or position + header_key_length > body_end:
-                raise InvalidRecordError(f"invalid header key length {header_key_length}", position=position)
-            try:
-                header_key = bytes(data[position : position + header_key_length]).decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise InvalidRecordError("header key is not UTF-8", position=position) from exc
-            position += header_key_length
-            header_value, position = _decode_nullable_bytes(data, position, body_end, "header value")
-            headers.append((header_key, header_value))
-        if position != body_end:
-            raise InvalidRecordError(
-                f"record body is {position - body_start} bytes but its length field says {length}", position=position
-            )
-        timestamp = log_append_time if log_append_time is not None else base_timestamp + timestamp_delta
-        if not -(2**63) <= timestamp < 2**63:
-            raise InvalidRecordError(f"record timestamp {timestamp} does not fit in int64", position=body_start)
-        records.append(Record(base_offset + offset_delta, timestamp, key, value, tuple(headers)))
-    if position != end:
-        raise InvalidRecordError(f"incorrect declared batch size: {end - position} bytes left after {count} records")
-    return records
-
-
-def _decode_nullable_bytes(
-    data: bytes | memoryview, position: int, body_end: int, what: str
-) -> tuple[bytes | None, int]:
-    """A varint length (-1 = null) and that many bytes, which must end by `body_end`; and the next position."""
-    length, position = decode_varint(data, position, 5)
-    if length == -1:
-        return None, position
-    if length < 0:
-        raise InvalidRecordError(f"invalid {what} length {length}", position=position)
-    if position + length > body_end:
-        raise InvalidRecordError(f"{what} overruns the record", position=position)
-    return bytes(data[position : position + length]), position + length
 
 
 class RecordBatch:
@@ -295,6 +133,19 @@ class RecordBatch:
         "producer_id",
         "records_count",
     )
+    base_offset: int
+    length: int
+    partition_leader_epoch: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    records_count: int
 
     def __init__(
         self, buffer: bytes | memoryview, start: int = 0, *, path: str | None = None, position: int | None = None
@@ -356,7 +207,7 @@ class RecordBatch:
 
     @property
     def timestamp_type(self) -> TimestampType:
-        return TimestampType.LOG_APPEND_TIME if self.attributes & TIMESTAMP_TYPE_MASK else TimestampType.CREATE_TIME
+        return TimestampType.from_attributes(self.attributes)
 
     @property
     def is_transactional(self) -> bool:
@@ -425,25 +276,34 @@ class RecordBatch:
             return memoryview(self._buffer)[self._start + RECORD_BATCH_OVERHEAD : self._start + self.size_in_bytes]
         return self.records_section()
 
+    @property
+    def log_append_time(self) -> int | None:
+        """Every record's timestamp in a LogAppendTime batch (its maxTimestamp); None for CreateTime."""
+        return self.max_timestamp if self.attributes & TIMESTAMP_TYPE_MASK else None
+
+    def section(self) -> Section:
+        """The uncompressed records section with the header fields its records derive from, for
+        `record_columns.decode_sections` (which decodes the batches of a fetch together)."""
+        return Section(
+            self.records_section(), self.records_count, self.base_offset, self.base_timestamp, self.log_append_time
+        )
+
     def records(self) -> list[Record]:
         """Decodes every record (absolute offsets; LogAppendTime applied).
 
         From `COLUMNS_MIN_RECORDS` records on, the fields of all records are decoded at once with numpy
-        (`record_columns`, imported here because it builds on this module): ~0.5 us a record against ~4 us.
+        (`record_columns.decode_records_fast`): ~0.5 us a record against ~4 us.
         """
-        log_append_time = self.max_timestamp if self.timestamp_type == TimestampType.LOG_APPEND_TIME else None
         try:
             if self.records_count >= COLUMNS_MIN_RECORDS:
-                from storage.records.record_columns import decode_records_fast
-
                 return decode_records_fast(
-                    self.records_view(), self.records_count, self.base_offset, self.base_timestamp, log_append_time
+                    self.records_view(), self.records_count, self.base_offset, self.base_timestamp, self.log_append_time
                 )
             return decode_records(
-                self.records_section(), self.records_count, self.base_offset, self.base_timestamp, log_append_time
+                self.records_section(), self.records_count, self.base_offset, self.base_timestamp, self.log_append_time
             )
-        except InvalidRecordError as exc:
-            raise InvalidRecordError(
+        except CorruptRecordError as exc:
+            raise CorruptRecordError(
                 exc.message, path=self.path, position=self.position, offset=self.base_offset
             ) from exc
 
@@ -452,13 +312,14 @@ class RecordBatch:
         if not self.is_control:
             raise InvalidRecordError("not a control batch", path=self.path, position=self.position)
         records = self.records()
-        if len(records) != 1 or records[0].key is None or len(records[0].key) < _CONTROL_KEY.size:
-            raise InvalidRecordError("control batch must hold one record with a 4-byte key", position=self.position)
-        _, control_type = _CONTROL_KEY.unpack_from(records[0].key)
-        try:
-            return ControlRecordType(control_type)
-        except ValueError:
-            return ControlRecordType.UNKNOWN
+        if len(records) != 1 or records[0].key is None or len(records[0].key) < CONTROL_KEY.size:
+            raise CorruptRecordError(
+                f"control batch must hold one record with a {CONTROL_KEY.size}-byte key",
+                path=self.path,
+                position=self.position,
+                offset=self.base_offset,
+            )
+        return ControlRecordType.from_key(records[0].key)
 
     def __repr__(self) -> str:
         return (
@@ -476,7 +337,7 @@ def batch_size_at(buffer: bytes | memoryview, start: int, *, path: str | None = 
     A length field below the minimum (garbage, or a zero-filled preallocated tail) raises `CorruptRecordError`
     at `position`, the entry's place in its file.
     """
-    (length,) = _INT32.unpack_from(buffer, start + LENGTH_OFFSET)
+    length: int = _INT32.unpack_from(buffer, start + LENGTH_OFFSET)[0]
     if length < MIN_BATCH_LENGTH_FIELD:
         raise CorruptRecordError(
             f"record batch size {length} is smaller than the minimum {MIN_BATCH_LENGTH_FIELD}",
@@ -637,71 +498,6 @@ class RecordBatchBuilder:
         )
 
 
-def encode_attributes(
-    compression: CompressionType,
-    timestamp_type: TimestampType,
-    *,
-    is_transactional: bool,
-    is_control: bool,
-    has_delete_horizon: bool,
-) -> int:
-    """The int16 attributes field: codec in bits 0-2, then the flag bits (see the module docstring)."""
-    attributes = int(compression)
-    if timestamp_type == TimestampType.LOG_APPEND_TIME:
-        attributes |= TIMESTAMP_TYPE_MASK
-    if is_transactional:
-        attributes |= TRANSACTIONAL_FLAG_MASK
-    if is_control:
-        attributes |= CONTROL_FLAG_MASK
-    if has_delete_horizon:
-        attributes |= DELETE_HORIZON_FLAG_MASK
-    return attributes
-
-
-def encode_batch(
-    *,
-    base_offset: int,
-    partition_leader_epoch: int,
-    attributes: int,
-    last_offset_delta: int,
-    base_timestamp: int,
-    max_timestamp: int,
-    producer_id: int,
-    producer_epoch: int,
-    base_sequence: int,
-    records_count: int,
-    payload: bytes,
-) -> bytes:
-    """Frames an already encoded (and compressed) records section as a v2 batch and computes its CRC.
-
-    A field outside its header type's range raises `InvalidRecordError`.
-    """
-    out = bytearray(RECORD_BATCH_OVERHEAD + len(payload))
-    try:
-        HEADER.pack_into(
-            out,
-            0,
-            base_offset,
-            len(out) - LOG_OVERHEAD,
-            partition_leader_epoch,
-            CURRENT_MAGIC,
-            0,
-            attributes,
-            last_offset_delta,
-            base_timestamp,
-            max_timestamp,
-            producer_id,
-            producer_epoch,
-            base_sequence,
-            records_count,
-        )
-    except struct.error as exc:
-        raise InvalidRecordError(f"record batch header field out of range: {exc}") from exc
-    out[RECORD_BATCH_OVERHEAD:] = payload
-    _UINT32.pack_into(out, CRC_OFFSET, crc32c.crc32c(memoryview(out)[ATTRIBUTES_OFFSET:]))
-    return bytes(out)
-
-
 def build_control_batch(
     control_type: ControlRecordType,
     *,
@@ -723,7 +519,7 @@ def build_control_batch(
         partition_leader_epoch=partition_leader_epoch,
     )
     builder.append(
-        _CONTROL_KEY.pack(0, int(control_type)), _END_TXN_VALUE.pack(0, coordinator_epoch), timestamp=timestamp
+        CONTROL_KEY.pack(0, int(control_type)), END_TXN_MARKER_VALUE.pack(0, coordinator_epoch), timestamp=timestamp
     )
     return builder.build()
 

@@ -1,5 +1,16 @@
-"""The records section of a v2 batch built from columns (key, value, timestamp lists) and decoded into numpy
-columns without a Python object per field (the grammar of one record is in `storage/records/record_batch.py`).
+"""The records section of a v2 batch: its grammar, the one walker that decodes it (into `Record` objects or
+into numpy columns, for one batch or for every batch of a fetch at once), and the encoder that builds it from
+columns (key, value, timestamp lists).
+
+Record (the records section is `recordsCount` of these back to back, after decompression; varints are zig-zag,
+see `varint.py`)::
+
+    length varint (bytes of the body that follows) | attributes int8 (0) | timestampDelta varlong
+    | offsetDelta varint | keyLength varint (-1 = null) | key | valueLength varint (-1 = null) | value
+    | headerCount varint | per header: keyLength varint (>= 0) | UTF-8 key | valueLength varint (-1 = null) | value
+
+A record's offset is baseOffset + offsetDelta; its timestamp baseTimestamp + timestampDelta, or the batch's
+maxTimestamp for every record of a LogAppendTime batch.
 
 Columns of `RecordColumns` (one entry per record, in order; positions index the records section)::
 
@@ -35,15 +46,26 @@ from ~50 records (one timestamp) to ~110 (per-record timestamps), hence 128. (Co
 arbitrary records with numpy and gathering the section was 2x slower than the loop at 140 records: unlike the
 fixed layout, it had to cut every record's prefix out again.)
 
-Decoding is strict, like `record_batch.decode_records`: a record whose framing lies, an over-long or overflowing
-varint, a key or value that overruns its record, or a section not consumed exactly after `count` records raises
-`InvalidRecordError` (never `IndexError`). Where each record starts depends on the previous record's length, so
-the walk is sequential; producers write runs of records of one size (same key and value lengths, varints of one
-width), so the decoder parses one record in Python, assumes the following ones have its layout, and checks that
-for the whole run at once on a strided 2-D view (every structural byte compared: length, key and value lengths,
-header count, and the continuation bits of the delta varints). A run ends where a record differs (offset deltas
-grow a byte at 64 and 8192); runs shorter than `MIN_RUN_RECORDS` switch to the generic path for a chunk: a
-Python walk over the length varints, then every field of the chunk decoded with numpy.
+Decoding is strict: a record whose framing lies, an over-long or overflowing varint, a key, value or header that
+overruns its record, a header key that is not UTF-8, a timestamp outside int64, or a section not consumed exactly
+after `count` records raises `CorruptRecordError` (never `IndexError`), wherever the bytes come from (a log, a
+fetch, a dump); the log validator refuses a client's produce with `InvalidRecordError` on top of it. Three paths,
+one set of field decoders and one header parser:
+
+- `decode_records`, per record in Python: `RecordBatch.records()` takes it for batches of a few records, where
+  numpy's fixed cost is more than the ~4 us a record of this loop.
+- `decode_records_columns`, `decode_records_fast`, `summarize_records_section`, one section. Where each record
+  starts depends on the previous record's length, so the walk is sequential; producers write runs of records of
+  one size (same key and value lengths, varints of one width), so the walker parses one record in Python, assumes
+  the following ones have its layout, and checks that for the whole run at once on a strided 2-D view (every
+  structural byte compared: length, key and value lengths, header count, and the continuation bits of the delta
+  varints). A run ends where a record differs (offset deltas grow a byte at 64 and 8192); runs shorter than
+  `MIN_RUN_RECORDS` switch to the generic path for a chunk: a Python walk over the length varints, then every
+  field of the chunk decoded with numpy.
+- `decode_sections`, every section of a fetch joined: the bodies are found by walking all sections in lockstep
+  (one numpy step per record index, whatever the number of batches), then every field of every record is decoded
+  at once as in the generic path. Measured on 100k records of 50 bytes in 16 KiB batches: ~30 ms, against 1.3 s
+  for building `Record` objects.
 """
 
 from __future__ import annotations
@@ -52,31 +74,32 @@ import itertools
 import operator
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields
+from typing import cast
 
 import numpy as np
 
-from storage.errors import InvalidRecordError
+from storage.errors import CorruptRecordError, InvalidRecordError
 from storage.records.compression import CompressionType, compress
-from storage.records.record_batch import (
+from storage.records.layout import (
     NO_PARTITION_LEADER_EPOCH,
     NO_PRODUCER_EPOCH,
     NO_PRODUCER_ID,
     NO_SEQUENCE,
     NO_TIMESTAMP,
-    Header,
-    Record,
     TimestampType,
-    decode_varint,
     encode_attributes,
     encode_batch,
+)
+from storage.records.record import Header, Record
+from storage.records.varint import (
+    PADDING,
+    VARINT32_MAX_BYTES,
+    VARINT64_MAX_BYTES,
+    decode_varint,
+    decode_varints,
     encode_varint,
 )
 
-VARINT32_MAX_BYTES = 5
-VARINT64_MAX_BYTES = 10
-# Zero bytes after a section let the vectorized varint decoder read 10 bytes from any position inside it
-# without bounds checks (a zero byte ends a varint).
-PADDING = bytes(VARINT64_MAX_BYTES)
 # The smallest record: length, attributes, timestampDelta, offsetDelta, keyLength, valueLength, headerCount.
 MIN_RECORD_BYTES = 7
 # A run is checked with ~10 numpy calls (~2 us each on small arrays); below 16 records the generic path, at
@@ -95,37 +118,6 @@ INT64_MAX = 2**63 - 1
 Bytes = bytes | bytearray | memoryview
 Column = Sequence[bytes | None]
 Timestamps = int | Sequence[int] | np.ndarray
-
-
-# --- varints, vectorized ---------------------------------------------------------------------------
-
-
-def decode_varints(data: np.ndarray, positions: np.ndarray, max_bytes: int) -> tuple[np.ndarray, np.ndarray]:
-    """Zig-zag varints at every position at once; returns (values as int64, positions after them).
-
-    `data` must extend at least `max_bytes` bytes past every position (see `PADDING`). `max_bytes` is 5 for a
-    varint (int32) and 10 for a varlong. An encoding longer than that, or whose value does not fit in 32 / 64
-    bits, raises `InvalidRecordError` (the scalar `record_batch.decode_varint` rules).
-    """
-    result = np.zeros(len(positions), dtype=np.uint64)
-    size = np.zeros(len(positions), dtype=np.int64)
-    active = np.ones(len(positions), dtype=bool)
-    for index in range(max_bytes):
-        byte = data[positions + index]
-        if index == VARINT64_MAX_BYTES - 1 and bool((active & ((byte & 0x7F) > 1)).any()):
-            raise InvalidRecordError("varint does not fit in 64 bits")
-        result |= np.where(active, (byte & 0x7F).astype(np.uint64) << np.uint64(7 * index), np.uint64(0))
-        ended = active & (byte < 0x80)
-        size[ended] = index + 1
-        active &= ~ended
-        if not active.any():
-            break
-    else:
-        raise InvalidRecordError(f"varint longer than {max_bytes} bytes")
-    if max_bytes <= VARINT32_MAX_BYTES and bool((result >> np.uint64(32)).any()):
-        raise InvalidRecordError("varint does not fit in 32 bits")
-    values = (result >> np.uint64(1)).astype(np.int64) ^ -(result & np.uint64(1)).astype(np.int64)
-    return values, positions + size
 
 
 # --- encoding --------------------------------------------------------------------------------------
@@ -161,12 +153,16 @@ def _is_one_timestamp(timestamps: Timestamps) -> bool:
 def _encode_section(values: Column, keys: Column | None, timestamps: Timestamps, base_timestamp: int) -> bytes:
     """The records section of `values`/`keys` whose timestamp deltas are `timestamps - base_timestamp`."""
     count = len(values)
-    stamps = [timestamps] * count if _is_one_timestamp(timestamps) else timestamps
-    if isinstance(stamps, np.ndarray):
-        stamps = stamps.tolist()
+    stamps: Sequence[int]
+    if _is_one_timestamp(timestamps):
+        stamps = [cast(int, timestamps)] * count
+    elif isinstance(timestamps, np.ndarray):
+        stamps = timestamps.tolist()
+    else:
+        stamps = cast(Sequence[int], timestamps)
     for name, column in (("keys", keys), ("timestamps", stamps)):
-        if column is not None and len(column) != count:  # type: ignore[arg-type]
-            raise InvalidRecordError(f"{len(column)} {name} for {count} values")  # type: ignore[arg-type]
+        if column is not None and len(column) != count:
+            raise InvalidRecordError(f"{len(column)} {name} for {count} values")
     if count >= FIXED_LAYOUT_MIN_RECORDS:
         section = _encode_fixed_layout(values, keys, timestamps, base_timestamp)
         if section is not None:
@@ -396,7 +392,7 @@ def build_batch_from_columns(
         if _is_one_timestamp(timestamps):
             base_timestamp = max_timestamp = operator.index(timestamps)  # type: ignore[arg-type]
         elif count:
-            first, largest = timestamps[0], max(timestamps)  # type: ignore[index, type-var, arg-type]
+            first, largest = timestamps[0], max(timestamps)  # type: ignore[index, arg-type]
             base_timestamp, max_timestamp = operator.index(first), operator.index(largest)
         else:
             base_timestamp = max_timestamp = NO_TIMESTAMP
@@ -428,10 +424,64 @@ def build_batch_from_columns(
 # --- decoding --------------------------------------------------------------------------------------
 
 
+def decode_records(
+    section: Bytes, count: int, base_offset: int, base_timestamp: int, log_append_time: int | None
+) -> list[Record]:
+    """Decodes `count` records from an (uncompressed) records section, strictly, one record at a time in Python.
+
+    `log_append_time` replaces every record's timestamp when the batch uses LogAppendTime.
+    """
+    data = _byte_view(section)
+    if count < 0:
+        raise CorruptRecordError(f"negative record count {count}")
+    records: list[Record] = []
+    position = 0
+    end = len(data)
+    for _ in range(count):
+        length, position = decode_varint(data, position, VARINT32_MAX_BYTES)
+        body_start = position
+        if length < 0 or body_start + length > end:
+            raise CorruptRecordError(f"record length {length} overruns the batch", position=body_start)
+        body_end = body_start + length
+        position += 1  # attributes, unused
+        timestamp_delta, position = decode_varint(data, position, VARINT64_MAX_BYTES)
+        offset_delta, position = decode_varint(data, position, VARINT32_MAX_BYTES)
+        key, position = _decode_nullable_bytes(data, position, body_end, "record key")
+        value, position = _decode_nullable_bytes(data, position, body_end, "record value")
+        header_count, position = decode_varint(data, position, VARINT32_MAX_BYTES)
+        headers, position = _parse_headers(data, position, header_count, body_end)
+        if position != body_end:
+            raise CorruptRecordError(
+                f"record body is {position - body_start} bytes but its length field says {length}", position=position
+            )
+        timestamp = log_append_time if log_append_time is not None else base_timestamp + timestamp_delta
+        if not INT64_MIN <= timestamp <= INT64_MAX:
+            raise CorruptRecordError(f"record timestamp {timestamp} does not fit in int64", position=body_start)
+        records.append(Record(base_offset + offset_delta, timestamp, key, value, headers))
+    if position != end:
+        raise CorruptRecordError(f"incorrect declared batch size: {end - position} bytes left after {count} records")
+    return records
+
+
+def _decode_nullable_bytes(
+    data: bytes | memoryview, position: int, body_end: int, what: str
+) -> tuple[bytes | None, int]:
+    """A varint length (-1 = null) and that many bytes, which must end by `body_end`; and the next position."""
+    length, position = decode_varint(data, position, VARINT32_MAX_BYTES)
+    if length == -1:
+        return None, position
+    if length < 0:
+        raise CorruptRecordError(f"invalid {what} length {length}", position=position)
+    if position + length > body_end:
+        raise CorruptRecordError(f"{what} overruns the record", position=position)
+    return bytes(data[position : position + length]), position + length
+
+
 @dataclass(frozen=True, slots=True)
 class RecordColumns:
-    """Every record of a records section as columns (see the module docstring); `section` is the decoded
-    bytes (a memoryview when the caller passed one: `keys()` and `values()` then copy each item out)."""
+    """Every record of a records section (or of joined sections, see `decode_sections`) as columns (see the
+    module docstring); `section` is the decoded bytes (a memoryview when the caller passed one: `keys()` and
+    `values()` then copy each item out)."""
 
     section: bytes | memoryview
     offset_deltas: np.ndarray
@@ -459,7 +509,7 @@ class RecordColumns:
         rows: list[tuple[Header, ...]] = [()] * len(self)
         for index in np.flatnonzero(self.header_counts).tolist():
             rows[index], _ = _parse_headers(
-                self.section, int(self.header_starts[index]), int(self.header_counts[index]), len(self.section)
+                self.section, int(self.header_starts[index]), int(self.header_counts[index]), int(self.body_ends[index])
             )
         return rows
 
@@ -475,17 +525,17 @@ class RecordColumns:
 
 
 def check_timestamps(base_timestamp: int, timestamp_deltas: np.ndarray) -> None:
-    """`InvalidRecordError` if some baseTimestamp + timestampDelta falls outside int64."""
+    """`CorruptRecordError` if some baseTimestamp + timestampDelta falls outside int64."""
     if len(timestamp_deltas) and not (
         base_timestamp + int(timestamp_deltas.min()) >= INT64_MIN
         and base_timestamp + int(timestamp_deltas.max()) <= INT64_MAX
     ):
-        raise InvalidRecordError("a record timestamp does not fit in int64")
+        raise CorruptRecordError("a record timestamp does not fit in int64")
 
 
 def decode_records_columns(section: Bytes, count: int) -> RecordColumns:
     """Decodes `count` records from an (uncompressed) records section into columns, strictly (see the module
-    docstring); raises `InvalidRecordError` on any malformed record. A bytes section is not copied."""
+    docstring). A bytes section is not copied."""
     data = _byte_view(section)
     return _join_parts(data, [piece.part() for piece in _decode_pieces(data, count)])
 
@@ -493,8 +543,8 @@ def decode_records_columns(section: Bytes, count: int) -> RecordColumns:
 def decode_records_fast(
     section: Bytes, count: int, base_offset: int, base_timestamp: int, log_append_time: int | None
 ) -> list[Record]:
-    """`record_batch.decode_records` (same records, same errors), decoded run by run: keys and values of a run
-    are cut at a fixed stride without building position columns."""
+    """`decode_records` (same records, same errors), decoded run by run: keys and values of a run are cut at a
+    fixed stride without building position columns."""
     data = _byte_view(section)
     pieces = _decode_pieces(data, count)
     raw = data if isinstance(data, bytes) else bytes(data)
@@ -514,8 +564,8 @@ class RecordsSummary:
 
 def summarize_records_section(section: Bytes, count: int) -> RecordsSummary:
     """The records' timestamp deltas and the index of the first record with a null key (None if every record
-    has a key), after checking every record's framing exactly as `decode_records_columns` does
-    (`InvalidRecordError`), without building the other columns."""
+    has a key), after checking every record's framing exactly as `decode_records_columns` does, without building
+    the other columns."""
     pieces = _decode_pieces(_byte_view(section), count)
     if not pieces:
         return RecordsSummary(np.zeros(0, dtype=np.int64), None)
@@ -531,6 +581,61 @@ def summarize_records_section(section: Bytes, count: int) -> RecordsSummary:
     return RecordsSummary(deltas[0] if len(deltas) == 1 else np.concatenate(deltas), first_null_key)
 
 
+@dataclass(frozen=True, slots=True)
+class Section:
+    """One batch's uncompressed records section and the header fields its records' offsets and timestamps
+    come from (`log_append_time` set for a LogAppendTime batch)."""
+
+    data: bytes
+    count: int
+    base_offset: int
+    base_timestamp: int
+    log_append_time: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class SectionsColumns:
+    """The records of several sections: `columns` over the sections joined back to back and followed by
+    `PADDING` (`columns.section`), and per record its absolute offset and timestamp."""
+
+    columns: RecordColumns
+    offsets: np.ndarray
+    timestamps: np.ndarray
+
+
+def decode_sections(sections: Sequence[Section]) -> SectionsColumns:
+    """Decodes the records of every section at once, as strictly as `decode_records_columns`; an error names the
+    base offset of the batch it is in."""
+    base_offsets = np.array([section.base_offset for section in sections], dtype=np.int64)
+    for section in sections:
+        if section.count < 0:
+            raise CorruptRecordError(f"negative record count {section.count}", offset=section.base_offset)
+    joined = b"".join([*(section.data for section in sections), PADDING])
+    padded = np.frombuffer(joined, dtype=np.uint8)
+    counts = np.array([section.count for section in sections], dtype=np.int64)
+    ends = np.cumsum([len(section.data) for section in sections], dtype=np.int64)
+    try:
+        body_starts, body_ends = _lockstep_bodies(joined, padded, counts, ends)
+        columns = _join_parts(joined, [_decode_fields(joined, padded, body_starts, body_ends)])
+    except CorruptRecordError as exc:
+        batch = None if exc.position is None else int(np.searchsorted(ends, exc.position, side="right"))
+        offset = int(base_offsets[batch]) if batch is not None and batch < len(sections) else None
+        raise CorruptRecordError(exc.message, offset=offset) from exc
+    offsets = np.repeat(base_offsets, counts) + columns.offset_deltas
+    log_append = np.repeat(np.array([section.log_append_time is not None for section in sections]), counts)
+    append_times = np.repeat(np.array([section.log_append_time or 0 for section in sections], dtype=np.int64), counts)
+    base_timestamps = np.repeat(np.array([section.base_timestamp for section in sections], dtype=np.int64), counts)
+    deltas = np.where(log_append, 0, columns.timestamp_deltas)
+    # baseTimestamp + timestampDelta must fit in int64: compared without computing the sum, which would wrap.
+    overflows = np.flatnonzero(
+        (base_timestamps > INT64_MAX - np.maximum(deltas, 0)) | (base_timestamps < INT64_MIN - np.minimum(deltas, 0))
+    )
+    if len(overflows):
+        raise CorruptRecordError("a record timestamp does not fit in int64", offset=int(offsets[overflows[0]]))
+    timestamps = np.where(log_append, append_times, base_timestamps + deltas)
+    return SectionsColumns(columns, offsets, timestamps)
+
+
 def _byte_view(section: Bytes) -> bytes | memoryview:
     return section if isinstance(section, bytes) else memoryview(section).cast("B")
 
@@ -538,9 +643,9 @@ def _byte_view(section: Bytes) -> bytes | memoryview:
 def _decode_pieces(data: bytes | memoryview, count: int) -> list[_Run | _Part]:
     """The records as runs of one layout and generically decoded chunks, in order; checks the whole section."""
     if count < 0:
-        raise InvalidRecordError(f"negative record count {count}")
+        raise CorruptRecordError(f"negative record count {count}")
     if count > len(data) // MIN_RECORD_BYTES:
-        raise InvalidRecordError(f"{count} records cannot fit in a {len(data)}-byte records section")
+        raise CorruptRecordError(f"{count} records cannot fit in a {len(data)}-byte records section")
     array = np.frombuffer(data, dtype=np.uint8)
     padded: np.ndarray | None = None
     pieces: list[_Run | _Part] = []
@@ -558,11 +663,13 @@ def _decode_pieces(data: bytes | memoryview, count: int) -> list[_Run | _Part]:
         if padded is None:
             padded = np.frombuffer(bytes(data) + PADDING, dtype=np.uint8)
         chunk = min(GENERIC_CHUNK_RECORDS, count - done)
-        part, position = _generic_columns(data, padded, position, chunk)
-        pieces.append(part)
+        body_starts = np.empty(chunk, dtype=np.int64)
+        body_ends = np.empty(chunk, dtype=np.int64)
+        position = _walk_bodies(data, position, len(data), range(chunk), body_starts, body_ends)
+        pieces.append(_decode_fields(data, padded, body_starts, body_ends))
         done += chunk
     if position != len(data):
-        raise InvalidRecordError(
+        raise CorruptRecordError(
             f"incorrect declared batch size: {len(data) - position} bytes left after {count} records",
             position=position,
         )
@@ -637,7 +744,7 @@ def _parse_layout(data: bytes | memoryview, array: np.ndarray, start: int) -> _L
         value_length, value_at = decode_varint(data, value_length_at, VARINT32_MAX_BYTES)
         header_count_at = value_at + max(value_length, 0)
         header_count, end = decode_varint(data, header_count_at, VARINT32_MAX_BYTES)
-    except InvalidRecordError:
+    except CorruptRecordError:
         return None
     timestamp_width = offset_at - body - 1
     offset_width = key_length_at - offset_at
@@ -764,7 +871,7 @@ def _make_records(
     values: Iterable[bytes | None],
     headers: Iterable[tuple[Header, ...]],
 ) -> list[Record]:
-    records = []
+    records: list[Record] = []
     append = records.append
     new = object.__new__
     for offset, timestamp, key, value, record_headers in zip(offsets, timestamps, keys, values, headers, strict=True):
@@ -796,13 +903,12 @@ def _fixed_varints(picked: np.ndarray, at: int, width: int) -> np.ndarray:
     return (result >> np.uint64(1)).astype(np.int64) ^ -(result & np.uint64(1)).astype(np.int64)
 
 
-def _generic_columns(data: bytes | memoryview, padded: np.ndarray, position: int, count: int) -> tuple[_Part, int]:
-    """`count` records from `position` of any shape: a Python walk finds the bodies, numpy decodes the fields.
-    Returns the columns and the position after the last record."""
-    end = len(data)
-    body_starts = np.empty(count, dtype=np.int64)
-    body_ends = np.empty(count, dtype=np.int64)
-    for index in range(count):
+def _walk_bodies(
+    data: bytes | memoryview, position: int, end: int, records: range, body_starts: np.ndarray, body_ends: np.ndarray
+) -> int:
+    """Where the bodies of `records` (indexes into the outputs) start and end, walking one section from `position`
+    (its records must end by `end`) in Python; returns the position after the last one."""
+    for index in records:
         # Inline one- and two-byte length varints (bodies under 8 KiB); anything else, or a varint that may run
         # past the end, goes through the general decoder.
         first = data[position] if position + 1 < end else 0x80
@@ -817,10 +923,92 @@ def _generic_columns(data: bytes | memoryview, padded: np.ndarray, position: int
         else:
             length, position = decode_varint(data, position, VARINT32_MAX_BYTES)
         if length < 0 or position + length > end:
-            raise InvalidRecordError(f"record length {length} overruns the batch", position=position)
+            raise CorruptRecordError(f"record length {length} overruns the batch", position=position)
         body_starts[index] = position
         position += length
         body_ends[index] = position
+    return position
+
+
+# Sections left walking when the lockstep walk hands over to a Python walk (see `_lockstep_bodies`).
+PYTHON_WALK_SECTIONS = 4
+
+
+def _lockstep_bodies(
+    joined: bytes, padded: np.ndarray, counts: np.ndarray, ends: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Where every record body of every section starts and ends (`padded` is `joined`, the sections back to back
+    ending at `ends`, followed by `PADDING`).
+
+    Each section is walked record by record, but all sections in lockstep: step i reads the length varint of
+    record i of every section still walking, one numpy call per field for the whole fetch (~200 steps for 16 KiB
+    batches, however many batches) instead of one Python iteration per record (~1 us each). The last few sections
+    left, which hold more records than all others (one big batch among small ones), finish in Python, as a step
+    costs ~20 us whatever its width.
+    """
+    body_starts = np.empty(int(counts.sum()), dtype=np.int64)
+    body_ends = np.empty_like(body_starts)
+    if not len(counts):
+        return body_starts, body_ends
+    order = np.argsort(-counts, kind="stable")
+    walking_counts = counts[order]
+    first_records = (np.cumsum(counts) - counts)[order]
+    positions = np.concatenate(([0], ends[:-1]))[order]
+    section_ends = ends[order]
+    steps = int(walking_counts[0])
+    # For each step i, the sections with more than i records: the first `walking[i]` in `order`.
+    walking = len(counts) - np.searchsorted(walking_counts[::-1], np.arange(steps), side="right")
+    step = 0
+    while step < steps and walking[step] > PYTHON_WALK_SECTIONS:
+        active = int(walking[step])
+        at = positions[:active]
+        # Inline one- and two-byte length varints (bodies under 8 KiB); longer ones take the general decoder.
+        first = padded[at].astype(np.int64)
+        second = padded[at + 1].astype(np.int64)
+        long_length = first >= 0x80
+        if not bool((long_length & (second >= 0x80)).any()):
+            zigzag = np.where(long_length, (first & 0x7F) | (second << 7), first)
+            lengths = (zigzag >> 1) ^ -(zigzag & 1)
+            starts = at + 1 + long_length
+        else:
+            lengths, starts = decode_varints(padded, at, VARINT32_MAX_BYTES)
+        record_ends = starts + lengths
+        bad = np.flatnonzero((lengths < 0) | (record_ends > section_ends[:active]))
+        if len(bad):
+            raise CorruptRecordError(
+                f"record length {int(lengths[bad[0]])} overruns the batch", position=int(at[bad[0]])
+            )
+        destinations = first_records[:active] + step
+        body_starts[destinations] = starts
+        body_ends[destinations] = record_ends
+        positions[:active] = record_ends
+        step += 1
+    for index in range(int(walking[step]) if step < steps else 0):
+        first_record = int(first_records[index])
+        positions[index] = _walk_bodies(
+            joined,
+            int(positions[index]),
+            int(section_ends[index]),
+            range(first_record + step, first_record + int(walking_counts[index])),
+            body_starts,
+            body_ends,
+        )
+    unconsumed = np.flatnonzero(positions != section_ends)
+    if len(unconsumed):
+        index = int(unconsumed[0])
+        raise CorruptRecordError(
+            f"incorrect declared batch size: {int(section_ends[index] - positions[index])} bytes left after its "
+            f"{int(walking_counts[index])} records",
+            position=int(positions[index]),
+        )
+    return body_starts, body_ends
+
+
+def _decode_fields(
+    data: bytes | memoryview, padded: np.ndarray, body_starts: np.ndarray, body_ends: np.ndarray
+) -> _Part:
+    """Every field of the records whose bodies are `body_starts`..`body_ends`, decoded with numpy over all of them
+    (`padded` is `data` followed by `PADDING`); headers are parsed in Python where a record has some."""
     timestamp_at = body_starts + 1
     _check_inside(timestamp_at, body_ends, "record body is too short")
     timestamp_deltas, offset_at = decode_varints(padded, timestamp_at, VARINT64_MAX_BYTES)
@@ -836,20 +1024,18 @@ def _generic_columns(data: bytes | memoryview, padded: np.ndarray, position: int
     )
     ends = header_starts.copy()
     for index in np.flatnonzero(header_counts).tolist():
-        body_end = int(body_ends[index])
-        count_of_headers = int(header_counts[index])
-        if count_of_headers < 0 or count_of_headers > body_end - int(header_starts[index]):
-            raise InvalidRecordError(f"invalid header count {count_of_headers}", position=int(header_starts[index]))
-        _, ends[index] = _parse_headers(data, int(header_starts[index]), count_of_headers, body_end)
+        _, ends[index] = _parse_headers(
+            data, int(header_starts[index]), int(header_counts[index]), int(body_ends[index])
+        )
     wrong = np.flatnonzero(ends != body_ends)
     if len(wrong):
         index = int(wrong[0])
-        raise InvalidRecordError(
+        raise CorruptRecordError(
             f"record body is {int(ends[index] - body_starts[index])} bytes but its length field says "
             f"{int(body_ends[index] - body_starts[index])}",
-            position=int(ends[index]),
+            position=int(min(ends[index], body_ends[index] - 1)),
         )
-    part = _Part(
+    return _Part(
         offset_deltas,
         timestamp_deltas,
         key_starts,
@@ -861,14 +1047,13 @@ def _generic_columns(data: bytes | memoryview, padded: np.ndarray, position: int
         body_starts,
         body_ends,
     )
-    return part, position
 
 
 def _check_inside(positions: np.ndarray, body_ends: np.ndarray, message: str) -> None:
     """Another field must follow at `positions`: each must lie before its record's end."""
     outside = np.flatnonzero(positions >= body_ends)
     if len(outside):
-        raise InvalidRecordError(message, position=int(positions[outside[0]]))
+        raise CorruptRecordError(message, position=int(positions[outside[0]]))
 
 
 def _check_lengths(lengths: np.ndarray, starts: np.ndarray, body_ends: np.ndarray, what: str) -> None:
@@ -877,29 +1062,32 @@ def _check_lengths(lengths: np.ndarray, starts: np.ndarray, body_ends: np.ndarra
     if len(bad):
         index = int(bad[0])
         if lengths[index] < -1:
-            raise InvalidRecordError(f"invalid {what} length {int(lengths[index])}", position=int(starts[index]))
-        raise InvalidRecordError(f"{what} overruns the record", position=int(starts[index]))
+            raise CorruptRecordError(f"invalid {what} length {int(lengths[index])}", position=int(starts[index]))
+        raise CorruptRecordError(f"{what} overruns the record", position=int(starts[index]))
 
 
 def _parse_headers(
     data: bytes | memoryview, position: int, count: int, body_end: int
 ) -> tuple[tuple[Header, ...], int]:
-    """`count` headers from `position`, which must end by `body_end`; and the position after them."""
+    """`count` headers from `position`, which must end by `body_end`; and the position after them. The one header
+    parser: every path of the walker and `RecordColumns.headers()` read headers through it."""
+    if count < 0 or count > body_end - position:
+        raise CorruptRecordError(f"invalid header count {count}", position=position)
     headers: list[Header] = []
     for _ in range(count):
         key_length, position = decode_varint(data, position, VARINT32_MAX_BYTES)
         if key_length < 0 or position + key_length > body_end:
-            raise InvalidRecordError(f"invalid header key length {key_length}", position=position)
+            raise CorruptRecordError(f"invalid header key length {key_length}", position=position)
         try:
             key = bytes(data[position : position + key_length]).decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise InvalidRecordError("header key is not UTF-8", position=position) from exc
+            raise CorruptRecordError("header key is not UTF-8", position=position) from exc
         position += key_length
         value_length, position = decode_varint(data, position, VARINT32_MAX_BYTES)
         if value_length < -1:
-            raise InvalidRecordError(f"invalid header value length {value_length}", position=position)
+            raise CorruptRecordError(f"invalid header value length {value_length}", position=position)
         if position + max(value_length, 0) > body_end:
-            raise InvalidRecordError("header value overruns the record", position=position)
+            raise CorruptRecordError("header value overruns the record", position=position)
         headers.append((key, None if value_length == -1 else bytes(data[position : position + value_length])))
         position += max(value_length, 0)
     return tuple(headers), position

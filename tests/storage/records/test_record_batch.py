@@ -359,7 +359,7 @@ def test_builder_refuses_timestamps_beyond_int64() -> None:
         build([(INT64_MAX + 1, None, b"v", [])])
 
 
-def test_record_timestamp_overflowing_int64_is_invalid() -> None:
+def test_record_timestamp_overflowing_int64_is_corrupt() -> None:
     raw = encode_batch(
         base_offset=0,
         partition_leader_epoch=0,
@@ -373,7 +373,7 @@ def test_record_timestamp_overflowing_int64_is_invalid() -> None:
         records_count=1,
         payload=encode_varint(6) + b"\x00" + encode_varint(1) + b"\x00\x01\x01\x00",
     )
-    with pytest.raises(InvalidRecordError):
+    with pytest.raises(CorruptRecordError):
         RecordBatch(raw).records()
 
 
@@ -444,7 +444,7 @@ def test_varlong_round_trip(value: int) -> None:
     ],
 )
 def test_varint_truncated_or_over_long(encoded: bytes, max_bytes: int) -> None:
-    with pytest.raises(InvalidRecordError):
+    with pytest.raises(CorruptRecordError):
         decode_varint(encoded, 0, max_bytes)
 
 
@@ -458,7 +458,7 @@ def test_varint_truncated_or_over_long(encoded: bytes, max_bytes: int) -> None:
     ],
 )
 def test_varint_out_of_range(encoded: bytes, max_bytes: int) -> None:
-    with pytest.raises(InvalidRecordError):
+    with pytest.raises(CorruptRecordError):
         decode_varint(encoded, 0, max_bytes)
 
 
@@ -534,7 +534,7 @@ def test_decode_records_hand_built_section() -> None:
     ],
 )
 def test_decode_records_rejects_malformed_sections(section: bytes, count: int) -> None:
-    with pytest.raises(InvalidRecordError):
+    with pytest.raises(CorruptRecordError):
         decode_records(section, count, 0, T0, None)
 
 
@@ -579,12 +579,12 @@ def test_stored_crc_damage_is_detected() -> None:
 
 @pytest.mark.parametrize("codec", CODECS, ids=lambda codec: codec.kafka_name)
 @pytest.mark.parametrize("declared", [len(RECORDS) - 1, len(RECORDS) + 1, 0, 2**31 - 1, -1])
-def test_record_count_mismatch_rejected(codec: CompressionType, declared: int) -> None:
+def test_record_count_mismatch_is_corrupt(codec: CompressionType, declared: int) -> None:
     raw = bytearray(build(compression=codec, base_offset=5))
     put(raw, "records_count", declared)
     batch = RecordBatch(bytes(resign(raw)), path=PATH, position=4096)
     assert batch.is_valid()
-    with pytest.raises(InvalidRecordError) as info:
+    with pytest.raises(CorruptRecordError) as info:
         batch.records()
     assert (info.value.path, info.value.position, info.value.offset) == (PATH, 4096, 5)
 
@@ -685,7 +685,7 @@ def test_unknown_control_type_reads_unknown() -> None:
     ],
 )
 def test_malformed_control_batch(rows: list[tuple[int, bytes | None, bytes | None, Headers]]) -> None:
-    with pytest.raises(InvalidRecordError):
+    with pytest.raises(CorruptRecordError):
         RecordBatch(build(rows, is_control=True)).control_type()
 
 
@@ -964,7 +964,7 @@ def test_fuzz_signed_batches_with_arbitrary_records(
         payload=payload,
     )
     exercise(raw)
-    with contextlib.suppress(InvalidRecordError):
+    with contextlib.suppress(CorruptRecordError):
         decode_records(payload, records_count, 0, T0, None)
 
 

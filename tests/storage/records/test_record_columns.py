@@ -1,6 +1,5 @@
 """Tests for `storage.records.record_columns`: the column encoder writes exactly the bytes of `RecordBatchBuilder` and
-of
-kafka-python's builder, and the column decoder accepts, decodes and refuses exactly what the per-record
+of kafka-python's builder, and the column decoder accepts, decodes and refuses exactly what the per-record
 `decode_records` does (the oracle), on random record sets and on damaged sections."""
 
 from __future__ import annotations
@@ -10,26 +9,20 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from storage.errors import InvalidRecordError
+from storage.errors import CorruptRecordError, InvalidRecordError
 from storage.records import record_columns
 from storage.records.compression import CompressionType
-from storage.records.record_batch import (
-    RECORD_BATCH_OVERHEAD,
-    Record,
-    RecordBatch,
-    RecordBatchBuilder,
-    TimestampType,
-    decode_records,
-    encode_varint,
-)
+from storage.records.layout import RECORD_BATCH_OVERHEAD, TimestampType
+from storage.records.record import Record
+from storage.records.record_batch import RecordBatch, RecordBatchBuilder
 from storage.records.record_columns import (
-    PADDING,
     build_batch_from_columns,
+    decode_records,
     decode_records_columns,
-    decode_varints,
     encode_records_section,
     summarize_records_section,
 )
+from storage.records.varint import PADDING, decode_varints, encode_varint
 from tests.storage.builders import START_MS, Rec, kafka_batch
 
 Header = tuple[str, bytes | None]
@@ -407,15 +400,15 @@ def test_summary_gives_timestamp_deltas_and_first_null_key() -> None:
 def decoder_outcome(section: bytes, count: int) -> list[Record] | type[Exception]:
     try:
         return oracle(section, count)
-    except InvalidRecordError:
-        return InvalidRecordError
+    except CorruptRecordError:
+        return CorruptRecordError
 
 
 def columns_outcome(section: bytes, count: int) -> list[Record] | type[Exception]:
     try:
         return decode_records_columns(section, count).records(0, 0, None)
-    except InvalidRecordError:
-        return InvalidRecordError
+    except CorruptRecordError:
+        return CorruptRecordError
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -459,10 +452,10 @@ def test_damaged_uniform_runs_are_refused_exactly_when_the_record_decoder_refuse
     ],
     ids=["empty", "negative_count", "more_records_than_bytes", "negative_length", "overlong_varint", "trailing"],
 )
-def test_malformed_sections_raise_invalid_record(section: bytes, count: int) -> None:
-    with pytest.raises(InvalidRecordError):
+def test_malformed_sections_raise_corrupt_record(section: bytes, count: int) -> None:
+    with pytest.raises(CorruptRecordError):
         decode_records_columns(section, count)
-    with pytest.raises(InvalidRecordError):
+    with pytest.raises(CorruptRecordError):
         summarize_records_section(section, count)
 
 
@@ -483,5 +476,5 @@ def test_vectorized_varints_match_the_scalar_decoder() -> None:
 )
 def test_vectorized_varints_refuse_what_the_scalar_decoder_refuses(raw: bytes, max_bytes: int) -> None:
     data = np.frombuffer(raw + PADDING, dtype=np.uint8)
-    with pytest.raises(InvalidRecordError):
+    with pytest.raises(CorruptRecordError):
         decode_varints(data, np.array([0]), max_bytes)

@@ -1,0 +1,92 @@
+"""Zig-zag varints, the integers of a v2 record: one value at a time, or one at every position of an array.
+
+A value is zig-zag mapped (`(v << 1) ^ (v >> 63)`: 0, -1, 1, -2 ... become 0, 1, 2, 3 ...) and written in
+groups of 7 bits, least significant first, with the high bit set on every byte but the last. A varint (int32)
+takes at most `VARINT32_MAX_BYTES` bytes, a varlong (int64) at most `VARINT64_MAX_BYTES`.
+
+Decoding is strict, as for every byte read from a log or a fetch: a truncated or over-long encoding, or one whose
+value does not fit in 32 / 64 bits (Java's reader silently drops those high bits; no Kafka writer sets them),
+raises `CorruptRecordError`. Encoding a value outside int64 raises `InvalidRecordError` (a caller's bad input).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from storage.errors import CorruptRecordError, InvalidRecordError
+
+VARINT32_MAX_BYTES = 5
+VARINT64_MAX_BYTES = 10
+# Zero bytes after a buffer let `decode_varints` read 10 bytes from any position inside it without bounds
+# checks (a zero byte ends a varint).
+PADDING = bytes(VARINT64_MAX_BYTES)
+
+
+def encode_varint(value: int) -> bytes:
+    """Zig-zag + base-128 encoding of a signed 64-bit value; `InvalidRecordError` outside int64."""
+    if not -(2**63) <= value < 2**63:
+        raise InvalidRecordError(f"{value} does not fit in a varlong (int64)")
+    zigzag = (value << 1) ^ (value >> 63)
+    out = bytearray()
+    while zigzag > 0x7F:
+        out.append((zigzag & 0x7F) | 0x80)
+        zigzag >>= 7
+    out.append(zigzag)
+    return bytes(out)
+
+
+def varint_size(value: int) -> int:
+    """Number of bytes `encode_varint(value)` takes."""
+    zigzag = (value << 1) ^ (value >> 63)
+    size = 1
+    while zigzag > 0x7F:
+        zigzag >>= 7
+        size += 1
+    return size
+
+
+def decode_varint(buffer: bytes | memoryview, position: int, max_bytes: int = VARINT64_MAX_BYTES) -> tuple[int, int]:
+    """The varint at `position` (`max_bytes` 5 for a varint, 10 for a varlong) and the position after it."""
+    # 5 groups of 7 bits carry 35 bits for a 32-bit zig-zag value, 10 groups carry 70 for a 64-bit one.
+    value_bits = 32 if max_bytes <= VARINT32_MAX_BYTES else 64
+    result = 0
+    shift = 0
+    end = len(buffer)
+    for _ in range(max_bytes):
+        if position >= end:
+            raise CorruptRecordError("varint runs past the end of the record data", position=position)
+        byte = buffer[position]
+        position += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            if result >> value_bits:
+                raise CorruptRecordError(f"varint does not fit in {value_bits} bits", position=position)
+            return (result >> 1) ^ -(result & 1), position
+        shift += 7
+    raise CorruptRecordError(f"varint longer than {max_bytes} bytes", position=position)
+
+
+def decode_varints(data: np.ndarray, positions: np.ndarray, max_bytes: int) -> tuple[np.ndarray, np.ndarray]:
+    """The varints at every position at once, as int64, and the positions after them (`decode_varint`'s rules).
+
+    `data` (uint8) must extend at least `max_bytes` bytes past every position (see `PADDING`).
+    """
+    result = np.zeros(len(positions), dtype=np.uint64)
+    size = np.zeros(len(positions), dtype=np.int64)
+    active = np.ones(len(positions), dtype=bool)
+    for index in range(max_bytes):
+        byte = data[positions + index]
+        if index == VARINT64_MAX_BYTES - 1 and bool((active & ((byte & 0x7F) > 1)).any()):
+            raise CorruptRecordError("varint does not fit in 64 bits")
+        result |= np.where(active, (byte & 0x7F).astype(np.uint64) << np.uint64(7 * index), np.uint64(0))
+        ended = active & (byte < 0x80)
+        size[ended] = index + 1
+        active &= ~ended
+        if not active.any():
+            break
+    else:
+        raise CorruptRecordError(f"varint longer than {max_bytes} bytes")
+    if max_bytes <= VARINT32_MAX_BYTES and bool((result >> np.uint64(32)).any()):
+        raise CorruptRecordError("varint does not fit in 32 bits")
+    values = (result >> np.uint64(1)).astype(np.int64) ^ -(result & np.uint64(1)).astype(np.int64)
+    return values, positions + size
