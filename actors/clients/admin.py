@@ -16,6 +16,7 @@ from pathlib import Path
 from actors.calls import call, partition_actor
 from actors.clients.broker import Broker
 from actors.server.controller import TopicMetadata
+from storage.arguments import is_int
 from storage.errors import InvalidConfigError, InvalidRequestError
 
 # Kafka's ListOffsets sentinels (OffsetSpec.earliest(), latest(), maxTimestamp()).
@@ -126,7 +127,7 @@ def _offset_spec(spec: str | int) -> int:
             return OFFSET_SPECS[spec]
         if spec.isdigit():
             return int(spec)
-    elif isinstance(spec, int) and not isinstance(spec, bool) and spec >= 0:
+    elif is_int(spec) and spec >= 0:
         return spec
     raise InvalidRequestError(
         f"offset spec must be one of {', '.join(OFFSET_SPECS)} or a timestamp in ms >= 0, got {spec!r}"

@@ -49,9 +49,10 @@ import ray
 
 from actors.calls import call, check_topic_partition, get_actor, partition_actor
 from actors.clients.broker import Broker
-from actors.clients.local_fetch import PendingFetch
+from actors.clients.local_fetch import PendingFetch, records_of
 from actors.clients.serializers import Deserializer
 from actors.options import group_coordinator_name
+from storage.arguments import is_int
 from storage.errors import (
     BrokerNotAvailableError,
     InvalidConfigError,
@@ -64,10 +65,10 @@ from storage.errors import (
 )
 from storage.records.file_records import TimestampAndOffset
 from storage.records.record_batch import TimestampType, iter_batches
+from storage.topic_partition import TopicPartition
 
 logger = logging.getLogger(__name__)
 
-TopicPartition = tuple[str, int]
 AUTO_OFFSET_RESET_POLICIES = ("earliest", "latest", "none")
 # Kafka's ListOffsets sentinels.
 EARLIEST_TIMESTAMP = -2
@@ -137,7 +138,7 @@ class Consumer:
             ("fetch_max_wait_ms", fetch_max_wait_ms, 0),
             ("fetch_min_bytes", fetch_min_bytes, 0),
         ):
-            if not isinstance(value, int) or isinstance(value, bool) or value < low:
+            if not is_int(value) or value < low:
                 raise InvalidConfigError(f"{name} must be an int >= {low}, got {value!r}")
         if group_id is not None and (not isinstance(group_id, str) or not group_id):
             raise InvalidGroupIdError(f"group_id must be a non-empty str or None, got {group_id!r}")
@@ -234,7 +235,7 @@ class Consumer:
     def seek(self, tp: TopicPartition, offset: int) -> None:
         """The next `poll` reads `tp` from `offset` (checked against the log on the next fetch)."""
         tp = self._check_assigned(tp)
-        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+        if not is_int(offset) or offset < 0:
             raise InvalidRequestError(f"seek offset must be an int >= 0, got {offset!r}")
         self._set_position(tp, offset)
 
@@ -262,7 +263,7 @@ class Consumer:
         """Per partition, the first (offset, timestamp) whose timestamp is >= the given ms; None if none is."""
         checked = {}
         for tp, timestamp in timestamps.items():
-            if not isinstance(timestamp, int) or isinstance(timestamp, bool) or timestamp < 0:
+            if not is_int(timestamp) or timestamp < 0:
                 raise InvalidRequestError(f"timestamp of {tp} must be an int >= 0 (ms), got {timestamp!r}")
             checked[check_topic_partition(tp)] = timestamp
         return {
@@ -306,7 +307,7 @@ class Consumer:
         """Up to `max_records` (default `max_poll_records`) records, waiting up to `timeout_ms` for some."""
         self._check_open()
         limit = self._max_poll_records if max_records is None else max_records
-        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+        if not is_int(limit) or limit < 1:
             raise InvalidRequestError(f"max_records must be an int >= 1, got {max_records!r}")
         deadline = time.monotonic_ns() + max(0, timeout_ms) * 1_000_000
         self._maybe_auto_commit()
@@ -386,9 +387,10 @@ class Consumer:
                 continue
             if flight.fetch.node_id is not None:
                 self._nodes[tp] = flight.fetch.node_id
-            if not len(result.records) and (time.monotonic_ns() - flight.started_ns) * 2 < flight.wait_ms * 1_000_000:
+            records = records_of(result)
+            if not len(records) and (time.monotonic_ns() - flight.started_ns) * 2 < flight.wait_ms * 1_000_000:
                 self._backoff_until_ns[tp] = time.monotonic_ns() + round(EMPTY_FETCH_BACKOFF_S * 1e9)
-            self._buffer_fetched(tp, result.records, result.high_watermark)
+            self._buffer_fetched(tp, records, result.high_watermark)
         self._reset_positions(out_of_range, first_error)
 
     def _start_fetches(self, deadline_ns: int) -> None:
@@ -416,7 +418,7 @@ class Consumer:
             )
             self._in_flight[tp] = _InFlight(fetch, now_ns, wait_ms)
 
-    def _buffer_fetched(self, tp: TopicPartition, data: bytes, high_watermark: int) -> None:
+    def _buffer_fetched(self, tp: TopicPartition, data: bytes | memoryview, high_watermark: int) -> None:
         position = self._positions[tp]
         buffer = self._buffers.setdefault(tp, deque())
         next_position = position
@@ -534,4 +536,4 @@ class Consumer:
         return handle
 
 
-__all__ = ["Consumer", "ConsumerRecord", "TopicPartition"]
+__all__ = ["Consumer", "ConsumerRecord"]

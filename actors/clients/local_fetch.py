@@ -178,9 +178,17 @@ class PendingFetch:
         """Out-of-band bytes arrive as a Ray buffer over the object store: handed out as a memoryview."""
         if self._zero_copy:
             answer = replace(answer, records=memoryview(answer.records))
-        next_offset = offset_after(answer.records, self._offset)
+        next_offset = offset_after(records_of(answer), self._offset)
         self.next_offset = self._offset if next_offset is None else next_offset
         return answer
+
+
+def records_of(result: FetchResult) -> bytes | memoryview:
+    """The batch bytes of an answer a `PendingFetch` handed out: `bytes`, or a memoryview. (`FetchResult`'s type
+    also admits the `pickle.PickleBuffer` an actor sends out of band; Ray gives the reader a buffer in its place,
+    which is wrapped in a memoryview here.)"""
+    records = result.records
+    return records if isinstance(records, bytes | memoryview) else memoryview(records)
 
 
 def fetch_local_or_remote(
@@ -240,7 +248,7 @@ def iter_fetches(
                 zero_copy=zero_copy,
                 max_slices=MAX_SLICES_PER_LOCATE,
             )
-        yield from (result for result in results if len(result.records))
+        yield from (result for result in results if len(records_of(result)))
         if not more:
             return
         offset = next_offset
@@ -254,6 +262,7 @@ __all__ = [
     "fetch_local_or_remote",
     "iter_fetches",
     "read_file_slice",
+    "records_of",
     "statistics",
     "this_node_id",
 ]

@@ -35,6 +35,8 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
+from storage.arguments import is_int
+
 SEED = 0x9747B28C
 M = 0x5BD1E995
 R = 24
@@ -120,7 +122,7 @@ def partitions_for_keys(keys: Sequence[bytes], num_partitions: int) -> npt.NDArr
 
 
 def _check_num_partitions(num_partitions: int) -> None:
-    if isinstance(num_partitions, bool) or not isinstance(num_partitions, int) or num_partitions < 1:
+    if not is_int(num_partitions) or num_partitions < 1:
         raise ValueError(f"num_partitions must be a positive int, got {num_partitions!r}")
 
 

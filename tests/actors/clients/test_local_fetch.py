@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import os
+import pickle
 import threading
 import time
 from collections.abc import Callable
@@ -20,9 +21,15 @@ from typing import Any
 import pytest
 
 from actors.clients import local_fetch
-from actors.clients.local_fetch import PendingFetch, fetch_local_or_remote, iter_fetches, read_file_slice
+from actors.clients.local_fetch import (
+    PendingFetch,
+    fetch_local_or_remote,
+    iter_fetches,
+    read_file_slice,
+    records_of,
+)
 from actors.server.partition_host import PartitionHostActor
-from actors.server.partition_log import LONG_POLL_SLOTS, PartitionLogActor
+from actors.server.partition_log import LONG_POLL_SLOTS, FetchResult, PartitionLogActor
 from storage.errors import BrokerNotAvailableError, OffsetOutOfRangeError
 from storage.partition.file_slices import FileSlice
 from storage.records.file_records import iter_any_batches
@@ -281,6 +288,13 @@ def test_read_file_slice_distrusts_a_vanished_swapped_short_or_torn_file(tmp_pat
     path.unlink()
     assert read_file_slice(located, 0) is None  # deleted by retention
     assert read_file_slice(FileSlice(str(path), 0, 0, 0, 0), 0) == b""  # an empty fetch reads nothing
+
+
+def test_records_of_an_answer_are_its_bytes_or_a_view_of_its_buffer() -> None:
+    data = simple_batch(2, tag=0)
+    assert records_of(FetchResult(data, 2, 0, 2)) is data
+    view = records_of(FetchResult(pickle.PickleBuffer(bytearray(data)), 2, 0, 2))
+    assert isinstance(view, memoryview) and view == data
 
 
 @pytest.mark.ray
