@@ -5,8 +5,8 @@
         [--starting-offsets earliest|latest|JSON] [--ending-offsets latest|JSON] [--include-headers]
         [--max-rows N] [--address ADDR]
 
-The command attaches to the running cluster (`--address`, as the broker commands do), starts a Spark session on it
-(`cluster.spark.session`), registers every `--topic` as a temporary view named after the topic, runs the query and
+The command attaches to the running cluster (`--address`, as the broker commands do), starts a Spark session on
+it (`cluster.spark.session`), registers every `--topic` as a temporary view named after the topic, runs the query and
 prints the result as Spark's `show` does (every column in full, at most `--max-rows` rows, then "only showing top
 N rows"), and stops the session it started. The views have Spark's Kafka-source columns
 (`cluster.spark.kafka_source`); with `--value-format` the value is decoded into columns
@@ -18,7 +18,7 @@ each view takes its own). A topic name that is not a plain SQL identifier is wri
 (`page-views`).
 
 A query Spark cannot parse or analyse, or a read that fails, is one line on stderr and exit 1, like the broker
-commands' errors; no traceback. Only the standard library is imported at load time.
+commands' errors; no traceback. Spark (and Ray) are imported when the command runs, not at load time.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import argparse
 import json
 from typing import Any
 
+from cluster.cli.common import EXIT_OK, add_command, connect, positive_int
 from storage.errors import InvalidRequestError
 
 DEFAULT_MAX_ROWS = 1000
@@ -34,17 +35,15 @@ DEFAULT_MAX_ROWS = 1000
 VALUE_FORMATS = ("binary", "string", "json", "msgpack")
 
 
-def add_sql_command(subcommands: Any, address_help: str) -> None:
-    """Adds `sql` to the `raybroker` subcommands (`address_help`: the broker commands' `--address` help)."""
-    sql = subcommands.add_parser(
+def add_commands(subcommands: Any) -> None:
+    sql = add_command(
+        subcommands,
         "sql",
-        help="run a Spark SQL query over topics, each registered as a view named after it",
-        description=(
-            "Start Spark on the running Ray cluster (RayDP), register each --topic as a temporary view named after "
-            "the topic (Spark's Kafka-source columns: key, value, topic, partition, offset, timestamp, "
-            "timestampType; decoded value columns with --value-format), run QUERY and print the result table. "
-            "Write topic names that are not SQL identifiers in backticks: SELECT count(*) FROM `page-views`."
-        ),
+        "run a Spark SQL query over topics, each registered as a view named after it",
+        "Start Spark on the running Ray cluster (RayDP), register each --topic as a temporary view named after "
+        "the topic (Spark's Kafka-source columns: key, value, topic, partition, offset, timestamp, "
+        "timestampType; decoded value columns with --value-format), run QUERY and print the result table. "
+        "Write topic names that are not SQL identifiers in backticks: SELECT count(*) FROM `page-views`.",
         epilog="Exit codes: 0 ok; 1 query, read or broker error (one line on stderr); 2 usage error.",
     )
     sql.add_argument("query", metavar="QUERY", help="the Spark SQL query")
@@ -69,20 +68,9 @@ def add_sql_command(subcommands: Any, address_help: str) -> None:
     )
     sql.add_argument("--include-headers", action="store_true", help="add the headers column")
     sql.add_argument(
-        "--max-rows", type=_positive_int, default=DEFAULT_MAX_ROWS, metavar="N", help="rows to print at most"
+        "--max-rows", type=positive_int, default=DEFAULT_MAX_ROWS, metavar="N", help="rows to print at most"
     )
-    sql.add_argument("--address", metavar="ADDR", default=None, help=address_help)
     sql.set_defaults(handler=run_sql)
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
 
 
 def _for_topic(spec: str, topic: str, option: str) -> str:
@@ -100,9 +88,8 @@ def _for_topic(spec: str, topic: str, option: str) -> str:
 
 def run_sql(args: argparse.Namespace) -> int:
     """The `sql` handler: plans every view, runs the query, prints the table; stops the Spark it started."""
-    from cluster.cli.broker_commands import connect_to_cluster
-
-    connect_to_cluster(args.address)
+    connect(args.address)
+    # Spark: pyspark, RayDP and the JVM load only when a query runs (pyspark alone takes ~0.35 s to import).
     from pyspark.errors import PySparkException
 
     from cluster.spark.kafka_source import read_topics
@@ -132,7 +119,7 @@ def run_sql(args: argparse.Namespace) -> int:
     finally:
         if started:
             stop_spark()
-    return 0
+    return EXIT_OK
 
 
 def _first_line(text: str) -> str:

@@ -25,6 +25,15 @@ from collections import Counter
 from pathlib import Path
 from typing import TextIO
 
+import ray
+
+from actors.clients.admin import Admin
+from actors.clients.broker import start_broker, stop_broker
+from actors.clients.consumer import Consumer, ConsumerRecord
+from actors.clients.producer import Producer
+from actors.clients.serializers import msgpack_deserializer
+from cluster.runtime import ensure_ray
+
 TOPIC = "page-views"
 PARTITIONS = 4
 PAGES = ("/", "/search", "/cart", "/checkout", "/help")
@@ -42,12 +51,6 @@ def run_broker_demo(
     directory: Path | None = None, events: int = 20_000, out: TextIO = sys.stdout, spark: bool = True
 ) -> int:
     """Runs the demo (the Spark step only with `spark`); returns 0 when every check held."""
-    from actors.clients.admin import Admin
-    from actors.clients.broker import start_broker, stop_broker
-    from actors.clients.consumer import Consumer
-    from actors.clients.producer import Producer
-    from actors.clients.serializers import msgpack_deserializer
-    from cluster.runtime import ensure_ray
 
     def say(message: str) -> None:
         print(f"[{time.monotonic() - started:6.1f}s] {message}", file=out, flush=True)
@@ -78,7 +81,7 @@ def run_broker_demo(
         say("consuming them back in group 'demo'")
         consumer = Consumer(group_id="demo", auto_offset_reset="earliest", value_deserializer=msgpack_deserializer)
         consumer.subscribe([TOPIC])
-        received = []
+        received: list[ConsumerRecord] = []
         deadline = time.monotonic() + 60
         while len(received) < len(sent) and time.monotonic() < deadline:
             received.extend(consumer.poll(timeout_ms=500))
@@ -102,6 +105,7 @@ def run_broker_demo(
             )
         spark_ok = True
         if spark:
+            # Spark: pyspark and RayDP load only for this step, which `--no-spark` skips (it needs Java).
             from cluster.demos.spark_demo import run_spark_analytics
             from cluster.spark.session import get_spark, stop_spark
 
@@ -119,13 +123,11 @@ def run_broker_demo(
         return 0 if exactly_once and in_order and spark_ok else 1
     finally:
         if started_ray:
-            import ray
-
             ray.shutdown()
 
 
-def _by_partition(records: list) -> dict[int, list]:
-    grouped: dict[int, list] = {}
+def _by_partition(records: list[ConsumerRecord]) -> dict[int, list[ConsumerRecord]]:
+    grouped: dict[int, list[ConsumerRecord]] = {}
     for record in records:
         grouped.setdefault(record.partition, []).append(record)
     return grouped

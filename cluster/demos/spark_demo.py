@@ -23,12 +23,16 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TextIO
+from typing import TextIO
 
-if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
-    from cluster.spark.kafka_source import ReadPlan, TopicPartition
+from actors.clients.producer import Producer
+from actors.clients.serializers import msgpack_serializer
+from cluster.spark.kafka_source import planned_read, read_topics
+from cluster.spark.planning import ReadPlan
+from storage.topic_partition import TopicPartition
 
 PAGES = ("/", "/search", "/cart", "/checkout", "/help")
 PAGE_VIEW_SCHEMA = "user string, page string, latency_ms long"
@@ -81,9 +85,6 @@ class _PageViewProducer:
     """Sends page views at about `rate` events a second until stopped; counts what was acknowledged."""
 
     def __init__(self, topic: str, rate: int, seed: int = 7) -> None:
-        from actors.clients.producer import Producer
-        from actors.clients.serializers import msgpack_serializer
-
         self._topic = topic
         self._rate = rate
         self._random = random.Random(seed)
@@ -115,10 +116,6 @@ class _PageViewProducer:
 
 
 def _snapshot(spark: SparkSession, topic: str, starting_offsets: str) -> tuple[SnapshotResult, ReadPlan]:
-    from pyspark.sql import functions as F
-
-    from cluster.spark.kafka_source import planned_read, read_topics
-
     began = time.monotonic()
     df = read_topics(
         spark, topics=topic, startingOffsets=starting_offsets, valueFormat="msgpack", valueSchema=PAGE_VIEW_SCHEMA
@@ -180,10 +177,6 @@ def run_spark_analytics(
 
     `started` is the `time.monotonic()` the caller's progress lines count from (default: now).
     """
-    from pyspark.sql import functions as F
-
-    from cluster.spark.kafka_source import read_topics
-
     origin = time.monotonic() if started is None else started
 
     def say(message: str) -> None:

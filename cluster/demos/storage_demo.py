@@ -1,4 +1,4 @@
-"""`raybroker demo`, storage only: one partition log on local disk, written, rolled and read back.
+"""`raybroker storage-demo`: storage only, one partition log on local disk, written, rolled and read back.
 
 Steps (each prints a progress line; the whole run takes a few milliseconds and starts no Ray):
 
@@ -10,8 +10,8 @@ Steps (each prints a progress line; the whole run takes a few milliseconds and s
 5. close the log (trims indexes, writes `.kafka_cleanshutdown`), list the files, and dump the first segment's
    `.log` the way `raybroker dump-log` does.
 
-The directory is kept so the files can be inspected afterwards; a later issue replaces this demo with the
-Ray + Spark one.
+The directory is kept so the files can be inspected afterwards. `raybroker demo` (`cluster.demos.broker_demo`)
+runs the broker on Ray and Spark over it.
 """
 
 from __future__ import annotations

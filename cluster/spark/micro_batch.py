@@ -10,7 +10,7 @@ Why not a real streaming source: Spark 3.5's Python API cannot define one. The P
 `DataSourceStreamReader` (`initialOffset`, `latestOffset`, `partitions`, `read`, `commit`), is new in Spark 4.0
 (`SparkSession.dataSource`, "New in version 4.0.0"; pyspark 3.5.7 has no `pyspark.sql.datasource` module), and
 Spark's own Kafka source speaks Kafka's wire protocol, which raybroker does not serve. So the runner drives
-batch reads (`cluster.spark.kafka_source.read_plan`) itself.
+batch reads (`cluster.spark.planning.plan_read`, `cluster.spark.kafka_source.read_plan`) itself.
 
 One run:
 
@@ -39,28 +39,29 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from cluster.spark.kafka_source import (
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import DataType
+
+from actors.clients.broker import Broker
+from actors.clients.consumer import Consumer
+from cluster.spark.kafka_source import read_plan
+from cluster.spark.planning import (
+    EARLIEST,
+    LATEST,
     ReadPlan,
-    TopicPartition,
     offsets_json,
     parse_partition_offsets,
     partition_bounds,
     plan_read,
-    read_plan,
-    sample_values,
     topic_partitions,
 )
+from cluster.spark.reading import sample_values
 from cluster.spark.session import typed_spark_error
+from cluster.spark.value_formats import DEFAULT_SAMPLE_SIZE, infer_value_type, python_value
+from storage.arguments import is_int
 from storage.errors import InvalidRequestError, OffsetOutOfRangeError
-
-if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.types import DataType
-
-    from actors.clients.broker import Broker
-    from actors.clients.consumer import Consumer
+from storage.topic_partition import TopicPartition
 
 # Hex digits of the batch id: 64 bits, so two different start offsets of one group never share a directory.
 BATCH_ID_HEX_DIGITS = 16
@@ -112,14 +113,11 @@ class MicroBatchRunner:
         valueSchema: str | DataType | None = None,
         broker: Broker | None = None,
     ) -> None:
-        from actors.clients.broker import Broker
-        from actors.clients.consumer import Consumer
-
         if (transform is None) == (sql is None):
             raise InvalidRequestError("give exactly one of transform and sql")
         if sql is not None and sink is None:
             raise InvalidRequestError("a sql micro-batch needs a sink for its result")
-        if maxOffsetsPerTrigger is not None and (not isinstance(maxOffsetsPerTrigger, int) or maxOffsetsPerTrigger < 1):
+        if maxOffsetsPerTrigger is not None and (not is_int(maxOffsetsPerTrigger) or maxOffsetsPerTrigger < 1):
             raise InvalidRequestError(f"maxOffsetsPerTrigger must be a positive int, got {maxOffsetsPerTrigger!r}")
         self._spark = spark
         self._group_id = group_id
@@ -191,7 +189,7 @@ class MicroBatchRunner:
             if tp not in given:
                 raise InvalidRequestError(f"startingOffsets names no offset for {tp[0]}-{tp[1]}")
             offset = given[tp]
-            initial[tp] = bounds[tp][0] if offset == -2 else bounds[tp][1] if offset == -1 else offset
+            initial[tp] = bounds[tp][0] if offset == EARLIEST else bounds[tp][1] if offset == LATEST else offset
         return initial
 
     def _batch_ends(
@@ -245,9 +243,8 @@ class MicroBatchRunner:
 
     def _infer_schema(self, plan: ReadPlan) -> DataType | None:
         """The value type inferred from the first batch, kept for every later one (a stream has one schema)."""
-        from cluster.spark.value_formats import infer_value_type, python_value
-
-        return infer_value_type(python_value(self._value_format, data) for data in sample_values(plan, 1000))
+        values = sample_values(plan, DEFAULT_SAMPLE_SIZE)
+        return infer_value_type(python_value(self._value_format, data) for data in values)
 
     def _process(self, df: DataFrame) -> DataFrame | None:
         if self._transform is not None:

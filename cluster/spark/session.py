@@ -1,29 +1,26 @@
-"""A Spark session on the Ray cluster (RayDP), set up as shared/spec/spark-bridge.md measured it on this machine.
+"""A Spark session on the Ray cluster (RayDP), with the settings measured on this machine.
 
 `get_spark()` starts the session once per process (later calls return the same one) and `stop_spark()` stops it
 (`raydp.stop_spark()`, then Ray itself if `get_spark` had to start an embedded Ray). The settings and why:
 
-| setting                                            | value                      | why (spark-bridge.md)           |
+| setting                                            | value                      | why (measured here)             |
 |----------------------------------------------------|----------------------------|---------------------------------|
 | executors x cores                                  | 1 x 2                      | an executor is a JVM actor      |
 | `spark.{driver,executor}.extraJavaOptions`,        | `--add-opens` for 14 JDK   | Ray's Java serialiser needs     |
-| `spark.ray.raydp_app_master.extraJavaOptions`      | packages, all three JVMs   | reflection on JDK 17 (§1)       |
-| `spark.sql.shuffle.partitions`                     | executors x cores (2)      | 200 cost +1.2 s a shuffle (§2)  |
-| `spark.sql.execution.arrow.pyspark.enabled`        | true                       | pandas paths 2-10x faster (§1)  |
+| `spark.ray.raydp_app_master.extraJavaOptions`      | packages, all three JVMs   | reflection on JDK 17            |
+| `spark.sql.shuffle.partitions`                     | executors x cores (2)      | 200 cost +1.2 s a shuffle       |
+| `spark.sql.execution.arrow.pyspark.enabled`        | true                       | pandas paths 2-10x faster       |
 | `spark.ui.enabled`, `spark.ui.showConsoleProgress` | false                      | no web UI, no progress bars     |
-| `spark.log4j.config.file.name`                     | configs/log4j2-quiet...    | JVM logs at ERROR, by path (§2) |
+| `spark.log4j.config.file.name`                     | configs/log4j2-quiet...    | JVM logs at ERROR; Spark 3.5    |
+|                                                    |                            | takes the file by path          |
 
-Environment before Ray starts: `RAY_LOG_TO_DRIVER=0` (§4 G1: with log forwarding on, Spark's Python workers fed
-their own output back until a worker log reached 213 MB in a minute), `RAY_BACKEND_LOG_LEVEL=error`, and
+Environment before Ray starts: `RAY_LOG_TO_DRIVER=0` (with log forwarding on, Spark's Python workers fed their
+own output back until a worker log reached 213 MB in a minute), `RAY_BACKEND_LOG_LEVEL=error`, and
 `PYSPARK_PYTHON`/`PYSPARK_DRIVER_PYTHON` set to this interpreter (workers must import this project).
 
 The first Python job of a new session waits 5.4-6.3 s for Spark's Python workers to start; a warm-up job at
-start-up pays that once, attaches every worker to Ray (`attach_worker_to_ray`), which the read tasks of
-`cluster.spark.kafka_source` need, and imports the read path there.
-
-Spark's Python workers attach to Ray by the GCS address the driver passes down, never by `auto`: `auto` reads
-`/tmp/ray/ray_current_cluster`, which names the last cluster `ray start` made on the machine, not necessarily
-the one this session runs on.
+start-up (`cluster.spark.reading.warm_up_task`) pays that once, attaches every worker to Ray
+(`cluster.spark.worker`), which the read tasks need, and imports the read path there.
 """
 
 from __future__ import annotations
@@ -33,19 +30,23 @@ import os
 import re
 import sys
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import ray
+
+import storage.errors
+from cluster.runtime import ensure_ray, gcs_address
+from cluster.spark.reading import warm_up_task
 from storage.errors import RaybrokerError
 
 if TYPE_CHECKING:
-    import pyarrow as pa
     from pyspark.sql import SparkSession
 
-QUIET_LOG4J_PATH = Path(__file__).resolve().parents[1] / "configs" / "log4j2-quiet.properties"
+QUIET_LOG4J_PATH = Path(__file__).resolve().parents[2] / "configs" / "log4j2-quiet.properties"
 APP_NAME = "raybroker"
-NAMESPACE = "raybroker"
 NUM_EXECUTORS = 1
 EXECUTOR_CORES = 2
 EXECUTOR_MEMORY = "2G"
@@ -130,9 +131,8 @@ def get_spark(
     if running is not None:
         return running
     _quiet_python()
-    from cluster.runtime import ensure_ray
-
     _started_ray = ensure_ray(address) or _started_ray
+    # RayDP: takes ~1.4 s to import, so only starting or stopping a session pays it (not the config helpers).
     import raydp
 
     spark = raydp.init_spark(
@@ -159,6 +159,7 @@ def active_session() -> SparkSession | None:
 def stop_spark() -> None:
     """Stops the session (`raydp.stop_spark()`) and the embedded Ray `get_spark` started, if any. Idempotent."""
     global _session, _started_ray
+    # RayDP: takes ~1.4 s to import, so only starting or stopping a session pays it (not the config helpers).
     import raydp
 
     try:
@@ -166,53 +167,18 @@ def stop_spark() -> None:
     finally:
         _session = None
         if _started_ray:
-            import ray
-
             ray.shutdown()
             _started_ray = False
 
 
-def gcs_address() -> str:
-    """The GCS address of the Ray cluster this driver is attached to (what Spark's workers attach to)."""
-    import ray
-
-    return ray.get_runtime_context().gcs_address
-
-
-def attach_worker_to_ray(address: str) -> None:
-    """Attaches this Spark Python worker to Ray once (workers are reused across tasks: later calls are free).
-
-    Log forwarding stays off: this process's stderr is the executor's, which Ray would publish back (G1).
-    """
-    import ray
-
-    if ray.is_initialized():
-        return
-    os.environ["RAY_LOG_TO_DRIVER"] = "0"
-    ray.init(address=address, namespace=NAMESPACE, log_to_driver=False, logging_level=logging.ERROR)
-
-
-def _warm_up_task(address: str, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    attach_worker_to_ray(address)
-    # The read path's imports (numpy, the storage decoders, msgpack), paid here instead of by the first read.
-    import cluster.spark.kafka_source
-    import cluster.spark.value_formats  # noqa: F401
-
-    yield from batches
-
-
 def warm_up_workers(spark: SparkSession, tasks: int) -> None:
     """Runs `tasks` tiny Python tasks at once, so that every Python worker slot starts and attaches to Ray now."""
-    from functools import partial
-
-    spark.range(0, tasks, 1, tasks).mapInArrow(partial(_warm_up_task, gcs_address()), "id long").collect()
+    spark.range(0, tasks, 1, tasks).mapInArrow(partial(warm_up_task, gcs_address()), "id long").collect()
 
 
 def typed_spark_error(exc: BaseException) -> RaybrokerError | None:
     """The raybroker error behind a failed Spark job, if one is: a read task's `OffsetOutOfRangeError` reaches the
     driver only as text inside Spark's `PythonException`; this rebuilds it (message only) from that text."""
-    import storage.errors
-
     for line in reversed(str(exc).splitlines()):
         match = _TYPED_ERROR_LINE.match(line.strip())
         if match is None:

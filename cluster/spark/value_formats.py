@@ -27,16 +27,19 @@ import datetime
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from functools import partial
+from typing import Any
 
 import msgpack
 import pyarrow as pa
+from pyspark.errors import ParseException
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+from pyspark.sql.pandas.types import to_arrow_schema
+from pyspark.sql.types import DataType, NullType, StructField, StructType, _parse_datatype_string
 
 from storage.errors import InvalidRequestError
-
-if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame
-    from pyspark.sql.types import DataType, StructType
 
 VALUE_FORMATS = ("binary", "string", "json", "msgpack")
 # Formats decoded in Python inside the read task; the others are Spark expressions over the binary column.
@@ -76,9 +79,6 @@ def parse_schema(schema: str | DataType) -> DataType:
 
     Parsing DDL goes through Spark's own parser, so it needs a running SparkContext.
     """
-    from pyspark.errors import ParseException
-    from pyspark.sql.types import DataType, _parse_datatype_string
-
     if isinstance(schema, DataType):
         return schema
     try:
@@ -89,8 +89,6 @@ def parse_schema(schema: str | DataType) -> DataType:
 
 def infer_value_type(values: Iterable[Any]) -> DataType | None:
     """The Spark type of sampled Python values (see the module docstring); None when all are None."""
-    from pyspark.sql.types import NullType
-
     merged: DataType = NullType()
     for value in values:
         merged = _merge(merged, _type_of(value))
@@ -98,8 +96,6 @@ def infer_value_type(values: Iterable[Any]) -> DataType | None:
 
 
 def _type_of(value: Any) -> DataType:
-    from pyspark.sql import types as T
-
     if value is None:
         return T.NullType()
     if isinstance(value, bool):
@@ -132,8 +128,6 @@ def _type_of(value: Any) -> DataType:
 
 
 def _merge(left: DataType, right: DataType) -> DataType:
-    from pyspark.sql import types as T
-
     if isinstance(left, T.NullType):
         return right
     if isinstance(right, T.NullType) or left == right:
@@ -154,8 +148,6 @@ def _merge(left: DataType, right: DataType) -> DataType:
 
 
 def _nulls_as_strings(data_type: DataType) -> DataType:
-    from pyspark.sql import types as T
-
     if isinstance(data_type, T.NullType):
         return T.StringType()
     if isinstance(data_type, T.StructType):
@@ -188,17 +180,13 @@ class ValueLayout:
 
     @property
     def arrow_schema(self) -> pa.Schema:
-        from pyspark.sql.pandas.types import to_arrow_schema
-
         return to_arrow_schema(self.spark_schema)
 
 
 def value_layout(kafka_schema: StructType, value_type: DataType) -> ValueLayout:
     """The output schema when the `value` column of `kafka_schema` is decoded into `value_type`."""
-    from pyspark.sql.types import StructField, StructType
-
     is_struct = isinstance(value_type, StructType)
-    decoded = list(value_type.fields) if is_struct else [StructField("value", value_type, True)]
+    decoded = list(value_type.fields) if isinstance(value_type, StructType) else [StructField("value", value_type)]
     decoded_names = {field.name for field in decoded}
     fields: list[StructField] = []
     sources: list[str | None] = []
@@ -275,9 +263,8 @@ def _convert_one(value: Any, arrow_type: pa.DataType) -> Any:
 
 def json_columns(value_type: DataType, layout: ValueLayout) -> list[Column]:
     """Spark expressions turning a Kafka-schema DataFrame (binary `value`) into the layout's columns (`json`)."""
-    from pyspark.sql import functions as F
-
-    decoded = F.from_json(F.col("value").cast("string"), value_type)
+    # pyspark's annotation names struct and array types only; Spark's from_json takes a map type, too.
+    decoded = F.from_json(F.col("value").cast("string"), value_type)  # type: ignore[arg-type]
     columns: list[Column] = []
     for name, source in zip(layout.names, layout.sources, strict=True):
         if source is not None:
@@ -304,21 +291,20 @@ def decode_values(
     if value_format == "binary":
         return df
     if value_format == "string":
-        from pyspark.sql import functions as F
-
         return df.withColumn("value", F.col("value").cast("string"))
     if value_schema is not None:
         value_type = parse_schema(value_schema)
     else:
-        sample = df.select("value").limit(sample_size).toPandas()["value"]
-        value_type = infer_value_type(python_value(value_format, bytes(data)) for data in sample if data is not None)
-        if value_type is None:
+        # Through Arrow, as a pandas DataFrame (pyspark annotates `toPandas` with a protocol that has no `[]`).
+        sample_frame: Any = df.select("value").limit(sample_size).toPandas()
+        sample = sample_frame["value"]
+        inferred = infer_value_type(python_value(value_format, bytes(data)) for data in sample if data is not None)
+        if inferred is None:
             return df
+        value_type = inferred
     layout = value_layout(df.schema, value_type)
     if value_format not in PYTHON_FORMATS:
         return df.select(*json_columns(value_type, layout))
-    from functools import partial
-
     decoder = ArrowValueDecoder.for_layout(value_format, layout)
     return df.mapInArrow(partial(_decode_batches, decoder), layout.spark_schema)
 

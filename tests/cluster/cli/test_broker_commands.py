@@ -1,4 +1,5 @@
-"""The broker subcommands of `raybroker` (`cluster/cli/broker_commands.py`): Kafka-tool behaviour end to end.
+"""The broker subcommands of `raybroker` (`cluster/cli/`: lifecycle, topics, produce, consume, offsets): Kafka-tool
+behaviour end to end.
 
 In-process `main([...])` calls run against a broker from `start_test_broker`: this process already holds Ray
 (`ray_session`), so every command's `ensure_ray` attaches to it. Usage errors, help and the record formatter
@@ -19,18 +20,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
+import ray
 
-from cluster.cli.broker_commands import (
-    RAY_HEAD_PORT,
-    CliState,
-    RecordFormat,
-    as_text,
-    read_state,
-    state_file,
-    terminate_ray_session,
-)
+from cluster.cli.consume import RecordFormat, as_text
 from cluster.cli.main import EXIT_DATA_ERROR, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, main
+from cluster.head_state import HeadState, read_state, state_file
+from cluster.runtime import RAY_HEAD_PORT, stop_head
 from storage.records.record_batch import TimestampType
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -322,7 +319,6 @@ def test_consume_with_timeout_exits_when_idle(keyed_topic: list[str], capsys: py
 
 @pytest.mark.ray
 def test_ctrl_c_ends_a_subprocess_consumer_quietly_with_130(keyed_topic: list[str]) -> None:
-    import ray
 
     # The subprocess inherits this process's RAY_AUTH_MODE, which the test session's Ray set.
     address = ray.get_runtime_context().gcs_address
@@ -477,7 +473,6 @@ def test_stop_then_start_on_the_running_cluster(
 ) -> None:
     """`stop` shuts the module's broker down cleanly and leaves a Ray it did not start alone; `start --address`
     starts a broker on that Ray again. Stops the broker the tests above share, so it comes after them."""
-    import ray
 
     from tests.conftest import FAST_BROKER_PROPERTIES
 
@@ -526,9 +521,7 @@ def run_cli(*args: str, stdin: str | None = None, timeout_s: float = 120) -> sub
     )
 
 
-def session_processes(state: CliState) -> list[str]:
-    import psutil
-
+def session_processes(state: HeadState) -> list[str]:
     found = []
     for proc in psutil.process_iter(["cmdline"]):
         cmdline = " ".join(proc.info["cmdline"] or ())
@@ -558,7 +551,7 @@ def test_start_and_stop_a_local_ray_head_in_subprocesses(tmp_path: Path) -> None
     finally:
         stopped = run_cli("stop", "--address", state.address) if state is not None else None
         if state is not None and session_processes(state):
-            terminate_ray_session(state)
+            stop_head(state)
     assert stopped is not None
     assert stopped.returncode == EXIT_OK, stopped.stderr
     assert "    __consumer_offsets-0\t0" in stopped.stdout.splitlines()

@@ -12,7 +12,8 @@ import pytest
 
 from actors.clients.admin import Admin
 from cluster.cli.main import main
-from cluster.spark.session import active_session, gcs_address
+from cluster.runtime import gcs_address
+from cluster.spark.session import active_session
 from tests.cluster.spark.helpers import append, unique_topic
 
 pytestmark = [pytest.mark.ray, pytest.mark.spark]

@@ -1,5 +1,6 @@
-"""`cluster.spark.kafka_source` against a real broker and a real RayDP Spark session: what Spark reads equals what was
-written (the oracle), for every option of Spark's Kafka source that raybroker supports."""
+"""`cluster.spark.kafka_source` (with `planning` and `reading` under it) against a real broker and a real RayDP Spark
+session: what Spark reads equals what was written (the oracle), for every option of Spark's Kafka source that
+raybroker supports."""
 
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ import pytest
 
 from actors.clients.admin import Admin
 from actors.clients.consumer import Consumer
-from cluster.spark.kafka_source import OffsetRange, plan_read, planned_read, read_plan, read_ranges, read_topics
+from cluster.spark.kafka_source import planned_read, read_plan, read_topics
+from cluster.spark.planning import OffsetRange, plan_read
+from cluster.spark.reading import read_ranges
 from storage.errors import InvalidRequestError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
 from storage.records.compression import CompressionType
 from tests.cluster.spark.helpers import Produced, append, unique_topic

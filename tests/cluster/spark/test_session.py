@@ -27,7 +27,7 @@ def test_a_read_tasks_typed_error_is_rebuilt_from_the_python_exception_text() ->
     text = (
         "An exception was thrown from the Python worker. Please see the stack trace below.\n"
         "Traceback (most recent call last):\n"
-        '  File "/work/main/cluster/kafka_source.py", line 420, in _skip_deleted_records\n'
+        '  File "/work/main/cluster/spark/reading.py", line 120, in _skip_deleted_records\n'
         "storage.errors.OffsetOutOfRangeError: t-0: offsets 10 to 39 were deleted. Set failOnDataLoss=false\n"
     )
     error = typed_spark_error(RuntimeError(text))

@@ -1,0 +1,180 @@
+"""`raybroker start` and `raybroker stop`, modelled on kafka-server-start.sh and kafka-server-stop.sh.
+
+`start` without `--address` starts a local Ray head (`cluster.runtime.start_head`), records it in the state file
+(`cluster.head_state`), attaches and starts this node's broker; if the broker then fails to start, the head is
+stopped again. With `--address` it joins that running cluster and starts this node's broker there. `stop` shuts
+every broker down cleanly and prints the final log end offsets; it stops the Ray head too when the cluster it is
+connected to is the session `start` recorded (`cluster.runtime.stop_head`: only that head's processes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from cluster.cli.common import EXIT_OK, UsageError, add_command, key_value
+from cluster.head_state import HeadState, forget_state, read_state, write_state
+from storage.config.broker_config import BrokerConfig, load_server_properties
+from storage.errors import BrokerNotAvailableError, RaybrokerError
+
+REPO_CONFIG = Path(__file__).resolve().parents[2] / "configs" / "server.properties"
+
+
+def add_commands(subcommands: Any) -> None:
+    start = add_command(
+        subcommands,
+        "start",
+        "start a broker (and a local Ray head) like kafka-server-start.sh",
+        "Start a broker. Without --address: start a local Ray head daemon (`ray start --head`, 4 logical CPUs, "
+        "no dashboard), attach to it and start this node's broker (the cluster's controller, this node's log "
+        "manager over its log.dirs, the __consumer_offsets topic); the processes outlive this command. With "
+        "--address: join that running cluster and start this node's broker on it. Prints how to connect.",
+    )
+    start.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="broker properties in Kafka's names (default: the repo's configs/server.properties if present, "
+        "else Kafka's defaults)",
+    )
+    start.add_argument("--log-dirs", metavar="A,B", default=None, help="log dirs of this node (overrides log.dirs)")
+    start.add_argument(
+        "--override",
+        type=key_value,
+        action="append",
+        metavar="KEY=VALUE",
+        help="a broker property that wins over --config and --log-dirs (may be repeated)",
+    )
+    start.set_defaults(handler=run_start)
+
+    stop = add_command(
+        subcommands,
+        "stop",
+        "stop the broker cleanly (and the Ray head `start` started)",
+        "Clean shutdown of every node's broker: partitions flushed and closed, recovery-point, log-start and "
+        "high-watermark checkpoints and .kafka_cleanshutdown markers written, then the controller. If "
+        "`raybroker start` started the Ray head of this cluster, that head is stopped too (only its own "
+        "processes: other Ray clusters on this machine are left alone). Prints the final log end offsets. "
+        "Without --address or $RAY_ADDRESS it stops only that head's broker, never just any cluster 'auto' "
+        "would find.",
+    )
+    stop.set_defaults(handler=run_stop)
+
+
+def broker_config(args: argparse.Namespace) -> BrokerConfig:
+    """server.properties, then `--log-dirs`, then `--override`s; log dirs made absolute (actors run elsewhere)."""
+    path = args.config if args.config is not None else (REPO_CONFIG if REPO_CONFIG.is_file() else None)
+    properties = load_server_properties(path).to_properties() if path is not None else {}
+    if args.log_dirs is not None:
+        properties["log.dirs"] = args.log_dirs
+    overrides = dict(args.override or ())
+    # Kafka's synonyms: an overridden broker.id or log.dir must replace the file's node.id or log.dirs, which
+    # would otherwise conflict with it (broker.id) or win over it (log.dirs).
+    for key, synonym in (("broker.id", "node.id"), ("log.dir", "log.dirs")):
+        if key in overrides and synonym not in overrides:
+            properties.pop(synonym, None)
+    properties.update(overrides)
+    config = BrokerConfig.from_properties(properties)
+    absolute = ",".join(str(Path(directory).expanduser().absolute()) for directory in config.log_dirs)
+    return BrokerConfig.from_properties({**config.to_properties(), "log.dirs": absolute})
+
+
+def run_start(args: argparse.Namespace) -> int:
+    config = broker_config(args)
+    # Ray (through the runtime): loaded only when the command runs, so the CLI starts fast.
+    from cluster import runtime
+
+    if args.address is not None:
+        runtime.connect_to_cluster(args.address)
+        return _start_broker_and_report(config, started=None)
+    previous = read_state()
+    if previous is not None and previous.started_head:
+        if runtime.reachable(previous.address):
+            raise RaybrokerError(
+                f"a Ray head started by `raybroker start` is running at {previous.address}: stop it with "
+                f"`raybroker stop`, or start a broker on it with `raybroker start --address {previous.address}`"
+            )
+        forget_state()
+    started = runtime.start_head()
+    write_state(started)
+    try:
+        runtime.connect_to_cluster(started.address)
+        return _start_broker_and_report(config, started)
+    except BaseException:
+        runtime.stop_head(started)
+        forget_state()
+        raise
+
+
+def _start_broker_and_report(config: BrokerConfig, started: HeadState | None) -> int:
+    # Ray (through the runtime and the actors): loaded only when the command runs, so the CLI starts fast.
+    from actors.clients.broker import start_broker
+    from cluster import runtime
+
+    node_id = start_broker(config)
+    address = runtime.gcs_address()
+    if started is not None:
+        print(f"Started a local Ray head at {address} (Ray session {started.session_name}).")
+    print(f"Broker running on Ray node {node_id}, log dirs: {', '.join(config.log_dirs)}")
+    print("Connect from Python:")
+    print(f'    import ray; ray.init(address="{address}")')
+    print("    from actors import Broker; broker = Broker.connect()")
+    if os.environ.get("RAY_AUTH_MODE", "").lower() == "token":
+        print(
+            "    (the cluster uses Ray's token authentication: from Python, or from another machine, set "
+            "RAY_AUTH_MODE=token and provide the token of ~/.ray/auth_token)"
+        )
+    print(f"Or from this CLI: raybroker topics --list --address {address}")
+    stop_hint = "the broker and the Ray head" if started is not None else "the broker"
+    print(f"Stop {stop_hint} with: raybroker stop --address {address}")
+    return EXIT_OK
+
+
+def run_stop(args: argparse.Namespace) -> int:
+    # Ray (through the runtime and the actors): loaded only when the command runs, so the CLI starts fast.
+    from actors.clients.broker import stop_broker
+    from cluster import runtime
+
+    state = read_state()
+    own_head_runs = state is not None and state.started_head and runtime.reachable(state.address)
+    if not (runtime.is_attached() or own_head_runs or args.address or os.environ.get("RAY_ADDRESS")):
+        # `auto` would pick any Ray cluster of this machine, other programs' embedded ones included, and stop
+        # the broker there: shutting a broker down takes a named target.
+        if state is not None:
+            forget_state()
+        raise UsageError(
+            "no Ray head started by `raybroker start` is running here; name the cluster whose broker to stop "
+            "with --address ADDR (or --address auto)"
+        )
+    try:
+        runtime.connect_to_cluster(args.address)
+    except BrokerNotAvailableError:
+        if state is not None and not own_head_runs:
+            forget_state()
+        raise
+    ours = state if state is not None and state.started_head and state.session_name == runtime.session_name() else None
+    try:
+        end_offsets = stop_broker()
+    except BrokerNotAvailableError as exc:
+        if ours is None:
+            raise
+        print(f"No broker was running ({exc}).", file=sys.stderr)
+    else:
+        print("Broker stopped cleanly (checkpoints and .kafka_cleanshutdown markers written).")
+        print("Final log end offsets:")
+        for name in sorted(end_offsets, key=_partition_sort_key):
+            print(f"    {name}\t{end_offsets[name]}")
+    if ours is not None:
+        runtime.stop_head(ours)
+        forget_state()
+        print(f"Stopped the Ray head at {ours.address} (Ray session {ours.session_name}).")
+    return EXIT_OK
+
+
+def _partition_sort_key(name: str) -> tuple[str, int]:
+    topic, _, partition = name.rpartition("-")
+    return (topic, int(partition)) if partition.isdigit() else (name, -1)

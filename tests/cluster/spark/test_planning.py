@@ -1,0 +1,52 @@
+"""`cluster.spark.planning` without Ray: splitting and packing offset ranges, and Spark's offset JSON.
+
+The planning against a live broker (`plan_read`) is tested through the DataFrames of `test_kafka_source.py`."""
+
+from __future__ import annotations
+
+import pytest
+
+from cluster.spark.planning import OffsetRange, group_ranges, offsets_json, parse_partition_offsets, split_ranges
+from storage.errors import InvalidRequestError
+
+
+def test_split_ranges_cuts_in_proportion_and_covers_every_offset_once() -> None:
+    ranges = [OffsetRange("t", 0, 0, 900, start_is_earliest=True), OffsetRange("t", 1, 10, 110)]
+    pieces = split_ranges(ranges, 10)
+    assert [(p.partition, p.size) for p in pieces] == [(0, 100)] * 9 + [(1, 100)]
+    covered = sorted((p.partition, offset) for p in pieces for offset in range(p.start, p.end))
+    assert covered == sorted((r.partition, offset) for r in ranges for offset in range(r.start, r.end))
+    # Only the first piece of a range that started at `earliest` keeps the late-bound start.
+    assert [p.start_is_earliest for p in pieces if p.partition == 0] == [True] + [False] * 8
+
+
+def test_split_ranges_leaves_enough_ranges_alone() -> None:
+    ranges = [OffsetRange("t", p, 0, 10) for p in range(4)]
+    assert split_ranges(ranges, 4) == ranges
+    assert split_ranges(ranges, None) == ranges
+
+
+def test_group_ranges_packs_the_biggest_first_onto_the_least_loaded_task() -> None:
+    sizes = [50, 10, 40, 30, 20]
+    ranges = [OffsetRange("t", p, 0, size) for p, size in enumerate(sizes)]
+    tasks = group_ranges(ranges, 2)
+    loads = sorted(sum(ranges[i].size for i in task) for task in tasks)
+    assert loads == [70, 80]
+    assert sorted(i for task in tasks for i in task) == list(range(len(ranges)))
+    assert all(list(task) == sorted(task) for task in tasks)
+    assert group_ranges(ranges, 0) == ()
+    assert len(group_ranges(ranges[:1], 3)) == 1
+
+
+def test_offsets_json_round_trips_through_the_parser() -> None:
+    offsets = {("b", 1): 7, ("a", 0): -2, ("a", 10): 3}
+    text = offsets_json(offsets)
+    assert text == '{"a":{"0":-2,"10":3},"b":{"1":7}}'
+    assert parse_partition_offsets(text, "startingOffsets") == offsets
+    assert parse_partition_offsets({"a": {"0": 5}}, "startingOffsets") == {("a", 0): 5}
+
+
+@pytest.mark.parametrize("spec", ['{"t":{"0":true}}', '{"t":{"0":"5"}}', "{not json", '["t"]'])
+def test_malformed_offset_json_is_an_invalid_request(spec: str) -> None:
+    with pytest.raises(InvalidRequestError, match="startingOffsets"):
+        parse_partition_offsets(spec, "startingOffsets")
