@@ -26,6 +26,9 @@ Columns of `RecordColumns` (one entry per record, in order; positions index the 
     body_starts        int64   first byte after the record's length varint (its attributes byte)
     body_ends          int64   first byte after the record
 
+and `headers_by_record`, the parsed headers of the records that have some (checked while decoding, so parsed
+once), by record index.
+
 Encoding (`encode_records_section`, `build_batch_from_columns`) writes exactly the bytes `RecordBatchBuilder`
 (and kafka-python's builder) writes for the same records without headers, by one of two paths:
 
@@ -484,6 +487,7 @@ class RecordColumns:
     `values()` then copy each item out)."""
 
     section: bytes | memoryview
+    headers_by_record: dict[int, tuple[Header, ...]]
     offset_deltas: np.ndarray
     timestamp_deltas: np.ndarray
     key_starts: np.ndarray
@@ -505,12 +509,10 @@ class RecordColumns:
         return _slices(self.section, self.value_starts, self.value_lengths)
 
     def headers(self) -> list[tuple[Header, ...]]:
-        """Per record its headers (parsed in Python, only for records that have some)."""
+        """Per record its headers (empty where it has none)."""
         rows: list[tuple[Header, ...]] = [()] * len(self)
-        for index in np.flatnonzero(self.header_counts).tolist():
-            rows[index], _ = _parse_headers(
-                self.section, int(self.header_starts[index]), int(self.header_counts[index]), int(self.body_ends[index])
-            )
+        for index, headers in self.headers_by_record.items():
+            rows[index] = headers
         return rows
 
     def records(self, base_offset: int, base_timestamp: int, log_append_time: int | None) -> list[Record]:
@@ -703,6 +705,7 @@ class _Layout:
 
 @dataclass(slots=True)
 class _Part:
+    headers_by_record: dict[int, tuple[Header, ...]]
     offset_deltas: np.ndarray
     timestamp_deltas: np.ndarray
     key_starts: np.ndarray
@@ -854,6 +857,7 @@ class _Run:
             header_counts=np.zeros(run, dtype=np.int64),
             body_starts=starts + layout.body_at,
             body_ends=starts + layout.stride,
+            headers_by_record={},
         )
 
 
@@ -1023,8 +1027,9 @@ def _decode_fields(
         padded, value_starts + np.maximum(value_lengths, 0), VARINT32_MAX_BYTES
     )
     ends = header_starts.copy()
+    headers_by_record: dict[int, tuple[Header, ...]] = {}
     for index in np.flatnonzero(header_counts).tolist():
-        _, ends[index] = _parse_headers(
+        headers_by_record[index], ends[index] = _parse_headers(
             data, int(header_starts[index]), int(header_counts[index]), int(body_ends[index])
         )
     wrong = np.flatnonzero(ends != body_ends)
@@ -1036,6 +1041,7 @@ def _decode_fields(
             position=int(min(ends[index], body_ends[index] - 1)),
         )
     return _Part(
+        headers_by_record,
         offset_deltas,
         timestamp_deltas,
         key_starts,
@@ -1094,12 +1100,18 @@ def _parse_headers(
 
 
 def _join_parts(data: bytes | memoryview, parts: list[_Part]) -> RecordColumns:
-    names = [field.name for field in fields(_Part)]
+    names = [field.name for field in fields(_Part) if field.name != "headers_by_record"]
     if not parts:
-        return RecordColumns(data, *(np.zeros(0, dtype=np.int64) for _ in names))
+        return RecordColumns(data, {}, *(np.zeros(0, dtype=np.int64) for _ in names))
     if len(parts) == 1:
-        return RecordColumns(data, *(getattr(parts[0], name) for name in names))
-    return RecordColumns(data, *(np.concatenate([getattr(part, name) for part in parts]) for name in names))
+        return RecordColumns(data, parts[0].headers_by_record, *(getattr(parts[0], name) for name in names))
+    headers_by_record: dict[int, tuple[Header, ...]] = {}
+    before = 0
+    for part in parts:
+        headers_by_record.update({before + index: headers for index, headers in part.headers_by_record.items()})
+        before += len(part.offset_deltas)
+    columns = (np.concatenate([getattr(part, name) for part in parts]) for name in names)
+    return RecordColumns(data, headers_by_record, *columns)
 
 
 def _slices(section: bytes | memoryview, starts: np.ndarray, lengths: np.ndarray) -> list[bytes | None]:

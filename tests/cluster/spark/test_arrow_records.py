@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
 
-from cluster.spark.arrow_records import PYTHON_WALK_SECTIONS, decode_fetch, kafka_arrow_schema
+from cluster.spark.arrow_records import decode_fetch, kafka_arrow_schema
 from storage.errors import CorruptRecordError
 from storage.records.compression import CompressionType
 from storage.records.record_batch import (
@@ -23,6 +23,7 @@ from storage.records.record_batch import (
     encode_batch,
     set_base_offset_and_epoch,
 )
+from storage.records.record_columns import PYTHON_WALK_SECTIONS
 from tests.storage.builders import START_MS, Rec, kafka_batch, kafka_decode
 
 TOPIC = "events"
