@@ -1,0 +1,12 @@
+"""Kafka's wire protocol for raybroker: any Kafka client produces to, consumes from and administers the broker.
+
+Layers, each its own module: `server` (sockets, frames, connection limits; knows no API), `router` (decode with
+kio, dispatch, encode; the table of served APIs and versions), `handlers/` (one module per API family, from a
+decoded request to a response over a `BrokerView`), `ray_broker_view` (that view over the broker's actors),
+`errors` (the one table from raybroker's errors to Kafka's codes), `listener` (starting it all).
+"""
+
+from cluster.protocol.listener import KafkaListener, start_listener
+from cluster.protocol.listener_config import Endpoint, ListenerConfig, parse_listeners
+
+__all__ = ["Endpoint", "KafkaListener", "ListenerConfig", "parse_listeners", "start_listener"]

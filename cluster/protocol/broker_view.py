@@ -1,0 +1,73 @@
+"""What the protocol handlers need of the broker, as one small asynchronous interface.
+
+Handlers speak Kafka; the broker speaks actors. `BrokerView` is the seam between them: topic metadata, topic
+creation, and the partition calls a Produce, Fetch or ListOffsets request turns into. `RayBrokerView`
+(`cluster.protocol.ray_broker_view`) implements it over the running broker's actors; the handlers' tests run
+the same handlers over a view of plain storage logs, without Ray or sockets.
+
+Every method raises the broker's typed errors (`storage.errors`), which the handlers turn into Kafka error codes
+through `cluster.protocol.errors`; none raises Ray's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from storage.partition.log import LogAppendInfo
+from storage.records.file_records import TimestampAndOffset
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    """A topic as Metadata describes it: its partition count and whether it is internal (`__consumer_offsets`)."""
+
+    name: str
+    partition_count: int
+    internal: bool
+
+
+@dataclass(frozen=True, slots=True)
+class FetchedRecords:
+    """One partition's answer to a fetch: whole batches as stored (the last may be cut short, as Kafka's are),
+    and the partition's offsets when they were read."""
+
+    records: bytes
+    high_watermark: int
+    log_start_offset: int
+
+
+class BrokerView(Protocol):
+    """The broker as the protocol handlers see it (see the module docstring)."""
+
+    async def cluster_id(self) -> str:
+        """The cluster's id, as Metadata v2+ reports it."""
+        ...
+
+    async def topics(self) -> dict[str, TopicInfo]:
+        """Every topic, internal ones included."""
+        ...
+
+    async def topic(self, name: str) -> TopicInfo:
+        """One topic; `UnknownTopicOrPartitionError` if there is none of that name."""
+        ...
+
+    async def create_topic(self, name: str, partition_count: int) -> TopicInfo:
+        """Creates a topic with the broker's default topic config; `TopicExistsError`, `InvalidTopicError`."""
+        ...
+
+    async def append(self, topic: str, partition: int, records: bytes) -> LogAppendInfo:
+        """Appends a client's record batches, unchanged, to the partition's log."""
+        ...
+
+    async def fetch(
+        self, topic: str, partition: int, offset: int, max_bytes: int, max_wait_ms: int, min_bytes: int
+    ) -> FetchedRecords:
+        """Batches from `offset`, at most `max_bytes` but at least one batch; with `max_wait_ms` > 0 waits up to
+        that long for `min_bytes` to be there. `OffsetOutOfRangeError` outside log start..log end."""
+        ...
+
+    async def list_offset(self, topic: str, partition: int, timestamp: int) -> TimestampAndOffset | None:
+        """Kafka's ListOffsets for one partition: -2 earliest, -1 latest, -3 max timestamp, or the first record at
+        or after a timestamp in ms; None when no record qualifies."""
+        ...

@@ -1,0 +1,90 @@
+"""The one table from raybroker's errors to Kafka's error codes, and the protocol layer's own errors.
+
+Handlers catch the typed errors the broker raises (`storage.errors`) per partition or per topic and answer
+`error_code(exc)`; nothing else in the protocol package names a Kafka error number for a broker error. The
+lookup walks the exception's class hierarchy, so a subclass without its own row (`LogClosedError` has one,
+`StorageError` subclasses such as `CorruptIndexError` have none) gets its nearest ancestor's code, and an
+error outside the hierarchy is `UNKNOWN_SERVER_ERROR` (-1), which Kafka's clients do not retry.
+
+Codes chosen where Kafka has no exact twin, and why:
+- `BrokerNotAvailableError` (a partition actor dead or restarting, no broker registered) answers
+  LEADER_NOT_AVAILABLE (5): retriable, and clients refresh their metadata and try again, which is what a
+  restarting actor needs. BROKER_NOT_AVAILABLE (8) is not retriable in Kafka's clients.
+- `LogClosedError` (the log closed under the call: topic deleted, broker stopping) answers
+  NOT_LEADER_OR_FOLLOWER (6), Kafka's answer when a partition moved away from the broker asked.
+- `RecordBatchTooLargeError` (an append larger than `segment.bytes`) answers RECORD_LIST_TOO_LARGE (18).
+"""
+
+from __future__ import annotations
+
+from kio.schema.errors import ErrorCode
+
+from storage.errors import (
+    BrokerNotAvailableError,
+    CorruptRecordError,
+    InvalidConfigError,
+    InvalidGroupIdError,
+    InvalidPartitionsError,
+    InvalidProducerEpochError,
+    InvalidRecordError,
+    InvalidRequestError,
+    InvalidTimestampError,
+    InvalidTopicError,
+    KafkaStorageError,
+    LogClosedError,
+    OffsetOutOfRangeError,
+    OutOfOrderSequenceError,
+    PolicyViolationError,
+    RecordBatchTooLargeError,
+    RecordTooLargeError,
+    RequestTimedOutError,
+    TopicExistsError,
+    UnknownTopicOrPartitionError,
+    UnsupportedCompressionTypeError,
+)
+
+ERROR_CODES: dict[type[Exception], ErrorCode] = {
+    OffsetOutOfRangeError: ErrorCode.offset_out_of_range,
+    CorruptRecordError: ErrorCode.corrupt_message,
+    UnknownTopicOrPartitionError: ErrorCode.unknown_topic_or_partition,
+    BrokerNotAvailableError: ErrorCode.leader_not_available,
+    LogClosedError: ErrorCode.not_leader_or_follower,
+    RequestTimedOutError: ErrorCode.request_timed_out,
+    RecordTooLargeError: ErrorCode.message_too_large,
+    InvalidTopicError: ErrorCode.invalid_topic_exception,
+    RecordBatchTooLargeError: ErrorCode.record_list_too_large,
+    InvalidGroupIdError: ErrorCode.invalid_group_id,
+    InvalidTimestampError: ErrorCode.invalid_timestamp,
+    TopicExistsError: ErrorCode.topic_already_exists,
+    InvalidPartitionsError: ErrorCode.invalid_partitions,
+    InvalidConfigError: ErrorCode.invalid_config,
+    InvalidRequestError: ErrorCode.invalid_request,
+    PolicyViolationError: ErrorCode.policy_violation,
+    OutOfOrderSequenceError: ErrorCode.out_of_order_sequence_number,
+    InvalidProducerEpochError: ErrorCode.invalid_producer_epoch,
+    KafkaStorageError: ErrorCode.kafka_storage_error,
+    UnsupportedCompressionTypeError: ErrorCode.unsupported_compression_type,
+    InvalidRecordError: ErrorCode.invalid_record,
+}
+
+
+def error_code(exc: BaseException) -> ErrorCode:
+    """Kafka's error code for `exc`: its own class's row, else its nearest ancestor's, else UNKNOWN_SERVER_ERROR."""
+    for cls in type(exc).__mro__:
+        code = ERROR_CODES.get(cls)
+        if code is not None:
+            return code
+    return ErrorCode.unknown_server_error
+
+
+class ProtocolError(Exception):
+    """Bytes from a client that are not a request this server can answer: the connection is closed."""
+
+
+class MalformedFrameError(ProtocolError):
+    """A frame whose header or body does not decode (truncated, garbage, a size out of bounds)."""
+
+
+class UnsupportedApiError(ProtocolError):
+    """An API key, or a version of it, that this server does not serve (ApiVersions excepted: a too-new
+    ApiVersions request is answered with the supported ranges)."""

@@ -1,0 +1,147 @@
+"""Kafka's request and response frames: the size prefix, the headers, and kio decoding of the body.
+
+Every message on a Kafka connection is a frame, big-endian throughout:
+
+    frame            = size:int32 payload[size]            size counts the bytes that follow it
+    request payload  = request_header body
+    request header   = api_key:int16 api_version:int16 correlation_id:int32 client_id:nullable_string
+                       (header v1; v2, used by flexible versions, appends tagged fields)
+    response payload = response_header body
+    response header  = correlation_id:int32 (header v0; v1, flexible versions, appends tagged fields),
+                       except ApiVersions, whose response header is always v0 so that a client can read the
+                       answer before it knows which versions the server speaks.
+
+Which header version goes with which (api_key, api_version), and each body's layout, come from kio's classes,
+generated from Kafka's own message schemas. This module knows nothing of topics: it turns a payload into a
+`Request` or raises a `ProtocolError`, and a response object into frame bytes.
+
+Bytes from clients are untrusted: `decode_request` raises only `MalformedFrameError` or `UnsupportedApiError`,
+never kio's, struct's or Python's own errors. Trailing bytes after a decoded body are ignored, as Kafka's broker
+ignores them.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kio.index import KioIndexError, load_request_schema
+from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
+from kio.serial import entity_reader, entity_writer
+from kio.serial.errors import SerialError
+
+from cluster.protocol.errors import MalformedFrameError, UnsupportedApiError
+
+SIZE = struct.Struct(">i")  # the frame's size prefix
+FIXED_HEADER = struct.Struct(
+    ">"
+    "h"  # api_key
+    "h"  # api_version
+    "i"  # correlation_id
+)
+API_VERSIONS_KEY = 18
+# Header v1 (the fixed fields and client_id) is a prefix of header v2.
+_READ_HEADER_V1 = entity_reader(RequestHeaderV1)
+
+
+@dataclass(frozen=True, slots=True)
+class ApiRange:
+    """The versions of one API this server serves, both ends included."""
+
+    min_version: int
+    max_version: int
+
+    def __contains__(self, version: object) -> bool:
+        return isinstance(version, int) and self.min_version <= version <= self.max_version
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """A decoded request: its header's fields and its kio body. `body` is None only for an ApiVersions request
+    newer than this server serves, whose body cannot be decoded but must still be answered."""
+
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    body: Any
+
+
+def decode_request(payload: bytes, supported: Mapping[int, ApiRange]) -> Request:
+    """The request in `payload` (a frame without its size prefix). `supported` is every API this server serves.
+
+    Raises `UnsupportedApiError` for an API key or version outside `supported` (a too-new ApiVersions request
+    excepted), `MalformedFrameError` for bytes that do not decode.
+    """
+    if len(payload) < FIXED_HEADER.size:
+        raise MalformedFrameError(f"a request of {len(payload)} bytes is shorter than its fixed header")
+    api_key, api_version, correlation_id = FIXED_HEADER.unpack_from(payload)
+    served = supported.get(api_key)
+    if served is None:
+        raise UnsupportedApiError(f"api key {api_key} is not served")
+    if api_version not in served:
+        if api_key == API_VERSIONS_KEY and api_version > served.max_version:
+            # The header up to client_id is the same in v1 and v2; the body's layout is unknown.
+            header, _ = _decode(_READ_HEADER_V1, payload, 0, "ApiVersions header")
+            return Request(api_key, api_version, correlation_id, header.client_id, None)
+        raise UnsupportedApiError(f"api key {api_key} version {api_version} is outside {served}")
+    try:
+        body_type = load_request_schema(api_key, api_version)
+    except KioIndexError as exc:
+        raise UnsupportedApiError(f"no schema for api key {api_key} version {api_version}") from exc
+    header, header_size = _decode(entity_reader(body_type.__header_schema__), payload, 0, "request header")
+    body, _ = _decode(entity_reader(body_type), payload, header_size, f"body of api {api_key} v{api_version}")
+    return Request(api_key, api_version, correlation_id, header.client_id, body)
+
+
+def _decode(reader: Any, payload: bytes, offset: int, what: str) -> tuple[Any, int]:
+    """`reader(payload, offset)`, with every decoding failure as `MalformedFrameError`."""
+    try:
+        value, size = reader(payload, offset)
+    # kio raises its SerialError family for short or invalid bytes; its typed fields reject out-of-range
+    # values with ValueError/TypeError, invalid UTF-8 surfaces as UnicodeDecodeError (a ValueError), and a tagged
+    # field it has no schema for as KeyError (Kafka's own parser skips those; kio 0.6.5 refuses them).
+    except (SerialError, ValueError, TypeError, OverflowError, LookupError) as exc:
+        raise MalformedFrameError(f"cannot decode the {what}: {exc}") from exc
+    return value, size
+
+
+def encode_response(correlation_id: int, response: Any) -> bytes:
+    """The frame (size prefix included) answering request `correlation_id` with the kio `response`, whose class
+    names its header version."""
+    header_type = response.__header_schema__
+    buffer = io.BytesIO()
+    buffer.write(SIZE.pack(0))
+    entity_writer(header_type)(buffer, header_type(correlation_id=correlation_id))
+    entity_writer(type(response))(buffer, response)
+    frame = buffer.getbuffer()
+    SIZE.pack_into(frame, 0, len(frame) - SIZE.size)
+    del frame
+    return buffer.getvalue()
+
+
+def encode_request(api_key: int, correlation_id: int, client_id: str | None, body: Any) -> bytes:
+    """The frame of a request: what clients send. Used to speak to the server from tests and tools."""
+    header_type = body.__header_schema__
+    header = header_type(
+        request_api_key=api_key,
+        request_api_version=body.__version__,
+        correlation_id=correlation_id,
+        client_id=client_id,
+    )
+    buffer = io.BytesIO()
+    entity_writer(header_type)(buffer, header)
+    entity_writer(type(body))(buffer, body)
+    payload = buffer.getvalue()
+    return SIZE.pack(len(payload)) + payload
+
+
+def decode_response(payload: bytes, response_type: type[Any]) -> tuple[int, Any]:
+    """(correlation_id, body) of a response frame's payload, as a client reads it; `MalformedFrameError` if the
+    bytes do not decode as `response_type`."""
+    header, header_size = _decode(entity_reader(response_type.__header_schema__), payload, 0, "response header")
+    body, _ = _decode(entity_reader(response_type), payload, header_size, f"{response_type.__name__}")
+    return header.correlation_id, body

@@ -1,0 +1,56 @@
+"""ListOffsets (key 2): for each partition, the offset a timestamp or sentinel names.
+
+`timestamp` is -2 (earliest: the log start offset), -1 (latest: the high watermark, which with one replica and no
+transactions is also the last stable offset, so `isolation_level` changes nothing), -3 (the record with the
+largest timestamp, v7+), or a time in ms (the first record whose timestamp is at or after it). When no record
+qualifies the answer is offset -1 and timestamp -1, as Kafka's. Leader epochs are -1 (unknown).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from kio.index import load_response_schema
+from kio.schema.errors import ErrorCode
+
+from cluster.protocol.broker_view import BrokerView
+from cluster.protocol.errors import error_code
+from cluster.protocol.framing import Request
+from cluster.protocol.messages import build
+from storage.errors import RaybrokerError
+
+LIST_OFFSETS_KEY = 2
+UNKNOWN = -1
+
+
+class ListOffsetsHandler:
+    """Answers ListOffsets (see the module docstring)."""
+
+    def __init__(self, view: BrokerView) -> None:
+        self._view = view
+
+    async def __call__(self, request: Request) -> Any:
+        wanted = [
+            (topic.name, part.partition_index, part.timestamp)
+            for topic in request.body.topics
+            for part in topic.partitions
+        ]
+        answers = await asyncio.gather(*(self._list(*each) for each in wanted))
+        topics: dict[str, list[dict[str, Any]]] = {}
+        for (topic, _, _), answer in zip(wanted, answers, strict=True):
+            topics.setdefault(topic, []).append(answer)
+        return build(
+            load_response_schema(LIST_OFFSETS_KEY, request.api_version),
+            {"throttle_time": 0, "topics": [{"name": name, "partitions": parts} for name, parts in topics.items()]},
+        )
+
+    async def _list(self, topic: str, partition: int, timestamp: int) -> dict[str, Any]:
+        answer: dict[str, Any] = {"partition_index": partition, "leader_epoch": UNKNOWN}
+        try:
+            found = await self._view.list_offset(topic, partition, timestamp)
+        except RaybrokerError as exc:
+            return {**answer, "error_code": error_code(exc), "timestamp": UNKNOWN, "offset": UNKNOWN}
+        if found is None:
+            return {**answer, "error_code": ErrorCode.none, "timestamp": UNKNOWN, "offset": UNKNOWN}
+        return {**answer, "error_code": ErrorCode.none, "timestamp": found.timestamp, "offset": found.offset}

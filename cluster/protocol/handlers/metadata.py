@@ -1,0 +1,130 @@
+"""Metadata (key 3): the brokers, the cluster id, and each topic's partitions with their leader.
+
+Every listener can serve every partition (its handlers reach any partition actor through Ray, wherever it runs),
+so each listener reports itself as the one broker and the leader of every partition: a client then sends all its
+requests to the address it bootstrapped from, as `advertised.listeners` names it. Leader epochs are -1 (unknown):
+clients skip their leader-epoch validation (OffsetForLeaderEpoch) with -1, and raybroker keeps one replica.
+
+Topics a client names that do not exist are created with `num.partitions` partitions when
+`auto.create.topics.enable` is true and the request allows it (v4+ `allow_auto_topic_creation`; earlier versions
+always do); otherwise they are answered with UNKNOWN_TOPIC_OR_PARTITION (3). Creation here is synchronous, so the
+topic comes back with its partitions at once. A null topic list (v1+), or an empty one in v0, asks for every topic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+from kio.index import load_response_schema
+from kio.schema.errors import ErrorCode
+
+from cluster.protocol.broker_view import BrokerView, TopicInfo
+from cluster.protocol.errors import error_code
+from cluster.protocol.framing import Request
+from cluster.protocol.messages import build
+from storage.errors import RaybrokerError, TopicExistsError, UnknownTopicOrPartitionError
+
+METADATA_KEY = 3
+UNKNOWN_LEADER_EPOCH = -1
+# Kafka's "authorized operations not requested" sentinel (Integer.MIN_VALUE).
+AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerEndpoint:
+    """This broker as clients must reach it: its node id and advertised address."""
+
+    node_id: int
+    host: str
+    port: int
+
+
+class MetadataHandler:
+    """Answers Metadata for one listener (see the module docstring)."""
+
+    def __init__(
+        self, view: BrokerView, endpoint: BrokerEndpoint, auto_create_topics_enable: bool, num_partitions: int
+    ) -> None:
+        self._view = view
+        self._endpoint = endpoint
+        self._auto_create_topics_enable = auto_create_topics_enable
+        self._num_partitions = num_partitions
+
+    async def __call__(self, request: Request) -> Any:
+        body = request.body
+        requested = None if body.topics is None else [topic.name for topic in body.topics]
+        if request.api_version == 0 and not requested:
+            requested = None
+        may_create = self._auto_create_topics_enable and getattr(body, "allow_auto_topic_creation", True)
+        if requested is None:
+            every = await self._view.topics()
+            topics: list[dict[str, Any]] = [self._describe(every[name]) for name in sorted(every)]
+        else:
+            topics = list(await asyncio.gather(*(self._lookup(name, may_create) for name in requested)))
+        node = self._endpoint
+        return build(
+            load_response_schema(METADATA_KEY, request.api_version),
+            {
+                "throttle_time": 0,
+                "brokers": [{"node_id": node.node_id, "host": node.host, "port": node.port, "rack": None}],
+                "cluster_id": await self._view.cluster_id(),
+                "controller_id": node.node_id,
+                "topics": topics,
+                "cluster_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+                "error_code": ErrorCode.none,
+            },
+        )
+
+    async def _lookup(self, name: str | None, may_create: bool) -> dict[str, Any]:
+        """One named topic's entry: described, created, or carrying its error."""
+        if name is None:
+            return _topic_error("", ErrorCode.invalid_topic_exception)
+        try:
+            return self._describe(await self._view.topic(name))
+        except UnknownTopicOrPartitionError as exc:
+            if not may_create:
+                return _topic_error(name, error_code(exc))
+        except RaybrokerError as exc:
+            return _topic_error(name, error_code(exc))
+        try:
+            return self._describe(await self._view.create_topic(name, self._num_partitions))
+        except TopicExistsError:
+            # Created meanwhile by another client.
+            return self._describe(await self._view.topic(name))
+        except RaybrokerError as exc:
+            return _topic_error(name, error_code(exc))
+
+    def _describe(self, topic: TopicInfo) -> dict[str, Any]:
+        node_id = self._endpoint.node_id
+        return {
+            "error_code": ErrorCode.none,
+            "name": topic.name,
+            "topic_id": None,
+            "is_internal": topic.internal,
+            "partitions": [
+                {
+                    "error_code": ErrorCode.none,
+                    "partition_index": partition,
+                    "leader_id": node_id,
+                    "leader_epoch": UNKNOWN_LEADER_EPOCH,
+                    "replica_nodes": [node_id],
+                    "isr_nodes": [node_id],
+                    "offline_replicas": [],
+                }
+                for partition in range(topic.partition_count)
+            ],
+            "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+        }
+
+
+def _topic_error(name: str, code: ErrorCode) -> dict[str, Any]:
+    return {
+        "error_code": code,
+        "name": name,
+        "topic_id": None,
+        "is_internal": False,
+        "partitions": [],
+        "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+    }

@@ -1,0 +1,81 @@
+"""Produce (key 0): each partition's record batches go, byte for byte as the client sent them, to its log.
+
+`acks` is 0 (no response at all: the router sends nothing back), 1 or -1 (answer after the append; with one
+replica per partition "all in-sync replicas" is the leader, so -1 waits for exactly what 1 does). Any other value
+fails every partition with INVALID_REQUIRED_ACKS (21). Partitions are appended concurrently and fail one by one:
+an unknown partition, a corrupt batch or a sequence gap answers that partition's error code and leaves the others
+appended. A partition's answer carries the base offset the log assigned, the LogAppendTime it stamped (-1 for
+CreateTime topics) and the log start offset.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from kio.index import load_response_schema
+from kio.schema.errors import ErrorCode
+
+from cluster.protocol.broker_view import BrokerView
+from cluster.protocol.errors import error_code
+from cluster.protocol.framing import Request
+from cluster.protocol.messages import build
+from storage.errors import RaybrokerError
+
+PRODUCE_KEY = 0
+VALID_ACKS = frozenset({-1, 0, 1})
+NO_TIMESTAMP = -1
+NO_OFFSET = -1
+
+
+class ProduceHandler:
+    """Answers Produce (see the module docstring); returns None for `acks=0`."""
+
+    def __init__(self, view: BrokerView) -> None:
+        self._view = view
+
+    async def __call__(self, request: Request) -> Any | None:
+        body = request.body
+        wanted = [(topic.name, data.index, data.records) for topic in body.topic_data for data in topic.partition_data]
+        if body.acks not in VALID_ACKS:
+            answers = [_failed(ErrorCode.invalid_required_acks) for _ in wanted]
+        else:
+            answers = list(await asyncio.gather(*(self._append(topic, p, records) for topic, p, records in wanted)))
+        if body.acks == 0:
+            return None
+        responses: dict[str, list[dict[str, Any]]] = {}
+        for (topic, partition, _), answer in zip(wanted, answers, strict=True):
+            responses.setdefault(topic, []).append({"index": partition, **answer})
+        return build(
+            load_response_schema(PRODUCE_KEY, request.api_version),
+            {
+                "responses": [{"name": name, "partition_responses": parts} for name, parts in responses.items()],
+                "throttle_time": 0,
+            },
+        )
+
+    async def _append(self, topic: str, partition: int, records: bytes | None) -> dict[str, Any]:
+        if not records:
+            return _failed(ErrorCode.invalid_record, "a produce request must carry record batches")
+        try:
+            info = await self._view.append(topic, partition, bytes(records))
+        except RaybrokerError as exc:
+            return _failed(error_code(exc), exc.message)
+        return {
+            "error_code": ErrorCode.none,
+            "base_offset": info.first_offset,
+            "log_append_time": info.log_append_time,
+            "log_start_offset": info.log_start_offset,
+            "record_errors": [],
+        }
+
+
+def _failed(code: ErrorCode, message: str | None = None) -> dict[str, Any]:
+    return {
+        "error_code": code,
+        "base_offset": NO_OFFSET,
+        "log_append_time": NO_TIMESTAMP,
+        "log_start_offset": NO_OFFSET,
+        "record_errors": [],
+        "error_message": message,
+    }

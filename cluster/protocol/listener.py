@@ -1,0 +1,128 @@
+"""Starting the Kafka-protocol listener for a running broker: `start_listener(properties)`.
+
+The listener runs in the calling process, on a thread of its own with its own asyncio event loop: one loop serves
+every connection, and the handlers await actor calls rather than block on them, so a long-poll fetch holds no
+thread. Running it in the process that started the broker keeps it simple to start and to stop (a test, a demo, an
+embedding application); `raybroker start`, whose process exits while the broker keeps running, will host the same
+`KafkaListener` inside a detached actor pinned to its node instead.
+
+`properties` are the broker's (Kafka's dotted keys, as given to `start_broker`): the listener keys
+(`cluster.protocol.listener_config`) and `node.id`, `num.partitions`, `auto.create.topics.enable`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from collections.abc import Mapping
+from dataclasses import fields
+from types import TracebackType
+
+from actors.clients.broker import Broker
+from cluster.protocol.broker_view import BrokerView
+from cluster.protocol.handlers.metadata import BrokerEndpoint
+from cluster.protocol.listener_config import ListenerConfig
+from cluster.protocol.ray_broker_view import RayBrokerView
+from cluster.protocol.router import Router
+from cluster.protocol.server import KafkaServer, ServerStatistics
+from storage.config.broker_config import BrokerConfig
+from storage.config.config_values import kafka_name
+
+# How long `stop` waits for the loop to close its connections before giving up on the thread.
+STOP_TIMEOUT_S = 10.0
+_LISTENER_KEYS = frozenset(kafka_name(field.name) for field in fields(ListenerConfig))
+
+
+class KafkaListener:
+    """A running listener: `port` (the first listener's bound port), `ports` per listener name, `stop()`."""
+
+    def __init__(self, properties: Mapping[str, str] | None = None, view: BrokerView | None = None) -> None:
+        """Binds and starts serving before it returns; raises `InvalidConfigError` for bad settings and `OSError`
+        when a port cannot be bound. `view` defaults to the broker of the Ray cluster this process is connected to."""
+        props = dict(properties or {})
+        self._config = ListenerConfig.from_properties(props)
+        self._broker_config = BrokerConfig.from_properties(
+            {key: value for key, value in props.items() if key not in _LISTENER_KEYS}
+        )
+        self._view = view if view is not None else RayBrokerView(Broker.connect())
+        self._loop = asyncio.new_event_loop()
+        self._started: concurrent.futures.Future[KafkaServer] = concurrent.futures.Future()
+        self._thread = threading.Thread(target=self._run, name="kafka-listener", daemon=True)
+        self._stopping: asyncio.Event | None = None
+        self._thread.start()
+        self._server = self._started.result()
+
+    @property
+    def ports(self) -> dict[str, int]:
+        return self._server.ports
+
+    @property
+    def port(self) -> int:
+        return next(iter(self.ports.values()))
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """`host:port` of the first advertised listener, for a client's `bootstrap.servers`."""
+        endpoint = self._config.advertised(self.ports)[0]
+        return f"{endpoint.host}:{endpoint.port}"
+
+    def statistics(self) -> ServerStatistics:
+        return self._server.statistics()
+
+    def stop(self) -> None:
+        """Closes the listener and its connections; safe to call again."""
+        if self._thread.is_alive() and self._stopping is not None:
+            self._loop.call_soon_threadsafe(self._stopping.set)
+        self._thread.join(STOP_TIMEOUT_S)
+
+    def __enter__(self) -> KafkaListener:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    def _run(self) -> None:
+        try:
+            self._loop.run_until_complete(self._serve())
+        finally:
+            self._loop.close()
+
+    async def _serve(self) -> None:
+        self._stopping = asyncio.Event()
+        try:
+            server = await self._start_server()
+        except BaseException as exc:
+            self._started.set_exception(exc)
+            return
+        self._started.set_result(server)
+        try:
+            await self._stopping.wait()
+        finally:
+            await server.stop()
+
+    async def _start_server(self) -> KafkaServer:
+        """Binds first (a port of 0 is only known once bound), then builds the router for the advertised address."""
+        router: Router | None = None
+
+        async def handle(payload: bytes) -> bytes | None:
+            assert router is not None, "the server answers only after start() returned"
+            return await router.handle(payload)
+
+        server = KafkaServer(handle, self._config)
+        ports = await server.start()
+        advertised = self._config.advertised(ports)[0]
+        router = Router(
+            self._view,
+            BrokerEndpoint(self._broker_config.node_id, advertised.host, advertised.port),
+            self._broker_config.auto_create_topics_enable,
+            self._broker_config.num_partitions,
+        )
+        return server
+
+
+def start_listener(properties: Mapping[str, str] | None = None, view: BrokerView | None = None) -> KafkaListener:
+    """Starts a Kafka-protocol listener for the running broker (see the module docstring)."""
+    return KafkaListener(properties, view)

@@ -1,0 +1,92 @@
+"""`BrokerView` over the running broker's actors: the controller for topics, partition actors for records.
+
+Calls are awaited, never blocked on, so one event loop serves every connection while partitions work. An awaited
+call that fails is resolved again through `actors.calls.call`, which raises the broker's typed error (or
+`BrokerNotAvailableError` for a dead actor) instead of Ray's wrapper, exactly as the Python clients see it.
+
+Partition handles are looked up once and kept: finding one asks Ray's name service (and, for partitions held by a
+partition host, the controller and the node's log manager), which blocks, so it runs on a worker thread. A call
+that finds its actor gone (`BrokerNotAvailableError`) or its partition unknown forgets the handle, so the next
+request looks again and reaches a restarted actor or a re-created topic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from actors.calls import call, partition_actor
+from actors.clients.broker import Broker
+from actors.server.controller import TopicMetadata
+from actors.server.partition_log import FetchResult
+from cluster.protocol.broker_view import FetchedRecords, TopicInfo
+from storage.errors import BrokerNotAvailableError, UnknownTopicOrPartitionError
+from storage.partition.log import LogAppendInfo
+from storage.records.file_records import TimestampAndOffset
+
+
+async def _answer(ref: Any) -> Any:
+    """The value of an actor call, awaited; a failure raises what `actors.calls.call` raises for it."""
+    try:
+        return await ref
+    except Exception:
+        # The ref is resolved: `call` does not wait, it translates the same failure.
+        return call(ref)
+
+
+class RayBrokerView:
+    """The broker of the Ray cluster this process is connected to, as the protocol handlers see it."""
+
+    def __init__(self, broker: Broker) -> None:
+        self._controller = broker.controller
+        self._handles: dict[tuple[str, int], Any] = {}
+        self._cluster_id: str | None = None
+
+    async def cluster_id(self) -> str:
+        if self._cluster_id is None:
+            self._cluster_id = await _answer(self._controller.cluster_id.remote())
+        return self._cluster_id
+
+    async def topics(self) -> dict[str, TopicInfo]:
+        described: dict[str, TopicMetadata] = await _answer(self._controller.topics.remote())
+        return {name: _topic_info(metadata) for name, metadata in described.items()}
+
+    async def topic(self, name: str) -> TopicInfo:
+        return _topic_info(await _answer(self._controller.describe_topic.remote(name)))
+
+    async def create_topic(self, name: str, partition_count: int) -> TopicInfo:
+        return _topic_info(await _answer(self._controller.create_topic.remote(name, partition_count, {})))
+
+    async def append(self, topic: str, partition: int, records: bytes) -> LogAppendInfo:
+        return await self._call(topic, partition, "append", records)
+
+    async def fetch(
+        self, topic: str, partition: int, offset: int, max_bytes: int, max_wait_ms: int, min_bytes: int
+    ) -> FetchedRecords:
+        result: FetchResult = await self._call(
+            topic, partition, "fetch", offset, max_bytes, max_wait_ms=max_wait_ms, min_bytes=min_bytes
+        )
+        return FetchedRecords(bytes(result.records), result.high_watermark, result.log_start_offset)
+
+    async def list_offset(self, topic: str, partition: int, timestamp: int) -> TimestampAndOffset | None:
+        return await self._call(topic, partition, "list_offset", timestamp)
+
+    async def _call(self, topic: str, partition: int, method: str, *args: Any, **kwargs: Any) -> Any:
+        handle = await self._handle(topic, partition)
+        try:
+            return await _answer(getattr(handle, method).remote(*args, **kwargs))
+        except (BrokerNotAvailableError, UnknownTopicOrPartitionError):
+            self._handles.pop((topic, partition), None)
+            raise
+
+    async def _handle(self, topic: str, partition: int) -> Any:
+        key = (topic, partition)
+        handle = self._handles.get(key)
+        if handle is None:
+            handle = await asyncio.to_thread(partition_actor, topic, partition)
+            self._handles[key] = handle
+        return handle
+
+
+def _topic_info(metadata: TopicMetadata) -> TopicInfo:
+    return TopicInfo(metadata.name, len(metadata.partitions), metadata.internal)

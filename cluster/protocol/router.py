@@ -1,0 +1,63 @@
+"""From a request frame's payload to its response frame: decode, dispatch to the API's handler, encode.
+
+This is the seam between the socket layer (`cluster.protocol.server`, which only moves frames) and the handlers
+(`cluster.protocol.handlers`, one module per API family, which only see decoded requests), in the place Kafka's
+`RequestChannel` holds between its `SocketServer` and its API handlers. `SERVED` is the one table of the APIs and
+versions this server implements; ApiVersions advertises exactly it, and the decoder refuses anything outside it.
+
+Version floors are those of kio's schemas (Kafka 4's minimum versions: Produce v3, Fetch v4, ListOffsets v1).
+Ceilings are what the handlers implement: Produce v10 and Fetch v12 are the last versions naming topics by name
+(v13 switched both to topic ids, which raybroker does not assign yet); Metadata v12 is the last without a
+top-level error; ListOffsets v7 is the last whose sentinels (-2, -1, -3) the log answers (v8 added -4, earliest
+local offset, for tiered storage). Clients use the highest version both sides serve: librdkafka 2.16 up to
+Produce 10, Fetch 16, Metadata 13, ListOffsets 7, ApiVersions 3; kafka-python 3.0 up to Produce 9-11, Fetch 12+,
+Metadata 13, ListOffsets 11, ApiVersions 4.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Mapping
+from types import MappingProxyType
+from typing import Any
+
+from cluster.protocol.broker_view import BrokerView
+from cluster.protocol.framing import API_VERSIONS_KEY, ApiRange, Request, decode_request, encode_response
+from cluster.protocol.handlers.api_versions import ApiVersionsHandler
+from cluster.protocol.handlers.fetch import FETCH_KEY, FetchHandler
+from cluster.protocol.handlers.list_offsets import LIST_OFFSETS_KEY, ListOffsetsHandler
+from cluster.protocol.handlers.metadata import METADATA_KEY, BrokerEndpoint, MetadataHandler
+from cluster.protocol.handlers.produce import PRODUCE_KEY, ProduceHandler
+
+SERVED: Mapping[int, ApiRange] = MappingProxyType(
+    {
+        PRODUCE_KEY: ApiRange(3, 10),
+        FETCH_KEY: ApiRange(4, 12),
+        LIST_OFFSETS_KEY: ApiRange(1, 7),
+        METADATA_KEY: ApiRange(0, 12),
+        API_VERSIONS_KEY: ApiRange(0, 4),
+    }
+)
+
+Handler = Callable[[Request], Awaitable[Any | None]]
+
+
+class Router:
+    """Decodes a request, runs its API's handler, and encodes the answer (None when the API sends none, as
+    Produce with acks=0). Raises `ProtocolError` for a payload that is no request it serves."""
+
+    def __init__(
+        self, view: BrokerView, endpoint: BrokerEndpoint, auto_create_topics_enable: bool, num_partitions: int
+    ) -> None:
+        self._handlers: dict[int, Handler] = {
+            PRODUCE_KEY: ProduceHandler(view),
+            FETCH_KEY: FetchHandler(view),
+            LIST_OFFSETS_KEY: ListOffsetsHandler(view),
+            METADATA_KEY: MetadataHandler(view, endpoint, auto_create_topics_enable, num_partitions),
+            API_VERSIONS_KEY: ApiVersionsHandler(SERVED),
+        }
+        assert self._handlers.keys() == SERVED.keys(), "every served API has exactly one handler"
+
+    async def handle(self, payload: bytes) -> bytes | None:
+        request = decode_request(payload, SERVED)
+        response = await self._handlers[request.api_key](request)
+        return None if response is None else encode_response(request.correlation_id, response)

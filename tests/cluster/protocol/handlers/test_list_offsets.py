@@ -1,0 +1,63 @@
+"""ListOffsets: earliest, latest, a timestamp and the max timestamp name the offsets Kafka names (oracle: the
+records appended); no match is offset -1; unknown partitions fail alone; every served version encodes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from kio.index import load_request_schema, load_response_schema
+from kio.schema.errors import ErrorCode
+
+from cluster.protocol.framing import decode_response, encode_response
+from cluster.protocol.handlers.list_offsets import LIST_OFFSETS_KEY, ListOffsetsHandler
+from cluster.protocol.messages import build
+from cluster.protocol.router import SERVED
+from tests.cluster.protocol.support import LogBrokerView, batch, request, run
+
+VERSIONS = range(SERVED[LIST_OFFSETS_KEY].min_version, SERVED[LIST_OFFSETS_KEY].max_version + 1)
+TIMESTAMPS = [1000, 3000, 2000, 5000]
+
+
+def list_offsets(view: LogBrokerView, version: int, wanted: list[tuple[str, int, int]]) -> list[Any]:
+    body = build(
+        load_request_schema(LIST_OFFSETS_KEY, version),
+        {
+            "replica_id": -1,
+            "isolation_level": 0,
+            "topics": [
+                {"name": topic, "partitions": [{"partition_index": p, "current_leader_epoch": -1, "timestamp": ts}]}
+                for topic, p, ts in wanted
+            ],
+        },
+    )
+    response = run(ListOffsetsHandler(view)(request(body)))
+    _, decoded = decode_response(encode_response(1, response)[4:], load_response_schema(LIST_OFFSETS_KEY, version))
+    return [p for t in decoded.topics for p in t.partitions]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_sentinels_and_timestamps_name_kafkas_offsets(view: LogBrokerView, version: int) -> None:
+    run(view.create_topic("t", 1))
+    for timestamp in TIMESTAMPS:
+        view.log("t", 0).append(batch([(None, b"v", timestamp)]))
+    view.log("t", 0).delete_records(1)
+    wanted = [("t", 0, -2), ("t", 0, -1), ("t", 0, 2500), ("t", 0, 9999)]
+    if version >= 7:
+        wanted.append(("t", 0, -3))
+    answers = list_offsets(view, version, wanted)
+    assert [(a.error_code, a.offset) for a in answers[:4]] == [
+        (ErrorCode.none, 1),  # log start, after DeleteRecords
+        (ErrorCode.none, 4),  # the high watermark
+        (ErrorCode.none, 1),  # first record at or after 2500: offset 1 (3000)
+        (ErrorCode.none, -1),  # none that late
+    ]
+    assert answers[2].timestamp == 3000
+    if version >= 7:
+        assert (answers[4].offset, answers[4].timestamp) == (3, 5000)
+
+
+def test_an_unknown_partition_fails_alone(view: LogBrokerView) -> None:
+    run(view.create_topic("t", 1))
+    answers = list_offsets(view, 7, [("t", 0, -1), ("gone", 0, -1)])
+    assert [a.error_code for a in answers] == [ErrorCode.none, ErrorCode.unknown_topic_or_partition]

@@ -1,0 +1,73 @@
+"""Metadata: this listener is the one broker and every partition's leader; unknown topics are auto-created with
+`num.partitions` when allowed, else answered UNKNOWN_TOPIC_OR_PARTITION; every served version encodes."""
+
+from __future__ import annotations
+
+import pytest
+from kio.index import load_request_schema, load_response_schema
+from kio.schema.errors import ErrorCode
+
+from cluster.protocol.framing import decode_response, encode_response
+from cluster.protocol.handlers.metadata import METADATA_KEY, BrokerEndpoint, MetadataHandler
+from cluster.protocol.messages import build
+from cluster.protocol.router import SERVED
+from tests.cluster.protocol.support import CLUSTER_ID, LogBrokerView, request, run
+
+ENDPOINT = BrokerEndpoint(7, "broker.example", 19092)
+VERSIONS = range(SERVED[METADATA_KEY].min_version, SERVED[METADATA_KEY].max_version + 1)
+
+
+def ask(view: LogBrokerView, version: int, topics: list[str] | None, allow_create: bool = True, enable: bool = True):  # type: ignore[no-untyped-def]
+    values = {
+        "topics": None if topics is None else [{"name": name, "topic_id": None} for name in topics],
+        "allow_auto_topic_creation": allow_create,
+        "include_cluster_authorized_operations": False,
+        "include_topic_authorized_operations": False,
+    }
+    body = build(load_request_schema(METADATA_KEY, version), values)
+    response = run(MetadataHandler(view, ENDPOINT, enable, 3)(request(body)))
+    _, decoded = decode_response(encode_response(1, response)[4:], load_response_schema(METADATA_KEY, version))
+    return decoded
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_an_unknown_topic_is_created_with_num_partitions_led_by_this_broker(view: LogBrokerView, version: int) -> None:
+    decoded = ask(view, version, ["orders"])
+    assert [(b.node_id, b.host, b.port) for b in decoded.brokers] == [(7, "broker.example", 19092)]
+    (topic,) = decoded.topics
+    assert (topic.name, topic.error_code) == ("orders", ErrorCode.none)
+    assert [(p.partition_index, p.leader_id, tuple(p.replica_nodes)) for p in topic.partitions] == [
+        (0, 7, (7,)),
+        (1, 7, (7,)),
+        (2, 7, (7,)),
+    ]
+    if version >= 2:
+        assert decoded.cluster_id == CLUSTER_ID
+    if version >= 7:
+        assert {p.leader_epoch for p in topic.partitions} == {-1}
+
+
+@pytest.mark.parametrize("version", [4, 12])
+def test_no_auto_creation_when_the_request_or_the_broker_forbids_it(view: LogBrokerView, version: int) -> None:
+    for allow, enable in ((False, True), (True, False)):
+        (topic,) = ask(view, version, ["missing"], allow_create=allow, enable=enable).topics
+        assert topic.error_code == ErrorCode.unknown_topic_or_partition
+    assert run(view.topics()) == {}
+
+
+def test_an_invalid_topic_name_is_answered_invalid_topic(view: LogBrokerView) -> None:
+    (topic,) = ask(view, 12, ["no/slashes"]).topics
+    assert topic.error_code == ErrorCode.invalid_topic_exception
+
+
+@pytest.mark.parametrize("version", [0, 1, 12])
+def test_all_topics_when_none_are_named(view: LogBrokerView, version: int) -> None:
+    run(view.create_topic("b", 1))
+    run(view.create_topic("a", 2))
+    decoded = ask(view, version, [] if version == 0 else None)
+    assert [(t.name, len(t.partitions)) for t in decoded.topics] == [("a", 2), ("b", 1)]
+
+
+def test_an_empty_topic_list_asks_for_no_topic_from_v1(view: LogBrokerView) -> None:
+    run(view.create_topic("a", 1))
+    assert ask(view, 1, []).topics == ()

@@ -1,0 +1,126 @@
+"""What the protocol tests share: a `BrokerView` over real storage logs (no Ray), and request helpers.
+
+`LogBrokerView` keeps one `storage.partition.log.Log` per partition in a temporary folder, so handler and socket
+tests exercise the real append, read and offset code the partition actors run, in-process. Unlike the actors it
+does not wait for data (a long-poll fetch answers at once); the long poll is tested against the real broker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from kio.index import load_response_schema
+from kio.serial import entity_reader
+
+from cluster.protocol.broker_view import FetchedRecords, TopicInfo
+from cluster.protocol.framing import SIZE, Request, encode_request
+from storage import file_names
+from storage.config.log_config import LogConfig
+from storage.errors import TopicExistsError, UnknownTopicOrPartitionError
+from storage.partition.log import Log, LogAppendInfo
+from storage.records.compression import CompressionType
+from storage.records.file_records import TimestampAndOffset
+from storage.records.record_batch import RecordBatchBuilder, iter_batches
+
+CLUSTER_ID = "test-cluster-id-00000"
+
+
+class LogBrokerView:
+    """A `BrokerView` over plain storage logs under `root` (see the module docstring)."""
+
+    def __init__(self, root: Path, config: LogConfig | None = None) -> None:
+        self._root = root
+        self._config = config or LogConfig()
+        self._logs: dict[tuple[str, int], Log] = {}
+        self._topics: dict[str, TopicInfo] = {}
+
+    async def cluster_id(self) -> str:
+        return CLUSTER_ID
+
+    async def topics(self) -> dict[str, TopicInfo]:
+        return dict(self._topics)
+
+    async def topic(self, name: str) -> TopicInfo:
+        if name not in self._topics:
+            raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
+        return self._topics[name]
+
+    async def create_topic(self, name: str, partition_count: int) -> TopicInfo:
+        file_names.validate_topic(name)
+        if name in self._topics:
+            raise TopicExistsError(f"topic {name!r} already exists")
+        for partition in range(partition_count):
+            folder = self._root / file_names.partition_dir_name(name, partition)
+            self._logs[(name, partition)] = Log.open(folder, self._config)
+        self._topics[name] = TopicInfo(name, partition_count, name.startswith("__"))
+        return self._topics[name]
+
+    def log(self, topic: str, partition: int) -> Log:
+        log = self._logs.get((topic, partition))
+        if log is None:
+            raise UnknownTopicOrPartitionError(f"no partition {topic}-{partition}")
+        return log
+
+    async def append(self, topic: str, partition: int, records: bytes) -> LogAppendInfo:
+        return self.log(topic, partition).append(records)
+
+    async def fetch(
+        self, topic: str, partition: int, offset: int, max_bytes: int, max_wait_ms: int, min_bytes: int
+    ) -> FetchedRecords:
+        log = self.log(topic, partition)
+        records = log.read(offset, max_bytes, isolation="high_watermark").records
+        return FetchedRecords(bytes(records), log.high_watermark, log.log_start_offset)
+
+    async def list_offset(self, topic: str, partition: int, timestamp: int) -> TimestampAndOffset | None:
+        return self.log(topic, partition).fetch_offset_by_timestamp(timestamp)
+
+    def close(self) -> None:
+        for log in self._logs.values():
+            log.close()
+
+
+def batch(
+    records: Iterable[tuple[bytes | None, bytes | None, int]], compression: CompressionType = CompressionType.NONE
+) -> bytes:
+    """A client's record batch (base offset 0) of (key, value, timestamp) records."""
+    builder = RecordBatchBuilder(compression=compression)
+    for key, value, timestamp in records:
+        builder.append(key, value, timestamp=timestamp)
+    return builder.build()
+
+
+def records_of(data: bytes) -> list[tuple[int, bytes | None, bytes | None, int]]:
+    """(offset, key, value, timestamp) of every record in fetched batch bytes (a trailing partial batch skipped)."""
+    return [
+        (record.offset, record.key, record.value, record.timestamp)
+        for fetched in iter_batches(data)
+        for record in fetched.records()
+    ]
+
+
+def request(body: Any, correlation_id: int = 1, client_id: str | None = "test") -> Request:
+    """The decoded form of a request whose body is the kio object `body`."""
+    return Request(body.__api_key__, body.__version__, correlation_id, client_id, body)
+
+
+def run(coroutine: Any) -> Any:
+    return asyncio.run(coroutine)
+
+
+async def exchange(port: int, body: Any, correlation_id: int = 1) -> tuple[int, Any]:
+    """Sends one request to a server on 127.0.0.1:`port` and reads its answer: (correlation id, kio response)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(encode_request(body.__api_key__, correlation_id, "test", body))
+        await writer.drain()
+        (size,) = SIZE.unpack(await reader.readexactly(SIZE.size))
+        payload = await reader.readexactly(size)
+    finally:
+        writer.close()
+    response_type = load_response_schema(body.__api_key__, body.__version__)
+    header, header_size = entity_reader(response_type.__header_schema__)(payload, 0)
+    response, _ = entity_reader(response_type)(payload, header_size)
+    return header.correlation_id, response

@@ -1,0 +1,182 @@
+"""The socket layer over real sockets on 127.0.0.1: every bad input closes only its own connection while another
+client keeps being answered; limits use Kafka's names; requests on one connection are answered in order."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+from kio.index import load_request_schema, load_response_schema
+
+from cluster.protocol.framing import FIXED_HEADER, SIZE, decode_response, encode_request
+from cluster.protocol.handlers.api_versions import API_VERSIONS_KEY
+from cluster.protocol.handlers.produce import PRODUCE_KEY
+from cluster.protocol.listener import KafkaListener, start_listener
+from cluster.protocol.messages import build
+from tests.cluster.protocol.support import LogBrokerView, batch, run
+
+TIMEOUT_S = 5.0
+API_VERSIONS_REQUEST = build(
+    load_request_schema(API_VERSIONS_KEY, 3), {"client_software_name": "t", "client_software_version": "1"}
+)
+
+
+@pytest.fixture
+def listen(view: LogBrokerView) -> Iterator[Callable[..., KafkaListener]]:
+    started: list[KafkaListener] = []
+
+    def start(**properties: str) -> KafkaListener:
+        listener = start_listener(
+            {"listeners": "PLAINTEXT://127.0.0.1:0", **{k.replace("_", "."): v for k, v in properties.items()}}, view
+        )
+        started.append(listener)
+        return listener
+
+    yield start
+    for listener in started:
+        listener.stop()
+
+
+def connect(listener: KafkaListener) -> socket.socket:
+    return socket.create_connection(("127.0.0.1", listener.port), timeout=TIMEOUT_S)
+
+
+def read_frame(sock: socket.socket) -> bytes:
+    def exactly(count: int) -> bytes:
+        data = b""
+        while len(data) < count:
+            chunk = sock.recv(count - len(data))
+            if not chunk:
+                raise ConnectionError("closed")
+            data += chunk
+        return data
+
+    (size,) = SIZE.unpack(exactly(SIZE.size))
+    return exactly(size)
+
+
+def api_versions(sock: socket.socket, correlation_id: int = 1) -> int:
+    """Sends ApiVersions v3 and returns the answer's correlation id."""
+    sock.sendall(encode_request(API_VERSIONS_KEY, correlation_id, "t", API_VERSIONS_REQUEST))
+    return decode_response(read_frame(sock), load_response_schema(API_VERSIONS_KEY, 3))[0]
+
+
+def is_closed_by_server(sock: socket.socket) -> bool:
+    """True once the server has closed `sock` (a read returns end of file or a reset)."""
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+
+
+@pytest.mark.parametrize(
+    "bad_bytes",
+    [
+        pytest.param(SIZE.pack(5) + b"hello", id="garbage"),
+        pytest.param(SIZE.pack(8) + FIXED_HEADER.pack(99, 0, 1), id="unknown-api-key"),
+        pytest.param(SIZE.pack(8) + FIXED_HEADER.pack(3, 99, 1), id="unsupported-version"),
+        pytest.param(SIZE.pack(104857601), id="over-socket-request-max-bytes"),
+        pytest.param(SIZE.pack(-1), id="negative-size"),
+        pytest.param(SIZE.pack(2**31 - 1) + b"x" * 100, id="huge-size"),
+    ],
+)
+def test_bad_input_closes_only_its_connection(listen: Callable[..., KafkaListener], bad_bytes: bytes) -> None:
+    listener = listen()
+    with connect(listener) as good, connect(listener) as bad:
+        assert api_versions(good, 1) == 1
+        bad.sendall(bad_bytes)
+        assert is_closed_by_server(bad)
+        assert api_versions(good, 2) == 2
+    with connect(listener) as later:
+        assert api_versions(later, 3) == 3
+    assert listener.statistics().connections_closed_for_errors == 1
+
+
+def test_a_truncated_frame_closes_its_connection_when_the_peer_stops(listen: Callable[..., KafkaListener]) -> None:
+    listener = listen()
+    with connect(listener) as good, connect(listener) as bad:
+        bad.sendall(SIZE.pack(100) + b"x" * 10)
+        bad.shutdown(socket.SHUT_WR)
+        assert is_closed_by_server(bad)
+        assert api_versions(good) == 1
+
+
+def test_a_frame_at_socket_request_max_bytes_is_read_one_above_closes(listen: Callable[..., KafkaListener]) -> None:
+    listener = listen(socket_request_max_bytes="64")
+    request = encode_request(API_VERSIONS_KEY, 1, "t", API_VERSIONS_REQUEST)
+    padded = SIZE.pack(64) + request[4:] + b"\x00" * (64 - len(request) + 4)  # trailing bytes are ignored
+    with connect(listener) as sock:
+        sock.sendall(padded)
+        assert decode_response(read_frame(sock), load_response_schema(API_VERSIONS_KEY, 3))[0] == 1
+        sock.sendall(SIZE.pack(65))
+        assert is_closed_by_server(sock)
+
+
+def test_idle_connections_are_closed_after_connections_max_idle_ms(listen: Callable[..., KafkaListener]) -> None:
+    listener = listen(connections_max_idle_ms="300")
+    with connect(listener) as sock:
+        assert api_versions(sock) == 1
+        started = time.monotonic()
+        assert is_closed_by_server(sock)
+        assert 0.25 <= time.monotonic() - started < TIMEOUT_S
+    assert listener.statistics().connections_closed_idle == 1
+
+
+def test_max_connections_per_ip_refuses_the_extra_connection(listen: Callable[..., KafkaListener]) -> None:
+    listener = listen(max_connections_per_ip="1")
+    with connect(listener) as first:
+        assert api_versions(first) == 1
+        with connect(listener) as second:
+            assert is_closed_by_server(second)
+        assert api_versions(first, 2) == 2
+    assert listener.statistics().connections_refused == 1
+
+
+def test_pipelined_requests_are_answered_in_order_and_acks_zero_gets_no_answer(
+    listen: Callable[..., KafkaListener], view: LogBrokerView
+) -> None:
+    run(view.create_topic("t", 1))
+    listener = listen()
+    produce = build(
+        load_request_schema(PRODUCE_KEY, 9),
+        {
+            "transactional_id": None,
+            "acks": 0,
+            "timeout": 30000,
+            "topic_data": [{"name": "t", "partition_data": [{"index": 0, "records": batch([(b"k", b"v", 1)])}]}],
+        },
+    )
+    with connect(listener) as sock:
+        sock.sendall(
+            encode_request(API_VERSIONS_KEY, 10, "t", API_VERSIONS_REQUEST)
+            + encode_request(PRODUCE_KEY, 11, "t", produce)
+            + encode_request(API_VERSIONS_KEY, 12, "t", API_VERSIONS_REQUEST)
+            + encode_request(API_VERSIONS_KEY, 13, "t", API_VERSIONS_REQUEST)
+        )
+        answers = [decode_response(read_frame(sock), load_response_schema(API_VERSIONS_KEY, 3))[0] for _ in range(3)]
+    assert answers == [10, 12, 13]
+    assert view.log("t", 0).log_end_offset == 1
+
+
+def test_a_too_new_api_versions_request_is_answered_in_v0_format(listen: Callable[..., KafkaListener]) -> None:
+    listener = listen()
+    with connect(listener) as sock:
+        payload = FIXED_HEADER.pack(API_VERSIONS_KEY, 200, 4) + b"\x00\x01c" + b"\x00\x00"
+        sock.sendall(SIZE.pack(len(payload)) + payload)
+        correlation_id, answer = decode_response(read_frame(sock), load_response_schema(API_VERSIONS_KEY, 0))
+        assert (correlation_id, answer.error_code) == (4, 35)
+        assert api_versions(sock, 5) == 5
+
+
+def test_stop_closes_open_connections(listen: Callable[..., KafkaListener]) -> None:
+    listener = listen()
+    with connect(listener) as sock:
+        assert api_versions(sock) == 1
+        listener.stop()
+        assert is_closed_by_server(sock)
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", listener.port), timeout=TIMEOUT_S)
+    assert struct.calcsize(">i") == SIZE.size
