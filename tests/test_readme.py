@@ -1,0 +1,297 @@
+"""Every example of README.md runs as written, so none can drift from the code.
+
+The README's fenced ```python and ```sh blocks are read in order. The first two ```sh blocks (install and run the
+demo, install and run the tests) set a machine up and are not run here. Each other block is run by the test that
+`EXAMPLES` names for it (keyed by the block's first line); a block without a test, or a test whose block is gone,
+fails `test_every_example_has_a_test`.
+
+How a block runs:
+- Python is `exec`uted in this process, on this session's embedded Ray (`ray_session`) where it needs Ray.
+  A top-level `print(...)  # expected` line is checked: the printed lines include the expected ones, in order.
+- Shell runs under `bash -eu` from the repository root, with this interpreter's `bin/` first on PATH. A block
+  that starts a broker with `raybroker start` gets its own local Ray head, which its `raybroker stop` ends (the
+  test stops it too if the block failed before). A `$ command` line followed by output lines is checked: the
+  command's output begins with the lines shown, `...` standing for the rest.
+- The only change made to a block: the paths under `/tmp/rb/` and `/tmp/demo/` (`TMP_PREFIXES`) are rewritten
+  to this test's `tmp_path`, so running the tests neither reads nor clobbers what a reader of the README left
+  there.
+- What an example reads must exist: fixtures create it first (the `page-views` topic of the Spark examples).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import re
+import shlex
+import socket
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+README = REPO_ROOT / "README.md"
+SETUP_BLOCKS = 2  # the install-and-run commands at the top, run by a person or CI, not by a test
+TMP_PREFIXES = ("/tmp/rb/", "/tmp/demo/")
+BLOCK = re.compile(r"^```(python|sh)\n(.*?)^```$", re.MULTILINE | re.DOTALL)
+EXPECTED_PRINT = re.compile(r"^print\(.*\)\s+# (.+)$")
+PAGE_VIEWS = [{"user": f"u{i % 7}", "page": f"/p{i % 3}", "latency_ms": i % 50} for i in range(300)]
+CLI_TIMEOUT_S = 300
+
+
+@dataclass(frozen=True)
+class Example:
+    language: str
+    line: int  # 1-based line of README.md where the code starts
+    code: str
+
+    @property
+    def first_line(self) -> str:
+        return self.code.splitlines()[0]
+
+
+def readme_examples() -> list[Example]:
+    text = README.read_text(encoding="utf-8")
+    examples = [
+        Example(match.group(1), text.count("\n", 0, match.start(2)) + 1, match.group(2))
+        for match in BLOCK.finditer(text)
+    ]
+    shell = [index for index, example in enumerate(examples) if example.language == "sh"]
+    setup = set(shell[:SETUP_BLOCKS])
+    return [example for index, example in enumerate(examples) if index not in setup]
+
+
+# The test of each example, by the first line of its block.
+EXAMPLES = {
+    "raybroker start --config configs/server.properties": "test_cli_broker_example",
+    "from actors import Admin, Broker, Consumer, Producer, start_broker": "test_python_broker_example",
+    "from storage import Log, LogConfig, RecordBatchBuilder, CompressionType": "test_storage_example",
+    "$ raybroker dump-log --print-data-log": "test_dump_log_example",
+    "from cluster.spark.session import get_spark, stop_spark": "test_spark_example",
+    "raybroker sql 'SELECT page, count(*) AS views FROM `page-views` GROUP BY page'": "test_sql_example",
+    "python -m benchmarks": "test_benchmarks_example",
+}
+
+
+def example(test_name: str) -> Example:
+    (prefix,) = [prefix for prefix, name in EXAMPLES.items() if name == test_name]
+    (found,) = [candidate for candidate in readme_examples() if candidate.first_line.startswith(prefix)]
+    return found
+
+
+def rewritten(code: str, tmp_path: Path) -> str:
+    for prefix in TMP_PREFIXES:
+        code = code.replace(prefix, f"{tmp_path}{prefix.removeprefix('/tmp')}")
+    return code
+
+
+def run_python(code: str, tmp_path: Path, line: int) -> list[str]:
+    """Executes the block in a fresh namespace; returns the lines it printed."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(rewritten(code, tmp_path), f"README.md:{line}", "exec"), {"__name__": "readme_example"})
+    return out.getvalue().splitlines()
+
+
+def check_expected_prints(code: str, printed: list[str]) -> None:
+    expected = [match.group(1) for line in code.splitlines() if (match := EXPECTED_PRINT.match(line))]
+    remaining = iter(printed)
+    for line in expected:
+        assert any(candidate == line for candidate in remaining), (line, printed)
+
+
+def shown_counts(printed: list[str]) -> dict[str, int]:
+    """The rows of a two-column table as Spark's `show()` prints it (`|page|count|`), header left out."""
+    rows = [[cell.strip() for cell in line.strip().strip("|").split("|")] for line in printed if line.count("|") == 3]
+    return {name: int(count) for name, count in rows[1:]}
+
+
+def views_per_page(views: list[dict[str, Any]]) -> dict[str, int]:
+    return {page: sum(view["page"] == page for view in views) for page in sorted({view["page"] for view in views})}
+
+
+def cli_env() -> dict[str, str]:
+    """This environment with this interpreter's scripts (`raybroker`) first on PATH and no Ray address, so the
+    CLI finds the head `raybroker start` started, never this session's Ray."""
+    env = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
+def run_shell(script: str, timeout_s: float = CLI_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", "-eu", "-c", script],
+        cwd=REPO_ROOT,
+        env=cli_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
+
+
+# --- the list of examples ------------------------------------------------------------------------------
+
+
+def test_every_example_has_a_test() -> None:
+    first_lines = [example.first_line for example in readme_examples()]
+    tested = [prefix for prefix in EXAMPLES if any(line.startswith(prefix) for line in first_lines)]
+    untested = [line for line in first_lines if not any(line.startswith(prefix) for prefix in EXAMPLES)]
+    assert untested == []
+    assert tested == list(EXAMPLES)
+    assert len(first_lines) == len(EXAMPLES)
+
+
+def test_only_the_tmp_paths_are_rewritten() -> None:
+    """The examples' absolute paths all lie under `TMP_PREFIXES`, which is all the tests change."""
+    for found in readme_examples():
+        for path in re.findall(r"(?<![\w.])/(?:tmp|data|var|home)/[\w./-]*", found.code):
+            assert path.startswith(TMP_PREFIXES), (found.line, path)
+
+
+# --- examples without Ray -------------------------------------------------------------------------------
+
+
+def test_storage_example(tmp_path: Path) -> None:
+    block = example("test_storage_example")
+    printed = run_python(block.code, tmp_path, block.line)
+    check_expected_prints(block.code, printed)
+    assert (tmp_path / "demo" / "orders-0" / "00000000000000000000.log").stat().st_size > 0
+
+
+def test_dump_log_example() -> None:
+    block = example("test_dump_log_example")
+    lines = block.code.splitlines()
+    assert lines[0].startswith("$ ")
+    expected = lines[1:]
+    if expected and expected[-1] == "...":
+        expected = expected[:-1]
+    result = run_shell(lines[0].removeprefix("$ "), timeout_s=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[: len(expected)] == expected
+
+
+def test_benchmarks_example() -> None:
+    """`python -m benchmarks` takes ~3.5 min, so it is not run here (tests/test_benchmarks.py runs it with
+    `--quick --only ...`); the options the block names must be the command's own."""
+    block = example("test_benchmarks_example")
+    command, _, comment = block.code.strip().partition("#")
+    assert command.split() == ["python", "-m", "benchmarks"]
+    usage = run_shell("python -m benchmarks --help", timeout_s=60)
+    assert usage.returncode == 0, usage.stderr
+    for option in re.findall(r"--[a-z][a-z-]*", comment):
+        assert option in usage.stdout, option
+
+
+# --- examples on this session's Ray ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def no_broker(ray_session: None) -> Iterator[None]:
+    """No broker runs before the example starts its own, and none is left after it."""
+    from tests.conftest import _stop_running_broker
+
+    _stop_running_broker()
+    yield
+    _stop_running_broker()
+
+
+@pytest.mark.ray
+def test_python_broker_example(no_broker: None, tmp_path: Path) -> None:
+    block = example("test_python_broker_example")
+    printed = run_python(block.code, tmp_path, block.line)
+    assert printed, "the consumer printed no record"
+    assert (tmp_path / "rb" / "a").is_dir() and (tmp_path / "rb" / "b").is_dir()
+
+
+@pytest.fixture
+def page_views(start_test_broker: Callable[..., tuple[Any, list[Path]]]) -> Iterator[list[dict[str, Any]]]:
+    """A broker whose topic `page-views` holds msgpack page-view events, as `raybroker demo` writes them."""
+    from actors import Admin, Producer
+    from tests.conftest import _stop_running_broker
+
+    start_test_broker(log_dirs_count=1)
+    Admin().create_topic("page-views", partitions=2)
+    with Producer() as producer:
+        producer.send_many("page-views", PAGE_VIEWS).result()
+    yield PAGE_VIEWS
+    _stop_running_broker()
+
+
+@pytest.mark.ray
+@pytest.mark.spark
+def test_spark_example(page_views: list[dict[str, Any]], tmp_path: Path) -> None:
+    block = example("test_spark_example")
+    printed = run_python(block.code + "\nprint(next_start)\n", tmp_path, block.line)
+    assert shown_counts(printed) == views_per_page(page_views)
+    assert sum(json.loads(printed[-1])["page-views"].values()) == len(page_views)
+
+
+# --- examples that start a broker with its own Ray head -------------------------------------------------
+
+
+@pytest.fixture
+def free_head_port() -> Iterator[None]:
+    """`raybroker start` takes Ray's default port and records its head in the CLI's state file; both must be
+    free. Whatever the example leaves running is stopped afterwards."""
+    from cluster.head_state import read_state, state_file
+    from cluster.runtime import RAY_HEAD_PORT, stop_head
+
+    if state_file().exists():
+        pytest.skip(f"a `raybroker start` state file exists ({state_file()}): a real head may be running")
+    with socket.socket() as sock:
+        if sock.connect_ex(("127.0.0.1", RAY_HEAD_PORT)) == 0:
+            pytest.skip(f"port {RAY_HEAD_PORT} is taken: another Ray head runs on this machine")
+    yield
+    state = read_state()
+    if state is not None and state.started_head:
+        run_shell("raybroker stop", timeout_s=120)
+        stop_head(state)
+        state_file().unlink(missing_ok=True)
+
+
+@pytest.mark.ray
+def test_cli_broker_example(free_head_port: None, tmp_path: Path) -> None:
+    block = example("test_cli_broker_example")
+    lines = block.code.strip().splitlines()
+    assert lines[-1].startswith("raybroker stop")
+    result = run_shell(rewritten(block.code, tmp_path))
+    assert result.returncode == 0, (result.stdout[-2000:], result.stderr[-2000:])
+    assert "hello" in result.stdout and "world" in result.stdout
+    for log_dir in ("cli-a", "cli-b"):
+        assert (tmp_path / "rb" / log_dir / ".kafka_cleanshutdown").is_file()
+
+
+# Fills `page-views` on the head `raybroker start` started (its address is in the CLI's state file).
+FILL_PAGE_VIEWS = f"""
+from cluster.cli.common import connect
+from actors import Admin, Producer
+connect(None)
+Admin().create_topic("page-views", partitions=2)
+with Producer() as producer:
+    producer.send_many("page-views", {PAGE_VIEWS!r}).result()
+"""
+
+
+@pytest.mark.ray
+@pytest.mark.spark
+def test_sql_example(free_head_port: None, tmp_path: Path) -> None:
+    block = example("test_sql_example")
+    script = "\n".join(
+        [
+            f"raybroker start --log-dirs {tmp_path / 'sql'} --override offsets.topic.num.partitions=1",
+            f"python -c {shlex.quote(FILL_PAGE_VIEWS)}",
+            rewritten(block.code, tmp_path),
+            "raybroker stop",
+        ]
+    )
+    result = run_shell(script)
+    assert result.returncode == 0, (result.stdout[-2000:], result.stderr[-2000:])
+    assert shown_counts(result.stdout.splitlines()) == views_per_page(PAGE_VIEWS)
