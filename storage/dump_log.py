@@ -65,7 +65,6 @@ from __future__ import annotations
 
 import enum
 import json
-import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,23 +76,15 @@ from storage.logdir.clean_shutdown import parse_clean_shutdown
 from storage.logdir.meta_properties import MetaProperties, parse_properties
 from storage.records.compression import CompressionType
 from storage.records.file_records import AnyBatch, FileRecords
+from storage.records.layout import CONTROL_KEY, END_TXN_MARKER_VALUE, NO_SEQUENCE, ControlRecordType
 from storage.records.legacy_records import LegacyRecord
-from storage.records.record_batch import NO_SEQUENCE, ControlRecordType, Record, RecordBatch
+from storage.records.record import Record
+from storage.records.record_batch import RecordBatch
 from storage.segment.offset_index import OffsetIndex, OffsetPosition
 from storage.segment.time_index import TimeIndex, TimestampOffset
 
 # Kafka's sequences are int32 and wrap from 2**31 - 1 back to 0 (DefaultRecordBatch.incrementSequence).
 _SEQUENCE_MODULUS = 2**31
-_CONTROL_KEY = struct.Struct(
-    ">"
-    "h"  # version
-    "h"  # control type (0 ABORT, 1 COMMIT, 2.. KRaft records)
-)
-_END_TXN_MARKER_VALUE = struct.Struct(
-    ">"
-    "h"  # version
-    "i"  # coordinatorEpoch
-)
 # meta.properties and the clean-shutdown marker are a few hundred bytes; a larger file is not one of them.
 MAX_SMALL_FILE_BYTES = 1024 * 1024
 RECORD_INDENT = "|"
@@ -521,16 +512,15 @@ def _batch_line(item: DumpedBatch) -> str:
 
 def _control_text(record: Record | LegacyRecord) -> str:
     key = record.key or b""
-    if len(key) < _CONTROL_KEY.size:
+    if len(key) < CONTROL_KEY.size:
         return f" controlType: {ControlRecordType.UNKNOWN.name}({ControlRecordType.UNKNOWN.value})"
-    _, type_id = _CONTROL_KEY.unpack_from(key)
+    _, type_id = CONTROL_KEY.unpack_from(key)
+    control_type = ControlRecordType.from_key(key)
     value = record.value or b""
-    if type_id in (ControlRecordType.ABORT, ControlRecordType.COMMIT) and len(value) >= _END_TXN_MARKER_VALUE.size:
-        _, coordinator_epoch = _END_TXN_MARKER_VALUE.unpack_from(value)
-        return f" endTxnMarker: {ControlRecordType(type_id).name} coordinatorEpoch: {coordinator_epoch}"
-    known = type_id in ControlRecordType._value2member_map_
-    name = ControlRecordType(type_id).name if known else ControlRecordType.UNKNOWN.name
-    return f" controlType: {name}({type_id})"
+    if control_type in (ControlRecordType.ABORT, ControlRecordType.COMMIT) and len(value) >= END_TXN_MARKER_VALUE.size:
+        _, coordinator_epoch = END_TXN_MARKER_VALUE.unpack_from(value)
+        return f" endTxnMarker: {control_type.name} coordinatorEpoch: {coordinator_epoch}"
+    return f" controlType: {control_type.name}({type_id})"
 
 
 def _text(data: bytes) -> str:

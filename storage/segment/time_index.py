@@ -21,6 +21,7 @@ import struct
 from dataclasses import dataclass
 
 from storage.errors import CorruptIndexError, InvalidOffsetError, InvalidTimestampError
+from storage.records.layout import NO_TIMESTAMP
 from storage.segment.index_base import IndexBase
 
 _ENTRY = struct.Struct(
@@ -29,9 +30,6 @@ _ENTRY = struct.Struct(
     "i"  # relative offset: offset - base_offset
 )
 _TIMESTAMP = struct.Struct(">q")
-
-# Kafka's RecordBatch.NO_TIMESTAMP: what an empty index reports as its last timestamp.
-NO_TIMESTAMP = -1
 
 _INT64_MIN = -(2**63)
 _INT64_MAX = 2**63 - 1
