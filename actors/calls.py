@@ -28,6 +28,8 @@ from actors.options import (
     log_manager_name,
     partition_actor_name,
 )
+from actors.server.partition_host import partition_method_group
+from storage.arguments import is_int
 from storage.errors import (
     BrokerNotAvailableError,
     InvalidRequestError,
@@ -52,11 +54,6 @@ def call(ref: Any, timeout_s: float | None = None) -> Any:
         raise BrokerNotAvailableError(f"actor unavailable: {exc}") from None
     except GetTimeoutError as exc:
         raise RequestTimedOutError(f"no answer within {timeout_s} s") from exc
-
-
-def call_all(refs: list[Any], timeout_s: float | None = None) -> list[Any]:
-    """`call` for several refs, waiting for all of them."""
-    return [call(ref, timeout_s) for ref in refs]
 
 
 def get_actor(name: str) -> Any:
@@ -131,9 +128,6 @@ class HostedPartitionHandle:
 
     def __getattr__(self, method: str) -> HostedMethod:
         """`AttributeError` for a name that is no partition method, as an actor handle raises."""
-        # Imported here: the actor modules import this one, so a module-level import could become a cycle.
-        from actors.server.partition_host import partition_method_group
-
         try:
             group = partition_method_group(method)
         except InvalidRequestError:
@@ -166,13 +160,6 @@ def kill_and_wait(handle: Any, name: str, timeout_s: float = NAME_RELEASE_TIMEOU
 
 def check_topic_partition(tp: object, error: type[RaybrokerError] = UnknownTopicOrPartitionError) -> tuple[str, int]:
     """`tp` as a (topic, partition) tuple, or `error` unless it is (str, int >= 0)."""
-    if (
-        not isinstance(tp, tuple)
-        or len(tp) != 2
-        or not isinstance(tp[0], str)
-        or not isinstance(tp[1], int)
-        or isinstance(tp[1], bool)
-        or tp[1] < 0
-    ):
+    if not isinstance(tp, tuple) or len(tp) != 2 or not isinstance(tp[0], str) or not is_int(tp[1]) or tp[1] < 0:
         raise error(f"expected a (topic, partition >= 0) tuple, got {tp!r}")
     return tp[0], tp[1]

@@ -78,12 +78,6 @@ class BenchContext:
         return path
 
 
-def best_of(repeats: int, measure: Callable[[], float]) -> float:
-    """The best (highest) of `repeats` throughput measurements: noise from other processes only ever slows a
-    run down, so the best run is the closest to what the code can do."""
-    return max(measure() for _ in range(repeats))
-
-
 @contextmanager
 def timer() -> Iterator[Callable[[], float]]:
     """`with timer() as elapsed: ...; elapsed()` gives seconds, with the garbage collector paused inside."""

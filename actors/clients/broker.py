@@ -32,12 +32,13 @@ from actors.options import (
     log_manager_options,
 )
 from actors.server.controller import TopicMetadata
+from actors.server.internal_topics import CONSUMER_OFFSETS_CONFIG, CONSUMER_OFFSETS_TOPIC
+from actors.server.remote import Controller, GroupCoordinator, LogManager
+from storage.arguments import is_int
 from storage.config.broker_config import BrokerConfig
 from storage.errors import BrokerNotAvailableError, TopicExistsError, UnknownTopicOrPartitionError
 
 logger = logging.getLogger(__name__)
-
-CONSUMER_OFFSETS_TOPIC = "__consumer_offsets"
 
 
 def start_broker(config: BrokerConfig | Mapping[str, str] | None = None) -> str:
@@ -45,24 +46,23 @@ def start_broker(config: BrokerConfig | Mapping[str, str] | None = None) -> str:
     broker_config = config if isinstance(config, BrokerConfig) else BrokerConfig.from_properties(dict(config or {}))
     properties = broker_config.to_properties()
     node_id = ray.get_runtime_context().get_node_id()
-    from actors.server.remote import Controller, GroupCoordinator, LogManager
-
     metadata_dir = broker_config.log_dirs[0]
-    ctrl = Controller.options(**controller_options(node_id)).remote(metadata_dir, properties)
+    # Handles are `Any`: Ray's stubs type an actor's methods as plain callables, without `.remote`.
+    ctrl: Any = Controller.options(**controller_options(node_id)).remote(metadata_dir, properties)
     cluster_id = call(ctrl.cluster_id.remote())
     topic_configs = call(ctrl.topic_configs.remote())
-    manager = LogManager.options(**log_manager_options(node_id)).remote(node_id, properties, topic_configs, cluster_id)
+    manager: Any = LogManager.options(**log_manager_options(node_id)).remote(
+        node_id, properties, topic_configs, cluster_id
+    )
     call(manager.ping.remote())
     call(ctrl.register_broker.remote(node_id))
     with contextlib.suppress(TopicExistsError):
         call(
             ctrl.create_topic.remote(
-                CONSUMER_OFFSETS_TOPIC,
-                broker_config.offsets_topic_num_partitions,
-                {"cleanup.policy": "compact", "segment.bytes": str(100 * 1024 * 1024)},
+                CONSUMER_OFFSETS_TOPIC, broker_config.offsets_topic_num_partitions, CONSUMER_OFFSETS_CONFIG
             )
         )
-    coordinator = GroupCoordinator.options(**group_coordinator_options(node_id)).remote()
+    coordinator: Any = GroupCoordinator.options(**group_coordinator_options(node_id)).remote()
     call(coordinator.ready.remote())
     logger.info("broker started on node %s (cluster %s)", node_id, cluster_id)
     return node_id
@@ -118,7 +118,7 @@ class Broker:
 
     def _check_partition(self, topic: str, partition: int) -> TopicMetadata:
         """The topic's metadata; `UnknownTopicOrPartitionError` unless it has that partition."""
-        if not isinstance(partition, int) or isinstance(partition, bool):
+        if not is_int(partition):
             raise UnknownTopicOrPartitionError(f"partition must be an int, not {type(partition).__name__}")
         metadata = self.topic(topic)
         if partition not in metadata.partitions:

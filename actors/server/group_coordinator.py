@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from actors.calls import call, check_topic_partition, controller, partition_actor
-from actors.clients.broker import CONSUMER_OFFSETS_TOPIC
+from actors.server.internal_topics import CONSUMER_OFFSETS_TOPIC
 from storage.clock import SYSTEM_CLOCK
 from storage.errors import (
     BrokerNotAvailableError,

@@ -6,7 +6,7 @@ class, not a Ray actor) per partition it holds, so a partition costs its open fi
 changes on disk: each partition keeps its own `<topic>-<partition>` folder, `.lock` and Kafka's files, and the
 log dir's checkpoints stay the log manager's.
 
-Clients hold a `actors.calls.HostedPartitionHandle`, whose `handle.append.remote(batch)` looks like a partition
+Clients hold an `actors.calls.HostedPartitionHandle`, whose `handle.append.remote(batch)` looks like a partition
 actor's and becomes `host.write.remote(topic, partition, "append", batch)`: each public method of
 `PartitionLogActor` goes to the host method of the concurrency group its `@ray.method` names
 (`partition_method_group`), so a method added there is hosted too. The host keeps a partition actor's guarantees
@@ -50,7 +50,8 @@ import ray
 from actors.options import MAINTENANCE_GROUP, READ_GROUP
 from actors.server.partition_log import LONG_POLL_SLOTS, PartitionLogActor
 from storage.errors import BrokerNotAvailableError, InvalidRequestError, RaybrokerError
-from storage.logdir.log_dirs import TopicPartition, checkpointed_offsets
+from storage.logdir.log_dirs import checkpointed_offsets
+from storage.topic_partition import TopicPartition
 
 logger = logging.getLogger(__name__)
 

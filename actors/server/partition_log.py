@@ -31,7 +31,6 @@ a closed log is not a failing disk, and must not take its dir offline.
 
 from __future__ import annotations
 
-import os
 import pickle
 import threading
 import time
@@ -43,8 +42,9 @@ from typing import TypeVar
 import ray
 
 from actors.options import MAINTENANCE_GROUP, NAMESPACE, READ_GROUP, READ_THREADS, log_manager_name
+from storage.arguments import is_int
 from storage.compaction.cleaner import Cleaner, CleanResult
-from storage.compaction.cleaner_manager import log_to_clean
+from storage.compaction.cleaner_manager import LogToClean, log_to_clean
 from storage.config.cleaner_config import CleanerConfig
 from storage.config.log_config import LogConfig
 from storage.errors import (
@@ -54,6 +54,7 @@ from storage.errors import (
     KafkaStorageError,
     RaybrokerError,
 )
+from storage.logdir.partition_handles import PartitionState, flush_if_due, partition_state
 from storage.partition.file_slices import FileSlice, locate_file_slices, read_located
 from storage.partition.log import DEFAULT_FETCH_MAX_BYTES, Log, LogAppendInfo
 from storage.records.file_records import TimestampAndOffset
@@ -88,17 +89,6 @@ class FileSlices:
 
 
 @dataclass(frozen=True, slots=True)
-class CleanableRange:
-    """How dirty a compacted partition is: what the cleaner compares to pick the filthiest log."""
-
-    first_dirty_offset: int
-    first_uncleanable_offset: int
-    dirty_ratio: float
-    cleanable_bytes: int
-    needs_compaction_now: bool
-
-
-@dataclass(frozen=True, slots=True)
 class ResumePoint:
     """What a restarted actor opens its log with instead of its first start's arguments; offsets only
     raise those arguments, `config` None keeps the first start's."""
@@ -106,21 +96,6 @@ class ResumePoint:
     config: dict[str, str] | None
     recovery_point: int
     log_start_offset: int
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionState:
-    """What the log manager checkpoints and describes for one partition."""
-
-    directory: str
-    log_start_offset: int
-    log_end_offset: int
-    high_watermark: int
-    recovery_point: int
-    first_segment_base: int
-    size_bytes: int
-    segments: int
-    pid: int
 
 
 class PartitionLogActor:
@@ -242,15 +217,14 @@ class PartitionLogActor:
         that waits up to that long for `min_bytes` (see the module docstring).
 
         With `zero_copy` the bytes are mapped from the page cache (`storage.partition.file_slices`) rather than read
-        into
-        a new `bytes`, and travel out of band (`pickle.PickleBuffer`): Ray copies them into its object store
+        into a new `bytes`, and travel out of band (`pickle.PickleBuffer`): Ray copies them into its object store
         once and the caller reads them there in place, as a read-only buffer. 16 MiB fetches ran 5x faster
         out of band (181 -> 900 MB/s on 2 cores); a 64 MiB `pread` into fresh memory runs near 700 MB/s.
         """
         checked_max_bytes = _checked_max_bytes(max_bytes)
         result = self._long_poll(
             lambda: self._fetch_now(offset, checked_max_bytes, zero_copy),
-            lambda answer: len(answer.records),
+            lambda answer: memoryview(answer.records).nbytes,
             max_wait_ms,
             min_bytes,
         )
@@ -304,7 +278,7 @@ class PartitionLogActor:
         after each change the writer notifies; at once without a free long-poll slot. Errors (offset out of
         range, a closed log) are raised by `answer` as they come."""
         for name, value in (("max_wait_ms", max_wait_ms), ("min_bytes", min_bytes)):
-            if not isinstance(value, int) or isinstance(value, bool):
+            if not is_int(value):
                 raise InvalidRequestError(f"{name} must be an int, not {type(value).__name__}")
         deadline = time.monotonic() + max_wait_ms / 1000
         # Read before answering: an append between the answer and the wait is then seen, not slept through.
@@ -342,18 +316,7 @@ class PartitionLogActor:
         return self._state()
 
     def _state(self) -> PartitionState:
-        segments = self._log.log_segments()
-        return PartitionState(
-            str(self._log.directory),
-            self._log.log_start_offset,
-            self._log.log_end_offset,
-            self._log.high_watermark,
-            self._log.recovery_point,
-            segments[0].base_offset,
-            self._log.size_in_bytes,
-            len(segments),
-            os.getpid(),
-        )
+        return partition_state(self._log)
 
     # --- maintenance (one thread beside the writer) ----------------------------------------------
 
@@ -369,33 +332,22 @@ class PartitionLogActor:
     @ray.method(concurrency_group=MAINTENANCE_GROUP)
     def flush_if_due(self) -> bool:
         """fsync when the last flush is older than `flush.ms`; returns whether it flushed."""
-        if self._log.clock.milliseconds() - self._log.last_flush_ms < self._log.config.flush_ms:
-            return False
-        self._log.flush()
-        return True
+        return flush_if_due(self._log)
 
     @ray.method(concurrency_group=MAINTENANCE_GROUP)
-    def cleanable(self, checkpointed_first_dirty: int | None) -> CleanableRange | None:
-        """This log's cleanable range if it qualifies for compaction now, else None."""
+    def cleanable(self, checkpointed_first_dirty: int | None) -> LogToClean | None:
+        """This log's cleanable range if it qualifies for compaction now, else None (the log manager's cleaner
+        manager names it after the partition it asked)."""
         if not self._log.config.compact:
             return None
-        ltc = log_to_clean(("", 0), self._log, checkpointed_first_dirty, self._log.clock.milliseconds())
-        if ltc is None:
-            return None
-        return CleanableRange(
-            ltc.first_dirty_offset,
-            ltc.first_uncleanable_offset,
-            ltc.dirty_ratio,
-            ltc.cleanable_bytes,
-            ltc.needs_compaction_now,
-        )
+        return log_to_clean(("", 0), self._log, checkpointed_first_dirty, self._log.clock.milliseconds())
 
     @ray.method(concurrency_group=MAINTENANCE_GROUP)
     def clean(self, first_dirty_offset: int, first_uncleanable_offset: int | None = None) -> CleanResult:
         """One compaction pass; its `end_offset` is where the next pass starts. Retention follows for
         `compact,delete` logs, as after a Kafka cleaner pass."""
         for offset in (first_dirty_offset, first_uncleanable_offset):
-            if offset is not None and (not isinstance(offset, int) or isinstance(offset, bool)):
+            if offset is not None and not is_int(offset):
                 raise InvalidRequestError(f"cleaning offsets must be ints, not {type(offset).__name__}")
         result = self._cleaner.clean(self._log, first_dirty_offset, first_uncleanable_offset)
         if self._log.config.delete:
@@ -421,6 +373,6 @@ def _node_id() -> str:
 
 def _checked_max_bytes(max_bytes: object) -> int:
     """Client arguments arrive untyped through Ray: a non-int size is refused, not compared."""
-    if not isinstance(max_bytes, int) or isinstance(max_bytes, bool):
+    if not is_int(max_bytes):
         raise InvalidRequestError(f"max_bytes must be an int, not {type(max_bytes).__name__}")
     return max_bytes

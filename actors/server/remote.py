@@ -1,23 +1,24 @@
-"""The one place where raybroker's plain actor classes become Ray actors (`ray.remote`).
+"""The broker's service actors as Ray actors (`ray.remote`): controller, log manager, group coordinator.
 
-The classes themselves (`PartitionLogActor`, `PartitionHostActor`, `LogManagerActor`, `ControllerActor`,
-`GroupCoordinatorActor`) are ordinary Python and are tested without Ray; their options (names,
-namespace, placement, restarts, concurrency) come from `actors.options`.
+Each class is ordinary Python wrapped here once, with its concurrency groups; `start_broker`
+(`actors.clients.broker`) creates them, with the options of `actors.options`. The actors are tested on a
+local Ray (`tests/actors/server/`); the log manager's logic is the plain `storage.logdir.log_manager.LogManager`,
+tested without Ray. Partition actors and partition hosts are wrapped where they are created, in
+`actors.server.partition_handles`.
 """
 
 from __future__ import annotations
 
 import ray
 
-from actors.options import LOG_MANAGER_CONCURRENCY_GROUPS, PARTITION_CONCURRENCY_GROUPS
+from actors.options import LOG_MANAGER_CONCURRENCY_GROUPS
 from actors.server.controller import ControllerActor
 from actors.server.group_coordinator import GroupCoordinatorActor
 from actors.server.log_manager import LogManagerActor
-from actors.server.partition_host import PartitionHostActor
-from actors.server.partition_log import PartitionLogActor
 
-PartitionLog = ray.remote(concurrency_groups=PARTITION_CONCURRENCY_GROUPS)(PartitionLogActor)
-PartitionHost = ray.remote(concurrency_groups=PARTITION_CONCURRENCY_GROUPS)(PartitionHostActor)
-LogManager = ray.remote(concurrency_groups=LOG_MANAGER_CONCURRENCY_GROUPS)(LogManagerActor)
+# `concurrency_groups` is a documented `ray.remote` option that Ray's type stubs omit.
+LogManager = ray.remote(concurrency_groups=LOG_MANAGER_CONCURRENCY_GROUPS)(  # type: ignore[call-overload]
+    LogManagerActor
+)
 Controller = ray.remote(ControllerActor)
 GroupCoordinator = ray.remote(GroupCoordinatorActor)

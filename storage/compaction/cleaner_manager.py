@@ -1,15 +1,21 @@
-"""Which log to compact next, and how far each log is compacted (Kafka's `LogCleanerManager`).
+"""Which compacted partition to clean next, and how far each is cleaned (Kafka's `LogCleanerManager`).
 
-State it owns, for the compacted logs of one log dir:
+The only keeper of cleaning state for one broker's compacted partitions, across its log dirs:
 
 - the cleaner checkpoint: per partition, the first dirty offset (everything below it was deduplicated),
-  persisted in the dir's `cleaner-offset-checkpoint` (text: `0`, count, `topic partition offset` lines;
-  see `checkpoint_file.py`), rewritten atomically by `checkpoint()`. A missing or corrupt file means
-  "never cleaned": the next pass starts at the log start, which is always safe;
-- which log is being cleaned (never two passes on one log);
-- which logs failed, why and when, and when they may be tried again.
+  persisted in its log dir's `cleaner-offset-checkpoint` (text: `0`, count, `topic partition offset` lines;
+  see `checkpoint_file.py`), read when the manager is created and rewritten atomically by `checkpoint()`.
+  A missing or corrupt file means "never cleaned": the next pass starts at the log start, which is always
+  safe. Entries of partitions not registered (yet) are kept, in the dir they were read from;
+- which partition is being cleaned (never two passes on one partition);
+- which partitions failed, why and when, and when they may be tried again.
 
-Choosing (`cleanable_logs`, `grab_filthiest_log`), per compacted log:
+The partitions themselves are `CleanablePartition`s: the manager asks each for its cleanable range and has
+the chosen ones clean themselves, because a log's segments can only be rewritten by the process that owns
+them (in process: `storage.logdir.partition_handles.LocalPartition`; on Ray: the partition's actor). Every
+call returns a `Pending` answer, so partitions in other processes measure and clean in parallel.
+
+Choosing (`cleanable_logs`, `grab_filthiest_logs`), per compacted partition (`log_to_clean`):
 
 - first dirty offset = checkpoint entry, or the log start offset; an entry below the log start or above
   the log end (truncation, deleted records) is reset to the log start;
@@ -22,31 +28,32 @@ Choosing (`cleanable_logs`, `grab_filthiest_log`), per compacted log:
   older than `max.compaction.lag.ms` (the first batch timestamp of a dirty non-active segment) and it has
   cleanable bytes. The highest ratio wins.
 
-Failures (Kafka's complaint, spec §6.4: one exception marks a partition uncleanable until restart, and
-`__consumer_offsets` grows without bound): here a failed pass marks only that log, records the error text
-and time, and retries it after `log.cleaner.backoff.ms` x 2**(failures - 1), capped at 64 x the backoff
-(16 minutes at the 15 s default), so a transient fault clears by itself and a persistent one costs one
-failed pass per cap. `uncleanable()` lists them. A successful pass clears the record.
+Failures: in Kafka one exception marks a partition uncleanable until the broker restarts, and
+`__consumer_offsets` then grows without bound. Here a failed pass marks only that partition, records the
+error text and time, and retries it after `log.cleaner.backoff.ms` x 2**(failures - 1), capped at 64 x the
+backoff (16 minutes at the 15 s default), so a transient fault clears by itself and a persistent one costs
+one failed pass per cap. `uncleanable()` lists them. A successful pass clears the record.
 
-`run_once()` is one iteration of a Kafka cleaner thread: grab, clean, record progress, checkpoint, then
-retention (`delete_old_segments`) for every compacted log, as Kafka's cleaner thread does, including logs
-whose cleaning failed (Kafka skips those, so a broken compacted log also stops honouring retention).
-The caller (the broker's actor) schedules it, every `log.cleaner.backoff.ms` when it returns None.
-All methods are thread-safe; `run_once` must not run twice at once for the same manager.
+`run_once()` is one iteration of Kafka's cleaner threads: grab the `log.cleaner.threads` filthiest
+partitions, clean them at once, record progress, checkpoint, then retention (`delete_old_segments`) for
+every compacted partition, as Kafka's cleaner thread does, including those whose cleaning failed (Kafka
+skips those, so a broken compacted log also stops honouring retention). The broker's log manager
+(`storage.logdir.log_manager`) schedules it every `log.cleaner.backoff.ms`. All methods are thread-safe;
+`run_once` must not run twice at once for the same manager.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from storage import file_names
 from storage.clock import Clock
 from storage.compaction.cleaner import (
-    Cleaner,
     CleanResult,
     dirty_segments,
     first_uncleanable_offset,
@@ -54,39 +61,41 @@ from storage.compaction.cleaner import (
     floor_base_offset,
 )
 from storage.config.cleaner_config import CleanerConfig
-from storage.errors import CorruptCheckpointError, StorageError
+from storage.errors import KafkaStorageError, StorageError
 from storage.logdir.checkpoint_file import OffsetCheckpointFile
+from storage.pending import Pending
 from storage.records.record_batch import MAGIC_OFFSET, MAX_TIMESTAMP_OFFSET, RECORD_BATCH_OVERHEAD
 from storage.segment.log_segment import LogSegment
+from storage.topic_partition import TopicPartition
 
 if TYPE_CHECKING:
     from storage.partition.log import Log
 
 logger = logging.getLogger(__name__)
 
-TopicPartition = tuple[str, int]
 # Retry backoff doubles per failure up to 2**6 = 64 x log.cleaner.backoff.ms (16 min at the 15 s default).
 MAX_BACKOFF_DOUBLINGS = 6
 
 
 def failure_backoff_ms(backoff_ms: int, failures: int) -> int:
-    """How long a log waits after its `failures`-th failed cleaning in a row before it is tried again."""
-    return backoff_ms * 2 ** min(failures - 1, MAX_BACKOFF_DOUBLINGS)
+    """How long a partition waits after its `failures`-th failed cleaning in a row before it is tried again."""
+    doublings: int = min(failures - 1, MAX_BACKOFF_DOUBLINGS)
+    return backoff_ms << doublings
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class LogToClean:
-    """A compacted log's cleanable range and how dirty it is."""
+    """A compacted log's cleanable range and how dirty it is (plain values: it crosses processes)."""
 
     topic: str
     partition: int
-    log: Log
     first_dirty_offset: int
     first_uncleanable_offset: int
     clean_bytes: int
     cleanable_bytes: int
     max_compaction_delay_ms: int
     checkpoint_reset: bool
+    min_cleanable_dirty_ratio: float
 
     @property
     def topic_partition(self) -> TopicPartition:
@@ -106,13 +115,13 @@ class LogToClean:
     @property
     def eligible(self) -> bool:
         return (self.needs_compaction_now and self.cleanable_bytes > 0) or (
-            self.dirty_ratio > self.log.config.min_cleanable_dirty_ratio
+            self.dirty_ratio > self.min_cleanable_dirty_ratio
         )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class UncleanableLog:
-    """Why a log's last pass failed, how often in a row, and when it is tried again."""
+    """Why a partition's last pass failed, how often in a row, and when it is tried again."""
 
     reason: str
     failed_at_ms: int
@@ -120,98 +129,136 @@ class UncleanableLog:
     retry_at_ms: int
 
 
+class CleanablePartition(Protocol):
+    """What the cleaner manager calls on a partition; each call answers a `Pending`."""
+
+    def cleanable(self, checkpointed_first_dirty: int | None) -> Pending[LogToClean | None]:
+        """The partition's `log_to_clean` now (None: not compacted, closed, or not dirty enough)."""
+        ...
+
+    def clean(self, first_dirty_offset: int, first_uncleanable_offset: int) -> Pending[CleanResult]:
+        """One compaction pass of [first dirty, first uncleanable)."""
+        ...
+
+    def delete_old_segments(self) -> Pending[int]: ...
+
+    def delete_due_files(self) -> Pending[int]: ...
+
+
+@dataclass(slots=True)
+class _Registered:
+    partition: CleanablePartition
+    log_dir: Path
+
+
 class CleanerManager:
-    """Cleaner state and checkpoint for the compacted logs of one log dir (see the module docstring)."""
+    """Cleaner state and checkpoints of one broker's compacted partitions (see the module docstring)."""
 
     def __init__(
         self,
-        checkpoint_path: Path,
+        log_dirs: Sequence[Path],
         clock: Clock,
         config: CleanerConfig | None = None,
         *,
-        cleaner: Cleaner | None = None,
+        on_checkpoint_failure: Callable[[Path, BaseException], object] | None = None,
     ) -> None:
+        """Reads the cleaner checkpoint of each of `log_dirs`. A dir whose checkpoint cannot be written is
+        passed to `on_checkpoint_failure` (the log manager takes it offline); without one the error is raised."""
         self.config = config or CleanerConfig()
         self._clock = clock
-        self._checkpoint_file = OffsetCheckpointFile(Path(checkpoint_path))
-        self._cleaner = cleaner
+        self._on_checkpoint_failure = on_checkpoint_failure
         self._lock = threading.RLock()
-        self._logs: dict[TopicPartition, Log] = {}
+        self._checkpoint_lock = threading.Lock()
+        self._log_dirs = [Path(directory) for directory in log_dirs]
+        self._partitions: dict[TopicPartition, _Registered] = {}
         self._in_progress: set[TopicPartition] = set()
         self._failures: dict[TopicPartition, UncleanableLog] = {}
-        try:
-            self._offsets: dict[TopicPartition, int] = self._checkpoint_file.read()
-        except CorruptCheckpointError as exc:
-            logger.warning("%s; every log will be cleaned from its start", exc)
-            self._offsets = {}
+        self._offsets: dict[TopicPartition, int] = {}
+        self._dir_of: dict[TopicPartition, Path] = {}
+        for directory in self._log_dirs:
+            path = directory / file_names.CLEANER_OFFSET_CHECKPOINT
+            try:
+                found = OffsetCheckpointFile(path, read_only=True).read() if path.exists() else {}
+            except (StorageError, OSError) as exc:
+                logger.warning("%s; its logs will be cleaned from their start", exc)
+                found = {}
+            for tp, offset in found.items():
+                self._offsets[tp] = offset
+                self._dir_of[tp] = directory
 
-    @property
-    def cleaner(self) -> Cleaner:
-        """The cleaner `run_once` uses, created on first use (its offset map is allocated then)."""
-        if self._cleaner is None:
-            self._cleaner = Cleaner(self.config, self._clock)
-        return self._cleaner
+    # --- partitions ----------------------------------------------------------------------------------
 
-    # --- logs ----------------------------------------------------------------------------------------
-
-    def register(self, topic: str, partition: int, log: Log) -> None:
-        """Starts managing `log` (replacing a log registered under the same partition)."""
+    def register(self, topic: str, partition: int, cleanable: CleanablePartition, log_dir: Path) -> None:
+        """Starts managing the partition, whose folder is in `log_dir` (replacing one registered under the
+        same name)."""
         file_names.partition_dir_name(topic, partition)
         with self._lock:
-            self._logs[(topic, partition)] = log
+            self._partitions[(topic, partition)] = _Registered(cleanable, Path(log_dir))
+            self._dir_of[(topic, partition)] = Path(log_dir)
 
     def unregister(self, topic: str, partition: int) -> None:
         """Stops managing the partition (deleted or moved) and forgets its checkpoint entry and failures."""
         tp = (topic, partition)
         with self._lock:
-            self._logs.pop(tp, None)
+            self._partitions.pop(tp, None)
             self._offsets.pop(tp, None)
+            self._dir_of.pop(tp, None)
             self._failures.pop(tp, None)
             self._in_progress.discard(tp)
 
+    def handle_log_dir_failure(self, log_dir: Path) -> None:
+        """`log_dir` went offline: its partitions and checkpoint are no longer this manager's."""
+        with self._lock:
+            if log_dir in self._log_dirs:
+                self._log_dirs.remove(log_dir)
+            for tp in [tp for tp, directory in self._dir_of.items() if directory == log_dir]:
+                self.unregister(*tp)
+
     def cleaner_offsets(self) -> dict[TopicPartition, int]:
-        """The first dirty offset of every partition the checkpoint knows."""
+        """The first dirty offset of every partition the checkpoints know."""
         with self._lock:
             return dict(self._offsets)
 
     # --- choosing ------------------------------------------------------------------------------------
 
     def cleanable_logs(self, now_ms: int | None = None) -> list[LogToClean]:
-        """Every compacted log that qualifies for a pass now, filthiest first (in-progress and backing-off
-        logs excluded)."""
+        """Every compacted partition that qualifies for a pass now, filthiest first (in-progress and
+        backing-off partitions excluded). A partition that cannot answer is marked failed."""
         now_ms = self._clock.milliseconds() if now_ms is None else now_ms
         with self._lock:
-            candidates = []
-            for tp, log in self._logs.items():
-                if tp in self._in_progress or not log.config.compact or log.closed:
-                    continue
+            asked = []
+            for tp, registered in self._partitions.items():
                 failure = self._failures.get(tp)
-                if failure is not None and now_ms < failure.retry_at_ms:
+                if tp in self._in_progress or (failure is not None and now_ms < failure.retry_at_ms):
                     continue
+                asked.append((tp, registered.partition.cleanable(self._offsets.get(tp))))
+            candidates = []
+            for tp, pending in asked:
                 try:
-                    ltc = self._log_to_clean(tp, log, now_ms)
-                except StorageError as exc:
+                    found = pending.result()
+                except Exception as exc:
                     self.mark_failed(tp, exc)
                     continue
-                if ltc is not None:
-                    candidates.append(ltc)
+                if found is not None:
+                    candidates.append(replace(found, topic=tp[0], partition=tp[1]))
         candidates.sort(key=lambda ltc: (-ltc.dirty_ratio, ltc.topic_partition))
         return candidates
 
-    def grab_filthiest_log(self, now_ms: int | None = None) -> LogToClean | None:
-        """The filthiest qualifying log, now marked in progress (and its checkpoint reset if out of range)."""
+    def grab_filthiest_logs(self, limit: int, now_ms: int | None = None) -> list[LogToClean]:
+        """Up to `limit` filthiest qualifying partitions, now marked in progress (and their checkpoint entry
+        reset when it was out of range)."""
         with self._lock:
-            candidates = self.cleanable_logs(now_ms)
-            if not candidates:
-                return None
-            chosen = candidates[0]
-            if chosen.checkpoint_reset:
-                self._offsets[chosen.topic_partition] = chosen.first_dirty_offset
-            self._in_progress.add(chosen.topic_partition)
+            chosen = self.cleanable_logs(now_ms)[:limit]
+            for ltc in chosen:
+                if ltc.checkpoint_reset:
+                    self._offsets[ltc.topic_partition] = ltc.first_dirty_offset
+                self._in_progress.add(ltc.topic_partition)
             return chosen
 
-    def _log_to_clean(self, tp: TopicPartition, log: Log, now_ms: int) -> LogToClean | None:
-        return log_to_clean(tp, log, self._offsets.get(tp), now_ms)
+    def grab_filthiest_log(self, now_ms: int | None = None) -> LogToClean | None:
+        """The filthiest qualifying partition, marked in progress; None if none qualifies."""
+        chosen = self.grab_filthiest_logs(1, now_ms)
+        return chosen[0] if chosen else None
 
     # --- progress ------------------------------------------------------------------------------------
 
@@ -219,12 +266,18 @@ class CleanerManager:
         """Records a finished pass: the partition's first dirty offset becomes `end_offset`."""
         with self._lock:
             self._in_progress.discard(tp)
-            if tp in self._logs:
+            if tp in self._partitions:
                 self._offsets[tp] = end_offset
                 self._failures.pop(tp, None)
 
+    def abort_cleaning(self, tp: TopicPartition) -> None:
+        """A pass that ended without a result to record (`CleanResult.aborted`): the partition may be chosen
+        again."""
+        with self._lock:
+            self._in_progress.discard(tp)
+
     def mark_failed(self, tp: TopicPartition, error: BaseException | str) -> UncleanableLog:
-        """Marks only this log uncleanable until its retry time (see the module docstring)."""
+        """Marks only this partition uncleanable until its retry time (see the module docstring)."""
         now_ms = self._clock.milliseconds()
         reason = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
         with self._lock:
@@ -242,48 +295,77 @@ class CleanerManager:
         with self._lock:
             return dict(self._failures)
 
-    def checkpoint(self) -> None:
-        """Rewrites `cleaner-offset-checkpoint` atomically with every known partition's first dirty offset."""
-        with self._lock:
-            offsets = dict(sorted(self._offsets.items()))
-        self._checkpoint_file.write(offsets)
+    def checkpoint(self, log_dir: Path | None = None) -> None:
+        """Rewrites `cleaner-offset-checkpoint` atomically in `log_dir` (default: every dir) with the first
+        dirty offset of each partition known there."""
+        failed: list[tuple[Path, BaseException]] = []
+        # One writer at a time (they would share `<name>.tmp`); the failure callback runs after, with no lock
+        # of this manager held, as it takes the log manager's.
+        with self._checkpoint_lock:
+            with self._lock:
+                directories = list(self._log_dirs) if log_dir is None else [log_dir]
+                offsets = sorted(self._offsets.items())
+                dir_of = dict(self._dir_of)
+            for directory in directories:
+                here = {tp: offset for tp, offset in offsets if dir_of.get(tp) == directory}
+                try:
+                    OffsetCheckpointFile(directory / file_names.CLEANER_OFFSET_CHECKPOINT).write(here)
+                except (KafkaStorageError, OSError) as exc:
+                    if self._on_checkpoint_failure is None:
+                        raise
+                    failed.append((directory, exc))
+        for directory, error in failed:
+            assert self._on_checkpoint_failure is not None
+            self._on_checkpoint_failure(directory, error)
 
-    # --- one cleaner-thread iteration ----------------------------------------------------------------
+    # --- one iteration of the cleaner threads --------------------------------------------------------
 
-    def run_once(self) -> CleanResult | None:
-        """Cleans the filthiest log, if any (see the module docstring); None when nothing was cleaned."""
+    def run_once(self) -> list[CleanResult]:
+        """Cleans the filthiest partitions, `log.cleaner.threads` at once (see the module docstring); returns
+        what each pass did, aborted passes included."""
         if not self.config.enabled:
-            return None
-        ltc = self.grab_filthiest_log()
-        result = None
-        if ltc is not None:
-            tp = ltc.topic_partition
+            return []
+        chosen = self.grab_filthiest_logs(self.config.log_cleaner_threads)
+        with self._lock:
+            running = [
+                (
+                    ltc.topic_partition,
+                    self._partitions[ltc.topic_partition].partition.clean(
+                        ltc.first_dirty_offset, ltc.first_uncleanable_offset
+                    ),
+                )
+                for ltc in chosen
+            ]
+        results = []
+        for tp, pending in running:
             try:
-                result = self.cleaner.clean(ltc.log, ltc.first_dirty_offset, ltc.first_uncleanable_offset)
+                result = pending.result()
             except Exception as exc:
-                # Any failure is confined to this log: it is retried after its backoff, the others go on.
+                # Any failure is confined to this partition: it is retried after its backoff, the others go on.
                 self.mark_failed(tp, exc)
+                continue
+            if result.aborted:
+                self.abort_cleaning(tp)
             else:
-                if result.aborted:
-                    with self._lock:
-                        self._in_progress.discard(tp)
-                else:
-                    self.done_cleaning(tp, result.end_offset)
+                self.done_cleaning(tp, result.end_offset)
+            results.append(result)
+        if chosen:
             self.checkpoint()
         self._run_retention()
-        return result
+        return results
 
     def _run_retention(self) -> None:
+        """Retention for every registered partition not being cleaned (a log manager registers only the
+        partitions of compacted topics, and leaves their retention to this pass, as Kafka does)."""
         with self._lock:
-            logs = [(tp, log) for tp, log in self._logs.items() if log.config.compact and tp not in self._in_progress]
-        for tp, log in logs:
-            if log.closed:
-                continue
-            try:
-                log.delete_old_segments()
-                log.delete_due_files()
-            except StorageError as exc:
-                logger.warning("retention of %s-%d failed: %s", *tp, exc)
+            partitions = [(tp, r.partition) for tp, r in self._partitions.items() if tp not in self._in_progress]
+        pending = [(tp, p.delete_old_segments(), p.delete_due_files()) for tp, p in partitions]
+        for tp, deleted, due in pending:
+            for answer in (deleted, due):
+                try:
+                    answer.result()
+                except Exception as exc:
+                    logger.warning("retention of %s-%d failed: %s", *tp, exc)
 
 
 def log_to_clean(tp: TopicPartition, log: Log, checkpointed: int | None, now_ms: int) -> LogToClean | None:
@@ -341,13 +423,13 @@ def _measure(
     return LogToClean(
         tp[0],
         tp[1],
-        log,
         first_dirty,
         upper,
         clean_bytes,
         cleanable_bytes,
         _max_compaction_delay_ms(log, segments, first_dirty, now_ms),
         reset,
+        log.config.min_cleanable_dirty_ratio,
     )
 
 
@@ -376,4 +458,4 @@ def _first_batch_timestamp(segment: LogSegment) -> int:
     return int.from_bytes(header[MAX_TIMESTAMP_OFFSET : MAX_TIMESTAMP_OFFSET + 8], "big", signed=True)
 
 
-__all__ = ["CleanerManager", "LogToClean", "UncleanableLog"]
+__all__ = ["CleanablePartition", "CleanerManager", "LogToClean", "UncleanableLog", "log_to_clean"]

@@ -1,6 +1,7 @@
 """The dir-level state of one broker's log dirs: locks, identity, markers, checkpoints, placement,
-delayed folder deletion and offline dirs. The logs themselves are someone else's: the in-process
-`LogManager`, or the partition actors of the broker on Ray.
+delayed folder deletion and offline dirs. The partitions themselves are the log manager's
+(`storage.logdir.log_manager`), and the cleaner checkpoint is the cleaner manager's
+(`storage.compaction.cleaner_manager`).
 
 | state                                  | persisted in (per log dir)                                 |
 |----------------------------------------|------------------------------------------------------------|
@@ -20,7 +21,7 @@ crash leaves the old file or the new one.
 Startup (once per `release_all`): the cluster id is the configured one, else the one in the first
 readable meta.properties, else a new one. Then per dir: take the lock, check or write meta.properties
 (a dir of another cluster or node goes offline, untouched), note and DELETE the clean-shutdown marker
-(so a crash while running counts as unclean), read the checkpoints (an unreadable one is treated as
+(so a crash while running counts as unclean), read the offset checkpoints (an unreadable one is treated as
 empty: full recovery, as Kafka does), and list the partition folders; a partition found in two dirs
 is an error. Folders renamed `...-delete` are removed after `file.delete.delay.ms`; folders of the
 internal `__cluster_metadata` topic belong to the controller and are not listed. A startup that fails
@@ -65,10 +66,10 @@ from storage.logdir.meta_properties import (
     with_directory_id,
     write_meta_properties,
 )
+from storage.topic_partition import TopicPartition
 
 logger = logging.getLogger(__name__)
 
-TopicPartition = tuple[str, int]
 METADATA_TOPIC = "__cluster_metadata"
 
 
@@ -91,13 +92,13 @@ def checkpointed_offsets(folder: Path) -> tuple[int, int]:
 
 @dataclass(frozen=True, slots=True)
 class LoadedDir:
-    """What startup found in one online log dir: the marker it deleted, its checkpoints, its partition folders."""
+    """What startup found in one online log dir: the marker it deleted, the recovery points and log start offsets
+    it checkpointed, its partition folders."""
 
     path: Path
     had_clean_shutdown: bool
     recovery_points: dict[TopicPartition, int]
     log_start_offsets: dict[TopicPartition, int]
-    cleaner_offsets: dict[TopicPartition, int]
     partitions: dict[TopicPartition, Path]
 
 
@@ -210,7 +211,6 @@ class LogDirs:
             had_clean_shutdown,
             self._read_checkpoint(directory, file_names.RECOVERY_POINT_CHECKPOINT),
             self._read_checkpoint(directory, file_names.LOG_START_OFFSET_CHECKPOINT),
-            self._read_checkpoint(directory, file_names.CLEANER_OFFSET_CHECKPOINT),
             partitions,
         )
 

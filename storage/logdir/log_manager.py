@@ -1,11 +1,19 @@
-"""The logs of one broker across its log dirs (Kafka's `LogManager`), as plain storage code.
+"""The partitions of one broker across its log dirs (Kafka's `LogManager`): the logic the broker runs.
+
+One class for both ways a broker runs: in process (`LocalPartitions`, the default: each partition a
+`storage.partition.log.Log` here) and on Ray (`actors.server.log_manager` passes the factory of
+`actors.server.partition_handles`: a partition actor, or a place in a partition host, per partition). The
+manager sees partitions only through `storage.logdir.partition_handles` (`PartitionHandle`,
+`PartitionFactory`), so its logic is tested without Ray, on a `MockClock`.
 
 Everything dir-level (locks, meta.properties, the clean-shutdown marker, reading and writing checkpoint
 files, placement order, delayed removal of `-delete` folders, offline dirs) is `storage.logdir.log_dirs.LogDirs`'s;
-its docstring describes those files. This module owns the in-process `Log` objects and what goes into
-each checkpoint file, one line per online log of that dir:
+its docstring describes those files. Cleaning state (what is dirty, in progress, failed, backing off, and the
+`cleaner-offset-checkpoint`) is `storage.compaction.cleaner_manager.CleanerManager`'s; partitions of compacted
+topics are registered with it. This module owns which partition lives in which dir, and what goes into the
+other three checkpoint files, one line per online partition of that dir:
 
-| checkpoint file                      | value written per log                                        |
+| checkpoint file                      | value written per partition                                  |
 |--------------------------------------|--------------------------------------------------------------|
 | `recovery-point-offset-checkpoint`   | `recovery_point`: the offset below which the log is flushed  |
 | `log-start-offset-checkpoint`        | `log_start_offset`, only when above the first segment's base |
@@ -13,42 +21,88 @@ each checkpoint file, one line per online log of that dir:
 
 Startup: `LogDirs.startup` locks and reads every dir, then every partition folder found is opened with
 a bounded pool of `num.recovery.threads.per.data.dir` threads per dir, from the dir's recovery point and
-log start offset, trusting the indexes only after a clean shutdown. A log that fails to open takes its
-dir offline; a startup that fails (a dir locked by another owner, a corrupt meta.properties, every dir
-offline) closes what it opened and releases every lock before raising.
+log start offset, trusting the indexes only after a clean shutdown. A partition that fails to open with an
+I/O error (`KafkaStorageError`, `OSError`) takes its dir offline; any other failure, like a startup that
+fails (a dir locked by another owner, a corrupt meta.properties, every dir offline), stops what was opened
+and releases every lock before raising (Kafka's rule).
 
-A new partition goes to the first dir of `LogDirs.placement_order` (fewest partitions); if creating it
-there fails, that dir goes offline and the next one is tried. A dir that goes offline has its logs'
-files closed (Kafka's `handleLogDirFailure`); its partitions stay mapped to it and fail with
-`KafkaStorageError` instead of being recreated empty elsewhere, while the other dirs keep serving. The
-periodic tasks (retention, flush, checkpoints, delayed deletes) do not raise for such an error: the dir
-goes offline (logged, and listed by `offline_dirs`) and the pass goes on with the other dirs. Shutdown
-closes (flushes) every online log, writes the checkpoints, then the clean-shutdown markers, and unlocks.
+A new partition goes to the first dir of `LogDirs.placement_order` (fewest partitions); if opening it there
+fails with an I/O error, that dir goes offline and the next one is tried; any other error is raised and
+leaves every dir online. A dir that goes offline has its partitions' files closed (Kafka's
+`handleLogDirFailure`); its partitions stay mapped to it and fail with `KafkaStorageError` instead of being
+recreated empty elsewhere, while the other dirs keep serving. The periodic tasks (retention, flush,
+checkpoints, delayed deletes, cleaning) do not raise for a partition's error: an I/O error takes its dir
+offline (logged, and listed by `offline_dirs`), anything else is logged, and the pass goes on.
+Deleting a partition rewrites its dir's checkpoints at once (as Kafka's async delete does), so a topic
+created again under the same name never inherits them. Shutdown closes (flushes) every online partition,
+writes the checkpoints, then the clean-shutdown markers, and unlocks.
 
-Every method is idempotent: creating an existing log returns it, deleting a missing one does nothing,
-checkpoints and scheduled tasks can run any number of times. The periodic work is exposed as methods
-that the broker's actor calls on Kafka's intervals. Lock order: the manager's lock, then the `LogDirs`
-lock, then a log's lock; every call into `LogDirs` is made under the manager's lock.
+Scheduling: `schedule(scheduler, broker_config)` registers the periodic work on a
+`storage.logdir.scheduler.Scheduler` at Kafka's intervals (`log.retention.check.interval.ms`,
+`log.flush.scheduler.interval.ms`, `log.flush.offset.checkpoint.interval.ms`,
+`log.flush.start.offset.checkpoint.interval.ms`, `replica.high.watermark.checkpoint.interval.ms`,
+`log.cleaner.backoff.ms`), each first due after `log.initial.task.delay.ms`; whoever drives the scheduler
+(a thread of the Ray actor, a test moving a `MockClock`) decides nothing else.
+
+Every method is idempotent: creating an existing partition returns it, deleting a missing one does nothing,
+checkpoints and scheduled tasks can run any number of times. Lock order: the manager's lock, then the
+`LogDirs` lock, then a partition's own; every call into `LogDirs` is made under the manager's lock.
+Partitions are asked outside it, except while creating, deleting and shutting down.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
-from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+import time
+from collections.abc import Callable, Collection, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from storage import file_names
 from storage.clock import SYSTEM_CLOCK, Clock
+from storage.compaction.cleaner_manager import CleanerManager, UncleanableLog
+from storage.config.broker_config import BrokerConfig
+from storage.config.cleaner_config import CleanerConfig
 from storage.config.log_config import LogConfig
-from storage.errors import KafkaStorageError, StorageError
-from storage.logdir.log_dirs import LoadedDir, LogDirs, TopicPartition
+from storage.errors import KafkaStorageError
+from storage.logdir.log_dirs import LoadedDir, LogDirs
+from storage.logdir.partition_handles import (
+    LocalPartition,
+    LocalPartitions,
+    PartitionFactory,
+    PartitionHandle,
+    PartitionState,
+)
+from storage.logdir.scheduler import Scheduler
 from storage.partition.log import Log
+from storage.pending import Pending
+from storage.topic_partition import TopicPartition
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# How long taking a dir offline waits for its partitions to close their files: a partition busy with a long
+# append answers after it; one that does not (its process hung on the failed disk) must not stall the broker.
+OFFLINE_TIMEOUT_SECONDS = 30
+# The checkpoint files this module fills from partition states (the cleaner's is the cleaner manager's).
+OFFSET_CHECKPOINTS = (
+    file_names.RECOVERY_POINT_CHECKPOINT,
+    file_names.LOG_START_OFFSET_CHECKPOINT,
+    file_names.REPLICATION_OFFSET_CHECKPOINT,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionPlacement:
+    """Where a partition lives on this broker."""
+
+    topic: str
+    partition: int
+    directory: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,8 +116,19 @@ class LogDirInfo:
     error: str | None = None
 
 
+def checkpoint_values(states: Mapping[TopicPartition, PartitionState]) -> dict[str, dict[TopicPartition, int]]:
+    """What each offset checkpoint file lists for these partitions (see the module docstring's table)."""
+    return {
+        file_names.RECOVERY_POINT_CHECKPOINT: {tp: s.recovery_point for tp, s in states.items()},
+        file_names.LOG_START_OFFSET_CHECKPOINT: {
+            tp: s.log_start_offset for tp, s in states.items() if s.log_start_offset > s.first_segment_base
+        },
+        file_names.REPLICATION_OFFSET_CHECKPOINT: {tp: s.high_watermark for tp, s in states.items()},
+    }
+
+
 class LogManager:
-    """The partition logs of one broker over one or more log dirs; see the module docstring."""
+    """The partitions of one broker over one or more log dirs; see the module docstring."""
 
     def __init__(
         self,
@@ -76,22 +141,53 @@ class LogManager:
         node_id: int = 0,
         recovery_threads_per_data_dir: int = 1,
         file_delete_delay_ms: int = 60_000,
+        cleaner_config: CleanerConfig | None = None,
+        partitions: PartitionFactory | None = None,
     ) -> None:
+        """`partitions` starts and stops the partitions; default: `LocalPartitions`, logs in this process."""
         self._dirs = LogDirs(
             log_dirs,
             clock=clock,
             cluster_id=cluster_id,
             node_id=node_id,
             file_delete_delay_ms=file_delete_delay_ms,
-            on_offline=self._close_logs_of_offline_dir,
+            on_offline=self._handle_log_dir_failure,
         )
         self.default_config = default_config or LogConfig()
         self._topic_configs = dict(topic_configs or {})
         self.clock = clock
         self.recovery_threads_per_data_dir = max(1, recovery_threads_per_data_dir)
+        self.cleaner_config = cleaner_config or CleanerConfig()
+        self._factory = partitions or LocalPartitions(clock, self.cleaner_config)
         self._lock = threading.RLock()
-        self._logs: dict[TopicPartition, Log] = {}
+        self._handles: dict[TopicPartition, PartitionHandle] = {}
         self._dir_of: dict[TopicPartition, Path] = {}
+        self._cleaner: CleanerManager | None = None
+
+    @classmethod
+    def from_broker_config(
+        cls,
+        config: BrokerConfig,
+        *,
+        topic_configs: Mapping[str, LogConfig] | None = None,
+        clock: Clock = SYSTEM_CLOCK,
+        cluster_id: str | None = None,
+        partitions: PartitionFactory | None = None,
+    ) -> LogManager:
+        """A manager of `config.log_dirs` with the broker's defaults (`log.*`, `log.cleaner.*`, `node.id`,
+        `num.recovery.threads.per.data.dir`, `log.segment.delete.delay.ms`)."""
+        return cls(
+            config.log_dirs,
+            default_config=config.log_config,
+            topic_configs=topic_configs,
+            clock=clock,
+            cluster_id=cluster_id,
+            node_id=config.node_id,
+            recovery_threads_per_data_dir=config.num_recovery_threads_per_data_dir,
+            file_delete_delay_ms=config.log_segment_delete_delay_ms,
+            cleaner_config=config.cleaner_config,
+            partitions=partitions,
+        )
 
     @property
     def log_dirs(self) -> list[Path]:
@@ -111,80 +207,120 @@ class LogManager:
     def file_delete_delay_ms(self) -> int:
         return self._dirs.file_delete_delay_ms
 
+    @property
+    def cleaner(self) -> CleanerManager | None:
+        """The cleaning state of the compacted partitions (None before startup)."""
+        return self._cleaner
+
     # --- startup ---------------------------------------------------------------------------------
 
     def startup(self) -> None:
-        """Locks every dir, checks its identity, and loads (recovering if needed) every log in it."""
+        """Locks every dir, checks its identity, and opens (recovering if needed) every partition in it."""
         with self._lock:
             if self._dirs.started:
                 return
             try:
-                for loaded in self._dirs.startup():
+                loaded = self._dirs.startup()
+                self._cleaner = CleanerManager(
+                    [found.path for found in loaded],
+                    self.clock,
+                    self.cleaner_config,
+                    on_checkpoint_failure=self._cleaner_checkpoint_failed,
+                )
+                for found in loaded:
                     try:
-                        self._open_logs(loaded)
+                        self._open_dir(found)
                     except (KafkaStorageError, OSError) as exc:
-                        self._dirs.take_offline(loaded.path, exc)
+                        self._dirs.take_offline(found.path, exc)
                 self._dirs.raise_if_all_offline()
             except BaseException:
                 self._abandon()
                 raise
 
-    def _open_logs(self, loaded: LoadedDir) -> None:
-        def load(tp: TopicPartition, folder: Path) -> Log:
-            return Log.open(
+    def _open_dir(self, loaded: LoadedDir) -> None:
+        """Opens the dir's partitions, `recovery_threads_per_data_dir` at a time; raises the first failure."""
+
+        def open_partition(tp: TopicPartition, folder: Path) -> PartitionHandle:
+            return self._factory.open(
+                tp,
                 folder,
                 self.config_for(tp[0]),
-                clock=self.clock,
-                recovery_point=loaded.recovery_points.get(tp, 0),
-                log_start_offset=loaded.log_start_offsets.get(tp, 0),
-                had_clean_shutdown=loaded.had_clean_shutdown,
+                loaded.recovery_points.get(tp, 0),
+                loaded.log_start_offsets.get(tp, 0),
+                loaded.had_clean_shutdown,
             )
 
-        jobs = list(loaded.partitions.items())
+        jobs = sorted(loaded.partitions.items())
         with ThreadPoolExecutor(max_workers=self.recovery_threads_per_data_dir) as pool:
-            futures: list[Future[Log]] = [pool.submit(load, tp, folder) for tp, folder in jobs]
+            futures = [pool.submit(open_partition, tp, folder) for tp, folder in jobs]
         # Every partition found is mapped to this dir, even one that failed to open: if the dir goes
-        # offline its partitions must fail, not be recreated empty elsewhere. Logs that did open are
+        # offline its partitions must fail, not be recreated empty elsewhere. Partitions that did open are
         # registered so they are closed with the dir.
         failures: list[BaseException] = []
         for (tp, _), future in zip(jobs, futures, strict=True):
             self._dir_of[tp] = loaded.path
             failure = future.exception()
             if failure is not None:
+                logger.error("partition %s-%d in %s failed to open: %s", tp[0], tp[1], loaded.path, failure)
                 failures.append(failure)
                 continue
-            self._logs[tp] = future.result()
+            self._add(tp, loaded.path, future.result())
         if failures:
             raise failures[0]
-        logger.info("loaded %d logs from %s (clean shutdown: %s)", len(jobs), loaded.path, loaded.had_clean_shutdown)
+        logger.info(
+            "opened %d partitions in %s (clean shutdown: %s)", len(jobs), loaded.path, loaded.had_clean_shutdown
+        )
+
+    def _add(self, tp: TopicPartition, directory: Path, handle: PartitionHandle) -> None:
+        """Maps an open partition to its dir; a compacted one is registered with the cleaner."""
+        self._handles[tp] = handle
+        self._dir_of[tp] = directory
+        if self._cleaner is not None and self.config_for(tp[0]).compact:
+            self._cleaner.register(tp[0], tp[1], handle, directory)
 
     # --- lookup and placement --------------------------------------------------------------------
 
     def config_for(self, topic: str) -> LogConfig:
         return self._topic_configs.get(topic, self.default_config)
 
-    def set_topic_config(self, topic: str, config: LogConfig) -> None:
-        """Sets a topic's config; its open logs use it from their next append/roll/retention pass."""
+    def set_topic_config(self, topic: str, config: LogConfig) -> int:
+        """Sets a topic's config; its open partitions use it from their next append/roll/retention pass.
+        Returns how many open partitions were updated."""
         with self._lock:
             self._topic_configs[topic] = config
-            for (log_topic, _), log in self._logs.items():
-                if log_topic == topic:
-                    log.update_config(config)
+            handles = {
+                tp: h for tp, h in self._handles.items() if tp[0] == topic and self._dirs.is_online(self._dir_of[tp])
+            }
+            if self._cleaner is not None:
+                for tp, handle in handles.items():
+                    if config.compact:
+                        self._cleaner.register(tp[0], tp[1], handle, self._dir_of[tp])
+                    else:
+                        self._cleaner.unregister(*tp)
+        for pending in [handle.update_config(config) for handle in handles.values()]:
+            pending.result()
+        return len(handles)
 
-    def get_log(self, topic: str, partition: int) -> Log | None:
+    def partition(self, topic: str, partition: int) -> PartitionHandle | None:
+        """The partition's handle, None if this broker has no such partition; `KafkaStorageError` if its dir
+        is offline."""
         tp = (topic, partition)
         directory = self._dir_of.get(tp)
         if directory is not None:
             reason = self._dirs.offline_dirs.get(directory)
             if reason is not None:
                 raise KafkaStorageError(f"partition {topic}-{partition} is offline: {reason}", path=directory)
-        return self._logs.get(tp)
+        return self._handles.get(tp)
+
+    def get_log(self, topic: str, partition: int) -> Log | None:
+        """The partition's `Log`, for a manager whose partitions live in this process (`LocalPartitions`)."""
+        handle = self.partition(topic, partition)
+        return None if handle is None else _local_log(handle)
 
     def all_logs(self) -> dict[TopicPartition, Log]:
-        """Online logs by (topic, partition)."""
+        """Online logs by (topic, partition), for a manager whose partitions live in this process."""
         with self._lock:
-            offline = self._dirs.offline_dirs
-            return {tp: log for tp, log in self._logs.items() if self._dir_of[tp] not in offline}
+            return {tp: _local_log(handle) for tp, handle in self._online_handles().items()}
 
     def log_dir_of(self, topic: str, partition: int) -> Path | None:
         return self._dir_of.get((topic, partition))
@@ -198,159 +334,246 @@ class LogManager:
                 counts[directory] += 1
         return counts
 
-    def get_or_create_log(self, topic: str, partition: int, config: LogConfig | None = None) -> Log:
-        """The log of (topic, partition), created in the live dir with the fewest partitions if missing."""
+    def placements(self) -> list[PartitionPlacement]:
+        """Every open partition and its dir, sorted."""
+        with self._lock:
+            return [PartitionPlacement(t, p, str(self._dir_of[(t, p)])) for t, p in sorted(self._handles)]
+
+    def get_or_create_partition(
+        self, topic: str, partition: int, config: LogConfig | None = None
+    ) -> PartitionPlacement:
+        """The partition's placement, creating it (in the live dir with the fewest partitions) if missing;
+        `config`, when given, becomes the topic's config first."""
         folder_name = file_names.partition_dir_name(topic, partition)
+        tp = (topic, partition)
         with self._lock:
             if not self._dirs.started:
                 raise KafkaStorageError("the log manager is not started")
-            existing = self.get_log(topic, partition)
-            if existing is not None:
-                return existing
+            if self.partition(topic, partition) is not None:
+                return PartitionPlacement(topic, partition, str(self._dir_of[tp]))
             if config is not None:
                 self.set_topic_config(topic, config)
             errors: list[str] = []
             for directory in self._dirs.placement_order(self.partition_counts()):
                 try:
-                    log = Log.open(
-                        directory / folder_name,
-                        self.config_for(topic),
-                        clock=self.clock,
-                        had_clean_shutdown=True,
-                    )
+                    handle = self._factory.open(tp, directory / folder_name, self.config_for(topic), 0, 0, True)
                 except (KafkaStorageError, OSError) as exc:
                     errors.append(f"{directory}: {exc}")
                     self._dirs.take_offline(directory, exc)
                     continue
-                self._logs[(topic, partition)] = log
-                self._dir_of[(topic, partition)] = directory
-                return log
-            raise KafkaStorageError(f"cannot create log {folder_name} in any live log dir ({'; '.join(errors)})")
+                self._add(tp, directory, handle)
+                return PartitionPlacement(topic, partition, str(directory))
+            raise KafkaStorageError(f"cannot create {folder_name} in any live log dir ({'; '.join(errors)})")
+
+    def get_or_create_log(self, topic: str, partition: int, config: LogConfig | None = None) -> Log:
+        """`get_or_create_partition`, answering the `Log` of a partition that lives in this process."""
+        self.get_or_create_partition(topic, partition, config)
+        handle = self.partition(topic, partition)
+        assert handle is not None, "created under the lock, deleted by a concurrent call"
+        return _local_log(handle)
 
     def delete_log(self, topic: str, partition: int) -> bool:
-        """Kafka-style async delete: the folder is renamed `...-delete` now and removed after the delay."""
+        """Kafka-style async delete: the partition closes and stops, its folder is renamed `...-delete` now and
+        removed after the delay, and its dir's checkpoints are rewritten without it. False if it did not exist."""
+        tp = (topic, partition)
         with self._lock:
-            tp = (topic, partition)
-            log = self.get_log(topic, partition)
-            if log is None:
+            handle = self.partition(topic, partition)
+            if handle is None:
                 return False
-            directory = self._dir_of[tp]
-            # Under the log's lock no append can roll a new segment into the folder while it is renamed.
-            with log.lock:
-                self._dirs.schedule_folder_delete(log.directory, topic, partition)
-                log.close_without_marker()
-            del self._logs[tp]
-            del self._dir_of[tp]
+            directory = self._dir_of.pop(tp)
+            del self._handles[tp]
+            try:
+                handle.close().result()
+            except Exception as exc:
+                logger.warning("closing deleted partition %s-%d failed: %s", topic, partition, exc)
+            finally:
+                self._factory.stop(tp, handle)
+            self._dirs.schedule_folder_delete(directory / file_names.partition_dir_name(topic, partition), *tp)
             self._write_checkpoints([directory])
+            if self._cleaner is not None:
+                self._cleaner.unregister(topic, partition)
+                self._cleaner.checkpoint(directory)
             return True
+
+    # --- describing ------------------------------------------------------------------------------
+
+    def describe(self, topic: str | None = None) -> list[tuple[PartitionPlacement, PartitionState | None]]:
+        """Placement and live state of this broker's partitions (of `topic`, or all); state None for a
+        partition that cannot answer (its dir offline, its process restarting)."""
+        with self._lock:
+            items = [(tp, self._dir_of[tp], h) for tp, h in sorted(self._handles.items()) if topic in (None, tp[0])]
+        asked = [(tp, directory, handle.state()) for tp, directory, handle in items]
+        described: list[tuple[PartitionPlacement, PartitionState | None]] = []
+        for (t, p), directory, pending in asked:
+            try:
+                state: PartitionState | None = pending.result()
+            except Exception:
+                state = None
+            described.append((PartitionPlacement(t, p, str(directory)), state))
+        return described
+
+    def describe_dirs(self) -> list[LogDirInfo]:
+        states = self._each_partition(lambda handle: handle.state())
+        offline = self._dirs.offline_dirs
+        infos = []
+        for directory in self.log_dirs:
+            tps = [tp for tp, d in self._dir_of.items() if d == directory]
+            online = directory not in offline
+            size = sum(states[tp].size_bytes for tp in tps if tp in states) if online else 0
+            infos.append(LogDirInfo(str(directory), online, len(tps), size, offline.get(directory)))
+        return infos
 
     # --- scheduled work --------------------------------------------------------------------------
 
+    def schedule(self, scheduler: Scheduler, config: BrokerConfig) -> None:
+        """Registers the periodic work at `config`'s intervals (see the module docstring)."""
+        delay_ms = config.log_initial_task_delay_ms
+        tasks: list[tuple[str, Callable[[], object], int]] = [
+            ("kafka-log-retention", self._retention_pass, config.log_retention_check_interval_ms),
+            (
+                "kafka-recovery-point-checkpoint",
+                self.checkpoint_recovery_points,
+                config.log_flush_offset_checkpoint_interval_ms,
+            ),
+            (
+                "kafka-log-start-offset-checkpoint",
+                self.checkpoint_log_start_offsets,
+                config.log_flush_start_offset_checkpoint_interval_ms,
+            ),
+            (
+                "highwatermark-checkpoint",
+                self.checkpoint_high_watermarks,
+                config.replica_high_watermark_checkpoint_interval_ms,
+            ),
+            ("kafka-log-flusher", self.flush_dirty_logs, config.log_flush_scheduler_interval_ms),
+            # 0 is a valid `log.cleaner.backoff.ms`; a pass per scheduler tick is the closest to it.
+            ("log-cleaner", self.run_cleaner, max(1, config.log_cleaner_backoff_ms)),
+        ]
+        for name, task, period_ms in tasks:
+            scheduler.schedule(name, task, delay_ms, period_ms)
+
+    def _retention_pass(self) -> None:
+        self.run_retention()
+        self.delete_due_files()
+
     def run_retention(self) -> int:
-        """One retention pass over every online log; returns the number of segments deleted."""
-        return self._each_online_log(lambda log: log.delete_old_segments())
+        """One retention pass over every online partition; returns the number of segments deleted."""
+        return sum(self._each_partition(lambda handle: handle.delete_old_segments()).values())
 
     def flush_dirty_logs(self) -> int:
-        """fsyncs logs whose last flush is older than their `flush.ms`; returns how many were flushed."""
-        now_ms = self.clock.milliseconds()
-
-        def flush_if_due(log: Log) -> int:
-            if now_ms - log.last_flush_ms < log.config.flush_ms:
-                return 0
-            log.flush()
-            return 1
-
-        return self._each_online_log(flush_if_due)
+        """fsyncs partitions whose last flush is older than their `flush.ms`; returns how many were flushed."""
+        return sum(self._each_partition(lambda handle: handle.flush_if_due()).values())
 
     def delete_due_files(self) -> int:
         """Unlinks `.deleted` segments and `-delete` folders whose delay has passed; returns what is left."""
-        pending = self._each_online_log(lambda log: log.delete_due_files())
+        pending = sum(self._each_partition(lambda handle: handle.delete_due_files()).values())
         with self._lock:
             return pending + self._dirs.delete_due_folders()
 
-    def _each_online_log(self, action: Callable[[Log], int]) -> int:
-        """Sums `action` over the online logs; an I/O error takes that log's dir offline and the pass goes on."""
-        total = 0
-        for directory, log in self._online_logs():
-            failure: BaseException | None = None
-            with log.lock:
-                # Deleted or taken offline since the snapshot: skipped, not mistaken for an I/O error.
-                if log.closed or not self._dirs.is_online(directory):
-                    continue
-                try:
-                    total += action(log)
-                except (KafkaStorageError, OSError) as exc:
-                    failure = exc
-            if failure is not None:
-                with self._lock:
-                    self._dirs.take_offline(directory, failure)
-        return total
+    def run_cleaner(self) -> int:
+        """One pass of the cleaner (`CleanerManager.run_once`); returns how many partitions it cleaned."""
+        if self._cleaner is None:
+            return 0
+        return sum(not result.aborted for result in self._cleaner.run_once())
 
-    def _online_logs(self) -> list[tuple[Path, Log]]:
-        with self._lock:
-            return [(self._dir_of[tp], log) for tp, log in self.all_logs().items()]
+    def uncleanable(self) -> dict[TopicPartition, UncleanableLog]:
+        """Partitions whose last cleaning failed, and why."""
+        return {} if self._cleaner is None else self._cleaner.uncleanable()
 
     def checkpoint_recovery_points(self, dirs: Sequence[Path] | None = None) -> None:
-        self._write_checkpoint(file_names.RECOVERY_POINT_CHECKPOINT, lambda log: log.recovery_point, dirs)
+        self._write_checkpoints(dirs, [file_names.RECOVERY_POINT_CHECKPOINT])
 
     def checkpoint_log_start_offsets(self, dirs: Sequence[Path] | None = None) -> None:
-        """Only logs whose start offset is above their first segment's base are listed (Kafka's rule)."""
-        self._write_checkpoint(
-            file_names.LOG_START_OFFSET_CHECKPOINT,
-            lambda log: log.log_start_offset if log.log_start_offset > log.log_segments()[0].base_offset else None,
-            dirs,
-        )
+        """Only partitions whose start offset is above their first segment's base are listed (Kafka's rule)."""
+        self._write_checkpoints(dirs, [file_names.LOG_START_OFFSET_CHECKPOINT])
 
     def checkpoint_high_watermarks(self, dirs: Sequence[Path] | None = None) -> None:
-        self._write_checkpoint(file_names.REPLICATION_OFFSET_CHECKPOINT, lambda log: log.high_watermark, dirs)
+        self._write_checkpoints(dirs, [file_names.REPLICATION_OFFSET_CHECKPOINT])
 
-    def _write_checkpoints(self, dirs: Sequence[Path]) -> None:
-        self.checkpoint_recovery_points(dirs)
-        self.checkpoint_log_start_offsets(dirs)
-        self.checkpoint_high_watermarks(dirs)
-
-    def _write_checkpoint(self, name: str, value: Callable[[Log], int | None], dirs: Sequence[Path] | None) -> None:
-        """Rewrites `name` in each online dir of `dirs` (default: all); a dir that fails goes offline."""
+    def _write_checkpoints(
+        self,
+        dirs: Collection[Path] | None,
+        names: Sequence[str] = OFFSET_CHECKPOINTS,
+        states: Mapping[TopicPartition, PartitionState] | None = None,
+    ) -> None:
+        """Rewrites checkpoint `names` in each online dir of `dirs` (default: all) from the partitions' states
+        (asked now unless given); a dir that fails goes offline."""
+        if states is None:
+            states = self._each_partition(lambda handle: handle.state(), dirs)
+        values = checkpoint_values(states)
+        # Under the lock from reading the placement to the last write: the scheduler and a delete both write
+        # (they would share `<name>.tmp`), and a partition deleted meanwhile must not be written back.
         with self._lock:
             for directory in self.log_dirs if dirs is None else dirs:
-                # An offline dir's logs are closed: their values are not read, let alone written.
                 if not self._dirs.is_online(directory):
                     continue
-                offsets: dict[TopicPartition, int] = {}
-                for tp, log in self._logs.items():
-                    if self._dir_of[tp] == directory:
-                        offset = value(log)
-                        if offset is not None:
-                            offsets[tp] = offset
-                self._dirs.write_checkpoint(directory, name, offsets)
+                for name in names:
+                    here = {tp: offset for tp, offset in values[name].items() if self._dir_of.get(tp) == directory}
+                    self._dirs.write_checkpoint(directory, name, here)
+
+    def _each_partition(
+        self, call: Callable[[PartitionHandle], Pending[T]], dirs: Collection[Path] | None = None
+    ) -> dict[TopicPartition, T]:
+        """Asks every online partition (of `dirs`, default all) at once, then collects the answers; an I/O
+        error takes that partition's dir offline, any other failure is logged, and the pass goes on."""
+        with self._lock:
+            handles = [(tp, self._dir_of[tp], handle) for tp, handle in self._online_handles(dirs).items()]
+        asked = [(tp, directory, call(handle)) for tp, directory, handle in handles]
+        answers: dict[TopicPartition, T] = {}
+        for tp, directory, pending in asked:
+            try:
+                answers[tp] = pending.result()
+            except (KafkaStorageError, OSError) as exc:
+                with self._lock:
+                    self._dirs.take_offline(directory, exc)
+            except Exception as exc:
+                logger.warning("a scheduled call of %s-%d failed: %s", tp[0], tp[1], exc)
+        return answers
+
+    def _online_handles(self, dirs: Collection[Path] | None = None) -> dict[TopicPartition, PartitionHandle]:
+        return {
+            tp: handle
+            for tp, handle in self._handles.items()
+            if self._dirs.is_online(self._dir_of[tp]) and (dirs is None or self._dir_of[tp] in dirs)
+        }
 
     # --- shutdown --------------------------------------------------------------------------------
 
-    def shutdown(self) -> None:
-        """Flush and close every log, write the checkpoints, then the clean-shutdown markers; unlock."""
+    def shutdown(self) -> dict[TopicPartition, PartitionState]:
+        """Closes (flushes) every online partition, writes the checkpoints, then the clean-shutdown markers;
+        stops every partition and unlocks. Returns the final state of each partition that closed."""
         with self._lock:
             if not self._dirs.started:
-                return
-            for directory in self._dirs.online_dirs:
+                return {}
+            handles = self._online_handles()
+            closing = [(tp, self._dir_of[tp], handle.close()) for tp, handle in handles.items()]
+            states: dict[TopicPartition, PartitionState] = {}
+            for tp, directory, pending in closing:
                 try:
-                    for tp, log in self._logs.items():
-                        if self._dir_of[tp] == directory:
-                            log.close()
-                except (StorageError, OSError) as exc:
+                    states[tp] = pending.result()
+                except (KafkaStorageError, OSError) as exc:
                     self._dirs.take_offline(directory, exc)
-                    continue
-                self._write_checkpoints([directory])
+                except Exception as exc:
+                    logger.error("closing %s-%d failed: %s", tp[0], tp[1], exc)
+                    self._dirs.mark_load_failed(directory)
+            self._write_checkpoints(None, OFFSET_CHECKPOINTS, states)
+            if self._cleaner is not None:
+                self._cleaner.checkpoint()
             self._dirs.write_clean_shutdown_markers(self.log_dirs)
             self._abandon()
+            return states
 
     def _abandon(self) -> None:
-        """Closes every log still open (no flush, no marker), releases every lock and forgets all state."""
-        for log in self._logs.values():
-            if not log.closed:
-                log.close_without_marker()
+        """Stops every partition still running (no flush, no marker), releases every lock, forgets all state."""
+        for tp, handle in self._handles.items():
+            try:
+                self._factory.stop(tp, handle)
+            except Exception as exc:
+                logger.warning("stopping %s-%d failed: %s", tp[0], tp[1], exc)
         self._dirs.release_all()
-        self._logs.clear()
+        self._handles.clear()
         self._dir_of.clear()
+        self._cleaner = None
 
     # --- dir health ------------------------------------------------------------------------------
 
@@ -359,24 +582,37 @@ class LogManager:
         """Offline dirs and why they went offline."""
         return self._dirs.offline_dirs
 
-    def describe_dirs(self) -> list[LogDirInfo]:
-        offline = self._dirs.offline_dirs
-        infos = []
-        for directory in self.log_dirs:
-            tps = [tp for tp, d in self._dir_of.items() if d == directory]
-            online = directory not in offline
-            size = sum(self._logs[tp].size_in_bytes for tp in tps) if online else 0
-            infos.append(LogDirInfo(str(directory), online, len(tps), size, offline.get(directory)))
-        return infos
-
-    def _close_logs_of_offline_dir(self, directory: Path) -> None:
-        """`LogDirs`' `on_offline`: closes the dir's logs' files without flushing (Kafka's handleLogDirFailure).
-
-        Cleanup errors are suppressed: the disk is already failing.
-        """
+    def log_dir_failed(self, directory: Path, reason: str) -> bool:
+        """A partition's I/O error in `directory` (Kafka's LogDirFailureChannel): the dir goes offline; False if
+        it already was, or is not one of this broker's dirs."""
+        if directory not in self._dirs.log_dirs:
+            return False
         with self._lock:
-            for tp, log_dir in self._dir_of.items():
-                log = self._logs.get(tp)
-                if log_dir == directory and log is not None:
-                    with contextlib.suppress(StorageError, OSError):
-                        log.close_without_marker()
+            return self._dirs.take_offline(directory, reason)
+
+    def _cleaner_checkpoint_failed(self, directory: Path, error: BaseException) -> None:
+        with self._lock:
+            self._dirs.take_offline(directory, error)
+
+    def _handle_log_dir_failure(self, directory: Path) -> None:
+        """`LogDirs`' `on_offline`: every partition of the dir stops serving, its files closed without a flush
+        (Kafka's handleLogDirFailure), waiting at most `OFFLINE_TIMEOUT_SECONDS` for them."""
+        reason = self._dirs.offline_dirs.get(directory, "I/O error")
+        with self._lock:
+            handles = [handle for tp, handle in self._handles.items() if self._dir_of[tp] == directory]
+            if self._cleaner is not None:
+                self._cleaner.handle_log_dir_failure(directory)
+        closing = [handle.go_offline(reason) for handle in handles]
+        deadline = time.monotonic() + OFFLINE_TIMEOUT_SECONDS
+        for pending in closing:
+            try:
+                pending.result(timeout=max(0.0, deadline - time.monotonic()))
+            except Exception as exc:
+                logger.warning("a partition of offline dir %s did not close its files: %s", directory, exc)
+
+
+def _local_log(handle: PartitionHandle) -> Log:
+    """The `Log` of a partition living in this process; `TypeError` for one living elsewhere."""
+    if not isinstance(handle, LocalPartition):
+        raise TypeError(f"{handle!r} is not a partition of this process")
+    return handle.log

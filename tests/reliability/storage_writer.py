@@ -17,7 +17,7 @@ The log dir is owned by a `LogManager` (lock, meta.properties, the three offset 
 | topic       | policy  | what the writer does                                                                 |
 |-------------|---------|--------------------------------------------------------------------------------------|
 | `plain`     | delete  | 1-5 record batches, unkeyed or keyed; `retention.bytes` makes retention delete       |
-| `compacted` | compact | 1-5 record batches over 12 keys, some tombstones; a `CleanerManager` compacts it     |
+| `compacted` | compact | 1-5 record batches over 12 keys, some tombstones; the manager's cleaner compacts it  |
 |             |         | and rewrites `cleaner-offset-checkpoint`                                             |
 
 The ACK_FILE is JSON lines, appended to, never rewritten (the harness adds its own appends too):
@@ -57,7 +57,6 @@ if str(ROOT) not in sys.path:
 from storage import file_io, file_names  # noqa: E402
 from storage.clock import SYSTEM_CLOCK  # noqa: E402
 from storage.compaction.cleaner import Cleaner  # noqa: E402
-from storage.compaction.cleaner_manager import CleanerManager  # noqa: E402
 from storage.config.cleaner_config import CleanerConfig  # noqa: E402
 from storage.config.log_config import LogConfig  # noqa: E402
 from storage.logdir.log_manager import LogManager  # noqa: E402
@@ -235,11 +234,11 @@ def write_line(acks: TextIO, entry: dict[str, Any]) -> None:
 def run(log_dir: Path, ack_path: Path, seed: int, preallocate: bool, injector: CrashInjector) -> None:
     rng = random.Random(seed)
     run_id = f"{seed:x}"
-    manager = LogManager([log_dir], topic_configs=topic_configs(preallocate), file_delete_delay_ms=0)
+    manager = LogManager(
+        [log_dir], topic_configs=topic_configs(preallocate), file_delete_delay_ms=0, cleaner_config=cleaner_config()
+    )
     manager.startup()
     logs = {topic: manager.get_or_create_log(topic, 0) for topic in (PLAIN, COMPACTED)}
-    cleaner = CleanerManager(log_dir / file_names.CLEANER_OFFSET_CHECKPOINT, SYSTEM_CLOCK, cleaner_config())
-    cleaner.register(COMPACTED, 0, logs[COMPACTED])
     injector.phase("ready")
     with open(ack_path, "a", encoding="utf-8") as acks:
         # Bounded: the harness kills the writer long before; if it does not, the writer ends by itself.
@@ -259,7 +258,7 @@ def run(log_dir: Path, ack_path: Path, seed: int, preallocate: bool, injector: C
                 log.delete_old_segments()
             elif choice < 0.88:
                 injector.phase("clean")
-                cleaner.run_once()
+                manager.run_cleaner()
             elif choice < 0.96:
                 injector.phase("checkpoint")
                 manager.checkpoint_recovery_points()

@@ -475,8 +475,7 @@ def test_damaged_checkpoint_never_costs_a_record(
             assert log is not None
             assert records_of(log) == template.records, kind
             check_log_indexes(log)
-            cleaner = CleanerManager(root / file_names.CLEANER_OFFSET_CHECKPOINT, MockClock(START_MS))
-            cleaner.register("topic", 0, log)
+            cleaner = CleanerManager([root], MockClock(START_MS))
             assert all(offset <= log.log_end_offset for offset in cleaner.cleaner_offsets().values())
         finally:
             manager.shutdown()

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from actors.server.partition_log import CleanableRange, FetchResult, PartitionLogActor, PartitionState, ResumePoint
+from actors.server.partition_log import FetchResult, PartitionLogActor, PartitionState, ResumePoint
 from storage import file_names
+from storage.compaction.cleaner_manager import LogToClean
 from storage.errors import (
     BrokerNotAvailableError,
     CorruptRecordError,
@@ -275,7 +276,7 @@ def test_cleanable_and_clean_keep_the_latest_value_per_key(tmp_path: Path) -> No
     for start in range(0, 120, 4):
         actor.append(batch_bytes(oracle[start : start + 4]))
     found = actor.cleanable(None)
-    assert isinstance(found, CleanableRange) and found.first_dirty_offset == 0
+    assert isinstance(found, LogToClean) and found.first_dirty_offset == 0
     result = actor.clean(found.first_dirty_offset, found.first_uncleanable_offset)
     assert not result.aborted and result.messages_written < result.messages_read
     survivors = read_all(actor)

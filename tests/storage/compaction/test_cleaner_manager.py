@@ -1,4 +1,7 @@
-"""CleanerManager: choosing the filthiest log, the cleaner checkpoint, failures confined to one log."""
+"""CleanerManager: choosing the filthiest log, the cleaner checkpoint, failures confined to one log.
+
+Partitions are `LocalPartition`s, the in-process handles the log manager registers; the broker on Ray registers
+its partition actors behind the same protocol."""
 
 from __future__ import annotations
 
@@ -11,7 +14,9 @@ from storage import file_names
 from storage.clock import SYSTEM_CLOCK, MockClock
 from storage.compaction.cleaner_manager import CleanerManager
 from storage.config.cleaner_config import CleanerConfig
+from storage.errors import KafkaStorageError
 from storage.logdir.checkpoint_file import OffsetCheckpointFile
+from storage.logdir.partition_handles import LocalPartition
 from storage.partition.log import Log
 from storage.records.record_batch import ControlRecordType
 from tests.storage.compaction.test_cleaner import (
@@ -36,7 +41,13 @@ def make_manager(tmp_path: Path, clock: MockClock, **overrides: object) -> Clean
     properties = {"log.cleaner.backoff.ms": BACKOFF_MS}
     properties.update({key.replace("_", "."): value for key, value in overrides.items()})
     config = CleanerConfig.from_properties(properties)
-    return CleanerManager(tmp_path / file_names.CLEANER_OFFSET_CHECKPOINT, clock, config, cleaner=small_cleaner(clock))
+    return CleanerManager([tmp_path], clock, config)
+
+
+def register(manager: CleanerManager, topic: str, log: Log, clock: MockClock) -> None:
+    """Registers `log` as partition 0 of `topic`, in process, cleaned by a small cleaner."""
+    cleaner = small_cleaner(clock)
+    manager.register(topic, 0, LocalPartition(log, lambda: cleaner), log.directory.parent)
 
 
 def fill(log: Log, clock: MockClock, *, keys: int, rounds: int) -> Writer:
@@ -63,7 +74,7 @@ def test_grab_filthiest_log_picks_the_highest_dirty_ratio(tmp_path: Path, clock:
     checkpoint_at(tmp_path, {(name, 0): sealed[name][index].base_offset for name, index in first_dirty_segment.items()})
     manager = make_manager(tmp_path, clock)
     for name, log in logs.items():
-        manager.register(name, 0, log)
+        register(manager, name, log, clock)
 
     candidates = manager.cleanable_logs()
 
@@ -85,9 +96,9 @@ def test_run_once_cleans_records_progress_and_then_has_nothing_to_do(tmp_path: P
     log = open_log(tmp_path, clock)
     writer = fill(log, clock, keys=5, rounds=6)
     manager = make_manager(tmp_path, clock)
-    manager.register("topic", 0, log)
+    register(manager, "topic", log, clock)
 
-    result = manager.run_once()
+    (result,) = manager.run_once()
 
     assert result is not None and result.end_offset == log.active_segment.base_offset
     assert records_of(log) == expected_records(writer.history, result.end_offset)
@@ -95,19 +106,19 @@ def test_run_once_cleans_records_progress_and_then_has_nothing_to_do(tmp_path: P
         ("topic", 0): result.end_offset
     }
     assert (tmp_path / file_names.CLEANER_OFFSET_CHECKPOINT).read_text() == f"0\n1\ntopic 0 {result.end_offset}\n"
-    assert manager.run_once() is None
+    assert manager.run_once() == []
 
 
 def test_progress_survives_a_restart_of_the_manager(tmp_path: Path, clock: MockClock) -> None:
     log = open_log(tmp_path, clock)
     fill(log, clock, keys=5, rounds=6)
     first = make_manager(tmp_path, clock)
-    first.register("topic", 0, log)
-    result = first.run_once()
+    register(first, "topic", log, clock)
+    (result,) = first.run_once()
     assert result is not None
 
     second = make_manager(tmp_path, clock)
-    second.register("topic", 0, log)
+    register(second, "topic", log, clock)
     assert second.cleaner_offsets() == {("topic", 0): result.end_offset}
     assert second.cleanable_logs() == []
 
@@ -117,9 +128,9 @@ def test_logs_at_or_below_the_min_ratio_wait(tmp_path: Path, clock: MockClock) -
     fill(log, clock, keys=5, rounds=6)
     checkpoint_at(tmp_path, {("topic", 0): log.log_segments()[2].base_offset})
     manager = make_manager(tmp_path, clock)
-    manager.register("topic", 0, log)
+    register(manager, "topic", log, clock)
     assert manager.cleanable_logs() == []
-    assert manager.run_once() is None
+    assert manager.run_once() == []
 
 
 def test_max_compaction_lag_forces_cleaning_below_the_ratio(tmp_path: Path, clock: MockClock) -> None:
@@ -128,14 +139,14 @@ def test_max_compaction_lag_forces_cleaning_below_the_ratio(tmp_path: Path, cloc
     first_dirty = log.log_segments()[-3].base_offset
     checkpoint_at(tmp_path, {("topic", 0): first_dirty})
     manager = make_manager(tmp_path, clock)
-    manager.register("topic", 0, log)
+    register(manager, "topic", log, clock)
     assert manager.cleanable_logs() == []
 
     clock.sleep(10_001)
     (ltc,) = manager.cleanable_logs()
     assert ltc.needs_compaction_now and ltc.max_compaction_delay_ms == 1
     assert ltc.dirty_ratio < 0.9
-    result = manager.run_once()
+    (result,) = manager.run_once()
     assert result is not None and result.first_dirty_offset == first_dirty
 
 
@@ -143,7 +154,7 @@ def test_min_compaction_lag_keeps_the_log_out_until_old_enough(tmp_path: Path, c
     log = open_log(tmp_path, clock, min_compaction_lag_ms=5000)
     fill(log, clock, keys=5, rounds=6)
     manager = make_manager(tmp_path, clock)
-    manager.register("topic", 0, log)
+    register(manager, "topic", log, clock)
     assert manager.cleanable_logs() == []
     clock.sleep(5001)
     assert [ltc.topic for ltc in manager.cleanable_logs()] == ["topic"]
@@ -159,7 +170,7 @@ def test_checkpoint_out_of_range_is_reset_to_the_log_start(tmp_path: Path, clock
         checkpoint_at(tmp_path, {("topic", 0): 2})
         log.delete_records(7)
     manager = make_manager(tmp_path, clock)
-    manager.register("topic", 0, log)
+    register(manager, "topic", log, clock)
 
     grabbed = manager.grab_filthiest_log()
 
@@ -180,21 +191,21 @@ def test_failing_log_is_marked_uncleanable_alone_and_retried_after_backoff(tmp_p
         stream.seek(70)
         stream.write(bytes([original[0] ^ 0xFF]))
     manager = make_manager(tmp_path, clock)
-    manager.register("broken", 0, broken)
-    manager.register("healthy", 0, healthy)
+    register(manager, "broken", broken, clock)
+    register(manager, "healthy", healthy, clock)
 
-    assert manager.run_once() is None
+    assert manager.run_once() == []
     failure = manager.uncleanable()[("broken", 0)]
     assert "CorruptRecordError" in failure.reason and "CRC" in failure.reason
     assert (failure.failures, failure.retry_at_ms - failure.failed_at_ms) == (1, BACKOFF_MS)
 
-    result = manager.run_once()
+    (result,) = manager.run_once()
     assert result is not None
     assert records_of(healthy) == expected_records(healthy_writer.history, result.end_offset)
     assert list(manager.uncleanable()) == [("broken", 0)]
 
     clock.sleep(BACKOFF_MS)
-    assert manager.run_once() is None
+    assert manager.run_once() == []
     again = manager.uncleanable()[("broken", 0)]
     assert (again.failures, again.retry_at_ms - again.failed_at_ms) == (2, 2 * BACKOFF_MS)
 
@@ -202,7 +213,7 @@ def test_failing_log_is_marked_uncleanable_alone_and_retried_after_backoff(tmp_p
         stream.seek(70)
         stream.write(original)
     clock.sleep(2 * BACKOFF_MS)
-    result = manager.run_once()
+    (result,) = manager.run_once()
     assert result is not None and result.end_offset == broken.active_segment.base_offset
     assert manager.uncleanable() == {}
 
@@ -223,7 +234,7 @@ def test_open_transaction_keeps_the_log_out(tmp_path: Path, clock: MockClock) ->
         writer.append([(b"k", b"v%d" % index)])
     log.roll()
     manager = make_manager(tmp_path, clock)
-    manager.register("topic", 0, log)
+    register(manager, "topic", log, clock)
     assert manager.cleanable_logs() == []
 
     writer.marker(ControlRecordType.COMMIT, producer_id=4)
@@ -237,8 +248,8 @@ def test_retention_runs_for_compacted_logs_after_a_pass(tmp_path: Path) -> None:
     log = open_log(tmp_path, wall_clock, cleanup_policy="compact,delete", retention_ms=60_000)
     fill(log, wall_clock, keys=5, rounds=6)
     manager = make_manager(tmp_path, wall_clock)
-    manager.register("topic", 0, log)
-    assert manager.run_once() is not None
+    register(manager, "topic", log, wall_clock)
+    assert manager.run_once() != []
     assert log.log_start_offset == 0
 
     wall_clock.sleep(70_000)
@@ -252,8 +263,8 @@ def test_disabled_cleaner_does_nothing(tmp_path: Path, clock: MockClock) -> None
     log = open_log(tmp_path, clock)
     fill(log, clock, keys=5, rounds=6)
     manager = make_manager(tmp_path, clock, log_cleaner_enable=False)
-    manager.register("topic", 0, log)
-    assert manager.run_once() is None
+    register(manager, "topic", log, clock)
+    assert manager.run_once() == []
     assert len(records_of(log)) == 30
 
 
@@ -261,8 +272,8 @@ def test_unregister_forgets_the_partition(tmp_path: Path, clock: MockClock) -> N
     log = open_log(tmp_path, clock)
     fill(log, clock, keys=5, rounds=6)
     manager = make_manager(tmp_path, clock)
-    manager.register("topic", 0, log)
-    assert manager.run_once() is not None
+    register(manager, "topic", log, clock)
+    assert manager.run_once() != []
     manager.unregister("topic", 0)
     manager.checkpoint()
     assert OffsetCheckpointFile(tmp_path / file_names.CLEANER_OFFSET_CHECKPOINT).read() == {}
@@ -280,3 +291,35 @@ def test_corrupt_checkpoint_means_clean_from_the_start(tmp_path: Path, clock: Mo
     (tmp_path / file_names.CLEANER_OFFSET_CHECKPOINT).write_text("7\n1\nx 0 5\n")
     manager = make_manager(tmp_path, clock)
     assert manager.cleaner_offsets() == {}
+
+
+def test_each_log_dir_keeps_its_own_checkpoint(tmp_path: Path, clock: MockClock) -> None:
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    for directory in dirs:
+        directory.mkdir()
+    OffsetCheckpointFile(dirs[1] / file_names.CLEANER_OFFSET_CHECKPOINT).write({("later", 3): 42})
+    manager = CleanerManager(dirs, clock, CleanerConfig(log_cleaner_backoff_ms=BACKOFF_MS))
+    log = open_log(dirs[0], clock)
+    fill(log, clock, keys=5, rounds=6)
+    register(manager, "topic", log, clock)
+    (result,) = manager.run_once()
+    assert OffsetCheckpointFile(dirs[0] / file_names.CLEANER_OFFSET_CHECKPOINT).read() == {
+        ("topic", 0): result.end_offset
+    }
+    assert OffsetCheckpointFile(dirs[1] / file_names.CLEANER_OFFSET_CHECKPOINT).read() == {("later", 3): 42}
+    manager.handle_log_dir_failure(dirs[0])
+    assert manager.cleaner_offsets() == {("later", 3): 42}
+    assert manager.cleanable_logs() == []
+
+
+def test_a_checkpoint_that_cannot_be_written_goes_to_the_failure_callback(tmp_path: Path, clock: MockClock) -> None:
+    good, bad = tmp_path / "good", tmp_path / "bad"
+    good.mkdir()
+    bad.write_bytes(b"a file where the log dir should be")
+    failed: list[Path] = []
+    manager = CleanerManager([good, bad], clock, on_checkpoint_failure=lambda directory, _: failed.append(directory))
+    manager.checkpoint()
+    assert failed == [bad]
+    assert OffsetCheckpointFile(good / file_names.CLEANER_OFFSET_CHECKPOINT).read() == {}
+    with pytest.raises(KafkaStorageError):
+        CleanerManager([bad], clock).checkpoint()

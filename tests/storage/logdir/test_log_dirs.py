@@ -275,7 +275,6 @@ def test_startup_reads_the_checkpoints_of_each_dir(dirs: list[Path], clock: Mock
     expected = {
         file_names.RECOVERY_POINT_CHECKPOINT: {("t", 0): 7, ("t", 2): 3},
         file_names.LOG_START_OFFSET_CHECKPOINT: {("t", 0): 2},
-        file_names.CLEANER_OFFSET_CHECKPOINT: {("compacted", 0): 40},
     }
     for name, offsets in expected.items():
         OffsetCheckpointFile(dirs[0] / name).write(offsets)
@@ -283,8 +282,7 @@ def test_startup_reads_the_checkpoints_of_each_dir(dirs: list[Path], clock: Mock
     first, second = log_dirs.startup()
     assert first.recovery_points == expected[file_names.RECOVERY_POINT_CHECKPOINT]
     assert first.log_start_offsets == expected[file_names.LOG_START_OFFSET_CHECKPOINT]
-    assert first.cleaner_offsets == expected[file_names.CLEANER_OFFSET_CHECKPOINT]
-    assert (second.recovery_points, second.log_start_offsets, second.cleaner_offsets) == ({}, {}, {})
+    assert (second.recovery_points, second.log_start_offsets) == ({}, {})
     log_dirs.release_all()
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -17,6 +17,9 @@ from kafka.record.memory_records import MemoryRecords
 
 from storage import file_names
 from storage.clock import MockClock
+from storage.compaction.cleaner import CleanResult
+from storage.config.broker_config import BrokerConfig
+from storage.config.cleaner_config import CleanerConfig
 from storage.config.log_config import LogConfig
 from storage.errors import (
     CorruptCheckpointError,
@@ -30,7 +33,10 @@ from storage.logdir.checkpoint_file import OffsetCheckpointFile
 from storage.logdir.log_dir_lock import LogDirLock
 from storage.logdir.log_manager import LogManager
 from storage.logdir.meta_properties import MetaProperties, read_meta_properties, write_meta_properties
+from storage.logdir.partition_handles import LocalPartition, LocalPartitions
+from storage.logdir.scheduler import Scheduler
 from storage.partition.log import Log
+from storage.pending import Pending, completed
 from storage.records.record_batch import RecordBatchBuilder
 from storage.segment.log_segment import LogSegment
 
@@ -843,3 +849,226 @@ def test_bad_log_dir_lists_are_rejected(tmp_path: Path) -> None:
         LogManager([])
     with pytest.raises(KafkaStorageError, match="duplicate log dirs"):
         LogManager([tmp_path / "a", tmp_path / "b" / ".." / "a"])
+
+
+# --- the broker's scheduled work on the MockClock: the code the log-manager actor runs ------------
+
+SMALL_CLEANER = CleanerConfig(log_cleaner_dedupe_buffer_size=2 * 1024 * 1024, log_cleaner_backoff_ms=1_000)
+COMPACTED = LogConfig.from_properties({"cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.1"}, base=CONFIG)
+TASKS = [
+    "kafka-log-retention",
+    "kafka-recovery-point-checkpoint",
+    "kafka-log-start-offset-checkpoint",
+    "highwatermark-checkpoint",
+    "kafka-log-flusher",
+    "log-cleaner",
+]
+
+
+def broker_config(dirs: list[Path], **overrides: str) -> BrokerConfig:
+    """Kafka's interval settings, shortened: every task first due 1 s after startup, then at its own pace."""
+    properties = {
+        "log.dirs": ",".join(str(d) for d in dirs),
+        "node.id": str(NODE_ID),
+        "log.initial.task.delay.ms": "1000",
+        "log.retention.check.interval.ms": "5000",
+        "log.flush.offset.checkpoint.interval.ms": "2000",
+        "log.flush.start.offset.checkpoint.interval.ms": "3000",
+        "replica.high.watermark.checkpoint.interval.ms": "500",
+        "log.flush.scheduler.interval.ms": "700",
+        "log.cleaner.backoff.ms": "1000",
+        "log.cleaner.dedupe.buffer.size": str(2 * 1024 * 1024),
+        "log.segment.delete.delay.ms": str(DIR_DELETE_DELAY_MS),
+    }
+    properties.update(overrides)
+    return BrokerConfig.from_properties(properties)
+
+
+def scheduled_manager(dirs: list[Path], clock: MockClock, **overrides: str) -> tuple[LogManager, Scheduler]:
+    config = broker_config(dirs, **overrides)
+    manager = LogManager.from_broker_config(config, clock=clock, cluster_id=CLUSTER_ID)
+    manager.startup()
+    scheduler = Scheduler(clock)
+    manager.schedule(scheduler, config)
+    return manager, scheduler
+
+
+def append_repeating(log: Log, clock: MockClock, count: int, keys: int) -> None:
+    """`count` one-record batches cycling over `keys` keys (k000, k001, ...): compaction keeps the last of each."""
+    for index in range(count):
+        log.append(batch(clock, index % keys))
+
+
+def test_schedule_runs_each_task_at_its_kafka_interval(dirs: list[Path], clock: MockClock) -> None:
+    manager, scheduler = scheduled_manager(dirs, clock)
+    assert scheduler.run_due() == []
+    clock.sleep(1_000)
+    assert scheduler.run_due() == TASKS
+    ran: dict[str, list[int]] = {name: [] for name in TASKS}
+    for second_tenth in range(1, 61):
+        clock.sleep(100)
+        for name in scheduler.run_due():
+            ran[name].append(second_tenth * 100)
+    assert ran == {
+        "kafka-log-retention": [5000],
+        "kafka-recovery-point-checkpoint": [2000, 4000, 6000],
+        "kafka-log-start-offset-checkpoint": [3000, 6000],
+        "highwatermark-checkpoint": list(range(500, 6001, 500)),
+        "kafka-log-flusher": [700, 1400, 2100, 2800, 3500, 4200, 4900, 5600],
+        "log-cleaner": list(range(1000, 6001, 1000)),
+    }
+    manager.shutdown()
+
+
+def test_scheduled_passes_checkpoint_flush_and_apply_retention(dirs: list[Path], clock: MockClock) -> None:
+    manager, scheduler = scheduled_manager(dirs[:1], clock)
+    config = LogConfig.from_properties({"retention.ms": "4000", "flush.ms": "600"}, base=CONFIG)
+    log = manager.get_or_create_log("t", 0, config)
+    append(log, clock, 7)
+    log.delete_records(1)
+    assert log.recovery_point == 6, "each roll flushed up to the new segment's base"
+    clock.sleep(1_000)
+    scheduler.run_due()
+    assert log.recovery_point == 7, "flush.ms passed: the flusher flushed the active segment"
+    assert OffsetCheckpointFile(dirs[0] / file_names.LOG_START_OFFSET_CHECKPOINT).read() == {("t", 0): 1}
+    assert OffsetCheckpointFile(dirs[0] / file_names.REPLICATION_OFFSET_CHECKPOINT).read() == {("t", 0): 7}
+    clock.sleep(2_000)  # the recovery points are checkpointed every 2 s, from 1 s on
+    scheduler.run_due()
+    assert OffsetCheckpointFile(dirs[0] / file_names.RECOVERY_POINT_CHECKPOINT).read() == {("t", 0): 7}
+    assert log.num_segments == 4, "retention.ms had not passed at the first retention pass"
+    clock.sleep(3_000)  # the next retention pass is due at 6 s, and the segments are older than 4 s by then
+    scheduler.run_due()
+    assert (log.num_segments, log.log_start_offset) == (1, 7)
+    clock.sleep(DIR_DELETE_DELAY_MS + 5_000)  # the next retention pass removes the `.deleted` files
+    scheduler.run_due()
+    assert list((dirs[0] / "t-0").glob("*" + file_names.DELETED_SUFFIX)) == []
+    manager.shutdown()
+
+
+def test_the_cleaner_pass_compacts_one_partition_at_a_time_and_checkpoints_it(
+    dirs: list[Path], clock: MockClock
+) -> None:
+    manager = new_manager(dirs[:2], clock, cleaner_config=SMALL_CLEANER)
+    manager.startup()
+    logs = {p: manager.get_or_create_log("c", p, COMPACTED) for p in range(2)}
+    for log in logs.values():
+        append_repeating(log, clock, 8, keys=2)
+    plain = manager.get_or_create_log("plain", 0)
+    append_repeating(plain, clock, 8, keys=2)
+
+    assert manager.run_cleaner() == 1  # log.cleaner.threads = 1: the first of two equally dirty partitions
+    assert [record.offset for record in logs[0].records()] == [4, 5, 6, 7]
+    assert len(list(logs[1].records())) == 8
+    assert OffsetCheckpointFile(dirs[0] / file_names.CLEANER_OFFSET_CHECKPOINT).read() == {("c", 0): 6}
+    assert manager.run_cleaner() == 1
+    assert [record.offset for record in logs[1].records()] == [4, 5, 6, 7]
+    assert OffsetCheckpointFile(dirs[1] / file_names.CLEANER_OFFSET_CHECKPOINT).read() == {("c", 1): 6}
+    assert manager.run_cleaner() == 0
+    assert len(list(plain.records())) == 8, "a delete-policy topic is never compacted"
+
+    assert manager.delete_log("c", 1)
+    assert OffsetCheckpointFile(dirs[1] / file_names.CLEANER_OFFSET_CHECKPOINT).read() == {}
+    manager.shutdown()
+    again = new_manager(dirs[:2], clock, cleaner_config=SMALL_CLEANER, topic_configs={"c": COMPACTED})
+    again.startup()
+    assert again.cleaner is not None and again.cleaner.cleaner_offsets() == {("c", 0): 6}
+    again.shutdown()
+
+
+class CleanFails:
+    """A partition handle whose cleaning always fails, around a `LocalPartition` (not one itself)."""
+
+    def __init__(self, local: LocalPartition) -> None:
+        self.local = local
+
+    def __getattr__(self, method: str) -> object:
+        return getattr(self.local, method)
+
+    def clean(self, first_dirty_offset: int, first_uncleanable_offset: int) -> Pending[CleanResult]:
+        return completed(lambda: self._fail())
+
+    def _fail(self) -> CleanResult:
+        raise CorruptRecordError("bad batch", path="broken-0")
+
+
+class BreakingPartitions(LocalPartitions):
+    """In-process partitions, except that topic `broken` fails to clean."""
+
+    def open(self, tp: tuple[str, int], *args: object) -> LocalPartition:
+        local = super().open(tp, *args)  # type: ignore[arg-type]
+        return CleanFails(local) if tp[0] == "broken" else local  # type: ignore[return-value]
+
+
+def test_a_partition_that_fails_to_clean_backs_off_on_the_clock_while_others_are_cleaned(
+    dirs: list[Path], clock: MockClock
+) -> None:
+    cleaner_config = CleanerConfig(
+        log_cleaner_dedupe_buffer_size=4 * 1024 * 1024, log_cleaner_threads=2, log_cleaner_backoff_ms=1_000
+    )
+    partitions = BreakingPartitions(clock, cleaner_config)
+    manager = new_manager(dirs[:1], clock, cleaner_config=cleaner_config, partitions=partitions)
+    manager.startup()
+    for topic in ("broken", "healthy"):
+        manager.get_or_create_partition(topic, 0, COMPACTED)
+    healthy = manager.get_log("healthy", 0)
+    assert healthy is not None
+    append_repeating(healthy, clock, 8, keys=2)
+    broken = manager.partition("broken", 0)
+    assert isinstance(broken, CleanFails)
+    append_repeating(broken.local.log, clock, 8, keys=2)
+    with pytest.raises(TypeError, match="not a partition of this process"):
+        manager.get_log("broken", 0)
+
+    assert manager.run_cleaner() == 1  # both chosen at once; only the healthy one succeeds
+    failure = manager.uncleanable()[("broken", 0)]
+    assert (failure.failures, failure.retry_at_ms - failure.failed_at_ms) == (1, 1_000)
+    assert "CorruptRecordError" in failure.reason
+    assert manager.run_cleaner() == 0
+    assert manager.uncleanable()[("broken", 0)].failures == 1, "backing off: not tried again yet"
+    clock.sleep(1_000)
+    assert manager.run_cleaner() == 0
+    again = manager.uncleanable()[("broken", 0)]
+    assert (again.failures, again.retry_at_ms - again.failed_at_ms) == (2, 2_000)
+    manager.shutdown()
+
+
+class Deferred:
+    """A `Pending` whose work runs only when collected, as a Ray call's answer arrives later."""
+
+    def __init__(self, events: list[str], tp: str, work: Callable[[], object]) -> None:
+        events.append(f"ask {tp}")
+        self._events, self._tp, self._work = events, tp, work
+
+    def result(self, timeout: float | None = None) -> object:
+        self._events.append(f"answer {self._tp}")
+        return self._work()
+
+
+class DeferredState:
+    def __init__(self, local: LocalPartition, events: list[str]) -> None:
+        self.local, self.events = local, events
+
+    def __getattr__(self, method: str) -> object:
+        return getattr(self.local, method)
+
+    def state(self) -> Deferred:
+        return Deferred(self.events, self.local.log.directory.name, lambda: self.local.state().result())
+
+
+def test_every_partition_is_asked_before_any_answer_is_collected(dirs: list[Path], clock: MockClock) -> None:
+    events: list[str] = []
+
+    class DeferringPartitions(LocalPartitions):
+        def open(self, *args: object) -> LocalPartition:
+            return DeferredState(super().open(*args), events)  # type: ignore[arg-type, return-value]
+
+    manager = new_manager(dirs[:1], clock, partitions=DeferringPartitions(clock))
+    manager.startup()
+    for partition in range(3):
+        manager.get_or_create_partition("t", partition)
+    manager.checkpoint_high_watermarks()
+    assert events == ["ask t-0", "ask t-1", "ask t-2", "answer t-0", "answer t-1", "answer t-2"]
+    assert OffsetCheckpointFile(dirs[0] / file_names.REPLICATION_OFFSET_CHECKPOINT).read() == {
+        ("t", p): 0 for p in range(3)
+    }
+    manager.shutdown()

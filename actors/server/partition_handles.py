@@ -1,0 +1,322 @@
+"""The Ray side of `storage.logdir.partition_handles`: a node's partitions as actors, for its log manager.
+
+`RayPartitions` is the `PartitionFactory` the log-manager actor (`actors.server.log_manager`) gives the plain
+`storage.logdir.log_manager.LogManager`; `RayPartition` is the `PartitionHandle` it answers, whose calls are
+`.remote()` calls answered by `RayPending` (collected through `actors.calls.call`, so `result()` raises the
+partition's own typed error). This module is the one place that creates partition actors and partition
+hosts, and wraps their plain classes with `ray.remote`:
+
+- with `log.partitions.per.process` = 1, one partition actor per partition (`actors.server.partition_log`),
+  named `partition:<topic>:<partition>`, pinned to this node, detached and restarted by Ray; a restarted actor
+  resumes (`ResumeAfterRestart`) with its topic's current settings from the controller and its offsets from
+  the log dir's checkpoints, since Ray hands it the arguments of its first start;
+- with N > 1, partition hosts (`actors.server.partition_host`) named `partition-host:<node>:<index>`, each
+  holding up to N partitions: a new partition goes to the lowest-numbered host with room, a new host starts
+  when all are full, and a host emptied by deletes keeps running for the next partitions. A host restarted by
+  Ray asks `hosted_partitions` (HostResumeAfterRestart) which partitions it held and reopens them from disk; a
+  factory created by a restarted log manager finds the running hosts by name and what each holds
+  (`drop_unopened` then drops what is no longer on disk); and `reopen_lost_partitions`, scheduled by the
+  actor, reopens any partition a host should hold but does not.
+
+Actors are named and found again (`get_if_exists`), never duplicated. A partition that does not open is
+stopped before `open` raises why: the partition's own typed error, else `BrokerNotAvailableError`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from actors.calls import HostedPartitionHandle, call, controller, get_actor, kill_and_wait
+from actors.options import (
+    PARTITION_CONCURRENCY_GROUPS,
+    log_manager_name,
+    partition_actor_name,
+    partition_host_name,
+    partition_host_options,
+    partition_options,
+)
+from actors.server.partition_host import HostedPartitionSpec, PartitionHostActor
+from actors.server.partition_log import PartitionLogActor, ResumePoint
+from storage.config.broker_config import BrokerConfig
+from storage.config.log_config import LogConfig
+from storage.errors import BrokerNotAvailableError, RaybrokerError
+from storage.logdir.log_dirs import checkpointed_offsets
+from storage.logdir.partition_handles import PartitionHandle
+from storage.topic_partition import TopicPartition
+
+logger = logging.getLogger(__name__)
+
+# `concurrency_groups` is a documented `ray.remote` option that Ray's type stubs omit.
+_partition_actor = ray.remote(concurrency_groups=PARTITION_CONCURRENCY_GROUPS)  # type: ignore[call-overload]
+PartitionLog = _partition_actor(PartitionLogActor)
+PartitionHost = _partition_actor(PartitionHostActor)
+
+# How long a partition may take to open its log: recovery after a crash reads (and CRC-checks) every batch
+# above the recovery point, minutes for gigabytes of unflushed log.
+READY_TIMEOUT_SECONDS = 600
+# A restarted partition actor waits this long for the controller (itself restarting takes a few seconds)
+# before it opens its log with the settings of its first start.
+CONFIG_TIMEOUT_SECONDS = 30
+
+
+class RayPending:
+    """The answer of one `.remote()` call; `result` is `actors.calls.call` on it."""
+
+    __slots__ = ("ref",)
+
+    def __init__(self, ref: Any) -> None:
+        self.ref = ref
+
+    def result(self, timeout: float | None = None) -> Any:
+        return call(self.ref, timeout_s=timeout)
+
+
+class RayPartition:
+    """A partition actor, or a partition in a host (`HostedPartitionHandle`), as a `PartitionHandle`."""
+
+    __slots__ = ("actor",)
+
+    def __init__(self, actor: Any) -> None:
+        self.actor = actor
+
+    def state(self) -> RayPending:
+        return RayPending(self.actor.state.remote())
+
+    def update_config(self, config: LogConfig) -> RayPending:
+        return RayPending(self.actor.update_config.remote(config.to_properties()))
+
+    def delete_old_segments(self) -> RayPending:
+        return RayPending(self.actor.delete_old_segments.remote())
+
+    def delete_due_files(self) -> RayPending:
+        return RayPending(self.actor.delete_due_files.remote())
+
+    def flush_if_due(self) -> RayPending:
+        return RayPending(self.actor.flush_if_due.remote())
+
+    def cleanable(self, checkpointed_first_dirty: int | None) -> RayPending:
+        return RayPending(self.actor.cleanable.remote(checkpointed_first_dirty))
+
+    def clean(self, first_dirty_offset: int, first_uncleanable_offset: int) -> RayPending:
+        return RayPending(self.actor.clean.remote(first_dirty_offset, first_uncleanable_offset))
+
+    def close(self) -> RayPending:
+        return RayPending(self.actor.close.remote())
+
+    def go_offline(self, reason: str) -> RayPending:
+        return RayPending(self.actor.go_offline.remote(reason))
+
+    def __repr__(self) -> str:
+        return f"RayPartition({self.actor!r})"
+
+
+@dataclass(frozen=True, slots=True)
+class ResumeAfterRestart:
+    """A partition actor's `resume`: None on a first start (its arguments are current); after a Ray restart,
+    the topic's settings from the controller over the broker's defaults (the first start's are kept, with a
+    warning, if the controller cannot answer) and the offsets checkpointed in the folder's log dir."""
+
+    topic: str
+    folder: str
+    broker_log_config: dict[str, str]
+
+    def __call__(self) -> ResumePoint | None:
+        if not ray.get_runtime_context().was_current_actor_reconstructed:
+            return None
+        config = None
+        try:
+            topic = call(controller().describe_topic.remote(self.topic), timeout_s=CONFIG_TIMEOUT_SECONDS)
+            config = LogConfig.from_properties(topic.config, base=LogConfig.from_properties(self.broker_log_config))
+        except RaybrokerError as exc:
+            logger.warning("restarted partition of %s keeps the settings of its first start: %s", self.topic, exc)
+        recovery_point, log_start_offset = checkpointed_offsets(Path(self.folder))
+        return ResumePoint(None if config is None else config.to_properties(), recovery_point, log_start_offset)
+
+
+@dataclass(frozen=True, slots=True)
+class HostResumeAfterRestart:
+    """A partition host's `resume`: None on a first start; after a Ray restart, the partitions it held, from
+    this node's log manager (none, with a warning, if it cannot answer: a log manager restarting at the same
+    time reopens them itself once it finds the host)."""
+
+    node_id: str
+    name: str
+
+    def __call__(self) -> list[HostedPartitionSpec] | None:
+        if not ray.get_runtime_context().was_current_actor_reconstructed:
+            return None
+        try:
+            manager = get_actor(log_manager_name(self.node_id))
+            return call(manager.hosted_partitions.remote(self.name), timeout_s=CONFIG_TIMEOUT_SECONDS)
+        except RaybrokerError as exc:
+            logger.warning("restarted partition host %s reopens no partition: %s", self.name, exc)
+            return None
+
+
+@dataclass(slots=True)
+class _Host:
+    """A partition host: its handle and its partitions' folders ("" for one found running, not yet opened)."""
+
+    name: str
+    handle: Any
+    partitions: dict[TopicPartition, str]
+
+
+class RayPartitions:
+    """The `PartitionFactory` of one node's log manager on Ray; see the module docstring."""
+
+    def __init__(self, node_id: str, config: BrokerConfig) -> None:
+        self.node_id = node_id
+        self._per_process = config.log_partitions_per_process
+        self._cleaner_config = config.cleaner_config.to_properties()
+        self._broker_log_config = config.log_config.to_properties()
+        # Guards the hosts' placement, and keeps a stop and a reopen of one partition from interleaving;
+        # `hosted_partitions` never takes it (see there).
+        self._lock = threading.RLock()
+        self._hosts: list[_Host] = self._running_hosts() if self._per_process > 1 else []
+
+    # --- PartitionFactory --------------------------------------------------------------------------
+
+    def open(
+        self,
+        tp: TopicPartition,
+        folder: Path,
+        config: LogConfig,
+        recovery_point: int,
+        log_start_offset: int,
+        had_clean_shutdown: bool,
+    ) -> PartitionHandle:
+        """Starts the partition's actor, or opens it in a host, and waits until its log is open. A partition
+        actor holds its folder's own lock and tells a clean shutdown by its folder's marker, so
+        `had_clean_shutdown` is not passed on."""
+        topic, partition = tp
+        if self._per_process > 1:
+            host = self._host_for(tp, folder)
+            actor: Any = HostedPartitionHandle(host.handle, topic, partition)
+            opened = host.handle.open_partition.remote(
+                topic, partition, str(folder), config.to_properties(), recovery_point, log_start_offset
+            )
+        else:
+            actor = PartitionLog.options(**partition_options(topic, partition, self.node_id)).remote(
+                str(folder),
+                config.to_properties(),
+                recovery_point,
+                log_start_offset,
+                self._cleaner_config,
+                ResumeAfterRestart(topic, str(folder), self._broker_log_config),
+            )
+            opened = actor.ready.remote()
+        handle = RayPartition(actor)
+        try:
+            call(opened, timeout_s=READY_TIMEOUT_SECONDS)
+        except RaybrokerError:
+            self.stop(tp, handle)
+            raise
+        except Exception as exc:
+            self.stop(tp, handle)
+            raise BrokerNotAvailableError(f"the actor of {folder.name} did not start: {exc}") from None
+        return handle
+
+    def stop(self, tp: TopicPartition, handle: PartitionHandle) -> None:
+        """Kills the partition's actor for good, or drops it from its host (closing its log there)."""
+        assert isinstance(handle, RayPartition), handle
+        if not isinstance(handle.actor, HostedPartitionHandle):
+            kill_and_wait(handle.actor, partition_actor_name(*tp))
+            return
+        with self._lock:
+            for host in [host for host in self._hosts if host.partitions.pop(tp, None) is not None]:
+                call(host.handle.remove_partition.remote(*tp), timeout_s=READY_TIMEOUT_SECONDS)
+
+    # --- partition hosts ---------------------------------------------------------------------------
+
+    def _running_hosts(self) -> list[_Host]:
+        """The partition hosts still running from before this log manager (re)started, numbered from 0."""
+        hosts: list[_Host] = []
+        while True:
+            name = partition_host_name(self.node_id, len(hosts))
+            try:
+                handle = get_actor(name)
+            except BrokerNotAvailableError:
+                return hosts
+            try:
+                held = call(handle.partitions.remote(), timeout_s=READY_TIMEOUT_SECONDS)
+            except Exception as exc:
+                logger.error("partition host %s did not answer: %s", name, exc)
+                held = []
+            hosts.append(_Host(name, handle, {(t, p): "" for t, p in held}))
+
+    def _host_for(self, tp: TopicPartition, folder: Path) -> _Host:
+        """The host holding `tp`, else the first with room, else a new one."""
+        with self._lock:
+            host = next((h for h in self._hosts if tp in h.partitions), None)
+            if host is None:
+                host = next((h for h in self._hosts if len(h.partitions) < self._per_process), None)
+            if host is None:
+                index = len(self._hosts)
+                name = partition_host_name(self.node_id, index)
+                handle = PartitionHost.options(**partition_host_options(self.node_id, index)).remote(
+                    name, self._cleaner_config, HostResumeAfterRestart(self.node_id, name)
+                )
+                host = _Host(name, handle, {})
+                self._hosts.append(host)
+            host.partitions[tp] = str(folder)
+            return host
+
+    def drop_unopened(self) -> None:
+        """After the log manager's startup: partitions a running host still holds whose folder is no longer on
+        disk (deleted while the log manager was down) are dropped from it."""
+        for host in list(self._hosts):
+            for tp in [tp for tp, folder in host.partitions.items() if not folder]:
+                logger.warning("partition host %s drops %s-%d: its folder is gone", host.name, tp[0], tp[1])
+                self.stop(tp, RayPartition(HostedPartitionHandle(host.handle, *tp)))
+
+    def hosted_partitions(self, name: str, config_for: Callable[[str], LogConfig]) -> list[HostedPartitionSpec]:
+        """What the restarted host `name` reopens: its partitions with their topics' current settings. Reads a
+        copy of the placement without the lock: a caller holding it may be waiting on that very host."""
+        for host in list(self._hosts):
+            if host.name == name:
+                held = dict(host.partitions)
+                return [
+                    HostedPartitionSpec(t, p, folder, config_for(t).to_properties())
+                    for (t, p), folder in sorted(held.items())
+                ]
+        return []
+
+    def host_of(self, tp: TopicPartition) -> Any | None:
+        """The actor handle of the host holding `tp`, None if no host here holds it."""
+        for host in list(self._hosts):
+            if tp in host.partitions:
+                return host.handle
+        return None
+
+    def reopen_lost_partitions(self, config_for: Callable[[str], LogConfig]) -> int:
+        """Reopens, from disk, partitions a host should hold but does not (it restarted while the log manager
+        could not tell it which it held); returns how many. A no-op without hosts."""
+        reopened = 0
+        for host in list(self._hosts):
+            held = {(t, p) for t, p in call(host.handle.partitions.remote(), timeout_s=READY_TIMEOUT_SECONDS)}
+            with self._lock:
+                lost = [(tp, folder) for tp, folder in host.partitions.items() if tp not in held and folder]
+                for (topic, partition), folder in lost:
+                    logger.warning("partition host %s lost %s-%d: reopening it", host.name, topic, partition)
+                    recovery_point, log_start_offset = checkpointed_offsets(Path(folder))
+                    opened = host.handle.open_partition.remote(
+                        topic, partition, folder, config_for(topic).to_properties(), recovery_point, log_start_offset
+                    )
+                    call(opened, timeout_s=READY_TIMEOUT_SECONDS)
+                    reopened += 1
+        return reopened
+
+    def shutdown(self) -> None:
+        """Kills every partition host (after the log manager's shutdown closed their partitions)."""
+        with self._lock:
+            hosts, self._hosts = self._hosts, []
+        for host in hosts:
+            kill_and_wait(host.handle, host.name)

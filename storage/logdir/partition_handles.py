@@ -1,0 +1,211 @@
+"""What a log manager calls on a partition (`PartitionHandle`), what starts and stops partitions
+(`PartitionFactory`), and their in-process implementations over `storage.partition.log.Log`.
+
+The log manager (`storage.logdir.log_manager`) owns placement, checkpoints, scheduling and cleaning choice;
+where a partition's log lives is the factory's business. In process, a `LocalPartition` holds the `Log`
+itself; on Ray, `actors.server.partition_handles` gives each partition an actor (or a place in a partition
+host) behind the same two protocols. Every handle call answers a `storage.pending.Pending`, so a manager
+asks all its partitions at once and then collects: Ray partitions work in parallel, local ones answer at
+the call. Errors are the partition's own typed errors (`storage.errors`), raised by `result()`.
+
+`partition_state` and `flush_if_due` are the one implementation of what a partition reports and when it
+flushes; the partition actor (`actors.server.partition_log`) answers with them too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol, TypeVar
+
+from storage.clock import Clock
+from storage.compaction.cleaner import Cleaner, CleanResult
+from storage.compaction.cleaner_manager import CleanablePartition, LogToClean, log_to_clean
+from storage.config.cleaner_config import CleanerConfig
+from storage.config.log_config import LogConfig
+from storage.errors import StorageError
+from storage.partition.log import Log
+from storage.pending import Pending, completed
+from storage.topic_partition import TopicPartition
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionState:
+    """What the log manager checkpoints and describes for one partition; `pid` is the process holding it."""
+
+    directory: str
+    log_start_offset: int
+    log_end_offset: int
+    high_watermark: int
+    recovery_point: int
+    first_segment_base: int
+    size_bytes: int
+    segments: int
+    pid: int
+
+
+def partition_state(log: Log) -> PartitionState:
+    """`log`'s offsets, size and segment count now."""
+    segments = log.log_segments()
+    return PartitionState(
+        str(log.directory),
+        log.log_start_offset,
+        log.log_end_offset,
+        log.high_watermark,
+        log.recovery_point,
+        segments[0].base_offset,
+        log.size_in_bytes,
+        len(segments),
+        os.getpid(),
+    )
+
+
+def flush_if_due(log: Log) -> bool:
+    """fsyncs `log` when its last flush is older than its `flush.ms`; returns whether it flushed."""
+    if log.clock.milliseconds() - log.last_flush_ms < log.config.flush_ms:
+        return False
+    log.flush()
+    return True
+
+
+class PartitionHandle(CleanablePartition, Protocol):
+    """One partition as its log manager sees it (plus `cleanable`, `clean`, `delete_old_segments` and
+    `delete_due_files` from `CleanablePartition`)."""
+
+    def state(self) -> Pending[PartitionState]: ...
+
+    def update_config(self, config: LogConfig) -> Pending[None]: ...
+
+    def flush_if_due(self) -> Pending[bool]: ...
+
+    def close(self) -> Pending[PartitionState]:
+        """Clean shutdown of the log (flush, trim, markers); its final state."""
+        ...
+
+    def go_offline(self, reason: str) -> Pending[None]:
+        """Its log dir failed: files closed without a flush; every later call raises `KafkaStorageError`."""
+        ...
+
+
+class PartitionFactory(Protocol):
+    """Starts and stops the partitions of one log manager."""
+
+    def open(
+        self,
+        tp: TopicPartition,
+        folder: Path,
+        config: LogConfig,
+        recovery_point: int,
+        log_start_offset: int,
+        had_clean_shutdown: bool,
+    ) -> PartitionHandle:
+        """Opens (creating it if missing, recovering it if needed) the log in `folder`; waits until it is open,
+        and raises why it did not open (nothing is left running then)."""
+        ...
+
+    def stop(self, tp: TopicPartition, handle: PartitionHandle) -> None:
+        """Releases the partition for good (its log closed or not): nothing of it keeps running."""
+        ...
+
+
+class LocalPartition:
+    """A `Log` in this process. Calls run at once, under the log's lock; a closed log (deleted, or its dir
+    offline) answers None to `cleanable`, False to `flush_if_due` and 0 to retention, as it has nothing to do."""
+
+    def __init__(self, log: Log, cleaner: Callable[[], Cleaner]) -> None:
+        """`cleaner` hands out the cleaner that `clean` runs (created on first use: it allocates the offset map)."""
+        self.log = log
+        self._cleaner = cleaner
+
+    def state(self) -> Pending[PartitionState]:
+        return completed(lambda: partition_state(self.log))
+
+    def update_config(self, config: LogConfig) -> Pending[None]:
+        return completed(lambda: self.log.update_config(config))
+
+    def delete_old_segments(self) -> Pending[int]:
+        return completed(lambda: self._unless_closed(self.log.delete_old_segments, 0))
+
+    def delete_due_files(self) -> Pending[int]:
+        return completed(lambda: self._unless_closed(self.log.delete_due_files, 0))
+
+    def flush_if_due(self) -> Pending[bool]:
+        return completed(lambda: self._unless_closed(lambda: flush_if_due(self.log), False))
+
+    def cleanable(self, checkpointed_first_dirty: int | None) -> Pending[LogToClean | None]:
+        def measure() -> LogToClean | None:
+            if not self.log.config.compact:
+                return None
+            # The cleaner manager names the range after the partition it asked.
+            return log_to_clean(("", 0), self.log, checkpointed_first_dirty, self.log.clock.milliseconds())
+
+        return completed(lambda: self._unless_closed(measure, None))
+
+    def clean(self, first_dirty_offset: int, first_uncleanable_offset: int) -> Pending[CleanResult]:
+        return completed(lambda: self._cleaner().clean(self.log, first_dirty_offset, first_uncleanable_offset))
+
+    def close(self) -> Pending[PartitionState]:
+        def close() -> PartitionState:
+            self.log.close()
+            return partition_state(self.log)
+
+        return completed(close)
+
+    def go_offline(self, reason: str) -> Pending[None]:
+        def close_files() -> None:
+            # The disk is already failing: errors closing its files change nothing.
+            with contextlib.suppress(StorageError, OSError):
+                self.log.close_without_marker()
+
+        return completed(close_files)
+
+    def _unless_closed(self, work: Callable[[], T], closed: T) -> T:
+        with self.log.lock:
+            return closed if self.log.closed else work()
+
+
+class LocalPartitions:
+    """The in-process `PartitionFactory`: a `Log` per partition, and one cleaner for all (a log manager
+    cleans in process one partition at a time)."""
+
+    def __init__(self, clock: Clock, cleaner_config: CleanerConfig | None = None) -> None:
+        self._clock = clock
+        self._cleaner_config = cleaner_config or CleanerConfig()
+        self._cleaner: Cleaner | None = None
+        self._lock = threading.Lock()
+
+    def open(
+        self,
+        tp: TopicPartition,
+        folder: Path,
+        config: LogConfig,
+        recovery_point: int,
+        log_start_offset: int,
+        had_clean_shutdown: bool,
+    ) -> LocalPartition:
+        log = Log.open(
+            folder,
+            config,
+            clock=self._clock,
+            recovery_point=recovery_point,
+            log_start_offset=log_start_offset,
+            had_clean_shutdown=had_clean_shutdown,
+        )
+        return LocalPartition(log, self.cleaner)
+
+    def stop(self, tp: TopicPartition, handle: PartitionHandle) -> None:
+        if isinstance(handle, LocalPartition) and not handle.log.closed:
+            handle.log.close_without_marker()
+
+    def cleaner(self) -> Cleaner:
+        """The cleaner of every partition opened here, created on first use: its offset map is allocated then."""
+        with self._lock:
+            if self._cleaner is None:
+                self._cleaner = Cleaner(self._cleaner_config, self._clock)
+            return self._cleaner
