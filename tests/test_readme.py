@@ -44,6 +44,7 @@ BLOCK = re.compile(r"^```(python|sh)\n(.*?)^```$", re.MULTILINE | re.DOTALL)
 EXPECTED_PRINT = re.compile(r"^print\(.*\)\s+# (.+)$")
 PAGE_VIEWS = [{"user": f"u{i % 7}", "page": f"/p{i % 3}", "latency_ms": i % 50} for i in range(300)]
 CLI_TIMEOUT_S = 300
+SESSION_RAY_VARIABLES = {"RAY_ADDRESS", "RAY_AUTH_MODE"}
 
 
 @dataclass(frozen=True)
@@ -118,9 +119,9 @@ def views_per_page(views: list[dict[str, Any]]) -> dict[str, int]:
 
 
 def cli_env() -> dict[str, str]:
-    """This environment with this interpreter's scripts (`raybroker`) first on PATH and no Ray address, so the
-    CLI finds the head `raybroker start` started, never this session's Ray."""
-    env = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"}
+    """This environment with this interpreter's scripts (`raybroker`) first on PATH, without the Ray variables
+    this session's Ray set (a reader's shell has none): the CLI finds the head `raybroker start` started."""
+    env = {key: value for key, value in os.environ.items() if key not in SESSION_RAY_VARIABLES}
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     return env
 
