@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -52,8 +53,9 @@ def run_demo(args: argparse.Namespace) -> int:
     # Ray (the demo module imports the actors): loaded only when the demo runs, so the CLI starts fast.
     from cluster.demos.broker_demo import run_broker_demo
 
-    return run_broker_demo(args.dir, events=args.events, spark=not args.no_spark)
+    return run_broker_demo(args.dir, events=args.events, out=sys.stdout, spark=not args.no_spark)
 
 
 def run_storage_demo_command(args: argparse.Namespace) -> int:
-    return run_storage_demo(args.dir)
+    # The stdout of this call, not the one the demo module's default captured when it was imported.
+    return run_storage_demo(args.dir, out=sys.stdout)
