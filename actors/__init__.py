@@ -3,7 +3,8 @@
 `Broker.connect()` finds the running broker; `Admin` manages topics, `Producer` and `Consumer` write and
 read records without any `.remote()` or `ray.get`, and raise the project's typed errors
 (`storage.errors`), never Ray's. `serializers` turns keys and values into bytes and back. The actors
-themselves live in their own modules (`partition_log`, `log_manager`, `controller`, `group_coordinator`).
+themselves live in `actors.server` (`partition_log`, `partition_host`, `log_manager`, `controller`,
+`group_coordinator`), the client facades in `actors.clients`.
 """
 
 from actors.clients import serializers
