@@ -104,9 +104,12 @@ class FetchHandler:
             if remaining_ms <= 0 or not idle:
                 break
             waits = {asyncio.ensure_future(self._fetch(wanted[index], remaining_ms)): index for index in idle}
-            done, pending = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-            for task in pending:
-                task.cancel()
+            try:
+                done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                # The waits still running are abandoned (also when the connection closes meanwhile).
+                for task in waits:
+                    task.cancel()
             woken = False
             for task in done:
                 answer = task.result()

@@ -1,0 +1,213 @@
+"""Real Kafka clients against a real broker over 127.0.0.1: librdkafka (confluent-kafka) and kafka-python produce
+with every codec and acks setting, then read everything back with `assign`; records cross between the wire and
+raybroker's own Python clients both ways; ListOffsets by time and the watermarks answer what was produced.
+
+The oracle is what the producers were told: each delivery report's (partition, offset) with the key, value,
+headers and timestamp that were sent.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from cluster.protocol.listener import KafkaListener, start_listener
+
+pytestmark = pytest.mark.ray
+
+CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
+PARTITIONS = 2
+RECORDS_PER_TOPIC = 30
+# Recent: records older than `log.retention.hours` (168) would be deleted by the broker's retention under the test.
+BASE_TIMESTAMP_MS = int(time.time() * 1000) - 60_000
+POLL_DEADLINE_S = 30.0
+
+Record = tuple[str, int, int, bytes | None, bytes | None, tuple[tuple[str, bytes], ...], int]
+
+
+@pytest.fixture(scope="module")
+def listener(start_test_broker: Callable[..., tuple[Any, Any]]) -> Iterator[KafkaListener]:
+    start_test_broker(num_partitions=str(PARTITIONS))
+    with start_listener({"listeners": "PLAINTEXT://127.0.0.1:0", "num.partitions": str(PARTITIONS)}) as started:
+        yield started
+
+
+def sent_records(topic: str) -> list[tuple[bytes | None, bytes | None, list[tuple[str, bytes]], int]]:
+    """What every producer sends to `topic`: keyed and unkeyed records, headers, explicit CreateTime timestamps."""
+    return [
+        (
+            None if index % 7 == 0 else f"key-{index}".encode(),
+            f"{topic}-value-{index}".encode() * (1 + index % 3),
+            [("index", str(index).encode()), ("topic", topic.encode())],
+            BASE_TIMESTAMP_MS + index * 10,
+        )
+        for index in range(RECORDS_PER_TOPIC)
+    ]
+
+
+def confluent_produce(listener: KafkaListener, topic: str, **config: str) -> list[Record]:
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": listener.bootstrap_servers, "linger.ms": "5", **config})
+    delivered: list[Record] = []
+    errors: list[Any] = []
+
+    sent = {value: (key, tuple(headers), timestamp) for key, value, headers, timestamp in sent_records(topic)}
+
+    def report(error: Any, message: Any) -> None:
+        # A delivery report names where the record went; what it carried is what was sent (values are unique).
+        if error is not None:
+            errors.append(error)
+            return
+        key, headers, timestamp = sent[message.value()]
+        delivered.append(
+            (message.topic(), message.partition(), message.offset(), key, message.value(), headers, timestamp)
+        )
+
+    for key, value, headers, timestamp in sent_records(topic):
+        producer.produce(topic, value=value, key=key, headers=headers, timestamp=timestamp, on_delivery=report)
+    assert producer.flush(POLL_DEADLINE_S) == 0
+    assert errors == []
+    assert len(delivered) == RECORDS_PER_TOPIC
+    return delivered
+
+
+def confluent_consume(listener: KafkaListener, topics: list[str], expected: int) -> list[Record]:
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(
+        {"bootstrap.servers": listener.bootstrap_servers, "group.id": "unused", "enable.auto.commit": "false"}
+    )
+    try:
+        consumer.assign([TopicPartition(topic, partition, 0) for topic in topics for partition in range(PARTITIONS)])
+        received: list[Record] = []
+        deadline = time.monotonic() + POLL_DEADLINE_S
+        while len(received) < expected and time.monotonic() < deadline:
+            for message in consumer.consume(num_messages=500, timeout=1.0):
+                assert message.error() is None, message.error()
+                received.append(
+                    (
+                        message.topic(),
+                        message.partition(),
+                        message.offset(),
+                        message.key(),
+                        message.value(),
+                        tuple(message.headers() or ()),
+                        message.timestamp()[1],
+                    )
+                )
+        return received
+    finally:
+        consumer.close()
+
+
+def test_confluent_producers_with_every_codec_and_acks_are_read_back_by_a_confluent_consumer(
+    listener: KafkaListener,
+) -> None:
+    produced: list[Record] = []
+    topics = []
+    for acks in ("all", "1"):
+        for codec in CODECS:
+            topic = f"confluent-{codec}-acks-{acks}"
+            topics.append(topic)
+            produced += confluent_produce(listener, topic, acks=acks, **{"compression.type": codec})
+    received = confluent_consume(listener, topics, len(produced))
+    assert sorted(received) == sorted(produced)
+    for topic in topics:
+        for partition in range(PARTITIONS):
+            offsets = [offset for t, p, offset, *_ in produced if (t, p) == (topic, partition)]
+            assert sorted(offsets) == list(range(len(offsets)))
+
+
+@pytest.mark.parametrize("codec", [None, "gzip", "snappy", "lz4", "zstd"])
+def test_kafka_python_produces_and_consumes_with_assign(listener: KafkaListener, codec: str | None) -> None:
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+    topic = f"kafka-python-{codec or 'none'}"
+    # kafka-python 3 turns idempotence on by default, which needs InitProducerId: not served yet.
+    producer = KafkaProducer(
+        bootstrap_servers=listener.bootstrap_servers, acks="all", compression_type=codec, enable_idempotence=False
+    )
+    produced: list[Record] = []
+    futures = [
+        (producer.send(topic, value=value, key=key, headers=headers, timestamp_ms=timestamp), key, value, headers)
+        for key, value, headers, timestamp in sent_records(topic)
+    ]
+    producer.flush(POLL_DEADLINE_S)
+    for future, key, value, headers in futures:
+        metadata = future.get(timeout=POLL_DEADLINE_S)
+        produced.append((topic, metadata.partition, metadata.offset, key, value, tuple(headers), metadata.timestamp))
+    producer.close()
+
+    consumer = KafkaConsumer(bootstrap_servers=listener.bootstrap_servers, enable_auto_commit=False)
+    consumer.assign([TopicPartition(topic, partition) for partition in range(PARTITIONS)])
+    consumer.seek_to_beginning()
+    received: list[Record] = []
+    deadline = time.monotonic() + POLL_DEADLINE_S
+    while len(received) < len(produced) and time.monotonic() < deadline:
+        for messages in consumer.poll(timeout_ms=1000).values():
+            received += [
+                (m.topic, m.partition, m.offset, m.key, m.value, tuple(m.headers), m.timestamp) for m in messages
+            ]
+    consumer.close()
+    assert sorted(received) == sorted(produced)
+
+
+def test_wire_records_are_read_by_the_python_consumer_and_python_records_by_the_wire(listener: KafkaListener) -> None:
+    from actors import Admin, Consumer, Producer
+
+    produced = confluent_produce(listener, "wire-to-python", acks="all", **{"compression.type": "lz4"})
+    consumer = Consumer()
+    consumer.assign([("wire-to-python", partition) for partition in range(PARTITIONS)])
+    consumer.seek_to_beginning()
+    received: list[Record] = []
+    deadline = time.monotonic() + POLL_DEADLINE_S
+    while len(received) < len(produced) and time.monotonic() < deadline:
+        received += [
+            (r.topic, r.partition, r.offset, r.key, r.value, tuple(r.headers), r.timestamp)
+            for r in consumer.poll(timeout_ms=500)
+        ]
+    consumer.close()
+    assert sorted(received) == sorted(produced)
+
+    Admin().create_topic("python-to-wire", PARTITIONS)
+    producer = Producer()
+    futures = [
+        (producer.send("python-to-wire", value=value, key=key, timestamp_ms=timestamp, headers=headers), key, value)
+        for key, value, headers, timestamp in sent_records("python-to-wire")
+    ]
+    producer.flush()
+    from_python: list[Record] = []
+    for (future, key, value), (_, _, headers, timestamp) in zip(futures, sent_records("python-to-wire"), strict=True):
+        metadata = future.result(timeout=POLL_DEADLINE_S)
+        from_python.append(
+            ("python-to-wire", metadata.partition, metadata.offset, key, value, tuple(headers), timestamp)
+        )
+    producer.close()
+    assert sorted(confluent_consume(listener, ["python-to-wire"], len(from_python))) == sorted(from_python)
+
+
+def test_offsets_for_times_and_watermarks(listener: KafkaListener) -> None:
+    from confluent_kafka import Consumer, TopicPartition
+
+    produced = confluent_produce(listener, "times", acks="1")
+    consumer = Consumer({"bootstrap.servers": listener.bootstrap_servers, "group.id": "unused"})
+    try:
+        for partition in range(PARTITIONS):
+            mine = sorted((offset, timestamp) for _, p, offset, *_, timestamp in produced if p == partition)
+            assert consumer.get_watermark_offsets(TopicPartition("times", partition), timeout=10) == (0, len(mine))
+            middle_offset, middle_timestamp = mine[len(mine) // 2]
+            # The first record at or after the timestamp; none after the last one. One partition per call: a
+            # ListOffsets request names each partition once.
+            for timestamp, expected in (
+                (middle_timestamp, middle_offset),
+                (middle_timestamp - 1, middle_offset),
+                (mine[-1][1] + 1, -1),
+            ):
+                (found,) = consumer.offsets_for_times([TopicPartition("times", partition, timestamp)], timeout=10)
+                assert (found.error, found.offset) == (None, expected)
+    finally:
+        consumer.close()
