@@ -71,3 +71,7 @@ class BrokerView(Protocol):
         """Kafka's ListOffsets for one partition: -2 earliest, -1 latest, -3 max timestamp, or the first record at
         or after a timestamp in ms; None when no record qualifies."""
         ...
+
+    async def allocate_producer_id(self) -> int:
+        """A fresh idempotent-producer id, never handed out before in this cluster."""
+        ...

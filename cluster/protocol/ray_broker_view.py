@@ -71,6 +71,9 @@ class RayBrokerView:
     async def list_offset(self, topic: str, partition: int, timestamp: int) -> TimestampAndOffset | None:
         return await self._call(topic, partition, "list_offset", timestamp)
 
+    async def allocate_producer_id(self) -> int:
+        return await _answer(self._controller.allocate_producer_id.remote())
+
     async def _call(self, topic: str, partition: int, method: str, *args: Any, **kwargs: Any) -> Any:
         handle = await self._handle(topic, partition)
         try:

@@ -9,9 +9,10 @@ Version floors are those of kio's schemas (Kafka 4's minimum versions: Produce v
 Ceilings are what the handlers implement: Produce v10 and Fetch v12 are the last versions naming topics by name
 (v13 switched both to topic ids, which raybroker does not assign yet); Metadata v12 is the last without a
 top-level error; ListOffsets v7 is the last whose sentinels (-2, -1, -3) the log answers (v8 added -4, earliest
-local offset, for tiered storage). Clients use the highest version both sides serve: librdkafka 2.16 up to
-Produce 10, Fetch 16, Metadata 13, ListOffsets 7, ApiVersions 3; kafka-python 3.0 up to Produce 9-11, Fetch 12+,
-Metadata 13, ListOffsets 11, ApiVersions 4.
+local offset, for tiered storage); InitProducerId v5 is the last before two-phase-commit transactions (v6).
+Clients use the highest version both sides serve: librdkafka 2.16 goes up to Produce 10, Fetch 16, Metadata 13,
+ListOffsets 7, InitProducerId 4, ApiVersions 3; kafka-python 3.0 up to Metadata 13, ListOffsets 11,
+InitProducerId 6, ApiVersions 4.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from cluster.protocol.handlers.fetch import FETCH_KEY, FetchHandler
 from cluster.protocol.handlers.list_offsets import LIST_OFFSETS_KEY, ListOffsetsHandler
 from cluster.protocol.handlers.metadata import METADATA_KEY, BrokerEndpoint, MetadataHandler
 from cluster.protocol.handlers.produce import PRODUCE_KEY, ProduceHandler
+from cluster.protocol.handlers.producer_id import INIT_PRODUCER_ID_KEY, InitProducerIdHandler
 
 SERVED: Mapping[int, ApiRange] = MappingProxyType(
     {
@@ -35,6 +37,7 @@ SERVED: Mapping[int, ApiRange] = MappingProxyType(
         LIST_OFFSETS_KEY: ApiRange(1, 7),
         METADATA_KEY: ApiRange(0, 12),
         API_VERSIONS_KEY: ApiRange(0, 4),
+        INIT_PRODUCER_ID_KEY: ApiRange(0, 5),
     }
 )
 
@@ -54,6 +57,7 @@ class Router:
             LIST_OFFSETS_KEY: ListOffsetsHandler(view),
             METADATA_KEY: MetadataHandler(view, endpoint, auto_create_topics_enable, num_partitions),
             API_VERSIONS_KEY: ApiVersionsHandler(SERVED),
+            INIT_PRODUCER_ID_KEY: InitProducerIdHandler(view),
         }
         assert self._handlers.keys() == SERVED.keys(), "every served API has exactly one handler"
 

@@ -36,6 +36,7 @@ class LogBrokerView:
         self._config = config or LogConfig()
         self._logs: dict[tuple[str, int], Log] = {}
         self._topics: dict[str, TopicInfo] = {}
+        self._next_producer_id = 0
 
     async def cluster_id(self) -> str:
         return CLUSTER_ID
@@ -76,6 +77,10 @@ class LogBrokerView:
 
     async def list_offset(self, topic: str, partition: int, timestamp: int) -> TimestampAndOffset | None:
         return self.log(topic, partition).fetch_offset_by_timestamp(timestamp)
+
+    async def allocate_producer_id(self) -> int:
+        self._next_producer_id += 1
+        return self._next_producer_id - 1
 
     def close(self) -> None:
         for log in self._logs.values():

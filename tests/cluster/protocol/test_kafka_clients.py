@@ -211,3 +211,36 @@ def test_offsets_for_times_and_watermarks(listener: KafkaListener) -> None:
                 assert (found.error, found.offset) == (None, expected)
     finally:
         consumer.close()
+
+
+def test_idempotent_producers_of_both_clients_get_distinct_ids_and_are_read_back(listener: KafkaListener) -> None:
+    import ray
+    from kafka import KafkaProducer
+
+    from actors import Broker
+    from storage.records.record_batch import iter_batches
+
+    produced = confluent_produce(listener, "idempotent", **{"enable.idempotence": "true"})
+    # kafka-python's default producer is idempotent (acks=all): it asks InitProducerId first.
+    producer = KafkaProducer(bootstrap_servers=listener.bootstrap_servers)
+    futures = [
+        (
+            producer.send("idempotent", value=value, key=key, headers=headers, timestamp_ms=timestamp),
+            key,
+            value,
+            headers,
+        )
+        for key, value, headers, timestamp in sent_records("idempotent-kafka-python")
+    ]
+    for future, key, value, headers in futures:
+        metadata = future.get(timeout=POLL_DEADLINE_S)
+        produced.append(
+            ("idempotent", metadata.partition, metadata.offset, key, value, tuple(headers), metadata.timestamp)
+        )
+    producer.close()
+    assert sorted(confluent_consume(listener, ["idempotent"], len(produced))) == sorted(produced)
+    broker = Broker.connect()
+    stored = [ray.get(broker.partition("idempotent", partition).read.remote(0)) for partition in range(PARTITIONS)]
+    producer_ids = {batch.producer_id for data in stored for batch in iter_batches(data)}
+    assert len(producer_ids) == 2
+    assert min(producer_ids) >= 0

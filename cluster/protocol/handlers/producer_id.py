@@ -1,0 +1,52 @@
+"""InitProducerId (key 22): an idempotent producer's id, unique in the cluster, with epoch 0.
+
+Ids come from the controller, which hands them out durably (the same allocator raybroker's Python producer uses),
+so two producers never share one, whichever listener they asked. Every request gets a fresh id: a client that
+names its current id and epoch (v3+, after its sequence state was lost) continues under the new id, as raybroker's
+Python producer does, rather than under a bumped epoch, which would need a registry of each id's epoch.
+Transactions are not served: a request with a `transactional_id` answers INVALID_REQUEST (42).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.index import load_response_schema
+from kio.schema.errors import ErrorCode
+
+from cluster.protocol.broker_view import BrokerView
+from cluster.protocol.errors import error_code
+from cluster.protocol.framing import Request
+from cluster.protocol.messages import build
+from storage.errors import RaybrokerError
+
+INIT_PRODUCER_ID_KEY = 22
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
+FIRST_EPOCH = 0
+
+
+class InitProducerIdHandler:
+    """Answers InitProducerId (see the module docstring)."""
+
+    def __init__(self, view: BrokerView) -> None:
+        self._view = view
+
+    async def __call__(self, request: Request) -> Any:
+        response_type = load_response_schema(INIT_PRODUCER_ID_KEY, request.api_version)
+        failed = {"throttle_time": 0, "producer_id": NO_PRODUCER_ID, "producer_epoch": NO_PRODUCER_EPOCH}
+        if request.body.transactional_id is not None:
+            return build(response_type, {**failed, "error_code": ErrorCode.invalid_request})
+        try:
+            producer_id = await self._view.allocate_producer_id()
+        except RaybrokerError as exc:
+            return build(response_type, {**failed, "error_code": error_code(exc)})
+        return build(
+            response_type,
+            {
+                "throttle_time": 0,
+                "error_code": ErrorCode.none,
+                "producer_id": producer_id,
+                "producer_epoch": FIRST_EPOCH,
+            },
+        )
