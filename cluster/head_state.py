@@ -23,6 +23,8 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+AUTH_MODE_VARIABLE = "RAY_AUTH_MODE"
+
 
 @dataclass(frozen=True, slots=True)
 class HeadState:
@@ -65,3 +67,19 @@ def write_state(state: HeadState) -> None:
 def forget_state() -> None:
     with contextlib.suppress(FileNotFoundError):
         state_file().unlink()
+
+
+def settle_ray_auth_mode(starting_head: bool) -> None:
+    """Sets `RAY_AUTH_MODE=token` for a command that starts a head or attaches to the one `start` recorded.
+
+    Ray 2.60 reads `RAY_AUTH_MODE` once, when it is first imported, and a driver sends its token to an explicit
+    address only in that mode (without it `ray.init` retries for ~20 s and fails with InvalidAuthToken). A head
+    started by `start_head` has token authentication on unless `RAY_AUTH_MODE=disabled` (its token is this
+    machine's own `~/.ray/auth_token`), so the CLI settles the mode before anything imports Ray. A mode the
+    user set is kept.
+    """
+    if AUTH_MODE_VARIABLE in os.environ:
+        return
+    recorded = read_state()
+    if starting_head or (recorded is not None and recorded.started_head and recorded.token_auth):
+        os.environ[AUTH_MODE_VARIABLE] = "token"

@@ -20,7 +20,8 @@ Token authentication (Ray 2.60, `RAY_AUTH_MODE`): an embedded cluster has it on 
 a new local `ray.init()`); `start_head()` keeps it on by creating `~/.ray/auth_token` first if no token exists.
 Every process that attaches to that head by address needs `RAY_AUTH_MODE=token` and the same token (in
 `~/.ray/auth_token`, `RAY_AUTH_TOKEN` or `RAY_AUTH_TOKEN_PATH`); `RAY_AUTH_MODE=disabled` opts out. For the head
-recorded by `raybroker start`, `connect_to_cluster` sets `RAY_AUTH_MODE=token` itself; for any other cluster the
+recorded by `raybroker start`, the command line sets `RAY_AUTH_MODE=token` itself before it imports Ray
+(`cluster.head_state.settle_ray_auth_mode`: Ray reads the variable once, at import); for any other cluster the
 user does, as Ray documents.
 
 Every path sets `RAY_LOG_TO_DRIVER=0` before Ray starts and passes `log_to_driver=False`: with log forwarding on,
@@ -45,11 +46,10 @@ import ray
 from ray._common.utils import get_ray_address_file
 
 from actors.options import NAMESPACE
-from cluster.head_state import HeadState, read_state
+from cluster.head_state import AUTH_MODE_VARIABLE, HeadState, read_state
 from storage.errors import BrokerNotAvailableError
 
 EMBEDDED_NUM_CPUS = 4
-AUTH_MODE_VARIABLE = "RAY_AUTH_MODE"
 DEFAULT_ADDRESS = "auto"
 # `ray start --head` without --port (as `start_head` runs it) puts its GCS here.
 RAY_HEAD_PORT = 6379
@@ -162,12 +162,6 @@ def connect_to_cluster(address: str | None) -> None:
         address = own_head.address
     address = address or DEFAULT_ADDRESS
     probe(address)
-    if own_head is not None and own_head.token_auth and address == own_head.address:
-        # Ray 2.60 turns token authentication on for a head started where a token exists (~/.ray/auth_token),
-        # and a driver sends its token to an explicit address (argument or RAY_ADDRESS) only with
-        # RAY_AUTH_MODE=token; without it, ray.init retries for ~20 s and fails. The head `start` started
-        # on this machine holds this machine's own token.
-        os.environ.setdefault(AUTH_MODE_VARIABLE, "token")
     ensure_ray(address)
 
 
@@ -185,7 +179,8 @@ def start_head(num_cpus: int = EMBEDDED_NUM_CPUS) -> HeadState:
     """Starts a local Ray head daemon (the processes outlive this command), with token authentication on
     unless `RAY_AUTH_MODE` says otherwise; returns which head it started."""
     _quiet_environment()
-    if os.environ.get(AUTH_MODE_VARIABLE) is None:
+    auth_mode = os.environ.get(AUTH_MODE_VARIABLE)
+    if auth_mode is None:
         # Ray 2.60's `ray start --head` turns token authentication on only where a token already exists
         # (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token) and otherwise starts an open cluster that
         # runs any code it is sent. Creating the token first (a no-op if one exists) keeps the head closed;
@@ -202,10 +197,12 @@ def start_head(num_cpus: int = EMBEDDED_NUM_CPUS) -> HeadState:
     if result.returncode != 0:
         last = (result.stderr or result.stdout).strip().splitlines()
         raise BrokerNotAvailableError(f"`ray start --head` failed: {last[-1] if last else result.returncode}")
-    return _started_head()
+    # With a token in place Ray turns authentication on by itself, without RAY_AUTH_MODE in the head's
+    # environment: only an explicit `disabled` leaves the head open.
+    return _started_head(token_auth=(auth_mode or "token").lower() != "disabled")
 
 
-def _started_head() -> HeadState:
+def _started_head(token_auth: bool) -> HeadState:
     """The head `ray start --head` has just started: the gcs_server on Ray's default port (a port has one owner).
 
     Read from its command line rather than from Ray's `ray_current_cluster` file, which any other Ray program
@@ -219,9 +216,6 @@ def _started_head() -> HeadState:
             flags.get("--gcs_server_port") == str(RAY_HEAD_PORT)
             and {"--node-ip-address", "--session-name", "--node-id"} <= flags.keys()
         ):
-            token_auth = False
-            with contextlib.suppress(psutil.Error):
-                token_auth = proc.environ().get(AUTH_MODE_VARIABLE, "").lower() == "token"
             address = f"{flags['--node-ip-address']}:{RAY_HEAD_PORT}"
             return HeadState(True, address, flags["--session-name"], flags["--node-id"], token_auth)
     raise BrokerNotAvailableError(f"`ray start --head` succeeded, but no Ray GCS listens on port {RAY_HEAD_PORT}")

@@ -288,7 +288,8 @@ def test_sql_example(free_head_port: None, tmp_path: Path) -> None:
     script = "\n".join(
         [
             f"raybroker start --log-dirs {tmp_path / 'sql'} --override offsets.topic.num.partitions=1",
-            f"python -c {shlex.quote(FILL_PAGE_VIEWS)}",
+            # As `start` tells a Python user of its head: token authentication needs RAY_AUTH_MODE=token.
+            f"RAY_AUTH_MODE=token python -c {shlex.quote(FILL_PAGE_VIEWS)}",
             rewritten(block.code, tmp_path),
             "raybroker stop",
         ]

@@ -51,6 +51,7 @@ from cluster.cli.common import (
     UsageError,
     print_error,
 )
+from cluster.head_state import settle_ray_auth_mode
 from storage.errors import RaybrokerError
 
 # In the order `--help` lists them.
@@ -87,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     if handler is None:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
+    settle_ray_auth_mode(starting_head=args.command == "start" and getattr(args, "address", None) is None)
     try:
         return handler(args)
     except BrokenPipeError:
