@@ -33,6 +33,7 @@ import ray
 
 from actors.options import NAMESPACE, log_manager_name
 from storage import file_names
+from storage.arguments import is_int
 from storage.clock import SYSTEM_CLOCK
 from storage.config.broker_config import BrokerConfig
 from storage.config.log_config import LogConfig
@@ -45,6 +46,7 @@ from storage.errors import (
     UnknownTopicOrPartitionError,
 )
 from storage.logdir.log_dirs import METADATA_TOPIC
+from storage.logdir.log_manager import PartitionPlacement
 from storage.logdir.meta_properties import new_directory_id
 from storage.partition.log import Log
 from storage.records.record_batch import RecordBatchBuilder
@@ -129,7 +131,8 @@ class ControllerActor:
         with self._lock:
             handle = ray.get_actor(log_manager_name(node_id), namespace=NAMESPACE)
             self._brokers[node_id] = handle
-            for placement in ray.get(handle.partitions.remote()):
+            placements: list[PartitionPlacement] = ray.get(handle.partitions.remote())
+            for placement in placements:
                 topic = self._topics.get(placement.topic)
                 if topic is None or topic.partitions.get(placement.partition) == node_id:
                     continue
@@ -304,7 +307,7 @@ def _running_log_managers() -> dict[str, Any]:
 
 
 def _check_partition_count(partitions: object) -> None:
-    if not isinstance(partitions, int) or isinstance(partitions, bool):
+    if not is_int(partitions):
         raise InvalidPartitionsError(f"partition count must be an int, not {type(partitions).__name__}")
     if not 1 <= partitions <= MAX_PARTITIONS_PER_TOPIC:
         raise InvalidPartitionsError(f"partition count {partitions} is outside 1..{MAX_PARTITIONS_PER_TOPIC}")
