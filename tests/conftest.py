@@ -43,9 +43,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def ray_session() -> Iterator[None]:
     """A real local Ray, shared by every `ray`/`spark` test; shut down (with any broker) at the end.
 
-    Settings from shared/spec/spark-bridge.md §2: `RAY_LOG_TO_DRIVER=0` in the environment before
-    `ray.init` (against the log feedback loop), 4 logical CPUs so Spark executors still leave room,
-    no dashboard.
+    `RAY_LOG_TO_DRIVER=0` in the environment before `ray.init` (with log forwarding on, Spark's Python workers
+    feed their own output back in a loop that grew a worker log to 213 MB in a minute here), 4 logical CPUs so
+    the Spark executor's 2 cores still leave room for tasks, no dashboard.
     """
     os.environ["RAY_LOG_TO_DRIVER"] = "0"
     import ray

@@ -51,7 +51,7 @@ def two_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, li
         with contextlib.suppress(BrokerNotAvailableError):
             stop_broker()
         ray.shutdown()
-    os.environ["RAY_LOG_TO_DRIVER"] = "0"  # inherited by both raylets and their workers (spark-bridge.md G1)
+    os.environ["RAY_LOG_TO_DRIVER"] = "0"  # inherited by both raylets and their workers
     cluster = Cluster(initialize_head=True, head_node_args={**NODE_ARGS, "include_dashboard": False})
     try:
         cluster.add_node(**NODE_ARGS)

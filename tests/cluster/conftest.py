@@ -2,8 +2,8 @@
 `tests/cluster/`.
 
 Starting Spark on Ray costs ~10 s and its first Python job ~6 s more (measured on this machine), so the session is
-started once (with its warm-up job) and reused by every test of this package (`tests/cluster/`). It is stopped when
-the package's last test is done (package scope): modules that own Ray (`OWNS_RAY`, run last by `tests/conftest.py`) shut the
+started once (with its warm-up job) and reused by every test of this package (`tests/cluster/`). It is stopped when the
+package's last test is done (package scope): modules that own Ray (`OWNS_RAY`, run last by `tests/conftest.py`) shut the
 session's Ray down, and Spark's JVMs must be stopped before their Ray goes.
 """
 

@@ -1,6 +1,6 @@
 """Invariants the reliability tests check on a log after recovery: indexes that agree with the `.log`.
 
-Offset index (Kafka's semantics, spec §3.3-3.4): an entry `(offset, position)` is written for an append whose
+Offset index (Kafka's semantics): an entry `(offset, position)` is written for an append whose
 last offset is `offset` and whose first batch starts at `position`, so `position` must be a batch boundary of
 the `.log`, the batch there must start at or below `offset` (a lookup of any target >= offset scans on from
 there), `offset` must be below the segment's next offset, and offsets and positions strictly increase.

@@ -139,7 +139,7 @@ def time_entries_in_file(path: Path, base_offset: int) -> list[tuple[int, int]]:
 
 
 def recovery_rule_indexes(segment: OracleSegment) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
-    """The entries Kafka's `LogSegment.recover` writes, batch by batch (spec §3.11): the oracle for rebuilt indexes.
+    """The entries Kafka's `LogSegment.recover` writes, batch by batch: the oracle for rebuilt indexes.
 
     An offset entry (batch last offset, position) once more than `index.interval.bytes` were read since the
     last entry; with it a time entry for the max timestamp so far (with its batch's last offset) if that grew;

@@ -1,6 +1,6 @@
 """LogDirs on its own: locking, meta.properties identity, clean-shutdown markers, checkpoint files, partition
-folder listing, placement order, offline dirs and delayed `-delete` folder removal (spec §2.11-2.12, §3.11,
-§3.13). No logs are opened here: that is LogManager's part (test_log_manager.py).
+folder listing, placement order, offline dirs and delayed `-delete` folder removal. No logs are opened here: that is
+LogManager's part (test_log_manager.py).
 """
 
 from __future__ import annotations

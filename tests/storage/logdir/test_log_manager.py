@@ -1,5 +1,5 @@
 """LogManager over several log dirs: identity, locking, placement, offline dirs, checkpoints, crash recovery,
-clean shutdown, retention, async deletes, flush and idempotence (spec §2.11-2.12, §3.11, §3.13, §4 items 46-49).
+clean shutdown, retention, async deletes, flush and idempotence.
 
 Every test drives a MockClock and tiny segments; the bytes left on disk are decoded with kafka-python.
 """

@@ -1,4 +1,4 @@
-"""Tests for `storage.partition.log_validator`: every rejection rule of Kafka's leader append path (spec §3.1), each
+"""Tests for `storage.partition.log_validator`: every rejection rule of Kafka's leader append path, each
 checked for its typed error and, through `Log.append`, for leaving the log untouched; plus what validation
 hands the log (offsets unassigned, codecs, max timestamps)."""
 

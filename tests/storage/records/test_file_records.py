@@ -1,4 +1,4 @@
-"""Tests for `storage.records.file_records`, after Kafka's FileRecordsTest (spec §4 item 51)."""
+"""Tests for `storage.records.file_records`, after Kafka's FileRecordsTest."""
 
 from __future__ import annotations
 
