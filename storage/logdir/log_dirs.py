@@ -7,7 +7,7 @@ delayed folder deletion and offline dirs. The partitions themselves are the log 
 |----------------------------------------|------------------------------------------------------------|
 | which partition lives in which dir     | the `<topic>-<partition>` folders themselves               |
 | broker/cluster identity of each dir    | `meta.properties` (v1: cluster.id, node.id, directory.id)  |
-| exclusive ownership of each dir        | `.lock` (flock held from `startup` to `release_all`)       |
+| exclusive ownership of each dir        | `.lock` (fcntl lock held from `startup` to `release_all`)  |
 | recovery point of each log             | `recovery-point-offset-checkpoint`                         |
 | log start offset above the first base  | `log-start-offset-checkpoint`                              |
 | high watermark of each log             | `replication-offset-checkpoint`                            |

@@ -141,3 +141,70 @@ def test_killed_owner_leaves_no_stale_lock(tmp_path: Path) -> None:
         child.kill()
         child.wait()
     LogDirLock(tmp_path).release()
+
+
+# A Java Kafka broker locks `.lock` with `FileChannel.tryLock()`, which on Linux is a POSIX record lock
+# (fcntl F_SETLK) over the whole file; `fcntl.lockf` takes exactly that lock.
+JAVA_STYLE_HOLDER = """
+import fcntl
+import os
+import sys
+fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o644)
+try:
+    fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+except OSError:
+    print("locked-out", flush=True)
+    sys.exit(3)
+print("locked", flush=True)
+sys.stdin.readline()
+"""
+
+
+def start_java_style_holder(lock_file: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", JAVA_STYLE_HOLDER, str(lock_file)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+
+
+@pytest.mark.timeout(60)
+def test_record_lock_held_by_a_java_broker_makes_us_refuse_the_dir(tmp_path: Path) -> None:
+    holder = start_java_style_holder(tmp_path / LOCK_FILE)
+    try:
+        assert holder.stdout is not None and holder.stdin is not None
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(LogDirLockedError) as info:
+            LogDirLock(tmp_path)
+        assert info.value.message == (
+            f"Failed to acquire lock on file .lock in {tmp_path}. "
+            "A Kafka instance in another process or thread is using this directory."
+        )
+        holder.stdin.close()
+        assert holder.wait(timeout=30) == 0
+    finally:
+        holder.kill()
+        holder.wait()
+    LogDirLock(tmp_path).release()
+
+
+@pytest.mark.timeout(60)
+def test_lock_held_here_makes_a_java_broker_fail_its_record_lock(tmp_path: Path) -> None:
+    with LogDirLock(tmp_path):
+        holder = start_java_style_holder(tmp_path / LOCK_FILE)
+        output, _ = holder.communicate(timeout=30)
+    assert holder.returncode == 3
+    assert output.strip() == "locked-out"
+
+
+@pytest.mark.timeout(60)
+def test_failed_attempt_in_this_process_keeps_the_record_lock_of_the_holder(tmp_path: Path) -> None:
+    """A POSIX record lock dies when its process closes any descriptor of the file; ours must not."""
+    with LogDirLock(tmp_path):
+        with pytest.raises(LogDirLockedError):
+            LogDirLock(tmp_path)
+        holder = start_java_style_holder(tmp_path / LOCK_FILE)
+        output, _ = holder.communicate(timeout=30)
+    assert holder.returncode == 3
+    assert output.strip() == "locked-out"
