@@ -34,10 +34,15 @@ What a rewritten segment holds, batch by batch (Kafka's `MemoryRecords.filterTo`
 - A batch emptied by cleaning is dropped, unless it is the last batch of a producer that is still active
   (last write within `producer.id.expiration.ms`, Kafka's 1-day default): then its 61-byte header is kept
   with no records, so the producer's last sequence and epoch survive.
-- Legacy (magic 0/1) entries cannot be rewritten here (raybroker writes only magic 2): an entry is dropped
-  whole when every record in it is superseded by a later offset of its key (or has no key), and copied
-  byte for byte otherwise. Their tombstones therefore stay until superseded (Kafka's segment-mtime rule
-  for legacy tombstones is not implemented).
+- Tombstones (legacy magic 0/1, which has no delete horizon field): Kafka's rule on segment mtimes. The
+  legacy horizon is the mtime of the last segment below the first dirty offset minus delete.retention.ms
+  (0 when no segment is clean yet, so the first cleaning keeps every tombstone); a legacy tombstone is dropped
+  when its segment's mtime is not after that horizon. Cleaned segments keep their source's mtime (below), so
+  a tombstone goes once the clean section has grown delete.retention.ms past it.
+- Legacy entries cannot be rewritten here (raybroker writes only magic 2): an entry is dropped whole when
+  every record in it would be dropped by the rules above (superseded, no key, or an expired tombstone), and
+  copied byte for byte otherwise, so a tombstone inside a compressed wrapper that keeps other records stays
+  until they go too.
 
 Swap and crash safety: the `.cleaned` segment is fsynced, its indexes trimmed, and its `.log` mtime set to
 the last source segment's mtime (time retention sees the same age), then `Log.replace_segments` renames
@@ -372,6 +377,8 @@ class _Pass:
     offset_map: SkimpyOffsetMap
     max_batch_bytes: int
     stats: _Stats
+    # Legacy tombstones in a segment whose mtime is not after this are dropped (module docstring).
+    legacy_delete_horizon_ms: int
     # Every segment the pass read, by base offset, with its size then: the swap checks they are unchanged.
     expected: dict[int, tuple[LogSegment, int]] = field(default_factory=dict)
 
@@ -474,6 +481,7 @@ class Cleaner:
             offset_map,
             max_batch_bytes,
             stats,
+            legacy_delete_horizon_ms(log, segments, first_dirty_offset),
         )
         to_clean = [segment for segment in segments[:-1] if segment.base_offset < end_offset]
         clean_pass.expected = {segment.base_offset: (segment, segment.size) for segment in to_clean}
@@ -634,7 +642,8 @@ class Cleaner:
             if isinstance(batch, RecordBatch):
                 retained = self._filter_batch(clean_pass, batch)
             else:
-                retained = self._filter_legacy_entry(clean_pass, source, batch)
+                retain_deletes = source.last_modified_ms() > clean_pass.legacy_delete_horizon_ms
+                retained = self._filter_legacy_entry(clean_pass, source, batch, retain_deletes)
             if retained is None:
                 continue
             data, max_timestamp, records_written = retained
@@ -697,20 +706,33 @@ class Cleaner:
         return horizon is None or clean_pass.now_ms < horizon
 
     def _filter_legacy_entry(
-        self, clean_pass: _Pass, source: LogSegment, entry: AnyBatch
+        self, clean_pass: _Pass, source: LogSegment, entry: AnyBatch, retain_deletes: bool
     ) -> tuple[bytes, int, int] | None:
         offset_map = clean_pass.offset_map
         records = entry.records()
         clean_pass.stats.messages_read += len(records)
-        superseded = all(
+        droppable = all(
             record.offset <= offset_map.latest_offset
-            and (record.key is None or offset_map.get(record.key) > record.offset)
+            and (
+                record.key is None
+                or offset_map.get(record.key) > record.offset
+                or (record.value is None and not retain_deletes)
+            )
             for record in records
         )
-        if superseded:
+        if droppable:
             clean_pass.stats.invalid_messages += sum(1 for record in records if record.key is None)
             return None
         return source.log.read(entry.position, entry.size_in_bytes), entry.max_timestamp, len(records)
+
+
+def legacy_delete_horizon_ms(log: Log, segments: Sequence[LogSegment], first_dirty_offset: int) -> int:
+    """Kafka's `legacyDeleteHorizonMs`: the mtime of the last segment below `first_dirty_offset` minus
+    delete.retention.ms, or 0 when no segment starts below it."""
+    clean = [segment for segment in segments if segment.base_offset < first_dirty_offset]
+    if not clean:
+        return 0
+    return clean[-1].last_modified_ms() - log.config.delete_retention_ms
 
 
 def _check_batch_size(batch: AnyBatch, max_batch_bytes: int) -> None:

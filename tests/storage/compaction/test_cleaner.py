@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import random
+import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -823,6 +824,95 @@ def test_legacy_entries_are_dropped_only_when_superseded(tmp_path: Path, clock: 
     first = log.log_segments()[0]
     size = len(legacy_entries) // 3
     assert first.log.read(0, 2 * size) == bytes(legacy_entries[:size] + legacy_entries[2 * size :])
+    log.close()
+
+
+def legacy_entries(
+    magic: int, timestamp_ms: int, pairs: list[tuple[bytes | None, bytes | None]], compression_type: int = 0
+) -> bytes:
+    """Legacy (magic 0/1) log entries from offset 0 as a broker stored them, by kafka-python's builder: one entry
+    per record when uncompressed, one wrapper holding them all when compressed."""
+    if compression_type:
+        builder = LegacyRecordBatchBuilder(magic=magic, compression_type=compression_type, batch_size=1 << 20)
+        for offset, (key, value) in enumerate(pairs):
+            builder.append(offset, timestamp=timestamp_ms, key=key, value=value)
+        # A broker stores a wrapper under its last inner offset; a producer's builder leaves 0 there.
+        return struct.pack(">q", len(pairs) - 1) + bytes(builder.build())[8:]
+    data = bytearray()
+    for offset, (key, value) in enumerate(pairs):
+        builder = LegacyRecordBatchBuilder(magic=magic, compression_type=0, batch_size=1 << 20)
+        builder.append(offset, timestamp=timestamp_ms, key=key, value=value)
+        data += builder.build()
+    return bytes(data)
+
+
+@pytest.mark.parametrize("magic", [0, 1])
+@pytest.mark.parametrize(("age_past_horizon_ms", "tombstone_kept"), [(-1, True), (0, False), (5000, False)])
+def test_legacy_tombstone_goes_once_its_segment_is_older_than_the_last_clean_segment_minus_delete_retention(
+    tmp_path: Path, clock: MockClock, magic: int, age_past_horizon_ms: int, tombstone_kept: bool
+) -> None:
+    """Kafka's legacy horizon: last clean segment's mtime - delete.retention.ms; a tombstone is kept while its
+    segment's mtime is after it. Segments: [0-2] legacy, [3] clean v2, [4] dirty v2, active [5]."""
+    directory = tmp_path / "legacy-0"
+    directory.mkdir()
+    pairs: list[tuple[bytes | None, bytes | None]] = [(b"a", b"legacy"), (b"gone", None), (b"c", b"legacy")]
+    file_names.log_file(directory, 0).write_bytes(legacy_entries(magic, clock.milliseconds(), pairs))
+    log = Log.open(directory, compact_config(), clock=clock)
+    assert log.log_end_offset == 3
+    log.roll()
+    writer = Writer(log, clock)
+    writer.append([(b"d", b"clean")])
+    log.roll()
+    writer.append([(b"e", b"dirty")])
+    log.roll()
+    legacy, clean = log.log_segments()[:2]
+    clean_modified_ms = 1_600_000_000_000
+    clean.log.set_last_modified_ms(clean_modified_ms)
+    legacy.log.set_last_modified_ms(clean_modified_ms - DELETE_RETENTION_MS - age_past_horizon_ms)
+
+    small_cleaner(clock).clean(log, 4)
+
+    tombstone = [(1, b"gone", None)] if tombstone_kept else []
+    assert records_of(log) == [
+        (0, b"a", b"legacy"),
+        *tombstone,
+        (2, b"c", b"legacy"),
+        (3, b"d", b"clean"),
+        (4, b"e", b"dirty"),
+    ]
+    log.close()
+
+
+@pytest.mark.parametrize(
+    ("pairs", "dropped"), [([(b"gone", None), (b"e", b"old")], True), ([(b"gone", None), (b"a", b"kept")], False)]
+)
+def test_legacy_wrapper_goes_whole_or_stays_whole(
+    tmp_path: Path, clock: MockClock, pairs: list[tuple[bytes | None, bytes | None]], dropped: bool
+) -> None:
+    """A compressed legacy wrapper is not rewritten: it goes when each inner record is superseded or an expired
+    tombstone, and is otherwise copied byte for byte, its tombstone with it."""
+    directory = tmp_path / "legacy-0"
+    directory.mkdir()
+    wrapper = legacy_entries(1, clock.milliseconds(), pairs, compression_type=1)
+    file_names.log_file(directory, 0).write_bytes(wrapper)
+    log = Log.open(directory, compact_config(), clock=clock)
+    log.roll()
+    writer = Writer(log, clock)
+    writer.append([(b"d", b"clean")])
+    log.roll()
+    writer.append([(b"e", b"dirty")])
+    log.roll()
+    legacy, clean = log.log_segments()[:2]
+    clean.log.set_last_modified_ms(1_600_000_000_000)
+    legacy.log.set_last_modified_ms(1_600_000_000_000 - DELETE_RETENTION_MS)
+
+    small_cleaner(clock).clean(log, 3)
+
+    if dropped:
+        assert records_of(log) == [(2, b"d", b"clean"), (3, b"e", b"dirty")]
+    else:
+        assert records_of(log) == [(0, b"gone", None), (1, b"a", b"kept"), (2, b"d", b"clean"), (3, b"e", b"dirty")]
+        assert log.log_segments()[0].log.read(0, len(wrapper)) == wrapper
     log.close()
 
 
