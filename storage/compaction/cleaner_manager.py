@@ -18,7 +18,9 @@ call returns a `Pending` answer, so partitions in other processes measure and cl
 Choosing (`cleanable_logs`, `grab_filthiest_logs`), per compacted partition (`log_to_clean`):
 
 - first dirty offset = checkpoint entry, or the log start offset; an entry below the log start or above
-  the log end (truncation, deleted records) is reset to the log start;
+  the log end (truncation, deleted records) is reset to the log start, and rewritten in the checkpoint at
+  the end of the pass, for every such log, chosen or not (as Kafka's `grabFilthiestCompactedLog` does);
+  otherwise a log that is not chosen keeps its stale entry and is warned about on every pass;
 - first uncleanable offset = `cleaner.first_uncleanable_offset` (high watermark, active segment,
   `min.compaction.lag.ms`), and, for logs that qualify, the first open transaction;
 - clean bytes = segments wholly below the first dirty offset; cleanable bytes = segments from the one
@@ -133,7 +135,8 @@ class CleanablePartition(Protocol):
     """What the cleaner manager calls on a partition; each call answers a `Pending`."""
 
     def cleanable(self, checkpointed_first_dirty: int | None) -> Pending[LogToClean | None]:
-        """The partition's `log_to_clean` now (None: not compacted, closed, or not dirty enough)."""
+        """The partition's `log_to_clean` now (None: not compacted, closed, or not dirty enough and its
+        checkpoint in range)."""
         ...
 
     def clean(self, first_dirty_offset: int, first_uncleanable_offset: int) -> Pending[CleanResult]:
@@ -175,6 +178,8 @@ class CleanerManager:
         self._failures: dict[TopicPartition, UncleanableLog] = {}
         self._offsets: dict[TopicPartition, int] = {}
         self._dir_of: dict[TopicPartition, Path] = {}
+        # Dirs whose checkpoint holds an entry reset since it was last written.
+        self._reset_dirs: set[Path] = set()
         for directory in self._log_dirs:
             path = directory / file_names.CLEANER_OFFSET_CHECKPOINT
             try:
@@ -211,6 +216,7 @@ class CleanerManager:
         with self._lock:
             if log_dir in self._log_dirs:
                 self._log_dirs.remove(log_dir)
+            self._reset_dirs.discard(log_dir)
             for tp in [tp for tp, directory in self._dir_of.items() if directory == log_dir]:
                 self.unregister(*tp)
 
@@ -223,7 +229,8 @@ class CleanerManager:
 
     def cleanable_logs(self, now_ms: int | None = None) -> list[LogToClean]:
         """Every compacted partition that qualifies for a pass now, filthiest first (in-progress and
-        backing-off partitions excluded). A partition that cannot answer is marked failed."""
+        backing-off partitions excluded). A partition that cannot answer is marked failed. Every checkpoint
+        entry found out of range is reset here, qualifying or not; `run_once` writes it."""
         now_ms = self._clock.milliseconds() if now_ms is None else now_ms
         with self._lock:
             asked = []
@@ -239,19 +246,21 @@ class CleanerManager:
                 except Exception as exc:
                     self.mark_failed(tp, exc)
                     continue
-                if found is not None:
+                if found is None:
+                    continue
+                if found.checkpoint_reset:
+                    self._offsets[tp] = found.first_dirty_offset
+                    self._reset_dirs.add(self._partitions[tp].log_dir)
+                if found.eligible:
                     candidates.append(replace(found, topic=tp[0], partition=tp[1]))
         candidates.sort(key=lambda ltc: (-ltc.dirty_ratio, ltc.topic_partition))
         return candidates
 
     def grab_filthiest_logs(self, limit: int, now_ms: int | None = None) -> list[LogToClean]:
-        """Up to `limit` filthiest qualifying partitions, now marked in progress (and their checkpoint entry
-        reset when it was out of range)."""
+        """Up to `limit` filthiest qualifying partitions, now marked in progress."""
         with self._lock:
             chosen = self.cleanable_logs(now_ms)[:limit]
             for ltc in chosen:
-                if ltc.checkpoint_reset:
-                    self._offsets[ltc.topic_partition] = ltc.first_dirty_offset
                 self._in_progress.add(ltc.topic_partition)
             return chosen
 
@@ -306,6 +315,7 @@ class CleanerManager:
                 directories = list(self._log_dirs) if log_dir is None else [log_dir]
                 offsets = sorted(self._offsets.items())
                 dir_of = dict(self._dir_of)
+                self._reset_dirs.difference_update(directories)
             for directory in directories:
                 here = {tp: offset for tp, offset in offsets if dir_of.get(tp) == directory}
                 try:
@@ -349,8 +359,13 @@ class CleanerManager:
             else:
                 self.done_cleaning(tp, result.end_offset)
             results.append(result)
+        with self._lock:
+            reset_dirs = sorted(self._reset_dirs)
         if chosen:
             self.checkpoint()
+        else:
+            for directory in reset_dirs:
+                self.checkpoint(directory)
         self._run_retention()
         return results
 
@@ -371,20 +386,21 @@ class CleanerManager:
 def log_to_clean(tp: TopicPartition, log: Log, checkpointed: int | None, now_ms: int) -> LogToClean | None:
     """`log`'s cleanable range from its checkpointed first dirty offset, or None if it does not qualify now.
 
-    A checkpoint outside [log start, log end] restarts from the log start (`checkpoint_reset`).
+    A checkpoint outside [log start, log end] restarts from the log start (`checkpoint_reset`); such a log is
+    answered even when it does not qualify (`eligible` False), so that its checkpoint is corrected.
     """
     segments = log.log_segments()
     first_dirty, reset = _first_dirty_offset(log, checkpointed)
     upper = first_uncleanable_offset(log, first_dirty, now_ms, segments)
     ltc = _measure(tp, log, segments, first_dirty, upper, now_ms, reset)
     if not ltc.eligible:
-        return None
+        return ltc if reset else None
     # Only now look for open transactions: it reads every batch header from the first dirty segment.
     unstable = first_unstable_offset(segments, first_dirty)
     if unstable is not None and unstable < upper:
         ltc = _measure(tp, log, segments, first_dirty, floor_base_offset(segments, unstable), now_ms, reset)
         if not ltc.eligible:
-            return None
+            return ltc if reset else None
     return ltc
 
 

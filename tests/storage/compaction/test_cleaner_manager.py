@@ -179,6 +179,44 @@ def test_checkpoint_out_of_range_is_reset_to_the_log_start(tmp_path: Path, clock
     assert manager.cleaner_offsets() == {("topic", 0): log.log_start_offset}
 
 
+def test_every_out_of_range_checkpoint_is_rewritten_not_only_the_chosen_logs(
+    tmp_path: Path, clock: MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    dirty = open_log(tmp_path, clock, name="dirty-0")
+    fill(dirty, clock, keys=5, rounds=6)
+    # Data only in the active segment: nothing cleanable, so this log is never the one chosen.
+    stale = open_log(tmp_path, clock, name="stale-0")
+    Writer(stale, clock).append([(b"key", b"value")])
+    checkpoint_at(tmp_path, {("stale", 0): stale.log_end_offset + 100})
+    manager = make_manager(tmp_path, clock)
+    register(manager, "dirty", dirty, clock)
+    register(manager, "stale", stale, clock)
+
+    (result,) = manager.run_once()
+
+    assert result.end_offset == dirty.active_segment.base_offset
+    assert OffsetCheckpointFile(tmp_path / file_names.CLEANER_OFFSET_CHECKPOINT).read() == {
+        ("dirty", 0): result.end_offset,
+        ("stale", 0): stale.log_start_offset,
+    }
+    caplog.clear()
+    assert manager.run_once() == []
+    assert "outside" not in caplog.text, "a corrected checkpoint is not warned about again"
+
+
+def test_an_out_of_range_checkpoint_is_rewritten_even_when_no_log_is_cleaned(tmp_path: Path, clock: MockClock) -> None:
+    stale = open_log(tmp_path, clock, name="stale-0")
+    Writer(stale, clock).append([(b"key", b"value")])
+    checkpoint_at(tmp_path, {("stale", 0): stale.log_end_offset + 100})
+    manager = make_manager(tmp_path, clock)
+    register(manager, "stale", stale, clock)
+
+    assert manager.run_once() == []
+
+    assert OffsetCheckpointFile(tmp_path / file_names.CLEANER_OFFSET_CHECKPOINT).read() == {("stale", 0): 0}
+    assert manager.cleaner_offsets() == {("stale", 0): 0}
+
+
 def test_failing_log_is_marked_uncleanable_alone_and_retried_after_backoff(tmp_path: Path, clock: MockClock) -> None:
     broken = open_log(tmp_path, clock, name="broken-0")
     fill(broken, clock, keys=3, rounds=12)
