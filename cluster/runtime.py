@@ -3,10 +3,11 @@
 Three ways in:
 
 1. `connect_to_cluster(address)`, for the command line: attaches to a running cluster, named by `--address
-   HOST:PORT` (its GCS), else `$RAY_ADDRESS`, else the head `raybroker start` started on this machine while it
-   runs (`cluster.head_state`), else `auto` (the Ray cluster running on this machine). Ray's own `ray.init` waits
-   minutes for a GCS that is not there (measured: > 2 min against a closed port), so the address is first probed
-   with a plain TCP connect (`PROBE_TIMEOUT_S`), and a missing cluster is a `BrokerNotAvailableError` at once.
+   HOST:PORT` (its GCS) or `--address auto`, else `$RAY_ADDRESS`, else the head `raybroker start` recorded on this
+   machine (`cluster.head_state`). It never guesses: Ray's `auto` attaches to whatever cluster this machine last
+   started (another program's included), so without any of these it is a `BrokerNotAvailableError`. Ray's own
+   `ray.init` waits minutes for a GCS that is not there (measured: > 2 min against a closed port), so the address
+   is first probed with a plain TCP connect (`PROBE_TIMEOUT_S`), and a missing cluster fails at once.
 2. `start_head()` starts a local Ray head as a background daemon (`ray start --head`) for `raybroker start`, and
    says which head that was: read from the command line of the gcs_server on port 6379, not from Ray's
    `ray_current_cluster` file, which other Ray programs rewrite and delete. `stop_head(state)` stops that head
@@ -50,7 +51,9 @@ from cluster.head_state import AUTH_MODE_VARIABLE, HeadState, read_state
 from storage.errors import BrokerNotAvailableError
 
 EMBEDDED_NUM_CPUS = 4
-DEFAULT_ADDRESS = "auto"
+NO_CLUSTER_NAMED = (
+    "no raybroker head recorded here; start one with `raybroker start` or name the cluster with --address"
+)
 # `ray start --head` without --port (as `start_head` runs it) puts its GCS here.
 RAY_HEAD_PORT = 6379
 # A GCS on the same machine or LAN accepts a TCP connection in well under a second; 3 s leaves room for a
@@ -156,11 +159,12 @@ def connect_to_cluster(address: str | None) -> None:
     """Attaches this process to the cluster at `address` (see the module docstring); a no-op when attached."""
     if ray.is_initialized():
         return
-    own = read_state()
-    own_head = own if own is not None and own.started_head else None
-    if address is None and not os.environ.get("RAY_ADDRESS") and own_head is not None and reachable(own_head.address):
-        address = own_head.address
-    address = address or DEFAULT_ADDRESS
+    address = address or os.environ.get("RAY_ADDRESS")
+    if not address:
+        own = read_state()
+        if own is None or not own.started_head:
+            raise BrokerNotAvailableError(NO_CLUSTER_NAMED)
+        address = own.address
     probe(address)
     ensure_ray(address)
 

@@ -24,8 +24,9 @@ EXIT_INTERRUPTED = 130
 PROG = "raybroker"
 
 ADDRESS_HELP = (
-    "the Ray cluster to use: HOST:PORT of its GCS, or 'auto' (default: $RAY_ADDRESS, else the head `raybroker "
-    "start` started, else the cluster running on this machine). A cluster with Ray's token authentication "
+    "the Ray cluster to use: HOST:PORT of its GCS, or 'auto' (Ray picks the cluster this machine started last, "
+    "whichever program started it). Default: $RAY_ADDRESS, else the head `raybroker start` recorded here; "
+    "without either the command refuses rather than guess. A cluster with Ray's token authentication "
     "needs RAY_AUTH_MODE=token for an explicit address, except the head `raybroker start` started here"
 )
 BROKER_EPILOG = (

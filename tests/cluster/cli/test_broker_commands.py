@@ -9,6 +9,7 @@ need no Ray; the no-cluster case runs in a subprocess against a closed port.
 from __future__ import annotations
 
 import io
+import json
 import os
 import re
 import signal
@@ -155,6 +156,42 @@ def test_no_cluster_fails_fast_with_one_line_in_a_subprocess() -> None:
     assert result.stdout == ""
     assert "no Ray cluster at 127.0.0.1:" in one_error_line(result.stderr)
     assert elapsed_s < 10
+
+
+def run_cli_in(state_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """A command in a subprocess whose TMPDIR (where `raybroker start` records its head) is `state_dir`, without
+    RAY_ADDRESS."""
+    env = {key: value for key, value in os.environ.items() if key != "RAY_ADDRESS"} | {"TMPDIR": str(state_dir)}
+    return subprocess.run(
+        [sys.executable, "-m", "cluster.cli.main", *args],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_without_a_recorded_head_or_an_address_a_command_refuses_to_guess_a_cluster(tmp_path: Path) -> None:
+    result = run_cli_in(tmp_path, "topics", "--list")
+    assert result.returncode == EXIT_DATA_ERROR
+    assert result.stdout == ""
+    assert one_error_line(result.stderr) == (
+        "raybroker: error: no raybroker head recorded here; start one with `raybroker start` or name the "
+        "cluster with --address\n"
+    )
+
+
+def test_without_an_address_a_command_uses_the_recorded_head_even_when_it_is_down(tmp_path: Path) -> None:
+    port = closed_port()
+    body = {"started_head": True, "address": f"127.0.0.1:{port}", "session_name": "s", "node_id": "n"}
+    state = tmp_path / f"raybroker-{os.getuid()}" / "cli-state.json"
+    state.parent.mkdir()
+    state.write_text(json.dumps({**body, "token_auth": False}), encoding="utf-8")
+    result = run_cli_in(tmp_path, "topics", "--list")
+    assert result.returncode == EXIT_DATA_ERROR
+    assert f"no Ray cluster at 127.0.0.1:{port} " in one_error_line(result.stderr)
 
 
 def test_stop_without_a_target_refuses_rather_than_pick_any_local_cluster(tmp_path: Path) -> None:
