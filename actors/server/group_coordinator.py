@@ -1,4 +1,5 @@
-"""The group coordinator: consumer groups' committed offsets, kept as Kafka keeps them.
+"""The group coordinator: consumer groups' committed offsets, kept as Kafka keeps them, and the membership of
+groups whose clients use Kafka's group protocol over the wire.
 
 State it owns, and where it is persisted: the committed offset of every (group, topic, partition), as
 records of the internal compacted topic `__consumer_offsets` (created by `start_broker` with
@@ -12,16 +13,34 @@ broker restart. Calls are idempotent: committing the same offsets again writes a
 
 The records are Kafka's OffsetCommit key and value (`storage.records.consumer_offsets`), so logs written by a
 Kafka broker read back too.
+
+Membership (JoinGroup, SyncGroup, Heartbeat, LeaveGroup) is `actors.server.group_membership.GroupMembership`,
+held here so that every listener of the cluster sees one state per group, whichever listener a member reached.
+It is kept in memory only: after a restart of this actor members rejoin, as Kafka's clients do after
+UNKNOWN_MEMBER_ID. A JoinGroup or SyncGroup that must wait for other members returns at once as pending; the
+caller then calls `await_join` / `await_sync`, each of which waits at most `MAX_WAIT_MS` on a condition that
+every membership change notifies, so a waiting member holds one of the actor's threads for a bounded time only
+and the answer leaves as soon as it exists.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable, Mapping
-from typing import Any
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, TypeVar
 
 from actors.calls import call, check_topic_partition, controller, partition_actor
+from actors.server.group_membership import (
+    GroupDescription,
+    GroupError,
+    GroupMembership,
+    GroupState,
+    JoinResult,
+    PendingJoin,
+    SyncResult,
+)
 from actors.server.internal_topics import CONSUMER_OFFSETS_TOPIC
 from storage.clock import SYSTEM_CLOCK
 from storage.errors import (
@@ -45,6 +64,10 @@ logger = logging.getLogger(__name__)
 
 # Bytes read per call while rebuilding the cache: Kafka's default fetch size for one partition.
 LOAD_CHUNK_BYTES = 1024 * 1024
+# The longest one `await_join` / `await_sync` call waits: the actor has SERVICE_CONCURRENCY (8) threads, so
+# waiting members leave room for commits, and a caller that went away stops costing a thread within 0.5 s.
+MAX_WAIT_MS = 500
+_Outcome = TypeVar("_Outcome")
 
 
 class GroupCoordinatorActor:
@@ -62,6 +85,9 @@ class GroupCoordinatorActor:
         self._partition_count = len(metadata.partitions)
         self._handles: dict[int, Any] = {}
         self._offsets: dict[GroupTopicPartition, int] = {}
+        # Its own lock: a member's JoinGroup never waits behind a commit's append.
+        self._membership_changed = threading.Condition()
+        self._membership = GroupMembership(SYSTEM_CLOCK)
 
     def ready(self) -> int:
         """Loads every partition it can reach now; returns how many are loaded (the others load on first use)."""
@@ -121,11 +147,26 @@ class GroupCoordinatorActor:
         }
         if not isinstance(metadata, str):
             raise InvalidRequestError(f"commit metadata must be a str, not {type(metadata).__name__}")
-        if not checked:
+        self._append(group, {tp: (offset, metadata) for tp, offset in checked.items()})
+
+    def commit_member(
+        self, group: str, member_id: str, generation_id: int, offsets: Mapping[tuple[str, int], tuple[int, str]]
+    ) -> GroupError:
+        """A wire client's OffsetCommit: written if the group's state allows it (`GroupMembership.check_commit`),
+        each partition with its own metadata. Returns the group's verdict; nothing is written unless it is NONE."""
+        _check_group(group)
+        with self._membership_changed:
+            verdict = self._membership.check_commit(group, member_id, generation_id)
+        if verdict == GroupError.NONE:
+            self._append(group, offsets)
+        return verdict
+
+    def _append(self, group: str, offsets: Mapping[tuple[str, int], tuple[int, str]]) -> None:
+        if not offsets:
             return
         now_ms = SYSTEM_CLOCK.milliseconds()
         builder = RecordBatchBuilder()
-        for (topic, partition), offset in checked.items():
+        for (topic, partition), (offset, metadata) in offsets.items():
             builder.append(
                 encode_offset_commit_key(group, topic, partition),
                 encode_offset_commit_value(offset, metadata, now_ms),
@@ -135,7 +176,7 @@ class GroupCoordinatorActor:
         with self._lock:
             handle = self._loaded_partition(partition_for_group(group, self._partition_count))
             call(handle.append.remote(builder.build()))
-            for (topic, partition), offset in checked.items():
+            for (topic, partition), (offset, _) in offsets.items():
                 self._offsets[(group, topic, partition)] = offset
 
     def fetch_committed(
@@ -147,6 +188,130 @@ class GroupCoordinatorActor:
         with self._lock:
             self._loaded_partition(partition_for_group(group, self._partition_count))
             return {(topic, partition): self._offsets.get((group, topic, partition)) for topic, partition in wanted}
+
+    def group_offsets(self, group: str) -> dict[tuple[str, int], int]:
+        """Every committed offset of `group` (OffsetFetch without topics, `raybroker consumer-groups`)."""
+        _check_group(group)
+        with self._lock:
+            self._loaded_partition(partition_for_group(group, self._partition_count))
+            return {
+                (topic, partition): offset
+                for (name, topic, partition), offset in self._offsets.items()
+                if name == group
+            }
+
+    # --- Membership (see the module docstring) -----------------------------------------------------------------
+
+    def join_group(self, group: str, member_id: str, **request: Any) -> JoinResult | PendingJoin:
+        """A JoinGroup (`GroupMembership.join`'s keyword arguments); `PendingJoin` means: call `await_join`."""
+        with self._membership_changed:
+            outcome = self._membership.join(group, member_id, **request)
+            self._membership_changed.notify_all()
+            return outcome
+
+    def await_join(self, group: str, member_id: str, max_wait_ms: int) -> JoinResult | PendingJoin:
+        """The member's JoinGroup answer, waiting up to `min(max_wait_ms, MAX_WAIT_MS)` for it."""
+        return self._await(group, lambda: self._membership.poll_join(group, member_id), max_wait_ms, PendingJoin)
+
+    def sync_group(
+        self, group: str, member_id: str, generation_id: int, assignments: Mapping[str, bytes], **protocol: Any
+    ) -> SyncResult | None:
+        """A SyncGroup; None means: call `await_sync`."""
+        with self._membership_changed:
+            outcome = self._membership.sync(group, member_id, generation_id, assignments, **protocol)
+            self._membership_changed.notify_all()
+            return outcome
+
+    def await_sync(self, group: str, member_id: str, generation_id: int, max_wait_ms: int) -> SyncResult | None:
+        """The member's SyncGroup answer, waiting up to `min(max_wait_ms, MAX_WAIT_MS)` for it."""
+        return self._await(
+            group, lambda: self._membership.poll_sync(group, member_id, generation_id), max_wait_ms, type(None)
+        )
+
+    def heartbeat(self, group: str, member_id: str, generation_id: int) -> GroupError:
+        with self._membership_changed:
+            outcome = self._membership.heartbeat(group, member_id, generation_id)
+            self._membership_changed.notify_all()
+            return outcome
+
+    def leave_group(self, group: str, member_ids: list[str]) -> dict[str, GroupError]:
+        with self._membership_changed:
+            outcome = self._membership.leave(group, member_ids)
+            self._membership_changed.notify_all()
+            return outcome
+
+    def _await(self, group: str, poll: Callable[[], _Outcome], max_wait_ms: int, pending: type) -> _Outcome:
+        """`poll()`'s outcome once it is not of the `pending` type, or the last one after the bounded wait."""
+        deadline = time.monotonic() + min(max(max_wait_ms, 0), MAX_WAIT_MS) / 1000
+        with self._membership_changed:
+            while True:
+                outcome = poll()
+                remaining_s = deadline - time.monotonic()
+                if not isinstance(outcome, pending) or remaining_s <= 0:
+                    self._membership_changed.notify_all()
+                    return outcome
+                due_ms = self._membership.next_deadline_ms(group)
+                if due_ms is not None:
+                    # Wake when the group's next timed event (an expiry, the rebalance timeout) is due.
+                    remaining_s = min(remaining_s, max(due_ms - SYSTEM_CLOCK.milliseconds(), 0) / 1000 + 0.001)
+                self._membership_changed.wait(remaining_s)
+
+    # --- ListGroups, DescribeGroups, DeleteGroups ----------------------------------------------------------
+
+    def list_groups(self) -> list[GroupDescription]:
+        """Every group: those with members (or ever joined here) and those that only have committed offsets,
+        which are Empty groups of no protocol type, as Kafka lists a group whose consumers only commit."""
+        with self._lock:
+            for partition in range(self._partition_count):
+                self._loaded_partition(partition)
+            committed = {group for group, _, _ in self._offsets}
+        with self._membership_changed:
+            described = {group: self._membership.describe(group) for group in self._membership.group_ids()}
+        return [described.get(group) or _offsets_only(group) for group in sorted(committed | set(described))]
+
+    def describe_group(self, group: str) -> GroupDescription | None:
+        """The group as DescribeGroups shows it; None if it has neither members nor committed offsets."""
+        _check_group(group)
+        with self._membership_changed:
+            described = self._membership.describe(group)
+        if described is not None:
+            return described
+        return _offsets_only(group) if self.group_offsets(group) else None
+
+    def delete_group(self, group: str) -> GroupError:
+        """Deletes an Empty group and its committed offsets (tombstones in `__consumer_offsets`); a group with
+        members is NON_EMPTY_GROUP, an unknown one GROUP_ID_NOT_FOUND."""
+        _check_group(group)
+        with self._membership_changed:
+            verdict = self._membership.delete(group)
+        committed = self.group_offsets(group)
+        if verdict == GroupError.NON_EMPTY_GROUP or (verdict == GroupError.GROUP_ID_NOT_FOUND and not committed):
+            return verdict
+        if committed:
+            builder = RecordBatchBuilder()
+            now_ms = SYSTEM_CLOCK.milliseconds()
+            for topic, partition in committed:
+                builder.append(encode_offset_commit_key(group, topic, partition), None, timestamp=now_ms)
+            with self._lock:
+                handle = self._loaded_partition(partition_for_group(group, self._partition_count))
+                call(handle.append.remote(builder.build()))
+                for topic, partition in committed:
+                    self._offsets.pop((group, topic, partition), None)
+        return GroupError.NONE
+
+    def reset_offsets(self, group: str, offsets: Mapping[tuple[str, int], int]) -> GroupError:
+        """`raybroker consumer-groups --reset-offsets --execute`: as Kafka's tool, only a group without members
+        may have its offsets moved (NON_EMPTY_GROUP otherwise)."""
+        _check_group(group)
+        with self._membership_changed:
+            if self._membership.is_active(group):
+                return GroupError.NON_EMPTY_GROUP
+        self.commit(group, offsets)
+        return GroupError.NONE
+
+
+def _offsets_only(group: str) -> GroupDescription:
+    return GroupDescription(group, GroupState.EMPTY, "", "", 0, ())
 
 
 def _check_group(group: object) -> None:

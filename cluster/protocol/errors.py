@@ -13,12 +13,16 @@ Codes chosen where Kafka has no exact twin, and why:
 - `LogClosedError` (the log closed under the call: topic deleted, broker stopping) answers
   NOT_LEADER_OR_FOLLOWER (6), Kafka's answer when a partition moved away from the broker asked.
 - `RecordBatchTooLargeError` (an append larger than `segment.bytes`) answers RECORD_LIST_TOO_LARGE (18).
+
+The group APIs' outcomes (`actors.server.group_membership.GroupError`) are named as Kafka's codes and map by name
+(`group_error_code`); a group coordinator that cannot be reached answers COORDINATOR_NOT_AVAILABLE.
 """
 
 from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
+from actors.server.group_membership import GroupError
 from storage.errors import (
     BrokerNotAvailableError,
     CorruptRecordError,
@@ -88,3 +92,14 @@ class MalformedFrameError(ProtocolError):
 class UnsupportedApiError(ProtocolError):
     """An API key, or a version of it, that this server does not serve (ApiVersions excepted: a too-new
     ApiVersions request is answered with the supported ranges)."""
+
+
+def group_error_code(error: GroupError) -> ErrorCode:
+    """Kafka's error code for a group call's outcome (`GroupError` values are Kafka's error names)."""
+    return ErrorCode[error.value]
+
+
+def coordinator_error_code(exc: BaseException) -> ErrorCode:
+    """The code of a failed group-coordinator call: COORDINATOR_NOT_AVAILABLE (15) while the coordinator is down
+    or restarting, so that clients look it up again and retry; otherwise the table's code."""
+    return ErrorCode.coordinator_not_available if isinstance(exc, BrokerNotAvailableError) else error_code(exc)

@@ -1,0 +1,58 @@
+"""The consumer-group admin facade: Kafka's Admin group calls over the group coordinator actor.
+
+List, describe and delete groups, read a group's committed offsets and move them, for groups of Kafka clients
+over the wire and of raybroker's Python `Consumer` alike: both keep their offsets in the one group coordinator
+(`actors.server.group_coordinator`). Every method blocks until the coordinator answered and raises the broker's
+typed errors (`BrokerNotAvailableError` when no broker runs, `InvalidGroupIdError`), never Ray's; a refusal of
+the coordinator (a group with members cannot be deleted or reset) raises `RaybrokerError` naming Kafka's error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from actors.calls import call, get_actor
+from actors.options import group_coordinator_name
+from actors.server.group_membership import GroupDescription, GroupError
+from storage.errors import RaybrokerError
+
+
+class ConsumerGroups:
+    """The consumer groups of the running broker (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self._coordinator: Any = get_actor(group_coordinator_name())
+
+    def list_groups(self) -> list[GroupDescription]:
+        """Every group: with members, or with committed offsets only (Empty, no protocol type)."""
+        groups: list[GroupDescription] = call(self._coordinator.list_groups.remote())
+        return groups
+
+    def describe_group(self, group: str) -> GroupDescription | None:
+        """The group's state and members; None if it has neither members nor committed offsets."""
+        described: GroupDescription | None = call(self._coordinator.describe_group.remote(group))
+        return described
+
+    def committed_offsets(self, group: str) -> dict[tuple[str, int], int]:
+        """Every committed offset of the group, per (topic, partition)."""
+        offsets: dict[tuple[str, int], int] = call(self._coordinator.group_offsets.remote(group))
+        return offsets
+
+    def delete_group(self, group: str) -> None:
+        """Deletes a group without members and its committed offsets (NON_EMPTY_GROUP, GROUP_ID_NOT_FOUND)."""
+        verdict: GroupError = call(self._coordinator.delete_group.remote(group))
+        if verdict != GroupError.NONE:
+            raise RaybrokerError(f"group {group!r} could not be deleted: {verdict.value.upper()}")
+
+    def reset_offsets(self, group: str, offsets: Mapping[tuple[str, int], int]) -> None:
+        """Commits `offsets` for a group without members; a group with members is refused (NON_EMPTY_GROUP) and
+        nothing is written, as Kafka's tool only resets inactive groups."""
+        verdict: GroupError = call(self._coordinator.reset_offsets.remote(group, dict(offsets)))
+        if verdict != GroupError.NONE:
+            described = self.describe_group(group)
+            state = "unknown" if described is None else described.state.value
+            raise RaybrokerError(
+                f"assignments can only be reset if the group {group!r} is inactive, but its state is {state} "
+                f"({verdict.value.upper()})"
+            )

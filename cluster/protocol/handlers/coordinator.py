@@ -1,0 +1,57 @@
+"""FindCoordinator (key 10): which broker coordinates a consumer group.
+
+The answer is this listener's own broker, as Metadata names it the leader of every partition: every listener
+reaches the one group coordinator actor of the cluster, so any of them can serve any group's requests and a
+client keeps talking to the address it bootstrapped from. Versions 0-3 ask for one key, 4+ for a list.
+Only group keys (key type 0) are served: raybroker has no transaction coordinator, so a transactional key
+(type 1) or a share-group key (type 2) answers INVALID_REQUEST (42); an empty group id answers INVALID_GROUP_ID.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.index import load_response_schema
+from kio.schema.errors import ErrorCode
+
+from cluster.protocol.framing import Request
+from cluster.protocol.handlers.metadata import BrokerEndpoint
+from cluster.protocol.messages import build
+
+FIND_COORDINATOR_KEY = 10
+GROUP_KEY_TYPE = 0
+FIRST_BATCHED_VERSION = 4
+
+
+class FindCoordinatorHandler:
+    """Answers FindCoordinator for one listener (see the module docstring)."""
+
+    def __init__(self, endpoint: BrokerEndpoint) -> None:
+        self._endpoint = endpoint
+
+    async def __call__(self, request: Request) -> Any:
+        body = request.body
+        key_type = getattr(body, "key_type", GROUP_KEY_TYPE)
+        response_type = load_response_schema(FIND_COORDINATOR_KEY, request.api_version)
+        if request.api_version >= FIRST_BATCHED_VERSION:
+            coordinators = [{"key": key, **self._locate(key_type, key)} for key in body.coordinator_keys]
+            return build(response_type, {"throttle_time": 0, "coordinators": coordinators})
+        return build(response_type, {"throttle_time": 0, **self._locate(key_type, body.key)})
+
+    def _locate(self, key_type: int, key: str) -> dict[str, Any]:
+        if key_type != GROUP_KEY_TYPE:
+            return _refused(ErrorCode.invalid_request, f"key type {key_type} has no coordinator in raybroker")
+        if not key:
+            return _refused(ErrorCode.invalid_group_id, "a group id must not be empty")
+        node = self._endpoint
+        return {
+            "error_code": ErrorCode.none,
+            "error_message": None,
+            "node_id": node.node_id,
+            "host": node.host,
+            "port": node.port,
+        }
+
+
+def _refused(code: ErrorCode, message: str) -> dict[str, Any]:
+    return {"error_code": code, "error_message": message, "node_id": -1, "host": "", "port": -1}

@@ -1,0 +1,128 @@
+"""ListGroups (16), DescribeGroups (15) and DeleteGroups (42): the groups the coordinator knows, for admin tools.
+
+A group is known when it has members (or had them since the coordinator started) or committed offsets: a group
+whose consumers only commit (raybroker's Python `Consumer`, a consumer using `assign`) is listed as an Empty group
+with no protocol type, as Kafka lists it. Every group is of Kafka's "classic" type (ListGroups v5 `group_type`).
+
+DescribeGroups of a group the coordinator does not know answers state "Dead" with no error up to v5, and
+GROUP_ID_NOT_FOUND (69) from v6, as Kafka 4 does. Members' metadata and assignments are shown in a Stable group
+only (Kafka's rule: in the other states they are being replaced). DeleteGroups removes an Empty group's committed
+offsets (tombstones in `__consumer_offsets`); a group with members answers NON_EMPTY_GROUP (68).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.index import load_response_schema
+from kio.schema.errors import ErrorCode
+
+from actors.server.group_membership import GroupDescription, GroupState
+from cluster.protocol.errors import coordinator_error_code, group_error_code
+from cluster.protocol.framing import Request
+from cluster.protocol.group_view import GroupView
+from cluster.protocol.messages import build
+from storage.errors import RaybrokerError
+
+DESCRIBE_GROUPS_KEY = 15
+LIST_GROUPS_KEY = 16
+DELETE_GROUPS_KEY = 42
+CLASSIC_GROUP_TYPE = "classic"
+FIRST_NOT_FOUND_DESCRIBE_VERSION = 6
+# Kafka's "authorized operations not requested" sentinel (Integer.MIN_VALUE).
+AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
+
+
+class ListGroupsHandler:
+    """Answers ListGroups, with v4's state filter and v5's type filter (both case-insensitive, as Kafka)."""
+
+    def __init__(self, groups: GroupView) -> None:
+        self._groups = groups
+
+    async def __call__(self, request: Request) -> Any:
+        body = request.body
+        response_type = load_response_schema(LIST_GROUPS_KEY, request.api_version)
+        states = {state.lower() for state in getattr(body, "states_filter", ())}
+        types = {kind.lower() for kind in getattr(body, "types_filter", ())}
+        try:
+            every = await self._groups.list_groups()
+        except RaybrokerError as exc:
+            return build(response_type, {"throttle_time": 0, "error_code": coordinator_error_code(exc), "groups": []})
+        listed = [
+            {
+                "group_id": group.group_id,
+                "protocol_type": group.protocol_type,
+                "group_state": group.state.value,
+                "group_type": CLASSIC_GROUP_TYPE,
+            }
+            for group in every
+            if (not states or group.state.value.lower() in states) and (not types or CLASSIC_GROUP_TYPE in types)
+        ]
+        return build(response_type, {"throttle_time": 0, "error_code": ErrorCode.none, "groups": listed})
+
+
+class DescribeGroupsHandler:
+    """Answers DescribeGroups (see the module docstring)."""
+
+    def __init__(self, groups: GroupView) -> None:
+        self._groups = groups
+
+    async def __call__(self, request: Request) -> Any:
+        described = [await self._describe(group, request.api_version) for group in request.body.groups]
+        return build(
+            load_response_schema(DESCRIBE_GROUPS_KEY, request.api_version), {"throttle_time": 0, "groups": described}
+        )
+
+    async def _describe(self, group_id: str, version: int) -> dict[str, Any]:
+        if not group_id:
+            return _described(group_id, ErrorCode.invalid_group_id, None)
+        try:
+            group = await self._groups.describe_group(group_id)
+        except RaybrokerError as exc:
+            return _described(group_id, coordinator_error_code(exc), None)
+        if group is None and version >= FIRST_NOT_FOUND_DESCRIBE_VERSION:
+            return _described(group_id, ErrorCode.group_id_not_found, None)
+        return _described(group_id, ErrorCode.none, group)
+
+
+def _described(group_id: str, code: ErrorCode, group: GroupDescription | None) -> dict[str, Any]:
+    members = [] if group is None else group.members
+    return {
+        "error_code": code,
+        "error_message": None,
+        "group_id": group_id,
+        "group_state": GroupState.DEAD.value if group is None else group.state.value,
+        "protocol_type": "" if group is None else group.protocol_type,
+        "protocol_data": "" if group is None else group.protocol_name,
+        "members": [
+            {
+                "member_id": member.member_id,
+                "group_instance_id": member.group_instance_id,
+                "client_id": member.client_id,
+                "client_host": member.client_host,
+                "member_metadata": member.metadata,
+                "member_assignment": member.assignment,
+            }
+            for member in members
+        ],
+        "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+    }
+
+
+class DeleteGroupsHandler:
+    """Answers DeleteGroups, one result per group named."""
+
+    def __init__(self, groups: GroupView) -> None:
+        self._groups = groups
+
+    async def __call__(self, request: Request) -> Any:
+        results = []
+        for group_id in request.body.groups_names:
+            try:
+                code = group_error_code(await self._groups.delete_group(group_id))
+            except RaybrokerError as exc:
+                code = coordinator_error_code(exc)
+            results.append({"group_id": group_id, "error_code": code})
+        return build(
+            load_response_schema(DELETE_GROUPS_KEY, request.api_version), {"throttle_time": 0, "results": results}
+        )

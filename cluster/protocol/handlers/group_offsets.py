@@ -1,0 +1,141 @@
+"""OffsetCommit (8) and OffsetFetch (9): a group's committed offsets, in the `__consumer_offsets` topic that
+raybroker's Python `Consumer` commits to too, so either kind of client resumes where the other committed.
+
+OffsetCommit checks, per partition, that the topic and partition exist (else UNKNOWN_TOPIC_OR_PARTITION, 3),
+that the metadata fits `offset.metadata.max.bytes` (Kafka's 4096; else OFFSET_METADATA_TOO_LARGE, 12) and that
+the offset is not negative (INVALID_REQUEST, 42); the rest are written in one batch if the group's state allows
+the member's commit (`GroupMembership.check_commit`: a member of another generation gets ILLEGAL_GENERATION, a
+commit during the sync phase REBALANCE_IN_PROGRESS, one with generation -1 and no member id is always written),
+and that verdict is every such partition's code. Leader epochs are not kept: OffsetFetch answers -1.
+
+OffsetFetch v1-7 asks for one group, v8+ for several; a null topic list (v2+) asks for every committed offset of
+the group. A partition without a commit answers offset -1 with no error, as Kafka's does. `require_stable`
+needs nothing: raybroker has no transactional offsets pending.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.index import load_response_schema
+from kio.schema.errors import ErrorCode
+
+from actors.server.group_membership import GroupError
+from cluster.protocol.broker_view import BrokerView
+from cluster.protocol.errors import coordinator_error_code, error_code, group_error_code
+from cluster.protocol.framing import Request
+from cluster.protocol.group_view import GroupView, TopicPartition
+from cluster.protocol.messages import build
+from storage.errors import RaybrokerError
+
+OFFSET_COMMIT_KEY = 8
+OFFSET_FETCH_KEY = 9
+# Kafka's `offset.metadata.max.bytes` default.
+OFFSET_METADATA_MAX_BYTES = 4096
+NO_OFFSET = -1
+NO_LEADER_EPOCH = -1
+FIRST_MULTI_GROUP_FETCH_VERSION = 8
+
+
+class OffsetCommitHandler:
+    """Answers OffsetCommit (see the module docstring)."""
+
+    def __init__(self, view: BrokerView, groups: GroupView) -> None:
+        self._view = view
+        self._groups = groups
+
+    async def __call__(self, request: Request) -> Any:
+        body = request.body
+        codes: dict[TopicPartition, ErrorCode] = {}
+        offsets: dict[TopicPartition, tuple[int, str]] = {}
+        try:
+            partition_counts = {name: info.partition_count for name, info in (await self._view.topics()).items()}
+        except RaybrokerError as exc:
+            partition_counts, failure = {}, error_code(exc)
+        else:
+            failure = ErrorCode.unknown_topic_or_partition
+        for topic in body.topics:
+            for partition in topic.partitions:
+                key = (topic.name, partition.partition_index)
+                metadata = partition.committed_metadata or ""
+                if not 0 <= partition.partition_index < partition_counts.get(topic.name, 0):
+                    codes[key] = failure
+                elif len(metadata.encode()) > OFFSET_METADATA_MAX_BYTES:
+                    codes[key] = ErrorCode.offset_metadata_too_large
+                elif partition.committed_offset < 0:
+                    codes[key] = ErrorCode.invalid_request
+                else:
+                    offsets[key] = (partition.committed_offset, metadata)
+        if offsets:
+            try:
+                verdict = group_error_code(
+                    await self._groups.commit_offsets(
+                        body.group_id, body.member_id, body.generation_id_or_member_epoch, offsets
+                    )
+                )
+            except RaybrokerError as exc:
+                verdict = coordinator_error_code(exc)
+            codes.update(dict.fromkeys(offsets, verdict))
+        return build(
+            load_response_schema(OFFSET_COMMIT_KEY, request.api_version),
+            {
+                "throttle_time": 0,
+                "topics": [
+                    {
+                        "name": topic.name,
+                        "partitions": [
+                            {"partition_index": p.partition_index, "error_code": codes[(topic.name, p.partition_index)]}
+                            for p in topic.partitions
+                        ],
+                    }
+                    for topic in body.topics
+                ],
+            },
+        )
+
+
+class OffsetFetchHandler:
+    """Answers OffsetFetch (see the module docstring)."""
+
+    def __init__(self, groups: GroupView) -> None:
+        self._groups = groups
+
+    async def __call__(self, request: Request) -> Any:
+        body = request.body
+        response_type = load_response_schema(OFFSET_FETCH_KEY, request.api_version)
+        if request.api_version >= FIRST_MULTI_GROUP_FETCH_VERSION:
+            groups = [await self._fetch(group.group_id, group.topics) for group in body.groups]
+            return build(response_type, {"throttle_time": 0, "groups": groups})
+        return build(response_type, {"throttle_time": 0, **await self._fetch(body.group_id, body.topics)})
+
+    async def _fetch(self, group: str, topics: Any) -> dict[str, Any]:
+        """One group's answer: {group_id, error_code, topics}."""
+        if not group:
+            return {"group_id": group, "error_code": group_error_code(GroupError.INVALID_GROUP_ID), "topics": []}
+        wanted = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
+        try:
+            committed = await self._groups.committed_offsets(group, wanted)
+        except RaybrokerError as exc:
+            return {"group_id": group, "error_code": coordinator_error_code(exc), "topics": []}
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for (topic, partition), offset in sorted(committed.items()) if wanted is None else _in_order(wanted, committed):
+            by_topic.setdefault(topic, []).append(
+                {
+                    "partition_index": partition,
+                    "committed_offset": NO_OFFSET if offset is None else offset,
+                    "committed_leader_epoch": NO_LEADER_EPOCH,
+                    "metadata": "",
+                    "error_code": ErrorCode.none,
+                }
+            )
+        return {
+            "group_id": group,
+            "error_code": ErrorCode.none,
+            "topics": [{"name": name, "partitions": partitions} for name, partitions in by_topic.items()],
+        }
+
+
+def _in_order(
+    wanted: list[TopicPartition], committed: dict[TopicPartition, int | None]
+) -> list[tuple[TopicPartition, int | None]]:
+    return [(key, committed.get(key)) for key in wanted]

@@ -1,0 +1,155 @@
+"""The classic group protocol: JoinGroup (11), SyncGroup (14), Heartbeat (12), LeaveGroup (13).
+
+Each handler turns its request into one call of the group coordinator (`GroupView`), whose membership state
+machine (`actors.server.group_membership`) gives Kafka's answers; the handlers only translate fields. A JoinGroup
+or SyncGroup answers once the coordinator has the answer (every member joined, or the leader's assignment came),
+which is why a client's request timeout for them is its `rebalance.timeout.ms` plus a margin.
+
+Version notes: JoinGroup v0 has no `rebalance_timeout` (its session timeout serves as both, as in Kafka); v4+
+asks a new member to join again with the id it is given (MEMBER_ID_REQUIRED, 79); v7+ reports the protocol
+type and a nullable protocol name. LeaveGroup v0-2 names one member, v3+ a list with an answer per member.
+Static membership (`group_instance_id`) is echoed but not honoured: members are dynamic.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.index import load_response_schema
+from kio.schema.errors import ErrorCode
+
+from actors.server.group_membership import GroupError, JoinResult
+from cluster.protocol.errors import coordinator_error_code, group_error_code
+from cluster.protocol.framing import Request
+from cluster.protocol.group_view import GroupView
+from cluster.protocol.messages import build, milliseconds
+from storage.errors import RaybrokerError
+
+JOIN_GROUP_KEY = 11
+HEARTBEAT_KEY = 12
+LEAVE_GROUP_KEY = 13
+SYNC_GROUP_KEY = 14
+FIRST_MEMBER_ID_REQUIRED_VERSION = 4
+FIRST_NULLABLE_PROTOCOL_NAME_VERSION = 7
+FIRST_BATCHED_LEAVE_VERSION = 3
+
+
+class JoinGroupHandler:
+    """Answers JoinGroup (see the module docstring)."""
+
+    def __init__(self, groups: GroupView) -> None:
+        self._groups = groups
+
+    async def __call__(self, request: Request) -> Any:
+        body = request.body
+        session_timeout_ms = milliseconds(body.session_timeout)
+        rebalance_timeout = getattr(body, "rebalance_timeout", None)
+        try:
+            result = await self._groups.join_group(
+                body.group_id,
+                body.member_id,
+                group_instance_id=getattr(body, "group_instance_id", None),
+                client_id=request.client_id or "",
+                client_host="",
+                session_timeout_ms=session_timeout_ms,
+                rebalance_timeout_ms=session_timeout_ms
+                if rebalance_timeout is None
+                else milliseconds(rebalance_timeout),
+                protocol_type=body.protocol_type,
+                protocols=[(protocol.name, protocol.metadata) for protocol in body.protocols],
+                require_known_member_id=request.api_version >= FIRST_MEMBER_ID_REQUIRED_VERSION,
+            )
+            code = group_error_code(result.error)
+        except RaybrokerError as exc:
+            result, code = JoinResult(GroupError.NONE, body.member_id), coordinator_error_code(exc)
+        failed = code != ErrorCode.none
+        no_name = None if request.api_version >= FIRST_NULLABLE_PROTOCOL_NAME_VERSION else ""
+        return build(
+            load_response_schema(JOIN_GROUP_KEY, request.api_version),
+            {
+                "throttle_time": 0,
+                "error_code": code,
+                "generation_id": -1 if failed else result.generation_id,
+                "protocol_type": None if failed else result.protocol_type,
+                "protocol_name": no_name if failed else result.protocol_name,
+                "leader": "" if failed else result.leader,
+                "skip_assignment": False,
+                "member_id": result.member_id,
+                "members": [
+                    {
+                        "member_id": member.member_id,
+                        "group_instance_id": member.group_instance_id,
+                        "metadata": member.metadata,
+                    }
+                    for member in result.members
+                ],
+            },
+        )
+
+
+class SyncGroupHandler:
+    """Answers SyncGroup (see the module docstring)."""
+
+    def __init__(self, groups: GroupView) -> None:
+        self._groups = groups
+
+    async def __call__(self, request: Request) -> Any:
+        body = request.body
+        values: dict[str, Any] = {"throttle_time": 0, "protocol_type": None, "protocol_name": None, "assignment": b""}
+        try:
+            result = await self._groups.sync_group(
+                body.group_id,
+                body.member_id,
+                body.generation_id,
+                {item.member_id: item.assignment for item in body.assignments},
+                getattr(body, "protocol_type", None),
+                getattr(body, "protocol_name", None),
+            )
+        except RaybrokerError as exc:
+            values["error_code"] = coordinator_error_code(exc)
+        else:
+            values["error_code"] = group_error_code(result.error)
+            if result.error == GroupError.NONE:
+                values.update(
+                    protocol_type=result.protocol_type, protocol_name=result.protocol_name, assignment=result.assignment
+                )
+        return build(load_response_schema(SYNC_GROUP_KEY, request.api_version), values)
+
+
+class HeartbeatHandler:
+    """Answers Heartbeat: NONE, or what the member must do (rejoin: REBALANCE_IN_PROGRESS, UNKNOWN_MEMBER_ID...)."""
+
+    def __init__(self, groups: GroupView) -> None:
+        self._groups = groups
+
+    async def __call__(self, request: Request) -> Any:
+        body = request.body
+        try:
+            code = group_error_code(await self._groups.heartbeat(body.group_id, body.member_id, body.generation_id))
+        except RaybrokerError as exc:
+            code = coordinator_error_code(exc)
+        return build(load_response_schema(HEARTBEAT_KEY, request.api_version), {"throttle_time": 0, "error_code": code})
+
+
+class LeaveGroupHandler:
+    """Answers LeaveGroup (see the module docstring)."""
+
+    def __init__(self, groups: GroupView) -> None:
+        self._groups = groups
+
+    async def __call__(self, request: Request) -> Any:
+        body = request.body
+        response_type = load_response_schema(LEAVE_GROUP_KEY, request.api_version)
+        batched = request.api_version >= FIRST_BATCHED_LEAVE_VERSION
+        leaving = [(m.member_id, m.group_instance_id) for m in body.members] if batched else [(body.member_id, None)]
+        try:
+            outcome = await self._groups.leave_group(body.group_id, [member_id for member_id, _ in leaving])
+        except RaybrokerError as exc:
+            return build(response_type, {"throttle_time": 0, "error_code": coordinator_error_code(exc), "members": []})
+        if not batched:
+            return build(response_type, {"throttle_time": 0, "error_code": group_error_code(outcome[body.member_id])})
+        members = [
+            {"member_id": member_id, "group_instance_id": instance, "error_code": group_error_code(outcome[member_id])}
+            for member_id, instance in leaving
+        ]
+        return build(response_type, {"throttle_time": 0, "error_code": ErrorCode.none, "members": members})
