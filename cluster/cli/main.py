@@ -12,6 +12,7 @@ Subcommands:
 | `consume`              | `cluster.cli.consume`       | kafka-console-consumer.sh                          |
 | `get-offsets`,         | `cluster.cli.offsets`       | kafka-get-offsets.sh, kafka-delete-records.sh      |
 | `delete-records`       |                             |                                                    |
+| `consumer-groups`      | `cluster.cli.consumer_groups` | kafka-consumer-groups.sh                         |
 | `sql`                  | `cluster.cli.sql_command`   | Spark SQL over live topics, each one a view        |
 
 Each command module adds its parsers (`add_commands`) and holds its handlers; every handler is stored in the
@@ -41,7 +42,7 @@ import os
 import sys
 from collections.abc import Callable
 
-from cluster.cli import consume, demos, dump_log, lifecycle, offsets, produce, sql_command, topics
+from cluster.cli import consume, consumer_groups, demos, dump_log, lifecycle, offsets, produce, sql_command, topics
 from cluster.cli.common import (
     EXIT_DATA_ERROR,
     EXIT_INTERRUPTED,
@@ -55,7 +56,7 @@ from cluster.head_state import settle_ray_auth_mode
 from storage.errors import RaybrokerError
 
 # In the order `--help` lists them.
-COMMAND_MODULES = (dump_log, demos, lifecycle, topics, produce, consume, offsets, sql_command)
+COMMAND_MODULES = (dump_log, demos, lifecycle, topics, produce, consume, offsets, consumer_groups, sql_command)
 
 __all__ = ["EXIT_DATA_ERROR", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "build_parser", "main"]
 

@@ -1,0 +1,204 @@
+"""`raybroker consumer-groups`, modelled on kafka-consumer-groups.sh: `--list`, `--describe`, `--delete`,
+`--reset-offsets`.
+
+Groups of Kafka clients over the wire and of raybroker's Python `Consumer` are the same groups here: both commit
+to the one group coordinator. `--describe` prints Kafka's table, one line per partition the group committed or
+has assigned: the committed offset, the log end offset (the high watermark, what a consumer can reach), the lag
+between them, and the member it is assigned to. A member's partitions are read from its assignment in Kafka's
+consumer protocol (`ConsumerProtocolAssignment`, decoded with kio); an assignment that does not decode (a group of
+another protocol type) shows no partitions, as Kafka's tool does.
+
+`--reset-offsets` prints the plan (`GROUP TOPIC PARTITION NEW-OFFSET`) and, with `--execute`, commits it; as
+Kafka's tool, only a group without members may be reset, and `--to-offset` is clamped to each partition's log
+start and end offsets.
+"""
+
+from __future__ import annotations
+
+import argparse
+import struct
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from cluster.cli.common import EXIT_OK, UsageError, add_command, connect, connect_admin, non_negative_int
+from storage.errors import RaybrokerError
+
+if TYPE_CHECKING:
+    from actors.clients.consumer_groups import ConsumerGroups
+    from actors.server.group_membership import GroupDescription, MemberDescription
+
+# The newest ConsumerProtocolAssignment version kio has; later versions only add fields.
+LATEST_ASSIGNMENT_VERSION = 3
+_ASSIGNMENT_VERSION = struct.Struct(">h")  # the version prefix of a ConsumerProtocolAssignment
+DESCRIBE_HEADER = (
+    "GROUP",
+    "TOPIC",
+    "PARTITION",
+    "CURRENT-OFFSET",
+    "LOG-END-OFFSET",
+    "LAG",
+    "CONSUMER-ID",
+    "HOST",
+    "CLIENT-ID",
+)
+RESET_HEADER = ("GROUP", "TOPIC", "PARTITION", "NEW-OFFSET")
+
+
+def add_commands(subcommands: Any) -> None:
+    groups = add_command(
+        subcommands,
+        "consumer-groups",
+        "list, describe, delete consumer groups and reset their offsets like kafka-consumer-groups.sh",
+        "Manage consumer groups, like kafka-consumer-groups.sh: groups of Kafka clients and of raybroker's "
+        "Python Consumer alike. --describe prints, per partition, the committed offset, the log end offset, the "
+        "lag and the member it is assigned to. --reset-offsets prints the new offsets and commits them with "
+        "--execute (the group must have no members).",
+    )
+    actions = groups.add_mutually_exclusive_group(required=True)
+    for action, text in (
+        ("list", "list every group"),
+        ("describe", "describe --group: its offsets, lag and members"),
+        ("delete", "delete --group (a group without members) and its committed offsets"),
+        ("reset-offsets", "reset --group's offsets of --topic, to --to-earliest, --to-latest or --to-offset"),
+    ):
+        actions.add_argument(f"--{action}", dest="action", action="store_const", const=action, help=text)
+    groups.add_argument("--group", metavar="G", help="the group")
+    groups.add_argument("--topic", metavar="T", help="--reset-offsets: the topic whose offsets move")
+    targets = groups.add_mutually_exclusive_group()
+    targets.add_argument("--to-earliest", dest="target", action="store_const", const="earliest", help="log start")
+    targets.add_argument("--to-latest", dest="target", action="store_const", const="latest", help="log end")
+    targets.add_argument("--to-offset", dest="to_offset", type=non_negative_int, metavar="N", help="offset N")
+    groups.add_argument("--execute", action="store_true", help="--reset-offsets: commit the plan (default: dry run)")
+    groups.set_defaults(handler=run_consumer_groups)
+
+
+def run_consumer_groups(args: argparse.Namespace) -> int:
+    if args.action != "list" and not args.group:
+        raise UsageError(f"--{args.action} needs --group")
+    if args.action == "reset-offsets":
+        if not args.topic:
+            raise UsageError("--reset-offsets needs --topic")
+        if args.target is None and args.to_offset is None:
+            raise UsageError("--reset-offsets needs one of --to-earliest, --to-latest, --to-offset")
+    elif args.target is not None or args.to_offset is not None or args.execute:
+        raise UsageError("--to-earliest, --to-latest, --to-offset and --execute go with --reset-offsets")
+    connect(args.address)
+    groups = _consumer_groups()
+    if args.action == "list":
+        for group in groups.list_groups():
+            print(group.group_id)
+    elif args.action == "describe":
+        _describe(args, groups)
+    elif args.action == "delete":
+        groups.delete_group(args.group)
+        print(f"Deletion of requested consumer groups ('{args.group}') was successful.")
+    else:
+        _reset(args, groups)
+    return EXIT_OK
+
+
+def _consumer_groups() -> ConsumerGroups:
+    # Ray (through the actors): loaded only when a command runs, so the CLI starts fast.
+    from actors.clients.consumer_groups import ConsumerGroups
+
+    return ConsumerGroups()
+
+
+def _describe(args: argparse.Namespace, groups: ConsumerGroups) -> None:
+    described = groups.describe_group(args.group)
+    if described is None:
+        raise RaybrokerError(f"consumer group {args.group!r} does not exist")
+    committed = groups.committed_offsets(args.group)
+    owners = _owners(described)
+    admin = connect_admin(args.address)
+    topics = sorted({topic for topic, _ in committed} | {topic for topic, _ in owners})
+    log_end = {
+        (topic, p.partition): p.high_watermark for topic in topics for p in admin.describe_topic(topic).partitions
+    }
+    if not described.members:
+        print(f"Consumer group '{args.group}' has no active members.")
+    rows = []
+    for key in sorted(set(committed) | set(owners)):
+        offset = committed.get(key)
+        end = log_end.get(key)
+        lag = "-" if offset is None or end is None else str(max(end - offset, 0))
+        member = owners.get(key)
+        rows.append(
+            (
+                args.group,
+                key[0],
+                str(key[1]),
+                "-" if offset is None else str(offset),
+                "-" if end is None else str(end),
+                lag,
+                *(
+                    ("-", "-", "-")
+                    if member is None
+                    else (member.member_id, member.client_host or "-", member.client_id)
+                ),
+            )
+        )
+    _print_table(DESCRIBE_HEADER, rows)
+
+
+def _reset(args: argparse.Namespace, groups: ConsumerGroups) -> None:
+    partitions = connect_admin(args.address).describe_topic(args.topic).partitions
+    plan: dict[tuple[str, int], int] = {}
+    for p in partitions:
+        if args.target == "earliest":
+            plan[(args.topic, p.partition)] = p.log_start_offset
+        elif args.target == "latest":
+            plan[(args.topic, p.partition)] = p.high_watermark
+        else:
+            plan[(args.topic, p.partition)] = min(max(args.to_offset, p.log_start_offset), p.high_watermark)
+    if args.execute:
+        groups.reset_offsets(args.group, plan)
+    _print_table(
+        RESET_HEADER,
+        [(args.group, topic, str(partition), str(offset)) for (topic, partition), offset in sorted(plan.items())],
+    )
+    if not args.execute:
+        print("Dry run: nothing was committed; add --execute to reset the offsets.")
+
+
+def _owners(group: GroupDescription) -> dict[tuple[str, int], MemberDescription]:
+    """Each assigned (topic, partition) with the member holding it, from the members' consumer-protocol
+    assignments (empty outside a Stable group of protocol type "consumer", or for bytes that do not decode)."""
+    owners: dict[tuple[str, int], MemberDescription] = {}
+    if group.protocol_type != "consumer":
+        return owners
+    for member in group.members:
+        for topic, partition in _assigned_partitions(member.assignment):
+            owners[(topic, partition)] = member
+    return owners
+
+
+def _assigned_partitions(assignment: bytes) -> list[tuple[str, int]]:
+    """The (topic, partition) pairs of a ConsumerProtocolAssignment: an int16 version, then the version's body
+    (later versions only add fields, so one newer than kio knows is read as the newest it does)."""
+    if len(assignment) < _ASSIGNMENT_VERSION.size:
+        return []
+    (version,) = _ASSIGNMENT_VERSION.unpack_from(assignment)
+    if version < 0:
+        return []
+    # kio: loaded only when --describe runs (its schemas take about 0.5 s to import), so the CLI starts fast.
+    from kio.index import load_entity_schema
+    from kio.serial import entity_reader
+    from kio.serial.errors import SerialError
+    from kio.static.constants import EntityType
+
+    schema = load_entity_schema(
+        "consumer_protocol_assignment", min(version, LATEST_ASSIGNMENT_VERSION), EntityType.data
+    )
+    try:
+        decoded: Any
+        decoded, _ = entity_reader(schema)(assignment, _ASSIGNMENT_VERSION.size)
+    except (SerialError, ValueError, TypeError, OverflowError, LookupError):
+        return []
+    return [(topic.topic, partition) for topic in decoded.assigned_partitions for partition in topic.partitions]
+
+
+def _print_table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> None:
+    widths = [max(len(cell) for cell in column) for column in zip(header, *rows, strict=False)]
+    for row in (header, *rows):
+        print(" ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
