@@ -177,9 +177,12 @@ class ControllerActor:
         LogConfig.from_properties(overrides, base=self.config.log_config)
         return overrides
 
-    def create_topic(self, name: str, partitions: int, config: dict[str, str] | None = None) -> TopicMetadata:
+    def create_topic(
+        self, name: str, partitions: int, config: dict[str, str] | None = None, validate_only: bool = False
+    ) -> TopicMetadata:
         """Creates the topic's partitions on the least-loaded brokers (Kafka's CreateTopics). If a partition
-        cannot be created, the topic is deleted again (with the partitions that were) and the error raised."""
+        cannot be created, the topic is deleted again (with the partitions that were) and the error raised.
+        With `validate_only`, runs every check and places the partitions but writes and creates nothing."""
         file_names.validate_topic(name)
         if name == METADATA_TOPIC:
             raise InvalidTopicError(f"topic name {name!r} is reserved for the cluster metadata log")
@@ -194,6 +197,8 @@ class ControllerActor:
                 raise InvalidTopicError(f"topic {name!r} collides with existing topic {colliding[0]!r}")
             nodes = self._place(partitions)
             topic = TopicMetadata(name, dict(enumerate(nodes)), overrides)
+            if validate_only:
+                return topic
             self._persist_topic(topic)
             try:
                 self._create_partitions(topic, range(partitions))
@@ -211,9 +216,10 @@ class ControllerActor:
         ray.wait(refs, num_returns=len(refs))
         ray.get(refs)
 
-    def add_partitions(self, name: str, total: int) -> TopicMetadata:
+    def add_partitions(self, name: str, total: int, validate_only: bool = False) -> TopicMetadata:
         """Grows a topic to `total` partitions (Kafka's CreatePartitions; topics never shrink). If a new
-        partition cannot be created, the topic goes back to its old partitions and the error is raised."""
+        partition cannot be created, the topic goes back to its old partitions and the error is raised.
+        With `validate_only`, runs every check and places the partitions but writes and creates nothing."""
         _check_partition_count(total)
         with self._lock:
             topic = self.describe_topic(name)
@@ -224,6 +230,8 @@ class ControllerActor:
             for partition, node in zip(range(current, total), self._place(total - current), strict=True):
                 partitions[partition] = node
             grown = TopicMetadata(name, partitions, topic.config)
+            if validate_only:
+                return grown
             self._persist_topic(grown)
             try:
                 self._create_partitions(grown, range(current, total))
@@ -242,9 +250,17 @@ class ControllerActor:
     def alter_topic_config(self, name: str, config: dict[str, str]) -> TopicMetadata:
         """Merges `config` into the topic's overrides and applies it to every partition."""
         with self._lock:
+            return self.set_topic_config(name, {**self.describe_topic(name).config, **config})
+
+    def set_topic_config(self, name: str, config: dict[str, str], validate_only: bool = False) -> TopicMetadata:
+        """Replaces the topic's overrides with `config` (keys left out go back to the broker's defaults, as Kafka's
+        AlterConfigs) and applies them to every partition; with `validate_only`, only checks them."""
+        with self._lock:
             topic = self.describe_topic(name)
-            merged = self._validated_config({**topic.config, **config})
+            merged = self._validated_config(config)
             altered = TopicMetadata(name, topic.partitions, merged)
+            if validate_only:
+                return altered
             self._persist_topic(altered)
             nodes = sorted(set(topic.partitions.values()))
             ray.get([self._broker(node).set_topic_config.remote(name, merged) for node in nodes])

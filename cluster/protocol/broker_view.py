@@ -1,7 +1,8 @@
 """What the protocol handlers need of the broker, as one small asynchronous interface.
 
-Handlers speak Kafka; the broker speaks actors. `BrokerView` is the seam between them: topic metadata, topic
-creation, and the partition calls a Produce, Fetch or ListOffsets request turns into. `RayBrokerView`
+Handlers speak Kafka; the broker speaks actors. `BrokerView` is the seam between them: topic metadata, the topic
+administration calls (create, delete, grow, configs), and the partition calls a Produce, Fetch, ListOffsets or
+DeleteRecords request turns into. `RayBrokerView`
 (`cluster.protocol.ray_broker_view`) implements it over the running broker's actors; the handlers' tests run
 the same handlers over a view of plain storage logs, without Ray or sockets.
 
@@ -11,6 +12,7 @@ through `cluster.protocol.errors`; none raises Ray's.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -37,6 +39,15 @@ class FetchedRecords:
     log_start_offset: int
 
 
+@dataclass(frozen=True, slots=True)
+class PartitionOffsets:
+    """A partition's offsets at one moment."""
+
+    log_start_offset: int
+    high_watermark: int
+    log_end_offset: int
+
+
 class BrokerView(Protocol):
     """The broker as the protocol handlers see it (see the module docstring)."""
 
@@ -52,8 +63,38 @@ class BrokerView(Protocol):
         """One topic; `UnknownTopicOrPartitionError` if there is none of that name."""
         ...
 
-    async def create_topic(self, name: str, partition_count: int) -> TopicInfo:
-        """Creates a topic with the broker's default topic config; `TopicExistsError`, `InvalidTopicError`."""
+    async def create_topic(
+        self, name: str, partition_count: int, config: Mapping[str, str] | None = None, validate_only: bool = False
+    ) -> TopicInfo:
+        """Creates a topic with `config` (Kafka's topic config names) over the broker's defaults; with
+        `validate_only`, only checks that it could. `TopicExistsError`, `InvalidTopicError`, `InvalidConfigError`,
+        `InvalidPartitionsError`."""
+        ...
+
+    async def delete_topic(self, name: str) -> None:
+        """Deletes a topic; `UnknownTopicOrPartitionError` if there is none of that name."""
+        ...
+
+    async def create_partitions(self, name: str, total: int, validate_only: bool = False) -> TopicInfo:
+        """Grows a topic to `total` partitions (or only checks that it could); `InvalidPartitionsError` unless it
+        grows."""
+        ...
+
+    async def topic_config(self, name: str) -> dict[str, str]:
+        """A topic's config overrides (Kafka names); what it does not override is the broker's default."""
+        ...
+
+    async def set_topic_config(self, name: str, config: Mapping[str, str], validate_only: bool = False) -> None:
+        """Replaces a topic's config overrides with `config` (or only checks them); `InvalidConfigError`."""
+        ...
+
+    async def delete_records(self, topic: str, partition: int, offset: int) -> int:
+        """Kafka's DeleteRecords: records below `offset` (-1: the high watermark) go; the new log start offset.
+        `OffsetOutOfRangeError` beyond the high watermark."""
+        ...
+
+    async def offsets(self, topic: str, partition: int) -> PartitionOffsets:
+        """A partition's log start offset, high watermark and log end offset now."""
         ...
 
     async def append(self, topic: str, partition: int, records: bytes) -> LogAppendInfo:

@@ -42,9 +42,9 @@ class KafkaListener:
         when a port cannot be bound. `view` defaults to the broker of the Ray cluster this process is connected to."""
         props = dict(properties or {})
         self._config = ListenerConfig.from_properties(props)
-        self._broker_config = BrokerConfig.from_properties(
-            {key: value for key, value in props.items() if key not in _LISTENER_KEYS}
-        )
+        broker_properties = {key: value for key, value in props.items() if key not in _LISTENER_KEYS}
+        self._broker_config = BrokerConfig.from_properties(broker_properties)
+        self._static_broker_keys = frozenset(str(key).strip() for key in broker_properties)
         self._view = view if view is not None else RayBrokerView(Broker.connect())
         self._loop = asyncio.new_event_loop()
         self._started: concurrent.futures.Future[KafkaServer] = concurrent.futures.Future()
@@ -119,6 +119,8 @@ class KafkaListener:
             BrokerEndpoint(self._broker_config.node_id, advertised.host, advertised.port),
             self._broker_config.auto_create_topics_enable,
             self._broker_config.num_partitions,
+            broker_config=self._broker_config,
+            static_broker_keys=self._static_broker_keys,
         )
         return server
 

@@ -13,13 +13,14 @@ request looks again and reaches a restarted actor or a re-created topic.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from typing import Any
 
 from actors.calls import call, partition_actor
 from actors.clients.broker import Broker
 from actors.server.controller import TopicMetadata
 from actors.server.partition_log import FetchResult
-from cluster.protocol.broker_view import FetchedRecords, TopicInfo
+from cluster.protocol.broker_view import FetchedRecords, PartitionOffsets, TopicInfo
 from storage.errors import BrokerNotAvailableError, UnknownTopicOrPartitionError
 from storage.partition.log import LogAppendInfo
 from storage.records.file_records import TimestampAndOffset
@@ -54,8 +55,31 @@ class RayBrokerView:
     async def topic(self, name: str) -> TopicInfo:
         return _topic_info(await _answer(self._controller.describe_topic.remote(name)))
 
-    async def create_topic(self, name: str, partition_count: int) -> TopicInfo:
-        return _topic_info(await _answer(self._controller.create_topic.remote(name, partition_count, {})))
+    async def create_topic(
+        self, name: str, partition_count: int, config: Mapping[str, str] | None = None, validate_only: bool = False
+    ) -> TopicInfo:
+        created = self._controller.create_topic.remote(name, partition_count, dict(config or {}), validate_only)
+        return _topic_info(await _answer(created))
+
+    async def delete_topic(self, name: str) -> None:
+        await _answer(self._controller.delete_topic.remote(name))
+        self._forget(name)
+
+    async def create_partitions(self, name: str, total: int, validate_only: bool = False) -> TopicInfo:
+        return _topic_info(await _answer(self._controller.add_partitions.remote(name, total, validate_only)))
+
+    async def topic_config(self, name: str) -> dict[str, str]:
+        metadata: TopicMetadata = await _answer(self._controller.describe_topic.remote(name))
+        return dict(metadata.config)
+
+    async def set_topic_config(self, name: str, config: Mapping[str, str], validate_only: bool = False) -> None:
+        await _answer(self._controller.set_topic_config.remote(name, dict(config), validate_only))
+
+    async def delete_records(self, topic: str, partition: int, offset: int) -> int:
+        return await self._call(topic, partition, "delete_records", offset)
+
+    async def offsets(self, topic: str, partition: int) -> PartitionOffsets:
+        return PartitionOffsets(*await self._call(topic, partition, "offsets"))
 
     async def append(self, topic: str, partition: int, records: bytes) -> LogAppendInfo:
         return await self._call(topic, partition, "append", records)
@@ -81,6 +105,11 @@ class RayBrokerView:
         except (BrokerNotAvailableError, UnknownTopicOrPartitionError):
             self._handles.pop((topic, partition), None)
             raise
+
+    def _forget(self, topic: str) -> None:
+        """Drops the handles of a deleted topic's partitions, so a re-created topic is looked up afresh."""
+        for key in [key for key in self._handles if key[0] == topic]:
+            del self._handles[key]
 
     async def _handle(self, topic: str, partition: int) -> Any:
         key = (topic, partition)

@@ -9,26 +9,49 @@ Version floors are those of kio's schemas (Kafka 4's minimum versions: Produce v
 Ceilings are what the handlers implement: Produce v10 and Fetch v12 are the last versions naming topics by name
 (v13 switched both to topic ids, which raybroker does not assign yet); Metadata v12 is the last without a
 top-level error; ListOffsets v7 is the last whose sentinels (-2, -1, -3) the log answers (v8 added -4, earliest
-local offset, for tiered storage); InitProducerId v5 is the last before two-phase-commit transactions (v6).
+local offset, for tiered storage); InitProducerId v5 is the last before two-phase-commit transactions (v6). The
+admin APIs (CreateTopics, DeleteTopics, CreatePartitions, DescribeConfigs, AlterConfigs, IncrementalAlterConfigs,
+DeleteRecords, DescribeCluster, OffsetForLeaderEpoch) are served from kio's floor to its ceiling: their later
+versions only add fields the handlers fill (topic ids are null, `is_fenced` false).
 Clients use the highest version both sides serve: librdkafka 2.16 goes up to Produce 10, Fetch 16, Metadata 13,
-ListOffsets 7, InitProducerId 4, ApiVersions 3; kafka-python 3.0 up to Metadata 13, ListOffsets 11,
-InitProducerId 6, ApiVersions 4.
+ListOffsets 7, InitProducerId 4, ApiVersions 3, CreateTopics 4, DescribeConfigs 1, OffsetForLeaderEpoch 2;
+kafka-python 3.0 up to Metadata 13, ListOffsets 11, InitProducerId 6, ApiVersions 4, CreateTopics 7.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from types import MappingProxyType
 from typing import Any
 
 from cluster.protocol.broker_view import BrokerView
+from cluster.protocol.config_entries import ConfigDescriber
 from cluster.protocol.framing import API_VERSIONS_KEY, ApiRange, Request, decode_request, encode_response
 from cluster.protocol.handlers.api_versions import ApiVersionsHandler
+from cluster.protocol.handlers.cluster import DESCRIBE_CLUSTER_KEY, DescribeClusterHandler
+from cluster.protocol.handlers.configs import (
+    ALTER_CONFIGS_KEY,
+    DESCRIBE_CONFIGS_KEY,
+    INCREMENTAL_ALTER_CONFIGS_KEY,
+    AlterConfigsHandler,
+    DescribeConfigsHandler,
+)
+from cluster.protocol.handlers.delete_records import DELETE_RECORDS_KEY, DeleteRecordsHandler
 from cluster.protocol.handlers.fetch import FETCH_KEY, FetchHandler
+from cluster.protocol.handlers.leader_epoch import OFFSET_FOR_LEADER_EPOCH_KEY, OffsetForLeaderEpochHandler
 from cluster.protocol.handlers.list_offsets import LIST_OFFSETS_KEY, ListOffsetsHandler
 from cluster.protocol.handlers.metadata import METADATA_KEY, BrokerEndpoint, MetadataHandler
 from cluster.protocol.handlers.produce import PRODUCE_KEY, ProduceHandler
 from cluster.protocol.handlers.producer_id import INIT_PRODUCER_ID_KEY, InitProducerIdHandler
+from cluster.protocol.handlers.topics import (
+    CREATE_PARTITIONS_KEY,
+    CREATE_TOPICS_KEY,
+    DELETE_TOPICS_KEY,
+    CreatePartitionsHandler,
+    CreateTopicsHandler,
+    DeleteTopicsHandler,
+)
+from storage.config.broker_config import BrokerConfig
 
 SERVED: Mapping[int, ApiRange] = MappingProxyType(
     {
@@ -38,6 +61,15 @@ SERVED: Mapping[int, ApiRange] = MappingProxyType(
         METADATA_KEY: ApiRange(0, 12),
         API_VERSIONS_KEY: ApiRange(0, 4),
         INIT_PRODUCER_ID_KEY: ApiRange(0, 5),
+        CREATE_TOPICS_KEY: ApiRange(2, 7),
+        DELETE_TOPICS_KEY: ApiRange(1, 6),
+        CREATE_PARTITIONS_KEY: ApiRange(0, 3),
+        DESCRIBE_CONFIGS_KEY: ApiRange(1, 4),
+        ALTER_CONFIGS_KEY: ApiRange(0, 2),
+        INCREMENTAL_ALTER_CONFIGS_KEY: ApiRange(0, 1),
+        DELETE_RECORDS_KEY: ApiRange(0, 2),
+        DESCRIBE_CLUSTER_KEY: ApiRange(0, 2),
+        OFFSET_FOR_LEADER_EPOCH_KEY: ApiRange(2, 4),
     }
 )
 
@@ -49,8 +81,19 @@ class Router:
     Produce with acks=0). Raises `ProtocolError` for a payload that is no request it serves."""
 
     def __init__(
-        self, view: BrokerView, endpoint: BrokerEndpoint, auto_create_topics_enable: bool, num_partitions: int
+        self,
+        view: BrokerView,
+        endpoint: BrokerEndpoint,
+        auto_create_topics_enable: bool,
+        num_partitions: int,
+        *,
+        broker_config: BrokerConfig,
+        static_broker_keys: Collection[str],
     ) -> None:
+        """`broker_config` is the broker's config and `static_broker_keys` the keys its properties set, for the
+        admin APIs (defaults, sources, `delete.topic.enable`)."""
+        describer = ConfigDescriber(broker_config, static_broker_keys)
+        node_id = endpoint.node_id
         self._handlers: dict[int, Handler] = {
             PRODUCE_KEY: ProduceHandler(view),
             FETCH_KEY: FetchHandler(view),
@@ -58,6 +101,17 @@ class Router:
             METADATA_KEY: MetadataHandler(view, endpoint, auto_create_topics_enable, num_partitions),
             API_VERSIONS_KEY: ApiVersionsHandler(SERVED),
             INIT_PRODUCER_ID_KEY: InitProducerIdHandler(view),
+            CREATE_TOPICS_KEY: CreateTopicsHandler(view, describer, node_id, num_partitions),
+            DELETE_TOPICS_KEY: DeleteTopicsHandler(view, broker_config.delete_topic_enable),
+            CREATE_PARTITIONS_KEY: CreatePartitionsHandler(view, node_id),
+            DESCRIBE_CONFIGS_KEY: DescribeConfigsHandler(view, describer, node_id),
+            ALTER_CONFIGS_KEY: AlterConfigsHandler(view, node_id, broker_config.log_config, incremental=False),
+            INCREMENTAL_ALTER_CONFIGS_KEY: AlterConfigsHandler(
+                view, node_id, broker_config.log_config, incremental=True
+            ),
+            DELETE_RECORDS_KEY: DeleteRecordsHandler(view),
+            DESCRIBE_CLUSTER_KEY: DescribeClusterHandler(view, endpoint),
+            OFFSET_FOR_LEADER_EPOCH_KEY: OffsetForLeaderEpochHandler(view),
         }
         assert self._handlers.keys() == SERVED.keys(), "every served API has exactly one handler"
 

@@ -29,6 +29,7 @@ list (blanks trimmed, empty entries dropped, as Kafka's `csvList`).
 | auto.create.topics.enable                     | boolean | true                | create a topic on first use          |
 | delete.topic.enable                           | boolean | true                | allow DeleteTopics                   |
 | producer.id.expiration.ms                     | int     | 86400000            | forget an idle producer id after it  |
+| producer.id.expiration.check.interval.ms      | int     | 600000              | how often idle producers are dropped |
 | log.partitions.per.process (raybroker only)   | int     | 1                   | partition logs per actor process     |
 
 `offsets.topic.num.partitions` keeps Kafka's default of 50 here; raybroker's example `configs/server.properties`
@@ -221,6 +222,7 @@ class BrokerConfig:
     auto_create_topics_enable: bool = config_field(True, "boolean")
     delete_topic_enable: bool = config_field(True, "boolean")
     producer_id_expiration_ms: int = config_field(86400000, "int", low=1)
+    producer_id_expiration_check_interval_ms: int = config_field(600000, "int", low=1)
     log_partitions_per_process: int = config_field(1, "int", low=1)
     log_segment_bytes: int = config_field(1073741824, "int")
     log_roll_ms: int | None = config_field(None, "long")
@@ -293,6 +295,11 @@ class BrokerConfig:
         # Kafka reads any negative retention, in any unit, as "no time limit".
         sources["retention_ms"] = (broker, max(retention_ms, -1))
         return sources
+
+    def topic_config_synonyms(self) -> dict[str, str]:
+        """Topic config (Kafka name) -> the broker key (Kafka name) its default comes from, with Kafka's precedence
+        (`segment.ms` -> `log.roll.ms` when set, else `log.roll.hours`): what DescribeConfigs reports as synonyms."""
+        return {kafka_name(topic): kafka_name(broker) for topic, (broker, _) in self._log_config_sources().items()}
 
     def _build_log_config(self) -> LogConfig:
         sources = self._log_config_sources()

@@ -8,24 +8,27 @@ does not wait for data (a long-poll fetch answers at once); the long poll is tes
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from kio.index import load_response_schema
+from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader
 
-from cluster.protocol.broker_view import FetchedRecords, TopicInfo
-from cluster.protocol.framing import SIZE, Request, encode_request
+from cluster.protocol.broker_view import FetchedRecords, PartitionOffsets, TopicInfo
+from cluster.protocol.framing import SIZE, Request, decode_response, encode_request, encode_response
+from cluster.protocol.messages import build
 from storage import file_names
 from storage.config.log_config import LogConfig
-from storage.errors import TopicExistsError, UnknownTopicOrPartitionError
+from storage.errors import InvalidPartitionsError, TopicExistsError, UnknownTopicOrPartitionError
 from storage.partition.log import Log, LogAppendInfo
 from storage.records.compression import CompressionType
 from storage.records.file_records import TimestampAndOffset
 from storage.records.record_batch import RecordBatchBuilder, iter_batches
 
 CLUSTER_ID = "test-cluster-id-00000"
+# The controller's bound on a topic's partitions, kept small here: every partition is a real log in a temp dir.
+MAX_PARTITIONS = 100
 
 
 class LogBrokerView:
@@ -36,6 +39,7 @@ class LogBrokerView:
         self._config = config or LogConfig()
         self._logs: dict[tuple[str, int], Log] = {}
         self._topics: dict[str, TopicInfo] = {}
+        self._configs: dict[str, dict[str, str]] = {}
         self._next_producer_id = 0
 
     async def cluster_id(self) -> str:
@@ -49,15 +53,64 @@ class LogBrokerView:
             raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
         return self._topics[name]
 
-    async def create_topic(self, name: str, partition_count: int) -> TopicInfo:
+    async def create_topic(
+        self, name: str, partition_count: int, config: Mapping[str, str] | None = None, validate_only: bool = False
+    ) -> TopicInfo:
         file_names.validate_topic(name)
         if name in self._topics:
             raise TopicExistsError(f"topic {name!r} already exists")
+        if not 1 <= partition_count <= MAX_PARTITIONS:
+            raise InvalidPartitionsError(f"partition count {partition_count} is outside 1..{MAX_PARTITIONS}")
+        log_config = LogConfig.from_properties(dict(config or {}), base=self._config)
+        topic = TopicInfo(name, partition_count, name.startswith("__"))
+        if validate_only:
+            return topic
         for partition in range(partition_count):
             folder = self._root / file_names.partition_dir_name(name, partition)
-            self._logs[(name, partition)] = Log.open(folder, self._config)
-        self._topics[name] = TopicInfo(name, partition_count, name.startswith("__"))
-        return self._topics[name]
+            self._logs[(name, partition)] = Log.open(folder, log_config)
+        self._topics[name] = topic
+        self._configs[name] = dict(config or {})
+        return topic
+
+    async def delete_topic(self, name: str) -> None:
+        topic = await self.topic(name)
+        for partition in range(topic.partition_count):
+            self._logs.pop((name, partition)).close()
+        del self._topics[name], self._configs[name]
+
+    async def create_partitions(self, name: str, total: int, validate_only: bool = False) -> TopicInfo:
+        topic = await self.topic(name)
+        if not topic.partition_count < total <= MAX_PARTITIONS:
+            raise InvalidPartitionsError(f"topic {name!r} has {topic.partition_count} partitions; not {total}")
+        grown = TopicInfo(name, total, topic.internal)
+        if validate_only:
+            return grown
+        log_config = LogConfig.from_properties(self._configs[name], base=self._config)
+        for partition in range(topic.partition_count, total):
+            folder = self._root / file_names.partition_dir_name(name, partition)
+            self._logs[(name, partition)] = Log.open(folder, log_config)
+        self._topics[name] = grown
+        return grown
+
+    async def topic_config(self, name: str) -> dict[str, str]:
+        await self.topic(name)
+        return dict(self._configs[name])
+
+    async def set_topic_config(self, name: str, config: Mapping[str, str], validate_only: bool = False) -> None:
+        topic = await self.topic(name)
+        log_config = LogConfig.from_properties(dict(config), base=self._config)
+        if validate_only:
+            return
+        self._configs[name] = dict(config)
+        for partition in range(topic.partition_count):
+            self.log(name, partition).update_config(log_config)
+
+    async def delete_records(self, topic: str, partition: int, offset: int) -> int:
+        return self.log(topic, partition).delete_records(offset)
+
+    async def offsets(self, topic: str, partition: int) -> PartitionOffsets:
+        log = self.log(topic, partition)
+        return PartitionOffsets(log.log_start_offset, log.high_watermark, log.log_end_offset)
 
     def log(self, topic: str, partition: int) -> Log:
         log = self._logs.get((topic, partition))
@@ -129,3 +182,11 @@ async def exchange(port: int, body: Any, correlation_id: int = 1) -> tuple[int, 
     header, header_size = entity_reader(response_type.__header_schema__)(payload, 0)
     response, _ = entity_reader(response_type)(payload, header_size)
     return header.correlation_id, response
+
+
+def answer(handler: Any, api_key: int, version: int, values: dict[str, Any]) -> Any:
+    """A handler's response to the request of `api_key`/`version` built from `values`, as a client decodes it
+    (encoded and decoded again, so a field the version cannot carry fails here)."""
+    body = build(load_request_schema(api_key, version), values)
+    response = run(handler(request(body)))
+    return decode_response(encode_response(1, response)[SIZE.size :], load_response_schema(api_key, version))[1]

@@ -1,0 +1,152 @@
+"""Config entries as Kafka's DescribeConfigs and CreateTopics (v5+) report them: name, value, source, synonyms.
+
+A topic's value is its override when it has one (source DYNAMIC_TOPIC_CONFIG), else the broker's default for it, which
+comes from the broker key Kafka names its synonym (`retention.ms` <- `log.retention.hours`): STATIC_BROKER_CONFIG
+when that key was set in the broker's properties, DEFAULT_CONFIG when it is Kafka's default. Synonyms list every
+level that holds a value, most specific first, as Kafka's broker does. A broker's own keys are
+STATIC_BROKER_CONFIG or DEFAULT_CONFIG likewise, and read-only: raybroker's broker configs are static (set in
+`server.properties`), there are no dynamic broker configs to alter. Nothing here is sensitive (no passwords yet).
+
+Values are Kafka's strings (`render_value`); an optional broker key left unset (`log.retention.ms`) has a null
+value, as in Kafka. `cleanup.policy` is reported as Kafka's LIST type, although `LogConfig` keeps it as its text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from enum import IntEnum
+
+from storage.config.broker_config import BrokerConfig
+from storage.config.config_values import JavaType, config_fields, config_key, kafka_name, render_value
+from storage.config.log_config import LogConfig
+
+# Topic configs whose Kafka type is LIST: the only ones IncrementalAlterConfigs may APPEND to or SUBTRACT from.
+LIST_TOPIC_CONFIGS = frozenset({"cleanup.policy"})
+
+
+class ConfigSource(IntEnum):
+    """Kafka's `DescribeConfigsResponse.ConfigSource` (the values raybroker can report)."""
+
+    DYNAMIC_TOPIC_CONFIG = 1
+    STATIC_BROKER_CONFIG = 4
+    DEFAULT_CONFIG = 5
+
+
+class ConfigType(IntEnum):
+    """Kafka's `ConfigDef.Type` as DescribeConfigs v3+ numbers it."""
+
+    BOOLEAN = 1
+    STRING = 2
+    INT = 3
+    LONG = 5
+    DOUBLE = 6
+    LIST = 7
+
+
+_CONFIG_TYPES: dict[JavaType, ConfigType] = {
+    "boolean": ConfigType.BOOLEAN,
+    "string": ConfigType.STRING,
+    "int": ConfigType.INT,
+    "long": ConfigType.LONG,
+    "double": ConfigType.DOUBLE,
+    "list": ConfigType.LIST,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigSynonym:
+    """One level holding a value for a config: the key at that level, its value and the level."""
+
+    name: str
+    value: str | None
+    source: ConfigSource
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigEntry:
+    """One config as DescribeConfigs reports it (see the module docstring)."""
+
+    name: str
+    value: str | None
+    source: ConfigSource
+    read_only: bool
+    config_type: ConfigType
+    documentation: str | None
+    synonyms: tuple[ConfigSynonym, ...]
+
+    def as_values(self, include_synonyms: bool = True, include_documentation: bool = True) -> dict[str, object]:
+        """The entry as `messages.build` values of DescribeConfigs' and CreateTopics' config structs."""
+        return {
+            "name": self.name,
+            "value": self.value,
+            "read_only": self.read_only,
+            "config_source": int(self.source),
+            "is_sensitive": False,
+            "synonyms": [
+                {"name": synonym.name, "value": synonym.value, "source": int(synonym.source)}
+                for synonym in (self.synonyms if include_synonyms else ())
+            ],
+            "config_type": int(self.config_type),
+            "documentation": self.documentation if include_documentation else None,
+        }
+
+
+class ConfigDescriber:
+    """Describes topic and broker configs over one broker's config (see the module docstring).
+
+    `static_keys` are the broker keys (Kafka names) its properties set explicitly.
+    """
+
+    def __init__(self, broker_config: BrokerConfig, static_keys: Collection[str]) -> None:
+        self._broker = broker_config
+        self._static = frozenset(static_keys)
+        self._synonyms = broker_config.topic_config_synonyms()
+        self._broker_values = {
+            kafka_name(spec.name): _rendered(getattr(broker_config, spec.name)) for spec in config_fields(BrokerConfig)
+        }
+        self._broker_defaults = {kafka_name(spec.name): _rendered(spec.default) for spec in config_fields(BrokerConfig)}
+
+    def topic_entries(self, overrides: Mapping[str, str]) -> list[ConfigEntry]:
+        """Every topic config, in `LogConfig`'s order, for a topic with `overrides`."""
+        entries = []
+        defaults = self._broker.log_config
+        for spec in config_fields(LogConfig):
+            name = kafka_name(spec.name)
+            broker_key = self._synonyms[name]
+            broker_levels = self._broker_levels(broker_key)
+            synonyms = broker_levels
+            value, source = render_value(getattr(defaults, spec.name)), broker_levels[0].source
+            if name in overrides:
+                value, source = overrides[name], ConfigSource.DYNAMIC_TOPIC_CONFIG
+                synonyms = (ConfigSynonym(name, value, source), *broker_levels)
+            java_type = config_key(spec).java_type
+            config_type = ConfigType.LIST if name in LIST_TOPIC_CONFIGS else _CONFIG_TYPES[java_type]
+            entries.append(ConfigEntry(name, value, source, False, config_type, config_key(spec).doc or None, synonyms))
+        return entries
+
+    def broker_entries(self) -> list[ConfigEntry]:
+        """Every broker key this broker has, in `BrokerConfig`'s order; all read-only."""
+        entries = []
+        for spec in config_fields(BrokerConfig):
+            name = kafka_name(spec.name)
+            levels = self._broker_levels(name)
+            java_type = config_key(spec).java_type
+            doc = config_key(spec).doc or None
+            entries.append(
+                ConfigEntry(
+                    name, self._broker_values[name], levels[0].source, True, _CONFIG_TYPES[java_type], doc, levels
+                )
+            )
+        return entries
+
+    def _broker_levels(self, broker_key: str) -> tuple[ConfigSynonym, ...]:
+        """The broker's levels for one of its keys: the value set in its properties if any, then Kafka's default."""
+        default = ConfigSynonym(broker_key, self._broker_defaults[broker_key], ConfigSource.DEFAULT_CONFIG)
+        if broker_key not in self._static:
+            return (default,)
+        return (ConfigSynonym(broker_key, self._broker_values[broker_key], ConfigSource.STATIC_BROKER_CONFIG), default)
+
+
+def _rendered(value: object) -> str | None:
+    return None if value is None else render_value(value)

@@ -1,0 +1,56 @@
+"""DescribeCluster (key 60): the cluster id, the controller and the brokers, as Kafka's Admin `describeCluster`.
+
+As in Metadata (`cluster.protocol.handlers.metadata`), each listener reports itself as the one broker and as the
+controller: it serves every partition, so it is all a client needs to reach. Asking for the controllers' endpoints
+(v1+ `endpoint_type` 2) answers UNSUPPORTED_ENDPOINT_TYPE (115), as a Kafka broker does; no broker is fenced.
+Authorized operations are not computed (no ACLs yet): Kafka's "omitted" sentinel.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.index import load_response_schema
+from kio.schema.errors import ErrorCode
+
+from cluster.protocol.broker_view import BrokerView
+from cluster.protocol.framing import Request
+from cluster.protocol.handlers.metadata import AUTHORIZED_OPERATIONS_OMITTED, BrokerEndpoint
+from cluster.protocol.messages import build
+
+DESCRIBE_CLUSTER_KEY = 60
+BROKERS_ENDPOINT = 1
+
+
+class DescribeClusterHandler:
+    """Answers DescribeCluster (see the module docstring)."""
+
+    def __init__(self, view: BrokerView, endpoint: BrokerEndpoint) -> None:
+        self._view = view
+        self._endpoint = endpoint
+
+    async def __call__(self, request: Request) -> Any:
+        endpoint_type = getattr(request.body, "endpoint_type", BROKERS_ENDPOINT)
+        node = self._endpoint
+        answer: dict[str, Any] = {
+            "throttle_time": 0,
+            "endpoint_type": endpoint_type,
+            "cluster_id": await self._view.cluster_id(),
+            "controller_id": node.node_id,
+            "cluster_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+        }
+        if endpoint_type != BROKERS_ENDPOINT:
+            answer.update(
+                error_code=ErrorCode.unsupported_endpoint_type,
+                error_message=f"endpoint type {endpoint_type}: this listener serves brokers (1) only",
+                brokers=[],
+            )
+        else:
+            answer.update(
+                error_code=ErrorCode.none,
+                error_message=None,
+                brokers=[
+                    {"broker_id": node.node_id, "host": node.host, "port": node.port, "rack": None, "is_fenced": False}
+                ],
+            )
+        return build(load_response_schema(DESCRIBE_CLUSTER_KEY, request.api_version), answer)

@@ -1,0 +1,198 @@
+"""DescribeConfigs (key 32), AlterConfigs (key 33) and IncrementalAlterConfigs (key 44): topic and broker configs.
+
+Resources are Kafka's: TOPIC (2) named by the topic, BROKER (4) named by this broker's node id (or "", the
+cluster-wide level, which here is the same static config). Each resource gets its own error code; a request never
+fails as a whole.
+
+- DescribeConfigs reports every topic config and every broker key with its value, source, synonyms (v1+ when
+  asked), type and documentation (v3+ when asked), as `cluster.protocol.config_entries` builds them;
+  `configuration_keys` narrows the answer (unknown names are left out, as Kafka does).
+- AlterConfigs replaces a topic's overrides with exactly the configs given (what is left out returns to the
+  broker's default, Kafka's legacy semantics); IncrementalAlterConfigs applies SET (0), DELETE (1), APPEND (2) and
+  SUBTRACT (3) to the current overrides, APPEND/SUBTRACT only to list configs (`cleanup.policy`).
+  `validate_only` checks without changing anything. A name that is no topic config, or a value out of Kafka's
+  range, answers INVALID_CONFIG (40); a null value to set, a resource or key named twice, or an unknown
+  operation answers INVALID_REQUEST (42).
+- Broker configs are static in raybroker (`server.properties`): altering a BROKER resource answers
+  INVALID_REQUEST. A BROKER resource naming another node id, or a resource type other than TOPIC and BROKER
+  (BROKER_LOGGER, GROUP, CLIENT_METRICS), answers INVALID_REQUEST as well.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from enum import IntEnum
+from typing import Any
+
+from kio.index import load_response_schema
+from kio.schema.errors import ErrorCode
+
+from cluster.protocol.broker_view import BrokerView
+from cluster.protocol.config_entries import LIST_TOPIC_CONFIGS, ConfigDescriber
+from cluster.protocol.errors import error_code
+from cluster.protocol.framing import Request
+from cluster.protocol.messages import build
+from storage import file_names
+from storage.config.config_values import config_fields, kafka_name
+from storage.config.log_config import LogConfig
+from storage.errors import InvalidConfigError, InvalidRequestError, RaybrokerError
+
+DESCRIBE_CONFIGS_KEY = 32
+ALTER_CONFIGS_KEY = 33
+INCREMENTAL_ALTER_CONFIGS_KEY = 44
+TOPIC_CONFIG_NAMES = frozenset(kafka_name(spec.name) for spec in config_fields(LogConfig))
+
+
+class ResourceType(IntEnum):
+    """Kafka's `ConfigResource.Type` values raybroker serves."""
+
+    TOPIC = 2
+    BROKER = 4
+
+
+class AlterOperation(IntEnum):
+    """Kafka's `AlterConfigOp.OpType`."""
+
+    SET = 0
+    DELETE = 1
+    APPEND = 2
+    SUBTRACT = 3
+
+
+class DescribeConfigsHandler:
+    """Answers DescribeConfigs (see the module docstring)."""
+
+    def __init__(self, view: BrokerView, describer: ConfigDescriber, node_id: int) -> None:
+        self._view = view
+        self._describer = describer
+        self._node_id = node_id
+
+    async def __call__(self, request: Request) -> Any:
+        body = request.body
+        include_synonyms = getattr(body, "include_synonyms", False)
+        include_documentation = getattr(body, "include_documentation", False)
+        results = []
+        for resource in body.resources:
+            result: dict[str, Any] = {
+                "resource_type": resource.resource_type,
+                "resource_name": resource.resource_name,
+                "error_code": ErrorCode.none,
+                "error_message": None,
+                "configs": [],
+            }
+            try:
+                entries = await self._entries(resource.resource_type, resource.resource_name)
+            except RaybrokerError as exc:
+                results.append({**result, "error_code": error_code(exc), "error_message": exc.message})
+                continue
+            wanted = resource.configuration_keys
+            result["configs"] = [
+                entry.as_values(include_synonyms, include_documentation)
+                for entry in entries
+                if wanted is None or entry.name in wanted
+            ]
+            results.append(result)
+        return build(
+            load_response_schema(DESCRIBE_CONFIGS_KEY, request.api_version), {"throttle_time": 0, "results": results}
+        )
+
+    async def _entries(self, resource_type: int, name: str) -> list[Any]:
+        if resource_type == ResourceType.TOPIC:
+            file_names.validate_topic(name)
+            return self._describer.topic_entries(await self._view.topic_config(name))
+        if resource_type == ResourceType.BROKER:
+            _check_broker(name, self._node_id)
+            return self._describer.broker_entries()
+        raise InvalidRequestError(f"resource type {resource_type} is not served; only TOPIC (2) and BROKER (4)")
+
+
+class AlterConfigsHandler:
+    """Answers AlterConfigs and IncrementalAlterConfigs (see the module docstring)."""
+
+    def __init__(self, view: BrokerView, node_id: int, topic_defaults: LogConfig, incremental: bool) -> None:
+        """`topic_defaults` is the broker's default topic config (`BrokerConfig.log_config`)."""
+        self._view = view
+        self._node_id = node_id
+        self._default_cleanup_policy = topic_defaults.cleanup_policy
+        self._incremental = incremental
+
+    async def __call__(self, request: Request) -> Any:
+        body = request.body
+        named = Counter((resource.resource_type, resource.resource_name) for resource in body.resources)
+        responses = []
+        for resource in body.resources:
+            response: dict[str, Any] = {
+                "resource_type": resource.resource_type,
+                "resource_name": resource.resource_name,
+                "error_code": ErrorCode.none,
+                "error_message": None,
+            }
+            try:
+                if named[(resource.resource_type, resource.resource_name)] > 1:
+                    raise InvalidRequestError(f"resource {resource.resource_name!r} appears more than once")
+                await self._alter(resource, body.validate_only)
+            except RaybrokerError as exc:
+                response = {**response, "error_code": error_code(exc), "error_message": exc.message}
+            responses.append(response)
+        api_key = INCREMENTAL_ALTER_CONFIGS_KEY if self._incremental else ALTER_CONFIGS_KEY
+        return build(load_response_schema(api_key, request.api_version), {"throttle_time": 0, "responses": responses})
+
+    async def _alter(self, resource: Any, validate_only: bool) -> None:
+        if resource.resource_type == ResourceType.BROKER:
+            _check_broker(resource.resource_name, self._node_id)
+            raise InvalidRequestError("raybroker's broker configs are static: set them in server.properties")
+        if resource.resource_type != ResourceType.TOPIC:
+            raise InvalidRequestError(f"resource type {resource.resource_type} cannot be altered; only TOPIC (2)")
+        name = resource.resource_name
+        file_names.validate_topic(name)
+        names = [config.name for config in resource.configs]
+        twice = [key for key, count in Counter(names).items() if count > 1]
+        if twice:
+            raise InvalidRequestError(f"config {twice[0]!r} appears more than once for topic {name!r}")
+        unknown = [key for key in names if key not in TOPIC_CONFIG_NAMES]
+        if unknown:
+            raise InvalidConfigError(f"unknown topic config {unknown[0]!r}")
+        if self._incremental:
+            current = await self._view.topic_config(name)
+            overrides = _apply(current, resource.configs, current.get("cleanup.policy", self._default_cleanup_policy))
+        else:
+            overrides = {config.name: _value(config) for config in resource.configs}
+        await self._view.set_topic_config(name, overrides, validate_only)
+
+
+def _apply(current: dict[str, str], configs: Iterable[Any], policy: str) -> dict[str, str]:
+    """The overrides after IncrementalAlterConfigs' operations, in request order; `policy` is the topic's
+    `cleanup.policy` before them, which APPEND and SUBTRACT start from."""
+    overrides = dict(current)
+    for config in configs:
+        operation = config.config_operation
+        if operation == AlterOperation.SET:
+            overrides[config.name] = _value(config)
+        elif operation == AlterOperation.DELETE:
+            overrides.pop(config.name, None)
+        elif operation in (AlterOperation.APPEND, AlterOperation.SUBTRACT):
+            if config.name not in LIST_TOPIC_CONFIGS:
+                raise InvalidConfigError(f"{config.name} is not a list config: it cannot be appended to or subtracted")
+            items = [item.strip() for item in overrides.get(config.name, policy).split(",") if item.strip()]
+            given = [item.strip() for item in _value(config).split(",") if item.strip()]
+            if operation == AlterOperation.APPEND:
+                items += [item for item in given if item not in items]
+            else:
+                items = [item for item in items if item not in given]
+            overrides[config.name] = ",".join(items)
+        else:
+            raise InvalidRequestError(f"unknown config operation {operation} for {config.name}")
+    return overrides
+
+
+def _value(config: Any) -> str:
+    if config.value is None:
+        raise InvalidRequestError(f"a null value is not supported for topic config {config.name}")
+    return str(config.value)
+
+
+def _check_broker(name: str, node_id: int) -> None:
+    """A BROKER resource must name this broker (or be "", the cluster-wide level)."""
+    if name not in ("", str(node_id)):
+        raise InvalidRequestError(f"unexpected broker id {name!r}: this broker is {node_id}")

@@ -1,0 +1,50 @@
+"""DeleteRecords (key 21): moves partitions' log start offsets forward, as Kafka's `kafka-delete-records.sh`.
+
+For each partition, records below `offset` stop being readable and their whole segments are deleted (-1 means the
+high watermark: everything so far). The answer is the partition's new log start offset (`low_watermark`); an
+offset beyond the high watermark answers OFFSET_OUT_OF_RANGE (1), an unknown partition
+UNKNOWN_TOPIC_OR_PARTITION (3), both with a low watermark of -1. Partitions are handled concurrently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from kio.index import load_response_schema
+from kio.schema.errors import ErrorCode
+
+from cluster.protocol.broker_view import BrokerView
+from cluster.protocol.errors import error_code
+from cluster.protocol.framing import Request
+from cluster.protocol.messages import build
+from storage.errors import RaybrokerError
+
+DELETE_RECORDS_KEY = 21
+UNKNOWN_LOW_WATERMARK = -1
+
+
+class DeleteRecordsHandler:
+    """Answers DeleteRecords (see the module docstring)."""
+
+    def __init__(self, view: BrokerView) -> None:
+        self._view = view
+
+    async def __call__(self, request: Request) -> Any:
+        topics = []
+        for topic in request.body.topics:
+            partitions = await asyncio.gather(
+                *(self._delete(topic.name, part.partition_index, part.offset) for part in topic.partitions)
+            )
+            topics.append({"name": topic.name, "partitions": list(partitions)})
+        return build(
+            load_response_schema(DELETE_RECORDS_KEY, request.api_version), {"throttle_time": 0, "topics": topics}
+        )
+
+    async def _delete(self, topic: str, partition: int, offset: int) -> dict[str, Any]:
+        answer: dict[str, Any] = {"partition_index": partition}
+        try:
+            low_watermark = await self._view.delete_records(topic, partition, offset)
+        except RaybrokerError as exc:
+            return {**answer, "low_watermark": UNKNOWN_LOW_WATERMARK, "error_code": error_code(exc)}
+        return {**answer, "low_watermark": low_watermark, "error_code": ErrorCode.none}

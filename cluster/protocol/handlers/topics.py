@@ -1,0 +1,205 @@
+"""CreateTopics (key 19), DeleteTopics (key 20) and CreatePartitions (key 37): topic administration.
+
+Each topic gets its own error code and message; a request never fails as a whole. The broker answers once the
+work is done (topic creation and growth are synchronous in the controller), so `timeout_ms` is not waited on.
+
+CreateTopics:
+- `num_partitions` -1 takes the broker's `num.partitions`; 0 or below -1 answers INVALID_PARTITIONS (37).
+- raybroker keeps one replica per partition: `replication_factor` 1 or -1 (the default, Kafka's
+  `default.replication.factor` of 1) is accepted; anything else answers INVALID_REPLICATION_FACTOR (38).
+- Manual `assignments` replace both counts (sent with either, INVALID_REQUEST, 42); they must number the
+  partitions 0..n-1 and give each exactly this broker, else INVALID_REPLICA_ASSIGNMENT (39). raybroker's
+  controller still chooses the Ray node that hosts each partition: every listener serves every partition.
+- `configs` are Kafka's topic configs, checked against Kafka's names and ranges: INVALID_CONFIG (40) otherwise,
+  a null value included. A topic named twice in one request answers INVALID_REQUEST for each entry.
+- `validate_only` runs every check and creates nothing. v5+ answers carry the partition count, the replication
+  factor and the topic's configs with their sources (`cluster.protocol.config_entries`).
+- Topic ids (v7) are not assigned by raybroker: the answer's id is null.
+
+DeleteTopics deletes by name (a v6 entry naming only a topic id answers UNKNOWN_TOPIC_ID, 100); with
+`delete.topic.enable=false` every entry answers TOPIC_DELETION_DISABLED (73).
+
+CreatePartitions grows a topic to `count` (not growing it answers INVALID_PARTITIONS); given `assignments` must
+each name exactly this broker (INVALID_REPLICA_ASSIGNMENT otherwise); `validate_only` changes nothing.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from kio.index import load_response_schema
+from kio.schema.errors import ErrorCode
+
+from cluster.protocol.broker_view import BrokerView
+from cluster.protocol.config_entries import ConfigDescriber
+from cluster.protocol.errors import error_code
+from cluster.protocol.framing import Request
+from cluster.protocol.messages import build
+from storage.errors import RaybrokerError
+
+CREATE_TOPICS_KEY = 19
+DELETE_TOPICS_KEY = 20
+CREATE_PARTITIONS_KEY = 37
+USE_DEFAULT = -1  # num_partitions / replication_factor: the broker's default
+REPLICATION_FACTOR = 1
+
+
+class TopicRequestError(Exception):
+    """A topic entry refused before it reaches the broker: the Kafka error code and message to answer."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class CreateTopicsHandler:
+    """Answers CreateTopics (see the module docstring)."""
+
+    def __init__(self, view: BrokerView, describer: ConfigDescriber, node_id: int, num_partitions: int) -> None:
+        self._view = view
+        self._describer = describer
+        self._node_id = node_id
+        self._num_partitions = num_partitions
+
+    async def __call__(self, request: Request) -> Any:
+        body = request.body
+        named = Counter(topic.name for topic in body.topics)
+        topics = []
+        for topic in body.topics:
+            result: dict[str, Any] = {"name": topic.name, "topic_id": None, "configs": None}
+            try:
+                if named[topic.name] > 1:
+                    raise TopicRequestError(ErrorCode.invalid_request, f"topic {topic.name!r} is named more than once")
+                partition_count = self._partition_count(topic)
+                configs = _configs(topic.configs)
+                info = await self._view.create_topic(topic.name, partition_count, configs, body.validate_only)
+            except TopicRequestError as exc:
+                topics.append({**result, "error_code": exc.code, "error_message": exc.message})
+                continue
+            except RaybrokerError as exc:
+                topics.append({**result, "error_code": error_code(exc), "error_message": exc.message})
+                continue
+            topics.append(
+                {
+                    **result,
+                    "error_code": ErrorCode.none,
+                    "error_message": None,
+                    "num_partitions": info.partition_count,
+                    "replication_factor": REPLICATION_FACTOR,
+                    "configs": [entry.as_values() for entry in self._describer.topic_entries(configs)],
+                }
+            )
+        return build(
+            load_response_schema(CREATE_TOPICS_KEY, request.api_version), {"throttle_time": 0, "topics": topics}
+        )
+
+    def _partition_count(self, topic: Any) -> int:
+        if topic.assignments:
+            if topic.num_partitions != USE_DEFAULT or topic.replication_factor != USE_DEFAULT:
+                raise TopicRequestError(
+                    ErrorCode.invalid_request,
+                    "num_partitions and replication_factor must be -1 when replica assignments are given",
+                )
+            indexes = sorted(assignment.partition_index for assignment in topic.assignments)
+            if indexes != list(range(len(indexes))):
+                raise TopicRequestError(
+                    ErrorCode.invalid_replica_assignment, f"partitions {indexes} are not numbered 0..n-1"
+                )
+            for assignment in topic.assignments:
+                _check_replicas(tuple(assignment.broker_ids), self._node_id)
+            return len(indexes)
+        factor = topic.replication_factor
+        if factor == 0 or factor < USE_DEFAULT:
+            raise TopicRequestError(
+                ErrorCode.invalid_replication_factor,
+                "replication factor must be larger than 0, or -1 to use the default value",
+            )
+        if factor > REPLICATION_FACTOR:
+            raise TopicRequestError(
+                ErrorCode.invalid_replication_factor,
+                f"replication factor {factor} cannot be reached: raybroker keeps {REPLICATION_FACTOR} replica",
+            )
+        count = self._num_partitions if topic.num_partitions == USE_DEFAULT else topic.num_partitions
+        if count < 1:
+            raise TopicRequestError(
+                ErrorCode.invalid_partitions,
+                "number of partitions must be larger than 0, or -1 to use the default value",
+            )
+        return count
+
+
+class DeleteTopicsHandler:
+    """Answers DeleteTopics (see the module docstring)."""
+
+    def __init__(self, view: BrokerView, delete_topic_enable: bool) -> None:
+        self._view = view
+        self._delete_topic_enable = delete_topic_enable
+
+    async def __call__(self, request: Request) -> Any:
+        body = request.body
+        names = list(body.topic_names) if hasattr(body, "topic_names") else [topic.name for topic in body.topics]
+        responses = []
+        for name in names:
+            response: dict[str, Any] = {"name": name, "topic_id": None, "error_code": ErrorCode.none}
+            if name is None:
+                response.update(error_code=ErrorCode.unknown_topic_id, error_message="topic ids are not assigned")
+            elif not self._delete_topic_enable:
+                response.update(error_code=ErrorCode.topic_deletion_disabled, error_message="delete.topic.enable=false")
+            else:
+                try:
+                    await self._view.delete_topic(name)
+                except RaybrokerError as exc:
+                    response.update(error_code=error_code(exc), error_message=exc.message)
+            responses.append(response)
+        return build(
+            load_response_schema(DELETE_TOPICS_KEY, request.api_version), {"throttle_time": 0, "responses": responses}
+        )
+
+
+class CreatePartitionsHandler:
+    """Answers CreatePartitions (see the module docstring)."""
+
+    def __init__(self, view: BrokerView, node_id: int) -> None:
+        self._view = view
+        self._node_id = node_id
+
+    async def __call__(self, request: Request) -> Any:
+        body = request.body
+        named = Counter(topic.name for topic in body.topics)
+        results = []
+        for topic in body.topics:
+            result: dict[str, Any] = {"name": topic.name, "error_code": ErrorCode.none, "error_message": None}
+            try:
+                if named[topic.name] > 1:
+                    raise TopicRequestError(ErrorCode.invalid_request, f"topic {topic.name!r} is named more than once")
+                for assignment in topic.assignments or ():
+                    _check_replicas(tuple(assignment.broker_ids), self._node_id)
+                await self._view.create_partitions(topic.name, topic.count, body.validate_only)
+            except TopicRequestError as exc:
+                result.update(error_code=exc.code, error_message=exc.message)
+            except RaybrokerError as exc:
+                result.update(error_code=error_code(exc), error_message=exc.message)
+            results.append(result)
+        return build(
+            load_response_schema(CREATE_PARTITIONS_KEY, request.api_version), {"throttle_time": 0, "results": results}
+        )
+
+
+def _configs(configs: Any) -> dict[str, str]:
+    """A CreateTopics entry's configs as a mapping; a null value is INVALID_CONFIG, as in Kafka."""
+    values = {}
+    for config in configs:
+        if config.value is None:
+            raise TopicRequestError(ErrorCode.invalid_config, f"a null value is not supported for {config.name}")
+        values[config.name] = config.value
+    return values
+
+
+def _check_replicas(broker_ids: tuple[int, ...], node_id: int) -> None:
+    if broker_ids != (node_id,):
+        raise TopicRequestError(
+            ErrorCode.invalid_replica_assignment,
+            f"replicas {list(broker_ids)}: each partition has exactly one replica, on broker {node_id}",
+        )

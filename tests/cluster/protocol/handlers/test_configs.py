@@ -1,0 +1,170 @@
+"""DescribeConfigs, AlterConfigs and IncrementalAlterConfigs over real storage logs: values, sources and synonyms
+as Kafka reports them, Kafka's replace vs incremental semantics, validate_only, and the error of each refused
+resource."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from cluster.protocol.config_entries import ConfigDescriber, ConfigSource, ConfigType
+from cluster.protocol.handlers.configs import (
+    ALTER_CONFIGS_KEY,
+    DESCRIBE_CONFIGS_KEY,
+    INCREMENTAL_ALTER_CONFIGS_KEY,
+    AlterConfigsHandler,
+    DescribeConfigsHandler,
+    ResourceType,
+)
+from cluster.protocol.router import SERVED
+from storage.config.broker_config import BrokerConfig
+from tests.cluster.protocol.support import LogBrokerView, answer, run
+
+NODE_ID = 2
+BROKER_PROPERTIES = {"log.retention.hours": "24", "num.partitions": "4"}
+BROKER_CONFIG = BrokerConfig.from_properties(BROKER_PROPERTIES)
+TOPIC, BROKER = int(ResourceType.TOPIC), int(ResourceType.BROKER)
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+
+
+def versions(api_key: int) -> range:
+    return range(SERVED[api_key].min_version, SERVED[api_key].max_version + 1)
+
+
+def describe(view: LogBrokerView, version: int, *resources: tuple[int, str, list[str] | None]) -> Any:
+    handler = DescribeConfigsHandler(view, ConfigDescriber(BROKER_CONFIG, BROKER_PROPERTIES), NODE_ID)
+    values = {
+        "resources": [
+            {"resource_type": kind, "resource_name": name, "configuration_keys": keys} for kind, name, keys in resources
+        ],
+        "include_synonyms": True,
+        "include_documentation": True,
+    }
+    return answer(handler, DESCRIBE_CONFIGS_KEY, version, values)
+
+
+@pytest.mark.parametrize("version", versions(DESCRIBE_CONFIGS_KEY))
+def test_a_topic_reports_its_overrides_and_the_brokers_defaults(view: LogBrokerView, version: int) -> None:
+    run(view.create_topic("described", 1, {"segment.bytes": "1048576"}))
+    (result,) = describe(view, version, (TOPIC, "described", None)).results
+    assert result.error_code == ErrorCode.none
+    entries = {entry.name: entry for entry in result.configs}
+    assert len(entries) == len(BROKER_CONFIG.log_config.to_properties())
+    segment, retention, policy = entries["segment.bytes"], entries["retention.ms"], entries["cleanup.policy"]
+    assert (segment.value, segment.config_source, segment.read_only) == (
+        "1048576",
+        ConfigSource.DYNAMIC_TOPIC_CONFIG,
+        False,
+    )
+    assert [(s.name, s.value, s.source) for s in segment.synonyms] == [
+        ("segment.bytes", "1048576", ConfigSource.DYNAMIC_TOPIC_CONFIG),
+        ("log.segment.bytes", "1073741824", ConfigSource.DEFAULT_CONFIG),
+    ]
+    # log.retention.hours=24 in the broker's properties: a static broker default, in ms.
+    assert (retention.value, retention.config_source) == (str(24 * 3_600_000), ConfigSource.STATIC_BROKER_CONFIG)
+    assert [(s.name, s.value, s.source) for s in retention.synonyms] == [
+        ("log.retention.hours", "24", ConfigSource.STATIC_BROKER_CONFIG),
+        ("log.retention.hours", "168", ConfigSource.DEFAULT_CONFIG),
+    ]
+    assert (policy.value, policy.config_source) == ("delete", ConfigSource.DEFAULT_CONFIG)
+    if version >= 3:
+        assert (policy.config_type, segment.config_type) == (ConfigType.LIST, ConfigType.INT)
+        assert segment.documentation
+
+
+def test_the_broker_reports_its_keys_read_only_and_keys_narrow_the_answer(view: LogBrokerView) -> None:
+    response = describe(view, 4, (BROKER, str(NODE_ID), ["num.partitions", "delete.topic.enable", "no.such.key"]))
+    (result,) = response.results
+    assert [(e.name, e.value, e.config_source, e.read_only) for e in result.configs] == [
+        ("num.partitions", "4", ConfigSource.STATIC_BROKER_CONFIG, True),
+        ("delete.topic.enable", "true", ConfigSource.DEFAULT_CONFIG, True),
+    ]
+
+
+def test_refused_resources_get_their_own_codes(view: LogBrokerView) -> None:
+    response = describe(
+        view, 4, (TOPIC, "missing", None), (TOPIC, "bad name!", None), (BROKER, "99", None), (8, "root", None)
+    )
+    assert [r.error_code for r in response.results] == [
+        ErrorCode.unknown_topic_or_partition,
+        ErrorCode.invalid_topic_exception,
+        ErrorCode.invalid_request,
+        ErrorCode.invalid_request,
+    ]
+
+
+def alter(
+    view: LogBrokerView, version: int, resources: list[dict[str, Any]], incremental: bool, validate_only: bool = False
+) -> Any:
+    handler = AlterConfigsHandler(view, NODE_ID, BROKER_CONFIG.log_config, incremental=incremental)
+    key = INCREMENTAL_ALTER_CONFIGS_KEY if incremental else ALTER_CONFIGS_KEY
+    return answer(handler, key, version, {"resources": resources, "validate_only": validate_only})
+
+
+def topic(name: str, *configs: dict[str, Any]) -> dict[str, Any]:
+    return {"resource_type": TOPIC, "resource_name": name, "configs": list(configs)}
+
+
+@pytest.mark.parametrize("version", versions(ALTER_CONFIGS_KEY))
+def test_alter_configs_replaces_every_override(view: LogBrokerView, version: int) -> None:
+    run(view.create_topic("replaced", 1, {"retention.ms": "1000", "segment.bytes": "1048576"}))
+    response = alter(view, version, [topic("replaced", {"name": "retention.ms", "value": "2000"})], incremental=False)
+    assert [r.error_code for r in response.responses] == [ErrorCode.none]
+    assert run(view.topic_config("replaced")) == {"retention.ms": "2000"}
+    assert view.log("replaced", 0).config.retention_ms == 2000
+
+
+@pytest.mark.parametrize("version", versions(INCREMENTAL_ALTER_CONFIGS_KEY))
+def test_incremental_alter_sets_deletes_appends_and_subtracts(view: LogBrokerView, version: int) -> None:
+    run(view.create_topic("changed", 1, {"retention.ms": "1000", "segment.bytes": "1048576"}))
+    operations = [
+        {"name": "retention.ms", "config_operation": SET, "value": "5000"},
+        {"name": "segment.bytes", "config_operation": DELETE, "value": None},
+        {"name": "cleanup.policy", "config_operation": APPEND, "value": "compact"},
+    ]
+    response = alter(view, version, [topic("changed", *operations)], incremental=True)
+    assert [r.error_code for r in response.responses] == [ErrorCode.none]
+    assert run(view.topic_config("changed")) == {"retention.ms": "5000", "cleanup.policy": "delete,compact"}
+    subtract = {"name": "cleanup.policy", "config_operation": SUBTRACT, "value": "delete"}
+    alter(view, version, [topic("changed", subtract)], incremental=True)
+    assert run(view.topic_config("changed"))["cleanup.policy"] == "compact"
+
+
+def test_validate_only_changes_nothing(view: LogBrokerView) -> None:
+    run(view.create_topic("checked", 1, {"retention.ms": "1000"}))
+    for incremental in (False, True):
+        change = {"name": "retention.ms", "value": "9"} | ({"config_operation": SET} if incremental else {})
+        response = alter(view, 1, [topic("checked", change)], incremental, validate_only=True)
+        assert [r.error_code for r in response.responses] == [ErrorCode.none]
+    assert run(view.topic_config("checked")) == {"retention.ms": "1000"}
+
+
+def test_each_refused_resource_gets_kafkas_code(view: LogBrokerView) -> None:
+    refused = [
+        ({"name": "no.such.config", "config_operation": SET, "value": "1"}, ErrorCode.invalid_config),
+        ({"name": "segment.bytes", "config_operation": SET, "value": "1"}, ErrorCode.invalid_config),
+        ({"name": "retention.ms", "config_operation": SET, "value": None}, ErrorCode.invalid_request),
+        ({"name": "retention.ms", "config_operation": APPEND, "value": "1"}, ErrorCode.invalid_config),
+        ({"name": "retention.ms", "config_operation": 9, "value": "1"}, ErrorCode.invalid_request),
+    ]
+    for index in range(len(refused)):
+        run(view.create_topic(f"target-{index}", 1))
+    run(view.create_topic("twice", 1))
+    resources = [topic(f"target-{index}", change) for index, (change, _) in enumerate(refused)]
+    resources += [
+        topic("missing", {"name": "retention.ms", "config_operation": SET, "value": "1"}),
+        topic("twice"),
+        topic("twice"),
+        {"resource_type": BROKER, "resource_name": str(NODE_ID), "configs": []},
+    ]
+    response = alter(view, 1, resources, incremental=True)
+    assert [r.error_code for r in response.responses] == [
+        *(code for _, code in refused),
+        ErrorCode.unknown_topic_or_partition,
+        ErrorCode.invalid_request,
+        ErrorCode.invalid_request,
+        ErrorCode.invalid_request,
+    ]
+    assert all(run(view.topic_config(f"target-{index}")) == {} for index in range(len(refused)))

@@ -1,0 +1,188 @@
+"""CreateTopics, DeleteTopics and CreatePartitions over real storage logs: what is created, grown and deleted,
+and Kafka's error code for each refused entry, in every served version."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from cluster.protocol.config_entries import ConfigDescriber, ConfigSource
+from cluster.protocol.handlers.topics import (
+    CREATE_PARTITIONS_KEY,
+    CREATE_TOPICS_KEY,
+    DELETE_TOPICS_KEY,
+    CreatePartitionsHandler,
+    CreateTopicsHandler,
+    DeleteTopicsHandler,
+)
+from cluster.protocol.router import SERVED
+from storage.config.broker_config import BrokerConfig
+from tests.cluster.protocol.support import LogBrokerView, answer, run
+
+NODE_ID = 0
+NUM_PARTITIONS = 3
+
+
+def versions(api_key: int) -> range:
+    return range(SERVED[api_key].min_version, SERVED[api_key].max_version + 1)
+
+
+def creatable(name: str, partitions: int = -1, factor: int = -1, **extra: Any) -> dict[str, Any]:
+    return {
+        "name": name,
+        "num_partitions": partitions,
+        "replication_factor": factor,
+        "assignments": [],
+        "configs": [],
+    } | extra
+
+
+def create(view: LogBrokerView, version: int, *topics: dict[str, Any], validate_only: bool = False) -> Any:
+    describer = ConfigDescriber(BrokerConfig(num_partitions=NUM_PARTITIONS), {"num.partitions"})
+    handler = CreateTopicsHandler(view, describer, NODE_ID, NUM_PARTITIONS)
+    return answer(
+        handler, CREATE_TOPICS_KEY, version, {"topics": topics, "timeout": 30000, "validate_only": validate_only}
+    )
+
+
+def codes(response: Any) -> dict[str, ErrorCode]:
+    return {topic.name: topic.error_code for topic in response.topics}
+
+
+@pytest.mark.parametrize("version", versions(CREATE_TOPICS_KEY))
+def test_create_takes_the_default_partition_count_and_the_given_configs(view: LogBrokerView, version: int) -> None:
+    config = [{"name": "retention.ms", "value": "1000"}, {"name": "cleanup.policy", "value": "compact"}]
+    response = create(view, version, creatable("defaulted"), creatable("explicit", 2, 1, configs=config))
+    assert codes(response) == {"defaulted": ErrorCode.none, "explicit": ErrorCode.none}
+    assert run(view.topic("defaulted")).partition_count == NUM_PARTITIONS
+    assert run(view.topic("explicit")).partition_count == 2
+    assert run(view.topic_config("explicit")) == {"retention.ms": "1000", "cleanup.policy": "compact"}
+    if version >= 5:
+        explicit = response.topics[1]
+        assert (explicit.num_partitions, explicit.replication_factor) == (2, 1)
+        configs = {entry.name: (entry.value, entry.config_source) for entry in explicit.configs}
+        assert configs["retention.ms"] == ("1000", ConfigSource.DYNAMIC_TOPIC_CONFIG)
+        assert configs["segment.bytes"] == ("1073741824", ConfigSource.DEFAULT_CONFIG)
+
+
+def test_validate_only_checks_and_creates_nothing(view: LogBrokerView) -> None:
+    response = create(
+        view, 4, creatable("checked", 2), creatable("bad", configs=[{"name": "x", "value": "1"}]), validate_only=True
+    )
+    assert codes(response) == {"checked": ErrorCode.none, "bad": ErrorCode.invalid_config}
+    assert run(view.topics()) == {}
+
+
+def test_each_refused_entry_gets_kafkas_code(view: LogBrokerView) -> None:
+    create(view, 7, creatable("existing"))
+    response = create(
+        view,
+        7,
+        creatable("existing"),
+        creatable("bad name!"),
+        creatable("unknown-config", configs=[{"name": "no.such.config", "value": "1"}]),
+        creatable("out-of-range", configs=[{"name": "segment.bytes", "value": "1"}]),
+        creatable("null-config", configs=[{"name": "retention.ms", "value": None}]),
+        creatable("zero-partitions", 0),
+        creatable("replicated", 1, 3),
+        creatable("zero-replicas", 1, 0),
+        creatable("twice"),
+        creatable("twice"),
+        creatable("assigned-and-counted", 2, assignments=[{"partition_index": 0, "broker_ids": [NODE_ID]}]),
+        creatable("assigned-elsewhere", assignments=[{"partition_index": 0, "broker_ids": [NODE_ID + 1]}]),
+    )
+    assert [(topic.name, topic.error_code) for topic in response.topics] == [
+        ("existing", ErrorCode.topic_already_exists),
+        ("bad name!", ErrorCode.invalid_topic_exception),
+        ("unknown-config", ErrorCode.invalid_config),
+        ("out-of-range", ErrorCode.invalid_config),
+        ("null-config", ErrorCode.invalid_config),
+        ("zero-partitions", ErrorCode.invalid_partitions),
+        ("replicated", ErrorCode.invalid_replication_factor),
+        ("zero-replicas", ErrorCode.invalid_replication_factor),
+        ("twice", ErrorCode.invalid_request),
+        ("twice", ErrorCode.invalid_request),
+        ("assigned-and-counted", ErrorCode.invalid_request),
+        ("assigned-elsewhere", ErrorCode.invalid_replica_assignment),
+    ]
+    assert all(topic.error_message for topic in response.topics)
+    assert set(run(view.topics())) == {"existing"}
+
+
+def test_manual_assignments_give_the_partition_count(view: LogBrokerView) -> None:
+    assignments = [{"partition_index": index, "broker_ids": [NODE_ID]} for index in (1, 0)]
+    assert codes(create(view, 4, creatable("assigned", assignments=assignments))) == {"assigned": ErrorCode.none}
+    assert run(view.topic("assigned")).partition_count == 2
+
+
+def delete(view: LogBrokerView, version: int, names: list[str | None], enabled: bool = True) -> Any:
+    values: dict[str, Any] = {"timeout": 30000}
+    if version >= 6:
+        values["topics"] = [{"name": name, "topic_id": None} for name in names]
+    else:
+        values["topic_names"] = names
+    return answer(DeleteTopicsHandler(view, enabled), DELETE_TOPICS_KEY, version, values)
+
+
+@pytest.mark.parametrize("version", versions(DELETE_TOPICS_KEY))
+def test_delete_removes_the_topic_and_names_unknown_ones(view: LogBrokerView, version: int) -> None:
+    run(view.create_topic("doomed", 2))
+    response = delete(view, version, ["doomed", "never-was"])
+    assert [(r.name, r.error_code) for r in response.responses] == [
+        ("doomed", ErrorCode.none),
+        ("never-was", ErrorCode.unknown_topic_or_partition),
+    ]
+    assert run(view.topics()) == {}
+
+
+def test_delete_is_refused_when_disabled(view: LogBrokerView) -> None:
+    run(view.create_topic("kept", 1))
+    response = delete(view, 6, ["kept", None], enabled=False)
+    assert [r.error_code for r in response.responses] == [ErrorCode.topic_deletion_disabled, ErrorCode.unknown_topic_id]
+    assert set(run(view.topics())) == {"kept"}
+
+
+def grow(view: LogBrokerView, version: int, topics: list[dict[str, Any]], validate_only: bool = False) -> Any:
+    handler = CreatePartitionsHandler(view, NODE_ID)
+    return answer(
+        handler, CREATE_PARTITIONS_KEY, version, {"topics": topics, "timeout": 30000, "validate_only": validate_only}
+    )
+
+
+@pytest.mark.parametrize("version", versions(CREATE_PARTITIONS_KEY))
+def test_create_partitions_grows_only(view: LogBrokerView, version: int) -> None:
+    run(view.create_topic("grown", 1))
+    run(view.create_topic("kept", 2))
+    response = grow(
+        view,
+        version,
+        [
+            {"name": "grown", "count": 3, "assignments": None},
+            {"name": "kept", "count": 2, "assignments": None},
+            {"name": "missing", "count": 2, "assignments": None},
+        ],
+    )
+    assert [(r.name, r.error_code) for r in response.results] == [
+        ("grown", ErrorCode.none),
+        ("kept", ErrorCode.invalid_partitions),
+        ("missing", ErrorCode.unknown_topic_or_partition),
+    ]
+    assert run(view.topic("grown")).partition_count == 3
+    assert run(view.topic("kept")).partition_count == 2
+
+
+def test_create_partitions_validate_only_and_assignments(view: LogBrokerView) -> None:
+    run(view.create_topic("checked", 1))
+    response = grow(
+        view,
+        3,
+        [
+            {"name": "checked", "count": 4, "assignments": None},
+            {"name": "checked-elsewhere", "count": 2, "assignments": [{"broker_ids": [7]}]},
+        ],
+        validate_only=True,
+    )
+    assert [r.error_code for r in response.results] == [ErrorCode.none, ErrorCode.invalid_replica_assignment]
+    assert run(view.topic("checked")).partition_count == 1
