@@ -24,6 +24,7 @@ from cluster.protocol.broker_view import BrokerView
 from cluster.protocol.handlers.metadata import BrokerEndpoint
 from cluster.protocol.listener_config import ListenerConfig
 from cluster.protocol.ray_broker_view import RayBrokerView
+from cluster.protocol.ray_group_view import RayGroupView
 from cluster.protocol.router import Router
 from cluster.protocol.server import KafkaServer, ServerStatistics
 from storage.config.broker_config import BrokerConfig
@@ -119,6 +120,7 @@ class KafkaListener:
             BrokerEndpoint(self._broker_config.node_id, advertised.host, advertised.port),
             self._broker_config.auto_create_topics_enable,
             self._broker_config.num_partitions,
+            groups=RayGroupView(),
             broker_config=self._broker_config,
             static_broker_keys=self._static_broker_keys,
         )

@@ -13,6 +13,12 @@ local offset, for tiered storage); InitProducerId v5 is the last before two-phas
 admin APIs (CreateTopics, DeleteTopics, CreatePartitions, DescribeConfigs, AlterConfigs, IncrementalAlterConfigs,
 DeleteRecords, DescribeCluster, OffsetForLeaderEpoch) are served from kio's floor to its ceiling: their later
 versions only add fields the handlers fill (topic ids are null, `is_fenced` false).
+The group APIs stop where the classic protocol does: OffsetCommit v9 and OffsetFetch v9 are the last naming
+topics by name (v10 uses topic ids); FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, ListGroups,
+DescribeGroups and DeleteGroups are served from kio's floor to its ceiling. Measured: librdkafka 2.16 sends
+FindCoordinator 2, JoinGroup 5, SyncGroup 3, Heartbeat 3, LeaveGroup 1, OffsetCommit 9, OffsetFetch 9, ListGroups 5,
+DescribeGroups 5; kafka-python 3.0 FindCoordinator 6, JoinGroup 7, SyncGroup 5, LeaveGroup 5, OffsetCommit 8,
+OffsetFetch 8.
 Clients use the highest version both sides serve: librdkafka 2.16 goes up to Produce 10, Fetch 16, Metadata 13,
 ListOffsets 7, InitProducerId 4, ApiVersions 3, CreateTopics 4, DescribeConfigs 1, OffsetForLeaderEpoch 2;
 kafka-python 3.0 up to Metadata 13, ListOffsets 11, InitProducerId 6, ApiVersions 4, CreateTopics 7.
@@ -27,6 +33,7 @@ from typing import Any
 from cluster.protocol.broker_view import BrokerView
 from cluster.protocol.config_entries import ConfigDescriber
 from cluster.protocol.framing import API_VERSIONS_KEY, ApiRange, Request, decode_request, encode_response
+from cluster.protocol.group_view import GroupView
 from cluster.protocol.handlers.api_versions import ApiVersionsHandler
 from cluster.protocol.handlers.cluster import DESCRIBE_CLUSTER_KEY, DescribeClusterHandler
 from cluster.protocol.handlers.configs import (
@@ -36,8 +43,33 @@ from cluster.protocol.handlers.configs import (
     AlterConfigsHandler,
     DescribeConfigsHandler,
 )
+from cluster.protocol.handlers.coordinator import FIND_COORDINATOR_KEY, FindCoordinatorHandler
 from cluster.protocol.handlers.delete_records import DELETE_RECORDS_KEY, DeleteRecordsHandler
 from cluster.protocol.handlers.fetch import FETCH_KEY, FetchHandler
+from cluster.protocol.handlers.group_admin import (
+    DELETE_GROUPS_KEY,
+    DESCRIBE_GROUPS_KEY,
+    LIST_GROUPS_KEY,
+    DeleteGroupsHandler,
+    DescribeGroupsHandler,
+    ListGroupsHandler,
+)
+from cluster.protocol.handlers.group_offsets import (
+    OFFSET_COMMIT_KEY,
+    OFFSET_FETCH_KEY,
+    OffsetCommitHandler,
+    OffsetFetchHandler,
+)
+from cluster.protocol.handlers.groups import (
+    HEARTBEAT_KEY,
+    JOIN_GROUP_KEY,
+    LEAVE_GROUP_KEY,
+    SYNC_GROUP_KEY,
+    HeartbeatHandler,
+    JoinGroupHandler,
+    LeaveGroupHandler,
+    SyncGroupHandler,
+)
 from cluster.protocol.handlers.leader_epoch import OFFSET_FOR_LEADER_EPOCH_KEY, OffsetForLeaderEpochHandler
 from cluster.protocol.handlers.list_offsets import LIST_OFFSETS_KEY, ListOffsetsHandler
 from cluster.protocol.handlers.metadata import METADATA_KEY, BrokerEndpoint, MetadataHandler
@@ -61,6 +93,16 @@ SERVED: Mapping[int, ApiRange] = MappingProxyType(
         METADATA_KEY: ApiRange(0, 12),
         API_VERSIONS_KEY: ApiRange(0, 4),
         INIT_PRODUCER_ID_KEY: ApiRange(0, 5),
+        FIND_COORDINATOR_KEY: ApiRange(0, 6),
+        JOIN_GROUP_KEY: ApiRange(0, 9),
+        SYNC_GROUP_KEY: ApiRange(0, 5),
+        HEARTBEAT_KEY: ApiRange(0, 4),
+        LEAVE_GROUP_KEY: ApiRange(0, 5),
+        OFFSET_COMMIT_KEY: ApiRange(2, 9),
+        OFFSET_FETCH_KEY: ApiRange(1, 9),
+        LIST_GROUPS_KEY: ApiRange(0, 5),
+        DESCRIBE_GROUPS_KEY: ApiRange(0, 6),
+        DELETE_GROUPS_KEY: ApiRange(0, 2),
         CREATE_TOPICS_KEY: ApiRange(2, 7),
         DELETE_TOPICS_KEY: ApiRange(1, 6),
         CREATE_PARTITIONS_KEY: ApiRange(0, 3),
@@ -89,6 +131,7 @@ class Router:
         *,
         broker_config: BrokerConfig,
         static_broker_keys: Collection[str],
+        groups: GroupView,
     ) -> None:
         """`broker_config` is the broker's config and `static_broker_keys` the keys its properties set, for the
         admin APIs (defaults, sources, `delete.topic.enable`)."""
@@ -101,6 +144,16 @@ class Router:
             METADATA_KEY: MetadataHandler(view, endpoint, auto_create_topics_enable, num_partitions),
             API_VERSIONS_KEY: ApiVersionsHandler(SERVED),
             INIT_PRODUCER_ID_KEY: InitProducerIdHandler(view),
+            FIND_COORDINATOR_KEY: FindCoordinatorHandler(endpoint),
+            JOIN_GROUP_KEY: JoinGroupHandler(groups),
+            SYNC_GROUP_KEY: SyncGroupHandler(groups),
+            HEARTBEAT_KEY: HeartbeatHandler(groups),
+            LEAVE_GROUP_KEY: LeaveGroupHandler(groups),
+            OFFSET_COMMIT_KEY: OffsetCommitHandler(view, groups),
+            OFFSET_FETCH_KEY: OffsetFetchHandler(groups),
+            LIST_GROUPS_KEY: ListGroupsHandler(groups),
+            DESCRIBE_GROUPS_KEY: DescribeGroupsHandler(groups),
+            DELETE_GROUPS_KEY: DeleteGroupsHandler(groups),
             CREATE_TOPICS_KEY: CreateTopicsHandler(view, describer, node_id, num_partitions),
             DELETE_TOPICS_KEY: DeleteTopicsHandler(view, broker_config.delete_topic_enable),
             CREATE_PARTITIONS_KEY: CreatePartitionsHandler(view, node_id),
