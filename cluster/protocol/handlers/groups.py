@@ -44,6 +44,7 @@ class JoinGroupHandler:
         body = request.body
         session_timeout_ms = milliseconds(body.session_timeout)
         rebalance_timeout = getattr(body, "rebalance_timeout", None)
+        rebalance_timeout_ms = session_timeout_ms if rebalance_timeout is None else milliseconds(rebalance_timeout)
         try:
             result = await self._groups.join_group(
                 body.group_id,
@@ -52,15 +53,14 @@ class JoinGroupHandler:
                 client_id=request.client_id or "",
                 client_host="",
                 session_timeout_ms=session_timeout_ms,
-                rebalance_timeout_ms=session_timeout_ms
-                if rebalance_timeout is None
-                else milliseconds(rebalance_timeout),
+                rebalance_timeout_ms=rebalance_timeout_ms,
                 protocol_type=body.protocol_type,
                 protocols=[(protocol.name, protocol.metadata) for protocol in body.protocols],
                 require_known_member_id=request.api_version >= FIRST_MEMBER_ID_REQUIRED_VERSION,
             )
             code = group_error_code(result.error)
         except RaybrokerError as exc:
+            # The coordinator could not be asked: the answer carries the member id it was sent, and the error.
             result, code = JoinResult(GroupError.NONE, body.member_id), coordinator_error_code(exc)
         failed = code != ErrorCode.none
         no_name = None if request.api_version >= FIRST_NULLABLE_PROTOCOL_NAME_VERSION else ""
