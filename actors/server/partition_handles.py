@@ -101,6 +101,9 @@ class RayPartition:
     def flush_if_due(self) -> RayPending:
         return RayPending(self.actor.flush_if_due.remote())
 
+    def remove_expired_producers(self) -> RayPending:
+        return RayPending(self.actor.remove_expired_producers.remote())
+
     def cleanable(self, checkpointed_first_dirty: int | None) -> RayPending:
         return RayPending(self.actor.cleanable.remote(checkpointed_first_dirty))
 
@@ -177,6 +180,7 @@ class RayPartitions:
         self._per_process = config.log_partitions_per_process
         self._cleaner_config = config.cleaner_config.to_properties()
         self._broker_log_config = config.log_config.to_properties()
+        self._producer_id_expiration_ms = config.producer_id_expiration_ms
         # Guards the hosts' placement, and keeps a stop and a reopen of one partition from interleaving;
         # `hosted_partitions` never takes it (see there).
         self._lock = threading.RLock()
@@ -211,6 +215,7 @@ class RayPartitions:
                 log_start_offset,
                 self._cleaner_config,
                 ResumeAfterRestart(topic, str(folder), self._broker_log_config),
+                producer_id_expiration_ms=self._producer_id_expiration_ms,
             )
             opened = actor.ready.remote()
         handle = RayPartition(actor)
@@ -262,7 +267,10 @@ class RayPartitions:
                 index = len(self._hosts)
                 name = partition_host_name(self.node_id, index)
                 handle = PartitionHost.options(**partition_host_options(self.node_id, index)).remote(
-                    name, self._cleaner_config, HostResumeAfterRestart(self.node_id, name)
+                    name,
+                    self._cleaner_config,
+                    HostResumeAfterRestart(self.node_id, name),
+                    producer_id_expiration_ms=self._producer_id_expiration_ms,
                 )
                 host = _Host(name, handle, {})
                 self._hosts.append(host)

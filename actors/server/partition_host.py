@@ -51,6 +51,7 @@ from actors.options import MAINTENANCE_GROUP, READ_GROUP
 from actors.server.partition_log import LONG_POLL_SLOTS, PartitionLogActor
 from storage.errors import BrokerNotAvailableError, InvalidRequestError, RaybrokerError
 from storage.logdir.log_dirs import checkpointed_offsets
+from storage.partition.producer_state import PRODUCER_ID_EXPIRATION_MS
 from storage.topic_partition import TopicPartition
 
 logger = logging.getLogger(__name__)
@@ -83,10 +84,13 @@ class PartitionHostActor:
         name: str,
         cleaner_config: dict[str, str],
         resume: Callable[[], list[HostedPartitionSpec] | None] | None = None,
+        producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS,
     ) -> None:
-        """`resume`, when given, answers None on a first start and the partitions to reopen after a restart."""
+        """`resume`, when given, answers None on a first start and the partitions to reopen after a restart;
+        `producer_id_expiration_ms` is the broker's `producer.id.expiration.ms`, for every partition here."""
         self.name = name
         self._cleaner_config = dict(cleaner_config)
+        self._producer_id_expiration_ms = producer_id_expiration_ms
         # Changed only on the write thread; the read and maintenance threads look entries up (atomic in CPython).
         self._logs: dict[TopicPartition, PartitionLogActor] = {}
         self._closing_locks: dict[TopicPartition, threading.Lock] = {}
@@ -111,6 +115,7 @@ class PartitionHostActor:
             log_start_offset,
             self._cleaner_config,
             long_poll_slots=self._long_poll_slots,
+            producer_id_expiration_ms=self._producer_id_expiration_ms,
         )
 
     # --- placement (write thread) ----------------------------------------------------------------

@@ -57,6 +57,7 @@ from storage.errors import (
 from storage.logdir.partition_handles import PartitionState, flush_if_due, partition_state
 from storage.partition.file_slices import FileSlice, locate_file_slices, read_located
 from storage.partition.log import DEFAULT_FETCH_MAX_BYTES, Log, LogAppendInfo
+from storage.partition.producer_state import PRODUCER_ID_EXPIRATION_MS
 from storage.records.file_records import TimestampAndOffset
 
 # Long-poll fetches waiting at once per actor (or per partition host): half the read threads, so offsets,
@@ -110,10 +111,12 @@ class PartitionLogActor:
         cleaner_config: dict[str, str] | None = None,
         resume: Callable[[], ResumePoint | None] | None = None,
         long_poll_slots: threading.Semaphore | None = None,
+        producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS,
     ) -> None:
         """`resume`, when given, answers None on a first start and a `ResumePoint` after a restart;
         `long_poll_slots` (a partition host's, shared by its partitions) bounds the fetches waiting at once,
-        default `LONG_POLL_SLOTS` of this actor's own."""
+        default `LONG_POLL_SLOTS` of this actor's own; `producer_id_expiration_ms` is the broker's
+        `producer.id.expiration.ms`."""
         self._long_poll_slots = long_poll_slots or threading.BoundedSemaphore(LONG_POLL_SLOTS)
         # Counts the changes a waiting fetch must look at (appends, DeleteRecords, close), under its own lock.
         self._changes = threading.Condition()
@@ -132,6 +135,7 @@ class PartitionLogActor:
                 LogConfig.from_properties(config),
                 recovery_point=recovery_point,
                 log_start_offset=log_start_offset,
+                producer_id_expiration_ms=producer_id_expiration_ms,
             )
             self._cleaner = Cleaner(CleanerConfig.from_properties(cleaner_config or {}), self._opened_log.clock)
         except RaybrokerError as exc:
@@ -333,6 +337,11 @@ class PartitionLogActor:
     def flush_if_due(self) -> bool:
         """fsync when the last flush is older than `flush.ms`; returns whether it flushed."""
         return flush_if_due(self._log)
+
+    @ray.method(concurrency_group=MAINTENANCE_GROUP)
+    def remove_expired_producers(self) -> int:
+        """Forgets producers idle longer than `producer.id.expiration.ms`; returns how many."""
+        return self._log.remove_expired_producers()
 
     @ray.method(concurrency_group=MAINTENANCE_GROUP)
     def cleanable(self, checkpointed_first_dirty: int | None) -> LogToClean | None:

@@ -29,6 +29,7 @@ from storage.config.cleaner_config import CleanerConfig
 from storage.config.log_config import LogConfig
 from storage.errors import StorageError
 from storage.partition.log import Log
+from storage.partition.producer_state import PRODUCER_ID_EXPIRATION_MS
 from storage.pending import Pending, completed
 from storage.topic_partition import TopicPartition
 
@@ -37,7 +38,8 @@ T = TypeVar("T")
 
 @dataclass(frozen=True, slots=True)
 class PartitionState:
-    """What the log manager checkpoints and describes for one partition; `pid` is the process holding it."""
+    """What the log manager checkpoints and describes for one partition; `pid` is the process holding it and
+    `producer_count` the idempotent producers whose state it keeps."""
 
     directory: str
     log_start_offset: int
@@ -48,6 +50,7 @@ class PartitionState:
     size_bytes: int
     segments: int
     pid: int
+    producer_count: int
 
 
 def partition_state(log: Log) -> PartitionState:
@@ -63,6 +66,7 @@ def partition_state(log: Log) -> PartitionState:
         log.size_in_bytes,
         len(segments),
         os.getpid(),
+        log.producer_count,
     )
 
 
@@ -83,6 +87,10 @@ class PartitionHandle(CleanablePartition, Protocol):
     def update_config(self, config: LogConfig) -> Pending[None]: ...
 
     def flush_if_due(self) -> Pending[bool]: ...
+
+    def remove_expired_producers(self) -> Pending[int]:
+        """Forgets producers idle longer than `producer.id.expiration.ms`; how many."""
+        ...
 
     def close(self) -> Pending[PartitionState]:
         """Clean shutdown of the log (flush, trim, markers); its final state."""
@@ -138,6 +146,9 @@ class LocalPartition:
     def flush_if_due(self) -> Pending[bool]:
         return completed(lambda: self._unless_closed(lambda: flush_if_due(self.log), False))
 
+    def remove_expired_producers(self) -> Pending[int]:
+        return completed(lambda: self._unless_closed(self.log.remove_expired_producers, 0))
+
     def cleanable(self, checkpointed_first_dirty: int | None) -> Pending[LogToClean | None]:
         def measure() -> LogToClean | None:
             if not self.log.config.compact:
@@ -174,9 +185,15 @@ class LocalPartitions:
     """The in-process `PartitionFactory`: a `Log` per partition, and one cleaner for all (a log manager
     cleans in process one partition at a time)."""
 
-    def __init__(self, clock: Clock, cleaner_config: CleanerConfig | None = None) -> None:
+    def __init__(
+        self,
+        clock: Clock,
+        cleaner_config: CleanerConfig | None = None,
+        producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS,
+    ) -> None:
         self._clock = clock
         self._cleaner_config = cleaner_config or CleanerConfig()
+        self._producer_id_expiration_ms = producer_id_expiration_ms
         self._cleaner: Cleaner | None = None
         self._lock = threading.Lock()
 
@@ -196,6 +213,7 @@ class LocalPartitions:
             recovery_point=recovery_point,
             log_start_offset=log_start_offset,
             had_clean_shutdown=had_clean_shutdown,
+            producer_id_expiration_ms=self._producer_id_expiration_ms,
         )
         return LocalPartition(log, self.cleaner)
 

@@ -48,7 +48,12 @@ from storage.logdir.log_dir_lock import LogDirLock
 from storage.partition import retention
 from storage.partition.log_loader import DroppedBytes, LogLoader, new_segment
 from storage.partition.log_validator import BatchInfo, validate_client_records
-from storage.partition.producer_state import SEQUENCE_MODULUS, BatchMetadata, ProducerStateManager
+from storage.partition.producer_state import (
+    PRODUCER_ID_EXPIRATION_MS,
+    SEQUENCE_MODULUS,
+    BatchMetadata,
+    ProducerStateManager,
+)
 from storage.records.file_records import TimestampAndOffset, iter_any_batches
 from storage.records.legacy_records import LegacyRecord
 from storage.records.record_batch import (
@@ -135,6 +140,7 @@ class Log:
         recovery_point: int = 0,
         log_start_offset: int = 0,
         had_clean_shutdown: bool | None = None,
+        producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS,
     ) -> Log:
         """Opens (creating it if missing) and, after an unclean shutdown, recovers the log in `directory`.
 
@@ -144,6 +150,8 @@ class Log:
         Kafka log dir holding the folder (Kafka's own layout), unless a `.lock` left in the folder
         shows that raybroker had the log open when its process died. A LogManager that owns the log
         dir passes `had_clean_shutdown`, `recovery_point` and `log_start_offset` from its checkpoints.
+        `producer_id_expiration_ms` is the broker's `producer.id.expiration.ms`: producers idle that long are
+        dropped from the loaded state and by `remove_expired_producers`.
         """
         path = Path(directory)
         config = config or LogConfig()
@@ -182,7 +190,14 @@ class Log:
             log_end_offset=loaded.log_end_offset,
             folder_lock=folder_lock,
             dropped=loaded.dropped,
-            producer_state=load_producer_state(path, loaded.segments, loaded.log_end_offset, bool(had_clean_shutdown)),
+            producer_state=load_producer_state(
+                path,
+                loaded.segments,
+                loaded.log_end_offset,
+                bool(had_clean_shutdown),
+                clock.milliseconds(),
+                producer_id_expiration_ms,
+            ),
         )
 
     # --- state -----------------------------------------------------------------------------------
@@ -462,7 +477,6 @@ class Log:
             self._segments.add(segment)
             self._end_offset_metadata = LogOffsetMetadata(self.log_end_offset, segment.base_offset, segment.size)
             self._producer_state.write_snapshot(new_offset)
-            self._producer_state.delete_snapshots_below(self._log_start_offset)
             self.flush(new_offset)
             return segment
 
@@ -630,7 +644,14 @@ class Log:
             self._high_watermark = min(self._high_watermark, target_offset)
             self._recovery_point = min(self._recovery_point, target_offset)
             self._producer_state.delete_snapshots_above(target_offset)
-            self._producer_state = load_producer_state(self.directory, self._segments, target_offset, False)
+            self._producer_state = load_producer_state(
+                self.directory,
+                self._segments,
+                target_offset,
+                False,
+                self._clock.milliseconds(),
+                self._producer_state.producer_id_expiration_ms,
+            )
             return True
 
     def truncate_fully_and_start_at(self, new_offset: int) -> None:
@@ -694,8 +715,14 @@ class Log:
                     offset=new_offset,
                 )
             if new_offset > self._log_start_offset:
-                self._log_start_offset = new_offset
+                self._set_log_start_offset(new_offset)
             return self._log_start_offset
+
+    def _set_log_start_offset(self, new_offset: int) -> None:
+        """Moves the log start forward and deletes the producer snapshots below it (they describe deleted
+        records; Kafka's `onLogStartOffsetIncremented`), so retention bounds them as it bounds segments."""
+        self._log_start_offset = new_offset
+        self._producer_state.delete_snapshots_before(new_offset)
 
     def remove_and_delete_segments(self, segments: list[LogSegment]) -> int:
         """Removes `segments` (oldest first) from the log and schedules their files for deletion.
@@ -715,7 +742,7 @@ class Log:
                 self._schedule_delete(segment)
             first = self._segments.first
             if first is not None and first.base_offset > self._log_start_offset:
-                self._log_start_offset = first.base_offset
+                self._set_log_start_offset(first.base_offset)
             return len(segments)
 
     def delete_old_segments(self) -> int:
@@ -752,9 +779,25 @@ class Log:
                 self._segments.add(segment)
             for segment in old_segments:
                 self._schedule_delete(segment)
+                if segment.base_offset not in new_bases:
+                    self._producer_state.delete_snapshot(segment.base_offset)
             for segment in new_segments:
                 segment.change_file_suffixes(file_names.SWAP_SUFFIX, "")
             fsync_dir(self.directory)
+
+    # --- producer state --------------------------------------------------------------------------
+
+    def remove_expired_producers(self) -> int:
+        """Forgets producers idle longer than `producer.id.expiration.ms` (Kafka's periodic
+        `removeExpiredProducers`); returns how many."""
+        with self._lock:
+            self._check_open()
+            return self._producer_state.remove_expired_producers(self._clock.milliseconds())
+
+    @property
+    def producer_count(self) -> int:
+        """Producers whose state the log keeps now."""
+        return len(self._producer_state.producers)
 
     # --- close -----------------------------------------------------------------------------------
 
@@ -818,19 +861,25 @@ def _base_offset(segment: LogSegment) -> int:
 
 
 def load_producer_state(
-    directory: Path, segments: LogSegments, log_end_offset: int, had_clean_shutdown: bool
+    directory: Path,
+    segments: LogSegments,
+    log_end_offset: int,
+    had_clean_shutdown: bool,
+    now_ms: int,
+    producer_id_expiration_ms: int,
 ) -> ProducerStateManager:
-    """Idempotent-producer state as of `log_end_offset`: the newest snapshot at or below it, then the
-    producer batches after it replayed from the segments (batch headers only).
+    """Idempotent-producer state as of `log_end_offset`: the newest snapshot at or below it, without the
+    producers expired at `now_ms`, then the producer batches after it replayed from the segments (batch
+    headers only).
 
     As in Kafka, a cleanly shut down log without any snapshot is not replayed (it had no producer
     state to keep); snapshots above the log end are stale and removed.
     """
-    state = ProducerStateManager(directory)
+    state = ProducerStateManager(directory, producer_id_expiration_ms)
     state.delete_snapshots_above(log_end_offset)
     if had_clean_shutdown and not state.snapshot_offsets():
         return state
-    start = state.load_latest_snapshot(log_end_offset)
+    start = state.load_latest_snapshot(log_end_offset, now_ms)
     start = 0 if start is None else start
     for segment in segments.from_floor(start):
         position = segment.offset_index.lookup(start).position if segment.base_offset <= start else 0

@@ -28,7 +28,16 @@ the new base offset) and on close (at the log end) when the state changed since 
 rebuilt by replaying the log included, so after a crash only the batches after the newest snapshot are
 replayed. Snapshots above the log end are stale and deleted on open and truncation. A snapshot that
 fails its version, CRC or framing is deleted (as Kafka does) and the state is rebuilt from the log: never
-fatal.
+fatal. Snapshots below the log start offset describe deleted records: they go when the log start moves
+(retention, DeleteRecords), and the snapshot of a segment the cleaner merges away goes with it, as in
+Kafka, so there is at most one snapshot per segment, plus the one at the log end.
+
+Expiration (`producer.id.expiration.ms`): a producer is expired when the max timestamp of its last batch is
+at least that long before now and it has no transaction open (an open transaction never expires). Expired
+producers are dropped when a snapshot is loaded and by `remove_expired_producers`, which the log manager
+runs every `producer.id.expiration.check.interval.ms`; a producer whose id expired is then unknown, and may
+start again from any sequence. Without it every short-lived idempotent producer (each takes a new id) stays
+in memory and in every snapshot for as long as the broker lives.
 """
 
 from __future__ import annotations
@@ -48,6 +57,8 @@ from storage.file_io import write_atomically
 logger = logging.getLogger(__name__)
 
 NUM_BATCHES_TO_RETAIN = 5
+# Kafka's producer.id.expiration.ms default: one day.
+PRODUCER_ID_EXPIRATION_MS = 86_400_000
 SNAPSHOT_VERSION = 1
 SEQUENCE_MODULUS = 2**31
 _HEADER = struct.Struct(
@@ -95,6 +106,11 @@ class ProducerEntry:
     def last_sequence(self) -> int:
         return self.batches[-1].last_sequence if self.batches else -1
 
+    @property
+    def last_timestamp(self) -> int:
+        """Max timestamp of the last batch (Kafka's `lastTimestamp`); -1 without batches."""
+        return self.batches[-1].timestamp if self.batches else -1
+
 
 def next_sequence(sequence: int) -> int:
     return (sequence + 1) % SEQUENCE_MODULUS
@@ -103,8 +119,9 @@ def next_sequence(sequence: int) -> int:
 class ProducerStateManager:
     """Producer entries of one partition; the owning Log serialises every call."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS) -> None:
         self.directory = Path(directory)
+        self.producer_id_expiration_ms = producer_id_expiration_ms
         self._producers: dict[int, ProducerEntry] = {}
         # False while the newest snapshot at or below the log end, plus the batches after it, rebuilds exactly
         # this state; `Log.close` writes a snapshot only when it is True.
@@ -130,6 +147,19 @@ class ProducerStateManager:
     def clear(self) -> None:
         self._producers.clear()
         self.changed_since_snapshot = True
+
+    def is_producer_expired(self, entry: ProducerEntry, now_ms: int) -> bool:
+        """Idle at least `producer_id_expiration_ms` (by its last batch's timestamp) and no transaction open."""
+        return entry.current_txn_first_offset < 0 and now_ms - entry.last_timestamp >= self.producer_id_expiration_ms
+
+    def remove_expired_producers(self, now_ms: int) -> int:
+        """Forgets every expired producer (see the module docstring); returns how many."""
+        expired = [pid for pid, entry in self._producers.items() if self.is_producer_expired(entry, now_ms)]
+        for pid in expired:
+            del self._producers[pid]
+        if expired:
+            self.changed_since_snapshot = True
+        return len(expired)
 
     # --- snapshots -------------------------------------------------------------------------------
 
@@ -169,8 +199,9 @@ class ProducerStateManager:
                     offsets.append(int(stem))
         return sorted(offsets)
 
-    def load_latest_snapshot(self, at_or_below: int) -> int | None:
-        """Loads the newest readable snapshot with offset <= `at_or_below`; returns its offset, or None.
+    def load_latest_snapshot(self, at_or_below: int, now_ms: int) -> int | None:
+        """Loads the newest readable snapshot with offset <= `at_or_below`, without the producers expired at
+        `now_ms`; returns its offset, or None.
 
         An unreadable snapshot is deleted, as Kafka does, so that it is not read again on every open.
         """
@@ -180,7 +211,10 @@ class ProducerStateManager:
                 continue
             path = file_names.producer_snapshot_file(self.directory, offset)
             try:
-                self._producers = read_snapshot(path)
+                loaded = read_snapshot(path)
+                self._producers = {
+                    pid: entry for pid, entry in loaded.items() if not self.is_producer_expired(entry, now_ms)
+                }
                 return offset
             except CorruptCheckpointError as exc:
                 logger.warning("%s: deleting unreadable producer snapshot (%s)", self.directory, exc)
@@ -194,10 +228,13 @@ class ProducerStateManager:
             if snapshot > offset:
                 file_names.producer_snapshot_file(self.directory, snapshot).unlink(missing_ok=True)
 
-    def delete_snapshots_below(self, offset: int, keep: int = 2) -> None:
-        """Removes snapshots older than `offset`, always keeping the newest `keep`."""
-        offsets = self.snapshot_offsets()
-        for snapshot in offsets[: max(0, len(offsets) - keep)]:
+    def delete_snapshot(self, offset: int) -> None:
+        """Removes the snapshot at `offset`, if any (that of a segment deleted or merged away)."""
+        file_names.producer_snapshot_file(self.directory, offset).unlink(missing_ok=True)
+
+    def delete_snapshots_before(self, offset: int) -> None:
+        """Removes snapshots below `offset`, the log start offset (Kafka's `deleteSnapshotsBefore`)."""
+        for snapshot in self.snapshot_offsets():
             if snapshot < offset:
                 file_names.producer_snapshot_file(self.directory, snapshot).unlink(missing_ok=True)
 

@@ -269,6 +269,15 @@ def test_flush_if_due_follows_flush_ms(tmp_path: Path) -> None:
     assert actor.state().recovery_point == 3
 
 
+def test_remove_expired_producers_uses_the_brokers_expiration(tmp_path: Path) -> None:
+    actor = open_actor(tmp_path / "t-0", producer_id_expiration_ms=60_000)
+    old = [Rec(b"k", b"v", now_ms() - 120_000)]
+    actor.append(batch_bytes(old, producer_id=3, producer_epoch=0, base_sequence=0))
+    actor.append(batch_bytes(records("a", 1), producer_id=4, producer_epoch=0, base_sequence=0))
+    assert actor.remove_expired_producers() == 1, "producer 3's last batch is 2 minutes old, 4's is new"
+    assert actor.remove_expired_producers() == 0
+
+
 def test_cleanable_and_clean_keep_the_latest_value_per_key(tmp_path: Path) -> None:
     config = {**SMALL_SEGMENTS, "cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.01"}
     actor = open_actor(tmp_path / "t-0", config)
@@ -356,6 +365,7 @@ def test_after_close_every_call_is_broker_not_available_and_close_repeats_its_an
         (actor.state, ()),
         (actor.delete_old_segments, ()),
         (actor.flush_if_due, ()),
+        (actor.remove_expired_producers, ()),
         (actor.cleanable, (None,)),
     )
     for method, args in calls:

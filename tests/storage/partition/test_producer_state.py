@@ -31,6 +31,7 @@ from storage.errors import (
 from storage.partition.log import Log, LogAppendInfo
 from storage.partition.producer_state import (
     NUM_BATCHES_TO_RETAIN,
+    PRODUCER_ID_EXPIRATION_MS,
     BatchMetadata,
     ProducerEntry,
     ProducerStateManager,
@@ -574,6 +575,10 @@ def test_empty_snapshot_is_ten_bytes(tmp_path: Path) -> None:
     assert read_snapshot(path) == {}
 
 
+# A "now" before any timestamp of the fixtures: nothing they hold is expired at it.
+NEVER_EXPIRED_MS = 0
+
+
 def rewrite(path: Path, tmp_path: Path) -> bytes:
     """Loads a snapshot through the manager and writes it back in a fresh folder."""
     directory = tmp_path / f"copy-{path.parent.name}-{path.name}"
@@ -581,7 +586,7 @@ def rewrite(path: Path, tmp_path: Path) -> bytes:
     shutil.copy(path, directory / path.name)
     manager = ProducerStateManager(directory)
     (offset,) = manager.snapshot_offsets()
-    assert manager.load_latest_snapshot(offset) == offset
+    assert manager.load_latest_snapshot(offset, now_ms=NEVER_EXPIRED_MS) == offset
     (directory / path.name).unlink()
     return manager.write_snapshot(offset).read_bytes()
 
@@ -769,3 +774,99 @@ def test_unclean_kafka_partition_is_replayed_and_snapshotted_at_its_end(fixtures
     before = snapshot.read_bytes()
     reopened.close()
     assert snapshot.read_bytes() == before
+
+
+# --- expiration (producer.id.expiration.ms) ----------------------------------------------------------------
+
+
+def test_a_producer_expires_once_its_last_batch_is_as_old_as_the_expiration(tmp_path: Path) -> None:
+    manager = ProducerStateManager(tmp_path, producer_id_expiration_ms=1_000)
+    manager.update(1, 0, BatchMetadata(0, 0, 0, 0, 5_000))
+    manager.update(2, 0, BatchMetadata(0, 0, 1, 1, 5_000))
+    manager.update(2, 0, BatchMetadata(1, 1, 2, 2, 5_500))
+    manager.changed_since_snapshot = False
+    assert manager.remove_expired_producers(5_999) == 0
+    assert not manager.changed_since_snapshot
+    assert manager.remove_expired_producers(6_000) == 1, "idle for exactly the expiration: expired (Kafka's >=)"
+    assert list(manager.producers) == [2], "judged by its last batch, not its first"
+    assert manager.changed_since_snapshot, "the next snapshot must not hold the expired producer"
+    assert manager.remove_expired_producers(6_500) == 1
+    assert manager.producers == {}
+
+
+def test_a_producer_with_an_open_transaction_never_expires(tmp_path: Path) -> None:
+    manager = ProducerStateManager(tmp_path, producer_id_expiration_ms=1_000)
+    manager.update(1, 0, BatchMetadata(0, 0, 0, 0, 0))
+    manager.producers[1].current_txn_first_offset = 0
+    assert manager.remove_expired_producers(10**9) == 0
+    assert list(manager.producers) == [1]
+
+
+def test_producers_expired_at_load_time_are_dropped_from_the_snapshot(tmp_path: Path) -> None:
+    (tmp_path / file_names.producer_snapshot_file(tmp_path, 10).name).write_bytes(
+        kafka_snapshot([(1, 0, 4, 7, 0, 1_000, -1, -1), (2, 0, 9, 9, 0, 2_000, -1, -1), (3, 0, 0, 8, 0, 0, 5, 8)])
+    )
+    manager = ProducerStateManager(tmp_path, producer_id_expiration_ms=1_000)
+    assert manager.load_latest_snapshot(10, now_ms=2_000) == 10
+    assert list(manager.producers) == [2, 3], "1 idle for 1 s is expired; 3 has a transaction open"
+
+
+def test_the_default_expiration_is_kafkas_one_day(tmp_path: Path) -> None:
+    assert PRODUCER_ID_EXPIRATION_MS == 86_400_000
+    assert ProducerStateManager(tmp_path).producer_id_expiration_ms == 86_400_000
+
+
+def test_an_expired_producer_may_start_again_from_any_sequence(
+    open_log: OpenLog, clock: MockClock, log_dir: Path
+) -> None:
+    log, oracle = open_log(), Oracle()
+    for seq in range(3):
+        check(log, oracle, [spec(7, 0, seq)])
+    with pytest.raises(OutOfOrderSequenceError):
+        log.append(encode([spec(7, 0, 40)]))
+    clock.sleep(PRODUCER_ID_EXPIRATION_MS - 1)
+    assert log.remove_expired_producers() == 0, "the batches are stamped START_MS: not yet a day old"
+    clock.sleep(1)
+    assert log.remove_expired_producers() == 1
+    assert log.producer_count == 0
+    oracle.producers.clear()
+    check(log, oracle, [spec(7, 0, 40)])
+    assert values(log) == oracle.values
+
+
+def test_reopening_a_log_forgets_producers_expired_while_it_was_closed(open_log: OpenLog, clock: MockClock) -> None:
+    log, oracle = open_log(), Oracle()
+    fill(log, oracle, 4)
+    known = log.producer_count
+    assert known > 0
+    log.close()
+    again = open_log()
+    assert again.producer_count == known, "reopened at once: every producer is kept"
+    again.close()
+    clock.sleep(PRODUCER_ID_EXPIRATION_MS + 1_000)
+    reopened = open_log()
+    assert reopened.producer_count == 0
+    reopened.append(encode([spec(1, 0, 1234)]))
+    assert reopened.producer_count == 1
+
+
+# --- snapshots of deleted records ---------------------------------------------------------------------------
+
+
+def test_retention_deletes_the_snapshots_of_the_segments_it_deletes(open_log: OpenLog, log_dir: Path) -> None:
+    log, oracle = open_log(), Oracle()
+    fill(log, oracle, 6)
+    bases = segment_bases(log_dir)
+    assert snapshot_offsets(log_dir) == bases[1:], "one snapshot per roll, at the new segment's base"
+    log.delete_records(bases[3])
+    log.delete_old_segments()
+    assert segment_bases(log_dir) == bases[3:]
+    assert snapshot_offsets(log_dir) == bases[3:], "deleted with their segments, before the next roll"
+
+
+def test_delete_records_deletes_snapshots_below_the_new_log_start(open_log: OpenLog, log_dir: Path) -> None:
+    log, oracle = open_log(), Oracle()
+    fill(log, oracle, 6)
+    bases = segment_bases(log_dir)
+    log.delete_records(bases[2] + 1)
+    assert snapshot_offsets(log_dir) == bases[3:], "snapshots at or above the log start are kept"
