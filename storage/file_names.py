@@ -16,6 +16,8 @@ Layout of one log dir (one entry of `log.dirs`)::
         00000000000000000000.txnindex    aborted transactions (34-byte entries)
         <offset>.snapshot                producer-state snapshot
         leader-epoch-checkpoint, partition.metadata
+    <topic>-<partition>.<32 hex>-delete/ a deleted partition's folder, removed after file.delete.delay.ms
+    <topic>-<partition>.<32 hex>-stray/  a partition whose topic was deleted while the broker was down, likewise
 
 Suffixes appended after a normal name mark files in flight: `.deleted` (waiting for the async unlink),
 `.cleaned` (a compaction result not yet swapped in), `.swap` (a swap in progress); checkpoint and
@@ -159,20 +161,38 @@ def partition_dir_name(topic: str, partition: int) -> str:
 
 DELETE_DIR_SUFFIX = "-delete"
 _DELETE_DIR = re.compile(r"(.+)-([0-9]+)\.([0-9a-f]{32})-delete")
+STRAY_DIR_SUFFIX = "-stray"
+_STRAY_DIR = re.compile(r"(.+)-([0-9]+)\.([0-9a-f]{32})-stray")
+
+
+def _renamed_dir_name(topic: str, partition: int, unique_hex: str, suffix: str) -> str:
+    """`<topic>-<partition>.<32-hex><suffix>`; Kafka truncates the topic so the whole name fits in 255 characters."""
+    tail = f"-{partition}.{unique_hex}{suffix}"
+    return topic[: MAX_FILE_NAME_LENGTH - len(tail)] + tail
 
 
 def delete_dir_name(topic: str, partition: int, unique_hex: str) -> str:
-    """`<topic>-<partition>.<32-hex>-delete`: a partition folder waiting for asynchronous deletion.
-
-    Kafka truncates the topic so the whole name fits in 255 characters.
-    """
-    suffix = f"-{partition}.{unique_hex}{DELETE_DIR_SUFFIX}"
-    return topic[: 255 - len(suffix)] + suffix
+    """`<topic>-<partition>.<32-hex>-delete`: a partition folder waiting for asynchronous deletion."""
+    return _renamed_dir_name(topic, partition, unique_hex, DELETE_DIR_SUFFIX)
 
 
 def is_delete_dir_name(name: str) -> bool:
     """Whether `name` is a partition folder renamed for asynchronous deletion."""
     return _DELETE_DIR.fullmatch(name) is not None
+
+
+def stray_dir_name(topic: str, partition: int, unique_hex: str) -> str:
+    """`<topic>-<partition>.<32-hex>-stray`: the folder of a partition whose topic the cluster no longer has
+    (deleted while this broker was down), moved aside at startup instead of loaded (Kafka's stray logs)."""
+    return _renamed_dir_name(topic, partition, unique_hex, STRAY_DIR_SUFFIX)
+
+
+def parse_stray_dir_name(name: str) -> tuple[str, int] | None:
+    """`my-topic-3.<32-hex>-stray` -> ("my-topic", 3) (the topic as truncated in the name); None otherwise."""
+    match = _STRAY_DIR.fullmatch(name)
+    if match is None:
+        return None
+    return match.group(1), int(match.group(2))
 
 
 def parse_partition_dir_name(name: str) -> tuple[str, int] | None:

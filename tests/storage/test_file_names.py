@@ -245,6 +245,20 @@ def test_delete_dir_names() -> None:
     assert file_names.is_delete_dir_name(long_name)
 
 
+def test_stray_dir_names_parse_back_to_their_partition() -> None:
+    unique = "a6a0df1b2c8b4a0f9e1d2c3b4a5f6e7d"
+    name = file_names.stray_dir_name("my-topic", 3, unique)
+    assert name == f"my-topic-3.{unique}-stray"
+    assert file_names.parse_stray_dir_name(name) == ("my-topic", 3)
+    assert parse_partition_dir_name(name) is None
+    assert not file_names.is_delete_dir_name(name)
+    for other in ("my-topic-3", file_names.delete_dir_name("my-topic", 3, unique), f"my-topic-3.{unique[:-1]}-stray"):
+        assert file_names.parse_stray_dir_name(other) is None
+    long_name = file_names.stray_dir_name("t" * 249, 2**31 - 1, unique)
+    assert len(long_name) == 255
+    assert file_names.parse_stray_dir_name(long_name) == ("t" * (255 - len(f"-2147483647.{unique}-stray")), 2**31 - 1)
+
+
 def test_kraft_snapshot_names() -> None:
     assert parse_kraft_snapshot_name("00000000000000007364-0000000001.checkpoint") == (7364, 1)
     assert parse_kraft_snapshot_name("00000000000000007364-0000000001.checkpoint.deleted") is None
