@@ -1,8 +1,8 @@
-"""Consumer groups with real Kafka clients over 127.0.0.1: a confluent-kafka group of two members that splits a
-4-partition topic and rebalances when one leaves, committed offsets resumed by a new member, a kafka-python group
-member that commits, AdminClient listing and describing groups, and the paths between the wire and raybroker's own
-tools: `raybroker consumer-groups` shows offsets committed over the wire, and offsets committed by the Python
-`Consumer` are fetched over the wire.
+"""Consumer groups with real Kafka clients over 127.0.0.1: a confluent-kafka group of two members, each through
+its own listener, that splits a 4-partition topic and rebalances when one leaves, committed offsets resumed by a
+new member, a kafka-python group member that commits, AdminClient listing and describing groups, and the paths
+between the wire and raybroker's own tools: `raybroker consumer-groups` shows offsets committed over the wire,
+and offsets committed by the Python `Consumer` are fetched over the wire.
 
 The oracle is what was produced: every (partition, offset) the producer's delivery reports named, each consumed
 exactly once per generation, and committed offsets equal to the partitions' ends.
@@ -96,7 +96,9 @@ def test_a_confluent_group_of_two_splits_the_topic_rebalances_on_leave_and_a_new
 ) -> None:
     topic, group = "group-orders", "confluent-group"
     first_batch = produce(listener, topic, 40)
-    first, second = group_consumer(listener, group), group_consumer(listener, group)
+    # The members reach the group through different listeners: the group's state lives in the one coordinator.
+    other_listener = start_listener({"listeners": "PLAINTEXT://127.0.0.1:0", "num.partitions": str(PARTITIONS)})
+    first, second = group_consumer(listener, group), group_consumer(other_listener, group)
     first.subscribe([topic])
     second.subscribe([topic])
     received: list[list[tuple[int, int]]] = [[], []]
@@ -127,6 +129,7 @@ def test_a_confluent_group_of_two_splits_the_topic_rebalances_on_leave_and_a_new
         first.commit(asynchronous=False)
     finally:
         first.close()
+        other_listener.stop()
 
     ends = {partition: 1 + max(o for p, o in first_batch | second_batch if p == partition) for partition in range(4)}
     newcomer = group_consumer(listener, group)
