@@ -23,7 +23,7 @@ readable meta.properties, else a new one. Then per dir: take the lock, check or 
 (a dir of another cluster or node goes offline, untouched), note and DELETE the clean-shutdown marker
 (so a crash while running counts as unclean), read the offset checkpoints (an unreadable one is treated as
 empty: full recovery, as Kafka does), and list the partition folders; a partition found in two dirs
-is an error. Folders renamed `...-delete` are removed after `file.delete.delay.ms`; folders of the
+is an error. Folders renamed `...-delete` or `...-stray` are removed after `file.delete.delay.ms`; folders of the
 internal `__cluster_metadata` topic belong to the controller and are not listed. A startup that fails
 (a dir locked by another owner, a corrupt meta.properties, a partition in two dirs, every dir offline)
 releases every lock before raising.
@@ -199,7 +199,7 @@ class LogDirs:
         for entry in sorted(directory.iterdir()):
             if not entry.is_dir():
                 continue
-            if file_names.is_delete_dir_name(entry.name):
+            if file_names.is_delete_dir_name(entry.name) or file_names.parse_stray_dir_name(entry.name) is not None:
                 self._pending_folder_deletes.append((self.clock.milliseconds() + self.file_delete_delay_ms, entry))
                 continue
             parsed = file_names.parse_partition_dir_name(entry.name)
@@ -326,12 +326,14 @@ class LogDirs:
 
     # --- partition folder deletion ---------------------------------------------------------------
 
-    def schedule_folder_delete(self, folder: Path, topic: str, partition: int) -> Path:
-        """Kafka-style async delete: renames `folder` to `<topic>-<p>.<uuid>-delete` now; removed later.
+    def schedule_folder_delete(self, folder: Path, topic: str, partition: int, *, stray: bool = False) -> Path:
+        """Kafka-style async delete: renames `folder` to `<topic>-<p>.<uuid>-delete` (`-stray` for the folder of
+        a partition the cluster no longer has) now; removed after `file.delete.delay.ms`.
 
         A failed rename takes the folder's dir offline and raises `KafkaStorageError`.
         """
-        target = folder.parent / file_names.delete_dir_name(topic, partition, uuid.uuid4().hex)
+        name_of = file_names.stray_dir_name if stray else file_names.delete_dir_name
+        target = folder.parent / name_of(topic, partition, uuid.uuid4().hex)
         try:
             folder.rename(target)
         except OSError as exc:

@@ -395,6 +395,38 @@ def test_schedule_folder_delete_renames_now_and_removes_after_the_delay(
     assert started.delete_due_folders() == 0
 
 
+def test_a_stray_folder_is_renamed_stray_now_and_removed_after_the_delay(
+    started: LogDirs, dirs: list[Path], clock: MockClock
+) -> None:
+    folder = dirs[2] / "my-topic-3"
+    folder.mkdir()
+    target = started.schedule_folder_delete(folder, "my-topic", 3, stray=True)
+    assert target.parent == dirs[2]
+    assert file_names.parse_stray_dir_name(target.name) == ("my-topic", 3)
+    assert not folder.exists()
+    clock.sleep(DELETE_DELAY_MS - 1)
+    assert started.delete_due_folders() == 1 and target.exists()
+    clock.sleep(1)
+    assert started.delete_due_folders() == 0
+    assert not target.exists()
+
+
+def test_stray_folder_left_by_a_previous_run_is_removed_after_the_delay(
+    dirs: list[Path], clock: MockClock, owner: Owner
+) -> None:
+    leftover = dirs[0] / file_names.stray_dir_name("gone", 0, "0123456789abcdef0123456789abcdef")
+    leftover.mkdir(parents=True)
+    (leftover / "00000000000000000000.log").write_bytes(b"old bytes")
+    log_dirs = new_dirs(dirs[:1], clock, owner)
+    (loaded,) = log_dirs.startup()
+    assert loaded.partitions == {}
+    assert log_dirs.delete_due_folders() == 1
+    clock.sleep(DELETE_DELAY_MS)
+    assert log_dirs.delete_due_folders() == 0
+    assert not leftover.exists()
+    log_dirs.release_all()
+
+
 def test_a_failed_rename_for_delete_takes_the_dir_offline(started: LogDirs, dirs: list[Path], owner: Owner) -> None:
     missing = dirs[1] / "t-0"
     with pytest.raises(KafkaStorageError, match="cannot rename partition folder") as info:
