@@ -233,10 +233,17 @@ class ProducerStateManager:
         file_names.producer_snapshot_file(self.directory, offset).unlink(missing_ok=True)
 
     def delete_snapshots_before(self, offset: int) -> None:
-        """Removes snapshots below `offset`, the log start offset (Kafka's `deleteSnapshotsBefore`)."""
-        for snapshot in self.snapshot_offsets():
+        """Removes snapshots below `offset`, the log start offset (Kafka's `deleteSnapshotsBefore`).
+
+        When none is left, the state can no longer be rebuilt from a snapshot and the log (the batches that
+        named its producers are gone), so it counts as changed: the next close snapshots it.
+        """
+        offsets = self.snapshot_offsets()
+        for snapshot in offsets:
             if snapshot < offset:
                 file_names.producer_snapshot_file(self.directory, snapshot).unlink(missing_ok=True)
+        if offsets and offsets[-1] < offset:
+            self.changed_since_snapshot = True
 
 
 class PendingAppend:

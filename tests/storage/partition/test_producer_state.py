@@ -870,3 +870,19 @@ def test_delete_records_deletes_snapshots_below_the_new_log_start(open_log: Open
     bases = segment_bases(log_dir)
     log.delete_records(bases[2] + 1)
     assert snapshot_offsets(log_dir) == bases[3:], "snapshots at or above the log start are kept"
+
+
+def test_a_clean_close_snapshots_the_state_when_the_log_start_passed_every_snapshot(
+    open_log: OpenLog, log_dir: Path
+) -> None:
+    log, oracle = open_log(), Oracle()
+    last = fill(log, oracle, 6)
+    for round_ in range(3):
+        check(log, oracle, [plain(f"after-{round_}")])
+    assert snapshot_offsets(log_dir)[-1] < log.log_end_offset, "plain batches since the last roll's snapshot"
+    log.delete_records(log.high_watermark)
+    assert snapshot_offsets(log_dir) == []
+    log.close()
+    reopened = open_log()
+    assert reopened.producer_count == len(last), "the producers outlive the records that named them"
+    expect_known(reopened, oracle, last)
