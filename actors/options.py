@@ -15,6 +15,8 @@ concurrency, resources and placement.
   every write, so appends are single-writer and ordered; `read` (several threads) serves fetches and
   offset queries, which never wait behind an append; `maintenance` (one thread) runs retention,
   flushes and compaction.
+- Kafka-protocol listeners (`cluster.protocol.listener_actor`), `num.network.threads` per node, are pinned to
+  the node whose address they bind; a listener that dies is restarted by Ray and binds its port again.
 - Partition hosts (`log.partitions.per.process` > 1), named per node and index, run the same three
   groups for all the partitions they hold: every write of the host on one thread, in call order. Ray
   runs the calls of async or multi-threaded (`max_concurrency` > 1) actors out of order, so neither
@@ -55,6 +57,15 @@ def log_manager_name(node_id: str) -> str:
 
 def group_coordinator_name() -> str:
     return "group-coordinator"
+
+
+KAFKA_LISTENER_PREFIX = "kafka-listener:"
+
+
+def kafka_listener_name(node_id: str, index: int) -> str:
+    """`kafka-listener:<ray node id>:<index>`: a node's Kafka-protocol listener processes, numbered from 0
+    (`num.network.threads` of them share the node's port)."""
+    return f"{KAFKA_LISTENER_PREFIX}{node_id}:{index}"
 
 
 def _node_affinity(node_id: str) -> Any:
@@ -108,3 +119,9 @@ def partition_host_options(node_id: str, index: int) -> dict[str, Any]:
 def group_coordinator_options(node_id: str) -> dict[str, Any]:
     """Committed consumer offsets, cached in front of the `__consumer_offsets` topic."""
     return _pinned_actor_options(group_coordinator_name(), node_id, max_concurrency=SERVICE_CONCURRENCY)
+
+
+def kafka_listener_options(node_id: str, index: int) -> dict[str, Any]:
+    """One Kafka-protocol listener process on the node whose broker it serves: its handlers run on their own
+    event loop thread, so the actor's own calls (ready, stop) need no concurrency of their own."""
+    return _pinned_actor_options(kafka_listener_name(node_id, index), node_id)

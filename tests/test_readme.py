@@ -87,10 +87,14 @@ def example(test_name: str) -> Example:
     return found
 
 
+# A test's broker serves Kafka clients on a free loopback port, not on Kafka's 9092, which another program may hold.
+ANY_FREE_LISTENER = "--override listeners=PLAINTEXT://127.0.0.1:0"
+
+
 def rewritten(code: str, tmp_path: Path) -> str:
     for prefix in TMP_PREFIXES:
         code = code.replace(prefix, f"{tmp_path}{prefix.removeprefix('/tmp')}")
-    return code
+    return code.replace("raybroker start ", f"raybroker start {ANY_FREE_LISTENER} ")
 
 
 def run_python(code: str, tmp_path: Path, line: int) -> list[str]:
@@ -287,7 +291,8 @@ def test_sql_example(free_head_port: None, tmp_path: Path) -> None:
     block = example("test_sql_example")
     script = "\n".join(
         [
-            f"raybroker start --log-dirs {tmp_path / 'sql'} --override offsets.topic.num.partitions=1",
+            f"raybroker start {ANY_FREE_LISTENER} --log-dirs {tmp_path / 'sql'} "
+            "--override offsets.topic.num.partitions=1",
             # As `start` tells a Python user of its head: token authentication needs RAY_AUTH_MODE=token.
             f"RAY_AUTH_MODE=token python -c {shlex.quote(FILL_PAGE_VIEWS)}",
             rewritten(block.code, tmp_path),

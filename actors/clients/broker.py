@@ -5,8 +5,9 @@ session): it makes sure the cluster's controller exists (created on this node th
 metadata log in the first log dir), starts this node's log manager over its `log.dirs`, registers it
 (the controller learns which partitions this node's disks hold), and makes sure the internal
 `__consumer_offsets` topic exists. Running it again is harmless: every actor is named and found again.
-`stop_broker()` shuts every log manager down cleanly (partitions flushed and closed, checkpoints and
-clean-shutdown markers written), then the controller.
+`stop_broker()` stops the Kafka-protocol listeners first (started beside the broker by `raybroker start`, from
+`cluster.protocol.listener_actor`, and found here by name), then shuts every log manager down cleanly
+(partitions flushed and closed, checkpoints and clean-shutdown markers written), then the controller.
 
 `Broker` is what users hold: `Broker.connect()` finds the running broker; `broker.partition("t", 0)`
 returns a partition actor's raw handle for users who want `.remote()` calls (with
@@ -25,6 +26,8 @@ import ray
 from actors.calls import call, controller, get_actor, kill_and_wait, partition_actor
 from actors.options import (
     CONTROLLER_NAME,
+    KAFKA_LISTENER_PREFIX,
+    NAMESPACE,
     controller_options,
     group_coordinator_name,
     group_coordinator_options,
@@ -36,9 +39,11 @@ from actors.server.internal_topics import CONSUMER_OFFSETS_CONFIG, CONSUMER_OFFS
 from actors.server.remote import Controller, GroupCoordinator, LogManager
 from storage.arguments import is_int
 from storage.config.broker_config import BrokerConfig
-from storage.errors import BrokerNotAvailableError, TopicExistsError, UnknownTopicOrPartitionError
+from storage.errors import BrokerNotAvailableError, RaybrokerError, TopicExistsError, UnknownTopicOrPartitionError
 
 logger = logging.getLogger(__name__)
+# A listener closes its sockets and connections at once; a stuck one is killed after this long.
+LISTENER_STOP_TIMEOUT_S = 15.0
 
 
 def start_broker(config: BrokerConfig | Mapping[str, str] | None = None) -> str:
@@ -71,6 +76,8 @@ def start_broker(config: BrokerConfig | Mapping[str, str] | None = None) -> str:
 def stop_broker() -> dict[str, int]:
     """Clean shutdown of every node's broker, then the controller. Returns final log end offsets."""
     ctrl = controller()
+    # First, so that no Kafka client reaches a partition while it closes.
+    stop_kafka_listeners()
     # First, so that no commit is appended while the partitions close.
     with contextlib.suppress(BrokerNotAvailableError):
         kill_and_wait(get_actor(group_coordinator_name()), group_coordinator_name())
@@ -86,6 +93,22 @@ def stop_broker() -> dict[str, int]:
     call(ctrl.shutdown.remote())
     kill_and_wait(ctrl, CONTROLLER_NAME)
     return end_offsets
+
+
+def stop_kafka_listeners() -> None:
+    """Stops every node's Kafka-protocol listener processes (named `kafka-listener:*`, started from
+    `cluster.protocol.listener_actor`): each closes its sockets and connections, then its actor is killed."""
+    names = sorted(
+        actor["name"]
+        for actor in ray.util.list_named_actors(all_namespaces=True)
+        if actor["namespace"] == NAMESPACE and actor["name"].startswith(KAFKA_LISTENER_PREFIX)
+    )
+    for name in names:
+        with contextlib.suppress(BrokerNotAvailableError):
+            listener = get_actor(name)
+            with contextlib.suppress(RaybrokerError):
+                call(listener.stop.remote(), timeout_s=LISTENER_STOP_TIMEOUT_S)
+            kill_and_wait(listener, name)
 
 
 class Broker:

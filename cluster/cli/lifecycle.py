@@ -1,10 +1,13 @@
 """`raybroker start` and `raybroker stop`, modelled on kafka-server-start.sh and kafka-server-stop.sh.
 
 `start` without `--address` starts a local Ray head (`cluster.runtime.start_head`), records it in the state file
-(`cluster.head_state`), attaches and starts this node's broker; if the broker then fails to start, the head is
-stopped again. With `--address` it joins that running cluster and starts this node's broker there. `stop` shuts
-every broker down cleanly and prints the final log end offsets; it stops the Ray head too when the cluster it is
-connected to is the session `start` recorded (`cluster.runtime.stop_head`: only that head's processes).
+(`cluster.head_state`), attaches and starts this node's broker and its Kafka-protocol listener
+(`cluster.protocol.listener_actor`); if either then fails to start, the head is stopped again. With `--address` it
+joins that running cluster and starts this node's broker and listener there (a listener that cannot bind leaves
+the broker running, reported in one line). `start` prints Kafka clients' `bootstrap.servers`, and one warning line
+for a listener other machines can reach. `stop` shuts every broker down cleanly (its listeners first) and prints
+the final log end offsets; it stops the Ray head too when the cluster it is connected to is the session `start`
+recorded (`cluster.runtime.stop_head`: only that head's processes).
 """
 
 from __future__ import annotations
@@ -30,8 +33,10 @@ def add_commands(subcommands: Any) -> None:
         "start a broker (and a local Ray head) like kafka-server-start.sh",
         "Start a broker. Without --address: start a local Ray head daemon (`ray start --head`, 4 logical CPUs, "
         "no dashboard), attach to it and start this node's broker (the cluster's controller, this node's log "
-        "manager over its log.dirs, the __consumer_offsets topic); the processes outlive this command. With "
-        "--address: join that running cluster and start this node's broker on it. Prints how to connect.",
+        "manager over its log.dirs, the __consumer_offsets topic) and its Kafka-protocol listener on `listeners` "
+        "(default PLAINTEXT://127.0.0.1:9092); the processes outlive this command. With --address: join that "
+        "running cluster and start this node's broker on it. Prints how to connect, Kafka clients' "
+        "bootstrap.servers included.",
     )
     start.add_argument(
         "--config",
@@ -111,15 +116,29 @@ def run_start(args: argparse.Namespace) -> int:
 
 
 def _start_broker_and_report(config: BrokerConfig, started: HeadState | None) -> int:
-    # Ray (through the runtime and the actors): loaded only when the command runs, so the CLI starts fast.
+    # Ray (through the runtime, the actors and the listener): loaded only when the command runs, so the CLI
+    # starts fast.
     from actors.clients.broker import start_broker
     from cluster import runtime
+    from cluster.protocol.listener_actor import start_kafka_listeners
 
     node_id = start_broker(config)
+    listeners = start_kafka_listeners(config, node_id)
     address = runtime.gcs_address()
+    if listeners.exposed:
+        exposed = ", ".join(f"{endpoint.host or '*'}:{endpoint.port}" for endpoint in listeners.exposed)
+        print(
+            f"raybroker: warning: the PLAINTEXT listener on {exposed} is reachable from other machines and has no "
+            "authentication",
+            file=sys.stderr,
+        )
     if started is not None:
         print(f"Started a local Ray head at {address} (Ray session {started.session_name}).")
     print(f"Broker running on Ray node {node_id}, log dirs: {', '.join(config.log_dirs)}")
+    print(
+        f"Kafka clients: bootstrap.servers={listeners.bootstrap_servers} "
+        f"({listeners.processes} listener process{'es' if listeners.processes > 1 else ''} on this node)"
+    )
     print("Connect from Python:")
     print(f'    import ray; ray.init(address="{address}")')
     print("    from actors import Broker; broker = Broker.connect()")

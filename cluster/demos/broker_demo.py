@@ -8,20 +8,25 @@ producers and consumers — printed step by step.
    events stay in order on one partition) through the idempotent `Producer`.
 4. Consume them all back through a `Consumer` in a group, commit, and check that every event came
    back exactly once, in order per partition.
-5. Spark over the live partitions (`cluster.demos.spark_demo`): a RayDP session on the same Ray; while a
+5. Open a Kafka-protocol listener on a free loopback port (in this process) and let an unmodified Kafka client
+   (confluent-kafka) create a topic, produce to it and consume it back (`cluster.demos.kafka_client_demo`).
+6. Spark over the live partitions (`cluster.demos.spark_demo`): a RayDP session on the same Ray; while a
    producer keeps writing, two Spark reads compute views and mean latency per page, the second one from
    the first's end offsets, showing it sees the new events and none twice.
-6. Shut Spark and the broker down cleanly (checkpoints, `.kafka_cleanshutdown`) and stop Ray.
+7. Shut Spark and the broker down cleanly (checkpoints, `.kafka_cleanshutdown`) and stop Ray.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import os
 import random
 import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TextIO
 
@@ -32,11 +37,14 @@ from actors.clients.broker import start_broker, stop_broker
 from actors.clients.consumer import Consumer, ConsumerRecord
 from actors.clients.producer import Producer
 from actors.clients.serializers import msgpack_deserializer
+from cluster.demos.kafka_client_demo import run_kafka_clients
+from cluster.protocol.listener import start_listener
 from cluster.runtime import ensure_ray
 
 TOPIC = "page-views"
 PARTITIONS = 4
 PAGES = ("/", "/search", "/cart", "/checkout", "/help")
+KAFKA_CLIENT_RECORDS = 10_000
 
 
 def _events(count: int, seed: int = 7) -> list[dict[str, object]]:
@@ -103,14 +111,22 @@ def run_broker_demo(
                 f"  partition {description.partition}: offsets {description.log_start_offset}.."
                 f"{description.log_end_offset}, {description.size_bytes} bytes in {description.log_dir}"
             )
+        with start_listener({"listeners": "PLAINTEXT://127.0.0.1:0"}) as listener:
+            say(f"opened a Kafka-protocol listener on {listener.bootstrap_servers}")
+            wire_ok = run_kafka_clients(listener.bootstrap_servers, KAFKA_CLIENT_RECORDS, say)
         spark_ok = True
         if spark:
             # Spark: pyspark and RayDP load only for this step, which `--no-spark` skips (it needs Java).
             from cluster.demos.spark_demo import run_spark_analytics
             from cluster.spark.session import get_spark, stop_spark
 
-            say("starting Spark on Ray (RayDP: 1 executor, 2 cores) and warming up its Python workers")
-            session = get_spark()
+            jvm_log = root / "spark-driver.log"
+            say(
+                "starting Spark on Ray (RayDP: 1 executor, 2 cores) and warming up its Python workers; its driver "
+                f"JVM logs to {jvm_log}"
+            )
+            with _stderr_to(jvm_log):
+                session = get_spark()
             try:
                 result = run_spark_analytics(session, TOPIC, out=out, started=started)
                 spark_ok = result.contiguous and result.exactly_once
@@ -120,10 +136,32 @@ def run_broker_demo(
         say("stopping the broker (checkpoints and clean-shutdown markers are written)")
         stop_broker()
         say(f"done; the log dirs stay in {root} (try: raybroker dump-log --print-data-log {log_dirs[0]}/*/*.log)")
-        return 0 if exactly_once and in_order and spark_ok else 1
+        return 0 if exactly_once and in_order and wire_ok and spark_ok else 1
     finally:
         if started_ray:
             ray.shutdown()
+
+
+@contextlib.contextmanager
+def _stderr_to(path: Path) -> Iterator[None]:
+    """Points this process's stderr (file descriptor 2) at `path` while the block runs.
+
+    The Spark driver JVM that `get_spark` spawns inherits descriptor 2 and keeps it for its whole life: its log
+    lines, and the native Ray client's ("GcsClient has no Cluster ID set", printed before Ray reads
+    `RAY_BACKEND_LOG_LEVEL`, which itself announces the level it set), go to the file instead of between the
+    demo's lines. Descriptor 2 is this process's own again when the block ends.
+    """
+    sys.stderr.flush()
+    saved = os.dup(2)
+    target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.dup2(target, 2)
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(target)
 
 
 def _by_partition(records: list[ConsumerRecord]) -> dict[int, list[ConsumerRecord]]:

@@ -7,6 +7,6 @@ decoded request to a response over a `BrokerView`), `ray_broker_view` (that view
 """
 
 from cluster.protocol.listener import KafkaListener, start_listener
-from cluster.protocol.listener_config import Endpoint, ListenerConfig, parse_listeners
+from storage.config.listener_config import Endpoint, ListenerConfig, parse_listeners
 
 __all__ = ["Endpoint", "KafkaListener", "ListenerConfig", "parse_listeners", "start_listener"]

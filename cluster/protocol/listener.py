@@ -3,11 +3,14 @@
 The listener runs in the calling process, on a thread of its own with its own asyncio event loop: one loop serves
 every connection, and the handlers await actor calls rather than block on them, so a long-poll fetch holds no
 thread. Running it in the process that started the broker keeps it simple to start and to stop (a test, a demo, an
-embedding application); `raybroker start`, whose process exits while the broker keeps running, will host the same
-`KafkaListener` inside a detached actor pinned to its node instead.
+embedding application); `raybroker start`, whose process exits while the broker keeps running, hosts the same
+`KafkaListener` inside detached actors pinned to its node instead (`cluster.protocol.listener_actor`).
 
 `properties` are the broker's (Kafka's dotted keys, as given to `start_broker`): the listener keys
-(`cluster.protocol.listener_config`) and `node.id`, `num.partitions`, `auto.create.topics.enable`.
+(`storage.config.listener_config`), `num.network.threads` (above 1, the port is bound with SO_REUSEPORT to be
+shared with the node's other listener processes), and the keys the handlers use (`node.id`, `num.partitions`,
+`auto.create.topics.enable`, `delete.topic.enable`, the topic defaults). The keys given are the ones DescribeConfigs
+reports as set in the broker's properties.
 """
 
 from __future__ import annotations
@@ -16,23 +19,19 @@ import asyncio
 import concurrent.futures
 import threading
 from collections.abc import Mapping
-from dataclasses import fields
 from types import TracebackType
 
 from actors.clients.broker import Broker
 from cluster.protocol.broker_view import BrokerView
 from cluster.protocol.handlers.metadata import BrokerEndpoint
-from cluster.protocol.listener_config import ListenerConfig
 from cluster.protocol.ray_broker_view import RayBrokerView
 from cluster.protocol.ray_group_view import RayGroupView
 from cluster.protocol.router import Router
 from cluster.protocol.server import KafkaServer, ServerStatistics
 from storage.config.broker_config import BrokerConfig
-from storage.config.config_values import kafka_name
 
 # How long `stop` waits for the loop to close its connections before giving up on the thread.
 STOP_TIMEOUT_S = 10.0
-_LISTENER_KEYS = frozenset(kafka_name(field.name) for field in fields(ListenerConfig))
 
 
 class KafkaListener:
@@ -42,10 +41,9 @@ class KafkaListener:
         """Binds and starts serving before it returns; raises `InvalidConfigError` for bad settings and `OSError`
         when a port cannot be bound. `view` defaults to the broker of the Ray cluster this process is connected to."""
         props = dict(properties or {})
-        self._config = ListenerConfig.from_properties(props)
-        broker_properties = {key: value for key, value in props.items() if key not in _LISTENER_KEYS}
-        self._broker_config = BrokerConfig.from_properties(broker_properties)
-        self._static_broker_keys = frozenset(str(key).strip() for key in broker_properties)
+        self._broker_config = BrokerConfig.from_properties(props)
+        self._config = self._broker_config.listener_config
+        self._static_broker_keys = frozenset(str(key).strip() for key in props)
         self._view = view if view is not None else RayBrokerView(Broker.connect())
         self._loop = asyncio.new_event_loop()
         self._started: concurrent.futures.Future[KafkaServer] = concurrent.futures.Future()
@@ -112,7 +110,7 @@ class KafkaListener:
             assert router is not None, "the server answers only after start() returned"
             return await router.handle(payload)
 
-        server = KafkaServer(handle, self._config)
+        server = KafkaServer(handle, self._config, reuse_port=self._broker_config.num_network_threads > 1)
         ports = await server.start()
         advertised = self._config.advertised(ports)[0]
         router = Router(

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from cluster.protocol.errors import ProtocolError
 from cluster.protocol.framing import SIZE
-from cluster.protocol.listener_config import ListenerConfig
+from storage.config.listener_config import ListenerConfig
 
 logger = logging.getLogger(__name__)
 
@@ -52,9 +52,12 @@ class ServerStatistics:
 class KafkaServer:
     """Serves Kafka's framing on every endpoint of `config.listeners` (see the module docstring)."""
 
-    def __init__(self, handle: RequestHandler, config: ListenerConfig) -> None:
+    def __init__(self, handle: RequestHandler, config: ListenerConfig, reuse_port: bool = False) -> None:
+        """`reuse_port` binds with SO_REUSEPORT, so that several listener processes of a node share its port (the
+        kernel spreads new connections over them); every process bound to the port must set it."""
         self._handle = handle
         self._config = config
+        self._reuse_port = reuse_port
         self._servers: dict[str, asyncio.Server] = {}
         self._ports: dict[str, int] = {}
         self._connections: set[asyncio.Task[None]] = set()
@@ -68,7 +71,9 @@ class KafkaServer:
     async def start(self) -> dict[str, int]:
         """Binds every listener; returns the port each listener name is bound to."""
         for endpoint in self._config.endpoints:
-            server = await asyncio.start_server(self._accept, host=endpoint.host or None, port=endpoint.port)
+            server = await asyncio.start_server(
+                self._accept, host=endpoint.host or None, port=endpoint.port, reuse_port=self._reuse_port or None
+            )
             self._servers[endpoint.listener_name] = server
             self._ports[endpoint.listener_name] = server.sockets[0].getsockname()[1]
         return self.ports

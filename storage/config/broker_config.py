@@ -31,12 +31,27 @@ list (blanks trimmed, empty entries dropped, as Kafka's `csvList`).
 | producer.id.expiration.ms                     | int     | 86400000            | forget an idle producer id after it  |
 | producer.id.expiration.check.interval.ms      | int     | 600000              | how often idle producers are dropped |
 | log.partitions.per.process (raybroker only)   | int     | 1                   | partition logs per actor process     |
+| listeners                                     | string  | PLAINTEXT://127.0.0.1:9092 | Kafka-protocol endpoints      |
+| advertised.listeners                          | string  | (listeners)         | what Metadata tells clients          |
+| num.network.threads                           | int     | 1 (Kafka: 3)        | listener processes per node          |
+| socket.request.max.bytes                      | int     | 104857600           | largest request frame accepted       |
+| connections.max.idle.ms                       | long    | 600000              | close a connection silent this long  |
+| max.connections                               | int     | 2147483647          | connections open at once, per node   |
+| max.connections.per.ip                        | int     | 2147483647          | connections open at once per address |
 
 `offsets.topic.num.partitions` keeps Kafka's default of 50 here; raybroker's example `configs/server.properties`
 sets it lower because every partition of raybroker is a process (a Ray actor), not a few open files, unless
 `log.partitions.per.process` (a raybroker key, no Kafka equivalent) lets one actor process host up to that many
 partition logs (`actors.server.partition_host`): each process costs ~61 MiB of its own, so 1 caps a 24 GiB node near
 400 partitions.
+
+The Kafka-protocol listener's keys are checked and explained in `storage.config.listener_config`; together they
+form `BrokerConfig.listener_config`. `num.network.threads` keeps Kafka's name with a raybroker meaning: Kafka runs
+that many network threads in one JVM, raybroker that many listener processes (Ray actors) on each node, sharing
+its port through SO_REUSEPORT, since one Python process serves requests on one core. Its default is 1, not
+Kafka's 3: on a 2-core node the listener process and the partition actors it feeds already keep both cores busy
+(decoding and encoding requests is Python work), so more listener processes would only compete with the
+partitions for the same cores, each costing a Ray worker's memory; raise it on nodes with cores to spare.
 
 Broker defaults of topic configs (Kafka's "server synonyms"); together they form `BrokerConfig.log_config`, the
 `LogConfig` a topic gets when it overrides nothing. A negative retention in any unit means no time limit (-1):
@@ -76,8 +91,9 @@ Broker defaults of topic configs (Kafka's "server synonyms"); together they form
 | log.local.retention.bytes                  | long     | -2          | local.retention.bytes                  |
 
 Loading (`from_properties`, `load_server_properties`): `broker.id` is read as `node.id` (both set and different
-is an error, as in Kafka); `log.dir` is read only when `log.dirs` is absent. Keys of Kafka's broker that do not
-apply to raybroker (listeners, sockets, ZooKeeper, KRaft quorum, replication factors, security: `IGNORED_KAFKA_KEYS`
+is an error, as in Kafka); `log.dir` is read only when `log.dirs` is absent; the listeners a KRaft file names in
+`controller.listener.names` are dropped from `listeners`. Keys of Kafka's broker that do not
+apply to raybroker (socket buffers, ZooKeeper, KRaft quorum, replication factors, security: `IGNORED_KAFKA_KEYS`
 and `IGNORED_KAFKA_KEY_PREFIXES`) load with one logged warning and are listed in `BrokerConfig.ignored_keys`; any
 other unknown key raises `InvalidConfigError` (with the closest known key as a hint), so a typo never passes
 silently.
@@ -99,6 +115,7 @@ from typing import Any
 from storage.config.cleaner_config import CleanerConfig
 from storage.config.config_values import (
     DOUBLE_MAX,
+    INT_MAX,
     LONG_MAX,
     check_fields,
     config_field,
@@ -108,6 +125,7 @@ from storage.config.config_values import (
     render_properties,
     values_from_properties,
 )
+from storage.config.listener_config import DEFAULT_LISTENERS, ListenerConfig
 from storage.config.log_config import LogConfig
 from storage.errors import CorruptCheckpointError, InvalidConfigError
 from storage.logdir.meta_properties import parse_properties
@@ -121,7 +139,6 @@ MS_PER_HOUR = 3_600_000
 
 IGNORED_KAFKA_KEYS = frozenset(
     {
-        "advertised.listeners",
         "allow.everyone.if.no.acl.found",
         "authorizer.class.name",
         "auto.leader.rebalance.enable",
@@ -135,20 +152,17 @@ IGNORED_KAFKA_KEYS = frozenset(
         "inter.broker.listener.name",
         "inter.broker.protocol.version",
         "listener.security.protocol.map",
-        "listeners",
         "log.dir.failure.timeout.ms",
         "log.message.format.version",
         "metadata.log.dir",
         "metric.reporters",
         "num.io.threads",
-        "num.network.threads",
         "num.replica.fetchers",
         "offsets.topic.replication.factor",
         "process.roles",
         "replica.lag.time.max.ms",
         "security.inter.broker.protocol",
         "socket.receive.buffer.bytes",
-        "socket.request.max.bytes",
         "socket.send.buffer.bytes",
         "super.users",
         "transaction.state.log.min.isr",
@@ -195,9 +209,10 @@ _TOPIC_SYNONYMS = {
 class BrokerConfig:
     """One broker's settings (see the module docstring for every key, its default and its meaning).
 
-    `log_config` (the topic defaults) and `cleaner_config` are derived on creation; `ignored_keys` lists the
-    Kafka keys a loaded file set that raybroker does not use. A field's `low` is checked here; the ranges of
-    topic-config synonyms and cleaner keys are checked by `LogConfig` and `CleanerConfig`.
+    `log_config` (the topic defaults), `cleaner_config` and `listener_config` are derived on creation;
+    `ignored_keys` lists the Kafka keys a loaded file set that raybroker does not use. A field's `low` is checked
+    here; the ranges of topic-config synonyms and cleaner keys, and the listeners' syntax, are checked by
+    `LogConfig`, `CleanerConfig` and `ListenerConfig`.
     """
 
     node_id: int = config_field(0, "int", low=0)
@@ -224,6 +239,13 @@ class BrokerConfig:
     producer_id_expiration_ms: int = config_field(86400000, "int", low=1)
     producer_id_expiration_check_interval_ms: int = config_field(600000, "int", low=1)
     log_partitions_per_process: int = config_field(1, "int", low=1)
+    listeners: str = config_field(DEFAULT_LISTENERS, "string")
+    advertised_listeners: str | None = config_field(None, "string")
+    num_network_threads: int = config_field(1, "int", low=1)
+    socket_request_max_bytes: int = config_field(104857600, "int", low=1)
+    connections_max_idle_ms: int = config_field(600000, "long", low=1)
+    max_connections: int = config_field(INT_MAX, "int", low=1)
+    max_connections_per_ip: int = config_field(INT_MAX, "int", low=1)
     log_segment_bytes: int = config_field(1073741824, "int")
     log_roll_ms: int | None = config_field(None, "long")
     log_roll_hours: int = config_field(168, "int")
@@ -260,6 +282,7 @@ class BrokerConfig:
     ignored_keys: tuple[str, ...] = ()
     log_config: LogConfig = field(init=False, repr=False, compare=False)
     cleaner_config: CleanerConfig = field(init=False, repr=False, compare=False)
+    listener_config: ListenerConfig = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -270,6 +293,8 @@ class BrokerConfig:
         object.__setattr__(self, "log_config", self._build_log_config())
         cleaner_values = {spec.name: getattr(self, spec.name) for spec in fields(CleanerConfig)}
         object.__setattr__(self, "cleaner_config", CleanerConfig(**cleaner_values))
+        listener_values = {spec.name: getattr(self, spec.name) for spec in fields(ListenerConfig)}
+        object.__setattr__(self, "listener_config", ListenerConfig(**listener_values))
 
     def _log_config_sources(self) -> dict[str, tuple[str, Any]]:
         """LogConfig field -> (the broker field its value comes from, the value), with Kafka's precedence."""
@@ -334,6 +359,8 @@ class BrokerConfig:
         log_dir = props.pop("log.dir", None)
         if log_dir is not None:
             props.setdefault("log.dirs", log_dir)
+        if "controller.listener.names" in props and "listeners" in props:
+            props["listeners"] = _without_controller_listeners(props["listeners"], props["controller.listener.names"])
         values, other_keys = values_from_properties(cls, props)
         ignored = [key for key in other_keys if key in IGNORED_KAFKA_KEYS or key.startswith(IGNORED_KAFKA_KEY_PREFIXES)]
         unknown = [key for key in other_keys if key not in ignored]
@@ -368,6 +395,16 @@ def load_server_properties(path: str | Path) -> BrokerConfig:
         return BrokerConfig.from_properties(parse_properties(text, path=path))
     except (InvalidConfigError, CorruptCheckpointError) as exc:
         raise InvalidConfigError(exc.message, path=path) from exc
+
+
+def _without_controller_listeners(listeners: Any, controller_names: Any) -> Any:
+    """`listeners` without the KRaft controller's own endpoints (`controller.listener.names`): a KRaft server's
+    file lists them beside its broker listeners, and raybroker has no KRaft controller to serve them."""
+    if not isinstance(listeners, str) or not isinstance(controller_names, str):
+        return listeners
+    names = {name.strip().upper() for name in controller_names.split(",")}
+    kept = [entry for entry in listeners.split(",") if entry.split("://", 1)[0].strip().upper() not in names]
+    return ",".join(kept)
 
 
 def _describe_unknown(key: str) -> str:

@@ -529,13 +529,43 @@ def test_stop_then_start_on_the_running_cluster(
 
     # A relative log dir is made absolute here: the broker's actors do not run in this directory.
     monkeypatch.chdir(tmp_path)
+    port = free_port()
     overrides = [arg for key, value in FAST_BROKER_PROPERTIES.items() for arg in ("--override", f"{key}={value}")]
-    code, out, _ = run(capsys, "start", "--address", "auto", "--log-dirs", "fresh", *overrides)
+    overrides += ["--override", f"listeners=PLAINTEXT://127.0.0.1:{port}"]
+    code, out, err = run(capsys, "start", "--address", "auto", "--log-dirs", "fresh", *overrides)
     assert code == EXIT_OK
+    assert err == ""
     assert f"log dirs: {tmp_path / 'fresh'}\n" in out
     assert (tmp_path / "fresh" / "meta.properties").is_file()
     assert f'ray.init(address="{ray.get_runtime_context().gcs_address}")' in out
+    assert f"Kafka clients: bootstrap.servers=127.0.0.1:{port} (1 listener process on this node)\n" in out
     assert run(capsys, "topics", "--list")[1] == "__consumer_offsets\n"
+    # The listener started with the broker: a Kafka client produces and reads back through the printed port.
+    assert wire_round_trip(f"127.0.0.1:{port}", "cli-wire") == [b"wire-0", b"wire-1", b"wire-2"]
+    assert run(capsys, "get-offsets", "--topic", "cli-wire")[1] == "cli-wire:0:3\n"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def wire_round_trip(bootstrap_servers: str, topic: str) -> list[bytes | None]:
+    """Values a confluent-kafka producer sent to partition 0 of `topic`, as a confluent-kafka consumer reads them."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    producer = Producer({"bootstrap.servers": bootstrap_servers})
+    for index in range(3):
+        producer.produce(topic, value=b"wire-%d" % index, partition=0)
+    assert producer.flush(30) == 0
+    consumer = Consumer({"bootstrap.servers": bootstrap_servers, "group.id": "unused"})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    try:
+        return [message.value() for message in consumer.consume(num_messages=3, timeout=30)]
+    finally:
+        consumer.close()
 
 
 def test_start_refuses_a_bad_config_before_starting_anything(
@@ -577,12 +607,22 @@ def test_start_and_stop_a_local_ray_head_in_subprocesses(tmp_path: Path) -> None
         if sock.connect_ex(("127.0.0.1", RAY_HEAD_PORT)) == 0:
             pytest.skip(f"port {RAY_HEAD_PORT} is taken: another Ray head runs on this machine")
     log_dir = tmp_path / "logs"
-    started = run_cli("start", "--log-dirs", str(log_dir), "--override", "offsets.topic.num.partitions=1")
+    port = free_port()
+    overrides = [
+        "--override",
+        "offsets.topic.num.partitions=1",
+        "--override",
+        f"listeners=PLAINTEXT://127.0.0.1:{port}",
+    ]
+    started = run_cli("start", "--log-dirs", str(log_dir), *overrides)
     state = read_state()
     try:
         assert started.returncode == EXIT_OK, started.stderr
         assert state is not None and state.started_head
         assert f"Started a local Ray head at {state.address}" in started.stdout
+        assert f"Kafka clients: bootstrap.servers=127.0.0.1:{port} " in started.stdout
+        with socket.socket() as sock:
+            assert sock.connect_ex(("127.0.0.1", port)) == 0
         listed = run_cli("topics", "--list", "--address", state.address)
         assert (listed.returncode, listed.stdout) == (EXIT_OK, "__consumer_offsets\n"), listed.stderr
     finally:
@@ -595,4 +635,6 @@ def test_start_and_stop_a_local_ray_head_in_subprocesses(tmp_path: Path) -> None
     assert f"Stopped the Ray head at {state.address}" in stopped.stdout
     assert session_processes(state) == []
     assert (log_dir / ".kafka_cleanshutdown").is_file()
+    with socket.socket() as sock:
+        assert sock.connect_ex(("127.0.0.1", port)) != 0
     assert not state_file().exists()

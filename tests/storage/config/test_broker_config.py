@@ -13,6 +13,7 @@ import pytest
 import storage.config.broker_config as broker_config_module
 from storage.config.broker_config import IGNORED_KAFKA_KEYS, BrokerConfig, load_server_properties
 from storage.config.cleaner_config import CleanerConfig
+from storage.config.listener_config import Endpoint, ListenerConfig
 from storage.config.log_config import LONG_MAX, LogConfig
 from storage.errors import InvalidConfigError
 from storage.logdir.meta_properties import format_properties
@@ -256,7 +257,11 @@ def test_to_properties_leaves_unset_synonyms_out_and_renders_kafka_text() -> Non
 
 def test_every_kafka_key_is_documented_in_the_module_docstring() -> None:
     documented = broker_config_module.__doc__ or ""
-    every_optional_set = {spec.name: 1 for spec in dataclasses.fields(BrokerConfig) if spec.default is None}
+    # A value of each optional key's type: an int, or for the one optional string, a listener.
+    values = {"int | None": 1, "str | None": "PLAINTEXT://broker.example:9092"}
+    every_optional_set = {
+        spec.name: values[str(spec.type)] for spec in dataclasses.fields(BrokerConfig) if spec.default is None
+    }
     keys = BrokerConfig(**every_optional_set).to_properties()
     assert [key for key in keys if key not in documented] == []
 
@@ -437,12 +442,11 @@ def test_kafka_zookeeper_mode_server_properties_loads(tmp_path: Path, caplog: py
     assert config.num_partitions == 1
     assert config.log_config.retention_ms == 168 * 3600000
     assert config.log_retention_check_interval_ms == 300000
+    assert (config.num_network_threads, config.socket_request_max_bytes) == (3, 104857600)
     assert config.ignored_keys == (
-        "num.network.threads",
         "num.io.threads",
         "socket.send.buffer.bytes",
         "socket.receive.buffer.bytes",
-        "socket.request.max.bytes",
         "offsets.topic.replication.factor",
         "transaction.state.log.replication.factor",
         "transaction.state.log.min.isr",
@@ -460,9 +464,9 @@ def test_kafka_kraft_mode_server_properties_loads(tmp_path: Path) -> None:
     assert config.node_id == 1
     assert config.log_dirs == ("/tmp/kraft-combined-logs",)
     assert config.log_config.segment_bytes == 1073741824
-    assert {"process.roles", "controller.quorum.voters", "listeners", "controller.listener.names"} <= set(
-        config.ignored_keys
-    )
+    assert {"process.roles", "controller.quorum.voters", "controller.listener.names"} <= set(config.ignored_keys)
+    # The KRaft controller's own listener is dropped: raybroker serves the broker's.
+    assert (config.listeners, config.advertised_listeners) == ("PLAINTEXT://:9092", "PLAINTEXT://localhost:9092")
     assert set(config.ignored_keys) <= IGNORED_KAFKA_KEYS
 
 
@@ -581,3 +585,69 @@ def test_malformed_unicode_escape_raises_invalid_config_with_path(tmp_path: Path
     with pytest.raises(InvalidConfigError) as caught:
         load_server_properties(path)
     assert caught.value.path == str(path)
+
+
+# --- the Kafka-protocol listener's keys -----------------------------------------------------------------
+
+
+def test_listener_keys_default_to_a_loopback_listener_and_kafkas_limits() -> None:
+    config = BrokerConfig()
+    assert config.listener_config == ListenerConfig()
+    assert config.listener_config.endpoints == (Endpoint("PLAINTEXT", "127.0.0.1", 9092),)
+    assert config.listener_config.advertised({"PLAINTEXT": 9092}) == config.listener_config.endpoints
+    assert config.num_network_threads == 1
+    assert (config.socket_request_max_bytes, config.connections_max_idle_ms) == (104857600, 600000)
+    assert config.max_connections == config.max_connections_per_ip == 2**31 - 1
+
+
+def test_listener_keys_are_read_from_properties_into_the_listener_config() -> None:
+    config = BrokerConfig.from_properties(
+        {
+            "listeners": "PLAINTEXT://127.0.0.1:19092",
+            "advertised.listeners": "PLAINTEXT://broker.example:29092",
+            "num.network.threads": "2",
+            "socket.request.max.bytes": "1048576",
+            "connections.max.idle.ms": "1000",
+            "max.connections": "100",
+            "max.connections.per.ip": "10",
+        }
+    )
+    assert config.ignored_keys == ()
+    assert config.num_network_threads == 2
+    assert config.listener_config == ListenerConfig(
+        "PLAINTEXT://127.0.0.1:19092", "PLAINTEXT://broker.example:29092", 1048576, 1000, 100, 10
+    )
+    assert config.listener_config.advertised({"PLAINTEXT": 19092}) == (Endpoint("PLAINTEXT", "broker.example", 29092),)
+    assert BrokerConfig.from_properties(config.to_properties()) == config
+
+
+@pytest.mark.parametrize(
+    ("properties", "fragment"),
+    [
+        ({"listeners": "127.0.0.1:9092"}, "listeners"),
+        ({"listeners": "SSL://127.0.0.1:9093"}, "only the PLAINTEXT"),
+        ({"advertised.listeners": "PLAINTEXT://host"}, "advertised.listeners"),
+        ({"num.network.threads": "0"}, "num.network.threads"),
+        ({"socket.request.max.bytes": "0"}, "socket.request.max.bytes"),
+        ({"max.connections.per.ip": "many"}, "max.connections.per.ip"),
+    ],
+)
+def test_bad_listener_keys_raise_naming_the_key(properties: dict[str, str], fragment: str) -> None:
+    with pytest.raises(InvalidConfigError, match=fragment):
+        BrokerConfig.from_properties(properties)
+
+
+@pytest.mark.parametrize(
+    ("listeners", "exposed_hosts"),
+    [
+        ("PLAINTEXT://127.0.0.1:9092", []),
+        ("PLAINTEXT://localhost:9092", []),
+        ("PLAINTEXT://[::1]:9092", []),
+        ("PLAINTEXT://:9092", [""]),
+        ("PLAINTEXT://0.0.0.0:9092", ["0.0.0.0"]),
+        ("PLAINTEXT://broker.example:9092", ["broker.example"]),
+    ],
+)
+def test_exposed_endpoints_are_those_other_machines_may_reach(listeners: str, exposed_hosts: list[str]) -> None:
+    config = BrokerConfig.from_properties({"listeners": listeners}).listener_config
+    assert [endpoint.host for endpoint in config.exposed_endpoints()] == exposed_hosts

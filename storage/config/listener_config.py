@@ -14,11 +14,16 @@ Only the PLAINTEXT security protocol is served so far; a listener named anything
 custom name) is refused with `InvalidConfigError`. Kafka's own default for `listeners` is `PLAINTEXT://:9092`
 (every interface); raybroker binds the loopback interface unless told otherwise, so a broker started for a test
 or a demo is not reachable from the network. Other broker keys in the same properties are not this module's and
-are left alone.
+are left alone. `BrokerConfig` declares the same keys with the same defaults and derives its `listener_config`
+from them, so `server.properties` sets them like any broker key.
+
+A PLAINTEXT listener has no authentication: `exposed_endpoints` names the ones reachable from other machines (any
+host but a loopback address or `localhost`), which `raybroker start` warns about.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -100,6 +105,11 @@ class ListenerConfig:
     def endpoints(self) -> tuple[Endpoint, ...]:
         return parse_listeners(self.listeners)
 
+    def exposed_endpoints(self) -> tuple[Endpoint, ...]:
+        """The listeners bound to an address other machines may reach: every interface (empty host), a
+        non-loopback address, or a host name other than `localhost` (which may resolve to anything)."""
+        return tuple(endpoint for endpoint in self.endpoints if not _is_loopback(endpoint.host))
+
     def advertised(self, bound_ports: Mapping[str, int]) -> tuple[Endpoint, ...]:
         """What Metadata reports: `advertised.listeners`, else `listeners` with the ports actually bound (port 0
         asks for any free port) and, for a listener bound to every interface, the loopback address."""
@@ -109,3 +119,12 @@ class ListenerConfig:
             Endpoint(endpoint.listener_name, endpoint.host or "127.0.0.1", bound_ports[endpoint.listener_name])
             for endpoint in self.endpoints
         )
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

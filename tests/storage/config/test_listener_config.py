@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cluster.protocol.listener_config import Endpoint, ListenerConfig, parse_listeners
+from storage.config.listener_config import Endpoint, ListenerConfig, parse_listeners
 from storage.errors import InvalidConfigError
 
 
