@@ -1,0 +1,279 @@
+"""Apache Kafka's own broker on loopback, beside raybroker: fetched from Maven Central once, started in KRaft mode.
+
+The differential tests (tests/cluster/protocol/test_differential.py) and the wire benchmarks
+(benchmarks/bench_wire.py) run the same client scenario against both brokers; this module is the Kafka side.
+It lives under `benchmarks/` because the benchmarks must import it without the test tree; the test fixture
+imports it from here.
+
+`kafka_jars()` resolves `org.apache.kafka:kafka_2.13:<KAFKA_VERSION>` and its runtime dependencies with Maven
+(`dependency:copy-dependencies` on a generated minimal pom) into `~/.cache/raybroker/kafka-<version>/libs`, once:
+later calls find the jars there. `KafkaBroker` formats a fresh KRaft storage dir (one node, broker and
+controller) and runs `java -cp <jars> kafka.Kafka server.properties` as a subprocess on free 127.0.0.1 ports,
+waits until an AdminClient lists topics, and stops it (SIGTERM, then SIGKILL after a bound) on `stop()`.
+Every step has a time bound and fails with `KafkaUnavailable`, so a machine without Maven, Java or the network
+gets one clear message instead of a hang.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from types import TracebackType
+
+KAFKA_VERSION = "3.9.1"
+SCALA_VERSION = "2.13"
+CACHE_ROOT = Path(os.environ.get("RAYBROKER_CACHE", Path.home() / ".cache" / "raybroker"))
+FETCH_TIMEOUT_S = 900.0
+FORMAT_TIMEOUT_S = 60.0
+START_TIMEOUT_S = 90.0
+STOP_TIMEOUT_S = 15.0
+HEAP = "-Xmx512m"
+
+_POM = """<?xml version="1.0" encoding="UTF-8"?>
+<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>raybroker</groupId>
+  <artifactId>kafka-fetch</artifactId>
+  <version>1</version>
+  <packaging>pom</packaging>
+  <dependencies>
+    <dependency>
+      <groupId>org.apache.kafka</groupId>
+      <artifactId>kafka_{scala}</artifactId>
+      <version>{version}</version>
+    </dependency>
+    <dependency>
+      <groupId>org.slf4j</groupId>
+      <artifactId>slf4j-reload4j</artifactId>
+      <version>1.7.36</version>
+    </dependency>
+  </dependencies>
+</project>
+"""
+
+# Kafka logs to stdout through log4j; WARN keeps its log file small and the errors visible.
+_LOG4J = """log4j.rootLogger=WARN, stdout
+log4j.appender.stdout=org.apache.log4j.ConsoleAppender
+log4j.appender.stdout.layout=org.apache.log4j.PatternLayout
+log4j.appender.stdout.layout.ConversionPattern=[%d] %p %m (%c)%n
+"""
+
+
+class KafkaUnavailable(RuntimeError):
+    """Apache Kafka could not be fetched, formatted or started here (the message says which step and why)."""
+
+
+def _progress(message: str) -> None:
+    print(f"[kafka] {message}", file=sys.stderr, flush=True)
+
+
+def kafka_home(version: str = KAFKA_VERSION) -> Path:
+    """The cache folder of one Kafka version (`libs/` holds its jars once fetched)."""
+    return CACHE_ROOT / f"kafka-{version}"
+
+
+def kafka_jars(version: str = KAFKA_VERSION) -> list[Path]:
+    """The jars of Kafka's broker, fetched from Maven Central on first use (~100 MB), then from the cache."""
+    home = kafka_home(version)
+    libs = home / "libs"
+    marker = home / "complete"
+    if not marker.exists():
+        _fetch(version, home)
+        marker.write_text(version + "\n")
+    jars = sorted(libs.glob("*.jar"))
+    if not any(jar.name.startswith(f"kafka_{SCALA_VERSION}-") for jar in jars):
+        raise KafkaUnavailable(f"{libs} holds no kafka_{SCALA_VERSION} jar; delete {home} to fetch again")
+    return jars
+
+
+def _fetch(version: str, home: Path) -> None:
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise KafkaUnavailable("Maven (mvn) is not installed: cannot fetch Apache Kafka from Maven Central")
+    home.mkdir(parents=True, exist_ok=True)
+    libs = home / "libs"
+    shutil.rmtree(libs, ignore_errors=True)
+    (home / "pom.xml").write_text(_POM.format(scala=SCALA_VERSION, version=version))
+    _progress(f"fetching org.apache.kafka:kafka_{SCALA_VERSION}:{version} from Maven Central into {libs} (~100 MB)")
+    started = time.monotonic()
+    command = [
+        mvn,
+        "-B",
+        "-q",
+        "-f",
+        str(home / "pom.xml"),
+        "dependency:copy-dependencies",
+        "-DincludeScope=runtime",
+        f"-DoutputDirectory={libs}",
+    ]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        while True:
+            try:
+                output, _ = process.communicate(timeout=15)
+                break
+            except subprocess.TimeoutExpired:
+                elapsed = time.monotonic() - started
+                if elapsed > FETCH_TIMEOUT_S:
+                    process.kill()
+                    process.wait()
+                    raise KafkaUnavailable(f"fetching Kafka {version} took over {FETCH_TIMEOUT_S:.0f} s") from None
+                count = len(list(libs.glob("*.jar"))) if libs.exists() else 0
+                _progress(f"  still fetching ({elapsed:.0f} s, {count} jars so far)")
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    if process.returncode != 0:
+        tail = "\n".join(output.strip().splitlines()[-15:])
+        raise KafkaUnavailable(f"mvn could not fetch Kafka {version} (exit {process.returncode}):\n{tail}")
+    size_mb = sum(jar.stat().st_size for jar in libs.glob("*.jar")) / 1e6
+    _progress(f"fetched Kafka {version}: {size_mb:.0f} MB in {time.monotonic() - started:.0f} s")
+
+
+def free_port() -> int:
+    """A port free on 127.0.0.1 now (the kernel's pick)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class KafkaBroker:
+    """One Apache Kafka node (broker and KRaft controller) on 127.0.0.1, in a temporary folder.
+
+    `extra_properties` are added to (and override) the server.properties written here, e.g.
+    `auto.create.topics.enable`. Use as a context manager, or call `start()` and `stop()`.
+    """
+
+    def __init__(self, extra_properties: dict[str, str] | None = None, version: str = KAFKA_VERSION) -> None:
+        self.version = version
+        self.extra_properties = dict(extra_properties or {})
+        self.port = 0
+        self.folder: Path | None = None
+        self._process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def __enter__(self) -> KafkaBroker:
+        self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        """Fetches Kafka if needed, formats a new storage dir, starts the broker and waits until it answers."""
+        jars = kafka_jars(self.version)
+        classpath = os.pathsep.join(str(jar) for jar in jars)
+        self.folder = Path(tempfile.mkdtemp(prefix="raybroker-kafka-"))
+        self.port = free_port()
+        controller_port = free_port()
+        properties = {
+            "process.roles": "broker,controller",
+            "node.id": "1",
+            "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",
+            "listeners": f"PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{controller_port}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "log.dirs": str(self.folder / "data"),
+            "num.partitions": "1",
+            "offsets.topic.replication.factor": "1",
+            "offsets.topic.num.partitions": "1",
+            "transaction.state.log.replication.factor": "1",
+            "transaction.state.log.min.isr": "1",
+            "group.initial.rebalance.delay.ms": "0",
+            **self.extra_properties,
+        }
+        config = self.folder / "server.properties"
+        config.write_text("".join(f"{key}={value}\n" for key, value in properties.items()))
+        log4j = self.folder / "log4j.properties"
+        log4j.write_text(_LOG4J)
+        java = shutil.which("java")
+        if java is None:
+            raise KafkaUnavailable("java is not installed: cannot run Apache Kafka")
+        base = [java, HEAP, f"-Dlog4j.configuration=file:{log4j}", "-cp", classpath]
+        cluster_id = _cluster_id()
+        formatted = subprocess.run(
+            [*base, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(config), "--ignore-formatted"],
+            capture_output=True,
+            text=True,
+            timeout=FORMAT_TIMEOUT_S,
+        )
+        if formatted.returncode != 0:
+            raise KafkaUnavailable(f"Kafka's StorageTool format failed:\n{formatted.stdout}{formatted.stderr}")
+        log_path = self.folder / "kafka.log"
+        with open(log_path, "wb") as log:
+            self._process = subprocess.Popen(
+                [*base, "kafka.Kafka", str(config)], stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        started = time.monotonic()
+        try:
+            self._wait_ready(log_path)
+        except BaseException:
+            self.stop()
+            raise
+        _progress(f"Kafka {self.version} answers on {self.bootstrap_servers} ({time.monotonic() - started:.1f} s)")
+
+    def _wait_ready(self, log_path: Path) -> None:
+        from confluent_kafka.admin import AdminClient
+
+        # log_level 0: librdkafka's "connection refused" lines while Kafka starts are expected, not news.
+        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers, "log_level": 0})
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            assert self._process is not None
+            if self._process.poll() is not None:
+                tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-20:])
+                raise KafkaUnavailable(f"Kafka exited with {self._process.returncode} at start:\n{tail}")
+            try:
+                admin.list_topics(timeout=2)
+                return
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise KafkaUnavailable(f"Kafka did not answer within {START_TIMEOUT_S:.0f} s") from None
+                time.sleep(0.2)
+
+    @property
+    def pid(self) -> int | None:
+        return None if self._process is None else self._process.pid
+
+    def stop(self) -> None:
+        """SIGTERM to the one process this object started, SIGKILL if it is still there after a bound; the
+        temporary folder goes too."""
+        process, self._process = self._process, None
+        if process is not None and process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        if self.folder is not None:
+            shutil.rmtree(self.folder, ignore_errors=True)
+            self.folder = None
+
+
+def _cluster_id() -> str:
+    """A random KRaft cluster id: 16 random bytes in URL-safe base64 without padding (Kafka's Uuid format)."""
+    import base64
+
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+if __name__ == "__main__":
+    with KafkaBroker() as broker:
+        print(broker.bootstrap_servers)

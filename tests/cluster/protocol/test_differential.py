@@ -1,0 +1,333 @@
+"""Differential tests: the same confluent-kafka scenario against Apache Kafka and against raybroker's listener,
+and the answers compared (record contents and offsets, list-offsets answers, error codes, log start offsets,
+group assignments).
+
+Kafka (`benchmarks.kafka_broker.KafkaBroker`, 3.9 in KRaft mode) starts once per session; the first run fetches
+it from Maven Central into ~/.cache/raybroker. A machine where it cannot be fetched or started skips this module
+with the reason. Both brokers start empty, so the same topic names serve on both.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from benchmarks.kafka_broker import KafkaBroker, KafkaUnavailable
+from cluster.protocol.listener import start_listener
+
+pytestmark = [pytest.mark.ray, pytest.mark.kafka]
+
+CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
+RECORDS = 30
+# Inside the one batch a producer with linger sends: the fetch must start mid-batch and drop the records before.
+ODD_OFFSETS = [0, 7, 13, 29]
+BASE_TIMESTAMP_MS = int(time.time() * 1000) - 60_000
+DEADLINE_S = 30.0
+QUIET = {"log_level": 0}
+
+
+@pytest.fixture(scope="session")
+def kafka() -> Iterator[str]:
+    broker = KafkaBroker()
+    try:
+        broker.start()
+    except KafkaUnavailable as exc:
+        pytest.skip(f"Apache Kafka is not available here: {exc}")
+    try:
+        yield broker.bootstrap_servers
+    finally:
+        broker.stop()
+
+
+@pytest.fixture(scope="module")
+def raybroker(start_test_broker: Callable[..., tuple[Any, Any]]) -> Iterator[str]:
+    start_test_broker(num_partitions="1")
+    with start_listener({"listeners": "PLAINTEXT://127.0.0.1:0", "num.partitions": "1"}) as started:
+        yield started.bootstrap_servers
+
+
+@pytest.fixture
+def both(kafka: str, raybroker: str) -> dict[str, str]:
+    return {"kafka": kafka, "raybroker": raybroker}
+
+
+def _admin(bootstrap: str) -> Any:
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient({"bootstrap.servers": bootstrap, **QUIET})
+
+
+def _create(bootstrap: str, topic: str, partitions: int = 1) -> None:
+    from confluent_kafka.admin import NewTopic
+
+    admin = _admin(bootstrap)  # held until the result is in: a collected client cancels its requests
+    admin.create_topics([NewTopic(topic, partitions, 1)], operation_timeout=10)[topic].result(timeout=DEADLINE_S)
+
+
+def _produce(bootstrap: str, topic: str, codec: str = "none") -> list[int]:
+    """30 records (keys, nulls, headers, explicit timestamps) in one batch; returns the offsets reported."""
+    from confluent_kafka import Producer
+
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, "linger.ms": "50", "compression.type": codec, "acks": "all", **QUIET}
+    )
+    offsets: list[int] = []
+    errors: list[Any] = []
+
+    def report(error: Any, message: Any) -> None:
+        if error is not None:
+            errors.append(error)
+        else:
+            offsets.append(message.offset())
+
+    for index in range(RECORDS):
+        producer.produce(
+            topic,
+            partition=0,
+            key=None if index % 7 == 0 else f"key-{index}".encode(),
+            value=None if index == 5 else f"value-{index}".encode() * (1 + index % 4),
+            headers=[("index", str(index).encode()), ("empty", b"")],
+            timestamp=BASE_TIMESTAMP_MS + index * 10 - (500 if index == 20 else 0),
+            on_delivery=report,
+        )
+    assert producer.flush(DEADLINE_S) == 0
+    assert errors == []
+    return sorted(offsets)
+
+
+def _consume_from(bootstrap: str, topic: str, offset: int, expected: int) -> list[tuple[Any, ...]]:
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4().hex}", "enable.auto.commit": False, **QUIET}
+    )
+    try:
+        consumer.assign([TopicPartition(topic, 0, offset)])
+        records: list[tuple[Any, ...]] = []
+        deadline = time.monotonic() + DEADLINE_S
+        while len(records) < expected and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is None:
+                continue
+            assert message.error() is None, message.error()
+            records.append(
+                (
+                    message.offset(),
+                    message.key(),
+                    message.value(),
+                    message.headers(),
+                    message.timestamp(),
+                    message.leader_epoch() is not None,
+                )
+            )
+        return records
+    finally:
+        consumer.close()
+
+
+@pytest.mark.parametrize("codec", CODECS)
+def test_produce_and_fetch_at_odd_offsets_agree(both: dict[str, str], codec: str) -> None:
+    answers: dict[str, Any] = {}
+    for name, bootstrap in both.items():
+        topic = f"codec-{codec}"
+        _create(bootstrap, topic)
+        offsets = _produce(bootstrap, topic, codec)
+        fetched = {start: _consume_from(bootstrap, topic, start, RECORDS - start) for start in ODD_OFFSETS}
+        answers[name] = (offsets, fetched)
+    assert answers["kafka"][0] == list(range(RECORDS))
+    assert answers["raybroker"] == answers["kafka"]
+
+
+def test_list_offsets_by_time_agree(both: dict[str, str]) -> None:
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import OffsetSpec
+
+    specs = {
+        "earliest": OffsetSpec.earliest(),
+        "latest": OffsetSpec.latest(),
+        "max_timestamp": OffsetSpec.max_timestamp(),
+        "before_all": OffsetSpec.for_timestamp(BASE_TIMESTAMP_MS - 10_000),
+        "exact": OffsetSpec.for_timestamp(BASE_TIMESTAMP_MS + 100),
+        "between": OffsetSpec.for_timestamp(BASE_TIMESTAMP_MS + 105),
+        "after_all": OffsetSpec.for_timestamp(BASE_TIMESTAMP_MS + 10_000),
+    }
+    answers: dict[str, dict[str, tuple[int, int]]] = {}
+    for name, bootstrap in both.items():
+        topic = "list-offsets"
+        _create(bootstrap, topic)
+        _produce(bootstrap, topic)
+        admin = _admin(bootstrap)
+        answers[name] = {}
+        for label, spec in specs.items():
+            partition = TopicPartition(topic, 0)
+            result = admin.list_offsets({partition: spec}, request_timeout=10)[partition].result(timeout=DEADLINE_S)
+            answers[name][label] = (result.offset, result.timestamp)
+    assert answers["kafka"]["exact"][0] == 10
+    assert answers["raybroker"] == answers["kafka"]
+
+
+def _metadata_error(bootstrap: str, topic: str, allow_auto_create: bool) -> tuple[int | None, int]:
+    """What a consumer's Metadata request for `topic` answers: the topic's error code (None: no error) and its
+    partition count."""
+    from confluent_kafka import Consumer
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "metadata",
+            "allow.auto.create.topics": allow_auto_create,
+            **QUIET,
+        }
+    )
+    try:
+        metadata = consumer.list_topics(topic, timeout=10)
+        answer = metadata.topics[topic]
+        return (None if answer.error is None else answer.error.code(), len(answer.partitions))
+    finally:
+        consumer.close()
+
+
+def test_metadata_of_unknown_topics_agrees(both: dict[str, str]) -> None:
+    answers = {}
+    for name, bootstrap in both.items():
+        first = _metadata_error(bootstrap, "unknown-no-create", allow_auto_create=False)
+        created = _metadata_error(bootstrap, "unknown-auto-create", allow_auto_create=True)
+        deadline = time.monotonic() + 10
+        # Kafka's answer to the creating request may still say LEADER_NOT_AVAILABLE; the next one has the leader.
+        while created[0] is not None and time.monotonic() < deadline:
+            time.sleep(0.2)
+            created = _metadata_error(bootstrap, "unknown-auto-create", allow_auto_create=True)
+        answers[name] = (first, created)
+    assert answers["kafka"] == ((3, 0), (None, 1))
+    assert answers["raybroker"] == answers["kafka"]
+
+
+def _create_error(bootstrap: str, topic: str, config: dict[str, str]) -> int | None:
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import NewTopic
+
+    admin = _admin(bootstrap)
+    futures = admin.create_topics([NewTopic(topic, 1, 1, config=config)], operation_timeout=10)
+    try:
+        futures[topic].result(timeout=DEADLINE_S)
+    except KafkaException as exc:
+        return int(exc.args[0].code())
+    return None
+
+
+def test_create_topic_errors_agree(both: dict[str, str]) -> None:
+    answers = {}
+    for name, bootstrap in both.items():
+        _create(bootstrap, "existing")
+        answers[name] = {
+            "bad config value": _create_error(bootstrap, "bad-config", {"cleanup.policy": "bogus"}),
+            "unknown config": _create_error(bootstrap, "unknown-config", {"no.such.config": "1"}),
+            "bad name": _create_error(bootstrap, "bad name!", {}),
+            "dot name": _create_error(bootstrap, "..", {}),
+            "long name": _create_error(bootstrap, "x" * 250, {}),
+            "existing": _create_error(bootstrap, "existing", {}),
+        }
+    assert answers["kafka"]["existing"] == 36
+    assert answers["raybroker"] == answers["kafka"]
+
+
+def _fetch_error_below(bootstrap: str, topic: str, offset: int) -> tuple[int | None, int]:
+    """A consumer assigned below the log start with auto.offset.reset=error: the error it reports (librdkafka's
+    _AUTO_OFFSET_RESET, -140, which it raises on the broker's OFFSET_OUT_OF_RANGE), and the offset a consumer
+    with auto.offset.reset=earliest reads first instead."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    codes: list[int | None] = []
+    for reset in ("error", "earliest"):
+        consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": f"g-{uuid.uuid4().hex}",
+                "auto.offset.reset": reset,
+                "enable.auto.commit": False,
+                **QUIET,
+            }
+        )
+        try:
+            consumer.assign([TopicPartition(topic, 0, offset)])
+            deadline = time.monotonic() + DEADLINE_S
+            while time.monotonic() < deadline:
+                message = consumer.poll(0.5)
+                if message is None:
+                    continue
+                error = message.error()
+                codes.append(message.offset() if error is None else error.code())
+                break
+        finally:
+            consumer.close()
+    assert len(codes) == 2
+    return codes[0], int(codes[1] or 0)
+
+
+def test_delete_records_then_fetch_below_log_start_agree(both: dict[str, str]) -> None:
+    from confluent_kafka import Consumer, TopicPartition
+
+    answers = {}
+    for name, bootstrap in both.items():
+        topic = "delete-records"
+        _create(bootstrap, topic)
+        _produce(bootstrap, topic)
+        partition = TopicPartition(topic, 0, 12)
+        admin = _admin(bootstrap)
+        deleted = admin.delete_records([partition], request_timeout=10)[partition].result(DEADLINE_S)
+
+        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "watermarks", **QUIET})
+        try:
+            watermarks = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+        finally:
+            consumer.close()
+        answers[name] = (deleted.low_watermark, watermarks, _fetch_error_below(bootstrap, topic, 5))
+    assert answers["kafka"] == (12, (12, RECORDS), (-140, 12))
+    assert answers["raybroker"] == answers["kafka"]
+
+
+def _group_assignment(bootstrap: str, topic: str) -> list[list[int]]:
+    """Two consumers of one group subscribe with the range assignor; returns each one's partitions, sorted."""
+    from confluent_kafka import Consumer
+
+    group = f"range-{uuid.uuid4().hex[:8]}"
+    consumers = [
+        Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": group,
+                "partition.assignment.strategy": "range",
+                "session.timeout.ms": 10_000,
+                "heartbeat.interval.ms": 500,
+                **QUIET,
+            }
+        )
+        for _ in range(2)
+    ]
+    try:
+        for consumer in consumers:
+            consumer.subscribe([topic])
+        deadline = time.monotonic() + DEADLINE_S
+        while time.monotonic() < deadline:
+            for consumer in consumers:
+                consumer.poll(0.2)
+            assignments = [sorted(p.partition for p in consumer.assignment()) for consumer in consumers]
+            if sum(len(a) for a in assignments) == 5 and all(assignments):
+                return sorted(assignments)
+        raise AssertionError(f"no stable assignment: {assignments}")
+    finally:
+        for consumer in consumers:
+            consumer.close()
+
+
+def test_range_assignment_of_a_two_member_group_agrees(both: dict[str, str]) -> None:
+    answers = {}
+    for name, bootstrap in both.items():
+        _create(bootstrap, "range-group", partitions=5)
+        answers[name] = _group_assignment(bootstrap, "range-group")
+    assert answers["kafka"] == [[0, 1, 2], [3, 4]]
+    assert answers["raybroker"] == answers["kafka"]
