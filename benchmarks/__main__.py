@@ -30,6 +30,7 @@ BENCHMARKS: dict[str, tuple[str, ...]] = {
     "bench_fetch": ("fetch_remote", "fetch_local"),
     "bench_spark": ("spark_ingest", "spark_ingest_128"),
     "bench_partitions": ("partitions_per_node", "partitions_create_s"),
+    "bench_wire": ("wire_produce", "wire_fetch", "wire_latency"),
 }
 
 

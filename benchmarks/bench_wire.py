@@ -1,0 +1,295 @@
+"""Kafka-protocol benchmarks: the same confluent-kafka client against raybroker's listener and against Apache Kafka.
+
+| figure         | what                                                         | baseline                          |
+|----------------|--------------------------------------------------------------|-----------------------------------|
+| `wire_produce` | records/s, one Producer into one partition, 100-byte values, | Apache Kafka 3.9 (KRaft, one node |
+|                | `acks=1`, every record acknowledged (flush)                  | on loopback), same client/records |
+| `wire_fetch`   | MB/s of values, one consumer reading a partition from offset | the same from Kafka               |
+|                | 0 to its end (1 GiB of 1 KiB values; 64 MiB with --quick)    |                                   |
+| `wire_latency` | p99 ms from `produce` to the consumer's `poll` returning the | the same through Kafka            |
+|                | record, 10,000 records/s, producer and consumer in separate  |                                   |
+|                | processes; p50 in the goal text                              |                                   |
+
+Kafka starts once for the module (`benchmarks.kafka_broker`, fetched from Maven Central on the first run); the
+listener runs in this process over the run's shared broker (`start_listener`, its own thread and event loop).
+Every client runs in a process of its own (spawned), so the client's Python never competes for this process's
+GIL with the listener, and both brokers face exactly the same client. The two sides are measured alternately,
+best of N for throughputs. Latency stamps each value with CLOCK_MONOTONIC (one clock for every process on the
+machine); the producer uses `linger.ms=1` on both sides, so the 10 records of each 1 ms tick leave as one Produce
+request (librdkafka's default of 5 ms would be most of the 5 ms budget by itself; with 0 every record is a
+request of its own).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import struct
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from benchmarks.common import BenchContext, Figure, percentile
+from benchmarks.kafka_broker import KAFKA_VERSION, KafkaBroker
+
+PRODUCE_VALUE_BYTES = 100
+FETCH_VALUE_BYTES = 1024
+PRODUCE_GOAL_RPS = 1_000_000
+LATENCY_RATE_PER_S = 10_000
+LATENCY_TICK_S = 0.001
+LATENCY_GOAL_P99_MS = 5.0
+LATENCY_GOAL_RATIO = 1.5
+LATENCY_LINGER_MS = 1
+CLIENT_TIMEOUT_S = 300.0
+QUIET = {"log_level": 0}
+# The producer's local queue holds a whole run, so `produce` never stops on BufferError and the figure is the
+# broker's pace, not the queue's.
+PRODUCER_QUEUE = {"queue.buffering.max.messages": 2_000_000, "queue.buffering.max.kbytes": 2_097_151}
+_STAMP = struct.Struct(">q")
+
+
+def _now_ns() -> int:
+    return time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+
+
+def run(ctx: BenchContext) -> list[Figure]:
+    from cluster.protocol.listener import start_listener
+
+    ctx.environment.broker()
+    ctx.progress("  starting Apache Kafka (fetched from Maven Central on the first run) ...")
+    with KafkaBroker() as kafka, start_listener({"listeners": "PLAINTEXT://127.0.0.1:0", "num.partitions": "1"}) as ray:
+        targets = {"raybroker": ray.bootstrap_servers, "kafka": kafka.bootstrap_servers}
+        return [_wire_produce(ctx, targets), _wire_fetch(ctx, targets), _wire_latency(ctx, targets)]
+
+
+def _in_process(target: Callable[..., Any], *args: Any) -> Any:
+    """Runs `target(*args, results)` in a spawned process and returns what it put on `results`."""
+    context = multiprocessing.get_context("spawn")
+    results = context.Queue()
+    process = context.Process(target=_call, args=(target, args, results))
+    process.start()
+    try:
+        ok, value = results.get(timeout=CLIENT_TIMEOUT_S)
+    finally:
+        process.join(timeout=10)
+        if process.is_alive():
+            process.kill()
+            process.join()
+    if not ok:
+        raise RuntimeError(f"benchmark client failed: {value}")
+    return value
+
+
+def _call(target: Callable[..., Any], args: tuple[Any, ...], results: Any) -> None:
+    try:
+        results.put((True, target(*args)))
+    except BaseException as exc:
+        results.put((False, f"{type(exc).__name__}: {exc}"))
+
+
+def _create_topic(bootstrap: str, what: str) -> str:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    name = f"bench-wire-{what}-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
+    admin.create_topics([NewTopic(name, 1, 1)], operation_timeout=30)[name].result(timeout=60)
+    return name
+
+
+def _produce_client(bootstrap: str, topic: str, count: int, value_bytes: int) -> float:
+    """Produces `count` random values into partition 0 with acks=1 and waits for every acknowledgement;
+    returns records/s."""
+    from confluent_kafka import Producer
+
+    block = os.urandom(4096 + value_bytes)
+    values = [block[i % 4096 : i % 4096 + value_bytes] for i in range(count)]
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "1", **PRODUCER_QUEUE, **QUIET})
+    failures = 0
+
+    def report(error: Any, _message: Any) -> None:
+        nonlocal failures
+        if error is not None:
+            failures += 1
+
+    produce = producer.produce
+    start = time.perf_counter()
+    for value in values:
+        produce(topic, value, partition=0, on_delivery=report)
+    remaining = producer.flush(CLIENT_TIMEOUT_S)
+    elapsed = time.perf_counter() - start
+    if remaining or failures:
+        raise RuntimeError(f"{failures} records failed, {remaining} unacknowledged")
+    return count / elapsed
+
+
+def _fetch_client(bootstrap: str, topic: str, count: int) -> float:
+    """Reads `count` records of partition 0 from offset 0; returns MB/s of values (10^6 bytes)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex}", "enable.auto.commit": False, **QUIET}
+    )
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        # The clock starts when the first batch is in (connection, metadata and the first fetch's round trip
+        # are start-up, not throughput); that batch is not counted.
+        first: list[Any] = []
+        deadline = time.perf_counter() + CLIENT_TIMEOUT_S
+        while not first and time.perf_counter() < deadline:
+            first = consumer.consume(10_000, 1.0)
+        start = time.perf_counter()
+        received = len(first)
+        total_bytes = 0
+        while received < count and time.perf_counter() < deadline:
+            for message in consumer.consume(10_000, 1.0):
+                if message.error() is not None:
+                    raise RuntimeError(str(message.error()))
+                received += 1
+                total_bytes += len(message.value() or b"")
+        elapsed = time.perf_counter() - start
+    finally:
+        consumer.close()
+    if received < count:
+        raise RuntimeError(f"read {received} of {count} records")
+    return total_bytes / elapsed / 1e6
+
+
+def _latency_consumer(bootstrap: str, topic: str, total: int, ready: Any) -> list[float]:
+    """Polls partition 0 from offset 0 until `total` records came; returns each one's latency in ms."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex}", "enable.auto.commit": False, **QUIET}
+    )
+    latencies: list[float] = []
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        consumer.poll(0.5)  # connected and fetching before the producer starts
+        ready.set()
+        deadline = time.monotonic() + CLIENT_TIMEOUT_S
+        while len(latencies) < total and time.monotonic() < deadline:
+            message = consumer.poll(0.1)
+            if message is None or message.error() is not None:
+                continue
+            latencies.append((_now_ns() - _STAMP.unpack_from(message.value() or b"")[0]) / 1e6)
+    finally:
+        consumer.close()
+    return latencies
+
+
+def _latency_producer(bootstrap: str, topic: str, total: int, per_tick: int) -> float:
+    """Sends `total` stamped records, `per_tick` every millisecond; returns the rate achieved."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "1", "linger.ms": LATENCY_LINGER_MS, **QUIET})
+    padding = os.urandom(PRODUCE_VALUE_BYTES - _STAMP.size)
+    start = time.perf_counter()
+    for tick in range(total // per_tick):
+        pause = start + tick * LATENCY_TICK_S - time.perf_counter()
+        if pause > 0:
+            time.sleep(pause)
+        for _ in range(per_tick):
+            producer.produce(topic, _STAMP.pack(_now_ns()) + padding, partition=0)
+        producer.poll(0)
+    sent_s = time.perf_counter() - start
+    if producer.flush(60):
+        raise RuntimeError("latency producer: records left unacknowledged")
+    return total / sent_s
+
+
+def _latency_run(bootstrap: str, topic: str, total: int, per_tick: int) -> list[float]:
+    context = multiprocessing.get_context("spawn")
+    ready = context.Event()
+    results = context.Queue()
+    consumer = context.Process(target=_call, args=(_latency_consumer, (bootstrap, topic, total, ready), results))
+    consumer.start()
+    try:
+        if not ready.wait(60):
+            raise RuntimeError("latency consumer did not start")
+        _in_process(_latency_producer, bootstrap, topic, total, per_tick)
+        ok, value = results.get(timeout=CLIENT_TIMEOUT_S)
+    finally:
+        consumer.join(timeout=10)
+        if consumer.is_alive():
+            consumer.kill()
+            consumer.join()
+    if not ok:
+        raise RuntimeError(f"latency consumer failed: {value}")
+    latencies: list[float] = sorted(value)
+    if len(latencies) != total:
+        raise RuntimeError(f"the consumer got {len(latencies)} of {total} records")
+    return latencies
+
+
+def _baseline_name() -> str:
+    return f"Apache Kafka {KAFKA_VERSION} (same client)"
+
+
+def _wire_produce(ctx: BenchContext, targets: dict[str, str]) -> Figure:
+    count = 200_000 if ctx.quick else 1_000_000
+    repeats = 2 if ctx.quick else 3
+    best = dict.fromkeys(targets, 0.0)
+    for attempt in range(repeats):
+        for name, bootstrap in targets.items():
+            topic = _create_topic(bootstrap, "produce")
+            best[name] = max(best[name], _in_process(_produce_client, bootstrap, topic, count, PRODUCE_VALUE_BYTES))
+        ctx.progress(
+            f"  wire_produce {attempt + 1}/{repeats}: {best['raybroker']:,.0f} vs Kafka {best['kafka']:,.0f} rec/s"
+        )
+    ratio = best["raybroker"] / best["kafka"]
+    return Figure(
+        "wire_produce",
+        best["raybroker"],
+        "rec/s",
+        _baseline_name(),
+        best["kafka"],
+        ratio,
+        f"ratio >= 1.0 and >= {PRODUCE_GOAL_RPS:,} rec/s",
+        ratio >= 1.0 and best["raybroker"] >= PRODUCE_GOAL_RPS,
+    )
+
+
+def _wire_fetch(ctx: BenchContext, targets: dict[str, str]) -> Figure:
+    total_bytes = (64 << 20) if ctx.quick else (1 << 30)
+    count = total_bytes // FETCH_VALUE_BYTES
+    repeats = 2 if ctx.quick else 3
+    topics = {}
+    for name, bootstrap in targets.items():
+        topics[name] = _create_topic(bootstrap, "fetch")
+        rate = _in_process(_produce_client, bootstrap, topics[name], count, FETCH_VALUE_BYTES)
+        ctx.progress(f"  wire_fetch: {total_bytes >> 20} MiB written into {name} ({rate:,.0f} rec/s)")
+    best = dict.fromkeys(targets, 0.0)
+    for attempt in range(repeats):
+        for name, bootstrap in targets.items():
+            best[name] = max(best[name], _in_process(_fetch_client, bootstrap, topics[name], count))
+        ctx.progress(f"  wire_fetch {attempt + 1}/{repeats}: {best['raybroker']:.0f} vs Kafka {best['kafka']:.0f} MB/s")
+    ratio = best["raybroker"] / best["kafka"]
+    return Figure(
+        "wire_fetch", best["raybroker"], "MB/s", _baseline_name(), best["kafka"], ratio, "ratio >= 1.0", ratio >= 1.0
+    )
+
+
+def _wire_latency(ctx: BenchContext, targets: dict[str, str]) -> Figure:
+    duration_s = 1.0 if ctx.quick else 4.0
+    per_tick = round(LATENCY_RATE_PER_S * LATENCY_TICK_S)
+    total = round(duration_s / LATENCY_TICK_S) * per_tick
+    p50: dict[str, float] = {}
+    p99: dict[str, float] = {}
+    for name, bootstrap in targets.items():
+        latencies = _latency_run(bootstrap, _create_topic(bootstrap, "latency"), total, per_tick)
+        p50[name] = percentile(latencies, 0.5)
+        p99[name] = percentile(latencies, 0.99)
+        ctx.progress(f"  wire_latency {name}: p50 {p50[name]:.2f} ms, p99 {p99[name]:.2f} ms")
+    ratio = p99["raybroker"] / p99["kafka"]
+    return Figure(
+        "wire_latency",
+        p99["raybroker"],
+        "ms p99",
+        _baseline_name(),
+        p99["kafka"],
+        ratio,
+        f"ratio (ours/Kafka's p99) <= {LATENCY_GOAL_RATIO} and p99 < {LATENCY_GOAL_P99_MS:g} ms at "
+        f"{LATENCY_RATE_PER_S:,} rec/s (p50 {p50['raybroker']:.2f} ms vs Kafka {p50['kafka']:.2f} ms)",
+        ratio <= LATENCY_GOAL_RATIO and p99["raybroker"] < LATENCY_GOAL_P99_MS,
+    )
