@@ -81,7 +81,7 @@ def kafka_home(version: str = KAFKA_VERSION) -> Path:
 
 
 def kafka_jars(version: str = KAFKA_VERSION) -> list[Path]:
-    """The jars of Kafka's broker, fetched from Maven Central on first use (~100 MB), then from the cache."""
+    """The jars of Kafka's broker, fetched from Maven Central on first use (~50 MB, 57 jars), then from the cache."""
     home = kafka_home(version)
     libs = home / "libs"
     marker = home / "complete"
@@ -102,7 +102,7 @@ def _fetch(version: str, home: Path) -> None:
     libs = home / "libs"
     shutil.rmtree(libs, ignore_errors=True)
     (home / "pom.xml").write_text(_POM.format(scala=SCALA_VERSION, version=version))
-    _progress(f"fetching org.apache.kafka:kafka_{SCALA_VERSION}:{version} from Maven Central into {libs} (~100 MB)")
+    _progress(f"fetching org.apache.kafka:kafka_{SCALA_VERSION}:{version} from Maven Central into {libs} (~50 MB)")
     started = time.monotonic()
     command = [
         mvn,
