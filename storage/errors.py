@@ -86,6 +86,11 @@ class IndexOffsetOverflowError(StorageError):
     """An offset that cannot be stored relative to its segment's base offset (outside 0..2**31-1)."""
 
 
+class LogSegmentOffsetOverflowError(StorageError):
+    """A segment holding an offset more than 2**31 - 1 above its base, which Kafka's cleaner wrote before the fix
+    of KAFKA-6264; `offset` is the first such offset. The log loader splits the segment and loads again."""
+
+
 class CorruptIndexError(StorageError):
     """An index file that fails its sanity check (size not a multiple of the entry size, bad ordering)."""
 
