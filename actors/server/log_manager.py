@@ -13,28 +13,34 @@ collaborators and its remote API:
 
 It keeps no state of its own beyond what is on disk: after a restart (Ray restarts it if it dies) the
 manager rediscovers the folders, and the partition actors and hosts, which are named and detached, are found
-again rather than duplicated. Every call is idempotent. Topic configs arrive as Kafka's override properties
-(from the controller) and apply over the broker's `log.*` defaults.
+again rather than duplicated. At each start it asks the controller which topics the cluster has: a folder of
+any other topic was deleted while this node was down, and is set aside as `-stray` and deleted, not loaded.
+Every call is idempotent. Topic configs arrive as Kafka's override properties (from the controller) and apply
+over the broker's `log.*` defaults.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import ray
 
+from actors.calls import call, controller
 from actors.options import HOSTS_GROUP
 from actors.server.partition_handles import RayPartitions
 from actors.server.partition_host import HostedPartitionSpec
 from storage.clock import SYSTEM_CLOCK
 from storage.config.broker_config import BrokerConfig
 from storage.config.log_config import LogConfig
+from storage.errors import BrokerNotAvailableError, RequestTimedOutError
 from storage.logdir.log_manager import LogManager, PartitionPlacement
 from storage.logdir.partition_handles import PartitionState
 from storage.logdir.scheduler import Scheduler
+from storage.topic_partition import TopicPartition
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +49,8 @@ logger = logging.getLogger(__name__)
 TICK_SECONDS = 0.1
 # How long shutdown waits for a scheduled pass in progress to end before it closes the partitions.
 SCHEDULER_STOP_TIMEOUT_SECONDS = 30
+# How long startup waits for the controller's topic list; without it, no folder is taken for stray.
+TOPICS_TIMEOUT_SECONDS = 60
 
 
 class LogManagerActor:
@@ -65,7 +73,7 @@ class LogManagerActor:
             cluster_id=cluster_id,
             partitions=self._partitions,
         )
-        self._manager.startup()
+        self._manager.startup(is_stray=_stray_partitions())
         self._partitions.drop_unopened()
         self._scheduler = Scheduler(SYSTEM_CLOCK)
         self._manager.schedule(self._scheduler, self.config)
@@ -157,3 +165,17 @@ class LogManagerActor:
 
     def ping(self) -> str:
         return self.node_id
+
+
+def _stray_partitions() -> Callable[[TopicPartition], bool] | None:
+    """Kafka's `isStray` here: a partition whose topic the controller does not have. Asked at every start, not
+    passed in: Ray restarts this actor with its first arguments, which would not list the topics created since.
+    None (nothing is stray) when the controller does not answer: a folder is never deleted on a guess."""
+    try:
+        topics = frozenset(
+            call(controller().list_topics.remote(include_internal=True), timeout_s=TOPICS_TIMEOUT_SECONDS)
+        )
+    except (BrokerNotAvailableError, RequestTimedOutError) as exc:
+        logger.warning("the controller did not list the topics (%s); no partition folder is taken for stray", exc)
+        return None
+    return lambda tp: tp[0] not in topics

@@ -41,7 +41,8 @@ Scheduling: `schedule(scheduler, broker_config)` registers the periodic work on 
 `storage.logdir.scheduler.Scheduler` at Kafka's intervals (`log.retention.check.interval.ms`,
 `log.flush.scheduler.interval.ms`, `log.flush.offset.checkpoint.interval.ms`,
 `log.flush.start.offset.checkpoint.interval.ms`, `replica.high.watermark.checkpoint.interval.ms`,
-`log.cleaner.backoff.ms`), each first due after `log.initial.task.delay.ms`; whoever drives the scheduler
+`log.cleaner.backoff.ms`, `producer.id.expiration.check.interval.ms`), each first due after
+`log.initial.task.delay.ms`; whoever drives the scheduler
 (a thread of the Ray actor, a test moving a `MockClock`) decides nothing else.
 
 Every method is idempotent: creating an existing partition returns it, deleting a missing one does nothing,
@@ -57,7 +58,7 @@ import threading
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TypeVar
 
@@ -78,6 +79,7 @@ from storage.logdir.partition_handles import (
 )
 from storage.logdir.scheduler import Scheduler
 from storage.partition.log import Log
+from storage.partition.producer_state import PRODUCER_ID_EXPIRATION_MS
 from storage.pending import Pending
 from storage.topic_partition import TopicPartition
 
@@ -143,8 +145,10 @@ class LogManager:
         file_delete_delay_ms: int = 60_000,
         cleaner_config: CleanerConfig | None = None,
         partitions: PartitionFactory | None = None,
+        producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS,
     ) -> None:
-        """`partitions` starts and stops the partitions; default: `LocalPartitions`, logs in this process."""
+        """`partitions` starts and stops the partitions; default: `LocalPartitions`, logs in this process, which
+        forget producers idle for `producer_id_expiration_ms`."""
         self._dirs = LogDirs(
             log_dirs,
             clock=clock,
@@ -158,7 +162,7 @@ class LogManager:
         self.clock = clock
         self.recovery_threads_per_data_dir = max(1, recovery_threads_per_data_dir)
         self.cleaner_config = cleaner_config or CleanerConfig()
-        self._factory = partitions or LocalPartitions(clock, self.cleaner_config)
+        self._factory = partitions or LocalPartitions(clock, self.cleaner_config, producer_id_expiration_ms)
         self._lock = threading.RLock()
         self._handles: dict[TopicPartition, PartitionHandle] = {}
         self._dir_of: dict[TopicPartition, Path] = {}
@@ -175,7 +179,7 @@ class LogManager:
         partitions: PartitionFactory | None = None,
     ) -> LogManager:
         """A manager of `config.log_dirs` with the broker's defaults (`log.*`, `log.cleaner.*`, `node.id`,
-        `num.recovery.threads.per.data.dir`, `log.segment.delete.delay.ms`)."""
+        `num.recovery.threads.per.data.dir`, `log.segment.delete.delay.ms`, `producer.id.expiration.ms`)."""
         return cls(
             config.log_dirs,
             default_config=config.log_config,
@@ -187,6 +191,7 @@ class LogManager:
             file_delete_delay_ms=config.log_segment_delete_delay_ms,
             cleaner_config=config.cleaner_config,
             partitions=partitions,
+            producer_id_expiration_ms=config.producer_id_expiration_ms,
         )
 
     @property
@@ -214,8 +219,13 @@ class LogManager:
 
     # --- startup ---------------------------------------------------------------------------------
 
-    def startup(self) -> None:
-        """Locks every dir, checks its identity, and opens (recovering if needed) every partition in it."""
+    def startup(self, is_stray: Callable[[TopicPartition], bool] | None = None) -> None:
+        """Locks every dir, checks its identity, and opens (recovering if needed) every partition in it.
+
+        `is_stray` (Kafka's `isStray`) names the partitions found on disk that the cluster no longer has: their
+        topic was deleted while this broker was down, so no delete reached it. Their folders are renamed
+        `<topic>-<p>.<uuid>-stray` instead of being opened, and removed after `file.delete.delay.ms`.
+        """
         with self._lock:
             if self._dirs.started:
                 return
@@ -229,13 +239,32 @@ class LogManager:
                 )
                 for found in loaded:
                     try:
-                        self._open_dir(found)
+                        self._open_dir(found if is_stray is None else self._set_aside_strays(found, is_stray))
                     except (KafkaStorageError, OSError) as exc:
                         self._dirs.take_offline(found.path, exc)
                 self._dirs.raise_if_all_offline()
             except BaseException:
                 self._abandon()
                 raise
+
+    def _set_aside_strays(self, loaded: LoadedDir, is_stray: Callable[[TopicPartition], bool]) -> LoadedDir:
+        """`loaded` without its stray partitions, whose folders are renamed for deletion."""
+        kept: dict[TopicPartition, Path] = {}
+        for tp, folder in loaded.partitions.items():
+            if not is_stray(tp):
+                kept[tp] = folder
+                continue
+            renamed = self._dirs.schedule_folder_delete(folder, tp[0], tp[1], stray=True)
+            logger.warning(
+                "partition %s-%d in %s has no topic in the cluster (deleted while this broker was down): "
+                "renamed %s, deleted in %d ms",
+                tp[0],
+                tp[1],
+                loaded.path,
+                renamed.name,
+                self._dirs.file_delete_delay_ms,
+            )
+        return replace(loaded, partitions=kept)
 
     def _open_dir(self, loaded: LoadedDir) -> None:
         """Opens the dir's partitions, `recovery_threads_per_data_dir` at a time; raises the first failure."""
@@ -451,6 +480,11 @@ class LogManager:
             ("kafka-log-flusher", self.flush_dirty_logs, config.log_flush_scheduler_interval_ms),
             # 0 is a valid `log.cleaner.backoff.ms`; a pass per scheduler tick is the closest to it.
             ("log-cleaner", self.run_cleaner, max(1, config.log_cleaner_backoff_ms)),
+            (
+                "PeriodicProducerExpirationCheck",
+                self.remove_expired_producers,
+                config.producer_id_expiration_check_interval_ms,
+            ),
         ]
         for name, task, period_ms in tasks:
             scheduler.schedule(name, task, delay_ms, period_ms)
@@ -466,6 +500,11 @@ class LogManager:
     def flush_dirty_logs(self) -> int:
         """fsyncs partitions whose last flush is older than their `flush.ms`; returns how many were flushed."""
         return sum(self._each_partition(lambda handle: handle.flush_if_due()).values())
+
+    def remove_expired_producers(self) -> int:
+        """Every online partition forgets its producers idle longer than `producer.id.expiration.ms`; returns how
+        many were forgotten."""
+        return sum(self._each_partition(lambda handle: handle.remove_expired_producers()).values())
 
     def delete_due_files(self) -> int:
         """Unlinks `.deleted` segments and `-delete` folders whose delay has passed; returns what is left."""

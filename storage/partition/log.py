@@ -11,7 +11,9 @@ segment, advance the LEO, and fsync when `flush.messages` / `flush.ms` say so.
 
 Read (fetch): whole batches from the one containing the offset, at most `max_bytes` (at least one batch
 with `min_one_message`), never past the isolation bound; the result may end mid-batch like Kafka's.
-Readers use an immutable snapshot of the segment list, so they never wait behind an append.
+Readers use an immutable snapshot of the segment list, so they never wait behind an append. A segment
+deleted under a read stays open until that read ends; a read that chose a segment deleted before it
+began starts again on the current segments (see `LogSegment`).
 
 Shutdown: `close()` flushes, writes the final time-index entries, trims indexes and a preallocated
 `.log`, then writes the `.kafka_cleanshutdown` marker. `Log.open` deletes that marker before loading,
@@ -64,7 +66,13 @@ from storage.records.record_batch import (
     set_base_offset_and_epoch,
     set_log_append_time,
 )
-from storage.segment.log_segment import FetchDataInfo, LogOffsetMetadata, LogSegment, RollParams
+from storage.segment.log_segment import (
+    FetchDataInfo,
+    LogOffsetMetadata,
+    LogSegment,
+    RollParams,
+    SegmentDeletedError,
+)
 from storage.segment.log_segments import LogSegments
 
 logger = logging.getLogger(__name__)
@@ -75,6 +83,9 @@ MAX_TIMESTAMP = -3
 DEFAULT_FETCH_MAX_BYTES = 1024 * 1024  # Kafka's max.partition.fetch.bytes
 LEADER_EPOCH = 0
 OFFSET_AND_EPOCH_BYTES = MAGIC_OFFSET  # baseOffset, batchLength, partitionLeaderEpoch: what offset assignment edits
+# Lock-free read attempts before one under the writer lock: a segment deleted between choosing it and reading it
+# (retention with file.delete.delay.ms 0) costs one retry on the current segments; two in a row do not happen.
+LOCK_FREE_READ_ATTEMPTS = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -515,7 +526,21 @@ class Log:
             raise OffsetOutOfRangeError(f"offset must be an int, not {type(offset).__name__}")
         if not is_int(max_bytes) or max_bytes < 0:
             raise InvalidRequestError(f"max_bytes must be an int >= 0, got {max_bytes!r}")
+        if isolation not in ("log_end", "high_watermark"):
+            raise InvalidRequestError(f"unknown isolation {isolation!r}; expected log_end or high_watermark")
         self._check_open()
+        for _ in range(LOCK_FREE_READ_ATTEMPTS):
+            try:
+                return self._read_once(offset, max_bytes, min_one_message, isolation)
+            except SegmentDeletedError:
+                continue
+        # Segments are deleted under the writer lock: holding it, the segments chosen stay readable.
+        with self._lock:
+            self._check_open()
+            return self._read_once(offset, max_bytes, min_one_message, isolation)
+
+    def _read_once(self, offset: int, max_bytes: int, min_one_message: bool, isolation: str) -> FetchDataInfo:
+        """`read` on a snapshot of the segments; `SegmentDeletedError` if a segment it chose was deleted since."""
         segments = self._segments.snapshot()
         end_metadata = self._end_offset_metadata
         log_start = self._log_start_offset
@@ -527,10 +552,8 @@ class Log:
             )
         if isolation == "log_end":
             upper = end_metadata
-        elif isolation == "high_watermark":
-            upper = self._offset_metadata(min(self._high_watermark, end_metadata.message_offset), segments)
         else:
-            raise InvalidRequestError(f"unknown isolation {isolation!r}; expected log_end or high_watermark")
+            upper = self._offset_metadata(min(self._high_watermark, end_metadata.message_offset), segments)
         if offset >= upper.message_offset:
             return FetchDataInfo(LogOffsetMetadata(offset, upper.segment_base_offset, upper.relative_position), b"")
         floor = _floor_index(segments, offset)
@@ -592,11 +615,22 @@ class Log:
             return TimestampAndOffset(NO_TIMESTAMP, self._log_start_offset)
         if timestamp_ms == LATEST_TIMESTAMP:
             return TimestampAndOffset(NO_TIMESTAMP, self.log_end_offset)
+        if timestamp_ms < 0 and timestamp_ms != MAX_TIMESTAMP:
+            raise InvalidRequestError(f"invalid ListOffsets timestamp {timestamp_ms}")
+        for _ in range(LOCK_FREE_READ_ATTEMPTS):
+            try:
+                return self._offset_by_timestamp_once(timestamp_ms)
+            except SegmentDeletedError:
+                continue
+        with self._lock:
+            self._check_open()
+            return self._offset_by_timestamp_once(timestamp_ms)
+
+    def _offset_by_timestamp_once(self, timestamp_ms: int) -> TimestampAndOffset | None:
+        """`fetch_offset_by_timestamp` on a snapshot of the segments; `SegmentDeletedError` as in `_read_once`."""
         segments = self._segments.snapshot()
         if timestamp_ms == MAX_TIMESTAMP:
             return self._max_timestamp_offset(segments)
-        if timestamp_ms < 0:
-            raise InvalidRequestError(f"invalid ListOffsets timestamp {timestamp_ms}")
         for segment in segments:
             if segment.size == 0 or segment.largest_timestamp < timestamp_ms:
                 continue

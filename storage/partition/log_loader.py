@@ -13,7 +13,15 @@ What happens on open, in order (Kafka's `LogLoader.load`):
 5. After an unclean shutdown every segment from the one holding the recovery point on is recovered:
    each batch's CRC is checked, the `.log` is cut at the first invalid byte, both indexes are rebuilt,
    and if a segment lost bytes, all later segments are deleted. What was dropped is reported.
-6. With no segment left, one is created at the log start offset; if the log end is below the
+6. A segment that recovery (in step 4 or 5) finds holding offsets more than 2**31 - 1 above its base is
+   split, not cut: Kafka's cleaner wrote such segments before the fix of KAFKA-6264, and their offsets cannot
+   be indexed (index entries hold 32-bit relative offsets). Its batches are copied, in order, into new
+   segments, each starting at the first batch that would overflow the one before (the first keeps the old
+   base offset), which replace it through the cleaner's `.cleaned` -> `.swap` protocol; then the step that
+   found it starts over. A crash mid-split is resolved by steps 2-3 on the next open (or the split starts
+   over from the intact old segment). Such offsets in the last segment cannot come from the cleaner, which
+   never writes the active segment: there they are damage, and cut.
+7. With no segment left, one is created at the log start offset; if the log end is below the
    checkpointed log start offset, everything is deleted and the log restarts there.
 
 After a clean shutdown no segment is read: indexes below the recovery point are trusted.
@@ -24,17 +32,37 @@ from __future__ import annotations
 import logging
 import os
 import random
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from storage import file_names
 from storage.clock import Clock
 from storage.config.log_config import LogConfig
-from storage.errors import CorruptIndexError, CorruptRecordError, InvalidOffsetError, KafkaStorageError
+from storage.errors import (
+    CorruptIndexError,
+    CorruptRecordError,
+    InvalidOffsetError,
+    KafkaStorageError,
+    LogSegmentOffsetOverflowError,
+)
+from storage.file_io import fsync_dir
+from storage.records.file_records import AnyBatch
 from storage.segment.log_segment import LogSegment
 from storage.segment.log_segments import LogSegments
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+class _SegmentOffsetOverflow(Exception):
+    """Recovery met a legacy overflowed segment: the loader splits it and starts the step over."""
+
+    def __init__(self, segment: LogSegment) -> None:
+        super().__init__(f"offset overflow in segment {segment.base_offset}")
+        self.segment = segment
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,10 +141,15 @@ class LogLoader:
         try:
             swap_files = self._remove_temp_files_and_collect_swap_files()
             self._complete_swaps(swap_files)
-            segments = self._load_segment_files()
+            segments = LogSegments()
+            self._retry_on_offset_overflow(segments, lambda: self._load_segment_files(segments))
             if self.had_clean_shutdown and segments and not self._active_index_trusted(segments.active):
                 self._recover_segment(segments.active)
-            recovered = 0 if self.had_clean_shutdown else self._recover_from(segments, self.recovery_point)
+            recovered = (
+                0
+                if self.had_clean_shutdown
+                else self._retry_on_offset_overflow(segments, lambda: self._recover_from(segments, self.recovery_point))
+            )
             if segments:
                 end_offset = segments.active.read_next_offset()
                 if end_offset < self.log_start_offset_checkpoint:
@@ -207,14 +240,19 @@ class LogLoader:
             if parsed is not None and parsed[2] == file_names.SWAP_SUFFIX:
                 os.replace(entry, file_names.without_suffix(entry, file_names.SWAP_SUFFIX))
 
-    def _load_segment_files(self) -> LogSegments:
-        segments = LogSegments()
+    def _load_segment_files(self, segments: LogSegments) -> None:
+        """Fills `segments` from the folder, from scratch: what an earlier, interrupted attempt opened is closed."""
+        for opened in segments:
+            opened.close_handlers()
+        segments.clear()
         names = sorted(entry.name for entry in self.directory.iterdir() if entry.is_file())
         log_bases = set()
         for name in names:
             parsed = file_names.parse_segment_name(name)
             if parsed is not None and not parsed[2] and parsed[1] == file_names.LOG_SUFFIX:
                 log_bases.add(parsed[0])
+        ordered = sorted(log_bases)
+        next_bases = {base: ordered[i + 1] if i + 1 < len(ordered) else None for i, base in enumerate(ordered)}
         for name in names:
             parsed = file_names.parse_segment_name(name)
             if parsed is None or parsed[2]:
@@ -228,16 +266,15 @@ class LogLoader:
             segment = new_segment(self.directory, base, self.config, self.clock, new_file=False)
             if not segment.has_offset_index_file():
                 logger.info("%s: rebuilding missing index of segment %d", self.directory, base)
-                self._recover_segment(segment)
+                self._recover_segment(segment, next_bases[base])
             elif not self.had_clean_shutdown:
                 try:
                     segment.offset_index.sanity_check()
                     segment.time_index.sanity_check()
                 except CorruptIndexError as exc:
                     logger.warning("%s: %s; rebuilding", self.directory, exc)
-                    self._recover_segment(segment)
+                    self._recover_segment(segment, next_bases[base])
             segments.add(segment)
-        return segments
 
     def _active_index_trusted(self, segment: LogSegment) -> bool:
         """After a clean shutdown indexes are trusted unread (Kafka's choice), except the active segment's last
@@ -269,6 +306,9 @@ class LogLoader:
         size_before = segment.size
         try:
             truncated = segment.recover(next_segment_base)
+        except LogSegmentOffsetOverflowError as exc:
+            logger.warning("%s: %s; splitting the segment", self.directory, exc)
+            raise _SegmentOffsetOverflow(segment) from exc
         except (InvalidOffsetError, CorruptIndexError) as exc:
             logger.warning(
                 "%s: cannot recover segment %d (%s); truncating it to empty", self.directory, segment.base_offset, exc
@@ -289,6 +329,76 @@ class LogLoader:
             )
         return truncated
 
+    def _retry_on_offset_overflow(self, segments: LogSegments, step: Callable[[], T]) -> T:
+        """Runs `step`, splitting each overflowed segment it meets and running it again (Kafka's
+        `retryOnOffsetOverflow`). Bounded: a split replaces one overflowed segment with segments that fit."""
+        while True:
+            try:
+                return step()
+            except _SegmentOffsetOverflow as overflow:
+                self._split_overflowed_segment(overflow.segment, segments)
+
+    def _split_overflowed_segment(self, segment: LogSegment, segments: LogSegments) -> None:
+        """Kafka's `splitOverflowedSegment` (module docstring, step 6): copies the batches into `.cleaned`
+        segments, then swaps them in for `segment`, in `segments` and on disk. Renames, in Kafka's order:
+        `.cleaned` -> `.swap` from the highest base down, the old segment -> `.deleted` (then unlinked),
+        `.swap` -> final from the lowest base up, so a crash at any point leaves what steps 2-3 resolve.
+        Bytes after the last whole batch (a torn tail) are not copied: reported as dropped, like recovery."""
+        split: list[LogSegment] = []
+        copied_bytes = 0
+        try:
+            for batch in _batches_until_invalid(segment):
+                current = split[-1] if split else None
+                if current is None or not current.can_convert_to_relative_offset(batch.last_offset):
+                    # The first keeps the old base so the swap's offset range covers the old `.log` too.
+                    base = batch.base_offset if split else segment.base_offset
+                    current = new_segment(
+                        self.directory, base, self.config, self.clock, suffix=file_names.CLEANED_SUFFIX
+                    )
+                    split.append(current)
+                current.append(
+                    batch.last_offset,
+                    batch.max_timestamp,
+                    batch.last_offset,
+                    segment.log.read(batch.position, batch.size_in_bytes),
+                )
+                copied_bytes += batch.size_in_bytes
+            modified_ms = segment.last_modified_ms()
+            for part in split:
+                part.on_become_inactive_segment()
+                part.flush()
+                part.log.set_last_modified_ms(modified_ms)
+        except Exception:
+            for part in split:
+                part.delete_files()
+            raise
+        logger.warning(
+            "%s: split overflowed segment %d into segments %s",
+            self.directory,
+            segment.base_offset,
+            [part.base_offset for part in split],
+        )
+        if copied_bytes < segment.size:
+            self._truncated_bases.add(split[-1].base_offset)
+            self._dropped.append(DroppedBytes(str(segment.log.path), copied_bytes, segment.size - copied_bytes))
+            logger.warning(
+                "%s: split dropped %d bytes at position %d of %s",
+                self.directory,
+                segment.size - copied_bytes,
+                copied_bytes,
+                segment.log.path,
+            )
+        for part in reversed(split):
+            part.change_file_suffixes(file_names.CLEANED_SUFFIX, file_names.SWAP_SUFFIX)
+        if segments.get(segment.base_offset) is segment:
+            segments.remove(segment.base_offset)
+        segment.change_file_suffixes("", file_names.DELETED_SUFFIX)
+        segment.delete_files()
+        for part in split:
+            part.change_file_suffixes(file_names.SWAP_SUFFIX, "")
+            segments.add(part)
+        fsync_dir(self.directory)
+
     def _recover_from(self, segments: LogSegments, recovery_point: int) -> int:
         unflushed = list(segments.from_floor(recovery_point))
         recovered = 0
@@ -305,3 +415,12 @@ class LogLoader:
                     later.delete_files()
                 unflushed = []
         return recovered
+
+
+def _batches_until_invalid(segment: LogSegment) -> Iterator[AnyBatch]:
+    """The segment's batches from its start, ending quietly where the bytes stop forming one (recovery has
+    already checked the batches before the overflow; the split keeps the rest as far as it is framed)."""
+    try:
+        yield from segment.log.batches(0)
+    except CorruptRecordError:
+        return

@@ -15,12 +15,22 @@ A segment is named by its base offset (the first offset it may hold). Invariants
 Indexes are opened lazily, on first use: a log with thousands of sealed segments does not map
 thousands of files at start (Kafka's KAFKA-7283 change). Crash recovery (`recover`) re-reads the
 `.log`, checks every batch's CRC, truncates at the first invalid byte and rebuilds both indexes.
+
+Readers do not take the log's lock, so a segment may be deleted while one reads it (retention with
+`file.delete.delay.ms` 0). `delete_files` unlinks the files at once but closes them only when the last
+read in progress ends: closing a descriptor under a reader fails its `pread` ("Bad file descriptor") or,
+once the number is reused, reads another file's bytes. A read that starts after the deletion raises
+`SegmentDeletedError` without touching any file (an index would otherwise be reopened, and recreated
+empty, at its old path); the log then reads again from its current segments.
 """
 
 from __future__ import annotations
 
+import logging
 import os
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +42,7 @@ from storage.errors import (
     InvalidRecordError,
     InvalidRequestError,
     KafkaStorageError,
+    LogSegmentOffsetOverflowError,
 )
 from storage.records.file_records import BatchPosition, FileRecords, TimestampAndOffset
 from storage.records.record_batch import NO_TIMESTAMP
@@ -39,6 +50,9 @@ from storage.segment.offset_index import OffsetIndex
 from storage.segment.time_index import TimeIndex
 
 MAX_RELATIVE_OFFSET = 2**31 - 1
+
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +83,10 @@ class RollParams:
     max_offset_in_messages: int
     messages_size: int
     now_ms: int
+
+
+class SegmentDeletedError(KafkaStorageError):
+    """A read began on a segment whose files were deleted; the reader retries on the log's current segments."""
 
 
 class LogSegment:
@@ -106,6 +124,11 @@ class LogSegment:
         self.rolling_based_timestamp: int | None = None
         self.bytes_since_last_index_entry = 0
         self._max_timestamp_and_offset: TimestampAndOffset | None = None
+        # Reads in progress, and whether `delete_files` left the closing of the files to the last of them.
+        self._readers_lock = threading.Lock()
+        self._readers = 0
+        self._deleted = False
+        self._close_deferred = False
 
     # --- files -------------------------------------------------------------------------------------
 
@@ -124,6 +147,8 @@ class LogSegment:
     @property
     def offset_index(self) -> OffsetIndex:
         if self._offset_index is None:
+            if self._deleted:
+                raise SegmentDeletedError("segment was deleted", path=self.log.path)
             self._offset_index = OffsetIndex(
                 self.offset_index_path, self.base_offset, self.max_index_size, writable=not self.read_only
             )
@@ -132,6 +157,8 @@ class LogSegment:
     @property
     def time_index(self) -> TimeIndex:
         if self._time_index is None:
+            if self._deleted:
+                raise SegmentDeletedError("segment was deleted", path=self.log.path)
             self._time_index = TimeIndex(
                 self.time_index_path, self.base_offset, self.max_index_size, writable=not self.read_only
             )
@@ -234,8 +261,30 @@ class LogSegment:
 
     def translate_offset(self, offset: int, starting_file_position: int = 0) -> BatchPosition | None:
         """Position and size of the batch containing `offset` (index lookup, then a scan)."""
-        mapping = self.offset_index.lookup(offset)
-        return self.log.search_for_offset_with_size(offset, max(mapping.position, starting_file_position))
+        with self._reading():
+            mapping = self.offset_index.lookup(offset)
+            return self.log.search_for_offset_with_size(offset, max(mapping.position, starting_file_position))
+
+    @contextmanager
+    def _reading(self) -> Iterator[None]:
+        """Keeps the files open while the block reads them; `SegmentDeletedError` if they are deleted already."""
+        with self._readers_lock:
+            if self._deleted:
+                raise SegmentDeletedError("segment was deleted", path=self.log.path)
+            self._readers += 1
+        try:
+            yield
+        finally:
+            with self._readers_lock:
+                self._readers -= 1
+                close_now = self._close_deferred and self._readers == 0
+                if close_now:
+                    self._close_deferred = False
+            if close_now:
+                try:
+                    self.close_handlers()
+                except (KafkaStorageError, OSError) as exc:
+                    logger.warning("closing deleted segment %s after its last read failed: %s", self.log.path, exc)
 
     def read(
         self, start_offset: int, max_size: int, max_position: int | None = None, min_one_message: bool = False
@@ -244,16 +293,18 @@ class LogSegment:
         `min_one_message`), never past `max_position`; None when nothing in this segment is >= start."""
         if max_size < 0:
             raise InvalidRequestError(f"invalid max size {max_size}")
-        start = self.translate_offset(start_offset)
-        if start is None:
-            return None
-        metadata = LogOffsetMetadata(start_offset, self.base_offset, start.position)
-        adjusted_max_size = max(max_size, start.size) if min_one_message else max_size
-        if adjusted_max_size == 0:
-            return FetchDataInfo(metadata, b"")
-        end = self.size if max_position is None else min(max_position, self.size)
-        fetch_size = min(end - start.position, adjusted_max_size)
-        return FetchDataInfo(metadata, self.log.read(start.position, fetch_size), adjusted_max_size < start.size)
+        with self._reading():
+            start = self.translate_offset(start_offset)
+            if start is None:
+                return None
+            metadata = LogOffsetMetadata(start_offset, self.base_offset, start.position)
+            adjusted_max_size = max(max_size, start.size) if min_one_message else max_size
+            if adjusted_max_size == 0:
+                return FetchDataInfo(metadata, b"")
+            end = self.size if max_position is None else min(max_position, self.size)
+            fetch_size = min(end - start.position, adjusted_max_size)
+            records = self.log.read(start.position, fetch_size)
+        return FetchDataInfo(metadata, records, adjusted_max_size < start.size)
 
     def read_next_offset(self) -> int:
         """The offset after the last batch in this segment (base offset when empty)."""
@@ -265,16 +316,19 @@ class LogSegment:
 
     def find_offset_by_timestamp(self, timestamp: int, starting_offset: int) -> TimestampAndOffset | None:
         """The first record with timestamp >= `timestamp` and offset >= `starting_offset`."""
-        entry = self.time_index.lookup(timestamp)
-        position = self.offset_index.lookup(max(entry.offset, starting_offset)).position
-        return self.log.search_for_timestamp(timestamp, position, starting_offset)
+        with self._reading():
+            entry = self.time_index.lookup(timestamp)
+            position = self.offset_index.lookup(max(entry.offset, starting_offset)).position
+            return self.log.search_for_timestamp(timestamp, position, starting_offset)
 
     # --- recovery and truncation -------------------------------------------------------------------
 
     def recover(self, next_segment_base: int | None = None) -> int:
         """Re-reads the whole `.log`, checking each batch; rebuilds both indexes; truncates at the first
         invalid byte. Returns the number of bytes truncated. A batch reaching `next_segment_base` (the next
-        segment's base offset) is invalid too: only a damaged baseOffset puts it there."""
+        segment's base offset) is invalid too: only a damaged baseOffset puts it there. Raises
+        `LogSegmentOffsetOverflowError` for an in-order batch more than 2**31 - 1 above the base in a segment
+        that has a next one (a legacy overflowed segment, to be split); in the last segment it is damage, cut."""
         for index in (self.offset_index, self.time_index):
             index.truncate()
             index.resize(self.max_index_size)
@@ -285,12 +339,6 @@ class LogSegment:
         try:
             for batch in self.log.batches(0):
                 batch.ensure_valid()
-                if not self.can_convert_to_relative_offset(batch.last_offset):
-                    raise CorruptRecordError(
-                        f"batch offset {batch.last_offset} is outside segment {self.base_offset}'s range",
-                        path=self.log.path,
-                        position=batch.position,
-                    )
                 if batch.base_offset < next_offset or (
                     next_segment_base is not None and batch.last_offset >= next_segment_base
                 ):
@@ -300,6 +348,21 @@ class LogSegment:
                     raise CorruptRecordError(
                         f"batch offsets [{batch.base_offset}, {batch.last_offset}] are out of order (expected from "
                         f"{next_offset}, below {next_segment_base})",
+                        path=self.log.path,
+                        position=batch.position,
+                    )
+                if not self.can_convert_to_relative_offset(batch.last_offset):
+                    if next_segment_base is not None:
+                        # In order and below the next segment: a legacy overflowed segment (only Kafka's cleaner
+                        # wrote those, never into the active segment), kept whole by a split, not cut.
+                        raise LogSegmentOffsetOverflowError(
+                            f"offset {batch.last_offset} overflows segment {self.base_offset}",
+                            path=self.log.path,
+                            position=batch.position,
+                            offset=batch.last_offset,
+                        )
+                    raise CorruptRecordError(
+                        f"batch offset {batch.last_offset} is outside segment {self.base_offset}'s range",
                         path=self.log.path,
                         position=batch.position,
                     )
@@ -329,15 +392,15 @@ class LogSegment:
         return truncated
 
     def truncate_to(self, offset: int) -> int:
-        """Removes every batch from the one containing `offset` on; returns the bytes removed."""
+        """Removes every batch from the one containing `offset` on; returns the bytes removed. A segment that
+        ends up empty, even one that already was, restarts its roll clock (Kafka's `truncateTo`), so that
+        `segment.ms` counts from now and not from when the segment was made."""
         mapping = self.translate_offset(offset)
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
         self.offset_index.resize(self.max_index_size)
         self.time_index.resize(self.max_index_size)
-        if mapping is None:
-            return 0
-        removed = self.log.truncate_to(mapping.position)
+        removed = 0 if mapping is None else self.log.truncate_to(mapping.position)
         if self.log.size == 0:
             self.created_ms = self._clock.milliseconds()
             self.rolling_based_timestamp = None
@@ -412,9 +475,14 @@ class LogSegment:
         self._suffix = new_suffix
 
     def delete_files(self) -> None:
-        """Closes and unlinks every file of the segment (whatever its current suffix)."""
-        self._close_indexes()
-        self.log.close_handlers()
+        """Unlinks every file of the segment (whatever its current suffix) and closes them, or, while reads are
+        in progress, leaves the closing to the last of them (see the module docstring)."""
+        with self._readers_lock:
+            self._deleted = True
+            self._close_deferred = self._readers > 0
+            close_now = not self._close_deferred
+        if close_now:
+            self.close_handlers()
         for path in file_names.segment_files(self.directory, self.base_offset, self._suffix):
             try:
                 path.unlink(missing_ok=True)

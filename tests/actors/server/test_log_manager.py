@@ -5,6 +5,7 @@ its partition actors (they come back with the topic's current config and are nev
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -100,6 +101,10 @@ def test_partitions_go_to_the_dir_with_the_fewest_and_the_manager_lists_them(bro
     assert [placement.partition for placement, _ in described] == list(range(7))
     assert all(state is not None and state.log_end_offset == 0 for _, state in described)
     assert call(lm.partition_count.remote()) == 9
+    # Made behind the controller's back, these would be strays (a topic the cluster has not) to a restarted
+    # log manager, which a later test restarts.
+    for partition in range(7):
+        assert call(lm.delete_partition.remote("spread", partition))
 
 
 def test_scheduler_writes_checkpoints_and_flushes(broker: tuple[Broker, list[Path]]) -> None:
@@ -325,3 +330,27 @@ def test_scale_figures_per_partition_actor(start_test_broker: StartBroker, count
         f"RSS {rss / count / mib:.0f} MiB each, USS {per_uss:.0f} MiB each; "
         f"24 GiB at this USS hosts ~{24 * 1024 / per_uss:.0f} partitions (os.cpu_count()={os.cpu_count()})"
     )
+
+
+def test_partition_of_a_topic_deleted_while_its_broker_was_down_is_not_loaded_again(
+    start_test_broker: StartBroker, tmp_path: Path
+) -> None:
+    log_dirs = [tmp_path / "dir0"]
+    delete_delay = {"log_segment_delete_delay_ms": "8000"}
+    client, _ = start_test_broker(log_dirs=log_dirs, **delete_delay)
+    call(client.controller.create_topic.remote("gone", 1))
+    fill(client.partition("gone", 0), "g", 2)
+    folder = log_dirs[0] / "gone-0"
+    held_while_down = tmp_path / "held-while-down"
+    shutil.copytree(folder, held_while_down)
+    call(client.controller.delete_topic.remote("gone"))
+    shutil.copytree(held_while_down, folder)  # the folder a broker that missed the delete still holds
+
+    start_test_broker(log_dirs=log_dirs, **delete_delay)
+
+    assert not folder.exists()
+    strays = [entry for entry in log_dirs[0].iterdir() if file_names.parse_stray_dir_name(entry.name) == ("gone", 0)]
+    assert len(strays) == 1
+    assert "gone" not in {placement.topic for placement in call(manager().partitions.remote())}
+    assert "partition:gone:0" not in alive_partition_actors()
+    wait_for(lambda: not strays[0].exists(), what="the stray folder's delete")

@@ -781,6 +781,36 @@ def test_delete_folder_left_by_a_previous_run_is_removed_after_the_delay(tmp_pat
     manager.shutdown()
 
 
+def test_partition_of_a_topic_deleted_while_down_is_renamed_stray_and_deleted_after_the_delay(
+    tmp_path: Path, clock: MockClock
+) -> None:
+    before = new_manager([tmp_path], clock)
+    before.startup()
+    kept = append(before.get_or_create_log("kept", 0), clock, 3)
+    append(before.get_or_create_log("gone", 0), clock, 3)
+    append(before.get_or_create_log("gone", 1), clock, 1)
+    before.shutdown()
+
+    manager = new_manager([tmp_path], clock)
+    manager.startup(is_stray=lambda tp: tp[0] == "gone")
+
+    assert sorted(manager.all_logs()) == [("kept", 0)]
+    assert manager.log_dir_of("gone", 0) is None
+    assert [(record.offset, record.key) for record in manager.all_logs()[("kept", 0)].records()] == kept
+    strays = sorted(entry.name for entry in tmp_path.iterdir() if entry.name.endswith(file_names.STRAY_DIR_SUFFIX))
+    assert [file_names.parse_stray_dir_name(name) for name in strays] == [("gone", 0), ("gone", 1)]
+    assert not (tmp_path / "gone-0").exists()
+    manager.checkpoint_recovery_points()
+    assert OffsetCheckpointFile(tmp_path / file_names.RECOVERY_POINT_CHECKPOINT).read() == {("kept", 0): 3}
+    assert manager.delete_due_files() == 2
+    clock.sleep(DIR_DELETE_DELAY_MS - 1)
+    assert manager.delete_due_files() == 2
+    clock.sleep(1)
+    assert manager.delete_due_files() == 0
+    assert sorted(entry.name for entry in tmp_path.iterdir() if entry.is_dir()) == ["kept-0"]
+    manager.shutdown()
+
+
 # --- flush and topic configs ----------------------------------------------------------------------
 
 
@@ -862,6 +892,7 @@ TASKS = [
     "highwatermark-checkpoint",
     "kafka-log-flusher",
     "log-cleaner",
+    "PeriodicProducerExpirationCheck",
 ]
 
 
@@ -916,7 +947,50 @@ def test_schedule_runs_each_task_at_its_kafka_interval(dirs: list[Path], clock: 
         "highwatermark-checkpoint": list(range(500, 6001, 500)),
         "kafka-log-flusher": [700, 1400, 2100, 2800, 3500, 4200, 4900, 5600],
         "log-cleaner": list(range(1000, 6001, 1000)),
+        "PeriodicProducerExpirationCheck": [],
     }
+    manager.shutdown()
+
+
+def idempotent_batch(clock: MockClock, producer_id: int, sequence: int) -> bytes:
+    builder = RecordBatchBuilder(producer_id=producer_id, producer_epoch=0, base_sequence=sequence)
+    builder.append(b"k", VALUE, timestamp=clock.milliseconds())
+    return builder.build()
+
+
+def test_scheduled_check_forgets_producers_idle_for_the_expiration(dirs: list[Path], clock: MockClock) -> None:
+    manager, scheduler = scheduled_manager(
+        dirs[:1], clock, **{"producer.id.expiration.ms": "5000", "producer.id.expiration.check.interval.ms": "2000"}
+    )
+    log = manager.get_or_create_log("t", 0)
+    log.append(idempotent_batch(clock, 1, 0))
+    ran_at_ms = []
+    for second in range(1, 10):
+        clock.sleep(1_000)
+        if second == 2:
+            log.append(idempotent_batch(clock, 2, 0))
+        if "PeriodicProducerExpirationCheck" in scheduler.run_due():
+            ran_at_ms.append(second * 1_000)
+        # Producer 1 (last batch at 0 s) is idle for 5 s from 5 s on, producer 2 (at 2 s) from 7 s on; each is
+        # forgotten at the first check after that.
+        assert log.producer_count == (1 if second < 2 else 2 if second < 5 else 1 if second < 7 else 0), second
+    assert ran_at_ms == [1_000, 3_000, 5_000, 7_000, 9_000]
+    log.append(idempotent_batch(clock, 1, 99))
+    manager.shutdown()
+
+
+def test_a_reopened_broker_forgets_producers_expired_while_it_was_down(dirs: list[Path], clock: MockClock) -> None:
+    config = broker_config(dirs[:1], **{"producer.id.expiration.ms": "5000"})
+    manager = LogManager.from_broker_config(config, clock=clock, cluster_id=CLUSTER_ID)
+    manager.startup()
+    manager.get_or_create_log("t", 0).append(idempotent_batch(clock, 1, 0))
+    manager.shutdown()
+    clock.sleep(5_000)
+    manager = LogManager.from_broker_config(config, clock=clock, cluster_id=CLUSTER_ID)
+    manager.startup()
+    log = manager.get_or_create_log("t", 0)
+    assert log.producer_count == 0
+    log.append(idempotent_batch(clock, 1, 7))
     manager.shutdown()
 
 

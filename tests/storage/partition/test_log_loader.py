@@ -19,7 +19,9 @@ from storage.clock import MockClock
 from storage.config.log_config import LogConfig
 from storage.partition.log import Log
 from storage.partition.log_loader import DroppedBytes, LogLoader
+from storage.records.file_records import iter_any_batches
 from storage.records.record_batch import RecordBatch
+from storage.segment.log_segment import LogSegment
 from tests.storage.builders import (
     START_MS,
     Rec,
@@ -636,3 +638,126 @@ def test_any_damage_is_repaired_on_open(crashed_template: tuple[Path, list[Rec]]
         assert reopened.dropped_on_open == ()
         assert reopened.log_end_offset == end + 1
         reopened.close()
+
+
+# --- legacy segments with offset overflow (KAFKA-6264) -----------------------------------------------------
+
+# Offsets in a segment are stored relative to its base in 32 bits (0..2**31 - 1); 2**31 is the first that is not.
+OVERFLOW = 2**31
+# (base offset, record count) of each batch, by segment file: segment 0 holds what Kafka wrote before the fix of
+# KAFKA-6264, offsets 2**31 and 2**32 + 3 above its base; the segment after it is ordinary.
+OVERFLOWED_LAYOUT = {
+    0: [(0, 1), (1, 1), (OVERFLOW - 3, 2), (OVERFLOW, 1), (OVERFLOW + 5, 3), (2 * OVERFLOW + 3, 1)],
+    2 * OVERFLOW + 4: [(2 * OVERFLOW + 4, 2)],
+}
+# Kafka's split: a new segment at the first batch whose last offset does not fit the segment being filled.
+SPLIT_BASES = [0, OVERFLOW, 2 * OVERFLOW + 3, 2 * OVERFLOW + 4]
+
+
+def write_overflowed_log(directory: Path, *, with_indexes: bool) -> list[tuple[int, bytes | None]]:
+    """Writes `OVERFLOWED_LAYOUT` (v2 batches, no producer) and returns (offset, value) of every record. With
+    indexes (empty ones), segments load as intact and the overflow is met by crash recovery; without, it is met
+    while rebuilding the missing indexes."""
+    directory.mkdir(parents=True)
+    oracle: list[tuple[int, bytes | None]] = []
+    for segment_base, batches in OVERFLOWED_LAYOUT.items():
+        data = b""
+        for base, count in batches:
+            records = [Rec(b"k", f"v{base + delta}".encode(), START_MS) for delta in range(count)]
+            data += batch_bytes(records, base_offset=base)
+            oracle += [(base + delta, records[delta].value) for delta in range(count)]
+        file_names.log_file(directory, segment_base).write_bytes(data)
+        if with_indexes:
+            file_names.index_file(directory, segment_base).write_bytes(b"")
+            file_names.time_index_file(directory, segment_base).write_bytes(b"")
+    return oracle
+
+
+def assert_every_offset_fits_its_segment(directory: Path) -> None:
+    for base in segment_bases(directory):
+        for batch in iter_any_batches(file_names.log_file(directory, base).read_bytes()):
+            assert base <= batch.base_offset and batch.last_offset - base < OVERFLOW, (base, batch.last_offset)
+
+
+@pytest.mark.parametrize("with_indexes", [True, False])
+def test_segment_with_offset_overflow_is_split_and_keeps_every_record(
+    logs: list[Log], log_dir: Path, clock: MockClock, with_indexes: bool
+) -> None:
+    oracle = write_overflowed_log(log_dir, with_indexes=with_indexes)
+
+    log = open_log(logs, log_dir, clock)
+
+    assert [(record.offset, record.value) for record in log.records()] == oracle
+    assert log.log_end_offset == 2 * OVERFLOW + 6
+    assert segment_bases(log_dir) == SPLIT_BASES
+    assert [segment.base_offset for segment in log.log_segments()] == SPLIT_BASES
+    assert_every_offset_fits_its_segment(log_dir)
+    assert_no_in_flight_files(log_dir)
+    log.close()
+    reopened = open_log(logs, log_dir, clock)
+    assert [(record.offset, record.value) for record in reopened.records()] == oracle
+
+
+class Crash(BaseException):
+    """The process dies here: nothing after it runs, no cleanup either (not an `Exception`)."""
+
+
+# The split renames 3 `.cleaned` segments to `.swap`, the old segment to `.deleted`, then the 3 `.swap` to final
+# names: a crash before rename 1 leaves only `.cleaned` files, before 2-3 some `.swap`, before 4 every `.swap`
+# beside the intact old segment, before 5 the old one renamed `.deleted`, before 6-7 some split segments final.
+SPLIT_RENAMES = 7
+
+
+@pytest.mark.parametrize("crash_before_rename", range(1, SPLIT_RENAMES + 1))
+def test_crash_during_split_recovers_every_record_on_the_next_open(
+    logs: list[Log], log_dir: Path, clock: MockClock, monkeypatch: pytest.MonkeyPatch, crash_before_rename: int
+) -> None:
+    oracle = write_overflowed_log(log_dir, with_indexes=False)
+    renames = 0
+    change_file_suffixes = LogSegment.change_file_suffixes
+
+    def crashing_change_file_suffixes(segment: LogSegment, old_suffix: str, new_suffix: str) -> None:
+        nonlocal renames
+        renames += 1
+        if renames == crash_before_rename:
+            raise Crash
+        change_file_suffixes(segment, old_suffix, new_suffix)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(LogSegment, "change_file_suffixes", crashing_change_file_suffixes)
+        with pytest.raises(Crash):
+            open_log(logs, log_dir, clock)
+    assert [path.name for path in log_dir.iterdir() if path.name.endswith(file_names.IN_FLIGHT_SUFFIXES)] != []
+
+    log = open_log(logs, log_dir, clock)
+
+    assert [(record.offset, record.value) for record in log.records()] == oracle
+    assert segment_bases(log_dir) == SPLIT_BASES
+    assert_every_offset_fits_its_segment(log_dir)
+    assert_no_in_flight_files(log_dir)
+
+
+def test_torn_tail_of_an_overflowed_segment_is_dropped_by_the_split_like_recovery_would(
+    logs: list[Log], log_dir: Path, clock: MockClock
+) -> None:
+    oracle = write_overflowed_log(log_dir, with_indexes=True)
+    first = file_names.log_file(log_dir, 0)
+    whole_size = first.stat().st_size
+    later_base = 2 * OVERFLOW + 4
+    later = file_names.log_file(log_dir, later_base)
+    later_size = later.stat().st_size
+    torn = batch_bytes([Rec(b"k", b"torn", START_MS)], base_offset=2 * OVERFLOW + 4)[:-5]
+    with open(first, "ab") as handle:
+        handle.write(torn)
+
+    log = open_log(logs, log_dir, clock)
+
+    assert [(record.offset, record.value) for record in log.records()] == [
+        (offset, value) for offset, value in oracle if offset < later_base
+    ]
+    assert segment_bases(log_dir) == SPLIT_BASES[:-1]
+    assert log.dropped_on_open == (
+        DroppedBytes(str(first), whole_size, len(torn)),
+        DroppedBytes(str(later), 0, later_size),
+    )
+    assert_no_in_flight_files(log_dir)

@@ -23,6 +23,7 @@ from storage import file_names
 from storage.clock import MockClock
 from storage.config.log_config import LogConfig
 from storage.errors import OffsetOutOfRangeError, PolicyViolationError
+from storage.partition import log as log_module
 from storage.partition import retention
 from storage.partition.log import Log
 from storage.segment.log_segment import LogSegment
@@ -580,6 +581,86 @@ def test_zero_delete_delay_unlinks_at_once(tmp_path: Path) -> None:
     assert log.delete_due_files() == 0
     log.close()
     _assert_on_disk(tmp_path / "t-0", list(range(5, 12)))
+
+
+def test_a_read_racing_a_zero_delay_deletion_returns_the_bytes_it_started_reading(tmp_path: Path) -> None:
+    clock = MockClock(START_MS)
+    log = _open(tmp_path / "t-0", clock, file_delete_delay_ms=0)
+    _fill(log, 12)
+    expected = log.read(0, BATCH_BYTES).records
+    first = log.log_segments()[0]
+    inside, deleted = threading.Event(), threading.Event()
+    pread = first.log.read
+
+    def paused_read(position: int, size: int) -> bytes:
+        inside.set()
+        assert deleted.wait(10)
+        return pread(position, size)
+
+    first.log.read = paused_read  # type: ignore[method-assign]
+    answers: list[bytes | BaseException] = []
+
+    def fetch() -> None:
+        try:
+            answers.append(log.read(0, BATCH_BYTES).records)
+        except BaseException as exc:
+            answers.append(exc)
+
+    reader = threading.Thread(target=fetch)
+    reader.start()
+    assert inside.wait(10)
+    log.delete_records(5)
+    assert log.delete_old_segments() == 1
+    assert not file_names.log_file(log.directory, 0, file_names.DELETED_SUFFIX).exists(), "unlinked at once"
+    assert _open_descriptors_of(log.directory, 0) > 0, "the segment's files stay open for the reader"
+    deleted.set()
+    reader.join(10)
+    assert answers == [expected], "the segment stays readable until the read that started on it ends"
+    assert _open_descriptors_of(log.directory, 0) == 0, "and is closed when that read ends"
+    with pytest.raises(OffsetOutOfRangeError):
+        log.read(0, BATCH_BYTES)
+    log.close()
+
+
+def test_a_read_that_chose_a_segment_deleted_before_it_began_answers_from_the_current_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = MockClock(START_MS)
+    log = _open(tmp_path / "t-0", clock, file_delete_delay_ms=0)
+    _fill(log, 12)
+    floor_index = log_module._floor_index
+    deletions = []
+
+    def delete_then_floor(segments: tuple[LogSegment, ...], offset: int) -> int:
+        # The reader has passed the range check and is choosing its segment when retention deletes it.
+        if not deletions:
+            log.delete_records(5)
+            deletions.append(log.delete_old_segments())
+        return floor_index(segments, offset)
+
+    monkeypatch.setattr(log_module, "_floor_index", delete_then_floor)
+    with pytest.raises(OffsetOutOfRangeError):
+        log.read(0, BATCH_BYTES)
+    assert deletions == [1]
+    assert _open_descriptors_of(log.directory, 0) == 0
+    assert sorted(path.name for path in log.directory.iterdir() if path.name.startswith("0" * 20)) == [], (
+        "no file of the deleted segment reopened"
+    )
+    assert log.read(5, BATCH_BYTES).records == log.read(5, BATCH_BYTES).records != b""
+    log.close()
+
+
+def _open_descriptors_of(directory: Path, base_offset: int) -> int:
+    """This process's open descriptors on the files of segment `base_offset` in `directory`, deleted or not."""
+    prefix = str(directory / file_names.log_file(directory, base_offset).name)[: -len(file_names.LOG_SUFFIX)]
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        count += target.startswith(prefix)
+    return count
 
 
 def test_deleted_files_left_by_a_crash_are_removed_on_open(tmp_path: Path) -> None:

@@ -141,6 +141,16 @@ def test_truncate_full_resets_created_time_and_rolling_timestamp(segment: LogSeg
     assert segment.rolling_based_timestamp == START_MS + 7
 
 
+def test_truncating_an_empty_segment_restarts_its_roll_clock(segment: LogSegment, clock: MockClock) -> None:
+    clock.sleep(10_000)
+    assert segment.truncate_to(40) == 0
+    assert segment.created_ms == clock.milliseconds(), "Kafka resets `created` whenever the segment ends up empty"
+    append(segment, 40, [NO_TIMESTAMP])
+    clock.sleep(1_000)
+    # Records without timestamps roll on wall time since creation: 1 s, not the 11 s since the segment was made.
+    assert not segment.should_roll(RollParams(5_000, 10**6, NO_TIMESTAMP, 41, 10, clock.milliseconds()))
+
+
 def test_reload_largest_timestamp_and_next_offset_after_truncation(segment: LogSegment) -> None:
     timestamps = [START_MS + t for t in (5, 90, 20, 60, 70, 10)]
     for i, ts in enumerate(timestamps):
