@@ -78,6 +78,7 @@ EXAMPLES = {
     "from cluster.spark.session import get_spark, stop_spark": "test_spark_example",
     "raybroker sql 'SELECT page, count(*) AS views FROM `page-views` GROUP BY page'": "test_sql_example",
     "python -m benchmarks": "test_benchmarks_example",
+    "from confluent_kafka import Consumer, Producer": "test_kafka_clients_example",
 }
 
 
@@ -302,3 +303,30 @@ def test_sql_example(free_head_port: None, tmp_path: Path) -> None:
     result = run_shell(script)
     assert result.returncode == 0, (result.stdout[-2000:], result.stderr[-2000:])
     assert shown_counts(result.stdout.splitlines()) == views_per_page(PAGE_VIEWS)
+
+
+# The address the Kafka-clients example connects to, as `raybroker start --override listeners=...` would print it.
+KAFKA_EXAMPLE_HOST, KAFKA_EXAMPLE_PORT = "127.0.0.1", 19092
+
+
+@pytest.fixture
+def kafka_listener(start_test_broker: Callable[..., tuple[Any, list[Path]]]) -> Iterator[None]:
+    """A broker serving Kafka clients where the example looks for it (skipped when another program holds the port)."""
+    from cluster.protocol.listener import start_listener
+    from tests.conftest import _stop_running_broker
+
+    with socket.socket() as sock:
+        if sock.connect_ex((KAFKA_EXAMPLE_HOST, KAFKA_EXAMPLE_PORT)) == 0:
+            pytest.skip(f"port {KAFKA_EXAMPLE_PORT} is taken by another program")
+    start_test_broker(log_dirs_count=1)
+    with start_listener({"listeners": f"PLAINTEXT://{KAFKA_EXAMPLE_HOST}:{KAFKA_EXAMPLE_PORT}"}):
+        yield
+    _stop_running_broker()
+
+
+@pytest.mark.ray
+def test_kafka_clients_example(kafka_listener: None, tmp_path: Path) -> None:
+    block = example("test_kafka_clients_example")
+    assert f'servers = "{KAFKA_EXAMPLE_HOST}:{KAFKA_EXAMPLE_PORT}"' in block.code
+    printed = run_python(block.code, tmp_path, block.line)
+    check_expected_prints(block.code, printed)
