@@ -1,5 +1,5 @@
-"""The Spark suite's shared fixtures: one RayDP Spark session and one broker for every Spark test under
-`tests/cluster/`.
+"""The Spark suite's shared fixtures: one RayDP Spark session for every Spark test under `tests/cluster/`, and a
+broker per module that uses one.
 
 Starting Spark on Ray costs ~10 s and its first Python job ~6 s more (measured on this machine), so the session is
 started once (with its warm-up job) and reused by every test of this package (`tests/cluster/`). It is stopped when the
@@ -28,9 +28,13 @@ def spark(ray_session: None) -> Iterator[Any]:
         stop_spark()
 
 
-@pytest.fixture(scope="package")
+@pytest.fixture(scope="module")
 def spark_broker(start_test_broker: Callable[..., tuple[Any, list[Path]]]) -> Any:
-    """A broker for the Spark tests (each test makes its own topics)."""
+    """A broker for the Spark tests of one module (each test makes its own topics).
+
+    One per module, not per package: the protocol and CLI tests of this package start brokers of their own
+    (`start_test_broker` stops the running one first), so a broker kept for the whole package would be gone by
+    the time the later modules ran. A broker starts in a few seconds; Spark, which takes far longer, stays up."""
     broker, _ = start_test_broker(log_dirs_count=1)
     return broker
 
