@@ -110,7 +110,9 @@ class KafkaListener:
             assert router is not None, "the server answers only after start() returned"
             return await router.handle(payload)
 
-        server = KafkaServer(handle, self._config, reuse_port=self._broker_config.num_network_threads > 1)
+        server = KafkaServer(
+            handle, self._config, reuse_port=self._broker_config.num_network_threads > 1, overlaps=Router.overlaps
+        )
         ports = await server.start()
         advertised = self._config.advertised(ports)[0]
         router = Router(

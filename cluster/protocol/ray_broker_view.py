@@ -8,6 +8,11 @@ Partition handles are looked up once and kept: finding one asks Ray's name servi
 partition host, the controller and the node's log manager), which blocks, so it runs on a worker thread. A call
 that finds its actor gone (`BrokerNotAvailableError`) or its partition unknown forgets the handle, so the next
 request looks again and reaches a restarted actor or a re-created topic.
+
+Appends to one partition are submitted to its actor in the order `append` was called, also while an earlier one
+still waits for its handle: the listener handles a connection's pipelined Produce requests concurrently, and Ray
+runs one caller's calls to an actor's write thread in the order they were submitted, so the log gets a client's
+batches in the order it sent them (an idempotent producer's sequence numbers depend on it).
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ class RayBrokerView:
     def __init__(self, broker: Broker) -> None:
         self._controller = broker.controller
         self._handles: dict[tuple[str, int], Any] = {}
+        self._last_append: dict[tuple[str, int], asyncio.Future[None]] = {}
         self._cluster_id: str | None = None
 
     async def cluster_id(self) -> str:
@@ -82,7 +88,23 @@ class RayBrokerView:
         return PartitionOffsets(*await self._call(topic, partition, "offsets"))
 
     async def append(self, topic: str, partition: int, records: bytes) -> LogAppendInfo:
-        return await self._call(topic, partition, "append", records)
+        key = (topic, partition)
+        previous = self._last_append.get(key)
+        submitted: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._last_append[key] = submitted
+        try:
+            if previous is not None:
+                await asyncio.shield(previous)
+            ref = (await self._handle(topic, partition)).append.remote(records)
+        finally:
+            submitted.set_result(None)
+            if self._last_append.get(key) is submitted:
+                del self._last_append[key]
+        try:
+            return await _answer(ref)
+        except (BrokerNotAvailableError, UnknownTopicOrPartitionError):
+            self._handles.pop(key, None)
+            raise
 
     async def fetch(
         self, topic: str, partition: int, offset: int, max_bytes: int, max_wait_ms: int, min_bytes: int

@@ -32,7 +32,14 @@ from typing import Any
 
 from cluster.protocol.broker_view import BrokerView
 from cluster.protocol.config_entries import ConfigDescriber
-from cluster.protocol.framing import API_VERSIONS_KEY, ApiRange, Request, decode_request, encode_response
+from cluster.protocol.framing import (
+    API_VERSIONS_KEY,
+    FIXED_HEADER,
+    ApiRange,
+    Request,
+    decode_request,
+    encode_response,
+)
 from cluster.protocol.group_view import GroupView
 from cluster.protocol.handlers.api_versions import ApiVersionsHandler
 from cluster.protocol.handlers.cluster import DESCRIBE_CLUSTER_KEY, DescribeClusterHandler
@@ -115,6 +122,9 @@ SERVED: Mapping[int, ApiRange] = MappingProxyType(
     }
 )
 
+# The requests a connection may have in flight together (see `Router.overlaps`).
+OVERLAPPING = frozenset({PRODUCE_KEY, FETCH_KEY})
+
 Handler = Callable[[Request], Awaitable[Any | None]]
 
 
@@ -167,6 +177,12 @@ class Router:
             OFFSET_FOR_LEADER_EPOCH_KEY: OffsetForLeaderEpochHandler(view),
         }
         assert self._handlers.keys() == SERVED.keys(), "every served API has exactly one handler"
+
+    @staticmethod
+    def overlaps(payload: bytes) -> bool:
+        """Whether the request may be handled while earlier requests of its connection still are: Produce and
+        Fetch, the requests clients pipeline (their order is kept per partition); everything else runs alone."""
+        return len(payload) >= FIXED_HEADER.size and FIXED_HEADER.unpack_from(payload)[0] in OVERLAPPING
 
     async def handle(self, payload: bytes) -> bytes | None:
         request = decode_request(payload, SERVED)

@@ -4,9 +4,15 @@ It knows frames, connections and limits, nothing of topics or APIs: every payloa
 (the router), which returns the response frame, None when the request gets no answer (Produce with acks=0), or
 raises `ProtocolError` for a payload that is no request it serves.
 
-One connection's requests are handled one at a time, in the order they arrived, and answered in that order: as
-Kafka's broker, which mutes a connection's channel from the moment it reads a request until the answer is sent.
-Clients that pipeline requests (librdkafka sends up to `max.in.flight` at once) simply wait in the socket buffer.
+Requests of one connection are answered in the order they arrived, as Kafka requires. Clients pipeline them
+(librdkafka sends up to `max.in.flight` Produce requests at once), and each one here waits on an actor, so
+handling them strictly one at a time would cap a connection at one actor round trip per request. Requests the
+`overlaps` predicate accepts (the router's: Produce and Fetch) are therefore handled concurrently while the next
+frames are read; any other request waits until every earlier one of its connection is handled, and the connection
+reads nothing more until it is handled too, so group and admin calls keep Kafka's one-at-a-time order. Appends
+to one partition still reach its log in arrival order: handlers start in arrival order and the broker view
+submits each partition's appends in the order they were asked for. At most `queued.max.requests` requests (of all
+connections) are read and not yet answered; the next frame is read when one is answered.
 
 What closes a connection, and only that connection (the listener and every other connection carry on):
 - a size prefix above `socket.request.max.bytes` or below zero, before a byte of the frame is read or allocated;
@@ -14,6 +20,7 @@ What closes a connection, and only that connection (the listener and every other
 - a request for an API key or version this server does not serve (ApiVersions excepted, which is answered);
 - no complete read for `connections.max.idle.ms`;
 - an error inside a handler that it did not turn into a Kafka error code (logged with its traceback: a bug).
+The answers of requests read before the one that closes it are still sent.
 A connection over `max.connections` (all addresses) or `max.connections.per.ip` is closed as soon as it is
 accepted; Kafka's broker holds off accepting at `max.connections` instead, which asyncio's server cannot.
 """
@@ -24,8 +31,9 @@ import asyncio
 import contextlib
 import logging
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
+from typing import Any
 
 from cluster.protocol.errors import ProtocolError
 from cluster.protocol.framing import SIZE
@@ -33,7 +41,9 @@ from storage.config.listener_config import ListenerConfig
 
 logger = logging.getLogger(__name__)
 
-RequestHandler = Callable[[bytes], Awaitable[bytes | None]]
+RequestHandler = Callable[[bytes], Coroutine[Any, Any, bytes | None]]
+OverlapPredicate = Callable[[bytes], bool]
+_Answer = asyncio.Task[bytes | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,10 +62,20 @@ class ServerStatistics:
 class KafkaServer:
     """Serves Kafka's framing on every endpoint of `config.listeners` (see the module docstring)."""
 
-    def __init__(self, handle: RequestHandler, config: ListenerConfig, reuse_port: bool = False) -> None:
-        """`reuse_port` binds with SO_REUSEPORT, so that several listener processes of a node share its port (the
-        kernel spreads new connections over them); every process bound to the port must set it."""
+    def __init__(
+        self,
+        handle: RequestHandler,
+        config: ListenerConfig,
+        reuse_port: bool = False,
+        overlaps: OverlapPredicate = lambda _payload: False,
+    ) -> None:
+        """`overlaps(payload)` says whether a request may be handled while other requests of its connection are
+        (see the module docstring). `reuse_port` binds with SO_REUSEPORT, so that several listener processes of a
+        node share its port (the kernel spreads new connections over them); every process bound to the port must
+        set it."""
         self._handle = handle
+        self._overlaps = overlaps
+        self._queue_slots = asyncio.Semaphore(config.queued_max_requests)
         self._config = config
         self._reuse_port = reuse_port
         self._servers: dict[str, asyncio.Server] = {}
@@ -134,8 +154,28 @@ class KafkaServer:
                 await writer.wait_closed()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, address: str) -> None:
+        """Reads requests and writes their answers concurrently, until either side ends the connection."""
+        answers: asyncio.Queue[_Answer | None] = asyncio.Queue()
+        reading = asyncio.create_task(self._read_requests(reader, answers, address))
+        try:
+            await self._write_answers(answers, writer, address)
+        finally:
+            reading.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reading
+            while not answers.empty():
+                task = answers.get_nowait()
+                if task is not None:
+                    task.cancel()
+                    self._queue_slots.release()
+
+    async def _read_requests(
+        self, reader: asyncio.StreamReader, answers: asyncio.Queue[_Answer | None], address: str
+    ) -> None:
+        """Reads frames and starts their handling, in order; puts None on `answers` when reading ends."""
         idle_s = self._config.connections_max_idle_ms / 1000
         max_bytes = self._config.socket_request_max_bytes
+        running: set[_Answer] = set()
         try:
             while True:
                 (size,) = SIZE.unpack(await asyncio.wait_for(reader.readexactly(SIZE.size), idle_s))
@@ -144,14 +184,38 @@ class KafkaServer:
                     self._closed_for_errors += 1
                     return
                 payload = await asyncio.wait_for(reader.readexactly(size), idle_s)
-                response = await self._handle(payload)
+                alone = not self._overlaps(payload)
+                if alone and running:
+                    await asyncio.wait(running)
+                await self._queue_slots.acquire()
+                task = asyncio.create_task(self._handle(payload))
+                running.add(task)
+                task.add_done_callback(running.discard)
+                answers.put_nowait(task)
+                if alone:
+                    await asyncio.wait({task})
+        except TimeoutError:
+            self._closed_idle += 1
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            answers.put_nowait(None)
+
+    async def _write_answers(
+        self, answers: asyncio.Queue[_Answer | None], writer: asyncio.StreamWriter, address: str
+    ) -> None:
+        """Writes each request's answer in the order the requests came, until reading ended or a request failed."""
+        try:
+            while (task := await answers.get()) is not None:
+                try:
+                    response = await task
+                finally:
+                    self._queue_slots.release()
                 self._requests += 1
                 if response is not None:
                     writer.write(response)
                     await writer.drain()
-        except TimeoutError:
-            self._closed_idle += 1
-        except (asyncio.IncompleteReadError, ConnectionError):
+        except ConnectionError:
             pass
         except ProtocolError as exc:
             logger.warning("closing %s: %s", address, exc)

@@ -38,6 +38,7 @@ list (blanks trimmed, empty entries dropped, as Kafka's `csvList`).
 | connections.max.idle.ms                       | long    | 600000              | close a connection silent this long  |
 | max.connections                               | int     | 2147483647          | connections open at once, per node   |
 | max.connections.per.ip                        | int     | 2147483647          | connections open at once per address |
+| queued.max.requests                           | int     | 500                 | requests read, not yet answered      |
 
 `offsets.topic.num.partitions` keeps Kafka's default of 50 here; raybroker's example `configs/server.properties`
 sets it lower because every partition of raybroker is a process (a Ray actor), not a few open files, unless
@@ -246,6 +247,7 @@ class BrokerConfig:
     connections_max_idle_ms: int = config_field(600000, "long", low=1)
     max_connections: int = config_field(INT_MAX, "int", low=1)
     max_connections_per_ip: int = config_field(INT_MAX, "int", low=1)
+    queued_max_requests: int = config_field(500, "int", low=1)
     log_segment_bytes: int = config_field(1073741824, "int")
     log_roll_ms: int | None = config_field(None, "long")
     log_roll_hours: int = config_field(168, "int")

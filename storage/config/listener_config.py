@@ -8,6 +8,7 @@
 | connections.max.idle.ms   | long   | 600000                     | a connection silent this long is closed          |
 | max.connections           | int    | 2147483647                 | connections open at once on the listener         |
 | max.connections.per.ip    | int    | 2147483647                 | connections open at once from one address        |
+| queued.max.requests       | int    | 500                        | requests read and not yet answered, per process  |
 
 `listeners` is comma-separated `NAME://host:port`: an empty host binds every interface, port 0 any free port.
 Only the PLAINTEXT security protocol is served so far; a listener named anything else (`SSL://`, `SASL_SSL://`, a
@@ -88,6 +89,7 @@ class ListenerConfig:
     connections_max_idle_ms: int = config_field(600000, "long", low=1)
     max_connections: int = config_field(INT_MAX, "int", low=1)
     max_connections_per_ip: int = config_field(INT_MAX, "int", low=1)
+    queued_max_requests: int = config_field(500, "int", low=1)
 
     def __post_init__(self) -> None:
         check_fields(self)

@@ -5,11 +5,12 @@ Limits, as Kafka applies them: each partition returns at most its `partition_max
 larger (else a consumer could never get past it). A partition whose data would push the response past
 `max_bytes` answers no records this time, with its offsets, and the client asks again.
 
-Long poll (`max_wait_ms`, `min_bytes`): when the partitions together hold fewer than `min_bytes` new bytes, every
-partition that had none waits (in its own actor, for at most the remaining time) for an append; the first one that
-gets data wakes the request, which answers once `min_bytes` are there or the time is up. Partitions are read
-concurrently, each with its own error: UNKNOWN_TOPIC_OR_PARTITION, OFFSET_OUT_OF_RANGE (the client then resets
-its position with ListOffsets), and so on; the others still answer.
+Long poll (`max_wait_ms`, `min_bytes`): a request for one partition passes both to its actor, which answers once
+`min_bytes` are there or the time is up. For more partitions, when they together hold fewer than `min_bytes` new
+bytes, every partition that had none waits (in its own actor, for at most the remaining time) for an append; the
+first one that gets data wakes the request, which answers once `min_bytes` are there or the time is up.
+Partitions are read concurrently, each with its own error: UNKNOWN_TOPIC_OR_PARTITION, OFFSET_OUT_OF_RANGE (the
+client then resets its position with ListOffsets), and so on; the others still answer.
 
 Offsets: with one replica the high watermark is the log end, and without transactions the last stable offset is
 the high watermark; there are no aborted transactions, and `preferred_read_replica` is -1 (Fetch v11+; any other
@@ -93,6 +94,9 @@ class FetchHandler:
     async def _read(self, wanted: list[_PartitionFetch], max_wait_ms: int, min_bytes: int) -> list[_Answer]:
         """Every partition's answer, after the long poll described in the module docstring."""
         deadline = time.monotonic() + max(max_wait_ms, 0) / 1000
+        if len(wanted) == 1:
+            # One partition waits in its actor for `min_bytes` itself: one call, not a look and then a wait.
+            return [await self._fetch(wanted[0], max(max_wait_ms, 0), max(min_bytes, 1))]
         answers = list(await asyncio.gather(*(self._fetch(fetch, 0) for fetch in wanted)))
         while _size(answers) < min_bytes:
             remaining_ms = int((deadline - time.monotonic()) * 1000)
@@ -119,9 +123,11 @@ class FetchHandler:
                 break
         return answers
 
-    async def _fetch(self, fetch: _PartitionFetch, max_wait_ms: int) -> _Answer:
+    async def _fetch(self, fetch: _PartitionFetch, max_wait_ms: int, min_bytes: int = 1) -> _Answer:
         try:
-            return await self._view.fetch(fetch.topic, fetch.partition, fetch.offset, fetch.max_bytes, max_wait_ms, 1)
+            return await self._view.fetch(
+                fetch.topic, fetch.partition, fetch.offset, fetch.max_bytes, max_wait_ms, min_bytes
+            )
         except RaybrokerError as exc:
             return exc
 

@@ -244,3 +244,119 @@ def test_idempotent_producers_of_both_clients_get_distinct_ids_and_are_read_back
     producer_ids = {batch.producer_id for data in stored for batch in iter_batches(data)}
     assert len(producer_ids) == 2
     assert min(producer_ids) >= 0
+
+
+def test_pipelined_idempotent_produces_keep_their_order_in_the_partition(listener: KafkaListener) -> None:
+    """librdkafka pipelines up to 5 Produce requests per connection; the listener handles them concurrently, and
+    an idempotent producer's batches must still reach the log in order, or the broker would answer
+    OUT_OF_ORDER_SEQUENCE_NUMBER and the offsets would not follow the send order."""
+    from confluent_kafka import Producer
+
+    producer = Producer(
+        {
+            "bootstrap.servers": listener.bootstrap_servers,
+            "enable.idempotence": "true",
+            "linger.ms": "0",
+            "batch.num.messages": "20",
+            "max.in.flight.requests.per.connection": "5",
+        }
+    )
+    count = 3000
+    offsets: dict[int, int] = {}
+    errors: list[Any] = []
+
+    def report(error: Any, message: Any) -> None:
+        if error is not None:
+            errors.append(error)
+        else:
+            offsets[int(message.value())] = message.offset()
+
+    for index in range(count):
+        producer.produce("pipelined", value=str(index).encode(), partition=0, on_delivery=report)
+        producer.poll(0)
+    assert producer.flush(POLL_DEADLINE_S) == 0
+    assert errors == []
+    first = offsets[0]
+    assert [offsets[index] for index in range(count)] == list(range(first, first + count))
+
+
+def test_a_produce_pipelined_behind_a_waiting_fetch_wakes_it(listener: KafkaListener) -> None:
+    """A Fetch that waits for data and a Produce sent after it on the same connection: the Produce is handled
+    while the Fetch waits (else the Fetch would sleep its whole `max_wait`), the Fetch answers the new record,
+    and the answers come in request order."""
+    import socket
+
+    from kio.index import load_request_schema, load_response_schema
+
+    from cluster.protocol.framing import SIZE, decode_response, encode_request
+    from cluster.protocol.handlers.fetch import FETCH_KEY
+    from cluster.protocol.handlers.produce import PRODUCE_KEY
+    from cluster.protocol.messages import build
+    from tests.cluster.protocol.support import batch, records_of
+
+    max_wait_ms = 10_000
+    confluent_produce(listener, "woken")  # creates the topic, leaves partition 0 with some end offset
+    end = max(offset for _, partition, offset, *_ in confluent_produce(listener, "woken") if partition == 0) + 1
+    fetch = build(
+        load_request_schema(FETCH_KEY, 12),
+        {
+            "cluster_id": None,
+            "replica_id": -1,
+            "max_wait": max_wait_ms,
+            "min_bytes": 1,
+            "max_bytes": 1 << 20,
+            "isolation_level": 0,
+            "session_id": 0,
+            "session_epoch": -1,
+            "topics": [
+                {
+                    "topic": "woken",
+                    "partitions": [
+                        {
+                            "partition": 0,
+                            "current_leader_epoch": -1,
+                            "fetch_offset": end,
+                            "last_fetched_epoch": -1,
+                            "log_start_offset": -1,
+                            "partition_max_bytes": 1 << 20,
+                        }
+                    ],
+                }
+            ],
+            "forgotten_topics_data": [],
+            "rack_id": "",
+        },
+    )
+    produce = build(
+        load_request_schema(PRODUCE_KEY, 9),
+        {
+            "transactional_id": None,
+            "acks": 1,
+            "timeout": 30000,
+            "topic_data": [{"name": "woken", "partition_data": [{"index": 0, "records": batch([(b"k", b"wake", 1)])}]}],
+        },
+    )
+
+    def read_frame(sock: socket.socket) -> bytes:
+        def exactly(count: int) -> bytes:
+            data = b""
+            while len(data) < count:
+                chunk = sock.recv(count - len(data))
+                assert chunk, "the listener closed the connection"
+                data += chunk
+            return data
+
+        return exactly(SIZE.unpack(exactly(SIZE.size))[0])
+
+    with socket.create_connection(("127.0.0.1", listener.port), timeout=POLL_DEADLINE_S) as sock:
+        started = time.monotonic()
+        sock.sendall(encode_request(FETCH_KEY, 1, "t", fetch) + encode_request(PRODUCE_KEY, 2, "t", produce))
+        fetch_id, fetched = decode_response(read_frame(sock), load_response_schema(FETCH_KEY, 12))
+        waited_s = time.monotonic() - started
+        produce_id, produced = decode_response(read_frame(sock), load_response_schema(PRODUCE_KEY, 9))
+    assert (fetch_id, produce_id) == (1, 2)
+    assert produced.responses[0].partition_responses[0].base_offset == end
+    assert [(key, value) for _, key, value, _ in records_of(fetched.responses[0].partitions[0].records)] == [
+        (b"k", b"wake")
+    ]
+    assert waited_s < max_wait_ms / 1000 / 2

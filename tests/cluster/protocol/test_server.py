@@ -135,11 +135,14 @@ def test_max_connections_per_ip_refuses_the_extra_connection(listen: Callable[..
     assert listener.statistics().connections_refused == 1
 
 
+@pytest.mark.parametrize("queued_max_requests", ["500", "1"])
 def test_pipelined_requests_are_answered_in_order_and_acks_zero_gets_no_answer(
-    listen: Callable[..., KafkaListener], view: LogBrokerView
+    listen: Callable[..., KafkaListener], view: LogBrokerView, queued_max_requests: str
 ) -> None:
+    """Produce and the ApiVersions around it, pipelined; also with `queued.max.requests` at 1, where each frame is
+    read only once the one before is answered."""
     run(view.create_topic("t", 1))
-    listener = listen()
+    listener = listen(queued_max_requests=queued_max_requests)
     produce = build(
         load_request_schema(PRODUCE_KEY, 9),
         {

@@ -598,6 +598,7 @@ def test_listener_keys_default_to_a_loopback_listener_and_kafkas_limits() -> Non
     assert config.num_network_threads == 1
     assert (config.socket_request_max_bytes, config.connections_max_idle_ms) == (104857600, 600000)
     assert config.max_connections == config.max_connections_per_ip == 2**31 - 1
+    assert config.listener_config.queued_max_requests == 500
 
 
 def test_listener_keys_are_read_from_properties_into_the_listener_config() -> None:

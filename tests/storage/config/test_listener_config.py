@@ -13,6 +13,7 @@ def test_kafkas_defaults() -> None:
     assert config.endpoints == (Endpoint("PLAINTEXT", "127.0.0.1", 9092),)
     assert (config.socket_request_max_bytes, config.connections_max_idle_ms) == (104857600, 600000)
     assert config.max_connections == config.max_connections_per_ip == 2**31 - 1
+    assert config.queued_max_requests == 500
 
 
 @pytest.mark.parametrize(
