@@ -79,6 +79,7 @@ EXAMPLES = {
     "raybroker sql 'SELECT page, count(*) AS views FROM `page-views` GROUP BY page'": "test_sql_example",
     "python -m benchmarks": "test_benchmarks_example",
     "from confluent_kafka import Consumer, Producer": "test_kafka_clients_example",
+    "import ray": "test_ray_data_kafka_example",
 }
 
 
@@ -327,6 +328,15 @@ def kafka_listener(start_test_broker: Callable[..., tuple[Any, list[Path]]]) -> 
 @pytest.mark.ray
 def test_kafka_clients_example(kafka_listener: None, tmp_path: Path) -> None:
     block = example("test_kafka_clients_example")
+    assert f'servers = "{KAFKA_EXAMPLE_HOST}:{KAFKA_EXAMPLE_PORT}"' in block.code
+    printed = run_python(block.code, tmp_path, block.line)
+    check_expected_prints(block.code, printed)
+
+
+@pytest.mark.ray
+@pytest.mark.filterwarnings("ignore::DeprecationWarning:ray.data.context")  # Ray Data reads its own deprecated fields
+def test_ray_data_kafka_example(kafka_listener: None, tmp_path: Path) -> None:
+    block = example("test_ray_data_kafka_example")
     assert f'servers = "{KAFKA_EXAMPLE_HOST}:{KAFKA_EXAMPLE_PORT}"' in block.code
     printed = run_python(block.code, tmp_path, block.line)
     check_expected_prints(block.code, printed)
