@@ -14,6 +14,8 @@ Its records (JSON values, readable with `raybroker dump-log --print-data-log`):
 On start the log is replayed (latest value per key), so a restarted broker finds its topics again.
 Which brokers are registered is not persisted: a controller restarted by Ray finds the log managers
 still running on the cluster's live nodes by name; after a full restart each `start_broker` registers.
+Neither are the Kafka listeners' advertised addresses (`register_listener`), which each listener announces when
+it starts and withdraws when it stops; Metadata names a node's partitions' leader by them.
 Which node hosts a partition is decided here (the node whose broker holds the fewest partitions);
 which log dir holds it is decided by that node's log manager. Topic names follow Kafka's rules (and
 `__cluster_metadata`, the controller's own folder, is reserved); configs must be a mapping validated
@@ -58,6 +60,15 @@ INTERNAL_TOPICS = frozenset({METADATA_TOPIC, "__consumer_offsets"})
 
 
 @dataclass(frozen=True, slots=True)
+class AdvertisedListener:
+    """Where Kafka clients reach the broker of one Ray node: its Kafka `node.id` and advertised address."""
+
+    broker_id: int
+    host: str
+    port: int
+
+
+@dataclass(frozen=True, slots=True)
 class TopicMetadata:
     """A topic's partitions (partition -> Ray node id) and its config overrides (Kafka names)."""
 
@@ -86,6 +97,7 @@ class ControllerActor:
             self._cluster_id = new_directory_id()
             self._write("cluster", {"cluster_id": self._cluster_id})
         self._brokers: dict[str, Any] = _running_log_managers()
+        self._listeners: dict[str, AdvertisedListener] = {}
 
     def _replay(self) -> None:
         latest: dict[bytes, bytes | None] = {}
@@ -142,9 +154,35 @@ class ControllerActor:
     def unregister_broker(self, node_id: str) -> None:
         with self._lock:
             self._brokers.pop(node_id, None)
+            self._listeners.pop(node_id, None)
 
     def brokers(self) -> list[str]:
         return sorted(self._brokers)
+
+    def register_listener(self, node_id: str, listener: AdvertisedListener) -> None:
+        """The Kafka listener of Ray node `node_id` announces where clients reach it (again: the latest wins).
+        Two nodes cannot share a Kafka `node.id`: `InvalidConfigError` naming the node that has it."""
+        if not isinstance(listener, AdvertisedListener) or not is_int(listener.broker_id):
+            raise InvalidConfigError(f"not an advertised listener: {listener!r}")
+        with self._lock:
+            for other_node, other in self._listeners.items():
+                if other_node != node_id and other.broker_id == listener.broker_id:
+                    raise InvalidConfigError(
+                        f"node.id {listener.broker_id} is already the broker on Ray node {other_node} "
+                        f"({other.host}:{other.port}); give each node's broker its own node.id"
+                    )
+            self._listeners[node_id] = listener
+
+    def unregister_listener(self, node_id: str, listener: AdvertisedListener) -> None:
+        """A stopping listener withdraws its address, unless another listener of the node announced since."""
+        with self._lock:
+            if self._listeners.get(node_id) == listener:
+                del self._listeners[node_id]
+
+    def listeners(self) -> dict[str, AdvertisedListener]:
+        """Ray node id -> its Kafka listener's advertised address, for the nodes whose listener runs."""
+        with self._lock:
+            return dict(self._listeners)
 
     def _broker(self, node_id: str) -> Any:
         handle = self._brokers.get(node_id)

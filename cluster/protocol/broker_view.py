@@ -1,8 +1,8 @@
 """What the protocol handlers need of the broker, as one small asynchronous interface.
 
-Handlers speak Kafka; the broker speaks actors. `BrokerView` is the seam between them: topic metadata, the topic
-administration calls (create, delete, grow, configs), and the partition calls a Produce, Fetch, ListOffsets or
-DeleteRecords request turns into. `RayBrokerView`
+Handlers speak Kafka; the broker speaks actors. `BrokerView` is the seam between them: topic metadata with each
+partition's leader, the brokers' advertised listeners, the topic administration calls (create, delete, grow,
+configs), and the partition calls a Produce, Fetch, ListOffsets or DeleteRecords request turns into. `RayBrokerView`
 (`cluster.protocol.ray_broker_view`) implements it over the running broker's actors; the handlers' tests run
 the same handlers over a view of plain storage logs, without Ray or sockets.
 
@@ -21,12 +21,27 @@ from storage.records.file_records import TimestampAndOffset
 
 
 @dataclass(frozen=True, slots=True)
+class BrokerEndpoint:
+    """A broker as clients must reach it: its Kafka node id and advertised address."""
+
+    node_id: int
+    host: str
+    port: int
+
+
+@dataclass(frozen=True, slots=True)
 class TopicInfo:
-    """A topic as Metadata describes it: its partition count and whether it is internal (`__consumer_offsets`)."""
+    """A topic as Metadata describes it: its partition count, whether it is internal (`__consumer_offsets`), and
+    per partition the node id of the broker whose listener serves the node hosting it (`leaders`; None, or no
+    entry, when that node has no listener running)."""
 
     name: str
     partition_count: int
     internal: bool
+    leaders: tuple[int | None, ...] = ()
+
+    def leader(self, partition: int) -> int | None:
+        return self.leaders[partition] if partition < len(self.leaders) else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +68,19 @@ class BrokerView(Protocol):
 
     async def cluster_id(self) -> str:
         """The cluster's id, as Metadata v2+ reports it."""
+        ...
+
+    async def announce(self, endpoint: BrokerEndpoint) -> None:
+        """This listener serves its node's broker at `endpoint` (Metadata names it leader of the node's
+        partitions); `InvalidConfigError` when another node's broker has the same node id."""
+        ...
+
+    async def withdraw(self, endpoint: BrokerEndpoint) -> None:
+        """This listener stops serving at `endpoint`."""
+        ...
+
+    async def brokers(self) -> list[BrokerEndpoint]:
+        """The advertised listener of every node where one runs."""
         ...
 
     async def topics(self) -> dict[str, TopicInfo]:

@@ -11,24 +11,29 @@ embedding application); `raybroker start`, whose process exits while the broker 
 shared with the node's other listener processes), and the keys the handlers use (`node.id`, `num.partitions`,
 `auto.create.topics.enable`, `delete.topic.enable`, the topic defaults). The keys given are the ones DescribeConfigs
 reports as set in the broker's properties.
+
+Once bound, the listener announces its `node.id` and advertised address to the controller for its Ray node
+(`BrokerView.announce`), so every node's listener names it in Metadata as the leader of the node's partitions;
+`stop` withdraws it. Two nodes announcing the same `node.id` is a configuration error the second one gets.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import threading
 from collections.abc import Mapping
 from types import TracebackType
 
 from actors.clients.broker import Broker
-from cluster.protocol.broker_view import BrokerView
-from cluster.protocol.handlers.metadata import BrokerEndpoint
+from cluster.protocol.broker_view import BrokerEndpoint, BrokerView
 from cluster.protocol.ray_broker_view import RayBrokerView
 from cluster.protocol.ray_group_view import RayGroupView
 from cluster.protocol.router import Router
 from cluster.protocol.server import KafkaServer, ServerStatistics
 from storage.config.broker_config import BrokerConfig
+from storage.errors import RaybrokerError
 
 # How long `stop` waits for the loop to close its connections before giving up on the thread.
 STOP_TIMEOUT_S = 10.0
@@ -101,6 +106,9 @@ class KafkaListener:
             await self._stopping.wait()
         finally:
             await server.stop()
+            with contextlib.suppress(RaybrokerError):
+                # The broker may be stopping too; its registry goes with it.
+                await self._view.withdraw(self._endpoint(server))
 
     async def _start_server(self) -> KafkaServer:
         """Binds first (a port of 0 is only known once bound), then builds the router for the advertised address."""
@@ -113,18 +121,28 @@ class KafkaListener:
         server = KafkaServer(
             handle, self._config, reuse_port=self._broker_config.num_network_threads > 1, overlaps=Router.overlaps
         )
-        ports = await server.start()
-        advertised = self._config.advertised(ports)[0]
+        await server.start()
+        endpoint = self._endpoint(server)
         router = Router(
             self._view,
-            BrokerEndpoint(self._broker_config.node_id, advertised.host, advertised.port),
+            endpoint,
             self._broker_config.auto_create_topics_enable,
             self._broker_config.num_partitions,
             groups=RayGroupView(),
             broker_config=self._broker_config,
             static_broker_keys=self._static_broker_keys,
         )
+        try:
+            await self._view.announce(endpoint)
+        except BaseException:
+            await server.stop()
+            raise
         return server
+
+    def _endpoint(self, server: KafkaServer) -> BrokerEndpoint:
+        """This broker as Metadata advertises it: `node.id` and the first advertised listener."""
+        advertised = self._config.advertised(server.ports)[0]
+        return BrokerEndpoint(self._broker_config.node_id, advertised.host, advertised.port)
 
 
 def start_listener(properties: Mapping[str, str] | None = None, view: BrokerView | None = None) -> KafkaListener:

@@ -21,11 +21,13 @@ import asyncio
 from collections.abc import Mapping
 from typing import Any
 
+import ray
+
 from actors.calls import call, partition_actor
 from actors.clients.broker import Broker
-from actors.server.controller import TopicMetadata
+from actors.server.controller import AdvertisedListener, TopicMetadata
 from actors.server.partition_log import FetchResult
-from cluster.protocol.broker_view import FetchedRecords, PartitionOffsets, TopicInfo
+from cluster.protocol.broker_view import BrokerEndpoint, FetchedRecords, PartitionOffsets, TopicInfo
 from storage.errors import BrokerNotAvailableError, UnknownTopicOrPartitionError
 from storage.partition.log import LogAppendInfo
 from storage.records.file_records import TimestampAndOffset
@@ -54,25 +56,38 @@ class RayBrokerView:
             self._cluster_id = await _answer(self._controller.cluster_id.remote())
         return self._cluster_id
 
+    async def announce(self, endpoint: BrokerEndpoint) -> None:
+        await _answer(self._controller.register_listener.remote(_this_node(), _advertised(endpoint)))
+
+    async def withdraw(self, endpoint: BrokerEndpoint) -> None:
+        await _answer(self._controller.unregister_listener.remote(_this_node(), _advertised(endpoint)))
+
+    async def brokers(self) -> list[BrokerEndpoint]:
+        listeners = await self._listeners()
+        return [BrokerEndpoint(found.broker_id, found.host, found.port) for found in listeners.values()]
+
     async def topics(self) -> dict[str, TopicInfo]:
         described: dict[str, TopicMetadata] = await _answer(self._controller.topics.remote())
-        return {name: _topic_info(metadata) for name, metadata in described.items()}
+        listeners = await self._listeners()
+        return {name: _topic_info(metadata, listeners) for name, metadata in described.items()}
 
     async def topic(self, name: str) -> TopicInfo:
-        return _topic_info(await _answer(self._controller.describe_topic.remote(name)))
+        described: TopicMetadata = await _answer(self._controller.describe_topic.remote(name))
+        return _topic_info(described, await self._listeners())
 
     async def create_topic(
         self, name: str, partition_count: int, config: Mapping[str, str] | None = None, validate_only: bool = False
     ) -> TopicInfo:
         created = self._controller.create_topic.remote(name, partition_count, dict(config or {}), validate_only)
-        return _topic_info(await _answer(created))
+        return _topic_info(await _answer(created), await self._listeners())
 
     async def delete_topic(self, name: str) -> None:
         await _answer(self._controller.delete_topic.remote(name))
         self._forget(name)
 
     async def create_partitions(self, name: str, total: int, validate_only: bool = False) -> TopicInfo:
-        return _topic_info(await _answer(self._controller.add_partitions.remote(name, total, validate_only)))
+        grown = await _answer(self._controller.add_partitions.remote(name, total, validate_only))
+        return _topic_info(grown, await self._listeners())
 
     async def topic_config(self, name: str) -> dict[str, str]:
         metadata: TopicMetadata = await _answer(self._controller.describe_topic.remote(name))
@@ -128,6 +143,10 @@ class RayBrokerView:
             self._handles.pop((topic, partition), None)
             raise
 
+    async def _listeners(self) -> dict[str, AdvertisedListener]:
+        listeners: dict[str, AdvertisedListener] = await _answer(self._controller.listeners.remote())
+        return listeners
+
     def _forget(self, topic: str) -> None:
         """Drops the handles of a deleted topic's partitions, so a re-created topic is looked up afresh."""
         for key in [key for key in self._handles if key[0] == topic]:
@@ -142,5 +161,19 @@ class RayBrokerView:
         return handle
 
 
-def _topic_info(metadata: TopicMetadata) -> TopicInfo:
-    return TopicInfo(metadata.name, len(metadata.partitions), metadata.internal)
+def _topic_info(metadata: TopicMetadata, listeners: Mapping[str, AdvertisedListener]) -> TopicInfo:
+    """The topic with each partition's leader: the broker id of the listener on the node hosting it, if any."""
+    leaders = tuple(
+        listener.broker_id if (listener := listeners.get(metadata.partitions[partition])) else None
+        for partition in range(len(metadata.partitions))
+    )
+    return TopicInfo(metadata.name, len(metadata.partitions), metadata.internal, leaders)
+
+
+def _advertised(endpoint: BrokerEndpoint) -> AdvertisedListener:
+    return AdvertisedListener(endpoint.node_id, endpoint.host, endpoint.port)
+
+
+def _this_node() -> str:
+    """The Ray node this process runs on: the node whose listener this is."""
+    return str(ray.get_runtime_context().get_node_id())

@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Callable, Collection, Mapping
 from types import MappingProxyType
 from typing import Any
 
-from cluster.protocol.broker_view import BrokerView
+from cluster.protocol.broker_view import BrokerEndpoint, BrokerView
 from cluster.protocol.config_entries import ConfigDescriber
 from cluster.protocol.framing import (
     API_VERSIONS_KEY,
@@ -79,7 +79,7 @@ from cluster.protocol.handlers.groups import (
 )
 from cluster.protocol.handlers.leader_epoch import OFFSET_FOR_LEADER_EPOCH_KEY, OffsetForLeaderEpochHandler
 from cluster.protocol.handlers.list_offsets import LIST_OFFSETS_KEY, ListOffsetsHandler
-from cluster.protocol.handlers.metadata import METADATA_KEY, BrokerEndpoint, MetadataHandler
+from cluster.protocol.handlers.metadata import METADATA_KEY, MetadataHandler
 from cluster.protocol.handlers.produce import PRODUCE_KEY, ProduceHandler
 from cluster.protocol.handlers.producer_id import INIT_PRODUCER_ID_KEY, InitProducerIdHandler
 from cluster.protocol.handlers.topics import (

@@ -23,6 +23,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from actors.calls import call
 from actors.clients.broker import Broker, stop_broker
+from actors.options import NAMESPACE, kafka_listener_name
 from storage import file_names
 from storage.errors import BrokerNotAvailableError
 from tests.storage.builders import Rec, as_recs, batch_bytes, kafka_decode
@@ -141,6 +142,62 @@ def test_a_client_reaches_every_partition_on_every_node(two_nodes: dict[str, lis
         for node in two_nodes
     }
     assert folders == expected
+
+
+def test_kafka_clients_bootstrap_from_one_node_and_reach_the_other_through_metadata(
+    two_nodes: dict[str, list[Path]],
+) -> None:
+    """Each node's listener announces its broker; Metadata names both brokers and each partition's leader is the
+    broker of its node, so a client bootstrapped from node 0's listener produces to and fetches from node 1's. A
+    second node claiming a `node.id` already in use is refused with a message naming it."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    from cluster.protocol.listener_actor import start_kafka_listeners
+    from storage.config.broker_config import BrokerConfig
+
+    first, second = sorted(two_nodes)
+
+    def listen(node: str, broker_id: int) -> str:
+        config = BrokerConfig.from_properties({"listeners": "PLAINTEXT://127.0.0.1:0", "node.id": str(broker_id)})
+        return start_kafka_listeners(config, node).bootstrap_servers
+
+    bootstrap = listen(first, 0)
+    with pytest.raises(BrokerNotAvailableError, match=r"node\.id 0 is already"):
+        listen(second, 0)
+    listen(second, 1)
+    broker_ids = {first: 0, second: 1}
+    client = Broker.connect()
+    call(client.controller.create_topic.remote("wire-spread", 4))
+    hosts = client.topic("wire-spread").partitions
+    assert set(hosts.values()) == {first, second}
+
+    described = AdminClient({"bootstrap.servers": bootstrap}).list_topics("wire-spread", timeout=30)
+    assert sorted(described.brokers) == [0, 1]
+    leaders = {p: meta.leader for p, meta in described.topics["wire-spread"].partitions.items()}
+    assert leaders == {p: broker_ids[node] for p, node in hosts.items()}
+
+    now_ms = int(time.time() * 1000)
+    sent = {(p, f"value-{p}-{i}".encode()) for p in range(4) for i in range(5)}
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    for partition, value in sorted(sent):
+        producer.produce("wire-spread", value=value, partition=partition, timestamp=now_ms)
+    assert producer.flush(30) == 0
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "wire-spread", "enable.auto.commit": "false"})
+    try:
+        consumer.assign([TopicPartition("wire-spread", p, 0) for p in range(4)])
+        received: set[tuple[int, bytes]] = set()
+        deadline = time.monotonic() + 30
+        while received != sent and time.monotonic() < deadline:
+            for message in consumer.consume(100, 1.0):
+                assert message.error() is None, message.error()
+                received.add((message.partition(), message.value()))
+    finally:
+        consumer.close()
+    assert received == sent
+    for node in (first, second):
+        listener = ray.get_actor(kafka_listener_name(node, 0), namespace=NAMESPACE)
+        assert call(listener.statistics.remote()).connections_accepted > 0
 
 
 def test_swapped_disks_are_found_on_their_new_nodes(two_nodes: dict[str, list[Path]]) -> None:

@@ -1,8 +1,9 @@
 """DescribeCluster (key 60): the cluster id, the controller and the brokers, as Kafka's Admin `describeCluster`.
 
-As in Metadata (`cluster.protocol.handlers.metadata`), each listener reports itself as the one broker and as the
-controller: it serves every partition, so it is all a client needs to reach. Asking for the controllers' endpoints
-(v1+ `endpoint_type` 2) answers UNSUPPORTED_ENDPOINT_TYPE (115), as a Kafka broker does; no broker is fenced.
+The brokers are Metadata's (`cluster.protocol.handlers.metadata`): every node's running listener and this one;
+each listener reports itself as the controller, since it serves every administrative request itself. Asking
+for the controllers' endpoints (v1+ `endpoint_type` 2) answers UNSUPPORTED_ENDPOINT_TYPE (115), as a Kafka
+broker does; no broker is fenced.
 Authorized operations are not computed (no ACLs yet): Kafka's "omitted" sentinel.
 """
 
@@ -13,9 +14,9 @@ from typing import Any
 from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 
-from cluster.protocol.broker_view import BrokerView
+from cluster.protocol.broker_view import BrokerEndpoint, BrokerView
 from cluster.protocol.framing import Request
-from cluster.protocol.handlers.metadata import AUTHORIZED_OPERATIONS_OMITTED, BrokerEndpoint
+from cluster.protocol.handlers.metadata import AUTHORIZED_OPERATIONS_OMITTED, brokers_with
 from cluster.protocol.messages import build
 
 DESCRIBE_CLUSTER_KEY = 60
@@ -50,7 +51,14 @@ class DescribeClusterHandler:
                 error_code=ErrorCode.none,
                 error_message=None,
                 brokers=[
-                    {"broker_id": node.node_id, "host": node.host, "port": node.port, "rack": None, "is_fenced": False}
+                    {
+                        "broker_id": broker.node_id,
+                        "host": broker.host,
+                        "port": broker.port,
+                        "rack": None,
+                        "is_fenced": False,
+                    }
+                    for broker in brokers_with(node, await self._view.brokers())
                 ],
             )
         return build(load_response_schema(DESCRIBE_CLUSTER_KEY, request.api_version), answer)

@@ -14,8 +14,8 @@ from typing import Any
 from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 
+from cluster.protocol.broker_view import BrokerEndpoint
 from cluster.protocol.framing import Request
-from cluster.protocol.handlers.metadata import BrokerEndpoint
 from cluster.protocol.messages import build
 
 FIND_COORDINATOR_KEY = 10

@@ -1,9 +1,11 @@
 """Metadata (key 3): the brokers, the cluster id, and each topic's partitions with their leader.
 
-Every listener can serve every partition (its handlers reach any partition actor through Ray, wherever it runs),
-so each listener reports itself as the one broker and the leader of every partition: a client then sends all its
-requests to the address it bootstrapped from, as `advertised.listeners` names it. Leader epochs are -1 (unknown):
-clients skip their leader-epoch validation (OffsetForLeaderEpoch) with -1, and raybroker keeps one replica.
+Brokers are the Ray nodes whose Kafka listener runs, each with its `node.id` and `advertised.listeners` address
+(announced to the controller when the listener starts), and always this listener itself. A partition's leader
+is the broker of the node hosting it, so clients send its produces and fetches there; a partition on a node with
+no listener is led by this listener, which reaches it through Ray (every listener can serve every partition:
+a client with outdated metadata is still answered). Leader epochs are -1 (unknown): clients skip their
+leader-epoch validation (OffsetForLeaderEpoch) with -1, and raybroker keeps one replica.
 
 Topics a client names that do not exist are created with `num.partitions` partitions when
 `auto.create.topics.enable` is true and the request allows it (v4+ `allow_auto_topic_creation`; earlier versions
@@ -14,13 +16,12 @@ topic comes back with its partitions at once. A null topic list (v1+), or an emp
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
 from typing import Any
 
 from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 
-from cluster.protocol.broker_view import BrokerView, TopicInfo
+from cluster.protocol.broker_view import BrokerEndpoint, BrokerView, TopicInfo
 from cluster.protocol.errors import error_code
 from cluster.protocol.framing import Request
 from cluster.protocol.messages import build
@@ -32,13 +33,11 @@ UNKNOWN_LEADER_EPOCH = -1
 AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 
 
-@dataclass(frozen=True, slots=True)
-class BrokerEndpoint:
-    """This broker as clients must reach it: its node id and advertised address."""
-
-    node_id: int
-    host: str
-    port: int
+def brokers_with(endpoint: BrokerEndpoint, announced: list[BrokerEndpoint]) -> list[BrokerEndpoint]:
+    """The announced brokers and this listener's own `endpoint` (which wins for its node id), by node id."""
+    by_id = {broker.node_id: broker for broker in announced}
+    by_id[endpoint.node_id] = endpoint
+    return [by_id[node_id] for node_id in sorted(by_id)]
 
 
 class MetadataHandler:
@@ -64,11 +63,15 @@ class MetadataHandler:
         else:
             topics = list(await asyncio.gather(*(self._lookup(name, may_create) for name in requested)))
         node = self._endpoint
+        brokers = brokers_with(node, await self._view.brokers())
         return build(
             load_response_schema(METADATA_KEY, request.api_version),
             {
                 "throttle_time": 0,
-                "brokers": [{"node_id": node.node_id, "host": node.host, "port": node.port, "rack": None}],
+                "brokers": [
+                    {"node_id": broker.node_id, "host": broker.host, "port": broker.port, "rack": None}
+                    for broker in brokers
+                ],
                 "cluster_id": await self._view.cluster_id(),
                 "controller_id": node.node_id,
                 "topics": topics,
@@ -97,25 +100,27 @@ class MetadataHandler:
             return _topic_error(name, error_code(exc))
 
     def _describe(self, topic: TopicInfo) -> dict[str, Any]:
-        node_id = self._endpoint.node_id
         return {
             "error_code": ErrorCode.none,
             "name": topic.name,
             "topic_id": None,
             "is_internal": topic.internal,
             "partitions": [
-                {
-                    "error_code": ErrorCode.none,
-                    "partition_index": partition,
-                    "leader_id": node_id,
-                    "leader_epoch": UNKNOWN_LEADER_EPOCH,
-                    "replica_nodes": [node_id],
-                    "isr_nodes": [node_id],
-                    "offline_replicas": [],
-                }
-                for partition in range(topic.partition_count)
+                self._partition(partition, topic.leader(partition)) for partition in range(topic.partition_count)
             ],
             "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+        }
+
+    def _partition(self, partition: int, leader: int | None) -> dict[str, Any]:
+        node_id = self._endpoint.node_id if leader is None else leader
+        return {
+            "error_code": ErrorCode.none,
+            "partition_index": partition,
+            "leader_id": node_id,
+            "leader_epoch": UNKNOWN_LEADER_EPOCH,
+            "replica_nodes": [node_id],
+            "isr_nodes": [node_id],
+            "offline_replicas": [],
         }
 
 

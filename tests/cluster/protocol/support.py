@@ -8,6 +8,7 @@ does not wait for data (a long-poll fetch answers at once); the long poll is tes
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ from typing import Any
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader
 
-from cluster.protocol.broker_view import FetchedRecords, PartitionOffsets, TopicInfo
+from cluster.protocol.broker_view import BrokerEndpoint, FetchedRecords, PartitionOffsets, TopicInfo
 from cluster.protocol.framing import SIZE, Request, decode_response, encode_request, encode_response
 from cluster.protocol.messages import build
 from storage import file_names
@@ -41,9 +42,24 @@ class LogBrokerView:
         self._topics: dict[str, TopicInfo] = {}
         self._configs: dict[str, dict[str, str]] = {}
         self._next_producer_id = 0
+        self._announced: dict[int, BrokerEndpoint] = {}
 
     async def cluster_id(self) -> str:
         return CLUSTER_ID
+
+    async def announce(self, endpoint: BrokerEndpoint) -> None:
+        self._announced[endpoint.node_id] = endpoint
+
+    async def withdraw(self, endpoint: BrokerEndpoint) -> None:
+        if self._announced.get(endpoint.node_id) == endpoint:
+            del self._announced[endpoint.node_id]
+
+    async def brokers(self) -> list[BrokerEndpoint]:
+        return [self._announced[node_id] for node_id in sorted(self._announced)]
+
+    def lead(self, topic: str, leaders: tuple[int | None, ...]) -> None:
+        """Names the broker leading each partition of `topic`, as if they lived on other nodes."""
+        self._topics[topic] = dataclasses.replace(self._topics[topic], leaders=leaders)
 
     async def topics(self) -> dict[str, TopicInfo]:
         return dict(self._topics)

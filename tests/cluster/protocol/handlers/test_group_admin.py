@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
+from cluster.protocol.broker_view import BrokerEndpoint
 from cluster.protocol.handlers.coordinator import FIND_COORDINATOR_KEY, FindCoordinatorHandler
 from cluster.protocol.handlers.group_admin import (
     DELETE_GROUPS_KEY,
@@ -19,7 +20,6 @@ from cluster.protocol.handlers.group_admin import (
     ListGroupsHandler,
 )
 from cluster.protocol.handlers.groups import JOIN_GROUP_KEY, SYNC_GROUP_KEY, JoinGroupHandler, SyncGroupHandler
-from cluster.protocol.handlers.metadata import BrokerEndpoint
 from cluster.protocol.router import SERVED
 from tests.cluster.protocol.group_support import MembershipGroupView, exchange
 from tests.cluster.protocol.support import run

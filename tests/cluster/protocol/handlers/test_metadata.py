@@ -7,8 +7,9 @@ import pytest
 from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
 
+from cluster.protocol.broker_view import BrokerEndpoint
 from cluster.protocol.framing import decode_response, encode_response
-from cluster.protocol.handlers.metadata import METADATA_KEY, BrokerEndpoint, MetadataHandler
+from cluster.protocol.handlers.metadata import METADATA_KEY, MetadataHandler
 from cluster.protocol.messages import build
 from cluster.protocol.router import SERVED
 from tests.cluster.protocol.support import CLUSTER_ID, LogBrokerView, request, run
@@ -71,3 +72,21 @@ def test_all_topics_when_none_are_named(view: LogBrokerView, version: int) -> No
 def test_an_empty_topic_list_asks_for_no_topic_from_v1(view: LogBrokerView) -> None:
     run(view.create_topic("a", 1))
     assert ask(view, 1, []).topics == ()
+
+
+@pytest.mark.parametrize("version", [0, 12])
+def test_partitions_on_other_nodes_are_led_by_their_nodes_brokers(view: LogBrokerView, version: int) -> None:
+    """Other nodes' announced listeners are brokers too, each partition is led by its node's broker, and a
+    partition whose node runs no listener is led by this one."""
+    run(view.announce(BrokerEndpoint(3, "node-b", 9092)))
+    run(view.announce(BrokerEndpoint(7, "stale-address-of-this-node", 1)))
+    run(view.create_topic("spread", 3))
+    view.lead("spread", (3, None, 7))
+    decoded = ask(view, version, ["spread"])
+    assert [(b.node_id, b.host, b.port) for b in decoded.brokers] == [(3, "node-b", 9092), (7, "broker.example", 19092)]
+    (topic,) = decoded.topics
+    assert [(p.partition_index, p.leader_id, tuple(p.replica_nodes)) for p in topic.partitions] == [
+        (0, 3, (3,)),
+        (1, 7, (7,)),
+        (2, 7, (7,)),
+    ]
