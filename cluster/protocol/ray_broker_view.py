@@ -9,6 +9,12 @@ partition host, the controller and the node's log manager), which blocks, so it 
 that finds its actor gone (`BrokerNotAvailableError`) or its partition unknown forgets the handle, so the next
 request looks again and reaches a restarted actor or a re-created topic.
 
+Fetches from a partition whose actor runs on this node ask the actor only where the bytes lie (`locate`, which
+long-polls as `fetch` does) and read them from the page cache here, so the batches never pass through Ray's
+object store: one copy where the actor path makes three (`actors.clients.local_fetch` explains why the bytes read
+equal the actor's). A located read that cannot be trusted (the segment was deleted or replaced meanwhile) falls
+back to the actor; a partition found on another node is fetched through its actor from then on.
+
 Appends to one partition are submitted to its actor in the order `append` was called, also while an earlier one
 still waits for its handle: the listener handles a connection's pipelined Produce requests concurrently, and Ray
 runs one caller's calls to an actor's write thread in the order they were submitted, so the log gets a client's
@@ -26,9 +32,10 @@ import ray
 from actors.calls import call, partition_actor
 from actors.clients.broker import Broker
 from actors.server.controller import AdvertisedListener, TopicMetadata
-from actors.server.partition_log import FetchResult
+from actors.server.partition_log import FetchResult, FileSlices
 from cluster.protocol.broker_view import BrokerEndpoint, FetchedRecords, PartitionOffsets, TopicInfo
 from storage.errors import BrokerNotAvailableError, UnknownTopicOrPartitionError
+from storage.partition.file_slices import read_located
 from storage.partition.log import LogAppendInfo
 from storage.records.file_records import TimestampAndOffset
 
@@ -49,6 +56,9 @@ class RayBrokerView:
         self._controller = broker.controller
         self._handles: dict[tuple[str, int], Any] = {}
         self._last_append: dict[tuple[str, int], asyncio.Future[None]] = {}
+        # Partitions whose actor runs on another node: fetched through the actor, not located.
+        self._remote: set[tuple[str, int]] = set()
+        self._node = _this_node()
         self._cluster_id: str | None = None
 
     async def cluster_id(self) -> str:
@@ -57,10 +67,10 @@ class RayBrokerView:
         return self._cluster_id
 
     async def announce(self, endpoint: BrokerEndpoint) -> None:
-        await _answer(self._controller.register_listener.remote(_this_node(), _advertised(endpoint)))
+        await _answer(self._controller.register_listener.remote(self._node, _advertised(endpoint)))
 
     async def withdraw(self, endpoint: BrokerEndpoint) -> None:
-        await _answer(self._controller.unregister_listener.remote(_this_node(), _advertised(endpoint)))
+        await _answer(self._controller.unregister_listener.remote(self._node, _advertised(endpoint)))
 
     async def brokers(self) -> list[BrokerEndpoint]:
         listeners = await self._listeners()
@@ -124,6 +134,18 @@ class RayBrokerView:
     async def fetch(
         self, topic: str, partition: int, offset: int, max_bytes: int, max_wait_ms: int, min_bytes: int
     ) -> FetchedRecords:
+        key = (topic, partition)
+        if key not in self._remote:
+            located: FileSlices = await self._call(
+                topic, partition, "locate", offset, max_bytes, 1, max_wait_ms, min_bytes
+            )
+            if located.node_id != self._node:
+                self._remote.add(key)
+            else:
+                read = read_located(located.slices[0], offset) if located.slices else (b"", offset)
+                if read is not None:
+                    return FetchedRecords(bytes(read[0]), located.high_watermark, located.log_start_offset)
+            max_wait_ms = 0  # waited for already
         result: FetchResult = await self._call(
             topic, partition, "fetch", offset, max_bytes, max_wait_ms=max_wait_ms, min_bytes=min_bytes
         )
@@ -141,6 +163,7 @@ class RayBrokerView:
             return await _answer(getattr(handle, method).remote(*args, **kwargs))
         except (BrokerNotAvailableError, UnknownTopicOrPartitionError):
             self._handles.pop((topic, partition), None)
+            self._remote.discard((topic, partition))
             raise
 
     async def _listeners(self) -> dict[str, AdvertisedListener]:
@@ -151,6 +174,7 @@ class RayBrokerView:
         """Drops the handles of a deleted topic's partitions, so a re-created topic is looked up afresh."""
         for key in [key for key in self._handles if key[0] == topic]:
             del self._handles[key]
+            self._remote.discard(key)
 
     async def _handle(self, topic: str, partition: int) -> Any:
         key = (topic, partition)
