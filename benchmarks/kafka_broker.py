@@ -268,10 +268,14 @@ class KafkaBroker:
 
 
 def _cluster_id() -> str:
-    """A random KRaft cluster id: 16 random bytes in URL-safe base64 without padding (Kafka's Uuid format)."""
+    """A random KRaft cluster id: 16 random bytes in URL-safe base64 without padding (Kafka's Uuid format).
+    As Kafka's `Uuid.randomUuid`, never one that starts with '-': StorageTool would read it as an option."""
     import base64
 
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 if __name__ == "__main__":

@@ -152,8 +152,10 @@ class GroupCoordinatorActor:
     def commit_member(
         self, group: str, member_id: str, generation_id: int, offsets: Mapping[tuple[str, int], tuple[int, str]]
     ) -> GroupError:
-        """A wire client's OffsetCommit: written if the group's state allows it (`GroupMembership.check_commit`),
-        each partition with its own metadata. Returns the group's verdict; nothing is written unless it is NONE."""
+        """A wire client's OffsetCommit: written if the group's state allows it (`GroupMembership.check_commit`:
+        generation -1 only into a group without members), each partition with its own metadata. Returns the
+        group's verdict; nothing is written unless it is NONE. The Python `Consumer`'s `commit` is not checked
+        against the membership: its groups are names for offsets only."""
         _check_group(group)
         with self._membership_changed:
             verdict = self._membership.check_commit(group, member_id, generation_id)

@@ -15,8 +15,9 @@ only moves through the injected clock: every call first expires what is due (mem
 `next_deadline_ms` tells a waiter when the next such event is due, so no thread of its own is needed.
 
 Kafka's answers, kept here: a JoinGroup v4+ without a member id gets MEMBER_ID_REQUIRED and a fresh id to
-join with; a member that is not in the group gets UNKNOWN_MEMBER_ID; a SyncGroup, Heartbeat or OffsetCommit of
-another generation gets ILLEGAL_GENERATION; a Heartbeat during a rebalance and a SyncGroup of a generation whose
+join with; a member that is not in the group gets UNKNOWN_MEMBER_ID (so does an OffsetCommit of generation -1
+and no member id into a group that is not Empty); a SyncGroup, Heartbeat or OffsetCommit of another generation
+gets ILLEGAL_GENERATION; a Heartbeat during a rebalance and a SyncGroup of a generation whose
 rebalance restarted get REBALANCE_IN_PROGRESS. The leader of a generation receives every member's metadata for
 the chosen protocol (the protocol every member supports that most members list first) and sends each member's
 assignment in its SyncGroup; the broker never looks inside either.
@@ -376,23 +377,38 @@ class GroupMembership:
         return outcome
 
     def check_commit(self, group_id: str, member_id: str, generation_id: int) -> GroupError:
-        """Whether an OffsetCommit may be written. A commit without a member id and generation (-1) comes from a
-        consumer that manages its own partitions (`assign`, raybroker's Python `Consumer`) and is always
-        accepted; a member's commit must be of the current generation, outside a rebalance's sync phase."""
-        if generation_id < 0 and not member_id:
-            return GroupError.NONE
+        """Whether an OffsetCommit may be written, checked in the order of Kafka's classic coordinator
+        (`GroupCoordinator.validateOffsetCommit`, then `doCommitOffsets`):
+
+        - a group this coordinator does not know: a commit with generation -1 is written (a consumer that
+          assigns its own partitions, or the admin client's AlterConsumerGroupOffsets); any other generation is
+          ILLEGAL_GENERATION;
+        - an Empty group takes any commit with generation -1, whatever its member id;
+        - otherwise (a generation >= 0, or a group with members: PreparingRebalance, CompletingRebalance,
+          Stable) only a member's commit is written: one that is not a member of the group is
+          UNKNOWN_MEMBER_ID (generation -1 without a member id included, as Kafka answers a consumer that
+          assigns its partitions itself under the id of an active group), a member of another generation gets
+          ILLEGAL_GENERATION, and a current member's commit during the sync phase (CompletingRebalance)
+          REBALANCE_IN_PROGRESS. During PreparingRebalance the current generation still commits what it
+          consumed.
+
+        A member's accepted commit also counts as its heartbeat. raybroker's Python `Consumer` does not come
+        here: it commits through `GroupCoordinatorActor.commit`, outside the wire groups' membership."""
         now = self._clock.milliseconds()
         group = self._groups.get(group_id)
         if group is None:
-            return GroupError.ILLEGAL_GENERATION if generation_id >= 0 else GroupError.UNKNOWN_MEMBER_ID
+            return GroupError.NONE if generation_id < 0 else GroupError.ILLEGAL_GENERATION
         self._advance(group, now)
-        if group.state == GroupState.COMPLETING_REBALANCE:
-            return GroupError.REBALANCE_IN_PROGRESS
+        if generation_id < 0 and group.state == GroupState.EMPTY:
+            return GroupError.NONE
         member = group.members.get(member_id)
         if member is None:
+            # Generation -1 without a member id lands here too: into a group with members only they commit.
             return GroupError.UNKNOWN_MEMBER_ID
         if generation_id != group.generation_id:
             return GroupError.ILLEGAL_GENERATION
+        if group.state == GroupState.COMPLETING_REBALANCE:
+            return GroupError.REBALANCE_IN_PROGRESS
         member.session_deadline_ms = now + member.session_timeout_ms
         return GroupError.NONE
 

@@ -4,9 +4,13 @@ raybroker's Python `Consumer` commits to too, so either kind of client resumes w
 OffsetCommit checks, per partition, that the topic and partition exist (else UNKNOWN_TOPIC_OR_PARTITION, 3),
 that the metadata fits `offset.metadata.max.bytes` (Kafka's 4096; else OFFSET_METADATA_TOO_LARGE, 12) and that
 the offset is not negative (INVALID_REQUEST, 42); the rest are written in one batch if the group's state allows
-the member's commit (`GroupMembership.check_commit`: a member of another generation gets ILLEGAL_GENERATION, a
-commit during the sync phase REBALANCE_IN_PROGRESS, one with generation -1 and no member id is always written),
-and that verdict is every such partition's code. Leader epochs are not kept: OffsetFetch answers -1.
+the commit (`GroupMembership.check_commit`, Kafka's classic coordinator's rules: one with generation -1 is
+written into a group without members (Empty, or only known by its committed offsets), which is how a
+consumer that assigns its own partitions and the admin client's AlterConsumerGroupOffsets commit; into a group
+with members only a member commits, anyone else gets UNKNOWN_MEMBER_ID, generation -1 without a member id
+included; a member of another generation gets ILLEGAL_GENERATION, a member's commit during the sync phase
+REBALANCE_IN_PROGRESS), and that verdict is every such partition's code. Leader epochs are not kept:
+OffsetFetch answers -1.
 
 OffsetFetch v1-7 asks for one group, v8+ for several; a null topic list (v2+) asks for every committed offset of
 the group. A partition without a commit answers offset -1 with no error, as Kafka's does. `require_stable`

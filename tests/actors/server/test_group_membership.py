@@ -230,21 +230,53 @@ def test_sync_and_heartbeat_of_other_generations_or_members_are_refused(groups: 
     assert groups.heartbeat(GROUP, "stranger", generation) == GroupError.UNKNOWN_MEMBER_ID
 
 
-def test_commits_are_checked_against_the_generation_and_simple_commits_always_pass(groups: GroupMembership) -> None:
-    assert groups.check_commit("never-joined", "", -1) == GroupError.NONE
+def test_commits_are_checked_against_the_generation(groups: GroupMembership) -> None:
     assert groups.check_commit("never-joined", "", 3) == GroupError.ILLEGAL_GENERATION
     leader, follower, generation = stable_pair(groups)
     assert groups.check_commit(GROUP, leader, generation) == GroupError.NONE
     assert groups.check_commit(GROUP, leader, generation - 1) == GroupError.ILLEGAL_GENERATION
     assert groups.check_commit(GROUP, "stranger", generation) == GroupError.UNKNOWN_MEMBER_ID
-    assert groups.check_commit(GROUP, "", -1) == GroupError.NONE
     # During the join phase the current generation may still commit what it consumed.
     member_of(join(groups))
     assert groups.check_commit(GROUP, follower, generation) == GroupError.NONE
     assert isinstance(join(groups, leader, (("range", b"a"),)), PendingJoin)
     joined(join(groups, follower, (("range", b"b"),)))
-    # Every member rejoined: the sync phase of the next generation refuses commits.
+    # Every member rejoined: the sync phase of the next generation refuses its members' commits; a stranger is
+    # still unknown and a member of the last generation still of another one (Kafka checks both first).
     assert groups.check_commit(GROUP, leader, generation + 1) == GroupError.REBALANCE_IN_PROGRESS
+    assert groups.check_commit(GROUP, "stranger", generation + 1) == GroupError.UNKNOWN_MEMBER_ID
+    assert groups.check_commit(GROUP, leader, generation) == GroupError.ILLEGAL_GENERATION
+
+
+def test_a_commit_of_generation_minus_one_is_written_only_into_a_group_without_members(
+    groups: GroupMembership, clock: MockClock
+) -> None:
+    """Kafka's `validateOffsetCommit`: a consumer that assigns its own partitions (generation -1, no member id)
+    commits into an unknown or Empty group; into a group with members it gets UNKNOWN_MEMBER_ID, in every
+    state that has members."""
+    assert groups.check_commit("never-joined", "", -1) == GroupError.NONE
+    assert groups.check_commit("never-joined", "someone", -1) == GroupError.NONE
+    leader, follower, generation = stable_pair(groups)
+    assert groups.describe(GROUP).state == GroupState.STABLE  # type: ignore[union-attr]
+    assert groups.check_commit(GROUP, "", -1) == GroupError.UNKNOWN_MEMBER_ID
+    # A member that leaves out its generation is of another one.
+    assert groups.check_commit(GROUP, leader, -1) == GroupError.ILLEGAL_GENERATION
+    newcomer = member_of(join(groups))
+    assert groups.describe(GROUP).state == GroupState.PREPARING_REBALANCE  # type: ignore[union-attr]
+    assert groups.check_commit(GROUP, "", -1) == GroupError.UNKNOWN_MEMBER_ID
+    assert isinstance(join(groups, leader, (("range", b"a"),)), PendingJoin)
+    joined(join(groups, follower, (("range", b"b"),)))
+    assert groups.describe(GROUP).state == GroupState.COMPLETING_REBALANCE  # type: ignore[union-attr]
+    assert groups.check_commit(GROUP, "", -1) == GroupError.UNKNOWN_MEMBER_ID
+    assert groups.leave(GROUP, [leader, follower, newcomer]) == dict.fromkeys(
+        [leader, follower, newcomer], GroupError.NONE
+    )
+    clock.sleep(1)
+    assert groups.describe(GROUP).state == GroupState.EMPTY  # type: ignore[union-attr]
+    assert groups.check_commit(GROUP, "", -1) == GroupError.NONE
+    # An Empty group takes generation -1 whatever the member id; a generation of its past is a stranger's.
+    assert groups.check_commit(GROUP, leader, -1) == GroupError.NONE
+    assert groups.check_commit(GROUP, leader, generation + 1) == GroupError.UNKNOWN_MEMBER_ID
 
 
 def test_a_group_with_members_cannot_be_deleted(groups: GroupMembership) -> None:

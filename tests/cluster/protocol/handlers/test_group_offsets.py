@@ -1,6 +1,7 @@
 """OffsetCommit and OffsetFetch without sockets: commits read back at every served version, per-partition errors
-(unknown partition, oversized metadata, negative offset), member commits checked against the generation, and
-OffsetFetch of every committed offset (null topics) and of several groups (v8+)."""
+(unknown partition, oversized metadata, negative offset), member commits checked against the generation (and
+generation -1 refused in a group with members), and OffsetFetch of every committed offset (null topics) and of
+several groups (v8+)."""
 
 from __future__ import annotations
 
@@ -132,6 +133,9 @@ def test_a_members_commit_must_be_of_the_current_generation(view: LogBrokerView)
     assert run(exchange(SyncGroupHandler(groups), SYNC_GROUP_KEY, 3, sync)).error_code == ErrorCode.none
     assert commit(view, groups, 8, one, member, 2) == {(TOPIC, 0): ErrorCode.illegal_generation}
     assert commit(view, groups, 8, one, "stranger", 1) == {(TOPIC, 0): ErrorCode.unknown_member_id}
+    # Generation -1 and no member id (a consumer that assigns its partitions, AlterConsumerGroupOffsets): only
+    # into a group without members, as Kafka's.
+    assert commit(view, groups, 8, one) == {(TOPIC, 0): ErrorCode.unknown_member_id}
     assert offsets_of(fetch(groups, 8, [0])) == {(TOPIC, 0): (-1, ErrorCode.none)}
     assert commit(view, groups, 8, one, member, 1) == {(TOPIC, 0): ErrorCode.none}
     assert offsets_of(fetch(groups, 8, [0])) == {(TOPIC, 0): (1, ErrorCode.none)}
