@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
+from cluster.protocol.file_region import FileRegion
 from storage.partition.log import LogAppendInfo
 from storage.records.file_records import TimestampAndOffset
 
@@ -47,9 +48,10 @@ class TopicInfo:
 @dataclass(frozen=True, slots=True)
 class FetchedRecords:
     """One partition's answer to a fetch: whole batches as stored (the last may be cut short, as Kafka's are),
-    and the partition's offsets when they were read."""
+    as bytes or as a region of the segment file to `sendfile` (`cluster.protocol.file_region`), and the
+    partition's offsets when they were read."""
 
-    records: bytes
+    records: bytes | FileRegion
     high_watermark: int
     log_start_offset: int
 

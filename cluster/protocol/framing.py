@@ -13,7 +13,8 @@ Every message on a Kafka connection is a frame, big-endian throughout:
 
 Which header version goes with which (api_key, api_version), and each body's layout, come from kio's classes,
 generated from Kafka's own message schemas. This module knows nothing of topics: it turns a payload into a
-`Request` or raises a `ProtocolError`, and a response object into frame bytes.
+`Request` or raises a `ProtocolError`, and a response object into frame bytes (or, when a Fetch answer leaves
+records in their segment files, a `SplicedFrame` of bytes and file regions: `cluster.protocol.file_region`).
 
 Bytes from clients are untrusted: `decode_request` raises only `MalformedFrameError` or `UnsupportedApiError`,
 never kio's, struct's or Python's own errors. Trailing bytes after a decoded body are ignored, as Kafka's broker
@@ -26,7 +27,7 @@ import io
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import IO, Any, cast
 
 from kio.index import KioIndexError, load_request_schema
 from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
@@ -34,6 +35,7 @@ from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import SerialError
 
 from cluster.protocol.errors import MalformedFrameError, UnsupportedApiError
+from cluster.protocol.file_region import FileRegion
 
 SIZE = struct.Struct(">i")  # the frame's size prefix
 FIXED_HEADER = struct.Struct(
@@ -109,18 +111,59 @@ def _decode(reader: Any, payload: bytes, offset: int, what: str) -> tuple[Any, i
     return value, size
 
 
-def encode_response(correlation_id: int, response: Any) -> bytes:
+@dataclass(frozen=True, slots=True)
+class SplicedFrame:
+    """A response frame whose records stay in their files: bytes and `FileRegion`s, to be written in order."""
+
+    parts: tuple[bytes | FileRegion, ...]
+
+    def __len__(self) -> int:
+        return sum(len(part) for part in self.parts)
+
+    def close(self) -> None:
+        """Closes the files of its regions (once sent, or when the frame is not sent)."""
+        for part in self.parts:
+            if isinstance(part, FileRegion):
+                part.close()
+
+
+class _SplicingBuffer:
+    """What kio writes into: bytes are appended, a `FileRegion` (a records field left in its file) cuts the frame
+    there. kio asks a bytes field only for its `len` and hands it to `write` whole."""
+
+    def __init__(self) -> None:
+        self.parts: list[bytes | FileRegion] = []
+        self._current = io.BytesIO()
+
+    def write(self, value: bytes | FileRegion) -> int:
+        if isinstance(value, FileRegion):
+            self.parts.extend((self._current.getvalue(), value))
+            self._current = io.BytesIO()
+            return len(value)
+        return self._current.write(value)
+
+    def close(self) -> list[bytes | FileRegion]:
+        self.parts.append(self._current.getvalue())
+        return self.parts
+
+
+def encode_response(correlation_id: int, response: Any) -> bytes | SplicedFrame:
     """The frame (size prefix included) answering request `correlation_id` with the kio `response`, whose class
-    names its header version."""
+    names its header version: bytes, or a `SplicedFrame` when the response holds `FileRegion`s."""
     header_type = response.__header_schema__
-    buffer = io.BytesIO()
+    buffer = _SplicingBuffer()
     buffer.write(SIZE.pack(0))
-    entity_writer(header_type)(buffer, header_type(correlation_id=correlation_id))
-    entity_writer(type(response))(buffer, response)
-    frame = buffer.getbuffer()
-    SIZE.pack_into(frame, 0, len(frame) - SIZE.size)
-    del frame
-    return buffer.getvalue()
+    # kio's writers declare a stream or binary file; they call only `write`, which the buffer has.
+    writable = cast(IO[bytes], buffer)
+    entity_writer(header_type)(writable, header_type(correlation_id=correlation_id))
+    entity_writer(type(response))(writable, response)
+    parts = buffer.close()
+    first = parts[0]
+    assert isinstance(first, bytes), "a frame starts with its size and header"
+    head = SIZE.pack(sum(len(part) for part in parts) - SIZE.size) + first[SIZE.size :]
+    if len(parts) == 1:
+        return head
+    return SplicedFrame((head, *(part for part in parts[1:] if len(part))))
 
 
 def encode_request(api_key: int, correlation_id: int, client_id: str | None, body: Any) -> bytes:

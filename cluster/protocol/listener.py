@@ -28,6 +28,7 @@ from types import TracebackType
 
 from actors.clients.broker import Broker
 from cluster.protocol.broker_view import BrokerEndpoint, BrokerView
+from cluster.protocol.framing import SplicedFrame
 from cluster.protocol.ray_broker_view import RayBrokerView
 from cluster.protocol.ray_group_view import RayGroupView
 from cluster.protocol.router import Router
@@ -114,7 +115,7 @@ class KafkaListener:
         """Binds first (a port of 0 is only known once bound), then builds the router for the advertised address."""
         router: Router | None = None
 
-        async def handle(payload: bytes) -> bytes | None:
+        async def handle(payload: bytes) -> bytes | SplicedFrame | None:
             assert router is not None, "the server answers only after start() returned"
             return await router.handle(payload)
 

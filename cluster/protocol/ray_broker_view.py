@@ -10,10 +10,11 @@ that finds its actor gone (`BrokerNotAvailableError`) or its partition unknown f
 request looks again and reaches a restarted actor or a re-created topic.
 
 Fetches from a partition whose actor runs on this node ask the actor only where the bytes lie (`locate`, which
-long-polls as `fetch` does) and read them from the page cache here, so the batches never pass through Ray's
-object store: one copy where the actor path makes three (`actors.clients.local_fetch` explains why the bytes read
-equal the actor's). A located read that cannot be trusted (the segment was deleted or replaced meanwhile) falls
-back to the actor; a partition found on another node is fetched through its actor from then on.
+long-polls as `fetch` does), so the batches never pass through Ray's object store: from `SENDFILE_MIN_BYTES` on
+they stay in the segment file and the server `sendfile`s them (`cluster.protocol.file_region`), smaller ones are
+read here (`actors.clients.local_fetch` explains why the bytes located equal the actor's). A located file that
+is no longer the located one (the segment was deleted or replaced meanwhile) falls back to the actor; a
+partition found on another node is fetched through its actor from then on.
 
 Appends to one partition are submitted to its actor in the order `append` was called, also while an earlier one
 still waits for its handle: the listener handles a connection's pipelined Produce requests concurrently, and Ray
@@ -34,10 +35,15 @@ from actors.clients.broker import Broker
 from actors.server.controller import AdvertisedListener, TopicMetadata
 from actors.server.partition_log import FetchResult, FileSlices
 from cluster.protocol.broker_view import BrokerEndpoint, FetchedRecords, PartitionOffsets, TopicInfo
+from cluster.protocol.file_region import FileRegion, open_region
 from storage.errors import BrokerNotAvailableError, UnknownTopicOrPartitionError
 from storage.partition.file_slices import read_located
 from storage.partition.log import LogAppendInfo
 from storage.records.file_records import TimestampAndOffset
+
+# Located bytes from this size on are sent from the page cache with `sendfile`; smaller ones are read into the
+# response (one `pread` costs less than the socket flush and the system call a region needs).
+SENDFILE_MIN_BYTES = 16 * 1024
 
 
 async def _answer(ref: Any) -> Any:
@@ -142,9 +148,9 @@ class RayBrokerView:
             if located.node_id != self._node:
                 self._remote.add(key)
             else:
-                read = read_located(located.slices[0], offset) if located.slices else (b"", offset)
-                if read is not None:
-                    return FetchedRecords(bytes(read[0]), located.high_watermark, located.log_start_offset)
+                records = _local_records(located, offset)
+                if records is not None:
+                    return FetchedRecords(records, located.high_watermark, located.log_start_offset)
             max_wait_ms = 0  # waited for already
         result: FetchResult = await self._call(
             topic, partition, "fetch", offset, max_bytes, max_wait_ms=max_wait_ms, min_bytes=min_bytes
@@ -192,6 +198,18 @@ def _topic_info(metadata: TopicMetadata, listeners: Mapping[str, AdvertisedListe
         for partition in range(len(metadata.partitions))
     )
     return TopicInfo(metadata.name, len(metadata.partitions), metadata.internal, leaders)
+
+
+def _local_records(located: FileSlices, offset: int) -> bytes | FileRegion | None:
+    """The located bytes: a file region to `sendfile` from `SENDFILE_MIN_BYTES` on, read here below it; None when
+    the file is no longer the located one (the caller then fetches through the actor)."""
+    if not located.slices:
+        return b""
+    file_slice = located.slices[0]
+    if file_slice.length >= SENDFILE_MIN_BYTES:
+        return open_region(file_slice)
+    read = read_located(file_slice, offset)
+    return None if read is None else bytes(read[0])
 
 
 def _advertised(endpoint: BrokerEndpoint) -> AdvertisedListener:

@@ -37,6 +37,7 @@ from cluster.protocol.framing import (
     FIXED_HEADER,
     ApiRange,
     Request,
+    SplicedFrame,
     decode_request,
     encode_response,
 )
@@ -184,7 +185,7 @@ class Router:
         Fetch, the requests clients pipeline (their order is kept per partition); everything else runs alone."""
         return len(payload) >= FIXED_HEADER.size and FIXED_HEADER.unpack_from(payload)[0] in OVERLAPPING
 
-    async def handle(self, payload: bytes) -> bytes | None:
+    async def handle(self, payload: bytes) -> bytes | SplicedFrame | None:
         request = decode_request(payload, SERVED)
         response = await self._handlers[request.api_key](request)
         return None if response is None else encode_response(request.correlation_id, response)

@@ -29,7 +29,8 @@ cache, prefaulted with MAP_POPULATE), and checks they walk as batches whose firs
 or mapped file stays readable if it is unlinked afterwards. A mapped page that a later truncation cuts off
 faults (SIGBUS) when touched; segment files only shrink in `Log.truncate_to` (replica divergence, which
 raybroker's single replica never does) and in recovery from disk corruption, so views are for parsing and
-dropping, not for keeping.
+dropping, not for keeping. `open_located(file_slice)` is its first half, for a reader that hands the located
+bytes on without reading them (the Kafka listener's `sendfile`).
 """
 
 from __future__ import annotations
@@ -164,15 +165,10 @@ def read_located(
     `offset`; None otherwise (file gone or replaced, shorter than located, torn bytes): read through the log."""
     if file_slice.length == 0:
         return b"", offset
-    end = file_slice.position + file_slice.length
-    try:
-        fd = os.open(file_slice.path, os.O_RDONLY)
-    except OSError:
+    fd = open_located(file_slice)
+    if fd is None:
         return None
     try:
-        status = os.fstat(fd)
-        if (status.st_dev, status.st_ino) != (file_slice.device, file_slice.inode) or status.st_size < end:
-            return None
         data = _mapped(fd, file_slice) if zero_copy else os.pread(fd, file_slice.length, file_slice.position)
     except OSError:
         return None
@@ -180,6 +176,26 @@ def read_located(
         os.close(fd)
     next_offset = offset_after(data, offset) if len(data) == file_slice.length else None
     return None if next_offset is None else (data, next_offset)
+
+
+def open_located(file_slice: FileSlice) -> int | None:
+    """A read-only file descriptor of the slice's file, if it is still the located file (same device and inode)
+    and holds the slice's bytes; None otherwise. The caller closes it; it stays readable if the file is unlinked
+    meanwhile, and the bytes it holds at the slice do not change (segments are append-only below their size)."""
+    try:
+        fd = os.open(file_slice.path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        status = os.fstat(fd)
+    except OSError:
+        os.close(fd)
+        return None
+    same = (status.st_dev, status.st_ino) == (file_slice.device, file_slice.inode)
+    if not same or status.st_size < file_slice.position + file_slice.length:
+        os.close(fd)
+        return None
+    return fd
 
 
 def _mapped(fd: int, file_slice: FileSlice) -> memoryview:
@@ -212,4 +228,4 @@ def offset_after(data: bytes | memoryview, offset: int) -> int | None:
     return next_offset
 
 
-__all__ = ["FileSlice", "locate_file_slices", "offset_after", "read_located"]
+__all__ = ["FileSlice", "locate_file_slices", "offset_after", "open_located", "read_located"]

@@ -31,6 +31,7 @@ from kio.schema.errors import ErrorCode
 
 from cluster.protocol.broker_view import BrokerView, FetchedRecords
 from cluster.protocol.errors import error_code
+from cluster.protocol.file_region import FileRegion
 from cluster.protocol.framing import Request
 from cluster.protocol.messages import build, milliseconds
 from storage.errors import RaybrokerError
@@ -144,6 +145,8 @@ def _within_response_limit(answers: list[_Answer], max_bytes: int) -> list[_Answ
     for answer in answers:
         if isinstance(answer, FetchedRecords) and answer.records:
             if total and total + len(answer.records) > max_bytes:
+                if isinstance(answer.records, FileRegion):
+                    answer.records.close()
                 answer = FetchedRecords(b"", answer.high_watermark, answer.log_start_offset)
             total += len(answer.records)
         kept.append(answer)

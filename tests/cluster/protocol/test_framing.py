@@ -4,7 +4,9 @@ version (ApiVersions answers with header v0); untrusted bytes raise only the pro
 from __future__ import annotations
 
 import contextlib
+import io
 import struct
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -129,3 +131,53 @@ def test_mutated_real_requests_raise_only_protocol_errors(data: st.DataObject) -
         payload[data.draw(st.integers(0, len(payload) - 1))] = data.draw(st.integers(0, 255))
     with contextlib.suppress(ProtocolError):
         decode_request(bytes(payload), SERVED)
+
+
+@pytest.mark.parametrize("version", [4, 11, 12])
+def test_a_response_holding_file_regions_is_spliced_into_the_same_bytes(version: int, tmp_path: Path) -> None:
+    """A Fetch response whose records are left in a file encodes to a frame that, once the regions' bytes are put
+    in its place, is byte for byte the frame of the same response holding those bytes (the oracle is kio's own
+    encoding), for a legacy and the flexible (varint lengths) versions."""
+    from cluster.protocol.file_region import FileRegion
+    from cluster.protocol.framing import SplicedFrame
+    from cluster.protocol.handlers.fetch import FETCH_KEY
+
+    content = bytes(range(256)) * 300
+    path = tmp_path / "segment.log"
+    path.write_bytes(content)
+    slices = [(100, 20_000), (30_000, 40_000)]
+
+    def response(records: list[bytes | FileRegion]) -> object:
+        partition = {
+            "error_code": 0,
+            "high_watermark": 9,
+            "last_stable_offset": 9,
+            "log_start_offset": 0,
+            "aborted_transactions": [],
+            "preferred_read_replica": -1,
+        }
+        return build(
+            load_response_schema(FETCH_KEY, version),
+            {
+                "throttle_time": 0,
+                "error_code": 0,
+                "session_id": 0,
+                "responses": [
+                    {"topic": "t", "partitions": [{**partition, "partition_index": i, "records": r}]}
+                    for i, r in enumerate(records)
+                ],
+            },
+        )
+
+    regions = [FileRegion(io.FileIO(path, "rb"), position, length) for position, length in slices]
+    spliced = encode_response(7, response([*regions]))
+    assert isinstance(spliced, SplicedFrame)
+    assembled = b"".join(
+        content[part.position : part.position + part.length] if isinstance(part, FileRegion) else part
+        for part in spliced.parts
+    )
+    spliced.close()
+    assert all(region.file.closed for region in regions)
+    expected = encode_response(7, response([content[p : p + n] for p, n in slices]))
+    assert assembled == expected
+    assert len(spliced) == len(expected)

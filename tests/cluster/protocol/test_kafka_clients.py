@@ -360,3 +360,35 @@ def test_a_produce_pipelined_behind_a_waiting_fetch_wakes_it(listener: KafkaList
         (b"k", b"wake")
     ]
     assert waited_s < max_wait_ms / 1000 / 2
+
+
+def test_large_fetches_are_sent_from_the_segment_files_byte_for_byte(listener: KafkaListener) -> None:
+    """Fetches of a partition on the listener's node send located bytes of `SENDFILE_MIN_BYTES` or more with
+    `sendfile`; a confluent consumer reading 4 MiB from offset 0 gets every value the Python producer wrote, in
+    order, and the server counts what it sent from the files."""
+    import os
+
+    from confluent_kafka import Consumer, TopicPartition
+
+    from actors import Admin, Producer
+
+    Admin().create_topic("sendfile", 1)
+    values = [os.urandom(1024) for _ in range(4096)]
+    with Producer() as producer:
+        producer.send_many("sendfile", values, partition=0).result()
+    before = listener.statistics().file_bytes_sent
+    consumer = Consumer(
+        {"bootstrap.servers": listener.bootstrap_servers, "group.id": "sendfile", "enable.auto.commit": "false"}
+    )
+    try:
+        consumer.assign([TopicPartition("sendfile", 0, 0)])
+        received: list[bytes] = []
+        deadline = time.monotonic() + POLL_DEADLINE_S
+        while len(received) < len(values) and time.monotonic() < deadline:
+            for message in consumer.consume(num_messages=1000, timeout=1.0):
+                assert message.error() is None, message.error()
+                received.append(message.value())
+    finally:
+        consumer.close()
+    assert received == values
+    assert listener.statistics().file_bytes_sent - before >= 3 * 1024 * 1024
