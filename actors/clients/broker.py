@@ -35,11 +35,11 @@ from actors.options import (
     log_manager_options,
 )
 from actors.server.controller import TopicMetadata
-from actors.server.internal_topics import CONSUMER_OFFSETS_CONFIG, CONSUMER_OFFSETS_TOPIC
+from actors.server.internal_topics import ensure_consumer_offsets_topic
 from actors.server.remote import Controller, GroupCoordinator, LogManager
 from storage.arguments import is_int
 from storage.config.broker_config import BrokerConfig
-from storage.errors import BrokerNotAvailableError, RaybrokerError, TopicExistsError, UnknownTopicOrPartitionError
+from storage.errors import BrokerNotAvailableError, RaybrokerError, UnknownTopicOrPartitionError
 
 logger = logging.getLogger(__name__)
 # A listener closes its sockets and connections at once; a stuck one is killed after this long.
@@ -61,13 +61,10 @@ def start_broker(config: BrokerConfig | Mapping[str, str] | None = None) -> str:
     )
     call(manager.ping.remote())
     call(ctrl.register_broker.remote(node_id))
-    with contextlib.suppress(TopicExistsError):
-        call(
-            ctrl.create_topic.remote(
-                CONSUMER_OFFSETS_TOPIC, broker_config.offsets_topic_num_partitions, CONSUMER_OFFSETS_CONFIG
-            )
-        )
-    coordinator: Any = GroupCoordinator.options(**group_coordinator_options(node_id)).remote()
+    ensure_consumer_offsets_topic(ctrl, broker_config.offsets_topic_num_partitions)
+    coordinator: Any = GroupCoordinator.options(**group_coordinator_options(node_id)).remote(
+        broker_config.offsets_topic_num_partitions
+    )
     call(coordinator.ready.remote())
     logger.info("broker started on node %s (cluster %s)", node_id, cluster_id)
     return node_id

@@ -3,13 +3,22 @@ groups whose clients use Kafka's group protocol over the wire.
 
 State it owns, and where it is persisted: the committed offset of every (group, topic, partition), as
 records of the internal compacted topic `__consumer_offsets` (created by `start_broker` with
-`offsets.topic.num.partitions` partitions). A group's commits all go to partition
+`offsets.topic.num.partitions` partitions, `actors.server.internal_topics`). A group's commits all go to partition
 `partition_for_group(group, partitions)`, so one group's commits stay ordered. The actor holds a cache of the
 latest offset per key. Before a partition is first used (after a start, also after Ray restarts the actor)
 it is read from its log start to its high watermark into the cache: the latest value per key wins, a null
 value (tombstone) removes the key, and records of other kinds (group metadata, key version 2) are
 skipped. A commit is acknowledged only once its record is appended, so a commit that returned survives a
 broker restart. Calls are idempotent: committing the same offsets again writes a record that changes nothing.
+
+A client may delete `__consumer_offsets` (DeleteTopics; Kafka allows it). Kafka then creates it again when a
+group needs it, with `offsets.topic.num.partitions` partitions, and the offsets committed before are lost. So
+does the coordinator: a call whose partition access fails (the partition's actor is gone, or no broker knows
+the partition) asks the controller whether the topic still exists. If it does, the failure is raised as it is
+(`BrokerNotAvailableError` while a partition's actor restarts or its broker is not up yet, which callers
+retry). If not, the coordinator creates the topic again (`ensure_consumer_offsets_topic`, as `start_broker`
+does), forgets the handles and cached offsets of the deleted one, and runs the call once more, which reads each
+new (empty) partition on its first use.
 
 The records are Kafka's OffsetCommit key and value (`storage.records.consumer_offsets`), so logs written by a
 Kafka broker read back too.
@@ -41,7 +50,7 @@ from actors.server.group_membership import (
     PendingJoin,
     SyncResult,
 )
-from actors.server.internal_topics import CONSUMER_OFFSETS_TOPIC
+from actors.server.internal_topics import CONSUMER_OFFSETS_TOPIC, ensure_consumer_offsets_topic
 from storage.clock import SYSTEM_CLOCK
 from storage.errors import (
     BrokerNotAvailableError,
@@ -79,9 +88,12 @@ class GroupCoordinatorActor:
     which fails with the retriable `BrokerNotAvailableError` until then.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, offsets_topic_partitions: int) -> None:
+        """`offsets_topic_partitions` is the broker's `offsets.topic.num.partitions`: the partition count of a
+        `__consumer_offsets` this coordinator creates (an existing topic keeps its own)."""
         self._lock = threading.Lock()
-        metadata = call(controller().describe_topic.remote(CONSUMER_OFFSETS_TOPIC))
+        self._offsets_topic_partitions = offsets_topic_partitions
+        metadata = ensure_consumer_offsets_topic(controller(), offsets_topic_partitions)
         self._partition_count = len(metadata.partitions)
         self._handles: dict[int, Any] = {}
         self._offsets: dict[GroupTopicPartition, int] = {}
@@ -98,6 +110,37 @@ class GroupCoordinatorActor:
                 except BrokerNotAvailableError as exc:
                     logger.warning("%s-%d not loaded yet: %s", CONSUMER_OFFSETS_TOPIC, partition, exc)
             return len(self._handles)
+
+    def _on_offsets_topic(self, operation: Callable[[], _Outcome]) -> _Outcome:
+        """`operation()`, run with the lock held; if it fails to reach a partition of `__consumer_offsets` because
+        the topic was deleted, run once more on the topic created again (see the module docstring)."""
+        with self._lock:
+            try:
+                return operation()
+            except (BrokerNotAvailableError, UnknownTopicOrPartitionError) as exc:
+                if not self._recreate_if_deleted(exc):
+                    raise
+            return operation()
+
+    def _recreate_if_deleted(self, failure: Exception) -> bool:
+        """If the controller no longer has `__consumer_offsets`: creates it again, forgets every handle and cached
+        offset of the deleted one, and returns True; False while the topic exists. Called with the lock held."""
+        ctrl = controller()
+        try:
+            call(ctrl.describe_topic.remote(CONSUMER_OFFSETS_TOPIC))
+            return False
+        except UnknownTopicOrPartitionError:
+            metadata = ensure_consumer_offsets_topic(ctrl, self._offsets_topic_partitions)
+        logger.warning(
+            "%s was deleted (%s): created again with %d partitions; the offsets committed before are lost",
+            CONSUMER_OFFSETS_TOPIC,
+            failure,
+            len(metadata.partitions),
+        )
+        self._partition_count = len(metadata.partitions)
+        self._handles.clear()
+        self._offsets.clear()
+        return True
 
     def _loaded_partition(self, partition: int) -> Any:
         """The partition's actor handle, once its records are in the cache. Called with the lock held."""
@@ -174,12 +217,16 @@ class GroupCoordinatorActor:
                 encode_offset_commit_value(offset, metadata, now_ms),
                 timestamp=now_ms,
             )
-        # Held across the append so two commits of one group reach the log and the cache in the same order.
-        with self._lock:
+        batch = builder.build()
+
+        def append() -> None:
             handle = self._loaded_partition(partition_for_group(group, self._partition_count))
-            call(handle.append.remote(builder.build()))
+            call(handle.append.remote(batch))
             for (topic, partition), (offset, _) in offsets.items():
                 self._offsets[(group, topic, partition)] = offset
+
+        # The lock is held across the append so two commits of one group reach the log and the cache in order.
+        self._on_offsets_topic(append)
 
     def fetch_committed(
         self, group: str, topic_partitions: Iterable[tuple[str, int]]
@@ -187,20 +234,26 @@ class GroupCoordinatorActor:
         """The committed offset of each (topic, partition) for `group`, None where it has none."""
         _check_group(group)
         wanted = [check_topic_partition(tp, InvalidRequestError) for tp in topic_partitions]
-        with self._lock:
+
+        def fetch() -> dict[tuple[str, int], int | None]:
             self._loaded_partition(partition_for_group(group, self._partition_count))
             return {(topic, partition): self._offsets.get((group, topic, partition)) for topic, partition in wanted}
+
+        return self._on_offsets_topic(fetch)
 
     def group_offsets(self, group: str) -> dict[tuple[str, int], int]:
         """Every committed offset of `group` (OffsetFetch without topics, `raybroker consumer-groups`)."""
         _check_group(group)
-        with self._lock:
+
+        def fetch() -> dict[tuple[str, int], int]:
             self._loaded_partition(partition_for_group(group, self._partition_count))
             return {
                 (topic, partition): offset
                 for (name, topic, partition), offset in self._offsets.items()
                 if name == group
             }
+
+        return self._on_offsets_topic(fetch)
 
     # --- Membership (see the module docstring) -----------------------------------------------------------------
 
@@ -263,10 +316,13 @@ class GroupCoordinatorActor:
     def list_groups(self) -> list[GroupDescription]:
         """Every group: those with members (or ever joined here) and those that only have committed offsets,
         which are Empty groups of no protocol type, as Kafka lists a group whose consumers only commit."""
-        with self._lock:
+
+        def committed_groups() -> set[str]:
             for partition in range(self._partition_count):
                 self._loaded_partition(partition)
-            committed = {group for group, _, _ in self._offsets}
+            return {group for group, _, _ in self._offsets}
+
+        committed = self._on_offsets_topic(committed_groups)
         with self._membership_changed:
             described = {group: self._membership.describe(group) for group in self._membership.group_ids()}
         return [described.get(group) or _offsets_only(group) for group in sorted(committed | set(described))]
@@ -294,11 +350,15 @@ class GroupCoordinatorActor:
             now_ms = SYSTEM_CLOCK.milliseconds()
             for topic, partition in committed:
                 builder.append(encode_offset_commit_key(group, topic, partition), None, timestamp=now_ms)
-            with self._lock:
+            batch = builder.build()
+
+            def append_tombstones() -> None:
                 handle = self._loaded_partition(partition_for_group(group, self._partition_count))
-                call(handle.append.remote(builder.build()))
+                call(handle.append.remote(batch))
                 for topic, partition in committed:
                     self._offsets.pop((group, topic, partition), None)
+
+            self._on_offsets_topic(append_tombstones)
         return GroupError.NONE
 
     def reset_offsets(self, group: str, offsets: Mapping[tuple[str, int], int]) -> GroupError:

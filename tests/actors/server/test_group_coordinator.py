@@ -1,6 +1,6 @@
 """The group coordinator: commits land on the group's `__consumer_offsets` partition as Kafka's records, and
-committed offsets survive a coordinator restart and a broker restart (the record codec is tested in
-tests/storage/records/test_consumer_offsets.py)."""
+committed offsets survive a coordinator restart and a broker restart, and a deleted `__consumer_offsets` is created
+again by the next commit (the record codec is tested in tests/storage/records/test_consumer_offsets.py)."""
 
 from __future__ import annotations
 
@@ -144,3 +144,27 @@ def test_committed_offsets_survive_a_broker_restart_and_a_consumer_resumes_there
         assert consumer.position(("resume", 0)) == 4
         rest = consumer.poll(timeout_ms=5000)
         assert [r.value for r in rest] == [f"v{i}".encode() for i in range(4, 10)]
+
+
+# Deletes `__consumer_offsets`: stays last in the module.
+@pytest.mark.ray
+def test_a_commit_after_the_offsets_topic_was_deleted_creates_it_again(broker: tuple[Any, list[Path]]) -> None:
+    """As Kafka: once a client deleted `__consumer_offsets`, the next commit creates it again with
+    `offsets.topic.num.partitions` partitions (2 here) and its compacted config, and is written; every offset
+    committed before is gone."""
+    from actors import Admin, Consumer
+    from actors.server.internal_topics import CONSUMER_OFFSETS_CONFIG
+
+    with Consumer(group_id="forgotten") as consumer:
+        consumer.commit({("kept", 0): 3})
+    with Consumer(group_id="recommitted") as consumer:
+        consumer.commit({("kept", 0): 4})
+        admin = Admin()
+        admin.delete_topic("__consumer_offsets")
+        consumer.commit({("kept", 1): 9})
+        assert consumer.committed(("kept", 1)) == 9
+        assert consumer.committed(("kept", 0)) is None
+    with Consumer(group_id="forgotten") as consumer:
+        assert consumer.committed(("kept", 0)) is None
+    recreated = admin.describe_topic("__consumer_offsets")
+    assert (len(recreated.partitions), recreated.config) == (2, CONSUMER_OFFSETS_CONFIG)
