@@ -7,7 +7,10 @@ the LEO), `recovery_point` (everything below it is known fsynced).
 Append (leader path): validate the client's batches (see `log_validator`), then under the log lock
 assign offsets in place from the LEO (baseOffset and leader epoch are outside the CRC), stamp
 LogAppendTime if the topic uses it, roll if a roll condition holds (`LogSegment.should_roll`), write to the active
-segment, advance the LEO, and fsync when `flush.messages` / `flush.ms` say so.
+segment, advance the LEO, and fsync when `flush.messages` / `flush.ms` say so. A roll fsyncs the sealed segment
+as Kafka does, in the background: the process's flusher thread fsyncs it outside the log lock and then moves the
+recovery point to the new segment's base (not if the log was truncated meanwhile); an I/O error there is raised
+by the next append or flush, and `close` waits for these flushes first.
 
 Read (fetch): whole batches from the one containing the offset, at most `max_bytes` (at least one batch
 with `min_one_message`), never past the isolation bound; the result may end mid-batch like Kafka's.
@@ -23,6 +26,7 @@ so a crash while the log is open always counts as unclean and triggers recovery 
 from __future__ import annotations
 
 import bisect
+import concurrent.futures
 import dataclasses
 import logging
 import threading
@@ -105,6 +109,20 @@ class LogAppendInfo:
     duplicate: bool = False
 
 
+_FLUSHER: concurrent.futures.ThreadPoolExecutor | None = None
+_FLUSHER_LOCK = threading.Lock()
+
+
+def _flusher() -> concurrent.futures.ThreadPoolExecutor:
+    """The process's flusher thread (Kafka's scheduler runs the flush after a roll on its background threads):
+    one for every log of the process, started on first use."""
+    global _FLUSHER
+    with _FLUSHER_LOCK:
+        if _FLUSHER is None:
+            _FLUSHER = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="log-flusher")
+        return _FLUSHER
+
+
 class Log:
     """One partition's log in its own folder. Appends, rolls and truncation are serialised by a lock."""
 
@@ -134,6 +152,11 @@ class Log:
         self._closed = False
         self._pending_deletes: list[tuple[int, LogSegment]] = []
         self._last_flush_ms = clock.milliseconds()
+        self._background_flushes: list[concurrent.futures.Future[None]] = []
+        # Bumped by every truncation, so a background flush started before one does not move the recovery point.
+        self._truncations = 0
+        # An I/O error of a background flush, raised by the next append or flush.
+        self._flush_error: KafkaStorageError | None = None
         active = segments.active
         self._end_offset_metadata = LogOffsetMetadata(log_end_offset, active.base_offset, active.size)
         self._high_watermark = log_end_offset
@@ -275,6 +298,8 @@ class Log:
     def _check_open(self) -> None:
         if self._closed:
             raise LogClosedError("log is closed", path=self.directory)
+        if self._flush_error is not None:
+            raise self._flush_error
 
     # --- append ----------------------------------------------------------------------------------
 
@@ -488,8 +513,45 @@ class Log:
             self._segments.add(segment)
             self._end_offset_metadata = LogOffsetMetadata(self.log_end_offset, segment.base_offset, segment.size)
             self._producer_state.write_snapshot(new_offset)
-            self.flush(new_offset)
+            self._flush_in_background(new_offset)
             return segment
+
+    def _flush_in_background(self, offset: int) -> None:
+        """Kafka's flush after a roll: the sealed segments are fsynced by the process's flusher thread, not under
+        the log lock, so the append that rolled does not wait for the disk; the recovery point moves to `offset`
+        once they are, unless the log was truncated meanwhile."""
+        self._background_flushes = [flush for flush in self._background_flushes if not flush.done()]
+        self._background_flushes.append(_flusher().submit(self._flush_rolled, offset, self._truncations))
+
+    def _flush_rolled(self, offset: int, truncations: int) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            segments = [s for s in self._segments.from_floor(self._recovery_point) if s.base_offset < offset]
+        try:
+            for segment in segments:
+                segment.flush()
+            fsync_dir(self.directory)
+        except (StorageError, OSError, ValueError) as exc:
+            with self._lock:
+                # A segment deleted or a log closed meanwhile has nothing left to make durable.
+                if self._closed or any(self._segments.get(s.base_offset) is not s for s in segments):
+                    return
+                self._flush_error = (
+                    exc
+                    if isinstance(exc, KafkaStorageError)
+                    else KafkaStorageError(f"flushing rolled segments failed: {exc}", path=self.directory)
+                )
+            return
+        with self._lock:
+            if not self._closed and self._truncations == truncations:
+                self._recovery_point = max(self._recovery_point, min(offset, self.log_end_offset))
+                self._last_flush_ms = self._clock.milliseconds()
+
+    def wait_for_background_flushes(self) -> None:
+        """Returns once the flushes started by rolls so far are done (the recovery point has moved)."""
+        for flush in list(self._background_flushes):
+            flush.result()
 
     # --- flush -----------------------------------------------------------------------------------
 
@@ -677,6 +739,7 @@ class Log:
             self._log_start_offset = min(self._log_start_offset, target_offset)
             self._high_watermark = min(self._high_watermark, target_offset)
             self._recovery_point = min(self._recovery_point, target_offset)
+            self._truncations += 1
             self._producer_state.delete_snapshots_above(target_offset)
             self._producer_state = load_producer_state(
                 self.directory,
@@ -708,6 +771,7 @@ class Log:
             self._log_start_offset = new_offset
             self._high_watermark = new_offset
             self._recovery_point = min(self._recovery_point, new_offset)
+            self._truncations += 1
             self._producer_state.clear()
             self._producer_state.delete_snapshots_above(-1)
 
@@ -837,6 +901,7 @@ class Log:
 
     def close(self) -> None:
         """Clean shutdown: flush, final time-index entries, trim files, then the clean-shutdown marker."""
+        self.wait_for_background_flushes()
         with self._lock:
             if self._closed:
                 return

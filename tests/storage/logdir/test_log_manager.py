@@ -65,12 +65,14 @@ def batch(clock: MockClock, index: int) -> bytes:
 
 
 def append(log: Log, clock: MockClock, count: int) -> list[tuple[int, bytes]]:
-    """Appends `count` single-record batches; returns the (offset, key) oracle of what was written."""
+    """Appends `count` single-record batches; returns the (offset, key) oracle of what was written. Waits for
+    the flushes of the segments they rolled, which run in the background."""
     written = []
     for _ in range(count):
         offset = log.log_end_offset
         log.append(batch(clock, offset))
         written.append((offset, b"k%03d" % offset))
+    log.wait_for_background_flushes()
     return written
 
 

@@ -8,6 +8,7 @@ import bisect
 import random
 import struct
 import tempfile
+import threading
 from pathlib import Path
 
 import pytest
@@ -624,12 +625,63 @@ def test_flush_messages_advances_the_recovery_point(logs: list[Log], log_dir: Pa
     assert recovery_points == [0, 0, 6, 6, 6, 12]  # flush once LEO - recovery point >= 5
 
 
-def test_roll_flushes_up_to_the_new_segment(logs: list[Log], log_dir: Path, clock: MockClock) -> None:
+def test_roll_flushes_up_to_the_new_segment_in_the_background(logs: list[Log], log_dir: Path, clock: MockClock) -> None:
     log = make_log(logs, log_dir, clock)
     log.append(simple_batch(3))
     assert log.recovery_point == 0
     log.roll()
+    log.append(simple_batch(2))  # the new segment takes appends while the sealed one is flushed
+    log.wait_for_background_flushes()
     assert log.recovery_point == 3
+
+
+def test_a_roll_does_not_fsync_under_the_log_lock(
+    logs: list[Log], log_dir: Path, clock: MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sealed segment's fsync waits on the disk; appends to the new segment go on meanwhile (Kafka flushes a
+    rolled segment on its scheduler, not in the append that rolled)."""
+    log = make_log(logs, log_dir, clock)
+    log.append(simple_batch(3))
+    sealed = log.log_segments()[0]
+    fsync_started = threading.Event()
+    release_fsync = threading.Event()
+    original_flush = type(sealed).flush
+
+    def slow_flush(segment: object) -> None:
+        fsync_started.set()
+        assert release_fsync.wait(10)
+        original_flush(segment)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(sealed, "flush", slow_flush.__get__(sealed))
+    log.roll()
+    assert fsync_started.wait(10)
+    assert log.append(simple_batch(2)).first_offset == 3
+    assert log.recovery_point == 0
+    release_fsync.set()
+    log.wait_for_background_flushes()
+    assert log.recovery_point == 3
+
+
+def test_a_truncation_during_a_background_flush_keeps_the_recovery_point_below_it(
+    logs: list[Log], log_dir: Path, clock: MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = make_log(logs, log_dir, clock)
+    log.append(simple_batch(3))
+    sealed = log.log_segments()[0]
+    release_fsync = threading.Event()
+    original_flush = type(sealed).flush
+
+    def slow_flush(segment: object) -> None:
+        assert release_fsync.wait(10)
+        original_flush(segment)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(sealed, "flush", slow_flush.__get__(sealed))
+    log.roll()
+    log.truncate_to(2)
+    log.append(simple_batch(3))  # offsets 2-4, written after the flush began: not known durable
+    release_fsync.set()
+    log.wait_for_background_flushes()
+    assert log.recovery_point <= 2
 
 
 def test_closed_log_refuses_appends_and_reads(logs: list[Log], log_dir: Path, clock: MockClock) -> None:
