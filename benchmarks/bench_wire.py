@@ -142,7 +142,8 @@ def _fetch_client(bootstrap: str, topic: str, count: int) -> float:
         received = len(first)
         total_bytes = 0
         while received < count and time.perf_counter() < deadline:
-            for message in consumer.consume(10_000, 1.0):
+            # Never more than remain: `consume` waits its whole timeout for a count that cannot come.
+            for message in consumer.consume(min(10_000, count - received), 1.0):
                 if message.error() is not None:
                     raise RuntimeError(str(message.error()))
                 received += 1

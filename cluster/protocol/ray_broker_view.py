@@ -25,7 +25,9 @@ batches in the order it sent them (an idempotent producer's sequence numbers dep
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import ray
@@ -35,11 +37,25 @@ from actors.clients.broker import Broker
 from actors.server.controller import AdvertisedListener, TopicMetadata
 from actors.server.partition_log import FetchResult, FileSlices
 from cluster.protocol.broker_view import BrokerEndpoint, FetchedRecords, PartitionOffsets, TopicInfo
-from cluster.protocol.file_region import FileRegion, open_region
-from storage.errors import BrokerNotAvailableError, UnknownTopicOrPartitionError
+from cluster.protocol.file_region import FileRegion, offset_after_region, open_region
+from storage.errors import BrokerNotAvailableError, RaybrokerError, UnknownTopicOrPartitionError
 from storage.partition.file_slices import read_located
 from storage.partition.log import LogAppendInfo
 from storage.records.file_records import TimestampAndOffset
+
+# A prefetched location older than this is located again: the offsets it carries would be too stale.
+PREFETCH_MAX_AGE_S = 0.1
+
+
+@dataclass(frozen=True, slots=True)
+class _Prefetch:
+    """The location of a partition's next fetch, asked for before the client asks (`RayBrokerView._prefetch`)."""
+
+    offset: int
+    max_bytes: int
+    started: float
+    located: asyncio.Future[FileSlices]
+
 
 # Located bytes from this size on are sent from the page cache with `sendfile`; smaller ones are read into the
 # response (one `pread` costs less than the socket flush and the system call a region needs).
@@ -64,6 +80,7 @@ class RayBrokerView:
         self._last_append: dict[tuple[str, int], asyncio.Future[None]] = {}
         # Partitions whose actor runs on another node: fetched through the actor, not located.
         self._remote: set[tuple[str, int]] = set()
+        self._prefetches: dict[tuple[str, int], _Prefetch] = {}
         self._node = _this_node()
         self._cluster_id: str | None = None
 
@@ -142,20 +159,48 @@ class RayBrokerView:
     ) -> FetchedRecords:
         key = (topic, partition)
         if key not in self._remote:
-            located: FileSlices = await self._call(
-                topic, partition, "locate", offset, max_bytes, 1, max_wait_ms, min_bytes
-            )
+            located = await self._prefetched(key, offset, max_bytes)
+            if located is None:
+                located = await self._call(topic, partition, "locate", offset, max_bytes, 1, max_wait_ms, min_bytes)
             if located.node_id != self._node:
                 self._remote.add(key)
             else:
                 records = _local_records(located, offset)
                 if records is not None:
+                    if isinstance(records, FileRegion):
+                        self._prefetch(key, offset_after_region(records, offset), max_bytes)
                     return FetchedRecords(records, located.high_watermark, located.log_start_offset)
             max_wait_ms = 0  # waited for already
         result: FetchResult = await self._call(
             topic, partition, "fetch", offset, max_bytes, max_wait_ms=max_wait_ms, min_bytes=min_bytes
         )
         return FetchedRecords(bytes(result.records), result.high_watermark, result.log_start_offset)
+
+    def _prefetch(self, key: tuple[str, int], offset: int | None, max_bytes: int) -> None:
+        """Locates the bytes the partition's next fetch will ask for while this answer is on its way."""
+        if offset is None:
+            return
+        located = asyncio.ensure_future(self._call(*key, "locate", offset, max_bytes))
+        # A prefetch nobody asks for again may fail unseen (its topic deleted): its error is dropped here.
+        located.add_done_callback(lambda done: done.cancelled() or done.exception())
+        self._prefetches[key] = _Prefetch(offset, max_bytes, time.monotonic(), located)
+
+    async def _prefetched(self, key: tuple[str, int], offset: int, max_bytes: int) -> FileSlices | None:
+        """The prefetched location of this fetch's bytes, if one was started for exactly it, recently, and found
+        bytes; None otherwise (the caller locates, long-polling)."""
+        prefetch = self._prefetches.pop(key, None)
+        if prefetch is None:
+            return None
+        if (prefetch.offset, prefetch.max_bytes) != (offset, max_bytes):
+            prefetch.located.cancel()
+            return None
+        try:
+            located = await prefetch.located
+        except RaybrokerError:
+            return None
+        if time.monotonic() - prefetch.started > PREFETCH_MAX_AGE_S or not located.slices:
+            return None
+        return located
 
     async def list_offset(self, topic: str, partition: int, timestamp: int) -> TimestampAndOffset | None:
         return await self._call(topic, partition, "list_offset", timestamp)
@@ -181,6 +226,7 @@ class RayBrokerView:
         for key in [key for key in self._handles if key[0] == topic]:
             del self._handles[key]
             self._remote.discard(key)
+            self._prefetches.pop(key, None)
 
     async def _handle(self, topic: str, partition: int) -> Any:
         key = (topic, partition)
