@@ -27,6 +27,7 @@ queue sizes; the keyed placement is the same in both.
 
 from __future__ import annotations
 
+import functools
 import random
 import struct
 import threading
@@ -42,6 +43,8 @@ M = 0x5BD1E995
 R = 24
 MASK_32 = 0xFFFFFFFF
 POSITIVE_MASK = 0x7FFFFFFF
+# Distinct keys whose murmur2 `partition_for_key` remembers (a few MiB at most for keys of ~100 bytes).
+KEY_HASH_CACHE_SIZE = 16384
 
 
 def murmur2(data: bytes | bytearray | memoryview) -> int:
@@ -75,10 +78,18 @@ def to_positive(number: int) -> int:
     return number & POSITIVE_MASK
 
 
+@functools.lru_cache(maxsize=KEY_HASH_CACHE_SIZE)
+def _cached_murmur2(key: bytes) -> int:
+    return murmur2(key)
+
+
 def partition_for_key(key: bytes | bytearray | memoryview, num_partitions: int) -> int:
-    """The partition Kafka's producer picks for a record with these serialized key bytes."""
+    """The partition Kafka's producer picks for a record with these serialized key bytes. The hashes of the
+    last `KEY_HASH_CACHE_SIZE` distinct `bytes` keys are remembered: keys repeat (users, devices, orders), and
+    murmur2 in Python costs ~3 us, a third of a `send`, where a cache hit costs ~0.1 us."""
     _check_num_partitions(num_partitions)
-    return to_positive(murmur2(key)) % num_partitions
+    hashed = _cached_murmur2(key) if type(key) is bytes else murmur2(key)
+    return to_positive(hashed) % num_partitions
 
 
 def murmur2_many(keys: Sequence[bytes]) -> npt.NDArray[np.int32]:

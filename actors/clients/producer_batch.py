@@ -12,13 +12,13 @@ acknowledged.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from actors.clients.futures import RecordMetadata, SendManyFuture
+from actors.clients.futures import RecordFuture, RecordMetadata, SendManyFuture
 from storage.records.compression import CompressionType
 from storage.records.record_batch import NO_TIMESTAMP, RECORD_BATCH_OVERHEAD, RecordBatchBuilder
 from storage.records.record_columns import build_batch_from_columns
@@ -86,7 +86,9 @@ class ProducerBatch:
     timestamps: list[int] = field(default_factory=list)
     # One tuple per record once any record of the batch has headers (the columnar encoder takes none).
     headers: list[Headers] | None = None
-    futures: list[Future[RecordMetadata]] = field(default_factory=list)
+    futures: list[RecordFuture] = field(default_factory=list)
+    # The lock and condition the `RecordFuture`s of its records share.
+    condition: threading.Condition = field(default_factory=threading.Condition)
     bulk: SendManyFuture | None = None
     bulk_indices: Sequence[int] = ()
     bulk_records: BulkRecords | None = None
@@ -111,7 +113,7 @@ class ProducerBatch:
         timestamp: int,
         headers: Headers,
         size: int,
-        future: Future[RecordMetadata],
+        future: RecordFuture,
     ) -> None:
         """Adds one record of `send` (`size`: its `record_size_bound`) and the future it answers."""
         if headers and self.headers is None:
@@ -158,9 +160,16 @@ class ProducerBatch:
         if self.bulk is not None:
             self.bulk._acknowledged(self.bulk_indices, self.partition, first_offset, log_append_time)
             return
-        for index, (future, timestamp) in enumerate(zip(self.futures, self.timestamps, strict=True)):
-            written = timestamp if log_append_time == NO_TIMESTAMP else log_append_time
-            future.set_result(RecordMetadata(self.topic, self.partition, first_offset + index, written))
+        topic, partition = self.topic, self.partition
+        stamped = self.timestamps if log_append_time == NO_TIMESTAMP else [log_append_time] * len(self.timestamps)
+        RecordFuture.set_results(
+            self.condition,
+            self.futures,
+            (
+                RecordMetadata(topic, partition, first_offset + index, timestamp)
+                for index, timestamp in enumerate(stamped)
+            ),
+        )
 
     def fail(self, error: BaseException) -> None:
         """Fails the batch's futures with `error`."""

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from actors.clients.futures import RecordMetadata, SendManyFuture
+from actors.clients.futures import RecordFuture, RecordMetadata, SendManyFuture
 from actors.clients.partitioner import StickyPartitionCache, partitions_for_keys
 from actors.clients.producer_batch import BulkRecords, Headers, ProducerBatch
 from storage.clock import Clock
@@ -108,8 +108,6 @@ class RecordAccumulator:
     ) -> Future[RecordMetadata]:
         """Appends one record (`size`: its `record_size_bound`) to its partition's open batch; `partition`
         None places it on the topic's sticky partition. Returns the future its batch will answer."""
-        future: Future[RecordMetadata] = Future()
-        future.set_running_or_notify_cancel()
         with self._cond:
             self._wait_for_buffer(size)
             if partition is None:
@@ -130,6 +128,7 @@ class RecordAccumulator:
                 batches.open = batch
                 self._incomplete.add(batch)
                 wake = True
+            future = RecordFuture(batch.condition)
             batch.append(key, value, timestamp, headers, size, future)
             self._buffered_bytes += size
             if batch.estimated_bytes >= self._batch_size:
