@@ -27,6 +27,7 @@ BENCHMARKS: dict[str, tuple[str, ...]] = {
     "bench_storage": ("storage_append", "lookup", "recovery", "compaction"),
     "bench_codec": ("encode", "decode"),
     "bench_produce": ("produce_1p", "latency"),
+    "bench_send": ("produce_send",),
     "bench_fetch": ("fetch_remote", "fetch_local"),
     "bench_spark": ("spark_ingest", "spark_ingest_128"),
     "bench_partitions": ("partitions_per_node", "partitions_create_s"),
