@@ -21,6 +21,14 @@ own output back until a worker log reached 213 MB in a minute), `RAY_BACKEND_LOG
 The first Python job of a new session waits 5.4-6.3 s for Spark's Python workers to start; a warm-up job at
 start-up (`cluster.spark.reading.warm_up_task`) pays that once, attaches every worker to Ray
 (`cluster.spark.worker`), which the read tasks need, and imports the read path there.
+
+Spark's own Kafka source (`spark.read.format("kafka")`, `spark.readStream.format("kafka")`) reads raybroker
+over its Kafka listener (`kafka_bootstrap_servers()`) once the session has the connector:
+`get_spark(kafka_connector=True)` asks Spark's Ivy for `spark-sql-kafka-0-10` of the installed pyspark's version
+(`kafka_connector_configs`). Spark ships the resolved jars to RayDP's executors itself. Only the connector, its
+token provider, kafka-clients and commons-pool2 are fetched (5.5 MB): its other dependencies are already among
+Spark's jars at the same versions. The first start downloads them into ~/.ivy2 (Maven Central only, with time
+limits: `configs/ivysettings-kafka-connector.xml`); later starts resolve from that cache, offline too.
 """
 
 from __future__ import annotations
@@ -38,14 +46,29 @@ from typing import TYPE_CHECKING
 import ray
 
 import storage.errors
+from actors.calls import call, controller
 from cluster.runtime import ensure_ray, gcs_address
 from cluster.spark.reading import warm_up_task
-from storage.errors import RaybrokerError
+from storage.errors import BrokerNotAvailableError, RaybrokerError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-QUIET_LOG4J_PATH = Path(__file__).resolve().parents[2] / "configs" / "log4j2-quiet.properties"
+CONFIGS_DIR = Path(__file__).resolve().parents[2] / "configs"
+QUIET_LOG4J_PATH = CONFIGS_DIR / "log4j2-quiet.properties"
+KAFKA_CONNECTOR_IVY_SETTINGS_PATH = CONFIGS_DIR / "ivysettings-kafka-connector.xml"
+# Spark's Kafka connector; its version is pyspark's, and pyspark's wheels are built for Scala 2.12.
+KAFKA_CONNECTOR_ARTIFACT = "org.apache.spark:spark-sql-kafka-0-10_2.12"
+# The connector's dependencies that Spark's own jars already hold, at the versions the connector asks for.
+KAFKA_CONNECTOR_EXCLUDES = (
+    "org.apache.hadoop:hadoop-client-api",
+    "org.apache.hadoop:hadoop-client-runtime",
+    "org.lz4:lz4-java",
+    "org.xerial.snappy:snappy-java",
+    "org.slf4j:slf4j-api",
+    "commons-logging:commons-logging",
+    "com.google.code.findbugs:jsr305",
+)
 APP_NAME = "raybroker"
 NUM_EXECUTORS = 1
 EXECUTOR_CORES = 2
@@ -97,6 +120,33 @@ def session_configs(
     return configs
 
 
+def kafka_connector_coordinate() -> str:
+    """The Maven coordinate of Spark's Kafka connector for the installed pyspark."""
+    from pyspark.version import __version__ as pyspark_version
+
+    return f"{KAFKA_CONNECTOR_ARTIFACT}:{pyspark_version}"
+
+
+def kafka_connector_configs() -> dict[str, str]:
+    """The Spark configs that load Spark's Kafka connector (see the module docstring)."""
+    return {
+        "spark.jars.packages": kafka_connector_coordinate(),
+        "spark.jars.excludes": ",".join(KAFKA_CONNECTOR_EXCLUDES),
+        "spark.jars.ivySettings": str(KAFKA_CONNECTOR_IVY_SETTINGS_PATH),
+    }
+
+
+def kafka_bootstrap_servers() -> str:
+    """`host:port,...` of every running Kafka listener of the broker (as announced to the controller), for
+    `kafka.bootstrap.servers`; `BrokerNotAvailableError` if no listener runs."""
+    listeners = call(controller().listeners.remote())
+    if not listeners:
+        raise BrokerNotAvailableError("no Kafka listener runs: start one with `raybroker start` or start_listener()")
+    return ",".join(
+        f"{listener.host}:{listener.port}" for listener in sorted(listeners.values(), key=lambda item: item.broker_id)
+    )
+
+
 def _quiet_python() -> None:
     os.environ["RAY_LOG_TO_DRIVER"] = "0"
     os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "error")
@@ -119,12 +169,15 @@ def get_spark(
     executor_memory: str = EXECUTOR_MEMORY,
     configs: Mapping[str, str] | None = None,
     warm_up: bool = True,
+    kafka_connector: bool = False,
 ) -> SparkSession:
     """The process's RayDP Spark session, started on first use (see the module docstring).
 
     Ray is attached first (`cluster.runtime.ensure_ray(address)`: an explicit address, `RAY_ADDRESS`, or an
     embedded Ray that `stop_spark` shuts down again). Later calls return the running session and ignore the
-    sizing arguments.
+    sizing arguments. `kafka_connector` adds Spark's Kafka connector (`kafka_connector_configs`, which `configs`
+    may override); if Ivy cannot resolve it, the start fails with a `RaybrokerError` (Ivy's own report is on
+    stderr).
     """
     global _session, _started_ray
     running = active_session()
@@ -134,14 +187,27 @@ def get_spark(
     _started_ray = ensure_ray(address) or _started_ray
     # RayDP: takes ~1.4 s to import, so only starting or stopping a session pays it (not the config helpers).
     import raydp
+    from pyspark.errors import PySparkRuntimeError
 
-    spark = raydp.init_spark(
-        app_name,
-        num_executors=num_executors,
-        executor_cores=executor_cores,
-        executor_memory=executor_memory,
-        configs=session_configs(executor_cores, num_executors, configs),
-    )
+    extra = {**kafka_connector_configs(), **(configs or {})} if kafka_connector else configs
+    try:
+        spark = raydp.init_spark(
+            app_name,
+            num_executors=num_executors,
+            executor_cores=executor_cores,
+            executor_memory=executor_memory,
+            configs=session_configs(executor_cores, num_executors, extra),
+        )
+    except PySparkRuntimeError as exc:
+        # spark-submit exits before the JVM gateway starts when Ivy cannot resolve a package; pyspark only says
+        # that the gateway exited.
+        stop_spark()
+        if kafka_connector and exc.getErrorClass() == "JAVA_GATEWAY_EXITED":
+            raise RaybrokerError(
+                f"Spark did not start: Ivy could not resolve {kafka_connector_coordinate()} (neither cached under"
+                " ~/.ivy2 nor downloadable from Maven Central); its report is on stderr"
+            ) from exc
+        raise
     spark.sparkContext.setLogLevel("ERROR")
     _session = spark
     if warm_up:
