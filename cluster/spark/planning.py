@@ -141,6 +141,15 @@ def topic_partitions(broker: Broker, topics: str | Sequence[str] | None, assign:
 # --- planning --------------------------------------------------------------------------------------------
 
 
+def _boolean_option(name: str, value: bool | str) -> bool:
+    """A boolean option given as a bool or as Spark's option string ("true"/"false", any case)."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    raise InvalidRequestError(f"{name} must be true or false, got {value!r}")
+
+
 def plan_read(
     *,
     topics: str | Sequence[str] | None = None,
@@ -153,12 +162,13 @@ def plan_read(
     endingOffsetsByTimestamp: str | Mapping[str, Mapping[str, int]] | None = None,
     startingOffsetsByTimestampStrategy: str = "error",
     minPartitions: int | None = None,
-    failOnDataLoss: bool = True,
+    failOnDataLoss: bool | str = True,
     parallelism: int = 2,
     broker: Broker | None = None,
 ) -> ReadPlan:
     """Plans a read (see the module docstring); `parallelism` is the executors' total cores. Keyword names are
-    Spark's option names."""
+    Spark's option names; `failOnDataLoss` takes a bool or, as Spark's option does, "true"/"false"."""
+    failOnDataLoss = _boolean_option("failOnDataLoss", failOnDataLoss)
     if minPartitions is not None and (not is_int(minPartitions) or minPartitions < 1):
         raise InvalidRequestError(f"minPartitions must be a positive int, got {minPartitions!r}")
     if startingOffsetsByTimestampStrategy not in TIMESTAMP_STRATEGIES:

@@ -6,7 +6,14 @@ from __future__ import annotations
 
 import pytest
 
-from cluster.spark.planning import OffsetRange, group_ranges, offsets_json, parse_partition_offsets, split_ranges
+from cluster.spark.planning import (
+    OffsetRange,
+    group_ranges,
+    offsets_json,
+    parse_partition_offsets,
+    plan_read,
+    split_ranges,
+)
 from storage.errors import InvalidRequestError
 
 
@@ -50,3 +57,10 @@ def test_offsets_json_round_trips_through_the_parser() -> None:
 def test_malformed_offset_json_is_an_invalid_request(spec: str) -> None:
     with pytest.raises(InvalidRequestError, match="startingOffsets"):
         parse_partition_offsets(spec, "startingOffsets")
+
+
+@pytest.mark.parametrize("value", ["maybe", "", 1, None])
+def test_fail_on_data_loss_takes_a_bool_or_sparks_true_false(value: object) -> None:
+    """Checked before any broker is asked: "false" as Spark's option string must not read as a truthy string."""
+    with pytest.raises(InvalidRequestError, match="failOnDataLoss must be true or false"):
+        plan_read(topics="t", failOnDataLoss=value)  # type: ignore[arg-type]

@@ -7,6 +7,7 @@ value and timestamp that were sent), and raybroker's own Spark read (`read_topic
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from functools import partial
@@ -128,3 +129,42 @@ def test_spark_kafka_source_batch_and_available_now_stream_read_what_was_produce
     # A second run continues from the checkpoint: only the new records are added, none twice.
     produced += produce(servers, topic, 60, 20)
     assert run_stream() == sorted(produced)
+
+
+def test_offsets_json_and_fail_on_data_loss_after_delete_records(spark: Any, listener: KafkaListener) -> None:
+    """Spark's per-partition offsets JSON (-2 earliest, -1 latest) bounds the read as it does on Kafka; after
+    DeleteRecords a read from below the log start fails with `failOnDataLoss` (Spark's default) and, without it,
+    starts at the log start, as raybroker's own `read_topics` does."""
+    servers = listener.bootstrap_servers
+    topic = unique_topic("deleted")
+    Admin().create_topic(topic, PARTITIONS, {})
+    produced = produce(servers, topic, 0, 40)
+
+    def kafka_read(starting: dict[str, int], ending: dict[str, int], **options: str) -> DataFrame:
+        reader = (
+            spark.read.format("kafka")
+            .option("kafka.bootstrap.servers", servers)
+            .option("subscribe", topic)
+            .option("startingOffsets", json.dumps({topic: starting}))
+            .option("endingOffsets", json.dumps({topic: ending}))
+        )
+        for key, value in options.items():
+            reader = reader.option(key, value)
+        return reader.load()
+
+    bounded = kafka_read({"0": 3, "1": -2}, {"0": 10, "1": -1})
+    assert kafka_rows(bounded) == sorted(r for r in produced if r[0] == 1 or 3 <= r[1] < 10)
+
+    assert Admin().delete_records(topic, 0, 5) == 5
+    kept = sorted(r for r in produced if r[0] == 1 or r[1] >= 5)
+    lenient = kafka_read({"0": 0, "1": -2}, {"0": -1, "1": -1}, failOnDataLoss="false")
+    ours = read_topics(
+        spark,
+        topics=[topic],
+        startingOffsets=json.dumps({topic: {"0": 0, "1": -2}}),
+        endingOffsets="latest",
+        failOnDataLoss="false",
+    )
+    assert kafka_rows(lenient) == kafka_rows(ours) == kept
+    with pytest.raises(Exception, match=r"(?i)data.*lost|out of range"):
+        kafka_read({"0": 0, "1": -2}, {"0": -1, "1": -1}).collect()
