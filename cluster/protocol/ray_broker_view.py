@@ -151,7 +151,7 @@ class RayBrokerView:
         try:
             return await _answer(ref)
         except (BrokerNotAvailableError, UnknownTopicOrPartitionError):
-            self._handles.pop(key, None)
+            self._drop(key)
             raise
 
     async def fetch(
@@ -213,8 +213,7 @@ class RayBrokerView:
         try:
             return await _answer(getattr(handle, method).remote(*args, **kwargs))
         except (BrokerNotAvailableError, UnknownTopicOrPartitionError):
-            self._handles.pop((topic, partition), None)
-            self._remote.discard((topic, partition))
+            self._drop((topic, partition))
             raise
 
     async def _listeners(self) -> dict[str, AdvertisedListener]:
@@ -222,11 +221,16 @@ class RayBrokerView:
         return listeners
 
     def _forget(self, topic: str) -> None:
-        """Drops the handles of a deleted topic's partitions, so a re-created topic is looked up afresh."""
-        for key in [key for key in self._handles if key[0] == topic]:
-            del self._handles[key]
-            self._remote.discard(key)
-            self._prefetches.pop(key, None)
+        """Drops what is known of a deleted topic's partitions, so a re-created topic is looked up afresh."""
+        for key in {*self._handles, *self._remote, *self._prefetches}:
+            if key[0] == topic:
+                self._drop(key)
+
+    def _drop(self, key: tuple[str, int]) -> None:
+        """Forgets a partition's handle, node and prefetch: its actor is gone or it is unknown (deleted)."""
+        self._handles.pop(key, None)
+        self._remote.discard(key)
+        self._prefetches.pop(key, None)
 
     async def _handle(self, topic: str, partition: int) -> Any:
         key = (topic, partition)
