@@ -15,10 +15,9 @@ abandoned, or the response limit left its records out) is closed when it is drop
 from __future__ import annotations
 
 import io
-import mmap
 from dataclasses import dataclass
 
-from storage.partition.file_slices import FileSlice, offset_after, open_located
+from storage.partition.file_slices import FileSlice, map_pages, offset_after, open_located
 
 
 @dataclass(eq=False, slots=True)
@@ -48,9 +47,4 @@ def open_region(file_slice: FileSlice) -> FileRegion | None:
 def offset_after_region(region: FileRegion, offset: int) -> int | None:
     """The offset after the last whole batch of the region's bytes (which start with the batch holding
     `offset`), read from the batch headers through a mapping of the file; None if they do not walk as batches."""
-    start = region.position - region.position % mmap.ALLOCATIONGRANULARITY
-    mapping = mmap.mmap(
-        region.file.fileno(), region.position + region.length - start, prot=mmap.PROT_READ, offset=start
-    )
-    skip = region.position - start
-    return offset_after(memoryview(mapping)[skip : skip + region.length], offset)
+    return offset_after(map_pages(region.file.fileno(), region.position, region.length, populate=False), offset)

@@ -169,7 +169,11 @@ def read_located(
     if fd is None:
         return None
     try:
-        data = _mapped(fd, file_slice) if zero_copy else os.pread(fd, file_slice.length, file_slice.position)
+        data = (
+            map_pages(fd, file_slice.position, file_slice.length, populate=True)
+            if zero_copy
+            else os.pread(fd, file_slice.length, file_slice.position)
+        )
     except OSError:
         return None
     finally:
@@ -198,19 +202,14 @@ def open_located(file_slice: FileSlice) -> int | None:
     return fd
 
 
-def _mapped(fd: int, file_slice: FileSlice) -> memoryview:
-    """The slice's pages mapped read-only (prefaulted from the page cache in one call); the mapping lives as
-    long as the returned view."""
-    start = file_slice.position - file_slice.position % mmap.ALLOCATIONGRANULARITY
-    mapping = mmap.mmap(
-        fd,
-        file_slice.position + file_slice.length - start,
-        flags=mmap.MAP_SHARED | mmap.MAP_POPULATE,
-        prot=mmap.PROT_READ,
-        offset=start,
-    )
-    skip = file_slice.position - start
-    return memoryview(mapping)[skip : skip + file_slice.length]
+def map_pages(fd: int, position: int, length: int, *, populate: bool) -> memoryview:
+    """`length` bytes at `position` of the open file `fd`, mapped read-only (with `populate`, prefaulted from the
+    page cache in one call); the mapping lives as long as the returned view."""
+    start = position - position % mmap.ALLOCATIONGRANULARITY
+    flags = mmap.MAP_SHARED | (mmap.MAP_POPULATE if populate else 0)
+    mapping = mmap.mmap(fd, position + length - start, flags=flags, prot=mmap.PROT_READ, offset=start)
+    skip = position - start
+    return memoryview(mapping)[skip : skip + length]
 
 
 def offset_after(data: bytes | memoryview, offset: int) -> int | None:
@@ -228,4 +227,4 @@ def offset_after(data: bytes | memoryview, offset: int) -> int | None:
     return next_offset
 
 
-__all__ = ["FileSlice", "locate_file_slices", "offset_after", "open_located", "read_located"]
+__all__ = ["FileSlice", "locate_file_slices", "map_pages", "offset_after", "open_located", "read_located"]
