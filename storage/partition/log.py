@@ -545,8 +545,7 @@ class Log:
             return
         with self._lock:
             if not self._closed and self._truncations == truncations:
-                self._recovery_point = max(self._recovery_point, min(offset, self.log_end_offset))
-                self._last_flush_ms = self._clock.milliseconds()
+                self._mark_flushed(offset)
 
     def wait_for_background_flushes(self) -> None:
         """Returns once the flushes started by rolls so far are done (the recovery point has moved)."""
@@ -567,8 +566,12 @@ class Log:
                     break
                 segment.flush()
             fsync_dir(self.directory)
-            self._recovery_point = max(self._recovery_point, min(target, self.log_end_offset))
-            self._last_flush_ms = self._clock.milliseconds()
+            self._mark_flushed(target)
+
+    def _mark_flushed(self, offset: int) -> None:
+        """Everything below `offset` (at most the LEO) is fsynced: the recovery point moves there. Holds the lock."""
+        self._recovery_point = max(self._recovery_point, min(offset, self.log_end_offset))
+        self._last_flush_ms = self._clock.milliseconds()
 
     # --- read ------------------------------------------------------------------------------------
 
