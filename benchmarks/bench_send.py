@@ -21,8 +21,8 @@ import os
 import uuid
 from typing import Any
 
-from benchmarks.bench_wire import CLIENT_TIMEOUT_S, QUIET, _in_process
 from benchmarks.common import BenchContext, Figure, throughput_figure, timer
+from benchmarks.processes import CLIENT_TIMEOUT_S, QUIET, in_process
 
 PARTITIONS = 8
 VALUE_BYTES = 100
@@ -105,10 +105,10 @@ def _produce_send(ctx: BenchContext, broker: Any, bootstrap: str) -> Figure:
     try:
         for attempt in range(repeats):
             best["raybroker"] = max(best["raybroker"], ours())
-            rate = _in_process(_confluent_client, bootstrap, topic, count)
+            rate = in_process(_confluent_client, bootstrap, topic, count)
             best["confluent-kafka"] = max(best["confluent-kafka"], rate)
             if attempt == 0:  # ~20x slower than the others: once is enough to place it
-                best["kafka-python"] = _in_process(_kafka_python_client, bootstrap, topic, count // 4)
+                best["kafka-python"] = in_process(_kafka_python_client, bootstrap, topic, count // 4)
             ctx.progress(
                 f"  produce_send {attempt + 1}/{repeats}: {best['raybroker']:,.0f} vs confluent-kafka "
                 f"{best['confluent-kafka']:,.0f}, kafka-python {best['kafka-python']:,.0f} rec/s"

@@ -27,11 +27,11 @@ import os
 import struct
 import time
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 from benchmarks.common import BenchContext, Figure, percentile
 from benchmarks.kafka_broker import KAFKA_VERSION, KafkaBroker
+from benchmarks.processes import CLIENT_TIMEOUT_S, QUIET, in_process, spawn
 
 PRODUCE_VALUE_BYTES = 100
 FETCH_VALUE_BYTES = 1024
@@ -41,8 +41,6 @@ LATENCY_TICK_S = 0.001
 LATENCY_GOAL_P99_MS = 5.0
 LATENCY_GOAL_RATIO = 1.5
 LATENCY_LINGER_MS = 1
-CLIENT_TIMEOUT_S = 300.0
-QUIET = {"log_level": 0}
 # The producer's local queue holds a whole run, so `produce` never stops on BufferError and the figure is the
 # broker's pace, not the queue's.
 PRODUCER_QUEUE = {"queue.buffering.max.messages": 2_000_000, "queue.buffering.max.kbytes": 2_097_151}
@@ -61,31 +59,6 @@ def run(ctx: BenchContext) -> list[Figure]:
     with KafkaBroker() as kafka, start_listener({"listeners": "PLAINTEXT://127.0.0.1:0", "num.partitions": "1"}) as ray:
         targets = {"raybroker": ray.bootstrap_servers, "kafka": kafka.bootstrap_servers}
         return [_wire_produce(ctx, targets), _wire_fetch(ctx, targets), _wire_latency(ctx, targets)]
-
-
-def _in_process(target: Callable[..., Any], *args: Any) -> Any:
-    """Runs `target(*args, results)` in a spawned process and returns what it put on `results`."""
-    context = multiprocessing.get_context("spawn")
-    results = context.Queue()
-    process = context.Process(target=_call, args=(target, args, results))
-    process.start()
-    try:
-        ok, value = results.get(timeout=CLIENT_TIMEOUT_S)
-    finally:
-        process.join(timeout=10)
-        if process.is_alive():
-            process.kill()
-            process.join()
-    if not ok:
-        raise RuntimeError(f"benchmark client failed: {value}")
-    return value
-
-
-def _call(target: Callable[..., Any], args: tuple[Any, ...], results: Any) -> None:
-    try:
-        results.put((True, target(*args)))
-    except BaseException as exc:
-        results.put((False, f"{type(exc).__name__}: {exc}"))
 
 
 def _create_topic(bootstrap: str, what: str) -> str:
@@ -200,24 +173,15 @@ def _latency_producer(bootstrap: str, topic: str, total: int, per_tick: int) -> 
 
 
 def _latency_run(bootstrap: str, topic: str, total: int, per_tick: int) -> list[float]:
-    context = multiprocessing.get_context("spawn")
-    ready = context.Event()
-    results = context.Queue()
-    consumer = context.Process(target=_call, args=(_latency_consumer, (bootstrap, topic, total, ready), results))
-    consumer.start()
+    ready = multiprocessing.get_context("spawn").Event()
+    consumer = spawn(_latency_consumer, bootstrap, topic, total, ready)
     try:
         if not ready.wait(60):
             raise RuntimeError("latency consumer did not start")
-        _in_process(_latency_producer, bootstrap, topic, total, per_tick)
-        ok, value = results.get(timeout=CLIENT_TIMEOUT_S)
+        in_process(_latency_producer, bootstrap, topic, total, per_tick)
+        latencies: list[float] = sorted(consumer.result())
     finally:
-        consumer.join(timeout=10)
-        if consumer.is_alive():
-            consumer.kill()
-            consumer.join()
-    if not ok:
-        raise RuntimeError(f"latency consumer failed: {value}")
-    latencies: list[float] = sorted(value)
+        consumer.stop()
     if len(latencies) != total:
         raise RuntimeError(f"the consumer got {len(latencies)} of {total} records")
     return latencies
@@ -234,7 +198,7 @@ def _wire_produce(ctx: BenchContext, targets: dict[str, str]) -> Figure:
     for attempt in range(repeats):
         for name, bootstrap in targets.items():
             topic = _create_topic(bootstrap, "produce")
-            best[name] = max(best[name], _in_process(_produce_client, bootstrap, topic, count, PRODUCE_VALUE_BYTES))
+            best[name] = max(best[name], in_process(_produce_client, bootstrap, topic, count, PRODUCE_VALUE_BYTES))
         ctx.progress(
             f"  wire_produce {attempt + 1}/{repeats}: {best['raybroker']:,.0f} vs Kafka {best['kafka']:,.0f} rec/s"
         )
@@ -258,12 +222,12 @@ def _wire_fetch(ctx: BenchContext, targets: dict[str, str]) -> Figure:
     topics = {}
     for name, bootstrap in targets.items():
         topics[name] = _create_topic(bootstrap, "fetch")
-        rate = _in_process(_produce_client, bootstrap, topics[name], count, FETCH_VALUE_BYTES)
+        rate = in_process(_produce_client, bootstrap, topics[name], count, FETCH_VALUE_BYTES)
         ctx.progress(f"  wire_fetch: {total_bytes >> 20} MiB written into {name} ({rate:,.0f} rec/s)")
     best = dict.fromkeys(targets, 0.0)
     for attempt in range(repeats):
         for name, bootstrap in targets.items():
-            best[name] = max(best[name], _in_process(_fetch_client, bootstrap, topics[name], count))
+            best[name] = max(best[name], in_process(_fetch_client, bootstrap, topics[name], count))
         ctx.progress(f"  wire_fetch {attempt + 1}/{repeats}: {best['raybroker']:.0f} vs Kafka {best['kafka']:.0f} MB/s")
     ratio = best["raybroker"] / best["kafka"]
     return Figure(
