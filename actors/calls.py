@@ -56,6 +56,15 @@ def call(ref: Any, timeout_s: float | None = None) -> Any:
         raise RequestTimedOutError(f"no answer within {timeout_s} s") from exc
 
 
+async def answer(ref: Any) -> Any:
+    """`call` for an event loop: the value of an actor call, awaited, a failure raising what `call` raises for it."""
+    try:
+        return await ref
+    except Exception:
+        # The ref is resolved: `call` does not wait, it translates the same failure.
+        return call(ref)
+
+
 def get_actor(name: str) -> Any:
     """A named raybroker actor, or `BrokerNotAvailableError` if none runs under that name."""
     try:

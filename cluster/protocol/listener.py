@@ -43,7 +43,7 @@ STOP_TIMEOUT_S = 10.0
 class KafkaListener:
     """A running listener: `port` (the first listener's bound port), `ports` per listener name, `stop()`."""
 
-    def __init__(self, properties: Mapping[str, str] | None = None, view: BrokerView | None = None) -> None:
+    def __init__(self, properties: Mapping[str, object] | None = None, view: BrokerView | None = None) -> None:
         """Binds and starts serving before it returns; raises `InvalidConfigError` for bad settings and `OSError`
         when a port cannot be bound. `view` defaults to the broker of the Ray cluster this process is connected to."""
         props = dict(properties or {})
@@ -146,6 +146,6 @@ class KafkaListener:
         return BrokerEndpoint(self._broker_config.node_id, advertised.host, advertised.port)
 
 
-def start_listener(properties: Mapping[str, str] | None = None, view: BrokerView | None = None) -> KafkaListener:
+def start_listener(properties: Mapping[str, object] | None = None, view: BrokerView | None = None) -> KafkaListener:
     """Starts a Kafka-protocol listener for the running broker (see the module docstring)."""
     return KafkaListener(properties, view)

@@ -32,6 +32,7 @@ from actors.options import kafka_listener_name, kafka_listener_options
 from cluster.protocol.listener import KafkaListener
 from cluster.protocol.server import ServerStatistics
 from storage.config.broker_config import BrokerConfig
+from storage.config.config_values import Password, password_properties
 from storage.config.listener_config import Endpoint
 from storage.errors import BrokerNotAvailableError, RaybrokerError
 
@@ -40,7 +41,7 @@ class KafkaListenerActor:
     """One listener process: binds in `__init__`; a failure to bind is kept and raised by `ready`, so the starter
     gets one clear error instead of an actor that dies in its constructor."""
 
-    def __init__(self, properties: dict[str, str]) -> None:
+    def __init__(self, properties: dict[str, str | Password]) -> None:
         self._listener: KafkaListener | None = None
         self._error = ""
         try:
@@ -84,7 +85,10 @@ def start_kafka_listeners(config: BrokerConfig, node_id: str) -> StartedListener
     """Starts (or finds) `num.network.threads` listener actors on `node_id` for the broker configured by
     `config`; raises `BrokerNotAvailableError` naming the reason when a port cannot be bound."""
     default = BrokerConfig().to_properties()
-    properties = {key: value for key, value in config.to_properties().items() if default.get(key) != value}
+    properties: dict[str, str | Password] = {
+        key: value for key, value in config.to_properties().items() if default.get(key) != value
+    }
+    properties.update(password_properties(config))
     ports = _start(node_id, 0, properties)
     listener_config = config.listener_config
     if config.num_network_threads > 1:
@@ -95,11 +99,11 @@ def start_kafka_listeners(config: BrokerConfig, node_id: str) -> StartedListener
     return StartedListeners(
         ",".join(f"{_host(endpoint.host)}:{endpoint.port}" for endpoint in advertised),
         config.num_network_threads,
-        listener_config.exposed_endpoints(),
+        listener_config.exposed_endpoints(config.security_config.ssl_client_auth),
     )
 
 
-def _start(node_id: str, index: int, properties: dict[str, str]) -> dict[str, int]:
+def _start(node_id: str, index: int, properties: dict[str, str | Password]) -> dict[str, int]:
     """One listener actor, ready; killed again (and its error raised) when it could not bind."""
     name = kafka_listener_name(node_id, index)
     handle: Any = KafkaListenerRemote.options(**kafka_listener_options(node_id, index)).remote(properties)

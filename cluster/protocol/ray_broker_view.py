@@ -32,7 +32,7 @@ from typing import Any
 
 import ray
 
-from actors.calls import call, partition_actor
+from actors.calls import answer, partition_actor
 from actors.clients.broker import Broker
 from actors.server.controller import AdvertisedListener, TopicMetadata
 from actors.server.partition_log import FetchResult, FileSlices
@@ -62,15 +62,6 @@ class _Prefetch:
 SENDFILE_MIN_BYTES = 16 * 1024
 
 
-async def _answer(ref: Any) -> Any:
-    """The value of an actor call, awaited; a failure raises what `actors.calls.call` raises for it."""
-    try:
-        return await ref
-    except Exception:
-        # The ref is resolved: `call` does not wait, it translates the same failure.
-        return call(ref)
-
-
 class RayBrokerView:
     """The broker of the Ray cluster this process is connected to, as the protocol handlers see it."""
 
@@ -86,48 +77,48 @@ class RayBrokerView:
 
     async def cluster_id(self) -> str:
         if self._cluster_id is None:
-            self._cluster_id = await _answer(self._controller.cluster_id.remote())
+            self._cluster_id = await answer(self._controller.cluster_id.remote())
         return self._cluster_id
 
     async def announce(self, endpoint: BrokerEndpoint) -> None:
-        await _answer(self._controller.register_listener.remote(self._node, _advertised(endpoint)))
+        await answer(self._controller.register_listener.remote(self._node, _advertised(endpoint)))
 
     async def withdraw(self, endpoint: BrokerEndpoint) -> None:
-        await _answer(self._controller.unregister_listener.remote(self._node, _advertised(endpoint)))
+        await answer(self._controller.unregister_listener.remote(self._node, _advertised(endpoint)))
 
     async def brokers(self) -> list[BrokerEndpoint]:
         listeners = await self._listeners()
         return [BrokerEndpoint(found.broker_id, found.host, found.port) for found in listeners.values()]
 
     async def topics(self) -> dict[str, TopicInfo]:
-        described: dict[str, TopicMetadata] = await _answer(self._controller.topics.remote())
+        described: dict[str, TopicMetadata] = await answer(self._controller.topics.remote())
         listeners = await self._listeners()
         return {name: _topic_info(metadata, listeners) for name, metadata in described.items()}
 
     async def topic(self, name: str) -> TopicInfo:
-        described: TopicMetadata = await _answer(self._controller.describe_topic.remote(name))
+        described: TopicMetadata = await answer(self._controller.describe_topic.remote(name))
         return _topic_info(described, await self._listeners())
 
     async def create_topic(
         self, name: str, partition_count: int, config: Mapping[str, str] | None = None, validate_only: bool = False
     ) -> TopicInfo:
         created = self._controller.create_topic.remote(name, partition_count, dict(config or {}), validate_only)
-        return _topic_info(await _answer(created), await self._listeners())
+        return _topic_info(await answer(created), await self._listeners())
 
     async def delete_topic(self, name: str) -> None:
-        await _answer(self._controller.delete_topic.remote(name))
+        await answer(self._controller.delete_topic.remote(name))
         self._forget(name)
 
     async def create_partitions(self, name: str, total: int, validate_only: bool = False) -> TopicInfo:
-        grown = await _answer(self._controller.add_partitions.remote(name, total, validate_only))
+        grown = await answer(self._controller.add_partitions.remote(name, total, validate_only))
         return _topic_info(grown, await self._listeners())
 
     async def topic_config(self, name: str) -> dict[str, str]:
-        metadata: TopicMetadata = await _answer(self._controller.describe_topic.remote(name))
+        metadata: TopicMetadata = await answer(self._controller.describe_topic.remote(name))
         return dict(metadata.config)
 
     async def set_topic_config(self, name: str, config: Mapping[str, str], validate_only: bool = False) -> None:
-        await _answer(self._controller.set_topic_config.remote(name, dict(config), validate_only))
+        await answer(self._controller.set_topic_config.remote(name, dict(config), validate_only))
 
     async def delete_records(self, topic: str, partition: int, offset: int) -> int:
         return await self._call(topic, partition, "delete_records", offset)
@@ -149,7 +140,7 @@ class RayBrokerView:
             if self._last_append.get(key) is submitted:
                 del self._last_append[key]
         try:
-            return await _answer(ref)
+            return await answer(ref)
         except (BrokerNotAvailableError, UnknownTopicOrPartitionError):
             self._drop(key)
             raise
@@ -206,18 +197,18 @@ class RayBrokerView:
         return await self._call(topic, partition, "list_offset", timestamp)
 
     async def allocate_producer_id(self) -> int:
-        return await _answer(self._controller.allocate_producer_id.remote())
+        return await answer(self._controller.allocate_producer_id.remote())
 
     async def _call(self, topic: str, partition: int, method: str, *args: Any, **kwargs: Any) -> Any:
         handle = await self._handle(topic, partition)
         try:
-            return await _answer(getattr(handle, method).remote(*args, **kwargs))
+            return await answer(getattr(handle, method).remote(*args, **kwargs))
         except (BrokerNotAvailableError, UnknownTopicOrPartitionError):
             self._drop((topic, partition))
             raise
 
     async def _listeners(self) -> dict[str, AdvertisedListener]:
-        listeners: dict[str, AdvertisedListener] = await _answer(self._controller.listeners.remote())
+        listeners: dict[str, AdvertisedListener] = await answer(self._controller.listeners.remote())
         return listeners
 
     def _forget(self, topic: str) -> None:

@@ -14,12 +14,11 @@ import asyncio
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from actors.calls import get_actor
+from actors.calls import answer, get_actor
 from actors.options import group_coordinator_name
 from actors.server.group_coordinator import MAX_WAIT_MS
 from actors.server.group_membership import GroupDescription, GroupError, JoinResult, PendingJoin, SyncResult
 from cluster.protocol.group_view import TopicPartition
-from cluster.protocol.ray_broker_view import _answer as answer
 from storage.errors import BrokerNotAvailableError
 
 

@@ -39,6 +39,8 @@ list (blanks trimmed, empty entries dropped, as Kafka's `csvList`).
 | max.connections                               | int     | 2147483647          | connections open at once, per node   |
 | max.connections.per.ip                        | int     | 2147483647          | connections open at once per address |
 | queued.max.requests                           | int     | 500                 | requests read, not yet answered      |
+| listener.security.protocol.map                | string  | (protocol names)    | custom listener name -> protocol     |
+| ssl.*, sasl.*, authorizer.class.name, ...     |         |                     | `storage.config.security_config`     |
 
 `offsets.topic.num.partitions` keeps Kafka's default of 50 here; raybroker's example `configs/server.properties`
 sets it lower because every partition of raybroker is a process (a Ray actor), not a few open files, unless
@@ -47,12 +49,16 @@ partition logs (`actors.server.partition_host`): each process costs ~61 MiB of i
 400 partitions.
 
 The Kafka-protocol listener's keys are checked and explained in `storage.config.listener_config`; together they
-form `BrokerConfig.listener_config`. `num.network.threads` keeps Kafka's name with a raybroker meaning: Kafka runs
-that many network threads in one JVM, raybroker that many listener processes (Ray actors) on each node, sharing
-its port through SO_REUSEPORT, since one Python process serves requests on one core. Its default is 1, not
-Kafka's 3: on a 2-core node the listener process and the partition actors it feeds already keep both cores busy
-(decoding and encoding requests is Python work), so more listener processes would only compete with the
-partitions for the same cores, each costing a Ray worker's memory; raise it on nodes with cores to spare.
+form `BrokerConfig.listener_config`. The security keys (TLS, SASL, ACLs) are `storage.config.security_config`'s and
+form `BrokerConfig.security_config`, checked against the listeners' security protocols on creation; an `ssl.` or
+`sasl.` key it does not declare is ignored with the warning below.
+
+`num.network.threads` keeps Kafka's name with a raybroker meaning: Kafka runs that many network threads in one
+JVM, raybroker that many listener processes (Ray actors) on each node, sharing its port through SO_REUSEPORT,
+since one Python process serves requests on one core. Its default is 1, not Kafka's 3: on a 2-core node the
+listener process and the partition actors it feeds already keep both cores busy (decoding and encoding requests
+is Python work), so more listener processes would only compete with the partitions for the same cores, each
+costing a Ray worker's memory; raise it on nodes with cores to spare.
 
 Broker defaults of topic configs (Kafka's "server synonyms"); together they form `BrokerConfig.log_config`, the
 `LogConfig` a topic gets when it overrides nothing. A negative retention in any unit means no time limit (-1):
@@ -118,6 +124,7 @@ from storage.config.config_values import (
     DOUBLE_MAX,
     INT_MAX,
     LONG_MAX,
+    Password,
     check_fields,
     config_field,
     config_fields,
@@ -126,8 +133,9 @@ from storage.config.config_values import (
     render_properties,
     values_from_properties,
 )
-from storage.config.listener_config import DEFAULT_LISTENERS, ListenerConfig
+from storage.config.listener_config import DEFAULT_LISTENERS, DEFAULT_PROTOCOL_MAP, ListenerConfig
 from storage.config.log_config import LogConfig
+from storage.config.security_config import TLS_PROTOCOLS, SecurityConfig
 from storage.errors import CorruptCheckpointError, InvalidConfigError
 from storage.logdir.meta_properties import parse_properties
 
@@ -140,8 +148,6 @@ MS_PER_HOUR = 3_600_000
 
 IGNORED_KAFKA_KEYS = frozenset(
     {
-        "allow.everyone.if.no.acl.found",
-        "authorizer.class.name",
         "auto.leader.rebalance.enable",
         "broker.rack",
         "controlled.shutdown.enable",
@@ -152,7 +158,6 @@ IGNORED_KAFKA_KEYS = frozenset(
         "group.initial.rebalance.delay.ms",
         "inter.broker.listener.name",
         "inter.broker.protocol.version",
-        "listener.security.protocol.map",
         "log.dir.failure.timeout.ms",
         "log.message.format.version",
         "metadata.log.dir",
@@ -165,7 +170,6 @@ IGNORED_KAFKA_KEYS = frozenset(
         "security.inter.broker.protocol",
         "socket.receive.buffer.bytes",
         "socket.send.buffer.bytes",
-        "super.users",
         "transaction.state.log.min.isr",
         "transaction.state.log.replication.factor",
         "zookeeper.connect",
@@ -248,6 +252,20 @@ class BrokerConfig:
     max_connections: int = config_field(INT_MAX, "int", low=1)
     max_connections_per_ip: int = config_field(INT_MAX, "int", low=1)
     queued_max_requests: int = config_field(500, "int", low=1)
+    listener_security_protocol_map: str = config_field(DEFAULT_PROTOCOL_MAP, "string")
+    ssl_keystore_type: str = config_field("JKS", "string")
+    ssl_keystore_location: str | None = config_field(None, "string")
+    ssl_key_password: Password | None = config_field(None, "password")
+    ssl_truststore_type: str = config_field("JKS", "string")
+    ssl_truststore_location: str | None = config_field(None, "string")
+    ssl_client_auth: str = config_field("none", "string")
+    ssl_enabled_protocols: tuple[str, ...] = config_field(TLS_PROTOCOLS, "list")
+    sasl_enabled_mechanisms: tuple[str, ...] = config_field(("GSSAPI",), "list")
+    sasl_server_max_receive_size: int = config_field(524288, "int")
+    connection_failed_authentication_delay_ms: int = config_field(100, "int")
+    authorizer_class_name: str = config_field("", "string")
+    super_users: str = config_field("", "string")
+    allow_everyone_if_no_acl_found: bool = config_field(False, "boolean")
     log_segment_bytes: int = config_field(1073741824, "int")
     log_roll_ms: int | None = config_field(None, "long")
     log_roll_hours: int = config_field(168, "int")
@@ -285,6 +303,7 @@ class BrokerConfig:
     log_config: LogConfig = field(init=False, repr=False, compare=False)
     cleaner_config: CleanerConfig = field(init=False, repr=False, compare=False)
     listener_config: ListenerConfig = field(init=False, repr=False, compare=False)
+    security_config: SecurityConfig = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -297,6 +316,9 @@ class BrokerConfig:
         object.__setattr__(self, "cleaner_config", CleanerConfig(**cleaner_values))
         listener_values = {spec.name: getattr(self, spec.name) for spec in fields(ListenerConfig)}
         object.__setattr__(self, "listener_config", ListenerConfig(**listener_values))
+        security_values = {spec.name: getattr(self, spec.name) for spec in fields(SecurityConfig)}
+        object.__setattr__(self, "security_config", SecurityConfig(**security_values))
+        self.security_config.check_listeners(endpoint.security_protocol for endpoint in self.listener_config.endpoints)
 
     def _log_config_sources(self) -> dict[str, tuple[str, Any]]:
         """LogConfig field -> (the broker field its value comes from, the value), with Kafka's precedence."""

@@ -13,11 +13,13 @@ loads Kafka's dotted keys, `render_properties` prints them back as Kafka would.
 | boolean   | bool                    | `true` / `false`, any case                              |                 |
 | string    | str                     | anything                                                |                 |
 | list      | tuple of str            | comma list, blanks trimmed, empty entries dropped (csv) |                 |
+| password  | `Password`              | anything (kept as given, not trimmed)                   |                 |
 
 A field may add `low`/`high` bounds and a set of `choices`. A field whose default is None is optional: None
 passes every check and is left out when printing. Native (non-string) values pass parsing unchanged (a list
 becomes a tuple for a `list` key) and are then checked like parsed ones. Every failure raises
-`InvalidConfigError` naming the Kafka key, the value and what was expected.
+`InvalidConfigError` naming the Kafka key, the value and what was expected, except for a password, whose value
+no error, log line or printed config ever shows: `Password` prints as `[hidden]`, as Kafka's does.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ LONG_MIN, LONG_MAX = -(2**63), 2**63 - 1
 # Java's Double.MAX_VALUE: Kafka's "no limit" for double settings (the cleaner's I/O throttle).
 DOUBLE_MAX = sys.float_info.max
 
-JavaType = Literal["int", "long", "double", "boolean", "string", "list"]
+JavaType = Literal["int", "long", "double", "boolean", "string", "list", "password"]
 
 _INTEGER_RANGES = {"int": (INT_MIN, INT_MAX), "long": (LONG_MIN, LONG_MAX)}
 # What Integer.parseInt / Long.parseLong accept; Python's int() would also take "1_000".
@@ -50,6 +52,19 @@ _JAVA_DECIMAL = re.compile(r"^[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]
 _METADATA_KEY = "config_key"
 
 ConfigT = TypeVar("ConfigT", bound="DataclassInstance")
+
+
+@dataclass(frozen=True, slots=True)
+class Password:
+    """A secret setting (`ssl.key.password`): `value` is the secret; `str` and `repr` show `[hidden]`, so neither a
+    printed config nor an error message can leak it."""
+
+    value: str = field(repr=False)
+
+    def __repr__(self) -> str:
+        return "[hidden]"
+
+    __str__ = __repr__
 
 
 @dataclass(frozen=True)
@@ -126,12 +141,17 @@ def check_value(name: str, value: Any, java_type: JavaType) -> None:
     elif java_type == "string":
         if not isinstance(value, str):
             raise InvalidConfigError(f"invalid value {value!r} for {name}: expected a string")
+    elif java_type == "password":
+        if not isinstance(value, Password):
+            raise InvalidConfigError(f"invalid value for {name}: expected a password")
     elif not isinstance(value, tuple) or not all(isinstance(item, str) for item in value):
         raise InvalidConfigError(f"invalid value {value!r} for {name}: expected a tuple of strings")
 
 
 def parse_value(key: str, raw: Any, java_type: JavaType) -> Any:
     """Kafka's `ConfigDef.parseType` for a string (trimmed first); other values pass through (lists to tuples)."""
+    if java_type == "password":
+        return Password(raw) if isinstance(raw, str) else raw
     if not isinstance(raw, str):
         return tuple(raw) if java_type == "list" and isinstance(raw, list | tuple) else raw
     text = raw.strip()
@@ -169,6 +189,16 @@ def render_properties(config: Any) -> dict[str, str]:
         if value is not None:
             rendered[kafka_name(spec.name)] = render_value(value)
     return rendered
+
+
+def password_properties(config: Any) -> dict[str, Password]:
+    """The set password keys of `config` under their Kafka names, as `Password`s: what `render_properties` hides,
+    for a caller that hands the config on to another process (which parses a `Password` unchanged)."""
+    return {
+        kafka_name(spec.name): value
+        for spec in config_fields(config)
+        if config_key(spec).java_type == "password" and (value := getattr(config, spec.name)) is not None
+    }
 
 
 def values_from_properties(config_type: type, properties: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:

@@ -9,17 +9,20 @@
 | max.connections           | int    | 2147483647                 | connections open at once on the listener         |
 | max.connections.per.ip    | int    | 2147483647                 | connections open at once from one address        |
 | queued.max.requests       | int    | 500                        | requests read and not yet answered, per process  |
+| listener.security.protocol.map | string | (each protocol to itself) | `NAME:PROTOCOL` for listeners named otherwise |
 
 `listeners` is comma-separated `NAME://host:port`: an empty host binds every interface, port 0 any free port.
-Only the PLAINTEXT security protocol is served so far; a listener named anything else (`SSL://`, `SASL_SSL://`, a
-custom name) is refused with `InvalidConfigError`. Kafka's own default for `listeners` is `PLAINTEXT://:9092`
+A listener's security protocol is its name (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL) unless
+`listener.security.protocol.map` maps a custom name (`CLIENT:SASL_SSL`); a name mapped to no protocol is refused
+with `InvalidConfigError`. What each protocol needs (keystores, SASL mechanisms) is `SecurityConfig`'s to check.
+Kafka's own default for `listeners` is `PLAINTEXT://:9092`
 (every interface); raybroker binds the loopback interface unless told otherwise, so a broker started for a test
 or a demo is not reachable from the network. Other broker keys in the same properties are not this module's and
 are left alone. `BrokerConfig` declares the same keys with the same defaults and derives its `listener_config`
 from them, so `server.properties` sets them like any broker key.
 
-A PLAINTEXT listener has no authentication: `exposed_endpoints` names the ones reachable from other machines (any
-host but a loopback address or `localhost`), which `raybroker start` warns about.
+PLAINTEXT and SSL listeners without client certificates do not authenticate: `exposed_endpoints` names those
+reachable from other machines (any host but a loopback address or `localhost`), which `raybroker start` warns about.
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ from storage.config.config_values import INT_MAX, check_fields, config_field, va
 from storage.errors import InvalidConfigError
 
 PLAINTEXT = "PLAINTEXT"
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+DEFAULT_PROTOCOL_MAP = ",".join(f"{protocol}:{protocol}" for protocol in SECURITY_PROTOCOLS)
 DEFAULT_LISTENERS = "PLAINTEXT://127.0.0.1:9092"
 # NAME://host:port, host a name, an IPv4 address, [an IPv6 address], or empty.
 _ENDPOINT = re.compile(r"^(?P<name>[A-Za-z0-9_]+)://(?P<host>\[[0-9A-Fa-f:.]+\]|[^\s:/\[\]]*):(?P<port>\d{1,5})$")
@@ -42,21 +47,37 @@ MAX_PORT = 65535
 
 @dataclass(frozen=True, slots=True)
 class Endpoint:
-    """One entry of `listeners` or `advertised.listeners`: `NAME://host:port`. `host` "" means every interface."""
+    """One entry of `listeners` or `advertised.listeners`: `NAME://host:port` and the security protocol the name maps
+    to. `host` "" means every interface."""
 
     listener_name: str
     host: str
     port: int
-
-    @property
-    def security_protocol(self) -> str:
-        """Without `listener.security.protocol.map`, a listener's name is its security protocol."""
-        return self.listener_name
+    security_protocol: str = PLAINTEXT
 
 
-def parse_listeners(value: str, key: str = "listeners") -> tuple[Endpoint, ...]:
-    """Kafka's `listeners` syntax: comma-separated `NAME://host:port`, names unique; `InvalidConfigError` naming
-    `key` otherwise, or when a listener is not PLAINTEXT."""
+def parse_protocol_map(value: str) -> dict[str, str]:
+    """`listener.security.protocol.map`: comma-separated `NAME:PROTOCOL`, each protocol one Kafka knows."""
+    mapping: dict[str, str] = {}
+    for entry in (part.strip() for part in value.split(",")):
+        if not entry:
+            continue
+        name, separator, protocol = (item.strip().upper() for item in entry.partition(":"))
+        if not separator or not name or protocol not in SECURITY_PROTOCOLS:
+            raise InvalidConfigError(
+                f"invalid entry {entry!r} in listener.security.protocol.map: expected NAME:PROTOCOL, the protocol "
+                f"one of {', '.join(SECURITY_PROTOCOLS)}"
+            )
+        mapping[name] = protocol
+    return mapping
+
+
+def parse_listeners(
+    value: str, key: str = "listeners", protocol_map: str = DEFAULT_PROTOCOL_MAP
+) -> tuple[Endpoint, ...]:
+    """Kafka's `listeners` syntax: comma-separated `NAME://host:port`, names unique and mapped to a security
+    protocol by `protocol_map`; `InvalidConfigError` naming `key` otherwise."""
+    protocols = parse_protocol_map(protocol_map)
     endpoints = []
     for entry in (part.strip() for part in value.split(",")):
         if not entry:
@@ -68,9 +89,12 @@ def parse_listeners(value: str, key: str = "listeners") -> tuple[Endpoint, ...]:
         if port > MAX_PORT:
             raise InvalidConfigError(f"invalid port {port} in {key}: must be 0..{MAX_PORT}")
         name = match["name"].upper()
-        if name != PLAINTEXT:
-            raise InvalidConfigError(f"listener {name} in {key}: only the PLAINTEXT security protocol is served")
-        endpoints.append(Endpoint(name, match["host"].strip("[]"), port))
+        if name not in protocols:
+            raise InvalidConfigError(
+                f"listener {name} in {key} has no security protocol: name it after one "
+                f"({', '.join(SECURITY_PROTOCOLS)}) or map it in listener.security.protocol.map"
+            )
+        endpoints.append(Endpoint(name, match["host"].strip("[]"), port, protocols[name]))
     if not endpoints:
         raise InvalidConfigError(f"{key} names no listener")
     names = [endpoint.listener_name for endpoint in endpoints]
@@ -90,12 +114,13 @@ class ListenerConfig:
     max_connections: int = config_field(INT_MAX, "int", low=1)
     max_connections_per_ip: int = config_field(INT_MAX, "int", low=1)
     queued_max_requests: int = config_field(500, "int", low=1)
+    listener_security_protocol_map: str = config_field(DEFAULT_PROTOCOL_MAP, "string")
 
     def __post_init__(self) -> None:
         check_fields(self)
-        parse_listeners(self.listeners)
+        self._parse(self.listeners, "listeners")
         if self.advertised_listeners is not None:
-            parse_listeners(self.advertised_listeners, "advertised.listeners")
+            self._parse(self.advertised_listeners, "advertised.listeners")
 
     @classmethod
     def from_properties(cls, properties: Mapping[str, Any]) -> ListenerConfig:
@@ -105,20 +130,34 @@ class ListenerConfig:
 
     @property
     def endpoints(self) -> tuple[Endpoint, ...]:
-        return parse_listeners(self.listeners)
+        return self._parse(self.listeners, "listeners")
 
-    def exposed_endpoints(self) -> tuple[Endpoint, ...]:
-        """The listeners bound to an address other machines may reach: every interface (empty host), a
-        non-loopback address, or a host name other than `localhost` (which may resolve to anything)."""
-        return tuple(endpoint for endpoint in self.endpoints if not _is_loopback(endpoint.host))
+    def _parse(self, value: str, key: str) -> tuple[Endpoint, ...]:
+        return parse_listeners(value, key, self.listener_security_protocol_map)
+
+    def exposed_endpoints(self, ssl_client_auth: str = "none") -> tuple[Endpoint, ...]:
+        """The listeners bound to an address other machines may reach (every interface, an empty host; a
+        non-loopback address; a host name other than `localhost`, which may resolve to anything) that do not
+        authenticate their clients: PLAINTEXT, and SSL unless `ssl_client_auth` is `required`."""
+        unauthenticated = {PLAINTEXT} if ssl_client_auth == "required" else {PLAINTEXT, "SSL"}
+        return tuple(
+            endpoint
+            for endpoint in self.endpoints
+            if endpoint.security_protocol in unauthenticated and not _is_loopback(endpoint.host)
+        )
 
     def advertised(self, bound_ports: Mapping[str, int]) -> tuple[Endpoint, ...]:
         """What Metadata reports: `advertised.listeners`, else `listeners` with the ports actually bound (port 0
         asks for any free port) and, for a listener bound to every interface, the loopback address."""
         if self.advertised_listeners is not None:
-            return parse_listeners(self.advertised_listeners, "advertised.listeners")
+            return self._parse(self.advertised_listeners, "advertised.listeners")
         return tuple(
-            Endpoint(endpoint.listener_name, endpoint.host or "127.0.0.1", bound_ports[endpoint.listener_name])
+            Endpoint(
+                endpoint.listener_name,
+                endpoint.host or "127.0.0.1",
+                bound_ports[endpoint.listener_name],
+                endpoint.security_protocol,
+            )
             for endpoint in self.endpoints
         )
 

@@ -11,8 +11,10 @@ from typing import Any
 import pytest
 
 import storage.config.broker_config as broker_config_module
+import storage.config.security_config as security_config_module
 from storage.config.broker_config import IGNORED_KAFKA_KEYS, BrokerConfig, load_server_properties
 from storage.config.cleaner_config import CleanerConfig
+from storage.config.config_values import Password
 from storage.config.listener_config import Endpoint, ListenerConfig
 from storage.config.log_config import LONG_MAX, LogConfig
 from storage.errors import InvalidConfigError
@@ -256,9 +258,10 @@ def test_to_properties_leaves_unset_synonyms_out_and_renders_kafka_text() -> Non
 
 
 def test_every_kafka_key_is_documented_in_the_module_docstring() -> None:
-    documented = broker_config_module.__doc__ or ""
-    # A value of each optional key's type: an int, or for the one optional string, a listener.
-    values = {"int | None": 1, "str | None": "PLAINTEXT://broker.example:9092"}
+    """Every key is in the broker's table, or, for the security keys, in `security_config`'s."""
+    documented = (broker_config_module.__doc__ or "") + (security_config_module.__doc__ or "")
+    # A value of each optional key's type: an int, a string that reads as a listener, a password.
+    values = {"int | None": 1, "str | None": "PLAINTEXT://broker.example:9092", "Password | None": Password("x")}
     every_optional_set = {
         spec.name: values[str(spec.type)] for spec in dataclasses.fields(BrokerConfig) if spec.default is None
     }
@@ -470,19 +473,18 @@ def test_kafka_kraft_mode_server_properties_loads(tmp_path: Path) -> None:
     assert set(config.ignored_keys) <= IGNORED_KAFKA_KEYS
 
 
-def test_security_key_families_are_ignored() -> None:
+def test_security_keys_raybroker_does_not_read_are_ignored_and_the_others_are_loaded() -> None:
     config = BrokerConfig.from_properties(
         {
-            "ssl.keystore.location": "/ks.jks",
+            "ssl.keystore.location": "/ks.pem",
             "sasl.enabled.mechanisms": "PLAIN",
+            "ssl.cipher.suites": "TLS_AES_128_GCM_SHA256",
             "listener.name.x.ssl.key.password": "p",
         }
     )
-    assert config.ignored_keys == (
-        "ssl.keystore.location",
-        "sasl.enabled.mechanisms",
-        "listener.name.x.ssl.key.password",
-    )
+    assert config.ignored_keys == ("ssl.cipher.suites", "listener.name.x.ssl.key.password")
+    assert config.security_config.ssl_keystore_location == "/ks.pem"
+    assert config.security_config.sasl_enabled_mechanisms == ("PLAIN",)
 
 
 def test_file_with_latin1_bytes_loads_as_kafka_reads_it(tmp_path: Path) -> None:
@@ -626,7 +628,8 @@ def test_listener_keys_are_read_from_properties_into_the_listener_config() -> No
     ("properties", "fragment"),
     [
         ({"listeners": "127.0.0.1:9092"}, "listeners"),
-        ({"listeners": "SSL://127.0.0.1:9093"}, "only the PLAINTEXT"),
+        ({"listeners": "SSL://127.0.0.1:9093"}, "ssl.keystore.location"),
+        ({"listeners": "CLIENT://127.0.0.1:9093"}, "listener.security.protocol.map"),
         ({"advertised.listeners": "PLAINTEXT://host"}, "advertised.listeners"),
         ({"num.network.threads": "0"}, "num.network.threads"),
         ({"socket.request.max.bytes": "0"}, "socket.request.max.bytes"),

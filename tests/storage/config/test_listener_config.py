@@ -36,7 +36,7 @@ def test_listener_syntax(value: str, expected: Endpoint) -> None:
         "127.0.0.1:9092",
         "PLAINTEXT://host",
         "PLAINTEXT://h:70000",
-        "SSL://h:9093",
+        "CLIENT://h:9093",
         "PLAINTEXT://h:1,PLAINTEXT://h:2",
     ],
 )
@@ -57,3 +57,45 @@ def test_advertised_listeners_default_to_the_bound_address() -> None:
     assert config.advertised({"PLAINTEXT": 40001}) == (Endpoint("PLAINTEXT", "127.0.0.1", 40001),)
     advertised = ListenerConfig.from_properties({"advertised.listeners": "PLAINTEXT://kafka.example:9092"})
     assert advertised.advertised({"PLAINTEXT": 40001}) == (Endpoint("PLAINTEXT", "kafka.example", 9092),)
+
+
+def test_a_listener_name_maps_to_its_security_protocol() -> None:
+    config = ListenerConfig.from_properties(
+        {
+            "listeners": "PLAINTEXT://h:1,SASL_SSL://h:2,CLIENT://h:3",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL,client:sasl_plaintext",
+        }
+    )
+    assert [(e.listener_name, e.security_protocol) for e in config.endpoints] == [
+        ("PLAINTEXT", "PLAINTEXT"),
+        ("SASL_SSL", "SASL_SSL"),
+        ("CLIENT", "SASL_PLAINTEXT"),
+    ]
+    assert [e.security_protocol for e in config.advertised({"PLAINTEXT": 1, "SASL_SSL": 2, "CLIENT": 3})] == [
+        "PLAINTEXT",
+        "SASL_SSL",
+        "SASL_PLAINTEXT",
+    ]
+
+
+@pytest.mark.parametrize("mapping", ["CLIENT", "CLIENT:TLS", "CLIENT:", ":SSL"])
+def test_a_protocol_map_entry_that_names_no_protocol_is_refused(mapping: str) -> None:
+    with pytest.raises(InvalidConfigError, match=r"listener\.security\.protocol\.map"):
+        ListenerConfig.from_properties({"listeners": "PLAINTEXT://h:1", "listener.security.protocol.map": mapping})
+
+
+@pytest.mark.parametrize(
+    ("listeners", "client_auth", "exposed"),
+    [
+        ("PLAINTEXT://0.0.0.0:1,SASL_SSL://0.0.0.0:2,SASL_PLAINTEXT://0.0.0.0:3", "none", ["PLAINTEXT"]),
+        ("SSL://0.0.0.0:1", "none", ["SSL"]),
+        ("SSL://0.0.0.0:1", "requested", ["SSL"]),
+        ("SSL://0.0.0.0:1", "required", []),
+        ("SSL://127.0.0.1:1,PLAINTEXT://localhost:2", "none", []),
+    ],
+)
+def test_exposed_endpoints_are_the_reachable_ones_that_authenticate_nobody(
+    listeners: str, client_auth: str, exposed: list[str]
+) -> None:
+    config = ListenerConfig.from_properties({"listeners": listeners})
+    assert [endpoint.listener_name for endpoint in config.exposed_endpoints(client_auth)] == exposed
