@@ -10,12 +10,20 @@ Its records (JSON values, readable with `raybroker dump-log --print-data-log`):
 | `cluster`          | `{"cluster_id": ...}`                                            |
 | `topic/<name>`     | `{"partitions": {"0": "<ray node id>", ...}, "config": {...}}`, a null value once deleted |
 | `producer-ids`     | `{"next": N}`: the next idempotent-producer id to hand out       |
+| `acl/<resource type>/<pattern type>/<name>` | `{"acls": [{"principal", "host", "operation", "permission_type"}]}` |
+| `scram/<mechanism>/<user>` | `{"mechanism", "salt", "stored_key", "server_key", "iterations"}` |
+
+An `acl/` record holds every binding of one resource pattern, e.g. `acl/TOPIC/PREFIXED/orders-`
+(`actors.server.security.acl_store`); a `scram/` record one user's credential for one mechanism, bytes in
+base64, never the password (`actors.server.security.credential_store`); either gets a null value once deleted.
 
 On start the log is replayed (latest value per key), so a restarted broker finds its topics again.
 Which brokers are registered is not persisted: a controller restarted by Ray finds the log managers
 still running on the cluster's live nodes by name; after a full restart each `start_broker` registers.
 Neither are the Kafka listeners' advertised addresses (`register_listener`), which each listener announces when
 it starts and withdraws when it stops; Metadata names a node's partitions' leader by them.
+The ACL version (`acls_version`) is the offset after the last ACL record, so it moves with every ACL change
+and survives a restart: the Kafka listeners poll it and rebuild their authorizer only when it moved.
 Which node hosts a partition is decided here (the node whose broker holds the fewest partitions);
 which log dir holds it is decided by that node's log manager. Topic names follow Kafka's rules (and
 `__cluster_metadata`, the controller's own folder, is reserved); configs must be a mapping validated
@@ -34,6 +42,10 @@ from typing import Any
 import ray
 
 from actors.options import NAMESPACE, log_manager_name
+from actors.server.security.acl_store import ACL_KEY_PREFIX, AclStore
+from actors.server.security.acls import AclBinding, AclBindingFilter
+from actors.server.security.credential_store import SCRAM_KEY_PREFIX, ScramCredentialStore
+from actors.server.security.scram import ScramCredential
 from storage import file_names
 from storage.arguments import is_int
 from storage.clock import SYSTEM_CLOCK
@@ -92,6 +104,8 @@ class ControllerActor:
         self._topics: dict[str, TopicMetadata] = {}
         self._next_producer_id = 0
         self._cluster_id = ""
+        self._acls = AclStore(self._write)
+        self._scram = ScramCredentialStore(self._write)
         self._replay()
         if not self._cluster_id:
             self._cluster_id = new_directory_id()
@@ -100,12 +114,15 @@ class ControllerActor:
         self._listeners: dict[str, AdvertisedListener] = {}
 
     def _replay(self) -> None:
-        latest: dict[bytes, bytes | None] = {}
+        latest: dict[bytes, tuple[int, bytes | None]] = {}
         for record in self._log.records():
             if record.key is not None:
-                latest[record.key] = record.value
-        for key, value in latest.items():
+                latest[record.key] = (record.offset, record.value)
+        for key, (offset, value) in latest.items():
             name = key.decode("utf-8")
+            if name.startswith(ACL_KEY_PREFIX):
+                self._acls.load(name, None if value is None else json.loads(value), offset)
+                continue
             if value is None:
                 continue
             body = json.loads(value)
@@ -117,13 +134,17 @@ class ControllerActor:
                 topic = name[len("topic/") :]
                 partitions = {int(p): node for p, node in body["partitions"].items()}
                 self._topics[topic] = TopicMetadata(topic, partitions, dict(body["config"]))
+            elif name.startswith(SCRAM_KEY_PREFIX):
+                self._scram.load(name, body)
 
-    def _write(self, key: str, value: dict[str, Any] | None) -> None:
+    def _write(self, key: str, value: dict[str, Any] | None) -> int:
+        """Appends the record (a null value for None) and flushes it; returns its offset."""
         builder = RecordBatchBuilder()
         payload = None if value is None else json.dumps(value, sort_keys=True).encode("utf-8")
         builder.append(key.encode("utf-8"), payload, timestamp=SYSTEM_CLOCK.milliseconds())
-        self._log.append(builder.build())
+        info = self._log.append(builder.build())
         self._log.flush()
+        return info.last_offset
 
     def _persist_topic(self, topic: TopicMetadata) -> None:
         self._write(
@@ -341,6 +362,46 @@ class ControllerActor:
             self._write("producer-ids", {"next": producer_id + 1})
             self._next_producer_id = producer_id + 1
             return producer_id
+
+    # --- security: SCRAM credentials and ACLs ----------------------------------------------------
+
+    def upsert_scram_credential(self, user: str, credential: ScramCredential) -> None:
+        """Sets `user`'s credential for its mechanism (Kafka's AlterUserScramCredentials upsertion)."""
+        with self._lock:
+            self._scram.upsert(user, credential)
+
+    def delete_scram_credential(self, user: str, mechanism: str) -> bool:
+        """Deletes `user`'s credential for `mechanism`; False if there was none."""
+        with self._lock:
+            return self._scram.delete(user, mechanism)
+
+    def scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
+        with self._lock:
+            return self._scram.get(user, mechanism)
+
+    def scram_credentials(self) -> dict[str, dict[str, ScramCredential]]:
+        """user -> mechanism -> credential, for every user that has one."""
+        with self._lock:
+            return self._scram.credentials()
+
+    def create_acls(self, bindings: list[AclBinding]) -> None:
+        """Adds the bindings (Kafka's CreateAcls; an existing binding is left as it is)."""
+        with self._lock:
+            self._acls.create(bindings)
+
+    def delete_acls(self, filters: list[AclBindingFilter]) -> list[list[AclBinding]]:
+        """Deletes every binding a filter matches; per filter, the bindings it matched (Kafka's DeleteAcls)."""
+        with self._lock:
+            return self._acls.delete(filters)
+
+    def acls(self) -> tuple[int, list[AclBinding]]:
+        """The ACL version (see the module docstring) and every binding."""
+        with self._lock:
+            return self._acls.version, self._acls.bindings()
+
+    def acls_version(self) -> int:
+        with self._lock:
+            return self._acls.version
 
     def shutdown(self) -> None:
         with self._lock:
