@@ -73,11 +73,13 @@ INTERNAL_TOPICS = frozenset({METADATA_TOPIC, "__consumer_offsets"})
 
 @dataclass(frozen=True, slots=True)
 class AdvertisedListener:
-    """Where Kafka clients reach the broker of one Ray node: its Kafka `node.id` and advertised address."""
+    """Where Kafka clients reach the broker of one Ray node: its Kafka `node.id`, its first advertised address,
+    and every advertised listener as (listener name, host, port)."""
 
     broker_id: int
     host: str
     port: int
+    listeners: tuple[tuple[str, str, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

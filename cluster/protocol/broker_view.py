@@ -23,11 +23,21 @@ from storage.records.file_records import TimestampAndOffset
 
 @dataclass(frozen=True, slots=True)
 class BrokerEndpoint:
-    """A broker as clients must reach it: its Kafka node id and advertised address."""
+    """A broker as clients must reach it: its Kafka node id and advertised address (its first advertised listener's),
+    and every advertised listener as (name, host, port). A client is told the address of the listener it came in
+    on (`for_listener`), as Kafka does: an SSL client must not be sent to a PLAINTEXT port."""
 
     node_id: int
     host: str
     port: int
+    listeners: tuple[tuple[str, str, int], ...] = ()
+
+    def for_listener(self, listener_name: str) -> BrokerEndpoint:
+        """This broker at its listener named `listener_name`; at its first one if it has no such listener."""
+        for name, host, port in self.listeners:
+            if name == listener_name:
+                return BrokerEndpoint(self.node_id, host, port, self.listeners)
+        return self
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,8 @@ comes from the broker key Kafka names its synonym (`retention.ms` <- `log.retent
 when that key was set in the broker's properties, DEFAULT_CONFIG when it is Kafka's default. Synonyms list every
 level that holds a value, most specific first, as Kafka's broker does. A broker's own keys are
 STATIC_BROKER_CONFIG or DEFAULT_CONFIG likewise, and read-only: raybroker's broker configs are static (set in
-`server.properties`), there are no dynamic broker configs to alter. Nothing here is sensitive (no passwords yet).
+`server.properties`), there are no dynamic broker configs to alter. A password key (`ssl.key.password`) is sensitive:
+reported with a null value at every level, as Kafka reports it, so DescribeConfigs never carries a secret.
 
 Values are Kafka's strings (`render_value`); an optional broker key left unset (`log.retention.ms`) has a null
 value, as in Kafka. `cleanup.policy` is reported as Kafka's LIST type, although `LogConfig` keeps it as its text.
@@ -14,7 +15,7 @@ value, as in Kafka. `cleanup.policy` is reported as Kafka's LIST type, although 
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import Field, dataclass
 from enum import IntEnum
 
 from storage.config.broker_config import BrokerConfig
@@ -42,6 +43,7 @@ class ConfigType(IntEnum):
     LONG = 5
     DOUBLE = 6
     LIST = 7
+    PASSWORD = 9
 
 
 _CONFIG_TYPES: dict[JavaType, ConfigType] = {
@@ -51,6 +53,7 @@ _CONFIG_TYPES: dict[JavaType, ConfigType] = {
     "long": ConfigType.LONG,
     "double": ConfigType.DOUBLE,
     "list": ConfigType.LIST,
+    "password": ConfigType.PASSWORD,
 }
 
 
@@ -82,7 +85,7 @@ class ConfigEntry:
             "value": self.value,
             "read_only": self.read_only,
             "config_source": int(self.source),
-            "is_sensitive": False,
+            "is_sensitive": self.config_type is ConfigType.PASSWORD,
             "synonyms": [
                 {"name": synonym.name, "value": synonym.value, "source": int(synonym.source)}
                 for synonym in (self.synonyms if include_synonyms else ())
@@ -103,9 +106,12 @@ class ConfigDescriber:
         self._static = frozenset(static_keys)
         self._synonyms = broker_config.topic_config_synonyms()
         self._broker_values = {
-            kafka_name(spec.name): _rendered(getattr(broker_config, spec.name)) for spec in config_fields(BrokerConfig)
+            kafka_name(spec.name): _rendered(spec, getattr(broker_config, spec.name))
+            for spec in config_fields(BrokerConfig)
         }
-        self._broker_defaults = {kafka_name(spec.name): _rendered(spec.default) for spec in config_fields(BrokerConfig)}
+        self._broker_defaults = {
+            kafka_name(spec.name): _rendered(spec, spec.default) for spec in config_fields(BrokerConfig)
+        }
 
     def topic_entries(self, overrides: Mapping[str, str]) -> list[ConfigEntry]:
         """Every topic config, in `LogConfig`'s order, for a topic with `overrides`."""
@@ -148,5 +154,6 @@ class ConfigDescriber:
         return (ConfigSynonym(broker_key, self._broker_values[broker_key], ConfigSource.STATIC_BROKER_CONFIG), default)
 
 
-def _rendered(value: object) -> str | None:
-    return None if value is None else render_value(value)
+def _rendered(spec: Field[object], value: object) -> str | None:
+    """A broker key's value as reported: Kafka's text, or null when unset or secret."""
+    return None if value is None or config_key(spec).java_type == "password" else render_value(value)

@@ -103,3 +103,23 @@ def coordinator_error_code(exc: BaseException) -> ErrorCode:
     """The code of a failed group-coordinator call: COORDINATOR_NOT_AVAILABLE (15) while the coordinator is down
     or restarting, so that clients look it up again and retry; otherwise the table's code."""
     return ErrorCode.coordinator_not_available if isinstance(exc, BrokerNotAvailableError) else error_code(exc)
+
+
+class SaslFailure(Exception):
+    """A SASL handler's failed answer: `response` (a kio response body) goes back to the client, then the
+    connection is closed after `connection.failed.authentication.delay.ms`. `reason` is safe to log."""
+
+    def __init__(self, reason: str, response: object) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.response = response
+
+
+class AuthenticationFailedError(ProtocolError):
+    """A connection whose authentication failed: `frame` (the encoded answer) is sent after the failed-login delay,
+    then the connection is closed."""
+
+    def __init__(self, reason: str, frame: bytes) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.frame = frame

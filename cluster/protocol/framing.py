@@ -26,7 +26,7 @@ from __future__ import annotations
 import io
 import struct
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import IO, Any, cast
 
 from kio.index import KioIndexError, load_request_schema
@@ -34,6 +34,7 @@ from kio.schema.request_header.v1.header import RequestHeader as RequestHeaderV1
 from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import SerialError
 
+from cluster.protocol.connection import ConnectionContext
 from cluster.protocol.errors import MalformedFrameError, UnsupportedApiError
 from cluster.protocol.file_region import FileRegion
 
@@ -62,20 +63,25 @@ class ApiRange:
 
 @dataclass(frozen=True, slots=True)
 class Request:
-    """A decoded request: its header's fields and its kio body. `body` is None only for an ApiVersions request
-    newer than this server serves, whose body cannot be decoded but must still be answered."""
+    """A decoded request: its header's fields, its kio body and its connection's context (listener, client
+    address, principal). `body` is None only for an ApiVersions request newer than this server serves, whose body
+    cannot be decoded but must still be answered."""
 
     api_key: int
     api_version: int
     correlation_id: int
     client_id: str | None
     body: Any
+    context: ConnectionContext = field(default_factory=ConnectionContext.unnamed)
 
 
-def decode_request(payload: bytes, supported: Mapping[int, ApiRange]) -> Request:
+def decode_request(
+    payload: bytes, supported: Mapping[int, ApiRange], context: ConnectionContext | None = None
+) -> Request:
     """The request in `payload` (a frame without its size prefix). `supported` is every API this server serves.
 
-    Raises `UnsupportedApiError` for an API key or version outside `supported` (a too-new ApiVersions request
+    `context` is the connection's (an anonymous PLAINTEXT one when not given, as for a request decoded outside a
+    listener). Raises `UnsupportedApiError` for an API key or version outside `supported` (a too-new ApiVersions request
     excepted), `MalformedFrameError` for bytes that do not decode.
     """
     if len(payload) < FIXED_HEADER.size:
@@ -88,7 +94,9 @@ def decode_request(payload: bytes, supported: Mapping[int, ApiRange]) -> Request
         if api_key == API_VERSIONS_KEY and api_version > served.max_version:
             # The header up to client_id is the same in v1 and v2; the body's layout is unknown.
             header, _ = _decode(_READ_HEADER_V1, payload, 0, "ApiVersions header")
-            return Request(api_key, api_version, correlation_id, header.client_id, None)
+            return Request(
+                api_key, api_version, correlation_id, header.client_id, None, context or ConnectionContext.unnamed()
+            )
         raise UnsupportedApiError(f"api key {api_key} version {api_version} is outside {served}")
     try:
         body_type = load_request_schema(api_key, api_version)
@@ -96,7 +104,7 @@ def decode_request(payload: bytes, supported: Mapping[int, ApiRange]) -> Request
         raise UnsupportedApiError(f"no schema for api key {api_key} version {api_version}") from exc
     header, header_size = _decode(entity_reader(body_type.__header_schema__), payload, 0, "request header")
     body, _ = _decode(entity_reader(body_type), payload, header_size, f"body of api {api_key} v{api_version}")
-    return Request(api_key, api_version, correlation_id, header.client_id, body)
+    return Request(api_key, api_version, correlation_id, header.client_id, body, context or ConnectionContext.unnamed())
 
 
 def _decode(reader: Any, payload: bytes, offset: int, what: str) -> tuple[Any, int]:

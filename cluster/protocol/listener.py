@@ -12,6 +12,11 @@ shared with the node's other listener processes), and the keys the handlers use 
 `auto.create.topics.enable`, `delete.topic.enable`, the topic defaults). The keys given are the ones DescribeConfigs
 reports as set in the broker's properties.
 
+SSL and SASL_SSL listeners get their TLS context from the `ssl.*` keys, and SASL listeners check logins against the
+SCRAM credentials of the cluster's controller (`security`, a `RaySecurityView` unless given). With
+`authorizer.class.name` set, the listener loads the cluster's ACLs before it serves and keeps them fresh while it
+runs (`cluster.protocol.security.access`).
+
 Once bound, the listener announces its `node.id` and advertised address to the controller for its Ray node
 (`BrokerView.announce`), so every node's listener names it in Metadata as the leader of the node's partitions;
 `stop` withdraws it. Two nodes announcing the same `node.id` is a configuration error the second one gets.
@@ -28,12 +33,18 @@ from types import TracebackType
 
 from actors.clients.broker import Broker
 from cluster.protocol.broker_view import BrokerEndpoint, BrokerView
+from cluster.protocol.connection import ConnectionContext
 from cluster.protocol.framing import SplicedFrame
 from cluster.protocol.ray_broker_view import RayBrokerView
 from cluster.protocol.ray_group_view import RayGroupView
 from cluster.protocol.router import Router
+from cluster.protocol.security.access import AccessControl
+from cluster.protocol.security.ray_security_view import RaySecurityView
+from cluster.protocol.security.security_view import SecurityView
+from cluster.protocol.security.tls import server_context
 from cluster.protocol.server import KafkaServer, ServerStatistics
 from storage.config.broker_config import BrokerConfig
+from storage.config.security_config import SSL_PROTOCOLS
 from storage.errors import RaybrokerError
 
 # How long `stop` waits for the loop to close its connections before giving up on the thread.
@@ -43,14 +54,26 @@ STOP_TIMEOUT_S = 10.0
 class KafkaListener:
     """A running listener: `port` (the first listener's bound port), `ports` per listener name, `stop()`."""
 
-    def __init__(self, properties: Mapping[str, object] | None = None, view: BrokerView | None = None) -> None:
-        """Binds and starts serving before it returns; raises `InvalidConfigError` for bad settings and `OSError`
-        when a port cannot be bound. `view` defaults to the broker of the Ray cluster this process is connected to."""
+    def __init__(
+        self,
+        properties: Mapping[str, object] | None = None,
+        view: BrokerView | None = None,
+        security: SecurityView | None = None,
+    ) -> None:
+        """Binds and starts serving before it returns; raises `InvalidConfigError` for bad settings (a keystore
+        that does not load included) and `OSError` when a port cannot be bound. `view` and `security` default to
+        the broker and controller of the Ray cluster this process is connected to."""
         props = dict(properties or {})
         self._broker_config = BrokerConfig.from_properties(props)
         self._config = self._broker_config.listener_config
         self._static_broker_keys = frozenset(str(key).strip() for key in props)
         self._view = view if view is not None else RayBrokerView(Broker.connect())
+        self._security = security if security is not None else RaySecurityView()
+        self._tls_contexts = {
+            endpoint.listener_name: server_context(self._broker_config.security_config)
+            for endpoint in self._config.endpoints
+            if endpoint.security_protocol in SSL_PROTOCOLS
+        }
         self._loop = asyncio.new_event_loop()
         self._started: concurrent.futures.Future[KafkaServer] = concurrent.futures.Future()
         self._thread = threading.Thread(target=self._run, name="kafka-listener", daemon=True)
@@ -97,30 +120,40 @@ class KafkaListener:
 
     async def _serve(self) -> None:
         self._stopping = asyncio.Event()
+        access = AccessControl(self._broker_config.security_config, self._security)
         try:
-            server = await self._start_server()
+            await access.refresh()
+            server = await self._start_server(access)
         except BaseException as exc:
             self._started.set_exception(exc)
             return
         self._started.set_result(server)
+        refreshing = asyncio.create_task(access.keep_fresh()) if access.enabled else None
         try:
             await self._stopping.wait()
         finally:
+            if refreshing is not None:
+                refreshing.cancel()
             await server.stop()
             with contextlib.suppress(RaybrokerError):
                 # The broker may be stopping too; its registry goes with it.
                 await self._view.withdraw(self._endpoint(server))
 
-    async def _start_server(self) -> KafkaServer:
+    async def _start_server(self, access: AccessControl) -> KafkaServer:
         """Binds first (a port of 0 is only known once bound), then builds the router for the advertised address."""
         router: Router | None = None
 
-        async def handle(payload: bytes) -> bytes | SplicedFrame | None:
+        async def handle(payload: bytes, context: ConnectionContext) -> bytes | SplicedFrame | None:
             assert router is not None, "the server answers only after start() returned"
-            return await router.handle(payload)
+            return await router.handle(payload, context)
 
         server = KafkaServer(
-            handle, self._config, reuse_port=self._broker_config.num_network_threads > 1, overlaps=Router.overlaps
+            handle,
+            self._config,
+            reuse_port=self._broker_config.num_network_threads > 1,
+            overlaps=Router.overlaps,
+            security=self._broker_config.security_config,
+            tls_contexts=self._tls_contexts,
         )
         await server.start()
         endpoint = self._endpoint(server)
@@ -132,6 +165,8 @@ class KafkaListener:
             groups=RayGroupView(),
             broker_config=self._broker_config,
             static_broker_keys=self._static_broker_keys,
+            security=self._security,
+            access=access,
         )
         try:
             await self._view.announce(endpoint)
@@ -141,11 +176,14 @@ class KafkaListener:
         return server
 
     def _endpoint(self, server: KafkaServer) -> BrokerEndpoint:
-        """This broker as Metadata advertises it: `node.id` and the first advertised listener."""
-        advertised = self._config.advertised(server.ports)[0]
-        return BrokerEndpoint(self._broker_config.node_id, advertised.host, advertised.port)
+        """This broker as Metadata advertises it: `node.id`, the first advertised listener, and every one."""
+        advertised = self._config.advertised(server.ports)
+        listeners = tuple((endpoint.listener_name, endpoint.host, endpoint.port) for endpoint in advertised)
+        return BrokerEndpoint(self._broker_config.node_id, advertised[0].host, advertised[0].port, listeners)
 
 
-def start_listener(properties: Mapping[str, object] | None = None, view: BrokerView | None = None) -> KafkaListener:
+def start_listener(
+    properties: Mapping[str, object] | None = None, view: BrokerView | None = None, security: SecurityView | None = None
+) -> KafkaListener:
     """Starts a Kafka-protocol listener for the running broker (see the module docstring)."""
-    return KafkaListener(properties, view)
+    return KafkaListener(properties, view, security)

@@ -88,7 +88,9 @@ class RayBrokerView:
 
     async def brokers(self) -> list[BrokerEndpoint]:
         listeners = await self._listeners()
-        return [BrokerEndpoint(found.broker_id, found.host, found.port) for found in listeners.values()]
+        return [
+            BrokerEndpoint(found.broker_id, found.host, found.port, found.listeners) for found in listeners.values()
+        ]
 
     async def topics(self) -> dict[str, TopicInfo]:
         described: dict[str, TopicMetadata] = await answer(self._controller.topics.remote())
@@ -254,7 +256,7 @@ def _local_records(located: FileSlices, offset: int) -> bytes | FileRegion | Non
 
 
 def _advertised(endpoint: BrokerEndpoint) -> AdvertisedListener:
-    return AdvertisedListener(endpoint.node_id, endpoint.host, endpoint.port)
+    return AdvertisedListener(endpoint.node_id, endpoint.host, endpoint.port, endpoint.listeners)
 
 
 def _this_node() -> str:

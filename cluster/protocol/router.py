@@ -32,6 +32,8 @@ from typing import Any
 
 from cluster.protocol.broker_view import BrokerEndpoint, BrokerView
 from cluster.protocol.config_entries import ConfigDescriber
+from cluster.protocol.connection import ConnectionContext
+from cluster.protocol.errors import AuthenticationFailedError, ProtocolError, SaslFailure
 from cluster.protocol.framing import (
     API_VERSIONS_KEY,
     FIXED_HEADER,
@@ -83,6 +85,12 @@ from cluster.protocol.handlers.list_offsets import LIST_OFFSETS_KEY, ListOffsets
 from cluster.protocol.handlers.metadata import METADATA_KEY, MetadataHandler
 from cluster.protocol.handlers.produce import PRODUCE_KEY, ProduceHandler
 from cluster.protocol.handlers.producer_id import INIT_PRODUCER_ID_KEY, InitProducerIdHandler
+from cluster.protocol.handlers.sasl import (
+    SASL_AUTHENTICATE_KEY,
+    SASL_HANDSHAKE_KEY,
+    SaslAuthenticateHandler,
+    SaslHandshakeHandler,
+)
 from cluster.protocol.handlers.topics import (
     CREATE_PARTITIONS_KEY,
     CREATE_TOPICS_KEY,
@@ -91,6 +99,8 @@ from cluster.protocol.handlers.topics import (
     CreateTopicsHandler,
     DeleteTopicsHandler,
 )
+from cluster.protocol.security.access import AccessControl
+from cluster.protocol.security.security_view import SecurityView
 from storage.config.broker_config import BrokerConfig
 
 SERVED: Mapping[int, ApiRange] = MappingProxyType(
@@ -120,8 +130,12 @@ SERVED: Mapping[int, ApiRange] = MappingProxyType(
         DELETE_RECORDS_KEY: ApiRange(0, 2),
         DESCRIBE_CLUSTER_KEY: ApiRange(0, 2),
         OFFSET_FOR_LEADER_EPOCH_KEY: ApiRange(2, 4),
+        SASL_HANDSHAKE_KEY: ApiRange(1, 1),
+        SASL_AUTHENTICATE_KEY: ApiRange(0, 2),
     }
 )
+# What a connection of a SASL listener may send before it has authenticated.
+BEFORE_AUTHENTICATION = frozenset({API_VERSIONS_KEY, SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY})
 
 # The requests a connection may have in flight together (see `Router.overlaps`).
 OVERLAPPING = frozenset({PRODUCE_KEY, FETCH_KEY})
@@ -143,9 +157,12 @@ class Router:
         broker_config: BrokerConfig,
         static_broker_keys: Collection[str],
         groups: GroupView,
+        security: SecurityView,
+        access: AccessControl,
     ) -> None:
         """`broker_config` is the broker's config and `static_broker_keys` the keys its properties set, for the
-        admin APIs (defaults, sources, `delete.topic.enable`)."""
+        admin APIs (defaults, sources, `delete.topic.enable`); `security` holds the SCRAM credentials and ACLs,
+        `access` answers the handlers' authorization questions."""
         describer = ConfigDescriber(broker_config, static_broker_keys)
         node_id = endpoint.node_id
         self._handlers: dict[int, Handler] = {
@@ -176,6 +193,10 @@ class Router:
             DELETE_RECORDS_KEY: DeleteRecordsHandler(view),
             DESCRIBE_CLUSTER_KEY: DescribeClusterHandler(view, endpoint),
             OFFSET_FOR_LEADER_EPOCH_KEY: OffsetForLeaderEpochHandler(view),
+            SASL_HANDSHAKE_KEY: SaslHandshakeHandler(
+                broker_config.security_config.sasl_enabled_mechanisms, security.scram_credential
+            ),
+            SASL_AUTHENTICATE_KEY: SaslAuthenticateHandler(),
         }
         assert self._handlers.keys() == SERVED.keys(), "every served API has exactly one handler"
 
@@ -185,7 +206,17 @@ class Router:
         Fetch, the requests clients pipeline (their order is kept per partition); everything else runs alone."""
         return len(payload) >= FIXED_HEADER.size and FIXED_HEADER.unpack_from(payload)[0] in OVERLAPPING
 
-    async def handle(self, payload: bytes) -> bytes | SplicedFrame | None:
-        request = decode_request(payload, SERVED)
-        response = await self._handlers[request.api_key](request)
+    async def handle(self, payload: bytes, context: ConnectionContext) -> bytes | SplicedFrame | None:
+        """The answer to one request of the connection `context` describes. Before a SASL connection has
+        authenticated, any request but ApiVersions, SaslHandshake and SaslAuthenticate closes it (`ProtocolError`),
+        as Kafka's broker closes it; a failed authentication raises `AuthenticationFailedError` with its answer."""
+        request = decode_request(payload, SERVED, context)
+        if not context.authenticated and request.api_key not in BEFORE_AUTHENTICATION:
+            raise ProtocolError(f"api key {request.api_key} sent before SASL authentication completed")
+        try:
+            response = await self._handlers[request.api_key](request)
+        except SaslFailure as failure:
+            frame = encode_response(request.correlation_id, failure.response)
+            assert isinstance(frame, bytes), "a SASL answer holds no file region"
+            raise AuthenticationFailedError(failure.reason, frame) from None
         return None if response is None else encode_response(request.correlation_id, response)

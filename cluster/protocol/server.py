@@ -1,8 +1,15 @@
 """The socket layer: accepts connections, reads request frames, hands each payload on, writes the answers.
 
 It knows frames, connections and limits, nothing of topics or APIs: every payload goes to one `handle` coroutine
-(the router), which returns the response frame, None when the request gets no answer (Produce with acks=0), or
-raises `ProtocolError` for a payload that is no request it serves.
+(the router) with its connection's `ConnectionContext`, which returns the response frame, None when the request
+gets no answer (Produce with acks=0), or raises `ProtocolError` for a payload that is no request it serves.
+
+SSL and SASL_SSL listeners run TLS (`tls_contexts`, per listener name) before the first frame; a handshake that
+fails (garbage, a client certificate missing where `ssl.client.auth=required`) closes only that connection. A
+verified client certificate names the connection's principal. On SASL listeners a connection's frames are capped
+at `sasl.server.max.receive.size` until it has authenticated, and a failed authentication is answered after
+`connection.failed.authentication.delay.ms`, then the connection is closed. Fetch answers over TLS cannot be
+`sendfile`d (the kernel does not encrypt): their file regions are read into memory and written through TLS.
 
 Requests of one connection are answered in the order they arrived, as Kafka requires. Clients pipeline them
 (librdkafka sends up to `max.in.flight` Produce requests at once), and each one here waits on an actor, so
@@ -19,6 +26,7 @@ What closes a connection, and only that connection (the listener and every other
 - a frame that ends before its size says (the peer closed or stopped sending) or that does not decode;
 - a request for an API key or version this server does not serve (ApiVersions excepted, which is answered);
 - no complete read for `connections.max.idle.ms`;
+- a failed TLS handshake or SASL authentication (after the delay above);
 - an error inside a handler that it did not turn into a Kafka error code (logged with its traceback: a bug).
 The answers of requests read before the one that closes it are still sent.
 A connection over `max.connections` (all addresses) or `max.connections.per.ip` is closed as soon as it is
@@ -29,20 +37,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
+import ssl
 from collections import Counter
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-from cluster.protocol.errors import ProtocolError
+from cluster.protocol.connection import ConnectionContext
+from cluster.protocol.errors import AuthenticationFailedError, ProtocolError
 from cluster.protocol.file_region import FileRegion
 from cluster.protocol.framing import SIZE, SplicedFrame
-from storage.config.listener_config import ListenerConfig
+from cluster.protocol.security.tls import certificate_principal
+from storage.config.listener_config import Endpoint, ListenerConfig
+from storage.config.security_config import SecurityConfig
 
 logger = logging.getLogger(__name__)
 
-RequestHandler = Callable[[bytes], Coroutine[Any, Any, bytes | SplicedFrame | None]]
+RequestHandler = Callable[[bytes, ConnectionContext], Coroutine[Any, Any, bytes | SplicedFrame | None]]
 OverlapPredicate = Callable[[bytes], bool]
 _Answer = asyncio.Task[bytes | SplicedFrame | None]
 
@@ -51,7 +64,7 @@ _Answer = asyncio.Task[bytes | SplicedFrame | None]
 class ServerStatistics:
     """Counts since the server started: connections open now, accepted, refused over a limit, and closed for a
     protocol error, an oversized frame, idleness or a handler failure; requests answered or handled; bytes sent
-    with `sendfile` from segment files."""
+    with `sendfile` from segment files; failed SASL authentications."""
 
     connections_open: int
     connections_accepted: int
@@ -60,6 +73,7 @@ class ServerStatistics:
     connections_closed_idle: int
     requests_handled: int
     file_bytes_sent: int
+    authentication_failures: int
 
 
 class KafkaServer:
@@ -71,12 +85,17 @@ class KafkaServer:
         config: ListenerConfig,
         reuse_port: bool = False,
         overlaps: OverlapPredicate = lambda _payload: False,
+        security: SecurityConfig | None = None,
+        tls_contexts: dict[str, ssl.SSLContext] | None = None,
     ) -> None:
         """`overlaps(payload)` says whether a request may be handled while other requests of its connection are
         (see the module docstring). `reuse_port` binds with SO_REUSEPORT, so that several listener processes of a
         node share its port (the kernel spreads new connections over them); every process bound to the port must
-        set it."""
+        set it. `tls_contexts` holds the TLS context of each SSL or SASL_SSL listener name; `security` the limits
+        and delays of authentication."""
         self._handle = handle
+        self._security = security or SecurityConfig()
+        self._tls_contexts = dict(tls_contexts or {})
         self._overlaps = overlaps
         self._queue_slots = asyncio.Semaphore(config.queued_max_requests)
         self._config = config
@@ -91,12 +110,17 @@ class KafkaServer:
         self._closed_idle = 0
         self._requests = 0
         self._file_bytes_sent = 0
+        self._authentication_failures = 0
 
     async def start(self) -> dict[str, int]:
         """Binds every listener; returns the port each listener name is bound to."""
         for endpoint in self._config.endpoints:
             server = await asyncio.start_server(
-                self._accept, host=endpoint.host or None, port=endpoint.port, reuse_port=self._reuse_port or None
+                functools.partial(self._accept, endpoint),
+                host=endpoint.host or None,
+                port=endpoint.port,
+                reuse_port=self._reuse_port or None,
+                ssl=self._tls_contexts.get(endpoint.listener_name),
             )
             self._servers[endpoint.listener_name] = server
             self._ports[endpoint.listener_name] = server.sockets[0].getsockname()[1]
@@ -116,6 +140,7 @@ class KafkaServer:
             self._closed_idle,
             self._requests,
             self._file_bytes_sent,
+            self._authentication_failures,
         )
 
     async def stop(self) -> None:
@@ -128,7 +153,7 @@ class KafkaServer:
         for server in self._servers.values():
             await server.wait_closed()
 
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _accept(self, endpoint: Endpoint, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
         address = str(peer[0]) if peer else ""
         if (
@@ -143,8 +168,14 @@ class KafkaServer:
         self._accepted += 1
         self._connections.add(task)
         self._per_ip[address] += 1
+        context = ConnectionContext.accepted(
+            endpoint.listener_name,
+            endpoint.security_protocol,
+            address,
+            certificate_principal(writer.get_extra_info("ssl_object")),
+        )
         try:
-            await self._serve(reader, writer, address)
+            await self._serve(reader, writer, context)
         except asyncio.CancelledError:
             # `stop` cancels the connection; ending quietly keeps asyncio from reporting the cancellation as an
             # error of the connection's callback.
@@ -158,12 +189,14 @@ class KafkaServer:
             with contextlib.suppress(ConnectionError):
                 await writer.wait_closed()
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, address: str) -> None:
+    async def _serve(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, context: ConnectionContext
+    ) -> None:
         """Reads requests and writes their answers concurrently, until either side ends the connection."""
         answers: asyncio.Queue[_Answer | None] = asyncio.Queue()
-        reading = asyncio.create_task(self._read_requests(reader, answers, address))
+        reading = asyncio.create_task(self._read_requests(reader, answers, context))
         try:
-            await self._write_answers(answers, writer, address)
+            await self._write_answers(answers, writer, context.client_host)
         finally:
             reading.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -175,17 +208,19 @@ class KafkaServer:
                     self._queue_slots.release()
 
     async def _read_requests(
-        self, reader: asyncio.StreamReader, answers: asyncio.Queue[_Answer | None], address: str
+        self, reader: asyncio.StreamReader, answers: asyncio.Queue[_Answer | None], context: ConnectionContext
     ) -> None:
         """Reads frames and starts their handling, in order; puts None on `answers` when reading ends."""
         idle_s = self._config.connections_max_idle_ms / 1000
-        max_bytes = self._config.socket_request_max_bytes
         running: set[_Answer] = set()
         try:
             while True:
                 (size,) = SIZE.unpack(await asyncio.wait_for(reader.readexactly(SIZE.size), idle_s))
+                max_bytes = self._config.socket_request_max_bytes
+                if not context.authenticated:
+                    max_bytes = min(max_bytes, self._security.sasl_server_max_receive_size)
                 if not 0 <= size <= max_bytes:
-                    logger.warning("closing %s: frame size %d outside 0..%d", address, size, max_bytes)
+                    logger.warning("closing %s: frame size %d outside 0..%d", context.client_host, size, max_bytes)
                     self._closed_for_errors += 1
                     return
                 payload = await asyncio.wait_for(reader.readexactly(size), idle_s)
@@ -193,7 +228,7 @@ class KafkaServer:
                 if alone and running:
                     await asyncio.wait(running)
                 await self._queue_slots.acquire()
-                task = asyncio.create_task(self._handle(payload))
+                task = asyncio.create_task(self._handle(payload, context))
                 running.add(task)
                 task.add_done_callback(running.discard)
                 answers.put_nowait(task)
@@ -244,6 +279,13 @@ class KafkaServer:
                     await writer.drain()
         except ConnectionError:
             pass
+        except AuthenticationFailedError as exc:
+            self._authentication_failures += 1
+            logger.warning("closing %s: %s", address, exc.reason)
+            await asyncio.sleep(self._security.connection_failed_authentication_delay_ms / 1000)
+            with contextlib.suppress(ConnectionError):
+                writer.write(exc.frame)
+                await writer.drain()
         except ProtocolError as exc:
             logger.warning("closing %s: %s", address, exc)
             self._closed_for_errors += 1

@@ -58,7 +58,7 @@ class DescribeClusterHandler:
                         "rack": None,
                         "is_fenced": False,
                     }
-                    for broker in brokers_with(node, await self._view.brokers())
+                    for broker in brokers_with(node, await self._view.brokers(), request.context.listener_name)
                 ],
             )
         return build(load_response_schema(DESCRIBE_CLUSTER_KEY, request.api_version), answer)

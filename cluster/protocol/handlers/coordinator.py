@@ -33,17 +33,17 @@ class FindCoordinatorHandler:
         body = request.body
         key_type = getattr(body, "key_type", GROUP_KEY_TYPE)
         response_type = load_response_schema(FIND_COORDINATOR_KEY, request.api_version)
+        node = self._endpoint.for_listener(request.context.listener_name)
         if request.api_version >= FIRST_BATCHED_VERSION:
-            coordinators = [{"key": key, **self._locate(key_type, key)} for key in body.coordinator_keys]
+            coordinators = [{"key": key, **self._locate(key_type, key, node)} for key in body.coordinator_keys]
             return build(response_type, {"throttle_time": 0, "coordinators": coordinators})
-        return build(response_type, {"throttle_time": 0, **self._locate(key_type, body.key)})
+        return build(response_type, {"throttle_time": 0, **self._locate(key_type, body.key, node)})
 
-    def _locate(self, key_type: int, key: str) -> dict[str, Any]:
+    def _locate(self, key_type: int, key: str, node: BrokerEndpoint) -> dict[str, Any]:
         if key_type != GROUP_KEY_TYPE:
             return _refused(ErrorCode.invalid_request, f"key type {key_type} has no coordinator in raybroker")
         if not key:
             return _refused(ErrorCode.invalid_group_id, "a group id must not be empty")
-        node = self._endpoint
         return {
             "error_code": ErrorCode.none,
             "error_message": None,

@@ -33,11 +33,12 @@ UNKNOWN_LEADER_EPOCH = -1
 AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 
 
-def brokers_with(endpoint: BrokerEndpoint, announced: list[BrokerEndpoint]) -> list[BrokerEndpoint]:
-    """The announced brokers and this listener's own `endpoint` (which wins for its node id), by node id."""
+def brokers_with(endpoint: BrokerEndpoint, announced: list[BrokerEndpoint], listener_name: str) -> list[BrokerEndpoint]:
+    """The announced brokers and this listener's own `endpoint` (which wins for its node id), by node id, each at
+    its listener named `listener_name`: the one the asking client connected to."""
     by_id = {broker.node_id: broker for broker in announced}
     by_id[endpoint.node_id] = endpoint
-    return [by_id[node_id] for node_id in sorted(by_id)]
+    return [by_id[node_id].for_listener(listener_name) for node_id in sorted(by_id)]
 
 
 class MetadataHandler:
@@ -63,7 +64,7 @@ class MetadataHandler:
         else:
             topics = list(await asyncio.gather(*(self._lookup(name, may_create) for name in requested)))
         node = self._endpoint
-        brokers = brokers_with(node, await self._view.brokers())
+        brokers = brokers_with(node, await self._view.brokers(), request.context.listener_name)
         return build(
             load_response_schema(METADATA_KEY, request.api_version),
             {

@@ -1,0 +1,48 @@
+"""What a request knows of the connection it came on, as Kafka's `RequestContext` holds it.
+
+Every connection gets one `ConnectionContext` when it is accepted: the listener's name and security protocol, the
+client's address, and the principal the handlers authorize. On PLAINTEXT and SSL listeners the principal is known
+from the start (`User:ANONYMOUS`, or the subject of a client certificate); on SASL listeners the connection starts
+unauthenticated, only ApiVersions, SaslHandshake and SaslAuthenticate are served until SaslAuthenticate succeeds,
+and that success sets the principal. Only the SASL handlers change a context, and only on their own connection.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+ANONYMOUS = "User:ANONYMOUS"
+SASL_PROTOCOLS = frozenset({"SASL_PLAINTEXT", "SASL_SSL"})
+
+
+@dataclass(slots=True)
+class ConnectionContext:
+    """One connection's listener, client address and principal (see the module docstring). `sasl` holds the
+    SASL exchange in progress: its mechanism's server state between SaslAuthenticate rounds."""
+
+    listener_name: str
+    security_protocol: str
+    client_host: str
+    principal: str = ANONYMOUS
+    authenticated: bool = True
+    sasl: Any = None
+
+    @classmethod
+    def unnamed(cls) -> ConnectionContext:
+        """An anonymous PLAINTEXT connection from nowhere: a request decoded outside a listener."""
+        return cls("PLAINTEXT", "PLAINTEXT", "")
+
+    @classmethod
+    def accepted(
+        cls, listener_name: str, security_protocol: str, client_host: str, principal: str | None = None
+    ) -> ConnectionContext:
+        """The context of a connection just accepted: unauthenticated on a SASL listener, else authenticated as
+        `principal` (a client certificate's) or ANONYMOUS."""
+        return cls(
+            listener_name,
+            security_protocol,
+            client_host,
+            principal or ANONYMOUS,
+            authenticated=security_protocol not in SASL_PROTOCOLS,
+        )
