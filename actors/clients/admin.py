@@ -1,21 +1,33 @@
-"""The admin facade: Kafka's Admin client (topics, configs, partitions, records, offsets) over the broker's actors.
+"""The admin facade: Kafka's Admin client (topics, configs, partitions, records, offsets, SCRAM credentials, ACLs)
+over the broker's actors.
 
 Topic metadata comes from the controller (`actors.server.controller`); the live numbers of each partition
 (offsets, size, segments, folder) come from the partition actors' `state()`, asked of all partitions at
-once. Every method blocks until the broker has answered and raises the broker's typed errors
-(`UnknownTopicOrPartitionError`, `TopicExistsError`, `InvalidPartitionsError`, `InvalidConfigError`,
-`PolicyViolationError`, ...), never Ray's.
+once. SCRAM credentials and ACLs live in the controller (`actors.server.security`); a password is salted and
+hashed here, as Kafka's Admin client does, and only the credential travels. Every method blocks until the broker
+has answered and raises the broker's typed errors (`UnknownTopicOrPartitionError`, `TopicExistsError`,
+`InvalidPartitionsError`, `InvalidConfigError`, `PolicyViolationError`, `InvalidAclError`,
+`UnacceptableCredentialError`, `ResourceNotFoundError`, ...), never Ray's.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from actors.calls import call, partition_actor
 from actors.clients.broker import Broker
 from actors.server.controller import TopicMetadata
+from actors.server.security.acls import AclBinding, AclBindingFilter, InvalidAclError
+from actors.server.security.scram import (
+    MIN_ITERATIONS,
+    SCRAM_MECHANISMS,
+    ResourceNotFoundError,
+    ScramCredential,
+    check_mechanism,
+    check_user,
+)
 from storage.arguments import is_int
 from storage.errors import InvalidConfigError, InvalidRequestError
 
@@ -90,6 +102,51 @@ class Admin:
             found = call(ref)
             answers[partition] = None if found is None else (found.offset, found.timestamp)
         return answers
+
+    # --- SCRAM credentials (Kafka's AlterUserScramCredentials, DescribeUserScramCredentials) ------------------
+
+    def upsert_scram_credential(
+        self, user: str, mechanism: str, password: str, iterations: int = MIN_ITERATIONS
+    ) -> None:
+        """Sets `user`'s credential for `mechanism` (SCRAM-SHA-256 or SCRAM-SHA-512) from `password`."""
+        credential = ScramCredential.from_password(mechanism, password, iterations)
+        call(self._controller.upsert_scram_credential.remote(check_user(user), credential))
+
+    def delete_scram_credential(self, user: str, mechanism: str | None = None) -> None:
+        """Deletes `user`'s credential for `mechanism`, or for every mechanism when None; `ResourceNotFoundError`
+        when there is no such credential."""
+        mechanisms = list(SCRAM_MECHANISMS) if mechanism is None else [check_mechanism(mechanism)]
+        deleted = [call(self._controller.delete_scram_credential.remote(check_user(user), m)) for m in mechanisms]
+        if not any(deleted):
+            what = "SCRAM credential" if mechanism is None else f"{mechanism} credential"
+            raise ResourceNotFoundError(f"user {user!r} has no {what}")
+
+    def describe_scram_credentials(self, users: Iterable[str] | None = None) -> dict[str, dict[str, int]]:
+        """user -> mechanism -> iterations (never the keys), for `users` or every user with a credential;
+        `ResourceNotFoundError` for a named user that has none."""
+        credentials: dict[str, dict[str, ScramCredential]] = call(self._controller.scram_credentials.remote())
+        names = sorted(credentials) if users is None else [check_user(user) for user in users]
+        missing = [name for name in names if name not in credentials]
+        if missing:
+            raise ResourceNotFoundError(f"user {missing[0]!r} has no SCRAM credential")
+        return {name: {m: c.iterations for m, c in sorted(credentials[name].items())} for name in names}
+
+    # --- ACLs (Kafka's CreateAcls, DescribeAcls, DeleteAcls) --------------------------------------------------
+
+    def create_acls(self, bindings: Iterable[AclBinding]) -> None:
+        """Adds the bindings; one that exists already is left as it is."""
+        call(self._controller.create_acls.remote(list(bindings)))
+
+    def describe_acls(self, acl_filter: AclBindingFilter) -> list[AclBinding]:
+        """The bindings `acl_filter` matches."""
+        if not isinstance(acl_filter, AclBindingFilter):
+            raise InvalidAclError(f"not an ACL binding filter: {acl_filter!r}")
+        _, bindings = call(self._controller.acls.remote())
+        return [binding for binding in bindings if acl_filter.matches(binding)]
+
+    def delete_acls(self, filters: Iterable[AclBindingFilter]) -> list[list[AclBinding]]:
+        """Deletes every binding a filter matches; per filter, the bindings it matched."""
+        return call(self._controller.delete_acls.remote(list(filters)))
 
     def _describe(self, metadata: TopicMetadata) -> TopicDescription:
         partitions = sorted(metadata.partitions)

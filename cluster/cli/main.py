@@ -14,6 +14,8 @@ Subcommands:
 | `delete-records`       |                             |                                                    |
 | `consumer-groups`      | `cluster.cli.consumer_groups` | kafka-consumer-groups.sh                         |
 | `sql`                  | `cluster.cli.sql_command`   | Spark SQL over live topics, each one a view        |
+| `users`                | `cluster.cli.users`         | kafka-configs.sh --entity-type users (SCRAM)       |
+| `acls`                 | `cluster.cli.acls`          | kafka-acls.sh                                      |
 
 Each command module adds its parsers (`add_commands`) and holds its handlers; every handler is stored in the
 parsed arguments as `handler`. Ray and Spark are imported only when a command that needs them runs, so
@@ -42,7 +44,19 @@ import os
 import sys
 from collections.abc import Callable
 
-from cluster.cli import consume, consumer_groups, demos, dump_log, lifecycle, offsets, produce, sql_command, topics
+from cluster.cli import (
+    acls,
+    consume,
+    consumer_groups,
+    demos,
+    dump_log,
+    lifecycle,
+    offsets,
+    produce,
+    sql_command,
+    topics,
+    users,
+)
 from cluster.cli.common import (
     EXIT_DATA_ERROR,
     EXIT_INTERRUPTED,
@@ -56,7 +70,19 @@ from cluster.head_state import settle_ray_auth_mode
 from storage.errors import RaybrokerError
 
 # In the order `--help` lists them.
-COMMAND_MODULES = (dump_log, demos, lifecycle, topics, produce, consume, offsets, consumer_groups, sql_command)
+COMMAND_MODULES = (
+    dump_log,
+    demos,
+    lifecycle,
+    topics,
+    produce,
+    consume,
+    offsets,
+    consumer_groups,
+    sql_command,
+    users,
+    acls,
+)
 
 __all__ = ["EXIT_DATA_ERROR", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "build_parser", "main"]
 
