@@ -70,7 +70,7 @@ class KafkaListener:
         self._view = view if view is not None else RayBrokerView(Broker.connect())
         self._security = security if security is not None else RaySecurityView()
         self._tls_contexts = {
-            endpoint.listener_name: server_context(self._broker_config.security_config)
+            endpoint.listener_name: server_context(self._broker_config.security_config, endpoint.security_protocol)
             for endpoint in self._config.endpoints
             if endpoint.security_protocol in SSL_PROTOCOLS
         }

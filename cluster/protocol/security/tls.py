@@ -3,8 +3,9 @@
 The server context takes its key and certificate chain from `ssl.keystore.location` (one PEM file, the key
 decrypted with `ssl.key.password` when it is encrypted), the CAs that sign client certificates from
 `ssl.truststore.location`, and `ssl.client.auth` as Kafka means it: `none` asks for no certificate, `requested`
-asks and accepts a client without one, `required` refuses a client without a valid one. Only TLS 1.2 and 1.3 are
-offered (`ssl.enabled.protocols` picks among them).
+asks and accepts a client without one, `required` refuses a client without a valid one. As in Kafka, `ssl.client.auth` applies to SSL
+listeners only: a SASL_SSL client authenticates with SASL and is asked for no certificate. Only TLS 1.2 and 1.3
+are offered (`ssl.enabled.protocols` picks among them).
 
 A client certificate's subject becomes the principal `User:<distinguished name>`, in RFC 2253 form as Java's
 `X500Principal.getName()` writes it (`User:CN=alice,OU=eng,O=example`): what Kafka's default principal builder
@@ -24,7 +25,7 @@ _VERIFY_MODES = {"none": ssl.CERT_NONE, "requested": ssl.CERT_OPTIONAL, "require
 _VERSIONS = {"TLSv1.2": ssl.TLSVersion.TLSv1_2, "TLSv1.3": ssl.TLSVersion.TLSv1_3}
 
 
-def server_context(config: SecurityConfig) -> ssl.SSLContext:
+def server_context(config: SecurityConfig, security_protocol: str) -> ssl.SSLContext:
     """The TLS context of an SSL or SASL_SSL listener; `InvalidConfigError` naming the key whose file cannot be
     used (the key's password never appears in it)."""
     if config.ssl_keystore_location is None:
@@ -48,7 +49,7 @@ def server_context(config: SecurityConfig) -> ssl.SSLContext:
             raise InvalidConfigError(
                 f"cannot load ssl.truststore.location {config.ssl_truststore_location!r}: {_reason(exc)}"
             ) from None
-    context.verify_mode = _VERIFY_MODES[config.ssl_client_auth]
+    context.verify_mode = _VERIFY_MODES[config.ssl_client_auth if security_protocol == "SSL" else "none"]
     return context
 
 
