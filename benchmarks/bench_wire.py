@@ -61,23 +61,26 @@ def run(ctx: BenchContext) -> list[Figure]:
         return [_wire_produce(ctx, targets), _wire_fetch(ctx, targets), _wire_latency(ctx, targets)]
 
 
-def _create_topic(bootstrap: str, what: str) -> str:
+def create_topic(bootstrap: str, what: str, client: dict[str, str] | None = None) -> str:
+    """A new one-partition topic; `client` adds settings (security) to the AdminClient's."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
     name = f"bench-wire-{what}-{uuid.uuid4().hex[:8]}"
-    admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
+    admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET, **(client or {})})
     admin.create_topics([NewTopic(name, 1, 1)], operation_timeout=30)[name].result(timeout=60)
     return name
 
 
-def _produce_client(bootstrap: str, topic: str, count: int, value_bytes: int) -> float:
+def produce_client(
+    bootstrap: str, topic: str, count: int, value_bytes: int, client: dict[str, str] | None = None
+) -> float:
     """Produces `count` random values into partition 0 with acks=1 and waits for every acknowledgement;
-    returns records/s."""
+    returns records/s. `client` adds settings (security) to the Producer's."""
     from confluent_kafka import Producer
 
     block = os.urandom(4096 + value_bytes)
     values = [block[i % 4096 : i % 4096 + value_bytes] for i in range(count)]
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "1", **PRODUCER_QUEUE, **QUIET})
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "1", **PRODUCER_QUEUE, **QUIET, **(client or {})})
     failures = 0
 
     def report(error: Any, _message: Any) -> None:
@@ -197,8 +200,8 @@ def _wire_produce(ctx: BenchContext, targets: dict[str, str]) -> Figure:
     best = dict.fromkeys(targets, 0.0)
     for attempt in range(repeats):
         for name, bootstrap in targets.items():
-            topic = _create_topic(bootstrap, "produce")
-            best[name] = max(best[name], in_process(_produce_client, bootstrap, topic, count, PRODUCE_VALUE_BYTES))
+            topic = create_topic(bootstrap, "produce")
+            best[name] = max(best[name], in_process(produce_client, bootstrap, topic, count, PRODUCE_VALUE_BYTES))
         ctx.progress(
             f"  wire_produce {attempt + 1}/{repeats}: {best['raybroker']:,.0f} vs Kafka {best['kafka']:,.0f} rec/s"
         )
@@ -221,8 +224,8 @@ def _wire_fetch(ctx: BenchContext, targets: dict[str, str]) -> Figure:
     repeats = 2 if ctx.quick else 3
     topics = {}
     for name, bootstrap in targets.items():
-        topics[name] = _create_topic(bootstrap, "fetch")
-        rate = in_process(_produce_client, bootstrap, topics[name], count, FETCH_VALUE_BYTES)
+        topics[name] = create_topic(bootstrap, "fetch")
+        rate = in_process(produce_client, bootstrap, topics[name], count, FETCH_VALUE_BYTES)
         ctx.progress(f"  wire_fetch: {total_bytes >> 20} MiB written into {name} ({rate:,.0f} rec/s)")
     best = dict.fromkeys(targets, 0.0)
     for attempt in range(repeats):
@@ -242,7 +245,7 @@ def _wire_latency(ctx: BenchContext, targets: dict[str, str]) -> Figure:
     p50: dict[str, float] = {}
     p99: dict[str, float] = {}
     for name, bootstrap in targets.items():
-        latencies = _latency_run(bootstrap, _create_topic(bootstrap, "latency"), total, per_tick)
+        latencies = _latency_run(bootstrap, create_topic(bootstrap, "latency"), total, per_tick)
         p50[name] = percentile(latencies, 0.5)
         p99[name] = percentile(latencies, 0.99)
         ctx.progress(f"  wire_latency {name}: p50 {p50[name]:.2f} ms, p99 {p99[name]:.2f} ms")
