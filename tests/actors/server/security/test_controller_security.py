@@ -35,7 +35,8 @@ SHA512 = "SCRAM-SHA-512"
 
 @pytest.fixture(scope="module")
 def admin(start_test_broker: Any) -> Admin:
-    broker, _ = start_test_broker(log_dirs_count=1)
+    # One __consumer_offsets partition (one actor process fewer to start): these tests never use groups.
+    broker, _ = start_test_broker(log_dirs_count=1, offsets_topic_num_partitions="1")
     return Admin(broker)
 
 
