@@ -109,8 +109,9 @@ class Admin:
         self, user: str, mechanism: str, password: str, iterations: int = MIN_ITERATIONS
     ) -> None:
         """Sets `user`'s credential for `mechanism` (SCRAM-SHA-256 or SCRAM-SHA-512) from `password`."""
+        check_user(user)
         credential = ScramCredential.from_password(mechanism, password, iterations)
-        call(self._controller.upsert_scram_credential.remote(check_user(user), credential))
+        call(self._controller.upsert_scram_credential.remote(user, credential))
 
     def delete_scram_credential(self, user: str, mechanism: str | None = None) -> None:
         """Deletes `user`'s credential for `mechanism`, or for every mechanism when None; `ResourceNotFoundError`

@@ -39,8 +39,8 @@ IMPLIES_DESCRIBE = frozenset(
     {AclOperation.DESCRIBE, AclOperation.READ, AclOperation.WRITE, AclOperation.DELETE, AclOperation.ALTER}
 )
 IMPLIES_DESCRIBE_CONFIGS = frozenset({AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS})
-# The resource name Kafka's `authorizeByResourceType` asks about first, so that super users (and a cluster with
-# no ACL that applies, under allow.everyone.if.no.acl.found) are allowed whatever the DENY bindings say.
+# The resource name Kafka's `authorizeByResourceType` asks about first: super users are allowed whatever the DENY
+# bindings say, and anyone is under allow.everyone.if.no.acl.found when no binding applies to that name.
 _PROBE_NAME = "hardcode"
 
 
