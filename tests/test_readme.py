@@ -72,6 +72,9 @@ def readme_examples() -> list[Example]:
 # The test of each example, by the first line of its block.
 EXAMPLES = {
     "raybroker start --config configs/server.properties": "test_cli_broker_example",
+    "mkdir -p /tmp/rb/tls   # then a test CA (pip install trustme): client.pem (the CA), server.key, server.pem": (
+        "test_security_example"
+    ),
     "from actors import Admin, Broker, Consumer, Producer, start_broker": "test_python_broker_example",
     "from storage import Log, LogConfig, RecordBatchBuilder, CompressionType": "test_storage_example",
     "$ raybroker dump-log --print-data-log": "test_dump_log_example",
@@ -274,6 +277,27 @@ def test_cli_broker_example(free_head_port: None, tmp_path: Path) -> None:
     assert "hello" in result.stdout and "world" in result.stdout
     for log_dir in ("cli-a", "cli-b"):
         assert (tmp_path / "rb" / log_dir / ".kafka_cleanshutdown").is_file()
+
+
+@pytest.mark.ray
+def test_security_example(free_head_port: None, tmp_path: Path) -> None:
+    """The SASL_SSL broker set up from nothing: users, an ACL, and a client that logs in and writes; no password
+    the example typed reaches any file of the broker (the password file the reader wrote aside)."""
+    block = example("test_security_example")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    code = block.code
+    for prefix in TMP_PREFIXES:
+        code = code.replace(prefix, f"{tmp_path}{prefix.removeprefix('/tmp')}")
+    result = run_shell(code.replace("127.0.0.1:9094", f"127.0.0.1:{port}"))
+    assert result.returncode == 0, (result.stdout[-2000:], result.stderr[-2000:])
+    assert "delivered" in result.stdout.splitlines()
+    assert "(principal=User:alice, host=*, operation=WRITE, permissionType=ALLOW)" in result.stdout
+    for path in (tmp_path / "rb").rglob("*"):
+        if path.is_file() and path.name != "admin.txt":
+            data = path.read_bytes()
+            assert b"admin-pa55" not in data and b"alice-pa55" not in data, path
 
 
 # Fills `page-views` on the head `raybroker start` started (its address is in the CLI's state file).
