@@ -99,12 +99,14 @@ def produce_client(
     return count / elapsed
 
 
-def _fetch_client(bootstrap: str, topic: str, count: int) -> float:
-    """Reads `count` records of partition 0 from offset 0; returns MB/s of values (10^6 bytes)."""
+def fetch_client(bootstrap: str, topic: str, count: int, client: dict[str, str] | None = None) -> float:
+    """Reads `count` records of partition 0 from offset 0; returns MB/s of values (10^6 bytes). `client` adds
+    settings (security) to the Consumer's."""
     from confluent_kafka import Consumer, TopicPartition
 
+    group = f"bench-{uuid.uuid4().hex}"
     consumer = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex}", "enable.auto.commit": False, **QUIET}
+        {"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False, **QUIET, **(client or {})}
     )
     try:
         consumer.assign([TopicPartition(topic, 0, 0)])
@@ -230,7 +232,7 @@ def _wire_fetch(ctx: BenchContext, targets: dict[str, str]) -> Figure:
     best = dict.fromkeys(targets, 0.0)
     for attempt in range(repeats):
         for name, bootstrap in targets.items():
-            best[name] = max(best[name], in_process(_fetch_client, bootstrap, topics[name], count))
+            best[name] = max(best[name], in_process(fetch_client, bootstrap, topics[name], count))
         ctx.progress(f"  wire_fetch {attempt + 1}/{repeats}: {best['raybroker']:.0f} vs Kafka {best['kafka']:.0f} MB/s")
     ratio = best["raybroker"] / best["kafka"]
     return Figure(

@@ -5,11 +5,15 @@
 | `wire_produce_tls` | records/s, one confluent Producer into one partition,      | the same Producer over the same |
 |                    | 100-byte values, `acks=1`, over SASL_SSL (TLS 1.3,         | listener's PLAINTEXT port       |
 |                    | SCRAM-SHA-256 login), every record acknowledged            |                                 |
+| `wire_fetch_tls`   | MB/s of values, one consumer reading a partition of 1 KiB  | the same consumer over PLAINTEXT|
+|                    | values from offset 0 over SASL_SSL (256 MiB; 64 MiB with   | (where the listener `sendfile`s |
+|                    | --quick): no `sendfile` through TLS                        | segment bytes)                  |
 
 One listener serves both ports over the run's shared broker, so the ratio is the price of TLS and of the login
-alone; the SCRAM user is created through the controller, as `raybroker users --add` does. The server's key and a
-self-signed certificate for 127.0.0.1 are made for the run with `cryptography` (the client trusts exactly that
-certificate). The two sides are measured alternately, best of N, each client in a spawned process.
+alone (for fetches, also of reading the segment bytes into the listener to encrypt them); the SCRAM user is
+created through the controller, as `raybroker users --add` does. The server's key and a self-signed certificate
+for 127.0.0.1 are made for the run with `cryptography` (the client trusts exactly that certificate). The two
+sides are measured alternately, best of N, each client in a spawned process.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import ipaddress
 import tempfile
 from pathlib import Path
 
-from benchmarks.bench_wire import PRODUCE_VALUE_BYTES, create_topic, produce_client
+from benchmarks.bench_wire import FETCH_VALUE_BYTES, PRODUCE_VALUE_BYTES, create_topic, fetch_client, produce_client
 from benchmarks.common import BenchContext, Figure, throughput_figure
 from benchmarks.processes import in_process
 
@@ -59,7 +63,7 @@ def run(ctx: BenchContext) -> list[Figure]:
                     },
                 ),
             }
-            return [_wire_produce_tls(ctx, targets)]
+            return [_wire_produce_tls(ctx, targets), _wire_fetch_tls(ctx, targets)]
 
 
 def _wire_produce_tls(ctx: BenchContext, targets: dict[str, tuple[str, dict[str, str]]]) -> Figure:
@@ -83,6 +87,26 @@ def _wire_produce_tls(ctx: BenchContext, targets: dict[str, tuple[str, dict[str,
         best["PLAINTEXT"],
         GOAL_RATIO,
         f"ratio >= {GOAL_RATIO}",
+    )
+
+
+def _wire_fetch_tls(ctx: BenchContext, targets: dict[str, tuple[str, dict[str, str]]]) -> Figure:
+    total_bytes = (64 << 20) if ctx.quick else (256 << 20)
+    count = total_bytes // FETCH_VALUE_BYTES
+    repeats = 2 if ctx.quick else 3
+    bootstrap, client = targets["PLAINTEXT"]
+    topic = create_topic(bootstrap, "fetch-tls", client)
+    in_process(produce_client, bootstrap, topic, count, FETCH_VALUE_BYTES, client)
+    best = dict.fromkeys(targets, 0.0)
+    for attempt in range(repeats):
+        for name, (bootstrap, client) in targets.items():
+            best[name] = max(best[name], in_process(fetch_client, bootstrap, topic, count, client))
+        ctx.progress(
+            f"  wire_fetch_tls {attempt + 1}/{repeats}: SASL_SSL {best['SASL_SSL']:.0f} vs "
+            f"PLAINTEXT {best['PLAINTEXT']:.0f} MB/s"
+        )
+    return throughput_figure(
+        "wire_fetch_tls", best["SASL_SSL"], "MB/s", "PLAINTEXT, same listener", best["PLAINTEXT"], None, "report"
     )
 
 
