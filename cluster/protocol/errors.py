@@ -14,6 +14,12 @@ Codes chosen where Kafka has no exact twin, and why:
   NOT_LEADER_OR_FOLLOWER (6), Kafka's answer when a partition moved away from the broker asked.
 - `RecordBatchTooLargeError` (an append larger than `segment.bytes`) answers RECORD_LIST_TOO_LARGE (18).
 
+Authorization failures are raised by the handlers themselves (`cluster.protocol.handlers.authorization`) and
+answered with the code of the resource refused: TOPIC_, GROUP_, CLUSTER_ or TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+(29, 30, 31, 53); SECURITY_DISABLED (54) answers the ACL APIs of a broker without `authorizer.class.name`. The
+SCRAM credential errors (`actors.server.security.scram`) and `DuplicateResourceError` answer
+AlterUserScramCredentials and DescribeUserScramCredentials per user.
+
 The group APIs' outcomes (`actors.server.group_membership.GroupError`) are named as Kafka's codes and map by name
 (`group_error_code`); a group coordinator that cannot be reached answers COORDINATOR_NOT_AVAILABLE.
 """
@@ -23,6 +29,11 @@ from __future__ import annotations
 from kio.schema.errors import ErrorCode
 
 from actors.server.group_membership import GroupError
+from actors.server.security.scram import (
+    ResourceNotFoundError,
+    UnacceptableCredentialError,
+    UnsupportedSaslMechanismError,
+)
 from storage.errors import (
     BrokerNotAvailableError,
     CorruptRecordError,
@@ -39,6 +50,7 @@ from storage.errors import (
     OffsetOutOfRangeError,
     OutOfOrderSequenceError,
     PolicyViolationError,
+    RaybrokerError,
     RecordBatchTooLargeError,
     RecordTooLargeError,
     RequestTimedOutError,
@@ -46,6 +58,35 @@ from storage.errors import (
     UnknownTopicOrPartitionError,
     UnsupportedCompressionTypeError,
 )
+
+
+class AuthorizationFailedError(RaybrokerError):
+    """The connection's principal may not do what it asked (see the subclasses for the resource refused)."""
+
+
+class TopicAuthorizationFailedError(AuthorizationFailedError):
+    """An operation on a topic refused (TOPIC_AUTHORIZATION_FAILED), also for a topic that does not exist."""
+
+
+class GroupAuthorizationFailedError(AuthorizationFailedError):
+    """An operation on a consumer group refused (GROUP_AUTHORIZATION_FAILED)."""
+
+
+class ClusterAuthorizationFailedError(AuthorizationFailedError):
+    """An operation on the cluster refused (CLUSTER_AUTHORIZATION_FAILED)."""
+
+
+class TransactionalIdAuthorizationFailedError(AuthorizationFailedError):
+    """An operation on a transactional id refused (TRANSACTIONAL_ID_AUTHORIZATION_FAILED)."""
+
+
+class SecurityDisabledError(RaybrokerError):
+    """An ACL API on a broker without `authorizer.class.name` (SECURITY_DISABLED), as Kafka answers it."""
+
+
+class DuplicateResourceError(RaybrokerError):
+    """A user named twice in one SCRAM credentials request (DUPLICATE_RESOURCE)."""
+
 
 ERROR_CODES: dict[type[Exception], ErrorCode] = {
     OffsetOutOfRangeError: ErrorCode.offset_out_of_range,
@@ -69,6 +110,15 @@ ERROR_CODES: dict[type[Exception], ErrorCode] = {
     KafkaStorageError: ErrorCode.kafka_storage_error,
     UnsupportedCompressionTypeError: ErrorCode.unsupported_compression_type,
     InvalidRecordError: ErrorCode.invalid_record,
+    TopicAuthorizationFailedError: ErrorCode.topic_authorization_failed,
+    GroupAuthorizationFailedError: ErrorCode.group_authorization_failed,
+    ClusterAuthorizationFailedError: ErrorCode.cluster_authorization_failed,
+    TransactionalIdAuthorizationFailedError: ErrorCode.transactional_id_authorization_failed,
+    SecurityDisabledError: ErrorCode.security_disabled,
+    DuplicateResourceError: ErrorCode.duplicate_resource,
+    UnsupportedSaslMechanismError: ErrorCode.unsupported_sasl_mechanism,
+    UnacceptableCredentialError: ErrorCode.unacceptable_credential,
+    ResourceNotFoundError: ErrorCode.resource_not_found,
 }
 
 

@@ -12,7 +12,9 @@ top-level error; ListOffsets v7 is the last whose sentinels (-2, -1, -3) the log
 local offset, for tiered storage); InitProducerId v5 is the last before two-phase-commit transactions (v6). The
 admin APIs (CreateTopics, DeleteTopics, CreatePartitions, DescribeConfigs, AlterConfigs, IncrementalAlterConfigs,
 DeleteRecords, DescribeCluster, OffsetForLeaderEpoch) are served from kio's floor to its ceiling: their later
-versions only add fields the handlers fill (topic ids are null, `is_fenced` false).
+versions only add fields the handlers fill (topic ids are null, `is_fenced` false). So are the security APIs:
+DescribeAcls (29), CreateAcls (30), DeleteAcls (31) v1-3 (v0 could not name PREFIXED patterns, and Kafka 4 dropped
+it), DescribeUserScramCredentials (50) and AlterUserScramCredentials (51) v0.
 The group APIs stop where the classic protocol does: OffsetCommit v9 and OffsetFetch v9 are the last naming
 topics by name (v10 uses topic ids); FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, ListGroups,
 DescribeGroups and DeleteGroups are served from kio's floor to its ceiling. Measured: librdkafka 2.16 sends
@@ -22,6 +24,9 @@ OffsetFetch 8.
 Clients use the highest version both sides serve: librdkafka 2.16 goes up to Produce 10, Fetch 16, Metadata 13,
 ListOffsets 7, InitProducerId 4, ApiVersions 3, CreateTopics 4, DescribeConfigs 1, OffsetForLeaderEpoch 2;
 kafka-python 3.0 up to Metadata 13, ListOffsets 11, InitProducerId 6, ApiVersions 4, CreateTopics 7.
+
+Every handler that guards a resource gets the listener's `AccessControl` and asks it before it acts
+(`cluster.protocol.handlers.authorization`); ApiVersions, SaslHandshake and SaslAuthenticate need no permission.
 """
 
 from __future__ import annotations
@@ -44,6 +49,14 @@ from cluster.protocol.framing import (
     encode_response,
 )
 from cluster.protocol.group_view import GroupView
+from cluster.protocol.handlers.acls import (
+    CREATE_ACLS_KEY,
+    DELETE_ACLS_KEY,
+    DESCRIBE_ACLS_KEY,
+    CreateAclsHandler,
+    DeleteAclsHandler,
+    DescribeAclsHandler,
+)
 from cluster.protocol.handlers.api_versions import ApiVersionsHandler
 from cluster.protocol.handlers.cluster import DESCRIBE_CLUSTER_KEY, DescribeClusterHandler
 from cluster.protocol.handlers.configs import (
@@ -91,6 +104,12 @@ from cluster.protocol.handlers.sasl import (
     SaslAuthenticateHandler,
     SaslHandshakeHandler,
 )
+from cluster.protocol.handlers.scram_credentials import (
+    ALTER_USER_SCRAM_CREDENTIALS_KEY,
+    DESCRIBE_USER_SCRAM_CREDENTIALS_KEY,
+    AlterUserScramCredentialsHandler,
+    DescribeUserScramCredentialsHandler,
+)
 from cluster.protocol.handlers.topics import (
     CREATE_PARTITIONS_KEY,
     CREATE_TOPICS_KEY,
@@ -132,6 +151,11 @@ SERVED: Mapping[int, ApiRange] = MappingProxyType(
         OFFSET_FOR_LEADER_EPOCH_KEY: ApiRange(2, 4),
         SASL_HANDSHAKE_KEY: ApiRange(1, 1),
         SASL_AUTHENTICATE_KEY: ApiRange(0, 2),
+        DESCRIBE_ACLS_KEY: ApiRange(1, 3),
+        CREATE_ACLS_KEY: ApiRange(1, 3),
+        DELETE_ACLS_KEY: ApiRange(1, 3),
+        DESCRIBE_USER_SCRAM_CREDENTIALS_KEY: ApiRange(0, 0),
+        ALTER_USER_SCRAM_CREDENTIALS_KEY: ApiRange(0, 0),
     }
 )
 # What a connection of a SASL listener may send before it has authenticated.
@@ -166,37 +190,44 @@ class Router:
         describer = ConfigDescriber(broker_config, static_broker_keys)
         node_id = endpoint.node_id
         self._handlers: dict[int, Handler] = {
-            PRODUCE_KEY: ProduceHandler(view),
-            FETCH_KEY: FetchHandler(view),
-            LIST_OFFSETS_KEY: ListOffsetsHandler(view),
-            METADATA_KEY: MetadataHandler(view, endpoint, auto_create_topics_enable, num_partitions),
+            PRODUCE_KEY: ProduceHandler(view, access),
+            FETCH_KEY: FetchHandler(view, access),
+            LIST_OFFSETS_KEY: ListOffsetsHandler(view, access),
+            METADATA_KEY: MetadataHandler(view, endpoint, auto_create_topics_enable, num_partitions, access),
             API_VERSIONS_KEY: ApiVersionsHandler(SERVED),
-            INIT_PRODUCER_ID_KEY: InitProducerIdHandler(view),
-            FIND_COORDINATOR_KEY: FindCoordinatorHandler(endpoint),
-            JOIN_GROUP_KEY: JoinGroupHandler(groups),
-            SYNC_GROUP_KEY: SyncGroupHandler(groups),
-            HEARTBEAT_KEY: HeartbeatHandler(groups),
-            LEAVE_GROUP_KEY: LeaveGroupHandler(groups),
-            OFFSET_COMMIT_KEY: OffsetCommitHandler(view, groups),
-            OFFSET_FETCH_KEY: OffsetFetchHandler(groups),
-            LIST_GROUPS_KEY: ListGroupsHandler(groups),
-            DESCRIBE_GROUPS_KEY: DescribeGroupsHandler(groups),
-            DELETE_GROUPS_KEY: DeleteGroupsHandler(groups),
-            CREATE_TOPICS_KEY: CreateTopicsHandler(view, describer, node_id, num_partitions),
-            DELETE_TOPICS_KEY: DeleteTopicsHandler(view, broker_config.delete_topic_enable),
-            CREATE_PARTITIONS_KEY: CreatePartitionsHandler(view, node_id),
-            DESCRIBE_CONFIGS_KEY: DescribeConfigsHandler(view, describer, node_id),
-            ALTER_CONFIGS_KEY: AlterConfigsHandler(view, node_id, broker_config.log_config, incremental=False),
-            INCREMENTAL_ALTER_CONFIGS_KEY: AlterConfigsHandler(
-                view, node_id, broker_config.log_config, incremental=True
+            INIT_PRODUCER_ID_KEY: InitProducerIdHandler(view, access),
+            FIND_COORDINATOR_KEY: FindCoordinatorHandler(endpoint, access),
+            JOIN_GROUP_KEY: JoinGroupHandler(groups, access),
+            SYNC_GROUP_KEY: SyncGroupHandler(groups, access),
+            HEARTBEAT_KEY: HeartbeatHandler(groups, access),
+            LEAVE_GROUP_KEY: LeaveGroupHandler(groups, access),
+            OFFSET_COMMIT_KEY: OffsetCommitHandler(view, groups, access),
+            OFFSET_FETCH_KEY: OffsetFetchHandler(groups, access),
+            LIST_GROUPS_KEY: ListGroupsHandler(groups, access),
+            DESCRIBE_GROUPS_KEY: DescribeGroupsHandler(groups, access),
+            DELETE_GROUPS_KEY: DeleteGroupsHandler(groups, access),
+            CREATE_TOPICS_KEY: CreateTopicsHandler(view, describer, node_id, num_partitions, access),
+            DELETE_TOPICS_KEY: DeleteTopicsHandler(view, broker_config.delete_topic_enable, access),
+            CREATE_PARTITIONS_KEY: CreatePartitionsHandler(view, node_id, access),
+            DESCRIBE_CONFIGS_KEY: DescribeConfigsHandler(view, describer, node_id, access),
+            ALTER_CONFIGS_KEY: AlterConfigsHandler(
+                view, node_id, broker_config.log_config, incremental=False, access=access
             ),
-            DELETE_RECORDS_KEY: DeleteRecordsHandler(view),
-            DESCRIBE_CLUSTER_KEY: DescribeClusterHandler(view, endpoint),
-            OFFSET_FOR_LEADER_EPOCH_KEY: OffsetForLeaderEpochHandler(view),
+            INCREMENTAL_ALTER_CONFIGS_KEY: AlterConfigsHandler(
+                view, node_id, broker_config.log_config, incremental=True, access=access
+            ),
+            DELETE_RECORDS_KEY: DeleteRecordsHandler(view, access),
+            DESCRIBE_CLUSTER_KEY: DescribeClusterHandler(view, endpoint, access),
+            OFFSET_FOR_LEADER_EPOCH_KEY: OffsetForLeaderEpochHandler(view, access),
             SASL_HANDSHAKE_KEY: SaslHandshakeHandler(
                 broker_config.security_config.sasl_enabled_mechanisms, security.scram_credential
             ),
             SASL_AUTHENTICATE_KEY: SaslAuthenticateHandler(),
+            DESCRIBE_ACLS_KEY: DescribeAclsHandler(security, access),
+            CREATE_ACLS_KEY: CreateAclsHandler(security, access),
+            DELETE_ACLS_KEY: DeleteAclsHandler(security, access),
+            DESCRIBE_USER_SCRAM_CREDENTIALS_KEY: DescribeUserScramCredentialsHandler(security, access),
+            ALTER_USER_SCRAM_CREDENTIALS_KEY: AlterUserScramCredentialsHandler(security, access),
         }
         assert self._handlers.keys() == SERVED.keys(), "every served API has exactly one handler"
 

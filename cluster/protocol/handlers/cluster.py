@@ -4,7 +4,10 @@ The brokers are Metadata's (`cluster.protocol.handlers.metadata`): every node's 
 each listener reports itself as the controller, since it serves every administrative request itself. Asking
 for the controllers' endpoints (v1+ `endpoint_type` 2) answers UNSUPPORTED_ENDPOINT_TYPE (115), as a Kafka
 broker does; no broker is fenced.
-Authorized operations are not computed (no ACLs yet): Kafka's "omitted" sentinel.
+
+Authorization, as a Kafka broker's: none is needed to ask. The cluster's authorized operations are filled when
+asked (`include_cluster_authorized_operations`): those the principal may do if it may DESCRIBE the cluster, else 0;
+not asked, Kafka's "omitted" sentinel.
 """
 
 from __future__ import annotations
@@ -14,10 +17,17 @@ from typing import Any
 from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 
+from actors.server.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from cluster.protocol.broker_view import BrokerEndpoint, BrokerView
 from cluster.protocol.framing import Request
-from cluster.protocol.handlers.metadata import AUTHORIZED_OPERATIONS_OMITTED, brokers_with
+from cluster.protocol.handlers.authorization import (
+    AUTHORIZED_OPERATIONS_OMITTED,
+    allows_cluster,
+    authorized_operations,
+)
+from cluster.protocol.handlers.metadata import brokers_with
 from cluster.protocol.messages import build
+from cluster.protocol.security.access import AccessControl
 
 DESCRIBE_CLUSTER_KEY = 60
 BROKERS_ENDPOINT = 1
@@ -26,19 +36,25 @@ BROKERS_ENDPOINT = 1
 class DescribeClusterHandler:
     """Answers DescribeCluster (see the module docstring)."""
 
-    def __init__(self, view: BrokerView, endpoint: BrokerEndpoint) -> None:
+    def __init__(self, view: BrokerView, endpoint: BrokerEndpoint, access: AccessControl | None = None) -> None:
         self._view = view
         self._endpoint = endpoint
+        self._access = access
 
     async def __call__(self, request: Request) -> Any:
         endpoint_type = getattr(request.body, "endpoint_type", BROKERS_ENDPOINT)
         node = self._endpoint
+        operations = AUTHORIZED_OPERATIONS_OMITTED
+        if request.body.include_cluster_authorized_operations:
+            operations = 0
+            if allows_cluster(self._access, request.context, AclOperation.DESCRIBE):
+                operations = authorized_operations(self._access, request.context, ResourceType.CLUSTER, CLUSTER_NAME)
         answer: dict[str, Any] = {
             "throttle_time": 0,
             "endpoint_type": endpoint_type,
             "cluster_id": await self._view.cluster_id(),
             "controller_id": node.node_id,
-            "cluster_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+            "cluster_authorized_operations": operations,
         }
         if endpoint_type != BROKERS_ENDPOINT:
             answer.update(

@@ -16,6 +16,11 @@ fails as a whole.
 - Broker configs are static in raybroker (`server.properties`): altering a BROKER resource answers
   INVALID_REQUEST. A BROKER resource naming another node id, or a resource type other than TOPIC and BROKER
   (BROKER_LOGGER, GROUP, CLIENT_METRICS), answers INVALID_REQUEST as well.
+
+Authorization comes first for each resource, as Kafka's: DescribeConfigs needs DESCRIBE_CONFIGS and the alter APIs
+ALTER_CONFIGS, on the topic for a TOPIC resource (else TOPIC_AUTHORIZATION_FAILED, 29), on the cluster for BROKER,
+BROKER_LOGGER and CLIENT_METRICS resources (else CLUSTER_AUTHORIZATION_FAILED, 31), on the group for a GROUP
+resource (else GROUP_AUTHORIZATION_FAILED, 30).
 """
 
 from __future__ import annotations
@@ -28,11 +33,22 @@ from typing import Any
 from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 
+from actors.server.security import acls
+from actors.server.security.acls import AclOperation
 from cluster.protocol.broker_view import BrokerView
 from cluster.protocol.config_entries import LIST_TOPIC_CONFIGS, ConfigDescriber
-from cluster.protocol.errors import error_code
+from cluster.protocol.connection import ConnectionContext
+from cluster.protocol.errors import (
+    AuthorizationFailedError,
+    ClusterAuthorizationFailedError,
+    GroupAuthorizationFailedError,
+    TopicAuthorizationFailedError,
+    error_code,
+)
 from cluster.protocol.framing import Request
+from cluster.protocol.handlers.authorization import allows
 from cluster.protocol.messages import build
+from cluster.protocol.security.access import AccessControl
 from storage import file_names
 from storage.config.config_values import config_fields, kafka_name
 from storage.config.log_config import LogConfig
@@ -51,6 +67,38 @@ class ResourceType(IntEnum):
     BROKER = 4
 
 
+# Kafka's `ConfigResource.Type` values that are the cluster's configs for authorization: BROKER, BROKER_LOGGER and
+# CLIENT_METRICS; and GROUP, authorized on its group.
+CLUSTER_CONFIG_TYPES = frozenset({ResourceType.BROKER, 8, 16})
+GROUP_CONFIG_TYPE = 32
+
+
+def check_authorized(
+    access: AccessControl | None, context: ConnectionContext, operation: AclOperation, resource: Any
+) -> None:
+    """Raises the resource's authorization error unless the principal may do `operation` (DESCRIBE_CONFIGS or
+    ALTER_CONFIGS) on the config resource (see the module docstring); resource types not served pass unchecked."""
+    name = resource.resource_name
+    denied: type[AuthorizationFailedError]
+    if resource.resource_type == ResourceType.TOPIC:
+        allowed, denied = (
+            allows(access, context, operation, acls.ResourceType.TOPIC, name),
+            TopicAuthorizationFailedError,
+        )
+    elif resource.resource_type in CLUSTER_CONFIG_TYPES:
+        allowed = allows(access, context, operation, acls.ResourceType.CLUSTER, acls.CLUSTER_NAME)
+        denied = ClusterAuthorizationFailedError
+    elif resource.resource_type == GROUP_CONFIG_TYPE:
+        allowed, denied = (
+            allows(access, context, operation, acls.ResourceType.GROUP, name),
+            GroupAuthorizationFailedError,
+        )
+    else:
+        return
+    if not allowed:
+        raise denied(f"not authorized to {operation.name} of {name!r}")
+
+
 class AlterOperation(IntEnum):
     """Kafka's `AlterConfigOp.OpType`."""
 
@@ -63,10 +111,13 @@ class AlterOperation(IntEnum):
 class DescribeConfigsHandler:
     """Answers DescribeConfigs (see the module docstring)."""
 
-    def __init__(self, view: BrokerView, describer: ConfigDescriber, node_id: int) -> None:
+    def __init__(
+        self, view: BrokerView, describer: ConfigDescriber, node_id: int, access: AccessControl | None = None
+    ) -> None:
         self._view = view
         self._describer = describer
         self._node_id = node_id
+        self._access = access
 
     async def __call__(self, request: Request) -> Any:
         body = request.body
@@ -82,6 +133,7 @@ class DescribeConfigsHandler:
                 "configs": [],
             }
             try:
+                check_authorized(self._access, request.context, AclOperation.DESCRIBE_CONFIGS, resource)
                 entries = await self._entries(resource.resource_type, resource.resource_name)
             except RaybrokerError as exc:
                 results.append({**result, "error_code": error_code(exc), "error_message": exc.message})
@@ -110,12 +162,20 @@ class DescribeConfigsHandler:
 class AlterConfigsHandler:
     """Answers AlterConfigs and IncrementalAlterConfigs (see the module docstring)."""
 
-    def __init__(self, view: BrokerView, node_id: int, topic_defaults: LogConfig, incremental: bool) -> None:
+    def __init__(
+        self,
+        view: BrokerView,
+        node_id: int,
+        topic_defaults: LogConfig,
+        incremental: bool,
+        access: AccessControl | None = None,
+    ) -> None:
         """`topic_defaults` is the broker's default topic config (`BrokerConfig.log_config`)."""
         self._view = view
         self._node_id = node_id
         self._default_cleanup_policy = topic_defaults.cleanup_policy
         self._incremental = incremental
+        self._access = access
 
     async def __call__(self, request: Request) -> Any:
         body = request.body
@@ -131,6 +191,7 @@ class AlterConfigsHandler:
             try:
                 if named[(resource.resource_type, resource.resource_name)] > 1:
                     raise InvalidRequestError(f"resource {resource.resource_name!r} appears more than once")
+                check_authorized(self._access, request.context, AclOperation.ALTER_CONFIGS, resource)
                 await self._alter(resource, body.validate_only)
             except RaybrokerError as exc:
                 response = {**response, "error_code": error_code(exc), "error_message": exc.message}

@@ -5,6 +5,9 @@ reaches the one group coordinator actor of the cluster, so any of them can serve
 client keeps talking to the address it bootstrapped from. Versions 0-3 ask for one key, 4+ for a list.
 Only group keys (key type 0) are served: raybroker has no transaction coordinator, so a transactional key
 (type 1) or a share-group key (type 2) answers INVALID_REQUEST (42); an empty group id answers INVALID_GROUP_ID.
+
+Authorization comes first, as Kafka's: a group key needs DESCRIBE on the group (else GROUP_AUTHORIZATION_FAILED,
+30), a transactional key DESCRIBE on the transactional id (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED, 53).
 """
 
 from __future__ import annotations
@@ -14,20 +17,26 @@ from typing import Any
 from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 
+from actors.server.security.acls import AclOperation, ResourceType
 from cluster.protocol.broker_view import BrokerEndpoint
+from cluster.protocol.connection import ConnectionContext
 from cluster.protocol.framing import Request
+from cluster.protocol.handlers.authorization import allows
 from cluster.protocol.messages import build
+from cluster.protocol.security.access import AccessControl
 
 FIND_COORDINATOR_KEY = 10
 GROUP_KEY_TYPE = 0
+TRANSACTION_KEY_TYPE = 1
 FIRST_BATCHED_VERSION = 4
 
 
 class FindCoordinatorHandler:
     """Answers FindCoordinator for one listener (see the module docstring)."""
 
-    def __init__(self, endpoint: BrokerEndpoint) -> None:
+    def __init__(self, endpoint: BrokerEndpoint, access: AccessControl | None = None) -> None:
         self._endpoint = endpoint
+        self._access = access
 
     async def __call__(self, request: Request) -> Any:
         body = request.body
@@ -35,11 +44,23 @@ class FindCoordinatorHandler:
         response_type = load_response_schema(FIND_COORDINATOR_KEY, request.api_version)
         node = self._endpoint.for_listener(request.context.listener_name)
         if request.api_version >= FIRST_BATCHED_VERSION:
-            coordinators = [{"key": key, **self._locate(key_type, key, node)} for key in body.coordinator_keys]
+            coordinators = [
+                {"key": key, **self._locate(key_type, key, node, request.context)} for key in body.coordinator_keys
+            ]
             return build(response_type, {"throttle_time": 0, "coordinators": coordinators})
-        return build(response_type, {"throttle_time": 0, **self._locate(key_type, body.key, node)})
+        return build(response_type, {"throttle_time": 0, **self._locate(key_type, body.key, node, request.context)})
 
-    def _locate(self, key_type: int, key: str, node: BrokerEndpoint) -> dict[str, Any]:
+    def _locate(self, key_type: int, key: str, node: BrokerEndpoint, context: ConnectionContext) -> dict[str, Any]:
+        if key_type == GROUP_KEY_TYPE and not allows(
+            self._access, context, AclOperation.DESCRIBE, ResourceType.GROUP, key
+        ):
+            return _refused(ErrorCode.group_authorization_failed, f"not authorized to DESCRIBE group {key!r}")
+        if key_type == TRANSACTION_KEY_TYPE and not allows(
+            self._access, context, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key
+        ):
+            return _refused(
+                ErrorCode.transactional_id_authorization_failed, f"not authorized to DESCRIBE transactional id {key!r}"
+            )
         if key_type != GROUP_KEY_TYPE:
             return _refused(ErrorCode.invalid_request, f"key type {key_type} has no coordinator in raybroker")
         if not key:

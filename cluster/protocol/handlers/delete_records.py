@@ -4,6 +4,9 @@ For each partition, records below `offset` stop being readable and their whole s
 high watermark: everything so far). The answer is the partition's new log start offset (`low_watermark`); an
 offset beyond the high watermark answers OFFSET_OUT_OF_RANGE (1), an unknown partition
 UNKNOWN_TOPIC_OR_PARTITION (3), both with a low watermark of -1. Partitions are handled concurrently.
+
+Authorization: DELETE on each topic, else its partitions answer TOPIC_AUTHORIZATION_FAILED (29), whether the
+topic exists or not.
 """
 
 from __future__ import annotations
@@ -14,10 +17,13 @@ from typing import Any
 from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 
+from actors.server.security.acls import AclOperation, ResourceType
 from cluster.protocol.broker_view import BrokerView
 from cluster.protocol.errors import error_code
 from cluster.protocol.framing import Request
+from cluster.protocol.handlers.authorization import authorized_names
 from cluster.protocol.messages import build
+from cluster.protocol.security.access import AccessControl
 from storage.errors import RaybrokerError
 
 DELETE_RECORDS_KEY = 21
@@ -27,12 +33,31 @@ UNKNOWN_LOW_WATERMARK = -1
 class DeleteRecordsHandler:
     """Answers DeleteRecords (see the module docstring)."""
 
-    def __init__(self, view: BrokerView) -> None:
+    def __init__(self, view: BrokerView, access: AccessControl | None = None) -> None:
         self._view = view
+        self._access = access
 
     async def __call__(self, request: Request) -> Any:
+        allowed = authorized_names(
+            self._access,
+            request.context,
+            AclOperation.DELETE,
+            ResourceType.TOPIC,
+            (topic.name for topic in request.body.topics),
+        )
         topics = []
         for topic in request.body.topics:
+            if topic.name not in allowed:
+                denied = [
+                    {
+                        "partition_index": part.partition_index,
+                        "low_watermark": UNKNOWN_LOW_WATERMARK,
+                        "error_code": ErrorCode.topic_authorization_failed,
+                    }
+                    for part in topic.partitions
+                ]
+                topics.append({"name": topic.name, "partitions": denied})
+                continue
             partitions = await asyncio.gather(
                 *(self._delete(topic.name, part.partition_index, part.offset) for part in topic.partitions)
             )

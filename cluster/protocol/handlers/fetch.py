@@ -17,6 +17,9 @@ the high watermark; there are no aborted transactions, and `preferred_read_repli
 value sends a client looking for a replica). Fetch sessions (v7+, KIP-227) are not kept: every answer has session
 id 0, which tells the client to send full fetch requests; a request naming a session id answers
 FETCH_SESSION_ID_NOT_FOUND (70), after which clients start over without one.
+
+Authorization: READ on each topic, else its partitions answer TOPIC_AUTHORIZATION_FAILED (29) without being read
+(and without waiting for them), whether the topic exists or not, as Kafka's consumer fetch.
 """
 
 from __future__ import annotations
@@ -29,11 +32,14 @@ from typing import Any
 from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 
+from actors.server.security.acls import AclOperation, ResourceType
 from cluster.protocol.broker_view import BrokerView, FetchedRecords
-from cluster.protocol.errors import error_code
+from cluster.protocol.errors import TopicAuthorizationFailedError, error_code
 from cluster.protocol.file_region import FileRegion
 from cluster.protocol.framing import Request
+from cluster.protocol.handlers.authorization import authorized_names
 from cluster.protocol.messages import build, milliseconds
+from cluster.protocol.security.access import AccessControl
 from storage.errors import RaybrokerError
 
 FETCH_KEY = 1
@@ -56,8 +62,9 @@ _Answer = FetchedRecords | RaybrokerError
 class FetchHandler:
     """Answers Fetch (see the module docstring)."""
 
-    def __init__(self, view: BrokerView) -> None:
+    def __init__(self, view: BrokerView, access: AccessControl | None = None) -> None:
         self._view = view
+        self._access = access
 
     async def __call__(self, request: Request) -> Any:
         body = request.body
@@ -77,8 +84,17 @@ class FetchHandler:
             for topic in body.topics
             for part in topic.partitions
         ]
-        answers = await self._read(wanted, milliseconds(body.max_wait), body.min_bytes)
-        answers = _within_response_limit(answers, body.max_bytes)
+        allowed = authorized_names(
+            self._access, request.context, AclOperation.READ, ResourceType.TOPIC, (fetch.topic for fetch in wanted)
+        )
+        read = iter(
+            await self._read(
+                [fetch for fetch in wanted if fetch.topic in allowed], milliseconds(body.max_wait), body.min_bytes
+            )
+        )
+        answers = _within_response_limit(
+            [next(read) if fetch.topic in allowed else _denied(fetch.topic) for fetch in wanted], body.max_bytes
+        )
         responses: dict[str, list[dict[str, Any]]] = {}
         for fetch, answer in zip(wanted, answers, strict=True):
             responses.setdefault(fetch.topic, []).append(_partition_answer(fetch.partition, answer))
@@ -131,6 +147,10 @@ class FetchHandler:
             )
         except RaybrokerError as exc:
             return exc
+
+
+def _denied(topic: str) -> TopicAuthorizationFailedError:
+    return TopicAuthorizationFailedError(f"not authorized to READ topic {topic!r}")
 
 
 def _size(answers: list[_Answer]) -> int:

@@ -8,6 +8,11 @@ DescribeGroups of a group the coordinator does not know answers state "Dead" wit
 GROUP_ID_NOT_FOUND (69) from v6, as Kafka 4 does. Members' metadata and assignments are shown in a Stable group
 only (Kafka's rule: in the other states they are being replaced). DeleteGroups removes an Empty group's committed
 offsets (tombstones in `__consumer_offsets`); a group with members answers NON_EMPTY_GROUP (68).
+
+Authorization, as Kafka's: ListGroups lists every group to a principal that may DESCRIBE the cluster, else only
+the groups it may DESCRIBE; DescribeGroups needs DESCRIBE on each group and DeleteGroups DELETE, else that group
+answers GROUP_AUTHORIZATION_FAILED (30). DescribeGroups v3+ fills a described group's authorized operations when
+asked (`include_authorized_operations`).
 """
 
 from __future__ import annotations
@@ -18,10 +23,20 @@ from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 
 from actors.server.group_membership import GroupDescription, GroupState
+from actors.server.security.acls import AclOperation, ResourceType
+from cluster.protocol.connection import ConnectionContext
 from cluster.protocol.errors import coordinator_error_code, group_error_code
 from cluster.protocol.framing import Request
 from cluster.protocol.group_view import GroupView
+from cluster.protocol.handlers.authorization import (
+    AUTHORIZED_OPERATIONS_OMITTED,
+    allows,
+    allows_cluster,
+    authorized_names,
+    authorized_operations,
+)
 from cluster.protocol.messages import build
+from cluster.protocol.security.access import AccessControl
 from storage.errors import RaybrokerError
 
 DESCRIBE_GROUPS_KEY = 15
@@ -29,15 +44,14 @@ LIST_GROUPS_KEY = 16
 DELETE_GROUPS_KEY = 42
 CLASSIC_GROUP_TYPE = "classic"
 FIRST_NOT_FOUND_DESCRIBE_VERSION = 6
-# Kafka's "authorized operations not requested" sentinel (Integer.MIN_VALUE).
-AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 
 
 class ListGroupsHandler:
     """Answers ListGroups, with v4's state filter and v5's type filter (both case-insensitive, as Kafka)."""
 
-    def __init__(self, groups: GroupView) -> None:
+    def __init__(self, groups: GroupView, access: AccessControl | None = None) -> None:
         self._groups = groups
+        self._access = access
 
     async def __call__(self, request: Request) -> Any:
         body = request.body
@@ -48,6 +62,11 @@ class ListGroupsHandler:
             every = await self._groups.list_groups()
         except RaybrokerError as exc:
             return build(response_type, {"throttle_time": 0, "error_code": coordinator_error_code(exc), "groups": []})
+        if not allows_cluster(self._access, request.context, AclOperation.DESCRIBE):
+            visible = authorized_names(
+                self._access, request.context, AclOperation.DESCRIBE, ResourceType.GROUP, (g.group_id for g in every)
+            )
+            every = [group for group in every if group.group_id in visible]
         listed = [
             {
                 "group_id": group.group_id,
@@ -64,16 +83,26 @@ class ListGroupsHandler:
 class DescribeGroupsHandler:
     """Answers DescribeGroups (see the module docstring)."""
 
-    def __init__(self, groups: GroupView) -> None:
+    def __init__(self, groups: GroupView, access: AccessControl | None = None) -> None:
         self._groups = groups
+        self._access = access
 
     async def __call__(self, request: Request) -> Any:
-        described = [await self._describe(group, request.api_version) for group in request.body.groups]
+        context = request.context
+        described = [await self._describe(group, request.api_version, context) for group in request.body.groups]
+        if getattr(request.body, "include_authorized_operations", False):
+            for group in described:
+                if group["error_code"] == ErrorCode.none:
+                    group["authorized_operations"] = authorized_operations(
+                        self._access, context, ResourceType.GROUP, group["group_id"]
+                    )
         return build(
             load_response_schema(DESCRIBE_GROUPS_KEY, request.api_version), {"throttle_time": 0, "groups": described}
         )
 
-    async def _describe(self, group_id: str, version: int) -> dict[str, Any]:
+    async def _describe(self, group_id: str, version: int, context: ConnectionContext) -> dict[str, Any]:
+        if not allows(self._access, context, AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
+            return _described(group_id, ErrorCode.group_authorization_failed, None)
         if not group_id:
             return _described(group_id, ErrorCode.invalid_group_id, None)
         try:
@@ -112,12 +141,16 @@ def _described(group_id: str, code: ErrorCode, group: GroupDescription | None) -
 class DeleteGroupsHandler:
     """Answers DeleteGroups, one result per group named."""
 
-    def __init__(self, groups: GroupView) -> None:
+    def __init__(self, groups: GroupView, access: AccessControl | None = None) -> None:
         self._groups = groups
+        self._access = access
 
     async def __call__(self, request: Request) -> Any:
         results = []
         for group_id in request.body.groups_names:
+            if not allows(self._access, request.context, AclOperation.DELETE, ResourceType.GROUP, group_id):
+                results.append({"group_id": group_id, "error_code": ErrorCode.group_authorization_failed})
+                continue
             try:
                 code = group_error_code(await self._groups.delete_group(group_id))
             except RaybrokerError as exc:

@@ -15,6 +15,12 @@ OffsetFetch answers -1.
 OffsetFetch v1-7 asks for one group, v8+ for several; a null topic list (v2+) asks for every committed offset of
 the group. A partition without a commit answers offset -1 with no error, as Kafka's does. `require_stable`
 needs nothing: raybroker has no transactional offsets pending.
+
+Authorization, as Kafka's: OffsetCommit needs READ on the group (else every partition answers
+GROUP_AUTHORIZATION_FAILED, 30) and READ on each topic (else its partitions answer TOPIC_AUTHORIZATION_FAILED, 29,
+before their existence is checked). OffsetFetch needs DESCRIBE on each group (else that group answers
+GROUP_AUTHORIZATION_FAILED); a named topic the principal may not DESCRIBE answers offset -1 and
+TOPIC_AUTHORIZATION_FAILED per partition, and a request for every committed offset leaves such topics out.
 """
 
 from __future__ import annotations
@@ -25,11 +31,15 @@ from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 
 from actors.server.group_membership import GroupError
+from actors.server.security.acls import AclOperation, ResourceType
 from cluster.protocol.broker_view import BrokerView
+from cluster.protocol.connection import ConnectionContext
 from cluster.protocol.errors import coordinator_error_code, error_code, group_error_code
 from cluster.protocol.framing import Request
 from cluster.protocol.group_view import GroupView, TopicPartition
+from cluster.protocol.handlers.authorization import allows, authorized_names
 from cluster.protocol.messages import build
+from cluster.protocol.security.access import AccessControl
 from storage.errors import RaybrokerError
 
 OFFSET_COMMIT_KEY = 8
@@ -44,42 +54,21 @@ FIRST_MULTI_GROUP_FETCH_VERSION = 8
 class OffsetCommitHandler:
     """Answers OffsetCommit (see the module docstring)."""
 
-    def __init__(self, view: BrokerView, groups: GroupView) -> None:
+    def __init__(self, view: BrokerView, groups: GroupView, access: AccessControl | None = None) -> None:
         self._view = view
         self._groups = groups
+        self._access = access
 
     async def __call__(self, request: Request) -> Any:
         body = request.body
         codes: dict[TopicPartition, ErrorCode] = {}
-        offsets: dict[TopicPartition, tuple[int, str]] = {}
-        try:
-            partition_counts = {name: info.partition_count for name, info in (await self._view.topics()).items()}
-        except RaybrokerError as exc:
-            partition_counts, failure = {}, error_code(exc)
+        if allows(self._access, request.context, AclOperation.READ, ResourceType.GROUP, body.group_id):
+            await self._commit(request, codes)
         else:
-            failure = ErrorCode.unknown_topic_or_partition
-        for topic in body.topics:
-            for partition in topic.partitions:
-                key = (topic.name, partition.partition_index)
-                metadata = partition.committed_metadata or ""
-                if not 0 <= partition.partition_index < partition_counts.get(topic.name, 0):
-                    codes[key] = failure
-                elif len(metadata.encode()) > OFFSET_METADATA_MAX_BYTES:
-                    codes[key] = ErrorCode.offset_metadata_too_large
-                elif partition.committed_offset < 0:
-                    codes[key] = ErrorCode.invalid_request
-                else:
-                    offsets[key] = (partition.committed_offset, metadata)
-        if offsets:
-            try:
-                verdict = group_error_code(
-                    await self._groups.commit_offsets(
-                        body.group_id, body.member_id, body.generation_id_or_member_epoch, offsets
-                    )
+            for topic in body.topics:
+                codes.update(
+                    {(topic.name, p.partition_index): ErrorCode.group_authorization_failed for p in topic.partitions}
                 )
-            except RaybrokerError as exc:
-                verdict = coordinator_error_code(exc)
-            codes.update(dict.fromkeys(offsets, verdict))
         return build(
             load_response_schema(OFFSET_COMMIT_KEY, request.api_version),
             {
@@ -97,32 +86,86 @@ class OffsetCommitHandler:
             },
         )
 
+    async def _commit(self, request: Request, codes: dict[TopicPartition, ErrorCode]) -> None:
+        """Commits what may be committed; every partition's code goes into `codes`."""
+        body = request.body
+        offsets: dict[TopicPartition, tuple[int, str]] = {}
+        readable = authorized_names(
+            self._access, request.context, AclOperation.READ, ResourceType.TOPIC, (topic.name for topic in body.topics)
+        )
+        try:
+            partition_counts = {name: info.partition_count for name, info in (await self._view.topics()).items()}
+        except RaybrokerError as exc:
+            partition_counts, failure = {}, error_code(exc)
+        else:
+            failure = ErrorCode.unknown_topic_or_partition
+        for topic in body.topics:
+            for partition in topic.partitions:
+                key = (topic.name, partition.partition_index)
+                metadata = partition.committed_metadata or ""
+                if topic.name not in readable:
+                    codes[key] = ErrorCode.topic_authorization_failed
+                elif not 0 <= partition.partition_index < partition_counts.get(topic.name, 0):
+                    codes[key] = failure
+                elif len(metadata.encode()) > OFFSET_METADATA_MAX_BYTES:
+                    codes[key] = ErrorCode.offset_metadata_too_large
+                elif partition.committed_offset < 0:
+                    codes[key] = ErrorCode.invalid_request
+                else:
+                    offsets[key] = (partition.committed_offset, metadata)
+        if offsets:
+            try:
+                verdict = group_error_code(
+                    await self._groups.commit_offsets(
+                        body.group_id, body.member_id, body.generation_id_or_member_epoch, offsets
+                    )
+                )
+            except RaybrokerError as exc:
+                verdict = coordinator_error_code(exc)
+            codes.update(dict.fromkeys(offsets, verdict))
+
 
 class OffsetFetchHandler:
     """Answers OffsetFetch (see the module docstring)."""
 
-    def __init__(self, groups: GroupView) -> None:
+    def __init__(self, groups: GroupView, access: AccessControl | None = None) -> None:
         self._groups = groups
+        self._access = access
 
     async def __call__(self, request: Request) -> Any:
         body = request.body
+        context = request.context
         response_type = load_response_schema(OFFSET_FETCH_KEY, request.api_version)
         if request.api_version >= FIRST_MULTI_GROUP_FETCH_VERSION:
-            groups = [await self._fetch(group.group_id, group.topics) for group in body.groups]
+            groups = [await self._fetch(group.group_id, group.topics, context) for group in body.groups]
             return build(response_type, {"throttle_time": 0, "groups": groups})
-        return build(response_type, {"throttle_time": 0, **await self._fetch(body.group_id, body.topics)})
+        return build(response_type, {"throttle_time": 0, **await self._fetch(body.group_id, body.topics, context)})
 
-    async def _fetch(self, group: str, topics: Any) -> dict[str, Any]:
+    async def _fetch(self, group: str, topics: Any, context: ConnectionContext) -> dict[str, Any]:
         """One group's answer: {group_id, error_code, topics}."""
+        if not allows(self._access, context, AclOperation.DESCRIBE, ResourceType.GROUP, group):
+            return {"group_id": group, "error_code": ErrorCode.group_authorization_failed, "topics": []}
         if not group:
             return {"group_id": group, "error_code": group_error_code(GroupError.INVALID_GROUP_ID), "topics": []}
-        wanted = None if topics is None else [(t.name, p) for t in topics for p in t.partition_indexes]
+        visible = authorized_names(
+            self._access, context, AclOperation.DESCRIBE, ResourceType.TOPIC, (t.name for t in topics or ())
+        )
+        wanted = (
+            None if topics is None else [(t.name, p) for t in topics if t.name in visible for p in t.partition_indexes]
+        )
         try:
             committed = await self._groups.committed_offsets(group, wanted)
         except RaybrokerError as exc:
             return {"group_id": group, "error_code": coordinator_error_code(exc), "topics": []}
+        if wanted is None:
+            visible = authorized_names(
+                self._access, context, AclOperation.DESCRIBE, ResourceType.TOPIC, (topic for topic, _ in committed)
+            )
+            found = [(key, offset) for key, offset in sorted(committed.items()) if key[0] in visible]
+        else:
+            found = _in_order(wanted, committed)
         by_topic: dict[str, list[dict[str, Any]]] = {}
-        for (topic, partition), offset in sorted(committed.items()) if wanted is None else _in_order(wanted, committed):
+        for (topic, partition), offset in found:
             by_topic.setdefault(topic, []).append(
                 {
                     "partition_index": partition,
@@ -132,6 +175,18 @@ class OffsetFetchHandler:
                     "error_code": ErrorCode.none,
                 }
             )
+        for topic in topics or ():
+            if topic.name not in visible:
+                by_topic.setdefault(topic.name, []).extend(
+                    {
+                        "partition_index": partition,
+                        "committed_offset": NO_OFFSET,
+                        "committed_leader_epoch": NO_LEADER_EPOCH,
+                        "metadata": "",
+                        "error_code": ErrorCode.topic_authorization_failed,
+                    }
+                    for partition in topic.partition_indexes
+                )
         return {
             "group_id": group,
             "error_code": ErrorCode.none,

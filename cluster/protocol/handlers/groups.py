@@ -9,6 +9,9 @@ Version notes: JoinGroup v0 has no `rebalance_timeout` (its session timeout serv
 asks a new member to join again with the id it is given (MEMBER_ID_REQUIRED, 79); v7+ reports the protocol
 type and a nullable protocol name. LeaveGroup v0-2 names one member, v3+ a list with an answer per member.
 Static membership (`group_instance_id`) is echoed but not honoured: members are dynamic.
+
+Authorization: each needs READ on the group, else it answers GROUP_AUTHORIZATION_FAILED (30) without reaching the
+coordinator (a refused JoinGroup names no member id, as Kafka's).
 """
 
 from __future__ import annotations
@@ -19,10 +22,13 @@ from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 
 from actors.server.group_membership import GroupError, JoinResult
+from actors.server.security.acls import AclOperation, ResourceType
 from cluster.protocol.errors import coordinator_error_code, group_error_code
 from cluster.protocol.framing import Request
 from cluster.protocol.group_view import GroupView
+from cluster.protocol.handlers.authorization import allows
 from cluster.protocol.messages import build, milliseconds
+from cluster.protocol.security.access import AccessControl
 from storage.errors import RaybrokerError
 
 JOIN_GROUP_KEY = 11
@@ -32,19 +38,29 @@ SYNC_GROUP_KEY = 14
 FIRST_MEMBER_ID_REQUIRED_VERSION = 4
 FIRST_NULLABLE_PROTOCOL_NAME_VERSION = 7
 FIRST_BATCHED_LEAVE_VERSION = 3
+NO_MEMBER_ID = ""
+
+
+def _may_read(access: AccessControl | None, request: Request) -> bool:
+    return allows(access, request.context, AclOperation.READ, ResourceType.GROUP, request.body.group_id)
 
 
 class JoinGroupHandler:
     """Answers JoinGroup (see the module docstring)."""
 
-    def __init__(self, groups: GroupView) -> None:
+    def __init__(self, groups: GroupView, access: AccessControl | None = None) -> None:
         self._groups = groups
+        self._access = access
 
     async def __call__(self, request: Request) -> Any:
         body = request.body
         session_timeout_ms = milliseconds(body.session_timeout)
         rebalance_timeout = getattr(body, "rebalance_timeout", None)
         rebalance_timeout_ms = session_timeout_ms if rebalance_timeout is None else milliseconds(rebalance_timeout)
+        if not _may_read(self._access, request):
+            return self._answer(
+                request, JoinResult(GroupError.NONE, NO_MEMBER_ID), ErrorCode.group_authorization_failed
+            )
         try:
             result = await self._groups.join_group(
                 body.group_id,
@@ -62,6 +78,10 @@ class JoinGroupHandler:
         except RaybrokerError as exc:
             # The coordinator could not be asked: the answer carries the member id it was sent, and the error.
             result, code = JoinResult(GroupError.NONE, body.member_id), coordinator_error_code(exc)
+        return self._answer(request, result, code)
+
+    @staticmethod
+    def _answer(request: Request, result: JoinResult, code: ErrorCode) -> Any:
         failed = code != ErrorCode.none
         no_name = None if request.api_version >= FIRST_NULLABLE_PROTOCOL_NAME_VERSION else ""
         return build(
@@ -90,12 +110,16 @@ class JoinGroupHandler:
 class SyncGroupHandler:
     """Answers SyncGroup (see the module docstring)."""
 
-    def __init__(self, groups: GroupView) -> None:
+    def __init__(self, groups: GroupView, access: AccessControl | None = None) -> None:
         self._groups = groups
+        self._access = access
 
     async def __call__(self, request: Request) -> Any:
         body = request.body
         values: dict[str, Any] = {"throttle_time": 0, "protocol_type": None, "protocol_name": None, "assignment": b""}
+        if not _may_read(self._access, request):
+            values["error_code"] = ErrorCode.group_authorization_failed
+            return build(load_response_schema(SYNC_GROUP_KEY, request.api_version), values)
         try:
             result = await self._groups.sync_group(
                 body.group_id,
@@ -119,29 +143,37 @@ class SyncGroupHandler:
 class HeartbeatHandler:
     """Answers Heartbeat: NONE, or what the member must do (rejoin: REBALANCE_IN_PROGRESS, UNKNOWN_MEMBER_ID...)."""
 
-    def __init__(self, groups: GroupView) -> None:
+    def __init__(self, groups: GroupView, access: AccessControl | None = None) -> None:
         self._groups = groups
+        self._access = access
 
     async def __call__(self, request: Request) -> Any:
         body = request.body
-        try:
-            code = group_error_code(await self._groups.heartbeat(body.group_id, body.member_id, body.generation_id))
-        except RaybrokerError as exc:
-            code = coordinator_error_code(exc)
+        if not _may_read(self._access, request):
+            code = ErrorCode.group_authorization_failed
+        else:
+            try:
+                code = group_error_code(await self._groups.heartbeat(body.group_id, body.member_id, body.generation_id))
+            except RaybrokerError as exc:
+                code = coordinator_error_code(exc)
         return build(load_response_schema(HEARTBEAT_KEY, request.api_version), {"throttle_time": 0, "error_code": code})
 
 
 class LeaveGroupHandler:
     """Answers LeaveGroup (see the module docstring)."""
 
-    def __init__(self, groups: GroupView) -> None:
+    def __init__(self, groups: GroupView, access: AccessControl | None = None) -> None:
         self._groups = groups
+        self._access = access
 
     async def __call__(self, request: Request) -> Any:
         body = request.body
         response_type = load_response_schema(LEAVE_GROUP_KEY, request.api_version)
         batched = request.api_version >= FIRST_BATCHED_LEAVE_VERSION
         leaving = [(m.member_id, m.group_instance_id) for m in body.members] if batched else [(body.member_id, None)]
+        if not _may_read(self._access, request):
+            code = ErrorCode.group_authorization_failed
+            return build(response_type, {"throttle_time": 0, "error_code": code, "members": []})
         try:
             outcome = await self._groups.leave_group(body.group_id, [member_id for member_id, _ in leaving])
         except RaybrokerError as exc:

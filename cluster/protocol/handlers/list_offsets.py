@@ -4,6 +4,9 @@
 transactions is also the last stable offset, so `isolation_level` changes nothing), -3 (the record with the
 largest timestamp, v7+), or a time in ms (the first record whose timestamp is at or after it). When no record
 qualifies the answer is offset -1 and timestamp -1, as Kafka's. Leader epochs are -1 (unknown).
+
+Authorization: DESCRIBE on each topic, else its partitions answer TOPIC_AUTHORIZATION_FAILED (29), whether the
+topic exists or not.
 """
 
 from __future__ import annotations
@@ -14,10 +17,13 @@ from typing import Any
 from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 
+from actors.server.security.acls import AclOperation, ResourceType
 from cluster.protocol.broker_view import BrokerView
 from cluster.protocol.errors import error_code
 from cluster.protocol.framing import Request
+from cluster.protocol.handlers.authorization import authorized_names
 from cluster.protocol.messages import build
+from cluster.protocol.security.access import AccessControl
 from storage.errors import RaybrokerError
 
 LIST_OFFSETS_KEY = 2
@@ -27,8 +33,9 @@ UNKNOWN = -1
 class ListOffsetsHandler:
     """Answers ListOffsets (see the module docstring)."""
 
-    def __init__(self, view: BrokerView) -> None:
+    def __init__(self, view: BrokerView, access: AccessControl | None = None) -> None:
         self._view = view
+        self._access = access
 
     async def __call__(self, request: Request) -> Any:
         wanted = [
@@ -36,7 +43,12 @@ class ListOffsetsHandler:
             for topic in request.body.topics
             for part in topic.partitions
         ]
-        answers = await asyncio.gather(*(self._list(*each) for each in wanted))
+        allowed = authorized_names(
+            self._access, request.context, AclOperation.DESCRIBE, ResourceType.TOPIC, (each[0] for each in wanted)
+        )
+        answers = await asyncio.gather(
+            *(self._list(*each) if each[0] in allowed else _denied(each[1]) for each in wanted)
+        )
         topics: dict[str, list[dict[str, Any]]] = {}
         for (topic, _, _), answer in zip(wanted, answers, strict=True):
             topics.setdefault(topic, []).append(answer)
@@ -54,3 +66,13 @@ class ListOffsetsHandler:
         if found is None:
             return {**answer, "error_code": ErrorCode.none, "timestamp": UNKNOWN, "offset": UNKNOWN}
         return {**answer, "error_code": ErrorCode.none, "timestamp": found.timestamp, "offset": found.offset}
+
+
+async def _denied(partition: int) -> dict[str, Any]:
+    return {
+        "partition_index": partition,
+        "leader_epoch": UNKNOWN,
+        "error_code": ErrorCode.topic_authorization_failed,
+        "timestamp": UNKNOWN,
+        "offset": UNKNOWN,
+    }

@@ -11,6 +11,12 @@ Topics a client names that do not exist are created with `num.partitions` partit
 `auto.create.topics.enable` is true and the request allows it (v4+ `allow_auto_topic_creation`; earlier versions
 always do); otherwise they are answered with UNKNOWN_TOPIC_OR_PARTITION (3). Creation here is synchronous, so the
 topic comes back with its partitions at once. A null topic list (v1+), or an empty one in v0, asks for every topic.
+
+Authorization, as Kafka's: a request for every topic lists only those the principal may DESCRIBE; a named topic it
+may not DESCRIBE answers TOPIC_AUTHORIZATION_FAILED (29) before anyone looks whether it exists, so the answer
+says nothing of its existence. Creating a missing topic needs CREATE on the cluster or on the topic, else
+TOPIC_AUTHORIZATION_FAILED. Authorized operations (v8+) are filled when asked: the cluster's (v8-10) if the
+principal may DESCRIBE the cluster (else 0), and each listed topic's.
 """
 
 from __future__ import annotations
@@ -21,16 +27,24 @@ from typing import Any
 from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 
+from actors.server.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from cluster.protocol.broker_view import BrokerEndpoint, BrokerView, TopicInfo
+from cluster.protocol.connection import ConnectionContext
 from cluster.protocol.errors import error_code
 from cluster.protocol.framing import Request
+from cluster.protocol.handlers.authorization import (
+    AUTHORIZED_OPERATIONS_OMITTED,
+    allows,
+    allows_cluster,
+    authorized_names,
+    authorized_operations,
+)
 from cluster.protocol.messages import build
+from cluster.protocol.security.access import AccessControl
 from storage.errors import RaybrokerError, TopicExistsError, UnknownTopicOrPartitionError
 
 METADATA_KEY = 3
 UNKNOWN_LEADER_EPOCH = -1
-# Kafka's "authorized operations not requested" sentinel (Integer.MIN_VALUE).
-AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 
 
 def brokers_with(endpoint: BrokerEndpoint, announced: list[BrokerEndpoint], listener_name: str) -> list[BrokerEndpoint]:
@@ -45,26 +59,52 @@ class MetadataHandler:
     """Answers Metadata for one listener (see the module docstring)."""
 
     def __init__(
-        self, view: BrokerView, endpoint: BrokerEndpoint, auto_create_topics_enable: bool, num_partitions: int
+        self,
+        view: BrokerView,
+        endpoint: BrokerEndpoint,
+        auto_create_topics_enable: bool,
+        num_partitions: int,
+        access: AccessControl | None = None,
     ) -> None:
         self._view = view
         self._endpoint = endpoint
         self._auto_create_topics_enable = auto_create_topics_enable
         self._num_partitions = num_partitions
+        self._access = access
 
     async def __call__(self, request: Request) -> Any:
         body = request.body
+        context = request.context
         requested = None if body.topics is None else [topic.name for topic in body.topics]
         if request.api_version == 0 and not requested:
             requested = None
         may_create = self._auto_create_topics_enable and getattr(body, "allow_auto_topic_creation", True)
         if requested is None:
             every = await self._view.topics()
-            topics: list[dict[str, Any]] = [self._describe(every[name]) for name in sorted(every)]
+            visible = authorized_names(self._access, context, AclOperation.DESCRIBE, ResourceType.TOPIC, every)
+            topics: list[dict[str, Any]] = [self._describe(every[name]) for name in sorted(visible)]
         else:
-            topics = list(await asyncio.gather(*(self._lookup(name, may_create) for name in requested)))
+            named = [name for name in requested if name is not None]
+            visible = authorized_names(self._access, context, AclOperation.DESCRIBE, ResourceType.TOPIC, named)
+            cluster_create = allows_cluster(self._access, context, AclOperation.CREATE)
+            topics = list(
+                await asyncio.gather(
+                    *(self._lookup(name, may_create, context, cluster_create, name in visible) for name in requested)
+                )
+            )
+        if getattr(body, "include_topic_authorized_operations", False):
+            for topic in topics:
+                if topic["error_code"] != ErrorCode.topic_authorization_failed:
+                    topic["topic_authorized_operations"] = authorized_operations(
+                        self._access, context, ResourceType.TOPIC, topic["name"]
+                    )
+        cluster_operations = AUTHORIZED_OPERATIONS_OMITTED
+        if getattr(body, "include_cluster_authorized_operations", False):
+            cluster_operations = 0
+            if allows_cluster(self._access, context, AclOperation.DESCRIBE):
+                cluster_operations = authorized_operations(self._access, context, ResourceType.CLUSTER, CLUSTER_NAME)
         node = self._endpoint
-        brokers = brokers_with(node, await self._view.brokers(), request.context.listener_name)
+        brokers = brokers_with(node, await self._view.brokers(), context.listener_name)
         return build(
             load_response_schema(METADATA_KEY, request.api_version),
             {
@@ -76,15 +116,19 @@ class MetadataHandler:
                 "cluster_id": await self._view.cluster_id(),
                 "controller_id": node.node_id,
                 "topics": topics,
-                "cluster_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+                "cluster_authorized_operations": cluster_operations,
                 "error_code": ErrorCode.none,
             },
         )
 
-    async def _lookup(self, name: str | None, may_create: bool) -> dict[str, Any]:
-        """One named topic's entry: described, created, or carrying its error."""
+    async def _lookup(
+        self, name: str | None, may_create: bool, context: ConnectionContext, cluster_create: bool, describable: bool
+    ) -> dict[str, Any]:
+        """One named topic's entry: refused, described, created, or carrying its error."""
         if name is None:
             return _topic_error("", ErrorCode.invalid_topic_exception)
+        if not describable:
+            return _topic_error(name, ErrorCode.topic_authorization_failed)
         try:
             return self._describe(await self._view.topic(name))
         except UnknownTopicOrPartitionError as exc:
@@ -92,6 +136,8 @@ class MetadataHandler:
                 return _topic_error(name, error_code(exc))
         except RaybrokerError as exc:
             return _topic_error(name, error_code(exc))
+        if not (cluster_create or allows(self._access, context, AclOperation.CREATE, ResourceType.TOPIC, name)):
+            return _topic_error(name, ErrorCode.topic_authorization_failed)
         try:
             return self._describe(await self._view.create_topic(name, self._num_partitions))
         except TopicExistsError:

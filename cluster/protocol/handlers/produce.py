@@ -6,6 +6,10 @@ fails every partition with INVALID_REQUIRED_ACKS (21). Partitions are appended c
 an unknown partition, a corrupt batch or a sequence gap answers that partition's error code and leaves the others
 appended. A partition's answer carries the base offset the log assigned, the LogAppendTime it stamped (-1 for
 CreateTime topics) and the log start offset.
+
+Authorization: WRITE on each topic, else its partitions answer TOPIC_AUTHORIZATION_FAILED (29) without being
+looked at, whether the topic exists or not, as Kafka's. Transactional batches are not served (InitProducerId
+refuses a transactional id), so there is no transactional id to authorize.
 """
 
 from __future__ import annotations
@@ -16,10 +20,13 @@ from typing import Any
 from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 
+from actors.server.security.acls import AclOperation, ResourceType
 from cluster.protocol.broker_view import BrokerView
 from cluster.protocol.errors import error_code
 from cluster.protocol.framing import Request
+from cluster.protocol.handlers.authorization import authorized_names
 from cluster.protocol.messages import build
+from cluster.protocol.security.access import AccessControl
 from storage.errors import RaybrokerError
 
 PRODUCE_KEY = 0
@@ -31,16 +38,24 @@ NO_OFFSET = -1
 class ProduceHandler:
     """Answers Produce (see the module docstring); returns None for `acks=0`."""
 
-    def __init__(self, view: BrokerView) -> None:
+    def __init__(self, view: BrokerView, access: AccessControl | None = None) -> None:
         self._view = view
+        self._access = access
 
     async def __call__(self, request: Request) -> Any | None:
         body = request.body
         wanted = [(topic.name, data.index, data.records) for topic in body.topic_data for data in topic.partition_data]
+        allowed = authorized_names(
+            self._access, request.context, AclOperation.WRITE, ResourceType.TOPIC, (topic for topic, _, _ in wanted)
+        )
+        writable = [index for index, (topic, _, _) in enumerate(wanted) if topic in allowed]
+        answers = [_failed(ErrorCode.topic_authorization_failed)] * len(wanted)
         if body.acks not in VALID_ACKS:
-            answers = [_failed(ErrorCode.invalid_required_acks) for _ in wanted]
+            appended = [_failed(ErrorCode.invalid_required_acks) for _ in writable]
         else:
-            answers = list(await asyncio.gather(*(self._append(topic, p, records) for topic, p, records in wanted)))
+            appended = list(await asyncio.gather(*(self._append(*wanted[index]) for index in writable)))
+        for index, answer in zip(writable, appended, strict=True):
+            answers[index] = answer
         if body.acks == 0:
             return None
         responses: dict[str, list[dict[str, Any]]] = {}

@@ -5,6 +5,10 @@ so two producers never share one, whichever listener they asked. Every request g
 names its current id and epoch (v3+, after its sequence state was lost) continues under the new id, as raybroker's
 Python producer does, rather than under a bumped epoch, which would need a registry of each id's epoch.
 Transactions are not served: a request with a `transactional_id` answers INVALID_REQUEST (42).
+
+Authorization, as Kafka's: a transactional id needs WRITE on it (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED, 53,
+before the refusal above); an idempotent producer needs IDEMPOTENT_WRITE on the cluster or WRITE on some topic
+(any topic: the producer's id is not tied to one), else CLUSTER_AUTHORIZATION_FAILED (31).
 """
 
 from __future__ import annotations
@@ -14,10 +18,13 @@ from typing import Any
 from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 
+from actors.server.security.acls import AclOperation, ResourceType
 from cluster.protocol.broker_view import BrokerView
 from cluster.protocol.errors import error_code
 from cluster.protocol.framing import Request
+from cluster.protocol.handlers.authorization import allows, allows_any, allows_cluster
 from cluster.protocol.messages import build
+from cluster.protocol.security.access import AccessControl
 from storage.errors import RaybrokerError
 
 INIT_PRODUCER_ID_KEY = 22
@@ -29,14 +36,24 @@ FIRST_EPOCH = 0
 class InitProducerIdHandler:
     """Answers InitProducerId (see the module docstring)."""
 
-    def __init__(self, view: BrokerView) -> None:
+    def __init__(self, view: BrokerView, access: AccessControl | None = None) -> None:
         self._view = view
+        self._access = access
 
     async def __call__(self, request: Request) -> Any:
         response_type = load_response_schema(INIT_PRODUCER_ID_KEY, request.api_version)
         failed = {"throttle_time": 0, "producer_id": NO_PRODUCER_ID, "producer_epoch": NO_PRODUCER_EPOCH}
-        if request.body.transactional_id is not None:
+        context = request.context
+        transactional_id = request.body.transactional_id
+        if transactional_id is not None:
+            if not allows(self._access, context, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id):
+                return build(response_type, {**failed, "error_code": ErrorCode.transactional_id_authorization_failed})
             return build(response_type, {**failed, "error_code": ErrorCode.invalid_request})
+        if not (
+            allows_cluster(self._access, context, AclOperation.IDEMPOTENT_WRITE)
+            or allows_any(self._access, context, AclOperation.WRITE, ResourceType.TOPIC)
+        ):
+            return build(response_type, {**failed, "error_code": ErrorCode.cluster_authorization_failed})
         try:
             producer_id = await self._view.allocate_producer_id()
         except RaybrokerError as exc:

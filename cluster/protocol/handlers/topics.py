@@ -21,6 +21,13 @@ DeleteTopics deletes by name (a v6 entry naming only a topic id answers UNKNOWN_
 
 CreatePartitions grows a topic to `count` (not growing it answers INVALID_PARTITIONS); given `assignments` must
 each name exactly this broker (INVALID_REPLICA_ASSIGNMENT otherwise); `validate_only` changes nothing.
+
+Authorization, as Kafka's controller checks it, after the duplicate-name check and before anything else:
+- CreateTopics needs CREATE on the cluster or on the topic, else TOPIC_AUTHORIZATION_FAILED (29); a topic created
+  by a principal that may not DESCRIBE_CONFIGS it answers without its configs, `topic_config_error_code` 29.
+- DeleteTopics needs DELETE on the cluster, or DESCRIBE and DELETE on the topic, else TOPIC_AUTHORIZATION_FAILED,
+  whether the topic exists or not.
+- CreatePartitions needs ALTER on the topic, else TOPIC_AUTHORIZATION_FAILED.
 """
 
 from __future__ import annotations
@@ -31,11 +38,14 @@ from typing import Any
 from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 
+from actors.server.security.acls import AclOperation, ResourceType
 from cluster.protocol.broker_view import BrokerView
 from cluster.protocol.config_entries import ConfigDescriber
 from cluster.protocol.errors import error_code
 from cluster.protocol.framing import Request
+from cluster.protocol.handlers.authorization import allows, allows_cluster
 from cluster.protocol.messages import build
+from cluster.protocol.security.access import AccessControl
 from storage.errors import RaybrokerError
 
 CREATE_TOPICS_KEY = 19
@@ -57,21 +67,35 @@ class TopicRequestError(Exception):
 class CreateTopicsHandler:
     """Answers CreateTopics (see the module docstring)."""
 
-    def __init__(self, view: BrokerView, describer: ConfigDescriber, node_id: int, num_partitions: int) -> None:
+    def __init__(
+        self,
+        view: BrokerView,
+        describer: ConfigDescriber,
+        node_id: int,
+        num_partitions: int,
+        access: AccessControl | None = None,
+    ) -> None:
         self._view = view
         self._describer = describer
         self._node_id = node_id
         self._num_partitions = num_partitions
+        self._access = access
 
     async def __call__(self, request: Request) -> Any:
         body = request.body
+        context = request.context
         named = Counter(topic.name for topic in body.topics)
+        cluster_create = allows_cluster(self._access, context, AclOperation.CREATE)
         topics = []
         for topic in body.topics:
             result: dict[str, Any] = {"name": topic.name, "topic_id": None, "configs": None}
             try:
                 if named[topic.name] > 1:
                     raise TopicRequestError(ErrorCode.invalid_request, f"topic {topic.name!r} is named more than once")
+                if not (
+                    cluster_create or allows(self._access, context, AclOperation.CREATE, ResourceType.TOPIC, topic.name)
+                ):
+                    raise TopicRequestError(ErrorCode.topic_authorization_failed, "Authorization failed.")
                 partition_count = self._partition_count(topic)
                 configs = _configs(topic.configs)
                 info = await self._view.create_topic(topic.name, partition_count, configs, body.validate_only)
@@ -80,6 +104,19 @@ class CreateTopicsHandler:
                 continue
             except RaybrokerError as exc:
                 topics.append({**result, "error_code": error_code(exc), "error_message": exc.message})
+                continue
+            if not allows(self._access, context, AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, topic.name):
+                topics.append(
+                    {
+                        **result,
+                        "error_code": ErrorCode.none,
+                        "error_message": None,
+                        "num_partitions": USE_DEFAULT,
+                        "replication_factor": USE_DEFAULT,
+                        "configs": [],
+                        "topic_config_error_code": ErrorCode.topic_authorization_failed,
+                    }
+                )
                 continue
             topics.append(
                 {
@@ -133,13 +170,15 @@ class CreateTopicsHandler:
 class DeleteTopicsHandler:
     """Answers DeleteTopics (see the module docstring)."""
 
-    def __init__(self, view: BrokerView, delete_topic_enable: bool) -> None:
+    def __init__(self, view: BrokerView, delete_topic_enable: bool, access: AccessControl | None = None) -> None:
         self._view = view
         self._delete_topic_enable = delete_topic_enable
+        self._access = access
 
     async def __call__(self, request: Request) -> Any:
         body = request.body
         names = list(body.topic_names) if hasattr(body, "topic_names") else [topic.name for topic in body.topics]
+        cluster_delete = allows_cluster(self._access, request.context, AclOperation.DELETE)
         responses = []
         for name in names:
             response: dict[str, Any] = {"name": name, "topic_id": None, "error_code": ErrorCode.none}
@@ -147,6 +186,8 @@ class DeleteTopicsHandler:
                 response.update(error_code=ErrorCode.unknown_topic_id, error_message="topic ids are not assigned")
             elif not self._delete_topic_enable:
                 response.update(error_code=ErrorCode.topic_deletion_disabled, error_message="delete.topic.enable=false")
+            elif not (cluster_delete or self._may_delete(request, name)):
+                response.update(error_code=ErrorCode.topic_authorization_failed, error_message=None)
             else:
                 try:
                     await self._view.delete_topic(name)
@@ -157,13 +198,20 @@ class DeleteTopicsHandler:
             load_response_schema(DELETE_TOPICS_KEY, request.api_version), {"throttle_time": 0, "responses": responses}
         )
 
+    def _may_delete(self, request: Request, name: str) -> bool:
+        return all(
+            allows(self._access, request.context, operation, ResourceType.TOPIC, name)
+            for operation in (AclOperation.DESCRIBE, AclOperation.DELETE)
+        )
+
 
 class CreatePartitionsHandler:
     """Answers CreatePartitions (see the module docstring)."""
 
-    def __init__(self, view: BrokerView, node_id: int) -> None:
+    def __init__(self, view: BrokerView, node_id: int, access: AccessControl | None = None) -> None:
         self._view = view
         self._node_id = node_id
+        self._access = access
 
     async def __call__(self, request: Request) -> Any:
         body = request.body
@@ -174,6 +222,8 @@ class CreatePartitionsHandler:
             try:
                 if named[topic.name] > 1:
                     raise TopicRequestError(ErrorCode.invalid_request, f"topic {topic.name!r} is named more than once")
+                if not allows(self._access, request.context, AclOperation.ALTER, ResourceType.TOPIC, topic.name):
+                    raise TopicRequestError(ErrorCode.topic_authorization_failed, "The topic authorization is failed.")
                 for assignment in topic.assignments or ():
                     _check_replicas(tuple(assignment.broker_ids), self._node_id)
                 await self._view.create_partitions(topic.name, topic.count, body.validate_only)

@@ -1,0 +1,221 @@
+"""CreateAcls (key 30), DescribeAcls (key 29) and DeleteAcls (key 31): the cluster's ACL bindings, as Kafka's
+`kafka-acls.sh` and Admin clients manage them.
+
+The bindings live in the controller (`SecurityView`); after a change this listener reloads them at once
+(`AccessControl.refresh`), and other listeners within their refresh interval. Wire fields are Kafka's codes
+(`actors.server.security.acls` enums); a code this broker does not know is UNKNOWN, which is refused.
+
+| API          | needs               | refused                                   | invalid entry                  |
+|--------------|---------------------|-------------------------------------------|--------------------------------|
+| CreateAcls   | ALTER on cluster    | every creation CLUSTER_AUTHORIZATION_FAILED | that creation INVALID_REQUEST |
+| DescribeAcls | DESCRIBE on cluster | the answer CLUSTER_AUTHORIZATION_FAILED   | the answer INVALID_REQUEST     |
+| DeleteAcls   | ALTER on cluster    | every filter CLUSTER_AUTHORIZATION_FAILED | that filter INVALID_REQUEST    |
+
+A broker without `authorizer.class.name` answers SECURITY_DISABLED (54) to all three, as Kafka's (it has no ACLs
+to apply). Creating a binding that exists already succeeds and changes nothing. DescribeAcls answers one resource
+per pattern with its bindings; DeleteAcls answers, per filter, every binding it deleted (a binding two filters
+match is listed under both).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from kio.index import load_response_schema
+from kio.schema.errors import ErrorCode
+
+from actors.server.security.acls import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    InvalidAclError,
+    PatternType,
+    ResourceType,
+)
+from cluster.protocol.errors import ClusterAuthorizationFailedError, SecurityDisabledError, error_code
+from cluster.protocol.framing import Request
+from cluster.protocol.handlers.authorization import allows_cluster
+from cluster.protocol.messages import build
+from cluster.protocol.security.access import AccessControl
+from cluster.protocol.security.security_view import SecurityView
+from storage.errors import RaybrokerError
+
+DESCRIBE_ACLS_KEY = 29
+CREATE_ACLS_KEY = 30
+DELETE_ACLS_KEY = 31
+
+
+def _refusal(access: AccessControl, request: Request, operation: AclOperation) -> RaybrokerError | None:
+    """Why the request may not touch the ACLs: no authorizer, or no `operation` on the cluster; None if it may."""
+    if not access.enabled:
+        return SecurityDisabledError("no authorizer is configured on the broker (authorizer.class.name)")
+    if not allows_cluster(access, request.context, operation):
+        return ClusterAuthorizationFailedError(f"not authorized to {operation.name} the cluster")
+    return None
+
+
+async def _reload(access: AccessControl) -> None:
+    """Applies a change on this listener at once; if the controller cannot be asked now, the listener's periodic
+    refresh applies it later."""
+    with contextlib.suppress(RaybrokerError):
+        await access.refresh()
+
+
+def _failure(exc: RaybrokerError) -> dict[str, Any]:
+    return {"error_code": error_code(exc), "error_message": exc.message}
+
+
+class CreateAclsHandler:
+    """Answers CreateAcls (see the module docstring)."""
+
+    def __init__(self, security: SecurityView, access: AccessControl) -> None:
+        self._security = security
+        self._access = access
+
+    async def __call__(self, request: Request) -> Any:
+        response_type = load_response_schema(CREATE_ACLS_KEY, request.api_version)
+        creations = request.body.creations
+        refusal = _refusal(self._access, request, AclOperation.ALTER)
+        if refusal is not None:
+            return build(response_type, {"throttle_time": 0, "results": [_failure(refusal)] * len(creations)})
+        results: list[dict[str, Any]] = []
+        valid: list[tuple[int, AclBinding]] = []
+        for creation in creations:
+            try:
+                valid.append((len(results), _binding(creation)))
+            except InvalidAclError as exc:
+                results.append(_failure(exc))
+            else:
+                results.append({"error_code": ErrorCode.none, "error_message": None})
+        if valid:
+            try:
+                await self._security.create_acls([binding for _, binding in valid])
+            except RaybrokerError as exc:
+                for index, _ in valid:
+                    results[index] = _failure(exc)
+            else:
+                await _reload(self._access)
+        return build(response_type, {"throttle_time": 0, "results": results})
+
+
+class DescribeAclsHandler:
+    """Answers DescribeAcls (see the module docstring)."""
+
+    def __init__(self, security: SecurityView, access: AccessControl) -> None:
+        self._security = security
+        self._access = access
+
+    async def __call__(self, request: Request) -> Any:
+        response_type = load_response_schema(DESCRIBE_ACLS_KEY, request.api_version)
+        try:
+            refusal = _refusal(self._access, request, AclOperation.DESCRIBE)
+            if refusal is not None:
+                raise refusal
+            acl_filter = _filter(request.body)
+            _, bindings = await self._security.acls()
+        except RaybrokerError as exc:
+            return build(response_type, {"throttle_time": 0, **_failure(exc), "resources": []})
+        patterns: dict[tuple[ResourceType, str, PatternType], list[AclBinding]] = {}
+        for binding in bindings:
+            if acl_filter.matches(binding):
+                pattern = (binding.resource_type, binding.resource_name, binding.pattern_type)
+                patterns.setdefault(pattern, []).append(binding)
+        resources = [
+            {
+                "resource_type": resource_type,
+                "resource_name": name,
+                "pattern_type": pattern_type,
+                "acls": [
+                    {
+                        "principal": binding.principal,
+                        "host": binding.host,
+                        "operation": binding.operation,
+                        "permission_type": binding.permission_type,
+                    }
+                    for binding in matched
+                ],
+            }
+            for (resource_type, name, pattern_type), matched in patterns.items()
+        ]
+        return build(
+            response_type,
+            {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None, "resources": resources},
+        )
+
+
+class DeleteAclsHandler:
+    """Answers DeleteAcls (see the module docstring)."""
+
+    def __init__(self, security: SecurityView, access: AccessControl) -> None:
+        self._security = security
+        self._access = access
+
+    async def __call__(self, request: Request) -> Any:
+        response_type = load_response_schema(DELETE_ACLS_KEY, request.api_version)
+        filters = request.body.filters
+        refusal = _refusal(self._access, request, AclOperation.ALTER)
+        if refusal is not None:
+            failed = {**_failure(refusal), "matching_acls": []}
+            return build(response_type, {"throttle_time": 0, "filter_results": [failed] * len(filters)})
+        results: list[dict[str, Any]] = []
+        valid: list[tuple[int, AclBindingFilter]] = []
+        for wire_filter in filters:
+            try:
+                valid.append((len(results), _filter(wire_filter)))
+            except InvalidAclError as exc:
+                results.append({**_failure(exc), "matching_acls": []})
+            else:
+                results.append({"error_code": ErrorCode.none, "error_message": None, "matching_acls": []})
+        if valid:
+            try:
+                deleted = await self._security.delete_acls([acl_filter for _, acl_filter in valid])
+            except RaybrokerError as exc:
+                for index, _ in valid:
+                    results[index] = {**_failure(exc), "matching_acls": []}
+            else:
+                for (index, _), bindings in zip(valid, deleted, strict=True):
+                    results[index]["matching_acls"] = [_matching(binding) for binding in bindings]
+                await _reload(self._access)
+        return build(response_type, {"throttle_time": 0, "filter_results": results})
+
+
+def _binding(creation: Any) -> AclBinding:
+    """The binding a CreateAcls creation names; `InvalidAclError` for one Kafka refuses."""
+    return AclBinding(
+        ResourceType.from_code(creation.resource_type),
+        creation.resource_name,
+        PatternType.from_code(creation.resource_pattern_type),
+        creation.principal,
+        creation.host,
+        AclOperation.from_code(creation.operation),
+        AclPermissionType.from_code(creation.permission_type),
+    )
+
+
+def _filter(wire: Any) -> AclBindingFilter:
+    """The filter a DescribeAcls request or a DeleteAcls filter names; `InvalidAclError` for one Kafka refuses."""
+    return AclBindingFilter(
+        ResourceType.from_code(wire.resource_type_filter),
+        wire.resource_name_filter,
+        PatternType.from_code(wire.pattern_type_filter),
+        wire.principal_filter,
+        wire.host_filter,
+        AclOperation.from_code(wire.operation),
+        AclPermissionType.from_code(wire.permission_type),
+    )
+
+
+def _matching(binding: AclBinding) -> dict[str, Any]:
+    return {
+        "error_code": ErrorCode.none,
+        "error_message": None,
+        "resource_type": binding.resource_type,
+        "resource_name": binding.resource_name,
+        "pattern_type": binding.pattern_type,
+        "principal": binding.principal,
+        "host": binding.host,
+        "operation": binding.operation,
+        "permission_type": binding.permission_type,
+    }

@@ -1,0 +1,599 @@
+"""Every handler's authorization, without sockets: each API allowed and refused with Kafka's exact code, and the
+order Kafka keeps (a principal without DESCRIBE learns nothing of a topic, not even that it does not exist).
+
+The access control is the listener's own (`AccessControl`, StandardAuthorizer semantics) over the controller's real
+ACL store kept in memory (`MemorySecurityView`); requests come from `User:alice` on 127.0.0.1, with no ACL
+applying meaning "refused" (`allow.everyone.if.no.acl.found=false`, Kafka's default).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from kio.index import load_request_schema, load_response_schema
+from kio.schema.errors import ErrorCode
+
+from actors.server.security.acls import (
+    CLUSTER_NAME,
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    PatternType,
+    ResourceType,
+)
+from cluster.protocol.broker_view import BrokerEndpoint
+from cluster.protocol.config_entries import ConfigDescriber
+from cluster.protocol.connection import ConnectionContext
+from cluster.protocol.framing import Request, decode_response, encode_response
+from cluster.protocol.handlers.authorization import AUTHORIZED_OPERATIONS_OMITTED
+from cluster.protocol.handlers.cluster import DESCRIBE_CLUSTER_KEY, DescribeClusterHandler
+from cluster.protocol.handlers.configs import (
+    ALTER_CONFIGS_KEY,
+    DESCRIBE_CONFIGS_KEY,
+    INCREMENTAL_ALTER_CONFIGS_KEY,
+    AlterConfigsHandler,
+    DescribeConfigsHandler,
+)
+from cluster.protocol.handlers.coordinator import FIND_COORDINATOR_KEY, FindCoordinatorHandler
+from cluster.protocol.handlers.delete_records import DELETE_RECORDS_KEY, DeleteRecordsHandler
+from cluster.protocol.handlers.fetch import FETCH_KEY, FetchHandler
+from cluster.protocol.handlers.group_admin import (
+    DELETE_GROUPS_KEY,
+    DESCRIBE_GROUPS_KEY,
+    LIST_GROUPS_KEY,
+    DeleteGroupsHandler,
+    DescribeGroupsHandler,
+    ListGroupsHandler,
+)
+from cluster.protocol.handlers.group_offsets import (
+    OFFSET_COMMIT_KEY,
+    OFFSET_FETCH_KEY,
+    OffsetCommitHandler,
+    OffsetFetchHandler,
+)
+from cluster.protocol.handlers.groups import (
+    HEARTBEAT_KEY,
+    JOIN_GROUP_KEY,
+    LEAVE_GROUP_KEY,
+    SYNC_GROUP_KEY,
+    HeartbeatHandler,
+    JoinGroupHandler,
+    LeaveGroupHandler,
+    SyncGroupHandler,
+)
+from cluster.protocol.handlers.leader_epoch import OFFSET_FOR_LEADER_EPOCH_KEY, OffsetForLeaderEpochHandler
+from cluster.protocol.handlers.list_offsets import LIST_OFFSETS_KEY, ListOffsetsHandler
+from cluster.protocol.handlers.metadata import METADATA_KEY, MetadataHandler
+from cluster.protocol.handlers.produce import PRODUCE_KEY, ProduceHandler
+from cluster.protocol.handlers.producer_id import INIT_PRODUCER_ID_KEY, InitProducerIdHandler
+from cluster.protocol.handlers.topics import (
+    CREATE_PARTITIONS_KEY,
+    CREATE_TOPICS_KEY,
+    DELETE_TOPICS_KEY,
+    CreatePartitionsHandler,
+    CreateTopicsHandler,
+    DeleteTopicsHandler,
+)
+from cluster.protocol.messages import build
+from cluster.protocol.router import SERVED
+from cluster.protocol.security.access import AccessControl
+from storage.config.broker_config import BrokerConfig
+from storage.config.security_config import SecurityConfig
+from tests.cluster.protocol.group_support import MembershipGroupView
+from tests.cluster.protocol.security_support import MemorySecurityView
+from tests.cluster.protocol.support import LogBrokerView, batch, run
+
+ALICE = "User:alice"
+STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+ENDPOINT = BrokerEndpoint(0, "127.0.0.1", 9092, (("PLAINTEXT", "127.0.0.1", 9092),))
+DENIED_TOPIC = ErrorCode.topic_authorization_failed
+DENIED_GROUP = ErrorCode.group_authorization_failed
+DENIED_CLUSTER = ErrorCode.cluster_authorization_failed
+
+
+def acl(
+    resource_type: ResourceType,
+    name: str,
+    operation: AclOperation,
+    permission: AclPermissionType = AclPermissionType.ALLOW,
+    pattern: PatternType = PatternType.LITERAL,
+    principal: str = ALICE,
+) -> AclBinding:
+    return AclBinding(resource_type, name, pattern, principal, "*", operation, permission)
+
+
+def on_topic(name: str, operation: AclOperation, **options: Any) -> AclBinding:
+    return acl(ResourceType.TOPIC, name, operation, **options)
+
+
+def on_group(name: str, operation: AclOperation, **options: Any) -> AclBinding:
+    return acl(ResourceType.GROUP, name, operation, **options)
+
+
+def on_cluster(operation: AclOperation, **options: Any) -> AclBinding:
+    return acl(ResourceType.CLUSTER, CLUSTER_NAME, operation, **options)
+
+
+def access_with(*bindings: AclBinding, authorizer: str = STANDARD_AUTHORIZER) -> AccessControl:
+    """The listener's access control over exactly `bindings`, loaded."""
+    security = MemorySecurityView()
+    security.add_acls(*bindings)
+    access = AccessControl(SecurityConfig.from_properties({"authorizer.class.name": authorizer}), security)
+    run(access.refresh())
+    return access
+
+
+def ask(handler: Any, api_key: int, values: dict[str, Any], version: int | None = None) -> Any:
+    """`handler`'s decoded answer to alice's request of `api_key` (its highest served version unless given)."""
+    version = SERVED[api_key].max_version if version is None else version
+    body = build(load_request_schema(api_key, version), values)
+    context = ConnectionContext("PLAINTEXT", "PLAINTEXT", "127.0.0.1", ALICE)
+    response = run(handler(Request(api_key, version, 1, "test", body, context)))
+    return decode_response(encode_response(1, response)[4:], load_response_schema(api_key, version))[1]
+
+
+def bits(*operations: AclOperation) -> int:
+    return sum(1 << operation for operation in operations)
+
+
+# Topics and partitions
+
+
+def produce(view: LogBrokerView, access: AccessControl, *topics: str) -> dict[str, ErrorCode]:
+    records = batch([(b"k", b"v", 1000)])
+    answer = ask(
+        ProduceHandler(view, access),
+        PRODUCE_KEY,
+        {
+            "transactional_id": None,
+            "acks": 1,
+            "timeout": 1000,
+            "topic_data": [{"name": name, "partition_data": [{"index": 0, "records": records}]} for name in topics],
+        },
+    )
+    return {topic.name: topic.partition_responses[0].error_code for topic in answer.responses}
+
+
+def test_produce_needs_write_on_the_topic_even_to_learn_it_does_not_exist(view: LogBrokerView) -> None:
+    run(view.create_topic("paid", 1))
+    run(view.create_topic("secret", 1))
+    access = access_with(on_topic("paid", AclOperation.WRITE), on_topic("ghost", AclOperation.WRITE))
+    assert produce(view, access, "paid", "secret", "nowhere", "ghost") == {
+        "paid": ErrorCode.none,
+        "secret": DENIED_TOPIC,
+        "nowhere": DENIED_TOPIC,
+        "ghost": ErrorCode.unknown_topic_or_partition,
+    }
+    assert view.log("secret", 0).log_end_offset == 0
+
+
+def test_produce_allowed_by_a_prefixed_acl_and_refused_by_a_deny(view: LogBrokerView) -> None:
+    run(view.create_topic("orders-eu", 1))
+    run(view.create_topic("orders-us", 1))
+    access = access_with(
+        on_topic("orders-", AclOperation.WRITE, pattern=PatternType.PREFIXED),
+        on_topic("orders-us", AclOperation.WRITE, permission=AclPermissionType.DENY),
+    )
+    assert produce(view, access, "orders-eu", "orders-us") == {"orders-eu": ErrorCode.none, "orders-us": DENIED_TOPIC}
+
+
+def test_every_request_is_allowed_without_an_authorizer(view: LogBrokerView) -> None:
+    run(view.create_topic("open", 1))
+    assert produce(view, access_with(authorizer=""), "open") == {"open": ErrorCode.none}
+
+
+def fetch_codes(view: LogBrokerView, access: AccessControl, *topics: str) -> dict[str, ErrorCode]:
+    answer = ask(
+        FetchHandler(view, access),
+        FETCH_KEY,
+        {
+            "max_wait": 0,
+            "min_bytes": 1,
+            "topics": [
+                {"topic": name, "partitions": [{"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}]}
+                for name in topics
+            ],
+            "forgotten_topics_data": [],
+        },
+    )
+    return {topic.topic: topic.partitions[0].error_code for topic in answer.responses}
+
+
+def test_fetch_needs_read_on_the_topic(view: LogBrokerView) -> None:
+    run(view.create_topic("public", 1))
+    run(view.create_topic("private", 1))
+    access = access_with(on_topic("public", AclOperation.READ), on_topic("private", AclOperation.DESCRIBE))
+    assert fetch_codes(view, access, "public", "private", "nowhere") == {
+        "public": ErrorCode.none,
+        "private": DENIED_TOPIC,
+        "nowhere": DENIED_TOPIC,
+    }
+
+
+def test_list_offsets_needs_describe_on_the_topic(view: LogBrokerView) -> None:
+    run(view.create_topic("seen", 1))
+    run(view.create_topic("hidden", 1))
+    answer = ask(
+        ListOffsetsHandler(view, access_with(on_topic("seen", AclOperation.READ))),
+        LIST_OFFSETS_KEY,
+        {
+            "replica_id": -1,
+            "isolation_level": 0,
+            "topics": [
+                {"name": name, "partitions": [{"partition_index": 0, "timestamp": -1}]} for name in ("seen", "hidden")
+            ],
+        },
+    )
+    codes = {topic.name: (topic.partitions[0].error_code, topic.partitions[0].offset) for topic in answer.topics}
+    assert codes == {"seen": (ErrorCode.none, 0), "hidden": (DENIED_TOPIC, -1)}
+
+
+def leader_epoch_codes(view: LogBrokerView, access: AccessControl) -> dict[str, ErrorCode]:
+    answer = ask(
+        OffsetForLeaderEpochHandler(view, access),
+        OFFSET_FOR_LEADER_EPOCH_KEY,
+        {
+            "topics": [
+                {"topic": name, "partitions": [{"partition": 0, "leader_epoch": 0}]} for name in ("seen", "hidden")
+            ]
+        },
+    )
+    return {topic.topic: topic.partitions[0].error_code for topic in answer.topics}
+
+
+def test_offset_for_leader_epoch_needs_describe_on_the_topic_or_cluster_action(view: LogBrokerView) -> None:
+    run(view.create_topic("seen", 1))
+    run(view.create_topic("hidden", 1))
+    by_topic = access_with(on_topic("seen", AclOperation.DESCRIBE))
+    assert leader_epoch_codes(view, by_topic) == {"seen": ErrorCode.none, "hidden": DENIED_TOPIC}
+    follower = access_with(on_cluster(AclOperation.CLUSTER_ACTION))
+    assert leader_epoch_codes(view, follower) == {"seen": ErrorCode.none, "hidden": ErrorCode.none}
+
+
+def test_delete_records_needs_delete_on_the_topic(view: LogBrokerView) -> None:
+    run(view.create_topic("purged", 1))
+    run(view.create_topic("kept", 1))
+    answer = ask(
+        DeleteRecordsHandler(view, access_with(on_topic("purged", AclOperation.DELETE))),
+        DELETE_RECORDS_KEY,
+        {
+            "topics": [
+                {"name": name, "partitions": [{"partition_index": 0, "offset": -1}]} for name in ("purged", "kept")
+            ],
+            "timeout": 1000,
+        },
+    )
+    assert {topic.name: topic.partitions[0].error_code for topic in answer.topics} == {
+        "purged": ErrorCode.none,
+        "kept": DENIED_TOPIC,
+    }
+
+
+# Metadata
+
+
+def metadata(
+    view: LogBrokerView, access: AccessControl, topics: list[str] | None, version: int = 12, **flags: bool
+) -> Any:
+    handler = MetadataHandler(view, ENDPOINT, True, 1, access)
+    named = None if topics is None else [{"topic_id": None, "name": name} for name in topics]
+    values = {"topics": named, "allow_auto_topic_creation": True, "include_topic_authorized_operations": False}
+    return ask(handler, METADATA_KEY, {**values, **flags}, version)
+
+
+def test_metadata_lists_only_describable_topics_and_hides_whether_others_exist(view: LogBrokerView) -> None:
+    for name in ("seen", "hidden"):
+        run(view.create_topic(name, 1))
+    access = access_with(
+        on_topic("seen", AclOperation.READ), on_topic("hidden", AclOperation.WRITE, permission=AclPermissionType.DENY)
+    )
+    assert [topic.name for topic in metadata(view, access, None).topics] == ["seen"]
+    named = metadata(view, access, ["seen", "hidden", "nowhere"]).topics
+    assert {topic.name: topic.error_code for topic in named} == {
+        "seen": ErrorCode.none,
+        "hidden": DENIED_TOPIC,
+        "nowhere": DENIED_TOPIC,
+    }
+    assert not run(view.topics()).keys() - {"seen", "hidden"}
+
+
+def test_metadata_auto_creation_needs_create_on_the_cluster_or_the_topic(view: LogBrokerView) -> None:
+    describe_all = on_topic("*", AclOperation.DESCRIBE)
+    refused = metadata(view, access_with(describe_all), ["auto-refused"]).topics
+    assert [(topic.name, topic.error_code) for topic in refused] == [("auto-refused", DENIED_TOPIC)]
+    by_prefix = access_with(describe_all, on_topic("auto-", AclOperation.CREATE, pattern=PatternType.PREFIXED))
+    assert metadata(view, by_prefix, ["auto-made"]).topics[0].error_code == ErrorCode.none
+    by_cluster = access_with(describe_all, on_cluster(AclOperation.CREATE))
+    assert metadata(view, by_cluster, ["anything"]).topics[0].error_code == ErrorCode.none
+    assert set(run(view.topics())) == {"auto-made", "anything"}
+
+
+def test_metadata_fills_authorized_operations_when_asked(view: LogBrokerView) -> None:
+    run(view.create_topic("seen", 1))
+    access = access_with(on_topic("seen", AclOperation.READ), on_topic("seen", AclOperation.ALTER_CONFIGS))
+    answer = metadata(
+        view,
+        access,
+        ["seen"],
+        version=10,
+        include_topic_authorized_operations=True,
+        include_cluster_authorized_operations=True,
+    )
+    expected = bits(AclOperation.READ, AclOperation.DESCRIBE, AclOperation.ALTER_CONFIGS, AclOperation.DESCRIBE_CONFIGS)
+    assert answer.topics[0].topic_authorized_operations == expected
+    assert answer.cluster_authorized_operations == 0
+    cluster_ops = access_with(on_cluster(AclOperation.ALTER), on_topic("seen", AclOperation.READ))
+    answer = metadata(view, cluster_ops, ["seen"], version=10, include_cluster_authorized_operations=True)
+    assert answer.cluster_authorized_operations == bits(AclOperation.ALTER, AclOperation.DESCRIBE)
+    assert answer.topics[0].topic_authorized_operations == AUTHORIZED_OPERATIONS_OMITTED
+
+
+def test_describe_cluster_needs_nothing_and_reports_cluster_operations_when_asked(view: LogBrokerView) -> None:
+    values = {"include_cluster_authorized_operations": True, "include_fenced_brokers": False}
+    answer = ask(DescribeClusterHandler(view, ENDPOINT, access_with()), DESCRIBE_CLUSTER_KEY, values)
+    assert (answer.error_code, answer.cluster_authorized_operations) == (ErrorCode.none, 0)
+    access = access_with(on_cluster(AclOperation.DESCRIBE), on_cluster(AclOperation.IDEMPOTENT_WRITE))
+    answer = ask(DescribeClusterHandler(view, ENDPOINT, access), DESCRIBE_CLUSTER_KEY, values)
+    assert answer.cluster_authorized_operations == bits(AclOperation.DESCRIBE, AclOperation.IDEMPOTENT_WRITE)
+
+
+# Producer ids
+
+
+def init_producer_id(view: LogBrokerView, access: AccessControl, transactional_id: str | None = None) -> ErrorCode:
+    values = {"transactional_id": transactional_id, "transaction_timeout": 60_000}
+    code: ErrorCode = ask(InitProducerIdHandler(view, access), INIT_PRODUCER_ID_KEY, values).error_code
+    return code
+
+
+def test_init_producer_id_needs_idempotent_write_on_the_cluster_or_write_on_some_topic(view: LogBrokerView) -> None:
+    assert init_producer_id(view, access_with(on_topic("t", AclOperation.READ))) == DENIED_CLUSTER
+    assert init_producer_id(view, access_with(on_cluster(AclOperation.IDEMPOTENT_WRITE))) == ErrorCode.none
+    assert init_producer_id(view, access_with(on_topic("any", AclOperation.WRITE))) == ErrorCode.none
+
+
+def test_init_producer_id_checks_the_transactional_id_before_refusing_transactions(view: LogBrokerView) -> None:
+    denied = ErrorCode.transactional_id_authorization_failed
+    assert init_producer_id(view, access_with(), "tx") == denied
+    allowed = access_with(acl(ResourceType.TRANSACTIONAL_ID, "tx", AclOperation.WRITE))
+    assert init_producer_id(view, allowed, "tx") == ErrorCode.invalid_request
+
+
+# Topic administration
+
+
+def create_topics(view: LogBrokerView, access: AccessControl, *names: str) -> dict[str, Any]:
+    handler = CreateTopicsHandler(view, ConfigDescriber(BrokerConfig(), frozenset()), 0, 1, access)
+    topics = [
+        {"name": name, "num_partitions": 1, "replication_factor": 1, "assignments": [], "configs": []} for name in names
+    ]
+    answer = ask(handler, CREATE_TOPICS_KEY, {"topics": topics, "timeout": 1000, "validate_only": False})
+    return {topic.name: topic for topic in answer.topics}
+
+
+def test_create_topics_needs_create_on_the_cluster_or_the_topic(view: LogBrokerView) -> None:
+    access = access_with(
+        on_topic("mine", AclOperation.CREATE),
+        on_topic("shown", AclOperation.CREATE),
+        on_topic("shown", AclOperation.DESCRIBE_CONFIGS),
+    )
+    answers = create_topics(view, access, "mine", "shown", "theirs")
+    assert {name: answer.error_code for name, answer in answers.items()} == {
+        "mine": ErrorCode.none,
+        "shown": ErrorCode.none,
+        "theirs": DENIED_TOPIC,
+    }
+    # Created, but its configs are withheld from a principal that may not DESCRIBE_CONFIGS it.
+    assert (answers["mine"].topic_config_error_code, answers["mine"].configs) == (DENIED_TOPIC, ())
+    assert (answers["shown"].topic_config_error_code, answers["shown"].num_partitions) == (0, 1)
+    assert answers["shown"].configs
+    assert set(run(view.topics())) == {"mine", "shown"}
+    everything = access_with(on_cluster(AclOperation.CREATE))
+    assert create_topics(view, everything, "theirs")["theirs"].error_code == ErrorCode.none
+
+
+def delete_topics(view: LogBrokerView, access: AccessControl, *names: str) -> dict[str, ErrorCode]:
+    handler = DeleteTopicsHandler(view, True, access)
+    answer = ask(handler, DELETE_TOPICS_KEY, {"topics": [{"name": n, "topic_id": None} for n in names], "timeout": 1})
+    return {response.name: response.error_code for response in answer.responses}
+
+
+def test_delete_topics_needs_delete_and_describe_on_the_topic_or_delete_on_the_cluster(view: LogBrokerView) -> None:
+    for name in ("doomed", "guarded", "shy", "other"):
+        run(view.create_topic(name, 1))
+    access = access_with(
+        on_topic("doomed", AclOperation.DELETE),
+        on_topic("ghost", AclOperation.DELETE),
+        on_topic("shy", AclOperation.DELETE),
+        on_topic("shy", AclOperation.DESCRIBE, permission=AclPermissionType.DENY),
+    )
+    assert delete_topics(view, access, "doomed", "guarded", "shy", "ghost", "nowhere") == {
+        "doomed": ErrorCode.none,
+        "guarded": DENIED_TOPIC,
+        "shy": DENIED_TOPIC,
+        "ghost": ErrorCode.unknown_topic_or_partition,
+        "nowhere": DENIED_TOPIC,
+    }
+    assert delete_topics(view, access_with(on_cluster(AclOperation.DELETE)), "other") == {"other": ErrorCode.none}
+    assert set(run(view.topics())) == {"guarded", "shy"}
+
+
+def test_create_partitions_needs_alter_on_the_topic(view: LogBrokerView) -> None:
+    for name in ("grown", "fixed"):
+        run(view.create_topic(name, 1))
+    handler = CreatePartitionsHandler(view, 0, access_with(on_topic("grown", AclOperation.ALTER)))
+    topics = [{"name": name, "count": 2, "assignments": None} for name in ("grown", "fixed")]
+    answer = ask(handler, CREATE_PARTITIONS_KEY, {"topics": topics, "timeout": 1000, "validate_only": False})
+    assert {result.name: result.error_code for result in answer.results} == {
+        "grown": ErrorCode.none,
+        "fixed": DENIED_TOPIC,
+    }
+    assert (run(view.topic("grown")).partition_count, run(view.topic("fixed")).partition_count) == (2, 1)
+
+
+def test_describe_configs_needs_describe_configs_on_the_topic_or_the_cluster(view: LogBrokerView) -> None:
+    for name in ("seen", "hidden"):
+        run(view.create_topic(name, 1))
+    resources = [
+        {"resource_type": 2, "resource_name": "seen", "configuration_keys": None},
+        {"resource_type": 2, "resource_name": "hidden", "configuration_keys": None},
+        {"resource_type": 4, "resource_name": "0", "configuration_keys": None},
+    ]
+    describer = ConfigDescriber(BrokerConfig(), frozenset())
+    topic_only = access_with(on_topic("seen", AclOperation.ALTER_CONFIGS))
+    answer = ask(DescribeConfigsHandler(view, describer, 0, topic_only), DESCRIBE_CONFIGS_KEY, {"resources": resources})
+    assert [(result.resource_name, result.error_code) for result in answer.results] == [
+        ("seen", ErrorCode.none),
+        ("hidden", DENIED_TOPIC),
+        ("0", DENIED_CLUSTER),
+    ]
+    cluster = access_with(on_cluster(AclOperation.DESCRIBE_CONFIGS))
+    answer = ask(DescribeConfigsHandler(view, describer, 0, cluster), DESCRIBE_CONFIGS_KEY, {"resources": resources})
+    assert [result.error_code for result in answer.results] == [DENIED_TOPIC, DENIED_TOPIC, ErrorCode.none]
+
+
+@pytest.mark.parametrize("incremental", [False, True])
+def test_alter_configs_need_alter_configs_on_the_topic_or_the_cluster(view: LogBrokerView, incremental: bool) -> None:
+    for name in ("tuned", "fixed"):
+        run(view.create_topic(name, 1))
+    config = {"name": "retention.ms", "value": "60000", "config_operation": 0}
+    resources = [
+        {"resource_type": 2, "resource_name": "tuned", "configs": [config]},
+        {"resource_type": 2, "resource_name": "fixed", "configs": [config]},
+        {"resource_type": 4, "resource_name": "0", "configs": [config]},
+    ]
+    access = access_with(on_topic("tuned", AclOperation.ALTER_CONFIGS))
+    handler = AlterConfigsHandler(view, 0, BrokerConfig().log_config, incremental, access)
+    api_key = INCREMENTAL_ALTER_CONFIGS_KEY if incremental else ALTER_CONFIGS_KEY
+    answer = ask(handler, api_key, {"resources": resources, "validate_only": False})
+    assert [(response.resource_name, response.error_code) for response in answer.responses] == [
+        ("tuned", ErrorCode.none),
+        ("fixed", DENIED_TOPIC),
+        ("0", DENIED_CLUSTER),
+    ]
+    assert (run(view.topic_config("tuned")), run(view.topic_config("fixed"))) == ({"retention.ms": "60000"}, {})
+
+
+# Groups
+
+
+def test_find_coordinator_needs_describe_on_the_group() -> None:
+    access = access_with(on_group("mine", AclOperation.DESCRIBE))
+    answer = ask(FindCoordinatorHandler(ENDPOINT, access), FIND_COORDINATOR_KEY, {"coordinator_keys": ["mine", "x"]})
+    assert [(c.key, c.error_code, c.node_id) for c in answer.coordinators] == [
+        ("mine", ErrorCode.none, 0),
+        ("x", DENIED_GROUP, -1),
+    ]
+    old = ask(FindCoordinatorHandler(ENDPOINT, access), FIND_COORDINATOR_KEY, {"key": "x", "key_type": 0}, 3)
+    assert old.error_code == DENIED_GROUP
+
+
+JOIN = {
+    "session_timeout": 10_000,
+    "rebalance_timeout": 10_000,
+    "member_id": "",
+    "group_instance_id": None,
+    "protocol_type": "consumer",
+    "protocols": [{"name": "range", "metadata": b""}],
+}
+
+
+def test_the_group_protocol_needs_read_on_the_group() -> None:
+    groups = MembershipGroupView()
+    refused = access_with(on_group("g", AclOperation.DESCRIBE))
+    member = {"group_id": "g", "generation_id": 1, "member_id": "m"}
+    answers = [
+        ask(JoinGroupHandler(groups, refused), JOIN_GROUP_KEY, {"group_id": "g", **JOIN}),
+        ask(SyncGroupHandler(groups, refused), SYNC_GROUP_KEY, {**member, "assignments": []}),
+        ask(HeartbeatHandler(groups, refused), HEARTBEAT_KEY, member),
+        ask(LeaveGroupHandler(groups, refused), LEAVE_GROUP_KEY, {"group_id": "g", "members": [{"member_id": "m"}]}),
+    ]
+    assert [answer.error_code for answer in answers] == [DENIED_GROUP] * 4
+    assert (answers[0].member_id, answers[0].generation_id, answers[3].members) == ("", -1, ())
+    assert run(groups.list_groups()) == []
+    allowed = access_with(on_group("g", AclOperation.READ))
+    joined = ask(JoinGroupHandler(groups, allowed), JOIN_GROUP_KEY, {"group_id": "g", **JOIN})
+    assert joined.error_code == ErrorCode.member_id_required
+
+
+def commit(view: LogBrokerView, groups: MembershipGroupView, access: AccessControl) -> dict[str, ErrorCode]:
+    values = {
+        "group_id": "g",
+        "member_id": "",
+        "topics": [
+            {"name": name, "partitions": [{"partition_index": 0, "committed_offset": 5, "committed_metadata": ""}]}
+            for name in ("read", "unread", "nowhere")
+        ],
+    }
+    answer = ask(OffsetCommitHandler(view, groups, access), OFFSET_COMMIT_KEY, values)
+    return {topic.name: topic.partitions[0].error_code for topic in answer.topics}
+
+
+def test_offset_commit_needs_read_on_the_group_then_on_each_topic(view: LogBrokerView) -> None:
+    for name in ("read", "unread"):
+        run(view.create_topic(name, 1))
+    groups = MembershipGroupView()
+    read_topic = on_topic("read", AclOperation.READ)
+    assert commit(view, groups, access_with(read_topic)) == dict.fromkeys(("read", "unread", "nowhere"), DENIED_GROUP)
+    assert commit(view, groups, access_with(read_topic, on_group("g", AclOperation.READ))) == {
+        "read": ErrorCode.none,
+        "unread": DENIED_TOPIC,
+        "nowhere": DENIED_TOPIC,
+    }
+    assert groups.offsets == {("g", "read", 0): 5}
+
+
+def test_offset_fetch_needs_describe_on_the_group_and_hides_undescribable_topics() -> None:
+    groups = MembershipGroupView()
+    groups.offsets.update({("g", "seen", 0): 3, ("g", "hidden", 0): 7})
+    handler = OffsetFetchHandler(
+        groups, access_with(on_group("g", AclOperation.DESCRIBE), on_topic("seen", AclOperation.DESCRIBE))
+    )
+    named = [{"name": name, "partition_indexes": [0]} for name in ("seen", "hidden")]
+    answer = ask(
+        handler,
+        OFFSET_FETCH_KEY,
+        {"groups": [{"group_id": "g", "topics": named}, {"group_id": "other", "topics": None}]},
+    )
+    mine, other = answer.groups
+    assert other.error_code == DENIED_GROUP
+    assert [(t.name, t.partitions[0].committed_offset, t.partitions[0].error_code) for t in mine.topics] == [
+        ("seen", 3, ErrorCode.none),
+        ("hidden", -1, DENIED_TOPIC),
+    ]
+    every = ask(handler, OFFSET_FETCH_KEY, {"groups": [{"group_id": "g", "topics": None}]}).groups[0]
+    assert [(t.name, t.partitions[0].committed_offset) for t in every.topics] == [("seen", 3)]
+    single = ask(handler, OFFSET_FETCH_KEY, {"group_id": "other", "topics": None}, 7)
+    assert single.error_code == DENIED_GROUP
+
+
+def test_list_groups_lists_every_group_to_cluster_describe_and_describable_ones_otherwise() -> None:
+    groups = MembershipGroupView()
+    groups.offsets.update({("mine", "t", 0): 1, ("theirs", "t", 0): 1})
+    listed = ask(ListGroupsHandler(groups, access_with(on_group("mine", AclOperation.READ))), LIST_GROUPS_KEY, {})
+    assert [group.group_id for group in listed.groups] == ["mine"]
+    everything = ask(ListGroupsHandler(groups, access_with(on_cluster(AclOperation.DESCRIBE))), LIST_GROUPS_KEY, {})
+    assert [group.group_id for group in everything.groups] == ["mine", "theirs"]
+
+
+def test_describe_groups_needs_describe_and_delete_groups_delete_on_each_group() -> None:
+    groups = MembershipGroupView()
+    groups.offsets.update({("mine", "t", 0): 1, ("theirs", "t", 0): 1})
+    access = access_with(on_group("mine", AclOperation.DELETE))
+    described = ask(
+        DescribeGroupsHandler(groups, access),
+        DESCRIBE_GROUPS_KEY,
+        {"groups": ["mine", "theirs"], "include_authorized_operations": True},
+    )
+    assert [(group.group_id, group.error_code) for group in described.groups] == [
+        ("mine", ErrorCode.none),
+        ("theirs", DENIED_GROUP),
+    ]
+    assert described.groups[0].authorized_operations == bits(AclOperation.DELETE, AclOperation.DESCRIBE)
+    deleted = ask(DeleteGroupsHandler(groups, access), DELETE_GROUPS_KEY, {"groups_names": ["mine", "theirs"]})
+    assert [(result.group_id, result.error_code) for result in deleted.results] == [
+        ("mine", ErrorCode.none),
+        ("theirs", DENIED_GROUP),
+    ]
+    assert set(groups.offsets) == {("theirs", "t", 0)}
