@@ -19,6 +19,10 @@ from dataclasses import dataclass
 
 from storage.partition.file_slices import FileSlice, map_pages, offset_after, open_located
 
+# Located bytes from this size on are sent from the page cache with `sendfile`; smaller ones are read into the
+# response (one `pread` costs less than the socket flush and the system call a region needs).
+SENDFILE_MIN_BYTES = 16 * 1024
+
 
 @dataclass(eq=False, slots=True)
 class FileRegion:

@@ -37,7 +37,7 @@ from actors.clients.broker import Broker
 from actors.server.controller import AdvertisedListener, TopicMetadata
 from actors.server.partition_log import FetchResult, FileSlices
 from cluster.protocol.broker_view import BrokerEndpoint, FetchedRecords, PartitionOffsets, TopicInfo
-from cluster.protocol.file_region import FileRegion, offset_after_region, open_region
+from cluster.protocol.file_region import SENDFILE_MIN_BYTES, FileRegion, offset_after_region, open_region
 from storage.errors import BrokerNotAvailableError, RaybrokerError, UnknownTopicOrPartitionError
 from storage.partition.file_slices import read_located
 from storage.partition.log import LogAppendInfo
@@ -55,11 +55,6 @@ class _Prefetch:
     max_bytes: int
     started: float
     located: asyncio.Future[FileSlices]
-
-
-# Located bytes from this size on are sent from the page cache with `sendfile`; smaller ones are read into the
-# response (one `pread` costs less than the socket flush and the system call a region needs).
-SENDFILE_MIN_BYTES = 16 * 1024
 
 
 class RayBrokerView:

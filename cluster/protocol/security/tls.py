@@ -3,9 +3,9 @@
 The server context takes its key and certificate chain from `ssl.keystore.location` (one PEM file, the key
 decrypted with `ssl.key.password` when it is encrypted), the CAs that sign client certificates from
 `ssl.truststore.location`, and `ssl.client.auth` as Kafka means it: `none` asks for no certificate, `requested`
-asks and accepts a client without one, `required` refuses a client without a valid one. As in Kafka, `ssl.client.auth` applies to SSL
-listeners only: a SASL_SSL client authenticates with SASL and is asked for no certificate. Only TLS 1.2 and 1.3
-are offered (`ssl.enabled.protocols` picks among them).
+asks and accepts a client without one, `required` refuses a client without a valid one. As in Kafka,
+`ssl.client.auth` applies to SSL listeners only: a SASL_SSL client authenticates with SASL and is asked for no
+certificate. Only TLS 1.2 and 1.3 are offered (`ssl.enabled.protocols` picks among them).
 
 A client certificate's subject becomes the principal `User:<distinguished name>`, in RFC 2253 form as Java's
 `X500Principal.getName()` writes it (`User:CN=alice,OU=eng,O=example`): what Kafka's default principal builder

@@ -3,6 +3,8 @@
 `LogBrokerView` keeps one `storage.partition.log.Log` per partition in a temporary folder, so handler and socket
 tests exercise the real append, read and offset code the partition actors run, in-process. Unlike the actors it
 does not wait for data (a long-poll fetch answers at once); the long poll is tested against the real broker.
+With `splice=True` a fetch of `SENDFILE_MIN_BYTES` or more answers a `FileRegion` of the segment file, as the
+real broker view does for a partition on the listener's node, so the server's `sendfile` path runs too.
 """
 
 from __future__ import annotations
@@ -17,11 +19,13 @@ from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader
 
 from cluster.protocol.broker_view import BrokerEndpoint, FetchedRecords, PartitionOffsets, TopicInfo
+from cluster.protocol.file_region import SENDFILE_MIN_BYTES, open_region
 from cluster.protocol.framing import SIZE, Request, decode_response, encode_request, encode_response
 from cluster.protocol.messages import build
 from storage import file_names
 from storage.config.log_config import LogConfig
 from storage.errors import InvalidPartitionsError, TopicExistsError, UnknownTopicOrPartitionError
+from storage.partition.file_slices import locate_file_slices
 from storage.partition.log import Log, LogAppendInfo
 from storage.records.compression import CompressionType
 from storage.records.file_records import TimestampAndOffset
@@ -35,8 +39,9 @@ MAX_PARTITIONS = 100
 class LogBrokerView:
     """A `BrokerView` over plain storage logs under `root` (see the module docstring)."""
 
-    def __init__(self, root: Path, config: LogConfig | None = None) -> None:
+    def __init__(self, root: Path, config: LogConfig | None = None, splice: bool = False) -> None:
         self._root = root
+        self._splice = splice
         self._config = config or LogConfig()
         self._logs: dict[tuple[str, int], Log] = {}
         self._topics: dict[str, TopicInfo] = {}
@@ -141,6 +146,12 @@ class LogBrokerView:
         self, topic: str, partition: int, offset: int, max_bytes: int, max_wait_ms: int, min_bytes: int
     ) -> FetchedRecords:
         log = self.log(topic, partition)
+        if self._splice:
+            located = locate_file_slices(log, offset, max_bytes)
+            if located and located[0].length >= SENDFILE_MIN_BYTES:
+                region = open_region(located[0])
+                if region is not None:
+                    return FetchedRecords(region, log.high_watermark, log.log_start_offset)
         records = log.read(offset, max_bytes, isolation="high_watermark").records
         return FetchedRecords(bytes(records), log.high_watermark, log.log_start_offset)
 
