@@ -5,11 +5,11 @@ The bindings live in the controller (`SecurityView`); after a change this listen
 (`AccessControl.refresh`), and other listeners within their refresh interval. Wire fields are Kafka's codes
 (`actors.server.security.acls` enums); a code this broker does not know is UNKNOWN, which is refused.
 
-| API          | needs               | refused                                   | invalid entry                  |
-|--------------|---------------------|-------------------------------------------|--------------------------------|
-| CreateAcls   | ALTER on cluster    | every creation CLUSTER_AUTHORIZATION_FAILED | that creation INVALID_REQUEST |
-| DescribeAcls | DESCRIBE on cluster | the answer CLUSTER_AUTHORIZATION_FAILED   | the answer INVALID_REQUEST     |
-| DeleteAcls   | ALTER on cluster    | every filter CLUSTER_AUTHORIZATION_FAILED | that filter INVALID_REQUEST    |
+| API          | needs               | refused: CLUSTER_AUTHORIZATION_FAILED (31) | invalid: INVALID_REQUEST (42) |
+|--------------|---------------------|--------------------------------------------|-------------------------------|
+| CreateAcls   | ALTER on cluster    | for every creation                         | for that creation             |
+| DescribeAcls | DESCRIBE on cluster | for the answer                             | for the answer                |
+| DeleteAcls   | ALTER on cluster    | for every filter                           | for that filter               |
 
 A broker without `authorizer.class.name` answers SECURITY_DISABLED (54) to all three, as Kafka's (it has no ACLs
 to apply). Creating a binding that exists already succeeds and changes nothing. DescribeAcls answers one resource
@@ -110,18 +110,13 @@ class DescribeAclsHandler:
     async def __call__(self, request: Request) -> Any:
         response_type = load_response_schema(DESCRIBE_ACLS_KEY, request.api_version)
         try:
-            refusal = _refusal(self._access, request, AclOperation.DESCRIBE)
-            if refusal is not None:
-                raise refusal
-            acl_filter = _filter(request.body)
-            _, bindings = await self._security.acls()
+            matched = await self._matched(request)
         except RaybrokerError as exc:
             return build(response_type, {"throttle_time": 0, **_failure(exc), "resources": []})
         patterns: dict[tuple[ResourceType, str, PatternType], list[AclBinding]] = {}
-        for binding in bindings:
-            if acl_filter.matches(binding):
-                pattern = (binding.resource_type, binding.resource_name, binding.pattern_type)
-                patterns.setdefault(pattern, []).append(binding)
+        for binding in matched:
+            pattern = (binding.resource_type, binding.resource_name, binding.pattern_type)
+            patterns.setdefault(pattern, []).append(binding)
         resources = [
             {
                 "resource_type": resource_type,
@@ -134,15 +129,24 @@ class DescribeAclsHandler:
                         "operation": binding.operation,
                         "permission_type": binding.permission_type,
                     }
-                    for binding in matched
+                    for binding in bindings
                 ],
             }
-            for (resource_type, name, pattern_type), matched in patterns.items()
+            for (resource_type, name, pattern_type), bindings in patterns.items()
         ]
         return build(
             response_type,
             {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None, "resources": resources},
         )
+
+    async def _matched(self, request: Request) -> list[AclBinding]:
+        """The bindings the request's filter matches; the typed error of a refused or invalid request."""
+        refusal = _refusal(self._access, request, AclOperation.DESCRIBE)
+        if refusal is not None:
+            raise refusal
+        acl_filter = _filter(request.body)
+        _, bindings = await self._security.acls()
+        return [binding for binding in bindings if acl_filter.matches(binding)]
 
 
 class DeleteAclsHandler:

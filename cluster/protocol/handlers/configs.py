@@ -73,29 +73,23 @@ CLUSTER_CONFIG_TYPES = frozenset({ResourceType.BROKER, 8, 16})
 GROUP_CONFIG_TYPE = 32
 
 
-def check_authorized(
+def _check_authorized(
     access: AccessControl | None, context: ConnectionContext, operation: AclOperation, resource: Any
 ) -> None:
     """Raises the resource's authorization error unless the principal may do `operation` (DESCRIBE_CONFIGS or
     ALTER_CONFIGS) on the config resource (see the module docstring); resource types not served pass unchecked."""
     name = resource.resource_name
+    checked: tuple[acls.ResourceType, str]
     denied: type[AuthorizationFailedError]
     if resource.resource_type == ResourceType.TOPIC:
-        allowed, denied = (
-            allows(access, context, operation, acls.ResourceType.TOPIC, name),
-            TopicAuthorizationFailedError,
-        )
+        checked, denied = (acls.ResourceType.TOPIC, name), TopicAuthorizationFailedError
     elif resource.resource_type in CLUSTER_CONFIG_TYPES:
-        allowed = allows(access, context, operation, acls.ResourceType.CLUSTER, acls.CLUSTER_NAME)
-        denied = ClusterAuthorizationFailedError
+        checked, denied = (acls.ResourceType.CLUSTER, acls.CLUSTER_NAME), ClusterAuthorizationFailedError
     elif resource.resource_type == GROUP_CONFIG_TYPE:
-        allowed, denied = (
-            allows(access, context, operation, acls.ResourceType.GROUP, name),
-            GroupAuthorizationFailedError,
-        )
+        checked, denied = (acls.ResourceType.GROUP, name), GroupAuthorizationFailedError
     else:
         return
-    if not allowed:
+    if not allows(access, context, operation, *checked):
         raise denied(f"not authorized to {operation.name} of {name!r}")
 
 
@@ -133,7 +127,7 @@ class DescribeConfigsHandler:
                 "configs": [],
             }
             try:
-                check_authorized(self._access, request.context, AclOperation.DESCRIBE_CONFIGS, resource)
+                _check_authorized(self._access, request.context, AclOperation.DESCRIBE_CONFIGS, resource)
                 entries = await self._entries(resource.resource_type, resource.resource_name)
             except RaybrokerError as exc:
                 results.append({**result, "error_code": error_code(exc), "error_message": exc.message})
@@ -191,7 +185,7 @@ class AlterConfigsHandler:
             try:
                 if named[(resource.resource_type, resource.resource_name)] > 1:
                     raise InvalidRequestError(f"resource {resource.resource_name!r} appears more than once")
-                check_authorized(self._access, request.context, AclOperation.ALTER_CONFIGS, resource)
+                _check_authorized(self._access, request.context, AclOperation.ALTER_CONFIGS, resource)
                 await self._alter(resource, body.validate_only)
             except RaybrokerError as exc:
                 response = {**response, "error_code": error_code(exc), "error_message": exc.message}

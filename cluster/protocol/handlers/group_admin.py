@@ -102,7 +102,8 @@ class DescribeGroupsHandler:
 
     async def _describe(self, group_id: str, version: int, context: ConnectionContext) -> dict[str, Any]:
         if not allows(self._access, context, AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
-            return _described(group_id, ErrorCode.group_authorization_failed, None)
+            # Kafka's `groupError`: nothing of the group, not even a state.
+            return {**_described(group_id, ErrorCode.group_authorization_failed, None), "group_state": ""}
         if not group_id:
             return _described(group_id, ErrorCode.invalid_group_id, None)
         try:

@@ -591,6 +591,10 @@ def test_describe_groups_needs_describe_and_delete_groups_delete_on_each_group()
         ("theirs", DENIED_GROUP),
     ]
     assert described.groups[0].authorized_operations == bits(AclOperation.DELETE, AclOperation.DESCRIBE)
+    assert (described.groups[1].group_state, described.groups[1].authorized_operations) == (
+        "",
+        AUTHORIZED_OPERATIONS_OMITTED,
+    )
     deleted = ask(DeleteGroupsHandler(groups, access), DELETE_GROUPS_KEY, {"groups_names": ["mine", "theirs"]})
     assert [(result.group_id, result.error_code) for result in deleted.results] == [
         ("mine", ErrorCode.none),
