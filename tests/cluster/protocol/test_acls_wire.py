@@ -35,6 +35,9 @@ from kafka.admin import ACL, ACLFilter, ACLOperation, ACLPermissionType, ACLReso
 from kafka.admin import ResourcePattern as KafkaPythonPattern
 from kafka.admin import ResourcePatternFilter as KafkaPythonPatternFilter
 from kafka.admin import ResourceType as KafkaPythonResourceType
+from kafka.admin import ScramMechanism as KafkaPythonScramMechanism
+from kafka.admin import UserScramCredentialDeletion as KafkaPythonDeletion
+from kafka.admin import UserScramCredentialUpsertion as KafkaPythonUpsertion
 
 from actors.server.security import acls
 from cluster.protocol.listener import KafkaListener, start_listener
@@ -226,6 +229,29 @@ def test_confluent_admin_alters_and_describes_scram_credentials(
     with pytest.raises(KafkaException) as refused:
         admin.alter_user_scram_credentials([too_few])["fay"].result(TIMEOUT_S)
     assert refused.value.args[0].code() == KafkaError.UNACCEPTABLE_CREDENTIAL
+
+
+def test_kafka_python_admin_alters_and_describes_scram_credentials(
+    admin_listener: KafkaListener, admin_security: MemorySecurityView
+) -> None:
+    admin = KafkaAdminClient(
+        bootstrap_servers=admin_listener.bootstrap_servers, request_timeout_ms=int(TIMEOUT_S * 1000)
+    )
+    try:
+        upsert = KafkaPythonUpsertion("gus", KafkaPythonScramMechanism.SCRAM_SHA_512, "gus-pw", iterations=4500)
+        assert admin.alter_user_scram_credentials([upsert]) == {"gus": None}
+        gus = run(admin_security.scram_credential("gus", "SCRAM-SHA-512"))
+        assert gus is not None and gus.verify_password("gus-pw") and gus.iterations == 4500
+        described = admin.describe_user_scram_credentials(["gus"])["gus"]
+        assert described["error"] is None
+        assert described["credential_infos"] == [
+            {"mechanism": KafkaPythonScramMechanism.SCRAM_SHA_512, "iterations": 4500}
+        ]
+        deletion = KafkaPythonDeletion("gus", KafkaPythonScramMechanism.SCRAM_SHA_512)
+        assert admin.alter_user_scram_credentials([deletion]) == {"gus": None}
+        assert run(admin_security.scram_credential("gus", "SCRAM-SHA-512")) is None
+    finally:
+        admin.close()
 
 
 # Enforcement: no super user, nothing allowed without an ACL.

@@ -306,6 +306,8 @@ def test_metadata_auto_creation_needs_create_on_the_cluster_or_the_topic(view: L
     assert metadata(view, by_prefix, ["auto-made"]).topics[0].error_code == ErrorCode.none
     by_cluster = access_with(describe_all, on_cluster(AclOperation.CREATE))
     assert metadata(view, by_cluster, ["anything"]).topics[0].error_code == ErrorCode.none
+    not_asked = metadata(view, access_with(describe_all), ["absent"], allow_auto_topic_creation=False).topics
+    assert not_asked[0].error_code == ErrorCode.unknown_topic_or_partition
     assert set(run(view.topics())) == {"auto-made", "anything"}
 
 
@@ -487,6 +489,12 @@ def test_find_coordinator_needs_describe_on_the_group() -> None:
     ]
     old = ask(FindCoordinatorHandler(ENDPOINT, access), FIND_COORDINATOR_KEY, {"key": "x", "key_type": 0}, 3)
     assert old.error_code == DENIED_GROUP
+    transactional = {"key_type": 1, "coordinator_keys": ["tx"]}
+    answer = ask(FindCoordinatorHandler(ENDPOINT, access), FIND_COORDINATOR_KEY, transactional)
+    assert answer.coordinators[0].error_code == ErrorCode.transactional_id_authorization_failed
+    described = access_with(acl(ResourceType.TRANSACTIONAL_ID, "tx", AclOperation.DESCRIBE))
+    answer = ask(FindCoordinatorHandler(ENDPOINT, described), FIND_COORDINATOR_KEY, transactional)
+    assert answer.coordinators[0].error_code == ErrorCode.invalid_request  # no transaction coordinator
 
 
 JOIN = {
