@@ -18,7 +18,7 @@ import pytest
 
 from cluster.protocol.listener import KafkaListener, start_listener
 from tests.cluster.protocol.security_support import MemorySecurityView, TlsFiles, make_tls_files
-from tests.cluster.protocol.support import LogBrokerView
+from tests.cluster.protocol.support import LogBrokerView, run
 
 ALICE_PASSWORD = "alice-pa55-Secret"
 PLAIN_PASSWORD = "plain-only-pa55"
@@ -281,3 +281,122 @@ def test_large_fetches_over_tls_come_back_byte_for_byte(listener: KafkaListener,
         consumer.close()
     assert received == values
     assert listener.statistics().file_bytes_sent == 0, "no segment byte may leave unencrypted"
+
+
+@pytest.fixture(scope="module")
+def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[KafkaListener, MemorySecurityView]]:
+    """A SASL_PLAINTEXT listener with the authorizer on, `admin` a super user and no ACL yet."""
+    security = MemorySecurityView()
+    for user in ("admin", "alice", "bob"):
+        security.add_user(user, f"{user}-{ALICE_PASSWORD}")
+    view = LogBrokerView(tmp_path_factory.mktemp("guarded"))
+    properties = {
+        "listeners": "SASL_PLAINTEXT://127.0.0.1:0",
+        "sasl.enabled.mechanisms": "SCRAM-SHA-256",
+        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "super.users": "User:admin",
+        "connection.failed.authentication.delay.ms": "0",
+    }
+    try:
+        with start_listener(properties, view, security) as started:
+            yield started, security
+    finally:
+        view.close()
+
+
+def login(listener: KafkaListener, user: str, password: str | None = None, **extra: str) -> dict[str, str]:
+    return {
+        "bootstrap.servers": f"127.0.0.1:{listener.port}",
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "SCRAM-SHA-256",
+        "sasl.username": user,
+        "sasl.password": password if password is not None else f"{user}-{ALICE_PASSWORD}",
+        **extra,
+    }
+
+
+def test_principals_from_sasl_logins_are_authorized_by_acls_and_a_super_user_needs_none(
+    guarded: tuple[KafkaListener, MemorySecurityView],
+) -> None:
+    """`admin` (super user) writes with no ACL; alice, granted READ, consumes but may not produce; bob, granted
+    nothing, does not even see the topic in Metadata."""
+    from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclOperation,
+        AclPermissionType,
+        AdminClient,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    listener, _ = guarded
+    produce_and_consume(login(listener, "admin"), "ledger")
+    admin = AdminClient(login(listener, "admin"))
+    grants = [
+        AclBinding(
+            ResourceType.TOPIC,
+            "ledger",
+            ResourcePatternType.LITERAL,
+            "User:alice",
+            "*",
+            AclOperation.READ,
+            AclPermissionType.ALLOW,
+        ),
+        AclBinding(
+            ResourceType.GROUP,
+            "*",
+            ResourcePatternType.LITERAL,
+            "User:alice",
+            "*",
+            AclOperation.ALL,
+            AclPermissionType.ALLOW,
+        ),
+    ]
+    for future in admin.create_acls(grants).values():
+        future.result(timeout=DEADLINE_S)
+
+    alice = login(listener, "alice")
+    consumer = Consumer({**alice, "group.id": "alice-reads", "enable.auto.commit": "false"})
+    try:
+        consumer.assign([TopicPartition("ledger", 0, 0)])
+        received: list[bytes | None] = []
+        deadline = time.monotonic() + DEADLINE_S
+        while len(received) < RECORDS and time.monotonic() < deadline:
+            received += [message.value() for message in consumer.consume(100, 0.5) if message.error() is None]
+        assert len(received) == RECORDS
+    finally:
+        consumer.close()
+
+    reports: list[Any] = []
+    producer = Producer({**alice, "message.timeout.ms": "5000"})
+    producer.produce("ledger", b"not allowed", partition=0, on_delivery=lambda error, _m: reports.append(error))
+    producer.flush(DEADLINE_S)
+    assert [error.code() for error in reports] == [KafkaError.TOPIC_AUTHORIZATION_FAILED]
+
+    visible = AdminClient(login(listener, "bob")).list_topics(timeout=DEADLINE_S).topics
+    assert "ledger" not in visible
+    assert "ledger" in AdminClient(alice).list_topics(timeout=DEADLINE_S).topics
+
+
+def test_a_password_changed_over_the_wire_applies_to_the_next_login(
+    guarded: tuple[KafkaListener, MemorySecurityView],
+) -> None:
+    """AlterUserScramCredentials from a super user's AdminClient: the new password logs in, the old one fails."""
+    from confluent_kafka import KafkaError
+    from confluent_kafka.admin import AdminClient, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
+
+    listener, security = guarded
+    before = run(security.scram_credential("bob", "SCRAM-SHA-256"))
+    admin = AdminClient(login(listener, "admin"))
+    upsertion = UserScramCredentialUpsertion(
+        "bob", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 8192), b"bob-new-Pa55"
+    )
+    for future in admin.alter_user_scram_credentials([upsertion]).values():
+        future.result(timeout=DEADLINE_S)
+    after = run(security.scram_credential("bob", "SCRAM-SHA-256"))
+    assert after is not None and before is not None
+    assert after.iterations == 8192 and after.stored_key != before.stored_key
+    assert AdminClient(login(listener, "bob", "bob-new-Pa55")).list_topics(timeout=DEADLINE_S) is not None
+    error = login_error(login(listener, "bob"))
+    assert error is not None and error.code() == KafkaError._AUTHENTICATION
