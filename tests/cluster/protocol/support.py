@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import socket
+import ssl
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -217,3 +219,27 @@ def answer(handler: Any, api_key: int, version: int, values: dict[str, Any]) -> 
     body = build(load_request_schema(api_key, version), values)
     response = run(handler(request(body)))
     return decode_response(encode_response(1, response)[SIZE.size :], load_response_schema(api_key, version))[1]
+
+
+def read_frame(sock: socket.socket) -> bytes:
+    """The payload of the next frame on `sock`, read whole; `ConnectionError` if the peer closes first."""
+
+    def exactly(count: int) -> bytes:
+        data = b""
+        while len(data) < count:
+            chunk = sock.recv(count - len(data))
+            if not chunk:
+                raise ConnectionError("closed")
+            data += chunk
+        return data
+
+    (size,) = SIZE.unpack(exactly(SIZE.size))
+    return exactly(size)
+
+
+def is_closed_by_server(sock: socket.socket) -> bool:
+    """True once the server has closed `sock` (a read returns end of file or a reset)."""
+    try:
+        return sock.recv(1) == b""
+    except (ConnectionResetError, ssl.SSLError):
+        return True

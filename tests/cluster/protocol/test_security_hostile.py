@@ -25,7 +25,7 @@ from cluster.protocol.handlers.sasl import SASL_AUTHENTICATE_KEY, SASL_HANDSHAKE
 from cluster.protocol.listener import KafkaListener, start_listener
 from cluster.protocol.messages import build
 from tests.cluster.protocol.security_support import MemorySecurityView, TlsFiles, make_tls_files
-from tests.cluster.protocol.support import LogBrokerView
+from tests.cluster.protocol.support import LogBrokerView, is_closed_by_server, read_frame
 
 PASSWORD = "hostile-test-Pa55"
 MAX_RECEIVE = 4096
@@ -57,20 +57,6 @@ def listener(tmp_path_factory: pytest.TempPathFactory, tls: TlsFiles) -> Iterato
         view.close()
 
 
-def read_frame(sock: socket.socket) -> bytes:
-    def exactly(count: int) -> bytes:
-        data = b""
-        while len(data) < count:
-            chunk = sock.recv(count - len(data))
-            if not chunk:
-                raise ConnectionError("closed")
-            data += chunk
-        return data
-
-    (size,) = SIZE.unpack(exactly(SIZE.size))
-    return exactly(size)
-
-
 def call(sock: socket.socket, api_key: int, version: int, values: dict[str, Any], correlation_id: int = 1) -> Any:
     """Sends one request and returns the decoded answer's body."""
     body = build(load_request_schema(api_key, version), values)
@@ -95,13 +81,6 @@ def sasl_connection(listener: KafkaListener) -> socket.socket:
     assert api_versions(sock)
     assert call(sock, SASL_HANDSHAKE_KEY, 1, {"mechanism": "SCRAM-SHA-256"}).error_code == ErrorCode.none
     return sock
-
-
-def is_closed_by_server(sock: socket.socket) -> bool:
-    try:
-        return sock.recv(1) == b""
-    except (ConnectionResetError, ssl.SSLError):
-        return True
 
 
 def logs_in(listener: KafkaListener) -> bool:

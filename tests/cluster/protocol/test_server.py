@@ -16,7 +16,7 @@ from cluster.protocol.handlers.api_versions import API_VERSIONS_KEY
 from cluster.protocol.handlers.produce import PRODUCE_KEY
 from cluster.protocol.listener import KafkaListener, start_listener
 from cluster.protocol.messages import build
-from tests.cluster.protocol.support import LogBrokerView, batch, run
+from tests.cluster.protocol.support import LogBrokerView, batch, is_closed_by_server, read_frame, run
 
 TIMEOUT_S = 5.0
 API_VERSIONS_REQUEST = build(
@@ -44,32 +44,10 @@ def connect(listener: KafkaListener) -> socket.socket:
     return socket.create_connection(("127.0.0.1", listener.port), timeout=TIMEOUT_S)
 
 
-def read_frame(sock: socket.socket) -> bytes:
-    def exactly(count: int) -> bytes:
-        data = b""
-        while len(data) < count:
-            chunk = sock.recv(count - len(data))
-            if not chunk:
-                raise ConnectionError("closed")
-            data += chunk
-        return data
-
-    (size,) = SIZE.unpack(exactly(SIZE.size))
-    return exactly(size)
-
-
 def api_versions(sock: socket.socket, correlation_id: int = 1) -> int:
     """Sends ApiVersions v3 and returns the answer's correlation id."""
     sock.sendall(encode_request(API_VERSIONS_KEY, correlation_id, "t", API_VERSIONS_REQUEST))
     return decode_response(read_frame(sock), load_response_schema(API_VERSIONS_KEY, 3))[0]
-
-
-def is_closed_by_server(sock: socket.socket) -> bool:
-    """True once the server has closed `sock` (a read returns end of file or a reset)."""
-    try:
-        return sock.recv(1) == b""
-    except ConnectionResetError:
-        return True
 
 
 @pytest.mark.parametrize(
