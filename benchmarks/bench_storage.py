@@ -11,6 +11,7 @@ raw file operation it is built on (no Ray).
 | `recovery`       | `Log.open` of a log left without a clean-shutdown marker (16 KiB | sequential 1 MiB reads of   |
 |                  | batches): every batch's CRC checked, both indexes rebuilt        | the same `.log` files       |
 | `compaction`     | one `Cleaner.clean` pass over a log whose keys are 50 % updates  | reads of the same files     |
+|                  | (goal >= 100 MB/s, not a ratio)                                 |                             |
 
 Recovery and its baseline read from disk: the page cache of every file is dropped first (`fsync`, then
 `POSIX_FADV_DONTNEED`). Sizes: append 256 MB, 1,000 segments, recovery 1 GiB, compaction 64 MiB; `--quick`
@@ -19,6 +20,7 @@ shrinks them to 32 MB, 100 segments, 64 MiB and 16 MiB; the measurement is the s
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 import shutil
@@ -49,6 +51,9 @@ APPEND_BATCH_RECORDS = 8_300  # ~1 MB batches of 100-byte values and 11-byte key
 SMALL_BATCH_RECORDS = 130  # ~16 KiB, Kafka's default batch.size
 DISTINCT_BATCHES = 8
 READ_CHUNK_BYTES = MIB
+# Issue 18: a cleaning pass reads the log at >= 100 MB/s (a raw read of the page cache is ~100x faster, so
+# the figure is judged on its own, not as a ratio).
+COMPACTION_GOAL_MB_S = 100
 
 
 def run(ctx: BenchContext) -> list[Figure]:
@@ -244,5 +249,6 @@ def _compaction(ctx: BenchContext) -> Figure:
     kept = result.messages_written / max(result.messages_read, 1)
     log.close()
     _remove(folder)
-    goal = f"report ({result.messages_read:,} records read, {kept:.0%} kept)"
-    return throughput_figure("compaction", ours, "MB/s", "raw read", raw, None, goal)
+    goal = f">= {COMPACTION_GOAL_MB_S} MB/s ({result.messages_read:,} records read, {kept:.0%} kept)"
+    figure = throughput_figure("compaction", ours, "MB/s", "raw read", raw, None, goal)
+    return dataclasses.replace(figure, met=ours >= COMPACTION_GOAL_MB_S)

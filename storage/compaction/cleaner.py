@@ -11,11 +11,19 @@ One pass over a log with cleaner checkpoint `first_dirty_offset`:
    the first dirty non-active segment whose largest timestamp > now - `min.compaction.lag.ms`), rounded
    down to its segment's base. The active segment and records younger than the lag are never touched.
 3. Offset map over [first_dirty, first_uncleanable): key -> latest offset (`offset_map.SkimpyOffsetMap`).
-   Aborted data is not mapped. If the map fills, the pass ends at `map.latest_offset + 1` and the next
-   pass continues from there; otherwise it ends at `first_uncleanable_offset`.
+   Aborted data is not mapped. If the map fills (as in Kafka, the first keyed record that finds it at its
+   load ends the mapping, even when its key is mapped already), the pass ends at `map.latest_offset + 1` and
+   the next pass continues from there; otherwise it ends at `first_uncleanable_offset`.
 4. Segments below the end offset are grouped (`group_segments_by_size`: total `.log` <= segment.bytes,
    each index total <= segment.index.bytes, offset span <= 2**31 - 1) and each group is rewritten into
    ONE segment named after the group's first base offset with the `.cleaned` suffix, then swapped in.
+
+Both the map and the rewrite read a segment ~1 MiB of batches at a time (`batch_columns`): the records of
+a chunk are decoded into columns, their keys go through the map in one call, and the rule below is applied
+to all of them at once with numpy; only the batch-level decisions (transactions, horizons, copy or rebuild)
+are taken batch by batch. Measured on the `compaction` benchmark's log (1 MB batches, half of the records
+superseded): one record at a time, MD5 and probing the map in Python took ~60 % of a pass and building
+`Record` objects ~20 %.
 
 What a rewritten segment holds, batch by batch (Kafka's `MemoryRecords.filterTo` rules):
 
@@ -24,8 +32,8 @@ What a rewritten segment holds, batch by batch (Kafka's `MemoryRecords.filterTo`
   without a key are dropped (counted as invalid). Data of aborted transactions is dropped whatever its key.
 - Offsets never change: a kept batch keeps its base offset, last offset (even when its last record goes),
   producer id/epoch, base sequence, leader epoch and flags. A batch that keeps every record and needs no
-  new horizon is copied byte for byte; otherwise it is rebuilt, record offset deltas preserved, and
-  recompressed with its own codec.
+  new horizon is copied byte for byte; otherwise it is rebuilt (`retained_batch`), record offset deltas
+  preserved, and recompressed with its own codec.
 - Tombstones (v2): the first cleaning that copies a batch holding a tombstone, or a transaction marker
   whose transaction has no data left, sets attribute bit 6 and baseTimestamp = now + delete.retention.ms
   (the delete horizon); later cleanings drop the tombstones, and the marker, once now >= horizon.
@@ -59,32 +67,27 @@ cannot be detected this way: a caller that truncates logs must not do so while a
 from __future__ import annotations
 
 import logging
-import struct
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-import crc32c
+import numpy as np
 
 from storage import file_names
 from storage.clock import Clock
+from storage.compaction.batch_columns import ChunkRecords, chunks, decode_chunk
 from storage.compaction.offset_map import SkimpyOffsetMap
+from storage.compaction.retained_batch import build_retained_batch
 from storage.config.cleaner_config import CleanerConfig
 from storage.errors import CorruptRecordError, KafkaStorageError, OffsetOutOfRangeError
 from storage.partition.log_loader import new_segment
 from storage.records.compression import CompressionType
 from storage.records.file_records import AnyBatch
-from storage.records.legacy_records import LegacyRecord
 from storage.records.record_batch import (
-    ATTRIBUTES_OFFSET,
-    CRC_OFFSET,
-    LAST_OFFSET_DELTA_OFFSET,
     ControlRecordType,
-    Record,
     RecordBatch,
-    RecordBatchBuilder,
     encode_attributes,
     encode_batch,
 )
@@ -100,8 +103,6 @@ logger = logging.getLogger(__name__)
 PRODUCER_ID_EXPIRATION_MS = 86_400_000
 # Kafka's Throttler measures the rate over windows of at least 300 ms.
 THROTTLE_CHECK_INTERVAL_MS = 300
-_INT32 = struct.Struct(">i")
-_UINT32 = struct.Struct(">I")
 
 
 # --- grouping ------------------------------------------------------------------------------------------
@@ -383,6 +384,23 @@ class _Pass:
     expected: dict[int, tuple[LogSegment, int]] = field(default_factory=dict)
 
 
+# What the cleaner writes for a kept batch: its bytes, their max timestamp, and how many records they hold.
+_Retained = tuple[bytes, int, int]
+
+
+@dataclass(frozen=True, slots=True)
+class _Fate:
+    """The transaction rules' verdict on a v2 batch, before its records are looked at."""
+
+    is_control: bool
+    # No data of its transaction is left (a marker) or it belongs to an aborted transaction (data).
+    can_discard: bool
+    # Every record goes: aborted data, or a marker whose delete horizon has passed.
+    discard_records: bool
+    # Emptied, it still stays as a bare header: the last batch of a producer still active.
+    retain_empty: bool
+
+
 class Throttler:
     """Keeps bytes/second under `rate` by sleeping (Kafka's `Throttler`, checked every 300 ms)."""
 
@@ -544,33 +562,52 @@ class Cleaner:
         offset_map.clear()
         for segment in dirty_segments(segments, start, end):
             position = segment.offset_index.lookup(start).position if segment.base_offset <= start else 0
-            for batch in segment.log.batches(position):
-                _check_batch_size(batch, max_batch_bytes)
-                stats.map_bytes_read += batch.size_in_bytes
-                self._throttler.maybe_throttle(batch.size_in_bytes)
-                records = self._records_to_map(batch, tracker)
-                stats.map_messages_read += batch.records_count if isinstance(batch, RecordBatch) else len(records)
-                for record in records:
-                    if record.key is None or record.offset < start:
-                        continue
-                    if offset_map.is_full and offset_map.get(record.key) < 0:
-                        return True
-                    offset_map.put(record.key, record.offset)
-                if batch.last_offset >= start:
-                    offset_map.update_latest_offset(batch.last_offset)
+            for chunk in chunks(segment.log.batches(position)):
+                if self._map_chunk(chunk, start, offset_map, tracker, max_batch_bytes, stats):
+                    return True
         return False
 
+    def _map_chunk(
+        self,
+        chunk: list[AnyBatch],
+        start: int,
+        offset_map: SkimpyOffsetMap,
+        tracker: TransactionTracker,
+        max_batch_bytes: int,
+        stats: _Stats,
+    ) -> bool:
+        """Puts the keys of `chunk` at offsets >= `start` in order; True when the map filled on the way
+        (`latest_offset` then covers what was mapped: the batches before the one that filled it, and its
+        records that were stored)."""
+        for batch in chunk:
+            _check_batch_size(batch, max_batch_bytes)
+            stats.map_bytes_read += batch.size_in_bytes
+            self._throttler.maybe_throttle(batch.size_in_bytes)
+        records = decode_chunk(chunk, [self._maps_records(batch, tracker) for batch in chunk])
+        stats.map_messages_read += sum(
+            batch.records_count if isinstance(batch, RecordBatch) else int(count)
+            for batch, count in zip(chunk, np.diff(records.bounds), strict=True)
+        )
+        keyed = ~records.null_keys & (records.offsets >= start)
+        indexes = np.flatnonzero(keyed)
+        stored = offset_map.put_many(offset_map.digests(records.keys(keyed)), records.offsets[indexes])
+        full = stored < len(indexes)
+        # Batches whose records were all mapped (or had none to map) move the mapped range to their last offset.
+        mapped_batches = int(np.searchsorted(records.bounds, indexes[stored], side="right")) - 1 if full else len(chunk)
+        last_offsets = [batch.last_offset for batch in chunk[:mapped_batches] if batch.last_offset >= start]
+        if last_offsets:
+            offset_map.update_latest_offset(max(last_offsets))
+        return full
+
     @staticmethod
-    def _records_to_map(batch: AnyBatch, tracker: TransactionTracker) -> Sequence[Record | LegacyRecord]:
-        """The records of `batch` whose keys go into the map: none for markers and aborted data."""
+    def _maps_records(batch: AnyBatch, tracker: TransactionTracker) -> bool:
+        """Whether the keys of `batch` go into the map: not for markers and aborted data."""
         if not isinstance(batch, RecordBatch):
-            return batch.records()
+            return True
         if batch.is_control:
             tracker.on_control_batch_read(batch)
-            return ()
-        if tracker.on_batch_read(batch):
-            return ()
-        return batch.records()
+            return False
+        return not tracker.on_batch_read(batch)
 
     # --- rewriting -----------------------------------------------------------------------------------
 
@@ -633,24 +670,24 @@ class Cleaner:
     def _clean_into(self, clean_pass: _Pass, source: LogSegment, dest: LogSegment) -> None:
         stats = clean_pass.stats
         end_position = 0
-        for batch in source.log.batches(0):
-            _check_batch_size(batch, clean_pass.max_batch_bytes)
-            batch.ensure_valid()
-            end_position = batch.position + batch.size_in_bytes
-            stats.bytes_read += batch.size_in_bytes
-            self._throttler.maybe_throttle(batch.size_in_bytes)
-            if isinstance(batch, RecordBatch):
-                retained = self._filter_batch(clean_pass, batch)
-            else:
-                retain_deletes = source.last_modified_ms() > clean_pass.legacy_delete_horizon_ms
-                retained = self._filter_legacy_entry(clean_pass, source, batch, retain_deletes)
-            if retained is None:
-                continue
-            data, max_timestamp, records_written = retained
-            dest.append(batch.last_offset, max_timestamp, batch.last_offset, data)
-            stats.bytes_written += len(data)
-            stats.messages_written += records_written
-            self._throttler.maybe_throttle(len(data))
+        retain_legacy_deletes = source.last_modified_ms() > clean_pass.legacy_delete_horizon_ms
+        for chunk in chunks(source.log.batches(0)):
+            for batch in chunk:
+                _check_batch_size(batch, clean_pass.max_batch_bytes)
+                batch.ensure_valid()
+                end_position = batch.position + batch.size_in_bytes
+                stats.bytes_read += batch.size_in_bytes
+                self._throttler.maybe_throttle(batch.size_in_bytes)
+            for batch, retained in zip(
+                chunk, self._filter_chunk(clean_pass, source, chunk, retain_legacy_deletes), strict=True
+            ):
+                if retained is None:
+                    continue
+                data, max_timestamp, records_written = retained
+                dest.append(batch.last_offset, max_timestamp, batch.last_offset, data)
+                stats.bytes_written += len(data)
+                stats.messages_written += records_written
+                self._throttler.maybe_throttle(len(data))
         if end_position != source.size:
             raise CorruptRecordError(
                 f"{source.size - end_position} bytes at the end of the segment do not form a record batch; "
@@ -660,10 +697,46 @@ class Cleaner:
             )
         stats.segments_read += 1
 
-    def _filter_batch(self, clean_pass: _Pass, batch: RecordBatch) -> tuple[bytes, int, int] | None:
-        """The bytes to keep for `batch` (with their max timestamp and record count), or None to drop it."""
+    def _filter_chunk(
+        self, clean_pass: _Pass, source: LogSegment, chunk: list[AnyBatch], retain_legacy_deletes: bool
+    ) -> list[_Retained | None]:
+        """What to keep of each batch of `chunk` (bytes, max timestamp, records), None to drop it. The records of
+        every data batch are decided together (`_retained`); markers, emptied and legacy batches one by one."""
+        fates = [self._fate(clean_pass, batch) if isinstance(batch, RecordBatch) else None for batch in chunk]
+        records = decode_chunk(
+            chunk, [fate is not None and not fate.discard_records and not fate.is_control for fate in fates]
+        )
+        keep = self._retained(clean_pass, chunk, records)
+        kept = _running_count(keep)
+        kept_tombstones = _running_count(keep & records.null_values)
+        results: list[_Retained | None] = []
+        for index, (batch, fate) in enumerate(zip(chunk, fates, strict=True)):
+            if not isinstance(batch, RecordBatch) or fate is None:
+                results.append(self._filter_legacy_entry(clean_pass, source, batch, retain_legacy_deletes))
+            elif fate.discard_records:
+                clean_pass.stats.messages_read += batch.records_count
+                results.append(_empty_batch(batch) if fate.retain_empty else None)
+            elif fate.is_control:
+                results.append(self._filter_marker(clean_pass, batch, fate))
+            else:
+                first, stop = int(records.bounds[index]), int(records.bounds[index + 1])
+                clean_pass.stats.messages_read += stop - first
+                results.append(
+                    self._filter_data(
+                        clean_pass,
+                        batch,
+                        fate,
+                        keep[first:stop],
+                        int(kept[stop] - kept[first]),
+                        kept_tombstones[stop] > kept_tombstones[first],
+                    )
+                )
+        return results
+
+    @staticmethod
+    def _fate(clean_pass: _Pass, batch: RecordBatch) -> _Fate:
+        """The transaction rules' verdict on `batch`; calls the tracker, so batches must come in offset order."""
         now_ms = clean_pass.now_ms
-        stats = clean_pass.stats
         if batch.is_control:
             can_discard = clean_pass.tracker.on_control_batch_read(batch)
             horizon = batch.delete_horizon_ms
@@ -671,43 +744,65 @@ class Cleaner:
         else:
             can_discard = discard_records = clean_pass.tracker.on_batch_read(batch)
         retain_empty = batch.producer_id >= 0 and clean_pass.scan.is_last_batch_of_active_producer(batch, now_ms)
-        if discard_records:
-            stats.messages_read += batch.records_count
-            return _empty_batch(batch) if retain_empty else None
-        records = batch.records()
-        stats.messages_read += len(records)
-        if batch.is_control:
-            retained = records
-        else:
-            retained = [record for record in records if self._retain_record(clean_pass, batch, record)]
-        if not retained:
-            return _empty_batch(batch) if retain_empty else None
-        has_tombstone = any(record.value is None for record in retained) and not batch.is_control
-        needs_horizon = (has_tombstone or (batch.is_control and can_discard)) and batch.delete_horizon_ms is None
-        if len(retained) == len(records) and not needs_horizon:
-            return bytes(batch.raw()), batch.max_timestamp, len(records)
-        horizon_ms = now_ms + clean_pass.log.config.delete_retention_ms if needs_horizon else batch.delete_horizon_ms
-        rebuilt = _rebuild(batch, retained, horizon_ms)
-        return rebuilt, RecordBatch(rebuilt).max_timestamp, len(retained)
+        return _Fate(batch.is_control, can_discard, discard_records, retain_empty)
 
     @staticmethod
-    def _retain_record(clean_pass: _Pass, batch: RecordBatch, record: Record) -> bool:
+    def _retained(clean_pass: _Pass, chunk: list[AnyBatch], records: ChunkRecords) -> np.ndarray:
+        """Per decoded record, whether it stays: past the map's latest offset, or keyed, not superseded, and
+        a value or a tombstone whose batch's delete horizon has not passed. Unkeyed records in range are
+        dropped and counted as invalid."""
         offset_map = clean_pass.offset_map
-        if record.offset > offset_map.latest_offset:
-            return True
-        if record.key is None:
-            clean_pass.stats.invalid_messages += 1
-            return False
-        if record.offset < offset_map.get(record.key):
-            return False
-        if record.value is not None:
-            return True
-        horizon = batch.delete_horizon_ms
-        return horizon is None or clean_pass.now_ms < horizon
+        offsets = records.offsets
+        beyond = offsets > offset_map.latest_offset
+        lookup = ~beyond & ~records.null_keys
+        clean_pass.stats.invalid_messages += int(np.count_nonzero(~beyond & records.null_keys))
+        latest = np.full(len(records), -1, dtype=np.int64)
+        if lookup.any():
+            latest[lookup] = offset_map.get_many(offset_map.digests(records.keys(lookup)))
+        now_ms = clean_pass.now_ms
+        horizon_open = [
+            not isinstance(batch, RecordBatch) or batch.delete_horizon_ms is None or now_ms < batch.delete_horizon_ms
+            for batch in chunk
+        ]
+        tombstone_kept = np.repeat(np.array(horizon_open, dtype=bool), np.diff(records.bounds))
+        keep: np.ndarray = beyond | (lookup & (offsets >= latest) & (~records.null_values | tombstone_kept))
+        return keep
 
+    @staticmethod
+    def _filter_marker(clean_pass: _Pass, batch: RecordBatch, fate: _Fate) -> _Retained | None:
+        """A transaction marker stays as it is until its transaction has no data left; it then gets a delete
+        horizon (and goes, in a later pass, once the horizon has passed: `_fate`)."""
+        records = batch.records()
+        clean_pass.stats.messages_read += len(records)
+        if not records:
+            return _empty_batch(batch) if fate.retain_empty else None
+        if not fate.can_discard or batch.delete_horizon_ms is not None:
+            return bytes(batch.raw()), batch.max_timestamp, len(records)
+        horizon_ms = clean_pass.now_ms + clean_pass.log.config.delete_retention_ms
+        rebuilt = build_retained_batch(batch, np.ones(len(records), dtype=bool), horizon_ms)
+        return rebuilt, RecordBatch(rebuilt).max_timestamp, len(records)
+
+    @staticmethod
+    def _filter_data(
+        clean_pass: _Pass, batch: RecordBatch, fate: _Fate, keep: np.ndarray, kept: int, has_tombstone: bool
+    ) -> _Retained | None:
+        """A data batch with its `kept` records (`keep` per record): copied as it is when every record stays and
+        it needs no new delete horizon (a kept tombstone sets one), rebuilt otherwise."""
+        if not kept:
+            return _empty_batch(batch) if fate.retain_empty else None
+        needs_horizon = has_tombstone and batch.delete_horizon_ms is None
+        if kept == len(keep) and not needs_horizon:
+            return bytes(batch.raw()), batch.max_timestamp, kept
+        horizon_ms = (
+            clean_pass.now_ms + clean_pass.log.config.delete_retention_ms if needs_horizon else batch.delete_horizon_ms
+        )
+        rebuilt = build_retained_batch(batch, keep, horizon_ms)
+        return rebuilt, RecordBatch(rebuilt).max_timestamp, kept
+
+    @staticmethod
     def _filter_legacy_entry(
-        self, clean_pass: _Pass, source: LogSegment, entry: AnyBatch, retain_deletes: bool
-    ) -> tuple[bytes, int, int] | None:
+        clean_pass: _Pass, source: LogSegment, entry: AnyBatch, retain_deletes: bool
+    ) -> _Retained | None:
         offset_map = clean_pass.offset_map
         records = entry.records()
         clean_pass.stats.messages_read += len(records)
@@ -735,6 +830,13 @@ def legacy_delete_horizon_ms(log: Log, segments: Sequence[LogSegment], first_dir
     return clean[-1].last_modified_ms() - log.config.delete_retention_ms
 
 
+def _running_count(flags: np.ndarray) -> np.ndarray:
+    """`counts[i]` = how many of `flags[:i]` are set (so a range's count is a difference)."""
+    counts = np.zeros(len(flags) + 1, dtype=np.int64)
+    np.cumsum(flags, out=counts[1:])
+    return counts
+
+
 def _check_batch_size(batch: AnyBatch, max_batch_bytes: int) -> None:
     if batch.size_in_bytes > max_batch_bytes:
         raise CorruptRecordError(
@@ -745,39 +847,7 @@ def _check_batch_size(batch: AnyBatch, max_batch_bytes: int) -> None:
         )
 
 
-def _rebuild(batch: RecordBatch, retained: Sequence[Record], delete_horizon_ms: int | None) -> bytes:
-    """`batch` with only `retained` records: same offsets, producer fields, flags and codec."""
-    builder = RecordBatchBuilder(
-        compression=batch.compression,
-        timestamp_type=batch.timestamp_type,
-        base_offset=batch.base_offset,
-        producer_id=batch.producer_id,
-        producer_epoch=batch.producer_epoch,
-        base_sequence=batch.base_sequence,
-        is_transactional=batch.is_transactional,
-        is_control=batch.is_control,
-        partition_leader_epoch=batch.partition_leader_epoch,
-        delete_horizon_ms=delete_horizon_ms,
-    )
-    for record in retained:
-        builder.append(
-            record.key,
-            record.value,
-            timestamp=record.timestamp,
-            headers=record.headers,
-            offset_delta=record.offset - batch.base_offset,
-        )
-    data = builder.build()
-    if retained[-1].offset == batch.last_offset:
-        return data
-    # The last offset (and so the producer's last sequence) must survive even when its record does not.
-    out = bytearray(data)
-    _INT32.pack_into(out, LAST_OFFSET_DELTA_OFFSET, batch.last_offset_delta)
-    _UINT32.pack_into(out, CRC_OFFSET, crc32c.crc32c(memoryview(out)[ATTRIBUTES_OFFSET:]))
-    return bytes(out)
-
-
-def _empty_batch(batch: RecordBatch) -> tuple[bytes, int, int]:
+def _empty_batch(batch: RecordBatch) -> _Retained:
     """A kept batch with no records: the 61-byte header only (Kafka's `writeEmptyHeader`)."""
     if batch.records_count == 0:
         return bytes(batch.raw()), batch.max_timestamp, 0

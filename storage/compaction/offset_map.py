@@ -1,37 +1,50 @@
 """The cleaner's dedupe map: record key -> latest offset, in a fixed memory budget (Kafka's `SkimpyOffsetMap`).
 
-Kafka sizes the map in bytes, not entries: every slot holds a 16-byte MD5 digest of the key and an 8-byte
-offset, so `slots = memory_bytes // 24`, and a pass stops adding keys once `slots * load_factor` slots are
-in use (`log.cleaner.io.buffer.load.factor`, 0.9 by default: 128 MiB -> 5,592,405 slots -> 5,033,164 keys).
-This map keeps exactly that layout, in three flat `array`s allocated once, so the memory it takes is the
-budget (24 bytes per slot, plus a constant), never more as keys arrive:
+Kafka sizes the map in bytes, not entries: every slot holds a 16-byte digest of the key and an 8-byte offset,
+so `slots = memory_bytes // 24`, and a pass stops adding keys once `slots * load_factor` slots are in use
+(`log.cleaner.io.buffer.load.factor`, 0.9 by default: 128 MiB -> 5,592,405 slots -> 5,033,164 keys). This map
+keeps exactly that layout, one numpy array of 24-byte rows allocated (and written) once, so the memory it takes
+is the budget, never more as keys arrive, and a probe reads one cache line:
 
-    slot i:  digest_high[i] uint64 | digest_low[i] uint64 | offset[i] int64 (-1 = empty slot)
+    slot i:  digest word 0 int64 | digest word 1 int64 (the key's 128-bit digest) | offset int64 (-1 = empty)
 
-Keys are identified by their MD5 digest only, as in Kafka: two keys with the same digest would be taken
-for one (odds of about 2**-128 per pair). Probing follows Kafka's `positionOf`: attempt a < 13 reads the
-big-endian 32-bit word at digest byte a, later attempts step linearly from the last word, so every slot
-is eventually visited and a lookup always ends (at an empty slot, or after `slots` attempts).
+Keys are identified by their digest only, as in Kafka: two keys with the same digest would be taken for one
+(odds of about 2**-128 per pair). Kafka digests with MD5; the digest never leaves memory, so only its size
+matters to what a pass keeps. This map uses XXH3-128 (the `xxhash` package), with a random seed per map so that
+colliding keys cannot be prepared in advance: 0.05 us a key against MD5's 0.30 us (measured on 11-byte keys).
 
-Why not a `dict`: a Python dict entry with a 16-byte key costs about 120 bytes (bytes object, int object,
-table slot), so a 128 MiB budget would really take ~650 MiB. The arrays keep the budget honest at the
-price of slower operations: a put or get costs a few microseconds (MD5 plus Python-level probing, ~2
-probes on average at half load, ~10 for a miss at 0.9), several times a dict's.
+Probing is open addressing with double hashing: the first slot is digest word 0 modulo `slots`, the step
+1 + word 1 modulo (`slots` - 1); after `DOUBLE_HASH_ATTEMPTS` attempts the step becomes 1, so every slot is
+eventually visited and a lookup always ends (at the key's slot, an empty slot, or after `slots` more attempts).
+At the 0.9 load cap a miss takes ~10 probes on average, a hit ~2.6 (no primary clustering, unlike the linear
+probing Kafka falls back to after 13 attempts).
+
+The cleaner works a batch of keys at a time (`digests`, `put_many`, `get_many`): the probing of every key of a
+batch advances together, one numpy step per attempt, so a key costs ~0.1 us where probing it alone in Python
+cost ~3 us. `put` and `get` are the one-key forms of the same code.
+
+Why not a `dict`: a Python dict entry with a 16-byte key costs about 120 bytes (bytes object, int object, table
+slot), so a 128 MiB budget would really take ~650 MiB.
 """
 
 from __future__ import annotations
 
-import hashlib
-from array import array
+import itertools
+import os
+from collections.abc import Sequence
+
+import numpy as np
+import xxhash
 
 from storage.errors import InvalidConfigError, StorageError
 
-HASH_SIZE_BYTES = 16  # MD5
+HASH_SIZE_BYTES = 16
 OFFSET_SIZE_BYTES = 8
 BYTES_PER_ENTRY = HASH_SIZE_BYTES + OFFSET_SIZE_BYTES
 EMPTY = -1
-# Attempts 0..12 read the 32-bit word at digest byte `attempt` (the 13 windows of a 16-byte digest).
-_WORD_ATTEMPTS = HASH_SIZE_BYTES - 4 + 1
+# Double hashing reaches an empty slot within 64 attempts unless the table is more than ~93 % full
+# (0.93**64 ~ 1e-2 of misses then fall back to stepping by one): the fallback only bounds the pathological case.
+DOUBLE_HASH_ATTEMPTS = 64
 
 
 class SkimpyOffsetMap:
@@ -49,16 +62,19 @@ class SkimpyOffsetMap:
             )
         self.load_factor = load_factor
         self.memory_bytes = self.slots * BYTES_PER_ENTRY
-        self._high = array("Q", bytes(self.slots * 8))
-        self._low = array("Q", bytes(self.slots * 8))
-        self._offsets = array("q", [EMPTY]) * self.slots
+        self._seed = int.from_bytes(os.urandom(8), "little")
+        # One row of 24 bytes a slot, so a probe reads one cache line. Written once here, so the budget is
+        # resident from the start and no pass pays its page faults.
+        self._table = np.full((self.slots, 3), EMPTY, dtype=np.int64)
+        self._digests = self._table[:, :2]
+        self._offsets = self._table[:, 2]
         self._entries = 0
         self._latest_offset = -1
 
     @property
     def allocated_bytes(self) -> int:
-        """Bytes held by the three slot arrays: `slots * 24`, whatever the number of keys."""
-        return sum(len(part) * part.itemsize for part in (self._high, self._low, self._offsets))
+        """Bytes held by the slot arrays: `slots * 24`, whatever the number of keys."""
+        return int(self._table.nbytes)
 
     @property
     def size(self) -> int:
@@ -83,56 +99,112 @@ class SkimpyOffsetMap:
     def clear(self) -> None:
         """Empties the map (every slot, like Kafka's) and resets `latest_offset`."""
         if self._entries:
-            self._offsets = array("q", [EMPTY]) * self.slots
+            self._offsets.fill(EMPTY)
         self._entries = 0
         self._latest_offset = -1
+
+    def digests(self, keys: Sequence[bytes | memoryview]) -> np.ndarray:
+        """The (len(keys), 2) digests `put_many` and `get_many` take (the 128 bits as two int64 words)."""
+        joined = b"".join(map(xxhash.xxh3_128_digest, keys, itertools.repeat(self._seed)))
+        return np.frombuffer(joined, dtype=np.int64).reshape(len(keys), 2)
 
     def put(self, key: bytes, offset: int) -> None:
         """Records `offset` as the latest for `key`. Adding a new key beyond `max_entries` raises `StorageError`."""
         if offset < 0:
             raise ValueError(f"offsets in the map must be >= 0, got {offset}")
-        digest = _digest(key)
-        high, low = digest >> 64, digest & 0xFFFF_FFFF_FFFF_FFFF
-        slot = self._find(digest, high, low)
-        if slot < 0 or self._offsets[slot] == EMPTY:
-            if slot < 0 or self._entries >= self.max_entries:
-                raise StorageError(f"offset map is full ({self._entries} keys); cannot add another")
-            self._high[slot] = high
-            self._low[slot] = low
-            self._entries += 1
-        self._offsets[slot] = offset
+        digests = self.digests([key])
+        slot = int(self._probe(digests)[0])
+        if self.is_full and (slot < 0 or self._offsets[slot] == EMPTY):
+            raise StorageError(f"offset map is full ({self._entries} keys); cannot add another")
+        self._insert(digests, np.array([offset], dtype=np.int64))
         self._latest_offset = offset
 
     def get(self, key: bytes) -> int:
         """The latest offset stored for `key`, or -1."""
-        digest = _digest(key)
-        slot = self._find(digest, digest >> 64, digest & 0xFFFF_FFFF_FFFF_FFFF)
-        return EMPTY if slot < 0 else self._offsets[slot]
+        return int(self.get_many(self.digests([key]))[0])
+
+    def put_many(self, digests: np.ndarray, offsets: np.ndarray) -> int:
+        """Stores the keys in order, each with its offset (ascending), for as long as the map holds fewer than
+        `max_entries` keys before the next one (Kafka's cleaner stops at the first key that finds the map at its
+        load, even a key already in it). Returns how many were stored; `latest_offset` becomes the last of them."""
+        count = len(offsets)
+        if count and self._entries + count > self.max_entries:
+            count = self._storable(digests)
+        if count:
+            self._insert(digests[:count], offsets[:count])
+            self._latest_offset = int(offsets[count - 1])
+        return count
+
+    def get_many(self, digests: np.ndarray) -> np.ndarray:
+        """The latest offset stored for each digest, -1 where absent (int64)."""
+        slots = self._probe(digests)
+        found = np.full(len(digests), EMPTY, dtype=np.int64)
+        present = slots >= 0
+        found[present] = self._offsets[slots[present]]
+        return found
 
     def update_latest_offset(self, offset: int) -> None:
         """Raises `latest_offset` to `offset` (batches without keys still move the cleaned range forward)."""
         self._latest_offset = max(self._latest_offset, offset)
 
-    def _find(self, digest: int, high: int, low: int) -> int:
-        """The slot holding `digest`, or the empty slot where it would go; -1 when neither exists."""
+    def _storable(self, digests: np.ndarray) -> int:
+        """How many leading keys `put_many` may store: the map takes the k-th key while it holds fewer than
+        `max_entries` keys, counting the new distinct keys among the first k - 1."""
+        slots = self._probe(digests)
+        absent = np.flatnonzero((slots < 0) | (self._offsets[np.maximum(slots, 0)] == EMPTY))
+        first_seen = np.zeros(len(digests), dtype=bool)
+        if len(absent):
+            rows = np.ascontiguousarray(digests[absent]).view(f"V{HASH_SIZE_BYTES}").ravel()
+            _, first = np.unique(rows, return_index=True)
+            first_seen[absent[first]] = True
+        held_before = self._entries + np.cumsum(first_seen) - first_seen
+        over = np.flatnonzero(held_before >= self.max_entries)
+        return int(over[0]) if len(over) else len(digests)
+
+    def _insert(self, digests: np.ndarray, offsets: np.ndarray) -> None:
+        """Puts every digest with its offset; a repeated digest keeps the highest offset. The caller keeps the
+        number of new keys within `max_entries` (<= `slots`)."""
+        pending = np.arange(len(digests))
+        while len(pending):
+            slots = self._probe(digests[pending])
+            if (slots < 0).any():
+                raise StorageError(f"offset map is full ({self._entries} keys); cannot add another")
+            occupied = self._offsets[slots] != EMPTY
+            np.maximum.at(self._offsets, slots[occupied], offsets[pending[occupied]])
+            claims = pending[~occupied]
+            claimed = slots[~occupied]
+            # Several new keys may probe to one empty slot. Each claim writes its index there and the claim whose
+            # write survived takes the slot (one per slot, without sorting); the others probe again, and a repeat
+            # of the winner's key then finds it and updates the offset.
+            marks = np.arange(len(claims))
+            self._offsets[claimed] = marks
+            won = self._offsets[claimed] == marks
+            winners = claims[won]
+            self._digests[claimed[won]] = digests[winners]
+            self._offsets[claimed[won]] = offsets[winners]
+            self._entries += len(winners)
+            pending = claims[~won]
+
+    def _probe(self, digests: np.ndarray) -> np.ndarray:
+        """For each digest, the slot holding it or the empty slot where it would go; -1 when neither exists."""
         slots = self.slots
-        offsets, highs, lows = self._offsets, self._high, self._low
-        # The first attempt settles nearly every call below the 0.9 load cap (~1.1 probes per hit at half
-        # load); checking it before setting up the loop makes a put or get ~2x faster.
-        slot = (digest >> 96) % slots
-        if offsets[slot] == EMPTY or (lows[slot] == low and highs[slot] == high):
-            return slot
-        for attempt in range(1, slots + _WORD_ATTEMPTS):
-            slot = ((digest >> (96 - 8 * attempt)) & 0xFFFF_FFFF) % slots if attempt < _WORD_ATTEMPTS else slot + 1
-            if slot == slots:
-                slot = 0
-            if offsets[slot] == EMPTY or (lows[slot] == low and highs[slot] == high):
-                return slot
-        return -1
-
-
-def _digest(key: bytes) -> int:
-    return int.from_bytes(hashlib.md5(key, usedforsecurity=False).digest(), "big")
+        result = np.full(len(digests), -1, dtype=np.int64)
+        words = digests.view(np.uint64)
+        at = (words[:, 0] % np.uint64(slots)).astype(np.int64)
+        step = (words[:, 1] % np.uint64(max(slots - 1, 1))).astype(np.int64) + 1
+        active = np.arange(len(digests))
+        wanted = digests
+        for attempt in range(slots + DOUBLE_HASH_ATTEMPTS):
+            rows = self._table[at]
+            hit = (rows[:, 2] == EMPTY) | ((rows[:, 0] == wanted[:, 0]) & (rows[:, 1] == wanted[:, 1]))
+            result[active[hit]] = at[hit]
+            miss = ~hit
+            active = active[miss]
+            if not len(active):
+                break
+            at = (at[miss] + (step[active] if attempt < DOUBLE_HASH_ATTEMPTS else 1)) % slots
+            wanted = digests[active]
+        return result
 
 
 __all__ = ["BYTES_PER_ENTRY", "SkimpyOffsetMap"]

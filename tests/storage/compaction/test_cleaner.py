@@ -20,6 +20,7 @@ from kafka.record.memory_records import MemoryRecords
 import storage.compaction.cleaner as cleaner_module
 from storage import file_names
 from storage.clock import MockClock
+from storage.compaction import batch_columns
 from storage.compaction.cleaner import (
     PRODUCER_ID_EXPIRATION_MS,
     Cleaner,
@@ -462,6 +463,77 @@ def test_first_partial_pass_compacts_only_what_its_map_covers(tmp_path: Path, cl
 
     assert result.end_offset == 2
     assert [offset for offset, _, _ in records_of(log)] == list(range(8))
+
+
+def test_full_map_ends_the_pass_at_the_next_keyed_record_even_for_a_mapped_key(
+    tmp_path: Path, clock: MockClock
+) -> None:
+    # Kafka's buildOffsetMapForSegment stops at the first keyed record that finds the map at its load, whether
+    # or not its key is already mapped: k0 (offset 2) is not taken, so the pass covers [0, 2) only.
+    log = open_log(tmp_path, clock)
+    writer = Writer(log, clock)
+    for key in [0, 1, 0, 2]:
+        writer.append([(b"k%d" % key, b"v")])
+    log.roll()
+    cleaner = Cleaner(CleanerConfig(), clock, offset_map=SkimpyOffsetMap(24 * 4, load_factor=0.5))
+
+    assert cleaner.clean(log, 0).end_offset == 2
+
+
+def kafka_map_end_offset(batches: list[list[Written]], max_entries: int) -> int | None:
+    """Where Kafka's offset-map loop ends a pass from offset 0 over `batches` (None: the map did not fill):
+    a keyed record is mapped while the map holds fewer than `max_entries` keys, else the pass ends after the
+    latest offset mapped so far; a batch read through moves that latest offset to its last offset."""
+    mapped: dict[bytes, int] = {}
+    latest = -1
+    for batch in batches:
+        for written in batch:
+            if written.key is None:
+                continue
+            if len(mapped) >= max_entries:
+                return latest + 1
+            mapped[written.key] = written.offset
+            latest = written.offset
+        latest = max(latest, batch[-1].offset)
+    return None
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_passes_over_large_and_small_batches_match_the_oracle(
+    tmp_path: Path, clock: MockClock, monkeypatch: pytest.MonkeyPatch, seed: int
+) -> None:
+    # Batches above and below the column decoder's threshold (32 records), chunks of a few batches, tombstones,
+    # several codecs and a map that fills in the middle of a batch: every pass ends where Kafka's loop would,
+    # and leaves the log deduplicated up to its end offset.
+    monkeypatch.setattr(batch_columns, "CHUNK_BYTES", 4096)
+    rng = random.Random(seed)
+    log = open_log(tmp_path, clock, segment_bytes=16384)
+    writer = Writer(log, clock)
+    batches = []
+    for round_number in range(40):
+        count = rng.choice([1, 3, 40, 120])
+        pairs = [
+            (b"key-%d" % rng.randrange(150), None if rng.random() < 0.05 else b"v%d" % round_number)
+            for _ in range(count)
+        ]
+        batches.append(writer.append(pairs, codec=rng.choice([CompressionType.NONE, CompressionType.LZ4])))
+        clock.sleep(rng.choice([0, 1, 100_000]))
+    log.roll()
+    upper = log.active_segment.base_offset
+    cleaner = Cleaner(CleanerConfig(), clock, offset_map=SkimpyOffsetMap(24 * 100, load_factor=0.5))
+
+    first_dirty = 0
+    passes = 0
+    while first_dirty < upper:
+        result = cleaner.clean(log, first_dirty)
+        if passes == 0:
+            assert result.end_offset == (kafka_map_end_offset(batches, 50) or upper)
+        assert records_of(log) == expected_records(writer.history, result.end_offset)
+        assert result.end_offset > first_dirty
+        first_dirty = result.end_offset
+        passes += 1
+    assert passes > 1
+    assert records_of(log) == expected_records(writer.history, upper)
 
 
 def test_group_segments_by_size_respects_log_bytes() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 
 from storage.compaction.offset_map import BYTES_PER_ENTRY, SkimpyOffsetMap
@@ -108,3 +109,59 @@ def test_budgets_that_hold_no_key_are_rejected(memory_bytes: int, load_factor: f
 def test_negative_offsets_are_rejected() -> None:
     with pytest.raises(ValueError):
         SkimpyOffsetMap(240).put(b"k", -1)
+
+
+def _oracle_put_many(oracle: dict[bytes, int], keys: list[bytes], offsets: list[int], max_entries: int) -> int:
+    """Kafka's cleaner loop, one key at a time: a key is stored only while the map holds fewer than
+    `max_entries` keys, else the loop stops there (even for a key already in the map)."""
+    for index, (key, offset) in enumerate(zip(keys, offsets, strict=True)):
+        if len(oracle) >= max_entries:
+            return index
+        oracle[key] = offset
+    return len(keys)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_put_many_and_get_many_match_a_dict_oracle_with_kafkas_stop_rule(seed: int) -> None:
+    rng = random.Random(seed)
+    slots = rng.choice([16, 97, 1000])
+    offset_map = SkimpyOffsetMap(24 * slots, load_factor=rng.choice([0.5, 0.9, 1.0]))
+    oracle: dict[bytes, int] = {}
+    offset = 0
+    while True:
+        # Batches with repeated keys inside them, keys already mapped and new ones.
+        count = rng.randint(1, 60)
+        keys = [b"key-%d" % rng.randrange(slots * 2) for _ in range(count)]
+        offsets = list(range(offset, offset + count))
+        offset += count
+        stored = offset_map.put_many(offset_map.digests(keys), np.array(offsets, dtype=np.int64))
+        expected = _oracle_put_many(oracle, keys, offsets, offset_map.max_entries)
+        assert stored == expected
+        assert offset_map.size == len(oracle)
+        if stored:
+            assert offset_map.latest_offset == offsets[stored - 1]
+        probes = [*oracle, *(b"absent-%d" % index for index in range(20))]
+        assert offset_map.get_many(offset_map.digests(probes)).tolist() == [oracle.get(key, -1) for key in probes]
+        if stored < count:
+            break
+
+
+def test_put_many_stops_at_a_known_key_once_the_map_is_at_its_load() -> None:
+    offset_map = SkimpyOffsetMap(24 * 4, load_factor=0.5)
+    keys = [b"k0", b"k1", b"k0", b"k2"]
+    assert offset_map.put_many(offset_map.digests(keys), np.arange(4, dtype=np.int64)) == 2
+    assert (offset_map.get(b"k0"), offset_map.get(b"k1"), offset_map.latest_offset) == (0, 1, 1)
+
+
+def test_put_many_keeps_the_highest_offset_of_a_key_repeated_in_one_call() -> None:
+    offset_map = SkimpyOffsetMap(24 * 64)
+    keys = [b"a", b"b", b"a", b"a", b"b", b"c"]
+    assert offset_map.put_many(offset_map.digests(keys), np.arange(6, dtype=np.int64)) == 6
+    assert [offset_map.get(key) for key in (b"a", b"b", b"c")] == [3, 4, 5]
+    assert offset_map.size == 3
+
+
+def test_digests_are_the_same_for_bytes_and_views_and_differ_between_maps() -> None:
+    first, second = SkimpyOffsetMap(240), SkimpyOffsetMap(240)
+    assert first.digests([b"key"]).tobytes() == first.digests([memoryview(b"a key")[2:]]).tobytes()
+    assert first.digests([b"key"]).tobytes() != second.digests([b"key"]).tobytes()
