@@ -300,34 +300,23 @@ def test_security_example(free_head_port: None, tmp_path: Path) -> None:
             assert b"admin-pa55" not in data and b"alice-pa55" not in data, path
 
 
-# Fills `page-views` on the head `raybroker start` started (its address is in the CLI's state file).
-FILL_PAGE_VIEWS = f"""
-from cluster.cli.common import connect
-from actors import Admin, Producer
-connect(None)
-Admin().create_topic("page-views", partitions=2)
-with Producer() as producer:
-    producer.send_many("page-views", {PAGE_VIEWS!r}).result()
-"""
-
-
 @pytest.mark.ray
 @pytest.mark.spark
-def test_sql_example(free_head_port: None, tmp_path: Path) -> None:
+def test_sql_example(page_views: list[dict[str, Any]], capsys: pytest.CaptureFixture[str]) -> None:
+    """The block's one command, run in this process through the CLI's own `main` on this session's broker (a
+    subprocess would also start and stop a Ray head of its own: most of a minute of the suite, for nothing the
+    CLI broker example does not already cover)."""
+    from cluster.cli.main import main
+    from cluster.runtime import gcs_address
+
     block = example("test_sql_example")
-    script = "\n".join(
-        [
-            f"raybroker start {ANY_FREE_LISTENER} --log-dirs {tmp_path / 'sql'} "
-            "--override offsets.topic.num.partitions=1",
-            # As `start` tells a Python user of its head: token authentication needs RAY_AUTH_MODE=token.
-            f"RAY_AUTH_MODE=token python -c {shlex.quote(FILL_PAGE_VIEWS)}",
-            rewritten(block.code, tmp_path),
-            "raybroker stop",
-        ]
-    )
-    result = run_shell(script)
-    assert result.returncode == 0, (result.stdout[-2000:], result.stderr[-2000:])
-    assert shown_counts(result.stdout.splitlines()) == views_per_page(PAGE_VIEWS)
+    (command,) = block.code.strip().splitlines()
+    argv = shlex.split(command)
+    assert argv[0] == "raybroker"
+    code = main([*argv[1:], "--address", gcs_address()])
+    printed = capsys.readouterr()
+    assert code == 0, printed.err
+    assert shown_counts(printed.out.splitlines()) == views_per_page(page_views)
 
 
 # The address the Kafka-clients example connects to, as `raybroker start --override listeners=...` would print it.
