@@ -590,7 +590,7 @@ class Cleaner:
         )
         keyed = ~records.null_keys & (records.offsets >= start)
         indexes = np.flatnonzero(keyed)
-        stored = offset_map.put_many(offset_map.digests(records.keys(keyed)), records.offsets[indexes])
+        stored = offset_map.put_many(records.key_digests(keyed, offset_map), records.offsets[indexes])
         full = stored < len(indexes)
         # Batches whose records were all mapped (or had none to map) move the mapped range to their last offset.
         mapped_batches = int(np.searchsorted(records.bounds, indexes[stored], side="right")) - 1 if full else len(chunk)
@@ -758,7 +758,7 @@ class Cleaner:
         clean_pass.stats.invalid_messages += int(np.count_nonzero(~beyond & records.null_keys))
         latest = np.full(len(records), -1, dtype=np.int64)
         if lookup.any():
-            latest[lookup] = offset_map.get_many(offset_map.digests(records.keys(lookup)))
+            latest[lookup] = offset_map.get_many(records.key_digests(lookup, offset_map))
         now_ms = clean_pass.now_ms
         horizon_open = [
             not isinstance(batch, RecordBatch) or batch.delete_horizon_ms is None or now_ms < batch.delete_horizon_ms

@@ -161,7 +161,35 @@ def test_put_many_keeps_the_highest_offset_of_a_key_repeated_in_one_call() -> No
     assert offset_map.size == 3
 
 
-def test_digests_are_the_same_for_bytes_and_views_and_differ_between_maps() -> None:
+def test_short_keys_are_their_own_digest_and_long_keys_a_seeded_hash() -> None:
     first, second = SkimpyOffsetMap(240), SkimpyOffsetMap(240)
-    assert first.digests([b"key"]).tobytes() == first.digests([memoryview(b"a key")[2:]]).tobytes()
-    assert first.digests([b"key"]).tobytes() != second.digests([b"key"]).tobytes()
+    short, long = b"fifteen bytes!!", b"sixteen bytes!!!"
+    assert first.digests([short]).tobytes() == short + bytes([15])
+    assert first.digests([b""]).tobytes() == bytes(16)
+    assert first.digests([short]).tobytes() == second.digests([short]).tobytes()
+    assert first.digests([long]).tobytes() != second.digests([long]).tobytes()
+    # A hashed key's last byte has its top bit set; a packed key's last byte is its length (< 16).
+    assert first.digests([long]).tobytes()[15] >= 0x80
+
+
+def test_digests_at_positions_match_digests_of_the_keys() -> None:
+    rng = random.Random(3)
+    keys = [rng.randbytes(rng.choice([0, 1, 14, 15, 16, 40])) for _ in range(300)]
+    offset_map = SkimpyOffsetMap(240)
+    data = b"".join(keys) + b"tail"
+    lengths = np.array([len(key) for key in keys], dtype=np.int64)
+    starts = np.cumsum(lengths) - lengths
+    assert offset_map.digests_at(data, starts, lengths).tolist() == offset_map.digests(keys).tolist()
+    assert len({offset_map.digests([key]).tobytes() for key in set(keys)}) == len(set(keys))
+
+
+@pytest.mark.parametrize("length", [1, 15, 16, 64])
+def test_keys_of_every_length_match_a_dict_oracle(length: int) -> None:
+    rng = random.Random(length)
+    offset_map = SkimpyOffsetMap(24 * 8192)
+    oracle: dict[bytes, int] = {}
+    keys = [rng.randbytes(length) for _ in range(1000)] + [b"same-prefix".ljust(length, b"\0")[:length]]
+    for offset, key in enumerate(rng.choices(keys, k=4000)):
+        oracle[key] = offset
+        offset_map.put(key, offset)
+    assert offset_map.get_many(offset_map.digests(list(oracle))).tolist() == list(oracle.values())
