@@ -12,15 +12,14 @@ acknowledged.
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from actors.clients.futures import RecordFuture, RecordMetadata, SendManyFuture
+from actors.clients.futures import BatchOutcome, RecordFuture, SendManyFuture
 from storage.records.compression import CompressionType
-from storage.records.record_batch import NO_TIMESTAMP, RECORD_BATCH_OVERHEAD, RecordBatchBuilder
+from storage.records.record_batch import RECORD_BATCH_OVERHEAD, RecordBatchBuilder
 from storage.records.record_columns import build_batch_from_columns
 
 Headers = tuple[tuple[str, bytes | None], ...]
@@ -87,8 +86,8 @@ class ProducerBatch:
     # One tuple per record once any record of the batch has headers (the columnar encoder takes none).
     headers: list[Headers] | None = None
     futures: list[RecordFuture] = field(default_factory=list)
-    # The lock and condition the `RecordFuture`s of its records share.
-    condition: threading.Condition = field(default_factory=threading.Condition)
+    # The outcome, lock and condition the `RecordFuture`s of its records share (made with the first one).
+    outcome: BatchOutcome | None = None
     bulk: SendManyFuture | None = None
     bulk_indices: Sequence[int] = ()
     bulk_records: BulkRecords | None = None
@@ -113,18 +112,21 @@ class ProducerBatch:
         timestamp: int,
         headers: Headers,
         size: int,
-        future: RecordFuture,
-    ) -> None:
-        """Adds one record of `send` (`size`: its `record_size_bound`) and the future it answers."""
+    ) -> RecordFuture:
+        """Adds one record of `send` (`size`: its `record_size_bound`); returns the future its batch answers."""
         if headers and self.headers is None:
             self.headers = [()] * len(self.values)
         if self.headers is not None:
             self.headers.append(headers)
         self.values.append(value)
         self.keys.append(key)  # type: ignore[union-attr]  # a batch of `send` has a keys list
+        if self.outcome is None:
+            self.outcome = BatchOutcome(self.topic, self.partition, self.timestamps)
+        future = RecordFuture(self.outcome, len(self.timestamps))
         self.timestamps.append(timestamp)
         self.futures.append(future)
         self.estimated_bytes += size
+        return future
 
     def encode(self, producer_id: int, producer_epoch: int, base_sequence: int) -> bytes:
         """The batch's wire bytes under the given producer id, epoch and first sequence."""
@@ -160,16 +162,8 @@ class ProducerBatch:
         if self.bulk is not None:
             self.bulk._acknowledged(self.bulk_indices, self.partition, first_offset, log_append_time)
             return
-        topic, partition = self.topic, self.partition
-        stamped = self.timestamps if log_append_time == NO_TIMESTAMP else [log_append_time] * len(self.timestamps)
-        RecordFuture.set_results(
-            self.condition,
-            self.futures,
-            (
-                RecordMetadata(topic, partition, first_offset + index, timestamp)
-                for index, timestamp in enumerate(stamped)
-            ),
-        )
+        if self.outcome is not None:
+            self.outcome.succeed(first_offset, log_append_time)
 
     def fail(self, error: BaseException) -> None:
         """Fails the batch's futures with `error`."""

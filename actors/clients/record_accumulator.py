@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from actors.clients.futures import RecordFuture, RecordMetadata, SendManyFuture
+from actors.clients.futures import RecordMetadata, SendManyFuture
 from actors.clients.partitioner import StickyPartitionCache, partitions_for_keys
 from actors.clients.producer_batch import BulkRecords, Headers, ProducerBatch
 from storage.clock import Clock
@@ -128,8 +128,7 @@ class RecordAccumulator:
                 batches.open = batch
                 self._incomplete.add(batch)
                 wake = True
-            future = RecordFuture(batch.condition)
-            batch.append(key, value, timestamp, headers, size, future)
+            future = batch.append(key, value, timestamp, headers, size)
             self._buffered_bytes += size
             if batch.estimated_bytes >= self._batch_size:
                 self._close_open(batches)

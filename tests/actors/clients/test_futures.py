@@ -1,6 +1,6 @@
 """`RecordFuture`, the future `Producer.send` returns, behaves as the `concurrent.futures.Future` it is (the oracle
-is the standard library's own `Future`, driven the same way), though the futures of a batch share one condition
-and are answered together. No Ray: the futures are driven directly."""
+is the standard library's own `Future`, driven the same way), though the futures of a batch share one outcome,
+are answered together, and make their `RecordMetadata` only when asked. No Ray: the futures are driven directly."""
 
 from __future__ import annotations
 
@@ -10,16 +10,24 @@ import time
 
 import pytest
 
-from actors.clients.futures import RecordFuture, RecordMetadata
+from actors.clients.futures import BatchOutcome, RecordFuture, RecordMetadata
+
+TIMESTAMPS = [1_000 + index for index in range(5)]
+FIRST_OFFSET = 40
 
 
-def metadata(offset: int) -> RecordMetadata:
-    return RecordMetadata("t", 0, offset, 1_000 + offset)
+def batch(count: int = 5) -> tuple[BatchOutcome, list[RecordFuture]]:
+    outcome = BatchOutcome("t", 3, TIMESTAMPS[:count])
+    return outcome, [RecordFuture(outcome, index) for index in range(count)]
+
+
+def metadata(index: int, log_append_time: int | None = None) -> RecordMetadata:
+    timestamp = TIMESTAMPS[index] if log_append_time is None else log_append_time
+    return RecordMetadata("t", 3, FIRST_OFFSET + index, timestamp)
 
 
 def test_a_batch_answered_together_behaves_like_futures_answered_one_by_one() -> None:
-    condition = threading.Condition()
-    ours = [RecordFuture(condition) for _ in range(5)]
+    outcome, ours = batch()
     theirs: list[concurrent.futures.Future[RecordMetadata]] = [concurrent.futures.Future() for _ in range(5)]
     for future in theirs:
         future.set_running_or_notify_cancel()
@@ -28,22 +36,28 @@ def test_a_batch_answered_together_behaves_like_futures_answered_one_by_one() ->
         for future in futures:
             assert not future.done() and future.running() and not future.cancel()
         futures[1].add_done_callback(lambda done, name=name: called[name].append(done.result().offset))
-    RecordFuture.set_results(condition, ours, [metadata(offset) for offset in range(5)])
-    for offset, future in enumerate(theirs):
-        future.set_result(metadata(offset))
+    assert outcome.watched == [ours[1]]
+    outcome.succeed(FIRST_OFFSET, -1)
+    for index, future in enumerate(theirs):
+        future.set_result(metadata(index))
     assert [f.result(timeout=0) for f in ours] == [f.result(timeout=0) for f in theirs]
-    assert called["ours"] == called["theirs"] == [1]
+    assert called["ours"] == called["theirs"] == [FIRST_OFFSET + 1]
     assert all(f.done() and not f.running() and f.exception() is None for f in ours)
     ours[2].add_done_callback(lambda done: called["ours"].append(done.result().offset))  # already done: runs now
-    assert called["ours"] == [1, 2]
+    assert called["ours"] == [FIRST_OFFSET + 1, FIRST_OFFSET + 2]
     with pytest.raises(concurrent.futures.InvalidStateError):
-        RecordFuture.set_results(condition, ours[:1], [metadata(9)])
+        outcome.succeed(FIRST_OFFSET, -1)
+
+
+def test_log_append_time_replaces_every_record_timestamp() -> None:
+    outcome, futures = batch(3)
+    outcome.succeed(FIRST_OFFSET, 77)
+    assert [future.result(timeout=0) for future in futures] == [metadata(index, 77) for index in range(3)]
 
 
 def test_waiters_in_other_threads_are_woken_by_the_batch() -> None:
     """`result`, `concurrent.futures.wait` and `as_completed` in other threads return once the batch is answered."""
-    condition = threading.Condition()
-    futures = [RecordFuture(condition) for _ in range(3)]
+    outcome, futures = batch(3)
     answers: dict[str, object] = {}
 
     def wait_all() -> None:
@@ -61,18 +75,22 @@ def test_waiters_in_other_threads_are_woken_by_the_batch() -> None:
         thread.start()
     time.sleep(0.05)
     assert answers == {}
-    RecordFuture.set_results(condition, futures, [metadata(offset) for offset in range(3)])
+    outcome.succeed(FIRST_OFFSET, -1)
     for thread in threads:
         thread.join(10)
     assert answers["wait"] == (3, 0)
-    assert answers["as_completed"] in {0, 1, 2}
-    assert answers["result"] == 2
+    assert answers["as_completed"] in {FIRST_OFFSET, FIRST_OFFSET + 1, FIRST_OFFSET + 2}
+    assert answers["result"] == FIRST_OFFSET + 2
 
 
-def test_a_failed_record_raises_its_error() -> None:
-    future = RecordFuture(threading.Condition())
+def test_a_failed_record_raises_its_error_and_callbacks_see_it() -> None:
+    _, futures = batch(2)
+    seen: list[BaseException | None] = []
+    futures[0].add_done_callback(lambda done: seen.append(done.exception()))
     error = RuntimeError("the batch failed")
-    future.set_exception(error)
-    assert future.exception(timeout=0) is error
+    for future in futures:
+        future.set_exception(error)
+    assert seen == [error]
+    assert futures[1].exception(timeout=0) is error
     with pytest.raises(RuntimeError, match="the batch failed"):
-        future.result(timeout=0)
+        futures[0].result(timeout=0)
