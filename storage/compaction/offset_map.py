@@ -45,14 +45,14 @@ from storage.errors import InvalidConfigError, StorageError
 HASH_SIZE_BYTES = 16
 # Keys this short are their own digest: 15 key bytes (zero-padded) and the length in the 16th.
 PACKED_KEY_BYTES = HASH_SIZE_BYTES - 1
-# Row n keeps the first n bytes of a 15-byte window.
-_PREFIX_MASKS = np.tril(np.full((PACKED_KEY_BYTES + 1, PACKED_KEY_BYTES), 0xFF, dtype=np.uint8), k=-1)
 OFFSET_SIZE_BYTES = 8
 BYTES_PER_ENTRY = HASH_SIZE_BYTES + OFFSET_SIZE_BYTES
 EMPTY = -1
 # Double hashing reaches an empty slot within 64 attempts unless the table is more than ~93 % full
 # (0.93**64 ~ 1e-2 of misses then fall back to stepping by one): the fallback only bounds the pathological case.
 DOUBLE_HASH_ATTEMPTS = 64
+# Row n keeps the first n bytes of a 15-byte window.
+_PREFIX_MASKS = np.tril(np.full((PACKED_KEY_BYTES + 1, PACKED_KEY_BYTES), 0xFF, dtype=np.uint8), k=-1)
 
 
 class SkimpyOffsetMap:
