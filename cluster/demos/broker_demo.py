@@ -13,7 +13,12 @@ producers and consumers — printed step by step.
 6. Spark over the live partitions (`cluster.demos.spark_demo`): a RayDP session on the same Ray; while a
    producer keeps writing, two Spark reads compute views and mean latency per page, the second one from
    the first's end offsets, showing it sees the new events and none twice.
-7. Shut Spark and the broker down cleanly (checkpoints, `.kafka_cleanshutdown`) and stop Ray.
+7. Structured Streaming (`cluster.demos.streaming_demo`): Spark's own Kafka source reads the topic through the
+   listener of step 5 while a producer writes, and prints page views per event-time window for a few triggers;
+   the last counts must equal what was produced in each window. Spark's Kafka connector comes from ~/.ivy2
+   (Maven Central the first time); if it cannot be had, this step is skipped with a message.
+8. Shut Spark and the broker down cleanly (checkpoints, `.kafka_cleanshutdown`) and stop Ray, then print how
+   long each part took.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TextIO
 
@@ -38,32 +43,39 @@ from actors.clients.consumer import Consumer, ConsumerRecord
 from actors.clients.producer import Producer
 from actors.clients.serializers import msgpack_deserializer
 from cluster.demos.kafka_client_demo import run_kafka_clients
+from cluster.demos.page_views import PAGES, USERS
 from cluster.protocol.listener import start_listener
 from cluster.runtime import ensure_ray
+from storage.errors import RaybrokerError
 
 TOPIC = "page-views"
 PARTITIONS = 4
-PAGES = ("/", "/search", "/cart", "/checkout", "/help")
 KAFKA_CLIENT_RECORDS = 10_000
 
 
 def _events(count: int, seed: int = 7) -> list[dict[str, object]]:
     rng = random.Random(seed)
     return [
-        {"user": f"user-{rng.randrange(50)}", "page": rng.choice(PAGES), "latency_ms": rng.randrange(5, 400), "n": i}
+        {"user": f"user-{rng.randrange(USERS)}", "page": rng.choice(PAGES), "latency_ms": rng.randrange(5, 400), "n": i}
         for i in range(count)
     ]
 
 
 def run_broker_demo(
-    directory: Path | None = None, events: int = 20_000, out: TextIO = sys.stdout, spark: bool = True
+    directory: Path | None = None,
+    events: int = 20_000,
+    out: TextIO = sys.stdout,
+    spark: bool = True,
+    streaming: bool = True,
 ) -> int:
-    """Runs the demo (the Spark step only with `spark`); returns 0 when every check held."""
+    """Runs the demo (the Spark steps only with `spark`, the streaming one only with `streaming` too); returns 0
+    when every check held."""
 
     def say(message: str) -> None:
         print(f"[{time.monotonic() - started:6.1f}s] {message}", file=out, flush=True)
 
     started = time.monotonic()
+    parts = _PartTimes(started)
     root = Path(directory) if directory else Path(tempfile.mkdtemp(prefix="raybroker-demo-"))
     log_dirs = [root / "logs-a", root / "logs-b"]
     say("starting an embedded Ray cluster")
@@ -71,6 +83,7 @@ def run_broker_demo(
     try:
         say(f"starting the broker over {', '.join(str(d) for d in log_dirs)}")
         start_broker({"log.dirs": ",".join(str(d) for d in log_dirs), "offsets.topic.num.partitions": "1"})
+        parts.lap("Ray and broker start")
         admin = Admin()
         say(f"creating topic {TOPIC!r} with {PARTITIONS} partitions")
         admin.create_topic(TOPIC, PARTITIONS)
@@ -111,35 +124,87 @@ def run_broker_demo(
                 f"  partition {description.partition}: offsets {description.log_start_offset}.."
                 f"{description.log_end_offset}, {description.size_bytes} bytes in {description.log_dir}"
             )
+        parts.lap("produce and consume")
         with start_listener({"listeners": "PLAINTEXT://127.0.0.1:0"}) as listener:
             say(f"opened a Kafka-protocol listener on {listener.bootstrap_servers}")
             wire_ok = run_kafka_clients(listener.bootstrap_servers, KAFKA_CLIENT_RECORDS, say)
-        spark_ok = True
-        if spark:
-            # Spark: pyspark and RayDP load only for this step, which `--no-spark` skips (it needs Java).
-            from cluster.demos.spark_demo import run_spark_analytics
-            from cluster.spark.session import get_spark, stop_spark
-
-            jvm_log = root / "spark-driver.log"
-            say(
-                "starting Spark on Ray (RayDP: 1 executor, 2 cores) and warming up its Python workers; its driver "
-                f"JVM logs to {jvm_log}"
-            )
-            with _stderr_to(jvm_log):
-                session = get_spark()
-            try:
-                result = run_spark_analytics(session, TOPIC, out=out, started=started)
-                spark_ok = result.contiguous and result.exactly_once
-            finally:
-                say("stopping Spark")
-                stop_spark()
+            parts.lap("Kafka clients")
+            spark_ok = True
+            if spark:
+                spark_ok = _run_spark_parts(root, listener.bootstrap_servers, streaming, parts, say, out, started)
         say("stopping the broker (checkpoints and clean-shutdown markers are written)")
         stop_broker()
+        parts.lap("broker stop")
         say(f"done; the log dirs stay in {root} (try: raybroker dump-log --print-data-log {log_dirs[0]}/*/*.log)")
+        say(f"time per part: {parts.summary()}")
         return 0 if exactly_once and in_order and wire_ok and spark_ok else 1
     finally:
         if started_ray:
             ray.shutdown()
+
+
+class _PartTimes:
+    """How long each part of the demo took (parts run one after another), for the summary line at the end."""
+
+    def __init__(self, started: float) -> None:
+        self._mark = started
+        self.seconds: dict[str, float] = {}
+
+    def lap(self, part: str) -> None:
+        """Ends `part` now; the next part starts now."""
+        now = time.monotonic()
+        self.seconds[part] = now - self._mark
+        self._mark = now
+
+    def summary(self) -> str:
+        return ", ".join(f"{part} {seconds:.1f} s" for part, seconds in self.seconds.items())
+
+
+def _run_spark_parts(
+    root: Path,
+    bootstrap_servers: str,
+    streaming: bool,
+    parts: _PartTimes,
+    say: Callable[[str], None],
+    out: TextIO,
+    started: float,
+) -> bool:
+    """Steps 6 and 7: starts Spark (with its Kafka connector for the streaming step), runs the two reads and the
+    stream, stops Spark; True when their checks held."""
+    # Spark: pyspark and RayDP load only for these steps, which `--no-spark` skips (they need Java).
+    from cluster.demos.spark_demo import run_spark_analytics
+    from cluster.demos.streaming_demo import run_streaming_counts
+    from cluster.spark.session import get_spark, stop_spark
+
+    jvm_log = root / "spark-driver.log"
+    connector = " with Spark's Kafka connector (from ~/.ivy2, or Maven Central the first time)" if streaming else ""
+    say(
+        f"starting Spark on Ray (RayDP: 1 executor, 2 cores){connector} and warming up its Python workers; its "
+        f"driver JVM logs to {jvm_log}"
+    )
+    with _stderr_to(jvm_log):
+        try:
+            session = get_spark(kafka_connector=streaming)
+        except RaybrokerError as exc:
+            if not streaming:
+                raise
+            say(f"{exc.message} (see {jvm_log}); the Structured Streaming step is skipped")
+            streaming = False
+            session = get_spark()
+    parts.lap("Spark start")
+    try:
+        result = run_spark_analytics(session, TOPIC, out=out, started=started)
+        ok = result.contiguous and result.exactly_once
+        parts.lap("Spark reads")
+        if streaming:
+            counts = run_streaming_counts(session, TOPIC, bootstrap_servers, out=out, started=started)
+            ok = ok and counts.matches
+            parts.lap("Structured Streaming")
+    finally:
+        say("stopping Spark")
+        stop_spark()
+    parts.lap("Spark stop")
+    return ok
 
 
 @contextlib.contextmanager

@@ -2,8 +2,8 @@
 
 `run_spark_analytics(spark, topic)` (the caller has started Ray, the broker and Spark):
 
-1. A producer thread writes page-view events (msgpack maps `{user, page, latency_ms}`, keyed by user) into the
-   topic at a steady rate, and keeps writing until step 4 is done.
+1. A producer thread (`cluster.demos.page_views`) writes page-view events into the topic at a steady rate, and
+   keeps writing until step 4 is done.
 2. Read 1: Spark reads every partition from the earliest offset to the latest at planning time, decodes the
    values (`valueFormat="msgpack"`) and computes views per page and mean latency, in one query (one read).
 3. Read 2, a few seconds later: from read 1's end offsets (`planned_read(df).ending_offsets_json()`) to the
@@ -17,9 +17,7 @@ Progress and results are printed with the seconds since the start, as `cluster.d
 
 from __future__ import annotations
 
-import random
 import sys
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,19 +26,14 @@ from typing import TextIO
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from actors.clients.producer import Producer
-from actors.clients.serializers import msgpack_serializer
+from cluster.demos.page_views import PAGE_VIEW_SCHEMA, PageViewProducer
 from cluster.spark.kafka_source import planned_read, read_topics
 from cluster.spark.planning import ReadPlan
 from storage.topic_partition import TopicPartition
 
-PAGES = ("/", "/search", "/cart", "/checkout", "/help")
-PAGE_VIEW_SCHEMA = "user string, page string, latency_ms long"
-USERS = 50
 # Events per second the producer aims at: enough for thousands of records per read, little enough to leave
 # the 2 cores to Spark.
 DEFAULT_RATE = 2000
-PRODUCER_SEND_SLICE_S = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,40 +72,6 @@ class SparkAnalyticsResult:
     def exactly_once(self) -> bool:
         """Both reads together held every offset of their ranges once: none twice, none skipped."""
         return self.distinct_over_both == self.first.records + self.second.records
-
-
-class _PageViewProducer:
-    """Sends page views at about `rate` events a second until stopped; counts what was acknowledged."""
-
-    def __init__(self, topic: str, rate: int, seed: int = 7) -> None:
-        self._topic = topic
-        self._rate = rate
-        self._random = random.Random(seed)
-        self._producer = Producer(value_serializer=msgpack_serializer)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="demo-page-views", daemon=True)
-        self.sent = 0
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def _run(self) -> None:
-        started = time.monotonic()
-        while not self._stop.is_set():
-            due = int((time.monotonic() - started) * self._rate)
-            while self.sent < due:
-                user = f"user-{self._random.randrange(USERS)}"
-                event = {"user": user, "page": self._random.choice(PAGES), "latency_ms": self._random.randrange(5, 400)}
-                self._producer.send(self._topic, event, key=user)
-                self.sent += 1
-            self._stop.wait(PRODUCER_SEND_SLICE_S)
-
-    def stop(self) -> int:
-        """Stops sending, waits until every event is written; returns how many were sent."""
-        self._stop.set()
-        self._thread.join()
-        self._producer.close()
-        return self.sent
 
 
 def _snapshot(spark: SparkSession, topic: str, starting_offsets: str) -> tuple[SnapshotResult, ReadPlan]:
@@ -182,7 +141,7 @@ def run_spark_analytics(
     def say(message: str) -> None:
         print(f"[{time.monotonic() - origin:6.1f}s] {message}", file=out, flush=True)
 
-    producer = _PageViewProducer(topic, rate)
+    producer = PageViewProducer(topic, rate)
     say(f"producing page views into {topic!r} at ~{rate}/s (msgpack: user, page, latency_ms)")
     producer.start()
     try:

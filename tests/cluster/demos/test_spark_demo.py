@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from actors.clients.admin import Admin
-from cluster.demos.spark_demo import PAGES, run_spark_analytics
+from cluster.demos.page_views import PAGES
+from cluster.demos.spark_demo import run_spark_analytics
 from tests.cluster.spark.helpers import unique_topic
 
 pytestmark = [pytest.mark.ray, pytest.mark.spark]
