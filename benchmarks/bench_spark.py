@@ -114,7 +114,9 @@ def _write_parquet(topic: str, directory: Path) -> None:
         pq.write_table(table, directory / f"{topic}-{offset_range.partition}.parquet", compression="none")
 
 
-def _aggregate(df: DataFrame) -> list[tuple[int, int, int, int]]:
+def aggregate(df: DataFrame) -> list[tuple[int, int, int, int]]:
+    """(partition, count, sum of offsets, sum of value lengths) per partition, sorted: every row's offset and value
+    is touched."""
     from pyspark.sql import functions as F
 
     rows = (
@@ -136,17 +138,18 @@ def _measure(
     parquet_result: list[Any] = []
     for _ in range(repeats):
         with timer() as elapsed:
-            ingest_result = _aggregate(read_topics(spark, topics=topic))
+            ingest_result = aggregate(read_topics(spark, topics=topic))
         ingest_best = max(ingest_best, rows / elapsed())
         with timer() as elapsed:
-            parquet_result = _aggregate(spark.read.parquet(str(parquet_dir)))
+            parquet_result = aggregate(spark.read.parquet(str(parquet_dir)))
         parquet_best = max(parquet_best, rows / elapsed())
     if ingest_result != parquet_result:
         raise AssertionError(f"{topic}: ingest and Parquet aggregates differ: {ingest_result} != {parquet_result}")
     return ingest_best, parquet_best, ingest_result
 
 
-def _prepare(ctx: BenchContext, partitions: int, rows: int) -> tuple[str, Path]:
+def prepare(ctx: BenchContext, partitions: int, rows: int) -> tuple[str, Path]:
+    """A new topic of `partitions` holding `rows` page views, and a folder with the same rows as Parquet."""
     from actors.clients.admin import Admin
 
     topic = f"spark-ingest-{partitions}-{int(time.time() * 1000)}"
@@ -164,22 +167,31 @@ def _prepare(ctx: BenchContext, partitions: int, rows: int) -> tuple[str, Path]:
     return topic, parquet_dir
 
 
-def run(ctx: BenchContext) -> list[Figure]:
-    from cluster.spark.session import get_spark
+def start_spark(ctx: BenchContext) -> SparkSession:
+    """The run's Spark session, started by whichever Spark benchmark runs first, with Spark's Kafka connector
+    (`bench_spark_kafka` reads through it; resolved from ~/.ivy2 after the first download)."""
+    from cluster.spark.session import active_session, get_spark
 
+    starting = active_session() is None
+    began = time.perf_counter()
+    spark = get_spark(kafka_connector=True)
+    if starting:
+        ctx.progress(f"  Spark started in {time.perf_counter() - began:.1f} s")
+    return spark
+
+
+def run(ctx: BenchContext) -> list[Figure]:
     rows = QUICK_ROWS if ctx.quick else ROWS
     repeats = QUICK_REPEATS if ctx.quick else REPEATS
     many = CAPPED_PARTITIONS if ctx.quick else MANY_PARTITIONS
     ctx.environment.broker()
-    began = time.perf_counter()
-    spark = get_spark()
-    ctx.progress(f"  Spark started in {time.perf_counter() - began:.1f} s")
+    spark = start_spark(ctx)
     throughputs: dict[int, tuple[float, float]] = {}
     for partitions in (FEW_PARTITIONS, many):
         if partitions > FEW_PARTITIONS:
             ctx.progress(f"  restarting the broker with log.partitions.per.process={PARTITIONS_PER_PROCESS}")
             ctx.environment.broker({"log.partitions.per.process": str(PARTITIONS_PER_PROCESS)})
-        topic, parquet_dir = _prepare(ctx, partitions, rows)
+        topic, parquet_dir = prepare(ctx, partitions, rows)
         ingest, parquet, _ = _measure(spark, topic, parquet_dir, rows, repeats)
         throughputs[partitions] = (ingest, parquet)
         ctx.progress(f"  {partitions} partitions: ingest {ingest:,.0f} rows/s, Parquet {parquet:,.0f} rows/s")
