@@ -38,12 +38,17 @@ BROKER_EPILOG = (
 def print_error(message: str) -> None:
     """`raybroker: error: <message>` on stderr, the message's first line only."""
     # Errors relayed from Ray actors can span lines (Ray appends the actor's details); the promise is one line.
-    first_line = next((line for line in message.splitlines() if line.strip()), message)
-    print(f"{PROG}: error: {first_line}", file=sys.stderr)
+    shown = next((line for line in message.splitlines() if line.strip()), message)
+    print(f"{PROG}: error: {shown}", file=sys.stderr)
 
 
 class UsageError(Exception):
     """Options a command does not accept together (exit 2, one line)."""
+
+
+def first_line(text: str) -> str:
+    """The first non-blank line of a longer message (Spark's errors span many), stripped."""
+    return next((line.strip() for line in text.splitlines() if line.strip()), text)
 
 
 def non_negative_int(text: str) -> int:

@@ -14,6 +14,7 @@ Subcommands:
 | `delete-records`       |                             |                                                    |
 | `consumer-groups`      | `cluster.cli.consumer_groups` | kafka-consumer-groups.sh                         |
 | `sql`                  | `cluster.cli.sql_command`   | Spark SQL over live topics, each one a view        |
+| `stream`               | `cluster.cli.stream_command` | Spark Structured Streaming SQL over live topics   |
 | `users`                | `cluster.cli.users`         | kafka-configs.sh --entity-type users (SCRAM)       |
 | `acls`                 | `cluster.cli.acls`          | kafka-acls.sh                                      |
 
@@ -54,6 +55,7 @@ from cluster.cli import (
     offsets,
     produce,
     sql_command,
+    stream_command,
     topics,
     users,
 )
@@ -80,6 +82,7 @@ COMMAND_MODULES = (
     offsets,
     consumer_groups,
     sql_command,
+    stream_command,
     users,
     acls,
 )

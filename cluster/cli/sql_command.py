@@ -27,7 +27,7 @@ import argparse
 import json
 from typing import Any
 
-from cluster.cli.common import EXIT_OK, add_command, connect, positive_int
+from cluster.cli.common import EXIT_OK, add_command, connect, first_line, positive_int
 from storage.errors import InvalidRequestError
 
 DEFAULT_MAX_ROWS = 1000
@@ -115,12 +115,8 @@ def run_sql(args: argparse.Namespace) -> int:
             typed = typed_spark_error(exc)
             if typed is not None:
                 raise typed from None
-            raise InvalidRequestError(f"SQL: {_first_line(str(exc))}") from None
+            raise InvalidRequestError(f"SQL: {first_line(str(exc))}") from None
     finally:
         if started:
             stop_spark()
     return EXIT_OK
-
-
-def _first_line(text: str) -> str:
-    return next((line.strip() for line in text.splitlines() if line.strip()), text)
