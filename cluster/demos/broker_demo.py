@@ -182,15 +182,18 @@ def _run_spark_parts(
         f"starting Spark on Ray (RayDP: 1 executor, 2 cores){connector} and warming up its Python workers; its "
         f"driver JVM logs to {jvm_log}"
     )
-    with _stderr_to(jvm_log):
+    unavailable: RaybrokerError | None = None
+    with _jvm_output_to(jvm_log):
         try:
             session = get_spark(kafka_connector=streaming)
         except RaybrokerError as exc:
             if not streaming:
                 raise
-            say(f"{exc.message} (see {jvm_log}); the Structured Streaming step is skipped")
-            streaming = False
+            unavailable = exc
             session = get_spark()
+    if unavailable is not None:
+        say(f"{unavailable.message} (see {jvm_log}); the Structured Streaming step is skipped")
+        streaming = False
     parts.lap("Spark start")
     try:
         result = run_spark_analytics(session, TOPIC, out=out, started=started)
@@ -208,24 +211,30 @@ def _run_spark_parts(
 
 
 @contextlib.contextmanager
-def _stderr_to(path: Path) -> Iterator[None]:
-    """Points this process's stderr (file descriptor 2) at `path` while the block runs.
+def _jvm_output_to(path: Path) -> Iterator[None]:
+    """Points this process's stdout and stderr (file descriptors 1 and 2) at `path` while the block runs.
 
-    The Spark driver JVM that `get_spark` spawns inherits descriptor 2 and keeps it for its whole life: its log
-    lines, and the native Ray client's ("GcsClient has no Cluster ID set", printed before Ray reads
-    `RAY_BACKEND_LOG_LEVEL`, which itself announces the level it set), go to the file instead of between the
-    demo's lines. Descriptor 2 is this process's own again when the block ends.
+    The Spark driver JVM that `get_spark` spawns inherits both descriptors and keeps them for its whole life: Ivy's
+    resolution report (on stdout), the JVM's log lines (a failed broadcast when a streaming query is stopped
+    mid-trigger arrives on stdout), and the native Ray client's ("GcsClient has no Cluster ID set", printed
+    before Ray reads `RAY_BACKEND_LOG_LEVEL`, which itself announces the level it set) go to the file instead of
+    between the demo's lines. The descriptors are this process's own again when the block ends; the block must
+    print nothing of the demo's own.
     """
+    sys.stdout.flush()
     sys.stderr.flush()
-    saved = os.dup(2)
+    saved = {descriptor: os.dup(descriptor) for descriptor in (1, 2)}
     target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     try:
-        os.dup2(target, 2)
+        for descriptor in saved:
+            os.dup2(target, descriptor)
         yield
     finally:
+        sys.stdout.flush()
         sys.stderr.flush()
-        os.dup2(saved, 2)
-        os.close(saved)
+        for descriptor, original in saved.items():
+            os.dup2(original, descriptor)
+            os.close(original)
         os.close(target)
 
 
