@@ -28,6 +28,7 @@ for a negative timestamp, `InvalidRequestError` after `close`.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 from types import TracebackType
@@ -41,7 +42,7 @@ from actors.clients.partitioner import partition_for_key
 from actors.clients.producer_batch import RECORD_OVERHEAD_BOUND, BulkRecords, Headers, record_size_bound
 from actors.clients.record_accumulator import RecordAccumulator
 from actors.clients.sender import Sender
-from actors.clients.serializers import Serializer, default_serializer
+from actors.clients.serializers import Serializer, default_serializer, string_serializer
 from storage.arguments import is_int
 from storage.clock import SYSTEM_CLOCK
 from storage.errors import (
@@ -157,18 +158,45 @@ class Producer:
         timestamp_ms: int | None = None,
         headers: Iterable[HeaderInput] | None = None,
     ) -> Future[RecordMetadata]:
-        """Queues one record; the future gives its `RecordMetadata` or the typed error that failed it."""
+        """Queues one record; the future gives its `RecordMetadata` or the typed error that failed it.
+
+        Per-record Python is this method's whole cost (a `send` loop is CPU-bound on one core), so the common
+        case is written out here: `bytes` and `str` values and keys under the default serializer skip its checks, no
+        headers add nothing, and a cached partition count is read without the metadata lock."""
         self._check_open()
-        key_bytes = None if key is None else _serialize(self._key_serializer, key, "key")
-        value_bytes = None if value is None else _serialize(self._value_serializer, value, "value")
-        record_headers = _headers(headers)
-        timestamp = SYSTEM_CLOCK.milliseconds() if timestamp_ms is None else _check_timestamp(timestamp_ms)
-        size = record_size_bound(key_bytes, value_bytes, record_headers)
+        if key is None:
+            key_bytes = None
+        elif self._key_serializer is default_serializer and type(key) is bytes:
+            key_bytes = key
+        elif self._key_serializer is default_serializer and type(key) is str:
+            key_bytes = string_serializer(key)
+        else:
+            key_bytes = _serialize(self._key_serializer, key, "key")
+        if value is None:
+            value_bytes = None
+        elif self._value_serializer is default_serializer and type(value) is bytes:
+            value_bytes = value
+        elif self._value_serializer is default_serializer and type(value) is str:
+            value_bytes = string_serializer(value)
+        else:
+            value_bytes = _serialize(self._value_serializer, value, "value")
+        if headers is None:
+            record_headers: Headers = ()
+            size = RECORD_OVERHEAD_BOUND + (0 if key_bytes is None else len(key_bytes))
+            size += 0 if value_bytes is None else len(value_bytes)
+        else:
+            record_headers = _headers(headers)
+            size = record_size_bound(key_bytes, value_bytes, record_headers)
+        timestamp = time.time_ns() // 1_000_000 if timestamp_ms is None else _check_timestamp(timestamp_ms)
         if RECORD_BATCH_OVERHEAD + size > self._max_request_size:
             raise RecordTooLargeError(
                 f"a record of about {size} bytes does not fit in max_request_size {self._max_request_size}"
             )
-        num_partitions = self._partition_count(topic, partition)
+        cached = self._partition_counts.get(topic) if partition is None else None
+        if cached is not None and time.monotonic_ns() - cached[1] <= self._metadata_max_age_ns:
+            num_partitions = cached[0]
+        else:
+            num_partitions = self._partition_count(topic, partition)
         if partition is None and key_bytes is not None:
             partition = partition_for_key(key_bytes, num_partitions)
         return self._accumulator.append(
