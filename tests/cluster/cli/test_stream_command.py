@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -10,7 +13,7 @@ from typing import Any
 import pytest
 
 from actors.clients.admin import Admin
-from cluster.cli.main import main
+from cluster.cli.main import EXIT_INTERRUPTED, main
 from cluster.protocol.listener import start_listener
 from cluster.spark.session import active_session
 from tests.cluster.spark.helpers import append, unique_topic
@@ -68,3 +71,28 @@ def test_stream_errors_are_one_line_and_exit_1(spark: Any, topic: str, capsys: p
     error = capsys.readouterr().err.strip().splitlines()
     assert len(error) == 1 and error[0].startswith("raybroker: error: SQL: ")
     assert not spark.streams.active
+
+
+@pytest.mark.ray
+@pytest.mark.spark
+def test_ctrl_c_stops_the_query_and_exits_130_without_a_traceback(
+    spark: Any, topic: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def interrupt_after_the_first_trigger() -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            active = spark.streams.active
+            if active and active[0].lastProgress is not None:
+                break
+            time.sleep(0.1)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    interrupter = threading.Thread(target=interrupt_after_the_first_trigger)
+    interrupter.start()
+    code = main(["stream", f"SELECT value FROM `{topic}`", "--topic", topic, "--trigger-interval-ms", "500"])
+    interrupter.join()
+    printed = capsys.readouterr()
+    assert code == EXIT_INTERRUPTED
+    assert "Traceback" not in printed.err and "Batch: 0" in printed.out
+    assert not spark.streams.active
+    assert active_session() is spark
