@@ -161,25 +161,11 @@ class Producer:
         """Queues one record; the future gives its `RecordMetadata` or the typed error that failed it.
 
         Per-record Python is this method's whole cost (a `send` loop is CPU-bound on one core), so the common
-        case is written out here: `bytes` and `str` values and keys under the default serializer skip its checks, no
-        headers add nothing, and a cached partition count is read without the metadata lock."""
+        case is written out here: `bytes` and `str` values and keys under the default serializer skip its checks
+        (`_serialize`), no headers add nothing, and a cached partition count is read without the metadata lock."""
         self._check_open()
-        if key is None:
-            key_bytes = None
-        elif self._key_serializer is default_serializer and type(key) is bytes:
-            key_bytes = key
-        elif self._key_serializer is default_serializer and type(key) is str:
-            key_bytes = string_serializer(key)
-        else:
-            key_bytes = _serialize(self._key_serializer, key, "key")
-        if value is None:
-            value_bytes = None
-        elif self._value_serializer is default_serializer and type(value) is bytes:
-            value_bytes = value
-        elif self._value_serializer is default_serializer and type(value) is str:
-            value_bytes = string_serializer(value)
-        else:
-            value_bytes = _serialize(self._value_serializer, value, "value")
+        key_bytes = None if key is None else _serialize(self._key_serializer, key, "key")
+        value_bytes = None if value is None else _serialize(self._value_serializer, value, "value")
         if headers is None:
             record_headers: Headers = ()
             size = RECORD_OVERHEAD_BOUND + (0 if key_bytes is None else len(key_bytes))
@@ -329,6 +315,12 @@ def _lengths(items: list[bytes | None]) -> np.ndarray:
 
 
 def _serialize(serializer: Callable[[Any], bytes], value: Any, what: str) -> bytes:
+    """`value` through `serializer`, checked to be bytes; the default serializer's two common cases directly."""
+    if serializer is default_serializer:
+        if type(value) is bytes:
+            return value
+        if type(value) is str:
+            return string_serializer(value)
     data = serializer(value)
     if isinstance(data, bytearray | memoryview):
         return bytes(data)
