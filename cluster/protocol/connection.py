@@ -12,8 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from storage.config.security_config import SASL_PROTOCOLS
+
 ANONYMOUS = "User:ANONYMOUS"
-SASL_PROTOCOLS = frozenset({"SASL_PLAINTEXT", "SASL_SSL"})
 
 
 @dataclass(slots=True)

@@ -19,11 +19,11 @@ from typing import Any
 from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 
-from cluster.protocol.connection import SASL_PROTOCOLS
 from cluster.protocol.errors import SaslFailure
 from cluster.protocol.framing import Request
 from cluster.protocol.messages import build
 from cluster.protocol.security.sasl import AuthenticationError, CredentialLookup, SaslExchange
+from storage.config.security_config import SASL_PROTOCOLS
 
 SASL_HANDSHAKE_KEY = 17
 SASL_AUTHENTICATE_KEY = 36
