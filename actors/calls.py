@@ -14,11 +14,12 @@ every caller keeps the handle it got and looks again after a `BrokerNotAvailable
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import ray
-from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError, RayTaskError
 
 from actors.options import (
     CONTROLLER_NAME,
@@ -38,22 +39,50 @@ from storage.errors import (
     UnknownTopicOrPartitionError,
 )
 
+# How often `call_when_available` submits its call again while the actor restarts.
+RESTART_POLL_SECONDS = 0.2
+
 
 def call(ref: Any, timeout_s: float | None = None) -> Any:
     """`ray.get(ref)`, raising the actor's own typed error rather than Ray's wrapper."""
     try:
         return ray.get(ref, timeout=timeout_s)
-    except RayTaskError as exc:
+    except (RayTaskError, RayActorError, GetTimeoutError) as exc:
+        _raise_typed(exc, timeout_s)
+
+
+def call_when_available(submit: Callable[[], Any], timeout_s: float) -> Any:
+    """`call(submit())` for an idempotent call, submitted again while its actor restarts.
+
+    raybroker's actors have no task retries, so Ray fails a call made while the actor restarts at once, with
+    `ActorUnavailableError`, although the actor will answer in a moment: a log manager re-created while one of its
+    partition actors is still restarting must wait for it, not fail its own start. Every other failure, and the
+    actor still restarting after `timeout_s`, raises what `call` raises."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return ray.get(submit(), timeout=max(0.0, deadline - time.monotonic()))
+        except ActorUnavailableError as exc:
+            if time.monotonic() + RESTART_POLL_SECONDS >= deadline:
+                _raise_typed(exc, timeout_s)
+            time.sleep(RESTART_POLL_SECONDS)
+        except (RayTaskError, RayActorError, GetTimeoutError) as exc:
+            _raise_typed(exc, timeout_s)
+
+
+def _raise_typed(exc: Exception, timeout_s: float | None) -> NoReturn:
+    """Raises the project's error for a failed `ray.get`: the actor's own typed error, `BrokerNotAvailableError`
+    for a dead or restarting actor, `RequestTimedOutError` for no answer in time."""
+    if isinstance(exc, RayTaskError):
         cause = getattr(exc, "cause", None)
         if isinstance(cause, RaybrokerError):
             raise cause from None
         if isinstance(cause, RayActorError):
             raise BrokerNotAvailableError(f"actor unavailable: {cause}") from None
-        raise
-    except RayActorError as exc:
-        raise BrokerNotAvailableError(f"actor unavailable: {exc}") from None
-    except GetTimeoutError as exc:
+        raise exc
+    if isinstance(exc, GetTimeoutError):
         raise RequestTimedOutError(f"no answer within {timeout_s} s") from exc
+    raise BrokerNotAvailableError(f"actor unavailable: {exc}") from None
 
 
 async def answer(ref: Any) -> Any:

@@ -33,7 +33,7 @@ from typing import Any
 
 import ray
 
-from actors.calls import HostedPartitionHandle, call, controller, get_actor, kill_and_wait
+from actors.calls import HostedPartitionHandle, call, call_when_available, controller, get_actor, kill_and_wait
 from actors.options import (
     PARTITION_CONCURRENCY_GROUPS,
     log_manager_name,
@@ -204,9 +204,13 @@ class RayPartitions:
         if self._per_process > 1:
             host = self._host_for(tp, folder)
             actor: Any = HostedPartitionHandle(host.handle, topic, partition)
-            opened = host.handle.open_partition.remote(
-                topic, partition, str(folder), config.to_properties(), recovery_point, log_start_offset
-            )
+            properties = config.to_properties()
+
+            def opened() -> Any:
+                return host.handle.open_partition.remote(
+                    topic, partition, str(folder), properties, recovery_point, log_start_offset
+                )
+
         else:
             actor = PartitionLog.options(**partition_options(topic, partition, self.node_id)).remote(
                 str(folder),
@@ -217,10 +221,11 @@ class RayPartitions:
                 ResumeAfterRestart(topic, str(folder), self._broker_log_config),
                 producer_id_expiration_ms=self._producer_id_expiration_ms,
             )
-            opened = actor.ready.remote()
+            opened = actor.ready.remote
         handle = RayPartition(actor)
         try:
-            call(opened, timeout_s=READY_TIMEOUT_SECONDS)
+            # An actor of that name may be restarting from a kill (this log manager is then a re-created one).
+            call_when_available(opened, timeout_s=READY_TIMEOUT_SECONDS)
         except RaybrokerError:
             self.stop(tp, handle)
             raise

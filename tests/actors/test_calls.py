@@ -1,0 +1,78 @@
+"""`actors.calls` on a real local Ray: a call to an actor that is restarting fails at once (raybroker's actors have
+no task retries), and `call_when_available` submits an idempotent call again until the restarted actor answers."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import ray
+
+from actors.calls import call, call_when_available
+from storage.errors import BrokerNotAvailableError, RequestTimedOutError
+from tests.reliability.broker_support import alive_pid
+
+pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_session")]
+
+# Long enough that the test's calls land while the actor restarts, even on a slow machine.
+RESTART_SECONDS = 4.0
+
+
+@ray.remote(max_restarts=-1, max_task_retries=0, num_cpus=0)
+class SlowToRestart:
+    """An actor whose restarts (not its first start) take `RESTART_SECONDS`, as a partition recovering its log does."""
+
+    def __init__(self, started_marker: str) -> None:
+        marker = Path(started_marker)
+        if marker.exists():
+            time.sleep(RESTART_SECONDS)
+        marker.touch()
+
+    def pid(self) -> int:
+        return os.getpid()
+
+
+@pytest.fixture
+def restarting(tmp_path: Path) -> Iterator[tuple[Any, int]]:
+    """The actor, SIGKILLed and seen restarting by the GCS, and the pid it had."""
+    actor = SlowToRestart.remote(str(tmp_path / "started"))
+    old = call(actor.pid.remote(), timeout_s=60)
+    os.kill(old, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while alive_pid(actor) == old:
+        assert time.monotonic() < deadline, "the GCS never saw the kill"
+        time.sleep(0.05)
+    try:
+        yield actor, old
+    finally:
+        ray.kill(actor, no_restart=True)
+
+
+def test_a_call_to_a_restarting_actor_fails_at_once(restarting: tuple[Any, int]) -> None:
+    actor, _ = restarting
+    started = time.monotonic()
+    with pytest.raises(BrokerNotAvailableError, match="restarting"):
+        call(actor.pid.remote(), timeout_s=60)
+    assert time.monotonic() - started < RESTART_SECONDS
+
+
+def test_call_when_available_waits_for_the_restarted_actor(restarting: tuple[Any, int]) -> None:
+    actor, old = restarting
+    new = call_when_available(actor.pid.remote, timeout_s=60)
+    assert new != old
+    assert alive_pid(actor) == new
+
+
+def test_call_when_available_gives_up_after_its_timeout(restarting: tuple[Any, int]) -> None:
+    actor, _ = restarting
+    started = time.monotonic()
+    # Still restarting (the call failed at once) or starting its new process (the call waited): either way no
+    # answer within the timeout.
+    with pytest.raises((BrokerNotAvailableError, RequestTimedOutError)):
+        call_when_available(actor.pid.remote, timeout_s=1.0)
+    assert time.monotonic() - started < RESTART_SECONDS
