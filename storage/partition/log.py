@@ -50,8 +50,10 @@ from storage.errors import (
 )
 from storage.file_io import fsync_dir
 from storage.logdir import clean_shutdown
+from storage.logdir.checkpoint_file import EpochEntry
 from storage.logdir.log_dir_lock import LogDirLock
 from storage.partition import retention
+from storage.partition.leader_epoch_cache import LeaderEpochCache
 from storage.partition.log_loader import DroppedBytes, LogLoader, new_segment
 from storage.partition.log_validator import BatchInfo, validate_client_records
 from storage.partition.producer_state import (
@@ -85,6 +87,7 @@ EARLIEST_TIMESTAMP = -2
 LATEST_TIMESTAMP = -1
 MAX_TIMESTAMP = -3
 DEFAULT_FETCH_MAX_BYTES = 1024 * 1024  # Kafka's max.partition.fetch.bytes
+# The epoch stamped on the batches of a log no leader epoch has written yet (Kafka's first leader's epoch).
 LEADER_EPOCH = 0
 OFFSET_AND_EPOCH_BYTES = MAGIC_OFFSET  # baseOffset, batchLength, partitionLeaderEpoch: what offset assignment edits
 # Lock-free read attempts before one under the writer lock: a segment deleted between choosing it and reading it
@@ -139,6 +142,7 @@ class Log:
         folder_lock: LogDirLock | None,
         dropped: list[DroppedBytes],
         producer_state: ProducerStateManager,
+        leader_epochs: LeaderEpochCache,
     ) -> None:
         self.directory = directory
         self._config = config
@@ -148,6 +152,7 @@ class Log:
         self._recovery_point = recovery_point
         self._folder_lock = folder_lock
         self._producer_state = producer_state
+        self._leader_epochs = leader_epochs
         self._lock = threading.RLock()
         self._closed = False
         self._pending_deletes: list[tuple[int, LogSegment]] = []
@@ -202,6 +207,7 @@ class Log:
         except OSError as exc:
             raise KafkaStorageError(f"cannot open log folder: {exc}", path=path) from exc
         try:
+            leader_epochs = LeaderEpochCache.load(path)
             loaded = LogLoader(
                 path,
                 config,
@@ -209,7 +215,12 @@ class Log:
                 had_clean_shutdown=bool(had_clean_shutdown),
                 recovery_point=recovery_point,
                 log_start_offset_checkpoint=log_start_offset,
+                leader_epochs=leader_epochs,
             ).load()
+            # As Kafka's loader: drop the entries past the recovered end (a leader records its epoch at the log end
+            # when elected, and a crash can cut what came after) and before the checkpointed log start.
+            leader_epochs.truncate_from_end(loaded.log_end_offset)
+            leader_epochs.truncate_from_start(log_start_offset)
         except BaseException:
             if folder_lock is not None:
                 folder_lock.release()
@@ -232,6 +243,7 @@ class Log:
                 clock.milliseconds(),
                 producer_id_expiration_ms,
             ),
+            leader_epochs=leader_epochs,
         )
 
     # --- state -----------------------------------------------------------------------------------
@@ -289,6 +301,24 @@ class Log:
         """The writer lock (retention and the cleaner take it to change the segment list)."""
         return self._lock
 
+    @property
+    def leader_epoch(self) -> int:
+        """The epoch this log stamps on the batches it appends: the newest in its leader-epoch-checkpoint (a
+        Kafka log dir keeps the epoch its last leader wrote), `LEADER_EPOCH` before any."""
+        latest = self._leader_epochs.latest_epoch
+        return LEADER_EPOCH if latest is None else latest
+
+    def epoch_entries(self) -> tuple[EpochEntry, ...]:
+        """The leader-epoch-checkpoint's entries: `(epoch, first offset written under it)`, oldest first."""
+        with self._lock:
+            return self._leader_epochs.entries
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """OffsetForLeaderEpoch: `(epoch, end offset)` for a requested epoch, by Kafka's rules (see
+        `leader_epoch_cache`); `(-1, -1)` for an undefined or unknown newer epoch."""
+        with self._lock:
+            return self._leader_epochs.end_offset_for(epoch, self.log_end_offset)
+
     def update_high_watermark(self, offset: int) -> int:
         """Sets the high watermark, clamped to [log_start_offset, log_end_offset]; returns the new value."""
         with self._lock:
@@ -318,6 +348,7 @@ class Log:
             self._check_open()
             self._delete_due_files(now_ms)
             log_append_time = now_ms if self._config.message_timestamp_type == "LogAppendTime" else NO_TIMESTAMP
+            epoch = self.leader_epoch
             pending = self._producer_state.begin_append()
             next_offset = self.log_end_offset
             kept: list[tuple[BatchInfo, BatchMetadata, bytes | memoryview]] = []
@@ -349,6 +380,7 @@ class Log:
                     tuple(batch_offsets),
                     duplicate=True,
                 )
+            self._leader_epochs.assign(epoch, kept[0][1].first_offset)
             # The client's bytes are written as they are, after a rewritten copy of their first 16 bytes
             # (baseOffset and leader epoch, outside the CRC): a 1 MB batch is never copied in memory.
             pieces: list[bytes | bytearray | memoryview] = []
@@ -357,12 +389,12 @@ class Log:
             for info, metadata, part in kept:
                 if log_append_time != NO_TIMESTAMP:
                     whole = bytearray(part)
-                    set_base_offset_and_epoch(whole, 0, metadata.first_offset, LEADER_EPOCH)
+                    set_base_offset_and_epoch(whole, 0, metadata.first_offset, epoch)
                     set_log_append_time(whole, 0, info.size, log_append_time)
                     pieces.append(whole)
                 else:
                     head = bytearray(part[:OFFSET_AND_EPOCH_BYTES])
-                    set_base_offset_and_epoch(head, 0, metadata.first_offset, LEADER_EPOCH)
+                    set_base_offset_and_epoch(head, 0, metadata.first_offset, epoch)
                     pieces += [head, part[OFFSET_AND_EPOCH_BYTES:]]
                 if metadata.timestamp > max_timestamp:
                     max_timestamp, offset_of_max_timestamp = metadata.timestamp, metadata.last_offset
@@ -416,6 +448,9 @@ class Log:
                 len(parsed),
             )
             for batch in parsed:
+                # A leader stamps its epoch on what it writes; -1 (written by no leader) starts no epoch.
+                if batch.partition_leader_epoch >= 0:
+                    self._leader_epochs.assign(batch.partition_leader_epoch, batch.base_offset)
                 if batch.producer_id >= 0 and not batch.is_control:
                     self._producer_state.update(
                         batch.producer_id,
@@ -743,6 +778,7 @@ class Log:
             self._high_watermark = min(self._high_watermark, target_offset)
             self._recovery_point = min(self._recovery_point, target_offset)
             self._truncations += 1
+            self._leader_epochs.truncate_from_end(target_offset)
             self._producer_state.delete_snapshots_above(target_offset)
             self._producer_state = load_producer_state(
                 self.directory,
@@ -775,6 +811,7 @@ class Log:
             self._high_watermark = new_offset
             self._recovery_point = min(self._recovery_point, new_offset)
             self._truncations += 1
+            self._leader_epochs.clear()
             self._producer_state.clear()
             self._producer_state.delete_snapshots_above(-1)
 
@@ -823,6 +860,7 @@ class Log:
         """Moves the log start forward and deletes the producer snapshots below it (they describe deleted
         records; Kafka's `onLogStartOffsetIncremented`), so retention bounds them as it bounds segments."""
         self._log_start_offset = new_offset
+        self._leader_epochs.truncate_from_start(new_offset)
         self._producer_state.delete_snapshots_before(new_offset)
 
     def remove_and_delete_segments(self, segments: list[LogSegment]) -> int:

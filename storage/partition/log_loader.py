@@ -48,6 +48,7 @@ from storage.errors import (
     LogSegmentOffsetOverflowError,
 )
 from storage.file_io import fsync_dir
+from storage.partition.leader_epoch_cache import LeaderEpochCache
 from storage.records.file_records import AnyBatch
 from storage.segment.log_segment import LogSegment
 from storage.segment.log_segments import LogSegments
@@ -125,13 +126,16 @@ class LogLoader:
         had_clean_shutdown: bool,
         recovery_point: int,
         log_start_offset_checkpoint: int,
+        leader_epochs: LeaderEpochCache | None = None,
     ) -> None:
+        """`leader_epochs`, when given, learns the epochs of the batches recovery re-reads."""
         self.directory = Path(directory)
         self.config = config
         self.clock = clock
         self.had_clean_shutdown = had_clean_shutdown
         self.recovery_point = recovery_point
         self.log_start_offset_checkpoint = log_start_offset_checkpoint
+        self._leader_epochs = leader_epochs
         self._dropped: list[DroppedBytes] = []
         # Base offsets of segments recovery cut short, including those already rebuilt while loading (a
         # missing or corrupt index): the later segments go too, whichever pass did the cutting.
@@ -305,7 +309,9 @@ class LogLoader:
     def _recover_segment(self, segment: LogSegment, next_segment_base: int | None = None) -> int:
         size_before = segment.size
         try:
-            truncated = segment.recover(next_segment_base)
+            truncated = segment.recover(
+                next_segment_base, None if self._leader_epochs is None else self._leader_epochs.note_recovered_batch
+            )
         except LogSegmentOffsetOverflowError as exc:
             logger.warning("%s: %s; splitting the segment", self.directory, exc)
             raise _SegmentOffsetOverflow(segment) from exc

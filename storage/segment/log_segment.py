@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,7 +45,7 @@ from storage.errors import (
     LogSegmentOffsetOverflowError,
 )
 from storage.records.file_records import BatchPosition, FileRecords, TimestampAndOffset
-from storage.records.record_batch import NO_TIMESTAMP
+from storage.records.record_batch import NO_TIMESTAMP, RecordBatch
 from storage.segment.offset_index import OffsetIndex
 from storage.segment.time_index import TimeIndex
 
@@ -323,12 +323,16 @@ class LogSegment:
 
     # --- recovery and truncation -------------------------------------------------------------------
 
-    def recover(self, next_segment_base: int | None = None) -> int:
+    def recover(
+        self, next_segment_base: int | None = None, on_batch_epoch: Callable[[int, int], None] | None = None
+    ) -> int:
         """Re-reads the whole `.log`, checking each batch; rebuilds both indexes; truncates at the first
         invalid byte. Returns the number of bytes truncated. A batch reaching `next_segment_base` (the next
         segment's base offset) is invalid too: only a damaged baseOffset puts it there. Raises
         `LogSegmentOffsetOverflowError` for an in-order batch more than 2**31 - 1 above the base in a segment
-        that has a next one (a legacy overflowed segment, to be split); in the last segment it is damage, cut."""
+        that has a next one (a legacy overflowed segment, to be split); in the last segment it is damage, cut.
+        `on_batch_epoch(partition leader epoch, base offset)` is told of every valid batch, in order (the log's
+        leader-epoch cache learns the epochs it had not checkpointed)."""
         for index in (self.offset_index, self.time_index):
             index.truncate()
             index.resize(self.max_index_size)
@@ -367,6 +371,8 @@ class LogSegment:
                         position=batch.position,
                     )
                 next_offset = batch.last_offset + 1
+                if on_batch_epoch is not None and isinstance(batch, RecordBatch):
+                    on_batch_epoch(batch.partition_leader_epoch, batch.base_offset)
                 if batch.max_timestamp > max_timestamp.timestamp:
                     max_timestamp = TimestampAndOffset(batch.max_timestamp, batch.last_offset)
                 # The rule runs per batch here but per append when writing, so a segment written with

@@ -11,6 +11,7 @@ import re
 import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kafka.record.memory_records import MemoryRecords
@@ -594,9 +595,9 @@ def count_recoveries(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     recovered: list[int] = []
     real_recover = LogSegment.recover
 
-    def counting_recover(segment: LogSegment, next_segment_base: int | None = None) -> int:
+    def counting_recover(segment: LogSegment, *args: Any, **kwargs: Any) -> int:
         recovered.append(segment.base_offset)
-        return real_recover(segment, next_segment_base)
+        return real_recover(segment, *args, **kwargs)
 
     monkeypatch.setattr(LogSegment, "recover", counting_recover)
     return recovered
