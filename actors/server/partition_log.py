@@ -138,6 +138,8 @@ class PartitionLogActor:
                 producer_id_expiration_ms=producer_id_expiration_ms,
             )
             self._cleaner = Cleaner(CleanerConfig.from_properties(cleaner_config or {}), self._opened_log.clock)
+            # Every partition is its own leader, in the epoch its log last had.
+            self._opened_log.become_leader()
         except RaybrokerError as exc:
             self._unavailable = exc
 
@@ -314,6 +316,12 @@ class PartitionLogActor:
     def offsets(self) -> tuple[int, int, int]:
         """(log start offset, high watermark, log end offset)."""
         return self._log.log_start_offset, self._log.high_watermark, self._log.log_end_offset
+
+    @ray.method(concurrency_group=READ_GROUP)
+    def epoch_end_offset(self, epoch: int) -> tuple[int, int, int]:
+        """OffsetForLeaderEpoch: (this leader's epoch, and the requested epoch's end as the log's leader-epoch
+        cache answers it: (epoch, end offset))."""
+        return (self._log.leader_epoch, *self._log.end_offset_for_epoch(epoch))
 
     @ray.method(concurrency_group=READ_GROUP)
     def state(self) -> PartitionState:

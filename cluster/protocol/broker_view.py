@@ -75,6 +75,16 @@ class PartitionOffsets:
     log_end_offset: int
 
 
+@dataclass(frozen=True, slots=True)
+class EpochEndOffset:
+    """A partition leader's answer to OffsetForLeaderEpoch: its own epoch now, and the requested epoch's end as its
+    log's leader-epoch cache gives it (-1, -1 when it has none)."""
+
+    leader_epoch: int
+    epoch: int
+    end_offset: int
+
+
 class BrokerView(Protocol):
     """The broker as the protocol handlers see it (see the module docstring)."""
 
@@ -135,6 +145,10 @@ class BrokerView(Protocol):
 
     async def offsets(self, topic: str, partition: int) -> PartitionOffsets:
         """A partition's log start offset, high watermark and log end offset now."""
+        ...
+
+    async def epoch_end_offset(self, topic: str, partition: int, epoch: int) -> EpochEndOffset:
+        """The partition's leader epoch and the end offset of `epoch` in its log (OffsetForLeaderEpoch)."""
         ...
 
     async def append(self, topic: str, partition: int, records: bytes) -> LogAppendInfo:

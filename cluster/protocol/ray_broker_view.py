@@ -36,7 +36,7 @@ from actors.calls import answer, partition_actor
 from actors.clients.broker import Broker
 from actors.server.controller import AdvertisedListener, TopicMetadata
 from actors.server.partition_log import FetchResult, FileSlices
-from cluster.protocol.broker_view import BrokerEndpoint, FetchedRecords, PartitionOffsets, TopicInfo
+from cluster.protocol.broker_view import BrokerEndpoint, EpochEndOffset, FetchedRecords, PartitionOffsets, TopicInfo
 from cluster.protocol.file_region import SENDFILE_MIN_BYTES, FileRegion, offset_after_region, open_region
 from storage.errors import BrokerNotAvailableError, RaybrokerError, UnknownTopicOrPartitionError
 from storage.partition.file_slices import read_located
@@ -122,6 +122,9 @@ class RayBrokerView:
 
     async def offsets(self, topic: str, partition: int) -> PartitionOffsets:
         return PartitionOffsets(*await self._call(topic, partition, "offsets"))
+
+    async def epoch_end_offset(self, topic: str, partition: int, epoch: int) -> EpochEndOffset:
+        return EpochEndOffset(*await self._call(topic, partition, "epoch_end_offset", epoch))
 
     async def append(self, topic: str, partition: int, records: bytes) -> LogAppendInfo:
         key = (topic, partition)

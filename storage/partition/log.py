@@ -308,6 +308,13 @@ class Log:
         latest = self._leader_epochs.latest_epoch
         return LEADER_EPOCH if latest is None else latest
 
+    def become_leader(self, epoch: int | None = None) -> None:
+        """Records that `epoch` (default: the log's current one) leads from the log end offset on, as a Kafka replica
+        does when it is made leader: a new partition's checkpoint then reads `0 0` before its first record."""
+        with self._lock:
+            self._check_open()
+            self._leader_epochs.assign(self.leader_epoch if epoch is None else epoch, self.log_end_offset)
+
     def epoch_entries(self) -> tuple[EpochEntry, ...]:
         """The leader-epoch-checkpoint's entries: `(epoch, first offset written under it)`, oldest first."""
         with self._lock:

@@ -1,21 +1,24 @@
-"""OffsetForLeaderEpoch (key 23): the end offset of a leader epoch, with which a client checks that its position
-was not truncated away (KIP-320).
+"""OffsetForLeaderEpoch (key 23): the end offset of a leader epoch, with which a replica finds where its log diverges
+from the leader's and a client checks that its position was not truncated away (KIP-320).
 
-raybroker keeps one replica per partition and never elects another leader, so each partition has had one leader
-epoch, `LEADER_EPOCH` (0), since it was created; Metadata reports it as -1 (unknown), so that clients skip this
-validation, but a client that asks is answered as Kafka's `LeaderEpochFileCache.endOffsetFor` would with that one
-epoch starting at the log start offset:
+Each partition's log keeps its leader epochs (`storage.partition.leader_epoch_cache`, the partition's
+`leader-epoch-checkpoint`): a partition raybroker creates is led in epoch 0 from offset 0; one opened from a Kafka
+log dir goes on in the epoch its last Kafka leader wrote. The answer is Kafka's `LeaderEpochFileCache.endOffsetFor`
+over those entries:
 
-| requested `leader_epoch` | answer (leader_epoch, end_offset)                       |
-|--------------------------|---------------------------------------------------------|
-| -1 (undefined)           | (-1, -1)                                                |
-| 0, the current epoch     | (0, log end offset)                                     |
-| above 0                  | (-1, -1): no such epoch                                 |
-| below -1                 | (requested, log start offset): older than every epoch   |
+| requested `leader_epoch`          | answer (leader_epoch, end_offset)                                  |
+|-----------------------------------|--------------------------------------------------------------------|
+| -1 (undefined)                    | (-1, -1)                                                           |
+| the partition's current epoch     | (epoch, log end offset)                                            |
+| an older epoch the log knows      | (that epoch, the start offset of the next epoch)                   |
+| one between two known epochs      | (the largest known epoch below it, the start offset of the next)   |
+| older than every known epoch      | (requested, the first known epoch's start: the log start or later) |
+| newer than the current epoch      | (-1, -1)                                                           |
 
-A `current_leader_epoch` other than -1 is checked first: above 0 answers UNKNOWN_LEADER_EPOCH (75), below 0
-FENCED_LEADER_EPOCH (74), as a Kafka leader fences a client that knows a newer or an older leader. Unknown
-partitions answer UNKNOWN_TOPIC_OR_PARTITION (3).
+A `current_leader_epoch` other than -1 is checked first against the partition's epoch: a newer one answers
+UNKNOWN_LEADER_EPOCH (75), an older one FENCED_LEADER_EPOCH (74), as a Kafka leader fences a client that knows a
+newer or an older leader. Unknown partitions answer UNKNOWN_TOPIC_OR_PARTITION (3). Metadata still reports leader
+epochs as -1 (unknown), so clients skip this validation unless they ask.
 
 Authorization, as Kafka's since KIP-320 let consumers ask: CLUSTER_ACTION on the cluster (a follower) or DESCRIBE
 on the topic, else its partitions answer TOPIC_AUTHORIZATION_FAILED (29), whether the topic exists or not.
@@ -39,7 +42,6 @@ from cluster.protocol.security.access import AccessControl
 from storage.errors import RaybrokerError
 
 OFFSET_FOR_LEADER_EPOCH_KEY = 23
-LEADER_EPOCH = 0
 UNDEFINED_EPOCH = -1
 UNDEFINED_EPOCH_OFFSET = -1
 
@@ -86,25 +88,16 @@ class OffsetForLeaderEpochHandler:
     async def _end_offset(self, topic: str, partition: int, current_epoch: int, epoch: int) -> dict[str, Any]:
         undefined = {"partition": partition, "leader_epoch": UNDEFINED_EPOCH, "end_offset": UNDEFINED_EPOCH_OFFSET}
         try:
-            offsets = await self._view.offsets(topic, partition)
+            answer = await self._view.epoch_end_offset(topic, partition, epoch)
         except RaybrokerError as exc:
             return {**undefined, "error_code": error_code(exc)}
-        if current_epoch != UNDEFINED_EPOCH and current_epoch > LEADER_EPOCH:
+        if current_epoch != UNDEFINED_EPOCH and current_epoch > answer.leader_epoch:
             return {**undefined, "error_code": ErrorCode.unknown_leader_epoch}
-        if current_epoch != UNDEFINED_EPOCH and current_epoch < LEADER_EPOCH:
+        if current_epoch != UNDEFINED_EPOCH and current_epoch < answer.leader_epoch:
             return {**undefined, "error_code": ErrorCode.fenced_leader_epoch}
-        if epoch == LEADER_EPOCH:
-            return {
-                **undefined,
-                "error_code": ErrorCode.none,
-                "leader_epoch": epoch,
-                "end_offset": offsets.log_end_offset,
-            }
-        if epoch < UNDEFINED_EPOCH:
-            return {
-                **undefined,
-                "error_code": ErrorCode.none,
-                "leader_epoch": epoch,
-                "end_offset": offsets.log_start_offset,
-            }
-        return {**undefined, "error_code": ErrorCode.none}
+        return {
+            "partition": partition,
+            "error_code": ErrorCode.none,
+            "leader_epoch": answer.epoch,
+            "end_offset": answer.end_offset,
+        }

@@ -20,7 +20,7 @@ from typing import Any
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader
 
-from cluster.protocol.broker_view import BrokerEndpoint, FetchedRecords, PartitionOffsets, TopicInfo
+from cluster.protocol.broker_view import BrokerEndpoint, EpochEndOffset, FetchedRecords, PartitionOffsets, TopicInfo
 from cluster.protocol.file_region import SENDFILE_MIN_BYTES, open_region
 from cluster.protocol.framing import SIZE, Request, decode_response, encode_request, encode_response
 from cluster.protocol.messages import build
@@ -36,6 +36,13 @@ from storage.records.record_batch import RecordBatchBuilder, iter_batches
 CLUSTER_ID = "test-cluster-id-00000"
 # The controller's bound on a topic's partitions, kept small here: every partition is a real log in a temp dir.
 MAX_PARTITIONS = 100
+
+
+def opened_as_leader(folder: Path, config: LogConfig) -> Log:
+    """The partition's log, opened as a partition actor opens it: its own leader, in the epoch the log had."""
+    log = Log.open(folder, config)
+    log.become_leader()
+    return log
 
 
 class LogBrokerView:
@@ -90,7 +97,7 @@ class LogBrokerView:
             return topic
         for partition in range(partition_count):
             folder = self._root / file_names.partition_dir_name(name, partition)
-            self._logs[(name, partition)] = Log.open(folder, log_config)
+            self._logs[(name, partition)] = opened_as_leader(folder, log_config)
         self._topics[name] = topic
         self._configs[name] = dict(config or {})
         return topic
@@ -111,7 +118,7 @@ class LogBrokerView:
         log_config = LogConfig.from_properties(self._configs[name], base=self._config)
         for partition in range(topic.partition_count, total):
             folder = self._root / file_names.partition_dir_name(name, partition)
-            self._logs[(name, partition)] = Log.open(folder, log_config)
+            self._logs[(name, partition)] = opened_as_leader(folder, log_config)
         self._topics[name] = grown
         return grown
 
@@ -134,6 +141,10 @@ class LogBrokerView:
     async def offsets(self, topic: str, partition: int) -> PartitionOffsets:
         log = self.log(topic, partition)
         return PartitionOffsets(log.log_start_offset, log.high_watermark, log.log_end_offset)
+
+    async def epoch_end_offset(self, topic: str, partition: int, epoch: int) -> EpochEndOffset:
+        log = self.log(topic, partition)
+        return EpochEndOffset(log.leader_epoch, *log.end_offset_for_epoch(epoch))
 
     def log(self, topic: str, partition: int) -> Log:
         log = self._logs.get((topic, partition))

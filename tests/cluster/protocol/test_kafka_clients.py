@@ -392,3 +392,39 @@ def test_large_fetches_are_sent_from_the_segment_files_byte_for_byte(listener: K
         consumer.close()
     assert received == values
     assert listener.statistics().file_bytes_sent - before >= 3 * 1024 * 1024
+
+
+def test_offset_for_leader_epoch_is_answered_from_the_partition_actors_epoch_cache(listener: KafkaListener) -> None:
+    """OffsetForLeaderEpoch through the listener and the partition's actor: epoch 0, the epoch a new partition is
+    led in, ends at the log end offset; a client that knows a newer leader epoch gets UNKNOWN_LEADER_EPOCH."""
+    import socket
+
+    from kio.index import load_request_schema, load_response_schema
+    from kio.schema.errors import ErrorCode
+
+    from cluster.protocol.framing import decode_response, encode_request
+    from cluster.protocol.handlers.leader_epoch import OFFSET_FOR_LEADER_EPOCH_KEY
+    from cluster.protocol.messages import build
+    from tests.cluster.protocol.support import read_frame
+
+    end = max(offset for _, partition, offset, *_ in confluent_produce(listener, "epochs") if partition == 0) + 1
+    request = build(
+        load_request_schema(OFFSET_FOR_LEADER_EPOCH_KEY, 4),
+        {
+            "replica_id": -1,
+            "topics": [
+                {
+                    "topic": "epochs",
+                    "partitions": [
+                        {"partition": 0, "current_leader_epoch": 0, "leader_epoch": 0},
+                        {"partition": 0, "current_leader_epoch": 1, "leader_epoch": 0},
+                    ],
+                }
+            ],
+        },
+    )
+    with socket.create_connection(("127.0.0.1", listener.port), timeout=POLL_DEADLINE_S) as sock:
+        sock.sendall(encode_request(OFFSET_FOR_LEADER_EPOCH_KEY, 4, "t", request))
+        _, response = decode_response(read_frame(sock), load_response_schema(OFFSET_FOR_LEADER_EPOCH_KEY, 4))
+    answers = [(p.error_code, p.leader_epoch, p.end_offset) for p in response.topics[0].partitions]
+    assert answers == [(ErrorCode.none, 0, end), (ErrorCode.unknown_leader_epoch, -1, -1)]
