@@ -16,6 +16,7 @@ Layout of one log dir (one entry of `log.dirs`)::
         00000000000000000000.txnindex    aborted transactions (34-byte entries)
         <offset>.snapshot                producer-state snapshot
         leader-epoch-checkpoint, partition.metadata
+        high-watermark.state             raybroker's: the offsets published to same-node readers (one page)
     <topic>-<partition>.<32 hex>-delete/ a deleted partition's folder, removed after file.delete.delay.ms
     <topic>-<partition>.<32 hex>-stray/  a partition whose topic was deleted while the broker was down, likewise
 
@@ -54,6 +55,7 @@ REPLICATION_OFFSET_CHECKPOINT = "replication-offset-checkpoint"
 CLEANER_OFFSET_CHECKPOINT = "cleaner-offset-checkpoint"
 LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 PARTITION_METADATA = "partition.metadata"
+HIGH_WATERMARK_FILE = "high-watermark.state"
 
 OFFSET_DIGITS = 20
 MAX_TOPIC_LENGTH = 249
@@ -73,6 +75,11 @@ def offset_name(offset: int) -> str:
 def log_file(directory: Path, base_offset: int, suffix: str = "") -> Path:
     """`<dir>/<base>.log[suffix]`."""
     return directory / f"{offset_name(base_offset)}{LOG_SUFFIX}{suffix}"
+
+
+def high_watermark_file(partition_dir: Path) -> Path:
+    """`<topic>-<partition>/high-watermark.state`."""
+    return partition_dir / HIGH_WATERMARK_FILE
 
 
 def index_file(directory: Path, base_offset: int, suffix: str = "") -> Path:

@@ -25,7 +25,8 @@ Public API (stable; `cluster.spark.kafka_source` builds on it):
   max_slices=1, max_wait_ms=0, min_bytes=1)`: one fetch started now and finished by `.result(timeout_s)` (or
   `.results(timeout_s)` for several slices), so one reader can have fetches to many partitions in flight at
   once (`.ref` is the call in flight, for `ray.wait`); `.node_id` is the partition's node once the actor told
-  it (pass it to the next fetch), `.next_offset` the offset after the answer's last whole batch. With
+  it (pass it to the next fetch), `.next_offset` the offset after the answer's last whole batch, `.located` the
+  actor's `FileSlices` answer when the bytes were read locally (`actors.clients.local_tail` follows on from it). With
   `max_wait_ms` > 0 it is a long poll (Kafka's `fetch.max.wait.ms` / `fetch.min.bytes`): the actor answers
   once `min_bytes` are there or the wait expired (`actors.server.partition_log`), the locate and the fetch alike; a
   fetch falling back to the actor after a located read failed does not wait again.
@@ -128,6 +129,8 @@ class PendingFetch:
         self.node_id = node_id
         # The offset after the last whole batch of the answer, once `results` returned it.
         self.next_offset = offset
+        # The actor's answer to `locate`, once `results` read its slices locally.
+        self.located: FileSlices | None = None
         self._located = prefer_local and (node_id is None or node_id == this_node_id())
         if self._located:
             self.ref = handle.locate.remote(offset, max_bytes, max_slices, max_wait_ms, min_bytes)
@@ -154,6 +157,7 @@ class PendingFetch:
             read = self._read_locally(located)
             if read:
                 _count("local_reads")
+                self.located = located
                 return read
             _count("fallbacks")
         else:

@@ -21,6 +21,12 @@ host for a partition host, whose read threads serve all its partitions); a fetch
 answers at once, as with `max_wait_ms=0`. The other 2 threads always remain for offsets, states and fetches
 with data, so long polls never starve another partition's reads.
 
+Same-node readers learn of appends without a call: after every change it notifies (appends, DeleteRecords,
+retention, going offline, close) the actor rewrites its partition's high-watermark file
+(`storage.partition.high_watermark_file`: offsets, and the segment file and byte position the high watermark
+lies at), which a consumer on this node reads in place of a fetch call (`actors.clients.local_tail`); `locate`
+answers name the file. A folder where the file cannot be created serves without it (readers then keep calling).
+
 A log that fails to open (an I/O error, a folder locked by another process) leaves the actor alive
 but failed: `ready` and every other call raise that typed error, so the log manager can tell a
 failing disk (`KafkaStorageError`, the dir goes offline) from any other cause. Ray would only report
@@ -31,6 +37,7 @@ a closed log is not a failing disk, and must not take its dir offline.
 
 from __future__ import annotations
 
+import logging
 import pickle
 import threading
 import time
@@ -56,9 +63,12 @@ from storage.errors import (
 )
 from storage.logdir.partition_handles import PartitionState, flush_if_due, partition_state
 from storage.partition.file_slices import FileSlice, locate_file_slices, read_located
+from storage.partition.high_watermark_file import HighWatermarkFile
 from storage.partition.log import DEFAULT_FETCH_MAX_BYTES, Log, LogAppendInfo
 from storage.partition.producer_state import PRODUCER_ID_EXPIRATION_MS
 from storage.records.file_records import TimestampAndOffset
+
+logger = logging.getLogger(__name__)
 
 # Long-poll fetches waiting at once per actor (or per partition host): half the read threads, so offsets,
 # states and fetches that find data always have a thread (see the module docstring).
@@ -80,13 +90,15 @@ class FetchResult:
 @dataclass(frozen=True, slots=True)
 class FileSlices:
     """Where a fetch's bytes lie on the partition's node (`storage.partition.file_slices`), for a reader on that node to
-    read them itself; `slices` empty when the fetch is empty. Offsets as in `FetchResult`."""
+    read them itself; `slices` empty when the fetch is empty. Offsets as in `FetchResult`; `high_watermark_file`
+    is the path of the partition's high-watermark file ("" when it has none)."""
 
     slices: tuple[FileSlice, ...]
     high_watermark: int
     log_start_offset: int
     log_end_offset: int
     node_id: str
+    high_watermark_file: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +136,7 @@ class PartitionLogActor:
         # Why this actor serves no calls: its log failed to open, or is closed.
         self._unavailable: RaybrokerError | None = None
         self._closed_state: PartitionState | None = None
+        self._hw_file: HighWatermarkFile | None = None
         try:
             resumed = resume() if resume is not None else None
             if resumed is not None:
@@ -142,6 +155,12 @@ class PartitionLogActor:
             self._opened_log.become_leader()
         except RaybrokerError as exc:
             self._unavailable = exc
+            return
+        try:
+            self._hw_file = HighWatermarkFile.create(Path(directory))
+        except OSError as exc:
+            logger.warning("%s: no high-watermark file, same-node readers will call: %s", directory, exc)
+        self._notify_fetchers()
 
     @property
     def _log(self) -> Log:
@@ -170,10 +189,16 @@ class PartitionLogActor:
         return info
 
     def _notify_fetchers(self) -> None:
-        """Wakes the waiting fetches: the high watermark, log start or availability changed."""
+        """Wakes the waiting fetches and publishes the offsets to the high-watermark file: the high watermark,
+        log start or availability changed."""
         with self._changes:
             self._change_count += 1
             self._changes.notify_all()
+            if self._hw_file is not None:
+                if self._unavailable is None:
+                    self._hw_file.publish(self._opened_log)
+                else:
+                    self._hw_file.publish_closed()
 
     def go_offline(self, reason: str) -> None:
         """Its log dir failed (Kafka's handleLogDirFailure): the files are closed without a flush and every call
@@ -182,6 +207,7 @@ class PartitionLogActor:
             self._unavailable = KafkaStorageError(f"log dir is offline: {reason}", path=self._opened_log.directory)
             self._opened_log.close_without_marker()
             self._notify_fetchers()
+            self._close_hw_file()
 
     def delete_records(self, offset: int) -> int:
         """Kafka's DeleteRecords; returns the new log start offset."""
@@ -201,7 +227,15 @@ class PartitionLogActor:
             self._closed_state = self._state()
             self._unavailable = BrokerNotAvailableError(f"the log of {self._opened_log.directory} is closed")
             self._notify_fetchers()
+            self._close_hw_file()
         return self._closed_state
+
+    def _close_hw_file(self) -> None:
+        """Unmaps the high-watermark file once it says closed (a partition host outlives its partitions)."""
+        with self._changes:
+            if self._hw_file is not None:
+                self._hw_file.close()
+                self._hw_file = None
 
     # --- reads (read group: concurrent, never behind an append) ----------------------------------
 
@@ -270,7 +304,12 @@ class PartitionLogActor:
         def located() -> FileSlices:
             found = locate_file_slices(self._log, offset, checked_max_bytes, max_slices)
             return FileSlices(
-                found, self._log.high_watermark, self._log.log_start_offset, self._log.log_end_offset, _node_id()
+                found,
+                self._log.high_watermark,
+                self._log.log_start_offset,
+                self._log.log_end_offset,
+                _node_id(),
+                "" if self._hw_file is None else str(self._hw_file.path),
             )
 
         return self._long_poll(
@@ -335,7 +374,10 @@ class PartitionLogActor:
     @ray.method(concurrency_group=MAINTENANCE_GROUP)
     def delete_old_segments(self) -> int:
         """One retention pass; returns the number of segments deleted."""
-        return self._log.delete_old_segments()
+        deleted = self._log.delete_old_segments()
+        if deleted:
+            self._notify_fetchers()
+        return deleted
 
     @ray.method(concurrency_group=MAINTENANCE_GROUP)
     def delete_due_files(self) -> int:
