@@ -21,6 +21,9 @@ concurrency, resources and placement.
   groups for all the partitions they hold: every write of the host on one thread, in call order. Ray
   runs the calls of async or multi-threaded (`max_concurrency` > 1) actors out of order, so neither
   kind of actor could keep a partition's appends in order.
+- Cleaner actors (`actors.server.cleaner`), `log.cleaner.threads` per node, named per node and index, are
+  pinned to the node whose disks hold the logs they read and write; each runs one pass at a time (one thread,
+  as a Kafka cleaner thread) and is restarted by Ray if it dies (the pass it ran is retried later).
 """
 
 from __future__ import annotations
@@ -53,6 +56,11 @@ def partition_host_name(node_id: str, index: int) -> str:
 def log_manager_name(node_id: str) -> str:
     """`log-manager:<ray node id>`: one broker per Ray node."""
     return f"log-manager:{node_id}"
+
+
+def cleaner_name(node_id: str, index: int) -> str:
+    """`log-cleaner:<ray node id>:<index>`: a node's cleaner threads, numbered from 0."""
+    return f"log-cleaner:{node_id}:{index}"
 
 
 def group_coordinator_name() -> str:
@@ -114,6 +122,11 @@ def partition_options(topic: str, partition: int, node_id: str) -> dict[str, Any
 def partition_host_options(node_id: str, index: int) -> dict[str, Any]:
     """Several partition logs in one process, on the node whose disks hold their folders."""
     return _pinned_actor_options(partition_host_name(node_id, index), node_id)
+
+
+def cleaner_options(node_id: str, index: int) -> dict[str, Any]:
+    """One of a node's `log.cleaner.threads` cleaner threads, on the node whose logs it compacts."""
+    return _pinned_actor_options(cleaner_name(node_id, index), node_id)
 
 
 def group_coordinator_options(node_id: str) -> dict[str, Any]:

@@ -32,6 +32,7 @@ BENCHMARKS: dict[str, tuple[str, ...]] = {
     "bench_spark": ("spark_ingest", "spark_ingest_128"),
     "bench_spark_kafka": ("spark_kafka_source",),
     "bench_partitions": ("partitions_per_node", "partitions_create_s"),
+    "bench_cleaner": ("append_during_compaction",),
     "bench_wire": ("wire_produce", "wire_fetch", "wire_latency"),
     "bench_wire_tls": ("wire_produce_tls", "wire_fetch_tls"),
 }

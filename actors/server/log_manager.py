@@ -7,6 +7,8 @@ collaborators and its remote API:
 
 - `actors.server.partition_handles.RayPartitions`: one partition actor per partition, or partition hosts
   with `log.partitions.per.process` > 1 (that module says how they are found again after a restart);
+- `actors.server.cleaner.RayCleanerThreads`: the node's `log.cleaner.threads` cleaner actors, which run the heavy
+  phase of each compaction pass outside the partitions' processes;
 - the wall clock, and a thread that drives the manager's `storage.logdir.scheduler.Scheduler` every
   `TICK_SECONDS`, plus the Ray-only pass that reopens partitions a restarted host lost
   (`replica.high.watermark.checkpoint.interval.ms`).
@@ -31,6 +33,7 @@ import ray
 
 from actors.calls import call, controller
 from actors.options import HOSTS_GROUP
+from actors.server.cleaner import RayCleanerThreads
 from actors.server.partition_handles import RayPartitions
 from actors.server.partition_host import HostedPartitionSpec
 from storage.clock import SYSTEM_CLOCK
@@ -66,12 +69,14 @@ class LogManagerActor:
         self.node_id = node_id
         self.config = BrokerConfig.from_properties(broker_config)
         self._partitions = RayPartitions(node_id, self.config)
+        self._cleaners = RayCleanerThreads(node_id, self.config)
         self._manager = LogManager.from_broker_config(
             self.config,
             topic_configs={topic: self._topic_config(config) for topic, config in topic_configs.items()},
             clock=SYSTEM_CLOCK,
             cluster_id=cluster_id,
             partitions=self._partitions,
+            cleaner_threads=self._cleaners.threads,
         )
         self._manager.startup(is_stray=_stray_partitions())
         self._partitions.drop_unopened()
@@ -156,11 +161,12 @@ class LogManagerActor:
     def shutdown(self) -> dict[str, int]:
         """Clean shutdown: the scheduler stops, every partition closes (flush, trim, markers), then the
         checkpoints and the log dirs' clean-shutdown markers are written, the locks released and the
-        partition actors and hosts stopped. Returns end offsets."""
+        partition actors, hosts and cleaner actors stopped. Returns end offsets."""
         self._stopping.set()
         self._scheduler_thread.join(timeout=SCHEDULER_STOP_TIMEOUT_SECONDS)
         states = self._manager.shutdown()
         self._partitions.shutdown()
+        self._cleaners.shutdown()
         return {f"{t}-{p}": state.log_end_offset for (t, p), state in states.items()}
 
     def ping(self) -> str:

@@ -44,6 +44,7 @@ from actors.options import (
 )
 from actors.server.partition_host import HostedPartitionSpec, PartitionHostActor
 from actors.server.partition_log import PartitionLogActor, ResumePoint
+from storage.compaction.cleaner import CleanedLog, LogSnapshot
 from storage.config.broker_config import BrokerConfig
 from storage.config.log_config import LogConfig
 from storage.errors import BrokerNotAvailableError, RaybrokerError
@@ -107,8 +108,14 @@ class RayPartition:
     def cleanable(self, checkpointed_first_dirty: int | None) -> RayPending:
         return RayPending(self.actor.cleanable.remote(checkpointed_first_dirty))
 
-    def clean(self, first_dirty_offset: int, first_uncleanable_offset: int) -> RayPending:
-        return RayPending(self.actor.clean.remote(first_dirty_offset, first_uncleanable_offset))
+    def snapshot_for_cleaning(self, first_dirty_offset: int, first_uncleanable_offset: int) -> RayPending:
+        return RayPending(self.actor.snapshot_for_cleaning.remote(first_dirty_offset, first_uncleanable_offset))
+
+    def swap_cleaned(self, cleaned: CleanedLog) -> RayPending:
+        return RayPending(self.actor.swap_cleaned.remote(cleaned))
+
+    def changed_since(self, snapshot: LogSnapshot) -> RayPending:
+        return RayPending(self.actor.changed_since.remote(snapshot))
 
     def close(self) -> RayPending:
         return RayPending(self.actor.close.remote())

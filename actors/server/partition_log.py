@@ -50,7 +50,14 @@ import ray
 
 from actors.options import MAINTENANCE_GROUP, NAMESPACE, READ_GROUP, READ_THREADS, log_manager_name
 from storage.arguments import is_int
-from storage.compaction.cleaner import Cleaner, CleanResult
+from storage.compaction.cleaner import (
+    CleanedLog,
+    Cleaner,
+    CleanResult,
+    LogSnapshot,
+    changed_since,
+    snapshot_for_cleaning,
+)
 from storage.compaction.cleaner_manager import LogToClean, log_to_clean
 from storage.config.cleaner_config import CleanerConfig
 from storage.config.log_config import LogConfig
@@ -61,7 +68,7 @@ from storage.errors import (
     KafkaStorageError,
     RaybrokerError,
 )
-from storage.logdir.partition_handles import PartitionState, flush_if_due, partition_state
+from storage.logdir.partition_handles import PartitionState, flush_if_due, partition_state, swap_and_retain
 from storage.partition.file_slices import FileSlice, locate_file_slices, read_located
 from storage.partition.high_watermark_file import HighWatermarkFile
 from storage.partition.log import DEFAULT_FETCH_MAX_BYTES, Log, LogAppendInfo
@@ -403,15 +410,48 @@ class PartitionLogActor:
 
     @ray.method(concurrency_group=MAINTENANCE_GROUP)
     def clean(self, first_dirty_offset: int, first_uncleanable_offset: int | None = None) -> CleanResult:
-        """One compaction pass; its `end_offset` is where the next pass starts. Retention follows for
+        """A whole compaction pass in this process, both phases (for a caller holding the handle; the broker's
+        scheduled passes do only the snapshot and the swap here, the rest in a cleaner actor,
+        `actors.server.cleaner`); its `end_offset` is where the next pass starts. Retention follows for
         `compact,delete` logs, as after a Kafka cleaner pass."""
-        for offset in (first_dirty_offset, first_uncleanable_offset):
-            if offset is not None and not is_int(offset):
-                raise InvalidRequestError(f"cleaning offsets must be ints, not {type(offset).__name__}")
+        _check_cleaning_offsets(first_dirty_offset, first_uncleanable_offset)
         result = self._cleaner.clean(self._log, first_dirty_offset, first_uncleanable_offset)
         if self._log.config.delete:
             self._log.delete_old_segments()
         return result
+
+    @ray.method(concurrency_group=MAINTENANCE_GROUP)
+    def snapshot_for_cleaning(
+        self, first_dirty_offset: int, first_uncleanable_offset: int | None = None
+    ) -> LogSnapshot:
+        """The start of a scheduled pass: this log as it is now, for a cleaner actor to clean."""
+        _check_cleaning_offsets(first_dirty_offset, first_uncleanable_offset)
+        return snapshot_for_cleaning(self._log, first_dirty_offset, first_uncleanable_offset)
+
+    @ray.method(concurrency_group=MAINTENANCE_GROUP)
+    def swap_cleaned(self, cleaned: CleanedLog) -> CleanResult:
+        """The end of a scheduled pass: the cleaner actor's segments swapped in under the log lock, or discarded if
+        the log changed since the snapshot; then retention for `compact,delete` logs (fetchers are told, as the log
+        start may have moved)."""
+        if not isinstance(cleaned, CleanedLog):
+            raise InvalidRequestError(f"expected a CleanedLog, not {type(cleaned).__name__}")
+        result = swap_and_retain(self._log, cleaned)
+        self._notify_fetchers()
+        return result
+
+    @ray.method(concurrency_group=MAINTENANCE_GROUP)
+    def changed_since(self, snapshot: LogSnapshot) -> bool:
+        """Whether the log changed since `snapshot` (a pass that failed meanwhile is then aborted, not failed)."""
+        if not isinstance(snapshot, LogSnapshot):
+            raise InvalidRequestError(f"expected a LogSnapshot, not {type(snapshot).__name__}")
+        return changed_since(self._log, snapshot)
+
+
+def _check_cleaning_offsets(first_dirty_offset: object, first_uncleanable_offset: object) -> None:
+    """Client arguments arrive untyped through Ray: cleaning offsets must be ints."""
+    for offset in (first_dirty_offset, first_uncleanable_offset):
+        if offset is not None and not is_int(offset):
+            raise InvalidRequestError(f"cleaning offsets must be ints, not {type(offset).__name__}")
 
 
 def _report_log_dir_failure(directory: Path, error: KafkaStorageError) -> None:

@@ -52,16 +52,34 @@ What a rewritten segment holds, batch by batch (Kafka's `MemoryRecords.filterTo`
   copied byte for byte otherwise, so a tombstone inside a compressed wrapper that keeps other records stays
   until they go too.
 
-Swap and crash safety: the `.cleaned` segment is fsynced, its indexes trimmed, and its `.log` mtime set to
-the last source segment's mtime (time retention sees the same age), then `Log.replace_segments` renames
-`.cleaned` -> `.swap`, old segments -> `.deleted`, `.swap` -> final. A crash at any step is resolved by the
-log loader (`storage.partition.log_loader`): leftover `.cleaned` files are deleted, `.swap` files complete the swap.
-
-Threads: sealed segments are read without the log lock. The lock is taken only to swap, after checking
-that every segment the pass read is still in the log, unchanged in size, and that the active segment was
-not truncated back into the cleaned range; otherwise the group's `.cleaned` files are deleted and the
-pass ends with `aborted=True` (nothing to checkpoint). Truncation that later re-appends the same sizes
+Two phases, two places (Kafka's `doClean`, then `replaceSegments`): a pass starts from a `LogSnapshot` the log's
+owner takes under its lock (`snapshot_for_cleaning`: the segment list with each segment's size, the offsets,
+the config), which is plain values, so the heavy phase can run in another process on the same node (the node's
+`log.cleaner.threads` cleaner actors, `actors.server.cleaner`) while the owner keeps appending. That phase,
+`Cleaner.clean_snapshot`, opens the snapshot's segments read-only, each bounded to its size then
+(`SnapshotLog`), does steps 1-4 without any lock, and writes every group's `.cleaned` segment, fsynced, its
+indexes trimmed and its `.log` mtime set to the last source segment's mtime (time retention sees the same
+age). It never reads the active segment's records past the snapshot, and never cleans it. The owner then swaps
+all the groups in under its lock (`swap_cleaned`), after checking that every segment the pass read is still
+in the log with the size it had, that the active segment was not truncated back below the first uncleanable
+offset, that the log is open and that each `.cleaned` segment has the size the cleaner wrote; otherwise every
+`.cleaned` file of the pass is deleted and the pass ends with `aborted=True` (nothing to checkpoint): a
+segment deleted by retention, a truncation, a topic deleted or a restarted owner in between do no harm. A
+first phase that fails while the log changed (a segment file renamed or cut under it) is aborted the same way
+(`changed_since`), one that fails on an unchanged log raises. Truncation that later re-appends the same sizes
 cannot be detected this way: a caller that truncates logs must not do so while a pass runs on that log.
+`Cleaner.clean` runs both phases in the calling process (a partition actor's own `clean`, for a caller holding
+its handle; the `compaction` benchmark).
+
+Unlike Kafka, which swaps each group as soon as it is written, the groups of a pass are swapped together at its
+end: a pass needs free disk for its whole output (at most what it reads) rather than one group's.
+
+Crash safety: `Log.replace_segments` renames `.cleaned` -> `.swap`, old segments -> `.deleted`, `.swap` -> final,
+group after group in offset order. A crash at any step is resolved by the log loader
+(`storage.partition.log_loader`): leftover `.cleaned` files are deleted, `.swap` files complete the swap (a
+`.swap` below every `.cleaned` base belongs to a group whose swap had begun). A pass deletes every `.cleaned`
+file of the folder before writing its own: one pass runs per partition at a time, so any found is what a
+cleaner that died left, and must not be taken for part of this pass by the loader.
 """
 
 from __future__ import annotations
@@ -70,8 +88,9 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -81,7 +100,8 @@ from storage.compaction.batch_columns import ChunkRecords, chunks, decode_chunk
 from storage.compaction.offset_map import SkimpyOffsetMap
 from storage.compaction.retained_batch import build_retained_batch
 from storage.config.cleaner_config import CleanerConfig
-from storage.errors import CorruptRecordError, KafkaStorageError, OffsetOutOfRangeError
+from storage.config.log_config import LogConfig
+from storage.errors import CorruptRecordError, KafkaStorageError, LogClosedError, OffsetOutOfRangeError
 from storage.partition.log_loader import new_segment
 from storage.records.compression import CompressionType
 from storage.records.file_records import AnyBatch
@@ -103,6 +123,115 @@ logger = logging.getLogger(__name__)
 PRODUCER_ID_EXPIRATION_MS = 86_400_000
 # Kafka's Throttler measures the rate over windows of at least 300 ms.
 THROTTLE_CHECK_INTERVAL_MS = 300
+
+
+# --- what a pass reads: the log itself, or its snapshot in another process ------------------------
+
+
+class ReadableLog(Protocol):
+    """What the algorithm reads of a log: a `Log`, or a `SnapshotLog` opened from its snapshot elsewhere."""
+
+    @property
+    def directory(self) -> Path: ...
+
+    @property
+    def config(self) -> LogConfig: ...
+
+    @property
+    def log_start_offset(self) -> int: ...
+
+    @property
+    def log_end_offset(self) -> int: ...
+
+    @property
+    def high_watermark(self) -> int: ...
+
+    def log_segments(self) -> tuple[LogSegment, ...]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentSnapshot:
+    """A segment as the snapshot saw it: its base offset and the size of its `.log` then."""
+
+    base_offset: int
+    size_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class LogSnapshot:
+    """What one pass needs of a log (see the module docstring), taken by its owner under the log lock; plain
+    values, so it crosses processes. `segments` are oldest first, the active segment last (read for the
+    transaction scan, never cleaned); `first_uncleanable_offset` is the cleaner manager's bound, if any."""
+
+    directory: str
+    config: LogConfig
+    log_start_offset: int
+    log_end_offset: int
+    high_watermark: int
+    segments: tuple[SegmentSnapshot, ...]
+    first_dirty_offset: int
+    first_uncleanable_offset: int | None
+
+
+def snapshot_for_cleaning(log: Log, first_dirty_offset: int, first_uncleanable: int | None = None) -> LogSnapshot:
+    """The owner's side of a pass's start: `log` as it is now. Raises `OffsetOutOfRangeError` for a first dirty
+    offset outside [log start, log end], `LogClosedError` for a closed log."""
+    with log.lock:
+        if log.closed:
+            raise LogClosedError("log is closed", path=log.directory)
+        if not log.log_start_offset <= first_dirty_offset <= log.log_end_offset:
+            raise OffsetOutOfRangeError(
+                f"first dirty offset {first_dirty_offset} is outside [{log.log_start_offset}, {log.log_end_offset}]",
+                path=log.directory,
+                offset=first_dirty_offset,
+            )
+        return LogSnapshot(
+            str(log.directory),
+            log.config,
+            log.log_start_offset,
+            log.log_end_offset,
+            log.high_watermark,
+            tuple(SegmentSnapshot(segment.base_offset, segment.size) for segment in log.log_segments()),
+            first_dirty_offset,
+            first_uncleanable,
+        )
+
+
+class SnapshotLog:
+    """A `LogSnapshot` opened read-only where the cleaner runs: its segments' files, each `.log` bounded to its
+    size in the snapshot, so what the owner appends meanwhile is not seen. `close` closes the files."""
+
+    def __init__(self, snapshot: LogSnapshot, clock: Clock) -> None:
+        self.directory = Path(snapshot.directory)
+        self.config = snapshot.config
+        self.log_start_offset = snapshot.log_start_offset
+        self.log_end_offset = snapshot.log_end_offset
+        self.high_watermark = snapshot.high_watermark
+        self._segments: list[LogSegment] = []
+        try:
+            for segment in snapshot.segments:
+                self._segments.append(
+                    LogSegment(
+                        self.directory,
+                        segment.base_offset,
+                        index_interval_bytes=self.config.index_interval_bytes,
+                        max_index_size=self.config.segment_index_bytes,
+                        rolling_jitter_ms=0,
+                        clock=clock,
+                        read_only=True,
+                        log_size_bytes=segment.size_bytes,
+                    )
+                )
+        except BaseException:
+            self.close()
+            raise
+
+    def log_segments(self) -> tuple[LogSegment, ...]:
+        return tuple(self._segments)
+
+    def close(self) -> None:
+        for segment in self._segments:
+            segment.close_handlers()
 
 
 # --- grouping ------------------------------------------------------------------------------------------
@@ -189,7 +318,7 @@ def dirty_segments(segments: Sequence[LogSegment], first_dirty_offset: int, end_
 
 
 def first_uncleanable_offset(
-    log: Log, first_dirty_offset: int, now_ms: int, segments: Sequence[LogSegment] | None = None
+    log: ReadableLog, first_dirty_offset: int, now_ms: int, segments: Sequence[LogSegment] | None = None
 ) -> int:
     """min(high watermark, active segment base, first dirty segment younger than min.compaction.lag.ms),
     rounded down to a segment base. Open transactions are not considered (see `first_unstable_offset`)."""
@@ -353,6 +482,48 @@ class CleanResult:
     duration_ms: float
 
 
+def aborted_pass(snapshot: LogSnapshot) -> CleanResult:
+    """The result of a pass that ended before writing anything because the log changed under it."""
+    first_dirty = snapshot.first_dirty_offset
+    return CleanResult(
+        first_dirty_offset=first_dirty,
+        first_uncleanable_offset=first_dirty,
+        end_offset=first_dirty,
+        bytes_read=0,
+        bytes_written=0,
+        messages_read=0,
+        messages_written=0,
+        invalid_messages=0,
+        map_bytes_read=0,
+        map_messages_read=0,
+        map_entries=0,
+        segments_read=0,
+        segments_written=0,
+        aborted=True,
+        duration_ms=0.0,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class CleanedGroup:
+    """One `.cleaned` segment a pass wrote, named after `base_offset`, `size_bytes` long, and the segments it
+    replaces (as the snapshot saw them)."""
+
+    base_offset: int
+    size_bytes: int
+    replaces: tuple[SegmentSnapshot, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CleanedLog:
+    """What the first phase hands the log's owner: the groups to swap in, oldest first, and the pass's result
+    once they are."""
+
+    snapshot: LogSnapshot
+    groups: tuple[CleanedGroup, ...]
+    result: CleanResult
+
+
 @dataclass
 class _Stats:
     bytes_read: int = 0
@@ -368,7 +539,7 @@ class _Stats:
 
 @dataclass
 class _Pass:
-    log: Log
+    log: ReadableLog
     now_ms: int
     first_dirty_offset: int
     first_uncleanable_offset: int
@@ -380,8 +551,6 @@ class _Pass:
     stats: _Stats
     # Legacy tombstones in a segment whose mtime is not after this are dropped (module docstring).
     legacy_delete_horizon_ms: int
-    # Every segment the pass read, by base offset, with its size then: the swap checks they are unchanged.
-    expected: dict[int, tuple[LogSegment, int]] = field(default_factory=dict)
 
 
 # What the cleaner writes for a kept batch: its bytes, their max timestamp, and how many records they hold.
@@ -459,25 +628,41 @@ class Cleaner:
         return self._offset_map
 
     def clean(self, log: Log, first_dirty_offset: int, first_uncleanable: int | None = None) -> CleanResult:
-        """One pass over `log` from `first_dirty_offset` (see the module docstring).
+        """One whole pass over `log` in this process: its snapshot, `clean_snapshot`, then `swap_cleaned` (see the
+        module docstring).
 
         `first_uncleanable` (from the cleaner manager) bounds the pass further; open transactions always do.
         Raises `OffsetOutOfRangeError` for a first dirty offset outside [log start, log end], and the storage
-        errors of a corrupt or unreadable segment; the log is left as it was, minus groups already swapped.
+        errors of a corrupt or unreadable segment; the log is left as it was.
         """
+        snapshot = snapshot_for_cleaning(log, first_dirty_offset, first_uncleanable)
+        try:
+            cleaned = self.clean_snapshot(snapshot)
+        except Exception:
+            if changed_since(log, snapshot):
+                return aborted_pass(snapshot)
+            raise
+        return swap_cleaned(log, cleaned)
+
+    def clean_snapshot(self, snapshot: LogSnapshot) -> CleanedLog:
+        """The first phase of a pass, in any process on the log's node: reads the snapshot's segments read-only
+        and writes the `.cleaned` segments that the owner swaps in (`swap_cleaned`). Raises the storage errors of
+        a corrupt or unreadable segment, having deleted the `.cleaned` files it wrote."""
         start_ns = self._clock.nanoseconds()
         now_ms = self._clock.milliseconds()
-        if not log.log_start_offset <= first_dirty_offset <= log.log_end_offset:
-            raise OffsetOutOfRangeError(
-                f"first dirty offset {first_dirty_offset} is outside [{log.log_start_offset}, {log.log_end_offset}]",
-                path=log.directory,
-                offset=first_dirty_offset,
-            )
+        log = SnapshotLog(snapshot, self._clock)
+        try:
+            return self._clean_log(log, snapshot, now_ms, start_ns)
+        finally:
+            log.close()
+
+    def _clean_log(self, log: SnapshotLog, snapshot: LogSnapshot, now_ms: int, start_ns: int) -> CleanedLog:
+        first_dirty_offset = snapshot.first_dirty_offset
         segments = log.log_segments()
         scan = scan_transactions(segments)
         upper = first_uncleanable_offset(log, first_dirty_offset, now_ms, segments)
-        if first_uncleanable is not None:
-            upper = min(upper, floor_base_offset(segments, first_uncleanable))
+        if snapshot.first_uncleanable_offset is not None:
+            upper = min(upper, floor_base_offset(segments, snapshot.first_uncleanable_offset))
         if scan.first_unstable_offset is not None:
             upper = min(upper, floor_base_offset(segments, scan.first_unstable_offset))
         max_batch_bytes = max(log.config.max_message_bytes, self.config.io_buffer_bytes_per_thread)
@@ -501,25 +686,26 @@ class Cleaner:
             stats,
             legacy_delete_horizon_ms(log, segments, first_dirty_offset),
         )
-        to_clean = [segment for segment in segments[:-1] if segment.base_offset < end_offset]
-        clean_pass.expected = {segment.base_offset: (segment, segment.size) for segment in to_clean}
-        aborted = False
+        groups: list[CleanedGroup] = []
         if end_offset > first_dirty_offset:
-            groups = group_segments_by_size(
-                [segment_sizes(segment) for segment in to_clean],
-                log.config.segment_bytes,
-                log.config.segment_index_bytes,
-                upper,
-            )
+            to_clean = [segment for segment in segments[:-1] if segment.base_offset < end_offset]
             by_base = {segment.base_offset: segment for segment in to_clean}
-            for group in groups:
-                if not self._clean_group(clean_pass, [by_base[sizes.base_offset] for sizes in group]):
-                    aborted = True
-                    break
+            _delete_cleaned_files(log.directory)
+            try:
+                for group in group_segments_by_size(
+                    [segment_sizes(segment) for segment in to_clean],
+                    log.config.segment_bytes,
+                    log.config.segment_index_bytes,
+                    upper,
+                ):
+                    groups.append(self._clean_group(clean_pass, [by_base[sizes.base_offset] for sizes in group]))
+            except Exception:
+                _delete_cleaned_files(log.directory)
+                raise
         result = CleanResult(
             first_dirty_offset=first_dirty_offset,
             first_uncleanable_offset=upper,
-            end_offset=first_dirty_offset if aborted else end_offset,
+            end_offset=end_offset,
             bytes_read=stats.bytes_read,
             bytes_written=stats.bytes_written,
             messages_read=stats.messages_read,
@@ -529,22 +715,11 @@ class Cleaner:
             map_messages_read=stats.map_messages_read,
             map_entries=offset_map.size,
             segments_read=stats.segments_read,
-            segments_written=stats.segments_written,
-            aborted=aborted,
+            segments_written=len(groups),
+            aborted=False,
             duration_ms=(self._clock.nanoseconds() - start_ns) / 1_000_000,
         )
-        logger.info(
-            "%s: cleaned [%d, %d): %d -> %d bytes, %d -> %d messages%s",
-            log.directory,
-            first_dirty_offset,
-            result.end_offset,
-            result.bytes_read,
-            result.bytes_written,
-            result.messages_read,
-            result.messages_written,
-            " (aborted: the log changed)" if aborted else "",
-        )
-        return result
+        return CleanedLog(snapshot, tuple(groups), result)
 
     # --- offset map ----------------------------------------------------------------------------------
 
@@ -611,16 +786,12 @@ class Cleaner:
 
     # --- rewriting -----------------------------------------------------------------------------------
 
-    def _clean_group(self, clean_pass: _Pass, group: list[LogSegment]) -> bool:
-        """Rewrites `group` into one `.cleaned` segment and swaps it in; False if the log changed meanwhile."""
+    def _clean_group(self, clean_pass: _Pass, group: list[LogSegment]) -> CleanedGroup:
+        """Rewrites `group` into one `.cleaned` segment, fsynced, with the mtime of the group's last segment."""
         log = clean_pass.log
-        base = group[0].base_offset
-        try:
-            for stale in file_names.segment_files(log.directory, base, file_names.CLEANED_SUFFIX):
-                stale.unlink(missing_ok=True)
-        except OSError as exc:
-            raise KafkaStorageError(f"cannot delete a stale cleaned file: {exc}", path=log.directory) from exc
-        cleaned = new_segment(log.directory, base, log.config, self._clock, suffix=file_names.CLEANED_SUFFIX)
+        cleaned = new_segment(
+            log.directory, group[0].base_offset, log.config, self._clock, suffix=file_names.CLEANED_SUFFIX
+        )
         try:
             for segment in group:
                 self._clean_into(clean_pass, segment, cleaned)
@@ -633,39 +804,13 @@ class Cleaner:
                 raise KafkaStorageError(
                     f"cannot set the cleaned segment's mtime: {exc}", path=cleaned.log.path
                 ) from exc
-        except Exception:
-            cleaned.delete_files()
-            with log.lock:
-                changed = not self._log_unchanged(clean_pass, group)
-            if changed:
-                return False
-            raise
-        with log.lock:
-            if not self._log_unchanged(clean_pass, group):
-                cleaned.delete_files()
-                return False
-            log.replace_segments([cleaned], group)
-        for segment in group:
-            del clean_pass.expected[segment.base_offset]
-        clean_pass.expected[cleaned.base_offset] = (cleaned, cleaned.size)
-        clean_pass.stats.segments_written += 1
-        return True
-
-    @staticmethod
-    def _log_unchanged(clean_pass: _Pass, group: list[LogSegment]) -> bool:
-        """Under the log lock: every segment the pass read is still there with its size, and no truncation
-        moved the active segment back into the cleaned range."""
-        log = clean_pass.log
-        if log.closed:
-            return False
-        current = log.log_segments()
-        if current[-1].base_offset < clean_pass.first_uncleanable_offset or current[-1] in group:
-            return False
-        by_base = {segment.base_offset: segment for segment in current}
-        return all(
-            by_base.get(base) is segment and segment.size == size
-            for base, (segment, size) in clean_pass.expected.items()
-        )
+            return CleanedGroup(
+                cleaned.base_offset,
+                cleaned.size,
+                tuple(SegmentSnapshot(segment.base_offset, segment.size) for segment in group),
+            )
+        finally:
+            cleaned.close_handlers()
 
     def _clean_into(self, clean_pass: _Pass, source: LogSegment, dest: LogSegment) -> None:
         stats = clean_pass.stats
@@ -821,7 +966,104 @@ class Cleaner:
         return source.log.read(entry.position, entry.size_in_bytes), entry.max_timestamp, len(records)
 
 
-def legacy_delete_horizon_ms(log: Log, segments: Sequence[LogSegment], first_dirty_offset: int) -> int:
+# --- the owner's side: the swap ------------------------------------------------------------------------
+
+
+def swap_cleaned(log: Log, cleaned: CleanedLog) -> CleanResult:
+    """The second phase of a pass, by the log's owner: swaps every group of `cleaned` in under the log lock, or,
+    if the log changed since its snapshot (see the module docstring), deletes the `.cleaned` files and returns
+    the result with `aborted=True` and the first dirty offset unchanged."""
+    result = cleaned.result
+    with log.lock:
+        sources = _unchanged_sources(
+            log, [segment for group in cleaned.groups for segment in group.replaces], result.first_uncleanable_offset
+        )
+        opened = None if sources is None else _open_cleaned(log, cleaned.groups)
+        if sources is not None and opened is not None:
+            for group, segment in zip(cleaned.groups, opened, strict=True):
+                log.replace_segments([segment], [sources[source.base_offset] for source in group.replaces])
+    aborted = opened is None
+    if aborted:
+        _delete_cleaned_files(log.directory)
+        result = replace(result, end_offset=result.first_dirty_offset, segments_written=0, aborted=True)
+    logger.info(
+        "%s: cleaned [%d, %d): %d -> %d bytes, %d -> %d messages%s",
+        log.directory,
+        result.first_dirty_offset,
+        result.end_offset,
+        result.bytes_read,
+        result.bytes_written,
+        result.messages_read,
+        result.messages_written,
+        " (aborted: the log changed)" if aborted else "",
+    )
+    return result
+
+
+def changed_since(log: Log, snapshot: LogSnapshot) -> bool:
+    """Whether `log` is closed, or lost or resized a sealed segment of `snapshot`, or its active segment moved
+    back below the snapshot's: a first phase that failed then failed because of the change."""
+    *sealed, active = snapshot.segments
+    with log.lock:
+        return _unchanged_sources(log, sealed, active.base_offset) is None
+
+
+def _unchanged_sources(
+    log: Log, expected: Sequence[SegmentSnapshot], active_floor: int
+) -> dict[int, LogSegment] | None:
+    """Under the log lock: the log's segments by base offset if it is open, holds every `expected` segment with
+    its size, and its active segment starts at or above `active_floor`; None otherwise."""
+    if log.closed:
+        return None
+    current = log.log_segments()
+    by_base = {segment.base_offset: segment for segment in current[:-1]}
+    if current[-1].base_offset < active_floor:
+        return None
+    for segment in expected:
+        found = by_base.get(segment.base_offset)
+        if found is None or found.size != segment.size_bytes:
+            return None
+    return by_base
+
+
+def _open_cleaned(log: Log, groups: Sequence[CleanedGroup]) -> list[LogSegment] | None:
+    """The groups' `.cleaned` segments, opened; None (and nothing left open) if one is missing or not the size its
+    cleaner wrote (a restarted owner's loader deleted it, or a cleaner that died left a part)."""
+    opened: list[LogSegment] = []
+    for group in groups:
+        if not file_names.log_file(log.directory, group.base_offset, file_names.CLEANED_SUFFIX).exists():
+            break
+        segment = new_segment(
+            log.directory, group.base_offset, log.config, log.clock, suffix=file_names.CLEANED_SUFFIX, new_file=False
+        )
+        opened.append(segment)
+        if segment.size != group.size_bytes:
+            break
+    else:
+        return opened
+    for segment in opened:
+        segment.close_handlers()
+    return None
+
+
+def _delete_cleaned_files(directory: Path) -> None:
+    """Unlinks every `.cleaned` file of a partition folder (a folder deleted meanwhile has none left)."""
+    try:
+        entries = list(directory.iterdir())
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise KafkaStorageError(f"cannot list the cleaned files: {exc}", path=directory) from exc
+    for entry in entries:
+        parsed = file_names.parse_segment_name(entry.name)
+        if parsed is not None and parsed[2] == file_names.CLEANED_SUFFIX:
+            try:
+                entry.unlink(missing_ok=True)
+            except OSError as exc:
+                raise KafkaStorageError(f"cannot delete a cleaned file: {exc}", path=entry) from exc
+
+
+def legacy_delete_horizon_ms(log: ReadableLog, segments: Sequence[LogSegment], first_dirty_offset: int) -> int:
     """Kafka's `legacyDeleteHorizonMs`: the mtime of the last segment below `first_dirty_offset` minus
     delete.retention.ms, or 0 when no segment starts below it."""
     clean = [segment for segment in segments if segment.base_offset < first_dirty_offset]
@@ -877,11 +1119,21 @@ def _empty_batch(batch: RecordBatch) -> _Retained:
 __all__ = [
     "AbortedTxn",
     "CleanResult",
+    "CleanedGroup",
+    "CleanedLog",
     "Cleaner",
+    "LogSnapshot",
+    "ReadableLog",
     "SegmentSizes",
+    "SegmentSnapshot",
+    "SnapshotLog",
     "TransactionScan",
+    "aborted_pass",
+    "changed_since",
     "first_uncleanable_offset",
     "first_unstable_offset",
     "group_segments_by_size",
     "scan_transactions",
+    "snapshot_for_cleaning",
+    "swap_cleaned",
 ]

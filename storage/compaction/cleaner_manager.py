@@ -10,10 +10,12 @@ The only keeper of cleaning state for one broker's compacted partitions, across 
 - which partition is being cleaned (never two passes on one partition);
 - which partitions failed, why and when, and when they may be tried again.
 
-The partitions themselves are `CleanablePartition`s: the manager asks each for its cleanable range and has
-the chosen ones clean themselves, because a log's segments can only be rewritten by the process that owns
-them (in process: `storage.logdir.partition_handles.LocalPartition`; on Ray: the partition's actor). Every
-call returns a `Pending` answer, so partitions in other processes measure and clean in parallel.
+The partitions themselves are `CleanablePartition`s (in process: `storage.logdir.partition_handles.LocalPartition`;
+on Ray: the partition's actor or host). The manager asks each for its cleanable range; a chosen one hands it a
+snapshot of its log, one of the broker's cleaner threads (`storage.compaction.cleaner_threads`) writes the
+cleaned segments from it, and the partition swaps them in, because a log's segment list can only be changed by
+the process that owns it (the two phases of `storage.compaction.cleaner`). Every call returns a `Pending`
+answer, so partitions and cleaner threads in other processes work in parallel.
 
 Choosing (`cleanable_logs`, `grab_filthiest_logs`), per compacted partition (`log_to_clean`):
 
@@ -36,8 +38,9 @@ error text and time, and retries it after `log.cleaner.backoff.ms` x 2**(failure
 backoff (16 minutes at the 15 s default), so a transient fault clears by itself and a persistent one costs
 one failed pass per cap. `uncleanable()` lists them. A successful pass clears the record.
 
-`run_once()` is one iteration of Kafka's cleaner threads: grab the `log.cleaner.threads` filthiest
-partitions, clean them at once, record progress, checkpoint, then retention (`delete_old_segments`) for
+`run_once()` is one iteration of Kafka's cleaner threads: grab the filthiest partitions, one per cleaner
+thread, clean them at once (snapshots, then the threads' phase, then the swaps, each step asked of all of them
+before any answer is collected), record progress, checkpoint, then retention (`delete_old_segments`) for
 every compacted partition, as Kafka's cleaner thread does, including those whose cleaning failed (Kafka
 skips those, so a broken compacted log also stops honouring retention). The broker's log manager
 (`storage.logdir.log_manager`) schedules it every `log.cleaner.backoff.ms`. All methods are thread-safe;
@@ -56,12 +59,16 @@ from typing import TYPE_CHECKING, Protocol
 from storage import file_names
 from storage.clock import Clock
 from storage.compaction.cleaner import (
+    CleanedLog,
     CleanResult,
+    LogSnapshot,
+    aborted_pass,
     dirty_segments,
     first_uncleanable_offset,
     first_unstable_offset,
     floor_base_offset,
 )
+from storage.compaction.cleaner_threads import CleanerThread
 from storage.config.cleaner_config import CleanerConfig
 from storage.errors import KafkaStorageError, StorageError
 from storage.logdir.checkpoint_file import OffsetCheckpointFile
@@ -139,8 +146,17 @@ class CleanablePartition(Protocol):
         checkpoint in range)."""
         ...
 
-    def clean(self, first_dirty_offset: int, first_uncleanable_offset: int) -> Pending[CleanResult]:
-        """One compaction pass of [first dirty, first uncleanable)."""
+    def snapshot_for_cleaning(self, first_dirty_offset: int, first_uncleanable_offset: int) -> Pending[LogSnapshot]:
+        """A pass's start: the log's snapshot (`cleaner.snapshot_for_cleaning`)."""
+        ...
+
+    def swap_cleaned(self, cleaned: CleanedLog) -> Pending[CleanResult]:
+        """A pass's end: its cleaned segments swapped in, or discarded if the log changed (`cleaner.swap_cleaned`);
+        retention follows for `compact,delete` logs, as after a Kafka cleaner pass."""
+        ...
+
+    def changed_since(self, snapshot: LogSnapshot) -> Pending[bool]:
+        """Whether the log changed since `snapshot` (`cleaner.changed_since`): a failed pass is then aborted."""
         ...
 
     def delete_old_segments(self) -> Pending[int]: ...
@@ -163,11 +179,14 @@ class CleanerManager:
         clock: Clock,
         config: CleanerConfig | None = None,
         *,
+        threads: Sequence[CleanerThread] = (),
         on_checkpoint_failure: Callable[[Path, BaseException], object] | None = None,
     ) -> None:
-        """Reads the cleaner checkpoint of each of `log_dirs`. A dir whose checkpoint cannot be written is
-        passed to `on_checkpoint_failure` (the log manager takes it offline); without one the error is raised."""
+        """Reads the cleaner checkpoint of each of `log_dirs`; `threads` run the passes (one each at a time; none:
+        nothing is cleaned). A dir whose checkpoint cannot be written is passed to `on_checkpoint_failure` (the
+        log manager takes it offline); without one the error is raised."""
         self.config = config or CleanerConfig()
+        self._threads = tuple(threads)
         self._clock = clock
         self._on_checkpoint_failure = on_checkpoint_failure
         self._lock = threading.RLock()
@@ -331,34 +350,17 @@ class CleanerManager:
     # --- one iteration of the cleaner threads --------------------------------------------------------
 
     def run_once(self) -> list[CleanResult]:
-        """Cleans the filthiest partitions, `log.cleaner.threads` at once (see the module docstring); returns
+        """Cleans the filthiest partitions, one per cleaner thread, at once (see the module docstring); returns
         what each pass did, aborted passes included."""
         if not self.config.enabled:
             return []
-        chosen = self.grab_filthiest_logs(self.config.log_cleaner_threads)
+        chosen = self.grab_filthiest_logs(len(self._threads))
         with self._lock:
-            running = [
-                (
-                    ltc.topic_partition,
-                    self._partitions[ltc.topic_partition].partition.clean(
-                        ltc.first_dirty_offset, ltc.first_uncleanable_offset
-                    ),
-                )
-                for ltc in chosen
+            passes = [
+                (ltc.topic_partition, self._partitions[ltc.topic_partition].partition, thread, ltc)
+                for ltc, thread in zip(chosen, self._threads, strict=False)
             ]
-        results = []
-        for tp, pending in running:
-            try:
-                result = pending.result()
-            except Exception as exc:
-                # Any failure is confined to this partition: it is retried after its backoff, the others go on.
-                self.mark_failed(tp, exc)
-                continue
-            if result.aborted:
-                self.abort_cleaning(tp)
-            else:
-                self.done_cleaning(tp, result.end_offset)
-            results.append(result)
+        results = self._clean(passes)
         with self._lock:
             reset_dirs = sorted(self._reset_dirs)
         if chosen:
@@ -368,6 +370,61 @@ class CleanerManager:
                 self.checkpoint(directory)
         self._run_retention()
         return results
+
+    def _clean(
+        self, passes: list[tuple[TopicPartition, CleanablePartition, CleanerThread, LogToClean]]
+    ) -> list[CleanResult]:
+        """The passes' three steps, each asked of every pass before any answer is collected. Any failure is
+        confined to its partition: it is retried after its backoff, the others go on."""
+        snapshots = [
+            (
+                tp,
+                partition,
+                thread,
+                partition.snapshot_for_cleaning(ltc.first_dirty_offset, ltc.first_uncleanable_offset),
+            )
+            for tp, partition, thread, ltc in passes
+        ]
+        cleaning = []
+        for tp, partition, thread, pending_snapshot in snapshots:
+            try:
+                snapshot = pending_snapshot.result()
+            except Exception as exc:
+                self.mark_failed(tp, exc)
+                continue
+            cleaning.append((tp, partition, snapshot, thread.clean(snapshot)))
+        swapping = []
+        results = []
+        for tp, partition, snapshot, pending_cleaned in cleaning:
+            try:
+                swapping.append((tp, partition.swap_cleaned(pending_cleaned.result())))
+            except Exception as exc:
+                if self._changed_since(partition, snapshot):
+                    self.abort_cleaning(tp)
+                    results.append(aborted_pass(snapshot))
+                else:
+                    self.mark_failed(tp, exc)
+        for tp, pending_result in swapping:
+            try:
+                result = pending_result.result()
+            except Exception as exc:
+                self.mark_failed(tp, exc)
+                continue
+            if result.aborted:
+                self.abort_cleaning(tp)
+            else:
+                self.done_cleaning(tp, result.end_offset)
+            results.append(result)
+        return results
+
+    @staticmethod
+    def _changed_since(partition: CleanablePartition, snapshot: LogSnapshot) -> bool:
+        """Whether a pass failed because its log changed under it (then it is aborted, not failed); a partition
+        that cannot tell counts as unchanged."""
+        try:
+            return bool(partition.changed_since(snapshot).result())
+        except Exception:
+            return False
 
     def _run_retention(self) -> None:
         """Retention for every registered partition not being cleaned (a log manager registers only the

@@ -65,6 +65,7 @@ from typing import TypeVar
 from storage import file_names
 from storage.clock import SYSTEM_CLOCK, Clock
 from storage.compaction.cleaner_manager import CleanerManager, UncleanableLog
+from storage.compaction.cleaner_threads import CleanerThread, local_cleaner_threads
 from storage.config.broker_config import BrokerConfig
 from storage.config.cleaner_config import CleanerConfig
 from storage.config.log_config import LogConfig
@@ -146,9 +147,11 @@ class LogManager:
         cleaner_config: CleanerConfig | None = None,
         partitions: PartitionFactory | None = None,
         producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS,
+        cleaner_threads: Sequence[CleanerThread] | None = None,
     ) -> None:
         """`partitions` starts and stops the partitions; default: `LocalPartitions`, logs in this process, which
-        forget producers idle for `producer_id_expiration_ms`."""
+        forget producers idle for `producer_id_expiration_ms`. `cleaner_threads` run the compaction passes;
+        default: `log.cleaner.threads` of them in this process."""
         self._dirs = LogDirs(
             log_dirs,
             clock=clock,
@@ -162,7 +165,10 @@ class LogManager:
         self.clock = clock
         self.recovery_threads_per_data_dir = max(1, recovery_threads_per_data_dir)
         self.cleaner_config = cleaner_config or CleanerConfig()
-        self._factory = partitions or LocalPartitions(clock, self.cleaner_config, producer_id_expiration_ms)
+        self._factory = partitions or LocalPartitions(clock, producer_id_expiration_ms)
+        self._cleaner_threads = (
+            local_cleaner_threads(self.cleaner_config, clock) if cleaner_threads is None else list(cleaner_threads)
+        )
         self._lock = threading.RLock()
         self._handles: dict[TopicPartition, PartitionHandle] = {}
         self._dir_of: dict[TopicPartition, Path] = {}
@@ -177,6 +183,7 @@ class LogManager:
         clock: Clock = SYSTEM_CLOCK,
         cluster_id: str | None = None,
         partitions: PartitionFactory | None = None,
+        cleaner_threads: Sequence[CleanerThread] | None = None,
     ) -> LogManager:
         """A manager of `config.log_dirs` with the broker's defaults (`log.*`, `log.cleaner.*`, `node.id`,
         `num.recovery.threads.per.data.dir`, `log.segment.delete.delay.ms`, `producer.id.expiration.ms`)."""
@@ -192,6 +199,7 @@ class LogManager:
             cleaner_config=config.cleaner_config,
             partitions=partitions,
             producer_id_expiration_ms=config.producer_id_expiration_ms,
+            cleaner_threads=cleaner_threads,
         )
 
     @property
@@ -235,6 +243,7 @@ class LogManager:
                     [found.path for found in loaded],
                     self.clock,
                     self.cleaner_config,
+                    threads=self._cleaner_threads,
                     on_checkpoint_failure=self._cleaner_checkpoint_failed,
                 )
                 for found in loaded:

@@ -8,24 +8,30 @@ host) behind the same two protocols. Every handle call answers a `storage.pendin
 asks all its partitions at once and then collects: Ray partitions work in parallel, local ones answer at
 the call. Errors are the partition's own typed errors (`storage.errors`), raised by `result()`.
 
-`partition_state` and `flush_if_due` are the one implementation of what a partition reports and when it
-flushes; the partition actor (`actors.server.partition_log`) answers with them too.
+`partition_state`, `flush_if_due` and `swap_and_retain` are the one implementation of what a partition reports,
+when it flushes and how it ends a compaction pass; the partition actor (`actors.server.partition_log`) answers
+with them too.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, TypeVar
 
 from storage.clock import Clock
-from storage.compaction.cleaner import Cleaner, CleanResult
+from storage.compaction.cleaner import (
+    CleanedLog,
+    CleanResult,
+    LogSnapshot,
+    changed_since,
+    snapshot_for_cleaning,
+    swap_cleaned,
+)
 from storage.compaction.cleaner_manager import CleanablePartition, LogToClean, log_to_clean
-from storage.config.cleaner_config import CleanerConfig
 from storage.config.log_config import LogConfig
 from storage.errors import StorageError
 from storage.partition.log import Log
@@ -70,6 +76,16 @@ def partition_state(log: Log) -> PartitionState:
     )
 
 
+def swap_and_retain(log: Log, cleaned: CleanedLog) -> CleanResult:
+    """The owner's end of a compaction pass (`cleaner.swap_cleaned`), then retention for a `compact,delete` log,
+    as after a Kafka cleaner pass."""
+    result = swap_cleaned(log, cleaned)
+    with log.lock:
+        if log.config.delete and not log.closed:
+            log.delete_old_segments()
+    return result
+
+
 def flush_if_due(log: Log) -> bool:
     """fsyncs `log` when its last flush is older than its `flush.ms`; returns whether it flushed."""
     if log.clock.milliseconds() - log.last_flush_ms < log.config.flush_ms:
@@ -79,8 +95,8 @@ def flush_if_due(log: Log) -> bool:
 
 
 class PartitionHandle(CleanablePartition, Protocol):
-    """One partition as its log manager sees it (plus `cleanable`, `clean`, `delete_old_segments` and
-    `delete_due_files` from `CleanablePartition`)."""
+    """One partition as its log manager sees it (plus `cleanable`, the owner's two phases of a compaction pass,
+    `delete_old_segments` and `delete_due_files` from `CleanablePartition`)."""
 
     def state(self) -> Pending[PartitionState]: ...
 
@@ -126,10 +142,8 @@ class LocalPartition:
     """A `Log` in this process. Calls run at once, under the log's lock; a closed log (deleted, or its dir
     offline) answers None to `cleanable`, False to `flush_if_due` and 0 to retention, as it has nothing to do."""
 
-    def __init__(self, log: Log, cleaner: Callable[[], Cleaner]) -> None:
-        """`cleaner` hands out the cleaner that `clean` runs (created on first use: it allocates the offset map)."""
+    def __init__(self, log: Log) -> None:
         self.log = log
-        self._cleaner = cleaner
 
     def state(self) -> Pending[PartitionState]:
         return completed(lambda: partition_state(self.log))
@@ -158,8 +172,14 @@ class LocalPartition:
 
         return completed(lambda: self._unless_closed(measure, None))
 
-    def clean(self, first_dirty_offset: int, first_uncleanable_offset: int) -> Pending[CleanResult]:
-        return completed(lambda: self._cleaner().clean(self.log, first_dirty_offset, first_uncleanable_offset))
+    def snapshot_for_cleaning(self, first_dirty_offset: int, first_uncleanable_offset: int) -> Pending[LogSnapshot]:
+        return completed(lambda: snapshot_for_cleaning(self.log, first_dirty_offset, first_uncleanable_offset))
+
+    def swap_cleaned(self, cleaned: CleanedLog) -> Pending[CleanResult]:
+        return completed(lambda: swap_and_retain(self.log, cleaned))
+
+    def changed_since(self, snapshot: LogSnapshot) -> Pending[bool]:
+        return completed(lambda: changed_since(self.log, snapshot))
 
     def close(self) -> Pending[PartitionState]:
         def close() -> PartitionState:
@@ -182,20 +202,11 @@ class LocalPartition:
 
 
 class LocalPartitions:
-    """The in-process `PartitionFactory`: a `Log` per partition, and one cleaner for all (a log manager
-    cleans in process one partition at a time)."""
+    """The in-process `PartitionFactory`: a `Log` per partition."""
 
-    def __init__(
-        self,
-        clock: Clock,
-        cleaner_config: CleanerConfig | None = None,
-        producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS,
-    ) -> None:
+    def __init__(self, clock: Clock, producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS) -> None:
         self._clock = clock
-        self._cleaner_config = cleaner_config or CleanerConfig()
         self._producer_id_expiration_ms = producer_id_expiration_ms
-        self._cleaner: Cleaner | None = None
-        self._lock = threading.Lock()
 
     def open(
         self,
@@ -215,15 +226,8 @@ class LocalPartitions:
             had_clean_shutdown=had_clean_shutdown,
             producer_id_expiration_ms=self._producer_id_expiration_ms,
         )
-        return LocalPartition(log, self.cleaner)
+        return LocalPartition(log)
 
     def stop(self, tp: TopicPartition, handle: PartitionHandle) -> None:
         if isinstance(handle, LocalPartition) and not handle.log.closed:
             handle.log.close_without_marker()
-
-    def cleaner(self) -> Cleaner:
-        """The cleaner of every partition opened here, created on first use: its offset map is allocated then."""
-        with self._lock:
-            if self._cleaner is None:
-                self._cleaner = Cleaner(self._cleaner_config, self._clock)
-            return self._cleaner

@@ -84,7 +84,13 @@ def iter_any_batches(
 class FileRecords:
     """One `.log` file. Not thread-safe for writers: the owning Log serialises appends and truncation."""
 
-    def __init__(self, path: Path, *, preallocate_bytes: int = 0, read_only: bool = False) -> None:
+    def __init__(
+        self, path: Path, *, preallocate_bytes: int = 0, read_only: bool = False, size_bytes: int | None = None
+    ) -> None:
+        """`size_bytes` bounds a read-only file to its first bytes: a snapshot of a file another process appends to
+        (the batches it held then; a preallocated file is longer than its batches)."""
+        if size_bytes is not None and not read_only:
+            raise ValueError("only a read-only file can be bounded to a size")
         self.path = Path(path)
         self.read_only = read_only
         try:
@@ -98,7 +104,7 @@ class FileRecords:
                 length = 0
         except OSError as exc:
             raise KafkaStorageError(f"cannot open log file: {exc}", path=path) from exc
-        self._size = length
+        self._size = length if size_bytes is None else min(length, size_bytes)
         self._preallocated = bool(preallocate_bytes)
 
     @property

@@ -104,7 +104,10 @@ class LogSegment:
         preallocate_bytes: int = 0,
         suffix: str = "",
         read_only: bool = False,
+        log_size_bytes: int | None = None,
     ) -> None:
+        """`log_size_bytes` bounds a read-only segment's `.log` to the batches it held when another process
+        snapshotted it (see `FileRecords`)."""
         self.directory = Path(directory)
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
@@ -117,6 +120,7 @@ class LogSegment:
             file_names.log_file(self.directory, base_offset, suffix),
             preallocate_bytes=preallocate_bytes,
             read_only=read_only,
+            size_bytes=log_size_bytes,
         )
         self._offset_index: OffsetIndex | None = None
         self._time_index: TimeIndex | None = None

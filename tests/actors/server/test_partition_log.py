@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from actors.server.cleaner import CleanerActor
 from actors.server.partition_log import FetchResult, PartitionLogActor, PartitionState, ResumePoint
 from storage import file_names
 from storage.compaction.cleaner_manager import LogToClean
@@ -293,6 +294,31 @@ def test_cleanable_and_clean_keep_the_latest_value_per_key(tmp_path: Path) -> No
     assert {r.key: r.value for r in survivors} == latest
     assert len(survivors) < len(oracle)
     assert actor.offsets()[2] == 120
+
+
+def test_a_pass_cleaned_by_a_cleaner_actor_is_swapped_in_while_appends_go_on(tmp_path: Path) -> None:
+    config = {**SMALL_SEGMENTS, "cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.01"}
+    actor = open_actor(tmp_path / "t-0", config)
+    oracle = records("u", 120, keys=4)
+    for start in range(0, 120, 4):
+        actor.append(batch_bytes(oracle[start : start + 4]))
+    found = actor.cleanable(None)
+    assert isinstance(found, LogToClean)
+    snapshot = actor.snapshot_for_cleaning(found.first_dirty_offset, found.first_uncleanable_offset)
+    cleaned = CleanerActor({}).clean(snapshot)
+    later = records("w", 8, keys=4)
+    actor.append(batch_bytes(later))
+    assert not actor.changed_since(snapshot)
+
+    result = actor.swap_cleaned(cleaned)
+
+    assert not result.aborted and result.segments_written > 0
+    survivors = read_all(actor)
+    assert {r.key: r.value for r in survivors} == {r.key: r.value for r in oracle + later}
+    assert len(survivors) < len(oracle) + len(later)
+    assert actor.offsets()[2] == 128
+    with pytest.raises(InvalidRequestError):
+        actor.swap_cleaned("not a pass")  # type: ignore[arg-type]
 
 
 def test_cleanable_is_none_for_delete_topics(tmp_path: Path) -> None:

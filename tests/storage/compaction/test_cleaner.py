@@ -6,10 +6,12 @@ cleaned segment is proven to be valid Kafka bytes, not only bytes our own reader
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import random
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,15 +25,20 @@ from storage.clock import MockClock
 from storage.compaction import batch_columns
 from storage.compaction.cleaner import (
     PRODUCER_ID_EXPIRATION_MS,
+    CleanedLog,
     Cleaner,
+    LogSnapshot,
     SegmentSizes,
     Throttler,
+    changed_since,
     group_segments_by_size,
+    snapshot_for_cleaning,
+    swap_cleaned,
 )
 from storage.compaction.offset_map import SkimpyOffsetMap
 from storage.config.cleaner_config import CleanerConfig
 from storage.config.log_config import LogConfig
-from storage.errors import CorruptRecordError, OffsetOutOfRangeError
+from storage.errors import CorruptRecordError, KafkaStorageError, OffsetOutOfRangeError
 from storage.partition.log import Log
 from storage.records.compression import CompressionType
 from storage.records.file_records import iter_any_batches
@@ -804,6 +811,133 @@ def test_swap_is_abandoned_when_the_log_is_truncated_meanwhile(
     assert result.end_offset == 0
     assert records_of(log) == [(record.offset, record.key, record.value) for record in expected]
     assert not list((tmp_path / "topic-0").glob(f"*{file_names.CLEANED_SUFFIX}"))
+
+
+# --- the two phases in two places ---------------------------------------------------------------------
+
+
+def fill_keyed(writer: Writer, batches: int, keys: int, tag: str) -> None:
+    for index in range(batches):
+        writer.append([(b"k%d" % (index % keys), b"%s-%d" % (tag.encode(), index))])
+
+
+@pytest.mark.parametrize("preallocate", [False, True])
+def test_first_phase_reads_its_own_files_while_the_owner_appends_and_rolls(
+    tmp_path: Path, clock: MockClock, preallocate: bool
+) -> None:
+    log = open_log(tmp_path, clock, preallocate=preallocate)
+    writer = Writer(log, clock)
+    fill_keyed(writer, 60, keys=6, tag="before")
+    upper = log.active_segment.base_offset
+    snapshot = snapshot_for_cleaning(log, 0)
+    fill_keyed(writer, 40, keys=9, tag="between")  # rolls: the snapshot's active segment is sealed meanwhile
+
+    cleaned = small_cleaner(clock).clean_snapshot(snapshot)
+    fill_keyed(writer, 10, keys=9, tag="after")
+    assert [path.name for path in (tmp_path / "topic-0").glob(f"*{file_names.CLEANED_SUFFIX}")], "not swapped yet"
+    result = swap_cleaned(log, cleaned)
+
+    assert (result.aborted, result.end_offset) == (False, upper)
+    assert result.segments_written == len(cleaned.groups) > 0
+    assert records_of(log) == expected_records(writer.history, upper)
+    in_flight = [path for path in log.directory.iterdir() if path.name.endswith(file_names.IN_FLIGHT_SUFFIXES)]
+    assert in_flight == []
+    log.close()
+    assert records_of(Log.open(tmp_path / "topic-0", compact_config(preallocate=preallocate), clock=clock)) == (
+        expected_records(writer.history, upper)
+    )
+
+
+def test_first_phase_in_another_process_matches_the_in_process_pass_byte_for_byte(
+    tmp_path: Path, clock: MockClock
+) -> None:
+    logs = [open_log(tmp_path, clock, name=f"topic-{number}") for number in range(2)]
+    writers = [Writer(log, clock) for log in logs]
+    for writer in writers:
+        fill_keyed(writer, 80, keys=7, tag="same")
+    small_cleaner(clock).clean(logs[0], 0)
+    snapshot = snapshot_for_cleaning(logs[1], 0)
+    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        cleaned = pool.submit(clean_snapshot_elsewhere, snapshot, clock.milliseconds()).result()
+    swap_cleaned(logs[1], cleaned)
+
+    assert raw_batches(logs[1]) == raw_batches(logs[0])
+    assert records_of(logs[1]) == expected_records(writers[1].history, logs[1].active_segment.base_offset)
+
+
+def clean_snapshot_elsewhere(snapshot: LogSnapshot, now_ms: int) -> CleanedLog:
+    """The first phase in a process of its own, on a clock stopped where the test's is."""
+    return small_cleaner(MockClock(now_ms)).clean_snapshot(snapshot)
+
+
+def delete_first_segment(log: Log) -> None:
+    log.delete_records(log.log_segments()[1].base_offset)
+    log.delete_old_segments()
+
+
+CHANGES: dict[str, Callable[[Log], object]] = {
+    "retention deleted a segment": delete_first_segment,
+    "truncated into the cleaned range": lambda log: log.truncate_to(log.log_segments()[1].base_offset + 1),
+    "topic deleted (log closed)": Log.close_without_marker,
+    "owner restarted (its loader deleted the .cleaned files)": lambda log: [
+        path.unlink() for path in log.directory.glob(f"*{file_names.CLEANED_SUFFIX}")
+    ],
+}
+
+
+@pytest.mark.parametrize("change", list(CHANGES))
+def test_a_log_changed_between_the_phases_discards_the_cleaned_segments(
+    tmp_path: Path, clock: MockClock, change: str
+) -> None:
+    log = open_log(tmp_path, clock, cleanup_policy="compact,delete", retention_ms=-1)
+    writer = Writer(log, clock)
+    fill_keyed(writer, 60, keys=5, tag="v")
+    log.roll()
+    cleaned = small_cleaner(clock).clean_snapshot(snapshot_for_cleaning(log, 0))
+    assert cleaned.groups
+    CHANGES[change](log)
+    before = None if log.closed else records_of(log)
+
+    result = swap_cleaned(log, cleaned)
+
+    assert (result.aborted, result.end_offset, result.segments_written) == (True, 0, 0)
+    assert not list((tmp_path / "topic-0").glob(f"*{file_names.CLEANED_SUFFIX}"))
+    if before is not None:
+        assert records_of(log) == before
+
+
+def test_a_first_phase_that_fails_because_the_log_changed_aborts_and_one_on_an_unchanged_log_raises(
+    tmp_path: Path, clock: MockClock
+) -> None:
+    log = open_log(tmp_path, clock, cleanup_policy="compact,delete", retention_ms=-1, file_delete_delay_ms=60_000)
+    writer = Writer(log, clock)
+    fill_keyed(writer, 60, keys=5, tag="v")
+    snapshot = snapshot_for_cleaning(log, 0)
+    delete_first_segment(log)  # renamed `.deleted`: the first phase cannot open it
+    with pytest.raises(KafkaStorageError):
+        small_cleaner(clock).clean_snapshot(snapshot)
+    assert changed_since(log, snapshot)
+    assert small_cleaner(clock).clean(log, log.log_start_offset).aborted is False  # the current log cleans
+
+    snapshot = snapshot_for_cleaning(log, log.log_start_offset)
+    assert not changed_since(log, snapshot)
+    writer.append([(b"k1", b"appended")])
+    assert not changed_since(log, snapshot), "appends to the active segment are no change"
+
+
+def test_stale_cleaned_files_of_a_dead_cleaner_are_deleted_before_a_pass_writes(
+    tmp_path: Path, clock: MockClock
+) -> None:
+    log = open_log(tmp_path, clock)
+    writer = Writer(log, clock)
+    fill_keyed(writer, 60, keys=5, tag="v")
+    stale = file_names.log_file(log.directory, 1, file_names.CLEANED_SUFFIX)
+    stale.write_bytes(b"left by a cleaner that died")
+
+    result = small_cleaner(clock).clean(log, 0)
+
+    assert not result.aborted and not stale.exists()
+    assert records_of(log) == expected_records(writer.history, result.end_offset)
 
 
 # --- crash during the swap (spec §4 items 33/34) ---------------------------------------------------

@@ -12,12 +12,15 @@ import pytest
 
 from storage import file_names
 from storage.clock import SYSTEM_CLOCK, MockClock
+from storage.compaction.cleaner import CleanedLog, LogSnapshot
 from storage.compaction.cleaner_manager import CleanerManager
+from storage.compaction.cleaner_threads import CleanerThread, LocalCleanerThread
 from storage.config.cleaner_config import CleanerConfig
 from storage.errors import KafkaStorageError
 from storage.logdir.checkpoint_file import OffsetCheckpointFile
 from storage.logdir.partition_handles import LocalPartition
 from storage.partition.log import Log
+from storage.pending import Pending
 from storage.records.record_batch import ControlRecordType
 from tests.storage.compaction.test_cleaner import (
     Writer,
@@ -37,17 +40,21 @@ def _logs_stay_valid_kafka_bytes(tmp_path: Path) -> Iterator[None]:
     assert_logs_decode_with_kafka(tmp_path)
 
 
+def small_threads(clock: MockClock, config: CleanerConfig) -> list[CleanerThread]:
+    """`log.cleaner.threads` in-process threads, each with a small cleaner."""
+    return [LocalCleanerThread(small_cleaner(clock)) for _ in range(config.log_cleaner_threads)]
+
+
 def make_manager(tmp_path: Path, clock: MockClock, **overrides: object) -> CleanerManager:
     properties = {"log.cleaner.backoff.ms": BACKOFF_MS}
     properties.update({key.replace("_", "."): value for key, value in overrides.items()})
     config = CleanerConfig.from_properties(properties)
-    return CleanerManager([tmp_path], clock, config)
+    return CleanerManager([tmp_path], clock, config, threads=small_threads(clock, config))
 
 
-def register(manager: CleanerManager, topic: str, log: Log, clock: MockClock) -> None:
-    """Registers `log` as partition 0 of `topic`, in process, cleaned by a small cleaner."""
-    cleaner = small_cleaner(clock)
-    manager.register(topic, 0, LocalPartition(log, lambda: cleaner), log.directory.parent)
+def register(manager: CleanerManager, topic: str, log: Log) -> None:
+    """Registers `log` as partition 0 of `topic`, in process."""
+    manager.register(topic, 0, LocalPartition(log), log.directory.parent)
 
 
 def fill(log: Log, clock: MockClock, *, keys: int, rounds: int) -> Writer:
@@ -74,7 +81,7 @@ def test_grab_filthiest_log_picks_the_highest_dirty_ratio(tmp_path: Path, clock:
     checkpoint_at(tmp_path, {(name, 0): sealed[name][index].base_offset for name, index in first_dirty_segment.items()})
     manager = make_manager(tmp_path, clock)
     for name, log in logs.items():
-        register(manager, name, log, clock)
+        register(manager, name, log)
 
     candidates = manager.cleanable_logs()
 
@@ -96,7 +103,7 @@ def test_run_once_cleans_records_progress_and_then_has_nothing_to_do(tmp_path: P
     log = open_log(tmp_path, clock)
     writer = fill(log, clock, keys=5, rounds=6)
     manager = make_manager(tmp_path, clock)
-    register(manager, "topic", log, clock)
+    register(manager, "topic", log)
 
     (result,) = manager.run_once()
 
@@ -113,12 +120,12 @@ def test_progress_survives_a_restart_of_the_manager(tmp_path: Path, clock: MockC
     log = open_log(tmp_path, clock)
     fill(log, clock, keys=5, rounds=6)
     first = make_manager(tmp_path, clock)
-    register(first, "topic", log, clock)
+    register(first, "topic", log)
     (result,) = first.run_once()
     assert result is not None
 
     second = make_manager(tmp_path, clock)
-    register(second, "topic", log, clock)
+    register(second, "topic", log)
     assert second.cleaner_offsets() == {("topic", 0): result.end_offset}
     assert second.cleanable_logs() == []
 
@@ -128,7 +135,7 @@ def test_logs_at_or_below_the_min_ratio_wait(tmp_path: Path, clock: MockClock) -
     fill(log, clock, keys=5, rounds=6)
     checkpoint_at(tmp_path, {("topic", 0): log.log_segments()[2].base_offset})
     manager = make_manager(tmp_path, clock)
-    register(manager, "topic", log, clock)
+    register(manager, "topic", log)
     assert manager.cleanable_logs() == []
     assert manager.run_once() == []
 
@@ -139,7 +146,7 @@ def test_max_compaction_lag_forces_cleaning_below_the_ratio(tmp_path: Path, cloc
     first_dirty = log.log_segments()[-3].base_offset
     checkpoint_at(tmp_path, {("topic", 0): first_dirty})
     manager = make_manager(tmp_path, clock)
-    register(manager, "topic", log, clock)
+    register(manager, "topic", log)
     assert manager.cleanable_logs() == []
 
     clock.sleep(10_001)
@@ -154,7 +161,7 @@ def test_min_compaction_lag_keeps_the_log_out_until_old_enough(tmp_path: Path, c
     log = open_log(tmp_path, clock, min_compaction_lag_ms=5000)
     fill(log, clock, keys=5, rounds=6)
     manager = make_manager(tmp_path, clock)
-    register(manager, "topic", log, clock)
+    register(manager, "topic", log)
     assert manager.cleanable_logs() == []
     clock.sleep(5001)
     assert [ltc.topic for ltc in manager.cleanable_logs()] == ["topic"]
@@ -170,7 +177,7 @@ def test_checkpoint_out_of_range_is_reset_to_the_log_start(tmp_path: Path, clock
         checkpoint_at(tmp_path, {("topic", 0): 2})
         log.delete_records(7)
     manager = make_manager(tmp_path, clock)
-    register(manager, "topic", log, clock)
+    register(manager, "topic", log)
 
     grabbed = manager.grab_filthiest_log()
 
@@ -189,8 +196,8 @@ def test_every_out_of_range_checkpoint_is_rewritten_not_only_the_chosen_logs(
     Writer(stale, clock).append([(b"key", b"value")])
     checkpoint_at(tmp_path, {("stale", 0): stale.log_end_offset + 100})
     manager = make_manager(tmp_path, clock)
-    register(manager, "dirty", dirty, clock)
-    register(manager, "stale", stale, clock)
+    register(manager, "dirty", dirty)
+    register(manager, "stale", stale)
 
     (result,) = manager.run_once()
 
@@ -209,7 +216,7 @@ def test_an_out_of_range_checkpoint_is_rewritten_even_when_no_log_is_cleaned(tmp
     Writer(stale, clock).append([(b"key", b"value")])
     checkpoint_at(tmp_path, {("stale", 0): stale.log_end_offset + 100})
     manager = make_manager(tmp_path, clock)
-    register(manager, "stale", stale, clock)
+    register(manager, "stale", stale)
 
     assert manager.run_once() == []
 
@@ -229,8 +236,8 @@ def test_failing_log_is_marked_uncleanable_alone_and_retried_after_backoff(tmp_p
         stream.seek(70)
         stream.write(bytes([original[0] ^ 0xFF]))
     manager = make_manager(tmp_path, clock)
-    register(manager, "broken", broken, clock)
-    register(manager, "healthy", healthy, clock)
+    register(manager, "broken", broken)
+    register(manager, "healthy", healthy)
 
     assert manager.run_once() == []
     failure = manager.uncleanable()[("broken", 0)]
@@ -256,6 +263,37 @@ def test_failing_log_is_marked_uncleanable_alone_and_retried_after_backoff(tmp_p
     assert manager.uncleanable() == {}
 
 
+class RetentionFirst:
+    """A cleaner thread that the owner's retention beats: it deletes the log's first segment before the pass
+    opens it, as a partition may while a cleaner actor picks its snapshot up."""
+
+    def __init__(self, thread: CleanerThread, log: Log) -> None:
+        self.thread, self.log = thread, log
+
+    def clean(self, snapshot: LogSnapshot) -> Pending[CleanedLog]:
+        self.log.delete_records(self.log.log_segments()[1].base_offset)
+        self.log.delete_old_segments()
+        return self.thread.clean(snapshot)
+
+
+def test_a_pass_whose_log_changed_under_it_is_aborted_not_failed(tmp_path: Path, clock: MockClock) -> None:
+    log = open_log(tmp_path, clock, cleanup_policy="compact,delete", retention_ms=-1)
+    writer = fill(log, clock, keys=5, rounds=6)
+    config = CleanerConfig(log_cleaner_backoff_ms=BACKOFF_MS)
+    manager = CleanerManager([tmp_path], clock, config, threads=[RetentionFirst(*small_threads(clock, config), log)])
+    register(manager, "topic", log)
+
+    (result,) = manager.run_once()
+
+    assert result.aborted and manager.uncleanable() == {}
+    manager = make_manager(tmp_path, clock)
+    register(manager, "topic", log)
+    (result,) = manager.run_once()
+    assert not result.aborted
+    survivors = [written for written in writer.history if written.offset >= log.log_start_offset]
+    assert records_of(log) == expected_records(survivors, result.end_offset)
+
+
 def test_backoff_doubling_is_capped(tmp_path: Path, clock: MockClock) -> None:
     manager = make_manager(tmp_path, clock)
     for _ in range(10):
@@ -272,7 +310,7 @@ def test_open_transaction_keeps_the_log_out(tmp_path: Path, clock: MockClock) ->
         writer.append([(b"k", b"v%d" % index)])
     log.roll()
     manager = make_manager(tmp_path, clock)
-    register(manager, "topic", log, clock)
+    register(manager, "topic", log)
     assert manager.cleanable_logs() == []
 
     writer.marker(ControlRecordType.COMMIT, producer_id=4)
@@ -286,7 +324,7 @@ def test_retention_runs_for_compacted_logs_after_a_pass(tmp_path: Path) -> None:
     log = open_log(tmp_path, wall_clock, cleanup_policy="compact,delete", retention_ms=60_000)
     fill(log, wall_clock, keys=5, rounds=6)
     manager = make_manager(tmp_path, wall_clock)
-    register(manager, "topic", log, wall_clock)
+    register(manager, "topic", log)
     assert manager.run_once() != []
     assert log.log_start_offset == 0
 
@@ -301,7 +339,7 @@ def test_disabled_cleaner_does_nothing(tmp_path: Path, clock: MockClock) -> None
     log = open_log(tmp_path, clock)
     fill(log, clock, keys=5, rounds=6)
     manager = make_manager(tmp_path, clock, log_cleaner_enable=False)
-    register(manager, "topic", log, clock)
+    register(manager, "topic", log)
     assert manager.run_once() == []
     assert len(records_of(log)) == 30
 
@@ -310,7 +348,7 @@ def test_unregister_forgets_the_partition(tmp_path: Path, clock: MockClock) -> N
     log = open_log(tmp_path, clock)
     fill(log, clock, keys=5, rounds=6)
     manager = make_manager(tmp_path, clock)
-    register(manager, "topic", log, clock)
+    register(manager, "topic", log)
     assert manager.run_once() != []
     manager.unregister("topic", 0)
     manager.checkpoint()
@@ -336,10 +374,11 @@ def test_each_log_dir_keeps_its_own_checkpoint(tmp_path: Path, clock: MockClock)
     for directory in dirs:
         directory.mkdir()
     OffsetCheckpointFile(dirs[1] / file_names.CLEANER_OFFSET_CHECKPOINT).write({("later", 3): 42})
-    manager = CleanerManager(dirs, clock, CleanerConfig(log_cleaner_backoff_ms=BACKOFF_MS))
+    config = CleanerConfig(log_cleaner_backoff_ms=BACKOFF_MS)
+    manager = CleanerManager(dirs, clock, config, threads=small_threads(clock, config))
     log = open_log(dirs[0], clock)
     fill(log, clock, keys=5, rounds=6)
-    register(manager, "topic", log, clock)
+    register(manager, "topic", log)
     (result,) = manager.run_once()
     assert OffsetCheckpointFile(dirs[0] / file_names.CLEANER_OFFSET_CHECKPOINT).read() == {
         ("topic", 0): result.end_offset

@@ -18,7 +18,7 @@ from kafka.record.memory_records import MemoryRecords
 
 from storage import file_names
 from storage.clock import MockClock
-from storage.compaction.cleaner import CleanResult
+from storage.compaction.cleaner import CleanedLog, CleanResult
 from storage.config.broker_config import BrokerConfig
 from storage.config.cleaner_config import CleanerConfig
 from storage.config.log_config import LogConfig
@@ -1061,7 +1061,7 @@ class CleanFails:
     def __getattr__(self, method: str) -> object:
         return getattr(self.local, method)
 
-    def clean(self, first_dirty_offset: int, first_uncleanable_offset: int) -> Pending[CleanResult]:
+    def swap_cleaned(self, cleaned: CleanedLog) -> Pending[CleanResult]:
         return completed(lambda: self._fail())
 
     def _fail(self) -> CleanResult:
@@ -1082,7 +1082,7 @@ def test_a_partition_that_fails_to_clean_backs_off_on_the_clock_while_others_are
     cleaner_config = CleanerConfig(
         log_cleaner_dedupe_buffer_size=4 * 1024 * 1024, log_cleaner_threads=2, log_cleaner_backoff_ms=1_000
     )
-    partitions = BreakingPartitions(clock, cleaner_config)
+    partitions = BreakingPartitions(clock)
     manager = new_manager(dirs[:1], clock, cleaner_config=cleaner_config, partitions=partitions)
     manager.startup()
     for topic in ("broken", "healthy"):
