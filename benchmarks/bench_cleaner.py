@@ -155,9 +155,9 @@ def measure(ctx: BenchContext, placements: list[str], repeats: int) -> tuple[dic
                     f"p99 {percentile(sorted(latencies), 0.99):.2f} ms"
                 )
                 call(broker.controller.delete_topic.remote(topic), timeout_s=CALL_TIMEOUT_S)
-        call(broker.controller.delete_topic.remote("bench-appends"), timeout_s=CALL_TIMEOUT_S)
     finally:
         appender.stop()
+    call(broker.controller.delete_topic.remote("bench-appends"), timeout_s=CALL_TIMEOUT_S)
     return {name: sorted(values) for name, values in during.items()}, sorted(idle)
 
 
