@@ -69,24 +69,27 @@ def decode_varint(buffer: bytes | memoryview, position: int, max_bytes: int = VA
 def decode_varints(data: np.ndarray, positions: np.ndarray, max_bytes: int) -> tuple[np.ndarray, np.ndarray]:
     """The varints at every position at once, as int64, and the positions after them (`decode_varint`'s rules).
 
-    `data` (uint8) must extend at least `max_bytes` bytes past every position (see `PADDING`).
+    `data` (uint8) must extend at least `max_bytes` bytes past every position (see `PADDING`). The first byte of
+    every varint is read at once; each later step reads only the varints still going, so a column of one- and
+    two-byte varints (lengths, offset deltas) costs one step over all and one over the few that go on.
     """
-    result = np.zeros(len(positions), dtype=np.uint64)
-    size = np.zeros(len(positions), dtype=np.int64)
-    active = np.ones(len(positions), dtype=bool)
-    for index in range(max_bytes):
-        byte = data[positions + index]
-        if index == VARINT64_MAX_BYTES - 1 and bool((active & ((byte & 0x7F) > 1)).any()):
+    first = data[positions]
+    result = (first & 0x7F).astype(np.uint64)
+    ends = positions + np.int64(1)
+    going = np.flatnonzero(first >= 0x80)
+    index = 1
+    while len(going):
+        if index == max_bytes:
+            raise CorruptRecordError(f"varint longer than {max_bytes} bytes")
+        byte = data[positions[going] + index]
+        if index == VARINT64_MAX_BYTES - 1 and bool(((byte & 0x7F) > 1).any()):
             raise CorruptRecordError("varint does not fit in 64 bits")
-        result |= np.where(active, (byte & 0x7F).astype(np.uint64) << np.uint64(7 * index), np.uint64(0))
-        ended = active & (byte < 0x80)
-        size[ended] = index + 1
-        active &= ~ended
-        if not active.any():
-            break
-    else:
-        raise CorruptRecordError(f"varint longer than {max_bytes} bytes")
+        result[going] |= (byte & 0x7F).astype(np.uint64) << np.uint64(7 * index)
+        ends[going] += 1
+        going = going[byte >= 0x80]
+        index += 1
     if max_bytes <= VARINT32_MAX_BYTES and bool((result >> np.uint64(32)).any()):
         raise CorruptRecordError("varint does not fit in 32 bits")
-    values = (result >> np.uint64(1)).astype(np.int64) ^ -(result & np.uint64(1)).astype(np.int64)
-    return values, positions + size
+    # Zig-zag back in uint64 (`-(z & 1)` wraps to all ones), then the same bits read as int64.
+    values = (result >> np.uint64(1)) ^ (np.uint64(0) - (result & np.uint64(1)))
+    return values.view(np.int64), ends

@@ -22,7 +22,14 @@ from storage.records.record_columns import (
     encode_records_section,
     summarize_records_section,
 )
-from storage.records.varint import PADDING, decode_varints, encode_varint
+from storage.records.varint import (
+    PADDING,
+    VARINT32_MAX_BYTES,
+    VARINT64_MAX_BYTES,
+    decode_varint,
+    decode_varints,
+    encode_varint,
+)
 from tests.storage.builders import START_MS, Rec, kafka_batch
 
 Header = tuple[str, bytes | None]
@@ -467,6 +474,42 @@ def test_vectorized_varints_match_the_scalar_decoder() -> None:
     values, ends = decode_varints(data, positions, 10)
     assert values.tolist() == numbers
     assert ends[-1] == len(encoded)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.integers(-(2**63), 2**63 - 1).map(encode_varint),
+            st.integers(-70, 70).map(encode_varint),
+            st.binary(min_size=1, max_size=12),
+        ),
+        max_size=30,
+    ),
+    st.sampled_from([VARINT32_MAX_BYTES, VARINT64_MAX_BYTES]),
+)
+def test_vectorized_varints_decode_or_refuse_as_the_scalar_decoder_does_at_every_position(
+    pieces: list[bytes], max_bytes: int
+) -> None:
+    """Varints of one to ten bytes side by side with arbitrary bytes (over-long, above 32 or 64 bits): the
+    vectorized decoder gives every value and end the scalar one gives, or raises where any position makes it."""
+    joined = b"".join(pieces)
+    positions = np.cumsum([0, *[len(piece) for piece in pieces[:-1]]]).astype(np.int64)[: len(pieces)]
+    expected: list[tuple[int, int]] | None = []
+    for position in positions.tolist():
+        try:
+            expected.append(decode_varint(joined + PADDING, position, max_bytes))
+        except CorruptRecordError:
+            expected = None
+            break
+    data = np.frombuffer(joined + PADDING, dtype=np.uint8)
+    if expected is None:
+        with pytest.raises(CorruptRecordError):
+            decode_varints(data, positions, max_bytes)
+        return
+    values, ends = decode_varints(data, positions, max_bytes)
+    assert values.dtype == np.int64 and ends.dtype == np.int64
+    assert list(zip(values.tolist(), ends.tolist(), strict=True)) == expected
 
 
 @pytest.mark.parametrize(
