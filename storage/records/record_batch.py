@@ -282,10 +282,11 @@ class RecordBatch:
         return self.max_timestamp if self.attributes & TIMESTAMP_TYPE_MASK else None
 
     def section(self) -> Section:
-        """The uncompressed records section with the header fields its records derive from, for
-        `record_columns.decode_sections` (which decodes the batches of a fetch together)."""
+        """The uncompressed records section (a view into the buffer when the batch is uncompressed, as
+        `records_view`) with the header fields its records derive from, for `record_columns.decode_sections`
+        (which decodes the batches of a fetch together, copying their sections into one buffer)."""
         return Section(
-            self.records_section(), self.records_count, self.base_offset, self.base_timestamp, self.log_append_time
+            self.records_view(), self.records_count, self.base_offset, self.base_timestamp, self.log_append_time
         )
 
     def records(self) -> list[Record]:

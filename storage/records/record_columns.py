@@ -588,7 +588,7 @@ class Section:
     """One batch's uncompressed records section and the header fields its records' offsets and timestamps
     come from (`log_append_time` set for a LogAppendTime batch)."""
 
-    data: bytes
+    data: bytes | memoryview
     count: int
     base_offset: int
     base_timestamp: int

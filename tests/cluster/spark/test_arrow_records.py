@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
 
-from cluster.spark.arrow_records import decode_fetch, kafka_arrow_schema
+from cluster.spark.arrow_records import Fetched, decode_fetch, decode_fetches, kafka_arrow_schema
 from storage.errors import CorruptRecordError
 from storage.records.compression import CompressionType
 from storage.records.record_batch import (
@@ -207,3 +207,55 @@ def test_a_record_length_that_lies_is_corrupt_in_the_lockstep_walk() -> None:
     batches[2] = forged
     with pytest.raises(CorruptRecordError):
         decode_fetch(b"".join(batches), TOPIC, 0, 0, 1000)
+
+
+def test_fetches_of_several_topics_partitions_and_ranges_decode_as_one_as_kafka_pythons_reader_reads_them() -> None:
+    """One decode over fetches of two topics, a legacy fetch, and two fetches of the same bytes for adjacent ranges
+    (each keeps only its own range); the oracle is kafka-python's reader, fetch by fetch, cut to each range."""
+    first = at(kafka_batch(sample(60)), 100) + at(kafka_batch(sample(30, "s"), CompressionType.LZ4), 160)
+    other = b"".join(at(kafka_batch(sample(9, f"o{i}")), 40 + 9 * i) for i in range(PYTHON_WALK_SECTIONS + 2))
+    builder = LegacyRecordBatchBuilder(magic=1, compression_type=0, batch_size=1 << 20)
+    for offset in range(5):
+        builder.append(offset, timestamp=START_MS + offset, key=f"k{offset}".encode(), value=f"v{offset}".encode())
+    legacy = bytes(builder.build())
+    fetches = [
+        Fetched(first, TOPIC, 3, 100, 150),
+        Fetched(other, "clicks", 0, 45, 1000),
+        Fetched(legacy, TOPIC, 1, 1, 4),
+        Fetched(first, TOPIC, 3, 150, 175),
+    ]
+    result = decode_fetches(fetches, include_headers=True)
+    assert result.batch.schema == kafka_arrow_schema(include_headers=True)
+    expected = sorted(
+        (fetch.topic, fetch.partition, *row)
+        for fetch in fetches
+        for row in oracle_rows(fetch.records)
+        if fetch.start_offset <= row[0] < fetch.end_offset
+    )
+    topics = result.batch.column("topic").to_pylist()
+    partitions = result.batch.column("partition").to_pylist()
+    got = [
+        (topic, partition, *row)
+        for topic, partition, row in zip(topics, partitions, decoded_rows(result.batch), strict=True)
+    ]
+    assert sorted(got) == expected
+    assert result.next_offsets == (190, 40 + 9 * (PYTHON_WALK_SECTIONS + 2), 5, 190)
+    alone = [decode_fetch(f.records, f.topic, f.partition, f.start_offset, f.end_offset) for f in fetches]
+    assert [part.next_offset for part in alone] == list(result.next_offsets)
+    assert sum(part.batch.num_rows for part in alone) == result.batch.num_rows
+
+
+def test_fetches_whose_records_all_lie_outside_their_ranges_decode_to_an_empty_batch() -> None:
+    data = at(kafka_batch(sample(10)), 0)
+    result = decode_fetches([Fetched(data, TOPIC, 0, 10, 20), Fetched(data, "other", 1, 0, 0)])
+    assert result.batch.num_rows == 0 and result.batch.schema == kafka_arrow_schema()
+    assert result.next_offsets == (10, 10)
+
+
+def test_a_corrupt_batch_in_any_fetch_fails_the_decode_of_them_all() -> None:
+    damaged = bytearray(kafka_batch(sample(5)))
+    damaged[CRC_OFFSET] ^= 0xFF
+    with pytest.raises(CorruptRecordError):
+        decode_fetches(
+            [Fetched(at(kafka_batch(sample(5)), 0), TOPIC, 0, 0, 5), Fetched(bytes(damaged), TOPIC, 1, 0, 5)]
+        )

@@ -15,6 +15,7 @@ import pytest
 
 from actors.clients.admin import Admin
 from actors.clients.consumer import Consumer
+from cluster.spark import reading
 from cluster.spark.kafka_source import planned_read, read_plan, read_topics
 from cluster.spark.planning import OffsetRange, plan_read
 from cluster.spark.reading import read_ranges
@@ -279,6 +280,64 @@ def test_min_partitions_splits_big_partitions_and_reads_the_same_records(spark: 
         assert all(left[1] == right[0] for left, right in itertools.pairwise(pieces))
     assert split.rdd.getNumPartitions() == len(plan.tasks) >= 8
     assert rows(split) == rows(whole)
+
+
+def test_a_read_of_several_topics_gives_each_record_its_own_topic(spark: Any, spark_broker: Any) -> None:
+    """Three partitions of two topics in two Spark tasks: a task decodes the fetches of both topics together."""
+    first, second = make_topic(2, "pair"), make_topic(1, "pair")
+    produced = fill(spark_broker, first, 2, batches=2, per_batch=30)
+    produced += fill(spark_broker, second, 1, batches=3, per_batch=20)
+    df = read_topics(spark, topics=[first, second], includeHeaders=True)
+    assert len(planned_read(df).tasks) < len(planned_read(df).ranges)
+    assert rows(df) == oracle(produced)
+
+
+def arrow_rows(batches: list[Any]) -> list[tuple[Any, ...]]:
+    """The rows of Arrow batches as `rows` gives a DataFrame's, sorted."""
+    out = []
+    for batch in batches:
+        micros = batch.column("timestamp").cast("int64").to_pylist()
+        for row, timestamp_us in zip(batch.to_pylist(), micros, strict=True):
+            headers = row["headers"]
+            out.append(
+                (
+                    row["topic"],
+                    row["partition"],
+                    row["offset"],
+                    timestamp_us // 1000,
+                    row["timestampType"],
+                    row["key"],
+                    row["value"],
+                    None if headers is None else tuple((h["key"], h["value"]) for h in headers),
+                )
+            )
+    return sorted(out)
+
+
+@pytest.mark.parametrize("group_bytes", [1, reading.DECODE_GROUP_BYTES], ids=["fetch-by-fetch", "grouped"])
+def test_read_ranges_of_many_fetches_gives_every_record_of_its_ranges_once(
+    spark_broker: Any, monkeypatch: pytest.MonkeyPatch, group_bytes: int
+) -> None:
+    """Fetches of one batch each (the smallest fetch size), decoded one by one or across ranges together: ranges of
+    two topics, one partition split where a batch is cut in two, one range starting inside a batch."""
+    monkeypatch.setattr(reading, "DECODE_GROUP_BYTES", group_bytes)
+    monkeypatch.setattr(reading, "MIN_FETCH_BYTES", 1)
+    monkeypatch.setattr(reading, "FIRST_FETCH_BYTES_PER_RECORD", 1)
+    first, second = make_topic(2, "many"), make_topic(1, "many")
+    produced = fill(spark_broker, first, 2, batches=5, per_batch=40)
+    produced += fill(spark_broker, second, 1, batches=3, per_batch=25)
+    ranges = [
+        OffsetRange(first, 0, 0, 70),
+        OffsetRange(first, 0, 70, 200),
+        OffsetRange(first, 1, 13, 150),
+        OffsetRange(second, 0, 0, 75),
+    ]
+    wanted = [
+        p
+        for p in produced
+        if any((r.topic, r.partition) == (p.topic, p.partition) and r.start <= p.offset < r.end for r in ranges)
+    ]
+    assert arrow_rows(list(read_ranges(ranges, include_headers=True))) == oracle(wanted)
 
 
 def test_a_compacted_topic_reads_the_surviving_records_with_their_offset_gaps(spark: Any, spark_broker: Any) -> None:
