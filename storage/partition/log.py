@@ -323,6 +323,8 @@ class Log:
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         """OffsetForLeaderEpoch: `(epoch, end offset)` for a requested epoch, by Kafka's rules (see
         `leader_epoch_cache`); `(-1, -1)` for an undefined or unknown newer epoch."""
+        if not is_int(epoch):
+            raise InvalidRequestError(f"a leader epoch must be an int, not {type(epoch).__name__}")
         with self._lock:
             return self._leader_epochs.end_offset_for(epoch, self.log_end_offset)
 

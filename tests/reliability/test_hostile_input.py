@@ -538,6 +538,11 @@ def test_the_partition_actor_refuses_bad_batches_through_a_raw_handle(
         ("update_config", ({"no.such": "1"},)),
         ("update_config", ("segment.bytes=1",)),
         ("clean", ("x",)),
+        ("epoch_end_offset", ("0",)),
+        ("epoch_end_offset", (None,)),
+        ("snapshot_for_cleaning", ("0",)),
+        ("swap_cleaned", ({"segments": []},)),
+        ("changed_since", (None,)),
     ],
     ids=lambda value: repr(value)[:40],
 )
