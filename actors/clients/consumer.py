@@ -28,9 +28,11 @@ a fetch does); other partitions, or all with `local_fetch=False`, through the pa
 the bytes are the same. Once a same-node partition has been read up to its high watermark, the consumer follows
 its tail without calls (`actors.clients.local_tail`): it looks at the partition's high-watermark file, which the
 actor rewrites after every append, and reads new batches from the segment file itself, up to the published high
-watermark; while it waits it looks every `TAIL_POLL_S` (every `TAIL_IDLE_POLL_S` after `TAIL_IDLE_S` without a
-record), until `fetch_min_bytes` are there or `fetch_max_wait_ms` (or the poll's timeout) passed, as a long poll
-would. Whatever the file cannot answer (a seek, a roll, DeleteRecords, a closed partition) goes to the actor.
+watermark; while it waits it looks every `TAIL_POLL_S`, until `fetch_min_bytes` are there or `fetch_max_wait_ms`
+(or the poll's timeout) passed, as a long poll would. Once `TAIL_IDLE_S` passed without a record, it waits with the
+actor's long poll again (no CPU while nothing comes; the first record after the pause costs a round trip), and
+looks at the file again after the next records. Whatever the file cannot answer (a seek, a roll, DeleteRecords, a
+closed partition) goes to the actor.
 `poll` decodes the batches, skips the records below the position (a fetch starts at the batch holding it) and
 those at or above the high watermark, and buffers what it does not return yet.
 It returns at most `max_poll_records` records, in offset order per partition, and waits up to `timeout_ms`
@@ -89,10 +91,9 @@ ANSWER_GRACE_S = 0.05
 # How often a waiting consumer looks at the high-watermark files of the partitions it follows locally. A look is a
 # `pread` of 84 bytes, a CRC and the loop around it (~8 us of CPU measured on the loaded 2-core box) and
 # `time.sleep(0.0002)` wakes ~0.28 ms later there, so while records keep coming one is seen ~0.1-0.3 ms after its
-# append for ~3 % of a core; after TAIL_IDLE_S without a record the looks slow to one per ~1.4 ms (~0.6 %), which
-# delays the first record after a pause by up to that much.
+# append. Waiting that way costs CPU even when nothing comes (6 % of a core idle with a look per ms, against 0.8 %
+# blocked in a long poll), so after TAIL_IDLE_S without a record the consumer waits in the actor's long poll.
 TAIL_POLL_S = 0.0002
-TAIL_IDLE_POLL_S = 0.001
 TAIL_IDLE_S = 0.1
 MIN_RAY_WAIT_S = 0.001
 
@@ -182,9 +183,9 @@ class Consumer:
         # The node each partition's actor reported on its first fetch: a remote one is fetched directly after.
         self._nodes: dict[TopicPartition, str] = {}
         self._in_flight: dict[TopicPartition, _InFlight] = {}
-        # Same-node partitions followed through their high-watermark files, and when one last gave records.
+        # Same-node partitions followed through their high-watermark files, and when records last came.
         self._tails: dict[TopicPartition, LocalTail] = {}
-        self._tail_records_ns = 0
+        self._records_ns = 0
         # Partitions not fetched again before this monotonic_ns (their actor answered empty without waiting).
         self._backoff_until_ns: dict[TopicPartition, int] = {}
         self._next_auto_commit_ns = time.monotonic_ns() + (self._auto_commit_interval_ns or 0)
@@ -390,14 +391,13 @@ class Consumer:
                 time.sleep(max(0, wake_ns - time.monotonic_ns()) / 1e9)
                 return
             now_ns = time.monotonic_ns()
-            look_s = TAIL_POLL_S if now_ns - self._tail_records_ns < TAIL_IDLE_S * 1e9 else TAIL_IDLE_POLL_S
             if self._in_flight:
                 by_ref = {flight.fetch.ref: tp for tp, flight in self._in_flight.items()}
                 timeout_s = max(0, deadline_ns - now_ns) / 1e9 + ANSWER_GRACE_S
                 if following:
                     # Ray counts a wait's timeout in whole milliseconds (0.2 ms returns at once, ~31 us of CPU a
                     # call): with calls in flight, the followed tails are looked at once per millisecond.
-                    timeout_s = min(timeout_s, max(look_s, MIN_RAY_WAIT_S))
+                    timeout_s = min(timeout_s, MIN_RAY_WAIT_S)
                 ready, _ = ray.wait(list(by_ref), num_returns=1, timeout=timeout_s)
                 if ready:
                     self._take_answers(by_ref)
@@ -405,7 +405,7 @@ class Consumer:
                 if not following:
                     return
             else:
-                time.sleep(min(look_s, max(0, deadline_ns - now_ns) / 1e9))
+                time.sleep(min(TAIL_POLL_S, max(0, deadline_ns - now_ns) / 1e9))
             if self._read_tails(started_ns, deadline_ns) or time.monotonic_ns() >= deadline_ns:
                 return
 
@@ -437,6 +437,8 @@ class Consumer:
             if not len(records) and (time.monotonic_ns() - flight.started_ns) * 2 < flight.wait_ms * 1_000_000:
                 self._backoff_until_ns[tp] = time.monotonic_ns() + round(EMPTY_FETCH_BACKOFF_S * 1e9)
             self._buffer_fetched(tp, records, result.high_watermark)
+            if len(records):
+                self._records_ns = time.monotonic_ns()
             located = flight.fetch.located
             if located is not None:
                 tail = self._tails.get(tp) or LocalTail.open(located)
@@ -474,16 +476,18 @@ class Consumer:
             records = records_of(result)
             if len(records):
                 self._buffer_fetched(tp, records, result.high_watermark)
-                self._tail_records_ns = now_ns
+                self._records_ns = now_ns
                 changed = True
         return changed
 
     def _start_fetches(self, deadline_ns: int) -> None:
         """A fetch waiting up to `fetch_max_wait_ms` (at most until `deadline_ns`) for every partition that
-        needs one, is not followed through its tail and is not backing off."""
+        needs one, is not followed through its tail (unless no record came for `TAIL_IDLE_S`) and is not backing
+        off."""
         now_ns = time.monotonic_ns()
         idle = [tp for tp in self._assignment if not self._buffers.get(tp)]
-        following = set(self._following()) if self._tails else set()
+        hot = now_ns - self._records_ns < TAIL_IDLE_S * 1e9
+        following = set(self._following()) if self._tails and hot else set()
         tps = [
             tp
             for tp in idle

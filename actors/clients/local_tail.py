@@ -143,6 +143,14 @@ class LocalTail:
         return FetchResult(read[0], *offsets)
 
     def _cursor_at_high_watermark(self, published: PublishedWatermark) -> None:
+        cursor = self._cursor
+        if (
+            cursor is not None
+            and cursor.offset == published.high_watermark
+            and (cursor.device, cursor.inode, cursor.position)
+            == (published.device, published.inode, published.position)
+        ):
+            return
         if published.has_position:
             path = self._reader.segment_path(published)
             self._cursor = _Cursor(
