@@ -53,16 +53,14 @@ def restarting(tmp_path: Path) -> Iterator[tuple[Any, int]]:
         ray.kill(actor, no_restart=True)
 
 
-def test_a_call_to_a_restarting_actor_fails_at_once(restarting: tuple[Any, int]) -> None:
-    actor, _ = restarting
+def test_a_call_to_a_restarting_actor_fails_at_once_and_call_when_available_waits_for_it(
+    restarting: tuple[Any, int],
+) -> None:
+    actor, old = restarting
     started = time.monotonic()
     with pytest.raises(BrokerNotAvailableError, match="restarting"):
         call(actor.pid.remote(), timeout_s=60)
     assert time.monotonic() - started < RESTART_SECONDS
-
-
-def test_call_when_available_waits_for_the_restarted_actor(restarting: tuple[Any, int]) -> None:
-    actor, old = restarting
     new = call_when_available(actor.pid.remote, timeout_s=60)
     assert new != old
     assert alive_pid(actor) == new
