@@ -17,6 +17,10 @@ position. The rules are Kafka's:
 Every change is written to the checkpoint at once (atomically, as every checkpoint here); Kafka writes
 truncations in the background and fixes a stale file on the next load, which `Log.open` does too (it truncates
 the loaded entries to the log's offsets).
+
+A damaged checkpoint (bad version, count or line, not UTF-8) takes Kafka's log dir offline. Here it is repaired
+instead: every batch carries the epoch of the leader that wrote it, so `Log.open` rebuilds the entries from the
+log's batches (`load` reports the damage and starts the file again empty).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from storage import file_names
-from storage.errors import InvalidRequestError
+from storage.errors import CorruptCheckpointError, InvalidRequestError
 from storage.logdir.checkpoint_file import EpochEntry, LeaderEpochCheckpointFile
 
 logger = logging.getLogger(__name__)
@@ -46,11 +50,17 @@ class LeaderEpochCache:
             self._add(EpochEntry(*entry))
 
     @classmethod
-    def load(cls, directory: Path) -> LeaderEpochCache:
-        """The cache of the partition folder `directory`, from its checkpoint (none yet: empty). A malformed file
-        raises `CorruptCheckpointError`, as Kafka fails the partition's log dir for it."""
+    def load(cls, directory: Path) -> tuple[LeaderEpochCache, bool]:
+        """The cache of the partition folder `directory`, from its checkpoint (none yet: empty), and whether the
+        file was damaged: then it is logged, written again empty, and the caller rebuilds the entries from the log's
+        batches (`note_recovered_batch` on each). An I/O error raises `KafkaStorageError`."""
         checkpoint = LeaderEpochCheckpointFile(directory / file_names.LEADER_EPOCH_CHECKPOINT)
-        return cls(checkpoint, checkpoint.read())
+        try:
+            return cls(checkpoint, checkpoint.read()), False
+        except CorruptCheckpointError as exc:
+            logger.warning("%s: %s; rebuilding the leader epochs from the log's batches", directory.name, exc.message)
+        checkpoint.write([])
+        return cls(checkpoint), True
 
     @property
     def entries(self) -> tuple[EpochEntry, ...]:

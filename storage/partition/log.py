@@ -39,6 +39,7 @@ from storage.arguments import is_int
 from storage.clock import SYSTEM_CLOCK, Clock
 from storage.config.log_config import LogConfig
 from storage.errors import (
+    CorruptRecordError,
     InvalidRecordError,
     InvalidRequestError,
     KafkaStorageError,
@@ -126,6 +127,18 @@ def _flusher() -> concurrent.futures.ThreadPoolExecutor:
         return _FLUSHER
 
 
+def _relearn_epochs(segments: LogSegments, leader_epochs: LeaderEpochCache) -> None:
+    """Rebuilds a damaged leader-epoch checkpoint from the epochs stamped on the log's batches, oldest first; a
+    segment's walk stops where its bytes stop forming batches (the loader has cut what recovery found)."""
+    for segment in segments:
+        try:
+            for batch in segment.log.batches(0):
+                if isinstance(batch, RecordBatch):
+                    leader_epochs.note_recovered_batch(batch.partition_leader_epoch, batch.base_offset)
+        except CorruptRecordError:
+            continue
+
+
 class Log:
     """One partition's log in its own folder. Appends, rolls and truncation are serialised by a lock."""
 
@@ -207,7 +220,7 @@ class Log:
         except OSError as exc:
             raise KafkaStorageError(f"cannot open log folder: {exc}", path=path) from exc
         try:
-            leader_epochs = LeaderEpochCache.load(path)
+            leader_epochs, damaged_epochs = LeaderEpochCache.load(path)
             loaded = LogLoader(
                 path,
                 config,
@@ -217,6 +230,8 @@ class Log:
                 log_start_offset_checkpoint=log_start_offset,
                 leader_epochs=leader_epochs,
             ).load()
+            if damaged_epochs:
+                _relearn_epochs(loaded.segments, leader_epochs)
             # As Kafka's loader: drop the entries past the recovered end (a leader records its epoch at the log end
             # when elected, and a crash can cut what came after) and before the checkpointed log start.
             leader_epochs.truncate_from_end(loaded.log_end_offset)

@@ -29,7 +29,7 @@ KAFKA_EPOCHS = (
 
 
 def cache_of(tmp_path: Path, *entries: tuple[int, int]) -> LeaderEpochCache:
-    cache = LeaderEpochCache.load(tmp_path)
+    cache, _ = LeaderEpochCache.load(tmp_path)
     for epoch, start in entries:
         cache.assign(epoch, start)
     return cache
@@ -84,7 +84,7 @@ def test_end_offset_for_an_epoch_older_than_every_entry_is_the_first_start(tmp_p
     assert cache.end_offset_for(1, 50) == (1, 15)
     empty = tmp_path / "empty"
     empty.mkdir()
-    assert LeaderEpochCache.load(empty).end_offset_for(0, 50) == (-1, -1)
+    assert LeaderEpochCache.load(empty)[0].end_offset_for(0, 50) == (-1, -1)
 
 
 def test_truncate_from_end_drops_the_entries_at_or_after_the_new_end(tmp_path: Path) -> None:
@@ -117,7 +117,7 @@ def test_negative_entries_are_refused(tmp_path: Path) -> None:
 def test_kafkas_checkpoint_loads_and_is_written_back_byte_for_byte(tmp_path: Path) -> None:
     original = KAFKA_EPOCHS.read_bytes()
     (tmp_path / file_names.LEADER_EPOCH_CHECKPOINT).write_bytes(original)
-    cache = LeaderEpochCache.load(tmp_path)
+    cache, _ = LeaderEpochCache.load(tmp_path)
     lines = original.decode().splitlines()[2:]
     assert [tuple(entry) for entry in cache.entries] == [tuple(map(int, line.split())) for line in lines]
     last = cache.entries[-1]
@@ -200,3 +200,18 @@ def test_recovery_learns_the_epochs_a_crash_kept_out_of_the_checkpoint(tmp_path:
     with open_log(folder, clock) as reopened:
         assert reopened.epoch_entries() == (EpochEntry(1, 0), EpochEntry(4, 6))
         assert on_disk(folder) == [(1, 0), (4, 6)]
+
+
+@pytest.mark.parametrize("damage", [b"0\n3\n0 0\n", b"\xb0garbage", b"2\n1\n0 0\n", b"0\n1\n  0\n"])
+def test_a_damaged_checkpoint_is_rebuilt_from_the_epochs_of_the_batches(
+    tmp_path: Path, clock: MockClock, damage: bytes
+) -> None:
+    folder = tmp_path / "t-0"
+    with open_log(folder, clock) as log:
+        for base, epoch in [(0, 1), (3, 1), (6, 4)]:
+            log.append_as_follower(with_epoch(batch_bytes(records(f"e{epoch}"), base_offset=base), epoch))
+    (folder / file_names.LEADER_EPOCH_CHECKPOINT).write_bytes(damage)
+    with open_log(folder, clock) as reopened:
+        assert reopened.epoch_entries() == (EpochEntry(1, 0), EpochEntry(4, 6))
+        assert reopened.log_end_offset == 9
+    assert (folder / file_names.LEADER_EPOCH_CHECKPOINT).read_bytes() == kafka_text([(1, 0), (4, 6)])
