@@ -39,7 +39,6 @@ from storage.arguments import is_int
 from storage.clock import SYSTEM_CLOCK, Clock
 from storage.config.log_config import LogConfig
 from storage.errors import (
-    CorruptRecordError,
     InvalidRecordError,
     InvalidRequestError,
     KafkaStorageError,
@@ -55,7 +54,7 @@ from storage.logdir.checkpoint_file import EpochEntry
 from storage.logdir.log_dir_lock import LogDirLock
 from storage.partition import retention
 from storage.partition.leader_epoch_cache import LeaderEpochCache
-from storage.partition.log_loader import DroppedBytes, LogLoader, new_segment
+from storage.partition.log_loader import DroppedBytes, LogLoader, batches_until_invalid, new_segment
 from storage.partition.log_validator import BatchInfo, validate_client_records
 from storage.partition.producer_state import (
     PRODUCER_ID_EXPIRATION_MS,
@@ -131,12 +130,9 @@ def _relearn_epochs(segments: LogSegments, leader_epochs: LeaderEpochCache) -> N
     """Rebuilds a damaged leader-epoch checkpoint from the epochs stamped on the log's batches, oldest first; a
     segment's walk stops where its bytes stop forming batches (the loader has cut what recovery found)."""
     for segment in segments:
-        try:
-            for batch in segment.log.batches(0):
-                if isinstance(batch, RecordBatch):
-                    leader_epochs.note_recovered_batch(batch.partition_leader_epoch, batch.base_offset)
-        except CorruptRecordError:
-            continue
+        for batch in batches_until_invalid(segment):
+            if isinstance(batch, RecordBatch):
+                leader_epochs.note_recovered_batch(batch.partition_leader_epoch, batch.base_offset)
 
 
 class Log:

@@ -353,7 +353,7 @@ class LogLoader:
         split: list[LogSegment] = []
         copied_bytes = 0
         try:
-            for batch in _batches_until_invalid(segment):
+            for batch in batches_until_invalid(segment):
                 current = split[-1] if split else None
                 if current is None or not current.can_convert_to_relative_offset(batch.last_offset):
                     # The first keeps the old base so the swap's offset range covers the old `.log` too.
@@ -423,9 +423,10 @@ class LogLoader:
         return recovered
 
 
-def _batches_until_invalid(segment: LogSegment) -> Iterator[AnyBatch]:
+def batches_until_invalid(segment: LogSegment) -> Iterator[AnyBatch]:
     """The segment's batches from its start, ending quietly where the bytes stop forming one (recovery has
-    already checked the batches before the overflow; the split keeps the rest as far as it is framed)."""
+    already checked the batches before an overflow, or cut what it found: the split keeps the rest as far as it is
+    framed, and a damaged leader-epoch checkpoint is rebuilt from what is framed)."""
     try:
         yield from segment.log.batches(0)
     except CorruptRecordError:
