@@ -1,10 +1,10 @@
 """What the protocol handlers need of the broker, as one small asynchronous interface.
 
 Handlers speak Kafka; the broker speaks actors. `BrokerView` is the seam between them: topic metadata with each
-partition's leader, the brokers' advertised listeners, the topic administration calls (create, delete, grow,
-configs), and the partition calls a Produce, Fetch, ListOffsets or DeleteRecords request turns into. `RayBrokerView`
-(`cluster.protocol.ray_broker_view`) implements it over the running broker's actors; the handlers' tests run
-the same handlers over a view of plain storage logs, without Ray or sockets.
+partition's leader, leader epoch and replicas, the brokers' advertised listeners, the topic administration calls
+(create, delete, grow, configs), and the partition calls a Produce, Fetch, ListOffsets or DeleteRecords request
+turns into. `RayBrokerView` (`cluster.protocol.ray_broker_view`) implements it over the running broker's actors;
+the handlers' tests run the same handlers over a view of plain storage logs, without Ray or sockets.
 
 Every method raises the broker's typed errors (`storage.errors`), which the handlers turn into Kafka error codes
 through `cluster.protocol.errors`; none raises Ray's.
@@ -41,18 +41,36 @@ class BrokerEndpoint:
 
 
 @dataclass(frozen=True, slots=True)
+class PartitionInfo:
+    """A partition's replication as Metadata describes it, in Kafka broker ids (the `node.id` of the listener on
+    each replica's node; a replica whose node runs no listener has no id and is left out of the lists).
+
+    `leader` is None when the leader's node runs no listener (any listener then serves the partition, through Ray)
+    or when there is no leader at all (`offline`: none of the in-sync replicas runs). `offline_replicas` are the
+    listed replicas whose broker is not running."""
+
+    leader: int | None = None
+    leader_epoch: int = 0
+    replicas: tuple[int, ...] = ()
+    isr: tuple[int, ...] = ()
+    offline_replicas: tuple[int, ...] = ()
+    offline: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class TopicInfo:
-    """A topic as Metadata describes it: its partition count, whether it is internal (`__consumer_offsets`), and
-    per partition the node id of the broker whose listener serves the node hosting it (`leaders`; None, or no
-    entry, when that node has no listener running)."""
+    """A topic as Metadata describes it: its partition count, whether it is internal (`__consumer_offsets`), its
+    replication factor, and each partition's leader, epoch and replicas (`partitions`; a partition with no entry
+    is described by `PartitionInfo()`: led, in epoch 0, by whichever listener is asked)."""
 
     name: str
     partition_count: int
     internal: bool
-    leaders: tuple[int | None, ...] = ()
+    replication_factor: int = 1
+    partitions: tuple[PartitionInfo, ...] = ()
 
-    def leader(self, partition: int) -> int | None:
-        return self.leaders[partition] if partition < len(self.leaders) else None
+    def partition(self, partition: int) -> PartitionInfo:
+        return self.partitions[partition] if partition < len(self.partitions) else PartitionInfo()
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,11 +132,17 @@ class BrokerView(Protocol):
         ...
 
     async def create_topic(
-        self, name: str, partition_count: int, config: Mapping[str, str] | None = None, validate_only: bool = False
+        self,
+        name: str,
+        partition_count: int,
+        config: Mapping[str, str] | None = None,
+        validate_only: bool = False,
+        replication_factor: int | None = None,
     ) -> TopicInfo:
-        """Creates a topic with `config` (Kafka's topic config names) over the broker's defaults; with
-        `validate_only`, only checks that it could. `TopicExistsError`, `InvalidTopicError`, `InvalidConfigError`,
-        `InvalidPartitionsError`."""
+        """Creates a topic with `config` (Kafka's topic config names) over the broker's defaults and
+        `replication_factor` replicas per partition (None: `default.replication.factor`); with `validate_only`,
+        only checks that it could. `TopicExistsError`, `InvalidTopicError`, `InvalidConfigError`,
+        `InvalidPartitionsError`, `InvalidReplicationFactorError` (below 1 or above the running brokers)."""
         ...
 
     async def delete_topic(self, name: str) -> None:

@@ -26,17 +26,25 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import ray
 
-from actors.calls import answer, partition_actor
+from actors.calls import answer
 from actors.clients.broker import Broker
+from actors.partition_lookup import partition_actor
 from actors.server.controller import AdvertisedListener, TopicMetadata
 from actors.server.partition_log import FetchResult, FileSlices
-from cluster.protocol.broker_view import BrokerEndpoint, EpochEndOffset, FetchedRecords, PartitionOffsets, TopicInfo
+from cluster.protocol.broker_view import (
+    BrokerEndpoint,
+    EpochEndOffset,
+    FetchedRecords,
+    PartitionInfo,
+    PartitionOffsets,
+    TopicInfo,
+)
 from cluster.protocol.file_region import SENDFILE_MIN_BYTES, FileRegion, offset_after_region, open_region
 from storage.errors import BrokerNotAvailableError, RaybrokerError, UnknownTopicOrPartitionError
 from storage.partition.file_slices import read_located
@@ -89,18 +97,25 @@ class RayBrokerView:
 
     async def topics(self) -> dict[str, TopicInfo]:
         described: dict[str, TopicMetadata] = await answer(self._controller.topics.remote())
-        listeners = await self._listeners()
-        return {name: _topic_info(metadata, listeners) for name, metadata in described.items()}
+        listeners, live = await self._cluster()
+        return {name: _topic_info(metadata, listeners, live) for name, metadata in described.items()}
 
     async def topic(self, name: str) -> TopicInfo:
         described: TopicMetadata = await answer(self._controller.describe_topic.remote(name))
-        return _topic_info(described, await self._listeners())
+        return _topic_info(described, *await self._cluster())
 
     async def create_topic(
-        self, name: str, partition_count: int, config: Mapping[str, str] | None = None, validate_only: bool = False
+        self,
+        name: str,
+        partition_count: int,
+        config: Mapping[str, str] | None = None,
+        validate_only: bool = False,
+        replication_factor: int | None = None,
     ) -> TopicInfo:
-        created = self._controller.create_topic.remote(name, partition_count, dict(config or {}), validate_only)
-        return _topic_info(await answer(created), await self._listeners())
+        created = self._controller.create_topic.remote(
+            name, partition_count, dict(config or {}), validate_only, replication_factor
+        )
+        return _topic_info(await answer(created), *await self._cluster())
 
     async def delete_topic(self, name: str) -> None:
         await answer(self._controller.delete_topic.remote(name))
@@ -108,7 +123,7 @@ class RayBrokerView:
 
     async def create_partitions(self, name: str, total: int, validate_only: bool = False) -> TopicInfo:
         grown = await answer(self._controller.add_partitions.remote(name, total, validate_only))
-        return _topic_info(grown, await self._listeners())
+        return _topic_info(grown, *await self._cluster())
 
     async def topic_config(self, name: str) -> dict[str, str]:
         metadata: TopicMetadata = await answer(self._controller.describe_topic.remote(name))
@@ -211,6 +226,11 @@ class RayBrokerView:
         listeners: dict[str, AdvertisedListener] = await answer(self._controller.listeners.remote())
         return listeners
 
+    async def _cluster(self) -> tuple[dict[str, AdvertisedListener], frozenset[str]]:
+        """The listeners by Ray node id, and the Ray node ids of the running brokers, asked together."""
+        listeners, brokers = await asyncio.gather(self._listeners(), answer(self._controller.brokers.remote()))
+        return listeners, frozenset(brokers)
+
     def _forget(self, topic: str) -> None:
         """Drops what is known of a deleted topic's partitions, so a re-created topic is looked up afresh."""
         for key in {*self._handles, *self._remote, *self._prefetches}:
@@ -232,13 +252,31 @@ class RayBrokerView:
         return handle
 
 
-def _topic_info(metadata: TopicMetadata, listeners: Mapping[str, AdvertisedListener]) -> TopicInfo:
-    """The topic with each partition's leader: the broker id of the listener on the node hosting it, if any."""
-    leaders = tuple(
-        listener.broker_id if (listener := listeners.get(metadata.partitions[partition])) else None
-        for partition in range(len(metadata.partitions))
-    )
-    return TopicInfo(metadata.name, len(metadata.partitions), metadata.internal, leaders)
+def _topic_info(
+    metadata: TopicMetadata, listeners: Mapping[str, AdvertisedListener], live: Collection[str]
+) -> TopicInfo:
+    """The topic with each partition's replication state in Kafka broker ids: each replica (Ray node) named by the
+    broker id of the listener on its node, and left out when its node runs none (`PartitionInfo`)."""
+
+    def broker_ids(nodes: Iterable[str]) -> tuple[int, ...]:
+        return tuple(listeners[node].broker_id for node in nodes if node in listeners)
+
+    partitions = []
+    for partition in range(len(metadata.partitions)):
+        state = metadata.state(partition)
+        leader = listeners.get(state.leader)
+        partitions.append(
+            PartitionInfo(
+                leader=None if leader is None else leader.broker_id,
+                leader_epoch=state.leader_epoch,
+                replicas=broker_ids(state.replicas),
+                isr=broker_ids(state.isr),
+                offline_replicas=broker_ids(node for node in state.replicas if node not in live),
+                offline=state.offline,
+            )
+        )
+    replication_factor = metadata.replication_factor
+    return TopicInfo(metadata.name, len(metadata.partitions), metadata.internal, replication_factor, tuple(partitions))
 
 
 def _local_records(located: FileSlices, offset: int) -> bytes | FileRegion | None:

@@ -1,11 +1,17 @@
-"""Metadata (key 3): the brokers, the cluster id, and each topic's partitions with their leader.
+"""Metadata (key 3): the brokers, the cluster id, and each topic's partitions with their leader and replicas.
 
 Brokers are the Ray nodes whose Kafka listener runs, each with its `node.id` and `advertised.listeners` address
-(announced to the controller when the listener starts), and always this listener itself. A partition's leader
-is the broker of the node hosting it, so clients send its produces and fetches there; a partition on a node with
-no listener is led by this listener, which reaches it through Ray (every listener can serve every partition:
-a client with outdated metadata is still answered). Leader epochs are -1 (unknown): clients skip their
-leader-epoch validation (OffsetForLeaderEpoch) with -1, and raybroker keeps one replica.
+(announced to the controller when the listener starts), and always this listener itself. Each partition is
+described as the controller's replication state has it (`BrokerView.topic`, `PartitionInfo`), in broker ids:
+- `leader_id` is the broker of the node whose replica leads, so clients send its produces and fetches there; a
+  leader on a node with no listener is named as this listener, which reaches it through Ray (every listener can
+  serve every partition: a client with outdated metadata is still answered).
+- A partition with no leader (none of its in-sync replicas runs) answers LEADER_NOT_AVAILABLE (5) with leader -1,
+  as Kafka's does; clients wait and ask again.
+- `leader_epoch` (v7+) is the controller's epoch of the leader, which clients fence stale metadata with.
+- `replica_nodes` and `isr_nodes` are the replicas and in-sync replicas (preferred leader first) whose node runs a
+  listener, replicas on other nodes having no broker id to name; when none has one, the leader named stands for
+  them. `offline_replicas` (v5+) are the listed replicas whose broker is not running.
 
 Topics a client names that do not exist are created with `num.partitions` partitions when
 `auto.create.topics.enable` is true and the request allows it (v4+ `allow_auto_topic_creation`; earlier versions
@@ -28,7 +34,7 @@ from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 
 from actors.server.security.acls import CLUSTER_NAME, AclOperation, ResourceType
-from cluster.protocol.broker_view import BrokerEndpoint, BrokerView, TopicInfo
+from cluster.protocol.broker_view import BrokerEndpoint, BrokerView, PartitionInfo, TopicInfo
 from cluster.protocol.connection import ConnectionContext
 from cluster.protocol.errors import error_code
 from cluster.protocol.framing import Request
@@ -44,7 +50,7 @@ from cluster.protocol.security.access import AccessControl
 from storage.errors import RaybrokerError, TopicExistsError, UnknownTopicOrPartitionError
 
 METADATA_KEY = 3
-UNKNOWN_LEADER_EPOCH = -1
+NO_LEADER_ID = -1
 
 
 def brokers_with(endpoint: BrokerEndpoint, announced: list[BrokerEndpoint], listener_name: str) -> list[BrokerEndpoint]:
@@ -153,21 +159,31 @@ class MetadataHandler:
             "topic_id": None,
             "is_internal": topic.internal,
             "partitions": [
-                self._partition(partition, topic.leader(partition)) for partition in range(topic.partition_count)
+                self._partition(partition, topic.partition(partition)) for partition in range(topic.partition_count)
             ],
             "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
         }
 
-    def _partition(self, partition: int, leader: int | None) -> dict[str, Any]:
-        node_id = self._endpoint.node_id if leader is None else leader
+    def _partition(self, partition: int, info: PartitionInfo) -> dict[str, Any]:
+        if info.offline:
+            return {
+                "error_code": ErrorCode.leader_not_available,
+                "partition_index": partition,
+                "leader_id": NO_LEADER_ID,
+                "leader_epoch": info.leader_epoch,
+                "replica_nodes": list(info.replicas),
+                "isr_nodes": list(info.isr),
+                "offline_replicas": list(info.offline_replicas),
+            }
+        leader = self._endpoint.node_id if info.leader is None else info.leader
         return {
             "error_code": ErrorCode.none,
             "partition_index": partition,
-            "leader_id": node_id,
-            "leader_epoch": UNKNOWN_LEADER_EPOCH,
-            "replica_nodes": [node_id],
-            "isr_nodes": [node_id],
-            "offline_replicas": [],
+            "leader_id": leader,
+            "leader_epoch": info.leader_epoch,
+            "replica_nodes": list(info.replicas or (leader,)),
+            "isr_nodes": list(info.isr or (leader,)),
+            "offline_replicas": list(info.offline_replicas),
         }
 
 

@@ -5,11 +5,14 @@ work is done (topic creation and growth are synchronous in the controller), so `
 
 CreateTopics:
 - `num_partitions` -1 takes the broker's `num.partitions`; 0 or below -1 answers INVALID_PARTITIONS (37).
-- raybroker keeps one replica per partition: `replication_factor` 1 or -1 (the default, Kafka's
-  `default.replication.factor` of 1) is accepted; anything else answers INVALID_REPLICATION_FACTOR (38).
+- `replication_factor` -1 takes the broker's `default.replication.factor`; the controller places that many replicas
+  of each partition on distinct brokers. 0, below -1, or more than the running brokers answers
+  INVALID_REPLICATION_FACTOR (38).
 - Manual `assignments` replace both counts (sent with either, INVALID_REQUEST, 42); they must number the
-  partitions 0..n-1 and give each exactly this broker, else INVALID_REPLICA_ASSIGNMENT (39). raybroker's
-  controller still chooses the Ray node that hosts each partition: every listener serves every partition.
+  partitions 0..n-1 and give each exactly this broker, else INVALID_REPLICA_ASSIGNMENT (39), and create one replica
+  per partition. raybroker's controller still chooses the Ray node that hosts each partition (every listener
+  serves every partition); an assignment of several replicas, which only the controller's placement could honour,
+  answers INVALID_REQUEST.
 - `configs` are Kafka's topic configs, checked against Kafka's names and ranges: INVALID_CONFIG (40) otherwise,
   a null value included. A topic named twice in one request answers INVALID_REQUEST for each entry.
 - `validate_only` runs every check and creates nothing. v5+ answers carry the partition count, the replication
@@ -52,7 +55,8 @@ CREATE_TOPICS_KEY = 19
 DELETE_TOPICS_KEY = 20
 CREATE_PARTITIONS_KEY = 37
 USE_DEFAULT = -1  # num_partitions / replication_factor: the broker's default
-REPLICATION_FACTOR = 1
+# What a manual assignment creates: one replica per partition, on this broker.
+ASSIGNED_REPLICATION_FACTOR = 1
 
 
 class TopicRequestError(Exception):
@@ -97,8 +101,9 @@ class CreateTopicsHandler:
                 ):
                     raise TopicRequestError(ErrorCode.topic_authorization_failed, "Authorization failed.")
                 partition_count = self._partition_count(topic)
+                factor = _replication_factor(topic)
                 configs = _configs(topic.configs)
-                info = await self._view.create_topic(topic.name, partition_count, configs, body.validate_only)
+                info = await self._view.create_topic(topic.name, partition_count, configs, body.validate_only, factor)
             except TopicRequestError as exc:
                 topics.append({**result, "error_code": exc.code, "error_message": exc.message})
                 continue
@@ -124,7 +129,7 @@ class CreateTopicsHandler:
                     "error_code": ErrorCode.none,
                     "error_message": None,
                     "num_partitions": info.partition_count,
-                    "replication_factor": REPLICATION_FACTOR,
+                    "replication_factor": info.replication_factor,
                     "configs": [entry.as_values() for entry in self._describer.topic_entries(configs)],
                 }
             )
@@ -145,19 +150,14 @@ class CreateTopicsHandler:
                     ErrorCode.invalid_replica_assignment, f"partitions {indexes} are not numbered 0..n-1"
                 )
             for assignment in topic.assignments:
+                if len(assignment.broker_ids) > ASSIGNED_REPLICATION_FACTOR:
+                    raise TopicRequestError(
+                        ErrorCode.invalid_request,
+                        f"replicas {list(assignment.broker_ids)}: manual assignments of several replicas are not "
+                        "supported; give num_partitions and replication_factor, and the controller places them",
+                    )
                 _check_replicas(tuple(assignment.broker_ids), self._node_id)
             return len(indexes)
-        factor = topic.replication_factor
-        if factor == 0 or factor < USE_DEFAULT:
-            raise TopicRequestError(
-                ErrorCode.invalid_replication_factor,
-                "replication factor must be larger than 0, or -1 to use the default value",
-            )
-        if factor > REPLICATION_FACTOR:
-            raise TopicRequestError(
-                ErrorCode.invalid_replication_factor,
-                f"replication factor {factor} cannot be reached: raybroker keeps {REPLICATION_FACTOR} replica",
-            )
         count = self._num_partitions if topic.num_partitions == USE_DEFAULT else topic.num_partitions
         if count < 1:
             raise TopicRequestError(
@@ -235,6 +235,22 @@ class CreatePartitionsHandler:
         return build(
             load_response_schema(CREATE_PARTITIONS_KEY, request.api_version), {"throttle_time": 0, "results": results}
         )
+
+
+def _replication_factor(topic: Any) -> int | None:
+    """A CreateTopics entry's replication factor for the view: None for the broker's default; 0 or below -1 is
+    INVALID_REPLICATION_FACTOR (the view refuses more than the running brokers)."""
+    if topic.assignments:
+        return ASSIGNED_REPLICATION_FACTOR
+    factor: int = topic.replication_factor
+    if factor == USE_DEFAULT:
+        return None
+    if factor < 1:
+        raise TopicRequestError(
+            ErrorCode.invalid_replication_factor,
+            "replication factor must be larger than 0, or -1 to use the default value",
+        )
+    return factor
 
 
 def _configs(configs: Any) -> dict[str, str]:

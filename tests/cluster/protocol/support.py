@@ -20,13 +20,25 @@ from typing import Any
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader
 
-from cluster.protocol.broker_view import BrokerEndpoint, EpochEndOffset, FetchedRecords, PartitionOffsets, TopicInfo
+from cluster.protocol.broker_view import (
+    BrokerEndpoint,
+    EpochEndOffset,
+    FetchedRecords,
+    PartitionInfo,
+    PartitionOffsets,
+    TopicInfo,
+)
 from cluster.protocol.file_region import SENDFILE_MIN_BYTES, open_region
 from cluster.protocol.framing import SIZE, Request, decode_response, encode_request, encode_response
 from cluster.protocol.messages import build
 from storage import file_names
 from storage.config.log_config import LogConfig
-from storage.errors import InvalidPartitionsError, TopicExistsError, UnknownTopicOrPartitionError
+from storage.errors import (
+    InvalidPartitionsError,
+    InvalidReplicationFactorError,
+    TopicExistsError,
+    UnknownTopicOrPartitionError,
+)
 from storage.partition.file_slices import locate_file_slices
 from storage.partition.log import Log, LogAppendInfo
 from storage.records.compression import CompressionType
@@ -71,9 +83,12 @@ class LogBrokerView:
     async def brokers(self) -> list[BrokerEndpoint]:
         return [self._announced[node_id] for node_id in sorted(self._announced)]
 
-    def lead(self, topic: str, leaders: tuple[int | None, ...]) -> None:
-        """Names the broker leading each partition of `topic`, as if they lived on other nodes."""
-        self._topics[topic] = dataclasses.replace(self._topics[topic], leaders=leaders)
+    def place(self, topic: str, partitions: tuple[PartitionInfo, ...], replication_factor: int = 1) -> None:
+        """Gives the partitions of `topic` the leaders, epochs and replicas in `partitions`, as if the controller
+        had placed `replication_factor` replicas of each on several nodes' brokers."""
+        self._topics[topic] = dataclasses.replace(
+            self._topics[topic], replication_factor=replication_factor, partitions=partitions
+        )
 
     async def topics(self) -> dict[str, TopicInfo]:
         return dict(self._topics)
@@ -84,13 +99,22 @@ class LogBrokerView:
         return self._topics[name]
 
     async def create_topic(
-        self, name: str, partition_count: int, config: Mapping[str, str] | None = None, validate_only: bool = False
+        self,
+        name: str,
+        partition_count: int,
+        config: Mapping[str, str] | None = None,
+        validate_only: bool = False,
+        replication_factor: int | None = None,
     ) -> TopicInfo:
         file_names.validate_topic(name)
         if name in self._topics:
             raise TopicExistsError(f"topic {name!r} already exists")
         if not 1 <= partition_count <= MAX_PARTITIONS:
             raise InvalidPartitionsError(f"partition count {partition_count} is outside 1..{MAX_PARTITIONS}")
+        if replication_factor not in (None, 1):
+            raise InvalidReplicationFactorError(
+                f"replication factor {replication_factor} is not 1: this view is one broker"
+            )
         log_config = LogConfig.from_properties(dict(config or {}), base=self._config)
         topic = TopicInfo(name, partition_count, name.startswith("__"))
         if validate_only:
@@ -112,7 +136,7 @@ class LogBrokerView:
         topic = await self.topic(name)
         if not topic.partition_count < total <= MAX_PARTITIONS:
             raise InvalidPartitionsError(f"topic {name!r} has {topic.partition_count} partitions; not {total}")
-        grown = TopicInfo(name, total, topic.internal)
+        grown = dataclasses.replace(topic, partition_count=total)
         if validate_only:
             return grown
         log_config = LogConfig.from_properties(self._configs[name], base=self._config)

@@ -1,4 +1,6 @@
-"""Metadata: this listener is the one broker and every partition's leader; unknown topics are auto-created with
+"""Metadata: this listener is the one broker and every partition's leader unless the view places partitions on
+other brokers; replicated partitions carry their epoch, replicas, ISR and offline replicas, and one without a
+leader answers LEADER_NOT_AVAILABLE with leader -1, as Kafka's does; unknown topics are auto-created with
 `num.partitions` when allowed, else answered UNKNOWN_TOPIC_OR_PARTITION; every served version encodes."""
 
 from __future__ import annotations
@@ -7,7 +9,7 @@ import pytest
 from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
 
-from cluster.protocol.broker_view import BrokerEndpoint
+from cluster.protocol.broker_view import BrokerEndpoint, PartitionInfo
 from cluster.protocol.framing import decode_response, encode_response
 from cluster.protocol.handlers.metadata import METADATA_KEY, MetadataHandler
 from cluster.protocol.messages import build
@@ -45,7 +47,7 @@ def test_an_unknown_topic_is_created_with_num_partitions_led_by_this_broker(view
     if version >= 2:
         assert decoded.cluster_id == CLUSTER_ID
     if version >= 7:
-        assert {p.leader_epoch for p in topic.partitions} == {-1}
+        assert {p.leader_epoch for p in topic.partitions} == {0}
 
 
 @pytest.mark.parametrize("version", [4, 12])
@@ -81,7 +83,9 @@ def test_partitions_on_other_nodes_are_led_by_their_nodes_brokers(view: LogBroke
     run(view.announce(BrokerEndpoint(3, "node-b", 9092)))
     run(view.announce(BrokerEndpoint(7, "stale-address-of-this-node", 1)))
     run(view.create_topic("spread", 3))
-    view.lead("spread", (3, None, 7))
+    view.place(
+        "spread", (PartitionInfo(leader=3, replicas=(3,), isr=(3,)), PartitionInfo(), PartitionInfo(7, 0, (7,), (7,)))
+    )
     decoded = ask(view, version, ["spread"])
     assert [(b.node_id, b.host, b.port) for b in decoded.brokers] == [(3, "node-b", 9092), (7, "broker.example", 19092)]
     (topic,) = decoded.topics
@@ -89,4 +93,60 @@ def test_partitions_on_other_nodes_are_led_by_their_nodes_brokers(view: LogBroke
         (0, 3, (3,)),
         (1, 7, (7,)),
         (2, 7, (7,)),
+    ]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_replicated_partitions_carry_their_epoch_replicas_isr_and_offline_replicas(
+    view: LogBrokerView, version: int
+) -> None:
+    """Three brokers: partition 0 fully in sync, partition 1 led by 3 in epoch 4 with broker 9 out of the ISR and
+    not running, partition 2 offline (no in-sync replica runs): LEADER_NOT_AVAILABLE and leader -1."""
+    run(view.create_topic("replicated", 3))
+    view.place(
+        "replicated",
+        (
+            PartitionInfo(leader=7, leader_epoch=0, replicas=(7, 3, 9), isr=(7, 3, 9)),
+            PartitionInfo(leader=3, leader_epoch=4, replicas=(9, 3, 7), isr=(3, 7), offline_replicas=(9,)),
+            PartitionInfo(
+                leader=None, leader_epoch=2, replicas=(3, 9, 7), isr=(9,), offline_replicas=(9,), offline=True
+            ),
+        ),
+        replication_factor=3,
+    )
+    (topic,) = ask(view, version, ["replicated"]).topics
+    assert topic.error_code == ErrorCode.none
+    described = [
+        (p.partition_index, p.error_code, p.leader_id, tuple(p.replica_nodes), tuple(p.isr_nodes))
+        for p in topic.partitions
+    ]
+    assert described == [
+        (0, ErrorCode.none, 7, (7, 3, 9), (7, 3, 9)),
+        (1, ErrorCode.none, 3, (9, 3, 7), (3, 7)),
+        (2, ErrorCode.leader_not_available, -1, (3, 9, 7), (9,)),
+    ]
+    if version >= 5:
+        assert [tuple(p.offline_replicas) for p in topic.partitions] == [(), (9,), (9,)]
+    if version >= 7:
+        assert [p.leader_epoch for p in topic.partitions] == [0, 4, 2]
+
+
+def test_a_leader_whose_node_runs_no_listener_is_this_listener_with_the_replicas_that_have_one(
+    view: LogBrokerView,
+) -> None:
+    """The leader's node has no listener, so this one serves the partition; the replicas listed are those with a
+    broker id, and when none has one, this listener stands for them."""
+    run(view.create_topic("unlisted", 2))
+    view.place(
+        "unlisted",
+        (
+            PartitionInfo(leader=None, leader_epoch=1, replicas=(3,), isr=(3,)),
+            PartitionInfo(leader=None, leader_epoch=1),
+        ),
+        replication_factor=2,
+    )
+    (topic,) = ask(view, 12, ["unlisted"]).topics
+    assert [(p.error_code, p.leader_id, tuple(p.replica_nodes), tuple(p.isr_nodes)) for p in topic.partitions] == [
+        (ErrorCode.none, 7, (3,), (3,)),
+        (ErrorCode.none, 7, (7,), (7,)),
     ]

@@ -92,6 +92,7 @@ def test_each_refused_entry_gets_kafkas_code(view: LogBrokerView) -> None:
         creatable("twice"),
         creatable("assigned-and-counted", 2, assignments=[{"partition_index": 0, "broker_ids": [NODE_ID]}]),
         creatable("assigned-elsewhere", assignments=[{"partition_index": 0, "broker_ids": [NODE_ID + 1]}]),
+        creatable("assigned-twice", assignments=[{"partition_index": 0, "broker_ids": [NODE_ID, NODE_ID + 1]}]),
     )
     assert [(topic.name, topic.error_code) for topic in response.topics] == [
         ("existing", ErrorCode.topic_already_exists),
@@ -106,9 +107,28 @@ def test_each_refused_entry_gets_kafkas_code(view: LogBrokerView) -> None:
         ("twice", ErrorCode.invalid_request),
         ("assigned-and-counted", ErrorCode.invalid_request),
         ("assigned-elsewhere", ErrorCode.invalid_replica_assignment),
+        ("assigned-twice", ErrorCode.invalid_request),
     ]
     assert all(topic.error_message for topic in response.topics)
     assert set(run(view.topics())) == {"existing"}
+
+
+@pytest.mark.parametrize("version", versions(CREATE_TOPICS_KEY))
+def test_a_replication_factor_beyond_the_brokers_is_refused_with_the_brokers_reason(
+    view: LogBrokerView, version: int
+) -> None:
+    """The view is one broker: 2 replicas cannot be placed (INVALID_REPLICATION_FACTOR, the view's message); 1 and
+    -1 (the default) can, and the v5+ answer says how many each partition got."""
+    response = create(view, version, creatable("two", 1, 2), creatable("one", 1, 1), creatable("default", 1))
+    assert codes(response) == {
+        "two": ErrorCode.invalid_replication_factor,
+        "one": ErrorCode.none,
+        "default": ErrorCode.none,
+    }
+    assert "replication factor 2" in response.topics[0].error_message
+    assert set(run(view.topics())) == {"one", "default"}
+    if version >= 5:
+        assert [topic.replication_factor for topic in response.topics[1:]] == [1, 1]
 
 
 def test_manual_assignments_give_the_partition_count(view: LogBrokerView) -> None:
