@@ -1,21 +1,16 @@
-"""Calling raybroker's actors from client code: `ray.get` with the project's errors, and actor lookup.
+"""Calling raybroker's actors from client code: `ray.get` with the project's errors, and named actors.
 
 Ray wraps an exception raised inside an actor in `RayTaskError`; clients see the original typed error
 from `storage.errors` instead (`OffsetOutOfRangeError`, `InvalidRecordError`, ...). An actor that is
 dead or restarting surfaces as `BrokerNotAvailableError`, which producers treat as retriable.
 
-A partition is found by its actor's name (`partition:<topic>:<partition>`) or, when its node's broker hosts
-several partitions per process (`log.partitions.per.process` > 1), through the controller (which node) and
-that node's log manager (which host): the lookup answers a `HostedPartitionHandle`, which callers use exactly
-as an actor handle. Lookups are not cached here (a topic deleted and created again may land in another host);
-every caller keeps the handle it got and looks again after a `BrokerNotAvailableError`.
+Finding a partition's replicas is `actors.partition_lookup`'s.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, NoReturn
 
 import ray
@@ -23,17 +18,11 @@ from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError
 
 from actors.options import (
     CONTROLLER_NAME,
-    MAINTENANCE_GROUP,
     NAMESPACE,
-    READ_GROUP,
-    log_manager_name,
-    partition_actor_name,
 )
-from actors.server.partition_host import partition_method_group
 from storage.arguments import is_int
 from storage.errors import (
     BrokerNotAvailableError,
-    InvalidRequestError,
     RaybrokerError,
     RequestTimedOutError,
     UnknownTopicOrPartitionError,
@@ -104,79 +93,6 @@ def get_actor(name: str) -> Any:
 
 def controller() -> Any:
     return get_actor(CONTROLLER_NAME)
-
-
-def partition_actor(topic: str, partition: int) -> Any:
-    """The partition actor of (topic, partition), or the `HostedPartitionHandle` of a partition held by a
-    partition host; `UnknownTopicOrPartitionError` if the cluster has neither."""
-    try:
-        return ray.get_actor(partition_actor_name(topic, partition), namespace=NAMESPACE)
-    except ValueError:
-        pass
-    host = _partition_host(topic, partition)
-    if host is None:
-        raise UnknownTopicOrPartitionError(f"no partition {topic}-{partition} is hosted")
-    return HostedPartitionHandle(host, topic, partition)
-
-
-def _partition_host(topic: str, partition: int) -> Any | None:
-    """The partition host holding (topic, partition), asked of the log manager of the node the controller
-    placed it on; None when there is none (or no broker answers)."""
-    try:
-        node = call(controller().describe_topic.remote(topic)).partitions.get(partition)
-        if node is None:
-            return None
-        return call(get_actor(log_manager_name(node)).partition_host.remote(topic, partition))
-    except (UnknownTopicOrPartitionError, BrokerNotAvailableError):
-        return None
-
-
-@dataclass(frozen=True, slots=True)
-class HostedMethod:
-    """`handle.<method>`: `.remote(*args)` sends the call to the host's method of the method's concurrency group
-    (`write`, `read` or `maintain`), as an actor method's `.remote` does, and returns its `ObjectRef`."""
-
-    host: Any
-    topic: str
-    partition: int
-    method: str
-    group: str | None
-
-    def remote(self, *args: Any, **kwargs: Any) -> Any:
-        if self.group == READ_GROUP:
-            host_method = self.host.read
-        elif self.group == MAINTENANCE_GROUP:
-            host_method = self.host.maintain
-        else:
-            host_method = self.host.write
-        return host_method.remote(self.topic, self.partition, self.method, *args, **kwargs)
-
-
-class HostedPartitionHandle:
-    """A partition held by a partition host (`actors.server.partition_host`), used as its actor handle:
-    `ray.get(handle.append.remote(batch))` answers what the partition actor's would. `host` is the host's
-    actor handle (killing it restarts every partition it holds). Picklable, so it travels to Spark tasks."""
-
-    __slots__ = ("host", "partition", "topic")
-
-    def __init__(self, host: Any, topic: str, partition: int) -> None:
-        self.host = host
-        self.topic = topic
-        self.partition = partition
-
-    def __getattr__(self, method: str) -> HostedMethod:
-        """`AttributeError` for a name that is no partition method, as an actor handle raises."""
-        try:
-            group = partition_method_group(method)
-        except InvalidRequestError:
-            raise AttributeError(f"a partition has no method {method!r}") from None
-        return HostedMethod(self.host, self.topic, self.partition, method, group)
-
-    def __reduce__(self) -> tuple[type[HostedPartitionHandle], tuple[Any, str, int]]:
-        return HostedPartitionHandle, (self.host, self.topic, self.partition)
-
-    def __repr__(self) -> str:
-        return f"HostedPartitionHandle({self.topic}-{self.partition} on {self.host})"
 
 
 # A killed actor's name is released asynchronously; an actor created under the same name before that

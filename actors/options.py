@@ -11,13 +11,13 @@ concurrency, resources and placement.
   folders; a partition actor that dies is restarted by Ray (`max_restarts=-1`) on the same node and
   recovers its log from disk. Tasks are not retried by Ray (`max_task_retries=0`): a produce retry is
   the client's decision, made safe by the idempotent producer.
-- Partition actors run methods in three concurrency groups: the default group (one thread) takes
+- Partition actors run methods in four concurrency groups: the default group (one thread) takes
   every write, so appends are single-writer and ordered; `read` (several threads) serves fetches and
   offset queries, which never wait behind an append; `maintenance` (one thread) runs retention,
-  flushes and compaction.
+  flushes and compaction; `replication` serves followers' fetches and `acks=all` waits.
 - Kafka-protocol listeners (`cluster.protocol.listener_actor`), `num.network.threads` per node, are pinned to
   the node whose address they bind; a listener that dies is restarted by Ray and binds its port again.
-- Partition hosts (`log.partitions.per.process` > 1), named per node and index, run the same three
+- Partition hosts (`log.partitions.per.process` > 1), named per node and index, run the same
   groups for all the partitions they hold: every write of the host on one thread, in call order. Ray
   runs the calls of async or multi-threaded (`max_concurrency` > 1) actors out of order, so neither
   kind of actor could keep a partition's appends in order.
@@ -36,16 +36,20 @@ READ_GROUP = "read"
 MAINTENANCE_GROUP = "maintenance"
 # Fetches in flight per partition: more threads only add GIL contention on a 2-core node.
 READ_THREADS = 4
-PARTITION_CONCURRENCY_GROUPS = {READ_GROUP: READ_THREADS, MAINTENANCE_GROUP: 1}
+# Replication calls: followers' fetches, which wait up to `replica.fetch.wait.max.ms` for records, and `acks=all`
+# appends waiting for their records to be replicated. Their own threads, so neither ever holds a read thread.
+REPLICATION_GROUP = "replication"
+REPLICATION_THREADS = 16
+PARTITION_CONCURRENCY_GROUPS = {READ_GROUP: READ_THREADS, MAINTENANCE_GROUP: 1, REPLICATION_GROUP: REPLICATION_THREADS}
 # A log manager answers restarted partition hosts on a thread of their own: its SERVICE_CONCURRENCY threads
 # may all be waiting on the very host that is restarting (creates queue behind the one holding its lock).
 HOSTS_GROUP = "hosts"
 LOG_MANAGER_CONCURRENCY_GROUPS = {HOSTS_GROUP: 1}
 
 
-def partition_actor_name(topic: str, partition: int) -> str:
-    """`partition:<topic>:<partition>` (topic names cannot contain `:`)."""
-    return f"partition:{topic}:{partition}"
+def partition_actor_name(topic: str, partition: int, node_id: str) -> str:
+    """`partition:<topic>:<partition>:<ray node id>`: one replica per node (topic names cannot contain `:`)."""
+    return f"partition:{topic}:{partition}:{node_id}"
 
 
 def partition_host_name(node_id: str, index: int) -> str:
@@ -116,7 +120,7 @@ def log_manager_options(node_id: str) -> dict[str, Any]:
 
 def partition_options(topic: str, partition: int, node_id: str) -> dict[str, Any]:
     """One partition log, on the node whose disk holds its folder."""
-    return _pinned_actor_options(partition_actor_name(topic, partition), node_id)
+    return _pinned_actor_options(partition_actor_name(topic, partition, node_id), node_id)
 
 
 def partition_host_options(node_id: str, index: int) -> dict[str, Any]:

@@ -63,8 +63,9 @@ def _produce(topic: str, partitions: int, rows: int) -> None:
     batches of up to `BATCH_BYTES` (a Kafka producer's `batch.size`), appended `IN_FLIGHT` calls at a time."""
     import msgpack
 
-    from actors.calls import call, partition_actor
+    from actors.calls import call
     from actors.clients.partitioner import partition_for_key
+    from actors.partition_lookup import partition_actor
     from storage.records.record_batch import RecordBatchBuilder
 
     keys = [f"user-{user:011d}".encode() for user in range(USERS)]

@@ -167,6 +167,30 @@ class LogClosedError(BrokerNotAvailableError):
     looking the partition up again."""
 
 
+class NotLeaderOrFollowerError(BrokerNotAvailableError):
+    """A call that only a partition's leader answers reached a replica that is not it, or a follower's fetch
+    reached a replica that no longer leads (NOT_LEADER_OR_FOLLOWER); retriable by looking the leader up again."""
+
+
+class FencedLeaderEpochError(BrokerNotAvailableError):
+    """A request carrying a leader epoch older than the replica's (FENCED_LEADER_EPOCH): the caller's metadata is
+    stale; retriable by looking the leader up again."""
+
+
+class NotEnoughReplicasError(BrokerError):
+    """An `acks=all` write refused before it was appended: fewer replicas are in sync than the topic's
+    `min.insync.replicas` (NOT_ENOUGH_REPLICAS); retriable."""
+
+
+class NotEnoughReplicasAfterAppendError(BrokerError):
+    """An `acks=all` write that was appended, but the in-sync replicas fell below `min.insync.replicas` before it
+    was replicated (NOT_ENOUGH_REPLICAS_AFTER_APPEND); retriable (an idempotent producer's retry is no duplicate)."""
+
+
+class InvalidReplicationFactorError(BrokerError):
+    """A replication factor below 1 or above the number of live brokers (INVALID_REPLICATION_FACTOR)."""
+
+
 class RequestTimedOutError(BrokerError):
     """A broker call that did not answer in time (REQUEST_TIMED_OUT); retriable."""
 

@@ -16,8 +16,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from actors.calls import call, partition_actor
+from actors.calls import call
 from actors.clients.broker import Broker
+from actors.partition_lookup import partition_actor
 from actors.server.controller import TopicMetadata
 from actors.server.security.acls import AclBinding, AclBindingFilter, InvalidAclError
 from actors.server.security.scram import (

@@ -23,7 +23,7 @@ from typing import Any
 
 import ray
 
-from actors.calls import call, controller, get_actor, kill_and_wait, partition_actor
+from actors.calls import call, controller, get_actor, kill_and_wait
 from actors.options import (
     CONTROLLER_NAME,
     KAFKA_LISTENER_PREFIX,
@@ -34,6 +34,7 @@ from actors.options import (
     log_manager_name,
     log_manager_options,
 )
+from actors.partition_lookup import partition_actor
 from actors.server.controller import TopicMetadata
 from actors.server.internal_topics import ensure_consumer_offsets_topic
 from actors.server.remote import Controller, GroupCoordinator, LogManager

@@ -55,12 +55,13 @@ from typing import Any
 
 import ray
 
-from actors.calls import call, check_topic_partition, get_actor, partition_actor
+from actors.calls import call, check_topic_partition, get_actor
 from actors.clients.broker import Broker
 from actors.clients.local_fetch import PendingFetch, records_of
 from actors.clients.local_tail import LocalTail
 from actors.clients.serializers import Deserializer
 from actors.options import group_coordinator_name
+from actors.partition_lookup import partition_actor
 from storage.arguments import is_int
 from storage.errors import (
     BrokerNotAvailableError,

@@ -35,10 +35,11 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from actors.calls import call, partition_actor
+from actors.calls import call
 from actors.clients.broker import Broker
 from actors.clients.producer_batch import ProducerBatch
 from actors.clients.record_accumulator import ReadyCheck, RecordAccumulator
+from actors.partition_lookup import partition_actor
 from storage.clock import Clock
 from storage.errors import (
     BrokerNotAvailableError,

@@ -8,11 +8,14 @@ Its records (JSON values, readable with `raybroker dump-log --print-data-log`):
 | key                | value                                                            |
 |--------------------|------------------------------------------------------------------|
 | `cluster`          | `{"cluster_id": ...}`                                            |
-| `topic/<name>`     | `{"partitions": {"0": "<ray node id>", ...}, "config": {...}}`, a null value once deleted |
+| `topic/<name>`     | `{"partitions": {"0": node}, "replication": {"0": state}, "config": {...}}`, null once deleted |
 | `producer-ids`     | `{"next": N}`: the next idempotent-producer id to hand out       |
 | `acl/<resource type>/<pattern type>/<name>` | `{"acls": [{"principal", "host", "operation", "permission_type"}]}` |
 | `scram/<mechanism>/<user>` | `{"mechanism", "salt", "stored_key", "server_key", "iterations"}` |
 
+A topic record names each partition's leader node (its last leader while it has none) and its replication state
+(`LeaderAndIsr.to_json`: leader, epoch, replicas, isr, version); a record without `replication` (written before
+replication) reads as one replica leading in epoch 0.
 An `acl/` record holds every binding of one resource pattern, e.g. `acl/TOPIC/PREFIXED/orders-`
 (`actors.server.security.acl_store`); a `scram/` record one user's credential for one mechanism, bytes in
 base64, never the password (`actors.server.security.credential_store`); either gets a null value once deleted.
@@ -24,8 +27,14 @@ Neither are the Kafka listeners' advertised addresses (`register_listener`), whi
 it starts and withdraws when it stops; Metadata names a node's partitions' leader by them.
 The ACL version (`acls_version`) is the offset after the last ACL record, so it moves with every ACL change
 and survives a restart: the Kafka listeners poll it and rebuild their authorizer only when it moved.
-Which node hosts a partition is decided here (the node whose broker holds the fewest partitions);
-which log dir holds it is decided by that node's log manager. Topic names follow Kafka's rules (and
+Which nodes hold a partition's replicas, which of them leads in which leader epoch and which are in sync is
+decided here (`actors.server.replication.assignment`: placement, clean elections) and pushed to every replica
+(`update_replication`, Kafka's LeaderAndIsr); which log dir holds a replica is decided by its node's log manager.
+A monitor thread watches the brokers' Ray nodes every `MONITOR_INTERVAL_S`: a node that died leaves every ISR and
+its partitions get new leaders from their ISR (Kafka's broker fencing and election); every
+`leader.imbalance.check.interval.seconds` it moves leadership back to preferred replicas that are in sync
+(`auto.leader.rebalance.enable`). Leaders ask for ISR changes with `alter_partition` (Kafka's AlterPartition),
+which is refused unless they still lead in that epoch. Topic names follow Kafka's rules (and
 `__cluster_metadata`, the controller's own folder, is reserved); configs must be a mapping validated
 against Kafka's names and ranges before anything is written.
 """
@@ -33,15 +42,28 @@ against Kafka's names and ranges before anything is written.
 from __future__ import annotations
 
 import json
+import logging
 import threading
-from collections.abc import Mapping
-from dataclasses import dataclass
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import ray
 
 from actors.options import NAMESPACE, log_manager_name
+from actors.partition_lookup import replica_actor
+from actors.server.replication.assignment import (
+    after_broker_lost,
+    check_replication_factor,
+    elect_if_offline,
+    moved_replica,
+    new_partition_state,
+    place_replicas,
+    preferred_election,
+)
+from actors.server.replication.leader_and_isr import LeaderAndIsr
 from actors.server.security.acl_store import ACL_KEY_PREFIX, AclStore
 from actors.server.security.acls import AclBinding, AclBindingFilter
 from actors.server.security.credential_store import SCRAM_KEY_PREFIX, ScramCredentialStore
@@ -55,7 +77,10 @@ from storage.errors import (
     BrokerNotAvailableError,
     InvalidConfigError,
     InvalidPartitionsError,
+    InvalidRequestError,
     InvalidTopicError,
+    NotLeaderOrFollowerError,
+    RaybrokerError,
     TopicExistsError,
     UnknownTopicOrPartitionError,
 )
@@ -65,6 +90,11 @@ from storage.logdir.meta_properties import new_directory_id
 from storage.partition.log import Log
 from storage.records.record_batch import RecordBatchBuilder
 
+logger = logging.getLogger(__name__)
+
+# How often the monitor thread looks for brokers whose Ray node died: Ray's own health checks decide when a node
+# is dead, this only bounds how late the controller learns of it.
+MONITOR_INTERVAL_S = 0.2
 # A topic may have at most this many partitions: each is an actor process (~120 MiB), so far more
 # than a cluster of this kind can host is refused up front instead of exhausting memory.
 MAX_PARTITIONS_PER_TOPIC = 10_000
@@ -84,15 +114,38 @@ class AdvertisedListener:
 
 @dataclass(frozen=True, slots=True)
 class TopicMetadata:
-    """A topic's partitions (partition -> Ray node id) and its config overrides (Kafka names)."""
+    """A topic's partitions (partition -> Ray node id of its leader, or of its last leader while it has none), its
+    config overrides (Kafka names) and each partition's replication state."""
 
     name: str
     partitions: dict[int, str]
     config: dict[str, str]
+    replication: dict[int, LeaderAndIsr] = field(default_factory=dict)
 
     @property
     def internal(self) -> bool:
         return self.name in INTERNAL_TOPICS
+
+    @property
+    def replication_factor(self) -> int:
+        return len(self.state(0).replicas) if self.partitions else 0
+
+    def state(self, partition: int) -> LeaderAndIsr:
+        """The partition's replication state (a topic from before replication: its one replica leads, epoch 0)."""
+        state = self.replication.get(partition)
+        if state is None:
+            node = self.partitions[partition]
+            state = LeaderAndIsr(self.name, partition, node, 0, (node,), (node,))
+        return state
+
+    def with_state(self, state: LeaderAndIsr) -> TopicMetadata:
+        leader = state.leader or self.partitions.get(state.partition, state.replicas[0])
+        return TopicMetadata(
+            self.name,
+            {**self.partitions, state.partition: leader},
+            self.config,
+            {**self.replication, state.partition: state},
+        )
 
 
 class ControllerActor:
@@ -114,6 +167,9 @@ class ControllerActor:
             self._write("cluster", {"cluster_id": self._cluster_id})
         self._brokers: dict[str, Any] = _running_log_managers()
         self._listeners: dict[str, AdvertisedListener] = {}
+        self._stopping = threading.Event()
+        self._monitor = threading.Thread(target=self._run_monitor, name="controller-monitor", daemon=True)
+        self._monitor.start()
 
     def _replay(self) -> None:
         latest: dict[bytes, tuple[int, bytes | None]] = {}
@@ -135,7 +191,11 @@ class ControllerActor:
             elif name.startswith("topic/"):
                 topic = name[len("topic/") :]
                 partitions = {int(p): node for p, node in body["partitions"].items()}
-                self._topics[topic] = TopicMetadata(topic, partitions, dict(body["config"]))
+                replication = {
+                    int(p): LeaderAndIsr.from_json(topic, int(p), state)
+                    for p, state in body.get("replication", {}).items()
+                }
+                self._topics[topic] = TopicMetadata(topic, partitions, dict(body["config"]), replication)
             elif name.startswith(SCRAM_KEY_PREFIX):
                 self._scram.load(name, body)
 
@@ -151,7 +211,11 @@ class ControllerActor:
     def _persist_topic(self, topic: TopicMetadata) -> None:
         self._write(
             f"topic/{topic.name}",
-            {"partitions": {str(p): node for p, node in topic.partitions.items()}, "config": topic.config},
+            {
+                "partitions": {str(p): node for p, node in topic.partitions.items()},
+                "replication": {str(p): state.to_json() for p, state in topic.replication.items()},
+                "config": topic.config,
+            },
         )
         self._topics[topic.name] = topic
 
@@ -161,20 +225,134 @@ class ControllerActor:
         return self._cluster_id
 
     def register_broker(self, node_id: str) -> None:
-        """A node's log manager announces itself (idempotent). The partitions its disks hold are placed
-        on it: Ray node ids change when a cluster restarts, the folders on disk do not."""
+        """A node's log manager announces itself (idempotent). A partition its disks hold whose assignment
+        names a broker that is gone gets this node in that broker's place: Ray node ids change when a cluster
+        restarts, the folders on disk do not. Partitions left without a leader elect one again, and every replica
+        on this node is told its partition's state."""
         with self._lock:
             handle = ray.get_actor(log_manager_name(node_id), namespace=NAMESPACE)
             self._brokers[node_id] = handle
             placements: list[PartitionPlacement] = ray.get(handle.partitions.remote())
+            changed: list[LeaderAndIsr] = []
             for placement in placements:
                 topic = self._topics.get(placement.topic)
-                if topic is None or topic.partitions.get(placement.partition) == node_id:
+                if topic is None or placement.partition not in topic.partitions:
                     continue
-                partitions = {**topic.partitions, placement.partition: node_id}
-                self._persist_topic(TopicMetadata(topic.name, partitions, topic.config))
+                moved = moved_replica(topic.state(placement.partition), node_id, self._brokers)
+                if moved is not None:
+                    changed.append(self._persist_state(moved))
+            changed.extend(self._elect_offline())
+            mine = [
+                topic.state(p)
+                for topic in self._topics.values()
+                for p in topic.partitions
+                if node_id in topic.state(p).replicas
+            ]
+        self._push({(s.topic, s.partition): s for s in [*mine, *changed]}.values())
+
+    def _persist_state(self, state: LeaderAndIsr) -> LeaderAndIsr:
+        """Writes a partition's new replication state into its topic's record; returns it."""
+        self._persist_topic(self._topics[state.topic].with_state(state))
+        return state
+
+    def _elect_offline(self) -> list[LeaderAndIsr]:
+        """New leaders for partitions whose leader is gone, from their live in-sync replicas."""
+        elected = []
+        for topic in list(self._topics.values()):
+            for partition in topic.partitions:
+                state = elect_if_offline(self._topics[topic.name].state(partition), self._brokers)
+                if state is not None:
+                    elected.append(self._persist_state(state))
+        return elected
+
+    def _push(self, states: Iterable[LeaderAndIsr]) -> None:
+        """Tells every live replica of each partition its new state (Kafka's LeaderAndIsr), without waiting: a
+        replica keeps the newest state it was told (`LeaderAndIsr.version`), and one that restarts asks again."""
+        for state in states:
+            for node in state.replicas:
+                if node not in self._brokers:
+                    continue
+                try:
+                    replica_actor(state.topic, state.partition, node).update_replication.remote(state)
+                except RaybrokerError as exc:
+                    logger.warning(
+                        "replica %s-%d on %s not told its state: %s", state.topic, state.partition, node, exc
+                    )
+
+    def _run_monitor(self) -> None:
+        """Watches the brokers' nodes and the preferred leaders (see the module docstring)."""
+        next_rebalance = time.monotonic() + self.config.leader_imbalance_check_interval_seconds
+        while not self._stopping.wait(MONITOR_INTERVAL_S):
+            try:
+                alive = {node["NodeID"] for node in ray.nodes() if node["Alive"]}
+                for node in [node for node in list(self._brokers) if node not in alive]:
+                    self.broker_lost(node)
+                if self.config.auto_leader_rebalance_enable and time.monotonic() >= next_rebalance:
+                    next_rebalance = time.monotonic() + self.config.leader_imbalance_check_interval_seconds
+                    self.rebalance_leaders()
+            except Exception:
+                logger.exception("controller monitor pass failed")
+
+    def broker_lost(self, node_id: str) -> list[LeaderAndIsr]:
+        """Broker `node_id` is gone (its Ray node died): it leaves every ISR and the partitions it led elect new
+        leaders from their ISR; returns the partitions whose state changed."""
+        with self._lock:
+            if self._brokers.pop(node_id, None) is None:
+                return []
+            self._listeners.pop(node_id, None)
+            logger.warning("broker on node %s is gone: electing new leaders for its partitions", node_id)
+            changed = []
+            for topic in list(self._topics.values()):
+                for partition in topic.partitions:
+                    state = after_broker_lost(self._topics[topic.name].state(partition), node_id, self._brokers)
+                    if state is not None:
+                        changed.append(self._persist_state(state))
+        self._push(changed)
+        return changed
+
+    def rebalance_leaders(self) -> list[LeaderAndIsr]:
+        """Preferred-leader election for every partition whose preferred replica is alive and in sync."""
+        with self._lock:
+            changed = []
+            for topic in list(self._topics.values()):
+                for partition in topic.partitions:
+                    state = preferred_election(self._topics[topic.name].state(partition), self._brokers)
+                    if state is not None:
+                        changed.append(self._persist_state(state))
+        self._push(changed)
+        return changed
+
+    def partition_state(self, topic: str, partition: int) -> LeaderAndIsr:
+        """A partition's replication state; `UnknownTopicOrPartitionError` if the cluster has no such partition."""
+        metadata = self.describe_topic(topic)
+        if partition not in metadata.partitions:
+            raise UnknownTopicOrPartitionError(f"topic {topic!r} has no partition {partition!r}")
+        return metadata.state(partition)
+
+    def alter_partition(
+        self, topic: str, partition: int, leader: str, leader_epoch: int, isr: list[str]
+    ) -> LeaderAndIsr:
+        """A leader's ISR change (Kafka's AlterPartition): accepted only from the current leader in its current
+        epoch, for an ISR of assigned replicas that keeps the leader; the new state is persisted, pushed to
+        every replica and returned. `NotLeaderOrFollowerError` for a leader that no longer leads."""
+        with self._lock:
+            state = self.partition_state(topic, partition)
+            if state.leader != leader or state.leader_epoch != leader_epoch:
+                raise NotLeaderOrFollowerError(
+                    f"{topic}-{partition} is led by {state.leader or 'no broker'} in epoch {state.leader_epoch}, "
+                    f"not by {leader} in epoch {leader_epoch}"
+                )
+            wanted = tuple(node for node in state.replicas if node in set(isr))
+            if leader not in wanted or len(wanted) != len(set(isr)):
+                raise InvalidRequestError(f"ISR {isr!r} must be replicas of {topic}-{partition} including its leader")
+            if wanted == state.isr:
+                return state
+            changed = self._persist_state(state.with_isr(wanted))
+        self._push([changed])
+        return changed
 
     def unregister_broker(self, node_id: str) -> None:
+        """A broker stopping cleanly (its partitions are closed): it is no longer placed on or elected."""
         with self._lock:
             self._brokers.pop(node_id, None)
             self._listeners.pop(node_id, None)
@@ -213,21 +391,19 @@ class ControllerActor:
             raise BrokerNotAvailableError(f"the broker on node {node_id} is not running")
         return handle
 
-    def _place(self, count: int) -> list[str]:
-        """Nodes for `count` new partitions: each goes to the broker holding the fewest partitions."""
+    def _place(self, count: int, replication_factor: int) -> list[tuple[str, ...]]:
+        """Replicas for `count` new partitions (`actors.server.replication.assignment.place_replicas`)."""
         if not self._brokers:
             raise BrokerNotAvailableError("no broker is registered; start one with `raybroker start`")
-        load = dict.fromkeys(self._brokers, 0)
-        for topic in self._topics.values():
-            for node in topic.partitions.values():
-                if node in load:
-                    load[node] += 1
-        chosen = []
-        for _ in range(count):
-            node = min(sorted(load), key=lambda n: load[n])
-            chosen.append(node)
-            load[node] += 1
-        return chosen
+        existing = [topic.state(p) for topic in self._topics.values() for p in topic.partitions]
+        return place_replicas(count, replication_factor, self._brokers, existing)
+
+    def _replication_factor(self, requested: object) -> int:
+        """The topic's replication factor: `requested`, or `default.replication.factor` for None or -1 (Kafka's
+        CreateTopics lets -1 mean the broker's default)."""
+        if requested is None or requested == -1:
+            requested = self.config.default_replication_factor
+        return check_replication_factor(requested, len(self._brokers))
 
     # --- topics ----------------------------------------------------------------------------------
 
@@ -239,10 +415,16 @@ class ControllerActor:
         return overrides
 
     def create_topic(
-        self, name: str, partitions: int, config: dict[str, str] | None = None, validate_only: bool = False
+        self,
+        name: str,
+        partitions: int,
+        config: dict[str, str] | None = None,
+        validate_only: bool = False,
+        replication_factor: int | None = None,
     ) -> TopicMetadata:
-        """Creates the topic's partitions on the least-loaded brokers (Kafka's CreateTopics). If a partition
-        cannot be created, the topic is deleted again (with the partitions that were) and the error raised.
+        """Creates the topic's partitions, `replication_factor` replicas each (None or -1:
+        `default.replication.factor`) on distinct least-loaded brokers (Kafka's CreateTopics). If a replica
+        cannot be created, the topic is deleted again (with the replicas that were) and the error raised.
         With `validate_only`, runs every check and places the partitions but writes and creates nothing."""
         file_names.validate_topic(name)
         if name == METADATA_TOPIC:
@@ -256,8 +438,9 @@ class ControllerActor:
             colliding = [t for t in self._topics if t.replace(".", "_") == name.replace(".", "_")]
             if colliding:
                 raise InvalidTopicError(f"topic {name!r} collides with existing topic {colliding[0]!r}")
-            nodes = self._place(partitions)
-            topic = TopicMetadata(name, dict(enumerate(nodes)), overrides)
+            placed = self._place(partitions, self._replication_factor(replication_factor))
+            states = {p: new_partition_state(name, p, replicas) for p, replicas in enumerate(placed)}
+            topic = TopicMetadata(name, {p: s.leader for p, s in states.items()}, overrides, states)
             if validate_only:
                 return topic
             self._persist_topic(topic)
@@ -269,13 +452,18 @@ class ControllerActor:
             return topic
 
     def _create_partitions(self, topic: TopicMetadata, partitions: range) -> None:
-        """Creates the partitions on their brokers; if any fails, raises its error once every creation has
-        ended, so that the caller's rollback never overtakes a creation still running."""
+        """Creates every replica of the partitions on its broker and tells each its state; if any creation
+        fails, raises its error once every creation has ended, so that the caller's rollback never overtakes a
+        creation still running."""
         refs = [
-            self._broker(topic.partitions[p]).create_partition.remote(topic.name, p, topic.config) for p in partitions
+            self._broker(node).create_partition.remote(topic.name, p, topic.config)
+            for p in partitions
+            for node in topic.state(p).replicas
         ]
         ray.wait(refs, num_returns=len(refs))
         ray.get(refs)
+        if topic.replication_factor > 1:
+            self._push(topic.state(p) for p in partitions)
 
     def add_partitions(self, name: str, total: int, validate_only: bool = False) -> TopicMetadata:
         """Grows a topic to `total` partitions (Kafka's CreatePartitions; topics never shrink). If a new
@@ -287,10 +475,10 @@ class ControllerActor:
             current = len(topic.partitions)
             if total <= current:
                 raise InvalidPartitionsError(f"topic {name!r} has {current} partitions; {total} would not grow it")
-            partitions = dict(topic.partitions)
-            for partition, node in zip(range(current, total), self._place(total - current), strict=True):
-                partitions[partition] = node
-            grown = TopicMetadata(name, partitions, topic.config)
+            grown = topic
+            placed = self._place(total - current, topic.replication_factor)
+            for partition, replicas in zip(range(current, total), placed, strict=True):
+                grown = grown.with_state(new_partition_state(name, partition, replicas))
             if validate_only:
                 return grown
             self._persist_topic(grown)
@@ -300,9 +488,10 @@ class ControllerActor:
                 self._persist_topic(topic)
                 ray.get(
                     [
-                        self._brokers[grown.partitions[p]].delete_partition.remote(name, p)
+                        self._brokers[node].delete_partition.remote(name, p)
                         for p in range(current, total)
-                        if grown.partitions[p] in self._brokers
+                        for node in grown.state(p).replicas
+                        if node in self._brokers
                     ]
                 )
                 raise
@@ -319,11 +508,13 @@ class ControllerActor:
         with self._lock:
             topic = self.describe_topic(name)
             merged = self._validated_config(config)
-            altered = TopicMetadata(name, topic.partitions, merged)
+            altered = TopicMetadata(name, topic.partitions, merged, topic.replication)
             if validate_only:
                 return altered
             self._persist_topic(altered)
-            nodes = sorted(set(topic.partitions.values()))
+            nodes = sorted(
+                {node for p in topic.partitions for node in topic.state(p).replicas if node in self._brokers}
+            )
             ray.get([self._broker(node).set_topic_config.remote(name, merged) for node in nodes])
             return altered
 
@@ -335,7 +526,8 @@ class ControllerActor:
             del self._topics[name]
             refs = [
                 self._brokers[node].delete_partition.remote(name, p)
-                for p, node in topic.partitions.items()
+                for p in topic.partitions
+                for node in topic.state(p).replicas
                 if node in self._brokers
             ]
         ray.get(refs)
@@ -406,6 +598,8 @@ class ControllerActor:
             return self._acls.version
 
     def shutdown(self) -> None:
+        self._stopping.set()
+        self._monitor.join()
         with self._lock:
             self._log.close()
 

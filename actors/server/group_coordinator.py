@@ -40,7 +40,8 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
-from actors.calls import call, check_topic_partition, controller, partition_actor
+from actors.calls import call, check_topic_partition, controller
+from actors.partition_lookup import partition_actor
 from actors.server.group_membership import (
     GroupDescription,
     GroupError,

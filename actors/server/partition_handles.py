@@ -7,7 +7,7 @@ partition's own typed error). This module is the one place that creates partitio
 hosts, and wraps their plain classes with `ray.remote`:
 
 - with `log.partitions.per.process` = 1, one partition actor per partition (`actors.server.partition_log`),
-  named `partition:<topic>:<partition>`, pinned to this node, detached and restarted by Ray; a restarted actor
+  named `partition:<topic>:<partition>:<node id>`, pinned to this node, detached and restarted by Ray; a restarted actor
   resumes (`ResumeAfterRestart`) with its topic's current settings from the controller and its offsets from
   the log dir's checkpoints, since Ray hands it the arguments of its first start;
 - with N > 1, partition hosts (`actors.server.partition_host`) named `partition-host:<node>:<index>`, each
@@ -33,7 +33,7 @@ from typing import Any
 
 import ray
 
-from actors.calls import HostedPartitionHandle, call, call_when_available, controller, get_actor, kill_and_wait
+from actors.calls import call, call_when_available, controller, get_actor, kill_and_wait
 from actors.options import (
     PARTITION_CONCURRENCY_GROUPS,
     log_manager_name,
@@ -42,8 +42,10 @@ from actors.options import (
     partition_host_options,
     partition_options,
 )
+from actors.partition_lookup import HostedPartitionHandle, replica_actor
 from actors.server.partition_host import HostedPartitionSpec, PartitionHostActor
 from actors.server.partition_log import PartitionLogActor, ResumePoint
+from actors.server.replication.follower import ReplicaSettings
 from storage.compaction.cleaner import CleanedLog, LogSnapshot
 from storage.config.broker_config import BrokerConfig
 from storage.config.log_config import LogConfig
@@ -188,6 +190,7 @@ class RayPartitions:
         self._cleaner_config = config.cleaner_config.to_properties()
         self._broker_log_config = config.log_config.to_properties()
         self._producer_id_expiration_ms = config.producer_id_expiration_ms
+        self._replica_settings = ReplicaSettings.from_broker_config(config)
         # Guards the hosts' placement, and keeps a stop and a reopen of one partition from interleaving;
         # `hosted_partitions` never takes it (see there).
         self._lock = threading.RLock()
@@ -227,6 +230,8 @@ class RayPartitions:
                 self._cleaner_config,
                 ResumeAfterRestart(topic, str(folder), self._broker_log_config),
                 producer_id_expiration_ms=self._producer_id_expiration_ms,
+                replica_settings=self._replica_settings,
+                find_replica=replica_actor,
             )
             opened = actor.ready.remote
         handle = RayPartition(actor)
@@ -245,7 +250,7 @@ class RayPartitions:
         """Kills the partition's actor for good, or drops it from its host (closing its log there)."""
         assert isinstance(handle, RayPartition), handle
         if not isinstance(handle.actor, HostedPartitionHandle):
-            kill_and_wait(handle.actor, partition_actor_name(*tp))
+            kill_and_wait(handle.actor, partition_actor_name(*tp, self.node_id))
             return
         with self._lock:
             for host in [host for host in self._hosts if host.partitions.pop(tp, None) is not None]:
@@ -283,6 +288,8 @@ class RayPartitions:
                     self._cleaner_config,
                     HostResumeAfterRestart(self.node_id, name),
                     producer_id_expiration_ms=self._producer_id_expiration_ms,
+                    replica_settings=self._replica_settings,
+                    find_replica=replica_actor,
                 )
                 host = _Host(name, handle, {})
                 self._hosts.append(host)

@@ -10,7 +10,7 @@ Clients hold an `actors.calls.HostedPartitionHandle`, whose `handle.append.remot
 actor's and becomes `host.write.remote(topic, partition, "append", batch)`: each public method of
 `PartitionLogActor` goes to the host method of the concurrency group its `@ray.method` names
 (`partition_method_group`), so a method added there is hosted too. The host keeps a partition actor's guarantees
-with the same three concurrency groups (`actors.options`):
+with the same concurrency groups (`actors.options`):
 
 - `write` (the default group, one thread, in call order) runs every write of every partition it holds, so a
   partition's appends are single-writer and applied in the order each caller sent them. The price: a slow
@@ -22,6 +22,8 @@ with the same three concurrency groups (`actors.options`):
 - `maintain` (one thread) runs retention, flushes and compaction, one partition at a time per host, as a
   partition actor's single maintenance thread does. A partition's maintenance and its closing exclude each
   other (a per-partition lock), so a pass never finds the log closed under it (`LogClosedError`).
+- `replication` (several threads) serves its leaders' answers to followers' fetches and the waits of `acks=all`
+  appends, which may each wait up to `replica.fetch.wait.max.ms` / `request.timeout.ms`.
 
 Errors are the partition log's own typed errors; a partition the host does not hold (deleted, or now in
 another host after its topic was created again) answers `BrokerNotAvailableError`, which clients treat as
@@ -47,8 +49,9 @@ from typing import Any
 
 import ray
 
-from actors.options import MAINTENANCE_GROUP, READ_GROUP
+from actors.options import MAINTENANCE_GROUP, READ_GROUP, REPLICATION_GROUP
 from actors.server.partition_log import LONG_POLL_SLOTS, PartitionLogActor
+from actors.server.replication.follower import ReplicaSettings
 from storage.errors import BrokerNotAvailableError, InvalidRequestError, RaybrokerError
 from storage.logdir.log_dirs import checkpointed_offsets
 from storage.partition.producer_state import PRODUCER_ID_EXPIRATION_MS
@@ -85,10 +88,15 @@ class PartitionHostActor:
         cleaner_config: dict[str, str],
         resume: Callable[[], list[HostedPartitionSpec] | None] | None = None,
         producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS,
+        replica_settings: ReplicaSettings | None = None,
+        find_replica: Callable[[str, int, str], Any] | None = None,
     ) -> None:
         """`resume`, when given, answers None on a first start and the partitions to reopen after a restart;
-        `producer_id_expiration_ms` is the broker's `producer.id.expiration.ms`, for every partition here."""
+        `producer_id_expiration_ms`, `replica_settings` and `find_replica` are passed to every partition here (see
+        `PartitionLogActor`)."""
         self.name = name
+        self._replica_settings = replica_settings
+        self._find_replica = find_replica
         self._cleaner_config = dict(cleaner_config)
         self._producer_id_expiration_ms = producer_id_expiration_ms
         # Changed only on the write thread; the read and maintenance threads look entries up (atomic in CPython).
@@ -116,6 +124,8 @@ class PartitionHostActor:
             self._cleaner_config,
             long_poll_slots=self._long_poll_slots,
             producer_id_expiration_ms=self._producer_id_expiration_ms,
+            replica_settings=self._replica_settings,
+            find_replica=self._find_replica,
         )
 
     # --- placement (write thread) ----------------------------------------------------------------
@@ -160,6 +170,11 @@ class PartitionHostActor:
     def read(self, topic: str, partition: int, method: str, *args: Any, **kwargs: Any) -> Any:
         """A method of the read group (fetches, offsets, state), beside the writes."""
         return self._call(READ_GROUP, topic, partition, method, args, kwargs)
+
+    @ray.method(concurrency_group=REPLICATION_GROUP)
+    def replication(self, topic: str, partition: int, method: str, *args: Any, **kwargs: Any) -> Any:
+        """A method of the replication group (followers' fetches, `acks=all` waits), beside the rest."""
+        return self._call(REPLICATION_GROUP, topic, partition, method, args, kwargs)
 
     @ray.method(concurrency_group=MAINTENANCE_GROUP)
     def maintain(self, topic: str, partition: int, method: str, *args: Any, **kwargs: Any) -> Any:

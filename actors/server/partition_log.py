@@ -27,6 +27,17 @@ retention, going offline, close) the actor rewrites its partition's high-waterma
 lies at), which a consumer on this node reads in place of a fetch call (`actors.clients.local_tail`); `locate`
 answers name the file. A folder where the file cannot be created serves without it (readers then keep calling).
 
+Replication (`actors.server.replication`): the actor is one replica of its partition. The controller tells it the
+partition's state (`update_replication`, also asked once after the log opens, so a restarted replica learns it
+again): as the leader it takes appends, answers its followers' fetches (`replicate`, in the `replication` group)
+and moves the high watermark to the smallest log end offset of the ISR, and asks the controller to shrink or grow
+the ISR (`replica.lag.time.max.ms`); as a follower it runs a `ReplicaFetcher` thread that copies the leader's log
+and refuses client appends and fetches with `NotLeaderOrFollowerError`. `acks=all` is `append(batches,
+required_acks=-1)` (refused with `NotEnoughReplicasError` while the ISR is smaller than `min.insync.replicas`)
+followed by `await_replicated(info)`, which answers once the high watermark passed the append, so the write
+thread never waits for followers. Until the controller has told it anything, a replica leads alone, as every
+partition of a topic with one replica does.
+
 A log that fails to open (an I/O error, a folder locked by another process) leaves the actor alive
 but failed: `ready` and every other call raise that typed error, so the log manager can tell a
 failing disk (`KafkaStorageError`, the dir goes offline) from any other cause. Ray would only report
@@ -37,6 +48,7 @@ a closed log is not a failing disk, and must not take its dir offline.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import pickle
 import threading
@@ -44,11 +56,23 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import ray
 
-from actors.options import MAINTENANCE_GROUP, NAMESPACE, READ_GROUP, READ_THREADS, log_manager_name
+from actors.calls import call, controller
+from actors.options import (
+    MAINTENANCE_GROUP,
+    NAMESPACE,
+    READ_GROUP,
+    READ_THREADS,
+    REPLICATION_GROUP,
+    log_manager_name,
+)
+from actors.server.replication.follower import ReplicaFetch, ReplicaFetcher, ReplicaSettings
+from actors.server.replication.leader_and_isr import LeaderAndIsr
+from actors.server.replication.leader_state import LeaderState
+from storage import file_names
 from storage.arguments import is_int
 from storage.compaction.cleaner import (
     CleanedLog,
@@ -63,10 +87,16 @@ from storage.config.cleaner_config import CleanerConfig
 from storage.config.log_config import LogConfig
 from storage.errors import (
     BrokerNotAvailableError,
+    FencedLeaderEpochError,
     InvalidConfigError,
     InvalidRequestError,
     KafkaStorageError,
+    NotEnoughReplicasAfterAppendError,
+    NotEnoughReplicasError,
+    NotLeaderOrFollowerError,
+    OffsetOutOfRangeError,
     RaybrokerError,
+    RequestTimedOutError,
 )
 from storage.logdir.partition_handles import PartitionState, flush_if_due, partition_state, swap_and_retain
 from storage.partition.file_slices import FileSlice, locate_file_slices, read_located
@@ -81,6 +111,11 @@ logger = logging.getLogger(__name__)
 # states and fetches that find data always have a thread (see the module docstring).
 LONG_POLL_SLOTS = READ_THREADS // 2
 _Answer = TypeVar("_Answer", "FetchResult", "FileSlices")
+# Kafka's `request.timeout.ms` default: how long an `acks=all` append waits for its replication.
+ACKS_ALL_TIMEOUT_MS = 30_000
+# How long a leader's or follower's call to another replica or the controller may take before it is retried.
+REPLICA_CALL_TIMEOUT_S = 30.0
+ACKS = (-1, 0, 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,11 +166,14 @@ class PartitionLogActor:
         resume: Callable[[], ResumePoint | None] | None = None,
         long_poll_slots: threading.Semaphore | None = None,
         producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS,
+        replica_settings: ReplicaSettings | None = None,
+        find_replica: Callable[[str, int, str], Any] | None = None,
     ) -> None:
         """`resume`, when given, answers None on a first start and a `ResumePoint` after a restart;
         `long_poll_slots` (a partition host's, shared by its partitions) bounds the fetches waiting at once,
         default `LONG_POLL_SLOTS` of this actor's own; `producer_id_expiration_ms` is the broker's
-        `producer.id.expiration.ms`."""
+        `producer.id.expiration.ms`, `replica_settings` its `replica.*` settings; `find_replica(topic, partition,
+        node)` finds another replica's actor (`actors.partition_lookup.replica_actor`: a follower's leader)."""
         self._long_poll_slots = long_poll_slots or threading.BoundedSemaphore(LONG_POLL_SLOTS)
         # Counts the changes a waiting fetch must look at (appends, DeleteRecords, close), under its own lock.
         self._changes = threading.Condition()
@@ -144,6 +182,14 @@ class PartitionLogActor:
         self._unavailable: RaybrokerError | None = None
         self._closed_state: PartitionState | None = None
         self._hw_file: HighWatermarkFile | None = None
+        self._replica_settings = replica_settings or ReplicaSettings()
+        self._find_replica = find_replica
+        self._node = _node_id()
+        # The replication role: the controller's latest state, and the leader's or follower's machinery.
+        self._role_lock = threading.RLock()
+        self._replication: LeaderAndIsr | None = None
+        self._leader: LeaderState | None = None
+        self._fetcher: ReplicaFetcher | None = None
         try:
             resumed = resume() if resume is not None else None
             if resumed is not None:
@@ -168,6 +214,9 @@ class PartitionLogActor:
         except OSError as exc:
             logger.warning("%s: no high-watermark file, same-node readers will call: %s", directory, exc)
         self._notify_fetchers()
+        named = file_names.parse_partition_dir_name(Path(directory).name)
+        if named is not None and self._node and find_replica is not None:
+            threading.Thread(target=self._ask_replication_state, args=named, daemon=True).start()
 
     @property
     def _log(self) -> Log:
@@ -182,18 +231,222 @@ class PartitionLogActor:
 
     # --- writes (default group: one thread, in call order) ---------------------------------------
 
-    def append(self, batches: bytes) -> LogAppendInfo:
-        """Appends client batches (Kafka wire bytes, baseOffset 0); returns the assigned offsets. An I/O error
-        is reported to the node's log manager, which takes the whole log dir offline (Kafka's
-        LogDirFailureChannel), then raised to the caller as `KafkaStorageError`."""
+    def append(self, batches: bytes, required_acks: int = 1) -> LogAppendInfo:
+        """Appends client batches (Kafka wire bytes, baseOffset 0); returns the assigned offsets. Only the leader
+        appends (`NotLeaderOrFollowerError`); with `required_acks` -1 (`acks=all`) only while at least
+        `min.insync.replicas` replicas are in sync (`NotEnoughReplicasError`), and the caller then waits with
+        `await_replicated`. An I/O error is reported to the node's log manager, which takes the whole log dir
+        offline (Kafka's LogDirFailureChannel), then raised to the caller as `KafkaStorageError`."""
         log = self._log
+        if required_acks not in ACKS:
+            raise InvalidRequestError(f"acks must be one of {ACKS}, not {required_acks!r}")
+        state = self._replication
+        if state is not None:
+            if state.leader != self._node:
+                raise NotLeaderOrFollowerError(f"{log.directory.name} is not the leader (the leader is {state.leader})")
+            if required_acks == -1 and len(state.isr) < log.config.min_insync_replicas:
+                raise NotEnoughReplicasError(
+                    f"{len(state.isr)} in-sync replicas of {log.directory.name}, min.insync.replicas is "
+                    f"{log.config.min_insync_replicas}"
+                )
+        elif required_acks == -1 and log.config.min_insync_replicas > 1:
+            raise NotEnoughReplicasError(
+                f"1 in-sync replica of {log.directory.name}, min.insync.replicas is {log.config.min_insync_replicas}"
+            )
         try:
             info = log.append(batches)
         except KafkaStorageError as exc:
             _report_log_dir_failure(log.directory.parent, exc)
             raise
+        if log.replicated:
+            with self._role_lock:
+                self._advance_high_watermark(log)
         self._notify_fetchers()
         return info
+
+    # --- replication ------------------------------------------------------------------------------
+
+    def _ask_replication_state(self, topic: str, partition: int) -> None:
+        """Asks the controller once for this partition's state (a restarted replica is not told again)."""
+        try:
+            state = call(controller().partition_state.remote(topic, partition), timeout_s=REPLICA_CALL_TIMEOUT_S)
+        except RaybrokerError as exc:
+            logger.info("%s-%d: no replication state from the controller yet: %s", topic, partition, exc)
+            return
+        with contextlib.suppress(RaybrokerError):
+            self.update_replication(state)
+
+    def update_replication(self, state: LeaderAndIsr) -> None:
+        """The controller's newest state of this partition (Kafka's LeaderAndIsr): this replica leads, follows
+        or, if it is not among the replicas, keeps what it does. An older state than the last one is ignored."""
+        if not isinstance(state, LeaderAndIsr):
+            raise InvalidRequestError(f"expected a LeaderAndIsr, not {type(state).__name__}")
+        log = self._log
+        with self._role_lock:
+            current = self._replication
+            if current is not None and (state.leader_epoch, state.version) <= (current.leader_epoch, current.version):
+                return
+            if self._node not in state.replicas:
+                return
+            self._replication = state
+            if state.leader == self._node:
+                self._lead(log, state, current)
+            else:
+                self._follow(log, state, current)
+        self._notify_fetchers()
+
+    def _lead(self, log: Log, state: LeaderAndIsr, previous: LeaderAndIsr | None) -> None:
+        """Becomes (or stays) the leader of `state` (under the role lock)."""
+        if self._leader is not None and previous is not None and previous.leader_epoch == state.leader_epoch:
+            self._leader.update(state)
+        else:
+            self._stop_fetcher()
+            if state.leader_epoch > log.leader_epoch or not log.epoch_entries():
+                log.become_leader(max(state.leader_epoch, log.leader_epoch))
+            self._leader = LeaderState(self._node, state, log.log_end_offset, log.clock.milliseconds())
+            if state.replication_factor > 1:
+                threading.Thread(target=self._check_isr, args=(self._leader,), daemon=True).start()
+        log.set_replicated(state.replication_factor > 1)
+        self._advance_high_watermark(log)
+
+    def _follow(self, log: Log, state: LeaderAndIsr, previous: LeaderAndIsr | None) -> None:
+        """Becomes (or stays) a follower of `state`'s leader (under the role lock)."""
+        self._leader = None
+        log.set_replicated(True)
+        same_leader = previous is not None and (previous.leader, previous.leader_epoch) == (
+            state.leader,
+            state.leader_epoch,
+        )
+        if self._fetcher is not None and same_leader and not self._fetcher.stopped:
+            return
+        self._stop_fetcher()
+        if state.offline or self._find_replica is None:
+            return
+        link = _RayLeaderLink(state, self._node, self._find_replica)
+        self._fetcher = ReplicaFetcher(
+            f"{state.topic}-{state.partition}", log, link, self._replica_settings, self._notify_fetchers
+        )
+        self._fetcher.start()
+
+    def _stop_fetcher(self) -> None:
+        if self._fetcher is not None:
+            self._fetcher.stop()
+            self._fetcher = None
+
+    def _advance_high_watermark(self, log: Log) -> bool:
+        """Moves the leader's high watermark to the smallest log end offset of the ISR; True if it moved."""
+        leader = self._leader
+        if leader is None:
+            return False
+        high_watermark = leader.high_watermark(log.log_end_offset)
+        if high_watermark <= log.high_watermark:
+            return False
+        log.update_high_watermark(high_watermark)
+        return True
+
+    def _ask_controller(self, leader: LeaderState, isr: tuple[str, ...]) -> None:
+        """Asks the controller for an ISR change without waiting (its answer comes as `update_replication`)."""
+        state = leader.state
+        logger.info("%s-%d: asking for ISR %s (was %s)", state.topic, state.partition, list(isr), list(state.isr))
+        with contextlib.suppress(RaybrokerError):
+            controller().alter_partition.remote(state.topic, state.partition, self._node, state.leader_epoch, list(isr))
+
+    def _check_isr(self, leader: LeaderState) -> None:
+        """The leader's ISR shrink check every half `replica.lag.time.max.ms`, while `leader` is current."""
+        lag_ms = self._replica_settings.lag_time_max_ms
+        while self._leader is leader and self._unavailable is None:
+            time.sleep(max(lag_ms / 2000, 0.01))
+            with self._role_lock:
+                if self._leader is not leader or self._unavailable is not None:
+                    return
+                log = self._opened_log
+                shrunk = leader.isr_to_shrink(log.log_end_offset, lag_ms, log.clock.milliseconds())
+            if shrunk is not None:
+                self._ask_controller(leader, shrunk)
+
+    @ray.method(concurrency_group=REPLICATION_GROUP)
+    def replicate(
+        self, follower: str, offset: int, max_bytes: int, max_wait_ms: int, leader_epoch: int
+    ) -> ReplicaFetch:
+        """A follower's fetch (Kafka's Fetch from a replica): records `offset` as the follower's log end offset,
+        moves the high watermark, grows the ISR when the follower caught up, then answers the batches from
+        `offset` (up to the log end, waiting up to `max_wait_ms` for some). `FencedLeaderEpochError` or
+        `NotLeaderOrFollowerError` when the follower's epoch is not this leader's; `OffsetOutOfRangeError` outside
+        the log."""
+        for name, value in (("offset", offset), ("max_bytes", max_bytes), ("max_wait_ms", max_wait_ms)):
+            if not is_int(value):
+                raise InvalidRequestError(f"{name} must be an int, not {type(value).__name__}")
+        log = self._log
+        with self._role_lock:
+            leader = self._leader
+            if leader is None:
+                raise NotLeaderOrFollowerError(f"{log.directory.name} is not the leader")
+            if leader_epoch != leader.state.leader_epoch:
+                error = FencedLeaderEpochError if leader_epoch < leader.state.leader_epoch else NotLeaderOrFollowerError
+                raise error(f"{log.directory.name} leads in epoch {leader.state.leader_epoch}, not {leader_epoch}")
+            if not log.log_start_offset <= offset <= log.log_end_offset:
+                raise OffsetOutOfRangeError(
+                    f"fetch offset {offset} is outside {log.log_start_offset}..{log.log_end_offset}", offset=offset
+                )
+            now_ms = log.clock.milliseconds()
+            if not leader.follower_fetched(follower, offset, log.log_end_offset, now_ms):
+                raise NotLeaderOrFollowerError(f"{follower!r} is no replica of {log.directory.name}")
+            moved = self._advance_high_watermark(log)
+            grown = leader.isr_to_expand(log.high_watermark, now_ms)
+        if moved:
+            self._notify_fetchers()
+        if grown is not None:
+            self._ask_controller(leader, grown)
+        deadline = time.monotonic() + max(max_wait_ms, 0) / 1000
+        while True:
+            seen = self._change_count
+            if log.log_end_offset > offset or time.monotonic() >= deadline or self._leader is not leader:
+                records = log.read(offset, _checked_max_bytes(max_bytes), isolation="log_end").records
+                return ReplicaFetch(bytes(records), log.high_watermark, log.log_start_offset, log.log_end_offset)
+            with self._changes:
+                if self._change_count == seen:
+                    self._changes.wait(max(deadline - time.monotonic(), 0))
+
+    @ray.method(concurrency_group=REPLICATION_GROUP)
+    def await_replicated(self, info: LogAppendInfo, timeout_ms: int = ACKS_ALL_TIMEOUT_MS) -> LogAppendInfo:
+        """The second half of an `acks=all` append: answers `info` once the high watermark passed its last offset
+        (every in-sync replica has it). `NotLeaderOrFollowerError` if this replica stopped leading meanwhile,
+        `NotEnoughReplicasAfterAppendError` if the ISR fell below `min.insync.replicas`, `RequestTimedOutError`
+        after `timeout_ms` (Kafka's `request.timeout.ms`)."""
+        if not isinstance(info, LogAppendInfo) or not is_int(timeout_ms):
+            raise InvalidRequestError("await_replicated takes an append's LogAppendInfo and an int timeout")
+        deadline = time.monotonic() + timeout_ms / 1000
+        while True:
+            seen = self._change_count
+            log = self._log
+            if log.high_watermark > info.last_offset:
+                return info
+            state = self._replication
+            if self._leader is None or state is None:
+                raise NotLeaderOrFollowerError(
+                    f"{log.directory.name} stopped leading before offset {info.last_offset} was replicated"
+                )
+            if len(state.isr) < log.config.min_insync_replicas:
+                raise NotEnoughReplicasAfterAppendError(
+                    f"the ISR of {log.directory.name} shrank to {len(state.isr)}, below min.insync.replicas "
+                    f"{log.config.min_insync_replicas}, before offset {info.last_offset} was replicated"
+                )
+            remaining_s = deadline - time.monotonic()
+            if remaining_s <= 0:
+                raise RequestTimedOutError(f"offset {info.last_offset} not replicated within {timeout_ms} ms")
+            with self._changes:
+                if self._change_count == seen:
+                    self._changes.wait(remaining_s)
+
+    @ray.method(concurrency_group=READ_GROUP)
+    def replication_state(self) -> LeaderAndIsr | None:
+        """The controller's latest state of this partition as this replica knows it (None before any)."""
+        return self._replication
+
+    def _check_leader(self) -> None:
+        """Client reads go to the leader: a follower refuses them (Kafka's NOT_LEADER_OR_FOLLOWER)."""
+        if self._fetcher is not None:
+            raise NotLeaderOrFollowerError(f"{self._opened_log.directory.name} is a follower")
 
     def _notify_fetchers(self) -> None:
         """Wakes the waiting fetches and publishes the offsets to the high-watermark file: the high watermark,
@@ -211,6 +464,9 @@ class PartitionLogActor:
         """Its log dir failed (Kafka's handleLogDirFailure): the files are closed without a flush and every call
         but `close` raises `KafkaStorageError` from now on; the next broker start recovers the log."""
         if self._unavailable is None:
+            with self._role_lock:
+                self._stop_fetcher()
+                self._leader = None
             self._unavailable = KafkaStorageError(f"log dir is offline: {reason}", path=self._opened_log.directory)
             self._opened_log.close_without_marker()
             self._notify_fetchers()
@@ -230,6 +486,9 @@ class PartitionLogActor:
     def close(self) -> PartitionState:
         """Clean shutdown of the log (flush, trim, markers); returns its final state, again if called again."""
         if self._closed_state is None:
+            with self._role_lock:
+                self._stop_fetcher()
+                self._leader = None
             self._log.close()
             self._closed_state = self._state()
             self._unavailable = BrokerNotAvailableError(f"the log of {self._opened_log.directory} is closed")
@@ -285,6 +544,7 @@ class PartitionLogActor:
         return result
 
     def _fetch_now(self, offset: int, max_bytes: int, zero_copy: bool) -> FetchResult:
+        self._check_leader()
         records: bytes | memoryview | None = None
         if zero_copy:
             located = locate_file_slices(self._log, offset, max_bytes)
@@ -309,6 +569,7 @@ class PartitionLogActor:
         checked_max_bytes = _checked_max_bytes(max_bytes)
 
         def located() -> FileSlices:
+            self._check_leader()
             found = locate_file_slices(self._log, offset, checked_max_bytes, max_slices)
             return FileSlices(
                 found,
@@ -475,3 +736,46 @@ def _checked_max_bytes(max_bytes: object) -> int:
     if not is_int(max_bytes):
         raise InvalidRequestError(f"max_bytes must be an int, not {type(max_bytes).__name__}")
     return max_bytes
+
+
+class _RayLeaderLink:
+    """A follower's calls to its leader's replica (`actors.server.replication.follower.LeaderLink`) over Ray; the
+    leader's handle is looked up once and again after any failure."""
+
+    def __init__(self, state: LeaderAndIsr, me: str, find_replica: Callable[[str, int, str], Any]) -> None:
+        self._state = state
+        self._me = me
+        self._find_replica = find_replica
+        self._handle: object | None = None
+
+    def _call(self, method: str, *args: object, timeout_s: float = REPLICA_CALL_TIMEOUT_S) -> object:
+        if self._handle is None:
+            self._handle = self._find_replica(self._state.topic, self._state.partition, self._state.leader)
+        try:
+            return call(getattr(self._handle, method).remote(*args), timeout_s=timeout_s)
+        except RaybrokerError:
+            self._handle = None
+            raise
+
+    def epoch_end_offset(self, epoch: int) -> tuple[int, int, int]:
+        answer = self._call("epoch_end_offset", epoch)
+        assert isinstance(answer, tuple)
+        return answer
+
+    def replicate(self, offset: int, max_bytes: int, max_wait_ms: int) -> ReplicaFetch:
+        answer = self._call(
+            "replicate",
+            self._me,
+            offset,
+            max_bytes,
+            max_wait_ms,
+            self._state.leader_epoch,
+            timeout_s=REPLICA_CALL_TIMEOUT_S + max_wait_ms / 1000,
+        )
+        assert isinstance(answer, ReplicaFetch)
+        return answer
+
+    def log_start_offset(self) -> int:
+        answer = self._call("offsets")
+        assert isinstance(answer, tuple)
+        return int(answer[0])

@@ -27,8 +27,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from actors.calls import call, partition_actor
+from actors.calls import call
 from actors.clients.broker import Broker
+from actors.partition_lookup import partition_actor
 from storage.arguments import is_int
 from storage.errors import InvalidRequestError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
 from storage.topic_partition import TopicPartition

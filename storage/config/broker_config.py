@@ -31,6 +31,14 @@ list (blanks trimmed, empty entries dropped, as Kafka's `csvList`).
 | producer.id.expiration.ms                     | int     | 86400000            | forget an idle producer id after it  |
 | producer.id.expiration.check.interval.ms      | int     | 600000              | how often idle producers are dropped |
 | log.partitions.per.process (raybroker only)   | int     | 1                   | partition logs per actor process     |
+| default.replication.factor                    | int     | 1                   | replicas of a new topic by default   |
+| offsets.topic.replication.factor              | short   | 3                   | __consumer_offsets replicas (capped) |
+| replica.lag.time.max.ms                       | long    | 30000               | behind this long: out of the ISR     |
+| replica.fetch.wait.max.ms                     | int     | 500                 | a follower's fetch waits for records |
+| replica.fetch.max.bytes                       | int     | 1048576             | bytes a follower's fetch asks for    |
+| replica.fetch.backoff.ms                      | int     | 1000                | pause after a failed follower fetch  |
+| auto.leader.rebalance.enable                  | boolean | true                | lead from the preferred replica      |
+| leader.imbalance.check.interval.seconds       | long    | 300                 | period of that check                 |
 | listeners                                     | string  | PLAINTEXT://127.0.0.1:9092 | Kafka-protocol endpoints      |
 | advertised.listeners                          | string  | (listeners)         | what Metadata tells clients          |
 | num.network.threads                           | int     | 1 (Kafka: 3)        | listener processes per node          |
@@ -148,13 +156,11 @@ MS_PER_HOUR = 3_600_000
 
 IGNORED_KAFKA_KEYS = frozenset(
     {
-        "auto.leader.rebalance.enable",
         "broker.rack",
         "controlled.shutdown.enable",
         "controller.listener.names",
         "controller.quorum.bootstrap.servers",
         "controller.quorum.voters",
-        "default.replication.factor",
         "group.initial.rebalance.delay.ms",
         "inter.broker.listener.name",
         "inter.broker.protocol.version",
@@ -164,9 +170,7 @@ IGNORED_KAFKA_KEYS = frozenset(
         "metric.reporters",
         "num.io.threads",
         "num.replica.fetchers",
-        "offsets.topic.replication.factor",
         "process.roles",
-        "replica.lag.time.max.ms",
         "security.inter.broker.protocol",
         "socket.receive.buffer.bytes",
         "socket.send.buffer.bytes",
@@ -244,6 +248,14 @@ class BrokerConfig:
     producer_id_expiration_ms: int = config_field(86400000, "int", low=1)
     producer_id_expiration_check_interval_ms: int = config_field(600000, "int", low=1)
     log_partitions_per_process: int = config_field(1, "int", low=1)
+    default_replication_factor: int = config_field(1, "int", low=1)
+    offsets_topic_replication_factor: int = config_field(3, "int", low=1, high=32767)
+    replica_lag_time_max_ms: int = config_field(30000, "long", low=1)
+    replica_fetch_wait_max_ms: int = config_field(500, "int", low=0)
+    replica_fetch_max_bytes: int = config_field(1048576, "int", low=0)
+    replica_fetch_backoff_ms: int = config_field(1000, "int", low=0)
+    auto_leader_rebalance_enable: bool = config_field(True, "boolean")
+    leader_imbalance_check_interval_seconds: int = config_field(300, "long", low=1)
     listeners: str = config_field(DEFAULT_LISTENERS, "string")
     advertised_listeners: str | None = config_field(None, "string")
     num_network_threads: int = config_field(1, "int", low=1)

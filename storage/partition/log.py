@@ -2,7 +2,7 @@
 
 Offsets: `log_start_offset` (first readable offset, only moves forward), `log_end_offset` (LEO, the next
 offset to assign), `high_watermark` (last offset + 1 visible to consumers; with one replica it follows
-the LEO), `recovery_point` (everything below it is known fsynced).
+the LEO, with several replication moves it: `set_replicated`), `recovery_point` (everything below it is known fsynced).
 
 Append (leader path): validate the client's batches (see `log_validator`), then under the log lock
 assign offsets in place from the LEO (baseOffset and leader epoch are outside the CRC), stamp
@@ -174,6 +174,8 @@ class Log:
         active = segments.active
         self._end_offset_metadata = LogOffsetMetadata(log_end_offset, active.base_offset, active.size)
         self._high_watermark = log_end_offset
+        # False: the high watermark follows every append (the only replica). True: replication moves it.
+        self._replicated = False
         self.dropped_on_open = tuple(dropped)
 
     # --- opening ---------------------------------------------------------------------------------
@@ -338,6 +340,21 @@ class Log:
             raise InvalidRequestError(f"a leader epoch must be an int, not {type(epoch).__name__}")
         with self._lock:
             return self._leader_epochs.end_offset_for(epoch, self.log_end_offset)
+
+    @property
+    def replicated(self) -> bool:
+        """Whether replication moves the high watermark (`set_replicated`) rather than every append."""
+        return self._replicated
+
+    def set_replicated(self, replicated: bool) -> None:
+        """True while other replicas must have an offset before consumers see it: appends then leave the high
+        watermark where it is, and the replica's leader (or, on a follower, its leader's answers) moves it with
+        `update_high_watermark`. False makes this log the only replica again: the high watermark jumps to the
+        log end offset and follows every append from then on."""
+        with self._lock:
+            self._replicated = replicated
+            if not replicated:
+                self._high_watermark = self.log_end_offset
 
     def update_high_watermark(self, offset: int) -> int:
         """Sets the high watermark, clamped to [log_start_offset, log_end_offset]; returns the new value."""
@@ -504,7 +521,8 @@ class Log:
         segment = self._maybe_roll(size, first_offset, last_offset, max_timestamp)
         segment.append(last_offset, max_timestamp, offset_of_max_timestamp, pieces)
         self._end_offset_metadata = LogOffsetMetadata(last_offset + 1, segment.base_offset, segment.size)
-        self._high_watermark = last_offset + 1
+        if not self._replicated:
+            self._high_watermark = last_offset + 1
         now_ms = self._clock.milliseconds()
         if (
             self.log_end_offset - self._recovery_point >= self._config.flush_messages

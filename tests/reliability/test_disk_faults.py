@@ -343,8 +343,9 @@ def test_a_broker_log_dir_that_fills_up_goes_offline_while_the_other_serves_and_
     import resource
 
     from actors import Admin, Producer
-    from actors.calls import call, get_actor, partition_actor
+    from actors.calls import call, get_actor
     from actors.options import log_manager_name
+    from actors.partition_lookup import partition_actor
 
     broker, dirs = start_test_broker(log_dirs_count=2)
     admin = Admin(broker)

@@ -406,6 +406,8 @@ def _rewrite_placement(metadata_dir: Path, topic: str, node_id: str) -> None:
             latest[record.key] = record.value
         body = json.loads(latest[f"topic/{topic}".encode()] or b"null")
         body["partitions"] = {p: node_id for p in body["partitions"]}
+        for state in body["replication"].values():
+            state.update(leader=node_id, replicas=[node_id], isr=[node_id])
         builder = RecordBatchBuilder()
         builder.append(f"topic/{topic}".encode(), json.dumps(body).encode(), timestamp=now_ms())
         log.append(builder.build())

@@ -13,8 +13,9 @@ from typing import Any
 import pytest
 import ray
 
-from actors.calls import HostedPartitionHandle, call
+from actors.calls import call
 from actors.clients.broker import Broker
+from actors.partition_lookup import HostedPartitionHandle
 from storage import file_names
 from storage.errors import (
     BrokerNotAvailableError,

@@ -1,0 +1,107 @@
+"""Finding a partition's replicas from client code.
+
+A partition's clients talk to its leader replica: the controller says which node leads it, and the replica on
+that node is found by its actor's name (`partition:<topic>:<partition>:<node id>`) or, when that node's broker
+hosts several partitions per process (`log.partitions.per.process` > 1), through the node's log manager (which
+host): the lookup answers a `HostedPartitionHandle`, which callers use exactly as an actor handle. A replica
+that no longer leads answers `NotLeaderOrFollowerError`, a `BrokerNotAvailableError`. Lookups are not cached
+here (leaders move, and a topic deleted and created again may land in another host): every caller keeps the
+handle it got and looks again after a `BrokerNotAvailableError`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import ray
+
+from actors.calls import call, controller, get_actor
+from actors.options import (
+    MAINTENANCE_GROUP,
+    NAMESPACE,
+    READ_GROUP,
+    REPLICATION_GROUP,
+    log_manager_name,
+    partition_actor_name,
+)
+from actors.server.partition_host import partition_method_group
+from storage.errors import BrokerNotAvailableError, InvalidRequestError, UnknownTopicOrPartitionError
+
+
+def partition_actor(topic: str, partition: int) -> Any:
+    """The leader replica of (topic, partition): its partition actor, or the `HostedPartitionHandle` of a partition
+    held by a partition host. `UnknownTopicOrPartitionError` if the cluster has no such partition or its leader's
+    node hosts none, `BrokerNotAvailableError` while it has no leader (LEADER_NOT_AVAILABLE)."""
+    state = call(controller().partition_state.remote(topic, partition))
+    if state.offline:
+        raise BrokerNotAvailableError(
+            f"{topic}-{partition} has no leader: none of its in-sync replicas {list(state.isr)} is running"
+        )
+    return replica_actor(topic, partition, state.leader)
+
+
+def replica_actor(topic: str, partition: int, node_id: str) -> Any:
+    """The replica of (topic, partition) on Ray node `node_id`, as `partition_actor` answers it;
+    `UnknownTopicOrPartitionError` if that node hosts none."""
+    try:
+        return ray.get_actor(partition_actor_name(topic, partition, node_id), namespace=NAMESPACE)
+    except ValueError:
+        pass
+    try:
+        host = call(get_actor(log_manager_name(node_id)).partition_host.remote(topic, partition))
+    except BrokerNotAvailableError:
+        host = None
+    if host is None:
+        raise UnknownTopicOrPartitionError(f"no replica of {topic}-{partition} is hosted on node {node_id}")
+    return HostedPartitionHandle(host, topic, partition)
+
+
+@dataclass(frozen=True, slots=True)
+class HostedMethod:
+    """`handle.<method>`: `.remote(*args)` sends the call to the host's method of the method's concurrency group
+    (`write`, `read` or `maintain`), as an actor method's `.remote` does, and returns its `ObjectRef`."""
+
+    host: Any
+    topic: str
+    partition: int
+    method: str
+    group: str | None
+
+    def remote(self, *args: Any, **kwargs: Any) -> Any:
+        if self.group == READ_GROUP:
+            host_method = self.host.read
+        elif self.group == MAINTENANCE_GROUP:
+            host_method = self.host.maintain
+        elif self.group == REPLICATION_GROUP:
+            host_method = self.host.replication
+        else:
+            host_method = self.host.write
+        return host_method.remote(self.topic, self.partition, self.method, *args, **kwargs)
+
+
+class HostedPartitionHandle:
+    """A partition held by a partition host (`actors.server.partition_host`), used as its actor handle:
+    `ray.get(handle.append.remote(batch))` answers what the partition actor's would. `host` is the host's
+    actor handle (killing it restarts every partition it holds). Picklable, so it travels to Spark tasks."""
+
+    __slots__ = ("host", "partition", "topic")
+
+    def __init__(self, host: Any, topic: str, partition: int) -> None:
+        self.host = host
+        self.topic = topic
+        self.partition = partition
+
+    def __getattr__(self, method: str) -> HostedMethod:
+        """`AttributeError` for a name that is no partition method, as an actor handle raises."""
+        try:
+            group = partition_method_group(method)
+        except InvalidRequestError:
+            raise AttributeError(f"a partition has no method {method!r}") from None
+        return HostedMethod(self.host, self.topic, self.partition, method, group)
+
+    def __reduce__(self) -> tuple[type[HostedPartitionHandle], tuple[Any, str, int]]:
+        return HostedPartitionHandle, (self.host, self.topic, self.partition)
+
+    def __repr__(self) -> str:
+        return f"HostedPartitionHandle({self.topic}-{self.partition} on {self.host})"

@@ -1,0 +1,172 @@
+"""A follower replica's fetch loop (Kafka's `ReplicaFetcherThread`, one per followed partition here).
+
+The follower copies its leader's log record for record, offsets and leader epochs included:
+
+1. Before its first fetch from a leader (and again after the leader says its offset is past the leader's end) it
+   truncates away any tail the leader does not have: it asks the leader where its own newest epoch ends and cuts
+   by `storage.partition.follower_truncation` until both agree. No record the leader lacks survives.
+2. It then fetches from its log end offset (the leader records that offset as the follower's progress and answers
+   with the batches past it, waiting up to `replica.fetch.wait.max.ms` for some), appends them with the leader's
+   offsets (`Log.append_as_follower`), and takes the leader's high watermark (never above its own log end offset)
+   and log start offset.
+3. A fetch below the leader's log start (the leader deleted what the follower lacks) restarts the follower's log
+   empty at the leader's log start. Any other failure (the leader restarting, a new leader not known yet) waits
+   `replica.fetch.backoff.ms` and tries again; the controller's next state stops this loop and starts another.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from storage.config.broker_config import BrokerConfig
+from storage.errors import OffsetOutOfRangeError, RaybrokerError
+from storage.partition.follower_truncation import truncation_state
+from storage.partition.leader_epoch_cache import UNDEFINED_EPOCH
+from storage.partition.log import Log
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaFetch:
+    """A leader's answer to a follower's fetch: the batches past the fetch offset and the leader's offsets."""
+
+    records: bytes
+    high_watermark: int
+    log_start_offset: int
+    log_end_offset: int
+
+
+class LeaderLink(Protocol):
+    """The calls a follower makes to its leader (Ray calls to the leader's replica in the broker)."""
+
+    def epoch_end_offset(self, epoch: int) -> tuple[int, int, int]:
+        """(the leader's epoch, and the requested epoch's `(epoch, end offset)` on the leader)."""
+        ...
+
+    def replicate(self, offset: int, max_bytes: int, max_wait_ms: int) -> ReplicaFetch:
+        """The follower's fetch from `offset` (`OffsetOutOfRangeError` outside the leader's log)."""
+        ...
+
+    def log_start_offset(self) -> int:
+        """The leader's log start offset."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaSettings:
+    """The broker's replication settings under Kafka's names (`replica.lag.time.max.ms`, `replica.fetch.max.bytes`,
+    `replica.fetch.wait.max.ms`, `replica.fetch.backoff.ms`), with Kafka's defaults."""
+
+    lag_time_max_ms: int = 30_000
+    fetch_max_bytes: int = 1_048_576
+    fetch_wait_max_ms: int = 500
+    fetch_backoff_ms: int = 1_000
+
+    @classmethod
+    def from_broker_config(cls, config: BrokerConfig) -> ReplicaSettings:
+        return cls(
+            config.replica_lag_time_max_ms,
+            config.replica_fetch_max_bytes,
+            config.replica_fetch_wait_max_ms,
+            config.replica_fetch_backoff_ms,
+        )
+
+
+class ReplicaFetcher:
+    """Follows one leader in one leader epoch until `stop`; see the module docstring."""
+
+    def __init__(
+        self,
+        name: str,
+        log: Log,
+        leader: LeaderLink,
+        settings: ReplicaSettings,
+        on_change: Callable[[], None],
+    ) -> None:
+        self._name = name
+        self._log = log
+        self._leader = leader
+        self._settings = settings
+        self._on_change = on_change
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"replica-fetcher-{name}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Ends the loop after the fetch in progress (which the leader answers within its wait); does not wait."""
+        self._stopped.set()
+
+    def join(self, timeout_s: float) -> None:
+        self._thread.join(timeout_s)
+
+    @property
+    def stopped(self) -> bool:
+        return self._stopped.is_set()
+
+    def _run(self) -> None:
+        truncated = False
+        while not self._stopped.is_set():
+            try:
+                if not truncated:
+                    self.truncate_to_leader()
+                    truncated = True
+                self.fetch_once()
+            except OffsetOutOfRangeError:
+                truncated = self._restart_at_leader_start()
+            except RaybrokerError as exc:
+                logger.info("%s: fetch from the leader failed, retrying: %s", self._name, exc)
+                truncated = False
+                self._stopped.wait(self._settings.fetch_backoff_ms / 1000)
+
+    def truncate_to_leader(self) -> None:
+        """Step 1 of the module docstring."""
+        log = self._log
+        while not self._stopped.is_set():
+            entries = log.epoch_entries()
+            asked = entries[-1].epoch if entries else UNDEFINED_EPOCH
+            if asked == UNDEFINED_EPOCH and log.log_end_offset == log.log_start_offset:
+                return
+            _, leader_epoch, leader_end = self._leader.epoch_end_offset(asked)
+            state = truncation_state(
+                leader_epoch, leader_end, log.end_offset_for_epoch, log.log_end_offset, log.high_watermark
+            )
+            if log.truncate_to(state.offset):
+                logger.warning("%s: truncated to offset %d, where it parts from the leader", self._name, state.offset)
+                self._on_change()
+            if state.completed:
+                return
+
+    def fetch_once(self) -> None:
+        """Step 2 of the module docstring."""
+        log = self._log
+        fetched = self._leader.replicate(
+            log.log_end_offset, self._settings.fetch_max_bytes, self._settings.fetch_wait_max_ms
+        )
+        if self._stopped.is_set():
+            return
+        if fetched.records:
+            log.append_as_follower(fetched.records)
+        log.update_high_watermark(max(log.high_watermark, min(fetched.high_watermark, log.log_end_offset)))
+        if fetched.log_start_offset > log.log_start_offset:
+            log.maybe_increment_log_start_offset(min(fetched.log_start_offset, log.high_watermark))
+        self._on_change()
+
+    def _restart_at_leader_start(self) -> bool:
+        """Step 3: True if the log restarted at the leader's log start; False (truncate first) if the follower's
+        offset was past the leader's end instead."""
+        start = self._leader.log_start_offset()
+        if self._log.log_end_offset >= start:
+            return False
+        logger.warning(
+            "%s: the leader starts at %d, past this replica's end: restarting empty there", self._name, start
+        )
+        self._log.truncate_fully_and_start_at(start)
+        self._on_change()
+        return True
