@@ -1,12 +1,17 @@
 """The admin facade: Kafka's Admin client (topics, configs, partitions, records, offsets, SCRAM credentials, ACLs)
 over the broker's actors.
 
-Topic metadata comes from the controller (`actors.server.controller`); the live numbers of each partition
-(offsets, size, segments, folder) come from the partition actors' `state()`, asked of all partitions at
-once. SCRAM credentials and ACLs live in the controller (`actors.server.security`); a password is salted and
-hashed here, as Kafka's Admin client does, and only the credential travels. Every method blocks until the broker
-has answered and raises the broker's typed errors (`UnknownTopicOrPartitionError`, `TopicExistsError`,
-`InvalidPartitionsError`, `InvalidConfigError`, `PolicyViolationError`, `InvalidAclError`,
+Topic metadata comes from the controller (`actors.server.controller`): each partition's replicas, in-sync replicas,
+leader and leader epoch, named by the Ray node ids of their brokers; the live numbers of each partition (offsets,
+size, segments, folder) come from its leader replica's `state()`, asked of all partitions at once. A partition
+with no leader (offline: none of its in-sync replicas runs) has no replica to ask, and is described with -1 for
+its numbers, as Kafka answers an unknown offset, so that an operator still sees it (`raybroker topics --describe
+--unavailable-partitions`).
+
+SCRAM credentials and ACLs live in the controller (`actors.server.security`); a password is salted and hashed here,
+as Kafka's Admin client does, and only the credential travels. Every method blocks until the broker has answered
+and raises the broker's typed errors (`UnknownTopicOrPartitionError`, `TopicExistsError`, `InvalidPartitionsError`,
+`InvalidReplicationFactorError`, `InvalidConfigError`, `PolicyViolationError`, `InvalidAclError`,
 `UnacceptableCredentialError`, `ResourceNotFoundError`, ...), never Ray's.
 """
 
@@ -18,8 +23,9 @@ from pathlib import Path
 
 from actors.calls import call
 from actors.clients.broker import Broker
-from actors.partition_lookup import partition_actor
-from actors.server.controller import TopicMetadata
+from actors.partition_lookup import partition_actor, replica_actor
+from actors.server.controller import AdvertisedListener, TopicMetadata
+from actors.server.replication.leader_and_isr import NO_LEADER, LeaderAndIsr
 from actors.server.security.acls import AclBinding, AclBindingFilter, InvalidAclError
 from actors.server.security.scram import (
     MIN_ITERATIONS,
@@ -31,14 +37,20 @@ from actors.server.security.scram import (
 )
 from storage.arguments import is_int
 from storage.errors import InvalidConfigError, InvalidRequestError
+from storage.logdir.partition_handles import PartitionState
 
 # Kafka's ListOffsets sentinels (OffsetSpec.earliest(), latest(), maxTimestamp()).
 OFFSET_SPECS = {"earliest": -2, "latest": -1, "max-timestamp": -3}
+# An offline partition's numbers: nobody can read them, and -1 is Kafka's unknown offset.
+UNKNOWN = -1
 
 
 @dataclass(frozen=True, slots=True)
 class PartitionDescription:
-    """One partition: where it lives (Ray node, log dir) and its offsets and size now."""
+    """One partition: where its leader lives (Ray node, log dir) and its offsets and size now, and its replication
+    (Kafka's TopicPartitionInfo): the leader's Ray node id (`node_id`; "" while the partition is offline, then the
+    numbers are -1 and `log_dir` ""), its leader epoch, its replicas (preferred leader first) and in-sync
+    replicas, by the Ray node ids of their brokers."""
 
     partition: int
     node_id: str
@@ -48,15 +60,38 @@ class PartitionDescription:
     high_watermark: int
     size_bytes: int
     segments: int
+    leader_epoch: int
+    replicas: tuple[str, ...]
+    isr: tuple[str, ...]
+
+    @property
+    def offline(self) -> bool:
+        """No leader: none of its in-sync replicas runs (kafka-topics' `--unavailable-partitions`)."""
+        return self.node_id == NO_LEADER
+
+    @property
+    def under_replicated(self) -> bool:
+        """Fewer replicas in sync than assigned (kafka-topics' `--under-replicated-partitions`)."""
+        return len(self.isr) < len(self.replicas)
 
 
 @dataclass(frozen=True, slots=True)
 class TopicDescription:
-    """A topic's config overrides (Kafka names) and its partitions, in partition order."""
+    """A topic's config overrides (Kafka names), its replication factor and its partitions, in partition order."""
 
     name: str
     config: dict[str, str]
     partitions: list[PartitionDescription]
+    replication_factor: int
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterDescription:
+    """The running brokers by Ray node id, and the Kafka `node.id` of each one whose node runs a Kafka listener
+    (Kafka's DescribeCluster): what Kafka's tools call a broker's id."""
+
+    brokers: tuple[str, ...]
+    node_ids: dict[str, int]
 
 
 class Admin:
@@ -66,10 +101,20 @@ class Admin:
         self._broker = broker or Broker.connect()
         self._controller = self._broker.controller
 
-    def create_topic(self, name: str, partitions: int = 1, config: Mapping[str, str] | None = None) -> TopicDescription:
-        """Creates the topic (Kafka's CreateTopics); `config` takes Kafka's topic config names."""
-        metadata = call(self._controller.create_topic.remote(name, partitions, _config_mapping(config)))
-        return self._describe(metadata)
+    def create_topic(
+        self,
+        name: str,
+        partitions: int = 1,
+        config: Mapping[str, str] | None = None,
+        replication_factor: int | None = None,
+    ) -> TopicDescription:
+        """Creates the topic (Kafka's CreateTopics); `config` takes Kafka's topic config names, and each partition
+        gets `replication_factor` replicas on distinct brokers (None or -1: the broker's
+        `default.replication.factor`). `InvalidReplicationFactorError` below 1 or above the running brokers."""
+        created = self._controller.create_topic.remote(
+            name, partitions, _config_mapping(config), replication_factor=replication_factor
+        )
+        return self._describe(call(created))
 
     def delete_topic(self, name: str) -> None:
         call(self._controller.delete_topic.remote(name))
@@ -87,6 +132,14 @@ class Admin:
     def add_partitions(self, name: str, total: int) -> TopicDescription:
         """Grows the topic to `total` partitions (topics never shrink)."""
         return self._describe(call(self._controller.add_partitions.remote(name, total)))
+
+    def describe_cluster(self) -> ClusterDescription:
+        """The running brokers and their listeners' Kafka node ids."""
+        brokers_ref, listeners_ref = self._controller.brokers.remote(), self._controller.listeners.remote()
+        listeners: dict[str, AdvertisedListener] = call(listeners_ref)
+        return ClusterDescription(
+            tuple(call(brokers_ref)), {node: listener.broker_id for node, listener in listeners.items()}
+        )
 
     def delete_records(self, topic: str, partition: int, offset: int) -> int:
         """Kafka's DeleteRecords: records below `offset` go; returns the new log start offset."""
@@ -151,24 +204,34 @@ class Admin:
         return call(self._controller.delete_acls.remote(list(filters)))
 
     def _describe(self, metadata: TopicMetadata) -> TopicDescription:
-        partitions = sorted(metadata.partitions)
-        refs = [partition_actor(metadata.name, p).state.remote() for p in partitions]
-        described = []
-        for partition, ref in zip(partitions, refs, strict=True):
-            state = call(ref)
-            described.append(
-                PartitionDescription(
-                    partition,
-                    metadata.partitions[partition],
-                    str(Path(state.directory).parent),
-                    state.log_start_offset,
-                    state.log_end_offset,
-                    state.high_watermark,
-                    state.size_bytes,
-                    state.segments,
-                )
-            )
-        return TopicDescription(metadata.name, dict(metadata.config), described)
+        """The topic with each partition's replication state and its leader's log numbers (see the module
+        docstring)."""
+        states = [metadata.state(p) for p in sorted(metadata.partitions)]
+        refs = [
+            None if state.offline else replica_actor(metadata.name, state.partition, state.leader).state.remote()
+            for state in states
+        ]
+        described = [
+            _partition_description(state, None if ref is None else call(ref))
+            for state, ref in zip(states, refs, strict=True)
+        ]
+        return TopicDescription(metadata.name, dict(metadata.config), described, metadata.replication_factor)
+
+
+def _partition_description(state: LeaderAndIsr, log: PartitionState | None) -> PartitionDescription:
+    """One partition from its replication state and its leader's log numbers (None while it has no leader)."""
+    if log is None:
+        numbers = ("", UNKNOWN, UNKNOWN, UNKNOWN, UNKNOWN, UNKNOWN)
+    else:
+        numbers = (
+            str(Path(log.directory).parent),
+            log.log_start_offset,
+            log.log_end_offset,
+            log.high_watermark,
+            log.size_bytes,
+            log.segments,
+        )
+    return PartitionDescription(state.partition, state.leader, *numbers, state.leader_epoch, state.replicas, state.isr)
 
 
 def _config_mapping(config: Mapping[str, str] | None) -> dict[str, str]:
@@ -193,4 +256,4 @@ def _offset_spec(spec: str | int) -> int:
     )
 
 
-__all__ = ["Admin", "PartitionDescription", "TopicDescription"]
+__all__ = ["Admin", "ClusterDescription", "PartitionDescription", "TopicDescription"]

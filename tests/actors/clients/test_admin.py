@@ -1,5 +1,7 @@
-"""The admin facade on a real broker: topic lifecycle, descriptions with live partition state, configs,
-partitions, DeleteRecords and ListOffsets (oracle: what was produced), and the typed errors of bad calls."""
+"""The admin facade on a real broker: topic lifecycle, descriptions with live partition state and replication,
+configs, partitions, DeleteRecords and ListOffsets (oracle: what was produced), and the typed errors of bad calls.
+The broker is one node, so a replication factor above 1 is refused as Kafka refuses it (more replicas than
+brokers); several brokers' replication is tested in the multi-node suite."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import pytest
 from storage.errors import (
     InvalidConfigError,
     InvalidPartitionsError,
+    InvalidReplicationFactorError,
     InvalidRequestError,
     InvalidTopicError,
     OffsetOutOfRangeError,
@@ -134,3 +137,30 @@ def test_bad_admin_calls_raise_typed_errors(admin_and_dirs: tuple[Any, list[Path
         admin.delete_records("taken", 1, 0)
     assert admin.list_topics() == sorted(admin.list_topics())
     assert "zero" not in admin.list_topics() and "configured" not in admin.list_topics()
+
+
+@pytest.mark.parametrize("factor", [None, -1, 1])
+def test_a_single_broker_topic_has_one_replica_leading_in_sync_in_epoch_0(
+    admin_and_dirs: tuple[Any, list[Path]], factor: int | None
+) -> None:
+    from actors import Broker
+
+    admin, _ = admin_and_dirs
+    name = f"one-replica-{factor}"
+    created = admin.create_topic(name, 2, replication_factor=factor)
+    (node,) = admin.describe_cluster().brokers
+    assert created.replication_factor == 1
+    for p in (*created.partitions, *admin.describe_topic(name).partitions):
+        assert (p.node_id, p.leader_epoch, p.replicas, p.isr) == (node, 0, (node,), (node,))
+        assert not p.offline and not p.under_replicated
+        assert p.node_id == Broker.connect().node_of(name, p.partition)
+
+
+@pytest.mark.parametrize("factor", [2, 0, -2])
+def test_a_replication_factor_one_broker_cannot_place_is_refused_and_creates_nothing(
+    admin_and_dirs: tuple[Any, list[Path]], factor: int
+) -> None:
+    admin, _ = admin_and_dirs
+    with pytest.raises(InvalidReplicationFactorError, match=f"replication factor.* {factor}"):
+        admin.create_topic(f"replicated{factor}", 1, replication_factor=factor)
+    assert f"replicated{factor}" not in admin.list_topics()
