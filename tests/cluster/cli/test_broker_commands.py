@@ -82,6 +82,9 @@ def test_top_level_help_lists_the_broker_commands(capsys: pytest.CaptureFixture[
         (["topics", "--create", "--partitions", "2"], "topics --create needs --topic"),
         (["topics", "--alter", "--topic", "t"], "--alter needs --partitions"),
         (["topics", "--list", "--config", "a=b"], "--config goes with"),
+        (["topics", "--alter", "--topic", "t", "--replication-factor", "2"], "--replication-factor goes with --create"),
+        (["topics", "--list", "--under-replicated-partitions"], "go with --describe"),
+        (["topics", "--create", "--topic", "t", "--unavailable-partitions"], "go with --describe"),
         (["produce", "--topic", "t", "--key-separator", ""], "--key-separator must not be empty"),
     ],
 )
@@ -101,6 +104,8 @@ def test_option_combinations_a_command_refuses_are_one_line_usage_errors(
         ["get-offsets", "--topic", "t", "--time", "-4"],
         ["topics", "--create", "--topic", "t", "--config", "no-equals-sign"],
         ["topics", "--create", "--topic", "t", "--partitions", "0"],
+        ["topics", "--create", "--topic", "t", "--replication-factor", "0"],
+        ["topics", "--create", "--topic", "t", "--replication-factor", "-1"],
         ["consume", "--topic", "t", "--partition", "0", "--offset", "-5"],
         ["delete-records", "--topic", "t", "--partition", "0", "--offset", "-2"],
         ["topics", "--list", "--describe"],
@@ -214,6 +219,10 @@ def test_stop_without_a_target_refuses_rather_than_pick_any_local_cluster(tmp_pa
 # --- against a running broker ----------------------------------------------------------------------------
 
 
+def ray_node_ids() -> list[str]:
+    return [node["NodeID"] for node in ray.nodes() if node["Alive"]]
+
+
 @pytest.fixture(scope="module")
 def broker(start_test_broker: StartBroker) -> tuple[Any, list[Path]]:
     return start_test_broker(log_dirs_count=2)
@@ -236,20 +245,28 @@ def test_topics_create_list_describe_alter_delete(
     code, out, _ = run(capsys, "topics", "--describe", "--topic", "cli-t")
     lines = out.splitlines()
     assert code == EXIT_OK
-    assert lines[0] == "Topic: cli-t\tPartitionCount: 2\tConfigs: retention.ms=60000"
+    assert lines[0] == "Topic: cli-t\tPartitionCount: 2\tReplicationFactor: 1\tConfigs: retention.ms=60000"
+    (node,) = ray_node_ids()
     for partition, line in enumerate(lines[1:]):
+        # kafka-topics' fields first, in its order; no listener runs here, so brokers go by their Ray node id.
+        assert line.startswith(
+            f"\tTopic: cli-t\tPartition: {partition}\tLeader: {node}\tReplicas: {node}\tIsr: {node}\t"
+        )
         fields = dict(field.split(": ", 1) for field in line.strip("\t").split("\t"))
-        assert fields["Topic"] == "cli-t"
-        assert fields["Partition"] == str(partition)
+        assert fields["Node"] == node
         assert fields["LogDir"] in {str(d) for d in log_dirs}
         assert (fields["LogStartOffset"], fields["LogEndOffset"], fields["Segments"]) == ("0", "0", "1")
     assert len(lines) == 3
+    for only in ("--under-replicated-partitions", "--unavailable-partitions"):
+        assert run(capsys, "topics", "--describe", "--topic", "cli-t", only)[:2] == (EXIT_OK, "")
 
     assert run(
         capsys, "topics", "--alter", "--topic", "cli-t", "--partitions", "3", "--config", "segment.bytes=1048576"
     )[:2] == (EXIT_OK, "")
     lines = run(capsys, "topics", "--describe", "--topic", "cli-t")[1].splitlines()
-    assert lines[0] == "Topic: cli-t\tPartitionCount: 3\tConfigs: retention.ms=60000,segment.bytes=1048576"
+    assert lines[0] == (
+        "Topic: cli-t\tPartitionCount: 3\tReplicationFactor: 1\tConfigs: retention.ms=60000,segment.bytes=1048576"
+    )
     assert len(lines) == 4
 
     code, _, err = run(capsys, "topics", "--create", "--topic", "cli-t")
@@ -277,6 +294,10 @@ def test_topics_create_list_describe_alter_delete(
         (["get-offsets", "--topic", "cli-missing"], "unknown topic 'cli-missing'"),
         (["delete-records", "--topic", "cli-missing", "--partition", "0", "--offset", "0"], "cli-missing"),
         (["topics", "--alter", "--topic", "cli-missing", "--partitions", "2"], "unknown topic 'cli-missing'"),
+        (
+            ["topics", "--create", "--topic", "cli-badcfg", "--replication-factor", "2"],
+            "replication factor 2 is larger",
+        ),
     ],
 )
 def test_broker_refusals_are_one_line_and_exit_1(
