@@ -800,6 +800,8 @@ class Log:
         with self._lock:
             self._check_open()
             if target_offset >= self.log_end_offset:
+                # Kafka's rule: an epoch a replica started leading at its end, then wrote nothing in, goes.
+                self._leader_epochs.truncate_from_end(self.log_end_offset)
                 return False
             first = self._segments.first
             if first is not None and target_offset < first.base_offset:

@@ -291,15 +291,6 @@ def truncate_against(leader: Log, follower: Log, stats: dict[str, int], max_roun
     )
 
 
-STALE_EPOCH_ENTRY = (
-    "log.py bug: Log.truncate_to(offset >= log end) returns without touching the leader-epoch cache; Kafka's "
-    "truncateTo still calls leaderEpochCache.truncateFromEnd(logEndOffset). An entry a replica's own empty "
-    "leadership left at its log end then survives its truncation as a follower: the checkpoint keeps it, the next "
-    "fetched batch of an older epoch removes the real entries before it ((0, 0), (1, 4) + epoch-0 batch at 4 -> "
-    "[(0, 4)]), and an intermediate cut at the log end is a no-op that asks the same epoch again forever"
-)
-
-
 def entries_below(log: Log, end: int) -> list[tuple[int, int]]:
     """The log's epoch entries that start below `end`: a leader's entry for an epoch it has written nothing in yet
     (a new leader's, at its log end) reaches no follower, in Kafka too (followers learn epochs from batches)."""
@@ -408,19 +399,9 @@ HISTORIES = 300
     [
         pytest.param(False, True, id="followers-follow-at-once-and-every-leader-writes"),
         pytest.param(True, True, id="followers-away-and-every-leader-writes"),
-        # A leader that writes nothing leaves an epoch entry without a batch at its log end: see STALE_EPOCH_ENTRY.
-        pytest.param(
-            False,
-            False,
-            id="followers-follow-at-once-and-empty-leaderships",
-            marks=pytest.mark.xfail(strict=True, reason=STALE_EPOCH_ENTRY),
-        ),
-        pytest.param(
-            True,
-            False,
-            id="followers-away-and-empty-leaderships",
-            marks=pytest.mark.xfail(strict=True, reason=STALE_EPOCH_ENTRY),
-        ),
+        # A leader that writes nothing leaves an epoch entry without a batch at its log end, which a cut there drops.
+        pytest.param(False, False, id="followers-follow-at-once-and-empty-leaderships"),
+        pytest.param(True, False, id="followers-away-and-empty-leaderships"),
     ],
 )
 def test_no_divergent_record_survives_a_leader_change(
@@ -447,7 +428,6 @@ def leading_epoch_0(directory: Path, clock: MockClock, batches: int) -> Log:
     return log
 
 
-@pytest.mark.xfail(strict=True, reason=STALE_EPOCH_ENTRY)
 def test_a_follower_cut_at_its_log_end_drops_the_epoch_entry_there(tmp_path: Path, clock: MockClock) -> None:
     """A and B hold offsets 0-9 of epoch 0. A leads epoch 1 and writes nothing (entry (1, 10)), then B leads epoch
     2. A asks for epoch 1: B answers (0, 10), A's own epoch 0 ends at 10 too, so the cut is at 10, A's log end.
@@ -471,13 +451,12 @@ def test_a_follower_cut_at_its_log_end_drops_the_epoch_entry_there(tmp_path: Pat
         b.close()
 
 
-@pytest.mark.xfail(strict=True, reason=STALE_EPOCH_ENTRY)
 def test_a_stale_epoch_entry_does_not_eat_the_entries_before_it(tmp_path: Path, clock: MockClock) -> None:
     """B copied offsets 0-3 of A's epoch 0, led epoch 1 from 4 writing nothing, then A (offsets 0-9) leads epoch 2.
     B asks for epoch 1: A answers (0, 10), B's epoch 0 ends at 4, the cut is at 4, B's log end. B then fetches A's
     epoch-0 batches from 4. In Kafka the cut dropped B's (1, 4), so B ends with A's entries below the log end,
-    [(0, 0)]. Here (1, 4) survives the cut, and assigning (0, 4) for the first fetched batch removes every entry
-    with an epoch >= 0 first: B's checkpoint becomes [(0, 4)], as if offsets 0-3 had no epoch."""
+    [(0, 0)]; had (1, 4) survived the cut, assigning (0, 4) for the first fetched batch would remove every entry
+    with an epoch >= 0 first, leaving [(0, 4)], as if offsets 0-3 had no epoch."""
     a = leading_epoch_0(tmp_path / "a" / "topic-0", clock, 5)
     b = open_log(tmp_path / "b" / "topic-0", clock)
     try:
@@ -495,12 +474,11 @@ def test_a_stale_epoch_entry_does_not_eat_the_entries_before_it(tmp_path: Path, 
         b.close()
 
 
-@pytest.mark.xfail(strict=True, reason=STALE_EPOCH_ENTRY)
 def test_an_intermediate_cut_at_the_log_end_moves_on_to_the_older_epoch(tmp_path: Path, clock: MockClock) -> None:
     """A wrote 0-3 in epoch 0 (B copied them) and 4-5 in epoch 1 (B was away); B led epoch 2 from 4 and wrote
     nothing (A was away); A leads epoch 3. B asks for epoch 2: A answers (1, 6); B lacks epoch 1, its epoch 0 ends
     at 4, its log end: an intermediate cut at 4. In Kafka that cut drops B's entry (2, 4), B asks for epoch 0
-    next, A answers (0, 4), and the second round completes at 4. Here (2, 4) stays and B asks for epoch 2 again."""
+    next, A answers (0, 4), and the second round completes at 4 (were (2, 4) kept, B would ask for epoch 2 forever)."""
     a = leading_epoch_0(tmp_path / "a" / "topic-0", clock, 2)
     b = open_log(tmp_path / "b" / "topic-0", clock)
     try:
