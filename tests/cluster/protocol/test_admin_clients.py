@@ -25,7 +25,12 @@ from confluent_kafka.admin import (
 from kafka.admin import ConfigResource as KafkaPythonConfigResource
 from kafka.admin import ConfigResourceType, KafkaAdminClient
 from kafka.admin import NewTopic as KafkaPythonNewTopic
-from kafka.errors import InvalidConfigurationError, InvalidTopicError, TopicAlreadyExistsError
+from kafka.errors import (
+    InvalidConfigurationError,
+    InvalidReplicationFactorError,
+    InvalidTopicError,
+    TopicAlreadyExistsError,
+)
 
 from actors.clients.admin import Admin
 from cluster.protocol.listener import KafkaListener, start_listener
@@ -96,6 +101,32 @@ def test_refused_creations_carry_kafkas_codes(admin: AdminClient) -> None:
         "bad name!": KafkaError.TOPIC_EXCEPTION,
         "ck-replicated": KafkaError.INVALID_REPLICATION_FACTOR,
     }
+
+
+def test_replication_factor_beyond_the_one_broker_is_refused_and_metadata_lists_the_one_replica(
+    admin: AdminClient, broker_admin: Admin
+) -> None:
+    """Two replicas on one broker: INVALID_REPLICATION_FACTOR with the reason, nothing created. The default (-1) and
+    1 give each partition this broker as leader, only replica and only in-sync replica, as Metadata lists them."""
+    (refused,) = admin.create_topics([NewTopic("ck-two-replicas", 1, 2)]).values()
+    with pytest.raises(KafkaException) as raised:
+        refused.result(TIMEOUT_S)
+    error: KafkaError = raised.value.args[0]
+    assert error.code() == KafkaError.INVALID_REPLICATION_FACTOR
+    assert "replication factor 2" in error.str()
+    assert "ck-two-replicas" not in broker_admin.list_topics()
+
+    result(admin.create_topics([NewTopic("ck-default-replicas", 2), NewTopic("ck-one-replica", 1, 1)]))
+    (node,) = admin.describe_cluster().result(TIMEOUT_S).nodes
+    (ray_node,) = broker_admin.describe_cluster().brokers
+    assert broker_admin.describe_cluster().node_ids == {ray_node: node.id}
+    listed = admin.list_topics(timeout=TIMEOUT_S).topics
+    for name, count in (("ck-default-replicas", 2), ("ck-one-replica", 1)):
+        partitions = listed[name].partitions
+        assert {p: (m.leader, m.replicas, m.isrs, m.error) for p, m in partitions.items()} == {
+            p: (node.id, [node.id], [node.id], None) for p in range(count)
+        }
+        assert broker_admin.describe_topic(name).replication_factor == 1
 
 
 def test_describe_and_alter_configs(admin: AdminClient, broker_admin: Admin, listener: KafkaListener) -> None:
@@ -175,6 +206,8 @@ def test_kafka_python_admin(listener: KafkaListener, broker_admin: Admin) -> Non
             client.create_topics([KafkaPythonNewTopic("kp-bad", 1, 1, topic_configs={"segment.bytes": "1"})])
         with pytest.raises(InvalidTopicError):
             client.create_topics([KafkaPythonNewTopic("bad name!", 1, 1)])
+        with pytest.raises(InvalidReplicationFactorError):
+            client.create_topics([KafkaPythonNewTopic("kp-replicated", 1, 2)])
         described = client.describe_configs([KafkaPythonConfigResource(ConfigResourceType.TOPIC, "kp-admin")])
         # kafka-python keeps only the modified configs by default: the one override, with its source.
         (modified,) = described["topic"].values()
