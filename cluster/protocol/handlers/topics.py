@@ -22,8 +22,9 @@ CreateTopics:
 DeleteTopics deletes by name (a v6 entry naming only a topic id answers UNKNOWN_TOPIC_ID, 100); with
 `delete.topic.enable=false` every entry answers TOPIC_DELETION_DISABLED (73).
 
-CreatePartitions grows a topic to `count` (not growing it answers INVALID_PARTITIONS); given `assignments` must
-each name exactly this broker (INVALID_REPLICA_ASSIGNMENT otherwise); `validate_only` changes nothing.
+CreatePartitions grows a topic to `count` (not growing it answers INVALID_PARTITIONS), each new partition with the
+topic's replication factor, placed by the controller; given `assignments` are checked as CreateTopics checks them;
+`validate_only` changes nothing.
 
 Authorization, as Kafka's controller checks it, after the duplicate-name check and before anything else:
 - CreateTopics needs CREATE on the cluster or on the topic, else TOPIC_AUTHORIZATION_FAILED (29); a topic created
@@ -150,12 +151,6 @@ class CreateTopicsHandler:
                     ErrorCode.invalid_replica_assignment, f"partitions {indexes} are not numbered 0..n-1"
                 )
             for assignment in topic.assignments:
-                if len(assignment.broker_ids) > ASSIGNED_REPLICATION_FACTOR:
-                    raise TopicRequestError(
-                        ErrorCode.invalid_request,
-                        f"replicas {list(assignment.broker_ids)}: manual assignments of several replicas are not "
-                        "supported; give num_partitions and replication_factor, and the controller places them",
-                    )
                 _check_replicas(tuple(assignment.broker_ids), self._node_id)
             return len(indexes)
         count = self._num_partitions if topic.num_partitions == USE_DEFAULT else topic.num_partitions
@@ -264,8 +259,16 @@ def _configs(configs: Any) -> dict[str, str]:
 
 
 def _check_replicas(broker_ids: tuple[int, ...], node_id: int) -> None:
+    """A manual assignment must name this broker alone: several replicas answer INVALID_REQUEST (only the
+    controller's placement makes them), another broker INVALID_REPLICA_ASSIGNMENT."""
+    if len(broker_ids) > ASSIGNED_REPLICATION_FACTOR:
+        raise TopicRequestError(
+            ErrorCode.invalid_request,
+            f"replicas {list(broker_ids)}: manual assignments of several replicas are not supported; give a "
+            "replication factor (CreateTopics) and the controller places the replicas",
+        )
     if broker_ids != (node_id,):
         raise TopicRequestError(
             ErrorCode.invalid_replica_assignment,
-            f"replicas {list(broker_ids)}: each partition has exactly one replica, on broker {node_id}",
+            f"replicas {list(broker_ids)}: a manually assigned partition has one replica, on broker {node_id}",
         )

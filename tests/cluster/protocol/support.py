@@ -2,7 +2,9 @@
 
 `LogBrokerView` keeps one `storage.partition.log.Log` per partition in a temporary folder, so handler and socket
 tests exercise the real append, read and offset code the partition actors run, in-process. Unlike the actors it
-does not wait for data (a long-poll fetch answers at once); the long poll is tested against the real broker.
+does not wait for data (a long-poll fetch answers at once); the long poll is tested against the real broker. It is
+one broker: its topics have one replica each, served by whichever listener is asked, unless a test `place`s their
+partitions on several brokers (leaders, epochs, replicas, ISR) for Metadata to describe.
 With `splice=True` a fetch of `SENDFILE_MIN_BYTES` or more answers a `FileRegion` of the segment file, as the
 real broker view does for a partition on the listener's node, so the server's `sendfile` path runs too.
 """
@@ -176,7 +178,9 @@ class LogBrokerView:
             raise UnknownTopicOrPartitionError(f"no partition {topic}-{partition}")
         return log
 
-    async def append(self, topic: str, partition: int, records: bytes) -> LogAppendInfo:
+    async def append(
+        self, topic: str, partition: int, records: bytes, acks: int = 1, timeout_ms: int = 30_000
+    ) -> LogAppendInfo:
         return self.log(topic, partition).append(records)
 
     async def fetch(

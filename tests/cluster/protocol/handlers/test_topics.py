@@ -201,8 +201,13 @@ def test_create_partitions_validate_only_and_assignments(view: LogBrokerView) ->
         [
             {"name": "checked", "count": 4, "assignments": None},
             {"name": "checked-elsewhere", "count": 2, "assignments": [{"broker_ids": [7]}]},
+            {"name": "checked-twice", "count": 2, "assignments": [{"broker_ids": [NODE_ID, 7]}]},
         ],
         validate_only=True,
     )
-    assert [r.error_code for r in response.results] == [ErrorCode.none, ErrorCode.invalid_replica_assignment]
+    assert [r.error_code for r in response.results] == [
+        ErrorCode.none,
+        ErrorCode.invalid_replica_assignment,
+        ErrorCode.invalid_request,
+    ]
     assert run(view.topic("checked")).partition_count == 1
