@@ -14,7 +14,13 @@ from collections.abc import Callable
 from typing import Any, NoReturn
 
 import ray
-from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError, RayTaskError
+from ray.exceptions import (
+    ActorUnavailableError,
+    ActorUnschedulableError,
+    GetTimeoutError,
+    RayActorError,
+    RayTaskError,
+)
 
 from actors.options import (
     CONTROLLER_NAME,
@@ -36,7 +42,7 @@ def call(ref: Any, timeout_s: float | None = None) -> Any:
     """`ray.get(ref)`, raising the actor's own typed error rather than Ray's wrapper."""
     try:
         return ray.get(ref, timeout=timeout_s)
-    except (RayTaskError, RayActorError, GetTimeoutError) as exc:
+    except (RayTaskError, RayActorError, ActorUnschedulableError, GetTimeoutError) as exc:
         _raise_typed(exc, timeout_s)
 
 
@@ -55,13 +61,14 @@ def call_when_available(submit: Callable[[], Any], timeout_s: float) -> Any:
             if time.monotonic() + RESTART_POLL_SECONDS >= deadline:
                 _raise_typed(exc, timeout_s)
             time.sleep(RESTART_POLL_SECONDS)
-        except (RayTaskError, RayActorError, GetTimeoutError) as exc:
+        except (RayTaskError, RayActorError, ActorUnschedulableError, GetTimeoutError) as exc:
             _raise_typed(exc, timeout_s)
 
 
 def _raise_typed(exc: Exception, timeout_s: float | None) -> NoReturn:
     """Raises the project's error for a failed `ray.get`: the actor's own typed error, `BrokerNotAvailableError`
-    for a dead or restarting actor, `RequestTimedOutError` for no answer in time."""
+    for a dead or restarting actor (or one pinned to a node that is gone), `RequestTimedOutError` for no answer in
+    time."""
     if isinstance(exc, RayTaskError):
         cause = getattr(exc, "cause", None)
         if isinstance(cause, RaybrokerError):

@@ -62,7 +62,9 @@ def start_broker(config: BrokerConfig | Mapping[str, str] | None = None) -> str:
     )
     call(manager.ping.remote())
     call(ctrl.register_broker.remote(node_id))
-    ensure_consumer_offsets_topic(ctrl, broker_config.offsets_topic_num_partitions)
+    ensure_consumer_offsets_topic(
+        ctrl, broker_config.offsets_topic_num_partitions, broker_config.offsets_topic_replication_factor
+    )
     coordinator: Any = GroupCoordinator.options(**group_coordinator_options(node_id)).remote(
         broker_config.offsets_topic_num_partitions
     )

@@ -19,6 +19,11 @@ The work is Kafka's three pieces:
   `max_in_flight_requests_per_connection` calls per partition, and retries (`retries`, `retry_backoff_ms`,
   `retry_backoff_max_ms`, `delivery_timeout_ms`), then answers the futures.
 
+`acks` is Kafka's: 1 (the default here, as raybroker's topics default to one replica) answers once the leader
+wrote the records; "all" (or -1) once every in-sync replica has them, and refuses while fewer than the topic's
+`min.insync.replicas` are in sync (`NotEnoughReplicasError`, retried like a leader change:
+`NotLeaderOrFollowerError` makes the sender look the leader up again). acks=0 is the Kafka listener's.
+
 Errors raised by `send` itself (before anything is queued): `UnknownTopicOrPartitionError` for an
 unknown topic or a partition outside the topic, `SerializationError` for a key or value the serializer
 cannot encode, `RecordTooLargeError` for a record larger than `max_request_size`, `InvalidTimestampError`
@@ -72,6 +77,7 @@ class Producer:
         batch_size: int = 16384,
         compression_type: str = "none",
         enable_idempotence: bool = True,
+        acks: int | str = 1,
         retries: int = 5,
         retry_backoff_ms: int = 100,
         retry_backoff_max_ms: int = 1000,
@@ -104,6 +110,8 @@ class Producer:
                 f"an idempotent producer allows at most {NUM_BATCHES_TO_RETAIN} calls in flight per partition "
                 f"(the partition remembers that many batches per producer), got {max_in_flight_requests_per_connection}"
             )
+        if acks not in (1, -1, "1", "-1", "all"):
+            raise InvalidConfigError(f"acks must be 1 or 'all' (-1), got {acks!r}; acks=0 is the Kafka listener's")
         compression = CompressionType.from_name(compression_type)
         self._broker = broker or Broker.connect()
         self._max_request_size = max_request_size
@@ -131,6 +139,7 @@ class Producer:
             self._broker,
             wakeup,
             enable_idempotence=enable_idempotence,
+            acks=1 if acks in (1, "1") else -1,
             retries=retries,
             retry_backoff_ms=retry_backoff_ms,
             retry_backoff_max_ms=retry_backoff_max_ms,

@@ -44,6 +44,8 @@ from storage.clock import Clock
 from storage.errors import (
     BrokerNotAvailableError,
     InvalidRequestError,
+    NotEnoughReplicasAfterAppendError,
+    NotEnoughReplicasError,
     OutOfOrderSequenceError,
     RaybrokerError,
     RequestTimedOutError,
@@ -55,7 +57,12 @@ from storage.topic_partition import TopicPartition
 
 logger = logging.getLogger(__name__)
 
-RETRIABLE_ERRORS = (BrokerNotAvailableError, RequestTimedOutError)
+RETRIABLE_ERRORS = (
+    BrokerNotAvailableError,
+    RequestTimedOutError,
+    NotEnoughReplicasError,
+    NotEnoughReplicasAfterAppendError,
+)
 
 # A batch's outcome: (first offset, LogAppendTime or -1) once written, else the error that failed it.
 Completion = tuple[ProducerBatch, tuple[int, int] | BaseException]
@@ -96,6 +103,7 @@ class Sender:
         wakeup: threading.Event,
         *,
         enable_idempotence: bool,
+        acks: int,
         retries: int,
         retry_backoff_ms: int,
         retry_backoff_max_ms: int,
@@ -108,6 +116,7 @@ class Sender:
         self._broker = broker
         self._wakeup = wakeup
         self._idempotent = enable_idempotence
+        self._acks = acks
         self._retries = retries
         self._retry_backoff_ms = retry_backoff_ms
         self._retry_backoff_max_ms = max(retry_backoff_ms, retry_backoff_max_ms)
@@ -199,7 +208,11 @@ class Sender:
                     # Nothing was sent: the batches are judged like those of a failed call.
                     state.failed.append((_InFlight(None, batches, done=True), exc))
                     break
-                flight = _InFlight(state.handle.append.remote(payload), batches)
+                appended = state.handle.append.remote(payload, self._acks)
+                if self._acks == -1:
+                    # Runs once the append answered (Ray resolves the argument first), on the replication threads.
+                    appended = state.handle.await_replicated.remote(appended)
+                flight = _InFlight(appended, batches)
                 state.in_flight.append(flight)
                 flight.ref.future().add_done_callback(lambda _, flight=flight: self._on_call_done(flight))
 

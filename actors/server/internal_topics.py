@@ -13,20 +13,44 @@ folder.
 from __future__ import annotations
 
 import contextlib
+import logging
 from typing import Any
 
 from actors.calls import call
 from actors.server.controller import TopicMetadata
 from storage.errors import TopicExistsError
 
+logger = logging.getLogger(__name__)
+
 CONSUMER_OFFSETS_TOPIC = "__consumer_offsets"
+# Kafka's `offsets.topic.replication.factor` default.
+DEFAULT_OFFSETS_REPLICATION_FACTOR = 3
 CONSUMER_OFFSETS_CONFIG = {"cleanup.policy": "compact", "segment.bytes": str(100 * 1024 * 1024)}
 
 
-def ensure_consumer_offsets_topic(controller_handle: Any, partitions: int) -> TopicMetadata:
+def ensure_consumer_offsets_topic(
+    controller_handle: Any, partitions: int, replication_factor: int = DEFAULT_OFFSETS_REPLICATION_FACTOR
+) -> TopicMetadata:
     """`__consumer_offsets` as the controller (`controller_handle`) has it, created first with `partitions`
-    partitions (the broker's `offsets.topic.num.partitions`) and `CONSUMER_OFFSETS_CONFIG` if it does not
-    exist. An existing topic is left as it is, whatever its partition count, as Kafka leaves it."""
+    partitions (the broker's `offsets.topic.num.partitions`), `replication_factor` replicas (its
+    `offsets.topic.replication.factor`, capped at the brokers running, with a warning: the first broker of a
+    cluster creates the topic alone) and `CONSUMER_OFFSETS_CONFIG` if it does not exist. An existing topic is left
+    as it is, whatever its partition count and replicas, as Kafka leaves it."""
+    brokers = len(call(controller_handle.brokers.remote()))
+    replicas = max(min(replication_factor, brokers), 1)
     with contextlib.suppress(TopicExistsError):
-        return call(controller_handle.create_topic.remote(CONSUMER_OFFSETS_TOPIC, partitions, CONSUMER_OFFSETS_CONFIG))
+        created = call(
+            controller_handle.create_topic.remote(
+                CONSUMER_OFFSETS_TOPIC, partitions, CONSUMER_OFFSETS_CONFIG, replication_factor=replicas
+            )
+        )
+        if replicas < replication_factor:
+            logger.warning(
+                "offsets.topic.replication.factor is %d but %d broker(s) run: %s was created with %d replica(s)",
+                replication_factor,
+                brokers,
+                CONSUMER_OFFSETS_TOPIC,
+                replicas,
+            )
+        return created
     return call(controller_handle.describe_topic.remote(CONSUMER_OFFSETS_TOPIC))

@@ -298,7 +298,7 @@ class PartitionLogActor:
     def _lead(self, log: Log, state: LeaderAndIsr, previous: LeaderAndIsr | None) -> None:
         """Becomes (or stays) the leader of `state` (under the role lock)."""
         if self._leader is not None and previous is not None and previous.leader_epoch == state.leader_epoch:
-            self._leader.update(state)
+            self._leader.update(state, log.clock.milliseconds())
         else:
             self._stop_fetcher()
             if state.leader_epoch > log.leader_epoch or not log.epoch_entries():

@@ -175,8 +175,11 @@ class BrokerView(Protocol):
         """The partition's leader epoch and the end offset of `epoch` in its log (OffsetForLeaderEpoch)."""
         ...
 
-    async def append(self, topic: str, partition: int, records: bytes) -> LogAppendInfo:
-        """Appends a client's record batches, unchanged, to the partition's log."""
+    async def append(
+        self, topic: str, partition: int, records: bytes, acks: int = 1, timeout_ms: int = 30_000
+    ) -> LogAppendInfo:
+        """Appends a client's record batches, unchanged, to the partition's leader; with `acks` -1, answers once
+        every in-sync replica has them (or fails after `timeout_ms`, the request's `timeout`)."""
         ...
 
     async def fetch(

@@ -141,7 +141,9 @@ class RayBrokerView:
     async def epoch_end_offset(self, topic: str, partition: int, epoch: int) -> EpochEndOffset:
         return EpochEndOffset(*await self._call(topic, partition, "epoch_end_offset", epoch))
 
-    async def append(self, topic: str, partition: int, records: bytes) -> LogAppendInfo:
+    async def append(
+        self, topic: str, partition: int, records: bytes, acks: int = 1, timeout_ms: int = 30_000
+    ) -> LogAppendInfo:
         key = (topic, partition)
         previous = self._last_append.get(key)
         submitted: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -149,7 +151,11 @@ class RayBrokerView:
         try:
             if previous is not None:
                 await asyncio.shield(previous)
-            ref = (await self._handle(topic, partition)).append.remote(records)
+            handle = await self._handle(topic, partition)
+            ref = handle.append.remote(records, acks)
+            if acks == -1:
+                # Runs once the append answered (Ray resolves the argument first), beside the partition's writes.
+                ref = handle.await_replicated.remote(ref, timeout_ms)
         finally:
             submitted.set_result(None)
             if self._last_append.get(key) is submitted:

@@ -46,10 +46,16 @@ class LeaderState:
         self._followers = {node: FollowerProgress(-1, now_ms, now_ms, -1) for node in state.replicas if node != me}
         self._pending_since_ms: int | None = None
 
-    def update(self, state: LeaderAndIsr) -> None:
-        """A newer ISR from the controller (same leader and epoch): the change asked for is answered."""
+    def update(self, state: LeaderAndIsr, now_ms: int) -> None:
+        """A newer state from the controller in the same epoch (an ISR change; or a replica moved to the node its
+        disks came back on, tracked from now on): the change asked for is answered."""
         self.state = state
         self._pending_since_ms = None
+        for node in state.replicas:
+            if node != self.me and node not in self._followers:
+                self._followers[node] = FollowerProgress(-1, now_ms, now_ms, -1)
+        for node in [node for node in self._followers if node not in state.replicas]:
+            del self._followers[node]
 
     def follower_fetched(self, node: str, fetch_offset: int, leader_log_end_offset: int, now_ms: int) -> bool:
         """Records a follower's fetch; False if `node` is no replica of this partition."""

@@ -1,7 +1,9 @@
 """Produce (key 0): each partition's record batches go, byte for byte as the client sent them, to its log.
 
-`acks` is 0 (no response at all: the router sends nothing back), 1 or -1 (answer after the append; with one
-replica per partition "all in-sync replicas" is the leader, so -1 waits for exactly what 1 does). Any other value
+`acks` is 0 (no response at all: the router sends nothing back), 1 (answer after the leader's append) or -1
+(answer once every in-sync replica has the records, within the request's `timeout_ms`: NOT_ENOUGH_REPLICAS when
+fewer than `min.insync.replicas` are in sync before the append, REQUEST_TIMED_OUT or
+NOT_ENOUGH_REPLICAS_AFTER_APPEND after it). Any other value
 fails every partition with INVALID_REQUIRED_ACKS (21). Partitions are appended concurrently and fail one by one:
 an unknown partition, a corrupt batch or a sequence gap answers that partition's error code and leaves the others
 appended. A partition's answer carries the base offset the log assigned, the LogAppendTime it stamped (-1 for
@@ -53,7 +55,10 @@ class ProduceHandler:
         if body.acks not in VALID_ACKS:
             appended = [_failed(ErrorCode.invalid_required_acks) for _ in writable]
         else:
-            appended = list(await asyncio.gather(*(self._append(*wanted[index]) for index in writable)))
+            timeout_ms = int(body.timeout.total_seconds() * 1000)
+            appended = list(
+                await asyncio.gather(*(self._append(*wanted[index], body.acks, timeout_ms) for index in writable))
+            )
         for index, answer in zip(writable, appended, strict=True):
             answers[index] = answer
         if body.acks == 0:
@@ -69,11 +74,13 @@ class ProduceHandler:
             },
         )
 
-    async def _append(self, topic: str, partition: int, records: bytes | None) -> dict[str, Any]:
+    async def _append(
+        self, topic: str, partition: int, records: bytes | None, acks: int, timeout_ms: int
+    ) -> dict[str, Any]:
         if not records:
             return _failed(ErrorCode.invalid_record, "a produce request must carry record batches")
         try:
-            info = await self._view.append(topic, partition, bytes(records))
+            info = await self._view.append(topic, partition, bytes(records), acks, timeout_ms)
         except RaybrokerError as exc:
             return _failed(error_code(exc), exc.message)
         return {
