@@ -227,8 +227,8 @@ class ControllerActor:
     def register_broker(self, node_id: str) -> None:
         """A node's log manager announces itself (idempotent). A partition its disks hold whose assignment
         names a broker that is gone gets this node in that broker's place: Ray node ids change when a cluster
-        restarts, the folders on disk do not. Partitions left without a leader elect one again, and every replica
-        on this node is told its partition's state."""
+        restarts, the folders on disk do not. Partitions left without a leader elect one again, and the replicas
+        of every partition whose state changed are told."""
         with self._lock:
             handle = ray.get_actor(log_manager_name(node_id), namespace=NAMESPACE)
             self._brokers[node_id] = handle
@@ -242,13 +242,8 @@ class ControllerActor:
                 if moved is not None:
                     changed.append(self._persist_state(moved))
             changed.extend(self._elect_offline())
-            mine = [
-                topic.state(p)
-                for topic in self._topics.values()
-                for p in topic.partitions
-                if node_id in topic.state(p).replicas
-            ]
-        self._push({(s.topic, s.partition): s for s in [*mine, *changed]}.values())
+        # A replica asks for its partition's state when it opens; these changed since.
+        self._push(changed)
 
     def _persist_state(self, state: LeaderAndIsr) -> LeaderAndIsr:
         """Writes a partition's new replication state into its topic's record; returns it."""

@@ -261,7 +261,7 @@ class LosingHandle:
         self._outstanding: list[tuple[Any, int]] = []
         self.append = self
 
-    def remote(self, payload: bytes) -> Any:
+    def remote(self, payload: bytes, required_acks: int = 1) -> Any:
         import ray
 
         batches = len(list(iter_batches(payload)))
@@ -269,7 +269,7 @@ class LosingHandle:
         ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0) if refs else ([], [])
         self._outstanding = [(ref, n) for ref, n in self._outstanding if ref not in ready]
         self.calls.append((batches, sum(n for _, n in self._outstanding)))
-        ref = self._handle.append.remote(payload)
+        ref = self._handle.append.remote(payload, required_acks)
         if len(self.calls) % self._lose_every == 0:
             ref = self._lose.remote(ref)
         self._outstanding.append((ref, batches))

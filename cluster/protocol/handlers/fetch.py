@@ -12,8 +12,8 @@ first one that gets data wakes the request, which answers once `min_bytes` are t
 Partitions are read concurrently, each with its own error: UNKNOWN_TOPIC_OR_PARTITION, OFFSET_OUT_OF_RANGE (the
 client then resets its position with ListOffsets), and so on; the others still answer.
 
-Offsets: with one replica the high watermark is the log end, and without transactions the last stable offset is
-the high watermark; there are no aborted transactions, and `preferred_read_replica` is -1 (Fetch v11+; any other
+Offsets: records are served up to the leader's high watermark (every in-sync replica has them; with one replica
+it is the log end), and without transactions the last stable offset is the high watermark; there are no aborted transactions, and `preferred_read_replica` is -1 (Fetch v11+; any other
 value sends a client looking for a replica). Fetch sessions (v7+, KIP-227) are not kept: every answer has session
 id 0, which tells the client to send full fetch requests; a request naming a session id answers
 FETCH_SESSION_ID_NOT_FOUND (70), after which clients start over without one.

@@ -17,8 +17,9 @@ over those entries:
 
 A `current_leader_epoch` other than -1 is checked first against the partition's epoch: a newer one answers
 UNKNOWN_LEADER_EPOCH (75), an older one FENCED_LEADER_EPOCH (74), as a Kafka leader fences a client that knows a
-newer or an older leader. Unknown partitions answer UNKNOWN_TOPIC_OR_PARTITION (3). Metadata still reports leader
-epochs as -1 (unknown), so clients skip this validation unless they ask.
+newer or an older leader. Unknown partitions answer UNKNOWN_TOPIC_OR_PARTITION (3). The partition asked is
+its leader's replica, whose epoch is the one Metadata reports (the controller's), so a client whose metadata names
+an older leader is fenced and refreshes it.
 
 Authorization, as Kafka's since KIP-320 let consumers ask: CLUSTER_ACTION on the cluster (a follower) or DESCRIBE
 on the topic, else its partitions answer TOPIC_AUTHORIZATION_FAILED (29), whether the topic exists or not.

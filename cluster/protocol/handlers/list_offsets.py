@@ -1,7 +1,7 @@
 """ListOffsets (key 2): for each partition, the offset a timestamp or sentinel names.
 
-`timestamp` is -2 (earliest: the log start offset), -1 (latest: the high watermark, which with one replica and no
-transactions is also the last stable offset, so `isolation_level` changes nothing), -3 (the record with the
+`timestamp` is -2 (earliest: the log start offset), -1 (latest: the high watermark, which without transactions is
+also the last stable offset, so `isolation_level` changes nothing), -3 (the record with the
 largest timestamp, v7+), or a time in ms (the first record whose timestamp is at or after it). When no record
 qualifies the answer is offset -1 and timestamp -1, as Kafka's. Leader epochs are -1 (unknown).
 
