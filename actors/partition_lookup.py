@@ -31,14 +31,21 @@ from storage.errors import BrokerNotAvailableError, InvalidRequestError, Unknown
 
 def partition_actor(topic: str, partition: int) -> Any:
     """The leader replica of (topic, partition): its partition actor, or the `HostedPartitionHandle` of a partition
-    held by a partition host. `UnknownTopicOrPartitionError` if the cluster has no such partition or its leader's
-    node hosts none, `BrokerNotAvailableError` while it has no leader (LEADER_NOT_AVAILABLE)."""
+    held by a partition host. `UnknownTopicOrPartitionError` if the cluster has no such partition,
+    `BrokerNotAvailableError` (LEADER_NOT_AVAILABLE, retriable) while it has no leader or its leader's replica
+    cannot be reached."""
     state = call(controller().partition_state.remote(topic, partition))
     if state.offline:
         raise BrokerNotAvailableError(
             f"{topic}-{partition} has no leader: none of its in-sync replicas {list(state.isr)} is running"
         )
-    return replica_actor(topic, partition, state.leader)
+    try:
+        return replica_actor(topic, partition, state.leader)
+    except UnknownTopicOrPartitionError:
+        # The partition exists: its leader's node is gone or its replica is (re)starting, a retriable state.
+        raise BrokerNotAvailableError(
+            f"the leader of {topic}-{partition} on node {state.leader} is not available"
+        ) from None
 
 
 def replica_actor(topic: str, partition: int, node_id: str) -> Any:

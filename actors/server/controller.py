@@ -238,7 +238,7 @@ class ControllerActor:
                 topic = self._topics.get(placement.topic)
                 if topic is None or placement.partition not in topic.partitions:
                     continue
-                moved = moved_replica(topic.state(placement.partition), node_id, self._brokers)
+                moved = moved_replica(topic.state(placement.partition), node_id, self._brokers, placement.directory_id)
                 if moved is not None:
                     changed.append(self._persist_state(moved))
             changed.extend(self._elect_offline())
@@ -447,18 +447,21 @@ class ControllerActor:
             return topic
 
     def _create_partitions(self, topic: TopicMetadata, partitions: range) -> None:
-        """Creates every replica of the partitions on its broker and tells each its state; if any creation
-        fails, raises its error once every creation has ended, so that the caller's rollback never overtakes a
-        creation still running."""
-        refs = [
-            self._broker(node).create_partition.remote(topic.name, p, topic.config)
-            for p in partitions
-            for node in topic.state(p).replicas
-        ]
+        """Creates every replica of the partitions on its broker, records the log dir each landed in and tells
+        each its state; if any creation fails, raises its error once every creation has ended, so that the
+        caller's rollback never overtakes a creation still running."""
+        asked = [(p, node) for p in partitions for node in topic.state(p).replicas]
+        refs = [self._broker(node).create_partition.remote(topic.name, p, topic.config) for p, node in asked]
         ray.wait(refs, num_returns=len(refs))
-        ray.get(refs)
+        placements: list[PartitionPlacement] = ray.get(refs)
+        placed = topic
+        for (partition, node), placement in zip(asked, placements, strict=True):
+            if placement.directory_id:
+                placed = placed.with_state(placed.state(partition).with_directory(node, placement.directory_id))
+        if placed is not topic:
+            self._persist_topic(placed)
         if topic.replication_factor > 1:
-            self._push(topic.state(p) for p in partitions)
+            self._push(placed.state(p) for p in partitions)
 
     def add_partitions(self, name: str, total: int, validate_only: bool = False) -> TopicMetadata:
         """Grows a topic to `total` partitions (Kafka's CreatePartitions; topics never shrink). If a new

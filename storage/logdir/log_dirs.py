@@ -125,6 +125,7 @@ class LogDirs:
         self._cluster_id_configured = cluster_id is not None
         self.cluster_id = cluster_id or new_directory_id()
         self.node_id = node_id
+        self._directory_ids: dict[Path, str] = {}
         self.file_delete_delay_ms = file_delete_delay_ms
         self._on_offline = on_offline
         self._lock = threading.RLock()
@@ -229,10 +230,18 @@ class LogDirs:
                     f"log dir belongs to node {node_id}, this broker is node {self.node_id}", path=path
                 )
             if meta.version == 1 and meta.directory_id is None:
-                write_meta_properties(path, with_directory_id(meta), clock=self.clock)
+                meta = with_directory_id(meta)
+                write_meta_properties(path, meta, clock=self.clock)
+            self._directory_ids[directory] = meta.directory_id or ""
             return
         meta = with_directory_id(MetaProperties(version=1, cluster_id=self.cluster_id, node_id=self.node_id))
         write_meta_properties(path, meta, clock=self.clock)
+        self._directory_ids[directory] = meta.directory_id or ""
+
+    def directory_id(self, directory: Path) -> str:
+        """The dir's `directory.id` from its meta.properties ("" for a version 0 file, which has none): what names a
+        disk wherever it is mounted, so the controller can tell which replica a returning disk holds."""
+        return self._directory_ids.get(directory, "")
 
     def _read_checkpoint(self, directory: Path, name: str) -> dict[TopicPartition, int]:
         try:

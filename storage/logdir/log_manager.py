@@ -101,11 +101,12 @@ OFFSET_CHECKPOINTS = (
 
 @dataclass(frozen=True, slots=True)
 class PartitionPlacement:
-    """Where a partition lives on this broker."""
+    """Where a partition lives on this broker: its log dir, and that dir's `directory.id` ("" if it has none)."""
 
     topic: str
     partition: int
     directory: str
+    directory_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -375,7 +376,10 @@ class LogManager:
     def placements(self) -> list[PartitionPlacement]:
         """Every open partition and its dir, sorted."""
         with self._lock:
-            return [PartitionPlacement(t, p, str(self._dir_of[(t, p)])) for t, p in sorted(self._handles)]
+            return [self._placement((t, p), self._dir_of[(t, p)]) for t, p in sorted(self._handles)]
+
+    def _placement(self, tp: TopicPartition, directory: Path) -> PartitionPlacement:
+        return PartitionPlacement(tp[0], tp[1], str(directory), self._dirs.directory_id(directory))
 
     def get_or_create_partition(
         self, topic: str, partition: int, config: LogConfig | None = None
@@ -388,7 +392,7 @@ class LogManager:
             if not self._dirs.started:
                 raise KafkaStorageError("the log manager is not started")
             if self.partition(topic, partition) is not None:
-                return PartitionPlacement(topic, partition, str(self._dir_of[tp]))
+                return self._placement(tp, self._dir_of[tp])
             if config is not None and config != self._topic_configs.get(topic):
                 # Only a changed config goes out to the topic's open partitions: a topic's partitions are created
                 # one call each with the same config, and pushing it to every sibling made creating N partitions
@@ -403,7 +407,7 @@ class LogManager:
                     self._dirs.take_offline(directory, exc)
                     continue
                 self._add(tp, directory, handle)
-                return PartitionPlacement(topic, partition, str(directory))
+                return self._placement(tp, directory)
             raise KafkaStorageError(f"cannot create {folder_name} in any live log dir ({'; '.join(errors)})")
 
     def get_or_create_log(self, topic: str, partition: int, config: LogConfig | None = None) -> Log:
@@ -450,7 +454,7 @@ class LogManager:
                 state: PartitionState | None = pending.result()
             except Exception:
                 state = None
-            described.append((PartitionPlacement(t, p, str(directory)), state))
+            described.append((self._placement((t, p), directory), state))
         return described
 
     def describe_dirs(self) -> list[LogDirInfo]:

@@ -93,10 +93,22 @@ def preferred_election(state: LeaderAndIsr, live: Mapping[str, object]) -> Leade
     return state.with_leader(preferred, state.isr)
 
 
-def moved_replica(state: LeaderAndIsr, node: str, live: Mapping[str, object]) -> LeaderAndIsr | None:
-    """Broker `node` (re)started holding this partition's folder: if it is not a replica yet, it takes the place of
-    a replica whose broker is gone (the same disk under a new Ray node id); None if nothing changes."""
+def moved_replica(
+    state: LeaderAndIsr, node: str, live: Mapping[str, object], directory_id: str = ""
+) -> LeaderAndIsr | None:
+    """Broker `node` (re)started holding this partition's folder in log dir `directory_id`: the replica recorded in
+    that dir now runs on `node` (the same disk under a new Ray node id). Without a recorded match (a dir without an
+    id, a state from before ids were recorded) only an unambiguous guess is made: a topic's only replica, or the one
+    replica whose broker is gone; a disk that cannot be told apart is left out rather than given a replica's place
+    (and its ISR membership) it may not hold. None if nothing changes."""
+    if directory_id and directory_id in state.directories:
+        owner = state.replicas[state.directories.index(directory_id)]
+        return None if owner == node else state.with_replica_moved(owner, node, directory_id)
     if node in state.replicas:
+        return None if not directory_id or state.directory_of(node) else state.with_directory(node, directory_id)
+    if directory_id and len(state.directories) == len(state.replicas) and all(state.directories):
         return None
-    gone = next((replica for replica in state.replicas if replica not in live), None)
-    return None if gone is None else state.with_replica_moved(gone, node)
+    if len(state.replicas) == 1:
+        return state.with_replica_moved(state.replicas[0], node, directory_id)
+    gone = [replica for replica in state.replicas if replica not in live]
+    return state.with_replica_moved(gone[0], node, directory_id) if len(gone) == 1 else None

@@ -5,7 +5,9 @@ first entry the preferred leader; `isr` the replicas in sync with the leader (th
 replica that takes writes ("" while none of the in-sync replicas is alive: the partition is offline); and
 `leader_epoch` the number every leader change raises, which followers and clients fence stale leaders by;
 `version` (Kafka's partition epoch) rises with every change, leader or ISR, so a replica that receives two states
-out of order keeps the newer.
+out of order keeps the newer. `directories` (Kafka's PartitionRecord directories) names, per replica, the
+`directory.id` of the log dir holding it ("" while unknown): Ray node ids change when a node restarts, a disk's id
+does not, so a disk that comes back on another node is recognised as the replica it holds.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ class LeaderAndIsr:
     replicas: tuple[str, ...]
     isr: tuple[str, ...]
     version: int = 0
+    directories: tuple[str, ...] = ()
 
     @property
     def replication_factor(self) -> int:
@@ -47,16 +50,30 @@ class LeaderAndIsr:
         """A new leader (or none) and ISR in the next epoch."""
         return replace(self, leader=leader, leader_epoch=self.leader_epoch + 1, isr=isr, version=self.version + 1)
 
-    def with_replica_moved(self, old: str, new: str) -> LeaderAndIsr:
-        """`old` (a node that is gone) replaced by `new` (the node its log dirs now run on), in the same places."""
+    def directory_of(self, node: str) -> str:
+        """The `directory.id` recorded for `node`'s replica ("" if unknown)."""
+        index = self.replicas.index(node) if node in self.replicas else -1
+        return self.directories[index] if 0 <= index < len(self.directories) else ""
+
+    def with_directory(self, node: str, directory_id: str) -> LeaderAndIsr:
+        """`node`'s replica recorded in log dir `directory_id`."""
+        known = list(self.directories) + [""] * (len(self.replicas) - len(self.directories))
+        known[self.replicas.index(node)] = directory_id
+        return replace(self, directories=tuple(known), version=self.version + 1)
+
+    def with_replica_moved(self, old: str, new: str, directory_id: str = "") -> LeaderAndIsr:
+        """`old` (a node that is gone) replaced by `new` (the node its log dirs now run on), in the same places; a
+        moved leader leads in the next epoch (a new process, as a re-registered Kafka broker)."""
         moved = {old: new}
-        return replace(
+        state = replace(
             self,
             leader=moved.get(self.leader, self.leader),
+            leader_epoch=self.leader_epoch + (1 if self.leader == old else 0),
             replicas=tuple(moved.get(node, node) for node in self.replicas),
             isr=tuple(moved.get(node, node) for node in self.isr),
             version=self.version + 1,
         )
+        return state.with_directory(new, directory_id) if directory_id else state
 
     def to_json(self) -> dict[str, object]:
         return {
@@ -65,6 +82,7 @@ class LeaderAndIsr:
             "replicas": list(self.replicas),
             "isr": list(self.isr),
             "version": self.version,
+            "directories": list(self.directories),
         }
 
     @classmethod
@@ -72,4 +90,5 @@ class LeaderAndIsr:
         replicas = tuple(str(node) for node in body["replicas"])  # type: ignore[attr-defined]
         isr = tuple(str(node) for node in body["isr"])  # type: ignore[attr-defined]
         epoch, version = int(body["epoch"]), int(body.get("version", 0))  # type: ignore[call-overload]
-        return cls(topic, partition, str(body["leader"]), epoch, replicas, isr, version)
+        directories = tuple(str(d) for d in body.get("directories", ()))  # type: ignore[attr-defined]
+        return cls(topic, partition, str(body["leader"]), epoch, replicas, isr, version, directories)

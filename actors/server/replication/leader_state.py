@@ -3,7 +3,8 @@
 Each follower's log end offset is the offset of its last fetch: a follower asks for what it lacks, so everything
 below it is on its disk. The high watermark is the smallest log end offset in the ISR, the leader's own included:
 every in-sync replica has every record below it, so a consumer may read up to it and an `acks=all` write is
-acknowledged once it passes its last offset.
+acknowledged once it passes its last offset. While an ISR expansion is asked for, the joining followers count too
+(Kafka's "maximal ISR"): the high watermark must not pass what a replica about to be in sync has.
 
 In sync, by Kafka's rule (`replica.lag.time.max.ms`): a follower is caught up at a fetch that asks for the leader's
 log end offset, and also, at a later fetch, up to the time of the previous one if it then asked for at least the
@@ -45,12 +46,14 @@ class LeaderState:
         # Kafka starts every follower's clock at the election, so one that fetches soon stays in the ISR.
         self._followers = {node: FollowerProgress(-1, now_ms, now_ms, -1) for node in state.replicas if node != me}
         self._pending_since_ms: int | None = None
+        self._joining: tuple[str, ...] = ()
 
     def update(self, state: LeaderAndIsr, now_ms: int) -> None:
         """A newer state from the controller in the same epoch (an ISR change; or a replica moved to the node its
         disks came back on, tracked from now on): the change asked for is answered."""
         self.state = state
         self._pending_since_ms = None
+        self._joining = ()
         for node in state.replicas:
             if node != self.me and node not in self._followers:
                 self._followers[node] = FollowerProgress(-1, now_ms, now_ms, -1)
@@ -72,9 +75,10 @@ class LeaderState:
         return True
 
     def high_watermark(self, leader_log_end_offset: int) -> int:
-        """The smallest log end offset among the in-sync replicas, the leader's included."""
+        """The smallest log end offset among the in-sync replicas (and those asked to join), the leader's included."""
         ends = [leader_log_end_offset]
-        ends.extend(max(self._followers[node].log_end_offset, 0) for node in self.state.isr if node in self._followers)
+        counted = (*self.state.isr, *self._joining)
+        ends.extend(max(self._followers[node].log_end_offset, 0) for node in counted if node in self._followers)
         return min(ends)
 
     def follower_log_end_offset(self, node: str) -> int:
@@ -96,6 +100,7 @@ class LeaderState:
         if not joining or not self._may_ask(now_ms):
             return None
         self._pending_since_ms = now_ms
+        self._joining = tuple(joining)
         return tuple(node for node in self.state.replicas if node in self.state.isr or node in joining)
 
     def isr_to_shrink(self, leader_log_end_offset: int, lag_ms: int, now_ms: int) -> tuple[str, ...] | None:
@@ -110,4 +115,5 @@ class LeaderState:
         if not lagging or not self._may_ask(now_ms):
             return None
         self._pending_since_ms = now_ms
+        self._joining = ()
         return tuple(node for node in self.state.isr if node not in lagging)

@@ -446,11 +446,12 @@ def test_kafka_zookeeper_mode_server_properties_loads(tmp_path: Path, caplog: py
     assert config.log_config.retention_ms == 168 * 3600000
     assert config.log_retention_check_interval_ms == 300000
     assert (config.num_network_threads, config.socket_request_max_bytes) == (3, 104857600)
+    # A Kafka file's replication keys are raybroker's too (its single-broker quickstart sets 1).
+    assert config.offsets_topic_replication_factor == 1
     assert config.ignored_keys == (
         "num.io.threads",
         "socket.send.buffer.bytes",
         "socket.receive.buffer.bytes",
-        "offsets.topic.replication.factor",
         "transaction.state.log.replication.factor",
         "transaction.state.log.min.isr",
         "zookeeper.connect",

@@ -230,11 +230,6 @@ def test_moved_replica_without_a_gone_replica_changes_nothing():
     assert moved_replica(state("a", "abc", "abc"), "d", live("a", "b", "c", "d")) is None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="moved_replica cannot tell which gone replica's disks came back: with two replicas gone it gives the "
-    "newcomer the first one's place, ISR membership and leadership, an unclean election",
-)
 def test_moved_replica_never_makes_disks_of_unknown_origin_in_sync_when_several_replicas_are_gone():
     # a led alone (b and c out of sync) when b, then a went away, e.g. a whole-cluster restart that gives every
     # node a new Ray id. d registers holding b's stale copy of the partition: nothing says it is a's.
@@ -325,3 +320,31 @@ def test_random_broker_losses_and_returns_keep_kafkas_invariants(seed: int):
                 states[index] = after
         for current in states:
             assert current.offline == (not any(node in running for node in current.isr))
+
+
+def test_a_returning_disk_is_recognised_by_its_directory_id_wherever_it_runs():
+    # A whole-cluster restart: every node has a new Ray id and the disks came back on other nodes than before.
+    before = LeaderAndIsr("t", 0, "a", 3, ("a", "b", "c"), ("a", "b"), 5, ("dir-a", "dir-b", "dir-c"))
+    running = live("x", "y")
+    moved = moved_replica(before, "x", running, "dir-c")
+    assert moved is not None
+    assert (moved.replicas, moved.isr, moved.leader, moved.leader_epoch) == (("a", "b", "x"), ("a", "b"), "a", 3)
+    assert moved.directories == ("dir-a", "dir-b", "dir-c")
+    # a's disk, on y: y takes a's place, its ISR membership and its leadership, in the next epoch.
+    again = moved_replica(moved, "y", running, "dir-a")
+    assert again is not None
+    assert (again.replicas, again.isr, again.leader, again.leader_epoch) == (("y", "b", "x"), ("y", "b"), "y", 4)
+    # Already where it is recorded: nothing changes.
+    assert moved_replica(again, "y", running, "dir-a") is None
+
+
+def test_a_disk_no_replica_was_recorded_on_takes_no_place_when_every_replica_has_its_dir():
+    recorded = LeaderAndIsr("t", 0, NO_LEADER, 3, ("a", "b", "c"), ("a",), 5, ("dir-a", "dir-b", "dir-c"))
+    assert moved_replica(recorded, "d", live("d"), "dir-d") is None
+
+
+def test_a_replica_whose_dir_was_not_recorded_gets_it_recorded():
+    before = state("a", "abc", "abc")
+    recorded = moved_replica(before, "b", live("a", "b", "c"), "dir-b")
+    assert recorded is not None and recorded.directory_of("b") == "dir-b" and recorded.version == before.version + 1
+    assert (recorded.replicas, recorded.isr, recorded.leader) == (before.replicas, before.isr, before.leader)

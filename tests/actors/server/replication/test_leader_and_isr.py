@@ -17,7 +17,14 @@ def test_to_json_then_from_json_gives_the_same_state():
 
 
 def test_to_json_uses_the_metadata_log_field_names():
-    assert STATE.to_json() == {"leader": "b", "epoch": 4, "replicas": ["a", "b", "c"], "isr": ["b", "c"], "version": 7}
+    assert STATE.to_json() == {
+        "leader": "b",
+        "epoch": 4,
+        "replicas": ["a", "b", "c"],
+        "isr": ["b", "c"],
+        "version": 7,
+        "directories": [],
+    }
 
 
 def test_from_json_without_version_reads_version_zero():

@@ -78,11 +78,6 @@ def test_high_watermark_never_exceeds_what_an_in_sync_replica_has(seed: int):
         assert high_watermark == min([leader_end, *(has[member] for member in isr if member != "a")])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="while an ISR expansion is pending the high watermark uses the committed ISR, not Kafka's maximalIsr "
-    "(ISR + the joining replica): it passes the joiner's log end, which then enters the ISR without those records",
-)
 def test_high_watermark_waits_for_a_follower_whose_isr_expansion_is_pending():
     leader = leading(("a", "b"))
     leader.follower_fetched("b", 5, 5, 1_100)
