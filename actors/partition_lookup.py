@@ -26,21 +26,27 @@ from actors.options import (
     partition_actor_name,
 )
 from actors.server.partition_host import partition_method_group
+from actors.server.replication.leader_and_isr import LeaderAndIsr
 from storage.errors import BrokerNotAvailableError, InvalidRequestError, UnknownTopicOrPartitionError
 
 
 def partition_actor(topic: str, partition: int) -> Any:
-    """The leader replica of (topic, partition): its partition actor, or the `HostedPartitionHandle` of a partition
-    held by a partition host. `UnknownTopicOrPartitionError` if the cluster has no such partition,
-    `BrokerNotAvailableError` (LEADER_NOT_AVAILABLE, retriable) while it has no leader or its leader's replica
-    cannot be reached."""
+    """`leader_replica`'s handle."""
+    return leader_replica(topic, partition)[0]
+
+
+def leader_replica(topic: str, partition: int) -> tuple[Any, LeaderAndIsr]:
+    """The leader replica of (topic, partition) and the partition's state: the replica's partition actor, or the
+    `HostedPartitionHandle` of a partition held by a partition host. `UnknownTopicOrPartitionError` if the cluster
+    has no such partition, `BrokerNotAvailableError` (LEADER_NOT_AVAILABLE, retriable) while it has no leader or
+    its leader's replica cannot be reached."""
     state = call(controller().partition_state.remote(topic, partition))
     if state.offline:
         raise BrokerNotAvailableError(
             f"{topic}-{partition} has no leader: none of its in-sync replicas {list(state.isr)} is running"
         )
     try:
-        return replica_actor(topic, partition, state.leader)
+        return replica_actor(topic, partition, state.leader), state
     except UnknownTopicOrPartitionError:
         # The partition exists: its leader's node is gone or its replica is (re)starting, a retriable state.
         raise BrokerNotAvailableError(

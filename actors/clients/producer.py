@@ -19,10 +19,13 @@ The work is Kafka's three pieces:
   `max_in_flight_requests_per_connection` calls per partition, and retries (`retries`, `retry_backoff_ms`,
   `retry_backoff_max_ms`, `delivery_timeout_ms`), then answers the futures.
 
-`acks` is Kafka's: 1 (the default here, as raybroker's topics default to one replica) answers once the leader
-wrote the records; "all" (or -1) once every in-sync replica has them, and refuses while fewer than the topic's
-`min.insync.replicas` are in sync (`NotEnoughReplicasError`, retried like a leader change:
-`NotLeaderOrFollowerError` makes the sender look the leader up again). acks=0 is the Kafka listener's.
+`acks` is Kafka's: "all" (or -1, the default, as Kafka's since 3.0) answers once every in-sync replica has the
+records, and refuses while fewer than the topic's `min.insync.replicas` are in sync (`NotEnoughReplicasError`,
+retried like a leader change: `NotLeaderOrFollowerError` makes the sender look the leader up again); with one
+replica that is the leader's append, at no extra cost. 1 answers once the leader wrote them: those may be lost if the
+leader dies before a follower copied them, and an idempotent producer's sequence then runs ahead of the new leader
+(`OutOfOrderSequenceError`), which is why Kafka allows idempotence only with acks=all; use
+`enable_idempotence=False` with acks=1. acks=0 is the Kafka listener's.
 
 Errors raised by `send` itself (before anything is queued): `UnknownTopicOrPartitionError` for an
 unknown topic or a partition outside the topic, `SerializationError` for a key or value the serializer
@@ -77,7 +80,7 @@ class Producer:
         batch_size: int = 16384,
         compression_type: str = "none",
         enable_idempotence: bool = True,
-        acks: int | str = 1,
+        acks: int | str = "all",
         retries: int = 5,
         retry_backoff_ms: int = 100,
         retry_backoff_max_ms: int = 1000,

@@ -39,7 +39,7 @@ from actors.calls import call
 from actors.clients.broker import Broker
 from actors.clients.producer_batch import ProducerBatch
 from actors.clients.record_accumulator import ReadyCheck, RecordAccumulator
-from actors.partition_lookup import partition_actor
+from actors.partition_lookup import leader_replica
 from storage.clock import Clock
 from storage.errors import (
     BrokerNotAvailableError,
@@ -88,6 +88,8 @@ class _PartitionState:
     producer_epoch: int
     next_sequence: int = 0
     handle: Any = None
+    # Whether acks=all must wait for followers: the partition has more than one replica.
+    replicated: bool = False
     in_flight: deque[_InFlight] = field(default_factory=deque)
     failed: list[tuple[_InFlight, BaseException]] = field(default_factory=list)
     retry_at_ns: int = 0
@@ -202,15 +204,17 @@ class Sender:
                     break
                 try:
                     if state.handle is None:
-                        state.handle = partition_actor(state.topic, state.partition)
+                        state.handle, replication = leader_replica(state.topic, state.partition)
+                        state.replicated = replication.replication_factor > 1
                     payload = self._build(state, batches)
                 except RaybrokerError as exc:
                     # Nothing was sent: the batches are judged like those of a failed call.
                     state.failed.append((_InFlight(None, batches, done=True), exc))
                     break
                 appended = state.handle.append.remote(payload, self._acks)
-                if self._acks == -1:
-                    # Runs once the append answered (Ray resolves the argument first), on the replication threads.
+                if self._acks == -1 and state.replicated:
+                    # Runs once the append answered (Ray resolves the argument first), on the replication threads;
+                    # with one replica the append's answer is the acknowledgement already.
                     appended = state.handle.await_replicated.remote(appended)
                 flight = _InFlight(appended, batches)
                 state.in_flight.append(flight)
