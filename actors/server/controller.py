@@ -45,7 +45,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -252,13 +252,17 @@ class ControllerActor:
 
     def _elect_offline(self) -> list[LeaderAndIsr]:
         """New leaders for partitions whose leader is gone, from their live in-sync replicas."""
-        elected = []
-        for topic in list(self._topics.values()):
+        return self._change_every_partition(lambda state: elect_if_offline(state, self._brokers))
+
+    def _change_every_partition(self, decide: Callable[[LeaderAndIsr], LeaderAndIsr | None]) -> list[LeaderAndIsr]:
+        """Persists `decide(state)` for every partition it changes (under the lock); returns the new states."""
+        changed = []
+        for name, topic in list(self._topics.items()):
             for partition in topic.partitions:
-                state = elect_if_offline(self._topics[topic.name].state(partition), self._brokers)
+                state = decide(self._topics[name].state(partition))
                 if state is not None:
-                    elected.append(self._persist_state(state))
-        return elected
+                    changed.append(self._persist_state(state))
+        return changed
 
     def _push(self, states: Iterable[LeaderAndIsr]) -> None:
         """Tells every live replica of each partition its new state (Kafka's LeaderAndIsr), without waiting: a
@@ -296,24 +300,14 @@ class ControllerActor:
                 return []
             self._listeners.pop(node_id, None)
             logger.warning("broker on node %s is gone: electing new leaders for its partitions", node_id)
-            changed = []
-            for topic in list(self._topics.values()):
-                for partition in topic.partitions:
-                    state = after_broker_lost(self._topics[topic.name].state(partition), node_id, self._brokers)
-                    if state is not None:
-                        changed.append(self._persist_state(state))
+            changed = self._change_every_partition(lambda state: after_broker_lost(state, node_id, self._brokers))
         self._push(changed)
         return changed
 
     def rebalance_leaders(self) -> list[LeaderAndIsr]:
         """Preferred-leader election for every partition whose preferred replica is alive and in sync."""
         with self._lock:
-            changed = []
-            for topic in list(self._topics.values()):
-                for partition in topic.partitions:
-                    state = preferred_election(self._topics[topic.name].state(partition), self._brokers)
-                    if state is not None:
-                        changed.append(self._persist_state(state))
+            changed = self._change_every_partition(lambda state: preferred_election(state, self._brokers))
         self._push(changed)
         return changed
 

@@ -13,8 +13,7 @@ import functools
 import os
 import random
 import shutil
-import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -23,6 +22,7 @@ from storage.clock import MockClock
 from storage.partition.follower_truncation import TruncationState, truncation_state
 from storage.partition.leader_epoch_cache import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
 from storage.partition.log import Log
+from tests.reliability.storage_checks import shm_path_fixture  # noqa: F401 - the `shm_path` fixture
 from tests.storage.builders import Rec, batch_bytes, batches_in, open_log
 
 # (offset, key, value, partition leader epoch of the record's batch)
@@ -34,21 +34,6 @@ def no_fsync(monkeypatch: pytest.MonkeyPatch) -> None:
     """Durability is not under test here (as in test_log_manager): every epoch change is an fsynced checkpoint
     write, and the simulated histories make thousands of them."""
     monkeypatch.setattr(os, "fsync", lambda fd: None)
-
-
-@pytest.fixture
-def sim_dir(tmp_path: Path) -> Iterator[Path]:
-    """A fresh folder in /dev/shm when it exists (tmpfs: the thousands of files the histories create and remove
-    cost little there; as `shm_path` in tests/reliability), else pytest's `tmp_path`."""
-    shm = Path("/dev/shm")
-    if not (shm.is_dir() and os.access(shm, os.W_OK)):
-        yield tmp_path
-        return
-    directory = Path(tempfile.mkdtemp(prefix="rb-follower-truncation-", dir=shm))
-    try:
-        yield directory
-    finally:
-        shutil.rmtree(directory, ignore_errors=True)
 
 
 # --- oracles -----------------------------------------------------------------------------------------------
@@ -405,12 +390,12 @@ HISTORIES = 300
     ],
 )
 def test_no_divergent_record_survives_a_leader_change(
-    sim_dir: Path, clock: MockClock, away: bool, leaders_write: bool
+    shm_path: Path, clock: MockClock, away: bool, leaders_write: bool
 ) -> None:
     rng = random.Random(101)
     stats = {"histories": 0, "cut": 0, "intermediate": 0}
     for n in range(HISTORIES):
-        run_history(rng, sim_dir / f"h{n}", clock, stats, away=away, leaders_write=leaders_write)
+        run_history(rng, shm_path / f"h{n}", clock, stats, away=away, leaders_write=leaders_write)
     assert stats["histories"] == HISTORIES
     # The histories reach the branches that matter: real cuts, and (with replicas away) followers that lack the
     # leader's epoch.
