@@ -1,0 +1,469 @@
+"""Replication benchmarks over three Ray nodes on this machine: `acks=all` throughput with three replicas, and the
+time a partition is unwritable after the node leading it dies.
+
+| figure        | what                                                          | baseline                            |
+|---------------|---------------------------------------------------------------|-------------------------------------|
+| `produce_rf3` | records/s, 100-byte values, `Producer(acks="all")`,           | the same `send_many` into a topic   |
+|               | `send_many` (1 MB batches, null keys: sticky over the         | with replication factor 1 and       |
+|               | partitions) into a topic of 3 partitions with replication     | `acks=1`, on the same cluster in    |
+|               | factor 3, every record acknowledged                           | the same run                        |
+| `failover_s`  | seconds from `remove_node` of the worker node leading a       | Kafka's `broker.session.timeout.ms` |
+|               | partition to the first `acks=all` write acknowledged by the   | default, 9 s (how long a silent     |
+|               | new leader; a producer keeps sending one record at a time     | broker keeps its partitions)        |
+
+The cluster is `ray.cluster_utils.Cluster`, as `tests/actors/test_zz_replication.py` builds it: a head and two
+workers, each with its own log dir and broker (started on the node by a pinned task), Ray's health checks
+shortened through the head's `_system_config` (`HEALTH_CHECKS`; Ray's defaults, 3000 ms / 10000 ms / 5 failures,
+would take ~15 s to declare a killed node dead). It needs Ray to itself: this module stops the shared
+environment's broker and Ray first (so it runs last), and leaves nothing running: after `Cluster.shutdown` any
+process of the cluster still alive is killed by its pid.
+
+Both `produce_rf3` sides are measured alternately, best of N each (noise only ever slows a run). Their topics have
+3 partitions so that, with the leaders spread over the brokers, each node leads about one of each topic. A
+replication-factor-3 run counts only if it starts with all 3 replicas of every partition in sync (it waits up to
+`ISR_WAIT_S` for that): with fewer, `acks=all` waits for fewer copies. The goal text lists every ISR change, and
+`met` is false if the ISR shrank during a counted run.
+
+Only a worker is removed for `failover_s`: the head holds the controller and its metadata log, which Kafka's KRaft
+quorum would replicate and raybroker does not. The new leader is seen by polling the controller every
+`STATE_POLL_S` (the detection time in the goal text is that precise). The measured write is the first one
+acknowledged whose batch carries the new leader's epoch (read back from the new leader): `remove_node` kills the
+node's raylet at once, but its actor processes end only when they notice, and meanwhile the old leader may still
+acknowledge writes its followers fetched. The producer keeps Kafka's retry settings (`retries` unbounded, backoff
+100 ms doubling to 1 s); a send it gives up on anyway is sent again by the benchmark and listed in the goal text.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import psutil
+
+from benchmarks.common import BenchContext, Figure, throughput_figure, timer
+from benchmarks.environment import BENCH_BROKER_PROPERTIES
+
+VALUE_BYTES = 100
+PARTITIONS = 3
+REPLICATION_FACTOR = 3
+# As `produce_1p`: the batch's fixed costs (validation, encoding setup, 5 unacknowledged batches per idempotent
+# partition) set the rate, and 1 MB is Kafka's max.message.bytes default.
+PRODUCE_BATCH_BYTES = 1_000_000
+# A run sends the same `VALUES_PER_CALL` values in several `send_many` calls (the list of a run's 4M records would
+# take ~0.5 GB). 4M records are ~6 s for the replication-factor-1 side on a loaded 2-core machine (~650k rec/s),
+# ~9 s for the other; a quick run sends 600k.
+VALUES_PER_CALL = 200_000
+PRODUCE_RECORDS = 4_000_000
+QUICK_PRODUCE_RECORDS = 600_000
+WARM_UP_RECORDS = 10_000
+# How long a replication-factor-3 run waits for followers that left the ISR to come back before it starts (a
+# follower rejoins at its first fetch that reaches the high watermark, well under a second when it works).
+ISR_WAIT_S = 10.0
+PRODUCE_GOAL_RATIO = 0.5
+FAILOVER_BASELINE_S = 9.0
+FAILOVER_GOAL_S = 10.0
+# Kafka's producer `retries` default (Integer.MAX_VALUE): the delivery timeout (120 s) bounds a send instead.
+KAFKA_RETRIES = 2**31 - 1
+# Acknowledged writes before the leader's node is removed: the producer's handles are looked up and warm.
+FAILOVER_WARM_ACKS = 50
+STATE_POLL_S = 0.01
+# Kafka's retry.backoff.ms: how long the failover writer waits before sending a record the producer gave up on.
+RESEND_BACKOFF_S = 0.1
+FAILOVER_TIMEOUT_S = 120.0
+NODE_ARGS = {"num_cpus": 1, "object_store_memory": 128 * 1024 * 1024}
+# The tests' settings: a killed node is declared dead after 3 failed checks 300 ms apart (~1-2 s).
+HEALTH_CHECKS = {"health_check_period_ms": 300, "health_check_timeout_ms": 300, "health_check_failure_threshold": 3}
+# Kafka's replica settings (replica.fetch.wait.max.ms 500, replica.fetch.backoff.ms 1000, replica.lag.time.max.ms
+# 30000) are left as they are: the benchmark measures what a user gets.
+BROKER_PROPERTIES = dict(BENCH_BROKER_PROPERTIES)
+# How long the processes of a shut-down cluster get to exit before they are killed.
+EXIT_WAIT_S = 10.0
+
+
+def run(ctx: BenchContext) -> list[Figure]:
+    ctx.progress("  stopping the shared Ray: this module runs its own 3-node cluster")
+    _stop_shared_ray(ctx)
+    with _three_nodes(ctx) as nodes:
+        return [_produce_rf3(ctx), _failover(ctx, nodes)]
+
+
+def _stop_shared_ray(ctx: BenchContext) -> None:
+    import ray
+
+    ctx.environment.close()
+    if ray.is_initialized():
+        ray.shutdown()
+
+
+@dataclass
+class ThreeNodes:
+    """The cluster, the head's Ray node id, and the worker nodes by Ray node id; every process of the cluster seen
+    so far (`seen`, by pid), so that none outlives the module. psutil's `Process` remembers its start time, so a
+    pid reused by another program is never waited for or killed."""
+
+    cluster: Any
+    head: str
+    workers: dict[str, Any]
+    seen: dict[int, psutil.Process] = field(default_factory=dict)
+
+    def remember_processes(self) -> None:
+        """Adds every process of every node (Ray's daemons and the workers and actors under them)."""
+        for node in [self.cluster.head_node, *self.cluster.worker_nodes]:
+            if node is None:
+                continue
+            for _, popen in node.live_processes():
+                with contextlib.suppress(psutil.Error):
+                    daemon = psutil.Process(popen.pid)
+                    for process in [daemon, *daemon.children(recursive=True)]:
+                        self.seen.setdefault(process.pid, process)
+
+    def remove(self, node_id: str) -> None:
+        """Removes a worker node at once (its raylet and every process on it, no graceful shutdown)."""
+        self.remember_processes()
+        self.cluster.remove_node(self.workers.pop(node_id), allow_graceful=False)
+
+
+@contextlib.contextmanager
+def _three_nodes(ctx: BenchContext) -> Any:
+    import ray
+    from ray.cluster_utils import Cluster
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from actors.clients.broker import start_broker, stop_broker
+    from cluster.runtime import ensure_ray
+
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={**NODE_ARGS, "include_dashboard": False, "_system_config": HEALTH_CHECKS},
+    )
+    nodes: ThreeNodes | None = None
+    try:
+        workers = [cluster.add_node(**NODE_ARGS) for _ in range(2)]
+        ensure_ray(cluster.address)
+        cluster.wait_for_nodes()
+        head = ray.get_runtime_context().get_node_id()
+        nodes = ThreeNodes(cluster, head, {worker.node_id: worker for worker in workers})
+        ctx.progress(f"  3 Ray nodes up (session {cluster.head_node.get_session_dir_path()})")
+        # `start_broker` itself is the task: a function of this module would need `benchmarks` on the workers' path.
+        start_here = ray.remote(num_cpus=0)(start_broker)
+        root = ctx.scratch("replication")
+        for index, node in enumerate([head, *sorted(nodes.workers)]):
+            log_dir = root / f"node{index}"
+            log_dir.mkdir()
+            pinned = NodeAffinitySchedulingStrategy(node_id=node, soft=False)
+            properties = {**BROKER_PROPERTIES, "log.dirs": str(log_dir)}
+            started = ray.get(start_here.options(scheduling_strategy=pinned).remote(properties))
+            if started != node:
+                raise RuntimeError(f"the broker meant for node {node} started on {started}")
+        ctx.progress("  a broker on each node")
+        yield nodes
+        try:
+            stop_broker()
+        except Exception as exc:
+            ctx.progress(f"  stopping the brokers failed: {type(exc).__name__}: {exc}")
+    finally:
+        if nodes is not None:
+            nodes.remember_processes()
+        ray.shutdown()
+        cluster.shutdown()
+        if nodes is not None:
+            _reap(ctx, [process for pid, process in nodes.seen.items() if pid != os.getpid()])
+
+
+def _reap(ctx: BenchContext, processes: list[psutil.Process]) -> None:
+    """Waits for the cluster's processes to exit, then kills (by pid) those still running."""
+    _, alive = psutil.wait_procs(processes, timeout=EXIT_WAIT_S)
+    for process in alive:
+        with contextlib.suppress(psutil.Error):
+            ctx.progress(f"  killing {process.pid} ({process.name()}), still running after the cluster's shutdown")
+            process.kill()
+    psutil.wait_procs(alive, timeout=EXIT_WAIT_S)
+
+
+def _values(count: int) -> list[bytes]:
+    block = os.urandom(count * VALUE_BYTES)
+    return [block[i * VALUE_BYTES : (i + 1) * VALUE_BYTES] for i in range(count)]
+
+
+def _new_topic(what: str, replication_factor: int) -> str:
+    from actors.clients.admin import Admin
+
+    name = f"bench-{what}-{uuid.uuid4().hex[:8]}"
+    Admin().create_topic(name, PARTITIONS, replication_factor=replication_factor)
+    return name
+
+
+def _states(topic: str) -> dict[int, Any]:
+    from actors.clients.broker import Broker
+
+    metadata = Broker.connect().topic(topic)
+    return {partition: metadata.state(partition) for partition in metadata.partitions}
+
+
+def _leader_offsets(topic: str) -> list[tuple[int, int, int]]:
+    """(log start, high watermark, log end) of each partition's leader."""
+    from actors.calls import call
+    from actors.partition_lookup import replica_actor
+
+    return [
+        call(replica_actor(topic, partition, state.leader).offsets.remote())
+        for partition, state in sorted(_states(topic).items())
+    ]
+
+
+# --- produce_rf3 ------------------------------------------------------------------------------------------
+
+
+def _produce_rf3(ctx: BenchContext) -> Figure:
+    from actors.clients.producer import Producer
+
+    count = QUICK_PRODUCE_RECORDS if ctx.quick else PRODUCE_RECORDS
+    repeats = 2
+    values = _values(VALUES_PER_CALL)
+    replicated = _new_topic("rf3", REPLICATION_FACTOR)
+    single = _new_topic("rf1", 1)
+    leaders = {topic: sorted(state.leader[:6] for state in _states(topic).values()) for topic in (replicated, single)}
+    ctx.progress(f"  leaders (node id prefixes): rf3 {leaders[replicated]}, rf1 {leaders[single]}")
+    all_acks = Producer(batch_size=PRODUCE_BATCH_BYTES, acks="all")
+    leader_acks = Producer(batch_size=PRODUCE_BATCH_BYTES, acks=1)
+
+    def measure(producer: Producer, topic: str) -> Callable[[], float]:
+        def once() -> float:
+            with timer() as elapsed:
+                futures = [producer.send_many(topic, values) for _ in range(count // VALUES_PER_CALL)]
+                for future in futures:
+                    future.wait()
+            return count / elapsed()
+
+        return once
+
+    ours, baseline = measure(all_acks, replicated), measure(leader_acks, single)
+    counted: list[float] = []
+    best_baseline = 0.0
+    # What happened to the ISR in each run: a shrunk ISR makes `acks=all` wait for fewer replicas.
+    isr_notes: list[str] = []
+    shrank = False
+    try:
+        # The partitions' handles looked up, the followers fetching: not part of the measurement.
+        all_acks.send_many(replicated, values[:WARM_UP_RECORDS]).wait()
+        leader_acks.send_many(single, values[:WARM_UP_RECORDS]).wait()
+        for attempt in range(repeats):
+            best_baseline = max(best_baseline, baseline())
+            before = _full_isr(replicated)
+            rate = ours()
+            after = _states(replicated)
+            sizes = [len(after[p].isr) for p in sorted(after)]
+            changed = [p for p in sorted(after) if after[p].isr != before[p].isr]
+            note = f"run {attempt + 1}: ISR {[len(before[p].isr) for p in sorted(before)]} -> {sizes}"
+            started_whole = all(len(state.isr) == REPLICATION_FACTOR for state in before.values())
+            if started_whole:
+                counted.append(rate)
+                shrank = shrank or bool(changed)
+            else:
+                note += " (not counted: it started without every replica in sync)"
+            if changed or not started_whole:
+                isr_notes.append(note)
+            ctx.progress(f"  produce_rf3 {attempt + 1}/{repeats}: rf3 acks=all {rate:,.0f} rec/s, {note}")
+    finally:
+        all_acks.close()
+        leader_acks.close()
+    expected = WARM_UP_RECORDS + count * repeats
+    for topic in (replicated, single):
+        offsets = _leader_offsets(topic)
+        if sum(end for _, _, end in offsets) != expected or any(hw != end for _, hw, end in offsets):
+            raise RuntimeError(f"{topic}: (log start, high watermark, log end) {offsets}, {expected} records sent")
+    if not counted:
+        raise RuntimeError(f"no produce_rf3 run started with every replica in sync: {isr_notes}")
+    figure = throughput_figure(
+        "produce_rf3",
+        max(counted),
+        "rec/s",
+        "replication factor 1, acks=1",
+        best_baseline,
+        PRODUCE_GOAL_RATIO,
+        f"ratio >= {PRODUCE_GOAL_RATIO} with the ISR whole; both Producer.send_many "
+        f"({PRODUCE_BATCH_BYTES // 1_000_000} MB batches, {VALUE_BYTES}-byte values) into {PARTITIONS} partitions "
+        f"on 3 Ray nodes of this machine, {count:,} records a run, best of {len(counted)} of {repeats} runs; "
+        + ("; ".join(isr_notes) if isr_notes else "ISR of 3 throughout"),
+    )
+    # A run whose ISR shrank was fast because `acks=all` stopped waiting for the replicas that left.
+    return dataclasses.replace(figure, met=bool(figure.met) and not shrank)
+
+
+def _full_isr(topic: str) -> dict[int, Any]:
+    """The partitions' states once every replica is in sync again, or as they are after `ISR_WAIT_S`."""
+    deadline = time.monotonic() + ISR_WAIT_S
+    while True:
+        states = _states(topic)
+        if all(len(state.isr) == REPLICATION_FACTOR for state in states.values()) or time.monotonic() > deadline:
+            return states
+        time.sleep(STATE_POLL_S)
+
+
+# --- failover_s -------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _SteadyWriter:
+    """Sends one record at a time to one partition with `acks=all`, until stopped; remembers when each was
+    acknowledged (monotonic seconds) and at which offset. A send the producer gives up on (an error it does not
+    retry) is counted in `failed` and sent again after `RESEND_BACKOFF_S`, as an application would; any other
+    error ends the writer (`error`)."""
+
+    topic: str
+    partition: int
+    acks: list[tuple[float, int]] = field(default_factory=list)
+    failed: list[tuple[float, str]] = field(default_factory=list)
+    error: BaseException | None = None
+    stopped: threading.Event = field(default_factory=threading.Event)
+
+    def run(self) -> None:
+        from actors.clients.producer import Producer
+        from storage.errors import RaybrokerError
+
+        value = os.urandom(VALUE_BYTES)
+        try:
+            with Producer(acks="all", linger_ms=0, retries=KAFKA_RETRIES) as producer:
+                while not self.stopped.is_set():
+                    try:
+                        sent = producer.send(self.topic, value, partition=self.partition)
+                        metadata = sent.result(FAILOVER_TIMEOUT_S)
+                    except RaybrokerError as exc:
+                        self.failed.append((time.monotonic(), f"{type(exc).__name__}: {exc}"))
+                        self.stopped.wait(RESEND_BACKOFF_S)
+                        continue
+                    self.acks.append((time.monotonic(), metadata.offset))
+        except BaseException as exc:
+            self.error = exc
+
+    def first_ack_after(self, moment: float) -> tuple[float, int] | None:
+        return next(((at, offset) for at, offset in list(self.acks) if at > moment), None)
+
+
+def _wait_for(condition: Callable[[], Any], timeout_s: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(STATE_POLL_S)
+    raise RuntimeError(f"{what} not reached within {timeout_s:.0f} s")
+
+
+def _failover(ctx: BenchContext, nodes: ThreeNodes) -> Figure:
+    topic = _new_topic("failover", REPLICATION_FACTOR)
+    led_by_worker = [(p, s) for p, s in sorted(_states(topic).items()) if s.leader in nodes.workers]
+    if not led_by_worker:
+        raise RuntimeError(f"the head leads every partition of {topic}: no worker to remove")
+    partition, before = led_by_worker[0]
+    writer = _SteadyWriter(topic, partition)
+    thread = threading.Thread(target=writer.run, name="failover-writer", daemon=True)
+    thread.start()
+    try:
+        _wait_for(
+            lambda: len(writer.acks) >= FAILOVER_WARM_ACKS or writer.error, FAILOVER_TIMEOUT_S, "the first writes"
+        )
+        if writer.error is not None:
+            raise RuntimeError(f"the writer failed before the failover: {writer.error!r}")
+        removed_at = time.monotonic()
+        nodes.remove(before.leader)
+        removed_s = time.monotonic() - removed_at
+        ctx.progress(f"  removed node {before.leader[:6]} (leader of {topic}-{partition}) in {removed_s:.2f} s")
+
+        def new_state() -> Any:
+            state = _states(topic)[partition]
+            return state if state.leader not in (before.leader, "") else None
+
+        after = _wait_for(new_state, FAILOVER_TIMEOUT_S, "a new leader")
+        detection_s = time.monotonic() - removed_at
+        elected_at = removed_at + detection_s
+        _wait_for(
+            lambda: writer.first_ack_after(elected_at) or writer.error, FAILOVER_TIMEOUT_S, "a write after the election"
+        )
+        if writer.error is not None:
+            raise RuntimeError(f"the writer failed during the failover: {writer.error!r}")
+    finally:
+        writer.stopped.set()
+        thread.join(FAILOVER_TIMEOUT_S)
+    # `remove_node` kills the node's raylet; its worker processes (the old leader among them) end only when they
+    # notice, so writes acknowledged after it returned may still be the old leader's. Each record's batch carries
+    # the epoch of the leader that appended it: the first write in the new leader's epoch is the one measured.
+    removed_returned = removed_at + removed_s
+    after_removal = [(at, offset) for at, offset in writer.acks if at > removed_returned]
+    epochs = _leader_epochs(topic, partition, after.leader, after_removal[0][1] if after_removal else 0)
+    new_epoch = [(at, offset) for at, offset in after_removal if epochs.get(offset, -1) >= after.leader_epoch]
+    if not new_epoch:
+        raise RuntimeError(f"no acknowledged write of {topic}-{partition} is in leader epoch {after.leader_epoch}")
+    acked_at, offset = new_epoch[0]
+    failover_s = acked_at - removed_at
+    zombie = [(at, o) for at, o in after_removal if epochs.get(o, -1) < after.leader_epoch]
+    lost = [o for _, o in zombie if o not in epochs]
+    zombie_note = (
+        f"the old leader acknowledged {len(zombie)} write(s) up to {zombie[-1][0] - removed_at:.2f} s after the "
+        "removal (remove_node kills the raylet; its workers end when they notice)"
+        + (f", {len(lost)} of them missing on the new leader: {lost}" if lost else ", all of them on the new leader")
+        if zombie
+        else "no write acknowledged by the old leader after the removal"
+    )
+    ctx.progress(
+        f"  new leader {after.leader[:6]} (epoch {after.leader_epoch}, ISR {len(after.isr)}) named after "
+        f"{detection_s:.2f} s; first write in its epoch acknowledged after {failover_s:.2f} s at offset {offset}; "
+        f"{zombie_note}"
+    )
+    failures = _failures(writer, removed_at)
+    if failures:
+        ctx.progress(f"  sends the producer gave up on: {failures}")
+    checks = HEALTH_CHECKS
+    return Figure(
+        "failover_s",
+        failover_s,
+        "s",
+        "Kafka broker.session.timeout.ms default",
+        FAILOVER_BASELINE_S,
+        failover_s / FAILOVER_BASELINE_S,
+        f"< {FAILOVER_GOAL_S:g} s (ratio ours/Kafka's); new leader named after {detection_s:.2f} s "
+        f"(remove_node took {removed_s:.2f} s, controller polled every {STATE_POLL_S * 1000:g} ms); Ray health "
+        f"checks every {checks['health_check_period_ms']} ms, timeout {checks['health_check_timeout_ms']} ms, "
+        f"dead after {checks['health_check_failure_threshold']} failures; producer acks=all, one record at a time, "
+        f"Kafka's retry backoff (100 ms to 1 s); {zombie_note}; {failures or 'no send failed'}",
+        failover_s < FAILOVER_GOAL_S,
+    )
+
+
+def _leader_epochs(topic: str, partition: int, node: str, from_offset: int) -> dict[int, int]:
+    """Offset -> the leader epoch of its batch, for the records of the replica on `node` from `from_offset`."""
+    from actors.calls import call
+    from actors.partition_lookup import replica_actor
+    from storage.records.file_records import iter_any_batches
+    from storage.records.record_batch import RecordBatch
+
+    data = call(replica_actor(topic, partition, node).read.remote(from_offset, 1 << 24))
+    return {
+        offset: batch.partition_leader_epoch
+        for batch in iter_any_batches(data)
+        if isinstance(batch, RecordBatch)
+        for offset in range(batch.base_offset, batch.last_offset + 1)
+    }
+
+
+def _failures(writer: _SteadyWriter, removed_at: float) -> str:
+    """The sends the producer failed (not retried), by error, with when they came after the removal."""
+    if not writer.failed:
+        return ""
+    by_error: dict[str, list[float]] = {}
+    for at, error in writer.failed:
+        by_error.setdefault(error.split(":", 1)[0], []).append(at - removed_at)
+    parts = [
+        f"{len(times)} {name} ({min(times):.2f}-{max(times):.2f} s)"
+        if len(times) > 1
+        else f"1 {name} ({times[0]:.2f} s)"
+        for name, times in by_error.items()
+    ]
+    return f"sends failed and sent again: {', '.join(parts)}; first: {writer.failed[0][1]}"
