@@ -278,10 +278,14 @@ class PartitionLogActor:
 
     def update_replication(self, state: LeaderAndIsr) -> None:
         """The controller's newest state of this partition (Kafka's LeaderAndIsr): this replica leads, follows
-        or, if it is not among the replicas, keeps what it does. An older state than the last one is ignored."""
+        or, if it is not among the replicas, keeps what it does. An older state than the last one is ignored, and so
+        is any state while the log is closed or offline."""
         if not isinstance(state, LeaderAndIsr):
             raise InvalidRequestError(f"expected a LeaderAndIsr, not {type(state).__name__}")
-        log = self._log
+        if self._unavailable is not None:
+            # Closed or offline: nothing to lead or follow (the controller does not wait for this answer).
+            return
+        log = self._opened_log
         with self._role_lock:
             current = self._replication
             if current is not None and (state.leader_epoch, state.version) <= (current.leader_epoch, current.version):

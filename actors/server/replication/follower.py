@@ -27,6 +27,7 @@ from storage.errors import OffsetOutOfRangeError, RaybrokerError
 from storage.partition.follower_truncation import truncation_state
 from storage.partition.leader_epoch_cache import UNDEFINED_EPOCH
 from storage.partition.log import Log
+from storage.records.file_records import iter_any_batches
 
 logger = logging.getLogger(__name__)
 
@@ -119,11 +120,18 @@ class ReplicaFetcher:
                     truncated = True
                 self.fetch_once()
             except OffsetOutOfRangeError:
-                truncated = self._restart_at_leader_start()
+                try:
+                    truncated = self._restart_at_leader_start()
+                except RaybrokerError as exc:
+                    self._back_off(exc)
+                    truncated = False
             except RaybrokerError as exc:
-                logger.info("%s: fetch from the leader failed, retrying: %s", self._name, exc)
+                self._back_off(exc)
                 truncated = False
-                self._stopped.wait(self._settings.fetch_backoff_ms / 1000)
+
+    def _back_off(self, error: RaybrokerError) -> None:
+        logger.warning("%s: a call to the leader failed, retrying: %s", self._name, error)
+        self._stopped.wait(self._settings.fetch_backoff_ms / 1000)
 
     def truncate_to_leader(self) -> None:
         """Step 1 of the module docstring."""
@@ -151,8 +159,13 @@ class ReplicaFetcher:
         )
         if self._stopped.is_set():
             return
-        if fetched.records:
-            log.append_as_follower(fetched.records)
+        records = whole_batches(fetched.records)
+        if records:
+            first_offset = next(iter_any_batches(records)).base_offset
+            if first_offset < log.log_end_offset == log.log_start_offset:
+                # Restarted empty at a leader's log start inside a batch: the log starts where that batch does.
+                log.truncate_fully_and_start_at(first_offset)
+            log.append_as_follower(records)
         log.update_high_watermark(max(log.high_watermark, min(fetched.high_watermark, log.log_end_offset)))
         if fetched.log_start_offset > log.log_start_offset:
             log.maybe_increment_log_start_offset(min(fetched.log_start_offset, log.high_watermark))
@@ -170,3 +183,10 @@ class ReplicaFetcher:
         self._log.truncate_fully_and_start_at(start)
         self._on_change()
         return True
+
+
+def whole_batches(records: bytes) -> bytes:
+    """`records` without a trailing partial batch: a fetch stops at `replica.fetch.max.bytes`, which may fall inside
+    a batch (as Kafka's reads do); the rest comes with the next fetch."""
+    size = sum(batch.size_in_bytes for batch in iter_any_batches(records))
+    return records if size == len(records) else records[:size]

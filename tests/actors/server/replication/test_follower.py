@@ -40,8 +40,6 @@ ONE_BATCH_BYTES = 1
 PARTIAL_BATCH_BYTES = 400
 # The thread tests wait at most this long for a follower that should catch up in milliseconds.
 DEADLINE_S = 5.0
-# ... and this long for one that is expected (xfail) not to.
-XFAIL_DEADLINE_S = 1.0
 
 
 @pytest.fixture(autouse=True)
@@ -276,26 +274,13 @@ def test_settings_default_to_kafkas_and_follow_the_broker_config() -> None:
 # --- 1. an empty follower copies the whole log ----------------------------------------------------------------
 
 
-PARTIAL_BATCH_BUG = (
-    "the leader's read up to replica.fetch.max.bytes ends inside a batch (Kafka's FileRecords.slice does too) and "
-    "fetch_once hands those bytes to append_as_follower, which refuses a trailing partial batch (InvalidRecordError "
-    "'follower append must be whole v2 batches'); the loop retries the same fetch forever, so a follower more than "
-    "replica.fetch.max.bytes behind never catches up. Kafka's follower append drops the partial batch "
-    "(UnifiedLog.trimInvalidBytes) and fetches it next time"
-)
-
-
 @pytest.mark.parametrize("isr_high_watermark", [False, True], ids=["leader-alone-in-isr", "follower-in-isr"])
 @pytest.mark.parametrize(
     "fetch_max_bytes",
     [
         pytest.param(ONE_BATCH_BYTES, id="one-batch-a-fetch"),
         pytest.param(ReplicaSettings().fetch_max_bytes, id="one-segment-a-fetch"),
-        pytest.param(
-            PARTIAL_BATCH_BYTES,
-            id="limit-inside-a-batch",
-            marks=pytest.mark.xfail(strict=True, reason=PARTIAL_BATCH_BUG),
-        ),
+        pytest.param(PARTIAL_BATCH_BYTES, id="limit-inside-a-batch"),
     ],
 )
 def test_an_empty_follower_copies_the_leaders_whole_log(
@@ -504,18 +489,12 @@ def test_a_follower_below_the_leaders_log_start_restarts_empty_there(
     assert changes.count > 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a leader log start inside a batch (DeleteRecords at 15 of batch 14-15) makes the follower restart at "
-    "15 and then refuse the batch 14-15 the leader sends (InvalidRecordError, out of order offsets) forever; Kafka's "
-    "Partition.appendRecordsToFollowerOrFutureReplica restarts the empty log at the batch's base offset instead",
-)
 def test_a_follower_below_a_leader_start_inside_a_batch_catches_up(
     replica: Callable[..., Log], thread_errors: list[BaseException]
 ) -> None:
     leader, follower = follower_below_leader_start(replica, 15)
     fetcher = ReplicaFetcher(NAME, follower, LogLeader(leader), settings(), Changes())
-    assert run_until(fetcher, caught_up(follower, leader), XFAIL_DEADLINE_S), (
+    assert run_until(fetcher, caught_up(follower, leader), DEADLINE_S), (
         f"follower at {follower.log_start_offset}..{follower.log_end_offset}, leader at "
         f"{leader.log_start_offset}..{leader.log_end_offset}"
     )
@@ -523,13 +502,6 @@ def test_a_follower_below_a_leader_start_inside_a_batch_catches_up(
     assert_identical(follower, leader)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="ReplicaFetcher._run calls _restart_at_leader_start (the leader's log_start_offset) inside its "
-    "`except OffsetOutOfRangeError` clause: a failed call there (BrokerNotAvailableError) escapes the loop and "
-    "ends the fetcher's thread, while `stopped` stays False, so the partition never restarts it; Kafka retries "
-    "after replica.fetch.backoff.ms",
-)
 def test_a_failed_log_start_lookup_after_an_out_of_range_fetch_is_retried(
     replica: Callable[..., Log], thread_errors: list[BaseException]
 ) -> None:
@@ -537,7 +509,7 @@ def test_a_failed_log_start_lookup_after_an_out_of_range_fetch_is_retried(
     link = LogLeader(leader)
     link.fail(1, "log_start_offset")
     fetcher = ReplicaFetcher(NAME, follower, link, settings(), Changes())
-    reached = run_until(fetcher, caught_up(follower, leader), XFAIL_DEADLINE_S)
+    reached = run_until(fetcher, caught_up(follower, leader), DEADLINE_S)
     assert link.failed == ["log_start_offset"]
     assert not thread_errors, f"the fetcher's thread died of {thread_errors!r}"
     assert reached
