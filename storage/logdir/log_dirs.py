@@ -243,6 +243,10 @@ class LogDirs:
         disk wherever it is mounted, so the controller can tell which replica a returning disk holds."""
         return self._directory_ids.get(directory, "")
 
+    def read_checkpoint(self, directory: Path, name: str) -> dict[TopicPartition, int]:
+        """Checkpoint `name` of `directory` as written last ({} if unreadable, with a warning)."""
+        return self._read_checkpoint(directory, name)
+
     def _read_checkpoint(self, directory: Path, name: str) -> dict[TopicPartition, int]:
         try:
             return OffsetCheckpointFile(directory / name).read()

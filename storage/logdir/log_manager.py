@@ -552,7 +552,9 @@ class LogManager:
         states: Mapping[TopicPartition, PartitionState] | None = None,
     ) -> None:
         """Rewrites checkpoint `names` in each online dir of `dirs` (default: all) from the partitions' states
-        (asked now unless given); a dir that fails goes offline."""
+        (asked now unless given); a dir that fails goes offline. A partition that did not answer (its process
+        restarting) keeps the entries the file had: dropping them would reopen it at offset 0 of its first segment,
+        bringing back records DeleteRecords removed."""
         if states is None:
             states = self._each_partition(lambda handle: handle.state(), dirs)
         values = checkpoint_values(states)
@@ -562,8 +564,12 @@ class LogManager:
             for directory in self.log_dirs if dirs is None else dirs:
                 if not self._dirs.is_online(directory):
                     continue
+                silent = {tp for tp, placed in self._dir_of.items() if placed == directory and tp not in states}
                 for name in names:
                     here = {tp: offset for tp, offset in values[name].items() if self._dir_of.get(tp) == directory}
+                    if silent:
+                        kept = self._dirs.read_checkpoint(directory, name)
+                        here.update({tp: kept[tp] for tp in silent if tp in kept})
                     self._dirs.write_checkpoint(directory, name, here)
 
     def _each_partition(

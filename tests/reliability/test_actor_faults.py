@@ -286,7 +286,8 @@ def test_lost_answers_are_deduplicated_because_at_most_five_batches_are_unacknow
     topic = "lost-answers"
     Admin(broker).create_topic(topic, 1)
     losing = LosingHandle(broker.partition(topic, 0), lose_every=4)
-    monkeypatch.setattr(actors.clients.sender, "partition_actor", lambda *_: losing)
+    state = broker.topic(topic).state(0)
+    monkeypatch.setattr(actors.clients.sender, "leader_replica", lambda *_: (losing, state))
     acks = Acknowledgements()
     # Tiny batches sent faster than the partition answers: a backlog of many ready batches builds up.
     with Producer(broker, linger_ms=0, batch_size=256, retry_backoff_ms=10, retries=50) as producer:

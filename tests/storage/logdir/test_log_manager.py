@@ -23,6 +23,7 @@ from storage.config.broker_config import BrokerConfig
 from storage.config.cleaner_config import CleanerConfig
 from storage.config.log_config import LogConfig
 from storage.errors import (
+    BrokerNotAvailableError,
     CorruptCheckpointError,
     CorruptRecordError,
     KafkaStorageError,
@@ -1148,4 +1149,58 @@ def test_every_partition_is_asked_before_any_answer_is_collected(dirs: list[Path
     assert OffsetCheckpointFile(dirs[0] / file_names.REPLICATION_OFFSET_CHECKPOINT).read() == {
         ("t", p): 0 for p in range(3)
     }
+    manager.shutdown()
+
+
+class SilentState:
+    """A partition whose `state` fails while `silent` is set, as a partition host's does while Ray restarts it."""
+
+    def __init__(self, local: LocalPartition, silent: list[bool]) -> None:
+        self.local, self.silent = local, silent
+
+    def __getattr__(self, method: str) -> object:
+        return getattr(self.local, method)
+
+    def state(self) -> Deferred:
+        def answer() -> object:
+            if self.silent[0]:
+                raise BrokerNotAvailableError("restarting")
+            return self.local.state().result()
+
+        return Deferred([], self.local.log.directory.name, answer)
+
+
+def test_a_partition_that_does_not_answer_keeps_its_checkpointed_offsets(dirs: list[Path], clock: MockClock) -> None:
+    """A checkpoint pass while a partition's process restarts must not drop its entries: without its log start
+    offset the restarted partition would open at its first segment's base and serve the records DeleteRecords
+    removed (the other partitions' entries are rewritten as usual)."""
+    silent = [False]
+
+    class SilentPartitions(LocalPartitions):
+        def open(self, *args: object) -> LocalPartition:
+            return SilentState(super().open(*args), silent)  # type: ignore[arg-type, return-value]
+
+    manager = new_manager(dirs[:1], clock, partitions=SilentPartitions(clock))
+    manager.startup()
+    logs = {}
+    for partition in range(2):
+        manager.get_or_create_partition("t", partition)
+        partition_handle = manager.partition("t", partition)
+        assert isinstance(partition_handle, SilentState)
+        logs[partition] = partition_handle.local.log
+        append(logs[partition], clock, 10)
+        logs[partition].delete_records(6)
+    manager.checkpoint_log_start_offsets()
+    manager.checkpoint_high_watermarks()
+    before = OffsetCheckpointFile(dirs[0] / file_names.LOG_START_OFFSET_CHECKPOINT).read()
+    assert before == {("t", 0): 6, ("t", 1): 6}
+    silent[0] = True
+    manager.checkpoint_log_start_offsets()
+    manager.checkpoint_high_watermarks()
+    assert OffsetCheckpointFile(dirs[0] / file_names.LOG_START_OFFSET_CHECKPOINT).read() == before
+    assert OffsetCheckpointFile(dirs[0] / file_names.REPLICATION_OFFSET_CHECKPOINT).read() == {
+        ("t", 0): 10,
+        ("t", 1): 10,
+    }
+    silent[0] = False
     manager.shutdown()
