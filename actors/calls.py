@@ -73,7 +73,7 @@ def _raise_typed(exc: Exception, timeout_s: float | None) -> NoReturn:
         cause = getattr(exc, "cause", None)
         if isinstance(cause, RaybrokerError):
             raise cause from None
-        if isinstance(cause, RayActorError):
+        if isinstance(cause, (RayActorError, ActorUnschedulableError)):
             raise BrokerNotAvailableError(f"actor unavailable: {cause}") from None
         raise exc
     if isinstance(exc, GetTimeoutError):
