@@ -13,8 +13,9 @@ Partitions are read concurrently, each with its own error: UNKNOWN_TOPIC_OR_PART
 client then resets its position with ListOffsets), and so on; the others still answer.
 
 Offsets: records are served up to the leader's high watermark (every in-sync replica has them; with one replica
-it is the log end), and without transactions the last stable offset is the high watermark; there are no aborted transactions, and `preferred_read_replica` is -1 (Fetch v11+; any other
-value sends a client looking for a replica). Fetch sessions (v7+, KIP-227) are not kept: every answer has session
+it is the log end), and without transactions the last stable offset is the high watermark; there are no aborted
+transactions, and `preferred_read_replica` is -1 (Fetch v11+; any other value sends a client looking for a
+replica). Fetch sessions (v7+, KIP-227) are not kept: every answer has session
 id 0, which tells the client to send full fetch requests; a request naming a session id answers
 FETCH_SESSION_ID_NOT_FOUND (70), after which clients start over without one.
 
