@@ -374,9 +374,9 @@ def test_acknowledged_records_survive_node_kills_exactly_once(nodes: Nodes) -> N
     stop.set()
     for thread in producers:
         thread.join(timeout=180)
-    # A send may fail (never acknowledged, allowed to be in the log once): an idempotent producer whose call was
-    # answered with an error after its append, while later calls of the partition succeeded, resends a batch whose
-    # sequence the new leader no longer remembers (OutOfOrderSequenceError, as Kafka's producers can get). Nothing
+    # A send may fail (never acknowledged, allowed to be in the log once) with OutOfOrderSequenceError: a follower
+    # that truncated rebuilt its producer state from its last snapshot, which keeps each producer's last batch only
+    # (as Kafka's does), so as the new leader it may not recognise the retry of an older unacknowledged batch. Nothing
     # else may fail, and failures stay rare.
     failed = acked.errors + leader_acked.errors
     assert all(isinstance(error, OutOfOrderSequenceError) for error in failed), failed[:3]
