@@ -374,10 +374,10 @@ def test_acknowledged_records_survive_node_kills_exactly_once(nodes: Nodes) -> N
     stop.set()
     for thread in producers:
         thread.join(timeout=180)
-    # A send may fail (never acknowledged, allowed to be in the log once) with OutOfOrderSequenceError: a follower
-    # that truncated rebuilt its producer state from its last snapshot, which keeps each producer's last batch only
-    # (as Kafka's does), so as the new leader it may not recognise the retry of an older unacknowledged batch. Nothing
-    # else may fail, and failures stay rare.
+    # A send may fail (never acknowledged, allowed to be in the log once) with OutOfOrderSequenceError, seen in 1 of
+    # 5 runs here. The likely cause, not yet proven: a follower that truncated rebuilt its producer state from its
+    # last snapshot, which keeps each producer's last batch only (as Kafka's does), so as the new leader it may not
+    # recognise the retry of an older unacknowledged batch. Nothing else may fail, and failures stay rare.
     failed = acked.errors + leader_acked.errors
     assert all(isinstance(error, OutOfOrderSequenceError) for error in failed), failed[:3]
     assert len(failed) * 50 < len(acked.by_offset), (len(failed), len(acked.by_offset))
