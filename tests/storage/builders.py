@@ -166,6 +166,29 @@ def batches_in(data: bytes) -> list[RecordBatch]:
     return [batch for batch in iter_any_batches(data) if isinstance(batch, RecordBatch)]
 
 
+# A record as a follower copies it: offset, key, value and its batch's leader epoch.
+LogRow = tuple[int, bytes | None, bytes | None, int]
+
+
+def log_rows(log: Log, end: int | None = None) -> list[LogRow]:
+    """Every record of `log` from its log start offset below `end` (default: its log end) with its batch's leader
+    epoch, read as a follower fetches (isolation log_end)."""
+    end = log.log_end_offset if end is None else end
+    out: list[LogRow] = []
+    position = log.log_start_offset
+    while position < end:
+        batches = batches_in(log.read(position, 1 << 20, isolation="log_end").records)
+        assert batches, f"{log.directory}: nothing to read at {position} below {end}"
+        for batch in batches:
+            out.extend(
+                (record.offset, record.key, record.value, batch.partition_leader_epoch)
+                for record in batch.records()
+                if position <= record.offset < end
+            )
+            position = max(position, batch.last_offset + 1)
+    return out
+
+
 def segment_bases(directory: Path, suffix: str = file_names.LOG_SUFFIX) -> list[int]:
     """Base offsets of the plain `<base><suffix>` files in `directory`, sorted."""
     bases = []

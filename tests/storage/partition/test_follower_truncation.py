@@ -23,10 +23,9 @@ from storage.partition.follower_truncation import TruncationState, truncation_st
 from storage.partition.leader_epoch_cache import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
 from storage.partition.log import Log
 from tests.reliability.storage_checks import shm_path_fixture  # noqa: F401 - the `shm_path` fixture
-from tests.storage.builders import Rec, batch_bytes, batches_in, open_log
+from tests.storage.builders import Rec, batch_bytes, batches_in, log_rows, open_log
 
 # (offset, key, value, partition leader epoch of the record's batch)
-Row = tuple[int, bytes | None, bytes | None, int]
 
 
 @pytest.fixture(autouse=True)
@@ -201,25 +200,6 @@ REPLICAS = 3
 FETCH_BYTES = 300
 
 
-def rows(log: Log, end: int | None = None) -> list[Row]:
-    """Every record of `log` below `end` (default: its log end) with its batch's leader epoch, read as a follower
-    fetches (isolation log_end)."""
-    end = log.log_end_offset if end is None else end
-    out: list[Row] = []
-    position = log.log_start_offset
-    while position < end:
-        batches = batches_in(log.read(position, 1 << 20, isolation="log_end").records)
-        assert batches, f"{log.directory}: nothing to read at {position} below {end}"
-        for batch in batches:
-            out.extend(
-                (record.offset, record.key, record.value, batch.partition_leader_epoch)
-                for record in batch.records()
-                if position <= record.offset < end
-            )
-            position = max(position, batch.last_offset + 1)
-    return out
-
-
 def copy_from(leader: Log, follower: Log, max_batches: int | None) -> int:
     """The follower fetches from its log end: at most `max_batches` of the leader's batches (None: all of them)
     are appended as they are. Returns how many batches were copied."""
@@ -283,20 +263,20 @@ def entries_below(log: Log, end: int) -> list[tuple[int, int]]:
 
 
 def check_no_divergence(leader: Log, followers: list[Log], history: list[str]) -> None:
-    leader_rows = rows(leader)
+    leader_rows = log_rows(leader)
     for follower in followers:
         assert follower.log_end_offset <= leader.log_end_offset, history
-        follower_rows = rows(follower)
+        follower_rows = log_rows(follower)
         assert [row[0] for row in follower_rows] == list(range(follower.log_end_offset)), history
         assert follower_rows == leader_rows[: len(follower_rows)], history
 
 
 def check_caught_up(leader: Log, followers: list[Log], history: list[str]) -> None:
-    leader_rows = rows(leader)
+    leader_rows = log_rows(leader)
     leader_entries = entries_below(leader, leader.log_end_offset)
     for follower in followers:
         assert follower.log_end_offset == leader.log_end_offset, history
-        assert rows(follower) == leader_rows, history
+        assert log_rows(follower) == leader_rows, history
         assert [tuple(entry) for entry in follower.epoch_entries()] == leader_entries, history
 
 
@@ -429,7 +409,7 @@ def test_a_follower_cut_at_its_log_end_drops_the_epoch_entry_there(tmp_path: Pat
         state = truncation_state(0, 10, a.end_offset_for_epoch, a.log_end_offset, a.high_watermark)
         assert state == TruncationState(10, True)
         a.truncate_to(state.offset)
-        assert rows(a) == rows(b)
+        assert log_rows(a) == log_rows(b)
         assert [tuple(entry) for entry in a.epoch_entries()] == [(0, 0)]
     finally:
         a.close()
@@ -452,7 +432,7 @@ def test_a_stale_epoch_entry_does_not_eat_the_entries_before_it(tmp_path: Path, 
         truncate_against(a, b, {"cut": 0, "intermediate": 0})
         assert b.log_end_offset == 4
         copy_from(a, b, None)
-        assert rows(b) == rows(a)
+        assert log_rows(b) == log_rows(a)
         assert [tuple(entry) for entry in b.epoch_entries()] == [(0, 0)]
     finally:
         a.close()
@@ -479,7 +459,7 @@ def test_an_intermediate_cut_at_the_log_end_moves_on_to_the_older_epoch(tmp_path
         assert stats["intermediate"] == 1
         assert [tuple(entry) for entry in b.epoch_entries()] == [(0, 0)]
         copy_from(a, b, None)
-        assert rows(b) == rows(a)
+        assert log_rows(b) == log_rows(a)
     finally:
         a.close()
         b.close()

@@ -25,10 +25,9 @@ from storage.clock import MockClock
 from storage.config.broker_config import BrokerConfig
 from storage.errors import BrokerNotAvailableError, OffsetOutOfRangeError
 from storage.partition.log import Log
-from tests.storage.builders import START_MS, Rec, batch_bytes, batches_in, open_log, segment_bases
+from tests.storage.builders import START_MS, Rec, batch_bytes, log_rows, open_log, segment_bases
 
 # (offset, key, value, partition leader epoch of the record's batch)
-Row = tuple[int, bytes | None, bytes | None, int]
 
 NAME = "topic-0"
 # About three of `write`'s batches (157 bytes for two records): the tests' logs span several segments.
@@ -174,40 +173,22 @@ def write(log: Log, epoch: int, batches: int, *, tag: str, size: int = 2) -> Non
         log.append(batch_bytes(records))
 
 
-def rows(log: Log, end: int | None = None) -> list[Row]:
-    """The log's records from its log start offset up to `end` (default: the log end), as a follower reads them."""
-    end = log.log_end_offset if end is None else end
-    out: list[Row] = []
-    position = log.log_start_offset
-    while position < end:
-        batches = batches_in(log.read(position, 1 << 20, isolation="log_end").records)
-        assert batches, f"{log.directory}: nothing to read at {position} below {end}"
-        for batch in batches:
-            out.extend(
-                (record.offset, record.key, record.value, batch.partition_leader_epoch)
-                for record in batch.records()
-                if position <= record.offset < end
-            )
-            position = max(position, batch.last_offset + 1)
-    return out
-
-
 def entries(log: Log) -> list[tuple[int, int]]:
     return [(entry.epoch, entry.start_offset) for entry in log.epoch_entries()]
 
 
 def assert_prefix_of_leader(follower: Log, leader: Log) -> None:
     """Whatever the follower holds is the leader's, record for record (from the follower's log start on)."""
-    held = rows(follower)
+    held = log_rows(follower)
     assert [row[0] for row in held] == list(range(follower.log_start_offset, follower.log_end_offset))
-    assert held == [row for row in rows(leader) if follower.log_start_offset <= row[0] < follower.log_end_offset]
+    assert held == [row for row in log_rows(leader) if follower.log_start_offset <= row[0] < follower.log_end_offset]
 
 
 def assert_identical(follower: Log, leader: Log) -> None:
     """The follower caught up: the leader's records, epochs, log start and high watermark."""
     assert follower.log_end_offset == leader.log_end_offset
     assert follower.log_start_offset == leader.log_start_offset
-    assert rows(follower) == rows(leader)
+    assert log_rows(follower) == log_rows(leader)
     assert entries(follower) == entries(leader)
     assert follower.high_watermark == leader.high_watermark
 
@@ -393,8 +374,8 @@ def test_a_divergent_tail_is_cut_and_the_follower_becomes_the_leaders_copy(
     leader = replica("leader")
     follower = replica("follower")
     cut = history(leader, follower)
-    leader_rows = rows(leader)
-    divergent = [row for row in rows(follower) if row not in leader_rows]
+    leader_rows = log_rows(leader)
+    divergent = [row for row in log_rows(follower) if row not in leader_rows]
 
     follower_of(follower)
     link = LogLeader(leader)
@@ -402,8 +383,8 @@ def test_a_divergent_tail_is_cut_and_the_follower_becomes_the_leaders_copy(
     fetcher = ReplicaFetcher(NAME, follower, link, settings(), changes)
     fetcher.truncate_to_leader()
     assert follower.log_end_offset == cut
-    assert rows(follower) == leader_rows[:cut]
-    assert not set(divergent) & set(rows(follower))
+    assert log_rows(follower) == leader_rows[:cut]
+    assert not set(divergent) & set(log_rows(follower))
     assert entries(follower) == [entry for entry in entries(leader) if entry[1] < cut]
     assert follower.high_watermark <= cut
     assert changes.count == (1 if divergent else 0)  # a cut that removes records is a change
