@@ -241,17 +241,13 @@ class PartitionLogActor:
         if required_acks not in ACKS:
             raise InvalidRequestError(f"acks must be one of {ACKS}, not {required_acks!r}")
         state = self._replication
-        if state is not None:
-            if state.leader != self._node:
-                raise NotLeaderOrFollowerError(f"{log.directory.name} is not the leader (the leader is {state.leader})")
-            if required_acks == -1 and len(state.isr) < log.config.min_insync_replicas:
-                raise NotEnoughReplicasError(
-                    f"{len(state.isr)} in-sync replicas of {log.directory.name}, min.insync.replicas is "
-                    f"{log.config.min_insync_replicas}"
-                )
-        elif required_acks == -1 and log.config.min_insync_replicas > 1:
+        if state is not None and state.leader != self._node:
+            raise NotLeaderOrFollowerError(f"{log.directory.name} is not the leader (the leader is {state.leader})")
+        in_sync = 1 if state is None else len(state.isr)
+        if required_acks == -1 and in_sync < log.config.min_insync_replicas:
             raise NotEnoughReplicasError(
-                f"1 in-sync replica of {log.directory.name}, min.insync.replicas is {log.config.min_insync_replicas}"
+                f"{in_sync} in-sync replicas of {log.directory.name}, min.insync.replicas is "
+                f"{log.config.min_insync_replicas}"
             )
         try:
             info = log.append(batches)
@@ -407,9 +403,7 @@ class PartitionLogActor:
             if log.log_end_offset > offset or time.monotonic() >= deadline or self._leader is not leader:
                 records = log.read(offset, _checked_max_bytes(max_bytes), isolation="log_end").records
                 return ReplicaFetch(bytes(records), log.high_watermark, log.log_start_offset, log.log_end_offset)
-            with self._changes:
-                if self._change_count == seen:
-                    self._changes.wait(max(deadline - time.monotonic(), 0))
+            self._wait_for_change(seen, deadline)
 
     @ray.method(concurrency_group=REPLICATION_GROUP)
     def await_replicated(self, info: LogAppendInfo, timeout_ms: int = ACKS_ALL_TIMEOUT_MS) -> LogAppendInfo:
@@ -435,12 +429,8 @@ class PartitionLogActor:
                     f"the ISR of {log.directory.name} shrank to {len(state.isr)}, below min.insync.replicas "
                     f"{log.config.min_insync_replicas}, before offset {info.last_offset} was replicated"
                 )
-            remaining_s = deadline - time.monotonic()
-            if remaining_s <= 0:
+            if self._wait_for_change(seen, deadline) is None:
                 raise RequestTimedOutError(f"offset {info.last_offset} not replicated within {timeout_ms} ms")
-            with self._changes:
-                if self._change_count == seen:
-                    self._changes.wait(remaining_s)
 
     @ray.method(concurrency_group=READ_GROUP)
     def replication_state(self) -> LeaderAndIsr | None:
@@ -605,18 +595,26 @@ class PartitionLogActor:
             return result
         try:
             while True:
-                with self._changes:
-                    while self._change_count == seen:
-                        remaining_s = deadline - time.monotonic()
-                        if remaining_s <= 0:
-                            return result
-                        self._changes.wait(remaining_s)
-                    seen = self._change_count
+                changed = self._wait_for_change(seen, deadline)
+                if changed is None:
+                    return result
+                seen = changed
                 result = answer()
                 if size(result) >= min_bytes or time.monotonic() >= deadline:
                     return result
         finally:
             self._long_poll_slots.release()
+
+    def _wait_for_change(self, seen: int, deadline: float) -> int | None:
+        """Waits until a change after count `seen` is notified (returns the new count) or the monotonic `deadline`
+        passes (None)."""
+        with self._changes:
+            while self._change_count == seen:
+                remaining_s = deadline - time.monotonic()
+                if remaining_s <= 0:
+                    return None
+                self._changes.wait(remaining_s)
+            return self._change_count
 
     @ray.method(concurrency_group=READ_GROUP)
     def list_offset(self, timestamp: int) -> TimestampAndOffset | None:
