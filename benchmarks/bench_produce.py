@@ -47,7 +47,7 @@ PRODUCE_GOAL_RPS = 1_000_000
 PRODUCE_GOAL_RATIO = 3.5
 LATENCY_GOAL_P99_MS = 5.0
 LATENCY_GOAL_P50_MS = 2.0
-LATENCY_LINGER_MS = 1
+LATENCY_LINGER_MS = 0
 # A latency record's value starts with its send time twice: `perf_counter_ns` (one clock for every process of
 # the machine) and `time_ns` (the clock the partition stamps LogAppendTime with).
 _SEND_TIME = struct.Struct(">qq")

@@ -4,7 +4,9 @@ their futures.
 - Requests: the closed batches of one partition travel together in one `append` call, up to
   `max_request_size` bytes; at most `max_in_flight_requests_per_connection` calls per partition are in
   flight (idempotent: at most 5 batches in all, the partition's dedup window), and Ray runs one caller's
-  calls to an actor in submission order, so batches land in send order.
+  calls to an actor in submission order, so batches land in send order. A partition whose leader is on this
+  node and has no followers gets its calls over the leader process's append channel instead
+  (`actors.clients.append_connection`): the same `append`, answered in order, without Ray's 1-2 ms round trip.
 - Idempotence (`enable_idempotence`): the sender takes a producer id from the controller (epoch 0) and
   numbers each partition's batches with sequences, assigned when a batch is first sent and kept by its
   retries, so a retry of a batch that was written but whose answer was lost is recognised by the partition
@@ -33,13 +35,17 @@ import sys
 import threading
 from collections import deque
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from actors.calls import call
+from actors.clients.append_connection import AppendConnection, AppendReply
 from actors.clients.broker import Broker
+from actors.clients.local_fetch import this_node_id
 from actors.clients.producer_batch import ProducerBatch
 from actors.clients.record_accumulator import ReadyCheck, RecordAccumulator
 from actors.partition_lookup import leader_replica
+from actors.server.replication.leader_and_isr import LeaderAndIsr
 from storage.clock import Clock
 from storage.errors import (
     BrokerNotAvailableError,
@@ -70,7 +76,8 @@ Completion = tuple[ProducerBatch, tuple[int, int] | BaseException]
 
 @dataclass(eq=False)
 class _InFlight:
-    """One `append` call and the batches it carries, in order."""
+    """One `append` call and the batches it carries, in order: `ref` is the Ray call's `ObjectRef`, or the
+    `AppendReply` of an append sent over the partition's append channel."""
 
     ref: Any
     batches: list[ProducerBatch]
@@ -90,6 +97,8 @@ class _PartitionState:
     handle: Any = None
     # Whether acks=all must wait for followers: the partition has more than one replica.
     replicated: bool = False
+    # The leader's append channel, when it is on this node and has one replica (else appends are Ray calls).
+    channel: AppendConnection | None = None
     in_flight: deque[_InFlight] = field(default_factory=deque)
     failed: list[tuple[_InFlight, BaseException]] = field(default_factory=list)
     retry_at_ns: int = 0
@@ -128,6 +137,8 @@ class Sender:
         self._clock = clock
         self.producer_id = self._new_producer_id() if enable_idempotence else NO_PRODUCER_ID
         self._partitions: dict[TopicPartition, _PartitionState] = {}
+        self._node = this_node_id()
+        self._connections: dict[str, AppendConnection] = {}
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name="raybroker-producer-sender", daemon=True)
 
@@ -144,6 +155,8 @@ class Sender:
         self._stopping = True
         self._wakeup.set()
         self._thread.join()
+        for connection in self._connections.values():
+            connection.close()
 
     def _new_producer_id(self) -> int:
         return call(self._broker.controller.allocate_producer_id.remote())
@@ -206,19 +219,50 @@ class Sender:
                     if state.handle is None:
                         state.handle, replication = leader_replica(state.topic, state.partition)
                         state.replicated = replication.replication_factor > 1
+                        state.channel = self._channel(state, replication)
                     payload = self._build(state, batches)
                 except RaybrokerError as exc:
                     # Nothing was sent: the batches are judged like those of a failed call.
                     state.failed.append((_InFlight(None, batches, done=True), exc))
                     break
-                appended = state.handle.append.remote(payload, self._acks)
-                if self._acks == -1 and state.replicated:
-                    # Runs once the append answered (Ray resolves the argument first), on the replication threads;
-                    # with one replica the append's answer is the acknowledgement already.
-                    appended = state.handle.await_replicated.remote(appended)
-                flight = _InFlight(appended, batches)
+                flight = _InFlight(self._submit(state, payload), batches)
                 state.in_flight.append(flight)
-                flight.ref.future().add_done_callback(lambda _, flight=flight: self._on_call_done(flight))
+                done = partial(self._on_call_done, flight)
+                if isinstance(flight.ref, AppendReply):
+                    flight.ref.add_done_callback(done)
+                else:
+                    flight.ref.future().add_done_callback(done)
+
+    def _submit(self, state: _PartitionState, payload: bytes) -> Any:
+        """Sends one append: over the append channel when the partition has one (a broken one fails the append,
+        retriable, and the partition is looked up again), else as a Ray call."""
+        if state.channel is not None:
+            return state.channel.append(state.topic, state.partition, payload, self._acks)
+        appended = state.handle.append.remote(payload, self._acks)
+        if self._acks == -1 and state.replicated:
+            # Runs once the append answered (Ray resolves the argument first), on the replication threads;
+            # with one replica the append's answer is the acknowledgement already.
+            appended = state.handle.await_replicated.remote(appended)
+        return appended
+
+    def _channel(self, state: _PartitionState, replication: LeaderAndIsr) -> AppendConnection | None:
+        """A connection to the leader's append channel (`actors.server.append_channel`) when the leader is on this
+        node and alone (with followers, acks=all waits on the leader's replication threads, a Ray call); None
+        otherwise or when the leader has no channel, and the appends go as Ray calls. Raises what the leader's
+        actor raises (a restarting one: `BrokerNotAvailableError`, retried as a failed append is). One connection per
+        channel serves every partition of the leader's process."""
+        if state.replicated or not self._node or replication.leader != self._node:
+            return None
+        address = call(state.handle.append_channel.remote())
+        if address is None:
+            return None
+        connection = self._connections.get(address)
+        if connection is None or connection.broken:
+            connection = AppendConnection.connect(address)
+            if connection is None:
+                return None
+            self._connections[address] = connection
+        return connection
 
     def _batch_room(self, state: _PartitionState) -> int:
         """How many more batches the partition may be sent now. An idempotent producer's partition remembers its
@@ -245,7 +289,7 @@ class Sender:
                 batch.payload = batch.encode(state.producer_id, state.producer_epoch, base_sequence)
         return b"".join(batch.payload or b"" for batch in batches)
 
-    def _on_call_done(self, flight: _InFlight) -> None:
+    def _on_call_done(self, flight: _InFlight, _: object) -> None:
         """Runs on a Ray thread, which also serves the sender's `ray.get`s: it only flags the call and wakes
         the sender, never waits for anything."""
         flight.done = True
@@ -260,7 +304,7 @@ class Sender:
             while state.in_flight and state.in_flight[0].done:
                 flight = state.in_flight.popleft()
                 try:
-                    info = call(flight.ref)
+                    info = flight.ref.result() if isinstance(flight.ref, AppendReply) else call(flight.ref)
                 except Exception as exc:
                     state.failed.append((flight, exc))
                     continue

@@ -27,6 +27,9 @@ retention, going offline, close) the actor rewrites its partition's high-waterma
 lies at), which a consumer on this node reads in place of a fetch call (`actors.clients.local_tail`); `locate`
 answers name the file. A folder where the file cannot be created serves without it (readers then keep calling).
 
+Same-node producers append without a call either: `append_channel` adds the partition to its process's append
+channel (`actors.server.append_channel`, a local socket) and names it; the channel runs `append` as a call would.
+
 Replication (`actors.server.replication`): the actor is one replica of its partition. The controller tells it the
 partition's state (`update_replication`, also asked once after the log opens, so a restarted replica learns it
 again): as the leader it takes appends, answers its followers' fetches (`replicate`, in the `replication` group)
@@ -69,6 +72,7 @@ from actors.options import (
     REPLICATION_GROUP,
     log_manager_name,
 )
+from actors.server.append_channel import serve, stop_serving
 from actors.server.replication.follower import ReplicaFetch, ReplicaFetcher, ReplicaSettings
 from actors.server.replication.leader_and_isr import LeaderAndIsr
 from actors.server.replication.leader_state import LeaderState
@@ -259,6 +263,20 @@ class PartitionLogActor:
                 self._advance_high_watermark(log)
         self._notify_fetchers()
         return info
+
+    @ray.method(concurrency_group=READ_GROUP)
+    def append_channel(self) -> str | None:
+        """The address of this process's append channel (`actors.server.append_channel`), which serves this
+        partition's appends from now on to producers on this node; None for a folder not named as a partition's."""
+        named = file_names.parse_partition_dir_name(self._log.directory.name)
+        if named is None:
+            return None
+        return serve(*named, self.append)
+
+    def _stop_serving_appends(self) -> None:
+        named = file_names.parse_partition_dir_name(self._opened_log.directory.name)
+        if named is not None:
+            stop_serving(*named, self.append)
 
     # --- replication ------------------------------------------------------------------------------
 
@@ -463,6 +481,7 @@ class PartitionLogActor:
                 self._leader = None
             self._unavailable = KafkaStorageError(f"log dir is offline: {reason}", path=self._opened_log.directory)
             self._opened_log.close_without_marker()
+            self._stop_serving_appends()
             self._notify_fetchers()
             self._close_hw_file()
 
@@ -484,6 +503,7 @@ class PartitionLogActor:
                 self._stop_fetcher()
                 self._leader = None
             self._log.close()
+            self._stop_serving_appends()
             self._closed_state = self._state()
             self._unavailable = BrokerNotAvailableError(f"the log of {self._opened_log.directory} is closed")
             self._notify_fetchers()

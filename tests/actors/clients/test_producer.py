@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
 import threading
 import time
 from collections import defaultdict
@@ -86,6 +87,18 @@ def consume(broker: Any, starts: dict[tuple[str, int], int], count: int, **optio
         assert consumer.poll(timeout_ms=0) == []
     assert len(records) == count
     return records
+
+
+def wait_until_gone(pid: int, timeout_s: float = 60.0) -> None:
+    """Waits until process `pid` (on this machine) has exited."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"process {pid} still runs after {timeout_s} s")
 
 
 def per_partition(records: list[Any]) -> dict[int, list[Any]]:
@@ -240,7 +253,11 @@ def test_killing_a_partition_actor_mid_stream_loses_and_duplicates_nothing(
             value = f"record-{i}".encode()
             futures.append((value, producer.send("killed", value, partition=i % 2)))
             if i == 1000:
+                # Appends take ~0.1 ms over the append channel: the rest would be written before the kill lands, or
+                # the first one after it, unless the producer is writing and the actor gone before they are sent.
+                futures[0][1].result()
                 ray.kill(handle, no_restart=False)
+                wait_until_gone(pid_before)
         producer.flush()
     sent: dict[int, list[tuple[int, bytes]]] = defaultdict(list)
     for value, future in futures:

@@ -1,0 +1,159 @@
+"""A producer's connection to a same-node append channel (`actors.server.append_channel`).
+
+`AppendConnection.connect(address)` opens the channel's socket (None when it cannot: another network namespace,
+the process gone); `append(topic, partition, batches, acks)` sends one frame (`actors.append_frames`) and returns
+an `AppendReply` at once, so several appends can be in flight, as Ray calls can. A reader thread takes the
+answers in order and completes the replies; a reply's callback runs on that thread and must not wait. When the
+connection breaks (the partition's process died or restarted), every reply still waiting fails with
+`BrokerNotAvailableError`, retriable: the producer looks the partition up again and resends, as after a failed
+Ray call, and a later `append` on the broken connection fails the same way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import socket
+import threading
+from collections import deque
+from collections.abc import Callable
+
+from actors.append_frames import SIZE, decode_answer, encode_request
+from storage.errors import BrokerNotAvailableError, InvalidRequestError, RaybrokerError
+from storage.partition.log import LogAppendInfo
+
+logger = logging.getLogger(__name__)
+
+
+class AppendReply:
+    """One append's answer to come: `done`, `result()` (the `LogAppendInfo`, or raises the typed error) and
+    `add_done_callback(fn)`, called with the reply once it is done."""
+
+    __slots__ = ("_callbacks", "_outcome", "done")
+
+    def __init__(self) -> None:
+        self.done = False
+        self._outcome: LogAppendInfo | RaybrokerError | None = None
+        self._callbacks: list[Callable[[AppendReply], None]] = []
+
+    def result(self) -> LogAppendInfo:
+        if not self.done:
+            raise InvalidRequestError("the append has not been answered yet")
+        if isinstance(self._outcome, LogAppendInfo):
+            return self._outcome
+        assert self._outcome is not None
+        raise self._outcome
+
+    def add_done_callback(self, callback: Callable[[AppendReply], None]) -> None:
+        if self.done:
+            callback(self)
+        else:
+            self._callbacks.append(callback)
+
+    def _complete(self, outcome: LogAppendInfo | RaybrokerError) -> None:
+        self._outcome = outcome
+        self.done = True
+        for callback in self._callbacks:
+            callback(self)
+
+
+class AppendConnection:
+    """See the module docstring."""
+
+    def __init__(self, sock: socket.socket, address: str) -> None:
+        self._socket = sock
+        self.address = address
+        self._waiting: deque[AppendReply] = deque()
+        # Held while a reply is queued and its frame written, so replies wait in the order of the frames.
+        self._send_lock = threading.Lock()
+        # Guards `_waiting` and `_broken` only: the reader takes answers while a long send still runs (a send that
+        # waits for the channel to read, while the channel waits for this side to read its answers, would
+        # otherwise stop both for good).
+        self._lock = threading.Lock()
+        self._broken: RaybrokerError | None = None
+        self._reader = threading.Thread(target=self._read_answers, name="raybroker-append-connection", daemon=True)
+        self._reader.start()
+
+    @classmethod
+    def connect(cls, address: str) -> AppendConnection | None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.connect(address)
+        except OSError as exc:
+            logger.debug("no append channel at %r: %s", address, exc)
+            sock.close()
+            return None
+        return cls(sock, address)
+
+    @property
+    def broken(self) -> bool:
+        return self._broken is not None
+
+    def append(self, topic: str, partition: int, batches: bytes, acks: int) -> AppendReply:
+        reply = AppendReply()
+        failure: OSError | None = None
+        with self._send_lock:
+            with self._lock:
+                broken = self._broken
+                if broken is None:
+                    self._waiting.append(reply)
+            if broken is None:
+                frame = encode_request(topic, partition, acks, batches)
+                try:
+                    sent = self._socket.sendmsg(frame)
+                    if sent < sum(map(len, frame)):
+                        self._socket.sendall(b"".join(frame)[sent:])
+                except OSError as exc:
+                    failure = exc
+        if broken is not None:
+            reply._complete(broken)
+        elif failure is not None:
+            # Fails the replies still waiting, this one included.
+            self._break(failure)
+        return reply
+
+    def close(self) -> None:
+        """Ends the connection; replies still waiting fail with `BrokerNotAvailableError`."""
+        self._break(None)
+        self._reader.join()
+
+    def _read_answers(self) -> None:
+        reader = self._socket.makefile("rb")
+        try:
+            while True:
+                head = reader.read(SIZE.size)
+                if len(head) < SIZE.size:
+                    break
+                (size,) = SIZE.unpack(head)
+                body = reader.read(size)
+                if len(body) < size:
+                    break
+                answer = decode_answer(body)
+                with self._lock:
+                    reply = self._waiting.popleft() if self._waiting else None
+                if reply is None:
+                    raise InvalidRequestError("the append channel answered a request it was not sent")
+                reply._complete(answer)
+        except (OSError, ValueError, RaybrokerError) as exc:
+            self._break(exc)
+        finally:
+            self._break(None)
+            reader.close()
+            self._socket.close()
+
+    def _break(self, cause: BaseException | None) -> None:
+        """Marks the connection broken (once) and fails every reply still waiting."""
+        with self._lock:
+            if self._broken is None:
+                why = "closed" if cause is None else f"broken: {cause}"
+                self._broken = BrokerNotAvailableError(f"the append channel connection is {why}")
+                # Wakes the reader and any send; the reader closes the socket once it is out of it.
+                with contextlib.suppress(OSError):
+                    self._socket.shutdown(socket.SHUT_RDWR)
+            waiting = list(self._waiting)
+            self._waiting.clear()
+        for reply in waiting:
+            reply._complete(self._broken)
+
+
+__all__ = ["AppendConnection", "AppendReply"]
