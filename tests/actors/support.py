@@ -1,5 +1,5 @@
-"""Helpers the actor tests share: the wall clock in Kafka's milliseconds, waiting for a condition, and this
-node's log-manager actor."""
+"""Helpers the actor tests share: the wall clock in Kafka's milliseconds, waiting for a condition, this node's
+log-manager actor, and the connections to a process's append channel."""
 
 from __future__ import annotations
 
@@ -28,3 +28,12 @@ def wait_for(predicate: Callable[[], bool], timeout_s: float = 30.0, what: str =
 def manager() -> Any:
     """The log-manager actor of the node this test runs on."""
     return get_actor(log_manager_name(ray.get_runtime_context().get_node_id()))
+
+
+def append_channel_connections(pid: int) -> int:
+    """Connected sockets of the append channel of process `pid` (Linux lists abstract Unix sockets, "@name", in
+    /proc/net/unix; an accepted connection carries the listener's name, state 03 = connected)."""
+    prefix = f"@raybroker-append-{pid}-"
+    with open("/proc/net/unix") as table:
+        rows = [line.split() for line in table.readlines()[1:]]
+    return sum(1 for row in rows if len(row) >= 8 and row[7].startswith(prefix) and row[5] == "03")

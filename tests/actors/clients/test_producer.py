@@ -27,6 +27,7 @@ from storage.errors import (
 )
 from storage.records.compression import CompressionType
 from storage.records.record_batch import RecordBatch, RecordBatchBuilder, TimestampType, iter_batches
+from tests.actors.support import append_channel_connections
 
 pytestmark = pytest.mark.ray
 
@@ -231,6 +232,26 @@ def test_a_batch_resent_with_its_sequence_is_a_duplicate_and_mixes_with_facade_r
         *(f"raw-{i}".encode() for i in range(4)),
         *(f"facade-{i}".encode() for i in range(3, 6)),
     ]
+
+
+def test_a_same_node_producer_appends_over_the_partitions_channel_and_closes_it(broker: Any) -> None:
+    import ray
+
+    from actors import Producer
+
+    pid = ray.get(broker.partition("p3", 1).state.remote()).pid
+    start = end_offsets(broker, "p3")[1]
+    with Producer(broker) as producer:
+        futures = [producer.send("p3", f"channel-{i}", partition=1) for i in range(20)]
+        assert [f.result().offset for f in futures] == list(range(start, start + 20))
+        # The producer's end and the channel's end of one connection, both in this machine's table.
+        assert append_channel_connections(pid) >= 1
+    deadline = time.monotonic() + 10
+    while append_channel_connections(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert append_channel_connections(pid) == 0, "the producer's close left its channel connection open"
+    records = consume(broker, {("p3", 1): start}, 20)
+    assert [r.value for r in records] == [f"channel-{i}".encode() for i in range(20)]
 
 
 def test_killing_a_partition_actor_mid_stream_loses_and_duplicates_nothing(

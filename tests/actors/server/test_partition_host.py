@@ -26,7 +26,7 @@ from storage.errors import (
 )
 from storage.logdir.checkpoint_file import OffsetCheckpointFile
 from storage.records.record_batch import CRC_OFFSET
-from tests.actors.support import manager, now_ms, wait_for
+from tests.actors.support import append_channel_connections, manager, now_ms, wait_for
 from tests.storage.builders import Rec, as_recs, batch_bytes, kafka_decode
 
 pytestmark = pytest.mark.ray
@@ -134,6 +134,10 @@ def test_producer_and_consumer_work_through_hosted_partitions(broker: tuple[Brok
     call(client.controller.create_topic.remote("clients", 3))
     with Producer(client, linger_ms=1) as producer:
         futures = [producer.send("clients", {"i": i}, key=f"k{i % 7}") for i in range(300)]
+        producer.flush()
+        # Over the hosts' append channels: one connection to each host holding a partition of the topic.
+        for pid in {pid_of(client.partition("clients", p)) for p in range(3)}:
+            assert pid is not None and append_channel_connections(pid) >= 1
     sent = {}
     for i, future in enumerate(futures):
         metadata = future.result()
