@@ -62,6 +62,7 @@ from actors.clients.local_tail import LocalTail
 from actors.clients.serializers import Deserializer
 from actors.options import group_coordinator_name
 from actors.partition_lookup import partition_actor
+from actors.startup_objects import freeze_startup_objects
 from storage.arguments import is_int
 from storage.errors import (
     BrokerNotAvailableError,
@@ -163,6 +164,7 @@ class Consumer:
         if enable_auto_commit and group_id is None:
             raise InvalidGroupIdError("enable_auto_commit needs a group_id to commit under")
         self._broker = broker or Broker.connect()
+        freeze_startup_objects()
         self._group_id = group_id
         self._auto_offset_reset = auto_offset_reset
         self._auto_commit_interval_ns = auto_commit_interval_ms * 1_000_000 if enable_auto_commit else None

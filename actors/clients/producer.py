@@ -51,6 +51,7 @@ from actors.clients.producer_batch import RECORD_OVERHEAD_BOUND, BulkRecords, He
 from actors.clients.record_accumulator import RecordAccumulator
 from actors.clients.sender import Sender
 from actors.clients.serializers import Serializer, default_serializer, string_serializer
+from actors.startup_objects import freeze_startup_objects
 from storage.arguments import is_int
 from storage.clock import SYSTEM_CLOCK
 from storage.errors import (
@@ -117,6 +118,7 @@ class Producer:
             raise InvalidConfigError(f"acks must be 1 or 'all' (-1), got {acks!r}; acks=0 is the Kafka listener's")
         compression = CompressionType.from_name(compression_type)
         self._broker = broker or Broker.connect()
+        freeze_startup_objects()
         self._max_request_size = max_request_size
         self._metadata_max_age_ns = metadata_max_age_ms * 1_000_000
         self._value_serializer = value_serializer or default_serializer

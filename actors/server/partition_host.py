@@ -52,6 +52,7 @@ import ray
 from actors.options import MAINTENANCE_GROUP, READ_GROUP, REPLICATION_GROUP
 from actors.server.partition_log import LONG_POLL_SLOTS, PartitionLogActor
 from actors.server.replication.follower import ReplicaSettings
+from actors.startup_objects import freeze_startup_objects
 from storage.errors import BrokerNotAvailableError, InvalidRequestError, RaybrokerError
 from storage.logdir.log_dirs import checkpointed_offsets
 from storage.partition.producer_state import PRODUCER_ID_EXPIRATION_MS
@@ -95,6 +96,8 @@ class PartitionHostActor:
         `producer_id_expiration_ms`, `replica_settings` and `find_replica` are passed to every partition here (see
         `PartitionLogActor`)."""
         self.name = name
+        if ray.is_initialized():
+            freeze_startup_objects()
         self._replica_settings = replica_settings
         self._find_replica = find_replica
         self._cleaner_config = dict(cleaner_config)

@@ -76,6 +76,7 @@ from actors.server.append_channel import serve, stop_serving
 from actors.server.replication.follower import ReplicaFetch, ReplicaFetcher, ReplicaSettings
 from actors.server.replication.leader_and_isr import LeaderAndIsr
 from actors.server.replication.leader_state import LeaderState
+from actors.startup_objects import freeze_startup_objects
 from storage import file_names
 from storage.arguments import is_int
 from storage.compaction.cleaner import (
@@ -189,6 +190,8 @@ class PartitionLogActor:
         self._replica_settings = replica_settings or ReplicaSettings()
         self._find_replica = find_replica
         self._node = _node_id()
+        if self._node:
+            freeze_startup_objects()
         # The replication role: the controller's latest state, and the leader's or follower's machinery.
         self._role_lock = threading.RLock()
         self._replication: LeaderAndIsr | None = None
