@@ -149,6 +149,20 @@ def listener() -> Iterator[tuple[str, socket.socket]]:
         sock.close()
 
 
+@contextlib.contextmanager
+def connected_to_listener() -> Iterator[tuple[AppendConnection, socket.socket]]:
+    """An `AppendConnection` to a bare listener, and the listener's end of it (closed after the test)."""
+    with listener() as (address, server):
+        connection = AppendConnection.connect(address)
+        assert connection is not None
+        try:
+            peer, _ = server.accept()
+            with peer:
+                yield connection, peer
+        finally:
+            connection.close()
+
+
 # --- appends that land -------------------------------------------------------------------------------------------
 
 
@@ -482,71 +496,47 @@ def test_connect_to_a_missing_address_returns_none() -> None:
 
 
 def test_close_fails_the_replies_still_waiting_and_later_appends() -> None:
-    with listener() as (address, server):
-        connection = AppendConnection.connect(address)
-        assert connection is not None
-        peer, _ = server.accept()
-        with peer:
-            replies = [connection.append(TOPIC, 0, batch_bytes(now_records(1)), 1) for _ in range(3)]
-            assert not any(reply.done for reply in replies)
-            connection.close()
-            assert all(reply.done for reply in replies) and connection.broken
-            for reply in replies:
-                assert type(refusal(reply)) is BrokerNotAvailableError
-            late = connection.append(TOPIC, 0, batch_bytes(now_records(1)), 1)
-            assert late.done and type(refusal(late)) is BrokerNotAvailableError
+    with connected_to_listener() as (connection, _):
+        replies = [connection.append(TOPIC, 0, batch_bytes(now_records(1)), 1) for _ in range(3)]
+        assert not any(reply.done for reply in replies)
+        connection.close()
+        assert all(reply.done for reply in replies) and connection.broken
+        for reply in replies:
+            assert type(refusal(reply)) is BrokerNotAvailableError
+        late = connection.append(TOPIC, 0, batch_bytes(now_records(1)), 1)
+        assert late.done and type(refusal(late)) is BrokerNotAvailableError
 
 
 def test_the_channel_going_away_fails_the_replies_still_waiting() -> None:
-    with listener() as (address, server):
-        connection = AppendConnection.connect(address)
-        assert connection is not None
-        try:
-            peer, _ = server.accept()
-            replies = [connection.append(TOPIC, 0, batch_bytes(now_records(1)), 1) for _ in range(3)]
-            peer.close()
-            for reply in replies:
-                assert type(refusal(reply)) is BrokerNotAvailableError
-            assert connection.broken
-        finally:
-            connection.close()
+    with connected_to_listener() as (connection, peer):
+        replies = [connection.append(TOPIC, 0, batch_bytes(now_records(1)), 1) for _ in range(3)]
+        peer.close()
+        for reply in replies:
+            assert type(refusal(reply)) is BrokerNotAvailableError
+        assert connection.broken
 
 
 def test_answers_complete_the_replies_in_order_then_an_unasked_answer_breaks_the_connection() -> None:
     infos = [LogAppendInfo(i, i, -1, -1, -1, 0, 1, 1, 70, ((i, i),)) for i in range(3)]
-    with listener() as (address, server):
-        connection = AppendConnection.connect(address)
-        assert connection is not None
-        try:
-            peer, _ = server.accept()
-            with peer:
-                replies = [connection.append(TOPIC, 0, batch_bytes(now_records(1)), 1) for _ in range(2)]
-                peer.sendall(encode_answer(infos[0]) + encode_answer(infos[1]))
-                assert [answered(reply).result() for reply in replies] == infos[:2]
-                # An answer for a request never sent: the connection cannot trust its order any more.
-                peer.sendall(encode_answer(infos[2]))
-                deadline = time.monotonic() + TIMEOUT_S
-                while not connection.broken:
-                    assert time.monotonic() < deadline, "the connection took an unasked answer"
-                    time.sleep(0.001)
-                assert type(refusal(connection.append(TOPIC, 0, b"", 1))) is BrokerNotAvailableError
-        finally:
-            connection.close()
+    with connected_to_listener() as (connection, peer):
+        replies = [connection.append(TOPIC, 0, batch_bytes(now_records(1)), 1) for _ in range(2)]
+        peer.sendall(encode_answer(infos[0]) + encode_answer(infos[1]))
+        assert [answered(reply).result() for reply in replies] == infos[:2]
+        # An answer for a request never sent: the connection cannot trust its order any more.
+        peer.sendall(encode_answer(infos[2]))
+        deadline = time.monotonic() + TIMEOUT_S
+        while not connection.broken:
+            assert time.monotonic() < deadline, "the connection took an unasked answer"
+            time.sleep(0.001)
+        assert type(refusal(connection.append(TOPIC, 0, b"", 1))) is BrokerNotAvailableError
 
 
 def test_an_answer_that_does_not_parse_breaks_the_connection_and_fails_its_reply() -> None:
-    with listener() as (address, server):
-        connection = AppendConnection.connect(address)
-        assert connection is not None
-        try:
-            peer, _ = server.accept()
-            with peer:
-                reply = connection.append(TOPIC, 0, batch_bytes(now_records(1)), 1)
-                peer.sendall(SIZE.pack(1) + b"\x07")
-                assert type(refusal(reply)) is BrokerNotAvailableError
-                assert connection.broken
-        finally:
-            connection.close()
+    with connected_to_listener() as (connection, peer):
+        reply = connection.append(TOPIC, 0, batch_bytes(now_records(1)), 1)
+        peer.sendall(SIZE.pack(1) + b"\x07")
+        assert type(refusal(reply)) is BrokerNotAvailableError
+        assert connection.broken
 
 
 def test_many_pipelined_appends_are_all_answered(part: PartitionLogActor, address: str) -> None:
