@@ -7,6 +7,9 @@ answers in order and completes the replies; a reply's callback runs on that thre
 connection breaks (the partition's process died or restarted), every reply still waiting fails with
 `BrokerNotAvailableError`, retriable: the producer looks the partition up again and resends, as after a failed
 Ray call, and a later `append` on the broken connection fails the same way.
+
+`AppendConnections` is a client's pool (the Python producer's sender, the Kafka listener): `for_leader(handle,
+state)` answers the connection to use for a partition's appends, or None when they must be Ray calls.
 """
 
 from __future__ import annotations
@@ -17,8 +20,12 @@ import socket
 import threading
 from collections import deque
 from collections.abc import Callable
+from typing import Any
 
 from actors.append_frames import SIZE, decode_answer, encode_request
+from actors.calls import call
+from actors.clients.local_fetch import this_node_id
+from actors.server.replication.leader_and_isr import LeaderAndIsr
 from storage.errors import BrokerNotAvailableError, InvalidRequestError, RaybrokerError
 from storage.partition.log import LogAppendInfo
 
@@ -156,4 +163,42 @@ class AppendConnection:
             reply._complete(self._broken)
 
 
-__all__ = ["AppendConnection", "AppendReply"]
+class AppendConnections:
+    """One client's connections to the append channels of its node, one per channel (a channel serves every
+    partition of its process); safe to use from several threads."""
+
+    def __init__(self) -> None:
+        self._node = this_node_id()
+        self._connections: dict[str, AppendConnection] = {}
+        self._lock = threading.Lock()
+
+    def for_leader(self, handle: Any, state: LeaderAndIsr) -> AppendConnection | None:
+        """The connection to the append channel of the leader `handle` (its partition's state `state`), when the
+        leader is on this node and alone; None otherwise, or when the leader has no channel or it cannot be
+        reached, and the appends go as Ray calls. With followers the leader's `acks=all` waits run on its
+        replication threads, a Ray call. Raises what the leader's actor raises (a restarting one:
+        `BrokerNotAvailableError`, retriable)."""
+        if state.replication_factor > 1 or not self._node or state.leader != self._node:
+            return None
+        address = call(handle.append_channel.remote())
+        if address is None:
+            return None
+        with self._lock:
+            connection = self._connections.get(address)
+            if connection is None or connection.broken:
+                connection = AppendConnection.connect(address)
+                if connection is None:
+                    return None
+                self._connections[address] = connection
+            return connection
+
+    def close(self) -> None:
+        """Closes every connection; their waiting replies fail with `BrokerNotAvailableError`."""
+        with self._lock:
+            connections = list(self._connections.values())
+            self._connections.clear()
+        for connection in connections:
+            connection.close()
+
+
+__all__ = ["AppendConnection", "AppendConnections", "AppendReply"]

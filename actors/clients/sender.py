@@ -39,13 +39,11 @@ from functools import partial
 from typing import Any
 
 from actors.calls import call
-from actors.clients.append_connection import AppendConnection, AppendReply
+from actors.clients.append_connection import AppendConnection, AppendConnections, AppendReply
 from actors.clients.broker import Broker
-from actors.clients.local_fetch import this_node_id
 from actors.clients.producer_batch import ProducerBatch
 from actors.clients.record_accumulator import ReadyCheck, RecordAccumulator
 from actors.partition_lookup import leader_replica
-from actors.server.replication.leader_and_isr import LeaderAndIsr
 from storage.clock import Clock
 from storage.errors import (
     BrokerNotAvailableError,
@@ -137,8 +135,7 @@ class Sender:
         self._clock = clock
         self.producer_id = self._new_producer_id() if enable_idempotence else NO_PRODUCER_ID
         self._partitions: dict[TopicPartition, _PartitionState] = {}
-        self._node = this_node_id()
-        self._connections: dict[str, AppendConnection] = {}
+        self._connections = AppendConnections()
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name="raybroker-producer-sender", daemon=True)
 
@@ -155,8 +152,7 @@ class Sender:
         self._stopping = True
         self._wakeup.set()
         self._thread.join()
-        for connection in self._connections.values():
-            connection.close()
+        self._connections.close()
 
     def _new_producer_id(self) -> int:
         return call(self._broker.controller.allocate_producer_id.remote())
@@ -219,7 +215,7 @@ class Sender:
                     if state.handle is None:
                         state.handle, replication = leader_replica(state.topic, state.partition)
                         state.replicated = replication.replication_factor > 1
-                        state.channel = self._channel(state, replication)
+                        state.channel = self._connections.for_leader(state.handle, replication)
                     payload = self._build(state, batches)
                 except RaybrokerError as exc:
                     # Nothing was sent: the batches are judged like those of a failed call.
@@ -244,25 +240,6 @@ class Sender:
             # with one replica the append's answer is the acknowledgement already.
             appended = state.handle.await_replicated.remote(appended)
         return appended
-
-    def _channel(self, state: _PartitionState, replication: LeaderAndIsr) -> AppendConnection | None:
-        """A connection to the leader's append channel (`actors.server.append_channel`) when the leader is on this
-        node and alone (with followers, acks=all waits on the leader's replication threads, a Ray call); None
-        otherwise or when the leader has no channel, and the appends go as Ray calls. Raises what the leader's
-        actor raises (a restarting one: `BrokerNotAvailableError`, retried as a failed append is). One connection per
-        channel serves every partition of the leader's process."""
-        if state.replicated or not self._node or replication.leader != self._node:
-            return None
-        address = call(state.handle.append_channel.remote())
-        if address is None:
-            return None
-        connection = self._connections.get(address)
-        if connection is None or connection.broken:
-            connection = AppendConnection.connect(address)
-            if connection is None:
-                return None
-            self._connections[address] = connection
-        return connection
 
     def _batch_room(self, state: _PartitionState) -> int:
         """How many more batches the partition may be sent now. An idempotent producer's partition remembers its

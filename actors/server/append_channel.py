@@ -19,8 +19,10 @@ The log's own lock orders these appends with those arriving through Ray.
   connection, as Kafka's listener does; at most `socket.listen.backlog.size` (50) connections wait to be
   accepted. A frame that does not parse is answered with `InvalidRequestError` and ends its connection, so one bad
   client never stops the channel or another connection.
-- Each connection has a thread of its own that runs its frames in order and answers them in order, so a producer's
-  appends to one partition land in the order it sent them, as with Ray's ordered actor calls.
+- One thread serves every connection (`selectors`): it runs each connection's whole frames in the order they came
+  and answers them in that order, so a producer's appends to one partition land in the order it sent them, as
+  with Ray's ordered actor calls, and the process's threads do not grow with its producers. An answer that cannot
+  be sent within Kafka's `request.timeout.ms` default (30 s) closes its connection.
 """
 
 from __future__ import annotations
@@ -28,11 +30,11 @@ from __future__ import annotations
 import logging
 import os
 import secrets
+import selectors
 import socket
 import struct
 import threading
 from collections.abc import Callable
-from typing import BinaryIO
 
 from actors.append_frames import (
     SIZE,
@@ -51,6 +53,10 @@ Append = Callable[[bytes, int], LogAppendInfo]
 _UCRED = struct.Struct("3i")
 # Kafka's `socket.listen.backlog.size` default: connections waiting to be accepted.
 SOCKET_LISTEN_BACKLOG_SIZE = 50
+# Kafka's `request.timeout.ms` default, in seconds: how long sending one answer may take.
+REQUEST_TIMEOUT_S = 30.0
+# How much one read of a connection takes at most (Kafka's `socket.receive.buffer.bytes` is 100 KiB).
+READ_BYTES = 1 << 20
 
 
 class AppendChannel:
@@ -63,7 +69,9 @@ class AppendChannel:
         self.address = f"\0raybroker-append-{os.getpid()}-{secrets.token_hex(8)}"
         self._socket.bind(self.address)
         self._socket.listen(SOCKET_LISTEN_BACKLOG_SIZE)
-        threading.Thread(target=self._accept, name="raybroker-append-channel", daemon=True).start()
+        # Bytes received per connection (by file descriptor) and not yet a whole frame.
+        self._received: dict[int, bytearray] = {}
+        threading.Thread(target=self._serve_connections, name="raybroker-append-channel", daemon=True).start()
 
     def serve(self, topic: str, partition: int, append: Append) -> str:
         """Serves (topic, partition)'s appends with `append` from now on; returns the channel's address."""
@@ -77,37 +85,75 @@ class AppendChannel:
             if self._appends.get((topic, partition)) == append:
                 del self._appends[(topic, partition)]
 
-    def _accept(self) -> None:
+    def _serve_connections(self) -> None:
+        """The channel's one thread: accepts connections and runs the whole frames each one has sent."""
+        selector = selectors.DefaultSelector()
+        selector.register(self._socket, selectors.EVENT_READ, None)
         while True:
-            try:
-                connection, _ = self._socket.accept()
-            except OSError as exc:
-                logger.error("append channel %r stopped accepting: %s", self.address, exc)
-                return
-            uid = _peer_uid(connection)
-            if uid != os.getuid():
-                logger.warning("append channel: refused a connection of user %s", uid)
-                connection.close()
-                continue
-            threading.Thread(target=self._serve_connection, args=(connection,), daemon=True).start()
-
-    def _serve_connection(self, connection: socket.socket) -> None:
-        with connection, connection.makefile("rb") as reader:
-            while True:
+            for key, _ in selector.select():
+                if key.data is None:
+                    self._accept(selector)
+                    continue
                 try:
-                    body = _read_frame(reader)
-                except InvalidRequestError as exc:
-                    logger.warning("append channel: closing a connection: %s", exc)
-                    return
-                if body is None:
-                    return
-                answer, keep_open = self._answer(body)
-                try:
-                    connection.sendall(answer)
-                except OSError:
-                    return
+                    keep_open = self._serve(key.data)
+                except Exception:
+                    logger.exception("append channel: closing a connection after an unexpected error")
+                    keep_open = False
                 if not keep_open:
-                    return
+                    selector.unregister(key.data)
+                    self._received.pop(key.data.fileno(), None)
+                    key.data.close()
+
+    def _accept(self, selector: selectors.BaseSelector) -> None:
+        try:
+            connection, _ = self._socket.accept()
+        except OSError as exc:
+            logger.warning("append channel %r: accept failed: %s", self.address, exc)
+            return
+        uid = _peer_uid(connection)
+        if uid != os.getuid():
+            logger.warning("append channel: refused a connection of user %s", uid)
+            connection.close()
+            return
+        # Answers are sent blocking, bounded by Kafka's `request.timeout.ms` default: a client that stops reading
+        # them loses its connection instead of holding the channel.
+        connection.settimeout(REQUEST_TIMEOUT_S)
+        selector.register(connection, selectors.EVENT_READ, connection)
+
+    def _serve(self, connection: socket.socket) -> bool:
+        """Reads what `connection` sent and answers every whole frame in it, in order; False when the connection
+        is to be closed (ended by the client, a frame over the limit, one that does not parse)."""
+        try:
+            received = connection.recv(READ_BYTES)
+        except OSError:
+            return False
+        pending = self._received.setdefault(connection.fileno(), bytearray())
+        if not received:
+            if pending:
+                logger.warning("append channel: a connection ended %d bytes into a frame", len(pending))
+            return False
+        pending += received
+        while len(pending) >= SIZE.size:
+            (size,) = SIZE.unpack_from(pending)
+            if size > SOCKET_REQUEST_MAX_BYTES:
+                logger.warning(
+                    "append channel: closing a connection: a frame of %d bytes is over socket.request.max.bytes (%d)",
+                    size,
+                    SOCKET_REQUEST_MAX_BYTES,
+                )
+                return False
+            if len(pending) < SIZE.size + size:
+                break
+            body = bytes(pending[SIZE.size : SIZE.size + size])
+            del pending[: SIZE.size + size]
+            answer, keep_open = self._answer(body)
+            try:
+                connection.sendall(answer)
+            except OSError:
+                return False
+            if not keep_open:
+                return False
+        return True
 
     def _answer(self, body: bytes) -> tuple[bytes, bool]:
         """The answer frame for one request, and whether the connection may go on."""
@@ -133,25 +179,6 @@ def _peer_uid(connection: socket.socket) -> int | None:
     except OSError:
         return None
     return uid
-
-
-def _read_frame(reader: BinaryIO) -> bytes | None:
-    """The next frame's body; None at a clean end of the connection; `InvalidRequestError` for a frame over the
-    limit or cut short."""
-    head = reader.read(SIZE.size)
-    if not head:
-        return None
-    if len(head) < SIZE.size:
-        raise InvalidRequestError("the connection ended inside a frame's size")
-    (size,) = SIZE.unpack(head)
-    if size > SOCKET_REQUEST_MAX_BYTES:
-        raise InvalidRequestError(
-            f"a frame of {size} bytes is over socket.request.max.bytes ({SOCKET_REQUEST_MAX_BYTES})"
-        )
-    body = reader.read(size)
-    if len(body) < size:
-        raise InvalidRequestError(f"the connection ended {size - len(body)} bytes short of a frame")
-    return body
 
 
 _CHANNEL: AppendChannel | None = None

@@ -14,7 +14,9 @@ from typing import Any
 
 import pytest
 
+from actors.calls import call
 from cluster.protocol.listener import KafkaListener, start_listener
+from tests.actors.support import append_channel_connections
 
 pytestmark = pytest.mark.ray
 
@@ -428,3 +430,21 @@ def test_offset_for_leader_epoch_is_answered_from_the_partition_actors_epoch_cac
         _, response = decode_response(read_frame(sock), load_response_schema(OFFSET_FOR_LEADER_EPOCH_KEY, 4))
     answers = [(p.error_code, p.leader_epoch, p.end_offset) for p in response.topics[0].partitions]
     assert answers == [(ErrorCode.none, 0, end), (ErrorCode.unknown_leader_epoch, -1, -1)]
+
+
+def test_a_listener_on_the_partitions_node_appends_over_their_channels_and_closes_them_when_stopped(
+    listener: KafkaListener,
+) -> None:
+    from actors.clients.broker import Broker
+
+    broker = Broker.connect()
+    with start_listener({"listeners": "PLAINTEXT://127.0.0.1:0", "num.partitions": str(PARTITIONS)}) as own:
+        produced = confluent_produce(own, "over-the-channel", acks="all")
+        pids = {call(broker.partition("over-the-channel", p).state.remote()).pid for p in range(PARTITIONS)}
+        # Only this listener wrote to the new topic: each partition's process has its connection.
+        assert all(append_channel_connections(pid) >= 1 for pid in pids)
+    deadline = time.monotonic() + POLL_DEADLINE_S
+    while any(append_channel_connections(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(append_channel_connections(pid) for pid in pids), "a stopped listener left a connection open"
+    assert sorted(confluent_consume(listener, ["over-the-channel"], len(produced))) == sorted(produced)
