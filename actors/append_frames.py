@@ -46,7 +46,7 @@ def encode_request(topic: str, partition: int, acks: int, batches: bytes) -> lis
     return [SIZE.pack(len(head) + len(batches)), head, batches]
 
 
-def decode_request(body: bytes) -> tuple[str, int, int, memoryview]:
+def decode_request(body: bytes | bytearray) -> tuple[str, int, int, memoryview]:
     """(topic, partition, acks, batches) of a request frame's body (the bytes after its size)."""
     try:
         acks, name_size = _REQUEST_HEAD.unpack_from(body)

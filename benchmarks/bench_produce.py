@@ -10,8 +10,8 @@
 |              | process of its own (Kafka's setup); p50 in the goal text       |                                    |
 
 Both sides of `produce_1p` are measured alternately, best of N each (noise only ever slows a run). The driver runs
-on the partition's node, so its appends go over the append channel rather than as Ray calls (1.9M -> 4.4M rec/s
-when the channel came). The latency
+on the partition's node, so its appends go over the append channel rather than as Ray calls (1.9M -> 3.2-4.4M
+rec/s when the channel came). The latency
 run stamps each value with its send time (`perf_counter_ns`, one clock for all processes) in its first bytes, so
 every record is one sample; its topic uses LogAppendTime, so each record also says when the partition appended it
 (wall clock, 1 ms steps), which splits the latency into send-to-append and append-to-poll. Its producer uses

@@ -49,7 +49,7 @@ from storage.topic_partition import TopicPartition
 
 logger = logging.getLogger(__name__)
 
-Append = Callable[[bytes, int], LogAppendInfo]
+Append = Callable[[memoryview, int], LogAppendInfo]
 _UCRED = struct.Struct("3i")
 # Kafka's `socket.listen.backlog.size` default: connections waiting to be accepted.
 SOCKET_LISTEN_BACKLOG_SIZE = 50
@@ -57,6 +57,18 @@ SOCKET_LISTEN_BACKLOG_SIZE = 50
 REQUEST_TIMEOUT_S = 30.0
 # How much one read of a connection takes at most (Kafka's `socket.receive.buffer.bytes` is 100 KiB).
 READ_BYTES = 1 << 20
+
+
+class _Reading:
+    """A connection's bytes short of a whole frame (`pending`), or the buffer a large frame's body is read into
+    (`body`, `filled` bytes of it so far)."""
+
+    __slots__ = ("body", "filled", "pending")
+
+    def __init__(self) -> None:
+        self.pending = bytearray()
+        self.body: bytearray | None = None
+        self.filled = 0
 
 
 class AppendChannel:
@@ -69,8 +81,8 @@ class AppendChannel:
         self.address = f"\0raybroker-append-{os.getpid()}-{secrets.token_hex(8)}"
         self._socket.bind(self.address)
         self._socket.listen(SOCKET_LISTEN_BACKLOG_SIZE)
-        # Bytes received per connection (by file descriptor) and not yet a whole frame.
-        self._received: dict[int, bytearray] = {}
+        # What each connection (by file descriptor) sent that is not yet a whole frame.
+        self._reading: dict[int, _Reading] = {}
         threading.Thread(target=self._serve_connections, name="raybroker-append-channel", daemon=True).start()
 
     def serve(self, topic: str, partition: int, append: Append) -> str:
@@ -101,7 +113,7 @@ class AppendChannel:
                     keep_open = False
                 if not keep_open:
                     selector.unregister(key.data)
-                    self._received.pop(key.data.fileno(), None)
+                    self._reading.pop(key.data.fileno(), None)
                     key.data.close()
 
     def _accept(self, selector: selectors.BaseSelector) -> None:
@@ -121,13 +133,30 @@ class AppendChannel:
         selector.register(connection, selectors.EVENT_READ, connection)
 
     def _serve(self, connection: socket.socket) -> bool:
-        """Reads what `connection` sent and answers every whole frame in it, in order; False when the connection
-        is to be closed (ended by the client, a frame over the limit, one that does not parse)."""
+        """Reads what `connection` sent (one read: the selector said it would not block) and runs every whole frame
+        in it, in order; False when the connection is to be closed (ended by the client, a frame over the limit,
+        one that does not parse)."""
+        reading = self._reading.setdefault(connection.fileno(), _Reading())
         try:
+            if reading.body is not None:
+                # Reads on while bytes are there (MSG_DONTWAIT), not one selector wake-up per socket buffer.
+                view = memoryview(reading.body)
+                while reading.filled < len(view):
+                    try:
+                        count = connection.recv_into(view[reading.filled :], 0, socket.MSG_DONTWAIT)
+                    except BlockingIOError:
+                        return True
+                    if count == 0:
+                        logger.warning("append channel: a connection ended %d bytes into a frame", reading.filled)
+                        return False
+                    reading.filled += count
+                view.release()
+                body, reading.body = reading.body, None
+                return self._run(connection, body)
             received = connection.recv(READ_BYTES)
         except OSError:
             return False
-        pending = self._received.setdefault(connection.fileno(), bytearray())
+        pending = reading.pending
         if not received:
             if pending:
                 logger.warning("append channel: a connection ended %d bytes into a frame", len(pending))
@@ -143,19 +172,29 @@ class AppendChannel:
                 )
                 return False
             if len(pending) < SIZE.size + size:
+                if size > READ_BYTES:
+                    # A large frame is read into its own buffer from now on, not copied along with `pending`.
+                    reading.body = bytearray(size)
+                    reading.filled = len(pending) - SIZE.size
+                    reading.body[: reading.filled] = memoryview(pending)[SIZE.size :]
+                    pending.clear()
                 break
-            body = bytes(pending[SIZE.size : SIZE.size + size])
+            body = pending[SIZE.size : SIZE.size + size]
             del pending[: SIZE.size + size]
-            answer, keep_open = self._answer(body)
-            try:
-                connection.sendall(answer)
-            except OSError:
-                return False
-            if not keep_open:
+            if not self._run(connection, body):
                 return False
         return True
 
-    def _answer(self, body: bytes) -> tuple[bytes, bool]:
+    def _run(self, connection: socket.socket, body: bytearray) -> bool:
+        """Runs one frame and sends its answer; False when the connection is to be closed."""
+        answer, keep_open = self._answer(body)
+        try:
+            connection.sendall(answer)
+        except OSError:
+            return False
+        return keep_open
+
+    def _answer(self, body: bytearray) -> tuple[bytes, bool]:
         """The answer frame for one request, and whether the connection may go on."""
         try:
             topic, partition, acks, batches = decode_request(body)
@@ -165,7 +204,7 @@ class AppendChannel:
         if append is None:
             return encode_error(BrokerNotAvailableError(f"{topic}-{partition} is not served by this channel")), True
         try:
-            return encode_answer(append(bytes(batches), acks)), True
+            return encode_answer(append(batches, acks)), True
         except RaybrokerError as exc:
             return encode_error(exc), True
         except Exception as exc:

@@ -238,7 +238,7 @@ class PartitionLogActor:
 
     # --- writes (default group: one thread, in call order) ---------------------------------------
 
-    def append(self, batches: bytes, required_acks: int = 1) -> LogAppendInfo:
+    def append(self, batches: bytes | bytearray | memoryview, required_acks: int = 1) -> LogAppendInfo:
         """Appends client batches (Kafka wire bytes, baseOffset 0); returns the assigned offsets. Only the leader
         appends (`NotLeaderOrFollowerError`); with `required_acks` -1 (`acks=all`) only while at least
         `min.insync.replicas` replicas are in sync (`NotEnoughReplicasError`), and the caller then waits with

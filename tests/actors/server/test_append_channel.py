@@ -567,3 +567,30 @@ def test_many_pipelined_appends_are_all_answered(part: PartitionLogActor, addres
                 connection._socket.shutdown(socket.SHUT_RDWR)
                 sender.join(TIMEOUT_S)
             connection.close()
+
+
+def test_a_frame_larger_than_one_read_lands_whole_between_small_ones(
+    part: PartitionLogActor, connection: AppendConnection
+) -> None:
+    # Three batches of ~600 KB in one request: a 1.8 MB frame, read into its own buffer over several reads.
+    now = int(time.time() * 1000)
+    large = [simple_records(600, timestamp=now, value_size=1000, tag=tag) for tag in range(3)]
+    small = now_records(2, tag=9)
+    first = append(connection, batch_bytes(small))
+    frame = b"".join(batch_bytes(records) for records in large)
+    assert len(frame) > 1 << 20
+    info = append(connection, frame)
+    last = append(connection, batch_bytes(small))
+    assert (first.first_offset, info.first_offset, info.last_offset, last.first_offset) == (0, 2, 1801, 1802)
+    assert info.batch_offsets == ((2, 601), (602, 1201), (1202, 1801))
+    assert read_all(part) == [*small, *(record for records in large for record in records), *small]
+
+
+def test_a_connection_ending_inside_a_large_frame_leaves_the_channel_serving(
+    part: PartitionLogActor, address: str, connection: AppendConnection
+) -> None:
+    with raw_socket(address) as sock:
+        sock.sendall(SIZE.pack(3 << 20) + b"\0" * (2 << 20))
+    # Nothing of the cut frame was appended, and the channel still answers others.
+    assert append(connection, batch_bytes(now_records(1))).first_offset == 0
+    assert part.offsets()[1] == 1
