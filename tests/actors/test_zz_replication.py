@@ -404,10 +404,30 @@ def test_acknowledged_records_survive_node_kills_exactly_once(nodes: Nodes) -> N
         consumed = read[partition]
         assert [offset for offset, _ in consumed] == sorted({offset for offset, _ in consumed})
         assert consumed == log[: len(consumed)]
-        state = states(topic)[partition]
-        copies = [replica_records(topic, partition, node, len(log)) for node in state.replicas]
-        assert all(copy == copies[0] for copy in copies), f"replicas of {partition} differ"
+        assert_replicas_converge(topic, partition, len(log))
     assert len(acked.by_offset) > 100
+
+
+def assert_replicas_converge(topic: str, partition: int, upto: int, timeout_s: float = 30.0) -> None:
+    """Every replica of the partition holds the same records below `upto`, within `timeout_s`: a follower reads
+    up to its own high watermark, which it learns from its leader's answer to its next fetch (Kafka's followers lag
+    the same way), so a copy may be short for a moment after the writes stop, but never different."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        state = states(topic)[partition]
+        copies = {node: replica_records(topic, partition, node, upto) for node in state.replicas}
+        first = copies[state.replicas[0]]
+        if all(copy == first for copy in copies.values()):
+            return
+        if time.monotonic() >= deadline:
+            break
+        time.sleep(0.2)
+
+    def first_difference(copy: list[tuple[int, bytes | None, int]]) -> int | None:
+        return next((index for index, (a, b) in enumerate(zip(copy, first, strict=False)) if a != b), None)
+
+    detail = {node[:8]: (len(copy), first_difference(copy)) for node, copy in copies.items()}
+    raise AssertionError(f"replicas of {partition} differ after {timeout_s} s: (records, first different) {detail}")
 
 
 def test_a_kafka_client_writes_through_a_failover_without_losing_or_repeating(nodes: Nodes) -> None:
