@@ -31,6 +31,10 @@ from storage.partition.log import LogAppendInfo
 
 logger = logging.getLogger(__name__)
 
+# Orders every reply's completion (on a reader thread) with the adding of its callbacks (on the caller's): without
+# it a callback added while the reply completes could be neither called at once nor later.
+_COMPLETION_LOCK = threading.Lock()
+
 
 class AppendReply:
     """One append's answer to come: `done`, `result()` (the `LogAppendInfo`, or raises the typed error) and
@@ -52,15 +56,18 @@ class AppendReply:
         raise self._outcome
 
     def add_done_callback(self, callback: Callable[[AppendReply], None]) -> None:
-        if self.done:
-            callback(self)
-        else:
-            self._callbacks.append(callback)
+        with _COMPLETION_LOCK:
+            if not self.done:
+                self._callbacks.append(callback)
+                return
+        callback(self)
 
     def _complete(self, outcome: LogAppendInfo | RaybrokerError) -> None:
-        self._outcome = outcome
-        self.done = True
-        for callback in self._callbacks:
+        with _COMPLETION_LOCK:
+            self._outcome = outcome
+            self.done = True
+            callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
             callback(self)
 
 

@@ -133,9 +133,9 @@ class AppendChannel:
         selector.register(connection, selectors.EVENT_READ, connection)
 
     def _serve(self, connection: socket.socket) -> bool:
-        """Reads what `connection` sent (one read: the selector said it would not block) and runs every whole frame
-        in it, in order; False when the connection is to be closed (ended by the client, a frame over the limit,
-        one that does not parse)."""
+        """Reads what `connection` sent (the first read cannot block: the selector said so; a large frame's body is
+        read on with MSG_DONTWAIT) and runs every whole frame in it, in order; False when the connection is to be
+        closed (ended by the client, a frame over the limit, one that does not parse)."""
         reading = self._reading.setdefault(connection.fileno(), _Reading())
         try:
             if reading.body is not None:
