@@ -85,8 +85,8 @@ class ProducerBatch:
     timestamps: list[int] = field(default_factory=list)
     # One tuple per record once any record of the batch has headers (the columnar encoder takes none).
     headers: list[Headers] | None = None
-    futures: list[RecordFuture] = field(default_factory=list)
-    # The outcome, lock and condition the `RecordFuture`s of its records share (made with the first one).
+    # The outcome, lock and condition the `RecordFuture`s of its records share (made with the first one); the
+    # batch does not hold the futures themselves.
     outcome: BatchOutcome | None = None
     bulk: SendManyFuture | None = None
     bulk_indices: Sequence[int] = ()
@@ -124,7 +124,6 @@ class ProducerBatch:
             self.outcome = BatchOutcome(self.topic, self.partition, self.timestamps)
         future = RecordFuture(self.outcome, len(self.timestamps))
         self.timestamps.append(timestamp)
-        self.futures.append(future)
         self.estimated_bytes += size
         return future
 
@@ -167,8 +166,8 @@ class ProducerBatch:
 
     def fail(self, error: BaseException) -> None:
         """Fails the batch's futures with `error`."""
-        for future in self.futures:
-            future.set_exception(error)
+        if self.outcome is not None:
+            self.outcome.fail(error)
         if self.bulk is not None:
             self.bulk._failed(error)
 

@@ -82,7 +82,9 @@ class RecordAccumulator:
         self._clock = clock
         self._wakeup = wakeup
         self._sticky = sticky or StickyPartitionCache()
-        self._cond = threading.Condition(threading.RLock())
+        # `append` takes the lock itself: `Condition.__enter__` and `__exit__` are two Python calls per record.
+        self._lock = threading.RLock()
+        self._cond = threading.Condition(self._lock)
         self._partitions: dict[TopicPartition, _PartitionBatches] = {}
         self._incomplete: set[ProducerBatch] = set()
         self._buffered_bytes = 0
@@ -108,7 +110,7 @@ class RecordAccumulator:
     ) -> Future[RecordMetadata]:
         """Appends one record (`size`: its `record_size_bound`) to its partition's open batch; `partition`
         None places it on the topic's sticky partition. Returns the future its batch will answer."""
-        with self._cond:
+        with self._lock:
             # `_wait_for_buffer`'s own first test, made here: the call per record costs more than the test.
             if self._buffered_bytes + size > self._buffer_memory and self._buffered_bytes:
                 self._wait_for_buffer(size)
@@ -122,7 +124,7 @@ class RecordAccumulator:
             # A record joining an open batch is no news for the sender (a wake-up per record cost ~6 us of
             # Event locking, a third of `send`).
             wake = False
-            if batch is not None and not batch.fits(size, self._batch_size):
+            if batch is not None and batch.estimated_bytes + size > self._batch_size:
                 self._close_open(batches)
                 batch = None
             if batch is None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import concurrent.futures
 import threading
 import time
+import weakref
 
 import pytest
 
@@ -94,3 +95,70 @@ def test_a_failed_record_raises_its_error_and_callbacks_see_it() -> None:
     assert futures[1].exception(timeout=0) is error
     with pytest.raises(RuntimeError, match="the batch failed"):
         futures[0].result(timeout=0)
+
+
+def test_a_failed_batch_fails_every_future_as_set_exception_does() -> None:
+    """`BatchOutcome.fail` against the standard library's `Future.set_exception` on futures driven the same way:
+    callbacks, `wait` in another thread, `result` and `exception`."""
+    outcome, ours = batch(3)
+    theirs: list[concurrent.futures.Future[RecordMetadata]] = [concurrent.futures.Future() for _ in range(3)]
+    for future in theirs:
+        future.set_running_or_notify_cancel()
+    error = RuntimeError("the batch failed")
+    seen: dict[str, list[BaseException | None]] = {"ours": [], "theirs": []}
+    waited: dict[str, tuple[int, int]] = {}
+
+    def wait_all(name: str, futures: list[concurrent.futures.Future[RecordMetadata]]) -> None:
+        done, not_done = concurrent.futures.wait(futures, timeout=10, return_when=concurrent.futures.FIRST_EXCEPTION)
+        waited[name] = (len(done), len(not_done))
+
+    threads = []
+    for name, futures in (("ours", ours), ("theirs", theirs)):
+        futures[0].add_done_callback(lambda done, name=name: seen[name].append(done.exception()))
+        threads.append(threading.Thread(target=wait_all, args=(name, futures)))
+        threads[-1].start()
+    time.sleep(0.05)
+    assert waited == {}
+    outcome.fail(error)
+    for future in theirs:
+        future.set_exception(error)
+    for thread in threads:
+        thread.join(10)
+    assert waited["ours"] == waited["theirs"] == (3, 0)
+    assert seen["ours"] == seen["theirs"] == [error]
+    for mine, other in zip(ours, theirs, strict=True):
+        assert mine.done() and other.done() and not mine.running()
+        assert mine.exception(timeout=0) is other.exception(timeout=0) is error
+        with pytest.raises(RuntimeError, match="the batch failed"):
+            mine.result(timeout=0)
+    with pytest.raises(concurrent.futures.InvalidStateError):
+        outcome.succeed(FIRST_OFFSET, -1)
+
+
+def test_a_future_set_on_its_own_keeps_its_outcome_when_the_batch_is_answered() -> None:
+    outcome, futures = batch(2)
+    calls: list[int] = []
+    futures[0].add_done_callback(lambda done: calls.append(0))
+    futures[0].set_result(metadata(4))
+    assert calls == [0]
+    outcome.fail(RuntimeError("the batch failed"))
+    assert calls == [0]
+    assert futures[0].result(timeout=0) == metadata(4) and futures[0].exception(timeout=0) is None
+    assert isinstance(futures[1].exception(timeout=0), RuntimeError)
+
+
+def test_the_batch_does_not_keep_the_futures_its_callers_dropped() -> None:
+    """A future nobody holds is freed at once (the garbage collector never walks it); one with a callback stays
+    until the batch is answered, and gets it."""
+    from actors.clients.producer_batch import ProducerBatch
+    from storage.records.compression import CompressionType
+
+    producer_batch = ProducerBatch("t", 3, 0, CompressionType.NONE)
+    dropped = weakref.ref(producer_batch.append(b"k", b"v", 1_000, (), 20))
+    assert dropped() is None
+    answered: list[int] = []
+    kept = producer_batch.append(b"k", b"v", 1_001, (), 20)
+    kept.add_done_callback(lambda done: answered.append(done.result().offset))
+    del kept
+    producer_batch.complete(FIRST_OFFSET, -1)
+    assert answered == [FIRST_OFFSET + 1]

@@ -11,6 +11,7 @@ from kafka.partitioner import DefaultPartitioner
 from kafka.partitioner import murmur2 as kafka_python_murmur2
 
 from actors.clients.partitioner import (
+    KEY_HASH_CACHE_SIZE,
     StickyPartitionCache,
     murmur2,
     murmur2_many,
@@ -134,6 +135,19 @@ def test_murmur2_many_of_no_keys_is_empty() -> None:
 def test_partitions_for_keys_equals_partition_for_key() -> None:
     keys = random_keys(2000, 24, seed=11)
     assert partitions_for_keys(keys, 12).tolist() == [partition_for_key(key, 12) for key in keys]
+
+
+def test_remembered_hashes_agree_with_kafka_python_past_the_cache_size() -> None:
+    """More distinct keys than the cache holds, twice over, each asked twice in a row (a hit after a miss):
+    every answer is kafka-python's, whichever of them the cache had."""
+    cluster = FakeCluster("orders", 7)
+    partitioner = DefaultPartitioner()
+    keys = random_keys(KEY_HASH_CACHE_SIZE + 500, 16, seed=3)
+    expected = [partitioner.partition("orders", key, key, None, None, cluster) for key in keys]
+    for _ in range(2):
+        assert [partition_for_key(key, 7) for key in keys] == expected
+        assert [partition_for_key(bytes(key), 7) for key in keys] == expected
+    assert [partition_for_key(bytearray(key), 7) for key in keys[:200]] == expected[:200]
 
 
 # --- sticky partitioner (null keys) ---------------------------------------------------------------------
