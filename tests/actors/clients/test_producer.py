@@ -130,6 +130,28 @@ def test_keyed_records_land_on_kafkas_partition_and_read_back_once_in_order(brok
     assert per_partition(records) == dict(sent)
 
 
+def test_str_keys_past_the_remembered_count_keep_kafkas_partition_and_bytes(broker: Any) -> None:
+    """More distinct `str` keys than the producer remembers, each sent twice, among bytes keys, a non-ASCII key
+    and one no UTF-8 can encode: every record is on kafka-python's partition, with its key's UTF-8 bytes."""
+    from actors import Producer
+    from actors.clients.partitioner import KEY_HASH_CACHE_SIZE
+
+    keys: list[str | bytes] = [f"k{index}" for index in range(KEY_HASH_CACHE_SIZE + 300)] * 2
+    keys[::97] = [f"k{index}".encode() for index in range(0, len(keys), 97)]
+    keys.append("ключ-✓")
+    with Producer(broker, linger_ms=50) as producer:
+        futures = [producer.send("p3", b"v", key=key) for key in keys]
+        with pytest.raises(SerializationError):
+            producer.send("p3", b"v", key="\ud800")
+        producer.flush()
+        for key, future in zip(keys, futures, strict=True):
+            key_bytes = key.encode() if isinstance(key, str) else key
+            assert future.result().partition == (kafka_python_murmur2(key_bytes) & 0x7FFFFFFF) % 3
+        last = futures[-1].result()
+    records = consume(broker, {("p3", last.partition): last.offset}, 1)
+    assert [record.key for record in records] == ["ключ-✓".encode()]
+
+
 def test_null_key_records_stick_to_a_partition_until_its_batch_closes(broker: Any) -> None:
     from actors import Producer
 
