@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import bisect
 import concurrent.futures
-import dataclasses
 import logging
 import threading
 from collections.abc import Iterator
@@ -444,9 +443,10 @@ class Log:
                 log_append_time,
                 sum(batch.records_count for batch, _, _ in kept),
                 len(kept),
+                tuple(batch_offsets),
             )
             pending.commit()
-            return dataclasses.replace(appended, batch_offsets=tuple(batch_offsets))
+            return appended
 
     def append_as_follower(self, batches: bytes | bytearray | memoryview) -> LogAppendInfo:
         """Appends batches whose offsets are already assigned (replication, tests of offset gaps).
@@ -512,6 +512,7 @@ class Log:
         log_append_time: int,
         record_count: int,
         batch_count: int,
+        batch_offsets: tuple[tuple[int, int], ...] = (),
     ) -> LogAppendInfo:
         size = sum(len(piece) for piece in pieces)
         if size > self._config.segment_bytes:
@@ -539,6 +540,7 @@ class Log:
             record_count,
             batch_count,
             size,
+            batch_offsets,
         )
 
     # --- roll ------------------------------------------------------------------------------------

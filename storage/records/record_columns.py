@@ -360,7 +360,7 @@ def _timestamp_spans(
         return [(0, (deltas << np.int64(1)).astype(np.uint8)[:, None])]
     zigzag = ((deltas << np.int64(1)) ^ (deltas >> np.int64(63))).view(np.uint64)
     widths = np.searchsorted(_VARINT_WIDTH_LIMITS, zigzag, side="right") + 1
-    changes = (np.flatnonzero(widths[1:] != widths[:-1]) + 1).tolist()
+    changes = ((widths[1:] != widths[:-1]).nonzero()[0] + 1).tolist()
     if len(changes) >= MAX_TIMESTAMP_SPANS:
         return None
     firsts = [0, *changes]
@@ -629,9 +629,9 @@ def decode_sections(sections: Sequence[Section]) -> SectionsColumns:
     base_timestamps = np.repeat(np.array([section.base_timestamp for section in sections], dtype=np.int64), counts)
     deltas = np.where(log_append, 0, columns.timestamp_deltas)
     # baseTimestamp + timestampDelta must fit in int64: compared without computing the sum, which would wrap.
-    overflows = np.flatnonzero(
+    overflows = (
         (base_timestamps > INT64_MAX - np.maximum(deltas, 0)) | (base_timestamps < INT64_MIN - np.minimum(deltas, 0))
-    )
+    ).nonzero()[0]
     if len(overflows):
         raise CorruptRecordError("a record timestamp does not fit in int64", offset=int(offsets[overflows[0]]))
     timestamps = np.where(log_append, append_times, base_timestamps + deltas)
@@ -724,7 +724,7 @@ class _Part:
         return self.timestamp_deltas
 
     def first_null_key(self) -> int | None:
-        nulls = np.flatnonzero(self.key_lengths < 0)
+        nulls = (self.key_lengths < 0).nonzero()[0]
         return int(nulls[0]) if len(nulls) else None
 
     def records(self, raw: bytes, base_offset: int, base_timestamp: int, log_append_time: int | None) -> list[Record]:
@@ -977,7 +977,7 @@ def _lockstep_bodies(
         else:
             lengths, starts = decode_varints(padded, at, VARINT32_MAX_BYTES)
         record_ends = starts + lengths
-        bad = np.flatnonzero((lengths < 0) | (record_ends > section_ends[:active]))
+        bad = ((lengths < 0) | (record_ends > section_ends[:active])).nonzero()[0]
         if len(bad):
             raise CorruptRecordError(
                 f"record length {int(lengths[bad[0]])} overruns the batch", position=int(at[bad[0]])
@@ -997,7 +997,7 @@ def _lockstep_bodies(
             body_starts,
             body_ends,
         )
-    unconsumed = np.flatnonzero(positions != section_ends)
+    unconsumed = (positions != section_ends).nonzero()[0]
     if len(unconsumed):
         index = int(unconsumed[0])
         raise CorruptRecordError(
@@ -1028,11 +1028,11 @@ def _decode_fields(
     )
     ends = header_starts.copy()
     headers_by_record: dict[int, tuple[Header, ...]] = {}
-    for index in np.flatnonzero(header_counts).tolist():
+    for index in header_counts.nonzero()[0].tolist():
         headers_by_record[index], ends[index] = _parse_headers(
             data, int(header_starts[index]), int(header_counts[index]), int(body_ends[index])
         )
-    wrong = np.flatnonzero(ends != body_ends)
+    wrong = (ends != body_ends).nonzero()[0]
     if len(wrong):
         index = int(wrong[0])
         raise CorruptRecordError(
@@ -1057,14 +1057,14 @@ def _decode_fields(
 
 def _check_inside(positions: np.ndarray, body_ends: np.ndarray, message: str) -> None:
     """Another field must follow at `positions`: each must lie before its record's end."""
-    outside = np.flatnonzero(positions >= body_ends)
+    outside = (positions >= body_ends).nonzero()[0]
     if len(outside):
         raise CorruptRecordError(message, position=int(positions[outside[0]]))
 
 
 def _check_lengths(lengths: np.ndarray, starts: np.ndarray, body_ends: np.ndarray, what: str) -> None:
     """A key or value: length -1 (null) or >= 0, and a field (valueLength, headerCount) must follow it."""
-    bad = np.flatnonzero((lengths < -1) | (starts + np.maximum(lengths, 0) >= body_ends))
+    bad = ((lengths < -1) | (starts + np.maximum(lengths, 0) >= body_ends)).nonzero()[0]
     if len(bad):
         index = int(bad[0])
         if lengths[index] < -1:

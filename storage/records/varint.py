@@ -76,7 +76,7 @@ def decode_varints(data: np.ndarray, positions: np.ndarray, max_bytes: int) -> t
     first = data[positions]
     result = (first & 0x7F).astype(np.uint64)
     ends = positions + np.int64(1)
-    going = np.flatnonzero(first >= 0x80)
+    going = (first >= 0x80).nonzero()[0]
     index = 1
     while len(going):
         if index == max_bytes:
@@ -88,7 +88,8 @@ def decode_varints(data: np.ndarray, positions: np.ndarray, max_bytes: int) -> t
         ends[going] += 1
         going = going[byte >= 0x80]
         index += 1
-    if max_bytes <= VARINT32_MAX_BYTES and bool((result >> np.uint64(32)).any()):
+    # Four bytes carry 28 bits: only a column with a five-byte varint can pass 32 bits.
+    if max_bytes <= VARINT32_MAX_BYTES and index == VARINT32_MAX_BYTES and bool((result >> np.uint64(32)).any()):
         raise CorruptRecordError("varint does not fit in 32 bits")
     # Zig-zag back in uint64 (`-(z & 1)` wraps to all ones), then the same bits read as int64.
     values = (result >> np.uint64(1)) ^ (np.uint64(0) - (result & np.uint64(1)))
