@@ -477,11 +477,13 @@ class PartitionLogActor:
 
     def go_offline(self, reason: str) -> None:
         """Its log dir failed (Kafka's handleLogDirFailure): the files are closed without a flush and every call
-        but `close` raises `KafkaStorageError` from now on; the next broker start recovers the log."""
+        but `close` raises `KafkaStorageError` from now on; the next broker start recovers the log. `close` then
+        writes nothing and returns the state the log had when it went offline."""
         if self._unavailable is None:
             with self._role_lock:
                 self._stop_fetcher()
                 self._leader = None
+            self._closed_state = self._state()
             self._unavailable = KafkaStorageError(f"log dir is offline: {reason}", path=self._opened_log.directory)
             self._opened_log.close_without_marker()
             self._stop_serving_appends()
@@ -500,7 +502,8 @@ class PartitionLogActor:
         self._log.update_config(LogConfig.from_properties(config))
 
     def close(self) -> PartitionState:
-        """Clean shutdown of the log (flush, trim, markers); returns its final state, again if called again."""
+        """Clean shutdown of the log (flush, trim, markers); returns its final state, again if called again (after
+        `go_offline`: the state it went offline with, nothing written)."""
         if self._closed_state is None:
             with self._role_lock:
                 self._stop_fetcher()

@@ -345,7 +345,6 @@ def test_after_close_appends_are_refused_and_the_log_keeps_what_it_had(
 
 
 def test_after_the_log_dir_goes_offline_appends_are_refused(tmp_path: Path) -> None:
-    # Its own actor: `close` after `go_offline` raises the offline error, so the `part` fixture cannot close it.
     offline = open_part(tmp_path / f"{TOPIC}-0")
     address = offline.append_channel()
     assert address is not None
@@ -358,6 +357,7 @@ def test_after_the_log_dir_goes_offline_appends_are_refused(tmp_path: Path) -> N
         assert not connection.broken
     finally:
         connection.close()
+        offline.close()
 
 
 def test_the_old_log_of_a_partition_closing_leaves_the_new_one_served(tmp_path: Path) -> None:

@@ -145,6 +145,26 @@ def test_close_and_reopen_keeps_every_record(tmp_path: Path) -> None:
     assert again.append(batch_bytes(records("b", 1))).first_offset == 40
 
 
+def test_close_after_the_log_dir_went_offline_writes_nothing_and_gives_the_offline_state(tmp_path: Path) -> None:
+    """Kafka's handleLogDirFailure: the log is dropped without a flush or a clean-shutdown marker; `close` (the
+    broker's shutdown) still answers, with where the log stood, and the next start recovers every record."""
+    folder = tmp_path / "t-0"
+    actor = open_actor(folder, SMALL_SEGMENTS)
+    oracle = records("a", 12)
+    for start in range(0, 12, 4):
+        actor.append(batch_bytes(oracle[start : start + 4]))
+    actor.go_offline("disk failed in a test")
+    with pytest.raises(KafkaStorageError, match="offline"):
+        actor.append(batch_bytes(records("b", 1)))
+    for _ in range(2):
+        final = actor.close()
+        assert final.log_end_offset == 12 and final.log_start_offset == 0
+    assert not (folder / file_names.CLEAN_SHUTDOWN_FILE).exists()
+    with pytest.raises(KafkaStorageError, match="offline"):
+        actor.offsets()
+    assert read_all(open_actor(folder, SMALL_SEGMENTS)) == oracle
+
+
 def test_crash_with_a_torn_tail_recovers_the_whole_batches_and_continues(tmp_path: Path) -> None:
     folder = tmp_path / "t-0"
     actor = open_actor(folder)
