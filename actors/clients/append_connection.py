@@ -2,8 +2,9 @@
 
 `AppendConnection.connect(address)` opens the channel's socket (None when it cannot: another network namespace,
 the process gone); `append(topic, partition, batches, acks)` sends one frame (`actors.append_frames`) and returns
-an `AppendReply` at once, so several appends can be in flight, as Ray calls can. A reader thread takes the
-answers in order and completes the replies; a reply's callback runs on that thread and must not wait. When the
+an `AppendReply` (a `concurrent.futures.Future`) at once, so several appends can be in flight, as Ray calls can. A
+reader thread takes the answers in order and completes the replies; a reply's callback runs on that thread and must
+not wait. When the
 connection breaks (the partition's process died or restarted), every reply still waiting fails with
 `BrokerNotAvailableError`, retriable: the producer looks the partition up again and resends, as after a failed
 Ray call, and a later `append` on the broken connection fails the same way.
@@ -19,7 +20,7 @@ import logging
 import socket
 import threading
 from collections import deque
-from collections.abc import Callable
+from concurrent.futures import Future
 from typing import Any
 
 from actors.append_frames import SIZE, decode_answer, encode_request
@@ -31,44 +32,15 @@ from storage.partition.log import LogAppendInfo
 
 logger = logging.getLogger(__name__)
 
-# Orders every reply's completion (on a reader thread) with the adding of its callbacks (on the caller's): without
-# it a callback added while the reply completes could be neither called at once nor later.
-_COMPLETION_LOCK = threading.Lock()
+# An append's answer: the `LogAppendInfo`, or the typed error (`BrokerNotAvailableError` once the connection broke).
+AppendReply = Future[LogAppendInfo]
 
 
-class AppendReply:
-    """One append's answer to come: `done`, `result()` (the `LogAppendInfo`, or raises the typed error) and
-    `add_done_callback(fn)`, called with the reply once it is done."""
-
-    __slots__ = ("_callbacks", "_outcome", "done")
-
-    def __init__(self) -> None:
-        self.done = False
-        self._outcome: LogAppendInfo | RaybrokerError | None = None
-        self._callbacks: list[Callable[[AppendReply], None]] = []
-
-    def result(self) -> LogAppendInfo:
-        if not self.done:
-            raise InvalidRequestError("the append has not been answered yet")
-        if isinstance(self._outcome, LogAppendInfo):
-            return self._outcome
-        assert self._outcome is not None
-        raise self._outcome
-
-    def add_done_callback(self, callback: Callable[[AppendReply], None]) -> None:
-        with _COMPLETION_LOCK:
-            if not self.done:
-                self._callbacks.append(callback)
-                return
-        callback(self)
-
-    def _complete(self, outcome: LogAppendInfo | RaybrokerError) -> None:
-        with _COMPLETION_LOCK:
-            self._outcome = outcome
-            self.done = True
-            callbacks, self._callbacks = self._callbacks, []
-        for callback in callbacks:
-            callback(self)
+def _complete(reply: AppendReply, outcome: LogAppendInfo | RaybrokerError) -> None:
+    if isinstance(outcome, LogAppendInfo):
+        reply.set_result(outcome)
+    else:
+        reply.set_exception(outcome)
 
 
 class AppendConnection:
@@ -104,7 +76,8 @@ class AppendConnection:
         return self._broken is not None
 
     def append(self, topic: str, partition: int, batches: bytes, acks: int) -> AppendReply:
-        reply = AppendReply()
+        reply: AppendReply = Future()
+        reply.set_running_or_notify_cancel()
         failure: OSError | None = None
         with self._send_lock:
             with self._lock:
@@ -120,7 +93,7 @@ class AppendConnection:
                 except OSError as exc:
                     failure = exc
         if broken is not None:
-            reply._complete(broken)
+            _complete(reply, broken)
         elif failure is not None:
             # Fails the replies still waiting, this one included.
             self._break(failure)
@@ -147,7 +120,7 @@ class AppendConnection:
                     reply = self._waiting.popleft() if self._waiting else None
                 if reply is None:
                     raise InvalidRequestError("the append channel answered a request it was not sent")
-                reply._complete(answer)
+                _complete(reply, answer)
         except (OSError, ValueError, RaybrokerError) as exc:
             self._break(exc)
         finally:
@@ -167,7 +140,7 @@ class AppendConnection:
             waiting = list(self._waiting)
             self._waiting.clear()
         for reply in waiting:
-            reply._complete(self._broken)
+            _complete(reply, self._broken)
 
 
 class AppendConnections:

@@ -34,12 +34,13 @@ import logging
 import sys
 import threading
 from collections import deque
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
 from actors.calls import call
-from actors.clients.append_connection import AppendConnection, AppendConnections, AppendReply
+from actors.clients.append_connection import AppendConnection, AppendConnections
 from actors.clients.broker import Broker
 from actors.clients.producer_batch import ProducerBatch
 from actors.clients.record_accumulator import ReadyCheck, RecordAccumulator
@@ -75,7 +76,7 @@ Completion = tuple[ProducerBatch, tuple[int, int] | BaseException]
 @dataclass(eq=False)
 class _InFlight:
     """One `append` call and the batches it carries, in order: `ref` is the Ray call's `ObjectRef`, or the
-    `AppendReply` of an append sent over the partition's append channel."""
+    `Future` (`AppendReply`) of an append sent over the partition's append channel."""
 
     ref: Any
     batches: list[ProducerBatch]
@@ -224,7 +225,7 @@ class Sender:
                 flight = _InFlight(self._submit(state, payload), batches)
                 state.in_flight.append(flight)
                 done = partial(self._on_call_done, flight)
-                if isinstance(flight.ref, AppendReply):
+                if isinstance(flight.ref, Future):
                     flight.ref.add_done_callback(done)
                 else:
                     flight.ref.future().add_done_callback(done)
@@ -281,7 +282,7 @@ class Sender:
             while state.in_flight and state.in_flight[0].done:
                 flight = state.in_flight.popleft()
                 try:
-                    info = flight.ref.result() if isinstance(flight.ref, AppendReply) else call(flight.ref)
+                    info = flight.ref.result() if isinstance(flight.ref, Future) else call(flight.ref)
                 except Exception as exc:
                     state.failed.append((flight, exc))
                     continue

@@ -498,13 +498,13 @@ def test_connect_to_a_missing_address_returns_none() -> None:
 def test_close_fails_the_replies_still_waiting_and_later_appends() -> None:
     with connected_to_listener() as (connection, _):
         replies = [connection.append(TOPIC, 0, batch_bytes(now_records(1)), 1) for _ in range(3)]
-        assert not any(reply.done for reply in replies)
+        assert not any(reply.done() for reply in replies)
         connection.close()
-        assert all(reply.done for reply in replies) and connection.broken
+        assert all(reply.done() for reply in replies) and connection.broken
         for reply in replies:
             assert type(refusal(reply)) is BrokerNotAvailableError
         late = connection.append(TOPIC, 0, batch_bytes(now_records(1)), 1)
-        assert late.done and type(refusal(late)) is BrokerNotAvailableError
+        assert late.done() and type(refusal(late)) is BrokerNotAvailableError
 
 
 def test_the_channel_going_away_fails_the_replies_still_waiting() -> None:
