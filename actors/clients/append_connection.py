@@ -4,10 +4,9 @@
 the process gone); `append(topic, partition, batches, acks)` sends one frame (`actors.append_frames`) and returns
 an `AppendReply` (a `concurrent.futures.Future`) at once, so several appends can be in flight, as Ray calls can. A
 reader thread takes the answers in order and completes the replies; a reply's callback runs on that thread and must
-not wait. When the
-connection breaks (the partition's process died or restarted), every reply still waiting fails with
-`BrokerNotAvailableError`, retriable: the producer looks the partition up again and resends, as after a failed
-Ray call, and a later `append` on the broken connection fails the same way.
+not wait. When the connection breaks (the partition's process died or restarted), every reply still waiting fails
+with `BrokerNotAvailableError`, retriable: the producer looks the partition up again and resends, as after a
+failed Ray call, and a later `append` on the broken connection fails the same way.
 
 `AppendConnections` is a client's pool (the Python producer's sender, the Kafka listener): `for_leader(handle,
 state)` answers the connection to use for a partition's appends, or None when they must be Ray calls.

@@ -179,8 +179,7 @@ class Producer:
         case is written out here: `bytes` and `str` values and keys under the default serializer skip its checks
         (`_serialize`), a `str` key's bytes and hash are remembered (`_remember_str_key`), no headers add nothing,
         and a cached partition count is read without the metadata lock."""
-        if self._closed or not self._sender.running:  # `_check_open`, written out: a call per record
-            raise InvalidRequestError("cannot send after the producer has been closed")
+        self._check_open()
         hashed = None
         if key is None:
             key_bytes = None
