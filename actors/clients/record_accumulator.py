@@ -124,7 +124,7 @@ class RecordAccumulator:
             # A record joining an open batch is no news for the sender (a wake-up per record cost ~6 us of
             # Event locking, a third of `send`).
             wake = False
-            if batch is not None and batch.estimated_bytes + size > self._batch_size:
+            if batch is not None and not batch.fits(size, self._batch_size):
                 self._close_open(batches)
                 batch = None
             if batch is None:
