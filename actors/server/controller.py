@@ -52,6 +52,8 @@ from typing import Any
 
 import ray
 
+from actors.metrics.cluster_view import ClusterGaugePublisher
+from actors.metrics.ray_export import exported_metrics
 from actors.options import NAMESPACE, log_manager_name
 from actors.partition_lookup import replica_actor
 from actors.server.replication.assignment import (
@@ -154,6 +156,7 @@ class ControllerActor:
     def __init__(self, metadata_dir: str, broker_config: dict[str, str]) -> None:
         self.config = BrokerConfig.from_properties(broker_config)
         self._lock = threading.RLock()
+        self._metrics = exported_metrics()
         folder = Path(metadata_dir) / file_names.partition_dir_name(METADATA_TOPIC, 0)
         self._log = Log.open(folder, LogConfig(cleanup_policy="compact", segment_index_bytes=1024 * 1024))
         self._topics: dict[str, TopicMetadata] = {}
@@ -170,6 +173,7 @@ class ControllerActor:
         self._stopping = threading.Event()
         self._monitor = threading.Thread(target=self._run_monitor, name="controller-monitor", daemon=True)
         self._monitor.start()
+        self._gauges = ClusterGaugePublisher(self._metrics, self._states)
 
     def _replay(self) -> None:
         latest: dict[bytes, tuple[int, bytes | None]] = {}
@@ -247,6 +251,7 @@ class ControllerActor:
 
     def _persist_state(self, state: LeaderAndIsr) -> LeaderAndIsr:
         """Writes a partition's new replication state into its topic's record; returns it."""
+        self._metrics.isr_changed(len(self._topics[state.topic].state(state.partition).isr), len(state.isr))
         self._persist_topic(self._topics[state.topic].with_state(state))
         return state
 
@@ -589,7 +594,12 @@ class ControllerActor:
         with self._lock:
             return self._acls.version
 
+    def _states(self) -> list[LeaderAndIsr]:
+        """Every partition's replication state (for the cluster's gauges)."""
+        return [topic.state(partition) for topic in list(self._topics.values()) for partition in topic.partitions]
+
     def shutdown(self) -> None:
+        self._gauges.stop()
         self._stopping.set()
         self._monitor.join()
         with self._lock:

@@ -64,6 +64,9 @@ from typing import Any, TypeVar
 import ray
 
 from actors.calls import call, controller
+from actors.metrics.gauges import log_samples
+from actors.metrics.ray_export import exported_metrics
+from actors.metrics.recorder import BrokerMetrics, Sample
 from actors.options import (
     MAINTENANCE_GROUP,
     NAMESPACE,
@@ -173,12 +176,14 @@ class PartitionLogActor:
         producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS,
         replica_settings: ReplicaSettings | None = None,
         find_replica: Callable[[str, int, str], Any] | None = None,
+        metrics: BrokerMetrics | None = None,
     ) -> None:
         """`resume`, when given, answers None on a first start and a `ResumePoint` after a restart;
         `long_poll_slots` (a partition host's, shared by its partitions) bounds the fetches waiting at once,
         default `LONG_POLL_SLOTS` of this actor's own; `producer_id_expiration_ms` is the broker's
         `producer.id.expiration.ms`, `replica_settings` its `replica.*` settings; `find_replica(topic, partition,
-        node)` finds another replica's actor (`actors.partition_lookup.replica_actor`: a follower's leader)."""
+        node)` finds another replica's actor (`actors.partition_lookup.replica_actor`: a follower's leader);
+        `metrics` records its appends and reads its log's numbers (default: the process's, exported to Ray)."""
         self._long_poll_slots = long_poll_slots or threading.BoundedSemaphore(LONG_POLL_SLOTS)
         # Counts the changes a waiting fetch must look at (appends, DeleteRecords, close), under its own lock.
         self._changes = threading.Condition()
@@ -189,6 +194,8 @@ class PartitionLogActor:
         self._hw_file: HighWatermarkFile | None = None
         self._replica_settings = replica_settings or ReplicaSettings()
         self._find_replica = find_replica
+        self._metrics = metrics if metrics is not None else exported_metrics()
+        self._named = file_names.parse_partition_dir_name(Path(directory).name)
         self._node = _node_id()
         if self._node:
             freeze_startup_objects()
@@ -221,9 +228,9 @@ class PartitionLogActor:
         except OSError as exc:
             logger.warning("%s: no high-watermark file, same-node readers will call: %s", directory, exc)
         self._notify_fetchers()
-        named = file_names.parse_partition_dir_name(Path(directory).name)
-        if named is not None and self._node and find_replica is not None:
-            threading.Thread(target=self._ask_replication_state, args=named, daemon=True).start()
+        self._metrics.add_gauges(self._log_gauges)
+        if self._named is not None and self._node and find_replica is not None:
+            threading.Thread(target=self._ask_replication_state, args=self._named, daemon=True).start()
 
     @property
     def _log(self) -> Log:
@@ -265,6 +272,8 @@ class PartitionLogActor:
             with self._role_lock:
                 self._advance_high_watermark(log)
         self._notify_fetchers()
+        if self._named is not None and not info.duplicate:
+            self._metrics.produced(self._named[0], info.record_count, info.valid_bytes)
         return info
 
     @ray.method(concurrency_group=READ_GROUP)
@@ -275,6 +284,12 @@ class PartitionLogActor:
         if named is None:
             return None
         return serve(*named, self.append)
+
+    def _log_gauges(self) -> list[Sample]:
+        """The log's size and offsets, read at each export of the metrics."""
+        if self._named is None or self._unavailable is not None:
+            return []
+        return log_samples(*self._named, partition_state(self._opened_log))
 
     def _stop_serving_appends(self) -> None:
         named = file_names.parse_partition_dir_name(self._opened_log.directory.name)
@@ -509,6 +524,7 @@ class PartitionLogActor:
                 self._stop_fetcher()
                 self._leader = None
             self._log.close()
+            self._metrics.remove_gauges(self._log_gauges)
             self._stop_serving_appends()
             self._closed_state = self._state()
             self._unavailable = BrokerNotAvailableError(f"the log of {self._opened_log.directory} is closed")
