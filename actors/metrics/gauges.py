@@ -10,7 +10,7 @@ watermark is unknown (offline, its topic deleted) has no lag row.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from actors.metrics.names import (
@@ -29,6 +29,7 @@ from actors.metrics.names import (
 )
 from actors.metrics.recorder import Sample
 from actors.server.replication.leader_and_isr import LeaderAndIsr
+from storage.logdir.log_manager import PartitionPlacement
 from storage.logdir.partition_handles import PartitionState
 
 # (group, topic, partition) -> committed offset
@@ -72,9 +73,15 @@ def log_samples(topic: str, partition: int, state: PartitionState) -> list[Sampl
     ]
 
 
-def uncleanable_samples(uncleanable_per_dir: Mapping[str, int]) -> list[Sample]:
-    """`uncleanable-partitions-count` of each log dir (`uncleanable_per_dir`: every dir, 0 where none failed)."""
-    return [(UNCLEANABLE_PARTITIONS, (directory,), count) for directory, count in sorted(uncleanable_per_dir.items())]
+def uncleanable_samples(
+    log_dirs: Iterable[str], placements: Iterable[PartitionPlacement], uncleanable: Collection[tuple[str, int]]
+) -> list[Sample]:
+    """`uncleanable-partitions-count` of each log dir: its partitions among `uncleanable` (0 where none failed)."""
+    counts = dict.fromkeys(log_dirs, 0)
+    for placement in placements:
+        if (placement.topic, placement.partition) in uncleanable:
+            counts[placement.directory] = counts.get(placement.directory, 0) + 1
+    return [(UNCLEANABLE_PARTITIONS, (directory,), count) for directory, count in sorted(counts.items())]
 
 
 def cluster_samples(states: Iterable[LeaderAndIsr], lags: Iterable[PartitionLag]) -> list[Sample]:

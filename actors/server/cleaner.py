@@ -28,6 +28,7 @@ from typing import Any
 import ray
 
 from actors.calls import kill_and_wait
+from actors.metrics.ray_export import exported_metrics
 from actors.options import cleaner_name, cleaner_options
 from actors.server.partition_handles import RayPending
 from storage.clock import SYSTEM_CLOCK
@@ -61,6 +62,7 @@ class CleanerActor:
         os.nice(CLEANER_NICENESS)
         self._cleaner = Cleaner(CleanerConfig.from_properties(cleaner_config), SYSTEM_CLOCK)
         self._statistics = CleanerStatistics(0, 0, 0)
+        self._metrics = exported_metrics()
 
     def clean(self, snapshot: LogSnapshot) -> CleanedLog:
         """The first phase of a pass over `snapshot` (`Cleaner.clean_snapshot`)."""
@@ -69,6 +71,8 @@ class CleanerActor:
         self._statistics = CleanerStatistics(
             done.passes + 1, done.bytes_read + result.bytes_read, done.bytes_written + result.bytes_written
         )
+        if not result.aborted:
+            self._metrics.cleaned(result.bytes_read, result.bytes_written, result.duration_ms / 1000)
         return cleaned
 
     def statistics(self) -> CleanerStatistics:
