@@ -29,6 +29,7 @@ import ray
 
 from actors.calls import kill_and_wait
 from actors.metrics.ray_export import exported_metrics
+from actors.metrics.recorder import BrokerMetrics
 from actors.options import cleaner_name, cleaner_options
 from actors.server.partition_handles import RayPending
 from storage.clock import SYSTEM_CLOCK
@@ -58,11 +59,12 @@ class CleanerStatistics:
 class CleanerActor:
     """One cleaner thread; see the module docstring."""
 
-    def __init__(self, cleaner_config: dict[str, str]) -> None:
+    def __init__(self, cleaner_config: dict[str, str], metrics: BrokerMetrics | None = None) -> None:
+        """`metrics` records each pass (default: the process's, exported to Ray)."""
         os.nice(CLEANER_NICENESS)
         self._cleaner = Cleaner(CleanerConfig.from_properties(cleaner_config), SYSTEM_CLOCK)
         self._statistics = CleanerStatistics(0, 0, 0)
-        self._metrics = exported_metrics()
+        self._metrics = metrics if metrics is not None else exported_metrics()
 
     def clean(self, snapshot: LogSnapshot) -> CleanedLog:
         """The first phase of a pass over `snapshot` (`Cleaner.clean_snapshot`)."""

@@ -191,7 +191,10 @@ class KafkaListener:
 
 
 def start_listener(
-    properties: Mapping[str, object] | None = None, view: BrokerView | None = None, security: SecurityView | None = None
+    properties: Mapping[str, object] | None = None,
+    view: BrokerView | None = None,
+    security: SecurityView | None = None,
+    metrics: BrokerMetrics | None = None,
 ) -> KafkaListener:
     """Starts a Kafka-protocol listener for the running broker (see the module docstring)."""
-    return KafkaListener(properties, view, security)
+    return KafkaListener(properties, view, security, metrics)
