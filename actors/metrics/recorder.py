@@ -134,6 +134,12 @@ class MetricsSnapshot:
     gauges: dict[tuple[MetricSpec, Labels], float]
 
 
+def _request_names(request: str) -> tuple[str, ...]:
+    """The names a request counts under: a Fetch also as FetchConsumer (every Kafka-protocol Fetch here is a
+    consumer's)."""
+    return (request, FETCH_CONSUMER_REQUEST) if request == FETCH_REQUEST else (request,)
+
+
 class MetricsRecorder:
     """One process's metrics, in memory (see the module docstring). Thread-safe."""
 
@@ -141,8 +147,10 @@ class MetricsRecorder:
         self._lock = threading.Lock()
         # topic -> [records in, bytes in, bytes out]: the hot paths' counts, one dict lookup a call.
         self._traffic: dict[str, list[int]] = {}
+        # (API name, version) -> requests answered, and API name -> latency bucket counts.
+        self._requests: dict[tuple[str, int], int] = {}
+        self._latencies: dict[str, list[int]] = {}
         self._counters: dict[tuple[MetricSpec, Labels], float] = {}
-        self._histograms: dict[tuple[MetricSpec, Labels], list[int]] = {}
         self._gauges: dict[tuple[MetricSpec, Labels], float] = {}
         self._sources: list[GaugeSource] = []
 
@@ -164,16 +172,14 @@ class MetricsRecorder:
             traffic[2] += size_bytes
 
     def request_answered(self, request: str, version: int, elapsed_ms: float) -> None:
-        names = (request, FETCH_CONSUMER_REQUEST) if request == FETCH_REQUEST else (request,)
         bucket = bisect.bisect_left(REQUEST_TOTAL_TIME_MS.buckets, elapsed_ms)
         with self._lock:
-            for name in names:
-                self._add(REQUESTS, (name, str(version)), 1)
-                key = (REQUEST_TOTAL_TIME_MS, (name,))
-                counts = self._histograms.get(key)
-                if counts is None:
-                    counts = self._histograms[key] = [0] * (len(REQUEST_TOTAL_TIME_MS.buckets) + 1)
-                counts[bucket] += 1
+            key = (request, version)
+            self._requests[key] = self._requests.get(key, 0) + 1
+            counts = self._latencies.get(request)
+            if counts is None:
+                counts = self._latencies[request] = [0] * (len(REQUEST_TOTAL_TIME_MS.buckets) + 1)
+            counts[bucket] += 1
 
     def connection_opened(self, listener: str) -> None:
         with self._lock:
@@ -232,7 +238,13 @@ class MetricsRecorder:
             for spec, index in ((MESSAGES_IN, 0), (BYTES_IN, 1), (BYTES_OUT, 2)):
                 if totals[index]:
                     counters[(spec, (ALL_TOPICS,))] = totals[index]
-            histograms = {key: tuple(counts) for key, counts in self._histograms.items()}
+            histograms: dict[tuple[MetricSpec, Labels], tuple[int, ...]] = {}
+            for (request, version), answered in self._requests.items():
+                for name in _request_names(request):
+                    counters[(REQUESTS, (name, str(version)))] = answered
+            for request, counts in self._latencies.items():
+                for name in _request_names(request):
+                    histograms[(REQUEST_TOTAL_TIME_MS, (name,))] = tuple(counts)
             gauges = dict(self._gauges)
             sources = list(self._sources)
         for source in sources:
