@@ -34,9 +34,10 @@ A monitor thread watches the brokers' Ray nodes every `MONITOR_INTERVAL_S`: a no
 its partitions get new leaders from their ISR (Kafka's broker fencing and election); every
 `leader.imbalance.check.interval.seconds` it moves leadership back to preferred replicas that are in sync
 (`auto.leader.rebalance.enable`). Leaders ask for ISR changes with `alter_partition` (Kafka's AlterPartition),
-which is refused unless they still lead in that epoch. Topic names follow Kafka's rules (and
-`__cluster_metadata`, the controller's own folder, is reserved); configs must be a mapping validated
-against Kafka's names and ranges before anything is written.
+which is refused unless they still lead in that epoch. The controller's process also publishes the cluster's gauges
+(offline and under-replicated partitions, consumer lag: `actors.metrics.cluster_view`) and counts ISR changes.
+Topic names follow Kafka's rules (and `__cluster_metadata`, the controller's own folder, is reserved); configs must
+be a mapping validated against Kafka's names and ranges before anything is written.
 """
 
 from __future__ import annotations
