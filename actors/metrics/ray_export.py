@@ -72,6 +72,9 @@ class RayMetricsExporter:
                 logger.exception("exporting metrics to Ray failed")
 
     def export(self) -> None:
+        if not ray.is_initialized():
+            # A driver between `ray.shutdown()` and its next `ray.init()`: the counts wait for the next session.
+            return
         snapshot = self._recorder.snapshot()
         self._export_counters(snapshot)
         self._export_histograms(snapshot)
