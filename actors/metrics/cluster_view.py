@@ -60,7 +60,9 @@ class HighWatermarkReader:
                 continue
             key = (state.topic, state.partition, state.leader)
             try:
-                handle = self._handles.get(key) or replica_actor(*key)
+                handle = self._handles.get(key)
+                if handle is None:
+                    handle = replica_actor(*key)
                 asked[key] = handle.offsets.remote()
             except RaybrokerError:
                 self._handles.pop(key, None)
