@@ -1,7 +1,7 @@
 """The monitoring files in `configs/` use only what the broker exports: every PromQL expression of the Grafana
 dashboard and of the alert rules names only series of `actors.metrics.names`, the scrape config's relabelling turns
 Ray's `ray_<name>` into exactly those names, and Prometheus' own checker accepts the config and the rules.
-(`tests/cluster/test_zz_monitoring.py` runs every dashboard query against a real Prometheus scraping a broker.)"""
+(`tests/actors/test_zz_monitoring.py` runs every dashboard query against a real Prometheus scraping a broker.)"""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """`raybroker status`: the screen it prints from a cluster's status (no Ray: states built by hand, checked against
 their definitions), and against a real broker the facts and lag it reads (the oracle is what was produced and
 committed) and its exit codes. The offline case (exit 1) needs a node to die: it runs in
-`tests/actors/test_zz_metrics_prometheus.py`; the no-cluster case in `test_broker_commands.py`."""
+`tests/actors/test_zz_monitoring.py`; the no-cluster case in `test_broker_commands.py`."""
 
 from __future__ import annotations
 
@@ -11,14 +11,12 @@ from typing import Any
 import pytest
 import ray
 
-from actors.clients.admin import Admin
 from actors.clients.cluster_status import BrokerStatus, ClusterStatus
-from actors.clients.consumer import Consumer
-from actors.clients.producer import Producer
 from actors.metrics.gauges import PartitionLag
 from actors.server.replication.leader_and_isr import NO_LEADER, LeaderAndIsr
 from cluster.cli.main import EXIT_OK, main
 from cluster.cli.status import MAX_ROWS, status_lines
+from tests.cluster.cli.group_support import committed_group
 
 TOPIC = "status-t"
 GROUP = "status-group"
@@ -99,19 +97,7 @@ def test_status_of_a_running_broker_reads_its_brokers_and_the_groups_lag(
     start_test_broker: Callable[..., tuple[Any, Any]], capsys: pytest.CaptureFixture[str]
 ) -> None:
     start_test_broker(log_dirs_count=1)
-    Admin().create_topic(TOPIC, partitions=2)
-    producer = Producer()
-    try:
-        for index in range(10):
-            producer.send(TOPIC, value=f"v{index}".encode(), partition=index % 2)
-        producer.flush()
-    finally:
-        producer.close()
-    consumer = Consumer(group_id=GROUP)
-    try:
-        consumer.commit({(TOPIC, 0): 2, (TOPIC, 1): 5})
-    finally:
-        consumer.close()
+    committed_group(TOPIC, GROUP, 10, {0: 2, 1: 5})
 
     code = main(["status"])
     out = capsys.readouterr().out
