@@ -7,9 +7,10 @@ offline partitions, consumer lag) are not pushed: a role registers a `GaugeSourc
 exported.
 
 `NO_METRICS` does nothing: the plain classes take it by default, so they run and are tested without a recorder.
-`MetricsRecorder` keeps the counts of one process in memory under one lock: about 0.4 us a call, where one
-`ray.util.metrics.Counter.inc` costs 3.5 us of CPU (11-13 us of wall time on a loaded 2-core node), which on the
-append path of 16 KiB batches (~100 us each) would cost several percent. `actors.metrics.ray_export` reads a
+`MetricsRecorder` keeps the counts of one process in memory under one lock: ~1 us of CPU a call (`produced` 0.9-1.1
+us, `request_answered` 1.8 us, measured on a loaded 2-core node), where one `ray.util.metrics.Counter.inc` costs 3.5
+us of CPU (11-13 us of wall time): the four series of an append (messages and bytes, per topic and in all) would add
+~14 us to a 16 KiB batch whose validation takes ~100 us. `actors.metrics.ray_export` reads a
 recorder's `snapshot()` once a second and hands the differences to Ray's metrics. Tests assert on `value`.
 
 Kafka's conventions live here, not in the roles: a per-topic counter also counts under `topic=""` (the broker's
