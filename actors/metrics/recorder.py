@@ -11,7 +11,7 @@ exported.
 us, `request_answered` 1.8 us, measured on a loaded 2-core node), where one `ray.util.metrics.Counter.inc` costs 3.5
 us of CPU (11-13 us of wall time): the four series of an append (messages and bytes, per topic and in all) would add
 ~14 us to a 16 KiB batch whose validation takes ~100 us. `actors.metrics.ray_export` reads a
-recorder's `snapshot()` once a second and hands the differences to Ray's metrics. Tests assert on `value`.
+recorder's `snapshot()` every few seconds and hands the differences to Ray's metrics. Tests assert on `value`.
 
 Kafka's conventions live here, not in the roles: a per-topic counter also counts under `topic=""` (the broker's
 total series, as Kafka registers `BrokerTopicMetrics` without a topic), and a Fetch request also under
