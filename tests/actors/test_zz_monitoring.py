@@ -7,7 +7,7 @@ accepted, and a removed node as under-replicated and offline partitions, which `
 exit code 1.
 
 Ray reports metrics every second here (`metrics_report_interval_ms`, 10 s by default) and declares a removed node
-dead within ~2 s (`HEALTH_CHECKS`, as in `tests/actors/test_zz_replication.py`); Prometheus scrapes every second.
+dead within ~5-10 s (`SYSTEM_CONFIG`); Prometheus scrapes every second.
 This module owns its Ray cluster (`OWNS_RAY`: it runs after the tests that share the session's Ray). Without the
 `prometheus` binary it skips (and fails under `.ci/run`, which installs it)."""
 
@@ -48,11 +48,17 @@ pytestmark = pytest.mark.ray
 OWNS_RAY = True
 
 NODE_ARGS = {"num_cpus": 1, "object_store_memory": 128 * 1024 * 1024}
+# The head's metrics agent on a free port rather than Ray's fixed 52365 (worker nodes of a `Cluster` get free ones):
+# another Ray head on this machine holds 52365, and an agent that cannot bind it takes its raylet down at startup.
+HEAD_ARGS = {**NODE_ARGS, "include_dashboard": False, "dashboard_agent_listen_port": None}
 SYSTEM_CONFIG = {
     "metrics_report_interval_ms": 1000,
-    "health_check_period_ms": 300,
-    "health_check_timeout_ms": 300,
-    "health_check_failure_threshold": 3,
+    # A removed node is declared dead after 5 missed checks a second apart (Ray's default: 5 checks 3 s apart).
+    # Shorter checks, as the replication tests use (0.3 s, 3 misses), declared a live node dead on this 2-core
+    # machine under other work.
+    "health_check_period_ms": 1000,
+    "health_check_timeout_ms": 2000,
+    "health_check_failure_threshold": 5,
 }
 BROKER_SETTINGS = {"offsets.topic.num.partitions": "1", "log.initial.task.delay.ms": "200"}
 # A value reaches Prometheus within ~4 s here (1 s export, 1 s Ray report, 1 s scrape): far less than this.
@@ -91,7 +97,7 @@ def monitored(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Monitored]:
     os.environ["RAY_LOG_TO_DRIVER"] = "0"
     cluster = Cluster(
         initialize_head=True,
-        head_node_args={**NODE_ARGS, "include_dashboard": False, "_system_config": SYSTEM_CONFIG},
+        head_node_args={**HEAD_ARGS, "_system_config": SYSTEM_CONFIG},
     )
     try:
         worker = cluster.add_node(**NODE_ARGS)
