@@ -17,8 +17,8 @@ A topic record names each partition's leader node (its last leader while it has 
 (`LeaderAndIsr.to_json`: leader, epoch, replicas, isr, version); a record without `replication` (written before
 replication) reads as one replica leading in epoch 0.
 An `acl/` record holds every binding of one resource pattern, e.g. `acl/TOPIC/PREFIXED/orders-`
-(`actors.server.security.acl_store`); a `scram/` record one user's credential for one mechanism, bytes in
-base64, never the password (`actors.server.security.credential_store`); either gets a null value once deleted.
+(`actors.core.security.acl_store`); a `scram/` record one user's credential for one mechanism, bytes in
+base64, never the password (`actors.core.security.credential_store`); either gets a null value once deleted.
 
 On start the log is replayed (latest value per key), so a restarted broker finds its topics again.
 Which brokers are registered is not persisted: a controller restarted by Ray finds the log managers
@@ -28,7 +28,7 @@ it starts and withdraws when it stops; Metadata names a node's partitions' leade
 The ACL version (`acls_version`) is the offset after the last ACL record, so it moves with every ACL change
 and survives a restart: the Kafka listeners poll it and rebuild their authorizer only when it moved.
 Which nodes hold a partition's replicas, which of them leads in which leader epoch and which are in sync is
-decided here (`actors.server.replication.assignment`: placement, clean elections) and pushed to every replica
+decided here (`actors.core.controller.assignment`: placement, clean elections) and pushed to every replica
 (`update_replication`, Kafka's LeaderAndIsr); which log dir holds a replica is decided by its node's log manager.
 A monitor thread watches the brokers' Ray nodes every `MONITOR_INTERVAL_S`: a node that died leaves every ISR and
 its partitions get new leaders from their ISR (Kafka's broker fencing and election); every
@@ -52,9 +52,7 @@ from typing import Any
 
 import ray
 
-from actors.options import NAMESPACE, log_manager_name
-from actors.partition_lookup import replica_actor
-from actors.server.replication.assignment import (
+from actors.core.controller.assignment import (
     after_broker_lost,
     check_replication_factor,
     elect_if_offline,
@@ -63,11 +61,13 @@ from actors.server.replication.assignment import (
     place_replicas,
     preferred_election,
 )
-from actors.server.replication.leader_and_isr import LeaderAndIsr
-from actors.server.security.acl_store import ACL_KEY_PREFIX, AclStore
-from actors.server.security.acls import AclBinding, AclBindingFilter
-from actors.server.security.credential_store import SCRAM_KEY_PREFIX, ScramCredentialStore
-from actors.server.security.scram import ScramCredential
+from actors.core.replication.leader_and_isr import LeaderAndIsr
+from actors.core.security.acl_store import ACL_KEY_PREFIX, AclStore
+from actors.core.security.acls import AclBinding, AclBindingFilter
+from actors.core.security.credential_store import SCRAM_KEY_PREFIX, ScramCredentialStore
+from actors.core.security.scram import ScramCredential
+from actors.options import NAMESPACE, log_manager_name
+from actors.partition_lookup import replica_actor
 from storage import file_names
 from storage.arguments import is_int
 from storage.clock import SYSTEM_CLOCK
@@ -381,7 +381,7 @@ class ControllerActor:
         return handle
 
     def _place(self, count: int, replication_factor: int) -> list[tuple[str, ...]]:
-        """Replicas for `count` new partitions (`actors.server.replication.assignment.place_replicas`)."""
+        """Replicas for `count` new partitions (`actors.core.controller.assignment.place_replicas`)."""
         if not self._brokers:
             raise BrokerNotAvailableError("no broker is registered; start one with `raybroker start`")
         existing = [topic.state(p) for topic in self._topics.values() for p in topic.partitions]

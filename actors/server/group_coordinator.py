@@ -23,7 +23,7 @@ new (empty) partition on its first use.
 The records are Kafka's OffsetCommit key and value (`storage.records.consumer_offsets`), so logs written by a
 Kafka broker read back too.
 
-Membership (JoinGroup, SyncGroup, Heartbeat, LeaveGroup) is `actors.server.group_membership.GroupMembership`,
+Membership (JoinGroup, SyncGroup, Heartbeat, LeaveGroup) is `actors.core.groups.group_membership.GroupMembership`,
 held here so that every listener of the cluster sees one state per group, whichever listener a member reached.
 It is kept in memory only: after a restart of this actor members rejoin, as Kafka's clients do after
 UNKNOWN_MEMBER_ID. A JoinGroup or SyncGroup that must wait for other members returns at once as pending; the
@@ -41,8 +41,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from actors.calls import call, check_topic_partition, controller
-from actors.partition_lookup import partition_actor
-from actors.server.group_membership import (
+from actors.core.groups.group_membership import (
     GroupDescription,
     GroupError,
     GroupMembership,
@@ -51,6 +50,7 @@ from actors.server.group_membership import (
     PendingJoin,
     SyncResult,
 )
+from actors.partition_lookup import partition_actor
 from actors.server.internal_topics import CONSUMER_OFFSETS_TOPIC, ensure_consumer_offsets_topic
 from storage.clock import SYSTEM_CLOCK
 from storage.errors import (

@@ -34,6 +34,7 @@ from typing import Any
 import ray
 
 from actors.calls import call, call_when_available, controller, get_actor, kill_and_wait
+from actors.core.replication.follower import ReplicaSettings
 from actors.options import (
     PARTITION_CONCURRENCY_GROUPS,
     log_manager_name,
@@ -45,7 +46,6 @@ from actors.options import (
 from actors.partition_lookup import HostedPartitionHandle, replica_actor
 from actors.server.partition_host import HostedPartitionSpec, PartitionHostActor
 from actors.server.partition_log import PartitionLogActor, ResumePoint
-from actors.server.replication.follower import ReplicaSettings
 from storage.compaction.cleaner import CleanedLog, LogSnapshot
 from storage.config.broker_config import BrokerConfig
 from storage.config.log_config import LogConfig

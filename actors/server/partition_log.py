@@ -30,7 +30,7 @@ answers name the file. A folder where the file cannot be created serves without 
 Same-node producers append without a call either: `append_channel` adds the partition to its process's append
 channel (`actors.server.append_channel`, a local socket) and names it; the channel runs `append` as a call would.
 
-Replication (`actors.server.replication`): the actor is one replica of its partition. The controller tells it the
+Replication (`actors.core.replication`): the actor is one replica of its partition. The controller tells it the
 partition's state (`update_replication`, also asked once after the log opens, so a restarted replica learns it
 again): as the leader it takes appends, answers its followers' fetches (`replicate`, in the `replication` group)
 and moves the high watermark to the smallest log end offset of the ISR, and asks the controller to shrink or grow
@@ -64,6 +64,9 @@ from typing import Any, TypeVar
 import ray
 
 from actors.calls import call, controller
+from actors.core.replication.follower import ReplicaFetch, ReplicaFetcher, ReplicaSettings
+from actors.core.replication.leader_and_isr import LeaderAndIsr
+from actors.core.replication.leader_state import LeaderState
 from actors.options import (
     MAINTENANCE_GROUP,
     NAMESPACE,
@@ -73,9 +76,6 @@ from actors.options import (
     log_manager_name,
 )
 from actors.server.append_channel import serve, stop_serving
-from actors.server.replication.follower import ReplicaFetch, ReplicaFetcher, ReplicaSettings
-from actors.server.replication.leader_and_isr import LeaderAndIsr
-from actors.server.replication.leader_state import LeaderState
 from actors.startup_objects import freeze_startup_objects
 from storage import file_names
 from storage.arguments import is_int
@@ -767,7 +767,7 @@ def _checked_max_bytes(max_bytes: object) -> int:
 
 
 class _RayLeaderLink:
-    """A follower's calls to its leader's replica (`actors.server.replication.follower.LeaderLink`) over Ray; the
+    """A follower's calls to its leader's replica (`actors.core.replication.follower.LeaderLink`) over Ray; the
     leader's handle is looked up once and again after any failure."""
 
     def __init__(self, state: LeaderAndIsr, me: str, find_replica: Callable[[str, int, str], Any]) -> None:

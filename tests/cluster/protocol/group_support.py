@@ -15,7 +15,7 @@ from typing import Any
 
 from kio.index import load_request_schema, load_response_schema
 
-from actors.server.group_membership import (
+from actors.core.groups.group_membership import (
     GroupDescription,
     GroupError,
     GroupMembership,

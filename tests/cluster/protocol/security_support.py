@@ -9,10 +9,10 @@ from typing import Any
 
 import trustme
 
-from actors.server.security.acl_store import AclStore
-from actors.server.security.acls import AclBinding, AclBindingFilter
-from actors.server.security.credential_store import ScramCredentialStore
-from actors.server.security.scram import ScramCredential
+from actors.core.security.acl_store import AclStore
+from actors.core.security.acls import AclBinding, AclBindingFilter
+from actors.core.security.credential_store import ScramCredentialStore
+from actors.core.security.scram import ScramCredential
 
 
 class MemorySecurityView:

@@ -39,7 +39,7 @@ from kafka.admin import ScramMechanism as KafkaPythonScramMechanism
 from kafka.admin import UserScramCredentialDeletion as KafkaPythonDeletion
 from kafka.admin import UserScramCredentialUpsertion as KafkaPythonUpsertion
 
-from actors.server.security import acls
+from actors.core.security import acls
 from cluster.protocol.listener import KafkaListener, start_listener
 from tests.cluster.protocol.security_support import MemorySecurityView
 from tests.cluster.protocol.support import LogBrokerView, batch, run

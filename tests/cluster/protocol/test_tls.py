@@ -18,7 +18,7 @@ import trustme
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from actors.server.security.acls import AclBinding, AclOperation, AclPermissionType, PatternType, ResourceType
+from actors.core.security.acls import AclBinding, AclOperation, AclPermissionType, PatternType, ResourceType
 from cluster.protocol.listener import KafkaListener, start_listener
 from cluster.protocol.security.tls import server_context
 from storage.config.config_values import Password

@@ -11,7 +11,7 @@ import pytest
 from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
 
-from actors.server.security.acls import (
+from actors.core.security.acls import (
     CLUSTER_NAME,
     AclBinding,
     AclOperation,

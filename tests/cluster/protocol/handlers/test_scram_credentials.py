@@ -13,8 +13,8 @@ import pytest
 from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
 
-from actors.server.security.acls import CLUSTER_NAME, AclBinding, AclOperation, AclPermissionType, PatternType
-from actors.server.security.acls import ResourceType as AclResourceType
+from actors.core.security.acls import CLUSTER_NAME, AclBinding, AclOperation, AclPermissionType, PatternType
+from actors.core.security.acls import ResourceType as AclResourceType
 from cluster.protocol.connection import ConnectionContext
 from cluster.protocol.framing import Request, decode_response, encode_response
 from cluster.protocol.handlers.scram_credentials import (

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from actors.server.group_membership import (
+from actors.core.groups.group_membership import (
     GroupError,
     GroupMembership,
     GroupState,

@@ -1,17 +1,17 @@
-"""The controller's SCRAM credential store (`actors/server/security/credential_store.py`) without Ray: upserts and
+"""The controller's SCRAM credential store (`actors/core/security/credential_store.py`) without Ray: upserts and
 deletes, what it writes (never a password), and a replayed store that answers the same (a restart)."""
 
 from __future__ import annotations
 
 import pytest
 
-from actors.server.security.credential_store import ScramCredentialStore, parse_scram_key
-from actors.server.security.scram import (
+from actors.core.security.credential_store import ScramCredentialStore, parse_scram_key
+from actors.core.security.scram import (
     ScramCredential,
     UnacceptableCredentialError,
     UnsupportedSaslMechanismError,
 )
-from tests.actors.server.security.metadata_log import MetadataLog
+from tests.actors.core.security.metadata_log import MetadataLog
 
 SHA256 = "SCRAM-SHA-256"
 SHA512 = "SCRAM-SHA-512"

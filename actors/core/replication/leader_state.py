@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from actors.server.replication.leader_and_isr import LeaderAndIsr
+from actors.core.replication.leader_and_isr import LeaderAndIsr
 
 # An ISR change asked of the controller and not yet answered blocks the next one this long at most.
 PENDING_TIMEOUT_MS = 5_000

@@ -1,4 +1,4 @@
-"""SCRAM credentials (`actors/server/security/scram.py`) against scramp, an independent RFC 5802 implementation:
+"""SCRAM credentials (`actors/core/security/scram.py`) against scramp, an independent RFC 5802 implementation:
 the same keys from the same password and salt, and a full client/server exchange over our stored keys."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import hashlib
 import pytest
 import scramp
 
-from actors.server.security.scram import (
+from actors.core.security.scram import (
     MAX_ITERATIONS,
     MIN_ITERATIONS,
     SCRAM_MECHANISMS,

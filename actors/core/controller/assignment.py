@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from actors.server.replication.leader_and_isr import NO_LEADER, LeaderAndIsr
+from actors.core.replication.leader_and_isr import NO_LEADER, LeaderAndIsr
 from storage.arguments import is_int
 from storage.errors import InvalidReplicationFactorError
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from actors.server.security.acl_store import WriteRecord
-from actors.server.security.scram import (
+from actors.core.security.acl_store import WriteRecord
+from actors.core.security.scram import (
     ScramCredential,
     UnacceptableCredentialError,
     check_mechanism,

@@ -9,8 +9,8 @@ import random
 
 import pytest
 
-from actors.server.replication.leader_and_isr import LeaderAndIsr
-from actors.server.replication.leader_state import PENDING_TIMEOUT_MS, LeaderState
+from actors.core.replication.leader_and_isr import LeaderAndIsr
+from actors.core.replication.leader_state import PENDING_TIMEOUT_MS, LeaderState
 
 LAG_MS = 30_000  # Kafka's replica.lag.time.max.ms default
 ELECTED_MS = 1_000

@@ -1,4 +1,4 @@
-"""The controller's ACL store (`actors/server/security/acl_store.py`) without Ray: create and delete against a set
+"""The controller's ACL store (`actors/core/security/acl_store.py`) without Ray: create and delete against a set
 oracle, what it writes to the metadata log, and a replayed store that answers the same (a restart)."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from actors.server.security.acl_store import AclStore, parse_acl_key
-from actors.server.security.acls import (
+from actors.core.security.acl_store import AclStore, parse_acl_key
+from actors.core.security.acls import (
     AclBinding,
     AclBindingFilter,
     AclOperation,
@@ -17,7 +17,7 @@ from actors.server.security.acls import (
     PatternType,
     ResourceType,
 )
-from tests.actors.server.security.metadata_log import MetadataLog
+from tests.actors.core.security.metadata_log import MetadataLog
 
 ANY_OP = AclOperation.ANY
 ANY_PERMISSION = AclPermissionType.ANY

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from actors.server.replication.follower import ReplicaFetch, ReplicaFetcher, ReplicaSettings
+from actors.core.replication.follower import ReplicaFetch, ReplicaFetcher, ReplicaSettings
 from storage.clock import MockClock
 from storage.config.broker_config import BrokerConfig
 from storage.errors import BrokerNotAvailableError, OffsetOutOfRangeError

@@ -10,7 +10,7 @@ from collections import Counter
 
 import pytest
 
-from actors.server.replication.assignment import (
+from actors.core.controller.assignment import (
     after_broker_lost,
     check_replication_factor,
     elect_if_offline,
@@ -19,7 +19,7 @@ from actors.server.replication.assignment import (
     place_replicas,
     preferred_election,
 )
-from actors.server.replication.leader_and_isr import NO_LEADER, LeaderAndIsr
+from actors.core.replication.leader_and_isr import NO_LEADER, LeaderAndIsr
 from storage.errors import InvalidReplicationFactorError
 
 

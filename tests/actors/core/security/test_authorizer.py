@@ -1,4 +1,4 @@
-"""The authorizer (`actors/server/security/authorizer.py`) against brute-force models written straight from Kafka's
+"""The authorizer (`actors/core/security/authorizer.py`) against brute-force models written straight from Kafka's
 rules, on random ACL sets (seeded), and the cases Kafka's own authorizer tests pin by name."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from collections.abc import Collection
 
 import pytest
 
-from actors.server.security.acls import (
+from actors.core.security.acls import (
     CLUSTER_NAME,
     AclBinding,
     AclOperation,
@@ -18,7 +18,7 @@ from actors.server.security.acls import (
     PatternType,
     ResourceType,
 )
-from actors.server.security.authorizer import Authorizer
+from actors.core.security.authorizer import Authorizer
 
 ALLOW = AclPermissionType.ALLOW
 DENY = AclPermissionType.DENY

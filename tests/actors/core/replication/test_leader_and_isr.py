@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from actors.server.replication.leader_and_isr import NO_LEADER, LeaderAndIsr
+from actors.core.replication.leader_and_isr import NO_LEADER, LeaderAndIsr
 
 STATE = LeaderAndIsr("orders", 2, "b", 4, ("a", "b", "c"), ("b", "c"), 7)
 
