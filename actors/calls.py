@@ -46,6 +46,18 @@ def call(ref: Any, timeout_s: float | None = None) -> Any:
         _raise_typed(exc, timeout_s)
 
 
+class RayPending:
+    """The answer of one `.remote()` call; `result` is `call` on it (a `storage.pending.Pending`)."""
+
+    __slots__ = ("ref",)
+
+    def __init__(self, ref: Any) -> None:
+        self.ref = ref
+
+    def result(self, timeout: float | None = None) -> Any:
+        return call(self.ref, timeout_s=timeout)
+
+
 def call_when_available(submit: Callable[[], Any], timeout_s: float) -> Any:
     """`call(submit())` for an idempotent call, submitted again while its actor restarts.
 

@@ -1,9 +1,9 @@
 """The admin facade: Kafka's Admin client (topics, configs, partitions, records, offsets, SCRAM credentials, ACLs)
 over the broker's actors.
 
-Topic metadata comes from the controller (`actors.server.controller`): each partition's replicas, in-sync replicas,
-leader and leader epoch, named by the Ray node ids of their brokers; the live numbers of each partition (offsets,
-size, segments, folder) come from its leader replica's `state()`, asked of all partitions at once. A partition
+Topic metadata comes from the controller (`actors.core.controller.controller`): each partition's replicas, in-sync
+replicas, leader and leader epoch, named by the Ray node ids of their brokers; the live numbers of each partition
+(offsets, size, segments, folder) come from its leader replica's `state()`, asked of all partitions at once. A partition
 with no leader (offline: none of its in-sync replicas runs) has no replica to ask, and is described with -1 for
 its numbers, as Kafka answers an unknown offset, so that an operator still sees it (`raybroker topics --describe
 --unavailable-partitions`).
@@ -23,6 +23,7 @@ from pathlib import Path
 
 from actors.calls import call
 from actors.clients.broker import Broker
+from actors.core.controller.topic_metadata import AdvertisedListener, TopicMetadata
 from actors.core.replication.leader_and_isr import NO_LEADER, LeaderAndIsr
 from actors.core.security.acls import AclBinding, AclBindingFilter, InvalidAclError
 from actors.core.security.scram import (
@@ -34,7 +35,6 @@ from actors.core.security.scram import (
     check_user,
 )
 from actors.partition_lookup import partition_actor, replica_actor
-from actors.server.controller import AdvertisedListener, TopicMetadata
 from storage.arguments import is_int
 from storage.errors import InvalidConfigError, InvalidRequestError
 from storage.logdir.partition_handles import PartitionState

@@ -24,6 +24,7 @@ from typing import Any
 import ray
 
 from actors.calls import call, controller, get_actor, kill_and_wait
+from actors.core.controller.topic_metadata import TopicMetadata
 from actors.options import (
     CONTROLLER_NAME,
     KAFKA_LISTENER_PREFIX,
@@ -35,7 +36,6 @@ from actors.options import (
     log_manager_options,
 )
 from actors.partition_lookup import partition_actor
-from actors.server.controller import TopicMetadata
 from actors.server.internal_topics import ensure_consumer_offsets_topic
 from actors.server.remote import Controller, GroupCoordinator, LogManager
 from storage.arguments import is_int

@@ -27,9 +27,8 @@ from typing import Any
 
 import ray
 
-from actors.calls import kill_and_wait
+from actors.calls import RayPending, kill_and_wait
 from actors.options import cleaner_name, cleaner_options
-from actors.server.partition_handles import RayPending
 from storage.clock import SYSTEM_CLOCK
 from storage.compaction.cleaner import CleanedLog, Cleaner, LogSnapshot
 from storage.compaction.cleaner_threads import CleanerThread

@@ -17,7 +17,7 @@ import logging
 from typing import Any
 
 from actors.calls import call
-from actors.server.controller import TopicMetadata
+from actors.core.controller.topic_metadata import TopicMetadata
 from storage.errors import TopicExistsError
 
 logger = logging.getLogger(__name__)

@@ -33,7 +33,7 @@ from typing import Any
 
 import ray
 
-from actors.calls import call, call_when_available, controller, get_actor, kill_and_wait
+from actors.calls import RayPending, call, call_when_available, controller, get_actor, kill_and_wait
 from actors.core.replication.follower import ReplicaSettings
 from actors.options import (
     PARTITION_CONCURRENCY_GROUPS,
@@ -67,18 +67,6 @@ READY_TIMEOUT_SECONDS = 600
 # A restarted partition actor waits this long for the controller (itself restarting takes a few seconds)
 # before it opens its log with the settings of its first start.
 CONFIG_TIMEOUT_SECONDS = 30
-
-
-class RayPending:
-    """The answer of one `.remote()` call; `result` is `actors.calls.call` on it."""
-
-    __slots__ = ("ref",)
-
-    def __init__(self, ref: Any) -> None:
-        self.ref = ref
-
-    def result(self, timeout: float | None = None) -> Any:
-        return call(self.ref, timeout_s=timeout)
 
 
 class RayPartition:

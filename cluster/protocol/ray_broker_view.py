@@ -39,8 +39,8 @@ import ray
 from actors.calls import answer
 from actors.clients.append_connection import AppendConnection, AppendConnections, AppendReply
 from actors.clients.broker import Broker
+from actors.core.controller.topic_metadata import AdvertisedListener, TopicMetadata
 from actors.partition_lookup import leader_replica, partition_actor
-from actors.server.controller import AdvertisedListener, TopicMetadata
 from actors.server.partition_log import FetchResult, FileSlices
 from cluster.protocol.broker_view import (
     BrokerEndpoint,

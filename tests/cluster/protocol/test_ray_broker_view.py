@@ -5,8 +5,8 @@ partition without a leader is offline; listed replicas whose broker is not runni
 
 from __future__ import annotations
 
+from actors.core.controller.topic_metadata import AdvertisedListener, TopicMetadata
 from actors.core.replication.leader_and_isr import NO_LEADER, LeaderAndIsr
-from actors.server.controller import AdvertisedListener, TopicMetadata
 from cluster.protocol.broker_view import PartitionInfo
 from cluster.protocol.ray_broker_view import _topic_info
 
