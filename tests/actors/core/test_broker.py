@@ -5,6 +5,7 @@ with nothing left running and opened again with its topics and records. The orac
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 from collections.abc import Iterator
@@ -13,12 +14,27 @@ from pathlib import Path
 import pytest
 
 from actors.core.broker import InProcessBroker
-from storage.errors import NotLeaderOrFollowerError, UnknownTopicOrPartitionError
+from storage.errors import (
+    BrokerNotAvailableError,
+    NotEnoughReplicasAfterAppendError,
+    NotEnoughReplicasError,
+    NotLeaderOrFollowerError,
+    RequestTimedOutError,
+    UnknownTopicOrPartitionError,
+)
 from storage.records.record_batch import RecordBatchBuilder, iter_batches
 
 DEADLINE_S = 10.0
 # Followers answer an idle fetch within 50 ms, so a test never waits long on a long poll.
 PROPERTIES = {"replica.fetch.wait.max.ms": "50", "replica.fetch.backoff.ms": "20", "min.insync.replicas": "2"}
+# What an `acks=all` append may answer instead of an acknowledgement while nodes come and go.
+REFUSED = (
+    NotEnoughReplicasError,
+    NotEnoughReplicasAfterAppendError,
+    NotLeaderOrFollowerError,
+    RequestTimedOutError,
+    BrokerNotAvailableError,
+)
 
 
 @pytest.fixture
@@ -97,3 +113,43 @@ def test_a_closed_broker_leaves_nothing_running_and_reopens_with_its_topics_and_
             second.leader("gone", 0)
     finally:
         second.close()
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_random_node_losses_and_returns_never_lose_an_acknowledged_record(tmp_path: Path, seed: int) -> None:
+    """A seeded run of `acks=all` appends while nodes are lost and come back (never more than two down): after every
+    step the partition's leader, when it has one, holds every acknowledged record in the order it was acknowledged
+    (Kafka's guarantee with clean elections and `min.insync.replicas` 2), and appends without enough in-sync
+    replicas are refused rather than acknowledged."""
+    rng = random.Random(seed)
+    broker = InProcessBroker(tmp_path, nodes=3, properties=PROPERTIES)
+    try:
+        broker.controller.create_topic("t", 1, replication_factor=3)
+        acknowledged: list[bytes | None] = []
+        down: set[str] = set()
+        for step in range(12):
+            action = rng.choice(["append", "append", "lose", "return"])
+            if action == "lose" and len(down) < 2:
+                node = rng.choice(sorted(set(broker.nodes) - down))
+                broker.lose_node(node)
+                down.add(node)
+            elif action == "return" and down:
+                node = rng.choice(sorted(down))
+                broker.restart_node(node)
+                down.discard(node)
+            else:
+                value = f"{seed}-{step}".encode()
+                try:
+                    leader = broker.leader("t", 0)
+                    leader.await_replicated(leader.append(batch(value), acks=-1), timeout_ms=2_000)
+                except REFUSED:
+                    continue
+                acknowledged.append(value)
+            try:
+                leader = broker.leader("t", 0)
+            except NotLeaderOrFollowerError:
+                continue
+            held = values(bytes(leader.log.read(0, 1 << 20, isolation="log_end").records))
+            assert [value for value in held if value in acknowledged] == acknowledged, f"step {step}: {action}"
+    finally:
+        broker.close()
