@@ -51,7 +51,6 @@ from storage.files.checkpoint_file import EpochEntry
 from storage.partition import retention
 from storage.partition.log_append import (
     assign_offsets,
-    batch_metadata,
     check_follower_offsets,
     parse_follower_batches,
     stamp_batches,
@@ -64,17 +63,16 @@ from storage.partition.log_read import (
     offset_by_timestamp,
     offset_metadata,
     read_segments,
+    with_aborted_transactions,
 )
 from storage.partition.log_validator import validate_client_records
+from storage.partition.producer_append import AppendOrigin, PendingAppend, TransactionVerification
 from storage.partition.producer_state import (
     PRODUCER_ID_EXPIRATION_MS,
 )
 from storage.records.file_records import TimestampAndOffset, iter_any_batches
 from storage.records.legacy_records import LegacyRecord
-from storage.records.record_batch import (
-    NO_TIMESTAMP,
-    Record,
-)
+from storage.records.record_batch import NO_TIMESTAMP, ControlRecordType, Record, build_control_batch
 from storage.segment.delayed_deletes import DelayedDeletes
 from storage.segment.log_segment import (
     FetchDataInfo,
@@ -83,10 +81,13 @@ from storage.segment.log_segment import (
     RollParams,
     SegmentDeletedError,
 )
+from storage.segment.transaction_index import AbortedTxn, collect_aborted_transactions
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_FETCH_MAX_BYTES = 1024 * 1024  # Kafka's max.partition.fetch.bytes
+# `read`'s bounds, Kafka's FetchIsolation: LOG_END, HIGH_WATERMARK, TXN_COMMITTED.
+ISOLATIONS = ("log_end", "high_watermark", "txn_committed")
 # The epoch stamped on the batches of a log no leader epoch has written yet (Kafka's first leader's epoch).
 LEADER_EPOCH = 0
 # Lock-free read attempts before one under the writer lock: a segment deleted between choosing it and reading it
@@ -151,6 +152,10 @@ class Log:
         active = self._segments.active
         self._end_offset_metadata = LogOffsetMetadata(opened.log_end_offset, active.base_offset, active.size)
         self._high_watermark = opened.log_end_offset
+        # The producer state's first unstable offset, kept for lock-free readers (Kafka's
+        # `firstUnstableOffsetMetadata`): None when no transaction is open or awaiting replication.
+        self._first_unstable_offset: int | None = None
+        self._set_high_watermark(opened.log_end_offset)
         # False: the high watermark follows every append (the only replica). True: replication moves it.
         self._replicated = False
         self.dropped_on_open = tuple(opened.dropped)
@@ -287,13 +292,38 @@ class Log:
         with self._lock:
             self._replicated = replicated
             if not replicated:
-                self._high_watermark = self.log_end_offset
+                self._set_high_watermark(self.log_end_offset)
 
     def update_high_watermark(self, offset: int) -> int:
         """Sets the high watermark, clamped to [log_start_offset, log_end_offset]; returns the new value."""
         with self._lock:
-            self._high_watermark = min(max(offset, self._log_start_offset), self.log_end_offset)
+            self._set_high_watermark(min(max(offset, self._log_start_offset), self.log_end_offset))
             return self._high_watermark
+
+    def _set_high_watermark(self, offset: int) -> None:
+        """Moves the high watermark; transactions whose marker it passes become stable (holds the lock)."""
+        self._high_watermark = offset
+        self._producer_state.on_high_watermark_updated(offset)
+        self._update_first_unstable_offset()
+
+    def _update_first_unstable_offset(self) -> None:
+        """Kafka's `maybeIncrementFirstUnstableOffset`: the producer state's, never below the log start."""
+        first = self._producer_state.first_unstable_offset()
+        self._first_unstable_offset = None if first is None else max(first, self._log_start_offset)
+
+    @property
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the oldest transaction that is open, or whose marker the high watermark has not
+        passed yet (clamped to the log start); None when there is none."""
+        return self._first_unstable_offset
+
+    @property
+    def last_stable_offset(self) -> int:
+        """The LSO: read_committed consumers read below it. The first unstable offset when it is below the high
+        watermark, else the high watermark (Kafka's `lastStableOffset`): a transaction's records become readable
+        once its marker is written and the high watermark has passed the marker."""
+        first, high_watermark = self._first_unstable_offset, self._high_watermark
+        return first if first is not None and first < high_watermark else high_watermark
 
     def _check_open(self) -> None:
         if self._closed:
@@ -303,23 +333,41 @@ class Log:
 
     # --- append ----------------------------------------------------------------------------------
 
-    def append(self, batches: bytes | bytearray | memoryview) -> LogAppendInfo:
-        """Appends one or more client v2 batches (baseOffset 0), assigning offsets from the LEO.
+    def append(
+        self,
+        batches: bytes | bytearray | memoryview,
+        *,
+        origin: AppendOrigin = AppendOrigin.CLIENT,
+        verification: TransactionVerification | None = None,
+    ) -> LogAppendInfo:
+        """Appends one or more v2 batches (baseOffset 0) as the leader, assigning offsets from the LEO (Kafka's
+        `appendAsLeader`).
 
         Every batch is validated before anything is written; a failing batch rejects the whole call.
         A batch an idempotent producer already wrote (same producer, epoch and sequences among its
         last 5 batches) is not written again: its original offsets are returned (`batch_offsets`, one
         pair per input batch; `duplicate` when no batch was written). The batches of one call are judged
         in order, each after the ones before it; an out-of-order one rejects the whole call.
+
+        `origin` says who writes (`producer_append.AppendOrigin`): CLIENT, a producer, whose transactional
+        batches open its transaction on this partition and who may not write a non-transactional batch while one
+        is open (`InvalidTxnStateError`) nor a control batch (`InvalidRecordError`); COORDINATOR, a transaction
+        coordinator writing markers (see `append_transaction_marker`) or a group coordinator writing a
+        transactional offset commit. `verification` is KIP-890's check, asked before a CLIENT batch opens a
+        transaction (None: none is asked).
         """
+        if origin is AppendOrigin.REPLICATION:
+            raise InvalidRequestError("a replica's batches are appended with append_as_follower")
         now_ms = self._clock.milliseconds()
-        validated = validate_client_records(batches, self._config, now_ms)
+        validated = validate_client_records(
+            batches, self._config, now_ms, from_coordinator=origin is AppendOrigin.COORDINATOR
+        )
         with self._lock:
             self._check_open()
             self._delayed_deletes.delete_due(now_ms)
             log_append_time = now_ms if self._config.message_timestamp_type == "LogAppendTime" else NO_TIMESTAMP
             epoch = self.leader_epoch
-            pending = self._producer_state.begin_append()
+            pending = PendingAppend(self._producer_state, origin, verification)
             assigned = assign_offsets(validated, pending, self.log_end_offset, log_append_time)
             kept, batch_offsets = assigned.batches, assigned.batch_offsets
             if not kept:
@@ -347,22 +395,51 @@ class Log:
                 log_append_time,
                 sum(batch.info.records_count for batch in kept),
                 len(kept),
+                pending,
                 batch_offsets,
             )
-            pending.commit()
             return appended
+
+    def append_transaction_marker(
+        self, producer_id: int, producer_epoch: int, coordinator_epoch: int, result: ControlRecordType
+    ) -> LogAppendInfo:
+        """Writes the COMMIT or ABORT marker (`result`) of `producer_id`'s transaction, as a transaction
+        coordinator's WriteTxnMarkers does on the partition leader (Kafka's `appendAsLeader` with origin
+        COORDINATOR): one control batch stamped with the log's clock.
+
+        Refused with `InvalidProducerEpochError` when `producer_epoch` is older than the producer's, with
+        `TransactionCoordinatorFencedError` when `coordinator_epoch` is older than the one of the producer's last
+        marker. A marker closing an open transaction completes it: an ABORT is indexed in the segment's
+        `.txnindex`, and the LSO moves past the transaction once the high watermark passes the marker. A marker
+        for a producer with no open transaction here (a retry, an empty transaction) is written and changes only
+        the producer's epochs.
+        """
+        if result not in (ControlRecordType.COMMIT, ControlRecordType.ABORT):
+            raise InvalidRequestError(f"a transaction marker is COMMIT or ABORT, not {result!r}")
+        marker = build_control_batch(
+            result,
+            timestamp=self._clock.milliseconds(),
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            coordinator_epoch=coordinator_epoch,
+        )
+        return self.append(marker, origin=AppendOrigin.COORDINATOR)
 
     def append_as_follower(self, batches: bytes | bytearray | memoryview) -> LogAppendInfo:
         """Appends batches whose offsets are already assigned (replication, tests of offset gaps).
 
         Offsets must increase and start at or above the LEO; CRCs are checked; `max.message.bytes`
-        is not (Kafka's follower path).
+        is not (Kafka's follower path). The producer state and the `.txnindex` follow the batches as on the leader,
+        without refusing any (origin REPLICATION).
         """
         data = bytes(batches)
         parsed = parse_follower_batches(data)
         with self._lock:
             self._check_open()
             check_follower_offsets(parsed, self.log_end_offset)
+            pending = PendingAppend(self._producer_state, AppendOrigin.REPLICATION)
+            for batch in parsed:
+                pending.append_batch(batch)
             best = max(parsed, key=lambda batch: batch.max_timestamp)
             info = self._append_assigned(
                 [data],
@@ -373,13 +450,12 @@ class Log:
                 NO_TIMESTAMP,
                 sum(batch.records_count for batch in parsed),
                 len(parsed),
+                pending,
             )
             for batch in parsed:
                 # A leader stamps its epoch on what it writes; -1 (written by no leader) starts no epoch.
                 if batch.partition_leader_epoch >= 0:
                     self._leader_epochs.assign(batch.partition_leader_epoch, batch.base_offset)
-                if batch.producer_id >= 0 and not batch.is_control:
-                    self._producer_state.update(batch.producer_id, batch.producer_epoch, batch_metadata(batch))
             return info
 
     def _append_assigned(
@@ -392,8 +468,11 @@ class Log:
         log_append_time: int,
         record_count: int,
         batch_count: int,
+        pending: PendingAppend,
         batch_offsets: tuple[tuple[int, int], ...] = (),
     ) -> LogAppendInfo:
+        """Writes assigned batches to the active segment (rolling first if due), then applies their producer state
+        (indexing aborted transactions in that segment), then moves the high watermark of a single replica."""
         size = sum(len(piece) for piece in pieces)
         if size > self._config.segment_bytes:
             raise RecordBatchTooLargeError(
@@ -402,8 +481,11 @@ class Log:
         segment = self._maybe_roll(size, first_offset, last_offset, max_timestamp)
         segment.append(last_offset, max_timestamp, offset_of_max_timestamp, pieces)
         self._end_offset_metadata = LogOffsetMetadata(last_offset + 1, segment.base_offset, segment.size)
-        if not self._replicated:
-            self._high_watermark = last_offset + 1
+        pending.commit(segment.txn_index)
+        if self._replicated:
+            self._update_first_unstable_offset()
+        else:
+            self._set_high_watermark(last_offset + 1)
         now_ms = self._clock.milliseconds()
         if (
             self.log_end_offset - self._recovery_point >= self._config.flush_messages
@@ -540,14 +622,18 @@ class Log:
     ) -> FetchDataInfo:
         """Kafka's fetch semantics (whole batches, the first one even above `max_bytes`).
 
-        `isolation` is `log_end` or `high_watermark`.
+        `isolation` (Kafka's `FetchIsolation`) bounds what is read: `log_end` (a follower), `high_watermark` (a
+        read_uncommitted consumer) or `txn_committed` (a read_committed consumer: below the last stable offset).
+        A `txn_committed` read also answers the aborted transactions overlapping the bytes it returns
+        (`FetchDataInfo.aborted_transactions`, Kafka's `addAbortedTransactions`), so the consumer can drop their
+        records; the other two answer None there.
         """
         if not is_int(offset):
             raise OffsetOutOfRangeError(f"offset must be an int, not {type(offset).__name__}")
         if not is_int(max_bytes) or max_bytes < 0:
             raise InvalidRequestError(f"max_bytes must be an int >= 0, got {max_bytes!r}")
-        if isolation not in ("log_end", "high_watermark"):
-            raise InvalidRequestError(f"unknown isolation {isolation!r}; expected log_end or high_watermark")
+        if isolation not in ISOLATIONS:
+            raise InvalidRequestError(f"unknown isolation {isolation!r}; expected one of {', '.join(ISOLATIONS)}")
         self._check_open()
         for _ in range(LOCK_FREE_READ_ATTEMPTS):
             try:
@@ -573,8 +659,20 @@ class Log:
         if isolation == "log_end":
             upper = end_metadata
         else:
-            upper = offset_metadata(segments, min(self._high_watermark, end_metadata.message_offset), end_metadata)
-        return read_segments(segments, offset, max_bytes, min_one_message, upper, end_metadata)
+            bound = self._high_watermark if isolation == "high_watermark" else self.last_stable_offset
+            upper = offset_metadata(segments, min(bound, end_metadata.message_offset), end_metadata)
+        fetch = read_segments(segments, offset, max_bytes, min_one_message, upper, end_metadata)
+        if isolation != "txn_committed":
+            return fetch
+        return with_aborted_transactions(segments, offset, fetch, end_metadata.message_offset)
+
+    def collect_aborted_transactions(self, fetch_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
+        """The aborted transactions overlapping [fetch_offset, upper_bound_offset), from the `.txnindex` files of
+        the segment holding `fetch_offset` and the ones after it, as far as needed (Kafka's
+        `collectAbortedTransactions`): each entry's producer id, first offset, ABORT marker offset and last stable
+        offset. A read_committed consumer skips a transactional batch of a listed producer from the entry's first
+        offset until that producer's ABORT marker."""
+        return collect_aborted_transactions(self._segments.snapshot(), fetch_offset, upper_bound_offset)
 
     def records(
         self, start_offset: int | None = None, end_offset: int | None = None
@@ -654,7 +752,6 @@ class Log:
             active.truncate_to(target_offset)
             self._end_offset_metadata = LogOffsetMetadata(target_offset, active.base_offset, active.size)
             self._log_start_offset = min(self._log_start_offset, target_offset)
-            self._high_watermark = min(self._high_watermark, target_offset)
             self._recovery_point = min(self._recovery_point, target_offset)
             self._truncations += 1
             self._leader_epochs.truncate_from_end(target_offset)
@@ -667,6 +764,7 @@ class Log:
                 self._clock.milliseconds(),
                 self._producer_state.producer_id_expiration_ms,
             )
+            self._set_high_watermark(min(self._high_watermark, target_offset))
             return True
 
     def truncate_fully_and_start_at(self, new_offset: int) -> None:
@@ -687,12 +785,12 @@ class Log:
             self._segments.add(segment)
             self._end_offset_metadata = LogOffsetMetadata(new_offset, new_offset, 0)
             self._log_start_offset = new_offset
-            self._high_watermark = new_offset
             self._recovery_point = min(self._recovery_point, new_offset)
             self._truncations += 1
             self._leader_epochs.clear()
             self._producer_state.clear()
             self._producer_state.delete_snapshots_above(-1)
+            self._set_high_watermark(new_offset)
 
     # --- deletion --------------------------------------------------------------------------------
 
@@ -727,6 +825,8 @@ class Log:
         self._log_start_offset = new_offset
         self._leader_epochs.truncate_from_start(new_offset)
         self._producer_state.delete_snapshots_before(new_offset)
+        self._producer_state.on_log_start_offset_incremented(new_offset)
+        self._update_first_unstable_offset()
 
     def remove_and_delete_segments(self, segments: list[LogSegment]) -> int:
         """Removes `segments` (oldest first) from the log and schedules their files for deletion.

@@ -10,6 +10,11 @@ least one batch with `min_one_message`), never past the bound: the log end offse
 stable offset, given as a `LogOffsetMetadata` so the bound's segment and byte position are known. The bytes may end
 mid-batch, as Kafka's do.
 
+A read_committed fetch (bound: the last stable offset) also carries the aborted transactions overlapping what it
+returns (`with_aborted_transactions`, Kafka's `addAbortedTransactions`): from the fetch offset up to an upper
+bound, the first offset-index entry at or past the end of the returned bytes, else the next segment's base, else
+the log end offset; the search walks the `.txnindex` of the fetch offset's segment and those after it.
+
 ListOffsets (Kafka's `fetchOffsetByTimestamp`): the first record whose timestamp is >= the one asked, found
 through each segment's time index; or, for MAX_TIMESTAMP (-3), the record holding the largest timestamp.
 """
@@ -17,9 +22,12 @@ through each segment's time index; or, for MAX_TIMESTAMP (-3), the record holdin
 from __future__ import annotations
 
 import bisect
+from dataclasses import replace
 
 from storage.records.file_records import TimestampAndOffset
 from storage.segment.log_segment import FetchDataInfo, LogOffsetMetadata, LogSegment
+from storage.segment.offset_index import OffsetPosition
+from storage.segment.transaction_index import collect_aborted_transactions
 
 # ListOffsets' special timestamps (Kafka's ListOffsetsRequest).
 EARLIEST_TIMESTAMP = -2
@@ -72,6 +80,26 @@ def read_segments(
         if segment.base_offset == upper.segment_base_offset:
             break
     return FetchDataInfo(end_metadata, b"")
+
+
+def with_aborted_transactions(
+    segments: tuple[LogSegment, ...], fetch_offset: int, fetch: FetchDataInfo, log_end_offset: int
+) -> FetchDataInfo:
+    """`fetch` with the aborted transactions overlapping its bytes (an empty tuple when none, or nothing read)."""
+    start = fetch.fetch_offset_metadata
+    index = floor_index(segments, start.segment_base_offset) if start.segment_base_offset >= 0 else -1
+    if not fetch.records or index < 0 or segments[index].base_offset != start.segment_base_offset:
+        return replace(fetch, aborted_transactions=())
+    segment = segments[index]
+    upper = segment.offset_index.fetch_upper_bound_offset(
+        OffsetPosition(start.message_offset, start.relative_position), len(fetch.records)
+    )
+    if upper is not None:
+        upper_bound = upper.offset
+    else:
+        upper_bound = segments[index + 1].base_offset if index + 1 < len(segments) else log_end_offset
+    aborted = collect_aborted_transactions(segments[index:], fetch_offset, upper_bound)
+    return replace(fetch, aborted_transactions=tuple(aborted))
 
 
 def offset_by_timestamp(
