@@ -47,6 +47,7 @@ from storage.errors import (
     TransactionCoordinatorFencedError,
 )
 from storage.partition.producer_state import (
+    NO_PRODUCER_EPOCH,
     BatchMetadata,
     CompletedTxn,
     ProducerEntry,
@@ -165,6 +166,10 @@ class PendingAppend:
                 self.append_marker(
                     batch.producer_id, batch.producer_epoch, marker, batch.base_offset, batch.max_timestamp
                 )
+            elif batch.records_count == 0 and self._entry(batch.producer_id) is None:
+                # A marker the cleaner emptied: its transaction is gone. Kafka still records the producer, with
+                # no epoch (and an entry nothing protects: it expires at the next expiration check).
+                self._updated(batch.producer_id, None, NO_PRODUCER_EPOCH)
             return
         metadata = BatchMetadata(
             batch.base_sequence, batch.last_sequence, batch.base_offset, batch.last_offset, batch.max_timestamp

@@ -15,6 +15,11 @@ Big-endian, no padding::
               coordinator_epoch         int32   epoch of the transaction coordinator that wrote its last marker, -1
               current_txn_first_offset  int64   first offset of its open transaction, -1 when none is open
 
+Entries are in the iteration order of the Java `HashMap<Long, ProducerStateEntry>` Kafka writes from
+(`java_hash_map_order`): by bucket, `(id ^ id >>> 32) ^ (... >>> 16)` masked to the table size (16, doubled each
+time the map holds more than three quarters of it), and in insertion order within a bucket, so a snapshot rebuilt
+from a log Kafka wrote has Kafka's bytes, and a snapshot Kafka wrote is rewritten as it was.
+
 Only each producer's last batch is kept (Kafka's choice: sequence checks need the last one, and duplicates of
 older batches are rare after a restart). A file whose version, CRC or framing does not check raises
 `CorruptCheckpointError`; the caller deletes it and rebuilds the state from the log (never fatal).
@@ -66,6 +71,27 @@ class SnapshotEntry:
     timestamp: int
     coordinator_epoch: int
     current_txn_first_offset: int
+
+
+# java.util.HashMap's first table size and load factor.
+_JAVA_HASH_MAP_CAPACITY = 16
+_JAVA_HASH_MAP_LOAD = 0.75
+
+
+def java_hash_map_order(producer_ids: Iterable[int]) -> list[int]:
+    """`producer_ids` (in insertion order) as a `java.util.HashMap<Long, ...>` that held them iterates them: by
+    bucket of `Long.hashCode` spread by `HashMap.hash`, insertion order within a bucket (a map that never shrank)."""
+    ids = list(producer_ids)
+    capacity = _JAVA_HASH_MAP_CAPACITY
+    while len(ids) > capacity * _JAVA_HASH_MAP_LOAD:
+        capacity *= 2
+
+    def bucket(producer_id: int) -> int:
+        unsigned = producer_id & 0xFFFF_FFFF_FFFF_FFFF
+        hash_code = (unsigned ^ (unsigned >> 32)) & 0xFFFF_FFFF
+        return (hash_code ^ (hash_code >> 16)) & (capacity - 1)
+
+    return sorted(ids, key=bucket)
 
 
 def encode_snapshot(entries: Iterable[SnapshotEntry]) -> bytes:

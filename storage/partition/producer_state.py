@@ -15,15 +15,16 @@ is min(first unstable offset, high watermark), so a consumer never reads past a 
 could not yet know, nor past one whose marker a new leader might not have (Kafka's `unreplicatedTxns`).
 
 Snapshots (`producer_snapshot`, written as `<offset>.snapshot`): written on roll (at the new base offset) and on
-close (at the log end) when the state changed since the last one, a state rebuilt by replaying the log included,
-so after a crash only the batches after the newest snapshot are replayed. Every producer is written, one with
-only markers too (Kafka's rule), and the open transaction's first offset with it, so the ongoing transactions are
-rebuilt from a snapshot. Entries are written in the order they were read or first appended, so a snapshot a Kafka
-broker wrote is rewritten byte for byte. Snapshots above the log end are stale and deleted on open and
-truncation. A snapshot that fails its version, CRC or framing is deleted (as Kafka does) and the state is rebuilt
-from the log: never fatal. Snapshots below the log start offset describe deleted records: they go when the log
-start moves (retention, DeleteRecords), and the snapshot of a segment the cleaner merges away goes with it, as in
-Kafka, so there is at most one snapshot per segment, plus the one at the log end.
+close (at the log end) when the state changed since the last one, a state rebuilt by replaying the log included, so
+after a crash only the batches after the newest snapshot are replayed. Every producer is written, one with only
+markers too (Kafka's rule), and the open transaction's first offset with it, so the ongoing transactions are rebuilt
+from a snapshot. Entries are written in the order of Kafka's Java `HashMap` (`producer_snapshot`), so a snapshot a
+Kafka broker wrote is rewritten byte for byte, and so is one rebuilt from a log Kafka wrote. Snapshots above the log
+end are stale and deleted on open and truncation. A snapshot that fails its version, CRC or framing is deleted (as
+Kafka does) and the state is rebuilt from the log: never fatal. Snapshots below the log start offset describe
+deleted records: they go when the log start moves (retention, DeleteRecords), and the snapshot of a segment the
+cleaner merges away goes with it, as in Kafka, so there is at most one snapshot per segment, plus the one at the log
+end.
 
 Expiration (`producer.id.expiration.ms`): a producer is expired when its last timestamp is at least that long
 before now and it has no transaction open (an open transaction never expires). Expired producers are dropped
@@ -43,7 +44,12 @@ from pathlib import Path
 from storage import file_names
 from storage.errors import CorruptCheckpointError, KafkaStorageError
 from storage.file_io import write_atomically
-from storage.partition.producer_snapshot import SnapshotEntry, encode_snapshot, read_snapshot_file
+from storage.partition.producer_snapshot import (
+    SnapshotEntry,
+    encode_snapshot,
+    java_hash_map_order,
+    read_snapshot_file,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -271,7 +277,8 @@ class ProducerStateManager:
     def write_snapshot(self, offset: int) -> Path:
         """Writes the state as of `offset` to `<offset>.snapshot` (atomically)."""
         path = file_names.producer_snapshot_file(self.directory, offset)
-        write_atomically(path, encode_snapshot(entry.to_snapshot() for entry in self._producers.values()))
+        entries = (self._producers[pid].to_snapshot() for pid in java_hash_map_order(self._producers))
+        write_atomically(path, encode_snapshot(entries))
         self.changed_since_snapshot = False
         return path
 

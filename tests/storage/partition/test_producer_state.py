@@ -50,6 +50,8 @@ def replay(manager: ProducerStateManager, producer_id: int, epoch: int, batch: B
     pending = PendingAppend(manager, AppendOrigin.REPLICATION)
     pending.append_data(producer_id, epoch, batch, is_transactional=False)
     pending.commit(None)
+
+
 # Three ~90-byte single-record batches fill a segment, so a few dozen appends roll several times.
 SEGMENT_BYTES = 300
 NIKHIL_DEMO = Path("NikhilDighe9975__kafka_setup@8639fa41/kafka-logs/nikhilDemo-0")

@@ -23,8 +23,7 @@ from storage import file_names
 from storage.clock import MockClock
 from storage.config.log_config import LogConfig
 from storage.errors import OffsetOutOfRangeError, PolicyViolationError
-from storage.partition import log_read
-from storage.partition import retention
+from storage.partition import log_read, retention
 from storage.partition.log import Log
 from storage.segment.log_segment import LogSegment
 
