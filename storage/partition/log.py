@@ -143,7 +143,7 @@ class Log:
         # The producer state's first unstable offset, kept for lock-free readers (Kafka's
         # `firstUnstableOffsetMetadata`): None when no transaction is open or awaiting replication.
         self._first_unstable_offset: int | None = None
-        self._set_high_watermark(opened.log_end_offset)
+        self._update_first_unstable_offset()
         # False: the high watermark follows every append (the only replica). True: replication moves it.
         self._replicated = False
         self.dropped_on_open = tuple(opened.dropped)
@@ -296,7 +296,7 @@ class Log:
 
     def _update_first_unstable_offset(self) -> None:
         """Kafka's `maybeIncrementFirstUnstableOffset`: the producer state's, never below the log start."""
-        first = self._producer_state.first_unstable_offset()
+        first = self._producer_state.first_unstable_offset(self._high_watermark)
         self._first_unstable_offset = None if first is None else max(first, self._log_start_offset)
 
     @property

@@ -55,7 +55,7 @@ from storage.file_io import fsync_dir
 from storage.files import clean_shutdown
 from storage.files.log_dir_lock import LogDirLock
 from storage.partition.leader_epoch_cache import LeaderEpochCache
-from storage.partition.producer_append import AppendOrigin, PendingAppend
+from storage.partition.producer_append import AppendOrigin, PendingAppend, replay_batches
 from storage.partition.producer_state import PRODUCER_ID_EXPIRATION_MS, ProducerStateManager
 from storage.records.file_records import AnyBatch
 from storage.records.record_batch import RecordBatch
@@ -408,17 +408,11 @@ class LogLoader:
         size_before = segment.size
         state = ProducerStateManager(self.directory, self._producer_id_expiration_ms)
         rebuild_producer_state(state, segments, segment.base_offset, self.clock.milliseconds())
-
-        def index_transactions(batch: RecordBatch) -> None:
-            pending = PendingAppend(state, AppendOrigin.REPLICATION)
-            pending.append_batch(batch)
-            pending.commit(segment.txn_index)
-
         try:
             truncated = segment.recover(
                 next_segment_base,
                 None if self._leader_epochs is None else self._leader_epochs.note_recovered_batch,
-                index_transactions,
+                replay_batches(state, segment.txn_index),
             )
         except LogSegmentOffsetOverflowError as exc:
             logger.warning("%s: %s; splitting the segment", self.directory, exc)

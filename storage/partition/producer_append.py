@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import enum
 import logging
+from collections.abc import Callable
 from typing import Protocol
 
 from storage.errors import (
@@ -223,3 +224,15 @@ def _check_sequence(producer_id: int, entry: ProducerEntry | None, epoch: int, f
     expected = next_sequence(entry.last_sequence)
     if first_sequence != expected:
         raise OutOfOrderSequenceError(f"producer {producer_id} sent sequence {first_sequence}, expected {expected}")
+
+
+def replay_batches(state: ProducerStateManager, txn_index: TransactionIndex | None) -> Callable[[RecordBatch], None]:
+    """Applies batches read from a log to `state`, one at a time and unchecked (origin REPLICATION), indexing the
+    aborted transactions they complete in `txn_index`: what recovery does while it re-reads a segment."""
+
+    def replay(batch: RecordBatch) -> None:
+        pending = PendingAppend(state, AppendOrigin.REPLICATION)
+        pending.append_batch(batch)
+        pending.commit(txn_index)
+
+    return replay

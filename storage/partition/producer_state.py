@@ -223,10 +223,17 @@ class ProducerStateManager:
         """The first offset of the oldest open transaction (Kafka's `firstUndecidedOffset`)."""
         return min(self._ongoing, default=None)
 
-    def first_unstable_offset(self) -> int | None:
-        """The first offset of the oldest transaction that is open, or closed by a marker the high watermark has not
-        passed yet (Kafka's `firstUnstableOffset`)."""
-        return min((*self._ongoing, *self._unreplicated), default=None)
+    def first_unstable_offset(self, high_watermark: int | None = None) -> int | None:
+        """The first offset of the oldest transaction that is open, or closed by a marker not yet below the high
+        watermark (Kafka's `firstUnstableOffset`). Completed transactions leave when `on_high_watermark_updated`
+        passes their marker; until then `high_watermark`, when given, decides, so that a log opened with its
+        high watermark at the log end and lowered to its replicated value (a replica restarting) keeps them."""
+        unreplicated = (
+            self._unreplicated
+            if high_watermark is None
+            else [first for first, (_, marker) in self._unreplicated.items() if marker >= high_watermark]
+        )
+        return min((*self._ongoing, *unreplicated), default=None)
 
     def last_stable_offset(self, completed: CompletedTxn) -> int:
         """What a `.txnindex` entry for `completed` records: the first offset of the oldest transaction still open
