@@ -393,7 +393,7 @@ def _txn_index_items(path: Path) -> Iterator[DumpItem]:
         try:
             (entry,) = read_entries(data[position : position + TXN_ENTRY_SIZE])
         except StorageError as exc:
-            yield _error(exc, position)
+            yield DumpError(exc.message, position)
             return
         yield entry
     if whole < len(data):
