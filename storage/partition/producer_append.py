@@ -231,6 +231,8 @@ def replay_batches(state: ProducerStateManager, txn_index: TransactionIndex | No
     aborted transactions they complete in `txn_index`: what recovery does while it re-reads a segment."""
 
     def replay(batch: RecordBatch) -> None:
+        if batch.producer_id < 0:
+            return
         pending = PendingAppend(state, AppendOrigin.REPLICATION)
         pending.append_batch(batch)
         pending.commit(txn_index)
