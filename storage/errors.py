@@ -135,6 +135,16 @@ class InvalidProducerEpochError(StorageError):
     """A batch from an older epoch of an idempotent producer that has since been fenced (INVALID_PRODUCER_EPOCH)."""
 
 
+class InvalidTxnStateError(StorageError):
+    """A write the producer's transaction state forbids: a non-transactional batch from a producer with a
+    transaction open on the partition, a transactional one the coordinator did not verify (INVALID_TXN_STATE)."""
+
+
+class TransactionCoordinatorFencedError(StorageError):
+    """A transaction marker from a coordinator whose epoch is older than the one that wrote the producer's last
+    marker: a zombie coordinator (TRANSACTION_COORDINATOR_FENCED)."""
+
+
 class InvalidRequestError(RaybrokerError):
     """A call with arguments outside what the operation accepts: a negative size, an unknown isolation
     level, an invalid ListOffsets timestamp (INVALID_REQUEST)."""

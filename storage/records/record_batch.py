@@ -51,6 +51,7 @@ from storage.records.layout import (
     TIMESTAMP_TYPE_MASK,
     TRANSACTIONAL_FLAG_MASK,
     ControlRecordType,
+    EndTransactionMarker,
     TimestampType,
     encode_attributes,
     encode_batch,
@@ -79,6 +80,7 @@ __all__ = [
     "RECORDS_COUNT_OFFSET",
     "RECORD_BATCH_OVERHEAD",
     "ControlRecordType",
+    "EndTransactionMarker",
     "Header",
     "Record",
     "RecordBatch",
@@ -321,6 +323,21 @@ class RecordBatch:
                 offset=self.base_offset,
             )
         return ControlRecordType.from_key(records[0].key)
+
+    def end_transaction_marker(self) -> EndTransactionMarker | None:
+        """For a control batch: the COMMIT/ABORT marker it holds; None when it holds no record (the cleaner emptied
+        it) or a control record of another type. `CorruptRecordError` for a marker that does not parse."""
+        if not self.is_control:
+            raise InvalidRecordError("not a control batch", path=self.path, position=self.position)
+        records = self.records()
+        if not records:
+            return None
+        try:
+            return EndTransactionMarker.parse(records[0].key, records[0].value)
+        except CorruptRecordError as exc:
+            raise CorruptRecordError(
+                exc.message, path=self.path, position=self.position, offset=self.base_offset
+            ) from exc
 
     def __repr__(self) -> str:
         return (

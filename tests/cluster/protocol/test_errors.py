@@ -9,8 +9,11 @@ from storage.errors import (
     BrokerNotAvailableError,
     CorruptIndexError,
     CorruptRecordError,
+    InvalidProducerEpochError,
+    InvalidTxnStateError,
     LogClosedError,
     OffsetOutOfRangeError,
+    TransactionCoordinatorFencedError,
     UnknownTopicOrPartitionError,
 )
 
@@ -19,6 +22,12 @@ def test_broker_errors_get_kafkas_codes() -> None:
     assert error_code(OffsetOutOfRangeError("x")) == 1
     assert error_code(CorruptRecordError("x")) == 2
     assert error_code(UnknownTopicOrPartitionError("x")) == 3
+
+
+def test_transaction_errors_get_kafkas_codes() -> None:
+    assert error_code(InvalidProducerEpochError("x")) == 47
+    assert error_code(InvalidTxnStateError("x")) == 48
+    assert error_code(TransactionCoordinatorFencedError("x")) == 52
 
 
 def test_a_subclass_with_its_own_row_beats_its_parent() -> None:
