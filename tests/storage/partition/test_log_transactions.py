@@ -650,7 +650,8 @@ def test_lso_aborted_transactions_and_read_committed_values_match_the_model(
                     model.visible.extend(values)
         elif kind == "hw":
             assert isinstance(argument, int)
-            model.high_watermark = log.update_high_watermark(argument)
+            # A leader's high watermark only moves forward (it goes back only by a truncation).
+            model.high_watermark = log.update_high_watermark(max(argument, log.high_watermark))
         else:
             # A restart replays only what follows the newest snapshot (Kafka's too), so the transactions it had
             # completed above the high watermark are only known again once replicated: restart when they are.
