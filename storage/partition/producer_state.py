@@ -53,6 +53,7 @@ import crc32c
 from storage import file_names
 from storage.errors import CorruptCheckpointError, InvalidProducerEpochError, OutOfOrderSequenceError
 from storage.file_io import write_atomically
+from storage.records.layout import SEQUENCE_MODULUS
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +61,6 @@ NUM_BATCHES_TO_RETAIN = 5
 # Kafka's producer.id.expiration.ms default: one day.
 PRODUCER_ID_EXPIRATION_MS = 86_400_000
 SNAPSHOT_VERSION = 1
-SEQUENCE_MODULUS = 2**31
 _HEADER = struct.Struct(
     ">"
     "h"  # version

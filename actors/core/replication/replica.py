@@ -52,7 +52,9 @@ logger = logging.getLogger(__name__)
 
 # Kafka's `request.timeout.ms` default: how long an `acks=all` append waits for its replication.
 ACKS_ALL_TIMEOUT_MS = 30_000
-ACKS = (-1, 0, 1)
+# Kafka's `acks`: -1 (all) once every in-sync replica has the write, 1 once the leader has it, 0 unanswered.
+ACKS_ALL = -1
+ACKS = (ACKS_ALL, 0, 1)
 # The ISR check runs every half `replica.lag.time.max.ms`, but never more often than every 10 ms.
 MIN_ISR_CHECK_INTERVAL_S = 0.01
 
