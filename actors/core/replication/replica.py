@@ -198,7 +198,7 @@ class Replica:
             )
         in_sync = 1 if state is None else len(state.isr)
         min_insync_replicas = self.log.config.min_insync_replicas
-        if required_acks == -1 and in_sync < min_insync_replicas:
+        if required_acks == ACKS_ALL and in_sync < min_insync_replicas:
             raise NotEnoughReplicasError(
                 f"{in_sync} in-sync replicas of {self.log.directory.name}, min.insync.replicas is {min_insync_replicas}"
             )
