@@ -16,10 +16,10 @@ from typing import Any
 import ray
 
 from actors.calls import call, controller
+from actors.core.controller.topic_metadata import AdvertisedListener, TopicMetadata
+from actors.core.replication.leader_and_isr import LeaderAndIsr
 from actors.metrics.cluster_view import HighWatermarkReader, committed_offsets
 from actors.metrics.gauges import PartitionLag, consumer_lag
-from actors.server.controller import AdvertisedListener, TopicMetadata
-from actors.server.replication.leader_and_isr import LeaderAndIsr
 from storage.errors import RaybrokerError
 
 

@@ -13,11 +13,11 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from actors.calls import call, get_actor
+from actors.core.replication.leader_and_isr import LeaderAndIsr
 from actors.metrics.gauges import CommittedOffsets, PartitionLag, cluster_samples, consumer_lag
 from actors.metrics.recorder import BrokerMetrics, Sample
 from actors.options import group_coordinator_name
 from actors.partition_lookup import replica_actor
-from actors.server.replication.leader_and_isr import LeaderAndIsr
 from storage.errors import RaybrokerError
 
 logger = logging.getLogger(__name__)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
+from actors.core.replication.leader_and_isr import LeaderAndIsr
 from actors.metrics.names import (
     ACTIVE_CONTROLLER,
     CONSUMER_GROUP_LAG,
@@ -28,7 +29,6 @@ from actors.metrics.names import (
     UNDER_REPLICATED_PARTITIONS,
 )
 from actors.metrics.recorder import Sample
-from actors.server.replication.leader_and_isr import LeaderAndIsr
 from storage.logdir.log_manager import PartitionPlacement
 from storage.logdir.partition_handles import PartitionState
 

@@ -23,7 +23,7 @@ from storage.errors import BrokerNotAvailableError
 
 if TYPE_CHECKING:
     from actors.clients.cluster_status import ClusterStatus
-    from actors.server.replication.leader_and_isr import LeaderAndIsr
+    from actors.core.replication.leader_and_isr import LeaderAndIsr
 
 # Rows of each partition list: a screen, not a dump (`raybroker topics --describe` has them all).
 MAX_ROWS = 10

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 
+from actors.core.replication.leader_and_isr import NO_LEADER, LeaderAndIsr
 from actors.metrics.gauges import PartitionLag, cluster_samples, consumer_lag, uncleanable_samples
 from actors.metrics.names import (
     ACTIVE_CONTROLLER,
@@ -16,7 +17,6 @@ from actors.metrics.names import (
     UNCLEANABLE_PARTITIONS,
     UNDER_REPLICATED_PARTITIONS,
 )
-from actors.server.replication.leader_and_isr import NO_LEADER, LeaderAndIsr
 from storage.logdir.log_manager import PartitionPlacement
 
 

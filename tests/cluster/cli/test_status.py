@@ -12,8 +12,8 @@ import pytest
 import ray
 
 from actors.clients.cluster_status import BrokerStatus, ClusterStatus
+from actors.core.replication.leader_and_isr import NO_LEADER, LeaderAndIsr
 from actors.metrics.gauges import PartitionLag
-from actors.server.replication.leader_and_isr import NO_LEADER, LeaderAndIsr
 from cluster.cli.main import EXIT_OK, main
 from cluster.cli.status import MAX_ROWS, status_lines
 from tests.cluster.cli.group_support import committed_group

@@ -1,7 +1,8 @@
 """What a Kafka listener records in its metrics, over real sockets on 127.0.0.1 with real clients (raw frames,
 confluent-kafka): connections and their closing per listener, each answered request under its API's name and
-version with its latency, the record bytes Fetch answers carry, failed SASL logins. The broker side is a listener
-over real storage logs (`LogBrokerView`) and an in-memory credential store; the oracles are the requests sent, the
+version with its latency, the record bytes Fetch answers carry, failed SASL logins; and what the broker behind it
+records of the appends. The broker side is a listener over the in-process broker (`LocalBrokerView`,
+`LocalSecurityView`), both recording into one `MetricsRecorder`; the oracles are the requests and records sent, the
 segment files the consumer read whole, and the server's own statistics."""
 
 from __future__ import annotations
@@ -15,10 +16,12 @@ import pytest
 from kio.index import load_request_schema, load_response_schema
 
 from actors.metrics.names import (
+    BYTES_IN,
     BYTES_OUT,
     CONNECTION_COUNT,
     CONNECTION_CREATION,
     FAILED_AUTHENTICATION,
+    MESSAGES_IN,
     REQUEST_TOTAL_TIME_MS,
     REQUESTS,
 )
@@ -27,9 +30,10 @@ from cluster.protocol.framing import decode_response, encode_request
 from cluster.protocol.handlers.api_versions import API_VERSIONS_KEY
 from cluster.protocol.handlers.metadata import METADATA_KEY
 from cluster.protocol.listener import KafkaListener, start_listener
+from cluster.protocol.local_broker_view import LocalBrokerView
 from cluster.protocol.messages import build
-from tests.cluster.protocol.security_support import MemorySecurityView
-from tests.cluster.protocol.support import LogBrokerView, read_frame, run
+from cluster.protocol.security.local_security_view import LocalSecurityView
+from tests.cluster.protocol.helpers import add_user, leader_log, read_frame, run, start_broker
 
 DEADLINE_S = 20.0
 METADATA = {
@@ -43,11 +47,12 @@ ALICE_PASSWORD = "alice-pa55-Secret"
 
 
 @pytest.fixture
-def served(tmp_path: Any) -> Iterator[tuple[KafkaListener, LogBrokerView, MetricsRecorder]]:
-    view = LogBrokerView(tmp_path, splice=True)
-    security = MemorySecurityView()
-    security.add_user("alice", ALICE_PASSWORD)
+def served(tmp_path: Any) -> Iterator[tuple[KafkaListener, LocalBrokerView, MetricsRecorder]]:
     metrics = MetricsRecorder()
+    broker = start_broker(tmp_path, metrics=metrics)
+    security = LocalSecurityView(broker.controller)
+    add_user(broker.controller, "alice", ALICE_PASSWORD)
+    view = LocalBrokerView(broker)
     properties = {
         "listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
         "sasl.enabled.mechanisms": "SCRAM-SHA-256",
@@ -57,7 +62,7 @@ def served(tmp_path: Any) -> Iterator[tuple[KafkaListener, LogBrokerView, Metric
         with start_listener(properties, view, security, metrics) as listener:
             yield listener, view, metrics
     finally:
-        view.close()
+        broker.close()
 
 
 def eventually(check: Callable[[], bool]) -> None:
@@ -74,7 +79,7 @@ def request_and_answer(sock: socket.socket, api_key: int, version: int, body: di
 
 
 def test_connections_and_requests_per_api_and_version(
-    served: tuple[KafkaListener, LogBrokerView, MetricsRecorder],
+    served: tuple[KafkaListener, LocalBrokerView, MetricsRecorder],
 ) -> None:
     listener, _, metrics = served
     port = listener.ports["PLAINTEXT"]
@@ -101,7 +106,7 @@ def test_connections_and_requests_per_api_and_version(
 
 
 def test_fetch_answers_count_the_record_bytes_consumers_read(
-    served: tuple[KafkaListener, LogBrokerView, MetricsRecorder],
+    served: tuple[KafkaListener, LocalBrokerView, MetricsRecorder],
 ) -> None:
     from confluent_kafka import Consumer, Producer, TopicPartition
 
@@ -121,8 +126,12 @@ def test_fetch_answers_count_the_record_bytes_consumers_read(
     consumer.close()
     assert received == RECORDS
     # Read once from offset 0 to the end: every batch of the log, whole, once.
-    eventually(lambda: metrics.value(BYTES_OUT, "clicks") == view.log("clicks", 0).size_in_bytes)
+    size_bytes = leader_log(view, "clicks", 0).size_in_bytes
+    eventually(lambda: metrics.value(BYTES_OUT, "clicks") == size_bytes)
     assert metrics.value(BYTES_OUT, "") == metrics.value(BYTES_OUT, "clicks")
+    # The broker's side: every record appended once, in the log's bytes.
+    assert metrics.value(MESSAGES_IN, "clicks") == metrics.value(MESSAGES_IN, "") == RECORDS
+    assert metrics.value(BYTES_IN, "clicks") == metrics.value(BYTES_IN, "") == size_bytes
     produces = sum(
         value
         for (spec, labels), value in metrics.snapshot().counters.items()
@@ -133,7 +142,7 @@ def test_fetch_answers_count_the_record_bytes_consumers_read(
 
 
 def test_failed_sasl_logins_are_counted_on_their_listener(
-    served: tuple[KafkaListener, LogBrokerView, MetricsRecorder],
+    served: tuple[KafkaListener, LocalBrokerView, MetricsRecorder],
 ) -> None:
     from confluent_kafka import Producer
 

@@ -13,15 +13,16 @@ from actors.metrics.names import BYTES_OUT
 from actors.metrics.recorder import MetricsRecorder
 from cluster.protocol.framing import decode_response, encode_response
 from cluster.protocol.handlers.fetch import FETCH_KEY, FetchHandler
+from cluster.protocol.local_broker_view import LocalBrokerView
 from cluster.protocol.messages import build
 from cluster.protocol.router import SERVED
-from tests.cluster.protocol.support import LogBrokerView, batch, records_of, request, run
+from tests.cluster.protocol.helpers import batch, leader_log, records_of, request, run
 
 VERSIONS = range(SERVED[FETCH_KEY].min_version, SERVED[FETCH_KEY].max_version + 1)
 
 
 def fetch(
-    view: LogBrokerView,
+    view: LocalBrokerView,
     version: int,
     positions: dict[tuple[str, int], int],
     partition_max_bytes: int = 1 << 20,
@@ -62,13 +63,13 @@ def fetch(
     return decoded, {(t.topic, p.partition_index): p for t in decoded.responses for p in t.partitions}
 
 
-def fill(view: LogBrokerView, topic: str, partition: int, count: int, value_size: int = 10) -> None:
+def fill(view: LocalBrokerView, topic: str, partition: int, count: int, value_size: int = 10) -> None:
     for index in range(count):
-        view.log(topic, partition).append(batch([(b"%d" % index, bytes(value_size), 1000 + index)]))
+        leader_log(view, topic, partition).append(batch([(b"%d" % index, bytes(value_size), 1000 + index)]))
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-def test_records_come_back_with_the_partition_offsets(view: LogBrokerView, version: int) -> None:
+def test_records_come_back_with_the_partition_offsets(view: LocalBrokerView, version: int) -> None:
     run(view.create_topic("t", 2))
     fill(view, "t", 0, 3)
     _, answers = fetch(view, version, {("t", 0): 1, ("t", 1): 0})
@@ -83,7 +84,7 @@ def test_records_come_back_with_the_partition_offsets(view: LogBrokerView, versi
         assert zero.preferred_read_replica == -1
 
 
-def test_an_offset_past_the_end_is_out_of_range_and_an_unknown_partition_unknown(view: LogBrokerView) -> None:
+def test_an_offset_past_the_end_is_out_of_range_and_an_unknown_partition_unknown(view: LocalBrokerView) -> None:
     run(view.create_topic("t", 1))
     fill(view, "t", 0, 2)
     _, answers = fetch(view, 12, {("t", 0): 3, ("t", 5): 0, ("nope", 0): 0})
@@ -92,14 +93,14 @@ def test_an_offset_past_the_end_is_out_of_range_and_an_unknown_partition_unknown
     assert answers[("nope", 0)].error_code == ErrorCode.unknown_topic_or_partition
 
 
-def test_partition_max_bytes_cuts_but_always_returns_one_batch(view: LogBrokerView) -> None:
+def test_partition_max_bytes_cuts_but_always_returns_one_batch(view: LocalBrokerView) -> None:
     run(view.create_topic("t", 1))
     fill(view, "t", 0, 5, value_size=100)
     _, answers = fetch(view, 12, {("t", 0): 0}, partition_max_bytes=10)
     assert [offset for offset, _, _, _ in records_of(answers[("t", 0)].records)] == [0]
 
 
-def test_max_bytes_leaves_out_later_partitions_but_never_the_first_with_data(view: LogBrokerView) -> None:
+def test_max_bytes_leaves_out_later_partitions_but_never_the_first_with_data(view: LocalBrokerView) -> None:
     run(view.create_topic("t", 3))
     for partition in range(3):
         fill(view, "t", partition, 2, value_size=200)
@@ -109,7 +110,7 @@ def test_max_bytes_leaves_out_later_partitions_but_never_the_first_with_data(vie
     assert answers[("t", 1)].high_watermark == 2
 
 
-def test_bytes_out_count_what_the_answers_carry_after_the_response_limit(view: LogBrokerView) -> None:
+def test_bytes_out_count_what_the_answers_carry_after_the_response_limit(view: LocalBrokerView) -> None:
     run(view.create_topic("t", 3))
     run(view.create_topic("u", 1))
     for partition in range(3):
@@ -119,12 +120,13 @@ def test_bytes_out_count_what_the_answers_carry_after_the_response_limit(view: L
     _, answers = fetch(view, 12, {("t", 0): 0, ("t", 1): 0, ("t", 2): 0}, max_bytes=10, metrics=metrics)
     assert metrics.value(BYTES_OUT, "t") == len(answers[("t", 0)].records) > 0  # the left-out partitions: nothing
     _, answers = fetch(view, 12, {("t", 1): 0, ("u", 0): 1}, metrics=metrics)
-    assert metrics.value(BYTES_OUT, "t") == view.log("t", 0).size_in_bytes + view.log("t", 1).size_in_bytes
+    read_whole = leader_log(view, "t", 0).size_in_bytes + leader_log(view, "t", 1).size_in_bytes
+    assert metrics.value(BYTES_OUT, "t") == read_whole
     assert metrics.value(BYTES_OUT, "u") == len(answers[("u", 0)].records) > 0
     assert metrics.value(BYTES_OUT, "") == metrics.value(BYTES_OUT, "t") + metrics.value(BYTES_OUT, "u")
 
 
-def test_a_fetch_session_id_is_answered_session_not_found(view: LogBrokerView) -> None:
+def test_a_fetch_session_id_is_answered_session_not_found(view: LocalBrokerView) -> None:
     run(view.create_topic("t", 1))
     decoded, answers = fetch(view, 12, {("t", 0): 0}, session_id=42)
     assert (decoded.error_code, decoded.session_id, answers) == (ErrorCode.fetch_session_id_not_found, 0, {})
