@@ -3,10 +3,9 @@
 `write_topic(ds, topic, key=..., value=..., partition=..., timestamp=..., value_format=..., compression="lz4")`
 writes one record per row. Each write task holds one idempotent Python `Producer` (`actors.clients.producer`:
 producer id and sequence numbers per partition, `acks=all`), turns each block's columns into the record columns
-at once and queues them with `send_many`, which cuts them into batches of up to `BATCH_BYTES` encoded whole
-(`storage.records.record_columns`); the producer's sender appends them over the append channel when the leader
-is on the task's node and alone, else through the partition actors. Only `value_format` json and msgpack touch
-rows one by one.
+at once (`cluster.data.value_encoding`) and queues them with `send_many`, which cuts them into batches of up to
+`BATCH_BYTES` encoded whole (`storage.records.record_columns`); the producer's sender appends them over the append
+channel when the leader is on the task's node and alone, else through the partition actors.
 
 | argument       | what                                                                                        |
 |----------------|---------------------------------------------------------------------------------------------|
@@ -31,13 +30,11 @@ there yet; once they are, the write task opens its producer with that id and com
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import msgpack
 import pyarrow as pa
 import pyarrow.compute as pc
 from ray.data import Dataset
@@ -46,6 +43,7 @@ from ray.data.datasource import Datasink, WriteResult
 
 from actors.clients.broker import Broker
 from actors.clients.producer import Producer
+from cluster.data.value_encoding import encode_values
 from cluster.records.value_formats import VALUE_FORMATS, check_value_format
 from storage.arguments import is_int
 from storage.errors import InvalidRequestError, UnknownTopicOrPartitionError
@@ -92,8 +90,8 @@ class RecordColumns:
 
     def records(self, table: pa.Table) -> Iterator[tuple[int | None, list[Any]]]:
         """`(partition, [values, keys, timestamps])` pieces of `table`'s rows, each for one `send_many`."""
-        values = self._values(table)
-        keys = None if self.key is None else _binary(table.column(self.key)).to_pylist()
+        values = encode_values(self._value_columns(table), self.value_format)
+        keys = None if self.key is None else encode_values(table.column(self.key), "binary")
         timestamps = None if self.timestamp is None else _milliseconds(table.column(self.timestamp))
         if not isinstance(self.partition, str):
             yield self.partition, [values, keys, timestamps]
@@ -110,37 +108,18 @@ class RecordColumns:
                 ],
             )
 
-    def _values(self, table: pa.Table) -> list[Any]:
-        if self.value_format in ("binary", "string"):
-            assert self.value is not None
-            return _binary(table.column(self.value)).to_pylist()
+    def _value_columns(self, table: pa.Table) -> pa.ChunkedArray | pa.Table:
+        """The value column, or the row without its key, partition and timestamp columns."""
         if self.value is not None:
-            objects = table.column(self.value).to_pylist()
-        else:
-            own = {self.key, self.timestamp, self.partition if isinstance(self.partition, str) else None}
-            objects = table.select([name for name in table.column_names if name not in own]).to_pylist()
-        encode = _json_bytes if self.value_format == "json" else _msgpack_bytes
-        return [None if item is None else encode(item) for item in objects]
-
-
-def _binary(column: pa.ChunkedArray) -> pa.ChunkedArray:
-    """A binary or string column as binary (a string's UTF-8 bytes, no copy)."""
-    return column if pa.types.is_binary(column.type) else pc.cast(column, pa.binary())
+            return table.column(self.value)
+        own = {self.key, self.timestamp, self.partition if isinstance(self.partition, str) else None}
+        return table.select([name for name in table.column_names if name not in own])
 
 
 def _milliseconds(column: pa.ChunkedArray) -> list[int]:
     if pa.types.is_timestamp(column.type):
         column = pc.cast(pc.cast(column, pa.timestamp("ms", tz=column.type.tz)), pa.int64())
     return column.to_pylist()
-
-
-def _json_bytes(item: Any) -> bytes:
-    return json.dumps(item, default=str, ensure_ascii=False, separators=(",", ":")).encode()
-
-
-def _msgpack_bytes(item: Any) -> bytes:
-    data: bytes = msgpack.packb(item, datetime=True, default=str)
-    return data
 
 
 class TopicDatasink(Datasink[int]):
