@@ -1,0 +1,136 @@
+"""Ray Data over topics: `read_topic` and `write_topic` against Ray Data's own Kafka connectors through the Kafka
+listener, and against Parquet, on the same rows in the same run.
+
+| figure           | ours                                            | baseline                                        |
+|------------------|-------------------------------------------------|-------------------------------------------------|
+| `ray_data_read`  | rows/s of `read_topic(topic).materialize()`     | `ray.data.read_kafka(topic, bootstrap_servers=  |
+|                  |                                                 | listener).materialize()`; goal text: against    |
+|                  |                                                 | `ray.data.read_parquet` of the same rows too    |
+| `ray_data_write` | rows/s of `write_topic(ds, topic, key="user",   | `ds.write_kafka(topic, listener,                |
+|                  | value_format="json")`                           | key_field="user")` (JSON rows, its default)     |
+
+Rows: those of `spark_ingest` (`benchmarks.bench_spark.prepare`): `ROWS` page views (`QUICK_ROWS` with --quick),
+a 16-byte key and a ~60-byte msgpack value, in 8 partitions, and the same rows as one uncompressed Parquet file
+per partition (not timed). Each read is timed from planning to the materialized Dataset (`materialize()`: every
+block built and in the object store); the reads are interleaved, best of N each, and their row counts must be
+equal. `read_kafka` runs as users run it (one task per partition, its consumer defaults); the listener runs in this
+process (`start_listener`, its own thread and event loop), as in `bench_wire`.
+
+The written rows are the page views as a materialized Dataset of Python rows (`from_items`, `WRITE_BLOCKS` blocks):
+both sinks write one JSON object per row keyed by the user (write_topic leaves the key column out of the value,
+write_kafka keeps it), into a topic of 8 partitions each, timed until the write returned (every record
+acknowledged); interleaved, best of N, and both topics must then hold every row.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from typing import Any
+
+from benchmarks.bench_spark import FEW_PARTITIONS, PAGES, QUICK_ROWS, ROWS, USERS, prepare
+from benchmarks.common import BenchContext, Figure, throughput_figure, timer
+
+REPEATS = 3
+QUICK_REPEATS = 2
+READ_GOAL = 3.0
+PARQUET_GOAL = 0.8
+WRITE_GOAL = 3.0
+# Blocks of the written Dataset: 2 x the embedded Ray's 4 logical CPUs, so both sinks run parallel write tasks.
+WRITE_BLOCKS = 8
+
+
+def run(ctx: BenchContext) -> list[Figure]:
+    import ray
+
+    from cluster.protocol.listener import start_listener
+
+    rows = QUICK_ROWS if ctx.quick else ROWS
+    repeats = QUICK_REPEATS if ctx.quick else REPEATS
+    ctx.environment.broker()
+    ray.data.DataContext.get_current().enable_progress_bars = False
+    topic, parquet_dir = prepare(ctx, FEW_PARTITIONS, rows)
+    with start_listener({"listeners": "PLAINTEXT://127.0.0.1:0"}) as listener:
+        read = _read(ctx, topic, str(parquet_dir), listener.bootstrap_servers, rows, repeats)
+        write = _write(ctx, listener.bootstrap_servers, rows, repeats)
+    return [read, write]
+
+
+def _read(ctx: BenchContext, topic: str, parquet_dir: str, servers: str, rows: int, repeats: int) -> Figure:
+    import ray
+
+    from cluster.data import read_topic
+
+    reads = {
+        "read_topic": lambda: read_topic(topic),
+        "read_kafka": lambda: ray.data.read_kafka(topic, bootstrap_servers=servers),
+        "read_parquet": lambda: ray.data.read_parquet(parquet_dir),
+    }
+    best = dict.fromkeys(reads, 0.0)
+    counts: dict[str, int] = {}
+    for _ in range(repeats):
+        for name, read in reads.items():
+            with timer() as elapsed:
+                dataset = read().materialize()
+            best[name] = max(best[name], rows / elapsed())
+            counts[name] = dataset.count()
+    if set(counts.values()) != {rows}:
+        raise AssertionError(f"{topic}: the reads returned different row counts: {counts} (wanted {rows})")
+    ctx.progress(
+        f"  read {rows} rows: read_topic {best['read_topic']:,.0f} rows/s, read_kafka {best['read_kafka']:,.0f}, "
+        f"read_parquet {best['read_parquet']:,.0f}"
+    )
+    parquet_ratio = best["read_topic"] / best["read_parquet"]
+    figure = throughput_figure(
+        "ray_data_read",
+        best["read_topic"],
+        "rows/s",
+        "ray.data.read_kafka",
+        best["read_kafka"],
+        READ_GOAL,
+        f"ratio >= {READ_GOAL} and >= {PARQUET_GOAL}x read_parquet (read_parquet {best['read_parquet']:,.0f} "
+        f"rows/s: {parquet_ratio:.2f}x; {FEW_PARTITIONS} partitions, {rows} rows)",
+    )
+    return dataclasses.replace(figure, met=bool(figure.met) and parquet_ratio >= PARQUET_GOAL)
+
+
+def _write(ctx: BenchContext, servers: str, rows: int, repeats: int) -> Figure:
+    import ray
+
+    from actors.clients.admin import Admin
+    from cluster.data import read_topic, write_topic
+
+    users = [f"user-{user:011d}" for user in range(USERS)]
+    items = [
+        {"user": users[index % USERS], "page": PAGES[index % len(PAGES)], "latency_ms": index % 400, "seq": index}
+        for index in range(rows)
+    ]
+    dataset = ray.data.from_items(items, override_num_blocks=WRITE_BLOCKS).materialize()
+    del items
+    writes: dict[str, Any] = {
+        "write_topic": lambda topic: write_topic(dataset, topic, key="user", value_format="json"),
+        "write_kafka": lambda topic: dataset.write_kafka(topic, servers, key_field="user"),
+    }
+    best = dict.fromkeys(writes, 0.0)
+    for _ in range(repeats):
+        for name, write in writes.items():
+            topic = f"ray-data-{name}-{uuid.uuid4().hex[:8]}"
+            Admin().create_topic(topic, partitions=FEW_PARTITIONS)
+            with timer() as elapsed:
+                write(topic)
+            best[name] = max(best[name], rows / elapsed())
+            written = read_topic(topic, columns=["offset"]).count()
+            if written != rows:
+                raise AssertionError(f"{name} wrote {written} of {rows} rows into {topic}")
+    ctx.progress(
+        f"  wrote {rows} rows: write_topic {best['write_topic']:,.0f} rows/s, write_kafka {best['write_kafka']:,.0f}"
+    )
+    return throughput_figure(
+        "ray_data_write",
+        best["write_topic"],
+        "rows/s",
+        "Dataset.write_kafka",
+        best["write_kafka"],
+        WRITE_GOAL,
+        f"ratio >= {WRITE_GOAL} (JSON rows keyed by user, {FEW_PARTITIONS} partitions, {rows} rows)",
+    )
