@@ -18,8 +18,8 @@ process (`start_listener`, its own thread and event loop), as in `bench_wire`.
 
 The written rows are the page views as a materialized Dataset of Python rows (`from_items`, `WRITE_BLOCKS` blocks):
 both sinks write one JSON object per row keyed by the user (write_topic leaves the key column out of the value,
-write_kafka keeps it), into a topic of 8 partitions each, timed until the write returned (every record
-acknowledged); interleaved, best of N, and both topics must then hold every row.
+write_kafka keeps it), each into a topic of its own of 8 partitions, timed until the write returned (every record
+acknowledged); interleaved, best of N, and after each write its topic must hold every row written so far.
 """
 
 from __future__ import annotations
@@ -98,7 +98,8 @@ def _write(ctx: BenchContext, servers: str, rows: int, repeats: int) -> Figure:
     import ray
 
     from actors.clients.admin import Admin
-    from cluster.data import read_topic, write_topic
+    from cluster.data import write_topic
+    from cluster.data.planning import plan_topic_read
 
     users = [f"user-{user:011d}" for user in range(USERS)]
     items = [
@@ -111,17 +112,19 @@ def _write(ctx: BenchContext, servers: str, rows: int, repeats: int) -> Figure:
         "write_topic": lambda topic: write_topic(dataset, topic, key="user", value_format="json"),
         "write_kafka": lambda topic: dataset.write_kafka(topic, servers, key_field="user"),
     }
+    # One topic per sink for every repeat: each topic is 8 partition actors to start.
+    topics = {name: f"ray-data-{name}-{uuid.uuid4().hex[:8]}" for name in writes}
+    for topic in topics.values():
+        Admin().create_topic(topic, partitions=FEW_PARTITIONS)
     best = dict.fromkeys(writes, 0.0)
-    for _ in range(repeats):
+    for repeat in range(repeats):
         for name, write in writes.items():
-            topic = f"ray-data-{name}-{uuid.uuid4().hex[:8]}"
-            Admin().create_topic(topic, partitions=FEW_PARTITIONS)
             with timer() as elapsed:
-                write(topic)
+                write(topics[name])
             best[name] = max(best[name], rows / elapsed())
-            written = read_topic(topic, columns=["offset"]).count()
-            if written != rows:
-                raise AssertionError(f"{name} wrote {written} of {rows} rows into {topic}")
+            written = sum(plan_topic_read(topics[name]).end_offsets.values())
+            if written != rows * (repeat + 1):
+                raise AssertionError(f"{name}: {topics[name]} holds {written} records after {repeat + 1} writes")
     ctx.progress(
         f"  wrote {rows} rows: write_topic {best['write_topic']:,.0f} rows/s, write_kafka {best['write_kafka']:,.0f}"
     )
