@@ -11,12 +11,13 @@ not even decoded unless asked for).
 
 Locality: Ray Data 2.60 gives every read task of one `read_datasource` the same scheduling options, so the read is
 one `TopicDatasource` per node holding partition leaders, each read with a label selector for that node
-(`ray.io/node-id`), unioned. A read task there reads its ranges from the page cache (the partition actor only says
-where the bytes lie: `actors.clients.local_fetch`) and decodes Kafka batches into Arrow with the columnar record
-codec (`cluster.records.arrow_records`), no socket and no per-record Python (except msgpack and JSON values). When
-that node is gone, each task's fallback selector lets it run anywhere, and its ranges are fetched through the
-partitions' new leaders (`cluster.records.range_reading`): a node that dies degrades a read to remote fetches,
-never to a failure.
+(`ray.io/node-id`), unioned. Read tasks reserve no CPU, so that Ray never moves one off its node for want of a free
+CPU there (`READ_TASK_CPUS`); each node runs at most as many at once as it has CPUs. A read task there reads its
+ranges from the page cache (the partition actor only says where the bytes lie: `actors.clients.local_fetch`) and
+decodes Kafka batches into Arrow with the columnar record codec (`cluster.records.arrow_records`), no socket and no
+per-record Python (except msgpack and JSON values). When that node is gone, each task's fallback selector lets it
+run anywhere, and its ranges are fetched through the partitions' new leaders (`cluster.records.range_reading`): a
+node that dies degrades a read to remote fetches, never to a failure.
 
 Blocks: a task yields a table per decoded group of fetches (up to 16 MiB of batches), which Ray Data's read operator
 re-buffers to `DataContext.target_max_block_size`; `estimate_inmemory_data_size` is the plan's estimate.
@@ -54,6 +55,12 @@ from storage.errors import InvalidRequestError
 NODE_ID_LABEL = "ray.io/node-id"
 # A read task whose node is gone runs wherever Ray finds room (an empty selector), fetching through the actors.
 ANYWHERE: list[dict[str, Any]] = [{"label_selector": {}}]
+# Logical CPUs a read task reserves: none. Ray's scheduler takes a fallback as soon as the selected node has no free
+# resources, not only once it is gone (ray-project/ray#56369: the first selector that is "feasible and available"):
+# with 1 CPU per task, one read task in six ran off its node on a 3-node cluster of 1 CPU each. A task that
+# reserves nothing always finds its node available while it lives; `read_datasource(concurrency=...)` bounds the
+# tasks a node runs at once to its CPUs instead.
+READ_TASK_CPUS = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,6 +241,7 @@ def read_plan(plan: TopicReadPlan, settings: ReadSettings, override_num_blocks: 
     by_node = plan.by_node()
     if not by_node:
         return ray.data.from_arrow(settings.schema.empty_table())
+    cpus = {node["NodeID"]: int(node["Resources"].get("CPU", 0)) for node in ray.nodes() if node["Alive"]}
     total = max(1, plan.estimated_bytes)
     reads: list[Dataset] = []
     for node, ranges in by_node.items():
@@ -246,6 +254,8 @@ def read_plan(plan: TopicReadPlan, settings: ReadSettings, override_num_blocks: 
                 TopicDatasource(ranges, settings),
                 label_selector={NODE_ID_LABEL: node},
                 fallback_strategy=ANYWHERE,
+                num_cpus=READ_TASK_CPUS,
+                concurrency=max(1, cpus.get(node, 1)),
                 override_num_blocks=blocks,
             )
         )
