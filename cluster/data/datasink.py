@@ -125,9 +125,14 @@ def _milliseconds(column: pa.ChunkedArray) -> list[int]:
 class TopicDatasink(Datasink[int]):
     """Writes a Dataset's rows into a topic (see the module docstring); each task returns its row count."""
 
-    def __init__(self, columns: RecordColumns, batch_bytes: int = BATCH_BYTES) -> None:
+    def __init__(
+        self, columns: RecordColumns, batch_bytes: int = BATCH_BYTES, min_write_bytes: int | None = MIN_WRITE_BYTES
+    ) -> None:
+        """`min_write_bytes`: blocks bundled into one write task at least (None: each block as Ray Data hands it
+        over, and the operators before the write run inside the write task)."""
         self.columns = columns
         self.batch_bytes = batch_bytes
+        self.min_write_bytes = min_write_bytes
         self.write_id = uuid.uuid4().hex
         self.result: TopicWriteResult | None = None
 
@@ -135,8 +140,8 @@ class TopicDatasink(Datasink[int]):
         return "WriteTopic"
 
     @property
-    def min_bytes_per_write(self) -> int:
-        return MIN_WRITE_BYTES
+    def min_bytes_per_write(self) -> int | None:
+        return self.min_write_bytes
 
     def write(self, blocks: Iterable[Block], ctx: Any) -> int:
         columns = self.columns
