@@ -13,8 +13,9 @@ Rows: those of `spark_ingest` (`benchmarks.bench_spark.prepare`): `ROWS` page vi
 a 16-byte key and a ~60-byte msgpack value, in 8 partitions, and the same rows as one uncompressed Parquet file
 per partition (not timed). Each read is timed from planning to the materialized Dataset (`materialize()`: every
 block built and in the object store); the reads are interleaved, best of N each, and their row counts must be
-equal. `read_kafka` runs as users run it (one task per partition, its consumer defaults); the listener runs in this
-process (`start_listener`, its own thread and event loop), as in `bench_wire`.
+equal. `read_kafka` runs as users run it (one task per partition, its consumer defaults), through a listener actor
+as `raybroker start` runs one on each node (`start_kafka_listeners`; in this process, the listener shared the GIL
+with the driver running Ray Data, and librdkafka's producers timed out flushing into it).
 
 The written rows are the page views as a materialized Dataset of Python rows (`from_items`, `WRITE_BLOCKS` blocks):
 both sinks write one JSON object per row keyed by the user (write_topic leaves the key column out of the value,
@@ -43,16 +44,22 @@ WRITE_BLOCKS = 8
 def run(ctx: BenchContext) -> list[Figure]:
     import ray
 
-    from cluster.protocol.listener import start_listener
+    from actors.clients.broker import stop_kafka_listeners
+    from cluster.protocol.listener_actor import start_kafka_listeners
+    from storage.config.broker_config import BrokerConfig
 
     rows = QUICK_ROWS if ctx.quick else ROWS
     repeats = QUICK_REPEATS if ctx.quick else REPEATS
     ctx.environment.broker()
     ray.data.DataContext.get_current().enable_progress_bars = False
     topic, parquet_dir = prepare(ctx, FEW_PARTITIONS, rows)
-    with start_listener({"listeners": "PLAINTEXT://127.0.0.1:0"}) as listener:
-        read = _read(ctx, topic, str(parquet_dir), listener.bootstrap_servers, rows, repeats)
-        write = _write(ctx, listener.bootstrap_servers, rows, repeats)
+    config = BrokerConfig.from_properties({"listeners": "PLAINTEXT://127.0.0.1:0"})
+    servers = start_kafka_listeners(config, ray.get_runtime_context().get_node_id()).bootstrap_servers
+    try:
+        read = _read(ctx, topic, str(parquet_dir), servers, rows, repeats)
+        write = _write(ctx, servers, rows, repeats)
+    finally:
+        stop_kafka_listeners()
     return [read, write]
 
 
