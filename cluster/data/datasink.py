@@ -158,6 +158,9 @@ class TopicDatasink(Datasink[int]):
             futures = []
             for block in blocks:
                 table = BlockAccessor.for_block(block).to_arrow()
+                if not table.num_rows:
+                    # Ray Data passes empty blocks without columns (a filter that kept nothing).
+                    continue
                 for partition, (values, keys, timestamps) in columns.records(table):
                     futures.append(producer.send_many(columns.topic, values, keys, partition, timestamps))
                 rows += table.num_rows

@@ -175,3 +175,12 @@ def test_transactional_ids_are_fixed_per_task_and_distinct_across_tasks_and_writ
     assert transactional_id("w1", 3) == transactional_id("w1", 3)
     ids = {transactional_id(write, task) for write in ("w1", "w2") for task in range(50)}
     assert len(ids) == 100
+
+
+def test_blocks_a_filter_emptied_write_nothing(broker: Any) -> None:
+    """Ray Data hands an emptied block over without its columns: it is skipped, not a missing-column error."""
+    Admin().create_topic("filtered", partitions=1)
+    items = [{"user": f"u{i}", "value": f"v{i}".encode()} for i in range(40)]
+    kept = ray.data.from_items(items, override_num_blocks=4).filter(lambda row: row["user"] in ("u1", "u2"))
+    assert write_topic(kept, "filtered", key="user").rows == 2
+    assert sorted(row["value"] for row in rows_of("filtered")) == [b"v1", b"v2"]
