@@ -17,10 +17,10 @@ Codes chosen where Kafka has no exact twin, and why:
 Authorization failures are raised by the handlers themselves (`cluster.protocol.handlers.authorization`) and
 answered with the code of the resource refused: TOPIC_, GROUP_, CLUSTER_ or TRANSACTIONAL_ID_AUTHORIZATION_FAILED
 (29, 30, 31, 53); SECURITY_DISABLED (54) answers the ACL APIs of a broker without `authorizer.class.name`. The
-SCRAM credential errors (`actors.server.security.scram`) and `DuplicateResourceError` answer
+SCRAM credential errors (`actors.core.security.scram`) and `DuplicateResourceError` answer
 AlterUserScramCredentials and DescribeUserScramCredentials per user.
 
-The group APIs' outcomes (`actors.server.group_membership.GroupError`) are named as Kafka's codes and map by name
+The group APIs' outcomes (`actors.core.groups.group_membership.GroupError`) are named as Kafka's codes and map by name
 (`group_error_code`); a group coordinator that cannot be reached answers COORDINATOR_NOT_AVAILABLE.
 """
 
@@ -28,8 +28,8 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-from actors.server.group_membership import GroupError
-from actors.server.security.scram import (
+from actors.core.groups.group_membership import GroupError
+from actors.core.security.scram import (
     ResourceNotFoundError,
     UnacceptableCredentialError,
     UnsupportedSaslMechanismError,
@@ -47,6 +47,7 @@ from storage.errors import (
     InvalidRequestError,
     InvalidTimestampError,
     InvalidTopicError,
+    InvalidTxnStateError,
     KafkaStorageError,
     LogClosedError,
     NotEnoughReplicasAfterAppendError,
@@ -60,6 +61,7 @@ from storage.errors import (
     RecordTooLargeError,
     RequestTimedOutError,
     TopicExistsError,
+    TransactionCoordinatorFencedError,
     UnknownTopicOrPartitionError,
     UnsupportedCompressionTypeError,
 )
@@ -117,6 +119,8 @@ ERROR_CODES: dict[type[Exception], ErrorCode] = {
     PolicyViolationError: ErrorCode.policy_violation,
     OutOfOrderSequenceError: ErrorCode.out_of_order_sequence_number,
     InvalidProducerEpochError: ErrorCode.invalid_producer_epoch,
+    InvalidTxnStateError: ErrorCode.invalid_txn_state,
+    TransactionCoordinatorFencedError: ErrorCode.transaction_coordinator_fenced,
     KafkaStorageError: ErrorCode.kafka_storage_error,
     UnsupportedCompressionTypeError: ErrorCode.unsupported_compression_type,
     InvalidRecordError: ErrorCode.invalid_record,

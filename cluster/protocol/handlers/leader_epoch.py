@@ -33,7 +33,7 @@ from typing import Any
 from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 
-from actors.server.security.acls import AclOperation, ResourceType
+from actors.core.security.acls import AclOperation, ResourceType
 from cluster.protocol.broker_view import BrokerView
 from cluster.protocol.errors import error_code
 from cluster.protocol.framing import Request
@@ -41,10 +41,9 @@ from cluster.protocol.handlers.authorization import allows_cluster, authorized_n
 from cluster.protocol.messages import build
 from cluster.protocol.security.access import AccessControl
 from storage.errors import RaybrokerError
+from storage.partition.leader_epoch_cache import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
 
 OFFSET_FOR_LEADER_EPOCH_KEY = 23
-UNDEFINED_EPOCH = -1
-UNDEFINED_EPOCH_OFFSET = -1
 
 
 class OffsetForLeaderEpochHandler:

@@ -18,7 +18,7 @@ from typing import Any
 from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 
-from actors.server.security.acls import AclOperation, ResourceType
+from actors.core.security.acls import AclOperation, ResourceType
 from cluster.protocol.broker_view import BrokerView
 from cluster.protocol.errors import error_code
 from cluster.protocol.framing import Request
@@ -26,10 +26,9 @@ from cluster.protocol.handlers.authorization import allows, allows_any, allows_c
 from cluster.protocol.messages import build
 from cluster.protocol.security.access import AccessControl
 from storage.errors import RaybrokerError
+from storage.records.layout import NO_PRODUCER_EPOCH, NO_PRODUCER_ID
 
 INIT_PRODUCER_ID_KEY = 22
-NO_PRODUCER_ID = -1
-NO_PRODUCER_EPOCH = -1
 FIRST_EPOCH = 0
 
 
