@@ -319,6 +319,8 @@ def free_head_port() -> Iterator[None]:
 
 @pytest.mark.ray
 def test_cli_broker_example(free_head_port: None, tmp_path: Path) -> None:
+    """Slow (~25 s): a real Ray head, and each of the block's commands a process of its own that attaches to it, as
+    in a reader's shell."""
     block = example("test_cli_broker_example")
     lines = block.code.strip().splitlines()
     assert lines[-1].startswith("raybroker stop")
@@ -332,7 +334,8 @@ def test_cli_broker_example(free_head_port: None, tmp_path: Path) -> None:
 @pytest.mark.ray
 def test_security_example(free_head_port: None, tmp_path: Path) -> None:
     """The SASL_SSL broker set up from nothing: users, an ACL, and a client that logs in and writes; no password
-    the example typed reaches any file of the broker (the password file the reader wrote aside)."""
+    the example typed reaches any file of the broker (the password file the reader wrote aside). Slow (~15 s) as
+    the CLI example is: a real Ray head and a process per command."""
     block = example("test_security_example")
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
