@@ -27,7 +27,7 @@ from typing import Any
 
 from benchmarks.common import BenchContext, Figure, percentile
 from storage.clock import SYSTEM_CLOCK
-from storage.records.record_columns import build_batch_from_columns
+from storage.records.record_encoder import build_batch_from_columns
 
 MIB = 1024 * 1024
 HOSTED_PER_PROCESS = 100

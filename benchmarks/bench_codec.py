@@ -3,7 +3,7 @@ kafka-python (pure Python, the same bytes).
 
 | figure   | measured                                                   | baseline                                  |
 |----------|------------------------------------------------------------|-------------------------------------------|
-| `encode` | `record_columns.build_batch_from_columns` (the producer's  | kafka-python `DefaultRecordBatchBuilder`  |
+| `encode` | `record_encoder.build_batch_from_columns` (the producer's  | kafka-python `DefaultRecordBatchBuilder`  |
 |          | encoder): uncompressed batches of ~16 KiB (Kafka's default | building the same, byte-identical batches |
 |          | batch.size, 140 records of 100-byte values, null keys)     |                                           |
 | `decode` | `iter_batches` + `RecordBatch.records()` over a fetch of   | kafka-python `MemoryRecords` over the     |
@@ -23,7 +23,7 @@ from kafka.record.memory_records import MemoryRecords
 from benchmarks.common import BenchContext, Figure, throughput_figure, timer
 from storage.clock import SYSTEM_CLOCK
 from storage.records.record_batch import iter_batches
-from storage.records.record_columns import build_batch_from_columns
+from storage.records.record_encoder import build_batch_from_columns
 
 RECORDS_PER_BATCH = 140
 VALUE_BYTES = 100

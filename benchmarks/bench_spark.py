@@ -170,7 +170,7 @@ def prepare(ctx: BenchContext, partitions: int, rows: int) -> tuple[str, Path]:
 
 def start_spark(ctx: BenchContext) -> SparkSession:
     """The run's Spark session, started by whichever Spark benchmark runs first, with Spark's Kafka connector
-    (`bench_spark_kafka` reads through it; resolved from ~/.ivy2 after the first download)."""
+    (`bench_spark_kafka` reads through it; resolved from the download cache after the first download)."""
     from cluster.spark.session import active_session, get_spark
 
     starting = active_session() is None

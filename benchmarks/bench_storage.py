@@ -42,7 +42,7 @@ from storage.compaction.cleaner import Cleaner
 from storage.config.cleaner_config import CleanerConfig
 from storage.config.log_config import LogConfig
 from storage.partition.log import Log
-from storage.records.record_columns import build_batch_from_columns
+from storage.records.record_encoder import build_batch_from_columns
 
 MB = 1_000_000
 MIB = 1024 * 1024

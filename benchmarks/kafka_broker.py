@@ -6,10 +6,11 @@ It lives under `benchmarks/` because the benchmarks must import it without the t
 imports it from here.
 
 `kafka_jars()` resolves `org.apache.kafka:kafka_2.13:<KAFKA_VERSION>` and its runtime dependencies with Maven
-(`dependency:copy-dependencies` on a generated minimal pom) into `~/.cache/raybroker/kafka-<version>/libs`, once:
-later calls find the jars there. `KafkaBroker` formats a fresh KRaft storage dir (one node, broker and
-controller) and runs `java -cp <jars> kafka.Kafka server.properties` as a subprocess on free 127.0.0.1 ports,
-waits until an AdminClient lists topics, and stops it (SIGTERM, then SIGKILL after a bound) on `stop()`.
+(`dependency:copy-dependencies` on a generated minimal pom) into `kafka-<version>/libs` of the download cache
+(`cluster.downloads`, which holds Maven's local repository too), once: later calls find the jars there.
+`KafkaBroker` formats a fresh KRaft storage dir (one node, broker and controller) and runs `java -cp <jars>
+kafka.Kafka server.properties` as a subprocess on free 127.0.0.1 ports, waits until an AdminClient lists topics,
+and stops it (SIGTERM, then SIGKILL after a bound) on `stop()`.
 Every step has a time bound and fails with `KafkaUnavailable`, so a machine without Maven, Java or the network
 gets one clear message instead of a hang.
 """
@@ -28,9 +29,10 @@ import uuid
 from pathlib import Path
 from types import TracebackType
 
+from cluster.downloads import cache_root, maven_repository
+
 KAFKA_VERSION = "3.9.1"
 SCALA_VERSION = "2.13"
-CACHE_ROOT = Path(os.environ.get("RAYBROKER_CACHE", Path.home() / ".cache" / "raybroker"))
 FETCH_TIMEOUT_S = 900.0
 FORMAT_TIMEOUT_S = 60.0
 START_TIMEOUT_S = 90.0
@@ -77,7 +79,7 @@ def _progress(message: str) -> None:
 
 def kafka_home(version: str = KAFKA_VERSION) -> Path:
     """The cache folder of one Kafka version (`libs/` holds its jars once fetched)."""
-    return CACHE_ROOT / f"kafka-{version}"
+    return cache_root() / f"kafka-{version}"
 
 
 def kafka_jars(version: str = KAFKA_VERSION) -> list[Path]:
@@ -110,6 +112,7 @@ def _fetch(version: str, home: Path) -> None:
         "-q",
         "-f",
         str(home / "pom.xml"),
+        f"-Dmaven.repo.local={maven_repository()}",
         "dependency:copy-dependencies",
         "-DincludeScope=runtime",
         f"-DoutputDirectory={libs}",

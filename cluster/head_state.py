@@ -23,7 +23,7 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-AUTH_MODE_VARIABLE = "RAY_AUTH_MODE"
+from cluster.ray_auth import AUTH_MODE_VARIABLE
 
 
 @dataclass(frozen=True, slots=True)

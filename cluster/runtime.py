@@ -18,9 +18,10 @@ Three ways in:
 3. `ensure_ray()` with no address starts an embedded Ray inside this process (the demo, tests).
 
 Token authentication (Ray 2.60, `RAY_AUTH_MODE`): an embedded cluster has it on by default (Ray's own default for
-a new local `ray.init()`); `start_head()` keeps it on by creating `~/.ray/auth_token` first if no token exists.
-Every process that attaches to that head by address needs `RAY_AUTH_MODE=token` and the same token (in
-`~/.ray/auth_token`, `RAY_AUTH_TOKEN` or `RAY_AUTH_TOKEN_PATH`); `RAY_AUTH_MODE=disabled` opts out. For the head
+a new local `ray.init()`), and so does a head `start_head()` starts; both first make sure a token exists, readable
+by its owner only (`cluster.ray_auth.ensure_auth_token`). Every process that attaches to that head by address needs
+`RAY_AUTH_MODE=token` and the same token (in `~/.ray/auth_token`, `RAY_AUTH_TOKEN` or `RAY_AUTH_TOKEN_PATH`);
+`RAY_AUTH_MODE=disabled` opts out. For the head
 recorded by `raybroker start`, the command line sets `RAY_AUTH_MODE=token` itself before it imports Ray
 (`cluster.head_state.settle_ray_auth_mode`: Ray reads the variable once, at import); for any other cluster the
 user does, as Ray documents.
@@ -47,7 +48,8 @@ import ray
 from ray._common.utils import get_ray_address_file
 
 from actors.options import NAMESPACE
-from cluster.head_state import AUTH_MODE_VARIABLE, HeadState, read_state
+from cluster.head_state import HeadState, read_state
+from cluster.ray_auth import ensure_auth_token, token_auth_disabled
 from storage.errors import BrokerNotAvailableError
 
 EMBEDDED_NUM_CPUS = 4
@@ -85,6 +87,7 @@ def ensure_ray(address: str | None = None, *, num_cpus: int = EMBEDDED_NUM_CPUS)
         except (ConnectionError, RuntimeError, ValueError) as exc:
             raise BrokerNotAvailableError(f"no Ray cluster at {address!r}: {exc}") from None
         return False
+    ensure_auth_token()
     # "local": always a new cluster, never one another process recorded in /tmp/ray/ray_current_cluster.
     ray.init(
         address="local",
@@ -183,17 +186,11 @@ def start_head(num_cpus: int = EMBEDDED_NUM_CPUS) -> HeadState:
     """Starts a local Ray head daemon (the processes outlive this command), with token authentication on
     unless `RAY_AUTH_MODE` says otherwise; returns which head it started."""
     _quiet_environment()
-    auth_mode = os.environ.get(AUTH_MODE_VARIABLE)
-    if auth_mode is None:
-        # Ray 2.60's `ray start --head` turns token authentication on only where a token already exists
-        # (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token) and otherwise starts an open cluster that
-        # runs any code it is sent. Creating the token first (a no-op if one exists) keeps the head closed;
-        # `RAY_AUTH_MODE=disabled` opts out.
-        generated = subprocess.run(
-            _ray_command("get-auth-token", "--generate"), capture_output=True, text=True, check=False
-        )
-        if generated.returncode != 0:
-            raise BrokerNotAvailableError(f"cannot create a Ray auth token: {generated.stderr.strip()[-200:]}")
+    # Ray 2.60's `ray start --head` in token mode refuses to start without a token, and without the mode it turns
+    # authentication on only where a token exists (otherwise it starts an open cluster that runs any code it is
+    # sent). Creating the token first keeps the head closed either way; `RAY_AUTH_MODE=disabled` opts out.
+    token_auth = not token_auth_disabled()
+    ensure_auth_token()
     command = _ray_command(
         "start", "--head", f"--num-cpus={num_cpus}", "--include-dashboard=false", "--disable-usage-stats"
     )
@@ -201,9 +198,7 @@ def start_head(num_cpus: int = EMBEDDED_NUM_CPUS) -> HeadState:
     if result.returncode != 0:
         last = (result.stderr or result.stdout).strip().splitlines()
         raise BrokerNotAvailableError(f"`ray start --head` failed: {last[-1] if last else result.returncode}")
-    # With a token in place Ray turns authentication on by itself, without RAY_AUTH_MODE in the head's
-    # environment: only an explicit `disabled` leaves the head open.
-    return _started_head(token_auth=(auth_mode or "token").lower() != "disabled")
+    return _started_head(token_auth=token_auth)
 
 
 def _started_head(token_auth: bool) -> HeadState:

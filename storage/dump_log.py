@@ -71,9 +71,9 @@ from pathlib import Path
 
 from storage import file_names
 from storage.errors import CorruptCheckpointError, KafkaStorageError, StorageError
-from storage.logdir.checkpoint_file import EPOCH_ENTRY_FORMATTER, OFFSET_ENTRY_FORMATTER, CheckpointFile, EpochEntry
-from storage.logdir.clean_shutdown import parse_clean_shutdown
-from storage.logdir.meta_properties import MetaProperties, parse_properties
+from storage.files.checkpoint_file import EPOCH_ENTRY_FORMATTER, OFFSET_ENTRY_FORMATTER, CheckpointFile, EpochEntry
+from storage.files.clean_shutdown import parse_clean_shutdown
+from storage.files.meta_properties import MetaProperties, parse_properties
 from storage.records.compression import CompressionType
 from storage.records.file_records import AnyBatch, FileRecords
 from storage.records.layout import CONTROL_KEY, END_TXN_MARKER_VALUE, NO_SEQUENCE, ControlRecordType

@@ -158,3 +158,44 @@ def test_project_modules_import_no_cycle() -> None:
     graph = project_import_graph()
     assert "storage.records.record_batch" in graph
     assert import_cycles(graph) == []
+
+
+# `storage.logdir` holds the log manager, which sits above every partition log; these packages sit below it.
+BELOW_LOG_DIRS = ("records", "segment", "partition", "compaction", "config", "files")
+# Past this a module holds more than one concept: split it where its sections part.
+MAX_STORAGE_MODULE_LINES = 900
+
+
+def log_dir_imports(graph: dict[str, set[str]], package: str) -> dict[str, list[str]]:
+    """The modules of `storage.<package>` that import `storage.logdir` (or one of its modules), with those imports."""
+    prefix = f"storage.{package}"
+    found = {
+        module: sorted(
+            target for target in targets if target == "storage.logdir" or target.startswith("storage.logdir.")
+        )
+        for module, targets in graph.items()
+        if module == prefix or module.startswith(prefix + ".")
+    }
+    return {module: targets for module, targets in found.items() if targets}
+
+
+def test_log_dir_import_finder_sees_an_upward_import() -> None:
+    graph = {"storage.partition.log": {"storage.logdir.log_dirs", "storage.errors"}, "storage.logdir.x": {"storage"}}
+    assert log_dir_imports(graph, "partition") == {"storage.partition.log": ["storage.logdir.log_dirs"]}
+    assert log_dir_imports(graph, "records") == {}
+
+
+@pytest.mark.parametrize("package", BELOW_LOG_DIRS)
+def test_storage_packages_below_the_log_dirs_never_import_them(package: str) -> None:
+    graph = project_import_graph()
+    assert f"storage.{package}" in graph
+    assert log_dir_imports(graph, package) == {}
+
+
+def test_no_storage_module_is_over_900_lines() -> None:
+    sizes = {
+        str(path.relative_to(REPO_ROOT)): len(path.read_text(encoding="utf-8").splitlines())
+        for path in (REPO_ROOT / "storage").rglob("*.py")
+    }
+    assert "storage/errors.py" in sizes
+    assert {path: lines for path, lines in sizes.items() if lines > MAX_STORAGE_MODULE_LINES} == {}

@@ -1,7 +1,7 @@
 """One batch of a producer (Kafka's `ProducerBatch`): records of one partition, held as columns until sent.
 
 A batch keeps its records as columns (keys, values, timestamps) and is encoded in one go when first sent,
-by `storage.records.record_columns.build_batch_from_columns` (a `RecordBatchBuilder` when a record has
+by `storage.records.record_encoder.build_batch_from_columns` (a `RecordBatchBuilder` when a record has
 headers). A batch of `send` holds its records and answers one future per record; a batch of `send_many`
 holds only indices into the call's `BulkRecords` and answers the call's `SendManyFuture`.
 
@@ -20,7 +20,7 @@ import numpy as np
 from actors.clients.futures import BatchOutcome, RecordFuture, SendManyFuture
 from storage.records.compression import CompressionType
 from storage.records.record_batch import RECORD_BATCH_OVERHEAD, RecordBatchBuilder
-from storage.records.record_columns import build_batch_from_columns
+from storage.records.record_encoder import build_batch_from_columns
 
 Headers = tuple[tuple[str, bytes | None], ...]
 # Per record, on top of key, value and header bytes: length varint (5) + attributes (1) + timestamp

@@ -31,8 +31,10 @@ from actors.calls import kill_and_wait
 from actors.options import cleaner_name, cleaner_options
 from actors.server.partition_handles import RayPending
 from storage.clock import SYSTEM_CLOCK
-from storage.compaction.cleaner import CleanedLog, Cleaner, LogSnapshot
+from storage.compaction.clean_result import CleanedLog
+from storage.compaction.cleaner import Cleaner
 from storage.compaction.cleaner_threads import CleanerThread
+from storage.compaction.log_snapshot import LogSnapshot
 from storage.config.broker_config import BrokerConfig
 from storage.config.cleaner_config import CleanerConfig
 

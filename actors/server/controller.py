@@ -84,9 +84,9 @@ from storage.errors import (
     TopicExistsError,
     UnknownTopicOrPartitionError,
 )
+from storage.files.meta_properties import new_directory_id
 from storage.logdir.log_dirs import METADATA_TOPIC
 from storage.logdir.log_manager import PartitionPlacement
-from storage.logdir.meta_properties import new_directory_id
 from storage.partition.log import Log
 from storage.records.record_batch import RecordBatchBuilder
 

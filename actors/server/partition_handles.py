@@ -46,7 +46,8 @@ from actors.partition_lookup import HostedPartitionHandle, replica_actor
 from actors.server.partition_host import HostedPartitionSpec, PartitionHostActor
 from actors.server.partition_log import PartitionLogActor, ResumePoint
 from actors.server.replication.follower import ReplicaSettings
-from storage.compaction.cleaner import CleanedLog, LogSnapshot
+from storage.compaction.clean_result import CleanedLog
+from storage.compaction.log_snapshot import LogSnapshot
 from storage.config.broker_config import BrokerConfig
 from storage.config.log_config import LogConfig
 from storage.errors import BrokerNotAvailableError, RaybrokerError

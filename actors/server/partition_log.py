@@ -79,15 +79,11 @@ from actors.server.replication.leader_state import LeaderState
 from actors.startup_objects import freeze_startup_objects
 from storage import file_names
 from storage.arguments import is_int
-from storage.compaction.cleaner import (
-    CleanedLog,
-    Cleaner,
-    CleanResult,
-    LogSnapshot,
-    changed_since,
-    snapshot_for_cleaning,
-)
+from storage.compaction.clean_result import CleanedLog, CleanResult
+from storage.compaction.cleaned_swap import changed_since
+from storage.compaction.cleaner import Cleaner
 from storage.compaction.cleaner_manager import LogToClean, log_to_clean
+from storage.compaction.log_snapshot import LogSnapshot, snapshot_for_cleaning
 from storage.config.cleaner_config import CleanerConfig
 from storage.config.log_config import LogConfig
 from storage.errors import (

@@ -20,6 +20,7 @@ from typing import Any
 
 from cluster.cli.common import EXIT_OK, UsageError, add_command, key_value
 from cluster.head_state import HeadState, forget_state, read_state, write_state
+from cluster.ray_auth import ensure_auth_token, token_auth_disabled
 from storage.config.broker_config import BrokerConfig, load_server_properties
 from storage.errors import BrokerNotAvailableError, RaybrokerError
 
@@ -68,6 +69,21 @@ def add_commands(subcommands: Any) -> None:
         "would find.",
     )
     stop.set_defaults(handler=run_stop)
+
+    token = subcommands.add_parser(
+        "auth-token",
+        help="create Ray's authentication token if there is none, readable by its owner only",
+        description=(
+            "Make sure Ray's token authentication has a token where Ray looks for it (RAY_AUTH_TOKEN, else the file "
+            "RAY_AUTH_TOKEN_PATH names, else ~/.ray/auth_token): a missing file is created with 256 random bits, "
+            "mode 0600 in a 0700 folder; an existing one is kept, and narrowed to its owner if others could read "
+            "it. `raybroker start` does the same before it starts a Ray head. Use it before `ray up "
+            "ray_cluster.yaml`, whose file_mounts copy the token to every node. Prints where the token is, never "
+            "the token. Does nothing with RAY_AUTH_MODE=disabled."
+        ),
+        epilog="Exit codes: 0 ok, 1 the token file cannot be created.",
+    )
+    token.set_defaults(handler=run_auth_token)
 
 
 def broker_config(args: argparse.Namespace) -> BrokerConfig:
@@ -191,6 +207,17 @@ def run_stop(args: argparse.Namespace) -> int:
         runtime.stop_head(ours)
         forget_state()
         print(f"Stopped the Ray head at {ours.address} (Ray session {ours.session_name}).")
+    return EXIT_OK
+
+
+def run_auth_token(args: argparse.Namespace) -> int:
+    path = ensure_auth_token()
+    if path is not None:
+        print(f"Ray's auth token: {path} (readable by its owner only)")
+    elif token_auth_disabled():
+        print("Ray's token authentication is disabled (RAY_AUTH_MODE=disabled): no token needed")
+    else:
+        print("Ray's auth token is the value of RAY_AUTH_TOKEN")
     return EXIT_OK
 
 

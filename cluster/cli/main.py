@@ -6,7 +6,8 @@ Subcommands:
 |------------------------|-----------------------------|----------------------------------------------------|
 | `dump-log`             | `cluster.cli.dump_log`      | kafka-dump-log.sh (offline, no Ray)                |
 | `demo`, `storage-demo` | `cluster.cli.demos`         | -                                                  |
-| `start`, `stop`        | `cluster.cli.lifecycle`     | kafka-server-start.sh, kafka-server-stop.sh        |
+| `start`, `stop`,       | `cluster.cli.lifecycle`     | kafka-server-start.sh, kafka-server-stop.sh        |
+| `auth-token`           |                             | `ray get-auth-token --generate`, owner-only        |
 | `topics`               | `cluster.cli.topics`        | kafka-topics.sh                                    |
 | `produce`              | `cluster.cli.produce`       | kafka-console-producer.sh                          |
 | `consume`              | `cluster.cli.consume`       | kafka-console-consumer.sh                          |

@@ -15,8 +15,9 @@ producers and consumers — printed step by step.
    the first's end offsets, showing it sees the new events and none twice.
 7. Structured Streaming (`cluster.demos.streaming_demo`): Spark's own Kafka source reads the topic through the
    listener of step 5 while a producer writes, and prints page views per event-time window for a few triggers;
-   the last counts must equal what was produced in each window. Spark's Kafka connector comes from ~/.ivy2
-   (Maven Central the first time); if it cannot be had, this step is skipped with a message.
+   the last counts must equal what was produced in each window. Spark's Kafka connector comes from the download
+   cache (`cluster.downloads`; Maven Central the first time); if it cannot be had, this step is skipped with a
+   message.
 8. Shut Spark and the broker down cleanly (checkpoints, `.kafka_cleanshutdown`) and stop Ray, then print how
    long each part took.
 """
@@ -177,7 +178,7 @@ def _run_spark_parts(
     from cluster.spark.session import get_spark, stop_spark
 
     jvm_log = root / "spark-driver.log"
-    connector = " with Spark's Kafka connector (from ~/.ivy2, or Maven Central the first time)" if streaming else ""
+    connector = " with Spark's Kafka connector (cached, or from Maven Central the first time)" if streaming else ""
     say(
         f"starting Spark on Ray (RayDP: 1 executor, 2 cores){connector} and warming up its Python workers; its "
         f"driver JVM logs to {jvm_log}"

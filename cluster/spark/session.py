@@ -27,8 +27,9 @@ over its Kafka listener (`kafka_bootstrap_servers()`) once the session has the c
 `get_spark(kafka_connector=True)` asks Spark's Ivy for `spark-sql-kafka-0-10` of the installed pyspark's version
 (`kafka_connector_configs`). Spark ships the resolved jars to RayDP's executors itself. Only the connector, its
 token provider, kafka-clients and commons-pool2 are fetched (5.5 MB): its other dependencies are already among
-Spark's jars at the same versions. The first start downloads them into ~/.ivy2 (Maven Central only, with time
-limits: `configs/ivysettings-kafka-connector.xml`); later starts resolve from that cache, offline too.
+Spark's jars at the same versions. The first start downloads them into the project's download cache
+(`cluster.downloads.ivy_home`; Maven Central only, with time limits: `configs/ivysettings-kafka-connector.xml`);
+later starts resolve from that cache, offline too.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ import ray
 
 import storage.errors
 from actors.calls import call, controller
+from cluster.downloads import ivy_home
 from cluster.runtime import ensure_ray, gcs_address
 from cluster.spark.reading import warm_up_task
 from storage.errors import BrokerNotAvailableError, RaybrokerError
@@ -133,6 +135,7 @@ def kafka_connector_configs() -> dict[str, str]:
         "spark.jars.packages": kafka_connector_coordinate(),
         "spark.jars.excludes": ",".join(KAFKA_CONNECTOR_EXCLUDES),
         "spark.jars.ivySettings": str(KAFKA_CONNECTOR_IVY_SETTINGS_PATH),
+        "spark.jars.ivy": str(ivy_home()),
     }
 
 
@@ -205,7 +208,7 @@ def get_spark(
         if kafka_connector and exc.getErrorClass() == "JAVA_GATEWAY_EXITED":
             raise RaybrokerError(
                 f"Spark did not start: Ivy could not resolve {kafka_connector_coordinate()} (neither cached under"
-                " ~/.ivy2 nor downloadable from Maven Central); its report is on stderr"
+                f" {ivy_home()} nor downloadable from Maven Central); its report is on stderr"
             ) from exc
         raise
     spark.sparkContext.setLogLevel("ERROR")

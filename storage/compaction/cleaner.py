@@ -84,444 +84,44 @@ cleaner that died left, and must not be taken for part of this pass by the loade
 
 from __future__ import annotations
 
-import logging
-import time
-from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
-from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from storage import file_names
 from storage.clock import Clock
 from storage.compaction.batch_columns import ChunkRecords, chunks, decode_chunk
+from storage.compaction.clean_result import CleanedGroup, CleanedLog, CleanResult, aborted_pass
+from storage.compaction.cleanable_range import dirty_segments, first_uncleanable_offset, floor_base_offset
+from storage.compaction.cleaned_swap import changed_since, delete_cleaned_files, swap_cleaned
+from storage.compaction.cleaned_transactions import TransactionScan, TransactionTracker, scan_transactions
+from storage.compaction.log_snapshot import (
+    LogSnapshot,
+    ReadableLog,
+    SegmentSnapshot,
+    SnapshotLog,
+    snapshot_for_cleaning,
+)
 from storage.compaction.offset_map import SkimpyOffsetMap
 from storage.compaction.retained_batch import build_retained_batch
+from storage.compaction.segment_groups import group_segments_by_size, segment_sizes
+from storage.compaction.throttler import Throttler, real_sleep_ms
 from storage.config.cleaner_config import CleanerConfig
-from storage.config.log_config import LogConfig
-from storage.errors import CorruptRecordError, KafkaStorageError, LogClosedError, OffsetOutOfRangeError
+from storage.errors import CorruptRecordError, KafkaStorageError
 from storage.partition.log_loader import new_segment
 from storage.records.compression import CompressionType
 from storage.records.file_records import AnyBatch
 from storage.records.record_batch import (
-    ControlRecordType,
     RecordBatch,
     encode_attributes,
     encode_batch,
 )
-from storage.segment.log_segment import MAX_RELATIVE_OFFSET, LogSegment
+from storage.segment.log_segment import LogSegment
 
 if TYPE_CHECKING:
     from storage.partition.log import Log
-
-logger = logging.getLogger(__name__)
-
-# Kafka's producer.id.expiration.ms default: a producer idle this long is forgotten, so its last batch no
-# longer has to survive compaction.
-PRODUCER_ID_EXPIRATION_MS = 86_400_000
-# Kafka's Throttler measures the rate over windows of at least 300 ms.
-THROTTLE_CHECK_INTERVAL_MS = 300
-
-
-# --- what a pass reads: the log itself, or its snapshot in another process ------------------------
-
-
-class ReadableLog(Protocol):
-    """What the algorithm reads of a log: a `Log`, or a `SnapshotLog` opened from its snapshot elsewhere."""
-
-    @property
-    def directory(self) -> Path: ...
-
-    @property
-    def config(self) -> LogConfig: ...
-
-    @property
-    def log_start_offset(self) -> int: ...
-
-    @property
-    def log_end_offset(self) -> int: ...
-
-    @property
-    def high_watermark(self) -> int: ...
-
-    def log_segments(self) -> tuple[LogSegment, ...]: ...
-
-
-@dataclass(frozen=True, slots=True)
-class SegmentSnapshot:
-    """A segment as the snapshot saw it: its base offset and the size of its `.log` then."""
-
-    base_offset: int
-    size_bytes: int
-
-
-@dataclass(frozen=True, slots=True)
-class LogSnapshot:
-    """What one pass needs of a log (see the module docstring), taken by its owner under the log lock; plain
-    values, so it crosses processes. `segments` are oldest first, the active segment last (read for the
-    transaction scan, never cleaned); `first_uncleanable_offset` is the cleaner manager's bound, if any."""
-
-    directory: str
-    config: LogConfig
-    log_start_offset: int
-    log_end_offset: int
-    high_watermark: int
-    segments: tuple[SegmentSnapshot, ...]
-    first_dirty_offset: int
-    first_uncleanable_offset: int | None
-
-
-def snapshot_for_cleaning(log: Log, first_dirty_offset: int, first_uncleanable: int | None = None) -> LogSnapshot:
-    """The owner's side of a pass's start: `log` as it is now. Raises `OffsetOutOfRangeError` for a first dirty
-    offset outside [log start, log end], `LogClosedError` for a closed log."""
-    with log.lock:
-        if log.closed:
-            raise LogClosedError("log is closed", path=log.directory)
-        if not log.log_start_offset <= first_dirty_offset <= log.log_end_offset:
-            raise OffsetOutOfRangeError(
-                f"first dirty offset {first_dirty_offset} is outside [{log.log_start_offset}, {log.log_end_offset}]",
-                path=log.directory,
-                offset=first_dirty_offset,
-            )
-        return LogSnapshot(
-            str(log.directory),
-            log.config,
-            log.log_start_offset,
-            log.log_end_offset,
-            log.high_watermark,
-            tuple(SegmentSnapshot(segment.base_offset, segment.size) for segment in log.log_segments()),
-            first_dirty_offset,
-            first_uncleanable,
-        )
-
-
-class SnapshotLog:
-    """A `LogSnapshot` opened read-only where the cleaner runs: its segments' files, each `.log` bounded to its
-    size in the snapshot, so what the owner appends meanwhile is not seen. `close` closes the files."""
-
-    def __init__(self, snapshot: LogSnapshot, clock: Clock) -> None:
-        self.directory = Path(snapshot.directory)
-        self.config = snapshot.config
-        self.log_start_offset = snapshot.log_start_offset
-        self.log_end_offset = snapshot.log_end_offset
-        self.high_watermark = snapshot.high_watermark
-        self._segments: list[LogSegment] = []
-        try:
-            for segment in snapshot.segments:
-                self._segments.append(
-                    LogSegment(
-                        self.directory,
-                        segment.base_offset,
-                        index_interval_bytes=self.config.index_interval_bytes,
-                        max_index_size=self.config.segment_index_bytes,
-                        rolling_jitter_ms=0,
-                        clock=clock,
-                        read_only=True,
-                        log_size_bytes=segment.size_bytes,
-                    )
-                )
-        except BaseException:
-            self.close()
-            raise
-
-    def log_segments(self) -> tuple[LogSegment, ...]:
-        return tuple(self._segments)
-
-    def close(self) -> None:
-        for segment in self._segments:
-            segment.close_handlers()
-
-
-# --- grouping ------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class SegmentSizes:
-    """What grouping needs to know about a segment."""
-
-    base_offset: int
-    log_bytes: int
-    offset_index_bytes: int
-    time_index_bytes: int
-
-
-def group_segments_by_size(
-    segments: Sequence[SegmentSizes], max_log_bytes: int, max_index_bytes: int, first_uncleanable_offset: int
-) -> list[list[SegmentSizes]]:
-    """Consecutive segments grouped so each group fits one segment (Kafka's `groupSegmentsBySize`).
-
-    A group grows while its total `.log` bytes stay <= `max_log_bytes`, its offset-index and time-index
-    totals each stay <= `max_index_bytes`, and its offsets still fit 32 bits relative to its first base:
-    the last offset of a candidate is estimated by the next segment's base - 1, or
-    `first_uncleanable_offset - 1` for the last one. A segment alone always forms a group.
-    """
-    groups: list[list[SegmentSizes]] = []
-    index = 0
-    while index < len(segments):
-        group = [segments[index]]
-        log_bytes = segments[index].log_bytes
-        offset_index_bytes = segments[index].offset_index_bytes
-        time_index_bytes = segments[index].time_index_bytes
-        index += 1
-        while index < len(segments):
-            candidate = segments[index]
-            last_offset = (
-                segments[index + 1].base_offset - 1 if index + 1 < len(segments) else first_uncleanable_offset - 1
-            )
-            if (
-                log_bytes + candidate.log_bytes > max_log_bytes
-                or offset_index_bytes + candidate.offset_index_bytes > max_index_bytes
-                or time_index_bytes + candidate.time_index_bytes > max_index_bytes
-                or last_offset - group[0].base_offset > MAX_RELATIVE_OFFSET
-            ):
-                break
-            group.append(candidate)
-            log_bytes += candidate.log_bytes
-            offset_index_bytes += candidate.offset_index_bytes
-            time_index_bytes += candidate.time_index_bytes
-            index += 1
-        groups.append(group)
-    return groups
-
-
-def segment_sizes(segment: LogSegment) -> SegmentSizes:
-    return SegmentSizes(
-        segment.base_offset, segment.size, segment.offset_index.size_in_bytes, segment.time_index.size_in_bytes
-    )
-
-
-# --- cleanable range -----------------------------------------------------------------------------------
-
-
-def floor_base_offset(segments: Sequence[LogSegment], offset: int) -> int:
-    """Base offset of the segment holding `offset` (the first segment's base when `offset` precedes it)."""
-    base = segments[0].base_offset
-    for segment in segments:
-        if segment.base_offset > offset:
-            break
-        base = segment.base_offset
-    return base
-
-
-def dirty_segments(segments: Sequence[LogSegment], first_dirty_offset: int, end_offset: int) -> list[LogSegment]:
-    """Segments holding offsets in [first_dirty_offset, end_offset)."""
-    chosen = []
-    for index, segment in enumerate(segments):
-        next_base = segments[index + 1].base_offset if index + 1 < len(segments) else None
-        if segment.base_offset >= end_offset:
-            break
-        if next_base is None or next_base > first_dirty_offset:
-            chosen.append(segment)
-    return chosen
-
-
-def first_uncleanable_offset(
-    log: ReadableLog, first_dirty_offset: int, now_ms: int, segments: Sequence[LogSegment] | None = None
-) -> int:
-    """min(high watermark, active segment base, first dirty segment younger than min.compaction.lag.ms),
-    rounded down to a segment base. Open transactions are not considered (see `first_unstable_offset`)."""
-    segments = log.log_segments() if segments is None else segments
-    active = segments[-1]
-    candidates = [active.base_offset, log.high_watermark]
-    lag_ms = log.config.min_compaction_lag_ms
-    if lag_ms > 0:
-        for segment in dirty_segments(segments[:-1], first_dirty_offset, active.base_offset):
-            if segment.largest_timestamp > now_ms - lag_ms:
-                candidates.append(segment.base_offset)
-                break
-    return floor_base_offset(segments, min(candidates))
-
-
-def first_unstable_offset(segments: Sequence[LogSegment], from_offset: int) -> int | None:
-    """First offset of a transaction with no marker yet, scanning batch headers from `from_offset`'s segment."""
-    open_first: dict[int, int] = {}
-    start = floor_base_offset(segments, from_offset)
-    for segment in segments:
-        if segment.base_offset < start:
-            continue
-        for batch in segment.log.batches(0):
-            if not isinstance(batch, RecordBatch) or batch.producer_id < 0 or not batch.is_transactional:
-                continue
-            if batch.is_control:
-                open_first.pop(batch.producer_id, None)
-            else:
-                open_first.setdefault(batch.producer_id, batch.base_offset)
-    return min(open_first.values(), default=None)
-
-
-# --- transactions --------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class AbortedTxn:
-    """An aborted transaction still in the log: its first data offset and the offset of its ABORT marker."""
-
-    producer_id: int
-    first_offset: int
-    marker_offset: int
-
-
-@dataclass(frozen=True, slots=True)
-class ProducerLastBatch:
-    """A producer's latest state in the log: its last data batch's last offset (None if it wrote only
-    markers), its latest epoch and the max timestamp of its latest batch."""
-
-    last_data_offset: int | None
-    producer_epoch: int
-    last_timestamp: int
-
-
-@dataclass(frozen=True)
-class TransactionScan:
-    """What the pre-scan learned (see the module docstring, step 1)."""
-
-    aborted: tuple[AbortedTxn, ...]
-    first_unstable_offset: int | None
-    producers: Mapping[int, ProducerLastBatch]
-
-    def is_last_batch_of_active_producer(self, batch: RecordBatch, now_ms: int) -> bool:
-        """Kafka's rule for RETAIN_EMPTY: the batch holds the producer's last data offset, or, for a producer
-        that wrote only markers, it is a marker of the producer's latest epoch."""
-        last = self.producers.get(batch.producer_id)
-        if last is None or now_ms - last.last_timestamp >= PRODUCER_ID_EXPIRATION_MS:
-            return False
-        if last.last_data_offset is not None:
-            return batch.last_offset == last.last_data_offset
-        return batch.is_control and batch.producer_epoch == last.producer_epoch
-
-
-def scan_transactions(segments: Iterable[LogSegment]) -> TransactionScan:
-    """Reads every batch header once (control batches fully) to build a `TransactionScan`."""
-    open_first: dict[int, int] = {}
-    aborted: list[AbortedTxn] = []
-    producers: dict[int, ProducerLastBatch] = {}
-    for segment in segments:
-        for batch in segment.log.batches(0):
-            if not isinstance(batch, RecordBatch) or batch.producer_id < 0:
-                continue
-            producer_id = batch.producer_id
-            previous = producers.get(producer_id)
-            if batch.is_control:
-                if batch.records_count > 0 and batch.control_type() == ControlRecordType.ABORT:
-                    first = open_first.get(producer_id)
-                    if first is not None:
-                        aborted.append(AbortedTxn(producer_id, first, batch.base_offset))
-                if batch.is_transactional:
-                    open_first.pop(producer_id, None)
-                last_data_offset = previous.last_data_offset if previous is not None else None
-            else:
-                if batch.is_transactional:
-                    open_first.setdefault(producer_id, batch.base_offset)
-                last_data_offset = batch.last_offset
-            producers[producer_id] = ProducerLastBatch(last_data_offset, batch.producer_epoch, batch.max_timestamp)
-    aborted.sort(key=lambda txn: txn.first_offset)
-    return TransactionScan(tuple(aborted), min(open_first.values(), default=None), producers)
-
-
-class TransactionTracker:
-    """Transaction state while walking batches in offset order (Kafka's `CleanedTransactionMetadata`)."""
-
-    def __init__(self, aborted: Iterable[AbortedTxn]) -> None:
-        self._pending = deque(sorted(aborted, key=lambda txn: txn.first_offset))
-        self._ongoing_aborted: dict[int, bool] = {}  # producer id -> a batch of it was seen
-        self._ongoing_committed: set[int] = set()
-
-    def _consume_up_to(self, offset: int) -> None:
-        while self._pending and self._pending[0].first_offset <= offset:
-            self._ongoing_aborted[self._pending.popleft().producer_id] = False
-
-    def on_batch_read(self, batch: RecordBatch) -> bool:
-        """For a data batch: True when it belongs to an aborted transaction (its records must go)."""
-        self._consume_up_to(batch.last_offset)
-        if not batch.is_transactional:
-            return False
-        if batch.producer_id in self._ongoing_aborted:
-            self._ongoing_aborted[batch.producer_id] = True
-            return True
-        self._ongoing_committed.add(batch.producer_id)
-        return False
-
-    def on_control_batch_read(self, batch: RecordBatch) -> bool:
-        """For a control batch: True when no data of its transaction was seen, so the marker may go."""
-        self._consume_up_to(batch.last_offset)
-        if batch.records_count == 0:
-            return True
-        control_type = batch.control_type()
-        if control_type == ControlRecordType.ABORT:
-            return not self._ongoing_aborted.pop(batch.producer_id, False)
-        if control_type == ControlRecordType.COMMIT:
-            seen = batch.producer_id in self._ongoing_committed
-            self._ongoing_committed.discard(batch.producer_id)
-            return not seen
-        return False
-
-
-# --- results -------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class CleanResult:
-    """What one pass did. `end_offset` is the next pass's first dirty offset (unchanged when aborted)."""
-
-    first_dirty_offset: int
-    first_uncleanable_offset: int
-    end_offset: int
-    bytes_read: int
-    bytes_written: int
-    messages_read: int
-    messages_written: int
-    invalid_messages: int
-    map_bytes_read: int
-    map_messages_read: int
-    map_entries: int
-    segments_read: int
-    segments_written: int
-    aborted: bool
-    duration_ms: float
-
-
-def aborted_pass(snapshot: LogSnapshot) -> CleanResult:
-    """The result of a pass that ended before writing anything because the log changed under it."""
-    first_dirty = snapshot.first_dirty_offset
-    return CleanResult(
-        first_dirty_offset=first_dirty,
-        first_uncleanable_offset=first_dirty,
-        end_offset=first_dirty,
-        bytes_read=0,
-        bytes_written=0,
-        messages_read=0,
-        messages_written=0,
-        invalid_messages=0,
-        map_bytes_read=0,
-        map_messages_read=0,
-        map_entries=0,
-        segments_read=0,
-        segments_written=0,
-        aborted=True,
-        duration_ms=0.0,
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class CleanedGroup:
-    """One `.cleaned` segment a pass wrote, named after `base_offset`, `size_bytes` long, and the segments it
-    replaces (as the snapshot saw them)."""
-
-    base_offset: int
-    size_bytes: int
-    replaces: tuple[SegmentSnapshot, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class CleanedLog:
-    """What the first phase hands the log's owner: the groups to swap in, oldest first, and the pass's result
-    once they are."""
-
-    snapshot: LogSnapshot
-    groups: tuple[CleanedGroup, ...]
-    result: CleanResult
 
 
 @dataclass
@@ -570,35 +170,6 @@ class _Fate:
     retain_empty: bool
 
 
-class Throttler:
-    """Keeps bytes/second under `rate` by sleeping (Kafka's `Throttler`, checked every 300 ms)."""
-
-    def __init__(self, rate_bytes_per_second: float, clock: Clock, sleep_ms: Callable[[int], None]) -> None:
-        self._rate = rate_bytes_per_second
-        self._clock = clock
-        self._sleep_ms = sleep_ms
-        self._period_start_ns = clock.nanoseconds()
-        self._observed = 0
-
-    def maybe_throttle(self, observed_bytes: int) -> None:
-        self._observed += observed_bytes
-        now_ns = self._clock.nanoseconds()
-        elapsed_ns = now_ns - self._period_start_ns
-        if elapsed_ns <= THROTTLE_CHECK_INTERVAL_MS * 1_000_000 or self._observed <= 0:
-            return
-        elapsed_ms = elapsed_ns / 1_000_000
-        if self._observed * 1000 / elapsed_ms > self._rate:
-            sleep_ms = round(self._observed * 1000 / self._rate - elapsed_ms)
-            if sleep_ms > 0:
-                self._sleep_ms(sleep_ms)
-        self._period_start_ns = self._clock.nanoseconds()
-        self._observed = 0
-
-
-def _real_sleep_ms(duration_ms: int) -> None:
-    time.sleep(duration_ms / 1000)
-
-
 # --- the cleaner ---------------------------------------------------------------------------------------
 
 
@@ -611,7 +182,7 @@ class Cleaner:
         clock: Clock,
         *,
         offset_map: SkimpyOffsetMap | None = None,
-        sleep_ms: Callable[[int], None] = _real_sleep_ms,
+        sleep_ms: Callable[[int], None] = real_sleep_ms,
     ) -> None:
         self.config = config
         self._clock = clock
@@ -690,7 +261,7 @@ class Cleaner:
         if end_offset > first_dirty_offset:
             to_clean = [segment for segment in segments[:-1] if segment.base_offset < end_offset]
             by_base = {segment.base_offset: segment for segment in to_clean}
-            _delete_cleaned_files(log.directory)
+            delete_cleaned_files(log.directory)
             try:
                 for group in group_segments_by_size(
                     [segment_sizes(segment) for segment in to_clean],
@@ -700,7 +271,7 @@ class Cleaner:
                 ):
                     groups.append(self._clean_group(clean_pass, [by_base[sizes.base_offset] for sizes in group]))
             except Exception:
-                _delete_cleaned_files(log.directory)
+                delete_cleaned_files(log.directory)
                 raise
         result = CleanResult(
             first_dirty_offset=first_dirty_offset,
@@ -966,103 +537,6 @@ class Cleaner:
         return source.log.read(entry.position, entry.size_in_bytes), entry.max_timestamp, len(records)
 
 
-# --- the owner's side: the swap ------------------------------------------------------------------------
-
-
-def swap_cleaned(log: Log, cleaned: CleanedLog) -> CleanResult:
-    """The second phase of a pass, by the log's owner: swaps every group of `cleaned` in under the log lock, or,
-    if the log changed since its snapshot (see the module docstring), deletes the `.cleaned` files and returns
-    the result with `aborted=True` and the first dirty offset unchanged."""
-    result = cleaned.result
-    with log.lock:
-        sources = _unchanged_sources(
-            log, [segment for group in cleaned.groups for segment in group.replaces], result.first_uncleanable_offset
-        )
-        opened = None if sources is None else _open_cleaned(log, cleaned.groups)
-        if sources is not None and opened is not None:
-            for group, segment in zip(cleaned.groups, opened, strict=True):
-                log.replace_segments([segment], [sources[source.base_offset] for source in group.replaces])
-    aborted = opened is None
-    if aborted:
-        _delete_cleaned_files(log.directory)
-        result = replace(result, end_offset=result.first_dirty_offset, segments_written=0, aborted=True)
-    logger.info(
-        "%s: cleaned [%d, %d): %d -> %d bytes, %d -> %d messages%s",
-        log.directory,
-        result.first_dirty_offset,
-        result.end_offset,
-        result.bytes_read,
-        result.bytes_written,
-        result.messages_read,
-        result.messages_written,
-        " (aborted: the log changed)" if aborted else "",
-    )
-    return result
-
-
-def changed_since(log: Log, snapshot: LogSnapshot) -> bool:
-    """Whether `log` is closed, or lost or resized a sealed segment of `snapshot`, or its active segment moved
-    back below the snapshot's: a first phase that failed then failed because of the change."""
-    *sealed, active = snapshot.segments
-    with log.lock:
-        return _unchanged_sources(log, sealed, active.base_offset) is None
-
-
-def _unchanged_sources(
-    log: Log, expected: Sequence[SegmentSnapshot], active_floor: int
-) -> dict[int, LogSegment] | None:
-    """Under the log lock: the log's segments by base offset if it is open, holds every `expected` segment with
-    its size, and its active segment starts at or above `active_floor`; None otherwise."""
-    if log.closed:
-        return None
-    current = log.log_segments()
-    by_base = {segment.base_offset: segment for segment in current[:-1]}
-    if current[-1].base_offset < active_floor:
-        return None
-    for segment in expected:
-        found = by_base.get(segment.base_offset)
-        if found is None or found.size != segment.size_bytes:
-            return None
-    return by_base
-
-
-def _open_cleaned(log: Log, groups: Sequence[CleanedGroup]) -> list[LogSegment] | None:
-    """The groups' `.cleaned` segments, opened; None (and nothing left open) if one is missing or not the size its
-    cleaner wrote (a restarted owner's loader deleted it, or a cleaner that died left a part)."""
-    opened: list[LogSegment] = []
-    for group in groups:
-        if not file_names.log_file(log.directory, group.base_offset, file_names.CLEANED_SUFFIX).exists():
-            break
-        segment = new_segment(
-            log.directory, group.base_offset, log.config, log.clock, suffix=file_names.CLEANED_SUFFIX, new_file=False
-        )
-        opened.append(segment)
-        if segment.size != group.size_bytes:
-            break
-    else:
-        return opened
-    for segment in opened:
-        segment.close_handlers()
-    return None
-
-
-def _delete_cleaned_files(directory: Path) -> None:
-    """Unlinks every `.cleaned` file of a partition folder (a folder deleted meanwhile has none left)."""
-    try:
-        entries = list(directory.iterdir())
-    except FileNotFoundError:
-        return
-    except OSError as exc:
-        raise KafkaStorageError(f"cannot list the cleaned files: {exc}", path=directory) from exc
-    for entry in entries:
-        parsed = file_names.parse_segment_name(entry.name)
-        if parsed is not None and parsed[2] == file_names.CLEANED_SUFFIX:
-            try:
-                entry.unlink(missing_ok=True)
-            except OSError as exc:
-                raise KafkaStorageError(f"cannot delete a cleaned file: {exc}", path=entry) from exc
-
-
 def legacy_delete_horizon_ms(log: ReadableLog, segments: Sequence[LogSegment], first_dirty_offset: int) -> int:
     """Kafka's `legacyDeleteHorizonMs`: the mtime of the last segment below `first_dirty_offset` minus
     delete.retention.ms, or 0 when no segment starts below it."""
@@ -1114,26 +588,3 @@ def _empty_batch(batch: RecordBatch) -> _Retained:
         payload=b"",
     )
     return data, batch.max_timestamp, 0
-
-
-__all__ = [
-    "AbortedTxn",
-    "CleanResult",
-    "CleanedGroup",
-    "CleanedLog",
-    "Cleaner",
-    "LogSnapshot",
-    "ReadableLog",
-    "SegmentSizes",
-    "SegmentSnapshot",
-    "SnapshotLog",
-    "TransactionScan",
-    "aborted_pass",
-    "changed_since",
-    "first_uncleanable_offset",
-    "first_unstable_offset",
-    "group_segments_by_size",
-    "scan_transactions",
-    "snapshot_for_cleaning",
-    "swap_cleaned",
-]

@@ -23,7 +23,7 @@ Choosing (`cleanable_logs`, `grab_filthiest_logs`), per compacted partition (`lo
   the log end (truncation, deleted records) is reset to the log start, and rewritten in the checkpoint at
   the end of the pass, for every such log, chosen or not (as Kafka's `grabFilthiestCompactedLog` does);
   otherwise a log that is not chosen keeps its stale entry and is warned about on every pass;
-- first uncleanable offset = `cleaner.first_uncleanable_offset` (high watermark, active segment,
+- first uncleanable offset = `cleanable_range.first_uncleanable_offset` (high watermark, active segment,
   `min.compaction.lag.ms`), and, for logs that qualify, the first open transaction;
 - clean bytes = segments wholly below the first dirty offset; cleanable bytes = segments from the one
   holding the first dirty offset up to the first uncleanable one; dirty ratio = cleanable / (clean +
@@ -58,20 +58,18 @@ from typing import TYPE_CHECKING, Protocol
 
 from storage import file_names
 from storage.clock import Clock
-from storage.compaction.cleaner import (
-    CleanedLog,
-    CleanResult,
-    LogSnapshot,
-    aborted_pass,
+from storage.compaction.clean_result import CleanedLog, CleanResult, aborted_pass
+from storage.compaction.cleanable_range import (
     dirty_segments,
     first_uncleanable_offset,
     first_unstable_offset,
     floor_base_offset,
 )
 from storage.compaction.cleaner_threads import CleanerThread
+from storage.compaction.log_snapshot import LogSnapshot
 from storage.config.cleaner_config import CleanerConfig
 from storage.errors import KafkaStorageError, StorageError
-from storage.logdir.checkpoint_file import OffsetCheckpointFile
+from storage.files.checkpoint_file import OffsetCheckpointFile
 from storage.pending import Pending
 from storage.records.record_batch import MAGIC_OFFSET, MAX_TIMESTAMP_OFFSET, RECORD_BATCH_OVERHEAD
 from storage.segment.log_segment import LogSegment
@@ -147,16 +145,16 @@ class CleanablePartition(Protocol):
         ...
 
     def snapshot_for_cleaning(self, first_dirty_offset: int, first_uncleanable_offset: int) -> Pending[LogSnapshot]:
-        """A pass's start: the log's snapshot (`cleaner.snapshot_for_cleaning`)."""
+        """A pass's start: the log's snapshot (`log_snapshot.snapshot_for_cleaning`)."""
         ...
 
     def swap_cleaned(self, cleaned: CleanedLog) -> Pending[CleanResult]:
-        """A pass's end: its cleaned segments swapped in, or discarded if the log changed (`cleaner.swap_cleaned`);
+        """A pass's end: its cleaned segments swapped in, or discarded if the log changed (`cleaned_swap.swap_cleaned`);
         retention follows for `compact,delete` logs, as after a Kafka cleaner pass."""
         ...
 
     def changed_since(self, snapshot: LogSnapshot) -> Pending[bool]:
-        """Whether the log changed since `snapshot` (`cleaner.changed_since`): a failed pass is then aborted."""
+        """Whether the log changed since `snapshot` (`cleaned_swap.changed_since`): a failed pass is then aborted."""
         ...
 
     def delete_old_segments(self) -> Pending[int]: ...

@@ -19,7 +19,9 @@ from __future__ import annotations
 from typing import Protocol
 
 from storage.clock import Clock
-from storage.compaction.cleaner import CleanedLog, Cleaner, LogSnapshot
+from storage.compaction.clean_result import CleanedLog
+from storage.compaction.cleaner import Cleaner
+from storage.compaction.log_snapshot import LogSnapshot
 from storage.config.cleaner_config import CleanerConfig
 from storage.pending import Pending, completed
 

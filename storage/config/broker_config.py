@@ -145,7 +145,7 @@ from storage.config.listener_config import DEFAULT_LISTENERS, DEFAULT_PROTOCOL_M
 from storage.config.log_config import LogConfig
 from storage.config.security_config import TLS_PROTOCOLS, SecurityConfig
 from storage.errors import CorruptCheckpointError, InvalidConfigError
-from storage.logdir.meta_properties import parse_properties
+from storage.files.meta_properties import parse_properties
 
 logger = logging.getLogger(__name__)
 

@@ -1,1 +1,1 @@
-"""A broker's log dirs: lock, identity, clean-shutdown marker, checkpoint files, and the logs over them."""
+"""A broker's log dirs: dir-level state, the log manager over them, its partition handles and scheduler."""

@@ -14,7 +14,7 @@ delayed folder deletion and offline dirs. The partitions themselves are the log 
 | where compaction resumes               | `cleaner-offset-checkpoint`                                |
 | clean shutdown                         | `.kafka_cleanshutdown`, written last                       |
 
-Checkpoints are Kafka's text format (`storage.logdir.checkpoint_file`: version line `0`, entry count, then one
+Checkpoints are Kafka's text format (`storage.files.checkpoint_file`: version line `0`, entry count, then one
 `<topic> <partition> <offset>` line each), rewritten whole through `<name>.tmp` + fsync + rename, so a
 crash leaves the old file or the new one.
 
@@ -56,10 +56,10 @@ from pathlib import Path
 from storage import file_names
 from storage.clock import SYSTEM_CLOCK, Clock
 from storage.errors import KafkaStorageError, StorageError
-from storage.logdir import clean_shutdown
-from storage.logdir.checkpoint_file import OffsetCheckpointFile
-from storage.logdir.log_dir_lock import LogDirLock
-from storage.logdir.meta_properties import (
+from storage.files import clean_shutdown
+from storage.files.checkpoint_file import OffsetCheckpointFile
+from storage.files.log_dir_lock import LogDirLock
+from storage.files.meta_properties import (
     MetaProperties,
     new_directory_id,
     read_meta_properties,

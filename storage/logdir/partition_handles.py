@@ -23,15 +23,10 @@ from pathlib import Path
 from typing import Protocol, TypeVar
 
 from storage.clock import Clock
-from storage.compaction.cleaner import (
-    CleanedLog,
-    CleanResult,
-    LogSnapshot,
-    changed_since,
-    snapshot_for_cleaning,
-    swap_cleaned,
-)
+from storage.compaction.clean_result import CleanedLog, CleanResult
+from storage.compaction.cleaned_swap import changed_since, swap_cleaned
 from storage.compaction.cleaner_manager import CleanablePartition, LogToClean, log_to_clean
+from storage.compaction.log_snapshot import LogSnapshot, snapshot_for_cleaning
 from storage.config.log_config import LogConfig
 from storage.errors import StorageError
 from storage.partition.log import Log
@@ -77,7 +72,7 @@ def partition_state(log: Log) -> PartitionState:
 
 
 def swap_and_retain(log: Log, cleaned: CleanedLog) -> CleanResult:
-    """The owner's end of a compaction pass (`cleaner.swap_cleaned`), then retention for a `compact,delete` log,
+    """The owner's end of a compaction pass (`cleaned_swap.swap_cleaned`), then retention for a `compact,delete` log,
     as after a Kafka cleaner pass."""
     result = swap_cleaned(log, cleaned)
     with log.lock:

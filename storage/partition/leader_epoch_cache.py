@@ -31,7 +31,7 @@ from pathlib import Path
 
 from storage import file_names
 from storage.errors import CorruptCheckpointError, InvalidRequestError
-from storage.logdir.checkpoint_file import EpochEntry, LeaderEpochCheckpointFile
+from storage.files.checkpoint_file import EpochEntry, LeaderEpochCheckpointFile
 
 logger = logging.getLogger(__name__)
 

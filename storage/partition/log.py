@@ -25,7 +25,6 @@ so a crash while the log is open always counts as unclean and triggers recovery 
 
 from __future__ import annotations
 
-import bisect
 import concurrent.futures
 import logging
 import threading
@@ -38,7 +37,6 @@ from storage.arguments import is_int
 from storage.clock import SYSTEM_CLOCK, Clock
 from storage.config.log_config import LogConfig
 from storage.errors import (
-    InvalidRecordError,
     InvalidRequestError,
     KafkaStorageError,
     LogClosedError,
@@ -48,29 +46,36 @@ from storage.errors import (
     StorageError,
 )
 from storage.file_io import fsync_dir
-from storage.logdir import clean_shutdown
-from storage.logdir.checkpoint_file import EpochEntry
-from storage.logdir.log_dir_lock import LogDirLock
+from storage.files import clean_shutdown
+from storage.files.checkpoint_file import EpochEntry
 from storage.partition import retention
-from storage.partition.leader_epoch_cache import LeaderEpochCache
-from storage.partition.log_loader import DroppedBytes, LogLoader, batches_until_invalid, new_segment
-from storage.partition.log_validator import BatchInfo, validate_client_records
+from storage.partition.log_append import (
+    assign_offsets,
+    batch_metadata,
+    check_follower_offsets,
+    parse_follower_batches,
+    stamp_batches,
+)
+from storage.partition.log_loader import OpenedLog, load_producer_state, new_segment, open_log_folder
+from storage.partition.log_read import (
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    MAX_TIMESTAMP,
+    offset_by_timestamp,
+    offset_metadata,
+    read_segments,
+)
+from storage.partition.log_validator import validate_client_records
 from storage.partition.producer_state import (
     PRODUCER_ID_EXPIRATION_MS,
-    SEQUENCE_MODULUS,
-    BatchMetadata,
-    ProducerStateManager,
 )
 from storage.records.file_records import TimestampAndOffset, iter_any_batches
 from storage.records.legacy_records import LegacyRecord
 from storage.records.record_batch import (
-    MAGIC_OFFSET,
     NO_TIMESTAMP,
     Record,
-    RecordBatch,
-    set_base_offset_and_epoch,
-    set_log_append_time,
 )
+from storage.segment.delayed_deletes import DelayedDeletes
 from storage.segment.log_segment import (
     FetchDataInfo,
     LogOffsetMetadata,
@@ -78,17 +83,12 @@ from storage.segment.log_segment import (
     RollParams,
     SegmentDeletedError,
 )
-from storage.segment.log_segments import LogSegments
 
 logger = logging.getLogger(__name__)
 
-EARLIEST_TIMESTAMP = -2
-LATEST_TIMESTAMP = -1
-MAX_TIMESTAMP = -3
 DEFAULT_FETCH_MAX_BYTES = 1024 * 1024  # Kafka's max.partition.fetch.bytes
 # The epoch stamped on the batches of a log no leader epoch has written yet (Kafka's first leader's epoch).
 LEADER_EPOCH = 0
-OFFSET_AND_EPOCH_BYTES = MAGIC_OFFSET  # baseOffset, batchLength, partitionLeaderEpoch: what offset assignment edits
 # Lock-free read attempts before one under the writer lock: a segment deleted between choosing it and reading it
 # (retention with file.delete.delay.ms 0) costs one retry on the current segments; two in a row do not happen.
 LOCK_FREE_READ_ATTEMPTS = 2
@@ -125,57 +125,35 @@ def _flusher() -> concurrent.futures.ThreadPoolExecutor:
         return _FLUSHER
 
 
-def _relearn_epochs(segments: LogSegments, leader_epochs: LeaderEpochCache) -> None:
-    """Rebuilds a damaged leader-epoch checkpoint from the epochs stamped on the log's batches, oldest first; a
-    segment's walk stops where its bytes stop forming batches (the loader has cut what recovery found)."""
-    for segment in segments:
-        for batch in batches_until_invalid(segment):
-            if isinstance(batch, RecordBatch):
-                leader_epochs.note_recovered_batch(batch.partition_leader_epoch, batch.base_offset)
-
-
 class Log:
     """One partition's log in its own folder. Appends, rolls and truncation are serialised by a lock."""
 
-    def __init__(
-        self,
-        directory: Path,
-        config: LogConfig,
-        clock: Clock,
-        segments: LogSegments,
-        *,
-        log_start_offset: int,
-        recovery_point: int,
-        log_end_offset: int,
-        folder_lock: LogDirLock | None,
-        dropped: list[DroppedBytes],
-        producer_state: ProducerStateManager,
-        leader_epochs: LeaderEpochCache,
-    ) -> None:
-        self.directory = directory
+    def __init__(self, opened: OpenedLog, config: LogConfig, clock: Clock) -> None:
+        """Use `Log.open`, which loads (and recovers) the folder first."""
+        self.directory = opened.directory
         self._config = config
         self._clock = clock
-        self._segments = segments
-        self._log_start_offset = log_start_offset
-        self._recovery_point = recovery_point
-        self._folder_lock = folder_lock
-        self._producer_state = producer_state
-        self._leader_epochs = leader_epochs
+        self._segments = opened.segments
+        self._log_start_offset = opened.log_start_offset
+        self._recovery_point = opened.recovery_point
+        self._folder_lock = opened.folder_lock
+        self._producer_state = opened.producer_state
+        self._leader_epochs = opened.leader_epochs
         self._lock = threading.RLock()
         self._closed = False
-        self._pending_deletes: list[tuple[int, LogSegment]] = []
+        self._delayed_deletes = DelayedDeletes()
         self._last_flush_ms = clock.milliseconds()
         self._background_flushes: list[concurrent.futures.Future[None]] = []
         # Bumped by every truncation, so a background flush started before one does not move the recovery point.
         self._truncations = 0
         # An I/O error of a background flush, raised by the next append or flush.
         self._flush_error: KafkaStorageError | None = None
-        active = segments.active
-        self._end_offset_metadata = LogOffsetMetadata(log_end_offset, active.base_offset, active.size)
-        self._high_watermark = log_end_offset
+        active = self._segments.active
+        self._end_offset_metadata = LogOffsetMetadata(opened.log_end_offset, active.base_offset, active.size)
+        self._high_watermark = opened.log_end_offset
         # False: the high watermark follows every append (the only replica). True: replication moves it.
         self._replicated = False
-        self.dropped_on_open = tuple(dropped)
+        self.dropped_on_open = tuple(opened.dropped)
 
     # --- opening ---------------------------------------------------------------------------------
 
@@ -202,61 +180,17 @@ class Log:
         `producer_id_expiration_ms` is the broker's `producer.id.expiration.ms`: producers idle that long are
         dropped from the loaded state and by `remove_expired_producers`.
         """
-        path = Path(directory)
         config = config or LogConfig()
-        standalone = had_clean_shutdown is None
-        folder_lock = None
-        try:
-            path.mkdir(parents=True, exist_ok=True)
-            if standalone:
-                crashed_while_open = (path / file_names.LOCK_FILE).exists()
-                folder_lock = LogDirLock(path)
-                had_clean_shutdown = clean_shutdown.delete_clean_shutdown_marker(path) or (
-                    not crashed_while_open and clean_shutdown.has_clean_shutdown_marker(path.parent)
-                )
-        except OSError as exc:
-            raise KafkaStorageError(f"cannot open log folder: {exc}", path=path) from exc
-        try:
-            leader_epochs, damaged_epochs = LeaderEpochCache.load(path)
-            loaded = LogLoader(
-                path,
-                config,
-                clock,
-                had_clean_shutdown=bool(had_clean_shutdown),
-                recovery_point=recovery_point,
-                log_start_offset_checkpoint=log_start_offset,
-                leader_epochs=leader_epochs,
-            ).load()
-            if damaged_epochs:
-                _relearn_epochs(loaded.segments, leader_epochs)
-            # As Kafka's loader: drop the entries past the recovered end (a leader records its epoch at the log end
-            # when elected, and a crash can cut what came after) and before the checkpointed log start.
-            leader_epochs.truncate_from_end(loaded.log_end_offset)
-            leader_epochs.truncate_from_start(log_start_offset)
-        except BaseException:
-            if folder_lock is not None:
-                folder_lock.release()
-            raise
-        return cls(
-            path,
+        opened = open_log_folder(
+            Path(directory),
             config,
             clock,
-            loaded.segments,
-            log_start_offset=loaded.log_start_offset,
-            recovery_point=loaded.recovery_point,
-            log_end_offset=loaded.log_end_offset,
-            folder_lock=folder_lock,
-            dropped=loaded.dropped,
-            producer_state=load_producer_state(
-                path,
-                loaded.segments,
-                loaded.log_end_offset,
-                bool(had_clean_shutdown),
-                clock.milliseconds(),
-                producer_id_expiration_ms,
-            ),
-            leader_epochs=leader_epochs,
+            recovery_point=recovery_point,
+            log_start_offset=log_start_offset,
+            had_clean_shutdown=had_clean_shutdown,
+            producer_id_expiration_ms=producer_id_expiration_ms,
         )
+        return cls(opened, config, clock)
 
     # --- state -----------------------------------------------------------------------------------
 
@@ -382,26 +316,12 @@ class Log:
         validated = validate_client_records(batches, self._config, now_ms)
         with self._lock:
             self._check_open()
-            self._delete_due_files(now_ms)
+            self._delayed_deletes.delete_due(now_ms)
             log_append_time = now_ms if self._config.message_timestamp_type == "LogAppendTime" else NO_TIMESTAMP
             epoch = self.leader_epoch
             pending = self._producer_state.begin_append()
-            next_offset = self.log_end_offset
-            kept: list[tuple[BatchInfo, BatchMetadata, bytes | memoryview]] = []
-            batch_offsets: list[tuple[int, int]] = []
-            for info, part in zip(validated.batches, validated.parts, strict=True):
-                last = next_offset + info.last_offset_delta
-                batch_max = info.max_timestamp if log_append_time == NO_TIMESTAMP else log_append_time
-                last_sequence = (info.base_sequence + info.last_offset_delta) % SEQUENCE_MODULUS
-                metadata = BatchMetadata(info.base_sequence, last_sequence, next_offset, last, batch_max)
-                if info.producer_id >= 0:
-                    duplicate = pending.append(info.producer_id, info.producer_epoch, metadata)
-                    if duplicate is not None:
-                        batch_offsets.append((duplicate.first_offset, duplicate.last_offset))
-                        continue
-                kept.append((info, metadata, part))
-                batch_offsets.append((next_offset, last))
-                next_offset = last + 1
+            assigned = assign_offsets(validated, pending, self.log_end_offset, log_append_time)
+            kept, batch_offsets = assigned.batches, assigned.batch_offsets
             if not kept:
                 return LogAppendInfo(
                     batch_offsets[0][0],
@@ -413,37 +333,21 @@ class Log:
                     0,
                     0,
                     0,
-                    tuple(batch_offsets),
+                    batch_offsets,
                     duplicate=True,
                 )
-            self._leader_epochs.assign(epoch, kept[0][1].first_offset)
-            # The client's bytes are written as they are, after a rewritten copy of their first 16 bytes
-            # (baseOffset and leader epoch, outside the CRC): a 1 MB batch is never copied in memory.
-            pieces: list[bytes | bytearray | memoryview] = []
-            max_timestamp = NO_TIMESTAMP
-            offset_of_max_timestamp = -1
-            for info, metadata, part in kept:
-                if log_append_time != NO_TIMESTAMP:
-                    whole = bytearray(part)
-                    set_base_offset_and_epoch(whole, 0, metadata.first_offset, epoch)
-                    set_log_append_time(whole, 0, info.size, log_append_time)
-                    pieces.append(whole)
-                else:
-                    head = bytearray(part[:OFFSET_AND_EPOCH_BYTES])
-                    set_base_offset_and_epoch(head, 0, metadata.first_offset, epoch)
-                    pieces += [head, part[OFFSET_AND_EPOCH_BYTES:]]
-                if metadata.timestamp > max_timestamp:
-                    max_timestamp, offset_of_max_timestamp = metadata.timestamp, metadata.last_offset
+            self._leader_epochs.assign(epoch, kept[0].metadata.first_offset)
+            stamped = stamp_batches(kept, epoch, log_append_time)
             appended = self._append_assigned(
-                pieces,
-                kept[0][1].first_offset,
-                kept[-1][1].last_offset,
-                max_timestamp,
-                offset_of_max_timestamp,
+                stamped.pieces,
+                kept[0].metadata.first_offset,
+                kept[-1].metadata.last_offset,
+                stamped.max_timestamp,
+                stamped.offset_of_max_timestamp,
                 log_append_time,
-                sum(batch.records_count for batch, _, _ in kept),
+                sum(batch.info.records_count for batch in kept),
                 len(kept),
-                tuple(batch_offsets),
+                batch_offsets,
             )
             pending.commit()
             return appended
@@ -455,24 +359,10 @@ class Log:
         is not (Kafka's follower path).
         """
         data = bytes(batches)
-        parsed: list[RecordBatch] = []
-        for batch in iter_any_batches(data):
-            if not isinstance(batch, RecordBatch):
-                raise InvalidRecordError("only magic 2 batches can be appended")
-            batch.ensure_valid()
-            parsed.append(batch)
-        if not parsed or sum(batch.size_in_bytes for batch in parsed) != len(data):
-            raise InvalidRecordError("follower append must be whole v2 batches")
+        parsed = parse_follower_batches(data)
         with self._lock:
             self._check_open()
-            previous = self.log_end_offset - 1
-            for batch in parsed:
-                if batch.base_offset <= previous:
-                    raise InvalidRecordError(
-                        f"out of order offsets: batch {batch.base_offset} after offset {previous}",
-                        offset=batch.base_offset,
-                    )
-                previous = batch.last_offset
+            check_follower_offsets(parsed, self.log_end_offset)
             best = max(parsed, key=lambda batch: batch.max_timestamp)
             info = self._append_assigned(
                 [data],
@@ -489,17 +379,7 @@ class Log:
                 if batch.partition_leader_epoch >= 0:
                     self._leader_epochs.assign(batch.partition_leader_epoch, batch.base_offset)
                 if batch.producer_id >= 0 and not batch.is_control:
-                    self._producer_state.update(
-                        batch.producer_id,
-                        batch.producer_epoch,
-                        BatchMetadata(
-                            batch.base_sequence,
-                            batch.last_sequence,
-                            batch.base_offset,
-                            batch.last_offset,
-                            batch.max_timestamp,
-                        ),
-                    )
+                    self._producer_state.update(batch.producer_id, batch.producer_epoch, batch_metadata(batch))
             return info
 
     def _append_assigned(
@@ -693,28 +573,8 @@ class Log:
         if isolation == "log_end":
             upper = end_metadata
         else:
-            upper = self._offset_metadata(min(self._high_watermark, end_metadata.message_offset), segments)
-        if offset >= upper.message_offset:
-            return FetchDataInfo(LogOffsetMetadata(offset, upper.segment_base_offset, upper.relative_position), b"")
-        floor = _floor_index(segments, offset)
-        for segment in segments[floor:] if floor >= 0 else ():
-            max_position = upper.relative_position if segment.base_offset == upper.segment_base_offset else None
-            fetch = segment.read(offset, max_bytes, max_position, min_one_message)
-            if fetch is not None:
-                return fetch
-            if segment.base_offset == upper.segment_base_offset:
-                break
-        return FetchDataInfo(end_metadata, b"")
-
-    def _offset_metadata(self, offset: int, segments: tuple[LogSegment, ...]) -> LogOffsetMetadata:
-        if offset == self.log_end_offset:
-            return self._end_offset_metadata
-        index = _floor_index(segments, offset)
-        if index < 0:
-            return LogOffsetMetadata(offset, segments[0].base_offset, 0)
-        segment = segments[index]
-        mapping = segment.translate_offset(offset)
-        return LogOffsetMetadata(offset, segment.base_offset, mapping.position if mapping else segment.size)
+            upper = offset_metadata(segments, min(self._high_watermark, end_metadata.message_offset), end_metadata)
+        return read_segments(segments, offset, max_bytes, min_one_message, upper, end_metadata)
 
     def records(
         self, start_offset: int | None = None, end_offset: int | None = None
@@ -768,30 +628,7 @@ class Log:
 
     def _offset_by_timestamp_once(self, timestamp_ms: int) -> TimestampAndOffset | None:
         """`fetch_offset_by_timestamp` on a snapshot of the segments; `SegmentDeletedError` as in `_read_once`."""
-        segments = self._segments.snapshot()
-        if timestamp_ms == MAX_TIMESTAMP:
-            return self._max_timestamp_offset(segments)
-        for segment in segments:
-            if segment.size == 0 or segment.largest_timestamp < timestamp_ms:
-                continue
-            found = segment.find_offset_by_timestamp(timestamp_ms, self._log_start_offset)
-            if found is not None:
-                return found
-        return None
-
-    def _max_timestamp_offset(self, segments: tuple[LogSegment, ...]) -> TimestampAndOffset | None:
-        candidates = [segment for segment in segments if segment.size > 0]
-        if not candidates:
-            return None
-        best = max(candidates, key=lambda segment: segment.max_timestamp_so_far)
-        target = best.max_timestamp_so_far
-        position = best.offset_index.lookup(best.max_timestamp_and_offset.offset).position
-        for batch in best.log.batches(0 if target < 0 else position):
-            if batch.max_timestamp == target:
-                for record in batch.records():
-                    if record.timestamp == target:
-                        return TimestampAndOffset(target, record.offset, getattr(batch, "partition_leader_epoch", None))
-        return TimestampAndOffset(target, best.max_timestamp_and_offset.offset)
+        return offset_by_timestamp(self._segments.snapshot(), timestamp_ms, self._log_start_offset)
 
     # --- truncation ------------------------------------------------------------------------------
 
@@ -861,26 +698,12 @@ class Log:
 
     def _schedule_delete(self, segment: LogSegment) -> None:
         """Renames the segment's files to `.deleted`; they are unlinked after `file.delete.delay.ms`."""
-        segment.change_file_suffixes(segment.suffix, file_names.DELETED_SUFFIX)
-        due = self._clock.milliseconds() + self._config.file_delete_delay_ms
-        self._pending_deletes.append((due, segment))
-        if self._config.file_delete_delay_ms == 0:
-            self._delete_due_files(self._clock.milliseconds())
-
-    def _delete_due_files(self, now_ms: int) -> None:
-        remaining = []
-        for due, segment in self._pending_deletes:
-            if due <= now_ms:
-                segment.delete_files()
-            else:
-                remaining.append((due, segment))
-        self._pending_deletes = remaining
+        self._delayed_deletes.schedule(segment, self._clock.milliseconds(), self._config.file_delete_delay_ms)
 
     def delete_due_files(self) -> int:
         """Unlinks `.deleted` files whose delay has passed; returns how many segments are still pending."""
         with self._lock:
-            self._delete_due_files(self._clock.milliseconds())
-            return len(self._pending_deletes)
+            return self._delayed_deletes.delete_due(self._clock.milliseconds())
 
     # --- retention -----------------------------------------------------------------------------
 
@@ -993,7 +816,7 @@ class Log:
                 self._producer_state.write_snapshot(self.log_end_offset)
             for segment in self._segments:
                 segment.close()
-            for _, segment in self._pending_deletes:
+            for segment in self._delayed_deletes.segments:
                 segment.close_handlers()
             self._closed = True
             if self._folder_lock is not None:
@@ -1007,7 +830,7 @@ class Log:
         disk refusing an index trim) is logged and the other segments are still closed."""
         with self._lock:
             self._closed = True
-            for segment in [*self._segments, *(segment for _, segment in self._pending_deletes)]:
+            for segment in [*self._segments, *self._delayed_deletes.segments]:
                 try:
                     segment.close_handlers()
                 except (StorageError, OSError) as exc:
@@ -1032,58 +855,7 @@ class Log:
         )
 
 
-def _floor_index(segments: tuple[LogSegment, ...], offset: int) -> int:
-    """Index of the segment with the greatest base offset <= `offset` in a snapshot; -1 if none. A binary search
-    on the snapshot itself: building a `LogSegments` over it costs O(segments), ~40 us a read at 1,000."""
-    return bisect.bisect_right(segments, offset, key=_base_offset) - 1
-
-
-def _base_offset(segment: LogSegment) -> int:
-    return segment.base_offset
-
-
-def load_producer_state(
-    directory: Path,
-    segments: LogSegments,
-    log_end_offset: int,
-    had_clean_shutdown: bool,
-    now_ms: int,
-    producer_id_expiration_ms: int,
-) -> ProducerStateManager:
-    """Idempotent-producer state as of `log_end_offset`: the newest snapshot at or below it, without the
-    producers expired at `now_ms`, then the producer batches after it replayed from the segments (batch
-    headers only).
-
-    As in Kafka, a cleanly shut down log without any snapshot is not replayed (it had no producer
-    state to keep); snapshots above the log end are stale and removed.
-    """
-    state = ProducerStateManager(directory, producer_id_expiration_ms)
-    state.delete_snapshots_above(log_end_offset)
-    if had_clean_shutdown and not state.snapshot_offsets():
-        return state
-    start = state.load_latest_snapshot(log_end_offset, now_ms)
-    start = 0 if start is None else start
-    for segment in segments.from_floor(start):
-        position = segment.offset_index.lookup(start).position if segment.base_offset <= start else 0
-        for batch in segment.log.batches(position):
-            if batch.last_offset < start or not isinstance(batch, RecordBatch) or batch.producer_id < 0:
-                continue
-            if batch.is_control or batch.last_offset >= log_end_offset:
-                continue
-            state.update(
-                batch.producer_id,
-                batch.producer_epoch,
-                BatchMetadata(
-                    batch.base_sequence, batch.last_sequence, batch.base_offset, batch.last_offset, batch.max_timestamp
-                ),
-            )
-    return state
-
-
 __all__ = [
-    "EARLIEST_TIMESTAMP",
-    "LATEST_TIMESTAMP",
-    "MAX_TIMESTAMP",
     "FetchDataInfo",
     "Log",
     "LogAppendInfo",

@@ -25,6 +25,10 @@ What happens on open, in order (Kafka's `LogLoader.load`):
    checkpointed log start offset, everything is deleted and the log restarts there.
 
 After a clean shutdown no segment is read: indexes below the recovery point are trusted.
+
+Then the log's state beside its segments is rebuilt: the producer state from the newest snapshot and the batches
+after it (`load_producer_state`), and a damaged leader-epoch checkpoint from the epochs on the batches
+(`relearn_epochs`).
 """
 
 from __future__ import annotations
@@ -48,8 +52,12 @@ from storage.errors import (
     LogSegmentOffsetOverflowError,
 )
 from storage.file_io import fsync_dir
+from storage.files import clean_shutdown
+from storage.files.log_dir_lock import LogDirLock
 from storage.partition.leader_epoch_cache import LeaderEpochCache
+from storage.partition.producer_state import BatchMetadata, ProducerStateManager
 from storage.records.file_records import AnyBatch
+from storage.records.record_batch import RecordBatch
 from storage.segment.log_segment import LogSegment
 from storage.segment.log_segments import LogSegments
 
@@ -85,6 +93,87 @@ class LoadedLog:
     log_end_offset: int
     recovered_segments: int = 0
     dropped: list[DroppedBytes] = field(default_factory=list)
+
+
+@dataclass
+class OpenedLog:
+    """A partition folder opened and loaded: what a `Log` starts from. `folder_lock` is held for a standalone log."""
+
+    directory: Path
+    segments: LogSegments
+    log_start_offset: int
+    recovery_point: int
+    log_end_offset: int
+    folder_lock: LogDirLock | None
+    dropped: list[DroppedBytes]
+    producer_state: ProducerStateManager
+    leader_epochs: LeaderEpochCache
+
+
+def open_log_folder(
+    path: Path,
+    config: LogConfig,
+    clock: Clock,
+    *,
+    recovery_point: int,
+    log_start_offset: int,
+    had_clean_shutdown: bool | None,
+    producer_id_expiration_ms: int,
+) -> OpenedLog:
+    """Creates the folder if missing, loads it (`LogLoader`), then its leader epochs and producer state; see
+    `Log.open` for the standalone case (`had_clean_shutdown=None`). Nothing is left locked when it raises."""
+    standalone = had_clean_shutdown is None
+    folder_lock = None
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        if standalone:
+            crashed_while_open = (path / file_names.LOCK_FILE).exists()
+            folder_lock = LogDirLock(path)
+            had_clean_shutdown = clean_shutdown.delete_clean_shutdown_marker(path) or (
+                not crashed_while_open and clean_shutdown.has_clean_shutdown_marker(path.parent)
+            )
+    except OSError as exc:
+        raise KafkaStorageError(f"cannot open log folder: {exc}", path=path) from exc
+    try:
+        leader_epochs, damaged_epochs = LeaderEpochCache.load(path)
+        loaded = LogLoader(
+            path,
+            config,
+            clock,
+            had_clean_shutdown=bool(had_clean_shutdown),
+            recovery_point=recovery_point,
+            log_start_offset_checkpoint=log_start_offset,
+            leader_epochs=leader_epochs,
+        ).load()
+        if damaged_epochs:
+            relearn_epochs(loaded.segments, leader_epochs)
+        # As Kafka's loader: drop the entries past the recovered end (a leader records its epoch at the log end
+        # when elected, and a crash can cut what came after) and before the checkpointed log start.
+        leader_epochs.truncate_from_end(loaded.log_end_offset)
+        leader_epochs.truncate_from_start(log_start_offset)
+    except BaseException:
+        if folder_lock is not None:
+            folder_lock.release()
+        raise
+    producer_state = load_producer_state(
+        path,
+        loaded.segments,
+        loaded.log_end_offset,
+        bool(had_clean_shutdown),
+        clock.milliseconds(),
+        producer_id_expiration_ms,
+    )
+    return OpenedLog(
+        path,
+        loaded.segments,
+        loaded.log_start_offset,
+        loaded.recovery_point,
+        loaded.log_end_offset,
+        folder_lock,
+        loaded.dropped,
+        producer_state,
+        leader_epochs,
+    )
 
 
 def new_segment(
@@ -431,3 +520,50 @@ def batches_until_invalid(segment: LogSegment) -> Iterator[AnyBatch]:
         yield from segment.log.batches(0)
     except CorruptRecordError:
         return
+
+
+def relearn_epochs(segments: LogSegments, leader_epochs: LeaderEpochCache) -> None:
+    """Rebuilds a damaged leader-epoch checkpoint from the epochs stamped on the log's batches, oldest first; a
+    segment's walk stops where its bytes stop forming batches (the loader has cut what recovery found)."""
+    for segment in segments:
+        for batch in batches_until_invalid(segment):
+            if isinstance(batch, RecordBatch):
+                leader_epochs.note_recovered_batch(batch.partition_leader_epoch, batch.base_offset)
+
+
+def load_producer_state(
+    directory: Path,
+    segments: LogSegments,
+    log_end_offset: int,
+    had_clean_shutdown: bool,
+    now_ms: int,
+    producer_id_expiration_ms: int,
+) -> ProducerStateManager:
+    """Idempotent-producer state as of `log_end_offset`: the newest snapshot at or below it, without the
+    producers expired at `now_ms`, then the producer batches after it replayed from the segments (batch
+    headers only).
+
+    As in Kafka, a cleanly shut down log without any snapshot is not replayed (it had no producer
+    state to keep); snapshots above the log end are stale and removed.
+    """
+    state = ProducerStateManager(directory, producer_id_expiration_ms)
+    state.delete_snapshots_above(log_end_offset)
+    if had_clean_shutdown and not state.snapshot_offsets():
+        return state
+    start = state.load_latest_snapshot(log_end_offset, now_ms)
+    start = 0 if start is None else start
+    for segment in segments.from_floor(start):
+        position = segment.offset_index.lookup(start).position if segment.base_offset <= start else 0
+        for batch in segment.log.batches(position):
+            if batch.last_offset < start or not isinstance(batch, RecordBatch) or batch.producer_id < 0:
+                continue
+            if batch.is_control or batch.last_offset >= log_end_offset:
+                continue
+            state.update(
+                batch.producer_id,
+                batch.producer_epoch,
+                BatchMetadata(
+                    batch.base_sequence, batch.last_sequence, batch.base_offset, batch.last_offset, batch.max_timestamp
+                ),
+            )
+    return state

@@ -40,6 +40,8 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import skip_or_fail
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 README = REPO_ROOT / "README.md"
 DOCUMENTS = [README, REPO_ROOT / "CONTRIBUTING.md", *sorted((REPO_ROOT / "docs").glob("*.md"))]
@@ -305,10 +307,10 @@ def free_head_port() -> Iterator[None]:
     from cluster.runtime import RAY_HEAD_PORT, stop_head
 
     if state_file().exists():
-        pytest.skip(f"a `raybroker start` state file exists ({state_file()}): a real head may be running")
+        skip_or_fail(f"a `raybroker start` state file exists ({state_file()}): a real head may be running")
     with socket.socket() as sock:
         if sock.connect_ex(("127.0.0.1", RAY_HEAD_PORT)) == 0:
-            pytest.skip(f"port {RAY_HEAD_PORT} is taken: another Ray head runs on this machine")
+            skip_or_fail(f"port {RAY_HEAD_PORT} is taken: another Ray head runs on this machine")
     yield
     state = read_state()
     if state is not None and state.started_head:
@@ -383,7 +385,7 @@ def kafka_listener(start_test_broker: Callable[..., tuple[Any, list[Path]]]) -> 
 
     with socket.socket() as sock:
         if sock.connect_ex((KAFKA_EXAMPLE_HOST, KAFKA_EXAMPLE_PORT)) == 0:
-            pytest.skip(f"port {KAFKA_EXAMPLE_PORT} is taken by another program")
+            skip_or_fail(f"port {KAFKA_EXAMPLE_PORT} is taken by another program")
     start_test_broker(log_dirs_count=1)
     with start_listener({"listeners": f"PLAINTEXT://{KAFKA_EXAMPLE_HOST}:{KAFKA_EXAMPLE_PORT}"}):
         yield

@@ -42,7 +42,7 @@ from storage.clock import MockClock
 from storage.compaction.cleaner_manager import CleanerManager
 from storage.config.log_config import LogConfig
 from storage.errors import CorruptIndexError, CorruptRecordError, RaybrokerError
-from storage.logdir.checkpoint_file import OffsetCheckpointFile
+from storage.files.checkpoint_file import OffsetCheckpointFile
 from storage.logdir.log_manager import LogManager
 from storage.partition.log import Log
 from storage.partition.log_loader import DroppedBytes

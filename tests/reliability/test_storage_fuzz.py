@@ -34,8 +34,8 @@ from kafka.record.legacy_records import LegacyRecordBatchBuilder
 
 from storage.config.log_config import LogConfig
 from storage.errors import RaybrokerError
-from storage.logdir.checkpoint_file import OFFSET_ENTRY_FORMATTER, parse_checkpoint_text
-from storage.logdir.meta_properties import read_meta_properties
+from storage.files.checkpoint_file import OFFSET_ENTRY_FORMATTER, parse_checkpoint_text
+from storage.files.meta_properties import read_meta_properties
 from storage.partition.log import Log
 from storage.records.compression import CompressionType, compress, decompress
 from storage.records.file_records import FileRecords, iter_any_batches

@@ -37,7 +37,7 @@ from pathlib import Path
 import pytest
 
 from storage import file_names
-from storage.logdir.checkpoint_file import OffsetCheckpointFile
+from storage.files.checkpoint_file import OffsetCheckpointFile
 from storage.logdir.log_manager import LogManager
 from storage.partition.log import Log
 from storage.records.record_batch import RecordBatchBuilder

@@ -89,7 +89,7 @@ def partition_folders(log_dirs: list[Path], topic: str) -> dict[int, Path]:
 
 
 def read_checkpoint_text(path: Path) -> dict[tuple[str, int], int]:
-    """Kafka's offset checkpoint text, parsed independently of `storage.logdir.checkpoint_file`."""
+    """Kafka's offset checkpoint text, parsed independently of `storage.files.checkpoint_file`."""
     lines = path.read_text(encoding="utf-8").split("\n")
     assert lines[-1] == "", f"{path} does not end with a newline"
     assert lines[0] == "0", f"{path}: version line {lines[0]!r}"

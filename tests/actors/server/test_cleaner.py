@@ -16,7 +16,7 @@ from actors.calls import call, get_actor
 from actors.clients.broker import Broker
 from actors.options import cleaner_name
 from storage import file_names
-from storage.logdir.checkpoint_file import OffsetCheckpointFile
+from storage.files.checkpoint_file import OffsetCheckpointFile
 from tests.actors.support import now_ms, wait_for
 from tests.storage.builders import Rec, as_recs, batch_bytes, kafka_decode
 

@@ -19,8 +19,8 @@ from actors.calls import call
 from actors.clients.broker import Broker
 from storage import file_names
 from storage.errors import BrokerNotAvailableError, LogDirLockedError, OffsetOutOfRangeError, RequestTimedOutError
-from storage.logdir.checkpoint_file import OffsetCheckpointFile
-from storage.logdir.log_dir_lock import LogDirLock
+from storage.files.checkpoint_file import OffsetCheckpointFile
+from storage.files.log_dir_lock import LogDirLock
 from tests.actors.support import manager, now_ms, wait_for
 from tests.storage.builders import Rec, as_recs, batch_bytes, kafka_decode
 

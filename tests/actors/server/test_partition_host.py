@@ -24,7 +24,7 @@ from storage.errors import (
     OffsetOutOfRangeError,
     RequestTimedOutError,
 )
-from storage.logdir.checkpoint_file import OffsetCheckpointFile
+from storage.files.checkpoint_file import OffsetCheckpointFile
 from storage.records.record_batch import CRC_OFFSET
 from tests.actors.support import append_channel_connections, manager, now_ms, wait_for
 from tests.storage.builders import Rec, as_recs, batch_bytes, kafka_decode

@@ -24,10 +24,10 @@ from storage.errors import (
     OffsetOutOfRangeError,
     StorageError,
 )
-from storage.logdir.checkpoint_file import OffsetCheckpointFile
-from storage.logdir.log_dir_lock import LogDirLock
+from storage.files.checkpoint_file import OffsetCheckpointFile
+from storage.files.log_dir_lock import LogDirLock
 from storage.logdir.log_dirs import checkpointed_offsets
-from storage.partition.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from storage.partition.log_read import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from storage.records.record_batch import (
     CRC_OFFSET,
     MAGIC_OFFSET,

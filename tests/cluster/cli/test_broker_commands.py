@@ -14,6 +14,7 @@ import os
 import re
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -30,6 +31,7 @@ from cluster.cli.main import EXIT_DATA_ERROR, EXIT_INTERRUPTED, EXIT_OK, EXIT_US
 from cluster.head_state import HeadState, read_state, state_file
 from cluster.runtime import RAY_HEAD_PORT, stop_head
 from storage.records.record_batch import TimestampType
+from tests.conftest import skip_or_fail
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 BROKER_COMMANDS = ("start", "stop", "topics", "produce", "consume", "get-offsets", "delete-records")
@@ -161,6 +163,22 @@ def test_no_cluster_fails_fast_with_one_line_in_a_subprocess() -> None:
     assert result.stdout == ""
     assert "no Ray cluster at 127.0.0.1:" in one_error_line(result.stderr)
     assert elapsed_s < 10
+
+
+def test_auth_token_creates_an_owner_only_token_in_a_fresh_home_and_keeps_it(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    unset = {"RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"}
+    env = {key: value for key, value in os.environ.items() if key not in unset} | {"HOME": str(home)}
+    first = run_cli("auth-token", env=env)
+    token = home / ".ray" / "auth_token"
+    assert (first.returncode, first.stderr) == (EXIT_OK, "")
+    assert first.stdout == f"Ray's auth token: {token} (readable by its owner only)\n"
+    assert stat.S_IMODE(token.stat().st_mode) == 0o600
+    created = token.read_text(encoding="ascii")
+    again = run_cli("auth-token", env=env)
+    assert (again.returncode, again.stdout) == (EXIT_OK, first.stdout)
+    assert token.read_text(encoding="ascii") == created
 
 
 def run_cli_in(state_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -597,10 +615,13 @@ def test_start_refuses_a_bad_config_before_starting_anything(
     assert "num.partitions" in one_error_line(err)
 
 
-def run_cli(*args: str, stdin: str | None = None, timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    *args: str, stdin: str | None = None, timeout_s: float = 120, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "cluster.cli.main", *args],
         cwd=REPO_ROOT,
+        env=env,
         input=stdin,
         capture_output=True,
         text=True,
@@ -620,15 +641,21 @@ def session_processes(state: HeadState) -> list[str]:
 
 @pytest.mark.ray
 def test_start_and_stop_a_local_ray_head_in_subprocesses(tmp_path: Path) -> None:
-    """The real lifecycle: `start` runs `ray start --head` and a broker, `stop` shuts both down and leaves no
-    process of that Ray session (other Ray clusters on the machine, like this test session's, keep running).
-    Slow (~20 s) because it is the one test of a real head: `ray start --head`, the broker, and a stop that waits
-    for every process of that session to exit."""
+    """The real lifecycle, as on a machine that never ran Ray (HOME a new empty folder, no token variable): `start`
+    creates Ray's token readable by its owner only, runs `ray start --head` with token authentication and a broker,
+    `stop` shuts both down and leaves no process of that Ray session (other Ray clusters on the machine, like this
+    test session's, keep running). Slow (~20 s) because it is the one test of a real head: `ray start --head`, the
+    broker, and a stop that waits for every process of that session to exit."""
     if state_file().exists():
-        pytest.skip(f"a `raybroker start` state file exists ({state_file()}): a real head may be running")
+        skip_or_fail(f"a `raybroker start` state file exists ({state_file()}): a real head may be running")
     with socket.socket() as sock:
         if sock.connect_ex(("127.0.0.1", RAY_HEAD_PORT)) == 0:
-            pytest.skip(f"port {RAY_HEAD_PORT} is taken: another Ray head runs on this machine")
+            skip_or_fail(f"port {RAY_HEAD_PORT} is taken: another Ray head runs on this machine")
+    home = tmp_path / "home"
+    home.mkdir()
+    unset = {"RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"}
+    fresh = {key: value for key, value in os.environ.items() if key not in unset and not key.startswith("XDG_")}
+    fresh["HOME"] = str(home)
     log_dir = tmp_path / "logs"
     port = free_port()
     overrides = [
@@ -637,19 +664,23 @@ def test_start_and_stop_a_local_ray_head_in_subprocesses(tmp_path: Path) -> None
         "--override",
         f"listeners=PLAINTEXT://127.0.0.1:{port}",
     ]
-    started = run_cli("start", "--log-dirs", str(log_dir), *overrides)
+    started = run_cli("start", "--log-dirs", str(log_dir), *overrides, env=fresh)
     state = read_state()
     try:
         assert started.returncode == EXIT_OK, started.stderr
         assert state is not None and state.started_head
         assert f"Started a local Ray head at {state.address}" in started.stdout
+        assert state.token_auth
+        token = home / ".ray" / "auth_token"
+        assert stat.S_IMODE(token.stat().st_mode) == 0o600
+        assert token.read_text(encoding="ascii") not in started.stdout + started.stderr
         assert f"Kafka clients: bootstrap.servers=127.0.0.1:{port} " in started.stdout
         with socket.socket() as sock:
             assert sock.connect_ex(("127.0.0.1", port)) == 0
-        listed = run_cli("topics", "--list", "--address", state.address)
+        listed = run_cli("topics", "--list", "--address", state.address, env=fresh)
         assert (listed.returncode, listed.stdout) == (EXIT_OK, "__consumer_offsets\n"), listed.stderr
     finally:
-        stopped = run_cli("stop", "--address", state.address) if state is not None else None
+        stopped = run_cli("stop", "--address", state.address, env=fresh) if state is not None else None
         if state is not None and session_processes(state):
             stop_head(state)
     assert stopped is not None

@@ -3,8 +3,8 @@ and the answers compared (record contents and offsets, list-offsets answers, err
 group assignments).
 
 Kafka (`benchmarks.kafka_broker.KafkaBroker`, 3.9 in KRaft mode) starts once per session; the first run fetches
-it from Maven Central into ~/.cache/raybroker. A machine where it cannot be fetched or started skips this module
-with the reason. Both brokers start empty, so the same topic names serve on both.
+it from Maven Central into the download cache (`cluster.downloads`). A machine where it cannot be fetched or
+started skips this module with the reason. Both brokers start empty, so the same topic names serve on both.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import pytest
 
 from benchmarks.kafka_broker import KafkaBroker, KafkaUnavailable
 from cluster.protocol.listener import start_listener
+from tests.conftest import skip_or_fail
 
 pytestmark = [pytest.mark.ray, pytest.mark.kafka]
 
@@ -36,7 +37,7 @@ def kafka() -> Iterator[str]:
     try:
         broker.start()
     except KafkaUnavailable as exc:
-        pytest.skip(f"Apache Kafka is not available here: {exc}")
+        skip_or_fail(f"Apache Kafka is not available here: {exc}")
     try:
         yield broker.bootstrap_servers
     finally:

@@ -23,23 +23,18 @@ import storage.compaction.cleaner as cleaner_module
 from storage import file_names
 from storage.clock import MockClock
 from storage.compaction import batch_columns
-from storage.compaction.cleaner import (
-    PRODUCER_ID_EXPIRATION_MS,
-    CleanedLog,
-    Cleaner,
-    LogSnapshot,
-    SegmentSizes,
-    Throttler,
-    changed_since,
-    group_segments_by_size,
-    snapshot_for_cleaning,
-    swap_cleaned,
-)
+from storage.compaction.clean_result import CleanedLog
+from storage.compaction.cleaned_swap import changed_since, swap_cleaned
+from storage.compaction.cleaner import Cleaner
+from storage.compaction.log_snapshot import LogSnapshot, snapshot_for_cleaning
 from storage.compaction.offset_map import SkimpyOffsetMap
+from storage.compaction.segment_groups import SegmentSizes, group_segments_by_size
+from storage.compaction.throttler import Throttler
 from storage.config.cleaner_config import CleanerConfig
 from storage.config.log_config import LogConfig
 from storage.errors import CorruptRecordError, KafkaStorageError, OffsetOutOfRangeError
 from storage.partition.log import Log
+from storage.partition.producer_state import PRODUCER_ID_EXPIRATION_MS
 from storage.records.compression import CompressionType
 from storage.records.file_records import iter_any_batches
 from storage.records.record_batch import (

@@ -12,12 +12,13 @@ import pytest
 
 from storage import file_names
 from storage.clock import SYSTEM_CLOCK, MockClock
-from storage.compaction.cleaner import CleanedLog, LogSnapshot
+from storage.compaction.clean_result import CleanedLog
 from storage.compaction.cleaner_manager import CleanerManager
 from storage.compaction.cleaner_threads import CleanerThread, LocalCleanerThread
+from storage.compaction.log_snapshot import LogSnapshot
 from storage.config.cleaner_config import CleanerConfig
 from storage.errors import KafkaStorageError
-from storage.logdir.checkpoint_file import OffsetCheckpointFile
+from storage.files.checkpoint_file import OffsetCheckpointFile
 from storage.logdir.partition_handles import LocalPartition
 from storage.partition.log import Log
 from storage.pending import Pending

@@ -18,7 +18,7 @@ from storage.config.config_values import Password
 from storage.config.listener_config import Endpoint, ListenerConfig
 from storage.config.log_config import LONG_MAX, LogConfig
 from storage.errors import InvalidConfigError
-from storage.logdir.meta_properties import format_properties
+from storage.files.meta_properties import format_properties
 
 # Kafka 3.x `config/server.properties` (ZooKeeper mode), comments and blank lines as shipped.
 KAFKA_ZK_SERVER_PROPERTIES = """\

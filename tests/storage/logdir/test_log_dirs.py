@@ -17,11 +17,11 @@ import pytest
 from storage import file_names
 from storage.clock import MockClock
 from storage.errors import CorruptCheckpointError, KafkaStorageError, LogDirLockedError
-from storage.logdir import clean_shutdown
-from storage.logdir.checkpoint_file import OffsetCheckpointFile
-from storage.logdir.log_dir_lock import LogDirLock
+from storage.files import clean_shutdown
+from storage.files.checkpoint_file import OffsetCheckpointFile
+from storage.files.log_dir_lock import LogDirLock
+from storage.files.meta_properties import MetaProperties, read_meta_properties, write_meta_properties
 from storage.logdir.log_dirs import LogDirs
-from storage.logdir.meta_properties import MetaProperties, read_meta_properties, write_meta_properties
 
 CLUSTER_ID = "XB4QhweWTe-kZwMNW25y1A"
 OTHER_CLUSTER_ID = "OtherClusterAAAAAAAAAAA"

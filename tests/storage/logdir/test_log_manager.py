@@ -18,7 +18,7 @@ from kafka.record.memory_records import MemoryRecords
 
 from storage import file_names
 from storage.clock import MockClock
-from storage.compaction.cleaner import CleanedLog, CleanResult
+from storage.compaction.clean_result import CleanedLog, CleanResult
 from storage.config.broker_config import BrokerConfig
 from storage.config.cleaner_config import CleanerConfig
 from storage.config.log_config import LogConfig
@@ -31,10 +31,10 @@ from storage.errors import (
     OffsetOutOfRangeError,
     StorageError,
 )
-from storage.logdir.checkpoint_file import OffsetCheckpointFile
-from storage.logdir.log_dir_lock import LogDirLock
+from storage.files.checkpoint_file import OffsetCheckpointFile
+from storage.files.log_dir_lock import LogDirLock
+from storage.files.meta_properties import MetaProperties, read_meta_properties, write_meta_properties
 from storage.logdir.log_manager import LogManager
-from storage.logdir.meta_properties import MetaProperties, read_meta_properties, write_meta_properties
 from storage.logdir.partition_handles import LocalPartition, LocalPartitions
 from storage.logdir.scheduler import Scheduler
 from storage.partition.log import Log

@@ -10,7 +10,7 @@ import pytest
 
 from storage import file_names
 from storage.errors import InvalidRequestError
-from storage.logdir.checkpoint_file import EpochEntry, LeaderEpochCheckpointFile
+from storage.files.checkpoint_file import EpochEntry, LeaderEpochCheckpointFile
 from storage.partition.leader_epoch_cache import LeaderEpochCache
 from storage.partition.log import Log
 from storage.records.layout import PARTITION_LEADER_EPOCH_OFFSET

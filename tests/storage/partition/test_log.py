@@ -25,7 +25,8 @@ from storage.errors import (
     RecordBatchTooLargeError,
     RecordTooLargeError,
 )
-from storage.partition.log import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, LEADER_EPOCH, MAX_TIMESTAMP, Log
+from storage.partition.log import LEADER_EPOCH, Log
+from storage.partition.log_read import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP
 from storage.records.compression import CompressionType
 from storage.records.file_records import TimestampAndOffset
 from storage.records.record_batch import (

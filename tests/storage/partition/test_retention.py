@@ -23,8 +23,7 @@ from storage import file_names
 from storage.clock import MockClock
 from storage.config.log_config import LogConfig
 from storage.errors import OffsetOutOfRangeError, PolicyViolationError
-from storage.partition import log as log_module
-from storage.partition import retention
+from storage.partition import log_read, retention
 from storage.partition.log import Log
 from storage.segment.log_segment import LogSegment
 
@@ -628,7 +627,7 @@ def test_a_read_that_chose_a_segment_deleted_before_it_began_answers_from_the_cu
     clock = MockClock(START_MS)
     log = _open(tmp_path / "t-0", clock, file_delete_delay_ms=0)
     _fill(log, 12)
-    floor_index = log_module._floor_index
+    floor_index = log_read.floor_index
     deletions = []
 
     def delete_then_floor(segments: tuple[LogSegment, ...], offset: int) -> int:
@@ -638,7 +637,7 @@ def test_a_read_that_chose_a_segment_deleted_before_it_began_answers_from_the_cu
             deletions.append(log.delete_old_segments())
         return floor_index(segments, offset)
 
-    monkeypatch.setattr(log_module, "_floor_index", delete_then_floor)
+    monkeypatch.setattr(log_read, "floor_index", delete_then_floor)
     with pytest.raises(OffsetOutOfRangeError):
         log.read(0, BATCH_BYTES)
     assert deletions == [1]

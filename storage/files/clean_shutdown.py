@@ -25,7 +25,7 @@ from storage.arguments import is_int
 from storage.errors import CorruptCheckpointError, KafkaStorageError
 from storage.file_io import fsync_dir, write_atomically
 from storage.file_names import CLEAN_SHUTDOWN_FILE
-from storage.logdir.checkpoint_file import INT64_MAX, INT64_MIN
+from storage.files.checkpoint_file import INT64_MAX, INT64_MIN
 
 CLEAN_SHUTDOWN_VERSION = 0
 NO_BROKER_EPOCH = -1

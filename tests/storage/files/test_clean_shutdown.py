@@ -9,7 +9,7 @@ import pytest
 
 from storage.errors import CorruptCheckpointError, KafkaStorageError
 from storage.file_names import CLEAN_SHUTDOWN_FILE, tmp_file
-from storage.logdir.clean_shutdown import (
+from storage.files.clean_shutdown import (
     clean_shutdown_path,
     delete_clean_shutdown_marker,
     format_clean_shutdown,

@@ -11,7 +11,7 @@ import pytest
 
 from storage.errors import KafkaStorageError, LogDirLockedError
 from storage.file_names import LOCK_FILE
-from storage.logdir.log_dir_lock import LogDirLock
+from storage.files.log_dir_lock import LogDirLock
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 # Holds the lock until stdin closes, or reports the error class it got.
@@ -19,7 +19,7 @@ CHILD = """
 import sys
 from pathlib import Path
 from storage.errors import LogDirLockedError
-from storage.logdir.log_dir_lock import LogDirLock
+from storage.files.log_dir_lock import LogDirLock
 try:
     lock = LogDirLock(Path(sys.argv[1]))
 except LogDirLockedError as exc:

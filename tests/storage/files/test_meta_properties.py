@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from storage.clock import MockClock
 from storage.errors import CorruptCheckpointError, KafkaStorageError
 from storage.file_names import META_PROPERTIES, tmp_file
-from storage.logdir import meta_properties
-from storage.logdir.meta_properties import (
+from storage.files import meta_properties
+from storage.files.meta_properties import (
     MetaProperties,
     format_meta_properties,
     format_properties,

@@ -19,7 +19,7 @@ from storage.file_names import (
     REPLICATION_OFFSET_CHECKPOINT,
     tmp_file,
 )
-from storage.logdir.checkpoint_file import (
+from storage.files.checkpoint_file import (
     EPOCH_ENTRY_FORMATTER,
     OFFSET_ENTRY_FORMATTER,
     CheckpointFile,

@@ -44,7 +44,7 @@ from pathlib import Path
 from storage.clock import SYSTEM_CLOCK, Clock
 from storage.errors import CorruptCheckpointError, KafkaStorageError
 from storage.file_io import write_atomically
-from storage.logdir.checkpoint_file import INT32_MAX, INT32_MIN
+from storage.files.checkpoint_file import INT32_MAX, INT32_MIN
 
 VERSION_KEY = "version"
 CLUSTER_ID_KEY = "cluster.id"
