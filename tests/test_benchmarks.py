@@ -25,6 +25,13 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 JSON_KEYS = {"name", "value", "unit", "baseline_name", "baseline_value", "ratio", "goal", "met"}
 
 
+def run_module(*args: str, timeout_s: float = 60) -> subprocess.CompletedProcess[str]:
+    """`python -m ARGS...` from the repository root, its output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout_s, check=False
+    )
+
+
 def test_throughput_figure_ratio_is_ours_over_baseline_and_met_against_the_minimum() -> None:
     figure = throughput_figure("encode", 300.0, "rec/s", "kafka-python", 100.0, 2.0, "ratio >= 2")
     assert figure.ratio == pytest.approx(3.0)
@@ -58,13 +65,7 @@ def test_table_lists_every_figure_with_its_ratio_and_verdict() -> None:
 
 
 def test_unknown_benchmark_name_is_a_one_line_error() -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "benchmarks", "--only", "no_such_figure"],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = run_module("benchmarks", "--only", "no_such_figure")
     assert result.returncode != 0
     assert "unknown benchmark no_such_figure" in result.stderr
     assert "Traceback" not in result.stderr
@@ -75,12 +76,8 @@ def test_quick_storage_run_writes_the_run_and_its_figures_and_renders_them_as_re
     Markdown names the machine and versions of that run, each figure beside its same-run baseline, and every
     figure the run did not measure."""
     out = tmp_path / "run.json"
-    result = subprocess.run(
-        [sys.executable, "-m", "benchmarks", "--quick", "--only", "storage_append", "encode", "--json", str(out)],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    result = run_module(
+        "benchmarks", "--quick", "--only", "storage_append", "encode", "--json", str(out), timeout_s=300
     )
     assert result.returncode == 0, result.stderr
     document = json.loads(out.read_text())
@@ -98,13 +95,7 @@ def test_quick_storage_run_writes_the_run_and_its_figures_and_renders_them_as_re
     assert "| storage_append" in result.stdout
     assert "storage_append" in result.stderr  # progress lines
 
-    rendered = subprocess.run(
-        [sys.executable, "-m", "benchmarks.results", str(out)],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    rendered = run_module("benchmarks.results", str(out))
     assert rendered.returncode == 0, rendered.stderr
     markdown = rendered.stdout
     assert f"| Python | {platform.python_version()} |" in markdown
@@ -119,13 +110,7 @@ def test_quick_storage_run_writes_the_run_and_its_figures_and_renders_them_as_re
 def test_results_of_a_file_that_is_not_a_run_is_a_one_line_error(tmp_path: Path) -> None:
     bad = tmp_path / "list.json"
     bad.write_text("[]")
-    result = subprocess.run(
-        [sys.executable, "-m", "benchmarks.results", str(bad)],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = run_module("benchmarks.results", str(bad))
     assert result.returncode == 1
     assert result.stderr.startswith("python -m benchmarks.results: error: ") and len(result.stderr.splitlines()) == 1
 
