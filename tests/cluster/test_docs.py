@@ -266,9 +266,12 @@ def test_python_broker_example(no_broker: None, tmp_path: Path) -> None:
     assert (tmp_path / "rb" / "a").is_dir() and (tmp_path / "rb" / "b").is_dir()
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def page_views(start_test_broker: Callable[..., tuple[Any, list[Path]]]) -> Iterator[list[dict[str, Any]]]:
-    """A broker whose topic `page-views` holds msgpack page-view events, as `raybroker demo` writes them."""
+    """A broker whose topic `page-views` holds msgpack page-view events, as `raybroker demo` writes them: one for
+    both Spark examples, which run one after the other. Spark's planning and its Python workers keep a partition's
+    actor handle for the life of their process (`cluster.spark.planning.partition_handle`), so a broker restarted
+    under the running session would leave them with handles of actors that are gone."""
     from actors import Admin, Producer
     from tests.conftest import _stop_running_broker
 
@@ -294,6 +297,24 @@ def test_spark_example(spark: Any, page_views: list[dict[str, Any]], tmp_path: P
     assert shown_counts(printed) == views_per_page(page_views)
     assert sum(json.loads(printed[-1])["page-views"].values()) == len(page_views)
     assert active_session() is spark
+
+
+@pytest.mark.ray
+@pytest.mark.spark
+def test_sql_example(spark: Any, page_views: list[dict[str, Any]], capsys: pytest.CaptureFixture[str]) -> None:
+    """The block's command line, given to the `raybroker` entry point (`cluster.cli.main.main`) in this process,
+    against this session's broker and Spark session: a process of its own would start Ray's driver and a RayDP
+    session of its own (~30 s) for nothing the CLI broker example does not already cover."""
+    from cluster.cli.main import main
+
+    block = example("test_sql_example")
+    (command,) = block.code.strip().splitlines()
+    program, *arguments = shlex.split(command)
+    assert program == "raybroker" and arguments[0] == "sql"
+    code = main(arguments)
+    printed = capsys.readouterr()
+    assert code == 0, printed.err
+    assert shown_counts(printed.out.splitlines()) == views_per_page(page_views)
 
 
 # --- examples that start a broker with its own Ray head -------------------------------------------------
@@ -353,24 +374,6 @@ def test_security_example(free_head_port: None, tmp_path: Path) -> None:
         if path.is_file() and path.name != "admin.txt":
             data = path.read_bytes()
             assert b"admin-pa55" not in data and b"alice-pa55" not in data, path
-
-
-@pytest.mark.ray
-@pytest.mark.spark
-def test_sql_example(spark: Any, page_views: list[dict[str, Any]], capsys: pytest.CaptureFixture[str]) -> None:
-    """The block's command line, given to the `raybroker` entry point (`cluster.cli.main.main`) in this process,
-    against this session's broker and Spark session: a process of its own would start Ray's driver and a RayDP
-    session of its own (~30 s) for nothing the CLI broker example does not already cover."""
-    from cluster.cli.main import main
-
-    block = example("test_sql_example")
-    (command,) = block.code.strip().splitlines()
-    program, *arguments = shlex.split(command)
-    assert program == "raybroker" and arguments[0] == "sql"
-    code = main(arguments)
-    printed = capsys.readouterr()
-    assert code == 0, printed.err
-    assert shown_counts(printed.out.splitlines()) == views_per_page(page_views)
 
 
 # The address the Kafka-clients example connects to, as `raybroker start --override listeners=...` would print it.
