@@ -26,12 +26,10 @@ from actors.options import (
     CONTROLLER_NAME,
     NAMESPACE,
 )
-from storage.arguments import is_int
 from storage.errors import (
     BrokerNotAvailableError,
     RaybrokerError,
     RequestTimedOutError,
-    UnknownTopicOrPartitionError,
 )
 
 # How often `call_when_available` submits its call again while the actor restarts.
@@ -44,6 +42,18 @@ def call(ref: Any, timeout_s: float | None = None) -> Any:
         return ray.get(ref, timeout=timeout_s)
     except (RayTaskError, RayActorError, ActorUnschedulableError, GetTimeoutError) as exc:
         _raise_typed(exc, timeout_s)
+
+
+class RayPending:
+    """The answer of one `.remote()` call; `result` is `call` on it (a `storage.pending.Pending`)."""
+
+    __slots__ = ("ref",)
+
+    def __init__(self, ref: Any) -> None:
+        self.ref = ref
+
+    def result(self, timeout: float | None = None) -> Any:
+        return call(self.ref, timeout_s=timeout)
 
 
 def call_when_available(submit: Callable[[], Any], timeout_s: float) -> Any:
@@ -117,10 +127,3 @@ def kill_and_wait(handle: Any, name: str, timeout_s: float = NAME_RELEASE_TIMEOU
         except ValueError:
             return
         time.sleep(0.05)
-
-
-def check_topic_partition(tp: object, error: type[RaybrokerError] = UnknownTopicOrPartitionError) -> tuple[str, int]:
-    """`tp` as a (topic, partition) tuple, or `error` unless it is (str, int >= 0)."""
-    if not isinstance(tp, tuple) or len(tp) != 2 or not isinstance(tp[0], str) or not is_int(tp[1]) or tp[1] < 0:
-        raise error(f"expected a (topic, partition >= 0) tuple, got {tp!r}")
-    return tp[0], tp[1]

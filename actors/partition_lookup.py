@@ -17,6 +17,7 @@ from typing import Any
 import ray
 
 from actors.calls import call, controller, get_actor
+from actors.core.replication.leader_and_isr import LeaderAndIsr
 from actors.options import (
     MAINTENANCE_GROUP,
     NAMESPACE,
@@ -26,7 +27,6 @@ from actors.options import (
     partition_actor_name,
 )
 from actors.server.partition_host import partition_method_group
-from actors.server.replication.leader_and_isr import LeaderAndIsr
 from storage.errors import BrokerNotAvailableError, InvalidRequestError, UnknownTopicOrPartitionError
 
 

@@ -1,7 +1,8 @@
 """The three layers import in one direction only: `storage` <- `actors` <- `cluster`.
 
 `storage/` must stay importable without Ray or Spark, and `actors/` must not pull in Spark; `cluster/` is the only
-place that talks to RayDP/PySpark.
+place that talks to RayDP/PySpark. Inside `actors/`, the plain roles of `actors/core/` import neither Ray nor any
+`actors` module outside `actors.core`, so they run and are tested without Ray.
 """
 
 from __future__ import annotations
@@ -16,20 +17,27 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
-# Prints which of the named modules sit in sys.modules after importing every module of `storage`.
-IMPORT_ALL_STORAGE = """
-import importlib, json, pkgutil, sys
-import storage
-imported = [info.name for info in pkgutil.walk_packages(storage.__path__, "storage.")]
+# Prints which of the named modules sit in sys.modules after importing every module of a package. `actors/__init__`
+# re-exports the Ray facades, so for `actors.core` the parent package is stood in for by a bare one of the same path.
+IMPORT_ALL_MODULES = """
+import importlib, json, pkgutil, sys, types
+if {package!r}.startswith("actors."):
+    sys.modules["actors"] = types.ModuleType("actors")
+    sys.modules["actors"].__path__ = ["actors"]
+package = importlib.import_module({package!r})
+imported = [info.name for info in pkgutil.walk_packages(package.__path__, {package!r} + ".")]
 for name in imported:
     importlib.import_module(name)
-print(json.dumps({"imported": imported, "loaded": sorted(n for n in ("ray", "raydp", "pyspark") if n in sys.modules)}))
+loaded = sorted(n for n in ("ray", "raydp", "pyspark") if n in sys.modules)
+print(json.dumps({{"imported": imported, "loaded": loaded}}))
 """
 
 FORBIDDEN_IMPORTS = {
     "storage": {"ray", "raydp", "pyspark", "actors", "cluster"},
     "actors": {"raydp", "pyspark", "cluster"},
 }
+# `actors/core/` imports no Ray either, and of `actors` only itself (`core_imports_outside_core`).
+CORE_FORBIDDEN_PACKAGES = FORBIDDEN_IMPORTS["actors"] | {"ray"}
 
 
 def imported_top_level_names(source_path: Path) -> set[str]:
@@ -44,9 +52,29 @@ def imported_top_level_names(source_path: Path) -> set[str]:
     return names
 
 
-def test_importing_all_storage_modules_loads_no_ray_or_spark() -> None:
+def core_imports_outside_core(source_path: Path) -> set[str]:
+    """The `actors` modules outside `actors.core` that a file imports, wherever the import stands."""
+    tree = ast.parse(source_path.read_text(encoding="utf-8"), filename=str(source_path))
+    modules: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            modules.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module is not None:
+            modules.add(node.module)
+            if node.module == "actors":
+                modules.update(f"actors.{alias.name}" for alias in node.names)
+    return {m for m in modules if (m == "actors" or m.startswith("actors.")) and not _in_core(m)}
+
+
+def _in_core(module: str) -> bool:
+    return module == "actors.core" or module.startswith("actors.core.")
+
+
+def import_every_module(package: str) -> dict[str, list[str]]:
+    """Imports every module of `package` in a fresh interpreter: the modules imported, and which of Ray, RayDP and
+    PySpark that loaded."""
     result = subprocess.run(
-        [sys.executable, "-c", IMPORT_ALL_STORAGE],
+        [sys.executable, "-c", IMPORT_ALL_MODULES.format(package=package)],
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
@@ -54,9 +82,32 @@ def test_importing_all_storage_modules_loads_no_ray_or_spark() -> None:
         check=False,
     )
     assert result.returncode == 0, result.stderr
-    report = json.loads(result.stdout.strip().splitlines()[-1])
+    report: dict[str, list[str]] = json.loads(result.stdout.strip().splitlines()[-1])
+    return report
+
+
+def test_importing_all_storage_modules_loads_no_ray_or_spark() -> None:
+    report = import_every_module("storage")
     assert "storage.errors" in report["imported"]
     assert report["loaded"] == []
+
+
+def test_importing_all_core_modules_loads_no_ray_or_spark() -> None:
+    report = import_every_module("actors.core")
+    assert "actors.core.controller.assignment" in report["imported"]
+    assert report["loaded"] == []
+
+
+def test_core_sources_import_no_ray_and_no_other_actors_module() -> None:
+    sources = sorted((REPO_ROOT / "actors" / "core").rglob("*.py"))
+    assert sources, "no sources found under actors/core/"
+    offenders = {
+        str(path.relative_to(REPO_ROOT)): sorted(
+            imported_top_level_names(path) & CORE_FORBIDDEN_PACKAGES | core_imports_outside_core(path)
+        )
+        for path in sources
+    }
+    assert {path: names for path, names in offenders.items() if names} == {}
 
 
 @pytest.mark.parametrize("package", sorted(FORBIDDEN_IMPORTS))

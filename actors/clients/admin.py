@@ -1,14 +1,14 @@
 """The admin facade: Kafka's Admin client (topics, configs, partitions, records, offsets, SCRAM credentials, ACLs)
 over the broker's actors.
 
-Topic metadata comes from the controller (`actors.server.controller`): each partition's replicas, in-sync replicas,
-leader and leader epoch, named by the Ray node ids of their brokers; the live numbers of each partition (offsets,
-size, segments, folder) come from its leader replica's `state()`, asked of all partitions at once. A partition
+Topic metadata comes from the controller (`actors.core.controller.controller`): each partition's replicas, in-sync
+replicas, leader and leader epoch, named by the Ray node ids of their brokers; the live numbers of each partition
+(offsets, size, segments, folder) come from its leader replica's `state()`, asked of all partitions at once. A partition
 with no leader (offline: none of its in-sync replicas runs) has no replica to ask, and is described with -1 for
 its numbers, as Kafka answers an unknown offset, so that an operator still sees it (`raybroker topics --describe
 --unavailable-partitions`).
 
-SCRAM credentials and ACLs live in the controller (`actors.server.security`); a password is salted and hashed here,
+SCRAM credentials and ACLs live in the controller (`actors.core.security`); a password is salted and hashed here,
 as Kafka's Admin client does, and only the credential travels. Every method blocks until the broker has answered
 and raises the broker's typed errors (`UnknownTopicOrPartitionError`, `TopicExistsError`, `InvalidPartitionsError`,
 `InvalidReplicationFactorError`, `InvalidConfigError`, `PolicyViolationError`, `InvalidAclError`,
@@ -23,11 +23,10 @@ from pathlib import Path
 
 from actors.calls import call
 from actors.clients.broker import Broker
-from actors.partition_lookup import partition_actor, replica_actor
-from actors.server.controller import AdvertisedListener, TopicMetadata
-from actors.server.replication.leader_and_isr import NO_LEADER, LeaderAndIsr
-from actors.server.security.acls import AclBinding, AclBindingFilter, InvalidAclError
-from actors.server.security.scram import (
+from actors.core.controller.topic_metadata import AdvertisedListener, TopicMetadata
+from actors.core.replication.leader_and_isr import NO_LEADER, LeaderAndIsr
+from actors.core.security.acls import AclBinding, AclBindingFilter, InvalidAclError
+from actors.core.security.scram import (
     MIN_ITERATIONS,
     SCRAM_MECHANISMS,
     ResourceNotFoundError,
@@ -35,6 +34,7 @@ from actors.server.security.scram import (
     check_mechanism,
     check_user,
 )
+from actors.partition_lookup import partition_actor, replica_actor
 from storage.arguments import is_int
 from storage.errors import InvalidConfigError, InvalidRequestError
 from storage.logdir.partition_handles import PartitionState

@@ -25,7 +25,7 @@ from typing import Any
 from actors.append_frames import SIZE, decode_answer, encode_request
 from actors.calls import call
 from actors.clients.local_fetch import this_node_id
-from actors.server.replication.leader_and_isr import LeaderAndIsr
+from actors.core.replication.leader_and_isr import LeaderAndIsr
 from storage.errors import BrokerNotAvailableError, InvalidRequestError, RaybrokerError
 from storage.partition.log import LogAppendInfo
 

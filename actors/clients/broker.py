@@ -24,6 +24,8 @@ from typing import Any
 import ray
 
 from actors.calls import call, controller, get_actor, kill_and_wait
+from actors.core.controller.topic_metadata import TopicMetadata
+from actors.core.groups.offsets_topic import ensure_consumer_offsets_topic
 from actors.options import (
     CONTROLLER_NAME,
     KAFKA_LISTENER_PREFIX,
@@ -35,8 +37,7 @@ from actors.options import (
     log_manager_options,
 )
 from actors.partition_lookup import partition_actor
-from actors.server.controller import TopicMetadata
-from actors.server.internal_topics import ensure_consumer_offsets_topic
+from actors.server.group_coordinator import RayTopicAdmin
 from actors.server.remote import Controller, GroupCoordinator, LogManager
 from storage.arguments import is_int
 from storage.config.broker_config import BrokerConfig
@@ -63,7 +64,7 @@ def start_broker(config: BrokerConfig | Mapping[str, str] | None = None) -> str:
     call(manager.ping.remote())
     call(ctrl.register_broker.remote(node_id))
     ensure_consumer_offsets_topic(
-        ctrl, broker_config.offsets_topic_num_partitions, broker_config.offsets_topic_replication_factor
+        RayTopicAdmin(ctrl), broker_config.offsets_topic_num_partitions, broker_config.offsets_topic_replication_factor
     )
     coordinator: Any = GroupCoordinator.options(**group_coordinator_options(node_id)).remote(
         broker_config.offsets_topic_num_partitions

@@ -55,7 +55,7 @@ from typing import Any
 
 import ray
 
-from actors.calls import call, check_topic_partition, get_actor
+from actors.calls import call, get_actor
 from actors.clients.broker import Broker
 from actors.clients.local_fetch import PendingFetch, records_of
 from actors.clients.local_tail import LocalTail
@@ -76,7 +76,7 @@ from storage.errors import (
 )
 from storage.records.file_records import TimestampAndOffset
 from storage.records.record_batch import TimestampType, iter_batches
-from storage.topic_partition import TopicPartition
+from storage.topic_partition import TopicPartition, check_topic_partition
 
 logger = logging.getLogger(__name__)
 

@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from actors.calls import call, get_actor
+from actors.core.groups.group_membership import GroupDescription, GroupError
 from actors.options import group_coordinator_name
-from actors.server.group_membership import GroupDescription, GroupError
 from storage.errors import RaybrokerError
 
 

@@ -27,9 +27,8 @@ from typing import Any
 
 import ray
 
-from actors.calls import kill_and_wait
+from actors.calls import RayPending, kill_and_wait
 from actors.options import cleaner_name, cleaner_options
-from actors.server.partition_handles import RayPending
 from storage.clock import SYSTEM_CLOCK
 from storage.compaction.clean_result import CleanedLog
 from storage.compaction.cleaner import Cleaner

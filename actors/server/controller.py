@@ -1,407 +1,137 @@
 """The controller actor: the cluster's metadata, one per cluster, pinned to the node holding it.
 
-State it owns, and where it is persisted: a compacted metadata log, `__cluster_metadata-0` in the
-metadata dir (Kafka's `metadata.log.dir`; by default the first of `log.dirs` on the node that started
-the cluster), written through `storage.Log` like any partition, so it has Kafka's crash guarantees.
-Its records (JSON values, readable with `raybroker dump-log --print-data-log`):
+All its logic is the plain `actors.core.controller.controller.Controller` (the metadata log, placement, elections,
+LeaderAndIsr, AlterPartition, topics, configs, ACLs, SCRAM credentials, producer ids), unit-tested without Ray;
+see that module for what it owns and guarantees. This actor gives it its Ray seams and its remote API:
 
-| key                | value                                                            |
-|--------------------|------------------------------------------------------------------|
-| `cluster`          | `{"cluster_id": ...}`                                            |
-| `topic/<name>`     | `{"partitions": {"0": node}, "replication": {"0": state}, "config": {...}}`, null once deleted |
-| `producer-ids`     | `{"next": N}`: the next idempotent-producer id to hand out       |
-| `acl/<resource type>/<pattern type>/<name>` | `{"acls": [{"principal", "host", "operation", "permission_type"}]}` |
-| `scram/<mechanism>/<user>` | `{"mechanism", "salt", "stored_key", "server_key", "iterations"}` |
-
-A topic record names each partition's leader node (its last leader while it has none) and its replication state
-(`LeaderAndIsr.to_json`: leader, epoch, replicas, isr, version); a record without `replication` (written before
-replication) reads as one replica leading in epoch 0.
-An `acl/` record holds every binding of one resource pattern, e.g. `acl/TOPIC/PREFIXED/orders-`
-(`actors.server.security.acl_store`); a `scram/` record one user's credential for one mechanism, bytes in
-base64, never the password (`actors.server.security.credential_store`); either gets a null value once deleted.
-
-On start the log is replayed (latest value per key), so a restarted broker finds its topics again.
-Which brokers are registered is not persisted: a controller restarted by Ray finds the log managers
-still running on the cluster's live nodes by name; after a full restart each `start_broker` registers.
-Neither are the Kafka listeners' advertised addresses (`register_listener`), which each listener announces when
-it starts and withdraws when it stops; Metadata names a node's partitions' leader by them.
-The ACL version (`acls_version`) is the offset after the last ACL record, so it moves with every ACL change
-and survives a restart: the Kafka listeners poll it and rebuild their authorizer only when it moved.
-Which nodes hold a partition's replicas, which of them leads in which leader epoch and which are in sync is
-decided here (`actors.server.replication.assignment`: placement, clean elections) and pushed to every replica
-(`update_replication`, Kafka's LeaderAndIsr); which log dir holds a replica is decided by its node's log manager.
-A monitor thread watches the brokers' Ray nodes every `MONITOR_INTERVAL_S`: a node that died leaves every ISR and
-its partitions get new leaders from their ISR (Kafka's broker fencing and election); every
-`leader.imbalance.check.interval.seconds` it moves leadership back to preferred replicas that are in sync
-(`auto.leader.rebalance.enable`). Leaders ask for ISR changes with `alter_partition` (Kafka's AlterPartition),
-which is refused unless they still lead in that epoch. Topic names follow Kafka's rules (and
-`__cluster_metadata`, the controller's own folder, is reserved); configs must be a mapping validated
-against Kafka's names and ranges before anything is written.
+- node brokers: each node's log-manager actor (`actors.server.log_manager`), found by name; at start, the log
+  managers already running on the cluster's live nodes (a controller restarted by Ray finds them again; after a
+  full restart each `start_broker` registers);
+- replicas: `update_replication` sent to each replica's partition actor (`actors.partition_lookup.replica_actor`)
+  without waiting;
+- node liveness: a monitor thread reads `ray.nodes()` every `MONITOR_INTERVAL_S` and hands the live node ids to
+  `Controller.check_brokers` (which also runs the preferred-leader rebalance when due);
+- the wall clock.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
-import time
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import ray
 
-from actors.options import NAMESPACE, log_manager_name
+from actors.calls import RayPending, get_actor
+from actors.core.controller.controller import Controller
+from actors.core.controller.topic_metadata import AdvertisedListener, TopicMetadata
+from actors.core.replication.leader_and_isr import LeaderAndIsr
+from actors.core.security.acls import AclBinding, AclBindingFilter
+from actors.core.security.scram import ScramCredential
+from actors.options import log_manager_name
 from actors.partition_lookup import replica_actor
-from actors.server.replication.assignment import (
-    after_broker_lost,
-    check_replication_factor,
-    elect_if_offline,
-    moved_replica,
-    new_partition_state,
-    place_replicas,
-    preferred_election,
-)
-from actors.server.replication.leader_and_isr import LeaderAndIsr
-from actors.server.security.acl_store import ACL_KEY_PREFIX, AclStore
-from actors.server.security.acls import AclBinding, AclBindingFilter
-from actors.server.security.credential_store import SCRAM_KEY_PREFIX, ScramCredentialStore
-from actors.server.security.scram import ScramCredential
-from storage import file_names
-from storage.arguments import is_int
 from storage.clock import SYSTEM_CLOCK
 from storage.config.broker_config import BrokerConfig
-from storage.config.log_config import LogConfig
-from storage.errors import (
-    BrokerNotAvailableError,
-    InvalidConfigError,
-    InvalidPartitionsError,
-    InvalidRequestError,
-    InvalidTopicError,
-    NotLeaderOrFollowerError,
-    RaybrokerError,
-    TopicExistsError,
-    UnknownTopicOrPartitionError,
-)
-from storage.files.meta_properties import new_directory_id
-from storage.logdir.log_dirs import METADATA_TOPIC
-from storage.logdir.log_manager import PartitionPlacement
-from storage.partition.log import Log
-from storage.records.record_batch import RecordBatchBuilder
+from storage.errors import BrokerNotAvailableError
 
 logger = logging.getLogger(__name__)
 
 # How often the monitor thread looks for brokers whose Ray node died: Ray's own health checks decide when a node
 # is dead, this only bounds how late the controller learns of it.
 MONITOR_INTERVAL_S = 0.2
-# A topic may have at most this many partitions: each is an actor process (~120 MiB), so far more
-# than a cluster of this kind can host is refused up front instead of exhausting memory.
-MAX_PARTITIONS_PER_TOPIC = 10_000
-INTERNAL_TOPICS = frozenset({METADATA_TOPIC, "__consumer_offsets"})
 
 
-@dataclass(frozen=True, slots=True)
-class AdvertisedListener:
-    """Where Kafka clients reach the broker of one Ray node: its Kafka `node.id`, its first advertised address,
-    and every advertised listener as (listener name, host, port)."""
+class RayNodeBroker:
+    """A node's log-manager actor as the controller's `NodeBroker`."""
 
-    broker_id: int
-    host: str
-    port: int
-    listeners: tuple[tuple[str, str, int], ...] = ()
+    def __init__(self, handle: Any) -> None:
+        self.handle = handle
+
+    def create_partition(self, topic: str, partition: int, config: dict[str, str]) -> RayPending:
+        return RayPending(self.handle.create_partition.remote(topic, partition, config))
+
+    def delete_partition(self, topic: str, partition: int) -> RayPending:
+        return RayPending(self.handle.delete_partition.remote(topic, partition))
+
+    def set_topic_config(self, topic: str, config: dict[str, str]) -> RayPending:
+        return RayPending(self.handle.set_topic_config.remote(topic, config))
+
+    def partitions(self) -> RayPending:
+        return RayPending(self.handle.partitions.remote())
 
 
-@dataclass(frozen=True, slots=True)
-class TopicMetadata:
-    """A topic's partitions (partition -> Ray node id of its leader, or of its last leader while it has none), its
-    config overrides (Kafka names) and each partition's replication state."""
+class RayReplicaNotifier:
+    """Sends a replica's partition actor its new state, without waiting (the controller's `ReplicaNotifier`)."""
 
-    name: str
-    partitions: dict[int, str]
-    config: dict[str, str]
-    replication: dict[int, LeaderAndIsr] = field(default_factory=dict)
-
-    @property
-    def internal(self) -> bool:
-        return self.name in INTERNAL_TOPICS
-
-    @property
-    def replication_factor(self) -> int:
-        return len(self.state(0).replicas) if self.partitions else 0
-
-    def state(self, partition: int) -> LeaderAndIsr:
-        """The partition's replication state (a topic from before replication: its one replica leads, epoch 0)."""
-        state = self.replication.get(partition)
-        if state is None:
-            node = self.partitions[partition]
-            state = LeaderAndIsr(self.name, partition, node, 0, (node,), (node,))
-        return state
-
-    def with_state(self, state: LeaderAndIsr) -> TopicMetadata:
-        leader = state.leader or self.partitions.get(state.partition, state.replicas[0])
-        return TopicMetadata(
-            self.name,
-            {**self.partitions, state.partition: leader},
-            self.config,
-            {**self.replication, state.partition: state},
-        )
+    def update_replication(self, node: str, state: LeaderAndIsr) -> None:
+        replica_actor(state.topic, state.partition, node).update_replication.remote(state)
 
 
 class ControllerActor:
-    """Cluster metadata; see the module docstring. Calls are serialised by one lock."""
+    """The plain `Controller` over Ray's seams; see the module docstring."""
 
     def __init__(self, metadata_dir: str, broker_config: dict[str, str]) -> None:
-        self.config = BrokerConfig.from_properties(broker_config)
-        self._lock = threading.RLock()
-        folder = Path(metadata_dir) / file_names.partition_dir_name(METADATA_TOPIC, 0)
-        self._log = Log.open(folder, LogConfig(cleanup_policy="compact", segment_index_bytes=1024 * 1024))
-        self._topics: dict[str, TopicMetadata] = {}
-        self._next_producer_id = 0
-        self._cluster_id = ""
-        self._acls = AclStore(self._write)
-        self._scram = ScramCredentialStore(self._write)
-        self._replay()
-        if not self._cluster_id:
-            self._cluster_id = new_directory_id()
-            self._write("cluster", {"cluster_id": self._cluster_id})
-        self._brokers: dict[str, Any] = _running_log_managers()
-        self._listeners: dict[str, AdvertisedListener] = {}
+        self._controller = Controller(
+            Path(metadata_dir),
+            BrokerConfig.from_properties(broker_config),
+            clock=SYSTEM_CLOCK,
+            brokers=_running_log_managers(),
+            find_broker=lambda node_id: RayNodeBroker(get_actor(log_manager_name(node_id))),
+            replicas=RayReplicaNotifier(),
+        )
         self._stopping = threading.Event()
         self._monitor = threading.Thread(target=self._run_monitor, name="controller-monitor", daemon=True)
         self._monitor.start()
 
-    def _replay(self) -> None:
-        latest: dict[bytes, tuple[int, bytes | None]] = {}
-        for record in self._log.records():
-            if record.key is not None:
-                latest[record.key] = (record.offset, record.value)
-        for key, (offset, value) in latest.items():
-            name = key.decode("utf-8")
-            if name.startswith(ACL_KEY_PREFIX):
-                self._acls.load(name, None if value is None else json.loads(value), offset)
-                continue
-            if value is None:
-                continue
-            body = json.loads(value)
-            if name == "cluster":
-                self._cluster_id = body["cluster_id"]
-            elif name == "producer-ids":
-                self._next_producer_id = int(body["next"])
-            elif name.startswith("topic/"):
-                topic = name[len("topic/") :]
-                partitions = {int(p): node for p, node in body["partitions"].items()}
-                replication = {
-                    int(p): LeaderAndIsr.from_json(topic, int(p), state)
-                    for p, state in body.get("replication", {}).items()
-                }
-                self._topics[topic] = TopicMetadata(topic, partitions, dict(body["config"]), replication)
-            elif name.startswith(SCRAM_KEY_PREFIX):
-                self._scram.load(name, body)
-
-    def _write(self, key: str, value: dict[str, Any] | None) -> int:
-        """Appends the record (a null value for None) and flushes it; returns its offset."""
-        builder = RecordBatchBuilder()
-        payload = None if value is None else json.dumps(value, sort_keys=True).encode("utf-8")
-        builder.append(key.encode("utf-8"), payload, timestamp=SYSTEM_CLOCK.milliseconds())
-        info = self._log.append(builder.build())
-        self._log.flush()
-        return info.last_offset
-
-    def _persist_topic(self, topic: TopicMetadata) -> None:
-        self._write(
-            f"topic/{topic.name}",
-            {
-                "partitions": {str(p): node for p, node in topic.partitions.items()},
-                "replication": {str(p): state.to_json() for p, state in topic.replication.items()},
-                "config": topic.config,
-            },
-        )
-        self._topics[topic.name] = topic
-
-    # --- brokers ---------------------------------------------------------------------------------
-
-    def cluster_id(self) -> str:
-        return self._cluster_id
-
-    def register_broker(self, node_id: str) -> None:
-        """A node's log manager announces itself (idempotent). A partition its disks hold whose assignment
-        names a broker that is gone gets this node in that broker's place: Ray node ids change when a cluster
-        restarts, the folders on disk do not. Partitions left without a leader elect one again, and the replicas
-        of every partition whose state changed are told."""
-        with self._lock:
-            handle = ray.get_actor(log_manager_name(node_id), namespace=NAMESPACE)
-            self._brokers[node_id] = handle
-            placements: list[PartitionPlacement] = ray.get(handle.partitions.remote())
-            changed: list[LeaderAndIsr] = []
-            for placement in placements:
-                topic = self._topics.get(placement.topic)
-                if topic is None or placement.partition not in topic.partitions:
-                    continue
-                moved = moved_replica(topic.state(placement.partition), node_id, self._brokers, placement.directory_id)
-                if moved is not None:
-                    changed.append(self._persist_state(moved))
-            changed.extend(self._elect_offline())
-        # A replica asks for its partition's state when it opens; these changed since.
-        self._push(changed)
-
-    def _persist_state(self, state: LeaderAndIsr) -> LeaderAndIsr:
-        """Writes a partition's new replication state into its topic's record; returns it."""
-        self._persist_topic(self._topics[state.topic].with_state(state))
-        return state
-
-    def _elect_offline(self) -> list[LeaderAndIsr]:
-        """New leaders for partitions whose leader is gone, from their live in-sync replicas."""
-        return self._change_every_partition(lambda state: elect_if_offline(state, self._brokers))
-
-    def _change_every_partition(self, decide: Callable[[LeaderAndIsr], LeaderAndIsr | None]) -> list[LeaderAndIsr]:
-        """Persists `decide(state)` for every partition it changes (under the lock); returns the new states."""
-        changed = []
-        for name, topic in list(self._topics.items()):
-            for partition in topic.partitions:
-                state = decide(self._topics[name].state(partition))
-                if state is not None:
-                    changed.append(self._persist_state(state))
-        return changed
-
-    def _push(self, states: Iterable[LeaderAndIsr]) -> None:
-        """Tells every live replica of each partition its new state (Kafka's LeaderAndIsr), without waiting: a
-        replica keeps the newest state it was told (`LeaderAndIsr.version`), and one that restarts asks again."""
-        for state in states:
-            for node in state.replicas:
-                if node not in self._brokers:
-                    continue
-                try:
-                    replica_actor(state.topic, state.partition, node).update_replication.remote(state)
-                except RaybrokerError as exc:
-                    logger.warning(
-                        "replica %s-%d on %s not told its state: %s", state.topic, state.partition, node, exc
-                    )
-
     def _run_monitor(self) -> None:
-        """Watches the brokers' nodes and the preferred leaders (see the module docstring)."""
-        next_rebalance = time.monotonic() + self.config.leader_imbalance_check_interval_seconds
         while not self._stopping.wait(MONITOR_INTERVAL_S):
             try:
-                alive = {node["NodeID"] for node in ray.nodes() if node["Alive"]}
-                for node in [node for node in list(self._brokers) if node not in alive]:
-                    self.broker_lost(node)
-                if self.config.auto_leader_rebalance_enable and time.monotonic() >= next_rebalance:
-                    next_rebalance = time.monotonic() + self.config.leader_imbalance_check_interval_seconds
-                    self.rebalance_leaders()
+                self._controller.check_brokers({node["NodeID"] for node in ray.nodes() if node["Alive"]})
             except Exception:
                 logger.exception("controller monitor pass failed")
 
-    def broker_lost(self, node_id: str) -> list[LeaderAndIsr]:
-        """Broker `node_id` is gone (its Ray node died): it leaves every ISR and the partitions it led elect new
-        leaders from their ISR; returns the partitions whose state changed."""
-        with self._lock:
-            if self._brokers.pop(node_id, None) is None:
-                return []
-            self._listeners.pop(node_id, None)
-            logger.warning("broker on node %s is gone: electing new leaders for its partitions", node_id)
-            changed = self._change_every_partition(lambda state: after_broker_lost(state, node_id, self._brokers))
-        self._push(changed)
-        return changed
+    # --- brokers and listeners -------------------------------------------------------------------
 
-    def rebalance_leaders(self) -> list[LeaderAndIsr]:
-        """Preferred-leader election for every partition whose preferred replica is alive and in sync."""
-        with self._lock:
-            changed = self._change_every_partition(lambda state: preferred_election(state, self._brokers))
-        self._push(changed)
-        return changed
+    def cluster_id(self) -> str:
+        return self._controller.cluster_id()
 
-    def partition_state(self, topic: str, partition: int) -> LeaderAndIsr:
-        """A partition's replication state; `UnknownTopicOrPartitionError` if the cluster has no such partition."""
-        metadata = self.describe_topic(topic)
-        if partition not in metadata.partitions:
-            raise UnknownTopicOrPartitionError(f"topic {topic!r} has no partition {partition!r}")
-        return metadata.state(partition)
-
-    def alter_partition(
-        self, topic: str, partition: int, leader: str, leader_epoch: int, isr: list[str]
-    ) -> LeaderAndIsr:
-        """A leader's ISR change (Kafka's AlterPartition): accepted only from the current leader in its current
-        epoch, for an ISR of assigned replicas that keeps the leader; the new state is persisted, pushed to
-        every replica and returned. `NotLeaderOrFollowerError` for a leader that no longer leads."""
-        with self._lock:
-            state = self.partition_state(topic, partition)
-            if state.leader != leader or state.leader_epoch != leader_epoch:
-                raise NotLeaderOrFollowerError(
-                    f"{topic}-{partition} is led by {state.leader or 'no broker'} in epoch {state.leader_epoch}, "
-                    f"not by {leader} in epoch {leader_epoch}"
-                )
-            wanted = tuple(node for node in state.replicas if node in set(isr))
-            if leader not in wanted or len(wanted) != len(set(isr)):
-                raise InvalidRequestError(f"ISR {isr!r} must be replicas of {topic}-{partition} including its leader")
-            if wanted == state.isr:
-                return state
-            changed = self._persist_state(state.with_isr(wanted))
-        self._push([changed])
-        return changed
+    def register_broker(self, node_id: str) -> None:
+        self._controller.register_broker(node_id)
 
     def unregister_broker(self, node_id: str) -> None:
-        """A broker stopping cleanly (its partitions are closed): it is no longer placed on or elected."""
-        with self._lock:
-            self._brokers.pop(node_id, None)
-            self._listeners.pop(node_id, None)
+        self._controller.unregister_broker(node_id)
+
+    def broker_lost(self, node_id: str) -> list[LeaderAndIsr]:
+        return self._controller.broker_lost(node_id)
 
     def brokers(self) -> list[str]:
-        return sorted(self._brokers)
+        return self._controller.brokers()
 
     def register_listener(self, node_id: str, listener: AdvertisedListener) -> None:
-        """The Kafka listener of Ray node `node_id` announces where clients reach it (again: the latest wins).
-        Two nodes cannot share a Kafka `node.id`: `InvalidConfigError` naming the node that has it."""
-        if not isinstance(listener, AdvertisedListener) or not is_int(listener.broker_id):
-            raise InvalidConfigError(f"not an advertised listener: {listener!r}")
-        with self._lock:
-            for other_node, other in self._listeners.items():
-                if other_node != node_id and other.broker_id == listener.broker_id:
-                    raise InvalidConfigError(
-                        f"node.id {listener.broker_id} is already the broker on Ray node {other_node} "
-                        f"({other.host}:{other.port}); give each node's broker its own node.id"
-                    )
-            self._listeners[node_id] = listener
+        self._controller.register_listener(node_id, listener)
 
     def unregister_listener(self, node_id: str, listener: AdvertisedListener) -> None:
-        """A stopping listener withdraws its address, unless another listener of the node announced since."""
-        with self._lock:
-            if self._listeners.get(node_id) == listener:
-                del self._listeners[node_id]
+        self._controller.unregister_listener(node_id, listener)
 
     def listeners(self) -> dict[str, AdvertisedListener]:
-        """Ray node id -> its Kafka listener's advertised address, for the nodes whose listener runs."""
-        with self._lock:
-            return dict(self._listeners)
+        return self._controller.listeners()
 
-    def _broker(self, node_id: str) -> Any:
-        handle = self._brokers.get(node_id)
-        if handle is None:
-            raise BrokerNotAvailableError(f"the broker on node {node_id} is not running")
-        return handle
+    # --- replication -----------------------------------------------------------------------------
 
-    def _place(self, count: int, replication_factor: int) -> list[tuple[str, ...]]:
-        """Replicas for `count` new partitions (`actors.server.replication.assignment.place_replicas`)."""
-        if not self._brokers:
-            raise BrokerNotAvailableError("no broker is registered; start one with `raybroker start`")
-        existing = [topic.state(p) for topic in self._topics.values() for p in topic.partitions]
-        return place_replicas(count, replication_factor, self._brokers, existing)
+    def rebalance_leaders(self) -> list[LeaderAndIsr]:
+        return self._controller.rebalance_leaders()
 
-    def _replication_factor(self, requested: object) -> int:
-        """The topic's replication factor: `requested`, or `default.replication.factor` for None or -1 (Kafka's
-        CreateTopics lets -1 mean the broker's default)."""
-        if requested is None or requested == -1:
-            requested = self.config.default_replication_factor
-        return check_replication_factor(requested, len(self._brokers))
+    def partition_state(self, topic: str, partition: int) -> LeaderAndIsr:
+        return self._controller.partition_state(topic, partition)
+
+    def alter_partition(
+        self, topic: str, partition: int, leader: str, leader_epoch: int, isr: Sequence[str]
+    ) -> LeaderAndIsr:
+        return self._controller.alter_partition(topic, partition, leader, leader_epoch, isr)
 
     # --- topics ----------------------------------------------------------------------------------
-
-    def _validated_config(self, config: Mapping[str, str] | None) -> dict[str, str]:
-        if config is not None and not isinstance(config, Mapping):
-            raise InvalidConfigError(f"a topic config must be a mapping, not {type(config).__name__}")
-        overrides = {str(k): str(v) for k, v in (config or {}).items()}
-        LogConfig.from_properties(overrides, base=self.config.log_config)
-        return overrides
 
     def create_topic(
         self,
@@ -411,206 +141,75 @@ class ControllerActor:
         validate_only: bool = False,
         replication_factor: int | None = None,
     ) -> TopicMetadata:
-        """Creates the topic's partitions, `replication_factor` replicas each (None or -1:
-        `default.replication.factor`) on distinct least-loaded brokers (Kafka's CreateTopics). If a replica
-        cannot be created, the topic is deleted again (with the replicas that were) and the error raised.
-        With `validate_only`, runs every check and places the partitions but writes and creates nothing."""
-        file_names.validate_topic(name)
-        if name == METADATA_TOPIC:
-            raise InvalidTopicError(f"topic name {name!r} is reserved for the cluster metadata log")
-        _check_partition_count(partitions)
-        overrides = self._validated_config(config)
-        with self._lock:
-            if name in self._topics:
-                raise TopicExistsError(f"topic {name!r} already exists")
-            # Kafka's rule: metric names turn '.' into '_', so 'a.b' and 'a_b' may not both exist.
-            colliding = [t for t in self._topics if t.replace(".", "_") == name.replace(".", "_")]
-            if colliding:
-                raise InvalidTopicError(f"topic {name!r} collides with existing topic {colliding[0]!r}")
-            placed = self._place(partitions, self._replication_factor(replication_factor))
-            states = {p: new_partition_state(name, p, replicas) for p, replicas in enumerate(placed)}
-            topic = TopicMetadata(name, {p: s.leader for p, s in states.items()}, overrides, states)
-            if validate_only:
-                return topic
-            self._persist_topic(topic)
-            try:
-                self._create_partitions(topic, range(partitions))
-            except BaseException:
-                self.delete_topic(name)
-                raise
-            return topic
-
-    def _create_partitions(self, topic: TopicMetadata, partitions: range) -> None:
-        """Creates every replica of the partitions on its broker, records the log dir each landed in and tells
-        each its state; if any creation fails, raises its error once every creation has ended, so that the
-        caller's rollback never overtakes a creation still running."""
-        asked = [(p, node) for p in partitions for node in topic.state(p).replicas]
-        refs = [self._broker(node).create_partition.remote(topic.name, p, topic.config) for p, node in asked]
-        ray.wait(refs, num_returns=len(refs))
-        placements: list[PartitionPlacement] = ray.get(refs)
-        placed = topic
-        for (partition, node), placement in zip(asked, placements, strict=True):
-            if placement.directory_id:
-                placed = placed.with_state(placed.state(partition).with_directory(node, placement.directory_id))
-        if placed is not topic:
-            self._persist_topic(placed)
-        if topic.replication_factor > 1:
-            self._push(placed.state(p) for p in partitions)
+        return self._controller.create_topic(name, partitions, config, validate_only, replication_factor)
 
     def add_partitions(self, name: str, total: int, validate_only: bool = False) -> TopicMetadata:
-        """Grows a topic to `total` partitions (Kafka's CreatePartitions; topics never shrink). If a new
-        partition cannot be created, the topic goes back to its old partitions and the error is raised.
-        With `validate_only`, runs every check and places the partitions but writes and creates nothing."""
-        _check_partition_count(total)
-        with self._lock:
-            topic = self.describe_topic(name)
-            current = len(topic.partitions)
-            if total <= current:
-                raise InvalidPartitionsError(f"topic {name!r} has {current} partitions; {total} would not grow it")
-            grown = topic
-            placed = self._place(total - current, topic.replication_factor)
-            for partition, replicas in zip(range(current, total), placed, strict=True):
-                grown = grown.with_state(new_partition_state(name, partition, replicas))
-            if validate_only:
-                return grown
-            self._persist_topic(grown)
-            try:
-                self._create_partitions(grown, range(current, total))
-            except BaseException:
-                self._persist_topic(topic)
-                ray.get(
-                    [
-                        self._brokers[node].delete_partition.remote(name, p)
-                        for p in range(current, total)
-                        for node in grown.state(p).replicas
-                        if node in self._brokers
-                    ]
-                )
-                raise
-            return grown
+        return self._controller.add_partitions(name, total, validate_only)
 
     def alter_topic_config(self, name: str, config: dict[str, str]) -> TopicMetadata:
-        """Merges `config` into the topic's overrides and applies it to every partition."""
-        with self._lock:
-            return self.set_topic_config(name, {**self.describe_topic(name).config, **config})
+        return self._controller.alter_topic_config(name, config)
 
     def set_topic_config(self, name: str, config: dict[str, str], validate_only: bool = False) -> TopicMetadata:
-        """Replaces the topic's overrides with `config` (keys left out go back to the broker's defaults, as Kafka's
-        AlterConfigs) and applies them to every partition; with `validate_only`, only checks them."""
-        with self._lock:
-            topic = self.describe_topic(name)
-            merged = self._validated_config(config)
-            altered = TopicMetadata(name, topic.partitions, merged, topic.replication)
-            if validate_only:
-                return altered
-            self._persist_topic(altered)
-            nodes = sorted(
-                {node for p in topic.partitions for node in topic.state(p).replicas if node in self._brokers}
-            )
-            ray.get([self._broker(node).set_topic_config.remote(name, merged) for node in nodes])
-            return altered
+        return self._controller.set_topic_config(name, config, validate_only)
 
     def delete_topic(self, name: str) -> None:
-        """Kafka-style async delete: partitions stop now, their folders are removed after the delay."""
-        with self._lock:
-            topic = self.describe_topic(name)
-            self._write(f"topic/{name}", None)
-            del self._topics[name]
-            refs = [
-                self._brokers[node].delete_partition.remote(name, p)
-                for p in topic.partitions
-                for node in topic.state(p).replicas
-                if node in self._brokers
-            ]
-        ray.get(refs)
+        self._controller.delete_topic(name)
 
     def describe_topic(self, name: str) -> TopicMetadata:
-        topic = self._topics.get(name) if isinstance(name, str) else None
-        if topic is None:
-            raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
-        return topic
+        return self._controller.describe_topic(name)
 
     def list_topics(self, include_internal: bool = False) -> list[str]:
-        return sorted(name for name in self._topics if include_internal or name not in INTERNAL_TOPICS)
+        return self._controller.list_topics(include_internal)
 
     def topics(self) -> dict[str, TopicMetadata]:
-        return dict(self._topics)
+        return self._controller.topics()
 
     def topic_configs(self) -> dict[str, dict[str, str]]:
-        return {name: dict(topic.config) for name, topic in self._topics.items()}
-
-    # --- producer ids ----------------------------------------------------------------------------
+        return self._controller.topic_configs()
 
     def allocate_producer_id(self) -> int:
-        """A fresh idempotent-producer id, durable before it is handed out."""
-        with self._lock:
-            producer_id = self._next_producer_id
-            self._write("producer-ids", {"next": producer_id + 1})
-            self._next_producer_id = producer_id + 1
-            return producer_id
+        return self._controller.allocate_producer_id()
 
-    # --- security: SCRAM credentials and ACLs ----------------------------------------------------
+    # --- security --------------------------------------------------------------------------------
 
     def upsert_scram_credential(self, user: str, credential: ScramCredential) -> None:
-        """Sets `user`'s credential for its mechanism (Kafka's AlterUserScramCredentials upsertion)."""
-        with self._lock:
-            self._scram.upsert(user, credential)
+        self._controller.upsert_scram_credential(user, credential)
 
     def delete_scram_credential(self, user: str, mechanism: str) -> bool:
-        """Deletes `user`'s credential for `mechanism`; False if there was none."""
-        with self._lock:
-            return self._scram.delete(user, mechanism)
+        return self._controller.delete_scram_credential(user, mechanism)
 
     def scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
-        with self._lock:
-            return self._scram.get(user, mechanism)
+        return self._controller.scram_credential(user, mechanism)
 
     def scram_credentials(self) -> dict[str, dict[str, ScramCredential]]:
-        """user -> mechanism -> credential, for every user that has one."""
-        with self._lock:
-            return self._scram.credentials()
+        return self._controller.scram_credentials()
 
     def create_acls(self, bindings: list[AclBinding]) -> None:
-        """Adds the bindings (Kafka's CreateAcls; an existing binding is left as it is)."""
-        with self._lock:
-            self._acls.create(bindings)
+        self._controller.create_acls(bindings)
 
     def delete_acls(self, filters: list[AclBindingFilter]) -> list[list[AclBinding]]:
-        """Deletes every binding a filter matches; per filter, the bindings it matched (Kafka's DeleteAcls)."""
-        with self._lock:
-            return self._acls.delete(filters)
+        return self._controller.delete_acls(filters)
 
     def acls(self) -> tuple[int, list[AclBinding]]:
-        """The ACL version (see the module docstring) and every binding."""
-        with self._lock:
-            return self._acls.version, self._acls.bindings()
+        return self._controller.acls()
 
     def acls_version(self) -> int:
-        with self._lock:
-            return self._acls.version
+        return self._controller.acls_version()
 
     def shutdown(self) -> None:
         self._stopping.set()
         self._monitor.join()
-        with self._lock:
-            self._log.close()
+        self._controller.close()
 
 
-def _running_log_managers() -> dict[str, Any]:
-    """node id -> handle of every log manager running on a live node (none when the cluster starts)."""
+def _running_log_managers() -> dict[str, RayNodeBroker]:
+    """node id -> the log manager running on each live node (none when the cluster starts)."""
     found = {}
     for node in ray.nodes():
         if not node["Alive"]:
             continue
         try:
-            found[node["NodeID"]] = ray.get_actor(log_manager_name(node["NodeID"]), namespace=NAMESPACE)
-        except ValueError:
+            found[node["NodeID"]] = RayNodeBroker(get_actor(log_manager_name(node["NodeID"])))
+        except BrokerNotAvailableError:
             continue
     return found
-
-
-def _check_partition_count(partitions: object) -> None:
-    if not is_int(partitions):
-        raise InvalidPartitionsError(f"partition count must be an int, not {type(partitions).__name__}")
-    if not 1 <= partitions <= MAX_PARTITIONS_PER_TOPIC:
-        raise InvalidPartitionsError(f"partition count {partitions} is outside 1..{MAX_PARTITIONS_PER_TOPIC}")

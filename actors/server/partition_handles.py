@@ -33,7 +33,8 @@ from typing import Any
 
 import ray
 
-from actors.calls import call, call_when_available, controller, get_actor, kill_and_wait
+from actors.calls import RayPending, call, call_when_available, controller, get_actor, kill_and_wait
+from actors.core.replication.follower import ReplicaSettings
 from actors.options import (
     PARTITION_CONCURRENCY_GROUPS,
     log_manager_name,
@@ -45,7 +46,6 @@ from actors.options import (
 from actors.partition_lookup import HostedPartitionHandle, replica_actor
 from actors.server.partition_host import HostedPartitionSpec, PartitionHostActor
 from actors.server.partition_log import PartitionLogActor, ResumePoint
-from actors.server.replication.follower import ReplicaSettings
 from storage.compaction.clean_result import CleanedLog
 from storage.compaction.log_snapshot import LogSnapshot
 from storage.config.broker_config import BrokerConfig
@@ -68,18 +68,6 @@ READY_TIMEOUT_SECONDS = 600
 # A restarted partition actor waits this long for the controller (itself restarting takes a few seconds)
 # before it opens its log with the settings of its first start.
 CONFIG_TIMEOUT_SECONDS = 30
-
-
-class RayPending:
-    """The answer of one `.remote()` call; `result` is `actors.calls.call` on it."""
-
-    __slots__ = ("ref",)
-
-    def __init__(self, ref: Any) -> None:
-        self.ref = ref
-
-    def result(self, timeout: float | None = None) -> Any:
-        return call(self.ref, timeout_s=timeout)
 
 
 class RayPartition:

@@ -1,7 +1,10 @@
 """The partition actor: one per partition, owning its `<topic>-<partition>` folder through `storage.Log`.
 
-A thin wrapper: every method delegates to the storage log and returns plain values (bytes, ints,
-frozen dataclasses), never lists of Python record objects. Batches travel as Kafka's wire bytes.
+It hosts the storage log and the replica's role (`actors.core.replication.replica.Replica`) and delegates to them:
+reads, appends and maintenance go to the log, leading and following to the replica. It answers plain values
+(bytes, ints, frozen dataclasses), never lists of Python record objects; batches travel as Kafka's wire bytes.
+What is its own is Ray's part: where the log opens after a restart, long-poll slots, the high-watermark file for
+same-node readers, the append channel, and the Ray links to the controller and to other replicas.
 
 Crash behaviour: the log runs in standalone mode, so it holds `<folder>/.lock` while open. When Ray
 restarts a killed actor, `__init__` runs again with the same arguments, finds the stale lock, and
@@ -12,34 +15,31 @@ opens: the topic's current settings and the log dir's checkpointed recovery poin
 Without it, a config altered since the first start would be lost with the process, and records removed
 by DeleteRecords or retention (log start above the first segment's base) would come back.
 
-Long-poll fetches (Kafka's `fetch.max.wait.ms` / `fetch.min.bytes`): `fetch` and `locate` given `max_wait_ms`
-> 0 answer at once when at least `min_bytes` are there, else wait for an append (a `threading.Condition`
-that every append, DeleteRecords and close notify, apart from the log's own lock, so appends never wait for
-readers) and look again, until `min_bytes` are there or `max_wait_ms` expired. A waiting fetch holds one of
-the `READ_THREADS` (4) read threads, so at most `LONG_POLL_SLOTS` (2) fetches wait at once per actor (per
-host for a partition host, whose read threads serve all its partitions); a fetch that finds every slot taken
-answers at once, as with `max_wait_ms=0`. The other 2 threads always remain for offsets, states and fetches
-with data, so long polls never starve another partition's reads.
+Long-poll fetches (Kafka's `fetch.max.wait.ms` / `fetch.min.bytes`): `fetch` and `locate` given `max_wait_ms` > 0
+answer at once when at least `min_bytes` are there, else wait for an append (on the partition's change counter,
+`actors.core.replication.log_changes`, which every append, DeleteRecords and close notify, apart from the log's own
+lock, so appends never wait for readers) and look again, until `min_bytes` are there or `max_wait_ms` expired. A
+waiting fetch holds one of the `READ_THREADS` (4) read threads, so at most `LONG_POLL_SLOTS` (2) fetches wait at
+once per actor (per host for a partition host, whose read threads serve all its partitions); a fetch that finds
+every slot taken answers at once, as with `max_wait_ms=0`. The other 2 threads always remain for offsets, states and
+fetches with data, so long polls never starve another partition's reads.
 
 Same-node readers learn of appends without a call: after every change it notifies (appends, DeleteRecords,
 retention, going offline, close) the actor rewrites its partition's high-watermark file
-(`storage.partition.high_watermark_file`: offsets, and the segment file and byte position the high watermark
-lies at), which a consumer on this node reads in place of a fetch call (`actors.clients.local_tail`); `locate`
-answers name the file. A folder where the file cannot be created serves without it (readers then keep calling).
+(`storage.partition.high_watermark_file`: offsets, and the segment file and byte position the high watermark lies
+at; published under the partition's change counter, `actors.core.replication.log_changes`), which a consumer on this
+node reads in place of a fetch call (`actors.clients.local_tail`); `locate` answers name the file. A folder where
+the file cannot be created serves without it (readers then keep calling).
 
 Same-node producers append without a call either: `append_channel` adds the partition to its process's append
 channel (`actors.server.append_channel`, a local socket) and names it; the channel runs `append` as a call would.
 
-Replication (`actors.server.replication`): the actor is one replica of its partition. The controller tells it the
-partition's state (`update_replication`, also asked once after the log opens, so a restarted replica learns it
-again): as the leader it takes appends, answers its followers' fetches (`replicate`, in the `replication` group)
-and moves the high watermark to the smallest log end offset of the ISR, and asks the controller to shrink or grow
-the ISR (`replica.lag.time.max.ms`); as a follower it runs a `ReplicaFetcher` thread that copies the leader's log
-and refuses client appends and fetches with `NotLeaderOrFollowerError`. `acks=all` is `append(batches,
-required_acks=-1)` (refused with `NotEnoughReplicasError` while the ISR is smaller than `min.insync.replicas`)
-followed by `await_replicated(info)`, which answers once the high watermark passed the append, so the write
-thread never waits for followers. Until the controller has told it anything, a replica leads alone, as every
-partition of a topic with one replica does.
+Replication: the actor is one replica of its partition, and its role is the plain `Replica` (leading, following,
+the high watermark, ISR changes, `acks=all` waits; see `actors.core.replication.replica`). The controller tells it
+the partition's state (`update_replication`, also asked once after the log opens, so a restarted replica learns it
+again); followers fetch with `replicate` (in the `replication` group); `acks=all` is `append(batches,
+required_acks=-1)` followed by `await_replicated(info)`, so the write thread never waits for followers. Until the
+controller has told it anything, a replica leads alone, as every partition of a topic with one replica does.
 
 A log that fails to open (an I/O error, a folder locked by another process) leaves the actor alive
 but failed: `ready` and every other call raise that typed error, so the log manager can tell a
@@ -56,7 +56,7 @@ import logging
 import pickle
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -64,6 +64,10 @@ from typing import Any, TypeVar
 import ray
 
 from actors.calls import call, controller
+from actors.core.replication.follower import LeaderLink, ReplicaFetch, ReplicaSettings
+from actors.core.replication.leader_and_isr import LeaderAndIsr
+from actors.core.replication.log_changes import LogChanges
+from actors.core.replication.replica import ACKS_ALL_TIMEOUT_MS, Replica
 from actors.options import (
     MAINTENANCE_GROUP,
     NAMESPACE,
@@ -73,9 +77,6 @@ from actors.options import (
     log_manager_name,
 )
 from actors.server.append_channel import serve, stop_serving
-from actors.server.replication.follower import ReplicaFetch, ReplicaFetcher, ReplicaSettings
-from actors.server.replication.leader_and_isr import LeaderAndIsr
-from actors.server.replication.leader_state import LeaderState
 from actors.startup_objects import freeze_startup_objects
 from storage import file_names
 from storage.arguments import is_int
@@ -88,16 +89,11 @@ from storage.config.cleaner_config import CleanerConfig
 from storage.config.log_config import LogConfig
 from storage.errors import (
     BrokerNotAvailableError,
-    FencedLeaderEpochError,
     InvalidConfigError,
     InvalidRequestError,
     KafkaStorageError,
-    NotEnoughReplicasAfterAppendError,
-    NotEnoughReplicasError,
     NotLeaderOrFollowerError,
-    OffsetOutOfRangeError,
     RaybrokerError,
-    RequestTimedOutError,
 )
 from storage.logdir.partition_handles import PartitionState, flush_if_due, partition_state, swap_and_retain
 from storage.partition.file_slices import FileSlice, locate_file_slices, read_located
@@ -112,11 +108,8 @@ logger = logging.getLogger(__name__)
 # states and fetches that find data always have a thread (see the module docstring).
 LONG_POLL_SLOTS = READ_THREADS // 2
 _Answer = TypeVar("_Answer", "FetchResult", "FileSlices")
-# Kafka's `request.timeout.ms` default: how long an `acks=all` append waits for its replication.
-ACKS_ALL_TIMEOUT_MS = 30_000
 # How long a leader's or follower's call to another replica or the controller may take before it is retried.
 REPLICA_CALL_TIMEOUT_S = 30.0
-ACKS = (-1, 0, 1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,8 +170,7 @@ class PartitionLogActor:
         node)` finds another replica's actor (`actors.partition_lookup.replica_actor`: a follower's leader)."""
         self._long_poll_slots = long_poll_slots or threading.BoundedSemaphore(LONG_POLL_SLOTS)
         # Counts the changes a waiting fetch must look at (appends, DeleteRecords, close), under its own lock.
-        self._changes = threading.Condition()
-        self._change_count = 0
+        self._changes = LogChanges(publish=self._publish_offsets)
         # Why this actor serves no calls: its log failed to open, or is closed.
         self._unavailable: RaybrokerError | None = None
         self._closed_state: PartitionState | None = None
@@ -188,11 +180,7 @@ class PartitionLogActor:
         self._node = _node_id()
         if self._node:
             freeze_startup_objects()
-        # The replication role: the controller's latest state, and the leader's or follower's machinery.
-        self._role_lock = threading.RLock()
-        self._replication: LeaderAndIsr | None = None
-        self._leader: LeaderState | None = None
-        self._fetcher: ReplicaFetcher | None = None
+        self._replica: Replica | None = None
         try:
             resumed = resume() if resume is not None else None
             if resumed is not None:
@@ -212,11 +200,19 @@ class PartitionLogActor:
         except RaybrokerError as exc:
             self._unavailable = exc
             return
+        self._replica = Replica(
+            self._opened_log,
+            self._node,
+            self._replica_settings,
+            self._changes,
+            controller=_RayControllerLink() if self._node else None,
+            leader_link=self._leader_link if find_replica is not None else None,
+        )
         try:
             self._hw_file = HighWatermarkFile.create(Path(directory))
         except OSError as exc:
             logger.warning("%s: no high-watermark file, same-node readers will call: %s", directory, exc)
-        self._notify_fetchers()
+        self._changes.notify()
         named = file_names.parse_partition_dir_name(Path(directory).name)
         if named is not None and self._node and find_replica is not None:
             threading.Thread(target=self._ask_replication_state, args=named, daemon=True).start()
@@ -227,6 +223,13 @@ class PartitionLogActor:
         if self._unavailable is not None:
             raise self._unavailable
         return self._opened_log
+
+    @property
+    def _role(self) -> Replica:
+        """The replica's role; raises why there is none (the log failed to open, or is closed)."""
+        log = self._log
+        assert self._replica is not None and self._replica.log is log, "made once the log opened"
+        return self._replica
 
     def ready(self) -> int:
         """Answers once the log is open (and recovered); returns the log end offset."""
@@ -241,26 +244,15 @@ class PartitionLogActor:
         `await_replicated`. An I/O error is reported to the node's log manager, which takes the whole log dir
         offline (Kafka's LogDirFailureChannel), then raised to the caller as `KafkaStorageError`."""
         log = self._log
-        if required_acks not in ACKS:
-            raise InvalidRequestError(f"acks must be one of {ACKS}, not {required_acks!r}")
-        state = self._replication
-        if state is not None and state.leader != self._node:
-            raise NotLeaderOrFollowerError(f"{log.directory.name} is not the leader (the leader is {state.leader})")
-        in_sync = 1 if state is None else len(state.isr)
-        if required_acks == -1 and in_sync < log.config.min_insync_replicas:
-            raise NotEnoughReplicasError(
-                f"{in_sync} in-sync replicas of {log.directory.name}, min.insync.replicas is "
-                f"{log.config.min_insync_replicas}"
-            )
+        role = self._role
+        role.check_append(required_acks)
         try:
             info = log.append(batches)
         except KafkaStorageError as exc:
             _report_log_dir_failure(log.directory.parent, exc)
             raise
-        if log.replicated:
-            with self._role_lock:
-                self._advance_high_watermark(log)
-        self._notify_fetchers()
+        role.appended()
+        self._changes.notify()
         return info
 
     @ray.method(concurrency_group=READ_GROUP)
@@ -277,7 +269,7 @@ class PartitionLogActor:
         if named is not None:
             stop_serving(*named, self.append)
 
-    # --- replication ------------------------------------------------------------------------------
+    # --- replication (the role is the plain `Replica`'s) ------------------------------------------
 
     def _ask_replication_state(self, topic: str, partition: int) -> None:
         """Asks the controller once for this partition's state (a restarted replica is not told again)."""
@@ -289,207 +281,67 @@ class PartitionLogActor:
         with contextlib.suppress(RaybrokerError):
             self.update_replication(state)
 
+    def _leader_link(self, state: LeaderAndIsr) -> LeaderLink:
+        assert self._find_replica is not None, "followers are linked only where replicas can be found"
+        return _RayLeaderLink(state, self._node, self._find_replica)
+
     def update_replication(self, state: LeaderAndIsr) -> None:
-        """The controller's newest state of this partition (Kafka's LeaderAndIsr): this replica leads, follows
-        or, if it is not among the replicas, keeps what it does. An older state than the last one is ignored, and so
-        is any state while the log is closed or offline."""
+        """The controller's newest state of this partition (Kafka's LeaderAndIsr, `Replica.update`); ignored
+        while the log is closed or offline (the controller does not wait for this answer)."""
         if not isinstance(state, LeaderAndIsr):
             raise InvalidRequestError(f"expected a LeaderAndIsr, not {type(state).__name__}")
-        if self._unavailable is not None:
-            # Closed or offline: nothing to lead or follow (the controller does not wait for this answer).
-            return
-        log = self._opened_log
-        with self._role_lock:
-            current = self._replication
-            if current is not None and (state.leader_epoch, state.version) <= (current.leader_epoch, current.version):
-                return
-            if self._node not in state.replicas:
-                return
-            self._replication = state
-            if state.leader == self._node:
-                self._lead(log, state, current)
-            else:
-                self._follow(log, state, current)
-        self._notify_fetchers()
-
-    def _lead(self, log: Log, state: LeaderAndIsr, previous: LeaderAndIsr | None) -> None:
-        """Becomes (or stays) the leader of `state` (under the role lock)."""
-        if self._leader is not None and previous is not None and previous.leader_epoch == state.leader_epoch:
-            self._leader.update(state, log.clock.milliseconds())
-        else:
-            self._stop_fetcher()
-            if state.leader_epoch > log.leader_epoch or not log.epoch_entries():
-                log.become_leader(max(state.leader_epoch, log.leader_epoch))
-            self._leader = LeaderState(self._node, state, log.log_end_offset, log.clock.milliseconds())
-            if state.replication_factor > 1:
-                threading.Thread(target=self._check_isr, args=(self._leader,), daemon=True).start()
-        log.set_replicated(state.replication_factor > 1)
-        self._advance_high_watermark(log)
-
-    def _follow(self, log: Log, state: LeaderAndIsr, previous: LeaderAndIsr | None) -> None:
-        """Becomes (or stays) a follower of `state`'s leader (under the role lock)."""
-        self._leader = None
-        log.set_replicated(True)
-        same_leader = previous is not None and (previous.leader, previous.leader_epoch) == (
-            state.leader,
-            state.leader_epoch,
-        )
-        if self._fetcher is not None and same_leader and not self._fetcher.stopped:
-            return
-        self._stop_fetcher()
-        if state.offline or self._find_replica is None:
-            return
-        link = _RayLeaderLink(state, self._node, self._find_replica)
-        self._fetcher = ReplicaFetcher(
-            f"{state.topic}-{state.partition}", log, link, self._replica_settings, self._notify_fetchers
-        )
-        self._fetcher.start()
-
-    def _stop_fetcher(self) -> None:
-        if self._fetcher is not None:
-            self._fetcher.stop()
-            self._fetcher = None
-
-    def _advance_high_watermark(self, log: Log) -> bool:
-        """Moves the leader's high watermark to the smallest log end offset of the ISR; True if it moved."""
-        leader = self._leader
-        if leader is None:
-            return False
-        high_watermark = leader.high_watermark(log.log_end_offset)
-        if high_watermark <= log.high_watermark:
-            return False
-        log.update_high_watermark(high_watermark)
-        return True
-
-    def _ask_controller(self, leader: LeaderState, isr: tuple[str, ...]) -> None:
-        """Asks the controller for an ISR change without waiting (its answer comes as `update_replication`)."""
-        state = leader.state
-        logger.info("%s-%d: asking for ISR %s (was %s)", state.topic, state.partition, list(isr), list(state.isr))
-        with contextlib.suppress(RaybrokerError):
-            controller().alter_partition.remote(state.topic, state.partition, self._node, state.leader_epoch, list(isr))
-
-    def _check_isr(self, leader: LeaderState) -> None:
-        """The leader's ISR shrink check every half `replica.lag.time.max.ms`, while `leader` is current."""
-        lag_ms = self._replica_settings.lag_time_max_ms
-        while self._leader is leader and self._unavailable is None:
-            time.sleep(max(lag_ms / 2000, 0.01))
-            with self._role_lock:
-                if self._leader is not leader or self._unavailable is not None:
-                    return
-                log = self._opened_log
-                shrunk = leader.isr_to_shrink(log.log_end_offset, lag_ms, log.clock.milliseconds())
-            if shrunk is not None:
-                self._ask_controller(leader, shrunk)
+        if self._unavailable is None:
+            self._role.update(state)
 
     @ray.method(concurrency_group=REPLICATION_GROUP)
     def replicate(
         self, follower: str, offset: int, max_bytes: int, max_wait_ms: int, leader_epoch: int
     ) -> ReplicaFetch:
-        """A follower's fetch (Kafka's Fetch from a replica): records `offset` as the follower's log end offset,
-        moves the high watermark, grows the ISR when the follower caught up, then answers the batches from
-        `offset` (up to the log end, waiting up to `max_wait_ms` for some). `FencedLeaderEpochError` or
-        `NotLeaderOrFollowerError` when the follower's epoch is not this leader's; `OffsetOutOfRangeError` outside
-        the log."""
-        for name, value in (("offset", offset), ("max_bytes", max_bytes), ("max_wait_ms", max_wait_ms)):
-            if not is_int(value):
-                raise InvalidRequestError(f"{name} must be an int, not {type(value).__name__}")
-        log = self._log
-        with self._role_lock:
-            leader = self._leader
-            if leader is None:
-                raise NotLeaderOrFollowerError(f"{log.directory.name} is not the leader")
-            if leader_epoch != leader.state.leader_epoch:
-                error = FencedLeaderEpochError if leader_epoch < leader.state.leader_epoch else NotLeaderOrFollowerError
-                raise error(f"{log.directory.name} leads in epoch {leader.state.leader_epoch}, not {leader_epoch}")
-            if not log.log_start_offset <= offset <= log.log_end_offset:
-                raise OffsetOutOfRangeError(
-                    f"fetch offset {offset} is outside {log.log_start_offset}..{log.log_end_offset}", offset=offset
-                )
-            now_ms = log.clock.milliseconds()
-            if not leader.follower_fetched(follower, offset, log.log_end_offset, now_ms):
-                raise NotLeaderOrFollowerError(f"{follower!r} is no replica of {log.directory.name}")
-            moved = self._advance_high_watermark(log)
-            grown = leader.isr_to_expand(log.high_watermark, now_ms)
-        if moved:
-            self._notify_fetchers()
-        if grown is not None:
-            self._ask_controller(leader, grown)
-        deadline = time.monotonic() + max(max_wait_ms, 0) / 1000
-        while True:
-            seen = self._change_count
-            if log.log_end_offset > offset or time.monotonic() >= deadline or self._leader is not leader:
-                records = log.read(offset, _checked_max_bytes(max_bytes), isolation="log_end").records
-                return ReplicaFetch(bytes(records), log.high_watermark, log.log_start_offset, log.log_end_offset)
-            self._wait_for_change(seen, deadline)
+        """A follower's fetch (Kafka's Fetch from a replica; `Replica.replicate`)."""
+        return self._role.replicate(follower, offset, max_bytes, max_wait_ms, leader_epoch)
 
     @ray.method(concurrency_group=REPLICATION_GROUP)
     def await_replicated(self, info: LogAppendInfo, timeout_ms: int = ACKS_ALL_TIMEOUT_MS) -> LogAppendInfo:
-        """The second half of an `acks=all` append: answers `info` once the high watermark passed its last offset
-        (every in-sync replica has it). `NotLeaderOrFollowerError` if this replica stopped leading meanwhile,
-        `NotEnoughReplicasAfterAppendError` if the ISR fell below `min.insync.replicas`, `RequestTimedOutError`
-        after `timeout_ms` (Kafka's `request.timeout.ms`)."""
-        if not isinstance(info, LogAppendInfo) or not is_int(timeout_ms):
-            raise InvalidRequestError("await_replicated takes an append's LogAppendInfo and an int timeout")
-        deadline = time.monotonic() + timeout_ms / 1000
-        while True:
-            seen = self._change_count
-            log = self._log
-            if log.high_watermark > info.last_offset:
-                return info
-            state = self._replication
-            if self._leader is None or state is None:
-                raise NotLeaderOrFollowerError(
-                    f"{log.directory.name} stopped leading before offset {info.last_offset} was replicated"
-                )
-            if len(state.isr) < log.config.min_insync_replicas:
-                raise NotEnoughReplicasAfterAppendError(
-                    f"the ISR of {log.directory.name} shrank to {len(state.isr)}, below min.insync.replicas "
-                    f"{log.config.min_insync_replicas}, before offset {info.last_offset} was replicated"
-                )
-            if self._wait_for_change(seen, deadline) is None:
-                raise RequestTimedOutError(f"offset {info.last_offset} not replicated within {timeout_ms} ms")
+        """The second half of an `acks=all` append (`Replica.await_replicated`)."""
+        return self._role.await_replicated(info, timeout_ms)
 
     @ray.method(concurrency_group=READ_GROUP)
     def replication_state(self) -> LeaderAndIsr | None:
         """The controller's latest state of this partition as this replica knows it (None before any)."""
-        return self._replication
+        return self._replica.state if self._replica is not None else None
 
     def _check_leader(self) -> None:
         """Client reads go to the leader: a follower refuses them (Kafka's NOT_LEADER_OR_FOLLOWER)."""
-        if self._fetcher is not None:
+        if self._role.following:
             raise NotLeaderOrFollowerError(f"{self._opened_log.directory.name} is a follower")
 
-    def _notify_fetchers(self) -> None:
-        """Wakes the waiting fetches and publishes the offsets to the high-watermark file: the high watermark,
-        log start or availability changed."""
-        with self._changes:
-            self._change_count += 1
-            self._changes.notify_all()
-            if self._hw_file is not None:
-                if self._unavailable is None:
-                    self._hw_file.publish(self._opened_log)
-                else:
-                    self._hw_file.publish_closed()
+    def _publish_offsets(self) -> None:
+        """Writes the offsets to the high-watermark file (under the change counter's lock)."""
+        if self._hw_file is not None:
+            if self._unavailable is None:
+                self._hw_file.publish(self._opened_log)
+            else:
+                self._hw_file.publish_closed()
 
     def go_offline(self, reason: str) -> None:
         """Its log dir failed (Kafka's handleLogDirFailure): the files are closed without a flush and every call
         but `close` raises `KafkaStorageError` from now on; the next broker start recovers the log. `close` then
         writes nothing and returns the state the log had when it went offline."""
         if self._unavailable is None:
-            with self._role_lock:
-                self._stop_fetcher()
-                self._leader = None
+            offline = KafkaStorageError(f"log dir is offline: {reason}", path=self._opened_log.directory)
+            if self._replica is not None:
+                self._replica.stop(offline)
             self._closed_state = self._state()
-            self._unavailable = KafkaStorageError(f"log dir is offline: {reason}", path=self._opened_log.directory)
+            self._unavailable = offline
             self._opened_log.close_without_marker()
             self._stop_serving_appends()
-            self._notify_fetchers()
+            self._changes.notify()
             self._close_hw_file()
 
     def delete_records(self, offset: int) -> int:
         """Kafka's DeleteRecords; returns the new log start offset."""
         log_start_offset = self._log.delete_records(offset)
-        self._notify_fetchers()
+        self._changes.notify()
         return log_start_offset
 
     def update_config(self, config: dict[str, str]) -> None:
@@ -501,20 +353,19 @@ class PartitionLogActor:
         """Clean shutdown of the log (flush, trim, markers); returns its final state, again if called again (after
         `go_offline`: the state it went offline with, nothing written)."""
         if self._closed_state is None:
-            with self._role_lock:
-                self._stop_fetcher()
-                self._leader = None
+            closed = BrokerNotAvailableError(f"the log of {self._opened_log.directory} is closed")
+            self._role.stop(closed)
             self._log.close()
             self._stop_serving_appends()
             self._closed_state = self._state()
-            self._unavailable = BrokerNotAvailableError(f"the log of {self._opened_log.directory} is closed")
-            self._notify_fetchers()
+            self._unavailable = closed
+            self._changes.notify()
             self._close_hw_file()
         return self._closed_state
 
     def _close_hw_file(self) -> None:
         """Unmaps the high-watermark file once it says closed (a partition host outlives its partitions)."""
-        with self._changes:
+        with self._changes.lock:
             if self._hw_file is not None:
                 self._hw_file.close()
                 self._hw_file = None
@@ -611,13 +462,13 @@ class PartitionLogActor:
                 raise InvalidRequestError(f"{name} must be an int, not {type(value).__name__}")
         deadline = time.monotonic() + max_wait_ms / 1000
         # Read before answering: an append between the answer and the wait is then seen, not slept through.
-        seen = self._change_count
+        seen = self._changes.count
         result = answer()
         if max_wait_ms <= 0 or size(result) >= min_bytes or not self._long_poll_slots.acquire(blocking=False):
             return result
         try:
             while True:
-                changed = self._wait_for_change(seen, deadline)
+                changed = self._changes.wait(seen, deadline)
                 if changed is None:
                     return result
                 seen = changed
@@ -626,17 +477,6 @@ class PartitionLogActor:
                     return result
         finally:
             self._long_poll_slots.release()
-
-    def _wait_for_change(self, seen: int, deadline: float) -> int | None:
-        """Waits until a change after count `seen` is notified (returns the new count) or the monotonic `deadline`
-        passes (None)."""
-        with self._changes:
-            while self._change_count == seen:
-                remaining_s = deadline - time.monotonic()
-                if remaining_s <= 0:
-                    return None
-                self._changes.wait(remaining_s)
-            return self._change_count
 
     @ray.method(concurrency_group=READ_GROUP)
     def list_offset(self, timestamp: int) -> TimestampAndOffset | None:
@@ -668,7 +508,7 @@ class PartitionLogActor:
         """One retention pass; returns the number of segments deleted."""
         deleted = self._log.delete_old_segments()
         if deleted:
-            self._notify_fetchers()
+            self._changes.notify()
         return deleted
 
     @ray.method(concurrency_group=MAINTENANCE_GROUP)
@@ -721,7 +561,7 @@ class PartitionLogActor:
         if not isinstance(cleaned, CleanedLog):
             raise InvalidRequestError(f"expected a CleanedLog, not {type(cleaned).__name__}")
         result = swap_and_retain(self._log, cleaned)
-        self._notify_fetchers()
+        self._changes.notify()
         return result
 
     @ray.method(concurrency_group=MAINTENANCE_GROUP)
@@ -762,8 +602,15 @@ def _checked_max_bytes(max_bytes: object) -> int:
     return max_bytes
 
 
+class _RayControllerLink:
+    """A leader's AlterPartition to the controller actor, sent without waiting (the Replica's `ControllerLink`)."""
+
+    def alter_partition(self, topic: str, partition: int, leader: str, leader_epoch: int, isr: Sequence[str]) -> None:
+        controller().alter_partition.remote(topic, partition, leader, leader_epoch, list(isr))
+
+
 class _RayLeaderLink:
-    """A follower's calls to its leader's replica (`actors.server.replication.follower.LeaderLink`) over Ray; the
+    """A follower's calls to its leader's replica (`actors.core.replication.follower.LeaderLink`) over Ray; the
     leader's handle is looked up once and again after any failure."""
 
     def __init__(self, state: LeaderAndIsr, me: str, find_replica: Callable[[str, int, str], Any]) -> None:

@@ -10,7 +10,7 @@ entries (principal, host, operation, permission) on each, and the option combina
 - An operation a resource type does not have (Read on the cluster) is a usage error, as are the combinations
   kafka-acls.sh refuses.
 
-Kept apart from `cluster.cli.acls` because it needs the ACL model (`actors.server.security.acls`), whose package
+Kept apart from `cluster.cli.acls` because it needs the ACL model (`actors.core.security.acls`), whose package
 loads Ray: the command module imports this one only when the command runs, so `raybroker --help` stays fast.
 """
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import argparse
 
-from actors.server.security.acls import (
+from actors.core.security.acls import (
     CLUSTER_NAME,
     SUPPORTED_OPERATIONS,
     AclBinding,

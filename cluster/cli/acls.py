@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from cluster.cli.common import EXIT_OK, add_command, connect_admin
 
 if TYPE_CHECKING:
-    from actors.server.security.acls import AclBinding
+    from actors.core.security.acls import AclBinding
 
 
 def add_commands(subcommands: Any) -> None:

@@ -25,7 +25,7 @@ from storage.errors import RaybrokerError
 
 if TYPE_CHECKING:
     from actors.clients.consumer_groups import ConsumerGroups
-    from actors.server.group_membership import GroupDescription, MemberDescription
+    from actors.core.groups.group_membership import GroupDescription, MemberDescription
 
 # The newest ConsumerProtocolAssignment version kio has; later versions only add fields.
 LATEST_ASSIGNMENT_VERSION = 3

@@ -43,7 +43,7 @@ def add_commands(subcommands: Any) -> None:
 
 def _check_user_options(args: argparse.Namespace) -> None:
     # The security model loads Ray (through `actors`), so only once the command runs, as every broker command does.
-    from actors.server.security.scram import UnsupportedSaslMechanismError, check_mechanism
+    from actors.core.security.scram import UnsupportedSaslMechanismError, check_mechanism
 
     if args.add is not None and args.mechanism is None:
         raise UsageError("users --add needs --mechanism SCRAM-SHA-256 or SCRAM-SHA-512")

@@ -3,8 +3,9 @@
 Handlers speak Kafka; the broker speaks actors. `BrokerView` is the seam between them: topic metadata with each
 partition's leader, leader epoch and replicas, the brokers' advertised listeners, the topic administration calls
 (create, delete, grow, configs), and the partition calls a Produce, Fetch, ListOffsets or DeleteRecords request
-turns into. `RayBrokerView` (`cluster.protocol.ray_broker_view`) implements it over the running broker's actors;
-the handlers' tests run the same handlers over a view of plain storage logs, without Ray or sockets.
+turns into. `RayBrokerView` (`cluster.protocol.ray_broker_view`) implements it over the running broker's actors, and
+`LocalBrokerView` (`cluster.protocol.local_broker_view`) over the in-process broker, which the handlers' tests run
+on, without Ray. Both describe topics from the controller's metadata with `topic_info`.
 
 Every method raises the broker's typed errors (`storage.errors`), which the handlers turn into Kafka error codes
 through `cluster.protocol.errors`; none raises Ray's.
@@ -12,10 +13,11 @@ through `cluster.protocol.errors`; none raises Ray's.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
+from actors.core.controller.topic_metadata import AdvertisedListener, TopicMetadata
 from cluster.protocol.file_region import FileRegion
 from storage.partition.log import LogAppendInfo
 from storage.records.file_records import TimestampAndOffset
@@ -197,3 +199,35 @@ class BrokerView(Protocol):
     async def allocate_producer_id(self) -> int:
         """A fresh idempotent-producer id, never handed out before in this cluster."""
         ...
+
+
+def topic_info(
+    metadata: TopicMetadata, listeners: Mapping[str, AdvertisedListener], live: Collection[str]
+) -> TopicInfo:
+    """The topic with each partition's replication state in Kafka broker ids: each replica (Ray node) named by the
+    broker id of the listener on its node, and left out when its node runs none (`PartitionInfo`)."""
+
+    def broker_ids(nodes: Iterable[str]) -> tuple[int, ...]:
+        return tuple(listeners[node].broker_id for node in nodes if node in listeners)
+
+    partitions = []
+    for partition in range(len(metadata.partitions)):
+        state = metadata.state(partition)
+        leader = listeners.get(state.leader)
+        partitions.append(
+            PartitionInfo(
+                leader=None if leader is None else leader.broker_id,
+                leader_epoch=state.leader_epoch,
+                replicas=broker_ids(state.replicas),
+                isr=broker_ids(state.isr),
+                offline_replicas=broker_ids(node for node in state.replicas if node not in live),
+                offline=state.offline,
+            )
+        )
+    replication_factor = metadata.replication_factor
+    return TopicInfo(metadata.name, len(metadata.partitions), metadata.internal, replication_factor, tuple(partitions))
+
+
+def advertised(endpoint: BrokerEndpoint) -> AdvertisedListener:
+    """The endpoint as the controller records a listener's advertised address."""
+    return AdvertisedListener(endpoint.node_id, endpoint.host, endpoint.port, endpoint.listeners)

@@ -17,10 +17,10 @@ Codes chosen where Kafka has no exact twin, and why:
 Authorization failures are raised by the handlers themselves (`cluster.protocol.handlers.authorization`) and
 answered with the code of the resource refused: TOPIC_, GROUP_, CLUSTER_ or TRANSACTIONAL_ID_AUTHORIZATION_FAILED
 (29, 30, 31, 53); SECURITY_DISABLED (54) answers the ACL APIs of a broker without `authorizer.class.name`. The
-SCRAM credential errors (`actors.server.security.scram`) and `DuplicateResourceError` answer
+SCRAM credential errors (`actors.core.security.scram`) and `DuplicateResourceError` answer
 AlterUserScramCredentials and DescribeUserScramCredentials per user.
 
-The group APIs' outcomes (`actors.server.group_membership.GroupError`) are named as Kafka's codes and map by name
+The group APIs' outcomes (`actors.core.groups.group_membership.GroupError`) are named as Kafka's codes and map by name
 (`group_error_code`); a group coordinator that cannot be reached answers COORDINATOR_NOT_AVAILABLE.
 """
 
@@ -28,8 +28,8 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-from actors.server.group_membership import GroupError
-from actors.server.security.scram import (
+from actors.core.groups.group_membership import GroupError
+from actors.core.security.scram import (
     ResourceNotFoundError,
     UnacceptableCredentialError,
     UnsupportedSaslMechanismError,

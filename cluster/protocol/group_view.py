@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Protocol
 
-from actors.server.group_membership import GroupDescription, GroupError, JoinResult, SyncResult
+from actors.core.groups.group_membership import GroupDescription, GroupError, JoinResult, SyncResult
 
 TopicPartition = tuple[str, int]
 

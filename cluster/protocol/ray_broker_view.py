@@ -30,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,16 +39,17 @@ import ray
 from actors.calls import answer
 from actors.clients.append_connection import AppendConnection, AppendConnections, AppendReply
 from actors.clients.broker import Broker
+from actors.core.controller.topic_metadata import AdvertisedListener, TopicMetadata
 from actors.partition_lookup import leader_replica, partition_actor
-from actors.server.controller import AdvertisedListener, TopicMetadata
 from actors.server.partition_log import FetchResult, FileSlices
 from cluster.protocol.broker_view import (
     BrokerEndpoint,
     EpochEndOffset,
     FetchedRecords,
-    PartitionInfo,
     PartitionOffsets,
     TopicInfo,
+    advertised,
+    topic_info,
 )
 from cluster.protocol.file_region import SENDFILE_MIN_BYTES, FileRegion, offset_after_region, open_region
 from storage.errors import BrokerNotAvailableError, RaybrokerError, UnknownTopicOrPartitionError
@@ -100,12 +101,12 @@ class RayBrokerView:
         return self._cluster_id
 
     async def announce(self, endpoint: BrokerEndpoint) -> None:
-        await answer(self._controller.register_listener.remote(self._node, _advertised(endpoint)))
+        await answer(self._controller.register_listener.remote(self._node, advertised(endpoint)))
 
     async def withdraw(self, endpoint: BrokerEndpoint) -> None:
         """The listener stops: unregistered, and its append channel connections closed."""
         try:
-            await answer(self._controller.unregister_listener.remote(self._node, _advertised(endpoint)))
+            await answer(self._controller.unregister_listener.remote(self._node, advertised(endpoint)))
         finally:
             self._connections.close()
 
@@ -118,11 +119,11 @@ class RayBrokerView:
     async def topics(self) -> dict[str, TopicInfo]:
         described: dict[str, TopicMetadata] = await answer(self._controller.topics.remote())
         listeners, live = await self._cluster()
-        return {name: _topic_info(metadata, listeners, live) for name, metadata in described.items()}
+        return {name: topic_info(metadata, listeners, live) for name, metadata in described.items()}
 
     async def topic(self, name: str) -> TopicInfo:
         described: TopicMetadata = await answer(self._controller.describe_topic.remote(name))
-        return _topic_info(described, *await self._cluster())
+        return topic_info(described, *await self._cluster())
 
     async def create_topic(
         self,
@@ -135,7 +136,7 @@ class RayBrokerView:
         created = self._controller.create_topic.remote(
             name, partition_count, dict(config or {}), validate_only, replication_factor
         )
-        return _topic_info(await answer(created), *await self._cluster())
+        return topic_info(await answer(created), *await self._cluster())
 
     async def delete_topic(self, name: str) -> None:
         await answer(self._controller.delete_topic.remote(name))
@@ -143,7 +144,7 @@ class RayBrokerView:
 
     async def create_partitions(self, name: str, total: int, validate_only: bool = False) -> TopicInfo:
         grown = await answer(self._controller.add_partitions.remote(name, total, validate_only))
-        return _topic_info(grown, *await self._cluster())
+        return topic_info(grown, *await self._cluster())
 
     async def topic_config(self, name: str) -> dict[str, str]:
         metadata: TopicMetadata = await answer(self._controller.describe_topic.remote(name))
@@ -317,33 +318,6 @@ def _answered(reply: AppendReply) -> asyncio.Future[LogAppendInfo]:
     return future
 
 
-def _topic_info(
-    metadata: TopicMetadata, listeners: Mapping[str, AdvertisedListener], live: Collection[str]
-) -> TopicInfo:
-    """The topic with each partition's replication state in Kafka broker ids: each replica (Ray node) named by the
-    broker id of the listener on its node, and left out when its node runs none (`PartitionInfo`)."""
-
-    def broker_ids(nodes: Iterable[str]) -> tuple[int, ...]:
-        return tuple(listeners[node].broker_id for node in nodes if node in listeners)
-
-    partitions = []
-    for partition in range(len(metadata.partitions)):
-        state = metadata.state(partition)
-        leader = listeners.get(state.leader)
-        partitions.append(
-            PartitionInfo(
-                leader=None if leader is None else leader.broker_id,
-                leader_epoch=state.leader_epoch,
-                replicas=broker_ids(state.replicas),
-                isr=broker_ids(state.isr),
-                offline_replicas=broker_ids(node for node in state.replicas if node not in live),
-                offline=state.offline,
-            )
-        )
-    replication_factor = metadata.replication_factor
-    return TopicInfo(metadata.name, len(metadata.partitions), metadata.internal, replication_factor, tuple(partitions))
-
-
 def _local_records(located: FileSlices, offset: int) -> bytes | FileRegion | None:
     """The located bytes: a file region to `sendfile` from `SENDFILE_MIN_BYTES` on, read here below it; None when
     the file is no longer the located one (the caller then fetches through the actor)."""
@@ -354,10 +328,6 @@ def _local_records(located: FileSlices, offset: int) -> bytes | FileRegion | Non
         return open_region(file_slice)
     read = read_located(file_slice, offset)
     return None if read is None else bytes(read[0])
-
-
-def _advertised(endpoint: BrokerEndpoint) -> AdvertisedListener:
-    return AdvertisedListener(endpoint.node_id, endpoint.host, endpoint.port, endpoint.listeners)
 
 
 def _this_node() -> str:

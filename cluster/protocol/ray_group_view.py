@@ -15,9 +15,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from actors.calls import answer, get_actor
+from actors.core.groups.coordinator import MAX_WAIT_MS
+from actors.core.groups.group_membership import GroupDescription, GroupError, JoinResult, PendingJoin, SyncResult
 from actors.options import group_coordinator_name
-from actors.server.group_coordinator import MAX_WAIT_MS
-from actors.server.group_membership import GroupDescription, GroupError, JoinResult, PendingJoin, SyncResult
 from cluster.protocol.group_view import TopicPartition
 from storage.errors import BrokerNotAvailableError
 

@@ -30,8 +30,8 @@ from actors.clients.admin import Admin
 from actors.clients.broker import Broker, stop_broker
 from actors.clients.consumer import Consumer
 from actors.clients.producer import Producer
+from actors.core.replication.leader_and_isr import LeaderAndIsr
 from actors.partition_lookup import replica_actor
-from actors.server.replication.leader_and_isr import LeaderAndIsr
 from storage.errors import (
     BrokerNotAvailableError,
     InvalidReplicationFactorError,

@@ -3,7 +3,7 @@
 
 The bindings live in the controller (`SecurityView`); after a change this listener reloads them at once
 (`AccessControl.refresh`), and other listeners within their refresh interval. Wire fields are Kafka's codes
-(`actors.server.security.acls` enums); a code this broker does not know is UNKNOWN, which is refused.
+(`actors.core.security.acls` enums); a code this broker does not know is UNKNOWN, which is refused.
 
 | API          | needs               | refused: CLUSTER_AUTHORIZATION_FAILED (31) | invalid: INVALID_REQUEST (42) |
 |--------------|---------------------|--------------------------------------------|-------------------------------|
@@ -25,7 +25,7 @@ from typing import Any
 from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 
-from actors.server.security.acls import (
+from actors.core.security.acls import (
     AclBinding,
     AclBindingFilter,
     AclOperation,

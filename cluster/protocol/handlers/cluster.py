@@ -17,7 +17,7 @@ from typing import Any
 from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 
-from actors.server.security.acls import CLUSTER_NAME, AclOperation, ResourceType
+from actors.core.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from cluster.protocol.broker_view import BrokerEndpoint, BrokerView
 from cluster.protocol.framing import Request
 from cluster.protocol.handlers.authorization import (

@@ -33,8 +33,8 @@ from typing import Any
 from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 
-from actors.server.security import acls
-from actors.server.security.acls import AclOperation
+from actors.core.security import acls
+from actors.core.security.acls import AclOperation
 from cluster.protocol.broker_view import BrokerView
 from cluster.protocol.config_entries import LIST_TOPIC_CONFIGS, ConfigDescriber
 from cluster.protocol.connection import ConnectionContext

@@ -33,7 +33,7 @@ from typing import Any
 from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 
-from actors.server.security.acls import AclOperation, ResourceType
+from actors.core.security.acls import AclOperation, ResourceType
 from cluster.protocol.broker_view import BrokerView, FetchedRecords
 from cluster.protocol.errors import TopicAuthorizationFailedError, error_code
 from cluster.protocol.file_region import FileRegion

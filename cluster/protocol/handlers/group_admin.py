@@ -22,8 +22,8 @@ from typing import Any
 from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 
-from actors.server.group_membership import GroupDescription, GroupState
-from actors.server.security.acls import AclOperation, ResourceType
+from actors.core.groups.group_membership import GroupDescription, GroupState
+from actors.core.security.acls import AclOperation, ResourceType
 from cluster.protocol.connection import ConnectionContext
 from cluster.protocol.errors import coordinator_error_code, group_error_code
 from cluster.protocol.framing import Request

@@ -30,8 +30,8 @@ from typing import Any
 from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 
-from actors.server.group_membership import GroupError
-from actors.server.security.acls import AclOperation, ResourceType
+from actors.core.groups.group_membership import GroupError
+from actors.core.security.acls import AclOperation, ResourceType
 from cluster.protocol.broker_view import BrokerView
 from cluster.protocol.connection import ConnectionContext
 from cluster.protocol.errors import coordinator_error_code, error_code, group_error_code

@@ -1,7 +1,7 @@
 """The classic group protocol: JoinGroup (11), SyncGroup (14), Heartbeat (12), LeaveGroup (13).
 
 Each handler turns its request into one call of the group coordinator (`GroupView`), whose membership state
-machine (`actors.server.group_membership`) gives Kafka's answers; the handlers only translate fields. A JoinGroup
+machine (`actors.core.groups.group_membership`) gives Kafka's answers; the handlers only translate fields. A JoinGroup
 or SyncGroup answers once the coordinator has the answer (every member joined, or the leader's assignment came),
 which is why a client's request timeout for them is its `rebalance.timeout.ms` plus a margin.
 
@@ -21,8 +21,8 @@ from typing import Any
 from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 
-from actors.server.group_membership import GroupError, JoinResult
-from actors.server.security.acls import AclOperation, ResourceType
+from actors.core.groups.group_membership import GroupError, JoinResult
+from actors.core.security.acls import AclOperation, ResourceType
 from cluster.protocol.errors import coordinator_error_code, group_error_code
 from cluster.protocol.framing import Request
 from cluster.protocol.group_view import GroupView

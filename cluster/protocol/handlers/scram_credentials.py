@@ -26,8 +26,8 @@ from typing import Any
 from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 
-from actors.server.security.acls import AclOperation
-from actors.server.security.scram import (
+from actors.core.security.acls import AclOperation
+from actors.core.security.scram import (
     MAX_ITERATIONS,
     MIN_ITERATIONS,
     SCRAM_MECHANISMS,

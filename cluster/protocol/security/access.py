@@ -1,7 +1,7 @@
 """The authorizer the handlers ask, as the listener keeps it: Kafka's ACL semantics over a cached copy of the ACLs.
 
 With `authorizer.class.name` unset every request is allowed, as on a Kafka broker without an authorizer. With it
-set, each question goes to an `actors.server.security.authorizer.Authorizer` built from the cluster's bindings,
+set, each question goes to an `actors.core.security.authorizer.Authorizer` built from the cluster's bindings,
 `super.users` and `allow.everyone.if.no.acl.found`, about the connection's principal and client address. Asking
 the controller on every request would put an actor round trip in front of every Produce, so the listener keeps a
 copy: `refresh` reloads it when the controller's ACL version moved, which the listener checks every
@@ -15,8 +15,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from actors.server.security.acls import AclOperation, ResourceType
-from actors.server.security.authorizer import Authorizer
+from actors.core.security.acls import AclOperation, ResourceType
+from actors.core.security.authorizer import Authorizer
 from cluster.protocol.connection import ConnectionContext
 from cluster.protocol.security.security_view import SecurityView
 from storage.config.security_config import SecurityConfig

@@ -6,8 +6,8 @@ import asyncio
 from typing import Any
 
 from actors.calls import answer, controller
-from actors.server.security.acls import AclBinding, AclBindingFilter
-from actors.server.security.scram import ScramCredential
+from actors.core.security.acls import AclBinding, AclBindingFilter
+from actors.core.security.scram import ScramCredential
 
 
 class RaySecurityView:

@@ -23,7 +23,7 @@ from typing import Any
 
 from scramp import ScramException, ScramMechanism
 
-from actors.server.security.scram import SCRAM_MECHANISMS, ScramCredential
+from actors.core.security.scram import SCRAM_MECHANISMS, ScramCredential
 from storage.config.security_config import PLAIN
 
 # (user, mechanism) -> the user's credential for that SCRAM mechanism, or None.

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from actors.server.security.acls import AclBinding, AclBindingFilter
-from actors.server.security.scram import ScramCredential
+from actors.core.security.acls import AclBinding, AclBindingFilter
+from actors.core.security.scram import ScramCredential
 
 
 class SecurityView(Protocol):

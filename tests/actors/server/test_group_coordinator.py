@@ -154,7 +154,7 @@ def test_a_commit_after_the_offsets_topic_was_deleted_creates_it_again(broker: t
     `offsets.topic.num.partitions` partitions (2 here) and its compacted config, and is written; every offset
     committed before is gone."""
     from actors import Admin, Consumer
-    from actors.server.internal_topics import CONSUMER_OFFSETS_CONFIG
+    from actors.core.groups.offsets_topic import CONSUMER_OFFSETS_CONFIG
 
     with Consumer(group_id="forgotten") as consumer:
         consumer.commit({("kept", 0): 3})

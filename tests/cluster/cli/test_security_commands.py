@@ -124,7 +124,7 @@ def parsed(*argv: str) -> argparse.Namespace:
 
 
 def test_producer_and_consumer_mean_what_kafka_acls_grants() -> None:
-    from actors.server.security.acls import AclOperation, PatternType, ResourceType
+    from actors.core.security.acls import AclOperation, PatternType, ResourceType
     from cluster.cli.acl_options import resource_entries
 
     args = parsed(
@@ -147,7 +147,7 @@ def test_producer_and_consumer_mean_what_kafka_acls_grants() -> None:
 
 
 def test_entries_are_every_principal_operation_and_host() -> None:
-    from actors.server.security.acls import AclOperation, AclPermissionType, PatternType, ResourceType
+    from actors.core.security.acls import AclOperation, AclPermissionType, PatternType, ResourceType
     from cluster.cli.acl_options import resource_entries
 
     args = parsed(

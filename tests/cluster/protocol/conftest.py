@@ -1,4 +1,4 @@
-"""Fixtures of the protocol tests: a `BrokerView` over real storage logs in a temporary folder."""
+"""Fixtures of the protocol tests: the listener's seams over an in-process broker in a temporary folder."""
 
 from __future__ import annotations
 
@@ -7,13 +7,32 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster.protocol.support import LogBrokerView
+from actors.core.broker import InProcessBroker
+from cluster.protocol.local_broker_view import LocalBrokerView
+from cluster.protocol.local_group_view import LocalGroupView
+from cluster.protocol.security.local_security_view import LocalSecurityView
+from tests.cluster.protocol.helpers import start_broker
 
 
 @pytest.fixture
-def view(tmp_path: Path) -> Iterator[LogBrokerView]:
-    broker_view = LogBrokerView(tmp_path)
+def broker(tmp_path: Path) -> Iterator[InProcessBroker]:
+    running = start_broker(tmp_path / "broker")
     try:
-        yield broker_view
+        yield running
     finally:
-        broker_view.close()
+        running.close()
+
+
+@pytest.fixture
+def view(broker: InProcessBroker) -> LocalBrokerView:
+    return LocalBrokerView(broker)
+
+
+@pytest.fixture
+def groups(broker: InProcessBroker) -> LocalGroupView:
+    return LocalGroupView(broker)
+
+
+@pytest.fixture
+def security(broker: InProcessBroker) -> LocalSecurityView:
+    return LocalSecurityView(broker.controller)

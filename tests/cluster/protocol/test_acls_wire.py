@@ -1,19 +1,20 @@
 """ACLs and SCRAM credentials managed by real admin clients over 127.0.0.1, and enforced on real clients.
 
-confluent-kafka's AdminClient (librdkafka) and kafka-python's KafkaAdminClient create, describe and delete ACLs
-and alter and describe SCRAM credentials; the oracle is the controller's real stores kept in memory
-(`MemorySecurityView`), which must hold exactly what the clients were told. Then, on a listener with the
-authorizer on, no super user and `allow.everyone.if.no.acl.found=false`: ACLs granted to User:ANONYMOUS (what a
-PLAINTEXT connection is) through the AdminClient let a consumer read a topic a producer may not write to, a
-PREFIXED grant lets it write to every topic under the prefix, a DENY beats it, and Metadata hides a topic the
-principal may not DESCRIBE. No Ray: the listener serves a `LogBrokerView` over real storage logs.
+confluent-kafka's AdminClient (librdkafka) and kafka-python's KafkaAdminClient create, describe and delete ACLs and
+alter and describe SCRAM credentials; the oracle is the in-process controller's stores (`LocalSecurityView`), which
+must hold exactly what the clients were told. Then, on a listener with the authorizer on, no super user and
+`allow.everyone.if.no.acl.found=false`: ACLs granted to User:ANONYMOUS (what a PLAINTEXT connection is) through the
+AdminClient let a consumer read a topic a producer may not write to, a PREFIXED grant lets it write to every topic
+under the prefix, a DENY beats it, and Metadata hides a topic the principal may not DESCRIBE. No Ray: the listener
+serves a `LocalBrokerView` over the in-process broker.
 """
 
 from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -39,10 +40,11 @@ from kafka.admin import ScramMechanism as KafkaPythonScramMechanism
 from kafka.admin import UserScramCredentialDeletion as KafkaPythonDeletion
 from kafka.admin import UserScramCredentialUpsertion as KafkaPythonUpsertion
 
-from actors.server.security import acls
+from actors.core.security import acls
 from cluster.protocol.listener import KafkaListener, start_listener
-from tests.cluster.protocol.security_support import MemorySecurityView
-from tests.cluster.protocol.support import LogBrokerView, batch, run
+from cluster.protocol.local_broker_view import LocalBrokerView
+from cluster.protocol.security.local_security_view import LocalSecurityView
+from tests.cluster.protocol.helpers import add_acls, batch, leader_log, run, start_broker
 
 ANONYMOUS = "User:ANONYMOUS"
 STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
@@ -52,10 +54,14 @@ RECORDS = 5
 
 @contextlib.contextmanager
 def serving(
-    tmp_path_factory: pytest.TempPathFactory, security: MemorySecurityView, **properties: str
-) -> Iterator[tuple[KafkaListener, LogBrokerView]]:
-    """A PLAINTEXT listener with the authorizer on over fresh storage logs; `properties` with `_` for `.`."""
-    view = LogBrokerView(tmp_path_factory.mktemp("logs"))
+    root: Path, grants: Sequence[acls.AclBinding] = (), **properties: str
+) -> Iterator[tuple[KafkaListener, LocalBrokerView, LocalSecurityView]]:
+    """A PLAINTEXT listener with the authorizer on over a fresh in-process broker under `root`, which holds `grants`
+    before the listener starts; `properties` with `_` for `.`."""
+    broker = start_broker(root)
+    add_acls(broker.controller, *grants)
+    view = LocalBrokerView(broker)
+    security = LocalSecurityView(broker.controller)
     settings = {
         "listeners": "PLAINTEXT://127.0.0.1:0",
         "num.partitions": "1",
@@ -65,26 +71,29 @@ def serving(
     }
     try:
         with start_listener(settings, view, security) as listener:
-            yield listener, view
+            yield listener, view, security
     finally:
-        view.close()
+        broker.close()
 
 
 @pytest.fixture(scope="module")
-def admin_security() -> MemorySecurityView:
-    return MemorySecurityView()
-
-
-@pytest.fixture(scope="module")
-def admin_listener(
-    tmp_path_factory: pytest.TempPathFactory, admin_security: MemorySecurityView
-) -> Iterator[KafkaListener]:
+def admin_served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[KafkaListener, LocalSecurityView]]:
     """A listener where the PLAINTEXT principal is a super user: the operator's own admin connection."""
-    with serving(tmp_path_factory, admin_security, super_users=ANONYMOUS) as (listener, _):
-        yield listener
+    with serving(tmp_path_factory.mktemp("admin"), super_users=ANONYMOUS) as (listener, _, security):
+        yield listener, security
 
 
-def stored(security: MemorySecurityView) -> set[acls.AclBinding]:
+@pytest.fixture(scope="module")
+def admin_security(admin_served: tuple[KafkaListener, LocalSecurityView]) -> LocalSecurityView:
+    return admin_served[1]
+
+
+@pytest.fixture(scope="module")
+def admin_listener(admin_served: tuple[KafkaListener, LocalSecurityView]) -> KafkaListener:
+    return admin_served[0]
+
+
+def stored(security: LocalSecurityView) -> set[acls.AclBinding]:
     return set(run(security.acls())[1])
 
 
@@ -124,7 +133,7 @@ def results(futures: dict[Any, Any]) -> dict[Any, Any]:
 
 
 def test_confluent_admin_creates_describes_and_deletes_acls(
-    admin_listener: KafkaListener, admin_security: MemorySecurityView
+    admin_listener: KafkaListener, admin_security: LocalSecurityView
 ) -> None:
     admin = AdminClient({"bootstrap.servers": admin_listener.bootstrap_servers})
     created = [
@@ -164,7 +173,7 @@ def test_confluent_admin_creates_describes_and_deletes_acls(
 
 
 def test_kafka_python_admin_creates_describes_and_deletes_acls(
-    admin_listener: KafkaListener, admin_security: MemorySecurityView
+    admin_listener: KafkaListener, admin_security: LocalSecurityView
 ) -> None:
     admin = KafkaAdminClient(
         bootstrap_servers=admin_listener.bootstrap_servers, request_timeout_ms=int(TIMEOUT_S * 1000)
@@ -200,7 +209,7 @@ def test_kafka_python_admin_creates_describes_and_deletes_acls(
 
 
 def test_confluent_admin_alters_and_describes_scram_credentials(
-    admin_listener: KafkaListener, admin_security: MemorySecurityView
+    admin_listener: KafkaListener, admin_security: LocalSecurityView
 ) -> None:
     admin = AdminClient({"bootstrap.servers": admin_listener.bootstrap_servers})
     upserted = [
@@ -232,7 +241,7 @@ def test_confluent_admin_alters_and_describes_scram_credentials(
 
 
 def test_kafka_python_admin_alters_and_describes_scram_credentials(
-    admin_listener: KafkaListener, admin_security: MemorySecurityView
+    admin_listener: KafkaListener, admin_security: LocalSecurityView
 ) -> None:
     admin = KafkaAdminClient(
         bootstrap_servers=admin_listener.bootstrap_servers, request_timeout_ms=int(TIMEOUT_S * 1000)
@@ -258,23 +267,23 @@ def test_kafka_python_admin_alters_and_describes_scram_credentials(
 
 
 @pytest.fixture(scope="module")
-def restricted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[KafkaListener, LogBrokerView]]:
-    security = MemorySecurityView()
+def restricted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[KafkaListener, LocalBrokerView]]:
     # The operator's first grant (e.g. with the CLI): the PLAINTEXT principal may manage ACLs, nothing else.
-    for operation in (acls.AclOperation.ALTER, acls.AclOperation.DESCRIBE):
-        security.add_acls(
-            acls.AclBinding(
-                acls.ResourceType.CLUSTER,
-                acls.CLUSTER_NAME,
-                acls.PatternType.LITERAL,
-                ANONYMOUS,
-                "*",
-                operation,
-                acls.AclPermissionType.ALLOW,
-            )
+    first_grant = [
+        acls.AclBinding(
+            acls.ResourceType.CLUSTER,
+            acls.CLUSTER_NAME,
+            acls.PatternType.LITERAL,
+            ANONYMOUS,
+            "*",
+            operation,
+            acls.AclPermissionType.ALLOW,
         )
-    with serving(tmp_path_factory, security, allow_everyone_if_no_acl_found="false") as served:
-        yield served
+        for operation in (acls.AclOperation.ALTER, acls.AclOperation.DESCRIBE)
+    ]
+    root = tmp_path_factory.mktemp("restricted")
+    with serving(root, first_grant, allow_everyone_if_no_acl_found="false") as (listener, view, _):
+        yield listener, view
 
 
 def produce_errors(listener: KafkaListener, topic: str) -> list[int]:
@@ -315,11 +324,13 @@ def consume(listener: KafkaListener, topic: str) -> list[bytes]:
         consumer.close()
 
 
-def test_acls_granted_through_the_admin_client_are_enforced(restricted: tuple[KafkaListener, LogBrokerView]) -> None:
+def test_acls_granted_through_the_admin_client_are_enforced(restricted: tuple[KafkaListener, LocalBrokerView]) -> None:
     listener, view = restricted
     for topic in ("audit", "pay-eu", "pay-secret", "hidden"):
         run(view.create_topic(topic, 1))
-    view.log("audit", 0).append(batch([(None, f"audit-{index}".encode(), 1000 + index) for index in range(RECORDS)]))
+    leader_log(view, "audit", 0).append(
+        batch([(None, f"audit-{index}".encode(), 1000 + index) for index in range(RECORDS)])
+    )
     admin = AdminClient({"bootstrap.servers": listener.bootstrap_servers})
     granted = [
         confluent_binding("audit", AclOperation.READ),
@@ -334,6 +345,6 @@ def test_acls_granted_through_the_admin_client_are_enforced(restricted: tuple[Ka
     assert produce_errors(listener, "audit") == [KafkaError.TOPIC_AUTHORIZATION_FAILED] * RECORDS
     assert consume(listener, "audit") == [f"audit-{index}".encode() for index in range(RECORDS)]
     assert produce_errors(listener, "pay-eu") == [0] * RECORDS
-    assert view.log("pay-eu", 0).log_end_offset == RECORDS
+    assert leader_log(view, "pay-eu", 0).log_end_offset == RECORDS
     assert produce_errors(listener, "pay-secret") == [KafkaError.TOPIC_AUTHORIZATION_FAILED] * RECORDS
-    assert view.log("pay-secret", 0).log_end_offset == 0
+    assert leader_log(view, "pay-secret", 0).log_end_offset == 0

@@ -294,7 +294,7 @@ def test_a_produce_pipelined_behind_a_waiting_fetch_wakes_it(listener: KafkaList
     from cluster.protocol.handlers.fetch import FETCH_KEY
     from cluster.protocol.handlers.produce import PRODUCE_KEY
     from cluster.protocol.messages import build
-    from tests.cluster.protocol.support import batch, records_of
+    from tests.cluster.protocol.helpers import batch, records_of
 
     max_wait_ms = 10_000
     confluent_produce(listener, "woken")  # creates the topic, leaves partition 0 with some end offset
@@ -407,7 +407,7 @@ def test_offset_for_leader_epoch_is_answered_from_the_partition_actors_epoch_cac
     from cluster.protocol.framing import decode_response, encode_request
     from cluster.protocol.handlers.leader_epoch import OFFSET_FOR_LEADER_EPOCH_KEY
     from cluster.protocol.messages import build
-    from tests.cluster.protocol.support import read_frame
+    from tests.cluster.protocol.helpers import read_frame
 
     end = max(offset for _, partition, offset, *_ in confluent_produce(listener, "epochs") if partition == 0) + 1
     request = build(

@@ -23,7 +23,7 @@ from actors.options import KAFKA_LISTENER_PREFIX, NAMESPACE, kafka_listener_name
 from cluster.protocol.listener_actor import StartedListeners, start_kafka_listeners
 from storage.config.broker_config import BrokerConfig
 from storage.errors import BrokerNotAvailableError
-from tests.cluster.protocol.support import exchange
+from tests.cluster.protocol.helpers import exchange
 
 pytestmark = pytest.mark.ray
 

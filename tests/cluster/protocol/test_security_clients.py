@@ -3,8 +3,8 @@ produce and consume over SSL (server and client certificates from a `trustme` CA
 SCRAM-SHA-512, and SASL_PLAINTEXT with PLAIN; wrong credentials and missing client certificates are refused; a
 login failure is answered only after `connection.failed.authentication.delay.ms`; no password reaches a log line.
 
-The broker side is a listener over real storage logs and the controller's real credential store kept in memory
-(`security_support.MemorySecurityView`); the oracle is what the producers sent, read back record for record.
+The broker side is a listener over the in-process broker (`LocalBrokerView`) and its controller's credential store
+(`LocalSecurityView`); the oracle is what the producers sent, read back record for record.
 """
 
 from __future__ import annotations
@@ -16,9 +16,11 @@ from typing import Any
 
 import pytest
 
+from actors.core.broker import InProcessBroker
 from cluster.protocol.listener import KafkaListener, start_listener
-from tests.cluster.protocol.security_support import MemorySecurityView, TlsFiles, make_tls_files
-from tests.cluster.protocol.support import LogBrokerView, run
+from cluster.protocol.local_broker_view import LocalBrokerView
+from cluster.protocol.security.local_security_view import LocalSecurityView
+from tests.cluster.protocol.helpers import TlsFiles, add_user, make_tls_files, run, start_broker
 
 ALICE_PASSWORD = "alice-pa55-Secret"
 PLAIN_PASSWORD = "plain-only-pa55"
@@ -33,19 +35,25 @@ def tls(tmp_path_factory: pytest.TempPathFactory) -> TlsFiles:
 
 
 @pytest.fixture(scope="module")
-def security() -> MemorySecurityView:
-    view = MemorySecurityView()
-    view.add_user("alice", ALICE_PASSWORD, "SCRAM-SHA-256")
-    view.add_user("alice", ALICE_PASSWORD, "SCRAM-SHA-512")
-    view.add_user("carol", PLAIN_PASSWORD, "SCRAM-SHA-512")
-    return view
+def module_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessBroker]:
+    running = start_broker(tmp_path_factory.mktemp("broker"))
+    try:
+        yield running
+    finally:
+        running.close()
 
 
 @pytest.fixture(scope="module")
-def listener(
-    tmp_path_factory: pytest.TempPathFactory, tls: TlsFiles, security: MemorySecurityView
-) -> Iterator[KafkaListener]:
-    view = LogBrokerView(tmp_path_factory.mktemp("logs"), splice=True)
+def security(module_broker: InProcessBroker) -> LocalSecurityView:
+    add_user(module_broker.controller, "alice", ALICE_PASSWORD, "SCRAM-SHA-256")
+    add_user(module_broker.controller, "alice", ALICE_PASSWORD, "SCRAM-SHA-512")
+    add_user(module_broker.controller, "carol", PLAIN_PASSWORD, "SCRAM-SHA-512")
+    return LocalSecurityView(module_broker.controller)
+
+
+@pytest.fixture(scope="module")
+def listener(module_broker: InProcessBroker, tls: TlsFiles, security: LocalSecurityView) -> Iterator[KafkaListener]:
+    view = LocalBrokerView(module_broker)
     properties = {
         "listeners": "SSL://127.0.0.1:0,SASL_SSL://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0,CERTS://127.0.0.1:0",
         "listener.security.protocol.map": "SSL:SSL,SASL_SSL:SASL_SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,CERTS:SSL",
@@ -57,11 +65,8 @@ def listener(
         "sasl.enabled.mechanisms": "SCRAM-SHA-256,SCRAM-SHA-512,PLAIN",
         "connection.failed.authentication.delay.ms": str(FAILED_LOGIN_DELAY_MS),
     }
-    try:
-        with start_listener(properties, view, security) as started:
-            yield started
-    finally:
-        view.close()
+    with start_listener(properties, view, security) as started:
+        yield started
 
 
 def client_config(listener: KafkaListener, listener_name: str, tls: TlsFiles, **extra: str) -> dict[str, str]:
@@ -284,12 +289,13 @@ def test_large_fetches_over_tls_come_back_byte_for_byte(listener: KafkaListener,
 
 
 @pytest.fixture(scope="module")
-def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[KafkaListener, MemorySecurityView]]:
+def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[KafkaListener, LocalSecurityView]]:
     """A SASL_PLAINTEXT listener with the authorizer on, `admin` a super user and no ACL yet."""
-    security = MemorySecurityView()
+    broker = start_broker(tmp_path_factory.mktemp("guarded"))
+    security = LocalSecurityView(broker.controller)
     for user in ("admin", "alice", "bob"):
-        security.add_user(user, f"{user}-{ALICE_PASSWORD}")
-    view = LogBrokerView(tmp_path_factory.mktemp("guarded"))
+        add_user(broker.controller, user, f"{user}-{ALICE_PASSWORD}")
+    view = LocalBrokerView(broker)
     properties = {
         "listeners": "SASL_PLAINTEXT://127.0.0.1:0",
         "sasl.enabled.mechanisms": "SCRAM-SHA-256",
@@ -301,7 +307,7 @@ def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[KafkaLis
         with start_listener(properties, view, security) as started:
             yield started, security
     finally:
-        view.close()
+        broker.close()
 
 
 def login(listener: KafkaListener, user: str, password: str | None = None, **extra: str) -> dict[str, str]:
@@ -316,7 +322,7 @@ def login(listener: KafkaListener, user: str, password: str | None = None, **ext
 
 
 def test_principals_from_sasl_logins_are_authorized_by_acls_and_a_super_user_needs_none(
-    guarded: tuple[KafkaListener, MemorySecurityView],
+    guarded: tuple[KafkaListener, LocalSecurityView],
 ) -> None:
     """`admin` (super user) writes with no ACL; alice, granted READ, consumes but may not produce; bob, granted
     nothing, does not even see the topic in Metadata."""
@@ -380,7 +386,7 @@ def test_principals_from_sasl_logins_are_authorized_by_acls_and_a_super_user_nee
 
 
 def test_a_password_changed_over_the_wire_applies_to_the_next_login(
-    guarded: tuple[KafkaListener, MemorySecurityView],
+    guarded: tuple[KafkaListener, LocalSecurityView],
 ) -> None:
     """AlterUserScramCredentials from a super user's AdminClient: the new password logs in, the old one fails."""
     from confluent_kafka import KafkaError

@@ -23,9 +23,17 @@ from cluster.protocol.handlers.api_versions import API_VERSIONS_KEY
 from cluster.protocol.handlers.metadata import METADATA_KEY
 from cluster.protocol.handlers.sasl import SASL_AUTHENTICATE_KEY, SASL_HANDSHAKE_KEY
 from cluster.protocol.listener import KafkaListener, start_listener
+from cluster.protocol.local_broker_view import LocalBrokerView
 from cluster.protocol.messages import build
-from tests.cluster.protocol.security_support import MemorySecurityView, TlsFiles, make_tls_files
-from tests.cluster.protocol.support import LogBrokerView, is_closed_by_server, read_frame
+from cluster.protocol.security.local_security_view import LocalSecurityView
+from tests.cluster.protocol.helpers import (
+    TlsFiles,
+    add_user,
+    is_closed_by_server,
+    make_tls_files,
+    read_frame,
+    start_broker,
+)
 
 PASSWORD = "hostile-test-Pa55"
 MAX_RECEIVE = 4096
@@ -39,9 +47,10 @@ def tls(tmp_path_factory: pytest.TempPathFactory) -> TlsFiles:
 
 @pytest.fixture(scope="module")
 def listener(tmp_path_factory: pytest.TempPathFactory, tls: TlsFiles) -> Iterator[KafkaListener]:
-    security = MemorySecurityView()
-    security.add_user("alice", PASSWORD)
-    view = LogBrokerView(tmp_path_factory.mktemp("logs"))
+    broker = start_broker(tmp_path_factory.mktemp("logs"))
+    security = LocalSecurityView(broker.controller)
+    add_user(security.controller, "alice", PASSWORD)
+    view = LocalBrokerView(broker)
     properties = {
         "listeners": "SSL://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
         "ssl.keystore.type": "PEM",
@@ -54,7 +63,7 @@ def listener(tmp_path_factory: pytest.TempPathFactory, tls: TlsFiles) -> Iterato
         with start_listener(properties, view, security) as started:
             yield started
     finally:
-        view.close()
+        broker.close()
 
 
 def call(sock: socket.socket, api_key: int, version: int, values: dict[str, Any], correlation_id: int = 1) -> Any:

@@ -15,8 +15,9 @@ from cluster.protocol.framing import FIXED_HEADER, SIZE, decode_response, encode
 from cluster.protocol.handlers.api_versions import API_VERSIONS_KEY
 from cluster.protocol.handlers.produce import PRODUCE_KEY
 from cluster.protocol.listener import KafkaListener, start_listener
+from cluster.protocol.local_broker_view import LocalBrokerView
 from cluster.protocol.messages import build
-from tests.cluster.protocol.support import LogBrokerView, batch, is_closed_by_server, read_frame, run
+from tests.cluster.protocol.helpers import batch, is_closed_by_server, leader_log, read_frame, run
 
 TIMEOUT_S = 5.0
 API_VERSIONS_REQUEST = build(
@@ -25,7 +26,7 @@ API_VERSIONS_REQUEST = build(
 
 
 @pytest.fixture
-def listen(view: LogBrokerView) -> Iterator[Callable[..., KafkaListener]]:
+def listen(view: LocalBrokerView) -> Iterator[Callable[..., KafkaListener]]:
     started: list[KafkaListener] = []
 
     def start(**properties: str) -> KafkaListener:
@@ -115,7 +116,7 @@ def test_max_connections_per_ip_refuses_the_extra_connection(listen: Callable[..
 
 @pytest.mark.parametrize("queued_max_requests", ["500", "1"])
 def test_pipelined_requests_are_answered_in_order_and_acks_zero_gets_no_answer(
-    listen: Callable[..., KafkaListener], view: LogBrokerView, queued_max_requests: str
+    listen: Callable[..., KafkaListener], view: LocalBrokerView, queued_max_requests: str
 ) -> None:
     """Produce and the ApiVersions around it, pipelined; also with `queued.max.requests` at 1, where each frame is
     read only once the one before is answered."""
@@ -139,7 +140,7 @@ def test_pipelined_requests_are_answered_in_order_and_acks_zero_gets_no_answer(
         )
         answers = [decode_response(read_frame(sock), load_response_schema(API_VERSIONS_KEY, 3))[0] for _ in range(3)]
     assert answers == [10, 12, 13]
-    assert view.log("t", 0).log_end_offset == 1
+    assert leader_log(view, "t", 0).log_end_offset == 1
 
 
 def test_a_too_new_api_versions_request_is_answered_in_v0_format(listen: Callable[..., KafkaListener]) -> None:

@@ -18,14 +18,15 @@ import trustme
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from actors.server.security.acls import AclBinding, AclOperation, AclPermissionType, PatternType, ResourceType
+from actors.core.security.acls import AclBinding, AclOperation, AclPermissionType, PatternType, ResourceType
 from cluster.protocol.listener import KafkaListener, start_listener
+from cluster.protocol.local_broker_view import LocalBrokerView
+from cluster.protocol.security.local_security_view import LocalSecurityView
 from cluster.protocol.security.tls import server_context
 from storage.config.config_values import Password
 from storage.config.security_config import SecurityConfig
 from storage.errors import InvalidConfigError
-from tests.cluster.protocol.security_support import MemorySecurityView, TlsFiles, make_tls_files
-from tests.cluster.protocol.support import LogBrokerView
+from tests.cluster.protocol.helpers import TlsFiles, add_acls, make_tls_files, start_broker
 
 KEY_PASSWORD = "key-Pa55phrase"
 DEADLINE_S = 15.0
@@ -71,16 +72,18 @@ def subject_principal(certificate_file: Path) -> str:
 @pytest.fixture
 def authorized(tmp_path: Path) -> Iterator[tuple[KafkaListener, TlsFiles]]:
     tls = make_tls_files(tmp_path)
-    security = MemorySecurityView()
+    broker = start_broker(tmp_path / "logs")
+    security = LocalSecurityView(broker.controller)
     alice = subject_principal(tls.alice)
     assert alice.startswith("User:CN=alice,")
-    security.add_acls(
+    add_acls(
+        security.controller,
         *(
             AclBinding(ResourceType.TOPIC, "*", PatternType.LITERAL, alice, "*", operation, AclPermissionType.ALLOW)
             for operation in (AclOperation.WRITE, AclOperation.CREATE)
-        )
+        ),
     )
-    view = LogBrokerView(tmp_path / "logs")
+    view = LocalBrokerView(broker)
     properties = {
         "listeners": "SSL://127.0.0.1:0",
         "ssl.keystore.type": "PEM",
@@ -94,7 +97,7 @@ def authorized(tmp_path: Path) -> Iterator[tuple[KafkaListener, TlsFiles]]:
         with start_listener(properties, view, security) as started:
             yield started, tls
     finally:
-        view.close()
+        broker.close()
 
 
 def produce_as(listener: KafkaListener, tls: TlsFiles, certificate: Path) -> Any:

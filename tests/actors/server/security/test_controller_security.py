@@ -11,7 +11,7 @@ import ray
 
 from actors import Admin
 from actors.calls import call
-from actors.server.security.acls import (
+from actors.core.security.acls import (
     AclBinding,
     AclBindingFilter,
     AclOperation,
@@ -20,7 +20,7 @@ from actors.server.security.acls import (
     PatternType,
     ResourceType,
 )
-from actors.server.security.scram import (
+from actors.core.security.scram import (
     ResourceNotFoundError,
     UnacceptableCredentialError,
     UnsupportedSaslMechanismError,

@@ -1,4 +1,4 @@
-"""CreateAcls, DescribeAcls and DeleteAcls without sockets, against the controller's real ACL store kept in memory:
+"""CreateAcls, DescribeAcls and DeleteAcls without sockets, against the in-process controller's ACL store:
 what the handlers answer is compared with what the store holds (the oracle), invalid entries fail alone with
 INVALID_REQUEST, a principal without ALTER or DESCRIBE on the cluster is refused, a broker without an authorizer
 answers SECURITY_DISABLED, and a change applies on the listener at once."""
@@ -11,7 +11,7 @@ import pytest
 from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
 
-from actors.server.security.acls import (
+from actors.core.security.acls import (
     CLUSTER_NAME,
     AclBinding,
     AclOperation,
@@ -32,9 +32,9 @@ from cluster.protocol.handlers.acls import (
 from cluster.protocol.messages import build
 from cluster.protocol.router import SERVED
 from cluster.protocol.security.access import AccessControl
+from cluster.protocol.security.local_security_view import LocalSecurityView
 from storage.config.security_config import SecurityConfig
-from tests.cluster.protocol.security_support import MemorySecurityView
-from tests.cluster.protocol.support import run
+from tests.cluster.protocol.helpers import add_acls, run
 
 ADMIN = "User:admin"
 ALICE = "User:alice"
@@ -53,12 +53,7 @@ def versions(key: int) -> range:
     return range(SERVED[key].min_version, SERVED[key].max_version + 1)
 
 
-@pytest.fixture
-def security() -> MemorySecurityView:
-    return MemorySecurityView()
-
-
-def access_for(security: MemorySecurityView, authorizer: bool = True) -> AccessControl:
+def access_for(security: LocalSecurityView, authorizer: bool = True) -> AccessControl:
     properties = {"super.users": ADMIN}
     if authorizer:
         properties["authorizer.class.name"] = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
@@ -112,7 +107,7 @@ GROUP_READ = AclBinding(
 
 @pytest.mark.parametrize("version", versions(CREATE_ACLS_KEY))
 def test_created_bindings_are_described_and_deleted_as_the_store_holds_them(
-    security: MemorySecurityView, version: int
+    security: LocalSecurityView, version: int
 ) -> None:
     access = access_for(security)
     wanted = [READ_ORDERS, WRITE_PREFIX, GROUP_READ, READ_ORDERS]
@@ -143,7 +138,7 @@ def test_created_bindings_are_described_and_deleted_as_the_store_holds_them(
     assert run(security.acls())[1] == [GROUP_READ]
 
 
-def test_invalid_creations_and_filters_fail_alone_with_invalid_request(security: MemorySecurityView) -> None:
+def test_invalid_creations_and_filters_fail_alone_with_invalid_request(security: LocalSecurityView) -> None:
     access = access_for(security)
     cluster_named_wrong = {**creation(READ_ORDERS), "resource_type": ResourceType.CLUSTER}
     creations = [
@@ -170,8 +165,8 @@ def test_invalid_creations_and_filters_fail_alone_with_invalid_request(security:
     assert [len(result.matching_acls) for result in deleted.filter_results] == [0, 1]
 
 
-def test_acl_apis_need_alter_or_describe_on_the_cluster(security: MemorySecurityView) -> None:
-    security.add_acls(GROUP_READ)
+def test_acl_apis_need_alter_or_describe_on_the_cluster(security: LocalSecurityView) -> None:
+    add_acls(security.controller, GROUP_READ)
     access = access_for(security)
     denied = ErrorCode.cluster_authorization_failed
     created = ask(
@@ -193,7 +188,7 @@ def test_acl_apis_need_alter_or_describe_on_the_cluster(security: MemorySecurity
         AclOperation.DESCRIBE,
         AclPermissionType.ALLOW,
     )
-    security.add_acls(describer)
+    add_acls(security.controller, describer)
     run(access.refresh())
     described = ask(DescribeAclsHandler(security, access), DESCRIBE_ACLS_KEY, EVERYTHING, 3, ALICE)
     assert described.error_code == ErrorCode.none and len(described.resources) == 2
@@ -201,7 +196,7 @@ def test_acl_apis_need_alter_or_describe_on_the_cluster(security: MemorySecurity
     assert deleted.filter_results[0].error_code == denied
 
 
-def test_a_broker_without_an_authorizer_answers_security_disabled(security: MemorySecurityView) -> None:
+def test_a_broker_without_an_authorizer_answers_security_disabled(security: LocalSecurityView) -> None:
     access = access_for(security, authorizer=False)
     disabled = ErrorCode.security_disabled
     created = ask(CreateAclsHandler(security, access), CREATE_ACLS_KEY, {"creations": [creation(READ_ORDERS)]}, 3)
@@ -212,7 +207,7 @@ def test_a_broker_without_an_authorizer_answers_security_disabled(security: Memo
     assert run(security.acls())[1] == []
 
 
-def test_a_change_applies_on_this_listener_at_once(security: MemorySecurityView) -> None:
+def test_a_change_applies_on_this_listener_at_once(security: LocalSecurityView) -> None:
     access = access_for(security)
     alice = ConnectionContext("PLAINTEXT", "PLAINTEXT", "127.0.0.1", ALICE)
     assert not access.allows(alice, AclOperation.READ, ResourceType.TOPIC, "orders")

@@ -11,7 +11,7 @@ from cluster.protocol.framing import API_VERSIONS_KEY, Request, decode_response,
 from cluster.protocol.handlers.api_versions import ApiVersionsHandler
 from cluster.protocol.messages import build
 from cluster.protocol.router import SERVED
-from tests.cluster.protocol.support import request, run
+from tests.cluster.protocol.helpers import request, run
 
 SERVED_RANGES = {key: (served.min_version, served.max_version) for key, served in SERVED.items()}
 

@@ -2,8 +2,9 @@
 order Kafka keeps (a principal without DESCRIBE learns nothing of a topic, not even that it does not exist).
 
 The access control is the listener's own (`AccessControl`, StandardAuthorizer semantics) over the controller's real
-ACL store kept in memory (`MemorySecurityView`); requests come from `User:alice` on 127.0.0.1, with no ACL
-applying meaning "refused" (`allow.everyone.if.no.acl.found=false`, Kafka's default).
+ACL store in the in-process broker's controller (`LocalSecurityView`, its ACLs replaced for each check); requests
+come from `User:alice` on 127.0.0.1, with no ACL applying meaning "refused" (`allow.everyone.if.no.acl.found=false`,
+Kafka's default).
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ import pytest
 from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
 
-from actors.server.security.acls import (
+from actors.core.security.acls import (
     CLUSTER_NAME,
     AclBinding,
+    AclBindingFilter,
     AclOperation,
     AclPermissionType,
     PatternType,
@@ -75,14 +77,15 @@ from cluster.protocol.handlers.topics import (
     CreateTopicsHandler,
     DeleteTopicsHandler,
 )
+from cluster.protocol.local_broker_view import LocalBrokerView
+from cluster.protocol.local_group_view import LocalGroupView
 from cluster.protocol.messages import build
 from cluster.protocol.router import SERVED
 from cluster.protocol.security.access import AccessControl
+from cluster.protocol.security.local_security_view import LocalSecurityView
 from storage.config.broker_config import BrokerConfig
 from storage.config.security_config import SecurityConfig
-from tests.cluster.protocol.group_support import MembershipGroupView
-from tests.cluster.protocol.security_support import MemorySecurityView
-from tests.cluster.protocol.support import LogBrokerView, batch, run
+from tests.cluster.protocol.helpers import batch, commit_offsets, committed_offsets, leader_log, run
 
 ALICE = "User:alice"
 STANDARD_AUTHORIZER = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
@@ -115,10 +118,12 @@ def on_cluster(operation: AclOperation, **options: Any) -> AclBinding:
     return acl(ResourceType.CLUSTER, CLUSTER_NAME, operation, **options)
 
 
-def access_with(*bindings: AclBinding, authorizer: str = STANDARD_AUTHORIZER) -> AccessControl:
-    """The listener's access control over exactly `bindings`, loaded."""
-    security = MemorySecurityView()
-    security.add_acls(*bindings)
+def access_with(
+    security: LocalSecurityView, *bindings: AclBinding, authorizer: str = STANDARD_AUTHORIZER
+) -> AccessControl:
+    """The listener's access control over exactly `bindings` (the controller's ACLs are replaced by them), loaded."""
+    run(security.delete_acls([AclBindingFilter.ANY]))
+    run(security.create_acls(list(bindings)))
     access = AccessControl(SecurityConfig.from_properties({"authorizer.class.name": authorizer}), security)
     run(access.refresh())
     return access
@@ -140,7 +145,7 @@ def bits(*operations: AclOperation) -> int:
 # Topics and partitions
 
 
-def produce(view: LogBrokerView, access: AccessControl, *topics: str) -> dict[str, ErrorCode]:
+def produce(view: LocalBrokerView, access: AccessControl, *topics: str) -> dict[str, ErrorCode]:
     records = batch([(b"k", b"v", 1000)])
     answer = ask(
         ProduceHandler(view, access),
@@ -155,35 +160,40 @@ def produce(view: LogBrokerView, access: AccessControl, *topics: str) -> dict[st
     return {topic.name: topic.partition_responses[0].error_code for topic in answer.responses}
 
 
-def test_produce_needs_write_on_the_topic_even_to_learn_it_does_not_exist(view: LogBrokerView) -> None:
+def test_produce_needs_write_on_the_topic_even_to_learn_it_does_not_exist(
+    view: LocalBrokerView, security: LocalSecurityView
+) -> None:
     run(view.create_topic("paid", 1))
     run(view.create_topic("secret", 1))
-    access = access_with(on_topic("paid", AclOperation.WRITE), on_topic("ghost", AclOperation.WRITE))
+    access = access_with(security, on_topic("paid", AclOperation.WRITE), on_topic("ghost", AclOperation.WRITE))
     assert produce(view, access, "paid", "secret", "nowhere", "ghost") == {
         "paid": ErrorCode.none,
         "secret": DENIED_TOPIC,
         "nowhere": DENIED_TOPIC,
         "ghost": ErrorCode.unknown_topic_or_partition,
     }
-    assert view.log("secret", 0).log_end_offset == 0
+    assert leader_log(view, "secret", 0).log_end_offset == 0
 
 
-def test_produce_allowed_by_a_prefixed_acl_and_refused_by_a_deny(view: LogBrokerView) -> None:
+def test_produce_allowed_by_a_prefixed_acl_and_refused_by_a_deny(
+    view: LocalBrokerView, security: LocalSecurityView
+) -> None:
     run(view.create_topic("orders-eu", 1))
     run(view.create_topic("orders-us", 1))
     access = access_with(
+        security,
         on_topic("orders-", AclOperation.WRITE, pattern=PatternType.PREFIXED),
         on_topic("orders-us", AclOperation.WRITE, permission=AclPermissionType.DENY),
     )
     assert produce(view, access, "orders-eu", "orders-us") == {"orders-eu": ErrorCode.none, "orders-us": DENIED_TOPIC}
 
 
-def test_every_request_is_allowed_without_an_authorizer(view: LogBrokerView) -> None:
+def test_every_request_is_allowed_without_an_authorizer(view: LocalBrokerView, security: LocalSecurityView) -> None:
     run(view.create_topic("open", 1))
-    assert produce(view, access_with(authorizer=""), "open") == {"open": ErrorCode.none}
+    assert produce(view, access_with(security, authorizer=""), "open") == {"open": ErrorCode.none}
 
 
-def fetch_codes(view: LogBrokerView, access: AccessControl, *topics: str) -> dict[str, ErrorCode]:
+def fetch_codes(view: LocalBrokerView, access: AccessControl, *topics: str) -> dict[str, ErrorCode]:
     answer = ask(
         FetchHandler(view, access),
         FETCH_KEY,
@@ -200,10 +210,10 @@ def fetch_codes(view: LogBrokerView, access: AccessControl, *topics: str) -> dic
     return {topic.topic: topic.partitions[0].error_code for topic in answer.responses}
 
 
-def test_fetch_needs_read_on_the_topic(view: LogBrokerView) -> None:
+def test_fetch_needs_read_on_the_topic(view: LocalBrokerView, security: LocalSecurityView) -> None:
     run(view.create_topic("public", 1))
     run(view.create_topic("private", 1))
-    access = access_with(on_topic("public", AclOperation.READ), on_topic("private", AclOperation.DESCRIBE))
+    access = access_with(security, on_topic("public", AclOperation.READ), on_topic("private", AclOperation.DESCRIBE))
     assert fetch_codes(view, access, "public", "private", "nowhere") == {
         "public": ErrorCode.none,
         "private": DENIED_TOPIC,
@@ -211,11 +221,11 @@ def test_fetch_needs_read_on_the_topic(view: LogBrokerView) -> None:
     }
 
 
-def test_list_offsets_needs_describe_on_the_topic(view: LogBrokerView) -> None:
+def test_list_offsets_needs_describe_on_the_topic(view: LocalBrokerView, security: LocalSecurityView) -> None:
     run(view.create_topic("seen", 1))
     run(view.create_topic("hidden", 1))
     answer = ask(
-        ListOffsetsHandler(view, access_with(on_topic("seen", AclOperation.READ))),
+        ListOffsetsHandler(view, access_with(security, on_topic("seen", AclOperation.READ))),
         LIST_OFFSETS_KEY,
         {
             "replica_id": -1,
@@ -229,7 +239,7 @@ def test_list_offsets_needs_describe_on_the_topic(view: LogBrokerView) -> None:
     assert codes == {"seen": (ErrorCode.none, 0), "hidden": (DENIED_TOPIC, -1)}
 
 
-def leader_epoch_codes(view: LogBrokerView, access: AccessControl) -> dict[str, ErrorCode]:
+def leader_epoch_codes(view: LocalBrokerView, access: AccessControl) -> dict[str, ErrorCode]:
     answer = ask(
         OffsetForLeaderEpochHandler(view, access),
         OFFSET_FOR_LEADER_EPOCH_KEY,
@@ -242,20 +252,22 @@ def leader_epoch_codes(view: LogBrokerView, access: AccessControl) -> dict[str, 
     return {topic.topic: topic.partitions[0].error_code for topic in answer.topics}
 
 
-def test_offset_for_leader_epoch_needs_describe_on_the_topic_or_cluster_action(view: LogBrokerView) -> None:
+def test_offset_for_leader_epoch_needs_describe_on_the_topic_or_cluster_action(
+    view: LocalBrokerView, security: LocalSecurityView
+) -> None:
     run(view.create_topic("seen", 1))
     run(view.create_topic("hidden", 1))
-    by_topic = access_with(on_topic("seen", AclOperation.DESCRIBE))
+    by_topic = access_with(security, on_topic("seen", AclOperation.DESCRIBE))
     assert leader_epoch_codes(view, by_topic) == {"seen": ErrorCode.none, "hidden": DENIED_TOPIC}
-    follower = access_with(on_cluster(AclOperation.CLUSTER_ACTION))
+    follower = access_with(security, on_cluster(AclOperation.CLUSTER_ACTION))
     assert leader_epoch_codes(view, follower) == {"seen": ErrorCode.none, "hidden": ErrorCode.none}
 
 
-def test_delete_records_needs_delete_on_the_topic(view: LogBrokerView) -> None:
+def test_delete_records_needs_delete_on_the_topic(view: LocalBrokerView, security: LocalSecurityView) -> None:
     run(view.create_topic("purged", 1))
     run(view.create_topic("kept", 1))
     answer = ask(
-        DeleteRecordsHandler(view, access_with(on_topic("purged", AclOperation.DELETE))),
+        DeleteRecordsHandler(view, access_with(security, on_topic("purged", AclOperation.DELETE))),
         DELETE_RECORDS_KEY,
         {
             "topics": [
@@ -274,7 +286,7 @@ def test_delete_records_needs_delete_on_the_topic(view: LogBrokerView) -> None:
 
 
 def metadata(
-    view: LogBrokerView, access: AccessControl, topics: list[str] | None, version: int = 12, **flags: bool
+    view: LocalBrokerView, access: AccessControl, topics: list[str] | None, version: int = 12, **flags: bool
 ) -> Any:
     handler = MetadataHandler(view, ENDPOINT, True, 1, access)
     named = None if topics is None else [{"topic_id": None, "name": name} for name in topics]
@@ -282,11 +294,15 @@ def metadata(
     return ask(handler, METADATA_KEY, {**values, **flags}, version)
 
 
-def test_metadata_lists_only_describable_topics_and_hides_whether_others_exist(view: LogBrokerView) -> None:
+def test_metadata_lists_only_describable_topics_and_hides_whether_others_exist(
+    view: LocalBrokerView, security: LocalSecurityView
+) -> None:
     for name in ("seen", "hidden"):
         run(view.create_topic(name, 1))
     access = access_with(
-        on_topic("seen", AclOperation.READ), on_topic("hidden", AclOperation.WRITE, permission=AclPermissionType.DENY)
+        security,
+        on_topic("seen", AclOperation.READ),
+        on_topic("hidden", AclOperation.WRITE, permission=AclPermissionType.DENY),
     )
     assert [topic.name for topic in metadata(view, access, None).topics] == ["seen"]
     named = metadata(view, access, ["seen", "hidden", "nowhere"]).topics
@@ -298,22 +314,26 @@ def test_metadata_lists_only_describable_topics_and_hides_whether_others_exist(v
     assert not run(view.topics()).keys() - {"seen", "hidden"}
 
 
-def test_metadata_auto_creation_needs_create_on_the_cluster_or_the_topic(view: LogBrokerView) -> None:
+def test_metadata_auto_creation_needs_create_on_the_cluster_or_the_topic(
+    view: LocalBrokerView, security: LocalSecurityView
+) -> None:
     describe_all = on_topic("*", AclOperation.DESCRIBE)
-    refused = metadata(view, access_with(describe_all), ["auto-refused"]).topics
+    refused = metadata(view, access_with(security, describe_all), ["auto-refused"]).topics
     assert [(topic.name, topic.error_code) for topic in refused] == [("auto-refused", DENIED_TOPIC)]
-    by_prefix = access_with(describe_all, on_topic("auto-", AclOperation.CREATE, pattern=PatternType.PREFIXED))
+    by_prefix = access_with(
+        security, describe_all, on_topic("auto-", AclOperation.CREATE, pattern=PatternType.PREFIXED)
+    )
     assert metadata(view, by_prefix, ["auto-made"]).topics[0].error_code == ErrorCode.none
-    by_cluster = access_with(describe_all, on_cluster(AclOperation.CREATE))
+    by_cluster = access_with(security, describe_all, on_cluster(AclOperation.CREATE))
     assert metadata(view, by_cluster, ["anything"]).topics[0].error_code == ErrorCode.none
-    not_asked = metadata(view, access_with(describe_all), ["absent"], allow_auto_topic_creation=False).topics
+    not_asked = metadata(view, access_with(security, describe_all), ["absent"], allow_auto_topic_creation=False).topics
     assert not_asked[0].error_code == ErrorCode.unknown_topic_or_partition
     assert set(run(view.topics())) == {"auto-made", "anything"}
 
 
-def test_metadata_fills_authorized_operations_when_asked(view: LogBrokerView) -> None:
+def test_metadata_fills_authorized_operations_when_asked(view: LocalBrokerView, security: LocalSecurityView) -> None:
     run(view.create_topic("seen", 1))
-    access = access_with(on_topic("seen", AclOperation.READ), on_topic("seen", AclOperation.ALTER_CONFIGS))
+    access = access_with(security, on_topic("seen", AclOperation.READ), on_topic("seen", AclOperation.ALTER_CONFIGS))
     answer = metadata(
         view,
         access,
@@ -325,17 +345,19 @@ def test_metadata_fills_authorized_operations_when_asked(view: LogBrokerView) ->
     expected = bits(AclOperation.READ, AclOperation.DESCRIBE, AclOperation.ALTER_CONFIGS, AclOperation.DESCRIBE_CONFIGS)
     assert answer.topics[0].topic_authorized_operations == expected
     assert answer.cluster_authorized_operations == 0
-    cluster_ops = access_with(on_cluster(AclOperation.ALTER), on_topic("seen", AclOperation.READ))
+    cluster_ops = access_with(security, on_cluster(AclOperation.ALTER), on_topic("seen", AclOperation.READ))
     answer = metadata(view, cluster_ops, ["seen"], version=10, include_cluster_authorized_operations=True)
     assert answer.cluster_authorized_operations == bits(AclOperation.ALTER, AclOperation.DESCRIBE)
     assert answer.topics[0].topic_authorized_operations == AUTHORIZED_OPERATIONS_OMITTED
 
 
-def test_describe_cluster_needs_nothing_and_reports_cluster_operations_when_asked(view: LogBrokerView) -> None:
+def test_describe_cluster_needs_nothing_and_reports_cluster_operations_when_asked(
+    view: LocalBrokerView, security: LocalSecurityView
+) -> None:
     values = {"include_cluster_authorized_operations": True, "include_fenced_brokers": False}
-    answer = ask(DescribeClusterHandler(view, ENDPOINT, access_with()), DESCRIBE_CLUSTER_KEY, values)
+    answer = ask(DescribeClusterHandler(view, ENDPOINT, access_with(security)), DESCRIBE_CLUSTER_KEY, values)
     assert (answer.error_code, answer.cluster_authorized_operations) == (ErrorCode.none, 0)
-    access = access_with(on_cluster(AclOperation.DESCRIBE), on_cluster(AclOperation.IDEMPOTENT_WRITE))
+    access = access_with(security, on_cluster(AclOperation.DESCRIBE), on_cluster(AclOperation.IDEMPOTENT_WRITE))
     answer = ask(DescribeClusterHandler(view, ENDPOINT, access), DESCRIBE_CLUSTER_KEY, values)
     assert answer.cluster_authorized_operations == bits(AclOperation.DESCRIBE, AclOperation.IDEMPOTENT_WRITE)
 
@@ -343,29 +365,33 @@ def test_describe_cluster_needs_nothing_and_reports_cluster_operations_when_aske
 # Producer ids
 
 
-def init_producer_id(view: LogBrokerView, access: AccessControl, transactional_id: str | None = None) -> ErrorCode:
+def init_producer_id(view: LocalBrokerView, access: AccessControl, transactional_id: str | None = None) -> ErrorCode:
     values = {"transactional_id": transactional_id, "transaction_timeout": 60_000}
     code: ErrorCode = ask(InitProducerIdHandler(view, access), INIT_PRODUCER_ID_KEY, values).error_code
     return code
 
 
-def test_init_producer_id_needs_idempotent_write_on_the_cluster_or_write_on_some_topic(view: LogBrokerView) -> None:
-    assert init_producer_id(view, access_with(on_topic("t", AclOperation.READ))) == DENIED_CLUSTER
-    assert init_producer_id(view, access_with(on_cluster(AclOperation.IDEMPOTENT_WRITE))) == ErrorCode.none
-    assert init_producer_id(view, access_with(on_topic("any", AclOperation.WRITE))) == ErrorCode.none
+def test_init_producer_id_needs_idempotent_write_on_the_cluster_or_write_on_some_topic(
+    view: LocalBrokerView, security: LocalSecurityView
+) -> None:
+    assert init_producer_id(view, access_with(security, on_topic("t", AclOperation.READ))) == DENIED_CLUSTER
+    assert init_producer_id(view, access_with(security, on_cluster(AclOperation.IDEMPOTENT_WRITE))) == ErrorCode.none
+    assert init_producer_id(view, access_with(security, on_topic("any", AclOperation.WRITE))) == ErrorCode.none
 
 
-def test_init_producer_id_checks_the_transactional_id_before_refusing_transactions(view: LogBrokerView) -> None:
+def test_init_producer_id_checks_the_transactional_id_before_refusing_transactions(
+    view: LocalBrokerView, security: LocalSecurityView
+) -> None:
     denied = ErrorCode.transactional_id_authorization_failed
-    assert init_producer_id(view, access_with(), "tx") == denied
-    allowed = access_with(acl(ResourceType.TRANSACTIONAL_ID, "tx", AclOperation.WRITE))
+    assert init_producer_id(view, access_with(security), "tx") == denied
+    allowed = access_with(security, acl(ResourceType.TRANSACTIONAL_ID, "tx", AclOperation.WRITE))
     assert init_producer_id(view, allowed, "tx") == ErrorCode.invalid_request
 
 
 # Topic administration
 
 
-def create_topics(view: LogBrokerView, access: AccessControl, *names: str) -> dict[str, Any]:
+def create_topics(view: LocalBrokerView, access: AccessControl, *names: str) -> dict[str, Any]:
     handler = CreateTopicsHandler(view, ConfigDescriber(BrokerConfig(), frozenset()), 0, 1, access)
     topics = [
         {"name": name, "num_partitions": 1, "replication_factor": 1, "assignments": [], "configs": []} for name in names
@@ -374,8 +400,11 @@ def create_topics(view: LogBrokerView, access: AccessControl, *names: str) -> di
     return {topic.name: topic for topic in answer.topics}
 
 
-def test_create_topics_needs_create_on_the_cluster_or_the_topic(view: LogBrokerView) -> None:
+def test_create_topics_needs_create_on_the_cluster_or_the_topic(
+    view: LocalBrokerView, security: LocalSecurityView
+) -> None:
     access = access_with(
+        security,
         on_topic("mine", AclOperation.CREATE),
         on_topic("shown", AclOperation.CREATE),
         on_topic("shown", AclOperation.DESCRIBE_CONFIGS),
@@ -391,20 +420,23 @@ def test_create_topics_needs_create_on_the_cluster_or_the_topic(view: LogBrokerV
     assert (answers["shown"].topic_config_error_code, answers["shown"].num_partitions) == (0, 1)
     assert answers["shown"].configs
     assert set(run(view.topics())) == {"mine", "shown"}
-    everything = access_with(on_cluster(AclOperation.CREATE))
+    everything = access_with(security, on_cluster(AclOperation.CREATE))
     assert create_topics(view, everything, "theirs")["theirs"].error_code == ErrorCode.none
 
 
-def delete_topics(view: LogBrokerView, access: AccessControl, *names: str) -> dict[str, ErrorCode]:
+def delete_topics(view: LocalBrokerView, access: AccessControl, *names: str) -> dict[str, ErrorCode]:
     handler = DeleteTopicsHandler(view, True, access)
     answer = ask(handler, DELETE_TOPICS_KEY, {"topics": [{"name": n, "topic_id": None} for n in names], "timeout": 1})
     return {response.name: response.error_code for response in answer.responses}
 
 
-def test_delete_topics_needs_delete_and_describe_on_the_topic_or_delete_on_the_cluster(view: LogBrokerView) -> None:
+def test_delete_topics_needs_delete_and_describe_on_the_topic_or_delete_on_the_cluster(
+    view: LocalBrokerView, security: LocalSecurityView
+) -> None:
     for name in ("doomed", "guarded", "shy", "other"):
         run(view.create_topic(name, 1))
     access = access_with(
+        security,
         on_topic("doomed", AclOperation.DELETE),
         on_topic("ghost", AclOperation.DELETE),
         on_topic("shy", AclOperation.DELETE),
@@ -417,14 +449,16 @@ def test_delete_topics_needs_delete_and_describe_on_the_topic_or_delete_on_the_c
         "ghost": ErrorCode.unknown_topic_or_partition,
         "nowhere": DENIED_TOPIC,
     }
-    assert delete_topics(view, access_with(on_cluster(AclOperation.DELETE)), "other") == {"other": ErrorCode.none}
+    assert delete_topics(view, access_with(security, on_cluster(AclOperation.DELETE)), "other") == {
+        "other": ErrorCode.none
+    }
     assert set(run(view.topics())) == {"guarded", "shy"}
 
 
-def test_create_partitions_needs_alter_on_the_topic(view: LogBrokerView) -> None:
+def test_create_partitions_needs_alter_on_the_topic(view: LocalBrokerView, security: LocalSecurityView) -> None:
     for name in ("grown", "fixed"):
         run(view.create_topic(name, 1))
-    handler = CreatePartitionsHandler(view, 0, access_with(on_topic("grown", AclOperation.ALTER)))
+    handler = CreatePartitionsHandler(view, 0, access_with(security, on_topic("grown", AclOperation.ALTER)))
     topics = [{"name": name, "count": 2, "assignments": None} for name in ("grown", "fixed")]
     answer = ask(handler, CREATE_PARTITIONS_KEY, {"topics": topics, "timeout": 1000, "validate_only": False})
     assert {result.name: result.error_code for result in answer.results} == {
@@ -434,7 +468,9 @@ def test_create_partitions_needs_alter_on_the_topic(view: LogBrokerView) -> None
     assert (run(view.topic("grown")).partition_count, run(view.topic("fixed")).partition_count) == (2, 1)
 
 
-def test_describe_configs_needs_describe_configs_on_the_topic_or_the_cluster(view: LogBrokerView) -> None:
+def test_describe_configs_needs_describe_configs_on_the_topic_or_the_cluster(
+    view: LocalBrokerView, security: LocalSecurityView
+) -> None:
     for name in ("seen", "hidden"):
         run(view.create_topic(name, 1))
     resources = [
@@ -443,20 +479,22 @@ def test_describe_configs_needs_describe_configs_on_the_topic_or_the_cluster(vie
         {"resource_type": 4, "resource_name": "0", "configuration_keys": None},
     ]
     describer = ConfigDescriber(BrokerConfig(), frozenset())
-    topic_only = access_with(on_topic("seen", AclOperation.ALTER_CONFIGS))
+    topic_only = access_with(security, on_topic("seen", AclOperation.ALTER_CONFIGS))
     answer = ask(DescribeConfigsHandler(view, describer, 0, topic_only), DESCRIBE_CONFIGS_KEY, {"resources": resources})
     assert [(result.resource_name, result.error_code) for result in answer.results] == [
         ("seen", ErrorCode.none),
         ("hidden", DENIED_TOPIC),
         ("0", DENIED_CLUSTER),
     ]
-    cluster = access_with(on_cluster(AclOperation.DESCRIBE_CONFIGS))
+    cluster = access_with(security, on_cluster(AclOperation.DESCRIBE_CONFIGS))
     answer = ask(DescribeConfigsHandler(view, describer, 0, cluster), DESCRIBE_CONFIGS_KEY, {"resources": resources})
     assert [result.error_code for result in answer.results] == [DENIED_TOPIC, DENIED_TOPIC, ErrorCode.none]
 
 
 @pytest.mark.parametrize("incremental", [False, True])
-def test_alter_configs_need_alter_configs_on_the_topic_or_the_cluster(view: LogBrokerView, incremental: bool) -> None:
+def test_alter_configs_need_alter_configs_on_the_topic_or_the_cluster(
+    view: LocalBrokerView, incremental: bool, security: LocalSecurityView
+) -> None:
     for name in ("tuned", "fixed"):
         run(view.create_topic(name, 1))
     config = {"name": "retention.ms", "value": "60000", "config_operation": 0}
@@ -465,7 +503,7 @@ def test_alter_configs_need_alter_configs_on_the_topic_or_the_cluster(view: LogB
         {"resource_type": 2, "resource_name": "fixed", "configs": [config]},
         {"resource_type": 4, "resource_name": "0", "configs": [config]},
     ]
-    access = access_with(on_topic("tuned", AclOperation.ALTER_CONFIGS))
+    access = access_with(security, on_topic("tuned", AclOperation.ALTER_CONFIGS))
     handler = AlterConfigsHandler(view, 0, BrokerConfig().log_config, incremental, access)
     api_key = INCREMENTAL_ALTER_CONFIGS_KEY if incremental else ALTER_CONFIGS_KEY
     answer = ask(handler, api_key, {"resources": resources, "validate_only": False})
@@ -480,8 +518,8 @@ def test_alter_configs_need_alter_configs_on_the_topic_or_the_cluster(view: LogB
 # Groups
 
 
-def test_find_coordinator_needs_describe_on_the_group() -> None:
-    access = access_with(on_group("mine", AclOperation.DESCRIBE))
+def test_find_coordinator_needs_describe_on_the_group(security: LocalSecurityView) -> None:
+    access = access_with(security, on_group("mine", AclOperation.DESCRIBE))
     answer = ask(FindCoordinatorHandler(ENDPOINT, access), FIND_COORDINATOR_KEY, {"coordinator_keys": ["mine", "x"]})
     assert [(c.key, c.error_code, c.node_id) for c in answer.coordinators] == [
         ("mine", ErrorCode.none, 0),
@@ -492,7 +530,7 @@ def test_find_coordinator_needs_describe_on_the_group() -> None:
     transactional = {"key_type": 1, "coordinator_keys": ["tx"]}
     answer = ask(FindCoordinatorHandler(ENDPOINT, access), FIND_COORDINATOR_KEY, transactional)
     assert answer.coordinators[0].error_code == ErrorCode.transactional_id_authorization_failed
-    described = access_with(acl(ResourceType.TRANSACTIONAL_ID, "tx", AclOperation.DESCRIBE))
+    described = access_with(security, acl(ResourceType.TRANSACTIONAL_ID, "tx", AclOperation.DESCRIBE))
     answer = ask(FindCoordinatorHandler(ENDPOINT, described), FIND_COORDINATOR_KEY, transactional)
     assert answer.coordinators[0].error_code == ErrorCode.invalid_request  # no transaction coordinator
 
@@ -507,9 +545,8 @@ JOIN = {
 }
 
 
-def test_the_group_protocol_needs_read_on_the_group() -> None:
-    groups = MembershipGroupView()
-    refused = access_with(on_group("g", AclOperation.DESCRIBE))
+def test_the_group_protocol_needs_read_on_the_group(groups: LocalGroupView, security: LocalSecurityView) -> None:
+    refused = access_with(security, on_group("g", AclOperation.DESCRIBE))
     member = {"group_id": "g", "generation_id": 1, "member_id": "m"}
     answers = [
         ask(JoinGroupHandler(groups, refused), JOIN_GROUP_KEY, {"group_id": "g", **JOIN}),
@@ -520,12 +557,12 @@ def test_the_group_protocol_needs_read_on_the_group() -> None:
     assert [answer.error_code for answer in answers] == [DENIED_GROUP] * 4
     assert (answers[0].member_id, answers[0].generation_id, answers[3].members) == ("", -1, ())
     assert run(groups.list_groups()) == []
-    allowed = access_with(on_group("g", AclOperation.READ))
+    allowed = access_with(security, on_group("g", AclOperation.READ))
     joined = ask(JoinGroupHandler(groups, allowed), JOIN_GROUP_KEY, {"group_id": "g", **JOIN})
     assert joined.error_code == ErrorCode.member_id_required
 
 
-def commit(view: LogBrokerView, groups: MembershipGroupView, access: AccessControl) -> dict[str, ErrorCode]:
+def commit(view: LocalBrokerView, groups: LocalGroupView, access: AccessControl) -> dict[str, ErrorCode]:
     values = {
         "group_id": "g",
         "member_id": "",
@@ -538,25 +575,29 @@ def commit(view: LogBrokerView, groups: MembershipGroupView, access: AccessContr
     return {topic.name: topic.partitions[0].error_code for topic in answer.topics}
 
 
-def test_offset_commit_needs_read_on_the_group_then_on_each_topic(view: LogBrokerView) -> None:
+def test_offset_commit_needs_read_on_the_group_then_on_each_topic(
+    view: LocalBrokerView, groups: LocalGroupView, security: LocalSecurityView
+) -> None:
     for name in ("read", "unread"):
         run(view.create_topic(name, 1))
-    groups = MembershipGroupView()
     read_topic = on_topic("read", AclOperation.READ)
-    assert commit(view, groups, access_with(read_topic)) == dict.fromkeys(("read", "unread", "nowhere"), DENIED_GROUP)
-    assert commit(view, groups, access_with(read_topic, on_group("g", AclOperation.READ))) == {
+    assert commit(view, groups, access_with(security, read_topic)) == dict.fromkeys(
+        ("read", "unread", "nowhere"), DENIED_GROUP
+    )
+    assert commit(view, groups, access_with(security, read_topic, on_group("g", AclOperation.READ))) == {
         "read": ErrorCode.none,
         "unread": DENIED_TOPIC,
         "nowhere": DENIED_TOPIC,
     }
-    assert groups.offsets == {("g", "read", 0): 5}
+    assert committed_offsets(groups) == {("g", "read", 0): 5}
 
 
-def test_offset_fetch_needs_describe_on_the_group_and_hides_undescribable_topics() -> None:
-    groups = MembershipGroupView()
-    groups.offsets.update({("g", "seen", 0): 3, ("g", "hidden", 0): 7})
+def test_offset_fetch_needs_describe_on_the_group_and_hides_undescribable_topics(
+    groups: LocalGroupView, security: LocalSecurityView
+) -> None:
+    commit_offsets(groups, {("g", "seen", 0): 3, ("g", "hidden", 0): 7})
     handler = OffsetFetchHandler(
-        groups, access_with(on_group("g", AclOperation.DESCRIBE), on_topic("seen", AclOperation.DESCRIBE))
+        groups, access_with(security, on_group("g", AclOperation.DESCRIBE), on_topic("seen", AclOperation.DESCRIBE))
     )
     named = [{"name": name, "partition_indexes": [0]} for name in ("seen", "hidden")]
     answer = ask(
@@ -576,19 +617,25 @@ def test_offset_fetch_needs_describe_on_the_group_and_hides_undescribable_topics
     assert single.error_code == DENIED_GROUP
 
 
-def test_list_groups_lists_every_group_to_cluster_describe_and_describable_ones_otherwise() -> None:
-    groups = MembershipGroupView()
-    groups.offsets.update({("mine", "t", 0): 1, ("theirs", "t", 0): 1})
-    listed = ask(ListGroupsHandler(groups, access_with(on_group("mine", AclOperation.READ))), LIST_GROUPS_KEY, {})
+def test_list_groups_lists_every_group_to_cluster_describe_and_describable_ones_otherwise(
+    groups: LocalGroupView, security: LocalSecurityView
+) -> None:
+    commit_offsets(groups, {("mine", "t", 0): 1, ("theirs", "t", 0): 1})
+    listed = ask(
+        ListGroupsHandler(groups, access_with(security, on_group("mine", AclOperation.READ))), LIST_GROUPS_KEY, {}
+    )
     assert [group.group_id for group in listed.groups] == ["mine"]
-    everything = ask(ListGroupsHandler(groups, access_with(on_cluster(AclOperation.DESCRIBE))), LIST_GROUPS_KEY, {})
+    everything = ask(
+        ListGroupsHandler(groups, access_with(security, on_cluster(AclOperation.DESCRIBE))), LIST_GROUPS_KEY, {}
+    )
     assert [group.group_id for group in everything.groups] == ["mine", "theirs"]
 
 
-def test_describe_groups_needs_describe_and_delete_groups_delete_on_each_group() -> None:
-    groups = MembershipGroupView()
-    groups.offsets.update({("mine", "t", 0): 1, ("theirs", "t", 0): 1})
-    access = access_with(on_group("mine", AclOperation.DELETE))
+def test_describe_groups_needs_describe_and_delete_groups_delete_on_each_group(
+    groups: LocalGroupView, security: LocalSecurityView
+) -> None:
+    commit_offsets(groups, {("mine", "t", 0): 1, ("theirs", "t", 0): 1})
+    access = access_with(security, on_group("mine", AclOperation.DELETE))
     described = ask(
         DescribeGroupsHandler(groups, access),
         DESCRIBE_GROUPS_KEY,
@@ -608,4 +655,4 @@ def test_describe_groups_needs_describe_and_delete_groups_delete_on_each_group()
         ("mine", ErrorCode.none),
         ("theirs", DENIED_GROUP),
     ]
-    assert set(groups.offsets) == {("theirs", "t", 0)}
+    assert set(committed_offsets(groups)) == {("theirs", "t", 0)}

@@ -1,4 +1,4 @@
-"""DescribeConfigs, AlterConfigs and IncrementalAlterConfigs over real storage logs: values, sources and synonyms
+"""DescribeConfigs, AlterConfigs and IncrementalAlterConfigs on the in-process broker: values, sources and synonyms
 as Kafka reports them, Kafka's replace vs incremental semantics, validate_only, and the error of each refused
 resource."""
 
@@ -18,9 +18,10 @@ from cluster.protocol.handlers.configs import (
     DescribeConfigsHandler,
     ResourceType,
 )
+from cluster.protocol.local_broker_view import LocalBrokerView
 from cluster.protocol.router import SERVED
 from storage.config.broker_config import BrokerConfig
-from tests.cluster.protocol.support import LogBrokerView, answer, run
+from tests.cluster.protocol.helpers import answer, leader_log, run
 
 NODE_ID = 2
 BROKER_PROPERTIES = {"log.retention.hours": "24", "num.partitions": "4"}
@@ -33,7 +34,7 @@ def versions(api_key: int) -> range:
     return range(SERVED[api_key].min_version, SERVED[api_key].max_version + 1)
 
 
-def describe(view: LogBrokerView, version: int, *resources: tuple[int, str, list[str] | None]) -> Any:
+def describe(view: LocalBrokerView, version: int, *resources: tuple[int, str, list[str] | None]) -> Any:
     handler = DescribeConfigsHandler(view, ConfigDescriber(BROKER_CONFIG, BROKER_PROPERTIES), NODE_ID)
     values = {
         "resources": [
@@ -46,7 +47,7 @@ def describe(view: LogBrokerView, version: int, *resources: tuple[int, str, list
 
 
 @pytest.mark.parametrize("version", versions(DESCRIBE_CONFIGS_KEY))
-def test_a_topic_reports_its_overrides_and_the_brokers_defaults(view: LogBrokerView, version: int) -> None:
+def test_a_topic_reports_its_overrides_and_the_brokers_defaults(view: LocalBrokerView, version: int) -> None:
     run(view.create_topic("described", 1, {"segment.bytes": "1048576"}))
     (result,) = describe(view, version, (TOPIC, "described", None)).results
     assert result.error_code == ErrorCode.none
@@ -74,7 +75,7 @@ def test_a_topic_reports_its_overrides_and_the_brokers_defaults(view: LogBrokerV
         assert segment.documentation
 
 
-def test_the_broker_reports_its_keys_read_only_and_keys_narrow_the_answer(view: LogBrokerView) -> None:
+def test_the_broker_reports_its_keys_read_only_and_keys_narrow_the_answer(view: LocalBrokerView) -> None:
     response = describe(view, 4, (BROKER, str(NODE_ID), ["num.partitions", "delete.topic.enable", "no.such.key"]))
     (result,) = response.results
     assert [(e.name, e.value, e.config_source, e.read_only) for e in result.configs] == [
@@ -83,7 +84,7 @@ def test_the_broker_reports_its_keys_read_only_and_keys_narrow_the_answer(view: 
     ]
 
 
-def test_refused_resources_get_their_own_codes(view: LogBrokerView) -> None:
+def test_refused_resources_get_their_own_codes(view: LocalBrokerView) -> None:
     response = describe(
         view, 4, (TOPIC, "missing", None), (TOPIC, "bad name!", None), (BROKER, "99", None), (8, "root", None)
     )
@@ -96,7 +97,7 @@ def test_refused_resources_get_their_own_codes(view: LogBrokerView) -> None:
 
 
 def alter(
-    view: LogBrokerView, version: int, resources: list[dict[str, Any]], incremental: bool, validate_only: bool = False
+    view: LocalBrokerView, version: int, resources: list[dict[str, Any]], incremental: bool, validate_only: bool = False
 ) -> Any:
     handler = AlterConfigsHandler(view, NODE_ID, BROKER_CONFIG.log_config, incremental=incremental)
     key = INCREMENTAL_ALTER_CONFIGS_KEY if incremental else ALTER_CONFIGS_KEY
@@ -108,16 +109,16 @@ def topic(name: str, *configs: dict[str, Any]) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("version", versions(ALTER_CONFIGS_KEY))
-def test_alter_configs_replaces_every_override(view: LogBrokerView, version: int) -> None:
+def test_alter_configs_replaces_every_override(view: LocalBrokerView, version: int) -> None:
     run(view.create_topic("replaced", 1, {"retention.ms": "1000", "segment.bytes": "1048576"}))
     response = alter(view, version, [topic("replaced", {"name": "retention.ms", "value": "2000"})], incremental=False)
     assert [r.error_code for r in response.responses] == [ErrorCode.none]
     assert run(view.topic_config("replaced")) == {"retention.ms": "2000"}
-    assert view.log("replaced", 0).config.retention_ms == 2000
+    assert leader_log(view, "replaced", 0).config.retention_ms == 2000
 
 
 @pytest.mark.parametrize("version", versions(INCREMENTAL_ALTER_CONFIGS_KEY))
-def test_incremental_alter_sets_deletes_appends_and_subtracts(view: LogBrokerView, version: int) -> None:
+def test_incremental_alter_sets_deletes_appends_and_subtracts(view: LocalBrokerView, version: int) -> None:
     run(view.create_topic("changed", 1, {"retention.ms": "1000", "segment.bytes": "1048576"}))
     operations = [
         {"name": "retention.ms", "config_operation": SET, "value": "5000"},
@@ -132,7 +133,7 @@ def test_incremental_alter_sets_deletes_appends_and_subtracts(view: LogBrokerVie
     assert run(view.topic_config("changed"))["cleanup.policy"] == "compact"
 
 
-def test_validate_only_changes_nothing(view: LogBrokerView) -> None:
+def test_validate_only_changes_nothing(view: LocalBrokerView) -> None:
     run(view.create_topic("checked", 1, {"retention.ms": "1000"}))
     for incremental in (False, True):
         change = {"name": "retention.ms", "value": "9"} | ({"config_operation": SET} if incremental else {})
@@ -141,7 +142,7 @@ def test_validate_only_changes_nothing(view: LogBrokerView) -> None:
     assert run(view.topic_config("checked")) == {"retention.ms": "1000"}
 
 
-def test_each_refused_resource_gets_kafkas_code(view: LogBrokerView) -> None:
+def test_each_refused_resource_gets_kafkas_code(view: LocalBrokerView) -> None:
     refused = [
         ({"name": "no.such.config", "config_operation": SET, "value": "1"}, ErrorCode.invalid_config),
         ({"name": "segment.bytes", "config_operation": SET, "value": "1"}, ErrorCode.invalid_config),

@@ -11,15 +11,16 @@ from kio.schema.errors import ErrorCode
 
 from cluster.protocol.framing import decode_response, encode_response
 from cluster.protocol.handlers.fetch import FETCH_KEY, FetchHandler
+from cluster.protocol.local_broker_view import LocalBrokerView
 from cluster.protocol.messages import build
 from cluster.protocol.router import SERVED
-from tests.cluster.protocol.support import LogBrokerView, batch, records_of, request, run
+from tests.cluster.protocol.helpers import batch, leader_log, records_of, request, run
 
 VERSIONS = range(SERVED[FETCH_KEY].min_version, SERVED[FETCH_KEY].max_version + 1)
 
 
 def fetch(
-    view: LogBrokerView,
+    view: LocalBrokerView,
     version: int,
     positions: dict[tuple[str, int], int],
     partition_max_bytes: int = 1 << 20,
@@ -59,13 +60,13 @@ def fetch(
     return decoded, {(t.topic, p.partition_index): p for t in decoded.responses for p in t.partitions}
 
 
-def fill(view: LogBrokerView, topic: str, partition: int, count: int, value_size: int = 10) -> None:
+def fill(view: LocalBrokerView, topic: str, partition: int, count: int, value_size: int = 10) -> None:
     for index in range(count):
-        view.log(topic, partition).append(batch([(b"%d" % index, bytes(value_size), 1000 + index)]))
+        leader_log(view, topic, partition).append(batch([(b"%d" % index, bytes(value_size), 1000 + index)]))
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-def test_records_come_back_with_the_partition_offsets(view: LogBrokerView, version: int) -> None:
+def test_records_come_back_with_the_partition_offsets(view: LocalBrokerView, version: int) -> None:
     run(view.create_topic("t", 2))
     fill(view, "t", 0, 3)
     _, answers = fetch(view, version, {("t", 0): 1, ("t", 1): 0})
@@ -80,7 +81,7 @@ def test_records_come_back_with_the_partition_offsets(view: LogBrokerView, versi
         assert zero.preferred_read_replica == -1
 
 
-def test_an_offset_past_the_end_is_out_of_range_and_an_unknown_partition_unknown(view: LogBrokerView) -> None:
+def test_an_offset_past_the_end_is_out_of_range_and_an_unknown_partition_unknown(view: LocalBrokerView) -> None:
     run(view.create_topic("t", 1))
     fill(view, "t", 0, 2)
     _, answers = fetch(view, 12, {("t", 0): 3, ("t", 5): 0, ("nope", 0): 0})
@@ -89,14 +90,14 @@ def test_an_offset_past_the_end_is_out_of_range_and_an_unknown_partition_unknown
     assert answers[("nope", 0)].error_code == ErrorCode.unknown_topic_or_partition
 
 
-def test_partition_max_bytes_cuts_but_always_returns_one_batch(view: LogBrokerView) -> None:
+def test_partition_max_bytes_cuts_but_always_returns_one_batch(view: LocalBrokerView) -> None:
     run(view.create_topic("t", 1))
     fill(view, "t", 0, 5, value_size=100)
     _, answers = fetch(view, 12, {("t", 0): 0}, partition_max_bytes=10)
     assert [offset for offset, _, _, _ in records_of(answers[("t", 0)].records)] == [0]
 
 
-def test_max_bytes_leaves_out_later_partitions_but_never_the_first_with_data(view: LogBrokerView) -> None:
+def test_max_bytes_leaves_out_later_partitions_but_never_the_first_with_data(view: LocalBrokerView) -> None:
     run(view.create_topic("t", 3))
     for partition in range(3):
         fill(view, "t", partition, 2, value_size=200)
@@ -106,7 +107,7 @@ def test_max_bytes_leaves_out_later_partitions_but_never_the_first_with_data(vie
     assert answers[("t", 1)].high_watermark == 2
 
 
-def test_a_fetch_session_id_is_answered_session_not_found(view: LogBrokerView) -> None:
+def test_a_fetch_session_id_is_answered_session_not_found(view: LocalBrokerView) -> None:
     run(view.create_topic("t", 1))
     decoded, answers = fetch(view, 12, {("t", 0): 0}, session_id=42)
     assert (decoded.error_code, decoded.session_id, answers) == (ErrorCode.fetch_session_id_not_found, 0, {})

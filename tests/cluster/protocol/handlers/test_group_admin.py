@@ -20,9 +20,9 @@ from cluster.protocol.handlers.group_admin import (
     ListGroupsHandler,
 )
 from cluster.protocol.handlers.groups import JOIN_GROUP_KEY, SYNC_GROUP_KEY, JoinGroupHandler, SyncGroupHandler
+from cluster.protocol.local_group_view import LocalGroupView
 from cluster.protocol.router import SERVED
-from tests.cluster.protocol.group_support import MembershipGroupView, exchange
-from tests.cluster.protocol.support import run
+from tests.cluster.protocol.helpers import answer_async, commit_offsets, committed_offsets, run
 
 ENDPOINT = BrokerEndpoint(3, "broker.example", 19092)
 
@@ -31,7 +31,7 @@ def versions(key: int) -> range:
     return range(SERVED[key].min_version, SERVED[key].max_version + 1)
 
 
-def stable_group(groups: MembershipGroupView, group: str) -> str:
+def stable_group(groups: LocalGroupView, group: str) -> str:
     """A group with one member, Stable: its member id."""
     values = {
         "group_id": group,
@@ -41,14 +41,14 @@ def stable_group(groups: MembershipGroupView, group: str) -> str:
         "protocol_type": "consumer",
         "protocols": [{"name": "roundrobin", "metadata": b"subscription"}],
     }
-    member = run(exchange(JoinGroupHandler(groups), JOIN_GROUP_KEY, 3, values)).member_id
+    member = run(answer_async(JoinGroupHandler(groups), JOIN_GROUP_KEY, 3, values)).member_id
     sync = {
         "group_id": group,
         "generation_id": 1,
         "member_id": member,
         "assignments": [{"member_id": member, "assignment": b"plan"}],
     }
-    assert run(exchange(SyncGroupHandler(groups), SYNC_GROUP_KEY, 2, sync)).error_code == ErrorCode.none
+    assert run(answer_async(SyncGroupHandler(groups), SYNC_GROUP_KEY, 2, sync)).error_code == ErrorCode.none
     return member
 
 
@@ -56,25 +56,24 @@ def stable_group(groups: MembershipGroupView, group: str) -> str:
 def test_this_listener_coordinates_every_group(version: int) -> None:
     handler = FindCoordinatorHandler(ENDPOINT)
     values: dict[str, Any] = {"key": "g1", "key_type": 0, "coordinator_keys": ["g1", "g2"]}
-    answer = run(exchange(handler, FIND_COORDINATOR_KEY, version, values))
+    answer = run(answer_async(handler, FIND_COORDINATOR_KEY, version, values))
     found = answer.coordinators if version >= 4 else [answer]
     assert [(c.error_code, c.node_id, c.host, c.port) for c in found] == [
         (ErrorCode.none, 3, "broker.example", 19092)
     ] * len(found)
     if version >= 1:
-        refused = run(exchange(handler, FIND_COORDINATOR_KEY, version, {**values, "key_type": 1}))
+        refused = run(answer_async(handler, FIND_COORDINATOR_KEY, version, {**values, "key_type": 1}))
         assert {c.error_code for c in (refused.coordinators if version >= 4 else [refused])} == {
             ErrorCode.invalid_request
         }
 
 
 @pytest.mark.parametrize("version", versions(LIST_GROUPS_KEY))
-def test_groups_with_members_and_groups_with_only_offsets_are_listed(version: int) -> None:
-    groups = MembershipGroupView()
+def test_groups_with_members_and_groups_with_only_offsets_are_listed(version: int, groups: LocalGroupView) -> None:
     stable_group(groups, "active")
-    groups.offsets[("offsets-only", "t", 0)] = 5
+    commit_offsets(groups, {("offsets-only", "t", 0): 5})
     answer = run(
-        exchange(ListGroupsHandler(groups), LIST_GROUPS_KEY, version, {"states_filter": [], "types_filter": []})
+        answer_async(ListGroupsHandler(groups), LIST_GROUPS_KEY, version, {"states_filter": [], "types_filter": []})
     )
     listed = {g.group_id: g for g in answer.groups}
     assert (answer.error_code, sorted(listed)) == (ErrorCode.none, ["active", "offsets-only"])
@@ -82,7 +81,7 @@ def test_groups_with_members_and_groups_with_only_offsets_are_listed(version: in
     if version >= 4:
         assert (listed["active"].group_state, listed["offsets-only"].group_state) == ("Stable", "Empty")
         filtered = run(
-            exchange(
+            answer_async(
                 ListGroupsHandler(groups), LIST_GROUPS_KEY, version, {"states_filter": ["empty"], "types_filter": []}
             )
         )
@@ -90,7 +89,7 @@ def test_groups_with_members_and_groups_with_only_offsets_are_listed(version: in
     if version >= 5:
         assert {g.group_type for g in answer.groups} == {"classic"}
         none = run(
-            exchange(
+            answer_async(
                 ListGroupsHandler(groups), LIST_GROUPS_KEY, version, {"states_filter": [], "types_filter": ["consumer"]}
             )
         )
@@ -98,11 +97,12 @@ def test_groups_with_members_and_groups_with_only_offsets_are_listed(version: in
 
 
 @pytest.mark.parametrize("version", versions(DESCRIBE_GROUPS_KEY))
-def test_describe_shows_members_with_their_assignment_and_unknown_groups_as_kafka(version: int) -> None:
-    groups = MembershipGroupView()
+def test_describe_shows_members_with_their_assignment_and_unknown_groups_as_kafka(
+    version: int, groups: LocalGroupView
+) -> None:
     member = stable_group(groups, "active")
     values = {"groups": ["active", "missing"], "include_authorized_operations": False}
-    active, missing = run(exchange(DescribeGroupsHandler(groups), DESCRIBE_GROUPS_KEY, version, values)).groups
+    active, missing = run(answer_async(DescribeGroupsHandler(groups), DESCRIBE_GROUPS_KEY, version, values)).groups
     assert (active.error_code, active.group_state, active.protocol_type, active.protocol_data) == (
         ErrorCode.none,
         "Stable",
@@ -117,15 +117,14 @@ def test_describe_shows_members_with_their_assignment_and_unknown_groups_as_kafk
 
 
 @pytest.mark.parametrize("version", versions(DELETE_GROUPS_KEY))
-def test_only_empty_groups_are_deleted_with_their_offsets(version: int) -> None:
-    groups = MembershipGroupView()
+def test_only_empty_groups_are_deleted_with_their_offsets(version: int, groups: LocalGroupView) -> None:
     stable_group(groups, "active")
-    groups.offsets[("offsets-only", "t", 0)] = 5
+    commit_offsets(groups, {("offsets-only", "t", 0): 5})
     values = {"groups_names": ["active", "offsets-only", "missing"]}
-    answer = run(exchange(DeleteGroupsHandler(groups), DELETE_GROUPS_KEY, version, values))
+    answer = run(answer_async(DeleteGroupsHandler(groups), DELETE_GROUPS_KEY, version, values))
     assert [(r.group_id, r.error_code) for r in answer.results] == [
         ("active", ErrorCode.non_empty_group),
         ("offsets-only", ErrorCode.none),
         ("missing", ErrorCode.group_id_not_found),
     ]
-    assert groups.offsets == {}
+    assert committed_offsets(groups) == {}

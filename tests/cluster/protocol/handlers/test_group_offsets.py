@@ -18,9 +18,10 @@ from cluster.protocol.handlers.group_offsets import (
     OffsetFetchHandler,
 )
 from cluster.protocol.handlers.groups import JOIN_GROUP_KEY, SYNC_GROUP_KEY, JoinGroupHandler, SyncGroupHandler
+from cluster.protocol.local_broker_view import LocalBrokerView
+from cluster.protocol.local_group_view import LocalGroupView
 from cluster.protocol.router import SERVED
-from tests.cluster.protocol.group_support import MembershipGroupView, exchange
-from tests.cluster.protocol.support import LogBrokerView, run
+from tests.cluster.protocol.helpers import answer_async, run
 
 GROUP = "ledger"
 TOPIC = "payments"
@@ -31,8 +32,8 @@ def versions(key: int) -> range:
 
 
 def commit(
-    view: LogBrokerView,
-    groups: MembershipGroupView,
+    view: LocalBrokerView,
+    groups: LocalGroupView,
     version: int,
     offsets: dict[tuple[str, int], tuple[int, str]],
     member_id: str = "",
@@ -51,11 +52,11 @@ def commit(
         "retention_time": -1,
         "topics": [{"name": topic, "partitions": partitions} for topic, partitions in by_topic.items()],
     }
-    answer = run(exchange(OffsetCommitHandler(view, groups), OFFSET_COMMIT_KEY, version, values))
+    answer = run(answer_async(OffsetCommitHandler(view, groups), OFFSET_COMMIT_KEY, version, values))
     return {(t.name, p.partition_index): p.error_code for t in answer.topics for p in t.partitions}
 
 
-def fetch(groups: MembershipGroupView, version: int, partitions: list[int] | None, group: str = GROUP) -> Any:
+def fetch(groups: LocalGroupView, version: int, partitions: list[int] | None, group: str = GROUP) -> Any:
     topics = None if partitions is None else [{"name": TOPIC, "partition_indexes": partitions}]
     values = {
         "group_id": group,
@@ -63,7 +64,7 @@ def fetch(groups: MembershipGroupView, version: int, partitions: list[int] | Non
         "groups": [{"group_id": group, "member_id": None, "member_epoch": -1, "topics": topics}],
         "require_stable": True,
     }
-    answer = run(exchange(OffsetFetchHandler(groups), OFFSET_FETCH_KEY, version, values))
+    answer = run(answer_async(OffsetFetchHandler(groups), OFFSET_FETCH_KEY, version, values))
     return answer.groups[0] if version >= 8 else answer
 
 
@@ -74,9 +75,8 @@ def offsets_of(answer: Any) -> dict[tuple[str, int], tuple[int, ErrorCode]]:
 
 
 @pytest.mark.parametrize("version", versions(OFFSET_COMMIT_KEY))
-def test_commits_read_back_at_every_version(view: LogBrokerView, version: int) -> None:
+def test_commits_read_back_at_every_version(view: LocalBrokerView, version: int, groups: LocalGroupView) -> None:
     run(view.create_topic(TOPIC, 3))
-    groups = MembershipGroupView()
     assert commit(view, groups, version, {(TOPIC, 0): (42, "m"), (TOPIC, 2): (7, "")}) == {
         (TOPIC, 0): ErrorCode.none,
         (TOPIC, 2): ErrorCode.none,
@@ -92,9 +92,10 @@ def test_commits_read_back_at_every_version(view: LogBrokerView, version: int) -
         }
 
 
-def test_bad_partitions_get_their_own_codes_and_the_rest_is_written(view: LogBrokerView) -> None:
+def test_bad_partitions_get_their_own_codes_and_the_rest_is_written(
+    view: LocalBrokerView, groups: LocalGroupView
+) -> None:
     run(view.create_topic(TOPIC, 1))
-    groups = MembershipGroupView()
     codes = commit(
         view,
         groups,
@@ -114,9 +115,8 @@ def test_bad_partitions_get_their_own_codes_and_the_rest_is_written(view: LogBro
     assert offsets_of(fetch(groups, 9, [0])) == {(TOPIC, 0): (-1, ErrorCode.none)}
 
 
-def test_a_members_commit_must_be_of_the_current_generation(view: LogBrokerView) -> None:
+def test_a_members_commit_must_be_of_the_current_generation(view: LocalBrokerView, groups: LocalGroupView) -> None:
     run(view.create_topic(TOPIC, 1))
-    groups = MembershipGroupView()
     values = {
         "group_id": GROUP,
         "session_timeout": 10_000,
@@ -125,12 +125,12 @@ def test_a_members_commit_must_be_of_the_current_generation(view: LogBrokerView)
         "protocol_type": "consumer",
         "protocols": [{"name": "range", "metadata": b""}],
     }
-    member = run(exchange(JoinGroupHandler(groups), JOIN_GROUP_KEY, 3, values)).member_id
+    member = run(answer_async(JoinGroupHandler(groups), JOIN_GROUP_KEY, 3, values)).member_id
     one = {(TOPIC, 0): (1, "")}
     # Joined, not synced yet: the sync phase refuses commits.
     assert commit(view, groups, 8, one, member, 1) == {(TOPIC, 0): ErrorCode.rebalance_in_progress}
     sync = {"group_id": GROUP, "generation_id": 1, "member_id": member, "assignments": []}
-    assert run(exchange(SyncGroupHandler(groups), SYNC_GROUP_KEY, 3, sync)).error_code == ErrorCode.none
+    assert run(answer_async(SyncGroupHandler(groups), SYNC_GROUP_KEY, 3, sync)).error_code == ErrorCode.none
     assert commit(view, groups, 8, one, member, 2) == {(TOPIC, 0): ErrorCode.illegal_generation}
     assert commit(view, groups, 8, one, "stranger", 1) == {(TOPIC, 0): ErrorCode.unknown_member_id}
     # Generation -1 and no member id (a consumer that assigns its partitions, AlterConsumerGroupOffsets): only
@@ -142,10 +142,11 @@ def test_a_members_commit_must_be_of_the_current_generation(view: LogBrokerView)
 
 
 @pytest.mark.parametrize("version", [v for v in versions(OFFSET_FETCH_KEY) if v >= 2])
-def test_a_fetch_without_topics_answers_every_committed_offset_of_the_group(view: LogBrokerView, version: int) -> None:
+def test_a_fetch_without_topics_answers_every_committed_offset_of_the_group(
+    view: LocalBrokerView, version: int, groups: LocalGroupView
+) -> None:
     run(view.create_topic(TOPIC, 2))
     run(view.create_topic("other", 1))
-    groups = MembershipGroupView()
     commit(view, groups, 9, {(TOPIC, 1): (11, ""), ("other", 0): (3, "")})
     assert offsets_of(fetch(groups, version, None)) == {
         (TOPIC, 1): (11, ErrorCode.none),

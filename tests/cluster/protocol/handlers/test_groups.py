@@ -5,6 +5,7 @@ rebalances the other, Kafka's errors, and one member's whole lifecycle at every 
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,9 +21,10 @@ from cluster.protocol.handlers.groups import (
     LeaveGroupHandler,
     SyncGroupHandler,
 )
+from cluster.protocol.local_group_view import LocalGroupView
 from cluster.protocol.router import SERVED
-from tests.cluster.protocol.group_support import MembershipGroupView, exchange
-from tests.cluster.protocol.support import run
+from storage.clock import MockClock
+from tests.cluster.protocol.helpers import answer_async, run, start_broker
 
 GROUP = "billing"
 
@@ -44,20 +46,18 @@ def join_values(member_id: str, metadata: bytes, session_timeout_ms: int = 10_00
     }
 
 
-async def join(groups: MembershipGroupView, version: int, metadata: bytes, member_id: str = "") -> Any:
+async def join(groups: LocalGroupView, version: int, metadata: bytes, member_id: str = "") -> Any:
     """A client's join: with v4+, the MEMBER_ID_REQUIRED round trip first."""
-    answer = await exchange(JoinGroupHandler(groups), JOIN_GROUP_KEY, version, join_values(member_id, metadata))
+    answer = await answer_async(JoinGroupHandler(groups), JOIN_GROUP_KEY, version, join_values(member_id, metadata))
     if answer.error_code == ErrorCode.member_id_required:
         assert version >= 4 and answer.member_id
-        answer = await exchange(
+        answer = await answer_async(
             JoinGroupHandler(groups), JOIN_GROUP_KEY, version, join_values(answer.member_id, metadata)
         )
     return answer
 
 
-async def sync(
-    groups: MembershipGroupView, version: int, member_id: str, generation: int, plan: dict[str, bytes]
-) -> Any:
+async def sync(groups: LocalGroupView, version: int, member_id: str, generation: int, plan: dict[str, bytes]) -> Any:
     values = {
         "group_id": GROUP,
         "generation_id": generation,
@@ -67,30 +67,32 @@ async def sync(
         "protocol_name": "range",
         "assignments": [{"member_id": member, "assignment": data} for member, data in plan.items()],
     }
-    return await exchange(SyncGroupHandler(groups), SYNC_GROUP_KEY, version, values)
+    return await answer_async(SyncGroupHandler(groups), SYNC_GROUP_KEY, version, values)
 
 
-async def heartbeat(groups: MembershipGroupView, version: int, member_id: str, generation: int) -> ErrorCode:
+async def heartbeat(groups: LocalGroupView, version: int, member_id: str, generation: int) -> ErrorCode:
     values = {"group_id": GROUP, "generation_id": generation, "member_id": member_id, "group_instance_id": None}
-    return (await exchange(HeartbeatHandler(groups), HEARTBEAT_KEY, version, values)).error_code
+    return (await answer_async(HeartbeatHandler(groups), HEARTBEAT_KEY, version, values)).error_code
 
 
-async def leave(groups: MembershipGroupView, version: int, member_id: str) -> Any:
+async def leave(groups: LocalGroupView, version: int, member_id: str) -> Any:
     values = {
         "group_id": GROUP,
         "member_id": member_id,
         "members": [{"member_id": member_id, "group_instance_id": None, "reason": None}],
     }
-    return await exchange(LeaveGroupHandler(groups), LEAVE_GROUP_KEY, version, values)
+    return await answer_async(LeaveGroupHandler(groups), LEAVE_GROUP_KEY, version, values)
 
 
-def test_two_members_join_together_and_each_gets_the_leaders_assignment() -> None:
-    groups = MembershipGroupView(initial_rebalance_delay_ms=3000)
+def test_two_members_join_together_and_each_gets_the_leaders_assignment(tmp_path: Path) -> None:
+    clock = MockClock()
+    broker = start_broker(tmp_path, clock=clock, initial_rebalance_delay_ms=3000)
+    groups = LocalGroupView(broker)
 
     async def scenario() -> None:
         joining = asyncio.gather(join(groups, 9, b"sub-a"), join(groups, 5, b"sub-b"))
         await asyncio.sleep(0.05)
-        groups.clock.sleep(3000)
+        clock.sleep(3000)
         first, second = await joining
         assert first.error_code == second.error_code == ErrorCode.none
         assert first.generation_id == second.generation_id == 1
@@ -115,12 +117,14 @@ def test_two_members_join_together_and_each_gets_the_leaders_assignment() -> Non
         again = await join(groups, 9, b"sub-b", second.member_id)
         assert (again.generation_id, again.leader, len(again.members)) == (2, second.member_id, 1)
 
-    run(scenario())
+    try:
+        run(scenario())
+    finally:
+        broker.close()
 
 
 @pytest.mark.parametrize("version", versions(JOIN_GROUP_KEY))
-def test_a_lone_member_joins_syncs_heartbeats_and_leaves_at_every_version(version: int) -> None:
-    groups = MembershipGroupView()
+def test_a_lone_member_joins_syncs_heartbeats_and_leaves_at_every_version(version: int, groups: LocalGroupView) -> None:
     sync_version = min(version, SERVED[SYNC_GROUP_KEY].max_version)
     heartbeat_version = min(version, SERVED[HEARTBEAT_KEY].max_version)
     leave_version = min(version, SERVED[LEAVE_GROUP_KEY].max_version)
@@ -138,21 +142,23 @@ def test_a_lone_member_joins_syncs_heartbeats_and_leaves_at_every_version(versio
     run(scenario())
 
 
-def test_a_v4_join_without_a_member_id_is_answered_member_id_required() -> None:
-    groups = MembershipGroupView()
-    answer = run(exchange(JoinGroupHandler(groups), JOIN_GROUP_KEY, 4, join_values("", b"sub")))
+def test_a_v4_join_without_a_member_id_is_answered_member_id_required(groups: LocalGroupView) -> None:
+    answer = run(answer_async(JoinGroupHandler(groups), JOIN_GROUP_KEY, 4, join_values("", b"sub")))
     assert (answer.error_code, answer.generation_id) == (ErrorCode.member_id_required, -1)
     assert answer.member_id.startswith("test-")
 
 
 @pytest.mark.parametrize(("session_timeout_ms", "code"), [(5999, ErrorCode.invalid_session_timeout)])
-def test_bad_joins_and_strangers_get_kafkas_codes(session_timeout_ms: int, code: ErrorCode) -> None:
-    groups = MembershipGroupView()
+def test_bad_joins_and_strangers_get_kafkas_codes(
+    session_timeout_ms: int, code: ErrorCode, groups: LocalGroupView
+) -> None:
 
     async def scenario() -> None:
-        bad = await exchange(JoinGroupHandler(groups), JOIN_GROUP_KEY, 7, join_values("", b"sub", session_timeout_ms))
+        bad = await answer_async(
+            JoinGroupHandler(groups), JOIN_GROUP_KEY, 7, join_values("", b"sub", session_timeout_ms)
+        )
         assert (bad.error_code, bad.protocol_name) == (code, None)
-        stranger = await exchange(JoinGroupHandler(groups), JOIN_GROUP_KEY, 6, join_values("made-up", b"sub"))
+        stranger = await answer_async(JoinGroupHandler(groups), JOIN_GROUP_KEY, 6, join_values("made-up", b"sub"))
         assert (stranger.error_code, stranger.protocol_name) == (ErrorCode.unknown_member_id, "")
         joined = await join(groups, 9, b"sub")
         assert await heartbeat(groups, 4, joined.member_id, 7) == ErrorCode.illegal_generation

@@ -1,4 +1,4 @@
-"""OffsetForLeaderEpoch over real storage logs: a new partition's epoch (0) ends at the log end offset; a log that
+"""OffsetForLeaderEpoch on the in-process broker: a new partition's epoch (0) ends at the log end offset; a log that
 several leaders wrote answers each epoch's end from its leader-epoch cache; undefined and unknown epochs, fencing
 by `current_leader_epoch`, and unknown partitions answer as Kafka's leader does."""
 
@@ -10,9 +10,10 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from cluster.protocol.handlers.leader_epoch import OFFSET_FOR_LEADER_EPOCH_KEY, OffsetForLeaderEpochHandler
+from cluster.protocol.local_broker_view import LocalBrokerView
 from cluster.protocol.router import SERVED
 from storage.records.layout import PARTITION_LEADER_EPOCH_OFFSET
-from tests.cluster.protocol.support import LogBrokerView, answer, batch, run
+from tests.cluster.protocol.helpers import answer, batch, leader_log, run
 
 VERSIONS = range(SERVED[OFFSET_FOR_LEADER_EPOCH_KEY].min_version, SERVED[OFFSET_FOR_LEADER_EPOCH_KEY].max_version + 1)
 CASES = [
@@ -28,7 +29,7 @@ CASES = [
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-def test_epoch_end_offsets_as_kafkas_leader_answers(view: LogBrokerView, version: int) -> None:
+def test_epoch_end_offsets_as_kafkas_leader_answers(view: LocalBrokerView, version: int) -> None:
     run(view.create_topic("epochs", 1))
     run(view.append("epochs", 0, batch((None, b"v", 1000 + i) for i in range(7))))
     run(view.delete_records("epochs", 0, 2))
@@ -68,9 +69,9 @@ EPOCH_CASES = [
 ]
 
 
-def test_each_epoch_of_a_log_several_leaders_wrote_ends_where_the_next_began(view: LogBrokerView) -> None:
+def test_each_epoch_of_a_log_several_leaders_wrote_ends_where_the_next_began(view: LocalBrokerView) -> None:
     run(view.create_topic("led", 2))
-    log = view.log("led", 0)
+    log = leader_log(view, "led", 0)
     for epoch, base, count in [(0, 0, 4), (2, 4, 6), (5, 10, 2)]:
         log.append_as_follower(led_in(epoch, base, count))
     partitions = [

@@ -11,15 +11,16 @@ from kio.schema.errors import ErrorCode
 
 from cluster.protocol.framing import decode_response, encode_response
 from cluster.protocol.handlers.list_offsets import LIST_OFFSETS_KEY, ListOffsetsHandler
+from cluster.protocol.local_broker_view import LocalBrokerView
 from cluster.protocol.messages import build
 from cluster.protocol.router import SERVED
-from tests.cluster.protocol.support import LogBrokerView, batch, request, run
+from tests.cluster.protocol.helpers import batch, leader_log, request, run
 
 VERSIONS = range(SERVED[LIST_OFFSETS_KEY].min_version, SERVED[LIST_OFFSETS_KEY].max_version + 1)
 TIMESTAMPS = [1000, 3000, 2000, 5000]
 
 
-def list_offsets(view: LogBrokerView, version: int, wanted: list[tuple[str, int, int]]) -> list[Any]:
+def list_offsets(view: LocalBrokerView, version: int, wanted: list[tuple[str, int, int]]) -> list[Any]:
     body = build(
         load_request_schema(LIST_OFFSETS_KEY, version),
         {
@@ -37,11 +38,11 @@ def list_offsets(view: LogBrokerView, version: int, wanted: list[tuple[str, int,
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-def test_sentinels_and_timestamps_name_kafkas_offsets(view: LogBrokerView, version: int) -> None:
+def test_sentinels_and_timestamps_name_kafkas_offsets(view: LocalBrokerView, version: int) -> None:
     run(view.create_topic("t", 1))
     for timestamp in TIMESTAMPS:
-        view.log("t", 0).append(batch([(None, b"v", timestamp)]))
-    view.log("t", 0).delete_records(1)
+        leader_log(view, "t", 0).append(batch([(None, b"v", timestamp)]))
+    leader_log(view, "t", 0).delete_records(1)
     wanted = [("t", 0, -2), ("t", 0, -1), ("t", 0, 2500), ("t", 0, 9999)]
     if version >= 7:
         wanted.append(("t", 0, -3))
@@ -57,7 +58,7 @@ def test_sentinels_and_timestamps_name_kafkas_offsets(view: LogBrokerView, versi
         assert (answers[4].offset, answers[4].timestamp) == (3, 5000)
 
 
-def test_an_unknown_partition_fails_alone(view: LogBrokerView) -> None:
+def test_an_unknown_partition_fails_alone(view: LocalBrokerView) -> None:
     run(view.create_topic("t", 1))
     answers = list_offsets(view, 7, [("t", 0, -1), ("gone", 0, -1)])
     assert [a.error_code for a in answers] == [ErrorCode.none, ErrorCode.unknown_topic_or_partition]

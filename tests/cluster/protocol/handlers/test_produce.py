@@ -11,14 +11,15 @@ from kio.schema.errors import ErrorCode
 
 from cluster.protocol.framing import decode_response, encode_response
 from cluster.protocol.handlers.produce import PRODUCE_KEY, ProduceHandler
+from cluster.protocol.local_broker_view import LocalBrokerView
 from cluster.protocol.messages import build
 from cluster.protocol.router import SERVED
-from tests.cluster.protocol.support import LogBrokerView, batch, records_of, request, run
+from tests.cluster.protocol.helpers import batch, leader_log, records_of, request, run
 
 VERSIONS = range(SERVED[PRODUCE_KEY].min_version, SERVED[PRODUCE_KEY].max_version + 1)
 
 
-def produce(view: LogBrokerView, version: int, partitions: dict[tuple[str, int], bytes | None], acks: int = 1) -> Any:
+def produce(view: LocalBrokerView, version: int, partitions: dict[tuple[str, int], bytes | None], acks: int = 1) -> Any:
     topics: dict[str, list[dict[str, Any]]] = {}
     for (topic, partition), records in partitions.items():
         topics.setdefault(topic, []).append({"index": partition, "records": records})
@@ -39,7 +40,9 @@ def produce(view: LogBrokerView, version: int, partitions: dict[tuple[str, int],
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-def test_batches_are_appended_unchanged_and_answered_with_their_base_offset(view: LogBrokerView, version: int) -> None:
+def test_batches_are_appended_unchanged_and_answered_with_their_base_offset(
+    view: LocalBrokerView, version: int
+) -> None:
     run(view.create_topic("t", 2))
     first = batch([(b"k1", b"v1", 1000), (b"k2", b"v2", 1001)])
     second = batch([(None, b"v3", 1002)])
@@ -51,26 +54,26 @@ def test_batches_are_appended_unchanged_and_answered_with_their_base_offset(view
         assert again[("t", 0)].log_append_time is None  # CreateTime topic: -1 on the wire
     if version >= 5:
         assert again[("t", 0)].log_start_offset == 0
-    stored = view.log("t", 0).read(0, 1 << 20).records
+    stored = leader_log(view, "t", 0).read(0, 1 << 20).records
     assert records_of(bytes(stored)) == [(0, b"k1", b"v1", 1000), (1, b"k2", b"v2", 1001), (2, None, b"v3", 1002)]
     # Only offsets were rewritten: the client's bytes from the batch's attributes on are those stored.
     assert bytes(stored)[21 : len(first)] == first[21:]
 
 
-def test_acks_zero_appends_and_answers_nothing(view: LogBrokerView) -> None:
+def test_acks_zero_appends_and_answers_nothing(view: LocalBrokerView) -> None:
     run(view.create_topic("t", 1))
     assert produce(view, 9, {("t", 0): batch([(b"k", b"v", 5)])}, acks=0) is None
-    assert view.log("t", 0).log_end_offset == 1
+    assert leader_log(view, "t", 0).log_end_offset == 1
 
 
-def test_invalid_acks_fail_every_partition_and_append_nothing(view: LogBrokerView) -> None:
+def test_invalid_acks_fail_every_partition_and_append_nothing(view: LocalBrokerView) -> None:
     run(view.create_topic("t", 1))
     answers = produce(view, 9, {("t", 0): batch([(b"k", b"v", 5)])}, acks=2)
     assert answers[("t", 0)].error_code == ErrorCode.invalid_required_acks
-    assert view.log("t", 0).log_end_offset == 0
+    assert leader_log(view, "t", 0).log_end_offset == 0
 
 
-def test_each_partition_fails_on_its_own(view: LogBrokerView) -> None:
+def test_each_partition_fails_on_its_own(view: LocalBrokerView) -> None:
     run(view.create_topic("t", 1))
     good = batch([(b"k", b"v", 5)])
     corrupt = bytearray(good)
@@ -82,4 +85,4 @@ def test_each_partition_fails_on_its_own(view: LogBrokerView) -> None:
     run(view.create_topic("c", 1))
     assert produce(view, 9, {("c", 0): bytes(corrupt)})[("c", 0)].error_code == ErrorCode.corrupt_message
     assert produce(view, 9, {("c", 0): None})[("c", 0)].error_code == ErrorCode.invalid_record
-    assert view.log("c", 0).log_end_offset == 0
+    assert leader_log(view, "c", 0).log_end_offset == 0

@@ -1,7 +1,7 @@
-"""DescribeUserScramCredentials and AlterUserScramCredentials without sockets, against the controller's real
-credential store kept in memory: an upserted SaltedPassword logs in with its password (the store is the oracle),
-deletions by mechanism, and Kafka's per-user codes (duplicates, unknown mechanisms, iterations out of range,
-missing credentials); no key or salt is ever answered; both need the cluster permission."""
+"""DescribeUserScramCredentials and AlterUserScramCredentials without sockets, against the in-process controller's
+credential store: an upserted SaltedPassword logs in with its password (the store is the oracle), deletions by
+mechanism, and Kafka's per-user codes (duplicates, unknown mechanisms, iterations out of range, missing
+credentials); no key or salt is ever answered; both need the cluster permission."""
 
 from __future__ import annotations
 
@@ -9,12 +9,11 @@ import hashlib
 import os
 from typing import Any
 
-import pytest
 from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
 
-from actors.server.security.acls import CLUSTER_NAME, AclBinding, AclOperation, AclPermissionType, PatternType
-from actors.server.security.acls import ResourceType as AclResourceType
+from actors.core.security.acls import CLUSTER_NAME, AclBinding, AclOperation, AclPermissionType, PatternType
+from actors.core.security.acls import ResourceType as AclResourceType
 from cluster.protocol.connection import ConnectionContext
 from cluster.protocol.framing import Request, decode_response, encode_response
 from cluster.protocol.handlers.scram_credentials import (
@@ -25,20 +24,15 @@ from cluster.protocol.handlers.scram_credentials import (
 )
 from cluster.protocol.messages import build
 from cluster.protocol.security.access import AccessControl
+from cluster.protocol.security.local_security_view import LocalSecurityView
 from storage.config.security_config import SecurityConfig
-from tests.cluster.protocol.security_support import MemorySecurityView
-from tests.cluster.protocol.support import run
+from tests.cluster.protocol.helpers import add_acls, add_user, run
 
 SHA_256, SHA_512 = 1, 2
 ALICE = "User:alice"
 
 
-@pytest.fixture
-def security() -> MemorySecurityView:
-    return MemorySecurityView()
-
-
-def open_access(security: MemorySecurityView) -> AccessControl:
+def open_access(security: LocalSecurityView) -> AccessControl:
     return AccessControl(SecurityConfig(), security)
 
 
@@ -57,18 +51,18 @@ def upsertion(user: str, password: str, mechanism: int = SHA_256, iterations: in
     return {"name": user, "mechanism": mechanism, "iterations": iterations, "salt": salt, "salted_password": salted}
 
 
-def alter(security: MemorySecurityView, access: AccessControl, deletions: Any = (), upsertions: Any = ()) -> Any:
+def alter(security: LocalSecurityView, access: AccessControl, deletions: Any = (), upsertions: Any = ()) -> Any:
     values = {"deletions": list(deletions), "upsertions": list(upsertions)}
     answer = ask(AlterUserScramCredentialsHandler(security, access), ALTER_USER_SCRAM_CREDENTIALS_KEY, values)
     return {result.user: result.error_code for result in answer.results}
 
 
-def describe(security: MemorySecurityView, access: AccessControl, users: list[str] | None) -> Any:
+def describe(security: LocalSecurityView, access: AccessControl, users: list[str] | None) -> Any:
     values = {"users": None if users is None else [{"name": user} for user in users]}
     return ask(DescribeUserScramCredentialsHandler(security, access), DESCRIBE_USER_SCRAM_CREDENTIALS_KEY, values)
 
 
-def test_an_upserted_salted_password_logs_in_and_is_described_without_secrets(security: MemorySecurityView) -> None:
+def test_an_upserted_salted_password_logs_in_and_is_described_without_secrets(security: LocalSecurityView) -> None:
     access = open_access(security)
     codes = alter(security, access, upsertions=[upsertion("alice", "pa55"), upsertion("bob", "s3cret", SHA_512, 8192)])
     assert codes == {"alice": ErrorCode.none, "bob": ErrorCode.none}
@@ -93,11 +87,11 @@ def test_an_upserted_salted_password_logs_in_and_is_described_without_secrets(se
     assert all(r.credential_infos == () for r in named.results if r.user != "bob")
 
 
-def test_deletions_by_mechanism_and_kafkas_per_user_refusals(security: MemorySecurityView) -> None:
+def test_deletions_by_mechanism_and_kafkas_per_user_refusals(security: LocalSecurityView) -> None:
     access = open_access(security)
-    security.add_user("alice", "pa55", "SCRAM-SHA-256")
-    security.add_user("alice", "pa55", "SCRAM-SHA-512")
-    security.add_user("carol", "pa55", "SCRAM-SHA-256")
+    add_user(security.controller, "alice", "pa55", "SCRAM-SHA-256")
+    add_user(security.controller, "alice", "pa55", "SCRAM-SHA-512")
+    add_user(security.controller, "carol", "pa55", "SCRAM-SHA-256")
     codes = alter(
         security,
         access,
@@ -134,8 +128,8 @@ def test_deletions_by_mechanism_and_kafkas_per_user_refusals(security: MemorySec
     }
 
 
-def test_describe_needs_describe_and_alter_needs_alter_on_the_cluster(security: MemorySecurityView) -> None:
-    security.add_user("alice", "pa55")
+def test_describe_needs_describe_and_alter_needs_alter_on_the_cluster(security: LocalSecurityView) -> None:
+    add_user(security.controller, "alice", "pa55")
     describer = AclBinding(
         AclResourceType.CLUSTER,
         CLUSTER_NAME,
@@ -145,7 +139,7 @@ def test_describe_needs_describe_and_alter_needs_alter_on_the_cluster(security: 
         AclOperation.DESCRIBE,
         AclPermissionType.ALLOW,
     )
-    security.add_acls(describer)
+    add_acls(security.controller, describer)
     properties = {"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer"}
     access = AccessControl(SecurityConfig.from_properties(properties), security)
     run(access.refresh())

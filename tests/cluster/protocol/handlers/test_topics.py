@@ -1,4 +1,4 @@
-"""CreateTopics, DeleteTopics and CreatePartitions over real storage logs: what is created, grown and deleted,
+"""CreateTopics, DeleteTopics and CreatePartitions on the in-process broker: what is created, grown and deleted,
 and Kafka's error code for each refused entry, in every served version."""
 
 from __future__ import annotations
@@ -17,9 +17,10 @@ from cluster.protocol.handlers.topics import (
     CreateTopicsHandler,
     DeleteTopicsHandler,
 )
+from cluster.protocol.local_broker_view import LocalBrokerView
 from cluster.protocol.router import SERVED
 from storage.config.broker_config import BrokerConfig
-from tests.cluster.protocol.support import LogBrokerView, answer, run
+from tests.cluster.protocol.helpers import answer, run
 
 NODE_ID = 0
 NUM_PARTITIONS = 3
@@ -39,7 +40,7 @@ def creatable(name: str, partitions: int = -1, factor: int = -1, **extra: Any) -
     } | extra
 
 
-def create(view: LogBrokerView, version: int, *topics: dict[str, Any], validate_only: bool = False) -> Any:
+def create(view: LocalBrokerView, version: int, *topics: dict[str, Any], validate_only: bool = False) -> Any:
     describer = ConfigDescriber(BrokerConfig(num_partitions=NUM_PARTITIONS), {"num.partitions"})
     handler = CreateTopicsHandler(view, describer, NODE_ID, NUM_PARTITIONS)
     return answer(
@@ -52,7 +53,7 @@ def codes(response: Any) -> dict[str, ErrorCode]:
 
 
 @pytest.mark.parametrize("version", versions(CREATE_TOPICS_KEY))
-def test_create_takes_the_default_partition_count_and_the_given_configs(view: LogBrokerView, version: int) -> None:
+def test_create_takes_the_default_partition_count_and_the_given_configs(view: LocalBrokerView, version: int) -> None:
     config = [{"name": "retention.ms", "value": "1000"}, {"name": "cleanup.policy", "value": "compact"}]
     response = create(view, version, creatable("defaulted"), creatable("explicit", 2, 1, configs=config))
     assert codes(response) == {"defaulted": ErrorCode.none, "explicit": ErrorCode.none}
@@ -67,7 +68,7 @@ def test_create_takes_the_default_partition_count_and_the_given_configs(view: Lo
         assert configs["segment.bytes"] == ("1073741824", ConfigSource.DEFAULT_CONFIG)
 
 
-def test_validate_only_checks_and_creates_nothing(view: LogBrokerView) -> None:
+def test_validate_only_checks_and_creates_nothing(view: LocalBrokerView) -> None:
     response = create(
         view, 4, creatable("checked", 2), creatable("bad", configs=[{"name": "x", "value": "1"}]), validate_only=True
     )
@@ -75,7 +76,7 @@ def test_validate_only_checks_and_creates_nothing(view: LogBrokerView) -> None:
     assert run(view.topics()) == {}
 
 
-def test_each_refused_entry_gets_kafkas_code(view: LogBrokerView) -> None:
+def test_each_refused_entry_gets_kafkas_code(view: LocalBrokerView) -> None:
     create(view, 7, creatable("existing"))
     response = create(
         view,
@@ -115,7 +116,7 @@ def test_each_refused_entry_gets_kafkas_code(view: LogBrokerView) -> None:
 
 @pytest.mark.parametrize("version", versions(CREATE_TOPICS_KEY))
 def test_a_replication_factor_beyond_the_brokers_is_refused_with_the_brokers_reason(
-    view: LogBrokerView, version: int
+    view: LocalBrokerView, version: int
 ) -> None:
     """The view is one broker: 2 replicas cannot be placed (INVALID_REPLICATION_FACTOR, the view's message); 1 and
     -1 (the default) can, and the v5+ answer says how many each partition got."""
@@ -131,13 +132,13 @@ def test_a_replication_factor_beyond_the_brokers_is_refused_with_the_brokers_rea
         assert [topic.replication_factor for topic in response.topics[1:]] == [1, 1]
 
 
-def test_manual_assignments_give_the_partition_count(view: LogBrokerView) -> None:
+def test_manual_assignments_give_the_partition_count(view: LocalBrokerView) -> None:
     assignments = [{"partition_index": index, "broker_ids": [NODE_ID]} for index in (1, 0)]
     assert codes(create(view, 4, creatable("assigned", assignments=assignments))) == {"assigned": ErrorCode.none}
     assert run(view.topic("assigned")).partition_count == 2
 
 
-def delete(view: LogBrokerView, version: int, names: list[str | None], enabled: bool = True) -> Any:
+def delete(view: LocalBrokerView, version: int, names: list[str | None], enabled: bool = True) -> Any:
     values: dict[str, Any] = {"timeout": 30000}
     if version >= 6:
         values["topics"] = [{"name": name, "topic_id": None} for name in names]
@@ -147,7 +148,7 @@ def delete(view: LogBrokerView, version: int, names: list[str | None], enabled: 
 
 
 @pytest.mark.parametrize("version", versions(DELETE_TOPICS_KEY))
-def test_delete_removes_the_topic_and_names_unknown_ones(view: LogBrokerView, version: int) -> None:
+def test_delete_removes_the_topic_and_names_unknown_ones(view: LocalBrokerView, version: int) -> None:
     run(view.create_topic("doomed", 2))
     response = delete(view, version, ["doomed", "never-was"])
     assert [(r.name, r.error_code) for r in response.responses] == [
@@ -157,14 +158,14 @@ def test_delete_removes_the_topic_and_names_unknown_ones(view: LogBrokerView, ve
     assert run(view.topics()) == {}
 
 
-def test_delete_is_refused_when_disabled(view: LogBrokerView) -> None:
+def test_delete_is_refused_when_disabled(view: LocalBrokerView) -> None:
     run(view.create_topic("kept", 1))
     response = delete(view, 6, ["kept", None], enabled=False)
     assert [r.error_code for r in response.responses] == [ErrorCode.topic_deletion_disabled, ErrorCode.unknown_topic_id]
     assert set(run(view.topics())) == {"kept"}
 
 
-def grow(view: LogBrokerView, version: int, topics: list[dict[str, Any]], validate_only: bool = False) -> Any:
+def grow(view: LocalBrokerView, version: int, topics: list[dict[str, Any]], validate_only: bool = False) -> Any:
     handler = CreatePartitionsHandler(view, NODE_ID)
     return answer(
         handler, CREATE_PARTITIONS_KEY, version, {"topics": topics, "timeout": 30000, "validate_only": validate_only}
@@ -172,7 +173,7 @@ def grow(view: LogBrokerView, version: int, topics: list[dict[str, Any]], valida
 
 
 @pytest.mark.parametrize("version", versions(CREATE_PARTITIONS_KEY))
-def test_create_partitions_grows_only(view: LogBrokerView, version: int) -> None:
+def test_create_partitions_grows_only(view: LocalBrokerView, version: int) -> None:
     run(view.create_topic("grown", 1))
     run(view.create_topic("kept", 2))
     response = grow(
@@ -193,7 +194,7 @@ def test_create_partitions_grows_only(view: LogBrokerView, version: int) -> None
     assert run(view.topic("kept")).partition_count == 2
 
 
-def test_create_partitions_validate_only_and_assignments(view: LogBrokerView) -> None:
+def test_create_partitions_validate_only_and_assignments(view: LocalBrokerView) -> None:
     run(view.create_topic("checked", 1))
     response = grow(
         view,

@@ -1,0 +1,408 @@
+"""The in-process broker: the broker's plain roles wired together in one process, without Ray.
+
+A development and test tier, not a second product (users run the broker on Ray): it runs the same classes the
+Ray actors delegate to, so a test of the Kafka listener's handlers exercises the real controller's checks, the
+real replication and the real group coordinator.
+
+- Nodes: `nodes` simulated brokers `node-0`, `node-1`, ..., each a `storage.logdir.log_manager.LogManager` over
+  its own log dir (`<root>/node-<i>`, `node.id` i). Each partition's log is opened by the node's `LocalReplicas`,
+  which gives it its role (`actors.core.replication.replica.Replica`) and its client calls (`ServedPartition`:
+  what the partition actor answers, in process).
+- The controller (`actors.core.controller.controller.Controller`) over those nodes, its metadata log in
+  `<root>/metadata`; it tells replicas their states directly, and leaders ask it for ISR changes directly.
+- Followers fetch from their leader's `Replica` in a thread each (`ReplicaFetcher`, `LocalLeaderLink`), so a topic
+  with replication factor > 1 replicates as on Ray.
+- The group coordinator (`actors.core.groups.coordinator.GroupCoordinator`), made on first use, which creates
+  `__consumer_offsets` then, as Kafka does for the first group.
+- One injected clock for the logs, the controller's rebalance timer, ISR lag and group timeouts. Nothing runs on
+  a timer of its own but the followers' fetches: the log managers' periodic work runs when `run_scheduled` is
+  called (a test moving a `MockClock` calls it), and a node is lost when `lose_node` says so, as the Ray
+  controller's monitor would find it.
+
+`close` ends everything: the followers' threads are joined, the logs closed cleanly (checkpoints, clean-shutdown
+markers), the metadata log closed; a broker opened again on the same root finds its topics and records. A
+transaction coordinator joins here beside the group coordinator (`actors.core.transactions`).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+from actors.core.controller.controller import Controller
+from actors.core.controller.log_manager_broker import LogManagerBroker
+from actors.core.controller.topic_metadata import CONSUMER_OFFSETS_TOPIC
+from actors.core.groups.coordinator import GroupCoordinator
+from actors.core.groups.group_membership import GroupMembership, MembershipConfig
+from actors.core.replication.follower import LeaderLink, ReplicaSettings
+from actors.core.replication.leader_and_isr import LeaderAndIsr
+from actors.core.replication.local_leader_link import LocalLeaderLink
+from actors.core.replication.log_changes import LogChanges
+from actors.core.replication.replica import ACKS_ALL_TIMEOUT_MS, Replica
+from storage.arguments import is_int
+from storage.clock import SYSTEM_CLOCK, Clock
+from storage.config.broker_config import BrokerConfig
+from storage.config.log_config import LogConfig
+from storage.errors import (
+    BrokerNotAvailableError,
+    InvalidRequestError,
+    KafkaStorageError,
+    NotLeaderOrFollowerError,
+    UnknownTopicOrPartitionError,
+)
+from storage.logdir.log_manager import LogManager
+from storage.logdir.partition_handles import LocalPartition, LocalPartitions, PartitionHandle, PartitionState
+from storage.logdir.scheduler import Scheduler
+from storage.partition.log import Log, LogAppendInfo
+from storage.pending import Pending
+from storage.records.file_records import TimestampAndOffset
+from storage.topic_partition import TopicPartition
+
+logger = logging.getLogger(__name__)
+
+# How long closing waits for a follower's fetch in progress: the leader answers it within `replica.fetch.wait.max.ms`
+# (500 ms by default).
+REPLICA_STOP_TIMEOUT_S = 5.0
+METADATA_DIR = "metadata"
+
+
+class ServedPartition:
+    """One replica's client calls in process, as the partition actor answers them: appends (leader only, `acks`
+    checked by the replica), reads and offsets (a follower refuses them), long-poll fetches on the partition's
+    change counter, DeleteRecords, ListOffsets and OffsetForLeaderEpoch."""
+
+    def __init__(self, log: Log, replica: Replica, changes: LogChanges) -> None:
+        self.log = log
+        self.replica = replica
+        self.changes = changes
+
+    def append(self, batches: bytes, acks: int = 1) -> LogAppendInfo:
+        """Appends client batches and answers at once; with `acks` -1, the caller then waits with
+        `await_replicated` (as the partition actor's callers do, so appends never wait behind one another)."""
+        self.replica.check_append(acks)
+        info = self.log.append(batches)
+        self.replica.appended()
+        self.changes.notify()
+        return info
+
+    def await_replicated(self, info: LogAppendInfo, timeout_ms: int = ACKS_ALL_TIMEOUT_MS) -> LogAppendInfo:
+        """`info` once every in-sync replica has the append (at once for a partition with one replica)."""
+        if not self.log.replicated:
+            return info
+        return self.replica.await_replicated(info, timeout_ms)
+
+    def check_leader(self) -> Log:
+        """The log, for a client read: a follower refuses it (Kafka's NOT_LEADER_OR_FOLLOWER)."""
+        if self.replica.following:
+            raise NotLeaderOrFollowerError(f"{self.log.directory.name} is a follower")
+        self.replica.check_append(1)
+        return self.log
+
+    def wait_for_bytes(self, offset: int, min_bytes: int, max_wait_ms: int, size: Callable[[], int]) -> None:
+        """Waits until `size()` (the bytes a fetch from `offset` would answer) reaches `min_bytes` or `max_wait_ms`
+        passed, looking again after each change (Kafka's `fetch.max.wait.ms` / `fetch.min.bytes`)."""
+        for name, value in (("offset", offset), ("max_wait_ms", max_wait_ms), ("min_bytes", min_bytes)):
+            if not is_int(value):
+                raise InvalidRequestError(f"{name} must be an int, not {type(value).__name__}")
+        deadline = time.monotonic() + max(max_wait_ms, 0) / 1000
+        while True:
+            seen = self.changes.count
+            if size() >= min_bytes or self.changes.wait(seen, deadline) is None:
+                return
+
+    def read(self, offset: int, max_bytes: int) -> bytes:
+        """Whole batches from `offset` up to the high watermark."""
+        return bytes(self.check_leader().read(offset, max_bytes, isolation="high_watermark").records)
+
+    def offsets(self) -> tuple[int, int, int]:
+        """(log start offset, high watermark, log end offset)."""
+        log = self.check_leader()
+        return log.log_start_offset, log.high_watermark, log.log_end_offset
+
+    def list_offset(self, timestamp: int) -> TimestampAndOffset | None:
+        return self.check_leader().fetch_offset_by_timestamp(timestamp)
+
+    def epoch_end_offset(self, epoch: int) -> tuple[int, int, int]:
+        log = self.check_leader()
+        return (log.leader_epoch, *log.end_offset_for_epoch(epoch))
+
+    def delete_records(self, offset: int) -> int:
+        log_start_offset = self.check_leader().delete_records(offset)
+        self.changes.notify()
+        return log_start_offset
+
+
+class _ReplicaPartition(LocalPartition):
+    """A node's partition in process: the log manager's handle, which stops the replica's role before the log
+    closes (a deleted topic, an offline dir, shutdown), so no fetcher writes to a closed log."""
+
+    def __init__(self, served: ServedPartition) -> None:
+        super().__init__(served.log)
+        self.served = served
+
+    def close(self) -> Pending[PartitionState]:
+        self.served.replica.stop(
+            BrokerNotAvailableError(f"the log of {self.log.directory} is closed"), REPLICA_STOP_TIMEOUT_S
+        )
+        closed = super().close()
+        self.served.changes.notify()
+        return closed
+
+    def go_offline(self, reason: str) -> Pending[None]:
+        error = KafkaStorageError(f"log dir is offline: {reason}", path=self.log.directory)
+        self.served.replica.stop(error, REPLICA_STOP_TIMEOUT_S)
+        offline = super().go_offline(reason)
+        self.served.changes.notify()
+        return offline
+
+    def delete_old_segments(self) -> Pending[int]:
+        deleted = super().delete_old_segments()
+        self.served.changes.notify()
+        return deleted
+
+
+class LocalReplicas:
+    """One node's `PartitionFactory`: a `Log` per partition (`LocalPartitions`), led alone until told otherwise,
+    with its `Replica` and `ServedPartition`."""
+
+    def __init__(
+        self,
+        node: str,
+        clock: Clock,
+        config: BrokerConfig,
+        controller: Callable[[], Controller],
+        find_replica: Callable[[str, int, str], Replica],
+    ) -> None:
+        self.node = node
+        self._logs = LocalPartitions(clock, config.producer_id_expiration_ms)
+        self._settings = ReplicaSettings.from_broker_config(config)
+        self._controller = controller
+        self._find_replica = find_replica
+        self._served: dict[TopicPartition, ServedPartition] = {}
+        self._lock = threading.Lock()
+
+    def open(
+        self,
+        tp: TopicPartition,
+        folder: Path,
+        config: LogConfig,
+        recovery_point: int,
+        log_start_offset: int,
+        had_clean_shutdown: bool,
+    ) -> _ReplicaPartition:
+        log = self._logs.open(tp, folder, config, recovery_point, log_start_offset, had_clean_shutdown).log
+        # Every partition is its own leader, in the epoch its log last had, until the controller says otherwise.
+        log.become_leader()
+        changes = LogChanges()
+        replica = Replica(
+            log,
+            self.node,
+            self._settings,
+            changes,
+            controller=_ControllerLink(self._controller),
+            leader_link=self._link,
+        )
+        served = ServedPartition(log, replica, changes)
+        with self._lock:
+            self._served[tp] = served
+        return _ReplicaPartition(served)
+
+    def _link(self, state: LeaderAndIsr) -> LeaderLink:
+        return LocalLeaderLink(state, self.node, self._find_replica)
+
+    def stop(self, tp: TopicPartition, handle: PartitionHandle) -> None:
+        with self._lock:
+            served = self._served.get(tp)
+            if served is not None and isinstance(handle, _ReplicaPartition) and handle.served is served:
+                del self._served[tp]
+        self._logs.stop(tp, handle)
+
+    def served(self, topic: str, partition: int) -> ServedPartition:
+        """This node's replica of the partition; `UnknownTopicOrPartitionError` if it holds none."""
+        served = self._served.get((topic, partition))
+        if served is None:
+            raise UnknownTopicOrPartitionError(f"node {self.node} holds no replica of {topic}-{partition}")
+        return served
+
+    def all_served(self) -> dict[TopicPartition, ServedPartition]:
+        with self._lock:
+            return dict(self._served)
+
+
+class _ControllerLink:
+    """A leader's AlterPartition, straight to the in-process controller (its answer comes back as `update`)."""
+
+    def __init__(self, controller: Callable[[], Controller]) -> None:
+        self._controller = controller
+
+    def alter_partition(self, topic: str, partition: int, leader: str, leader_epoch: int, isr: Sequence[str]) -> None:
+        try:
+            self._controller().alter_partition(topic, partition, leader, leader_epoch, isr)
+        except (NotLeaderOrFollowerError, InvalidRequestError) as exc:
+            # A stale ask (the leader moved meanwhile): the controller's newer state is on its way.
+            logger.info("%s-%d: AlterPartition refused: %s", topic, partition, exc)
+
+
+class InProcessNode:
+    """One simulated broker: its log manager over its own log dir, and its replicas."""
+
+    def __init__(self, node: str, config: BrokerConfig, clock: Clock, replicas: LocalReplicas) -> None:
+        self.node = node
+        self.config = config
+        self.replicas = replicas
+        self.manager = LogManager.from_broker_config(config, clock=clock, partitions=replicas)
+        self.manager.startup()
+        self.scheduler = Scheduler(clock)
+        self.manager.schedule(self.scheduler, config)
+        self.running = True
+
+    def shutdown(self) -> None:
+        if self.running:
+            self.running = False
+            self.manager.shutdown()
+
+
+class InProcessBroker:
+    """The broker's roles in one process; see the module docstring."""
+
+    def __init__(
+        self,
+        root: Path,
+        *,
+        nodes: int = 1,
+        properties: Mapping[str, str] | None = None,
+        clock: Clock = SYSTEM_CLOCK,
+        membership: MembershipConfig | None = None,
+    ) -> None:
+        """`properties` are the brokers' `server.properties` (Kafka's names; `log.dirs` and `node.id` are each
+        node's own); `membership` the group coordinator's group settings (Kafka's defaults)."""
+        self.root = root
+        self.clock = clock
+        self._membership_config = membership or MembershipConfig()
+        self._properties = dict(properties or {})
+        self._lock = threading.Lock()
+        self._coordinator: GroupCoordinator | None = None
+        self._controller: Controller | None = None
+        self.nodes: dict[str, InProcessNode] = {}
+        try:
+            for index in range(nodes):
+                self._start_node(index)
+            self.config = BrokerConfig.from_properties({**self._properties, "log.dirs": str(root / METADATA_DIR)})
+            self._controller = Controller(
+                root / METADATA_DIR,
+                self.config,
+                clock=clock,
+                brokers={},
+                find_broker=self._node_broker,
+                replicas=self,
+            )
+            for node in self.nodes:
+                self._register(node)
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def controller(self) -> Controller:
+        assert self._controller is not None, "made in __init__"
+        return self._controller
+
+    def _start_node(self, index: int) -> InProcessNode:
+        node = f"node-{index}"
+        config = BrokerConfig.from_properties(
+            {**self._properties, "log.dirs": str(self.root / node), "node.id": str(index)}
+        )
+        replicas = LocalReplicas(node, self.clock, config, lambda: self.controller, self.find_replica)
+        started = self.nodes[node] = InProcessNode(node, config, self.clock, replicas)
+        return started
+
+    def _node_broker(self, node: str) -> LogManagerBroker:
+        found = self.nodes.get(node)
+        if found is None or not found.running:
+            raise BrokerNotAvailableError(f"no broker runs on {node}")
+        return LogManagerBroker(found.manager)
+
+    def _register(self, node: str) -> None:
+        """Registers the node's broker, then tells each replica it opened its partition's state, as a partition
+        actor asks once it opened."""
+        self.controller.register_broker(node)
+        for (topic, partition), served in self.nodes[node].replicas.all_served().items():
+            try:
+                served.replica.update(self.controller.partition_state(topic, partition))
+            except UnknownTopicOrPartitionError:
+                continue
+
+    # --- the controller's seam to the replicas (`ReplicaNotifier`) ---------------------------------------------
+
+    def update_replication(self, node: str, state: LeaderAndIsr) -> None:
+        self.find_replica(state.topic, state.partition, node).update(state)
+
+    # --- finding partitions -------------------------------------------------------------------------------------
+
+    def find_replica(self, topic: str, partition: int, node: str) -> Replica:
+        return self.replica_on(node, topic, partition).replica
+
+    def replica_on(self, node: str, topic: str, partition: int) -> ServedPartition:
+        """The replica of the partition on `node`; `BrokerNotAvailableError` if no broker runs there."""
+        found = self.nodes.get(node)
+        if found is None or not found.running:
+            raise BrokerNotAvailableError(f"no broker runs on {node}")
+        return found.replicas.served(topic, partition)
+
+    def leader(self, topic: str, partition: int) -> ServedPartition:
+        """The partition's leader replica. `UnknownTopicOrPartitionError` for a partition the cluster does not
+        have, `NotLeaderOrFollowerError` while it has no leader (every in-sync replica is down)."""
+        state = self.controller.partition_state(topic, partition)
+        if state.offline:
+            raise NotLeaderOrFollowerError(f"{topic}-{partition} has no leader: none of its in-sync replicas runs")
+        return self.replica_on(state.leader, topic, partition)
+
+    # --- groups ---------------------------------------------------------------------------------------------------
+
+    @property
+    def group_coordinator(self) -> GroupCoordinator:
+        """The group coordinator, made (and `__consumer_offsets` created) on first use."""
+        with self._lock:
+            if self._coordinator is None:
+                self._coordinator = GroupCoordinator(
+                    self.config.offsets_topic_num_partitions,
+                    self.config.offsets_topic_replication_factor,
+                    clock=self.clock,
+                    controller=self.controller,
+                    find_partition=lambda partition: self.leader(CONSUMER_OFFSETS_TOPIC, partition),
+                    membership=GroupMembership(self.clock, self._membership_config),
+                )
+            return self._coordinator
+
+    # --- time and failures ----------------------------------------------------------------------------------------
+
+    def run_scheduled(self) -> list[str]:
+        """Runs every node's periodic log work that is due by the clock (retention, flushes, checkpoints,
+        cleaning); the names of the tasks run."""
+        ran: list[str] = []
+        for node in self.nodes.values():
+            if node.running:
+                ran.extend(node.scheduler.run_due())
+        return ran
+
+    def lose_node(self, node: str) -> list[LeaderAndIsr]:
+        """Node `node` stops (its partitions closed) and the controller learns it is gone, as the Ray controller's
+        monitor finds a dead node; returns the partitions whose state changed."""
+        self.nodes[node].shutdown()
+        return self.controller.check_brokers([name for name, found in self.nodes.items() if found.running])
+
+    def restart_node(self, node: str) -> None:
+        """A lost node starts again over its log dir and registers."""
+        index = int(node.rsplit("-", 1)[1])
+        self._start_node(index)
+        self._register(node)
+
+    def close(self) -> None:
+        """Stops every node (replicas' threads joined, logs closed cleanly), then the controller."""
+        for node in self.nodes.values():
+            node.shutdown()
+        if self._controller is not None:
+            self._controller.close()

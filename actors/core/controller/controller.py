@@ -1,0 +1,610 @@
+"""The controller: the cluster's metadata, one per cluster, as a plain class over injected seams.
+
+State it owns, and where it is persisted: a compacted metadata log, `__cluster_metadata-0` in the
+metadata dir (Kafka's `metadata.log.dir`; by default the first of `log.dirs` on the node that started
+the cluster), written through `storage.Log` like any partition, so it has Kafka's crash guarantees.
+Its records (JSON values, readable with `raybroker dump-log --print-data-log`):
+
+| key                | value                                                            |
+|--------------------|------------------------------------------------------------------|
+| `cluster`          | `{"cluster_id": ...}`                                            |
+| `topic/<name>`     | `{"partitions": {"0": node}, "replication": {"0": state}, "config": {...}}`, null once deleted |
+| `producer-ids`     | `{"next": N}`: the next idempotent-producer id to hand out       |
+| `acl/<resource type>/<pattern type>/<name>` | `{"acls": [{"principal", "host", "operation", "permission_type"}]}` |
+| `scram/<mechanism>/<user>` | `{"mechanism", "salt", "stored_key", "server_key", "iterations"}` |
+
+A topic record names each partition's leader node (its last leader while it has none) and its replication state
+(`LeaderAndIsr.to_json`: leader, epoch, replicas, isr, version); a record without `replication` (written before
+replication) reads as one replica leading in epoch 0.
+An `acl/` record holds every binding of one resource pattern, e.g. `acl/TOPIC/PREFIXED/orders-`
+(`actors.core.security.acl_store`); a `scram/` record one user's credential for one mechanism, bytes in
+base64, never the password (`actors.core.security.credential_store`); either gets a null value once deleted.
+
+On start the log is replayed (latest value per key), so a restarted controller finds its topics again.
+Which brokers are registered is not persisted: the controller starts with the brokers its host finds running
+(`brokers`), and each broker that starts later registers (`register_broker`).
+Neither are the Kafka listeners' advertised addresses (`register_listener`), which each listener announces when
+it starts and withdraws when it stops; Metadata names a node's partitions' leader by them.
+The ACL version (`acls_version`) is the offset after the last ACL record, so it moves with every ACL change
+and survives a restart: the Kafka listeners poll it and rebuild their authorizer only when it moved.
+Which nodes hold a partition's replicas, which of them leads in which leader epoch and which are in sync is
+decided here (`actors.core.controller.assignment`: placement, clean elections) and pushed to every replica
+(`ReplicaNotifier.update_replication`, Kafka's LeaderAndIsr); which log dir holds a replica is decided by its
+node's log manager. Its host tells it which nodes are alive (`check_brokers`, from the Ray actor's monitor thread):
+a broker whose node died leaves every ISR and its partitions get new leaders from their ISR (Kafka's broker fencing
+and election); every `leader.imbalance.check.interval.seconds` by the injected clock, the same pass moves leadership
+back to preferred replicas that are in sync (`auto.leader.rebalance.enable`). Leaders ask for ISR changes with
+`alter_partition` (Kafka's AlterPartition), which is refused unless they still lead in that epoch. Topic names
+follow Kafka's rules (and `__cluster_metadata`, the controller's own folder, is reserved); configs must be a mapping
+validated against Kafka's names and ranges before anything is written.
+
+Seams: the clock (`storage.clock`), each node's broker (`NodeBroker`: create, delete and configure partitions,
+list the placements it holds; its calls answer a `storage.pending.Pending`, so the controller asks every broker at
+once and then collects), a way to find a node's broker when it registers, and the replicas' notifier. Calls are
+serialised by one lock; replicas are told outside it, without waiting.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+from actors.core.controller.assignment import (
+    after_broker_lost,
+    check_replication_factor,
+    elect_if_offline,
+    moved_replica,
+    new_partition_state,
+    place_replicas,
+    preferred_election,
+)
+from actors.core.controller.topic_metadata import INTERNAL_TOPICS, AdvertisedListener, TopicMetadata
+from actors.core.replication.leader_and_isr import LeaderAndIsr
+from actors.core.security.acl_store import ACL_KEY_PREFIX, AclStore
+from actors.core.security.acls import AclBinding, AclBindingFilter
+from actors.core.security.credential_store import SCRAM_KEY_PREFIX, ScramCredentialStore
+from actors.core.security.scram import ScramCredential
+from storage import file_names
+from storage.arguments import is_int
+from storage.clock import Clock
+from storage.config.broker_config import BrokerConfig
+from storage.config.log_config import LogConfig
+from storage.errors import (
+    BrokerNotAvailableError,
+    InvalidConfigError,
+    InvalidPartitionsError,
+    InvalidRequestError,
+    InvalidTopicError,
+    NotLeaderOrFollowerError,
+    RaybrokerError,
+    TopicExistsError,
+    UnknownTopicOrPartitionError,
+)
+from storage.files.meta_properties import new_directory_id
+from storage.logdir.log_dirs import METADATA_TOPIC
+from storage.logdir.log_manager import PartitionPlacement
+from storage.partition.log import Log
+from storage.pending import Pending
+from storage.records.record_batch import RecordBatchBuilder
+
+logger = logging.getLogger(__name__)
+
+# A topic may have at most this many partitions: on Ray each is an actor process (~120 MiB), so far more
+# than a cluster of this kind can host is refused up front instead of exhausting memory.
+MAX_PARTITIONS_PER_TOPIC = 10_000
+T = TypeVar("T")
+
+
+class NodeBroker(Protocol):
+    """One node's broker (its log manager) as the controller calls it; topic configs are Kafka's override
+    properties, applied over the broker's `log.*` defaults."""
+
+    def create_partition(self, topic: str, partition: int, config: dict[str, str]) -> Pending[PartitionPlacement]:
+        """The partition's placement, creating its log (and folder) if missing, with `config` as its topic's."""
+        ...
+
+    def delete_partition(self, topic: str, partition: int) -> Pending[bool]:
+        """Kafka-style async delete of the node's replica; False if it had none."""
+        ...
+
+    def set_topic_config(self, topic: str, config: dict[str, str]) -> Pending[int]:
+        """New overrides for the node's partitions of `topic`; how many were updated."""
+        ...
+
+    def partitions(self) -> Pending[list[PartitionPlacement]]:
+        """Every partition the node's log dirs hold."""
+        ...
+
+
+class ReplicaNotifier(Protocol):
+    """Tells a replica its partition's new state (Kafka's LeaderAndIsr), without waiting for it."""
+
+    def update_replication(self, node: str, state: LeaderAndIsr) -> None:
+        """Raises `RaybrokerError` when the replica on `node` cannot be reached (it asks again when it opens)."""
+        ...
+
+
+class Controller:
+    """Cluster metadata; see the module docstring. Thread-safe (one lock)."""
+
+    def __init__(
+        self,
+        metadata_dir: Path,
+        config: BrokerConfig,
+        *,
+        clock: Clock,
+        brokers: Mapping[str, NodeBroker],
+        find_broker: Callable[[str], NodeBroker],
+        replicas: ReplicaNotifier,
+    ) -> None:
+        """`brokers` are the node brokers running when the controller starts (none when the cluster starts);
+        `find_broker(node)` finds the broker of a node that registers (`BrokerNotAvailableError` if none runs)."""
+        self.config = config
+        self._clock = clock
+        self._find_broker = find_broker
+        self._replicas = replicas
+        self._lock = threading.RLock()
+        folder = metadata_dir / file_names.partition_dir_name(METADATA_TOPIC, 0)
+        self._log = Log.open(folder, LogConfig(cleanup_policy="compact", segment_index_bytes=1024 * 1024), clock=clock)
+        self._topics: dict[str, TopicMetadata] = {}
+        self._next_producer_id = 0
+        self._cluster_id = ""
+        self._acls = AclStore(self._write)
+        self._scram = ScramCredentialStore(self._write)
+        self._replay()
+        if not self._cluster_id:
+            self._cluster_id = new_directory_id()
+            self._write("cluster", {"cluster_id": self._cluster_id})
+        self._brokers: dict[str, NodeBroker] = dict(brokers)
+        self._listeners: dict[str, AdvertisedListener] = {}
+        self._next_rebalance_ms = clock.milliseconds() + self._rebalance_interval_ms
+
+    @property
+    def _rebalance_interval_ms(self) -> int:
+        return self.config.leader_imbalance_check_interval_seconds * 1000
+
+    def _replay(self) -> None:
+        latest: dict[bytes, tuple[int, bytes | None]] = {}
+        for record in self._log.records():
+            if record.key is not None:
+                latest[record.key] = (record.offset, record.value)
+        for key, (offset, value) in latest.items():
+            name = key.decode("utf-8")
+            if name.startswith(ACL_KEY_PREFIX):
+                self._acls.load(name, None if value is None else json.loads(value), offset)
+                continue
+            if value is None:
+                continue
+            body = json.loads(value)
+            if name == "cluster":
+                self._cluster_id = body["cluster_id"]
+            elif name == "producer-ids":
+                self._next_producer_id = int(body["next"])
+            elif name.startswith("topic/"):
+                topic = name[len("topic/") :]
+                partitions = {int(p): node for p, node in body["partitions"].items()}
+                replication = {
+                    int(p): LeaderAndIsr.from_json(topic, int(p), state)
+                    for p, state in body.get("replication", {}).items()
+                }
+                self._topics[topic] = TopicMetadata(topic, partitions, dict(body["config"]), replication)
+            elif name.startswith(SCRAM_KEY_PREFIX):
+                self._scram.load(name, body)
+
+    def _write(self, key: str, value: dict[str, Any] | None) -> int:
+        """Appends the record (a null value for None) and flushes it; returns its offset."""
+        builder = RecordBatchBuilder()
+        payload = None if value is None else json.dumps(value, sort_keys=True).encode("utf-8")
+        builder.append(key.encode("utf-8"), payload, timestamp=self._clock.milliseconds())
+        info = self._log.append(builder.build())
+        self._log.flush()
+        return info.last_offset
+
+    def _persist_topic(self, topic: TopicMetadata) -> None:
+        self._write(
+            f"topic/{topic.name}",
+            {
+                "partitions": {str(p): node for p, node in topic.partitions.items()},
+                "replication": {str(p): state.to_json() for p, state in topic.replication.items()},
+                "config": topic.config,
+            },
+        )
+        self._topics[topic.name] = topic
+
+    # --- brokers ---------------------------------------------------------------------------------
+
+    def cluster_id(self) -> str:
+        return self._cluster_id
+
+    def register_broker(self, node_id: str) -> None:
+        """A node's broker announces itself (idempotent). A partition its disks hold whose assignment names a
+        broker that is gone gets this node in that broker's place: node ids change when a cluster restarts, the
+        folders on disk do not. Partitions left without a leader elect one again, and the replicas of every
+        partition whose state changed are told."""
+        with self._lock:
+            broker = self._find_broker(node_id)
+            self._brokers[node_id] = broker
+            placements = broker.partitions().result()
+            changed: list[LeaderAndIsr] = []
+            for placement in placements:
+                topic = self._topics.get(placement.topic)
+                if topic is None or placement.partition not in topic.partitions:
+                    continue
+                moved = moved_replica(topic.state(placement.partition), node_id, self._brokers, placement.directory_id)
+                if moved is not None:
+                    changed.append(self._persist_state(moved))
+            changed.extend(self._elect_offline())
+        # A replica asks for its partition's state when it opens; these changed since.
+        self._push(changed)
+
+    def _persist_state(self, state: LeaderAndIsr) -> LeaderAndIsr:
+        """Writes a partition's new replication state into its topic's record; returns it."""
+        self._persist_topic(self._topics[state.topic].with_state(state))
+        return state
+
+    def _elect_offline(self) -> list[LeaderAndIsr]:
+        """New leaders for partitions whose leader is gone, from their live in-sync replicas."""
+        return self._change_every_partition(lambda state: elect_if_offline(state, self._brokers))
+
+    def _change_every_partition(self, decide: Callable[[LeaderAndIsr], LeaderAndIsr | None]) -> list[LeaderAndIsr]:
+        """Persists `decide(state)` for every partition it changes (under the lock); returns the new states."""
+        changed = []
+        for name, topic in list(self._topics.items()):
+            for partition in topic.partitions:
+                state = decide(self._topics[name].state(partition))
+                if state is not None:
+                    changed.append(self._persist_state(state))
+        return changed
+
+    def _push(self, states: Iterable[LeaderAndIsr]) -> None:
+        """Tells every live replica of each partition its new state (Kafka's LeaderAndIsr), without waiting: a
+        replica keeps the newest state it was told (`LeaderAndIsr.version`), and one that restarts asks again."""
+        for state in states:
+            for node in state.replicas:
+                if node not in self._brokers:
+                    continue
+                try:
+                    self._replicas.update_replication(node, state)
+                except RaybrokerError as exc:
+                    logger.warning(
+                        "replica %s-%d on %s not told its state: %s", state.topic, state.partition, node, exc
+                    )
+
+    def check_brokers(self, alive: Collection[str]) -> list[LeaderAndIsr]:
+        """One monitor pass: every registered broker whose node is not in `alive` is lost (`broker_lost`), then,
+        when `leader.imbalance.check.interval.seconds` passed since the last time and
+        `auto.leader.rebalance.enable` is on, preferred leaders are elected again. Returns the changed states."""
+        changed = []
+        for node in [node for node in self.brokers() if node not in alive]:
+            changed.extend(self.broker_lost(node))
+        now_ms = self._clock.milliseconds()
+        if self.config.auto_leader_rebalance_enable and now_ms >= self._next_rebalance_ms:
+            self._next_rebalance_ms = now_ms + self._rebalance_interval_ms
+            changed.extend(self.rebalance_leaders())
+        return changed
+
+    def broker_lost(self, node_id: str) -> list[LeaderAndIsr]:
+        """Broker `node_id` is gone (its node died): it leaves every ISR and the partitions it led elect new
+        leaders from their ISR; returns the partitions whose state changed."""
+        with self._lock:
+            if self._brokers.pop(node_id, None) is None:
+                return []
+            self._listeners.pop(node_id, None)
+            logger.warning("broker on node %s is gone: electing new leaders for its partitions", node_id)
+            changed = self._change_every_partition(lambda state: after_broker_lost(state, node_id, self._brokers))
+        self._push(changed)
+        return changed
+
+    def rebalance_leaders(self) -> list[LeaderAndIsr]:
+        """Preferred-leader election for every partition whose preferred replica is alive and in sync."""
+        with self._lock:
+            changed = self._change_every_partition(lambda state: preferred_election(state, self._brokers))
+        self._push(changed)
+        return changed
+
+    def partition_state(self, topic: str, partition: int) -> LeaderAndIsr:
+        """A partition's replication state; `UnknownTopicOrPartitionError` if the cluster has no such partition."""
+        metadata = self.describe_topic(topic)
+        if partition not in metadata.partitions:
+            raise UnknownTopicOrPartitionError(f"topic {topic!r} has no partition {partition!r}")
+        return metadata.state(partition)
+
+    def alter_partition(
+        self, topic: str, partition: int, leader: str, leader_epoch: int, isr: Sequence[str]
+    ) -> LeaderAndIsr:
+        """A leader's ISR change (Kafka's AlterPartition): accepted only from the current leader in its current
+        epoch, for an ISR of assigned replicas that keeps the leader; the new state is persisted, pushed to
+        every replica and returned. `NotLeaderOrFollowerError` for a leader that no longer leads."""
+        with self._lock:
+            state = self.partition_state(topic, partition)
+            if state.leader != leader or state.leader_epoch != leader_epoch:
+                raise NotLeaderOrFollowerError(
+                    f"{topic}-{partition} is led by {state.leader or 'no broker'} in epoch {state.leader_epoch}, "
+                    f"not by {leader} in epoch {leader_epoch}"
+                )
+            wanted = tuple(node for node in state.replicas if node in set(isr))
+            if leader not in wanted or len(wanted) != len(set(isr)):
+                raise InvalidRequestError(f"ISR {isr!r} must be replicas of {topic}-{partition} including its leader")
+            if wanted == state.isr:
+                return state
+            changed = self._persist_state(state.with_isr(wanted))
+        self._push([changed])
+        return changed
+
+    def unregister_broker(self, node_id: str) -> None:
+        """A broker stopping cleanly (its partitions are closed): it is no longer placed on or elected."""
+        with self._lock:
+            self._brokers.pop(node_id, None)
+            self._listeners.pop(node_id, None)
+
+    def brokers(self) -> list[str]:
+        with self._lock:
+            return sorted(self._brokers)
+
+    def register_listener(self, node_id: str, listener: AdvertisedListener) -> None:
+        """The Kafka listener of node `node_id` announces where clients reach it (again: the latest wins).
+        Two nodes cannot share a Kafka `node.id`: `InvalidConfigError` naming the node that has it."""
+        if not isinstance(listener, AdvertisedListener) or not is_int(listener.broker_id):
+            raise InvalidConfigError(f"not an advertised listener: {listener!r}")
+        with self._lock:
+            for other_node, other in self._listeners.items():
+                if other_node != node_id and other.broker_id == listener.broker_id:
+                    raise InvalidConfigError(
+                        f"node.id {listener.broker_id} is already the broker on node {other_node} "
+                        f"({other.host}:{other.port}); give each node's broker its own node.id"
+                    )
+            self._listeners[node_id] = listener
+
+    def unregister_listener(self, node_id: str, listener: AdvertisedListener) -> None:
+        """A stopping listener withdraws its address, unless another listener of the node announced since."""
+        with self._lock:
+            if self._listeners.get(node_id) == listener:
+                del self._listeners[node_id]
+
+    def listeners(self) -> dict[str, AdvertisedListener]:
+        """Node id -> its Kafka listener's advertised address, for the nodes whose listener runs."""
+        with self._lock:
+            return dict(self._listeners)
+
+    def _broker(self, node_id: str) -> NodeBroker:
+        broker = self._brokers.get(node_id)
+        if broker is None:
+            raise BrokerNotAvailableError(f"the broker on node {node_id} is not running")
+        return broker
+
+    def _place(self, count: int, replication_factor: int) -> list[tuple[str, ...]]:
+        """Replicas for `count` new partitions (`actors.core.controller.assignment.place_replicas`)."""
+        if not self._brokers:
+            raise BrokerNotAvailableError("no broker is registered; start one with `raybroker start`")
+        existing = [topic.state(p) for topic in self._topics.values() for p in topic.partitions]
+        return place_replicas(count, replication_factor, self._brokers, existing)
+
+    def _replication_factor(self, requested: object) -> int:
+        """The topic's replication factor: `requested`, or `default.replication.factor` for None or -1 (Kafka's
+        CreateTopics lets -1 mean the broker's default)."""
+        if requested is None or requested == -1:
+            requested = self.config.default_replication_factor
+        return check_replication_factor(requested, len(self._brokers))
+
+    # --- topics ----------------------------------------------------------------------------------
+
+    def _validated_config(self, config: object) -> dict[str, str]:
+        if config is not None and not isinstance(config, Mapping):
+            raise InvalidConfigError(f"a topic config must be a mapping, not {type(config).__name__}")
+        overrides = {str(k): str(v) for k, v in (config or {}).items()}
+        LogConfig.from_properties(overrides, base=self.config.log_config)
+        return overrides
+
+    def create_topic(
+        self,
+        name: str,
+        partitions: int,
+        config: Mapping[str, str] | None = None,
+        validate_only: bool = False,
+        replication_factor: int | None = None,
+    ) -> TopicMetadata:
+        """Creates the topic's partitions, `replication_factor` replicas each (None or -1:
+        `default.replication.factor`) on distinct least-loaded brokers (Kafka's CreateTopics). If a replica
+        cannot be created, the topic is deleted again (with the replicas that were) and the error raised.
+        With `validate_only`, runs every check and places the partitions but writes and creates nothing."""
+        file_names.validate_topic(name)
+        if name == METADATA_TOPIC:
+            raise InvalidTopicError(f"topic name {name!r} is reserved for the cluster metadata log")
+        _check_partition_count(partitions)
+        overrides = self._validated_config(config)
+        with self._lock:
+            if name in self._topics:
+                raise TopicExistsError(f"topic {name!r} already exists")
+            # Kafka's rule: metric names turn '.' into '_', so 'a.b' and 'a_b' may not both exist.
+            colliding = [t for t in self._topics if t.replace(".", "_") == name.replace(".", "_")]
+            if colliding:
+                raise InvalidTopicError(f"topic {name!r} collides with existing topic {colliding[0]!r}")
+            placed = self._place(partitions, self._replication_factor(replication_factor))
+            states = {p: new_partition_state(name, p, replicas) for p, replicas in enumerate(placed)}
+            topic = TopicMetadata(name, {p: s.leader for p, s in states.items()}, overrides, states)
+            if validate_only:
+                return topic
+            self._persist_topic(topic)
+            try:
+                self._create_partitions(topic, range(partitions))
+            except BaseException:
+                self.delete_topic(name)
+                raise
+            return topic
+
+    def _create_partitions(self, topic: TopicMetadata, partitions: range) -> None:
+        """Creates every replica of the partitions on its broker, records the log dir each landed in and tells
+        each its state; if any creation fails, raises its error once every creation has ended, so that the
+        caller's rollback never overtakes a creation still running."""
+        asked = [(p, node) for p in partitions for node in topic.state(p).replicas]
+        placements = _collect([self._broker(node).create_partition(topic.name, p, topic.config) for p, node in asked])
+        placed = topic
+        for (partition, node), placement in zip(asked, placements, strict=True):
+            if placement.directory_id:
+                placed = placed.with_state(placed.state(partition).with_directory(node, placement.directory_id))
+        if placed is not topic:
+            self._persist_topic(placed)
+        if topic.replication_factor > 1:
+            self._push(placed.state(p) for p in partitions)
+
+    def add_partitions(self, name: str, total: int, validate_only: bool = False) -> TopicMetadata:
+        """Grows a topic to `total` partitions (Kafka's CreatePartitions; topics never shrink). If a new
+        partition cannot be created, the topic goes back to its old partitions and the error is raised.
+        With `validate_only`, runs every check and places the partitions but writes and creates nothing."""
+        _check_partition_count(total)
+        with self._lock:
+            topic = self.describe_topic(name)
+            current = len(topic.partitions)
+            if total <= current:
+                raise InvalidPartitionsError(f"topic {name!r} has {current} partitions; {total} would not grow it")
+            grown = topic
+            placed = self._place(total - current, topic.replication_factor)
+            for partition, replicas in zip(range(current, total), placed, strict=True):
+                grown = grown.with_state(new_partition_state(name, partition, replicas))
+            if validate_only:
+                return grown
+            self._persist_topic(grown)
+            try:
+                self._create_partitions(grown, range(current, total))
+            except BaseException:
+                self._persist_topic(topic)
+                _collect(
+                    [
+                        self._brokers[node].delete_partition(name, p)
+                        for p in range(current, total)
+                        for node in grown.state(p).replicas
+                        if node in self._brokers
+                    ]
+                )
+                raise
+            return grown
+
+    def alter_topic_config(self, name: str, config: Mapping[str, str]) -> TopicMetadata:
+        """Merges `config` into the topic's overrides and applies it to every partition."""
+        with self._lock:
+            return self.set_topic_config(name, {**self.describe_topic(name).config, **config})
+
+    def set_topic_config(self, name: str, config: Mapping[str, str], validate_only: bool = False) -> TopicMetadata:
+        """Replaces the topic's overrides with `config` (keys left out go back to the broker's defaults, as Kafka's
+        AlterConfigs) and applies them to every partition; with `validate_only`, only checks them."""
+        with self._lock:
+            topic = self.describe_topic(name)
+            merged = self._validated_config(config)
+            altered = TopicMetadata(name, topic.partitions, merged, topic.replication)
+            if validate_only:
+                return altered
+            self._persist_topic(altered)
+            nodes = sorted(
+                {node for p in topic.partitions for node in topic.state(p).replicas if node in self._brokers}
+            )
+            _collect([self._broker(node).set_topic_config(name, merged) for node in nodes])
+            return altered
+
+    def delete_topic(self, name: str) -> None:
+        """Kafka-style async delete: partitions stop now, their folders are removed after the delay."""
+        with self._lock:
+            topic = self.describe_topic(name)
+            self._write(f"topic/{name}", None)
+            del self._topics[name]
+            pending = [
+                self._brokers[node].delete_partition(name, p)
+                for p in topic.partitions
+                for node in topic.state(p).replicas
+                if node in self._brokers
+            ]
+        _collect(pending)
+
+    def describe_topic(self, name: str) -> TopicMetadata:
+        topic = self._topics.get(name) if isinstance(name, str) else None
+        if topic is None:
+            raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
+        return topic
+
+    def list_topics(self, include_internal: bool = False) -> list[str]:
+        return sorted(name for name in self._topics if include_internal or name not in INTERNAL_TOPICS)
+
+    def topics(self) -> dict[str, TopicMetadata]:
+        return dict(self._topics)
+
+    def topic_configs(self) -> dict[str, dict[str, str]]:
+        return {name: dict(topic.config) for name, topic in self._topics.items()}
+
+    # --- producer ids ----------------------------------------------------------------------------
+
+    def allocate_producer_id(self) -> int:
+        """A fresh idempotent-producer id, durable before it is handed out."""
+        with self._lock:
+            producer_id = self._next_producer_id
+            self._write("producer-ids", {"next": producer_id + 1})
+            self._next_producer_id = producer_id + 1
+            return producer_id
+
+    # --- security: SCRAM credentials and ACLs ----------------------------------------------------
+
+    def upsert_scram_credential(self, user: str, credential: ScramCredential) -> None:
+        """Sets `user`'s credential for its mechanism (Kafka's AlterUserScramCredentials upsertion)."""
+        with self._lock:
+            self._scram.upsert(user, credential)
+
+    def delete_scram_credential(self, user: str, mechanism: str) -> bool:
+        """Deletes `user`'s credential for `mechanism`; False if there was none."""
+        with self._lock:
+            return self._scram.delete(user, mechanism)
+
+    def scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
+        with self._lock:
+            return self._scram.get(user, mechanism)
+
+    def scram_credentials(self) -> dict[str, dict[str, ScramCredential]]:
+        """user -> mechanism -> credential, for every user that has one."""
+        with self._lock:
+            return self._scram.credentials()
+
+    def create_acls(self, bindings: list[AclBinding]) -> None:
+        """Adds the bindings (Kafka's CreateAcls; an existing binding is left as it is)."""
+        with self._lock:
+            self._acls.create(bindings)
+
+    def delete_acls(self, filters: list[AclBindingFilter]) -> list[list[AclBinding]]:
+        """Deletes every binding a filter matches; per filter, the bindings it matched (Kafka's DeleteAcls)."""
+        with self._lock:
+            return self._acls.delete(filters)
+
+    def acls(self) -> tuple[int, list[AclBinding]]:
+        """The ACL version (see the module docstring) and every binding."""
+        with self._lock:
+            return self._acls.version, self._acls.bindings()
+
+    def acls_version(self) -> int:
+        with self._lock:
+            return self._acls.version
+
+    def close(self) -> None:
+        """Closes the metadata log (flushed, with its clean-shutdown marker)."""
+        with self._lock:
+            self._log.close()
+
+
+def _collect(pending: Sequence[Pending[T]]) -> list[T]:
+    """Every answer, in order, once all have ended; raises the first failure after that."""
+    answers: list[T] = []
+    failure: BaseException | None = None
+    for one in pending:
+        try:
+            answers.append(one.result())
+        except BaseException as exc:
+            failure = failure or exc
+    if failure is not None:
+        raise failure
+    return answers
+
+
+def _check_partition_count(partitions: object) -> None:
+    if not is_int(partitions):
+        raise InvalidPartitionsError(f"partition count must be an int, not {type(partitions).__name__}")
+    if not 1 <= partitions <= MAX_PARTITIONS_PER_TOPIC:
+        raise InvalidPartitionsError(f"partition count {partitions} is outside 1..{MAX_PARTITIONS_PER_TOPIC}")

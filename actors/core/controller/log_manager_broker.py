@@ -1,0 +1,34 @@
+"""A node's broker as the controller calls it (`NodeBroker`), in process: the plain `storage.logdir.log_manager.
+LogManager` of that node, each call run at once. What the Ray log-manager actor does for the controller over Ray,
+this does over the manager itself: topic configs arrive as Kafka's override properties and apply over the broker's
+`log.*` defaults (the manager's `default_config`)."""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+
+from storage.config.log_config import LogConfig
+from storage.logdir.log_manager import LogManager, PartitionPlacement
+from storage.pending import completed
+
+
+class LogManagerBroker:
+    """`NodeBroker` over one node's `LogManager` (already started)."""
+
+    def __init__(self, manager: LogManager) -> None:
+        self.manager = manager
+
+    def _topic_config(self, overrides: dict[str, str]) -> LogConfig:
+        return LogConfig.from_properties(overrides, base=self.manager.default_config)
+
+    def create_partition(self, topic: str, partition: int, config: dict[str, str]) -> Future[PartitionPlacement]:
+        return completed(lambda: self.manager.get_or_create_partition(topic, partition, self._topic_config(config)))
+
+    def delete_partition(self, topic: str, partition: int) -> Future[bool]:
+        return completed(lambda: self.manager.delete_log(topic, partition))
+
+    def set_topic_config(self, topic: str, config: dict[str, str]) -> Future[int]:
+        return completed(lambda: self.manager.set_topic_config(topic, self._topic_config(config)))
+
+    def partitions(self) -> Future[list[PartitionPlacement]]:
+        return completed(self.manager.placements)

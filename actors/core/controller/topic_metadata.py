@@ -1,0 +1,61 @@
+"""What the controller tells about topics and listeners: a topic's partitions, config and replication states
+(`TopicMetadata`), and where Kafka clients reach a node's broker (`AdvertisedListener`). Frozen values, so they
+travel between processes and threads unchanged."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from actors.core.replication.leader_and_isr import LeaderAndIsr
+from storage.logdir.log_dirs import METADATA_TOPIC
+
+# The group coordinator's committed offsets (`actors.core.groups.offsets_topic`), internal as Kafka's is.
+CONSUMER_OFFSETS_TOPIC = "__consumer_offsets"
+INTERNAL_TOPICS = frozenset({METADATA_TOPIC, CONSUMER_OFFSETS_TOPIC})
+
+
+@dataclass(frozen=True, slots=True)
+class AdvertisedListener:
+    """Where Kafka clients reach the broker of one node: its Kafka `node.id`, its first advertised address, and
+    every advertised listener as (listener name, host, port)."""
+
+    broker_id: int
+    host: str
+    port: int
+    listeners: tuple[tuple[str, str, int], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class TopicMetadata:
+    """A topic's partitions (partition -> node id of its leader, or of its last leader while it has none), its
+    config overrides (Kafka names) and each partition's replication state."""
+
+    name: str
+    partitions: dict[int, str]
+    config: dict[str, str]
+    replication: dict[int, LeaderAndIsr] = field(default_factory=dict)
+
+    @property
+    def internal(self) -> bool:
+        return self.name in INTERNAL_TOPICS
+
+    @property
+    def replication_factor(self) -> int:
+        return len(self.state(0).replicas) if self.partitions else 0
+
+    def state(self, partition: int) -> LeaderAndIsr:
+        """The partition's replication state (a topic from before replication: its one replica leads, epoch 0)."""
+        state = self.replication.get(partition)
+        if state is None:
+            node = self.partitions[partition]
+            state = LeaderAndIsr(self.name, partition, node, 0, (node,), (node,))
+        return state
+
+    def with_state(self, state: LeaderAndIsr) -> TopicMetadata:
+        leader = state.leader or self.partitions.get(state.partition, state.replicas[0])
+        return TopicMetadata(
+            self.name,
+            {**self.partitions, state.partition: leader},
+            self.config,
+            {**self.replication, state.partition: state},
+        )

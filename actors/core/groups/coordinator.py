@@ -1,0 +1,429 @@
+"""The group coordinator: consumer groups' committed offsets, kept as Kafka keeps them, and the membership of
+groups whose clients use Kafka's group protocol over the wire, as a plain class over injected seams.
+
+State it owns, and where it is persisted: the committed offset of every (group, topic, partition), as
+records of the internal compacted topic `__consumer_offsets` (created by the broker's start with
+`offsets.topic.num.partitions` partitions, `actors.core.groups.offsets_topic`). A group's commits all go to partition
+`partition_for_group(group, partitions)`, so one group's commits stay ordered. The coordinator holds a cache of
+the latest offset per key. Before a partition is first used (after a start, also after Ray restarts its actor)
+it is read from its log start to its high watermark into the cache: the latest value per key wins, a null
+value (tombstone) removes the key, and records of other kinds (group metadata, key version 2) are
+skipped. A commit is acknowledged only once its record is appended, so a commit that returned survives a
+broker restart. Calls are idempotent: committing the same offsets again writes a record that changes nothing.
+
+A client may delete `__consumer_offsets` (DeleteTopics; Kafka allows it). Kafka then creates it again when a
+group needs it, with `offsets.topic.num.partitions` partitions, and the offsets committed before are lost. So
+does the coordinator: a call whose partition access fails (the partition's replica is gone, or no broker knows
+the partition) asks the controller whether the topic still exists. If it does, the failure is raised as it is
+(`BrokerNotAvailableError` while a partition's replica restarts or its broker is not up yet, which callers
+retry). If not, the coordinator creates the topic again (`ensure_consumer_offsets_topic`, as the broker's start
+does), forgets the handles and cached offsets of the deleted one, and runs the call once more, which reads each
+new (empty) partition on its first use.
+
+The records are Kafka's OffsetCommit key and value (`storage.records.consumer_offsets`), so logs written by a
+Kafka broker read back too.
+
+Membership (JoinGroup, SyncGroup, Heartbeat, LeaveGroup) is `actors.core.groups.group_membership.GroupMembership`,
+held here so that every listener of the cluster sees one state per group, whichever listener a member reached.
+It is kept in memory only: after a restart of the coordinator members rejoin, as Kafka's clients do after
+UNKNOWN_MEMBER_ID. A JoinGroup or SyncGroup that must wait for other members returns at once as pending; the
+caller then calls `await_join` / `await_sync`, each of which waits at most `MAX_WAIT_MS` on a condition that
+every membership change notifies, so a waiting member holds one of its host's threads for a bounded time only
+and the answer leaves as soon as it exists.
+
+Seams: the clock (commit timestamps, membership timeouts), the controller (`TopicAdmin`: to create and describe
+`__consumer_offsets`), and `find_partition(p)`, which reaches the leader replica of its partition `p`
+(`OffsetsPartition`; `UnknownTopicOrPartitionError` when no broker knows it).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Protocol, TypeVar
+
+from actors.core.controller.topic_metadata import CONSUMER_OFFSETS_TOPIC
+from actors.core.groups.group_membership import (
+    GroupDescription,
+    GroupError,
+    GroupMembership,
+    GroupState,
+    JoinResult,
+    PendingJoin,
+    SyncResult,
+)
+from actors.core.groups.offsets_topic import (
+    DEFAULT_OFFSETS_REPLICATION_FACTOR,
+    TopicAdmin,
+    ensure_consumer_offsets_topic,
+)
+from storage.clock import Clock
+from storage.errors import (
+    BrokerNotAvailableError,
+    CorruptRecordError,
+    InvalidGroupIdError,
+    InvalidRequestError,
+    UnknownTopicOrPartitionError,
+)
+from storage.partition.log import LogAppendInfo
+from storage.records.consumer_offsets import (
+    GroupTopicPartition,
+    apply_offset_commit,
+    encode_offset_commit_key,
+    encode_offset_commit_value,
+    partition_for_group,
+)
+from storage.records.record import Record
+from storage.records.record_batch import RecordBatchBuilder, iter_batches
+from storage.topic_partition import check_topic_partition
+
+logger = logging.getLogger(__name__)
+
+# Bytes read per call while rebuilding the cache: Kafka's default fetch size for one partition.
+LOAD_CHUNK_BYTES = 1024 * 1024
+# The longest one `await_join` / `await_sync` call waits: the Ray actor has SERVICE_CONCURRENCY (8) threads, so
+# waiting members leave room for commits, and a caller that went away stops costing a thread within 0.5 s.
+MAX_WAIT_MS = 500
+_Outcome = TypeVar("_Outcome")
+
+
+class OffsetsPartition(Protocol):
+    """The leader replica of one `__consumer_offsets` partition, as the coordinator reads and appends to it."""
+
+    def offsets(self) -> tuple[int, int, int]:
+        """(log start offset, high watermark, log end offset)."""
+        ...
+
+    def read(self, offset: int, max_bytes: int) -> bytes:
+        """Whole batches from `offset`, up to the high watermark."""
+        ...
+
+    def append(self, batch: bytes) -> LogAppendInfo:
+        """Appends one batch; answers once it is in the log."""
+        ...
+
+
+class GroupCoordinator:
+    """Committed offsets of consumer groups; see the module docstring. Thread-safe (one lock).
+
+    Each `__consumer_offsets` partition is loaded into the cache before its first use (Kafka loads a
+    partition when it becomes its leader): `ready()` loads every partition it can reach, and one hosted by a
+    broker that is not up yet (a cluster starting node by node) is loaded by the first call that needs it,
+    which fails with the retriable `BrokerNotAvailableError` until then.
+    """
+
+    def __init__(
+        self,
+        offsets_topic_partitions: int,
+        offsets_topic_replication_factor: int = DEFAULT_OFFSETS_REPLICATION_FACTOR,
+        *,
+        clock: Clock,
+        controller: TopicAdmin,
+        find_partition: Callable[[int], OffsetsPartition],
+        membership: GroupMembership | None = None,
+    ) -> None:
+        """`offsets_topic_partitions` is the broker's `offsets.topic.num.partitions`: the partition count of a
+        `__consumer_offsets` this coordinator creates (an existing topic keeps its own), with
+        `offsets_topic_replication_factor` replicas (`offsets.topic.replication.factor`, capped at the brokers
+        running). `membership` defaults to Kafka's group settings on `clock`."""
+        self._lock = threading.Lock()
+        self._clock = clock
+        self._controller = controller
+        self._find_partition = find_partition
+        self._offsets_topic_partitions = offsets_topic_partitions
+        self._offsets_topic_replication_factor = offsets_topic_replication_factor
+        metadata = ensure_consumer_offsets_topic(controller, offsets_topic_partitions, offsets_topic_replication_factor)
+        self._partition_count = len(metadata.partitions)
+        self._handles: dict[int, OffsetsPartition] = {}
+        self._offsets: dict[GroupTopicPartition, int] = {}
+        # Its own lock: a member's JoinGroup never waits behind a commit's append.
+        self._membership_changed = threading.Condition()
+        self._membership = membership or GroupMembership(clock)
+
+    def ready(self) -> int:
+        """Loads every partition it can reach now; returns how many are loaded (the others load on first use)."""
+        with self._lock:
+            for partition in range(self._partition_count):
+                try:
+                    self._loaded_partition(partition)
+                except BrokerNotAvailableError as exc:
+                    logger.warning("%s-%d not loaded yet: %s", CONSUMER_OFFSETS_TOPIC, partition, exc)
+            return len(self._handles)
+
+    def _on_offsets_topic(self, operation: Callable[[], _Outcome]) -> _Outcome:
+        """`operation()`, run with the lock held; if it fails to reach a partition of `__consumer_offsets` because
+        the topic was deleted, run once more on the topic created again (see the module docstring)."""
+        with self._lock:
+            try:
+                return operation()
+            except (BrokerNotAvailableError, UnknownTopicOrPartitionError) as exc:
+                if not self._recreate_if_deleted(exc):
+                    raise
+            return operation()
+
+    def _recreate_if_deleted(self, failure: Exception) -> bool:
+        """If the controller no longer has `__consumer_offsets`: creates it again, forgets every handle and cached
+        offset of the deleted one, and returns True; False while the topic exists. Called with the lock held."""
+        try:
+            self._controller.describe_topic(CONSUMER_OFFSETS_TOPIC)
+            return False
+        except UnknownTopicOrPartitionError:
+            metadata = ensure_consumer_offsets_topic(
+                self._controller, self._offsets_topic_partitions, self._offsets_topic_replication_factor
+            )
+        logger.warning(
+            "%s was deleted (%s): created again with %d partitions; the offsets committed before are lost",
+            CONSUMER_OFFSETS_TOPIC,
+            failure,
+            len(metadata.partitions),
+        )
+        self._partition_count = len(metadata.partitions)
+        self._handles.clear()
+        self._offsets.clear()
+        return True
+
+    def _loaded_partition(self, partition: int) -> OffsetsPartition:
+        """The partition's leader replica, once its records are in the cache. Called with the lock held."""
+        handle = self._handles.get(partition)
+        if handle is None:
+            try:
+                handle = self._find_partition(partition)
+            except UnknownTopicOrPartitionError as exc:
+                raise BrokerNotAvailableError(f"the group coordinator cannot load its partition yet: {exc}") from exc
+            self._load(partition, handle)
+            self._handles[partition] = handle
+        return handle
+
+    def _load(self, partition: int, handle: OffsetsPartition) -> None:
+        log_start_offset, high_watermark, _ = handle.offsets()
+        offset = log_start_offset
+        while offset < high_watermark:
+            next_offset = offset
+            for batch in iter_batches(handle.read(offset, LOAD_CHUNK_BYTES)):
+                if not batch.is_control:
+                    for record in batch.records():
+                        self._apply(partition, record)
+                next_offset = batch.next_offset
+            if next_offset <= offset:
+                raise CorruptRecordError(
+                    f"{CONSUMER_OFFSETS_TOPIC}-{partition}: a read at offset {offset} below the high watermark "
+                    f"{high_watermark} returned no batch",
+                    offset=offset,
+                )
+            offset = next_offset
+
+    def _apply(self, partition: int, record: Record) -> None:
+        try:
+            apply_offset_commit(self._offsets, record.key, record.value)
+        except CorruptRecordError as exc:
+            logger.warning("%s-%d offset %d skipped: %s", CONSUMER_OFFSETS_TOPIC, partition, record.offset, exc)
+
+    def partition_for(self, group: str) -> int:
+        _check_group(group)
+        return partition_for_group(group, self._partition_count)
+
+    def commit(self, group: str, offsets: Mapping[tuple[str, int], int], metadata: str = "") -> None:
+        """Durably records `group`'s offsets (one batch on the group's partition), then caches them."""
+        _check_group(group)
+        checked = {
+            check_topic_partition(tp, InvalidRequestError): _check_offset(tp, offset) for tp, offset in offsets.items()
+        }
+        if not isinstance(metadata, str):
+            raise InvalidRequestError(f"commit metadata must be a str, not {type(metadata).__name__}")
+        self._append(group, {tp: (offset, metadata) for tp, offset in checked.items()})
+
+    def commit_member(
+        self, group: str, member_id: str, generation_id: int, offsets: Mapping[tuple[str, int], tuple[int, str]]
+    ) -> GroupError:
+        """A wire client's OffsetCommit: written if the group's state allows it (`GroupMembership.check_commit`:
+        generation -1 only into a group without members), each partition with its own metadata. Returns the
+        group's verdict; nothing is written unless it is NONE. The Python `Consumer`'s `commit` is not checked
+        against the membership: its groups are names for offsets only."""
+        _check_group(group)
+        with self._membership_changed:
+            verdict = self._membership.check_commit(group, member_id, generation_id)
+        if verdict == GroupError.NONE:
+            self._append(group, offsets)
+        return verdict
+
+    def _append(self, group: str, offsets: Mapping[tuple[str, int], tuple[int, str]]) -> None:
+        if not offsets:
+            return
+        now_ms = self._clock.milliseconds()
+        builder = RecordBatchBuilder()
+        for (topic, partition), (offset, metadata) in offsets.items():
+            builder.append(
+                encode_offset_commit_key(group, topic, partition),
+                encode_offset_commit_value(offset, metadata, now_ms),
+                timestamp=now_ms,
+            )
+        batch = builder.build()
+
+        def append() -> None:
+            handle = self._loaded_partition(partition_for_group(group, self._partition_count))
+            handle.append(batch)
+            for (topic, partition), (offset, _) in offsets.items():
+                self._offsets[(group, topic, partition)] = offset
+
+        # The lock is held across the append so two commits of one group reach the log and the cache in order.
+        self._on_offsets_topic(append)
+
+    def fetch_committed(
+        self, group: str, topic_partitions: Iterable[tuple[str, int]]
+    ) -> dict[tuple[str, int], int | None]:
+        """The committed offset of each (topic, partition) for `group`, None where it has none."""
+        _check_group(group)
+        wanted = [check_topic_partition(tp, InvalidRequestError) for tp in topic_partitions]
+
+        def fetch() -> dict[tuple[str, int], int | None]:
+            self._loaded_partition(partition_for_group(group, self._partition_count))
+            return {(topic, partition): self._offsets.get((group, topic, partition)) for topic, partition in wanted}
+
+        return self._on_offsets_topic(fetch)
+
+    def group_offsets(self, group: str) -> dict[tuple[str, int], int]:
+        """Every committed offset of `group` (OffsetFetch without topics, `raybroker consumer-groups`)."""
+        _check_group(group)
+
+        def fetch() -> dict[tuple[str, int], int]:
+            self._loaded_partition(partition_for_group(group, self._partition_count))
+            return {
+                (topic, partition): offset
+                for (name, topic, partition), offset in self._offsets.items()
+                if name == group
+            }
+
+        return self._on_offsets_topic(fetch)
+
+    # --- Membership (see the module docstring) -----------------------------------------------------------------
+
+    def join_group(self, group: str, member_id: str, **request: Any) -> JoinResult | PendingJoin:
+        """A JoinGroup (`GroupMembership.join`'s keyword arguments); `PendingJoin` means: call `await_join`."""
+        with self._membership_changed:
+            outcome = self._membership.join(group, member_id, **request)
+            self._membership_changed.notify_all()
+            return outcome
+
+    def await_join(self, group: str, member_id: str, max_wait_ms: int) -> JoinResult | PendingJoin:
+        """The member's JoinGroup answer, waiting up to `min(max_wait_ms, MAX_WAIT_MS)` for it."""
+        return self._await(group, lambda: self._membership.poll_join(group, member_id), max_wait_ms, PendingJoin)
+
+    def sync_group(
+        self, group: str, member_id: str, generation_id: int, assignments: Mapping[str, bytes], **protocol: Any
+    ) -> SyncResult | None:
+        """A SyncGroup; None means: call `await_sync`."""
+        with self._membership_changed:
+            outcome = self._membership.sync(group, member_id, generation_id, assignments, **protocol)
+            self._membership_changed.notify_all()
+            return outcome
+
+    def await_sync(self, group: str, member_id: str, generation_id: int, max_wait_ms: int) -> SyncResult | None:
+        """The member's SyncGroup answer, waiting up to `min(max_wait_ms, MAX_WAIT_MS)` for it."""
+        return self._await(
+            group, lambda: self._membership.poll_sync(group, member_id, generation_id), max_wait_ms, type(None)
+        )
+
+    def heartbeat(self, group: str, member_id: str, generation_id: int) -> GroupError:
+        with self._membership_changed:
+            outcome = self._membership.heartbeat(group, member_id, generation_id)
+            self._membership_changed.notify_all()
+            return outcome
+
+    def leave_group(self, group: str, member_ids: list[str]) -> dict[str, GroupError]:
+        with self._membership_changed:
+            outcome = self._membership.leave(group, member_ids)
+            self._membership_changed.notify_all()
+            return outcome
+
+    def _await(self, group: str, poll: Callable[[], _Outcome], max_wait_ms: int, pending: type) -> _Outcome:
+        """`poll()`'s outcome once it is not of the `pending` type, or the last one after the bounded wait."""
+        deadline = time.monotonic() + min(max(max_wait_ms, 0), MAX_WAIT_MS) / 1000
+        with self._membership_changed:
+            while True:
+                outcome = poll()
+                remaining_s = deadline - time.monotonic()
+                if not isinstance(outcome, pending) or remaining_s <= 0:
+                    self._membership_changed.notify_all()
+                    return outcome
+                due_ms = self._membership.next_deadline_ms(group)
+                if due_ms is not None:
+                    # Wake when the group's next timed event (an expiry, the rebalance timeout) is due.
+                    remaining_s = min(remaining_s, max(due_ms - self._clock.milliseconds(), 0) / 1000 + 0.001)
+                self._membership_changed.wait(remaining_s)
+
+    # --- ListGroups, DescribeGroups, DeleteGroups ----------------------------------------------------------
+
+    def list_groups(self) -> list[GroupDescription]:
+        """Every group: those with members (or ever joined here) and those that only have committed offsets,
+        which are Empty groups of no protocol type, as Kafka lists a group whose consumers only commit."""
+
+        def committed_groups() -> set[str]:
+            for partition in range(self._partition_count):
+                self._loaded_partition(partition)
+            return {group for group, _, _ in self._offsets}
+
+        committed = self._on_offsets_topic(committed_groups)
+        with self._membership_changed:
+            described = {group: self._membership.describe(group) for group in self._membership.group_ids()}
+        return [described.get(group) or _offsets_only(group) for group in sorted(committed | set(described))]
+
+    def describe_group(self, group: str) -> GroupDescription | None:
+        """The group as DescribeGroups shows it; None if it has neither members nor committed offsets."""
+        _check_group(group)
+        with self._membership_changed:
+            described = self._membership.describe(group)
+        if described is not None:
+            return described
+        return _offsets_only(group) if self.group_offsets(group) else None
+
+    def delete_group(self, group: str) -> GroupError:
+        """Deletes an Empty group and its committed offsets (tombstones in `__consumer_offsets`); a group with
+        members is NON_EMPTY_GROUP, an unknown one GROUP_ID_NOT_FOUND."""
+        _check_group(group)
+        with self._membership_changed:
+            verdict = self._membership.delete(group)
+        committed = self.group_offsets(group)
+        if verdict == GroupError.NON_EMPTY_GROUP or (verdict == GroupError.GROUP_ID_NOT_FOUND and not committed):
+            return verdict
+        if committed:
+            builder = RecordBatchBuilder()
+            now_ms = self._clock.milliseconds()
+            for topic, partition in committed:
+                builder.append(encode_offset_commit_key(group, topic, partition), None, timestamp=now_ms)
+            batch = builder.build()
+
+            def append_tombstones() -> None:
+                handle = self._loaded_partition(partition_for_group(group, self._partition_count))
+                handle.append(batch)
+                for topic, partition in committed:
+                    self._offsets.pop((group, topic, partition), None)
+
+            self._on_offsets_topic(append_tombstones)
+        return GroupError.NONE
+
+    def reset_offsets(self, group: str, offsets: Mapping[tuple[str, int], int]) -> GroupError:
+        """`raybroker consumer-groups --reset-offsets --execute`: as Kafka's tool, only a group without members
+        may have its offsets moved (NON_EMPTY_GROUP otherwise)."""
+        _check_group(group)
+        with self._membership_changed:
+            if self._membership.is_active(group):
+                return GroupError.NON_EMPTY_GROUP
+        self.commit(group, offsets)
+        return GroupError.NONE
+
+
+def _offsets_only(group: str) -> GroupDescription:
+    return GroupDescription(group, GroupState.EMPTY, "", "", 0, ())
+
+
+def _check_group(group: object) -> None:
+    if not isinstance(group, str) or not group:
+        raise InvalidGroupIdError(f"a group id must be a non-empty str, not {group!r}")
+
+
+def _check_offset(tp: tuple[str, int], offset: object) -> int:
+    if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+        raise InvalidRequestError(f"committed offset of {tp[0]}-{tp[1]} must be an int >= 0, got {offset!r}")
+    return offset

@@ -1,0 +1,70 @@
+"""`__consumer_offsets`, the internal topic of the group coordinator's committed offsets, which the broker creates
+itself.
+
+`ensure_consumer_offsets_topic` creates it with `offsets.topic.num.partitions` partitions and Kafka's settings for
+it: compacted (only the latest commit of each group and partition matters) in 100 MiB segments (Kafka's
+`offsets.topic.segment.bytes`), so the cleaner can compact sealed segments long before the 1 GiB default would
+roll. A broker's start calls it, and so does the group coordinator when it finds the topic deleted (a client may
+delete it, as Kafka allows; Kafka creates it again for the next group that needs it). The controller's metadata
+log, `__cluster_metadata`, is storage's (`storage.logdir.log_dirs.METADATA_TOPIC`): log dirs skip its folder.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Mapping
+from typing import Protocol
+
+from actors.core.controller.topic_metadata import CONSUMER_OFFSETS_TOPIC, TopicMetadata
+from storage.errors import TopicExistsError
+
+logger = logging.getLogger(__name__)
+
+# Kafka's `offsets.topic.replication.factor` default.
+DEFAULT_OFFSETS_REPLICATION_FACTOR = 3
+CONSUMER_OFFSETS_CONFIG = {"cleanup.policy": "compact", "segment.bytes": str(100 * 1024 * 1024)}
+
+
+class TopicAdmin(Protocol):
+    """What creating an internal topic needs of the controller (the plain `Controller` is one; on Ray, a client
+    of the controller actor)."""
+
+    def brokers(self) -> list[str]: ...
+
+    def create_topic(
+        self,
+        name: str,
+        partitions: int,
+        config: Mapping[str, str] | None = None,
+        validate_only: bool = False,
+        replication_factor: int | None = None,
+    ) -> TopicMetadata: ...
+
+    def describe_topic(self, name: str) -> TopicMetadata: ...
+
+
+def ensure_consumer_offsets_topic(
+    controller: TopicAdmin, partitions: int, replication_factor: int = DEFAULT_OFFSETS_REPLICATION_FACTOR
+) -> TopicMetadata:
+    """`__consumer_offsets` as the controller has it, created first with `partitions` partitions (the broker's
+    `offsets.topic.num.partitions`), `replication_factor` replicas (its `offsets.topic.replication.factor`, capped at
+    the brokers running, with a warning: the first broker of a cluster creates the topic alone) and
+    `CONSUMER_OFFSETS_CONFIG` if it does not exist. An existing topic is left as it is, whatever its partition count
+    and replicas, as Kafka leaves it."""
+    brokers = len(controller.brokers())
+    replicas = max(min(replication_factor, brokers), 1)
+    with contextlib.suppress(TopicExistsError):
+        created = controller.create_topic(
+            CONSUMER_OFFSETS_TOPIC, partitions, CONSUMER_OFFSETS_CONFIG, replication_factor=replicas
+        )
+        if replicas < replication_factor:
+            logger.warning(
+                "offsets.topic.replication.factor is %d but %d broker(s) run: %s was created with %d replica(s)",
+                replication_factor,
+                brokers,
+                CONSUMER_OFFSETS_TOPIC,
+                replicas,
+            )
+        return created
+    return controller.describe_topic(CONSUMER_OFFSETS_TOPIC)

@@ -1,0 +1,350 @@
+"""One replica's role in its partition's replication: leader, follower, or (until the controller says otherwise)
+its own leader alone, as a plain class over the replica's `storage.partition.log.Log`.
+
+The controller tells the replica its partition's state (`update`, Kafka's LeaderAndIsr); an older state than the
+last one (by leader epoch, then version) is ignored, and so is one that does not list this replica.
+
+- As the leader it takes appends (`check_append`; with `acks=all` only while at least `min.insync.replicas`
+  replicas are in sync, `NotEnoughReplicasError`), answers its followers' fetches (`replicate`), moves the high
+  watermark to the smallest log end offset of the ISR (`actors.core.replication.leader_state.LeaderState`), and
+  asks the controller to grow the ISR when a follower caught up and to shrink it when a follower lagged more than
+  `replica.lag.time.max.ms` (checked every half of it, by the log's clock: `check_isr`). A leader in a new epoch
+  starts that epoch in its log (`Log.become_leader`), so its followers truncate to it.
+- As a follower it runs a `ReplicaFetcher` thread that copies the leader's log through a link the host makes
+  (`leader_link(state)`), and refuses client appends and reads with `NotLeaderOrFollowerError`.
+- `await_replicated(info)` is the second half of an `acks=all` append: it answers once the high watermark passed
+  the append, so the thread that appends never waits for followers.
+
+Seams: the log (and its clock), this replica's node id, the controller link for AlterPartition (sent without
+waiting: the answer comes back as `update`), the factory of links to a leader, and the partition's change counter
+(`LogChanges`), which every role change and high-watermark move notifies and which `replicate` and
+`await_replicated` wait on. The host (the partition actor, the in-process broker) owns the log's lifecycle and calls
+`stop` when the log closes or goes offline; every call after that raises the error it was stopped with.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from actors.core.replication.follower import LeaderLink, ReplicaFetch, ReplicaFetcher, ReplicaSettings
+from actors.core.replication.leader_and_isr import LeaderAndIsr
+from actors.core.replication.leader_state import LeaderState
+from actors.core.replication.log_changes import LogChanges
+from storage.arguments import is_int
+from storage.errors import (
+    FencedLeaderEpochError,
+    InvalidRequestError,
+    NotEnoughReplicasAfterAppendError,
+    NotEnoughReplicasError,
+    NotLeaderOrFollowerError,
+    OffsetOutOfRangeError,
+    RaybrokerError,
+    RequestTimedOutError,
+)
+from storage.partition.log import Log, LogAppendInfo
+
+logger = logging.getLogger(__name__)
+
+# Kafka's `request.timeout.ms` default: how long an `acks=all` append waits for its replication.
+ACKS_ALL_TIMEOUT_MS = 30_000
+ACKS = (-1, 0, 1)
+# The ISR check runs every half `replica.lag.time.max.ms`, but never more often than every 10 ms.
+MIN_ISR_CHECK_INTERVAL_S = 0.01
+
+
+class ControllerLink(Protocol):
+    """The replica's call to the controller: Kafka's AlterPartition, sent without waiting."""
+
+    def alter_partition(self, topic: str, partition: int, leader: str, leader_epoch: int, isr: Sequence[str]) -> None:
+        """Raises `RaybrokerError` when the controller cannot be reached (the check asks again later)."""
+        ...
+
+
+class Replica:
+    """One replica's leader/follower role; see the module docstring. Thread-safe (the role lock)."""
+
+    def __init__(
+        self,
+        log: Log,
+        node: str,
+        settings: ReplicaSettings,
+        changes: LogChanges,
+        *,
+        controller: ControllerLink | None = None,
+        leader_link: Callable[[LeaderAndIsr], LeaderLink] | None = None,
+        isr_checks: bool = True,
+    ) -> None:
+        """`leader_link(state)` links a follower to `state`'s leader (None: this replica never follows, as outside
+        a cluster); `isr_checks` False leaves the ISR shrink check to whoever calls `check_isr` (a test moving a
+        `MockClock`)."""
+        self.log = log
+        self.node = node
+        self.settings = settings
+        self._changes = changes
+        self._controller = controller
+        self._leader_link = leader_link
+        self._isr_checks = isr_checks
+        self._lock = threading.RLock()
+        self._state: LeaderAndIsr | None = None
+        self._leader: LeaderState | None = None
+        self._fetcher: ReplicaFetcher | None = None
+        self._isr_thread: threading.Thread | None = None
+        self._stopped: RaybrokerError | None = None
+        self._stopping = threading.Event()
+
+    @property
+    def state(self) -> LeaderAndIsr | None:
+        """The controller's latest state of this partition as this replica knows it (None before any)."""
+        return self._state
+
+    @property
+    def following(self) -> bool:
+        """True while this replica follows another: client reads and appends go to the leader."""
+        return self._fetcher is not None
+
+    @property
+    def leading(self) -> bool:
+        """True while this replica leads a partition the controller told it of."""
+        return self._leader is not None
+
+    def _check_open(self) -> None:
+        if self._stopped is not None:
+            raise self._stopped
+
+    # --- the controller's states -------------------------------------------------------------------------------
+
+    def update(self, state: LeaderAndIsr) -> bool:
+        """The controller's newest state of this partition (Kafka's LeaderAndIsr): this replica leads, follows
+        or, if it is not among the replicas, keeps what it does. Returns whether the state was taken; an older one
+        than the last, and any after `stop`, is not."""
+        if not isinstance(state, LeaderAndIsr):
+            raise InvalidRequestError(f"expected a LeaderAndIsr, not {type(state).__name__}")
+        with self._lock:
+            if self._stopped is not None:
+                return False
+            current = self._state
+            if current is not None and (state.leader_epoch, state.version) <= (current.leader_epoch, current.version):
+                return False
+            if self.node not in state.replicas:
+                return False
+            self._state = state
+            if state.leader == self.node:
+                self._lead(state, current)
+            else:
+                self._follow(state, current)
+        self._changes.notify()
+        return True
+
+    def _lead(self, state: LeaderAndIsr, previous: LeaderAndIsr | None) -> None:
+        """Becomes (or stays) the leader of `state` (under the role lock)."""
+        log = self.log
+        if self._leader is not None and previous is not None and previous.leader_epoch == state.leader_epoch:
+            self._leader.update(state, log.clock.milliseconds())
+        else:
+            self._stop_fetcher()
+            if state.leader_epoch > log.leader_epoch or not log.epoch_entries():
+                log.become_leader(max(state.leader_epoch, log.leader_epoch))
+            self._leader = LeaderState(self.node, state, log.log_end_offset, log.clock.milliseconds())
+            if state.replication_factor > 1 and self._isr_checks:
+                self._isr_thread = threading.Thread(
+                    target=self._run_isr_checks, args=(self._leader,), name=f"isr-check-{log.directory.name}"
+                )
+                self._isr_thread.daemon = True
+                self._isr_thread.start()
+        log.set_replicated(state.replication_factor > 1)
+        self._advance_high_watermark()
+
+    def _follow(self, state: LeaderAndIsr, previous: LeaderAndIsr | None) -> None:
+        """Becomes (or stays) a follower of `state`'s leader (under the role lock)."""
+        self._leader = None
+        self.log.set_replicated(True)
+        same_leader = previous is not None and (previous.leader, previous.leader_epoch) == (
+            state.leader,
+            state.leader_epoch,
+        )
+        if self._fetcher is not None and same_leader and not self._fetcher.stopped:
+            return
+        self._stop_fetcher()
+        if state.offline or self._leader_link is None:
+            return
+        self._fetcher = ReplicaFetcher(
+            f"{state.topic}-{state.partition}", self.log, self._leader_link(state), self.settings, self._changes.notify
+        )
+        self._fetcher.start()
+
+    def _stop_fetcher(self) -> None:
+        if self._fetcher is not None:
+            self._fetcher.stop()
+            self._fetcher = None
+
+    # --- the leader ----------------------------------------------------------------------------------------------
+
+    def check_append(self, required_acks: int) -> None:
+        """Refuses a client append this replica may not take (see the module docstring)."""
+        self._check_open()
+        if required_acks not in ACKS:
+            raise InvalidRequestError(f"acks must be one of {ACKS}, not {required_acks!r}")
+        state = self._state
+        if state is not None and state.leader != self.node:
+            raise NotLeaderOrFollowerError(
+                f"{self.log.directory.name} is not the leader (the leader is {state.leader})"
+            )
+        in_sync = 1 if state is None else len(state.isr)
+        min_insync_replicas = self.log.config.min_insync_replicas
+        if required_acks == -1 and in_sync < min_insync_replicas:
+            raise NotEnoughReplicasError(
+                f"{in_sync} in-sync replicas of {self.log.directory.name}, min.insync.replicas is {min_insync_replicas}"
+            )
+
+    def follower_log_end_offset(self, node: str) -> int | None:
+        """The log end offset follower `node` last fetched from (-1 before its first fetch) while this replica
+        leads; None when it does not lead or `node` is no follower of it."""
+        leader = self._leader
+        if leader is None or node == self.node or node not in leader.state.replicas:
+            return None
+        return leader.follower_log_end_offset(node)
+
+    def appended(self) -> None:
+        """A client append landed: a replicated leader's high watermark may move (its followers' may not yet)."""
+        if self.log.replicated:
+            with self._lock:
+                self._advance_high_watermark()
+
+    def _advance_high_watermark(self) -> bool:
+        """Moves the leader's high watermark to the smallest log end offset of the ISR; True if it moved."""
+        leader = self._leader
+        if leader is None:
+            return False
+        high_watermark = leader.high_watermark(self.log.log_end_offset)
+        if high_watermark <= self.log.high_watermark:
+            return False
+        self.log.update_high_watermark(high_watermark)
+        return True
+
+    def _ask_controller(self, leader: LeaderState, isr: tuple[str, ...]) -> None:
+        """Asks the controller for an ISR change without waiting (its answer comes as `update`)."""
+        state = leader.state
+        if self._controller is None:
+            return
+        logger.info("%s-%d: asking for ISR %s (was %s)", state.topic, state.partition, list(isr), list(state.isr))
+        with contextlib.suppress(RaybrokerError):
+            self._controller.alter_partition(state.topic, state.partition, self.node, state.leader_epoch, list(isr))
+
+    def check_isr(self) -> tuple[str, ...] | None:
+        """One ISR shrink check: the ISR without the followers that lagged more than `replica.lag.time.max.ms` by
+        the log's clock, asked of the controller; None (and nothing asked) when every follower kept up."""
+        with self._lock:
+            leader = self._leader
+            if leader is None or self._stopped is not None:
+                return None
+            shrunk = leader.isr_to_shrink(
+                self.log.log_end_offset, self.settings.lag_time_max_ms, self.log.clock.milliseconds()
+            )
+        if shrunk is not None:
+            self._ask_controller(leader, shrunk)
+        return shrunk
+
+    def _run_isr_checks(self, leader: LeaderState) -> None:
+        """`check_isr` every half `replica.lag.time.max.ms`, while `leader` is current."""
+        interval_s = max(self.settings.lag_time_max_ms / 2000, MIN_ISR_CHECK_INTERVAL_S)
+        while not self._stopping.wait(interval_s):
+            if self._leader is not leader:
+                return
+            self.check_isr()
+
+    def replicate(
+        self, follower: str, offset: int, max_bytes: int, max_wait_ms: int, leader_epoch: int
+    ) -> ReplicaFetch:
+        """A follower's fetch (Kafka's Fetch from a replica): records `offset` as the follower's log end offset,
+        moves the high watermark, grows the ISR when the follower caught up, then answers the batches from
+        `offset` (up to the log end, waiting up to `max_wait_ms` for some). `FencedLeaderEpochError` or
+        `NotLeaderOrFollowerError` when the follower's epoch is not this leader's; `OffsetOutOfRangeError` outside
+        the log."""
+        for name, value in (("offset", offset), ("max_bytes", max_bytes), ("max_wait_ms", max_wait_ms)):
+            if not is_int(value):
+                raise InvalidRequestError(f"{name} must be an int, not {type(value).__name__}")
+        self._check_open()
+        log = self.log
+        with self._lock:
+            leader = self._leader
+            if leader is None:
+                raise NotLeaderOrFollowerError(f"{log.directory.name} is not the leader")
+            if leader_epoch != leader.state.leader_epoch:
+                error = FencedLeaderEpochError if leader_epoch < leader.state.leader_epoch else NotLeaderOrFollowerError
+                raise error(f"{log.directory.name} leads in epoch {leader.state.leader_epoch}, not {leader_epoch}")
+            if not log.log_start_offset <= offset <= log.log_end_offset:
+                raise OffsetOutOfRangeError(
+                    f"fetch offset {offset} is outside {log.log_start_offset}..{log.log_end_offset}", offset=offset
+                )
+            now_ms = log.clock.milliseconds()
+            if not leader.follower_fetched(follower, offset, log.log_end_offset, now_ms):
+                raise NotLeaderOrFollowerError(f"{follower!r} is no replica of {log.directory.name}")
+            moved = self._advance_high_watermark()
+            grown = leader.isr_to_expand(log.high_watermark, now_ms)
+        if moved:
+            self._changes.notify()
+        if grown is not None:
+            self._ask_controller(leader, grown)
+        deadline = time.monotonic() + max(max_wait_ms, 0) / 1000
+        while True:
+            seen = self._changes.count
+            if log.log_end_offset > offset or time.monotonic() >= deadline or self._leader is not leader:
+                records = log.read(offset, max_bytes, isolation="log_end").records
+                return ReplicaFetch(bytes(records), log.high_watermark, log.log_start_offset, log.log_end_offset)
+            self._changes.wait(seen, deadline)
+
+    def await_replicated(self, info: LogAppendInfo, timeout_ms: int = ACKS_ALL_TIMEOUT_MS) -> LogAppendInfo:
+        """Answers `info` once the high watermark passed its last offset (every in-sync replica has it).
+        `NotLeaderOrFollowerError` if this replica stopped leading meanwhile, `NotEnoughReplicasAfterAppendError` if
+        the ISR fell below `min.insync.replicas`, `RequestTimedOutError` after `timeout_ms` (Kafka's
+        `request.timeout.ms`); the error `stop` was given once the log closed."""
+        if not isinstance(info, LogAppendInfo) or not is_int(timeout_ms):
+            raise InvalidRequestError("await_replicated takes an append's LogAppendInfo and an int timeout")
+        deadline = time.monotonic() + timeout_ms / 1000
+        log = self.log
+        while True:
+            seen = self._changes.count
+            self._check_open()
+            state = self._state
+            in_sync = 1 if state is None else len(state.isr)
+            # Kafka's checkEnoughReplicasReachOffset: a committed append whose ISR fell below min.insync.replicas
+            # meanwhile is NOT_ENOUGH_REPLICAS_AFTER_APPEND, not a success.
+            too_few = in_sync < log.config.min_insync_replicas
+            if log.high_watermark > info.last_offset and not too_few:
+                return info
+            if self._leader is None or state is None:
+                raise NotLeaderOrFollowerError(
+                    f"{log.directory.name} stopped leading before offset {info.last_offset} was replicated"
+                )
+            if too_few:
+                raise NotEnoughReplicasAfterAppendError(
+                    f"the ISR of {log.directory.name} shrank to {in_sync}, below min.insync.replicas "
+                    f"{log.config.min_insync_replicas}, before offset {info.last_offset} was replicated"
+                )
+            if self._changes.wait(seen, deadline) is None:
+                raise RequestTimedOutError(f"offset {info.last_offset} not replicated within {timeout_ms} ms")
+
+    # --- the end ------------------------------------------------------------------------------------------------
+
+    def stop(self, error: RaybrokerError, join_timeout_s: float = 0.0) -> None:
+        """The log closed or went offline: no more leading or following, and every later call raises `error`.
+        Waits up to `join_timeout_s` for the fetcher and ISR-check threads to end (the partition actor does not
+        wait; the in-process broker does, so nothing runs after it closed)."""
+        with self._lock:
+            if self._stopped is None:
+                self._stopped = error
+            fetcher = self._fetcher
+            self._stop_fetcher()
+            self._leader = None
+            self._stopping.set()
+            isr_thread = self._isr_thread
+        if join_timeout_s > 0:
+            if fetcher is not None:
+                fetcher.join(join_timeout_s)
+            if isr_thread is not None:
+                isr_thread.join(join_timeout_s)

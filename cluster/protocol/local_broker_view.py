@@ -1,0 +1,136 @@
+"""`BrokerView` over the in-process broker (`actors.core.broker.InProcessBroker`): the listener's seam to the
+broker's plain roles, without Ray, for tests and development.
+
+It answers as `RayBrokerView` does for a listener on node `node`: topics and configs from the controller (the
+same `_topic_info` conversion into Kafka broker ids), records from each partition's leader replica. Appends run on
+the event loop in the order they were called (a client's pipelined Produce requests keep their order); an
+`acks=all` append's wait for its replication, and a long-poll fetch's wait for bytes, run on a worker thread, so
+the loop serves every other connection meanwhile. A fetch of `SENDFILE_MIN_BYTES` or more answers a region of the
+segment file for the server to `sendfile`, as the Ray view does for a partition on its own node.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+
+from actors.core.broker import InProcessBroker, ServedPartition
+from cluster.protocol.broker_view import (
+    BrokerEndpoint,
+    EpochEndOffset,
+    FetchedRecords,
+    PartitionOffsets,
+    TopicInfo,
+)
+from cluster.protocol.file_region import SENDFILE_MIN_BYTES, FileRegion, open_region
+from cluster.protocol.ray_broker_view import advertised, topic_info
+from storage.partition.file_slices import locate_file_slices
+from storage.partition.log import LogAppendInfo
+from storage.records.file_records import TimestampAndOffset
+
+
+class LocalBrokerView:
+    """The in-process broker as the listener of its node `node` sees it (see the module docstring)."""
+
+    def __init__(self, broker: InProcessBroker, node: str = "node-0") -> None:
+        self.broker = broker
+        self.node = node
+
+    async def cluster_id(self) -> str:
+        return self.broker.controller.cluster_id()
+
+    async def announce(self, endpoint: BrokerEndpoint) -> None:
+        self.broker.controller.register_listener(self.node, advertised(endpoint))
+
+    async def withdraw(self, endpoint: BrokerEndpoint) -> None:
+        self.broker.controller.unregister_listener(self.node, advertised(endpoint))
+
+    async def brokers(self) -> list[BrokerEndpoint]:
+        return [
+            BrokerEndpoint(found.broker_id, found.host, found.port, found.listeners)
+            for found in self.broker.controller.listeners().values()
+        ]
+
+    def _info(self, name: str) -> TopicInfo:
+        controller = self.broker.controller
+        return topic_info(controller.describe_topic(name), controller.listeners(), frozenset(controller.brokers()))
+
+    async def topics(self) -> dict[str, TopicInfo]:
+        controller = self.broker.controller
+        listeners, live = controller.listeners(), frozenset(controller.brokers())
+        return {name: topic_info(metadata, listeners, live) for name, metadata in controller.topics().items()}
+
+    async def topic(self, name: str) -> TopicInfo:
+        return self._info(name)
+
+    async def create_topic(
+        self,
+        name: str,
+        partition_count: int,
+        config: Mapping[str, str] | None = None,
+        validate_only: bool = False,
+        replication_factor: int | None = None,
+    ) -> TopicInfo:
+        controller = self.broker.controller
+        created = controller.create_topic(name, partition_count, dict(config or {}), validate_only, replication_factor)
+        return topic_info(created, controller.listeners(), frozenset(controller.brokers()))
+
+    async def delete_topic(self, name: str) -> None:
+        self.broker.controller.delete_topic(name)
+
+    async def create_partitions(self, name: str, total: int, validate_only: bool = False) -> TopicInfo:
+        controller = self.broker.controller
+        grown = controller.add_partitions(name, total, validate_only)
+        return topic_info(grown, controller.listeners(), frozenset(controller.brokers()))
+
+    async def topic_config(self, name: str) -> dict[str, str]:
+        return dict(self.broker.controller.describe_topic(name).config)
+
+    async def set_topic_config(self, name: str, config: Mapping[str, str], validate_only: bool = False) -> None:
+        self.broker.controller.set_topic_config(name, dict(config), validate_only)
+
+    def _leader(self, topic: str, partition: int) -> ServedPartition:
+        return self.broker.leader(topic, partition)
+
+    async def delete_records(self, topic: str, partition: int, offset: int) -> int:
+        return self._leader(topic, partition).delete_records(offset)
+
+    async def offsets(self, topic: str, partition: int) -> PartitionOffsets:
+        return PartitionOffsets(*self._leader(topic, partition).offsets())
+
+    async def epoch_end_offset(self, topic: str, partition: int, epoch: int) -> EpochEndOffset:
+        return EpochEndOffset(*self._leader(topic, partition).epoch_end_offset(epoch))
+
+    async def append(
+        self, topic: str, partition: int, records: bytes, acks: int = 1, timeout_ms: int = 30_000
+    ) -> LogAppendInfo:
+        leader = self._leader(topic, partition)
+        info = leader.append(records, acks)
+        if acks == -1 and leader.log.replicated:
+            return await asyncio.to_thread(leader.await_replicated, info, timeout_ms)
+        return info
+
+    async def fetch(
+        self, topic: str, partition: int, offset: int, max_bytes: int, max_wait_ms: int, min_bytes: int
+    ) -> FetchedRecords:
+        leader = self._leader(topic, partition)
+        log = leader.check_leader()
+        if max_wait_ms > 0:
+
+            def available() -> int:
+                return sum(found.length for found in locate_file_slices(log, offset, max_bytes))
+
+            await asyncio.to_thread(leader.wait_for_bytes, offset, min_bytes, max_wait_ms, available)
+            log = leader.check_leader()
+        located = locate_file_slices(log, offset, max_bytes)
+        if located and located[0].length >= SENDFILE_MIN_BYTES:
+            region: FileRegion | None = open_region(located[0])
+            if region is not None:
+                return FetchedRecords(region, log.high_watermark, log.log_start_offset)
+        return FetchedRecords(leader.read(offset, max_bytes), log.high_watermark, log.log_start_offset)
+
+    async def list_offset(self, topic: str, partition: int, timestamp: int) -> TimestampAndOffset | None:
+        return self._leader(topic, partition).list_offset(timestamp)
+
+    async def allocate_producer_id(self) -> int:
+        return self.broker.controller.allocate_producer_id()

@@ -1,0 +1,397 @@
+"""The plain controller without Ray: real storage log managers as its nodes' brokers (one per simulated node, each
+over its own log dir), a `MockClock`, and the set of live nodes handed to `check_brokers` as the Ray actor's monitor
+hands it. Checked against Kafka's rules: placement on distinct brokers, clean elections only from the ISR, the
+preferred leader back once in sync, AlterPartition fenced by leader epoch, and the metadata log replayed after a
+restart with everything in it."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from actors.core.controller.controller import Controller
+from actors.core.controller.log_manager_broker import LogManagerBroker
+from actors.core.replication.leader_and_isr import NO_LEADER, LeaderAndIsr
+from actors.core.security.acls import AclBinding, AclOperation, AclPermissionType, PatternType, ResourceType
+from actors.core.security.scram import ScramCredential
+from storage.clock import MockClock
+from storage.config.broker_config import BrokerConfig
+from storage.errors import (
+    BrokerNotAvailableError,
+    InvalidConfigError,
+    InvalidReplicationFactorError,
+    InvalidRequestError,
+    InvalidTopicError,
+    NotLeaderOrFollowerError,
+    TopicExistsError,
+    UnknownTopicOrPartitionError,
+)
+from storage.logdir.log_manager import LogManager
+from tests.actors.core.controller.test_assignment import check_transition
+
+NODES = ("node-a", "node-b", "node-c")
+REBALANCE_INTERVAL_S = 300
+
+
+class RecordedReplicas:
+    """The replicas' notifier: keeps every (node, state) the controller pushes, the oracle of what it told."""
+
+    def __init__(self) -> None:
+        self.told: list[tuple[str, LeaderAndIsr]] = []
+
+    def update_replication(self, node: str, state: LeaderAndIsr) -> None:
+        self.told.append((node, state))
+
+    def latest(self, node: str, topic: str, partition: int) -> LeaderAndIsr | None:
+        states = [s for n, s in self.told if n == node and (s.topic, s.partition) == (topic, partition)]
+        return states[-1] if states else None
+
+
+class Cluster:
+    """Simulated nodes, each with a started `LogManager` under `root/<node>`, and a controller over them."""
+
+    def __init__(self, root: Path, clock: MockClock, properties: dict[str, str] | None = None) -> None:
+        self.root = root
+        self.clock = clock
+        self.properties = {"log.dirs": str(root / "metadata"), **(properties or {})}
+        self.managers: dict[str, LogManager] = {}
+        self.replicas = RecordedReplicas()
+        self.controller = self.start_controller()
+
+    def start_node(self, node: str) -> LogManagerBroker:
+        if node not in self.managers:
+            manager = LogManager([self.root / node], clock=self.clock)
+            manager.startup()
+            self.managers[node] = manager
+        return LogManagerBroker(self.managers[node])
+
+    def find_broker(self, node: str) -> LogManagerBroker:
+        if node not in self.managers:
+            raise BrokerNotAvailableError(f"no broker on {node}")
+        return LogManagerBroker(self.managers[node])
+
+    def start_controller(self) -> Controller:
+        return Controller(
+            self.root / "metadata",
+            BrokerConfig.from_properties(self.properties),
+            clock=self.clock,
+            brokers={node: self.find_broker(node) for node in self.managers},
+            find_broker=self.find_broker,
+            replicas=self.replicas,
+        )
+
+    def register(self, *nodes: str) -> None:
+        for node in nodes:
+            self.start_node(node)
+            self.controller.register_broker(node)
+
+    def close(self) -> None:
+        self.controller.close()
+        for manager in self.managers.values():
+            manager.shutdown()
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    running = Cluster(tmp_path, MockClock())
+    running.register(*NODES)
+    try:
+        yield running
+    finally:
+        running.close()
+
+
+# --- topics and placement ----------------------------------------------------------------------------------
+
+
+def test_a_topic_is_placed_on_distinct_brokers_and_created_on_each(cluster: Cluster) -> None:
+    topic = cluster.controller.create_topic("orders", 6, replication_factor=2)
+    for partition in range(6):
+        state = topic.state(partition)
+        assert len(set(state.replicas)) == 2
+        assert state.leader == state.replicas[0] and state.isr == state.replicas and state.leader_epoch == 0
+        for node in NODES:
+            held = {(p.topic, p.partition) for p in cluster.managers[node].placements()}
+            assert (("orders", partition) in held) == (node in state.replicas)
+    # 12 replicas over 3 brokers: 4 each, and each broker leads 2 of the 6 partitions.
+    counts = {node: sum(node in topic.state(p).replicas for p in range(6)) for node in NODES}
+    assert counts == dict.fromkeys(NODES, 4)
+    assert sorted(topic.state(p).leader for p in range(6)) == sorted(NODES * 2)
+    # Replicated partitions are told their state, on each of their replicas.
+    for partition in range(6):
+        for node in topic.state(partition).replicas:
+            assert cluster.replicas.latest(node, "orders", partition) == cluster.controller.partition_state(
+                "orders", partition
+            )
+
+
+def test_validate_only_places_but_creates_and_writes_nothing(cluster: Cluster) -> None:
+    topic = cluster.controller.create_topic("dry", 2, validate_only=True, replication_factor=3)
+    assert topic.replication_factor == 3
+    assert "dry" not in cluster.controller.list_topics()
+    assert all(not manager.placements() for manager in cluster.managers.values())
+
+
+@pytest.mark.parametrize("replication_factor", [0, 4, "2"])
+def test_a_replication_factor_outside_the_live_brokers_is_refused(cluster: Cluster, replication_factor: object) -> None:
+    with pytest.raises(InvalidReplicationFactorError):
+        cluster.controller.create_topic("t", 1, replication_factor=replication_factor)  # type: ignore[arg-type]
+    assert cluster.controller.list_topics() == []
+
+
+def test_names_kafka_refuses_are_refused(cluster: Cluster) -> None:
+    cluster.controller.create_topic("a.b", 1)
+    with pytest.raises(TopicExistsError):
+        cluster.controller.create_topic("a.b", 1)
+    with pytest.raises(InvalidTopicError, match="collides"):
+        cluster.controller.create_topic("a_b", 1)
+    with pytest.raises(InvalidTopicError, match="reserved"):
+        cluster.controller.create_topic("__cluster_metadata", 1)
+
+
+def test_no_registered_broker_means_no_topic_and_no_new_partition(cluster: Cluster) -> None:
+    cluster.controller.create_topic("t", 1)
+    cluster.controller.check_brokers(set())
+    with pytest.raises(InvalidReplicationFactorError, match="0 available brokers"):
+        cluster.controller.create_topic("u", 1)
+    with pytest.raises(BrokerNotAvailableError):
+        cluster.controller.add_partitions("t", 2)
+    assert cluster.controller.describe_topic("t").partitions.keys() == {0}
+
+
+def test_a_node_without_a_broker_cannot_register(tmp_path: Path) -> None:
+    lonely = Cluster(tmp_path, MockClock())
+    try:
+        with pytest.raises(BrokerNotAvailableError):
+            lonely.controller.register_broker("node-z")
+        assert lonely.controller.brokers() == []
+    finally:
+        lonely.close()
+
+
+def test_add_partitions_grows_and_places_the_new_ones(cluster: Cluster) -> None:
+    cluster.controller.create_topic("grow", 2, replication_factor=2)
+    grown = cluster.controller.add_partitions("grow", 5)
+    assert sorted(grown.partitions) == [0, 1, 2, 3, 4]
+    for partition in range(2, 5):
+        for node in grown.state(partition).replicas:
+            assert ("grow", partition) in {(p.topic, p.partition) for p in cluster.managers[node].placements()}
+
+
+def test_configs_are_validated_replaced_merged_and_applied_to_every_replica(cluster: Cluster) -> None:
+    cluster.controller.create_topic("conf", 2, {"retention.ms": "1000"}, replication_factor=3)
+    with pytest.raises(InvalidConfigError):
+        cluster.controller.set_topic_config("conf", {"retention.ms": "soon"})
+    assert cluster.controller.describe_topic("conf").config == {"retention.ms": "1000"}
+    cluster.controller.alter_topic_config("conf", {"segment.bytes": "1048576"})
+    assert cluster.controller.describe_topic("conf").config == {"retention.ms": "1000", "segment.bytes": "1048576"}
+    cluster.controller.set_topic_config("conf", {"cleanup.policy": "compact"})
+    assert cluster.controller.topic_configs()["conf"] == {"cleanup.policy": "compact"}
+    for manager in cluster.managers.values():
+        config = manager.config_for("conf")
+        assert config.compact and config.retention_ms == manager.default_config.retention_ms
+
+
+def test_delete_removes_every_replica_and_stays_deleted_after_a_restart(cluster: Cluster) -> None:
+    cluster.controller.create_topic("gone", 3, replication_factor=2)
+    cluster.controller.delete_topic("gone")
+    assert all(not manager.placements() for manager in cluster.managers.values())
+    with pytest.raises(UnknownTopicOrPartitionError):
+        cluster.controller.describe_topic("gone")
+    cluster.controller.close()
+    cluster.controller = cluster.start_controller()
+    assert cluster.controller.list_topics() == []
+
+
+# --- elections -----------------------------------------------------------------------------------------------
+
+
+def led_by(cluster: Cluster, node: str) -> list[int]:
+    topic = cluster.controller.describe_topic("t")
+    return [p for p in topic.partitions if topic.state(p).leader == node]
+
+
+def test_a_lost_broker_leaves_every_isr_and_its_partitions_elect_from_the_isr(cluster: Cluster) -> None:
+    cluster.controller.create_topic("t", 6, replication_factor=3)
+    before = {p: cluster.controller.partition_state("t", p) for p in range(6)}
+    changed = cluster.controller.check_brokers({"node-b", "node-c"})
+    assert cluster.controller.brokers() == ["node-b", "node-c"]
+    assert {(s.topic, s.partition) for s in changed} == {("t", p) for p in range(6)}
+    for partition in range(6):
+        old, new = before[partition], cluster.controller.partition_state("t", partition)
+        assert "node-a" not in new.isr and new.leader in old.isr
+        # A new leader raises the epoch; a partition that keeps its leader only changes its ISR.
+        assert new.leader_epoch == old.leader_epoch + (old.leader == "node-a")
+        assert new.version > old.version
+        assert not any(node == "node-a" for node, state in cluster.replicas.told if state == new)
+    assert led_by(cluster, "node-a") == []
+
+
+def test_election_is_clean_only_a_partition_whose_isr_is_gone_goes_offline(cluster: Cluster) -> None:
+    cluster.controller.create_topic("t", 1, replication_factor=2)
+    state = cluster.controller.partition_state("t", 0)
+    leader = state.replicas[0]
+    cluster.controller.alter_partition("t", 0, leader, state.leader_epoch, [leader])
+    cluster.controller.check_brokers(set(NODES) - {leader})
+    offline = cluster.controller.partition_state("t", 0)
+    # The out-of-sync follower never leads; the ISR keeps the last member, who may lead when it returns.
+    assert offline.leader == NO_LEADER and offline.offline and offline.isr == (leader,)
+    cluster.register(leader)
+    back = cluster.controller.partition_state("t", 0)
+    assert back.leader == leader and back.leader_epoch > offline.leader_epoch
+
+
+def test_the_preferred_leader_leads_again_once_in_sync_when_the_interval_passed(cluster: Cluster) -> None:
+    cluster.controller.create_topic("t", 3, replication_factor=3)
+    preferred = {p: cluster.controller.partition_state("t", p).replicas[0] for p in range(3)}
+    cluster.controller.check_brokers({"node-b", "node-c"})
+    cluster.register("node-a")
+    for partition in [p for p, node in preferred.items() if node == "node-a"]:
+        state = cluster.controller.partition_state("t", partition)
+        assert state.leader != "node-a"
+        cluster.controller.alter_partition("t", partition, state.leader, state.leader_epoch, list(state.replicas))
+    cluster.clock.sleep(REBALANCE_INTERVAL_S * 1000 - 1)
+    assert cluster.controller.check_brokers(set(NODES)) == []
+    cluster.clock.sleep(1)
+    cluster.controller.check_brokers(set(NODES))
+    assert {p: cluster.controller.partition_state("t", p).leader for p in range(3)} == preferred
+
+
+def test_no_rebalance_when_auto_leader_rebalance_is_off(tmp_path: Path) -> None:
+    off = Cluster(tmp_path, MockClock(), {"auto.leader.rebalance.enable": "false"})
+    try:
+        off.register(*NODES)
+        off.controller.create_topic("t", 3, replication_factor=3)
+        off.controller.check_brokers({"node-b", "node-c"})
+        off.register("node-a")
+        moved = {p: off.controller.partition_state("t", p) for p in range(3)}
+        for partition, state in moved.items():
+            off.controller.alter_partition("t", partition, state.leader, state.leader_epoch, list(state.replicas))
+        off.clock.sleep(REBALANCE_INTERVAL_S * 1000)
+        off.controller.check_brokers(set(NODES))
+        assert all(off.controller.partition_state("t", p).leader == moved[p].leader for p in range(3))
+    finally:
+        off.close()
+
+
+# --- AlterPartition ------------------------------------------------------------------------------------------
+
+
+def test_alter_partition_is_fenced_by_leader_and_epoch_and_checked(cluster: Cluster) -> None:
+    cluster.controller.create_topic("t", 1, replication_factor=3)
+    state = cluster.controller.partition_state("t", 0)
+    leader, second, third = state.replicas
+    with pytest.raises(NotLeaderOrFollowerError):
+        cluster.controller.alter_partition("t", 0, leader, state.leader_epoch - 1, [leader])
+    with pytest.raises(NotLeaderOrFollowerError):
+        cluster.controller.alter_partition("t", 0, second, state.leader_epoch, [second])
+    with pytest.raises(InvalidRequestError):
+        cluster.controller.alter_partition("t", 0, leader, state.leader_epoch, [second, third])
+    with pytest.raises(InvalidRequestError):
+        cluster.controller.alter_partition("t", 0, leader, state.leader_epoch, [leader, "node-z"])
+    assert cluster.controller.partition_state("t", 0) == state
+    shrunk = cluster.controller.alter_partition("t", 0, leader, state.leader_epoch, [third, leader])
+    # The ISR keeps assignment order; the epoch stays, the version moves; every replica is told.
+    assert shrunk.isr == (leader, third) and shrunk.leader_epoch == state.leader_epoch
+    assert shrunk.version == state.version + 1
+    assert all(cluster.replicas.latest(node, "t", 0) == shrunk for node in state.replicas)
+    assert cluster.controller.alter_partition("t", 0, leader, state.leader_epoch, [leader, third]) == shrunk
+
+
+# --- the metadata log ----------------------------------------------------------------------------------------
+
+
+def test_a_restarted_controller_replays_everything_from_its_metadata_log(cluster: Cluster) -> None:
+    cluster.controller.create_topic("kept", 2, {"retention.ms": "5000"}, replication_factor=2)
+    state = cluster.controller.partition_state("kept", 0)
+    cluster.controller.alter_partition("kept", 0, state.leader, state.leader_epoch, [state.leader])
+    cluster.controller.allocate_producer_id()
+    binding = AclBinding(
+        ResourceType.TOPIC, "kept", PatternType.LITERAL, "User:alice", "*", AclOperation.READ, AclPermissionType.ALLOW
+    )
+    cluster.controller.create_acls([binding])
+    credential = ScramCredential.from_password("SCRAM-SHA-256", "secret")
+    cluster.controller.upsert_scram_credential("alice", credential)
+    before = (cluster.controller.cluster_id(), cluster.controller.topics(), cluster.controller.acls())
+    cluster.controller.close()
+
+    cluster.controller = cluster.start_controller()
+    assert (cluster.controller.cluster_id(), cluster.controller.topics(), cluster.controller.acls()) == before
+    assert cluster.controller.scram_credential("alice", "SCRAM-SHA-256") == credential
+    assert cluster.controller.allocate_producer_id() == 1
+    # Brokers are not persisted: the restarted controller starts with those its host finds running.
+    assert cluster.controller.brokers() == sorted(NODES)
+
+
+def test_a_registering_broker_takes_the_place_of_a_gone_node_whose_disk_it_holds(tmp_path: Path) -> None:
+    first = Cluster(tmp_path, MockClock())
+    first.register("node-a")
+    first.controller.create_topic("t", 2)
+    first.close()
+    # The cluster restarts and the disk of node-a comes back under a new node id.
+    (tmp_path / "node-a").rename(tmp_path / "node-x")
+    second = Cluster(tmp_path, MockClock())
+    try:
+        second.register("node-x")
+        topic = second.controller.describe_topic("t")
+        assert {topic.state(p).leader for p in topic.partitions} == {"node-x"}
+    finally:
+        second.close()
+
+
+# --- a simulation against Kafka's invariants -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_losses_returns_and_isr_changes_keep_kafkas_invariants_through_the_controller(
+    tmp_path: Path, seed: int
+) -> None:
+    """The assignment simulation's events, driven through the controller's own calls (the monitor's live set,
+    registration, AlterPartition, the rebalance timer): every transition keeps Kafka's invariants, every running
+    replica was told its partition's latest state, and a restarted controller replays exactly the last states."""
+    rng = random.Random(seed)
+    simulated = Cluster(tmp_path, MockClock())
+    try:
+        nodes = [f"n{index}" for index in range(rng.randint(2, 5))]
+        simulated.register(*nodes)
+        running = set(nodes)
+        partitions = rng.randint(1, 4)
+        simulated.controller.create_topic("t", partitions, replication_factor=rng.randint(1, len(nodes)))
+        for _ in range(40):
+            before = {p: simulated.controller.partition_state("t", p) for p in range(partitions)}
+            event = rng.choice(["lose", "return", "catch_up", "fall_behind", "rebalance"])
+            if event == "lose" and running:
+                running.discard(rng.choice(sorted(running)))
+                simulated.controller.check_brokers(running)
+            elif event == "return" and set(nodes) - running:
+                back = rng.choice(sorted(set(nodes) - running))
+                running.add(back)
+                simulated.controller.register_broker(back)
+            elif event == "rebalance":
+                simulated.clock.sleep(REBALANCE_INTERVAL_S * 1000)
+                simulated.controller.check_brokers(running)
+            elif event in ("catch_up", "fall_behind"):
+                for partition, state in before.items():
+                    if state.offline:
+                        continue
+                    if event == "catch_up":
+                        isr = set(state.isr) | {rng.choice([n for n in state.replicas if n in running])}
+                    else:
+                        isr = set(state.isr) - {rng.choice(state.isr)} | {state.leader}
+                    simulated.controller.alter_partition("t", partition, state.leader, state.leader_epoch, sorted(isr))
+            for partition, old in before.items():
+                new = simulated.controller.partition_state("t", partition)
+                if new != old:
+                    check_transition(old, new, dict.fromkeys(running, object()))
+                    for node in new.replicas:
+                        if node in running:
+                            assert simulated.replicas.latest(node, "t", partition) == new
+        last = simulated.controller.topics()
+        simulated.controller.close()
+        simulated.controller = simulated.start_controller()
+        assert simulated.controller.topics() == last
+    finally:
+        simulated.close()

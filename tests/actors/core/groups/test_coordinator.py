@@ -1,0 +1,180 @@
+"""The plain group coordinator without Ray, on the in-process broker: commits land on the group's
+`__consumer_offsets` partition as Kafka's records, a coordinator made again over the same broker (a restart) and a
+broker opened again over the same dirs both find the committed offsets, a deleted `__consumer_offsets` is created
+again by the next call, and Empty groups are deleted with tombstones. The oracle is a dict of the offsets
+committed, and Kafka's record format (`storage.records.consumer_offsets`) read back from the log."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from actors.core.broker import InProcessBroker
+from actors.core.controller.topic_metadata import CONSUMER_OFFSETS_TOPIC
+from actors.core.groups.coordinator import GroupCoordinator
+from actors.core.groups.group_membership import GroupError, GroupMembership, MembershipConfig, PendingJoin
+from storage.clock import MockClock
+from storage.errors import InvalidGroupIdError, InvalidRequestError
+from storage.records.consumer_offsets import decode_offset_commit_offset, encode_offset_commit_key, partition_for_group
+from storage.records.record import Record
+from storage.records.record_batch import iter_batches
+
+PARTITIONS = 3
+PROPERTIES = {"offsets.topic.num.partitions": str(PARTITIONS)}
+
+
+@pytest.fixture
+def broker(tmp_path: Path) -> Iterator[InProcessBroker]:
+    running = InProcessBroker(tmp_path, properties=PROPERTIES, clock=MockClock())
+    try:
+        yield running
+    finally:
+        running.close()
+
+
+def records_of(broker: InProcessBroker, partition: int) -> list[Record]:
+    served = broker.leader(CONSUMER_OFFSETS_TOPIC, partition)
+    return [
+        record for batch in iter_batches(served.read(0, 1 << 20)) if not batch.is_control for record in batch.records()
+    ]
+
+
+def restarted(broker: InProcessBroker) -> GroupCoordinator:
+    return GroupCoordinator(
+        PARTITIONS,
+        clock=broker.clock,
+        controller=broker.controller,
+        find_partition=lambda partition: broker.leader(CONSUMER_OFFSETS_TOPIC, partition),
+    )
+
+
+def test_the_first_use_creates_the_offsets_topic_with_the_configured_partitions(broker: InProcessBroker) -> None:
+    assert CONSUMER_OFFSETS_TOPIC not in broker.controller.list_topics(include_internal=True)
+    assert broker.group_coordinator.ready() == PARTITIONS
+    topic = broker.controller.describe_topic(CONSUMER_OFFSETS_TOPIC)
+    assert len(topic.partitions) == PARTITIONS and topic.internal
+    assert topic.config == {"cleanup.policy": "compact", "segment.bytes": str(100 * 1024 * 1024)}
+
+
+def test_a_commit_appends_kafka_records_to_the_groups_partition(broker: InProcessBroker) -> None:
+    broker.group_coordinator.commit("readers", {("orders", 0): 7, ("orders", 1): 3})
+    partition = partition_for_group("readers", PARTITIONS)
+    records = records_of(broker, partition)
+    assert {(r.key, decode_offset_commit_offset(r.value)) for r in records if r.value is not None} == {
+        (encode_offset_commit_key("readers", "orders", 0), 7),
+        (encode_offset_commit_key("readers", "orders", 1), 3),
+    }
+    for other in set(range(PARTITIONS)) - {partition}:
+        assert records_of(broker, other) == []
+    assert broker.group_coordinator.fetch_committed("readers", [("orders", 0), ("orders", 2)]) == {
+        ("orders", 0): 7,
+        ("orders", 2): None,
+    }
+
+
+def test_a_restarted_coordinator_and_a_reopened_broker_find_the_committed_offsets(tmp_path: Path) -> None:
+    committed: dict[tuple[str, int], int] = {}
+    first = InProcessBroker(tmp_path, properties=PROPERTIES, clock=MockClock())
+    try:
+        for group, partition, offset in [("a", 0, 5), ("b", 1, 9), ("a", 0, 6), ("a", 2, 1)]:
+            first.group_coordinator.commit(group, {("t", partition): offset})
+            committed[(group, partition)] = offset
+        again = restarted(first)
+        assert again.group_offsets("a") == {("t", p): o for (g, p), o in committed.items() if g == "a"}
+    finally:
+        first.close()
+    reopened = InProcessBroker(tmp_path, properties=PROPERTIES, clock=MockClock())
+    try:
+        assert reopened.group_coordinator.group_offsets("b") == {("t", 1): 9}
+        assert reopened.group_coordinator.group_offsets("a") == {("t", 0): 6, ("t", 2): 1}
+    finally:
+        reopened.close()
+
+
+def test_bad_commits_raise_typed_errors(broker: InProcessBroker) -> None:
+    with pytest.raises(InvalidGroupIdError):
+        broker.group_coordinator.commit("", {("t", 0): 1})
+    with pytest.raises(InvalidRequestError):
+        broker.group_coordinator.commit("g", {("t", 0): -1})
+    with pytest.raises(InvalidRequestError):
+        broker.group_coordinator.commit("g", {("t", "0"): 1})  # type: ignore[dict-item]
+
+
+def test_a_call_after_the_offsets_topic_was_deleted_creates_it_again_without_the_old_offsets(
+    broker: InProcessBroker,
+) -> None:
+    broker.group_coordinator.commit("g", {("t", 0): 4})
+    broker.controller.delete_topic(CONSUMER_OFFSETS_TOPIC)
+    # The commit finds its partition's replica closed, the topic gone: it is created again, empty.
+    broker.group_coordinator.commit("g", {("t", 1): 8})
+    assert len(broker.controller.describe_topic(CONSUMER_OFFSETS_TOPIC).partitions) == PARTITIONS
+    assert broker.group_coordinator.group_offsets("g") == {("t", 1): 8}
+
+
+def test_deleting_an_empty_group_writes_tombstones_and_a_group_with_members_is_kept(tmp_path: Path) -> None:
+    clock = MockClock()
+    broker = InProcessBroker(tmp_path, properties=PROPERTIES, clock=clock, membership=MembershipConfig(0, 60_000, 0))
+    try:
+        coordinator = broker.group_coordinator
+        coordinator.commit("idle", {("t", 0): 3})
+        assert coordinator.delete_group("idle") == GroupError.NONE
+        assert coordinator.group_offsets("idle") == {}
+        tombstones = [r for r in records_of(broker, partition_for_group("idle", PARTITIONS)) if r.value is None]
+        assert [r.key for r in tombstones] == [encode_offset_commit_key("idle", "t", 0)]
+        assert coordinator.delete_group("idle") == GroupError.GROUP_ID_NOT_FOUND
+
+        joined = coordinator.join_group(
+            "busy",
+            "",
+            group_instance_id=None,
+            client_id="c",
+            client_host="h",
+            session_timeout_ms=10_000,
+            rebalance_timeout_ms=10_000,
+            protocol_type="consumer",
+            protocols=[("range", b"")],
+            require_known_member_id=False,
+        )
+        assert not isinstance(joined, PendingJoin) and joined.error == GroupError.NONE
+        coordinator.commit("busy", {("t", 0): 1})
+        assert coordinator.delete_group("busy") == GroupError.NON_EMPTY_GROUP
+        assert coordinator.reset_offsets("busy", {("t", 0): 0}) == GroupError.NON_EMPTY_GROUP
+        assert coordinator.group_offsets("busy") == {("t", 0): 1}
+        assert [group.group_id for group in coordinator.list_groups()] == ["busy"]
+    finally:
+        broker.close()
+
+
+def test_the_membership_runs_on_the_injected_clock(tmp_path: Path) -> None:
+    clock = MockClock()
+    membership = GroupMembership(clock, MembershipConfig(group_initial_rebalance_delay_ms=0))
+    broker = InProcessBroker(tmp_path, properties=PROPERTIES, clock=clock)
+    try:
+        coordinator = GroupCoordinator(
+            PARTITIONS,
+            clock=clock,
+            controller=broker.controller,
+            find_partition=lambda partition: broker.leader(CONSUMER_OFFSETS_TOPIC, partition),
+            membership=membership,
+        )
+        joined = coordinator.join_group(
+            "g",
+            "",
+            group_instance_id=None,
+            client_id="c",
+            client_host="h",
+            session_timeout_ms=6_000,
+            rebalance_timeout_ms=6_000,
+            protocol_type="consumer",
+            protocols=[("range", b"")],
+            require_known_member_id=False,
+        )
+        assert not isinstance(joined, PendingJoin)
+        assert coordinator.heartbeat("g", joined.member_id, joined.generation_id) == GroupError.NONE
+        clock.sleep(6_001)
+        # The session expired by the mock clock: the member is gone.
+        assert coordinator.heartbeat("g", joined.member_id, joined.generation_id) == GroupError.UNKNOWN_MEMBER_ID
+    finally:
+        broker.close()

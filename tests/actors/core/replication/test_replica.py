@@ -1,0 +1,333 @@
+"""The replica role machine (`Replica`) without Ray: replicas of one partition on real `Log`s in separate folders,
+sharing a `MockClock`, their followers fetching from the leader's `Replica` in process (`LocalLeaderLink`, real
+fetcher threads), and the controller's side played by the test: it records each AlterPartition a leader asks for
+and hands the replicas the states the controller would decide (`LeaderAndIsr.with_isr`, new epochs).
+
+Oracles: Kafka's replication rules (the high watermark is the smallest log end offset of the ISR; a follower that
+lagged more than `replica.lag.time.max.ms` leaves the ISR, one that caught up joins it; `acks=all` answers once every
+in-sync replica has the append, refuses below `min.insync.replicas`; stale leader epochs are fenced) and the leader's
+log, which a caught-up follower holds record for record.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from actors.core.replication.follower import ReplicaSettings
+from actors.core.replication.leader_and_isr import LeaderAndIsr
+from actors.core.replication.local_leader_link import LocalLeaderLink
+from actors.core.replication.log_changes import LogChanges
+from actors.core.replication.replica import Replica
+from storage.clock import MockClock
+from storage.errors import (
+    BrokerNotAvailableError,
+    FencedLeaderEpochError,
+    InvalidRequestError,
+    NotEnoughReplicasAfterAppendError,
+    NotEnoughReplicasError,
+    NotLeaderOrFollowerError,
+    OffsetOutOfRangeError,
+    RequestTimedOutError,
+)
+from storage.partition.log import Log
+from tests.storage.builders import START_MS, batch_bytes, log_rows, open_log, simple_records
+
+TOPIC, PARTITION = "t", 0
+LAG_MS = 10_000
+# Fetcher threads copy in milliseconds; this bounds a wait that should end long before.
+DEADLINE_S = 5.0
+# Followers answer at once when there is nothing to fetch, so tests never wait on a long poll.
+SETTINGS = ReplicaSettings(lag_time_max_ms=LAG_MS, fetch_wait_max_ms=10, fetch_backoff_ms=10)
+
+
+@pytest.fixture(autouse=True)
+def no_fsync(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Durability is not under test: every epoch change and truncation writes an fsynced checkpoint."""
+    monkeypatch.setattr(os, "fsync", lambda fd: None)
+
+
+class RecordedController:
+    """The leaders' AlterPartition asks, in order (the controller's answer is the test's `Replicas.tell`)."""
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[str, int, tuple[str, ...]]] = []
+
+    def alter_partition(self, topic: str, partition: int, leader: str, leader_epoch: int, isr: Sequence[str]) -> None:
+        self.asked.append((leader, leader_epoch, tuple(isr)))
+
+
+class Replicas:
+    """Replicas `a`, `b`, `c` of one partition, each over its own log under `root`."""
+
+    def __init__(self, root: Path, clock: MockClock, **log_config: Any) -> None:
+        self.clock = clock
+        self.controller = RecordedController()
+        self.logs: dict[str, Log] = {}
+        self.by_node: dict[str, Replica] = {}
+        for node in "abc":
+            log = open_log(root / node / f"{TOPIC}-{PARTITION}", clock, **log_config)
+            log.become_leader()
+            self.logs[node] = log
+            self.by_node[node] = Replica(
+                log,
+                node,
+                SETTINGS,
+                LogChanges(),
+                controller=self.controller,
+                leader_link=lambda state, me=node: LocalLeaderLink(state, me, self.find),
+                isr_checks=False,
+            )
+
+    def find(self, topic: str, partition: int, node: str) -> Replica:
+        return self.by_node[node]
+
+    def tell(self, state: LeaderAndIsr, *nodes: str) -> LeaderAndIsr:
+        for node in nodes or state.replicas:
+            self.by_node[node].update(state)
+        return state
+
+    def append(self, node: str, count: int, acks: int = 1) -> Any:
+        replica = self.by_node[node]
+        replica.check_append(acks)
+        info = replica.log.append(batch_bytes(simple_records(count, timestamp=self.clock.milliseconds())))
+        replica.appended()
+        return info
+
+    def close(self) -> None:
+        for replica in self.by_node.values():
+            replica.stop(BrokerNotAvailableError("closed"), join_timeout_s=DEADLINE_S)
+        for log in self.logs.values():
+            if not log.closed:
+                log.close()
+
+
+@pytest.fixture
+def replicas(tmp_path: Path) -> Iterator[Replicas]:
+    made = Replicas(tmp_path, MockClock(START_MS))
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+def state(leader: str, isr: str, epoch: int = 1, version: int = 1, replicas: str = "abc") -> LeaderAndIsr:
+    return LeaderAndIsr(TOPIC, PARTITION, leader, epoch, tuple(replicas), tuple(isr), version)
+
+
+def wait_until(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + DEADLINE_S
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.005)
+
+
+def caught_up(replicas: Replicas, *nodes: str) -> bool:
+    leader_end = replicas.logs["a"].log_end_offset
+    return all(replicas.logs[node].log_end_offset == leader_end for node in nodes)
+
+
+# --- roles ---------------------------------------------------------------------------------------------------
+
+
+def test_a_replica_told_nothing_leads_alone_and_its_appends_are_committed_at_once(replicas: Replicas) -> None:
+    alone = replicas.by_node["a"]
+    assert alone.state is None and not alone.following and not alone.leading
+    replicas.append("a", 3, acks=-1)
+    # An unreplicated log's high watermark is its log end offset.
+    assert replicas.logs["a"].high_watermark == 3
+
+
+def test_leader_and_followers_take_their_roles_and_the_followers_copy_the_leaders_log(replicas: Replicas) -> None:
+    replicas.tell(state("a", "abc"))
+    assert replicas.by_node["a"].leading and not replicas.by_node["a"].following
+    assert all(replicas.by_node[node].following for node in "bc")
+    replicas.append("a", 5)
+    replicas.append("a", 2)
+    wait_until(lambda: caught_up(replicas, "b", "c"), "the followers to copy the leader")
+    # The leader's high watermark reaches its log end once every follower fetched past it; followers take it.
+    wait_until(lambda: replicas.logs["a"].high_watermark == 7, "the high watermark")
+    wait_until(lambda: all(replicas.logs[n].high_watermark == 7 for n in "bc"), "the followers' high watermarks")
+    assert log_rows(replicas.logs["b"]) == log_rows(replicas.logs["a"]) == log_rows(replicas.logs["c"])
+
+
+def test_a_follower_refuses_client_appends_and_names_the_leader(replicas: Replicas) -> None:
+    replicas.tell(state("a", "abc"))
+    with pytest.raises(NotLeaderOrFollowerError, match="the leader is a"):
+        replicas.by_node["b"].check_append(1)
+    with pytest.raises(InvalidRequestError):
+        replicas.by_node["a"].check_append(2)
+
+
+def test_an_older_state_and_a_state_that_does_not_list_the_replica_are_ignored(replicas: Replicas) -> None:
+    newer = replicas.tell(state("a", "abc", epoch=2, version=4))
+    assert not replicas.by_node["a"].update(state("b", "abc", epoch=1, version=9))
+    assert not replicas.by_node["a"].update(state("a", "ab", epoch=2, version=4))
+    assert not replicas.by_node["a"].update(state("b", "bc", epoch=3, version=5, replicas="bc"))
+    assert replicas.by_node["a"].state == newer
+
+
+def test_a_new_leader_starts_its_epoch_and_the_old_leader_truncates_its_divergent_tail(replicas: Replicas) -> None:
+    replicas.tell(state("a", "ab", replicas="ab"), "a", "b")
+    replicas.append("a", 4)
+    wait_until(lambda: caught_up(replicas, "b"), "b to copy a")
+    # a leads on alone with records b never gets: b is elected, a follows it in the new epoch.
+    replicas.by_node["b"].stop(BrokerNotAvailableError("b is down"), join_timeout_s=DEADLINE_S)
+    replicas.append("a", 3)
+    fresh_b = Replica(
+        replicas.logs["b"],
+        "b",
+        SETTINGS,
+        LogChanges(),
+        controller=replicas.controller,
+        leader_link=lambda s: LocalLeaderLink(s, "b", replicas.find),
+        isr_checks=False,
+    )
+    replicas.by_node["b"] = fresh_b
+    replicas.tell(state("b", "ab", epoch=2, version=2, replicas="ab"), "a", "b")
+    assert replicas.logs["b"].leader_epoch == 2
+    replicas.append("b", 2)
+    wait_until(lambda: replicas.logs["a"].log_end_offset == 6, "a to truncate and copy b")
+    assert log_rows(replicas.logs["a"]) == log_rows(replicas.logs["b"])
+    assert [row[0] for row in log_rows(replicas.logs["a"])] == list(range(6))
+
+
+# --- the high watermark and the ISR --------------------------------------------------------------------------
+
+
+def test_the_high_watermark_is_the_smallest_log_end_offset_of_the_isr(replicas: Replicas) -> None:
+    replicas.tell(state("a", "abc"))
+    replicas.append("a", 4)
+    wait_until(lambda: replicas.logs["a"].high_watermark == 4, "the first high watermark")
+    replicas.by_node["c"].stop(BrokerNotAvailableError("c is down"), join_timeout_s=DEADLINE_S)
+    replicas.append("a", 4)
+    wait_until(lambda: caught_up(replicas, "b"), "b to copy a")
+    # c stays in the ISR (it has not lagged for replica.lag.time.max.ms yet) and holds the high watermark back.
+    time.sleep(0.05)
+    assert replicas.logs["a"].high_watermark == 4
+
+
+def test_a_follower_lagging_longer_than_replica_lag_time_max_ms_is_asked_out_of_the_isr(replicas: Replicas) -> None:
+    leader = replicas.by_node["a"]
+    current = replicas.tell(state("a", "abc"))
+    replicas.by_node["c"].stop(BrokerNotAvailableError("c is down"), join_timeout_s=DEADLINE_S)
+    replicas.append("a", 4)
+    wait_until(lambda: leader.follower_log_end_offset("b") == 4, "b to copy a and fetch again")
+    replicas.clock.sleep(LAG_MS)
+    assert leader.check_isr() is None, "not more than replica.lag.time.max.ms yet"
+    replicas.clock.sleep(1)
+    assert leader.check_isr() == ("a", "b")
+    assert replicas.controller.asked == [("a", 1, ("a", "b"))]
+    # Once the controller's answer arrives, the high watermark no longer waits for c.
+    replicas.tell(current.with_isr(("a", "b")), "a", "b")
+    assert replicas.logs["a"].high_watermark == 4
+    replicas.append("a", 1)
+    wait_until(lambda: replicas.logs["a"].high_watermark == 5, "the high watermark without c")
+
+
+def test_a_follower_that_caught_up_is_asked_into_the_isr(replicas: Replicas) -> None:
+    replicas.tell(state("a", "ab"))
+    replicas.append("a", 3)
+    wait_until(lambda: caught_up(replicas, "b", "c"), "b and c to copy a")
+    wait_until(lambda: ("a", 1, ("a", "b", "c")) in replicas.controller.asked, "the leader to ask for c")
+
+
+# --- acks=all ------------------------------------------------------------------------------------------------
+
+
+def test_acks_all_answers_once_every_in_sync_replica_has_the_append(tmp_path: Path) -> None:
+    made = Replicas(tmp_path, MockClock(START_MS), min_insync_replicas=2)
+    try:
+        made.tell(state("a", "abc"))
+        info = made.append("a", 3, acks=-1)
+        assert made.by_node["a"].await_replicated(info, timeout_ms=int(DEADLINE_S * 1000)) == info
+        assert made.logs["b"].log_end_offset >= 3 and made.logs["c"].log_end_offset >= 3
+    finally:
+        made.close()
+
+
+def test_acks_all_times_out_while_an_in_sync_replica_lacks_the_append(replicas: Replicas) -> None:
+    replicas.tell(state("a", "ab", replicas="ab"), "a", "b")
+    replicas.by_node["b"].stop(BrokerNotAvailableError("b is down"), join_timeout_s=DEADLINE_S)
+    info = replicas.append("a", 1, acks=-1)
+    started = time.monotonic()
+    with pytest.raises(RequestTimedOutError):
+        replicas.by_node["a"].await_replicated(info, timeout_ms=100)
+    assert time.monotonic() - started >= 0.1
+
+
+def test_acks_all_is_refused_below_min_insync_replicas_and_fails_when_the_isr_shrinks(tmp_path: Path) -> None:
+    made = Replicas(tmp_path, MockClock(START_MS), min_insync_replicas=2)
+    try:
+        current = made.tell(state("a", "ab", replicas="ab"), "a", "b")
+        made.by_node["b"].stop(BrokerNotAvailableError("b is down"), join_timeout_s=DEADLINE_S)
+        info = made.append("a", 1, acks=-1)
+        answer: list[BaseException] = []
+
+        def wait() -> None:
+            try:
+                made.by_node["a"].await_replicated(info, timeout_ms=int(DEADLINE_S * 1000))
+            except NotEnoughReplicasAfterAppendError as exc:
+                answer.append(exc)
+
+        waiter = threading.Thread(target=wait)
+        waiter.start()
+        made.tell(current.with_isr(("a",)), "a")
+        waiter.join(DEADLINE_S)
+        # The append is committed (the ISR is the leader alone) but below min.insync.replicas: Kafka's
+        # NOT_ENOUGH_REPLICAS_AFTER_APPEND.
+        assert made.logs["a"].high_watermark > info.last_offset
+        assert len(answer) == 1
+        with pytest.raises(NotEnoughReplicasError):
+            made.append("a", 1, acks=-1)
+        made.append("a", 1, acks=1)
+    finally:
+        made.close()
+
+
+def test_a_replica_that_stopped_leading_fails_the_waiting_append(replicas: Replicas) -> None:
+    replicas.tell(state("a", "ab", replicas="ab"), "a", "b")
+    replicas.by_node["b"].stop(BrokerNotAvailableError("b is down"), join_timeout_s=DEADLINE_S)
+    info = replicas.append("a", 1, acks=-1)
+    replicas.tell(state("b", "b", epoch=2, version=2, replicas="ab"), "a")
+    with pytest.raises(NotLeaderOrFollowerError):
+        replicas.by_node["a"].await_replicated(info, timeout_ms=int(DEADLINE_S * 1000))
+
+
+# --- fencing and the end -------------------------------------------------------------------------------------
+
+
+def test_a_followers_fetch_is_fenced_by_leader_epoch_and_checked(replicas: Replicas) -> None:
+    replicas.tell(state("a", "a", epoch=3), "a")
+    leader = replicas.by_node["a"]
+    with pytest.raises(FencedLeaderEpochError):
+        leader.replicate("b", 0, 1024, 0, 2)
+    with pytest.raises(NotLeaderOrFollowerError):
+        leader.replicate("b", 0, 1024, 0, 4)
+    with pytest.raises(NotLeaderOrFollowerError):
+        leader.replicate("z", 0, 1024, 0, 3)
+    with pytest.raises(OffsetOutOfRangeError):
+        leader.replicate("b", 1, 1024, 0, 3)
+    with pytest.raises(InvalidRequestError):
+        leader.replicate("b", "0", 1024, 0, 3)  # type: ignore[arg-type]
+    with pytest.raises(NotLeaderOrFollowerError):
+        replicas.by_node["b"].replicate("c", 0, 1024, 0, 3)
+
+
+def test_a_stopped_replica_raises_its_stop_error_and_its_threads_end(replicas: Replicas) -> None:
+    replicas.tell(state("a", "abc"))
+    before = {thread.name for thread in threading.enumerate()}
+    assert any(name.startswith("replica-fetcher-") for name in before)
+    gone = BrokerNotAvailableError("closed on purpose")
+    for replica in replicas.by_node.values():
+        replica.stop(gone, join_timeout_s=DEADLINE_S)
+    assert not any(thread.name.startswith("replica-fetcher-") for thread in threading.enumerate())
+    with pytest.raises(BrokerNotAvailableError, match="closed on purpose"):
+        replicas.by_node["a"].check_append(1)
+    assert not replicas.by_node["a"].update(state("a", "abc", epoch=5, version=5))

@@ -1,0 +1,202 @@
+"""What the protocol tests share: an in-process broker to run the listener's seams over, and request helpers.
+
+`start_broker` opens the in-process broker (`actors.core.broker.InProcessBroker`: the real controller, replicas
+and group coordinator, without Ray) with the settings these tests want: few `__consumer_offsets` partitions (every
+partition is a real log in a temporary folder) and no initial rebalance delay unless asked. The views the listener
+runs on are the real in-process ones (`cluster.protocol.local_broker_view`, `local_group_view`,
+`security.local_security_view`). The rest builds requests, runs handlers on them and reads answers as a client would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import ssl
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import trustme
+from kio.index import load_request_schema, load_response_schema
+from kio.serial import entity_reader
+
+from actors.core.broker import InProcessBroker
+from actors.core.controller.controller import Controller
+from actors.core.groups.group_membership import MembershipConfig
+from actors.core.security.acls import AclBinding
+from actors.core.security.scram import ScramCredential
+from cluster.protocol.framing import SIZE, Request, decode_response, encode_request, encode_response
+from cluster.protocol.local_broker_view import LocalBrokerView
+from cluster.protocol.local_group_view import LocalGroupView
+from cluster.protocol.messages import build
+from storage.clock import Clock, MockClock
+from storage.partition.log import Log
+from storage.records.compression import CompressionType
+from storage.records.record_batch import RecordBatchBuilder, iter_batches
+
+# `__consumer_offsets` partitions of the test brokers: each is a real log in a temporary folder.
+OFFSETS_TOPIC_PARTITIONS = 3
+
+
+def start_broker(
+    root: Path,
+    *,
+    nodes: int = 1,
+    clock: Clock | None = None,
+    initial_rebalance_delay_ms: int = 0,
+    **properties: str,
+) -> InProcessBroker:
+    """An in-process broker under `root` on `clock` (a fresh `MockClock` by default, which groups' timeouts run on);
+    `properties` in Kafka's names with dots as underscores (`min_insync_replicas="2"`)."""
+    return InProcessBroker(
+        root,
+        nodes=nodes,
+        properties={
+            "offsets.topic.num.partitions": str(OFFSETS_TOPIC_PARTITIONS),
+            # Followers' idle fetches answer within 50 ms, so stopping a replicated topic never waits 500 ms.
+            "replica.fetch.wait.max.ms": "50",
+            **{name.replace("_", "."): value for name, value in properties.items()},
+        },
+        clock=clock or MockClock(),
+        membership=MembershipConfig(group_initial_rebalance_delay_ms=initial_rebalance_delay_ms),
+    )
+
+
+def batch(
+    records: Iterable[tuple[bytes | None, bytes | None, int]], compression: CompressionType = CompressionType.NONE
+) -> bytes:
+    """A client's record batch (base offset 0) of (key, value, timestamp) records."""
+    builder = RecordBatchBuilder(compression=compression)
+    for key, value, timestamp in records:
+        builder.append(key, value, timestamp=timestamp)
+    return builder.build()
+
+
+def records_of(data: bytes) -> list[tuple[int, bytes | None, bytes | None, int]]:
+    """(offset, key, value, timestamp) of every record in fetched batch bytes (a trailing partial batch skipped)."""
+    return [
+        (record.offset, record.key, record.value, record.timestamp)
+        for fetched in iter_batches(data)
+        for record in fetched.records()
+    ]
+
+
+def request(body: Any, correlation_id: int = 1, client_id: str | None = "test") -> Request:
+    """The decoded form of a request whose body is the kio object `body`."""
+    return Request(body.__api_key__, body.__version__, correlation_id, client_id, body)
+
+
+def run(coroutine: Any) -> Any:
+    return asyncio.run(coroutine)
+
+
+async def exchange(port: int, body: Any, correlation_id: int = 1) -> tuple[int, Any]:
+    """Sends one request to a server on 127.0.0.1:`port` and reads its answer: (correlation id, kio response)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(encode_request(body.__api_key__, correlation_id, "test", body))
+        await writer.drain()
+        (size,) = SIZE.unpack(await reader.readexactly(SIZE.size))
+        payload = await reader.readexactly(size)
+    finally:
+        writer.close()
+    response_type = load_response_schema(body.__api_key__, body.__version__)
+    header, header_size = entity_reader(response_type.__header_schema__)(payload, 0)
+    response, _ = entity_reader(response_type)(payload, header_size)
+    return header.correlation_id, response
+
+
+def answer(handler: Any, api_key: int, version: int, values: dict[str, Any]) -> Any:
+    """A handler's response to the request of `api_key`/`version` built from `values`, as a client decodes it
+    (encoded and decoded again, so a field the version cannot carry fails here)."""
+    body = build(load_request_schema(api_key, version), values)
+    response = run(handler(request(body)))
+    return decode_response(encode_response(1, response)[SIZE.size :], load_response_schema(api_key, version))[1]
+
+
+def read_frame(sock: socket.socket) -> bytes:
+    """The payload of the next frame on `sock`, read whole; `ConnectionError` if the peer closes first."""
+
+    def exactly(count: int) -> bytes:
+        data = b""
+        while len(data) < count:
+            chunk = sock.recv(count - len(data))
+            if not chunk:
+                raise ConnectionError("closed")
+            data += chunk
+        return data
+
+    (size,) = SIZE.unpack(exactly(SIZE.size))
+    return exactly(size)
+
+
+def is_closed_by_server(sock: socket.socket) -> bool:
+    """True once the server has closed `sock` (a read returns end of file or a reset)."""
+    try:
+        return sock.recv(1) == b""
+    except (ConnectionResetError, ssl.SSLError):
+        return True
+
+
+async def answer_async(
+    handler: Any, api_key: int, version: int, values: Mapping[str, Any], client_id: str = "test"
+) -> Any:
+    """The decoded answer of `handler` to a request of `api_key`/`version` built from `values`, awaited (several
+    members' requests then run concurrently in one `asyncio.gather`)."""
+    body = build(load_request_schema(api_key, version), values)
+    response = await handler(request(body, client_id=client_id))
+    return decode_response(encode_response(1, response)[SIZE.size :], load_response_schema(api_key, version))[1]
+
+
+@dataclass(frozen=True)
+class TlsFiles:
+    """PEM files of one test CA: the CA itself, the server's key and chain, and two clients' keys and chains."""
+
+    ca: Path
+    server: Path
+    alice: Path
+    bob: Path
+
+
+def make_tls_files(folder: Path) -> TlsFiles:
+    """A fresh CA with a server certificate for 127.0.0.1 and client certificates `CN=alice` and `CN=bob`."""
+    ca = trustme.CA()
+    files = TlsFiles(folder / "ca.pem", folder / "server.pem", folder / "alice.pem", folder / "bob.pem")
+    ca.cert_pem.write_to_path(str(files.ca))
+    ca.issue_cert("127.0.0.1", "localhost").private_key_and_cert_chain_pem.write_to_path(str(files.server))
+    for path, name in ((files.alice, "alice"), (files.bob, "bob")):
+        ca.issue_cert(f"{name}@example.org", common_name=name).private_key_and_cert_chain_pem.write_to_path(str(path))
+    return files
+
+
+def add_user(controller: Controller, user: str, password: str, mechanism: str = "SCRAM-SHA-256") -> None:
+    """Gives `user` a SCRAM credential for `password`, as `raybroker users` does through the controller."""
+    controller.upsert_scram_credential(user, ScramCredential.from_password(mechanism, password))
+
+
+def add_acls(controller: Controller, *bindings: AclBinding) -> None:
+    controller.create_acls(list(bindings))
+
+
+def leader_log(view: LocalBrokerView, topic: str, partition: int) -> Log:
+    """The `Log` of the partition's leader replica in the view's in-process broker (to seed records or look at
+    what a request left)."""
+    return view.broker.leader(topic, partition).log
+
+
+def commit_offsets(groups: LocalGroupView, offsets: Mapping[tuple[str, str, int], int]) -> None:
+    """Commits each (group, topic, partition) offset through the view's group coordinator, as a Python
+    `Consumer.commit` does."""
+    for (group, topic, partition), offset in offsets.items():
+        groups.broker.group_coordinator.commit(group, {(topic, partition): offset})
+
+
+def committed_offsets(groups: LocalGroupView) -> dict[tuple[str, str, int], int]:
+    """Every committed offset the view's group coordinator holds, by (group, topic, partition)."""
+    coordinator = groups.broker.group_coordinator
+    return {
+        (described.group_id, topic, partition): offset
+        for described in coordinator.list_groups()
+        for (topic, partition), offset in coordinator.group_offsets(described.group_id).items()
+    }

@@ -1,0 +1,58 @@
+"""How the broker views (`RayBrokerView`, `LocalBrokerView`) turn the controller's replication state (node ids) into
+what Metadata lists (Kafka broker ids), as the plain function `topic_info` of the topic, the listeners and the running
+brokers. The oracle is the rule the Metadata handler documents: a replica is named by its node's listener `node.id`,
+left out without one; a partition without a leader is offline; listed replicas whose broker is not running are
+offline replicas."""
+
+from __future__ import annotations
+
+from actors.core.controller.topic_metadata import AdvertisedListener, TopicMetadata
+from actors.core.replication.leader_and_isr import NO_LEADER, LeaderAndIsr
+from cluster.protocol.broker_view import PartitionInfo, topic_info
+
+# Ray nodes a, b, c run brokers; a and b run listeners (node.id 1 and 2); d ran a broker once and is gone.
+LISTENERS = {"a": AdvertisedListener(1, "host-a", 9092), "b": AdvertisedListener(2, "host-b", 9092)}
+LIVE = frozenset({"a", "b", "c"})
+
+
+def topic(*states: LeaderAndIsr) -> TopicMetadata:
+    return TopicMetadata(
+        "t", {s.partition: s.leader or s.replicas[0] for s in states}, {}, {s.partition: s for s in states}
+    )
+
+
+def test_replicas_are_named_by_their_listeners_node_ids_in_assignment_order() -> None:
+    info = topic_info(
+        topic(
+            LeaderAndIsr("t", 0, "b", 3, ("b", "a", "c"), ("b", "a", "c")),
+            LeaderAndIsr("t", 1, "a", 0, ("a", "b", "c"), ("a",)),
+        ),
+        LISTENERS,
+        LIVE,
+    )
+    assert (info.name, info.partition_count, info.replication_factor) == ("t", 2, 3)
+    assert info.partitions == (
+        PartitionInfo(leader=2, leader_epoch=3, replicas=(2, 1), isr=(2, 1)),
+        PartitionInfo(leader=1, leader_epoch=0, replicas=(1, 2), isr=(1,)),
+    )
+
+
+def test_a_leader_on_a_node_without_listener_is_none_but_not_offline() -> None:
+    (partition,) = topic_info(topic(LeaderAndIsr("t", 0, "c", 1, ("c", "a"), ("c", "a"))), LISTENERS, LIVE).partitions
+    assert partition == PartitionInfo(leader=None, leader_epoch=1, replicas=(1,), isr=(1,))
+
+
+def test_a_partition_without_leader_is_offline_and_its_stopped_listed_replicas_are_offline_replicas() -> None:
+    listeners = {**LISTENERS, "d": AdvertisedListener(4, "host-d", 9092)}
+    state = LeaderAndIsr("t", 0, NO_LEADER, 5, ("d", "a"), ("d",))
+    (partition,) = topic_info(topic(state), listeners, LIVE).partitions
+    assert partition == PartitionInfo(
+        leader=None, leader_epoch=5, replicas=(4, 1), isr=(4,), offline_replicas=(4,), offline=True
+    )
+
+
+def test_a_topic_from_before_replication_has_its_one_replica_leading_in_epoch_0() -> None:
+    legacy = TopicMetadata("old", {0: "a", 1: "c"}, {})
+    info = topic_info(legacy, LISTENERS, LIVE)
+    assert info.replication_factor == 1
+    assert info.partitions == (PartitionInfo(1, 0, (1,), (1,)), PartitionInfo(None, 0, (), ()))
