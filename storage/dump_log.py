@@ -10,6 +10,8 @@ on a live log dir or a read-only copy. The kind of a file comes from its name (r
 |                           | `bootstrap.checkpoint`                                        |                      |
 | `index`                   | `<base>.index`                                                | entry                |
 | `timeindex`               | `<base>.timeindex`                                            | entry                |
+| `txnindex`                | `<base>.txnindex`                                             | aborted transaction  |
+| `producer-snapshot`       | `<offset>.snapshot`                                           | producer             |
 | `offset-checkpoint`       | `recovery-point-offset-checkpoint`, `log-start-offset-`,     | `topic partition     |
 |                           | `replication-offset-`, `cleaner-offset-checkpoint`            | offset` line         |
 | `leader-epoch-checkpoint` | `leader-epoch-checkpoint`                                     | `epoch start` line   |
@@ -29,6 +31,11 @@ Text output mirrors kafka-dump-log (Kafka 3.x), one line per item after `Dumping
     offset: 7 position: 80 NoTimestampType: -1 size: 40 magic: 0 compresscodec: gzip crc: 9 isvalid: true
     offset: 7 position: 4120                      (.index)
     timestamp: 1700000000000 offset: 7            (.timeindex)
+    version: 0 producerId: 3 firstOffset: 5 lastOffset: 9 lastStableOffset: 10            (.txnindex)
+    producerId: 3 producerEpoch: 0 coordinatorEpoch: 0 currentTxnFirstOffset: OptionalLong.empty
+      lastTimestamp: 1700000000000 firstSequence: 0 lastSequence: 2 lastOffset: 7 offsetDelta: 2
+      timestamp: 1700000000000                    (.snapshot; no `firstSequence ...` part for a producer
+                                                   that has only markers left, which ends the line with a space)
 
 (a batch is one line; it is wrapped above only to fit). Record lines (`|`) appear with `--deep-iteration` or
 `--print-data-log`; key and payload (UTF-8 with undecodable bytes replaced, control characters shown as `\\xNN`
@@ -46,7 +53,11 @@ JSON output (`json_rows`): one object per item, nothing else, so every line is a
   With `--print-data-log` also `records: [{offset, timestamp, key, value, headers: [{key, value}]}]` (key and
   values as lowercase hex or null, header keys as strings); with only `--deep-iteration`,
   `records: [{offset, timestamp, keySize, valueSize, sequence, headerKeys}]`.
-- `.index` `{offset, position}`, `.timeindex` `{timestamp, offset}` (absolute offsets); offset checkpoints
+- `.index` `{offset, position}`, `.timeindex` `{timestamp, offset}` (absolute offsets); `.txnindex`
+  `{version, producerId, firstOffset, lastOffset, lastStableOffset}`; `.snapshot` `{producerId, producerEpoch,
+  coordinatorEpoch, currentTxnFirstOffset, lastTimestamp}` (`currentTxnFirstOffset` null when no transaction is
+  open) plus `{firstSequence, lastSequence, lastOffset, offsetDelta, timestamp}` for a producer with a data batch
+  left; offset checkpoints
   `{topic, partition, offset}`; leader-epoch checkpoint `{epoch, startOffset}`; meta.properties one object of
   its keys; `.kafka_cleanshutdown` `{brokerEpoch}` (null for an empty or pre-3.7 marker).
 
@@ -56,7 +67,9 @@ an unknown magic or bad framing stops the dump there; a trailing partial batch (
 the position where it starts; a trailing partial index entry at the first byte of the partial entry. A batch
 whose CRC does not match is shown with `isvalid: false` and does not stop the dump (like Kafka); records that
 cannot be decoded (deep iteration, or any compressed magic 0/1 wrapper, whose inner records give `baseOffset`)
-report an error after the batch and the dump goes on with the next batch, whose framing is intact. Index
+report an error after the batch and the dump goes on with the next batch, whose framing is intact. A `.txnindex` entry
+whose version byte is above 0 stops its dump with an error, as does a producer snapshot whose version, CRC or
+length does not check (Kafka prints that error instead of the snapshot). Index
 entries stop, without an error, at the first entry after slot 0 whose offset equals the base offset: the
 zero-filled preallocated tail an unclean shutdown leaves (Kafka's rule).
 """
@@ -74,19 +87,23 @@ from storage.errors import CorruptCheckpointError, KafkaStorageError, StorageErr
 from storage.files.checkpoint_file import EPOCH_ENTRY_FORMATTER, OFFSET_ENTRY_FORMATTER, CheckpointFile, EpochEntry
 from storage.files.clean_shutdown import parse_clean_shutdown
 from storage.files.meta_properties import MetaProperties, parse_properties
+from storage.partition.producer_snapshot import SnapshotEntry, decode_snapshot
 from storage.records.compression import CompressionType
 from storage.records.file_records import AnyBatch, FileRecords
-from storage.records.layout import CONTROL_KEY, END_TXN_MARKER_VALUE, NO_SEQUENCE, ControlRecordType
+from storage.records.layout import CONTROL_KEY, END_TXN_MARKER_VALUE, NO_SEQUENCE, SEQUENCE_MODULUS, ControlRecordType
 from storage.records.legacy_records import LegacyRecord
 from storage.records.record import Record
 from storage.records.record_batch import RecordBatch
 from storage.segment.offset_index import OffsetIndex, OffsetPosition
 from storage.segment.time_index import TimeIndex, TimestampOffset
+from storage.segment.transaction_index import ENTRY_SIZE as TXN_ENTRY_SIZE
+from storage.segment.transaction_index import AbortedTxn, read_entries
 
-# Kafka's sequences are int32 and wrap from 2**31 - 1 back to 0 (DefaultRecordBatch.incrementSequence).
-_SEQUENCE_MODULUS = 2**31
 # meta.properties and the clean-shutdown marker are a few hundred bytes; a larger file is not one of them.
 MAX_SMALL_FILE_BYTES = 1024 * 1024
+# A producer snapshot holds 46 bytes per producer and a `.txnindex` 34 per aborted transaction in one segment:
+# 256 MiB is ~5.8 million producers or ~7.9 million aborts, far past what a partition keeps.
+MAX_SNAPSHOT_BYTES = MAX_TXN_INDEX_BYTES = 256 * 1024 * 1024
 RECORD_INDENT = "|"
 _CONTROL_ESCAPES = {code: f"\\x{code:02x}" for code in (*range(0x20), 0x7F)}
 
@@ -98,6 +115,8 @@ class FileKind(enum.Enum):
     KRAFT_SNAPSHOT = "snapshot"
     OFFSET_INDEX = "index"
     TIME_INDEX = "timeindex"
+    TXN_INDEX = "txnindex"
+    PRODUCER_SNAPSHOT = "producer-snapshot"
     OFFSET_CHECKPOINT = "offset-checkpoint"
     LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
     META_PROPERTIES = "meta.properties"
@@ -108,6 +127,7 @@ _SEGMENT_KINDS = {
     file_names.LOG_SUFFIX: FileKind.LOG,
     file_names.INDEX_SUFFIX: FileKind.OFFSET_INDEX,
     file_names.TIME_INDEX_SUFFIX: FileKind.TIME_INDEX,
+    file_names.TXN_INDEX_SUFFIX: FileKind.TXN_INDEX,
 }
 _NAMED_KINDS = {
     file_names.RECOVERY_POINT_CHECKPOINT: FileKind.OFFSET_CHECKPOINT,
@@ -119,9 +139,10 @@ _NAMED_KINDS = {
     file_names.CLEAN_SHUTDOWN_FILE: FileKind.CLEAN_SHUTDOWN,
 }
 SUPPORTED_FILES = (
-    ".log, .index, .timeindex, KRaft *.checkpoint snapshots, leader-epoch-checkpoint, meta.properties, "
-    ".kafka_cleanshutdown and the offset checkpoints (recovery-point-offset-checkpoint, "
-    "log-start-offset-checkpoint, replication-offset-checkpoint, cleaner-offset-checkpoint)"
+    ".log, .index, .timeindex, .txnindex, producer .snapshot files, KRaft *.checkpoint snapshots, "
+    "leader-epoch-checkpoint, meta.properties, .kafka_cleanshutdown and the offset checkpoints "
+    "(recovery-point-offset-checkpoint, log-start-offset-checkpoint, replication-offset-checkpoint, "
+    "cleaner-offset-checkpoint)"
 )
 
 
@@ -194,6 +215,8 @@ DumpItem = (
     | TimestampOffset
     | OffsetCheckpointEntry
     | EpochEntry
+    | AbortedTxn
+    | SnapshotEntry
     | PropertiesDump
     | CleanShutdownDump
     | DumpError
@@ -204,6 +227,8 @@ def classify(path: Path) -> FileInfo | None:
     """What kind of file `path` names, or None for a file dump-log cannot read (see `SUPPORTED_FILES`)."""
     path = Path(path)
     name = path.name
+    if name.endswith(file_names.PRODUCER_SNAPSHOT_SUFFIX):
+        return FileInfo(path, FileKind.PRODUCER_SNAPSHOT)
     segment = file_names.parse_segment_name(name)
     if segment is not None:
         base_offset, suffix, _ = segment
@@ -280,6 +305,10 @@ class FileDump:
             yield from _index_items(OffsetIndex(path, self.info.base_offset or 0, writable=False))
         elif kind == FileKind.TIME_INDEX:
             yield from _index_items(TimeIndex(path, self.info.base_offset or 0, writable=False))
+        elif kind == FileKind.TXN_INDEX:
+            yield from _txn_index_items(path)
+        elif kind == FileKind.PRODUCER_SNAPSHOT:
+            yield from decode_snapshot(_read_file(path, MAX_SNAPSHOT_BYTES), path)
         elif kind == FileKind.OFFSET_CHECKPOINT:
             for (topic, partition), offset in CheckpointFile(path, OFFSET_ENTRY_FORMATTER, read_only=True).read():
                 yield OffsetCheckpointEntry(topic, partition, offset)
@@ -355,17 +384,38 @@ def _index_items(index: OffsetIndex | TimeIndex) -> Iterator[DumpItem]:
         index.close()
 
 
-def _read_small_file(path: Path) -> bytes:
+def _txn_index_items(path: Path) -> Iterator[DumpItem]:
+    data = _read_file(path, MAX_TXN_INDEX_BYTES)
+    whole = len(data) - len(data) % TXN_ENTRY_SIZE
+    for position in range(0, whole, TXN_ENTRY_SIZE):
+        try:
+            (entry,) = read_entries(data[position : position + TXN_ENTRY_SIZE])
+        except StorageError as exc:
+            yield DumpError(exc.message, position)
+            return
+        yield entry
+    if whole < len(data):
+        yield DumpError(
+            f"index is truncated: the last {len(data) - whole} bytes are a partial {TXN_ENTRY_SIZE}-byte entry",
+            position=whole,
+        )
+
+
+def _read_file(path: Path, max_bytes: int) -> bytes:
     try:
         with open(path, "rb") as stream:
-            data = stream.read(MAX_SMALL_FILE_BYTES + 1)
+            data = stream.read(max_bytes + 1)
     except OSError as exc:
         raise KafkaStorageError(f"cannot read file: {exc.strerror or exc}", path=path) from exc
-    if len(data) > MAX_SMALL_FILE_BYTES:
+    if len(data) > max_bytes:
         raise CorruptCheckpointError(
-            f"file is larger than {MAX_SMALL_FILE_BYTES} bytes, too large for its kind", path=path, position=0
+            f"file is larger than {max_bytes} bytes, too large for its kind", path=path, position=0
         )
     return data
+
+
+def _read_small_file(path: Path) -> bytes:
+    return _read_file(path, MAX_SMALL_FILE_BYTES)
 
 
 def _meta_properties_items(path: Path) -> Iterator[DumpItem]:
@@ -398,7 +448,7 @@ def _size(data: bytes | None) -> int:
 def _record_sequence(batch: AnyBatch, record: Record | LegacyRecord) -> int:
     if not isinstance(batch, RecordBatch) or batch.base_sequence == NO_SEQUENCE:
         return NO_SEQUENCE
-    return (batch.base_sequence + record.offset - batch.base_offset) % _SEQUENCE_MODULUS
+    return (batch.base_sequence + record.offset - batch.base_offset) % SEQUENCE_MODULUS
 
 
 def batch_fields(item: DumpedBatch) -> dict[str, object]:
@@ -481,6 +531,16 @@ def _json_row(item: DumpItem, options: DumpOptions) -> dict[str, object]:
         return {"topic": item.topic, "partition": item.partition, "offset": item.offset}
     if isinstance(item, EpochEntry):
         return {"epoch": item.epoch, "startOffset": item.start_offset}
+    if isinstance(item, AbortedTxn):
+        return {
+            "version": item.version,
+            "producerId": item.producer_id,
+            "firstOffset": item.first_offset,
+            "lastOffset": item.last_offset,
+            "lastStableOffset": item.last_stable_offset,
+        }
+    if isinstance(item, SnapshotEntry):
+        return _snapshot_row(item)
     if isinstance(item, PropertiesDump):
         return dict(item.properties)
     if isinstance(item, CleanShutdownDump):
@@ -508,6 +568,42 @@ def _batch_line(item: DumpedBatch) -> str:
         f"size: {fields['size']} magic: {fields['magic']} compresscodec: {fields['compresscodec']} "
         f"crc: {fields['crc']} isvalid: {_java_bool(bool(fields['isvalid']))}"
     )
+
+
+def _snapshot_row(entry: SnapshotEntry) -> dict[str, object]:
+    row: dict[str, object] = {
+        "producerId": entry.producer_id,
+        "producerEpoch": entry.epoch,
+        "coordinatorEpoch": entry.coordinator_epoch,
+        "currentTxnFirstOffset": entry.current_txn_first_offset if entry.current_txn_first_offset >= 0 else None,
+        "lastTimestamp": entry.timestamp,
+    }
+    if entry.last_offset >= 0:
+        row.update(
+            firstSequence=(entry.last_sequence - entry.offset_delta) % SEQUENCE_MODULUS,
+            lastSequence=entry.last_sequence,
+            lastOffset=entry.last_offset,
+            offsetDelta=entry.offset_delta,
+            timestamp=entry.timestamp,
+        )
+    return row
+
+
+def _snapshot_line(entry: SnapshotEntry) -> str:
+    """Kafka's `dumpProducerIdSnapshot` line: Java's `OptionalLong` text, and the first (only) batch if any."""
+    txn = entry.current_txn_first_offset
+    line = (
+        f"producerId: {entry.producer_id} producerEpoch: {entry.epoch} coordinatorEpoch: {entry.coordinator_epoch} "
+        f"currentTxnFirstOffset: {f'OptionalLong[{txn}]' if txn >= 0 else 'OptionalLong.empty'} "
+        f"lastTimestamp: {entry.timestamp} "
+    )
+    if entry.last_offset >= 0:
+        first_sequence = (entry.last_sequence - entry.offset_delta) % SEQUENCE_MODULUS
+        line += (
+            f"firstSequence: {first_sequence} lastSequence: {entry.last_sequence} lastOffset: {entry.last_offset} "
+            f"offsetDelta: {entry.offset_delta} timestamp: {entry.timestamp}"
+        )
+    return line
 
 
 def _control_text(record: Record | LegacyRecord) -> str:
@@ -564,6 +660,13 @@ def _text_lines(item: DumpItem, options: DumpOptions) -> Iterator[str]:
         yield f"topic: {item.topic} partition: {item.partition} offset: {item.offset}"
     elif isinstance(item, EpochEntry):
         yield f"epoch: {item.epoch} startOffset: {item.start_offset}"
+    elif isinstance(item, AbortedTxn):
+        yield (
+            f"version: {item.version} producerId: {item.producer_id} firstOffset: {item.first_offset} "
+            f"lastOffset: {item.last_offset} lastStableOffset: {item.last_stable_offset}"
+        )
+    elif isinstance(item, SnapshotEntry):
+        yield _snapshot_line(item)
     elif isinstance(item, PropertiesDump):
         for key, value in item.properties.items():
             yield f"{key}={value}"

@@ -7,9 +7,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from storage.compaction.log_snapshot import ReadableLog
-from storage.records.record_batch import (
-    RecordBatch,
-)
 from storage.segment.log_segment import LogSegment
 
 
@@ -38,11 +35,12 @@ def dirty_segments(segments: Sequence[LogSegment], first_dirty_offset: int, end_
 def first_uncleanable_offset(
     log: ReadableLog, first_dirty_offset: int, now_ms: int, segments: Sequence[LogSegment] | None = None
 ) -> int:
-    """min(high watermark, active segment base, first dirty segment younger than min.compaction.lag.ms),
-    rounded down to a segment base. Open transactions are not considered (see `first_unstable_offset`)."""
+    """min(last stable offset, active segment base, first dirty segment younger than min.compaction.lag.ms),
+    rounded down to a segment base (Kafka's `firstUncleanableDirtyOffset`). The last stable offset is at most the
+    high watermark, and below every transaction still open or whose marker the high watermark has not passed."""
     segments = log.log_segments() if segments is None else segments
     active = segments[-1]
-    candidates = [active.base_offset, log.high_watermark]
+    candidates = [active.base_offset, log.last_stable_offset]
     lag_ms = log.config.min_compaction_lag_ms
     if lag_ms > 0:
         for segment in dirty_segments(segments[:-1], first_dirty_offset, active.base_offset):
@@ -50,20 +48,3 @@ def first_uncleanable_offset(
                 candidates.append(segment.base_offset)
                 break
     return floor_base_offset(segments, min(candidates))
-
-
-def first_unstable_offset(segments: Sequence[LogSegment], from_offset: int) -> int | None:
-    """First offset of a transaction with no marker yet, scanning batch headers from `from_offset`'s segment."""
-    open_first: dict[int, int] = {}
-    start = floor_base_offset(segments, from_offset)
-    for segment in segments:
-        if segment.base_offset < start:
-            continue
-        for batch in segment.log.batches(0):
-            if not isinstance(batch, RecordBatch) or batch.producer_id < 0 or not batch.is_transactional:
-                continue
-            if batch.is_control:
-                open_first.pop(batch.producer_id, None)
-            else:
-                open_first.setdefault(batch.producer_id, batch.base_offset)
-    return min(open_first.values(), default=None)

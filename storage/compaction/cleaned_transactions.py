@@ -1,8 +1,16 @@
-"""The transaction rules of compaction (Kafka's `CleanedTransactionMetadata` and the cleaner's pre-scan).
+"""The transaction rules of compaction (Kafka's `CleanedTransactionMetadata`), and the producers whose last
+batch must survive it.
 
-Data batches of aborted transactions are dropped whatever their keys; a COMMIT/ABORT marker stays while any data
-batch of its transaction is still in the log (seen in this pass), then goes like a tombstone; the last batch of a
-producer still active stays, possibly emptied, so its sequence and epoch survive (Kafka's RETAIN_EMPTY).
+Data batches of aborted transactions are dropped whatever their keys. Which transactions were aborted comes from
+the `.txnindex` files (`transaction_index.collect_aborted_transactions` over the range cleaned), as in Kafka; a
+pass never reaches past the last stable offset, so every transaction it meets is decided. A COMMIT/ABORT marker
+stays while any data batch of its transaction is still in the log (seen in this pass), then goes like a tombstone
+(a delete horizon first, removal once it passed). An ABORT marker kept because its data was seen in this pass
+keeps its `.txnindex` entry in the cleaned segment (`TransactionTracker.cleaned_index`), so the rebuilt index
+holds exactly the aborted transactions still present.
+
+The last batch of a producer still active stays, possibly emptied, so its sequence and epoch survive (Kafka's
+RETAIN_EMPTY): `scan_producers` reads each producer's latest batch from the batch headers of the log.
 """
 
 from __future__ import annotations
@@ -12,20 +20,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from storage.partition.producer_state import PRODUCER_ID_EXPIRATION_MS
-from storage.records.record_batch import (
-    ControlRecordType,
-    RecordBatch,
-)
+from storage.records.record_batch import ControlRecordType, RecordBatch
 from storage.segment.log_segment import LogSegment
-
-
-@dataclass(frozen=True, slots=True)
-class AbortedTxn:
-    """An aborted transaction still in the log: its first data offset and the offset of its ABORT marker."""
-
-    producer_id: int
-    first_offset: int
-    marker_offset: int
+from storage.segment.transaction_index import AbortedTxn, TransactionIndex
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,11 +36,9 @@ class ProducerLastBatch:
 
 
 @dataclass(frozen=True)
-class TransactionScan:
-    """What the pre-scan learned (see the module docstring, step 1)."""
+class ProducerScan:
+    """Each producer's latest batch in the log."""
 
-    aborted: tuple[AbortedTxn, ...]
-    first_unstable_offset: int | None
     producers: Mapping[int, ProducerLastBatch]
 
     def is_last_batch_of_active_producer(self, batch: RecordBatch, now_ms: int) -> bool:
@@ -57,53 +52,48 @@ class TransactionScan:
         return batch.is_control and batch.producer_epoch == last.producer_epoch
 
 
-def scan_transactions(segments: Iterable[LogSegment]) -> TransactionScan:
-    """Reads every batch header once (control batches fully) to build a `TransactionScan`."""
-    open_first: dict[int, int] = {}
-    aborted: list[AbortedTxn] = []
+def scan_producers(segments: Iterable[LogSegment]) -> ProducerScan:
+    """Reads every batch header once to build a `ProducerScan`."""
     producers: dict[int, ProducerLastBatch] = {}
     for segment in segments:
         for batch in segment.log.batches(0):
             if not isinstance(batch, RecordBatch) or batch.producer_id < 0:
                 continue
-            producer_id = batch.producer_id
-            previous = producers.get(producer_id)
+            previous = producers.get(batch.producer_id)
             if batch.is_control:
-                if batch.records_count > 0 and batch.control_type() == ControlRecordType.ABORT:
-                    first = open_first.get(producer_id)
-                    if first is not None:
-                        aborted.append(AbortedTxn(producer_id, first, batch.base_offset))
-                if batch.is_transactional:
-                    open_first.pop(producer_id, None)
                 last_data_offset = previous.last_data_offset if previous is not None else None
             else:
-                if batch.is_transactional:
-                    open_first.setdefault(producer_id, batch.base_offset)
                 last_data_offset = batch.last_offset
-            producers[producer_id] = ProducerLastBatch(last_data_offset, batch.producer_epoch, batch.max_timestamp)
-    aborted.sort(key=lambda txn: txn.first_offset)
-    return TransactionScan(tuple(aborted), min(open_first.values(), default=None), producers)
+            producers[batch.producer_id] = ProducerLastBatch(
+                last_data_offset, batch.producer_epoch, batch.max_timestamp
+            )
+    return ProducerScan(producers)
 
 
 class TransactionTracker:
-    """Transaction state while walking batches in offset order (Kafka's `CleanedTransactionMetadata`)."""
+    """Transaction state while walking batches in offset order (Kafka's `CleanedTransactionMetadata`).
+    `cleaned_index`, when set, receives the entries of the ABORT markers kept for their data."""
 
     def __init__(self, aborted: Iterable[AbortedTxn]) -> None:
         self._pending = deque(sorted(aborted, key=lambda txn: txn.first_offset))
-        self._ongoing_aborted: dict[int, bool] = {}  # producer id -> a batch of it was seen
+        # Producer id -> its aborted transaction under way, and whether a data batch of it was seen.
+        self._ongoing_aborted: dict[int, tuple[AbortedTxn, bool]] = {}
         self._ongoing_committed: set[int] = set()
+        self.cleaned_index: TransactionIndex | None = None
 
     def _consume_up_to(self, offset: int) -> None:
         while self._pending and self._pending[0].first_offset <= offset:
-            self._ongoing_aborted[self._pending.popleft().producer_id] = False
+            txn = self._pending.popleft()
+            self._ongoing_aborted.setdefault(txn.producer_id, (txn, False))
 
     def on_batch_read(self, batch: RecordBatch) -> bool:
         """For a data batch: True when it belongs to an aborted transaction (its records must go)."""
         self._consume_up_to(batch.last_offset)
         if not batch.is_transactional:
             return False
-        if batch.producer_id in self._ongoing_aborted:
-            self._ongoing_aborted[batch.producer_id] = True
+        ongoing = self._ongoing_aborted.get(batch.producer_id)
+        if ongoing is not None:
+            self._ongoing_aborted[batch.producer_id] = (ongoing[0], True)
             return True
         self._ongoing_committed.add(batch.producer_id)
         return False
@@ -115,7 +105,12 @@ class TransactionTracker:
             return True
         control_type = batch.control_type()
         if control_type == ControlRecordType.ABORT:
-            return not self._ongoing_aborted.pop(batch.producer_id, False)
+            ongoing = self._ongoing_aborted.pop(batch.producer_id, None)
+            if ongoing is None or not ongoing[1]:
+                return True
+            if self.cleaned_index is not None:
+                self.cleaned_index.append(ongoing[0])
+            return False
         if control_type == ControlRecordType.COMMIT:
             seen = batch.producer_id in self._ongoing_committed
             self._ongoing_committed.discard(batch.producer_id)

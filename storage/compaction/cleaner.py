@@ -2,21 +2,19 @@
 
 One pass over a log with cleaner checkpoint `first_dirty_offset`:
 
-1. Pre-scan (batch headers; control batches decoded) of every segment up to the log end: which
-   transactional data belongs to aborted transactions (for each producer id, the transactional data
-   batches between its previous marker and an ABORT marker), the first offset of any still-open
-   transaction, and each producer's last batch. Kafka reads this from `.txnindex` files and producer
-   snapshots, which this storage layer does not keep; the scan costs one read of the batch headers.
-2. `first_uncleanable_offset` = min(high watermark, first open transaction, active segment base, base of
-   the first dirty non-active segment whose largest timestamp > now - `min.compaction.lag.ms`), rounded
-   down to its segment's base. The active segment and records younger than the lag are never touched.
+1. Pre-scan of every segment's batch headers up to the log end: each producer's latest batch (for the
+   RETAIN_EMPTY rule below). The aborted transactions come from the `.txnindex` files of the range cleaned.
+2. `first_uncleanable_offset` = min(last stable offset, active segment base, base of the first dirty
+   non-active segment whose largest timestamp > now - `min.compaction.lag.ms`), rounded down to its segment's
+   base. The active segment, records younger than the lag and undecided transactions are never touched.
 3. Offset map over [first_dirty, first_uncleanable): key -> latest offset (`offset_map.SkimpyOffsetMap`).
    Aborted data is not mapped. If the map fills (as in Kafka, the first keyed record that finds it at its
    load ends the mapping, even when its key is mapped already), the pass ends at `map.latest_offset + 1` and
    the next pass continues from there; otherwise it ends at `first_uncleanable_offset`.
 4. Segments below the end offset are grouped (`group_segments_by_size`: total `.log` <= segment.bytes,
    each index total <= segment.index.bytes, offset span <= 2**31 - 1) and each group is rewritten into
-   ONE segment named after the group's first base offset with the `.cleaned` suffix, then swapped in.
+   ONE segment named after the group's first base offset with the `.cleaned` suffix, with its own `.txnindex`
+   (the aborted transactions whose ABORT markers it keeps), then swapped in.
 
 Both the map and the rewrite read a segment ~1 MiB of batches at a time (`batch_columns`): the records of
 a chunk are decoded into columns, their keys go through the map in one call, and the rule below is applied
@@ -96,7 +94,7 @@ from storage.compaction.batch_columns import ChunkRecords, chunks, decode_chunk
 from storage.compaction.clean_result import CleanedGroup, CleanedLog, CleanResult, aborted_pass
 from storage.compaction.cleanable_range import dirty_segments, first_uncleanable_offset, floor_base_offset
 from storage.compaction.cleaned_swap import changed_since, delete_cleaned_files, swap_cleaned
-from storage.compaction.cleaned_transactions import TransactionScan, TransactionTracker, scan_transactions
+from storage.compaction.cleaned_transactions import ProducerScan, TransactionTracker, scan_producers
 from storage.compaction.log_snapshot import (
     LogSnapshot,
     ReadableLog,
@@ -119,6 +117,7 @@ from storage.records.record_batch import (
     encode_batch,
 )
 from storage.segment.log_segment import LogSegment
+from storage.segment.transaction_index import collect_aborted_transactions
 
 if TYPE_CHECKING:
     from storage.partition.log import Log
@@ -144,7 +143,7 @@ class _Pass:
     first_dirty_offset: int
     first_uncleanable_offset: int
     end_offset: int
-    scan: TransactionScan
+    scan: ProducerScan
     tracker: TransactionTracker
     offset_map: SkimpyOffsetMap
     max_batch_bytes: int
@@ -230,15 +229,13 @@ class Cleaner:
     def _clean_log(self, log: SnapshotLog, snapshot: LogSnapshot, now_ms: int, start_ns: int) -> CleanedLog:
         first_dirty_offset = snapshot.first_dirty_offset
         segments = log.log_segments()
-        scan = scan_transactions(segments)
+        scan = scan_producers(segments)
         upper = first_uncleanable_offset(log, first_dirty_offset, now_ms, segments)
         if snapshot.first_uncleanable_offset is not None:
             upper = min(upper, floor_base_offset(segments, snapshot.first_uncleanable_offset))
-        if scan.first_unstable_offset is not None:
-            upper = min(upper, floor_base_offset(segments, scan.first_unstable_offset))
         max_batch_bytes = max(log.config.max_message_bytes, self.config.io_buffer_bytes_per_thread)
         offset_map = self.offset_map
-        map_tracker = TransactionTracker(txn for txn in scan.aborted if txn.marker_offset >= first_dirty_offset)
+        map_tracker = TransactionTracker(collect_aborted_transactions(segments, first_dirty_offset, upper))
         stats = _Stats()
         full = self._build_offset_map(
             segments, first_dirty_offset, upper, offset_map, map_tracker, max_batch_bytes, stats
@@ -251,7 +248,7 @@ class Cleaner:
             upper,
             end_offset,
             scan,
-            TransactionTracker(scan.aborted),
+            TransactionTracker(collect_aborted_transactions(segments, segments[0].base_offset, end_offset)),
             offset_map,
             max_batch_bytes,
             stats,
@@ -358,11 +355,13 @@ class Cleaner:
     # --- rewriting -----------------------------------------------------------------------------------
 
     def _clean_group(self, clean_pass: _Pass, group: list[LogSegment]) -> CleanedGroup:
-        """Rewrites `group` into one `.cleaned` segment, fsynced, with the mtime of the group's last segment."""
+        """Rewrites `group` into one `.cleaned` segment, fsynced, with the mtime of the group's last segment, and
+        its `.txnindex` holding the aborted transactions whose markers it keeps for their data."""
         log = clean_pass.log
         cleaned = new_segment(
             log.directory, group[0].base_offset, log.config, self._clock, suffix=file_names.CLEANED_SUFFIX
         )
+        clean_pass.tracker.cleaned_index = cleaned.txn_index
         try:
             for segment in group:
                 self._clean_into(clean_pass, segment, cleaned)

@@ -23,8 +23,8 @@ Choosing (`cleanable_logs`, `grab_filthiest_logs`), per compacted partition (`lo
   the log end (truncation, deleted records) is reset to the log start, and rewritten in the checkpoint at
   the end of the pass, for every such log, chosen or not (as Kafka's `grabFilthiestCompactedLog` does);
   otherwise a log that is not chosen keeps its stale entry and is warned about on every pass;
-- first uncleanable offset = `cleanable_range.first_uncleanable_offset` (high watermark, active segment,
-  `min.compaction.lag.ms`), and, for logs that qualify, the first open transaction;
+- first uncleanable offset = `cleanable_range.first_uncleanable_offset` (last stable offset, active segment,
+  `min.compaction.lag.ms`);
 - clean bytes = segments wholly below the first dirty offset; cleanable bytes = segments from the one
   holding the first dirty offset up to the first uncleanable one; dirty ratio = cleanable / (clean +
   cleanable). (Kafka counts a segment holding the first dirty offset on both sides; here it is cleanable.)
@@ -62,8 +62,6 @@ from storage.compaction.clean_result import CleanedLog, CleanResult, aborted_pas
 from storage.compaction.cleanable_range import (
     dirty_segments,
     first_uncleanable_offset,
-    first_unstable_offset,
-    floor_base_offset,
 )
 from storage.compaction.cleaner_threads import CleanerThread
 from storage.compaction.log_snapshot import LogSnapshot
@@ -448,15 +446,7 @@ def log_to_clean(tp: TopicPartition, log: Log, checkpointed: int | None, now_ms:
     first_dirty, reset = _first_dirty_offset(log, checkpointed)
     upper = first_uncleanable_offset(log, first_dirty, now_ms, segments)
     ltc = _measure(tp, log, segments, first_dirty, upper, now_ms, reset)
-    if not ltc.eligible:
-        return ltc if reset else None
-    # Only now look for open transactions: it reads every batch header from the first dirty segment.
-    unstable = first_unstable_offset(segments, first_dirty)
-    if unstable is not None and unstable < upper:
-        ltc = _measure(tp, log, segments, first_dirty, floor_base_offset(segments, unstable), now_ms, reset)
-        if not ltc.eligible:
-            return ltc if reset else None
-    return ltc
+    return ltc if ltc.eligible or reset else None
 
 
 def _first_dirty_offset(log: Log, checkpointed: int | None) -> tuple[int, bool]:

@@ -39,6 +39,9 @@ class ReadableLog(Protocol):
     @property
     def high_watermark(self) -> int: ...
 
+    @property
+    def last_stable_offset(self) -> int: ...
+
     def log_segments(self) -> tuple[LogSegment, ...]: ...
 
 
@@ -61,6 +64,7 @@ class LogSnapshot:
     log_start_offset: int
     log_end_offset: int
     high_watermark: int
+    last_stable_offset: int
     segments: tuple[SegmentSnapshot, ...]
     first_dirty_offset: int
     first_uncleanable_offset: int | None
@@ -84,6 +88,7 @@ def snapshot_for_cleaning(log: Log, first_dirty_offset: int, first_uncleanable: 
             log.log_start_offset,
             log.log_end_offset,
             log.high_watermark,
+            log.last_stable_offset,
             tuple(SegmentSnapshot(segment.base_offset, segment.size) for segment in log.log_segments()),
             first_dirty_offset,
             first_uncleanable,
@@ -100,6 +105,7 @@ class SnapshotLog:
         self.log_start_offset = snapshot.log_start_offset
         self.log_end_offset = snapshot.log_end_offset
         self.high_watermark = snapshot.high_watermark
+        self.last_stable_offset = snapshot.last_stable_offset
         self._segments: list[LogSegment] = []
         try:
             for segment in snapshot.segments:

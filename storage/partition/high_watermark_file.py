@@ -11,7 +11,7 @@ instead of a call to the process that owns the log.
 | bytes | field                 | type | meaning                                                                |
 |-------|-----------------------|------|------------------------------------------------------------------------|
 | 0     | magic                 | 4s   | `b"RBHW"`                                                              |
-| 4     | version               | u16  | 0                                                                      |
+| 4     | version               | u16  | 1                                                                      |
 | 6     | state                 | u16  | 1 open; 0 closed (or unknown): read through the owner                  |
 | 8     | sequence              | u64  | even, +2 per publish (also while the owner restarts: see below)        |
 | 16    | high_watermark        | i64  | Kafka's high watermark                                                 |
@@ -21,10 +21,11 @@ instead of a call to the process that owns the log.
 | 48    | position              | i64  | that byte position (the end of the batch before the high watermark)   |
 | 56    | device                | u64  | `st_dev` of that segment's `.log` file                                 |
 | 64    | inode                 | u64  | `st_ino` of that segment's `.log` file                                 |
-| 72    | crc                   | u32  | CRC-32 (zlib) of bytes 0..72                                           |
-| 76    | sequence again        | u64  | equal to bytes 8..16 once the publish is complete                      |
+| 72    | last_stable_offset    | i64  | the LSO: read_committed readers read below it                          |
+| 80    | crc                   | u32  | CRC-32 (zlib) of bytes 0..80                                           |
+| 84    | sequence again        | u64  | equal to bytes 8..16 once the publish is complete                      |
 
-Publishing writes bytes 0..84 over the old ones in one slice assignment to a shared mapping, which another process
+Publishing writes bytes 0..92 over the old ones in one slice assignment to a shared mapping, which another process
 may see half done: a reader takes a snapshot only if both sequences are equal and the CRC matches, and reads again
 otherwise (`READ_ATTEMPTS`). The file keeps its inode for the life of the partition folder, so a reader that
 opened it keeps seeing the current owner's state after the owner restarts; a new owner continues the sequence of
@@ -33,7 +34,8 @@ the high watermark equals the log end offset (always, with one replica), as the 
 the segment fields are -1 and readers ask the owner.
 
 The bytes are untrusted (any process may write the file): `read` checks magic, version, CRC and that the offsets
-make sense (0 <= log start <= high watermark <= log end), and answers None for anything else, never raising.
+make sense (0 <= log start <= last stable offset <= high watermark <= log end), and answers None for anything else,
+never raising.
 Crash behaviour: an owner killed in the middle of a publish leaves a record whose CRC fails; readers ask the owner
 until its successor publishes. The file holds nothing that recovery needs and is not fsynced.
 """
@@ -52,7 +54,7 @@ from storage.partition.log import Log
 from storage.segment.log_segment import LogSegment
 
 MAGIC = b"RBHW"
-VERSION = 0
+VERSION = 1
 STATE_CLOSED = 0
 STATE_OPEN = 1
 _HEAD = struct.Struct(
@@ -68,6 +70,7 @@ _HEAD = struct.Struct(
     "q"  # position
     "Q"  # device
     "Q"  # inode
+    "q"  # last_stable_offset
 )
 _CRC = struct.Struct(">I")
 _SEQUENCE = struct.Struct(">Q")
@@ -95,6 +98,7 @@ class PublishedWatermark:
     position: int
     device: int
     inode: int
+    last_stable_offset: int
 
     @property
     def has_position(self) -> bool:
@@ -130,11 +134,13 @@ class HighWatermarkFile:
         return hw_file
 
     def publish(self, log: Log) -> None:
-        """Publishes the log's offsets and, when the high watermark is the log end, where it lies: the end of the
+        """Publishes the log's offsets (the last stable offset first, so that it is never found above the high
+        watermark read after it) and, when the high watermark is the log end, where it lies: the end of the
         active segment. The offsets are read before the segment, and an append writes its bytes before it moves
         them, so a publish racing an append (one from a thread other than the writer's) can only name a position
         past the published high watermark, never before it: readers check that the bytes they read end exactly at
         the high watermark and start with the batch they asked for."""
+        last_stable_offset = log.last_stable_offset
         high_watermark = log.high_watermark
         log_end_offset = log.log_end_offset
         log_start_offset = log.log_start_offset
@@ -145,11 +151,21 @@ class HighWatermarkFile:
             if identity is not None:
                 base, position = segment.base_offset, segment.size
                 device, inode = identity
-        self._write(STATE_OPEN, high_watermark, log_start_offset, log_end_offset, base, position, device, inode)
+        self._write(
+            STATE_OPEN,
+            high_watermark,
+            log_start_offset,
+            log_end_offset,
+            base,
+            position,
+            device,
+            inode,
+            last_stable_offset,
+        )
 
     def publish_closed(self) -> None:
         """Readers ask the owner from now on (the log is closed, offline, or not open yet)."""
-        self._write(STATE_CLOSED, 0, 0, 0, -1, -1, 0, 0)
+        self._write(STATE_CLOSED, 0, 0, 0, -1, -1, 0, 0, 0)
 
     def close(self) -> None:
         self._mapping.close()
@@ -208,7 +224,13 @@ class HighWatermarkReader:
             if magic != MAGIC or version != VERSION or state != STATE_OPEN:
                 return None
             published = PublishedWatermark(sequence, *fields)
-            if not 0 <= published.log_start_offset <= published.high_watermark <= published.log_end_offset:
+            if not (
+                0
+                <= published.log_start_offset
+                <= published.last_stable_offset
+                <= published.high_watermark
+                <= published.log_end_offset
+            ):
                 return None
             return published
         return None

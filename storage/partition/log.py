@@ -8,9 +8,9 @@ Append (leader path): validate the client's batches (see `log_validator`), then 
 assign offsets in place from the LEO (baseOffset and leader epoch are outside the CRC), stamp
 LogAppendTime if the topic uses it, roll if a roll condition holds (`LogSegment.should_roll`), write to the active
 segment, advance the LEO, and fsync when `flush.messages` / `flush.ms` say so. A roll fsyncs the sealed segment
-as Kafka does, in the background: the process's flusher thread fsyncs it outside the log lock and then moves the
-recovery point to the new segment's base (not if the log was truncated meanwhile); an I/O error there is raised
-by the next append or flush, and `close` waits for these flushes first.
+as Kafka does, in the background (`log_flush`). A producer's batches go through its producer state first
+(`producer_append`: sequences, epochs, transactions); a COMMIT/ABORT marker closes its transaction, an ABORT is
+indexed in the segment's `.txnindex`, and the last stable offset (LSO) moves once the high watermark passes it.
 
 Read (fetch): whole batches from the one containing the offset, at most `max_bytes` (at least one batch
 with `min_one_message`), never past the isolation bound; the result may end mid-batch like Kafka's.
@@ -25,12 +25,12 @@ so a crash while the log is open always counts as unclean and triggers recovery 
 
 from __future__ import annotations
 
-import concurrent.futures
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from storage import file_names
 from storage.arguments import is_int
@@ -38,7 +38,6 @@ from storage.clock import SYSTEM_CLOCK, Clock
 from storage.config.log_config import LogConfig
 from storage.errors import (
     InvalidRequestError,
-    KafkaStorageError,
     LogClosedError,
     LogSegmentError,
     OffsetOutOfRangeError,
@@ -51,30 +50,30 @@ from storage.files.checkpoint_file import EpochEntry
 from storage.partition import retention
 from storage.partition.log_append import (
     assign_offsets,
-    batch_metadata,
     check_follower_offsets,
     parse_follower_batches,
     stamp_batches,
 )
+from storage.partition.log_flush import LogFlush
 from storage.partition.log_loader import OpenedLog, load_producer_state, new_segment, open_log_folder
 from storage.partition.log_read import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
     MAX_TIMESTAMP,
+    ReadView,
+    check_read_arguments,
     offset_by_timestamp,
-    offset_metadata,
-    read_segments,
+    read_records,
+    read_view,
 )
 from storage.partition.log_validator import validate_client_records
+from storage.partition.producer_append import AppendOrigin, PendingAppend, TransactionVerification
 from storage.partition.producer_state import (
     PRODUCER_ID_EXPIRATION_MS,
 )
-from storage.records.file_records import TimestampAndOffset, iter_any_batches
+from storage.records.file_records import TimestampAndOffset
 from storage.records.legacy_records import LegacyRecord
-from storage.records.record_batch import (
-    NO_TIMESTAMP,
-    Record,
-)
+from storage.records.record_batch import NO_TIMESTAMP, ControlRecordType, Record, build_control_batch
 from storage.segment.delayed_deletes import DelayedDeletes
 from storage.segment.log_segment import (
     FetchDataInfo,
@@ -83,6 +82,7 @@ from storage.segment.log_segment import (
     RollParams,
     SegmentDeletedError,
 )
+from storage.segment.transaction_index import AbortedTxn, collect_aborted_transactions
 
 logger = logging.getLogger(__name__)
 
@@ -92,6 +92,7 @@ LEADER_EPOCH = 0
 # Lock-free read attempts before one under the writer lock: a segment deleted between choosing it and reading it
 # (retention with file.delete.delay.ms 0) costs one retry on the current segments; two in a row do not happen.
 LOCK_FREE_READ_ATTEMPTS = 2
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,20 +112,6 @@ class LogAppendInfo:
     duplicate: bool = False
 
 
-_FLUSHER: concurrent.futures.ThreadPoolExecutor | None = None
-_FLUSHER_LOCK = threading.Lock()
-
-
-def _flusher() -> concurrent.futures.ThreadPoolExecutor:
-    """The process's flusher thread (Kafka's scheduler runs the flush after a roll on its background threads):
-    one for every log of the process, started on first use."""
-    global _FLUSHER
-    with _FLUSHER_LOCK:
-        if _FLUSHER is None:
-            _FLUSHER = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="log-flusher")
-        return _FLUSHER
-
-
 class Log:
     """One partition's log in its own folder. Appends, rolls and truncation are serialised by a lock."""
 
@@ -135,22 +122,28 @@ class Log:
         self._clock = clock
         self._segments = opened.segments
         self._log_start_offset = opened.log_start_offset
-        self._recovery_point = opened.recovery_point
         self._folder_lock = opened.folder_lock
         self._producer_state = opened.producer_state
         self._leader_epochs = opened.leader_epochs
         self._lock = threading.RLock()
         self._closed = False
         self._delayed_deletes = DelayedDeletes()
-        self._last_flush_ms = clock.milliseconds()
-        self._background_flushes: list[concurrent.futures.Future[None]] = []
-        # Bumped by every truncation, so a background flush started before one does not move the recovery point.
-        self._truncations = 0
-        # An I/O error of a background flush, raised by the next append or flush.
-        self._flush_error: KafkaStorageError | None = None
+        self._flush = LogFlush(
+            self.directory,
+            self._segments,
+            clock,
+            self._lock,
+            opened.recovery_point,
+            lambda: self.log_end_offset,
+            lambda: self._closed,
+        )
         active = self._segments.active
         self._end_offset_metadata = LogOffsetMetadata(opened.log_end_offset, active.base_offset, active.size)
         self._high_watermark = opened.log_end_offset
+        # The producer state's first unstable offset, kept for lock-free readers (Kafka's
+        # `firstUnstableOffsetMetadata`): None when no transaction is open or awaiting replication.
+        self._first_unstable_offset: int | None = None
+        self._update_first_unstable_offset()
         # False: the high watermark follows every append (the only replica). True: replication moves it.
         self._replicated = False
         self.dropped_on_open = tuple(opened.dropped)
@@ -216,11 +209,11 @@ class Log:
 
     @property
     def recovery_point(self) -> int:
-        return self._recovery_point
+        return self._flush.recovery_point
 
     @property
     def last_flush_ms(self) -> int:
-        return self._last_flush_ms
+        return self._flush.last_flush_ms
 
     @property
     def size_in_bytes(self) -> int:
@@ -287,39 +280,81 @@ class Log:
         with self._lock:
             self._replicated = replicated
             if not replicated:
-                self._high_watermark = self.log_end_offset
+                self._set_high_watermark(self.log_end_offset)
 
     def update_high_watermark(self, offset: int) -> int:
         """Sets the high watermark, clamped to [log_start_offset, log_end_offset]; returns the new value."""
         with self._lock:
-            self._high_watermark = min(max(offset, self._log_start_offset), self.log_end_offset)
+            self._set_high_watermark(min(max(offset, self._log_start_offset), self.log_end_offset))
             return self._high_watermark
+
+    def _set_high_watermark(self, offset: int) -> None:
+        """Moves the high watermark; transactions whose marker it passes become stable (holds the lock)."""
+        self._high_watermark = offset
+        self._producer_state.on_high_watermark_updated(offset)
+        self._update_first_unstable_offset()
+
+    def _update_first_unstable_offset(self) -> None:
+        """Kafka's `maybeIncrementFirstUnstableOffset`: the producer state's, never below the log start."""
+        first = self._producer_state.first_unstable_offset(self._high_watermark)
+        self._first_unstable_offset = None if first is None else max(first, self._log_start_offset)
+
+    @property
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the oldest transaction that is open, or whose marker the high watermark has not
+        passed yet (clamped to the log start); None when there is none."""
+        return self._first_unstable_offset
+
+    @property
+    def last_stable_offset(self) -> int:
+        """The LSO: read_committed consumers read below it. The first unstable offset when it is below the high
+        watermark, else the high watermark (Kafka's `lastStableOffset`): a transaction's records become readable
+        once its marker is written and the high watermark has passed the marker."""
+        first, high_watermark = self._first_unstable_offset, self._high_watermark
+        return first if first is not None and first < high_watermark else high_watermark
 
     def _check_open(self) -> None:
         if self._closed:
             raise LogClosedError("log is closed", path=self.directory)
-        if self._flush_error is not None:
-            raise self._flush_error
+        self._flush.check()
 
     # --- append ----------------------------------------------------------------------------------
 
-    def append(self, batches: bytes | bytearray | memoryview) -> LogAppendInfo:
-        """Appends one or more client v2 batches (baseOffset 0), assigning offsets from the LEO.
+    def append(
+        self,
+        batches: bytes | bytearray | memoryview,
+        *,
+        origin: AppendOrigin = AppendOrigin.CLIENT,
+        verification: TransactionVerification | None = None,
+    ) -> LogAppendInfo:
+        """Appends one or more v2 batches (baseOffset 0) as the leader, assigning offsets from the LEO (Kafka's
+        `appendAsLeader`).
 
         Every batch is validated before anything is written; a failing batch rejects the whole call.
         A batch an idempotent producer already wrote (same producer, epoch and sequences among its
         last 5 batches) is not written again: its original offsets are returned (`batch_offsets`, one
         pair per input batch; `duplicate` when no batch was written). The batches of one call are judged
         in order, each after the ones before it; an out-of-order one rejects the whole call.
+
+        `origin` says who writes (`producer_append.AppendOrigin`): CLIENT, a producer, whose transactional
+        batches open its transaction on this partition and who may not write a non-transactional batch while one
+        is open (`InvalidTxnStateError`) nor a control batch (`InvalidRecordError`); COORDINATOR, a transaction
+        coordinator writing markers (see `append_transaction_marker`) or a group coordinator writing a
+        transactional offset commit. `verification` is KIP-890's check, asked before a CLIENT batch opens a
+        transaction (None: none is asked).
         """
+        if origin is AppendOrigin.REPLICATION:
+            raise InvalidRequestError("a replica's batches are appended with append_as_follower")
         now_ms = self._clock.milliseconds()
-        validated = validate_client_records(batches, self._config, now_ms)
+        validated = validate_client_records(
+            batches, self._config, now_ms, from_coordinator=origin is AppendOrigin.COORDINATOR
+        )
         with self._lock:
             self._check_open()
             self._delayed_deletes.delete_due(now_ms)
             log_append_time = now_ms if self._config.message_timestamp_type == "LogAppendTime" else NO_TIMESTAMP
             epoch = self.leader_epoch
-            pending = self._producer_state.begin_append()
+            pending = PendingAppend(self._producer_state, origin, verification)
             assigned = assign_offsets(validated, pending, self.log_end_offset, log_append_time)
             kept, batch_offsets = assigned.batches, assigned.batch_offsets
             if not kept:
@@ -347,22 +382,51 @@ class Log:
                 log_append_time,
                 sum(batch.info.records_count for batch in kept),
                 len(kept),
+                pending,
                 batch_offsets,
             )
-            pending.commit()
             return appended
+
+    def append_transaction_marker(
+        self, producer_id: int, producer_epoch: int, coordinator_epoch: int, result: ControlRecordType
+    ) -> LogAppendInfo:
+        """Writes the COMMIT or ABORT marker (`result`) of `producer_id`'s transaction, as a transaction
+        coordinator's WriteTxnMarkers does on the partition leader (Kafka's `appendAsLeader` with origin
+        COORDINATOR): one control batch stamped with the log's clock.
+
+        Refused with `InvalidProducerEpochError` when `producer_epoch` is older than the producer's, with
+        `TransactionCoordinatorFencedError` when `coordinator_epoch` is older than the one of the producer's last
+        marker. A marker closing an open transaction completes it: an ABORT is indexed in the segment's
+        `.txnindex`, and the LSO moves past the transaction once the high watermark passes the marker. A marker
+        for a producer with no open transaction here (a retry, an empty transaction) is written and changes only
+        the producer's epochs.
+        """
+        if result not in (ControlRecordType.COMMIT, ControlRecordType.ABORT):
+            raise InvalidRequestError(f"a transaction marker is COMMIT or ABORT, not {result!r}")
+        marker = build_control_batch(
+            result,
+            timestamp=self._clock.milliseconds(),
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            coordinator_epoch=coordinator_epoch,
+        )
+        return self.append(marker, origin=AppendOrigin.COORDINATOR)
 
     def append_as_follower(self, batches: bytes | bytearray | memoryview) -> LogAppendInfo:
         """Appends batches whose offsets are already assigned (replication, tests of offset gaps).
 
         Offsets must increase and start at or above the LEO; CRCs are checked; `max.message.bytes`
-        is not (Kafka's follower path).
+        is not (Kafka's follower path). The producer state and the `.txnindex` follow the batches as on the leader,
+        without refusing any (origin REPLICATION).
         """
         data = bytes(batches)
         parsed = parse_follower_batches(data)
         with self._lock:
             self._check_open()
             check_follower_offsets(parsed, self.log_end_offset)
+            pending = PendingAppend(self._producer_state, AppendOrigin.REPLICATION)
+            for batch in parsed:
+                pending.append_batch(batch)
             best = max(parsed, key=lambda batch: batch.max_timestamp)
             info = self._append_assigned(
                 [data],
@@ -373,13 +437,12 @@ class Log:
                 NO_TIMESTAMP,
                 sum(batch.records_count for batch in parsed),
                 len(parsed),
+                pending,
             )
             for batch in parsed:
                 # A leader stamps its epoch on what it writes; -1 (written by no leader) starts no epoch.
                 if batch.partition_leader_epoch >= 0:
                     self._leader_epochs.assign(batch.partition_leader_epoch, batch.base_offset)
-                if batch.producer_id >= 0 and not batch.is_control:
-                    self._producer_state.update(batch.producer_id, batch.producer_epoch, batch_metadata(batch))
             return info
 
     def _append_assigned(
@@ -392,8 +455,11 @@ class Log:
         log_append_time: int,
         record_count: int,
         batch_count: int,
+        pending: PendingAppend,
         batch_offsets: tuple[tuple[int, int], ...] = (),
     ) -> LogAppendInfo:
+        """Writes assigned batches to the active segment (rolling first if due), then applies their producer state
+        (indexing aborted transactions in that segment), then moves the high watermark of a single replica."""
         size = sum(len(piece) for piece in pieces)
         if size > self._config.segment_bytes:
             raise RecordBatchTooLargeError(
@@ -402,12 +468,15 @@ class Log:
         segment = self._maybe_roll(size, first_offset, last_offset, max_timestamp)
         segment.append(last_offset, max_timestamp, offset_of_max_timestamp, pieces)
         self._end_offset_metadata = LogOffsetMetadata(last_offset + 1, segment.base_offset, segment.size)
-        if not self._replicated:
-            self._high_watermark = last_offset + 1
+        pending.commit(segment.txn_index)
+        if self._replicated:
+            self._update_first_unstable_offset()
+        else:
+            self._set_high_watermark(last_offset + 1)
         now_ms = self._clock.milliseconds()
         if (
-            self.log_end_offset - self._recovery_point >= self._config.flush_messages
-            or now_ms - self._last_flush_ms >= self._config.flush_ms
+            self.log_end_offset - self._flush.recovery_point >= self._config.flush_messages
+            or now_ms - self._flush.last_flush_ms >= self._config.flush_ms
         ):
             self.flush()
         return LogAppendInfo(
@@ -468,44 +537,12 @@ class Log:
             self._segments.add(segment)
             self._end_offset_metadata = LogOffsetMetadata(self.log_end_offset, segment.base_offset, segment.size)
             self._producer_state.write_snapshot(new_offset)
-            self._flush_in_background(new_offset)
+            self._flush.flush_in_background(new_offset)
             return segment
-
-    def _flush_in_background(self, offset: int) -> None:
-        """Kafka's flush after a roll: the sealed segments are fsynced by the process's flusher thread, not under
-        the log lock, so the append that rolled does not wait for the disk; the recovery point moves to `offset`
-        once they are, unless the log was truncated meanwhile."""
-        self._background_flushes = [flush for flush in self._background_flushes if not flush.done()]
-        self._background_flushes.append(_flusher().submit(self._flush_rolled, offset, self._truncations))
-
-    def _flush_rolled(self, offset: int, truncations: int) -> None:
-        with self._lock:
-            if self._closed:
-                return
-            segments = [s for s in self._segments.from_floor(self._recovery_point) if s.base_offset < offset]
-        try:
-            for segment in segments:
-                segment.flush()
-            fsync_dir(self.directory)
-        except (StorageError, OSError, ValueError) as exc:
-            with self._lock:
-                # A segment deleted or a log closed meanwhile has nothing left to make durable.
-                if self._closed or any(self._segments.get(s.base_offset) is not s for s in segments):
-                    return
-                self._flush_error = (
-                    exc
-                    if isinstance(exc, KafkaStorageError)
-                    else KafkaStorageError(f"flushing rolled segments failed: {exc}", path=self.directory)
-                )
-            return
-        with self._lock:
-            if not self._closed and self._truncations == truncations:
-                self._mark_flushed(offset)
 
     def wait_for_background_flushes(self) -> None:
         """Returns once the flushes started by rolls so far are done (the recovery point has moved)."""
-        for flush in list(self._background_flushes):
-            flush.result()
+        self._flush.wait()
 
     # --- flush -----------------------------------------------------------------------------------
 
@@ -514,19 +551,8 @@ class Log:
         with self._lock:
             self._check_open()
             target = self.log_end_offset if offset is None else offset
-            if target <= self._recovery_point and offset is not None:
-                return
-            for segment in self._segments.from_floor(self._recovery_point):
-                if segment.base_offset >= target and segment is not self._segments.active:
-                    break
-                segment.flush()
-            fsync_dir(self.directory)
-            self._mark_flushed(target)
-
-    def _mark_flushed(self, offset: int) -> None:
-        """Everything below `offset` (at most the LEO) is fsynced: the recovery point moves there. Holds the lock."""
-        self._recovery_point = max(self._recovery_point, min(offset, self.log_end_offset))
-        self._last_flush_ms = self._clock.milliseconds()
+            if target > self._flush.recovery_point or offset is None:
+                self._flush.flush(target)
 
     # --- read ------------------------------------------------------------------------------------
 
@@ -540,41 +566,45 @@ class Log:
     ) -> FetchDataInfo:
         """Kafka's fetch semantics (whole batches, the first one even above `max_bytes`).
 
-        `isolation` is `log_end` or `high_watermark`.
+        `isolation` (Kafka's `FetchIsolation`) bounds what is read: `log_end` (a follower), `high_watermark` (a
+        read_uncommitted consumer) or `txn_committed` (a read_committed consumer: below the last stable offset).
+        A `txn_committed` read also answers the aborted transactions overlapping the bytes it returns
+        (`FetchDataInfo.aborted_transactions`, Kafka's `addAbortedTransactions`), so the consumer can drop their
+        records; the other two answer None there.
         """
-        if not is_int(offset):
-            raise OffsetOutOfRangeError(f"offset must be an int, not {type(offset).__name__}")
-        if not is_int(max_bytes) or max_bytes < 0:
-            raise InvalidRequestError(f"max_bytes must be an int >= 0, got {max_bytes!r}")
-        if isolation not in ("log_end", "high_watermark"):
-            raise InvalidRequestError(f"unknown isolation {isolation!r}; expected log_end or high_watermark")
+        check_read_arguments(offset, max_bytes, isolation)
+        return self._lock_free(lambda view: read_view(view, offset, max_bytes, min_one_message, isolation))
+
+    def _lock_free(self, read: Callable[[ReadView], T]) -> T:
+        """`read` on a view of the log taken without the writer lock; retried on a fresh view when a segment it
+        chose was deleted meanwhile (`SegmentDeletedError`), and at last under the lock, which deletions take."""
         self._check_open()
         for _ in range(LOCK_FREE_READ_ATTEMPTS):
             try:
-                return self._read_once(offset, max_bytes, min_one_message, isolation)
+                return read(self._read_view())
             except SegmentDeletedError:
                 continue
-        # Segments are deleted under the writer lock: holding it, the segments chosen stay readable.
         with self._lock:
             self._check_open()
-            return self._read_once(offset, max_bytes, min_one_message, isolation)
+            return read(self._read_view())
 
-    def _read_once(self, offset: int, max_bytes: int, min_one_message: bool, isolation: str) -> FetchDataInfo:
-        """`read` on a snapshot of the segments; `SegmentDeletedError` if a segment it chose was deleted since."""
-        segments = self._segments.snapshot()
-        end_metadata = self._end_offset_metadata
-        log_start = self._log_start_offset
-        if offset > end_metadata.message_offset or offset < log_start:
-            raise OffsetOutOfRangeError(
-                f"offset {offset} is outside the log's range [{log_start}, {end_metadata.message_offset}]",
-                path=self.directory,
-                offset=offset,
-            )
-        if isolation == "log_end":
-            upper = end_metadata
-        else:
-            upper = offset_metadata(segments, min(self._high_watermark, end_metadata.message_offset), end_metadata)
-        return read_segments(segments, offset, max_bytes, min_one_message, upper, end_metadata)
+    def _read_view(self) -> ReadView:
+        return ReadView(
+            self.directory,
+            self._segments.snapshot(),
+            self._end_offset_metadata,
+            self._log_start_offset,
+            self._high_watermark,
+            self.last_stable_offset,
+        )
+
+    def collect_aborted_transactions(self, fetch_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
+        """The aborted transactions overlapping [fetch_offset, upper_bound_offset), from the `.txnindex` files of
+        the segment holding `fetch_offset` and the ones after it, as far as needed (Kafka's
+        `collectAbortedTransactions`): each entry's producer id, first offset, ABORT marker offset and last stable
+        offset. A read_committed consumer skips a transactional batch of a listed producer from the entry's first
+        offset until that producer's ABORT marker."""
+        return collect_aborted_transactions(self._segments.snapshot(), fetch_offset, upper_bound_offset)
 
     def records(
         self, start_offset: int | None = None, end_offset: int | None = None
@@ -583,21 +613,9 @@ class Log:
 
         A convenience for tools and tests; consumers fetch bytes with `read`.
         """
-        position = self._log_start_offset if start_offset is None else start_offset
+        start = self._log_start_offset if start_offset is None else start_offset
         end = self.log_end_offset if end_offset is None else end_offset
-        while position < end:
-            fetch = self.read(position, DEFAULT_FETCH_MAX_BYTES)
-            if not fetch.records:
-                return
-            progressed = False
-            for batch in iter_any_batches(fetch.records):
-                for record in batch.records():
-                    if position <= record.offset < end:
-                        yield record
-                position = max(position, batch.last_offset + 1)
-                progressed = True
-            if not progressed:
-                return
+        return read_records(lambda position: self.read(position, DEFAULT_FETCH_MAX_BYTES).records, start, end)
 
     # --- offsets by time -------------------------------------------------------------------------
 
@@ -607,7 +625,8 @@ class Log:
         return None if found is None else found.offset
 
     def fetch_offset_by_timestamp(self, timestamp_ms: int) -> TimestampAndOffset | None:
-        """Kafka's ListOffsets: a timestamp, or EARLIEST (-2), LATEST (-1), MAX_TIMESTAMP (-3)."""
+        """Kafka's ListOffsets: a timestamp, or EARLIEST (-2), LATEST (-1), MAX_TIMESTAMP (-3). LATEST is the log
+        end offset; a read_committed consumer's LATEST is `last_stable_offset` (its caller bounds the answer)."""
         if not is_int(timestamp_ms):
             raise InvalidRequestError(f"a ListOffsets timestamp must be an int, not {type(timestamp_ms).__name__}")
         self._check_open()
@@ -617,18 +636,7 @@ class Log:
             return TimestampAndOffset(NO_TIMESTAMP, self.log_end_offset)
         if timestamp_ms < 0 and timestamp_ms != MAX_TIMESTAMP:
             raise InvalidRequestError(f"invalid ListOffsets timestamp {timestamp_ms}")
-        for _ in range(LOCK_FREE_READ_ATTEMPTS):
-            try:
-                return self._offset_by_timestamp_once(timestamp_ms)
-            except SegmentDeletedError:
-                continue
-        with self._lock:
-            self._check_open()
-            return self._offset_by_timestamp_once(timestamp_ms)
-
-    def _offset_by_timestamp_once(self, timestamp_ms: int) -> TimestampAndOffset | None:
-        """`fetch_offset_by_timestamp` on a snapshot of the segments; `SegmentDeletedError` as in `_read_once`."""
-        return offset_by_timestamp(self._segments.snapshot(), timestamp_ms, self._log_start_offset)
+        return self._lock_free(lambda view: offset_by_timestamp(view.segments, timestamp_ms, view.log_start_offset))
 
     # --- truncation ------------------------------------------------------------------------------
 
@@ -654,9 +662,7 @@ class Log:
             active.truncate_to(target_offset)
             self._end_offset_metadata = LogOffsetMetadata(target_offset, active.base_offset, active.size)
             self._log_start_offset = min(self._log_start_offset, target_offset)
-            self._high_watermark = min(self._high_watermark, target_offset)
-            self._recovery_point = min(self._recovery_point, target_offset)
-            self._truncations += 1
+            self._flush.on_truncated(target_offset)
             self._leader_epochs.truncate_from_end(target_offset)
             self._producer_state.delete_snapshots_above(target_offset)
             self._producer_state = load_producer_state(
@@ -667,6 +673,7 @@ class Log:
                 self._clock.milliseconds(),
                 self._producer_state.producer_id_expiration_ms,
             )
+            self._set_high_watermark(min(self._high_watermark, target_offset))
             return True
 
     def truncate_fully_and_start_at(self, new_offset: int) -> None:
@@ -687,12 +694,11 @@ class Log:
             self._segments.add(segment)
             self._end_offset_metadata = LogOffsetMetadata(new_offset, new_offset, 0)
             self._log_start_offset = new_offset
-            self._high_watermark = new_offset
-            self._recovery_point = min(self._recovery_point, new_offset)
-            self._truncations += 1
+            self._flush.on_truncated(new_offset)
             self._leader_epochs.clear()
             self._producer_state.clear()
             self._producer_state.delete_snapshots_above(-1)
+            self._set_high_watermark(new_offset)
 
     # --- deletion --------------------------------------------------------------------------------
 
@@ -727,6 +733,8 @@ class Log:
         self._log_start_offset = new_offset
         self._leader_epochs.truncate_from_start(new_offset)
         self._producer_state.delete_snapshots_before(new_offset)
+        self._producer_state.on_log_start_offset_incremented(new_offset)
+        self._update_first_unstable_offset()
 
     def remove_and_delete_segments(self, segments: list[LogSegment]) -> int:
         """Removes `segments` (oldest first) from the log and schedules their files for deletion.

@@ -1,9 +1,10 @@
 """What an append writes: a leader's batches given their offsets, and a follower's batches checked.
 
-Leader (Kafka's `UnifiedLog.append` with offset assignment): the client's validated batches (see
-`log_validator`) get offsets from the log end offset, one batch after the other; a batch an idempotent producer
-already wrote is not written again and answers with its original offsets (`PendingAppend` judges each batch
-against the state the batches before it left). Each kept batch is then stamped: baseOffset and the leader
+Leader (Kafka's `UnifiedLog.append` with offset assignment): the validated batches of a client or a coordinator
+(see `log_validator`) get offsets from the log end offset, one batch after the other; `PendingAppend` judges each
+producer batch against the state the batches before it left (`producer_append`): a batch an idempotent producer
+already wrote is not written again and answers with its original offsets, a transaction marker closes its
+producer's transaction. Each kept batch is then stamped: baseOffset and the leader
 epoch, which lie outside the CRC, and, for a LogAppendTime topic, the append time (inside the CRC, recomputed).
 The client's bytes are written as they are, after a rewritten copy of their first 16 bytes: a 1 MB batch is
 never copied in memory unless its timestamps change.
@@ -19,11 +20,14 @@ from dataclasses import dataclass
 
 from storage.errors import InvalidRecordError
 from storage.partition.log_validator import BatchInfo, ValidatedRecords
-from storage.partition.producer_state import SEQUENCE_MODULUS, BatchMetadata, PendingAppend
+from storage.partition.producer_append import PendingAppend
+from storage.partition.producer_state import BatchMetadata
 from storage.records.file_records import iter_any_batches
 from storage.records.record_batch import (
     MAGIC_OFFSET,
+    NO_SEQUENCE,
     NO_TIMESTAMP,
+    SEQUENCE_MODULUS,
     RecordBatch,
     set_base_offset_and_epoch,
     set_log_append_time,
@@ -62,16 +66,20 @@ def assign_offsets(
     validated: ValidatedRecords, pending: PendingAppend, next_offset: int, log_append_time: int
 ) -> AssignedOffsets:
     """Offsets from `next_offset` for each validated batch that is not a duplicate; `pending` records the producer
-    batches (and raises the producer-state errors that refuse the whole append)."""
+    batches and markers (and raises the producer-state errors that refuse the whole append)."""
     kept: list[AssignedBatch] = []
     batch_offsets: list[tuple[int, int]] = []
     for info, part in zip(validated.batches, validated.parts, strict=True):
         last = next_offset + info.last_offset_delta
         batch_max = info.max_timestamp if log_append_time == NO_TIMESTAMP else log_append_time
-        last_sequence = (info.base_sequence + info.last_offset_delta) % SEQUENCE_MODULUS
+        last_sequence = (
+            NO_SEQUENCE if info.base_sequence < 0 else (info.base_sequence + info.last_offset_delta) % SEQUENCE_MODULUS
+        )
         metadata = BatchMetadata(info.base_sequence, last_sequence, next_offset, last, batch_max)
-        if info.producer_id >= 0:
-            duplicate = pending.append(info.producer_id, info.producer_epoch, metadata)
+        if info.marker is not None:
+            pending.append_marker(info.producer_id, info.producer_epoch, info.marker, next_offset, batch_max)
+        elif info.producer_id >= 0:
+            duplicate = pending.append_data(info.producer_id, info.producer_epoch, metadata, info.is_transactional)
             if duplicate is not None:
                 batch_offsets.append((duplicate.first_offset, duplicate.last_offset))
                 continue
@@ -125,10 +133,3 @@ def check_follower_offsets(batches: Sequence[RecordBatch], log_end_offset: int) 
                 offset=batch.base_offset,
             )
         previous = batch.last_offset
-
-
-def batch_metadata(batch: RecordBatch) -> BatchMetadata:
-    """What producer state remembers of a batch read from a log."""
-    return BatchMetadata(
-        batch.base_sequence, batch.last_sequence, batch.base_offset, batch.last_offset, batch.max_timestamp
-    )

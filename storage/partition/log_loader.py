@@ -55,7 +55,8 @@ from storage.file_io import fsync_dir
 from storage.files import clean_shutdown
 from storage.files.log_dir_lock import LogDirLock
 from storage.partition.leader_epoch_cache import LeaderEpochCache
-from storage.partition.producer_state import BatchMetadata, ProducerStateManager
+from storage.partition.producer_append import AppendOrigin, PendingAppend, replay_batches
+from storage.partition.producer_state import PRODUCER_ID_EXPIRATION_MS, ProducerStateManager
 from storage.records.file_records import AnyBatch
 from storage.records.record_batch import RecordBatch
 from storage.segment.log_segment import LogSegment
@@ -144,6 +145,7 @@ def open_log_folder(
             recovery_point=recovery_point,
             log_start_offset_checkpoint=log_start_offset,
             leader_epochs=leader_epochs,
+            producer_id_expiration_ms=producer_id_expiration_ms,
         ).load()
         if damaged_epochs:
             relearn_epochs(loaded.segments, leader_epochs)
@@ -216,8 +218,10 @@ class LogLoader:
         recovery_point: int,
         log_start_offset_checkpoint: int,
         leader_epochs: LeaderEpochCache | None = None,
+        producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS,
     ) -> None:
-        """`leader_epochs`, when given, learns the epochs of the batches recovery re-reads."""
+        """`leader_epochs`, when given, learns the epochs of the batches recovery re-reads; the producer state
+        rebuilt to recover a segment's `.txnindex` drops the producers idle `producer_id_expiration_ms`."""
         self.directory = Path(directory)
         self.config = config
         self.clock = clock
@@ -225,6 +229,7 @@ class LogLoader:
         self.recovery_point = recovery_point
         self.log_start_offset_checkpoint = log_start_offset_checkpoint
         self._leader_epochs = leader_epochs
+        self._producer_id_expiration_ms = producer_id_expiration_ms
         self._dropped: list[DroppedBytes] = []
         # Base offsets of segments recovery cut short, including those already rebuilt while loading (a
         # missing or corrupt index): the later segments go too, whichever pass did the cutting.
@@ -237,7 +242,7 @@ class LogLoader:
             segments = LogSegments()
             self._retry_on_offset_overflow(segments, lambda: self._load_segment_files(segments))
             if self.had_clean_shutdown and segments and not self._active_index_trusted(segments.active):
-                self._recover_segment(segments.active)
+                self._recover_segment(segments.active, None, segments)
             recovered = (
                 0
                 if self.had_clean_shutdown
@@ -359,14 +364,15 @@ class LogLoader:
             segment = new_segment(self.directory, base, self.config, self.clock, new_file=False)
             if not segment.has_offset_index_file():
                 logger.info("%s: rebuilding missing index of segment %d", self.directory, base)
-                self._recover_segment(segment, next_bases[base])
+                self._recover_segment(segment, next_bases[base], segments)
             elif not self.had_clean_shutdown:
                 try:
                     segment.offset_index.sanity_check()
                     segment.time_index.sanity_check()
+                    segment.txn_index.sanity_check()
                 except CorruptIndexError as exc:
                     logger.warning("%s: %s; rebuilding", self.directory, exc)
-                    self._recover_segment(segment, next_bases[base])
+                    self._recover_segment(segment, next_bases[base], segments)
             segments.add(segment)
 
     def _active_index_trusted(self, segment: LogSegment) -> bool:
@@ -395,11 +401,18 @@ class LogLoader:
             return False
         return True
 
-    def _recover_segment(self, segment: LogSegment, next_segment_base: int | None = None) -> int:
+    def _recover_segment(self, segment: LogSegment, next_segment_base: int | None, segments: LogSegments) -> int:
+        """Kafka's `recoverSegment`: the segment re-read and cut at its first invalid byte, its indexes rebuilt,
+        the `.txnindex` with them from the producer state as of its base offset (rebuilt from `segments`, the
+        ones before it, as `rebuild_producer_state` does)."""
         size_before = segment.size
+        state = ProducerStateManager(self.directory, self._producer_id_expiration_ms)
+        rebuild_producer_state(state, segments, segment.base_offset, self.clock.milliseconds())
         try:
             truncated = segment.recover(
-                next_segment_base, None if self._leader_epochs is None else self._leader_epochs.note_recovered_batch
+                next_segment_base,
+                None if self._leader_epochs is None else self._leader_epochs.note_recovered_batch,
+                replay_batches(state, segment.txn_index),
             )
         except LogSegmentOffsetOverflowError as exc:
             logger.warning("%s: %s; splitting the segment", self.directory, exc)
@@ -411,6 +424,7 @@ class LogLoader:
             truncated = segment.log.truncate_to(0)
             for index in (segment.offset_index, segment.time_index):
                 index.truncate()
+            segment.txn_index.reset()
         if truncated > 0:
             self._truncated_bases.add(segment.base_offset)
             position = size_before - truncated
@@ -501,7 +515,9 @@ class LogLoader:
             segment = unflushed.pop(0)
             recovered += 1
             next_base = unflushed[0].base_offset if unflushed else None
-            truncated = self._recover_segment(segment, next_base) > 0 or segment.base_offset in self._truncated_bases
+            truncated = (
+                self._recover_segment(segment, next_base, segments) > 0 or segment.base_offset in self._truncated_bases
+            )
             if truncated and unflushed:
                 for later in unflushed:
                     logger.warning("%s: deleting segment %d after a truncated one", self.directory, later.base_offset)
@@ -539,31 +555,32 @@ def load_producer_state(
     now_ms: int,
     producer_id_expiration_ms: int,
 ) -> ProducerStateManager:
-    """Idempotent-producer state as of `log_end_offset`: the newest snapshot at or below it, without the
-    producers expired at `now_ms`, then the producer batches after it replayed from the segments (batch
-    headers only).
-
-    As in Kafka, a cleanly shut down log without any snapshot is not replayed (it had no producer
-    state to keep); snapshots above the log end are stale and removed.
-    """
+    """Producer state as of `log_end_offset` (`rebuild_producer_state`); snapshots above the log end are stale and
+    removed. As in Kafka, a cleanly shut down log without any snapshot is not replayed (it had no producer state
+    to keep)."""
     state = ProducerStateManager(directory, producer_id_expiration_ms)
     state.delete_snapshots_above(log_end_offset)
     if had_clean_shutdown and not state.snapshot_offsets():
         return state
-    start = state.load_latest_snapshot(log_end_offset, now_ms)
+    rebuild_producer_state(state, segments, log_end_offset, now_ms)
+    return state
+
+
+def rebuild_producer_state(state: ProducerStateManager, segments: LogSegments, up_to: int, now_ms: int) -> None:
+    """`state` as of offset `up_to` (Kafka's `rebuildProducerState`): the newest snapshot at or below it, without
+    the producers expired at `now_ms`, then the producer batches and markers of [snapshot, up_to) replayed from the
+    segments (batch headers, and the records of markers), one segment at a time. The `.txnindex` files are left
+    as they are: they already hold what the replay finds."""
+    start = state.load_latest_snapshot(up_to, now_ms)
     start = 0 if start is None else start
     for segment in segments.from_floor(start):
+        if segment.base_offset >= up_to:
+            break
         position = segment.offset_index.lookup(start).position if segment.base_offset <= start else 0
+        pending = PendingAppend(state, AppendOrigin.REPLICATION)
         for batch in segment.log.batches(position):
-            if batch.last_offset < start or not isinstance(batch, RecordBatch) or batch.producer_id < 0:
-                continue
-            if batch.is_control or batch.last_offset >= log_end_offset:
-                continue
-            state.update(
-                batch.producer_id,
-                batch.producer_epoch,
-                BatchMetadata(
-                    batch.base_sequence, batch.last_sequence, batch.base_offset, batch.last_offset, batch.max_timestamp
-                ),
-            )
-    return state
+            if batch.last_offset >= up_to:
+                break
+            if batch.last_offset >= start and isinstance(batch, RecordBatch):
+                pending.append_batch(batch)
+        pending.commit(None)

@@ -4,7 +4,10 @@
 Per batch, in Kafka's order: a known magic (bytes at 16 outside 0..2 are garbage: `CorruptRecordError`),
 magic 2 only (raybroker writes v2; 0 and 1 are refused); baseOffset 0; size within `max.message.bytes`;
 CRC-32C; record count > 0 and equal to lastOffsetDelta + 1; no control batches; a producer id needs a base
-sequence; the producer may not set LogAppendTime. Then every record's framing is checked strictly (a record
+sequence; the producer may not set LogAppendTime. A coordinator's write (origin COORDINATOR: a transaction
+marker, a transactional offset commit) may be a control batch, which must then hold one COMMIT or ABORT marker of
+a producer, and carries no sequence (Kafka checks control batches and sequences for clients only); a control
+batch is never recompressed (Kafka's rule). Then every record's framing is checked strictly (a record
 whose framing lies is refused, as Kafka's iterator refuses it) and its key and timestamp checked: a key on
 compacted topics, CreateTime inside [now - before.max.ms, now + after.max.ms] unless the record has no
 timestamp (-1, exempt as in Kafka). Any failure rejects the whole append and nothing is written.
@@ -48,6 +51,7 @@ from storage.records.record_batch import (
     MAX_TIMESTAMP_OFFSET,
     NO_TIMESTAMP,
     RECORD_BATCH_OVERHEAD,
+    EndTransactionMarker,
     RecordBatch,
     RecordBatchBuilder,
     TimestampType,
@@ -72,6 +76,9 @@ class BatchInfo:
     producer_id: int
     producer_epoch: int
     base_sequence: int
+    is_transactional: bool = False
+    # A control batch's COMMIT/ABORT marker (only a coordinator writes them).
+    marker: EndTransactionMarker | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,8 +98,11 @@ class ValidatedRecords:
         return bytearray(b"".join(self.parts))
 
 
-def validate_client_records(data: bytes | bytearray | memoryview, config: LogConfig, now_ms: int) -> ValidatedRecords:
-    """Validates produce bytes (one or more v2 batches) against `config`; see the module docstring."""
+def validate_client_records(
+    data: bytes | bytearray | memoryview, config: LogConfig, now_ms: int, *, from_coordinator: bool = False
+) -> ValidatedRecords:
+    """Validates produce bytes (one or more v2 batches) against `config`; see the module docstring.
+    `from_coordinator` is Kafka's origin COORDINATOR: control batches allowed, no sequences required."""
     if not isinstance(data, bytes | bytearray | memoryview):
         raise InvalidRecordError(f"record batches must be bytes, not {type(data).__name__}")
     view = memoryview(data).cast("B") if isinstance(data, memoryview) else memoryview(data)
@@ -106,11 +116,12 @@ def validate_client_records(data: bytes | bytearray | memoryview, config: LogCon
     total_records = 0
     source = CompressionType.NONE
     while position < len(view):
-        batch, max_timestamp = _parse_client_batch(view, position, config, now_ms)
+        batch, max_timestamp = _parse_client_batch(view, position, config, now_ms, from_coordinator)
         source = batch.compression
         raw: bytes | memoryview = batch.raw()
         records_count = batch.records_count
-        if target is not None and target != batch.compression:
+        marker = _marker(batch, position) if batch.is_control else None
+        if target is not None and target != batch.compression and not batch.is_control:
             raw = memoryview(_recompress(batch, target))
             if len(raw) > config.max_message_bytes:
                 raise RecordTooLargeError(
@@ -133,6 +144,8 @@ def validate_client_records(data: bytes | bytearray | memoryview, config: LogCon
                 batch.producer_id,
                 batch.producer_epoch,
                 batch.base_sequence,
+                batch.is_transactional,
+                marker,
             )
         )
         total_records += records_count
@@ -141,7 +154,9 @@ def validate_client_records(data: bytes | bytearray | memoryview, config: LogCon
     return ValidatedRecords(tuple(parts), tuple(infos), total_records, source, target if target is not None else source)
 
 
-def _parse_client_batch(view: memoryview, position: int, config: LogConfig, now_ms: int) -> tuple[RecordBatch, int]:
+def _parse_client_batch(
+    view: memoryview, position: int, config: LogConfig, now_ms: int, from_coordinator: bool
+) -> tuple[RecordBatch, int]:
     """The batch at `position`, checked, and the max timestamp of its records."""
     remaining = len(view) - position
     if remaining < HEADER_SIZE_UP_TO_MAGIC:
@@ -172,9 +187,9 @@ def _parse_client_batch(view: memoryview, position: int, config: LogConfig, now_
             f"record count {batch.records_count} does not match lastOffsetDelta {batch.last_offset_delta}",
             position=position,
         )
-    if batch.is_control:
+    if batch.is_control and not from_coordinator:
         raise InvalidRecordError("clients may not produce control batches", position=position)
-    if batch.producer_id >= 0 and batch.base_sequence < 0:
+    if batch.producer_id >= 0 and batch.base_sequence < 0 and not from_coordinator:
         raise InvalidRecordError(f"producer id {batch.producer_id} set without a base sequence", position=position)
     if batch.timestamp_type == TimestampType.LOG_APPEND_TIME:
         raise InvalidTimestampError("clients may not set the LogAppendTime timestamp type", position=position)
@@ -211,6 +226,19 @@ def _validate_records(batch: RecordBatch, config: LogConfig, now_ms: int, positi
                     offset=index,
                 )
     return max(NO_TIMESTAMP, base + int(deltas.max())) if len(deltas) else NO_TIMESTAMP
+
+
+def _marker(batch: RecordBatch, position: int) -> EndTransactionMarker:
+    """The COMMIT/ABORT marker a coordinator's control batch must hold, or `InvalidRecordError`."""
+    if batch.producer_id < 0:
+        raise InvalidRecordError("a transaction marker needs a producer id", position=position)
+    try:
+        marker = batch.end_transaction_marker() if batch.records_count == 1 else None
+    except CorruptRecordError as exc:
+        raise InvalidRecordError(exc.message, position=position) from exc
+    if marker is None:
+        raise InvalidRecordError("a control batch must hold one COMMIT or ABORT marker", position=position)
+    return marker
 
 
 def _set_max_timestamp(buffer: bytearray, start: int, size: int, max_timestamp: int) -> None:

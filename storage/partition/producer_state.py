@@ -1,84 +1,65 @@
-"""Idempotent-producer state of one partition (Kafka's `ProducerStateManager`, idempotence part).
+"""Producer state of one partition (Kafka's `ProducerStateManager` and `ProducerStateEntry`): idempotent
+producers' sequences and epochs, and the transactions open on the partition.
 
-A producer with an id (`producerId >= 0`) numbers its batches with sequences; the partition remembers,
-per producer, its epoch and the metadata of its last 5 batches (Kafka's
-`NUM_BATCHES_TO_RETAIN`, the most in-flight requests an idempotent producer may have). An append is:
+A producer with an id (`producerId >= 0`) numbers its batches with sequences; the partition remembers, per
+producer, its epoch, the metadata of its last 5 batches (Kafka's `NUM_BATCHES_TO_RETAIN`, the most in-flight
+requests an idempotent producer may have), its last timestamp, the epoch of the transaction coordinator that
+wrote its last marker, and the first offset of its open transaction. What an append may do is judged by
+`producer_append.PendingAppend`; this module keeps the result.
 
-- a duplicate when a retained batch has the same first and last sequence: nothing is written and the
-  original offsets are returned (a retry of an acknowledged batch that lost its answer);
-- in order when its first sequence follows the last one (wrapping at 2**31-1 to 0), or when the
-  producer is new, or when a higher epoch starts again at sequence 0;
-- otherwise refused: `OutOfOrderSequenceError`, or `InvalidProducerEpochError` for an older epoch.
+Transactions (KIP-98): a transactional data batch from a producer with no open transaction opens one at its
+first offset (an "ongoing" transaction); a COMMIT or ABORT marker closes it into a `CompletedTxn`, which stays
+"unreplicated" until the high watermark passes its marker. The first unstable offset is the smallest first offset
+of an ongoing or unreplicated transaction: the last stable offset (LSO) that read_committed consumers read up to
+is min(first unstable offset, high watermark), so a consumer never reads past a transaction whose outcome it
+could not yet know, nor past one whose marker a new leader might not have (Kafka's `unreplicatedTxns`).
 
-The batches of one multi-batch append are judged one after the other (`PendingAppend`), each against the
-state the earlier ones left, and the whole append is refused if any one is: nothing is written.
+Snapshots (`producer_snapshot`, written as `<offset>.snapshot`): written on roll (at the new base offset) and on
+close (at the log end) when the state changed since the last one, a state rebuilt by replaying the log included, so
+after a crash only the batches after the newest snapshot are replayed. Every producer is written, one with only
+markers too (Kafka's rule), and the open transaction's first offset with it, so the ongoing transactions are rebuilt
+from a snapshot. Entries are written in the order of Kafka's Java `HashMap` (`producer_snapshot`), so a snapshot a
+Kafka broker wrote is rewritten byte for byte, and so is one rebuilt from a log Kafka wrote. Snapshots above the log
+end are stale and deleted on open and truncation. A snapshot that fails its version, CRC or framing is deleted (as
+Kafka does) and the state is rebuilt from the log: never fatal. Snapshots below the log start offset describe
+deleted records: they go when the log start moves (retention, DeleteRecords), and the snapshot of a segment the
+cleaner merges away goes with it, as in Kafka, so there is at most one snapshot per segment, plus the one at the log
+end.
 
-Snapshot file `<offset>.snapshot` (Kafka's format, version 1, big-endian), the state as of `<offset>`::
-
-    version int16 (1) | crc uint32: CRC-32C of every byte after this field | count int32
-    count x: producerId int64 | producerEpoch int16 | lastSequence int32 | lastOffset int64
-             | offsetDelta int32 (lastOffset - first offset of the last batch) | timestamp int64
-             | coordinatorEpoch int32 (-1 outside transactions) | currentTxnFirstOffset int64 (-1: none open)
-
-Entries are written in the order they were read or first appended, and the two transaction fields are
-kept as read, so a snapshot a Kafka broker wrote is rewritten byte for byte.
-
-A snapshot keeps only each producer's last batch, as Kafka's does. Snapshots are written on roll (at
-the new base offset) and on close (at the log end) when the state changed since the last one, a state
-rebuilt by replaying the log included, so after a crash only the batches after the newest snapshot are
-replayed. Snapshots above the log end are stale and deleted on open and truncation. A snapshot that
-fails its version, CRC or framing is deleted (as Kafka does) and the state is rebuilt from the log: never
-fatal. Snapshots below the log start offset describe deleted records: they go when the log start moves
-(retention, DeleteRecords), and the snapshot of a segment the cleaner merges away goes with it, as in
-Kafka, so there is at most one snapshot per segment, plus the one at the log end.
-
-Expiration (`producer.id.expiration.ms`): a producer is expired when the max timestamp of its last batch is
-at least that long before now and it has no transaction open (an open transaction never expires). Expired
-producers are dropped when a snapshot is loaded and by `remove_expired_producers`, which the log manager
-runs every `producer.id.expiration.check.interval.ms`; a producer whose id expired is then unknown, and may
-start again from any sequence. Without it every short-lived idempotent producer (each takes a new id) stays
-in memory and in every snapshot for as long as the broker lives.
+Expiration (`producer.id.expiration.ms`): a producer is expired when its last timestamp is at least that long
+before now and it has no transaction open (an open transaction never expires). Expired producers are dropped
+when a snapshot is loaded and by `remove_expired_producers`, which the log manager runs every
+`producer.id.expiration.check.interval.ms`; a producer whose id expired is then unknown, and may start again
+from any sequence. Without it every short-lived idempotent producer (each takes a new id) stays in memory and in
+every snapshot for as long as the broker lives.
 """
 
 from __future__ import annotations
 
 import logging
-import struct
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import crc32c
-
 from storage import file_names
-from storage.errors import CorruptCheckpointError, InvalidProducerEpochError, OutOfOrderSequenceError
+from storage.errors import CorruptCheckpointError, KafkaStorageError
 from storage.file_io import write_atomically
+from storage.partition.producer_snapshot import (
+    SnapshotEntry,
+    encode_snapshot,
+    java_hash_map_order,
+    read_snapshot_file,
+)
+from storage.records.layout import NO_SEQUENCE, SEQUENCE_MODULUS
 
 logger = logging.getLogger(__name__)
 
 NUM_BATCHES_TO_RETAIN = 5
 # Kafka's producer.id.expiration.ms default: one day.
 PRODUCER_ID_EXPIRATION_MS = 86_400_000
-SNAPSHOT_VERSION = 1
-SEQUENCE_MODULUS = 2**31
-_HEADER = struct.Struct(
-    ">"
-    "h"  # version
-    "I"  # crc
-    "i"  # entry count
-)
-_ENTRY = struct.Struct(
-    ">"
-    "q"  # producerId
-    "h"  # producerEpoch
-    "i"  # lastSequence
-    "q"  # lastOffset
-    "i"  # offsetDelta
-    "q"  # timestamp
-    "i"  # coordinatorEpoch
-    "q"  # currentTxnFirstOffset
-)
-_CRC_START = struct.calcsize(">hI")
+# A producer's coordinator epoch before any marker, and an entry's "no open transaction".
+NO_COORDINATOR_EPOCH = -1
+NO_TXN = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,28 +75,101 @@ class BatchMetadata:
 
 @dataclass
 class ProducerEntry:
-    """One producer's epoch and its last batches, oldest first."""
+    """One producer's state: epoch, last batches (oldest first), last timestamp, coordinator epoch, open txn."""
 
     producer_id: int
     epoch: int
     batches: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=NUM_BATCHES_TO_RETAIN))
-    coordinator_epoch: int = -1
-    current_txn_first_offset: int = -1
+    coordinator_epoch: int = NO_COORDINATOR_EPOCH
+    current_txn_first_offset: int = NO_TXN
+    last_timestamp: int = -1
 
     @property
     def last_sequence(self) -> int:
-        return self.batches[-1].last_sequence if self.batches else -1
+        return self.batches[-1].last_sequence if self.batches else NO_SEQUENCE
+
+    @property
+    def last_data_offset(self) -> int:
+        """Last offset of the producer's last data batch, -1 without one (Kafka's `lastDataOffset`)."""
+        return self.batches[-1].last_offset if self.batches else -1
+
+    @property
+    def has_open_transaction(self) -> bool:
+        return self.current_txn_first_offset >= 0
 
     def copy(self) -> ProducerEntry:
         """A copy whose batches can change apart (per append: 0.5 us, where `dataclasses.replace` took 1.6)."""
         return ProducerEntry(
-            self.producer_id, self.epoch, self.batches.copy(), self.coordinator_epoch, self.current_txn_first_offset
+            self.producer_id,
+            self.epoch,
+            self.batches.copy(),
+            self.coordinator_epoch,
+            self.current_txn_first_offset,
+            self.last_timestamp,
         )
 
-    @property
-    def last_timestamp(self) -> int:
-        """Max timestamp of the last batch (Kafka's `lastTimestamp`); -1 without batches."""
-        return self.batches[-1].timestamp if self.batches else -1
+    def maybe_update_epoch(self, epoch: int) -> None:
+        """A new epoch forgets the batches of the old one (their sequences no longer count)."""
+        if epoch != self.epoch:
+            self.batches.clear()
+            self.epoch = epoch
+
+    def add_batch(self, epoch: int, batch: BatchMetadata) -> None:
+        self.maybe_update_epoch(epoch)
+        self.batches.append(batch)
+        self.last_timestamp = batch.timestamp
+
+    def end_transaction(self, epoch: int, coordinator_epoch: int, timestamp: int) -> None:
+        """A COMMIT/ABORT marker: the epoch and coordinator epoch it carries, and no transaction open."""
+        self.maybe_update_epoch(epoch)
+        self.coordinator_epoch = coordinator_epoch
+        self.current_txn_first_offset = NO_TXN
+        self.last_timestamp = timestamp
+
+    def to_snapshot(self) -> SnapshotEntry:
+        last = self.batches[-1] if self.batches else None
+        return SnapshotEntry(
+            self.producer_id,
+            self.epoch,
+            NO_SEQUENCE if last is None else last.last_sequence,
+            -1 if last is None else last.last_offset,
+            0 if last is None else last.last_offset - last.first_offset,
+            self.last_timestamp,
+            self.coordinator_epoch,
+            self.current_txn_first_offset,
+        )
+
+    @classmethod
+    def from_snapshot(cls, entry: SnapshotEntry) -> ProducerEntry:
+        """Kafka's `readSnapshot`: a batch only when the entry has a data offset; any negative txn offset is none."""
+        loaded = cls(
+            entry.producer_id,
+            entry.epoch,
+            coordinator_epoch=entry.coordinator_epoch,
+            current_txn_first_offset=entry.current_txn_first_offset if entry.current_txn_first_offset >= 0 else NO_TXN,
+            last_timestamp=entry.timestamp,
+        )
+        if entry.last_offset >= 0:
+            loaded.batches.append(
+                BatchMetadata(
+                    (entry.last_sequence - entry.offset_delta) % SEQUENCE_MODULUS,
+                    entry.last_sequence,
+                    entry.last_offset - entry.offset_delta,
+                    entry.last_offset,
+                    entry.timestamp,
+                )
+            )
+        return loaded
+
+
+@dataclass(frozen=True, slots=True)
+class CompletedTxn:
+    """A transaction a COMMIT/ABORT marker closed: its first data offset and the marker's offset."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    is_aborted: bool
 
 
 def next_sequence(sequence: int) -> int:
@@ -123,12 +177,16 @@ def next_sequence(sequence: int) -> int:
 
 
 class ProducerStateManager:
-    """Producer entries of one partition; the owning Log serialises every call."""
+    """Producer entries and transactions of one partition; the owning Log serialises every call."""
 
     def __init__(self, directory: Path, producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS) -> None:
         self.directory = Path(directory)
         self.producer_id_expiration_ms = producer_id_expiration_ms
         self._producers: dict[int, ProducerEntry] = {}
+        # Open transactions: first offset -> producer id.
+        self._ongoing: dict[int, int] = {}
+        # Transactions whose marker is at or above the high watermark: first offset -> (producer id, marker offset).
+        self._unreplicated: dict[int, tuple[int, int]] = {}
         # False while the newest snapshot at or below the log end, plus the batches after it, rebuilds exactly
         # this state; `Log.close` writes a snapshot only when it is True.
         self.changed_since_snapshot = False
@@ -137,26 +195,78 @@ class ProducerStateManager:
     def producers(self) -> dict[int, ProducerEntry]:
         return self._producers
 
-    def update(self, producer_id: int, epoch: int, batch: BatchMetadata) -> None:
-        """Records a written batch (also used when replaying the log, without checks)."""
-        entry = self._producers.get(producer_id)
-        if entry is None or epoch > entry.epoch:
-            entry = ProducerEntry(producer_id, epoch)
-            self._producers[producer_id] = entry
-        entry.batches.append(batch)
-        self.changed_since_snapshot = True
-
-    def begin_append(self) -> PendingAppend:
-        """A scratch view in which the batches of one append are checked before any is written."""
-        return PendingAppend(self)
+    def put_entries(self, entries: dict[int, ProducerEntry], started_txns: list[tuple[int, int]]) -> None:
+        """Makes the entries of an append the current ones and opens the transactions it started (first offset,
+        producer id); see `producer_append.PendingAppend.commit`."""
+        self._producers.update(entries)
+        for first_offset, producer_id in started_txns:
+            self._ongoing[first_offset] = producer_id
+        if entries:
+            self.changed_since_snapshot = True
 
     def clear(self) -> None:
         self._producers.clear()
+        self._ongoing.clear()
+        self._unreplicated.clear()
         self.changed_since_snapshot = True
 
+    # --- transactions ----------------------------------------------------------------------------
+
+    @property
+    def ongoing_transactions(self) -> dict[int, int]:
+        """The open transactions, first offset -> producer id (a copy)."""
+        return dict(self._ongoing)
+
+    def first_undecided_offset(self) -> int | None:
+        """The first offset of the oldest open transaction (Kafka's `firstUndecidedOffset`)."""
+        return min(self._ongoing, default=None)
+
+    def first_unstable_offset(self, high_watermark: int | None = None) -> int | None:
+        """The first offset of the oldest transaction that is open, or closed by a marker not yet below the high
+        watermark (Kafka's `firstUnstableOffset`). Completed transactions leave when `on_high_watermark_updated`
+        passes their marker; until then `high_watermark`, when given, decides, so that a log opened with its
+        high watermark at the log end and lowered to its replicated value (a replica restarting) keeps them."""
+        unreplicated = (
+            self._unreplicated
+            if high_watermark is None
+            else [first for first, (_, marker) in self._unreplicated.items() if marker >= high_watermark]
+        )
+        return min((*self._ongoing, *unreplicated), default=None)
+
+    def last_stable_offset(self, completed: CompletedTxn) -> int:
+        """What a `.txnindex` entry for `completed` records: the first offset of the oldest transaction still open
+        of another producer, else the marker's offset + 1 (Kafka's `lastStableOffset(CompletedTxn)`)."""
+        others = [first for first, producer_id in self._ongoing.items() if producer_id != completed.producer_id]
+        return min(others) if others else completed.last_offset + 1
+
+    def complete_txn(self, completed: CompletedTxn) -> None:
+        """Moves a transaction from open to unreplicated, until the high watermark passes its marker."""
+        if self._ongoing.pop(completed.first_offset, None) is None:
+            raise KafkaStorageError(
+                f"transaction of producer {completed.producer_id} at offset {completed.first_offset} was not open",
+                path=self.directory,
+                offset=completed.first_offset,
+            )
+        self._unreplicated[completed.first_offset] = (completed.producer_id, completed.last_offset)
+
+    def on_high_watermark_updated(self, high_watermark: int) -> None:
+        """Completed transactions whose marker lies below the high watermark are stable from now on."""
+        self._drop_unreplicated_below(high_watermark)
+
+    def on_log_start_offset_incremented(self, log_start_offset: int) -> None:
+        """Completed transactions whose marker was deleted are gone (Kafka's `onLogStartOffsetIncremented`)."""
+        self._drop_unreplicated_below(log_start_offset)
+
+    def _drop_unreplicated_below(self, offset: int) -> None:
+        for first, (_, marker_offset) in list(self._unreplicated.items()):
+            if marker_offset < offset:
+                del self._unreplicated[first]
+
+    # --- expiration ------------------------------------------------------------------------------
+
     def is_producer_expired(self, entry: ProducerEntry, now_ms: int) -> bool:
-        """Idle at least `producer_id_expiration_ms` (by its last batch's timestamp) and no transaction open."""
-        return entry.current_txn_first_offset < 0 and now_ms - entry.last_timestamp >= self.producer_id_expiration_ms
+        """Idle at least `producer_id_expiration_ms` (by its last timestamp) and no transaction open."""
+        return not entry.has_open_transaction and now_ms - entry.last_timestamp >= self.producer_id_expiration_ms
 
     def remove_expired_producers(self, now_ms: int) -> int:
         """Forgets every expired producer (see the module docstring); returns how many."""
@@ -171,27 +281,9 @@ class ProducerStateManager:
 
     def write_snapshot(self, offset: int) -> Path:
         """Writes the state as of `offset` to `<offset>.snapshot` (atomically)."""
-        entries = []
-        for entry in self._producers.values():
-            if not entry.batches:
-                continue
-            last = entry.batches[-1]
-            entries.append(
-                _ENTRY.pack(
-                    entry.producer_id,
-                    entry.epoch,
-                    last.last_sequence,
-                    last.last_offset,
-                    last.last_offset - last.first_offset,
-                    last.timestamp,
-                    entry.coordinator_epoch,
-                    entry.current_txn_first_offset,
-                )
-            )
-        body = struct.pack(">i", len(entries)) + b"".join(entries)
-        data = struct.pack(">hI", SNAPSHOT_VERSION, crc32c.crc32c(body)) + body
         path = file_names.producer_snapshot_file(self.directory, offset)
-        write_atomically(path, data)
+        entries = (self._producers[pid].to_snapshot() for pid in java_hash_map_order(self._producers))
+        write_atomically(path, encode_snapshot(entries))
         self.changed_since_snapshot = False
         return path
 
@@ -207,24 +299,30 @@ class ProducerStateManager:
 
     def load_latest_snapshot(self, at_or_below: int, now_ms: int) -> int | None:
         """Loads the newest readable snapshot with offset <= `at_or_below`, without the producers expired at
-        `now_ms`; returns its offset, or None.
+        `now_ms`, and the transactions they have open; returns its offset, or None (the state is then empty).
 
         An unreadable snapshot is deleted, as Kafka does, so that it is not read again on every open.
         """
         self.changed_since_snapshot = False
+        self._ongoing.clear()
+        self._unreplicated.clear()
         for offset in reversed(self.snapshot_offsets()):
             if offset > at_or_below:
                 continue
             path = file_names.producer_snapshot_file(self.directory, offset)
             try:
                 loaded = read_snapshot(path)
-                self._producers = {
-                    pid: entry for pid, entry in loaded.items() if not self.is_producer_expired(entry, now_ms)
-                }
-                return offset
             except CorruptCheckpointError as exc:
                 logger.warning("%s: deleting unreadable producer snapshot (%s)", self.directory, exc)
                 path.unlink(missing_ok=True)
+                continue
+            self._producers = {
+                pid: entry for pid, entry in loaded.items() if not self.is_producer_expired(entry, now_ms)
+            }
+            for pid, entry in self._producers.items():
+                if entry.has_open_transaction:
+                    self._ongoing[entry.current_txn_first_offset] = pid
+            return offset
         self._producers = {}
         return None
 
@@ -252,94 +350,6 @@ class ProducerStateManager:
             self.changed_since_snapshot = True
 
 
-class PendingAppend:
-    """The producer state as it would be after the batches of one append seen so far.
-
-    Each batch is judged against the state the batches before it left, so a multi-batch append behaves
-    like the same batches appended one by one (a batch repeated inside the call is a duplicate of its first
-    copy); `commit` applies the result only once the whole append is written, so a refused or failed
-    append leaves the manager untouched. Entries are copied on first touch, not the whole map.
-    """
-
-    def __init__(self, manager: ProducerStateManager) -> None:
-        self._manager = manager
-        self._entries: dict[int, ProducerEntry | None] = {}
-        self._appended: dict[int, ProducerEntry] = {}
-
-    def append(self, producer_id: int, epoch: int, batch: BatchMetadata) -> BatchMetadata | None:
-        """The retained batch `batch` repeats (nothing to write), or None once `batch` is recorded as new.
-
-        Raises `InvalidProducerEpochError` for an older epoch and `OutOfOrderSequenceError` for a sequence
-        that does not follow the producer's last one.
-        """
-        entry = self._entry(producer_id)
-        if entry is not None and entry.epoch == epoch:
-            for retained in entry.batches:
-                if (retained.first_sequence, retained.last_sequence) == (batch.first_sequence, batch.last_sequence):
-                    return retained
-        _check_sequence(producer_id, entry, epoch, batch.first_sequence)
-        if entry is None or epoch > entry.epoch:
-            entry = ProducerEntry(producer_id, epoch)
-            self._entries[producer_id] = entry
-        entry.batches.append(batch)
-        self._appended[producer_id] = entry
-        return None
-
-    def commit(self) -> None:
-        """Makes the new batches part of the manager's state (after they are written)."""
-        if self._appended:
-            self._manager.producers.update(self._appended)
-            self._manager.changed_since_snapshot = True
-
-    def _entry(self, producer_id: int) -> ProducerEntry | None:
-        if producer_id not in self._entries:
-            current = self._manager.producers.get(producer_id)
-            self._entries[producer_id] = None if current is None else current.copy()
-        return self._entries[producer_id]
-
-
-def _check_sequence(producer_id: int, entry: ProducerEntry | None, epoch: int, first_sequence: int) -> None:
-    """Raises unless a batch of `epoch` starting at `first_sequence` may follow `entry` (None: unknown producer)."""
-    if entry is None:
-        return
-    if epoch < entry.epoch:
-        raise InvalidProducerEpochError(
-            f"producer {producer_id} epoch {epoch} is older than the current epoch {entry.epoch}"
-        )
-    if epoch > entry.epoch:
-        if first_sequence != 0:
-            raise OutOfOrderSequenceError(
-                f"producer {producer_id} new epoch {epoch} must start at sequence 0, not {first_sequence}"
-            )
-        return
-    expected = next_sequence(entry.last_sequence)
-    if first_sequence != expected:
-        raise OutOfOrderSequenceError(f"producer {producer_id} sent sequence {first_sequence}, expected {expected}")
-
-
 def read_snapshot(path: Path) -> dict[int, ProducerEntry]:
-    """Parses a snapshot file strictly; `CorruptCheckpointError` on a bad version, CRC or length."""
-    try:
-        data = Path(path).read_bytes()
-    except OSError as exc:
-        raise CorruptCheckpointError(f"cannot read producer snapshot: {exc}", path=path) from exc
-    if len(data) < _HEADER.size:
-        raise CorruptCheckpointError(f"producer snapshot of {len(data)} bytes is too short", path=path)
-    version, crc, count = _HEADER.unpack_from(data)
-    if version != SNAPSHOT_VERSION:
-        raise CorruptCheckpointError(f"unknown producer snapshot version {version}", path=path)
-    if crc32c.crc32c(data[_CRC_START:]) != crc:
-        raise CorruptCheckpointError("producer snapshot CRC mismatch", path=path)
-    if count < 0 or len(data) != _HEADER.size + count * _ENTRY.size:
-        raise CorruptCheckpointError(f"producer snapshot count {count} does not match its size", path=path)
-    producers: dict[int, ProducerEntry] = {}
-    for index in range(count):
-        pid, epoch, last_seq, last_offset, delta, timestamp, coordinator_epoch, txn_first = _ENTRY.unpack_from(
-            data, _HEADER.size + index * _ENTRY.size
-        )
-        entry = ProducerEntry(pid, epoch, coordinator_epoch=coordinator_epoch, current_txn_first_offset=txn_first)
-        entry.batches.append(
-            BatchMetadata((last_seq - delta) % SEQUENCE_MODULUS, last_seq, last_offset - delta, last_offset, timestamp)
-        )
-        producers[pid] = entry
-    return producers
+    """The producers of the snapshot file at `path`, in file order; `CorruptCheckpointError` when it does not parse."""
+    return {entry.producer_id: ProducerEntry.from_snapshot(entry) for entry in read_snapshot_file(path)}

@@ -30,10 +30,11 @@ from __future__ import annotations
 
 import enum
 import struct
+from dataclasses import dataclass
 
 import crc32c
 
-from storage.errors import InvalidConfigError, InvalidRecordError
+from storage.errors import CorruptRecordError, InvalidConfigError, InvalidRecordError
 from storage.records.compression import CompressionType
 
 HEADER = struct.Struct(
@@ -73,6 +74,8 @@ CURRENT_MAGIC = 2
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
 NO_SEQUENCE = -1
+# Sequences are int32 and wrap from 2**31-1 back to 0 (Kafka's `DefaultRecordBatch.incrementSequence`).
+SEQUENCE_MODULUS = 2**31
 NO_PARTITION_LEADER_EPOCH = -1
 # A record or batch without a timestamp (magic 0 messages, an empty index, an empty batch's maxTimestamp).
 NO_TIMESTAMP = -1
@@ -143,6 +146,35 @@ class ControlRecordType(enum.IntEnum):
             return cls.UNKNOWN
         _, type_id = CONTROL_KEY.unpack_from(key)
         return cls(type_id) if type_id in cls._value2member_map_ else cls.UNKNOWN
+
+
+@dataclass(frozen=True, slots=True)
+class EndTransactionMarker:
+    """A transaction marker's meaning (Kafka's `EndTransactionMarker`): COMMIT or ABORT, and the epoch of the
+    transaction coordinator that wrote it."""
+
+    control_type: ControlRecordType
+    coordinator_epoch: int
+
+    @classmethod
+    def parse(cls, key: bytes | None, value: bytes | None) -> EndTransactionMarker | None:
+        """The marker a control record holds; None for a control record of another type (KRaft's). Raises
+        `CorruptRecordError` for a key or value shorter than its layout or with a negative version; a version
+        above 0 is read as version 0, as Kafka does."""
+        if key is None or len(key) < CONTROL_KEY.size:
+            raise CorruptRecordError(f"control record key must be at least {CONTROL_KEY.size} bytes")
+        key_version, _ = CONTROL_KEY.unpack_from(key)
+        if key_version < 0:
+            raise CorruptRecordError(f"control record key version {key_version} is invalid")
+        control_type = ControlRecordType.from_key(key)
+        if control_type not in (ControlRecordType.ABORT, ControlRecordType.COMMIT):
+            return None
+        if value is None or len(value) < END_TXN_MARKER_VALUE.size:
+            raise CorruptRecordError(f"transaction marker value must be at least {END_TXN_MARKER_VALUE.size} bytes")
+        value_version, coordinator_epoch = END_TXN_MARKER_VALUE.unpack_from(value)
+        if value_version < 0:
+            raise CorruptRecordError(f"transaction marker value version {value_version} is invalid")
+        return cls(control_type, coordinator_epoch)
 
 
 def encode_attributes(

@@ -48,9 +48,11 @@ from storage.records.layout import (
     PARTITION_LEADER_EPOCH_OFFSET,
     RECORD_BATCH_OVERHEAD,
     RECORDS_COUNT_OFFSET,
+    SEQUENCE_MODULUS,
     TIMESTAMP_TYPE_MASK,
     TRANSACTIONAL_FLAG_MASK,
     ControlRecordType,
+    EndTransactionMarker,
     TimestampType,
     encode_attributes,
     encode_batch,
@@ -78,7 +80,9 @@ __all__ = [
     "PARTITION_LEADER_EPOCH_OFFSET",
     "RECORDS_COUNT_OFFSET",
     "RECORD_BATCH_OVERHEAD",
+    "SEQUENCE_MODULUS",
     "ControlRecordType",
+    "EndTransactionMarker",
     "Header",
     "Record",
     "RecordBatch",
@@ -235,7 +239,7 @@ class RecordBatch:
     def last_sequence(self) -> int:
         if self.base_sequence == NO_SEQUENCE:
             return NO_SEQUENCE
-        return (self.base_sequence + self.last_offset_delta) % (2**31)
+        return (self.base_sequence + self.last_offset_delta) % SEQUENCE_MODULUS
 
     def raw(self) -> memoryview:
         """The batch's bytes (a view, no copy)."""
@@ -321,6 +325,21 @@ class RecordBatch:
                 offset=self.base_offset,
             )
         return ControlRecordType.from_key(records[0].key)
+
+    def end_transaction_marker(self) -> EndTransactionMarker | None:
+        """For a control batch: the COMMIT/ABORT marker it holds; None when it holds no record (the cleaner emptied
+        it) or a control record of another type. `CorruptRecordError` for a marker that does not parse."""
+        if not self.is_control:
+            raise InvalidRecordError("not a control batch", path=self.path, position=self.position)
+        records = self.records()
+        if not records:
+            return None
+        try:
+            return EndTransactionMarker.parse(records[0].key, records[0].value)
+        except CorruptRecordError as exc:
+            raise CorruptRecordError(
+                exc.message, path=self.path, position=self.position, offset=self.base_offset
+            ) from exc
 
     def __repr__(self) -> str:
         return (

@@ -1,4 +1,5 @@
-"""One segment of a partition log: a `.log` file plus its sparse `.index` and `.timeindex` (Kafka's `LogSegment`).
+"""One segment of a partition log: a `.log` file, its sparse `.index` and `.timeindex`, and its `.txnindex` of
+aborted transactions (`transaction_index`) (Kafka's `LogSegment`).
 
 A segment is named by its base offset (the first offset it may hold). Invariants:
 
@@ -48,6 +49,7 @@ from storage.records.file_records import BatchPosition, FileRecords, TimestampAn
 from storage.records.record_batch import NO_TIMESTAMP, RecordBatch
 from storage.segment.offset_index import OffsetIndex
 from storage.segment.time_index import TimeIndex
+from storage.segment.transaction_index import AbortedTxn, TransactionIndex
 
 MAX_RELATIVE_OFFSET = 2**31 - 1
 
@@ -71,6 +73,8 @@ class FetchDataInfo:
     fetch_offset_metadata: LogOffsetMetadata
     records: bytes
     first_entry_incomplete: bool = False
+    # A read_committed fetch's aborted transactions overlapping `records` (possibly none); None for other reads.
+    aborted_transactions: tuple[AbortedTxn, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +128,7 @@ class LogSegment:
         )
         self._offset_index: OffsetIndex | None = None
         self._time_index: TimeIndex | None = None
+        self._txn_index: TransactionIndex | None = None
         self.created_ms = clock.milliseconds()
         self.rolling_based_timestamp: int | None = None
         self.bytes_since_last_index_entry = 0
@@ -167,6 +172,13 @@ class LogSegment:
                 self.time_index_path, self.base_offset, self.max_index_size, writable=not self.read_only
             )
         return self._time_index
+
+    @property
+    def txn_index(self) -> TransactionIndex:
+        """The `.txnindex`; its file exists only once an aborted transaction was indexed in this segment."""
+        if self._txn_index is None:
+            self._txn_index = TransactionIndex(self.txn_index_path, self.base_offset, read_only=self.read_only)
+        return self._txn_index
 
     @property
     def size(self) -> int:
@@ -328,7 +340,10 @@ class LogSegment:
     # --- recovery and truncation -------------------------------------------------------------------
 
     def recover(
-        self, next_segment_base: int | None = None, on_batch_epoch: Callable[[int, int], None] | None = None
+        self,
+        next_segment_base: int | None = None,
+        on_batch_epoch: Callable[[int, int], None] | None = None,
+        on_batch: Callable[[RecordBatch], None] | None = None,
     ) -> int:
         """Re-reads the whole `.log`, checking each batch; rebuilds both indexes; truncates at the first
         invalid byte. Returns the number of bytes truncated. A batch reaching `next_segment_base` (the next
@@ -336,10 +351,14 @@ class LogSegment:
         `LogSegmentOffsetOverflowError` for an in-order batch more than 2**31 - 1 above the base in a segment
         that has a next one (a legacy overflowed segment, to be split); in the last segment it is damage, cut.
         `on_batch_epoch(partition leader epoch, base offset)` is told of every valid batch, in order (the log's
-        leader-epoch cache learns the epochs it had not checkpointed)."""
+        leader-epoch cache learns the epochs it had not checkpointed). With `on_batch`, the `.txnindex` is emptied
+        first, and `on_batch` is told of every valid v2 batch in order to rebuild it (the log's producer state, as
+        of this segment's base, knows which aborted transaction each ABORT marker closes)."""
         for index in (self.offset_index, self.time_index):
             index.truncate()
             index.resize(self.max_index_size)
+        if on_batch is not None:
+            self.txn_index.reset()
         valid_bytes = 0
         last_index_entry = 0
         max_timestamp = TimestampAndOffset(NO_TIMESTAMP, -1)
@@ -377,6 +396,8 @@ class LogSegment:
                 next_offset = batch.last_offset + 1
                 if on_batch_epoch is not None and isinstance(batch, RecordBatch):
                     on_batch_epoch(batch.partition_leader_epoch, batch.base_offset)
+                if on_batch is not None and isinstance(batch, RecordBatch):
+                    on_batch(batch)
                 if batch.max_timestamp > max_timestamp.timestamp:
                     max_timestamp = TimestampAndOffset(batch.max_timestamp, batch.last_offset)
                 # The rule runs per batch here but per append when writing, so a segment written with
@@ -408,6 +429,7 @@ class LogSegment:
         mapping = self.translate_offset(offset)
         self.offset_index.truncate_to(offset)
         self.time_index.truncate_to(offset)
+        self.txn_index.truncate_to(offset)
         self.offset_index.resize(self.max_index_size)
         self.time_index.resize(self.max_index_size)
         removed = 0 if mapping is None else self.log.truncate_to(mapping.position)
@@ -456,6 +478,8 @@ class LogSegment:
             self._offset_index.flush()
         if self._time_index is not None:
             self._time_index.flush()
+        if self._txn_index is not None:
+            self._txn_index.flush()
 
     def close(self) -> None:
         """Final time-index entry, trim and close everything."""
@@ -479,9 +503,13 @@ class LogSegment:
                 index.rename_to(new)
             elif old.exists():
                 os.replace(old, new)
-        old_txn = file_names.txn_index_file(self.directory, self.base_offset, old_suffix)
-        if old_txn.exists():
-            os.replace(old_txn, file_names.txn_index_file(self.directory, self.base_offset, new_suffix))
+        new_txn = file_names.txn_index_file(self.directory, self.base_offset, new_suffix)
+        if self._txn_index is not None:
+            self._txn_index.rename_to(new_txn)
+        else:
+            old_txn = file_names.txn_index_file(self.directory, self.base_offset, old_suffix)
+            if old_txn.exists():
+                os.replace(old_txn, new_txn)
         self._suffix = new_suffix
 
     def delete_files(self) -> None:
@@ -508,9 +536,12 @@ class LogSegment:
             self.log.close_handlers()
 
     def _close_indexes(self) -> None:
-        offset_index, time_index = self._offset_index, self._time_index
+        offset_index, time_index, txn_index = self._offset_index, self._time_index, self._txn_index
         self._offset_index = None
         self._time_index = None
+        self._txn_index = None
+        if txn_index is not None:
+            txn_index.close()
         try:
             if offset_index is not None:
                 offset_index.close()

@@ -9,6 +9,7 @@ import random
 import struct
 from pathlib import Path
 
+import crc32c
 import pytest
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
@@ -663,6 +664,9 @@ def test_checkpoint_fixtures_match_their_text(kafka_samples_dir: Path) -> None:
         ("leader-epoch-checkpoint", FileKind.LEADER_EPOCH_CHECKPOINT, None),
         ("meta.properties", FileKind.META_PROPERTIES, None),
         (".kafka_cleanshutdown", FileKind.CLEAN_SHUTDOWN, None),
+        ("00000000000000000042.txnindex", FileKind.TXN_INDEX, 42),
+        ("00000000000000000042.txnindex.cleaned", FileKind.TXN_INDEX, 42),
+        ("00000000000000000042.snapshot", FileKind.PRODUCER_SNAPSHOT, None),
     ],
 )
 def test_classify_by_name(name: str, kind: FileKind, base_offset: int | None) -> None:
@@ -671,9 +675,7 @@ def test_classify_by_name(name: str, kind: FileKind, base_offset: int | None) ->
     assert (info.kind, info.base_offset) == (kind, base_offset)
 
 
-@pytest.mark.parametrize(
-    "name", ["00000000000000000042.txnindex", "00000000000000000042.snapshot", "partition.metadata", "notes.txt"]
-)
+@pytest.mark.parametrize("name", ["partition.metadata", "notes.txt"])
 def test_classify_rejects_other_files(name: str) -> None:
     assert classify(Path(name)) is None
 
@@ -733,3 +735,75 @@ def test_every_real_sample_file_dumps_without_error(kafka_samples_dir: Path) -> 
         assert not file_dump.failed, (path, rows[-1])
         dumped += 1
     assert dumped > 1000
+
+
+# --- transaction indexes and producer snapshots ----------------------------------------------------------
+
+
+KAFKA_TXN = "kafka-3.9.1__transactions"
+
+
+def test_txn_indexes_and_snapshots_print_as_kafkas_dump_log_prints_them(
+    kafka_samples_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`kafka-dump-log.txt` is Kafka 3.9.1's `DumpLogSegments --files` over every `.txnindex` and `.snapshot` of the
+    fixture, run from its folder (see PROVENANCE.md)."""
+    root = kafka_samples_dir / KAFKA_TXN
+    monkeypatch.chdir(root)
+    kafka_lines = (root / "kafka-dump-log.txt").read_text().splitlines()
+    names = [line.removeprefix("Dumping ") for line in kafka_lines if line.startswith("Dumping ")]
+    assert len(names) == 13
+    ours = []
+    for name in names:
+        lines, failed = text(Path(name))
+        assert not failed
+        ours.extend(lines)
+    assert ours == kafka_lines
+
+
+def test_txn_index_and_snapshot_rows(kafka_samples_dir: Path) -> None:
+    partition = kafka_samples_dir / KAFKA_TXN / "data" / "txn-0"
+    assert dump(partition / "00000000000000000007.txnindex") == (
+        [{"version": 0, "producerId": 0, "firstOffset": 6, "lastOffset": 9, "lastStableOffset": 7}],
+        False,
+    )
+    rows, failed = dump(partition / "00000000000000000051.snapshot")
+    assert not failed
+    assert rows[2] == {
+        "producerId": 2,
+        "producerEpoch": 0,
+        "coordinatorEpoch": -1,
+        "currentTxnFirstOffset": 49,
+        "lastTimestamp": 1795444509752,
+        "firstSequence": 1,
+        "lastSequence": 1,
+        "lastOffset": 50,
+        "offsetDelta": 0,
+        "timestamp": 1795444509752,
+    }
+    assert rows[0]["currentTxnFirstOffset"] is None
+
+
+def test_a_producer_with_only_markers_has_no_batch_fields(tmp_path: Path) -> None:
+    body = struct.pack(">i", 1) + struct.pack(">qhiqiqiq", 7, 3, -1, -1, 0, 1_700_000_000_000, 2, -1)
+    path = write(tmp_path, struct.pack(">hI", 1, crc32c.crc32c(body)) + body, "00000000000000000005.snapshot")
+    lines, failed = text(path)
+    assert not failed
+    assert lines[1] == (
+        "producerId: 7 producerEpoch: 3 coordinatorEpoch: 2 currentTxnFirstOffset: OptionalLong.empty "
+        "lastTimestamp: 1700000000000 "
+    )
+
+
+def test_damaged_txn_index_and_snapshot_report_where(tmp_path: Path) -> None:
+    entry = struct.pack(">hqqqq", 0, 1, 0, 5, 6)
+    torn = write(tmp_path, entry + entry[:10], "00000000000000000000.txnindex")
+    rows, failed = dump(torn)
+    assert failed
+    assert rows[-1] == {"error": rows[-1]["error"], "position": 34}
+    bad_version = write(tmp_path, entry + struct.pack(">hqqqq", 0x100, 1, 7, 8, 9), "00000000000000000001.txnindex")
+    rows, failed = dump(bad_version)
+    assert failed and len(rows) == 2 and rows[1]["position"] == 34
+    snapshot = write(tmp_path, b"\x00\x01\x00\x00\x00\x00", "00000000000000000002.snapshot")
+    rows, failed = dump(snapshot)
+    assert failed and len(rows) == 1 and "too short" in str(rows[0]["error"])

@@ -45,6 +45,7 @@ from storage.records.record_batch import (
     iter_batches,
 )
 from storage.segment.log_segment import LogSegment
+from storage.segment.transaction_index import AbortedTxn
 
 DELETE_RETENTION_MS = 1000
 
@@ -724,6 +725,180 @@ def test_aborted_data_never_shadows_committed_values(tmp_path: Path, clock: Mock
 
     assert (0, b"k", b"good") in records_of(log)
     assert b"bad" not in [value for _, _, value in records_of(log)]
+
+
+class TxnProducer:
+    """Kafka's `appendTransactionalAsLeader` in LogCleanerTest: one batch per call, keys = values = the ints given;
+    markers through the coordinator's path (`append_transaction_marker`)."""
+
+    def __init__(self, log: Log, producer_id: int, epoch: int = 0) -> None:
+        self.log, self.producer_id, self.epoch, self.sequence = log, producer_id, epoch, 0
+
+    def __call__(self, keys: list[int]) -> None:
+        builder = RecordBatchBuilder(
+            producer_id=self.producer_id, producer_epoch=self.epoch, base_sequence=self.sequence, is_transactional=True
+        )
+        for key in keys:
+            builder.append(b"%d" % key, b"%d" % key, timestamp=self.log.clock.milliseconds())
+        self.log.append(builder.build())
+        self.sequence += len(keys)
+
+    def end(self, control_type: ControlRecordType) -> None:
+        self.log.append_transaction_marker(self.producer_id, self.epoch, 0, control_type)
+
+
+def keys_in_log(log: Log) -> list[int]:
+    """Kafka's `keysInLog`: the keys of the data records, in offset order."""
+    return [
+        int(record.key or b"")
+        for segment in log.log_segments()
+        for batch in iter_batches(segment.log.read(0, segment.size))
+        if not batch.is_control
+        for record in batch.records()
+    ]
+
+
+def offsets_in_log(log: Log) -> list[int]:
+    """Kafka's `offsetsInLog`: the offset of every record, markers included."""
+    return [
+        record.offset
+        for segment in log.log_segments()
+        for batch in iter_batches(segment.log.read(0, segment.size))
+        for record in batch.records()
+    ]
+
+
+def test_basic_transaction_aware_cleaning_keeps_the_transaction_index(tmp_path: Path, clock: MockClock) -> None:
+    """LogCleanerTest.testBasicTransactionAwareCleaning: the aborted records go whatever their keys, both markers
+    stay, and the cleaned segment's `.txnindex` still lists the aborted transaction."""
+    log = open_log(tmp_path, clock, segment_bytes=2048)
+    first, second = TxnProducer(log, 1), TxnProducer(log, 2)
+    first([1, 2])
+    second([2, 3])
+    first([3, 4])
+    first.end(ControlRecordType.ABORT)
+    second.end(ControlRecordType.COMMIT)
+    first([2])
+    first.end(ControlRecordType.COMMIT)
+    aborted = log.collect_aborted_transactions(log.log_start_offset, log.log_end_offset)
+    assert aborted == [AbortedTxn(1, 0, 6, 2)]
+    log.roll()
+
+    small_cleaner(clock).clean(log, 0)
+
+    assert keys_in_log(log) == [3, 2]
+    assert offsets_in_log(log) == [3, 6, 7, 8, 9]
+    assert log.collect_aborted_transactions(log.log_start_offset, log.log_end_offset) == aborted
+    assert log.log_segments()[0].txn_index.entries == (AbortedTxn(1, 0, 6, 2),)
+
+
+def test_abort_marker_and_its_index_entry_go_once_its_data_is_gone(tmp_path: Path, clock: MockClock) -> None:
+    """LogCleanerTest.testAbortMarkerRemoval, with the `.txnindex` followed: kept while the pass removed the
+    transaction's data, gone from the index in the next pass, the marker itself once its horizon passed."""
+    log = open_log(tmp_path, clock, segment_bytes=256)
+    producer = TxnProducer(log, 1)
+    producer([1])
+    producer([2, 3])
+    producer.end(ControlRecordType.ABORT)
+    producer([3])
+    producer.end(ControlRecordType.COMMIT)
+    log.roll()
+    cleaner = small_cleaner(clock)
+
+    first = cleaner.clean(log, 0)
+    assert (keys_in_log(log), offsets_in_log(log)) == ([3], [3, 4, 5])
+    assert log.collect_aborted_transactions(0, log.log_end_offset) == [AbortedTxn(1, 0, 3, 4)]
+
+    writer = Writer(log, clock)
+    roll_with(writer, [(b"9", b"9")])
+    second = cleaner.clean(log, first.end_offset)
+    assert log.collect_aborted_transactions(0, log.log_end_offset) == []
+    assert RecordBatch(raw_batches(log)[3]).has_delete_horizon
+
+    clock.sleep(DELETE_RETENTION_MS)
+    roll_with(writer, [(b"8", b"8")])
+    cleaner.clean(log, second.end_offset)
+    assert offsets_in_log(log)[:2] == [4, 5]
+    assert not list((tmp_path / "topic-0").glob(f"*{file_names.TXN_INDEX_SUFFIX}*"))
+
+
+def test_commit_marker_removal(tmp_path: Path, clock: MockClock) -> None:
+    """LogCleanerTest.testCommitMarkerRemoval: a COMMIT marker stays while its transaction keeps records, gets a
+    delete horizon once it has none, and goes after the horizon; nothing is ever indexed."""
+    log = open_log(tmp_path, clock, segment_bytes=256)
+    producer = TxnProducer(log, 1)
+    producer([1])
+    producer([2, 3])
+    producer.end(ControlRecordType.COMMIT)
+    producer([2])
+    producer.end(ControlRecordType.COMMIT)
+    log.roll()
+    cleaner = small_cleaner(clock)
+
+    dirty = cleaner.clean(log, 0).end_offset
+    assert (keys_in_log(log), offsets_in_log(log)) == ([1, 3, 2], [0, 2, 3, 4, 5])
+
+    producer([1, 3])
+    producer.end(ControlRecordType.COMMIT)
+    log.roll()
+    dirty = cleaner.clean(log, dirty).end_offset
+    assert (keys_in_log(log), offsets_in_log(log)) == ([2, 1, 3], [3, 4, 5, 6, 7, 8])
+
+    writer = Writer(log, clock)
+    roll_with(writer, [(b"9", b"9")])
+    dirty = cleaner.clean(log, dirty).end_offset
+    assert offsets_in_log(log)[:6] == [3, 4, 5, 6, 7, 8]
+
+    clock.sleep(DELETE_RETENTION_MS)
+    roll_with(writer, [(b"8", b"8")])
+    cleaner.clean(log, dirty)
+    assert offsets_in_log(log)[:5] == [4, 5, 6, 7, 8]
+    assert log.collect_aborted_transactions(0, log.log_end_offset) == []
+
+
+def test_aborted_transaction_spanning_segments(tmp_path: Path, clock: MockClock) -> None:
+    """LogCleanerTest.testAbortedTransactionSpanningSegments: the aborted batch stays, emptied, as its producer's
+    last batch, and so does its marker (a batch of the transaction is still there), with its index entry."""
+    log = open_log(tmp_path, clock, segment_bytes=128)
+    producer = TxnProducer(log, 1)
+    producer([1])
+    log.roll()
+    producer.end(ControlRecordType.ABORT)
+    log.roll()
+    cleaner = small_cleaner(clock)
+
+    cleaner.clean(log, 0)
+    assert offsets_in_log(log) == [1]
+    assert [RecordBatch(data).last_offset for data in raw_batches(log).values()] == [0, 1]
+    assert log.collect_aborted_transactions(0, log.log_end_offset) == [AbortedTxn(1, 0, 1, 2)]
+
+    clock.sleep(DELETE_RETENTION_MS)
+    cleaner.clean(log, 0)
+    assert offsets_in_log(log) == [1]
+    assert [RecordBatch(data).last_offset for data in raw_batches(log).values()] == [0, 1]
+
+
+def test_a_pass_in_another_process_reads_the_indexes_and_writes_the_cleaned_one(
+    tmp_path: Path, clock: MockClock
+) -> None:
+    log = open_log(tmp_path, clock, segment_bytes=256)
+    first, second = TxnProducer(log, 1), TxnProducer(log, 2)
+    for _ in range(3):
+        first([1, 2])
+        second([3])
+        first.end(ControlRecordType.ABORT)
+        second.end(ControlRecordType.COMMIT)
+    aborted = log.collect_aborted_transactions(0, log.log_end_offset)
+    assert len(aborted) == 3
+    log.roll()
+    snapshot = snapshot_for_cleaning(log, 0)
+    assert snapshot.last_stable_offset == log.log_end_offset
+
+    result = swap_cleaned(log, small_cleaner(clock).clean_snapshot(snapshot))
+
+    assert not result.aborted
+    assert keys_in_log(log) == [3]
+    assert log.collect_aborted_transactions(0, log.log_end_offset) == aborted
 
 
 # --- failures and races ----------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from storage.partition.high_watermark_file import (
     PublishedWatermark,
 )
 from storage.partition.log import Log
+from storage.records.record_batch import ControlRecordType, RecordBatchBuilder
 from tests.storage.builders import open_log, simple_batch
 
 
@@ -39,10 +40,11 @@ def assert_matches_log(log: Log, log_dir: Path) -> PublishedWatermark:
     """The file's snapshot says what the log says, and its segment bytes up to the position are the log's."""
     found = published(log_dir)
     assert found is not None
-    assert (found.high_watermark, found.log_start_offset, found.log_end_offset) == (
+    assert (found.high_watermark, found.log_start_offset, found.log_end_offset, found.last_stable_offset) == (
         log.high_watermark,
         log.log_start_offset,
         log.log_end_offset,
+        log.last_stable_offset,
     )
     assert found.has_position and found.segment_base_offset == log.active_segment.base_offset
     path = file_names.log_file(log_dir, found.segment_base_offset)
@@ -153,8 +155,15 @@ def test_a_half_written_or_short_file_reads_as_none(log_dir: Path, written: byte
 
 @pytest.mark.parametrize(
     ("field_offset", "value"),
-    [(16, 10), (24, 5), (16, -1), (24, -1)],
-    ids=["high-watermark-past-log-end", "log-start-past-high-watermark", "negative-high-watermark", "negative-start"],
+    [(16, 10), (24, 5), (16, -1), (24, -1), (72, 5), (72, -1)],
+    ids=[
+        "high-watermark-past-log-end",
+        "log-start-past-high-watermark",
+        "negative-high-watermark",
+        "negative-start",
+        "last-stable-offset-past-high-watermark",
+        "last-stable-offset-below-log-start",
+    ],
 )
 def test_forged_offsets_with_a_good_crc_read_as_none(
     log_dir: Path, written: bytes, field_offset: int, value: int
@@ -168,3 +177,24 @@ def test_forged_offsets_with_a_good_crc_read_as_none(
 
 def test_a_missing_file_has_no_reader(log_dir: Path) -> None:
     assert HighWatermarkReader.open(str(file_names.high_watermark_file(log_dir))) is None
+
+
+def test_the_last_stable_offset_is_published_beside_the_high_watermark(
+    log_dir: Path, clock: MockClock, logs: list[Log]
+) -> None:
+    log = open_log(log_dir, clock)
+    logs.append(log)
+    hw_file = HighWatermarkFile.create(log_dir)
+    log.append(simple_batch(2))
+    transactional = RecordBatchBuilder(producer_id=4, producer_epoch=0, base_sequence=0, is_transactional=True)
+    transactional.append(None, b"open", timestamp=clock.milliseconds())
+    log.append(transactional.build())
+    log.append(simple_batch(1))
+    hw_file.publish(log)
+    found = published(log_dir)
+    assert found is not None and (found.last_stable_offset, found.high_watermark) == (2, 4)
+    log.append_transaction_marker(4, 0, 0, ControlRecordType.COMMIT)
+    hw_file.publish(log)
+    found = published(log_dir)
+    assert found is not None and found.last_stable_offset == found.high_watermark == 5
+    hw_file.close()

@@ -29,6 +29,7 @@ from storage.errors import (
     StorageError,
 )
 from storage.partition.log import Log, LogAppendInfo
+from storage.partition.producer_append import AppendOrigin, PendingAppend
 from storage.partition.producer_state import (
     NUM_BATCHES_TO_RETAIN,
     PRODUCER_ID_EXPIRATION_MS,
@@ -42,6 +43,15 @@ from tests.conftest import KAFKA_SAMPLES_DIR
 from tests.storage.builders import START_MS, crash, segment_bases
 
 MAX_SEQUENCE = 2**31 - 1
+
+
+def replay(manager: ProducerStateManager, producer_id: int, epoch: int, batch: BatchMetadata) -> None:
+    """Records a non-transactional batch read from a log, as loading does."""
+    pending = PendingAppend(manager, AppendOrigin.REPLICATION)
+    pending.append_data(producer_id, epoch, batch, is_transactional=False)
+    pending.commit(None)
+
+
 # Three ~90-byte single-record batches fill a segment, so a few dozen appends roll several times.
 SEGMENT_BYTES = 300
 NIKHIL_DEMO = Path("NikhilDighe9975__kafka_setup@8639fa41/kafka-logs/nikhilDemo-0")
@@ -543,21 +553,22 @@ def kafka_snapshot(entries: Sequence[tuple[int, ...]], version: int = 1) -> byte
 
 def test_snapshot_round_trip(tmp_path: Path) -> None:
     manager = ProducerStateManager(tmp_path)
-    manager.update(5, 3, BatchMetadata(10, 14, 100, 104, 1_000))
-    manager.update(5, 3, BatchMetadata(15, 15, 110, 110, 2_000))
-    manager.update(2**40, 0, BatchMetadata(MAX_SEQUENCE - 1, 2, 7, 11, -1))
-    manager.update(9, 32767, BatchMetadata(0, 0, 200, 200, 3_000))
+    replay(manager, 5, 3, BatchMetadata(10, 14, 100, 104, 1_000))
+    replay(manager, 5, 3, BatchMetadata(15, 15, 110, 110, 2_000))
+    replay(manager, 2**40, 0, BatchMetadata(MAX_SEQUENCE - 1, 2, 7, 11, -1))
+    replay(manager, 9, 32767, BatchMetadata(0, 0, 200, 200, 3_000))
     path = manager.write_snapshot(300)
     assert path == file_names.producer_snapshot_file(tmp_path, 300)
+    # Kafka's HashMap order: 2**40 hashes to bucket 0 (its high and low words XOR to 256), 5 and 9 to their own.
     assert path.read_bytes() == kafka_snapshot(
         [
-            (5, 3, 15, 110, 0, 2_000, -1, -1),
             (2**40, 0, 2, 11, 4, -1, -1, -1),
+            (5, 3, 15, 110, 0, 2_000, -1, -1),
             (9, 32767, 0, 200, 0, 3_000, -1, -1),
         ]
     )
     loaded = read_snapshot(path)
-    assert list(loaded) == [5, 2**40, 9]
+    assert list(loaded) == [2**40, 5, 9]
     assert {pid: (e.epoch, list(e.batches)) for pid, e in loaded.items()} == {
         5: (3, [BatchMetadata(15, 15, 110, 110, 2_000)]),
         2**40: (0, [BatchMetadata(MAX_SEQUENCE - 1, 2, 7, 11, -1)]),
@@ -781,9 +792,9 @@ def test_unclean_kafka_partition_is_replayed_and_snapshotted_at_its_end(fixtures
 
 def test_a_producer_expires_once_its_last_batch_is_as_old_as_the_expiration(tmp_path: Path) -> None:
     manager = ProducerStateManager(tmp_path, producer_id_expiration_ms=1_000)
-    manager.update(1, 0, BatchMetadata(0, 0, 0, 0, 5_000))
-    manager.update(2, 0, BatchMetadata(0, 0, 1, 1, 5_000))
-    manager.update(2, 0, BatchMetadata(1, 1, 2, 2, 5_500))
+    replay(manager, 1, 0, BatchMetadata(0, 0, 0, 0, 5_000))
+    replay(manager, 2, 0, BatchMetadata(0, 0, 1, 1, 5_000))
+    replay(manager, 2, 0, BatchMetadata(1, 1, 2, 2, 5_500))
     manager.changed_since_snapshot = False
     assert manager.remove_expired_producers(5_999) == 0
     assert not manager.changed_since_snapshot
@@ -796,7 +807,7 @@ def test_a_producer_expires_once_its_last_batch_is_as_old_as_the_expiration(tmp_
 
 def test_a_producer_with_an_open_transaction_never_expires(tmp_path: Path) -> None:
     manager = ProducerStateManager(tmp_path, producer_id_expiration_ms=1_000)
-    manager.update(1, 0, BatchMetadata(0, 0, 0, 0, 0))
+    replay(manager, 1, 0, BatchMetadata(0, 0, 0, 0, 0))
     manager.producers[1].current_txn_first_offset = 0
     assert manager.remove_expired_producers(10**9) == 0
     assert list(manager.producers) == [1]

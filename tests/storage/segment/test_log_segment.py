@@ -11,11 +11,20 @@ import pytest
 from storage import file_names
 from storage.clock import MockClock
 from storage.errors import IndexOffsetOverflowError
+from storage.partition.producer_append import replay_batches
+from storage.partition.producer_state import ProducerEntry, ProducerStateManager
 from storage.records.file_records import TimestampAndOffset
-from storage.records.record_batch import NO_TIMESTAMP, RecordBatch
+from storage.records.record_batch import (
+    NO_TIMESTAMP,
+    ControlRecordType,
+    RecordBatch,
+    RecordBatchBuilder,
+    build_control_batch,
+)
 from storage.segment.log_segment import MAX_RELATIVE_OFFSET, LogSegment, RollParams
 from storage.segment.offset_index import OffsetPosition
 from storage.segment.time_index import TimestampOffset
+from storage.segment.transaction_index import AbortedTxn
 from tests.storage.builders import START_MS, Rec, batch_bytes, batches_in, sparse_index_oracle
 
 INDEX_BYTES = 1200  # 150 offset entries, 100 time entries
@@ -375,3 +384,70 @@ def test_change_file_suffixes_and_delete_files(tmp_path: Path, clock: MockClock)
     assert seg.read(7, 1000) is not None
     seg.delete_files()
     assert list(tmp_path.iterdir()) == []
+
+
+# --- the transaction index ----------------------------------------------------------------------------
+
+
+def transactional(base_offset: int, producer_id: int, count: int = 2) -> bytes:
+    builder = RecordBatchBuilder(
+        base_offset=base_offset,
+        producer_id=producer_id,
+        producer_epoch=0,
+        base_sequence=100,
+        is_transactional=True,
+        partition_leader_epoch=15,
+    )
+    for value in range(count):
+        builder.append(None, b"%d" % value, timestamp=START_MS)
+    return builder.build()
+
+
+def end_txn(control_type: ControlRecordType, producer_id: int, offset: int) -> bytes:
+    return build_control_batch(control_type, timestamp=START_MS, producer_id=producer_id, base_offset=offset)
+
+
+def test_recover_rebuilds_the_transaction_index(segment: LogSegment, tmp_path: Path) -> None:
+    """Kafka's LogSegmentTest.testRecoverTransactionIndex: the entry names the aborted transaction's first offset,
+    its marker, and the first offset of the other producer's transaction still open (100)."""
+    pid1, pid2 = 5, 10
+    segment.append(101, NO_TIMESTAMP, 100, transactional(100, pid1))
+    segment.append(103, NO_TIMESTAMP, 102, transactional(102, pid2))
+    segment.append(105, NO_TIMESTAMP, 104, batch_bytes([Rec(None, b"a"), Rec(None, b"b")], base_offset=104))
+    segment.append(106, NO_TIMESTAMP, 106, end_txn(ControlRecordType.ABORT, pid2, 106))
+    segment.append(107, NO_TIMESTAMP, 107, end_txn(ControlRecordType.COMMIT, pid1, 107))
+
+    state = ProducerStateManager(tmp_path)
+    segment.recover(on_batch=replay_batches(state, segment.txn_index))
+    assert segment.txn_index.entries == (AbortedTxn(pid2, 102, 106, 100),)
+    assert state.ongoing_transactions == {}
+
+    # Again, as if pid2's transaction had begun in an earlier segment, at offset 75.
+    state = ProducerStateManager(tmp_path)
+    state.put_entries({pid2: ProducerEntry(pid2, 0, current_txn_first_offset=75)}, [(75, pid2)])
+    segment.recover(on_batch=replay_batches(state, segment.txn_index))
+    assert segment.txn_index.entries == (AbortedTxn(pid2, 75, 106, 100),)
+
+
+def test_recover_without_a_replayer_leaves_the_transaction_index(segment: LogSegment, tmp_path: Path) -> None:
+    segment.append(101, NO_TIMESTAMP, 100, transactional(100, 5))
+    segment.txn_index.append(AbortedTxn(5, 100, 102, 103))
+    segment.recover()
+    assert segment.txn_index.entries == (AbortedTxn(5, 100, 102, 103),)
+
+
+def test_truncate_and_delete_take_the_transaction_index_along(tmp_path: Path, clock: MockClock) -> None:
+    segment = make_segment(tmp_path, clock, 100)
+    segment.append(101, NO_TIMESTAMP, 100, transactional(100, 5))
+    segment.append(102, NO_TIMESTAMP, 102, end_txn(ControlRecordType.ABORT, 5, 102))
+    segment.append(104, NO_TIMESTAMP, 103, transactional(103, 6))
+    segment.append(105, NO_TIMESTAMP, 105, end_txn(ControlRecordType.ABORT, 6, 105))
+    segment.txn_index.append(AbortedTxn(5, 100, 102, 103))
+    segment.txn_index.append(AbortedTxn(6, 103, 105, 106))
+    segment.truncate_to(103)
+    assert segment.txn_index.entries == (AbortedTxn(5, 100, 102, 103),)
+    segment.change_file_suffixes("", file_names.DELETED_SUFFIX)
+    assert segment.txn_index.path.name.endswith(file_names.TXN_INDEX_SUFFIX + file_names.DELETED_SUFFIX)
+    assert segment.txn_index.path.exists()
+    segment.delete_files()
+    assert not any(segment.directory.iterdir())

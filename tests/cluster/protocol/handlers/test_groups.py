@@ -5,6 +5,7 @@ rebalances the other, Kafka's errors, and one member's whole lifecycle at every 
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +58,17 @@ async def join(groups: LocalGroupView, version: int, metadata: bytes, member_id:
     return answer
 
 
+async def until_members(groups: LocalGroupView, count: int, timeout_s: float = 60.0) -> None:
+    """Waits (in real time) until the group has `count` members, a rebalance under way included."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        described = await groups.describe_group(GROUP)
+        if described is not None and len(described.members) >= count:
+            return
+        assert time.monotonic() < deadline, f"the group did not reach {count} members in {timeout_s} s: {described}"
+        await asyncio.sleep(0.01)
+
+
 async def sync(groups: LocalGroupView, version: int, member_id: str, generation: int, plan: dict[str, bytes]) -> Any:
     values = {
         "group_id": GROUP,
@@ -91,7 +103,9 @@ def test_two_members_join_together_and_each_gets_the_leaders_assignment(tmp_path
 
     async def scenario() -> None:
         joining = asyncio.gather(join(groups, 9, b"sub-a"), join(groups, 5, b"sub-b"))
-        await asyncio.sleep(0.05)
+        # The initial rebalance delay counts on the mock clock from the first join: move it only once both members
+        # joined, however long the threads took to get there on a loaded machine.
+        await until_members(groups, 2)
         clock.sleep(3000)
         first, second = await joining
         assert first.error_code == second.error_code == ErrorCode.none
