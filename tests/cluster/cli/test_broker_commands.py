@@ -644,7 +644,8 @@ def test_start_and_stop_a_local_ray_head_in_subprocesses(tmp_path: Path) -> None
     """The real lifecycle, as on a machine that never ran Ray (HOME a new empty folder, no token variable): `start`
     creates Ray's token readable by its owner only, runs `ray start --head` with token authentication and a broker,
     `stop` shuts both down and leaves no process of that Ray session (other Ray clusters on the machine, like this
-    test session's, keep running)."""
+    test session's, keep running). Slow (~20 s) because it is the one test of a real head: `ray start --head`, the
+    broker, and a stop that waits for every process of that session to exit."""
     if state_file().exists():
         skip_or_fail(f"a `raybroker start` state file exists ({state_file()}): a real head may be running")
     with socket.socket() as sock:
