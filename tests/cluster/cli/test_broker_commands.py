@@ -147,22 +147,31 @@ def closed_port() -> int:
 
 
 def test_no_cluster_fails_fast_with_one_line_in_a_subprocess() -> None:
+    """Fast means within 8 s of the time the same interpreter takes to import the CLI and print `--help`,
+    measured just before (Ray's own retries to reach a missing cluster last a minute and more); the baseline keeps
+    the check fair on a loaded machine."""
     env = {**os.environ, "RAY_ADDRESS": f"127.0.0.1:{closed_port()}"}
-    started = time.monotonic()
-    result = subprocess.run(
-        [sys.executable, "-m", "cluster.cli.main", "topics", "--list"],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    elapsed_s = time.monotonic() - started
+
+    def timed(*arguments: str) -> tuple[subprocess.CompletedProcess[str], float]:
+        started = time.monotonic()
+        result = subprocess.run(
+            [sys.executable, "-m", "cluster.cli.main", *arguments],
+            cwd=REPO_ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        return result, time.monotonic() - started
+
+    helped, baseline_s = timed("topics", "--help")
+    assert helped.returncode == EXIT_OK
+    result, elapsed_s = timed("topics", "--list")
     assert result.returncode == EXIT_DATA_ERROR
     assert result.stdout == ""
     assert "no Ray cluster at 127.0.0.1:" in one_error_line(result.stderr)
-    assert elapsed_s < 10
+    assert elapsed_s < baseline_s + 8
 
 
 def test_auth_token_creates_an_owner_only_token_in_a_fresh_home_and_keeps_it(tmp_path: Path) -> None:
