@@ -69,6 +69,10 @@ class _RayOffsetsPartition:
         answer: LogAppendInfo = call(self._handle.append.remote(batch))
         return answer
 
+    def append_from_coordinator(self, batch: bytes) -> LogAppendInfo:
+        answer: LogAppendInfo = call(self._handle.append_from_coordinator.remote(batch))
+        return answer
+
 
 class GroupCoordinatorActor:
     """The plain `GroupCoordinator` over Ray's seams; see the module docstring."""

@@ -52,19 +52,39 @@ def ensure_consumer_offsets_topic(
     the brokers running, with a warning: the first broker of a cluster creates the topic alone) and
     `CONSUMER_OFFSETS_CONFIG` if it does not exist. An existing topic is left as it is, whatever its partition count
     and replicas, as Kafka leaves it."""
+    return ensure_internal_topic(
+        controller,
+        CONSUMER_OFFSETS_TOPIC,
+        partitions,
+        replication_factor,
+        CONSUMER_OFFSETS_CONFIG,
+        "offsets.topic.replication.factor",
+    )
+
+
+def ensure_internal_topic(
+    controller: TopicAdmin,
+    name: str,
+    partitions: int,
+    replication_factor: int,
+    config: Mapping[str, str],
+    replication_key: str,
+) -> TopicMetadata:
+    """The internal topic `name` as the controller has it, created first if it does not exist, with `partitions`
+    partitions, `config`, and `replication_factor` replicas capped at the brokers running (with a warning naming
+    the broker key `replication_key` that asked for more). An existing topic is left as it is."""
     brokers = len(controller.brokers())
     replicas = max(min(replication_factor, brokers), 1)
     with contextlib.suppress(TopicExistsError):
-        created = controller.create_topic(
-            CONSUMER_OFFSETS_TOPIC, partitions, CONSUMER_OFFSETS_CONFIG, replication_factor=replicas
-        )
+        created = controller.create_topic(name, partitions, config, replication_factor=replicas)
         if replicas < replication_factor:
             logger.warning(
-                "offsets.topic.replication.factor is %d but %d broker(s) run: %s was created with %d replica(s)",
+                "%s is %d but %d broker(s) run: %s was created with %d replica(s)",
+                replication_key,
                 replication_factor,
                 brokers,
-                CONSUMER_OFFSETS_TOPIC,
+                name,
                 replicas,
             )
         return created
-    return controller.describe_topic(CONSUMER_OFFSETS_TOPIC)
+    return controller.describe_topic(name)

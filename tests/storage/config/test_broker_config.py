@@ -11,7 +11,10 @@ from typing import Any
 import pytest
 
 import storage.config.broker_config as broker_config_module
+import storage.config.cleaner_config as cleaner_config_module
+import storage.config.listener_config as listener_config_module
 import storage.config.security_config as security_config_module
+import storage.config.transaction_config as transaction_config_module
 from storage.config.broker_config import IGNORED_KAFKA_KEYS, BrokerConfig, load_server_properties
 from storage.config.cleaner_config import CleanerConfig
 from storage.config.config_values import Password
@@ -258,8 +261,17 @@ def test_to_properties_leaves_unset_synonyms_out_and_renders_kafka_text() -> Non
 
 
 def test_every_kafka_key_is_documented_in_the_module_docstring() -> None:
-    """Every key is in the broker's table, or, for the security keys, in `security_config`'s."""
-    documented = (broker_config_module.__doc__ or "") + (security_config_module.__doc__ or "")
+    """Every key is in the broker's table, or in the table of the module declaring its key set."""
+    documented = "".join(
+        module.__doc__ or ""
+        for module in (
+            broker_config_module,
+            cleaner_config_module,
+            listener_config_module,
+            security_config_module,
+            transaction_config_module,
+        )
+    )
     # A value of each optional key's type: an int, a string that reads as a listener, a password.
     values = {"int | None": 1, "str | None": "PLAINTEXT://broker.example:9092", "Password | None": Password("x")}
     every_optional_set = {
@@ -448,12 +460,12 @@ def test_kafka_zookeeper_mode_server_properties_loads(tmp_path: Path, caplog: py
     assert (config.num_network_threads, config.socket_request_max_bytes) == (3, 104857600)
     # A Kafka file's replication keys are raybroker's too (its single-broker quickstart sets 1).
     assert config.offsets_topic_replication_factor == 1
+    assert config.transaction_config.transaction_state_log_replication_factor == 1
+    assert config.transaction_config.transaction_state_log_min_isr == 1
     assert config.ignored_keys == (
         "num.io.threads",
         "socket.send.buffer.bytes",
         "socket.receive.buffer.bytes",
-        "transaction.state.log.replication.factor",
-        "transaction.state.log.min.isr",
         "zookeeper.connect",
         "zookeeper.connection.timeout.ms",
         "group.initial.rebalance.delay.ms",
