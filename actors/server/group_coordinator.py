@@ -104,6 +104,25 @@ class GroupCoordinatorActor:
     ) -> dict[tuple[str, int], int | None]:
         return self._coordinator.fetch_committed(group, topic_partitions)
 
+    def commit_transactional(
+        self,
+        group: str,
+        producer_id: int,
+        producer_epoch: int,
+        member_id: str,
+        generation_id: int,
+        offsets: Mapping[tuple[str, int], tuple[int, str]],
+    ) -> GroupError:
+        return self._coordinator.commit_transactional(
+            group, producer_id, producer_epoch, member_id, generation_id, offsets
+        )
+
+    def complete_transaction(self, partition: int, producer_id: int, commit: bool) -> None:
+        self._coordinator.complete_transaction(partition, producer_id, commit)
+
+    def unstable_offsets(self, group: str, topic_partitions: Iterable[tuple[str, int]]) -> set[tuple[str, int]]:
+        return self._coordinator.unstable_offsets(group, topic_partitions)
+
     def group_offsets(self, group: str) -> dict[tuple[str, int], int]:
         return self._coordinator.group_offsets(group)
 
