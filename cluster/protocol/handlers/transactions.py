@@ -347,7 +347,7 @@ class DescribeTransactionsHandler:
             "transactional_id": transactional_id,
             "transaction_state": "",
             "transaction_timeout": 0,
-            "transaction_start_time": -1,
+            "transaction_start_time": 0,
             "producer_id": -1,
             "producer_epoch": -1,
             "topics": [],
