@@ -261,17 +261,16 @@ def test_to_properties_leaves_unset_synonyms_out_and_renders_kafka_text() -> Non
 
 
 def test_every_kafka_key_is_documented_in_the_module_docstring() -> None:
-    """Every key is in the broker's table, or in the table of the module declaring its key set."""
-    documented = "".join(
-        module.__doc__ or ""
-        for module in (
-            broker_config_module,
-            cleaner_config_module,
-            listener_config_module,
-            security_config_module,
-            transaction_config_module,
-        )
+    """Every key is in the broker's table, or in the table of the sub-config that declares it (listener, cleaner,
+    security, transactions)."""
+    modules = (
+        broker_config_module,
+        listener_config_module,
+        cleaner_config_module,
+        security_config_module,
+        transaction_config_module,
     )
+    documented = "".join(module.__doc__ or "" for module in modules)
     # A value of each optional key's type: an int, a string that reads as a listener, a password.
     values = {"int | None": 1, "str | None": "PLAINTEXT://broker.example:9092", "Password | None": Password("x")}
     every_optional_set = {
