@@ -8,19 +8,24 @@ The oracle is Kafka's documented outcome, read where it lands: each partition's 
 transactional batches of the producer's id and epoch followed by one COMMIT or ABORT marker, an aborted transaction
 is in the partition's `.txnindex`, the last stable offset reaches the log end once the markers are written, the
 transaction's offsets are committed only with its COMMIT, and `__transaction_state` ends in CompleteCommit or
-CompleteAbort. A read_uncommitted consumer sees every data record, never the markers.
+CompleteAbort. A read_uncommitted consumer sees every data record, never the markers. The last test runs the same
+producer against the Ray broker (marker `ray`): the coordinator actor, partition actors writing the markers.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from kafka import KafkaProducer
 
+from actors.calls import call, get_actor
 from actors.core.broker import InProcessBroker
+from actors.core.controller.topic_metadata import TRANSACTION_STATE_TOPIC
+from actors.options import transaction_coordinator_name
 from cluster.protocol.listener import KafkaListener, start_listener
 from cluster.protocol.local_broker_view import LocalBrokerView
 from cluster.protocol.local_group_view import LocalGroupView
@@ -233,3 +238,31 @@ def test_kafka_python_transactional_producer_commits(listener: KafkaListener, mo
         assert batches(module_broker, TOPIC, 0)[-1][0] == ControlRecordType.ABORT.name
     finally:
         producer.close(timeout=5)
+
+
+@pytest.mark.ray
+def test_confluent_transactions_on_the_ray_broker(start_test_broker: Callable[..., tuple[Any, Any]]) -> None:
+    broker, _ = start_test_broker()
+    # Two `__transaction_state` partitions: each partition of the topic is an actor process.
+    properties = {"listeners": "PLAINTEXT://127.0.0.1:0", "transaction.state.log.num.partitions": "2"}
+    with start_listener(properties) as ray_listener:
+        call(broker.controller.create_topic.remote(TOPIC, PARTITIONS))
+        producer = transactional_producer(ray_listener, "ray-ledger")
+        producer.begin_transaction()
+        produce_all(producer, [b"r0", b"r1"])
+        producer.commit_transaction(DEADLINE_S)
+        producer.begin_transaction()
+        produce_all(producer, [b"r2", b"r3"])
+        producer.abort_transaction(DEADLINE_S)
+        assert sorted(consume_all(ray_listener, 4)) == [b"r0", b"r1", b"r2", b"r3"]
+        coordinator = get_actor(transaction_coordinator_name())
+        described = call(coordinator.describe.remote("ray-ledger"))
+        assert described.state == "CompleteAbort"
+        for partition in range(PARTITIONS):
+            kinds = []
+            for batch in iter_batches(call(broker.partition(TOPIC, partition).read.remote(0, 1 << 20))):
+                marker = batch.end_transaction_marker() if batch.is_control else None
+                kinds.append("data" if marker is None else marker.control_type.name)
+                assert (batch.producer_id, batch.producer_epoch) == (described.producer_id, described.producer_epoch)
+            assert kinds == ["data", "COMMIT", "data", "ABORT"]
+        assert len(broker.topic(TRANSACTION_STATE_TOPIC).partitions) == 2
