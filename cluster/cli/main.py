@@ -14,6 +14,7 @@ Subcommands:
 | `get-offsets`,         | `cluster.cli.offsets`       | kafka-get-offsets.sh, kafka-delete-records.sh      |
 | `delete-records`       |                             |                                                    |
 | `consumer-groups`      | `cluster.cli.consumer_groups` | kafka-consumer-groups.sh                         |
+| `transactions`         | `cluster.cli.transactions`  | kafka-transactions.sh (--list, --describe)         |
 | `sql`                  | `cluster.cli.sql_command`   | Spark SQL over live topics, each one a view        |
 | `stream`               | `cluster.cli.stream_command` | Spark Structured Streaming SQL over live topics   |
 | `users`                | `cluster.cli.users`         | kafka-configs.sh --entity-type users (SCRAM)       |
@@ -58,6 +59,7 @@ from cluster.cli import (
     sql_command,
     stream_command,
     topics,
+    transactions,
     users,
 )
 from cluster.cli.common import (
@@ -82,6 +84,7 @@ COMMAND_MODULES = (
     consume,
     offsets,
     consumer_groups,
+    transactions,
     sql_command,
     stream_command,
     users,

@@ -26,6 +26,7 @@ from actors.calls import call, get_actor
 from actors.core.broker import InProcessBroker
 from actors.core.controller.topic_metadata import TRANSACTION_STATE_TOPIC
 from actors.options import transaction_coordinator_name
+from cluster.cli.main import EXIT_DATA_ERROR, EXIT_OK, EXIT_USAGE, main
 from cluster.protocol.listener import KafkaListener, start_listener
 from cluster.protocol.local_broker_view import LocalBrokerView
 from cluster.protocol.local_group_view import LocalGroupView
@@ -241,7 +242,9 @@ def test_kafka_python_transactional_producer_commits(listener: KafkaListener, mo
 
 
 @pytest.mark.ray
-def test_confluent_transactions_on_the_ray_broker(start_test_broker: Callable[..., tuple[Any, Any]]) -> None:
+def test_confluent_transactions_on_the_ray_broker_and_the_transactions_command(
+    start_test_broker: Callable[..., tuple[Any, Any]], capsys: pytest.CaptureFixture[str]
+) -> None:
     broker, _ = start_test_broker()
     # Two `__transaction_state` partitions: each partition of the topic is an actor process.
     properties = {"listeners": "PLAINTEXT://127.0.0.1:0", "transaction.state.log.num.partitions": "2"}
@@ -266,3 +269,19 @@ def test_confluent_transactions_on_the_ray_broker(start_test_broker: Callable[..
                 assert (batch.producer_id, batch.producer_epoch) == (described.producer_id, described.producer_epoch)
             assert kinds == ["data", "COMMIT", "data", "ABORT"]
         assert len(broker.topic(TRANSACTION_STATE_TOPIC).partitions) == 2
+        capsys.readouterr()
+        assert main(["transactions", "--list"]) == EXIT_OK
+        listed = capsys.readouterr().out.split()
+        assert listed[:4] == ["TransactionalId", "Coordinator", "ProducerId", "TransactionState"]
+        assert listed[4:] == ["ray-ledger", "0", str(described.producer_id), "CompleteAbort"]
+        assert main(["transactions", "--describe", "--transactional-id", "ray-ledger"]) == EXIT_OK
+        row = capsys.readouterr().out.splitlines()[1].split()
+        assert row[:5] == [
+            "0",
+            "ray-ledger",
+            str(described.producer_id),
+            str(described.producer_epoch),
+            "CompleteAbort",
+        ]
+        assert main(["transactions", "--describe", "--transactional-id", "unknown"]) == EXIT_DATA_ERROR
+        assert main(["transactions", "--describe"]) == EXIT_USAGE

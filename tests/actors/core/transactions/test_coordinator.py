@@ -9,6 +9,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from actors.core.broker import InProcessBroker
 from actors.core.controller.topic_metadata import TRANSACTION_STATE_TOPIC
@@ -370,3 +372,90 @@ def test_the_state_machine_refuses_every_transition_kafka_does_not_allow() -> No
             else:
                 with pytest.raises(InvalidTxnStateError):
                     metadata.to(target, 0)
+
+
+# A model-based test: random producers' calls against a dict model of Kafka's documented answers, then a coordinator
+# loaded from `__transaction_state` alone must describe every id as the live one does, and each data partition must
+# hold one marker per completed transaction that included it.
+IDS = ("a", "b")
+OPERATIONS = st.lists(
+    st.tuples(
+        st.sampled_from(["init", "add", "commit", "abort", "stale_add", "timeout"]),
+        st.sampled_from(IDS),
+        st.sampled_from([0, 1]),
+    ),
+    max_size=25,
+)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(OPERATIONS)
+def test_random_calls_match_the_model_and_reload_to_the_same_state(
+    tmp_path_factory: pytest.TempPathFactory, operations: list[tuple[str, str, int]]
+) -> None:
+    broker = InProcessBroker(tmp_path_factory.mktemp("model"), properties=PROPERTIES, clock=MockClock())
+    try:
+        broker.controller.create_topic(TOPIC, 2)
+        coordinator = broker.transaction_coordinator
+        # The model: per id, (producer id, epoch, state name, partitions); markers per partition.
+        model: dict[str, tuple[int, int, str, frozenset[int]]] = {}
+        expected_markers: dict[int, int] = {0: 0, 1: 0}
+        for operation, transactional_id, partition in operations:
+            known = model.get(transactional_id)
+            if operation == "init":
+                answer = coordinator.init_producer_id(transactional_id, TIMEOUT_MS)
+                if known is not None and known[2] == "Ongoing":
+                    assert answer.error == TxnError.CONCURRENT_TRANSACTIONS
+                    for added in known[3]:
+                        expected_markers[added] += 1
+                    answer = coordinator.init_producer_id(transactional_id, TIMEOUT_MS)
+                    assert answer.producer_epoch == known[1] + 2
+                elif known is not None:
+                    assert answer.producer_epoch == known[1] + 1
+                assert answer.error == TxnError.NONE
+                if known is not None:
+                    assert answer.producer_id == known[0]
+                model[transactional_id] = (answer.producer_id, answer.producer_epoch, "Empty", frozenset())
+            elif known is None:
+                unknown = coordinator.add_partitions(transactional_id, 1, 0, [(TOPIC, partition)])
+                assert unknown == TxnError.INVALID_PRODUCER_ID_MAPPING
+            elif operation == "add":
+                assert coordinator.add_partitions(transactional_id, known[0], known[1], [(TOPIC, partition)]) == (
+                    TxnError.NONE
+                )
+                model[transactional_id] = (known[0], known[1], "Ongoing", known[3] | {partition})
+            elif operation == "stale_add":
+                stale = coordinator.add_partitions(transactional_id, known[0], known[1] - 1, [(TOPIC, partition)])
+                assert stale == TxnError.PRODUCER_FENCED
+            elif operation in ("commit", "abort"):
+                answer_code = coordinator.end_transaction(transactional_id, known[0], known[1], operation == "commit")
+                if known[2] == "Ongoing":
+                    assert answer_code == TxnError.NONE
+                    for added in known[3]:
+                        expected_markers[added] += 1
+                    state = "CompleteCommit" if operation == "commit" else "CompleteAbort"
+                    model[transactional_id] = (known[0], known[1], state, frozenset())
+                elif known[2] == ("CompleteCommit" if operation == "commit" else "CompleteAbort"):
+                    assert answer_code == TxnError.NONE
+                else:
+                    assert answer_code == TxnError.INVALID_TXN_STATE
+            else:
+                broker.clock.sleep(TIMEOUT_MS + 1)
+                aborted = set(coordinator.abort_timed_out_transactions())
+                assert aborted == {name for name, entry in model.items() if entry[2] == "Ongoing"}
+                for name in aborted:
+                    pid, epoch, _, added_partitions = model[name]
+                    for added in added_partitions:
+                        expected_markers[added] += 1
+                    model[name] = (pid, epoch + 1, "CompleteAbort", frozenset())
+        for transactional_id, (pid, epoch, state, added_partitions) in model.items():
+            described = coordinator.describe(transactional_id)
+            assert described is not None
+            assert (described.producer_id, described.producer_epoch, described.state) == (pid, epoch, state)
+            assert {p for _, p in described.partitions} == set(added_partitions)
+        live = coordinator.list_transactions()
+        broker.forget_transaction_coordinator()
+        assert broker.transaction_coordinator.list_transactions() == live
+        assert {partition: len(markers(broker, partition)) for partition in (0, 1)} == expected_markers
+    finally:
+        broker.close()
