@@ -51,8 +51,10 @@ class RayTopicAdmin:
         return described
 
 
-class _RayOffsetsPartition:
-    """A `__consumer_offsets` partition's leader actor as the coordinator's `OffsetsPartition`."""
+class RayInternalPartition:
+    """An internal topic's partition leader actor as a coordinator uses it: the group coordinator's
+    `OffsetsPartition` (`__consumer_offsets`), the transaction coordinator's `TransactionLogPartition`
+    (`__transaction_state`)."""
 
     def __init__(self, handle: Any) -> None:
         self._handle = handle
@@ -73,6 +75,10 @@ class _RayOffsetsPartition:
         answer: LogAppendInfo = call(self._handle.append_from_coordinator.remote(batch))
         return answer
 
+    def epoch_end_offset(self, epoch: int) -> tuple[int, int, int]:
+        answer: tuple[int, int, int] = call(self._handle.epoch_end_offset.remote(epoch))
+        return answer
+
 
 class GroupCoordinatorActor:
     """The plain `GroupCoordinator` over Ray's seams; see the module docstring."""
@@ -82,7 +88,7 @@ class GroupCoordinatorActor:
             offsets_topic_partitions,
             clock=SYSTEM_CLOCK,
             controller=RayTopicAdmin(controller()),
-            find_partition=lambda partition: _RayOffsetsPartition(partition_actor(CONSUMER_OFFSETS_TOPIC, partition)),
+            find_partition=lambda partition: RayInternalPartition(partition_actor(CONSUMER_OFFSETS_TOPIC, partition)),
         )
 
     def ready(self) -> int:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Collection, Iterable
-from typing import Any
 
 from actors.calls import call, controller, get_actor
 from actors.core.controller.topic_metadata import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
@@ -30,39 +29,15 @@ from actors.core.transactions.coordinator import (
 from actors.core.transactions.transaction_metadata import TxnError
 from actors.options import group_coordinator_name
 from actors.partition_lookup import partition_actor
-from actors.server.group_coordinator import RayTopicAdmin
+from actors.server.group_coordinator import RayInternalPartition, RayTopicAdmin
 from storage.clock import SYSTEM_CLOCK
 from storage.config.transaction_config import TransactionConfig
 from storage.logdir.scheduler import Scheduler
-from storage.partition.log import LogAppendInfo
 from storage.records.layout import ControlRecordType
 from storage.topic_partition import TopicPartition
 
 # How often the periodic work is looked at; each task runs at its own period (10 s, 1 h by default).
 TICK_S = 1.0
-
-
-class _RayTransactionLogPartition:
-    """A `__transaction_state` partition's leader actor as the coordinator's `TransactionLogPartition`."""
-
-    def __init__(self, handle: Any) -> None:
-        self._handle = handle
-
-    def offsets(self) -> tuple[int, int, int]:
-        answer: tuple[int, int, int] = call(self._handle.offsets.remote())
-        return answer
-
-    def read(self, offset: int, max_bytes: int) -> bytes:
-        answer: bytes = call(self._handle.read.remote(offset, max_bytes))
-        return answer
-
-    def append(self, batch: bytes) -> LogAppendInfo:
-        answer: LogAppendInfo = call(self._handle.append.remote(batch))
-        return answer
-
-    def epoch_end_offset(self, epoch: int) -> tuple[int, int, int]:
-        answer: tuple[int, int, int] = call(self._handle.epoch_end_offset.remote(epoch))
-        return answer
 
 
 class RayTransactionMarkers:
@@ -109,7 +84,7 @@ class TransactionCoordinatorActor:
                     self._config,
                     clock=SYSTEM_CLOCK,
                     controller=RayTopicAdmin(ctrl),
-                    find_partition=lambda partition: _RayTransactionLogPartition(
+                    find_partition=lambda partition: RayInternalPartition(
                         partition_actor(TRANSACTION_STATE_TOPIC, partition)
                     ),
                     allocate_producer_id=lambda: int(call(ctrl.allocate_producer_id.remote())),

@@ -56,8 +56,10 @@ from actors.core.groups.group_membership import (
 )
 from actors.core.groups.offsets_topic import (
     DEFAULT_OFFSETS_REPLICATION_FACTOR,
+    InternalPartition,
     TopicAdmin,
     ensure_consumer_offsets_topic,
+    internal_batches,
 )
 from storage.clock import Clock
 from storage.errors import (
@@ -78,7 +80,7 @@ from storage.records.consumer_offsets import (
 )
 from storage.records.layout import ControlRecordType
 from storage.records.record import Record
-from storage.records.record_batch import RecordBatchBuilder, iter_batches
+from storage.records.record_batch import RecordBatchBuilder
 from storage.topic_partition import check_topic_partition
 
 logger = logging.getLogger(__name__)
@@ -91,16 +93,8 @@ MAX_WAIT_MS = 500
 _Outcome = TypeVar("_Outcome")
 
 
-class OffsetsPartition(Protocol):
+class OffsetsPartition(InternalPartition, Protocol):
     """The leader replica of one `__consumer_offsets` partition, as the coordinator reads and appends to it."""
-
-    def offsets(self) -> tuple[int, int, int]:
-        """(log start offset, high watermark, log end offset)."""
-        ...
-
-    def read(self, offset: int, max_bytes: int) -> bytes:
-        """Whole batches from `offset`, up to the high watermark."""
-        ...
 
     def append(self, batch: bytes) -> LogAppendInfo:
         """Appends one batch; answers once it is in the log."""
@@ -209,27 +203,15 @@ class GroupCoordinator:
         return handle
 
     def _load(self, partition: int, handle: OffsetsPartition) -> None:
-        log_start_offset, high_watermark, _ = handle.offsets()
-        offset = log_start_offset
-        while offset < high_watermark:
-            next_offset = offset
-            for batch in iter_batches(handle.read(offset, LOAD_CHUNK_BYTES)):
-                if batch.is_control:
-                    marker = batch.end_transaction_marker()
-                    if marker is not None:
-                        self._complete(partition, batch.producer_id, marker.control_type == ControlRecordType.COMMIT)
-                else:
-                    target = self._pending.setdefault(batch.producer_id, {}) if batch.is_transactional else None
-                    for record in batch.records():
-                        self._apply(partition, record, target)
-                next_offset = batch.next_offset
-            if next_offset <= offset:
-                raise CorruptRecordError(
-                    f"{CONSUMER_OFFSETS_TOPIC}-{partition}: a read at offset {offset} below the high watermark "
-                    f"{high_watermark} returned no batch",
-                    offset=offset,
-                )
-            offset = next_offset
+        for batch in internal_batches(handle, f"{CONSUMER_OFFSETS_TOPIC}-{partition}", LOAD_CHUNK_BYTES):
+            if batch.is_control:
+                marker = batch.end_transaction_marker()
+                if marker is not None:
+                    self._complete(partition, batch.producer_id, marker.control_type == ControlRecordType.COMMIT)
+            else:
+                target = self._pending.setdefault(batch.producer_id, {}) if batch.is_transactional else None
+                for record in batch.records():
+                    self._apply(partition, record, target)
 
     def _apply(self, partition: int, record: Record, target: dict[GroupTopicPartition, int] | None = None) -> None:
         try:

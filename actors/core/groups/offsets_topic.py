@@ -13,17 +13,49 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Protocol
 
 from actors.core.controller.topic_metadata import CONSUMER_OFFSETS_TOPIC, TopicMetadata
-from storage.errors import TopicExistsError
+from storage.errors import CorruptRecordError, TopicExistsError
+from storage.records.record_batch import RecordBatch, iter_batches
 
 logger = logging.getLogger(__name__)
 
 # Kafka's `offsets.topic.replication.factor` default.
 DEFAULT_OFFSETS_REPLICATION_FACTOR = 3
 CONSUMER_OFFSETS_CONFIG = {"cleanup.policy": "compact", "segment.bytes": str(100 * 1024 * 1024)}
+
+
+class InternalPartition(Protocol):
+    """The leader replica of one partition of an internal topic, as a coordinator loads it."""
+
+    def offsets(self) -> tuple[int, int, int]:
+        """(log start offset, high watermark, log end offset)."""
+        ...
+
+    def read(self, offset: int, max_bytes: int) -> bytes:
+        """Whole batches from `offset`, up to the high watermark."""
+        ...
+
+
+def internal_batches(handle: InternalPartition, name: str, chunk_bytes: int) -> Iterator[RecordBatch]:
+    """Every batch of the partition `name` from its log start to its high watermark, read `chunk_bytes` at a time:
+    what a coordinator replays when it loads a partition of its internal topic. `CorruptRecordError` if a read
+    below the high watermark returns no batch (the loop could not move on)."""
+    log_start_offset, high_watermark, _ = handle.offsets()
+    offset = log_start_offset
+    while offset < high_watermark:
+        next_offset = offset
+        for batch in iter_batches(handle.read(offset, chunk_bytes)):
+            yield batch
+            next_offset = batch.next_offset
+        if next_offset <= offset:
+            raise CorruptRecordError(
+                f"{name}: a read at offset {offset} below the high watermark {high_watermark} returned no batch",
+                offset=offset,
+            )
+        offset = next_offset
 
 
 class TopicAdmin(Protocol):

@@ -44,7 +44,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from actors.core.controller.topic_metadata import TRANSACTION_STATE_TOPIC
-from actors.core.groups.offsets_topic import TopicAdmin
+from actors.core.groups.offsets_topic import InternalPartition, TopicAdmin, internal_batches
 from actors.core.transactions.state_topic import ensure_transaction_state_topic
 from actors.core.transactions.transaction_metadata import (
     IDLE_STATES,
@@ -67,7 +67,7 @@ from storage.errors import (
 from storage.logdir.scheduler import Scheduler
 from storage.partition.log import LogAppendInfo
 from storage.records.layout import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, ControlRecordType
-from storage.records.record_batch import RecordBatchBuilder, iter_batches
+from storage.records.record_batch import RecordBatchBuilder
 from storage.records.transaction_log import (
     decode_transaction_log_key,
     decode_transaction_log_value,
@@ -84,16 +84,8 @@ LOAD_CHUNK_BYTES = 5 * 1024 * 1024
 _S = TransactionState
 
 
-class TransactionLogPartition(Protocol):
+class TransactionLogPartition(InternalPartition, Protocol):
     """The leader replica of one `__transaction_state` partition, as the coordinator reads and appends to it."""
-
-    def offsets(self) -> tuple[int, int, int]:
-        """(log start offset, high watermark, log end offset)."""
-        ...
-
-    def read(self, offset: int, max_bytes: int) -> bytes:
-        """Whole batches from `offset`, up to the high watermark."""
-        ...
 
     def append(self, batch: bytes) -> LogAppendInfo:
         """Appends one batch; answers once it is in the log."""
@@ -198,27 +190,15 @@ class TransactionCoordinator:
 
     def _load(self, partition: int, handle: TransactionLogPartition) -> dict[str, TransactionMetadata]:
         loaded: dict[str, TransactionMetadata] = {}
-        log_start_offset, high_watermark, _ = handle.offsets()
-        offset = log_start_offset
-        while offset < high_watermark:
-            next_offset = offset
-            for batch in iter_batches(handle.read(offset, LOAD_CHUNK_BYTES)):
-                if not batch.is_control:
-                    for record in batch.records():
-                        try:
-                            self._apply(loaded, record.key, record.value)
-                        except CorruptRecordError as exc:
-                            logger.warning(
-                                "%s-%d offset %d skipped: %s", TRANSACTION_STATE_TOPIC, partition, record.offset, exc
-                            )
-                next_offset = batch.next_offset
-            if next_offset <= offset:
-                raise CorruptRecordError(
-                    f"{TRANSACTION_STATE_TOPIC}-{partition}: a read at offset {offset} below the high watermark "
-                    f"{high_watermark} returned no batch",
-                    offset=offset,
-                )
-            offset = next_offset
+        name = f"{TRANSACTION_STATE_TOPIC}-{partition}"
+        for batch in internal_batches(handle, name, LOAD_CHUNK_BYTES):
+            if batch.is_control:
+                continue
+            for record in batch.records():
+                try:
+                    self._apply(loaded, record.key, record.value)
+                except CorruptRecordError as exc:
+                    logger.warning("%s offset %d skipped: %s", name, record.offset, exc)
         return loaded
 
     @staticmethod
