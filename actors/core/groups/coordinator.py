@@ -60,6 +60,7 @@ from actors.core.groups.offsets_topic import (
     TopicAdmin,
     ensure_consumer_offsets_topic,
     internal_batches,
+    load_reachable,
 )
 from storage.clock import Clock
 from storage.errors import (
@@ -148,13 +149,7 @@ class GroupCoordinator:
     def ready(self) -> int:
         """Loads every partition it can reach now; returns how many are loaded (the others load on first use)."""
         with self._lock:
-            for partition in range(self._partition_count):
-                try:
-                    self._loaded_partition(partition)
-                except RaybrokerError as exc:
-                    if not exc.retriable:
-                        raise
-                    logger.warning("%s-%d not loaded yet: %s", CONSUMER_OFFSETS_TOPIC, partition, exc)
+            load_reachable(CONSUMER_OFFSETS_TOPIC, self._partition_count, self._loaded_partition)
             return len(self._handles)
 
     def _on_offsets_topic(self, operation: Callable[[], _Outcome]) -> _Outcome:

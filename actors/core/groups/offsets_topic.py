@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Protocol
 
 from actors.core.controller.topic_metadata import CONSUMER_OFFSETS_TOPIC, TopicMetadata
-from storage.errors import CorruptRecordError, TopicExistsError
+from storage.errors import CorruptRecordError, RaybrokerError, TopicExistsError
 from storage.records.record_batch import RecordBatch, iter_batches
 
 logger = logging.getLogger(__name__)
@@ -56,6 +56,18 @@ def internal_batches(handle: InternalPartition, name: str, chunk_bytes: int) -> 
                 offset=offset,
             )
         offset = next_offset
+
+
+def load_reachable(name: str, partitions: int, load: Callable[[int], object]) -> None:
+    """`load(p)` for every partition of the internal topic `name`; a partition that fails retriably (hosted by a
+    broker that is not up yet) is logged and left to load on its first use."""
+    for partition in range(partitions):
+        try:
+            load(partition)
+        except RaybrokerError as exc:
+            if not exc.retriable:
+                raise
+            logger.warning("%s-%d not loaded yet: %s", name, partition, exc)
 
 
 class TopicAdmin(Protocol):

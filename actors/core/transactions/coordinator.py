@@ -44,7 +44,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from actors.core.controller.topic_metadata import TRANSACTION_STATE_TOPIC
-from actors.core.groups.offsets_topic import InternalPartition, TopicAdmin, internal_batches
+from actors.core.groups.offsets_topic import InternalPartition, TopicAdmin, internal_batches, load_reachable
 from actors.core.transactions.state_topic import ensure_transaction_state_topic
 from actors.core.transactions.transaction_metadata import (
     IDLE_STATES,
@@ -163,13 +163,7 @@ class TransactionCoordinator:
     def ready(self) -> int:
         """Loads every partition it can reach now; returns how many are loaded (the others load on first use)."""
         with self._lock:
-            for partition in range(self._partition_count):
-                try:
-                    self._loaded_partition(partition)
-                except RaybrokerError as exc:
-                    if not exc.retriable:
-                        raise
-                    logger.warning("%s-%d not loaded yet: %s", TRANSACTION_STATE_TOPIC, partition, exc)
+            load_reachable(TRANSACTION_STATE_TOPIC, self._partition_count, self._loaded_partition)
             return len(self._handles)
 
     def partition_for(self, transactional_id: str) -> int:
