@@ -250,10 +250,17 @@ def test_confluent_transactions_on_the_ray_broker_and_the_transactions_command(
     properties = {"listeners": "PLAINTEXT://127.0.0.1:0", "transaction.state.log.num.partitions": "2"}
     with start_listener(properties) as ray_listener:
         call(broker.controller.create_topic.remote(TOPIC, PARTITIONS))
+        call(broker.controller.create_topic.remote("source", 1))
         producer = transactional_producer(ray_listener, "ray-ledger")
+        group = Consumer(
+            {"bootstrap.servers": ray_listener.bootstrap_servers, "group.id": "ray-ctp", "enable.auto.commit": "false"}
+        )
         producer.begin_transaction()
         produce_all(producer, [b"r0", b"r1"])
+        producer.send_offsets_to_transaction([TopicPartition("source", 0, 9)], group.consumer_group_metadata())
         producer.commit_transaction(DEADLINE_S)
+        assert group.committed([TopicPartition("source", 0)], DEADLINE_S)[0].offset == 9
+        group.close()
         producer.begin_transaction()
         produce_all(producer, [b"r2", b"r3"])
         producer.abort_transaction(DEADLINE_S)
