@@ -58,8 +58,8 @@ def listener(module_broker: InProcessBroker) -> Iterator[KafkaListener]:
         {"listeners": "PLAINTEXT://127.0.0.1:0"},
         LocalBrokerView(module_broker),
         LocalSecurityView(module_broker.controller),
-        LocalGroupView(module_broker),
-        LocalTransactionView(module_broker),
+        groups=LocalGroupView(module_broker),
+        transactions=LocalTransactionView(module_broker),
     ) as started:
         yield started
 
