@@ -22,6 +22,7 @@ from actors.core.transactions.transaction_metadata import (
     TxnError,
 )
 from storage.clock import MockClock
+from storage.dump_log import DumpOptions, FileDump, classify
 from storage.errors import BrokerNotAvailableError, InvalidTxnStateError
 from storage.records.layout import ControlRecordType
 from storage.records.record_batch import RecordBatchBuilder, iter_batches
@@ -459,3 +460,33 @@ def test_random_calls_match_the_model_and_reload_to_the_same_state(
         assert {partition: len(markers(broker, partition)) for partition in (0, 1)} == expected_markers
     finally:
         broker.close()
+
+
+def test_dump_log_reads_the_state_segment_and_the_markers(
+    broker: InProcessBroker, coordinator: TransactionCoordinator
+) -> None:
+    init = coordinator.init_producer_id(TXN_ID, TIMEOUT_MS)
+    coordinator.add_partitions(TXN_ID, init.producer_id, init.producer_epoch, [(TOPIC, 0)])
+    produce_transactional(broker, 0, init.producer_id, init.producer_epoch, 0)
+    coordinator.end_transaction(TXN_ID, init.producer_id, init.producer_epoch, commit=False)
+    partition = partition_for_transactional_id(TXN_ID, STATE_PARTITIONS)
+    state_log = broker.leader(TRANSACTION_STATE_TOPIC, partition).log
+    state_log.flush()
+    info = classify(state_log.directory / "00000000000000000000.log")
+    assert info is not None
+    dump = FileDump(info, DumpOptions(print_data_log=True))
+    lines = list(dump.text_lines())
+    assert not dump.failed
+    # Empty, Ongoing, PrepareAbort, CompleteAbort: one uncompressed batch of one record each, CRCs valid.
+    records = [line for line in lines if line.startswith("| offset:")]
+    assert len(records) == 4 and all("isvalid: true" in line for line in lines if line.startswith("baseOffset"))
+    data_log = broker.leader(TOPIC, 0).log
+    data_log.flush()
+    data_info = classify(data_log.directory / "00000000000000000000.log")
+    assert data_info is not None
+    data_lines = list(FileDump(data_info, DumpOptions(print_data_log=True)).text_lines())
+    assert any("endTxnMarker: ABORT coordinatorEpoch: 0" in line for line in data_lines)
+    txn_index = classify(data_log.directory / "00000000000000000000.txnindex")
+    assert txn_index is not None
+    index_lines = list(FileDump(txn_index).text_lines())
+    assert any(f"producerId: {init.producer_id}" in line for line in index_lines), index_lines
