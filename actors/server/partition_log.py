@@ -102,8 +102,10 @@ from storage.logdir.partition_handles import PartitionState, flush_if_due, parti
 from storage.partition.file_slices import FileSlice, locate_file_slices, read_located
 from storage.partition.high_watermark_file import HighWatermarkFile
 from storage.partition.log import DEFAULT_FETCH_MAX_BYTES, Log, LogAppendInfo
+from storage.partition.producer_append import AppendOrigin
 from storage.partition.producer_state import PRODUCER_ID_EXPIRATION_MS
 from storage.records.file_records import TimestampAndOffset
+from storage.records.layout import ControlRecordType
 
 logger = logging.getLogger(__name__)
 
@@ -262,6 +264,33 @@ class PartitionLogActor:
         self._changes.notify()
         if self._named is not None and not info.duplicate:
             self._metrics.produced(self._named[0], info.record_count, info.valid_bytes)
+        return info
+
+    def append_from_coordinator(self, batch: bytes) -> LogAppendInfo:
+        """Appends a group coordinator's transactional offset commit (origin COORDINATOR: the producer's epoch is
+        checked, its sequence is not); the leader only, as `append` with acks 1."""
+        return self._append_as_coordinator(lambda log: log.append(batch, origin=AppendOrigin.COORDINATOR))
+
+    def append_transaction_marker(
+        self, producer_id: int, producer_epoch: int, coordinator_epoch: int, result: ControlRecordType
+    ) -> LogAppendInfo:
+        """Writes a transaction coordinator's COMMIT/ABORT marker (`Log.append_transaction_marker`: an older
+        producer epoch or coordinator epoch is refused); the leader only, as `append` with acks 1."""
+        return self._append_as_coordinator(
+            lambda log: log.append_transaction_marker(producer_id, producer_epoch, coordinator_epoch, result)
+        )
+
+    def _append_as_coordinator(self, write: Callable[[Log], LogAppendInfo]) -> LogAppendInfo:
+        log = self._log
+        role = self._role
+        role.check_append(1)
+        try:
+            info = write(log)
+        except KafkaStorageError as exc:
+            _report_log_dir_failure(log.directory.parent, exc)
+            raise
+        role.appended()
+        self._changes.notify()
         return info
 
     @ray.method(concurrency_group=READ_GROUP)
