@@ -77,6 +77,7 @@ from storage.config.broker_config import BrokerConfig
 from storage.config.log_config import LogConfig
 from storage.errors import (
     BrokerNotAvailableError,
+    IneligibleReplicaError,
     InvalidConfigError,
     InvalidPartitionsError,
     InvalidRequestError,
@@ -323,8 +324,9 @@ class Controller:
         self, topic: str, partition: int, leader: str, leader_epoch: int, isr: Sequence[str]
     ) -> LeaderAndIsr:
         """A leader's ISR change (Kafka's AlterPartition): accepted only from the current leader in its current
-        epoch, for an ISR of assigned replicas that keeps the leader; the new state is persisted, pushed to
-        every replica and returned. `NotLeaderOrFollowerError` for a leader that no longer leads."""
+        epoch, for an ISR of assigned replicas that keeps the leader and adds only replicas of running brokers; the
+        new state is persisted, pushed to every replica and returned. `NotLeaderOrFollowerError` for a leader that
+        no longer leads, `IneligibleReplicaError` for an addition on a lost node."""
         with self._lock:
             state = self.partition_state(topic, partition)
             if state.leader != leader or state.leader_epoch != leader_epoch:
@@ -337,6 +339,11 @@ class Controller:
                 raise InvalidRequestError(f"ISR {isr!r} must be replicas of {topic}-{partition} including its leader")
             if wanted == state.isr:
                 return state
+            ineligible = [node for node in wanted if node not in state.isr and node not in self._brokers]
+            if ineligible:
+                raise IneligibleReplicaError(
+                    f"{topic}-{partition}: {', '.join(ineligible)} cannot join the ISR: no broker runs there"
+                )
             changed = self._persist_state(state.with_isr(wanted))
         self._push([changed])
         return changed
