@@ -13,7 +13,8 @@ real replication and the real group coordinator.
 - Followers fetch from their leader's `Replica` in a thread each (`ReplicaFetcher`, `LocalLeaderLink`), so a topic
   with replication factor > 1 replicates as on Ray.
 - The group coordinator (`actors.core.groups.coordinator.GroupCoordinator`), made on first use, which creates
-  `__consumer_offsets` then, as Kafka does for the first group.
+  `__consumer_offsets` then, as Kafka does for the first group; the controller tells it of each deleted topic
+  (made first if `__consumer_offsets` exists: a broker opened again may hold offsets of the topic).
 - One injected clock for the logs, the controller's rebalance timer, ISR lag and group timeouts. Nothing runs on
   a timer of its own but the followers' fetches: the log managers' periodic work runs when `run_scheduled` is
   called (a test moving a `MockClock` calls it), and a node is lost when `lose_node` says so, as the Ray
@@ -298,6 +299,7 @@ class InProcessBroker:
                 brokers={},
                 find_broker=self._node_broker,
                 replicas=self,
+                topic_deleted=self._topic_deleted,
             )
             for node in self.nodes:
                 self._register(node)
@@ -376,6 +378,11 @@ class InProcessBroker:
                     membership=GroupMembership(self.clock, self._membership_config),
                 )
             return self._coordinator
+
+    def _topic_deleted(self, topic: str) -> None:
+        """The controller's `topic_deleted`: the group coordinator deletes the topic's committed offsets."""
+        if self._coordinator is not None or CONSUMER_OFFSETS_TOPIC in self.controller.topics():
+            self.group_coordinator.on_topic_deleted(topic)
 
     # --- time and failures ----------------------------------------------------------------------------------------
 

@@ -35,6 +35,7 @@ from actors.clients.broker import Broker
 from cluster.protocol.broker_view import BrokerEndpoint, BrokerView
 from cluster.protocol.connection import ConnectionContext
 from cluster.protocol.framing import SplicedFrame
+from cluster.protocol.group_view import GroupView
 from cluster.protocol.ray_broker_view import RayBrokerView
 from cluster.protocol.ray_group_view import RayGroupView
 from cluster.protocol.router import Router
@@ -59,16 +60,18 @@ class KafkaListener:
         properties: Mapping[str, object] | None = None,
         view: BrokerView | None = None,
         security: SecurityView | None = None,
+        groups: GroupView | None = None,
     ) -> None:
         """Binds and starts serving before it returns; raises `InvalidConfigError` for bad settings (a keystore
-        that does not load included) and `OSError` when a port cannot be bound. `view` and `security` default to
-        the broker and controller of the Ray cluster this process is connected to."""
+        that does not load included) and `OSError` when a port cannot be bound. `view`, `security` and `groups`
+        default to the broker, controller and group coordinator of the Ray cluster this process is connected to."""
         props = dict(properties or {})
         self._broker_config = BrokerConfig.from_properties(props)
         self._config = self._broker_config.listener_config
         self._static_broker_keys = frozenset(str(key).strip() for key in props)
         self._view = view if view is not None else RayBrokerView(Broker.connect())
         self._security = security if security is not None else RaySecurityView()
+        self._groups = groups
         self._tls_contexts = {
             endpoint.listener_name: server_context(self._broker_config.security_config, endpoint.security_protocol)
             for endpoint in self._config.endpoints
@@ -162,7 +165,7 @@ class KafkaListener:
             endpoint,
             self._broker_config.auto_create_topics_enable,
             self._broker_config.num_partitions,
-            groups=RayGroupView(),
+            groups=self._groups if self._groups is not None else RayGroupView(),
             broker_config=self._broker_config,
             static_broker_keys=self._static_broker_keys,
             security=self._security,
@@ -183,7 +186,10 @@ class KafkaListener:
 
 
 def start_listener(
-    properties: Mapping[str, object] | None = None, view: BrokerView | None = None, security: SecurityView | None = None
+    properties: Mapping[str, object] | None = None,
+    view: BrokerView | None = None,
+    security: SecurityView | None = None,
+    groups: GroupView | None = None,
 ) -> KafkaListener:
     """Starts a Kafka-protocol listener for the running broker (see the module docstring)."""
-    return KafkaListener(properties, view, security)
+    return KafkaListener(properties, view, security, groups)
