@@ -35,6 +35,7 @@ BENCHMARKS: dict[str, tuple[str, ...]] = {
     "bench_cleaner": ("append_during_compaction",),
     "bench_wire": ("wire_produce", "wire_fetch", "wire_latency"),
     "bench_wire_tls": ("wire_produce_tls", "wire_fetch_tls"),
+    "bench_topics": ("create_topic_s",),
     # Last: it stops the shared Ray and runs a 3-node cluster of its own.
     "bench_replication": ("produce_rf3", "failover_s"),
 }
