@@ -9,7 +9,9 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import threading
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -360,6 +362,35 @@ def test_new_partitions_spread_by_partition_count(manager: LogManager, dirs: lis
     assert sum(counts.values()) == 20
     assert max(counts.values()) - min(counts.values()) <= 1
     assert {info.path: info.partitions for info in manager.describe_dirs()} == {str(d): counts[d] for d in dirs}
+
+
+class BarrierPartitions(LocalPartitions):
+    """Partitions whose `open` returns only once `parties` opens are under way at once (a partition actor starting
+    takes about a second): created one after the other, the first open would wait in vain."""
+
+    def __init__(self, clock: MockClock, parties: int) -> None:
+        super().__init__(clock)
+        self.barrier = threading.Barrier(parties, timeout=10)
+
+    def open(self, *args: Any) -> LocalPartition:
+        self.barrier.wait()
+        return super().open(*args)
+
+
+def test_the_partitions_of_a_topic_open_side_by_side_and_spread(dirs: list[Path], clock: MockClock) -> None:
+    count = 6
+    manager = new_manager(dirs, clock, partitions=BarrierPartitions(clock, count))
+    manager.startup()
+    try:
+        with ThreadPoolExecutor(max_workers=count + 1) as pool:
+            placed = list(pool.map(lambda p: manager.get_or_create_partition("t", p % count), range(count + 1)))
+        # The seventh call asked again for partition 0 while it opened: it waited and got the same placement.
+        assert placed[count] == placed[0]
+        assert sorted(p.partition for p in placed[:count]) == list(range(count))
+        assert manager.partition_counts() == dict.fromkeys(dirs, count // len(dirs))
+        assert all((Path(p.directory) / f"t-{p.partition}").is_dir() for p in placed)
+    finally:
+        manager.shutdown()
 
 
 def test_dir_that_is_a_regular_file_goes_offline_and_others_serve(dirs: list[Path], clock: MockClock) -> None:
