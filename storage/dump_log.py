@@ -90,7 +90,7 @@ from storage.files.meta_properties import MetaProperties, parse_properties
 from storage.partition.producer_snapshot import SnapshotEntry, decode_snapshot
 from storage.records.compression import CompressionType
 from storage.records.file_records import AnyBatch, FileRecords
-from storage.records.layout import CONTROL_KEY, END_TXN_MARKER_VALUE, NO_SEQUENCE, ControlRecordType
+from storage.records.layout import CONTROL_KEY, END_TXN_MARKER_VALUE, NO_SEQUENCE, SEQUENCE_MODULUS, ControlRecordType
 from storage.records.legacy_records import LegacyRecord
 from storage.records.record import Record
 from storage.records.record_batch import RecordBatch
@@ -99,8 +99,6 @@ from storage.segment.time_index import TimeIndex, TimestampOffset
 from storage.segment.transaction_index import ENTRY_SIZE as TXN_ENTRY_SIZE
 from storage.segment.transaction_index import AbortedTxn, read_entries
 
-# Kafka's sequences are int32 and wrap from 2**31 - 1 back to 0 (DefaultRecordBatch.incrementSequence).
-_SEQUENCE_MODULUS = 2**31
 # meta.properties and the clean-shutdown marker are a few hundred bytes; a larger file is not one of them.
 MAX_SMALL_FILE_BYTES = 1024 * 1024
 # A producer snapshot holds 46 bytes per producer and a `.txnindex` 34 per aborted transaction in one segment:
@@ -450,7 +448,7 @@ def _size(data: bytes | None) -> int:
 def _record_sequence(batch: AnyBatch, record: Record | LegacyRecord) -> int:
     if not isinstance(batch, RecordBatch) or batch.base_sequence == NO_SEQUENCE:
         return NO_SEQUENCE
-    return (batch.base_sequence + record.offset - batch.base_offset) % _SEQUENCE_MODULUS
+    return (batch.base_sequence + record.offset - batch.base_offset) % SEQUENCE_MODULUS
 
 
 def batch_fields(item: DumpedBatch) -> dict[str, object]:
@@ -582,7 +580,7 @@ def _snapshot_row(entry: SnapshotEntry) -> dict[str, object]:
     }
     if entry.last_offset >= 0:
         row.update(
-            firstSequence=(entry.last_sequence - entry.offset_delta) % _SEQUENCE_MODULUS,
+            firstSequence=(entry.last_sequence - entry.offset_delta) % SEQUENCE_MODULUS,
             lastSequence=entry.last_sequence,
             lastOffset=entry.last_offset,
             offsetDelta=entry.offset_delta,
@@ -600,7 +598,7 @@ def _snapshot_line(entry: SnapshotEntry) -> str:
         f"lastTimestamp: {entry.timestamp} "
     )
     if entry.last_offset >= 0:
-        first_sequence = (entry.last_sequence - entry.offset_delta) % _SEQUENCE_MODULUS
+        first_sequence = (entry.last_sequence - entry.offset_delta) % SEQUENCE_MODULUS
         line += (
             f"firstSequence: {first_sequence} lastSequence: {entry.last_sequence} lastOffset: {entry.last_offset} "
             f"offsetDelta: {entry.offset_delta} timestamp: {entry.timestamp}"

@@ -4,15 +4,24 @@ Every decoder of untrusted bytes (disk files, client batches) raises only these 
 exceptions (`struct.error`, `IndexError`, codec errors, `OSError`) are wrapped at the boundary with
 `raise ... from exc`. Each error carries the fields a caller needs to act on it (file path, byte
 position, offset) as attributes, not only inside the message.
+
+Each error type also says whether the same call may succeed if made again (`retriable`), as Kafka's exceptions
+do by extending `RetriableException`: the flag equals Kafka's for the error code the type maps to
+(`cluster.protocol.errors`), and every retry loop asks it (`is_retriable`) rather than naming types. A retriable
+error of a partition usually means the caller's idea of its leader is stale: look the leader up again first.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import ClassVar
 
 
 class RaybrokerError(Exception):
     """Base of every error raybroker raises on purpose."""
+
+    # Whether the same call may succeed later (Kafka's `RetriableException`); see the module docstring.
+    retriable: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -43,6 +52,11 @@ class RaybrokerError(Exception):
         return (_rebuild, (type(self), self.message, self.path, self.position, self.offset))
 
 
+def is_retriable(exc: BaseException) -> bool:
+    """Whether a failed call may be made again: a raybroker error whose type is retriable (see the module)."""
+    return isinstance(exc, RaybrokerError) and exc.retriable
+
+
 def _rebuild(
     cls: type[RaybrokerError], message: str, path: str | None, position: int | None, offset: int | None
 ) -> RaybrokerError:
@@ -55,6 +69,9 @@ class StorageError(RaybrokerError):
 
 class CorruptRecordError(StorageError):
     """Bytes that do not form a valid record batch: bad CRC, bad size field, truncated data (CORRUPT_MESSAGE)."""
+
+    # CORRUPT_MESSAGE is retriable in Kafka: a produce's bytes may have been damaged on the way.
+    retriable = True
 
 
 class InvalidRecordError(StorageError):
@@ -122,6 +139,8 @@ class LogSegmentError(StorageError):
 class KafkaStorageError(StorageError):
     """An I/O error on a log dir: the dir is taken offline and its partitions fail with this (KAFKA_STORAGE_ERROR)."""
 
+    retriable = True
+
 
 class LogDirLockedError(StorageError):
     """Another process holds the `.lock` of a log dir."""
@@ -161,6 +180,9 @@ class TopicExistsError(BrokerError):
 class UnknownTopicOrPartitionError(BrokerError):
     """A topic or partition the cluster does not host (UNKNOWN_TOPIC_OR_PARTITION)."""
 
+    # Retriable in Kafka: the caller's metadata may predate the topic.
+    retriable = True
+
 
 class InvalidPartitionsError(BrokerError):
     """A partition count that is not a positive int within the limit, or that would shrink a topic
@@ -169,6 +191,9 @@ class InvalidPartitionsError(BrokerError):
 
 class BrokerNotAvailableError(BrokerError):
     """No broker is running where the client looked: start one with `raybroker start` (BROKER_NOT_AVAILABLE)."""
+
+    # Answered as LEADER_NOT_AVAILABLE (retriable): the actor is (re)starting or moved.
+    retriable = True
 
 
 class LogClosedError(BrokerNotAvailableError):
@@ -191,10 +216,14 @@ class NotEnoughReplicasError(BrokerError):
     """An `acks=all` write refused before it was appended: fewer replicas are in sync than the topic's
     `min.insync.replicas` (NOT_ENOUGH_REPLICAS); retriable."""
 
+    retriable = True
+
 
 class NotEnoughReplicasAfterAppendError(BrokerError):
     """An `acks=all` write that was appended, but the in-sync replicas fell below `min.insync.replicas` before it
     was replicated (NOT_ENOUGH_REPLICAS_AFTER_APPEND); retriable (an idempotent producer's retry is no duplicate)."""
+
+    retriable = True
 
 
 class InvalidReplicationFactorError(BrokerError):
@@ -203,6 +232,8 @@ class InvalidReplicationFactorError(BrokerError):
 
 class RequestTimedOutError(BrokerError):
     """A broker call that did not answer in time (REQUEST_TIMED_OUT); retriable."""
+
+    retriable = True
 
 
 class SerializationError(BrokerError):

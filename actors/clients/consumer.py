@@ -65,15 +65,15 @@ from actors.partition_lookup import partition_actor
 from actors.startup_objects import freeze_startup_objects
 from storage.arguments import is_int
 from storage.errors import (
-    BrokerNotAvailableError,
     InvalidConfigError,
     InvalidGroupIdError,
     InvalidRequestError,
     OffsetOutOfRangeError,
-    RequestTimedOutError,
+    RaybrokerError,
     SerializationError,
     UnknownTopicOrPartitionError,
 )
+from storage.partition.log_read import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
 from storage.records.file_records import TimestampAndOffset
 from storage.records.record_batch import TimestampType, iter_batches
 from storage.topic_partition import TopicPartition, check_topic_partition
@@ -81,9 +81,6 @@ from storage.topic_partition import TopicPartition, check_topic_partition
 logger = logging.getLogger(__name__)
 
 AUTO_OFFSET_RESET_POLICIES = ("earliest", "latest", "none")
-# Kafka's ListOffsets sentinels.
-EARLIEST_TIMESTAMP = -2
-LATEST_TIMESTAMP = -1
 # Pause before fetching again a partition whose actor answered empty without waiting (its long-poll slots
 # were taken): bounds the load an idle consumer then puts on it (20 fetches a second) against the latency.
 EMPTY_FETCH_BACKOFF_S = 0.05
@@ -345,7 +342,9 @@ class Consumer:
                 return records
             try:
                 self._fetch_round(deadline)
-            except (BrokerNotAvailableError, RequestTimedOutError) as exc:
+            except RaybrokerError as exc:
+                if not exc.retriable:
+                    raise
                 # The group coordinator or a partition actor is restarting (committed positions or a handle
                 # could not be looked up): like Kafka's poll, keep trying until the timeout instead of failing.
                 logger.info("poll round failed, retrying: %s", exc)
@@ -361,7 +360,9 @@ class Consumer:
         trip. Their wait is `fetch_max_wait_ms`, the next poll's timeout being unknown yet."""
         try:
             self._start_fetches(time.monotonic_ns() + self._fetch_max_wait_ms * 1_000_000)
-        except (BrokerNotAvailableError, RequestTimedOutError) as exc:
+        except RaybrokerError as exc:
+            if not exc.retriable:
+                raise
             logger.info("prefetch failed, the next poll retries: %s", exc)
 
     def _drain(self, limit: int) -> list[ConsumerRecord]:
@@ -427,7 +428,9 @@ class Consumer:
                 out_of_range.append(tp)
                 first_error = first_error or exc
                 continue
-            except (BrokerNotAvailableError, RequestTimedOutError) as exc:
+            except RaybrokerError as exc:
+                if not exc.retriable:
+                    raise
                 # A restarting actor: the next round asks again (a new actor under the name is looked up).
                 logger.info("fetch from %s-%d failed, retrying: %s", tp[0], tp[1], exc)
                 self._handles.pop(tp, None)

@@ -51,9 +51,10 @@ replica), which is why zero copy is opt-in and the consumer, which keeps records
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
-from typing import Any
+from functools import partial
+from typing import Any, Generic, TypeVar
 
 import ray
 
@@ -65,6 +66,9 @@ from storage.partition.log import DEFAULT_FETCH_MAX_BYTES
 # The max_bytes of bulk reads: a Ray round trip costs 1-3 ms on a loaded 2-core node, mapping 8 MiB from the
 # page cache 0.6 ms; through the actor, 16 MiB fetches ran at 900 MB/s against 180 MB/s at 1 MiB.
 BULK_FETCH_MAX_BYTES = 64 * 1024 * 1024
+# What a `LocatedRead` hands out of a slice: bytes or a memoryview (`PendingFetch`), a file region (the listener).
+Records = TypeVar("Records")
+
 # Segments one bulk `locate` may cover (each a slice): with Kafka's 1 GiB segments one suffices; small segments
 # would otherwise cost a round trip each.
 MAX_SLICES_PER_LOCATE = 16
@@ -106,6 +110,59 @@ def read_file_slice(file_slice: FileSlice, offset: int, *, zero_copy: bool = Fal
     return None if read is None else read[0]
 
 
+class LocatedRead(Generic[Records]):
+    """The locate-then-read fetch of one partition from `offset`, without the calls that drive it: the one reader
+    of located bytes, driven by `PendingFetch` (blocking, on Ray's `ObjectRef`s) and by the Kafka listener
+    (`cluster.protocol.ray_broker_view`, awaited on its event loop).
+
+    `locating` says whether to ask the partition's actor where the bytes lie (`locate`) or to fetch them through
+    it; `read(located)` reads the located slices with `read_slice` (which answers the bytes it read and the offset
+    after their last whole batch, or None when they cannot be trusted), up to the first it cannot trust, or answers
+    None when the caller must fetch through the actor after all: the partition is on another node, or the first
+    slice's file changed. Such a fetch must not wait again (`max_wait_ms` 0): `locate` waited already.
+    `actor_fetched()` counts a fetch made through the actor. The process's `statistics` count each outcome."""
+
+    def __init__(
+        self,
+        offset: int,
+        read_slice: Callable[[FileSlice, int], tuple[Records, int | None] | None],
+        *,
+        node_id: str | None = None,
+        prefer_local: bool = True,
+    ) -> None:
+        self._read_slice = read_slice
+        self.locating = prefer_local and (node_id is None or node_id == this_node_id())
+        # The partition's node once the actor told it.
+        self.node_id = node_id
+        # The offset after the last whole batch read (None: the reader could not tell).
+        self.next_offset: int | None = offset
+
+    def read(self, located: FileSlices) -> list[Records | bytes] | None:
+        """The located bytes, slice after slice (`[b""]` when nothing was located), or None: fetch through the actor."""
+        self.node_id = located.node_id
+        if located.node_id != this_node_id():
+            self.actor_fetched()
+            return None
+        if not located.slices:
+            _count("local_reads")
+            return [b""]
+        read: list[Records | bytes] = []
+        for file_slice in located.slices:
+            if self.next_offset is None:
+                break
+            answer = self._read_slice(file_slice, self.next_offset)
+            if answer is None:
+                break
+            read.append(answer[0])
+            self.next_offset = answer[1]
+        _count("local_reads" if read else "fallbacks")
+        return read or None
+
+    @staticmethod
+    def actor_fetched() -> None:
+        _count("actor_fetches")
+
+
 class PendingFetch:
     """One fetch in flight: `locate` when the partition may be on this node, else `fetch`; see the module."""
 
@@ -126,16 +183,22 @@ class PendingFetch:
         self._offset = offset
         self._max_bytes = max_bytes
         self._zero_copy = zero_copy
-        self.node_id = node_id
+        self._read = LocatedRead(
+            offset, partial(read_located, zero_copy=zero_copy), node_id=node_id, prefer_local=prefer_local
+        )
         # The offset after the last whole batch of the answer, once `results` returned it.
         self.next_offset = offset
         # The actor's answer to `locate`, once `results` read its slices locally.
         self.located: FileSlices | None = None
-        self._located = prefer_local and (node_id is None or node_id == this_node_id())
-        if self._located:
+        if self._read.locating:
             self.ref = handle.locate.remote(offset, max_bytes, max_slices, max_wait_ms, min_bytes)
         else:
             self.ref = self._fetch(max_wait_ms, min_bytes)
+
+    @property
+    def node_id(self) -> str | None:
+        """The partition's node, as the caller said or the actor told (pass it to the next fetch)."""
+        return self._read.node_id
 
     def _fetch(self, max_wait_ms: int = 0, min_bytes: int = 1) -> Any:
         return self._handle.fetch.remote(self._offset, self._max_bytes, self._zero_copy, max_wait_ms, min_bytes)
@@ -148,35 +211,17 @@ class PendingFetch:
         """The fetch's answer, then (`max_slices` > 1, read locally) the answers of fetches of the following
         segments, each from the offset after the one before."""
         answer = call(self.ref, timeout_s)
-        if not self._located:
-            _count("actor_fetches")
+        if not self._read.locating:
+            self._read.actor_fetched()
             return [self._from_actor(answer)]
         located: FileSlices = answer
-        self.node_id = located.node_id
-        if located.node_id == this_node_id():
-            read = self._read_locally(located)
-            if read:
-                _count("local_reads")
-                self.located = located
-                return read
-            _count("fallbacks")
-        else:
-            _count("actor_fetches")
-        return [self._from_actor(call(self._fetch(), timeout_s))]
-
-    def _read_locally(self, located: FileSlices) -> list[FetchResult]:
-        """The located slices' answers, up to the first that cannot be trusted (none if the first cannot)."""
+        read = self._read.read(located)
+        if read is None:
+            return [self._from_actor(call(self._fetch(), timeout_s))]
+        self.located = located
+        self.next_offset = self._read.next_offset if self._read.next_offset is not None else self._offset
         offsets = (located.high_watermark, located.log_start_offset, located.log_end_offset)
-        if not located.slices:
-            return [FetchResult(b"", *offsets)]
-        results = []
-        for file_slice in located.slices:
-            read = read_located(file_slice, self.next_offset, zero_copy=self._zero_copy)
-            if read is None:
-                break
-            results.append(FetchResult(read[0], *offsets))
-            self.next_offset = read[1]
-        return results
+        return [FetchResult(records, *offsets) for records in read]
 
     def _from_actor(self, answer: FetchResult) -> FetchResult:
         """Out-of-band bytes arrive as a Ray buffer over the object store: handed out as a memoryview."""
@@ -262,6 +307,7 @@ __all__ = [
     "BULK_FETCH_MAX_BYTES",
     "MAX_SLICES_PER_LOCATE",
     "LocalFetchStatistics",
+    "LocatedRead",
     "PendingFetch",
     "fetch_local_or_remote",
     "iter_fetches",

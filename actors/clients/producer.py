@@ -51,6 +51,7 @@ from actors.clients.producer_batch import RECORD_OVERHEAD_BOUND, BulkRecords, He
 from actors.clients.record_accumulator import RecordAccumulator
 from actors.clients.sender import Sender
 from actors.clients.serializers import Serializer, default_serializer, string_serializer
+from actors.core.replication.replica import ACKS, ACKS_ALL
 from actors.startup_objects import freeze_startup_objects
 from storage.arguments import is_int
 from storage.clock import SYSTEM_CLOCK
@@ -68,6 +69,9 @@ from storage.records.compression import CompressionType
 from storage.records.record_batch import RECORD_BATCH_OVERHEAD
 
 HeaderInput = tuple[str, bytes | bytearray | str | None]
+
+# `acks` as Kafka's producer config spells it: "all", or a number as a string.
+_ACKS_NAMES = {"all": ACKS_ALL, **{str(acks): acks for acks in ACKS}}
 
 
 class Producer:
@@ -114,7 +118,9 @@ class Producer:
                 f"an idempotent producer allows at most {NUM_BATCHES_TO_RETAIN} calls in flight per partition "
                 f"(the partition remembers that many batches per producer), got {max_in_flight_requests_per_connection}"
             )
-        if acks not in (1, -1, "1", "-1", "all"):
+        required_acks = _ACKS_NAMES.get(acks, acks) if isinstance(acks, str) else acks
+        # acks=0 asks for no answer at all, which a client whose every send returns a future cannot offer.
+        if required_acks not in ACKS or required_acks == 0:
             raise InvalidConfigError(f"acks must be 1 or 'all' (-1), got {acks!r}; acks=0 is the Kafka listener's")
         compression = CompressionType.from_name(compression_type)
         self._broker = broker or Broker.connect()
@@ -145,7 +151,7 @@ class Producer:
             self._broker,
             wakeup,
             enable_idempotence=enable_idempotence,
-            acks=1 if acks in (1, "1") else -1,
+            acks=int(required_acks),
             retries=retries,
             retry_backoff_ms=retry_backoff_ms,
             retry_backoff_max_ms=retry_backoff_max_ms,

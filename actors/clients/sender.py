@@ -3,16 +3,15 @@ their futures.
 
 - Requests: the closed batches of one partition travel together in one `append` call, up to
   `max_request_size` bytes; at most `max_in_flight_requests_per_connection` calls per partition are in
-  flight (idempotent: at most 5 batches in all, the partition's dedup window), and Ray runs one caller's
-  calls to an actor in submission order, so batches land in send order. A partition whose leader is on this
-  node and has no followers gets its calls over the leader process's append channel instead
-  (`actors.clients.append_connection`): the same `append`, answered in order, without Ray's 1-2 ms round trip.
+  flight (idempotent: at most 5 batches in all, the partition's dedup window). The calls go the way every
+  client's appends go (`actors.clients.append_route`: the leader's append channel or a Ray call, the wait of
+  `acks=all`), in submission order, so batches land in send order.
 - Idempotence (`enable_idempotence`): the sender takes a producer id from the controller (epoch 0) and
   numbers each partition's batches with sequences, assigned when a batch is first sent and kept by its
   retries, so a retry of a batch that was written but whose answer was lost is recognised by the partition
   as a duplicate and answered with the original offsets.
-- Retries: a call that fails with `BrokerNotAvailableError` or `RequestTimedOutError` (an actor dead or
-  restarting) is retried after an exponential backoff (`retry_backoff_ms` doubling up to
+- Retries: a call that fails with a retriable error (`storage.errors`: an actor dead or restarting, a leader
+  moved, too few replicas in sync) is retried after an exponential backoff (`retry_backoff_ms` doubling up to
   `retry_backoff_max_ms`, Kafka's KIP-580), at most `retries` times and within `delivery_timeout_ms`
   of the batch's creation. When a call of a partition fails, no new call goes to that partition until
   its calls in flight have answered; then the failed batches are sent again, in sequence order. Later
@@ -34,40 +33,28 @@ import logging
 import sys
 import threading
 from collections import deque
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
 
 from actors.calls import call
-from actors.clients.append_connection import AppendConnection, AppendConnections
+from actors.clients.append_route import AppendCall, AppendRoute
 from actors.clients.broker import Broker
 from actors.clients.producer_batch import ProducerBatch
 from actors.clients.record_accumulator import ReadyCheck, RecordAccumulator
-from actors.partition_lookup import leader_replica
 from storage.clock import Clock
 from storage.errors import (
-    BrokerNotAvailableError,
     InvalidRequestError,
-    NotEnoughReplicasAfterAppendError,
-    NotEnoughReplicasError,
     OutOfOrderSequenceError,
     RaybrokerError,
     RequestTimedOutError,
+    is_retriable,
 )
 from storage.partition.log import LogAppendInfo
-from storage.partition.producer_state import NUM_BATCHES_TO_RETAIN, SEQUENCE_MODULUS
-from storage.records.record_batch import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE
+from storage.partition.producer_state import NUM_BATCHES_TO_RETAIN
+from storage.records.record_batch import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, SEQUENCE_MODULUS
 from storage.topic_partition import TopicPartition
 
 logger = logging.getLogger(__name__)
-
-RETRIABLE_ERRORS = (
-    BrokerNotAvailableError,
-    RequestTimedOutError,
-    NotEnoughReplicasError,
-    NotEnoughReplicasAfterAppendError,
-)
 
 # A batch's outcome: (first offset, LogAppendTime or -1) once written, else the error that failed it.
 Completion = tuple[ProducerBatch, tuple[int, int] | BaseException]
@@ -75,31 +62,26 @@ Completion = tuple[ProducerBatch, tuple[int, int] | BaseException]
 
 @dataclass(eq=False)
 class _InFlight:
-    """One `append` call and the batches it carries, in order: `ref` is the Ray call's `ObjectRef`, or the
-    `Future` (`AppendReply`) of an append sent over the partition's append channel."""
+    """One `append` call and the batches it carries, in order."""
 
-    ref: Any
+    call: AppendCall
     batches: list[ProducerBatch]
     done: bool = False
 
 
 @dataclass(eq=False)
 class _PartitionState:
-    """The sender's state for one partition: its producer id and next sequence, its actor handle, its calls
-    in flight, the failed calls not yet resolved, and when it may be sent to again after a backoff."""
+    """The sender's state for one partition: its producer id and next sequence, its calls in flight, the failed
+    calls not yet resolved, and when it may be sent to again after a backoff."""
 
     topic: str
     partition: int
     producer_id: int
     producer_epoch: int
     next_sequence: int = 0
-    handle: Any = None
-    # Whether acks=all must wait for followers: the partition has more than one replica.
-    replicated: bool = False
-    # The leader's append channel, when it is on this node and has one replica (else appends are Ray calls).
-    channel: AppendConnection | None = None
     in_flight: deque[_InFlight] = field(default_factory=deque)
-    failed: list[tuple[_InFlight, BaseException]] = field(default_factory=list)
+    # The batches of each failed call (or of one that could not be sent), with its error.
+    failed: list[tuple[list[ProducerBatch], BaseException]] = field(default_factory=list)
     retry_at_ns: int = 0
 
 
@@ -136,7 +118,7 @@ class Sender:
         self._clock = clock
         self.producer_id = self._new_producer_id() if enable_idempotence else NO_PRODUCER_ID
         self._partitions: dict[TopicPartition, _PartitionState] = {}
-        self._connections = AppendConnections()
+        self._route = AppendRoute()
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name="raybroker-producer-sender", daemon=True)
 
@@ -153,7 +135,7 @@ class Sender:
         self._stopping = True
         self._wakeup.set()
         self._thread.join()
-        self._connections.close()
+        self._route.close()
 
     def _new_producer_id(self) -> int:
         return call(self._broker.controller.allocate_producer_id.remote())
@@ -213,34 +195,15 @@ class Sender:
                 if not batches:
                     break
                 try:
-                    if state.handle is None:
-                        state.handle, replication = leader_replica(state.topic, state.partition)
-                        state.replicated = replication.replication_factor > 1
-                        state.channel = self._connections.for_leader(state.handle, replication)
+                    leader = self._route.leader(state.topic, state.partition)
                     payload = self._build(state, batches)
                 except RaybrokerError as exc:
                     # Nothing was sent: the batches are judged like those of a failed call.
-                    state.failed.append((_InFlight(None, batches, done=True), exc))
+                    state.failed.append((batches, exc))
                     break
-                flight = _InFlight(self._submit(state, payload), batches)
+                flight = _InFlight(self._route.send(leader, state.topic, state.partition, payload, self._acks), batches)
                 state.in_flight.append(flight)
-                done = partial(self._on_call_done, flight)
-                if isinstance(flight.ref, Future):
-                    flight.ref.add_done_callback(done)
-                else:
-                    flight.ref.future().add_done_callback(done)
-
-    def _submit(self, state: _PartitionState, payload: bytes) -> Any:
-        """Sends one append: over the append channel when the partition has one (a broken one fails the append,
-        retriable, and the partition is looked up again), else as a Ray call."""
-        if state.channel is not None:
-            return state.channel.append(state.topic, state.partition, payload, self._acks)
-        appended = state.handle.append.remote(payload, self._acks)
-        if self._acks == -1 and state.replicated:
-            # Runs once the append answered (Ray resolves the argument first), on the replication threads;
-            # with one replica the append's answer is the acknowledgement already.
-            appended = state.handle.await_replicated.remote(appended)
-        return appended
+                flight.call.add_done_callback(partial(self._on_call_done, flight))
 
     def _batch_room(self, state: _PartitionState) -> int:
         """How many more batches the partition may be sent now. An idempotent producer's partition remembers its
@@ -267,7 +230,7 @@ class Sender:
                 batch.payload = batch.encode(state.producer_id, state.producer_epoch, base_sequence)
         return b"".join(batch.payload or b"" for batch in batches)
 
-    def _on_call_done(self, flight: _InFlight, _: object) -> None:
+    def _on_call_done(self, flight: _InFlight) -> None:
         """Runs on a Ray thread, which also serves the sender's `ray.get`s: it only flags the call and wakes
         the sender, never waits for anything."""
         flight.done = True
@@ -282,9 +245,9 @@ class Sender:
             while state.in_flight and state.in_flight[0].done:
                 flight = state.in_flight.popleft()
                 try:
-                    info = flight.ref.result() if isinstance(flight.ref, Future) else call(flight.ref)
+                    info = flight.call.result()
                 except Exception as exc:
-                    state.failed.append((flight, exc))
+                    state.failed.append((flight.batches, exc))
                     continue
                 completions.extend(_acknowledged(flight.batches, info))
             if state.failed and not state.in_flight:
@@ -298,30 +261,30 @@ class Sender:
         failed_for_good: BaseException | None = None
         reset_sequence_from: int | None = None
         backoff = False
-        for index, (flight, error) in enumerate(state.failed):
+        for index, (batches, error) in enumerate(state.failed):
             if failed_for_good is not None:
                 # An earlier batch's fate is unknown (it may have been written): these may not be resent.
-                completions.extend((batch, failed_for_good) for batch in flight.batches)
+                completions.extend((batch, failed_for_good) for batch in batches)
                 continue
-            if isinstance(error, RETRIABLE_ERRORS) or (index > 0 and isinstance(error, OutOfOrderSequenceError)):
-                charged = isinstance(error, RETRIABLE_ERRORS)
-                for batch in flight.batches:
+            if is_retriable(error) or (index > 0 and isinstance(error, OutOfOrderSequenceError)):
+                charged = is_retriable(error)
+                for batch in batches:
                     batch.attempts += int(charged)
-                expired = self._expiry_error(flight.batches, error, now)
+                expired = self._expiry_error(batches, error, now)
                 if expired is None:
-                    resend.extend(flight.batches)
+                    resend.extend(batches)
                     backoff = backoff or charged
                     continue
                 failed_for_good = expired
                 reset_sequence_from = len(resend)
-                completions.extend((batch, expired) for batch in flight.batches)
-            elif len(flight.batches) > 1:
+                completions.extend((batch, expired) for batch in batches)
+            elif len(batches) > 1:
                 # A refused call wrote nothing; sent alone, each batch shows whether it is the bad one.
-                for batch in flight.batches:
+                for batch in batches:
                     batch.solo = True
-                resend.extend(flight.batches)
+                resend.extend(batches)
             else:
-                completions.extend((batch, error) for batch in flight.batches)
+                completions.extend((batch, error) for batch in batches)
                 if reset_sequence_from is None:
                     reset_sequence_from = len(resend)
         first_error = state.failed[0][1]
@@ -348,8 +311,6 @@ class Sender:
             attempts = max(batch.attempts for batch in resend)
             delay_ms = min(self._retry_backoff_ms * 2 ** (attempts - 1), self._retry_backoff_max_ms)
             state.retry_at_ns = now + delay_ms * 1_000_000
-            # The actor may be a new one under the same name (topic re-created): look it up again.
-            state.handle = None
         return completions
 
     def _expiry_error(self, batches: list[ProducerBatch], error: BaseException, now: int) -> BaseException | None:

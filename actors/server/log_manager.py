@@ -39,7 +39,7 @@ from actors.server.partition_host import HostedPartitionSpec
 from storage.clock import SYSTEM_CLOCK
 from storage.config.broker_config import BrokerConfig
 from storage.config.log_config import LogConfig
-from storage.errors import BrokerNotAvailableError, RequestTimedOutError
+from storage.errors import RaybrokerError
 from storage.logdir.log_manager import LogManager, PartitionPlacement
 from storage.logdir.partition_handles import PartitionState
 from storage.logdir.scheduler import Scheduler
@@ -181,7 +181,9 @@ def _stray_partitions() -> Callable[[TopicPartition], bool] | None:
         topics = frozenset(
             call(controller().list_topics.remote(include_internal=True), timeout_s=TOPICS_TIMEOUT_SECONDS)
         )
-    except (BrokerNotAvailableError, RequestTimedOutError) as exc:
+    except RaybrokerError as exc:
+        if not exc.retriable:
+            raise
         logger.warning("the controller did not list the topics (%s); no partition folder is taken for stray", exc)
         return None
     return lambda tp: tp[0] not in topics

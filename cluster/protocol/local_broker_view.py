@@ -15,6 +15,7 @@ import asyncio
 from collections.abc import Mapping
 
 from actors.core.broker import InProcessBroker, ServedPartition
+from actors.core.replication.replica import ACKS_ALL
 from cluster.protocol.broker_view import (
     BrokerEndpoint,
     EpochEndOffset,
@@ -106,7 +107,7 @@ class LocalBrokerView:
     ) -> LogAppendInfo:
         leader = self._leader(topic, partition)
         info = leader.append(records, acks)
-        if acks == -1 and leader.log.replicated:
+        if acks == ACKS_ALL and leader.log.replicated:
             return await asyncio.to_thread(leader.await_replicated, info, timeout_ms)
         return info
 

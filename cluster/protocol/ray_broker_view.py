@@ -6,8 +6,8 @@ call that fails is resolved again through `actors.calls.call`, which raises the 
 
 Partition handles are looked up once and kept: finding one asks Ray's name service (and, for partitions held by a
 partition host, the controller and the node's log manager), which blocks, so it runs on a worker thread. A call
-that finds its actor gone (`BrokerNotAvailableError`) or its partition unknown forgets the handle, so the next
-request looks again and reaches a restarted actor or a re-created topic.
+that fails with a retriable error (`storage.errors`: its actor gone, its partition unknown or led elsewhere) forgets
+the handle, so the next request looks again and reaches a restarted actor or a re-created topic.
 
 Fetches from a partition whose actor runs on this node ask the actor only where the bytes lie (`locate`, which
 long-polls as `fetch` does), so the batches never pass through Ray's object store: from `SENDFILE_MIN_BYTES` on
@@ -16,19 +16,16 @@ read here (`actors.clients.local_fetch` explains why the bytes located equal the
 is no longer the located one (the segment was deleted or replaced meanwhile) falls back to the actor; a
 partition found on another node is fetched through its actor from then on.
 
-Appends to one partition are submitted to its actor in the order `append` was called, also while an earlier one
-still waits for its handle: the listener handles a connection's pipelined Produce requests concurrently, and Ray
-runs one caller's calls to an actor's write thread in the order they were submitted, so the log gets a client's
-batches in the order it sent them (an idempotent producer's sequence numbers depend on it). A partition whose
-leader is on this node and alone gets its appends over the leader process's append channel instead
-(`actors.server.append_channel`: ~0.1 ms where an actor call takes 1-2 ms), which answers them in the order they
-were sent; `acks=-1` then needs no wait, as with every one-replica partition.
+Appends go the way every client's appends go (`actors.clients.append_route`): to the partition's leader over its
+append channel when it is on this node and alone, else as a Ray call followed, for `acks=-1` with followers, by the
+wait for replication; one partition's appends are submitted in the order `append` was called, also while an earlier
+one still waits for its lookup, since the listener handles a connection's pipelined Produce requests concurrently
+and an idempotent producer's sequence numbers depend on their order.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -37,10 +34,11 @@ from typing import Any
 import ray
 
 from actors.calls import answer
-from actors.clients.append_connection import AppendConnection, AppendConnections, AppendReply
+from actors.clients.append_route import AppendRoute
 from actors.clients.broker import Broker
+from actors.clients.local_fetch import LocatedRead
 from actors.core.controller.topic_metadata import AdvertisedListener, TopicMetadata
-from actors.partition_lookup import leader_replica, partition_actor
+from actors.partition_lookup import partition_actor
 from actors.server.partition_log import FetchResult, FileSlices
 from cluster.protocol.broker_view import (
     BrokerEndpoint,
@@ -52,8 +50,8 @@ from cluster.protocol.broker_view import (
     topic_info,
 )
 from cluster.protocol.file_region import SENDFILE_MIN_BYTES, FileRegion, offset_after_region, open_region
-from storage.errors import BrokerNotAvailableError, RaybrokerError, UnknownTopicOrPartitionError
-from storage.partition.file_slices import read_located
+from storage.errors import RaybrokerError
+from storage.partition.file_slices import FileSlice, read_located
 from storage.partition.log import LogAppendInfo
 from storage.records.file_records import TimestampAndOffset
 
@@ -71,24 +69,13 @@ class _Prefetch:
     located: asyncio.Future[FileSlices]
 
 
-@dataclass(frozen=True, slots=True)
-class _Leader:
-    """Where a partition's appends go: its leader's handle, whether it has followers, and its append channel."""
-
-    handle: Any
-    replicated: bool
-    channel: AppendConnection | None
-
-
 class RayBrokerView:
     """The broker of the Ray cluster this process is connected to, as the protocol handlers see it."""
 
     def __init__(self, broker: Broker) -> None:
         self._controller = broker.controller
         self._handles: dict[tuple[str, int], Any] = {}
-        self._leaders: dict[tuple[str, int], _Leader] = {}
-        self._connections = AppendConnections()
-        self._last_append: dict[tuple[str, int], asyncio.Future[None]] = {}
+        self._appends = AppendRoute()
         # Partitions whose actor runs on another node: fetched through the actor, not located.
         self._remote: set[tuple[str, int]] = set()
         self._prefetches: dict[tuple[str, int], _Prefetch] = {}
@@ -108,7 +95,7 @@ class RayBrokerView:
         try:
             await answer(self._controller.unregister_listener.remote(self._node, advertised(endpoint)))
         finally:
-            self._connections.close()
+            self._appends.close()
 
     async def brokers(self) -> list[BrokerEndpoint]:
         listeners = await self._listeners()
@@ -165,49 +152,32 @@ class RayBrokerView:
     async def append(
         self, topic: str, partition: int, records: bytes, acks: int = 1, timeout_ms: int = 30_000
     ) -> LogAppendInfo:
-        key = (topic, partition)
-        previous = self._last_append.get(key)
-        submitted: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._last_append[key] = submitted
         try:
-            if previous is not None:
-                await asyncio.shield(previous)
-            leader = await self._leader(topic, partition)
-            if leader.channel is not None:
-                appended = _answered(leader.channel.append(topic, partition, records, acks))
-            else:
-                ref = leader.handle.append.remote(records, acks)
-                if acks == -1 and leader.replicated:
-                    # Runs once the append answered (Ray resolves the argument first), beside the partition's writes.
-                    ref = leader.handle.await_replicated.remote(ref, timeout_ms)
-                appended = asyncio.ensure_future(answer(ref))
-        finally:
-            submitted.set_result(None)
-            if self._last_append.get(key) is submitted:
-                del self._last_append[key]
-        try:
-            return await appended
-        except (BrokerNotAvailableError, UnknownTopicOrPartitionError):
-            self._drop(key)
+            return await self._appends.append(topic, partition, records, acks, timeout_ms)
+        except RaybrokerError as exc:
+            if exc.retriable:
+                self._drop((topic, partition))
             raise
 
     async def fetch(
         self, topic: str, partition: int, offset: int, max_bytes: int, max_wait_ms: int, min_bytes: int
     ) -> FetchedRecords:
         key = (topic, partition)
-        if key not in self._remote:
+        read = LocatedRead(offset, _read_slice, prefer_local=key not in self._remote)
+        if read.locating:
             located = await self._prefetched(key, offset, max_bytes)
             if located is None:
                 located = await self._call(topic, partition, "locate", offset, max_bytes, 1, max_wait_ms, min_bytes)
-            if located.node_id != self._node:
+            records = read.read(located)
+            if read.node_id != self._node:
                 self._remote.add(key)
-            else:
-                records = _local_records(located, offset)
-                if records is not None:
-                    if isinstance(records, FileRegion):
-                        self._prefetch(key, offset_after_region(records, offset), max_bytes)
-                    return FetchedRecords(records, located.high_watermark, located.log_start_offset)
+            if records is not None:
+                if isinstance(records[0], FileRegion):
+                    self._prefetch(key, read.next_offset, max_bytes)
+                return FetchedRecords(records[0], located.high_watermark, located.log_start_offset)
             max_wait_ms = 0  # waited for already
+        else:
+            read.actor_fetched()
         result: FetchResult = await self._call(
             topic, partition, "fetch", offset, max_bytes, max_wait_ms=max_wait_ms, min_bytes=min_bytes
         )
@@ -249,8 +219,9 @@ class RayBrokerView:
         handle = await self._handle(topic, partition)
         try:
             return await answer(getattr(handle, method).remote(*args, **kwargs))
-        except (BrokerNotAvailableError, UnknownTopicOrPartitionError):
-            self._drop((topic, partition))
+        except RaybrokerError as exc:
+            if exc.retriable:
+                self._drop((topic, partition))
             raise
 
     async def _listeners(self) -> dict[str, AdvertisedListener]:
@@ -264,14 +235,15 @@ class RayBrokerView:
 
     def _forget(self, topic: str) -> None:
         """Drops what is known of a deleted topic's partitions, so a re-created topic is looked up afresh."""
-        for key in {*self._handles, *self._leaders, *self._remote, *self._prefetches}:
+        for key in {*self._handles, *self._remote, *self._prefetches}:
             if key[0] == topic:
                 self._drop(key)
+        self._appends.forget_topic(topic)
 
     def _drop(self, key: tuple[str, int]) -> None:
         """Forgets a partition's handle, node and prefetch: its actor is gone or it is unknown (deleted)."""
         self._handles.pop(key, None)
-        self._leaders.pop(key, None)
+        self._appends.forget(*key)
         self._remote.discard(key)
         self._prefetches.pop(key, None)
 
@@ -283,51 +255,16 @@ class RayBrokerView:
             self._handles[key] = handle
         return handle
 
-    async def _leader(self, topic: str, partition: int) -> _Leader:
-        key = (topic, partition)
-        leader = self._leaders.get(key)
-        if leader is None:
-            leader = self._leaders[key] = await asyncio.to_thread(self._find_leader, topic, partition)
-        return leader
 
-    def _find_leader(self, topic: str, partition: int) -> _Leader:
-        """Blocking lookups (Ray's name service, the controller), run on a worker thread."""
-        handle, state = leader_replica(topic, partition)
-        return _Leader(handle, state.replication_factor > 1, self._connections.for_leader(handle, state))
-
-
-def _answered(reply: AppendReply) -> asyncio.Future[LogAppendInfo]:
-    """An append channel's reply as a future of this event loop (its callback runs on the connection's reader)."""
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future[LogAppendInfo] = loop.create_future()
-
-    def resolve(done: AppendReply) -> None:
-        if future.cancelled():
-            return
-        try:
-            future.set_result(done.result())
-        except RaybrokerError as exc:
-            future.set_exception(exc)
-
-    def hand_over(done: AppendReply) -> None:
-        # A loop closed meanwhile (the listener stopped) has nobody left to answer.
-        with contextlib.suppress(RuntimeError):
-            loop.call_soon_threadsafe(resolve, done)
-
-    reply.add_done_callback(hand_over)
-    return future
-
-
-def _local_records(located: FileSlices, offset: int) -> bytes | FileRegion | None:
-    """The located bytes: a file region to `sendfile` from `SENDFILE_MIN_BYTES` on, read here below it; None when
-    the file is no longer the located one (the caller then fetches through the actor)."""
-    if not located.slices:
-        return b""
-    file_slice = located.slices[0]
+def _read_slice(file_slice: FileSlice, offset: int) -> tuple[bytes | FileRegion, int | None] | None:
+    """A located slice as the server sends it: a file region to `sendfile` from `SENDFILE_MIN_BYTES` on (and the
+    offset after its last whole batch, for the next fetch's prefetch), read here below it; None when the file is no
+    longer the located one (the caller then fetches through the actor)."""
     if file_slice.length >= SENDFILE_MIN_BYTES:
-        return open_region(file_slice)
+        region = open_region(file_slice)
+        return None if region is None else (region, offset_after_region(region, offset))
     read = read_located(file_slice, offset)
-    return None if read is None else bytes(read[0])
+    return None if read is None else (bytes(read[0]), read[1])
 
 
 def _this_node() -> str:

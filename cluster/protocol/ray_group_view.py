@@ -19,7 +19,7 @@ from actors.core.groups.coordinator import MAX_WAIT_MS
 from actors.core.groups.group_membership import GroupDescription, GroupError, JoinResult, PendingJoin, SyncResult
 from actors.options import group_coordinator_name
 from cluster.protocol.group_view import TopicPartition
-from storage.errors import BrokerNotAvailableError
+from storage.errors import RaybrokerError
 
 
 class RayGroupView:
@@ -123,6 +123,7 @@ class RayGroupView:
             self._handle = await asyncio.to_thread(get_actor, group_coordinator_name())
         try:
             return await answer(getattr(self._handle, method).remote(*args, **kwargs))
-        except BrokerNotAvailableError:
-            self._handle = None
+        except RaybrokerError as exc:
+            if exc.retriable:
+                self._handle = None
             raise

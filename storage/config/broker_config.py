@@ -17,13 +17,7 @@ list (blanks trimmed, empty entries dropped, as Kafka's `csvList`).
 | replica.high.watermark.checkpoint.interval.ms | long    | 5000                | replication-offset checkpoint period |
 | log.flush.scheduler.interval.ms               | long    | Long.MAX            | period of the flusher task           |
 | log.initial.task.delay.ms                     | long    | 30000               | delay before the first periodic task |
-| log.cleaner.enable                            | boolean | true                | run the cleaner at all               |
-| log.cleaner.threads                           | int     | 1                   | cleaner threads                      |
-| log.cleaner.dedupe.buffer.size                | long    | 134217728           | offset-map memory, all threads       |
-| log.cleaner.io.buffer.load.factor             | double  | 0.9                 | max fill of the offset map           |
-| log.cleaner.io.buffer.size                    | int     | 524288              | cleaner I/O buffers, all threads     |
-| log.cleaner.io.max.bytes.per.second           | double  | Double.MAX          | cleaner I/O throttle                 |
-| log.cleaner.backoff.ms                        | long    | 15000               | cleaner sleep when idle              |
+| log.cleaner.enable, .threads, .io.*, ...      |         |                     | `storage.config.cleaner_config`      |
 | offsets.topic.num.partitions                  | int     | 50                  | partitions of __consumer_offsets     |
 | offsets.retention.minutes                     | int     | 10080               | committed offsets kept this long     |
 | auto.create.topics.enable                     | boolean | true                | create a topic on first use          |
@@ -39,15 +33,8 @@ list (blanks trimmed, empty entries dropped, as Kafka's `csvList`).
 | replica.fetch.backoff.ms                      | int     | 1000                | pause after a failed follower fetch  |
 | auto.leader.rebalance.enable                  | boolean | true                | lead from the preferred replica      |
 | leader.imbalance.check.interval.seconds       | long    | 300                 | period of that check                 |
-| listeners                                     | string  | PLAINTEXT://127.0.0.1:9092 | Kafka-protocol endpoints      |
-| advertised.listeners                          | string  | (listeners)         | what Metadata tells clients          |
+| listeners, socket.*, max.connections, ...     |         |                     | `storage.config.listener_config`     |
 | num.network.threads                           | int     | 1 (Kafka: 3)        | listener processes per node          |
-| socket.request.max.bytes                      | int     | 104857600           | largest request frame accepted       |
-| connections.max.idle.ms                       | long    | 600000              | close a connection silent this long  |
-| max.connections                               | int     | 2147483647          | connections open at once, per node   |
-| max.connections.per.ip                        | int     | 2147483647          | connections open at once per address |
-| queued.max.requests                           | int     | 500                 | requests read, not yet answered      |
-| listener.security.protocol.map                | string  | (protocol names)    | custom listener name -> protocol     |
 | ssl.*, sasl.*, authorizer.class.name, ...     |         |                     | `storage.config.security_config`     |
 
 `offsets.topic.num.partitions` keeps Kafka's default of 50 here; raybroker's example `configs/server.properties`
@@ -123,27 +110,25 @@ from __future__ import annotations
 import difflib
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from storage.config.cleaner_config import CleanerConfig
+from storage.config.cleaner_config import CleanerConfig, CleanerKeys
 from storage.config.config_values import (
-    DOUBLE_MAX,
-    INT_MAX,
     LONG_MAX,
-    Password,
     check_fields,
     config_field,
     config_fields,
     kafka_name,
+    key_values,
     parse_value,
     render_properties,
     values_from_properties,
 )
-from storage.config.listener_config import DEFAULT_LISTENERS, DEFAULT_PROTOCOL_MAP, ListenerConfig
+from storage.config.listener_config import ListenerConfig, ListenerKeys
 from storage.config.log_config import LogConfig
-from storage.config.security_config import TLS_PROTOCOLS, SecurityConfig
+from storage.config.security_config import SecurityConfig, SecurityKeys
 from storage.errors import CorruptCheckpointError, InvalidConfigError
 from storage.files.meta_properties import parse_properties
 
@@ -215,13 +200,15 @@ _TOPIC_SYNONYMS = {
 
 
 @dataclass(frozen=True)
-class BrokerConfig:
+class BrokerConfig(CleanerKeys, ListenerKeys, SecurityKeys):
     """One broker's settings (see the module docstring for every key, its default and its meaning).
 
-    `log_config` (the topic defaults), `cleaner_config` and `listener_config` are derived on creation;
-    `ignored_keys` lists the Kafka keys a loaded file set that raybroker does not use. A field's `low` is checked
-    here; the ranges of topic-config synonyms and cleaner keys, and the listeners' syntax, are checked by
-    `LogConfig`, `CleanerConfig` and `ListenerConfig`.
+    The cleaner's, the listener's and the security keys are declared once, by `CleanerKeys`, `ListenerKeys` and
+    `SecurityKeys`, which this class extends; `log_config` (the topic defaults), `cleaner_config`,
+    `listener_config` and `security_config` are derived on creation; `ignored_keys` lists the Kafka keys a loaded
+    file set that raybroker does not use. Every key's type and range is checked here; the ranges of topic-config
+    synonyms, the rules across cleaner keys, the listeners' syntax and the security rules are checked by
+    `LogConfig`, `CleanerConfig`, `ListenerConfig` and `SecurityConfig`.
     """
 
     node_id: int = config_field(0, "int", low=0)
@@ -234,13 +221,6 @@ class BrokerConfig:
     replica_high_watermark_checkpoint_interval_ms: int = config_field(5000, "long", low=1)
     log_flush_scheduler_interval_ms: int = config_field(LONG_MAX, "long", low=1)
     log_initial_task_delay_ms: int = config_field(30000, "long", low=0)
-    log_cleaner_enable: bool = config_field(True, "boolean")
-    log_cleaner_threads: int = config_field(1, "int")
-    log_cleaner_dedupe_buffer_size: int = config_field(134217728, "long")
-    log_cleaner_io_buffer_load_factor: float = config_field(0.9, "double")
-    log_cleaner_io_buffer_size: int = config_field(524288, "int")
-    log_cleaner_io_max_bytes_per_second: float = config_field(DOUBLE_MAX, "double")
-    log_cleaner_backoff_ms: int = config_field(15000, "long")
     offsets_topic_num_partitions: int = config_field(50, "int", low=1)
     offsets_retention_minutes: int = config_field(10080, "int", low=1)
     auto_create_topics_enable: bool = config_field(True, "boolean")
@@ -256,28 +236,7 @@ class BrokerConfig:
     replica_fetch_backoff_ms: int = config_field(1000, "int", low=0)
     auto_leader_rebalance_enable: bool = config_field(True, "boolean")
     leader_imbalance_check_interval_seconds: int = config_field(300, "long", low=1)
-    listeners: str = config_field(DEFAULT_LISTENERS, "string")
-    advertised_listeners: str | None = config_field(None, "string")
     num_network_threads: int = config_field(1, "int", low=1)
-    socket_request_max_bytes: int = config_field(104857600, "int", low=1)
-    connections_max_idle_ms: int = config_field(600000, "long", low=1)
-    max_connections: int = config_field(INT_MAX, "int", low=1)
-    max_connections_per_ip: int = config_field(INT_MAX, "int", low=1)
-    queued_max_requests: int = config_field(500, "int", low=1)
-    listener_security_protocol_map: str = config_field(DEFAULT_PROTOCOL_MAP, "string")
-    ssl_keystore_type: str = config_field("JKS", "string")
-    ssl_keystore_location: str | None = config_field(None, "string")
-    ssl_key_password: Password | None = config_field(None, "password")
-    ssl_truststore_type: str = config_field("JKS", "string")
-    ssl_truststore_location: str | None = config_field(None, "string")
-    ssl_client_auth: str = config_field("none", "string")
-    ssl_enabled_protocols: tuple[str, ...] = config_field(TLS_PROTOCOLS, "list")
-    sasl_enabled_mechanisms: tuple[str, ...] = config_field(("GSSAPI",), "list")
-    sasl_server_max_receive_size: int = config_field(524288, "int")
-    connection_failed_authentication_delay_ms: int = config_field(100, "int")
-    authorizer_class_name: str = config_field("", "string")
-    super_users: str = config_field("", "string")
-    allow_everyone_if_no_acl_found: bool = config_field(False, "boolean")
     log_segment_bytes: int = config_field(1073741824, "int")
     log_roll_ms: int | None = config_field(None, "long")
     log_roll_hours: int = config_field(168, "int")
@@ -324,12 +283,9 @@ class BrokerConfig:
         if not isinstance(self.ignored_keys, tuple) or not all(isinstance(key, str) for key in self.ignored_keys):
             raise InvalidConfigError(f"invalid ignored_keys {self.ignored_keys!r}: expected a tuple of strings")
         object.__setattr__(self, "log_config", self._build_log_config())
-        cleaner_values = {spec.name: getattr(self, spec.name) for spec in fields(CleanerConfig)}
-        object.__setattr__(self, "cleaner_config", CleanerConfig(**cleaner_values))
-        listener_values = {spec.name: getattr(self, spec.name) for spec in fields(ListenerConfig)}
-        object.__setattr__(self, "listener_config", ListenerConfig(**listener_values))
-        security_values = {spec.name: getattr(self, spec.name) for spec in fields(SecurityConfig)}
-        object.__setattr__(self, "security_config", SecurityConfig(**security_values))
+        object.__setattr__(self, "cleaner_config", CleanerConfig(**key_values(self, CleanerKeys)))
+        object.__setattr__(self, "listener_config", ListenerConfig(**key_values(self, ListenerKeys)))
+        object.__setattr__(self, "security_config", SecurityConfig(**key_values(self, SecurityKeys)))
         self.security_config.check_listeners(endpoint.security_protocol for endpoint in self.listener_config.endpoints)
 
     def _log_config_sources(self) -> dict[str, tuple[str, Any]]:

@@ -40,8 +40,9 @@ MIN_DEDUPE_BYTES_PER_THREAD = 1024 * 1024
 
 
 @dataclass(frozen=True)
-class CleanerConfig:
-    """The log cleaner's broker settings (see the module docstring for names and defaults)."""
+class CleanerKeys:
+    """The log cleaner's broker keys, each declared here only: `CleanerConfig` checks them on their own,
+    `BrokerConfig` holds them among a broker's keys and derives its `cleaner_config` from them."""
 
     log_cleaner_enable: bool = config_field(True, "boolean")
     log_cleaner_threads: int = config_field(1, "int", low=0)
@@ -50,6 +51,11 @@ class CleanerConfig:
     log_cleaner_io_buffer_size: int = config_field(524288, "int", low=0)
     log_cleaner_io_max_bytes_per_second: float = config_field(DOUBLE_MAX, "double")
     log_cleaner_backoff_ms: int = config_field(15000, "long", low=0)
+
+
+@dataclass(frozen=True)
+class CleanerConfig(CleanerKeys):
+    """The log cleaner's broker settings (see the module docstring for names and defaults)."""
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -92,4 +98,4 @@ class CleanerConfig:
         return render_properties(self)
 
 
-__all__ = ["CleanerConfig"]
+__all__ = ["CleanerConfig", "CleanerKeys"]

@@ -1,9 +1,11 @@
 """Kafka config values: how a key is named, parsed, checked and printed (Kafka's `ConfigDef` types).
 
 Owns the rules shared by every config dataclass (`LogConfig`, `CleanerConfig`, `BrokerConfig`): a field is a
-Kafka key with dots as underscores (`segment.bytes` -> `segment_bytes`), declared with `config_field`, which
-records its Java type and its range; `check_fields` validates every such field on creation, `values_from_properties`
-loads Kafka's dotted keys, `render_properties` prints them back as Kafka would.
+Kafka key with dots as underscores (`segment.bytes` -> `segment_bytes`), declared once with `config_field`, which
+records its default, Java type and range. A key set that several configs hold (the cleaner's keys) is a dataclass
+of its own that each of them extends, and `key_values` hands its values on. `check_fields` validates every such
+field on creation, `values_from_properties` loads Kafka's dotted keys, `render_properties` prints them back as
+Kafka would.
 
 | Java type | Python value            | string form accepted (trimmed first)                    | range           |
 |-----------|-------------------------|---------------------------------------------------------|-----------------|
@@ -100,6 +102,12 @@ def config_key(spec: Field[Any]) -> ConfigKey:
 def config_fields(config: Any) -> list[Field[Any]]:
     """The fields of a config dataclass (or instance) that are Kafka keys, in declaration order."""
     return [spec for spec in fields(config) if _METADATA_KEY in spec.metadata]
+
+
+def key_values(config: Any, keys: type) -> dict[str, Any]:
+    """The values `config` holds for the Kafka-key fields `keys` declares, by field name: what a config made of
+    several key sets (`BrokerConfig`) hands to the config that checks one of them (`CleanerConfig(**values)`)."""
+    return {spec.name: getattr(config, spec.name) for spec in config_fields(keys)}
 
 
 def kafka_name(field_name: str) -> str:

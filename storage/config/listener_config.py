@@ -18,7 +18,7 @@ with `InvalidConfigError`. What each protocol needs (keystores, SASL mechanisms)
 Kafka's own default for `listeners` is `PLAINTEXT://:9092`
 (every interface); raybroker binds the loopback interface unless told otherwise, so a broker started for a test
 or a demo is not reachable from the network. Other broker keys in the same properties are not this module's and
-are left alone. `BrokerConfig` declares the same keys with the same defaults and derives its `listener_config`
+are left alone. `BrokerConfig` holds these keys (`ListenerKeys`) among its own and derives its `listener_config`
 from them, so `server.properties` sets them like any broker key.
 
 PLAINTEXT and SSL listeners without client certificates do not authenticate: `exposed_endpoints` names those
@@ -103,9 +103,10 @@ def parse_listeners(
     return tuple(endpoints)
 
 
-@dataclass(frozen=True, slots=True)
-class ListenerConfig:
-    """The listener's keys (see the module docstring), validated on creation."""
+@dataclass(frozen=True)
+class ListenerKeys:
+    """The listener's broker keys, each declared here only: `ListenerConfig` checks them, `BrokerConfig` holds them
+    among a broker's keys and derives its `listener_config` from them."""
 
     listeners: str = config_field(DEFAULT_LISTENERS, "string")
     advertised_listeners: str | None = config_field(None, "string")
@@ -115,6 +116,11 @@ class ListenerConfig:
     max_connections_per_ip: int = config_field(INT_MAX, "int", low=1)
     queued_max_requests: int = config_field(500, "int", low=1)
     listener_security_protocol_map: str = config_field(DEFAULT_PROTOCOL_MAP, "string")
+
+
+@dataclass(frozen=True)
+class ListenerConfig(ListenerKeys):
+    """The listener's keys (see the module docstring), validated on creation."""
 
     def __post_init__(self) -> None:
         check_fields(self)

@@ -49,9 +49,10 @@ SSL_PROTOCOLS = frozenset({"SSL", "SASL_SSL"})
 SASL_PROTOCOLS = frozenset({"SASL_PLAINTEXT", "SASL_SSL"})
 
 
-@dataclass(frozen=True, slots=True)
-class SecurityConfig:
-    """The security keys (see the module docstring), each checked on creation."""
+@dataclass(frozen=True)
+class SecurityKeys:
+    """The security keys, each declared here only: `SecurityConfig` checks them, `BrokerConfig` holds them among a
+    broker's keys and derives its `security_config` from them."""
 
     ssl_keystore_type: str = config_field("JKS", "string")
     ssl_keystore_location: str | None = config_field(None, "string")
@@ -66,6 +67,11 @@ class SecurityConfig:
     authorizer_class_name: str = config_field("", "string")
     super_users: str = config_field("", "string")
     allow_everyone_if_no_acl_found: bool = config_field(False, "boolean")
+
+
+@dataclass(frozen=True)
+class SecurityConfig(SecurityKeys):
+    """The security keys (see the module docstring), each checked on creation."""
 
     def __post_init__(self) -> None:
         check_fields(self)

@@ -21,11 +21,13 @@ from dataclasses import dataclass
 from storage.errors import InvalidRecordError
 from storage.partition.log_validator import BatchInfo, ValidatedRecords
 from storage.partition.producer_append import PendingAppend
-from storage.partition.producer_state import NO_SEQUENCE, SEQUENCE_MODULUS, BatchMetadata
+from storage.partition.producer_state import BatchMetadata
 from storage.records.file_records import iter_any_batches
 from storage.records.record_batch import (
     MAGIC_OFFSET,
+    NO_SEQUENCE,
     NO_TIMESTAMP,
+    SEQUENCE_MODULUS,
     RecordBatch,
     set_base_offset_and_epoch,
     set_log_append_time,

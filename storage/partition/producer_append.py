@@ -48,14 +48,13 @@ from storage.errors import (
     TransactionCoordinatorFencedError,
 )
 from storage.partition.producer_state import (
-    NO_PRODUCER_EPOCH,
     BatchMetadata,
     CompletedTxn,
     ProducerEntry,
     ProducerStateManager,
     next_sequence,
 )
-from storage.records.layout import ControlRecordType, EndTransactionMarker
+from storage.records.layout import NO_PRODUCER_EPOCH, ControlRecordType, EndTransactionMarker
 from storage.records.record_batch import RecordBatch
 from storage.segment.transaction_index import AbortedTxn, TransactionIndex
 

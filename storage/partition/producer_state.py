@@ -50,15 +50,13 @@ from storage.partition.producer_snapshot import (
     java_hash_map_order,
     read_snapshot_file,
 )
+from storage.records.layout import NO_SEQUENCE, SEQUENCE_MODULUS
 
 logger = logging.getLogger(__name__)
 
 NUM_BATCHES_TO_RETAIN = 5
 # Kafka's producer.id.expiration.ms default: one day.
 PRODUCER_ID_EXPIRATION_MS = 86_400_000
-SEQUENCE_MODULUS = 2**31
-NO_PRODUCER_EPOCH = -1
-NO_SEQUENCE = -1
 # A producer's coordinator epoch before any marker, and an entry's "no open transaction".
 NO_COORDINATOR_EPOCH = -1
 NO_TXN = -1

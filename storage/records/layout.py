@@ -74,6 +74,8 @@ CURRENT_MAGIC = 2
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
 NO_SEQUENCE = -1
+# Sequences are int32 and wrap from 2**31-1 back to 0 (Kafka's `DefaultRecordBatch.incrementSequence`).
+SEQUENCE_MODULUS = 2**31
 NO_PARTITION_LEADER_EPOCH = -1
 # A record or batch without a timestamp (magic 0 messages, an empty index, an empty batch's maxTimestamp).
 NO_TIMESTAMP = -1

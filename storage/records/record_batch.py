@@ -48,6 +48,7 @@ from storage.records.layout import (
     PARTITION_LEADER_EPOCH_OFFSET,
     RECORD_BATCH_OVERHEAD,
     RECORDS_COUNT_OFFSET,
+    SEQUENCE_MODULUS,
     TIMESTAMP_TYPE_MASK,
     TRANSACTIONAL_FLAG_MASK,
     ControlRecordType,
@@ -79,6 +80,7 @@ __all__ = [
     "PARTITION_LEADER_EPOCH_OFFSET",
     "RECORDS_COUNT_OFFSET",
     "RECORD_BATCH_OVERHEAD",
+    "SEQUENCE_MODULUS",
     "ControlRecordType",
     "EndTransactionMarker",
     "Header",
@@ -237,7 +239,7 @@ class RecordBatch:
     def last_sequence(self) -> int:
         if self.base_sequence == NO_SEQUENCE:
             return NO_SEQUENCE
-        return (self.base_sequence + self.last_offset_delta) % (2**31)
+        return (self.base_sequence + self.last_offset_delta) % SEQUENCE_MODULUS
 
     def raw(self) -> memoryview:
         """The batch's bytes (a view, no copy)."""

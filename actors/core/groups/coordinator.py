@@ -71,6 +71,7 @@ from storage.errors import (
     CorruptRecordError,
     InvalidGroupIdError,
     InvalidRequestError,
+    RaybrokerError,
     UnknownTopicOrPartitionError,
 )
 from storage.partition.log import LogAppendInfo
@@ -155,7 +156,9 @@ class GroupCoordinator:
             for partition in range(self._partition_count):
                 try:
                     self._loaded_partition(partition)
-                except BrokerNotAvailableError as exc:
+                except RaybrokerError as exc:
+                    if not exc.retriable:
+                        raise
                     logger.warning("%s-%d not loaded yet: %s", CONSUMER_OFFSETS_TOPIC, partition, exc)
             return len(self._handles)
 
@@ -165,8 +168,8 @@ class GroupCoordinator:
         with self._lock:
             try:
                 return operation()
-            except (BrokerNotAvailableError, UnknownTopicOrPartitionError) as exc:
-                if not self._recreate_if_deleted(exc):
+            except RaybrokerError as exc:
+                if not exc.retriable or not self._recreate_if_deleted(exc):
                     raise
             return operation()
 

@@ -52,7 +52,9 @@ logger = logging.getLogger(__name__)
 
 # Kafka's `request.timeout.ms` default: how long an `acks=all` append waits for its replication.
 ACKS_ALL_TIMEOUT_MS = 30_000
-ACKS = (-1, 0, 1)
+# Kafka's `acks`: -1 (all) once every in-sync replica has the write, 1 once the leader has it, 0 unanswered.
+ACKS_ALL = -1
+ACKS = (ACKS_ALL, 0, 1)
 # The ISR check runs every half `replica.lag.time.max.ms`, but never more often than every 10 ms.
 MIN_ISR_CHECK_INTERVAL_S = 0.01
 
@@ -196,7 +198,7 @@ class Replica:
             )
         in_sync = 1 if state is None else len(state.isr)
         min_insync_replicas = self.log.config.min_insync_replicas
-        if required_acks == -1 and in_sync < min_insync_replicas:
+        if required_acks == ACKS_ALL and in_sync < min_insync_replicas:
             raise NotEnoughReplicasError(
                 f"{in_sync} in-sync replicas of {self.log.directory.name}, min.insync.replicas is {min_insync_replicas}"
             )

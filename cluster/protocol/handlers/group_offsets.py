@@ -41,13 +41,13 @@ from cluster.protocol.handlers.authorization import allows, authorized_names
 from cluster.protocol.messages import build
 from cluster.protocol.security.access import AccessControl
 from storage.errors import RaybrokerError
+from storage.records.consumer_offsets import NO_LEADER_EPOCH
 
 OFFSET_COMMIT_KEY = 8
 OFFSET_FETCH_KEY = 9
 # Kafka's `offset.metadata.max.bytes` default.
 OFFSET_METADATA_MAX_BYTES = 4096
 NO_OFFSET = -1
-NO_LEADER_EPOCH = -1
 FIRST_MULTI_GROUP_FETCH_VERSION = 8
 
 

@@ -41,10 +41,9 @@ from cluster.protocol.handlers.authorization import allows_cluster, authorized_n
 from cluster.protocol.messages import build
 from cluster.protocol.security.access import AccessControl
 from storage.errors import RaybrokerError
+from storage.partition.leader_epoch_cache import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
 
 OFFSET_FOR_LEADER_EPOCH_KEY = 23
-UNDEFINED_EPOCH = -1
-UNDEFINED_EPOCH_OFFSET = -1
 
 
 class OffsetForLeaderEpochHandler:

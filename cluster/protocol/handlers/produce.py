@@ -22,6 +22,7 @@ from typing import Any
 from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 
+from actors.core.replication.replica import ACKS
 from actors.core.security.acls import AclOperation, ResourceType
 from cluster.protocol.broker_view import BrokerView
 from cluster.protocol.errors import error_code
@@ -30,10 +31,9 @@ from cluster.protocol.handlers.authorization import authorized_names
 from cluster.protocol.messages import build
 from cluster.protocol.security.access import AccessControl
 from storage.errors import RaybrokerError
+from storage.records.layout import NO_TIMESTAMP
 
 PRODUCE_KEY = 0
-VALID_ACKS = frozenset({-1, 0, 1})
-NO_TIMESTAMP = -1
 NO_OFFSET = -1
 
 
@@ -52,7 +52,7 @@ class ProduceHandler:
         )
         writable = [index for index, (topic, _, _) in enumerate(wanted) if topic in allowed]
         answers = [_failed(ErrorCode.topic_authorization_failed)] * len(wanted)
-        if body.acks not in VALID_ACKS:
+        if body.acks not in ACKS:
             appended = [_failed(ErrorCode.invalid_required_acks) for _ in writable]
         else:
             timeout_ms = int(body.timeout.total_seconds() * 1000)

@@ -26,10 +26,9 @@ from cluster.protocol.handlers.authorization import allows, allows_any, allows_c
 from cluster.protocol.messages import build
 from cluster.protocol.security.access import AccessControl
 from storage.errors import RaybrokerError
+from storage.records.layout import NO_PRODUCER_EPOCH, NO_PRODUCER_ID
 
 INIT_PRODUCER_ID_KEY = 22
-NO_PRODUCER_ID = -1
-NO_PRODUCER_EPOCH = -1
 FIRST_EPOCH = 0
 
 

@@ -22,6 +22,7 @@ import pytest
 
 from actors.clients import local_fetch
 from actors.clients.local_fetch import (
+    LocatedRead,
     PendingFetch,
     fetch_local_or_remote,
     iter_fetches,
@@ -29,9 +30,9 @@ from actors.clients.local_fetch import (
     records_of,
 )
 from actors.server.partition_host import PartitionHostActor
-from actors.server.partition_log import LONG_POLL_SLOTS, FetchResult, PartitionLogActor
+from actors.server.partition_log import LONG_POLL_SLOTS, FetchResult, FileSlices, PartitionLogActor
 from storage.errors import BrokerNotAvailableError, OffsetOutOfRangeError
-from storage.partition.file_slices import FileSlice
+from storage.partition.file_slices import FileSlice, read_located
 from storage.records.file_records import iter_any_batches
 from tests.storage.builders import simple_batch
 
@@ -288,6 +289,38 @@ def test_read_file_slice_distrusts_a_vanished_swapped_short_or_torn_file(tmp_pat
     path.unlink()
     assert read_file_slice(located, 0) is None  # deleted by retention
     assert read_file_slice(FileSlice(str(path), 0, 0, 0, 0), 0) == b""  # an empty fetch reads nothing
+
+
+def test_a_located_read_reads_slices_up_to_the_first_untrusted_one_and_else_sends_the_caller_to_the_actor(
+    tmp_path: Path,
+) -> None:
+    """`LocatedRead`'s decisions on plain files (no Ray: this process's node id is then "")."""
+    path = tmp_path / "00000000000000000000.log"
+    data = three_batches(path)
+    here, before = local_fetch.this_node_id(), local_fetch.statistics()
+
+    def located(*slices: FileSlice, node_id: str = here) -> FileSlices:
+        return FileSlices(slices, 6, 0, 6, node_id)
+
+    def reader(offset: int = 0) -> LocatedRead[bytes | memoryview]:
+        return LocatedRead(offset, functools.partial(read_located, zero_copy=False))
+
+    read = reader()
+    assert read.locating and read.read(located(slice_of(path), slice_of(path, length=0))) == [data, b""]
+    assert read.next_offset == 6
+    untrusted = slice_of(path, position=7, length=40)
+    read = reader()
+    assert read.read(located(slice_of(path), untrusted)) == [data] and read.next_offset == 6
+    assert reader().read(located(untrusted, slice_of(path))) is None  # the first slice's file changed
+    assert reader().read(located()) == [b""]  # nothing to fetch yet
+    elsewhere = reader()
+    assert elsewhere.read(located(slice_of(path), node_id="another-node")) is None
+    assert elsewhere.node_id == "another-node"
+    assert not LocatedRead(0, read_located, node_id="another-node").locating
+    assert not LocatedRead(0, read_located, prefer_local=False).locating
+    after = local_fetch.statistics()
+    assert (after.local_reads - before.local_reads, after.fallbacks - before.fallbacks) == (3, 1)
+    assert after.actor_fetches - before.actor_fetches == 1
 
 
 def test_records_of_an_answer_are_its_bytes_or_a_view_of_its_buffer() -> None:

@@ -1,4 +1,5 @@
-"""The error table: each broker error gets Kafka's code, subclasses their nearest ancestor's, others -1."""
+"""The error table: each broker error gets Kafka's code, subclasses their nearest ancestor's, others -1; and each
+error's `retriable` flag is Kafka's for that code."""
 
 from __future__ import annotations
 
@@ -10,12 +11,22 @@ from storage.errors import (
     CorruptIndexError,
     CorruptRecordError,
     InvalidProducerEpochError,
+    InvalidRecordError,
     InvalidTxnStateError,
     LogClosedError,
     OffsetOutOfRangeError,
+    RaybrokerError,
     TransactionCoordinatorFencedError,
     UnknownTopicOrPartitionError,
+    is_retriable,
 )
+
+
+def _every_error_type(base: type[RaybrokerError] = RaybrokerError) -> list[type[RaybrokerError]]:
+    found = [base]
+    for subclass in base.__subclasses__():
+        found.extend(_every_error_type(subclass))
+    return found
 
 
 def test_broker_errors_get_kafkas_codes() -> None:
@@ -42,3 +53,25 @@ def test_errors_without_a_row_are_unknown_server_errors() -> None:
 
 def test_the_table_never_answers_success() -> None:
     assert ErrorCode.none not in ERROR_CODES.values()
+
+
+def test_every_error_is_retriable_exactly_when_kafka_retries_its_code() -> None:
+    """The oracle is Kafka's own error table (`ErrorCode.retriable`, generated from Kafka's `Errors`): a type is
+    retriable iff the code it answers with is. Types without a code of their own answer UNKNOWN_SERVER_ERROR,
+    which Kafka does not retry."""
+    types = _every_error_type()
+    assert set(ERROR_CODES) <= set(types)
+    mismatched = {
+        cls.__name__: (cls.retriable, error_code(cls.__new__(cls)).name)
+        for cls in types
+        if cls.retriable is not error_code(cls.__new__(cls)).retriable
+    }
+    assert mismatched == {}
+    assert {cls for cls in ERROR_CODES if cls.retriable} >= {BrokerNotAvailableError, UnknownTopicOrPartitionError}
+
+
+def test_is_retriable_asks_the_flag_and_refuses_foreign_errors() -> None:
+    assert is_retriable(LogClosedError("closed"))
+    assert is_retriable(UnknownTopicOrPartitionError("gone"))
+    assert not is_retriable(InvalidRecordError("bad"))
+    assert not is_retriable(TimeoutError("not ours"))

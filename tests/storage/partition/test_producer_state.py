@@ -597,15 +597,16 @@ def test_snapshot_round_trip(tmp_path: Path) -> None:
     replay(manager, 9, 32767, BatchMetadata(0, 0, 200, 200, 3_000))
     path = manager.write_snapshot(300)
     assert path == file_names.producer_snapshot_file(tmp_path, 300)
+    # Kafka's HashMap order: 2**40 hashes to bucket 0 (its high and low words XOR to 256), 5 and 9 to their own.
     assert path.read_bytes() == kafka_snapshot(
         [
-            (5, 3, 15, 110, 0, 2_000, -1, -1),
             (2**40, 0, 2, 11, 4, -1, -1, -1),
+            (5, 3, 15, 110, 0, 2_000, -1, -1),
             (9, 32767, 0, 200, 0, 3_000, -1, -1),
         ]
     )
     loaded = read_snapshot(path)
-    assert list(loaded) == [5, 2**40, 9]
+    assert list(loaded) == [2**40, 5, 9]
     assert {pid: (e.epoch, list(e.batches)) for pid, e in loaded.items()} == {
         5: (3, [BatchMetadata(15, 15, 110, 110, 2_000)]),
         2**40: (0, [BatchMetadata(MAX_SEQUENCE - 1, 2, 7, 11, -1)]),

@@ -25,13 +25,13 @@ from storage.config.log_config import LogConfig
 from storage.errors import OffsetOutOfRangeError, PolicyViolationError
 from storage.partition import log_read, retention
 from storage.partition.log import Log
+from storage.records.layout import NO_TIMESTAMP
 from storage.segment.log_segment import LogSegment
 
 START_MS = 1_700_000_000_000
 HOUR_MS = 3_600_000
 DAY_MS = 24 * HOUR_MS
 TEN_YEARS_MS = 3653 * DAY_MS
-NO_TIMESTAMP = -1
 RECORDS_PER_SEGMENT = 5
 
 

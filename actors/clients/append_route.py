@@ -1,0 +1,197 @@
+"""The route of a client's appends to a partition's leader, one implementation for every client that appends: the
+Python producer's sender (`actors.clients.sender`, from a thread of its own) and the Kafka listener
+(`cluster.protocol.ray_broker_view`, from an event loop).
+
+- Leader: the controller names the node that leads the partition and `actors.partition_lookup` finds the replica
+  there. The answer is kept until an append through it fails with a retriable error (`storage.errors`: the actor
+  restarted, the leader moved, the topic was deleted and created again), after which the next append looks again.
+- Transport: a partition whose leader is on this node and has no followers gets its appends over the leader
+  process's append channel (`actors.clients.append_connection`: ~0.1 ms where an actor call takes 1-2 ms); any
+  other, as a Ray call to the leader's actor.
+- `acks=-1`: with followers, the Ray call's answer is handed on to the leader's `await_replicated`, which answers
+  once the in-sync replicas have the batches (Ray resolves the argument first, and the wait runs on the leader's
+  replication threads, so its write thread never waits); with one replica the append's answer is the
+  acknowledgement already.
+- Order: appends to one partition are submitted in the order they were asked for (`append` also while an earlier
+  one still waits for its lookup on a worker thread); Ray runs one caller's calls to an actor in submission order
+  and a channel answers in order, so the log gets a client's batches in its order, on which an idempotent
+  producer's sequence numbers depend.
+
+A thread that drives its own calls in flight (the sender) takes `leader(...)` (blocking on a lookup), then
+`send(...)`, which answers an `AppendCall` at once; an event loop awaits `append(...)`. Either way the answer is
+the partition's `LogAppendInfo` or its typed error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from actors.calls import answer, call
+from actors.clients.append_connection import AppendConnection, AppendConnections, AppendReply
+from actors.core.replication.replica import ACKS_ALL, ACKS_ALL_TIMEOUT_MS
+from actors.partition_lookup import leader_replica
+from storage.errors import RaybrokerError
+from storage.partition.log import LogAppendInfo
+
+PartitionKey = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionLeader:
+    """Where a partition's appends go: its leader's handle, whether it has followers, and its append channel (None:
+    the appends are Ray calls)."""
+
+    handle: Any
+    replicated: bool
+    channel: AppendConnection | None
+
+
+class AppendCall:
+    """One append in flight: the channel's reply or the Ray call's `ObjectRef`. `add_done_callback` runs its callback
+    once the answer is there, on the channel's reader or a Ray thread (it must not wait); `result` (once done) and
+    `async_result` give the answer. A retriable failure makes the route forget the leader the call went to."""
+
+    __slots__ = ("_key", "_leader", "_reply", "_route")
+
+    def __init__(self, route: AppendRoute, key: PartitionKey, leader: PartitionLeader, reply: Any) -> None:
+        self._route = route
+        self._key = key
+        self._leader = leader
+        self._reply = reply
+
+    def add_done_callback(self, callback: Callable[[], None]) -> None:
+        future = self._reply if self._leader.channel is not None else self._reply.future()
+        future.add_done_callback(lambda _: callback())
+
+    def result(self) -> LogAppendInfo:
+        """The answer of a call that is done (else waits for it); the partition's typed error if it failed."""
+        try:
+            if self._leader.channel is not None:
+                info: LogAppendInfo = self._reply.result()
+                return info
+            return call(self._reply)
+        except RaybrokerError as exc:
+            self._failed(exc)
+            raise
+
+    async def async_result(self) -> LogAppendInfo:
+        """`result`, awaited on the running event loop."""
+        try:
+            if self._leader.channel is not None:
+                return await _on_loop(self._reply)
+            return await answer(self._reply)
+        except RaybrokerError as exc:
+            self._failed(exc)
+            raise
+
+    def _failed(self, error: RaybrokerError) -> None:
+        if error.retriable:
+            self._route.forget(*self._key, leader=self._leader)
+
+
+class AppendRoute:
+    """One client's route to the leaders of the partitions it appends to; see the module docstring. `leader` and
+    `send` may be called from several threads; `append` from one event loop."""
+
+    def __init__(self) -> None:
+        self._connections = AppendConnections()
+        self._leaders: dict[PartitionKey, PartitionLeader] = {}
+        # The last append of each partition still waiting to be submitted (`append`): the next one waits for it.
+        self._submitting: dict[PartitionKey, asyncio.Future[None]] = {}
+
+    def leader(self, topic: str, partition: int) -> PartitionLeader:
+        """The partition's leader as last found, or looked up now (blocking: Ray's name service, the controller).
+        Raises what the lookup raises (`BrokerNotAvailableError` while it has no leader, retriable)."""
+        key = (topic, partition)
+        leader = self._leaders.get(key)
+        if leader is None:
+            handle, state = leader_replica(topic, partition)
+            leader = PartitionLeader(handle, state.replication_factor > 1, self._connections.for_leader(handle, state))
+            self._leaders[key] = leader
+        return leader
+
+    def send(
+        self,
+        leader: PartitionLeader,
+        topic: str,
+        partition: int,
+        batches: bytes,
+        acks: int,
+        timeout_ms: int = ACKS_ALL_TIMEOUT_MS,
+    ) -> AppendCall:
+        """Submits one append of `batches` to `leader` and answers at once. A broken channel fails the append with
+        `BrokerNotAvailableError`, retriable, and the partition is looked up again."""
+        if leader.channel is not None:
+            reply: Any = leader.channel.append(topic, partition, batches, acks)
+        else:
+            reply = leader.handle.append.remote(batches, acks)
+            if acks == ACKS_ALL and leader.replicated:
+                reply = leader.handle.await_replicated.remote(reply, timeout_ms)
+        return AppendCall(self, (topic, partition), leader, reply)
+
+    async def append(
+        self, topic: str, partition: int, batches: bytes, acks: int, timeout_ms: int = ACKS_ALL_TIMEOUT_MS
+    ) -> LogAppendInfo:
+        """`send` for an event loop: submitted after every earlier `append` of the partition, the lookup run on a
+        worker thread; answers the partition's `LogAppendInfo` or raises its typed error."""
+        key = (topic, partition)
+        previous = self._submitting.get(key)
+        submitted: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._submitting[key] = submitted
+        try:
+            if previous is not None:
+                await asyncio.shield(previous)
+            leader = self._leaders.get(key)
+            if leader is None:
+                leader = await asyncio.to_thread(self.leader, topic, partition)
+            appended = self.send(leader, topic, partition, batches, acks, timeout_ms)
+        finally:
+            submitted.set_result(None)
+            if self._submitting.get(key) is submitted:
+                del self._submitting[key]
+        return await appended.async_result()
+
+    def forget(self, topic: str, partition: int, leader: PartitionLeader | None = None) -> None:
+        """Looks the partition up again at its next append (only if `leader` is still the one kept, when given)."""
+        key = (topic, partition)
+        if leader is None or self._leaders.get(key) is leader:
+            self._leaders.pop(key, None)
+
+    def forget_topic(self, topic: str) -> None:
+        """Looks every partition of `topic` up again (a deleted topic may be created again elsewhere)."""
+        for key in [key for key in self._leaders if key[0] == topic]:
+            self._leaders.pop(key, None)
+
+    def close(self) -> None:
+        """Closes the append channel connections; their appends still waiting fail with `BrokerNotAvailableError`."""
+        self._connections.close()
+
+
+def _on_loop(reply: AppendReply) -> asyncio.Future[LogAppendInfo]:
+    """An append channel's reply as a future of the running event loop (its callback runs on the connection's
+    reader thread)."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[LogAppendInfo] = loop.create_future()
+
+    def resolve(done: AppendReply) -> None:
+        if future.cancelled():
+            return
+        try:
+            future.set_result(done.result())
+        except RaybrokerError as exc:
+            future.set_exception(exc)
+
+    def hand_over(done: AppendReply) -> None:
+        # A loop closed meanwhile (the listener stopped) has nobody left to answer.
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(resolve, done)
+
+    reply.add_done_callback(hand_over)
+    return future
+
+
+__all__ = ["AppendCall", "AppendRoute", "PartitionLeader"]

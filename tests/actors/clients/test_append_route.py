@@ -1,0 +1,97 @@
+"""The append route on a real broker: appends awaited concurrently land in the order they were called (the first
+one waiting for its lookup), each through the route the partition takes (Ray call or append channel), and a
+partition whose actor went away is looked up again after the retriable failure. The oracle is the list of batches
+appended, read back from the partition."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+
+from storage.errors import BrokerNotAvailableError
+from storage.records.record_batch import iter_batches
+from tests.storage.builders import simple_batch
+
+pytestmark = pytest.mark.ray
+
+APPENDS = 20
+
+
+@pytest.fixture(scope="module")
+def broker(start_test_broker: Any) -> Any:
+    from actors import Admin
+
+    broker, _ = start_test_broker(log_dirs_count=1)
+    Admin(broker).create_topic("route", 1)
+    return broker
+
+
+def read_back(broker: Any, topic: str, start: int) -> list[bytes]:
+    """Each record key of the partition from offset `start` to its log end offset (once replicated), in log
+    order."""
+    import ray
+
+    handle = broker.partition(topic, 0)
+    end = end_offset(broker, topic)
+    deadline = time.monotonic() + 10
+    while ray.get(handle.offsets.remote())[1] < end:  # reads stop at the high watermark, which follows acks=1
+        assert time.monotonic() < deadline, "the high watermark did not reach the log end offset"
+        time.sleep(0.01)
+    keys: list[bytes] = []
+    offset = start
+    while offset < end:
+        batches = list(iter_batches(ray.get(handle.read.remote(offset, 1 << 20))))
+        keys.extend(record.key for batch in batches for record in batch.records())
+        offset = batches[-1].next_offset
+    return keys
+
+
+def end_offset(broker: Any, topic: str) -> int:
+    import ray
+
+    return int(ray.get(broker.partition(topic, 0).offsets.remote())[2])
+
+
+@pytest.mark.parametrize("acks", [1, -1])
+def test_concurrent_appends_of_one_partition_land_in_call_order(broker: Any, acks: int) -> None:
+    from actors.clients.append_route import AppendRoute
+
+    route = AppendRoute()
+    start = end_offset(broker, "route")
+
+    async def append_all() -> list[int]:
+        appended = [route.append("route", 0, simple_batch(2, tag=tag), acks) for tag in range(APPENDS)]
+        return [info.first_offset for info in await asyncio.gather(*appended)]
+
+    try:
+        first_offsets = asyncio.run(append_all())
+    finally:
+        route.close()
+    assert first_offsets == list(range(start, start + 2 * APPENDS, 2))
+    expected = [f"k{tag}-{i}".encode() for tag in range(APPENDS) for i in range(2)]
+    assert read_back(broker, "route", start) == expected
+
+
+def test_a_partition_whose_actor_went_away_is_looked_up_again(broker: Any) -> None:
+    from actors import Admin
+    from actors.clients.append_route import AppendRoute
+
+    admin = Admin(broker)
+    admin.create_topic("recreated", 1)
+    route = AppendRoute()
+    try:
+        leader = route.leader("recreated", 0)
+        assert route.send(leader, "recreated", 0, simple_batch(1, tag=1), 1).result().first_offset == 0
+        admin.delete_topic("recreated")
+        admin.create_topic("recreated", 1)
+        with pytest.raises(BrokerNotAvailableError):
+            route.send(leader, "recreated", 0, simple_batch(1, tag=2), 1).result()
+        fresh = route.leader("recreated", 0)
+        assert fresh is not leader
+        assert route.send(fresh, "recreated", 0, simple_batch(1, tag=3), 1).result().first_offset == 0
+    finally:
+        route.close()
+    assert read_back(broker, "recreated", 0) == [b"k3-0"]
