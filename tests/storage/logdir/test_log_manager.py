@@ -393,6 +393,38 @@ def test_the_partitions_of_a_topic_open_side_by_side_and_spread(dirs: list[Path]
         manager.shutdown()
 
 
+class GatedPartitions(LocalPartitions):
+    """Partitions whose `open` waits for `release` (and says it began with `entered`)."""
+
+    def __init__(self, clock: MockClock) -> None:
+        super().__init__(clock)
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def open(self, *args: Any) -> LocalPartition:
+        self.entered.set()
+        assert self.release.wait(10)
+        return super().open(*args)
+
+
+def test_a_delete_of_a_partition_being_created_waits_for_it_and_deletes_it(dirs: list[Path], clock: MockClock) -> None:
+    factory = GatedPartitions(clock)
+    manager = new_manager(dirs, clock, partitions=factory)
+    manager.startup()
+    try:
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            created = pool.submit(manager.get_or_create_partition, "t", 0)
+            assert factory.entered.wait(10)
+            deleted = pool.submit(manager.delete_log, "t", 0)
+            factory.release.set()
+            assert created.result(10).partition == 0
+            # Without waiting, the delete would have found no partition and answered False.
+            assert deleted.result(10) is True
+        assert manager.partition("t", 0) is None
+    finally:
+        manager.shutdown()
+
+
 def test_dir_that_is_a_regular_file_goes_offline_and_others_serve(dirs: list[Path], clock: MockClock) -> None:
     dirs[0].parent.mkdir(parents=True)
     dirs[0].write_bytes(b"not a directory")

@@ -57,6 +57,24 @@ def restarted(broker: InProcessBroker) -> GroupCoordinator:
     )
 
 
+def join(coordinator: GroupCoordinator, group: str, session_timeout_ms: int = 10_000) -> str:
+    """A member joins `group` alone (no initial delay); its member id."""
+    joined = coordinator.join_group(
+        group,
+        "",
+        group_instance_id=None,
+        client_id="c",
+        client_host="h",
+        session_timeout_ms=session_timeout_ms,
+        rebalance_timeout_ms=session_timeout_ms,
+        protocol_type="consumer",
+        protocols=[("range", b"")],
+        require_known_member_id=False,
+    )
+    assert not isinstance(joined, PendingJoin) and joined.error == GroupError.NONE
+    return joined.member_id
+
+
 def test_the_first_use_creates_the_offsets_topic_with_the_configured_partitions(broker: InProcessBroker) -> None:
     assert CONSUMER_OFFSETS_TOPIC not in broker.controller.list_topics(include_internal=True)
     assert broker.group_coordinator.ready() == PARTITIONS
@@ -132,19 +150,7 @@ def test_deleting_an_empty_group_writes_tombstones_and_a_group_with_members_is_k
         assert [r.key for r in tombstones] == [encode_offset_commit_key("idle", "t", 0)]
         assert coordinator.delete_group("idle") == GroupError.GROUP_ID_NOT_FOUND
 
-        joined = coordinator.join_group(
-            "busy",
-            "",
-            group_instance_id=None,
-            client_id="c",
-            client_host="h",
-            session_timeout_ms=10_000,
-            rebalance_timeout_ms=10_000,
-            protocol_type="consumer",
-            protocols=[("range", b"")],
-            require_known_member_id=False,
-        )
-        assert not isinstance(joined, PendingJoin) and joined.error == GroupError.NONE
+        join(coordinator, "busy")
         coordinator.commit("busy", {("t", 0): 1})
         assert coordinator.delete_group("busy") == GroupError.NON_EMPTY_GROUP
         assert coordinator.reset_offsets("busy", {("t", 0): 0}) == GroupError.NON_EMPTY_GROUP
@@ -152,24 +158,6 @@ def test_deleting_an_empty_group_writes_tombstones_and_a_group_with_members_is_k
         assert [group.group_id for group in coordinator.list_groups()] == ["busy"]
     finally:
         broker.close()
-
-
-def join(coordinator: GroupCoordinator, group: str) -> str:
-    """A member joins `group` alone (no initial delay); its member id."""
-    joined = coordinator.join_group(
-        group,
-        "",
-        group_instance_id=None,
-        client_id="c",
-        client_host="h",
-        session_timeout_ms=10_000,
-        rebalance_timeout_ms=10_000,
-        protocol_type="consumer",
-        protocols=[("range", b"")],
-        require_known_member_id=False,
-    )
-    assert not isinstance(joined, PendingJoin) and joined.error == GroupError.NONE
-    return joined.member_id
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -250,22 +238,10 @@ def test_the_membership_runs_on_the_injected_clock(tmp_path: Path) -> None:
             find_partition=lambda partition: broker.leader(CONSUMER_OFFSETS_TOPIC, partition),
             membership=membership,
         )
-        joined = coordinator.join_group(
-            "g",
-            "",
-            group_instance_id=None,
-            client_id="c",
-            client_host="h",
-            session_timeout_ms=6_000,
-            rebalance_timeout_ms=6_000,
-            protocol_type="consumer",
-            protocols=[("range", b"")],
-            require_known_member_id=False,
-        )
-        assert not isinstance(joined, PendingJoin)
-        assert coordinator.heartbeat("g", joined.member_id, joined.generation_id) == GroupError.NONE
+        member = join(coordinator, "g", session_timeout_ms=6_000)
+        assert coordinator.heartbeat("g", member, 1) == GroupError.NONE
         clock.sleep(6_001)
         # The session expired by the mock clock: the member is gone.
-        assert coordinator.heartbeat("g", joined.member_id, joined.generation_id) == GroupError.UNKNOWN_MEMBER_ID
+        assert coordinator.heartbeat("g", member, 1) == GroupError.UNKNOWN_MEMBER_ID
     finally:
         broker.close()
