@@ -14,15 +14,19 @@ real replication and the real group coordinator.
   with replication factor > 1 replicates as on Ray.
 - The group coordinator (`actors.core.groups.coordinator.GroupCoordinator`), made on first use, which creates
   `__consumer_offsets` then, as Kafka does for the first group; the controller tells it of each deleted topic
-  (made first if `__consumer_offsets` exists: a broker opened again may hold offsets of the topic).
+  (made first if `__consumer_offsets` exists: a broker opened again may hold offsets of the topic). The transaction
+  coordinator (`actors.core.transactions.coordinator.TransactionCoordinator`) likewise creates `__transaction_state`.
+  Its markers are written to the partitions' leaders here (`InProcessMarkers`), and a marker on `__consumer_offsets`
+  tells the group coordinator to make the producer's pending transactional offsets committed or drop them.
+- Metrics (`actors.core.role_metrics`): the leaders' appends and the controller's ISR changes go to the injected
+  recorder, as on Ray (the Kafka listener takes its own).
 - One injected clock for the logs, the controller's rebalance timer, ISR lag and group timeouts. Nothing runs on
   a timer of its own but the followers' fetches: the log managers' periodic work runs when `run_scheduled` is
   called (a test moving a `MockClock` calls it), and a node is lost when `lose_node` says so, as the Ray
   controller's monitor would find it.
 
 `close` ends everything: the followers' threads are joined, the logs closed cleanly (checkpoints, clean-shutdown
-markers), the metadata log closed; a broker opened again on the same root finds its topics and records. A
-transaction coordinator joins here beside the group coordinator (`actors.core.transactions`).
+markers), the metadata log closed; a broker opened again on the same root finds its topics and records.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from pathlib import Path
 
 from actors.core.controller.controller import Controller
 from actors.core.controller.log_manager_broker import LogManagerBroker
-from actors.core.controller.topic_metadata import CONSUMER_OFFSETS_TOPIC
+from actors.core.controller.topic_metadata import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 from actors.core.groups.coordinator import GroupCoordinator
 from actors.core.groups.group_membership import GroupMembership, MembershipConfig
 from actors.core.replication.follower import LeaderLink, ReplicaSettings
@@ -43,6 +47,8 @@ from actors.core.replication.leader_and_isr import LeaderAndIsr
 from actors.core.replication.local_leader_link import LocalLeaderLink
 from actors.core.replication.log_changes import LogChanges
 from actors.core.replication.replica import ACKS_ALL_TIMEOUT_MS, Replica
+from actors.core.role_metrics import NO_ROLE_METRICS, RoleMetrics
+from actors.core.transactions.coordinator import TransactionCoordinator
 from storage.arguments import is_int
 from storage.clock import SYSTEM_CLOCK, Clock
 from storage.config.broker_config import BrokerConfig
@@ -58,8 +64,10 @@ from storage.logdir.log_manager import LogManager
 from storage.logdir.partition_handles import LocalPartition, LocalPartitions, PartitionHandle, PartitionState
 from storage.logdir.scheduler import Scheduler
 from storage.partition.log import Log, LogAppendInfo
+from storage.partition.producer_append import AppendOrigin
 from storage.pending import Pending
 from storage.records.file_records import TimestampAndOffset
+from storage.records.layout import ControlRecordType
 from storage.topic_partition import TopicPartition
 
 logger = logging.getLogger(__name__)
@@ -73,18 +81,44 @@ METADATA_DIR = "metadata"
 class ServedPartition:
     """One replica's client calls in process, as the partition actor answers them: appends (leader only, `acks`
     checked by the replica), reads and offsets (a follower refuses them), long-poll fetches on the partition's
-    change counter, DeleteRecords, ListOffsets and OffsetForLeaderEpoch."""
+    change counter, DeleteRecords, ListOffsets and OffsetForLeaderEpoch. `metrics` records the appends of
+    `topic`'s partition."""
 
-    def __init__(self, log: Log, replica: Replica, changes: LogChanges) -> None:
+    def __init__(
+        self, topic: str, log: Log, replica: Replica, changes: LogChanges, metrics: RoleMetrics = NO_ROLE_METRICS
+    ) -> None:
+        self.topic = topic
         self.log = log
         self.replica = replica
         self.changes = changes
+        self._metrics = metrics
 
     def append(self, batches: bytes, acks: int = 1) -> LogAppendInfo:
         """Appends client batches and answers at once; with `acks` -1, the caller then waits with
         `await_replicated` (as the partition actor's callers do, so appends never wait behind one another)."""
         self.replica.check_append(acks)
         info = self.log.append(batches)
+        self.replica.appended()
+        self.changes.notify()
+        if not info.duplicate:
+            self._metrics.produced(self.topic, info.record_count, info.valid_bytes)
+        return info
+
+    def append_from_coordinator(self, batch: bytes) -> LogAppendInfo:
+        """Appends a coordinator's batch (origin COORDINATOR: a group coordinator's transactional offset commit,
+        whose epoch is checked but whose sequence is not)."""
+        self.replica.check_append(1)
+        info = self.log.append(batch, origin=AppendOrigin.COORDINATOR)
+        self.replica.appended()
+        self.changes.notify()
+        return info
+
+    def append_transaction_marker(
+        self, producer_id: int, producer_epoch: int, coordinator_epoch: int, result: ControlRecordType
+    ) -> LogAppendInfo:
+        """Writes a transaction coordinator's COMMIT/ABORT marker (`Log.append_transaction_marker`)."""
+        self.replica.check_append(1)
+        info = self.log.append_transaction_marker(producer_id, producer_epoch, coordinator_epoch, result)
         self.replica.appended()
         self.changes.notify()
         return info
@@ -176,8 +210,10 @@ class LocalReplicas:
         config: BrokerConfig,
         controller: Callable[[], Controller],
         find_replica: Callable[[str, int, str], Replica],
+        metrics: RoleMetrics = NO_ROLE_METRICS,
     ) -> None:
         self.node = node
+        self._metrics = metrics
         self._logs = LocalPartitions(clock, config.producer_id_expiration_ms)
         self._settings = ReplicaSettings.from_broker_config(config)
         self._controller = controller
@@ -206,7 +242,7 @@ class LocalReplicas:
             controller=_ControllerLink(self._controller),
             leader_link=self._link,
         )
-        served = ServedPartition(log, replica, changes)
+        served = ServedPartition(tp[0], log, replica, changes, self._metrics)
         with self._lock:
             self._served[tp] = served
         return _ReplicaPartition(served)
@@ -247,6 +283,31 @@ class _ControllerLink:
             logger.info("%s-%d: AlterPartition refused: %s", topic, partition, exc)
 
 
+class InProcessMarkers:
+    """The transaction coordinator's `TransactionMarkers` in process: a marker goes to the partition's leader
+    replica; one on `__consumer_offsets` also completes the producer's transactional offsets in the group
+    coordinator (Kafka's `onTransactionCompleted`)."""
+
+    def __init__(self, broker: InProcessBroker) -> None:
+        self._broker = broker
+
+    def write_marker(
+        self,
+        topic: str,
+        partition: int,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+        result: ControlRecordType,
+    ) -> None:
+        leader = self._broker.leader(topic, partition)
+        leader.append_transaction_marker(producer_id, producer_epoch, coordinator_epoch, result)
+        if topic == CONSUMER_OFFSETS_TOPIC:
+            self._broker.group_coordinator.complete_transaction(
+                partition, producer_id, result == ControlRecordType.COMMIT
+            )
+
+
 class InProcessNode:
     """One simulated broker: its log manager over its own log dir, and its replicas."""
 
@@ -277,15 +338,20 @@ class InProcessBroker:
         properties: Mapping[str, str] | None = None,
         clock: Clock = SYSTEM_CLOCK,
         membership: MembershipConfig | None = None,
+        metrics: RoleMetrics = NO_ROLE_METRICS,
     ) -> None:
         """`properties` are the brokers' `server.properties` (Kafka's names; `log.dirs` and `node.id` are each
-        node's own); `membership` the group coordinator's group settings (Kafka's defaults)."""
+        node's own); `membership` the group coordinator's group settings (Kafka's defaults); `metrics` records the
+        appends and ISR changes of every node."""
         self.root = root
         self.clock = clock
+        self.metrics = metrics
         self._membership_config = membership or MembershipConfig()
         self._properties = dict(properties or {})
         self._lock = threading.Lock()
         self._coordinator: GroupCoordinator | None = None
+        self._transaction_coordinator: TransactionCoordinator | None = None
+        self._transaction_scheduler = Scheduler(clock)
         self._controller: Controller | None = None
         self.nodes: dict[str, InProcessNode] = {}
         try:
@@ -300,6 +366,7 @@ class InProcessBroker:
                 find_broker=self._node_broker,
                 replicas=self,
                 topic_deleted=self._topic_deleted,
+                metrics=metrics,
             )
             for node in self.nodes:
                 self._register(node)
@@ -317,7 +384,7 @@ class InProcessBroker:
         config = BrokerConfig.from_properties(
             {**self._properties, "log.dirs": str(self.root / node), "node.id": str(index)}
         )
-        replicas = LocalReplicas(node, self.clock, config, lambda: self.controller, self.find_replica)
+        replicas = LocalReplicas(node, self.clock, config, lambda: self.controller, self.find_replica, self.metrics)
         started = self.nodes[node] = InProcessNode(node, config, self.clock, replicas)
         return started
 
@@ -384,6 +451,29 @@ class InProcessBroker:
         if self._coordinator is not None or CONSUMER_OFFSETS_TOPIC in self.controller.topics():
             self.group_coordinator.on_topic_deleted(topic)
 
+    @property
+    def transaction_coordinator(self) -> TransactionCoordinator:
+        """The transaction coordinator, made (and `__transaction_state` created) on first use."""
+        with self._lock:
+            if self._transaction_coordinator is None:
+                self._transaction_coordinator = TransactionCoordinator(
+                    self.config.transaction_config,
+                    clock=self.clock,
+                    controller=self.controller,
+                    find_partition=lambda partition: self.leader(TRANSACTION_STATE_TOPIC, partition),
+                    allocate_producer_id=self.controller.allocate_producer_id,
+                    markers=InProcessMarkers(self),
+                )
+                self._transaction_coordinator.schedule(self._transaction_scheduler)
+            return self._transaction_coordinator
+
+    def forget_transaction_coordinator(self) -> None:
+        """Drops the transaction coordinator, as a coordinator's restart or move does: the next use makes a new one,
+        which loads `__transaction_state` again."""
+        with self._lock:
+            self._transaction_coordinator = None
+            self._transaction_scheduler = Scheduler(self.clock)
+
     # --- time and failures ----------------------------------------------------------------------------------------
 
     def run_scheduled(self) -> list[str]:
@@ -393,6 +483,7 @@ class InProcessBroker:
         for node in self.nodes.values():
             if node.running:
                 ran.extend(node.scheduler.run_due())
+        ran.extend(self._transaction_scheduler.run_due())
         return ran
 
     def lose_node(self, node: str) -> list[LeaderAndIsr]:

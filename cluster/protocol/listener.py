@@ -32,18 +32,22 @@ from collections.abc import Mapping
 from types import TracebackType
 
 from actors.clients.broker import Broker
+from actors.metrics.ray_export import exported_metrics
+from actors.metrics.recorder import BrokerMetrics
 from cluster.protocol.broker_view import BrokerEndpoint, BrokerView
 from cluster.protocol.connection import ConnectionContext
 from cluster.protocol.framing import SplicedFrame
 from cluster.protocol.group_view import GroupView
 from cluster.protocol.ray_broker_view import RayBrokerView
 from cluster.protocol.ray_group_view import RayGroupView
-from cluster.protocol.router import Router
+from cluster.protocol.ray_transaction_view import RayTransactionView
+from cluster.protocol.router import Router, request_name
 from cluster.protocol.security.access import AccessControl
 from cluster.protocol.security.ray_security_view import RaySecurityView
 from cluster.protocol.security.security_view import SecurityView
 from cluster.protocol.security.tls import server_context
 from cluster.protocol.server import KafkaServer, ServerStatistics
+from cluster.protocol.transaction_view import TransactionView
 from storage.config.broker_config import BrokerConfig
 from storage.config.security_config import SSL_PROTOCOLS
 from storage.errors import RaybrokerError
@@ -60,18 +64,26 @@ class KafkaListener:
         properties: Mapping[str, object] | None = None,
         view: BrokerView | None = None,
         security: SecurityView | None = None,
+        metrics: BrokerMetrics | None = None,
+        *,
         groups: GroupView | None = None,
+        transactions: TransactionView | None = None,
     ) -> None:
         """Binds and starts serving before it returns; raises `InvalidConfigError` for bad settings (a keystore
-        that does not load included) and `OSError` when a port cannot be bound. `view`, `security` and `groups`
-        default to the broker, controller and group coordinator of the Ray cluster this process is connected to."""
+        that does not load included) and `OSError` when a port cannot be bound. `view` and `security` default to
+        the broker and controller of the Ray cluster this process is connected to, `metrics` to this process's
+        (exported to Ray's metrics: `actors.metrics.ray_export`)."""
         props = dict(properties or {})
         self._broker_config = BrokerConfig.from_properties(props)
         self._config = self._broker_config.listener_config
         self._static_broker_keys = frozenset(str(key).strip() for key in props)
         self._view = view if view is not None else RayBrokerView(Broker.connect())
         self._security = security if security is not None else RaySecurityView()
-        self._groups = groups
+        self._groups = groups if groups is not None else RayGroupView()
+        self._transactions = (
+            transactions if transactions is not None else RayTransactionView(self._broker_config.transaction_config)
+        )
+        self._metrics = metrics if metrics is not None else exported_metrics()
         self._tls_contexts = {
             endpoint.listener_name: server_context(self._broker_config.security_config, endpoint.security_protocol)
             for endpoint in self._config.endpoints
@@ -157,6 +169,8 @@ class KafkaListener:
             overlaps=Router.overlaps,
             security=self._broker_config.security_config,
             tls_contexts=self._tls_contexts,
+            metrics=self._metrics,
+            request_name=request_name,
         )
         await server.start()
         endpoint = self._endpoint(server)
@@ -165,11 +179,13 @@ class KafkaListener:
             endpoint,
             self._broker_config.auto_create_topics_enable,
             self._broker_config.num_partitions,
-            groups=self._groups if self._groups is not None else RayGroupView(),
+            groups=self._groups,
+            transactions=self._transactions,
             broker_config=self._broker_config,
             static_broker_keys=self._static_broker_keys,
             security=self._security,
             access=access,
+            metrics=self._metrics,
         )
         try:
             await self._view.announce(endpoint)
@@ -189,7 +205,11 @@ def start_listener(
     properties: Mapping[str, object] | None = None,
     view: BrokerView | None = None,
     security: SecurityView | None = None,
+    metrics: BrokerMetrics | None = None,
+    *,
     groups: GroupView | None = None,
+    transactions: TransactionView | None = None,
 ) -> KafkaListener:
-    """Starts a Kafka-protocol listener for the running broker (see the module docstring)."""
-    return KafkaListener(properties, view, security, groups)
+    """Starts a Kafka-protocol listener for the running broker (see the module docstring); `groups` and
+    `transactions` default to the Ray cluster's coordinators."""
+    return KafkaListener(properties, view, security, metrics, groups=groups, transactions=transactions)

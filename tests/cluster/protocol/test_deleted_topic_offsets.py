@@ -19,6 +19,7 @@ from kafka.admin import KafkaAdminClient
 from cluster.protocol.listener import KafkaListener, start_listener
 from cluster.protocol.local_broker_view import LocalBrokerView
 from cluster.protocol.local_group_view import LocalGroupView
+from cluster.protocol.local_transaction_view import LocalTransactionView
 from cluster.protocol.security.local_security_view import LocalSecurityView
 from tests.cluster.protocol.helpers import start_broker
 
@@ -36,7 +37,11 @@ def listener(tmp_path: Path) -> Iterator[KafkaListener]:
     settings = {"listeners": "PLAINTEXT://127.0.0.1:0", "num.partitions": "1", "auto.create.topics.enable": "false"}
     try:
         with start_listener(
-            settings, LocalBrokerView(broker), LocalSecurityView(broker.controller), LocalGroupView(broker)
+            settings,
+            LocalBrokerView(broker),
+            LocalSecurityView(broker.controller),
+            groups=LocalGroupView(broker),
+            transactions=LocalTransactionView(broker),
         ) as started:
             yield started
     finally:

@@ -21,6 +21,7 @@ from cluster.protocol.handlers.produce import PRODUCE_KEY
 from cluster.protocol.listener import KafkaListener, start_listener
 from cluster.protocol.local_broker_view import LocalBrokerView
 from cluster.protocol.local_group_view import LocalGroupView
+from cluster.protocol.local_transaction_view import LocalTransactionView
 from cluster.protocol.messages import build
 from cluster.protocol.security.local_security_view import LocalSecurityView
 from storage.partition.producer_state import NUM_BATCHES_TO_RETAIN
@@ -39,7 +40,11 @@ def served(tmp_path: Path) -> Iterator[tuple[InProcessBroker, KafkaListener]]:
     settings = {"listeners": "PLAINTEXT://127.0.0.1:0", "num.partitions": "1", "auto.create.topics.enable": "false"}
     try:
         with start_listener(
-            settings, LocalBrokerView(broker), LocalSecurityView(broker.controller), LocalGroupView(broker)
+            settings,
+            LocalBrokerView(broker),
+            LocalSecurityView(broker.controller),
+            groups=LocalGroupView(broker),
+            transactions=LocalTransactionView(broker),
         ) as listener:
             yield broker, listener
     finally:
