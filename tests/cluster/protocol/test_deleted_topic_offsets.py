@@ -16,12 +16,8 @@ from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartiti
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka.admin import KafkaAdminClient
 
-from cluster.protocol.listener import KafkaListener, start_listener
-from cluster.protocol.local_broker_view import LocalBrokerView
-from cluster.protocol.local_group_view import LocalGroupView
-from cluster.protocol.local_transaction_view import LocalTransactionView
-from cluster.protocol.security.local_security_view import LocalSecurityView
-from tests.cluster.protocol.helpers import start_broker
+from cluster.protocol.listener import KafkaListener
+from tests.cluster.protocol.helpers import start_broker, start_local_listener
 
 TIMEOUT_S = 15.0
 QUIET = {"log_level": 0}
@@ -34,15 +30,8 @@ COMMITS = {
 @pytest.fixture
 def listener(tmp_path: Path) -> Iterator[KafkaListener]:
     broker = start_broker(tmp_path / "broker")
-    settings = {"listeners": "PLAINTEXT://127.0.0.1:0", "num.partitions": "1", "auto.create.topics.enable": "false"}
     try:
-        with start_listener(
-            settings,
-            LocalBrokerView(broker),
-            LocalSecurityView(broker.controller),
-            groups=LocalGroupView(broker),
-            transactions=LocalTransactionView(broker),
-        ) as started:
+        with start_local_listener(broker) as started:
             yield started
     finally:
         broker.close()

@@ -18,15 +18,11 @@ from kio.schema.errors import ErrorCode
 
 from actors.core.broker import InProcessBroker
 from cluster.protocol.handlers.produce import PRODUCE_KEY
-from cluster.protocol.listener import KafkaListener, start_listener
-from cluster.protocol.local_broker_view import LocalBrokerView
-from cluster.protocol.local_group_view import LocalGroupView
-from cluster.protocol.local_transaction_view import LocalTransactionView
+from cluster.protocol.listener import KafkaListener
 from cluster.protocol.messages import build
-from cluster.protocol.security.local_security_view import LocalSecurityView
 from storage.partition.producer_state import NUM_BATCHES_TO_RETAIN
 from storage.records.record_batch import RecordBatchBuilder
-from tests.cluster.protocol.helpers import exchange, records_of, run, start_broker
+from tests.cluster.protocol.helpers import exchange, records_of, run, start_broker, start_local_listener
 
 PRODUCE_VERSION = 9
 PRODUCER_ID = 4242
@@ -37,15 +33,8 @@ BATCHES = 7
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[tuple[InProcessBroker, KafkaListener]]:
     broker = start_broker(tmp_path / "broker", nodes=3, min_insync_replicas="2")
-    settings = {"listeners": "PLAINTEXT://127.0.0.1:0", "num.partitions": "1", "auto.create.topics.enable": "false"}
     try:
-        with start_listener(
-            settings,
-            LocalBrokerView(broker),
-            LocalSecurityView(broker.controller),
-            groups=LocalGroupView(broker),
-            transactions=LocalTransactionView(broker),
-        ) as listener:
+        with start_local_listener(broker) as listener:
             yield broker, listener
     finally:
         broker.close()
