@@ -40,9 +40,11 @@ validated against Kafka's names and ranges before anything is written.
 
 Seams: the clock (`storage.clock`), each node's broker (`NodeBroker`: create, delete and configure partitions,
 list the placements it holds; its calls answer a `storage.pending.Pending`, so the controller asks every broker at
-once and then collects), a way to find a node's broker when it registers, the replicas' notifier, and the metrics
-(`actors.core.role_metrics`: every ISR change it persists, counted as Kafka's IsrShrinksPerSec or IsrExpandsPerSec).
-Calls are serialised by one lock; replicas are told outside it, without waiting.
+once and then collects), a way to find a node's broker when it registers, the replicas' notifier, the metrics
+(`actors.core.role_metrics`: every ISR change it persists, counted as Kafka's IsrShrinksPerSec or IsrExpandsPerSec),
+and `topic_deleted(name)`, told after a topic is deleted so the group coordinator deletes its committed offsets
+(Kafka's `onPartitionsDeleted`; a failure there is logged, the topic stays deleted). Calls are serialised by one
+lock; replicas and the group coordinator are told outside it.
 """
 
 from __future__ import annotations
@@ -144,11 +146,14 @@ class Controller:
         find_broker: Callable[[str], NodeBroker],
         replicas: ReplicaNotifier,
         metrics: RoleMetrics = NO_ROLE_METRICS,
+        topic_deleted: Callable[[str], None] | None = None,
     ) -> None:
         """`brokers` are the node brokers running when the controller starts (none when the cluster starts);
         `find_broker(node)` finds the broker of a node that registers (`BrokerNotAvailableError` if none runs);
-        `metrics` counts the ISR changes."""
+        `metrics` counts the ISR changes; `topic_deleted(name)` is told of each deleted topic (see the module
+        docstring)."""
         self.config = config
+        self._topic_deleted = topic_deleted
         self._clock = clock
         self._metrics = metrics
         self._find_broker = find_broker
@@ -517,7 +522,8 @@ class Controller:
             return altered
 
     def delete_topic(self, name: str) -> None:
-        """Kafka-style async delete: partitions stop now, their folders are removed after the delay."""
+        """Kafka-style async delete: partitions stop now, their folders are removed after the delay; then
+        `topic_deleted` is told (the group coordinator deletes the topic's committed offsets)."""
         with self._lock:
             topic = self.describe_topic(name)
             self._write(f"topic/{name}", None)
@@ -528,7 +534,18 @@ class Controller:
                 for node in topic.state(p).replicas
                 if node in self._brokers
             ]
-        _collect(pending)
+        try:
+            _collect(pending)
+        finally:
+            self._tell_topic_deleted(name)
+
+    def _tell_topic_deleted(self, name: str) -> None:
+        if self._topic_deleted is None:
+            return
+        try:
+            self._topic_deleted(name)
+        except RaybrokerError as exc:
+            logger.warning("topic %s deleted, but its committed offsets were not: %s", name, exc)
 
     def describe_topic(self, name: str) -> TopicMetadata:
         topic = self._topics.get(name) if isinstance(name, str) else None
