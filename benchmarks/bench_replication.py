@@ -89,12 +89,13 @@ EXIT_WAIT_S = 10.0
 
 def run(ctx: BenchContext) -> list[Figure]:
     ctx.progress("  stopping the shared Ray: this module runs its own 3-node cluster")
-    _stop_shared_ray(ctx)
-    with _three_nodes(ctx) as nodes:
+    stop_shared_ray(ctx)
+    with three_nodes(ctx) as nodes:
         return [_produce_rf3(ctx), _failover(ctx, nodes)]
 
 
-def _stop_shared_ray(ctx: BenchContext) -> None:
+def stop_shared_ray(ctx: BenchContext) -> None:
+    """Stops the run's shared broker and Ray, for a module that runs a cluster of its own."""
     import ray
 
     ctx.environment.close()
@@ -131,7 +132,8 @@ class ThreeNodes:
 
 
 @contextlib.contextmanager
-def _three_nodes(ctx: BenchContext) -> Any:
+def three_nodes(ctx: BenchContext) -> Any:
+    """A head and two workers, a broker on each (see the module docstring), shut down and reaped on exit."""
     import ray
     from ray.cluster_utils import Cluster
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy

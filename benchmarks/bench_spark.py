@@ -15,9 +15,9 @@ appended through the partition actors. `actors.Producer` would write the same by
 this loaded 2-core box (measured: 100k records in 6.8 s into 8 partitions, 43 s into 32), 2M records would take
 the whole time budget. The read takes the values as bytes (`valueFormat` binary): the aggregate is `count(*)`,
 `sum(offset)`, `sum(length(value))` per partition, which touches every row's offset and value. The baseline is
-the very same rows (read back once through `cluster.spark.reading.read_ranges` on the driver, untimed) written
-with pyarrow as one uncompressed Parquet file per log partition (uncompressed: the faster of pyarrow's choices to
-read back, so the stricter baseline); the aggregates of both reads must be equal.
+the very same rows (read back once through `cluster.records.range_reading.read_ranges` on the driver, untimed)
+written with pyarrow as one uncompressed Parquet file per log partition (uncompressed: the faster of pyarrow's
+choices to read back, so the stricter baseline); the aggregates of both reads must be equal.
 
 128 partitions need 128 partition actors: with one partition per process that is ~16 GiB (~130 MiB RSS each)
 and, measured in a full run here, 221 s to create them and 62 s to fill them, four times the module's budget.
@@ -106,8 +106,8 @@ def _write_parquet(topic: str, directory: Path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    from cluster.records.range_reading import read_ranges
     from cluster.spark.planning import plan_read
-    from cluster.spark.reading import read_ranges
 
     plan = plan_read(topics=topic)
     for offset_range in plan.ranges:

@@ -83,3 +83,34 @@ def test_quick_storage_run_writes_the_json_list(tmp_path: Path) -> None:
         assert figure["ratio"] == pytest.approx(figure["value"] / figure["baseline_value"])
     assert "| storage_append" in result.stdout
     assert "storage_append" in result.stderr  # progress lines
+
+
+@pytest.mark.ray
+def test_quick_ray_data_run_reports_reads_and_writes_beside_their_baselines(tmp_path: Path) -> None:
+    """`ray_data_read` and `ray_data_write` on an embedded Ray of their own (the benchmark's subprocess), each
+    against Ray Data's Kafka connector through the listener, in the same run."""
+    out = tmp_path / "figures.json"
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks",
+            "--quick",
+            "--only",
+            "ray_data_read",
+            "ray_data_write",
+            "--json",
+            str(out),
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    figures = {figure["name"]: figure for figure in json.loads(out.read_text())}
+    assert set(figures) == {"ray_data_read", "ray_data_write"}
+    assert figures["ray_data_read"]["baseline_name"] == "ray.data.read_kafka"
+    assert figures["ray_data_write"]["baseline_name"] == "Dataset.write_kafka"
+    for figure in figures.values():
+        assert figure["value"] > 0 and figure["baseline_value"] > 0

@@ -1,4 +1,4 @@
-"""Every example of README.md runs as written, so none can drift from the code.
+"""Every example of README.md and of the pages in `docs/` runs as written, so none can drift from the code.
 
 The README's fenced ```python and ```sh blocks are read in order. The first two ```sh blocks (install and run the
 demo, install and run the tests) set a machine up and are not run here. Each other block is run by the test that
@@ -16,6 +16,9 @@ How a block runs:
   to this test's `tmp_path`, so running the tests neither reads nor clobbers what a reader of the README left
   there.
 - What an example reads must exist: fixtures create it first (the `page-views` topic of the Spark examples).
+
+The pages in `docs/` have no setup blocks: each of their blocks is run by the test `DOC_EXAMPLES` names (keyed by
+the page and the block's first line).
 """
 
 from __future__ import annotations
@@ -85,6 +88,24 @@ EXAMPLES = {
     "from confluent_kafka import Consumer, Producer": "test_kafka_clients_example",
     "import ray": "test_ray_data_kafka_example",
 }
+
+
+# The test of each example of a page in `docs/`, by the page and the first line of its block.
+DOC_EXAMPLES = {("docs/ray-data.md", "import pyarrow as pa"): "test_ray_data_example"}
+
+
+def doc_examples(page: Path) -> list[Example]:
+    text = page.read_text(encoding="utf-8")
+    return [
+        Example(match.group(1), text.count("\n", 0, match.start(2)) + 1, match.group(2))
+        for match in BLOCK.finditer(text)
+    ]
+
+
+def doc_example(test_name: str) -> Example:
+    ((page, prefix),) = [key for key, name in DOC_EXAMPLES.items() if name == test_name]
+    (found,) = [candidate for candidate in doc_examples(REPO_ROOT / page) if candidate.first_line.startswith(prefix)]
+    return found
 
 
 def example(test_name: str) -> Example:
@@ -158,6 +179,22 @@ def test_every_example_has_a_test() -> None:
     assert untested == []
     assert tested == list(EXAMPLES)
     assert len(first_lines) == len(EXAMPLES)
+
+
+def test_every_doc_example_has_a_test() -> None:
+    found = [
+        (str(page.relative_to(REPO_ROOT)), block.first_line)
+        for page in sorted((REPO_ROOT / "docs").glob("*.md"))
+        for block in doc_examples(page)
+    ]
+    tested = [key for key in DOC_EXAMPLES if any(page == key[0] and line.startswith(key[1]) for page, line in found)]
+    assert tested == list(DOC_EXAMPLES)
+    untested = [
+        (page, line)
+        for page, line in found
+        if not any(key[0] == page and line.startswith(key[1]) for key in DOC_EXAMPLES)
+    ]
+    assert untested == []
 
 
 def test_only_the_tmp_paths_are_rewritten() -> None:
@@ -352,3 +389,16 @@ def test_ray_data_kafka_example(kafka_listener: None, tmp_path: Path) -> None:
     assert f'servers = "{KAFKA_EXAMPLE_HOST}:{KAFKA_EXAMPLE_PORT}"' in block.code
     printed = run_python(block.code, tmp_path, block.line)
     check_expected_prints(block.code, printed)
+
+
+@pytest.mark.ray
+@pytest.mark.filterwarnings("ignore::DeprecationWarning:ray.data.context")  # Ray Data reads its own deprecated fields
+def test_ray_data_example(page_views: list[dict[str, Any]], tmp_path: Path) -> None:
+    block = doc_example("test_ray_data_example")
+    printed = run_python(block.code, tmp_path, block.line)
+    # The stream's print is indented in its loop: every expected print is checked, in order.
+    unindented = "\n".join(line.strip() for line in block.code.splitlines())
+    check_expected_prints(unindented, printed)
+    slow = [view for view in page_views if view["latency_ms"] > 40]
+    expected = [match.group(1) for line in unindented.splitlines() if (match := EXPECTED_PRINT.match(line))]
+    assert expected == [str(len(page_views)), str(len(slow)), str(len(slow))], "the page's numbers are the data's"

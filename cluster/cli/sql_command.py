@@ -31,7 +31,7 @@ from cluster.cli.common import EXIT_OK, add_command, connect, first_line, positi
 from storage.errors import InvalidRequestError
 
 DEFAULT_MAX_ROWS = 1000
-# `cluster.spark.value_formats.VALUE_FORMATS`, repeated: importing that module loads pyarrow, too slow for `--help`.
+# `cluster.records.value_formats.VALUE_FORMATS`, repeated: importing that module loads pyarrow, too slow for `--help`.
 VALUE_FORMATS = ("binary", "string", "json", "msgpack")
 
 

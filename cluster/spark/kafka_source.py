@@ -21,10 +21,10 @@ timestamp, timestampType int`, and `headers array<struct<key:string,value:binary
 | `valueFormat`, `valueSchema`          | decode values (`cluster.spark.value_formats`)      | `binary`   |
 
 Offsets are planned on the driver (`cluster.spark.planning`: the semantics of the offset options, the consistent
-snapshot, how ranges become Spark tasks) and read in Spark's Python workers (`cluster.spark.reading`: fetching,
-decoding, data loss). This module joins the two into a DataFrame: a `spark.range` of task numbers through
-`mapInArrow(reading.read_task)`, and `planned_read(df)` gives the plan back, whose `ending_offsets_json()` starts
-the next read where this one ended.
+snapshot, how ranges become Spark tasks) and read in Spark's Python workers (`cluster.spark.reading`, over
+`cluster.records.range_reading`: fetching, decoding, data loss). This module joins the two into a DataFrame: a
+`spark.range` of task numbers through `mapInArrow(reading.read_task)`, and `planned_read(df)` gives the plan back,
+whose `ending_offsets_json()` starts the next read where this one ended.
 """
 
 from __future__ import annotations
@@ -38,20 +38,12 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from cluster.records.range_reading import sample_values
+from cluster.records.value_formats import DEFAULT_SAMPLE_SIZE, ArrowValueDecoder, check_value_format, python_value
 from cluster.runtime import gcs_address
 from cluster.spark.planning import ReadPlan, plan_read
-from cluster.spark.reading import read_task, sample_values
-from cluster.spark.value_formats import (
-    DEFAULT_SAMPLE_SIZE,
-    PYTHON_FORMATS,
-    ArrowValueDecoder,
-    check_value_format,
-    infer_value_type,
-    json_columns,
-    parse_schema,
-    python_value,
-    value_layout,
-)
+from cluster.spark.reading import read_task
+from cluster.spark.value_formats import PYTHON_FORMATS, infer_value_type, json_columns, parse_schema, value_layout
 from storage.errors import InvalidRequestError
 
 _plans: weakref.WeakKeyDictionary[Any, ReadPlan] = weakref.WeakKeyDictionary()
@@ -110,12 +102,13 @@ def read_plan(
         if valueSchema is not None:
             value_type = parse_schema(valueSchema)
         else:
-            value_type = infer_value_type(python_value(valueFormat, data) for data in sample_values(plan, sampleSize))
+            sample = sample_values(plan.ranges, sampleSize)
+            value_type = infer_value_type(python_value(valueFormat, data) for data in sample)
     layout = None if value_type is None else value_layout(kafka_schema, value_type)
     decoder = None
     schema = kafka_schema
     if layout is not None and valueFormat in PYTHON_FORMATS:
-        decoder = ArrowValueDecoder.for_layout(valueFormat, layout)
+        decoder = ArrowValueDecoder.for_layout(valueFormat, layout.arrow)
         schema = layout.spark_schema
     tasks = tuple(tuple(plan.ranges[index] for index in task) for task in plan.tasks)
     topics = tuple(sorted({offset_range.topic for offset_range in plan.ranges}))

@@ -45,6 +45,9 @@ from pyspark.sql.types import DataType
 
 from actors.clients.broker import Broker
 from actors.clients.consumer import Consumer
+from cluster.records.offset_ranges import partition_bounds
+from cluster.records.range_reading import sample_values
+from cluster.records.value_formats import DEFAULT_SAMPLE_SIZE, python_value
 from cluster.spark.kafka_source import read_plan
 from cluster.spark.planning import (
     EARLIEST,
@@ -52,13 +55,11 @@ from cluster.spark.planning import (
     ReadPlan,
     offsets_json,
     parse_partition_offsets,
-    partition_bounds,
     plan_read,
     topic_partitions,
 )
-from cluster.spark.reading import sample_values
 from cluster.spark.session import typed_spark_error
-from cluster.spark.value_formats import DEFAULT_SAMPLE_SIZE, infer_value_type, python_value
+from cluster.spark.value_formats import infer_value_type
 from storage.arguments import is_int
 from storage.errors import InvalidRequestError, OffsetOutOfRangeError
 from storage.topic_partition import TopicPartition
@@ -243,7 +244,7 @@ class MicroBatchRunner:
 
     def _infer_schema(self, plan: ReadPlan) -> DataType | None:
         """The value type inferred from the first batch, kept for every later one (a stream has one schema)."""
-        values = sample_values(plan, DEFAULT_SAMPLE_SIZE)
+        values = sample_values(plan.ranges, DEFAULT_SAMPLE_SIZE)
         return infer_value_type(python_value(self._value_format, data) for data in values)
 
     def _process(self, df: DataFrame) -> DataFrame | None:

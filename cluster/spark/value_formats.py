@@ -1,77 +1,41 @@
-"""Record values -> typed columns: the `valueFormat` option of `cluster.spark.kafka_source`.
+"""Record values -> typed Spark columns: the `valueFormat` option of `cluster.spark.kafka_source`.
 
-| format    | value bytes           | columns                         | decoded by                          |
-|-----------|-----------------------|---------------------------------|-------------------------------------|
-| `binary`  | anything              | `value binary`, unchanged       | nothing                             |
-| `string`  | UTF-8 text            | `value string`                  | Spark's JVM (a cast)                |
-| `json`    | one UTF-8 JSON value  | the schema's fields (see below) | Spark's JVM (`from_json`)           |
-| `msgpack` | one MessagePack value | the schema's fields             | the read task, into Arrow (Python)  |
+The formats, the inference rules, the layout of the decoded columns and the permissive decoding are those of
+`cluster.records.value_formats`, shared with Ray Data's source; this module gives them Spark's types and decides
+where each format is decoded:
 
-The schema is given (a DDL string such as `"user string, page string, latency_ms long"`, or a pyspark
-`DataType`) or inferred from a sample of decoded values (`infer_value_type`): `bool` -> boolean, `int` -> long,
-`float` -> double, `str` -> string, `bytes` -> binary, `datetime` -> timestamp, lists -> array, maps with string
-keys -> struct (fields in first-seen order), other maps -> map; two samples of different types merge into the
-wider one (long and double -> double, struct fields united), any other mix -> string, and a field seen only as
-null -> string, as Spark's JSON inference does.
+| format    | decoded by                          |
+|-----------|-------------------------------------|
+| `binary`  | nothing                             |
+| `string`  | Spark's JVM (a cast)                |
+| `json`    | Spark's JVM (`from_json`)           |
+| `msgpack` | the read task, into Arrow (Python)  |
 
-Layout: a struct schema's fields replace the `value` column (`key, <fields...>, topic, partition, offset,
-timestamp, timestampType[, headers]`); any other schema gives one column `value`. A field named like a Kafka
-column wins the name and the Kafka column becomes `kafka_<name>` (`kafka_timestamp`). Decoding is permissive,
-as `from_json`'s default mode: a value that does not decode, or is not a map for a struct schema, gives nulls;
-a field whose value does not convert to the field's type is null (a string field takes any value's text).
+The schema is given (a DDL string such as `"user string, page string, latency_ms long"`, or a pyspark `DataType`)
+or inferred from a sample of decoded values (the shared Arrow inference, turned into Spark types by pyspark's own
+Arrow mapping).
 """
 
 from __future__ import annotations
 
-import datetime
-import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-import msgpack
 import pyarrow as pa
 from pyspark.errors import ParseException
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql import types as T
-from pyspark.sql.pandas.types import to_arrow_schema
-from pyspark.sql.types import DataType, NullType, StructField, StructType, _parse_datatype_string
+from pyspark.sql.pandas.types import from_arrow_type, to_arrow_schema, to_arrow_type
+from pyspark.sql.types import DataType, StructField, StructType, _parse_datatype_string
 
+from cluster.records import value_formats
+from cluster.records.value_formats import DEFAULT_SAMPLE_SIZE, ArrowValueDecoder, check_value_format, python_value
 from storage.errors import InvalidRequestError
 
-VALUE_FORMATS = ("binary", "string", "json", "msgpack")
 # Formats decoded in Python inside the read task; the others are Spark expressions over the binary column.
 PYTHON_FORMATS = frozenset({"msgpack"})
-KAFKA_COLUMN_PREFIX = "kafka_"
-# Values sampled to infer a schema when none is given (Spark's JSON inference reads every value; a bounded
-# sample keeps planning under a second).
-DEFAULT_SAMPLE_SIZE = 1000
-
-
-def check_value_format(value_format: str) -> str:
-    if value_format not in VALUE_FORMATS:
-        raise InvalidRequestError(f"valueFormat must be one of {', '.join(VALUE_FORMATS)}, got {value_format!r}")
-    return value_format
-
-
-def python_value(value_format: str, data: bytes) -> Any:
-    """One value decoded as the format's Python object; None when it does not decode."""
-    try:
-        if value_format == "msgpack":
-            return msgpack.unpackb(data, raw=False, strict_map_key=False, timestamp=3)
-        if value_format == "json":
-            return json.loads(data.decode("utf-8"))
-        if value_format == "string":
-            return data.decode("utf-8")
-    except (ValueError, TypeError, RecursionError):
-        # msgpack's ExtraData, FormatError and StackError are ValueErrors, as are JSON and UTF-8 decode errors.
-        return None
-    return data
-
-
-# --- schemas ---------------------------------------------------------------------------------------------
 
 
 def parse_schema(schema: str | DataType) -> DataType:
@@ -88,174 +52,48 @@ def parse_schema(schema: str | DataType) -> DataType:
 
 
 def infer_value_type(values: Iterable[Any]) -> DataType | None:
-    """The Spark type of sampled Python values (see the module docstring); None when all are None."""
-    merged: DataType = NullType()
-    for value in values:
-        merged = _merge(merged, _type_of(value))
-    return None if isinstance(merged, NullType) else _nulls_as_strings(merged)
-
-
-def _type_of(value: Any) -> DataType:
-    if value is None:
-        return T.NullType()
-    if isinstance(value, bool):
-        return T.BooleanType()
-    if isinstance(value, int):
-        return T.LongType() if -(2**63) <= value < 2**63 else T.DoubleType()
-    if isinstance(value, float):
-        return T.DoubleType()
-    if isinstance(value, str):
-        return T.StringType()
-    if isinstance(value, bytes | bytearray):
-        return T.BinaryType()
-    if isinstance(value, datetime.datetime):
-        return T.TimestampType()
-    if isinstance(value, list | tuple):
-        element: T.DataType = T.NullType()
-        for item in value:
-            element = _merge(element, _type_of(item))
-        return T.ArrayType(element, True)
-    if isinstance(value, dict):
-        if all(isinstance(key, str) for key in value):
-            return T.StructType([T.StructField(key, _type_of(item), True) for key, item in value.items()])
-        key_type: T.DataType = T.NullType()
-        value_type: T.DataType = T.NullType()
-        for key, item in value.items():
-            key_type = _merge(key_type, _type_of(key))
-            value_type = _merge(value_type, _type_of(item))
-        return T.MapType(key_type, value_type, True)
-    return T.StringType()
-
-
-def _merge(left: DataType, right: DataType) -> DataType:
-    if isinstance(left, T.NullType):
-        return right
-    if isinstance(right, T.NullType) or left == right:
-        return left
-    numeric = (T.LongType, T.DoubleType)
-    if isinstance(left, numeric) and isinstance(right, numeric):
-        return T.DoubleType()
-    if isinstance(left, T.StructType) and isinstance(right, T.StructType):
-        fields = {field.name: field.dataType for field in left.fields}
-        for field in right.fields:
-            fields[field.name] = _merge(fields.get(field.name, T.NullType()), field.dataType)
-        return T.StructType([T.StructField(name, data_type, True) for name, data_type in fields.items()])
-    if isinstance(left, T.ArrayType) and isinstance(right, T.ArrayType):
-        return T.ArrayType(_merge(left.elementType, right.elementType), True)
-    if isinstance(left, T.MapType) and isinstance(right, T.MapType):
-        return T.MapType(_merge(left.keyType, right.keyType), _merge(left.valueType, right.valueType), True)
-    return T.StringType()
-
-
-def _nulls_as_strings(data_type: DataType) -> DataType:
-    if isinstance(data_type, T.NullType):
-        return T.StringType()
-    if isinstance(data_type, T.StructType):
-        return T.StructType([T.StructField(f.name, _nulls_as_strings(f.dataType), True) for f in data_type.fields])
-    if isinstance(data_type, T.ArrayType):
-        return T.ArrayType(_nulls_as_strings(data_type.elementType), True)
-    if isinstance(data_type, T.MapType):
-        return T.MapType(_nulls_as_strings(data_type.keyType), _nulls_as_strings(data_type.valueType), True)
-    return data_type
-
-
-# --- layout ----------------------------------------------------------------------------------------------
+    """The Spark type of sampled Python values (`cluster.records.value_formats.infer_value_type`'s rules); None
+    when all are None."""
+    inferred = value_formats.infer_value_type(values)
+    return None if inferred is None else from_arrow_type(inferred)
 
 
 @dataclass(frozen=True, slots=True)
 class ValueLayout:
-    """The output columns, in order: for each, the Kafka column it copies (None: it comes from the value)."""
+    """The shared layout (`arrow`) with Spark's types: `spark_schema` has the layout's columns, in order."""
 
     spark_schema: StructType
-    sources: tuple[str | None, ...]
-    value_is_struct: bool
+    arrow: value_formats.ValueLayout
 
     @property
     def names(self) -> tuple[str, ...]:
-        return tuple(self.spark_schema.names)
+        return self.arrow.names
 
     @property
-    def value_fields(self) -> tuple[str, ...]:
-        return tuple(name for name, source in zip(self.names, self.sources, strict=True) if source is None)
+    def sources(self) -> tuple[str | None, ...]:
+        return self.arrow.sources
+
+    @property
+    def value_is_struct(self) -> bool:
+        return self.arrow.value_is_struct
 
     @property
     def arrow_schema(self) -> pa.Schema:
-        return to_arrow_schema(self.spark_schema)
+        return self.arrow.arrow_schema
 
 
 def value_layout(kafka_schema: StructType, value_type: DataType) -> ValueLayout:
     """The output schema when the `value` column of `kafka_schema` is decoded into `value_type`."""
-    is_struct = isinstance(value_type, StructType)
-    decoded = list(value_type.fields) if isinstance(value_type, StructType) else [StructField("value", value_type)]
-    decoded_names = {field.name for field in decoded}
-    fields: list[StructField] = []
-    sources: list[str | None] = []
-    for field in kafka_schema.fields:
-        if field.name == "value":
-            fields.extend(decoded)
-            sources.extend([None] * len(decoded))
+    arrow = value_formats.value_layout(to_arrow_schema(kafka_schema), to_arrow_type(value_type))
+    decoded = {field.name: field for field in value_type.fields} if isinstance(value_type, StructType) else {}
+    fields = []
+    for name, source in zip(arrow.names, arrow.sources, strict=True):
+        if source is not None:
+            kafka_field = kafka_schema[source]
+            fields.append(StructField(name, kafka_field.dataType, kafka_field.nullable))
         else:
-            name = KAFKA_COLUMN_PREFIX + field.name if field.name in decoded_names else field.name
-            fields.append(StructField(name, field.dataType, field.nullable))
-            sources.append(field.name)
-    return ValueLayout(StructType(fields), tuple(sources), is_struct)
-
-
-# --- decoding in Python (inside read tasks) --------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class ArrowValueDecoder:
-    """Replaces the binary `value` column of Kafka-schema Arrow batches by the layout's decoded columns (picklable:
-    it travels to Spark's Python workers)."""
-
-    value_format: str
-    schema: pa.Schema
-    sources: tuple[str | None, ...]
-    value_is_struct: bool
-
-    @classmethod
-    def for_layout(cls, value_format: str, layout: ValueLayout) -> ArrowValueDecoder:
-        return cls(value_format, layout.arrow_schema, layout.sources, layout.value_is_struct)
-
-    def assemble(self, batch: pa.RecordBatch) -> pa.RecordBatch:
-        objects = [
-            None if data is None else python_value(self.value_format, data)
-            for data in batch.column("value").to_pylist()
-        ]
-        rows = [item if isinstance(item, dict) else None for item in objects] if self.value_is_struct else []
-        columns = []
-        for field, source in zip(self.schema, self.sources, strict=True):
-            if source is not None:
-                columns.append(batch.column(source))
-            elif self.value_is_struct:
-                columns.append(_to_arrow([None if row is None else row.get(field.name) for row in rows], field.type))
-            else:
-                columns.append(_to_arrow(objects, field.type))
-        return pa.RecordBatch.from_arrays(columns, schema=self.schema)
-
-
-def _to_arrow(values: Sequence[Any], arrow_type: pa.DataType) -> pa.Array:
-    """`values` as an Arrow array of `arrow_type`; values that do not convert become null (or text, for strings)."""
-    try:
-        return pa.array(values, type=arrow_type)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
-        return pa.array([_convert_one(value, arrow_type) for value in values], type=arrow_type)
-
-
-def _convert_one(value: Any, arrow_type: pa.DataType) -> Any:
-    if value is None:
-        return None
-    if pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type):
-        if isinstance(value, str):
-            return value
-        if isinstance(value, bytes | bytearray):
-            return bytes(value).decode("utf-8", errors="replace")
-        return json.dumps(value, default=str, ensure_ascii=False)
-    try:
-        return pa.scalar(value, type=arrow_type).as_py()
-    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
-        return None
+            fields.append(decoded.get(name) or StructField(name, value_type))
+    return ValueLayout(StructType(fields), arrow)
 
 
 # --- decoding in Spark (JVM expressions, or a mapInArrow for Python formats) -----------------------------
@@ -305,7 +143,7 @@ def decode_values(
     layout = value_layout(df.schema, value_type)
     if value_format not in PYTHON_FORMATS:
         return df.select(*json_columns(value_type, layout))
-    decoder = ArrowValueDecoder.for_layout(value_format, layout)
+    decoder = ArrowValueDecoder.for_layout(value_format, layout.arrow)
     return df.mapInArrow(partial(_decode_batches, decoder), layout.spark_schema)
 
 

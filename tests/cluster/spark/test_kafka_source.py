@@ -15,10 +15,11 @@ import pytest
 
 from actors.clients.admin import Admin
 from actors.clients.consumer import Consumer
-from cluster.spark import reading
+from cluster.records import range_reading
+from cluster.records.offset_ranges import OffsetRange
+from cluster.records.range_reading import read_ranges
 from cluster.spark.kafka_source import planned_read, read_plan, read_topics
-from cluster.spark.planning import OffsetRange, plan_read
-from cluster.spark.reading import read_ranges
+from cluster.spark.planning import plan_read
 from storage.errors import InvalidRequestError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
 from storage.records.compression import CompressionType
 from tests.cluster.spark.helpers import Produced, append, unique_topic
@@ -314,15 +315,15 @@ def arrow_rows(batches: list[Any]) -> list[tuple[Any, ...]]:
     return sorted(out)
 
 
-@pytest.mark.parametrize("group_bytes", [1, reading.DECODE_GROUP_BYTES], ids=["fetch-by-fetch", "grouped"])
+@pytest.mark.parametrize("group_bytes", [1, range_reading.DECODE_GROUP_BYTES], ids=["fetch-by-fetch", "grouped"])
 def test_read_ranges_of_many_fetches_gives_every_record_of_its_ranges_once(
     spark_broker: Any, monkeypatch: pytest.MonkeyPatch, group_bytes: int
 ) -> None:
     """Fetches of one batch each (the smallest fetch size), decoded one by one or across ranges together: ranges of
     two topics, one partition split where a batch is cut in two, one range starting inside a batch."""
-    monkeypatch.setattr(reading, "DECODE_GROUP_BYTES", group_bytes)
-    monkeypatch.setattr(reading, "MIN_FETCH_BYTES", 1)
-    monkeypatch.setattr(reading, "FIRST_FETCH_BYTES_PER_RECORD", 1)
+    monkeypatch.setattr(range_reading, "DECODE_GROUP_BYTES", group_bytes)
+    monkeypatch.setattr(range_reading, "MIN_FETCH_BYTES", 1)
+    monkeypatch.setattr(range_reading, "FIRST_FETCH_BYTES_PER_RECORD", 1)
     first, second = make_topic(2, "many"), make_topic(1, "many")
     produced = fill(spark_broker, first, 2, batches=5, per_batch=40)
     produced += fill(spark_broker, second, 1, batches=3, per_batch=25)

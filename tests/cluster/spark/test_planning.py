@@ -6,14 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from cluster.spark.planning import (
-    OffsetRange,
-    group_ranges,
-    offsets_json,
-    parse_partition_offsets,
-    plan_read,
-    split_ranges,
-)
+from cluster.records.offset_ranges import OffsetRange, group_ranges
+from cluster.spark.planning import offsets_json, parse_partition_offsets, plan_read, split_ranges
 from storage.errors import InvalidRequestError
 
 

@@ -1,4 +1,5 @@
-"""`cluster.spark.value_formats`: schema inference and value decoding, alone and through `read_topics` in real Spark."""
+"""`cluster.spark.value_formats` (over `cluster.records.value_formats`): schema inference and value decoding, alone and
+through `read_topics` in real Spark."""
 
 from __future__ import annotations
 
@@ -14,8 +15,9 @@ import pytest
 from pyspark.sql import types as T
 
 from actors.clients.admin import Admin
+from cluster.records.value_formats import ArrowValueDecoder
 from cluster.spark.kafka_source import kafka_spark_schema, read_topics
-from cluster.spark.value_formats import ArrowValueDecoder, decode_values, infer_value_type, value_layout
+from cluster.spark.value_formats import decode_values, infer_value_type, value_layout
 from tests.cluster.spark.helpers import append, unique_topic
 
 NOW_MS = int(time.time() * 1000)
@@ -96,7 +98,7 @@ def test_the_arrow_decoder_replaces_value_by_the_fields_and_nulls_what_does_not_
         ],
         names=list(kafka_spark_schema().names),
     )
-    decoded = ArrowValueDecoder.for_layout("msgpack", layout).assemble(batch)
+    decoded = ArrowValueDecoder.for_layout("msgpack", layout.arrow).assemble(batch)
     assert decoded.schema.names == list(layout.names)
     assert decoded.column("page").to_pylist() == ["/", "7", None, None, None]
     assert decoded.column("n").to_pylist() == [1, None, None, None, None]

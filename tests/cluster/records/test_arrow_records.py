@@ -1,4 +1,4 @@
-"""`cluster.spark.arrow_records`: Kafka fetch bytes -> Arrow, checked against kafka-python's reader (an independent
+"""`cluster.records.arrow_records`: Kafka fetch bytes -> Arrow, checked against kafka-python's reader (an independent
 decoder) on batches built by kafka-python's and by our own producer code. No Ray, no Spark."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 from kafka.record.legacy_records import LegacyRecordBatchBuilder
 
-from cluster.spark.arrow_records import Fetched, decode_fetch, decode_fetches, kafka_arrow_schema
+from cluster.records.arrow_records import Fetched, decode_fetch, decode_fetches, kafka_arrow_schema
 from storage.errors import CorruptRecordError
 from storage.records.compression import CompressionType
 from storage.records.record_batch import (
