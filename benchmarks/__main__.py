@@ -1,8 +1,12 @@
-"""`python -m benchmarks`: runs every benchmark module in order, prints a table, writes the JSON list.
+"""`python -m benchmarks`: runs every benchmark module in order, prints a table, writes the run as JSON.
 
 Storage benchmarks run first (no Ray), then the actor benchmarks over one shared embedded Ray and broker, then
 Spark. `--quick` shrinks every workload (the whole command in under 2 minutes on 2 cores); the full run takes
 under 10. A benchmark that fails is reported as such and the others still run; the exit status is 1 then.
+
+`--json PATH` writes `{"run": ..., "figures": [...]}`: the run's circumstances (`benchmarks.run_info.RunInfo`:
+date, machine, versions, commit, which figures were asked for) and every figure (`Figure.to_json`), the input of
+`python -m benchmarks.results`, which renders `benchmarks/RESULTS.md`.
 """
 
 from __future__ import annotations
@@ -10,7 +14,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import platform
 import shutil
 import sys
 import tempfile
@@ -21,6 +24,7 @@ from typing import Any
 
 from benchmarks.common import BenchContext, Figure
 from benchmarks.environment import RayEnvironment
+from benchmarks.run_info import RunInfo, collect, finished
 
 # Module names under `benchmarks/`, in run order, and the figure names each reports (for `--only`).
 BENCHMARKS: dict[str, tuple[str, ...]] = {
@@ -42,7 +46,7 @@ BENCHMARKS: dict[str, tuple[str, ...]] = {
 }
 
 
-def _figure_names() -> list[str]:
+def figure_names() -> list[str]:
     return [name for names in BENCHMARKS.values() for name in names]
 
 
@@ -52,18 +56,20 @@ def _parser() -> argparse.ArgumentParser:
         description="Measure raybroker against its baselines, side by side, and print the ratios.",
     )
     parser.add_argument("--quick", action="store_true", help="small workloads: the whole run in under 2 minutes")
-    parser.add_argument("--json", metavar="PATH", help="also write the figures as a JSON list to PATH ('-' = stdout)")
+    parser.add_argument(
+        "--json", metavar="PATH", help="also write the run and its figures as JSON to PATH ('-' = stdout)"
+    )
     parser.add_argument(
         "--only",
         nargs="+",
         metavar="NAME",
-        help=f"run only the benchmarks reporting these figures ({', '.join(_figure_names())})",
+        help=f"run only the benchmarks reporting these figures ({', '.join(figure_names())})",
     )
     parser.add_argument("--workdir", metavar="DIR", help="where to write the benchmark logs (default: a temp dir)")
     return parser
 
 
-def _format_number(value: float | None) -> str:
+def format_number(value: float | None) -> str:
     if value is None:
         return "-"
     if abs(value) >= 100:
@@ -72,17 +78,17 @@ def _format_number(value: float | None) -> str:
 
 
 def format_table(figures: list[Figure]) -> str:
-    """The figures as a Markdown table (the README's Performance section pastes it)."""
+    """The figures as a Markdown table, as the run prints it."""
     rows = [("name", "value", "unit", "baseline", "baseline value", "ratio", "goal", "met")]
     for figure in figures:
         met = "-" if figure.met is None else ("yes" if figure.met else "NO")
         rows.append(
             (
                 figure.name,
-                _format_number(figure.value),
+                format_number(figure.value),
                 figure.unit,
                 figure.baseline_name or "-",
-                _format_number(figure.baseline_value),
+                format_number(figure.baseline_value),
                 "-" if figure.ratio is None else f"{figure.ratio:.2f}",
                 figure.goal,
                 met,
@@ -96,18 +102,16 @@ def format_table(figures: list[Figure]) -> str:
     return "\n".join(lines)
 
 
-def machine_description() -> str:
-    import os
-
-    return f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+def machine_description(info: RunInfo) -> str:
+    return f"{info.os}, {info.cores} cores, {info.memory_gib:g} GiB, Python {info.python}"
 
 
 def _selected(only: list[str] | None) -> list[str]:
     if not only:
         return list(BENCHMARKS)
-    unknown = sorted(set(only) - set(_figure_names()))
+    unknown = sorted(set(only) - set(figure_names()))
     if unknown:
-        known = ", ".join(_figure_names())
+        known = ", ".join(figure_names())
         raise SystemExit(f"python -m benchmarks: unknown benchmark {', '.join(unknown)} (known: {known})")
     return [module for module, names in BENCHMARKS.items() if set(names) & set(only)]
 
@@ -132,7 +136,7 @@ def run(quick: bool, only: list[str] | None, workdir: Path) -> tuple[list[Figure
                 if only and figure.name not in only:
                     continue
                 figures.append(figure)
-                ctx.progress(f"  {figure.name}: {_format_number(figure.value)} {figure.unit}")
+                ctx.progress(f"  {figure.name}: {format_number(figure.value)} {figure.unit}")
     finally:
         environment.close()
     return figures, failed
@@ -143,17 +147,19 @@ def main(argv: list[str] | None = None) -> int:
     own_workdir = args.workdir is None
     workdir = Path(tempfile.mkdtemp(prefix="raybroker-bench-")) if own_workdir else Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
+    info = collect("quick" if args.quick else "full", args.only)
     started = time.perf_counter()
     try:
         figures, failed = run(args.quick, args.only, workdir)
     finally:
         if own_workdir:
             shutil.rmtree(workdir, ignore_errors=True)
+    info = finished(info, time.perf_counter() - started)
     print(format_table(figures))
-    mode = "quick" if args.quick else "full"
-    print(f"\n{machine_description()}; {mode} run in {time.perf_counter() - started:.0f} s")
+    print(f"\n{machine_description(info)}; {info.mode} run in {info.duration_s:.0f} s")
     if args.json:
-        text = json.dumps([figure.to_json() for figure in figures], indent=2)
+        document = {"run": info.to_json(), "figures": [figure.to_json() for figure in figures]}
+        text = json.dumps(document, indent=2)
         if args.json == "-":
             print(text)
         else:

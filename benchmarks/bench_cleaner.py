@@ -8,8 +8,8 @@ the driver compacts one compacted partition of the same host in one of two place
 - ours, as the broker's scheduler does it: the partition snapshots its log (`snapshot_for_cleaning`), the
   node's cleaner actor reads the segments and writes the `.cleaned` files (`actors.server.cleaner`), the
   partition swaps them in (`swap_cleaned`);
-- the baseline, the whole pass inside the host (`clean`, both phases on its maintenance thread): where every
-  pass ran before the cleaner actors, holding the GIL that the host's appends need.
+- the baseline, the whole pass inside the host (`clean`, both phases on its maintenance thread), holding the
+  GIL that the host's appends need.
 
 Each compacted partition is filled with the same `COMPACTED_MIB` of 100-byte keyed records, every key written
 twice (half of the log is superseded), and takes `min.cleanable.dirty.ratio=1.0` so that the broker's own

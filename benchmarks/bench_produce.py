@@ -10,16 +10,15 @@
 |              | process of its own (Kafka's setup); p50 in the goal text       |                                    |
 
 Both sides of `produce_1p` are measured alternately, best of N each (noise only ever slows a run). The driver runs
-on the partition's node, so its appends go over the append channel rather than as Ray calls (1.9M -> 3.2-4.4M
-rec/s when the channel came). The latency
-run stamps each value with its send time (`perf_counter_ns`, one clock for all processes) in its first bytes, so
+on the partition's node, so its appends go over the append channel rather than as Ray calls. The latency run
+stamps each value with its send time (`perf_counter_ns`, one clock for all processes) in its first bytes, so
 every record is one sample; its topic uses LogAppendTime, so each record also says when the partition appended it
 (wall clock, 1 ms steps), which splits the latency into send-to-append and append-to-poll. Its producer uses
 `linger_ms=0` (Kafka 3.x's default): on the partition's node its appends go over the partition process's append
 channel (`actors.server.append_channel`, ~0.1 ms a call), so every record that finds a free in-flight slot may be
-a call of its own. Through Ray calls (1-2 ms each) that had doubled p50, and the benchmark used 1 ms, which
-batches ~10 records a call; with the channel, 0 gave p50 0.5 ms against 1.4 ms for 1 ms. The producer's default
-of 5 ms (Kafka 4's) would add up to 5 ms by itself, the whole budget. The consumer runs on the partition's node,
+a call of its own; at 10,000 records/s a linger of 1 ms batches ~10 records a call and adds up to 1 ms to each
+(p50 1.4 ms against 0.5 ms for 0, measured side by side). The producer's default of 5 ms (Kafka 4's) would add up
+to 5 ms by itself, the whole budget. The consumer runs on the partition's node,
 so it follows the partition's tail through its high-watermark file (`actors.clients.local_tail`) once it has
 caught up.
 """

@@ -1,9 +1,25 @@
-"""Fixtures shared by every test package: where the golden files live."""
+"""Fixtures shared by every test package (where the golden files live, the session's Ray and broker) and the
+test tiers.
+
+Tiers: the markers `ray`, `spark` and `kafka` say that a test starts Ray, Spark or Apache Kafka (or uses a
+fixture that does); every other test gets the marker `fast` here, so `python -m pytest -m fast` runs what needs
+none of them. A test cannot sit in the fast tier by mistake:
+- at collection, a test that uses a fixture of `STARTED_BY_FIXTURE` (`ray_session`, `spark`, `kafka`, directly or
+  through other fixtures, as `start_test_broker` does) without that fixture's marker stops the run with a
+  message naming it;
+- while a fast test runs, starting a program of Ray, Spark or Kafka (`HEAVY_PROGRAM`, `HEAVY_COMMAND`: Ray's
+  daemons, which an in-process `ray.init` or `Cluster` starts too, a JVM, `raybroker start` or `demo`, `ray
+  start`) raises at the `subprocess.Popen` (a Python audit hook), and the test fails, as it does if Ray was
+  attached during it.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
+import sys
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NoReturn
@@ -39,16 +55,87 @@ def fixtures_dir() -> Path:
     return TESTS_DIR / "fixtures"
 
 
-# --- Ray: one local cluster per test session (starting Ray on 2 cores takes seconds) -----------------
+# --- tiers ---------------------------------------------------------------------------------------------
+
+HEAVY_MARKERS = ("ray", "spark", "kafka")
+# Fixtures that start what a marker names; a test using one, however indirectly, must carry that marker.
+STARTED_BY_FIXTURE = {"ray_session": "ray", "spark": "spark", "kafka": "kafka"}
+# What only a `ray`, `spark` or `kafka` test may start: Ray's daemons, a JVM (Spark's driver, Apache Kafka), and
+# the commands that start Ray (`raybroker start` a head, `raybroker demo` an embedded Ray, `ray start`).
+HEAVY_PROGRAM = re.compile(r"(gcs_server|raylet|java|spark-submit)")
+HEAVY_COMMAND = re.compile(r"\b(raybroker|cluster\.cli\.main)\s+(start|demo)\b|\bray\s+start\b")
+
+_fast_test: str | None = None  # the node id of the fast test running, if one is
+_heavy_starts: list[str] = []  # what the running fast test tried to start
 
 
+@pytest.hookimpl(tryfirst=True)  # before `-m` selects by markers
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Modules that shut the session's Ray down for a cluster of their own (`OWNS_RAY = True`, e.g.
-    `tests/actors/test_zz_multinode.py`) run after every other test, wherever their path sorts."""
+    """Marks every test that starts none of Ray, Spark and Kafka `fast` (see the module docstring), and moves the
+    modules that shut the session's Ray down for a cluster of their own (`OWNS_RAY = True`, e.g.
+    `tests/actors/test_zz_multinode.py`) after every other test, wherever their path sorts."""
+    problems = []
+    for item in items:
+        markers = {marker.name for marker in item.iter_markers()}
+        if "fast" in markers:
+            problems.append(f"{item.nodeid}: `fast` is set by tests/conftest.py, never by hand")
+        fixtures = set(getattr(item, "fixturenames", ()))
+        for fixture, marker in STARTED_BY_FIXTURE.items():
+            if fixture in fixtures and marker not in markers:
+                problems.append(f"{item.nodeid}: uses the fixture `{fixture}` (directly or not): mark it `{marker}`")
+        if not markers & set(HEAVY_MARKERS):
+            item.add_marker(pytest.mark.fast)
+    if problems:
+        raise pytest.UsageError("tests in the wrong tier:\n" + "\n".join(problems))
     last = [item for item in items if getattr(getattr(item, "module", None), "OWNS_RAY", False)]
     if last:
         moved = set(last)
         items[:] = [item for item in items if item not in moved] + last
+
+
+def _refuse_heavy_starts(event: str, args: tuple[Any, ...]) -> None:
+    """Audit hook: a fast test (on the main thread; Ray's and Spark's own threads are not the test's) may not
+    start what `HEAVY_PROGRAM` and `HEAVY_COMMAND` name."""
+    if event != "subprocess.Popen" or _fast_test is None or threading.current_thread() is not threading.main_thread():
+        return
+    executable, argv = args[0], args[1]
+    words = [os.fsdecode(word) for word in ([argv] if isinstance(argv, str | bytes | os.PathLike) else argv)]
+    program = Path(os.fsdecode(executable) if executable is not None else words[0]).name
+    if HEAVY_PROGRAM.fullmatch(program) or HEAVY_COMMAND.search(" ".join(words)):
+        started = " ".join(words)[:200]
+        _heavy_starts.append(started)
+        raise RuntimeError(f"{_fast_test} is in the fast tier but starts `{started}`: mark it ray, spark or kafka")
+
+
+sys.addaudithook(_refuse_heavy_starts)
+
+
+@pytest.fixture(autouse=True)
+def _tier_guard(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fails a fast test that started Ray, Spark or Kafka, or attached this process to Ray."""
+    global _fast_test
+    if request.node.get_closest_marker("fast") is None:
+        yield
+        return
+    ray_was_attached = _ray_attached()
+    _fast_test = request.node.nodeid
+    _heavy_starts.clear()
+    try:
+        yield
+    finally:
+        _fast_test = None
+    if _heavy_starts:
+        pytest.fail(f"a fast test started {_heavy_starts}: mark it ray, spark or kafka")
+    if _ray_attached() and not ray_was_attached:
+        pytest.fail("a fast test attached to Ray (ray.init): mark it ray")
+
+
+def _ray_attached() -> bool:
+    ray = sys.modules.get("ray")
+    return ray is not None and bool(ray.is_initialized())
+
+
+# --- Ray: one local cluster per test session (starting Ray on 2 cores takes seconds) -----------------
 
 
 @pytest.fixture(scope="session")

@@ -6,18 +6,30 @@ these tests prove the command works and reports what the README promises.
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
+import os
+import platform
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from benchmarks.__main__ import format_table
+from benchmarks.__main__ import figure_names, format_table
 from benchmarks.common import absolute_figure, percentile, throughput_figure
+from benchmarks.results import render
+from benchmarks.run_info import RunInfo
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 JSON_KEYS = {"name", "value", "unit", "baseline_name", "baseline_value", "ratio", "goal", "met"}
+
+
+def run_module(*args: str, timeout_s: float = 60) -> subprocess.CompletedProcess[str]:
+    """`python -m ARGS...` from the repository root, its output captured."""
+    return subprocess.run(
+        [sys.executable, "-m", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout_s, check=False
+    )
 
 
 def test_throughput_figure_ratio_is_ours_over_baseline_and_met_against_the_minimum() -> None:
@@ -53,36 +65,79 @@ def test_table_lists_every_figure_with_its_ratio_and_verdict() -> None:
 
 
 def test_unknown_benchmark_name_is_a_one_line_error() -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "benchmarks", "--only", "no_such_figure"],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = run_module("benchmarks", "--only", "no_such_figure")
     assert result.returncode != 0
     assert "unknown benchmark no_such_figure" in result.stderr
     assert "Traceback" not in result.stderr
 
 
-def test_quick_storage_run_writes_the_json_list(tmp_path: Path) -> None:
-    out = tmp_path / "figures.json"
-    result = subprocess.run(
-        [sys.executable, "-m", "benchmarks", "--quick", "--only", "storage_append", "encode", "--json", str(out)],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
+def test_quick_storage_run_writes_the_run_and_its_figures_and_renders_them_as_results(tmp_path: Path) -> None:
+    """One real `--quick` run of two Ray-free figures, its JSON, and `python -m benchmarks.results` over it: the
+    Markdown names the machine and versions of that run, each figure beside its same-run baseline, and every
+    figure the run did not measure."""
+    out = tmp_path / "run.json"
+    result = run_module(
+        "benchmarks", "--quick", "--only", "storage_append", "encode", "--json", str(out), timeout_s=300
     )
     assert result.returncode == 0, result.stderr
-    figures = json.loads(out.read_text())
+    document = json.loads(out.read_text())
+    figures = document["figures"]
     assert {figure["name"] for figure in figures} == {"storage_append", "encode"}
     for figure in figures:
         assert set(figure) == JSON_KEYS
         assert figure["value"] > 0 and figure["baseline_value"] > 0
         assert figure["ratio"] == pytest.approx(figure["value"] / figure["baseline_value"])
+    run = document["run"]
+    assert run["mode"] == "quick" and run["only"] == ["storage_append", "encode"]
+    assert run["cores"] == os.cpu_count() and run["python"] == platform.python_version()
+    assert run["packages"]["ray"] == importlib.metadata.version("ray")
+    assert run["duration_s"] > 0
     assert "| storage_append" in result.stdout
     assert "storage_append" in result.stderr  # progress lines
+
+    rendered = run_module("benchmarks.results", str(out))
+    assert rendered.returncode == 0, rendered.stderr
+    markdown = rendered.stdout
+    assert f"| Python | {platform.python_version()} |" in markdown
+    assert f"ray {importlib.metadata.version('ray')}" in markdown
+    rows = {line.split(" | ")[0].removeprefix("| "): line for line in markdown.splitlines() if line.startswith("| `")}
+    assert set(rows) == {"`storage_append`", "`encode`"}
+    encode = next(figure for figure in figures if figure["name"] == "encode")
+    assert f"({encode['baseline_name']})" in rows["`encode`"] and f"{encode['ratio']:.2f}" in rows["`encode`"]
+    assert "Not measured in this run" in markdown and "`produce_rf3`" in markdown
+
+
+def test_results_of_a_file_that_is_not_a_run_is_a_one_line_error(tmp_path: Path) -> None:
+    bad = tmp_path / "list.json"
+    bad.write_text("[]")
+    result = run_module("benchmarks.results", str(bad))
+    assert result.returncode == 1
+    assert result.stderr.startswith("python -m benchmarks.results: error: ") and len(result.stderr.splitlines()) == 1
+
+
+def test_results_table_escapes_pipes_and_marks_missed_goals() -> None:
+    info = RunInfo(
+        started_utc="2026-01-01 00:00 UTC",
+        mode="full",
+        only=None,
+        duration_s=1.0,
+        os="Linux",
+        cpu_model=None,
+        cores=2,
+        memory_gib=1.0,
+        load_average_start=[0.0, 0.0, 0.0],
+        load_average_end=None,
+        python="3.11",
+        java=None,
+        apache_kafka="3.9.1",
+        packages={"ray": None},
+        commit=None,
+    )
+    figures = [throughput_figure(name, 1.0, "x/s", "a|b", 2.0, 1.0, "ratio >= 1") for name in figure_names()]
+    markdown = render(info, figures)
+    assert "Every figure was measured in this run." in markdown
+    row = next(line for line in markdown.splitlines() if line.startswith("| `encode`"))
+    assert "(a\\|b)" in row and "| 0.50 |" in row and row.endswith("| **no** |")
 
 
 @pytest.mark.ray
@@ -90,25 +145,11 @@ def test_quick_ray_data_run_reports_reads_and_writes_beside_their_baselines(tmp_
     """`ray_data_read` and `ray_data_write` on an embedded Ray of their own (the benchmark's subprocess), each
     against Ray Data's Kafka connector through the listener, in the same run."""
     out = tmp_path / "figures.json"
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "benchmarks",
-            "--quick",
-            "--only",
-            "ray_data_read",
-            "ray_data_write",
-            "--json",
-            str(out),
-        ],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
+    result = run_module(
+        "benchmarks", "--quick", "--only", "ray_data_read", "ray_data_write", "--json", str(out), timeout_s=600
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    figures = {figure["name"]: figure for figure in json.loads(out.read_text())}
+    figures = {figure["name"]: figure for figure in json.loads(out.read_text())["figures"]}
     assert set(figures) == {"ray_data_read", "ray_data_write"}
     assert figures["ray_data_read"]["baseline_name"] == "ray.data.read_kafka"
     assert figures["ray_data_write"]["baseline_name"] == "Dataset.write_kafka"

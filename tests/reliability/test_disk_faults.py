@@ -316,18 +316,21 @@ def wait_until(condition: Callable[[], bool], timeout_s: float = 30.0) -> None:
         time.sleep(0.1)
 
 
-def consume_all(topic: str, partitions: list[int]) -> dict[int, list[bytes]]:
+def consume_all(topic: str, partitions: list[int], timeout_s: float = 60.0) -> dict[int, list[bytes]]:
+    """Every record of the partitions, read until the consumer's position reaches each one's high watermark."""
     from actors import Consumer
+    from actors.calls import call
+    from actors.partition_lookup import partition_actor
 
+    ends = {p: call(partition_actor(topic, p).offsets.remote())[1] for p in partitions}
     consumer = Consumer(auto_offset_reset="earliest", value_deserializer=bytes)
+    deadline = time.monotonic() + timeout_s
     try:
         consumer.assign([(topic, p) for p in partitions])
         found: dict[int, list[bytes]] = {p: [] for p in partitions}
-        empty_polls = 0
-        while empty_polls < 3:
-            records = consumer.poll(timeout_ms=500)
-            empty_polls = 0 if records else empty_polls + 1
-            for record in records:
+        while any(consumer.position((topic, p)) < ends[p] for p in partitions):
+            assert time.monotonic() < deadline, f"not every record read within {timeout_s} s"
+            for record in consumer.poll(timeout_ms=500):
                 found[record.partition].append(record.value)
         return found
     finally:
@@ -339,7 +342,8 @@ def test_a_broker_log_dir_that_fills_up_goes_offline_while_the_other_serves_and_
     start_test_broker: Callable[..., tuple[Any, list[Path]]],
 ) -> None:
     """Root ignores file modes, so the partitions of one dir get a file-size limit (RLIMIT_FSIZE at their
-    current size, on their own processes): their next append fails with EFBIG, as on a full disk."""
+    current size, on their own processes): their next append fails with EFBIG, as on a full disk. Slow: two brokers
+    start (the second over the same dirs, to show the dir comes back), each ~5 s of partition actors on 2 cores."""
     import resource
 
     from actors import Admin, Producer

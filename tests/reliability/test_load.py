@@ -122,6 +122,8 @@ def summary(label: str, measured: list[ProcessFigures]) -> str:
 
 @pytest.mark.ray
 def test_load_is_consumed_exactly_once_in_order_with_bounded_resources(broker: Broker) -> None:
+    """Slow by design: the load runs for `DURATION_S` (10 s quick), and the cleanup it measures waits for the
+    broker's retention and delayed deletes (see the module docstring)."""
     admin = Admin(broker)
     admin.create_topic(TOPIC, PARTITIONS, {"segment.bytes": str(SEGMENT_BYTES)})
     handles = [broker.partition(TOPIC, p) for p in range(PARTITIONS)]

@@ -147,22 +147,31 @@ def closed_port() -> int:
 
 
 def test_no_cluster_fails_fast_with_one_line_in_a_subprocess() -> None:
+    """Fast means within 8 s of the time the same interpreter takes to import the CLI and print `--help`,
+    measured just before (Ray's own retries to reach a missing cluster last a minute and more); the baseline keeps
+    the check fair on a loaded machine."""
     env = {**os.environ, "RAY_ADDRESS": f"127.0.0.1:{closed_port()}"}
-    started = time.monotonic()
-    result = subprocess.run(
-        [sys.executable, "-m", "cluster.cli.main", "topics", "--list"],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    elapsed_s = time.monotonic() - started
+
+    def timed(*arguments: str) -> tuple[subprocess.CompletedProcess[str], float]:
+        started = time.monotonic()
+        result = subprocess.run(
+            [sys.executable, "-m", "cluster.cli.main", *arguments],
+            cwd=REPO_ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        return result, time.monotonic() - started
+
+    helped, baseline_s = timed("topics", "--help")
+    assert helped.returncode == EXIT_OK
+    result, elapsed_s = timed("topics", "--list")
     assert result.returncode == EXIT_DATA_ERROR
     assert result.stdout == ""
     assert "no Ray cluster at 127.0.0.1:" in one_error_line(result.stderr)
-    assert elapsed_s < 10
+    assert elapsed_s < baseline_s + 8
 
 
 def test_auth_token_creates_an_owner_only_token_in_a_fresh_home_and_keeps_it(tmp_path: Path) -> None:
@@ -644,7 +653,8 @@ def test_start_and_stop_a_local_ray_head_in_subprocesses(tmp_path: Path) -> None
     """The real lifecycle, as on a machine that never ran Ray (HOME a new empty folder, no token variable): `start`
     creates Ray's token readable by its owner only, runs `ray start --head` with token authentication and a broker,
     `stop` shuts both down and leaves no process of that Ray session (other Ray clusters on the machine, like this
-    test session's, keep running)."""
+    test session's, keep running). Slow (~20 s) because it is the one test of a real head: `ray start --head`, the
+    broker, and a stop that waits for every process of that session to exit."""
     if state_file().exists():
         skip_or_fail(f"a `raybroker start` state file exists ({state_file()}): a real head may be running")
     with socket.socket() as sock:

@@ -45,6 +45,7 @@ def table(text: str) -> list[list[str]]:
 def test_sql_prints_the_result_table_of_a_query_over_decoded_values(
     spark: Any, topics: tuple[str, str, list[dict[str, Any]]], capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """Its setup is slow (~25 s): the first Spark test of `tests/cluster/` starts the package's Spark session."""
     views, _, events = topics
     query = f"SELECT page, count(*) AS views, sum(latency_ms) AS total FROM `{views}` GROUP BY page ORDER BY page"
     code = main(["sql", query, "--topic", views, "--value-format", "msgpack", "--address", gcs_address()])

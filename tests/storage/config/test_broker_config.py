@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 
 import storage.config.broker_config as broker_config_module
+import storage.config.cleaner_config as cleaner_config_module
+import storage.config.listener_config as listener_config_module
 import storage.config.security_config as security_config_module
 from storage.config.broker_config import IGNORED_KAFKA_KEYS, BrokerConfig, load_server_properties
 from storage.config.cleaner_config import CleanerConfig
@@ -258,8 +260,10 @@ def test_to_properties_leaves_unset_synonyms_out_and_renders_kafka_text() -> Non
 
 
 def test_every_kafka_key_is_documented_in_the_module_docstring() -> None:
-    """Every key is in the broker's table, or, for the security keys, in `security_config`'s."""
-    documented = (broker_config_module.__doc__ or "") + (security_config_module.__doc__ or "")
+    """Every key is in the broker's table, or in the table of the sub-config that declares it (listener, cleaner,
+    security)."""
+    modules = (broker_config_module, listener_config_module, cleaner_config_module, security_config_module)
+    documented = "".join(module.__doc__ or "" for module in modules)
     # A value of each optional key's type: an int, a string that reads as a listener, a password.
     values = {"int | None": 1, "str | None": "PLAINTEXT://broker.example:9092", "Password | None": Password("x")}
     every_optional_set = {

@@ -1,9 +1,9 @@
-"""Every example of README.md and of the pages in `docs/` runs as written, so none can drift from the code.
+"""Every example of the README and of `docs/*.md` runs as written, so none can drift from the code.
 
-The README's fenced ```python and ```sh blocks are read in order. The first two ```sh blocks (install and run the
-demo, install and run the tests) set a machine up and are not run here. Each other block is run by the test that
-`EXAMPLES` names for it (keyed by the block's first line); a block without a test, or a test whose block is gone,
-fails `test_every_example_has_a_test`.
+Each document's fenced ```python and ```sh blocks are examples (```text blocks are shown, not run). The README's
+first two ```sh blocks (install and run the demo, install and run the tests) set a machine up and are not run
+here. Each other block is run by the test that `EXAMPLES` names for it (keyed by its document and its first
+line); a block without a test, or a test whose block is gone, fails `test_every_example_has_a_test`.
 
 How a block runs:
 - Python is `exec`uted in this process, on this session's embedded Ray (`ray_session`) where it needs Ray.
@@ -13,12 +13,13 @@ How a block runs:
   test stops it too if the block failed before). A `$ command` line followed by output lines is checked: the
   command's output begins with the lines shown, `...` standing for the rest.
 - The only change made to a block: the paths under `/tmp/rb/` and `/tmp/demo/` (`TMP_PREFIXES`) are rewritten
-  to this test's `tmp_path`, so running the tests neither reads nor clobbers what a reader of the README left
-  there.
+  to this test's `tmp_path`, so running the tests neither reads nor clobbers what a reader left there. The Spark
+  examples are the exception, and say how they differ.
 - What an example reads must exist: fixtures create it first (the `page-views` topic of the Spark examples).
 
-The pages in `docs/` have no setup blocks: each of their blocks is run by the test `DOC_EXAMPLES` names (keyed by
-the page and the block's first line).
+This module lives under `tests/cluster/` to share that package's Spark session (the `spark` fixture of
+`tests/cluster/conftest.py`): a session of its own would add ~25 s per Spark example. Also here: every relative
+link of the documents names a file that exists.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import io
 import json
 import os
 import re
+import shlex
 import socket
 import subprocess
 import sys
@@ -40,11 +42,13 @@ import pytest
 
 from tests.conftest import skip_or_fail
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 README = REPO_ROOT / "README.md"
-SETUP_BLOCKS = 2  # the install-and-run commands at the top, run by a person or CI, not by a test
+DOCUMENTS = [README, REPO_ROOT / "CONTRIBUTING.md", *sorted((REPO_ROOT / "docs").glob("*.md"))]
+SETUP_BLOCKS = 2  # the README's install-and-run commands at the top, run by a person or CI, not by a test
 TMP_PREFIXES = ("/tmp/rb/", "/tmp/demo/")
 BLOCK = re.compile(r"^```(python|sh)\n(.*?)^```$", re.MULTILINE | re.DOTALL)
+LINK = re.compile(r"\]\(([^)\s]+)\)")
 EXPECTED_PRINT = re.compile(r"^print\(.*\)\s+# (.+)$")
 PAGE_VIEWS = [{"user": f"u{i % 7}", "page": f"/p{i % 3}", "latency_ms": i % 50} for i in range(300)]
 CLI_TIMEOUT_S = 300
@@ -53,64 +57,69 @@ SESSION_RAY_VARIABLES = {"RAY_ADDRESS", "RAY_AUTH_MODE"}
 
 @dataclass(frozen=True)
 class Example:
+    document: str  # relative to the repository root
     language: str
-    line: int  # 1-based line of README.md where the code starts
+    line: int  # 1-based line of the document where the code starts
     code: str
 
     @property
     def first_line(self) -> str:
         return self.code.splitlines()[0]
 
+    @property
+    def where(self) -> str:
+        return f"{self.document}:{self.line}"
 
-def readme_examples() -> list[Example]:
-    text = README.read_text(encoding="utf-8")
+
+def document_examples(path: Path) -> list[Example]:
+    text = path.read_text(encoding="utf-8")
+    name = str(path.relative_to(REPO_ROOT))
     examples = [
-        Example(match.group(1), text.count("\n", 0, match.start(2)) + 1, match.group(2))
+        Example(name, match.group(1), text.count("\n", 0, match.start(2)) + 1, match.group(2))
         for match in BLOCK.finditer(text)
     ]
+    if path != README:
+        return examples
     shell = [index for index, example in enumerate(examples) if example.language == "sh"]
     setup = set(shell[:SETUP_BLOCKS])
     return [example for index, example in enumerate(examples) if index not in setup]
 
 
-# The test of each example, by the first line of its block.
+def all_examples() -> list[Example]:
+    return [example for path in DOCUMENTS if path.exists() for example in document_examples(path)]
+
+
+# The test of each example, by its document and the first line of its block.
 EXAMPLES = {
-    "raybroker start --config configs/server.properties": "test_cli_broker_example",
-    "mkdir -p /tmp/rb/tls   # then a test CA (pip install trustme): client.pem (the CA), server.key, server.pem": (
-        "test_security_example"
+    ("README.md", "raybroker start --config configs/server.properties"): "test_cli_broker_example",
+    ("README.md", "from actors import Admin, Broker, Consumer, Producer, start_broker"): "test_python_broker_example",
+    ("README.md", "from confluent_kafka import Consumer, Producer"): "test_kafka_clients_example",
+    ("README.md", "from cluster.spark.session import get_spark, stop_spark"): "test_spark_example",
+    ("docs/clients.md", "import ray"): "test_ray_data_kafka_example",
+    ("docs/performance.md", "python -m benchmarks"): "test_benchmarks_example",
+    ("docs/ray-data.md", "import pyarrow as pa"): "test_ray_data_example",
+    (
+        "docs/security.md",
+        "mkdir -p /tmp/rb/tls   # then a test CA (pip install trustme): client.pem (the CA), server.key, server.pem",
+    ): "test_security_example",
+    ("docs/spark.md", "raybroker sql 'SELECT page, count(*) AS views FROM `page-views` GROUP BY page'"): (
+        "test_sql_example"
     ),
-    "from actors import Admin, Broker, Consumer, Producer, start_broker": "test_python_broker_example",
-    "from storage import Log, LogConfig, RecordBatchBuilder, CompressionType": "test_storage_example",
-    "$ raybroker dump-log --print-data-log": "test_dump_log_example",
-    "from cluster.spark.session import get_spark, stop_spark": "test_spark_example",
-    "raybroker sql 'SELECT page, count(*) AS views FROM `page-views` GROUP BY page'": "test_sql_example",
-    "python -m benchmarks": "test_benchmarks_example",
-    "from confluent_kafka import Consumer, Producer": "test_kafka_clients_example",
-    "import ray": "test_ray_data_kafka_example",
+    ("docs/storage-format.md", "from storage import Log, LogConfig, RecordBatchBuilder, CompressionType"): (
+        "test_storage_example"
+    ),
+    ("docs/storage-format.md", "$ raybroker dump-log --print-data-log"): "test_dump_log_example",
 }
 
 
-# The test of each example of a page in `docs/`, by the page and the first line of its block.
-DOC_EXAMPLES = {("docs/ray-data.md", "import pyarrow as pa"): "test_ray_data_example"}
-
-
-def doc_examples(page: Path) -> list[Example]:
-    text = page.read_text(encoding="utf-8")
-    return [
-        Example(match.group(1), text.count("\n", 0, match.start(2)) + 1, match.group(2))
-        for match in BLOCK.finditer(text)
-    ]
-
-
-def doc_example(test_name: str) -> Example:
-    ((page, prefix),) = [key for key, name in DOC_EXAMPLES.items() if name == test_name]
-    (found,) = [candidate for candidate in doc_examples(REPO_ROOT / page) if candidate.first_line.startswith(prefix)]
-    return found
+def matches(key: tuple[str, str], candidate: Example) -> bool:
+    document, prefix = key
+    return candidate.document == document and candidate.first_line.startswith(prefix)
 
 
 def example(test_name: str) -> Example:
-    (prefix,) = [prefix for prefix, name in EXAMPLES.items() if name == test_name]
-    (found,) = [candidate for candidate in readme_examples() if candidate.first_line.startswith(prefix)]
+    (key,) = [key for key, name in EXAMPLES.items() if name == test_name]
+    (found,) = [candidate for candidate in all_examples() if matches(key, candidate)]
     return found
 
 
@@ -124,11 +133,12 @@ def rewritten(code: str, tmp_path: Path) -> str:
     return code.replace("raybroker start ", f"raybroker start {ANY_FREE_LISTENER} ")
 
 
-def run_python(code: str, tmp_path: Path, line: int) -> list[str]:
-    """Executes the block in a fresh namespace; returns the lines it printed."""
+def run_python(block: Example, tmp_path: Path, code: str | None = None) -> list[str]:
+    """Executes the block (or `code` derived from it) in a fresh namespace; returns the lines it printed."""
     out = io.StringIO()
+    source = rewritten(block.code if code is None else code, tmp_path)
     with contextlib.redirect_stdout(out):
-        exec(compile(rewritten(code, tmp_path), f"README.md:{line}", "exec"), {"__name__": "readme_example"})
+        exec(compile(source, block.where, "exec"), {"__name__": "docs_example"})
     return out.getvalue().splitlines()
 
 
@@ -173,35 +183,33 @@ def run_shell(script: str, timeout_s: float = CLI_TIMEOUT_S) -> subprocess.Compl
 
 
 def test_every_example_has_a_test() -> None:
-    first_lines = [example.first_line for example in readme_examples()]
-    tested = [prefix for prefix in EXAMPLES if any(line.startswith(prefix) for line in first_lines)]
-    untested = [line for line in first_lines if not any(line.startswith(prefix) for prefix in EXAMPLES)]
+    examples = all_examples()
+    untested = [found.where for found in examples if not any(matches(key, found) for key in EXAMPLES)]
+    without_block = [key for key in EXAMPLES if sum(matches(key, found) for found in examples) != 1]
     assert untested == []
-    assert tested == list(EXAMPLES)
-    assert len(first_lines) == len(EXAMPLES)
-
-
-def test_every_doc_example_has_a_test() -> None:
-    found = [
-        (str(page.relative_to(REPO_ROOT)), block.first_line)
-        for page in sorted((REPO_ROOT / "docs").glob("*.md"))
-        for block in doc_examples(page)
-    ]
-    tested = [key for key in DOC_EXAMPLES if any(page == key[0] and line.startswith(key[1]) for page, line in found)]
-    assert tested == list(DOC_EXAMPLES)
-    untested = [
-        (page, line)
-        for page, line in found
-        if not any(key[0] == page and line.startswith(key[1]) for key in DOC_EXAMPLES)
-    ]
-    assert untested == []
+    assert without_block == []
+    assert len(examples) == len(EXAMPLES)
+    module = sys.modules[__name__]
+    assert all(callable(getattr(module, name, None)) for name in EXAMPLES.values())
 
 
 def test_only_the_tmp_paths_are_rewritten() -> None:
     """The examples' absolute paths all lie under `TMP_PREFIXES`, which is all the tests change."""
-    for found in readme_examples():
+    for found in all_examples():
         for path in re.findall(r"(?<![\w.])/(?:tmp|data|var|home)/[\w./-]*", found.code):
-            assert path.startswith(TMP_PREFIXES), (found.line, path)
+            assert path.startswith(TMP_PREFIXES), (found.where, path)
+
+
+def test_every_relative_link_names_a_file_that_exists() -> None:
+    broken = []
+    for path in DOCUMENTS:
+        for target in LINK.findall(path.read_text(encoding="utf-8")):
+            if "://" in target or target.startswith("#"):
+                continue
+            linked = (path.parent / target.partition("#")[0]).resolve()
+            if not linked.exists():
+                broken.append(f"{path.relative_to(REPO_ROOT)}: {target}")
+    assert broken == []
 
 
 # --- examples without Ray -------------------------------------------------------------------------------
@@ -209,7 +217,7 @@ def test_only_the_tmp_paths_are_rewritten() -> None:
 
 def test_storage_example(tmp_path: Path) -> None:
     block = example("test_storage_example")
-    printed = run_python(block.code, tmp_path, block.line)
+    printed = run_python(block, tmp_path)
     check_expected_prints(block.code, printed)
     assert (tmp_path / "demo" / "orders-0" / "00000000000000000000.log").stat().st_size > 0
 
@@ -254,14 +262,17 @@ def no_broker(ray_session: None) -> Iterator[None]:
 @pytest.mark.ray
 def test_python_broker_example(no_broker: None, tmp_path: Path) -> None:
     block = example("test_python_broker_example")
-    printed = run_python(block.code, tmp_path, block.line)
+    printed = run_python(block, tmp_path)
     assert printed, "the consumer printed no record"
     assert (tmp_path / "rb" / "a").is_dir() and (tmp_path / "rb" / "b").is_dir()
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def page_views(start_test_broker: Callable[..., tuple[Any, list[Path]]]) -> Iterator[list[dict[str, Any]]]:
-    """A broker whose topic `page-views` holds msgpack page-view events, as `raybroker demo` writes them."""
+    """A broker whose topic `page-views` holds msgpack page-view events, as `raybroker demo` writes them: one for
+    both Spark examples, which run one after the other. Spark's planning and its Python workers keep a partition's
+    actor handle for the life of their process (`cluster.spark.planning.partition_handle`), so a broker restarted
+    under the running session would leave them with handles of actors that are gone."""
     from actors import Admin, Producer
     from tests.conftest import _stop_running_broker
 
@@ -275,11 +286,36 @@ def page_views(start_test_broker: Callable[..., tuple[Any, list[Path]]]) -> Iter
 
 @pytest.mark.ray
 @pytest.mark.spark
-def test_spark_example(page_views: list[dict[str, Any]], tmp_path: Path) -> None:
+def test_spark_example(spark: Any, page_views: list[dict[str, Any]], tmp_path: Path) -> None:
+    """Run on the package's Spark session, which the example's `get_spark()` returns as it returns any running
+    session; its closing `stop_spark()` is left to that session's fixture, which stops it after the package."""
+    from cluster.spark.session import active_session
+
     block = example("test_spark_example")
-    printed = run_python(block.code + "\nprint(next_start)\n", tmp_path, block.line)
+    body, _, closing = block.code.rstrip("\n").rpartition("\n")
+    assert closing == "stop_spark()"
+    printed = run_python(block, tmp_path, body + "\nprint(next_start)\n")
     assert shown_counts(printed) == views_per_page(page_views)
     assert sum(json.loads(printed[-1])["page-views"].values()) == len(page_views)
+    assert active_session() is spark
+
+
+@pytest.mark.ray
+@pytest.mark.spark
+def test_sql_example(spark: Any, page_views: list[dict[str, Any]], capsys: pytest.CaptureFixture[str]) -> None:
+    """The block's command line, given to the `raybroker` entry point (`cluster.cli.main.main`) in this process,
+    against this session's broker and Spark session: a process of its own would start Ray's driver and a RayDP
+    session of its own (~30 s) for nothing the CLI broker example does not already cover."""
+    from cluster.cli.main import main
+
+    block = example("test_sql_example")
+    (command,) = block.code.strip().splitlines()
+    program, *arguments = shlex.split(command)
+    assert program == "raybroker" and arguments[0] == "sql"
+    code = main(arguments)
+    printed = capsys.readouterr()
+    assert code == 0, printed.err
+    assert shown_counts(printed.out.splitlines()) == views_per_page(page_views)
 
 
 # --- examples that start a broker with its own Ray head -------------------------------------------------
@@ -307,6 +343,8 @@ def free_head_port() -> Iterator[None]:
 
 @pytest.mark.ray
 def test_cli_broker_example(free_head_port: None, tmp_path: Path) -> None:
+    """Slow (~25 s): a real Ray head, and each of the block's commands a process of its own that attaches to it, as
+    in a reader's shell."""
     block = example("test_cli_broker_example")
     lines = block.code.strip().splitlines()
     assert lines[-1].startswith("raybroker stop")
@@ -320,7 +358,8 @@ def test_cli_broker_example(free_head_port: None, tmp_path: Path) -> None:
 @pytest.mark.ray
 def test_security_example(free_head_port: None, tmp_path: Path) -> None:
     """The SASL_SSL broker set up from nothing: users, an ACL, and a client that logs in and writes; no password
-    the example typed reaches any file of the broker (the password file the reader wrote aside)."""
+    the example typed reaches any file of the broker (the password file the reader wrote aside). Slow (~15 s) as
+    the CLI example is: a real Ray head and a process per command."""
     block = example("test_security_example")
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -336,23 +375,6 @@ def test_security_example(free_head_port: None, tmp_path: Path) -> None:
         if path.is_file() and path.name != "admin.txt":
             data = path.read_bytes()
             assert b"admin-pa55" not in data and b"alice-pa55" not in data, path
-
-
-@pytest.mark.ray
-@pytest.mark.spark
-def test_sql_example(page_views: list[dict[str, Any]]) -> None:
-    """The block's command, run as written against this session's broker (`--address` added, and the token
-    authentication a driver attaching by address needs): a head of its own would add most of a minute to the
-    suite for nothing the CLI broker example does not already cover. A process of its own, because a second
-    RayDP session in one driver process fails."""
-    from cluster.runtime import gcs_address
-
-    block = example("test_sql_example")
-    (command,) = block.code.strip().splitlines()
-    assert command.startswith("raybroker sql ")
-    result = run_shell(f"RAY_AUTH_MODE=token {command} --address {gcs_address()}")
-    assert result.returncode == 0, (result.stdout[-2000:], result.stderr[-2000:])
-    assert shown_counts(result.stdout.splitlines()) == views_per_page(page_views)
 
 
 # The address the Kafka-clients example connects to, as `raybroker start --override listeners=...` would print it.
@@ -378,7 +400,7 @@ def kafka_listener(start_test_broker: Callable[..., tuple[Any, list[Path]]]) -> 
 def test_kafka_clients_example(kafka_listener: None, tmp_path: Path) -> None:
     block = example("test_kafka_clients_example")
     assert f'servers = "{KAFKA_EXAMPLE_HOST}:{KAFKA_EXAMPLE_PORT}"' in block.code
-    printed = run_python(block.code, tmp_path, block.line)
+    printed = run_python(block, tmp_path)
     check_expected_prints(block.code, printed)
 
 
@@ -387,15 +409,15 @@ def test_kafka_clients_example(kafka_listener: None, tmp_path: Path) -> None:
 def test_ray_data_kafka_example(kafka_listener: None, tmp_path: Path) -> None:
     block = example("test_ray_data_kafka_example")
     assert f'servers = "{KAFKA_EXAMPLE_HOST}:{KAFKA_EXAMPLE_PORT}"' in block.code
-    printed = run_python(block.code, tmp_path, block.line)
+    printed = run_python(block, tmp_path)
     check_expected_prints(block.code, printed)
 
 
 @pytest.mark.ray
 @pytest.mark.filterwarnings("ignore::DeprecationWarning:ray.data.context")  # Ray Data reads its own deprecated fields
 def test_ray_data_example(page_views: list[dict[str, Any]], tmp_path: Path) -> None:
-    block = doc_example("test_ray_data_example")
-    printed = run_python(block.code, tmp_path, block.line)
+    block = example("test_ray_data_example")
+    printed = run_python(block, tmp_path)
     # The stream's print is indented in its loop: every expected print is checked, in order.
     unindented = "\n".join(line.strip() for line in block.code.splitlines())
     check_expected_prints(unindented, printed)
