@@ -550,7 +550,9 @@ class Consumer:
         high_watermark = fetched.last_stable_offset if self._committed else fetched.high_watermark
         aborted = AbortedBatches(fetched.aborted_transactions or ()) if self._committed else None
         for batch in iter_batches(data):
-            if batch.is_control or (aborted is not None and aborted.drops(batch)):
+            # The filter sees every batch, markers included: an ABORT marker ends its producer's aborted run.
+            dropped = aborted is not None and aborted.drops(batch)
+            if batch.is_control or dropped:
                 if batch.last_offset < high_watermark:
                     next_position = max(next_position, batch.next_offset)
                 continue
