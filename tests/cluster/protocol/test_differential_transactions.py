@@ -16,7 +16,6 @@ removed (`NEEDS_COORDINATOR`).
 
 from __future__ import annotations
 
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -25,14 +24,13 @@ from typing import Any
 import pytest
 
 from cluster.protocol.listener import start_listener
+from tests.cluster.protocol.helpers import confluent_consume_all
 
 pytestmark = [pytest.mark.ray, pytest.mark.kafka]
 
 PARTITIONS = 3
 DEADLINE_S = 30.0
 QUIET = {"log_level": 0}
-# How long a consumer that read everything expected is polled again, to see nothing more comes.
-QUIET_S = 1.0
 NEEDS_COORDINATOR = pytest.mark.xfail(
     strict=True,
     reason="raybroker's transaction coordinator (InitProducerId with a transactional id, EndTxn) is not here",
@@ -154,36 +152,9 @@ def run_sequence(bootstrap: str, topic: str) -> Sequence:
 
 def consume(bootstrap: str, topic: str, isolation: str, expected: int) -> tuple[Read, dict[int, int]]:
     """What a confluent consumer at `isolation` reads of every partition from offset 0, and each partition's end
-    as it finds it (`get_watermark_offsets`: ListOffsets at its isolation level)."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": f"g-{uuid.uuid4().hex}",
-            "enable.auto.commit": "false",
-            "isolation.level": isolation,
-            **QUIET,
-        }
-    )
-    try:
-        consumer.assign([TopicPartition(topic, partition, 0) for partition in range(PARTITIONS)])
-        read: Read = []
-        deadline = time.monotonic() + DEADLINE_S
-        quiet_until: float | None = None
-        while time.monotonic() < deadline and (quiet_until is None or time.monotonic() < quiet_until):
-            for message in consumer.consume(num_messages=100, timeout=0.2):
-                assert message.error() is None, message.error()
-                read.append((message.partition(), message.offset(), message.value()))
-            if len(read) >= expected and quiet_until is None:
-                quiet_until = time.monotonic() + QUIET_S
-        ends = {
-            partition: consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)[1]
-            for partition in range(PARTITIONS)
-        }
-        return sorted(read), ends
-    finally:
-        consumer.close()
+    as it finds it (ListOffsets at its isolation level)."""
+    read, watermarks = confluent_consume_all(bootstrap, topic, PARTITIONS, isolation, expected)
+    return sorted(read), {partition: high for partition, (_, high) in watermarks.items()}
 
 
 def read_both_levels(bootstrap: str, topic: str) -> dict[str, tuple[Read, dict[int, int]]]:

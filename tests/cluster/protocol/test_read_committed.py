@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,13 +22,19 @@ from cluster.protocol.local_broker_view import LocalBrokerView
 from cluster.protocol.messages import build
 from storage.partition.log import LogAppendInfo
 from storage.records.record_batch import ControlRecordType
-from tests.cluster.protocol.helpers import exchange, leader_log, records_of, run, start_broker
+from tests.cluster.protocol.helpers import (
+    QUIET_S,
+    READ_DEADLINE_S,
+    confluent_consume_all,
+    exchange,
+    leader_log,
+    records_of,
+    run,
+    start_broker,
+)
 from tests.transaction_scenario import EPOCH, PARTITIONS, C, Scenario, write_scenario
 
 TOPIC = "transactions"
-DEADLINE_S = 30.0
-# How long a consumer that has read everything the model expects is polled again, to see nothing more comes.
-QUIET_S = 1.0
 FETCH_KEY = 1
 LIST_OFFSETS_KEY = 2
 
@@ -63,38 +69,6 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[KafkaList
         broker.close()
 
 
-def confluent_read(bootstrap: str, isolation: str, expected: int) -> tuple[list[tuple[int, int, bytes]], Any]:
-    """What a confluent consumer at `isolation` reads of every partition from offset 0, and its watermarks."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "unused",
-            "enable.auto.commit": "false",
-            "isolation.level": isolation,
-        }
-    )
-    try:
-        consumer.assign([TopicPartition(TOPIC, partition, 0) for partition in range(PARTITIONS)])
-        received: list[tuple[int, int, bytes]] = []
-        deadline = time.monotonic() + DEADLINE_S
-        quiet_until: float | None = None
-        while time.monotonic() < deadline and (quiet_until is None or time.monotonic() < quiet_until):
-            for message in consumer.consume(num_messages=100, timeout=0.2):
-                assert message.error() is None, message.error()
-                received.append((message.partition(), message.offset(), message.value()))
-            if len(received) >= expected and quiet_until is None:
-                quiet_until = time.monotonic() + QUIET_S
-        watermarks = {
-            partition: consumer.get_watermark_offsets(TopicPartition(TOPIC, partition), timeout=10)
-            for partition in range(PARTITIONS)
-        }
-        return received, watermarks
-    finally:
-        consumer.close()
-
-
 def kafka_python_read(bootstrap: str, isolation: str, expected: int) -> tuple[list[tuple[int, int, bytes]], Any]:
     """What a kafka-python consumer at `isolation` reads of every partition from offset 0, and its end offsets."""
     from kafka import KafkaConsumer, TopicPartition
@@ -106,7 +80,7 @@ def kafka_python_read(bootstrap: str, isolation: str, expected: int) -> tuple[li
         for partition in partitions:
             consumer.seek(partition, 0)
         received: list[tuple[int, int, bytes]] = []
-        deadline = time.monotonic() + DEADLINE_S
+        deadline = time.monotonic() + READ_DEADLINE_S
         quiet_until: float | None = None
         while time.monotonic() < deadline and (quiet_until is None or time.monotonic() < quiet_until):
             for records in consumer.poll(timeout_ms=200).values():
@@ -127,30 +101,21 @@ def by_partition(records: list[tuple[int, int, bytes]]) -> dict[int, list[tuple[
     return found
 
 
-@pytest.mark.parametrize("isolation", ["read_committed", "read_uncommitted"])
-def test_a_confluent_consumer_reads_what_its_isolation_level_allows(
-    served: tuple[KafkaListener, LocalBrokerView, Scenario], isolation: str
-) -> None:
-    listener, _, scenario = served
-    expected = scenario.read_committed() if isolation == "read_committed" else scenario.read_uncommitted()
-    received, watermarks = confluent_read(listener.bootstrap_servers, isolation, len(expected))
-    assert by_partition(received) == by_partition(expected)
-    for partition in range(PARTITIONS):
-        end = scenario.last_stable_offset(partition) if isolation == "read_committed" else scenario.ends[partition]
-        assert watermarks[partition] == (0, end)
+def confluent_read(bootstrap: str, isolation: str, expected: int) -> tuple[list[tuple[int, int, bytes]], Any]:
+    received, watermarks = confluent_consume_all(bootstrap, TOPIC, PARTITIONS, isolation, expected)
+    return received, {partition: high for partition, (_, high) in watermarks.items()}
 
 
+@pytest.mark.parametrize("read", [confluent_read, kafka_python_read], ids=["confluent", "kafka-python"])
 @pytest.mark.parametrize("isolation", ["read_committed", "read_uncommitted"])
-def test_a_kafka_python_consumer_reads_what_its_isolation_level_allows(
-    served: tuple[KafkaListener, LocalBrokerView, Scenario], isolation: str
+def test_a_consumer_reads_what_its_isolation_level_allows(
+    served: tuple[KafkaListener, LocalBrokerView, Scenario], isolation: str, read: Callable[..., Any]
 ) -> None:
     listener, _, scenario = served
-    expected = scenario.read_committed() if isolation == "read_committed" else scenario.read_uncommitted()
-    received, ends = kafka_python_read(listener.bootstrap_servers, isolation, len(expected))
+    expected = scenario.read(isolation)
+    received, ends = read(listener.bootstrap_servers, isolation, len(expected))
     assert by_partition(received) == by_partition(expected)
-    for partition in range(PARTITIONS):
-        end = scenario.last_stable_offset(partition) if isolation == "read_committed" else scenario.ends[partition]
-        assert ends[partition] == end
+    assert ends == {partition: scenario.end(partition, isolation) for partition in range(PARTITIONS)}
 
 
 def fetch_request(version: int, isolation_level: int, partition: int, offset: int, max_wait_ms: int = 0) -> Any:
