@@ -114,6 +114,14 @@ def is_attached() -> bool:
     return bool(ray.is_initialized())
 
 
+def metrics_url(node_id: str) -> str | None:
+    """Where Prometheus scrapes the metrics of Ray node `node_id` (its metrics agent), None if it serves none."""
+    for node in ray.nodes():
+        if node["NodeID"] == node_id and node["Alive"] and node.get("MetricsExportPort"):
+            return f"http://{node['NodeManagerAddress']}:{node['MetricsExportPort']}/metrics"
+    return None
+
+
 # --- attaching from the command line ----------------------------------------------------------------------
 
 
@@ -182,9 +190,10 @@ def _ray_command(*args: str) -> list[str]:
     return [executable, *args]
 
 
-def start_head(num_cpus: int = EMBEDDED_NUM_CPUS) -> HeadState:
+def start_head(num_cpus: int = EMBEDDED_NUM_CPUS, metrics_export_port: int | None = None) -> HeadState:
     """Starts a local Ray head daemon (the processes outlive this command), with token authentication on
-    unless `RAY_AUTH_MODE` says otherwise; returns which head it started."""
+    unless `RAY_AUTH_MODE` says otherwise; returns which head it started. Its metrics agent serves Prometheus on
+    `metrics_export_port` (None: a free port Ray picks)."""
     _quiet_environment()
     # Ray 2.60's `ray start --head` in token mode refuses to start without a token, and without the mode it turns
     # authentication on only where a token exists (otherwise it starts an open cluster that runs any code it is
@@ -194,6 +203,8 @@ def start_head(num_cpus: int = EMBEDDED_NUM_CPUS) -> HeadState:
     command = _ray_command(
         "start", "--head", f"--num-cpus={num_cpus}", "--include-dashboard=false", "--disable-usage-stats"
     )
+    if metrics_export_port is not None:
+        command.append(f"--metrics-export-port={metrics_export_port}")
     result = subprocess.run(command, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         last = (result.stderr or result.stdout).strip().splitlines()

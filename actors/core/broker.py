@@ -14,6 +14,8 @@ real replication and the real group coordinator.
   with replication factor > 1 replicates as on Ray.
 - The group coordinator (`actors.core.groups.coordinator.GroupCoordinator`), made on first use, which creates
   `__consumer_offsets` then, as Kafka does for the first group.
+- Metrics (`actors.core.role_metrics`): the leaders' appends and the controller's ISR changes go to the injected
+  recorder, as on Ray (the Kafka listener takes its own).
 - One injected clock for the logs, the controller's rebalance timer, ISR lag and group timeouts. Nothing runs on
   a timer of its own but the followers' fetches: the log managers' periodic work runs when `run_scheduled` is
   called (a test moving a `MockClock` calls it), and a node is lost when `lose_node` says so, as the Ray
@@ -42,6 +44,7 @@ from actors.core.replication.leader_and_isr import LeaderAndIsr
 from actors.core.replication.local_leader_link import LocalLeaderLink
 from actors.core.replication.log_changes import LogChanges
 from actors.core.replication.replica import ACKS_ALL_TIMEOUT_MS, Replica
+from actors.core.role_metrics import NO_ROLE_METRICS, RoleMetrics
 from storage.arguments import is_int
 from storage.clock import SYSTEM_CLOCK, Clock
 from storage.config.broker_config import BrokerConfig
@@ -73,12 +76,17 @@ METADATA_DIR = "metadata"
 class ServedPartition:
     """One replica's client calls in process, as the partition actor answers them: appends (leader only, `acks`
     checked by the replica), reads and offsets (a follower refuses them), long-poll fetches on the partition's
-    change counter, DeleteRecords, ListOffsets and OffsetForLeaderEpoch."""
+    change counter, DeleteRecords, ListOffsets and OffsetForLeaderEpoch. `metrics` records the appends of
+    `topic`'s partition."""
 
-    def __init__(self, log: Log, replica: Replica, changes: LogChanges) -> None:
+    def __init__(
+        self, topic: str, log: Log, replica: Replica, changes: LogChanges, metrics: RoleMetrics = NO_ROLE_METRICS
+    ) -> None:
+        self.topic = topic
         self.log = log
         self.replica = replica
         self.changes = changes
+        self._metrics = metrics
 
     def append(self, batches: bytes, acks: int = 1) -> LogAppendInfo:
         """Appends client batches and answers at once; with `acks` -1, the caller then waits with
@@ -87,6 +95,8 @@ class ServedPartition:
         info = self.log.append(batches)
         self.replica.appended()
         self.changes.notify()
+        if not info.duplicate:
+            self._metrics.produced(self.topic, info.record_count, info.valid_bytes)
         return info
 
     def await_replicated(self, info: LogAppendInfo, timeout_ms: int = ACKS_ALL_TIMEOUT_MS) -> LogAppendInfo:
@@ -181,8 +191,10 @@ class LocalReplicas:
         config: BrokerConfig,
         controller: Callable[[], Controller],
         find_replica: Callable[[str, int, str], Replica],
+        metrics: RoleMetrics = NO_ROLE_METRICS,
     ) -> None:
         self.node = node
+        self._metrics = metrics
         self._logs = LocalPartitions(clock, config.producer_id_expiration_ms)
         self._settings = ReplicaSettings.from_broker_config(config)
         self._controller = controller
@@ -211,7 +223,7 @@ class LocalReplicas:
             controller=_ControllerLink(self._controller),
             leader_link=self._link,
         )
-        served = ServedPartition(log, replica, changes)
+        served = ServedPartition(tp[0], log, replica, changes, self._metrics)
         with self._lock:
             self._served[tp] = served
         return _ReplicaPartition(served)
@@ -282,11 +294,14 @@ class InProcessBroker:
         properties: Mapping[str, str] | None = None,
         clock: Clock = SYSTEM_CLOCK,
         membership: MembershipConfig | None = None,
+        metrics: RoleMetrics = NO_ROLE_METRICS,
     ) -> None:
         """`properties` are the brokers' `server.properties` (Kafka's names; `log.dirs` and `node.id` are each
-        node's own); `membership` the group coordinator's group settings (Kafka's defaults)."""
+        node's own); `membership` the group coordinator's group settings (Kafka's defaults); `metrics` records the
+        appends and ISR changes of every node."""
         self.root = root
         self.clock = clock
+        self.metrics = metrics
         self._membership_config = membership or MembershipConfig()
         self._properties = dict(properties or {})
         self._lock = threading.Lock()
@@ -304,6 +319,7 @@ class InProcessBroker:
                 brokers={},
                 find_broker=self._node_broker,
                 replicas=self,
+                metrics=metrics,
             )
             for node in self.nodes:
                 self._register(node)
@@ -321,7 +337,7 @@ class InProcessBroker:
         config = BrokerConfig.from_properties(
             {**self._properties, "log.dirs": str(self.root / node), "node.id": str(index)}
         )
-        replicas = LocalReplicas(node, self.clock, config, lambda: self.controller, self.find_replica)
+        replicas = LocalReplicas(node, self.clock, config, lambda: self.controller, self.find_replica, self.metrics)
         started = self.nodes[node] = InProcessNode(node, config, self.clock, replicas)
         return started
 

@@ -28,6 +28,8 @@ from typing import Any
 import ray
 
 from actors.calls import RayPending, kill_and_wait
+from actors.metrics.ray_export import exported_metrics
+from actors.metrics.recorder import BrokerMetrics
 from actors.options import cleaner_name, cleaner_options
 from storage.clock import SYSTEM_CLOCK
 from storage.compaction.clean_result import CleanedLog
@@ -58,10 +60,12 @@ class CleanerStatistics:
 class CleanerActor:
     """One cleaner thread; see the module docstring."""
 
-    def __init__(self, cleaner_config: dict[str, str]) -> None:
+    def __init__(self, cleaner_config: dict[str, str], metrics: BrokerMetrics | None = None) -> None:
+        """`metrics` records each pass (default: the process's, exported to Ray)."""
         os.nice(CLEANER_NICENESS)
         self._cleaner = Cleaner(CleanerConfig.from_properties(cleaner_config), SYSTEM_CLOCK)
         self._statistics = CleanerStatistics(0, 0, 0)
+        self._metrics = metrics if metrics is not None else exported_metrics()
 
     def clean(self, snapshot: LogSnapshot) -> CleanedLog:
         """The first phase of a pass over `snapshot` (`Cleaner.clean_snapshot`)."""
@@ -70,6 +74,8 @@ class CleanerActor:
         self._statistics = CleanerStatistics(
             done.passes + 1, done.bytes_read + result.bytes_read, done.bytes_written + result.bytes_written
         )
+        if not result.aborted:
+            self._metrics.cleaned(result.bytes_read, result.bytes_written, result.duration_ms / 1000)
         return cleaned
 
     def statistics(self) -> CleanerStatistics:

@@ -11,7 +11,10 @@ see that module for what it owns and guarantees. This actor gives it its Ray sea
   without waiting;
 - node liveness: a monitor thread reads `ray.nodes()` every `MONITOR_INTERVAL_S` and hands the live node ids to
   `Controller.check_brokers` (which also runs the preferred-leader rebalance when due);
-- the wall clock.
+- the wall clock;
+- metrics: the process's recorder, exported to Ray (`actors.metrics`), which counts the ISR changes the controller
+  persists; the actor also publishes the cluster's gauges from the controller's states (offline and
+  under-replicated partitions, consumer lag: `actors.metrics.cluster_view`).
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ from actors.core.controller.topic_metadata import AdvertisedListener, TopicMetad
 from actors.core.replication.leader_and_isr import LeaderAndIsr
 from actors.core.security.acls import AclBinding, AclBindingFilter
 from actors.core.security.scram import ScramCredential
+from actors.metrics.cluster_view import ClusterGaugePublisher
+from actors.metrics.ray_export import exported_metrics
 from actors.options import log_manager_name
 from actors.partition_lookup import replica_actor
 from storage.clock import SYSTEM_CLOCK
@@ -73,6 +78,7 @@ class ControllerActor:
     """The plain `Controller` over Ray's seams; see the module docstring."""
 
     def __init__(self, metadata_dir: str, broker_config: dict[str, str]) -> None:
+        metrics = exported_metrics()
         self._controller = Controller(
             Path(metadata_dir),
             BrokerConfig.from_properties(broker_config),
@@ -80,10 +86,12 @@ class ControllerActor:
             brokers=_running_log_managers(),
             find_broker=lambda node_id: RayNodeBroker(get_actor(log_manager_name(node_id))),
             replicas=RayReplicaNotifier(),
+            metrics=metrics,
         )
         self._stopping = threading.Event()
         self._monitor = threading.Thread(target=self._run_monitor, name="controller-monitor", daemon=True)
         self._monitor.start()
+        self._gauges = ClusterGaugePublisher(metrics, self._controller.partition_states)
 
     def _run_monitor(self) -> None:
         while not self._stopping.wait(MONITOR_INTERVAL_S):
@@ -197,6 +205,7 @@ class ControllerActor:
         return self._controller.acls_version()
 
     def shutdown(self) -> None:
+        self._gauges.stop()
         self._stopping.set()
         self._monitor.join()
         self._controller.close()

@@ -32,6 +32,9 @@ from typing import Any
 import ray
 
 from actors.calls import call, controller
+from actors.metrics.gauges import uncleanable_samples
+from actors.metrics.ray_export import exported_metrics
+from actors.metrics.recorder import Sample
 from actors.options import HOSTS_GROUP
 from actors.server.cleaner import RayCleanerThreads
 from actors.server.partition_handles import RayPartitions
@@ -91,6 +94,8 @@ class LogManagerActor:
         self._stopping = threading.Event()
         self._scheduler_thread = threading.Thread(target=self._run_scheduler, name="log-manager-scheduler", daemon=True)
         self._scheduler_thread.start()
+        self._metrics = exported_metrics()
+        self._metrics.add_gauges(self._uncleanable_gauges)
 
     def _topic_config(self, overrides: dict[str, str]) -> LogConfig:
         """A topic's override properties over the broker's `log.*` defaults."""
@@ -152,6 +157,10 @@ class LogManagerActor:
         one of this broker's dirs."""
         return self._manager.log_dir_failed(Path(directory), reason)
 
+    def _uncleanable_gauges(self) -> list[Sample]:
+        dirs = [str(directory) for directory in self._manager.log_dirs]
+        return uncleanable_samples(dirs, self._manager.placements(), self._manager.uncleanable())
+
     def uncleanable(self) -> dict[str, int]:
         """Partitions whose last cleaning failed, with the number of failures in a row."""
         return {f"{t}-{p}": failure.failures for (t, p), failure in self._manager.uncleanable().items()}
@@ -162,6 +171,7 @@ class LogManagerActor:
         """Clean shutdown: the scheduler stops, every partition closes (flush, trim, markers), then the
         checkpoints and the log dirs' clean-shutdown markers are written, the locks released and the
         partition actors, hosts and cleaner actors stopped. Returns end offsets."""
+        self._metrics.remove_gauges(self._uncleanable_gauges)
         self._stopping.set()
         self._scheduler_thread.join(timeout=SCHEDULER_STOP_TIMEOUT_SECONDS)
         states = self._manager.shutdown()

@@ -68,6 +68,9 @@ from actors.core.replication.follower import LeaderLink, ReplicaFetch, ReplicaSe
 from actors.core.replication.leader_and_isr import LeaderAndIsr
 from actors.core.replication.log_changes import LogChanges
 from actors.core.replication.replica import ACKS_ALL_TIMEOUT_MS, Replica
+from actors.metrics.gauges import log_samples
+from actors.metrics.ray_export import exported_metrics
+from actors.metrics.recorder import BrokerMetrics, Sample
 from actors.options import (
     MAINTENANCE_GROUP,
     NAMESPACE,
@@ -182,12 +185,14 @@ class PartitionLogActor:
         producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS,
         replica_settings: ReplicaSettings | None = None,
         find_replica: Callable[[str, int, str], Any] | None = None,
+        metrics: BrokerMetrics | None = None,
     ) -> None:
         """`resume`, when given, answers None on a first start and a `ResumePoint` after a restart;
         `long_poll_slots` (a partition host's, shared by its partitions) bounds the fetches waiting at once,
         default `LONG_POLL_SLOTS` of this actor's own; `producer_id_expiration_ms` is the broker's
         `producer.id.expiration.ms`, `replica_settings` its `replica.*` settings; `find_replica(topic, partition,
-        node)` finds another replica's actor (`actors.partition_lookup.replica_actor`: a follower's leader)."""
+        node)` finds another replica's actor (`actors.partition_lookup.replica_actor`: a follower's leader);
+        `metrics` records its appends and reads its log's numbers (default: the process's, exported to Ray)."""
         self._long_poll_slots = long_poll_slots or threading.BoundedSemaphore(LONG_POLL_SLOTS)
         # Counts the changes a waiting fetch must look at (appends, DeleteRecords, close), under its own lock.
         self._changes = LogChanges(publish=self._publish_offsets)
@@ -197,6 +202,8 @@ class PartitionLogActor:
         self._hw_file: HighWatermarkFile | None = None
         self._replica_settings = replica_settings or ReplicaSettings()
         self._find_replica = find_replica
+        self._metrics = metrics if metrics is not None else exported_metrics()
+        self._named = file_names.parse_partition_dir_name(Path(directory).name)
         self._node = _node_id()
         if self._node:
             freeze_startup_objects()
@@ -233,9 +240,9 @@ class PartitionLogActor:
         except OSError as exc:
             logger.warning("%s: no high-watermark file, same-node readers will call: %s", directory, exc)
         self._changes.notify()
-        named = file_names.parse_partition_dir_name(Path(directory).name)
-        if named is not None and self._node and find_replica is not None:
-            threading.Thread(target=self._ask_replication_state, args=named, daemon=True).start()
+        self._metrics.add_gauges(self._log_gauges)
+        if self._named is not None and self._node and find_replica is not None:
+            threading.Thread(target=self._ask_replication_state, args=self._named, daemon=True).start()
 
     @property
     def _log(self) -> Log:
@@ -273,6 +280,8 @@ class PartitionLogActor:
             raise
         role.appended()
         self._changes.notify()
+        if self._named is not None and not info.duplicate:
+            self._metrics.produced(self._named[0], info.record_count, info.valid_bytes)
         return info
 
     def append_transaction_marker(
@@ -302,6 +311,12 @@ class PartitionLogActor:
         if named is None:
             return None
         return serve(*named, self.append)
+
+    def _log_gauges(self) -> list[Sample]:
+        """The log's size and offsets, read at each export of the metrics."""
+        if self._named is None or self._unavailable is not None:
+            return []
+        return log_samples(*self._named, partition_state(self._opened_log))
 
     def _stop_serving_appends(self) -> None:
         named = file_names.parse_partition_dir_name(self._opened_log.directory.name)
@@ -395,6 +410,7 @@ class PartitionLogActor:
             closed = BrokerNotAvailableError(f"the log of {self._opened_log.directory} is closed")
             self._role.stop(closed)
             self._log.close()
+            self._metrics.remove_gauges(self._log_gauges)
             self._stop_serving_appends()
             self._closed_state = self._state()
             self._unavailable = closed

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -73,6 +74,17 @@ def key_value(text: str) -> tuple[str, str]:
     if not found or not key.strip():
         raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
     return key.strip(), value.strip()
+
+
+def table_lines(header: Sequence[str], rows: Sequence[Sequence[str]], indent: str = "") -> list[str]:
+    """Left-aligned columns as Kafka's tools print them, one line per row after the header. A cell holding a
+    character that does not print (a group name with a newline) is shown escaped (`repr`), so it cannot break
+    the table."""
+    cells = [[cell if cell.isprintable() else repr(cell) for cell in row] for row in (header, *rows)]
+    widths = [max(len(cell) for cell in column) for column in zip(*cells, strict=True)]
+    return [
+        indent + " ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in cells
+    ]
 
 
 def add_command(

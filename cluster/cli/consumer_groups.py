@@ -20,7 +20,15 @@ import struct
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from cluster.cli.common import EXIT_OK, UsageError, add_command, connect, connect_admin, non_negative_int
+from cluster.cli.common import (
+    EXIT_OK,
+    UsageError,
+    add_command,
+    connect,
+    connect_admin,
+    non_negative_int,
+    table_lines,
+)
 from storage.errors import RaybrokerError
 
 if TYPE_CHECKING:
@@ -199,6 +207,5 @@ def _assigned_partitions(assignment: bytes) -> list[tuple[str, int]]:
 
 
 def _print_table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> None:
-    widths = [max(len(cell) for cell in column) for column in zip(header, *rows, strict=False)]
-    for row in (header, *rows):
-        print(" ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+    for line in table_lines(header, rows):
+        print(line)

@@ -8,6 +8,10 @@ the broker running, reported in one line). `start` prints Kafka clients' `bootst
 for a listener other machines can reach. `stop` shuts every broker down cleanly (its listeners first) and prints
 the final log end offsets; it stops the Ray head too when the cluster it is connected to is the session `start`
 recorded (`cluster.runtime.stop_head`: only that head's processes).
+
+`start` also prints where Prometheus scrapes this node's metrics: its Ray node's metrics agent
+(`actors.metrics.ray_export`), on the port `--metrics-port` gives the head it starts (Ray picks a free one without
+it), or, with `--address`, the port the node was started with (`ray start --metrics-export-port`).
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from cluster.cli.common import EXIT_OK, UsageError, add_command, key_value
+from cluster.cli.common import EXIT_OK, UsageError, add_command, key_value, non_negative_int
 from cluster.head_state import HeadState, forget_state, read_state, write_state
 from cluster.ray_auth import ensure_auth_token, token_auth_disabled
 from storage.config.broker_config import BrokerConfig, load_server_properties
@@ -37,7 +41,7 @@ def add_commands(subcommands: Any) -> None:
         "manager over its log.dirs, the __consumer_offsets topic) and its Kafka-protocol listener on `listeners` "
         "(default PLAINTEXT://127.0.0.1:9092); the processes outlive this command. With --address: join that "
         "running cluster and start this node's broker on it. Prints how to connect, Kafka clients' "
-        "bootstrap.servers included.",
+        "bootstrap.servers included, and the URL Prometheus scrapes for this node's metrics.",
     )
     start.add_argument(
         "--config",
@@ -54,6 +58,15 @@ def add_commands(subcommands: Any) -> None:
         action="append",
         metavar="KEY=VALUE",
         help="a broker property that wins over --config and --log-dirs (may be repeated)",
+    )
+    start.add_argument(
+        "--metrics-port",
+        type=non_negative_int,
+        metavar="PORT",
+        default=None,
+        help="the port of the Ray head's metrics agent, which serves this node's broker metrics to Prometheus "
+        "(`ray start --metrics-export-port`; default: a free port, printed). Not with --address: a node's port is "
+        "set when its Ray node starts",
     )
     start.set_defaults(handler=run_start)
 
@@ -110,6 +123,11 @@ def run_start(args: argparse.Namespace) -> int:
     from cluster import runtime
 
     if args.address is not None:
+        if args.metrics_port is not None:
+            raise UsageError(
+                "--metrics-port goes with starting a head; a node joined with --address exports on the port it was "
+                "started with (ray start --metrics-export-port)"
+            )
         runtime.connect_to_cluster(args.address)
         return _start_broker_and_report(config, started=None)
     previous = read_state()
@@ -120,7 +138,7 @@ def run_start(args: argparse.Namespace) -> int:
                 f"`raybroker stop`, or start a broker on it with `raybroker start --address {previous.address}`"
             )
         forget_state()
-    started = runtime.start_head()
+    started = runtime.start_head(metrics_export_port=args.metrics_port)
     write_state(started)
     try:
         runtime.connect_to_cluster(started.address)
@@ -155,6 +173,12 @@ def _start_broker_and_report(config: BrokerConfig, started: HeadState | None) ->
         f"Kafka clients: bootstrap.servers={listeners.bootstrap_servers} "
         f"({listeners.processes} listener process{'es' if listeners.processes > 1 else ''} on this node)"
     )
+    metrics = runtime.metrics_url(node_id)
+    if metrics is not None:
+        print(
+            f"Prometheus metrics of this node: {metrics} (Ray's metrics agent; configs/prometheus.yml is a scrape "
+            "config, configs/grafana-raybroker.json a dashboard)"
+        )
     print("Connect from Python:")
     print(f'    import ray; ray.init(address="{address}")')
     print("    from actors import Broker; broker = Broker.connect()")

@@ -14,6 +14,9 @@ Subcommands:
 | `get-offsets`,         | `cluster.cli.offsets`       | kafka-get-offsets.sh, kafka-delete-records.sh      |
 | `delete-records`       |                             |                                                    |
 | `consumer-groups`      | `cluster.cli.consumer_groups` | kafka-consumer-groups.sh                         |
+| `status`               | `cluster.cli.status`        | kafka-topics.sh --under-replicated-partitions,     |
+|                        |                             | kafka-metadata-quorum.sh, kafka-consumer-groups.sh |
+|                        |                             | on one screen; exit 1: a partition is offline      |
 | `sql`                  | `cluster.cli.sql_command`   | Spark SQL over live topics, each one a view        |
 | `stream`               | `cluster.cli.stream_command` | Spark Structured Streaming SQL over live topics   |
 | `users`                | `cluster.cli.users`         | kafka-configs.sh --entity-type users (SCRAM)       |
@@ -28,7 +31,7 @@ Exit codes:
     0    success
     1    data or broker error: a file is corrupt, truncated or unreadable (dump-log still prints what it
          could decode); no Ray cluster or no broker running; an unknown topic or partition, an invalid topic
-         name or config, or any other request the broker refuses
+         name or config, or any other request the broker refuses; `status` found a partition offline
          (also: an unexpected internal error, or stdout closed early as in `dump-log x.log | head`)
     2    usage error: bad arguments, options a command does not take together, a missing file, or a file
          kind dump-log does not read
@@ -56,6 +59,7 @@ from cluster.cli import (
     offsets,
     produce,
     sql_command,
+    status,
     stream_command,
     topics,
     users,
@@ -82,6 +86,7 @@ COMMAND_MODULES = (
     consume,
     offsets,
     consumer_groups,
+    status,
     sql_command,
     stream_command,
     users,

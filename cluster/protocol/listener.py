@@ -32,12 +32,14 @@ from collections.abc import Mapping
 from types import TracebackType
 
 from actors.clients.broker import Broker
+from actors.metrics.ray_export import exported_metrics
+from actors.metrics.recorder import BrokerMetrics
 from cluster.protocol.broker_view import BrokerEndpoint, BrokerView
 from cluster.protocol.connection import ConnectionContext
 from cluster.protocol.framing import SplicedFrame
 from cluster.protocol.ray_broker_view import RayBrokerView
 from cluster.protocol.ray_group_view import RayGroupView
-from cluster.protocol.router import Router
+from cluster.protocol.router import Router, request_name
 from cluster.protocol.security.access import AccessControl
 from cluster.protocol.security.ray_security_view import RaySecurityView
 from cluster.protocol.security.security_view import SecurityView
@@ -59,16 +61,19 @@ class KafkaListener:
         properties: Mapping[str, object] | None = None,
         view: BrokerView | None = None,
         security: SecurityView | None = None,
+        metrics: BrokerMetrics | None = None,
     ) -> None:
         """Binds and starts serving before it returns; raises `InvalidConfigError` for bad settings (a keystore
         that does not load included) and `OSError` when a port cannot be bound. `view` and `security` default to
-        the broker and controller of the Ray cluster this process is connected to."""
+        the broker and controller of the Ray cluster this process is connected to, `metrics` to this process's
+        (exported to Ray's metrics: `actors.metrics.ray_export`)."""
         props = dict(properties or {})
         self._broker_config = BrokerConfig.from_properties(props)
         self._config = self._broker_config.listener_config
         self._static_broker_keys = frozenset(str(key).strip() for key in props)
         self._view = view if view is not None else RayBrokerView(Broker.connect())
         self._security = security if security is not None else RaySecurityView()
+        self._metrics = metrics if metrics is not None else exported_metrics()
         self._tls_contexts = {
             endpoint.listener_name: server_context(self._broker_config.security_config, endpoint.security_protocol)
             for endpoint in self._config.endpoints
@@ -154,6 +159,8 @@ class KafkaListener:
             overlaps=Router.overlaps,
             security=self._broker_config.security_config,
             tls_contexts=self._tls_contexts,
+            metrics=self._metrics,
+            request_name=request_name,
         )
         await server.start()
         endpoint = self._endpoint(server)
@@ -167,6 +174,7 @@ class KafkaListener:
             static_broker_keys=self._static_broker_keys,
             security=self._security,
             access=access,
+            metrics=self._metrics,
         )
         try:
             await self._view.announce(endpoint)
@@ -183,7 +191,10 @@ class KafkaListener:
 
 
 def start_listener(
-    properties: Mapping[str, object] | None = None, view: BrokerView | None = None, security: SecurityView | None = None
+    properties: Mapping[str, object] | None = None,
+    view: BrokerView | None = None,
+    security: SecurityView | None = None,
+    metrics: BrokerMetrics | None = None,
 ) -> KafkaListener:
     """Starts a Kafka-protocol listener for the running broker (see the module docstring)."""
-    return KafkaListener(properties, view, security)
+    return KafkaListener(properties, view, security, metrics)

@@ -31,10 +31,14 @@ Every handler that guards a resource gets the listener's `AccessControl` and ask
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from types import MappingProxyType
 from typing import Any
 
+from kio.index import load_request_schema
+
+from actors.metrics.recorder import NO_METRICS, BrokerMetrics
 from cluster.protocol.broker_view import BrokerEndpoint, BrokerView
 from cluster.protocol.config_entries import ConfigDescriber
 from cluster.protocol.connection import ConnectionContext
@@ -167,6 +171,25 @@ OVERLAPPING = frozenset({PRODUCE_KEY, FETCH_KEY})
 Handler = Callable[[Request], Awaitable[Any | None]]
 
 
+@functools.cache
+def _api_names() -> dict[int, str]:
+    """Kafka's name of each served API (`ApiKeys.name`: `Produce`, `OffsetForLeaderEpoch`, ...), from kio's classes."""
+    return {
+        key: load_request_schema(key, served.max_version).__name__.removesuffix("Request")
+        for key, served in SERVED.items()
+    }
+
+
+def request_name(payload: bytes) -> tuple[str, int] | None:
+    """A request payload's API name and version, as Kafka's request metrics label them; None for a payload too
+    short to hold a header, or of an API this server does not serve."""
+    if len(payload) < FIXED_HEADER.size:
+        return None
+    api_key, api_version, _ = FIXED_HEADER.unpack_from(payload)
+    name = _api_names().get(api_key)
+    return None if name is None else (name, api_version)
+
+
 class Router:
     """Decodes a request, runs its API's handler, and encodes the answer (None when the API sends none, as
     Produce with acks=0). Raises `ProtocolError` for a payload that is no request it serves."""
@@ -183,15 +206,16 @@ class Router:
         groups: GroupView,
         security: SecurityView,
         access: AccessControl,
+        metrics: BrokerMetrics = NO_METRICS,
     ) -> None:
         """`broker_config` is the broker's config and `static_broker_keys` the keys its properties set, for the
         admin APIs (defaults, sources, `delete.topic.enable`); `security` holds the SCRAM credentials and ACLs,
-        `access` answers the handlers' authorization questions."""
+        `access` answers the handlers' authorization questions; `metrics` counts the bytes Fetch answers carry."""
         describer = ConfigDescriber(broker_config, static_broker_keys)
         node_id = endpoint.node_id
         self._handlers: dict[int, Handler] = {
             PRODUCE_KEY: ProduceHandler(view, access),
-            FETCH_KEY: FetchHandler(view, access),
+            FETCH_KEY: FetchHandler(view, access, metrics),
             LIST_OFFSETS_KEY: ListOffsetsHandler(view, access),
             METADATA_KEY: MetadataHandler(view, endpoint, auto_create_topics_enable, num_partitions, access),
             API_VERSIONS_KEY: ApiVersionsHandler(SERVED),

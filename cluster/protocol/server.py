@@ -31,6 +31,11 @@ What closes a connection, and only that connection (the listener and every other
 The answers of requests read before the one that closes it are still sent.
 A connection over `max.connections` (all addresses) or `max.connections.per.ip` is closed as soon as it is
 accepted; Kafka's broker holds off accepting at `max.connections` instead, which asyncio's server cannot.
+
+Metrics (`actors.metrics`): connections opened and closed and failed authentications per listener name, and per
+request the time from its frame read to its answer written (Kafka's TotalTimeMs: queueing, handling, waiting for
+the earlier answers of its connection and writing), under the name and version `request_name` reads from the
+payload (the router's: the server itself knows no API).
 """
 
 from __future__ import annotations
@@ -41,11 +46,13 @@ import functools
 import logging
 import os
 import ssl
+import time
 from collections import Counter
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
+from actors.metrics.recorder import NO_METRICS, BrokerMetrics
 from cluster.protocol.connection import ConnectionContext
 from cluster.protocol.errors import AuthenticationFailedError, ProtocolError
 from cluster.protocol.file_region import FileRegion
@@ -58,7 +65,10 @@ logger = logging.getLogger(__name__)
 
 RequestHandler = Callable[[bytes, ConnectionContext], Coroutine[Any, Any, bytes | SplicedFrame | None]]
 OverlapPredicate = Callable[[bytes], bool]
+RequestName = Callable[[bytes], tuple[str, int] | None]
 _Answer = asyncio.Task[bytes | SplicedFrame | None]
+# A request being handled: the task answering it, its payload, and when its frame was read (perf_counter, s).
+_Pending = tuple[_Answer, bytes, float]
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,13 +98,18 @@ class KafkaServer:
         overlaps: OverlapPredicate = lambda _payload: False,
         security: SecurityConfig | None = None,
         tls_contexts: dict[str, ssl.SSLContext] | None = None,
+        metrics: BrokerMetrics = NO_METRICS,
+        request_name: RequestName = lambda _payload: None,
     ) -> None:
         """`overlaps(payload)` says whether a request may be handled while other requests of its connection are
         (see the module docstring). `reuse_port` binds with SO_REUSEPORT, so that several listener processes of a
         node share its port (the kernel spreads new connections over them); every process bound to the port must
         set it. `tls_contexts` holds the TLS context of each SSL or SASL_SSL listener name; `security` the limits
-        and delays of authentication."""
+        and delays of authentication. `metrics` records connections and answered requests, each under the
+        (API name, version) `request_name(payload)` gives (a request it names None is not recorded)."""
         self._handle = handle
+        self._metrics = metrics
+        self._request_name = request_name
         self._security = security or SecurityConfig()
         self._tls_contexts = dict(tls_contexts or {})
         self._overlaps = overlaps
@@ -169,6 +184,7 @@ class KafkaServer:
         self._accepted += 1
         self._connections.add(task)
         self._per_ip[address] += 1
+        self._metrics.connection_opened(endpoint.listener_name)
         context = ConnectionContext.accepted(
             endpoint.listener_name,
             endpoint.security_protocol,
@@ -182,6 +198,7 @@ class KafkaServer:
             # error of the connection's callback.
             pass
         finally:
+            self._metrics.connection_closed(endpoint.listener_name)
             self._connections.discard(task)
             self._per_ip[address] -= 1
             if not self._per_ip[address]:
@@ -194,22 +211,22 @@ class KafkaServer:
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, context: ConnectionContext
     ) -> None:
         """Reads requests and writes their answers concurrently, until either side ends the connection."""
-        answers: asyncio.Queue[_Answer | None] = asyncio.Queue()
+        answers: asyncio.Queue[_Pending | None] = asyncio.Queue()
         reading = asyncio.create_task(self._read_requests(reader, answers, context))
         try:
-            await self._write_answers(answers, writer, context.client_host)
+            await self._write_answers(answers, writer, context)
         finally:
             reading.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await reading
             while not answers.empty():
-                task = answers.get_nowait()
-                if task is not None:
-                    task.cancel()
+                pending = answers.get_nowait()
+                if pending is not None:
+                    pending[0].cancel()
                     self._queue_slots.release()
 
     async def _read_requests(
-        self, reader: asyncio.StreamReader, answers: asyncio.Queue[_Answer | None], context: ConnectionContext
+        self, reader: asyncio.StreamReader, answers: asyncio.Queue[_Pending | None], context: ConnectionContext
     ) -> None:
         """Reads frames and starts their handling, in order; puts None on `answers` when reading ends."""
         idle_s = self._config.connections_max_idle_ms / 1000
@@ -225,6 +242,7 @@ class KafkaServer:
                     self._closed_for_errors += 1
                     return
                 payload = await asyncio.wait_for(reader.readexactly(size), idle_s)
+                read_at = time.perf_counter()
                 alone = not self._overlaps(payload)
                 if alone and running:
                     await asyncio.wait(running)
@@ -232,7 +250,7 @@ class KafkaServer:
                 task = asyncio.create_task(self._handle(payload, context))
                 running.add(task)
                 task.add_done_callback(running.discard)
-                answers.put_nowait(task)
+                answers.put_nowait((task, payload, read_at))
                 if alone:
                     await asyncio.wait({task})
         except TimeoutError:
@@ -271,11 +289,13 @@ class KafkaServer:
             frame.close()
 
     async def _write_answers(
-        self, answers: asyncio.Queue[_Answer | None], writer: asyncio.StreamWriter, address: str
+        self, answers: asyncio.Queue[_Pending | None], writer: asyncio.StreamWriter, context: ConnectionContext
     ) -> None:
         """Writes each request's answer in the order the requests came, until reading ended or a request failed."""
+        address = context.client_host
         try:
-            while (task := await answers.get()) is not None:
+            while (pending := await answers.get()) is not None:
+                task, payload, read_at = pending
                 try:
                     response = await task
                 finally:
@@ -286,10 +306,12 @@ class KafkaServer:
                 elif response is not None:
                     writer.write(response)
                     await writer.drain()
+                self._answered(payload, read_at)
         except ConnectionError:
             pass
         except AuthenticationFailedError as exc:
             self._authentication_failures += 1
+            self._metrics.authentication_failed(context.listener_name)
             logger.warning("closing %s: %s", address, exc.reason)
             await asyncio.sleep(self._security.connection_failed_authentication_delay_ms / 1000)
             with contextlib.suppress(ConnectionError):
@@ -301,3 +323,8 @@ class KafkaServer:
         except Exception:
             logger.exception("closing %s: a request failed inside its handler", address)
             self._closed_for_errors += 1
+
+    def _answered(self, payload: bytes, read_at: float) -> None:
+        named = self._request_name(payload)
+        if named is not None:
+            self._metrics.request_answered(named[0], named[1], (time.perf_counter() - read_at) * 1000)

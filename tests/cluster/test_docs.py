@@ -318,6 +318,19 @@ def test_sql_example(spark: Any, page_views: list[dict[str, Any]], capsys: pytes
     assert shown_counts(printed.out.splitlines()) == views_per_page(page_views)
 
 
+@pytest.mark.ray
+@pytest.mark.filterwarnings("ignore::DeprecationWarning:ray.data.context")  # Ray Data reads its own deprecated fields
+def test_ray_data_example(page_views: list[dict[str, Any]], tmp_path: Path) -> None:
+    block = example("test_ray_data_example")
+    printed = run_python(block, tmp_path)
+    # The stream's print is indented in its loop: every expected print is checked, in order.
+    unindented = "\n".join(line.strip() for line in block.code.splitlines())
+    check_expected_prints(unindented, printed)
+    slow = [view for view in page_views if view["latency_ms"] > 40]
+    expected = [match.group(1) for line in unindented.splitlines() if (match := EXPECTED_PRINT.match(line))]
+    assert expected == [str(len(page_views)), str(len(slow)), str(len(slow))], "the page's numbers are the data's"
+
+
 # --- examples that start a broker with its own Ray head -------------------------------------------------
 
 
@@ -411,16 +424,3 @@ def test_ray_data_kafka_example(kafka_listener: None, tmp_path: Path) -> None:
     assert f'servers = "{KAFKA_EXAMPLE_HOST}:{KAFKA_EXAMPLE_PORT}"' in block.code
     printed = run_python(block, tmp_path)
     check_expected_prints(block.code, printed)
-
-
-@pytest.mark.ray
-@pytest.mark.filterwarnings("ignore::DeprecationWarning:ray.data.context")  # Ray Data reads its own deprecated fields
-def test_ray_data_example(page_views: list[dict[str, Any]], tmp_path: Path) -> None:
-    block = example("test_ray_data_example")
-    printed = run_python(block, tmp_path)
-    # The stream's print is indented in its loop: every expected print is checked, in order.
-    unindented = "\n".join(line.strip() for line in block.code.splitlines())
-    check_expected_prints(unindented, printed)
-    slow = [view for view in page_views if view["latency_ms"] > 40]
-    expected = [match.group(1) for line in unindented.splitlines() if (match := EXPECTED_PRINT.match(line))]
-    assert expected == [str(len(page_views)), str(len(slow)), str(len(slow))], "the page's numbers are the data's"

@@ -40,8 +40,9 @@ validated against Kafka's names and ranges before anything is written.
 
 Seams: the clock (`storage.clock`), each node's broker (`NodeBroker`: create, delete and configure partitions,
 list the placements it holds; its calls answer a `storage.pending.Pending`, so the controller asks every broker at
-once and then collects), a way to find a node's broker when it registers, and the replicas' notifier. Calls are
-serialised by one lock; replicas are told outside it, without waiting.
+once and then collects), a way to find a node's broker when it registers, the replicas' notifier, and the metrics
+(`actors.core.role_metrics`: every ISR change it persists, counted as Kafka's IsrShrinksPerSec or IsrExpandsPerSec).
+Calls are serialised by one lock; replicas are told outside it, without waiting.
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ from actors.core.controller.assignment import (
 )
 from actors.core.controller.topic_metadata import INTERNAL_TOPICS, AdvertisedListener, TopicMetadata
 from actors.core.replication.leader_and_isr import LeaderAndIsr
+from actors.core.role_metrics import NO_ROLE_METRICS, RoleMetrics
 from actors.core.security.acl_store import ACL_KEY_PREFIX, AclStore
 from actors.core.security.acls import AclBinding, AclBindingFilter
 from actors.core.security.credential_store import SCRAM_KEY_PREFIX, ScramCredentialStore
@@ -140,11 +142,14 @@ class Controller:
         brokers: Mapping[str, NodeBroker],
         find_broker: Callable[[str], NodeBroker],
         replicas: ReplicaNotifier,
+        metrics: RoleMetrics = NO_ROLE_METRICS,
     ) -> None:
         """`brokers` are the node brokers running when the controller starts (none when the cluster starts);
-        `find_broker(node)` finds the broker of a node that registers (`BrokerNotAvailableError` if none runs)."""
+        `find_broker(node)` finds the broker of a node that registers (`BrokerNotAvailableError` if none runs);
+        `metrics` counts the ISR changes."""
         self.config = config
         self._clock = clock
+        self._metrics = metrics
         self._find_broker = find_broker
         self._replicas = replicas
         self._lock = threading.RLock()
@@ -243,6 +248,7 @@ class Controller:
 
     def _persist_state(self, state: LeaderAndIsr) -> LeaderAndIsr:
         """Writes a partition's new replication state into its topic's record; returns it."""
+        self._metrics.isr_changed(len(self._topics[state.topic].state(state.partition).isr), len(state.isr))
         self._persist_topic(self._topics[state.topic].with_state(state))
         return state
 
@@ -380,8 +386,7 @@ class Controller:
         """Replicas for `count` new partitions (`actors.core.controller.assignment.place_replicas`)."""
         if not self._brokers:
             raise BrokerNotAvailableError("no broker is registered; start one with `raybroker start`")
-        existing = [topic.state(p) for topic in self._topics.values() for p in topic.partitions]
-        return place_replicas(count, replication_factor, self._brokers, existing)
+        return place_replicas(count, replication_factor, self._brokers, self.partition_states())
 
     def _replication_factor(self, requested: object) -> int:
         """The topic's replication factor: `requested`, or `default.replication.factor` for None or -1 (Kafka's
@@ -529,6 +534,10 @@ class Controller:
 
     def topics(self) -> dict[str, TopicMetadata]:
         return dict(self._topics)
+
+    def partition_states(self) -> list[LeaderAndIsr]:
+        """Every partition's replication state (the cluster's gauges read them at each export)."""
+        return [topic.state(p) for topic in list(self._topics.values()) for p in topic.partitions]
 
     def topic_configs(self) -> dict[str, dict[str, str]]:
         return {name: dict(topic.config) for name, topic in self._topics.items()}

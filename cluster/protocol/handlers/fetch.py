@@ -26,6 +26,9 @@ one.
 
 Authorization: READ on each topic, else its partitions answer TOPIC_AUTHORIZATION_FAILED (29) without being read
 (and without waiting for them), whether the topic exists or not, as Kafka's consumer fetch.
+
+Metrics: the record bytes each answer carries, per topic (Kafka's BytesOutPerSec), once the response limit is
+applied, so that a partition left out this time is counted when it is sent.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 
 from actors.core.security.acls import AclOperation, ResourceType
+from actors.metrics.recorder import NO_METRICS, BrokerMetrics
 from cluster.protocol.broker_view import BrokerView, FetchedRecords
 from cluster.protocol.errors import TopicAuthorizationFailedError, error_code
 from cluster.protocol.file_region import FileRegion
@@ -73,9 +77,12 @@ _Answer = FetchedRecords | RaybrokerError
 class FetchHandler:
     """Answers Fetch (see the module docstring)."""
 
-    def __init__(self, view: BrokerView, access: AccessControl | None = None) -> None:
+    def __init__(
+        self, view: BrokerView, access: AccessControl | None = None, metrics: BrokerMetrics = NO_METRICS
+    ) -> None:
         self._view = view
         self._access = access
+        self._metrics = metrics
 
     async def __call__(self, request: Request) -> Any:
         body = request.body
@@ -111,6 +118,8 @@ class FetchHandler:
         responses: dict[str, list[dict[str, Any]]] = {}
         for fetch, answer in zip(wanted, answers, strict=True):
             responses.setdefault(fetch.topic, []).append(_partition_answer(fetch.partition, answer))
+            if isinstance(answer, FetchedRecords) and answer.records:
+                self._metrics.fetched(fetch.topic, len(answer.records))
         return build(
             response_type,
             {

@@ -1,7 +1,7 @@
 """The in-process broker: three simulated nodes replicating a topic with real follower threads, a lost leader
 replaced from the ISR without losing an acknowledged record, a node that comes back catching up, and a broker closed
-with nothing left running and opened again with its topics and records. The oracle is the list of records each
-`acks=all` append acknowledged."""
+with nothing left running and opened again with its topics and records, and what it records in its metrics. The
+oracle is the list of records each `acks=all` append acknowledged."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 
 from actors.core.broker import InProcessBroker
+from actors.metrics.names import BYTES_IN, ISR_EXPANDS, ISR_SHRINKS, MESSAGES_IN
+from actors.metrics.recorder import MetricsRecorder
 from storage.errors import (
     BrokerNotAvailableError,
     NotEnoughReplicasAfterAppendError,
@@ -151,5 +153,33 @@ def test_random_node_losses_and_returns_never_lose_an_acknowledged_record(tmp_pa
                 continue
             held = values(bytes(leader.log.read(0, 1 << 20, isolation="log_end").records))
             assert [value for value in held if value in acknowledged] == acknowledged, f"step {step}: {action}"
+    finally:
+        broker.close()
+
+
+def test_appends_and_isr_changes_are_recorded_as_the_partition_state_moves(tmp_path: Path) -> None:
+    """The broker's recorder against the oracle of the partition's states: a follower lost shrinks the ISR once, its
+    return expands it once; every acknowledged record and batch byte counts once under its topic."""
+    metrics = MetricsRecorder()
+    broker = InProcessBroker(tmp_path, nodes=3, properties=PROPERTIES, metrics=metrics)
+    try:
+        broker.controller.create_topic("t", 1, replication_factor=3)
+        sent = [batch(b"a", b"b"), batch(b"c")]
+        leader = broker.leader("t", 0)
+        for data in sent:
+            leader.await_replicated(leader.append(data, acks=-1))
+        assert (metrics.value(ISR_SHRINKS), metrics.value(ISR_EXPANDS)) == (0, 0)
+
+        state = broker.controller.partition_state("t", 0)
+        follower = state.replicas[1] if state.replicas[0] == state.leader else state.replicas[0]
+        broker.lose_node(follower)
+        assert len(broker.controller.partition_state("t", 0).isr) == 2
+        assert (metrics.value(ISR_SHRINKS), metrics.value(ISR_EXPANDS)) == (1, 0)
+        broker.restart_node(follower)
+        wait_until(lambda: len(broker.controller.partition_state("t", 0).isr) == 3, "the follower back in the ISR")
+        assert (metrics.value(ISR_SHRINKS), metrics.value(ISR_EXPANDS)) == (1, 1)
+
+        assert metrics.value(MESSAGES_IN, "t") == metrics.value(MESSAGES_IN, "") == 3
+        assert metrics.value(BYTES_IN, "t") == sum(len(data) for data in sent)
     finally:
         broker.close()

@@ -9,6 +9,18 @@ from pathlib import Path
 
 import pytest
 
+from actors.metrics.names import (
+    BYTES_IN,
+    CLEANER_BYTES_READ,
+    CLEANER_BYTES_WRITTEN,
+    CLEANER_PASSES,
+    LOG_END_OFFSET,
+    LOG_SEGMENTS,
+    LOG_SIZE,
+    LOG_START_OFFSET,
+    MESSAGES_IN,
+)
+from actors.metrics.recorder import MetricsRecorder
 from actors.server.cleaner import CleanerActor
 from actors.server.partition_log import FetchResult, PartitionLogActor, PartitionState, ResumePoint
 from storage import file_names
@@ -193,6 +205,35 @@ def test_crash_keeps_an_idempotent_producers_state_so_a_retry_is_not_duplicated(
     assert recovered.offsets()[2] == 3
 
 
+def test_appends_count_records_and_bytes_in_and_the_log_gauges_follow_the_files(tmp_path: Path) -> None:
+    """Oracles: the records and batch bytes sent (a refused batch and an idempotent retry add nothing), the
+    segment files' sizes on disk, the actor's own offsets."""
+    metrics = MetricsRecorder()
+    actor = open_actor(tmp_path / "orders-3", SMALL_SEGMENTS, metrics=metrics)
+    sent_records = sent_bytes = 0
+    for index in range(12):
+        batch = batch_bytes(
+            records(f"b{index}", index + 1), producer_id=5, producer_epoch=0, base_sequence=sent_records
+        )
+        actor.append(batch)
+        sent_records += index + 1
+        sent_bytes += len(batch)
+        if index == 4:
+            actor.append(batch)  # a producer's retry: a duplicate, not appended again
+    with pytest.raises(CorruptRecordError):
+        actor.append(_corrupt(batch_bytes(records("bad", 2)), CRC_OFFSET, b"\x00\x00\x00\x00"))
+    assert metrics.value(MESSAGES_IN, "orders") == metrics.value(MESSAGES_IN, "") == sent_records
+    assert metrics.value(BYTES_IN, "orders") == sent_bytes
+    actor.delete_records(3)
+    on_disk = sum(path.stat().st_size for path in (tmp_path / "orders-3").glob("*.log"))
+    assert metrics.value(LOG_SIZE, "orders", "3") == on_disk == actor.state().size_bytes
+    assert metrics.value(LOG_END_OFFSET, "orders", "3") == sent_records == actor.offsets()[2]
+    assert metrics.value(LOG_START_OFFSET, "orders", "3") == 3
+    assert metrics.value(LOG_SEGMENTS, "orders", "3") == len(list((tmp_path / "orders-3").glob("*.log"))) > 1
+    actor.close()
+    assert metrics.snapshot().gauges == {}
+
+
 def _corrupt(data: bytes, position: int, value: bytes) -> bytes:
     return data[:position] + value + data[position + len(value) :]
 
@@ -325,7 +366,11 @@ def test_a_pass_cleaned_by_a_cleaner_actor_is_swapped_in_while_appends_go_on(tmp
     found = actor.cleanable(None)
     assert isinstance(found, LogToClean)
     snapshot = actor.snapshot_for_cleaning(found.first_dirty_offset, found.first_uncleanable_offset)
-    cleaned = CleanerActor({}).clean(snapshot)
+    metrics = MetricsRecorder()
+    cleaned = CleanerActor({}, metrics).clean(snapshot)
+    assert metrics.value(CLEANER_PASSES) == 1
+    assert metrics.value(CLEANER_BYTES_READ) == cleaned.result.bytes_read > 0
+    assert metrics.value(CLEANER_BYTES_WRITTEN) == cleaned.result.bytes_written < cleaned.result.bytes_read
     later = records("w", 8, keys=4)
     actor.append(batch_bytes(later))
     assert not actor.changed_since(snapshot)

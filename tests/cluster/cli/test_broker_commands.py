@@ -34,7 +34,7 @@ from storage.records.record_batch import TimestampType
 from tests.conftest import skip_or_fail
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
-BROKER_COMMANDS = ("start", "stop", "topics", "produce", "consume", "get-offsets", "delete-records")
+BROKER_COMMANDS = ("start", "stop", "topics", "produce", "consume", "get-offsets", "delete-records", "status")
 
 StartBroker = Callable[..., tuple[Any, list[Path]]]
 
@@ -88,6 +88,7 @@ def test_top_level_help_lists_the_broker_commands(capsys: pytest.CaptureFixture[
         (["topics", "--list", "--under-replicated-partitions"], "go with --describe"),
         (["topics", "--create", "--topic", "t", "--unavailable-partitions"], "go with --describe"),
         (["produce", "--topic", "t", "--key-separator", ""], "--key-separator must not be empty"),
+        (["start", "--address", "auto", "--metrics-port", "9100"], "--metrics-port goes with starting a head"),
     ],
 )
 def test_option_combinations_a_command_refuses_are_one_line_usage_errors(
@@ -146,10 +147,11 @@ def closed_port() -> int:
         return sock.getsockname()[1]
 
 
-def test_no_cluster_fails_fast_with_one_line_in_a_subprocess() -> None:
-    """Fast means within 8 s of the time the same interpreter takes to import the CLI and print `--help`,
-    measured just before (Ray's own retries to reach a missing cluster last a minute and more); the baseline keeps
-    the check fair on a loaded machine."""
+@pytest.mark.parametrize("command", [["topics", "--list"], ["status"]])
+def test_no_cluster_fails_fast_with_one_line_in_a_subprocess(command: list[str]) -> None:
+    """Fast means within 8 s of the time the same interpreter takes to import the CLI and print the command's
+    `--help`, measured just before (Ray's own retries to reach a missing cluster last a minute and more); the
+    baseline keeps the check fair on a loaded machine."""
     env = {**os.environ, "RAY_ADDRESS": f"127.0.0.1:{closed_port()}"}
 
     def timed(*arguments: str) -> tuple[subprocess.CompletedProcess[str], float]:
@@ -165,9 +167,9 @@ def test_no_cluster_fails_fast_with_one_line_in_a_subprocess() -> None:
         )
         return result, time.monotonic() - started
 
-    helped, baseline_s = timed("topics", "--help")
+    helped, baseline_s = timed(command[0], "--help")
     assert helped.returncode == EXIT_OK
-    result, elapsed_s = timed("topics", "--list")
+    result, elapsed_s = timed(*command)
     assert result.returncode == EXIT_DATA_ERROR
     assert result.stdout == ""
     assert "no Ray cluster at 127.0.0.1:" in one_error_line(result.stderr)
@@ -587,6 +589,9 @@ def test_stop_then_start_on_the_running_cluster(
     assert (tmp_path / "fresh" / "meta.properties").is_file()
     assert f'ray.init(address="{ray.get_runtime_context().gcs_address}")' in out
     assert f"Kafka clients: bootstrap.servers=127.0.0.1:{port} (1 listener process on this node)\n" in out
+    node = next(n for n in ray.nodes() if n["NodeID"] == ray.get_runtime_context().get_node_id())
+    metrics = f"http://{node['NodeManagerAddress']}:{node['MetricsExportPort']}/metrics"
+    assert f"Prometheus metrics of this node: {metrics} (" in out
     assert run(capsys, "topics", "--list")[1] == "__consumer_offsets\n"
     # The listener started with the broker: a Kafka client produces and reads back through the printed port.
     assert wire_round_trip(f"127.0.0.1:{port}", "cli-wire") == [b"wire-0", b"wire-1", b"wire-2"]

@@ -10,10 +10,9 @@ from typing import Any
 
 import pytest
 
-from actors.clients.admin import Admin
 from actors.clients.consumer import Consumer
-from actors.clients.producer import Producer
 from cluster.cli.main import EXIT_DATA_ERROR, EXIT_OK, EXIT_USAGE, main
+from tests.cluster.cli.group_support import committed_group
 
 TOPIC = "cli-groups"
 GROUP = "cli-python-group"
@@ -65,19 +64,7 @@ def test_a_python_consumer_group_is_listed_described_reset_and_deleted(
     start_test_broker: Callable[..., tuple[Any, Any]], capsys: pytest.CaptureFixture[str]
 ) -> None:
     start_test_broker(log_dirs_count=1)
-    Admin().create_topic(TOPIC, partitions=2)
-    producer = Producer()
-    try:
-        for index in range(10):
-            producer.send(TOPIC, value=f"v{index}".encode(), partition=index % 2)
-        producer.flush()
-    finally:
-        producer.close()
-    consumer = Consumer(group_id=GROUP)
-    try:
-        consumer.commit({(TOPIC, 0): 2, (TOPIC, 1): 5})
-    finally:
-        consumer.close()
+    committed_group(TOPIC, GROUP, 10, {0: 2, 1: 5})
 
     code, out, _ = run(capsys, "--list")
     assert (code, out.split()) == (EXIT_OK, [GROUP])

@@ -26,6 +26,7 @@ from kio.serial import entity_reader
 from actors.core.broker import InProcessBroker
 from actors.core.controller.controller import Controller
 from actors.core.groups.group_membership import MembershipConfig
+from actors.core.role_metrics import NO_ROLE_METRICS, RoleMetrics
 from actors.core.security.acls import AclBinding
 from actors.core.security.scram import ScramCredential
 from cluster.protocol.framing import SIZE, Request, decode_response, encode_request, encode_response
@@ -51,10 +52,11 @@ def start_broker(
     nodes: int = 1,
     clock: Clock | None = None,
     initial_rebalance_delay_ms: int = 0,
+    metrics: RoleMetrics = NO_ROLE_METRICS,
     **properties: str,
 ) -> InProcessBroker:
-    """An in-process broker under `root` on `clock` (a fresh `MockClock` by default, which groups' timeouts run on);
-    `properties` in Kafka's names with dots as underscores (`min_insync_replicas="2"`)."""
+    """An in-process broker under `root` on `clock` (a fresh `MockClock` by default, which groups' timeouts run on),
+    recording into `metrics`; `properties` in Kafka's names with dots as underscores (`min_insync_replicas="2"`)."""
     return InProcessBroker(
         root,
         nodes=nodes,
@@ -66,6 +68,7 @@ def start_broker(
         },
         clock=clock or MockClock(),
         membership=MembershipConfig(group_initial_rebalance_delay_ms=initial_rebalance_delay_ms),
+        metrics=metrics,
     )
 
 

@@ -9,6 +9,8 @@ import pytest
 from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
 
+from actors.metrics.names import BYTES_OUT
+from actors.metrics.recorder import MetricsRecorder
 from cluster.protocol.framing import decode_response, encode_response
 from cluster.protocol.handlers.fetch import FETCH_KEY, FetchHandler
 from cluster.protocol.local_broker_view import LocalBrokerView
@@ -26,6 +28,7 @@ def fetch(
     partition_max_bytes: int = 1 << 20,
     max_bytes: int = 50 << 20,
     session_id: int = 0,
+    metrics: MetricsRecorder | None = None,
 ) -> tuple[Any, dict[tuple[str, int], Any]]:
     topics: dict[str, list[dict[str, Any]]] = {}
     for (topic, partition), offset in positions.items():
@@ -55,7 +58,7 @@ def fetch(
             "rack_id": "",
         },
     )
-    response = run(FetchHandler(view)(request(body)))
+    response = run(FetchHandler(view, metrics=metrics or MetricsRecorder())(request(body)))
     _, decoded = decode_response(encode_response(1, response)[4:], load_response_schema(FETCH_KEY, version))
     return decoded, {(t.topic, p.partition_index): p for t in decoded.responses for p in t.partitions}
 
@@ -105,6 +108,22 @@ def test_max_bytes_leaves_out_later_partitions_but_never_the_first_with_data(vie
     assert len(records_of(answers[("t", 0)].records)) == 2
     assert answers[("t", 1)].records == answers[("t", 2)].records == b""
     assert answers[("t", 1)].high_watermark == 2
+
+
+def test_bytes_out_count_what_the_answers_carry_after_the_response_limit(view: LocalBrokerView) -> None:
+    run(view.create_topic("t", 3))
+    run(view.create_topic("u", 1))
+    for partition in range(3):
+        fill(view, "t", partition, 2, value_size=200)
+    fill(view, "u", 0, 4)
+    metrics = MetricsRecorder()
+    _, answers = fetch(view, 12, {("t", 0): 0, ("t", 1): 0, ("t", 2): 0}, max_bytes=10, metrics=metrics)
+    assert metrics.value(BYTES_OUT, "t") == len(answers[("t", 0)].records) > 0  # the left-out partitions: nothing
+    _, answers = fetch(view, 12, {("t", 1): 0, ("u", 0): 1}, metrics=metrics)
+    read_whole = leader_log(view, "t", 0).size_in_bytes + leader_log(view, "t", 1).size_in_bytes
+    assert metrics.value(BYTES_OUT, "t") == read_whole
+    assert metrics.value(BYTES_OUT, "u") == len(answers[("u", 0)].records) > 0
+    assert metrics.value(BYTES_OUT, "") == metrics.value(BYTES_OUT, "t") + metrics.value(BYTES_OUT, "u")
 
 
 def test_a_fetch_session_id_is_answered_session_not_found(view: LocalBrokerView) -> None:

@@ -1,0 +1,34 @@
+"""What the plain roles of `actors.core` report to the broker's metrics: the seam they take, Ray-free.
+
+`RoleMetrics` holds the events these roles see: a leader's append (`produced`, once per batch) and an ISR change
+the controller persists (`isr_changed`). It is the part of `actors.metrics.recorder.BrokerMetrics` that this
+package calls: the Ray actors and the in-process broker hand in the process's `MetricsRecorder`, which records them
+under Kafka's names; a role given none takes `NO_ROLE_METRICS`, which records nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+
+class RoleMetrics(Protocol):
+    """The events of the plain roles (see the module docstring)."""
+
+    def produced(self, topic: str, records: int, size_bytes: int) -> None:
+        """A leader appended `records` client records in `size_bytes` of batches to a partition of `topic`."""
+
+    def isr_changed(self, before: int, after: int) -> None:
+        """A partition's ISR went from `before` to `after` replicas."""
+
+
+class NoRoleMetrics:
+    """Records nothing."""
+
+    def produced(self, topic: str, records: int, size_bytes: int) -> None:
+        pass
+
+    def isr_changed(self, before: int, after: int) -> None:
+        pass
+
+
+NO_ROLE_METRICS = NoRoleMetrics()
