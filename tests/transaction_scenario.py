@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from storage.partition.log import LogAppendInfo
-from storage.records.record_batch import RecordBatchBuilder
+from storage.records.record_batch import ControlRecordType, RecordBatchBuilder
 
 PARTITIONS = 3
 TIMESTAMP_MS = 1_700_000_000_000
@@ -200,7 +200,8 @@ def write_through_actors(topic: str) -> Scenario:
 
     def mark(partition: int, producer_id: int, epoch: int, commit: bool) -> LogAppendInfo:
         actor = partition_actor(topic, partition)
-        info: LogAppendInfo = call(actor.append_transaction_marker.remote(producer_id, epoch, 0, commit))
+        result = ControlRecordType.COMMIT if commit else ControlRecordType.ABORT
+        info: LogAppendInfo = call(actor.append_transaction_marker.remote(producer_id, epoch, 0, result))
         return info
 
     return write_scenario(append, mark, base_timestamp_ms=time.time_ns() // 1_000_000 - 60_000)

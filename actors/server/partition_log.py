@@ -108,9 +108,10 @@ from storage.partition.file_slices import (
 )
 from storage.partition.high_watermark_file import HighWatermarkFile
 from storage.partition.log import DEFAULT_FETCH_MAX_BYTES, Log, LogAppendInfo
+from storage.partition.producer_append import AppendOrigin
 from storage.partition.producer_state import PRODUCER_ID_EXPIRATION_MS
 from storage.records.file_records import TimestampAndOffset
-from storage.records.record_batch import ControlRecordType
+from storage.records.layout import ControlRecordType
 from storage.segment.transaction_index import AbortedTxn
 
 logger = logging.getLogger(__name__)
@@ -284,18 +285,26 @@ class PartitionLogActor:
             self._metrics.produced(self._named[0], info.record_count, info.valid_bytes)
         return info
 
+    def append_from_coordinator(self, batch: bytes) -> LogAppendInfo:
+        """Appends a group coordinator's transactional offset commit (origin COORDINATOR: the producer's epoch is
+        checked, its sequence is not); the leader only, as `append` with acks 1."""
+        return self._append_as_coordinator(lambda log: log.append(batch, origin=AppendOrigin.COORDINATOR))
+
     def append_transaction_marker(
-        self, producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool
+        self, producer_id: int, producer_epoch: int, coordinator_epoch: int, result: ControlRecordType
     ) -> LogAppendInfo:
-        """WriteTxnMarkers on this leader: the COMMIT (`commit`) or ABORT marker of `producer_id`'s transaction
-        (`storage.partition.log.Log.append_transaction_marker`, with its typed refusals); the last stable offset
-        moves past the transaction once the high watermark passes the marker, and waiting fetches look again."""
+        """Writes a transaction coordinator's COMMIT/ABORT marker (`Log.append_transaction_marker`: an older
+        producer epoch or coordinator epoch is refused); the leader only, as `append` with acks 1."""
+        return self._append_as_coordinator(
+            lambda log: log.append_transaction_marker(producer_id, producer_epoch, coordinator_epoch, result)
+        )
+
+    def _append_as_coordinator(self, write: Callable[[Log], LogAppendInfo]) -> LogAppendInfo:
         log = self._log
         role = self._role
         role.check_append(1)
-        result = ControlRecordType.COMMIT if commit else ControlRecordType.ABORT
         try:
-            info = log.append_transaction_marker(producer_id, producer_epoch, coordinator_epoch, result)
+            info = write(log)
         except KafkaStorageError as exc:
             _report_log_dir_failure(log.directory.parent, exc)
             raise

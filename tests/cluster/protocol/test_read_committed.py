@@ -27,7 +27,6 @@ from tests.cluster.protocol.helpers import (
     READ_DEADLINE_S,
     confluent_consume_all,
     exchange,
-    leader_log,
     records_of,
     run,
     start_broker,
@@ -46,11 +45,8 @@ def write_into(view: LocalBrokerView, topic: str, *, leave_open: bool = True) ->
         return view.broker.leader(topic, partition).append(batch)
 
     def mark(partition: int, producer_id: int, epoch: int, commit: bool) -> LogAppendInfo:
-        served = view.broker.leader(topic, partition)
         result = ControlRecordType.COMMIT if commit else ControlRecordType.ABORT
-        info = served.log.append_transaction_marker(producer_id, epoch, 0, result)
-        served.changes.notify()
-        return info
+        return view.broker.leader(topic, partition).append_transaction_marker(producer_id, epoch, 0, result)
 
     return write_scenario(append, mark, leave_open=leave_open)
 
@@ -234,13 +230,8 @@ def test_a_read_committed_long_poll_waits_for_the_commit_marker(tmp_path: Path) 
         with start_listener(settings, view) as listener:
             first_open = min(r.offset for r in scenario.records if (r.partition, r.fate) == (0, "open"))
             assert lso == first_open
-            timer = threading.Timer(
-                0.5,
-                lambda: (
-                    leader_log(view, TOPIC, 0).append_transaction_marker(C, EPOCH, 0, ControlRecordType.COMMIT),
-                    broker.leader(TOPIC, 0).changes.notify(),
-                ),
-            )
+            commit = broker.leader(TOPIC, 0).append_transaction_marker
+            timer = threading.Timer(0.5, commit, (C, EPOCH, 0, ControlRecordType.COMMIT))
             started = time.monotonic()
             timer.start()
             _, response = run(exchange(listener.port, fetch_request(11, 1, 0, lso, max_wait_ms=10_000)))

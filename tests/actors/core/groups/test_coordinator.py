@@ -18,6 +18,7 @@ from actors.core.groups.group_membership import GroupError, GroupMembership, Mem
 from storage.clock import MockClock
 from storage.errors import InvalidGroupIdError, InvalidRequestError
 from storage.records.consumer_offsets import decode_offset_commit_offset, encode_offset_commit_key, partition_for_group
+from storage.records.layout import ControlRecordType
 from storage.records.record import Record
 from storage.records.record_batch import iter_batches
 
@@ -178,3 +179,37 @@ def test_the_membership_runs_on_the_injected_clock(tmp_path: Path) -> None:
         assert coordinator.heartbeat("g", joined.member_id, joined.generation_id) == GroupError.UNKNOWN_MEMBER_ID
     finally:
         broker.close()
+
+
+def test_transactional_offsets_are_pending_until_their_marker_also_after_a_restart(broker: InProcessBroker) -> None:
+    coordinator = broker.group_coordinator
+    partition = coordinator.partition_for("g")
+    assert coordinator.commit_transactional("g", 700, 0, "", -1, {("t", 0): (5, "")}) == GroupError.NONE
+    assert coordinator.commit_transactional("h", 701, 0, "", -1, {("t", 0): (6, "")}) == GroupError.NONE
+    assert coordinator.fetch_committed("g", [("t", 0)]) == {("t", 0): None}
+    assert coordinator.unstable_offsets("g", [("t", 0), ("t", 1)]) == {("t", 0)}
+    # A restart replays the transactional batch as pending: no marker yet.
+    again = restarted(broker)
+    assert again.fetch_committed("g", [("t", 0)]) == {("t", 0): None}
+    assert again.unstable_offsets("g", [("t", 0)]) == {("t", 0)}
+    offsets_partition = broker.leader(CONSUMER_OFFSETS_TOPIC, partition)
+    offsets_partition.append_transaction_marker(700, 0, 0, ControlRecordType.COMMIT)
+    h_partition = coordinator.partition_for("h")
+    broker.leader(CONSUMER_OFFSETS_TOPIC, h_partition).append_transaction_marker(701, 0, 0, ControlRecordType.ABORT)
+    # The markers replayed by a coordinator loading the log: committed, dropped.
+    loaded = restarted(broker)
+    assert loaded.fetch_committed("g", [("t", 0)]) == {("t", 0): 5}
+    assert loaded.fetch_committed("h", [("t", 0)]) == {("t", 0): None}
+    assert loaded.unstable_offsets("g", [("t", 0)]) == set()
+    # A live coordinator told of the markers does the same.
+    coordinator.complete_transaction(partition, 700, commit=True)
+    coordinator.complete_transaction(h_partition, 701, commit=False)
+    assert coordinator.fetch_committed("g", [("t", 0)]) == {("t", 0): 5}
+    assert coordinator.fetch_committed("h", [("t", 0)]) == {("t", 0): None}
+
+
+def test_a_transactional_commit_of_a_member_is_checked_against_its_generation(broker: InProcessBroker) -> None:
+    coordinator = broker.group_coordinator
+    # Without member information the commit is accepted, as Kafka accepts it; with some, the generation is checked.
+    assert coordinator.commit_transactional("g", 1, 0, "", -1, {("t", 0): (1, "")}) == GroupError.NONE
+    assert coordinator.commit_transactional("g", 1, 0, "ghost", 3, {("t", 0): (1, "")}) == GroupError.ILLEGAL_GENERATION
