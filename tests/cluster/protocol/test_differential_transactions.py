@@ -8,14 +8,13 @@ the last stable offset for read_committed, the high watermark for read_uncommitt
 sequence implies (the fates the producers gave their records), which is the model raybroker's own tests of the read
 side hold raybroker to (`tests.transaction_scenario`, `test_read_committed.py`).
 
-`test_raybroker_reads_transactions_as_kafka` needs raybroker's transaction coordinator (InitProducerId with a
-transactional id, AddPartitionsToTxn, EndTxn and the markers it writes), which is not on this branch: it is marked
-`xfail(strict=True)` until the coordinator lands; once it passes, strict xfail fails the run, and the mark must be
-removed (`NEEDS_COORDINATOR`).
+`test_raybroker_reads_transactions_as_kafka` runs the sequence on both and compares everything, the model
+included (which holds each record's offset: markers take offsets, so the same sequence must give the same offsets).
 """
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -31,17 +30,19 @@ pytestmark = [pytest.mark.ray, pytest.mark.kafka]
 PARTITIONS = 3
 DEADLINE_S = 30.0
 QUIET = {"log_level": 0}
-NEEDS_COORDINATOR = pytest.mark.xfail(
-    strict=True,
-    reason="raybroker's transaction coordinator (InitProducerId with a transactional id, EndTxn) is not here",
-)
 Read = list[tuple[int, int, bytes]]
 
 
 @pytest.fixture(scope="module")
 def raybroker(start_test_broker: Callable[..., tuple[Any, Any]]) -> Iterator[str]:
-    start_test_broker(num_partitions="1")
-    with start_listener({"listeners": "PLAINTEXT://127.0.0.1:0", "num.partitions": "1"}) as started:
+    # 3 partitions of `__transaction_state`, not Kafka's 50: a partition actor takes ~1 s to start on this machine.
+    start_test_broker(num_partitions="1", transaction_state_log_num_partitions="3")
+    settings = {
+        "listeners": "PLAINTEXT://127.0.0.1:0",
+        "num.partitions": "1",
+        "transaction.state.log.num.partitions": "3",
+    }
+    with start_listener(settings) as started:
         yield started.bootstrap_servers
 
 
@@ -109,6 +110,34 @@ class _Producer:
         assert errors == []
 
 
+def _wait_for_markers(bootstrap: str, topic: str, partitions: list[int]) -> None:
+    """Waits until each partition's last stable offset reached its high watermark: a coordinator answers EndTxn
+    before it writes the markers, so without the wait a later send may land before a marker on one broker and
+    after it on the other, and the offsets would differ."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumers = {
+        level: Consumer(
+            {"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4().hex}", "isolation.level": level, **QUIET}
+        )
+        for level in ("read_committed", "read_uncommitted")
+    }
+    try:
+        deadline = time.monotonic() + DEADLINE_S
+        while True:
+            ends = {
+                level: [consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in partitions]
+                for level, consumer in consumers.items()
+            }
+            if ends["read_committed"] == ends["read_uncommitted"]:
+                return
+            assert time.monotonic() < deadline, ends
+            time.sleep(0.05)
+    finally:
+        for consumer in consumers.values():
+            consumer.close()
+
+
 def run_sequence(bootstrap: str, topic: str) -> Sequence:
     """The transactional sequence (see the module docstring) on `topic`, created here."""
     _create(bootstrap, topic)
@@ -136,6 +165,7 @@ def run_sequence(bootstrap: str, topic: str) -> Sequence:
     settle(b, "aborted")
     a.producer.commit_transaction(DEADLINE_S)
     settle(a, "committed")
+    _wait_for_markers(bootstrap, topic, list(range(PARTITIONS)))
     c.producer.begin_transaction()
     c.send(2, "c-2")
     c.send(0, "c-0")
@@ -145,6 +175,7 @@ def run_sequence(bootstrap: str, topic: str) -> Sequence:
     a.send(1, "a-3")
     a.producer.commit_transaction(DEADLINE_S)
     settle(a, "committed")
+    _wait_for_markers(bootstrap, topic, [1])
     settle(plain, "plain")
     settle(c, "open")
     return Sequence(fates, c.producer)
@@ -182,7 +213,6 @@ def test_kafka_reads_transactions_as_the_model_says(kafka: str) -> None:
     assert committed_ends == {0: first_open[0], 1: uncommitted_ends[1], 2: first_open[2]}
 
 
-@NEEDS_COORDINATOR
 def test_raybroker_reads_transactions_as_kafka(kafka: str, raybroker: str) -> None:
     ours = read_both_levels(raybroker, "transactions-differential")
     theirs = read_both_levels(kafka, "transactions-differential")
