@@ -13,9 +13,10 @@ real replication and the real group coordinator.
 - Followers fetch from their leader's `Replica` in a thread each (`ReplicaFetcher`, `LocalLeaderLink`), so a topic
   with replication factor > 1 replicates as on Ray.
 - The group coordinator (`actors.core.groups.coordinator.GroupCoordinator`), made on first use, which creates
-  `__consumer_offsets` then, as Kafka does for the first group; the transaction coordinator
-  (`actors.core.transactions.coordinator.TransactionCoordinator`) likewise creates `__transaction_state`. Its
-  markers are written to the partitions' leaders here (`InProcessMarkers`), and a marker on `__consumer_offsets`
+  `__consumer_offsets` then, as Kafka does for the first group; the controller tells it of each deleted topic
+  (made first if `__consumer_offsets` exists: a broker opened again may hold offsets of the topic). The transaction
+  coordinator (`actors.core.transactions.coordinator.TransactionCoordinator`) likewise creates `__transaction_state`.
+  Its markers are written to the partitions' leaders here (`InProcessMarkers`), and a marker on `__consumer_offsets`
   tells the group coordinator to make the producer's pending transactional offsets committed or drop them.
 - Metrics (`actors.core.role_metrics`): the leaders' appends and the controller's ISR changes go to the injected
   recorder, as on Ray (the Kafka listener takes its own).
@@ -370,6 +371,7 @@ class InProcessBroker:
                 brokers={},
                 find_broker=self._node_broker,
                 replicas=self,
+                topic_deleted=self._topic_deleted,
                 metrics=metrics,
             )
             for node in self.nodes:
@@ -449,6 +451,11 @@ class InProcessBroker:
                     membership=GroupMembership(self.clock, self._membership_config),
                 )
             return self._coordinator
+
+    def _topic_deleted(self, topic: str) -> None:
+        """The controller's `topic_deleted`: the group coordinator deletes the topic's committed offsets."""
+        if self._coordinator is not None or CONSUMER_OFFSETS_TOPIC in self.controller.topics():
+            self.group_coordinator.on_topic_deleted(topic)
 
     @property
     def transaction_coordinator(self) -> TransactionCoordinator:

@@ -161,5 +161,8 @@ class GroupCoordinatorActor:
     def delete_group(self, group: str) -> GroupError:
         return self._coordinator.delete_group(group)
 
+    def on_topic_deleted(self, topic: str) -> list[str]:
+        return self._coordinator.on_topic_deleted(topic)
+
     def reset_offsets(self, group: str, offsets: Mapping[tuple[str, int], int]) -> GroupError:
         return self._coordinator.reset_offsets(group, offsets)

@@ -20,6 +20,12 @@ retry). If not, the coordinator creates the topic again (`ensure_consumer_offset
 does), forgets the handles and cached offsets of the deleted one, and runs the call once more, which reads each
 new (empty) partition on its first use.
 
+Deleting a topic deletes its committed offsets (Kafka's `onPartitionsDeleted`): the controller tells the coordinator
+(`on_topic_deleted`), which writes a tombstone for every (group, topic, partition) of the topic into each group's
+partition, so a reload (or a topic created again under the same name) finds none of them. A group left without
+members and without offsets dies as in Kafka: the tombstone of its group metadata key goes with them and the group
+is forgotten, so ListGroups and DescribeGroups no longer show it.
+
 The records are Kafka's OffsetCommit key and value (`storage.records.consumer_offsets`), so logs written by a
 Kafka broker read back too.
 
@@ -75,6 +81,7 @@ from storage.partition.log import LogAppendInfo
 from storage.records.consumer_offsets import (
     GroupTopicPartition,
     apply_offset_commit,
+    encode_group_metadata_key,
     encode_offset_commit_key,
     encode_offset_commit_value,
     partition_for_group,
@@ -471,6 +478,51 @@ class GroupCoordinator:
 
             self._on_offsets_topic(append_tombstones)
         return GroupError.NONE
+
+    def on_topic_deleted(self, topic: str) -> list[str]:
+        """Deletes every group's committed offsets of the deleted `topic` (see the module docstring); returns the
+        groups that died with them. `__consumer_offsets` itself is no topic of commits: it is created again when a
+        group needs it."""
+        if topic == CONSUMER_OFFSETS_TOPIC:
+            return []
+
+        def delete_offsets() -> list[str]:
+            for partition in range(self._partition_count):
+                self._loaded_partition(partition)
+            deleted: dict[str, list[int]] = {}
+            remaining: set[str] = set()
+            for group, committed_topic, partition in self._offsets:
+                if committed_topic == topic:
+                    deleted.setdefault(group, []).append(partition)
+                else:
+                    remaining.add(group)
+            with self._membership_changed:
+                dead = {group for group in deleted if group not in remaining and not self._membership.is_active(group)}
+            now_ms = self._clock.milliseconds()
+            by_partition: dict[int, list[str]] = {}
+            for group in sorted(deleted):
+                by_partition.setdefault(partition_for_group(group, self._partition_count), []).append(group)
+            for offsets_partition, groups in sorted(by_partition.items()):
+                builder = RecordBatchBuilder()
+                for group in groups:
+                    for partition in deleted[group]:
+                        builder.append(encode_offset_commit_key(group, topic, partition), None, timestamp=now_ms)
+                    if group in dead:
+                        builder.append(encode_group_metadata_key(group), None, timestamp=now_ms)
+                # One batch per partition of `__consumer_offsets`: the cache forgets only what its log forgot.
+                self._loaded_partition(offsets_partition).append(builder.build())
+                for group in groups:
+                    for partition in deleted[group]:
+                        del self._offsets[(group, topic, partition)]
+            with self._membership_changed:
+                for group in dead:
+                    self._membership.delete(group)
+            return sorted(dead)
+
+        dead = self._on_offsets_topic(delete_offsets)
+        if dead:
+            logger.info("topic %s deleted: groups %s have no offsets left and are dead", topic, ", ".join(dead))
+        return dead
 
     def reset_offsets(self, group: str, offsets: Mapping[tuple[str, int], int]) -> GroupError:
         """`raybroker consumer-groups --reset-offsets --execute`: as Kafka's tool, only a group without members

@@ -30,9 +30,12 @@ from actors.core.role_metrics import NO_ROLE_METRICS, RoleMetrics
 from actors.core.security.acls import AclBinding
 from actors.core.security.scram import ScramCredential
 from cluster.protocol.framing import SIZE, Request, decode_response, encode_request, encode_response
+from cluster.protocol.listener import KafkaListener, start_listener
 from cluster.protocol.local_broker_view import LocalBrokerView
 from cluster.protocol.local_group_view import LocalGroupView
+from cluster.protocol.local_transaction_view import LocalTransactionView
 from cluster.protocol.messages import build
+from cluster.protocol.security.local_security_view import LocalSecurityView
 from storage.clock import Clock, MockClock
 from storage.partition.log import Log
 from storage.records.compression import CompressionType
@@ -69,6 +72,19 @@ def start_broker(
         clock=clock or MockClock(),
         membership=MembershipConfig(group_initial_rebalance_delay_ms=initial_rebalance_delay_ms),
         metrics=metrics,
+    )
+
+
+def start_local_listener(broker: InProcessBroker) -> KafkaListener:
+    """A PLAINTEXT listener on a free port of 127.0.0.1 serving `broker` in process (its topics, groups,
+    transactions and credentials), one partition per topic it auto-creates, which it does not: Kafka's clients
+    then reach the in-process broker without Ray."""
+    return start_listener(
+        {"listeners": "PLAINTEXT://127.0.0.1:0", "num.partitions": "1", "auto.create.topics.enable": "false"},
+        LocalBrokerView(broker),
+        LocalSecurityView(broker.controller),
+        groups=LocalGroupView(broker),
+        transactions=LocalTransactionView(broker),
     )
 
 
