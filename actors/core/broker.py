@@ -68,6 +68,7 @@ from storage.partition.producer_append import AppendOrigin
 from storage.pending import Pending
 from storage.records.file_records import TimestampAndOffset
 from storage.records.layout import ControlRecordType
+from storage.segment.log_segment import FetchDataInfo
 from storage.topic_partition import TopicPartition
 
 logger = logging.getLogger(__name__)
@@ -150,15 +151,20 @@ class ServedPartition:
 
     def read(self, offset: int, max_bytes: int) -> bytes:
         """Whole batches from `offset` up to the high watermark."""
-        return bytes(self.check_leader().read(offset, max_bytes, isolation="high_watermark").records)
+        return bytes(self.fetch(offset, max_bytes).records)
+
+    def fetch(self, offset: int, max_bytes: int, isolation: str = "high_watermark") -> FetchDataInfo:
+        """`read`'s batches, or with `isolation="txn_committed"` (a read_committed consumer) those below the last
+        stable offset, with the aborted transactions overlapping them."""
+        return self.check_leader().read(offset, max_bytes, isolation=isolation)
 
     def offsets(self) -> tuple[int, int, int]:
         """(log start offset, high watermark, log end offset)."""
         log = self.check_leader()
         return log.log_start_offset, log.high_watermark, log.log_end_offset
 
-    def list_offset(self, timestamp: int) -> TimestampAndOffset | None:
-        return self.check_leader().fetch_offset_by_timestamp(timestamp)
+    def list_offset(self, timestamp: int, isolation: str = "high_watermark") -> TimestampAndOffset | None:
+        return self.check_leader().list_offset(timestamp, isolation)
 
     def epoch_end_offset(self, epoch: int) -> tuple[int, int, int]:
         log = self.check_leader()

@@ -641,6 +641,22 @@ class Log:
             raise InvalidRequestError(f"invalid ListOffsets timestamp {timestamp_ms}")
         return self._lock_free(lambda view: offset_by_timestamp(view.segments, timestamp_ms, view.log_start_offset))
 
+    def list_offset(self, timestamp_ms: int, isolation: str = "high_watermark") -> TimestampAndOffset | None:
+        """ListOffsets for a consumer reading at `isolation` (Kafka's `Partition.fetchOffsetForTimestamp`): LATEST
+        (-1) is the high watermark, or for `txn_committed` (read_committed) the last stable offset; EARLIEST is the
+        log start; a timestamp or MAX_TIMESTAMP answers only a record below that bound (None otherwise), since the
+        consumer could not fetch one at or past it."""
+        if isolation not in ("high_watermark", "txn_committed"):
+            raise InvalidRequestError(f"unknown isolation {isolation!r}; expected high_watermark or txn_committed")
+        fetchable = self.last_stable_offset if isolation == "txn_committed" else self._high_watermark
+        if timestamp_ms == LATEST_TIMESTAMP:
+            self._check_open()
+            return TimestampAndOffset(NO_TIMESTAMP, fetchable)
+        found = self.fetch_offset_by_timestamp(timestamp_ms)
+        if timestamp_ms == EARLIEST_TIMESTAMP or found is None or found.offset < fetchable:
+            return found
+        return None
+
     # --- truncation ------------------------------------------------------------------------------
 
     def truncate_to(self, target_offset: int) -> bool:

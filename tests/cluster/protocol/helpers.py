@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import socket
 import ssl
+import time
+import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +43,10 @@ from storage.records.record_batch import RecordBatchBuilder, iter_batches
 
 # `__consumer_offsets` partitions of the test brokers: each is a real log in a temporary folder.
 OFFSETS_TOPIC_PARTITIONS = 3
+# How long `confluent_consume_all` polls at most, and how long it goes on once it has what was expected (to see
+# nothing more comes).
+READ_DEADLINE_S = 30.0
+QUIET_S = 1.0
 
 
 def start_broker(
@@ -219,3 +225,40 @@ def committed_offsets(groups: LocalGroupView) -> dict[tuple[str, str, int], int]
         for described in coordinator.list_groups()
         for (topic, partition), offset in coordinator.group_offsets(described.group_id).items()
     }
+
+
+def confluent_consume_all(
+    bootstrap: str, topic: str, partitions: int, isolation: str, expected: int
+) -> tuple[list[tuple[int, int, bytes]], dict[int, tuple[int, int]]]:
+    """(partition, offset, value) of what a confluent consumer at `isolation` reads of every partition of `topic`
+    from offset 0, polled until `expected` records came and then `QUIET_S` more, within `READ_DEADLINE_S`; and each
+    partition's watermarks as it finds them (ListOffsets at its isolation level: the high one is the last stable
+    offset for read_committed)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"g-{uuid.uuid4().hex}",
+            "enable.auto.commit": "false",
+            "isolation.level": isolation,
+        }
+    )
+    try:
+        consumer.assign([TopicPartition(topic, partition, 0) for partition in range(partitions)])
+        received: list[tuple[int, int, bytes]] = []
+        deadline = time.monotonic() + READ_DEADLINE_S
+        quiet_until: float | None = None
+        while time.monotonic() < deadline and (quiet_until is None or time.monotonic() < quiet_until):
+            for message in consumer.consume(num_messages=100, timeout=0.2):
+                assert message.error() is None, message.error()
+                received.append((message.partition(), message.offset(), message.value()))
+            if len(received) >= expected and quiet_until is None:
+                quiet_until = time.monotonic() + QUIET_S
+        watermarks = {
+            partition: consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+            for partition in range(partitions)
+        }
+        return received, watermarks
+    finally:
+        consumer.close()

@@ -19,12 +19,10 @@ from typing import Any
 import pytest
 from kio.index import load_request_schema
 
-from benchmarks.kafka_broker import KafkaBroker, KafkaUnavailable
 from cluster.protocol.listener import start_listener
 from cluster.protocol.messages import build
 from storage.records.record_batch import RecordBatchBuilder
 from tests.cluster.protocol.helpers import exchange
-from tests.conftest import skip_or_fail
 
 pytestmark = [pytest.mark.ray, pytest.mark.kafka]
 
@@ -35,19 +33,6 @@ ODD_OFFSETS = [0, 7, 13, 29]
 BASE_TIMESTAMP_MS = int(time.time() * 1000) - 60_000
 DEADLINE_S = 30.0
 QUIET = {"log_level": 0}
-
-
-@pytest.fixture(scope="session")
-def kafka() -> Iterator[str]:
-    broker = KafkaBroker()
-    try:
-        broker.start()
-    except KafkaUnavailable as exc:
-        skip_or_fail(f"Apache Kafka is not available here: {exc}")
-    try:
-        yield broker.bootstrap_servers
-    finally:
-        broker.stop()
 
 
 @pytest.fixture(scope="module")
