@@ -71,6 +71,10 @@ def group_coordinator_name() -> str:
     return "group-coordinator"
 
 
+def transaction_coordinator_name() -> str:
+    return "transaction-coordinator"
+
+
 KAFKA_LISTENER_PREFIX = "kafka-listener:"
 
 
@@ -136,6 +140,11 @@ def cleaner_options(node_id: str, index: int) -> dict[str, Any]:
 def group_coordinator_options(node_id: str) -> dict[str, Any]:
     """Committed consumer offsets, cached in front of the `__consumer_offsets` topic."""
     return _pinned_actor_options(group_coordinator_name(), node_id, max_concurrency=SERVICE_CONCURRENCY)
+
+
+def transaction_coordinator_options(node_id: str) -> dict[str, Any]:
+    """Transactional ids' producer ids and transactions, cached in front of the `__transaction_state` topic."""
+    return _pinned_actor_options(transaction_coordinator_name(), node_id, max_concurrency=SERVICE_CONCURRENCY)
 
 
 def kafka_listener_options(node_id: str, index: int) -> dict[str, Any]:

@@ -169,6 +169,11 @@ class InvalidRequestError(RaybrokerError):
     level, an invalid ListOffsets timestamp (INVALID_REQUEST)."""
 
 
+class IneligibleReplicaError(InvalidRequestError):
+    """An ISR change that would add a replica whose broker is not running (INELIGIBLE_REPLICA, Kafka's
+    AlterPartition check of KIP-841): a follower on a lost node cannot be in sync, whatever it fetched before."""
+
+
 class BrokerError(RaybrokerError):
     """Base of errors raised by the broker layer: topics, partitions, brokers and their clients."""
 

@@ -155,3 +155,18 @@ def test_quick_ray_data_run_reports_reads_and_writes_beside_their_baselines(tmp_
     assert figures["ray_data_write"]["baseline_name"] == "Dataset.write_kafka"
     for figure in figures.values():
         assert figure["value"] > 0 and figure["baseline_value"] > 0
+
+
+@pytest.mark.ray
+@pytest.mark.kafka
+def test_quick_create_topic_run_reports_the_time_beside_kafkas(tmp_path: Path) -> None:
+    """`create_topic_s` on an embedded Ray of its own (the benchmark's subprocess) and Apache Kafka, both driven by
+    the same Admin and Producer clients in the same run; the ratio is ours over Kafka's time."""
+    out = tmp_path / "figures.json"
+    result = run_module("benchmarks", "--quick", "--only", "create_topic_s", "--json", str(out), timeout_s=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (figure,) = json.loads(out.read_text())["figures"]
+    assert figure["name"] == "create_topic_s"
+    assert figure["baseline_name"].startswith("Apache Kafka")
+    assert figure["value"] > 0 and figure["baseline_value"] > 0
+    assert figure["ratio"] == pytest.approx(figure["value"] / figure["baseline_value"])

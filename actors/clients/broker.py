@@ -35,12 +35,15 @@ from actors.options import (
     group_coordinator_options,
     log_manager_name,
     log_manager_options,
+    transaction_coordinator_name,
+    transaction_coordinator_options,
 )
 from actors.partition_lookup import partition_actor
 from actors.server.group_coordinator import RayTopicAdmin
-from actors.server.remote import Controller, GroupCoordinator, LogManager
+from actors.server.remote import Controller, GroupCoordinator, LogManager, TransactionCoordinator
 from storage.arguments import is_int
 from storage.config.broker_config import BrokerConfig
+from storage.config.transaction_config import TransactionConfig
 from storage.errors import BrokerNotAvailableError, RaybrokerError, UnknownTopicOrPartitionError
 
 logger = logging.getLogger(__name__)
@@ -74,12 +77,25 @@ def start_broker(config: BrokerConfig | Mapping[str, str] | None = None) -> str:
     return node_id
 
 
+def transaction_coordinator(config: TransactionConfig) -> Any:
+    """The cluster's transaction coordinator actor, started on this node with `config` by the first caller (a
+    listener's first transactional request), as Kafka creates `__transaction_state` on the first transactional
+    lookup: a cluster whose clients never use transactions runs no such actor and no such topic."""
+    node_id = ray.get_runtime_context().get_node_id()
+    return TransactionCoordinator.options(**transaction_coordinator_options(node_id)).remote(config)
+
+
 def stop_broker() -> dict[str, int]:
     """Clean shutdown of every node's broker, then the controller. Returns final log end offsets."""
     ctrl = controller()
     # First, so that no Kafka client reaches a partition while it closes.
     stop_kafka_listeners()
-    # First, so that no commit is appended while the partitions close.
+    # First, so that no commit, state or marker is appended while the partitions close.
+    with contextlib.suppress(BrokerNotAvailableError):
+        transactions = get_actor(transaction_coordinator_name())
+        with contextlib.suppress(RaybrokerError):
+            call(transactions.stop.remote())
+        kill_and_wait(transactions, transaction_coordinator_name())
     with contextlib.suppress(BrokerNotAvailableError):
         kill_and_wait(get_actor(group_coordinator_name()), group_coordinator_name())
     end_offsets: dict[str, int] = {}

@@ -38,6 +38,15 @@ those at or above the high watermark, and buffers what it does not return yet.
 It returns at most `max_poll_records` records, in offset order per partition, and waits up to `timeout_ms`
 when nothing is there. Records come back with their key and value as bytes unless a deserializer is given.
 
+Isolation (`isolation_level`, Kafka's `isolation.level`, default `read_uncommitted` as Kafka's Java consumer):
+`read_uncommitted` reads every record below the high watermark, those of open and aborted transactions included;
+`read_committed` reads only below the last stable offset (so never a record of a transaction still open) and drops
+the records of aborted transactions, with the aborted-transaction list each fetch answers
+(`storage.records.aborted_batches`). Control batches (transaction markers) are never returned, at either level, but
+move the position past them. `seek_to_end`, `latest` and `offsets_for_times` answer at the level's end (the LSO for
+read_committed). A read_committed consumer does not follow same-node tails through the high-watermark file, which
+publishes offsets but not aborted transactions: its fetches always go to the actor (`locate` still reads locally).
+
 Committed offsets live in the group coordinator (`actors.server.group_coordinator`, stored in
 `__consumer_offsets`). `commit()` commits the current positions; with `enable_auto_commit` they are also
 committed every `auto_commit_interval_ms` during `poll`, and on `close`.
@@ -62,6 +71,7 @@ from actors.clients.local_tail import LocalTail
 from actors.clients.serializers import Deserializer
 from actors.options import group_coordinator_name
 from actors.partition_lookup import partition_actor
+from actors.server.partition_log import FetchResult
 from actors.startup_objects import freeze_startup_objects
 from storage.arguments import is_int
 from storage.errors import (
@@ -74,6 +84,7 @@ from storage.errors import (
     UnknownTopicOrPartitionError,
 )
 from storage.partition.log_read import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from storage.records.aborted_batches import AbortedBatches
 from storage.records.file_records import TimestampAndOffset
 from storage.records.record_batch import TimestampType, iter_batches
 from storage.topic_partition import TopicPartition, check_topic_partition
@@ -81,6 +92,8 @@ from storage.topic_partition import TopicPartition, check_topic_partition
 logger = logging.getLogger(__name__)
 
 AUTO_OFFSET_RESET_POLICIES = ("earliest", "latest", "none")
+# Kafka's `isolation.level` values, and the partition read each one is (`storage.partition.log_read.ISOLATIONS`).
+ISOLATION_LEVELS = {"read_uncommitted": "high_watermark", "read_committed": "txn_committed"}
 # Pause before fetching again a partition whose actor answered empty without waiting (its long-poll slots
 # were taken): bounds the load an idle consumer then puts on it (20 fetches a second) against the latency.
 EMPTY_FETCH_BACKOFF_S = 0.05
@@ -140,7 +153,12 @@ class Consumer:
         value_deserializer: Deserializer | None = None,
         key_deserializer: Deserializer | None = None,
         local_fetch: bool = True,
+        isolation_level: str = "read_uncommitted",
     ) -> None:
+        if isolation_level not in ISOLATION_LEVELS:
+            raise InvalidConfigError(
+                f"isolation_level must be one of {', '.join(ISOLATION_LEVELS)}, got {isolation_level!r}"
+            )
         if auto_offset_reset not in AUTO_OFFSET_RESET_POLICIES:
             raise InvalidConfigError(
                 f"auto_offset_reset must be one of {', '.join(AUTO_OFFSET_RESET_POLICIES)}, got {auto_offset_reset!r}"
@@ -174,6 +192,8 @@ class Consumer:
         self._value_deserializer = value_deserializer
         self._key_deserializer = key_deserializer
         self._local_fetch = local_fetch
+        self._isolation = ISOLATION_LEVELS[isolation_level]
+        self._committed = isolation_level == "read_committed"
         self._assignment: list[TopicPartition] = []
         self._subscription: list[str] | None = None
         self._subscribed_at_ns = 0
@@ -296,7 +316,9 @@ class Consumer:
     def _list_offsets(
         self, timestamps: Mapping[TopicPartition, int]
     ) -> dict[TopicPartition, TimestampAndOffset | None]:
-        refs = {tp: self._handle(tp).list_offset.remote(timestamp) for tp, timestamp in timestamps.items()}
+        refs = {
+            tp: self._handle(tp).list_offset.remote(timestamp, self._isolation) for tp, timestamp in timestamps.items()
+        }
         return {tp: call(ref) for tp, ref in refs.items()}
 
     def _resolve_positions(self, tps: list[TopicPartition]) -> None:
@@ -442,11 +464,11 @@ class Consumer:
             records = records_of(result)
             if not len(records) and (time.monotonic_ns() - flight.started_ns) * 2 < flight.wait_ms * 1_000_000:
                 self._backoff_until_ns[tp] = time.monotonic_ns() + round(EMPTY_FETCH_BACKOFF_S * 1e9)
-            self._buffer_fetched(tp, records, result.high_watermark)
+            self._buffer_fetched(tp, records, result)
             if len(records):
                 self._records_ns = time.monotonic_ns()
             located = flight.fetch.located
-            if located is not None:
+            if located is not None and not self._committed:
                 tail = self._tails.get(tp) or LocalTail.open(located)
                 if tail is not None:
                     self._tails[tp] = tail
@@ -481,7 +503,7 @@ class Consumer:
                 continue
             records = records_of(result)
             if len(records):
-                self._buffer_fetched(tp, records, result.high_watermark)
+                self._buffer_fetched(tp, records, result)
                 self._records_ns = now_ns
                 changed = True
         return changed
@@ -515,16 +537,24 @@ class Consumer:
                 prefer_local=self._local_fetch,
                 max_wait_ms=wait_ms,
                 min_bytes=self._fetch_min_bytes,
+                isolation=self._isolation,
             )
             self._in_flight[tp] = _InFlight(fetch, now_ns, wait_ms)
 
-    def _buffer_fetched(self, tp: TopicPartition, data: bytes | memoryview, high_watermark: int) -> None:
+    def _buffer_fetched(self, tp: TopicPartition, data: bytes | memoryview, fetched: FetchResult) -> None:
+        """Buffers the records of `data` (the bytes of `fetched`) from the position up to the level's end, less
+        those of aborted transactions for read_committed."""
         position = self._positions[tp]
         buffer = self._buffers.setdefault(tp, deque())
         next_position = position
+        high_watermark = fetched.last_stable_offset if self._committed else fetched.high_watermark
+        aborted = AbortedBatches(fetched.aborted_transactions or ()) if self._committed else None
         for batch in iter_batches(data):
-            if batch.is_control:
-                next_position = max(next_position, batch.next_offset)
+            # The filter sees every batch, markers included: an ABORT marker ends its producer's aborted run.
+            dropped = aborted is not None and aborted.drops(batch)
+            if batch.is_control or dropped:
+                if batch.last_offset < high_watermark:
+                    next_position = max(next_position, batch.next_offset)
                 continue
             timestamp_type = batch.timestamp_type
             for record in batch.records():

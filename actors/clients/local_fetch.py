@@ -22,14 +22,15 @@ Public API (stable; `cluster.spark.kafka_source` builds on it):
   the next one in flight while the caller parses the current one; locally one call locates up to
   `max_bytes` across up to `MAX_SLICES_PER_LOCATE` segments.
 - `PendingFetch(handle, offset, max_bytes, *, node_id=None, prefer_local=True, zero_copy=False,
-  max_slices=1, max_wait_ms=0, min_bytes=1)`: one fetch started now and finished by `.result(timeout_s)` (or
-  `.results(timeout_s)` for several slices), so one reader can have fetches to many partitions in flight at
-  once (`.ref` is the call in flight, for `ray.wait`); `.node_id` is the partition's node once the actor told
-  it (pass it to the next fetch), `.next_offset` the offset after the answer's last whole batch, `.located` the
+  max_slices=1, max_wait_ms=0, min_bytes=1, isolation="high_watermark")`: one fetch started now and finished by
+  `.result(timeout_s)` (or `.results(timeout_s)` for several slices), so one reader can have fetches to many partitions
+  in flight at once (`.ref` is the call in flight, for `ray.wait`); `.node_id` is the partition's node once the actor
+  told it (pass it to the next fetch), `.next_offset` the offset after the answer's last whole batch, `.located` the
   actor's `FileSlices` answer when the bytes were read locally (`actors.clients.local_tail` follows on from it). With
   `max_wait_ms` > 0 it is a long poll (Kafka's `fetch.max.wait.ms` / `fetch.min.bytes`): the actor answers
   once `min_bytes` are there or the wait expired (`actors.server.partition_log`), the locate and the fetch alike; a
-  fetch falling back to the actor after a located read failed does not wait again.
+  fetch falling back to the actor after a located read failed does not wait again. `isolation="txn_committed"` is a
+  read_committed consumer's fetch: up to the last stable offset, with the aborted transactions in each answer.
 - `read_file_slice(file_slice, offset, *, zero_copy=False) -> bytes | memoryview | None`: the located bytes,
   or None when they cannot be trusted (the caller then uses the actor path).
 - `BULK_FETCH_MAX_BYTES` (64 MiB): the `max_bytes` bulk readers should ask for; each call costs 1-3 ms of Ray
@@ -178,8 +179,10 @@ class PendingFetch:
         max_slices: int = 1,
         max_wait_ms: int = 0,
         min_bytes: int = 1,
+        isolation: str = "high_watermark",
     ) -> None:
         self._handle = handle
+        self._isolation = isolation
         self._offset = offset
         self._max_bytes = max_bytes
         self._zero_copy = zero_copy
@@ -191,7 +194,7 @@ class PendingFetch:
         # The actor's answer to `locate`, once `results` read its slices locally.
         self.located: FileSlices | None = None
         if self._read.locating:
-            self.ref = handle.locate.remote(offset, max_bytes, max_slices, max_wait_ms, min_bytes)
+            self.ref = handle.locate.remote(offset, max_bytes, max_slices, max_wait_ms, min_bytes, isolation)
         else:
             self.ref = self._fetch(max_wait_ms, min_bytes)
 
@@ -201,7 +204,9 @@ class PendingFetch:
         return self._read.node_id
 
     def _fetch(self, max_wait_ms: int = 0, min_bytes: int = 1) -> Any:
-        return self._handle.fetch.remote(self._offset, self._max_bytes, self._zero_copy, max_wait_ms, min_bytes)
+        return self._handle.fetch.remote(
+            self._offset, self._max_bytes, self._zero_copy, max_wait_ms, min_bytes, self._isolation
+        )
 
     def result(self, timeout_s: float | None = None) -> FetchResult:
         """The fetch's answer; the actor's typed errors are raised as they are (`actors.calls.call`)."""
@@ -220,8 +225,7 @@ class PendingFetch:
             return [self._from_actor(call(self._fetch(), timeout_s))]
         self.located = located
         self.next_offset = self._read.next_offset if self._read.next_offset is not None else self._offset
-        offsets = (located.high_watermark, located.log_start_offset, located.log_end_offset)
-        return [FetchResult(records, *offsets) for records in read]
+        return [FetchResult(records, *located.offsets, located.aborted_transactions) for records in read]
 
     def _from_actor(self, answer: FetchResult) -> FetchResult:
         """Out-of-band bytes arrive as a Ray buffer over the object store: handed out as a memoryview."""

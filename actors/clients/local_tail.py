@@ -113,7 +113,12 @@ class LocalTail:
         if published is None or not published.log_start_offset <= offset <= published.high_watermark:
             self._fallback()
             return None
-        offsets = (published.high_watermark, published.log_start_offset, published.log_end_offset)
+        offsets = (
+            published.high_watermark,
+            published.log_start_offset,
+            published.log_end_offset,
+            published.last_stable_offset,
+        )
         if offset == published.high_watermark:
             self._cursor_at_high_watermark(published)
             return FetchResult(b"", *offsets)

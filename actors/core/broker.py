@@ -13,7 +13,11 @@ real replication and the real group coordinator.
 - Followers fetch from their leader's `Replica` in a thread each (`ReplicaFetcher`, `LocalLeaderLink`), so a topic
   with replication factor > 1 replicates as on Ray.
 - The group coordinator (`actors.core.groups.coordinator.GroupCoordinator`), made on first use, which creates
-  `__consumer_offsets` then, as Kafka does for the first group.
+  `__consumer_offsets` then, as Kafka does for the first group; the controller tells it of each deleted topic
+  (made first if `__consumer_offsets` exists: a broker opened again may hold offsets of the topic). The transaction
+  coordinator (`actors.core.transactions.coordinator.TransactionCoordinator`) likewise creates `__transaction_state`.
+  Its markers are written to the partitions' leaders here (`InProcessMarkers`), and a marker on `__consumer_offsets`
+  tells the group coordinator to make the producer's pending transactional offsets committed or drop them.
 - Metrics (`actors.core.role_metrics`): the leaders' appends and the controller's ISR changes go to the injected
   recorder, as on Ray (the Kafka listener takes its own).
 - One injected clock for the logs, the controller's rebalance timer, ISR lag and group timeouts. Nothing runs on
@@ -22,8 +26,7 @@ real replication and the real group coordinator.
   controller's monitor would find it.
 
 `close` ends everything: the followers' threads are joined, the logs closed cleanly (checkpoints, clean-shutdown
-markers), the metadata log closed; a broker opened again on the same root finds its topics and records. A
-transaction coordinator joins here beside the group coordinator (`actors.core.transactions`).
+markers), the metadata log closed; a broker opened again on the same root finds its topics and records.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from pathlib import Path
 
 from actors.core.controller.controller import Controller
 from actors.core.controller.log_manager_broker import LogManagerBroker
-from actors.core.controller.topic_metadata import CONSUMER_OFFSETS_TOPIC
+from actors.core.controller.topic_metadata import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 from actors.core.groups.coordinator import GroupCoordinator
 from actors.core.groups.group_membership import GroupMembership, MembershipConfig
 from actors.core.replication.follower import LeaderLink, ReplicaSettings
@@ -45,6 +48,7 @@ from actors.core.replication.local_leader_link import LocalLeaderLink
 from actors.core.replication.log_changes import LogChanges
 from actors.core.replication.replica import ACKS_ALL_TIMEOUT_MS, Replica
 from actors.core.role_metrics import NO_ROLE_METRICS, RoleMetrics
+from actors.core.transactions.coordinator import TransactionCoordinator
 from storage.arguments import is_int
 from storage.clock import SYSTEM_CLOCK, Clock
 from storage.config.broker_config import BrokerConfig
@@ -60,8 +64,11 @@ from storage.logdir.log_manager import LogManager
 from storage.logdir.partition_handles import LocalPartition, LocalPartitions, PartitionHandle, PartitionState
 from storage.logdir.scheduler import Scheduler
 from storage.partition.log import Log, LogAppendInfo
+from storage.partition.producer_append import AppendOrigin
 from storage.pending import Pending
 from storage.records.file_records import TimestampAndOffset
+from storage.records.layout import ControlRecordType
+from storage.segment.log_segment import FetchDataInfo
 from storage.topic_partition import TopicPartition
 
 logger = logging.getLogger(__name__)
@@ -98,6 +105,25 @@ class ServedPartition:
             self._metrics.produced(self.topic, info.record_count, info.valid_bytes)
         return info
 
+    def append_from_coordinator(self, batch: bytes) -> LogAppendInfo:
+        """Appends a coordinator's batch (origin COORDINATOR: a group coordinator's transactional offset commit,
+        whose epoch is checked but whose sequence is not)."""
+        self.replica.check_append(1)
+        info = self.log.append(batch, origin=AppendOrigin.COORDINATOR)
+        self.replica.appended()
+        self.changes.notify()
+        return info
+
+    def append_transaction_marker(
+        self, producer_id: int, producer_epoch: int, coordinator_epoch: int, result: ControlRecordType
+    ) -> LogAppendInfo:
+        """Writes a transaction coordinator's COMMIT/ABORT marker (`Log.append_transaction_marker`)."""
+        self.replica.check_append(1)
+        info = self.log.append_transaction_marker(producer_id, producer_epoch, coordinator_epoch, result)
+        self.replica.appended()
+        self.changes.notify()
+        return info
+
     def await_replicated(self, info: LogAppendInfo, timeout_ms: int = ACKS_ALL_TIMEOUT_MS) -> LogAppendInfo:
         """`info` once every in-sync replica has the append (at once for a partition with one replica)."""
         if not self.log.replicated:
@@ -125,15 +151,20 @@ class ServedPartition:
 
     def read(self, offset: int, max_bytes: int) -> bytes:
         """Whole batches from `offset` up to the high watermark."""
-        return bytes(self.check_leader().read(offset, max_bytes, isolation="high_watermark").records)
+        return bytes(self.fetch(offset, max_bytes).records)
+
+    def fetch(self, offset: int, max_bytes: int, isolation: str = "high_watermark") -> FetchDataInfo:
+        """`read`'s batches, or with `isolation="txn_committed"` (a read_committed consumer) those below the last
+        stable offset, with the aborted transactions overlapping them."""
+        return self.check_leader().read(offset, max_bytes, isolation=isolation)
 
     def offsets(self) -> tuple[int, int, int]:
         """(log start offset, high watermark, log end offset)."""
         log = self.check_leader()
         return log.log_start_offset, log.high_watermark, log.log_end_offset
 
-    def list_offset(self, timestamp: int) -> TimestampAndOffset | None:
-        return self.check_leader().fetch_offset_by_timestamp(timestamp)
+    def list_offset(self, timestamp: int, isolation: str = "high_watermark") -> TimestampAndOffset | None:
+        return self.check_leader().list_offset(timestamp, isolation)
 
     def epoch_end_offset(self, epoch: int) -> tuple[int, int, int]:
         log = self.check_leader()
@@ -258,6 +289,31 @@ class _ControllerLink:
             logger.info("%s-%d: AlterPartition refused: %s", topic, partition, exc)
 
 
+class InProcessMarkers:
+    """The transaction coordinator's `TransactionMarkers` in process: a marker goes to the partition's leader
+    replica; one on `__consumer_offsets` also completes the producer's transactional offsets in the group
+    coordinator (Kafka's `onTransactionCompleted`)."""
+
+    def __init__(self, broker: InProcessBroker) -> None:
+        self._broker = broker
+
+    def write_marker(
+        self,
+        topic: str,
+        partition: int,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+        result: ControlRecordType,
+    ) -> None:
+        leader = self._broker.leader(topic, partition)
+        leader.append_transaction_marker(producer_id, producer_epoch, coordinator_epoch, result)
+        if topic == CONSUMER_OFFSETS_TOPIC:
+            self._broker.group_coordinator.complete_transaction(
+                partition, producer_id, result == ControlRecordType.COMMIT
+            )
+
+
 class InProcessNode:
     """One simulated broker: its log manager over its own log dir, and its replicas."""
 
@@ -300,6 +356,8 @@ class InProcessBroker:
         self._properties = dict(properties or {})
         self._lock = threading.Lock()
         self._coordinator: GroupCoordinator | None = None
+        self._transaction_coordinator: TransactionCoordinator | None = None
+        self._transaction_scheduler = Scheduler(clock)
         self._controller: Controller | None = None
         self.nodes: dict[str, InProcessNode] = {}
         try:
@@ -313,6 +371,7 @@ class InProcessBroker:
                 brokers={},
                 find_broker=self._node_broker,
                 replicas=self,
+                topic_deleted=self._topic_deleted,
                 metrics=metrics,
             )
             for node in self.nodes:
@@ -393,6 +452,34 @@ class InProcessBroker:
                 )
             return self._coordinator
 
+    def _topic_deleted(self, topic: str) -> None:
+        """The controller's `topic_deleted`: the group coordinator deletes the topic's committed offsets."""
+        if self._coordinator is not None or CONSUMER_OFFSETS_TOPIC in self.controller.topics():
+            self.group_coordinator.on_topic_deleted(topic)
+
+    @property
+    def transaction_coordinator(self) -> TransactionCoordinator:
+        """The transaction coordinator, made (and `__transaction_state` created) on first use."""
+        with self._lock:
+            if self._transaction_coordinator is None:
+                self._transaction_coordinator = TransactionCoordinator(
+                    self.config.transaction_config,
+                    clock=self.clock,
+                    controller=self.controller,
+                    find_partition=lambda partition: self.leader(TRANSACTION_STATE_TOPIC, partition),
+                    allocate_producer_id=self.controller.allocate_producer_id,
+                    markers=InProcessMarkers(self),
+                )
+                self._transaction_coordinator.schedule(self._transaction_scheduler)
+            return self._transaction_coordinator
+
+    def forget_transaction_coordinator(self) -> None:
+        """Drops the transaction coordinator, as a coordinator's restart or move does: the next use makes a new one,
+        which loads `__transaction_state` again."""
+        with self._lock:
+            self._transaction_coordinator = None
+            self._transaction_scheduler = Scheduler(self.clock)
+
     # --- time and failures ----------------------------------------------------------------------------------------
 
     def run_scheduled(self) -> list[str]:
@@ -402,6 +489,7 @@ class InProcessBroker:
         for node in self.nodes.values():
             if node.running:
                 ran.extend(node.scheduler.run_due())
+        ran.extend(self._transaction_scheduler.run_due())
         return ran
 
     def lose_node(self, node: str) -> list[LeaderAndIsr]:

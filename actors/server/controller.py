@@ -9,6 +9,8 @@ see that module for what it owns and guarantees. This actor gives it its Ray sea
   full restart each `start_broker` registers);
 - replicas: `update_replication` sent to each replica's partition actor (`actors.partition_lookup.replica_actor`)
   without waiting;
+- deleted topics: told to the group coordinator actor (`actors.server.group_coordinator`), found by name, which
+  deletes their committed offsets before DeleteTopics answers;
 - node liveness: a monitor thread reads `ray.nodes()` every `MONITOR_INTERVAL_S` and hands the live node ids to
   `Controller.check_brokers` (which also runs the preferred-leader rebalance when due);
 - the wall clock;
@@ -27,7 +29,7 @@ from typing import Any
 
 import ray
 
-from actors.calls import RayPending, get_actor
+from actors.calls import RayPending, call, get_actor
 from actors.core.controller.controller import Controller
 from actors.core.controller.topic_metadata import AdvertisedListener, TopicMetadata
 from actors.core.replication.leader_and_isr import LeaderAndIsr
@@ -35,7 +37,7 @@ from actors.core.security.acls import AclBinding, AclBindingFilter
 from actors.core.security.scram import ScramCredential
 from actors.metrics.cluster_view import ClusterGaugePublisher
 from actors.metrics.ray_export import exported_metrics
-from actors.options import log_manager_name
+from actors.options import group_coordinator_name, log_manager_name
 from actors.partition_lookup import replica_actor
 from storage.clock import SYSTEM_CLOCK
 from storage.config.broker_config import BrokerConfig
@@ -87,6 +89,7 @@ class ControllerActor:
             find_broker=lambda node_id: RayNodeBroker(get_actor(log_manager_name(node_id))),
             replicas=RayReplicaNotifier(),
             metrics=metrics,
+            topic_deleted=_tell_group_coordinator,
         )
         self._stopping = threading.Event()
         self._monitor = threading.Thread(target=self._run_monitor, name="controller-monitor", daemon=True)
@@ -209,6 +212,16 @@ class ControllerActor:
         self._stopping.set()
         self._monitor.join()
         self._controller.close()
+
+
+def _tell_group_coordinator(topic: str) -> None:
+    """The group coordinator actor deletes `topic`'s committed offsets (none runs before the first broker started,
+    and then no offsets exist)."""
+    try:
+        coordinator = get_actor(group_coordinator_name())
+    except BrokerNotAvailableError:
+        return
+    call(coordinator.on_topic_deleted.remote(topic))
 
 
 def _running_log_managers() -> dict[str, RayNodeBroker]:

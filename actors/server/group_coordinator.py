@@ -51,8 +51,10 @@ class RayTopicAdmin:
         return described
 
 
-class _RayOffsetsPartition:
-    """A `__consumer_offsets` partition's leader actor as the coordinator's `OffsetsPartition`."""
+class RayInternalPartition:
+    """An internal topic's partition leader actor as a coordinator uses it: the group coordinator's
+    `OffsetsPartition` (`__consumer_offsets`), the transaction coordinator's `TransactionLogPartition`
+    (`__transaction_state`)."""
 
     def __init__(self, handle: Any) -> None:
         self._handle = handle
@@ -69,6 +71,14 @@ class _RayOffsetsPartition:
         answer: LogAppendInfo = call(self._handle.append.remote(batch))
         return answer
 
+    def append_from_coordinator(self, batch: bytes) -> LogAppendInfo:
+        answer: LogAppendInfo = call(self._handle.append_from_coordinator.remote(batch))
+        return answer
+
+    def epoch_end_offset(self, epoch: int) -> tuple[int, int, int]:
+        answer: tuple[int, int, int] = call(self._handle.epoch_end_offset.remote(epoch))
+        return answer
+
 
 class GroupCoordinatorActor:
     """The plain `GroupCoordinator` over Ray's seams; see the module docstring."""
@@ -78,7 +88,7 @@ class GroupCoordinatorActor:
             offsets_topic_partitions,
             clock=SYSTEM_CLOCK,
             controller=RayTopicAdmin(controller()),
-            find_partition=lambda partition: _RayOffsetsPartition(partition_actor(CONSUMER_OFFSETS_TOPIC, partition)),
+            find_partition=lambda partition: RayInternalPartition(partition_actor(CONSUMER_OFFSETS_TOPIC, partition)),
         )
 
     def ready(self) -> int:
@@ -99,6 +109,25 @@ class GroupCoordinatorActor:
         self, group: str, topic_partitions: Iterable[tuple[str, int]]
     ) -> dict[tuple[str, int], int | None]:
         return self._coordinator.fetch_committed(group, topic_partitions)
+
+    def commit_transactional(
+        self,
+        group: str,
+        producer_id: int,
+        producer_epoch: int,
+        member_id: str,
+        generation_id: int,
+        offsets: Mapping[tuple[str, int], tuple[int, str]],
+    ) -> GroupError:
+        return self._coordinator.commit_transactional(
+            group, producer_id, producer_epoch, member_id, generation_id, offsets
+        )
+
+    def complete_transaction(self, partition: int, producer_id: int, commit: bool) -> None:
+        self._coordinator.complete_transaction(partition, producer_id, commit)
+
+    def unstable_offsets(self, group: str, topic_partitions: Iterable[tuple[str, int]]) -> set[tuple[str, int]]:
+        return self._coordinator.unstable_offsets(group, topic_partitions)
 
     def group_offsets(self, group: str) -> dict[tuple[str, int], int]:
         return self._coordinator.group_offsets(group)
@@ -131,6 +160,9 @@ class GroupCoordinatorActor:
 
     def delete_group(self, group: str) -> GroupError:
         return self._coordinator.delete_group(group)
+
+    def on_topic_deleted(self, topic: str) -> list[str]:
+        return self._coordinator.on_topic_deleted(topic)
 
     def reset_offsets(self, group: str, offsets: Mapping[tuple[str, int], int]) -> GroupError:
         return self._coordinator.reset_offsets(group, offsets)

@@ -17,6 +17,7 @@ Subcommands:
 | `status`               | `cluster.cli.status`        | kafka-topics.sh --under-replicated-partitions,     |
 |                        |                             | kafka-metadata-quorum.sh, kafka-consumer-groups.sh |
 |                        |                             | on one screen; exit 1: a partition is offline      |
+| `transactions`         | `cluster.cli.transactions`  | kafka-transactions.sh (--list, --describe)         |
 | `sql`                  | `cluster.cli.sql_command`   | Spark SQL over live topics, each one a view        |
 | `stream`               | `cluster.cli.stream_command` | Spark Structured Streaming SQL over live topics   |
 | `users`                | `cluster.cli.users`         | kafka-configs.sh --entity-type users (SCRAM)       |
@@ -62,6 +63,7 @@ from cluster.cli import (
     status,
     stream_command,
     topics,
+    transactions,
     users,
 )
 from cluster.cli.common import (
@@ -87,6 +89,7 @@ COMMAND_MODULES = (
     offsets,
     consumer_groups,
     status,
+    transactions,
     sql_command,
     stream_command,
     users,

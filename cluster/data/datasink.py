@@ -22,10 +22,10 @@ raise typed errors from `write_topic`, before any task starts.
 
 Delivery: at least once. A task that fails is run again by Ray Data on the same blocks (a dead worker or node
 always; a raised error only with `retry_exceptions`), with a new producer id, so the rows its failed attempt had
-written are written again. Kafka's answer is a transactional producer per task: each task's transactional id is
-fixed by the write's id and the task's index (`transactional_id`), so a retried task fences its failed attempt and
-aborts what that attempt wrote, and a read_committed reader sees every row once. raybroker's transactions are not
-there yet; once they are, the write task opens its producer with that id and commits once its blocks are written.
+written are written again. Kafka's answer is a transactional producer per task, its transactional id fixed by
+the write's id and the task's index, so a retried task fences its failed attempt and aborts what that attempt
+wrote, and a read_committed reader sees every row once. The broker serves transactions; the Python producer the
+write tasks use does not open them yet.
 """
 
 from __future__ import annotations
@@ -58,14 +58,6 @@ BUFFER_BYTES = 64 * 1024 * 1024
 # the controller, a sender thread, the partitions' lookups), which `from_items`' 200 one-row blocks paid 200 times
 # (200 rows in 18 s on the loaded test machine).
 MIN_WRITE_BYTES = 8 * 1024 * 1024
-TRANSACTIONAL_ID_PREFIX = "raybroker-ray-data"
-
-
-def transactional_id(write_id: str, task_index: int) -> str:
-    """The transactional id of write task `task_index` of write `write_id`: the same on every attempt of the task
-    (Ray Data's `TaskContext.task_idx` does not change on a retry), so the retry's producer fences the failed
-    attempt's; and different for every task of the write, so tasks never fence each other."""
-    return f"{TRANSACTIONAL_ID_PREFIX}-{write_id}-{task_index}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,4 +262,4 @@ def write_topic(
     return sink.result
 
 
-__all__ = ["TopicDatasink", "TopicWriteResult", "transactional_id", "write_topic"]
+__all__ = ["TopicDatasink", "TopicWriteResult", "write_topic"]

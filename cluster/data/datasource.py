@@ -37,6 +37,7 @@ from ray.data.block import BlockMetadata
 
 from cluster.data.planning import Bound, PlannedRange, TopicReadPlan, plan_topic_read, task_groups
 from cluster.records.arrow_records import kafka_arrow_schema
+from cluster.records.isolation import READ_COMMITTED
 from cluster.records.range_reading import read_ranges, sample_values
 from cluster.records.value_formats import (
     DEFAULT_SAMPLE_SIZE,
@@ -73,6 +74,7 @@ class ReadSettings:
     decoder: ArrowValueDecoder | None
     columns: tuple[str, ...] | None
     schema: pa.Schema
+    isolation: str = READ_COMMITTED
 
     def rows(self, batch: pa.RecordBatch) -> pa.Table:
         if self.string_values:
@@ -92,6 +94,7 @@ def read_blocks(ranges: Sequence[PlannedRange], settings: ReadSettings) -> Itera
         fail_on_data_loss=settings.fail_on_data_loss,
         include_headers=settings.include_headers,
         node_ids=[planned.node for planned in ranges],
+        isolation=settings.isolation,
     ):
         yield settings.rows(batch)
 
@@ -176,7 +179,9 @@ def read_settings(
     selected = tuple(columns) if columns is not None else None
     if selected is not None:
         schema = pa.schema([schema.field(name) for name in selected])
-    return ReadSettings(include_headers, fail_on_data_loss, value_format == "string", decoder, selected, schema)
+    return ReadSettings(
+        include_headers, fail_on_data_loss, value_format == "string", decoder, selected, schema, plan.isolation
+    )
 
 
 # Arrow types a JSON or msgpack value converts to (`ArrowValueDecoder`): scalars and nestings of them.
@@ -206,7 +211,7 @@ def _value_type(
             )
         return None
     if value_schema is None:
-        sample = sample_values([planned.range for planned in plan.ranges], DEFAULT_SAMPLE_SIZE)
+        sample = sample_values([planned.range for planned in plan.ranges], DEFAULT_SAMPLE_SIZE, plan.isolation)
         return infer_value_type(python_value(value_format, data) for data in sample)
     value_type = pa.struct(list(value_schema)) if isinstance(value_schema, pa.Schema) else value_schema
     if not isinstance(value_type, pa.DataType):

@@ -80,6 +80,7 @@ class PartitionSnapshot:
     log_end_offset: int
     size_bytes: int
     first_offset: int
+    last_stable_offset: int
 
     @classmethod
     def of(cls, leader: str, state: PartitionState) -> PartitionSnapshot:
@@ -90,7 +91,12 @@ class PartitionSnapshot:
             state.log_end_offset,
             state.size_bytes,
             state.first_segment_base,
+            state.last_stable_offset,
         )
+
+    def readable_end(self, isolation: str) -> int:
+        """Where a read at `isolation` ends (`cluster.records.isolation.readable_end`)."""
+        return readable_end(isolation, self.high_watermark, self.last_stable_offset)
 
     @property
     def bytes_per_offset(self) -> float:
@@ -204,7 +210,7 @@ def resolve_bound(
 ) -> tuple[int, bool]:
     """(offset, given as earliest) of one side of one partition's range. `found_by_time`: for a datetime bound,
     the first offset at or after it (None when no record is that new)."""
-    last = readable_end(isolation, snapshot.high_watermark)
+    last = snapshot.readable_end(isolation)
     if isinstance(bound, Mapping):
         given = bound.get(tp[0], {}).get(tp[1])
         bound = ("earliest" if side == "start" else "latest") if given is None else given
@@ -235,10 +241,10 @@ def plan_ranges(
         first, earliest = resolve_bound(start, "start", tp, snapshot, isolation, found_by_time.get(("start", tp)))
         last, _ = resolve_bound(end, "end", tp, snapshot, isolation, found_by_time.get(("end", tp)))
         where = f"{tp[0]}-{tp[1]}"
-        if last > readable_end(isolation, snapshot.high_watermark):
+        if last > snapshot.readable_end(isolation):
             raise OffsetOutOfRangeError(
                 f"{where}: end offset {last} is past the last offset a {isolation} read may reach, "
-                f"{readable_end(isolation, snapshot.high_watermark)}",
+                f"{snapshot.readable_end(isolation)}",
                 offset=last,
             )
         if first < snapshot.log_start_offset and not earliest:

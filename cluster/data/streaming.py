@@ -36,7 +36,7 @@ from actors.clients.broker import Broker
 from actors.clients.consumer import Consumer
 from cluster.data.datasource import ReadSettings, read_plan, read_settings
 from cluster.data.planning import Bound, TopicReadPlan, offsets_by_topic, plan_topic_read, snapshot_partitions
-from cluster.records.isolation import check_isolation, readable_end
+from cluster.records.isolation import check_isolation
 from cluster.records.offset_ranges import partitions_of
 from storage.errors import InvalidRequestError
 from storage.topic_partition import TopicPartition
@@ -159,9 +159,7 @@ class TopicStream:
             for tp in missing:
                 snapshot = snapshots[tp]
                 positions[tp] = (
-                    snapshot.log_start_offset
-                    if start == "earliest"
-                    else readable_end(self._isolation, snapshot.high_watermark)
+                    snapshot.log_start_offset if start == "earliest" else snapshot.readable_end(self._isolation)
                 )
         return positions
 

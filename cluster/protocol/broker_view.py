@@ -21,6 +21,7 @@ from actors.core.controller.topic_metadata import AdvertisedListener, TopicMetad
 from cluster.protocol.file_region import FileRegion
 from storage.partition.log import LogAppendInfo
 from storage.records.file_records import TimestampAndOffset
+from storage.segment.transaction_index import AbortedTxn
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,11 +80,15 @@ class TopicInfo:
 class FetchedRecords:
     """One partition's answer to a fetch: whole batches as stored (the last may be cut short, as Kafka's are),
     as bytes or as a region of the segment file to `sendfile` (`cluster.protocol.file_region`), and the
-    partition's offsets when they were read."""
+    partition's offsets when they were read. A read_committed fetch's bytes end at the last stable offset and it
+    carries the aborted transactions overlapping them (`storage.partition.file_slices.located_aborted_transactions`);
+    a read_uncommitted one carries None there."""
 
     records: bytes | FileRegion
     high_watermark: int
     log_start_offset: int
+    last_stable_offset: int
+    aborted_transactions: tuple[AbortedTxn, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,15 +190,26 @@ class BrokerView(Protocol):
         ...
 
     async def fetch(
-        self, topic: str, partition: int, offset: int, max_bytes: int, max_wait_ms: int, min_bytes: int
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        max_bytes: int,
+        max_wait_ms: int,
+        min_bytes: int,
+        isolation: str = "high_watermark",
     ) -> FetchedRecords:
-        """Batches from `offset`, at most `max_bytes` but at least one batch; with `max_wait_ms` > 0 waits up to
-        that long for `min_bytes` to be there. `OffsetOutOfRangeError` outside log start..log end."""
+        """Batches from `offset`, at most `max_bytes` but at least one batch, below the high watermark or, with
+        `isolation="txn_committed"` (read_committed), below the last stable offset; with `max_wait_ms` > 0 waits up
+        to that long for `min_bytes` to be there. `OffsetOutOfRangeError` outside log start..log end."""
         ...
 
-    async def list_offset(self, topic: str, partition: int, timestamp: int) -> TimestampAndOffset | None:
-        """Kafka's ListOffsets for one partition: -2 earliest, -1 latest, -3 max timestamp, or the first record at
-        or after a timestamp in ms; None when no record qualifies."""
+    async def list_offset(
+        self, topic: str, partition: int, timestamp: int, isolation: str = "high_watermark"
+    ) -> TimestampAndOffset | None:
+        """Kafka's ListOffsets for one partition at `isolation`: -2 earliest, -1 latest (the high watermark, or the
+        last stable offset for `txn_committed`), -3 max timestamp, or the first record at or after a timestamp in
+        ms, below that same bound; None when no record qualifies."""
         ...
 
     async def allocate_producer_id(self) -> int:

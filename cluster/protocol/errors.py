@@ -21,7 +21,8 @@ SCRAM credential errors (`actors.core.security.scram`) and `DuplicateResourceErr
 AlterUserScramCredentials and DescribeUserScramCredentials per user.
 
 The group APIs' outcomes (`actors.core.groups.group_membership.GroupError`) are named as Kafka's codes and map by name
-(`group_error_code`); a group coordinator that cannot be reached answers COORDINATOR_NOT_AVAILABLE.
+(`group_error_code`); a group coordinator that cannot be reached answers COORDINATOR_NOT_AVAILABLE. So do the
+transaction coordinator's (`actors.core.transactions.transaction_metadata.TxnError`, `txn_error_code`).
 """
 
 from __future__ import annotations
@@ -34,10 +35,12 @@ from actors.core.security.scram import (
     UnacceptableCredentialError,
     UnsupportedSaslMechanismError,
 )
+from actors.core.transactions.transaction_metadata import TxnError
 from storage.errors import (
     BrokerNotAvailableError,
     CorruptRecordError,
     FencedLeaderEpochError,
+    IneligibleReplicaError,
     InvalidConfigError,
     InvalidGroupIdError,
     InvalidPartitionsError,
@@ -115,6 +118,7 @@ ERROR_CODES: dict[type[Exception], ErrorCode] = {
     TopicExistsError: ErrorCode.topic_already_exists,
     InvalidPartitionsError: ErrorCode.invalid_partitions,
     InvalidConfigError: ErrorCode.invalid_config,
+    IneligibleReplicaError: ErrorCode.ineligible_replica,
     InvalidRequestError: ErrorCode.invalid_request,
     PolicyViolationError: ErrorCode.policy_violation,
     OutOfOrderSequenceError: ErrorCode.out_of_order_sequence_number,
@@ -160,6 +164,15 @@ class UnsupportedApiError(ProtocolError):
 
 def group_error_code(error: GroupError) -> ErrorCode:
     """Kafka's error code for a group call's outcome (`GroupError` values are Kafka's error names)."""
+    return ErrorCode[error.value]
+
+
+def txn_error_code(error: TxnError, producer_fenced: bool = True) -> ErrorCode:
+    """Kafka's error code for a transaction coordinator's answer (`TxnError` values are Kafka's error names);
+    PRODUCER_FENCED (90) becomes INVALID_PRODUCER_EPOCH (47) for a request version older than the one that
+    introduced it (`producer_fenced` False), as Kafka's `KafkaApis` answers old clients."""
+    if error == TxnError.PRODUCER_FENCED and not producer_fenced:
+        return ErrorCode.invalid_producer_epoch
     return ErrorCode[error.value]
 
 

@@ -69,6 +69,26 @@ class GroupView(Protocol):
         """The group's committed offset per partition (None: none committed); every committed one for None."""
         ...
 
+    async def offsets_partition_for(self, group: str) -> int:
+        """The `__consumer_offsets` partition holding the group's offsets (AddOffsetsToTxn adds it)."""
+        ...
+
+    async def commit_transactional_offsets(
+        self,
+        group: str,
+        producer_id: int,
+        producer_epoch: int,
+        member_id: str,
+        generation_id: int,
+        offsets: Mapping[TopicPartition, tuple[int, str]],
+    ) -> GroupError:
+        """A TxnOffsetCommit: the offsets stay pending until the transaction's marker (`commit_transactional`)."""
+        ...
+
+    async def unstable_offsets(self, group: str, partitions: Iterable[TopicPartition]) -> set[TopicPartition]:
+        """The partitions with transactional offsets of the group still pending (OffsetFetch `require_stable`)."""
+        ...
+
     async def list_groups(self) -> list[GroupDescription]: ...
 
     async def describe_group(self, group: str) -> GroupDescription | None:

@@ -37,14 +37,17 @@ from actors.metrics.recorder import BrokerMetrics
 from cluster.protocol.broker_view import BrokerEndpoint, BrokerView
 from cluster.protocol.connection import ConnectionContext
 from cluster.protocol.framing import SplicedFrame
+from cluster.protocol.group_view import GroupView
 from cluster.protocol.ray_broker_view import RayBrokerView
 from cluster.protocol.ray_group_view import RayGroupView
+from cluster.protocol.ray_transaction_view import RayTransactionView
 from cluster.protocol.router import Router, request_name
 from cluster.protocol.security.access import AccessControl
 from cluster.protocol.security.ray_security_view import RaySecurityView
 from cluster.protocol.security.security_view import SecurityView
 from cluster.protocol.security.tls import server_context
 from cluster.protocol.server import KafkaServer, ServerStatistics
+from cluster.protocol.transaction_view import TransactionView
 from storage.config.broker_config import BrokerConfig
 from storage.config.security_config import SSL_PROTOCOLS
 from storage.errors import RaybrokerError
@@ -62,6 +65,9 @@ class KafkaListener:
         view: BrokerView | None = None,
         security: SecurityView | None = None,
         metrics: BrokerMetrics | None = None,
+        *,
+        groups: GroupView | None = None,
+        transactions: TransactionView | None = None,
     ) -> None:
         """Binds and starts serving before it returns; raises `InvalidConfigError` for bad settings (a keystore
         that does not load included) and `OSError` when a port cannot be bound. `view` and `security` default to
@@ -73,6 +79,10 @@ class KafkaListener:
         self._static_broker_keys = frozenset(str(key).strip() for key in props)
         self._view = view if view is not None else RayBrokerView(Broker.connect())
         self._security = security if security is not None else RaySecurityView()
+        self._groups = groups if groups is not None else RayGroupView()
+        self._transactions = (
+            transactions if transactions is not None else RayTransactionView(self._broker_config.transaction_config)
+        )
         self._metrics = metrics if metrics is not None else exported_metrics()
         self._tls_contexts = {
             endpoint.listener_name: server_context(self._broker_config.security_config, endpoint.security_protocol)
@@ -169,7 +179,8 @@ class KafkaListener:
             endpoint,
             self._broker_config.auto_create_topics_enable,
             self._broker_config.num_partitions,
-            groups=RayGroupView(),
+            groups=self._groups,
+            transactions=self._transactions,
             broker_config=self._broker_config,
             static_broker_keys=self._static_broker_keys,
             security=self._security,
@@ -195,6 +206,10 @@ def start_listener(
     view: BrokerView | None = None,
     security: SecurityView | None = None,
     metrics: BrokerMetrics | None = None,
+    *,
+    groups: GroupView | None = None,
+    transactions: TransactionView | None = None,
 ) -> KafkaListener:
-    """Starts a Kafka-protocol listener for the running broker (see the module docstring)."""
-    return KafkaListener(properties, view, security, metrics)
+    """Starts a Kafka-protocol listener for the running broker (see the module docstring); `groups` and
+    `transactions` default to the Ray cluster's coordinators."""
+    return KafkaListener(properties, view, security, metrics, groups=groups, transactions=transactions)

@@ -25,7 +25,7 @@ from cluster.protocol.broker_view import (
 )
 from cluster.protocol.file_region import SENDFILE_MIN_BYTES, FileRegion, open_region
 from cluster.protocol.ray_broker_view import advertised, topic_info
-from storage.partition.file_slices import locate_file_slices
+from storage.partition.file_slices import locate_file_slices, located_aborted_transactions
 from storage.partition.log import LogAppendInfo
 from storage.records.file_records import TimestampAndOffset
 
@@ -112,26 +112,41 @@ class LocalBrokerView:
         return info
 
     async def fetch(
-        self, topic: str, partition: int, offset: int, max_bytes: int, max_wait_ms: int, min_bytes: int
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        max_bytes: int,
+        max_wait_ms: int,
+        min_bytes: int,
+        isolation: str = "high_watermark",
     ) -> FetchedRecords:
         leader = self._leader(topic, partition)
         log = leader.check_leader()
         if max_wait_ms > 0:
 
             def available() -> int:
-                return sum(found.length for found in locate_file_slices(log, offset, max_bytes))
+                located = locate_file_slices(log, offset, max_bytes, isolation=isolation)
+                return sum(found.length for found in located)
 
             await asyncio.to_thread(leader.wait_for_bytes, offset, min_bytes, max_wait_ms, available)
             log = leader.check_leader()
-        located = locate_file_slices(log, offset, max_bytes)
+        located = locate_file_slices(log, offset, max_bytes, isolation=isolation)
         if located and located[0].length >= SENDFILE_MIN_BYTES:
             region: FileRegion | None = open_region(located[0])
             if region is not None:
-                return FetchedRecords(region, log.high_watermark, log.log_start_offset)
-        return FetchedRecords(leader.read(offset, max_bytes), log.high_watermark, log.log_start_offset)
+                committed = isolation == "txn_committed"
+                aborted = located_aborted_transactions(log, offset, located) if committed else None
+                return FetchedRecords(region, log.high_watermark, log.log_start_offset, log.last_stable_offset, aborted)
+        read = leader.fetch(offset, max_bytes, isolation)
+        return FetchedRecords(
+            read.records, log.high_watermark, log.log_start_offset, log.last_stable_offset, read.aborted_transactions
+        )
 
-    async def list_offset(self, topic: str, partition: int, timestamp: int) -> TimestampAndOffset | None:
-        return self._leader(topic, partition).list_offset(timestamp)
+    async def list_offset(
+        self, topic: str, partition: int, timestamp: int, isolation: str = "high_watermark"
+    ) -> TimestampAndOffset | None:
+        return self._leader(topic, partition).list_offset(timestamp, isolation)
 
     async def allocate_producer_id(self) -> int:
         return self.broker.controller.allocate_producer_id()

@@ -103,6 +103,31 @@ class LocalGroupView:
             return dict(await asyncio.to_thread(self._coordinator.group_offsets, group))
         return await asyncio.to_thread(self._coordinator.fetch_committed, group, list(partitions))
 
+    async def offsets_partition_for(self, group: str) -> int:
+        return await asyncio.to_thread(self._coordinator.partition_for, group)
+
+    async def commit_transactional_offsets(
+        self,
+        group: str,
+        producer_id: int,
+        producer_epoch: int,
+        member_id: str,
+        generation_id: int,
+        offsets: Mapping[TopicPartition, tuple[int, str]],
+    ) -> GroupError:
+        return await asyncio.to_thread(
+            self._coordinator.commit_transactional,
+            group,
+            producer_id,
+            producer_epoch,
+            member_id,
+            generation_id,
+            dict(offsets),
+        )
+
+    async def unstable_offsets(self, group: str, partitions: Iterable[TopicPartition]) -> set[TopicPartition]:
+        return await asyncio.to_thread(self._coordinator.unstable_offsets, group, list(partitions))
+
     async def list_groups(self) -> list[GroupDescription]:
         return await asyncio.to_thread(self._coordinator.list_groups)
 

@@ -65,6 +65,7 @@ class _Prefetch:
 
     offset: int
     max_bytes: int
+    isolation: str
     started: float
     located: asyncio.Future[FileSlices]
 
@@ -160,45 +161,73 @@ class RayBrokerView:
             raise
 
     async def fetch(
-        self, topic: str, partition: int, offset: int, max_bytes: int, max_wait_ms: int, min_bytes: int
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        max_bytes: int,
+        max_wait_ms: int,
+        min_bytes: int,
+        isolation: str = "high_watermark",
     ) -> FetchedRecords:
         key = (topic, partition)
         read = LocatedRead(offset, _read_slice, prefer_local=key not in self._remote)
         if read.locating:
-            located = await self._prefetched(key, offset, max_bytes)
+            located = await self._prefetched(key, offset, max_bytes, isolation)
             if located is None:
-                located = await self._call(topic, partition, "locate", offset, max_bytes, 1, max_wait_ms, min_bytes)
+                located = await self._call(
+                    topic, partition, "locate", offset, max_bytes, 1, max_wait_ms, min_bytes, isolation
+                )
             records = read.read(located)
             if read.node_id != self._node:
                 self._remote.add(key)
             if records is not None:
                 if isinstance(records[0], FileRegion):
-                    self._prefetch(key, read.next_offset, max_bytes)
-                return FetchedRecords(records[0], located.high_watermark, located.log_start_offset)
+                    self._prefetch(key, read.next_offset, max_bytes, isolation)
+                return FetchedRecords(
+                    records[0],
+                    located.high_watermark,
+                    located.log_start_offset,
+                    located.last_stable_offset,
+                    located.aborted_transactions,
+                )
             max_wait_ms = 0  # waited for already
         else:
             read.actor_fetched()
         result: FetchResult = await self._call(
-            topic, partition, "fetch", offset, max_bytes, max_wait_ms=max_wait_ms, min_bytes=min_bytes
+            topic,
+            partition,
+            "fetch",
+            offset,
+            max_bytes,
+            max_wait_ms=max_wait_ms,
+            min_bytes=min_bytes,
+            isolation=isolation,
         )
-        return FetchedRecords(bytes(result.records), result.high_watermark, result.log_start_offset)
+        return FetchedRecords(
+            bytes(result.records),
+            result.high_watermark,
+            result.log_start_offset,
+            result.last_stable_offset,
+            result.aborted_transactions,
+        )
 
-    def _prefetch(self, key: tuple[str, int], offset: int | None, max_bytes: int) -> None:
+    def _prefetch(self, key: tuple[str, int], offset: int | None, max_bytes: int, isolation: str) -> None:
         """Locates the bytes the partition's next fetch will ask for while this answer is on its way."""
         if offset is None:
             return
-        located = asyncio.ensure_future(self._call(*key, "locate", offset, max_bytes))
+        located = asyncio.ensure_future(self._call(*key, "locate", offset, max_bytes, 1, 0, 1, isolation))
         # A prefetch nobody asks for again may fail unseen (its topic deleted): its error is dropped here.
         located.add_done_callback(lambda done: done.cancelled() or done.exception())
-        self._prefetches[key] = _Prefetch(offset, max_bytes, time.monotonic(), located)
+        self._prefetches[key] = _Prefetch(offset, max_bytes, isolation, time.monotonic(), located)
 
-    async def _prefetched(self, key: tuple[str, int], offset: int, max_bytes: int) -> FileSlices | None:
+    async def _prefetched(self, key: tuple[str, int], offset: int, max_bytes: int, isolation: str) -> FileSlices | None:
         """The prefetched location of this fetch's bytes, if one was started for exactly it, recently, and found
         bytes; None otherwise (the caller locates, long-polling)."""
         prefetch = self._prefetches.pop(key, None)
         if prefetch is None:
             return None
-        if (prefetch.offset, prefetch.max_bytes) != (offset, max_bytes):
+        if (prefetch.offset, prefetch.max_bytes, prefetch.isolation) != (offset, max_bytes, isolation):
             prefetch.located.cancel()
             return None
         try:
@@ -209,8 +238,10 @@ class RayBrokerView:
             return None
         return located
 
-    async def list_offset(self, topic: str, partition: int, timestamp: int) -> TimestampAndOffset | None:
-        return await self._call(topic, partition, "list_offset", timestamp)
+    async def list_offset(
+        self, topic: str, partition: int, timestamp: int, isolation: str = "high_watermark"
+    ) -> TimestampAndOffset | None:
+        return await self._call(topic, partition, "list_offset", timestamp, isolation)
 
     async def allocate_producer_id(self) -> int:
         return await answer(self._controller.allocate_producer_id.remote())

@@ -106,6 +106,28 @@ class RayGroupView:
         found: dict[TopicPartition, int | None] = await self._call("fetch_committed", group, list(partitions))
         return found
 
+    async def offsets_partition_for(self, group: str) -> int:
+        partition: int = await self._call("partition_for", group)
+        return partition
+
+    async def commit_transactional_offsets(
+        self,
+        group: str,
+        producer_id: int,
+        producer_epoch: int,
+        member_id: str,
+        generation_id: int,
+        offsets: Mapping[TopicPartition, tuple[int, str]],
+    ) -> GroupError:
+        verdict: GroupError = await self._call(
+            "commit_transactional", group, producer_id, producer_epoch, member_id, generation_id, dict(offsets)
+        )
+        return verdict
+
+    async def unstable_offsets(self, group: str, partitions: Iterable[TopicPartition]) -> set[TopicPartition]:
+        unstable: set[TopicPartition] = await self._call("unstable_offsets", group, list(partitions))
+        return unstable
+
     async def list_groups(self) -> list[GroupDescription]:
         groups: list[GroupDescription] = await self._call("list_groups")
         return groups

@@ -15,6 +15,11 @@ DeleteRecords, DescribeCluster, OffsetForLeaderEpoch) are served from kio's floo
 versions only add fields the handlers fill (topic ids are null, `is_fenced` false). So are the security APIs:
 DescribeAcls (29), CreateAcls (30), DeleteAcls (31) v1-3 (v0 could not name PREFIXED patterns, and Kafka 4 dropped
 it), DescribeUserScramCredentials (50) and AlterUserScramCredentials (51) v0.
+The transaction APIs serve the TV1 protocol every client speaks to a broker finalizing no `transaction.version`
+feature: AddPartitionsToTxn v0-3 (the client form; v4+ is the brokers' verification form), AddOffsetsToTxn v0-4,
+EndTxn v0-4 (v5 is TV2), TxnOffsetCommit v0-4 (v5 is TV2), WriteTxnMarkers v1 (Kafka 4 dropped v0; v2 is post-4.1),
+DescribeTransactions v0 and ListTransactions v0-1 (v2's id pattern is post-4.0). librdkafka sends v0 of
+AddPartitionsToTxn and AddOffsetsToTxn, EndTxn 0-1, TxnOffsetCommit 0-3 and FindCoordinator key type 1 from v1.
 The group APIs stop where the classic protocol does: OffsetCommit v9 and OffsetFetch v9 are the last naming
 topics by name (v10 uses topic ids); FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, ListGroups,
 DescribeGroups and DeleteGroups are served from kio's floor to its ceiling. Measured: librdkafka 2.16 sends
@@ -122,8 +127,25 @@ from cluster.protocol.handlers.topics import (
     CreateTopicsHandler,
     DeleteTopicsHandler,
 )
+from cluster.protocol.handlers.transactions import (
+    ADD_OFFSETS_TO_TXN_KEY,
+    ADD_PARTITIONS_TO_TXN_KEY,
+    DESCRIBE_TRANSACTIONS_KEY,
+    END_TXN_KEY,
+    LIST_TRANSACTIONS_KEY,
+    TXN_OFFSET_COMMIT_KEY,
+    WRITE_TXN_MARKERS_KEY,
+    AddOffsetsToTxnHandler,
+    AddPartitionsToTxnHandler,
+    DescribeTransactionsHandler,
+    EndTxnHandler,
+    ListTransactionsHandler,
+    TxnOffsetCommitHandler,
+    WriteTxnMarkersHandler,
+)
 from cluster.protocol.security.access import AccessControl
 from cluster.protocol.security.security_view import SecurityView
+from cluster.protocol.transaction_view import TransactionView
 from storage.config.broker_config import BrokerConfig
 
 SERVED: Mapping[int, ApiRange] = MappingProxyType(
@@ -160,6 +182,13 @@ SERVED: Mapping[int, ApiRange] = MappingProxyType(
         DELETE_ACLS_KEY: ApiRange(1, 3),
         DESCRIBE_USER_SCRAM_CREDENTIALS_KEY: ApiRange(0, 0),
         ALTER_USER_SCRAM_CREDENTIALS_KEY: ApiRange(0, 0),
+        ADD_PARTITIONS_TO_TXN_KEY: ApiRange(0, 3),
+        ADD_OFFSETS_TO_TXN_KEY: ApiRange(0, 4),
+        END_TXN_KEY: ApiRange(0, 4),
+        WRITE_TXN_MARKERS_KEY: ApiRange(1, 1),
+        TXN_OFFSET_COMMIT_KEY: ApiRange(0, 4),
+        DESCRIBE_TRANSACTIONS_KEY: ApiRange(0, 0),
+        LIST_TRANSACTIONS_KEY: ApiRange(0, 1),
     }
 )
 # What a connection of a SASL listener may send before it has authenticated.
@@ -204,6 +233,7 @@ class Router:
         broker_config: BrokerConfig,
         static_broker_keys: Collection[str],
         groups: GroupView,
+        transactions: TransactionView,
         security: SecurityView,
         access: AccessControl,
         metrics: BrokerMetrics = NO_METRICS,
@@ -214,12 +244,12 @@ class Router:
         describer = ConfigDescriber(broker_config, static_broker_keys)
         node_id = endpoint.node_id
         self._handlers: dict[int, Handler] = {
-            PRODUCE_KEY: ProduceHandler(view, access),
+            PRODUCE_KEY: ProduceHandler(view, transactions, access),
             FETCH_KEY: FetchHandler(view, access, metrics),
             LIST_OFFSETS_KEY: ListOffsetsHandler(view, access),
             METADATA_KEY: MetadataHandler(view, endpoint, auto_create_topics_enable, num_partitions, access),
             API_VERSIONS_KEY: ApiVersionsHandler(SERVED),
-            INIT_PRODUCER_ID_KEY: InitProducerIdHandler(view, access),
+            INIT_PRODUCER_ID_KEY: InitProducerIdHandler(view, transactions, access),
             FIND_COORDINATOR_KEY: FindCoordinatorHandler(endpoint, access),
             JOIN_GROUP_KEY: JoinGroupHandler(groups, access),
             SYNC_GROUP_KEY: SyncGroupHandler(groups, access),
@@ -252,6 +282,13 @@ class Router:
             DELETE_ACLS_KEY: DeleteAclsHandler(security, access),
             DESCRIBE_USER_SCRAM_CREDENTIALS_KEY: DescribeUserScramCredentialsHandler(security, access),
             ALTER_USER_SCRAM_CREDENTIALS_KEY: AlterUserScramCredentialsHandler(security, access),
+            ADD_PARTITIONS_TO_TXN_KEY: AddPartitionsToTxnHandler(view, transactions, access),
+            ADD_OFFSETS_TO_TXN_KEY: AddOffsetsToTxnHandler(transactions, groups, access),
+            END_TXN_KEY: EndTxnHandler(transactions, access),
+            WRITE_TXN_MARKERS_KEY: WriteTxnMarkersHandler(transactions, access),
+            TXN_OFFSET_COMMIT_KEY: TxnOffsetCommitHandler(view, groups, transactions, access),
+            DESCRIBE_TRANSACTIONS_KEY: DescribeTransactionsHandler(transactions, access),
+            LIST_TRANSACTIONS_KEY: ListTransactionsHandler(transactions, access),
         }
         assert self._handlers.keys() == SERVED.keys(), "every served API has exactly one handler"
 

@@ -17,8 +17,9 @@ Output schema (the Arrow types Spark 3.5 maps to the Kafka source's columns; `he
 
 Only records with `start_offset <= offset < end_offset` (of their own fetch) are kept: a fetch starts at the batch
 holding `start_offset` and may run past `end_offset`. Control batches (transaction markers) carry no data and are
-skipped; offsets missing because compaction removed them are simply absent. Every batch's CRC is checked, as
-Kafka consumers do (`check.crcs`).
+skipped; the data batches of aborted transactions are skipped when the fetch was read_committed (its `aborted`
+list, applied by `storage.records.aborted_batches`); offsets missing because compaction removed them are simply
+absent. Every batch's CRC is checked, as Kafka consumers do (`check.crcs`).
 
 The records of a fetch's v2 batches are decoded together by storage's one record walker
 (`storage.records.record_columns.decode_sections`: bodies found by walking every batch in lockstep, then every field
@@ -43,11 +44,13 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from storage.records.aborted_batches import AbortedBatches
 from storage.records.file_records import iter_any_batches
 from storage.records.layout import TimestampType
 from storage.records.legacy_records import LegacyBatch
 from storage.records.record_batch import RecordBatch
 from storage.records.record_columns import Section, decode_sections
+from storage.segment.transaction_index import AbortedTxn
 
 HEADER_TYPE = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
 HEADERS_TYPE = pa.list_(HEADER_TYPE)
@@ -81,6 +84,8 @@ class Fetched:
     partition: int
     start_offset: int
     end_offset: int
+    # A read_committed fetch's aborted transactions (None: a read_uncommitted fetch, which keeps every batch).
+    aborted: tuple[AbortedTxn, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,10 +131,13 @@ def decode_fetches(fetches: Sequence[Fetched], include_headers: bool = False) ->
     next_offsets: list[int] = []
     for index, fetch in enumerate(fetches):
         next_offset = fetch.start_offset
+        aborted = None if fetch.aborted is None else AbortedBatches(fetch.aborted)
         for batch in iter_any_batches(fetch.records):
             batch.ensure_valid()
             next_offset = max(next_offset, batch.last_offset + 1)
             if isinstance(batch, RecordBatch):
+                if aborted is not None and aborted.drops(batch):
+                    continue
                 if not batch.is_control and batch.records_count > 0:
                     sections.append(batch.section())
                     owners.append(index)

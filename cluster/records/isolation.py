@@ -6,15 +6,13 @@
 | `read_committed`   | the last stable offset     | dropped                         | never rows      |
 
 The last stable offset (LSO) is the first offset of the oldest transaction still open, or the high watermark when
-none is; a read_committed consumer stops there, and of the records below it drops those of aborted transactions
-(the fetch's aborted-transaction list: each aborted producer id with its first offset, dropped up to its ABORT
-marker). Control batches (COMMIT/ABORT markers) are skipped by the Arrow decoder at every level
-(`cluster.records.arrow_records`).
+none is; a read_committed read stops there (`readable_end`), fetches at the partition's `txn_committed` isolation
+(`log_isolation`), and of the records below the LSO drops those of aborted transactions: each fetch answers its
+aborted-transaction list, which the Arrow decoder applies batch by batch (`cluster.records.arrow_records`, with
+`storage.records.aborted_batches`). Control batches (COMMIT/ABORT markers) are skipped by the decoder at every level.
 
-Transactions do not exist in raybroker yet: no partition has an open or an aborted transaction, so the LSO is the
-high watermark and the aborted list is empty, and `readable_end` says so. When the partition log keeps an LSO and
-aborted transactions, `readable_end` is where the LSO comes in, and the aborted list is applied where
-`decode_fetches` walks each batch (it sees the batch's producer id and transactional flag).
+The bulk readers (the Spark bridge, Ray Data) read read_committed by default: a pipeline must not compute on
+records that their producer aborted, nor on those of a transaction that may still abort.
 """
 
 from __future__ import annotations
@@ -33,9 +31,14 @@ def check_isolation(isolation: str) -> str:
     return isolation
 
 
-def readable_end(isolation: str, high_watermark: int) -> int:
-    """The offset a read at `isolation` ends at ("latest"), for a partition whose high watermark is
-    `high_watermark`: the high watermark for `read_uncommitted`, the last stable offset for `read_committed`,
-    which equals the high watermark while no transaction exists (see the module docstring)."""
+def readable_end(isolation: str, high_watermark: int, last_stable_offset: int) -> int:
+    """The offset a read at `isolation` ends at ("latest"), for a partition with these offsets: the high watermark
+    for `read_uncommitted`, the last stable offset for `read_committed` (see the module docstring)."""
     check_isolation(isolation)
-    return high_watermark
+    return last_stable_offset if isolation == READ_COMMITTED else high_watermark
+
+
+def log_isolation(isolation: str) -> str:
+    """The partition read (`storage.partition.log_read.ISOLATIONS`) a fetch at Kafka's `isolation` is."""
+    check_isolation(isolation)
+    return "txn_committed" if isolation == READ_COMMITTED else "high_watermark"

@@ -16,6 +16,7 @@ from typing import Any
 from actors.calls import call
 from actors.clients.broker import Broker
 from actors.partition_lookup import partition_actor
+from cluster.records.isolation import READ_COMMITTED, readable_end
 from storage.errors import InvalidRequestError
 from storage.topic_partition import TopicPartition
 
@@ -81,10 +82,16 @@ def group_ranges(
     return tuple(tuple(sorted(task, key=order.__getitem__)) for task in members if task)
 
 
-def partition_bounds(tps: Sequence[TopicPartition]) -> dict[TopicPartition, tuple[int, int]]:
-    """(log start offset, high watermark) of every partition, asked of all of them at once."""
-    refs = {tp: partition_handle(tp).offsets.remote() for tp in tps}
-    return {tp: tuple(call(ref)[:2]) for tp, ref in refs.items()}
+def partition_bounds(
+    tps: Sequence[TopicPartition], isolation: str = READ_COMMITTED
+) -> dict[TopicPartition, tuple[int, int]]:
+    """(log start offset, where a read at `isolation` ends) of every partition, asked of all of them at once."""
+    refs = {tp: partition_handle(tp).state.remote() for tp in tps}
+    states = {tp: call(ref) for tp, ref in refs.items()}
+    return {
+        tp: (state.log_start_offset, readable_end(isolation, state.high_watermark, state.last_stable_offset))
+        for tp, state in states.items()
+    }
 
 
 def partition_handle(tp: TopicPartition, *, refresh: bool = False) -> Any:

@@ -7,8 +7,9 @@ groups of up to `DECODE_GROUP_BYTES`, across ranges (`cluster.records.arrow_reco
 costs a fixed number of numpy steps per call. A fetch reads the segment file itself when the reader runs on the
 partition's node (`actors.clients.local_fetch`: the actor only says where the bytes lie), else it goes through the
 actor. Records travel as Kafka batch bytes and as Arrow record batches, never as Python rows. Control batches
-(transaction markers) are never rows. Measured on this 2-core machine (other jobs running, load 20-50):
-`read_ranges` alone 1.2-1.3M records/s in one process.
+(transaction markers) are never rows. A read_committed read (`isolation`, the default; `cluster.records.isolation`)
+fetches below the last stable offset and drops the records of aborted transactions, as each fetch lists them.
+Measured on this 2-core machine (other jobs running, load 20-50): `read_ranges` alone 1.2-1.3M records/s in one process.
 
 Data loss (`fail_on_data_loss`, Spark's `failOnDataLoss`): records of a planned range that are gone when it is read
 (retention or DeleteRecords moved the log start past them, or the log was truncated below the planned end) fail
@@ -35,6 +36,7 @@ import pyarrow as pa
 from actors.calls import call
 from actors.clients.local_fetch import PendingFetch, records_of
 from cluster.records.arrow_records import Fetched, decode_fetches
+from cluster.records.isolation import READ_COMMITTED, log_isolation
 from cluster.records.offset_ranges import OffsetRange, partition_handle
 from storage.errors import BrokerNotAvailableError, CorruptRecordError, InvalidRequestError, OffsetOutOfRangeError
 
@@ -63,8 +65,15 @@ LEADER_RETRY_S = 0.2
 class _RangeReader:
     """Reads one range fetch by fetch, with the next fetch in flight while the current one is decoded."""
 
-    def __init__(self, offset_range: OffsetRange, fail_on_data_loss: bool, node_id: str | None = None) -> None:
+    def __init__(
+        self,
+        offset_range: OffsetRange,
+        fail_on_data_loss: bool,
+        node_id: str | None = None,
+        isolation: str = READ_COMMITTED,
+    ) -> None:
         self.range = offset_range
+        self.isolation = log_isolation(isolation)
         self.handle = partition_handle((offset_range.topic, offset_range.partition))
         self.position = offset_range.start
         self.fail_on_data_loss = fail_on_data_loss
@@ -81,7 +90,14 @@ class _RangeReader:
     def fire(self) -> None:
         # Zero copy: a local fetch maps the segment's pages instead of copying them (10 MB: ~1.3 ms against
         # ~7.5 ms for a `pread` here); the bytes are only held until their group is decoded.
-        self.pending = PendingFetch(self.handle, self.position, self.max_bytes, node_id=self.node_id, zero_copy=True)
+        self.pending = PendingFetch(
+            self.handle,
+            self.position,
+            self.max_bytes,
+            node_id=self.node_id,
+            zero_copy=True,
+            isolation=self.isolation,
+        )
 
     def next_fetch(self) -> Fetched | None:
         """Waits for the fetch in flight and fires the next one unless the range is done; the fetched bytes, or
@@ -117,7 +133,9 @@ class _RangeReader:
         self.position = next_offset
         if not self.done:
             self.fire()
-        return Fetched(records, self.range.topic, self.range.partition, start, self.range.end)
+        return Fetched(
+            records, self.range.topic, self.range.partition, start, self.range.end, result.aborted_transactions
+        )
 
     def _skip_deleted_records(self) -> None:
         log_start, high_watermark, log_end = call(self.handle.offsets.remote())
@@ -189,13 +207,15 @@ def read_ranges(
     fail_on_data_loss: bool = True,
     include_headers: bool = False,
     node_ids: Sequence[str | None] | None = None,
+    isolation: str = READ_COMMITTED,
 ) -> Iterator[pa.RecordBatch]:
     """The records of `ranges` as Arrow batches in the Kafka-source schema (`cluster.records.arrow_records`; this
     process must be attached to Ray): every range's first fetch at once, then the ranges' fetches in turn, decoded
     in groups of `DECODE_GROUP_BYTES` (see the module docstring). `node_ids[i]`, when known, is the node of range
-    i's leader, which saves a remote range its first `locate` call."""
+    i's leader, which saves a remote range its first `locate` call. `isolation` is Kafka's level: the ranges must
+    end at or below its end (`cluster.records.isolation.readable_end`)."""
     nodes = list(node_ids) if node_ids is not None else [None] * len(ranges)
-    readers = [_RangeReader(r, fail_on_data_loss, node) for r, node in zip(ranges, nodes, strict=True)]
+    readers = [_RangeReader(r, fail_on_data_loss, node, isolation) for r, node in zip(ranges, nodes, strict=True)]
     for reader in readers:
         if not reader.done:
             reader.fire()
@@ -217,10 +237,11 @@ def read_ranges(
                 yield batch
 
 
-def sample_values(ranges: Sequence[OffsetRange], limit: int) -> list[bytes]:
-    """Up to `limit` non-null values from the start of `ranges` (for schema inference), read in this process."""
+def sample_values(ranges: Sequence[OffsetRange], limit: int, isolation: str = READ_COMMITTED) -> list[bytes]:
+    """Up to `limit` non-null values from the start of `ranges` (for schema inference), read in this process at
+    `isolation`."""
     values: list[bytes] = []
-    for batch in read_ranges(_heads(ranges, limit), fail_on_data_loss=False):
+    for batch in read_ranges(_heads(ranges, limit), fail_on_data_loss=False, isolation=isolation):
         values.extend(value for value in batch.column("value").to_pylist() if value is not None)
         if len(values) >= limit:
             break

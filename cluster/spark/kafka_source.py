@@ -17,6 +17,8 @@ timestamp, timestampType int`, and `headers array<struct<key:string,value:binary
 | `startingOffsetsByTimestampStrategy`  | `error`, `latest`: when no record is that new      | `error`    |
 | `minPartitions`                       | split big partitions into about this many ranges   | none       |
 | `failOnDataLoss`                      | fail, or skip, when planned records were deleted   | true       |
+| `isolationLevel` (Spark: the consumer | `read_committed`, `read_uncommitted`               | `read_     |
+| option `kafka.isolation.level`)       |                                                    | committed` |
 | `includeHeaders`                      | add the `headers` column                           | false      |
 | `valueFormat`, `valueSchema`          | decode values (`cluster.spark.value_formats`)      | `binary`   |
 
@@ -25,6 +27,11 @@ snapshot, how ranges become Spark tasks) and read in Spark's Python workers (`cl
 `cluster.records.range_reading`: fetching, decoding, data loss). This module joins the two into a DataFrame: a
 `spark.range` of task numbers through `mapInArrow(reading.read_task)`, and `planned_read(df)` gives the plan back,
 whose `ending_offsets_json()` starts the next read where this one ended.
+
+Isolation: the bridge reads `read_committed` by default, where Spark's Kafka source (through Kafka's consumer)
+defaults to `read_uncommitted`: a DataFrame is a pipeline's input, and it must not compute on records their
+producer aborted, nor on a transaction that may still abort. `latest` is then the last stable offset, and aborted
+transactions' records are dropped (`cluster.records.isolation`); `isolationLevel="read_uncommitted"` reads as Spark.
 """
 
 from __future__ import annotations
@@ -102,7 +109,7 @@ def read_plan(
         if valueSchema is not None:
             value_type = parse_schema(valueSchema)
         else:
-            sample = sample_values(plan.ranges, sampleSize)
+            sample = sample_values(plan.ranges, sampleSize, plan.isolation)
             value_type = infer_value_type(python_value(valueFormat, data) for data in sample)
     layout = None if value_type is None else value_layout(kafka_schema, value_type)
     decoder = None
@@ -114,7 +121,15 @@ def read_plan(
     topics = tuple(sorted({offset_range.topic for offset_range in plan.ranges}))
     topic_column = "topic" if decoder is None or layout is None else layout.names[layout.sources.index("topic")]
     read = partial(
-        read_task, tasks, topics, topic_column, gcs_address(), plan.fail_on_data_loss, includeHeaders, decoder
+        read_task,
+        tasks,
+        topics,
+        topic_column,
+        gcs_address(),
+        plan.fail_on_data_loss,
+        includeHeaders,
+        decoder,
+        plan.isolation,
     )
     task_count = max(1, len(tasks))
     df = spark.range(0, len(tasks), 1, task_count).mapInArrow(read, _with_topic_index(schema, topic_column))

@@ -2,9 +2,10 @@
 
 `plan_read` takes Spark's Kafka-source option names (`cluster.spark.kafka_source` lists them) and returns a
 `ReadPlan`. Every partition is asked its offsets at once (`offsets()`, `list_offset` for timestamps). `latest` is
-the high watermark at that moment, and the end offsets are fixed there: a DataFrame over the plan reads exactly
-the planned ranges however often it is evaluated and however much is written meanwhile (a consistent snapshot),
-and a next read that starts from this one's end offsets (`ReadPlan.ending_offsets_json()`) neither skips nor
+the last stable offset at that moment (`isolationLevel` read_committed, the default) or the high watermark
+(read_uncommitted; `cluster.records.isolation`), and the end offsets are fixed there: a DataFrame over the plan
+reads exactly the planned ranges however often it is evaluated and however much is written meanwhile (a consistent
+snapshot), and a next read that starts from this one's end offsets (`ReadPlan.ending_offsets_json()`) neither skips nor
 repeats a record. In offset JSON, -2 means earliest and -1 latest; a JSON must name every partition read (as
 Spark requires). A timestamp with no record at or after it ends a read at the latest offset. Deviation from
 Spark: `startingOffsets` may be `latest` (Spark refuses it for batch reads); the read is then empty.
@@ -29,6 +30,7 @@ from typing import Any
 
 from actors.calls import call
 from actors.clients.broker import Broker
+from cluster.records.isolation import READ_COMMITTED, check_isolation
 from cluster.records.offset_ranges import (
     OffsetRange,
     group_ranges,
@@ -59,6 +61,7 @@ class ReadPlan:
     start_offsets: dict[TopicPartition, int]
     end_offsets: dict[TopicPartition, int]
     fail_on_data_loss: bool
+    isolation: str = READ_COMMITTED
 
     @property
     def offset_count(self) -> int:
@@ -151,12 +154,14 @@ def plan_read(
     startingOffsetsByTimestampStrategy: str = "error",
     minPartitions: int | None = None,
     failOnDataLoss: bool | str = True,
+    isolationLevel: str = READ_COMMITTED,
     parallelism: int = 2,
     broker: Broker | None = None,
 ) -> ReadPlan:
     """Plans a read (see the module docstring); `parallelism` is the executors' total cores. Keyword names are
     Spark's option names; `failOnDataLoss` takes a bool or, as Spark's option does, "true"/"false"."""
     failOnDataLoss = _boolean_option("failOnDataLoss", failOnDataLoss)
+    check_isolation(isolationLevel)
     if minPartitions is not None and (not is_int(minPartitions) or minPartitions < 1):
         raise InvalidRequestError(f"minPartitions must be a positive int, got {minPartitions!r}")
     if startingOffsetsByTimestampStrategy not in TIMESTAMP_STRATEGIES:
@@ -166,7 +171,7 @@ def plan_read(
     broker = broker or Broker.connect()
     tps = topic_partitions(broker, topics, assign)
     handles = {tp: partition_handle(tp) for tp in tps}
-    bounds = partition_bounds(tps)
+    bounds = partition_bounds(tps, isolationLevel)
     starts = _resolve(
         handles,
         bounds,
@@ -215,6 +220,7 @@ def plan_read(
         start_offsets,
         {tp: end for tp, (end, _) in ends.items()},
         failOnDataLoss,
+        isolationLevel,
     )
 
 

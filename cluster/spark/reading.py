@@ -4,10 +4,11 @@
 attaches its worker to Ray once (`cluster.spark.worker`) and reads its ranges with `cluster.records.range_reading`
 (fetches from the partition actors or the segment files on this node, decoded into Arrow record batches in Spark's
 Kafka-source schema, never Python rows), decoding msgpack values in Python when asked. The topic column leaves
-Python as a 4-byte index into the plan's topics. As Spark's default isolation (`read_uncommitted`), records of
-aborted transactions are read too; control batches are not. Measured on this 2-core machine (1 executor x 2 cores,
-other jobs running, load 20-50): 1M records of ~80 B (8 partitions) through Spark into a `groupBy(partition)`
-count and sums 0.9-1.1 s with 2 tasks, 1.1-2.0 s with 4.
+Python as a 4-byte index into the plan's topics. The plan's isolation level decides the rest
+(`cluster.records.isolation`; `read_committed` unless the read asked otherwise): records of aborted transactions
+are dropped, or at `read_uncommitted` read too; control batches never are. Measured on this 2-core machine
+(1 executor x 2 cores, other jobs running, load 20-50): 1M records of ~80 B (8 partitions) through Spark into a
+`groupBy(partition)` count and sums 0.9-1.1 s with 2 tasks, 1.1-2.0 s with 4.
 
 Importing this module loads the whole read path (numpy, pyarrow, the record decoders, the value decoders), which
 is why the session's warm-up job runs `warm_up_task` from here.
@@ -34,6 +35,7 @@ def read_task(
     fail_on_data_loss: bool,
     include_headers: bool,
     decoder: ArrowValueDecoder | None,
+    isolation: str,
     batches: Iterator[pa.RecordBatch],
 ) -> Iterator[pa.RecordBatch]:
     """The `mapInArrow` function: its input rows are task numbers (`spark.range`); the topic column of its output
@@ -45,7 +47,7 @@ def read_task(
     for batch in batches:
         for task in batch.column(0).to_pylist():
             for records in read_ranges(
-                tasks[task], fail_on_data_loss=fail_on_data_loss, include_headers=include_headers
+                tasks[task], fail_on_data_loss=fail_on_data_loss, include_headers=include_headers, isolation=isolation
             ):
                 output = records if decoder is None else decoder.assemble(records)
                 position = output.schema.get_field_index(topic_column)

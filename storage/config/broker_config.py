@@ -36,6 +36,7 @@ list (blanks trimmed, empty entries dropped, as Kafka's `csvList`).
 | listeners, socket.*, max.connections, ...     |         |                     | `storage.config.listener_config`     |
 | num.network.threads                           | int     | 1 (Kafka: 3)        | listener processes per node          |
 | ssl.*, sasl.*, authorizer.class.name, ...     |         |                     | `storage.config.security_config`     |
+| transaction.*, transactional.id.*             |         |                     | `storage.config.transaction_config`  |
 
 `offsets.topic.num.partitions` keeps Kafka's default of 50 here; raybroker's example `configs/server.properties`
 sets it lower because every partition of raybroker is a process (a Ray actor), not a few open files, unless
@@ -95,7 +96,7 @@ Broker defaults of topic configs (Kafka's "server synonyms"); together they form
 Loading (`from_properties`, `load_server_properties`): `broker.id` is read as `node.id` (both set and different
 is an error, as in Kafka); `log.dir` is read only when `log.dirs` is absent; the listeners a KRaft file names in
 `controller.listener.names` are dropped from `listeners`. Keys of Kafka's broker that do not
-apply to raybroker (socket buffers, ZooKeeper, KRaft quorum, transaction state, security: `IGNORED_KAFKA_KEYS`
+apply to raybroker (socket buffers, ZooKeeper, KRaft quorum, security: `IGNORED_KAFKA_KEYS`
 and `IGNORED_KAFKA_KEY_PREFIXES`) load with one logged warning and are listed in `BrokerConfig.ignored_keys`; any
 other unknown key raises `InvalidConfigError` (with the closest known key as a hint), so a typo never passes
 silently.
@@ -129,6 +130,7 @@ from storage.config.config_values import (
 from storage.config.listener_config import ListenerConfig, ListenerKeys
 from storage.config.log_config import LogConfig
 from storage.config.security_config import SecurityConfig, SecurityKeys
+from storage.config.transaction_config import TransactionConfig, TransactionKeys
 from storage.errors import CorruptCheckpointError, InvalidConfigError
 from storage.files.meta_properties import parse_properties
 
@@ -159,8 +161,6 @@ IGNORED_KAFKA_KEYS = frozenset(
         "security.inter.broker.protocol",
         "socket.receive.buffer.bytes",
         "socket.send.buffer.bytes",
-        "transaction.state.log.min.isr",
-        "transaction.state.log.replication.factor",
         "zookeeper.connect",
         "zookeeper.connection.timeout.ms",
         "zookeeper.session.timeout.ms",
@@ -200,12 +200,13 @@ _TOPIC_SYNONYMS = {
 
 
 @dataclass(frozen=True)
-class BrokerConfig(CleanerKeys, ListenerKeys, SecurityKeys):
+class BrokerConfig(CleanerKeys, ListenerKeys, SecurityKeys, TransactionKeys):
     """One broker's settings (see the module docstring for every key, its default and its meaning).
 
-    The cleaner's, the listener's and the security keys are declared once, by `CleanerKeys`, `ListenerKeys` and
-    `SecurityKeys`, which this class extends; `log_config` (the topic defaults), `cleaner_config`,
-    `listener_config` and `security_config` are derived on creation; `ignored_keys` lists the Kafka keys a loaded
+    The cleaner's, the listener's, the security and the transaction keys are declared once, by `CleanerKeys`,
+    `ListenerKeys`, `SecurityKeys` and `TransactionKeys`, which this class extends; `log_config` (the topic
+    defaults), `cleaner_config`, `listener_config`, `security_config` and `transaction_config` are derived on
+    creation; `ignored_keys` lists the Kafka keys a loaded
     file set that raybroker does not use. Every key's type and range is checked here; the ranges of topic-config
     synonyms, the rules across cleaner keys, the listeners' syntax and the security rules are checked by
     `LogConfig`, `CleanerConfig`, `ListenerConfig` and `SecurityConfig`.
@@ -275,6 +276,7 @@ class BrokerConfig(CleanerKeys, ListenerKeys, SecurityKeys):
     cleaner_config: CleanerConfig = field(init=False, repr=False, compare=False)
     listener_config: ListenerConfig = field(init=False, repr=False, compare=False)
     security_config: SecurityConfig = field(init=False, repr=False, compare=False)
+    transaction_config: TransactionConfig = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -286,6 +288,7 @@ class BrokerConfig(CleanerKeys, ListenerKeys, SecurityKeys):
         object.__setattr__(self, "cleaner_config", CleanerConfig(**key_values(self, CleanerKeys)))
         object.__setattr__(self, "listener_config", ListenerConfig(**key_values(self, ListenerKeys)))
         object.__setattr__(self, "security_config", SecurityConfig(**key_values(self, SecurityKeys)))
+        object.__setattr__(self, "transaction_config", TransactionConfig(**key_values(self, TransactionKeys)))
         self.security_config.check_listeners(endpoint.security_protocol for endpoint in self.listener_config.endpoints)
 
     def _log_config_sources(self) -> dict[str, tuple[str, Any]]:

@@ -48,7 +48,8 @@ Scheduling: `schedule(scheduler, broker_config)` registers the periodic work on 
 Every method is idempotent: creating an existing partition returns it, deleting a missing one does nothing,
 checkpoints and scheduled tasks can run any number of times. Lock order: the manager's lock, then the
 `LogDirs` lock, then a partition's own; every call into `LogDirs` is made under the manager's lock.
-Partitions are asked outside it, except while creating, deleting and shutting down.
+Partitions are asked outside it, except while deleting and shutting down; a new partition opens outside it too,
+so the partitions of one topic open side by side (a delete waits for the creation it follows).
 """
 
 from __future__ import annotations
@@ -173,6 +174,8 @@ class LogManager:
         self._lock = threading.RLock()
         self._handles: dict[TopicPartition, PartitionHandle] = {}
         self._dir_of: dict[TopicPartition, Path] = {}
+        # Partitions being created outside the lock: the dir tried first (placement counts it) and when it ends.
+        self._creating: dict[TopicPartition, tuple[Path | None, threading.Event]] = {}
         self._cleaner: CleanerManager | None = None
 
     @classmethod
@@ -368,7 +371,7 @@ class LogManager:
         """Partitions per live log dir (what placement compares)."""
         offline = self._dirs.offline_dirs
         counts = {directory: 0 for directory in self.log_dirs if directory not in offline}
-        for directory in self._dir_of.values():
+        for directory in [*self._dir_of.values(), *(first for first, _ in self._creating.values())]:
             if directory in counts:
                 counts[directory] += 1
         return counts
@@ -385,30 +388,58 @@ class LogManager:
         self, topic: str, partition: int, config: LogConfig | None = None
     ) -> PartitionPlacement:
         """The partition's placement, creating it (in the live dir with the fewest partitions) if missing;
-        `config`, when given, becomes the topic's config first."""
-        folder_name = file_names.partition_dir_name(topic, partition)
+        `config`, when given, becomes the topic's config first.
+
+        The partition is opened outside the manager's lock, so the partitions of one topic open side by side: on
+        Ray each is an actor process, ~1 s to start on 2 cores (3 partitions one after the other took 2-10 s).
+        A second call for a partition being created waits for the first; so does a delete of it."""
         tp = (topic, partition)
-        with self._lock:
-            if not self._dirs.started:
-                raise KafkaStorageError("the log manager is not started")
-            if self.partition(topic, partition) is not None:
-                return self._placement(tp, self._dir_of[tp])
-            if config is not None and config != self._topic_configs.get(topic):
-                # Only a changed config goes out to the topic's open partitions: a topic's partitions are created
-                # one call each with the same config, and pushing it to every sibling made creating N partitions
-                # N^2 / 2 partition calls (999 hosted partitions took 250 s instead of ~12 s).
-                self.set_topic_config(topic, config)
-            errors: list[str] = []
-            for directory in self._dirs.placement_order(self.partition_counts()):
-                try:
-                    handle = self._factory.open(tp, directory / folder_name, self.config_for(topic), 0, 0, True)
-                except (KafkaStorageError, OSError) as exc:
-                    errors.append(f"{directory}: {exc}")
+        while True:
+            with self._lock:
+                if not self._dirs.started:
+                    raise KafkaStorageError("the log manager is not started")
+                if self.partition(topic, partition) is not None:
+                    return self._placement(tp, self._dir_of[tp])
+                creating = self._creating.get(tp)
+                if creating is None:
+                    if config is not None and config != self._topic_configs.get(topic):
+                        # Only a changed config goes out to the topic's open partitions: a topic's partitions are
+                        # created one call each with the same config, and pushing it to every sibling made
+                        # creating N partitions N^2 / 2 partition calls (999 hosted partitions took 250 s
+                        # instead of ~12 s).
+                        self.set_topic_config(topic, config)
+                    order = self._dirs.placement_order(self.partition_counts())
+                    done = threading.Event()
+                    self._creating[tp] = (order[0] if order else None, done)
+                    break
+            creating[1].wait()
+        try:
+            return self._create(tp, order)
+        finally:
+            with self._lock:
+                del self._creating[tp]
+            done.set()
+
+    def _create(self, tp: TopicPartition, order: list[Path]) -> PartitionPlacement:
+        """Opens a new partition in the first of `order` that takes it (see `get_or_create_partition`)."""
+        folder_name = file_names.partition_dir_name(*tp)
+        errors: list[str] = []
+        for directory in order:
+            try:
+                handle = self._factory.open(tp, directory / folder_name, self.config_for(tp[0]), 0, 0, True)
+            except (KafkaStorageError, OSError) as exc:
+                errors.append(f"{directory}: {exc}")
+                with self._lock:
                     self._dirs.take_offline(directory, exc)
-                    continue
-                self._add(tp, directory, handle)
-                return self._placement(tp, directory)
-            raise KafkaStorageError(f"cannot create {folder_name} in any live log dir ({'; '.join(errors)})")
+                continue
+            with self._lock:
+                if self._dirs.started and self._dirs.is_online(directory):
+                    self._add(tp, directory, handle)
+                    return self._placement(tp, directory)
+            # Shut down, or the dir went offline, while the partition opened: it is not kept.
+            self._factory.stop(tp, handle)
+            raise KafkaStorageError(f"{folder_name} opened in {directory}, which is no longer served", path=directory)
+        raise KafkaStorageError(f"cannot create {folder_name} in any live log dir ({'; '.join(errors)})")
 
     def get_or_create_log(self, topic: str, partition: int, config: LogConfig | None = None) -> Log:
         """`get_or_create_partition`, answering the `Log` of a partition that lives in this process."""
@@ -421,6 +452,11 @@ class LogManager:
         """Kafka-style async delete: the partition closes and stops, its folder is renamed `...-delete` now and
         removed after the delay, and its dir's checkpoints are rewritten without it. False if it did not exist."""
         tp = (topic, partition)
+        with self._lock:
+            creating = self._creating.get(tp)
+        if creating is not None:
+            # A delete never overtakes the creation it follows.
+            creating[1].wait()
         with self._lock:
             handle = self.partition(topic, partition)
             if handle is None:

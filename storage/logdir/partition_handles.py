@@ -52,6 +52,8 @@ class PartitionState:
     segments: int
     pid: int
     producer_count: int
+    # The last stable offset: a read_committed consumer reads below it.
+    last_stable_offset: int = -1
 
 
 def partition_state(log: Log) -> PartitionState:
@@ -68,6 +70,7 @@ def partition_state(log: Log) -> PartitionState:
         len(segments),
         os.getpid(),
         log.producer_count,
+        log.last_stable_offset,
     )
 
 

@@ -3,11 +3,18 @@
 A reader on the partition's own machine can then `pread` the bytes from the page cache itself instead of
 having them copied through the process that owns the log (Kafka's `sendfile` zero-copy path, in spirit).
 
-`locate_file_slices(log, offset, max_bytes)` follows `Log.read(offset, max_bytes, isolation="high_watermark")`
+`locate_file_slices(log, offset, max_bytes, isolation=...)` follows `Log.read(offset, max_bytes, isolation=...)`
 step for step: the same `OffsetOutOfRangeError` / `InvalidRequestError` for the same arguments, the
-batch holding `offset` first and always whole (even above `max_bytes`), nothing at or past the high watermark,
-and never more than one segment (a Kafka fetch stops at a segment's end). Reading `length` bytes at `position`
-of the first slice's file gives exactly the bytes `Log.read` returns for the same log state.
+batch holding `offset` first and always whole (even above `max_bytes`), nothing at or past the isolation's bound
+(the high watermark; for `txn_committed`, a read_committed consumer's, the last stable offset), and never more than
+one segment (a Kafka fetch stops at a segment's end). Reading `length` bytes at `position` of the first slice's
+file gives exactly the bytes `Log.read` returns for the same log state.
+
+`located_aborted_transactions(log, offset, slices)` is what a read_committed fetch answers beside located bytes:
+the aborted transactions from `offset` up to the last stable offset (the bound the slices were located below, or
+a later one: the LSO only moves forward). That range covers every batch located, so a consumer drops the same
+records as with Kafka's narrower list (which ends at the first batch after the returned bytes); entries starting
+past the returned batches are never applied to them (a consumer applies an entry to batches from its first offset).
 
 With `max_slices` > 1 (bulk readers: one call to the log's owner for many segments), a first slice that reaches
 its segment's end is followed by the next segments' bytes from their start, still within `max_bytes` in all and
@@ -45,10 +52,13 @@ from storage.partition.log import Log
 from storage.records.file_records import iter_any_batches
 from storage.segment.log_segment import LogSegment
 from storage.segment.log_segments import LogSegments
+from storage.segment.transaction_index import AbortedTxn
 
 # Lock-free attempts before the locked one: a segment swapped or deleted between choosing it and checking it
 # is still listed costs one retry on a fresh snapshot; two in a row within microseconds do not happen in practice.
 LOCK_FREE_ATTEMPTS = 2
+# The isolations a consumer's fetch reads at (`storage.partition.log_read.ISOLATIONS` less a follower's `log_end`).
+CONSUMER_ISOLATIONS = ("high_watermark", "txn_committed")
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,36 +76,49 @@ class _SegmentMovedError(Exception):
     """The located segment left the log (retention, compaction) while it was being located; never escapes."""
 
 
-def locate_file_slices(log: Log, offset: int, max_bytes: int, max_slices: int = 1) -> tuple[FileSlice, ...]:
-    """Where `log.read(offset, max_bytes, isolation="high_watermark").records` lies (and, with `max_slices` > 1,
-    the bytes of the following segments); empty when that read is empty."""
+def locate_file_slices(
+    log: Log, offset: int, max_bytes: int, max_slices: int = 1, *, isolation: str = "high_watermark"
+) -> tuple[FileSlice, ...]:
+    """Where `log.read(offset, max_bytes, isolation=isolation).records` lies (and, with `max_slices` > 1, the bytes
+    of the following segments); empty when that read is empty."""
     if not is_int(offset):
         raise OffsetOutOfRangeError(f"offset must be an int, not {type(offset).__name__}")
     if not is_int(max_bytes) or max_bytes < 0:
         raise InvalidRequestError(f"max_bytes must be an int >= 0, got {max_bytes!r}")
     if not is_int(max_slices) or max_slices < 1:
         raise InvalidRequestError(f"max_slices must be an int >= 1, got {max_slices!r}")
+    if isolation not in CONSUMER_ISOLATIONS:
+        raise InvalidRequestError(f"unknown isolation {isolation!r}; expected one of {', '.join(CONSUMER_ISOLATIONS)}")
+    committed = isolation == "txn_committed"
     for _ in range(LOCK_FREE_ATTEMPTS):
         try:
-            return _locate_once(log, offset, max_bytes, max_slices)
+            return _locate_once(log, offset, max_bytes, max_slices, committed)
         except (_SegmentMovedError, KafkaStorageError):
             # A segment deleted while being read fails on its closed file (with `file.delete.delay.ms` 0);
             # under the lock below that cannot happen, so an I/O error there is the disk's.
             continue
     with log.lock:
         try:
-            return _locate_once(log, offset, max_bytes, max_slices)
+            return _locate_once(log, offset, max_bytes, max_slices, committed)
         except _SegmentMovedError as exc:
             # Nothing in the log removes a listed segment's file while the lock is held: someone else did.
             raise KafkaStorageError("a listed segment's file is missing from disk", path=str(exc)) from exc
 
 
-def _locate_once(log: Log, offset: int, max_bytes: int, max_slices: int) -> tuple[FileSlice, ...]:
+def located_aborted_transactions(log: Log, offset: int, slices: tuple[FileSlice, ...]) -> tuple[AbortedTxn, ...]:
+    """The aborted transactions a read_committed fetch of `slices` from `offset` answers (see the module
+    docstring); none when nothing was located."""
+    if not slices:
+        return ()
+    return tuple(log.collect_aborted_transactions(offset, log.last_stable_offset))
+
+
+def _locate_once(log: Log, offset: int, max_bytes: int, max_slices: int, committed: bool) -> tuple[FileSlice, ...]:
     if log.closed:
         raise KafkaStorageError("log is closed", path=log.directory)
     # The bounds are read before the segment list, so the upper bound's segment is in the snapshot.
     log_end_offset = log.log_end_offset
-    upper_offset = min(log.high_watermark, log_end_offset)
+    upper_offset = min(log.last_stable_offset if committed else log.high_watermark, log_end_offset)
     log_start = log.log_start_offset
     segments = log.log_segments()
     if offset > log_end_offset or offset < log_start:
@@ -227,4 +250,13 @@ def offset_after(data: bytes | memoryview, offset: int) -> int | None:
     return next_offset
 
 
-__all__ = ["FileSlice", "locate_file_slices", "map_pages", "offset_after", "open_located", "read_located"]
+__all__ = [
+    "CONSUMER_ISOLATIONS",
+    "FileSlice",
+    "locate_file_slices",
+    "located_aborted_transactions",
+    "map_pages",
+    "offset_after",
+    "open_located",
+    "read_located",
+]

@@ -333,8 +333,10 @@ class Log:
         Every batch is validated before anything is written; a failing batch rejects the whole call.
         A batch an idempotent producer already wrote (same producer, epoch and sequences among its
         last 5 batches) is not written again: its original offsets are returned (`batch_offsets`, one
-        pair per input batch; `duplicate` when no batch was written). The batches of one call are judged
-        in order, each after the ones before it; an out-of-order one rejects the whole call.
+        pair per input batch; `duplicate` when no batch was written, with the first duplicate's original max
+        timestamp as `log_append_time`, which Kafka answers for it whatever the topic's timestamp type). The
+        batches of one call are judged in order, each after the ones before it; an out-of-order one rejects the
+        whole call.
 
         `origin` says who writes (`producer_append.AppendOrigin`): CLIENT, a producer, whose transactional
         batches open its transaction on this partition and who may not write a non-transactional batch while one
@@ -358,12 +360,13 @@ class Log:
             assigned = assign_offsets(validated, pending, self.log_end_offset, log_append_time)
             kept, batch_offsets = assigned.batches, assigned.batch_offsets
             if not kept:
+                # Kafka's answer to a duplicate: the original offsets, and its batch's timestamp as log append time.
                 return LogAppendInfo(
                     batch_offsets[0][0],
                     batch_offsets[-1][1],
                     NO_TIMESTAMP,
                     -1,
-                    NO_TIMESTAMP,
+                    assigned.duplicate_timestamp,
                     self._log_start_offset,
                     0,
                     0,
@@ -637,6 +640,22 @@ class Log:
         if timestamp_ms < 0 and timestamp_ms != MAX_TIMESTAMP:
             raise InvalidRequestError(f"invalid ListOffsets timestamp {timestamp_ms}")
         return self._lock_free(lambda view: offset_by_timestamp(view.segments, timestamp_ms, view.log_start_offset))
+
+    def list_offset(self, timestamp_ms: int, isolation: str = "high_watermark") -> TimestampAndOffset | None:
+        """ListOffsets for a consumer reading at `isolation` (Kafka's `Partition.fetchOffsetForTimestamp`): LATEST
+        (-1) is the high watermark, or for `txn_committed` (read_committed) the last stable offset; EARLIEST is the
+        log start; a timestamp or MAX_TIMESTAMP answers only a record below that bound (None otherwise), since the
+        consumer could not fetch one at or past it."""
+        if isolation not in ("high_watermark", "txn_committed"):
+            raise InvalidRequestError(f"unknown isolation {isolation!r}; expected high_watermark or txn_committed")
+        fetchable = self.last_stable_offset if isolation == "txn_committed" else self._high_watermark
+        if timestamp_ms == LATEST_TIMESTAMP:
+            self._check_open()
+            return TimestampAndOffset(NO_TIMESTAMP, fetchable)
+        found = self.fetch_offset_by_timestamp(timestamp_ms)
+        if timestamp_ms == EARLIEST_TIMESTAMP or found is None or found.offset < fetchable:
+            return found
+        return None
 
     # --- truncation ------------------------------------------------------------------------------
 

@@ -47,10 +47,13 @@ class AssignedBatch:
 
 @dataclass(frozen=True, slots=True)
 class AssignedOffsets:
-    """The batches to write, oldest first, and the offsets of every input batch (a duplicate's original ones)."""
+    """The batches to write, oldest first, and the offsets of every input batch (a duplicate's original ones);
+    `duplicate_timestamp` is the first duplicate's original max timestamp (Kafka answers it as the duplicate's
+    log append time), NO_TIMESTAMP without one."""
 
     batches: tuple[AssignedBatch, ...]
     batch_offsets: tuple[tuple[int, int], ...]
+    duplicate_timestamp: int = NO_TIMESTAMP
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +72,7 @@ def assign_offsets(
     batches and markers (and raises the producer-state errors that refuse the whole append)."""
     kept: list[AssignedBatch] = []
     batch_offsets: list[tuple[int, int]] = []
+    duplicate_timestamp = None
     for info, part in zip(validated.batches, validated.parts, strict=True):
         last = next_offset + info.last_offset_delta
         batch_max = info.max_timestamp if log_append_time == NO_TIMESTAMP else log_append_time
@@ -82,11 +86,15 @@ def assign_offsets(
             duplicate = pending.append_data(info.producer_id, info.producer_epoch, metadata, info.is_transactional)
             if duplicate is not None:
                 batch_offsets.append((duplicate.first_offset, duplicate.last_offset))
+                if duplicate_timestamp is None:
+                    duplicate_timestamp = duplicate.timestamp
                 continue
         kept.append(AssignedBatch(info, metadata, part))
         batch_offsets.append((next_offset, last))
         next_offset = last + 1
-    return AssignedOffsets(tuple(kept), tuple(batch_offsets))
+    return AssignedOffsets(
+        tuple(kept), tuple(batch_offsets), NO_TIMESTAMP if duplicate_timestamp is None else duplicate_timestamp
+    )
 
 
 def stamp_batches(batches: Sequence[AssignedBatch], epoch: int, log_append_time: int) -> StampedBatches:

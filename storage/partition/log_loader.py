@@ -578,9 +578,14 @@ def rebuild_producer_state(state: ProducerStateManager, segments: LogSegments, u
             break
         position = segment.offset_index.lookup(start).position if segment.base_offset <= start else 0
         pending = PendingAppend(state, AppendOrigin.REPLICATION)
-        for batch in segment.log.batches(position):
-            if batch.last_offset >= up_to:
-                break
-            if batch.last_offset >= start and isinstance(batch, RecordBatch):
-                pending.append_batch(batch)
+        try:
+            for batch in segment.log.batches(position):
+                if batch.last_offset >= up_to:
+                    break
+                if batch.last_offset >= start and isinstance(batch, RecordBatch):
+                    pending.append_batch(batch)
+        except CorruptRecordError as exc:
+            # Damage below the recovery point is not this replay's to repair: the batches before it count, and
+            # nothing after it in this segment can be trusted.
+            logger.warning("replaying producer state: %s; the rest of segment %d is skipped", exc, segment.base_offset)
         pending.commit(None)

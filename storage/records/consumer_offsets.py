@@ -8,7 +8,9 @@ followed by that many UTF-8 bytes)::
     value: version int16 (3) | offset int64 | leaderEpoch int32 (-1: unknown) | metadata string
            | commitTimestamp int64 (ms)
 
-Key versions 0 and 1 share this layout; 2 is group metadata, which raybroker does not keep. Value versions 0..4
+Key versions 0 and 1 share this layout; 2 is group metadata (`version int16 (2) | group string`), which raybroker
+does not keep: it only writes its tombstone when a group dies, as Kafka does, so that a log Kafka wrote forgets the
+group's metadata once compacted. Value versions 0..4
 all begin with the offset, which is all a reader needs, so logs written by a Kafka broker read back too. A null
 value (a tombstone) deletes the key's commit. A group's commits all go to partition
 `abs(java_string_hashcode(group)) % partitions` (Kafka's `Utils.abs(groupId.hashCode())`, where
@@ -27,6 +29,7 @@ OFFSET_COMMIT_KEY_VERSION = 1
 OFFSET_COMMIT_VALUE_VERSION = 3
 # Key versions 0 and 1 are offset commits; 2 is group metadata.
 OFFSET_COMMIT_KEY_VERSIONS = frozenset({0, 1})
+GROUP_METADATA_KEY_VERSION = 2
 # Value versions Kafka has written so far; all of them start with the offset right after the version.
 OFFSET_COMMIT_VALUE_VERSIONS = frozenset(range(5))
 NO_LEADER_EPOCH = -1
@@ -83,6 +86,11 @@ def encode_offset_commit_key(group: str, topic: str, partition: int) -> bytes:
     return (
         _INT16.pack(OFFSET_COMMIT_KEY_VERSION) + _encode_string(group) + _encode_string(topic) + _INT32.pack(partition)
     )
+
+
+def encode_group_metadata_key(group: str) -> bytes:
+    """The key of `group`'s metadata record (Kafka's `GroupMetadataKey`), whose tombstone marks the group dead."""
+    return _INT16.pack(GROUP_METADATA_KEY_VERSION) + _encode_string(group)
 
 
 def encode_offset_commit_value(offset: int, metadata: str, commit_timestamp_ms: int) -> bytes:

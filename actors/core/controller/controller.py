@@ -40,9 +40,11 @@ validated against Kafka's names and ranges before anything is written.
 
 Seams: the clock (`storage.clock`), each node's broker (`NodeBroker`: create, delete and configure partitions,
 list the placements it holds; its calls answer a `storage.pending.Pending`, so the controller asks every broker at
-once and then collects), a way to find a node's broker when it registers, the replicas' notifier, and the metrics
-(`actors.core.role_metrics`: every ISR change it persists, counted as Kafka's IsrShrinksPerSec or IsrExpandsPerSec).
-Calls are serialised by one lock; replicas are told outside it, without waiting.
+once and then collects), a way to find a node's broker when it registers, the replicas' notifier, the metrics
+(`actors.core.role_metrics`: every ISR change it persists, counted as Kafka's IsrShrinksPerSec or IsrExpandsPerSec),
+and `topic_deleted(name)`, told after a topic is deleted so the group coordinator deletes its committed offsets
+(Kafka's `onPartitionsDeleted`; a failure there is logged, the topic stays deleted). Calls are serialised by one
+lock; replicas and the group coordinator are told outside it.
 """
 
 from __future__ import annotations
@@ -77,6 +79,7 @@ from storage.config.broker_config import BrokerConfig
 from storage.config.log_config import LogConfig
 from storage.errors import (
     BrokerNotAvailableError,
+    IneligibleReplicaError,
     InvalidConfigError,
     InvalidPartitionsError,
     InvalidRequestError,
@@ -143,11 +146,14 @@ class Controller:
         find_broker: Callable[[str], NodeBroker],
         replicas: ReplicaNotifier,
         metrics: RoleMetrics = NO_ROLE_METRICS,
+        topic_deleted: Callable[[str], None] | None = None,
     ) -> None:
         """`brokers` are the node brokers running when the controller starts (none when the cluster starts);
         `find_broker(node)` finds the broker of a node that registers (`BrokerNotAvailableError` if none runs);
-        `metrics` counts the ISR changes."""
+        `metrics` counts the ISR changes; `topic_deleted(name)` is told of each deleted topic (see the module
+        docstring)."""
         self.config = config
+        self._topic_deleted = topic_deleted
         self._clock = clock
         self._metrics = metrics
         self._find_broker = find_broker
@@ -323,8 +329,9 @@ class Controller:
         self, topic: str, partition: int, leader: str, leader_epoch: int, isr: Sequence[str]
     ) -> LeaderAndIsr:
         """A leader's ISR change (Kafka's AlterPartition): accepted only from the current leader in its current
-        epoch, for an ISR of assigned replicas that keeps the leader; the new state is persisted, pushed to
-        every replica and returned. `NotLeaderOrFollowerError` for a leader that no longer leads."""
+        epoch, for an ISR of assigned replicas that keeps the leader and adds only replicas of running brokers; the
+        new state is persisted, pushed to every replica and returned. `NotLeaderOrFollowerError` for a leader that
+        no longer leads, `IneligibleReplicaError` for an addition on a lost node."""
         with self._lock:
             state = self.partition_state(topic, partition)
             if state.leader != leader or state.leader_epoch != leader_epoch:
@@ -337,6 +344,11 @@ class Controller:
                 raise InvalidRequestError(f"ISR {isr!r} must be replicas of {topic}-{partition} including its leader")
             if wanted == state.isr:
                 return state
+            ineligible = [node for node in wanted if node not in state.isr and node not in self._brokers]
+            if ineligible:
+                raise IneligibleReplicaError(
+                    f"{topic}-{partition}: {', '.join(ineligible)} cannot join the ISR: no broker runs there"
+                )
             changed = self._persist_state(state.with_isr(wanted))
         self._push([changed])
         return changed
@@ -510,7 +522,8 @@ class Controller:
             return altered
 
     def delete_topic(self, name: str) -> None:
-        """Kafka-style async delete: partitions stop now, their folders are removed after the delay."""
+        """Kafka-style async delete: partitions stop now, their folders are removed after the delay; then
+        `topic_deleted` is told (the group coordinator deletes the topic's committed offsets)."""
         with self._lock:
             topic = self.describe_topic(name)
             self._write(f"topic/{name}", None)
@@ -521,7 +534,18 @@ class Controller:
                 for node in topic.state(p).replicas
                 if node in self._brokers
             ]
-        _collect(pending)
+        try:
+            _collect(pending)
+        finally:
+            self._tell_topic_deleted(name)
+
+    def _tell_topic_deleted(self, name: str) -> None:
+        if self._topic_deleted is None:
+            return
+        try:
+            self._topic_deleted(name)
+        except RaybrokerError as exc:
+            logger.warning("topic %s deleted, but its committed offsets were not: %s", name, exc)
 
     def describe_topic(self, name: str) -> TopicMetadata:
         topic = self._topics.get(name) if isinstance(name, str) else None

@@ -11,7 +11,9 @@ from storage.logdir.log_dirs import METADATA_TOPIC
 
 # The group coordinator's committed offsets (`actors.core.groups.offsets_topic`), internal as Kafka's is.
 CONSUMER_OFFSETS_TOPIC = "__consumer_offsets"
-INTERNAL_TOPICS = frozenset({METADATA_TOPIC, CONSUMER_OFFSETS_TOPIC})
+# The transaction coordinator's transaction states (`actors.core.transactions.state_topic`), internal as Kafka's is.
+TRANSACTION_STATE_TOPIC = "__transaction_state"
+INTERNAL_TOPICS = frozenset({METADATA_TOPIC, CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC})
 
 
 @dataclass(frozen=True, slots=True)

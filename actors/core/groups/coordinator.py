@@ -20,6 +20,12 @@ retry). If not, the coordinator creates the topic again (`ensure_consumer_offset
 does), forgets the handles and cached offsets of the deleted one, and runs the call once more, which reads each
 new (empty) partition on its first use.
 
+Deleting a topic deletes its committed offsets (Kafka's `onPartitionsDeleted`): the controller tells the coordinator
+(`on_topic_deleted`), which writes a tombstone for every (group, topic, partition) of the topic into each group's
+partition, so a reload (or a topic created again under the same name) finds none of them. A group left without
+members and without offsets dies as in Kafka: the tombstone of its group metadata key goes with them and the group
+is forgotten, so ListGroups and DescribeGroups no longer show it.
+
 The records are Kafka's OffsetCommit key and value (`storage.records.consumer_offsets`), so logs written by a
 Kafka broker read back too.
 
@@ -56,8 +62,11 @@ from actors.core.groups.group_membership import (
 )
 from actors.core.groups.offsets_topic import (
     DEFAULT_OFFSETS_REPLICATION_FACTOR,
+    InternalPartition,
     TopicAdmin,
     ensure_consumer_offsets_topic,
+    internal_batches,
+    load_reachable,
 )
 from storage.clock import Clock
 from storage.errors import (
@@ -72,12 +81,14 @@ from storage.partition.log import LogAppendInfo
 from storage.records.consumer_offsets import (
     GroupTopicPartition,
     apply_offset_commit,
+    encode_group_metadata_key,
     encode_offset_commit_key,
     encode_offset_commit_value,
     partition_for_group,
 )
+from storage.records.layout import ControlRecordType
 from storage.records.record import Record
-from storage.records.record_batch import RecordBatchBuilder, iter_batches
+from storage.records.record_batch import RecordBatchBuilder
 from storage.topic_partition import check_topic_partition
 
 logger = logging.getLogger(__name__)
@@ -90,19 +101,16 @@ MAX_WAIT_MS = 500
 _Outcome = TypeVar("_Outcome")
 
 
-class OffsetsPartition(Protocol):
+class OffsetsPartition(InternalPartition, Protocol):
     """The leader replica of one `__consumer_offsets` partition, as the coordinator reads and appends to it."""
-
-    def offsets(self) -> tuple[int, int, int]:
-        """(log start offset, high watermark, log end offset)."""
-        ...
-
-    def read(self, offset: int, max_bytes: int) -> bytes:
-        """Whole batches from `offset`, up to the high watermark."""
-        ...
 
     def append(self, batch: bytes) -> LogAppendInfo:
         """Appends one batch; answers once it is in the log."""
+        ...
+
+    def append_from_coordinator(self, batch: bytes) -> LogAppendInfo:
+        """Appends one transactional batch of a producer's offsets (origin COORDINATOR: epoch checked, no
+        sequence)."""
         ...
 
 
@@ -139,6 +147,8 @@ class GroupCoordinator:
         self._partition_count = len(metadata.partitions)
         self._handles: dict[int, OffsetsPartition] = {}
         self._offsets: dict[GroupTopicPartition, int] = {}
+        # Transactional offsets (TxnOffsetCommit) per producer id, invisible until its COMMIT marker.
+        self._pending: dict[int, dict[GroupTopicPartition, int]] = {}
         # Its own lock: a member's JoinGroup never waits behind a commit's append.
         self._membership_changed = threading.Condition()
         self._membership = membership or GroupMembership(clock)
@@ -146,13 +156,7 @@ class GroupCoordinator:
     def ready(self) -> int:
         """Loads every partition it can reach now; returns how many are loaded (the others load on first use)."""
         with self._lock:
-            for partition in range(self._partition_count):
-                try:
-                    self._loaded_partition(partition)
-                except RaybrokerError as exc:
-                    if not exc.retriable:
-                        raise
-                    logger.warning("%s-%d not loaded yet: %s", CONSUMER_OFFSETS_TOPIC, partition, exc)
+            load_reachable(CONSUMER_OFFSETS_TOPIC, self._partition_count, self._loaded_partition)
             return len(self._handles)
 
     def _on_offsets_topic(self, operation: Callable[[], _Outcome]) -> _Outcome:
@@ -185,6 +189,7 @@ class GroupCoordinator:
         self._partition_count = len(metadata.partitions)
         self._handles.clear()
         self._offsets.clear()
+        self._pending.clear()
         return True
 
     def _loaded_partition(self, partition: int) -> OffsetsPartition:
@@ -200,26 +205,19 @@ class GroupCoordinator:
         return handle
 
     def _load(self, partition: int, handle: OffsetsPartition) -> None:
-        log_start_offset, high_watermark, _ = handle.offsets()
-        offset = log_start_offset
-        while offset < high_watermark:
-            next_offset = offset
-            for batch in iter_batches(handle.read(offset, LOAD_CHUNK_BYTES)):
-                if not batch.is_control:
-                    for record in batch.records():
-                        self._apply(partition, record)
-                next_offset = batch.next_offset
-            if next_offset <= offset:
-                raise CorruptRecordError(
-                    f"{CONSUMER_OFFSETS_TOPIC}-{partition}: a read at offset {offset} below the high watermark "
-                    f"{high_watermark} returned no batch",
-                    offset=offset,
-                )
-            offset = next_offset
+        for batch in internal_batches(handle, f"{CONSUMER_OFFSETS_TOPIC}-{partition}", LOAD_CHUNK_BYTES):
+            if batch.is_control:
+                marker = batch.end_transaction_marker()
+                if marker is not None:
+                    self._complete(partition, batch.producer_id, marker.control_type == ControlRecordType.COMMIT)
+            else:
+                target = self._pending.setdefault(batch.producer_id, {}) if batch.is_transactional else None
+                for record in batch.records():
+                    self._apply(partition, record, target)
 
-    def _apply(self, partition: int, record: Record) -> None:
+    def _apply(self, partition: int, record: Record, target: dict[GroupTopicPartition, int] | None = None) -> None:
         try:
-            apply_offset_commit(self._offsets, record.key, record.value)
+            apply_offset_commit(self._offsets if target is None else target, record.key, record.value)
         except CorruptRecordError as exc:
             logger.warning("%s-%d offset %d skipped: %s", CONSUMER_OFFSETS_TOPIC, partition, record.offset, exc)
 
@@ -272,6 +270,81 @@ class GroupCoordinator:
 
         # The lock is held across the append so two commits of one group reach the log and the cache in order.
         self._on_offsets_topic(append)
+
+    def commit_transactional(
+        self,
+        group: str,
+        producer_id: int,
+        producer_epoch: int,
+        member_id: str,
+        generation_id: int,
+        offsets: Mapping[tuple[str, int], tuple[int, str]],
+    ) -> GroupError:
+        """A TxnOffsetCommit: the offsets are appended as the producer's transactional batch (its id and epoch,
+        sequence 0, origin COORDINATOR) and stay pending, invisible to `fetch_committed`, until the COMMIT marker
+        of its transaction reaches the group's partition (`complete_transaction`). Without member information
+        (empty member id, generation -1) the commit is accepted even for a group with members, as Kafka accepts
+        it; with some, the member's generation is checked as a plain commit's is."""
+        _check_group(group)
+        if member_id or generation_id >= 0:
+            with self._membership_changed:
+                verdict = self._membership.check_commit(group, member_id, generation_id)
+            if verdict != GroupError.NONE:
+                return verdict
+        if not offsets:
+            return GroupError.NONE
+        now_ms = self._clock.milliseconds()
+        builder = RecordBatchBuilder(
+            producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=0, is_transactional=True
+        )
+        for (topic, partition), (offset, metadata) in offsets.items():
+            builder.append(
+                encode_offset_commit_key(group, topic, partition),
+                encode_offset_commit_value(offset, metadata, now_ms),
+                timestamp=now_ms,
+            )
+        batch = builder.build()
+
+        def append() -> None:
+            handle = self._loaded_partition(partition_for_group(group, self._partition_count))
+            handle.append_from_coordinator(batch)
+            pending = self._pending.setdefault(producer_id, {})
+            for (topic, partition), (offset, _) in offsets.items():
+                pending[(group, topic, partition)] = offset
+
+        self._on_offsets_topic(append)
+        return GroupError.NONE
+
+    def complete_transaction(self, partition: int, producer_id: int, commit: bool) -> None:
+        """The transaction marker of `producer_id` reached `__consumer_offsets` partition `partition`: its pending
+        offsets of the groups of that partition become committed (COMMIT) or are dropped (ABORT)."""
+        with self._lock:
+            self._complete(partition, producer_id, commit)
+
+    def _complete(self, partition: int, producer_id: int, commit: bool) -> None:
+        pending = self._pending.get(producer_id)
+        if not pending:
+            return
+        done = [key for key in pending if partition_for_group(key[0], self._partition_count) == partition]
+        for key in done:
+            offset = pending.pop(key)
+            if commit:
+                self._offsets[key] = offset
+        if not pending:
+            del self._pending[producer_id]
+
+    def unstable_offsets(self, group: str, topic_partitions: Iterable[tuple[str, int]]) -> set[tuple[str, int]]:
+        """The partitions among `topic_partitions` with transactional offsets of `group` still pending (OffsetFetch
+        `require_stable` answers UNSTABLE_OFFSET_COMMIT for them)."""
+        _check_group(group)
+        wanted = {check_topic_partition(tp, InvalidRequestError) for tp in topic_partitions}
+        with self._lock:
+            return {
+                (topic, partition)
+                for pending in self._pending.values()
+                for name, topic, partition in pending
+                if name == group and (topic, partition) in wanted
+            }
 
     def fetch_committed(
         self, group: str, topic_partitions: Iterable[tuple[str, int]]
@@ -405,6 +478,51 @@ class GroupCoordinator:
 
             self._on_offsets_topic(append_tombstones)
         return GroupError.NONE
+
+    def on_topic_deleted(self, topic: str) -> list[str]:
+        """Deletes every group's committed offsets of the deleted `topic` (see the module docstring); returns the
+        groups that died with them. `__consumer_offsets` itself is no topic of commits: it is created again when a
+        group needs it."""
+        if topic == CONSUMER_OFFSETS_TOPIC:
+            return []
+
+        def delete_offsets() -> list[str]:
+            for partition in range(self._partition_count):
+                self._loaded_partition(partition)
+            deleted: dict[str, list[int]] = {}
+            remaining: set[str] = set()
+            for group, committed_topic, partition in self._offsets:
+                if committed_topic == topic:
+                    deleted.setdefault(group, []).append(partition)
+                else:
+                    remaining.add(group)
+            with self._membership_changed:
+                dead = {group for group in deleted if group not in remaining and not self._membership.is_active(group)}
+            now_ms = self._clock.milliseconds()
+            by_partition: dict[int, list[str]] = {}
+            for group in sorted(deleted):
+                by_partition.setdefault(partition_for_group(group, self._partition_count), []).append(group)
+            for offsets_partition, groups in sorted(by_partition.items()):
+                builder = RecordBatchBuilder()
+                for group in groups:
+                    for partition in deleted[group]:
+                        builder.append(encode_offset_commit_key(group, topic, partition), None, timestamp=now_ms)
+                    if group in dead:
+                        builder.append(encode_group_metadata_key(group), None, timestamp=now_ms)
+                # One batch per partition of `__consumer_offsets`: the cache forgets only what its log forgot.
+                self._loaded_partition(offsets_partition).append(builder.build())
+                for group in groups:
+                    for partition in deleted[group]:
+                        del self._offsets[(group, topic, partition)]
+            with self._membership_changed:
+                for group in dead:
+                    self._membership.delete(group)
+            return sorted(dead)
+
+        dead = self._on_offsets_topic(delete_offsets)
+        if dead:
+            logger.info("topic %s deleted: groups %s have no offsets left and are dead", topic, ", ".join(dead))
+        return dead
 
     def reset_offsets(self, group: str, offsets: Mapping[tuple[str, int], int]) -> GroupError:
         """`raybroker consumer-groups --reset-offsets --execute`: as Kafka's tool, only a group without members

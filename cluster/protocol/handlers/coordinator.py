@@ -1,10 +1,11 @@
-"""FindCoordinator (key 10): which broker coordinates a consumer group.
+"""FindCoordinator (key 10): which broker coordinates a consumer group or a transactional id.
 
 The answer is this listener's own broker, as Metadata names it the leader of every partition: every listener
-reaches the one group coordinator actor of the cluster, so any of them can serve any group's requests and a
-client keeps talking to the address it bootstrapped from. Versions 0-3 ask for one key, 4+ for a list.
-Only group keys (key type 0) are served: raybroker has no transaction coordinator, so a transactional key
-(type 1) or a share-group key (type 2) answers INVALID_REQUEST (42); an empty group id answers INVALID_GROUP_ID.
+reaches the one group coordinator and the one transaction coordinator of the cluster, so any of them can serve any
+group's or transactional id's requests and a client keeps talking to the address it bootstrapped from. Versions 0-3
+ask for one key, 4+ for a list. Group keys (key type 0) and transactional keys (type 1) are served; a share-group
+key (type 2) answers INVALID_REQUEST (42); an empty group id answers INVALID_GROUP_ID, an empty transactional id
+INVALID_REQUEST.
 
 Authorization comes first, as Kafka's: a group key needs DESCRIBE on the group (else GROUP_AUTHORIZATION_FAILED,
 30), a transactional key DESCRIBE on the transactional id (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED, 53).
@@ -61,8 +62,10 @@ class FindCoordinatorHandler:
             return _refused(
                 ErrorCode.transactional_id_authorization_failed, f"not authorized to DESCRIBE transactional id {key!r}"
             )
-        if key_type != GROUP_KEY_TYPE:
+        if key_type not in (GROUP_KEY_TYPE, TRANSACTION_KEY_TYPE):
             return _refused(ErrorCode.invalid_request, f"key type {key_type} has no coordinator in raybroker")
+        if not key and key_type == TRANSACTION_KEY_TYPE:
+            return _refused(ErrorCode.invalid_request, "a transactional id must not be empty")
         if not key:
             return _refused(ErrorCode.invalid_group_id, "a group id must not be empty")
         return {

@@ -13,11 +13,16 @@ Partitions are read concurrently, each with its own error: UNKNOWN_TOPIC_OR_PART
 client then resets its position with ListOffsets), and so on; the others still answer.
 
 Offsets: records are served up to the leader's high watermark (every in-sync replica has them; with one replica
-it is the log end), and without transactions the last stable offset is the high watermark; there are no aborted
-transactions, and `preferred_read_replica` is -1 (Fetch v11+; any other value sends a client looking for a
-replica). Fetch sessions (v7+, KIP-227) are not kept: every answer has session
-id 0, which tells the client to send full fetch requests; a request naming a session id answers
-FETCH_SESSION_ID_NOT_FOUND (70), after which clients start over without one.
+it is the log end). Isolation (`isolation_level`, Fetch v4+): a READ_COMMITTED (1) fetch is served only up to the
+last stable offset (the first offset of the oldest transaction still open, or whose marker the high watermark has
+not passed), and its answer lists the aborted transactions (producer id, first offset) overlapping the records
+returned, for the consumer to drop their records (possibly an empty list); a READ_UNCOMMITTED (0) answer's list is
+null. Every v4+ answer carries the real last stable offset, at both levels, as Kafka's. The long poll of a
+read_committed fetch waits for bytes below the last stable offset, so a transaction's records wake it when its
+marker lands. `preferred_read_replica` is -1 (Fetch v11+; any other value sends a client looking for a replica).
+Fetch sessions (v7+, KIP-227) are not kept: every answer has session id 0, which tells the client to send full fetch
+requests; a request naming a session id answers FETCH_SESSION_ID_NOT_FOUND (70), after which clients start over without
+one.
 
 Authorization: READ on each topic, else its partitions answer TOPIC_AUTHORIZATION_FAILED (29) without being read
 (and without waiting for them), whether the topic exists or not, as Kafka's consumer fetch.
@@ -30,7 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kio.index import load_response_schema
@@ -51,6 +56,10 @@ FETCH_KEY = 1
 NO_SESSION = 0
 NO_PREFERRED_READ_REPLICA = -1
 UNKNOWN_OFFSET = -1
+# Fetch's `isolation_level` (Kafka's IsolationLevel), and the log read each one is.
+READ_UNCOMMITTED = 0
+READ_COMMITTED = 1
+_LOG_ISOLATION = {READ_UNCOMMITTED: "high_watermark", READ_COMMITTED: "txn_committed"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +68,7 @@ class _PartitionFetch:
     partition: int
     offset: int
     max_bytes: int
+    isolation: str
 
 
 _Answer = FetchedRecords | RaybrokerError
@@ -87,8 +97,10 @@ class FetchHandler:
                     "responses": [],
                 },
             )
+        # Requests before v4 have no isolation level: they read everything below the high watermark.
+        isolation = _LOG_ISOLATION.get(getattr(body, "isolation_level", READ_UNCOMMITTED), "high_watermark")
         wanted = [
-            _PartitionFetch(topic.topic, part.partition, part.fetch_offset, part.partition_max_bytes)
+            _PartitionFetch(topic.topic, part.partition, part.fetch_offset, part.partition_max_bytes, isolation)
             for topic in body.topics
             for part in topic.partitions
         ]
@@ -153,7 +165,7 @@ class FetchHandler:
     async def _fetch(self, fetch: _PartitionFetch, max_wait_ms: int, min_bytes: int = 1) -> _Answer:
         try:
             return await self._view.fetch(
-                fetch.topic, fetch.partition, fetch.offset, fetch.max_bytes, max_wait_ms, min_bytes
+                fetch.topic, fetch.partition, fetch.offset, fetch.max_bytes, max_wait_ms, min_bytes, fetch.isolation
             )
         except RaybrokerError as exc:
             return exc
@@ -177,7 +189,7 @@ def _within_response_limit(answers: list[_Answer], max_bytes: int) -> list[_Answ
             if total and total + len(answer.records) > max_bytes:
                 if isinstance(answer.records, FileRegion):
                     answer.records.close()
-                answer = FetchedRecords(b"", answer.high_watermark, answer.log_start_offset)
+                answer = replace(answer, records=b"")
             total += len(answer.records)
         kept.append(answer)
     return kept
@@ -199,9 +211,16 @@ def _partition_answer(partition: int, answer: _Answer) -> dict[str, Any]:
         "partition_index": partition,
         "error_code": ErrorCode.none,
         "high_watermark": answer.high_watermark,
-        "last_stable_offset": answer.high_watermark,
+        "last_stable_offset": answer.last_stable_offset,
         "log_start_offset": answer.log_start_offset,
-        "aborted_transactions": [],
+        "aborted_transactions": _aborted(answer),
         "preferred_read_replica": NO_PREFERRED_READ_REPLICA,
         "records": answer.records,
     }
+
+
+def _aborted(answer: FetchedRecords) -> list[dict[str, int]] | None:
+    """The answer's aborted transactions as Fetch lists them; null for a read_uncommitted fetch."""
+    if answer.aborted_transactions is None:
+        return None
+    return [{"producer_id": txn.producer_id, "first_offset": txn.first_offset} for txn in answer.aborted_transactions]

@@ -13,8 +13,10 @@ REBALANCE_IN_PROGRESS), and that verdict is every such partition's code. Leader 
 OffsetFetch answers -1.
 
 OffsetFetch v1-7 asks for one group, v8+ for several; a null topic list (v2+) asks for every committed offset of
-the group. A partition without a commit answers offset -1 with no error, as Kafka's does. `require_stable`
-needs nothing: raybroker has no transactional offsets pending.
+the group. A partition without a commit answers offset -1 with no error, as Kafka's does. With `require_stable`
+(v7+, what a read_committed Java consumer sends) a partition with transactional offsets of the group still pending
+(TxnOffsetCommit before its transaction's COMMIT marker) answers UNSTABLE_OFFSET_COMMIT (88), which clients retry;
+without it, such a partition answers its last committed offset.
 
 Authorization, as Kafka's: OffsetCommit needs READ on the group (else every partition answers
 GROUP_AUTHORIZATION_FAILED, 30) and READ on each topic (else its partitions answer TOPIC_AUTHORIZATION_FAILED, 29,
@@ -136,12 +138,14 @@ class OffsetFetchHandler:
         body = request.body
         context = request.context
         response_type = load_response_schema(OFFSET_FETCH_KEY, request.api_version)
+        stable = bool(getattr(body, "require_stable", False))
         if request.api_version >= FIRST_MULTI_GROUP_FETCH_VERSION:
-            groups = [await self._fetch(group.group_id, group.topics, context) for group in body.groups]
+            groups = [await self._fetch(group.group_id, group.topics, context, stable) for group in body.groups]
             return build(response_type, {"throttle_time": 0, "groups": groups})
-        return build(response_type, {"throttle_time": 0, **await self._fetch(body.group_id, body.topics, context)})
+        answer = await self._fetch(body.group_id, body.topics, context, stable)
+        return build(response_type, {"throttle_time": 0, **answer})
 
-    async def _fetch(self, group: str, topics: Any, context: ConnectionContext) -> dict[str, Any]:
+    async def _fetch(self, group: str, topics: Any, context: ConnectionContext, stable: bool) -> dict[str, Any]:
         """One group's answer: {group_id, error_code, topics}."""
         if not allows(self._access, context, AclOperation.DESCRIBE, ResourceType.GROUP, group):
             return {"group_id": group, "error_code": ErrorCode.group_authorization_failed, "topics": []}
@@ -155,6 +159,7 @@ class OffsetFetchHandler:
         )
         try:
             committed = await self._groups.committed_offsets(group, wanted)
+            unstable = await self._groups.unstable_offsets(group, wanted or list(committed)) if stable else set()
         except RaybrokerError as exc:
             return {"group_id": group, "error_code": coordinator_error_code(exc), "topics": []}
         if wanted is None:
@@ -166,13 +171,14 @@ class OffsetFetchHandler:
             found = _in_order(wanted, committed)
         by_topic: dict[str, list[dict[str, Any]]] = {}
         for (topic, partition), offset in found:
+            pending = (topic, partition) in unstable
             by_topic.setdefault(topic, []).append(
                 {
                     "partition_index": partition,
-                    "committed_offset": NO_OFFSET if offset is None else offset,
+                    "committed_offset": NO_OFFSET if offset is None or pending else offset,
                     "committed_leader_epoch": NO_LEADER_EPOCH,
                     "metadata": "",
-                    "error_code": ErrorCode.none,
+                    "error_code": ErrorCode.unstable_offset_commit if pending else ErrorCode.none,
                 }
             )
         for topic in topics or ():

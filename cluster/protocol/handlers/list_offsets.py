@@ -1,9 +1,10 @@
 """ListOffsets (key 2): for each partition, the offset a timestamp or sentinel names.
 
-`timestamp` is -2 (earliest: the log start offset), -1 (latest: the high watermark, which without transactions is
-also the last stable offset, so `isolation_level` changes nothing), -3 (the record with the
-largest timestamp, v7+), or a time in ms (the first record whose timestamp is at or after it). When no record
-qualifies the answer is offset -1 and timestamp -1, as Kafka's. Leader epochs are -1 (unknown).
+`timestamp` is -2 (earliest: the log start offset), -1 (latest: the high watermark, or for `isolation_level` 1,
+READ_COMMITTED (v2+), the last stable offset), -3 (the record with the largest timestamp, v7+), or a time in ms
+(the first record whose timestamp is at or after it). A timestamp or -3 names only a record below that same bound,
+the one a consumer at that isolation level could fetch (Kafka's `Partition.fetchOffsetForTimestamp`). When no
+record qualifies the answer is offset -1 and timestamp -1, as Kafka's. Leader epochs are -1 (unknown).
 
 Authorization: DESCRIBE on each topic, else its partitions answer TOPIC_AUTHORIZATION_FAILED (29), whether the
 topic exists or not.
@@ -28,6 +29,7 @@ from storage.errors import RaybrokerError
 
 LIST_OFFSETS_KEY = 2
 UNKNOWN = -1
+READ_COMMITTED = 1
 
 
 class ListOffsetsHandler:
@@ -38,6 +40,9 @@ class ListOffsetsHandler:
         self._access = access
 
     async def __call__(self, request: Request) -> Any:
+        # v0-1 have no isolation level: they list as read_uncommitted.
+        committed = getattr(request.body, "isolation_level", 0) == READ_COMMITTED
+        isolation = "txn_committed" if committed else "high_watermark"
         wanted = [
             (topic.name, part.partition_index, part.timestamp)
             for topic in request.body.topics
@@ -47,7 +52,7 @@ class ListOffsetsHandler:
             self._access, request.context, AclOperation.DESCRIBE, ResourceType.TOPIC, (each[0] for each in wanted)
         )
         answers = await asyncio.gather(
-            *(self._list(*each) if each[0] in allowed else _denied(each[1]) for each in wanted)
+            *(self._list(*each, isolation) if each[0] in allowed else _denied(each[1]) for each in wanted)
         )
         topics: dict[str, list[dict[str, Any]]] = {}
         for (topic, _, _), answer in zip(wanted, answers, strict=True):
@@ -57,10 +62,10 @@ class ListOffsetsHandler:
             {"throttle_time": 0, "topics": [{"name": name, "partitions": parts} for name, parts in topics.items()]},
         )
 
-    async def _list(self, topic: str, partition: int, timestamp: int) -> dict[str, Any]:
+    async def _list(self, topic: str, partition: int, timestamp: int, isolation: str) -> dict[str, Any]:
         answer: dict[str, Any] = {"partition_index": partition, "leader_epoch": UNKNOWN}
         try:
-            found = await self._view.list_offset(topic, partition, timestamp)
+            found = await self._view.list_offset(topic, partition, timestamp, isolation)
         except RaybrokerError as exc:
             return {**answer, "error_code": error_code(exc), "timestamp": UNKNOWN, "offset": UNKNOWN}
         if found is None:

@@ -9,9 +9,16 @@ an unknown partition, a corrupt batch or a sequence gap answers that partition's
 appended. A partition's answer carries the base offset the log assigned, the LogAppendTime it stamped (-1 for
 CreateTime topics) and the log start offset.
 
+A request with a `transactional_id` needs WRITE on that id (else every partition answers
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED, 53), and each of its transactional batches is checked with the transaction
+coordinator first (KIP-890's verification, which a broker whose coordinator it reaches directly can always do): a
+partition its producer did not add to the ongoing transaction answers INVALID_TXN_STATE (48; Kafka answers
+TRANSACTION_ABORTABLE only to Produce v11+, which is not served), a fenced producer INVALID_PRODUCER_EPOCH (47), a
+coordinator busy with the id or unreachable NOT_ENOUGH_REPLICAS (19), which old clients retry without a metadata
+refresh, as Kafka's `AddPartitionsToTxnManager` maps them.
+
 Authorization: WRITE on each topic, else its partitions answer TOPIC_AUTHORIZATION_FAILED (29) without being
-looked at, whether the topic exists or not, as Kafka's. Transactional batches are not served (InitProducerId
-refuses a transactional id), so there is no transactional id to authorize.
+looked at, whether the topic exists or not, as Kafka's.
 """
 
 from __future__ import annotations
@@ -24,14 +31,25 @@ from kio.schema.errors import ErrorCode
 
 from actors.core.replication.replica import ACKS
 from actors.core.security.acls import AclOperation, ResourceType
+from actors.core.transactions.transaction_metadata import TxnError
 from cluster.protocol.broker_view import BrokerView
 from cluster.protocol.errors import error_code
 from cluster.protocol.framing import Request
-from cluster.protocol.handlers.authorization import authorized_names
+from cluster.protocol.handlers.authorization import allows, authorized_names
 from cluster.protocol.messages import build
 from cluster.protocol.security.access import AccessControl
+from cluster.protocol.transaction_view import TransactionView
 from storage.errors import RaybrokerError
 from storage.records.layout import NO_TIMESTAMP
+from storage.records.record_batch import iter_batches
+
+# KIP-890's mapping of the coordinator's verification answers to Produce v3-10 codes (AddPartitionsToTxnManager).
+_VERIFICATION_CODES = {
+    TxnError.INVALID_TXN_STATE: ErrorCode.invalid_txn_state,
+    TxnError.PRODUCER_FENCED: ErrorCode.invalid_producer_epoch,
+    TxnError.INVALID_PRODUCER_ID_MAPPING: ErrorCode.invalid_producer_id_mapping,
+    TxnError.INVALID_REQUEST: ErrorCode.invalid_request,
+}
 
 PRODUCE_KEY = 0
 NO_OFFSET = -1
@@ -40,8 +58,9 @@ NO_OFFSET = -1
 class ProduceHandler:
     """Answers Produce (see the module docstring); returns None for `acks=0`."""
 
-    def __init__(self, view: BrokerView, access: AccessControl | None = None) -> None:
+    def __init__(self, view: BrokerView, transactions: TransactionView, access: AccessControl | None = None) -> None:
         self._view = view
+        self._transactions = transactions
         self._access = access
 
     async def __call__(self, request: Request) -> Any | None:
@@ -50,14 +69,23 @@ class ProduceHandler:
         allowed = authorized_names(
             self._access, request.context, AclOperation.WRITE, ResourceType.TOPIC, (topic for topic, _, _ in wanted)
         )
+        transactional_id = body.transactional_id
+        if transactional_id is not None and not allows(
+            self._access, request.context, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id
+        ):
+            allowed = set()
+            answers = [_failed(ErrorCode.transactional_id_authorization_failed)] * len(wanted)
+        else:
+            answers = [_failed(ErrorCode.topic_authorization_failed)] * len(wanted)
         writable = [index for index, (topic, _, _) in enumerate(wanted) if topic in allowed]
-        answers = [_failed(ErrorCode.topic_authorization_failed)] * len(wanted)
         if body.acks not in ACKS:
             appended = [_failed(ErrorCode.invalid_required_acks) for _ in writable]
         else:
             timeout_ms = int(body.timeout.total_seconds() * 1000)
             appended = list(
-                await asyncio.gather(*(self._append(*wanted[index], body.acks, timeout_ms) for index in writable))
+                await asyncio.gather(
+                    *(self._append(*wanted[index], body.acks, timeout_ms, transactional_id) for index in writable)
+                )
             )
         for index, answer in zip(writable, appended, strict=True):
             answers[index] = answer
@@ -75,11 +103,21 @@ class ProduceHandler:
         )
 
     async def _append(
-        self, topic: str, partition: int, records: bytes | None, acks: int, timeout_ms: int
+        self,
+        topic: str,
+        partition: int,
+        records: bytes | None,
+        acks: int,
+        timeout_ms: int,
+        transactional_id: str | None,
     ) -> dict[str, Any]:
         if not records:
             return _failed(ErrorCode.invalid_record, "a produce request must carry record batches")
         try:
+            if transactional_id is not None:
+                refused = await self._verify(transactional_id, topic, partition, records)
+                if refused is not None:
+                    return refused
             info = await self._view.append(topic, partition, bytes(records), acks, timeout_ms)
         except RaybrokerError as exc:
             return _failed(error_code(exc), exc.message)
@@ -90,6 +128,22 @@ class ProduceHandler:
             "log_start_offset": info.log_start_offset,
             "record_errors": [],
         }
+
+    async def _verify(self, transactional_id: str, topic: str, partition: int, records: bytes) -> dict[str, Any] | None:
+        """None if the partition's transactional batches may be appended, else the partition's answer."""
+        first = next(iter_batches(bytes(records)), None)
+        if first is None or not first.is_transactional:
+            return None
+        try:
+            answer = await self._transactions.verify_partition(
+                transactional_id, first.producer_id, first.producer_epoch, topic, partition
+            )
+        except RaybrokerError as exc:
+            return _failed(ErrorCode.not_enough_replicas, exc.message)
+        if answer == TxnError.NONE:
+            return None
+        code = _VERIFICATION_CODES.get(answer, ErrorCode.not_enough_replicas)
+        return _failed(code, f"{topic}-{partition} is not part of the ongoing transaction of {transactional_id!r}")
 
 
 def _failed(code: ErrorCode, message: str | None = None) -> dict[str, Any]:

@@ -325,8 +325,8 @@ def test_a_located_read_reads_slices_up_to_the_first_untrusted_one_and_else_send
 
 def test_records_of_an_answer_are_its_bytes_or_a_view_of_its_buffer() -> None:
     data = simple_batch(2, tag=0)
-    assert records_of(FetchResult(data, 2, 0, 2)) is data
-    view = records_of(FetchResult(pickle.PickleBuffer(bytearray(data)), 2, 0, 2))
+    assert records_of(FetchResult(data, 2, 0, 2, 2)) is data
+    view = records_of(FetchResult(pickle.PickleBuffer(bytearray(data)), 2, 0, 2, 2))
     assert isinstance(view, memoryview) and view == data
 
 

@@ -1,7 +1,8 @@
 """The in-process broker: three simulated nodes replicating a topic with real follower threads, a lost leader
 replaced from the ISR without losing an acknowledged record, a node that comes back catching up, and a broker closed
-with nothing left running and opened again with its topics and records, and what it records in its metrics. The
-oracle is the list of records each `acks=all` append acknowledged."""
+with nothing left running and opened again with its topics and records, what it records in its metrics, and a new
+leader answering a retried idempotent batch as the old one did. The oracle is the list of records each `acks=all`
+append acknowledged."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from storage.errors import (
     RequestTimedOutError,
     UnknownTopicOrPartitionError,
 )
+from storage.partition.producer_state import NUM_BATCHES_TO_RETAIN
 from storage.records.record_batch import RecordBatchBuilder, iter_batches
 
 DEADLINE_S = 10.0
@@ -155,6 +157,37 @@ def test_random_node_losses_and_returns_never_lose_an_acknowledged_record(tmp_pa
             assert [value for value in held if value in acknowledged] == acknowledged, f"step {step}: {action}"
     finally:
         broker.close()
+
+
+def test_the_new_leader_answers_a_retry_of_the_producers_last_batches_with_their_original_offsets(
+    broker: InProcessBroker,
+) -> None:
+    """A follower's producer state carries the batch metadata it copied: after the leader's loss, a retry of each
+    of the producer's last 5 batches gets the answer the old leader gave (Kafka's `ProducerStateEntry`)."""
+    broker.controller.create_topic("t", 1, replication_factor=3)
+    sent = []
+    sequence = 0
+    for index in range(NUM_BATCHES_TO_RETAIN + 2):
+        builder = RecordBatchBuilder(producer_id=9, producer_epoch=0, base_sequence=sequence)
+        for offset in range(1 + index % 2):
+            builder.append(None, f"v{sequence + offset}".encode(), timestamp=1_700_000_000_000 + sequence + offset)
+        sequence += 1 + index % 2
+        leader = broker.leader("t", 0)
+        records = builder.build()
+        sent.append((records, leader.await_replicated(leader.append(records, acks=-1))))
+    state = broker.controller.partition_state("t", 0)
+    broker.lose_node(state.leader)
+    leader = broker.leader("t", 0)
+    end = leader.log.log_end_offset
+    for records, original in sent[-NUM_BATCHES_TO_RETAIN:]:
+        retried = leader.await_replicated(leader.append(records, acks=-1))
+        assert retried.duplicate
+        assert (retried.first_offset, retried.last_offset, retried.log_append_time) == (
+            original.first_offset,
+            original.last_offset,
+            original.max_timestamp,
+        )
+    assert leader.log.log_end_offset == end
 
 
 def test_appends_and_isr_changes_are_recorded_as_the_partition_state_moves(tmp_path: Path) -> None:

@@ -336,7 +336,8 @@ def test_partition_of_a_topic_deleted_while_its_broker_was_down_is_not_loaded_ag
     start_test_broker: StartBroker, tmp_path: Path
 ) -> None:
     log_dirs = [tmp_path / "dir0"]
-    delete_delay = {"log_segment_delete_delay_ms": "8000"}
+    # The stray folder must outlive the restart to be seen: a broker start took more than 8 s on a loaded machine.
+    delete_delay = {"log_segment_delete_delay_ms": "25000"}
     client, _ = start_test_broker(log_dirs=log_dirs, **delete_delay)
     call(client.controller.create_topic.remote("gone", 1))
     fill(client.partition("gone", 0), "g", 2)
@@ -353,4 +354,4 @@ def test_partition_of_a_topic_deleted_while_its_broker_was_down_is_not_loaded_ag
     assert len(strays) == 1
     assert "gone" not in {placement.topic for placement in call(manager().partitions.remote())}
     assert not [name for name in alive_partition_actors() if name.startswith("partition:gone:0:")]
-    wait_for(lambda: not strays[0].exists(), what="the stray folder's delete")
+    wait_for(lambda: not strays[0].exists(), timeout_s=60, what="the stray folder's delete")

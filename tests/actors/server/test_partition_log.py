@@ -106,7 +106,7 @@ def test_fetch_reports_offsets_and_empty_at_the_end(tmp_path: Path) -> None:
     actor = open_actor(tmp_path / "t-0")
     actor.append(batch_bytes(records("a", 3)))
     result = actor.fetch(3)
-    assert result == FetchResult(b"", 3, 0, 3)
+    assert result == FetchResult(b"", 3, 0, 3, 3)
     assert as_recs(kafka_decode(actor.fetch(1).records))[-1].value == b"a-2"
 
 

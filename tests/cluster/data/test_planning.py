@@ -23,8 +23,8 @@ from storage.errors import InvalidRequestError, OffsetOutOfRangeError, UnknownTo
 NOW_MS = 1_700_000_000_000
 # Partition 0: offsets 10..100 (log start 10), 100 bytes per offset; partition 1: empty at 5.
 SNAPSHOTS = {
-    ("t", 0): PartitionSnapshot("node-a", 10, 100, 100, 9_000, 10),
-    ("t", 1): PartitionSnapshot("node-b", 5, 5, 5, 0, 5),
+    ("t", 0): PartitionSnapshot("node-a", 10, 100, 100, 9_000, 10, 100),
+    ("t", 1): PartitionSnapshot("node-b", 5, 5, 5, 0, 5, 5),
 }
 TPS = sorted(SNAPSHOTS)
 

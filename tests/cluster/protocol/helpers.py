@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import socket
 import ssl
+import time
+import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,9 +30,12 @@ from actors.core.role_metrics import NO_ROLE_METRICS, RoleMetrics
 from actors.core.security.acls import AclBinding
 from actors.core.security.scram import ScramCredential
 from cluster.protocol.framing import SIZE, Request, decode_response, encode_request, encode_response
+from cluster.protocol.listener import KafkaListener, start_listener
 from cluster.protocol.local_broker_view import LocalBrokerView
 from cluster.protocol.local_group_view import LocalGroupView
+from cluster.protocol.local_transaction_view import LocalTransactionView
 from cluster.protocol.messages import build
+from cluster.protocol.security.local_security_view import LocalSecurityView
 from storage.clock import Clock, MockClock
 from storage.partition.log import Log
 from storage.records.compression import CompressionType
@@ -38,6 +43,10 @@ from storage.records.record_batch import RecordBatchBuilder, iter_batches
 
 # `__consumer_offsets` partitions of the test brokers: each is a real log in a temporary folder.
 OFFSETS_TOPIC_PARTITIONS = 3
+# How long `confluent_consume_all` polls at most, and how long it goes on once it has what was expected (to see
+# nothing more comes).
+READ_DEADLINE_S = 30.0
+QUIET_S = 1.0
 
 
 def start_broker(
@@ -63,6 +72,19 @@ def start_broker(
         clock=clock or MockClock(),
         membership=MembershipConfig(group_initial_rebalance_delay_ms=initial_rebalance_delay_ms),
         metrics=metrics,
+    )
+
+
+def start_local_listener(broker: InProcessBroker) -> KafkaListener:
+    """A PLAINTEXT listener on a free port of 127.0.0.1 serving `broker` in process (its topics, groups,
+    transactions and credentials), one partition per topic it auto-creates, which it does not: Kafka's clients
+    then reach the in-process broker without Ray."""
+    return start_listener(
+        {"listeners": "PLAINTEXT://127.0.0.1:0", "num.partitions": "1", "auto.create.topics.enable": "false"},
+        LocalBrokerView(broker),
+        LocalSecurityView(broker.controller),
+        groups=LocalGroupView(broker),
+        transactions=LocalTransactionView(broker),
     )
 
 
@@ -203,3 +225,40 @@ def committed_offsets(groups: LocalGroupView) -> dict[tuple[str, str, int], int]
         for described in coordinator.list_groups()
         for (topic, partition), offset in coordinator.group_offsets(described.group_id).items()
     }
+
+
+def confluent_consume_all(
+    bootstrap: str, topic: str, partitions: int, isolation: str, expected: int
+) -> tuple[list[tuple[int, int, bytes]], dict[int, tuple[int, int]]]:
+    """(partition, offset, value) of what a confluent consumer at `isolation` reads of every partition of `topic`
+    from offset 0, polled until `expected` records came and then `QUIET_S` more, within `READ_DEADLINE_S`; and each
+    partition's watermarks as it finds them (ListOffsets at its isolation level: the high one is the last stable
+    offset for read_committed)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"g-{uuid.uuid4().hex}",
+            "enable.auto.commit": "false",
+            "isolation.level": isolation,
+        }
+    )
+    try:
+        consumer.assign([TopicPartition(topic, partition, 0) for partition in range(partitions)])
+        received: list[tuple[int, int, bytes]] = []
+        deadline = time.monotonic() + READ_DEADLINE_S
+        quiet_until: float | None = None
+        while time.monotonic() < deadline and (quiet_until is None or time.monotonic() < quiet_until):
+            for message in consumer.consume(num_messages=100, timeout=0.2):
+                assert message.error() is None, message.error()
+                received.append((message.partition(), message.offset(), message.value()))
+            if len(received) >= expected and quiet_until is None:
+                quiet_until = time.monotonic() + QUIET_S
+        watermarks = {
+            partition: consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=10)
+            for partition in range(partitions)
+        }
+        return received, watermarks
+    finally:
+        consumer.close()

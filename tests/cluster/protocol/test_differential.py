@@ -1,6 +1,7 @@
 """Differential tests: the same confluent-kafka scenario against Apache Kafka and against raybroker's listener,
 and the answers compared (record contents and offsets, list-offsets answers, error codes, log start offsets,
-group assignments).
+group assignments, the groups and offsets left after a topic is deleted, the answers to retried idempotent
+batches).
 
 Kafka (`benchmarks.kafka_broker.KafkaBroker`, 3.9 in KRaft mode) starts once per session; the first run fetches
 it from Maven Central into the download cache (`cluster.downloads`). A machine where it cannot be fetched or
@@ -9,16 +10,19 @@ started skips this module with the reason. Both brokers start empty, so the same
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from kio.index import load_request_schema
 
-from benchmarks.kafka_broker import KafkaBroker, KafkaUnavailable
 from cluster.protocol.listener import start_listener
-from tests.conftest import skip_or_fail
+from cluster.protocol.messages import build
+from storage.records.record_batch import RecordBatchBuilder
+from tests.cluster.protocol.helpers import exchange
 
 pytestmark = [pytest.mark.ray, pytest.mark.kafka]
 
@@ -29,19 +33,6 @@ ODD_OFFSETS = [0, 7, 13, 29]
 BASE_TIMESTAMP_MS = int(time.time() * 1000) - 60_000
 DEADLINE_S = 30.0
 QUIET = {"log_level": 0}
-
-
-@pytest.fixture(scope="session")
-def kafka() -> Iterator[str]:
-    broker = KafkaBroker()
-    try:
-        broker.start()
-    except KafkaUnavailable as exc:
-        skip_or_fail(f"Apache Kafka is not available here: {exc}")
-    try:
-        yield broker.bootstrap_servers
-    finally:
-        broker.stop()
 
 
 @pytest.fixture(scope="module")
@@ -400,6 +391,99 @@ def test_commits_of_generation_minus_one_into_an_active_group_agree(both: dict[s
         answers[name] = _commits_without_membership(bootstrap, "generation-minus-one")
     # UNKNOWN_MEMBER_ID (25) while the group has a member; written once it left.
     assert answers["kafka"] == [25, 25, None, None, 6]
+    assert answers["raybroker"] == answers["kafka"]
+
+
+def _offsets_after_deleting_a_topic(bootstrap: str) -> tuple[list[str], dict[str, dict[tuple[str, int], int]]]:
+    """Groups commit on `deleted-topic` (2 partitions) and `kept-topic`, then `deleted-topic` is deleted: the test's
+    groups ListGroups names and each one's OffsetFetch of every partition, once the deleted topic's offsets are gone
+    (Kafka deletes them when its group coordinator sees the deletion, after DeleteTopics answered)."""
+    from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, TopicPartition
+
+    commits = {"deleted-only": {("deleted-topic", 0): 3, ("deleted-topic", 1): 4}, "mixed": {("deleted-topic", 0): 5}}
+    commits["mixed"][("kept-topic", 0)] = 7
+    _create(bootstrap, "deleted-topic", partitions=2)
+    _create(bootstrap, "kept-topic")
+    for group, offsets in commits.items():
+        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False, **QUIET})
+        try:
+            consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()], asynchronous=False)
+        finally:
+            consumer.close()
+    admin = _admin(bootstrap)
+    admin.delete_topics(["deleted-topic"], operation_timeout=10)["deleted-topic"].result(timeout=DEADLINE_S)
+
+    def answers() -> tuple[list[str], dict[str, dict[tuple[str, int], int]]]:
+        listed = sorted(g.group_id for g in admin.list_consumer_groups().result(timeout=DEADLINE_S).valid)
+        fetched = {}
+        for group in commits:
+            (future,) = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)]).values()
+            result = future.result(timeout=DEADLINE_S)
+            fetched[group] = {(tp.topic, tp.partition): tp.offset for tp in result.topic_partitions}
+        return [group for group in listed if group in commits], fetched
+
+    deadline = time.monotonic() + DEADLINE_S
+    listed, fetched = answers()
+    while "deleted-only" in listed and time.monotonic() < deadline:
+        time.sleep(0.2)
+        listed, fetched = answers()
+    return listed, fetched
+
+
+def test_deleting_a_topic_deletes_its_committed_offsets_alike(both: dict[str, str]) -> None:
+    answers = {name: _offsets_after_deleting_a_topic(bootstrap) for name, bootstrap in both.items()}
+    assert answers["kafka"] == (["mixed"], {"deleted-only": {}, "mixed": {("kept-topic", 0): 7}})
+    assert answers["raybroker"] == answers["kafka"]
+
+
+def _retried_idempotent_batches(bootstrap: str) -> list[tuple[int, int, int]]:
+    """(error code, base offset, log append time) of 7 idempotent batches sent raw, then of a retry of each of the
+    last 5 and of the 6th last, with `acks=-1` over one socket per request."""
+    _create(bootstrap, "retried-batches")
+    port = int(bootstrap.rsplit(":", 1)[1])
+    producer: Any = None
+    deadline = time.monotonic() + DEADLINE_S
+    while producer is None or producer.producer_id < 0:
+        # A fresh Kafka answers COORDINATOR_LOAD_IN_PROGRESS until its transaction state topic is loaded.
+        assert time.monotonic() < deadline, f"no producer id: {producer}"
+        request = build(load_request_schema(22, 1), {"transactional_id": None, "transaction_timeout": 60_000})
+        _, producer = asyncio.run(exchange(port, request))
+        time.sleep(0 if producer.producer_id >= 0 else 0.5)
+
+    def produce(records: bytes) -> tuple[int, int, int]:
+        body = build(
+            load_request_schema(0, 9),
+            {
+                "transactional_id": None,
+                "acks": -1,
+                "timeout": 30_000,
+                "topic_data": [{"name": "retried-batches", "partition_data": [{"index": 0, "records": records}]}],
+            },
+        )
+        _, response = asyncio.run(exchange(port, body))
+        answer = response.responses[0].partition_responses[0]
+        time_ms = -1 if answer.log_append_time is None else int(answer.log_append_time.timestamp() * 1000)
+        return int(answer.error_code), answer.base_offset, time_ms
+
+    sent = []
+    sequence = 0
+    for index in range(7):
+        builder = RecordBatchBuilder(
+            producer_id=producer.producer_id, producer_epoch=producer.producer_epoch, base_sequence=sequence
+        )
+        for delta in range(1 + index % 3):
+            builder.append(None, b"retried", timestamp=BASE_TIMESTAMP_MS + sequence + delta)
+        sequence += 1 + index % 3
+        sent.append(builder.build())
+    return [produce(records) for records in [*sent, *sent[-5:], sent[-6]]]
+
+
+def test_retried_idempotent_batches_are_answered_alike(both: dict[str, str]) -> None:
+    answers = {name: _retried_idempotent_batches(bootstrap) for name, bootstrap in both.items()}
+    # A retry of one of the last 5 batches: NONE, its original base offset and max timestamp; the 6th last:
+    # OUT_OF_ORDER_SEQUENCE_NUMBER (45).
+    assert answers["kafka"][7] == (0, 3, BASE_TIMESTAMP_MS + 5)
+    assert answers["kafka"][-1] == (45, -1, -1)
     assert answers["raybroker"] == answers["kafka"]
 
 

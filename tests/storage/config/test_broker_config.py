@@ -14,6 +14,7 @@ import storage.config.broker_config as broker_config_module
 import storage.config.cleaner_config as cleaner_config_module
 import storage.config.listener_config as listener_config_module
 import storage.config.security_config as security_config_module
+import storage.config.transaction_config as transaction_config_module
 from storage.config.broker_config import IGNORED_KAFKA_KEYS, BrokerConfig, load_server_properties
 from storage.config.cleaner_config import CleanerConfig
 from storage.config.config_values import Password
@@ -261,8 +262,14 @@ def test_to_properties_leaves_unset_synonyms_out_and_renders_kafka_text() -> Non
 
 def test_every_kafka_key_is_documented_in_the_module_docstring() -> None:
     """Every key is in the broker's table, or in the table of the sub-config that declares it (listener, cleaner,
-    security)."""
-    modules = (broker_config_module, listener_config_module, cleaner_config_module, security_config_module)
+    security, transactions)."""
+    modules = (
+        broker_config_module,
+        listener_config_module,
+        cleaner_config_module,
+        security_config_module,
+        transaction_config_module,
+    )
     documented = "".join(module.__doc__ or "" for module in modules)
     # A value of each optional key's type: an int, a string that reads as a listener, a password.
     values = {"int | None": 1, "str | None": "PLAINTEXT://broker.example:9092", "Password | None": Password("x")}
@@ -452,12 +459,12 @@ def test_kafka_zookeeper_mode_server_properties_loads(tmp_path: Path, caplog: py
     assert (config.num_network_threads, config.socket_request_max_bytes) == (3, 104857600)
     # A Kafka file's replication keys are raybroker's too (its single-broker quickstart sets 1).
     assert config.offsets_topic_replication_factor == 1
+    assert config.transaction_config.transaction_state_log_replication_factor == 1
+    assert config.transaction_config.transaction_state_log_min_isr == 1
     assert config.ignored_keys == (
         "num.io.threads",
         "socket.send.buffer.bytes",
         "socket.receive.buffer.bytes",
-        "transaction.state.log.replication.factor",
-        "transaction.state.log.min.isr",
         "zookeeper.connect",
         "zookeeper.connection.timeout.ms",
         "group.initial.rebalance.delay.ms",

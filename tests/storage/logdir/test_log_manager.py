@@ -9,7 +9,9 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import threading
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -360,6 +362,67 @@ def test_new_partitions_spread_by_partition_count(manager: LogManager, dirs: lis
     assert sum(counts.values()) == 20
     assert max(counts.values()) - min(counts.values()) <= 1
     assert {info.path: info.partitions for info in manager.describe_dirs()} == {str(d): counts[d] for d in dirs}
+
+
+class BarrierPartitions(LocalPartitions):
+    """Partitions whose `open` returns only once `parties` opens are under way at once (a partition actor starting
+    takes about a second): created one after the other, the first open would wait in vain."""
+
+    def __init__(self, clock: MockClock, parties: int) -> None:
+        super().__init__(clock)
+        self.barrier = threading.Barrier(parties, timeout=10)
+
+    def open(self, *args: Any) -> LocalPartition:
+        self.barrier.wait()
+        return super().open(*args)
+
+
+def test_the_partitions_of_a_topic_open_side_by_side_and_spread(dirs: list[Path], clock: MockClock) -> None:
+    count = 6
+    manager = new_manager(dirs, clock, partitions=BarrierPartitions(clock, count))
+    manager.startup()
+    try:
+        with ThreadPoolExecutor(max_workers=count + 1) as pool:
+            placed = list(pool.map(lambda p: manager.get_or_create_partition("t", p % count), range(count + 1)))
+        # The seventh call asked again for partition 0 while it opened: it waited and got the same placement.
+        assert placed[count] == placed[0]
+        assert sorted(p.partition for p in placed[:count]) == list(range(count))
+        assert manager.partition_counts() == dict.fromkeys(dirs, count // len(dirs))
+        assert all((Path(p.directory) / f"t-{p.partition}").is_dir() for p in placed)
+    finally:
+        manager.shutdown()
+
+
+class GatedPartitions(LocalPartitions):
+    """Partitions whose `open` waits for `release` (and says it began with `entered`)."""
+
+    def __init__(self, clock: MockClock) -> None:
+        super().__init__(clock)
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def open(self, *args: Any) -> LocalPartition:
+        self.entered.set()
+        assert self.release.wait(10)
+        return super().open(*args)
+
+
+def test_a_delete_of_a_partition_being_created_waits_for_it_and_deletes_it(dirs: list[Path], clock: MockClock) -> None:
+    factory = GatedPartitions(clock)
+    manager = new_manager(dirs, clock, partitions=factory)
+    manager.startup()
+    try:
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            created = pool.submit(manager.get_or_create_partition, "t", 0)
+            assert factory.entered.wait(10)
+            deleted = pool.submit(manager.delete_log, "t", 0)
+            factory.release.set()
+            assert created.result(10).partition == 0
+            # Without waiting, the delete would have found no partition and answered False.
+            assert deleted.result(10) is True
+        assert manager.partition("t", 0) is None
+    finally:
+        manager.shutdown()
 
 
 def test_dir_that_is_a_regular_file_goes_offline_and_others_serve(dirs: list[Path], clock: MockClock) -> None:

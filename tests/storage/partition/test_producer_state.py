@@ -220,6 +220,44 @@ def test_retry_of_one_of_the_last_five_batches_returns_its_offsets_and_writes_no
     check(log, oracle, [spec(7, 0, seq)])
 
 
+@pytest.mark.parametrize("timestamp_type", ["CreateTime", "LogAppendTime"])
+def test_a_followers_producer_state_answers_a_retry_as_the_leader_did(
+    tmp_path: Path, clock: MockClock, logs: list[Log], timestamp_type: str
+) -> None:
+    """A follower that copied the leader's batches (`append_as_follower`) and then leads answers a retry of each of
+    the producer's last 5 batches as Kafka does: the original first and last offsets, and the original batch's max
+    timestamp as log append time (its stamped append time on a LogAppendTime topic), with nothing written."""
+    config = LogConfig(segment_bytes=SEGMENT_BYTES, segment_index_bytes=1024, message_timestamp_type=timestamp_type)
+    leader = Log.open(tmp_path / "leader" / "t-0", config, clock=clock)
+    follower = Log.open(tmp_path / "follower" / "t-0", config, clock=clock)
+    logs.extend([leader, follower])
+    sent: list[tuple[Spec, LogAppendInfo]] = []
+    seq = 0
+    for index in range(8):
+        clock.sleep(10)
+        batch = spec(7, 0, seq, 1 + index % 3)
+        seq += len(batch.values)
+        sent.append((batch, leader.append(batch.encode())))
+    while follower.log_end_offset < leader.log_end_offset:
+        # One segment per read: the follower fetches as a replica does.
+        follower.append_as_follower(bytes(leader.read(follower.log_end_offset, 1 << 20, isolation="log_end").records))
+    follower.become_leader()
+    end = follower.log_end_offset
+    for batch, original in sent[-NUM_BATCHES_TO_RETAIN:]:
+        expected_time = original.max_timestamp if timestamp_type == "CreateTime" else original.log_append_time
+        for log in (leader, follower):
+            retried = log.append(batch.encode())
+            assert retried.duplicate and retried.record_count == 0
+            assert (retried.first_offset, retried.last_offset, retried.log_append_time) == (
+                original.first_offset,
+                original.last_offset,
+                expected_time,
+            )
+    assert follower.log_end_offset == end
+    with pytest.raises(OutOfOrderSequenceError):
+        follower.append(sent[-NUM_BATCHES_TO_RETAIN - 1][0].encode())
+
+
 def test_retry_of_the_sixth_last_batch_is_out_of_order(open_log: OpenLog) -> None:
     log, oracle = open_log(), Oracle()
     for seq in range(NUM_BATCHES_TO_RETAIN + 1):

@@ -16,6 +16,7 @@ from storage.records.consumer_offsets import (
     apply_offset_commit,
     decode_offset_commit_key,
     decode_offset_commit_offset,
+    encode_group_metadata_key,
     encode_offset_commit_key,
     encode_offset_commit_value,
     java_string_hashcode,
@@ -73,6 +74,18 @@ def test_every_commit_a_kafka_broker_wrote_sits_on_the_partition_its_group_hashe
             assert encode_offset_commit_key(group, topic, topic_partition) == record.key
         checked += 1
     assert checked > 9_000
+
+
+def test_group_metadata_keys_are_byte_identical_to_kafkas(kafka_samples_dir: Path) -> None:
+    checked = 0
+    for _, record in kafka_offset_records(kafka_samples_dir):
+        assert record.key is not None
+        if version(record.key) != 2:
+            continue
+        (length,) = struct.unpack_from(">h", record.key, 2)
+        assert encode_group_metadata_key(record.key[4 : 4 + length].decode()) == record.key
+        checked += 1
+    assert checked > 0
 
 
 def test_version_3_values_are_byte_identical_to_kafkas(kafka_samples_dir: Path) -> None:

@@ -21,6 +21,7 @@ from storage.clock import MockClock
 from storage.config.broker_config import BrokerConfig
 from storage.errors import (
     BrokerNotAvailableError,
+    IneligibleReplicaError,
     InvalidConfigError,
     InvalidReplicationFactorError,
     InvalidRequestError,
@@ -299,6 +300,24 @@ def test_alter_partition_is_fenced_by_leader_and_epoch_and_checked(cluster: Clus
     assert shrunk.version == state.version + 1
     assert all(cluster.replicas.latest(node, "t", 0) == shrunk for node in state.replicas)
     assert cluster.controller.alter_partition("t", 0, leader, state.leader_epoch, [leader, third]) == shrunk
+
+
+def test_alter_partition_refuses_to_add_a_replica_whose_broker_is_lost(cluster: Cluster) -> None:
+    """Kafka's INELIGIBLE_REPLICA: a leader that saw a follower catch up before its node was lost cannot bring it
+    back into the ISR; once its broker registers again it can."""
+    cluster.controller.create_topic("t", 1, replication_factor=3)
+    state = cluster.controller.partition_state("t", 0)
+    leader, _, lost = state.replicas
+    cluster.controller.check_brokers(set(NODES) - {lost})
+    shrunk = cluster.controller.partition_state("t", 0)
+    assert lost not in shrunk.isr and shrunk.leader == leader
+    with pytest.raises(IneligibleReplicaError):
+        cluster.controller.alter_partition("t", 0, leader, shrunk.leader_epoch, list(state.replicas))
+    assert cluster.controller.partition_state("t", 0) == shrunk
+    cluster.register(lost)
+    back = cluster.controller.partition_state("t", 0)
+    expanded = cluster.controller.alter_partition("t", 0, leader, back.leader_epoch, list(state.replicas))
+    assert expanded.isr == state.replicas
 
 
 # --- the metadata log ----------------------------------------------------------------------------------------

@@ -1,11 +1,13 @@
 """The plain group coordinator without Ray, on the in-process broker: commits land on the group's
 `__consumer_offsets` partition as Kafka's records, a coordinator made again over the same broker (a restart) and a
 broker opened again over the same dirs both find the committed offsets, a deleted `__consumer_offsets` is created
-again by the next call, and Empty groups are deleted with tombstones. The oracle is a dict of the offsets
+again by the next call, Empty groups are deleted with tombstones, and a deleted topic's offsets go with it (groups
+left Empty with no offsets die). The oracle is a dict of the offsets
 committed, and Kafka's record format (`storage.records.consumer_offsets`) read back from the log."""
 
 from __future__ import annotations
 
+import random
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,7 +19,13 @@ from actors.core.groups.coordinator import GroupCoordinator
 from actors.core.groups.group_membership import GroupError, GroupMembership, MembershipConfig, PendingJoin
 from storage.clock import MockClock
 from storage.errors import InvalidGroupIdError, InvalidRequestError
-from storage.records.consumer_offsets import decode_offset_commit_offset, encode_offset_commit_key, partition_for_group
+from storage.records.consumer_offsets import (
+    decode_offset_commit_offset,
+    encode_group_metadata_key,
+    encode_offset_commit_key,
+    partition_for_group,
+)
+from storage.records.layout import ControlRecordType
 from storage.records.record import Record
 from storage.records.record_batch import iter_batches
 
@@ -48,6 +56,24 @@ def restarted(broker: InProcessBroker) -> GroupCoordinator:
         controller=broker.controller,
         find_partition=lambda partition: broker.leader(CONSUMER_OFFSETS_TOPIC, partition),
     )
+
+
+def join(coordinator: GroupCoordinator, group: str, session_timeout_ms: int = 10_000) -> str:
+    """A member joins `group` alone (no initial delay); its member id."""
+    joined = coordinator.join_group(
+        group,
+        "",
+        group_instance_id=None,
+        client_id="c",
+        client_host="h",
+        session_timeout_ms=session_timeout_ms,
+        rebalance_timeout_ms=session_timeout_ms,
+        protocol_type="consumer",
+        protocols=[("range", b"")],
+        require_known_member_id=False,
+    )
+    assert not isinstance(joined, PendingJoin) and joined.error == GroupError.NONE
+    return joined.member_id
 
 
 def test_the_first_use_creates_the_offsets_topic_with_the_configured_partitions(broker: InProcessBroker) -> None:
@@ -125,19 +151,7 @@ def test_deleting_an_empty_group_writes_tombstones_and_a_group_with_members_is_k
         assert [r.key for r in tombstones] == [encode_offset_commit_key("idle", "t", 0)]
         assert coordinator.delete_group("idle") == GroupError.GROUP_ID_NOT_FOUND
 
-        joined = coordinator.join_group(
-            "busy",
-            "",
-            group_instance_id=None,
-            client_id="c",
-            client_host="h",
-            session_timeout_ms=10_000,
-            rebalance_timeout_ms=10_000,
-            protocol_type="consumer",
-            protocols=[("range", b"")],
-            require_known_member_id=False,
-        )
-        assert not isinstance(joined, PendingJoin) and joined.error == GroupError.NONE
+        join(coordinator, "busy")
         coordinator.commit("busy", {("t", 0): 1})
         assert coordinator.delete_group("busy") == GroupError.NON_EMPTY_GROUP
         assert coordinator.reset_offsets("busy", {("t", 0): 0}) == GroupError.NON_EMPTY_GROUP
@@ -145,6 +159,72 @@ def test_deleting_an_empty_group_writes_tombstones_and_a_group_with_members_is_k
         assert [group.group_id for group in coordinator.list_groups()] == ["busy"]
     finally:
         broker.close()
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_deleting_a_topic_deletes_its_offsets_in_every_group_as_a_model_says(tmp_path: Path, seed: int) -> None:
+    """Random commits of 5 groups on 3 topics, then each topic deleted in turn: every group's offsets, ListGroups
+    (a group dies when it has neither members nor offsets; `active` keeps a member) and a coordinator that loads the
+    log again agree with a dict after each deletion; a topic created again under the same name has no offsets."""
+    rng = random.Random(seed)
+    broker = InProcessBroker(
+        tmp_path, properties=PROPERTIES, clock=MockClock(), membership=MembershipConfig(0, 60_000, 0)
+    )
+    try:
+        coordinator = broker.group_coordinator
+        topics = ["t0", "t1", "t2"]
+        for topic in topics:
+            broker.controller.create_topic(topic, 2)
+        groups = ["active", "g1", "g2", "g3", "g4"]
+        model: dict[tuple[str, str, int], int] = {}
+        for _ in range(30):
+            group, topic, partition = rng.choice(groups), rng.choice(topics), rng.randrange(2)
+            model[(group, topic, partition)] = rng.randrange(1000)
+            coordinator.commit(group, {(topic, partition): model[(group, topic, partition)]})
+        member = join(coordinator, "active")
+        # A group that joined, committed and left: Empty, known to the membership.
+        coordinator.leave_group("g4", [join(coordinator, "g4")])
+        for topic in rng.sample(topics, len(topics)):
+            broker.controller.delete_topic(topic)
+            model = {key: offset for key, offset in model.items() if key[1] != topic}
+            for each in (coordinator, restarted(broker)):
+                for group in groups:
+                    expected = {(t, p): o for (g, t, p), o in model.items() if g == group}
+                    assert each.group_offsets(group) == expected
+            alive = sorted({group for group, _, _ in model} | {"active"})
+            assert [group.group_id for group in coordinator.list_groups()] == alive
+            assert coordinator.heartbeat("active", member, 1) == GroupError.NONE
+            broker.controller.create_topic(topic, 2)
+            assert restarted(broker).fetch_committed("g1", [(topic, 0), (topic, 1)]) == {
+                (topic, 0): None,
+                (topic, 1): None,
+            }
+        described = coordinator.describe_group("g1")
+        assert described is None
+    finally:
+        broker.close()
+
+
+def test_a_deleted_topics_offsets_and_its_dead_groups_leave_tombstones(broker: InProcessBroker) -> None:
+    coordinator = broker.group_coordinator
+    broker.controller.create_topic("gone", 2)
+    broker.controller.create_topic("kept", 1)
+    coordinator.commit("only-gone", {("gone", 0): 1, ("gone", 1): 2})
+    coordinator.commit("both", {("gone", 1): 3, ("kept", 0): 4})
+    broker.controller.delete_topic("gone")
+    tombstones = {
+        record.key
+        for partition in range(PARTITIONS)
+        for record in records_of(broker, partition)
+        if record.value is None
+    }
+    assert tombstones == {
+        encode_offset_commit_key("only-gone", "gone", 0),
+        encode_offset_commit_key("only-gone", "gone", 1),
+        encode_group_metadata_key("only-gone"),
+        encode_offset_commit_key("both", "gone", 1),
+    }
+    assert [group.group_id for group in coordinator.list_groups()] == ["both"]
 
 
 def test_the_membership_runs_on_the_injected_clock(tmp_path: Path) -> None:
@@ -159,22 +239,44 @@ def test_the_membership_runs_on_the_injected_clock(tmp_path: Path) -> None:
             find_partition=lambda partition: broker.leader(CONSUMER_OFFSETS_TOPIC, partition),
             membership=membership,
         )
-        joined = coordinator.join_group(
-            "g",
-            "",
-            group_instance_id=None,
-            client_id="c",
-            client_host="h",
-            session_timeout_ms=6_000,
-            rebalance_timeout_ms=6_000,
-            protocol_type="consumer",
-            protocols=[("range", b"")],
-            require_known_member_id=False,
-        )
-        assert not isinstance(joined, PendingJoin)
-        assert coordinator.heartbeat("g", joined.member_id, joined.generation_id) == GroupError.NONE
+        member = join(coordinator, "g", session_timeout_ms=6_000)
+        assert coordinator.heartbeat("g", member, 1) == GroupError.NONE
         clock.sleep(6_001)
         # The session expired by the mock clock: the member is gone.
-        assert coordinator.heartbeat("g", joined.member_id, joined.generation_id) == GroupError.UNKNOWN_MEMBER_ID
+        assert coordinator.heartbeat("g", member, 1) == GroupError.UNKNOWN_MEMBER_ID
     finally:
         broker.close()
+
+
+def test_transactional_offsets_are_pending_until_their_marker_also_after_a_restart(broker: InProcessBroker) -> None:
+    coordinator = broker.group_coordinator
+    partition = coordinator.partition_for("g")
+    assert coordinator.commit_transactional("g", 700, 0, "", -1, {("t", 0): (5, "")}) == GroupError.NONE
+    assert coordinator.commit_transactional("h", 701, 0, "", -1, {("t", 0): (6, "")}) == GroupError.NONE
+    assert coordinator.fetch_committed("g", [("t", 0)]) == {("t", 0): None}
+    assert coordinator.unstable_offsets("g", [("t", 0), ("t", 1)]) == {("t", 0)}
+    # A restart replays the transactional batch as pending: no marker yet.
+    again = restarted(broker)
+    assert again.fetch_committed("g", [("t", 0)]) == {("t", 0): None}
+    assert again.unstable_offsets("g", [("t", 0)]) == {("t", 0)}
+    offsets_partition = broker.leader(CONSUMER_OFFSETS_TOPIC, partition)
+    offsets_partition.append_transaction_marker(700, 0, 0, ControlRecordType.COMMIT)
+    h_partition = coordinator.partition_for("h")
+    broker.leader(CONSUMER_OFFSETS_TOPIC, h_partition).append_transaction_marker(701, 0, 0, ControlRecordType.ABORT)
+    # The markers replayed by a coordinator loading the log: committed, dropped.
+    loaded = restarted(broker)
+    assert loaded.fetch_committed("g", [("t", 0)]) == {("t", 0): 5}
+    assert loaded.fetch_committed("h", [("t", 0)]) == {("t", 0): None}
+    assert loaded.unstable_offsets("g", [("t", 0)]) == set()
+    # A live coordinator told of the markers does the same.
+    coordinator.complete_transaction(partition, 700, commit=True)
+    coordinator.complete_transaction(h_partition, 701, commit=False)
+    assert coordinator.fetch_committed("g", [("t", 0)]) == {("t", 0): 5}
+    assert coordinator.fetch_committed("h", [("t", 0)]) == {("t", 0): None}
+
+
+def test_a_transactional_commit_of_a_member_is_checked_against_its_generation(broker: InProcessBroker) -> None:
+    coordinator = broker.group_coordinator
+    # Without member information the commit is accepted, as Kafka accepts it; with some, the generation is checked.
+    assert coordinator.commit_transactional("g", 1, 0, "", -1, {("t", 0): (1, "")}) == GroupError.NONE
+    assert coordinator.commit_transactional("g", 1, 0, "ghost", 3, {("t", 0): (1, "")}) == GroupError.ILLEGAL_GENERATION

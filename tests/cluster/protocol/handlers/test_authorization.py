@@ -79,6 +79,7 @@ from cluster.protocol.handlers.topics import (
 )
 from cluster.protocol.local_broker_view import LocalBrokerView
 from cluster.protocol.local_group_view import LocalGroupView
+from cluster.protocol.local_transaction_view import LocalTransactionView
 from cluster.protocol.messages import build
 from cluster.protocol.router import SERVED
 from cluster.protocol.security.access import AccessControl
@@ -148,7 +149,7 @@ def bits(*operations: AclOperation) -> int:
 def produce(view: LocalBrokerView, access: AccessControl, *topics: str) -> dict[str, ErrorCode]:
     records = batch([(b"k", b"v", 1000)])
     answer = ask(
-        ProduceHandler(view, access),
+        ProduceHandler(view, LocalTransactionView(view.broker), access),
         PRODUCE_KEY,
         {
             "transactional_id": None,
@@ -367,7 +368,8 @@ def test_describe_cluster_needs_nothing_and_reports_cluster_operations_when_aske
 
 def init_producer_id(view: LocalBrokerView, access: AccessControl, transactional_id: str | None = None) -> ErrorCode:
     values = {"transactional_id": transactional_id, "transaction_timeout": 60_000}
-    code: ErrorCode = ask(InitProducerIdHandler(view, access), INIT_PRODUCER_ID_KEY, values).error_code
+    handler = InitProducerIdHandler(view, LocalTransactionView(view.broker), access)
+    code: ErrorCode = ask(handler, INIT_PRODUCER_ID_KEY, values).error_code
     return code
 
 
@@ -379,13 +381,15 @@ def test_init_producer_id_needs_idempotent_write_on_the_cluster_or_write_on_some
     assert init_producer_id(view, access_with(security, on_topic("any", AclOperation.WRITE))) == ErrorCode.none
 
 
-def test_init_producer_id_checks_the_transactional_id_before_refusing_transactions(
+def test_init_producer_id_needs_write_on_the_transactional_id(
     view: LocalBrokerView, security: LocalSecurityView
 ) -> None:
     denied = ErrorCode.transactional_id_authorization_failed
     assert init_producer_id(view, access_with(security), "tx") == denied
+    described = access_with(security, acl(ResourceType.TRANSACTIONAL_ID, "tx", AclOperation.DESCRIBE))
+    assert init_producer_id(view, described, "tx") == denied
     allowed = access_with(security, acl(ResourceType.TRANSACTIONAL_ID, "tx", AclOperation.WRITE))
-    assert init_producer_id(view, allowed, "tx") == ErrorCode.invalid_request
+    assert init_producer_id(view, allowed, "tx") == ErrorCode.none
 
 
 # Topic administration
@@ -532,7 +536,7 @@ def test_find_coordinator_needs_describe_on_the_group(security: LocalSecurityVie
     assert answer.coordinators[0].error_code == ErrorCode.transactional_id_authorization_failed
     described = access_with(security, acl(ResourceType.TRANSACTIONAL_ID, "tx", AclOperation.DESCRIBE))
     answer = ask(FindCoordinatorHandler(ENDPOINT, described), FIND_COORDINATOR_KEY, transactional)
-    assert answer.coordinators[0].error_code == ErrorCode.invalid_request  # no transaction coordinator
+    assert (answer.coordinators[0].error_code, answer.coordinators[0].node_id) == (ErrorCode.none, 0)
 
 
 JOIN = {

@@ -62,10 +62,11 @@ def test_this_listener_coordinates_every_group(version: int) -> None:
         (ErrorCode.none, 3, "broker.example", 19092)
     ] * len(found)
     if version >= 1:
-        refused = run(answer_async(handler, FIND_COORDINATOR_KEY, version, {**values, "key_type": 1}))
-        assert {c.error_code for c in (refused.coordinators if version >= 4 else [refused])} == {
-            ErrorCode.invalid_request
-        }
+        transactional = run(answer_async(handler, FIND_COORDINATOR_KEY, version, {**values, "key_type": 1}))
+        found = transactional.coordinators if version >= 4 else [transactional]
+        assert [(c.error_code, c.node_id) for c in found] == [(ErrorCode.none, 3)] * len(found)
+        share = run(answer_async(handler, FIND_COORDINATOR_KEY, version, {**values, "key_type": 2}))
+        assert {c.error_code for c in (share.coordinators if version >= 4 else [share])} == {ErrorCode.invalid_request}
 
 
 @pytest.mark.parametrize("version", versions(LIST_GROUPS_KEY))

@@ -12,6 +12,7 @@ from kio.schema.errors import ErrorCode
 from cluster.protocol.framing import decode_response, encode_response
 from cluster.protocol.handlers.produce import PRODUCE_KEY, ProduceHandler
 from cluster.protocol.local_broker_view import LocalBrokerView
+from cluster.protocol.local_transaction_view import LocalTransactionView
 from cluster.protocol.messages import build
 from cluster.protocol.router import SERVED
 from tests.cluster.protocol.helpers import batch, leader_log, records_of, request, run
@@ -32,7 +33,7 @@ def produce(view: LocalBrokerView, version: int, partitions: dict[tuple[str, int
             "topic_data": [{"name": name, "partition_data": parts} for name, parts in topics.items()],
         },
     )
-    response = run(ProduceHandler(view)(request(body)))
+    response = run(ProduceHandler(view, LocalTransactionView(view.broker))(request(body)))
     if response is None:
         return None
     _, decoded = decode_response(encode_response(1, response)[4:], load_response_schema(PRODUCE_KEY, version))

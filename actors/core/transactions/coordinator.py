@@ -1,0 +1,557 @@
+"""The transaction coordinator: transactional producers' ids, epochs and transactions, kept as Kafka's
+`TransactionCoordinator` and `TransactionStateManager` keep them (the TV1 protocol of Kafka 3.9), as a plain class
+over injected seams.
+
+State it owns, and where it is persisted: one `TransactionMetadata` per transactional id, each transition written
+as a record (Kafka's TransactionLogKey / TransactionLogValue v0, `storage.records.transaction_log`) to the
+internal compacted topic `__transaction_state` (`actors.core.transactions.state_topic`), partition
+`partition_for_transactional_id(id, partitions)`. A transition is applied in memory only once its record is
+appended; a failed append leaves the id as it was (COORDINATOR_NOT_AVAILABLE or NOT_COORDINATOR to the client,
+which retries). Before a partition of the topic is first used, it is read from its log start to its high
+watermark: the latest value per id wins, a tombstone removes the id, unknown key versions and malformed records
+are skipped. Its coordinator epoch is the partition's leader epoch then. Every PrepareCommit/PrepareAbort found is
+completed: its markers are sent again with that epoch, then CompleteCommit/CompleteAbort is written. Ongoing
+transactions are left to the timeout task.
+
+Markers: once PrepareCommit/PrepareAbort is durable the client's EndTxn is answered NONE; the COMMIT/ABORT
+markers are written at once through the `TransactionMarkers` seam (the in-process broker writes them to the
+partitions' leaders; on Ray the partition actors do), and when every partition has its marker the Complete
+state is written. A partition whose marker cannot be written now (leader moving, broker restarting) keeps the
+transaction in Prepare*, and `send_pending_markers` (run every `transaction.abort.timed.out.transaction.cleanup.
+interval.ms` by `run_scheduled`, and at each call touching the id) tries again; meanwhile the id answers
+CONCURRENT_TRANSACTIONS, as Kafka's does. A marker refused for an older producer epoch or coordinator epoch means a
+newer one owns the transaction: the partition counts as done, as Kafka's marker handler does. A partition of a
+deleted topic counts as done too.
+
+Answers (Kafka 3.9's, see the `TxnError` names): InitProducerId with an Ongoing transaction fences it (epoch bumped,
+PrepareAbort written with the bumped epoch, markers sent) and answers CONCURRENT_TRANSACTIONS; the client's retry
+bumps again, so a restarted producer's epoch rises by 2. A producer whose epoch reaches 32766 gets a new producer id
+at epoch 0. PRODUCER_FENCED is answered here whatever the request version; the protocol layer turns it into
+INVALID_PRODUCER_EPOCH for versions before Kafka introduced it.
+
+Thread-safe: one lock, held across each call's appends, so an id's records reach the log in the order of its
+transitions. Seams: the clock, the controller (`TopicAdmin`: create and describe `__transaction_state`),
+`find_partition(p)` (the leader replica of its partition `p`), `allocate_producer_id()` (the controller's
+cluster-unique ids) and `markers`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Collection, Iterable
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+from actors.core.controller.topic_metadata import TRANSACTION_STATE_TOPIC
+from actors.core.groups.offsets_topic import InternalPartition, TopicAdmin, internal_batches, load_reachable
+from actors.core.transactions.state_topic import ensure_transaction_state_topic
+from actors.core.transactions.transaction_metadata import (
+    IDLE_STATES,
+    PREPARE_STATES,
+    TransactionMetadata,
+    TransactionState,
+    TxnError,
+)
+from storage.clock import Clock
+from storage.config.transaction_config import TransactionConfig
+from storage.errors import (
+    CorruptRecordError,
+    InvalidProducerEpochError,
+    KafkaStorageError,
+    NotLeaderOrFollowerError,
+    RaybrokerError,
+    TransactionCoordinatorFencedError,
+    UnknownTopicOrPartitionError,
+)
+from storage.logdir.scheduler import Scheduler
+from storage.partition.log import LogAppendInfo
+from storage.records.layout import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, ControlRecordType
+from storage.records.record_batch import RecordBatchBuilder
+from storage.records.transaction_log import (
+    decode_transaction_log_key,
+    decode_transaction_log_value,
+    encode_transaction_log_key,
+    encode_transaction_log_value,
+    partition_for_transactional_id,
+)
+from storage.topic_partition import TopicPartition
+
+logger = logging.getLogger(__name__)
+
+# Bytes read per call while loading a partition: Kafka's `transaction.state.log.load.buffer.size` (5 MiB).
+LOAD_CHUNK_BYTES = 5 * 1024 * 1024
+_S = TransactionState
+
+
+class TransactionLogPartition(InternalPartition, Protocol):
+    """The leader replica of one `__transaction_state` partition, as the coordinator reads and appends to it."""
+
+    def append(self, batch: bytes) -> LogAppendInfo:
+        """Appends one batch; answers once it is in the log."""
+        ...
+
+    def epoch_end_offset(self, epoch: int) -> tuple[int, int, int]:
+        """(the leader's epoch now, `epoch`'s end...): the first is the coordinator epoch."""
+        ...
+
+
+class TransactionMarkers(Protocol):
+    """Writes one COMMIT/ABORT marker on a partition's leader (Kafka's WriteTxnMarkers), raising the partition's
+    typed errors (`InvalidProducerEpochError`, `TransactionCoordinatorFencedError`, `UnknownTopicOrPartitionError`,
+    `BrokerNotAvailableError`...)."""
+
+    def write_marker(
+        self,
+        topic: str,
+        partition: int,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+        result: ControlRecordType,
+    ) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class InitProducerIdResult:
+    error: TxnError
+    producer_id: int = NO_PRODUCER_ID
+    producer_epoch: int = NO_PRODUCER_EPOCH
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionDescription:
+    """A transactional id as DescribeTransactions and ListTransactions show it."""
+
+    transactional_id: str
+    state: str
+    producer_id: int
+    producer_epoch: int
+    timeout_ms: int
+    start_ms: int
+    partitions: tuple[TopicPartition, ...]
+
+
+class TransactionCoordinator:
+    """Transactional ids, their producer ids and transactions; see the module docstring. Thread-safe."""
+
+    def __init__(
+        self,
+        config: TransactionConfig,
+        *,
+        clock: Clock,
+        controller: TopicAdmin,
+        find_partition: Callable[[int], TransactionLogPartition],
+        allocate_producer_id: Callable[[], int],
+        markers: TransactionMarkers,
+    ) -> None:
+        self._config = config
+        self._clock = clock
+        self._controller = controller
+        self._find_partition = find_partition
+        self._allocate_producer_id = allocate_producer_id
+        self._markers = markers
+        self._lock = threading.RLock()
+        metadata = ensure_transaction_state_topic(controller, config)
+        self._partition_count = len(metadata.partitions)
+        self._handles: dict[int, TransactionLogPartition] = {}
+        self._coordinator_epochs: dict[int, int] = {}
+        self._transactions: dict[str, TransactionMetadata] = {}
+
+    # --- loading -------------------------------------------------------------------------------------------------
+
+    def ready(self) -> int:
+        """Loads every partition it can reach now; returns how many are loaded (the others load on first use)."""
+        with self._lock:
+            load_reachable(TRANSACTION_STATE_TOPIC, self._partition_count, self._loaded_partition)
+            return len(self._handles)
+
+    def partition_for(self, transactional_id: str) -> int:
+        return partition_for_transactional_id(transactional_id, self._partition_count)
+
+    def _loaded_partition(self, partition: int) -> TransactionLogPartition:
+        handle = self._handles.get(partition)
+        if handle is None:
+            handle = self._find_partition(partition)
+            self._coordinator_epochs[partition] = handle.epoch_end_offset(0)[0]
+            loaded = self._load(partition, handle)
+            self._handles[partition] = handle
+            self._transactions.update(loaded)
+            for metadata in loaded.values():
+                if metadata.state in PREPARE_STATES:
+                    self._send_markers(metadata)
+        return handle
+
+    def _load(self, partition: int, handle: TransactionLogPartition) -> dict[str, TransactionMetadata]:
+        loaded: dict[str, TransactionMetadata] = {}
+        name = f"{TRANSACTION_STATE_TOPIC}-{partition}"
+        for batch in internal_batches(handle, name, LOAD_CHUNK_BYTES):
+            if batch.is_control:
+                continue
+            for record in batch.records():
+                try:
+                    self._apply(loaded, record.key, record.value)
+                except CorruptRecordError as exc:
+                    logger.warning("%s offset %d skipped: %s", name, record.offset, exc)
+        return loaded
+
+    @staticmethod
+    def _apply(loaded: dict[str, TransactionMetadata], key: bytes | None, value: bytes | None) -> None:
+        if key is None:
+            raise CorruptRecordError("a transaction log record without a key")
+        transactional_id = decode_transaction_log_key(key)
+        if transactional_id is None:
+            return
+        if value is None:
+            loaded.pop(transactional_id, None)
+        else:
+            loaded[transactional_id] = TransactionMetadata.from_value(
+                transactional_id, decode_transaction_log_value(value)
+            )
+
+    def _metadata(self, transactional_id: str) -> TransactionMetadata | None:
+        """The id's state, its partition loaded first (and its pending markers retried). Holds the lock."""
+        self._loaded_partition(self.partition_for(transactional_id))
+        metadata = self._transactions.get(transactional_id)
+        if metadata is not None and metadata.markers_left:
+            metadata = self._send_markers(metadata)
+        return metadata
+
+    # --- writing states ------------------------------------------------------------------------------------------
+
+    def _write(self, metadata: TransactionMetadata) -> TxnError:
+        """Appends `metadata`'s state (a tombstone for Dead), then makes it the cached one; the client's error if
+        the append failed (Kafka's mapping of `__transaction_state` append errors). Holds the lock."""
+        transactional_id = metadata.transactional_id
+        partition = self.partition_for(transactional_id)
+        value = None if metadata.state == _S.DEAD else encode_transaction_log_value(metadata.to_value())
+        builder = RecordBatchBuilder()
+        builder.append(encode_transaction_log_key(transactional_id), value, timestamp=self._clock.milliseconds())
+        try:
+            self._loaded_partition(partition).append(builder.build())
+        except (NotLeaderOrFollowerError, KafkaStorageError) as exc:
+            logger.warning("%s: state not written: %s", transactional_id, exc)
+            self._handles.pop(partition, None)
+            return TxnError.NOT_COORDINATOR
+        except RaybrokerError as exc:
+            logger.warning("%s: state not written: %s", transactional_id, exc)
+            return TxnError.COORDINATOR_NOT_AVAILABLE
+        if metadata.state == _S.DEAD:
+            self._transactions.pop(transactional_id, None)
+        else:
+            self._transactions[transactional_id] = metadata
+        return TxnError.NONE
+
+    # --- InitProducerId ----------------------------------------------------------------------------------------
+
+    def init_producer_id(
+        self,
+        transactional_id: str,
+        transaction_timeout_ms: int,
+        producer_id: int = NO_PRODUCER_ID,
+        producer_epoch: int = NO_PRODUCER_EPOCH,
+    ) -> InitProducerIdResult:
+        """A transactional producer's InitProducerId (Kafka's `handleInitProducerId`); `producer_id` and
+        `producer_epoch` are what a v3+ client names to resume (-1: none)."""
+        if not isinstance(transactional_id, str) or not transactional_id:
+            return InitProducerIdResult(TxnError.INVALID_REQUEST)
+        if (
+            not _is_int(transaction_timeout_ms)
+            or not 0 < transaction_timeout_ms <= self._config.transaction_max_timeout_ms
+        ):
+            return InitProducerIdResult(TxnError.INVALID_TRANSACTION_TIMEOUT)
+        if not (_is_int(producer_id) and _is_int(producer_epoch)):
+            return InitProducerIdResult(TxnError.INVALID_REQUEST)
+        expected = None if producer_id == NO_PRODUCER_ID else (producer_id, producer_epoch)
+        with self._lock:
+            now_ms = self._clock.milliseconds()
+            metadata = self._metadata(transactional_id)
+            if metadata is None:
+                metadata = TransactionMetadata(
+                    transactional_id, self._allocate_producer_id(), NO_PRODUCER_EPOCH, transaction_timeout_ms, _S.EMPTY
+                )
+                expected = None
+            elif expected is not None and not _is_valid_producer_id(metadata, expected[0]):
+                return InitProducerIdResult(TxnError.PRODUCER_FENCED)
+            if metadata.state in PREPARE_STATES:
+                return InitProducerIdResult(TxnError.CONCURRENT_TRANSACTIONS)
+            if metadata.state == _S.ONGOING:
+                self._fence_and_abort(metadata, now_ms)
+                return InitProducerIdResult(TxnError.CONCURRENT_TRANSACTIONS)
+            if metadata.epoch_exhausted:
+                bumped = metadata.to(
+                    _S.EMPTY,
+                    now_ms,
+                    producer_id=self._allocate_producer_id(),
+                    producer_epoch=0,
+                    last_producer_id=metadata.producer_id,
+                    last_producer_epoch=metadata.producer_epoch if expected is not None else NO_PRODUCER_EPOCH,
+                    timeout_ms=transaction_timeout_ms,
+                    start_ms=-1,
+                )
+            else:
+                epochs = _bumped_epoch(metadata, None if expected is None else expected[1])
+                if epochs is None:
+                    return InitProducerIdResult(TxnError.PRODUCER_FENCED)
+                epoch, last_epoch = epochs
+                bumped = metadata.to(
+                    _S.EMPTY,
+                    now_ms,
+                    producer_epoch=epoch,
+                    last_producer_epoch=last_epoch,
+                    timeout_ms=transaction_timeout_ms,
+                    start_ms=-1,
+                )
+            error = self._write(bumped)
+            if error != TxnError.NONE:
+                return InitProducerIdResult(error)
+            return InitProducerIdResult(TxnError.NONE, bumped.producer_id, bumped.producer_epoch)
+
+    def _fence_and_abort(self, metadata: TransactionMetadata, now_ms: int) -> None:
+        """Kafka's `prepareFenceProducerEpoch` then abort: the epoch is bumped in memory (not again if the last
+        fence's write failed), PrepareAbort is written with it, and the markers are sent with it."""
+        epoch = metadata.producer_epoch if metadata.has_failed_epoch_fence else metadata.producer_epoch + 1
+        fenced = replace(metadata, producer_epoch=epoch)
+        self._transactions[metadata.transactional_id] = replace(fenced, has_failed_epoch_fence=True)
+        aborting = fenced.to(_S.PREPARE_ABORT, now_ms, markers_left=fenced.partitions, has_failed_epoch_fence=False)
+        if self._write(aborting) == TxnError.NONE:
+            self._send_markers(aborting)
+
+    # --- AddPartitionsToTxn, AddOffsetsToTxn -------------------------------------------------------------------
+
+    def add_partitions(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: Collection[TopicPartition]
+    ) -> TxnError:
+        """Adds `partitions` to the producer's transaction (Kafka's `handleAddPartitionsToTransaction`); the
+        caller checked the topics exist and may be written (AddOffsetsToTxn adds the group's
+        `__consumer_offsets` partition)."""
+        with self._lock:
+            metadata, error = self._producer_metadata(transactional_id, producer_id, producer_epoch)
+            if metadata is None:
+                return error
+            added = frozenset(partitions)
+            if metadata.state == _S.ONGOING and added <= metadata.partitions:
+                return TxnError.NONE
+            now_ms = self._clock.milliseconds()
+            start_ms = now_ms if metadata.state in IDLE_STATES else metadata.start_ms
+            return self._write(
+                metadata.to(_S.ONGOING, now_ms, partitions=metadata.partitions | added, start_ms=start_ms)
+            )
+
+    def verify_partition(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, topic: str, partition: int
+    ) -> TxnError:
+        """Whether the producer's transaction holds the partition (KIP-890's verify-only check): NONE if so,
+        INVALID_TXN_STATE if not, else the id's error (INVALID_PRODUCER_ID_MAPPING, PRODUCER_FENCED,
+        CONCURRENT_TRANSACTIONS)."""
+        with self._lock:
+            metadata, error = self._producer_metadata(transactional_id, producer_id, producer_epoch)
+            if metadata is None:
+                return error
+            if metadata.state == _S.ONGOING and (topic, partition) in metadata.partitions:
+                return TxnError.NONE
+            return TxnError.INVALID_TXN_STATE
+
+    def _producer_metadata(
+        self, transactional_id: str, producer_id: int, producer_epoch: int
+    ) -> tuple[TransactionMetadata | None, TxnError]:
+        """The id's state if the producer may act on it now, else None and why. Holds the lock."""
+        if not isinstance(transactional_id, str) or not transactional_id:
+            return None, TxnError.INVALID_REQUEST
+        metadata = self._metadata(transactional_id)
+        if metadata is None or metadata.producer_id != producer_id:
+            return None, TxnError.INVALID_PRODUCER_ID_MAPPING
+        if metadata.producer_epoch != producer_epoch:
+            return None, TxnError.PRODUCER_FENCED
+        if metadata.state in PREPARE_STATES:
+            return None, TxnError.CONCURRENT_TRANSACTIONS
+        return metadata, TxnError.NONE
+
+    # --- EndTxn ----------------------------------------------------------------------------------------------------
+
+    def end_transaction(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool) -> TxnError:
+        """Commits or aborts the producer's transaction (Kafka's `handleEndTransaction`, TV1): NONE once
+        PrepareCommit/PrepareAbort is durable; the markers follow (see the module docstring)."""
+        if not isinstance(transactional_id, str) or not transactional_id:
+            return TxnError.INVALID_REQUEST
+        with self._lock:
+            metadata = self._metadata(transactional_id)
+            if metadata is None or metadata.producer_id != producer_id:
+                return TxnError.INVALID_PRODUCER_ID_MAPPING
+            if metadata.producer_epoch != producer_epoch:
+                return TxnError.PRODUCER_FENCED
+            state = metadata.state
+            if state == _S.ONGOING:
+                target = _S.PREPARE_COMMIT if commit else _S.PREPARE_ABORT
+                prepared = metadata.to(target, self._clock.milliseconds(), markers_left=metadata.partitions)
+                error = self._write(prepared)
+                if error == TxnError.NONE:
+                    self._send_markers(prepared)
+                return error
+            if state == (_S.COMPLETE_COMMIT if commit else _S.COMPLETE_ABORT):
+                return TxnError.NONE
+            if state == (_S.PREPARE_COMMIT if commit else _S.PREPARE_ABORT):
+                return TxnError.CONCURRENT_TRANSACTIONS
+            return TxnError.INVALID_TXN_STATE
+
+    # --- markers -----------------------------------------------------------------------------------------------
+
+    def _send_markers(self, metadata: TransactionMetadata) -> TransactionMetadata:
+        """Writes the markers still due for a Prepare* transaction; once none is left, writes its Complete state.
+        Returns the id's state after. Holds the lock."""
+        result = ControlRecordType.COMMIT if metadata.state == _S.PREPARE_COMMIT else ControlRecordType.ABORT
+        coordinator_epoch = self._coordinator_epochs.get(self.partition_for(metadata.transactional_id), 0)
+        left = set(metadata.markers_left)
+        for topic, partition in sorted(metadata.markers_left):
+            try:
+                self._markers.write_marker(
+                    topic, partition, metadata.producer_id, metadata.producer_epoch, coordinator_epoch, result
+                )
+            except (InvalidProducerEpochError, TransactionCoordinatorFencedError) as exc:
+                logger.warning("%s: marker for %s-%d refused: %s", metadata.transactional_id, topic, partition, exc)
+            except UnknownTopicOrPartitionError as exc:
+                if self._topic_exists(topic):
+                    logger.info(
+                        "%s: marker for %s-%d not written yet: %s", metadata.transactional_id, topic, partition, exc
+                    )
+                    continue
+            except RaybrokerError as exc:
+                logger.info(
+                    "%s: marker for %s-%d not written yet: %s", metadata.transactional_id, topic, partition, exc
+                )
+                continue
+            left.discard((topic, partition))
+        pending = replace(metadata, markers_left=frozenset(left))
+        self._transactions[metadata.transactional_id] = pending
+        if left:
+            return pending
+        target = _S.COMPLETE_COMMIT if metadata.state == _S.PREPARE_COMMIT else _S.COMPLETE_ABORT
+        completed = pending.to(target, self._clock.milliseconds())
+        self._write(completed)
+        return self._transactions[metadata.transactional_id]
+
+    def _topic_exists(self, topic: str) -> bool:
+        try:
+            self._controller.describe_topic(topic)
+        except UnknownTopicOrPartitionError:
+            return False
+        return True
+
+    def send_pending_markers(self) -> int:
+        """Retries the markers of every Prepare* transaction; returns how many transactions still wait."""
+        with self._lock:
+            waiting = [metadata for metadata in self._transactions.values() if metadata.state in PREPARE_STATES]
+            return sum(1 for metadata in waiting if self._send_markers(metadata).state in PREPARE_STATES)
+
+    # --- timeouts and expiry -----------------------------------------------------------------------------------
+
+    def abort_timed_out_transactions(self) -> list[str]:
+        """Fences and aborts every Ongoing transaction older than its timeout (Kafka's
+        `abortTimedOutTransactions`); the ids aborted. Prepare* transactions are finished by marker retries."""
+        with self._lock:
+            now_ms = self._clock.milliseconds()
+            timed_out = [
+                metadata
+                for metadata in self._transactions.values()
+                if metadata.state == _S.ONGOING and metadata.start_ms + metadata.timeout_ms < now_ms
+            ]
+            for metadata in timed_out:
+                logger.info(
+                    "%s: transaction timed out after %d ms: aborting", metadata.transactional_id, metadata.timeout_ms
+                )
+                self._fence_and_abort(metadata, now_ms)
+            return [metadata.transactional_id for metadata in timed_out]
+
+    def expire_transactional_ids(self) -> list[str]:
+        """Forgets every id idle (Empty, CompleteCommit, CompleteAbort) since `transactional.id.expiration.ms`,
+        writing its tombstone (Kafka's `removeExpiredTransactionalIds`); the ids expired."""
+        with self._lock:
+            now_ms = self._clock.milliseconds()
+            horizon_ms = now_ms - self._config.transactional_id_expiration_ms
+            expired = [
+                metadata
+                for metadata in self._transactions.values()
+                if metadata.state in IDLE_STATES and metadata.last_update_ms <= horizon_ms
+            ]
+            return [
+                metadata.transactional_id
+                for metadata in expired
+                if self._write(metadata.to(_S.DEAD, now_ms)) == TxnError.NONE
+            ]
+
+    def schedule(self, scheduler: Scheduler) -> None:
+        """Registers the coordinator's periodic work on `scheduler`: marker retries and timed-out aborts every
+        `transaction.abort.timed.out.transaction.cleanup.interval.ms`, expiry every
+        `transaction.remove.expired.transaction.cleanup.interval.ms`."""
+        abort_ms = self._config.transaction_abort_timed_out_transaction_cleanup_interval_ms
+        expire_ms = self._config.transaction_remove_expired_transaction_cleanup_interval_ms
+        scheduler.schedule("transaction-marker-retries", self.send_pending_markers, abort_ms, abort_ms)
+        scheduler.schedule("transaction-timeouts", self.abort_timed_out_transactions, abort_ms, abort_ms)
+        scheduler.schedule("transactional-id-expiry", self.expire_transactional_ids, expire_ms, expire_ms)
+
+    # --- DescribeTransactions, ListTransactions ----------------------------------------------------------------
+
+    def describe(self, transactional_id: str) -> TransactionDescription | None:
+        """The id's state; None if the coordinator has no such id."""
+        with self._lock:
+            metadata = self._metadata(transactional_id) if transactional_id else None
+            return None if metadata is None else _describe(metadata)
+
+    def list_transactions(
+        self,
+        states: Iterable[str] = (),
+        producer_ids: Iterable[int] = (),
+        duration_ms: int = -1,
+    ) -> list[TransactionDescription]:
+        """Every id, filtered as ListTransactions filters: by state name, by producer id, and (`duration_ms` >= 0)
+        to transactions running at least that long."""
+        wanted_states, wanted_ids = set(states), set(producer_ids)
+        with self._lock:
+            for partition in range(self._partition_count):
+                self._loaded_partition(partition)
+            now_ms = self._clock.milliseconds()
+            return [
+                _describe(metadata)
+                for _, metadata in sorted(self._transactions.items())
+                if (not wanted_states or metadata.state.kafka_name in wanted_states)
+                and (not wanted_ids or metadata.producer_id in wanted_ids)
+                and (duration_ms < 0 or (metadata.start_ms >= 0 and now_ms - metadata.start_ms >= duration_ms))
+            ]
+
+
+def _describe(metadata: TransactionMetadata) -> TransactionDescription:
+    return TransactionDescription(
+        metadata.transactional_id,
+        metadata.state.kafka_name,
+        metadata.producer_id,
+        metadata.producer_epoch,
+        metadata.timeout_ms,
+        metadata.start_ms,
+        tuple(sorted(metadata.partitions)),
+    )
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_valid_producer_id(metadata: TransactionMetadata, producer_id: int) -> bool:
+    """A resuming client's producer id is the current one, or the previous one after a rotation (Kafka's
+    `isValidProducerId`)."""
+    return producer_id == metadata.producer_id or (
+        producer_id == metadata.last_producer_id and metadata.last_producer_id != NO_PRODUCER_ID
+    )
+
+
+def _bumped_epoch(metadata: TransactionMetadata, expected_epoch: int | None) -> tuple[int, int] | None:
+    """(new epoch, last epoch) of Kafka's `prepareIncrementProducerEpoch`; None for PRODUCER_FENCED. A client
+    naming the epoch it had bumps it; naming the epoch before the last bump is a retry of that bump, answered the
+    current epoch unchanged."""
+    bumped = metadata.producer_epoch + 1
+    if expected_epoch is None:
+        return bumped, NO_PRODUCER_EPOCH
+    if expected_epoch in (NO_PRODUCER_EPOCH, metadata.producer_epoch):
+        return bumped, metadata.producer_epoch
+    if expected_epoch == metadata.last_producer_epoch:
+        return metadata.producer_epoch, metadata.last_producer_epoch
+    return None

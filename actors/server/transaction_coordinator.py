@@ -1,0 +1,140 @@
+"""The transaction coordinator actor: transactional producers' ids, epochs and transactions, one per cluster.
+
+All its logic is the plain `actors.core.transactions.coordinator.TransactionCoordinator` (the state machine, the
+records of `__transaction_state`, loading them, markers, timeouts, expiry), tested without Ray; see that module for
+what it owns and guarantees. This actor gives it its Ray seams: the controller actor (to create and describe
+`__transaction_state`, and for producer ids), each `__transaction_state` partition's leader actor, the partition
+actors the markers go to (`TransactionMarkers`: a marker on `__consumer_offsets` also completes the producer's
+transactional offsets in the group coordinator actor), the wall clock, and a thread that runs the coordinator's
+periodic work (marker retries, timed-out aborts, id expiry) every `TICK_S`.
+
+The plain coordinator is made on the first call, as Kafka creates `__transaction_state` on the first
+FindCoordinator for a transactional id: a cluster whose clients never use transactions never pays for the topic's
+partitions. Ray restarts the actor if it dies; the new one loads the states again and completes every
+PrepareCommit/PrepareAbort it finds.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Collection, Iterable
+
+from actors.calls import call, controller, get_actor
+from actors.core.controller.topic_metadata import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
+from actors.core.transactions.coordinator import (
+    InitProducerIdResult,
+    TransactionCoordinator,
+    TransactionDescription,
+)
+from actors.core.transactions.transaction_metadata import TxnError
+from actors.options import group_coordinator_name
+from actors.partition_lookup import partition_actor
+from actors.server.group_coordinator import RayInternalPartition, RayTopicAdmin
+from storage.clock import SYSTEM_CLOCK
+from storage.config.transaction_config import TransactionConfig
+from storage.logdir.scheduler import Scheduler
+from storage.records.layout import ControlRecordType
+from storage.topic_partition import TopicPartition
+
+# How often the periodic work is looked at; each task runs at its own period (10 s, 1 h by default).
+TICK_S = 1.0
+
+
+class RayTransactionMarkers:
+    """Markers written by the partitions' leader actors (see the module docstring)."""
+
+    def write_marker(
+        self,
+        topic: str,
+        partition: int,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+        result: ControlRecordType,
+    ) -> None:
+        leader = partition_actor(topic, partition)
+        call(leader.append_transaction_marker.remote(producer_id, producer_epoch, coordinator_epoch, result))
+        if topic == CONSUMER_OFFSETS_TOPIC:
+            groups = get_actor(group_coordinator_name())
+            call(groups.complete_transaction.remote(partition, producer_id, result == ControlRecordType.COMMIT))
+
+
+class TransactionCoordinatorActor:
+    """The plain `TransactionCoordinator` over Ray's seams; see the module docstring."""
+
+    def __init__(self, config: TransactionConfig) -> None:
+        self._config = config
+        self._lock = threading.Lock()
+        self._coordinator: TransactionCoordinator | None = None
+        self._markers = RayTransactionMarkers()
+        self._scheduler = Scheduler(SYSTEM_CLOCK)
+        self._stopped = threading.Event()
+        threading.Thread(target=self._tick, name="transaction-coordinator-tasks", daemon=True).start()
+
+    def _tick(self) -> None:
+        while not self._stopped.wait(TICK_S):
+            self._scheduler.run_due()
+
+    @property
+    def _made(self) -> TransactionCoordinator:
+        with self._lock:
+            if self._coordinator is None:
+                ctrl = controller()
+                coordinator = TransactionCoordinator(
+                    self._config,
+                    clock=SYSTEM_CLOCK,
+                    controller=RayTopicAdmin(ctrl),
+                    find_partition=lambda partition: RayInternalPartition(
+                        partition_actor(TRANSACTION_STATE_TOPIC, partition)
+                    ),
+                    allocate_producer_id=lambda: int(call(ctrl.allocate_producer_id.remote())),
+                    markers=self._markers,
+                )
+                coordinator.schedule(self._scheduler)
+                self._coordinator = coordinator
+            return self._coordinator
+
+    def ready(self) -> int:
+        return self._made.ready()
+
+    def init_producer_id(
+        self, transactional_id: str, transaction_timeout_ms: int, producer_id: int, producer_epoch: int
+    ) -> InitProducerIdResult:
+        return self._made.init_producer_id(transactional_id, transaction_timeout_ms, producer_id, producer_epoch)
+
+    def add_partitions(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: Collection[TopicPartition]
+    ) -> TxnError:
+        return self._made.add_partitions(transactional_id, producer_id, producer_epoch, partitions)
+
+    def verify_partition(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, topic: str, partition: int
+    ) -> TxnError:
+        return self._made.verify_partition(transactional_id, producer_id, producer_epoch, topic, partition)
+
+    def end_transaction(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool) -> TxnError:
+        return self._made.end_transaction(transactional_id, producer_id, producer_epoch, commit)
+
+    def describe(self, transactional_id: str) -> TransactionDescription | None:
+        return self._made.describe(transactional_id)
+
+    def list_transactions(
+        self, states: Iterable[str], producer_ids: Iterable[int], duration_ms: int
+    ) -> list[TransactionDescription]:
+        return self._made.list_transactions(states, producer_ids, duration_ms)
+
+    def write_marker(
+        self,
+        topic: str,
+        partition: int,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+        result: ControlRecordType,
+    ) -> None:
+        """A WriteTxnMarkers marker, written as the coordinator writes its own."""
+        self._markers.write_marker(topic, partition, producer_id, producer_epoch, coordinator_epoch, result)
+
+    def stop(self) -> None:
+        """Stops the periodic work (before the actor is killed at the broker's shutdown)."""
+        self._stopped.set()

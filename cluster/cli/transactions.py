@@ -1,0 +1,96 @@
+"""`raybroker transactions`, modelled on kafka-transactions.sh: `--list` and `--describe --transactional-id ID`.
+
+`--list` prints Kafka's table (`TransactionalId ProducerId TransactionState`, plus the tool's coordinator column,
+always this cluster's one coordinator, id 0), optionally filtered by `--state` names and `--producer-id`.
+`--describe` prints one id's producer id and epoch, state, timeout, start time, how long the transaction has run
+and its partitions; an unknown id is an error (exit 1), as TRANSACTIONAL_ID_NOT_FOUND is for Kafka's tool.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from cluster.cli.common import EXIT_OK, UsageError, add_command, connect, non_negative_int
+from storage.errors import RaybrokerError
+
+# raybroker runs one transaction coordinator for the cluster; Kafka's tool prints the coordinator's broker id.
+COORDINATOR_ID = 0
+LIST_HEADER = ("TransactionalId", "Coordinator", "ProducerId", "TransactionState")
+DESCRIBE_HEADER = (
+    "CoordinatorId",
+    "TransactionalId",
+    "ProducerId",
+    "ProducerEpoch",
+    "TransactionState",
+    "CurrentTransactionTimeoutMs",
+    "CurrentTransactionStartTimeMs",
+    "TransactionDurationMs",
+    "TopicPartitions",
+)
+
+
+def add_commands(subcommands: Any) -> None:
+    command = add_command(
+        subcommands,
+        "transactions",
+        "list and describe transactional ids like kafka-transactions.sh",
+        "List and describe the transactional ids of Kafka clients' transactional producers, like "
+        "kafka-transactions.sh: their producer id and epoch, transaction state, timeout and partitions.",
+    )
+    actions = command.add_mutually_exclusive_group(required=True)
+    actions.add_argument("--list", dest="action", action="store_const", const="list", help="list transactional ids")
+    actions.add_argument(
+        "--describe", dest="action", action="store_const", const="describe", help="describe --transactional-id"
+    )
+    command.add_argument("--transactional-id", metavar="ID", help="--describe: the transactional id")
+    command.add_argument("--state", action="append", default=[], metavar="S", help="--list: only this state")
+    command.add_argument(
+        "--producer-id", action="append", default=[], type=non_negative_int, metavar="P", help="--list: only this id"
+    )
+    command.set_defaults(handler=run_transactions)
+
+
+def run_transactions(args: argparse.Namespace) -> int:
+    if args.action == "describe" and not args.transactional_id:
+        raise UsageError("--describe needs --transactional-id")
+    if args.action == "list" and args.transactional_id:
+        raise UsageError("--transactional-id goes with --describe")
+    connect(args.address)
+    # Ray (through the actors): loaded only when a command runs, so the CLI starts fast.
+    from actors.clients.transactions import Transactions
+
+    transactions = Transactions()
+    if args.action == "list":
+        rows = [
+            (found.transactional_id, str(COORDINATOR_ID), str(found.producer_id), found.state)
+            for found in transactions.list_transactions(args.state, args.producer_id)
+        ]
+        _print_table(LIST_HEADER, rows)
+        return EXIT_OK
+    found = transactions.describe(args.transactional_id)
+    if found is None:
+        raise RaybrokerError(f"transactional id {args.transactional_id!r} is not known to the coordinator")
+    running = found.start_ms >= 0 and found.state not in ("Empty", "CompleteCommit", "CompleteAbort")
+    duration = str(int(time.time() * 1000) - found.start_ms) if running else "None"
+    row = (
+        str(COORDINATOR_ID),
+        found.transactional_id,
+        str(found.producer_id),
+        str(found.producer_epoch),
+        found.state,
+        str(found.timeout_ms),
+        str(found.start_ms) if running else "None",
+        duration,
+        ",".join(f"{topic}-{partition}" for topic, partition in found.partitions),
+    )
+    _print_table(DESCRIBE_HEADER, [row])
+    return EXIT_OK
+
+
+def _print_table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> None:
+    widths = [max(len(cell) for cell in column) for column in zip(header, *rows, strict=True)]
+    for line in (header, *rows):
+        print("\t".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip())

@@ -1,0 +1,427 @@
+"""The transaction APIs of a transactional producer and of Kafka's admin tools: AddPartitionsToTxn (24, v0-3, the
+client form), AddOffsetsToTxn (25), EndTxn (26), WriteTxnMarkers (27), TxnOffsetCommit (28),
+DescribeTransactions (65) and ListTransactions (66). The coordinator's answers (`TxnError`) map to Kafka's codes by
+name; PRODUCER_FENCED (90) is sent only to the versions that know it (AddPartitionsToTxn, AddOffsetsToTxn and EndTxn
+v2+), older ones get INVALID_PRODUCER_EPOCH (47), as Kafka's `KafkaApis` does.
+
+AddPartitionsToTxn checks the topics first: a topic the principal may not WRITE answers TOPIC_AUTHORIZATION_FAILED
+(29), a partition that does not exist UNKNOWN_TOPIC_OR_PARTITION (3), and then every other partition of the
+request OPERATION_NOT_ATTEMPTED (55), nothing being added. AddOffsetsToTxn adds the group's `__consumer_offsets`
+partition. TxnOffsetCommit goes to the group coordinator, which holds the offsets pending until the COMMIT marker of
+the transaction reaches that partition; it is refused unless that partition is in the producer's transaction
+(INVALID_TXN_STATE; INVALID_PRODUCER_EPOCH for a fenced producer, INVALID_PRODUCER_ID_MAPPING for an unknown one).
+
+Authorization, as Kafka's: WRITE on the transactional id for AddPartitionsToTxn, AddOffsetsToTxn, EndTxn and
+TxnOffsetCommit (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED, 53); READ on the group for AddOffsetsToTxn and
+TxnOffsetCommit (GROUP_AUTHORIZATION_FAILED, 30) and READ on each topic committed (TOPIC_AUTHORIZATION_FAILED);
+DESCRIBE on each id for DescribeTransactions (an id it may not see answers 53) and ListTransactions (ids it may
+not see are left out); CLUSTER_ACTION on the cluster for WriteTxnMarkers, whose markers a coordinator sends to
+partition leaders (else every partition answers CLUSTER_AUTHORIZATION_FAILED, 31).
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from kio.index import load_response_schema
+from kio.schema.errors import ErrorCode
+
+from actors.core.controller.topic_metadata import CONSUMER_OFFSETS_TOPIC
+from actors.core.groups.group_membership import GroupError
+from actors.core.security.acls import AclOperation, ResourceType
+from actors.core.transactions.coordinator import TransactionDescription
+from actors.core.transactions.transaction_metadata import TransactionState, TxnError
+from cluster.protocol.broker_view import BrokerView
+from cluster.protocol.errors import coordinator_error_code, error_code, group_error_code, txn_error_code
+from cluster.protocol.framing import Request
+from cluster.protocol.group_view import GroupView
+from cluster.protocol.handlers.authorization import allows, allows_cluster, authorized_names
+from cluster.protocol.messages import build
+from cluster.protocol.security.access import AccessControl
+from cluster.protocol.transaction_view import TransactionView
+from storage.errors import RaybrokerError
+from storage.records.layout import ControlRecordType
+from storage.topic_partition import TopicPartition
+
+ADD_PARTITIONS_TO_TXN_KEY = 24
+ADD_OFFSETS_TO_TXN_KEY = 25
+END_TXN_KEY = 26
+WRITE_TXN_MARKERS_KEY = 27
+TXN_OFFSET_COMMIT_KEY = 28
+DESCRIBE_TRANSACTIONS_KEY = 65
+LIST_TRANSACTIONS_KEY = 66
+# The first versions answered PRODUCER_FENCED rather than INVALID_PRODUCER_EPOCH (KafkaApis).
+FIRST_PRODUCER_FENCED_VERSION = 2
+
+
+def timeout_ms(value: datetime.timedelta | int) -> int:
+    """A request's `i32Timedelta` field in whole milliseconds."""
+    if isinstance(value, datetime.timedelta):
+        return value // datetime.timedelta(milliseconds=1)
+    return int(value)
+
+
+async def _coordinator_call(call: Any) -> ErrorCode | TxnError:
+    """The coordinator's answer, or the code of a coordinator that cannot be reached now."""
+    try:
+        answer: TxnError = await call
+    except RaybrokerError as exc:
+        return coordinator_error_code(exc)
+    return answer
+
+
+def _code(answer: ErrorCode | TxnError, api_version: int) -> ErrorCode:
+    if isinstance(answer, ErrorCode):
+        return answer
+    return txn_error_code(answer, producer_fenced=api_version >= FIRST_PRODUCER_FENCED_VERSION)
+
+
+class AddPartitionsToTxnHandler:
+    """Answers AddPartitionsToTxn v0-3 (see the module docstring)."""
+
+    def __init__(self, view: BrokerView, transactions: TransactionView, access: AccessControl | None = None) -> None:
+        self._view = view
+        self._transactions = transactions
+        self._access = access
+
+    async def __call__(self, request: Request) -> Any:
+        body = request.body
+        transactional_id = body.v3_and_below_transactional_id
+        wanted = [(topic.name, partition) for topic in body.v3_and_below_topics for partition in topic.partitions]
+        codes = await self._codes(request, transactional_id, wanted)
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for (topic, partition), code in zip(wanted, codes, strict=True):
+            by_topic.setdefault(topic, []).append({"partition_index": partition, "partition_error_code": code})
+        return build(
+            load_response_schema(ADD_PARTITIONS_TO_TXN_KEY, request.api_version),
+            {
+                "throttle_time": 0,
+                "results_by_topic_v3_and_below": [
+                    {"name": name, "results_by_partition": results} for name, results in by_topic.items()
+                ],
+            },
+        )
+
+    async def _codes(self, request: Request, transactional_id: str, wanted: list[TopicPartition]) -> list[ErrorCode]:
+        context = request.context
+        if not allows(self._access, context, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id):
+            return [ErrorCode.transactional_id_authorization_failed] * len(wanted)
+        writable = authorized_names(
+            self._access, context, AclOperation.WRITE, ResourceType.TOPIC, (topic for topic, _ in wanted)
+        )
+        try:
+            counts = {name: info.partition_count for name, info in (await self._view.topics()).items()}
+        except RaybrokerError as exc:
+            return [coordinator_error_code(exc)] * len(wanted)
+        refused = [
+            ErrorCode.topic_authorization_failed
+            if topic not in writable
+            else ErrorCode.unknown_topic_or_partition
+            if not 0 <= partition < counts.get(topic, 0)
+            else None
+            for topic, partition in wanted
+        ]
+        if any(code is not None for code in refused):
+            return [ErrorCode.operation_not_attempted if code is None else code for code in refused]
+        body = request.body
+        answer = await _coordinator_call(
+            self._transactions.add_partitions(
+                transactional_id, body.v3_and_below_producer_id, body.v3_and_below_producer_epoch, wanted
+            )
+        )
+        return [_code(answer, request.api_version)] * len(wanted)
+
+
+class AddOffsetsToTxnHandler:
+    """Answers AddOffsetsToTxn (see the module docstring)."""
+
+    def __init__(self, transactions: TransactionView, groups: GroupView, access: AccessControl | None = None) -> None:
+        self._transactions = transactions
+        self._groups = groups
+        self._access = access
+
+    async def __call__(self, request: Request) -> Any:
+        return build(
+            load_response_schema(ADD_OFFSETS_TO_TXN_KEY, request.api_version),
+            {"throttle_time": 0, "error_code": await self._code(request)},
+        )
+
+    async def _code(self, request: Request) -> ErrorCode:
+        body = request.body
+        context = request.context
+        if not allows(self._access, context, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, body.transactional_id):
+            return ErrorCode.transactional_id_authorization_failed
+        if not allows(self._access, context, AclOperation.READ, ResourceType.GROUP, body.group_id):
+            return ErrorCode.group_authorization_failed
+        if not body.group_id:
+            return group_error_code(GroupError.INVALID_GROUP_ID)
+        try:
+            partition = await self._groups.offsets_partition_for(body.group_id)
+        except RaybrokerError as exc:
+            return coordinator_error_code(exc)
+        answer = await _coordinator_call(
+            self._transactions.add_partitions(
+                body.transactional_id, body.producer_id, body.producer_epoch, [(CONSUMER_OFFSETS_TOPIC, partition)]
+            )
+        )
+        return _code(answer, request.api_version)
+
+
+class EndTxnHandler:
+    """Answers EndTxn (see the module docstring)."""
+
+    def __init__(self, transactions: TransactionView, access: AccessControl | None = None) -> None:
+        self._transactions = transactions
+        self._access = access
+
+    async def __call__(self, request: Request) -> Any:
+        body = request.body
+        if allows(
+            self._access, request.context, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, body.transactional_id
+        ):
+            answer = await _coordinator_call(
+                self._transactions.end_transaction(
+                    body.transactional_id, body.producer_id, body.producer_epoch, body.committed
+                )
+            )
+            code = _code(answer, request.api_version)
+        else:
+            code = ErrorCode.transactional_id_authorization_failed
+        return build(load_response_schema(END_TXN_KEY, request.api_version), {"throttle_time": 0, "error_code": code})
+
+
+class TxnOffsetCommitHandler:
+    """Answers TxnOffsetCommit (see the module docstring)."""
+
+    def __init__(
+        self,
+        view: BrokerView,
+        groups: GroupView,
+        transactions: TransactionView,
+        access: AccessControl | None = None,
+    ) -> None:
+        self._view = view
+        self._groups = groups
+        self._transactions = transactions
+        self._access = access
+
+    async def __call__(self, request: Request) -> Any:
+        body = request.body
+        wanted = [(topic.name, partition) for topic in body.topics for partition in topic.partitions]
+        codes = await self._commit(request, wanted)
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for (topic, partition), code in zip(wanted, codes, strict=True):
+            by_topic.setdefault(topic, []).append({"partition_index": partition.partition_index, "error_code": code})
+        return build(
+            load_response_schema(TXN_OFFSET_COMMIT_KEY, request.api_version),
+            {"throttle_time": 0, "topics": [{"name": name, "partitions": parts} for name, parts in by_topic.items()]},
+        )
+
+    async def _commit(self, request: Request, wanted: list[tuple[str, Any]]) -> list[ErrorCode]:
+        body = request.body
+        context = request.context
+        if not allows(self._access, context, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, body.transactional_id):
+            return [ErrorCode.transactional_id_authorization_failed] * len(wanted)
+        if not allows(self._access, context, AclOperation.READ, ResourceType.GROUP, body.group_id):
+            return [ErrorCode.group_authorization_failed] * len(wanted)
+        readable = authorized_names(
+            self._access, context, AclOperation.READ, ResourceType.TOPIC, (topic for topic, _ in wanted)
+        )
+        try:
+            counts = {name: info.partition_count for name, info in (await self._view.topics()).items()}
+            partition = await self._groups.offsets_partition_for(body.group_id)
+        except RaybrokerError as exc:
+            return [coordinator_error_code(exc)] * len(wanted)
+        codes: list[ErrorCode | None] = [
+            ErrorCode.topic_authorization_failed
+            if topic not in readable
+            else ErrorCode.unknown_topic_or_partition
+            if not 0 <= p.partition_index < counts.get(topic, 0)
+            else ErrorCode.invalid_request
+            if p.committed_offset < 0
+            else None
+            for topic, p in wanted
+        ]
+        offsets = {
+            (topic, p.partition_index): (p.committed_offset, p.committed_metadata or "")
+            for (topic, p), code in zip(wanted, codes, strict=True)
+            if code is None
+        }
+        if offsets:
+            verdict = await self._commit_offsets(request, partition, offsets)
+            codes = [verdict if code is None else code for code in codes]
+        return [ErrorCode.none if code is None else code for code in codes]
+
+    async def _commit_offsets(
+        self, request: Request, partition: int, offsets: dict[TopicPartition, tuple[int, str]]
+    ) -> ErrorCode:
+        body = request.body
+        answer = await _coordinator_call(
+            self._transactions.verify_partition(
+                body.transactional_id, body.producer_id, body.producer_epoch, CONSUMER_OFFSETS_TOPIC, partition
+            )
+        )
+        if answer != TxnError.NONE:
+            # TxnOffsetCommit never knew PRODUCER_FENCED: a fenced producer gets INVALID_PRODUCER_EPOCH.
+            return _code(answer, api_version=0)
+        try:
+            verdict = await self._groups.commit_transactional_offsets(
+                body.group_id,
+                body.producer_id,
+                body.producer_epoch,
+                getattr(body, "member_id", ""),
+                getattr(body, "generation_id", -1),
+                offsets,
+            )
+        except RaybrokerError as exc:
+            return coordinator_error_code(exc)
+        return group_error_code(verdict)
+
+
+class WriteTxnMarkersHandler:
+    """Answers WriteTxnMarkers (see the module docstring): each marker written on each partition's leader."""
+
+    def __init__(self, transactions: TransactionView, access: AccessControl | None = None) -> None:
+        self._transactions = transactions
+        self._access = access
+
+    async def __call__(self, request: Request) -> Any:
+        allowed = allows_cluster(self._access, request.context, AclOperation.CLUSTER_ACTION)
+        results = []
+        for marker in request.body.markers:
+            result = ControlRecordType.COMMIT if marker.transaction_result else ControlRecordType.ABORT
+            topics = []
+            for topic in marker.topics:
+                partitions = []
+                for partition in topic.partition_indexes:
+                    code = ErrorCode.cluster_authorization_failed
+                    if allowed:
+                        code = await self._write(
+                            topic.name,
+                            partition,
+                            marker.producer_id,
+                            marker.producer_epoch,
+                            marker.coordinator_epoch,
+                            result,
+                        )
+                    partitions.append({"partition_index": partition, "error_code": code})
+                topics.append({"name": topic.name, "partitions": partitions})
+            results.append({"producer_id": marker.producer_id, "topics": topics})
+        return build(load_response_schema(WRITE_TXN_MARKERS_KEY, request.api_version), {"markers": results})
+
+    async def _write(
+        self,
+        topic: str,
+        partition: int,
+        producer_id: int,
+        epoch: int,
+        coordinator_epoch: int,
+        result: ControlRecordType,
+    ) -> ErrorCode:
+        try:
+            await self._transactions.write_marker(topic, partition, producer_id, epoch, coordinator_epoch, result)
+        except RaybrokerError as exc:
+            return error_code(exc)
+        return ErrorCode.none
+
+
+class DescribeTransactionsHandler:
+    """Answers DescribeTransactions (see the module docstring)."""
+
+    def __init__(self, transactions: TransactionView, access: AccessControl | None = None) -> None:
+        self._transactions = transactions
+        self._access = access
+
+    async def __call__(self, request: Request) -> Any:
+        states = [
+            await self._describe(request, transactional_id) for transactional_id in request.body.transactional_ids
+        ]
+        return build(
+            load_response_schema(DESCRIBE_TRANSACTIONS_KEY, request.api_version),
+            {"throttle_time": 0, "transaction_states": states},
+        )
+
+    async def _describe(self, request: Request, transactional_id: str) -> dict[str, Any]:
+        empty = {
+            "transactional_id": transactional_id,
+            "transaction_state": "",
+            "transaction_timeout": 0,
+            "transaction_start_time": 0,
+            "producer_id": -1,
+            "producer_epoch": -1,
+            "topics": [],
+        }
+        context = request.context
+        if not allows(self._access, context, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, transactional_id):
+            return {**empty, "error_code": ErrorCode.transactional_id_authorization_failed}
+        try:
+            found = await self._transactions.describe(transactional_id)
+        except RaybrokerError as exc:
+            return {**empty, "error_code": coordinator_error_code(exc)}
+        if found is None:
+            return {**empty, "error_code": ErrorCode.transactional_id_not_found}
+        visible = authorized_names(
+            self._access, context, AclOperation.DESCRIBE, ResourceType.TOPIC, (topic for topic, _ in found.partitions)
+        )
+        by_topic: dict[str, list[int]] = {}
+        for topic, partition in found.partitions:
+            if topic in visible:
+                by_topic.setdefault(topic, []).append(partition)
+        return {
+            "error_code": ErrorCode.none,
+            "transactional_id": transactional_id,
+            "transaction_state": found.state,
+            "transaction_timeout": found.timeout_ms,
+            "transaction_start_time": found.start_ms,
+            "producer_id": found.producer_id,
+            "producer_epoch": found.producer_epoch,
+            "topics": [{"topic": topic, "partitions": partitions} for topic, partitions in by_topic.items()],
+        }
+
+
+class ListTransactionsHandler:
+    """Answers ListTransactions (see the module docstring)."""
+
+    def __init__(self, transactions: TransactionView, access: AccessControl | None = None) -> None:
+        self._transactions = transactions
+        self._access = access
+
+    async def __call__(self, request: Request) -> Any:
+        body = request.body
+        response_type = load_response_schema(LIST_TRANSACTIONS_KEY, request.api_version)
+        unknown = [name for name in body.state_filters if TransactionState.from_kafka_name(name) is None]
+        known = [name for name in body.state_filters if name not in unknown]
+        listed: list[TransactionDescription] = []
+        code = ErrorCode.none
+        if not body.state_filters or known:
+            try:
+                listed = await self._transactions.list_transactions(
+                    known, body.producer_id_filters, getattr(body, "duration_filter", -1)
+                )
+            except RaybrokerError as exc:
+                code = coordinator_error_code(exc)
+        visible = authorized_names(
+            self._access,
+            request.context,
+            AclOperation.DESCRIBE,
+            ResourceType.TRANSACTIONAL_ID,
+            (found.transactional_id for found in listed),
+        )
+        return build(
+            response_type,
+            {
+                "throttle_time": 0,
+                "error_code": code,
+                "unknown_state_filters": unknown,
+                "transaction_states": [
+                    {
+                        "transactional_id": found.transactional_id,
+                        "producer_id": found.producer_id,
+                        "transaction_state": found.state,
+                    }
+                    for found in listed
+                    if found.transactional_id in visible
+                ],
+            },
+        )

@@ -1,0 +1,343 @@
+"""The transaction APIs' handlers on the in-process broker, request by request and version by version, against
+Kafka's documented answers (KafkaApis, TransactionCoordinator): hostile input (unknown ids, wrong producer ids and
+epochs, transitions the state machine refuses, unknown topics, garbage) answers Kafka's error code and leaves
+`__transaction_state` as it was; PRODUCER_FENCED only where the version knows it; a transactional Produce to a
+partition not in the transaction is refused; TxnOffsetCommit's offsets are UNSTABLE for `require_stable` until the
+COMMIT marker; WriteTxnMarkers writes markers and refuses an older epoch; DescribeTransactions and ListTransactions
+show the coordinator's state."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from actors.core.controller.topic_metadata import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
+from actors.core.security.acls import AclOperation, ResourceType
+from cluster.protocol.handlers.group_offsets import OFFSET_FETCH_KEY, OffsetFetchHandler
+from cluster.protocol.handlers.produce import PRODUCE_KEY, ProduceHandler
+from cluster.protocol.handlers.producer_id import INIT_PRODUCER_ID_KEY, InitProducerIdHandler
+from cluster.protocol.handlers.transactions import (
+    ADD_OFFSETS_TO_TXN_KEY,
+    ADD_PARTITIONS_TO_TXN_KEY,
+    DESCRIBE_TRANSACTIONS_KEY,
+    END_TXN_KEY,
+    LIST_TRANSACTIONS_KEY,
+    TXN_OFFSET_COMMIT_KEY,
+    WRITE_TXN_MARKERS_KEY,
+    AddOffsetsToTxnHandler,
+    AddPartitionsToTxnHandler,
+    DescribeTransactionsHandler,
+    EndTxnHandler,
+    ListTransactionsHandler,
+    TxnOffsetCommitHandler,
+    WriteTxnMarkersHandler,
+)
+from cluster.protocol.local_broker_view import LocalBrokerView
+from cluster.protocol.local_group_view import LocalGroupView
+from cluster.protocol.local_transaction_view import LocalTransactionView
+from cluster.protocol.router import SERVED
+from cluster.protocol.security.local_security_view import LocalSecurityView
+from storage.records.record_batch import RecordBatchBuilder, iter_batches
+from tests.cluster.protocol.handlers.test_authorization import access_with, acl, ask
+from tests.cluster.protocol.helpers import answer, leader_log, run
+
+TXN = "txn-1"
+TOPIC = "t"
+
+
+def versions(api_key: int) -> range:
+    return range(SERVED[api_key].min_version, SERVED[api_key].max_version + 1)
+
+
+@pytest.fixture
+def transactions(view: LocalBrokerView) -> LocalTransactionView:
+    run(view.create_topic(TOPIC, 2))
+    return LocalTransactionView(view.broker)
+
+
+def init(view: LocalBrokerView, transactions: LocalTransactionView, transactional_id: str = TXN) -> tuple[int, int]:
+    values = {
+        "transactional_id": transactional_id,
+        "transaction_timeout": 60_000,
+        "producer_id": -1,
+        "producer_epoch": -1,
+    }
+    found = answer(InitProducerIdHandler(view, transactions), INIT_PRODUCER_ID_KEY, 4, values)
+    assert found.error_code == ErrorCode.none
+    return found.producer_id, found.producer_epoch
+
+
+def state_log(view: LocalBrokerView) -> list[bytes]:
+    """Every record value of `__transaction_state`, in order (what hostile requests must leave unchanged)."""
+    return [
+        bytes(record.value or b"")
+        for partition in range(len(view.broker.controller.describe_topic(TRANSACTION_STATE_TOPIC).partitions))
+        for batch in iter_batches(leader_log(view, TRANSACTION_STATE_TOPIC, partition).read(0, 1 << 20).records)
+        for record in batch.records()
+    ]
+
+
+def add_partitions(
+    view: LocalBrokerView,
+    transactions: LocalTransactionView,
+    producer: tuple[int, int],
+    partitions: dict[str, list[int]],
+    version: int = 3,
+    transactional_id: str = TXN,
+    access: Any = None,
+) -> dict[tuple[str, int], ErrorCode]:
+    values = {
+        "v3_and_below_transactional_id": transactional_id,
+        "v3_and_below_producer_id": producer[0],
+        "v3_and_below_producer_epoch": producer[1],
+        "v3_and_below_topics": [{"name": name, "partitions": ids} for name, ids in partitions.items()],
+    }
+    found = ask(AddPartitionsToTxnHandler(view, transactions, access), ADD_PARTITIONS_TO_TXN_KEY, values, version)
+    return {
+        (topic.name, result.partition_index): result.partition_error_code
+        for topic in found.results_by_topic_v3_and_below
+        for result in topic.results_by_partition
+    }
+
+
+def end_txn(
+    transactions: LocalTransactionView, producer: tuple[int, int], committed: bool, version: int = 3
+) -> ErrorCode:
+    values = {
+        "transactional_id": TXN,
+        "producer_id": producer[0],
+        "producer_epoch": producer[1],
+        "committed": committed,
+    }
+    code: ErrorCode = answer(EndTxnHandler(transactions), END_TXN_KEY, version, values).error_code
+    return code
+
+
+@pytest.mark.parametrize("version", versions(ADD_PARTITIONS_TO_TXN_KEY))
+def test_add_partitions_refuses_wrong_producers_by_version_and_writes_nothing(
+    view: LocalBrokerView, transactions: LocalTransactionView, version: int
+) -> None:
+    pid, epoch = init(view, transactions)
+    before = state_log(view)
+    fenced = ErrorCode.producer_fenced if version >= 2 else ErrorCode.invalid_producer_epoch
+    assert add_partitions(view, transactions, (pid, epoch + 1), {TOPIC: [0]}, version) == {(TOPIC, 0): fenced}
+    assert add_partitions(view, transactions, (pid + 1, epoch), {TOPIC: [0]}, version) == {
+        (TOPIC, 0): ErrorCode.invalid_producer_id_mapping
+    }
+    unknown = add_partitions(view, transactions, (pid, epoch), {TOPIC: [0]}, version, transactional_id="nobody")
+    assert unknown == {(TOPIC, 0): ErrorCode.invalid_producer_id_mapping}
+    # An unknown topic or partition fails itself and leaves the rest not attempted.
+    assert add_partitions(view, transactions, (pid, epoch), {TOPIC: [0, 7], "missing": [0]}, version) == {
+        (TOPIC, 0): ErrorCode.operation_not_attempted,
+        (TOPIC, 7): ErrorCode.unknown_topic_or_partition,
+        ("missing", 0): ErrorCode.unknown_topic_or_partition,
+    }
+    assert state_log(view) == before
+    assert add_partitions(view, transactions, (pid, epoch), {TOPIC: [0, 1]}, version) == {
+        (TOPIC, 0): ErrorCode.none,
+        (TOPIC, 1): ErrorCode.none,
+    }
+    assert len(state_log(view)) == len(before) + 1
+
+
+@pytest.mark.parametrize("version", versions(END_TXN_KEY))
+def test_end_txn_answers_by_state_and_version(
+    view: LocalBrokerView, transactions: LocalTransactionView, version: int
+) -> None:
+    pid, epoch = init(view, transactions)
+    before = state_log(view)
+    assert end_txn(transactions, (pid, epoch), committed=True, version=version) == ErrorCode.invalid_txn_state
+    fenced = ErrorCode.producer_fenced if version >= 2 else ErrorCode.invalid_producer_epoch
+    assert end_txn(transactions, (pid, epoch - 1), committed=True, version=version) == fenced
+    assert end_txn(transactions, (pid + 9, epoch), committed=True, version=version) == (
+        ErrorCode.invalid_producer_id_mapping
+    )
+    assert state_log(view) == before
+    add_partitions(view, transactions, (pid, epoch), {TOPIC: [0]})
+    assert end_txn(transactions, (pid, epoch), committed=False, version=version) == ErrorCode.none
+    assert end_txn(transactions, (pid, epoch), committed=False, version=version) == ErrorCode.none
+    assert end_txn(transactions, (pid, epoch), committed=True, version=version) == ErrorCode.invalid_txn_state
+
+
+def transactional_batch(pid: int, epoch: int, sequence: int = 0) -> bytes:
+    builder = RecordBatchBuilder(producer_id=pid, producer_epoch=epoch, base_sequence=sequence, is_transactional=True)
+    builder.append(b"k", b"v", timestamp=1000)
+    return builder.build()
+
+
+def produce(view: LocalBrokerView, transactions: LocalTransactionView, records: bytes, partition: int) -> ErrorCode:
+    values = {
+        "transactional_id": TXN,
+        "acks": 1,
+        "timeout": 1000,
+        "topic_data": [{"name": TOPIC, "partition_data": [{"index": partition, "records": records}]}],
+    }
+    found = answer(ProduceHandler(view, transactions), PRODUCE_KEY, 9, values)
+    code: ErrorCode = found.responses[0].partition_responses[0].error_code
+    return code
+
+
+def test_a_transactional_produce_to_a_partition_not_in_the_transaction_is_refused(
+    view: LocalBrokerView, transactions: LocalTransactionView
+) -> None:
+    pid, epoch = init(view, transactions)
+    add_partitions(view, transactions, (pid, epoch), {TOPIC: [0]})
+    assert produce(view, transactions, transactional_batch(pid, epoch), 1) == ErrorCode.invalid_txn_state
+    assert leader_log(view, TOPIC, 1).log_end_offset == 0
+    assert produce(view, transactions, transactional_batch(pid, epoch - 1), 0) == ErrorCode.invalid_producer_epoch
+    assert produce(view, transactions, transactional_batch(pid, epoch), 0) == ErrorCode.none
+    assert produce(view, transactions, b"\x00" * 70, 0) == ErrorCode.corrupt_message
+    assert leader_log(view, TOPIC, 0).log_end_offset == 1
+
+
+def test_txn_offset_commit_is_unstable_until_the_commit_marker(
+    view: LocalBrokerView, transactions: LocalTransactionView, groups: LocalGroupView
+) -> None:
+    pid, epoch = init(view, transactions)
+    commit = {
+        "transactional_id": TXN,
+        "group_id": "g",
+        "producer_id": pid,
+        "producer_epoch": epoch,
+        "generation_id": -1,
+        "member_id": "",
+        "group_instance_id": None,
+        "topics": [
+            {
+                "name": TOPIC,
+                "partitions": [
+                    {
+                        "partition_index": 0,
+                        "committed_offset": 7,
+                        "committed_leader_epoch": -1,
+                        "committed_metadata": None,
+                    }
+                ],
+            }
+        ],
+    }
+    handler = TxnOffsetCommitHandler(view, groups, transactions)
+
+    def commit_code() -> ErrorCode:
+        code: ErrorCode = answer(handler, TXN_OFFSET_COMMIT_KEY, 3, commit).topics[0].partitions[0].error_code
+        return code
+
+    # Not added with AddOffsetsToTxn yet.
+    assert commit_code() == ErrorCode.invalid_txn_state
+    add_offsets = {"transactional_id": TXN, "producer_id": pid, "producer_epoch": epoch, "group_id": "g"}
+    assert answer(AddOffsetsToTxnHandler(transactions, groups), ADD_OFFSETS_TO_TXN_KEY, 3, add_offsets).error_code == (
+        ErrorCode.none
+    )
+    described = view.broker.transaction_coordinator.describe(TXN)
+    partition = view.broker.group_coordinator.partition_for("g")
+    assert described is not None and described.partitions == ((CONSUMER_OFFSETS_TOPIC, partition),)
+    assert commit_code() == ErrorCode.none
+    fetch = {"group_id": "g", "topics": [{"name": TOPIC, "partition_indexes": [0]}], "require_stable": True}
+
+    def fetched(require_stable: bool) -> tuple[int, ErrorCode]:
+        found = answer(OffsetFetchHandler(groups), OFFSET_FETCH_KEY, 7, {**fetch, "require_stable": require_stable})
+        part = found.topics[0].partitions[0]
+        return part.committed_offset, part.error_code
+
+    assert fetched(True) == (-1, ErrorCode.unstable_offset_commit)
+    assert fetched(False) == (-1, ErrorCode.none)
+    assert end_txn(transactions, (pid, epoch), committed=True) == ErrorCode.none
+    assert fetched(True) == (7, ErrorCode.none)
+
+
+def test_write_txn_markers_writes_each_marker_and_refuses_an_older_epoch(
+    view: LocalBrokerView, transactions: LocalTransactionView
+) -> None:
+    def markers(pid: int, epoch: int, partitions: list[int]) -> list[ErrorCode]:
+        values = {
+            "markers": [
+                {
+                    "producer_id": pid,
+                    "producer_epoch": epoch,
+                    "transaction_result": True,
+                    "coordinator_epoch": 0,
+                    "topics": [{"name": TOPIC, "partition_indexes": partitions}],
+                }
+            ]
+        }
+        found = answer(WriteTxnMarkersHandler(transactions), WRITE_TXN_MARKERS_KEY, 1, values)
+        return [part.error_code for part in found.markers[0].topics[0].partitions]
+
+    leader_log(view, TOPIC, 0).append(transactional_batch(900, 3))
+    assert markers(900, 3, [0, 9]) == [ErrorCode.none, ErrorCode.unknown_topic_or_partition]
+    log = leader_log(view, TOPIC, 0)
+    assert log.log_end_offset == 2 and log.last_stable_offset == 2
+    assert markers(900, 2, [0]) == [ErrorCode.invalid_producer_epoch]
+    assert log.log_end_offset == 2
+
+
+def test_write_txn_markers_needs_cluster_action(
+    view: LocalBrokerView, transactions: LocalTransactionView, security: LocalSecurityView
+) -> None:
+    values = {
+        "markers": [
+            {
+                "producer_id": 1,
+                "producer_epoch": 0,
+                "transaction_result": False,
+                "coordinator_epoch": 0,
+                "topics": [{"name": TOPIC, "partition_indexes": [0]}],
+            }
+        ]
+    }
+    found = ask(WriteTxnMarkersHandler(transactions, access_with(security)), WRITE_TXN_MARKERS_KEY, values, 1)
+    assert found.markers[0].topics[0].partitions[0].error_code == ErrorCode.cluster_authorization_failed
+    assert leader_log(view, TOPIC, 0).log_end_offset == 0
+
+
+def test_transaction_apis_need_write_on_the_transactional_id(
+    view: LocalBrokerView, transactions: LocalTransactionView, security: LocalSecurityView
+) -> None:
+    pid, epoch = init(view, transactions)
+    topic_only = access_with(security, acl(ResourceType.TOPIC, TOPIC, AclOperation.WRITE))
+    assert add_partitions(view, transactions, (pid, epoch), {TOPIC: [0]}, access=topic_only) == {
+        (TOPIC, 0): ErrorCode.transactional_id_authorization_failed
+    }
+    values = {"transactional_id": TXN, "producer_id": pid, "producer_epoch": epoch, "committed": True}
+    refused = ask(EndTxnHandler(transactions, topic_only), END_TXN_KEY, values, 3)
+    assert refused.error_code == ErrorCode.transactional_id_authorization_failed
+    both = access_with(
+        security,
+        acl(ResourceType.TOPIC, TOPIC, AclOperation.WRITE),
+        acl(ResourceType.TRANSACTIONAL_ID, TXN, AclOperation.WRITE),
+    )
+    assert add_partitions(view, transactions, (pid, epoch), {TOPIC: [0]}, access=both) == {(TOPIC, 0): ErrorCode.none}
+
+
+def test_describe_and_list_transactions_show_the_coordinators_state(
+    view: LocalBrokerView, transactions: LocalTransactionView
+) -> None:
+    pid, epoch = init(view, transactions)
+    init(view, transactions, "idle")
+    add_partitions(view, transactions, (pid, epoch), {TOPIC: [1, 0]})
+    described = answer(
+        DescribeTransactionsHandler(transactions), DESCRIBE_TRANSACTIONS_KEY, 0, {"transactional_ids": [TXN, "nope"]}
+    )
+    found, missing = described.transaction_states
+    assert (found.error_code, found.transaction_state, found.producer_id, found.producer_epoch) == (
+        ErrorCode.none,
+        "Ongoing",
+        pid,
+        epoch,
+    )
+    assert [(topic.topic, sorted(topic.partitions)) for topic in found.topics] == [(TOPIC, [0, 1])]
+    assert missing.error_code == ErrorCode.transactional_id_not_found
+    for version in versions(LIST_TRANSACTIONS_KEY):
+        values = {"state_filters": ["Ongoing", "Bogus"], "producer_id_filters": [], "duration_filter": -1}
+        listed = answer(ListTransactionsHandler(transactions), LIST_TRANSACTIONS_KEY, version, values)
+        assert list(listed.unknown_state_filters) == ["Bogus"]
+        assert [(t.transactional_id, t.transaction_state) for t in listed.transaction_states] == [(TXN, "Ongoing")]
+    everything = answer(
+        ListTransactionsHandler(transactions),
+        LIST_TRANSACTIONS_KEY,
+        0,
+        {"state_filters": [], "producer_id_filters": []},
+    )
+    assert sorted(t.transactional_id for t in everything.transaction_states) == ["idle", TXN]
