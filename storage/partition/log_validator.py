@@ -13,8 +13,9 @@ compacted topics, CreateTime inside [now - before.max.ms, now + after.max.ms] un
 timestamp (-1, exempt as in Kafka). Any failure rejects the whole append and nothing is written.
 
 Records are not decoded into objects: `record_columns.summarize_records_section` checks the framing of all
-records at once with numpy and yields only their timestamp deltas and whether a key is null: ~0.3 ms for a
-1 MB batch of 100-byte records (its CRC: ~0.04 ms), where decoding every `Record` took ~400 ms. Batches are
+records at once with numpy and yields only their timestamp deltas and whether a key is null: ~0.4 ms of CPU for
+a 1 MB batch of 8,300 records of 100 bytes, twice its CRC-32C (~0.2 ms, both measured on the shared 2-core
+machine), where decoding every `Record` took ~400 ms. Batches are
 not copied either: `ValidatedRecords.parts` are views of the caller's bytes, except a batch that had to be
 rewritten (recompressed, or its maxTimestamp corrected).
 
@@ -56,7 +57,7 @@ from storage.records.record_batch import (
     RecordBatchBuilder,
     TimestampType,
 )
-from storage.records.record_columns import INT64_MAX, INT64_MIN, check_timestamps, summarize_records_section
+from storage.records.record_columns import summarize_records_section, timestamp_delta_range
 
 # Magics 0 and 1 are Kafka's legacy formats (refused, but recognised); any other byte 16 means garbage.
 _KNOWN_MAGICS = (0, 1, CURRENT_MAGIC)
@@ -204,7 +205,7 @@ def _validate_records(batch: RecordBatch, config: LogConfig, now_ms: int, positi
     after_ms = config.timestamp_after_max_ms if create_time else LONG_MAX
     try:
         summary = summarize_records_section(batch.records_view(), batch.records_count)
-        check_timestamps(batch.base_timestamp, summary.timestamp_deltas)
+        low, high = timestamp_delta_range(batch.base_timestamp, summary.timestamp_deltas)
     except (InvalidRecordError, CorruptRecordError) as exc:
         raise InvalidRecordError(exc.message, position=position) from exc
     if config.compact and summary.first_null_key is not None:
@@ -213,9 +214,15 @@ def _validate_records(batch: RecordBatch, config: LogConfig, now_ms: int, positi
         )
     deltas = summary.timestamp_deltas
     base = batch.base_timestamp
-    # Records without a timestamp (-1) are exempt from the windows, as in Kafka's validateTimestamp.
-    timed = deltas[deltas != NO_TIMESTAMP - base] if INT64_MIN <= NO_TIMESTAMP - base <= INT64_MAX else deltas
-    if len(timed) and (now_ms - (base + int(timed.min())) > before_ms or base + int(timed.max()) - now_ms > after_ms):
+    max_timestamp = max(NO_TIMESTAMP, base + high)
+    # Records without a timestamp (-1) are exempt from the windows, as in Kafka's validateTimestamp; they are looked
+    # for only when -1 lies between the smallest and the largest timestamp.
+    if low <= NO_TIMESTAMP - base <= high:
+        timed = deltas[deltas != NO_TIMESTAMP - base]
+        if not len(timed):
+            return max_timestamp
+        low, high = int(timed.min()), int(timed.max())
+    if now_ms - (base + low) > before_ms or base + high - now_ms > after_ms:
         for index, delta in enumerate(deltas.tolist()):
             timestamp = base + delta
             if timestamp != NO_TIMESTAMP and (now_ms - timestamp > before_ms or timestamp - now_ms > after_ms):
@@ -225,7 +232,7 @@ def _validate_records(batch: RecordBatch, config: LogConfig, now_ms: int, positi
                     position=position,
                     offset=index,
                 )
-    return max(NO_TIMESTAMP, base + int(deltas.max())) if len(deltas) else NO_TIMESTAMP
+    return max_timestamp
 
 
 def _marker(batch: RecordBatch, position: int) -> EndTransactionMarker:

@@ -39,10 +39,11 @@ one set of field decoders and one header parser:
   numpy's fixed cost is more than the ~4 us a record of this loop.
 - `decode_records_columns`, `decode_records_fast`, `summarize_records_section`, one section. Where each record
   starts depends on the previous record's length, so the walk is sequential; producers write runs of records of
-  one size (same key and value lengths, varints of one width), so the walker parses one record in Python, assumes
-  the following ones have its layout, and checks that for the whole run at once on a strided 2-D view (every
-  structural byte compared: length, key and value lengths, header count, and the continuation bits of the delta
-  varints). A run ends where a record differs (offset deltas grow a byte at 64 and 8192); runs shorter than
+  one size (same key and value lengths, varints of one width), so the walker parses one record in Python (or
+  recognises a recently parsed layout), assumes the following ones have its layout, and checks that for the whole
+  run at once on strided uint64 views, a few 8-byte words per record (every structural byte compared: length, key
+  and value lengths, header count, and the continuation bits of the delta varints). A run ends where a record
+  differs (offset deltas grow a byte at 64 and 8192, where the check looks first); runs shorter than
   `MIN_RUN_RECORDS` switch to the generic path for a chunk: a Python walk over the length varints, then every
   field of the chunk decoded with numpy.
 - `decode_sections`, every section of a fetch joined: the bodies are found by walking all sections in lockstep
@@ -193,11 +194,17 @@ class RecordColumns:
 
 def check_timestamps(base_timestamp: int, timestamp_deltas: np.ndarray) -> None:
     """`CorruptRecordError` if some baseTimestamp + timestampDelta falls outside int64."""
-    if len(timestamp_deltas) and not (
-        base_timestamp + int(timestamp_deltas.min()) >= INT64_MIN
-        and base_timestamp + int(timestamp_deltas.max()) <= INT64_MAX
-    ):
+    if len(timestamp_deltas):
+        timestamp_delta_range(base_timestamp, timestamp_deltas)
+
+
+def timestamp_delta_range(base_timestamp: int, timestamp_deltas: np.ndarray) -> tuple[int, int]:
+    """The smallest and largest of (non-empty) `timestamp_deltas`; `CorruptRecordError` if some baseTimestamp +
+    timestampDelta falls outside int64."""
+    low, high = int(timestamp_deltas.min()), int(timestamp_deltas.max())
+    if not (base_timestamp + low >= INT64_MIN and base_timestamp + high <= INT64_MAX):
         raise CorruptRecordError("a record timestamp does not fit in int64")
+    return low, high
 
 
 def decode_records_columns(section: Bytes, count: int) -> RecordColumns:
@@ -319,9 +326,9 @@ def _decode_pieces(data: bytes | memoryview, count: int) -> list[_Run | _Part]:
     position = 0
     done = 0
     while done < count:
-        layout = _parse_layout(data, array, position)
+        layout = _layout_at(data, position)
         if layout is not None:
-            run = _match_run(array, position, layout, count - done)
+            run = _match_run(data, array, position, layout, count - done)
             if len(run) >= MIN_RUN_RECORDS or len(run) == count - done:
                 pieces.append(run)
                 position += len(run) * layout.stride
@@ -343,15 +350,32 @@ def _decode_pieces(data: bytes | memoryview, count: int) -> list[_Run | _Part]:
     return pieces
 
 
+@dataclass(frozen=True, slots=True)
+class _Window:
+    """Eight bytes at `at` in every record of a layout, read as one little-endian uint64 per record: the record
+    has the layout where `word & mask == expected`."""
+
+    at: int
+    mask: int
+    expected: int
+    mask_word: np.uint64
+    expected_word: np.uint64
+
+    def matches(self, data: bytes | memoryview, start: int) -> bool:
+        """Whether the record at `start` holds the expected bits (it must extend past `at` + 8)."""
+        word = int.from_bytes(data[start + self.at : start + self.at + _WORD_BYTES], "little")
+        return word & self.mask == self.expected
+
+
 @dataclass(slots=True)
 class _Layout:
     """Where the fields of one header-less record lie, relative to where the record starts, and which of its
     bytes every record of the same layout shares.
 
-    `columns` are gathered from every row at once (one pass over the rows' cache lines): first the bytes
-    compared exactly (the length varint, keyLength, valueLength, headerCount), then the two delta varints,
-    compared on their continuation bit only (same width, any value), padded to a multiple of 8 so that rows
-    compare as uint64 words."""
+    The shared bytes are the length varint, keyLength, valueLength and headerCount, compared exactly, and the two
+    delta varints, compared on their continuation bit only (same width, any value). `windows` cover them with as
+    few 8-byte words as fit inside the record (a 122-byte record with an 11-byte key: 3), each compared for every
+    record with one pass over a strided view: ~10 us per 1,000 records."""
 
     stride: int
     timestamp_width: int
@@ -361,11 +385,14 @@ class _Layout:
     key_length: int
     value_at: int
     value_length: int
-    columns: np.ndarray
-    masks: np.ndarray
-    expected: np.ndarray
-    timestamp_column: int
-    offset_column: int
+    timestamp_at: int
+    offset_at: int
+    windows: tuple[_Window, ...]
+
+    def fits(self, data: bytes | memoryview, start: int) -> bool:
+        """Whether the record at `start` has this layout: its shared bytes are those of the record the layout was
+        parsed from, so it is framed exactly as that one was."""
+        return start + self.stride <= len(data) and all(window.matches(data, start) for window in self.windows)
 
 
 @dataclass(slots=True)
@@ -397,7 +424,27 @@ class _Part:
         return columns.records(base_offset, base_timestamp, log_append_time)
 
 
-def _parse_layout(data: bytes | memoryview, array: np.ndarray, start: int) -> _Layout | None:
+# The layouts most recently parsed, newest first. A producer sends batches of the same shape, and each batch
+# holds a few runs (offset deltas widen at 64 and 8192): recognising the record at the start of a run by its
+# windows costs ~1 us a window, parsing its layout ~40 us. A tuple, replaced whole, so threads never see it half
+# updated.
+_recent_layouts: tuple[_Layout, ...] = ()
+RECENT_LAYOUTS = 8
+
+
+def _layout_at(data: bytes | memoryview, start: int) -> _Layout | None:
+    """The layout of the record at `start` (see `_parse_layout`), found among the recent ones when it is there."""
+    global _recent_layouts
+    for known in _recent_layouts:
+        if known.fits(data, start):
+            return known
+    parsed = _parse_layout(data, start)
+    if parsed is not None:
+        _recent_layouts = (parsed, *_recent_layouts[: RECENT_LAYOUTS - 1])
+    return parsed
+
+
+def _parse_layout(data: bytes | memoryview, start: int) -> _Layout | None:
     """The layout of the record at `start` if it is well-formed, header-less and narrow enough for the run path;
     None otherwise (the generic path then decodes it, and raises if it is malformed)."""
     try:
@@ -425,13 +472,15 @@ def _parse_layout(data: bytes | memoryview, array: np.ndarray, start: int) -> _L
         or offset_width > MAX_RUN_OFFSET_WIDTH
     ):
         return None
+    stride = end - start
+    if stride < _WORD_BYTES:
+        return None
     exact = [*range(start, body), *range(key_length_at, key_at), *range(value_length_at, value_at), header_count_at]
-    deltas = [*range(body + 1, key_length_at)]
-    padding = -(len(exact) + len(deltas)) % 8
-    columns = np.array([*exact, *deltas, *[start] * padding], dtype=np.intp)
-    masks = np.array([0xFF] * len(exact) + [0x80] * len(deltas) + [0xFF] * padding, dtype=np.uint8)
+    masks = {position - start: 0xFF for position in exact} | {
+        position - start: 0x80 for position in range(body + 1, key_length_at)
+    }
     return _Layout(
-        stride=end - start,
+        stride=stride,
         timestamp_width=timestamp_width,
         offset_width=offset_width,
         body_at=body - start,
@@ -439,51 +488,90 @@ def _parse_layout(data: bytes | memoryview, array: np.ndarray, start: int) -> _L
         key_length=key_length,
         value_at=value_at - start,
         value_length=value_length,
-        columns=columns - start,
-        masks=masks,
-        expected=array[columns] & masks,
-        timestamp_column=len(exact),
-        offset_column=len(exact) + timestamp_width,
+        timestamp_at=body + 1 - start,
+        offset_at=offset_at - start,
+        windows=_windows(data, start, stride, masks),
     )
 
 
-def _match_run(array: np.ndarray, start: int, layout: _Layout, remaining: int) -> _Run:
-    """The records from `start` (at least the first) that have exactly `layout`."""
+# A window is one uint64 word of each record.
+_WORD_BYTES = 8
+
+
+def _windows(data: bytes | memoryview, start: int, stride: int, masks: dict[int, int]) -> tuple[_Window, ...]:
+    """The fewest 8-byte words inside a `stride`-byte record that cover the bytes `masks` names (position in the
+    record -> bits compared), with what the record at `start` holds there."""
+    windows: list[_Window] = []
+    remaining = sorted(masks)
+    while remaining:
+        at = min(remaining[0], stride - _WORD_BYTES)
+        covered = [position for position in remaining if position < at + _WORD_BYTES]
+        mask = expected = 0
+        for position in covered:
+            shift = 8 * (position - at)
+            mask |= masks[position] << shift
+            expected |= (data[start + position] & masks[position]) << shift
+        windows.append(_Window(at, mask, expected, np.uint64(mask), np.uint64(expected)))
+        remaining = remaining[len(covered) :]
+    return tuple(windows)
+
+
+def _match_run(data: bytes | memoryview, array: np.ndarray, start: int, layout: _Layout, remaining: int) -> _Run:
+    """The records from `start` (at least the first) that have exactly `layout`.
+
+    Producers number the records of a batch 0, 1, 2, ...: a run usually ends where the offset delta outgrows its
+    width (at 64 and 8192). The records up to there are checked first, then the one record after them, so that
+    the common end of a run costs no pass over the records after it."""
     rows = min(remaining, (len(array) - start) // layout.stride)
+    offset_delta, _ = decode_varint(data, start + layout.offset_at, VARINT32_MAX_BYTES)
+    # Zig-zag doubles a delta: deltas below 2 ** (7 * width - 1) fit in `width` bytes.
+    boundary = (1 << (7 * layout.offset_width - 1)) - offset_delta
+    if 0 < boundary < rows:
+        matched = _probed_rows(array, start, layout, boundary)
+        if matched == boundary and layout.fits(data, start + boundary * layout.stride):
+            matched += _probed_rows(array, start + boundary * layout.stride, layout, rows - boundary)
+        return _Run(array, start, layout, matched)
+    return _Run(array, start, layout, _probed_rows(array, start, layout, rows))
+
+
+def _probed_rows(array: np.ndarray, start: int, layout: _Layout, rows: int) -> int:
+    """`_matching_rows`, checking a long stretch on its first `RUN_PROBE_RECORDS` records before all of them."""
     if rows <= 4 * RUN_PROBE_RECORDS:
         return _matching_rows(array, start, layout, rows)
-    run = _matching_rows(array, start, layout, RUN_PROBE_RECORDS)
-    if len(run) == RUN_PROBE_RECORDS:
-        run = _matching_rows(array, start, layout, rows)
-    return run
+    matched = _matching_rows(array, start, layout, RUN_PROBE_RECORDS)
+    if matched == RUN_PROBE_RECORDS:
+        matched = _matching_rows(array, start, layout, rows)
+    return matched
 
 
-def _matching_rows(array: np.ndarray, start: int, layout: _Layout, rows: int) -> _Run:
-    matrix = array[start : start + rows * layout.stride].reshape(rows, layout.stride)
-    picked = np.take(matrix, layout.columns, axis=1)
-    words = picked.view(np.uint64)
-    masks = layout.masks.view(np.uint64)
-    expected = layout.expected.view(np.uint64)
-    same = (words[:, 0] & masks[0]) == expected[0]
-    for word in range(1, len(expected)):
-        same &= (words[:, word] & masks[word]) == expected[word]
-    matched = rows if bool(same.all()) else int(np.argmin(same))
-    return _Run(start, layout, picked[:matched])
+def _matching_rows(array: np.ndarray, start: int, layout: _Layout, rows: int) -> int:
+    """How many of the `rows` records from `start` have `layout`, counted until the first that does not."""
+    same: np.ndarray | None = None
+    for window in layout.windows:
+        words = np.ndarray((rows,), dtype="<u8", buffer=array, offset=start + window.at, strides=(layout.stride,))
+        matches = (words & window.mask_word) == window.expected_word
+        if same is None:
+            same = matches
+        else:
+            same &= matches
+    assert same is not None  # a layout has at least its length varint to compare
+    return rows if bool(same.all()) else int(np.argmin(same))
 
 
 @dataclass(slots=True)
 class _Run:
-    """Consecutive records of one layout from `start`; `picked` holds their gathered layout columns."""
+    """`count` consecutive records of one layout from `start` in `array` (the section's bytes)."""
 
+    array: np.ndarray
     start: int
     layout: _Layout
-    picked: np.ndarray
+    count: int
 
     def __len__(self) -> int:
-        return len(self.picked)
+        return self.count
 
     def timestamp_column(self) -> np.ndarray:
-        return _fixed_varints(self.picked, self.layout.timestamp_column, self.layout.timestamp_width)
+        return self._varints(self.layout.timestamp_at, self.layout.timestamp_width)
 
     def first_null_key(self) -> int | None:
         return 0 if self.layout.key_length < 0 else None
@@ -491,7 +579,7 @@ class _Run:
     def records(self, raw: bytes, base_offset: int, base_timestamp: int, log_append_time: int | None) -> list[Record]:
         layout = self.layout
         run = len(self)
-        offsets = (_fixed_varints(self.picked, layout.offset_column, layout.offset_width) + base_offset).tolist()
+        offsets = (self._varints(layout.offset_at, layout.offset_width) + base_offset).tolist()
         if log_append_time is None:
             deltas = self.timestamp_column()
             check_timestamps(base_timestamp, deltas)
@@ -512,7 +600,7 @@ class _Run:
         run = len(self)
         starts = np.arange(self.start, self.start + run * layout.stride, layout.stride, dtype=np.int64)
         return _Part(
-            offset_deltas=_fixed_varints(self.picked, layout.offset_column, layout.offset_width),
+            offset_deltas=self._varints(layout.offset_at, layout.offset_width),
             timestamp_deltas=self.timestamp_column(),
             key_starts=starts + layout.key_at,
             key_lengths=np.full(run, layout.key_length, dtype=np.int64),
@@ -524,6 +612,29 @@ class _Run:
             body_ends=starts + layout.stride,
             headers_by_record={},
         )
+
+    def _varints(self, at: int, width: int) -> np.ndarray:
+        """The zig-zag varints of `width` bytes at `at` in every record of the run."""
+        columns = [
+            np.ndarray(
+                (self.count,),
+                dtype=np.uint8,
+                buffer=self.array,
+                offset=self.start + at + index,
+                strides=(self.layout.stride,),
+            )
+            for index in range(width)
+        ]
+        if width == 1:
+            return _ZIGZAG_BYTES.take(columns[0])
+        result = np.zeros(self.count, dtype=np.uint64)
+        for index, column in enumerate(columns):
+            result |= (column & np.uint8(0x7F)).astype(np.uint64) << np.uint64(7 * index)
+        return (result >> np.uint64(1)).astype(np.int64) ^ -(result & np.uint64(1)).astype(np.int64)
+
+
+# One-byte zig-zag varints decoded by table: one gather instead of a cast and three arithmetic passes.
+_ZIGZAG_BYTES = (np.arange(256, dtype=np.int64) >> 1) ^ -(np.arange(256, dtype=np.int64) & 1)
 
 
 # `Record` is a frozen dataclass: its __init__ sets each field through object.__setattr__ (~0.8 us a record,
@@ -559,17 +670,6 @@ def _strided(raw: bytes, first: int, stop: int, stride: int, length: int, count:
     if length < 0:
         return [None] * count
     return [raw[position : position + length] for position in range(first, stop, stride)]
-
-
-def _fixed_varints(picked: np.ndarray, at: int, width: int) -> np.ndarray:
-    """The zig-zag varints of `width` bytes at column `at` of every row."""
-    if width == 1:
-        small = picked[:, at].astype(np.int64)
-        return (small >> 1) ^ -(small & 1)
-    result = np.zeros(len(picked), dtype=np.uint64)
-    for index in range(width):
-        result |= (picked[:, at + index] & np.uint8(0x7F)).astype(np.uint64) << np.uint64(7 * index)
-    return (result >> np.uint64(1)).astype(np.int64) ^ -(result & np.uint64(1)).astype(np.int64)
 
 
 def _walk_bodies(

@@ -152,6 +152,25 @@ def test_damaged_uniform_runs_are_refused_exactly_when_the_record_decoder_refuse
     assert columns_outcome(bytes(damaged), count) == decoder_outcome(bytes(damaged), count)
 
 
+def test_layouts_known_from_an_intact_section_refuse_every_damaged_byte_of_the_next_as_the_record_decoder_does() -> (
+    None
+):
+    # 300 records: runs start at record 0 and at record 64 (the offset delta widens), found by the layout of a
+    # record seen before (the intact section's) rather than parsed; every byte of the records that start and end
+    # those runs is damaged in turn.
+    count = 300
+    section, _ = uniform_section(count, 30)
+    ends = decode_records_columns(section, count).body_ends.tolist()
+    positions = [*range(0, ends[0]), *range(ends[62], ends[64])]
+    for position in positions:
+        for value in (0x00, 0x01, 0x7F, 0x80, 0xFF):
+            damaged = bytearray(section)
+            damaged[position] = value
+            decode_records_columns(section, count)
+            expected = decoder_outcome(bytes(damaged), count)
+            assert columns_outcome(bytes(damaged), count) == expected, (position, value)
+
+
 @pytest.mark.parametrize(
     ("section", "count"),
     [
