@@ -23,7 +23,7 @@ from actors.calls import call
 from actors.clients.admin import Admin
 from actors.clients.broker import Broker
 from cluster.data import read_topic, write_topic
-from cluster.data.datasink import TopicDatasink, record_columns, transactional_id
+from cluster.data.datasink import TopicDatasink, record_columns
 from cluster.data.planning import timestamp_ms
 from storage.errors import InvalidRequestError, UnknownTopicOrPartitionError, UnsupportedCompressionTypeError
 
@@ -169,12 +169,6 @@ def test_bad_writes_are_refused_before_any_task_starts(broker: Any) -> None:
     with pytest.raises(InvalidRequestError, match="value_format must be one of"):
         write_topic(dataset, "refusing", value_format="avro")
     assert read_topic("refusing").count() == 0
-
-
-def test_transactional_ids_are_fixed_per_task_and_distinct_across_tasks_and_writes() -> None:
-    assert transactional_id("w1", 3) == transactional_id("w1", 3)
-    ids = {transactional_id(write, task) for write in ("w1", "w2") for task in range(50)}
-    assert len(ids) == 100
 
 
 def test_blocks_a_filter_emptied_write_nothing(broker: Any) -> None:
