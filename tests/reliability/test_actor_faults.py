@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 
 import actors.clients.append_connection
-import actors.clients.sender
+import actors.clients.append_route
 from actors import Admin, Broker, Consumer, Producer
 from actors.calls import get_actor
 from actors.options import group_coordinator_name, log_manager_name
@@ -288,7 +288,7 @@ def test_lost_answers_are_deduplicated_because_at_most_five_batches_are_unacknow
     Admin(broker).create_topic(topic, 1)
     losing = LosingHandle(broker.partition(topic, 0), lose_every=4)
     state = broker.topic(topic).state(0)
-    monkeypatch.setattr(actors.clients.sender, "leader_replica", lambda *_: (losing, state))
+    monkeypatch.setattr(actors.clients.append_route, "leader_replica", lambda *_: (losing, state))
     # Ray calls whose answers get lost, not the append channel (whose answers come or break the connection).
     monkeypatch.setattr(actors.clients.append_connection.AppendConnections, "for_leader", lambda *_: None)
     acks = Acknowledgements()
