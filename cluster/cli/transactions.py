@@ -142,7 +142,11 @@ def _abort(args: argparse.Namespace) -> int:
         found = transactions.open_transaction_at(args.topic, args.partition, args.start_offset)
         producer_id, epoch, coordinator_epoch = found.producer_id, found.producer_epoch, found.coordinator_epoch
     else:
-        producer_id, epoch, coordinator_epoch = args.producer_id[0], args.producer_epoch, args.coordinator_epoch
+        producer_id, epoch, coordinator_epoch = (
+            int(args.producer_id[0]),
+            int(args.producer_epoch),
+            int(args.coordinator_epoch),
+        )
     transactions.abort_transaction(args.topic, args.partition, producer_id, epoch, coordinator_epoch)
     print(
         f"Aborted the transaction of producer id {producer_id} (epoch {epoch}, coordinator epoch "
