@@ -142,10 +142,11 @@ def _abort(args: argparse.Namespace) -> int:
         found = transactions.open_transaction_at(args.topic, args.partition, args.start_offset)
         producer_id, epoch, coordinator_epoch = found.producer_id, found.producer_epoch, found.coordinator_epoch
     else:
+        named = vars(args)
         producer_id, epoch, coordinator_epoch = (
-            int(args.producer_id[0]),
-            int(args.producer_epoch),
-            int(args.coordinator_epoch),
+            named["producer_id"][0],
+            named["producer_epoch"],
+            named["coordinator_epoch"],
         )
     transactions.abort_transaction(args.topic, args.partition, producer_id, epoch, coordinator_epoch)
     print(
