@@ -181,9 +181,12 @@ class TransactionManager:
             return
         if self._error is not None:
             raise self._error
+        advice = {
+            _S.UNINITIALIZED: "call init_transactions first",
+            _S.READY: "call begin_transaction first",
+        }.get(state, "the transaction is ending; begin the next one once it ended")
         raise InvalidTxnStateError(
-            f"transactional id {self.transactional_id!r}: cannot send in state {state.value}: "
-            + ("call init_transactions first" if state == _S.UNINITIALIZED else "call begin_transaction first")
+            f"transactional id {self.transactional_id!r}: cannot send in state {state.value}: {advice}"
         )
 
     # --- init, begin ---------------------------------------------------------------------------
