@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import time
+from functools import partial
 from typing import Any
 
 from benchmarks.bench_wire import create_topic
@@ -58,6 +59,12 @@ def _values(count: int) -> list[bytes]:
     return [block[i % 4096 : i % 4096 + VALUE_BYTES] for i in range(count)]
 
 
+def _count(failures: list[Any], error: Any, _message: Any) -> None:
+    """A delivery report (`functools.partial` over the run's list): keeps the errors."""
+    if error is not None:
+        failures.append(error)
+
+
 def transactional_client(bootstrap: str, topic: str, transactions: int, transactional_id: str) -> float:
     """`transactions` transactions of `TRANSACTION_RECORDS` records each into partition 0; returns records/s from
     the first `begin_transaction` to the last commit's answer."""
@@ -68,13 +75,8 @@ def transactional_client(bootstrap: str, topic: str, transactions: int, transact
         {"bootstrap.servers": bootstrap, "transactional.id": transactional_id, **PRODUCER_QUEUE, **QUIET}
     )
     producer.init_transactions(CLIENT_TIMEOUT_S)
-    failures = 0
-
-    def report(error: Any, _message: Any) -> None:
-        nonlocal failures
-        if error is not None:
-            failures += 1
-
+    failures: list[Any] = []
+    report = partial(_count, failures)
     produce = producer.produce
     start = time.perf_counter()
     for _ in range(transactions):
@@ -84,7 +86,7 @@ def transactional_client(bootstrap: str, topic: str, transactions: int, transact
         producer.commit_transaction(CLIENT_TIMEOUT_S)
     elapsed = time.perf_counter() - start
     if failures:
-        raise RuntimeError(f"{failures} records failed")
+        raise RuntimeError(f"{len(failures)} records failed, the first with {failures[0]}")
     return transactions * TRANSACTION_RECORDS / elapsed
 
 
@@ -94,21 +96,21 @@ def idempotent_client(bootstrap: str, topic: str, count: int) -> float:
 
     values = _values(TRANSACTION_RECORDS)
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, **PRODUCER_QUEUE, **QUIET})
-    failures = 0
-
-    def report(error: Any, _message: Any) -> None:
-        nonlocal failures
-        if error is not None:
-            failures += 1
-
+    failures: list[Any] = []
+    report = partial(_count, failures)
     produce = producer.produce
     start = time.perf_counter()
     for index in range(count):
-        produce(topic, values[index % TRANSACTION_RECORDS], partition=0, on_delivery=report)
+        produce(
+            topic,
+            values[index % TRANSACTION_RECORDS],
+            partition=0,
+            on_delivery=report,
+        )
     remaining = producer.flush(CLIENT_TIMEOUT_S)
     elapsed = time.perf_counter() - start
     if remaining or failures:
-        raise RuntimeError(f"{failures} records failed, {remaining} unacknowledged")
+        raise RuntimeError(f"{len(failures)} records failed, {remaining} unacknowledged")
     return count / elapsed
 
 
