@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Collection, Iterable
+from typing import Any
 
 from actors.calls import call, controller, get_actor
 from actors.core.controller.topic_metadata import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
@@ -32,6 +33,7 @@ from actors.partition_lookup import partition_actor
 from actors.server.group_coordinator import RayInternalPartition, RayTopicAdmin
 from storage.clock import SYSTEM_CLOCK
 from storage.config.transaction_config import TransactionConfig
+from storage.errors import RaybrokerError
 from storage.logdir.scheduler import Scheduler
 from storage.records.layout import ControlRecordType
 from storage.topic_partition import TopicPartition
@@ -41,7 +43,13 @@ TICK_S = 1.0
 
 
 class RayTransactionMarkers:
-    """Markers written by the partitions' leader actors (see the module docstring)."""
+    """Markers written by the partitions' leader actors (see the module docstring). Each leader's handle is kept
+    after its first lookup, as producers keep theirs: a lookup costs a controller call and a name-service call,
+    two round trips on top of the marker's one in every EndTxn. A marker the kept handle fails to write is tried
+    once more on a leader looked up again (the leader may have moved); only that second failure is the caller's."""
+
+    def __init__(self) -> None:
+        self._leaders: dict[TopicPartition, Any] = {}
 
     def write_marker(
         self,
@@ -52,8 +60,18 @@ class RayTransactionMarkers:
         coordinator_epoch: int,
         result: ControlRecordType,
     ) -> None:
-        leader = partition_actor(topic, partition)
-        call(leader.append_transaction_marker.remote(producer_id, producer_epoch, coordinator_epoch, result))
+        marker = (producer_id, producer_epoch, coordinator_epoch, result)
+        key = (topic, partition)
+        kept = self._leaders.pop(key, None)
+        if kept is not None:
+            try:
+                call(kept.append_transaction_marker.remote(*marker))
+            except RaybrokerError:
+                kept = None
+        if kept is None:
+            kept = partition_actor(topic, partition)
+            call(kept.append_transaction_marker.remote(*marker))
+        self._leaders[key] = kept
         if topic == CONSUMER_OFFSETS_TOPIC:
             groups = get_actor(group_coordinator_name())
             call(groups.complete_transaction.remote(partition, producer_id, result == ControlRecordType.COMMIT))
