@@ -11,12 +11,13 @@ from actors.clients import serializers
 from actors.clients.admin import Admin, PartitionDescription, TopicDescription
 from actors.clients.broker import Broker, start_broker, stop_broker
 from actors.clients.consumer import Consumer, ConsumerRecord
-from actors.clients.producer import Producer, RecordMetadata, SendManyFuture
+from actors.clients.producer import ConsumerGroupMetadata, Producer, RecordMetadata, SendManyFuture
 
 __all__ = [
     "Admin",
     "Broker",
     "Consumer",
+    "ConsumerGroupMetadata",
     "ConsumerRecord",
     "PartitionDescription",
     "Producer",

@@ -39,6 +39,7 @@ BENCHMARKS: dict[str, tuple[str, ...]] = {
     "bench_cleaner": ("append_during_compaction",),
     "bench_wire": ("wire_produce", "wire_fetch", "wire_latency"),
     "bench_wire_tls": ("wire_produce_tls", "wire_fetch_tls"),
+    "bench_txn": ("txn_produce", "txn_vs_idempotent"),
     "bench_topics": ("create_topic_s",),
     "bench_ray_data": ("ray_data_read", "ray_data_write"),
     # Last: these stop the shared Ray and run a 3-node cluster of their own.

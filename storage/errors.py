@@ -164,6 +164,22 @@ class TransactionCoordinatorFencedError(StorageError):
     marker: a zombie coordinator (TRANSACTION_COORDINATOR_FENCED)."""
 
 
+class ProducerFencedError(StorageError):
+    """A transactional producer whose epoch is no longer its transactional id's: another producer started with the
+    same id (a newer instance, or a retried task) and fenced this one, which can never write again
+    (PRODUCER_FENCED)."""
+
+
+class TransactionAbortableError(StorageError):
+    """A transaction that can no longer commit (a batch of it failed, its offsets were refused): the producer must
+    call `abort_transaction`, then may start the next one (TRANSACTION_ABORTABLE)."""
+
+
+class TransactionTimedOutError(TransactionAbortableError):
+    """A transaction the coordinator aborted because it stayed open longer than its `transaction.timeout.ms`: the
+    producer must call `abort_transaction`, then may start the next one (TRANSACTION_ABORTABLE)."""
+
+
 class InvalidRequestError(RaybrokerError):
     """A call with arguments outside what the operation accepts: a negative size, an unknown isolation
     level, an invalid ListOffsets timestamp (INVALID_REQUEST)."""

@@ -69,6 +69,7 @@ from actors.clients.broker import Broker
 from actors.clients.local_fetch import PendingFetch, records_of
 from actors.clients.local_tail import LocalTail
 from actors.clients.serializers import Deserializer
+from actors.clients.transaction_manager import ConsumerGroupMetadata
 from actors.options import group_coordinator_name
 from actors.partition_lookup import partition_actor
 from actors.server.partition_log import FetchResult
@@ -602,6 +603,12 @@ class Consumer:
             else {check_topic_partition(tp): offset for tp, offset in offsets.items()}
         )
         call(self._coordinator().commit.remote(group, to_commit))
+
+    def consumer_group_metadata(self) -> ConsumerGroupMetadata:
+        """The group a transactional producer commits this consumer's offsets to
+        (`Producer.send_offsets_to_transaction`). No membership here (see the module docstring): generation -1 and
+        no member id, which the group coordinator accepts as Kafka accepts a commit without member information."""
+        return ConsumerGroupMetadata(self._require_group())
 
     def committed(self, tp: TopicPartition) -> int | None:
         """The group's committed offset of `tp`, None if it has none."""

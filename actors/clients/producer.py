@@ -27,6 +27,18 @@ leader dies before a follower copied them, and an idempotent producer's sequence
 (`OutOfOrderSequenceError`), which is why Kafka allows idempotence only with acks=all; use
 `enable_idempotence=False` with acks=1. acks=0 is the Kafka listener's.
 
+Transactions (`transactional_id`, Kafka's `transactional.id`; confluent-kafka's method names): `init_transactions`
+takes the id's producer id and epoch from the transaction coordinator, fencing any older producer of the same id
+and aborting what it left open; then each `begin_transaction` ... `commit_transaction` (or `abort_transaction`)
+writes records atomically across partitions, with `send_offsets_to_transaction` committing a consumer group's
+offsets in the same transaction (consume-transform-produce, exactly once). Batches carry the transactional flag,
+and each partition joins the transaction before its first batch (`actors.clients.transaction_manager`); read_committed
+readers see the records only after the commit, and never those of an aborted transaction. A transactional producer
+is idempotent (acks=all). Errors: `InvalidTxnStateError` for a call out of order (send outside a transaction, begin
+twice, commit without begin); `ProducerFencedError` once a newer producer of the id took over (this one can only be
+closed); `TransactionAbortableError` (`TransactionTimedOutError` when the coordinator aborted the transaction after
+`transaction_timeout_ms`) when the transaction can no longer commit: call `abort_transaction`, then go on.
+
 Errors raised by `send` itself (before anything is queued): `UnknownTopicOrPartitionError` for an
 unknown topic or a partition outside the topic, `SerializationError` for a key or value the serializer
 cannot encode, `RecordTooLargeError` for a record larger than `max_request_size`, `InvalidTimestampError`
@@ -37,7 +49,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
 from types import TracebackType
 from typing import Any, cast
@@ -51,6 +63,8 @@ from actors.clients.producer_batch import RECORD_OVERHEAD_BOUND, BulkRecords, He
 from actors.clients.record_accumulator import RecordAccumulator
 from actors.clients.sender import Sender
 from actors.clients.serializers import Serializer, default_serializer, string_serializer
+from actors.clients.transaction_coordinator_client import RayTransactionCoordinatorClient
+from actors.clients.transaction_manager import ConsumerGroupMetadata, TransactionManager
 from actors.core.replication.replica import ACKS, ACKS_ALL
 from actors.startup_objects import freeze_startup_objects
 from storage.arguments import is_int
@@ -59,6 +73,7 @@ from storage.errors import (
     InvalidConfigError,
     InvalidRequestError,
     InvalidTimestampError,
+    InvalidTxnStateError,
     RecordTooLargeError,
     RequestTimedOutError,
     SerializationError,
@@ -67,6 +82,7 @@ from storage.errors import (
 from storage.partition.producer_state import NUM_BATCHES_TO_RETAIN
 from storage.records.compression import CompressionType
 from storage.records.record_batch import RECORD_BATCH_OVERHEAD
+from storage.topic_partition import TopicPartition, check_topic_partition
 
 HeaderInput = tuple[str, bytes | bytearray | str | None]
 
@@ -97,6 +113,8 @@ class Producer:
         metadata_max_age_ms: int = 300_000,
         value_serializer: Serializer | None = None,
         key_serializer: Serializer | None = None,
+        transactional_id: str | None = None,
+        transaction_timeout_ms: int = 60_000,
     ) -> None:
         for name, value, low in (
             ("linger_ms", linger_ms, 0),
@@ -119,11 +137,25 @@ class Producer:
                 f"(the partition remembers that many batches per producer), got {max_in_flight_requests_per_connection}"
             )
         required_acks = _ACKS_NAMES.get(acks, acks) if isinstance(acks, str) else acks
+        if transactional_id is not None and (not enable_idempotence or required_acks != ACKS_ALL):
+            raise InvalidConfigError("a transactional producer is idempotent with acks='all' (Kafka's requirement)")
         # acks=0 asks for no answer at all, which a client whose every send returns a future cannot offer.
         if required_acks not in ACKS or required_acks == 0:
             raise InvalidConfigError(f"acks must be 1 or 'all' (-1), got {acks!r}; acks=0 is the Kafka listener's")
         compression = CompressionType.from_name(compression_type)
         self._broker = broker or Broker.connect()
+        self._transactions = (
+            None
+            if transactional_id is None
+            else TransactionManager(
+                transactional_id,
+                transaction_timeout_ms,
+                RayTransactionCoordinatorClient(self._broker),
+                clock=SYSTEM_CLOCK,
+                retry_backoff_max_ms=retry_backoff_max_ms,
+            )
+        )
+        self._max_block_s = max_block_ms / 1000
         freeze_startup_objects()
         self._max_request_size = max_request_size
         self._metadata_max_age_ns = metadata_max_age_ms * 1_000_000
@@ -159,14 +191,81 @@ class Producer:
             max_in_flight_requests_per_connection=max_in_flight_requests_per_connection,
             max_request_size=max_request_size,
             clock=SYSTEM_CLOCK,
+            transactions=self._transactions,
         )
         self._sender.start()
 
     @property
     def producer_id(self) -> int:
-        """The producer id taken at start (-1 without idempotence); a partition whose sequence had to be
-        reset continues under a fresh one."""
+        """The producer id taken at start (-1 without idempotence; a transactional producer's once
+        `init_transactions` ran); a partition whose sequence had to be reset continues under a fresh one."""
+        if self._transactions is not None:
+            return self._transactions.identity[0]
         return self._sender.producer_id
+
+    @property
+    def producer_epoch(self) -> int:
+        """A transactional producer's epoch (-1 before `init_transactions`); 0 for an idempotent one."""
+        if self._transactions is not None:
+            return self._transactions.identity[1]
+        return 0 if self._sender.producer_id >= 0 else -1
+
+    # --- transactions ----------------------------------------------------------------------------
+
+    def init_transactions(self, timeout: float | None = None) -> None:
+        """Takes the transactional id's producer id and epoch (fencing older producers of the id, whose open
+        transaction is aborted); once, before the first transaction. `timeout` in seconds (None: `max_block_ms`)."""
+        self._transaction_manager().init(self._block_s(timeout))
+
+    def begin_transaction(self) -> None:
+        """Starts a transaction: the records sent until `commit_transaction` or `abort_transaction` belong to it."""
+        self._transaction_manager().begin()
+
+    def send_offsets_to_transaction(
+        self,
+        offsets: Mapping[TopicPartition, int],
+        group_metadata: ConsumerGroupMetadata,
+        timeout: float | None = None,
+    ) -> None:
+        """Commits `offsets` (the next offset to read per partition) for the consumer's group with the transaction:
+        the group sees them only if it commits. `group_metadata` is `Consumer.consumer_group_metadata()`."""
+        self._check_open()
+        self._transaction_manager().send_offsets(
+            {check_topic_partition(tp): offset for tp, offset in offsets.items()},
+            group_metadata,
+            self._block_s(timeout),
+        )
+
+    def commit_transaction(self, timeout: float | None = None) -> None:
+        """Sends every record of the transaction, then commits it: once this returns, read_committed readers see
+        them all. Raises the transaction's error if it can no longer commit (then call `abort_transaction`);
+        `RequestTimedOutError` after `timeout` seconds (None: `max_block_ms`), after which it may be called again."""
+        self._end(True, timeout)
+
+    def abort_transaction(self, timeout: float | None = None) -> None:
+        """Aborts the transaction: its records are never seen by read_committed readers; the producer may begin the
+        next one. The records still queued are sent first (and aborted with the rest)."""
+        self._end(False, timeout)
+
+    def _end(self, commit: bool, timeout: float | None) -> None:
+        manager = self._transaction_manager()
+        timeout_s = self._block_s(timeout)
+        deadline = time.monotonic() + timeout_s
+        manager.begin_end(commit)
+        self.flush(timeout_s)
+        manager.end(commit, max(deadline - time.monotonic(), 0.0))
+
+    def _transaction_manager(self) -> TransactionManager:
+        if self._transactions is None:
+            raise InvalidTxnStateError("transactions need a producer with a transactional_id")
+        return self._transactions
+
+    def _block_s(self, timeout: float | None) -> float:
+        if timeout is None:
+            return self._max_block_s
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout < 0:
+            raise InvalidRequestError(f"timeout must be a number of seconds >= 0, got {timeout!r}")
+        return float(timeout)
 
     # --- send ------------------------------------------------------------------------------------
 
@@ -281,6 +380,8 @@ class Producer:
     def _check_open(self) -> None:
         if self._closed or not self._sender.running:
             raise InvalidRequestError("cannot send after the producer has been closed")
+        if self._transactions is not None:
+            self._transactions.check_send()
 
     def _partition_count(self, topic: str, partition: int | None) -> int:
         """The topic's partition count (cached for `metadata_max_age_ms`); checks an explicit partition."""
@@ -397,4 +498,4 @@ def _check_timestamp(timestamp_ms: object) -> int:
     return timestamp_ms
 
 
-__all__ = ["Producer", "RecordMetadata", "SendManyFuture"]
+__all__ = ["ConsumerGroupMetadata", "Producer", "RecordMetadata", "SendManyFuture"]

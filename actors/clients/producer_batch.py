@@ -93,6 +93,8 @@ class ProducerBatch:
     bulk_records: BulkRecords | None = None
     estimated_bytes: int = RECORD_BATCH_OVERHEAD
     payload: bytes | None = None
+    # The producer epoch `payload` was encoded under (a transactional producer's epoch can change).
+    producer_epoch: int = -1
     attempts: int = 0
     solo: bool = False
     done: bool = False
@@ -127,8 +129,11 @@ class ProducerBatch:
         self.estimated_bytes += size
         return future
 
-    def encode(self, producer_id: int, producer_epoch: int, base_sequence: int) -> bytes:
-        """The batch's wire bytes under the given producer id, epoch and first sequence."""
+    def encode(
+        self, producer_id: int, producer_epoch: int, base_sequence: int, is_transactional: bool = False
+    ) -> bytes:
+        """The batch's wire bytes under the given producer id, epoch and first sequence (and the transactional flag
+        of a transactional producer's batch)."""
         if self.bulk_records is not None:
             values, keys, timestamps = self.bulk_records.columns(self.bulk_indices)
         else:
@@ -142,12 +147,14 @@ class ProducerBatch:
                 producer_id=producer_id,
                 producer_epoch=producer_epoch,
                 base_sequence=base_sequence,
+                is_transactional=is_transactional,
             )
         builder = RecordBatchBuilder(
             compression=self.compression,
             producer_id=producer_id,
             producer_epoch=producer_epoch,
             base_sequence=base_sequence,
+            is_transactional=is_transactional,
         )
         for key, value, timestamp, headers in zip(
             keys or [None] * len(values), values, timestamps, self.headers, strict=True

@@ -21,6 +21,13 @@ their futures.
   `InvalidRecordError`, ...). Once a batch of a partition has failed for good, the partition's sequence
   is no longer known, so its remaining batches continue under a fresh producer id from sequence 0
   (Kafka's idempotent-producer reset; the other partitions keep theirs).
+- Transactions (a `TransactionManager`): the producer id and epoch are the transaction manager's, and every batch
+  carries the transactional flag. Before a partition's first batch of a transaction the manager adds the partition
+  to it (AddPartitionsToTxn, one call for every new partition of the pass); if that is refused, or once the
+  transaction is in an error state, the partition's batches fail with the manager's error without being sent. A
+  batch sent and failed for good is reported to the manager (the transaction becomes abortable, or the producer
+  fenced) instead of taking a fresh producer id. When the manager's epoch changes (an abort that bumps it, a
+  timed-out transaction resumed), each partition's sequence starts again at 0 once its calls in flight answered.
 
 Only the sender thread touches its per-partition state; Ray's callbacks only flag a call done and set
 `wakeup`, which the thread waits on between passes (with the next linger or backoff deadline as timeout).
@@ -41,6 +48,7 @@ from actors.clients.append_route import AppendCall, AppendRoute
 from actors.clients.broker import Broker
 from actors.clients.producer_batch import ProducerBatch
 from actors.clients.record_accumulator import ReadyCheck, RecordAccumulator
+from actors.clients.transaction_manager import TransactionManager
 from storage.clock import Clock
 from storage.errors import (
     InvalidRequestError,
@@ -103,6 +111,7 @@ class Sender:
         max_in_flight_requests_per_connection: int,
         max_request_size: int,
         clock: Clock,
+        transactions: TransactionManager | None = None,
     ) -> None:
         self._accumulator = accumulator
         self._broker = broker
@@ -116,7 +125,8 @@ class Sender:
         self._max_in_flight = max_in_flight_requests_per_connection
         self._max_request_size = max_request_size
         self._clock = clock
-        self.producer_id = self._new_producer_id() if enable_idempotence else NO_PRODUCER_ID
+        self._transactions = transactions
+        self.producer_id = self._new_producer_id() if enable_idempotence and transactions is None else NO_PRODUCER_ID
         self._partitions: dict[TopicPartition, _PartitionState] = {}
         self._route = AppendRoute()
         self._stopping = False
@@ -151,7 +161,7 @@ class Sender:
                 now = self._clock.nanoseconds()
                 completions = self._collect(now)
                 check = self._accumulator.ready(now)
-                self._send(check.partitions, now)
+                completions += self._send(check.partitions, now)
                 timeout = 0.0 if completions else self._wait_seconds(check, now)
                 self._complete(completions)
                 if timeout != 0.0:
@@ -178,14 +188,21 @@ class Sender:
     def _state(self, tp: TopicPartition) -> _PartitionState:
         state = self._partitions.get(tp)
         if state is None:
-            epoch = 0 if self._idempotent else NO_PRODUCER_EPOCH
-            state = self._partitions[tp] = _PartitionState(tp[0], tp[1], self.producer_id, epoch)
+            if self._transactions is not None:
+                producer_id, epoch = self._transactions.identity
+            else:
+                producer_id, epoch = self.producer_id, 0 if self._idempotent else NO_PRODUCER_EPOCH
+            state = self._partitions[tp] = _PartitionState(tp[0], tp[1], producer_id, epoch)
         return state
 
     # --- sending ---------------------------------------------------------------------------------
 
-    def _send(self, partitions: list[TopicPartition], now: int) -> None:
-        """One `append` call after another for each partition with closed batches, as its room allows."""
+    def _send(self, partitions: list[TopicPartition], now: int) -> list[Completion]:
+        """One `append` call after another for each partition with closed batches, as its room allows; the
+        batches a transaction refuses fail at once (returned)."""
+        refused: list[Completion] = []
+        if self._transactions is not None:
+            partitions, refused = self._transaction_partitions(partitions)
         for tp in partitions:
             state = self._state(tp)
             if state.failed or now < state.retry_at_ns:
@@ -204,6 +221,33 @@ class Sender:
                 flight = _InFlight(self._route.send(leader, state.topic, state.partition, payload, self._acks), batches)
                 state.in_flight.append(flight)
                 flight.call.add_done_callback(partial(self._on_call_done, flight))
+        return refused
+
+    def _transaction_partitions(
+        self, partitions: list[TopicPartition]
+    ) -> tuple[list[TopicPartition], list[Completion]]:
+        """The partitions that may be sent to now, in the transaction (added first if new), and the batches of
+        those the transaction refuses, failed with its error. A partition whose producer epoch changed waits for
+        its calls in flight, then starts its sequence again."""
+        assert self._transactions is not None
+        identity = self._transactions.identity
+        ready: list[TopicPartition] = []
+        for tp in partitions:
+            state = self._state(tp)
+            if (state.producer_id, state.producer_epoch) != identity:
+                if state.in_flight or state.failed:
+                    continue
+                state.producer_id, state.producer_epoch = identity
+                state.next_sequence = 0
+            ready.append(tp)
+        error = self._transactions.add_partitions(ready, self._delivery_timeout_ns / 1e9) if ready else None
+        if error is None:
+            return ready, []
+        refused: list[Completion] = []
+        for tp in ready:
+            while batches := self._accumulator.drain(tp, sys.maxsize, sys.maxsize):
+                refused.extend((batch, error) for batch in batches)
+        return [], refused
 
     def _batch_room(self, state: _PartitionState) -> int:
         """How many more batches the partition may be sent now. An idempotent producer's partition remembers its
@@ -227,7 +271,10 @@ class Sender:
                 if self._idempotent:
                     base_sequence = state.next_sequence
                     state.next_sequence = (state.next_sequence + batch.record_count) % SEQUENCE_MODULUS
-                batch.payload = batch.encode(state.producer_id, state.producer_epoch, base_sequence)
+                batch.payload = batch.encode(
+                    state.producer_id, state.producer_epoch, base_sequence, self._transactions is not None
+                )
+                batch.producer_epoch = state.producer_epoch
         return b"".join(batch.payload or b"" for batch in batches)
 
     def _on_call_done(self, flight: _InFlight) -> None:
@@ -300,7 +347,7 @@ class Sender:
         )
         state.failed.clear()
         tp = (state.topic, state.partition)
-        if reset_sequence_from is not None and self._idempotent:
+        if reset_sequence_from is not None and self._idempotent and self._transactions is None:
             for batch in itertools.chain(resend[reset_sequence_from:], self._accumulator.queued(tp)):
                 batch.payload = None
             # A fresh id is taken when the next batch is built, so failures in a row cost one id, none at the end.
@@ -328,6 +375,8 @@ class Sender:
         """Answers the futures (outside any lock: their callbacks may send), then releases the batches."""
         for batch, outcome in completions:
             if isinstance(outcome, BaseException):
+                if self._transactions is not None and batch.payload is not None:
+                    self._transactions.batch_failed(outcome, batch.producer_epoch)
                 batch.fail(outcome)
             else:
                 batch.complete(*outcome)

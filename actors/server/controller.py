@@ -41,6 +41,7 @@ from actors.options import group_coordinator_name, log_manager_name
 from actors.partition_lookup import replica_actor
 from storage.clock import SYSTEM_CLOCK
 from storage.config.broker_config import BrokerConfig
+from storage.config.transaction_config import TransactionConfig
 from storage.errors import BrokerNotAvailableError
 
 logger = logging.getLogger(__name__)
@@ -180,6 +181,10 @@ class ControllerActor:
 
     def allocate_producer_id(self) -> int:
         return self._controller.allocate_producer_id()
+
+    def transaction_config(self) -> TransactionConfig:
+        """The broker's `transaction.*` settings, for a client that starts the transaction coordinator."""
+        return self._controller.config.transaction_config
 
     # --- security --------------------------------------------------------------------------------
 

@@ -109,7 +109,7 @@ from storage.partition.file_slices import (
 from storage.partition.high_watermark_file import HighWatermarkFile
 from storage.partition.log import DEFAULT_FETCH_MAX_BYTES, Log, LogAppendInfo
 from storage.partition.producer_append import AppendOrigin
-from storage.partition.producer_state import PRODUCER_ID_EXPIRATION_MS
+from storage.partition.producer_state import PRODUCER_ID_EXPIRATION_MS, ActiveProducer
 from storage.records.file_records import TimestampAndOffset
 from storage.records.layout import ControlRecordType
 from storage.segment.transaction_index import AbortedTxn
@@ -565,6 +565,11 @@ class PartitionLogActor:
     def offsets(self) -> tuple[int, int, int]:
         """(log start offset, high watermark, log end offset)."""
         return self._log.log_start_offset, self._log.high_watermark, self._log.log_end_offset
+
+    @ray.method(concurrency_group=READ_GROUP)
+    def describe_producers(self) -> list[ActiveProducer]:
+        """The producers the partition remembers and their open transactions (Kafka's DescribeProducers)."""
+        return self._log.active_producers()
 
     @ray.method(concurrency_group=READ_GROUP)
     def epoch_end_offset(self, epoch: int) -> tuple[int, int, int]:

@@ -1,9 +1,14 @@
-"""`raybroker transactions`, modelled on kafka-transactions.sh: `--list` and `--describe --transactional-id ID`.
+"""`raybroker transactions`, modelled on kafka-transactions.sh: `--list`, `--describe --transactional-id ID` and
+`--abort`.
 
 `--list` prints Kafka's table (`TransactionalId ProducerId TransactionState`, plus the tool's coordinator column,
 always this cluster's one coordinator, id 0), optionally filtered by `--state` names and `--producer-id`.
 `--describe` prints one id's producer id and epoch, state, timeout, start time, how long the transaction has run
 and its partitions; an unknown id is an error (exit 1), as TRANSACTIONAL_ID_NOT_FOUND is for Kafka's tool.
+`--abort` ends a hanging transaction (one whose records hold a partition's last stable offset back while its
+coordinator no longer knows it) as kafka-transactions.sh's `abort` does, by writing an ABORT marker on the
+partition's leader: `--topic T --partition P --start-offset O` finds the producer whose open transaction starts at
+O (DescribeProducers), or `--producer-id`, `--producer-epoch` and `--coordinator-epoch` name it.
 """
 
 from __future__ import annotations
@@ -45,10 +50,32 @@ def add_commands(subcommands: Any) -> None:
     actions.add_argument(
         "--describe", dest="action", action="store_const", const="describe", help="describe --transactional-id"
     )
+    actions.add_argument(
+        "--abort",
+        dest="action",
+        action="store_const",
+        const="abort",
+        help="abort a hanging transaction of --topic/--partition: by --start-offset, or by --producer-id, "
+        "--producer-epoch and --coordinator-epoch",
+    )
     command.add_argument("--transactional-id", metavar="ID", help="--describe: the transactional id")
     command.add_argument("--state", action="append", default=[], metavar="S", help="--list: only this state")
     command.add_argument(
-        "--producer-id", action="append", default=[], type=non_negative_int, metavar="P", help="--list: only this id"
+        "--producer-id",
+        action="append",
+        default=[],
+        type=non_negative_int,
+        metavar="P",
+        help="--list: only this id; --abort: the producer",
+    )
+    command.add_argument("--topic", metavar="T", help="--abort: the partition's topic")
+    command.add_argument("--partition", type=non_negative_int, metavar="P", help="--abort: the partition")
+    command.add_argument(
+        "--start-offset", type=non_negative_int, metavar="O", help="--abort: where the open transaction starts"
+    )
+    command.add_argument("--producer-epoch", type=non_negative_int, metavar="E", help="--abort: the producer's epoch")
+    command.add_argument(
+        "--coordinator-epoch", type=int, metavar="C", help="--abort: the coordinator epoch of the producer's markers"
     )
     command.set_defaults(handler=run_transactions)
 
@@ -58,6 +85,13 @@ def run_transactions(args: argparse.Namespace) -> int:
         raise UsageError("--describe needs --transactional-id")
     if args.action == "list" and args.transactional_id:
         raise UsageError("--transactional-id goes with --describe")
+    abort_options = (args.topic, args.partition, args.start_offset, args.producer_epoch, args.coordinator_epoch)
+    if args.action != "abort" and any(option is not None for option in abort_options):
+        raise UsageError(
+            "--topic, --partition, --start-offset, --producer-epoch and --coordinator-epoch go with --abort"
+        )
+    if args.action == "abort":
+        return _abort(args)
     connect(args.address)
     # Ray (through the actors): loaded only when a command runs, so the CLI starts fast.
     from actors.clients.transactions import Transactions
@@ -87,6 +121,38 @@ def run_transactions(args: argparse.Namespace) -> int:
         ",".join(f"{topic}-{partition}" for topic, partition in found.partitions),
     )
     _print_table(DESCRIBE_HEADER, [row])
+    return EXIT_OK
+
+
+def _abort(args: argparse.Namespace) -> int:
+    if args.topic is None or args.partition is None:
+        raise UsageError("--abort needs --topic and --partition")
+    if args.start_offset is not None:
+        if args.producer_id or args.producer_epoch is not None or args.coordinator_epoch is not None:
+            raise UsageError("--abort takes --start-offset, or --producer-id/--producer-epoch/--coordinator-epoch")
+    elif len(args.producer_id) != 1 or args.producer_epoch is None or args.coordinator_epoch is None:
+        raise UsageError(
+            "--abort needs --start-offset, or one --producer-id with --producer-epoch and --coordinator-epoch"
+        )
+    connect(args.address)
+    from actors.clients.transactions import Transactions
+
+    transactions = Transactions()
+    if args.start_offset is not None:
+        found = transactions.open_transaction_at(args.topic, args.partition, args.start_offset)
+        producer_id, epoch, coordinator_epoch = found.producer_id, found.producer_epoch, found.coordinator_epoch
+    else:
+        named = vars(args)
+        producer_id, epoch, coordinator_epoch = (
+            named["producer_id"][0],
+            named["producer_epoch"],
+            named["coordinator_epoch"],
+        )
+    transactions.abort_transaction(args.topic, args.partition, producer_id, epoch, coordinator_epoch)
+    print(
+        f"Aborted the transaction of producer id {producer_id} (epoch {epoch}, coordinator epoch "
+        f"{coordinator_epoch}) on {args.topic}-{args.partition}"
+    )
     return EXIT_OK
 
 

@@ -20,12 +20,14 @@ channel when the leader is on the task's node and alone, else through the partit
 Headers are not written. Bad arguments (an unknown topic or column, a column of the wrong type, an unknown codec)
 raise typed errors from `write_topic`, before any task starts.
 
-Delivery: at least once. A task that fails is run again by Ray Data on the same blocks (a dead worker or node
-always; a raised error only with `retry_exceptions`), with a new producer id, so the rows its failed attempt had
-written are written again. Kafka's answer is a transactional producer per task, its transactional id fixed by
-the write's id and the task's index, so a retried task fences its failed attempt and aborts what that attempt
-wrote, and a read_committed reader sees every row once. The broker serves transactions; the Python producer the
-write tasks use does not open them yet.
+Delivery: at least once by default. A task that fails is run again by Ray Data on the same blocks (a dead worker
+or node always; a raised error only with `retry_exceptions`), with a new producer id, so the rows its failed
+attempt had written are written again. `exactly_once=True` is Kafka's answer: each write task writes its blocks in
+one transaction of its own producer, whose transactional id is fixed by the write's id and the task's index
+(`transactional_id`), so a retried task's `init_transactions` fences its failed attempt and aborts what that
+attempt wrote, and a read_committed reader (the default of `read_topic`, the `Consumer` with
+`isolation_level="read_committed"`, any Kafka client) sees every row once. A task's rows become visible when it
+commits, at its end; read_uncommitted readers also see the aborted attempts' rows.
 """
 
 from __future__ import annotations
@@ -58,11 +60,22 @@ BUFFER_BYTES = 64 * 1024 * 1024
 # the controller, a sender thread, the partitions' lookups), which `from_items`' 200 one-row blocks paid 200 times
 # (200 rows in 18 s on the loaded test machine).
 MIN_WRITE_BYTES = 8 * 1024 * 1024
+TRANSACTIONAL_ID_PREFIX = "raybroker-write-topic"
+# An exactly-once task's `transaction.timeout.ms`: its transaction stays open while it writes all its blocks (8 MiB
+# and more), so it gets 10 min where Kafka's default is 1 min, under the broker's default maximum of 15 min.
+TRANSACTION_TIMEOUT_MS = 600_000
+
+
+def transactional_id(write_id: str, task_index: int) -> str:
+    """The transactional id of write task `task_index` of write `write_id`: the same on every attempt of the task
+    (Ray Data's `TaskContext.task_idx` does not change on a retry), so the retry's producer fences the failed
+    attempt's; and different for every task of the write, so tasks never fence each other."""
+    return f"{TRANSACTIONAL_ID_PREFIX}-{write_id}-{task_index}"
 
 
 @dataclass(frozen=True, slots=True)
 class TopicWriteResult:
-    """What a `write_topic` wrote: its id and the rows written (each at least once)."""
+    """What a `write_topic` wrote: its id and the rows written (each at least once, or exactly once)."""
 
     write_id: str
     rows: int
@@ -118,11 +131,17 @@ class TopicDatasink(Datasink[int]):
     """Writes a Dataset's rows into a topic (see the module docstring); each task returns its row count."""
 
     def __init__(
-        self, columns: RecordColumns, batch_bytes: int = BATCH_BYTES, min_write_bytes: int | None = MIN_WRITE_BYTES
+        self,
+        columns: RecordColumns,
+        batch_bytes: int = BATCH_BYTES,
+        min_write_bytes: int | None = MIN_WRITE_BYTES,
+        exactly_once: bool = False,
     ) -> None:
         """`min_write_bytes`: blocks bundled into one write task at least (None: each block as Ray Data hands it
-        over, and the operators before the write run inside the write task)."""
+        over, and the operators before the write run inside the write task); `exactly_once`: each task writes in
+        a transaction (see the module docstring)."""
         self.columns = columns
+        self.exactly_once = exactly_once
         self.batch_bytes = batch_bytes
         self.min_write_bytes = min_write_bytes
         self.write_id = uuid.uuid4().hex
@@ -145,8 +164,13 @@ class TopicDatasink(Datasink[int]):
             compression_type=columns.compression,
             linger_ms=0,
             acks="all",
+            transactional_id=transactional_id(self.write_id, ctx.task_idx) if self.exactly_once else None,
+            transaction_timeout_ms=TRANSACTION_TIMEOUT_MS,
         )
         try:
+            if self.exactly_once:
+                producer.init_transactions()
+                producer.begin_transaction()
             futures = []
             for block in blocks:
                 table = BlockAccessor.for_block(block).to_arrow()
@@ -159,6 +183,8 @@ class TopicDatasink(Datasink[int]):
             producer.flush()
             for future in futures:
                 future.wait()
+            if self.exactly_once:
+                producer.commit_transaction()
         finally:
             producer.close()
         return rows
@@ -236,8 +262,11 @@ def write_topic(
     timestamp: str | None = None,
     compression: str = "lz4",
     concurrency: int | None = None,
+    exactly_once: bool = False,
 ) -> TopicWriteResult:
-    """Writes `ds` into `topic`, one record per row (see the module docstring); returns what it wrote."""
+    """Writes `ds` into `topic`, one record per row (see the module docstring); returns what it wrote.
+    `exactly_once`: each write task in a transaction of its own, so a retried task leaves no duplicate visible to
+    read_committed readers."""
     if value_format is not None and value_format not in VALUE_FORMATS:
         check_value_format(value_format, "value_format")
     partitions = len(Broker.connect().topic(topic).partitions)
@@ -256,10 +285,10 @@ def write_topic(
         compression=compression,
         partitions=partitions,
     )
-    sink = TopicDatasink(columns)
+    sink = TopicDatasink(columns, exactly_once=exactly_once)
     ds.write_datasink(sink, concurrency=concurrency)
     assert sink.result is not None, "Ray Data completed the write without calling on_write_complete"
     return sink.result
 
 
-__all__ = ["TopicDatasink", "TopicWriteResult", "write_topic"]
+__all__ = ["TopicDatasink", "TopicWriteResult", "transactional_id", "write_topic"]

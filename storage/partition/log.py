@@ -70,6 +70,7 @@ from storage.partition.log_validator import validate_client_records
 from storage.partition.producer_append import AppendOrigin, PendingAppend, TransactionVerification
 from storage.partition.producer_state import (
     PRODUCER_ID_EXPIRATION_MS,
+    ActiveProducer,
 )
 from storage.records.file_records import TimestampAndOffset
 from storage.records.legacy_records import LegacyRecord
@@ -304,6 +305,11 @@ class Log:
         """The first offset of the oldest transaction that is open, or whose marker the high watermark has not
         passed yet (clamped to the log start); None when there is none."""
         return self._first_unstable_offset
+
+    def active_producers(self) -> list[ActiveProducer]:
+        """The producers this partition remembers and their open transactions (Kafka's DescribeProducers)."""
+        with self._lock:
+            return self._producer_state.active_producers()
 
     @property
     def last_stable_offset(self) -> int:

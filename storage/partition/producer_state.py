@@ -63,6 +63,20 @@ NO_TXN = -1
 
 
 @dataclass(frozen=True, slots=True)
+class ActiveProducer:
+    """One producer of a partition as Kafka's DescribeProducers shows it (what kafka-transactions.sh reads to find
+    the producer of a hanging transaction): `current_txn_start_offset` is the first offset of its open
+    transaction on the partition, -1 for none."""
+
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    last_timestamp: int
+    coordinator_epoch: int
+    current_txn_start_offset: int
+
+
+@dataclass(frozen=True, slots=True)
 class BatchMetadata:
     """What is remembered of one batch: its sequence range, offset range and max timestamp."""
 
@@ -194,6 +208,20 @@ class ProducerStateManager:
     @property
     def producers(self) -> dict[int, ProducerEntry]:
         return self._producers
+
+    def active_producers(self) -> list[ActiveProducer]:
+        """Every producer the partition remembers, by producer id."""
+        return [
+            ActiveProducer(
+                entry.producer_id,
+                entry.epoch,
+                entry.last_sequence,
+                entry.last_timestamp,
+                entry.coordinator_epoch,
+                entry.current_txn_first_offset,
+            )
+            for _, entry in sorted(self._producers.items())
+        ]
 
     def put_entries(self, entries: dict[int, ProducerEntry], started_txns: list[tuple[int, int]]) -> None:
         """Makes the entries of an append the current ones and opens the transactions it started (first offset,

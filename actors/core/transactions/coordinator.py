@@ -25,7 +25,10 @@ deleted topic counts as done too.
 
 Answers (Kafka 3.9's, see the `TxnError` names): InitProducerId with an Ongoing transaction fences it (epoch bumped,
 PrepareAbort written with the bumped epoch, markers sent) and answers CONCURRENT_TRANSACTIONS; the client's retry
-bumps again, so a restarted producer's epoch rises by 2. A producer whose epoch reaches 32766 gets a new producer id
+bumps again, so a restarted producer's epoch rises by 2. A transaction aborted on its timeout is fenced the same
+way, but its epoch is remembered as the last one (memory only), so its own producer may resume: InitProducerId
+naming that epoch is taken as a retry of the bump and answered the current epoch (KIP-360), where a producer fenced
+by a newer one is refused PRODUCER_FENCED. A producer whose epoch reaches 32766 gets a new producer id
 at epoch 0. PRODUCER_FENCED is answered here whatever the request version; the protocol layer turns it into
 INVALID_PRODUCER_EPOCH for versions before Kafka introduced it.
 
@@ -307,11 +310,14 @@ class TransactionCoordinator:
                 return InitProducerIdResult(error)
             return InitProducerIdResult(TxnError.NONE, bumped.producer_id, bumped.producer_epoch)
 
-    def _fence_and_abort(self, metadata: TransactionMetadata, now_ms: int) -> None:
+    def _fence_and_abort(self, metadata: TransactionMetadata, now_ms: int, *, resumable: bool = False) -> None:
         """Kafka's `prepareFenceProducerEpoch` then abort: the epoch is bumped in memory (not again if the last
-        fence's write failed), PrepareAbort is written with it, and the markers are sent with it."""
+        fence's write failed), PrepareAbort is written with it, and the markers are sent with it. `resumable` (a
+        timeout, not a newer producer): the epoch fenced is remembered as the last one, so its producer may resume
+        with InitProducerId naming it (KIP-360) and take the bumped epoch after aborting its side."""
         epoch = metadata.producer_epoch if metadata.has_failed_epoch_fence else metadata.producer_epoch + 1
-        fenced = replace(metadata, producer_epoch=epoch)
+        last_epoch = epoch - 1 if resumable else NO_PRODUCER_EPOCH
+        fenced = replace(metadata, producer_epoch=epoch, last_producer_epoch=last_epoch)
         self._transactions[metadata.transactional_id] = replace(fenced, has_failed_epoch_fence=True)
         aborting = fenced.to(_S.PREPARE_ABORT, now_ms, markers_left=fenced.partitions, has_failed_epoch_fence=False)
         if self._write(aborting) == TxnError.NONE:
@@ -459,7 +465,7 @@ class TransactionCoordinator:
                 logger.info(
                     "%s: transaction timed out after %d ms: aborting", metadata.transactional_id, metadata.timeout_ms
                 )
-                self._fence_and_abort(metadata, now_ms)
+                self._fence_and_abort(metadata, now_ms, resumable=True)
             return [metadata.transactional_id for metadata in timed_out]
 
     def expire_transactional_ids(self) -> list[str]:

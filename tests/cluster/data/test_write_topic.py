@@ -1,7 +1,8 @@
 """`write_topic` on a real broker and a real local Ray: every row lands as one record, with its key on the
 partition Kafka's default partitioner picks (kafka-python's murmur2 is the oracle), its value in every value format
 as json/msgpack encode the row, its timestamp; a write task killed once writes again (at least once: the rows its
-dead attempt wrote are there twice); bad arguments fail before any task starts."""
+dead attempt wrote are there twice; with `exactly_once` read_committed readers see each row once); bad arguments
+fail before any task starts."""
 
 from __future__ import annotations
 
@@ -35,7 +36,8 @@ NOW_MS = int(time.time() * 1000)
 @pytest.fixture(scope="module")
 def broker(start_test_broker: Callable[..., tuple[Any, Any]]) -> Any:
     ray.data.DataContext.get_current().enable_progress_bars = False
-    return start_test_broker(log_dirs_count=1)[0]
+    # One `__transaction_state` partition for the exactly-once writes (each partition is an actor process).
+    return start_test_broker(log_dirs_count=1, transaction_state_log_num_partitions="1")[0]
 
 
 def rows_of(topic: str, value_format: str = "binary") -> list[dict[str, Any]]:
@@ -88,15 +90,15 @@ def test_a_string_column_is_written_as_utf8_to_one_partition(broker: Any) -> Non
     assert {row["partition"] for row in rows} == {1}
 
 
-# Batches `kill_once` was handed in this process (a retried task runs in a new worker process).
-_CALLS = [0]
+# Batches `kill_once` was handed in this process, per marker (a retried task runs in a new worker process).
+_CALLS: dict[str, int] = {}
 
 
 def kill_once(batch: pa.Table, marker: str, topic: str, wait_for: int) -> pa.Table:
     """Kills this worker, once (the first process to create `marker`), when it is handed its third batch: after
     waiting until `wait_for` records (its first two batches, already handed to the write) are in `topic`."""
-    calls = _CALLS[0]
-    _CALLS[0] += 1
+    calls = _CALLS.get(marker, 0)
+    _CALLS[marker] = calls + 1
     if calls != 2 or os.path.exists(marker):
         return batch
     broker = Broker.connect()
@@ -110,8 +112,12 @@ def kill_once(batch: pa.Table, marker: str, topic: str, wait_for: int) -> pa.Tab
     os._exit(1)
 
 
-def test_a_write_task_killed_once_writes_again_so_every_row_lands_at_least_once(broker: Any, tmp_path: Path) -> None:
-    Admin().create_topic("killed", partitions=2)
+@pytest.mark.parametrize("exactly_once", [False, True])
+def test_a_write_task_killed_once_writes_again_at_least_once_or_in_a_transaction_exactly_once(
+    broker: Any, tmp_path: Path, exactly_once: bool
+) -> None:
+    topic = f"killed-{exactly_once}".lower()
+    Admin().create_topic(topic, partitions=2)
     items = [{"value": f"row-{i}".encode()} for i in range(400)]
     marker = tmp_path / "killed-once"
     context = ray.data.DataContext.get_current()
@@ -123,12 +129,12 @@ def test_a_write_task_killed_once_writes_again_so_every_row_lands_at_least_once(
             kill_once,
             batch_size=100,
             batch_format="pyarrow",
-            fn_kwargs={"marker": str(marker), "topic": "killed", "wait_for": 200},
+            fn_kwargs={"marker": str(marker), "topic": topic, "wait_for": 200},
         )
         # Unbundled, so that Ray Data fuses the map into the write task: the kill then ends a write under way.
         columns = record_columns(
             dataset.schema().base_schema,
-            "killed",
+            topic,
             key=None,
             value=None,
             value_format=None,
@@ -137,16 +143,22 @@ def test_a_write_task_killed_once_writes_again_so_every_row_lands_at_least_once(
             compression="lz4",
             partitions=2,
         )
-        sink = TopicDatasink(columns, min_write_bytes=None)
+        sink = TopicDatasink(columns, min_write_bytes=None, exactly_once=exactly_once)
         dataset.write_datasink(sink)
     finally:
         context.target_max_block_size = target
     assert marker.exists(), "the write task was killed"
     assert sink.result is not None and sink.result.rows == 400
-    counts = Counter(row["value"] for row in read_topic("killed", columns=["value"]).take_all())
-    assert set(counts) == {item["value"] for item in items}, "every row landed"
-    # Without transactions the dead attempt's rows stay: its first two batches are there twice.
-    assert sorted(counts.values()) == [1] * 200 + [2] * 200
+    uncommitted = Counter(
+        row["value"] for row in read_topic(topic, columns=["value"], isolation="read_uncommitted").take_all()
+    )
+    assert set(uncommitted) == {item["value"] for item in items}, "every row landed"
+    # The dead attempt's rows stay in the log: its first two batches are there twice.
+    assert sorted(uncommitted.values()) == [1] * 200 + [2] * 200
+    # Without transactions read_committed readers see them twice too; in a transaction, the retry's fence aborted
+    # them and every row is read once.
+    committed = Counter(row["value"] for row in read_topic(topic, columns=["value"]).take_all())
+    assert committed == (Counter({item["value"]: 1 for item in items}) if exactly_once else uncommitted)
 
 
 def test_bad_writes_are_refused_before_any_task_starts(broker: Any) -> None:

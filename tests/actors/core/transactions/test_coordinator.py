@@ -230,6 +230,8 @@ def test_init_producer_id_during_a_transaction_fences_it_and_the_retry_bumps_aga
     assert (retried.error, retried.producer_id, retried.producer_epoch) == (TxnError.NONE, pid, epoch + 2)
     assert coordinator.end_transaction(TXN_ID, pid, epoch, commit=True) == TxnError.PRODUCER_FENCED
     assert coordinator.add_partitions(TXN_ID, pid, epoch, [(TOPIC, 0)]) == TxnError.PRODUCER_FENCED
+    # A zombie cannot resume its epoch (KIP-360): only a timeout leaves that door open.
+    assert coordinator.init_producer_id(TXN_ID, TIMEOUT_MS, pid, epoch).error == TxnError.PRODUCER_FENCED
 
 
 def test_a_transaction_past_its_timeout_is_aborted_by_the_scheduled_task(
@@ -249,6 +251,11 @@ def test_a_transaction_past_its_timeout_is_aborted_by_the_scheduled_task(
     assert coordinator.end_transaction(TXN_ID, pid, epoch, commit=True) == TxnError.PRODUCER_FENCED
     log = broker.leader(TOPIC, 0).log
     assert log.last_stable_offset == log.log_end_offset
+    # The timed-out producer resumes by naming its epoch and takes the fence's epoch, once, without a new bump.
+    for _ in range(2):
+        resumed = coordinator.init_producer_id(TXN_ID, 1_000, pid, epoch)
+        assert (resumed.error, resumed.producer_id, resumed.producer_epoch) == (TxnError.NONE, pid, epoch + 1)
+    assert coordinator.add_partitions(TXN_ID, pid, epoch + 1, [(TOPIC, 0)]) == TxnError.NONE
 
 
 def test_an_idle_transactional_id_expires_with_a_tombstone_and_comes_back_with_a_new_producer_id(
