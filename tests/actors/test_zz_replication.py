@@ -292,20 +292,13 @@ class Acked:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
-# Records a `produce_until` producer has sent and not yet had answered. Unbounded, the sends outran the broker on a
-# loaded 2-core machine: after `stop` each producer's flush drained a backlog of thousands of records for 45-60 s
-# (the partitions' log end offsets still grew by ~600 records per 5 s), the longest part of the node-kill test.
-UNANSWERED_SENDS = 32
-
-
 def produce_until(
     stop: threading.Event, name: str, acked: Acked, topic: str, partitions: int, acks: str = "all"
 ) -> None:
-    """A producer sending `name-<seq>` one record at a time (at most `UNANSWERED_SENDS` unanswered) until `stop`;
-    idempotent with acks=all, as Kafka requires (an idempotent acks=1 producer's sequence runs ahead of a new
-    leader that never got its last batches)."""
+    """A producer sending `name-<seq>` one record at a time (a few in flight) until `stop`; idempotent with
+    acks=all, as Kafka requires (an idempotent acks=1 producer's sequence runs ahead of a new leader that never got
+    its last batches)."""
     settings: dict[str, Any] = {"enable_idempotence": acks == "all"}
-    room = threading.BoundedSemaphore(UNANSWERED_SENDS)
     with Producer(acks=acks, retries=1_000_000, retry_backoff_max_ms=200, linger_ms=1, **settings) as producer:
         seq = 0
         while not stop.is_set():
@@ -313,17 +306,13 @@ def produce_until(
             partition = seq % partitions
 
             def done(future: Any, value: bytes = value, partition: int = partition) -> None:
-                try:
-                    with acked.lock:
-                        if future.exception() is not None:
-                            acked.errors.append(future.exception())
-                            return
-                        acked.by_offset[(partition, future.result().offset)] = value
-                        acked.order.setdefault((name, partition), []).append(value)
-                finally:
-                    room.release()
+                with acked.lock:
+                    if future.exception() is not None:
+                        acked.errors.append(future.exception())
+                        return
+                    acked.by_offset[(partition, future.result().offset)] = value
+                    acked.order.setdefault((name, partition), []).append(value)
 
-            room.acquire()
             producer.send(topic, value, partition=partition).add_done_callback(done)
             seq += 1
             time.sleep(0.004)
