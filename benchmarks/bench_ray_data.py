@@ -29,11 +29,15 @@ import dataclasses
 import uuid
 from typing import Any
 
-from benchmarks.bench_spark import FEW_PARTITIONS, PAGES, QUICK_ROWS, ROWS, USERS, prepare
+from benchmarks.bench_spark import FEW_PARTITIONS, PAGES, ROWS, USERS, prepare
 from benchmarks.common import BenchContext, Figure, throughput_figure, timer
 
 REPEATS = 3
 QUICK_REPEATS = 2
+# --quick rows: a tenth of `spark_ingest`'s 100k. At 100k this module's --quick run takes 269 s on an idle 2-core
+# machine, most of it in the four writes (write_kafka writes ~800 rows/s through the listener under load); at 20k
+# it takes 195 s under a load average of 20, 104 s of them writing.
+QUICK_ROWS = 10_000
 READ_GOAL = 3.0
 PARQUET_GOAL = 0.8
 WRITE_GOAL = 3.0
