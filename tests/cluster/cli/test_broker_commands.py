@@ -31,25 +31,13 @@ from cluster.cli.main import EXIT_DATA_ERROR, EXIT_INTERRUPTED, EXIT_OK, EXIT_US
 from cluster.head_state import HeadState, read_state, state_file
 from cluster.runtime import RAY_HEAD_PORT, stop_head
 from storage.records.record_batch import TimestampType
+from tests.cluster.cli.cli_support import one_error_line, run
 from tests.conftest import skip_or_fail
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 BROKER_COMMANDS = ("start", "stop", "topics", "produce", "consume", "get-offsets", "delete-records", "status")
 
 StartBroker = Callable[..., tuple[Any, list[Path]]]
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
-def one_error_line(err: str) -> str:
-    assert err.count("\n") == 1, err
-    assert err.startswith("raybroker: error: "), err
-    assert "Traceback" not in err
-    return err
 
 
 def feed_stdin(monkeypatch: pytest.MonkeyPatch, text: str) -> None:

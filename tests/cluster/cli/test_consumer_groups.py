@@ -11,7 +11,9 @@ from typing import Any
 import pytest
 
 from actors.clients.consumer import Consumer
-from cluster.cli.main import EXIT_DATA_ERROR, EXIT_OK, EXIT_USAGE, main
+from cluster.cli.main import EXIT_DATA_ERROR, EXIT_OK, EXIT_USAGE
+from tests.cluster.cli.cli_support import one_error_line
+from tests.cluster.cli.cli_support import run as run_cli
 from tests.cluster.cli.group_support import committed_group
 
 TOPIC = "cli-groups"
@@ -19,14 +21,7 @@ GROUP = "cli-python-group"
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(["consumer-groups", *argv])
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
-def one_error_line(err: str) -> str:
-    assert err.count("\n") == 1 and err.startswith("raybroker: error: ") and "Traceback" not in err, err
-    return err
+    return run_cli(capsys, "consumer-groups", *argv)
 
 
 def test_help_exits_0(capsys: pytest.CaptureFixture[str]) -> None:

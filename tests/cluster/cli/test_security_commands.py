@@ -17,23 +17,11 @@ from typing import Any
 import pytest
 
 from cluster.cli.common import UsageError
-from cluster.cli.main import EXIT_DATA_ERROR, EXIT_OK, EXIT_USAGE, build_parser, main
+from cluster.cli.main import EXIT_DATA_ERROR, EXIT_OK, EXIT_USAGE, build_parser
+from tests.cluster.cli.cli_support import one_error_line, run
 
 StartBroker = Callable[..., tuple[Any, list[Path]]]
 PASSWORD = "Tr0ub4dor&3-horse"
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
-def one_error_line(err: str) -> str:
-    assert err.count("\n") == 1, err
-    assert err.startswith("raybroker: error: "), err
-    assert "Traceback" not in err
-    return err
 
 
 def feed_stdin(monkeypatch: pytest.MonkeyPatch, text: str) -> None:

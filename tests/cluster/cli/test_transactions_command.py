@@ -13,21 +13,16 @@ from typing import Any
 
 import pytest
 
-from cluster.cli.main import EXIT_DATA_ERROR, EXIT_OK, EXIT_USAGE, main
+from cluster.cli.main import EXIT_DATA_ERROR, EXIT_OK, EXIT_USAGE
 from storage.records.record_batch import RecordBatchBuilder
+from tests.cluster.cli.cli_support import one_error_line
+from tests.cluster.cli.cli_support import run as run_cli
 
 TOPIC = "hanging"
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(["transactions", *argv])
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
-def one_error_line(err: str) -> str:
-    assert err.count("\n") == 1 and err.startswith("raybroker: error: ") and "Traceback" not in err, err
-    return err
+    return run_cli(capsys, "transactions", *argv)
 
 
 def test_help_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
