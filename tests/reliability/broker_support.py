@@ -24,6 +24,7 @@ from actors.clients.broker import Broker
 from storage.errors import BrokerNotAvailableError, RequestTimedOutError
 from storage.records.record_batch import RecordBatchBuilder, iter_batches
 from tests.actors.support import wait_for
+from tests.conftest import ONE_ACTOR_PER_PARTITION
 
 # A restarted actor starts a fresh Python worker and recovers its log: seconds on a loaded 2-core node.
 RESTART_TIMEOUT_S = 90.0
@@ -42,7 +43,7 @@ def shared_broker(start_test_broker: Callable[..., tuple[Broker, list[Path]]]) -
             return _shared_broker[0]
         except (BrokerNotAvailableError, RequestTimedOutError):
             _shared_broker.clear()
-    client, _ = start_test_broker(log_dirs_count=2)
+    client, _ = start_test_broker(log_dirs_count=2, **ONE_ACTOR_PER_PARTITION)
     _shared_broker.append(client)
     return client
 

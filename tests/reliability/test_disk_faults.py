@@ -26,6 +26,7 @@ from storage.errors import KafkaStorageError
 from storage.logdir.log_manager import LogManager
 from storage.partition.log import Log
 from storage.records.record_batch import RecordBatchBuilder
+from tests.conftest import ONE_ACTOR_PER_PARTITION
 from tests.reliability.modes import scaled
 
 pytestmark = pytest.mark.reliability
@@ -351,7 +352,7 @@ def test_a_broker_log_dir_that_fills_up_goes_offline_while_the_other_serves_and_
     from actors.options import log_manager_name
     from actors.partition_lookup import partition_actor
 
-    broker, dirs = start_test_broker(log_dirs_count=2)
+    broker, dirs = start_test_broker(log_dirs_count=2, **ONE_ACTOR_PER_PARTITION)
     admin = Admin(broker)
     admin.create_topic("disk", 4)
     acked: dict[int, list[bytes]] = {p: [] for p in range(4)}
@@ -387,7 +388,7 @@ def test_a_broker_log_dir_that_fills_up_goes_offline_while_the_other_serves_and_
             acked[partition].append(value)
     assert consume_all("disk", good) == {p: acked[p] for p in good}
 
-    restarted, _ = start_test_broker(log_dirs=dirs)
+    restarted, _ = start_test_broker(log_dirs=dirs, **ONE_ACTOR_PER_PARTITION)
     dirs_now = call(get_actor(log_manager_name(restarted.node_of("disk", 0))).dirs.remote())
     assert all(reason is None for reason in dirs_now.values())
     assert consume_all("disk", list(range(4))) == acked

@@ -45,6 +45,7 @@ from storage.records.record_batch import (
     build_control_batch,
 )
 from tests.actors.support import now_ms, wait_for
+from tests.conftest import ONE_ACTOR_PER_PARTITION
 from tests.storage.builders import Rec, as_recs, batch_bytes, kafka_decode
 
 pytestmark = pytest.mark.ray
@@ -106,7 +107,7 @@ def read_checkpoint_text(path: Path) -> dict[tuple[str, int], int]:
 @pytest.fixture(scope="module")
 def broker(start_test_broker: StartBroker) -> tuple[Broker, list[Path]]:
     """One broker over two fresh log dirs, shared by the module; the restart test, which stops it, comes last."""
-    return start_test_broker()
+    return start_test_broker(**ONE_ACTOR_PER_PARTITION)
 
 
 # --- end to end ------------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from storage.errors import (
     UnknownTopicOrPartitionError,
 )
 from storage.records.record_batch import TimestampType
+from tests.conftest import ONE_ACTOR_PER_PARTITION
 
 pytestmark = pytest.mark.ray
 
@@ -46,7 +47,7 @@ def sent(start_test_broker: Any) -> list[Sent]:
     """Topic `c2` (2 partitions, written once, only read by the tests) and the oracle of what it holds."""
     from actors import Admin, Producer
 
-    broker, _ = start_test_broker(log_dirs_count=1)
+    broker, _ = start_test_broker(log_dirs_count=1, **ONE_ACTOR_PER_PARTITION)
     admin = Admin(broker)
     admin.create_topic("c2", 2)
     admin.create_topic("c1", 1)

@@ -28,6 +28,7 @@ from storage.errors import (
 from storage.records.compression import CompressionType
 from storage.records.record_batch import RecordBatch, RecordBatchBuilder, TimestampType, iter_batches
 from tests.actors.support import append_channel_connections
+from tests.conftest import ONE_ACTOR_PER_PARTITION
 
 pytestmark = pytest.mark.ray
 
@@ -44,7 +45,7 @@ TOPICS = {
 def broker(start_test_broker: Any) -> Any:
     from actors import Admin
 
-    broker, _ = start_test_broker(log_dirs_count=1)
+    broker, _ = start_test_broker(log_dirs_count=1, **ONE_ACTOR_PER_PARTITION)
     admin = Admin(broker)
     for name, (partitions, config) in TOPICS.items():
         admin.create_topic(name, partitions, config)

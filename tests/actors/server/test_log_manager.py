@@ -22,6 +22,7 @@ from storage.errors import BrokerNotAvailableError, LogDirLockedError, OffsetOut
 from storage.files.checkpoint_file import OffsetCheckpointFile
 from storage.files.log_dir_lock import LogDirLock
 from tests.actors.support import manager, now_ms, wait_for
+from tests.conftest import ONE_ACTOR_PER_PARTITION
 from tests.storage.builders import Rec, as_recs, batch_bytes, kafka_decode
 
 pytestmark = pytest.mark.ray
@@ -79,7 +80,7 @@ def alive_partition_actors() -> dict[str, list[int]]:
 @pytest.fixture(scope="module")
 def broker(start_test_broker: StartBroker) -> tuple[Broker, list[Path]]:
     """Three log dirs; time-based flushes on (scheduler interval 200 ms) so recovery points move while running."""
-    return start_test_broker(log_dirs_count=3, log_flush_scheduler_interval_ms="200")
+    return start_test_broker(log_dirs_count=3, log_flush_scheduler_interval_ms="200", **ONE_ACTOR_PER_PARTITION)
 
 
 def test_partitions_go_to_the_dir_with_the_fewest_and_the_manager_lists_them(broker: tuple[Broker, list[Path]]) -> None:
@@ -247,7 +248,9 @@ def test_killed_log_manager_comes_back_without_duplicating_partitions(broker: tu
 
 
 def test_only_an_io_error_takes_a_log_dir_offline(start_test_broker: StartBroker) -> None:
-    client, log_dirs = start_test_broker(log_dirs_count=2, log_flush_scheduler_interval_ms="100")
+    client, log_dirs = start_test_broker(
+        log_dirs_count=2, log_flush_scheduler_interval_ms="100", **ONE_ACTOR_PER_PARTITION
+    )
     lm = manager()
     online = {str(d.resolve()): None for d in log_dirs}
     call(client.controller.create_topic.remote("closed", 1, {"flush.ms": "0"}))
@@ -312,7 +315,7 @@ def _answers(handle: Any) -> bool:
 @pytest.mark.parametrize("count", [8, 32])
 def test_scale_figures_per_partition_actor(start_test_broker: StartBroker, count: int) -> None:
     """Prints memory and start time per partition actor (figures for the report, not asserted)."""
-    client, _ = start_test_broker(log_dirs_count=2)
+    client, _ = start_test_broker(log_dirs_count=2, **ONE_ACTOR_PER_PARTITION)
     started = time.monotonic()
     call(client.controller.create_topic.remote(f"scale{count}", count), timeout_s=600)
     elapsed = time.monotonic() - started

@@ -17,6 +17,7 @@ import pytest
 from actors.calls import call
 from cluster.protocol.listener import KafkaListener, start_listener
 from tests.actors.support import append_channel_connections
+from tests.conftest import ONE_ACTOR_PER_PARTITION
 
 pytestmark = pytest.mark.ray
 
@@ -32,7 +33,7 @@ Record = tuple[str, int, int, bytes | None, bytes | None, tuple[tuple[str, bytes
 
 @pytest.fixture(scope="module")
 def listener(start_test_broker: Callable[..., tuple[Any, Any]]) -> Iterator[KafkaListener]:
-    start_test_broker(num_partitions=str(PARTITIONS))
+    start_test_broker(num_partitions=str(PARTITIONS), **ONE_ACTOR_PER_PARTITION)
     with start_listener({"listeners": "PLAINTEXT://127.0.0.1:0", "num.partitions": str(PARTITIONS)}) as started:
         yield started
 
