@@ -9,14 +9,16 @@ AddPartitionsToTxn checks the topics first: a topic the principal may not WRITE 
 request OPERATION_NOT_ATTEMPTED (55), nothing being added. AddOffsetsToTxn adds the group's `__consumer_offsets`
 partition. TxnOffsetCommit goes to the group coordinator, which holds the offsets pending until the COMMIT marker of
 the transaction reaches that partition; it is refused unless that partition is in the producer's transaction
-(INVALID_TXN_STATE; INVALID_PRODUCER_EPOCH for a fenced producer, INVALID_PRODUCER_ID_MAPPING for an unknown one).
+(TRANSACTION_ABORTABLE to v4+, INVALID_TXN_STATE before; INVALID_PRODUCER_EPOCH for a fenced producer,
+INVALID_PRODUCER_ID_MAPPING for an unknown one). With member information it is checked against the group's
+member and generation, whatever the group's state (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION).
 
 Authorization, as Kafka's: WRITE on the transactional id for AddPartitionsToTxn, AddOffsetsToTxn, EndTxn and
 TxnOffsetCommit (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED, 53); READ on the group for AddOffsetsToTxn and
-TxnOffsetCommit (GROUP_AUTHORIZATION_FAILED, 30) and READ on each topic committed (TOPIC_AUTHORIZATION_FAILED);
-DESCRIBE on each id for DescribeTransactions (an id it may not see answers 53) and ListTransactions (ids it may
-not see are left out); CLUSTER_ACTION on the cluster for WriteTxnMarkers, whose markers a coordinator sends to
-partition leaders (else every partition answers CLUSTER_AUTHORIZATION_FAILED, 31).
+TxnOffsetCommit (GROUP_AUTHORIZATION_FAILED, 30) and READ on each topic committed (TOPIC_AUTHORIZATION_FAILED); DESCRIBE
+on each id for DescribeTransactions (an id it may not see answers 53; an empty id is INVALID_REQUEST) and
+ListTransactions (ids it may not see are left out); CLUSTER_ACTION on the cluster for WriteTxnMarkers, whose markers a
+coordinator sends to partition leaders (else every partition answers CLUSTER_AUTHORIZATION_FAILED, 31).
 """
 
 from __future__ import annotations
@@ -28,7 +30,6 @@ from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 
 from actors.core.controller.topic_metadata import CONSUMER_OFFSETS_TOPIC
-from actors.core.groups.group_membership import GroupError
 from actors.core.security.acls import AclOperation, ResourceType
 from actors.core.transactions.coordinator import TransactionDescription
 from actors.core.transactions.transaction_metadata import TransactionState, TxnError
@@ -53,6 +54,8 @@ DESCRIBE_TRANSACTIONS_KEY = 65
 LIST_TRANSACTIONS_KEY = 66
 # The first versions answered PRODUCER_FENCED rather than INVALID_PRODUCER_EPOCH (KafkaApis).
 FIRST_PRODUCER_FENCED_VERSION = 2
+# The first TxnOffsetCommit answered TRANSACTION_ABORTABLE rather than INVALID_TXN_STATE (KIP-890).
+FIRST_TRANSACTION_ABORTABLE_COMMIT = 4
 
 
 def timeout_ms(value: datetime.timedelta | int) -> int:
@@ -154,8 +157,6 @@ class AddOffsetsToTxnHandler:
             return ErrorCode.transactional_id_authorization_failed
         if not allows(self._access, context, AclOperation.READ, ResourceType.GROUP, body.group_id):
             return ErrorCode.group_authorization_failed
-        if not body.group_id:
-            return group_error_code(GroupError.INVALID_GROUP_ID)
         try:
             partition = await self._groups.offsets_partition_for(body.group_id)
         except RaybrokerError as exc:
@@ -257,11 +258,16 @@ class TxnOffsetCommitHandler:
         self, request: Request, partition: int, offsets: dict[TopicPartition, tuple[int, str]]
     ) -> ErrorCode:
         body = request.body
-        answer = await _coordinator_call(
-            self._transactions.verify_partition(
-                body.transactional_id, body.producer_id, body.producer_epoch, CONSUMER_OFFSETS_TOPIC, partition
+        offsets_partition = (CONSUMER_OFFSETS_TOPIC, partition)
+        try:
+            verified = await self._transactions.verify_partitions(
+                body.transactional_id, body.producer_id, body.producer_epoch, [offsets_partition]
             )
-        )
+        except RaybrokerError as exc:
+            return coordinator_error_code(exc)
+        answer = verified[offsets_partition]
+        if answer == TxnError.TRANSACTION_ABORTABLE and request.api_version < FIRST_TRANSACTION_ABORTABLE_COMMIT:
+            return ErrorCode.invalid_txn_state
         if answer != TxnError.NONE:
             # TxnOffsetCommit never knew PRODUCER_FENCED: a fenced producer gets INVALID_PRODUCER_EPOCH.
             return _code(answer, api_version=0)
@@ -353,6 +359,8 @@ class DescribeTransactionsHandler:
             "topics": [],
         }
         context = request.context
+        if not transactional_id:
+            return {**empty, "error_code": ErrorCode.invalid_request}
         if not allows(self._access, context, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, transactional_id):
             return {**empty, "error_code": ErrorCode.transactional_id_authorization_failed}
         try:
