@@ -138,6 +138,35 @@ class Side:
             assert time.monotonic() < deadline
             time.sleep(0.05)
 
+    def broker_add_partitions(
+        self, version: int, batch: list[tuple[str, tuple[int, int], list[tuple[str, int]], bool]]
+    ) -> tuple[ErrorCode, dict[tuple[int, str, int], ErrorCode]]:
+        """A broker's AddPartitionsToTxn (v4+) of (transactional id, producer, partitions, verify_only)
+        transactions, each id once: the top-level code and each partition's, keyed by the transaction's index in
+        `batch` (Kafka answers the transactions in no particular order)."""
+        transactions = []
+        for transactional_id, producer, partitions, verify_only in batch:
+            topics: dict[str, list[int]] = {}
+            for topic, partition in partitions:
+                topics.setdefault(topic, []).append(partition)
+            transactions.append(
+                {
+                    "transactional_id": transactional_id,
+                    "producer_id": producer[0],
+                    "producer_epoch": producer[1],
+                    "verify_only": verify_only,
+                    "topics": [{"name": name, "partitions": parts} for name, parts in topics.items()],
+                }
+            )
+        response = self.call(ADD_PARTITIONS, version, {"transactions": transactions})
+        index = {transactional_id: position for position, (transactional_id, _, _, _) in enumerate(batch)}
+        return response.error_code, {
+            (index[result.transactional_id], topic.name, partition.partition_index): partition.partition_error_code
+            for result in response.results_by_transaction
+            for topic in result.topic_results
+            for partition in topic.results_by_partition
+        }
+
     def end(self, transactional_id: str, producer: tuple[int, int], commit: bool, version: int = 3) -> ErrorCode:
         values = {
             "transactional_id": transactional_id,
@@ -407,6 +436,37 @@ def fencing_an_ongoing_transaction(side: Side) -> Codes:
     return codes
 
 
+def brokers_add_partitions(side: Side) -> Codes:
+    """AddPartitionsToTxn v4-5, the brokers' form, sent from a client connection (Kafka without an authorizer allows
+    its CLUSTER_ACTION): verify_only answers without adding, verify_only=false adds."""
+    ongoing, empty, fenced, mapped = ids("ongoing"), ids("empty"), ids("fenced"), ids("mapped")
+    producers = {name: side.init(name) for name in (ongoing, empty, fenced, mapped)}
+    side.add(ongoing, producers[ongoing], [(TOPIC, 0)])
+    codes: Codes = {}
+    for version in (4, 5):
+        codes[f"verify_v{version}"] = side.broker_add_partitions(
+            version,
+            [
+                (ongoing, producers[ongoing], [(TOPIC, 0), (TOPIC, 1)], True),
+                (empty, producers[empty], [(TOPIC, 0)], True),
+                (ids("nobody"), producers[empty], [(TOPIC, 0)], True),
+                (fenced, (producers[fenced][0], producers[fenced][1] + 1), [(TOPIC, 1)], True),
+                (mapped, (producers[mapped][0] + 1000, producers[mapped][1]), [(TOPIC, 2)], True),
+            ],
+        )
+        codes[f"verify_unknown_topic_v{version}"] = side.broker_add_partitions(
+            version, [(ongoing, producers[ongoing], [(TOPIC, 1), (f"no-such-{RUN}", 0)], True)]
+        )
+    codes["verify_empty_id"] = side.broker_add_partitions(5, [("", producers[empty], [(TOPIC, 0)], True)])
+    codes["state_after_verify"] = side.state(empty, producers[empty][0])
+    codes["add"] = side.broker_add_partitions(5, [(empty, producers[empty], [(TOPIC, 1)], False)])
+    codes["state_after_add"] = side.state(empty, producers[empty][0])
+    codes["verify_after_add"] = side.broker_add_partitions(4, [(empty, producers[empty], [(TOPIC, 1)], True)])
+    codes["internal_topic_v3"] = side.add_partitions(ongoing, producers[ongoing], [("__consumer_offsets", 0)])
+    codes["abort"] = [side.end(name, producers[name], False) for name in (ongoing, empty)]
+    return codes
+
+
 def garbage(side: Side) -> Codes:
     """Frames that are no request: each closes its connection, and the listener answers the next one."""
     codes: Codes = {}
@@ -444,6 +504,7 @@ CASES = [
     txn_offset_commit_group_checks,
     produce_outside_transaction,
     fencing_an_ongoing_transaction,
+    brokers_add_partitions,
     garbage,
 ]
 
@@ -492,6 +553,8 @@ def _plain(codes: Codes) -> dict[str, Any]:
             return value.name
         if isinstance(value, dict):
             return sorted((str(key), plain(item)) for key, item in value.items())
+        if isinstance(value, (list, tuple)):
+            return [plain(item) for item in value]
         return value
 
     return {name: plain(value) for name, value in codes.items()}
