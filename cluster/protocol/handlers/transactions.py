@@ -1,5 +1,5 @@
 """The transaction APIs of a transactional producer, of brokers and of Kafka's admin tools: AddPartitionsToTxn (24),
-AddOffsetsToTxn (25), EndTxn (26), WriteTxnMarkers (27), TxnOffsetCommit (28),
+AddOffsetsToTxn (25), EndTxn (26), WriteTxnMarkers (27), TxnOffsetCommit (28), DescribeProducers (61),
 DescribeTransactions (65) and ListTransactions (66). The coordinator's answers (`TxnError`) map to Kafka's codes by
 name; PRODUCER_FENCED (90) is sent only to the versions that know it (AddPartitionsToTxn, AddOffsetsToTxn and EndTxn
 v2+), older ones get INVALID_PRODUCER_EPOCH (47), as Kafka's `KafkaApis` does.
@@ -26,7 +26,8 @@ READ on the group for AddOffsetsToTxn and TxnOffsetCommit (GROUP_AUTHORIZATION_F
 committed (TOPIC_AUTHORIZATION_FAILED); DESCRIBE on each id for DescribeTransactions (an id it may not see answers 53;
 an empty id is INVALID_REQUEST) and ListTransactions (ids it may not see are left out); CLUSTER_ACTION on the cluster
 for WriteTxnMarkers, whose markers a coordinator sends to partition leaders (else every partition answers
-CLUSTER_AUTHORIZATION_FAILED, 31).
+CLUSTER_AUTHORIZATION_FAILED, 31); READ on each topic for DescribeProducers (else TOPIC_AUTHORIZATION_FAILED; an
+empty topic name is INVALID_TOPIC_EXCEPTION, a partition that does not exist UNKNOWN_TOPIC_OR_PARTITION).
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ ADD_OFFSETS_TO_TXN_KEY = 25
 END_TXN_KEY = 26
 WRITE_TXN_MARKERS_KEY = 27
 TXN_OFFSET_COMMIT_KEY = 28
+DESCRIBE_PRODUCERS_KEY = 61
 DESCRIBE_TRANSACTIONS_KEY = 65
 LIST_TRANSACTIONS_KEY = 66
 # The first versions answered PRODUCER_FENCED rather than INVALID_PRODUCER_EPOCH (KafkaApis).
@@ -497,3 +499,66 @@ class ListTransactionsHandler:
                 ],
             },
         )
+
+
+class DescribeProducersHandler:
+    """Answers DescribeProducers (see the module docstring): each partition leader's producers and the start offset
+    of each one's open transaction, what kafka-transactions.sh's `find-hanging` and `abort` read."""
+
+    def __init__(self, view: BrokerView, access: AccessControl | None = None) -> None:
+        self._view = view
+        self._access = access
+
+    async def __call__(self, request: Request) -> Any:
+        topics = request.body.topics
+        readable = authorized_names(
+            self._access, request.context, AclOperation.READ, ResourceType.TOPIC, (topic.name for topic in topics)
+        )
+        try:
+            counts = {name: info.partition_count for name, info in (await self._view.topics()).items()}
+        except RaybrokerError as exc:
+            counts, failure = {}, error_code(exc)
+        else:
+            failure = ErrorCode.unknown_topic_or_partition
+        answers = []
+        for topic in topics:
+            partitions = []
+            for partition in topic.partition_indexes:
+                if not topic.name:
+                    found = _no_producers(partition, ErrorCode.invalid_topic_exception)
+                elif topic.name not in readable:
+                    found = _no_producers(partition, ErrorCode.topic_authorization_failed)
+                elif not 0 <= partition < counts.get(topic.name, 0):
+                    found = _no_producers(partition, failure)
+                else:
+                    found = await self._describe(topic.name, partition)
+                partitions.append(found)
+            answers.append({"name": topic.name, "partitions": partitions})
+        return build(
+            load_response_schema(DESCRIBE_PRODUCERS_KEY, request.api_version), {"throttle_time": 0, "topics": answers}
+        )
+
+    async def _describe(self, topic: str, partition: int) -> dict[str, Any]:
+        try:
+            producers = await self._view.describe_producers(topic, partition)
+        except RaybrokerError as exc:
+            return _no_producers(partition, error_code(exc))
+        return {
+            "partition_index": partition,
+            "error_code": ErrorCode.none,
+            "active_producers": [
+                {
+                    "producer_id": producer.producer_id,
+                    "producer_epoch": producer.producer_epoch,
+                    "last_sequence": producer.last_sequence,
+                    "last_timestamp": producer.last_timestamp,
+                    "coordinator_epoch": producer.coordinator_epoch,
+                    "current_txn_start_offset": producer.current_txn_start_offset,
+                }
+                for producer in producers
+            ],
+        }
+
+
+def _no_producers(partition: int, code: ErrorCode) -> dict[str, Any]:
+    return {"partition_index": partition, "error_code": code, "active_producers": []}

@@ -21,6 +21,7 @@ from cluster.protocol.handlers.producer_id import INIT_PRODUCER_ID_KEY, InitProd
 from cluster.protocol.handlers.transactions import (
     ADD_OFFSETS_TO_TXN_KEY,
     ADD_PARTITIONS_TO_TXN_KEY,
+    DESCRIBE_PRODUCERS_KEY,
     DESCRIBE_TRANSACTIONS_KEY,
     END_TXN_KEY,
     LIST_TRANSACTIONS_KEY,
@@ -28,6 +29,7 @@ from cluster.protocol.handlers.transactions import (
     WRITE_TXN_MARKERS_KEY,
     AddOffsetsToTxnHandler,
     AddPartitionsToTxnHandler,
+    DescribeProducersHandler,
     DescribeTransactionsHandler,
     EndTxnHandler,
     ListTransactionsHandler,
@@ -431,3 +433,34 @@ def test_describe_and_list_transactions_show_the_coordinators_state(
         {"state_filters": [], "producer_id_filters": []},
     )
     assert sorted(t.transactional_id for t in everything.transaction_states) == ["idle", TXN]
+
+
+def test_describe_producers_shows_each_partitions_open_transactions(
+    view: LocalBrokerView, transactions: LocalTransactionView, security: LocalSecurityView
+) -> None:
+    pid, epoch = init(view, transactions)
+    assert add_partitions(view, transactions, (pid, epoch), {TOPIC: [1]}) == {(TOPIC, 1): ErrorCode.none}
+    builder = RecordBatchBuilder(producer_id=pid, producer_epoch=epoch, base_sequence=0, is_transactional=True)
+    builder.append(None, b"v", timestamp=1_700_000_000_000)
+    view.broker.leader(TOPIC, 1).append(builder.build())
+    values = {"topics": [{"name": TOPIC, "partition_indexes": [0, 1, 2]}, {"name": "", "partition_indexes": [0]}]}
+    found = ask(DescribeProducersHandler(view), DESCRIBE_PRODUCERS_KEY, values, 0)
+    answers = {
+        (topic.name, partition.partition_index): (
+            partition.error_code,
+            [
+                (p.producer_id, p.producer_epoch, p.last_sequence, p.last_timestamp, p.current_txn_start_offset)
+                for p in partition.active_producers
+            ],
+        )
+        for topic in found.topics
+        for partition in topic.partitions
+    }
+    assert answers == {
+        (TOPIC, 0): (ErrorCode.none, []),
+        (TOPIC, 1): (ErrorCode.none, [(pid, epoch, 0, 1_700_000_000_000, 0)]),
+        (TOPIC, 2): (ErrorCode.unknown_topic_or_partition, []),
+        ("", 0): (ErrorCode.invalid_topic_exception, []),
+    }
+    refused = ask(DescribeProducersHandler(view, access_with(security)), DESCRIBE_PRODUCERS_KEY, values, 0)
+    assert refused.topics[0].partitions[1].error_code == ErrorCode.topic_authorization_failed
