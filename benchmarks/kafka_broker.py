@@ -8,6 +8,8 @@ imports it from here.
 `kafka_jars()` resolves `org.apache.kafka:kafka_2.13:<KAFKA_VERSION>` and its runtime dependencies with Maven
 (`dependency:copy-dependencies` on a generated minimal pom) into `kafka-<version>/libs` of the download cache
 (`cluster.downloads`, which holds Maven's local repository too), once: later calls find the jars there.
+`kafka_tools_jar()` adds the jar of Kafka's command-line tools (`kafka-tools`, e.g. kafka-transactions.sh's
+`TransactionsCommand`), fetched the same way into `kafka-<version>/tools`.
 `KafkaBroker` formats a fresh KRaft storage dir (one node, broker and controller) and runs `java -cp <jars>
 kafka.Kafka server.properties` as a subprocess on free 127.0.0.1 ports, waits until an AdminClient lists topics,
 and stops it (SIGTERM, then SIGKILL after a bound) on `stop()`.
@@ -96,27 +98,54 @@ def kafka_jars(version: str = KAFKA_VERSION) -> list[Path]:
     return jars
 
 
+def kafka_tools_jar(version: str = KAFKA_VERSION) -> Path:
+    """The jar of Kafka's command-line tools (`org.apache.kafka:kafka-tools`: `TransactionsCommand`, behind
+    kafka-transactions.sh), fetched from Maven Central on first use (~1 MB, the jar alone: the tools it holds that
+    the tests run need nothing beyond `kafka_jars()`), then from the cache."""
+    home = kafka_home(version)
+    jar = home / "tools" / f"kafka-tools-{version}.jar"
+    if not jar.exists():
+        _maven(
+            [
+                "dependency:copy",
+                f"-Dartifact=org.apache.kafka:kafka-tools:{version}",
+                f"-DoutputDirectory={home / 'tools'}",
+            ],
+            f"org.apache.kafka:kafka-tools:{version}",
+            home / "tools",
+        )
+    if not jar.exists():
+        raise KafkaUnavailable(f"{jar} is missing after fetching it; delete {home / 'tools'} to fetch again")
+    return jar
+
+
 def _fetch(version: str, home: Path) -> None:
-    mvn = shutil.which("mvn")
-    if mvn is None:
-        raise KafkaUnavailable("Maven (mvn) is not installed: cannot fetch Apache Kafka from Maven Central")
     home.mkdir(parents=True, exist_ok=True)
     libs = home / "libs"
     shutil.rmtree(libs, ignore_errors=True)
     (home / "pom.xml").write_text(_POM.format(scala=SCALA_VERSION, version=version))
-    _progress(f"fetching org.apache.kafka:kafka_{SCALA_VERSION}:{version} from Maven Central into {libs} (~50 MB)")
+    _maven(
+        [
+            "-f",
+            str(home / "pom.xml"),
+            "dependency:copy-dependencies",
+            "-DincludeScope=runtime",
+            f"-DoutputDirectory={libs}",
+        ],
+        f"org.apache.kafka:kafka_{SCALA_VERSION}:{version} (~50 MB)",
+        libs,
+    )
+
+
+def _maven(arguments: list[str], what: str, into: Path) -> None:
+    """Runs Maven quietly on the download cache's repository to put `what` into `into`, within `FETCH_TIMEOUT_S`,
+    reporting progress every 15 s; `KafkaUnavailable` if it cannot."""
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise KafkaUnavailable("Maven (mvn) is not installed: cannot fetch Apache Kafka from Maven Central")
+    _progress(f"fetching {what} from Maven Central into {into}")
     started = time.monotonic()
-    command = [
-        mvn,
-        "-B",
-        "-q",
-        "-f",
-        str(home / "pom.xml"),
-        f"-Dmaven.repo.local={maven_repository()}",
-        "dependency:copy-dependencies",
-        "-DincludeScope=runtime",
-        f"-DoutputDirectory={libs}",
-    ]
+    command = [mvn, "-B", "-q", f"-Dmaven.repo.local={maven_repository()}", *arguments]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         while True:
@@ -128,8 +157,8 @@ def _fetch(version: str, home: Path) -> None:
                 if elapsed > FETCH_TIMEOUT_S:
                     process.kill()
                     process.wait()
-                    raise KafkaUnavailable(f"fetching Kafka {version} took over {FETCH_TIMEOUT_S:.0f} s") from None
-                count = len(list(libs.glob("*.jar"))) if libs.exists() else 0
+                    raise KafkaUnavailable(f"fetching {what} took over {FETCH_TIMEOUT_S:.0f} s") from None
+                count = len(list(into.glob("*.jar"))) if into.exists() else 0
                 _progress(f"  still fetching ({elapsed:.0f} s, {count} jars so far)")
     finally:
         if process.poll() is None:
@@ -137,9 +166,9 @@ def _fetch(version: str, home: Path) -> None:
             process.wait()
     if process.returncode != 0:
         tail = "\n".join(output.strip().splitlines()[-15:])
-        raise KafkaUnavailable(f"mvn could not fetch Kafka {version} (exit {process.returncode}):\n{tail}")
-    size_mb = sum(jar.stat().st_size for jar in libs.glob("*.jar")) / 1e6
-    _progress(f"fetched Kafka {version}: {size_mb:.0f} MB in {time.monotonic() - started:.0f} s")
+        raise KafkaUnavailable(f"mvn could not fetch {what} (exit {process.returncode}):\n{tail}")
+    size_mb = sum(jar.stat().st_size for jar in into.glob("*.jar")) / 1e6
+    _progress(f"fetched {what}: {size_mb:.1f} MB in {time.monotonic() - started:.0f} s")
 
 
 def free_port() -> int:

@@ -125,10 +125,10 @@ class TransactionCoordinatorActor:
     ) -> TxnError:
         return self._made.add_partitions(transactional_id, producer_id, producer_epoch, partitions)
 
-    def verify_partition(
-        self, transactional_id: str, producer_id: int, producer_epoch: int, topic: str, partition: int
-    ) -> TxnError:
-        return self._made.verify_partition(transactional_id, producer_id, producer_epoch, topic, partition)
+    def verify_partitions(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: Collection[TopicPartition]
+    ) -> dict[TopicPartition, TxnError]:
+        return self._made.verify_partitions(transactional_id, producer_id, producer_epoch, partitions)
 
     def end_transaction(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool) -> TxnError:
         return self._made.end_transaction(transactional_id, producer_id, producer_epoch, commit)

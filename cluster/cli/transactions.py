@@ -8,7 +8,10 @@ and its partitions; an unknown id is an error (exit 1), as TRANSACTIONAL_ID_NOT_
 `--abort` ends a hanging transaction (one whose records hold a partition's last stable offset back while its
 coordinator no longer knows it) as kafka-transactions.sh's `abort` does, by writing an ABORT marker on the
 partition's leader: `--topic T --partition P --start-offset O` finds the producer whose open transaction starts at
-O (DescribeProducers), or `--producer-id`, `--producer-epoch` and `--coordinator-epoch` name it.
+O (DescribeProducers), or `--producer-id`, `--producer-epoch` and `--coordinator-epoch` name it. With
+`--bootstrap-server HOST:PORT` it speaks Kafka's protocol to that broker instead of going through the Ray cluster, as
+kafka-transactions.sh does, so it works on raybroker's listener and on Apache Kafka alike
+(`cluster.cli.wire_transactions`).
 """
 
 from __future__ import annotations
@@ -77,6 +80,12 @@ def add_commands(subcommands: Any) -> None:
     command.add_argument(
         "--coordinator-epoch", type=int, metavar="C", help="--abort: the coordinator epoch of the producer's markers"
     )
+    command.add_argument(
+        "--bootstrap-server",
+        metavar="HOST:PORT",
+        help="--abort: speak Kafka's protocol to this broker (raybroker's listener or any Kafka broker) instead of "
+        "going through the Ray cluster",
+    )
     command.set_defaults(handler=run_transactions)
 
 
@@ -86,9 +95,10 @@ def run_transactions(args: argparse.Namespace) -> int:
     if args.action == "list" and args.transactional_id:
         raise UsageError("--transactional-id goes with --describe")
     abort_options = (args.topic, args.partition, args.start_offset, args.producer_epoch, args.coordinator_epoch)
-    if args.action != "abort" and any(option is not None for option in abort_options):
+    if args.action != "abort" and any(option is not None for option in (*abort_options, args.bootstrap_server)):
         raise UsageError(
-            "--topic, --partition, --start-offset, --producer-epoch and --coordinator-epoch go with --abort"
+            "--topic, --partition, --start-offset, --producer-epoch, --coordinator-epoch and --bootstrap-server go "
+            "with --abort"
         )
     if args.action == "abort":
         return _abort(args)
@@ -134,26 +144,37 @@ def _abort(args: argparse.Namespace) -> int:
         raise UsageError(
             "--abort needs --start-offset, or one --producer-id with --producer-epoch and --coordinator-epoch"
         )
-    connect(args.address)
-    from actors.clients.transactions import Transactions
+    named = vars(args)
+    producer = None if args.start_offset is not None else (int(named["producer_id"][0]), int(named["producer_epoch"]))
+    if args.bootstrap_server is not None:
+        # The protocol client (kio's schemas, ~0.6 s to import): loaded only when a command speaks the protocol.
+        from cluster.cli.wire_transactions import abort_transaction
 
-    transactions = Transactions()
-    if args.start_offset is not None:
-        found = transactions.open_transaction_at(args.topic, args.partition, args.start_offset)
-        producer_id, epoch, coordinator_epoch = found.producer_id, found.producer_epoch, found.coordinator_epoch
-    else:
-        named = vars(args)
-        producer_id, epoch, coordinator_epoch = (
-            named["producer_id"][0],
-            named["producer_epoch"],
-            named["coordinator_epoch"],
+        producer_id, epoch, coordinator_epoch = abort_transaction(
+            args.bootstrap_server, args.topic, args.partition, args.start_offset, producer, args.coordinator_epoch
         )
-    transactions.abort_transaction(args.topic, args.partition, producer_id, epoch, coordinator_epoch)
+    else:
+        producer_id, epoch, coordinator_epoch = _abort_through_ray(args, producer)
     print(
         f"Aborted the transaction of producer id {producer_id} (epoch {epoch}, coordinator epoch "
         f"{coordinator_epoch}) on {args.topic}-{args.partition}"
     )
     return EXIT_OK
+
+
+def _abort_through_ray(args: argparse.Namespace, producer: tuple[int, int] | None) -> tuple[int, int, int]:
+    """The ABORT marker written through the Ray cluster's partition actors; (producer id, epoch, coordinator epoch)."""
+    connect(args.address)
+    from actors.clients.transactions import Transactions
+
+    transactions = Transactions()
+    if producer is None:
+        found = transactions.open_transaction_at(args.topic, args.partition, args.start_offset)
+        producer_id, epoch, coordinator_epoch = found.producer_id, found.producer_epoch, found.coordinator_epoch
+    else:
+        (producer_id, epoch), coordinator_epoch = producer, args.coordinator_epoch
+    transactions.abort_transaction(args.topic, args.partition, producer_id, epoch, coordinator_epoch)
+    return producer_id, epoch, coordinator_epoch
 
 
 def _print_table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> None:

@@ -20,6 +20,7 @@ from typing import Protocol
 from actors.core.controller.topic_metadata import AdvertisedListener, TopicMetadata
 from cluster.protocol.file_region import FileRegion
 from storage.partition.log import LogAppendInfo
+from storage.partition.producer_state import ActiveProducer
 from storage.records.file_records import TimestampAndOffset
 from storage.segment.transaction_index import AbortedTxn
 
@@ -180,6 +181,11 @@ class BrokerView(Protocol):
 
     async def epoch_end_offset(self, topic: str, partition: int, epoch: int) -> EpochEndOffset:
         """The partition's leader epoch and the end offset of `epoch` in its log (OffsetForLeaderEpoch)."""
+        ...
+
+    async def describe_producers(self, topic: str, partition: int) -> list[ActiveProducer]:
+        """The producers the partition's leader remembers, each with the start offset of its open transaction
+        (DescribeProducers)."""
         ...
 
     async def append(

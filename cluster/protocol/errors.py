@@ -144,6 +144,15 @@ ERROR_CODES: dict[type[Exception], ErrorCode] = {
 }
 
 
+def typed_error(code: ErrorCode, message: str) -> RaybrokerError:
+    """The typed error a Kafka broker's `code` stands for, as raybroker's wire tools raise it: the first class of
+    the table with that code, else a plain `RaybrokerError`; the message names the code."""
+    for cls, known in ERROR_CODES.items():
+        if known == code and issubclass(cls, RaybrokerError):
+            return cls(f"{message}: {code.name.upper()}")
+    return RaybrokerError(f"{message}: {code.name.upper()}")
+
+
 def error_code(exc: BaseException) -> ErrorCode:
     """Kafka's error code for `exc`: its own class's row, else its nearest ancestor's, else UNKNOWN_SERVER_ERROR."""
     for cls in type(exc).__mro__:

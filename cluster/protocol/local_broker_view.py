@@ -27,6 +27,7 @@ from cluster.protocol.file_region import SENDFILE_MIN_BYTES, FileRegion, open_re
 from cluster.protocol.ray_broker_view import advertised, topic_info
 from storage.partition.file_slices import locate_file_slices, located_aborted_transactions
 from storage.partition.log import LogAppendInfo
+from storage.partition.producer_state import ActiveProducer
 from storage.records.file_records import TimestampAndOffset
 
 
@@ -98,6 +99,9 @@ class LocalBrokerView:
 
     async def offsets(self, topic: str, partition: int) -> PartitionOffsets:
         return PartitionOffsets(*self._leader(topic, partition).offsets())
+
+    async def describe_producers(self, topic: str, partition: int) -> list[ActiveProducer]:
+        return self._leader(topic, partition).check_leader().active_producers()
 
     async def epoch_end_offset(self, topic: str, partition: int, epoch: int) -> EpochEndOffset:
         return EpochEndOffset(*self._leader(topic, partition).epoch_end_offset(epoch))

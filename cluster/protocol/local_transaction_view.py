@@ -37,12 +37,12 @@ class LocalTransactionView:
             coordinator.add_partitions, transactional_id, producer_id, producer_epoch, list(partitions)
         )
 
-    async def verify_partition(
-        self, transactional_id: str, producer_id: int, producer_epoch: int, topic: str, partition: int
-    ) -> TxnError:
+    async def verify_partitions(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: Collection[TopicPartition]
+    ) -> dict[TopicPartition, TxnError]:
         coordinator = self.broker.transaction_coordinator
         return await asyncio.to_thread(
-            coordinator.verify_partition, transactional_id, producer_id, producer_epoch, topic, partition
+            coordinator.verify_partitions, transactional_id, producer_id, producer_epoch, list(partitions)
         )
 
     async def end_transaction(

@@ -53,6 +53,7 @@ from cluster.protocol.file_region import SENDFILE_MIN_BYTES, FileRegion, offset_
 from storage.errors import RaybrokerError
 from storage.partition.file_slices import FileSlice, read_located
 from storage.partition.log import LogAppendInfo
+from storage.partition.producer_state import ActiveProducer
 from storage.records.file_records import TimestampAndOffset
 
 # A prefetched location older than this is located again: the offsets it carries would be too stale.
@@ -149,6 +150,10 @@ class RayBrokerView:
 
     async def epoch_end_offset(self, topic: str, partition: int, epoch: int) -> EpochEndOffset:
         return EpochEndOffset(*await self._call(topic, partition, "epoch_end_offset", epoch))
+
+    async def describe_producers(self, topic: str, partition: int) -> list[ActiveProducer]:
+        producers: list[ActiveProducer] = await self._call(topic, partition, "describe_producers")
+        return producers
 
     async def append(
         self, topic: str, partition: int, records: bytes, acks: int = 1, timeout_ms: int = 30_000

@@ -45,13 +45,13 @@ class RayTransactionView:
         )
         return error
 
-    async def verify_partition(
-        self, transactional_id: str, producer_id: int, producer_epoch: int, topic: str, partition: int
-    ) -> TxnError:
-        error: TxnError = await self._call(
-            "verify_partition", transactional_id, producer_id, producer_epoch, topic, partition
+    async def verify_partitions(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: Collection[TopicPartition]
+    ) -> dict[TopicPartition, TxnError]:
+        errors: dict[TopicPartition, TxnError] = await self._call(
+            "verify_partitions", transactional_id, producer_id, producer_epoch, list(partitions)
         )
-        return error
+        return errors
 
     async def end_transaction(
         self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool

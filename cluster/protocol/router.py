@@ -15,11 +15,12 @@ DeleteRecords, DescribeCluster, OffsetForLeaderEpoch) are served from kio's floo
 versions only add fields the handlers fill (topic ids are null, `is_fenced` false). So are the security APIs:
 DescribeAcls (29), CreateAcls (30), DeleteAcls (31) v1-3 (v0 could not name PREFIXED patterns, and Kafka 4 dropped
 it), DescribeUserScramCredentials (50) and AlterUserScramCredentials (51) v0.
-The transaction APIs serve the TV1 protocol every client speaks to a broker finalizing no `transaction.version`
-feature: AddPartitionsToTxn v0-3 (the client form; v4+ is the brokers' verification form), AddOffsetsToTxn v0-4,
-EndTxn v0-4 (v5 is TV2), TxnOffsetCommit v0-4 (v5 is TV2), WriteTxnMarkers v1 (Kafka 4 dropped v0; v2 is post-4.1),
-DescribeTransactions v0 and ListTransactions v0-1 (v2's id pattern is post-4.0). librdkafka sends v0 of
-AddPartitionsToTxn and AddOffsetsToTxn, EndTxn 0-1, TxnOffsetCommit 0-3 and FindCoordinator key type 1 from v1.
+The transaction APIs serve the TV1 protocol every client speaks to a broker finalizing no `transaction.version` feature,
+and the brokers' verification: AddPartitionsToTxn v0-3 (the client form) and v4-5 (KIP-890's broker form,
+`verify_only`), AddOffsetsToTxn v0-4, EndTxn v0-4 (v5 is TV2), TxnOffsetCommit v0-4 (v5 is TV2), WriteTxnMarkers v1
+(Kafka 4 dropped v0; v2 is post-4.1), DescribeTransactions v0, ListTransactions v0-1 (v2's id pattern is post-4.0) and
+DescribeProducers v0. librdkafka sends v0 of AddPartitionsToTxn and AddOffsetsToTxn, EndTxn 0-1, TxnOffsetCommit 0-3 and
+FindCoordinator key type 1 from v1.
 The group APIs stop where the classic protocol does: OffsetCommit v9 and OffsetFetch v9 are the last naming
 topics by name (v10 uses topic ids); FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, ListGroups,
 DescribeGroups and DeleteGroups are served from kio's floor to its ceiling. Measured: librdkafka 2.16 sends
@@ -130,6 +131,7 @@ from cluster.protocol.handlers.topics import (
 from cluster.protocol.handlers.transactions import (
     ADD_OFFSETS_TO_TXN_KEY,
     ADD_PARTITIONS_TO_TXN_KEY,
+    DESCRIBE_PRODUCERS_KEY,
     DESCRIBE_TRANSACTIONS_KEY,
     END_TXN_KEY,
     LIST_TRANSACTIONS_KEY,
@@ -137,6 +139,7 @@ from cluster.protocol.handlers.transactions import (
     WRITE_TXN_MARKERS_KEY,
     AddOffsetsToTxnHandler,
     AddPartitionsToTxnHandler,
+    DescribeProducersHandler,
     DescribeTransactionsHandler,
     EndTxnHandler,
     ListTransactionsHandler,
@@ -182,11 +185,12 @@ SERVED: Mapping[int, ApiRange] = MappingProxyType(
         DELETE_ACLS_KEY: ApiRange(1, 3),
         DESCRIBE_USER_SCRAM_CREDENTIALS_KEY: ApiRange(0, 0),
         ALTER_USER_SCRAM_CREDENTIALS_KEY: ApiRange(0, 0),
-        ADD_PARTITIONS_TO_TXN_KEY: ApiRange(0, 3),
+        ADD_PARTITIONS_TO_TXN_KEY: ApiRange(0, 5),
         ADD_OFFSETS_TO_TXN_KEY: ApiRange(0, 4),
         END_TXN_KEY: ApiRange(0, 4),
         WRITE_TXN_MARKERS_KEY: ApiRange(1, 1),
         TXN_OFFSET_COMMIT_KEY: ApiRange(0, 4),
+        DESCRIBE_PRODUCERS_KEY: ApiRange(0, 0),
         DESCRIBE_TRANSACTIONS_KEY: ApiRange(0, 0),
         LIST_TRANSACTIONS_KEY: ApiRange(0, 1),
     }
@@ -287,6 +291,7 @@ class Router:
             END_TXN_KEY: EndTxnHandler(transactions, access),
             WRITE_TXN_MARKERS_KEY: WriteTxnMarkersHandler(transactions, access),
             TXN_OFFSET_COMMIT_KEY: TxnOffsetCommitHandler(view, groups, transactions, access),
+            DESCRIBE_PRODUCERS_KEY: DescribeProducersHandler(view, access),
             DESCRIBE_TRANSACTIONS_KEY: DescribeTransactionsHandler(transactions, access),
             LIST_TRANSACTIONS_KEY: ListTransactionsHandler(transactions, access),
         }

@@ -32,10 +32,11 @@ class TransactionView(Protocol):
         self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: Collection[TopicPartition]
     ) -> TxnError: ...
 
-    async def verify_partition(
-        self, transactional_id: str, producer_id: int, producer_epoch: int, topic: str, partition: int
-    ) -> TxnError:
-        """NONE if the partition is in the producer's ongoing transaction, INVALID_TXN_STATE if not."""
+    async def verify_partitions(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: Collection[TopicPartition]
+    ) -> dict[TopicPartition, TxnError]:
+        """Per partition: NONE if it is in the producer's transaction, TRANSACTION_ABORTABLE if not, or the id's
+        error (`TransactionCoordinator.verify_partitions`)."""
         ...
 
     async def end_transaction(

@@ -222,7 +222,10 @@ class GroupCoordinator:
             logger.warning("%s-%d offset %d skipped: %s", CONSUMER_OFFSETS_TOPIC, partition, record.offset, exc)
 
     def partition_for(self, group: str) -> int:
-        _check_group(group)
+        """The `__consumer_offsets` partition of `group`, any string (Kafka's `partitionFor`: AddOffsetsToTxn adds
+        the empty group's partition too)."""
+        if not isinstance(group, str):
+            raise InvalidGroupIdError(f"a group id must be a str, not {group!r}")
         return partition_for_group(group, self._partition_count)
 
     def commit(self, group: str, offsets: Mapping[tuple[str, int], int], metadata: str = "") -> None:
@@ -282,15 +285,14 @@ class GroupCoordinator:
     ) -> GroupError:
         """A TxnOffsetCommit: the offsets are appended as the producer's transactional batch (its id and epoch,
         sequence 0, origin COORDINATOR) and stay pending, invisible to `fetch_committed`, until the COMMIT marker
-        of its transaction reaches the group's partition (`complete_transaction`). Without member information
-        (empty member id, generation -1) the commit is accepted even for a group with members, as Kafka accepts
-        it; with some, the member's generation is checked as a plain commit's is."""
+        of its transaction reaches the group's partition (`complete_transaction`). The group's verdict is
+        `GroupMembership.check_transactional_commit`'s: without member information the commit is accepted even
+        for a group with members, as Kafka accepts it; with some, the member and its generation are checked."""
         _check_group(group)
-        if member_id or generation_id >= 0:
-            with self._membership_changed:
-                verdict = self._membership.check_commit(group, member_id, generation_id)
-            if verdict != GroupError.NONE:
-                return verdict
+        with self._membership_changed:
+            verdict = self._membership.check_transactional_commit(group, member_id, generation_id)
+        if verdict != GroupError.NONE:
+            return verdict
         if not offsets:
             return GroupError.NONE
         now_ms = self._clock.milliseconds()

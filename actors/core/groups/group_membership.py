@@ -412,6 +412,23 @@ class GroupMembership:
         member.session_deadline_ms = now + member.session_timeout_ms
         return GroupError.NONE
 
+    def check_transactional_commit(self, group_id: str, member_id: str, generation_id: int) -> GroupError:
+        """Whether a TxnOffsetCommit may be written (Kafka's classic `validateOffsetCommit` for a transactional
+        commit): without member information (empty member id, generation -1) always; with some, only a current
+        member's commit of the current generation (else UNKNOWN_MEMBER_ID, then ILLEGAL_GENERATION), whatever
+        the group's state: unlike a plain commit, a transactional one is written during the sync phase too, and
+        a group this coordinator does not know has no members."""
+        if not member_id and generation_id < 0:
+            return GroupError.NONE
+        group = self._groups.get(group_id)
+        if group is not None:
+            self._advance(group, self._clock.milliseconds())
+        if group is None or member_id not in group.members:
+            return GroupError.UNKNOWN_MEMBER_ID
+        if generation_id != group.generation_id:
+            return GroupError.ILLEGAL_GENERATION
+        return GroupError.NONE
+
     # --- ListGroups, DescribeGroups, DeleteGroups ------------------------------------------------------------
 
     def describe(self, group_id: str) -> GroupDescription | None:

@@ -4,12 +4,14 @@ its own leader alone, as a plain class over the replica's `storage.partition.log
 The controller tells the replica its partition's state (`update`, Kafka's LeaderAndIsr); an older state than the
 last one (by leader epoch, then version) is ignored, and so is one that does not list this replica.
 
-- As the leader it takes appends (`check_append`; with `acks=all` only while at least `min.insync.replicas`
-  replicas are in sync, `NotEnoughReplicasError`), answers its followers' fetches (`replicate`), moves the high
-  watermark to the smallest log end offset of the ISR (`actors.core.replication.leader_state.LeaderState`), and
-  asks the controller to grow the ISR when a follower caught up and to shrink it when a follower lagged more than
-  `replica.lag.time.max.ms` (checked every half of it, by the log's clock: `check_isr`). A leader in a new epoch
-  starts that epoch in its log (`Log.become_leader`), so its followers truncate to it.
+- As the leader it takes appends (`check_append`; with `acks=all` only while at least `min.insync.replicas` replicas are
+  in sync, `NotEnoughReplicasError`; as Kafka's `effectiveMinIsr`, a `min.insync.replicas` above the partition's replica
+  count counts as that count, so a one-replica topic takes `acks=all` whatever it says), answers its followers' fetches
+  (`replicate`), moves the high watermark to the smallest log end offset of the ISR
+  (`actors.core.replication.leader_state.LeaderState`), and asks the controller to grow the ISR when a follower caught
+  up and to shrink it when a follower lagged more than `replica.lag.time.max.ms` (checked every half of it, by the log's
+  clock: `check_isr`). A leader in a new epoch starts that epoch in its log (`Log.become_leader`), so its followers
+  truncate to it.
 - As a follower it runs a `ReplicaFetcher` thread that copies the leader's log through a link the host makes
   (`leader_link(state)`), and refuses client appends and reads with `NotLeaderOrFollowerError`.
 - `await_replicated(info)` is the second half of an `acks=all` append: it answers once the high watermark passed
@@ -197,7 +199,7 @@ class Replica:
                 f"{self.log.directory.name} is not the leader (the leader is {state.leader})"
             )
         in_sync = 1 if state is None else len(state.isr)
-        min_insync_replicas = self.log.config.min_insync_replicas
+        min_insync_replicas = _effective_min_isr(self.log, state)
         if required_acks == ACKS_ALL and in_sync < min_insync_replicas:
             raise NotEnoughReplicasError(
                 f"{in_sync} in-sync replicas of {self.log.directory.name}, min.insync.replicas is {min_insync_replicas}"
@@ -316,7 +318,7 @@ class Replica:
             in_sync = 1 if state is None else len(state.isr)
             # Kafka's checkEnoughReplicasReachOffset: a committed append whose ISR fell below min.insync.replicas
             # meanwhile is NOT_ENOUGH_REPLICAS_AFTER_APPEND, not a success.
-            too_few = in_sync < log.config.min_insync_replicas
+            too_few = in_sync < _effective_min_isr(log, state)
             if log.high_watermark > info.last_offset and not too_few:
                 return info
             if self._leader is None or state is None:
@@ -326,7 +328,7 @@ class Replica:
             if too_few:
                 raise NotEnoughReplicasAfterAppendError(
                     f"the ISR of {log.directory.name} shrank to {in_sync}, below min.insync.replicas "
-                    f"{log.config.min_insync_replicas}, before offset {info.last_offset} was replicated"
+                    f"{_effective_min_isr(log, state)}, before offset {info.last_offset} was replicated"
                 )
             if self._changes.wait(seen, deadline) is None:
                 raise RequestTimedOutError(f"offset {info.last_offset} not replicated within {timeout_ms} ms")
@@ -350,3 +352,9 @@ class Replica:
                 fetcher.join(join_timeout_s)
             if isr_thread is not None:
                 isr_thread.join(join_timeout_s)
+
+
+def _effective_min_isr(log: Log, state: LeaderAndIsr | None) -> int:
+    """`min.insync.replicas`, capped at the partition's replica count (Kafka's `Partition.effectiveMinIsr`)."""
+    replicas = 1 if state is None else len(state.replicas)
+    return min(log.config.min_insync_replicas, replicas)

@@ -344,19 +344,20 @@ class TransactionCoordinator:
                 metadata.to(_S.ONGOING, now_ms, partitions=metadata.partitions | added, start_ms=start_ms)
             )
 
-    def verify_partition(
-        self, transactional_id: str, producer_id: int, producer_epoch: int, topic: str, partition: int
-    ) -> TxnError:
-        """Whether the producer's transaction holds the partition (KIP-890's verify-only check): NONE if so,
-        INVALID_TXN_STATE if not, else the id's error (INVALID_PRODUCER_ID_MAPPING, PRODUCER_FENCED,
-        CONCURRENT_TRANSACTIONS)."""
+    def verify_partitions(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: Collection[TopicPartition]
+    ) -> dict[TopicPartition, TxnError]:
+        """Whether the producer's transaction holds each partition, adding none (KIP-890's verify-only check,
+        Kafka's `handleVerifyPartitionsInTransaction`): NONE if it does, TRANSACTION_ABORTABLE if not; every
+        partition gets the id's error instead when there is one (INVALID_REQUEST, INVALID_PRODUCER_ID_MAPPING,
+        PRODUCER_FENCED, CONCURRENT_TRANSACTIONS)."""
         with self._lock:
             metadata, error = self._producer_metadata(transactional_id, producer_id, producer_epoch)
             if metadata is None:
-                return error
-            if metadata.state == _S.ONGOING and (topic, partition) in metadata.partitions:
-                return TxnError.NONE
-            return TxnError.INVALID_TXN_STATE
+                return dict.fromkeys(partitions, error)
+            return {
+                tp: TxnError.NONE if tp in metadata.partitions else TxnError.TRANSACTION_ABORTABLE for tp in partitions
+            }
 
     def _producer_metadata(
         self, transactional_id: str, producer_id: int, producer_epoch: int

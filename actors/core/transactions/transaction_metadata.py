@@ -84,6 +84,7 @@ class TxnError(enum.Enum):
     COORDINATOR_NOT_AVAILABLE = "coordinator_not_available"
     NOT_COORDINATOR = "not_coordinator"
     TRANSACTIONAL_ID_NOT_FOUND = "transactional_id_not_found"
+    TRANSACTION_ABORTABLE = "transaction_abortable"
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,13 +9,13 @@ an unknown partition, a corrupt batch or a sequence gap answers that partition's
 appended. A partition's answer carries the base offset the log assigned, the LogAppendTime it stamped (-1 for
 CreateTime topics) and the log start offset.
 
-A request with a `transactional_id` needs WRITE on that id (else every partition answers
-TRANSACTIONAL_ID_AUTHORIZATION_FAILED, 53), and each of its transactional batches is checked with the transaction
-coordinator first (KIP-890's verification, which a broker whose coordinator it reaches directly can always do): a
-partition its producer did not add to the ongoing transaction answers INVALID_TXN_STATE (48; Kafka answers
-TRANSACTION_ABORTABLE only to Produce v11+, which is not served), a fenced producer INVALID_PRODUCER_EPOCH (47), a
-coordinator busy with the id or unreachable NOT_ENOUGH_REPLICAS (19), which old clients retry without a metadata
-refresh, as Kafka's `AddPartitionsToTxnManager` maps them.
+A request with a `transactional_id` needs WRITE on that id, and one holding a transactional batch needs a
+`transactional_id` (else every partition answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED, 53, as Kafka's). Each
+transactional batch is checked with the transaction coordinator first (KIP-890's verification, which a broker whose
+coordinator it reaches directly can always do): a partition its producer did not add to the ongoing transaction answers
+INVALID_TXN_STATE (48; Kafka answers TRANSACTION_ABORTABLE only to Produce v11+, which is not served), a fenced producer
+INVALID_PRODUCER_EPOCH (47), a coordinator busy with the id or unreachable NOT_ENOUGH_REPLICAS (19), which old clients
+retry without a metadata refresh, as Kafka's `AddPartitionsToTxnManager` maps them.
 
 Authorization: WRITE on each topic, else its partitions answer TOPIC_AUTHORIZATION_FAILED (29) without being
 looked at, whether the topic exists or not, as Kafka's.
@@ -43,9 +43,10 @@ from storage.errors import RaybrokerError
 from storage.records.layout import NO_TIMESTAMP
 from storage.records.record_batch import iter_batches
 
-# KIP-890's mapping of the coordinator's verification answers to Produce v3-10 codes (AddPartitionsToTxnManager).
+# KIP-890's mapping of the coordinator's verification answers to Produce v3-10 codes (AddPartitionsToTxnManager):
+# TRANSACTION_ABORTABLE is kept for Produce v11+ only, which is not served.
 _VERIFICATION_CODES = {
-    TxnError.INVALID_TXN_STATE: ErrorCode.invalid_txn_state,
+    TxnError.TRANSACTION_ABORTABLE: ErrorCode.invalid_txn_state,
     TxnError.PRODUCER_FENCED: ErrorCode.invalid_producer_epoch,
     TxnError.INVALID_PRODUCER_ID_MAPPING: ErrorCode.invalid_producer_id_mapping,
     TxnError.INVALID_REQUEST: ErrorCode.invalid_request,
@@ -70,8 +71,11 @@ class ProduceHandler:
             self._access, request.context, AclOperation.WRITE, ResourceType.TOPIC, (topic for topic, _, _ in wanted)
         )
         transactional_id = body.transactional_id
-        if transactional_id is not None and not allows(
-            self._access, request.context, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id
+        if (transactional_id is None and any(_is_transactional(records) for _, _, records in wanted)) or (
+            transactional_id is not None
+            and not allows(
+                self._access, request.context, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id
+            )
         ):
             allowed = set()
             answers = [_failed(ErrorCode.transactional_id_authorization_failed)] * len(wanted)
@@ -135,15 +139,26 @@ class ProduceHandler:
         if first is None or not first.is_transactional:
             return None
         try:
-            answer = await self._transactions.verify_partition(
-                transactional_id, first.producer_id, first.producer_epoch, topic, partition
+            verified = await self._transactions.verify_partitions(
+                transactional_id, first.producer_id, first.producer_epoch, [(topic, partition)]
             )
         except RaybrokerError as exc:
             return _failed(ErrorCode.not_enough_replicas, exc.message)
+        answer = verified[(topic, partition)]
         if answer == TxnError.NONE:
             return None
         code = _VERIFICATION_CODES.get(answer, ErrorCode.not_enough_replicas)
         return _failed(code, f"{topic}-{partition} is not part of the ongoing transaction of {transactional_id!r}")
+
+
+def _is_transactional(records: bytes | None) -> bool:
+    """Whether the partition's first batch is transactional; bytes that hold no batch are not (their append
+    answers why)."""
+    try:
+        first = next(iter_batches(bytes(records or b"")), None)
+    except RaybrokerError:
+        return False
+    return first is not None and first.is_transactional
 
 
 def _failed(code: ErrorCode, message: str | None = None) -> dict[str, Any]:

@@ -8,7 +8,8 @@ raybroker's Python producer does, rather than under a bumped epoch, which would 
 A request with a `transactional_id` goes to the transaction coordinator (`actors.core.transactions`), which bumps
 the id's epoch (fencing an older producer of the same id, aborting its open transaction) and checks
 `transaction_timeout_ms` against `transaction.max.timeout.ms` (INVALID_TRANSACTION_TIMEOUT, 50); PRODUCER_FENCED
-(90) is answered to v4+ only, INVALID_PRODUCER_EPOCH (47) to older versions.
+(90) is answered to v4+ only, INVALID_PRODUCER_EPOCH (47) to older versions. A request naming a producer id without
+its epoch, or an epoch without an id, is INVALID_REQUEST (42), as Kafka's `KafkaApis` answers it.
 
 Authorization, as Kafka's: a transactional id needs WRITE on it (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED, 53,
 before the refusal above); an idempotent producer needs IDEMPOTENT_WRITE on the cluster or WRITE on some topic
@@ -52,17 +53,17 @@ class InitProducerIdHandler:
         response_type = load_response_schema(INIT_PRODUCER_ID_KEY, request.api_version)
         failed = {"throttle_time": 0, "producer_id": NO_PRODUCER_ID, "producer_epoch": NO_PRODUCER_EPOCH}
         context = request.context
-        transactional_id = request.body.transactional_id
+        body = request.body
+        transactional_id = body.transactional_id
+        named = (getattr(body, "producer_id", NO_PRODUCER_ID), getattr(body, "producer_epoch", NO_PRODUCER_EPOCH))
         if transactional_id is not None:
             if not allows(self._access, context, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id):
                 return build(response_type, {**failed, "error_code": ErrorCode.transactional_id_authorization_failed})
-            body = request.body
+            if _half_named(*named):
+                return build(response_type, {**failed, "error_code": ErrorCode.invalid_request})
             try:
                 answer = await self._transactions.init_producer_id(
-                    transactional_id,
-                    timeout_ms(body.transaction_timeout),
-                    getattr(body, "producer_id", NO_PRODUCER_ID),
-                    getattr(body, "producer_epoch", NO_PRODUCER_EPOCH),
+                    transactional_id, timeout_ms(body.transaction_timeout), *named
                 )
             except RaybrokerError as exc:
                 return build(response_type, {**failed, "error_code": coordinator_error_code(exc)})
@@ -81,6 +82,8 @@ class InitProducerIdHandler:
             or allows_any(self._access, context, AclOperation.WRITE, ResourceType.TOPIC)
         ):
             return build(response_type, {**failed, "error_code": ErrorCode.cluster_authorization_failed})
+        if _half_named(*named):
+            return build(response_type, {**failed, "error_code": ErrorCode.invalid_request})
         try:
             producer_id = await self._view.allocate_producer_id()
         except RaybrokerError as exc:
@@ -94,3 +97,8 @@ class InitProducerIdHandler:
                 "producer_epoch": FIRST_EPOCH,
             },
         )
+
+
+def _half_named(producer_id: int, producer_epoch: int) -> bool:
+    """A v3+ request naming a producer id without its epoch, or an epoch without an id (INVALID_REQUEST)."""
+    return (producer_id == NO_PRODUCER_ID) != (producer_epoch == NO_PRODUCER_EPOCH)

@@ -1,22 +1,33 @@
-"""The transaction APIs of a transactional producer and of Kafka's admin tools: AddPartitionsToTxn (24, v0-3, the
-client form), AddOffsetsToTxn (25), EndTxn (26), WriteTxnMarkers (27), TxnOffsetCommit (28),
+"""The transaction APIs of a transactional producer, of brokers and of Kafka's admin tools: AddPartitionsToTxn (24),
+AddOffsetsToTxn (25), EndTxn (26), WriteTxnMarkers (27), TxnOffsetCommit (28), DescribeProducers (61),
 DescribeTransactions (65) and ListTransactions (66). The coordinator's answers (`TxnError`) map to Kafka's codes by
 name; PRODUCER_FENCED (90) is sent only to the versions that know it (AddPartitionsToTxn, AddOffsetsToTxn and EndTxn
 v2+), older ones get INVALID_PRODUCER_EPOCH (47), as Kafka's `KafkaApis` does.
 
-AddPartitionsToTxn checks the topics first: a topic the principal may not WRITE answers TOPIC_AUTHORIZATION_FAILED
-(29), a partition that does not exist UNKNOWN_TOPIC_OR_PARTITION (3), and then every other partition of the
-request OPERATION_NOT_ATTEMPTED (55), nothing being added. AddOffsetsToTxn adds the group's `__consumer_offsets`
-partition. TxnOffsetCommit goes to the group coordinator, which holds the offsets pending until the COMMIT marker of
-the transaction reaches that partition; it is refused unless that partition is in the producer's transaction
-(INVALID_TXN_STATE; INVALID_PRODUCER_EPOCH for a fenced producer, INVALID_PRODUCER_ID_MAPPING for an unknown one).
+AddPartitionsToTxn v0-3 is a producer's: one transaction, its partitions added. v4-5 is a broker's (KIP-890, a partition
+leader verifying a transactional Produce): a batch of transactions, each with `verify_only`; verifying adds nothing and
+answers per partition NONE (in the transaction) or TRANSACTION_ABORTABLE (not in it), or the id's error for all of them
+(INVALID_PRODUCER_ID_MAPPING, PRODUCER_FENCED, CONCURRENT_TRANSACTIONS while Prepare*); without `verify_only` the
+partitions are added as v3 adds them. Each transaction's answer is in `results_by_transaction`, and the request's own in
+the top-level error code. Either form checks the topics first: a topic the principal may not WRITE (v0-3; nor an
+internal topic, which a producer never writes) answers TOPIC_AUTHORIZATION_FAILED (29), a partition that does not exist
+UNKNOWN_TOPIC_OR_PARTITION (3), and then every other partition of that transaction OPERATION_NOT_ATTEMPTED (55), nothing
+being added. AddOffsetsToTxn adds the group's `__consumer_offsets` partition. TxnOffsetCommit goes to the group
+coordinator, which holds the offsets pending until the COMMIT marker of the transaction reaches that partition; it is
+refused unless that partition is in the producer's transaction (TRANSACTION_ABORTABLE to v4+, INVALID_TXN_STATE before;
+INVALID_PRODUCER_EPOCH for a fenced producer, INVALID_PRODUCER_ID_MAPPING for an unknown one). With member information
+it is checked against the group's member and generation, whatever the group's state (UNKNOWN_MEMBER_ID,
+ILLEGAL_GENERATION).
 
-Authorization, as Kafka's: WRITE on the transactional id for AddPartitionsToTxn, AddOffsetsToTxn, EndTxn and
-TxnOffsetCommit (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED, 53); READ on the group for AddOffsetsToTxn and
-TxnOffsetCommit (GROUP_AUTHORIZATION_FAILED, 30) and READ on each topic committed (TOPIC_AUTHORIZATION_FAILED);
-DESCRIBE on each id for DescribeTransactions (an id it may not see answers 53) and ListTransactions (ids it may
-not see are left out); CLUSTER_ACTION on the cluster for WriteTxnMarkers, whose markers a coordinator sends to
-partition leaders (else every partition answers CLUSTER_AUTHORIZATION_FAILED, 31).
+Authorization, as Kafka's: CLUSTER_ACTION on the cluster for AddPartitionsToTxn v4+, a broker's request (else the
+top-level code is CLUSTER_AUTHORIZATION_FAILED, 31, and no transaction is answered); WRITE on the transactional id for
+AddPartitionsToTxn v0-3, AddOffsetsToTxn, EndTxn and TxnOffsetCommit (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED, 53);
+READ on the group for AddOffsetsToTxn and TxnOffsetCommit (GROUP_AUTHORIZATION_FAILED, 30) and READ on each topic
+committed (TOPIC_AUTHORIZATION_FAILED); DESCRIBE on each id for DescribeTransactions (an id it may not see answers 53;
+an empty id is INVALID_REQUEST) and ListTransactions (ids it may not see are left out); CLUSTER_ACTION on the cluster
+for WriteTxnMarkers, whose markers a coordinator sends to partition leaders (else every partition answers
+CLUSTER_AUTHORIZATION_FAILED, 31); READ on each topic for DescribeProducers (else TOPIC_AUTHORIZATION_FAILED; an
+empty topic name is INVALID_TOPIC_EXCEPTION, a partition that does not exist UNKNOWN_TOPIC_OR_PARTITION).
 """
 
 from __future__ import annotations
@@ -27,8 +38,7 @@ from typing import Any
 from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 
-from actors.core.controller.topic_metadata import CONSUMER_OFFSETS_TOPIC
-from actors.core.groups.group_membership import GroupError
+from actors.core.controller.topic_metadata import CONSUMER_OFFSETS_TOPIC, INTERNAL_TOPICS
 from actors.core.security.acls import AclOperation, ResourceType
 from actors.core.transactions.coordinator import TransactionDescription
 from actors.core.transactions.transaction_metadata import TransactionState, TxnError
@@ -49,10 +59,15 @@ ADD_OFFSETS_TO_TXN_KEY = 25
 END_TXN_KEY = 26
 WRITE_TXN_MARKERS_KEY = 27
 TXN_OFFSET_COMMIT_KEY = 28
+DESCRIBE_PRODUCERS_KEY = 61
 DESCRIBE_TRANSACTIONS_KEY = 65
 LIST_TRANSACTIONS_KEY = 66
 # The first versions answered PRODUCER_FENCED rather than INVALID_PRODUCER_EPOCH (KafkaApis).
 FIRST_PRODUCER_FENCED_VERSION = 2
+# AddPartitionsToTxn v4+ is the brokers' form (KIP-890): a batch of transactions, authorized by CLUSTER_ACTION.
+FIRST_BROKER_ADD_PARTITIONS_VERSION = 4
+# The first TxnOffsetCommit answered TRANSACTION_ABORTABLE rather than INVALID_TXN_STATE (KIP-890).
+FIRST_TRANSACTION_ABORTABLE_COMMIT = 4
 
 
 def timeout_ms(value: datetime.timedelta | int) -> int:
@@ -78,7 +93,8 @@ def _code(answer: ErrorCode | TxnError, api_version: int) -> ErrorCode:
 
 
 class AddPartitionsToTxnHandler:
-    """Answers AddPartitionsToTxn v0-3 (see the module docstring)."""
+    """Answers AddPartitionsToTxn: v0-3, a producer's one transaction; v4-5, a broker's batch of transactions, each
+    added or only verified (see the module docstring)."""
 
     def __init__(self, view: BrokerView, transactions: TransactionView, access: AccessControl | None = None) -> None:
         self._view = view
@@ -86,51 +102,104 @@ class AddPartitionsToTxnHandler:
         self._access = access
 
     async def __call__(self, request: Request) -> Any:
+        response_type = load_response_schema(ADD_PARTITIONS_TO_TXN_KEY, request.api_version)
         body = request.body
-        transactional_id = body.v3_and_below_transactional_id
-        wanted = [(topic.name, partition) for topic in body.v3_and_below_topics for partition in topic.partitions]
-        codes = await self._codes(request, transactional_id, wanted)
-        by_topic: dict[str, list[dict[str, Any]]] = {}
-        for (topic, partition), code in zip(wanted, codes, strict=True):
-            by_topic.setdefault(topic, []).append({"partition_index": partition, "partition_error_code": code})
+        if request.api_version < FIRST_BROKER_ADD_PARTITIONS_VERSION:
+            wanted = _partitions(body.v3_and_below_topics)
+            codes = await self._codes(
+                request,
+                body.v3_and_below_transactional_id,
+                body.v3_and_below_producer_id,
+                body.v3_and_below_producer_epoch,
+                wanted,
+                verify_only=False,
+            )
+            return build(response_type, {"throttle_time": 0, "results_by_topic_v3_and_below": _by_topic(codes)})
+        if not allows_cluster(self._access, request.context, AclOperation.CLUSTER_ACTION):
+            return build(
+                response_type,
+                {
+                    "throttle_time": 0,
+                    "error_code": ErrorCode.cluster_authorization_failed,
+                    "results_by_transaction": [],
+                },
+            )
+        results = []
+        for transaction in body.transactions:
+            codes = await self._codes(
+                request,
+                transaction.transactional_id,
+                transaction.producer_id,
+                transaction.producer_epoch,
+                _partitions(transaction.topics),
+                verify_only=transaction.verify_only,
+            )
+            results.append({"transactional_id": transaction.transactional_id, "topic_results": _by_topic(codes)})
         return build(
-            load_response_schema(ADD_PARTITIONS_TO_TXN_KEY, request.api_version),
-            {
-                "throttle_time": 0,
-                "results_by_topic_v3_and_below": [
-                    {"name": name, "results_by_partition": results} for name, results in by_topic.items()
-                ],
-            },
+            response_type, {"throttle_time": 0, "error_code": ErrorCode.none, "results_by_transaction": results}
         )
 
-    async def _codes(self, request: Request, transactional_id: str, wanted: list[TopicPartition]) -> list[ErrorCode]:
+    async def _codes(
+        self,
+        request: Request,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        wanted: list[TopicPartition],
+        *,
+        verify_only: bool,
+    ) -> dict[TopicPartition, ErrorCode]:
+        """Each partition's code. A producer (v0-3) needs WRITE on the id and on each topic; a broker (v4+) was
+        authorized for the whole request."""
         context = request.context
-        if not allows(self._access, context, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id):
-            return [ErrorCode.transactional_id_authorization_failed] * len(wanted)
-        writable = authorized_names(
-            self._access, context, AclOperation.WRITE, ResourceType.TOPIC, (topic for topic, _ in wanted)
+        from_client = request.api_version < FIRST_BROKER_ADD_PARTITIONS_VERSION
+        if from_client and not allows(
+            self._access, context, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id
+        ):
+            return dict.fromkeys(wanted, ErrorCode.transactional_id_authorization_failed)
+        topics = {topic for topic, _ in wanted}
+        writable = (
+            authorized_names(self._access, context, AclOperation.WRITE, ResourceType.TOPIC, topics - INTERNAL_TOPICS)
+            if from_client
+            else topics
         )
         try:
             counts = {name: info.partition_count for name, info in (await self._view.topics()).items()}
         except RaybrokerError as exc:
-            return [coordinator_error_code(exc)] * len(wanted)
-        refused = [
-            ErrorCode.topic_authorization_failed
+            return dict.fromkeys(wanted, coordinator_error_code(exc))
+        refused = {
+            (topic, partition): ErrorCode.topic_authorization_failed
             if topic not in writable
             else ErrorCode.unknown_topic_or_partition
-            if not 0 <= partition < counts.get(topic, 0)
-            else None
             for topic, partition in wanted
-        ]
-        if any(code is not None for code in refused):
-            return [ErrorCode.operation_not_attempted if code is None else code for code in refused]
-        body = request.body
+            if topic not in writable or not 0 <= partition < counts.get(topic, 0)
+        }
+        if refused:
+            return {tp: refused.get(tp, ErrorCode.operation_not_attempted) for tp in wanted}
+        if verify_only:
+            try:
+                verified = await self._transactions.verify_partitions(
+                    transactional_id, producer_id, producer_epoch, wanted
+                )
+            except RaybrokerError as exc:
+                return dict.fromkeys(wanted, coordinator_error_code(exc))
+            return {tp: txn_error_code(error) for tp, error in verified.items()}
         answer = await _coordinator_call(
-            self._transactions.add_partitions(
-                transactional_id, body.v3_and_below_producer_id, body.v3_and_below_producer_epoch, wanted
-            )
+            self._transactions.add_partitions(transactional_id, producer_id, producer_epoch, wanted)
         )
-        return [_code(answer, request.api_version)] * len(wanted)
+        return dict.fromkeys(wanted, _code(answer, request.api_version))
+
+
+def _partitions(topics: Any) -> list[TopicPartition]:
+    """A request's (topic, partition) pairs, each once, in the request's order."""
+    return list(dict.fromkeys((topic.name, partition) for topic in topics for partition in topic.partitions))
+
+
+def _by_topic(codes: dict[TopicPartition, ErrorCode]) -> list[dict[str, Any]]:
+    by_topic: dict[str, list[dict[str, Any]]] = {}
+    for (topic, partition), code in codes.items():
+        by_topic.setdefault(topic, []).append({"partition_index": partition, "partition_error_code": code})
+    return [{"name": name, "results_by_partition": results} for name, results in by_topic.items()]
 
 
 class AddOffsetsToTxnHandler:
@@ -154,8 +223,6 @@ class AddOffsetsToTxnHandler:
             return ErrorCode.transactional_id_authorization_failed
         if not allows(self._access, context, AclOperation.READ, ResourceType.GROUP, body.group_id):
             return ErrorCode.group_authorization_failed
-        if not body.group_id:
-            return group_error_code(GroupError.INVALID_GROUP_ID)
         try:
             partition = await self._groups.offsets_partition_for(body.group_id)
         except RaybrokerError as exc:
@@ -257,11 +324,16 @@ class TxnOffsetCommitHandler:
         self, request: Request, partition: int, offsets: dict[TopicPartition, tuple[int, str]]
     ) -> ErrorCode:
         body = request.body
-        answer = await _coordinator_call(
-            self._transactions.verify_partition(
-                body.transactional_id, body.producer_id, body.producer_epoch, CONSUMER_OFFSETS_TOPIC, partition
+        offsets_partition = (CONSUMER_OFFSETS_TOPIC, partition)
+        try:
+            verified = await self._transactions.verify_partitions(
+                body.transactional_id, body.producer_id, body.producer_epoch, [offsets_partition]
             )
-        )
+        except RaybrokerError as exc:
+            return coordinator_error_code(exc)
+        answer = verified[offsets_partition]
+        if answer == TxnError.TRANSACTION_ABORTABLE and request.api_version < FIRST_TRANSACTION_ABORTABLE_COMMIT:
+            return ErrorCode.invalid_txn_state
         if answer != TxnError.NONE:
             # TxnOffsetCommit never knew PRODUCER_FENCED: a fenced producer gets INVALID_PRODUCER_EPOCH.
             return _code(answer, api_version=0)
@@ -353,6 +425,8 @@ class DescribeTransactionsHandler:
             "topics": [],
         }
         context = request.context
+        if not transactional_id:
+            return {**empty, "error_code": ErrorCode.invalid_request}
         if not allows(self._access, context, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, transactional_id):
             return {**empty, "error_code": ErrorCode.transactional_id_authorization_failed}
         try:
@@ -425,3 +499,66 @@ class ListTransactionsHandler:
                 ],
             },
         )
+
+
+class DescribeProducersHandler:
+    """Answers DescribeProducers (see the module docstring): each partition leader's producers and the start offset
+    of each one's open transaction, what kafka-transactions.sh's `find-hanging` and `abort` read."""
+
+    def __init__(self, view: BrokerView, access: AccessControl | None = None) -> None:
+        self._view = view
+        self._access = access
+
+    async def __call__(self, request: Request) -> Any:
+        topics = request.body.topics
+        readable = authorized_names(
+            self._access, request.context, AclOperation.READ, ResourceType.TOPIC, (topic.name for topic in topics)
+        )
+        try:
+            counts = {name: info.partition_count for name, info in (await self._view.topics()).items()}
+        except RaybrokerError as exc:
+            counts, failure = {}, error_code(exc)
+        else:
+            failure = ErrorCode.unknown_topic_or_partition
+        answers = []
+        for topic in topics:
+            partitions = []
+            for partition in topic.partition_indexes:
+                if not topic.name:
+                    found = _no_producers(partition, ErrorCode.invalid_topic_exception)
+                elif topic.name not in readable:
+                    found = _no_producers(partition, ErrorCode.topic_authorization_failed)
+                elif not 0 <= partition < counts.get(topic.name, 0):
+                    found = _no_producers(partition, failure)
+                else:
+                    found = await self._describe(topic.name, partition)
+                partitions.append(found)
+            answers.append({"name": topic.name, "partitions": partitions})
+        return build(
+            load_response_schema(DESCRIBE_PRODUCERS_KEY, request.api_version), {"throttle_time": 0, "topics": answers}
+        )
+
+    async def _describe(self, topic: str, partition: int) -> dict[str, Any]:
+        try:
+            producers = await self._view.describe_producers(topic, partition)
+        except RaybrokerError as exc:
+            return _no_producers(partition, error_code(exc))
+        return {
+            "partition_index": partition,
+            "error_code": ErrorCode.none,
+            "active_producers": [
+                {
+                    "producer_id": producer.producer_id,
+                    "producer_epoch": producer.producer_epoch,
+                    "last_sequence": producer.last_sequence,
+                    "last_timestamp": producer.last_timestamp,
+                    "coordinator_epoch": producer.coordinator_epoch,
+                    "current_txn_start_offset": producer.current_txn_start_offset,
+                }
+                for producer in producers
+            ],
+        }
+
+
+def _no_producers(partition: int, code: ErrorCode) -> dict[str, Any]:
+    return {"partition_index": partition, "error_code": code, "active_producers": []}

@@ -275,8 +275,26 @@ def test_transactional_offsets_are_pending_until_their_marker_also_after_a_resta
     assert coordinator.fetch_committed("h", [("t", 0)]) == {("t", 0): None}
 
 
-def test_a_transactional_commit_of_a_member_is_checked_against_its_generation(broker: InProcessBroker) -> None:
-    coordinator = broker.group_coordinator
-    # Without member information the commit is accepted, as Kafka accepts it; with some, the generation is checked.
-    assert coordinator.commit_transactional("g", 1, 0, "", -1, {("t", 0): (1, "")}) == GroupError.NONE
-    assert coordinator.commit_transactional("g", 1, 0, "ghost", 3, {("t", 0): (1, "")}) == GroupError.ILLEGAL_GENERATION
+def test_a_transactional_commit_of_a_member_is_checked_against_its_generation(tmp_path: Path) -> None:
+    broker = InProcessBroker(
+        tmp_path, properties=PROPERTIES, clock=MockClock(), membership=MembershipConfig(0, 60_000, 0)
+    )
+    try:
+        check_transactional_commits(broker.group_coordinator)
+    finally:
+        broker.close()
+
+
+def check_transactional_commits(coordinator: GroupCoordinator) -> None:
+    offsets = {("t", 0): (1, "")}
+    # Kafka's validateOffsetCommit for a transactional commit: without member information it is accepted; with
+    # some, the member must be the group's and its generation current, whatever the group's state.
+    assert coordinator.commit_transactional("g", 1, 0, "", -1, offsets) == GroupError.NONE
+    assert coordinator.commit_transactional("g", 1, 0, "ghost", 3, offsets) == GroupError.UNKNOWN_MEMBER_ID
+    member = join(coordinator, "g")
+    assert coordinator.commit_transactional("g", 1, 0, "ghost", 1, offsets) == GroupError.UNKNOWN_MEMBER_ID
+    assert coordinator.commit_transactional("g", 1, 0, member, 3, offsets) == GroupError.ILLEGAL_GENERATION
+    # The group waits for its SyncGroup (CompletingRebalance): a plain commit is REBALANCE_IN_PROGRESS, not this one.
+    assert coordinator.commit_member("g", member, 1, offsets) == GroupError.REBALANCE_IN_PROGRESS
+    assert coordinator.commit_transactional("g", 1, 0, member, 1, offsets) == GroupError.NONE
+    assert coordinator.commit_transactional("g", 1, 0, "", -1, offsets) == GroupError.NONE

@@ -291,6 +291,20 @@ def test_acks_all_is_refused_below_min_insync_replicas_and_fails_when_the_isr_sh
         made.close()
 
 
+def test_min_insync_replicas_above_the_replica_count_counts_as_that_count(tmp_path: Path) -> None:
+    # Kafka's effectiveMinIsr: min.insync.replicas 3 on a partition of 2 replicas asks for both, not for 3.
+    made = Replicas(tmp_path, MockClock(START_MS), min_insync_replicas=3)
+    try:
+        current = made.tell(state("a", "ab", replicas="ab"), "a", "b")
+        info = made.append("a", 1, acks=-1)
+        assert made.by_node["a"].await_replicated(info, timeout_ms=int(DEADLINE_S * 1000)) == info
+        made.tell(current.with_isr(("a",)), "a")
+        with pytest.raises(NotEnoughReplicasError):
+            made.append("a", 1, acks=-1)
+    finally:
+        made.close()
+
+
 def test_a_replica_that_stopped_leading_fails_the_waiting_append(replicas: Replicas) -> None:
     replicas.tell(state("a", "ab", replicas="ab"), "a", "b")
     replicas.by_node["b"].stop(BrokerNotAvailableError("b is down"), join_timeout_s=DEADLINE_S)

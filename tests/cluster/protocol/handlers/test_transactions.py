@@ -21,6 +21,7 @@ from cluster.protocol.handlers.producer_id import INIT_PRODUCER_ID_KEY, InitProd
 from cluster.protocol.handlers.transactions import (
     ADD_OFFSETS_TO_TXN_KEY,
     ADD_PARTITIONS_TO_TXN_KEY,
+    DESCRIBE_PRODUCERS_KEY,
     DESCRIBE_TRANSACTIONS_KEY,
     END_TXN_KEY,
     LIST_TRANSACTIONS_KEY,
@@ -28,6 +29,7 @@ from cluster.protocol.handlers.transactions import (
     WRITE_TXN_MARKERS_KEY,
     AddOffsetsToTxnHandler,
     AddPartitionsToTxnHandler,
+    DescribeProducersHandler,
     DescribeTransactionsHandler,
     EndTxnHandler,
     ListTransactionsHandler,
@@ -40,7 +42,7 @@ from cluster.protocol.local_transaction_view import LocalTransactionView
 from cluster.protocol.router import SERVED
 from cluster.protocol.security.local_security_view import LocalSecurityView
 from storage.records.record_batch import RecordBatchBuilder, iter_batches
-from tests.cluster.protocol.handlers.test_authorization import access_with, acl, ask
+from tests.cluster.protocol.handlers.test_authorization import access_with, acl, ask, on_cluster
 from tests.cluster.protocol.helpers import answer, leader_log, run
 
 TXN = "txn-1"
@@ -115,7 +117,7 @@ def end_txn(
     return code
 
 
-@pytest.mark.parametrize("version", versions(ADD_PARTITIONS_TO_TXN_KEY))
+@pytest.mark.parametrize("version", range(4))
 def test_add_partitions_refuses_wrong_producers_by_version_and_writes_nothing(
     view: LocalBrokerView, transactions: LocalTransactionView, version: int
 ) -> None:
@@ -140,6 +142,96 @@ def test_add_partitions_refuses_wrong_producers_by_version_and_writes_nothing(
         (TOPIC, 1): ErrorCode.none,
     }
     assert len(state_log(view)) == len(before) + 1
+
+
+def broker_add_partitions(
+    view: LocalBrokerView,
+    transactions: LocalTransactionView,
+    batch: list[tuple[str, tuple[int, int], dict[str, list[int]], bool]],
+    version: int = 5,
+    access: Any = None,
+) -> tuple[ErrorCode, dict[tuple[str, str, int], ErrorCode]]:
+    """A broker's AddPartitionsToTxn (v4+) of (transactional id, producer, partitions, verify_only) transactions:
+    the top-level code and each (id, topic, partition)'s."""
+    values = {
+        "transactions": [
+            {
+                "transactional_id": transactional_id,
+                "producer_id": producer[0],
+                "producer_epoch": producer[1],
+                "verify_only": verify_only,
+                "topics": [{"name": name, "partitions": ids} for name, ids in partitions.items()],
+            }
+            for transactional_id, producer, partitions, verify_only in batch
+        ]
+    }
+    found = ask(AddPartitionsToTxnHandler(view, transactions, access), ADD_PARTITIONS_TO_TXN_KEY, values, version)
+    return found.error_code, {
+        (result.transactional_id, topic.name, partition.partition_index): partition.partition_error_code
+        for result in found.results_by_transaction
+        for topic in result.topic_results
+        for partition in topic.results_by_partition
+    }
+
+
+@pytest.mark.parametrize("version", [4, 5])
+def test_a_brokers_add_partitions_verifies_without_adding(
+    view: LocalBrokerView, transactions: LocalTransactionView, version: int
+) -> None:
+    pid, epoch = init(view, transactions)
+    other = init(view, transactions, "txn-2")
+    assert add_partitions(view, transactions, (pid, epoch), {TOPIC: [0]}) == {(TOPIC, 0): ErrorCode.none}
+    before = state_log(view)
+    verify = [
+        (TXN, (pid, epoch), {TOPIC: [0, 1]}, True),
+        ("txn-2", other, {TOPIC: [0]}, True),
+        ("nobody", (pid, epoch), {TOPIC: [0]}, True),
+        ("txn-2", (other[0], other[1] + 1), {TOPIC: [1]}, True),
+    ]
+    assert broker_add_partitions(view, transactions, verify, version) == (
+        ErrorCode.none,
+        {
+            (TXN, TOPIC, 0): ErrorCode.none,
+            (TXN, TOPIC, 1): ErrorCode.transaction_abortable,
+            ("txn-2", TOPIC, 0): ErrorCode.transaction_abortable,
+            ("nobody", TOPIC, 0): ErrorCode.invalid_producer_id_mapping,
+            ("txn-2", TOPIC, 1): ErrorCode.producer_fenced,
+        },
+    )
+    missing = [(TXN, (pid, epoch), {TOPIC: [1], "missing": [0]}, True)]
+    assert broker_add_partitions(view, transactions, missing, version)[1] == {
+        (TXN, TOPIC, 1): ErrorCode.operation_not_attempted,
+        (TXN, "missing", 0): ErrorCode.unknown_topic_or_partition,
+    }
+    assert state_log(view) == before
+    # Without verify_only the partitions are added, as a producer's v3 adds them.
+    add = [("txn-2", other, {TOPIC: [1]}, False)]
+    assert broker_add_partitions(view, transactions, add, version)[1] == {("txn-2", TOPIC, 1): ErrorCode.none}
+    assert broker_add_partitions(view, transactions, [("txn-2", other, {TOPIC: [1]}, True)], version)[1] == {
+        ("txn-2", TOPIC, 1): ErrorCode.none
+    }
+    assert len(state_log(view)) == len(before) + 1
+
+
+def test_a_brokers_add_partitions_needs_cluster_action(
+    view: LocalBrokerView, transactions: LocalTransactionView, security: LocalSecurityView
+) -> None:
+    pid, epoch = init(view, transactions)
+    batch = [(TXN, (pid, epoch), {TOPIC: [0]}, False)]
+    producer_rights = access_with(
+        security,
+        acl(ResourceType.TOPIC, TOPIC, AclOperation.WRITE),
+        acl(ResourceType.TRANSACTIONAL_ID, TXN, AclOperation.WRITE),
+    )
+    assert broker_add_partitions(view, transactions, batch, access=producer_rights) == (
+        ErrorCode.cluster_authorization_failed,
+        {},
+    )
+    broker_rights = access_with(security, on_cluster(AclOperation.CLUSTER_ACTION))
+    assert broker_add_partitions(view, transactions, batch, access=broker_rights) == (
+        ErrorCode.none,
+        {(TXN, TOPIC, 0): ErrorCode.none},
+    )
 
 
 @pytest.mark.parametrize("version", versions(END_TXN_KEY))
@@ -341,3 +433,34 @@ def test_describe_and_list_transactions_show_the_coordinators_state(
         {"state_filters": [], "producer_id_filters": []},
     )
     assert sorted(t.transactional_id for t in everything.transaction_states) == ["idle", TXN]
+
+
+def test_describe_producers_shows_each_partitions_open_transactions(
+    view: LocalBrokerView, transactions: LocalTransactionView, security: LocalSecurityView
+) -> None:
+    pid, epoch = init(view, transactions)
+    assert add_partitions(view, transactions, (pid, epoch), {TOPIC: [1]}) == {(TOPIC, 1): ErrorCode.none}
+    builder = RecordBatchBuilder(producer_id=pid, producer_epoch=epoch, base_sequence=0, is_transactional=True)
+    builder.append(None, b"v", timestamp=1_700_000_000_000)
+    view.broker.leader(TOPIC, 1).append(builder.build())
+    values = {"topics": [{"name": TOPIC, "partition_indexes": [0, 1, 2]}, {"name": "", "partition_indexes": [0]}]}
+    found = ask(DescribeProducersHandler(view), DESCRIBE_PRODUCERS_KEY, values, 0)
+    answers = {
+        (topic.name, partition.partition_index): (
+            partition.error_code,
+            [
+                (p.producer_id, p.producer_epoch, p.last_sequence, p.last_timestamp, p.current_txn_start_offset)
+                for p in partition.active_producers
+            ],
+        )
+        for topic in found.topics
+        for partition in topic.partitions
+    }
+    assert answers == {
+        (TOPIC, 0): (ErrorCode.none, []),
+        (TOPIC, 1): (ErrorCode.none, [(pid, epoch, 0, 1_700_000_000_000, 0)]),
+        (TOPIC, 2): (ErrorCode.unknown_topic_or_partition, []),
+        ("", 0): (ErrorCode.invalid_topic_exception, []),
+    }
+    refused = ask(DescribeProducersHandler(view, access_with(security)), DESCRIBE_PRODUCERS_KEY, values, 0)
+    assert refused.topics[0].partitions[1].error_code == ErrorCode.topic_authorization_failed
