@@ -39,6 +39,7 @@ BENCHMARKS: dict[str, tuple[str, ...]] = {
     "bench_cleaner": ("append_during_compaction",),
     "bench_wire": ("wire_produce", "wire_fetch", "wire_latency"),
     "bench_wire_tls": ("wire_produce_tls", "wire_fetch_tls"),
+    "bench_metrics": ("metrics_produce_send", "metrics_wire_produce"),
     "bench_txn": ("txn_produce", "txn_vs_idempotent"),
     "bench_topics": ("create_topic_s",),
     "bench_ray_data": ("ray_data_read", "ray_data_write"),

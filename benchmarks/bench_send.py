@@ -39,7 +39,7 @@ def run(ctx: BenchContext) -> list[Figure]:
         return [_produce_send(ctx, broker, listener.bootstrap_servers)]
 
 
-def _records(count: int) -> tuple[list[str], bytes]:
+def send_records(count: int) -> tuple[list[str], bytes]:
     return [f"user-{index % DISTINCT_KEYS}" for index in range(count)], os.urandom(VALUE_BYTES)
 
 
@@ -55,7 +55,7 @@ def _confluent_client(bootstrap: str, topic: str, count: int) -> float:
     """confluent-kafka's `produce` per record (its delivery reports polled as it goes); returns records/s."""
     from confluent_kafka import Producer
 
-    keys, value = _records(count)
+    keys, value = send_records(count)
     producer = Producer({"bootstrap.servers": bootstrap, "queue.buffering.max.messages": 2_000_000, **QUIET})
     with timer() as elapsed:
         for key in keys:
@@ -70,7 +70,7 @@ def _kafka_python_client(bootstrap: str, topic: str, count: int) -> float:
     """kafka-python's `KafkaProducer.send` per record; returns records/s."""
     from kafka import KafkaProducer
 
-    keys, value = _records(count)
+    keys, value = send_records(count)
     producer = KafkaProducer(bootstrap_servers=bootstrap, key_serializer=str.encode)
     with timer() as elapsed:
         futures = [producer.send(topic, value, key=key) for key in keys]
@@ -86,7 +86,7 @@ def _produce_send(ctx: BenchContext, broker: Any, bootstrap: str) -> Figure:
 
     count = 50_000 if ctx.quick else 200_000
     repeats = 2 if ctx.quick else 3
-    keys, value = _records(count)
+    keys, value = send_records(count)
     producer = Producer(broker)
 
     # One topic for every side and run: each of its partitions is an actor process, so a topic per run would

@@ -154,12 +154,6 @@ def replica_records(topic: str, partition: int, node: str, upto: int) -> list[tu
     ]
 
 
-def high_watermark(topic: str, partition: int) -> int:
-    """The high watermark of the partition's current leader."""
-    leader = states(topic)[partition].leader
-    return int(call(replica_actor(topic, partition, leader).offsets.remote())[1])
-
-
 def test_replicas_go_to_distinct_nodes_and_too_many_is_refused(nodes: Nodes) -> None:
     admin = Admin()
     admin.create_topic("spread3", partitions=3, replication_factor=3)
@@ -203,19 +197,20 @@ def serialized(value: bytes) -> bytes:
     return default_serializer(value)
 
 
-def test_min_insync_replicas_refuses_acks_all_writes(nodes: Nodes) -> None:
-    Admin().create_topic("strict", partitions=1, replication_factor=3, config={"min.insync.replicas": "4"})
+def test_min_insync_replicas_above_the_replica_count_asks_for_every_replica(nodes: Nodes) -> None:
+    """Kafka's `effectiveMinIsr`: `min.insync.replicas` 4 on three replicas asks for the three, so acks=all is taken
+    while all three are in sync (the refusal once one drops out: `test_a_removed_leader_fails_over...`)."""
+    Admin().create_topic("capped", partitions=1, replication_factor=3, config={"min.insync.replicas": "4"})
     with Producer(acks="all", retries=0) as producer:
-        with pytest.raises(NotEnoughReplicasError):
-            producer.send("strict", b"refused", partition=0).result(timeout=60)
-        assert producer.send("strict", b"acks=1 is not refused", partition=0) is not None
-    with Producer(acks=1) as producer:
-        assert producer.send("strict", b"written", partition=0).result(timeout=60).offset == 0
+        assert producer.send("capped", b"taken", partition=0).result(timeout=60).offset == 0
 
 
 def test_a_removed_leader_fails_over_and_its_disks_rejoin(nodes: Nodes) -> None:
+    """Also: while the node is gone, a topic asking for three in-sync replicas refuses acks=all writes
+    (NOT_ENOUGH_REPLICAS) and takes acks=1 ones."""
     # Leaders spread over the three nodes: one of three partitions is led by a worker, which is removed.
     Admin().create_topic("failover", partitions=3, replication_factor=3)
+    Admin().create_topic("strict", partitions=1, replication_factor=3, config={"min.insync.replicas": "3"})
     partition, leader = next((p, s.leader) for p, s in states("failover").items() if s.leader in nodes.workers)
     with Producer(acks="all", retries=1_000_000, retry_backoff_max_ms=200) as producer:
         for i in range(100):
@@ -239,6 +234,11 @@ def test_a_removed_leader_fails_over_and_its_disks_rejoin(nodes: Nodes) -> None:
         values.extend(record.value for record in consumer.poll(timeout_ms=500))
     consumer.close()
     assert values == [f"before-{i}".encode() for i in range(100)] + [b"after"]
+    wait_until(lambda: leader not in states("strict")[0].isr, what="the removed node out of strict's ISR")
+    with Producer(acks="all", retries=0) as producer, pytest.raises(NotEnoughReplicasError):
+        producer.send("strict", b"refused", partition=0).result(timeout=60)
+    with Producer(acks=1) as producer:
+        assert producer.send("strict", b"written", partition=0).result(timeout=60).offset == 0
 
     rejoined = nodes.add(old_dirs)
 
@@ -400,16 +400,20 @@ def test_acknowledged_records_survive_node_kills_exactly_once(nodes: Nodes) -> N
     failed = acked.errors + leader_acked.errors
     assert all(isinstance(error, OutOfOrderSequenceError) for error in failed), failed[:3]
     assert len(failed) <= kills * 2 * len(producers) * UNANSWERED_SENDS, (len(failed), len(acked.by_offset))
-    # A leader that just took its partition back exposes records up to its own high watermark, which passes what
-    # the previous leader acknowledged only once its followers fetch again (as Kafka's leaders do): read each
-    # partition once its leader's high watermark covers every acknowledged offset. Not reaching it is a lost record.
+    # A leader that just took its partition back (the preferred replica, once its disks returned) exposes records up
+    # to its own high watermark, which passes what the previous leader acknowledged only once its followers fetch
+    # again (as Kafka's leaders do): a partition's final log is a read of its leader that reaches its last
+    # acknowledged offset. Never reaching it would be a lost record.
     last_acked = {p: max((o for (q, o) in acked.by_offset if q == p), default=-1) for p in range(partitions)}
-    wait_until(
-        lambda: all(high_watermark(topic, p) > last_acked[p] for p in range(partitions)),
-        timeout_s=60,
-        what="every leader's high watermark past its partition's last acknowledged offset",
-    )
-    final = {p: replica_records(topic, p, states(topic)[p].leader, 1 << 62) for p in range(partitions)}
+
+    def leader_log(partition: int) -> list[tuple[int, bytes | None, int]] | None:
+        records = replica_records(topic, partition, states(topic)[partition].leader, 1 << 62)
+        return records if records and records[-1][0] >= last_acked[partition] else None
+
+    final = {
+        p: wait_until(lambda p=p: leader_log(p), timeout_s=60, what=f"a read of partition {p} past its last ack")
+        for p in range(partitions)
+    }
     wait_until(
         lambda: all(len(read[p]) >= len(final[p]) for p in range(partitions)), timeout_s=120, what="consumer caught up"
     )
@@ -423,9 +427,10 @@ def test_acknowledged_records_survive_node_kills_exactly_once(nodes: Nodes) -> N
         idempotent = [value for value in values if value is not None and not value.startswith(b"c-")]
         assert len(idempotent) == len(set(idempotent)), f"duplicates in partition {partition}"
         in_log = dict(log)
+        found_at = {value: offset for offset, value in log}
         for (p, offset), value in acked.by_offset.items():
             if p == partition:
-                assert in_log.get(offset) == value, (partition, offset)
+                assert in_log.get(offset) == value, (partition, offset, value, found_at.get(value), len(log))
         # Positions by lookup, not `values.index` per value: that is quadratic in the records of a partition.
         position = {value: index for index, value in enumerate(values)}
         for (name, p), sent in acked.order.items():

@@ -31,6 +31,7 @@ import os
 import re
 import shlex
 import socket
+import stat
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -38,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from tests.conftest import skip_or_fail
@@ -167,11 +169,13 @@ def cli_env() -> dict[str, str]:
     return env
 
 
-def run_shell(script: str, timeout_s: float = CLI_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
+def run_shell(
+    script: str, timeout_s: float = CLI_TIMEOUT_S, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         ["bash", "-eu", "-c", script],
         cwd=REPO_ROOT,
-        env=cli_env(),
+        env=cli_env() if env is None else env,
         capture_output=True,
         text=True,
         timeout=timeout_s,
@@ -354,18 +358,41 @@ def free_head_port() -> Iterator[None]:
         state_file().unlink(missing_ok=True)
 
 
+def processes_with_home(home: Path) -> list[str]:
+    """The command lines of the processes whose environment has `HOME=home`: what a shell with that HOME started,
+    and what those started (Ray's daemons and workers inherit it)."""
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        with contextlib.suppress(psutil.Error):
+            if proc.environ().get("HOME") == str(home):
+                found.append(" ".join(proc.info["cmdline"] or ())[:120])
+    return found
+
+
 @pytest.mark.ray
 def test_cli_broker_example(free_head_port: None, tmp_path: Path) -> None:
-    """Slow (~25 s): a real Ray head, and each of the block's commands a process of its own that attaches to it, as
-    in a reader's shell."""
+    """The block as a reader runs it on a machine that never ran Ray: HOME a new empty folder, no XDG folders and no
+    Ray variables. `raybroker start` creates Ray's token (readable by its owner only, never printed) and a head with
+    token authentication; each command is a process of its own that attaches to it; `raybroker stop` leaves a clean
+    shutdown in every log dir and no process of that head behind (other Ray clusters, like this test session's, keep
+    running). Slow (~25 s): the one test of a real head started by the CLI."""
     block = example("test_cli_broker_example")
     lines = block.code.strip().splitlines()
     assert lines[-1].startswith("raybroker stop")
-    result = run_shell(rewritten(block.code, tmp_path))
+    home = tmp_path / "home"
+    home.mkdir()
+    fresh = {key: value for key, value in cli_env().items() if not key.startswith(("XDG_", "RAY_AUTH"))}
+    fresh["HOME"] = str(home)
+    result = run_shell(rewritten(block.code, tmp_path), env=fresh)
     assert result.returncode == 0, (result.stdout[-2000:], result.stderr[-2000:])
+    assert "Started a local Ray head at " in result.stdout
     assert "hello" in result.stdout and "world" in result.stdout
     for log_dir in ("cli-a", "cli-b"):
         assert (tmp_path / "rb" / log_dir / ".kafka_cleanshutdown").is_file()
+    token = home / ".ray" / "auth_token"
+    assert stat.S_IMODE(token.stat().st_mode) == 0o600
+    assert token.read_text(encoding="ascii") not in result.stdout + result.stderr
+    assert processes_with_home(home) == []
 
 
 @pytest.mark.ray

@@ -22,17 +22,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 import ray
 
 from cluster.cli.consume import RecordFormat, as_text
 from cluster.cli.main import EXIT_DATA_ERROR, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, main
-from cluster.head_state import HeadState, read_state, state_file
-from cluster.runtime import RAY_HEAD_PORT, stop_head
 from storage.records.record_batch import TimestampType
 from tests.cluster.cli.cli_support import one_error_line, run
-from tests.conftest import skip_or_fail
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 BROKER_COMMANDS = ("start", "stop", "topics", "produce", "consume", "get-offsets", "delete-records", "status")
@@ -630,67 +626,3 @@ def run_cli(
         timeout=timeout_s,
         check=False,
     )
-
-
-def session_processes(state: HeadState) -> list[str]:
-    found = []
-    for proc in psutil.process_iter(["cmdline"]):
-        cmdline = " ".join(proc.info["cmdline"] or ())
-        if (state.session_name in cmdline or state.node_id in cmdline) and proc.pid != os.getpid():
-            found.append(cmdline[:120])
-    return found
-
-
-@pytest.mark.ray
-def test_start_and_stop_a_local_ray_head_in_subprocesses(tmp_path: Path) -> None:
-    """The real lifecycle, as on a machine that never ran Ray (HOME a new empty folder, no token variable): `start`
-    creates Ray's token readable by its owner only, runs `ray start --head` with token authentication and a broker,
-    `stop` shuts both down and leaves no process of that Ray session (other Ray clusters on the machine, like this
-    test session's, keep running). Slow (~20 s) because it is the one test of a real head: `ray start --head`, the
-    broker, and a stop that waits for every process of that session to exit."""
-    if state_file().exists():
-        skip_or_fail(f"a `raybroker start` state file exists ({state_file()}): a real head may be running")
-    with socket.socket() as sock:
-        if sock.connect_ex(("127.0.0.1", RAY_HEAD_PORT)) == 0:
-            skip_or_fail(f"port {RAY_HEAD_PORT} is taken: another Ray head runs on this machine")
-    home = tmp_path / "home"
-    home.mkdir()
-    unset = {"RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"}
-    fresh = {key: value for key, value in os.environ.items() if key not in unset and not key.startswith("XDG_")}
-    fresh["HOME"] = str(home)
-    log_dir = tmp_path / "logs"
-    port = free_port()
-    overrides = [
-        "--override",
-        "offsets.topic.num.partitions=1",
-        "--override",
-        f"listeners=PLAINTEXT://127.0.0.1:{port}",
-    ]
-    started = run_cli("start", "--log-dirs", str(log_dir), *overrides, env=fresh)
-    state = read_state()
-    try:
-        assert started.returncode == EXIT_OK, started.stderr
-        assert state is not None and state.started_head
-        assert f"Started a local Ray head at {state.address}" in started.stdout
-        assert state.token_auth
-        token = home / ".ray" / "auth_token"
-        assert stat.S_IMODE(token.stat().st_mode) == 0o600
-        assert token.read_text(encoding="ascii") not in started.stdout + started.stderr
-        assert f"Kafka clients: bootstrap.servers=127.0.0.1:{port} " in started.stdout
-        with socket.socket() as sock:
-            assert sock.connect_ex(("127.0.0.1", port)) == 0
-        listed = run_cli("topics", "--list", "--address", state.address, env=fresh)
-        assert (listed.returncode, listed.stdout) == (EXIT_OK, "__consumer_offsets\n"), listed.stderr
-    finally:
-        stopped = run_cli("stop", "--address", state.address, env=fresh) if state is not None else None
-        if state is not None and session_processes(state):
-            stop_head(state)
-    assert stopped is not None
-    assert stopped.returncode == EXIT_OK, stopped.stderr
-    assert "    __consumer_offsets-0\t0" in stopped.stdout.splitlines()
-    assert f"Stopped the Ray head at {state.address}" in stopped.stdout
-    assert session_processes(state) == []
-    assert (log_dir / ".kafka_cleanshutdown").is_file()
-    with socket.socket() as sock:
-        assert sock.connect_ex(("127.0.0.1", port)) != 0
-    assert not state_file().exists()

@@ -1,0 +1,161 @@
+"""What the broker's metrics cost on the produce path: the same two workloads with metrics on and off.
+
+| figure                 | what (metrics on)                                 | baseline (same run)                     |
+|------------------------|---------------------------------------------------|-----------------------------------------|
+| `metrics_produce_send` | `produce_send`'s workload: `Producer.send` per    | the same, with `RAYBROKER_METRICS=off`  |
+|                        | record, 100-byte values, keys over 8 partitions   |                                         |
+| `metrics_wire_produce` | `wire_produce`'s workload: confluent-kafka into   | the same, with `RAYBROKER_METRICS=off`  |
+|                        | one partition over the listener, acks=1           |                                         |
+
+Goal of each: ratio (on / off) >= 0.97, metrics costing at most 3 %.
+
+Metrics are switched per process by `RAYBROKER_METRICS` (`actors.metrics.ray_export`), which Ray's workers inherit
+from the process that starts Ray. So each mode is a spawned process of its own (`_ModeBroker`) holding an embedded
+Ray, a broker and a listener for the whole module; both run at once, idle while the other is measured, and the
+parent asks them for runs alternately (on, off, on, off, ...), best of N per mode. The Python producer runs in
+the mode's process, the driver of its broker, as in `produce_send`; the confluent-kafka producer in a process of
+its own (`benchmarks.processes`), as in `wire_produce`.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import uuid
+from typing import Any
+
+from benchmarks.bench_send import PARTITIONS, send_records
+from benchmarks.bench_wire import PRODUCE_VALUE_BYTES, create_topic, produce_client
+from benchmarks.common import BenchContext, Figure, throughput_figure, timer
+from benchmarks.environment import BENCH_BROKER_PROPERTIES
+from benchmarks.processes import CLIENT_TIMEOUT_S, in_process
+
+GOAL_RATIO = 0.97
+MODES = ("on", "off")
+# Ray's start, the broker's and the listener's, in a process of its own on a loaded 2-core machine.
+START_TIMEOUT_S = 300.0
+
+
+def run(ctx: BenchContext) -> list[Figure]:
+    send_count = 50_000 if ctx.quick else 200_000
+    wire_count = 200_000 if ctx.quick else 1_000_000
+    repeats = 2 if ctx.quick else 4
+    ctx.progress("  starting a broker with metrics on and one with metrics off, each on an embedded Ray of its own")
+    brokers = {mode: _ModeBroker(mode, ctx.scratch(f"metrics-{mode}")) for mode in MODES}
+    try:
+        for broker in brokers.values():
+            broker.ready()
+        send = dict.fromkeys(brokers, 0.0)
+        wire = dict.fromkeys(brokers, 0.0)
+        for attempt in range(repeats):
+            for mode, broker in brokers.items():
+                send[mode] = max(send[mode], broker.ask("send", send_count))
+                topic = create_topic(broker.bootstrap_servers, "metrics")
+                rate = in_process(produce_client, broker.bootstrap_servers, topic, wire_count, PRODUCE_VALUE_BYTES)
+                wire[mode] = max(wire[mode], rate)
+            ctx.progress(
+                f"  metrics {attempt + 1}/{repeats}: produce_send {send['on']:,.0f} on vs {send['off']:,.0f} off, "
+                f"wire_produce {wire['on']:,.0f} vs {wire['off']:,.0f} rec/s"
+            )
+    finally:
+        for broker in brokers.values():
+            broker.stop()
+    goal = f"ratio >= {GOAL_RATIO:g} (metrics cost at most {1 - GOAL_RATIO:.0%})"
+    return [
+        throughput_figure(
+            "metrics_produce_send", send["on"], "rec/s", "RAYBROKER_METRICS=off", send["off"], GOAL_RATIO, goal
+        ),
+        throughput_figure(
+            "metrics_wire_produce", wire["on"], "rec/s", "RAYBROKER_METRICS=off", wire["off"], GOAL_RATIO, goal
+        ),
+    ]
+
+
+class _ModeBroker:
+    """A spawned process with an embedded Ray started under `RAYBROKER_METRICS=<mode>`, a broker over `log_dir`,
+    a listener on a free port and a topic for `produce_send`'s workload; it answers `ask` until `stop`."""
+
+    def __init__(self, mode: str, log_dir: Any) -> None:
+        context = multiprocessing.get_context("spawn")
+        self.mode = mode
+        self.bootstrap_servers = ""
+        self._connection, child = context.Pipe()
+        self._process = context.Process(target=_serve, args=(mode, str(log_dir), child), daemon=True)
+        self._process.start()
+
+    def ready(self) -> None:
+        self.bootstrap_servers = self._answer(START_TIMEOUT_S)
+
+    def ask(self, what: str, count: int) -> float:
+        """Records/s of one run of `what` ("send") with `count` records."""
+        self._connection.send((what, count))
+        return float(self._answer(CLIENT_TIMEOUT_S))
+
+    def stop(self) -> None:
+        if self._process.is_alive():
+            try:
+                self._connection.send(("stop", 0))
+                self._answer(CLIENT_TIMEOUT_S)
+            except (OSError, EOFError, RuntimeError):
+                pass
+        self._process.join(timeout=30)
+        if self._process.is_alive():
+            self._process.kill()
+            self._process.join()
+
+    def _answer(self, timeout_s: float) -> Any:
+        if not self._connection.poll(timeout_s):
+            raise RuntimeError(f"the metrics-{self.mode} broker did not answer within {timeout_s:.0f} s")
+        ok, value = self._connection.recv()
+        if not ok:
+            raise RuntimeError(f"the metrics-{self.mode} broker failed: {value}")
+        return value
+
+
+def _serve(mode: str, log_dir: str, connection: Any) -> None:
+    """The mode's process (see `_ModeBroker`): answers (True, result) or (False, error text) to each request."""
+    os.environ["RAYBROKER_METRICS"] = mode
+    os.environ.pop("RAY_ADDRESS", None)
+    try:
+        import ray
+
+        from actors import Admin, Producer
+        from actors.clients.broker import start_broker, stop_broker
+        from cluster.protocol.listener import start_listener
+        from cluster.runtime import ensure_ray
+
+        ensure_ray()
+        start_broker({**BENCH_BROKER_PROPERTIES, "log.dirs": log_dir})
+        topic = f"bench-metrics-{uuid.uuid4().hex[:8]}"
+        Admin().create_topic(topic, PARTITIONS)
+        producer = Producer()
+    except BaseException as exc:
+        connection.send((False, f"{type(exc).__name__}: {exc}"))
+        return
+    try:
+        with start_listener({"listeners": "PLAINTEXT://127.0.0.1:0", "num.partitions": "1"}) as listener:
+            connection.send((True, listener.bootstrap_servers))
+            while True:
+                what, count = connection.recv()
+                if what == "stop":
+                    break
+                try:
+                    connection.send((True, _send_rate(producer, topic, count)))
+                except Exception as exc:
+                    connection.send((False, f"{type(exc).__name__}: {exc}"))
+        producer.close()
+        stop_broker()
+        connection.send((True, None))
+    finally:
+        ray.shutdown()
+
+
+def _send_rate(producer: Any, topic: str, count: int) -> float:
+    """`produce_send`'s workload: `Producer.send` per record, keyed over the topic's partitions, all acknowledged."""
+    keys, value = send_records(count)
+    with timer() as elapsed:
+        send = producer.send
+        for key in keys:
+            send(topic, value, key=key)
+        producer.flush()
+    return count / elapsed()
