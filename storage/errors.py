@@ -144,7 +144,9 @@ class KafkaStorageError(StorageError):
 
 class InconsistentTopicIdError(StorageError):
     """A partition folder whose `partition.metadata` names another topic id than the topic's: the folder belongs
-    to an earlier topic of the same name (INCONSISTENT_TOPIC_ID)."""
+    to an earlier topic of the same name (INCONSISTENT_TOPIC_ID; retriable, as Kafka's)."""
+
+    retriable = True
 
 
 class LogDirLockedError(StorageError):
