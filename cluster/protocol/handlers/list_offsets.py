@@ -9,6 +9,8 @@ that isolation level could fetch (Kafka's `Partition.fetchOffsetForTimestamp`). 
 is offset -1 and timestamp -1, as Kafka's. A negative timestamp that is no sentinel, or a sentinel older than the
 request's version, answers UNSUPPORTED_VERSION (35), as Kafka's `ReplicaManager`. Leader epochs are -1 (unknown).
 
+A partition named more than once in one request answers INVALID_REQUEST (42) each time, as Kafka's.
+
 Authorization: DESCRIBE on each topic, else its partitions answer TOPIC_AUTHORIZATION_FAILED (29), whether the
 topic exists or not.
 """
@@ -16,6 +18,7 @@ topic exists or not.
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from typing import Any
 
 from kio.index import load_response_schema
@@ -60,8 +63,16 @@ class ListOffsetsHandler:
             self._access, request.context, AclOperation.DESCRIBE, ResourceType.TOPIC, (each[0] for each in wanted)
         )
         version = request.api_version
+        named = Counter((topic, partition) for topic, partition, _ in wanted)
         answers = await asyncio.gather(
-            *(self._list(*each, isolation, version) if each[0] in allowed else _denied(each[1]) for each in wanted)
+            *(
+                _failed(each[1], ErrorCode.invalid_request)
+                if named[each[:2]] > 1
+                else self._list(*each, isolation, version)
+                if each[0] in allowed
+                else _failed(each[1], ErrorCode.topic_authorization_failed)
+                for each in wanted
+            )
         )
         topics: dict[str, list[dict[str, Any]]] = {}
         for (topic, _, _), answer in zip(wanted, answers, strict=True):
@@ -91,11 +102,11 @@ class ListOffsetsHandler:
         return {**answer, "error_code": ErrorCode.none, "timestamp": found.timestamp, "offset": found.offset}
 
 
-async def _denied(partition: int) -> dict[str, Any]:
+async def _failed(partition: int, code: ErrorCode) -> dict[str, Any]:
     return {
         "partition_index": partition,
         "leader_epoch": UNKNOWN,
-        "error_code": ErrorCode.topic_authorization_failed,
+        "error_code": code,
         "timestamp": UNKNOWN,
         "offset": UNKNOWN,
     }

@@ -22,6 +22,12 @@ TIMESTAMPS = [1000, 3000, 2000, 5000]
 
 
 def list_offsets(view: LocalBrokerView, version: int, wanted: list[tuple[str, int, int]]) -> list[Any]:
+    """Each (topic, partition, timestamp)'s answer, one request each (Kafka refuses a partition named twice)."""
+    return [answer for each in wanted for answer in list_together(view, version, [each])]
+
+
+def list_together(view: LocalBrokerView, version: int, wanted: list[tuple[str, int, int]]) -> list[Any]:
+    """The answers to one request for every (topic, partition, timestamp) of `wanted`."""
     body = build(
         load_request_schema(LIST_OFFSETS_KEY, version),
         {
@@ -86,3 +92,13 @@ def test_an_unknown_partition_fails_alone(view: LocalBrokerView) -> None:
     run(view.create_topic("t", 1))
     answers = list_offsets(view, 7, [("t", 0, -1), ("gone", 0, -1)])
     assert [a.error_code for a in answers] == [ErrorCode.none, ErrorCode.unknown_topic_or_partition]
+
+
+def test_a_partition_named_twice_in_a_request_is_an_invalid_request(view: LocalBrokerView) -> None:
+    run(view.create_topic("t", 2))
+    answers = list_together(view, 7, [("t", 0, -1), ("t", 1, -1), ("t", 0, -2)])
+    assert [(a.partition_index, a.error_code) for a in answers] == [
+        (0, ErrorCode.invalid_request),
+        (1, ErrorCode.none),
+        (0, ErrorCode.invalid_request),
+    ]
