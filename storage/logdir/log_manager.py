@@ -26,6 +26,8 @@ I/O error (`KafkaStorageError`, `OSError`) takes its dir offline; any other fail
 fails (a dir locked by another owner, a corrupt meta.properties, every dir offline), stops what was opened
 and releases every lock before raising (Kafka's rule).
 
+A partition created with its topic's id (KIP-516) gets a `partition.metadata` naming it
+(`storage.files.partition_metadata`); a folder already naming another id is refused with `InconsistentTopicIdError`.
 A new partition goes to the first dir of `LogDirs.placement_order` (fewest partitions); if opening it there
 fails with an I/O error, that dir goes offline and the next one is tried; any other error is raised and
 leaves every dir online. A dir that goes offline has its partitions' files closed (Kafka's
