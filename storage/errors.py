@@ -142,6 +142,13 @@ class KafkaStorageError(StorageError):
     retriable = True
 
 
+class InconsistentTopicIdError(StorageError):
+    """A partition folder whose `partition.metadata` names another topic id than the topic's: the folder belongs
+    to an earlier topic of the same name (INCONSISTENT_TOPIC_ID; retriable, as Kafka's)."""
+
+    retriable = True
+
+
 class LogDirLockedError(StorageError):
     """Another process holds the `.lock` of a log dir."""
 
@@ -192,6 +199,13 @@ class BrokerError(RaybrokerError):
 class IneligibleReplicaError(BrokerError):
     """An ISR change that would add a replica whose broker is not running (INELIGIBLE_REPLICA, Kafka's
     AlterPartition check of KIP-841): a follower on a lost node cannot be in sync, whatever it fetched before."""
+
+
+class UnknownTopicIdError(BrokerError):
+    """A topic id (KIP-516) no topic of the cluster has: never assigned, or its topic deleted (UNKNOWN_TOPIC_ID);
+    retriable, as Kafka's: a client whose metadata is newer than the broker's asks again."""
+
+    retriable = True
 
 
 class TopicExistsError(BrokerError):

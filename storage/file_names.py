@@ -77,6 +77,11 @@ def log_file(directory: Path, base_offset: int, suffix: str = "") -> Path:
     return directory / f"{offset_name(base_offset)}{LOG_SUFFIX}{suffix}"
 
 
+def partition_metadata_file(partition_dir: Path) -> Path:
+    """`<topic>-<partition>/partition.metadata`: the partition's topic id (`storage.files.partition_metadata`)."""
+    return partition_dir / PARTITION_METADATA
+
+
 def high_watermark_file(partition_dir: Path) -> Path:
     """`<topic>-<partition>/high-watermark.state`."""
     return partition_dir / HIGH_WATERMARK_FILE

@@ -37,6 +37,7 @@ from actors.core.security.scram import (
 from actors.partition_lookup import partition_actor, replica_actor
 from storage.arguments import is_int
 from storage.errors import InvalidConfigError, InvalidRequestError
+from storage.kafka_uuid import ZERO_UUID, uuid_text
 from storage.logdir.partition_handles import PartitionState
 
 # Kafka's ListOffsets sentinels (OffsetSpec.earliest(), latest(), maxTimestamp()).
@@ -77,12 +78,14 @@ class PartitionDescription:
 
 @dataclass(frozen=True, slots=True)
 class TopicDescription:
-    """A topic's config overrides (Kafka names), its replication factor and its partitions, in partition order."""
+    """A topic's config overrides (Kafka names), its replication factor, its partitions, in partition order, and its
+    topic id in Kafka's text (`storage.kafka_uuid`; empty for none)."""
 
     name: str
     config: dict[str, str]
     partitions: list[PartitionDescription]
     replication_factor: int
+    topic_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,7 +218,13 @@ class Admin:
             _partition_description(state, None if ref is None else call(ref))
             for state, ref in zip(states, refs, strict=True)
         ]
-        return TopicDescription(metadata.name, dict(metadata.config), described, metadata.replication_factor)
+        return TopicDescription(
+            metadata.name,
+            dict(metadata.config),
+            described,
+            metadata.replication_factor,
+            "" if metadata.topic_id == ZERO_UUID else uuid_text(metadata.topic_id),
+        )
 
 
 def _partition_description(state: LeaderAndIsr, log: PartitionState | None) -> PartitionDescription:

@@ -111,6 +111,15 @@ FAILED_AUTHENTICATION = _counter(
     "listener",
 )
 
+# --- FetchSessionCache: the Kafka listeners' incremental fetch sessions (KIP-227), per listener process -------------
+FETCH_SESSIONS = _gauge(
+    "kafka_server_fetchsessioncache_numincrementalfetchsessions", "Incremental fetch sessions the listener keeps."
+)
+FETCH_SESSION_PARTITIONS = _gauge(
+    "kafka_server_fetchsessioncache_numincrementalfetchpartitionscached",
+    "Partitions held by the listener's incremental fetch sessions.",
+)
+
 # --- ReplicaManager and KafkaController: the controller, from the replication state it holds ----------------------
 UNDER_REPLICATED_PARTITIONS = _gauge(
     "kafka_server_replicamanager_underreplicatedpartitions",
@@ -168,6 +177,8 @@ EXPORTED: tuple[MetricSpec, ...] = (
     CONNECTION_COUNT,
     CONNECTION_CREATION,
     FAILED_AUTHENTICATION,
+    FETCH_SESSIONS,
+    FETCH_SESSION_PARTITIONS,
     UNDER_REPLICATED_PARTITIONS,
     ISR_SHRINKS,
     ISR_EXPANDS,

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -57,8 +58,8 @@ class RayNodeBroker:
     def __init__(self, handle: Any) -> None:
         self.handle = handle
 
-    def create_partition(self, topic: str, partition: int, config: dict[str, str]) -> RayPending:
-        return RayPending(self.handle.create_partition.remote(topic, partition, config))
+    def create_partition(self, topic: str, partition: int, config: dict[str, str], topic_id: uuid.UUID) -> RayPending:
+        return RayPending(self.handle.create_partition.remote(topic, partition, config, topic_id))
 
     def delete_partition(self, topic: str, partition: int) -> RayPending:
         return RayPending(self.handle.delete_partition.remote(topic, partition))
@@ -169,6 +170,9 @@ class ControllerActor:
 
     def describe_topic(self, name: str) -> TopicMetadata:
         return self._controller.describe_topic(name)
+
+    def topic_names(self) -> dict[uuid.UUID, str]:
+        return self._controller.topic_names()
 
     def list_topics(self, include_internal: bool = False) -> list[str]:
         return self._controller.list_topics(include_internal)

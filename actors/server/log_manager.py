@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -107,11 +108,14 @@ class LogManagerActor:
 
     # --- partitions ------------------------------------------------------------------------------
 
-    def create_partition(self, topic: str, partition: int, config: dict[str, str] | None = None) -> PartitionPlacement:
+    def create_partition(
+        self, topic: str, partition: int, config: dict[str, str] | None = None, topic_id: uuid.UUID | None = None
+    ) -> PartitionPlacement:
         """The partition's placement, creating its folder (in the live dir with the fewest partitions) and
-        actor if missing; `config`, when given, becomes the topic's overrides first."""
+        actor if missing; `config`, when given, becomes the topic's overrides first, and `topic_id` is written to
+        the folder's `partition.metadata`."""
         return self._manager.get_or_create_partition(
-            topic, partition, None if config is None else self._topic_config(config)
+            topic, partition, None if config is None else self._topic_config(config), topic_id
         )
 
     def delete_partition(self, topic: str, partition: int) -> bool:

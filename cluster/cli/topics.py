@@ -1,8 +1,8 @@
 """`raybroker topics`, modelled on kafka-topics.sh: `--create`, `--list`, `--describe`, `--alter`, `--delete`.
 
-`--describe` prints Kafka's layout (`describe_lines`): a topic line with its partition count, replication factor and
-config overrides, then per partition its leader, replicas and in-sync replicas, each broker named by the `node.id`
-of its node's Kafka listener (its Ray node id when that node runs none) and an offline partition's leader as
+`--describe` prints Kafka's layout (`describe_lines`): a topic line with its topic id, partition count, replication
+factor and config overrides, then per partition its leader, replicas and in-sync replicas, each broker named by the
+`node.id` of its node's Kafka listener (its Ray node id when that node runs none) and an offline partition's leader as
 `none`, followed by raybroker's placement and log numbers (the leader's). `--under-replicated-partitions` and
 `--unavailable-partitions` print, as kafka-topics does, only the partition lines that are under-replicated (fewer
 replicas in sync than assigned) or have no running leader, without the topic lines.
@@ -28,7 +28,7 @@ def add_commands(subcommands: Any) -> None:
         subcommands,
         "topics",
         "create, list, describe, alter and delete topics like kafka-topics.sh",
-        "Manage topics, like kafka-topics.sh. --describe prints Kafka's layout: a line 'Topic: T "
+        "Manage topics, like kafka-topics.sh. --describe prints Kafka's layout: a line 'Topic: T TopicId: I "
         "PartitionCount: N ReplicationFactor: R Configs: k=v,...', then one line per partition 'Topic: T "
         "Partition: P Leader: L Replicas: A,B Isr: A,B' (brokers by their listener's node.id, else their Ray node "
         "id; 'Leader: none' when no in-sync replica runs) followed by the leader's Ray node, log dir, log start "
@@ -163,8 +163,9 @@ def describe_lines(
 
 def _topic_line(description: TopicDescription) -> str:
     configs = ",".join(f"{key}={value}" for key, value in sorted(description.config.items()))
+    topic_id = f"\tTopicId: {description.topic_id}" if description.topic_id else ""
     return (
-        f"Topic: {description.name}\tPartitionCount: {len(description.partitions)}"
+        f"Topic: {description.name}{topic_id}\tPartitionCount: {len(description.partitions)}"
         f"\tReplicationFactor: {description.replication_factor}\tConfigs: {configs}"
     )
 

@@ -13,16 +13,23 @@ through `cluster.protocol.errors`; none raises Ray's.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
 from actors.core.controller.topic_metadata import AdvertisedListener, TopicMetadata
 from cluster.protocol.file_region import FileRegion
+from storage.kafka_uuid import ZERO_UUID
 from storage.partition.log import LogAppendInfo
 from storage.partition.producer_state import ActiveProducer
 from storage.records.file_records import TimestampAndOffset
 from storage.segment.transaction_index import AbortedTxn
+
+# How stale a view's topic ids may be (`BrokerView.topic_names`): a topic deleted and created again under its name
+# within this time may still have its old id served by the new topic for that long (a fetch by an unknown id asks
+# the controller at once).
+TOPIC_NAMES_MAX_AGE_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,14 +71,15 @@ class PartitionInfo:
 @dataclass(frozen=True, slots=True)
 class TopicInfo:
     """A topic as Metadata describes it: its partition count, whether it is internal (`__consumer_offsets`), its
-    replication factor, and each partition's leader, epoch and replicas (`partitions`; a partition with no entry
-    is described by `PartitionInfo()`: led, in epoch 0, by whichever listener is asked)."""
+    replication factor, each partition's leader, epoch and replicas (`partitions`; a partition with no entry
+    is described by `PartitionInfo()`: led, in epoch 0, by whichever listener is asked), and its topic id."""
 
     name: str
     partition_count: int
     internal: bool
     replication_factor: int = 1
     partitions: tuple[PartitionInfo, ...] = ()
+    topic_id: uuid.UUID = ZERO_UUID
 
     def partition(self, partition: int) -> PartitionInfo:
         return self.partitions[partition] if partition < len(self.partitions) else PartitionInfo()
@@ -137,6 +145,11 @@ class BrokerView(Protocol):
 
     async def topic(self, name: str) -> TopicInfo:
         """One topic; `UnknownTopicOrPartitionError` if there is none of that name."""
+        ...
+
+    async def topic_names(self, refresh: bool = False) -> Mapping[uuid.UUID, str]:
+        """Every topic's name by its topic id, as the controller had them at most `TOPIC_NAMES_MAX_AGE_S` ago, or
+        now with `refresh` (Fetch v13+ and Metadata v12 name topics by id, and a new id is asked for at once)."""
         ...
 
     async def create_topic(
@@ -247,7 +260,14 @@ def topic_info(
             )
         )
     replication_factor = metadata.replication_factor
-    return TopicInfo(metadata.name, len(metadata.partitions), metadata.internal, replication_factor, tuple(partitions))
+    return TopicInfo(
+        metadata.name,
+        len(metadata.partitions),
+        metadata.internal,
+        replication_factor,
+        tuple(partitions),
+        metadata.topic_id,
+    )
 
 
 def advertised(endpoint: BrokerEndpoint) -> AdvertisedListener:

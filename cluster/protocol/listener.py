@@ -93,6 +93,7 @@ class KafkaListener:
         self._started: concurrent.futures.Future[KafkaServer] = concurrent.futures.Future()
         self._thread = threading.Thread(target=self._run, name="kafka-listener", daemon=True)
         self._stopping: asyncio.Event | None = None
+        self._router: Router | None = None
         self._thread.start()
         self._server = self._started.result()
 
@@ -150,6 +151,8 @@ class KafkaListener:
             if refreshing is not None:
                 refreshing.cancel()
             await server.stop()
+            if self._router is not None:
+                self._router.close()
             with contextlib.suppress(RaybrokerError):
                 # The broker may be stopping too; its registry goes with it.
                 await self._view.withdraw(self._endpoint(server))
@@ -174,7 +177,7 @@ class KafkaListener:
         )
         await server.start()
         endpoint = self._endpoint(server)
-        router = Router(
+        router = self._router = Router(
             self._view,
             endpoint,
             self._broker_config.auto_create_topics_enable,

@@ -12,6 +12,7 @@ segment file for the server to `sendfile`, as the Ray view does for a partition 
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Mapping
 
 from actors.core.broker import InProcessBroker, ServedPartition
@@ -64,6 +65,9 @@ class LocalBrokerView:
 
     async def topic(self, name: str) -> TopicInfo:
         return self._info(name)
+
+    async def topic_names(self, refresh: bool = False) -> Mapping[uuid.UUID, str]:
+        return self.broker.controller.topic_names()
 
     async def create_topic(
         self,

@@ -26,7 +26,9 @@ and an idempotent producer's sequence numbers depend on their order.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -41,6 +43,7 @@ from actors.core.controller.topic_metadata import AdvertisedListener, TopicMetad
 from actors.partition_lookup import partition_actor
 from actors.server.partition_log import FetchResult, FileSlices
 from cluster.protocol.broker_view import (
+    TOPIC_NAMES_MAX_AGE_S,
     BrokerEndpoint,
     EpochEndOffset,
     FetchedRecords,
@@ -83,6 +86,8 @@ class RayBrokerView:
         self._prefetches: dict[tuple[str, int], _Prefetch] = {}
         self._node = _this_node()
         self._cluster_id: str | None = None
+        self._topic_names: dict[uuid.UUID, str] = {}
+        self._topic_names_at = -math.inf
 
     async def cluster_id(self) -> str:
         if self._cluster_id is None:
@@ -114,6 +119,13 @@ class RayBrokerView:
         described: TopicMetadata = await answer(self._controller.describe_topic.remote(name))
         return topic_info(described, *await self._cluster())
 
+    async def topic_names(self, refresh: bool = False) -> Mapping[uuid.UUID, str]:
+        if refresh or time.monotonic() - self._topic_names_at > TOPIC_NAMES_MAX_AGE_S:
+            asked_at = time.monotonic()
+            self._topic_names = await answer(self._controller.topic_names.remote())
+            self._topic_names_at = asked_at
+        return self._topic_names
+
     async def create_topic(
         self,
         name: str,
@@ -130,6 +142,7 @@ class RayBrokerView:
     async def delete_topic(self, name: str) -> None:
         await answer(self._controller.delete_topic.remote(name))
         self._forget(name)
+        self._topic_names_at = -math.inf
 
     async def create_partitions(self, name: str, total: int, validate_only: bool = False) -> TopicInfo:
         grown = await answer(self._controller.add_partitions.remote(name, total, validate_only))

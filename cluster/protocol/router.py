@@ -6,13 +6,16 @@ This is the seam between the socket layer (`cluster.protocol.server`, which only
 versions this server implements; ApiVersions advertises exactly it, and the decoder refuses anything outside it.
 
 Version floors are those of kio's schemas (Kafka 4's minimum versions: Produce v3, Fetch v4, ListOffsets v1).
-Ceilings are what the handlers implement: Produce v10 and Fetch v12 are the last versions naming topics by name
-(v13 switched both to topic ids, which raybroker does not assign yet); Metadata v12 is the last without a
-top-level error; ListOffsets v7 is the last whose sentinels (-2, -1, -3) the log answers (v8 added -4, earliest
-local offset, for tiered storage); InitProducerId v5 is the last before two-phase-commit transactions (v6). The
-admin APIs (CreateTopics, DeleteTopics, CreatePartitions, DescribeConfigs, AlterConfigs, IncrementalAlterConfigs,
-DeleteRecords, DescribeCluster, OffsetForLeaderEpoch) are served from kio's floor to its ceiling: their later
-versions only add fields the handlers fill (topic ids are null, `is_fenced` false). So are the security APIs:
+Ceilings are what the handlers implement, as Apache Kafka 4.0 serves them: Fetch v17 (v13 names topics by topic id,
+v7+ keeps fetch sessions; v18 is post-4.0 and for KRaft followers); Produce v11 (v11 answers TRANSACTION_ABORTABLE;
+v12 is TV2, which adds the partition to the transaction itself, and Produce v13 names topics by id, post-4.0);
+ListOffsets v9 (v8's -4, earliest local offset, is the earliest offset without tiered storage; v9's -5, latest
+tiered offset, answers offset -1; v10 only lets a broker answer later, for tiered storage); Metadata v12 (the last
+without a top-level error; v10+ carries topic ids, v12 may name topics by id); InitProducerId v5 is the last before
+two-phase-commit transactions (v6). The admin APIs (CreateTopics, DeleteTopics, CreatePartitions, DescribeConfigs,
+AlterConfigs, IncrementalAlterConfigs, DeleteRecords, DescribeCluster, OffsetForLeaderEpoch) are served from kio's
+floor to its ceiling: their later versions only add fields the handlers fill (CreateTopics v7 answers the topic id,
+DeleteTopics v6 deletes by topic id, `is_fenced` is false). So are the security APIs:
 DescribeAcls (29), CreateAcls (30), DeleteAcls (31) v1-3 (v0 could not name PREFIXED patterns, and Kafka 4 dropped
 it), DescribeUserScramCredentials (50) and AlterUserScramCredentials (51) v0.
 The transaction APIs serve the TV1 protocol every client speaks to a broker finalizing no `transaction.version` feature,
@@ -28,8 +31,9 @@ FindCoordinator 2, JoinGroup 5, SyncGroup 3, Heartbeat 3, LeaveGroup 1, OffsetCo
 DescribeGroups 5; kafka-python 3.0 FindCoordinator 6, JoinGroup 7, SyncGroup 5, LeaveGroup 5, OffsetCommit 8,
 OffsetFetch 8.
 Clients use the highest version both sides serve: librdkafka 2.16 goes up to Produce 10, Fetch 16, Metadata 13,
-ListOffsets 7, InitProducerId 4, ApiVersions 3, CreateTopics 4, DescribeConfigs 1, OffsetForLeaderEpoch 2;
-kafka-python 3.0 up to Metadata 13, ListOffsets 11, InitProducerId 6, ApiVersions 4, CreateTopics 7.
+ListOffsets 7, InitProducerId 4, ApiVersions 3, CreateTopics 4, DescribeConfigs 1, OffsetForLeaderEpoch 2 (it keeps no
+fetch sessions); kafka-python 3.0 up to Metadata 13, ListOffsets 11, InitProducerId 6, ApiVersions 4, CreateTopics 7;
+Apache Kafka's Java clients 3.9-4.0 up to Fetch 17 with fetch sessions, Produce 11, ListOffsets 9.
 
 Every handler that guards a resource gets the listener's `AccessControl` and asks it before it acts
 (`cluster.protocol.handlers.authorization`); ApiVersions, SaslHandshake and SaslAuthenticate need no permission.
@@ -49,6 +53,7 @@ from cluster.protocol.broker_view import BrokerEndpoint, BrokerView
 from cluster.protocol.config_entries import ConfigDescriber
 from cluster.protocol.connection import ConnectionContext
 from cluster.protocol.errors import AuthenticationFailedError, ProtocolError, SaslFailure
+from cluster.protocol.fetch_session import FetchSessionCache
 from cluster.protocol.framing import (
     API_VERSIONS_KEY,
     FIXED_HEADER,
@@ -149,13 +154,14 @@ from cluster.protocol.handlers.transactions import (
 from cluster.protocol.security.access import AccessControl
 from cluster.protocol.security.security_view import SecurityView
 from cluster.protocol.transaction_view import TransactionView
+from storage.clock import SYSTEM_CLOCK
 from storage.config.broker_config import BrokerConfig
 
 SERVED: Mapping[int, ApiRange] = MappingProxyType(
     {
-        PRODUCE_KEY: ApiRange(3, 10),
-        FETCH_KEY: ApiRange(4, 12),
-        LIST_OFFSETS_KEY: ApiRange(1, 7),
+        PRODUCE_KEY: ApiRange(3, 11),
+        FETCH_KEY: ApiRange(4, 17),
+        LIST_OFFSETS_KEY: ApiRange(1, 9),
         METADATA_KEY: ApiRange(0, 12),
         API_VERSIONS_KEY: ApiRange(0, 4),
         INIT_PRODUCER_ID_KEY: ApiRange(0, 5),
@@ -244,12 +250,19 @@ class Router:
     ) -> None:
         """`broker_config` is the broker's config and `static_broker_keys` the keys its properties set, for the
         admin APIs (defaults, sources, `delete.topic.enable`); `security` holds the SCRAM credentials and ACLs,
-        `access` answers the handlers' authorization questions; `metrics` counts the bytes Fetch answers carry."""
+        `access` answers the handlers' authorization questions; `metrics` counts the bytes Fetch answers carry. Fetch
+        sessions are kept here, `max.incremental.fetch.session.cache.slots` of them: one router serves a listener
+        process."""
         describer = ConfigDescriber(broker_config, static_broker_keys)
         node_id = endpoint.node_id
         self._handlers: dict[int, Handler] = {
             PRODUCE_KEY: ProduceHandler(view, transactions, access),
-            FETCH_KEY: FetchHandler(view, access, metrics),
+            FETCH_KEY: FetchHandler(
+                view,
+                access,
+                metrics,
+                FetchSessionCache(broker_config.max_incremental_fetch_session_cache_slots, SYSTEM_CLOCK),
+            ),
             LIST_OFFSETS_KEY: ListOffsetsHandler(view, access),
             METADATA_KEY: MetadataHandler(view, endpoint, auto_create_topics_enable, num_partitions, access),
             API_VERSIONS_KEY: ApiVersionsHandler(SERVED),
@@ -296,6 +309,12 @@ class Router:
             LIST_TRANSACTIONS_KEY: ListTransactionsHandler(transactions, access),
         }
         assert self._handlers.keys() == SERVED.keys(), "every served API has exactly one handler"
+
+    def close(self) -> None:
+        """The listener stops: its fetch sessions' gauges are no longer reported."""
+        fetch = self._handlers[FETCH_KEY]
+        assert isinstance(fetch, FetchHandler)
+        fetch.close()
 
     @staticmethod
     def overlaps(payload: bytes) -> bool:

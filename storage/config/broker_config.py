@@ -35,6 +35,7 @@ list (blanks trimmed, empty entries dropped, as Kafka's `csvList`).
 | leader.imbalance.check.interval.seconds       | long    | 300                 | period of that check                 |
 | listeners, socket.*, max.connections, ...     |         |                     | `storage.config.listener_config`     |
 | num.network.threads                           | int     | 1 (Kafka: 3)        | listener processes per node          |
+| max.incremental.fetch.session.cache.slots     | int     | 1000                | fetch sessions per listener process  |
 | ssl.*, sasl.*, authorizer.class.name, ...     |         |                     | `storage.config.security_config`     |
 | transaction.*, transactional.id.*             |         |                     | `storage.config.transaction_config`  |
 
@@ -238,6 +239,7 @@ class BrokerConfig(CleanerKeys, ListenerKeys, SecurityKeys, TransactionKeys):
     auto_leader_rebalance_enable: bool = config_field(True, "boolean")
     leader_imbalance_check_interval_seconds: int = config_field(300, "long", low=1)
     num_network_threads: int = config_field(1, "int", low=1)
+    max_incremental_fetch_session_cache_slots: int = config_field(1000, "int", low=0)
     log_segment_bytes: int = config_field(1073741824, "int")
     log_roll_ms: int | None = config_field(None, "long")
     log_roll_hours: int = config_field(168, "int")

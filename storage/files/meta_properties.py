@@ -35,7 +35,6 @@ import base64
 import binascii
 import dataclasses
 import re
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -45,6 +44,7 @@ from storage.clock import SYSTEM_CLOCK, Clock
 from storage.errors import CorruptCheckpointError, KafkaStorageError
 from storage.file_io import write_atomically
 from storage.files.checkpoint_file import INT32_MAX, INT32_MIN
+from storage.kafka_uuid import random_uuid, uuid_text
 
 VERSION_KEY = "version"
 CLUSTER_ID_KEY = "cluster.id"
@@ -157,17 +157,9 @@ class MetaProperties:
 
 
 def new_directory_id() -> str:
-    """A random Kafka Uuid for `directory.id`, in Kafka's text form (base64url, no padding, 22 chars).
-
-    uuid4 sets the version nibble, so the most significant half is never 0 and the id never collides with
-    Kafka's reserved directory ids (0..99 in the low half). Kafka also rejects ids whose text starts with `-`
-    (they read as command-line flags); that first character encodes the top 6 bits of byte 0, and `-` is 62,
-    so clearing bit 7 turns it into `e` (30) instead of drawing again.
-    """
-    raw = bytearray(uuid.uuid4().bytes)
-    if raw[0] >> 2 == 62:
-        raw[0] &= 0x7F
-    return base64.urlsafe_b64encode(bytes(raw)).rstrip(b"=").decode("ascii")
+    """A random Kafka Uuid for `directory.id`, in Kafka's text form (`storage.kafka_uuid`: base64url, no padding,
+    22 chars; never reserved, never starting with `-`)."""
+    return uuid_text(random_uuid())
 
 
 def _logical_lines(text: str) -> Iterator[tuple[int, str]]:

@@ -26,6 +26,8 @@ I/O error (`KafkaStorageError`, `OSError`) takes its dir offline; any other fail
 fails (a dir locked by another owner, a corrupt meta.properties, every dir offline), stops what was opened
 and releases every lock before raising (Kafka's rule).
 
+A partition created with its topic's id (KIP-516) gets a `partition.metadata` naming it
+(`storage.files.partition_metadata`); a folder already naming another id is refused with `InconsistentTopicIdError`.
 A new partition goes to the first dir of `LogDirs.placement_order` (fewest partitions); if opening it there
 fails with an I/O error, that dir goes offline and the next one is tried; any other error is raised and
 leaves every dir online. A dir that goes offline has its partitions' files closed (Kafka's
@@ -57,6 +59,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -71,6 +74,7 @@ from storage.config.broker_config import BrokerConfig
 from storage.config.cleaner_config import CleanerConfig
 from storage.config.log_config import LogConfig
 from storage.errors import KafkaStorageError
+from storage.files.partition_metadata import record_topic_id
 from storage.logdir.log_dirs import LoadedDir, LogDirs
 from storage.logdir.partition_handles import (
     LocalPartition,
@@ -385,21 +389,25 @@ class LogManager:
         return PartitionPlacement(tp[0], tp[1], str(directory), self._dirs.directory_id(directory))
 
     def get_or_create_partition(
-        self, topic: str, partition: int, config: LogConfig | None = None
+        self, topic: str, partition: int, config: LogConfig | None = None, topic_id: uuid.UUID | None = None
     ) -> PartitionPlacement:
         """The partition's placement, creating it (in the live dir with the fewest partitions) if missing;
-        `config`, when given, becomes the topic's config first.
+        `config`, when given, becomes the topic's config first. With `topic_id`, the partition folder's
+        `partition.metadata` names it (`storage.files.partition_metadata.record_topic_id`: written when missing,
+        `InconsistentTopicIdError` when the folder is another topic's of the same name).
 
         The partition is opened outside the manager's lock, so the partitions of one topic open side by side: on
         Ray each is an actor process, ~1 s to start on 2 cores (3 partitions one after the other took 2-10 s).
         A second call for a partition being created waits for the first; so does a delete of it."""
         tp = (topic, partition)
+        existing: PartitionPlacement | None = None
         while True:
             with self._lock:
                 if not self._dirs.started:
                     raise KafkaStorageError("the log manager is not started")
                 if self.partition(topic, partition) is not None:
-                    return self._placement(tp, self._dir_of[tp])
+                    existing = self._placement(tp, self._dir_of[tp])
+                    break
                 creating = self._creating.get(tp)
                 if creating is None:
                     if config is not None and config != self._topic_configs.get(topic):
@@ -413,12 +421,20 @@ class LogManager:
                     self._creating[tp] = (order[0] if order else None, done)
                     break
             creating[1].wait()
+        if existing is not None:
+            return self._with_topic_id(existing, topic_id)
         try:
-            return self._create(tp, order)
+            return self._with_topic_id(self._create(tp, order), topic_id)
         finally:
             with self._lock:
                 del self._creating[tp]
             done.set()
+
+    def _with_topic_id(self, placement: PartitionPlacement, topic_id: uuid.UUID | None) -> PartitionPlacement:
+        if topic_id is not None:
+            folder = Path(placement.directory) / file_names.partition_dir_name(placement.topic, placement.partition)
+            record_topic_id(folder, topic_id)
+        return placement
 
     def _create(self, tp: TopicPartition, order: list[Path]) -> PartitionPlacement:
         """Opens a new partition in the first of `order` that takes it (see `get_or_create_partition`)."""

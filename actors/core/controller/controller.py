@@ -8,14 +8,18 @@ Its records (JSON values, readable with `raybroker dump-log --print-data-log`):
 | key                | value                                                            |
 |--------------------|------------------------------------------------------------------|
 | `cluster`          | `{"cluster_id": ...}`                                            |
-| `topic/<name>`     | `{"partitions": {"0": node}, "replication": {"0": state}, "config": {...}}`, null once deleted |
+| `topic/<name>`     | `{"topic_id", "partitions": {"0": node}, "replication": {"0": state}, "config"}`; null: deleted |
 | `producer-ids`     | `{"next": N}`: the next idempotent-producer id to hand out       |
 | `acl/<resource type>/<pattern type>/<name>` | `{"acls": [{"principal", "host", "operation", "permission_type"}]}` |
 | `scram/<mechanism>/<user>` | `{"mechanism", "salt", "stored_key", "server_key", "iterations"}` |
 
-A topic record names each partition's leader node (its last leader while it has none) and its replication state
-(`LeaderAndIsr.to_json`: leader, epoch, replicas, isr, version); a record without `replication` (written before
-replication) reads as one replica leading in epoch 0.
+A topic record names the topic's id (KIP-516: a random Kafka Uuid in Kafka's text, `storage.kafka_uuid`, drawn at
+creation, so a topic created again under the same name has another), each partition's leader node (its last leader
+while it has none) and its replication state (`LeaderAndIsr.to_json`: leader, epoch, replicas, isr, version); a record
+without `replication` (written before replication) reads as one replica leading in epoch 0, and one without
+`topic_id` (written before topic ids) gets an id drawn and written when the log is replayed, as Kafka gives the
+topics of a cluster from before topic ids theirs. Each replica is created with its topic's id, which its folder's
+`partition.metadata` keeps (`storage.files.partition_metadata`).
 An `acl/` record holds every binding of one resource pattern, e.g. `acl/TOPIC/PREFIXED/orders-`
 (`actors.core.security.acl_store`); a `scram/` record one user's credential for one mechanism, bytes in
 base64, never the password (`actors.core.security.credential_store`); either gets a null value once deleted.
@@ -52,7 +56,9 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import uuid
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
@@ -90,6 +96,7 @@ from storage.errors import (
     UnknownTopicOrPartitionError,
 )
 from storage.files.meta_properties import new_directory_id
+from storage.kafka_uuid import ZERO_UUID, parse_uuid, random_uuid, uuid_text
 from storage.logdir.log_dirs import METADATA_TOPIC
 from storage.logdir.log_manager import PartitionPlacement
 from storage.partition.log import Log
@@ -108,8 +115,11 @@ class NodeBroker(Protocol):
     """One node's broker (its log manager) as the controller calls it; topic configs are Kafka's override
     properties, applied over the broker's `log.*` defaults."""
 
-    def create_partition(self, topic: str, partition: int, config: dict[str, str]) -> Pending[PartitionPlacement]:
-        """The partition's placement, creating its log (and folder) if missing, with `config` as its topic's."""
+    def create_partition(
+        self, topic: str, partition: int, config: dict[str, str], topic_id: uuid.UUID
+    ) -> Pending[PartitionPlacement]:
+        """The partition's placement, creating its log (and folder) if missing, with `config` as its topic's and
+        `topic_id` in its folder's `partition.metadata`."""
         ...
 
     def delete_partition(self, topic: str, partition: int) -> Pending[bool]:
@@ -167,6 +177,8 @@ class Controller:
         self._acls = AclStore(self._write)
         self._scram = ScramCredentialStore(self._write)
         self._replay()
+        for topic in [topic for topic in self._topics.values() if topic.topic_id == ZERO_UUID]:
+            self._persist_topic(replace(topic, topic_id=self._new_topic_id()))
         if not self._cluster_id:
             self._cluster_id = new_directory_id()
             self._write("cluster", {"cluster_id": self._cluster_id})
@@ -202,7 +214,8 @@ class Controller:
                     int(p): LeaderAndIsr.from_json(topic, int(p), state)
                     for p, state in body.get("replication", {}).items()
                 }
-                self._topics[topic] = TopicMetadata(topic, partitions, dict(body["config"]), replication)
+                topic_id = parse_uuid(body["topic_id"]) if "topic_id" in body else ZERO_UUID
+                self._topics[topic] = TopicMetadata(topic, partitions, dict(body["config"]), replication, topic_id)
             elif name.startswith(SCRAM_KEY_PREFIX):
                 self._scram.load(name, body)
 
@@ -219,6 +232,7 @@ class Controller:
         self._write(
             f"topic/{topic.name}",
             {
+                "topic_id": uuid_text(topic.topic_id),
                 "partitions": {str(p): node for p, node in topic.partitions.items()},
                 "replication": {str(p): state.to_json() for p, state in topic.replication.items()},
                 "config": topic.config,
@@ -442,7 +456,9 @@ class Controller:
                 raise InvalidTopicError(f"topic {name!r} collides with existing topic {colliding[0]!r}")
             placed = self._place(partitions, self._replication_factor(replication_factor))
             states = {p: new_partition_state(name, p, replicas) for p, replicas in enumerate(placed)}
-            topic = TopicMetadata(name, {p: s.leader for p, s in states.items()}, overrides, states)
+            topic = TopicMetadata(
+                name, {p: s.leader for p, s in states.items()}, overrides, states, self._new_topic_id()
+            )
             if validate_only:
                 return topic
             self._persist_topic(topic)
@@ -458,7 +474,9 @@ class Controller:
         each its state; if any creation fails, raises its error once every creation has ended, so that the
         caller's rollback never overtakes a creation still running."""
         asked = [(p, node) for p in partitions for node in topic.state(p).replicas]
-        placements = _collect([self._broker(node).create_partition(topic.name, p, topic.config) for p, node in asked])
+        placements = _collect(
+            [self._broker(node).create_partition(topic.name, p, topic.config, topic.topic_id) for p, node in asked]
+        )
         placed = topic
         for (partition, node), placement in zip(asked, placements, strict=True):
             if placement.directory_id:
@@ -511,7 +529,7 @@ class Controller:
         with self._lock:
             topic = self.describe_topic(name)
             merged = self._validated_config(config)
-            altered = TopicMetadata(name, topic.partitions, merged, topic.replication)
+            altered = replace(topic, config=merged)
             if validate_only:
                 return altered
             self._persist_topic(altered)
@@ -552,6 +570,19 @@ class Controller:
         if topic is None:
             raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
         return topic
+
+    def topic_names(self) -> dict[uuid.UUID, str]:
+        """Every topic's name by its topic id (the Kafka listeners resolve the ids of Fetch v13+ with it)."""
+        with self._lock:
+            return {topic.topic_id: name for name, topic in self._topics.items()}
+
+    def _new_topic_id(self) -> uuid.UUID:
+        """A random topic id no topic of the cluster has (Kafka's `Uuid.randomUuid`, never a reserved id)."""
+        taken = {topic.topic_id for topic in self._topics.values()}
+        while True:
+            topic_id = random_uuid()
+            if topic_id not in taken:
+                return topic_id
 
     def list_topics(self, include_internal: bool = False) -> list[str]:
         return sorted(name for name in self._topics if include_internal or name not in INTERNAL_TOPICS)

@@ -5,6 +5,7 @@ this does over the manager itself: topic configs arrive as Kafka's override prop
 
 from __future__ import annotations
 
+import uuid
 from concurrent.futures import Future
 
 from storage.config.log_config import LogConfig
@@ -21,8 +22,12 @@ class LogManagerBroker:
     def _topic_config(self, overrides: dict[str, str]) -> LogConfig:
         return LogConfig.from_properties(overrides, base=self.manager.default_config)
 
-    def create_partition(self, topic: str, partition: int, config: dict[str, str]) -> Future[PartitionPlacement]:
-        return completed(lambda: self.manager.get_or_create_partition(topic, partition, self._topic_config(config)))
+    def create_partition(
+        self, topic: str, partition: int, config: dict[str, str], topic_id: uuid.UUID
+    ) -> Future[PartitionPlacement]:
+        return completed(
+            lambda: self.manager.get_or_create_partition(topic, partition, self._topic_config(config), topic_id)
+        )
 
     def delete_partition(self, topic: str, partition: int) -> Future[bool]:
         return completed(lambda: self.manager.delete_log(topic, partition))

@@ -4,9 +4,11 @@ travel between processes and threads unchanged."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import uuid
+from dataclasses import dataclass, field, replace
 
 from actors.core.replication.leader_and_isr import LeaderAndIsr
+from storage.kafka_uuid import ZERO_UUID
 from storage.logdir.log_dirs import METADATA_TOPIC
 
 # The group coordinator's committed offsets (`actors.core.groups.offsets_topic`), internal as Kafka's is.
@@ -30,12 +32,14 @@ class AdvertisedListener:
 @dataclass(frozen=True, slots=True)
 class TopicMetadata:
     """A topic's partitions (partition -> node id of its leader, or of its last leader while it has none), its
-    config overrides (Kafka names) and each partition's replication state."""
+    config overrides (Kafka names), each partition's replication state, and its topic id (KIP-516: a random Kafka
+    Uuid given at creation, `storage.kafka_uuid`; a topic created again under the same name gets a new one)."""
 
     name: str
     partitions: dict[int, str]
     config: dict[str, str]
     replication: dict[int, LeaderAndIsr] = field(default_factory=dict)
+    topic_id: uuid.UUID = ZERO_UUID
 
     @property
     def internal(self) -> bool:
@@ -55,9 +59,8 @@ class TopicMetadata:
 
     def with_state(self, state: LeaderAndIsr) -> TopicMetadata:
         leader = state.leader or self.partitions.get(state.partition, state.replicas[0])
-        return TopicMetadata(
-            self.name,
-            {**self.partitions, state.partition: leader},
-            self.config,
-            {**self.replication, state.partition: state},
+        return replace(
+            self,
+            partitions={**self.partitions, state.partition: leader},
+            replication={**self.replication, state.partition: state},
         )

@@ -20,12 +20,23 @@ returned, for the consumer to drop their records (possibly an empty list); a REA
 null. Every v4+ answer carries the real last stable offset, at both levels, as Kafka's. The long poll of a
 read_committed fetch waits for bytes below the last stable offset, so a transaction's records wake it when its
 marker lands. `preferred_read_replica` is -1 (Fetch v11+; any other value sends a client looking for a replica).
-Fetch sessions (v7+, KIP-227) are not kept: every answer has session id 0, which tells the client to send full fetch
-requests; a request naming a session id answers FETCH_SESSION_ID_NOT_FOUND (70), after which clients start over without
-one.
+
+Fetch sessions (v7+, KIP-227): a client that asks for one gets a session id, then lists only the partitions whose
+position changed, and hears only of the partitions with something new (`cluster.protocol.fetch_session`, which also
+says how session errors are answered and sessions evicted). The response limit is applied to every partition of the
+session, before the unchanged ones are left out; a partition left out by the limit with moved offsets is still sent,
+without records.
+
+Topic ids (KIP-516, v13+): topics are named by id in requests and answers; an id the broker does not know answers
+UNKNOWN_TOPIC_ID (100) for each of its partitions. Ids are resolved through the view's recent copy of the
+controller's ids (`BrokerView.topic_names`), asked afresh when a request names one it does not have. v14 (tiered
+storage's OFFSET_MOVED_TO_TIERED_STORAGE, never answered without tiered storage), v15 (the follower's replica state),
+v16 (the current leader's endpoints, sent with NOT_LEADER_OR_FOLLOWER; none here: every listener serves every
+partition) and v17 (the follower's log dir id) add nothing a consumer's fetch needs here.
 
 Authorization: READ on each topic, else its partitions answer TOPIC_AUTHORIZATION_FAILED (29) without being read
-(and without waiting for them), whether the topic exists or not, as Kafka's consumer fetch.
+(and without waiting for them), whether the topic exists or not, as Kafka's consumer fetch. A partition of an unknown
+topic id answers UNKNOWN_TOPIC_ID before authorization (there is no name to authorize).
 
 Metrics: the record bytes each answer carries, per topic (Kafka's BytesOutPerSec), once the response limit is
 applied, so that a partition left out this time is counted when it is sent.
@@ -35,108 +46,155 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass, replace
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 
 from actors.core.security.acls import AclOperation, ResourceType
-from actors.metrics.recorder import NO_METRICS, BrokerMetrics
+from actors.metrics.names import FETCH_SESSION_PARTITIONS, FETCH_SESSIONS
+from actors.metrics.recorder import NO_METRICS, BrokerMetrics, Sample
 from cluster.protocol.broker_view import BrokerView, FetchedRecords
 from cluster.protocol.errors import TopicAuthorizationFailedError, error_code
+from cluster.protocol.fetch_session import (
+    DEFAULT_CACHE_SLOTS,
+    FINAL_EPOCH,
+    INVALID_SESSION_ID,
+    TOPIC_ID_VERSION,
+    FetchSessionCache,
+    PartitionKey,
+    PartitionOutcome,
+    PartitionRequest,
+    forgotten_key,
+)
 from cluster.protocol.file_region import FileRegion
 from cluster.protocol.framing import Request
 from cluster.protocol.handlers.authorization import authorized_names
+from cluster.protocol.handlers.metadata import wire_topic_id
 from cluster.protocol.messages import build, milliseconds
 from cluster.protocol.security.access import AccessControl
-from storage.errors import RaybrokerError
+from storage.clock import SYSTEM_CLOCK
+from storage.errors import RaybrokerError, UnknownTopicIdError
+from storage.kafka_uuid import ZERO_UUID, uuid_text
 
 FETCH_KEY = 1
-NO_SESSION = 0
 NO_PREFERRED_READ_REPLICA = -1
 UNKNOWN_OFFSET = -1
+CONSUMER_REPLICA_ID = -1
 # Fetch's `isolation_level` (Kafka's IsolationLevel), and the log read each one is.
 READ_UNCOMMITTED = 0
 READ_COMMITTED = 1
 _LOG_ISOLATION = {READ_UNCOMMITTED: "high_watermark", READ_COMMITTED: "txn_committed"}
 
-
-@dataclass(frozen=True, slots=True)
-class _PartitionFetch:
-    topic: str
-    partition: int
-    offset: int
-    max_bytes: int
-    isolation: str
-
-
 _Answer = FetchedRecords | RaybrokerError
 
 
 class FetchHandler:
-    """Answers Fetch (see the module docstring)."""
+    """Answers Fetch (see the module docstring), keeping the fetch sessions of `sessions` (by default a cache of
+    Kafka's default size on the system clock)."""
 
     def __init__(
-        self, view: BrokerView, access: AccessControl | None = None, metrics: BrokerMetrics = NO_METRICS
+        self,
+        view: BrokerView,
+        access: AccessControl | None = None,
+        metrics: BrokerMetrics = NO_METRICS,
+        sessions: FetchSessionCache | None = None,
     ) -> None:
         self._view = view
         self._access = access
         self._metrics = metrics
+        self.sessions = sessions if sessions is not None else FetchSessionCache(DEFAULT_CACHE_SLOTS, SYSTEM_CLOCK)
+        metrics.add_gauges(self._session_gauges)
+
+    def close(self) -> None:
+        """Stops reporting the sessions' gauges (the listener stops)."""
+        self._metrics.remove_gauges(self._session_gauges)
+
+    def _session_gauges(self) -> list[Sample]:
+        """Kafka's FetchSessionCache gauges. Read from the metrics exporter's thread: the counts may be a moment
+        old, never wrong by more than the request being answered."""
+        sessions = self.sessions
+        return [(FETCH_SESSIONS, (), len(sessions)), (FETCH_SESSION_PARTITIONS, (), sessions.total_partitions)]
 
     async def __call__(self, request: Request) -> Any:
         body = request.body
-        response_type = load_response_schema(FETCH_KEY, request.api_version)
-        if getattr(body, "session_id", NO_SESSION) != NO_SESSION:
-            return build(
-                response_type,
-                {
-                    "throttle_time": 0,
-                    "error_code": ErrorCode.fetch_session_id_not_found,
-                    "session_id": NO_SESSION,
-                    "responses": [],
-                },
-            )
+        version = request.api_version
+        response_type = load_response_schema(FETCH_KEY, version)
+        uses_topic_ids = version >= TOPIC_ID_VERSION
+        topic_names = await self._topic_names(body) if uses_topic_ids else {}
+        context = self.sessions.new_context(
+            version,
+            getattr(body, "session_id", INVALID_SESSION_ID),
+            getattr(body, "session_epoch", FINAL_EPOCH),
+            _requested(body, uses_topic_ids, topic_names),
+            _forgotten(body, uses_topic_ids),
+            topic_names,
+            privileged=_replica_id(body) >= 0,
+        )
+        wanted = context.partitions
         # Requests before v4 have no isolation level: they read everything below the high watermark.
         isolation = _LOG_ISOLATION.get(getattr(body, "isolation_level", READ_UNCOMMITTED), "high_watermark")
-        wanted = [
-            _PartitionFetch(topic.topic, part.partition, part.fetch_offset, part.partition_max_bytes, isolation)
-            for topic in body.topics
-            for part in topic.partitions
-        ]
         allowed = authorized_names(
-            self._access, request.context, AclOperation.READ, ResourceType.TOPIC, (fetch.topic for fetch in wanted)
+            self._access,
+            request.context,
+            AclOperation.READ,
+            ResourceType.TOPIC,
+            (fetch.topic for fetch in wanted if fetch.topic is not None),
         )
-        read = iter(
-            await self._read(
-                [fetch for fetch in wanted if fetch.topic in allowed], milliseconds(body.max_wait), body.min_bytes
-            )
-        )
-        answers = _within_response_limit(
-            [next(read) if fetch.topic in allowed else _denied(fetch.topic) for fetch in wanted], body.max_bytes
-        )
-        responses: dict[str, list[dict[str, Any]]] = {}
-        for fetch, answer in zip(wanted, answers, strict=True):
-            responses.setdefault(fetch.topic, []).append(_partition_answer(fetch.partition, answer))
-            if isinstance(answer, FetchedRecords) and answer.records:
+        readable = [fetch for fetch in wanted if fetch.topic in allowed]
+        read = iter(await self._read(readable, isolation, milliseconds(body.max_wait), body.min_bytes))
+        answers = _within_response_limit([_answer(fetch, allowed, read) for fetch in wanted], body.max_bytes)
+        decided = context.answer([_outcome(answer) for answer in answers])
+        included = set(decided.included)
+        responses: list[dict[str, Any]] = []
+        for index in decided.included:
+            fetch, answer = wanted[index], answers[index]
+            topic_key = fetch.topic_id if uses_topic_ids else fetch.topic
+            if not responses or responses[-1]["key"] != topic_key:
+                responses.append(
+                    {
+                        "key": topic_key,
+                        "topic": fetch.topic,
+                        "topic_id": wire_topic_id(fetch.topic_id),
+                        "partitions": [],
+                    }
+                )
+            responses[-1]["partitions"].append(_partition_answer(fetch.partition, answer))
+            if isinstance(answer, FetchedRecords) and answer.records and fetch.topic is not None:
                 self._metrics.fetched(fetch.topic, len(answer.records))
+        for index, answer in enumerate(answers):
+            if index not in included and isinstance(answer, FetchedRecords) and isinstance(answer.records, FileRegion):
+                answer.records.close()
         return build(
             response_type,
             {
                 "throttle_time": 0,
-                "error_code": ErrorCode.none,
-                "session_id": NO_SESSION,
-                "responses": [{"topic": topic, "partitions": parts} for topic, parts in responses.items()],
+                "error_code": decided.error.value,
+                "session_id": decided.session_id,
+                "responses": responses,
             },
         )
 
-    async def _read(self, wanted: list[_PartitionFetch], max_wait_ms: int, min_bytes: int) -> list[_Answer]:
+    async def _topic_names(self, body: Any) -> Mapping[uuid.UUID, str]:
+        """The topic ids the view knows, asked afresh when the request names one it did not know."""
+        names = await self._view.topic_names()
+        named = {topic.topic_id or ZERO_UUID for topic in body.topics}
+        if any(topic_id not in names for topic_id in named):
+            names = await self._view.topic_names(refresh=True)
+        return names
+
+    async def _read(
+        self, wanted: Sequence[PartitionRequest], isolation: str, max_wait_ms: int, min_bytes: int
+    ) -> list[_Answer]:
         """Every partition's answer, after the long poll described in the module docstring."""
         deadline = time.monotonic() + max(max_wait_ms, 0) / 1000
         if len(wanted) == 1:
             # One partition waits in its actor for `min_bytes` itself: one call, not a look and then a wait.
-            return [await self._fetch(wanted[0], max(max_wait_ms, 0), max(min_bytes, 1))]
-        answers = list(await asyncio.gather(*(self._fetch(fetch, 0) for fetch in wanted)))
+            return [await self._fetch(wanted[0], isolation, max(max_wait_ms, 0), max(min_bytes, 1))]
+        answers = list(await asyncio.gather(*(self._fetch(fetch, isolation, 0) for fetch in wanted)))
         while _size(answers) < min_bytes:
             remaining_ms = int((deadline - time.monotonic()) * 1000)
             idle = [
@@ -146,7 +204,9 @@ class FetchHandler:
             ]
             if remaining_ms <= 0 or not idle:
                 break
-            waits = {asyncio.ensure_future(self._fetch(wanted[index], remaining_ms)): index for index in idle}
+            waits = {
+                asyncio.ensure_future(self._fetch(wanted[index], isolation, remaining_ms)): index for index in idle
+            }
             try:
                 done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
             finally:
@@ -162,13 +222,54 @@ class FetchHandler:
                 break
         return answers
 
-    async def _fetch(self, fetch: _PartitionFetch, max_wait_ms: int, min_bytes: int = 1) -> _Answer:
+    async def _fetch(self, fetch: PartitionRequest, isolation: str, max_wait_ms: int, min_bytes: int = 1) -> _Answer:
+        assert fetch.topic is not None, "only partitions of known topics are read"
         try:
             return await self._view.fetch(
-                fetch.topic, fetch.partition, fetch.offset, fetch.max_bytes, max_wait_ms, min_bytes, fetch.isolation
+                fetch.topic, fetch.partition, fetch.fetch_offset, fetch.max_bytes, max_wait_ms, min_bytes, isolation
             )
         except RaybrokerError as exc:
             return exc
+
+
+def _requested(body: Any, uses_topic_ids: bool, topic_names: Mapping[uuid.UUID, str]) -> list[PartitionRequest]:
+    """The request's partitions; from v13 each topic id resolved to its name (None when unknown)."""
+    requested = []
+    for topic in body.topics:
+        topic_id = (topic.topic_id or ZERO_UUID) if uses_topic_ids else ZERO_UUID
+        name = topic_names.get(topic_id) if uses_topic_ids else topic.topic
+        for part in topic.partitions:
+            requested.append(
+                PartitionRequest(topic_id, name, part.partition, part.fetch_offset, part.partition_max_bytes)
+            )
+    return requested
+
+
+def _forgotten(body: Any, uses_topic_ids: bool) -> list[PartitionKey]:
+    """The session keys of the partitions an incremental request drops (v7+)."""
+    return [
+        forgotten_key(getattr(topic, "topic_id", None) or ZERO_UUID, getattr(topic, "topic", None), p, uses_topic_ids)
+        for topic in getattr(body, "forgotten_topics_data", ())
+        for p in topic.partitions
+    ]
+
+
+def _replica_id(body: Any) -> int:
+    """The fetching replica's broker id (-1 for a consumer): a field of its own before v15, in `replica_state` from."""
+    state = getattr(body, "replica_state", None)
+    return int(state.replica_id if state is not None else getattr(body, "replica_id", CONSUMER_REPLICA_ID))
+
+
+def _answer(fetch: PartitionRequest, allowed: set[str], read: Any) -> _Answer:
+    if fetch.topic is None:
+        return UnknownTopicIdError(f"unknown topic id {uuid_text(fetch.topic_id)}")
+    return next(read) if fetch.topic in allowed else _denied(fetch.topic)
+
+
+def _outcome(answer: _Answer) -> PartitionOutcome:
+    if isinstance(answer, RaybrokerError):
+        return PartitionOutcome(UNKNOWN_OFFSET, UNKNOWN_OFFSET, 0, True)
+    return PartitionOutcome(answer.high_watermark, answer.log_start_offset, len(answer.records), False)
 
 
 def _denied(topic: str) -> TopicAuthorizationFailedError:

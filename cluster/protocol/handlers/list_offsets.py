@@ -1,10 +1,15 @@
 """ListOffsets (key 2): for each partition, the offset a timestamp or sentinel names.
 
 `timestamp` is -2 (earliest: the log start offset), -1 (latest: the high watermark, or for `isolation_level` 1,
-READ_COMMITTED (v2+), the last stable offset), -3 (the record with the largest timestamp, v7+), or a time in ms
-(the first record whose timestamp is at or after it). A timestamp or -3 names only a record below that same bound,
-the one a consumer at that isolation level could fetch (Kafka's `Partition.fetchOffsetForTimestamp`). When no
-record qualifies the answer is offset -1 and timestamp -1, as Kafka's. Leader epochs are -1 (unknown).
+READ_COMMITTED (v2+), the last stable offset), -3 (the record with the largest timestamp, v7+), -4 (earliest local
+offset, v8+: the earliest offset, since every segment is local here), -5 (latest tiered offset, v9+: offset -1,
+timestamp -1, as Kafka answers for a topic without tiered storage), or a time in ms (the first record whose
+timestamp is at or after it). A timestamp or -3 names only a record below that same bound, the one a consumer at
+that isolation level could fetch (Kafka's `Partition.fetchOffsetForTimestamp`). When no record qualifies the answer
+is offset -1 and timestamp -1, as Kafka's. A negative timestamp that is no sentinel, or a sentinel older than the
+request's version, answers UNSUPPORTED_VERSION (35), as Kafka's `ReplicaManager`. Leader epochs are -1 (unknown).
+
+A partition named more than once in one request answers INVALID_REQUEST (42) each time, as Kafka's.
 
 Authorization: DESCRIBE on each topic, else its partitions answer TOPIC_AUTHORIZATION_FAILED (29), whether the
 topic exists or not.
@@ -13,6 +18,7 @@ topic exists or not.
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from typing import Any
 
 from kio.index import load_response_schema
@@ -30,6 +36,11 @@ from storage.errors import RaybrokerError
 LIST_OFFSETS_KEY = 2
 UNKNOWN = -1
 READ_COMMITTED = 1
+EARLIEST_TIMESTAMP = -2
+EARLIEST_LOCAL_TIMESTAMP = -4
+LATEST_TIERED_TIMESTAMP = -5
+# The first version that may send each sentinel timestamp (Kafka's `timestampMinSupportedVersion`).
+SENTINEL_MIN_VERSION = {-1: 1, EARLIEST_TIMESTAMP: 1, -3: 7, EARLIEST_LOCAL_TIMESTAMP: 8, LATEST_TIERED_TIMESTAMP: 9}
 
 
 class ListOffsetsHandler:
@@ -51,8 +62,17 @@ class ListOffsetsHandler:
         allowed = authorized_names(
             self._access, request.context, AclOperation.DESCRIBE, ResourceType.TOPIC, (each[0] for each in wanted)
         )
+        version = request.api_version
+        named = Counter((topic, partition) for topic, partition, _ in wanted)
         answers = await asyncio.gather(
-            *(self._list(*each, isolation) if each[0] in allowed else _denied(each[1]) for each in wanted)
+            *(
+                _failed(each[1], ErrorCode.invalid_request)
+                if named[each[:2]] > 1
+                else self._list(*each, isolation, version)
+                if each[0] in allowed
+                else _failed(each[1], ErrorCode.topic_authorization_failed)
+                for each in wanted
+            )
         )
         topics: dict[str, list[dict[str, Any]]] = {}
         for (topic, _, _), answer in zip(wanted, answers, strict=True):
@@ -62,10 +82,19 @@ class ListOffsetsHandler:
             {"throttle_time": 0, "topics": [{"name": name, "partitions": parts} for name, parts in topics.items()]},
         )
 
-    async def _list(self, topic: str, partition: int, timestamp: int, isolation: str) -> dict[str, Any]:
+    async def _list(self, topic: str, partition: int, timestamp: int, isolation: str, version: int) -> dict[str, Any]:
         answer: dict[str, Any] = {"partition_index": partition, "leader_epoch": UNKNOWN}
+        if timestamp < 0 and version < SENTINEL_MIN_VERSION.get(timestamp, version + 1):
+            return {**answer, "error_code": ErrorCode.unsupported_version, "timestamp": UNKNOWN, "offset": UNKNOWN}
+        if timestamp == EARLIEST_LOCAL_TIMESTAMP:
+            timestamp = EARLIEST_TIMESTAMP
         try:
-            found = await self._view.list_offset(topic, partition, timestamp, isolation)
+            if timestamp == LATEST_TIERED_TIMESTAMP:
+                # Kafka checks the partition (its leader, its epoch) and then answers "none" without tiered storage.
+                await self._view.offsets(topic, partition)
+                found = None
+            else:
+                found = await self._view.list_offset(topic, partition, timestamp, isolation)
         except RaybrokerError as exc:
             return {**answer, "error_code": error_code(exc), "timestamp": UNKNOWN, "offset": UNKNOWN}
         if found is None:
@@ -73,11 +102,11 @@ class ListOffsetsHandler:
         return {**answer, "error_code": ErrorCode.none, "timestamp": found.timestamp, "offset": found.offset}
 
 
-async def _denied(partition: int) -> dict[str, Any]:
+async def _failed(partition: int, code: ErrorCode) -> dict[str, Any]:
     return {
         "partition_index": partition,
         "leader_epoch": UNKNOWN,
-        "error_code": ErrorCode.topic_authorization_failed,
+        "error_code": code,
         "timestamp": UNKNOWN,
         "offset": UNKNOWN,
     }

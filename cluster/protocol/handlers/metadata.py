@@ -23,11 +23,17 @@ may not DESCRIBE answers TOPIC_AUTHORIZATION_FAILED (29) before anyone looks whe
 says nothing of its existence. Creating a missing topic needs CREATE on the cluster or on the topic, else
 TOPIC_AUTHORIZATION_FAILED. Authorized operations (v8+) are filled when asked: the cluster's (v8-10) if the
 principal may DESCRIBE the cluster (else 0), and each listed topic's.
+
+Topic ids (KIP-516): every described topic carries its id (v10+). A v12 request may name topics by id instead of by
+name (when it names any by id, only those are answered, as Kafka's): a known id is described, or answered
+TOPIC_AUTHORIZATION_FAILED with its id and no name (ids are not secret); an unknown one UNKNOWN_TOPIC_ID (100); none
+is created. A v10-11 request naming a topic by id, or by no name, answers INVALID_REQUEST (42) for every topic.
 """
 
 from __future__ import annotations
 
 import asyncio
+import uuid
 from typing import Any
 
 from kio.index import load_response_schema
@@ -48,9 +54,12 @@ from cluster.protocol.handlers.authorization import (
 from cluster.protocol.messages import build
 from cluster.protocol.security.access import AccessControl
 from storage.errors import RaybrokerError, TopicExistsError, UnknownTopicOrPartitionError
+from storage.kafka_uuid import ZERO_UUID
 
 METADATA_KEY = 3
 NO_LEADER_ID = -1
+# The first Metadata version whose requests may name topics by id (v10-11 carry the field but must leave it zero).
+TOPIC_ID_VERSION = 12
 
 
 def brokers_with(endpoint: BrokerEndpoint, announced: list[BrokerEndpoint], listener_name: str) -> list[BrokerEndpoint]:
@@ -84,11 +93,18 @@ class MetadataHandler:
         requested = None if body.topics is None else [topic.name for topic in body.topics]
         if request.api_version == 0 and not requested:
             requested = None
+        requested_ids = [] if body.topics is None else [getattr(t, "topic_id", None) or ZERO_UUID for t in body.topics]
+        named_by_id = any(topic_id != ZERO_UUID for topic_id in requested_ids)
+        if request.api_version < TOPIC_ID_VERSION and requested is not None and (None in requested or named_by_id):
+            return _invalid_request(request, body.topics)
         may_create = self._auto_create_topics_enable and getattr(body, "allow_auto_topic_creation", True)
-        if requested is None:
+        topics: list[dict[str, Any]]
+        if named_by_id:
+            topics = await self._by_id([topic_id for topic_id in requested_ids if topic_id != ZERO_UUID], context)
+        elif requested is None:
             every = await self._view.topics()
             visible = authorized_names(self._access, context, AclOperation.DESCRIBE, ResourceType.TOPIC, every)
-            topics: list[dict[str, Any]] = [self._describe(every[name]) for name in sorted(visible)]
+            topics = [self._describe(every[name]) for name in sorted(visible)]
         else:
             named = [name for name in requested if name is not None]
             visible = authorized_names(self._access, context, AclOperation.DESCRIBE, ResourceType.TOPIC, named)
@@ -127,6 +143,30 @@ class MetadataHandler:
             },
         )
 
+    async def _by_id(self, topic_ids: list[uuid.UUID], context: ConnectionContext) -> list[dict[str, Any]]:
+        """The entries of a request naming topics by id (v12): each known one described, or TOPIC_AUTHORIZATION_FAILED
+        with its id and no name; an unknown id UNKNOWN_TOPIC_ID. Topic ids are not secret, as in Kafka."""
+        names = await self._view.topic_names()
+        if any(topic_id not in names for topic_id in topic_ids):
+            names = await self._view.topic_names(refresh=True)
+        known = [names[topic_id] for topic_id in topic_ids if topic_id in names]
+        visible = authorized_names(self._access, context, AclOperation.DESCRIBE, ResourceType.TOPIC, known)
+        topics = []
+        for topic_id in dict.fromkeys(topic_ids):
+            name = names.get(topic_id)
+            if name is None:
+                topics.append(_topic_error(None, ErrorCode.unknown_topic_id, topic_id))
+            elif name not in visible:
+                topics.append(_topic_error(None, ErrorCode.topic_authorization_failed, topic_id))
+            else:
+                try:
+                    topics.append(self._describe(await self._view.topic(name)))
+                except UnknownTopicOrPartitionError:
+                    topics.append(_topic_error(None, ErrorCode.unknown_topic_id, topic_id))
+                except RaybrokerError as exc:
+                    topics.append(_topic_error(name, error_code(exc), topic_id))
+        return topics
+
     async def _lookup(
         self, name: str | None, may_create: bool, context: ConnectionContext, cluster_create: bool, describable: bool
     ) -> dict[str, Any]:
@@ -156,7 +196,7 @@ class MetadataHandler:
         return {
             "error_code": ErrorCode.none,
             "name": topic.name,
-            "topic_id": None,
+            "topic_id": wire_topic_id(topic.topic_id),
             "is_internal": topic.internal,
             "partitions": [
                 self._partition(partition, topic.partition(partition)) for partition in range(topic.partition_count)
@@ -187,12 +227,39 @@ class MetadataHandler:
         }
 
 
-def _topic_error(name: str, code: ErrorCode) -> dict[str, Any]:
+def _topic_error(name: str | None, code: ErrorCode, topic_id: uuid.UUID = ZERO_UUID) -> dict[str, Any]:
     return {
         "error_code": code,
         "name": name,
-        "topic_id": None,
+        "topic_id": wire_topic_id(topic_id),
         "is_internal": False,
         "partitions": [],
         "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
     }
+
+
+def wire_topic_id(topic_id: uuid.UUID) -> uuid.UUID | None:
+    """A topic id as kio writes it: None stands for the zero id (which kio also reads back as None)."""
+    return None if topic_id == ZERO_UUID else topic_id
+
+
+def _invalid_request(request: Request, topics: Any) -> Any:
+    """Kafka's answer to a v10-11 request naming a topic by id or by no name: every topic INVALID_REQUEST (42)."""
+    return build(
+        load_response_schema(METADATA_KEY, request.api_version),
+        {
+            "throttle_time": 0,
+            "brokers": [],
+            "cluster_id": None,
+            "controller_id": NO_LEADER_ID,
+            "topics": [
+                {
+                    **_topic_error(topic.name or "", ErrorCode.invalid_request),
+                    "topic_id": getattr(topic, "topic_id", None),
+                }
+                for topic in topics
+            ],
+            "cluster_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+            "error_code": ErrorCode.none,
+        },
+    )

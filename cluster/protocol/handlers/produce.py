@@ -13,9 +13,10 @@ A request with a `transactional_id` needs WRITE on that id, and one holding a tr
 `transactional_id` (else every partition answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED, 53, as Kafka's). Each
 transactional batch is checked with the transaction coordinator first (KIP-890's verification, which a broker whose
 coordinator it reaches directly can always do): a partition its producer did not add to the ongoing transaction answers
-INVALID_TXN_STATE (48; Kafka answers TRANSACTION_ABORTABLE only to Produce v11+, which is not served), a fenced producer
-INVALID_PRODUCER_EPOCH (47), a coordinator busy with the id or unreachable NOT_ENOUGH_REPLICAS (19), which old clients
-retry without a metadata refresh, as Kafka's `AddPartitionsToTxnManager` maps them.
+TRANSACTION_ABORTABLE (120) to Produce v11+ and INVALID_TXN_STATE (48) to older versions, whose clients do not know
+that code, a fenced producer INVALID_PRODUCER_EPOCH (47), a coordinator busy with the id or unreachable
+NOT_ENOUGH_REPLICAS (19), which old clients retry without a metadata refresh, as Kafka's `AddPartitionsToTxnManager`
+maps them. Produce v11 differs from v10 in nothing else.
 
 Authorization: WRITE on each topic, else its partitions answer TOPIC_AUTHORIZATION_FAILED (29) without being
 looked at, whether the topic exists or not, as Kafka's.
@@ -43,8 +44,8 @@ from storage.errors import RaybrokerError
 from storage.records.layout import NO_TIMESTAMP
 from storage.records.record_batch import iter_batches
 
-# KIP-890's mapping of the coordinator's verification answers to Produce v3-10 codes (AddPartitionsToTxnManager):
-# TRANSACTION_ABORTABLE is kept for Produce v11+ only, which is not served.
+# KIP-890's mapping of the coordinator's verification answers to Produce codes (AddPartitionsToTxnManager):
+# TRANSACTION_ABORTABLE is kept for Produce v11+ (`TRANSACTION_ABORTABLE_VERSION`), older clients get INVALID_TXN_STATE.
 _VERIFICATION_CODES = {
     TxnError.TRANSACTION_ABORTABLE: ErrorCode.invalid_txn_state,
     TxnError.PRODUCER_FENCED: ErrorCode.invalid_producer_epoch,
@@ -53,6 +54,7 @@ _VERIFICATION_CODES = {
 }
 
 PRODUCE_KEY = 0
+TRANSACTION_ABORTABLE_VERSION = 11
 NO_OFFSET = -1
 
 
@@ -88,7 +90,10 @@ class ProduceHandler:
             timeout_ms = int(body.timeout.total_seconds() * 1000)
             appended = list(
                 await asyncio.gather(
-                    *(self._append(*wanted[index], body.acks, timeout_ms, transactional_id) for index in writable)
+                    *(
+                        self._append(*wanted[index], body.acks, timeout_ms, transactional_id, request.api_version)
+                        for index in writable
+                    )
                 )
             )
         for index, answer in zip(writable, appended, strict=True):
@@ -114,12 +119,13 @@ class ProduceHandler:
         acks: int,
         timeout_ms: int,
         transactional_id: str | None,
+        version: int,
     ) -> dict[str, Any]:
         if not records:
             return _failed(ErrorCode.invalid_record, "a produce request must carry record batches")
         try:
             if transactional_id is not None:
-                refused = await self._verify(transactional_id, topic, partition, records)
+                refused = await self._verify(transactional_id, topic, partition, records, version)
                 if refused is not None:
                     return refused
             info = await self._view.append(topic, partition, bytes(records), acks, timeout_ms)
@@ -133,7 +139,9 @@ class ProduceHandler:
             "record_errors": [],
         }
 
-    async def _verify(self, transactional_id: str, topic: str, partition: int, records: bytes) -> dict[str, Any] | None:
+    async def _verify(
+        self, transactional_id: str, topic: str, partition: int, records: bytes, version: int
+    ) -> dict[str, Any] | None:
         """None if the partition's transactional batches may be appended, else the partition's answer."""
         first = next(iter_batches(bytes(records)), None)
         if first is None or not first.is_transactional:
@@ -148,6 +156,8 @@ class ProduceHandler:
         if answer == TxnError.NONE:
             return None
         code = _VERIFICATION_CODES.get(answer, ErrorCode.not_enough_replicas)
+        if answer == TxnError.TRANSACTION_ABORTABLE and version >= TRANSACTION_ABORTABLE_VERSION:
+            code = ErrorCode.transaction_abortable
         return _failed(code, f"{topic}-{partition} is not part of the ongoing transaction of {transactional_id!r}")
 
 

@@ -17,9 +17,11 @@ CreateTopics:
   a null value included. A topic named twice in one request answers INVALID_REQUEST for each entry.
 - `validate_only` runs every check and creates nothing. v5+ answers carry the partition count, the replication
   factor and the topic's configs with their sources (`cluster.protocol.config_entries`).
-- Topic ids (v7) are not assigned by raybroker: the answer's id is null.
+- v7+ answers carry the new topic's id (KIP-516; drawn by the controller, null for `validate_only`).
 
-DeleteTopics deletes by name (a v6 entry naming only a topic id answers UNKNOWN_TOPIC_ID, 100); with
+DeleteTopics deletes by name, or (v6) by topic id: an unknown id answers UNKNOWN_TOPIC_ID (100), an entry naming both
+a name and an id, or neither, INVALID_REQUEST (42), as Kafka's controller; answers carry the deleted topic's name and
+id (an id entry refused for DELETE keeps its name only if the principal may DESCRIBE the topic). With
 `delete.topic.enable=false` every entry answers TOPIC_DELETION_DISABLED (73).
 
 CreatePartitions grows a topic to `count` (not growing it answers INVALID_PARTITIONS), each new partition with the
@@ -36,7 +38,9 @@ Authorization, as Kafka's controller checks it, after the duplicate-name check a
 
 from __future__ import annotations
 
+import uuid
 from collections import Counter
+from collections.abc import Mapping
 from typing import Any
 
 from kio.index import load_response_schema
@@ -48,9 +52,11 @@ from cluster.protocol.config_entries import ConfigDescriber
 from cluster.protocol.errors import error_code
 from cluster.protocol.framing import Request
 from cluster.protocol.handlers.authorization import allows, allows_cluster
+from cluster.protocol.handlers.metadata import wire_topic_id
 from cluster.protocol.messages import build
 from cluster.protocol.security.access import AccessControl
 from storage.errors import RaybrokerError
+from storage.kafka_uuid import ZERO_UUID
 
 CREATE_TOPICS_KEY = 19
 DELETE_TOPICS_KEY = 20
@@ -58,6 +64,8 @@ CREATE_PARTITIONS_KEY = 37
 USE_DEFAULT = -1  # num_partitions / replication_factor: the broker's default
 # What a manual assignment creates: one replica per partition, on this broker.
 ASSIGNED_REPLICATION_FACTOR = 1
+BOTH_NAME_AND_ID = "You may not specify both topic name and topic id."
+NEITHER_NAME_NOR_ID = "Neither topic name nor id were specified."
 
 
 class TopicRequestError(Exception):
@@ -105,6 +113,8 @@ class CreateTopicsHandler:
                 factor = _replication_factor(topic)
                 configs = _configs(topic.configs)
                 info = await self._view.create_topic(topic.name, partition_count, configs, body.validate_only, factor)
+                if not body.validate_only:
+                    result["topic_id"] = wire_topic_id(info.topic_id)
             except TopicRequestError as exc:
                 topics.append({**result, "error_code": exc.code, "error_message": exc.message})
                 continue
@@ -172,26 +182,51 @@ class DeleteTopicsHandler:
 
     async def __call__(self, request: Request) -> Any:
         body = request.body
-        names = list(body.topic_names) if hasattr(body, "topic_names") else [topic.name for topic in body.topics]
+        if hasattr(body, "topic_names"):
+            entries = [(name, ZERO_UUID) for name in body.topic_names]
+        else:
+            entries = [(topic.name, topic.topic_id or ZERO_UUID) for topic in body.topics]
         cluster_delete = allows_cluster(self._access, request.context, AclOperation.DELETE)
+        names_by_id: Mapping[uuid.UUID, str] = {}
+        if any(topic_id != ZERO_UUID for _, topic_id in entries):
+            names_by_id = await self._view.topic_names(refresh=True)
         responses = []
-        for name in names:
-            response: dict[str, Any] = {"name": name, "topic_id": None, "error_code": ErrorCode.none}
-            if name is None:
-                response.update(error_code=ErrorCode.unknown_topic_id, error_message="topic ids are not assigned")
-            elif not self._delete_topic_enable:
+        for name, topic_id in entries:
+            response: dict[str, Any] = {"name": name, "topic_id": wire_topic_id(topic_id), "error_code": ErrorCode.none}
+            if not self._delete_topic_enable:
                 response.update(error_code=ErrorCode.topic_deletion_disabled, error_message="delete.topic.enable=false")
-            elif not (cluster_delete or self._may_delete(request, name)):
-                response.update(error_code=ErrorCode.topic_authorization_failed, error_message=None)
+            elif name is not None and topic_id != ZERO_UUID:
+                response.update(error_code=ErrorCode.invalid_request, error_message=BOTH_NAME_AND_ID)
+            elif name is None and topic_id == ZERO_UUID:
+                response.update(error_code=ErrorCode.invalid_request, error_message=NEITHER_NAME_NOR_ID)
+            elif name is None and topic_id not in names_by_id:
+                response.update(error_code=ErrorCode.unknown_topic_id, error_message=None)
             else:
-                try:
-                    await self._view.delete_topic(name)
-                except RaybrokerError as exc:
-                    response.update(error_code=error_code(exc), error_message=exc.message)
+                target = name if name is not None else names_by_id[topic_id]
+                if not (cluster_delete or self._may_delete(request, target)):
+                    describable = allows(
+                        self._access, request.context, AclOperation.DESCRIBE, ResourceType.TOPIC, target
+                    )
+                    response.update(
+                        name=target if name is not None or describable else None,
+                        error_code=ErrorCode.topic_authorization_failed,
+                        error_message=None,
+                    )
+                else:
+                    response.update(await self._delete(target))
             responses.append(response)
         return build(
             load_response_schema(DELETE_TOPICS_KEY, request.api_version), {"throttle_time": 0, "responses": responses}
         )
+
+    async def _delete(self, name: str) -> dict[str, Any]:
+        """The answer fields of deleting topic `name`: its name and id, or the error."""
+        try:
+            topic_id = (await self._view.topic(name)).topic_id
+            await self._view.delete_topic(name)
+        except RaybrokerError as exc:
+            return {"error_code": error_code(exc), "error_message": exc.message}
+        return {"name": name, "topic_id": wire_topic_id(topic_id)}
 
     def _may_delete(self, request: Request, name: str) -> bool:
         return all(

@@ -258,7 +258,12 @@ def test_topics_create_list_describe_alter_delete(
     code, out, _ = run(capsys, "topics", "--describe", "--topic", "cli-t")
     lines = out.splitlines()
     assert code == EXIT_OK
-    assert lines[0] == "Topic: cli-t\tPartitionCount: 2\tReplicationFactor: 1\tConfigs: retention.ms=60000"
+    topic_line = re.fullmatch(
+        r"Topic: cli-t\tTopicId: ([A-Za-z0-9_-]{22})\tPartitionCount: 2\tReplicationFactor: 1"
+        r"\tConfigs: retention.ms=60000",
+        lines[0],
+    )
+    assert topic_line is not None, lines[0]
     (node,) = ray_node_ids()
     for partition, line in enumerate(lines[1:]):
         # kafka-topics' fields first, in its order; no listener runs here, so brokers go by their Ray node id.
@@ -278,7 +283,8 @@ def test_topics_create_list_describe_alter_delete(
     )[:2] == (EXIT_OK, "")
     lines = run(capsys, "topics", "--describe", "--topic", "cli-t")[1].splitlines()
     assert lines[0] == (
-        "Topic: cli-t\tPartitionCount: 3\tReplicationFactor: 1\tConfigs: retention.ms=60000,segment.bytes=1048576"
+        f"Topic: cli-t\tTopicId: {topic_line[1]}\tPartitionCount: 3\tReplicationFactor: 1"
+        "\tConfigs: retention.ms=60000,segment.bytes=1048576"
     )
     assert len(lines) == 4
 

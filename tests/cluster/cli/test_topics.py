@@ -29,6 +29,7 @@ DESCRIPTION = TopicDescription(
         partition(3, "node-gone", ("node-gone", "node-a", "node-b"), ("node-gone", "node-a", "node-b")),
     ],
     3,
+    "nigi0dJNRASJVYh5eRn0Vg",
 )
 
 
@@ -39,7 +40,8 @@ def kafka_fields(line: str) -> list[tuple[str, str]]:
 
 def test_the_topic_line_has_kafkas_fields_in_kafkas_order() -> None:
     assert describe_lines(DESCRIPTION, CLUSTER)[0] == (
-        "Topic: orders\tPartitionCount: 4\tReplicationFactor: 3\tConfigs: cleanup.policy=compact,retention.ms=60000"
+        "Topic: orders\tTopicId: nigi0dJNRASJVYh5eRn0Vg\tPartitionCount: 4\tReplicationFactor: 3"
+        "\tConfigs: cleanup.policy=compact,retention.ms=60000"
     )
 
 

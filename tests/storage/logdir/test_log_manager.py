@@ -28,6 +28,7 @@ from storage.errors import (
     BrokerNotAvailableError,
     CorruptCheckpointError,
     CorruptRecordError,
+    InconsistentTopicIdError,
     KafkaStorageError,
     LogDirLockedError,
     OffsetOutOfRangeError,
@@ -36,6 +37,8 @@ from storage.errors import (
 from storage.files.checkpoint_file import OffsetCheckpointFile
 from storage.files.log_dir_lock import LogDirLock
 from storage.files.meta_properties import MetaProperties, read_meta_properties, write_meta_properties
+from storage.files.partition_metadata import PartitionMetadata, read_partition_metadata
+from storage.kafka_uuid import random_uuid
 from storage.logdir.log_manager import LogManager
 from storage.logdir.partition_handles import LocalPartition, LocalPartitions
 from storage.logdir.scheduler import Scheduler
@@ -362,6 +365,20 @@ def test_new_partitions_spread_by_partition_count(manager: LogManager, dirs: lis
     assert sum(counts.values()) == 20
     assert max(counts.values()) - min(counts.values()) <= 1
     assert {info.path: info.partitions for info in manager.describe_dirs()} == {str(d): counts[d] for d in dirs}
+
+
+def test_a_partition_created_with_its_topic_id_keeps_it_and_refuses_another(manager: LogManager) -> None:
+    first, second = random_uuid(), random_uuid()
+    placement = manager.get_or_create_partition("ids", 0, topic_id=first)
+    folder = Path(placement.directory) / "ids-0"
+    assert read_partition_metadata(folder) == PartitionMetadata(0, first)
+    assert manager.get_or_create_partition("ids", 0, topic_id=first) == placement
+    assert manager.get_or_create_partition("ids", 0) == placement
+    with pytest.raises(InconsistentTopicIdError):
+        manager.get_or_create_partition("ids", 0, topic_id=second)
+    assert read_partition_metadata(folder) == PartitionMetadata(0, first)
+    manager.get_or_create_partition("no-id", 0)
+    assert read_partition_metadata(manager.log_dir_of("no-id", 0) / "no-id-0") is None
 
 
 class BarrierPartitions(LocalPartitions):

@@ -30,6 +30,8 @@ from storage.errors import (
     TopicExistsError,
     UnknownTopicOrPartitionError,
 )
+from storage.files.partition_metadata import PartitionMetadata, read_partition_metadata
+from storage.kafka_uuid import RESERVED, uuid_text
 from storage.logdir.log_manager import LogManager
 from tests.actors.core.controller.test_assignment import check_transition
 
@@ -205,6 +207,66 @@ def test_delete_removes_every_replica_and_stays_deleted_after_a_restart(cluster:
     cluster.controller.close()
     cluster.controller = cluster.start_controller()
     assert cluster.controller.list_topics() == []
+
+
+# --- topic ids (KIP-516) -------------------------------------------------------------------------------------
+
+
+def replica_folders(cluster: Cluster, topic: str) -> list[Path]:
+    return [
+        Path(p.directory) / f"{p.topic}-{p.partition}"
+        for manager in cluster.managers.values()
+        for p in manager.placements()
+        if p.topic == topic
+    ]
+
+
+def test_every_topic_gets_its_own_random_id_which_each_replica_folder_keeps(cluster: Cluster) -> None:
+    orders = cluster.controller.create_topic("orders", 2, replication_factor=2)
+    payments = cluster.controller.create_topic("payments", 1)
+    assert orders.topic_id not in RESERVED and payments.topic_id not in RESERVED
+    assert orders.topic_id != payments.topic_id
+    assert cluster.controller.topic_names() == {orders.topic_id: "orders", payments.topic_id: "payments"}
+    folders = replica_folders(cluster, "orders")
+    assert len(folders) == 4
+    for folder in folders:
+        # Kafka's bytes: two lines, the second without a line end.
+        expected = f"version: 0\ntopic_id: {uuid_text(orders.topic_id)}".encode()
+        assert (folder / "partition.metadata").read_bytes() == expected
+        assert read_partition_metadata(folder) == PartitionMetadata(0, orders.topic_id)
+
+
+def test_validate_only_draws_an_id_but_keeps_none(cluster: Cluster) -> None:
+    cluster.controller.create_topic("dry", 1, validate_only=True)
+    assert cluster.controller.topic_names() == {}
+
+
+def test_a_topic_created_again_under_its_name_gets_a_new_id(cluster: Cluster) -> None:
+    first = cluster.controller.create_topic("again", 1).topic_id
+    cluster.controller.delete_topic("again")
+    second = cluster.controller.create_topic("again", 1).topic_id
+    assert second != first
+    assert cluster.controller.topic_names() == {second: "again"}
+    assert [read_partition_metadata(folder) for folder in replica_folders(cluster, "again")] == [
+        PartitionMetadata(0, second)
+    ]
+
+
+def test_topic_ids_survive_a_restart_and_a_topic_record_without_one_gets_one_once(cluster: Cluster) -> None:
+    kept = cluster.controller.create_topic("kept", 1).topic_id
+    grown = cluster.controller.add_partitions("kept", 2)
+    altered = cluster.controller.alter_topic_config("kept", {"retention.ms": "5000"})
+    assert grown.topic_id == altered.topic_id == kept
+    # A record as a controller from before topic ids wrote it.
+    cluster.controller._write("topic/legacy", {"partitions": {"0": "node-a"}, "config": {}})
+    cluster.controller.close()
+    cluster.controller = cluster.start_controller()
+    names = cluster.controller.topic_names()
+    legacy = cluster.controller.describe_topic("legacy").topic_id
+    assert names == {kept: "kept", legacy: "legacy"} and legacy not in RESERVED
+    cluster.controller.close()
+    cluster.controller = cluster.start_controller()
+    assert cluster.controller.topic_names() == names
 
 
 # --- elections -----------------------------------------------------------------------------------------------

@@ -194,20 +194,25 @@ def test_every_request_is_allowed_without_an_authorizer(view: LocalBrokerView, s
     assert produce(view, access_with(security, authorizer=""), "open") == {"open": ErrorCode.none}
 
 
-def fetch_codes(view: LocalBrokerView, access: AccessControl, *topics: str) -> dict[str, ErrorCode]:
+def fetch_codes(view: LocalBrokerView, access: AccessControl, *topics: str, version: int = 12) -> dict[str, ErrorCode]:
+    """Each topic's error code in alice's Fetch of partition 0 of `topics`: by name up to v12, by topic id from v13
+    (every topic must then exist)."""
+    names = {topic_id: name for topic_id, name in run(view.topic_names()).items() if name in topics}
+    ids = {name: topic_id for topic_id, name in names.items()}
+    partitions = [{"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}]
     answer = ask(
         FetchHandler(view, access),
         FETCH_KEY,
         {
             "max_wait": 0,
             "min_bytes": 1,
-            "topics": [
-                {"topic": name, "partitions": [{"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}]}
-                for name in topics
-            ],
+            "topics": [{"topic": name, "topic_id": ids.get(name), "partitions": partitions} for name in topics],
             "forgotten_topics_data": [],
         },
+        version,
     )
+    if version >= 13:
+        return {names[topic.topic_id]: topic.partitions[0].error_code for topic in answer.responses}
     return {topic.topic: topic.partitions[0].error_code for topic in answer.responses}
 
 
@@ -219,6 +224,10 @@ def test_fetch_needs_read_on_the_topic(view: LocalBrokerView, security: LocalSec
         "public": ErrorCode.none,
         "private": DENIED_TOPIC,
         "nowhere": DENIED_TOPIC,
+    }
+    assert fetch_codes(view, access, "public", "private", version=SERVED[FETCH_KEY].max_version) == {
+        "public": ErrorCode.none,
+        "private": DENIED_TOPIC,
     }
 
 

@@ -1,8 +1,11 @@
 """Fetch: records come back as produced with the partition's offsets; limits per partition and per response
-follow Kafka's rules; errors are per partition; sessions are refused; every served version encodes."""
+follow Kafka's rules; errors are per partition; topics are named by id from v13; sessions send only what changed and
+answer Kafka's session errors; every served version encodes."""
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import pytest
@@ -11,14 +14,89 @@ from kio.schema.errors import ErrorCode
 
 from actors.metrics.names import BYTES_OUT
 from actors.metrics.recorder import MetricsRecorder
+from cluster.protocol.fetch_session import FetchSessionCache
 from cluster.protocol.framing import decode_response, encode_response
 from cluster.protocol.handlers.fetch import FETCH_KEY, FetchHandler
 from cluster.protocol.local_broker_view import LocalBrokerView
 from cluster.protocol.messages import build
 from cluster.protocol.router import SERVED
+from storage.clock import MockClock
 from tests.cluster.protocol.helpers import batch, leader_log, records_of, request, run
 
 VERSIONS = range(SERVED[FETCH_KEY].min_version, SERVED[FETCH_KEY].max_version + 1)
+
+
+class Fetcher:
+    """A client of one `FetchHandler` (its fetch sessions kept between calls) on the in-process broker: requests name
+    topics by name up to v12 and by id from v13, and answers come back keyed by (topic name, partition)."""
+
+    def __init__(
+        self, view: LocalBrokerView, metrics: MetricsRecorder | None = None, sessions: FetchSessionCache | None = None
+    ) -> None:
+        self.view = view
+        self.handler = FetchHandler(
+            view,
+            metrics=metrics or MetricsRecorder(),
+            sessions=FetchSessionCache(10, MockClock()) if sessions is None else sessions,
+        )
+
+    def __call__(
+        self,
+        version: int,
+        positions: dict[tuple[str, int], int],
+        partition_max_bytes: int = 1 << 20,
+        max_bytes: int = 50 << 20,
+        session_id: int = 0,
+        epoch: int = -1,
+        forgotten: Iterable[tuple[str, int]] = (),
+        ids: Mapping[str, uuid.UUID] | None = None,
+    ) -> tuple[Any, dict[tuple[str, int], Any]]:
+        """The decoded answer and its partitions; `ids` names topics the broker may not know (v13+)."""
+        names = dict(run(self.view.topic_names()))
+        ids = {**{name: topic_id for topic_id, name in names.items()}, **(ids or {})}
+        names.update({topic_id: name for name, topic_id in ids.items()})
+        topics: dict[str, list[dict[str, Any]]] = {}
+        for (topic, partition), offset in positions.items():
+            topics.setdefault(topic, []).append(
+                {
+                    "partition": partition,
+                    "current_leader_epoch": -1,
+                    "fetch_offset": offset,
+                    "last_fetched_epoch": -1,
+                    "log_start_offset": -1,
+                    "partition_max_bytes": partition_max_bytes,
+                }
+            )
+        dropped: dict[str, list[int]] = {}
+        for topic, partition in forgotten:
+            dropped.setdefault(topic, []).append(partition)
+        body = build(
+            load_request_schema(FETCH_KEY, version),
+            {
+                "cluster_id": None,
+                "replica_id": -1,
+                "max_wait": 0,
+                "min_bytes": 1,
+                "max_bytes": max_bytes,
+                "isolation_level": 0,
+                "session_id": session_id,
+                "session_epoch": epoch,
+                "topics": [
+                    {"topic": name, "topic_id": ids.get(name), "partitions": parts} for name, parts in topics.items()
+                ],
+                "forgotten_topics_data": [
+                    {"topic": name, "topic_id": ids.get(name), "partitions": parts} for name, parts in dropped.items()
+                ],
+                "rack_id": "",
+            },
+        )
+        response = run(self.handler(request(body)))
+        _, decoded = decode_response(encode_response(1, response)[4:], load_response_schema(FETCH_KEY, version))
+        return decoded, {
+            (names[t.topic_id] if version >= 13 else t.topic, p.partition_index): p
+            for t in decoded.responses
+            for p in t.partitions
+        }
 
 
 def fetch(
@@ -27,40 +105,10 @@ def fetch(
     positions: dict[tuple[str, int], int],
     partition_max_bytes: int = 1 << 20,
     max_bytes: int = 50 << 20,
-    session_id: int = 0,
     metrics: MetricsRecorder | None = None,
 ) -> tuple[Any, dict[tuple[str, int], Any]]:
-    topics: dict[str, list[dict[str, Any]]] = {}
-    for (topic, partition), offset in positions.items():
-        topics.setdefault(topic, []).append(
-            {
-                "partition": partition,
-                "current_leader_epoch": -1,
-                "fetch_offset": offset,
-                "last_fetched_epoch": -1,
-                "log_start_offset": -1,
-                "partition_max_bytes": partition_max_bytes,
-            }
-        )
-    body = build(
-        load_request_schema(FETCH_KEY, version),
-        {
-            "cluster_id": None,
-            "replica_id": -1,
-            "max_wait": 0,
-            "min_bytes": 1,
-            "max_bytes": max_bytes,
-            "isolation_level": 0,
-            "session_id": session_id,
-            "session_epoch": -1,
-            "topics": [{"topic": name, "partitions": parts} for name, parts in topics.items()],
-            "forgotten_topics_data": [],
-            "rack_id": "",
-        },
-    )
-    response = run(FetchHandler(view, metrics=metrics or MetricsRecorder())(request(body)))
-    _, decoded = decode_response(encode_response(1, response)[4:], load_response_schema(FETCH_KEY, version))
-    return decoded, {(t.topic, p.partition_index): p for t in decoded.responses for p in t.partitions}
+    """One sessionless fetch."""
+    return Fetcher(view, metrics)(version, positions, partition_max_bytes, max_bytes)
 
 
 def fill(view: LocalBrokerView, topic: str, partition: int, count: int, value_size: int = 10) -> None:
@@ -126,7 +174,96 @@ def test_bytes_out_count_what_the_answers_carry_after_the_response_limit(view: L
     assert metrics.value(BYTES_OUT, "") == metrics.value(BYTES_OUT, "t") + metrics.value(BYTES_OUT, "u")
 
 
-def test_a_fetch_session_id_is_answered_session_not_found(view: LocalBrokerView) -> None:
+def test_an_unknown_topic_id_answers_unknown_topic_id_for_each_partition(view: LocalBrokerView) -> None:
     run(view.create_topic("t", 1))
-    decoded, answers = fetch(view, 12, {("t", 0): 0}, session_id=42)
-    assert (decoded.error_code, decoded.session_id, answers) == (ErrorCode.fetch_session_id_not_found, 0, {})
+    fill(view, "t", 0, 1)
+    gone = uuid.UUID(int=2**100 + 7)
+    decoded, answers = fetch_by(view, {("t", 0): 0, ("gone", 0): 0, ("gone", 1): 0}, ids={"gone": gone})
+    assert answers[("t", 0)].error_code == ErrorCode.none and len(records_of(answers[("t", 0)].records)) == 1
+    assert [answers[("gone", p)].error_code for p in (0, 1)] == [ErrorCode.unknown_topic_id] * 2
+    assert [topic.topic_id for topic in decoded.responses] == [run(view.topic("t")).topic_id, gone]
+
+
+def fetch_by(view: LocalBrokerView, positions: dict[tuple[str, int], int], **kwargs: Any) -> Any:
+    return Fetcher(view)(SERVED[FETCH_KEY].max_version, positions, **kwargs)
+
+
+# --- fetch sessions (KIP-227) ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", [7, 12, 13, 17])
+def test_a_session_sends_only_the_partitions_that_changed(view: LocalBrokerView, version: int) -> None:
+    run(view.create_topic("t", 3))
+    fill(view, "t", 0, 2)
+    client = Fetcher(view)
+    everything = {("t", 0): 0, ("t", 1): 0, ("t", 2): 0}
+    decoded, answers = client(version, everything, epoch=0)
+    session = decoded.session_id
+    assert session > 0 and decoded.error_code == ErrorCode.none
+    assert set(answers) == set(everything) and len(records_of(answers[("t", 0)].records)) == 2
+    # Only the moved position is listed; nothing changed since: nothing is sent.
+    decoded, answers = client(version, {("t", 0): 2}, session_id=session, epoch=1)
+    assert (decoded.error_code, decoded.session_id, answers) == (ErrorCode.none, session, {})
+    # New records on a partition nobody listed: the session fetches it from the remembered position.
+    fill(view, "t", 1, 1)
+    decoded, answers = client(version, {}, session_id=session, epoch=2)
+    assert set(answers) == {("t", 1)} and [r[0] for r in records_of(answers[("t", 1)].records)] == [0]
+    # A forgotten partition is no longer fetched; listed again, it is.
+    fill(view, "t", 2, 1)
+    _, answers = client(version, {("t", 1): 1}, session_id=session, epoch=3, forgotten=[("t", 2)])
+    assert answers == {}
+    _, answers = client(version, {("t", 2): 0}, session_id=session, epoch=4)
+    assert set(answers) == {("t", 2)} and answers[("t", 2)].high_watermark == 1
+    # A moved log start offset is news too, without records.
+    run(view.delete_records("t", 0, 1))
+    _, answers = client(version, {("t", 2): 1}, session_id=session, epoch=5)
+    assert set(answers) == {("t", 0)} and answers[("t", 0)].log_start_offset == 1
+
+
+def test_a_partition_in_error_is_sent_every_time(view: LocalBrokerView) -> None:
+    run(view.create_topic("t", 1))
+    fill(view, "t", 0, 1)
+    client = Fetcher(view)
+    decoded, answers = client(12, {("t", 0): 5}, epoch=0)
+    assert answers[("t", 0)].error_code == ErrorCode.offset_out_of_range
+    for epoch in (1, 2):
+        _, answers = client(12, {}, session_id=decoded.session_id, epoch=epoch)
+        assert answers[("t", 0)].error_code == ErrorCode.offset_out_of_range
+    # Back in range at the end of the log: sent once (its high watermark is news after an error), then not.
+    _, answers = client(12, {("t", 0): 1}, session_id=decoded.session_id, epoch=3)
+    assert (answers[("t", 0)].error_code, answers[("t", 0)].high_watermark) == (ErrorCode.none, 1)
+    assert client(12, {}, session_id=decoded.session_id, epoch=4)[1] == {}
+
+
+@pytest.mark.parametrize(
+    ("session_id", "epoch", "version", "error"),
+    [
+        (12345, 1, 12, ErrorCode.fetch_session_id_not_found),
+        (None, 2, 12, ErrorCode.invalid_fetch_session_epoch),
+        (None, 1, 13, ErrorCode.fetch_session_topic_id_error),
+    ],
+)
+def test_session_errors_answer_their_code_and_no_partition(
+    view: LocalBrokerView, session_id: int | None, epoch: int, version: int, error: ErrorCode
+) -> None:
+    run(view.create_topic("t", 1))
+    client = Fetcher(view)
+    opened = client(12, {("t", 0): 0}, epoch=0)[0].session_id
+    decoded, answers = client(version, {("t", 0): 0}, session_id=session_id or opened, epoch=epoch)
+    assert (decoded.error_code, decoded.session_id, answers) == (error, 0, {})
+
+
+def test_a_full_request_closes_the_session_it_names(view: LocalBrokerView) -> None:
+    run(view.create_topic("t", 1))
+    client = Fetcher(view)
+    opened = client(12, {("t", 0): 0}, epoch=0)[0].session_id
+    decoded, answers = client(12, {("t", 0): 0}, session_id=opened, epoch=-1)
+    assert (decoded.error_code, decoded.session_id, set(answers)) == (ErrorCode.none, 0, {("t", 0)})
+    assert client(12, {}, session_id=opened, epoch=1)[0].error_code == ErrorCode.fetch_session_id_not_found
+    assert len(client.handler.sessions) == 0
+
+
+def test_no_session_is_opened_without_a_cache_slot(view: LocalBrokerView) -> None:
+    run(view.create_topic("t", 1))
+    decoded, answers = Fetcher(view, sessions=FetchSessionCache(0, MockClock()))(12, {("t", 0): 0}, epoch=0)
+    assert (decoded.error_code, decoded.session_id, set(answers)) == (ErrorCode.none, 0, {("t", 0)})

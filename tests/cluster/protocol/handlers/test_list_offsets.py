@@ -1,5 +1,6 @@
 """ListOffsets: earliest, latest, a timestamp and the max timestamp name the offsets Kafka names (oracle: the
-records appended); no match is offset -1; unknown partitions fail alone; every served version encodes."""
+records appended); the tiered-storage sentinels answer as Kafka's without tiered storage; no match is offset -1;
+unknown partitions fail alone; every served version encodes."""
 
 from __future__ import annotations
 
@@ -21,6 +22,12 @@ TIMESTAMPS = [1000, 3000, 2000, 5000]
 
 
 def list_offsets(view: LocalBrokerView, version: int, wanted: list[tuple[str, int, int]]) -> list[Any]:
+    """Each (topic, partition, timestamp)'s answer, one request each (Kafka refuses a partition named twice)."""
+    return [answer for each in wanted for answer in list_together(view, version, [each])]
+
+
+def list_together(view: LocalBrokerView, version: int, wanted: list[tuple[str, int, int]]) -> list[Any]:
+    """The answers to one request for every (topic, partition, timestamp) of `wanted`."""
     body = build(
         load_request_schema(LIST_OFFSETS_KEY, version),
         {
@@ -58,7 +65,40 @@ def test_sentinels_and_timestamps_name_kafkas_offsets(view: LocalBrokerView, ver
         assert (answers[4].offset, answers[4].timestamp) == (3, 5000)
 
 
+@pytest.mark.parametrize("version", VERSIONS)
+def test_tiered_storage_sentinels_as_kafka_answers_them_without_tiered_storage(
+    view: LocalBrokerView, version: int
+) -> None:
+    """-4 (earliest local, v8+) is the log start offset, every segment being local; -5 (latest tiered, v9+) is offset
+    -1; a sentinel older than the version, or a negative timestamp that is none, is UNSUPPORTED_VERSION."""
+    run(view.create_topic("t", 1))
+    for timestamp in TIMESTAMPS:
+        leader_log(view, "t", 0).append(batch([(None, b"v", timestamp)]))
+    leader_log(view, "t", 0).delete_records(2)
+    answers = list_offsets(view, version, [("t", 0, -3), ("t", 0, -4), ("t", 0, -5), ("t", 0, -6)])
+    unsupported = (ErrorCode.unsupported_version, -1, -1)
+    assert [(a.error_code, a.offset, a.timestamp) for a in answers] == [
+        (ErrorCode.none, 3, 5000) if version >= 7 else unsupported,
+        (ErrorCode.none, 2, -1) if version >= 8 else unsupported,
+        (ErrorCode.none, -1, -1) if version >= 9 else unsupported,
+        unsupported,
+    ]
+    if version >= 9:
+        assert answers[2].leader_epoch == -1
+    assert list_offsets(view, 9, [("gone", 0, -5)])[0].error_code == ErrorCode.unknown_topic_or_partition
+
+
 def test_an_unknown_partition_fails_alone(view: LocalBrokerView) -> None:
     run(view.create_topic("t", 1))
     answers = list_offsets(view, 7, [("t", 0, -1), ("gone", 0, -1)])
     assert [a.error_code for a in answers] == [ErrorCode.none, ErrorCode.unknown_topic_or_partition]
+
+
+def test_a_partition_named_twice_in_a_request_is_an_invalid_request(view: LocalBrokerView) -> None:
+    run(view.create_topic("t", 2))
+    answers = list_together(view, 7, [("t", 0, -1), ("t", 1, -1), ("t", 0, -2)])
+    assert [(a.partition_index, a.error_code) for a in answers] == [
+        (0, ErrorCode.invalid_request),
+        (1, ErrorCode.none),
+        (0, ErrorCode.invalid_request),
+    ]

@@ -1,12 +1,15 @@
 """Metadata: this listener is the one broker and every partition's leader unless the controller placed partitions
 on other nodes' brokers; replicated partitions carry their epoch, replicas, ISR and offline replicas, and one without a
 leader answers LEADER_NOT_AVAILABLE with leader -1, as Kafka's does; unknown topics are auto-created with
-`num.partitions` when allowed, else answered UNKNOWN_TOPIC_OR_PARTITION; every served version encodes."""
+`num.partitions` when allowed, else answered UNKNOWN_TOPIC_OR_PARTITION; topics carry their ids and v12 names them by
+id; every served version encodes."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kio.index import load_request_schema, load_response_schema
@@ -82,6 +85,50 @@ def test_all_topics_when_none_are_named(view: LocalBrokerView, version: int) -> 
 def test_an_empty_topic_list_asks_for_no_topic_from_v1(view: LocalBrokerView) -> None:
     run(view.create_topic("a", 1))
     assert ask(view, 1, []).topics == ()
+
+
+@pytest.mark.parametrize("version", [9, 10, 12])
+def test_topics_carry_their_id_from_v10(view: LocalBrokerView, version: int) -> None:
+    created = run(view.create_topic("a", 1)).topic_id
+    for decoded in (ask(view, version, ["a"]), ask(view, version, None)):
+        (topic,) = decoded.topics
+        assert getattr(topic, "topic_id", None) == (created if version >= 10 else None)
+
+
+def ask_by_id(view: LocalBrokerView, version: int, topics: list[tuple[str | None, uuid.UUID | None]]) -> Any:
+    values = {
+        "topics": [{"name": name, "topic_id": topic_id} for name, topic_id in topics],
+        "allow_auto_topic_creation": True,
+        "include_cluster_authorized_operations": False,
+        "include_topic_authorized_operations": False,
+    }
+    body = build(load_request_schema(METADATA_KEY, version), values)
+    response = run(MetadataHandler(view, ENDPOINT, True, 3)(request(body)))
+    return decode_response(encode_response(1, response)[4:], load_response_schema(METADATA_KEY, version))[1]
+
+
+def test_v12_names_topics_by_id_and_answers_unknown_ids_unknown_topic_id(view: LocalBrokerView) -> None:
+    known = run(view.create_topic("known", 2)).topic_id
+    unknown = uuid.UUID(int=2**100 + 3)
+    decoded = ask_by_id(view, 12, [(None, known), (None, unknown)])
+    assert [(t.name, t.topic_id, t.error_code, len(t.partitions)) for t in decoded.topics] == [
+        ("known", known, ErrorCode.none, 2),
+        (None, unknown, ErrorCode.unknown_topic_id, 0),
+    ]
+    assert set(run(view.topics())) == {"known"}  # nothing is created by id
+
+
+@pytest.mark.parametrize("version", [10, 11])
+def test_before_v12_a_topic_named_by_id_or_by_no_name_is_an_invalid_request(
+    view: LocalBrokerView, version: int
+) -> None:
+    known = run(view.create_topic("known", 1)).topic_id
+    decoded = ask_by_id(view, version, [("known", None), (None, known)])
+    assert [(t.name, t.error_code) for t in decoded.topics] == [
+        ("known", ErrorCode.invalid_request),
+        ("", ErrorCode.invalid_request),
+    ]
+    assert decoded.brokers == ()
 
 
 @pytest.fixture

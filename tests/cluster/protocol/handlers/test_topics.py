@@ -3,6 +3,7 @@ and Kafka's error code for each refused entry, in every served version."""
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import pytest
@@ -66,12 +67,19 @@ def test_create_takes_the_default_partition_count_and_the_given_configs(view: Lo
         configs = {entry.name: (entry.value, entry.config_source) for entry in explicit.configs}
         assert configs["retention.ms"] == ("1000", ConfigSource.DYNAMIC_TOPIC_CONFIG)
         assert configs["segment.bytes"] == ("1073741824", ConfigSource.DEFAULT_CONFIG)
+    if version >= 7:
+        assert [topic.topic_id for topic in response.topics] == [
+            run(view.topic("defaulted")).topic_id,
+            run(view.topic("explicit")).topic_id,
+        ]
+        assert None not in [topic.topic_id for topic in response.topics]
 
 
 def test_validate_only_checks_and_creates_nothing(view: LocalBrokerView) -> None:
     response = create(
-        view, 4, creatable("checked", 2), creatable("bad", configs=[{"name": "x", "value": "1"}]), validate_only=True
+        view, 7, creatable("checked", 2), creatable("bad", configs=[{"name": "x", "value": "1"}]), validate_only=True
     )
+    assert [topic.topic_id for topic in response.topics] == [None, None]
     assert codes(response) == {"checked": ErrorCode.none, "bad": ErrorCode.invalid_config}
     assert run(view.topics()) == {}
 
@@ -138,10 +146,19 @@ def test_manual_assignments_give_the_partition_count(view: LocalBrokerView) -> N
     assert run(view.topic("assigned")).partition_count == 2
 
 
-def delete(view: LocalBrokerView, version: int, names: list[str | None], enabled: bool = True) -> Any:
+def delete(
+    view: LocalBrokerView,
+    version: int,
+    names: list[str | None],
+    enabled: bool = True,
+    ids: list[uuid.UUID | None] | None = None,
+) -> Any:
     values: dict[str, Any] = {"timeout": 30000}
     if version >= 6:
-        values["topics"] = [{"name": name, "topic_id": None} for name in names]
+        values["topics"] = [
+            {"name": name, "topic_id": topic_id}
+            for name, topic_id in zip(names, ids or [None] * len(names), strict=True)
+        ]
     else:
         values["topic_names"] = names
     return answer(DeleteTopicsHandler(view, enabled), DELETE_TOPICS_KEY, version, values)
@@ -149,19 +166,39 @@ def delete(view: LocalBrokerView, version: int, names: list[str | None], enabled
 
 @pytest.mark.parametrize("version", versions(DELETE_TOPICS_KEY))
 def test_delete_removes_the_topic_and_names_unknown_ones(view: LocalBrokerView, version: int) -> None:
-    run(view.create_topic("doomed", 2))
+    doomed = run(view.create_topic("doomed", 2)).topic_id
     response = delete(view, version, ["doomed", "never-was"])
     assert [(r.name, r.error_code) for r in response.responses] == [
         ("doomed", ErrorCode.none),
         ("never-was", ErrorCode.unknown_topic_or_partition),
     ]
+    if version >= 6:
+        assert [r.topic_id for r in response.responses] == [doomed, None]
     assert run(view.topics()) == {}
+
+
+def test_delete_by_topic_id_as_kafkas_controller(view: LocalBrokerView) -> None:
+    by_id = run(view.create_topic("by-id", 1)).topic_id
+    kept = run(view.create_topic("kept", 1)).topic_id
+    unknown = uuid.UUID(int=12345)
+    response = delete(view, 6, [None, None, "kept", None], ids=[by_id, unknown, kept, None])
+    assert [(r.name, r.topic_id, r.error_code) for r in response.responses] == [
+        ("by-id", by_id, ErrorCode.none),
+        (None, unknown, ErrorCode.unknown_topic_id),
+        ("kept", kept, ErrorCode.invalid_request),  # a name and an id
+        (None, None, ErrorCode.invalid_request),  # neither
+    ]
+    assert set(run(view.topics())) == {"kept"}
+    # The topic created again under its name has a new id: the old one no longer deletes it.
+    run(view.create_topic("by-id", 1))
+    assert delete(view, 6, [None], ids=[by_id]).responses[0].error_code == ErrorCode.unknown_topic_id
+    assert set(run(view.topics())) == {"kept", "by-id"}
 
 
 def test_delete_is_refused_when_disabled(view: LocalBrokerView) -> None:
     run(view.create_topic("kept", 1))
     response = delete(view, 6, ["kept", None], enabled=False)
-    assert [r.error_code for r in response.responses] == [ErrorCode.topic_deletion_disabled, ErrorCode.unknown_topic_id]
+    assert [r.error_code for r in response.responses] == [ErrorCode.topic_deletion_disabled] * 2
     assert set(run(view.topics())) == {"kept"}
 
 

@@ -259,14 +259,16 @@ def transactional_batch(pid: int, epoch: int, sequence: int = 0) -> bytes:
     return builder.build()
 
 
-def produce(view: LocalBrokerView, transactions: LocalTransactionView, records: bytes, partition: int) -> ErrorCode:
+def produce(
+    view: LocalBrokerView, transactions: LocalTransactionView, records: bytes, partition: int, version: int = 9
+) -> ErrorCode:
     values = {
         "transactional_id": TXN,
         "acks": 1,
         "timeout": 1000,
         "topic_data": [{"name": TOPIC, "partition_data": [{"index": partition, "records": records}]}],
     }
-    found = answer(ProduceHandler(view, transactions), PRODUCE_KEY, 9, values)
+    found = answer(ProduceHandler(view, transactions), PRODUCE_KEY, version, values)
     code: ErrorCode = found.responses[0].partition_responses[0].error_code
     return code
 
@@ -277,6 +279,8 @@ def test_a_transactional_produce_to_a_partition_not_in_the_transaction_is_refuse
     pid, epoch = init(view, transactions)
     add_partitions(view, transactions, (pid, epoch), {TOPIC: [0]})
     assert produce(view, transactions, transactional_batch(pid, epoch), 1) == ErrorCode.invalid_txn_state
+    # Produce v11+ clients know TRANSACTION_ABORTABLE, which Kafka answers them instead.
+    assert produce(view, transactions, transactional_batch(pid, epoch), 1, 11) == ErrorCode.transaction_abortable
     assert leader_log(view, TOPIC, 1).log_end_offset == 0
     assert produce(view, transactions, transactional_batch(pid, epoch - 1), 0) == ErrorCode.invalid_producer_epoch
     assert produce(view, transactions, transactional_batch(pid, epoch), 0) == ErrorCode.none
