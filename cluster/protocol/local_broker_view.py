@@ -23,9 +23,10 @@ from cluster.protocol.broker_view import (
     FetchedRecords,
     PartitionOffsets,
     TopicInfo,
+    advertised,
+    topic_info,
 )
 from cluster.protocol.file_region import SENDFILE_MIN_BYTES, FileRegion, open_region
-from cluster.protocol.ray_broker_view import advertised, topic_info
 from storage.partition.file_slices import locate_file_slices, located_aborted_transactions
 from storage.partition.log import LogAppendInfo
 from storage.partition.producer_state import ActiveProducer
