@@ -663,6 +663,9 @@ def test_start_and_stop_a_local_ray_head_in_subprocesses(tmp_path: Path) -> None
     overrides = [
         "--override",
         "offsets.topic.num.partitions=1",
+        # The one partition's host only: a spare host started ahead would be a process more to start and stop.
+        "--override",
+        "log.partitions.spare.processes=0",
         "--override",
         f"listeners=PLAINTEXT://127.0.0.1:{port}",
     ]
