@@ -47,7 +47,7 @@ partition log lives in a partition host (`actors.server.partition_host`), an act
 `log.partitions.per.process` of them, or with 1 in an actor process of its own (`actors.server.partition_log`). An
 actor process costs ~61 MiB of its own and ~1-1.5 s of CPU to start on 2 cores, where a partition in a running host
 costs ~1.4 MiB and a call: at 1, a 24 GiB node holds ~400 partitions and every new partition waits for its process
-to start (creating a 3-partition topic took ~11x Kafka's time); at 16, a create is a call into a running host, and
+to start (a 3-partition topic takes ~11x Kafka's time to create); at 16, a create is a call into a running host, and
 the partitions of one host share its write thread and its interpreter (a slow write of one delays the others; a
 host that dies takes its partitions offline until Ray restarts it and they are reopened from disk). The log manager
 keeps `log.partitions.spare.processes` hosts holding no partition started (a host emptied by deletes counts), so a
