@@ -135,7 +135,7 @@ def _write(ctx: BenchContext, servers: str, rows: int, repeats: int) -> Figure:
             topic, servers, key_field="user", producer_config=WRITE_KAFKA_CONFIG, concurrency=WRITE_CONCURRENCY
         ),
     }
-    # One topic per sink for every repeat: each topic is 8 partition actors to start.
+    # One topic per sink for every repeat, created before the clock runs.
     topics = {name: f"ray-data-{name}-{uuid.uuid4().hex[:8]}" for name in writes}
     for topic in topics.values():
         Admin().create_topic(topic, partitions=FEW_PARTITIONS)

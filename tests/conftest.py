@@ -179,11 +179,11 @@ def _stop_running_broker() -> None:
 
 
 # Intervals short enough that scheduled work (retention, checkpoints, cleaning) happens within a test, and
-# partitions opened in shared host processes (`log.partitions.per.process`, 16 here against 1 by default): each
-# partition actor is a new process that costs ~1.5 s of CPU to start on this 2-core machine, which made topic
-# creation most of the time of the tests on Ray (four modules: 71 s against 117 s). The partition's code is the
-# same in a host; tests of a partition actor's own process (killed, restarted, its dir offline) start their broker
-# with `ONE_ACTOR_PER_PARTITION`, the default.
+# partitions opened in shared host processes (`log.partitions.per.process`, 16 as by default) with no spare host
+# started ahead (`log.partitions.spare.processes`, 1 by default): each actor process costs ~1.5 s of CPU to start on
+# this 2-core machine, which made topic creation most of the time of the tests on Ray (four modules: 71 s against
+# 117 s with one actor per partition), and a test broker rarely fills its first host. Tests of a partition actor's
+# own process (killed, restarted, its dir offline) start their broker with `ONE_ACTOR_PER_PARTITION`.
 FAST_BROKER_PROPERTIES = {
     "log.initial.task.delay.ms": "200",
     "log.retention.check.interval.ms": "500",
@@ -195,8 +195,9 @@ FAST_BROKER_PROPERTIES = {
     "offsets.topic.num.partitions": "2",
     "log.index.size.max.bytes": "65536",
     "log.partitions.per.process": "16",
+    "log.partitions.spare.processes": "0",
 }
-# `start_test_broker(**ONE_ACTOR_PER_PARTITION)`: each partition in its own actor, as a broker runs by default.
+# `start_test_broker(**ONE_ACTOR_PER_PARTITION)`: each partition in an actor process of its own.
 ONE_ACTOR_PER_PARTITION = {"log_partitions_per_process": "1"}
 
 

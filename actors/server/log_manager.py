@@ -5,8 +5,10 @@ dirs, checkpoints, scheduled retention, flushes and cleaning, clean shutdown), u
 that module for the guarantees and `storage.logdir.log_dirs` for the files. This actor gives it its Ray
 collaborators and its remote API:
 
-- `actors.server.partition_handles.RayPartitions`: one partition actor per partition, or partition hosts
-  with `log.partitions.per.process` > 1 (that module says how they are found again after a restart);
+- `actors.server.partition_handles.RayPartitions`: partition hosts of `log.partitions.per.process` partitions
+  each, with `log.partitions.spare.processes` empty ones started ahead once the manager has started, or one
+  partition actor per partition with `log.partitions.per.process` = 1 (that module says how they are found
+  again after a restart);
 - `actors.server.cleaner.RayCleanerThreads`: the node's `log.cleaner.threads` cleaner actors, which run the heavy
   phase of each compaction pass outside the partitions' processes;
 - the wall clock, and a thread that drives the manager's `storage.logdir.scheduler.Scheduler` every
@@ -84,6 +86,7 @@ class LogManagerActor:
         )
         self._manager.startup(is_stray=_stray_partitions())
         self._partitions.drop_unopened()
+        self._partitions.start_spares()
         self._scheduler = Scheduler(SYSTEM_CLOCK)
         self._manager.schedule(self._scheduler, self.config)
         self._scheduler.schedule(

@@ -10,9 +10,11 @@ hosts, and wraps their plain classes with `ray.remote`:
   named `partition:<topic>:<partition>:<node id>`, pinned to this node, detached and restarted by Ray; a restarted actor
   resumes (`ResumeAfterRestart`) with its topic's current settings from the controller and its offsets from
   the log dir's checkpoints, since Ray hands it the arguments of its first start;
-- with N > 1, partition hosts (`actors.server.partition_host`) named `partition-host:<node>:<index>`, each
-  holding up to N partitions: a new partition goes to the lowest-numbered host with room, a new host starts
-  when all are full, and a host emptied by deletes keeps running for the next partitions. A host restarted by
+- with N > 1 (the default, 16), partition hosts (`actors.server.partition_host`) named
+  `partition-host:<node>:<index>`, each holding up to N partitions, placed by the plain
+  `actors.core.host_placement.HostPlacement`: a new partition goes to the lowest-numbered host with room, and
+  `log.partitions.spare.processes` hosts holding no partition are kept started (`start_spares`, called by the
+  log manager once it has started), so a new partition opens in a running process. A host restarted by
   Ray asks `hosted_partitions` (HostResumeAfterRestart) which partitions it held and reopens them from disk; a
   factory created by a restarted log manager finds the running hosts by name and what each holds
   (`drop_unopened` then drops what is no longer on disk); and `reopen_lost_partitions`, scheduled by the
@@ -34,6 +36,7 @@ from typing import Any
 import ray
 
 from actors.calls import RayPending, call, call_when_available, controller, get_actor, kill_and_wait
+from actors.core.host_placement import HostPlacement, PlacedHost
 from actors.core.replication.follower import ReplicaSettings
 from actors.options import (
     PARTITION_CONCURRENCY_GROUPS,
@@ -161,15 +164,6 @@ class HostResumeAfterRestart:
             return None
 
 
-@dataclass(slots=True)
-class _Host:
-    """A partition host: its handle and its partitions' folders ("" for one found running, not yet opened)."""
-
-    name: str
-    handle: Any
-    partitions: dict[TopicPartition, str]
-
-
 class RayPartitions:
     """The `PartitionFactory` of one node's log manager on Ray; see the module docstring."""
 
@@ -183,7 +177,11 @@ class RayPartitions:
         # Guards the hosts' placement, and keeps a stop and a reopen of one partition from interleaving;
         # `hosted_partitions` never takes it (see there).
         self._lock = threading.RLock()
-        self._hosts: list[_Host] = self._running_hosts() if self._per_process > 1 else []
+        self._placement: HostPlacement[Any] | None = None
+        if self._per_process > 1:
+            self._placement = HostPlacement(
+                self._per_process, config.log_partitions_spare_processes, self._start_host, self._running_hosts()
+            )
 
     # --- PartitionFactory --------------------------------------------------------------------------
 
@@ -200,8 +198,9 @@ class RayPartitions:
         actor holds its folder's own lock and tells a clean shutdown by its folder's marker, so
         `had_clean_shutdown` is not passed on."""
         topic, partition = tp
-        if self._per_process > 1:
-            host = self._host_for(tp, folder)
+        if self._placement is not None:
+            with self._lock:
+                host = self._placement.place(tp, str(folder))
             actor: Any = HostedPartitionHandle(host.handle, topic, partition)
             properties = config.to_properties()
 
@@ -241,15 +240,16 @@ class RayPartitions:
         if not isinstance(handle.actor, HostedPartitionHandle):
             kill_and_wait(handle.actor, partition_actor_name(*tp, self.node_id))
             return
+        assert self._placement is not None, "a hosted partition without hosts"
         with self._lock:
-            for host in [host for host in self._hosts if host.partitions.pop(tp, None) is not None]:
+            for host in self._placement.remove(tp):
                 call(host.handle.remove_partition.remote(*tp), timeout_s=READY_TIMEOUT_SECONDS)
 
     # --- partition hosts ---------------------------------------------------------------------------
 
-    def _running_hosts(self) -> list[_Host]:
+    def _running_hosts(self) -> list[PlacedHost[Any]]:
         """The partition hosts still running from before this log manager (re)started, numbered from 0."""
-        hosts: list[_Host] = []
+        hosts: list[PlacedHost[Any]] = []
         while True:
             name = partition_host_name(self.node_id, len(hosts))
             try:
@@ -261,34 +261,36 @@ class RayPartitions:
             except Exception as exc:
                 logger.error("partition host %s did not answer: %s", name, exc)
                 held = []
-            hosts.append(_Host(name, handle, {(t, p): "" for t, p in held}))
+            hosts.append(PlacedHost(name, handle, {(t, p): "" for t, p in held}))
 
-    def _host_for(self, tp: TopicPartition, folder: Path) -> _Host:
-        """The host holding `tp`, else the first with room, else a new one."""
+    def _start_host(self, index: int) -> PlacedHost[Any]:
+        """Asks Ray for partition host `index`, holding nothing; returns at once, while its process starts."""
+        name = partition_host_name(self.node_id, index)
+        handle = PartitionHost.options(**partition_host_options(self.node_id, index)).remote(
+            name,
+            self._cleaner_config,
+            HostResumeAfterRestart(self.node_id, name),
+            producer_id_expiration_ms=self._producer_id_expiration_ms,
+            replica_settings=self._replica_settings,
+            find_replica=replica_actor,
+        )
+        return PlacedHost(name, handle, {})
+
+    def _hosts(self) -> list[PlacedHost[Any]]:
+        return [] if self._placement is None else self._placement.hosts
+
+    def start_spares(self) -> int:
+        """Starts hosts until `log.partitions.spare.processes` of them hold no partition (none without hosts);
+        returns how many it started."""
+        if self._placement is None:
+            return 0
         with self._lock:
-            host = next((h for h in self._hosts if tp in h.partitions), None)
-            if host is None:
-                host = next((h for h in self._hosts if len(h.partitions) < self._per_process), None)
-            if host is None:
-                index = len(self._hosts)
-                name = partition_host_name(self.node_id, index)
-                handle = PartitionHost.options(**partition_host_options(self.node_id, index)).remote(
-                    name,
-                    self._cleaner_config,
-                    HostResumeAfterRestart(self.node_id, name),
-                    producer_id_expiration_ms=self._producer_id_expiration_ms,
-                    replica_settings=self._replica_settings,
-                    find_replica=replica_actor,
-                )
-                host = _Host(name, handle, {})
-                self._hosts.append(host)
-            host.partitions[tp] = str(folder)
-            return host
+            return len(self._placement.start_spares())
 
     def drop_unopened(self) -> None:
         """After the log manager's startup: partitions a running host still holds whose folder is no longer on
         disk (deleted while the log manager was down) are dropped from it."""
-        for host in list(self._hosts):
+        for host in self._hosts():
             for tp in [tp for tp, folder in host.partitions.items() if not folder]:
                 logger.warning("partition host %s drops %s-%d: its folder is gone", host.name, tp[0], tp[1])
                 self.stop(tp, RayPartition(HostedPartitionHandle(host.handle, *tp)))
@@ -296,27 +298,24 @@ class RayPartitions:
     def hosted_partitions(self, name: str, config_for: Callable[[str], LogConfig]) -> list[HostedPartitionSpec]:
         """What the restarted host `name` reopens: its partitions with their topics' current settings. Reads a
         copy of the placement without the lock: a caller holding it may be waiting on that very host."""
-        for host in list(self._hosts):
-            if host.name == name:
-                held = dict(host.partitions)
-                return [
-                    HostedPartitionSpec(t, p, folder, config_for(t).to_properties())
-                    for (t, p), folder in sorted(held.items())
-                ]
-        return []
+        host = None if self._placement is None else self._placement.named(name)
+        if host is None:
+            return []
+        held = dict(host.partitions)
+        return [
+            HostedPartitionSpec(t, p, folder, config_for(t).to_properties()) for (t, p), folder in sorted(held.items())
+        ]
 
     def host_of(self, tp: TopicPartition) -> Any | None:
         """The actor handle of the host holding `tp`, None if no host here holds it."""
-        for host in list(self._hosts):
-            if tp in host.partitions:
-                return host.handle
-        return None
+        host = None if self._placement is None else self._placement.holding(tp)
+        return None if host is None else host.handle
 
     def reopen_lost_partitions(self, config_for: Callable[[str], LogConfig]) -> int:
         """Reopens, from disk, partitions a host should hold but does not (it restarted while the log manager
         could not tell it which it held); returns how many. A no-op without hosts."""
         reopened = 0
-        for host in list(self._hosts):
+        for host in self._hosts():
             held = {(t, p) for t, p in call(host.handle.partitions.remote(), timeout_s=READY_TIMEOUT_SECONDS)}
             with self._lock:
                 lost = [(tp, folder) for tp, folder in host.partitions.items() if tp not in held and folder]
@@ -332,7 +331,9 @@ class RayPartitions:
 
     def shutdown(self) -> None:
         """Kills every partition host (after the log manager's shutdown closed their partitions)."""
+        if self._placement is None:
+            return
         with self._lock:
-            hosts, self._hosts = self._hosts, []
+            hosts = self._placement.take_all()
         for host in hosts:
             kill_and_wait(host.handle, host.name)

@@ -24,7 +24,6 @@ list (blanks trimmed, empty entries dropped, as Kafka's `csvList`).
 | delete.topic.enable                           | boolean | true                | allow DeleteTopics                   |
 | producer.id.expiration.ms                     | int     | 86400000            | forget an idle producer id after it  |
 | producer.id.expiration.check.interval.ms      | int     | 600000              | how often idle producers are dropped |
-| log.partitions.per.process (raybroker only)   | int     | 1                   | partition logs per actor process     |
 | default.replication.factor                    | int     | 1                   | replicas of a new topic by default   |
 | offsets.topic.replication.factor              | short   | 3                   | __consumer_offsets replicas (capped) |
 | replica.lag.time.max.ms                       | long    | 30000               | behind this long: out of the ISR     |
@@ -39,11 +38,22 @@ list (blanks trimmed, empty entries dropped, as Kafka's `csvList`).
 | ssl.*, sasl.*, authorizer.class.name, ...     |         |                     | `storage.config.security_config`     |
 | transaction.*, transactional.id.*             |         |                     | `storage.config.transaction_config`  |
 
-`offsets.topic.num.partitions` keeps Kafka's default of 50 here; raybroker's example `configs/server.properties`
-sets it lower because every partition of raybroker is a process (a Ray actor), not a few open files, unless
-`log.partitions.per.process` (a raybroker key, no Kafka equivalent) lets one actor process host up to that many
-partition logs (`actors.server.partition_host`): each process costs ~61 MiB of its own, so 1 caps a 24 GiB node near
-400 partitions.
+| raybroker-only key                            | type    | default             | meaning                              |
+|-----------------------------------------------|---------|---------------------|--------------------------------------|
+| log.partitions.per.process                    | int     | 16                  | partition logs per actor process     |
+| log.partitions.spare.processes                | int     | 1                   | empty partition hosts kept started   |
+
+`log.partitions.per.process` and `log.partitions.spare.processes` are raybroker keys (no Kafka equivalent). Each
+partition log lives in a partition host (`actors.server.partition_host`), an actor process holding up to
+`log.partitions.per.process` of them, or with 1 in an actor process of its own (`actors.server.partition_log`). An
+actor process costs ~61 MiB of its own and ~1-1.5 s of CPU to start on 2 cores, where a partition in a running host
+costs ~1.4 MiB and a call: at 1, a 24 GiB node holds ~400 partitions and every new partition waits for its process
+to start (a 3-partition topic takes ~11x Kafka's time to create); at 16, a create is a call into a running host, and
+the partitions of one host share its write thread and its interpreter (a slow write of one delays the others; a
+host that dies takes its partitions offline until Ray restarts it and they are reopened from disk). The log manager
+keeps `log.partitions.spare.processes` hosts holding no partition started (a host emptied by deletes counts), so a
+new partition opens in a running process even when every other host is full; with one partition per process no
+spare is kept. `offsets.topic.num.partitions` keeps Kafka's default of 50 (4 hosts at 16 per process).
 
 The Kafka-protocol listener's keys are checked and explained in `storage.config.listener_config`; together they
 form `BrokerConfig.listener_config`. The security keys (TLS, SASL, ACLs) are `storage.config.security_config`'s and
@@ -229,7 +239,8 @@ class BrokerConfig(CleanerKeys, ListenerKeys, SecurityKeys, TransactionKeys):
     delete_topic_enable: bool = config_field(True, "boolean")
     producer_id_expiration_ms: int = config_field(86400000, "int", low=1)
     producer_id_expiration_check_interval_ms: int = config_field(600000, "int", low=1)
-    log_partitions_per_process: int = config_field(1, "int", low=1)
+    log_partitions_per_process: int = config_field(16, "int", low=1)
+    log_partitions_spare_processes: int = config_field(1, "int", low=0)
     default_replication_factor: int = config_field(1, "int", low=1)
     offsets_topic_replication_factor: int = config_field(3, "int", low=1, high=32767)
     replica_lag_time_max_ms: int = config_field(30000, "long", low=1)

@@ -79,6 +79,8 @@ def start_brokers_on(node: str, log_dirs: list[Path]) -> None:
         "log.initial.task.delay.ms": "200",
         # A restart re-opens every partition: a few at once per dir rather than one after the other.
         "num.recovery.threads.per.data.dir": "4",
+        # The tests follow each partition's own actor process to its node.
+        "log.partitions.per.process": "1",
     }
     pinned = NodeAffinitySchedulingStrategy(node_id=node, soft=False)
     assert ray.get(start_broker_here.options(scheduling_strategy=pinned).remote(properties)) == node

@@ -7,7 +7,10 @@ about 2 s rather than Ray's default of about 15 s (5 failed checks 3 s apart), w
 
 This module needs its own Ray cluster: it stops the shared session's broker and Ray first (`OWNS_RAY`, so it runs
 after every other test of the session), and only worker nodes are removed: the head holds the controller and its
-metadata log, which Kafka's KRaft quorum would replicate and raybroker does not."""
+metadata log, which Kafka's KRaft quorum would replicate and raybroker does not.
+
+The brokers host their partitions as a broker does by default (`log.partitions.per.process=16`, one spare host
+started ahead), so a topic's creation is checked to answer with its full ISR on the path users run."""
 
 from __future__ import annotations
 
@@ -31,7 +34,7 @@ from actors.clients.broker import Broker, stop_broker
 from actors.clients.consumer import Consumer
 from actors.clients.producer import Producer
 from actors.core.replication.leader_and_isr import LeaderAndIsr
-from actors.partition_lookup import replica_actor
+from actors.partition_lookup import HostedPartitionHandle, replica_actor
 from storage.errors import (
     BrokerNotAvailableError,
     InvalidReplicationFactorError,
@@ -262,9 +265,9 @@ def test_a_removed_leader_fails_over_and_its_disks_rejoin(nodes: Nodes) -> None:
 
 
 def test_a_follower_killed_mid_append_catches_up_and_loses_nothing(nodes: Nodes) -> None:
-    """A follower's actor is killed while acks=all writes go on: Ray restarts it, it recovers its log, learns its
-    state from the controller, truncates and catches up; every write is acknowledged once and every replica ends
-    identical."""
+    """A follower's process (its partition host, the broker's default) is killed while acks=all writes go on: Ray
+    restarts it, it recovers its log, learns its state from the controller, truncates and catches up; every write is
+    acknowledged once and every replica ends identical."""
     Admin().create_topic("follower-kill", partitions=1, replication_factor=3)
     state = states("follower-kill")[0]
     follower = next(node for node in state.replicas if node != state.leader)
@@ -274,7 +277,7 @@ def test_a_follower_killed_mid_append_catches_up_and_loses_nothing(nodes: Nodes)
         for index, value in enumerate(values):
             futures.append(producer.send("follower-kill", value, partition=0))
             if index == 50:
-                ray.kill(replica_actor("follower-kill", 0, follower), no_restart=False)
+                ray.kill(replica_process(replica_actor("follower-kill", 0, follower)), no_restart=False)
             time.sleep(0.002)
         offsets = [future.result(timeout=120).offset for future in futures]
     assert offsets == list(range(200))
@@ -285,6 +288,11 @@ def test_a_follower_killed_mid_append_catches_up_and_loses_nothing(nodes: Nodes)
     copies = [replica_records("follower-kill", 0, node, 200) for node in state.replicas]
     assert copies[0] == copies[1] == copies[2]
     assert [value for _, value, _ in copies[0]] == values
+
+
+def replica_process(handle: Any) -> Any:
+    """The actor whose process holds a replica: its partition host, or the partition actor itself."""
+    return handle.host if isinstance(handle, HostedPartitionHandle) else handle
 
 
 @dataclass

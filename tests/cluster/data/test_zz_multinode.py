@@ -40,6 +40,9 @@ BROKER_SETTINGS = {
     "log.initial.task.delay.ms": "200",
     "replica.lag.time.max.ms": "3000",
     "replica.fetch.backoff.ms": "100",
+    # Partition hosts as by default, without a spare started ahead on each node: the reads are the test, not
+    # creating topics.
+    "log.partitions.spare.processes": "0",
 }
 PARTITIONS = 6
 RECORDS = 300

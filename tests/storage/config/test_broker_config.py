@@ -245,6 +245,18 @@ def test_defaults_are_kafkas_with_raybrokers_log_dir() -> None:
     assert config.ignored_keys == ()
 
 
+def test_partitions_are_hosted_16_to_a_process_with_one_spare_host_by_default() -> None:
+    """raybroker's own keys: their defaults, Kafka-style text loading, and the bounds (a host holds at least one
+    partition; no spare at all is allowed, a negative count is not)."""
+    config = BrokerConfig()
+    assert (config.log_partitions_per_process, config.log_partitions_spare_processes) == (16, 1)
+    loaded = BrokerConfig.from_properties({"log.partitions.per.process": "1", "log.partitions.spare.processes": "0"})
+    assert (loaded.log_partitions_per_process, loaded.log_partitions_spare_processes) == (1, 0)
+    for key, value in (("log.partitions.per.process", "0"), ("log.partitions.spare.processes", "-1")):
+        with pytest.raises(InvalidConfigError, match=key.replace(".", r"\.")):
+            BrokerConfig.from_properties({key: value})
+
+
 def test_default_topic_and_cleaner_configs_are_kafkas() -> None:
     config = BrokerConfig()
     assert config.log_config == LogConfig()
