@@ -143,7 +143,8 @@ def test_results_table_escapes_pipes_and_marks_missed_goals() -> None:
 @pytest.mark.ray
 def test_quick_ray_data_run_reports_reads_and_writes_beside_their_baselines(tmp_path: Path) -> None:
     """`ray_data_read` and `ray_data_write` on an embedded Ray of their own (the benchmark's subprocess), each
-    against Ray Data's Kafka connector through the listener, in the same run."""
+    against Ray Data's Kafka connector through the listener, in the same run. Slow (~45 s): the benchmark's own Ray,
+    broker and listener, 24 partitions, and every read and write of both sides twice, which is what `--quick` runs."""
     out = tmp_path / "figures.json"
     result = run_module(
         "benchmarks", "--quick", "--only", "ray_data_read", "ray_data_write", "--json", str(out), timeout_s=600
@@ -161,7 +162,8 @@ def test_quick_ray_data_run_reports_reads_and_writes_beside_their_baselines(tmp_
 @pytest.mark.kafka
 def test_quick_create_topic_run_reports_the_time_beside_kafkas(tmp_path: Path) -> None:
     """`create_topic_s` on an embedded Ray of its own (the benchmark's subprocess) and Apache Kafka, both driven by
-    the same Admin and Producer clients in the same run; the ratio is ours over Kafka's time."""
+    the same Admin and Producer clients in the same run; the ratio is ours over Kafka's time. Slow (~30 s): the
+    benchmark's own Ray and broker beside an Apache Kafka JVM, which is what `--quick` runs."""
     out = tmp_path / "figures.json"
     result = run_module("benchmarks", "--quick", "--only", "create_topic_s", "--json", str(out), timeout_s=900)
     assert result.returncode == 0, result.stderr[-3000:]

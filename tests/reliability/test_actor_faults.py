@@ -163,6 +163,7 @@ def check_consumed_exactly_once(sessions: list[Session], logs: dict[int, list[tu
 
 
 def test_actor_faults_under_load_lose_and_duplicate_nothing(broker: Broker) -> None:
+    """Slow (~8 s): producers run through every injected fault and each fault's recovery before the logs are checked."""
     rng, _ = seeded_random("actor faults")
     Admin(broker).create_topic(TOPIC, PARTITIONS, {"segment.bytes": str(32 * 1024)})
     node_id = broker.node_of(TOPIC, 0)

@@ -54,6 +54,8 @@ def broker(start_test_broker: Any) -> Broker:
 
 
 def test_sigkilled_partition_actors_keep_every_acknowledged_record_exactly_once(broker: Broker) -> None:
+    """Slow (~11 s): ten rounds of SIGKILL, each waiting for Ray to restart the actors and their logs to recover from
+    disk."""
     rng, _ = seeded_random("broker kill -9")
     Admin(broker).create_topic(TOPIC, PARTITIONS, {"segment.bytes": str(SEGMENT_BYTES)})
     handles = [broker.partition(TOPIC, p) for p in range(PARTITIONS)]

@@ -248,6 +248,8 @@ def test_killed_log_manager_comes_back_without_duplicating_partitions(broker: tu
 
 
 def test_only_an_io_error_takes_a_log_dir_offline(start_test_broker: StartBroker) -> None:
+    """Slow (~9 s): partition actors of their own (the dir's partitions go offline with their processes) and a broker
+    started for it."""
     client, log_dirs = start_test_broker(
         log_dirs_count=2, log_flush_scheduler_interval_ms="100", **ONE_ACTOR_PER_PARTITION
     )

@@ -214,6 +214,8 @@ def test_kafka_reads_transactions_as_the_model_says(kafka: str) -> None:
 
 
 def test_raybroker_reads_transactions_as_kafka(kafka: str, raybroker: str) -> None:
+    """Slow (~11 s): the whole transactional sequence (four producers, commits, aborts, an open transaction) run on both
+    brokers and read back by a consumer at each isolation level from each."""
     ours = read_both_levels(raybroker, "transactions-differential")
     theirs = read_both_levels(kafka, "transactions-differential")
     assert ours == theirs

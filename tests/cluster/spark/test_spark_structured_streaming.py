@@ -164,6 +164,8 @@ def stop_between_triggers(query: Any) -> None:
 def test_a_windowed_count_with_a_watermark_stopped_between_triggers_restarts_from_its_checkpoint_exactly_once(
     spark: Any, listener: KafkaListener, tmp_path: Path
 ) -> None:
+    """Slow (~12 s): two streaming queries, one stopped and one restarted from its checkpoint, each through Spark's
+    Kafka source and several triggers of ~1.5 s."""
     servers = listener.bootstrap_servers
     topic = new_topic("windows")
     output, checkpoint = tmp_path / "windows", tmp_path / "checkpoint"
