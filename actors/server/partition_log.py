@@ -379,10 +379,17 @@ class PartitionLogActor:
             raise NotLeaderOrFollowerError(f"{self._opened_log.directory.name} is a follower")
 
     def _publish_offsets(self) -> None:
-        """Writes the offsets to the high-watermark file (under the change counter's lock)."""
+        """Writes the offsets to the high-watermark file (under the change counter's lock), with the epoch of the
+        controller's latest state (the log's own before any) and whether this replica serves client reads."""
         if self._hw_file is not None:
             if self._unavailable is None:
-                self._hw_file.publish(self._opened_log)
+                replica = self._replica
+                state = None if replica is None else replica.state
+                self._hw_file.publish(
+                    self._opened_log,
+                    None if state is None else state.leader_epoch,
+                    leading=replica is None or not replica.following,
+                )
             else:
                 self._hw_file.publish_closed()
 
