@@ -123,6 +123,23 @@ def test_a_consumer_that_learned_one_position_reads_the_whole_log_from_the_view_
     assert consume(published, end, max_bytes) == log.high_watermark
 
 
+@pytest.mark.parametrize("max_bytes", (100, 5000, 10**6))
+def test_reads_of_many_small_batches_and_of_a_few_large_ones_are_the_owners(
+    log_dir: Path, clock: MockClock, max_bytes: int
+) -> None:
+    """Whatever the batches per read: a few large ones are walked by their headers, many small ones through a
+    mapping of the bytes."""
+    log = open_log(log_dir, clock, segment_bytes=200_000)
+    fill(log, 400)
+    for index in range(6):
+        log.append(simple_batch(40, value_size=900, tag=1000 + index))
+    fill(log, 50, tag=2000)
+    state = Published(log)
+    state.learn(0, max_bytes)
+    assert consume(state, 0, max_bytes) == log.high_watermark
+    state.close()
+
+
 def test_appends_and_rolls_after_a_read_at_the_high_watermark_are_read_from_the_view(published: Published) -> None:
     log = published.log
     published.learn(0)
