@@ -80,8 +80,6 @@ MAX_SEGMENT_STEPS = 2
 HEADER_WALK_MAX_BATCHES = 32
 _BASE_OFFSET = struct.Struct(">q")
 _LAST_OFFSET_DELTA = struct.Struct(">i")
-# `_walk_headers`' answer for bytes that are not batches from one holding the offset: None from `_walk`.
-_NOT_BATCHES = object()
 
 
 @dataclass(frozen=True, slots=True)
@@ -321,6 +319,10 @@ class LocalLogView:
             return None
 
 
+class _NotBatchesError(Exception):
+    """The bytes do not walk as batches from one holding the offset (`_walk_headers`); never escapes `_walk`."""
+
+
 def _walk(
     fd: int, position: int, end: int, offset: int, max_bytes: int, upper_offset: int
 ) -> tuple[int, int, int] | None:
@@ -330,9 +332,12 @@ def _walk(
     v2 batches are walked by their headers (`_walk_headers`), others and many small ones through a mapping."""
     available = end - position
     length = min(available, max_bytes)
-    walked = _walk_headers(fd, position, available, length, offset, upper_offset)
+    try:
+        walked = _walk_headers(fd, position, available, length, offset, upper_offset)
+    except _NotBatchesError:
+        return None
     if walked is not None:
-        return None if walked is _NOT_BATCHES else walked
+        return walked
     # The bytes looked at reach a little past those sent: the base offset of a batch `max_bytes` cuts short.
     data = map_pages(fd, position, min(available, max(length, LOG_OVERHEAD) + _BASE_OFFSET.size), populate=False)
     try:
@@ -352,10 +357,10 @@ def _walk(
 
 def _walk_headers(
     fd: int, position: int, available: int, length: int, offset: int, upper_offset: int
-) -> tuple[int, int, int] | object | None:
+) -> tuple[int, int, int] | None:
     """`_walk`'s answer read from the 61-byte header of each v2 batch (one `pread` each, where mapping the bytes
-    costs ~15 us), as `FileRecords.search_for_offset_with_size` reads them; `_NOT_BATCHES` when they do not walk, None
-    when the general walk must answer (another magic, more than `HEADER_WALK_MAX_BATCHES` batches)."""
+    costs ~15 us), as `FileRecords.search_for_offset_with_size` reads them; None when the general walk must answer
+    (another magic, more than `HEADER_WALK_MAX_BATCHES` batches); `_NotBatchesError` when they do not walk."""
     next_offset: int | None = None
     whole_bytes = 0
     for _ in range(HEADER_WALK_MAX_BATCHES):
@@ -366,26 +371,31 @@ def _walk_headers(
             return None
         try:
             size = batch_size_at(header, 0)
-        except CorruptRecordError:
-            return _NOT_BATCHES
+        except CorruptRecordError as exc:
+            raise _NotBatchesError from exc
         if size < RECORD_BATCH_OVERHEAD:
-            return _NOT_BATCHES
+            raise _NotBatchesError
         (base_offset,) = _BASE_OFFSET.unpack_from(header, BASE_OFFSET_OFFSET)
         if base_offset >= upper_offset:
             # The bound: what is sent ends with the last batch below it.
-            return _NOT_BATCHES if next_offset is None else (whole_bytes, whole_bytes, next_offset)
+            if next_offset is None:
+                raise _NotBatchesError
+            return whole_bytes, whole_bytes, next_offset
         if next_offset is None and size > length:
             length = min(available, size)  # Kafka's min-one-message rule: the first batch goes whole
         if whole_bytes + size > length:
             if whole_bytes + size > available:
                 # A batch past the end the file was published or sealed with: not this state's bytes.
-                return _NOT_BATCHES if next_offset is None else (whole_bytes, whole_bytes, next_offset)
+                if next_offset is None:
+                    raise _NotBatchesError
+                return whole_bytes, whole_bytes, next_offset
             # A last batch cut short by `max_bytes`, sent as Kafka sends it (its base offset is below the bound).
+            assert next_offset is not None, "the first batch is whole: `length` was raised to its size"
             return length, whole_bytes, next_offset
         (last_offset_delta,) = _LAST_OFFSET_DELTA.unpack_from(header, LAST_OFFSET_DELTA_OFFSET)
         last_offset = base_offset + last_offset_delta
         if last_offset < offset or (next_offset is not None and base_offset < next_offset):
-            return _NOT_BATCHES
+            raise _NotBatchesError
         next_offset = last_offset + 1
         whole_bytes += size
     else:
