@@ -80,6 +80,7 @@ from actors.options import (
     log_manager_name,
 )
 from actors.server.append_channel import serve, stop_serving
+from actors.server.change_notices import CHANGE_WATCHER_PREFIX, notices
 from actors.startup_objects import freeze_startup_objects
 from storage import file_names
 from storage.arguments import is_int
@@ -321,6 +322,16 @@ class PartitionLogActor:
             return None
         return serve(*named, self.append)
 
+    @ray.method(concurrency_group=READ_GROUP)
+    def watch_changes(self, address: str) -> None:
+        """Sends this partition's change notices to the same-node datagram socket at `address` (an abstract address
+        a `actors.clients.change_watcher.ChangeWatcher` bound) from now on, until the log closes."""
+        if not isinstance(address, str) or not address.startswith(CHANGE_WATCHER_PREFIX):
+            raise InvalidRequestError(f"a change watcher's address starts with {CHANGE_WATCHER_PREFIX!r}")
+        self._log  # noqa: B018  (raises why the log is not open)
+        if self._named is not None:
+            notices().watch(*self._named, address)
+
     def _log_gauges(self) -> list[Sample]:
         """The log's size and offsets, read at each export of the metrics."""
         if self._named is None or self._unavailable is not None:
@@ -380,7 +391,8 @@ class PartitionLogActor:
 
     def _publish_offsets(self) -> None:
         """Writes the offsets to the high-watermark file (under the change counter's lock), with the epoch of the
-        controller's latest state (the log's own before any) and whether this replica serves client reads."""
+        controller's latest state (the log's own before any) and whether this replica serves client reads, then
+        sends the partition's change notices (`actors.server.change_notices`)."""
         if self._hw_file is not None:
             if self._unavailable is None:
                 replica = self._replica
@@ -390,6 +402,8 @@ class PartitionLogActor:
                     None if state is None else state.leader_epoch,
                     leading=replica is None or not replica.following,
                 )
+            if self._named is not None:
+                notices().notify(*self._named)
             else:
                 self._hw_file.publish_closed()
 
@@ -435,11 +449,14 @@ class PartitionLogActor:
         return self._closed_state
 
     def _close_hw_file(self) -> None:
-        """Unmaps the high-watermark file once it says closed (a partition host outlives its partitions)."""
+        """Unmaps the high-watermark file once it says closed (a partition host outlives its partitions), and
+        forgets the partition's change watchers, told of the close by then."""
         with self._changes.lock:
             if self._hw_file is not None:
                 self._hw_file.close()
                 self._hw_file = None
+            if self._named is not None:
+                notices().forget(*self._named)
 
     # --- reads (read group: concurrent, never behind an append) ----------------------------------
 

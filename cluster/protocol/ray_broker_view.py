@@ -45,6 +45,7 @@ import ray
 from actors.calls import answer
 from actors.clients.append_route import AppendRoute
 from actors.clients.broker import Broker
+from actors.clients.change_watcher import ChangeWatcher
 from actors.clients.local_fetch import LocatedRead
 from actors.core.controller.topic_metadata import AdvertisedListener, TopicMetadata
 from actors.partition_lookup import partition_actor
@@ -66,6 +67,9 @@ from storage.partition.local_log_view import LocalLogView, LocalRead
 from storage.partition.log import LogAppendInfo
 from storage.partition.producer_state import ActiveProducer
 from storage.records.file_records import TimestampAndOffset
+
+# How long a fetch waiting for a same-node partition trusts its change notices before it looks at the partition again.
+NOTICE_SILENCE_S = 0.1
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +100,7 @@ class RayBrokerView:
         self._remote: set[tuple[str, int]] = set()
         # Views of the logs of this node's partitions, opened from the first located answer.
         self._views: dict[tuple[str, int], LocalLogView] = {}
+        self._watcher: ChangeWatcher | None = None
         self._node = _this_node()
         self._cluster_id: str | None = None
         self._topic_names: dict[uuid.UUID, str] = {}
@@ -115,6 +120,9 @@ class RayBrokerView:
             await answer(self._controller.unregister_listener.remote(self._node, advertised(endpoint)))
         finally:
             self._appends.close()
+            if self._watcher is not None:
+                self._watcher.close()
+                self._watcher = None
 
     async def brokers(self) -> list[BrokerEndpoint]:
         listeners = await self._listeners()
@@ -203,9 +211,11 @@ class RayBrokerView:
         key = (topic, partition)
         view = self._views.get(key)
         if view is not None:
-            answer = _from_view(view, offset, max_bytes, isolation, max_wait_ms, min_bytes)
+            deadline = time.monotonic() + max(max_wait_ms, 0) / 1000
+            answer = await self._from_view_waiting(key, view, offset, max_bytes, deadline, min_bytes, isolation)
             if answer is not None:
                 return answer
+            max_wait_ms = max(0, int((deadline - time.monotonic()) * 1000))
         read = LocatedRead(offset, _read_slice, prefer_local=key not in self._remote)
         if read.locating:
             epoch = None if view is None else view.leader_epoch()
@@ -218,7 +228,7 @@ class RayBrokerView:
                     self._open_view(key, located.high_watermark_file)
                 elif epoch is not None and located.slices:
                     view.learn(offset, located.slices[0], epoch)
-                    answer = _from_view(view, offset, max_bytes, isolation, 0, 1)
+                    answer = _from_view(view, offset, max_bytes, isolation)
                     if answer is not None and answer.records:
                         return answer
             records = read.read(located)
@@ -252,6 +262,50 @@ class RayBrokerView:
             result.last_stable_offset,
             result.aborted_transactions,
         )
+
+    async def _from_view_waiting(
+        self,
+        key: tuple[str, int],
+        view: LocalLogView,
+        offset: int,
+        max_bytes: int,
+        deadline: float,
+        min_bytes: int,
+        isolation: str,
+    ) -> FetchedRecords | None:
+        """The fetch answered from the partition's view, once `min_bytes` are there or at `deadline` (monotonic),
+        woken by the partition's change notices (`actors.clients.change_watcher`); None when the view cannot
+        answer. The first wait names this listener's watcher to the partition (one Ray call). A wait that heard
+        nothing for `NOTICE_SILENCE_S` looks again, and bytes found then, without a notice, make the next wait name
+        the watcher again (its notices were lost: a restarted partition process knows no watchers)."""
+        watcher = self._change_watcher()
+        noticed = True
+        while True:
+            seen = watcher.count(*key)
+            answer = _from_view(view, offset, max_bytes, isolation)
+            if answer is None:
+                return None
+            if answer.records and not noticed:
+                watcher.unfollow(*key)
+            remaining_s = deadline - time.monotonic()
+            if len(answer.records) >= min_bytes or remaining_s <= 0:
+                return answer
+            _dropped(answer)
+            if not watcher.following(*key):
+                watcher.follow(*key)
+                try:
+                    await self._call(*key, "watch_changes", watcher.address)
+                except RaybrokerError:
+                    watcher.unfollow(*key)
+                    return None
+                continue
+            noticed = await watcher.changed(*key, seen, min(remaining_s, NOTICE_SILENCE_S))
+
+    def _change_watcher(self) -> ChangeWatcher:
+        """This listener's change watcher, bound on first use on the listener's event loop."""
+        if self._watcher is None:
+            self._watcher = ChangeWatcher(asyncio.get_running_loop())
+        return self._watcher
 
     def _open_view(self, key: tuple[str, int], high_watermark_file: str) -> None:
         view = LocalLogView.open(high_watermark_file)
@@ -299,6 +353,8 @@ class RayBrokerView:
         view = self._views.pop(key, None)
         if view is not None:
             view.close()
+        if self._watcher is not None:
+            self._watcher.unfollow(*key)
 
     async def _handle(self, topic: str, partition: int) -> Any:
         key = (topic, partition)
@@ -309,18 +365,12 @@ class RayBrokerView:
         return handle
 
 
-def _from_view(
-    view: LocalLogView, offset: int, max_bytes: int, isolation: str, max_wait_ms: int, min_bytes: int
-) -> FetchedRecords | None:
-    """The fetch answered from the partition's view: its bytes (a region of the segment file to `sendfile` from
-    `SENDFILE_MIN_BYTES` on, read here below) with the published offsets; None when the view cannot answer, when
-    fewer than `min_bytes` are there and the fetch may wait (the actor's long poll waits), or when the file named is
-    no longer the one located."""
+def _from_view(view: LocalLogView, offset: int, max_bytes: int, isolation: str) -> FetchedRecords | None:
+    """The fetch answered from the partition's view now: its bytes (a region of the segment file to `sendfile` from
+    `SENDFILE_MIN_BYTES` on, read here below) with the published offsets; None when the view cannot answer or the
+    file named is no longer the one located."""
     read: LocalRead | None = view.read(offset, max_bytes, isolation)
     if read is None:
-        return None
-    length = 0 if read.file_slice is None else read.file_slice.length
-    if max_wait_ms > 0 and length < min_bytes:
         return None
     records = b"" if read.file_slice is None else _records_at(read.file_slice)
     if records is None:
@@ -329,6 +379,12 @@ def _from_view(
     return FetchedRecords(
         records, read.high_watermark, read.log_start_offset, read.last_stable_offset, read.aborted_transactions
     )
+
+
+def _dropped(answer: FetchedRecords) -> None:
+    """An answer not sent: its file region, if any, is closed."""
+    if isinstance(answer.records, FileRegion):
+        answer.records.close()
 
 
 def _records_at(file_slice: FileSlice) -> bytes | FileRegion | None:

@@ -9,8 +9,9 @@ same question from what the owner publishes and what the reader learned itself, 
   leads, and the active segment's file (device, inode) with the byte position of the high watermark in it;
 - the segment files themselves: `<base>.log` files in the partition's folder, a sealed segment's size (its file's:
   a roll trims a preallocated file to its batches), and the `.txnindex` files for a read_committed fetch;
-- positions it may vouch for (`learn`, and each `read`'s own end): "the fetch from offset O starts at byte P of the
-  segment file (device, inode), as learned in leader epoch E". A consumer's next fetch starts at the offset after
+- positions it may vouch for (`learn`, each `read`'s own end, and the published high watermark's position for a read
+  at the end of the log): "the fetch from offset O starts at byte P of the segment file (device, inode), as learned
+  in leader epoch E". A consumer's next fetch starts at the offset after
   the last whole batch of its previous answer, so in the steady state each read finds its start among them.
 
 `read(offset, max_bytes, isolation)` answers a `LocalRead` (the `FileSlice` to send, the published offsets, the
@@ -176,6 +177,20 @@ class LocalLogView:
         committed = isolation == "txn_committed"
         upper_offset = published.last_stable_offset if committed else published.high_watermark
         if offset >= upper_offset:
+            if offset == published.high_watermark and published.has_position and offset not in self._positions:
+                # A reader at the end of the log reads the next appends from where the high watermark lies now.
+                path = str(file_names.log_file(self._directory, published.segment_base_offset))
+                self._remember(
+                    offset,
+                    _Position(
+                        published.segment_base_offset,
+                        path,
+                        published.device,
+                        published.inode,
+                        published.position,
+                        published.leader_epoch,
+                    ),
+                )
             return _answer(published, None, () if committed else None, offset)
         start = self._positions.get(offset)
         if start is None or start.leader_epoch != published.leader_epoch or not published.has_position:

@@ -152,6 +152,18 @@ def test_appends_and_rolls_after_a_read_at_the_high_watermark_are_read_from_the_
     assert log.num_segments > 10
 
 
+def test_a_reader_at_the_end_of_the_log_reads_the_next_appends_from_where_the_high_watermark_lay(
+    published: Published,
+) -> None:
+    log = published.log
+    end = log.high_watermark
+    empty = published.view.read(end, 1000)
+    assert empty is not None and empty.file_slice is None and empty.next_offset == end
+    fill(log, 25, tag=300)  # rolls the active segment too
+    published.publish()
+    assert consume(published, end, 1000) == log.high_watermark
+
+
 def test_the_high_watermark_bounds_every_answer_and_an_unpublished_position_is_the_owners(
     log_dir: Path, clock: MockClock
 ) -> None:
