@@ -25,11 +25,14 @@ every slot taken answers at once, as with `max_wait_ms=0`. The other 2 threads a
 fetches with data, so long polls never starve another partition's reads.
 
 Same-node readers learn of appends without a call: after every change it notifies (appends, DeleteRecords,
-retention, going offline, close) the actor rewrites its partition's high-watermark file
-(`storage.partition.high_watermark_file`: offsets, and the segment file and byte position the high watermark lies
-at; published under the partition's change counter, `actors.core.replication.log_changes`), which a consumer on this
-node reads in place of a fetch call (`actors.clients.local_tail`); `locate` answers name the file. A folder where
-the file cannot be created serves without it (readers then keep calling).
+retention, a role change, going offline, close) the actor rewrites its partition's high-watermark file
+(`storage.partition.high_watermark_file`: offsets, the leader epoch and whether this replica leads, and the segment
+file and byte position the high watermark lies at; published under the partition's change counter,
+`actors.core.replication.log_changes`), which a consumer on this node reads in place of a fetch call
+(`actors.clients.local_tail`) and the Kafka listener locates fetches from (`storage.partition.local_log_view`);
+`locate` answers name the file. Then it sends the partition's change notices to the same-node watchers that named
+themselves (`watch_changes`, `actors.server.change_notices`), which wake the listener's fetches waiting at the end
+of the log. A folder where the file cannot be created serves without it (readers then keep calling).
 
 Same-node producers append without a call either: `append_channel` adds the partition to its process's append
 channel (`actors.server.append_channel`, a local socket) and names it; the channel runs `append` as a call would.
