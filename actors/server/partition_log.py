@@ -405,10 +405,10 @@ class PartitionLogActor:
                     None if state is None else state.leader_epoch,
                     leading=replica is None or not replica.following,
                 )
-            if self._named is not None:
-                notices().notify(*self._named)
             else:
                 self._hw_file.publish_closed()
+            if self._named is not None:
+                notices().notify(*self._named)
 
     def go_offline(self, reason: str) -> None:
         """Its log dir failed (Kafka's handleLogDirFailure): the files are closed without a flush and every call
