@@ -501,3 +501,49 @@ def test_a_consumer_served_from_the_listeners_view_is_reset_by_delete_records_as
     assert offsets[jump:] == list(range(deleted_below, total))
     assert after.view_reads - before.view_reads >= 30, "the fetches after the reset came from the view"
     assert after.located - before.located <= 4, "a locate for the out-of-range fetch and the reset's first ones"
+
+
+def test_a_consumer_at_the_end_of_a_same_node_partition_is_woken_by_its_change_notices(
+    listener: KafkaListener,
+) -> None:
+    """A confluent consumer waiting at the end of a same-node partition (`fetch.wait.max.ms` 10 s) gets each record
+    produced one at a time: the listener's fetches wait on the partition's change notices, not in the actor's long
+    poll (`locate` is asked for the first fetches only)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from actors import Admin, Producer
+    from cluster.protocol.ray_broker_view import statistics
+
+    topic, count = "view-notices", 12
+    Admin().create_topic(topic, 1)
+    consumer = Consumer(
+        {
+            "bootstrap.servers": listener.bootstrap_servers,
+            "group.id": topic,
+            "enable.auto.commit": "false",
+            "fetch.wait.max.ms": "10000",
+        }
+    )
+    received: list[bytes] = []
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        with Producer(linger_ms=0) as producer:
+            producer.send(topic, b"first", partition=0).result()
+            deadline = time.monotonic() + POLL_DEADLINE_S
+            while not received and time.monotonic() < deadline:
+                message = consumer.poll(0.5)
+                if message is not None and message.error() is None:
+                    received.append(message.value())
+            before = statistics()
+            for index in range(count):
+                producer.send(topic, b"r%d" % index, partition=0).result()
+                while len(received) < index + 2 and time.monotonic() < deadline:
+                    message = consumer.poll(0.5)
+                    if message is not None and message.error() is None:
+                        received.append(message.value())
+            after = statistics()
+    finally:
+        consumer.close()
+    assert received == [b"first", *(b"r%d" % index for index in range(count))]
+    assert after.woken - before.woken >= count // 2, "waits ended by notices"
+    assert after.located - before.located <= 1
