@@ -19,8 +19,10 @@ server `sendfile`s them (`cluster.protocol.file_region`), smaller ones are read 
 leader epoch, an unpublished high-watermark position), the actor is asked where the bytes lie (`locate`, which
 long-polls as `fetch` does), the view learns that position, in the epoch published before the call, and answers from
 it; a located file that is no longer the located one falls back to the actor's `fetch`. A fetch at the end of the
-log that may wait (`max_wait_ms`, `min_bytes`) waits in the actor's long poll. A partition found on another node is
-fetched through its actor from then on.
+log that may wait (`max_wait_ms`, `min_bytes`) waits for the partition's change notices (`actors.server.change_notices`:
+a datagram from the partition's process after each change it publishes, to this listener's `ChangeWatcher`, named to
+the partition by one Ray call), then reads the view again. A partition found on another node is fetched through its
+actor from then on.
 
 Appends go the way every client's appends go (`actors.clients.append_route`): to the partition's leader over its
 append channel when it is on this node and alone, else as a Ray call followed, for `acks=-1` with followers, by the
@@ -74,8 +76,9 @@ NOTICE_SILENCE_S = 0.1
 
 @dataclass(frozen=True, slots=True)
 class LocalViewStatistics:
-    """Fetches this process answered from a partition's `LocalLogView`, those it asked the partition's actor where
-    the bytes lie (`locate`), and the waits of fetches at the end of a log that a change notice ended."""
+    """This process's reads of partitions' `LocalLogView`s (each answer, and each look of a fetch waiting at the end
+    of a log), the fetches it asked a partition's actor where the bytes lie (`locate`), and the waits of fetches at
+    the end of a log that a change notice ended."""
 
     view_reads: int
     located: int
@@ -310,9 +313,11 @@ class RayBrokerView:
         return self._watcher
 
     def _open_view(self, key: tuple[str, int], high_watermark_file: str) -> None:
-        view = LocalLogView.open(high_watermark_file)
-        if view is not None:
-            self._views[key] = view
+        """Opens the partition's view, unless a fetch running beside this one opened it meanwhile."""
+        if key not in self._views:
+            view = LocalLogView.open(high_watermark_file)
+            if view is not None:
+                self._views[key] = view
 
     async def list_offset(
         self, topic: str, partition: int, timestamp: int, isolation: str = "high_watermark"

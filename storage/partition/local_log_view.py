@@ -177,7 +177,9 @@ class LocalLogView:
         committed = isolation == "txn_committed"
         upper_offset = published.last_stable_offset if committed else published.high_watermark
         if offset >= upper_offset:
-            if offset == published.high_watermark and published.has_position and offset not in self._positions:
+            known = self._positions.get(offset)
+            stale = known is None or known.leader_epoch != published.leader_epoch
+            if offset == published.high_watermark and published.has_position and stale:
                 # A reader at the end of the log reads the next appends from where the high watermark lies now.
                 path = str(file_names.log_file(self._directory, published.segment_base_offset))
                 self._remember(
