@@ -2,12 +2,12 @@
 
 A Fetch of a partition on the listener's own node does not read the records: the partition's view locates them
 (`storage.partition.local_log_view`; the partition actor, `storage.partition.file_slices`, when the view cannot),
-the listener opens the located file (checking it is still the same inode
-holding those bytes) and puts a `FileRegion` in the response where the records go. kio encodes the response
-around it, asking the region only for its length (`__len__`), and `framing.encode_response` cuts the frame
-there, so the server writes the bytes before, then `sendfile`s the region straight from the page cache to the
-socket (Kafka's zero copy), then the bytes after. The opened file stays readable if the segment is deleted
-meanwhile, and segments are append-only below their size, so the bytes sent are the bytes located.
+the listener opens the located file (checking it is still the same inode holding those bytes) and puts a
+`FileRegion` in the response where the records go. kio encodes the response around it, asking the region only for
+its length (`__len__`), and `framing.encode_response` cuts the frame there, so the server writes the bytes before,
+then `sendfile`s the region straight from the page cache to the socket (Kafka's zero copy), then the bytes after.
+The opened file stays readable if the segment is deleted meanwhile, and segments are append-only below their size,
+so the bytes sent are the bytes located.
 
 A region owns its open file: the server closes it once sent; a region that is never sent (its request was
 abandoned, or the response limit left its records out) is closed when it is dropped.
