@@ -25,11 +25,14 @@ every slot taken answers at once, as with `max_wait_ms=0`. The other 2 threads a
 fetches with data, so long polls never starve another partition's reads.
 
 Same-node readers learn of appends without a call: after every change it notifies (appends, DeleteRecords,
-retention, going offline, close) the actor rewrites its partition's high-watermark file
-(`storage.partition.high_watermark_file`: offsets, and the segment file and byte position the high watermark lies
-at; published under the partition's change counter, `actors.core.replication.log_changes`), which a consumer on this
-node reads in place of a fetch call (`actors.clients.local_tail`); `locate` answers name the file. A folder where
-the file cannot be created serves without it (readers then keep calling).
+retention, a role change, going offline, close) the actor rewrites its partition's high-watermark file
+(`storage.partition.high_watermark_file`: offsets, the leader epoch and whether this replica leads, and the segment
+file and byte position the high watermark lies at; published under the partition's change counter,
+`actors.core.replication.log_changes`), which a consumer on this node reads in place of a fetch call
+(`actors.clients.local_tail`) and the Kafka listener locates fetches from (`storage.partition.local_log_view`);
+`locate` answers name the file. Then it sends the partition's change notices to the same-node watchers that named
+themselves (`watch_changes`, `actors.server.change_notices`), which wake the listener's fetches waiting at the end
+of the log. A folder where the file cannot be created serves without it (readers then keep calling).
 
 Same-node producers append without a call either: `append_channel` adds the partition to its process's append
 channel (`actors.server.append_channel`, a local socket) and names it; the channel runs `append` as a call would.
@@ -80,6 +83,7 @@ from actors.options import (
     log_manager_name,
 )
 from actors.server.append_channel import serve, stop_serving
+from actors.server.change_notices import CHANGE_WATCHER_PREFIX, notices
 from actors.startup_objects import freeze_startup_objects
 from storage import file_names
 from storage.arguments import is_int
@@ -321,6 +325,16 @@ class PartitionLogActor:
             return None
         return serve(*named, self.append)
 
+    @ray.method(concurrency_group=READ_GROUP)
+    def watch_changes(self, address: str) -> None:
+        """Sends this partition's change notices to the same-node datagram socket at `address` (an abstract address
+        a `actors.clients.change_watcher.ChangeWatcher` bound) from now on, until the log closes."""
+        if not isinstance(address, str) or not address.startswith(CHANGE_WATCHER_PREFIX):
+            raise InvalidRequestError(f"a change watcher's address starts with {CHANGE_WATCHER_PREFIX!r}")
+        self._log  # noqa: B018  (raises why the log is not open)
+        if self._named is not None:
+            notices().watch(*self._named, address)
+
     def _log_gauges(self) -> list[Sample]:
         """The log's size and offsets, read at each export of the metrics."""
         if self._named is None or self._unavailable is not None:
@@ -379,12 +393,22 @@ class PartitionLogActor:
             raise NotLeaderOrFollowerError(f"{self._opened_log.directory.name} is a follower")
 
     def _publish_offsets(self) -> None:
-        """Writes the offsets to the high-watermark file (under the change counter's lock)."""
+        """Writes the offsets to the high-watermark file (under the change counter's lock), with the epoch of the
+        controller's latest state (the log's own before any) and whether this replica serves client reads, then
+        sends the partition's change notices (`actors.server.change_notices`)."""
         if self._hw_file is not None:
             if self._unavailable is None:
-                self._hw_file.publish(self._opened_log)
+                replica = self._replica
+                state = None if replica is None else replica.state
+                self._hw_file.publish(
+                    self._opened_log,
+                    None if state is None else state.leader_epoch,
+                    leading=replica is None or not replica.following,
+                )
             else:
                 self._hw_file.publish_closed()
+            if self._named is not None:
+                notices().notify(*self._named)
 
     def go_offline(self, reason: str) -> None:
         """Its log dir failed (Kafka's handleLogDirFailure): the files are closed without a flush and every call
@@ -428,11 +452,14 @@ class PartitionLogActor:
         return self._closed_state
 
     def _close_hw_file(self) -> None:
-        """Unmaps the high-watermark file once it says closed (a partition host outlives its partitions)."""
+        """Unmaps the high-watermark file once it says closed (a partition host outlives its partitions), and
+        forgets the partition's change watchers, told of the close by then."""
         with self._changes.lock:
             if self._hw_file is not None:
                 self._hw_file.close()
                 self._hw_file = None
+            if self._named is not None:
+                notices().forget(*self._named)
 
     # --- reads (read group: concurrent, never behind an append) ----------------------------------
 

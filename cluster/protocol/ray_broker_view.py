@@ -9,12 +9,20 @@ partition host, the controller and the node's log manager), which blocks, so it 
 that fails with a retriable error (`storage.errors`: its actor gone, its partition unknown or led elsewhere) forgets
 the handle, so the next request looks again and reaches a restarted actor or a re-created topic.
 
-Fetches from a partition whose actor runs on this node ask the actor only where the bytes lie (`locate`, which
-long-polls as `fetch` does), so the batches never pass through Ray's object store: from `SENDFILE_MIN_BYTES` on
-they stay in the segment file and the server `sendfile`s them (`cluster.protocol.file_region`), smaller ones are
-read here (`actors.clients.local_fetch` explains why the bytes located equal the actor's). A located file that
-is no longer the located one (the segment was deleted or replaced meanwhile) falls back to the actor; a
-partition found on another node is fetched through its actor from then on.
+Fetches from a partition whose actor runs on this node are answered from a `LocalLogView`
+(`storage.partition.local_log_view`) of its log, without a Ray call: the partition's process publishes every change
+in the partition's high-watermark file (offsets, leader epoch, the active segment and the high watermark's position
+in it), and the view locates a fetch in the segment files from positions it vouches for, each read's end being
+where the consumer's next fetch starts. From `SENDFILE_MIN_BYTES` on the bytes stay in the segment file and the
+server `sendfile`s them (`cluster.protocol.file_region`), smaller ones are read here. Whenever the view cannot answer
+(a first fetch or a seek, an offset outside the published log, a segment deleted or swapped, a follower or a new
+leader epoch, an unpublished high-watermark position), the actor is asked where the bytes lie (`locate`, which
+long-polls as `fetch` does), the view learns that position, in the epoch published before the call, and answers from
+it; a located file that is no longer the located one falls back to the actor's `fetch`. A fetch at the end of the
+log that may wait (`max_wait_ms`, `min_bytes`) waits for the partition's change notices (`actors.server.change_notices`:
+a datagram from the partition's process after each change it publishes, to this listener's `ChangeWatcher`, named to
+the partition by one Ray call), then reads the view again. A partition found on another node is fetched through its
+actor from then on.
 
 Appends go the way every client's appends go (`actors.clients.append_route`): to the partition's leader over its
 append channel when it is on this node and alone, else as a Ray call followed, for `acks=-1` with followers, by the
@@ -27,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 import time
 import uuid
 from collections.abc import Mapping
@@ -38,6 +47,7 @@ import ray
 from actors.calls import answer
 from actors.clients.append_route import AppendRoute
 from actors.clients.broker import Broker
+from actors.clients.change_watcher import ChangeWatcher
 from actors.clients.local_fetch import LocatedRead
 from actors.core.controller.topic_metadata import AdvertisedListener, TopicMetadata
 from actors.partition_lookup import partition_actor
@@ -52,26 +62,35 @@ from cluster.protocol.broker_view import (
     advertised,
     topic_info,
 )
-from cluster.protocol.file_region import SENDFILE_MIN_BYTES, FileRegion, offset_after_region, open_region
+from cluster.protocol.file_region import SENDFILE_MIN_BYTES, FileRegion, open_region
 from storage.errors import RaybrokerError
-from storage.partition.file_slices import FileSlice, read_located
+from storage.partition.file_slices import FileSlice, open_located, read_located
+from storage.partition.local_log_view import LocalLogView, LocalRead
 from storage.partition.log import LogAppendInfo
 from storage.partition.producer_state import ActiveProducer
 from storage.records.file_records import TimestampAndOffset
 
-# A prefetched location older than this is located again: the offsets it carries would be too stale.
-PREFETCH_MAX_AGE_S = 0.1
+# How long a fetch waiting for a same-node partition trusts its change notices before it looks at the partition again.
+NOTICE_SILENCE_S = 0.1
 
 
 @dataclass(frozen=True, slots=True)
-class _Prefetch:
-    """The location of a partition's next fetch, asked for before the client asks (`RayBrokerView._prefetch`)."""
+class LocalViewStatistics:
+    """This process's reads of partitions' `LocalLogView`s (each answer, and each look of a fetch waiting at the end
+    of a log), the fetches it asked a partition's actor where the bytes lie (`locate`), and the waits of fetches at
+    the end of a log that a change notice ended."""
 
-    offset: int
-    max_bytes: int
-    isolation: str
-    started: float
-    located: asyncio.Future[FileSlices]
+    view_reads: int
+    located: int
+    woken: int
+
+
+_counts = {"view_reads": 0, "located": 0, "woken": 0}
+
+
+def statistics() -> LocalViewStatistics:
+    """The counts of this process's listeners (one event loop each; a count may be a moment old)."""
+    return LocalViewStatistics(**_counts)
 
 
 class RayBrokerView:
@@ -83,7 +102,9 @@ class RayBrokerView:
         self._appends = AppendRoute()
         # Partitions whose actor runs on another node: fetched through the actor, not located.
         self._remote: set[tuple[str, int]] = set()
-        self._prefetches: dict[tuple[str, int], _Prefetch] = {}
+        # Views of the logs of this node's partitions, opened from the first located answer.
+        self._views: dict[tuple[str, int], LocalLogView] = {}
+        self._watcher: ChangeWatcher | None = None
         self._node = _this_node()
         self._cluster_id: str | None = None
         self._topic_names: dict[uuid.UUID, str] = {}
@@ -103,6 +124,9 @@ class RayBrokerView:
             await answer(self._controller.unregister_listener.remote(self._node, advertised(endpoint)))
         finally:
             self._appends.close()
+            if self._watcher is not None:
+                self._watcher.close()
+                self._watcher = None
 
     async def brokers(self) -> list[BrokerEndpoint]:
         listeners = await self._listeners()
@@ -189,19 +213,32 @@ class RayBrokerView:
         isolation: str = "high_watermark",
     ) -> FetchedRecords:
         key = (topic, partition)
+        view = self._views.get(key)
+        if view is not None:
+            deadline = time.monotonic() + max(max_wait_ms, 0) / 1000
+            answer = await self._from_view_waiting(key, view, offset, max_bytes, deadline, min_bytes, isolation)
+            if answer is not None:
+                return answer
+            max_wait_ms = max(0, int((deadline - time.monotonic()) * 1000))
         read = LocatedRead(offset, _read_slice, prefer_local=key not in self._remote)
         if read.locating:
-            located = await self._prefetched(key, offset, max_bytes, isolation)
-            if located is None:
-                located = await self._call(
-                    topic, partition, "locate", offset, max_bytes, 1, max_wait_ms, min_bytes, isolation
-                )
+            epoch = None if view is None else view.leader_epoch()
+            _counts["located"] += 1
+            located: FileSlices = await self._call(
+                topic, partition, "locate", offset, max_bytes, 1, max_wait_ms, min_bytes, isolation
+            )
+            if located.node_id == self._node:
+                if view is None:
+                    self._open_view(key, located.high_watermark_file)
+                elif epoch is not None and located.slices:
+                    view.learn(offset, located.slices[0], epoch)
+                    answer = _from_view(view, offset, max_bytes, isolation)
+                    if answer is not None and answer.records:
+                        return answer
             records = read.read(located)
             if read.node_id != self._node:
                 self._remote.add(key)
             if records is not None:
-                if isinstance(records[0], FileRegion):
-                    self._prefetch(key, read.next_offset, max_bytes, isolation)
                 return FetchedRecords(
                     records[0],
                     located.high_watermark,
@@ -230,31 +267,57 @@ class RayBrokerView:
             result.aborted_transactions,
         )
 
-    def _prefetch(self, key: tuple[str, int], offset: int | None, max_bytes: int, isolation: str) -> None:
-        """Locates the bytes the partition's next fetch will ask for while this answer is on its way."""
-        if offset is None:
-            return
-        located = asyncio.ensure_future(self._call(*key, "locate", offset, max_bytes, 1, 0, 1, isolation))
-        # A prefetch nobody asks for again may fail unseen (its topic deleted): its error is dropped here.
-        located.add_done_callback(lambda done: done.cancelled() or done.exception())
-        self._prefetches[key] = _Prefetch(offset, max_bytes, isolation, time.monotonic(), located)
+    async def _from_view_waiting(
+        self,
+        key: tuple[str, int],
+        view: LocalLogView,
+        offset: int,
+        max_bytes: int,
+        deadline: float,
+        min_bytes: int,
+        isolation: str,
+    ) -> FetchedRecords | None:
+        """The fetch answered from the partition's view, once `min_bytes` are there or at `deadline` (monotonic),
+        woken by the partition's change notices (`actors.clients.change_watcher`); None when the view cannot
+        answer. The first wait names this listener's watcher to the partition (one Ray call). A wait that heard
+        nothing for `NOTICE_SILENCE_S` looks again, and bytes found then, without a notice, make the next wait name
+        the watcher again (its notices were lost: a restarted partition process knows no watchers)."""
+        watcher = self._change_watcher()
+        noticed = True
+        while True:
+            seen = watcher.count(*key)
+            answer = _from_view(view, offset, max_bytes, isolation)
+            if answer is None:
+                return None
+            if answer.records and not noticed:
+                watcher.unfollow(*key)
+            remaining_s = deadline - time.monotonic()
+            if len(answer.records) >= min_bytes or remaining_s <= 0:
+                return answer
+            _dropped(answer)
+            if not watcher.following(*key):
+                watcher.follow(*key)
+                try:
+                    await self._call(*key, "watch_changes", watcher.address)
+                except RaybrokerError:
+                    watcher.unfollow(*key)
+                    return None
+                continue
+            noticed = await watcher.changed(*key, seen, min(remaining_s, NOTICE_SILENCE_S))
+            _counts["woken"] += noticed
 
-    async def _prefetched(self, key: tuple[str, int], offset: int, max_bytes: int, isolation: str) -> FileSlices | None:
-        """The prefetched location of this fetch's bytes, if one was started for exactly it, recently, and found
-        bytes; None otherwise (the caller locates, long-polling)."""
-        prefetch = self._prefetches.pop(key, None)
-        if prefetch is None:
-            return None
-        if (prefetch.offset, prefetch.max_bytes, prefetch.isolation) != (offset, max_bytes, isolation):
-            prefetch.located.cancel()
-            return None
-        try:
-            located = await prefetch.located
-        except RaybrokerError:
-            return None
-        if time.monotonic() - prefetch.started > PREFETCH_MAX_AGE_S or not located.slices:
-            return None
-        return located
+    def _change_watcher(self) -> ChangeWatcher:
+        """This listener's change watcher, bound on first use on the listener's event loop."""
+        if self._watcher is None:
+            self._watcher = ChangeWatcher(asyncio.get_running_loop())
+        return self._watcher
+
+    def _open_view(self, key: tuple[str, int], high_watermark_file: str) -> None:
+        """Opens the partition's view, unless a fetch running beside this one opened it meanwhile."""
+        if key not in self._views:
+            view = LocalLogView.open(high_watermark_file)
+            if view is not None:
+                self._views[key] = view
 
     async def list_offset(
         self, topic: str, partition: int, timestamp: int, isolation: str = "high_watermark"
@@ -284,17 +347,21 @@ class RayBrokerView:
 
     def _forget(self, topic: str) -> None:
         """Drops what is known of a deleted topic's partitions, so a re-created topic is looked up afresh."""
-        for key in {*self._handles, *self._remote, *self._prefetches}:
+        for key in {*self._handles, *self._remote, *self._views}:
             if key[0] == topic:
                 self._drop(key)
         self._appends.forget_topic(topic)
 
     def _drop(self, key: tuple[str, int]) -> None:
-        """Forgets a partition's handle, node and prefetch: its actor is gone or it is unknown (deleted)."""
+        """Forgets a partition's handle, node and view: its actor is gone or it is unknown (deleted)."""
         self._handles.pop(key, None)
         self._appends.forget(*key)
         self._remote.discard(key)
-        self._prefetches.pop(key, None)
+        view = self._views.pop(key, None)
+        if view is not None:
+            view.close()
+        if self._watcher is not None:
+            self._watcher.unfollow(*key)
 
     async def _handle(self, topic: str, partition: int) -> Any:
         key = (topic, partition)
@@ -305,13 +372,52 @@ class RayBrokerView:
         return handle
 
 
+def _from_view(view: LocalLogView, offset: int, max_bytes: int, isolation: str) -> FetchedRecords | None:
+    """The fetch answered from the partition's view now: its bytes (a region of the segment file to `sendfile` from
+    `SENDFILE_MIN_BYTES` on, read here below) with the published offsets; None when the view cannot answer or the
+    file named is no longer the one located."""
+    read: LocalRead | None = view.read(offset, max_bytes, isolation)
+    if read is None:
+        return None
+    records = b"" if read.file_slice is None else _records_at(read.file_slice)
+    if records is None:
+        return None
+    _counts["view_reads"] += 1
+    return FetchedRecords(
+        records, read.high_watermark, read.log_start_offset, read.last_stable_offset, read.aborted_transactions
+    )
+
+
+def _dropped(answer: FetchedRecords) -> None:
+    """An answer not sent: its file region, if any, is closed."""
+    if isinstance(answer.records, FileRegion):
+        answer.records.close()
+
+
+def _records_at(file_slice: FileSlice) -> bytes | FileRegion | None:
+    """The slice's bytes as the server sends them: a region from `SENDFILE_MIN_BYTES` on, else read here; None when
+    the file is no longer the one located."""
+    if file_slice.length >= SENDFILE_MIN_BYTES:
+        return open_region(file_slice)
+    fd = open_located(file_slice)
+    if fd is None:
+        return None
+    try:
+        data = os.pread(fd, file_slice.length, file_slice.position)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return data if len(data) == file_slice.length else None
+
+
 def _read_slice(file_slice: FileSlice, offset: int) -> tuple[bytes | FileRegion, int | None] | None:
-    """A located slice as the server sends it: a file region to `sendfile` from `SENDFILE_MIN_BYTES` on (and the
-    offset after its last whole batch, for the next fetch's prefetch), read here below it; None when the file is no
-    longer the located one (the caller then fetches through the actor)."""
+    """A located slice as the server sends it, with the offset after its last whole batch (None when not walked): a
+    file region to `sendfile` from `SENDFILE_MIN_BYTES` on, read here below it; None when the file is no longer the
+    located one (the caller then fetches through the actor)."""
     if file_slice.length >= SENDFILE_MIN_BYTES:
         region = open_region(file_slice)
-        return None if region is None else (region, offset_after_region(region, offset))
+        return None if region is None else (region, None)
     read = read_located(file_slice, offset)
     return None if read is None else (bytes(read[0]), read[1])
 

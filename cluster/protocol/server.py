@@ -261,10 +261,11 @@ class KafkaServer:
             answers.put_nowait(None)
 
     async def _send_spliced(self, frame: SplicedFrame, writer: asyncio.StreamWriter) -> None:
-        """Writes the frame's bytes and `sendfile`s its file regions (page cache to socket) in order; closes the
-        regions' files whatever happens. A region that sends short (its file shrank) leaves the frame torn, so the
-        connection is closed. Through TLS a region is read with one `pread` and written: asyncio's own fallback
-        reads 16 KiB at a time on an executor thread, a thread hop per block."""
+        """Writes the frame's bytes and `sendfile`s its file regions (page cache to socket) in order, each first as
+        far as the socket takes it at once (`_sendfile_now`); closes the regions' files whatever happens. A region
+        that sends short (its file shrank) leaves the frame torn, so the connection is closed. Through TLS a region
+        is read with one `pread` and written: asyncio's own fallback reads 16 KiB at a time on an executor thread,
+        a thread hop per block."""
         loop = asyncio.get_running_loop()
         encrypted = writer.get_extra_info("ssl_object") is not None
         try:
@@ -277,7 +278,11 @@ class KafkaServer:
                     writer.write(data)
                 elif isinstance(part, FileRegion):
                     await writer.drain()
-                    sent = await loop.sendfile(writer.transport, part.file, part.position, part.length)
+                    sent = _sendfile_now(writer.transport, part)
+                    if sent < part.length:
+                        sent += await loop.sendfile(
+                            writer.transport, part.file, part.position + sent, part.length - sent
+                        )
                     if sent != part.length:
                         logger.warning("closing a connection: %d of a %d-byte file region sent", sent, part.length)
                         raise ConnectionAbortedError("a file region was sent short")
@@ -328,3 +333,24 @@ class KafkaServer:
         named = self._request_name(payload)
         if named is not None:
             self._metrics.request_answered(named[0], named[1], (time.perf_counter() - read_at) * 1000)
+
+
+def _sendfile_now(transport: asyncio.WriteTransport, region: FileRegion) -> int:
+    """The bytes of `region` the socket takes at once, sent with `os.sendfile` on its non-blocking descriptor while
+    the transport holds nothing unsent; the caller sends the rest with asyncio's `loop.sendfile`, which waits for the
+    socket. A fetch's region (1 MiB by default) usually fits the loopback socket's buffer whole, and asyncio's own
+    path costs a pause and resume of reading and a writer registration per region, ~5 % of the listener thread's
+    time under `wire_fetch`. It stops where the file ends (the caller then finds the region sent short)."""
+    sock = transport.get_extra_info("socket")
+    if sock is None or transport.get_write_buffer_size():
+        return 0
+    sent = 0
+    try:
+        while sent < region.length:
+            count = os.sendfile(sock.fileno(), region.file.fileno(), region.position + sent, region.length - sent)
+            if count == 0:
+                break
+            sent += count
+    except (BlockingIOError, InterruptedError):
+        pass
+    return sent

@@ -11,8 +11,8 @@ instead of a call to the process that owns the log.
 | bytes | field                 | type | meaning                                                                |
 |-------|-----------------------|------|------------------------------------------------------------------------|
 | 0     | magic                 | 4s   | `b"RBHW"`                                                              |
-| 4     | version               | u16  | 1                                                                      |
-| 6     | state                 | u16  | 1 open; 0 closed (or unknown): read through the owner                  |
+| 4     | version               | u16  | 2                                                                      |
+| 6     | state                 | u16  | 1 open and leading; 2 open, following; 0 closed (or unknown)           |
 | 8     | sequence              | u64  | even, +2 per publish (also while the owner restarts: see below)        |
 | 16    | high_watermark        | i64  | Kafka's high watermark                                                 |
 | 24    | log_start_offset      | i64  |                                                                        |
@@ -22,10 +22,17 @@ instead of a call to the process that owns the log.
 | 56    | device                | u64  | `st_dev` of that segment's `.log` file                                 |
 | 64    | inode                 | u64  | `st_ino` of that segment's `.log` file                                 |
 | 72    | last_stable_offset    | i64  | the LSO: read_committed readers read below it                          |
-| 80    | crc                   | u32  | CRC-32 (zlib) of bytes 0..80                                           |
-| 84    | sequence again        | u64  | equal to bytes 8..16 once the publish is complete                      |
+| 80    | leader_epoch          | i64  | the epoch the replica leads (or follows) in                            |
+| 88    | crc                   | u32  | CRC-32 (zlib) of bytes 0..88                                           |
+| 92    | sequence again        | u64  | equal to bytes 8..16 once the publish is complete                      |
 
-Publishing writes bytes 0..92 over the old ones in one slice assignment to a shared mapping, which another process
+Readers act only on state 1: a follower's reads go to the leader (Kafka's NOT_LEADER_OR_FOLLOWER, which the owner
+answers), and a closed log's to the owner. The leader epoch tells a reader that a position it learned may no longer
+hold: a replica truncates its log (rewriting segment bytes in place) only while it follows, and it leads again only
+in a newer epoch, so bytes learned in one epoch are vouched for only while the file still names that epoch
+(`storage.partition.local_log_view`).
+
+Publishing writes bytes 0..100 over the old ones in one slice assignment to a shared mapping, which another process
 may see half done: a reader takes a snapshot only if both sequences are equal and the CRC matches, and reads again
 otherwise (`READ_ATTEMPTS`). The file keeps its inode for the life of the partition folder, so a reader that
 opened it keeps seeing the current owner's state after the owner restarts; a new owner continues the sequence of
@@ -54,9 +61,10 @@ from storage.partition.log import Log
 from storage.segment.log_segment import LogSegment
 
 MAGIC = b"RBHW"
-VERSION = 1
+VERSION = 2
 STATE_CLOSED = 0
 STATE_OPEN = 1
+STATE_FOLLOWING = 2
 _HEAD = struct.Struct(
     ">"
     "4s"  # magic
@@ -71,6 +79,7 @@ _HEAD = struct.Struct(
     "Q"  # device
     "Q"  # inode
     "q"  # last_stable_offset
+    "q"  # leader_epoch
 )
 _CRC = struct.Struct(">I")
 _SEQUENCE = struct.Struct(">Q")
@@ -99,6 +108,7 @@ class PublishedWatermark:
     device: int
     inode: int
     last_stable_offset: int
+    leader_epoch: int
 
     @property
     def has_position(self) -> bool:
@@ -133,13 +143,14 @@ class HighWatermarkFile:
         hw_file.publish_closed()
         return hw_file
 
-    def publish(self, log: Log) -> None:
+    def publish(self, log: Log, leader_epoch: int | None = None, *, leading: bool = True) -> None:
         """Publishes the log's offsets (the last stable offset first, so that it is never found above the high
-        watermark read after it) and, when the high watermark is the log end, where it lies: the end of the
-        active segment. The offsets are read before the segment, and an append writes its bytes before it moves
-        them, so a publish racing an append (one from a thread other than the writer's) can only name a position
-        past the published high watermark, never before it: readers check that the bytes they read end exactly at
-        the high watermark and start with the batch they asked for."""
+        watermark read after it), the replica's `leader_epoch` (default: the log's) and whether it leads
+        (`leading`; readers ask the owner of a follower) and, when the high watermark is the log end, where it lies:
+        the end of the active segment. The offsets are read before the segment, and an append writes its bytes
+        before it moves them, so a publish racing an append (one from a thread other than the writer's) can only
+        name a position past the published high watermark, never before it: readers check that the bytes they read
+        end at the high watermark and start with the batch they asked for."""
         last_stable_offset = log.last_stable_offset
         high_watermark = log.high_watermark
         log_end_offset = log.log_end_offset
@@ -152,7 +163,7 @@ class HighWatermarkFile:
                 base, position = segment.base_offset, segment.size
                 device, inode = identity
         self._write(
-            STATE_OPEN,
+            STATE_OPEN if leading else STATE_FOLLOWING,
             high_watermark,
             log_start_offset,
             log_end_offset,
@@ -161,11 +172,12 @@ class HighWatermarkFile:
             device,
             inode,
             last_stable_offset,
+            log.leader_epoch if leader_epoch is None else leader_epoch,
         )
 
     def publish_closed(self) -> None:
         """Readers ask the owner from now on (the log is closed, offline, or not open yet)."""
-        self._write(STATE_CLOSED, 0, 0, 0, -1, -1, 0, 0, 0)
+        self._write(STATE_CLOSED, 0, 0, 0, -1, -1, 0, 0, 0, -1)
 
     def close(self) -> None:
         self._mapping.close()
@@ -208,7 +220,7 @@ class HighWatermarkReader:
         return cls(path, fd)
 
     def read(self) -> PublishedWatermark | None:
-        """The published state if it is open, whole and sensible; None otherwise (ask the owner)."""
+        """The published state if it is open and leading, whole and sensible; None otherwise (ask the owner)."""
         for _ in range(READ_ATTEMPTS):
             try:
                 data = os.pread(self._fd, RECORD_BYTES, 0)

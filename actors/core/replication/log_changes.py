@@ -3,10 +3,10 @@ fetch, and an `acks=all` append waiting for its replication.
 
 Every change a waiter must look at (an append, a high watermark that moved, DeleteRecords, retention, a role change,
 close) calls `notify`, which counts it, runs the owner's `publish` (the partition actor rewrites its high-watermark
-file there, so same-node readers see each change in order) and wakes every waiter. A waiter reads `count` before it
-looks at the log, then `wait(seen, deadline)`: a change between its look and its wait is then seen, not slept
-through. The counter has its own lock, apart from the log's, so appends never wait for readers. Waits are in real
-(monotonic) time: they bound how long a caller is kept, not when the log's data expires."""
+file and sends its change notices there, so same-node readers see each change in order) and wakes every waiter. A
+waiter reads `count` before it looks at the log, then `wait(seen, deadline)`: a change between its look and its wait
+is then seen, not slept through. The counter has its own lock, apart from the log's, so appends never wait for
+readers. Waits are in real (monotonic) time: they bound how long a caller is kept, not when the log's data expires."""
 
 from __future__ import annotations
 

@@ -5,9 +5,10 @@ Limits, as Kafka applies them: each partition returns at most its `partition_max
 larger (else a consumer could never get past it). A partition whose data would push the response past
 `max_bytes` answers no records this time, with its offsets, and the client asks again.
 
-Long poll (`max_wait_ms`, `min_bytes`): a request for one partition passes both to its actor, which answers once
-`min_bytes` are there or the time is up. For more partitions, when they together hold fewer than `min_bytes` new
-bytes, every partition that had none waits (in its own actor, for at most the remaining time) for an append; the
+Long poll (`max_wait_ms`, `min_bytes`): a request for one partition passes both to the broker view, which answers
+once `min_bytes` are there or the time is up (waiting in the partition's actor, or for a partition on the listener's
+node on its change notices: `cluster.protocol.ray_broker_view`). For more partitions, when they together hold fewer
+than `min_bytes` new bytes, every partition that had none waits (for at most the remaining time) for an append; the
 first one that gets data wakes the request, which answers once `min_bytes` are there or the time is up.
 Partitions are read concurrently, each with its own error: UNKNOWN_TOPIC_OR_PARTITION, OFFSET_OUT_OF_RANGE (the
 client then resets its position with ListOffsets), and so on; the others still answer.

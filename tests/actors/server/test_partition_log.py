@@ -462,3 +462,39 @@ def test_after_close_every_call_is_broker_not_available_and_close_repeats_its_an
     for method, args in calls:
         with pytest.raises(BrokerNotAvailableError):
             method(*args)
+
+
+def test_same_node_readers_learn_each_change_its_leader_epoch_and_the_close_without_a_call(tmp_path: Path) -> None:
+    """The high-watermark file publishes the controller's leader epoch and whether the replica leads, and every
+    change sends a notice to the partition's watchers, the close too (its file then says closed); a watcher's address
+    must be a change watcher's abstract name."""
+    import secrets
+    import socket
+
+    from actors.core.replication.leader_and_isr import LeaderAndIsr
+    from actors.server.change_notices import CHANGE_WATCHER_PREFIX
+    from storage.partition.high_watermark_file import HighWatermarkReader
+
+    actor = open_actor(tmp_path / "view-0")
+    receiver = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    address = f"{CHANGE_WATCHER_PREFIX}test-{secrets.token_hex(4)}"
+    receiver.bind(address)
+    receiver.settimeout(5.0)
+    with pytest.raises(InvalidRequestError):
+        actor.watch_changes("\0another-socket")
+    actor.watch_changes(address)
+    actor.append(batch_bytes(records("a", 3)))
+    assert receiver.recv(512) == b"view-0"
+    reader = HighWatermarkReader.open(actor.locate(0).high_watermark_file)
+    assert reader is not None
+    published = reader.read()
+    assert published is not None and (published.high_watermark, published.leader_epoch) == (3, 0)
+    actor.update_replication(LeaderAndIsr("view", 0, "", 4, ("",), ("",)))
+    assert receiver.recv(512) == b"view-0"
+    published = reader.read()
+    assert published is not None and published.leader_epoch == 4
+    actor.close()
+    assert receiver.recv(512) == b"view-0"
+    assert reader.read() is None
+    reader.close()
+    receiver.close()

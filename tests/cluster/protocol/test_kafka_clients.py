@@ -449,3 +449,101 @@ def test_a_listener_on_the_partitions_node_appends_over_their_channels_and_close
         time.sleep(0.05)
     assert not any(append_channel_connections(pid) for pid in pids), "a stopped listener left a connection open"
     assert sorted(confluent_consume(listener, ["over-the-channel"], len(produced))) == sorted(produced)
+
+
+def test_a_consumer_served_from_the_listeners_view_is_reset_by_delete_records_as_kafka_resets_it(
+    listener: KafkaListener,
+) -> None:
+    """A confluent consumer reading a same-node partition in 16 KiB fetches is served from the listener's view of the
+    log (a `locate` call only for its first fetches); DeleteRecords then moves the log start past its position, and
+    its next fetch answers OFFSET_OUT_OF_RANGE, as Kafka's would: `auto.offset.reset=earliest` sends it to the new log
+    start, from where it reads every record to the end, never one below it nor one twice."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from actors import Admin, Producer
+    from cluster.protocol.ray_broker_view import statistics
+
+    topic, total, deleted_below = "view-delete-records", 2000, 1500
+    Admin().create_topic(topic, 1)
+    with Producer() as producer:
+        producer.send_many(topic, [b"%06d" % index + bytes(1018) for index in range(total)], partition=0).result()
+    consumer = Consumer(
+        {
+            "bootstrap.servers": listener.bootstrap_servers,
+            "group.id": topic,
+            "enable.auto.commit": "false",
+            "auto.offset.reset": "earliest",
+            "max.partition.fetch.bytes": "16384",
+            # Fetch only when the local queue runs dry, so the fetches after DeleteRecords start below the new start,
+            # and at once then (librdkafka waits 1 s by default).
+            "queued.min.messages": "1",
+            "queued.max.messages.kbytes": "1",
+            "fetch.queue.backoff.ms": "1",
+        }
+    )
+    offsets: list[int] = []
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        deadline = time.monotonic() + POLL_DEADLINE_S
+        while len(offsets) < 400 and time.monotonic() < deadline:
+            offsets.extend(message.offset() for message in consumer.consume(50, 1.0) if message.error() is None)
+        before = statistics()
+        Admin().delete_records(topic, 0, deleted_below)
+        while (not offsets or offsets[-1] < total - 1) and time.monotonic() < deadline:
+            for message in consumer.consume(100, 1.0):
+                assert message.error() is None, message.error()
+                offsets.append(message.offset())
+        after = statistics()
+    finally:
+        consumer.close()
+    jump = next(index for index in range(1, len(offsets)) if offsets[index] != offsets[index - 1] + 1)
+    assert offsets[:jump] == list(range(jump)) and jump < deleted_below
+    assert offsets[jump:] == list(range(deleted_below, total))
+    assert after.view_reads - before.view_reads >= 30, "the fetches after the reset came from the view"
+    assert after.located - before.located <= 4, "a locate for the out-of-range fetch and the reset's first ones"
+
+
+def test_a_consumer_at_the_end_of_a_same_node_partition_is_woken_by_its_change_notices(
+    listener: KafkaListener,
+) -> None:
+    """A confluent consumer waiting at the end of a same-node partition (`fetch.wait.max.ms` 10 s) gets each record
+    produced one at a time: the listener's fetches wait on the partition's change notices, not in the actor's long
+    poll (`locate` is asked for the first fetches only)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from actors import Admin, Producer
+    from cluster.protocol.ray_broker_view import statistics
+
+    topic, count = "view-notices", 12
+    Admin().create_topic(topic, 1)
+    consumer = Consumer(
+        {
+            "bootstrap.servers": listener.bootstrap_servers,
+            "group.id": topic,
+            "enable.auto.commit": "false",
+            "fetch.wait.max.ms": "10000",
+        }
+    )
+    received: list[bytes] = []
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        with Producer(linger_ms=0) as producer:
+            producer.send(topic, b"first", partition=0).result()
+            deadline = time.monotonic() + POLL_DEADLINE_S
+            while not received and time.monotonic() < deadline:
+                message = consumer.poll(0.5)
+                if message is not None and message.error() is None:
+                    received.append(message.value())
+            before = statistics()
+            for index in range(count):
+                producer.send(topic, b"r%d" % index, partition=0).result()
+                while len(received) < index + 2 and time.monotonic() < deadline:
+                    message = consumer.poll(0.5)
+                    if message is not None and message.error() is None:
+                        received.append(message.value())
+            after = statistics()
+    finally:
+        consumer.close()
+    assert received == [b"first", *(b"r%d" % index for index in range(count))]
+    assert after.woken - before.woken >= count // 2, "waits ended by notices"
+    assert after.located - before.located <= 1

@@ -3,20 +3,28 @@ client keeps being answered; limits use Kafka's names; requests on one connectio
 
 from __future__ import annotations
 
+import asyncio
+import io
+import os
 import socket
 import struct
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 from kio.index import load_request_schema, load_response_schema
 
-from cluster.protocol.framing import FIXED_HEADER, SIZE, decode_response, encode_request
+from cluster.protocol.connection import ConnectionContext
+from cluster.protocol.file_region import FileRegion
+from cluster.protocol.framing import FIXED_HEADER, SIZE, SplicedFrame, decode_response, encode_request
 from cluster.protocol.handlers.api_versions import API_VERSIONS_KEY
 from cluster.protocol.handlers.produce import PRODUCE_KEY
 from cluster.protocol.listener import KafkaListener, start_listener
 from cluster.protocol.local_broker_view import LocalBrokerView
 from cluster.protocol.messages import build
+from cluster.protocol.server import KafkaServer
+from storage.config.listener_config import ListenerConfig
 from tests.cluster.protocol.helpers import batch, is_closed_by_server, leader_log, read_frame, run
 
 TIMEOUT_S = 5.0
@@ -162,3 +170,52 @@ def test_stop_closes_open_connections(listen: Callable[..., KafkaListener]) -> N
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", listener.port), timeout=TIMEOUT_S)
     assert struct.calcsize(">i") == SIZE.size
+
+
+def test_file_regions_are_sent_whole_past_the_socket_buffer_and_a_region_cut_short_closes_the_connection(
+    tmp_path: Path,
+) -> None:
+    """A spliced answer's bytes and file regions arrive byte for byte, in order, also when a region is larger than the
+    socket takes at once (its rest waits for the reader, who starts late here); a region whose file is shorter than
+    the region ends the connection rather than leaving the frame torn."""
+    content = os.urandom(24 << 20)
+    path = tmp_path / "segment.log"
+    path.write_bytes(content)
+    short = tmp_path / "short.log"
+    short.write_bytes(content[:1000])
+    large = 20 << 20
+
+    async def handle(payload: bytes, _context: ConnectionContext) -> SplicedFrame:
+        if payload == b"short":
+            return SplicedFrame((SIZE.pack(4 + 4000) + b"head", FileRegion(io.FileIO(short, "rb"), 0, 4000)))
+        first, second = FileRegion(io.FileIO(path, "rb"), 100, large), FileRegion(io.FileIO(path, "rb"), 7, 9)
+        return SplicedFrame((SIZE.pack(4 + large + 4 + 9) + b"head", first, b"tail", second))
+
+    def receive_all(sock: socket.socket) -> bytes:
+        received = bytearray()
+        while chunk := sock.recv(1 << 20):
+            received += chunk
+        return bytes(received)
+
+    def client(port: int) -> tuple[bytes, bytes]:
+        with socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT_S) as sock:
+            sock.sendall(SIZE.pack(4) + b"full")
+            time.sleep(0.3)  # the socket's buffer fills meanwhile: the rest of the region waits for this reader
+            sock.shutdown(socket.SHUT_WR)  # the server closes once it answered
+            whole = receive_all(sock)
+        with socket.create_connection(("127.0.0.1", port), timeout=TIMEOUT_S) as sock:
+            sock.sendall(SIZE.pack(5) + b"short")
+            torn = receive_all(sock)
+        return whole, torn
+
+    async def scenario() -> tuple[bytes, bytes]:
+        server = KafkaServer(handle, ListenerConfig.from_properties({"listeners": "PLAINTEXT://127.0.0.1:0"}))
+        port = next(iter((await server.start()).values()))
+        try:
+            return await asyncio.to_thread(client, port)
+        finally:
+            await server.stop()
+
+    whole, torn = asyncio.run(scenario())
+    assert whole == SIZE.pack(4 + large + 4 + 9) + b"head" + content[100 : 100 + large] + b"tail" + content[7:16]
+    assert torn == SIZE.pack(4 + 4000) + b"head" + content[:1000], "cut at the file's end, then closed"
