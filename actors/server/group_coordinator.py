@@ -18,6 +18,7 @@ from actors.calls import call, controller
 from actors.core.controller.topic_metadata import CONSUMER_OFFSETS_TOPIC, TopicMetadata
 from actors.core.groups.coordinator import GroupCoordinator
 from actors.core.groups.group_membership import GroupDescription, GroupError, JoinResult, PendingJoin, SyncResult
+from actors.core.replication.replica import ACKS_ALL
 from actors.partition_lookup import partition_actor
 from storage.clock import SYSTEM_CLOCK
 from storage.partition.log import LogAppendInfo
@@ -71,8 +72,17 @@ class RayInternalPartition:
         answer: LogAppendInfo = call(self._handle.append.remote(batch))
         return answer
 
+    def append_replicated(self, batch: bytes) -> LogAppendInfo:
+        """`append` with acks=all, answered once every in-sync replica has the batch: the append's answer goes
+        straight on to the leader's `await_replicated`, so the caller waits for one answer."""
+        appended = self._handle.append.remote(batch, ACKS_ALL)
+        answer: LogAppendInfo = call(self._handle.await_replicated.remote(appended))
+        return answer
+
     def append_from_coordinator(self, batch: bytes) -> LogAppendInfo:
-        answer: LogAppendInfo = call(self._handle.append_from_coordinator.remote(batch))
+        """A transactional offset commit, answered once replicated (the partition takes it with acks=all)."""
+        appended = self._handle.append_from_coordinator.remote(batch)
+        answer: LogAppendInfo = call(self._handle.await_replicated.remote(appended))
         return answer
 
     def epoch_end_offset(self, epoch: int) -> tuple[int, int, int]:

@@ -45,8 +45,9 @@ TICK_S = 1.0
 class RayTransactionMarkers:
     """Markers written by the partitions' leader actors (see the module docstring). Each leader's handle is kept
     after its first lookup, as producers keep theirs: a lookup costs a controller call and a name-service call,
-    two round trips on top of the marker's one in every EndTxn. A marker the kept handle fails to write is tried
-    once more on a leader looked up again (the leader may have moved); only that second failure is the caller's."""
+    two round trips on top of the marker's one in every EndTxn. A marker counts as written once every in-sync replica
+    has it. A marker the kept handle fails to write is tried once more on a leader looked up again (the leader may
+    have moved); only that second failure is the caller's."""
 
     def __init__(self) -> None:
         self._leaders: dict[TopicPartition, Any] = {}
@@ -65,16 +66,22 @@ class RayTransactionMarkers:
         kept = self._leaders.pop(key, None)
         if kept is not None:
             try:
-                call(kept.append_transaction_marker.remote(*marker))
+                _write_replicated(kept, marker)
             except RaybrokerError:
                 kept = None
         if kept is None:
             kept = partition_actor(topic, partition)
-            call(kept.append_transaction_marker.remote(*marker))
+            _write_replicated(kept, marker)
         self._leaders[key] = kept
         if topic == CONSUMER_OFFSETS_TOPIC:
             groups = get_actor(group_coordinator_name())
             call(groups.complete_transaction.remote(partition, producer_id, result == ControlRecordType.COMMIT))
+
+
+def _write_replicated(leader: Any, marker: tuple[int, int, int, ControlRecordType]) -> None:
+    """Writes a marker on `leader` and answers once every in-sync replica has it: the append's answer goes straight
+    on to the leader's `await_replicated` (Kafka's WriteTxnMarkers appends with acks -1)."""
+    call(leader.await_replicated.remote(leader.append_transaction_marker.remote(*marker)))
 
 
 class TransactionCoordinatorActor:

@@ -90,8 +90,9 @@ _S = TransactionState
 class TransactionLogPartition(InternalPartition, Protocol):
     """The leader replica of one `__transaction_state` partition, as the coordinator reads and appends to it."""
 
-    def append(self, batch: bytes) -> LogAppendInfo:
-        """Appends one batch; answers once it is in the log."""
+    def append_replicated(self, batch: bytes) -> LogAppendInfo:
+        """Appends one batch with acks=all; answers once every in-sync replica has it (Kafka's coordinator appends
+        `__transaction_state` with acks -1: a state the client was answered on survives the leader's loss)."""
         ...
 
     def epoch_end_offset(self, epoch: int) -> tuple[int, int, int]:
@@ -231,13 +232,14 @@ class TransactionCoordinator:
         builder = RecordBatchBuilder()
         builder.append(encode_transaction_log_key(transactional_id), value, timestamp=self._clock.milliseconds())
         try:
-            self._loaded_partition(partition).append(builder.build())
-        except (NotLeaderOrFollowerError, KafkaStorageError) as exc:
-            logger.warning("%s: state not written: %s", transactional_id, exc)
-            self._handles.pop(partition, None)
-            return TxnError.NOT_COORDINATOR
+            self._loaded_partition(partition).append_replicated(builder.build())
         except RaybrokerError as exc:
             logger.warning("%s: state not written: %s", transactional_id, exc)
+            # The partition's leader may have moved or gone, and a timed-out append may still land: the partition
+            # is loaded again from its leader at its next use, as Kafka's coordinator resigns and a new one loads.
+            self._handles.pop(partition, None)
+            if isinstance(exc, (NotLeaderOrFollowerError, KafkaStorageError)):
+                return TxnError.NOT_COORDINATOR
             return TxnError.COORDINATOR_NOT_AVAILABLE
         if metadata.state == _S.DEAD:
             self._transactions.pop(transactional_id, None)
