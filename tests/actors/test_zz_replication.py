@@ -53,6 +53,10 @@ BROKER_SETTINGS = {
     "replica.lag.time.max.ms": "3000",
     "replica.fetch.backoff.ms": "100",
     "leader.imbalance.check.interval.seconds": "2",
+    # One partition of coordinator states (Kafka's 50 would open 150 replica processes); timed-out transactions
+    # aborted and markers retried every second.
+    "transaction.state.log.num.partitions": "1",
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
 }
 
 
@@ -459,6 +463,232 @@ def assert_replicas_converge(topic: str, partition: int, upto: int, timeout_s: f
 
     detail = {node[:8]: (len(copy), first_difference(copy)) for node, copy in copies.items()}
     raise AssertionError(f"replicas of {partition} differ after {timeout_s} s: (records, first different) {detail}")
+
+
+# Transactions of the consume-transform-produce test: the coordinator's timeout of an abandoned one, and every how
+# many transactions one is aborted on purpose (its output flushed first, so read_uncommitted readers see it).
+EOS_TIMEOUT_MS = 4000
+EOS_ABORT_EVERY = 7
+EOS_GROUP = "eos-transform"
+
+
+@dataclass
+class Transformed:
+    """What the transformer did: the attempts (transactions) it committed and aborted, the positions of its last
+    commit, and the errors its transactions met."""
+
+    committed: set[int] = field(default_factory=set)
+    aborted: set[int] = field(default_factory=set)
+    positions: dict[tuple[str, int], int] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+
+
+def transform_until(
+    stop: threading.Event, ends: dict[tuple[str, int], int], source: str, sink: str, out: Transformed
+) -> None:
+    """Consume-transform-produce with the Python clients: each poll's records, written to `sink` as
+    `<input value>|<attempt>` (same partition number modulo the sink's), and the consumer's positions, in one
+    transaction; every `EOS_ABORT_EVERY`th is aborted on purpose. A transaction that fails is aborted (a producer that
+    cannot, or is fenced, is replaced: its successor's InitProducerId completes or aborts what it left) and the
+    consumer goes back to the group's committed offsets. Stops once `stop` is set and the committed positions reach
+    `ends` (the input's final end offsets, filled in by the caller)."""
+    inputs = [(source, p) for p in range(len(states(source)))]
+    sink_partitions = len(states(sink))
+    consumer = Consumer(group_id=EOS_GROUP, auto_offset_reset="earliest", isolation_level="read_committed")
+    consumer.assign(inputs)
+    producer: Producer | None = None
+    attempt = 0
+    while not (stop.is_set() and ends and all(out.positions.get(tp, 0) >= end for tp, end in ends.items())):
+        if producer is None:
+            producer = Producer(
+                transactional_id="eos-transformer",
+                acks="all",
+                linger_ms=1,
+                retry_backoff_max_ms=200,
+                transaction_timeout_ms=60_000,
+            )
+            producer.init_transactions(120)
+            for tp in inputs:
+                consumer.seek(tp, consumer.committed(tp) or 0)
+        records = consumer.poll(timeout_ms=200, max_records=200)
+        if not records:
+            continue
+        attempt += 1
+        try:
+            producer.begin_transaction()
+            for record in records:
+                value = record.value + f"|{attempt}".encode()
+                producer.send(sink, value, partition=record.partition % sink_partitions)
+            positions = {tp: consumer.position(tp) for tp in inputs}
+            producer.send_offsets_to_transaction(positions, consumer.consumer_group_metadata(), timeout=120)
+            if attempt % EOS_ABORT_EVERY == 0:
+                producer.flush(120)
+                producer.abort_transaction(120)
+                out.aborted.add(attempt)
+            else:
+                producer.commit_transaction(120)
+                out.committed.add(attempt)
+                out.positions = positions
+                continue
+        except Exception as exc:  # every failure of a transaction is handled alike: abort, go back
+            out.errors.append(f"{attempt}: {type(exc).__name__}: {exc}")
+            try:
+                producer.abort_transaction(120)
+                out.aborted.add(attempt)
+            except Exception:  # fenced, or the abort itself failed: a successor takes over
+                producer.close(5)
+                producer = None
+                continue
+        for tp in inputs:
+            consumer.seek(tp, consumer.committed(tp) or 0)
+    if producer is not None:
+        producer.close(30)
+    consumer.close()
+
+
+def transaction_coordinator_node() -> str:
+    """The node of the transaction coordinator actor (started if none runs)."""
+    return str(call(coordinator_handle().__ray_call__.remote(lambda _: ray.get_runtime_context().get_node_id())))
+
+
+def coordinator_handle() -> Any:
+    from actors.clients.broker import transaction_coordinator
+
+    return transaction_coordinator(call(Broker.connect().controller.transaction_config.remote()))
+
+
+def last_stable_offset(topic: str, partition: int) -> int:
+    leader = states(topic)[partition].leader
+    answer = call(replica_actor(topic, partition, leader).list_offset.remote(-1, "txn_committed"))
+    return int(answer.offset)
+
+
+def read_all(topic: str, isolation: str, partitions: int, ends: dict[int, int]) -> list[bytes]:
+    """Every value of `topic` a consumer at `isolation` reads up to `ends` (per partition; an offset)."""
+    with Consumer(auto_offset_reset="earliest", isolation_level=isolation, value_deserializer=None) as consumer:
+        consumer.assign([(topic, p) for p in range(partitions)])
+        values: list[bytes] = []
+        deadline = time.monotonic() + 60
+        while any(consumer.position((topic, p)) < ends[p] for p in range(partitions)):
+            assert time.monotonic() < deadline, f"{topic} not read to {ends} at {isolation} within 60 s"
+            values.extend(record.value for record in consumer.poll(timeout_ms=200))
+        return values
+
+
+@pytest.mark.reliability
+def test_consume_transform_produce_outputs_each_input_once_across_node_kills(nodes: Nodes) -> None:
+    """Jepsen-style exactly-once: an idempotent producer writes input records while a transformer reads them
+    (read_committed) and writes each one's output with its input offsets in one transaction per poll, some aborted
+    on purpose, while the worker node holding the transaction coordinator (with `__transaction_state`'s leader and
+    leaders of the data topics) is removed and its disks come back on a new node. A second transactional producer
+    leaves a transaction open and stops, as a crashed one would. Afterwards: a read_committed reader sees every
+    input's output exactly once and nothing of an aborted transaction (read_uncommitted sees the aborted ones too),
+    the group's committed offsets are the input's end offsets, the coordinator lists no open transaction (the
+    abandoned one was aborted on its timeout), and every output partition's last stable offset is its high
+    watermark. Quick mode: 1 kill; `RAYBROKER_RELIABILITY=long`: 4, alternating with the other worker."""
+    source, sink = "eos-in", "eos-out"
+    # The coordinator lives beside the leader of `__transaction_state`'s partition, placed as any new partition is:
+    # topics of one partition move the next leadership off the head until it lands on a worker (the head holds the
+    # controller and is never removed).
+    from actors.core.controller.assignment import place_replicas
+
+    ctrl = Broker.connect().controller
+
+    def next_leader() -> str:
+        topics = call(ctrl.topics.remote()).values()
+        existing = [metadata.state(p) for metadata in topics for p in metadata.partitions]
+        return place_replicas(1, 3, call(ctrl.brokers.remote()), existing)[0][0]
+
+    filler = 0
+    while next_leader() == nodes.head and "__transaction_state" not in call(ctrl.list_topics.remote(True)):
+        Admin().create_topic(f"eos-filler-{filler}", partitions=1, replication_factor=3)
+        filler += 1
+    coordinator_node = transaction_coordinator_node()
+    assert coordinator_node in nodes.workers, "the coordinator must start on a worker for the kill to reach it"
+    for topic in (source, sink):
+        Admin().create_topic(topic, partitions=2, replication_factor=3, config={"min.insync.replicas": "2"})
+
+    acked = Acked()
+    stop_input, stop_transform = threading.Event(), threading.Event()
+    ends: dict[tuple[str, int], int] = {}
+    out = Transformed()
+    input_thread = threading.Thread(target=produce_until, args=(stop_input, "in", acked, source, 2), daemon=True)
+    transformer = threading.Thread(target=transform_until, args=(stop_transform, ends, source, sink, out), daemon=True)
+    input_thread.start()
+    transformer.start()
+    with Producer(transactional_id="eos-abandoned", transaction_timeout_ms=EOS_TIMEOUT_MS) as abandoned:
+        abandoned.init_transactions(60)
+        abandoned.begin_transaction()
+        for partition in range(2):
+            abandoned.send(sink, b"abandoned", partition=partition)
+        abandoned.flush(60)
+
+        kills = scaled(1, 4)
+        for kill in range(kills):
+            time.sleep(2)
+            workers = sorted(nodes.workers)
+            coordinator_node = transaction_coordinator_node()
+            victim = coordinator_node if kill % 2 == 0 and coordinator_node in workers else workers[kill % 2]
+            old_dirs = nodes.remove(victim)
+            wait_until(
+                lambda v=victim: all(
+                    s.leader != v for topic in (source, sink, "__transaction_state") for s in states(topic).values()
+                ),
+                what=f"kill {kill}: partitions led elsewhere",
+            )
+            time.sleep(1)
+            back = nodes.add(old_dirs)
+            wait_until(
+                lambda b=back: all(
+                    b in s.isr for topic in (source, sink, "__transaction_state") for s in states(topic).values()
+                ),
+                timeout_s=120,
+                what=f"kill {kill}: the returning disks in every ISR",
+            )
+        stop_input.set()
+        input_thread.join(timeout=120)
+        assert not input_thread.is_alive(), "the input producer did not flush its last sends within 120 s"
+        last_acked = {p: max((o for (q, o) in acked.by_offset if q == p), default=-1) for p in range(2)}
+        wait_until(
+            lambda: all(high_watermark(source, p) > last_acked[p] for p in range(2)),
+            what="the input's high watermarks past its last acknowledged offsets",
+        )
+        ends.update({(source, p): high_watermark(source, p) for p in range(2)})
+        stop_transform.set()
+        transformer.join(timeout=120)
+        assert not transformer.is_alive(), f"the transformer did not reach {ends} within 120 s: {out.positions}"
+
+    inputs = [
+        value
+        for p in range(2)
+        for _, value, _ in replica_records(source, p, states(source)[p].leader, ends[(source, p)])
+    ]
+    assert len(inputs) == sum(ends.values()) and len(set(inputs)) == len(inputs)
+    wait_until(
+        lambda: not [t for t in call(coordinator_handle().list_transactions.remote([], [], -1)) if t.state in OPEN],
+        timeout_s=EOS_TIMEOUT_MS / 1000 + 30,
+        what="no open transaction left",
+    )
+    sink_ends = {p: high_watermark(sink, p) for p in range(2)}
+    wait_until(
+        lambda: all(last_stable_offset(sink, p) == sink_ends[p] for p in range(2)),
+        what="every output partition's last stable offset at its high watermark",
+    )
+    committed = read_all(sink, "read_committed", 2, sink_ends)
+    outputs = [value.rsplit(b"|", 1) for value in committed]
+    attempts = {int(attempt) for _, attempt in outputs}
+    assert not attempts & out.aborted, f"outputs of aborted transactions read committed: {attempts & out.aborted}"
+    assert b"abandoned" not in committed
+    seen = [original for original, _ in outputs]
+    assert sorted(seen) == sorted(inputs), (len(seen), len(inputs), len(set(seen)), out.errors[:3])
+    uncommitted = read_all(sink, "read_uncommitted", 2, sink_ends)
+    assert b"abandoned" in uncommitted and len(uncommitted) > len(committed)
+    with Consumer(group_id=EOS_GROUP) as group:
+        assert {tp: group.committed(tp) for tp in ends} == ends
+    assert out.committed and out.aborted
+
+
+OPEN = {"Ongoing", "PrepareCommit", "PrepareAbort"}
 
 
 def test_a_kafka_client_writes_through_a_failover_without_losing_or_repeating(nodes: Nodes) -> None:
