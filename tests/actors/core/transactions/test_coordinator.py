@@ -5,15 +5,18 @@ lands in the logs: the `__transaction_state` records decoded with Kafka's schema
 
 from __future__ import annotations
 
+import concurrent.futures
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from actors.core.broker import InProcessBroker
+from actors.core.broker import InProcessBroker, InProcessMarkers
 from actors.core.controller.topic_metadata import TRANSACTION_STATE_TOPIC
 from actors.core.transactions.coordinator import InitProducerIdResult, TransactionCoordinator
 from actors.core.transactions.transaction_metadata import (
@@ -631,3 +634,80 @@ def test_a_marker_not_replicated_to_min_insync_replicas_keeps_the_transaction_pr
         if batch.is_control
     ]
     assert [marker.control_type for marker in markers_there if marker is not None] == [ControlRecordType.COMMIT]
+
+
+class _Later:
+    """A `completions` seam that keeps each completion until the test runs it."""
+
+    def __init__(self) -> None:
+        self.tasks: list[Callable[[], None]] = []
+
+    def __call__(self, task: Callable[[], None]) -> None:
+        self.tasks.append(task)
+
+    def run(self) -> None:
+        while self.tasks:
+            self.tasks.pop(0)()
+
+
+def coordinator_with(broker: InProcessBroker, completions: Callable[[Callable[[], None]], object]) -> Any:
+    return TransactionCoordinator(
+        broker.config.transaction_config,
+        clock=broker.clock,
+        controller=broker.controller,
+        find_partition=lambda partition: broker.leader(TRANSACTION_STATE_TOPIC, partition),
+        allocate_producer_id=broker.controller.allocate_producer_id,
+        markers=InProcessMarkers(broker),
+        completions=completions,
+        completion_wait_s=0.01,
+    )
+
+
+def test_with_a_completions_seam_end_txn_answers_once_prepare_is_durable_and_the_id_waits_for_the_markers(
+    broker: InProcessBroker,
+) -> None:
+    """Kafka's EndTxn answer: NONE once PrepareCommit is written, the markers and CompleteCommit after; meanwhile
+    the id's calls answer CONCURRENT_TRANSACTIONS (once the short wait for the completion ran out)."""
+    later = _Later()
+    coordinator = coordinator_with(broker, later)
+    init = coordinator.init_producer_id(TXN_ID, TIMEOUT_MS)
+    pid, epoch = init.producer_id, init.producer_epoch
+    assert coordinator.add_partitions(TXN_ID, pid, epoch, [(TOPIC, 0)]) == TxnError.NONE
+    produce_transactional(broker, 0, pid, epoch, 0)
+    assert coordinator.end_transaction(TXN_ID, pid, epoch, commit=True) == TxnError.NONE
+    assert statuses(broker)[-1] == 2 and markers(broker, 0) == [] and len(later.tasks) == 1
+    assert coordinator.add_partitions(TXN_ID, pid, epoch, [(TOPIC, 1)]) == TxnError.CONCURRENT_TRANSACTIONS
+    assert coordinator.end_transaction(TXN_ID, pid, epoch, commit=True) == TxnError.CONCURRENT_TRANSACTIONS
+    assert coordinator.init_producer_id(TXN_ID, TIMEOUT_MS).error == TxnError.CONCURRENT_TRANSACTIONS
+    assert coordinator.send_pending_markers() == 0 and markers(broker, 0) == []
+    later.run()
+    assert markers(broker, 0) == [(ControlRecordType.COMMIT, pid, epoch)] and statuses(broker)[-1] == 4
+    assert coordinator.end_transaction(TXN_ID, pid, epoch, commit=True) == TxnError.NONE
+    assert coordinator.add_partitions(TXN_ID, pid, epoch, [(TOPIC, 1)]) == TxnError.NONE
+
+
+def test_a_call_arriving_while_the_completion_runs_waits_for_it_rather_than_answering_concurrent(
+    broker: InProcessBroker,
+) -> None:
+    """The next transaction's AddPartitionsToTxn, sent as soon as the commit is answered, waits for the markers
+    written on another thread (librdkafka would back off 20 ms on CONCURRENT_TRANSACTIONS)."""
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        started = threading.Event()
+
+        def slowly(task: Callable[[], None]) -> object:
+            def run() -> None:
+                started.set()
+                time.sleep(0.005)
+                task()
+
+            return pool.submit(run)
+
+        coordinator = coordinator_with(broker, slowly)
+        init = coordinator.init_producer_id(TXN_ID, TIMEOUT_MS)
+        pid, epoch = init.producer_id, init.producer_epoch
+        for _ in range(3):
+            assert coordinator.add_partitions(TXN_ID, pid, epoch, [(TOPIC, 0)]) == TxnError.NONE
+            assert coordinator.end_transaction(TXN_ID, pid, epoch, commit=True) == TxnError.NONE
+            assert started.wait(5)
+            started.clear()
+    assert statuses(broker) == [0, 1, 2, 4, 1, 2, 4, 1, 2, 4]
