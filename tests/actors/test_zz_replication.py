@@ -546,6 +546,74 @@ def transform_until(
     consumer.close()
 
 
+def transform_with_confluent(
+    stop: threading.Event, ends: dict[tuple[str, int], int], bootstrap: str, source: str, sink: str, out: Transformed
+) -> None:
+    """`transform_until` with confluent-kafka (librdkafka) through a Kafka listener: outputs
+    `ck|<input value>|<attempt>`, offsets committed to group `eos-confluent` with the transaction. librdkafka retries
+    what it may; a transaction it says must be aborted is aborted and replayed from the group's offsets, and a fatal
+    error (fenced) replaces the producer."""
+    from confluent_kafka import Consumer as KafkaConsumer
+    from confluent_kafka import KafkaException
+    from confluent_kafka import Producer as KafkaProducer
+    from confluent_kafka import TopicPartition as KafkaTopicPartition
+
+    partitions = [KafkaTopicPartition(source, p) for p in range(len(states(source)))]
+    sink_partitions = len(states(sink))
+    consumer = KafkaConsumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "eos-confluent",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+    )
+
+    def rewind() -> None:
+        consumer.assign(consumer.committed(partitions, timeout=60))
+
+    producer: Any = None
+    attempt = 0
+    while not (stop.is_set() and ends and all(out.positions.get(tp, 0) >= end for tp, end in ends.items())):
+        if producer is None:
+            producer = KafkaProducer(
+                {"bootstrap.servers": bootstrap, "transactional.id": "eos-confluent", "transaction.timeout.ms": 60_000}
+            )
+            producer.init_transactions(120)
+            rewind()
+        messages = [m for m in consumer.consume(200, 0.2) if m.error() is None]
+        if not messages:
+            continue
+        attempt += 1
+        try:
+            producer.begin_transaction()
+            for message in messages:
+                value = b"ck|" + message.value() + f"|{attempt}".encode()
+                producer.produce(sink, value=value, partition=message.partition() % sink_partitions)
+            positions = consumer.position(consumer.assignment())
+            producer.send_offsets_to_transaction(positions, consumer.consumer_group_metadata(), 120)
+            if attempt % EOS_ABORT_EVERY == 0:
+                producer.flush(120)
+                producer.abort_transaction(120)
+                out.aborted.add(attempt)
+            else:
+                producer.commit_transaction(120)
+                out.committed.add(attempt)
+                out.positions = {(tp.topic, tp.partition): tp.offset for tp in positions}
+                continue
+        except KafkaException as exc:
+            error = exc.args[0]
+            out.errors.append(f"{attempt}: {error}")
+            if error.txn_requires_abort():
+                producer.abort_transaction(120)
+                out.aborted.add(attempt)
+            else:
+                producer = None
+        rewind()
+    consumer.close()
+
+
 def transaction_coordinator_node() -> str:
     """The node of the transaction coordinator actor (started if none runs)."""
     return str(call(coordinator_handle().__ray_call__.remote(lambda _: ray.get_runtime_context().get_node_id())))
@@ -577,15 +645,16 @@ def read_all(topic: str, isolation: str, partitions: int, ends: dict[int, int]) 
 
 @pytest.mark.reliability
 def test_consume_transform_produce_outputs_each_input_once_across_node_kills(nodes: Nodes) -> None:
-    """Jepsen-style exactly-once: an idempotent producer writes input records while a transformer reads them
-    (read_committed) and writes each one's output with its input offsets in one transaction per poll, some aborted
-    on purpose, while the worker node holding the transaction coordinator (with `__transaction_state`'s leader and
-    leaders of the data topics) is removed and its disks come back on a new node. A second transactional producer
-    leaves a transaction open and stops, as a crashed one would. Afterwards: a read_committed reader sees every
-    input's output exactly once and nothing of an aborted transaction (read_uncommitted sees the aborted ones too),
-    the group's committed offsets are the input's end offsets, the coordinator lists no open transaction (the
-    abandoned one was aborted on its timeout), and every output partition's last stable offset is its high
-    watermark. Quick mode: 1 kill; `RAYBROKER_RELIABILITY=long`: 4, alternating with the other worker."""
+    """Jepsen-style exactly-once: an idempotent producer writes input records while two transformers, the Python
+    clients and confluent-kafka through the head's listener, each read them (read_committed) and write each one's
+    output with its input offsets in one transaction per poll, some aborted on purpose, while the worker node holding
+    the transaction coordinator (with `__transaction_state`'s leader and leaders of the data topics) is removed and
+    its disks come back on a new node. A second transactional producer leaves a transaction open and stops, as a
+    crashed one would. Afterwards: a read_committed reader sees every input's output exactly once per transformer
+    and nothing of an aborted transaction (read_uncommitted sees the aborted ones too), each group's committed
+    offsets are the input's end offsets, the coordinator lists no open transaction (the abandoned one was aborted on
+    its timeout), and every output partition's last stable offset is its high watermark. Quick mode: 1 kill;
+    `RAYBROKER_RELIABILITY=long`: 4, alternating with the other worker."""
     source, sink = "eos-in", "eos-out"
     # The coordinator lives beside the leader of `__transaction_state`'s partition, placed as any new partition is:
     # topics of one partition move the next leadership off the head until it lands on a worker (the head holds the
@@ -608,14 +677,31 @@ def test_consume_transform_produce_outputs_each_input_once_across_node_kills(nod
     for topic in (source, sink):
         Admin().create_topic(topic, partitions=2, replication_factor=3, config={"min.insync.replicas": "2"})
 
+    from cluster.protocol.listener_actor import start_kafka_listeners
+    from storage.config.broker_config import BrokerConfig
+
+    # The brokers' transaction settings: whichever of the listener and the Python clients starts the coordinator
+    # again after the kill, it runs with them.
+    settings = {key: value for key, value in BROKER_SETTINGS.items() if key.startswith("transaction.")}
+    config = BrokerConfig.from_properties({"listeners": "PLAINTEXT://127.0.0.1:0", "node.id": "0", **settings})
+    bootstrap = start_kafka_listeners(config, nodes.head).bootstrap_servers
+
     acked = Acked()
     stop_input, stop_transform = threading.Event(), threading.Event()
     ends: dict[tuple[str, int], int] = {}
-    out = Transformed()
+    out, out_confluent = Transformed(), Transformed()
     input_thread = threading.Thread(target=produce_until, args=(stop_input, "in", acked, source, 2), daemon=True)
-    transformer = threading.Thread(target=transform_until, args=(stop_transform, ends, source, sink, out), daemon=True)
+    transformers = [
+        threading.Thread(target=transform_until, args=(stop_transform, ends, source, sink, out), daemon=True),
+        threading.Thread(
+            target=transform_with_confluent,
+            args=(stop_transform, ends, bootstrap, source, sink, out_confluent),
+            daemon=True,
+        ),
+    ]
     input_thread.start()
-    transformer.start()
+    for transformer in transformers:
+        transformer.start()
     with Producer(transactional_id="eos-abandoned", transaction_timeout_ms=EOS_TIMEOUT_MS) as abandoned:
         abandoned.init_transactions(60)
         abandoned.begin_transaction()
@@ -655,8 +741,9 @@ def test_consume_transform_produce_outputs_each_input_once_across_node_kills(nod
         )
         ends.update({(source, p): high_watermark(source, p) for p in range(2)})
         stop_transform.set()
-        transformer.join(timeout=120)
-        assert not transformer.is_alive(), f"the transformer did not reach {ends} within 120 s: {out.positions}"
+        for transformer, done in zip(transformers, (out, out_confluent), strict=True):
+            transformer.join(timeout=120)
+            assert not transformer.is_alive(), f"a transformer did not reach {ends} within 120 s: {done.positions}"
 
     inputs = [
         value
@@ -675,17 +762,24 @@ def test_consume_transform_produce_outputs_each_input_once_across_node_kills(nod
         what="every output partition's last stable offset at its high watermark",
     )
     committed = read_all(sink, "read_committed", 2, sink_ends)
-    outputs = [value.rsplit(b"|", 1) for value in committed]
-    attempts = {int(attempt) for _, attempt in outputs}
-    assert not attempts & out.aborted, f"outputs of aborted transactions read committed: {attempts & out.aborted}"
     assert b"abandoned" not in committed
-    seen = [original for original, _ in outputs]
-    assert sorted(seen) == sorted(inputs), (len(seen), len(inputs), len(set(seen)), out.errors[:3])
+    for done, group_id, prefix in ((out, EOS_GROUP, b""), (out_confluent, "eos-confluent", b"ck|")):
+        outputs = [
+            value[len(prefix) :].rsplit(b"|", 1)
+            for value in committed
+            if value.startswith(b"ck|") == (prefix == b"ck|")
+        ]
+        attempts = {int(attempt) for _, attempt in outputs}
+        assert not attempts & done.aborted, (
+            f"{group_id}: aborted transactions read committed: {attempts & done.aborted}"
+        )
+        seen = [original for original, _ in outputs]
+        assert sorted(seen) == sorted(inputs), (group_id, len(seen), len(inputs), len(set(seen)), done.errors[:3])
+        with Consumer(group_id=group_id) as group:
+            assert {tp: group.committed(tp) for tp in ends} == ends, group_id
+        assert done.committed and done.aborted, group_id
     uncommitted = read_all(sink, "read_uncommitted", 2, sink_ends)
     assert b"abandoned" in uncommitted and len(uncommitted) > len(committed)
-    with Consumer(group_id=EOS_GROUP) as group:
-        assert {tp: group.committed(tp) for tp in ends} == ends
-    assert out.committed and out.aborted
 
 
 OPEN = {"Ongoing", "PrepareCommit", "PrepareAbort"}
