@@ -625,6 +625,26 @@ def coordinator_handle() -> Any:
     return transaction_coordinator(call(Broker.connect().controller.transaction_config.remote()))
 
 
+def hanging(topic: str, partitions: int) -> dict[int, Any]:
+    """Per partition: its LSO, and each replica's producers with an open transaction (what holds the LSO back)."""
+    found: dict[int, Any] = {}
+    for partition in range(partitions):
+        state = states(topic)[partition]
+        found[partition] = (
+            state.leader[:8],
+            last_stable_offset(topic, partition),
+            {
+                node[:8]: [
+                    (p.producer_id, p.producer_epoch, p.current_txn_start_offset)
+                    for p in call(replica_actor(topic, partition, node).describe_producers.remote())
+                    if p.current_txn_start_offset >= 0
+                ]
+                for node in state.replicas
+            },
+        )
+    return found
+
+
 def last_stable_offset(topic: str, partition: int) -> int:
     leader = states(topic)[partition].leader
     answer = call(replica_actor(topic, partition, leader).list_offset.remote(-1, "txn_committed"))
@@ -757,10 +777,14 @@ def test_consume_transform_produce_outputs_each_input_once_across_node_kills(nod
         what="no open transaction left",
     )
     sink_ends = {p: high_watermark(sink, p) for p in range(2)}
-    wait_until(
-        lambda: all(last_stable_offset(sink, p) == sink_ends[p] for p in range(2)),
-        what="every output partition's last stable offset at its high watermark",
-    )
+    # The high watermark now: a marker the coordinator sends again after a failover lands after the last records.
+    try:
+        wait_until(
+            lambda: all(last_stable_offset(sink, p) == high_watermark(sink, p) for p in range(2)),
+            what="every output partition's last stable offset at its high watermark",
+        )
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}: high watermarks {sink_ends}, open transactions {hanging(sink, 2)}") from None
     committed = read_all(sink, "read_committed", 2, sink_ends)
     assert b"abandoned" not in committed
     for done, group_id, prefix in ((out, EOS_GROUP, b""), (out_confluent, "eos-confluent", b"ck|")):
