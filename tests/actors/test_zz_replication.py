@@ -37,6 +37,7 @@ from storage.errors import (
     InvalidReplicationFactorError,
     NotEnoughReplicasError,
     OutOfOrderSequenceError,
+    RaybrokerError,
 )
 from storage.records.file_records import iter_any_batches
 from storage.records.record_batch import RecordBatch
@@ -645,6 +646,18 @@ def hanging(topic: str, partitions: int) -> dict[int, Any]:
     return found
 
 
+def open_transactions() -> list[str] | None:
+    """The ids the coordinator lists as Ongoing, PrepareCommit or PrepareAbort; None while it cannot answer (it
+    loads `__transaction_state`, or is started again)."""
+    try:
+        listed = call(coordinator_handle().list_transactions.remote([], [], -1))
+    except RaybrokerError as exc:
+        if not exc.retriable:
+            raise
+        return None
+    return [t.transactional_id for t in listed if t.state in OPEN]
+
+
 def last_stable_offset(topic: str, partition: int) -> int:
     leader = states(topic)[partition].leader
     answer = call(replica_actor(topic, partition, leader).list_offset.remote(-1, "txn_committed"))
@@ -772,7 +785,7 @@ def test_consume_transform_produce_outputs_each_input_once_across_node_kills(nod
     ]
     assert len(inputs) == sum(ends.values()) and len(set(inputs)) == len(inputs)
     wait_until(
-        lambda: not [t for t in call(coordinator_handle().list_transactions.remote([], [], -1)) if t.state in OPEN],
+        lambda: open_transactions() == [],
         timeout_s=EOS_TIMEOUT_MS / 1000 + 30,
         what="no open transaction left",
     )

@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from actors.core.broker import InProcessBroker, InProcessMarkers
 from actors.core.controller.topic_metadata import TRANSACTION_STATE_TOPIC
-from actors.core.transactions.coordinator import InitProducerIdResult, TransactionCoordinator
+from actors.core.transactions.coordinator import InitProducerIdResult, TransactionCoordinator, TransactionDescription
 from actors.core.transactions.transaction_metadata import (
     VALID_PREVIOUS_STATES,
     TransactionMetadata,
@@ -27,7 +27,7 @@ from actors.core.transactions.transaction_metadata import (
 )
 from storage.clock import MockClock
 from storage.dump_log import DumpOptions, FileDump, classify
-from storage.errors import BrokerNotAvailableError, InvalidTxnStateError
+from storage.errors import BrokerNotAvailableError, InvalidTxnStateError, RaybrokerError
 from storage.records.layout import ControlRecordType
 from storage.records.record_batch import RecordBatch, RecordBatchBuilder, iter_batches
 from storage.records.transaction_log import (
@@ -512,6 +512,7 @@ REPLICATED = {
     "replica.fetch.backoff.ms": "20",
 }
 REPLICATED_DEADLINE_S = 10.0
+_T = TypeVar("_T")
 
 
 @pytest.fixture
@@ -540,14 +541,25 @@ def replica_markers(broker: InProcessBroker, node: str, partition: int) -> list[
     return found
 
 
-def until_answered(attempt: Callable[[], TxnError]) -> list[TxnError]:
-    """`attempt`'s answers until one is not retriable (a client's retries), at most `REPLICATED_DEADLINE_S`."""
-    answers = [attempt()]
+def until_answered(attempt: Callable[[], _T]) -> list[_T | str]:
+    """`attempt`'s answers until one is not retriable (a client's retries: NOT_COORDINATOR,
+    COORDINATOR_NOT_AVAILABLE, or a retriable error raised, recorded by its name), at most
+    `REPLICATED_DEADLINE_S`."""
+    answers: list[_T | str] = []
     deadline = time.monotonic() + REPLICATED_DEADLINE_S
-    while answers[-1] in (TxnError.NOT_COORDINATOR, TxnError.COORDINATOR_NOT_AVAILABLE):
+    while (
+        not answers
+        or answers[-1] in (TxnError.NOT_COORDINATOR, TxnError.COORDINATOR_NOT_AVAILABLE)
+        or (isinstance(answers[-1], str))
+    ):
         assert time.monotonic() < deadline, answers
-        time.sleep(0.05)
-        answers.append(attempt())
+        if answers:
+            time.sleep(0.05)
+        try:
+            answers.append(attempt())
+        except RaybrokerError as exc:
+            assert exc.retriable, exc
+            answers.append(type(exc).__name__)
     return answers
 
 
@@ -711,3 +723,29 @@ def test_a_call_arriving_while_the_completion_runs_waits_for_it_rather_than_answ
             assert started.wait(5)
             started.clear()
     assert statuses(broker) == [0, 1, 2, 4, 1, 2, 4, 1, 2, 4]
+
+
+def test_a_coordinator_loading_from_a_leader_just_elected_loads_the_last_state_it_acknowledged(
+    three_nodes: InProcessBroker,
+) -> None:
+    """The state leader is lost right after an Ongoing state was acknowledged: the new leader has it, though its
+    followers learn that it is replicated only at their next fetch. A coordinator loading from it gets that state
+    (while the new leader's high watermark lags its log end it is told COORDINATOR_LOAD_IN_PROGRESS, see
+    `test_offsets_topic`, rather than load the state before): the transaction keeps both its partitions, and its
+    commit marks both."""
+    coordinator = three_nodes.transaction_coordinator
+    init = coordinator.init_producer_id(TXN_ID, TIMEOUT_MS)
+    pid, epoch = init.producer_id, init.producer_epoch
+    assert coordinator.add_partitions(TXN_ID, pid, epoch, [(TOPIC, 0)]) == TxnError.NONE
+    produce_transactional(three_nodes, 0, pid, epoch, 0)
+    assert coordinator.add_partitions(TXN_ID, pid, epoch, [(TOPIC, 0), (TOPIC, 1)]) == TxnError.NONE
+    three_nodes.lose_node(three_nodes.controller.partition_state(TRANSACTION_STATE_TOPIC, 0).leader)
+    three_nodes.forget_transaction_coordinator()
+    moved = three_nodes.transaction_coordinator
+    described = until_answered(lambda: moved.describe(TXN_ID))[-1]
+    assert isinstance(described, TransactionDescription)
+    assert (described.state, described.partitions) == ("Ongoing", ((TOPIC, 0), (TOPIC, 1)))
+    assert until_answered(lambda: moved.end_transaction(TXN_ID, pid, epoch, commit=True))[-1] == TxnError.NONE
+    for partition in (0, 1):
+        leader = three_nodes.controller.partition_state(TOPIC, partition).leader
+        assert [kind for kind, _ in replica_markers(three_nodes, leader, partition)] == [ControlRecordType.COMMIT]
