@@ -172,6 +172,11 @@ class ServedPartition:
     def list_offset(self, timestamp: int, isolation: str = "high_watermark") -> TimestampAndOffset | None:
         return self.check_leader().list_offset(timestamp, isolation)
 
+    def leader_epoch(self) -> int:
+        """The leader epoch the controller elected this replica in (its log's before any state)."""
+        state = self.replica.state
+        return self.log.leader_epoch if state is None else state.leader_epoch
+
     def epoch_end_offset(self, epoch: int) -> tuple[int, int, int]:
         log = self.check_leader()
         return (log.leader_epoch, *log.end_offset_for_epoch(epoch))

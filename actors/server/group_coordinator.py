@@ -18,6 +18,7 @@ from actors.calls import call, controller
 from actors.core.controller.topic_metadata import CONSUMER_OFFSETS_TOPIC, TopicMetadata
 from actors.core.groups.coordinator import GroupCoordinator
 from actors.core.groups.group_membership import GroupDescription, GroupError, JoinResult, PendingJoin, SyncResult
+from actors.core.replication.leader_and_isr import LeaderAndIsr
 from actors.core.replication.replica import ACKS_ALL
 from actors.partition_lookup import leader_replica
 from storage.clock import SYSTEM_CLOCK
@@ -55,17 +56,22 @@ class RayTopicAdmin:
 class RayInternalPartition:
     """An internal topic's partition leader actor as a coordinator uses it: the group coordinator's
     `OffsetsPartition` (`__consumer_offsets`), the transaction coordinator's `TransactionLogPartition`
-    (`__transaction_state`). `replicated`: the partition has followers, so an acks=all append waits for them
-    (`await_replicated`, one more actor call); a partition with one replica has it once appended."""
+    (`__transaction_state`), with its state as the controller elected its leader (`state`): with followers an
+    acks=all append waits for them (`await_replicated`, one more actor call); a partition with one replica has it
+    once appended."""
 
-    def __init__(self, handle: Any, replicated: bool = True) -> None:
+    def __init__(self, handle: Any, state: LeaderAndIsr) -> None:
         self._handle = handle
-        self._replicated = replicated
+        self._state = state
+        self._replicated = state.replication_factor > 1
 
     @classmethod
     def leader_of(cls, topic: str, partition: int) -> RayInternalPartition:
-        handle, state = leader_replica(topic, partition)
-        return cls(handle, state.replication_factor > 1)
+        """The partition's leader replica as the controller names it now, with the state it was elected in."""
+        return cls(*leader_replica(topic, partition))
+
+    def leader_epoch(self) -> int:
+        return self._state.leader_epoch
 
     def offsets(self) -> tuple[int, int, int]:
         answer: tuple[int, int, int] = call(self._handle.offsets.remote())

@@ -103,8 +103,10 @@ class TransactionLogPartition(InternalPartition, Protocol):
         `__transaction_state` with acks -1: a state the client was answered on survives the leader's loss)."""
         ...
 
-    def epoch_end_offset(self, epoch: int) -> tuple[int, int, int]:
-        """(the leader's epoch now, `epoch`'s end...): the first is the coordinator epoch."""
+    def leader_epoch(self) -> int:
+        """The partition's leader epoch as the controller elected this leader: the coordinator epoch of what the
+        coordinator loads from it (Kafka's). The controller's, not the replica's log: a replica not yet told it
+        leads still names an older epoch, and markers sent with it would be refused as from a fenced coordinator."""
         ...
 
 
@@ -192,7 +194,7 @@ class TransactionCoordinator:
         handle = self._handles.get(partition)
         if handle is None:
             handle = self._find_partition(partition)
-            self._coordinator_epochs[partition] = handle.epoch_end_offset(0)[0]
+            self._coordinator_epochs[partition] = handle.leader_epoch()
             loaded = self._load(partition, handle)
             self._handles[partition] = handle
             self._transactions.update(loaded)
