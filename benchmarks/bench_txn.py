@@ -11,12 +11,13 @@ against Apache Kafka, beside the same client's idempotent produce into raybroker
 |                     |                                                       | (`enable.idempotence`, acks=all), the |
 |                     |                                                       | same records, one flush at the end    |
 
-A transaction costs the client three coordinator round trips on top of its records (AddPartitionsToTxn before the
-first record, EndTxn, and the wait for the COMMIT marker's batch to be acknowledged before the next transaction's
-AddPartitionsToTxn is accepted), so with 1,000 records a transaction the overhead is a few ms in each 1,000
-records. The listener runs in this process over the run's shared broker, with one `__transaction_state` partition
-(each is an actor process); Kafka keeps its default of 50. Every client runs in a spawned process of its own, and
-the sides are measured alternately, best of N.
+A transaction costs the client two coordinator round trips on top of its records (AddPartitionsToTxn before the
+first record, EndTxn, answered once PrepareCommit is durable) and the verification of its first Produce; the COMMIT
+marker and CompleteCommit are written after EndTxn's answer, and the next transaction's AddPartitionsToTxn waits for
+them if they are not done yet. With 1,000 records a transaction that is a few ms in each 1,000 records. The
+listener runs in this process over the run's shared broker, with one `__transaction_state` partition (each is an
+actor process); Kafka keeps its default of 50. Every client runs in a spawned process of its own, and the sides are
+measured alternately, best of N.
 """
 
 from __future__ import annotations

@@ -231,6 +231,11 @@ class BrokerNotAvailableError(BrokerError):
     retriable = True
 
 
+class CoordinatorLoadInProgressError(BrokerNotAvailableError):
+    """A coordinator's internal partition cannot be loaded yet: its leader's high watermark has not reached its log
+    end, so the latest states may still be above what a read returns (COORDINATOR_LOAD_IN_PROGRESS); retriable."""
+
+
 class LogClosedError(BrokerNotAvailableError):
     """A call reached a partition log that was closed under it (its topic deleted, its broker shutting down):
     not a disk failure, so its log dir stays online; retriable, like Kafka's NOT_LEADER_OR_FOLLOWER, by

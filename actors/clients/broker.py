@@ -24,8 +24,9 @@ from typing import Any
 import ray
 
 from actors.calls import call, controller, get_actor, kill_and_wait
-from actors.core.controller.topic_metadata import TopicMetadata
+from actors.core.controller.topic_metadata import TRANSACTION_STATE_TOPIC, TopicMetadata
 from actors.core.groups.offsets_topic import ensure_consumer_offsets_topic
+from actors.core.transactions.state_topic import ensure_transaction_state_topic
 from actors.options import (
     CONTROLLER_NAME,
     KAFKA_LISTENER_PREFIX,
@@ -78,11 +79,21 @@ def start_broker(config: BrokerConfig | Mapping[str, str] | None = None) -> str:
 
 
 def transaction_coordinator(config: TransactionConfig) -> Any:
-    """The cluster's transaction coordinator actor, started on this node with `config` by the first caller (a
-    listener's first transactional request), as Kafka creates `__transaction_state` on the first transactional
-    lookup: a cluster whose clients never use transactions runs no such actor and no such topic."""
-    node_id = ray.get_runtime_context().get_node_id()
-    return TransactionCoordinator.options(**transaction_coordinator_options(node_id)).remote(config)
+    """The cluster's transaction coordinator actor, started with `config` by the first caller (a listener's first
+    transactional request, a transactional producer), as Kafka creates `__transaction_state` on the first
+    transactional lookup: a cluster whose clients never use transactions runs no such actor and no such topic.
+
+    It is started on the node leading `__transaction_state`'s partition 0 (the topic is created first if need be),
+    as Kafka's coordinator of an id is the broker leading the id's partition of that topic, and pinned there: a node
+    lost takes its coordinator with it (Ray does not restart it elsewhere), and the next caller starts it again
+    beside the partition's new leader, where it loads the states and completes every PrepareCommit/PrepareAbort.
+    `BrokerNotAvailableError` (retriable) while that partition has no leader."""
+    ctrl = controller()
+    ensure_transaction_state_topic(RayTopicAdmin(ctrl), config)
+    state = call(ctrl.partition_state.remote(TRANSACTION_STATE_TOPIC, 0))
+    if state.offline:
+        raise BrokerNotAvailableError(f"{TRANSACTION_STATE_TOPIC}-0 has no leader: no transaction coordinator now")
+    return TransactionCoordinator.options(**transaction_coordinator_options(state.leader)).remote(config)
 
 
 def stop_broker() -> dict[str, int]:

@@ -49,7 +49,11 @@ publishes offsets but not aborted transactions: its fetches always go to the act
 
 Committed offsets live in the group coordinator (`actors.server.group_coordinator`, stored in
 `__consumer_offsets`). `commit()` commits the current positions; with `enable_auto_commit` they are also
-committed every `auto_commit_interval_ms` during `poll`, and on `close`.
+committed every `auto_commit_interval_ms` during `poll`, and on `close`. A read_committed consumer asks for stable
+offsets, as Kafka's does (KIP-447's `require_stable`): while a transaction that sent offsets for a partition is
+committing or aborting (its marker not yet on `__consumer_offsets`), `committed` and the first position wait for
+it, up to `STABLE_OFFSETS_TIMEOUT_S`, then raise `RequestTimedOutError`; a consume-transform-produce restart thus
+resumes after the transaction its producer just committed.
 """
 
 from __future__ import annotations
@@ -81,6 +85,7 @@ from storage.errors import (
     InvalidRequestError,
     OffsetOutOfRangeError,
     RaybrokerError,
+    RequestTimedOutError,
     SerializationError,
     UnknownTopicOrPartitionError,
 )
@@ -109,6 +114,10 @@ ANSWER_GRACE_S = 0.05
 TAIL_POLL_S = 0.0002
 TAIL_IDLE_S = 0.1
 MIN_RAY_WAIT_S = 0.001
+# Kafka's consumer retries OffsetFetch answered UNSTABLE_OFFSET_COMMIT every `retry.backoff.ms` (100 ms) until
+# `default.api.timeout.ms` (60 s); a transaction's markers land within milliseconds here, so it looks every 10 ms.
+STABLE_OFFSETS_RETRY_S = 0.01
+STABLE_OFFSETS_TIMEOUT_S = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -328,7 +337,7 @@ class Consumer:
         if not missing:
             return
         if self._group_id is not None:
-            committed = call(self._coordinator().fetch_committed.remote(self._group_id, missing))
+            committed = self._fetch_committed(self._group_id, missing)
             for tp, offset in committed.items():
                 if offset is not None:
                     self._positions[tp] = offset
@@ -614,7 +623,22 @@ class Consumer:
         """The group's committed offset of `tp`, None if it has none."""
         group = self._require_group()
         tp = check_topic_partition(tp)
-        return call(self._coordinator().fetch_committed.remote(group, [tp]))[tp]
+        return self._fetch_committed(group, [tp])[tp]
+
+    def _fetch_committed(self, group: str, tps: list[TopicPartition]) -> dict[TopicPartition, int | None]:
+        """The group's committed offsets of `tps`; stable ones for read_committed (see the module docstring)."""
+        coordinator = self._coordinator()
+        if self._committed:
+            deadline = time.monotonic() + STABLE_OFFSETS_TIMEOUT_S
+            while unstable := call(coordinator.unstable_offsets.remote(group, tps)):
+                if time.monotonic() >= deadline:
+                    raise RequestTimedOutError(
+                        f"offsets of {', '.join(f'{t}-{p}' for t, p in sorted(unstable))} for group {group!r} still "
+                        f"pending a transaction after {STABLE_OFFSETS_TIMEOUT_S:g} s"
+                    )
+                time.sleep(STABLE_OFFSETS_RETRY_S)
+        committed: dict[TopicPartition, int | None] = call(coordinator.fetch_committed.remote(group, tps))
+        return committed
 
     def _maybe_auto_commit(self) -> None:
         if self._auto_commit_interval_ns is None or time.monotonic_ns() < self._next_auto_commit_ns:

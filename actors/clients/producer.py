@@ -237,9 +237,11 @@ class Producer:
         )
 
     def commit_transaction(self, timeout: float | None = None) -> None:
-        """Sends every record of the transaction, then commits it: once this returns, read_committed readers see
-        them all. Raises the transaction's error if it can no longer commit (then call `abort_transaction`);
-        `RequestTimedOutError` after `timeout` seconds (None: `max_block_ms`), after which it may be called again."""
+        """Sends every record of the transaction, then commits it: once this returns the commit is durable, and
+        read_committed readers see every record as soon as the coordinator's markers land, moments later (Kafka
+        answers EndTxn before its markers too). Raises the transaction's error if it can no longer commit (then call
+        `abort_transaction`); `RequestTimedOutError` after `timeout` seconds (None: `max_block_ms`), after which it
+        may be called again."""
         self._end(True, timeout)
 
     def abort_transaction(self, timeout: float | None = None) -> None:

@@ -46,7 +46,7 @@ from actors.core.replication.follower import LeaderLink, ReplicaSettings
 from actors.core.replication.leader_and_isr import LeaderAndIsr
 from actors.core.replication.local_leader_link import LocalLeaderLink
 from actors.core.replication.log_changes import LogChanges
-from actors.core.replication.replica import ACKS_ALL_TIMEOUT_MS, Replica
+from actors.core.replication.replica import ACKS_ALL, ACKS_ALL_TIMEOUT_MS, Replica
 from actors.core.role_metrics import NO_ROLE_METRICS, RoleMetrics
 from actors.core.transactions.coordinator import TransactionCoordinator
 from storage.arguments import is_int
@@ -105,24 +105,30 @@ class ServedPartition:
             self._metrics.produced(self.topic, info.record_count, info.valid_bytes)
         return info
 
+    def append_replicated(self, batch: bytes) -> LogAppendInfo:
+        """Appends a coordinator's own record (`__transaction_state`) with acks=all and answers once every in-sync
+        replica has it, as Kafka's coordinators append."""
+        return self.await_replicated(self.append(batch, ACKS_ALL))
+
     def append_from_coordinator(self, batch: bytes) -> LogAppendInfo:
         """Appends a coordinator's batch (origin COORDINATOR: a group coordinator's transactional offset commit,
-        whose epoch is checked but whose sequence is not)."""
-        self.replica.check_append(1)
+        whose epoch is checked but whose sequence is not) with acks=all, answering once it is replicated."""
+        self.replica.check_append(ACKS_ALL)
         info = self.log.append(batch, origin=AppendOrigin.COORDINATOR)
         self.replica.appended()
         self.changes.notify()
-        return info
+        return self.await_replicated(info)
 
     def append_transaction_marker(
         self, producer_id: int, producer_epoch: int, coordinator_epoch: int, result: ControlRecordType
     ) -> LogAppendInfo:
-        """Writes a transaction coordinator's COMMIT/ABORT marker (`Log.append_transaction_marker`)."""
-        self.replica.check_append(1)
+        """Writes a transaction coordinator's COMMIT/ABORT marker (`Log.append_transaction_marker`) with acks=all,
+        answering once it is replicated (Kafka's WriteTxnMarkers appends with acks -1)."""
+        self.replica.check_append(ACKS_ALL)
         info = self.log.append_transaction_marker(producer_id, producer_epoch, coordinator_epoch, result)
         self.replica.appended()
         self.changes.notify()
-        return info
+        return self.await_replicated(info)
 
     def await_replicated(self, info: LogAppendInfo, timeout_ms: int = ACKS_ALL_TIMEOUT_MS) -> LogAppendInfo:
         """`info` once every in-sync replica has the append (at once for a partition with one replica)."""
@@ -165,6 +171,11 @@ class ServedPartition:
 
     def list_offset(self, timestamp: int, isolation: str = "high_watermark") -> TimestampAndOffset | None:
         return self.check_leader().list_offset(timestamp, isolation)
+
+    def leader_epoch(self) -> int:
+        """The leader epoch the controller elected this replica in (its log's before any state)."""
+        state = self.replica.state
+        return self.log.leader_epoch if state is None else state.leader_epoch
 
     def epoch_end_offset(self, epoch: int) -> tuple[int, int, int]:
         log = self.check_leader()

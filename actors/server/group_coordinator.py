@@ -18,7 +18,9 @@ from actors.calls import call, controller
 from actors.core.controller.topic_metadata import CONSUMER_OFFSETS_TOPIC, TopicMetadata
 from actors.core.groups.coordinator import GroupCoordinator
 from actors.core.groups.group_membership import GroupDescription, GroupError, JoinResult, PendingJoin, SyncResult
-from actors.partition_lookup import partition_actor
+from actors.core.replication.leader_and_isr import LeaderAndIsr
+from actors.core.replication.replica import ACKS_ALL
+from actors.partition_lookup import leader_replica
 from storage.clock import SYSTEM_CLOCK
 from storage.partition.log import LogAppendInfo
 
@@ -54,10 +56,22 @@ class RayTopicAdmin:
 class RayInternalPartition:
     """An internal topic's partition leader actor as a coordinator uses it: the group coordinator's
     `OffsetsPartition` (`__consumer_offsets`), the transaction coordinator's `TransactionLogPartition`
-    (`__transaction_state`)."""
+    (`__transaction_state`), with its state as the controller elected its leader (`state`): with followers an
+    acks=all append waits for them (`await_replicated`, one more actor call); a partition with one replica has it
+    once appended."""
 
-    def __init__(self, handle: Any) -> None:
+    def __init__(self, handle: Any, state: LeaderAndIsr) -> None:
         self._handle = handle
+        self._state = state
+        self._replicated = state.replication_factor > 1
+
+    @classmethod
+    def leader_of(cls, topic: str, partition: int) -> RayInternalPartition:
+        """The partition's leader replica as the controller names it now, with the state it was elected in."""
+        return cls(*leader_replica(topic, partition))
+
+    def leader_epoch(self) -> int:
+        return self._state.leader_epoch
 
     def offsets(self) -> tuple[int, int, int]:
         answer: tuple[int, int, int] = call(self._handle.offsets.remote())
@@ -71,8 +85,17 @@ class RayInternalPartition:
         answer: LogAppendInfo = call(self._handle.append.remote(batch))
         return answer
 
+    def append_replicated(self, batch: bytes) -> LogAppendInfo:
+        """`append` with acks=all, answered once every in-sync replica has the batch: the append's answer goes
+        straight on to the leader's `await_replicated`, so the caller waits for one answer."""
+        appended = self._handle.append.remote(batch, ACKS_ALL)
+        answer: LogAppendInfo = call(self._handle.await_replicated.remote(appended) if self._replicated else appended)
+        return answer
+
     def append_from_coordinator(self, batch: bytes) -> LogAppendInfo:
-        answer: LogAppendInfo = call(self._handle.append_from_coordinator.remote(batch))
+        """A transactional offset commit, answered once replicated (the partition takes it with acks=all)."""
+        appended = self._handle.append_from_coordinator.remote(batch)
+        answer: LogAppendInfo = call(self._handle.await_replicated.remote(appended) if self._replicated else appended)
         return answer
 
     def epoch_end_offset(self, epoch: int) -> tuple[int, int, int]:
@@ -88,7 +111,7 @@ class GroupCoordinatorActor:
             offsets_topic_partitions,
             clock=SYSTEM_CLOCK,
             controller=RayTopicAdmin(controller()),
-            find_partition=lambda partition: RayInternalPartition(partition_actor(CONSUMER_OFFSETS_TOPIC, partition)),
+            find_partition=lambda partition: RayInternalPartition.leader_of(CONSUMER_OFFSETS_TOPIC, partition),
         )
 
     def ready(self) -> int:

@@ -70,7 +70,7 @@ from actors.calls import call, controller
 from actors.core.replication.follower import LeaderLink, ReplicaFetch, ReplicaSettings
 from actors.core.replication.leader_and_isr import LeaderAndIsr
 from actors.core.replication.log_changes import LogChanges
-from actors.core.replication.replica import ACKS_ALL_TIMEOUT_MS, Replica
+from actors.core.replication.replica import ACKS_ALL, ACKS_ALL_TIMEOUT_MS, Replica
 from actors.metrics.gauges import log_samples
 from actors.metrics.ray_export import exported_metrics
 from actors.metrics.recorder import BrokerMetrics, Sample
@@ -291,14 +291,17 @@ class PartitionLogActor:
 
     def append_from_coordinator(self, batch: bytes) -> LogAppendInfo:
         """Appends a group coordinator's transactional offset commit (origin COORDINATOR: the producer's epoch is
-        checked, its sequence is not); the leader only, as `append` with acks 1."""
+        checked, its sequence is not); as `append` with acks=all, the caller then waits with `await_replicated`
+        (Kafka's coordinators append with acks -1)."""
         return self._append_as_coordinator(lambda log: log.append(batch, origin=AppendOrigin.COORDINATOR))
 
     def append_transaction_marker(
         self, producer_id: int, producer_epoch: int, coordinator_epoch: int, result: ControlRecordType
     ) -> LogAppendInfo:
         """Writes a transaction coordinator's COMMIT/ABORT marker (`Log.append_transaction_marker`: an older
-        producer epoch or coordinator epoch is refused); the leader only, as `append` with acks 1."""
+        producer epoch or coordinator epoch is refused); as `append` with acks=all, the caller then waits with
+        `await_replicated`: Kafka's WriteTxnMarkers appends with acks -1, so a marker the coordinator counts as
+        written survives the leader's loss (one lost with it would leave the transaction open on the partition)."""
         return self._append_as_coordinator(
             lambda log: log.append_transaction_marker(producer_id, producer_epoch, coordinator_epoch, result)
         )
@@ -306,7 +309,7 @@ class PartitionLogActor:
     def _append_as_coordinator(self, write: Callable[[Log], LogAppendInfo]) -> LogAppendInfo:
         log = self._log
         role = self._role
-        role.check_append(1)
+        role.check_append(ACKS_ALL)
         try:
             info = write(log)
         except KafkaStorageError as exc:

@@ -5,17 +5,22 @@ records of `__transaction_state`, loading them, markers, timeouts, expiry), test
 what it owns and guarantees. This actor gives it its Ray seams: the controller actor (to create and describe
 `__transaction_state`, and for producer ids), each `__transaction_state` partition's leader actor, the partition
 actors the markers go to (`TransactionMarkers`: a marker on `__consumer_offsets` also completes the producer's
-transactional offsets in the group coordinator actor), the wall clock, and a thread that runs the coordinator's
-periodic work (marker retries, timed-out aborts, id expiry) every `TICK_S`.
+transactional offsets in the group coordinator actor), the wall clock, a thread that runs the coordinator's
+periodic work (marker retries, timed-out aborts, id expiry) every `TICK_S`, and one that writes each committed or
+aborted transaction's markers and Complete state once its EndTxn is answered (Kafka answers EndTxn once the Prepare
+state is durable).
 
 The plain coordinator is made on the first call, as Kafka creates `__transaction_state` on the first
 FindCoordinator for a transactional id: a cluster whose clients never use transactions never pays for the topic's
-partitions. Ray restarts the actor if it dies; the new one loads the states again and completes every
+partitions. It runs on the node leading `__transaction_state`'s partition 0 (`actors.clients.broker.
+transaction_coordinator`): Ray restarts it there if its process dies, and the next caller starts it again beside
+the partition's new leader if its node is lost; either way the new one loads the states again and completes every
 PrepareCommit/PrepareAbort it finds.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import threading
 from collections.abc import Collection, Iterable
 from typing import Any
@@ -29,7 +34,7 @@ from actors.core.transactions.coordinator import (
 )
 from actors.core.transactions.transaction_metadata import TxnError
 from actors.options import group_coordinator_name
-from actors.partition_lookup import partition_actor
+from actors.partition_lookup import leader_replica
 from actors.server.group_coordinator import RayInternalPartition, RayTopicAdmin
 from storage.clock import SYSTEM_CLOCK
 from storage.config.transaction_config import TransactionConfig
@@ -45,11 +50,12 @@ TICK_S = 1.0
 class RayTransactionMarkers:
     """Markers written by the partitions' leader actors (see the module docstring). Each leader's handle is kept
     after its first lookup, as producers keep theirs: a lookup costs a controller call and a name-service call,
-    two round trips on top of the marker's one in every EndTxn. A marker the kept handle fails to write is tried
-    once more on a leader looked up again (the leader may have moved); only that second failure is the caller's."""
+    two round trips on top of the marker's one in every EndTxn. A marker counts as written once every in-sync replica
+    has it. A marker the kept handle fails to write is tried once more on a leader looked up again (the leader may
+    have moved); only that second failure is the caller's."""
 
     def __init__(self) -> None:
-        self._leaders: dict[TopicPartition, Any] = {}
+        self._leaders: dict[TopicPartition, tuple[Any, bool]] = {}
 
     def write_marker(
         self,
@@ -65,16 +71,25 @@ class RayTransactionMarkers:
         kept = self._leaders.pop(key, None)
         if kept is not None:
             try:
-                call(kept.append_transaction_marker.remote(*marker))
+                _write_replicated(*kept, marker)
             except RaybrokerError:
                 kept = None
         if kept is None:
-            kept = partition_actor(topic, partition)
-            call(kept.append_transaction_marker.remote(*marker))
+            handle, state = leader_replica(topic, partition)
+            kept = (handle, state.replication_factor > 1)
+            _write_replicated(*kept, marker)
         self._leaders[key] = kept
         if topic == CONSUMER_OFFSETS_TOPIC:
             groups = get_actor(group_coordinator_name())
             call(groups.complete_transaction.remote(partition, producer_id, result == ControlRecordType.COMMIT))
+
+
+def _write_replicated(leader: Any, replicated: bool, marker: tuple[int, int, int, ControlRecordType]) -> None:
+    """Writes a marker on `leader` and answers once every in-sync replica has it: the append's answer goes straight
+    on to the leader's `await_replicated` (Kafka's WriteTxnMarkers appends with acks -1), which a partition with one
+    replica (`replicated` False) needs not."""
+    appended = leader.append_transaction_marker.remote(*marker)
+    call(leader.await_replicated.remote(appended) if replicated else appended)
 
 
 class TransactionCoordinatorActor:
@@ -85,6 +100,8 @@ class TransactionCoordinatorActor:
         self._lock = threading.Lock()
         self._coordinator: TransactionCoordinator | None = None
         self._markers = RayTransactionMarkers()
+        # One thread: completions run in the order their EndTxn was answered.
+        self._completions = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="transaction-markers")
         self._scheduler = Scheduler(SYSTEM_CLOCK)
         self._stopped = threading.Event()
         threading.Thread(target=self._tick, name="transaction-coordinator-tasks", daemon=True).start()
@@ -102,11 +119,10 @@ class TransactionCoordinatorActor:
                     self._config,
                     clock=SYSTEM_CLOCK,
                     controller=RayTopicAdmin(ctrl),
-                    find_partition=lambda partition: RayInternalPartition(
-                        partition_actor(TRANSACTION_STATE_TOPIC, partition)
-                    ),
+                    find_partition=lambda partition: RayInternalPartition.leader_of(TRANSACTION_STATE_TOPIC, partition),
                     allocate_producer_id=lambda: int(call(ctrl.allocate_producer_id.remote())),
                     markers=self._markers,
+                    completions=self._completions.submit,
                 )
                 coordinator.schedule(self._scheduler)
                 self._coordinator = coordinator
@@ -154,5 +170,7 @@ class TransactionCoordinatorActor:
         self._markers.write_marker(topic, partition, producer_id, producer_epoch, coordinator_epoch, result)
 
     def stop(self) -> None:
-        """Stops the periodic work (before the actor is killed at the broker's shutdown)."""
+        """Stops the periodic work (before the actor is killed at the broker's shutdown); completions under way
+        finish first."""
         self._stopped.set()
+        self._completions.shutdown(wait=True)

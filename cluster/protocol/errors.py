@@ -38,6 +38,7 @@ from actors.core.security.scram import (
 from actors.core.transactions.transaction_metadata import TxnError
 from storage.errors import (
     BrokerNotAvailableError,
+    CoordinatorLoadInProgressError,
     CorruptRecordError,
     FencedLeaderEpochError,
     InconsistentTopicIdError,
@@ -194,8 +195,11 @@ def txn_error_code(error: TxnError, producer_fenced: bool = True) -> ErrorCode:
 
 
 def coordinator_error_code(exc: BaseException) -> ErrorCode:
-    """The code of a failed group-coordinator call: COORDINATOR_NOT_AVAILABLE (15) while the coordinator is down
-    or restarting, so that clients look it up again and retry; otherwise the table's code."""
+    """The code of a failed coordinator call: COORDINATOR_LOAD_IN_PROGRESS (14) while it loads a partition of its
+    internal topic, COORDINATOR_NOT_AVAILABLE (15) while the coordinator is down or restarting, so that clients look
+    it up again and retry; otherwise the table's code."""
+    if isinstance(exc, CoordinatorLoadInProgressError):
+        return ErrorCode.coordinator_load_in_progress
     return ErrorCode.coordinator_not_available if isinstance(exc, BrokerNotAvailableError) else error_code(exc)
 
 

@@ -40,6 +40,7 @@ from storage.errors import (
     InvalidReplicationFactorError,
     NotEnoughReplicasError,
     OutOfOrderSequenceError,
+    RaybrokerError,
 )
 from storage.records.file_records import iter_any_batches
 from storage.records.record_batch import RecordBatch
@@ -56,6 +57,10 @@ BROKER_SETTINGS = {
     "replica.lag.time.max.ms": "3000",
     "replica.fetch.backoff.ms": "100",
     "leader.imbalance.check.interval.seconds": "2",
+    # One partition of coordinator states (Kafka's 50 would open 150 replica processes); timed-out transactions
+    # aborted and markers retried every second.
+    "transaction.state.log.num.partitions": "1",
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
 }
 
 
@@ -472,6 +477,404 @@ def assert_replicas_converge(topic: str, partition: int, upto: int, timeout_s: f
 
     detail = {node[:8]: (len(copy), first_difference(copy)) for node, copy in copies.items()}
     raise AssertionError(f"replicas of {partition} differ after {timeout_s} s: (records, first different) {detail}")
+
+
+# Transactions of the consume-transform-produce test: the coordinator's timeout of an abandoned one, and every how
+# many transactions one is aborted on purpose (its output flushed first, so read_uncommitted readers see it).
+EOS_TIMEOUT_MS = 4000
+EOS_ABORT_EVERY = 7
+EOS_GROUP = "eos-transform"
+
+
+@dataclass
+class Transformed:
+    """What the transformer did: the attempts (transactions) it committed and aborted, the positions of its last
+    commit, and the errors its transactions met."""
+
+    committed: set[int] = field(default_factory=set)
+    aborted: set[int] = field(default_factory=set)
+    positions: dict[tuple[str, int], int] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+
+
+def transform_until(
+    stop: threading.Event, ends: dict[tuple[str, int], int], source: str, sink: str, out: Transformed
+) -> None:
+    """Consume-transform-produce with the Python clients: each poll's records, written to `sink` as
+    `<input value>|<attempt>` (same partition number modulo the sink's), and the consumer's positions, in one
+    transaction; every `EOS_ABORT_EVERY`th is aborted on purpose. A transaction that fails is aborted (a producer that
+    cannot, or is fenced, is replaced: its successor's InitProducerId completes or aborts what it left) and the
+    consumer goes back to the group's committed offsets. Stops once `stop` is set and the committed positions reach
+    `ends` (the input's final end offsets, filled in by the caller)."""
+    inputs = [(source, p) for p in range(len(states(source)))]
+    sink_partitions = len(states(sink))
+    consumer = Consumer(group_id=EOS_GROUP, auto_offset_reset="earliest", isolation_level="read_committed")
+    consumer.assign(inputs)
+    producer: Producer | None = None
+    attempt = 0
+    while not (stop.is_set() and ends and all(out.positions.get(tp, 0) >= end for tp, end in ends.items())):
+        if producer is None:
+            producer = Producer(
+                transactional_id="eos-transformer",
+                acks="all",
+                linger_ms=1,
+                retry_backoff_max_ms=200,
+                transaction_timeout_ms=60_000,
+            )
+            producer.init_transactions(120)
+            for tp in inputs:
+                consumer.seek(tp, consumer.committed(tp) or 0)
+        records = consumer.poll(timeout_ms=200, max_records=200)
+        if not records:
+            continue
+        attempt += 1
+        try:
+            producer.begin_transaction()
+            for record in records:
+                value = record.value + f"|{attempt}".encode()
+                producer.send(sink, value, partition=record.partition % sink_partitions)
+            positions = {tp: consumer.position(tp) for tp in inputs}
+            producer.send_offsets_to_transaction(positions, consumer.consumer_group_metadata(), timeout=120)
+            if attempt % EOS_ABORT_EVERY == 0:
+                producer.flush(120)
+                producer.abort_transaction(120)
+                out.aborted.add(attempt)
+            else:
+                producer.commit_transaction(120)
+                out.committed.add(attempt)
+                out.positions = positions
+                continue
+        except Exception as exc:  # every failure of a transaction is handled alike: abort, go back
+            out.errors.append(f"{attempt}: {type(exc).__name__}: {exc}")
+            try:
+                producer.abort_transaction(120)
+                out.aborted.add(attempt)
+            except Exception:  # fenced, or the abort itself failed: a successor takes over
+                producer.close(5)
+                producer = None
+                continue
+        for tp in inputs:
+            consumer.seek(tp, consumer.committed(tp) or 0)
+    if producer is not None:
+        producer.close(30)
+    consumer.close()
+
+
+def transform_with_confluent(
+    stop: threading.Event, ends: dict[tuple[str, int], int], bootstrap: str, source: str, sink: str, out: Transformed
+) -> None:
+    """`transform_until` with confluent-kafka (librdkafka) through a Kafka listener: outputs
+    `ck|<input value>|<attempt>`, offsets committed to group `eos-confluent` with the transaction. librdkafka retries
+    what it may; a transaction it says must be aborted is aborted and replayed from the group's offsets, and a fatal
+    error (fenced) replaces the producer."""
+    from confluent_kafka import Consumer as KafkaConsumer
+    from confluent_kafka import KafkaException
+    from confluent_kafka import Producer as KafkaProducer
+    from confluent_kafka import TopicPartition as KafkaTopicPartition
+
+    partitions = [KafkaTopicPartition(source, p) for p in range(len(states(source)))]
+    sink_partitions = len(states(sink))
+    consumer = KafkaConsumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "eos-confluent",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+    )
+
+    # The next offset to read per input partition: from the group's committed offsets at each rewind, then past
+    # every message polled (librdkafka's `position` is unknown for a partition not fetched since `assign`).
+    positions: dict[tuple[str, int], int] = {}
+
+    def rewind() -> None:
+        committed = consumer.committed(partitions, timeout=60)
+        positions.update({(tp.topic, tp.partition): max(tp.offset, 0) for tp in committed})
+        consumer.assign(
+            [KafkaTopicPartition(topic, partition, offset) for (topic, partition), offset in positions.items()]
+        )
+
+    producer: Any = None
+    attempt = 0
+    while not (stop.is_set() and ends and all(out.positions.get(tp, 0) >= end for tp, end in ends.items())):
+        if producer is None:
+            producer = KafkaProducer(
+                {"bootstrap.servers": bootstrap, "transactional.id": "eos-confluent", "transaction.timeout.ms": 60_000}
+            )
+            producer.init_transactions(120)
+            rewind()
+        messages = [m for m in consumer.consume(200, 0.2) if m.error() is None]
+        if not messages:
+            continue
+        attempt += 1
+        try:
+            producer.begin_transaction()
+            for message in messages:
+                value = b"ck|" + message.value() + f"|{attempt}".encode()
+                producer.produce(sink, value=value, partition=message.partition() % sink_partitions)
+                positions[(message.topic(), message.partition())] = message.offset() + 1
+            offsets = [
+                KafkaTopicPartition(topic, partition, offset) for (topic, partition), offset in positions.items()
+            ]
+            producer.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata(), 120)
+            if attempt % EOS_ABORT_EVERY == 0:
+                producer.flush(120)
+                producer.abort_transaction(120)
+                out.aborted.add(attempt)
+            else:
+                producer.commit_transaction(120)
+                out.committed.add(attempt)
+                out.positions = dict(positions)
+                continue
+        except KafkaException as exc:
+            error = exc.args[0]
+            out.errors.append(f"{attempt}: {error}")
+            if error.txn_requires_abort():
+                producer.abort_transaction(120)
+                out.aborted.add(attempt)
+            else:
+                producer = None
+        rewind()
+    consumer.close()
+
+
+def transaction_coordinator_node() -> str:
+    """The node of the transaction coordinator actor (started if none runs)."""
+    return str(call(coordinator_handle().__ray_call__.remote(lambda _: ray.get_runtime_context().get_node_id())))
+
+
+def coordinator_handle() -> Any:
+    from actors.clients.broker import transaction_coordinator
+
+    return transaction_coordinator(call(Broker.connect().controller.transaction_config.remote()))
+
+
+def hanging(topic: str, partitions: int) -> dict[int, Any]:
+    """Per partition: its LSO, and each replica's producers with an open transaction (what holds the LSO back)."""
+    found: dict[int, Any] = {}
+    for partition in range(partitions):
+        state = states(topic)[partition]
+        found[partition] = (
+            state.leader[:8],
+            last_stable_offset(topic, partition),
+            {
+                node[:8]: [
+                    (p.producer_id, p.producer_epoch, p.current_txn_start_offset)
+                    for p in call(replica_actor(topic, partition, node).describe_producers.remote())
+                    if p.current_txn_start_offset >= 0
+                ]
+                for node in state.replicas
+            },
+        )
+    return found
+
+
+def aborted_but_visible(topic: str, partitions: int, attempts: set[int]) -> list[Any]:
+    """Where the records of the given aborted attempts lie on each partition's leader: (partition, leader, offsets,
+    producer id and epoch, the producer's next marker after them, whether the leader's aborted list covers them)."""
+    found = []
+    for partition in range(partitions):
+        leader = states(topic)[partition].leader
+        handle = replica_actor(topic, partition, leader)
+        fetched = call(handle.fetch.remote(0, 1 << 26, isolation="txn_committed"))
+        aborted = fetched.aborted_transactions or ()
+        batches = [b for b in iter_any_batches(call(handle.read.remote(0, 1 << 26))) if isinstance(b, RecordBatch)]
+        for index, batch in enumerate(batches):
+            if batch.is_control:
+                continue
+            values = [record.value or b"" for record in batch.records()]
+            hit = [v for v in values if v.rsplit(b"|", 1)[-1].isdigit() and int(v.rsplit(b"|", 1)[-1]) in attempts]
+            if not hit:
+                continue
+            marker = next(
+                (
+                    (later.base_offset, later.end_transaction_marker())
+                    for later in batches[index + 1 :]
+                    if later.is_control and later.producer_id == batch.producer_id
+                ),
+                None,
+            )
+            covered = [a for a in aborted if a.producer_id == batch.producer_id and a.first_offset <= batch.base_offset]
+            found.append(
+                (partition, leader[:8], batch.base_offset, batch.producer_id, batch.producer_epoch, marker, covered)
+            )
+    return found
+
+
+def open_transactions() -> list[str] | None:
+    """The ids the coordinator lists as Ongoing, PrepareCommit or PrepareAbort; None while it cannot answer (it
+    loads `__transaction_state`, or is started again)."""
+    try:
+        listed = call(coordinator_handle().list_transactions.remote([], [], -1))
+    except RaybrokerError as exc:
+        if not exc.retriable:
+            raise
+        return None
+    return [t.transactional_id for t in listed if t.state in OPEN]
+
+
+def last_stable_offset(topic: str, partition: int) -> int:
+    leader = states(topic)[partition].leader
+    answer = call(replica_actor(topic, partition, leader).list_offset.remote(-1, "txn_committed"))
+    return int(answer.offset)
+
+
+def read_all(topic: str, isolation: str, partitions: int, ends: dict[int, int]) -> list[bytes]:
+    """Every value of `topic` a consumer at `isolation` reads up to `ends` (per partition; an offset)."""
+    with Consumer(auto_offset_reset="earliest", isolation_level=isolation, value_deserializer=None) as consumer:
+        consumer.assign([(topic, p) for p in range(partitions)])
+        values: list[bytes] = []
+        deadline = time.monotonic() + 60
+        while any(consumer.position((topic, p)) < ends[p] for p in range(partitions)):
+            assert time.monotonic() < deadline, f"{topic} not read to {ends} at {isolation} within 60 s"
+            values.extend(record.value for record in consumer.poll(timeout_ms=200))
+        return values
+
+
+@pytest.mark.reliability
+def test_consume_transform_produce_outputs_each_input_once_across_node_kills(nodes: Nodes) -> None:
+    """Jepsen-style exactly-once: an idempotent producer writes input records while two transformers, the Python
+    clients and confluent-kafka through the head's listener, each read them (read_committed) and write each one's
+    output with its input offsets in one transaction per poll, some aborted on purpose, while the worker node holding
+    the transaction coordinator (with `__transaction_state`'s leader and leaders of the data topics) is removed and
+    its disks come back on a new node. A second transactional producer leaves a transaction open and stops, as a
+    crashed one would. Afterwards: a read_committed reader sees every input's output exactly once per transformer
+    and nothing of an aborted transaction (read_uncommitted sees the aborted ones too), each group's committed
+    offsets are the input's end offsets, the coordinator lists no open transaction (the abandoned one was aborted on
+    its timeout), and every output partition's last stable offset is its high watermark. Quick mode: 1 kill;
+    `RAYBROKER_RELIABILITY=long`: 4, alternating with the other worker."""
+    source, sink = "eos-in", "eos-out"
+    # The coordinator lives beside the leader of `__transaction_state`'s partition, placed as any new partition is:
+    # topics of one partition move the next leadership off the head until it lands on a worker (the head holds the
+    # controller and is never removed).
+    from actors.core.controller.assignment import place_replicas
+
+    ctrl = Broker.connect().controller
+
+    def next_leader() -> str:
+        topics = call(ctrl.topics.remote()).values()
+        existing = [metadata.state(p) for metadata in topics for p in metadata.partitions]
+        return place_replicas(1, 3, call(ctrl.brokers.remote()), existing)[0][0]
+
+    filler = 0
+    while next_leader() == nodes.head and "__transaction_state" not in call(ctrl.list_topics.remote(True)):
+        Admin().create_topic(f"eos-filler-{filler}", partitions=1, replication_factor=3)
+        filler += 1
+    coordinator_node = transaction_coordinator_node()
+    assert coordinator_node in nodes.workers, "the coordinator must start on a worker for the kill to reach it"
+    for topic in (source, sink):
+        Admin().create_topic(topic, partitions=2, replication_factor=3, config={"min.insync.replicas": "2"})
+
+    from cluster.protocol.listener_actor import start_kafka_listeners
+    from storage.config.broker_config import BrokerConfig
+
+    # The brokers' transaction settings: whichever of the listener and the Python clients starts the coordinator
+    # again after the kill, it runs with them.
+    settings = {key: value for key, value in BROKER_SETTINGS.items() if key.startswith("transaction.")}
+    config = BrokerConfig.from_properties({"listeners": "PLAINTEXT://127.0.0.1:0", "node.id": "0", **settings})
+    bootstrap = start_kafka_listeners(config, nodes.head).bootstrap_servers
+
+    acked = Acked()
+    stop_input, stop_transform = threading.Event(), threading.Event()
+    ends: dict[tuple[str, int], int] = {}
+    out, out_confluent = Transformed(), Transformed()
+    input_thread = threading.Thread(target=produce_until, args=(stop_input, "in", acked, source, 2), daemon=True)
+    transformers = [
+        threading.Thread(target=transform_until, args=(stop_transform, ends, source, sink, out), daemon=True),
+        threading.Thread(
+            target=transform_with_confluent,
+            args=(stop_transform, ends, bootstrap, source, sink, out_confluent),
+            daemon=True,
+        ),
+    ]
+    input_thread.start()
+    for transformer in transformers:
+        transformer.start()
+    with Producer(transactional_id="eos-abandoned", transaction_timeout_ms=EOS_TIMEOUT_MS) as abandoned:
+        abandoned.init_transactions(60)
+        abandoned.begin_transaction()
+        for partition in range(2):
+            abandoned.send(sink, b"abandoned", partition=partition)
+        abandoned.flush(60)
+
+        kills = scaled(1, 4)
+        for kill in range(kills):
+            time.sleep(2)
+            workers = sorted(nodes.workers)
+            coordinator_node = transaction_coordinator_node()
+            victim = coordinator_node if kill % 2 == 0 and coordinator_node in workers else workers[kill % 2]
+            old_dirs = nodes.remove(victim)
+            wait_until(
+                lambda v=victim: all(
+                    s.leader != v for topic in (source, sink, "__transaction_state") for s in states(topic).values()
+                ),
+                what=f"kill {kill}: partitions led elsewhere",
+            )
+            time.sleep(1)
+            back = nodes.add(old_dirs)
+            wait_until(
+                lambda b=back: all(
+                    b in s.isr for topic in (source, sink, "__transaction_state") for s in states(topic).values()
+                ),
+                timeout_s=120,
+                what=f"kill {kill}: the returning disks in every ISR",
+            )
+        stop_input.set()
+        input_thread.join(timeout=120)
+        assert not input_thread.is_alive(), "the input producer did not flush its last sends within 120 s"
+        last_acked = {p: max((o for (q, o) in acked.by_offset if q == p), default=-1) for p in range(2)}
+        wait_until(
+            lambda: all(high_watermark(source, p) > last_acked[p] for p in range(2)),
+            what="the input's high watermarks past its last acknowledged offsets",
+        )
+        ends.update({(source, p): high_watermark(source, p) for p in range(2)})
+        stop_transform.set()
+        for transformer, done in zip(transformers, (out, out_confluent), strict=True):
+            transformer.join(timeout=120)
+            assert not transformer.is_alive(), f"a transformer did not reach {ends} within 120 s: {done.positions}"
+
+    inputs = [
+        value
+        for p in range(2)
+        for _, value, _ in replica_records(source, p, states(source)[p].leader, ends[(source, p)])
+    ]
+    assert len(inputs) == sum(ends.values()) and len(set(inputs)) == len(inputs)
+    wait_until(
+        lambda: open_transactions() == [],
+        timeout_s=EOS_TIMEOUT_MS / 1000 + 30,
+        what="no open transaction left",
+    )
+    sink_ends = {p: high_watermark(sink, p) for p in range(2)}
+    # The high watermark now: a marker the coordinator sends again after a failover lands after the last records.
+    try:
+        wait_until(
+            lambda: all(last_stable_offset(sink, p) == high_watermark(sink, p) for p in range(2)),
+            what="every output partition's last stable offset at its high watermark",
+        )
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}: high watermarks {sink_ends}, open transactions {hanging(sink, 2)}") from None
+    committed = read_all(sink, "read_committed", 2, sink_ends)
+    assert b"abandoned" not in committed
+    for done, group_id, prefix in ((out, EOS_GROUP, b""), (out_confluent, "eos-confluent", b"ck|")):
+        outputs = [
+            value[len(prefix) :].rsplit(b"|", 1)
+            for value in committed
+            if value.startswith(b"ck|") == (prefix == b"ck|")
+        ]
+        attempts = {int(attempt) for _, attempt in outputs}
+        visible = attempts & done.aborted
+        assert not visible, (group_id, visible, aborted_but_visible(sink, 2, visible)[:8])
+        seen = [original for original, _ in outputs]
+        assert sorted(seen) == sorted(inputs), (group_id, len(seen), len(inputs), len(set(seen)), done.errors[:3])
+        with Consumer(group_id=group_id) as group:
+            assert {tp: group.committed(tp) for tp in ends} == ends, group_id
+        assert done.committed and done.aborted, group_id
+    uncommitted = read_all(sink, "read_uncommitted", 2, sink_ends)
+    assert b"abandoned" in uncommitted and len(uncommitted) > len(committed)
+
+
+OPEN = {"Ongoing", "PrepareCommit", "PrepareAbort"}
 
 
 def test_a_kafka_client_writes_through_a_failover_without_losing_or_repeating(nodes: Nodes) -> None:

@@ -110,7 +110,7 @@ class OffsetsPartition(InternalPartition, Protocol):
 
     def append_from_coordinator(self, batch: bytes) -> LogAppendInfo:
         """Appends one transactional batch of a producer's offsets (origin COORDINATOR: epoch checked, no
-        sequence)."""
+        sequence); answers once every in-sync replica has it (acks=all, as Kafka's TxnOffsetCommit)."""
         ...
 
 

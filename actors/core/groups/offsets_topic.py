@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Protocol
 
 from actors.core.controller.topic_metadata import CONSUMER_OFFSETS_TOPIC, TopicMetadata
-from storage.errors import CorruptRecordError, RaybrokerError, TopicExistsError
+from storage.errors import CoordinatorLoadInProgressError, CorruptRecordError, RaybrokerError, TopicExistsError
 from storage.records.record_batch import RecordBatch, iter_batches
 
 logger = logging.getLogger(__name__)
@@ -40,10 +40,18 @@ class InternalPartition(Protocol):
 
 
 def internal_batches(handle: InternalPartition, name: str, chunk_bytes: int) -> Iterator[RecordBatch]:
-    """Every batch of the partition `name` from its log start to its high watermark, read `chunk_bytes` at a time:
-    what a coordinator replays when it loads a partition of its internal topic. `CorruptRecordError` if a read
-    below the high watermark returns no batch (the loop could not move on)."""
-    log_start_offset, high_watermark, _ = handle.offsets()
+    """Every batch of the partition `name` from its log start to its log end, read `chunk_bytes` at a time: what a
+    coordinator replays when it loads a partition of its internal topic. Kafka's coordinators load to the log end:
+    a leader just elected holds every state its predecessor had acknowledged, but learns that they are replicated
+    (its high watermark) only once its followers fetch from it. Reads stop at the high watermark, so until it
+    reaches the log end this raises `CoordinatorLoadInProgressError` (retriable) rather than load older states
+    (a transaction's partitions forgotten, its markers never written). `CorruptRecordError` if a read below the
+    high watermark returns no batch (the loop could not move on)."""
+    log_start_offset, high_watermark, log_end_offset = handle.offsets()
+    if high_watermark < log_end_offset:
+        raise CoordinatorLoadInProgressError(
+            f"{name}: high watermark {high_watermark} below the log end {log_end_offset}; loaded once it reaches it"
+        )
     offset = log_start_offset
     while offset < high_watermark:
         next_offset = offset

@@ -10,9 +10,10 @@ In sync, by Kafka's rule (`replica.lag.time.max.ms`): a follower is caught up at
 log end offset, and also, at a later fetch, up to the time of the previous one if it then asked for at least the
 log end offset the leader had then. A follower in the ISR not caught up for longer than the lag leaves it
 (`isr_to_shrink`); one outside whose log end offset reached the high watermark, and the start of the leader's epoch,
-joins it (`isr_to_expand`). The leader does not change its ISR itself: it asks the controller
-(`ControllerActor.alter_partition`), which pushes the result back to every replica, and it asks for one change at a
-time (`pending`) until that answer arrives or `PENDING_TIMEOUT_MS` passes.
+joins it (`isr_to_expand`), once it fetched since it left (a broker that died left every ISR, and never fetches).
+The leader does not change its ISR itself: it asks the controller (`ControllerActor.alter_partition`), which pushes
+the result back to every replica, and it asks for one change at a time (`pending`) until that answer arrives or
+`PENDING_TIMEOUT_MS` passes.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ class FollowerProgress:
     last_caught_up_ms: int
     last_fetch_ms: int
     last_fetch_leader_log_end_offset: int
+    # False from the controller's removal of the follower from the ISR until its next fetch (see `isr_to_expand`).
+    alive_since_removal: bool = True
 
 
 class LeaderState:
@@ -51,6 +54,9 @@ class LeaderState:
     def update(self, state: LeaderAndIsr, now_ms: int) -> None:
         """A newer state from the controller in the same epoch (an ISR change; or a replica moved to the node its
         disks came back on, tracked from now on): the change asked for is answered."""
+        for node in self.state.isr:
+            if node not in state.isr and node in self._followers:
+                self._followers[node].alive_since_removal = False
         self.state = state
         self._pending_since_ms = None
         self._joining = ()
@@ -71,6 +77,7 @@ class LeaderState:
             progress.last_caught_up_ms = max(progress.last_caught_up_ms, progress.last_fetch_ms)
         progress.log_end_offset = fetch_offset
         progress.last_fetch_ms = now_ms
+        progress.alive_since_removal = True
         progress.last_fetch_leader_log_end_offset = leader_log_end_offset
         return True
 
@@ -89,11 +96,15 @@ class LeaderState:
         return self._pending_since_ms is None or now_ms - self._pending_since_ms >= PENDING_TIMEOUT_MS
 
     def isr_to_expand(self, high_watermark: int, now_ms: int) -> tuple[str, ...] | None:
-        """The ISR with the followers that caught up added, if any did and no change is pending."""
+        """The ISR with the followers that caught up added, if any did and no change is pending. A follower the
+        controller removed from the ISR must fetch again first: Kafka's leader proposes only replicas of live
+        brokers (`isReplicaIsrEligible`), and a removed follower's last offset, from before its broker died, would
+        otherwise make it look caught up, counted in the high watermark while the controller refuses it."""
         joining = [
             node
             for node, progress in self._followers.items()
             if node not in self.state.isr
+            and progress.alive_since_removal
             and progress.log_end_offset >= high_watermark
             and progress.log_end_offset >= self._epoch_start
         ]

@@ -13,15 +13,17 @@ are skipped. Its coordinator epoch is the partition's leader epoch then. Every P
 completed: its markers are sent again with that epoch, then CompleteCommit/CompleteAbort is written. Ongoing
 transactions are left to the timeout task.
 
-Markers: once PrepareCommit/PrepareAbort is durable the client's EndTxn is answered NONE; the COMMIT/ABORT
-markers are written at once through the `TransactionMarkers` seam (the in-process broker writes them to the
-partitions' leaders; on Ray the partition actors do), and when every partition has its marker the Complete
-state is written. A partition whose marker cannot be written now (leader moving, broker restarting) keeps the
-transaction in Prepare*, and `send_pending_markers` (run every `transaction.abort.timed.out.transaction.cleanup.
-interval.ms` by `run_scheduled`, and at each call touching the id) tries again; meanwhile the id answers
-CONCURRENT_TRANSACTIONS, as Kafka's does. A marker refused for an older producer epoch or coordinator epoch means a
-newer one owns the transaction: the partition counts as done, as Kafka's marker handler does. A partition of a
-deleted topic counts as done too.
+Markers: once PrepareCommit/PrepareAbort is durable the client's EndTxn is answered NONE, as Kafka answers it; the
+COMMIT/ABORT markers are written through the `TransactionMarkers` seam (the in-process broker writes them to the
+partitions' leaders; on Ray the partition actors do), and when every partition has its marker the Complete state is
+written. Without a `completions` seam that happens inside the EndTxn call, before its answer; with one (the Ray
+actor's background thread) EndTxn answers first and the seam runs the completion, and a call for the id meanwhile
+waits for it up to `COMPLETION_WAIT_S` before answering CONCURRENT_TRANSACTIONS. A partition whose marker cannot
+be written now (leader moving, broker restarting) keeps the transaction in Prepare*, and `send_pending_markers` (run
+every `transaction.abort.timed.out.transaction.cleanup.interval.ms` by `run_scheduled`, and at each call touching the
+id) tries again; meanwhile the id answers CONCURRENT_TRANSACTIONS, as Kafka's does. A marker refused for an older
+producer epoch or coordinator epoch means a newer one owns the transaction: the partition counts as done, as Kafka's
+marker handler does. A partition of a deleted topic counts as done too.
 
 Answers (Kafka 3.9's, see the `TxnError` names): InitProducerId with an Ongoing transaction fences it (epoch bumped,
 PrepareAbort written with the bumped epoch, markers sent) and answers CONCURRENT_TRANSACTIONS; the client's retry
@@ -35,7 +37,8 @@ INVALID_PRODUCER_EPOCH for versions before Kafka introduced it.
 Thread-safe: one lock, held across each call's appends, so an id's records reach the log in the order of its
 transitions. Seams: the clock, the controller (`TopicAdmin`: create and describe `__transaction_state`),
 `find_partition(p)` (the leader replica of its partition `p`), `allocate_producer_id()` (the controller's
-cluster-unique ids) and `markers`.
+cluster-unique ids), `markers`, and optionally `completions` (runs a transaction's markers and Complete state after
+EndTxn is answered, on a thread of its own).
 """
 
 from __future__ import annotations
@@ -84,18 +87,26 @@ logger = logging.getLogger(__name__)
 
 # Bytes read per call while loading a partition: Kafka's `transaction.state.log.load.buffer.size` (5 MiB).
 LOAD_CHUNK_BYTES = 5 * 1024 * 1024
+# How long a call for an id whose markers are being written waits for them before answering
+# CONCURRENT_TRANSACTIONS. Kafka answers at once, and its clients retry AddPartitionsToTxn after 20 ms (librdkafka's
+# and the Java producer's backoff for that error); the markers of a one-partition transaction take 2-3 ms here, so a
+# producer starting its next transaction waits that long rather than 20 ms.
+COMPLETION_WAIT_S = 0.02
 _S = TransactionState
 
 
 class TransactionLogPartition(InternalPartition, Protocol):
     """The leader replica of one `__transaction_state` partition, as the coordinator reads and appends to it."""
 
-    def append(self, batch: bytes) -> LogAppendInfo:
-        """Appends one batch; answers once it is in the log."""
+    def append_replicated(self, batch: bytes) -> LogAppendInfo:
+        """Appends one batch with acks=all; answers once every in-sync replica has it (Kafka's coordinator appends
+        `__transaction_state` with acks -1: a state the client was answered on survives the leader's loss)."""
         ...
 
-    def epoch_end_offset(self, epoch: int) -> tuple[int, int, int]:
-        """(the leader's epoch now, `epoch`'s end...): the first is the coordinator epoch."""
+    def leader_epoch(self) -> int:
+        """The partition's leader epoch as the controller elected this leader: the coordinator epoch of what the
+        coordinator loads from it (Kafka's). The controller's, not the replica's log: a replica not yet told it
+        leads still names an older epoch, and markers sent with it would be refused as from a fenced coordinator."""
         ...
 
 
@@ -147,6 +158,8 @@ class TransactionCoordinator:
         find_partition: Callable[[int], TransactionLogPartition],
         allocate_producer_id: Callable[[], int],
         markers: TransactionMarkers,
+        completions: Callable[[Callable[[], None]], object] | None = None,
+        completion_wait_s: float = COMPLETION_WAIT_S,
     ) -> None:
         self._config = config
         self._clock = clock
@@ -154,7 +167,12 @@ class TransactionCoordinator:
         self._find_partition = find_partition
         self._allocate_producer_id = allocate_producer_id
         self._markers = markers
+        self._completions = completions
+        self._completion_wait_s = completion_wait_s
         self._lock = threading.RLock()
+        # Ids whose markers and Complete state an EndTxn handed to `completions` and which are not written yet.
+        self._completing: set[str] = set()
+        self._completed = threading.Condition(self._lock)
         metadata = ensure_transaction_state_topic(controller, config)
         self._partition_count = len(metadata.partitions)
         self._handles: dict[int, TransactionLogPartition] = {}
@@ -176,7 +194,7 @@ class TransactionCoordinator:
         handle = self._handles.get(partition)
         if handle is None:
             handle = self._find_partition(partition)
-            self._coordinator_epochs[partition] = handle.epoch_end_offset(0)[0]
+            self._coordinator_epochs[partition] = handle.leader_epoch()
             loaded = self._load(partition, handle)
             self._handles[partition] = handle
             self._transactions.update(loaded)
@@ -213,8 +231,13 @@ class TransactionCoordinator:
             )
 
     def _metadata(self, transactional_id: str) -> TransactionMetadata | None:
-        """The id's state, its partition loaded first (and its pending markers retried). Holds the lock."""
+        """The id's state, its partition loaded first (and its pending markers retried). A transaction whose
+        completion runs in the background is waited for, up to `completion_wait_s`. Holds the lock."""
         self._loaded_partition(self.partition_for(transactional_id))
+        if transactional_id in self._completing:
+            self._completed.wait_for(lambda: transactional_id not in self._completing, self._completion_wait_s)
+            if transactional_id in self._completing:
+                return self._transactions.get(transactional_id)
         metadata = self._transactions.get(transactional_id)
         if metadata is not None and metadata.markers_left:
             metadata = self._send_markers(metadata)
@@ -231,13 +254,14 @@ class TransactionCoordinator:
         builder = RecordBatchBuilder()
         builder.append(encode_transaction_log_key(transactional_id), value, timestamp=self._clock.milliseconds())
         try:
-            self._loaded_partition(partition).append(builder.build())
-        except (NotLeaderOrFollowerError, KafkaStorageError) as exc:
-            logger.warning("%s: state not written: %s", transactional_id, exc)
-            self._handles.pop(partition, None)
-            return TxnError.NOT_COORDINATOR
+            self._loaded_partition(partition).append_replicated(builder.build())
         except RaybrokerError as exc:
             logger.warning("%s: state not written: %s", transactional_id, exc)
+            # The partition's leader may have moved or gone, and a timed-out append may still land: the partition
+            # is loaded again from its leader at its next use, as Kafka's coordinator resigns and a new one loads.
+            self._handles.pop(partition, None)
+            if isinstance(exc, (NotLeaderOrFollowerError, KafkaStorageError)):
+                return TxnError.NOT_COORDINATOR
             return TxnError.COORDINATOR_NOT_AVAILABLE
         if metadata.state == _S.DEAD:
             self._transactions.pop(transactional_id, None)
@@ -393,7 +417,7 @@ class TransactionCoordinator:
                 prepared = metadata.to(target, self._clock.milliseconds(), markers_left=metadata.partitions)
                 error = self._write(prepared)
                 if error == TxnError.NONE:
-                    self._send_markers(prepared)
+                    self._complete(prepared)
                 return error
             if state == (_S.COMPLETE_COMMIT if commit else _S.COMPLETE_ABORT):
                 return TxnError.NONE
@@ -402,6 +426,30 @@ class TransactionCoordinator:
             return TxnError.INVALID_TXN_STATE
 
     # --- markers -----------------------------------------------------------------------------------------------
+
+    def _complete(self, prepared: TransactionMetadata) -> None:
+        """Writes the markers and the Complete state of a transaction whose Prepare state is durable: at once, or
+        handed to `completions` (then EndTxn is answered before they are written). Holds the lock."""
+        if self._completions is None:
+            self._send_markers(prepared)
+            return
+        transactional_id = prepared.transactional_id
+        self._completing.add(transactional_id)
+        try:
+            self._completions(lambda: self._complete_in_background(transactional_id))
+        except BaseException:
+            self._completing.discard(transactional_id)
+            raise
+
+    def _complete_in_background(self, transactional_id: str) -> None:
+        with self._lock:
+            try:
+                metadata = self._transactions.get(transactional_id)
+                if metadata is not None and metadata.state in PREPARE_STATES:
+                    self._send_markers(metadata)
+            finally:
+                self._completing.discard(transactional_id)
+                self._completed.notify_all()
 
     def _send_markers(self, metadata: TransactionMetadata) -> TransactionMetadata:
         """Writes the markers still due for a Prepare* transaction; once none is left, writes its Complete state.
@@ -447,7 +495,11 @@ class TransactionCoordinator:
     def send_pending_markers(self) -> int:
         """Retries the markers of every Prepare* transaction; returns how many transactions still wait."""
         with self._lock:
-            waiting = [metadata for metadata in self._transactions.values() if metadata.state in PREPARE_STATES]
+            waiting = [
+                metadata
+                for metadata in self._transactions.values()
+                if metadata.state in PREPARE_STATES and metadata.transactional_id not in self._completing
+            ]
             return sum(1 for metadata in waiting if self._send_markers(metadata).state in PREPARE_STATES)
 
     # --- timeouts and expiry -----------------------------------------------------------------------------------

@@ -12,7 +12,8 @@ partitions are added as v3 adds them. Each transaction's answer is in `results_b
 the top-level error code. Either form checks the topics first: a topic the principal may not WRITE (v0-3; nor an
 internal topic, which a producer never writes) answers TOPIC_AUTHORIZATION_FAILED (29), a partition that does not exist
 UNKNOWN_TOPIC_OR_PARTITION (3), and then every other partition of that transaction OPERATION_NOT_ATTEMPTED (55), nothing
-being added. AddOffsetsToTxn adds the group's `__consumer_offsets` partition. TxnOffsetCommit goes to the group
+being added (partition counts found are trusted for `TOPIC_CACHE_MS`, as Kafka's brokers trust their metadata
+cache). AddOffsetsToTxn adds the group's `__consumer_offsets` partition. TxnOffsetCommit goes to the group
 coordinator, which holds the offsets pending until the COMMIT marker of the transaction reaches that partition; it is
 refused unless that partition is in the producer's transaction (TRANSACTION_ABORTABLE to v4+, INVALID_TXN_STATE before;
 INVALID_PRODUCER_EPOCH for a fenced producer, INVALID_PRODUCER_ID_MAPPING for an unknown one). With member information
@@ -50,6 +51,7 @@ from cluster.protocol.handlers.authorization import allows, allows_cluster, auth
 from cluster.protocol.messages import build
 from cluster.protocol.security.access import AccessControl
 from cluster.protocol.transaction_view import TransactionView
+from storage.clock import SYSTEM_CLOCK, Clock
 from storage.errors import RaybrokerError
 from storage.records.layout import ControlRecordType
 from storage.topic_partition import TopicPartition
@@ -66,6 +68,10 @@ LIST_TRANSACTIONS_KEY = 66
 FIRST_PRODUCER_FENCED_VERSION = 2
 # AddPartitionsToTxn v4+ is the brokers' form (KIP-890): a batch of transactions, authorized by CLUSTER_ACTION.
 FIRST_BROKER_ADD_PARTITIONS_VERSION = 4
+# How long AddPartitionsToTxn trusts a topic's partition count it found: Kafka's brokers check their metadata cache,
+# not the controller, for each request. Asking the controller costs one to two ms of every transaction's first
+# AddPartitionsToTxn; a topic deleted meanwhile is refused at the Produce and by its markers instead.
+TOPIC_CACHE_MS = 1000
 # The first TxnOffsetCommit answered TRANSACTION_ABORTABLE rather than INVALID_TXN_STATE (KIP-890).
 FIRST_TRANSACTION_ABORTABLE_COMMIT = 4
 
@@ -96,10 +102,30 @@ class AddPartitionsToTxnHandler:
     """Answers AddPartitionsToTxn: v0-3, a producer's one transaction; v4-5, a broker's batch of transactions, each
     added or only verified (see the module docstring)."""
 
-    def __init__(self, view: BrokerView, transactions: TransactionView, access: AccessControl | None = None) -> None:
+    def __init__(
+        self,
+        view: BrokerView,
+        transactions: TransactionView,
+        access: AccessControl | None = None,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
         self._view = view
         self._transactions = transactions
         self._access = access
+        self._clock = clock
+        # Partition counts of topics found: (count, when found in ms), trusted for `TOPIC_CACHE_MS`.
+        self._counts: dict[str, tuple[int, int]] = {}
+
+    async def _partition_counts(self, wanted: list[TopicPartition]) -> dict[str, int]:
+        """Each wanted topic's partition count (absent: no such topic), from what was found within
+        `TOPIC_CACHE_MS` when it covers every wanted partition, else from the controller."""
+        now_ms = self._clock.milliseconds()
+        known = {topic: count for topic, (count, at_ms) in self._counts.items() if now_ms - at_ms < TOPIC_CACHE_MS}
+        if all(partition < known.get(topic, 0) for topic, partition in wanted):
+            return known
+        counts = {name: info.partition_count for name, info in (await self._view.topics()).items()}
+        self._counts = {topic: (count, now_ms) for topic, count in counts.items()}
+        return counts
 
     async def __call__(self, request: Request) -> Any:
         response_type = load_response_schema(ADD_PARTITIONS_TO_TXN_KEY, request.api_version)
@@ -164,7 +190,7 @@ class AddPartitionsToTxnHandler:
             else topics
         )
         try:
-            counts = {name: info.partition_count for name, info in (await self._view.topics()).items()}
+            counts = await self._partition_counts(wanted)
         except RaybrokerError as exc:
             return dict.fromkeys(wanted, coordinator_error_code(exc))
         refused = {

@@ -272,3 +272,30 @@ def test_consume_transform_produce_outputs_each_record_once_across_a_crash(broke
     assert sorted(uncommitted) == sorted(expected + expected[8:12])
     with Consumer(group_id="ctp") as consumer:
         assert consumer.committed((source, 0)) == len(inputs)
+
+
+def test_a_read_committed_consumer_waits_for_the_offsets_of_a_transaction_until_it_ends(broker: Any) -> None:
+    """KIP-447's `require_stable`, as Kafka's read_committed consumer asks it: offsets sent with a transaction are
+    pending until its marker; a read_committed consumer's `committed` waits for them, a read_uncommitted one answers
+    the last committed offset at once."""
+    import threading
+
+    from actors import Consumer
+
+    source = create_topic(broker, "stable-source", 1)
+    with (
+        transactional("stable") as producer,
+        Consumer(group_id="stable-group", isolation_level="read_committed") as reader,
+        Consumer(group_id="stable-group") as plain,
+    ):
+        producer.begin_transaction()
+        producer.send_offsets_to_transaction({(source, 0): 5}, reader.consumer_group_metadata(), DEADLINE_S)
+        assert plain.committed((source, 0)) is None
+        found: list[int | None] = []
+        waiting = threading.Thread(target=lambda: found.append(reader.committed((source, 0))))
+        waiting.start()
+        waiting.join(0.5)
+        assert waiting.is_alive() and found == []
+        producer.commit_transaction(DEADLINE_S)
+        waiting.join(DEADLINE_S)
+        assert found == [5]

@@ -287,3 +287,17 @@ def test_a_moved_replica_is_caught_up_from_when_it_is_tracked():
     leader.follower_fetched("b", 10, 10, 50_000 + LAG_MS)
     assert leader.isr_to_shrink(10, LAG_MS, 50_000 + LAG_MS) is None
     assert leader.isr_to_shrink(10, LAG_MS, 50_000 + LAG_MS + 1) == ("a", "b")
+
+
+def test_a_follower_the_controller_removed_rejoins_only_after_fetching_again():
+    """A follower whose broker died had everything: the controller takes it out of the ISR, and until it fetches
+    again it is not proposed back, so the high watermark never waits on it (Kafka's `isReplicaIsrEligible`)."""
+    leader = leading()
+    leader.follower_fetched("b", 10, 10, 1_100)
+    leader.follower_fetched("c", 10, 10, 1_100)
+    leader.update(partition(("a", "b")), 1_200)
+    leader.follower_fetched("b", 12, 12, 1_300)
+    assert leader.isr_to_expand(10, 1_300) is None
+    assert leader.high_watermark(12) == 12
+    leader.follower_fetched("c", 12, 12, 1_400)
+    assert leader.isr_to_expand(12, 1_400) == ("a", "b", "c")

@@ -5,16 +5,20 @@ lands in the logs: the `__transaction_state` records decoded with Kafka's schema
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import concurrent.futures
+import threading
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any, TypeVar
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from actors.core.broker import InProcessBroker
+from actors.core.broker import InProcessBroker, InProcessMarkers
 from actors.core.controller.topic_metadata import TRANSACTION_STATE_TOPIC
-from actors.core.transactions.coordinator import InitProducerIdResult, TransactionCoordinator
+from actors.core.transactions.coordinator import InitProducerIdResult, TransactionCoordinator, TransactionDescription
 from actors.core.transactions.transaction_metadata import (
     VALID_PREVIOUS_STATES,
     TransactionMetadata,
@@ -23,9 +27,9 @@ from actors.core.transactions.transaction_metadata import (
 )
 from storage.clock import MockClock
 from storage.dump_log import DumpOptions, FileDump, classify
-from storage.errors import BrokerNotAvailableError, InvalidTxnStateError
+from storage.errors import BrokerNotAvailableError, InvalidTxnStateError, RaybrokerError
 from storage.records.layout import ControlRecordType
-from storage.records.record_batch import RecordBatchBuilder, iter_batches
+from storage.records.record_batch import RecordBatch, RecordBatchBuilder, iter_batches
 from storage.records.transaction_log import (
     TransactionLogValue,
     decode_transaction_log_key,
@@ -59,7 +63,8 @@ def coordinator(broker: InProcessBroker) -> TransactionCoordinator:
 
 def state_records(broker: InProcessBroker, transactional_id: str = TXN_ID) -> list[TransactionLogValue | None]:
     """The values of `transactional_id` in its `__transaction_state` partition, in log order (None: tombstone)."""
-    partition = partition_for_transactional_id(transactional_id, STATE_PARTITIONS)
+    partitions = len(broker.controller.describe_topic(TRANSACTION_STATE_TOPIC).partitions)
+    partition = partition_for_transactional_id(transactional_id, partitions)
     served = broker.leader(TRANSACTION_STATE_TOPIC, partition)
     values: list[TransactionLogValue | None] = []
     for batch in iter_batches(served.read(0, 1 << 20)):
@@ -497,3 +502,250 @@ def test_dump_log_reads_the_state_segment_and_the_markers(
     assert txn_index is not None
     index_lines = list(FileDump(txn_index).text_lines())
     assert any(f"producerId: {init.producer_id}" in line for line in index_lines), index_lines
+
+
+# Three nodes, replication factor 3: followers answer an idle fetch within 50 ms, so acks=all waits stay short.
+REPLICATED = {
+    "transaction.state.log.num.partitions": "1",
+    "offsets.topic.num.partitions": "1",
+    "replica.fetch.wait.max.ms": "50",
+    "replica.fetch.backoff.ms": "20",
+}
+REPLICATED_DEADLINE_S = 10.0
+_T = TypeVar("_T")
+
+
+@pytest.fixture
+def three_nodes(tmp_path: Path) -> Iterator[InProcessBroker]:
+    running = InProcessBroker(tmp_path, nodes=3, properties=REPLICATED)
+    running.controller.create_topic(TOPIC, 2, replication_factor=3)
+    try:
+        yield running
+    finally:
+        running.close()
+
+
+def replica_batches(broker: InProcessBroker, node: str, topic: str, partition: int) -> list[RecordBatch]:
+    """Every batch of the replica on `node`, to its log end (a follower's too)."""
+    log = broker.replica_on(node, topic, partition).log
+    return list(iter_batches(bytes(log.read(0, 1 << 20, isolation="log_end").records)))
+
+
+def replica_markers(broker: InProcessBroker, node: str, partition: int) -> list[tuple[ControlRecordType, int]]:
+    """(type, coordinator epoch) of every marker of the replica of `orders-partition` on `node`."""
+    found = []
+    for batch in replica_batches(broker, node, TOPIC, partition):
+        marker = batch.end_transaction_marker() if batch.is_control else None
+        if marker is not None:
+            found.append((marker.control_type, marker.coordinator_epoch))
+    return found
+
+
+def until_answered(attempt: Callable[[], _T]) -> list[_T | str]:
+    """`attempt`'s answers until one is not retriable (a client's retries: NOT_COORDINATOR,
+    COORDINATOR_NOT_AVAILABLE, or a retriable error raised, recorded by its name), at most
+    `REPLICATED_DEADLINE_S`."""
+    answers: list[_T | str] = []
+    deadline = time.monotonic() + REPLICATED_DEADLINE_S
+    while (
+        not answers
+        or answers[-1] in (TxnError.NOT_COORDINATOR, TxnError.COORDINATOR_NOT_AVAILABLE)
+        or (isinstance(answers[-1], str))
+    ):
+        assert time.monotonic() < deadline, answers
+        if answers:
+            time.sleep(0.05)
+        try:
+            answers.append(attempt())
+        except RaybrokerError as exc:
+            assert exc.retriable, exc
+            answers.append(type(exc).__name__)
+    return answers
+
+
+def test_states_and_markers_are_on_every_in_sync_replica_when_end_txn_answers(three_nodes: InProcessBroker) -> None:
+    """Kafka's coordinator appends `__transaction_state` and its markers with acks=all: once EndTxn is answered,
+    the followers hold the Prepare and Complete states and every marker, so the leader's loss loses none."""
+    coordinator = three_nodes.transaction_coordinator
+    init = coordinator.init_producer_id(TXN_ID, TIMEOUT_MS)
+    pid, epoch = init.producer_id, init.producer_epoch
+    assert coordinator.add_partitions(TXN_ID, pid, epoch, [(TOPIC, 0), (TOPIC, 1)]) == TxnError.NONE
+    produce_transactional(three_nodes, 0, pid, epoch, 0)
+    assert coordinator.end_transaction(TXN_ID, pid, epoch, commit=True) == TxnError.NONE
+    states = three_nodes.controller.partition_state(TRANSACTION_STATE_TOPIC, 0)
+    for node in states.replicas:
+        statuses_there = [
+            decode_transaction_log_value(record.value).transaction_status
+            for batch in replica_batches(three_nodes, node, TRANSACTION_STATE_TOPIC, 0)
+            for record in batch.records()
+            if record.value is not None
+        ]
+        assert statuses_there == [0, 1, 2, 4], node
+    for partition in (0, 1):
+        for node in three_nodes.controller.partition_state(TOPIC, partition).replicas:
+            assert replica_markers(three_nodes, node, partition) == [(ControlRecordType.COMMIT, 0)], (node, partition)
+
+
+def test_a_lost_state_leader_makes_the_coordinator_load_from_the_new_one_and_mark_with_its_epoch(
+    three_nodes: InProcessBroker,
+) -> None:
+    """The node leading `__transaction_state` is lost mid-transaction: the coordinator's next write fails
+    retriably (NOT_COORDINATOR or COORDINATOR_NOT_AVAILABLE, as Kafka's on a moved partition) and drops the
+    partition, the retry loads it from the new leader, and the commit's markers carry the new leader epoch as the
+    coordinator epoch (Kafka's `onElection`); the transaction ends committed on every partition."""
+    coordinator = three_nodes.transaction_coordinator
+    init = coordinator.init_producer_id(TXN_ID, TIMEOUT_MS)
+    pid, epoch = init.producer_id, init.producer_epoch
+    assert coordinator.add_partitions(TXN_ID, pid, epoch, [(TOPIC, 0), (TOPIC, 1)]) == TxnError.NONE
+    produce_transactional(three_nodes, 0, pid, epoch, 0)
+    produce_transactional(three_nodes, 1, pid, epoch, 0)
+    lost = three_nodes.controller.partition_state(TRANSACTION_STATE_TOPIC, 0).leader
+    three_nodes.lose_node(lost)
+    new_state = three_nodes.controller.partition_state(TRANSACTION_STATE_TOPIC, 0)
+    assert new_state.leader != lost and new_state.leader_epoch == 1
+    answers = until_answered(lambda: coordinator.end_transaction(TXN_ID, pid, epoch, commit=True))
+    assert answers[-1] == TxnError.NONE and len(answers) >= 2, answers
+    for partition in (0, 1):
+        leader = three_nodes.controller.partition_state(TOPIC, partition).leader
+        assert replica_markers(three_nodes, leader, partition) == [(ControlRecordType.COMMIT, 1)]
+        log = three_nodes.leader(TOPIC, partition).log
+        assert log.last_stable_offset == log.log_end_offset
+    described = coordinator.describe(TXN_ID)
+    assert described is not None and described.state == "CompleteCommit"
+
+
+def test_a_marker_not_replicated_to_min_insync_replicas_keeps_the_transaction_prepared(
+    three_nodes: InProcessBroker,
+) -> None:
+    """A partition whose ISR is below its `min.insync.replicas` refuses the marker (NOT_ENOUGH_REPLICAS, as Kafka's
+    acks=-1 marker append): the transaction stays PrepareCommit, its id answers CONCURRENT_TRANSACTIONS, and the
+    marker retries complete it once the replica is back in sync."""
+    controller = three_nodes.controller
+    controller.create_topic("strict", 1, {"min.insync.replicas": "3"}, replication_factor=3)
+    coordinator = three_nodes.transaction_coordinator
+    init = coordinator.init_producer_id(TXN_ID, TIMEOUT_MS)
+    pid, epoch = init.producer_id, init.producer_epoch
+    assert coordinator.add_partitions(TXN_ID, pid, epoch, [("strict", 0)]) == TxnError.NONE
+    leaders = {controller.partition_state(topic, 0).leader for topic in ("strict", TRANSACTION_STATE_TOPIC)}
+    follower = next(node for node in sorted(three_nodes.nodes) if node not in leaders)
+    three_nodes.lose_node(follower)
+    assert coordinator.end_transaction(TXN_ID, pid, epoch, commit=True) == TxnError.NONE
+    assert statuses(three_nodes)[-1] == 2
+    assert coordinator.add_partitions(TXN_ID, pid, epoch, [("strict", 0)]) == TxnError.CONCURRENT_TRANSACTIONS
+    three_nodes.restart_node(follower)
+    deadline = time.monotonic() + REPLICATED_DEADLINE_S
+    while len(controller.partition_state("strict", 0).isr) < 3:
+        assert time.monotonic() < deadline, "the returning replica never rejoined the ISR"
+        time.sleep(0.02)
+    assert coordinator.send_pending_markers() == 0
+    assert statuses(three_nodes)[-1] == 4
+    leader = controller.partition_state("strict", 0).leader
+    markers_there = [
+        batch.end_transaction_marker()
+        for batch in replica_batches(three_nodes, leader, "strict", 0)
+        if batch.is_control
+    ]
+    assert [marker.control_type for marker in markers_there if marker is not None] == [ControlRecordType.COMMIT]
+
+
+class _Later:
+    """A `completions` seam that keeps each completion until the test runs it."""
+
+    def __init__(self) -> None:
+        self.tasks: list[Callable[[], None]] = []
+
+    def __call__(self, task: Callable[[], None]) -> None:
+        self.tasks.append(task)
+
+    def run(self) -> None:
+        while self.tasks:
+            self.tasks.pop(0)()
+
+
+def coordinator_with(broker: InProcessBroker, completions: Callable[[Callable[[], None]], object]) -> Any:
+    return TransactionCoordinator(
+        broker.config.transaction_config,
+        clock=broker.clock,
+        controller=broker.controller,
+        find_partition=lambda partition: broker.leader(TRANSACTION_STATE_TOPIC, partition),
+        allocate_producer_id=broker.controller.allocate_producer_id,
+        markers=InProcessMarkers(broker),
+        completions=completions,
+        completion_wait_s=0.01,
+    )
+
+
+def test_with_a_completions_seam_end_txn_answers_once_prepare_is_durable_and_the_id_waits_for_the_markers(
+    broker: InProcessBroker,
+) -> None:
+    """Kafka's EndTxn answer: NONE once PrepareCommit is written, the markers and CompleteCommit after; meanwhile
+    the id's calls answer CONCURRENT_TRANSACTIONS (once the short wait for the completion ran out)."""
+    later = _Later()
+    coordinator = coordinator_with(broker, later)
+    init = coordinator.init_producer_id(TXN_ID, TIMEOUT_MS)
+    pid, epoch = init.producer_id, init.producer_epoch
+    assert coordinator.add_partitions(TXN_ID, pid, epoch, [(TOPIC, 0)]) == TxnError.NONE
+    produce_transactional(broker, 0, pid, epoch, 0)
+    assert coordinator.end_transaction(TXN_ID, pid, epoch, commit=True) == TxnError.NONE
+    assert statuses(broker)[-1] == 2 and markers(broker, 0) == [] and len(later.tasks) == 1
+    assert coordinator.add_partitions(TXN_ID, pid, epoch, [(TOPIC, 1)]) == TxnError.CONCURRENT_TRANSACTIONS
+    assert coordinator.end_transaction(TXN_ID, pid, epoch, commit=True) == TxnError.CONCURRENT_TRANSACTIONS
+    assert coordinator.init_producer_id(TXN_ID, TIMEOUT_MS).error == TxnError.CONCURRENT_TRANSACTIONS
+    assert coordinator.send_pending_markers() == 0 and markers(broker, 0) == []
+    later.run()
+    assert markers(broker, 0) == [(ControlRecordType.COMMIT, pid, epoch)] and statuses(broker)[-1] == 4
+    assert coordinator.end_transaction(TXN_ID, pid, epoch, commit=True) == TxnError.NONE
+    assert coordinator.add_partitions(TXN_ID, pid, epoch, [(TOPIC, 1)]) == TxnError.NONE
+
+
+def test_a_call_arriving_while_the_completion_runs_waits_for_it_rather_than_answering_concurrent(
+    broker: InProcessBroker,
+) -> None:
+    """The next transaction's AddPartitionsToTxn, sent as soon as the commit is answered, waits for the markers
+    written on another thread (librdkafka would back off 20 ms on CONCURRENT_TRANSACTIONS)."""
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        started = threading.Event()
+
+        def slowly(task: Callable[[], None]) -> object:
+            def run() -> None:
+                started.set()
+                time.sleep(0.005)
+                task()
+
+            return pool.submit(run)
+
+        coordinator = coordinator_with(broker, slowly)
+        init = coordinator.init_producer_id(TXN_ID, TIMEOUT_MS)
+        pid, epoch = init.producer_id, init.producer_epoch
+        for _ in range(3):
+            assert coordinator.add_partitions(TXN_ID, pid, epoch, [(TOPIC, 0)]) == TxnError.NONE
+            assert coordinator.end_transaction(TXN_ID, pid, epoch, commit=True) == TxnError.NONE
+            assert started.wait(5)
+            started.clear()
+    assert statuses(broker) == [0, 1, 2, 4, 1, 2, 4, 1, 2, 4]
+
+
+def test_a_coordinator_loading_from_a_leader_just_elected_loads_the_last_state_it_acknowledged(
+    three_nodes: InProcessBroker,
+) -> None:
+    """The state leader is lost right after an Ongoing state was acknowledged: the new leader has it, though its
+    followers learn that it is replicated only at their next fetch. A coordinator loading from it gets that state
+    (while the new leader's high watermark lags its log end it is told COORDINATOR_LOAD_IN_PROGRESS, see
+    `test_offsets_topic`, rather than load the state before): the transaction keeps both its partitions, and its
+    commit marks both."""
+    coordinator = three_nodes.transaction_coordinator
+    init = coordinator.init_producer_id(TXN_ID, TIMEOUT_MS)
+    pid, epoch = init.producer_id, init.producer_epoch
+    assert coordinator.add_partitions(TXN_ID, pid, epoch, [(TOPIC, 0)]) == TxnError.NONE
+    produce_transactional(three_nodes, 0, pid, epoch, 0)
+    assert coordinator.add_partitions(TXN_ID, pid, epoch, [(TOPIC, 0), (TOPIC, 1)]) == TxnError.NONE
+    three_nodes.lose_node(three_nodes.controller.partition_state(TRANSACTION_STATE_TOPIC, 0).leader)
+    three_nodes.forget_transaction_coordinator()
+    moved = three_nodes.transaction_coordinator
+    described = until_answered(lambda: moved.describe(TXN_ID))[-1]
+    assert isinstance(described, TransactionDescription)
+    assert (described.state, described.partitions) == ("Ongoing", ((TOPIC, 0), (TOPIC, 1)))
+    assert until_answered(lambda: moved.end_transaction(TXN_ID, pid, epoch, commit=True))[-1] == TxnError.NONE
+    for partition in (0, 1):
+        leader = three_nodes.controller.partition_state(TOPIC, partition).leader
+        assert [kind for kind, _ in replica_markers(three_nodes, leader, partition)] == [ControlRecordType.COMMIT]

@@ -25,6 +25,7 @@ from cluster.protocol.handlers.transactions import (
     DESCRIBE_TRANSACTIONS_KEY,
     END_TXN_KEY,
     LIST_TRANSACTIONS_KEY,
+    TOPIC_CACHE_MS,
     TXN_OFFSET_COMMIT_KEY,
     WRITE_TXN_MARKERS_KEY,
     AddOffsetsToTxnHandler,
@@ -468,3 +469,42 @@ def test_describe_producers_shows_each_partitions_open_transactions(
     }
     refused = ask(DescribeProducersHandler(view, access_with(security)), DESCRIBE_PRODUCERS_KEY, values, 0)
     assert refused.topics[0].partitions[1].error_code == ErrorCode.topic_authorization_failed
+
+
+class _CountedTopics:
+    """`view` with its `topics` calls counted (each one asks the controller on Ray)."""
+
+    def __init__(self, view: LocalBrokerView) -> None:
+        self._view = view
+        self.calls = 0
+
+    async def topics(self) -> Any:
+        self.calls += 1
+        return await self._view.topics()
+
+
+def test_add_partitions_trusts_partition_counts_it_found_for_a_second_as_a_brokers_metadata_cache(
+    view: LocalBrokerView, transactions: LocalTransactionView
+) -> None:
+    """Kafka's brokers check AddPartitionsToTxn's topics in their metadata cache; here a count found is trusted
+    for `TOPIC_CACHE_MS`, and a partition above it, or the time passing, asks again."""
+    from storage.clock import MockClock
+
+    producer = init(view, transactions)
+    counted, clock = _CountedTopics(view), MockClock()
+    handler = AddPartitionsToTxnHandler(counted, transactions, clock=clock)  # type: ignore[arg-type]
+
+    def add(partition: int) -> ErrorCode:
+        values = {
+            "v3_and_below_transactional_id": TXN,
+            "v3_and_below_producer_id": producer[0],
+            "v3_and_below_producer_epoch": producer[1],
+            "v3_and_below_topics": [{"name": TOPIC, "partitions": [partition]}],
+        }
+        found = ask(handler, ADD_PARTITIONS_TO_TXN_KEY, values, 3)
+        return found.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code
+
+    assert (add(0), add(1), counted.calls) == (ErrorCode.none, ErrorCode.none, 1)
+    assert (add(2), counted.calls) == (ErrorCode.unknown_topic_or_partition, 2)
+    clock.sleep(TOPIC_CACHE_MS)
+    assert (add(0), counted.calls) == (ErrorCode.none, 3)
