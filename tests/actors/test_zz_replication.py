@@ -714,6 +714,12 @@ def open_transactions() -> list[str] | None:
     return [t.transactional_id for t in listed if t.state in OPEN]
 
 
+def high_watermark(topic: str, partition: int) -> int:
+    """The high watermark of the partition's current leader."""
+    leader = states(topic)[partition].leader
+    return int(call(replica_actor(topic, partition, leader).offsets.remote())[1])
+
+
 def last_stable_offset(topic: str, partition: int) -> int:
     leader = states(topic)[partition].leader
     answer = call(replica_actor(topic, partition, leader).list_offset.remote(-1, "txn_committed"))
