@@ -335,10 +335,13 @@ def test_killed_partition_actor_recovers_every_acknowledged_append(broker: tuple
     pid_before = call(handle.state.remote()).pid
     acknowledged: list[tuple[int, list[Rec]]] = []
     retries = 0
+    restarted = threading.Event()
 
     def produce() -> None:
         nonlocal retries
         for sequence in range(0, 400, 4):
+            if sequence == 360:
+                restarted.wait(60)  # the kill is asynchronous: the last batches wait until it has landed
             batch = make_records(f"s{sequence}", 4)
             data = batch_bytes(batch, producer_id=producer_id, producer_epoch=0, base_sequence=sequence)
             while True:
@@ -354,6 +357,8 @@ def test_killed_partition_actor_recovers_every_acknowledged_append(broker: tuple
     writer.start()
     wait_for(lambda: len(acknowledged) >= 25, what="appends before the kill")
     ray.kill(handle, no_restart=False)
+    wait_for(lambda: restarts(handle) == 1, what="the partition actor's restart")
+    restarted.set()
     writer.join(120)
     assert not writer.is_alive()
     assert len(acknowledged) == 100, f"{retries} retries"
