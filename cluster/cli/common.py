@@ -8,8 +8,11 @@ says which cluster that picks without it) and ends its `--help` with the exit co
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -34,6 +37,22 @@ BROKER_EPILOG = (
     "Exit codes: 0 ok; 1 broker error (no cluster or broker, unknown topic or partition, invalid topic name or "
     "config), one line on stderr; 2 usage error; 130 interrupted (Ctrl-C)."
 )
+
+
+@contextlib.contextmanager
+def set_on_interrupt(interrupted: threading.Event) -> Iterator[None]:
+    """Ctrl-C sets `interrupted` while the block runs, instead of raising `KeyboardInterrupt` wherever the main
+    thread is: inside a Ray or py4j call the exception can be swallowed or leave the call's state half changed, and
+    the command then neither stops nor cleans up. A command's loop checks the event and stops itself. Off the main
+    thread (where Python cannot install a handler) the block runs unchanged."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, lambda _signum, _frame: interrupted.set())
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def print_error(message: str) -> None:

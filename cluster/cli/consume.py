@@ -10,12 +10,21 @@ from __future__ import annotations
 
 import argparse
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from cluster.cli.common import EXIT_OK, UsageError, add_command, connect, non_negative_int, positive_int
+from cluster.cli.common import (
+    EXIT_OK,
+    UsageError,
+    add_command,
+    connect,
+    non_negative_int,
+    positive_int,
+    set_on_interrupt,
+)
 from storage.records.record_batch import TimestampType
 
 if TYPE_CHECKING:
@@ -150,16 +159,15 @@ def run_consume(args: argparse.Namespace) -> int:
         print(layout.render(record))
         printed += 1
 
-    interrupted = False
+    interrupted = threading.Event()
     try:
-        _assign(consumer, args)
-        _poll_until_done(consumer, write, args.max_messages, args.timeout_ms)
-    except KeyboardInterrupt:
-        interrupted = True
+        with set_on_interrupt(interrupted):
+            _assign(consumer, args)
+            _poll_until_done(consumer, write, args.max_messages, args.timeout_ms, interrupted)
     finally:
         consumer.close()
     print(f"Processed a total of {printed} messages", file=sys.stderr)
-    if interrupted:
+    if interrupted.is_set():
         raise KeyboardInterrupt
     return EXIT_OK
 
@@ -180,12 +188,17 @@ def _assign(consumer: Consumer, args: argparse.Namespace) -> None:
 
 
 def _poll_until_done(
-    consumer: Consumer, write: Callable[[ConsumerRecord], None], max_messages: int | None, timeout_ms: int | None
+    consumer: Consumer,
+    write: Callable[[ConsumerRecord], None],
+    max_messages: int | None,
+    timeout_ms: int | None,
+    interrupted: threading.Event,
 ) -> None:
-    """Polls until `max_messages` are written or, with `timeout_ms`, nothing came for that long."""
+    """Polls until `max_messages` are written, with `timeout_ms` nothing came for that long, or `interrupted` is set
+    (checked between polls, so Ctrl-C ends the command within one poll's wait)."""
     written = 0
     idle_since = time.monotonic()
-    while max_messages is None or written < max_messages:
+    while (max_messages is None or written < max_messages) and not interrupted.is_set():
         wait_ms = POLL_TIMEOUT_MS
         if timeout_ms is not None:
             remaining_ms = timeout_ms - (time.monotonic() - idle_since) * 1000

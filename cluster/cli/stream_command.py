@@ -21,13 +21,10 @@ broker commands' errors; no traceback. Spark (and Ray) are imported when the com
 from __future__ import annotations
 
 import argparse
-import contextlib
-import signal
 import threading
-from collections.abc import Iterator
 from typing import Any
 
-from cluster.cli.common import EXIT_OK, add_command, connect, first_line, positive_int
+from cluster.cli.common import EXIT_OK, add_command, connect, first_line, positive_int, set_on_interrupt
 from storage.errors import InvalidRequestError
 
 DEFAULT_TRIGGER_INTERVAL_MS = 5000
@@ -126,7 +123,10 @@ def run_stream(args: argparse.Namespace) -> int:
             )
         except PySparkException as exc:
             raise InvalidRequestError(f"SQL: {first_line(str(exc))}") from None
-        with _set_on_interrupt(interrupted):
+        # pyspark's own SIGINT handler cancels Spark's jobs through py4j, and when the signal lands while the main
+        # thread waits on a py4j call (as `awaitTermination` does) that second call fails ("reentrant call"): the
+        # loop below stops the query itself instead.
+        with set_on_interrupt(interrupted):
             while query.isActive and not interrupted.is_set():
                 if args.max_triggers is not None and batches >= args.max_triggers:
                     break
@@ -142,19 +142,3 @@ def run_stream(args: argparse.Namespace) -> int:
     if interrupted.is_set():
         raise KeyboardInterrupt
     return EXIT_OK
-
-
-@contextlib.contextmanager
-def _set_on_interrupt(interrupted: threading.Event) -> Iterator[None]:
-    """Ctrl-C sets `interrupted` while the block runs, instead of raising `KeyboardInterrupt` wherever the main
-    thread is. pyspark's own SIGINT handler cancels Spark's jobs through py4j, and when the signal lands while the
-    main thread waits on a py4j call (as `awaitTermination` does) that second call fails ("reentrant call"): the
-    command ended with a py4j error and tracebacks. With the event, the loop stops the query itself."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGINT, lambda _signum, _frame: interrupted.set())
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
