@@ -13,14 +13,16 @@ state is durable).
 The plain coordinator is made on the first call, as Kafka creates `__transaction_state` on the first
 FindCoordinator for a transactional id: a cluster whose clients never use transactions never pays for the topic's
 partitions. It runs on the node leading `__transaction_state`'s partition 0 (`actors.clients.broker.
-transaction_coordinator`): Ray restarts it there if its process dies, and the next caller starts it again beside
-the partition's new leader if its node is lost; either way the new one loads the states again and completes every
-PrepareCommit/PrepareAbort it finds.
+transaction_coordinator`): Ray restarts it there if its process dies, and the restarted actor makes the plain
+coordinator at once, so it loads the states, completes every PrepareCommit/PrepareAbort it finds and aborts the
+transactions that time out, whether or not a client calls it. If its node is lost, the next caller starts it again
+beside the partition's new leader, which does the same.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import logging
 import threading
 from collections.abc import Collection, Iterable
 from typing import Any
@@ -42,6 +44,8 @@ from storage.errors import RaybrokerError
 from storage.logdir.scheduler import Scheduler
 from storage.records.layout import ControlRecordType
 from storage.topic_partition import TopicPartition
+
+logger = logging.getLogger(__name__)
 
 # How often the periodic work is looked at; each task runs at its own period (10 s, 1 h by default).
 TICK_S = 1.0
@@ -107,7 +111,17 @@ class TransactionCoordinatorActor:
         threading.Thread(target=self._tick, name="transaction-coordinator-tasks", daemon=True).start()
 
     def _tick(self) -> None:
+        """Makes the coordinator as soon as the actor runs, then runs its periodic work (loading its states first).
+        A coordinator Ray restarted after its process died thus loads and aborts the timed-out transactions of
+        producers that died with it, which nobody else would call it for."""
+        made = False
         while not self._stopped.wait(TICK_S):
+            if not made:
+                try:
+                    made = self._made is not None
+                except RaybrokerError as exc:
+                    logger.warning("transaction coordinator not started yet: %s", exc)
+                    continue
             self._scheduler.run_due()
 
     @property

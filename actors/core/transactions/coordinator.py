@@ -539,11 +539,13 @@ class TransactionCoordinator:
             ]
 
     def schedule(self, scheduler: Scheduler) -> None:
-        """Registers the coordinator's periodic work on `scheduler`: marker retries and timed-out aborts every
-        `transaction.abort.timed.out.transaction.cleanup.interval.ms`, expiry every
-        `transaction.remove.expired.transaction.cleanup.interval.ms`."""
+        """Registers the coordinator's periodic work on `scheduler`: loading the `__transaction_state` partitions at
+        once and then any not reachable before (a transaction is timed out only once its partition is loaded), marker
+        retries and timed-out aborts every `transaction.abort.timed.out.transaction.cleanup.interval.ms`, expiry
+        every `transaction.remove.expired.transaction.cleanup.interval.ms`."""
         abort_ms = self._config.transaction_abort_timed_out_transaction_cleanup_interval_ms
         expire_ms = self._config.transaction_remove_expired_transaction_cleanup_interval_ms
+        scheduler.schedule("transaction-state-loads", self.ready, 0, abort_ms)
         scheduler.schedule("transaction-marker-retries", self.send_pending_markers, abort_ms, abort_ms)
         scheduler.schedule("transaction-timeouts", self.abort_timed_out_transactions, abort_ms, abort_ms)
         scheduler.schedule("transactional-id-expiry", self.expire_transactional_ids, expire_ms, expire_ms)

@@ -8,8 +8,9 @@ The oracle is Kafka's documented outcome, read where it lands: each partition's 
 transactional batches of the producer's id and epoch followed by one COMMIT or ABORT marker, an aborted transaction
 is in the partition's `.txnindex`, the last stable offset reaches the log end once the markers are written, the
 transaction's offsets are committed only with its COMMIT, and `__transaction_state` ends in CompleteCommit or
-CompleteAbort. A read_uncommitted consumer sees every data record, never the markers. The last test runs the same
-producer against the Ray broker (marker `ray`): the coordinator actor, partition actors writing the markers.
+CompleteAbort. A read_uncommitted consumer sees every data record, never the markers. The last two tests run on the
+Ray broker (marker `ray`): the same producer against the coordinator actor and partition actors writing the markers,
+and a transaction left open when the coordinator's process was killed, aborted by its restart.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+import ray
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from kafka import KafkaProducer
 
@@ -292,3 +294,45 @@ def test_confluent_transactions_on_the_ray_broker_and_the_transactions_command(
         ]
         assert main(["transactions", "--describe", "--transactional-id", "unknown"]) == EXIT_DATA_ERROR
         assert main(["transactions", "--describe"]) == EXIT_USAGE
+
+
+@pytest.mark.ray
+def test_a_transaction_whose_producer_went_silent_is_aborted_by_a_restarted_coordinator_at_its_timeout(
+    start_test_broker: Callable[..., tuple[Any, Any]],
+) -> None:
+    """A confluent producer begins a transaction, writes one record and goes silent; the coordinator's process is
+    killed and Ray restarts it. No client calls the new coordinator, yet it loads the Ongoing transaction and aborts
+    it once its `transaction.timeout.ms` has passed, as Kafka's does after a coordinator moves: the ABORT marker
+    follows the record and the partition's last stable offset reaches its end, so read_committed readers go on."""
+    broker, _ = start_test_broker(
+        transaction_abort_timed_out_transaction_cleanup_interval_ms="500", transaction_state_log_num_partitions="2"
+    )
+    with start_listener({"listeners": "PLAINTEXT://127.0.0.1:0"}) as ray_listener:
+        call(broker.controller.create_topic.remote("silent", 1))
+        producer = Producer(
+            {
+                "bootstrap.servers": ray_listener.bootstrap_servers,
+                "transactional.id": "silent-writer",
+                "transaction.timeout.ms": "3000",
+            }
+        )
+        producer.init_transactions(DEADLINE_S)
+        producer.begin_transaction()
+        producer.produce("silent", value=b"left open", partition=0)
+        assert producer.flush(DEADLINE_S) == 0
+        partition = broker.partition("silent", 0)
+        state = call(partition.state.remote())
+        assert (state.last_stable_offset, state.log_end_offset) == (0, 1)
+        coordinator = get_actor(transaction_coordinator_name())
+        ray.kill(coordinator, no_restart=False)
+        deadline = time.monotonic() + 60
+        while call(partition.state.remote()).last_stable_offset != 2:
+            assert time.monotonic() < deadline, "the open transaction was not aborted"
+            time.sleep(0.2)
+        kinds = []
+        for batch in iter_batches(call(partition.read.remote(0, 1 << 20))):
+            marker = batch.end_transaction_marker() if batch.is_control else None
+            kinds.append("data" if marker is None else marker.control_type.name)
+        assert kinds == ["data", "ABORT"]
+        assert call(coordinator.describe.remote("silent-writer")).state == "CompleteAbort"
+        del producer
