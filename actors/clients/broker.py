@@ -37,11 +37,11 @@ from actors.options import (
     log_manager_name,
     log_manager_options,
     transaction_coordinator_name,
-    transaction_coordinator_options,
 )
 from actors.partition_lookup import partition_actor
 from actors.server.group_coordinator import RayTopicAdmin
-from actors.server.remote import Controller, GroupCoordinator, LogManager, TransactionCoordinator
+from actors.server.remote import Controller, GroupCoordinator, LogManager
+from actors.server.transaction_coordinator import start_transaction_coordinator
 from storage.arguments import is_int
 from storage.config.broker_config import BrokerConfig
 from storage.config.transaction_config import TransactionConfig
@@ -93,12 +93,14 @@ def transaction_coordinator(config: TransactionConfig) -> Any:
     state = call(ctrl.partition_state.remote(TRANSACTION_STATE_TOPIC, 0))
     if state.offline:
         raise BrokerNotAvailableError(f"{TRANSACTION_STATE_TOPIC}-0 has no leader: no transaction coordinator now")
-    return TransactionCoordinator.options(**transaction_coordinator_options(state.leader)).remote(config)
+    return start_transaction_coordinator(state.leader, config)
 
 
 def stop_broker() -> dict[str, int]:
     """Clean shutdown of every node's broker, then the controller. Returns final log end offsets."""
     ctrl = controller()
+    # First, so that the controller starts no transaction coordinator behind the one stopped below.
+    call(ctrl.prepare_shutdown.remote())
     # First, so that no Kafka client reaches a partition while it closes.
     stop_kafka_listeners()
     # First, so that no commit, state or marker is appended while the partitions close.

@@ -13,6 +13,10 @@ see that module for what it owns and guarantees. This actor gives it its Ray sea
   deletes their committed offsets before DeleteTopics answers;
 - node liveness: a monitor thread reads `ray.nodes()` every `MONITOR_INTERVAL_S` and hands the live node ids to
   `Controller.check_brokers` (which also runs the preferred-leader rebalance when due);
+- the transaction coordinator: once `__transaction_state` exists, the monitor starts the coordinator actor beside
+  its partition 0's leader whenever none runs (`COORDINATOR_CHECK_S`), as Kafka's coordinator moves with that
+  leadership: a coordinator lost with its node must abort the transactions of producers lost with it too, which no
+  client would call it for. `prepare_shutdown` stops this before the broker's actors are stopped;
 - the wall clock;
 - metrics: the process's recorder, exported to Ray (`actors.metrics`), which counts the ISR changes the controller
   persists; the actor also publishes the cluster's gauges from the controller's states (offline and
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
@@ -32,24 +37,27 @@ import ray
 
 from actors.calls import RayPending, call, get_actor
 from actors.core.controller.controller import Controller
-from actors.core.controller.topic_metadata import AdvertisedListener, TopicMetadata
+from actors.core.controller.topic_metadata import TRANSACTION_STATE_TOPIC, AdvertisedListener, TopicMetadata
 from actors.core.replication.leader_and_isr import LeaderAndIsr
 from actors.core.security.acls import AclBinding, AclBindingFilter
 from actors.core.security.scram import ScramCredential
 from actors.metrics.cluster_view import ClusterGaugePublisher
 from actors.metrics.ray_export import exported_metrics
-from actors.options import group_coordinator_name, log_manager_name
+from actors.options import NAMESPACE, group_coordinator_name, log_manager_name, transaction_coordinator_name
 from actors.partition_lookup import replica_actor
+from actors.server.transaction_coordinator import start_transaction_coordinator
 from storage.clock import SYSTEM_CLOCK
 from storage.config.broker_config import BrokerConfig
 from storage.config.transaction_config import TransactionConfig
-from storage.errors import BrokerNotAvailableError
+from storage.errors import BrokerNotAvailableError, UnknownTopicOrPartitionError
 
 logger = logging.getLogger(__name__)
 
 # How often the monitor thread looks for brokers whose Ray node died: Ray's own health checks decide when a node
 # is dead, this only bounds how late the controller learns of it.
 MONITOR_INTERVAL_S = 0.2
+# How often the monitor looks for a missing transaction coordinator (a name-service call to Ray's GCS).
+COORDINATOR_CHECK_S = 2.0
 
 
 class RayNodeBroker:
@@ -94,16 +102,48 @@ class ControllerActor:
             topic_deleted=_tell_group_coordinator,
         )
         self._stopping = threading.Event()
+        self._keeper_lock = threading.Lock()
+        self._shutting_down = False
         self._monitor = threading.Thread(target=self._run_monitor, name="controller-monitor", daemon=True)
         self._monitor.start()
         self._gauges = ClusterGaugePublisher(metrics, self._controller.partition_states)
 
     def _run_monitor(self) -> None:
+        next_coordinator_check = time.monotonic()
         while not self._stopping.wait(MONITOR_INTERVAL_S):
             try:
                 self._controller.check_brokers({node["NodeID"] for node in ray.nodes() if node["Alive"]})
+                if time.monotonic() >= next_coordinator_check:
+                    next_coordinator_check = time.monotonic() + COORDINATOR_CHECK_S
+                    self._keep_transaction_coordinator()
             except Exception:
                 logger.exception("controller monitor pass failed")
+
+    def _keep_transaction_coordinator(self) -> None:
+        """Starts the transaction coordinator on the node leading `__transaction_state`'s partition 0 if that topic
+        exists, the partition has a leader and no coordinator actor runs (see the module docstring)."""
+        with self._keeper_lock:
+            if not self._shutting_down:
+                self._start_missing_transaction_coordinator()
+
+    def _start_missing_transaction_coordinator(self) -> None:
+        try:
+            state = self._controller.partition_state(TRANSACTION_STATE_TOPIC, 0)
+        except UnknownTopicOrPartitionError:
+            return
+        if state.offline:
+            return
+        try:
+            ray.get_actor(transaction_coordinator_name(), namespace=NAMESPACE)
+        except ValueError:
+            logger.info("no transaction coordinator runs: starting one on node %s", state.leader)
+            start_transaction_coordinator(state.leader, self._controller.config.transaction_config)
+
+    def prepare_shutdown(self) -> None:
+        """Starts no transaction coordinator any more: `stop_broker` stops the coordinator next. Returns once a
+        start under way has finished, so none begins after the coordinator is stopped."""
+        with self._keeper_lock:
+            self._shutting_down = True
 
     # --- brokers and listeners -------------------------------------------------------------------
 

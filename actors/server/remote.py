@@ -1,5 +1,6 @@
-"""The broker's service actors as Ray actors (`ray.remote`): controller, log manager, group coordinator,
-transaction coordinator.
+"""The broker's service actors as Ray actors (`ray.remote`): controller, log manager, group coordinator (the
+transaction coordinator is wrapped in its own module, `actors.server.transaction_coordinator`, as the controller
+starts it too).
 
 Each class is ordinary Python wrapped here once, with its concurrency groups; `start_broker`
 (`actors.clients.broker`) creates them, with the options of `actors.options`. The actors are tested on a
@@ -16,7 +17,6 @@ from actors.options import LOG_MANAGER_CONCURRENCY_GROUPS
 from actors.server.controller import ControllerActor
 from actors.server.group_coordinator import GroupCoordinatorActor
 from actors.server.log_manager import LogManagerActor
-from actors.server.transaction_coordinator import TransactionCoordinatorActor
 
 # `concurrency_groups` is a documented `ray.remote` option that Ray's type stubs omit.
 LogManager = ray.remote(concurrency_groups=LOG_MANAGER_CONCURRENCY_GROUPS)(  # type: ignore[call-overload]
@@ -24,4 +24,3 @@ LogManager = ray.remote(concurrency_groups=LOG_MANAGER_CONCURRENCY_GROUPS)(  # t
 )
 Controller = ray.remote(ControllerActor)
 GroupCoordinator = ray.remote(GroupCoordinatorActor)
-TransactionCoordinator = ray.remote(TransactionCoordinatorActor)

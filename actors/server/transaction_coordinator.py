@@ -27,6 +27,8 @@ import threading
 from collections.abc import Collection, Iterable
 from typing import Any
 
+import ray
+
 from actors.calls import call, controller, get_actor
 from actors.core.controller.topic_metadata import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 from actors.core.transactions.coordinator import (
@@ -35,7 +37,7 @@ from actors.core.transactions.coordinator import (
     TransactionDescription,
 )
 from actors.core.transactions.transaction_metadata import TxnError
-from actors.options import group_coordinator_name
+from actors.options import group_coordinator_name, transaction_coordinator_options
 from actors.partition_lookup import leader_replica
 from actors.server.group_coordinator import RayInternalPartition, RayTopicAdmin
 from storage.clock import SYSTEM_CLOCK
@@ -188,3 +190,14 @@ class TransactionCoordinatorActor:
         finish first."""
         self._stopped.set()
         self._completions.shutdown(wait=True)
+
+
+# Wrapped here, not in `actors.server.remote` with the other service actors: the controller's monitor starts the
+# coordinator too (`start_transaction_coordinator`), and `remote` imports the controller.
+RemoteTransactionCoordinator = ray.remote(TransactionCoordinatorActor)
+
+
+def start_transaction_coordinator(node_id: str, config: TransactionConfig) -> Any:
+    """The transaction coordinator actor, started with `config` on `node_id` (the node leading
+    `__transaction_state`'s partition 0) unless one runs already: then that one's handle."""
+    return RemoteTransactionCoordinator.options(**transaction_coordinator_options(node_id)).remote(config)

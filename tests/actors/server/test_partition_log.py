@@ -8,6 +8,7 @@ import struct
 from pathlib import Path
 
 import pytest
+import ray
 
 from actors.metrics.names import (
     BYTES_IN,
@@ -489,7 +490,9 @@ def test_same_node_readers_learn_each_change_its_leader_epoch_and_the_close_with
     assert reader is not None
     published = reader.read()
     assert published is not None and (published.high_watermark, published.leader_epoch) == (3, 0)
-    actor.update_replication(LeaderAndIsr("view", 0, "", 4, ("",), ("",)))
+    # The actor's node: "" outside Ray, Ray's node id when an earlier test of the session started Ray.
+    node = ray.get_runtime_context().get_node_id() if ray.is_initialized() else ""
+    actor.update_replication(LeaderAndIsr("view", 0, node, 4, (node,), (node,)))
     assert receiver.recv(512) == b"view-0"
     published = reader.read()
     assert published is not None and published.leader_epoch == 4

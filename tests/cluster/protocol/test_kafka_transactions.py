@@ -10,7 +10,7 @@ is in the partition's `.txnindex`, the last stable offset reaches the log end on
 transaction's offsets are committed only with its COMMIT, and `__transaction_state` ends in CompleteCommit or
 CompleteAbort. A read_uncommitted consumer sees every data record, never the markers. The last two tests run on the
 Ray broker (marker `ray`): the same producer against the coordinator actor and partition actors writing the markers,
-and a transaction left open when the coordinator's process was killed, aborted by its restart.
+and a transaction left open when the coordinator's actor was killed, aborted by its successor.
 """
 
 from __future__ import annotations
@@ -297,11 +297,13 @@ def test_confluent_transactions_on_the_ray_broker_and_the_transactions_command(
 
 
 @pytest.mark.ray
-def test_a_transaction_whose_producer_went_silent_is_aborted_by_a_restarted_coordinator_at_its_timeout(
-    start_test_broker: Callable[..., tuple[Any, Any]],
+@pytest.mark.parametrize("restarted_by", ["ray", "controller"])
+def test_a_transaction_whose_producer_went_silent_is_aborted_by_a_new_coordinator_at_its_timeout(
+    start_test_broker: Callable[..., tuple[Any, Any]], restarted_by: str
 ) -> None:
-    """A confluent producer begins a transaction, writes one record and goes silent; the coordinator's process is
-    killed and Ray restarts it. No client calls the new coordinator, yet it loads the Ongoing transaction and aborts
+    """A confluent producer begins a transaction, writes one record and goes silent; the coordinator's actor is
+    killed, and either Ray restarts it in place (its process died) or, killed for good as when its node is lost, the
+    controller starts a new one. No client calls the new coordinator, yet it loads the Ongoing transaction and aborts
     it once its `transaction.timeout.ms` has passed, as Kafka's does after a coordinator moves: the ABORT marker
     follows the record and the partition's last stable offset reaches its end, so read_committed readers go on."""
     broker, _ = start_test_broker(
@@ -324,7 +326,7 @@ def test_a_transaction_whose_producer_went_silent_is_aborted_by_a_restarted_coor
         state = call(partition.state.remote())
         assert (state.last_stable_offset, state.log_end_offset) == (0, 1)
         coordinator = get_actor(transaction_coordinator_name())
-        ray.kill(coordinator, no_restart=False)
+        ray.kill(coordinator, no_restart=restarted_by == "controller")
         deadline = time.monotonic() + 60
         while call(partition.state.remote()).last_stable_offset != 2:
             assert time.monotonic() < deadline, "the open transaction was not aborted"
@@ -334,5 +336,6 @@ def test_a_transaction_whose_producer_went_silent_is_aborted_by_a_restarted_coor
             marker = batch.end_transaction_marker() if batch.is_control else None
             kinds.append("data" if marker is None else marker.control_type.name)
         assert kinds == ["data", "ABORT"]
+        coordinator = get_actor(transaction_coordinator_name())
         assert call(coordinator.describe.remote("silent-writer")).state == "CompleteAbort"
         del producer
