@@ -132,8 +132,9 @@ class ThreeNodes:
 
 
 @contextlib.contextmanager
-def three_nodes(ctx: BenchContext) -> Any:
-    """A head and two workers, a broker on each (see the module docstring), shut down and reaped on exit."""
+def three_nodes(ctx: BenchContext, system_config: dict[str, int] | None = None) -> Any:
+    """A head and two workers, a broker on each (see the module docstring), shut down and reaped on exit;
+    `system_config` adds Ray settings to `HEALTH_CHECKS`."""
     import ray
     from ray.cluster_utils import Cluster
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -143,7 +144,11 @@ def three_nodes(ctx: BenchContext) -> Any:
 
     cluster = Cluster(
         initialize_head=True,
-        head_node_args={**NODE_ARGS, "include_dashboard": False, "_system_config": HEALTH_CHECKS},
+        head_node_args={
+            **NODE_ARGS,
+            "include_dashboard": False,
+            "_system_config": {**HEALTH_CHECKS, **(system_config or {})},
+        },
     )
     nodes: ThreeNodes | None = None
     try:
