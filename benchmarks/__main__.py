@@ -46,6 +46,7 @@ BENCHMARKS: dict[str, tuple[str, ...]] = {
     # Last: these stop the shared Ray and run a 3-node cluster of their own.
     "bench_ray_data_locality": ("ray_data_locality",),
     "bench_replication": ("produce_rf3", "failover_s"),
+    "bench_replication_kafka": ("produce_rf3_kafka",),
 }
 
 

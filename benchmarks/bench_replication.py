@@ -132,8 +132,9 @@ class ThreeNodes:
 
 
 @contextlib.contextmanager
-def three_nodes(ctx: BenchContext) -> Any:
-    """A head and two workers, a broker on each (see the module docstring), shut down and reaped on exit."""
+def three_nodes(ctx: BenchContext, system_config: dict[str, int] | None = None) -> Any:
+    """A head and two workers, a broker on each (see the module docstring), shut down and reaped on exit;
+    `system_config` adds Ray settings to `HEALTH_CHECKS`."""
     import ray
     from ray.cluster_utils import Cluster
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -143,7 +144,11 @@ def three_nodes(ctx: BenchContext) -> Any:
 
     cluster = Cluster(
         initialize_head=True,
-        head_node_args={**NODE_ARGS, "include_dashboard": False, "_system_config": HEALTH_CHECKS},
+        head_node_args={
+            **NODE_ARGS,
+            "include_dashboard": False,
+            "_system_config": {**HEALTH_CHECKS, **(system_config or {})},
+        },
     )
     nodes: ThreeNodes | None = None
     try:
@@ -202,21 +207,21 @@ def _new_topic(what: str, replication_factor: int) -> str:
     return name
 
 
-def _states(topic: str) -> dict[int, Any]:
+def states(topic: str) -> dict[int, Any]:
     from actors.clients.broker import Broker
 
     metadata = Broker.connect().topic(topic)
     return {partition: metadata.state(partition) for partition in metadata.partitions}
 
 
-def _leader_offsets(topic: str) -> list[tuple[int, int, int]]:
+def leader_offsets(topic: str) -> list[tuple[int, int, int]]:
     """(log start, high watermark, log end) of each partition's leader."""
     from actors.calls import call
     from actors.partition_lookup import replica_actor
 
     return [
         call(replica_actor(topic, partition, state.leader).offsets.remote())
-        for partition, state in sorted(_states(topic).items())
+        for partition, state in sorted(states(topic).items())
     ]
 
 
@@ -231,7 +236,7 @@ def _produce_rf3(ctx: BenchContext) -> Figure:
     values = _values(VALUES_PER_CALL)
     replicated = _new_topic("rf3", REPLICATION_FACTOR)
     single = _new_topic("rf1", 1)
-    leaders = {topic: sorted(state.leader[:6] for state in _states(topic).values()) for topic in (replicated, single)}
+    leaders = {topic: sorted(state.leader[:6] for state in states(topic).values()) for topic in (replicated, single)}
     ctx.progress(f"  leaders (node id prefixes): rf3 {leaders[replicated]}, rf1 {leaders[single]}")
     all_acks = Producer(batch_size=PRODUCE_BATCH_BYTES, acks="all")
     leader_acks = Producer(batch_size=PRODUCE_BATCH_BYTES, acks=1)
@@ -258,9 +263,9 @@ def _produce_rf3(ctx: BenchContext) -> Figure:
         leader_acks.send_many(single, values[:WARM_UP_RECORDS]).wait()
         for attempt in range(repeats):
             best_baseline = max(best_baseline, baseline())
-            before = _full_isr(replicated)
+            before = full_isr(replicated)
             rate = ours()
-            after = _states(replicated)
+            after = states(replicated)
             sizes = [len(after[p].isr) for p in sorted(after)]
             changed = [p for p in sorted(after) if after[p].isr != before[p].isr]
             note = f"run {attempt + 1}: ISR {[len(before[p].isr) for p in sorted(before)]} -> {sizes}"
@@ -278,7 +283,7 @@ def _produce_rf3(ctx: BenchContext) -> Figure:
         leader_acks.close()
     expected = WARM_UP_RECORDS + count * repeats
     for topic in (replicated, single):
-        offsets = _leader_offsets(topic)
+        offsets = leader_offsets(topic)
         if sum(end for _, _, end in offsets) != expected or any(hw != end for _, hw, end in offsets):
             raise RuntimeError(f"{topic}: (log start, high watermark, log end) {offsets}, {expected} records sent")
     if not counted:
@@ -299,13 +304,13 @@ def _produce_rf3(ctx: BenchContext) -> Figure:
     return dataclasses.replace(figure, met=bool(figure.met) and not shrank)
 
 
-def _full_isr(topic: str) -> dict[int, Any]:
+def full_isr(topic: str) -> dict[int, Any]:
     """The partitions' states once every replica is in sync again, or as they are after `ISR_WAIT_S`."""
     deadline = time.monotonic() + ISR_WAIT_S
     while True:
-        states = _states(topic)
-        if all(len(state.isr) == REPLICATION_FACTOR for state in states.values()) or time.monotonic() > deadline:
-            return states
+        now = states(topic)
+        if all(len(state.isr) == REPLICATION_FACTOR for state in now.values()) or time.monotonic() > deadline:
+            return now
         time.sleep(STATE_POLL_S)
 
 
@@ -361,7 +366,7 @@ def _wait_for(condition: Callable[[], Any], timeout_s: float, what: str) -> Any:
 
 def _failover(ctx: BenchContext, nodes: ThreeNodes) -> Figure:
     topic = _new_topic("failover", REPLICATION_FACTOR)
-    led_by_worker = [(p, s) for p, s in sorted(_states(topic).items()) if s.leader in nodes.workers]
+    led_by_worker = [(p, s) for p, s in sorted(states(topic).items()) if s.leader in nodes.workers]
     if not led_by_worker:
         raise RuntimeError(f"the head leads every partition of {topic}: no worker to remove")
     partition, before = led_by_worker[0]
@@ -380,7 +385,7 @@ def _failover(ctx: BenchContext, nodes: ThreeNodes) -> Figure:
         ctx.progress(f"  removed node {before.leader[:6]} (leader of {topic}-{partition}) in {removed_s:.2f} s")
 
         def new_state() -> Any:
-            state = _states(topic)[partition]
+            state = states(topic)[partition]
             return state if state.leader not in (before.leader, "") else None
 
         after = _wait_for(new_state, FAILOVER_TIMEOUT_S, "a new leader")

@@ -10,15 +10,17 @@ imports it from here.
 (`cluster.downloads`, which holds Maven's local repository too), once: later calls find the jars there.
 `kafka_tools_jar()` adds the jar of Kafka's command-line tools (`kafka-tools`, e.g. kafka-transactions.sh's
 `TransactionsCommand`), fetched the same way into `kafka-<version>/tools`.
-`KafkaBroker` formats a fresh KRaft storage dir (one node, broker and controller) and runs `java -cp <jars>
-kafka.Kafka server.properties` as a subprocess on free 127.0.0.1 ports, waits until an AdminClient lists topics,
-and stops it (SIGTERM, then SIGKILL after a bound) on `stop()`.
+`KafkaNode` is one Kafka process: it formats a fresh KRaft storage dir (broker and controller in one) and runs
+`java -cp <jars> kafka.Kafka server.properties` as a subprocess on 127.0.0.1 ports, and stops it (SIGTERM, then
+SIGKILL after a bound). `KafkaBroker` runs one node in a temporary folder on free ports and waits until an
+AdminClient lists topics; `benchmarks.kafka_cluster.KafkaCluster` runs three nodes as one quorum.
 Every step has a time bound and fails with `KafkaUnavailable`, so a machine without Maven, Java or the network
 gets one clear message instead of a hang.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -75,7 +77,7 @@ class KafkaUnavailable(RuntimeError):
     """Apache Kafka could not be fetched, formatted or started here (the message says which step and why)."""
 
 
-def _progress(message: str) -> None:
+def progress(message: str) -> None:
     print(f"[kafka] {message}", file=sys.stderr, flush=True)
 
 
@@ -143,7 +145,7 @@ def _maven(arguments: list[str], what: str, into: Path) -> None:
     mvn = shutil.which("mvn")
     if mvn is None:
         raise KafkaUnavailable("Maven (mvn) is not installed: cannot fetch Apache Kafka from Maven Central")
-    _progress(f"fetching {what} from Maven Central into {into}")
+    progress(f"fetching {what} from Maven Central into {into}")
     started = time.monotonic()
     command = [mvn, "-B", "-q", f"-Dmaven.repo.local={maven_repository()}", *arguments]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -159,7 +161,7 @@ def _maven(arguments: list[str], what: str, into: Path) -> None:
                     process.wait()
                     raise KafkaUnavailable(f"fetching {what} took over {FETCH_TIMEOUT_S:.0f} s") from None
                 count = len(list(into.glob("*.jar"))) if into.exists() else 0
-                _progress(f"  still fetching ({elapsed:.0f} s, {count} jars so far)")
+                progress(f"  still fetching ({elapsed:.0f} s, {count} jars so far)")
     finally:
         if process.poll() is None:
             process.kill()
@@ -168,14 +170,126 @@ def _maven(arguments: list[str], what: str, into: Path) -> None:
         tail = "\n".join(output.strip().splitlines()[-15:])
         raise KafkaUnavailable(f"mvn could not fetch {what} (exit {process.returncode}):\n{tail}")
     size_mb = sum(jar.stat().st_size for jar in into.glob("*.jar")) / 1e6
-    _progress(f"fetched {what}: {size_mb:.1f} MB in {time.monotonic() - started:.0f} s")
+    progress(f"fetched {what}: {size_mb:.1f} MB in {time.monotonic() - started:.0f} s")
 
 
-def free_port() -> int:
-    """A port free on 127.0.0.1 now (the kernel's pick)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+def free_ports(count: int) -> list[int]:
+    """`count` distinct ports free on 127.0.0.1 now (the kernel's picks, all bound at once so none repeats)."""
+    with contextlib.ExitStack() as stack:
+        sockets = [stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) for _ in range(count)]
+        for sock in sockets:
+            sock.bind(("127.0.0.1", 0))
+        return [int(sock.getsockname()[1]) for sock in sockets]
+
+
+class KafkaNode:
+    """One Apache Kafka process in `folder`: broker and KRaft controller in one (`process.roles=broker,controller`),
+    node `node_id` of a quorum, serving clients on 127.0.0.1:`port` and the quorum on `controller_port`.
+
+    `start` writes `server.properties` (the quorum's listeners, `log.dirs` = `folder/data`, then `properties`),
+    formats the storage with the cluster's id and starts `java -cp <jars> kafka.Kafka` in a session of its own,
+    logging to `kafka.log`; `stop` ends that one process (SIGTERM, SIGKILL after `STOP_TIMEOUT_S`).
+    """
+
+    def __init__(self, folder: Path, node_id: int, port: int, controller_port: int) -> None:
+        self.folder = folder
+        self.node_id = node_id
+        self.port = port
+        self.controller_port = controller_port
+        self.process: subprocess.Popen[bytes] | None = None
+        self._terminated = False
+
+    @property
+    def voter(self) -> str:
+        """This node as `controller.quorum.voters` names it."""
+        return f"{self.node_id}@127.0.0.1:{self.controller_port}"
+
+    @property
+    def log_path(self) -> Path:
+        return self.folder / "kafka.log"
+
+    def start(self, jars: list[Path], cluster_id: str, voters: str, properties: dict[str, str]) -> None:
+        """Formats and starts the node (see the class docstring); does not wait for it to answer."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        settings = {
+            "process.roles": "broker,controller",
+            "node.id": str(self.node_id),
+            "controller.quorum.voters": voters,
+            "listeners": f"PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "log.dirs": str(self.folder / "data"),
+            **properties,
+        }
+        config = self.folder / "server.properties"
+        config.write_text("".join(f"{key}={value}\n" for key, value in settings.items()))
+        log4j = self.folder / "log4j.properties"
+        log4j.write_text(_LOG4J)
+        java = shutil.which("java")
+        if java is None:
+            raise KafkaUnavailable("java is not installed: cannot run Apache Kafka")
+        classpath = os.pathsep.join(str(jar) for jar in jars)
+        base = [java, HEAP, f"-Dlog4j.configuration=file:{log4j}", "-cp", classpath]
+        formatted = subprocess.run(
+            [*base, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(config), "--ignore-formatted"],
+            capture_output=True,
+            text=True,
+            timeout=FORMAT_TIMEOUT_S,
+        )
+        if formatted.returncode != 0:
+            raise KafkaUnavailable(f"Kafka's StorageTool format failed:\n{formatted.stdout}{formatted.stderr}")
+        with open(self.log_path, "wb") as log:
+            self.process = subprocess.Popen(
+                [*base, "kafka.Kafka", str(config)], stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+
+    def check_running(self) -> None:
+        """`KafkaUnavailable` with the tail of its log if the process exited."""
+        if self.process is not None and self.process.poll() is not None:
+            tail = "\n".join(self.log_path.read_text(errors="replace").splitlines()[-20:])
+            raise KafkaUnavailable(f"Kafka node {self.node_id} exited with {self.process.returncode} at start:\n{tail}")
+
+    def terminate(self) -> None:
+        """Sends SIGTERM to the one process this node started, if it runs; `stop` waits for it."""
+        if self.process is not None and self.process.poll() is None and not self._terminated:
+            self.process.send_signal(signal.SIGTERM)
+            self._terminated = True
+
+    def stop(self) -> None:
+        """SIGTERM (unless `terminate` sent it), SIGKILL if the process is still there after `STOP_TIMEOUT_S`;
+        safe to call again."""
+        self.terminate()
+        process, self.process = self.process, None
+        if process is None:
+            return
+        try:
+            process.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def wait_until_answering(bootstrap_servers: str, nodes: list[KafkaNode]) -> None:
+    """Waits (up to `START_TIMEOUT_S`) until an AdminClient's metadata lists every node as a broker;
+    `KafkaUnavailable` if a node exits meanwhile or the time runs out."""
+    from confluent_kafka.admin import AdminClient
+
+    # log_level 0: librdkafka's "connection refused" lines while Kafka starts are expected, not news.
+    admin = AdminClient({"bootstrap.servers": bootstrap_servers, "log_level": 0})
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while True:
+        for node in nodes:
+            node.check_running()
+        try:
+            if len(admin.list_topics(timeout=2).brokers) >= len(nodes):
+                return
+        except Exception:
+            pass
+        if time.monotonic() > deadline:
+            raise KafkaUnavailable(f"Kafka did not answer with {len(nodes)} broker(s) within {START_TIMEOUT_S:.0f} s")
+        time.sleep(0.2)
 
 
 class KafkaBroker:
@@ -190,7 +304,7 @@ class KafkaBroker:
         self.extra_properties = dict(extra_properties or {})
         self.port = 0
         self.folder: Path | None = None
-        self._process: subprocess.Popen[bytes] | None = None
+        self._node: KafkaNode | None = None
 
     @property
     def bootstrap_servers(self) -> str:
@@ -208,20 +322,11 @@ class KafkaBroker:
     def start(self) -> None:
         """Fetches Kafka if needed, formats a new storage dir, starts the broker and waits until it answers."""
         jars = kafka_jars(self.version)
-        classpath = os.pathsep.join(str(jar) for jar in jars)
         self.folder = Path(tempfile.mkdtemp(prefix="raybroker-kafka-"))
-        self.port = free_port()
-        controller_port = free_port()
+        self.port, controller_port = free_ports(2)
+        node = self._node = KafkaNode(self.folder, 1, self.port, controller_port)
+        # One node: the internal topics can have no more than one replica.
         properties = {
-            "process.roles": "broker,controller",
-            "node.id": "1",
-            "controller.quorum.voters": f"1@127.0.0.1:{controller_port}",
-            "listeners": f"PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{controller_port}",
-            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
-            "controller.listener.names": "CONTROLLER",
-            "inter.broker.listener.name": "PLAINTEXT",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
-            "log.dirs": str(self.folder / "data"),
             "num.partitions": "1",
             "offsets.topic.replication.factor": "1",
             "offsets.topic.num.partitions": "1",
@@ -230,76 +335,31 @@ class KafkaBroker:
             "group.initial.rebalance.delay.ms": "0",
             **self.extra_properties,
         }
-        config = self.folder / "server.properties"
-        config.write_text("".join(f"{key}={value}\n" for key, value in properties.items()))
-        log4j = self.folder / "log4j.properties"
-        log4j.write_text(_LOG4J)
-        java = shutil.which("java")
-        if java is None:
-            raise KafkaUnavailable("java is not installed: cannot run Apache Kafka")
-        base = [java, HEAP, f"-Dlog4j.configuration=file:{log4j}", "-cp", classpath]
-        cluster_id = _cluster_id()
-        formatted = subprocess.run(
-            [*base, "kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(config), "--ignore-formatted"],
-            capture_output=True,
-            text=True,
-            timeout=FORMAT_TIMEOUT_S,
-        )
-        if formatted.returncode != 0:
-            raise KafkaUnavailable(f"Kafka's StorageTool format failed:\n{formatted.stdout}{formatted.stderr}")
-        log_path = self.folder / "kafka.log"
-        with open(log_path, "wb") as log:
-            self._process = subprocess.Popen(
-                [*base, "kafka.Kafka", str(config)], stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-            )
         started = time.monotonic()
         try:
-            self._wait_ready(log_path)
+            node.start(jars, new_cluster_id(), node.voter, properties)
+            wait_until_answering(self.bootstrap_servers, [node])
         except BaseException:
             self.stop()
             raise
-        _progress(f"Kafka {self.version} answers on {self.bootstrap_servers} ({time.monotonic() - started:.1f} s)")
-
-    def _wait_ready(self, log_path: Path) -> None:
-        from confluent_kafka.admin import AdminClient
-
-        # log_level 0: librdkafka's "connection refused" lines while Kafka starts are expected, not news.
-        admin = AdminClient({"bootstrap.servers": self.bootstrap_servers, "log_level": 0})
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while True:
-            assert self._process is not None
-            if self._process.poll() is not None:
-                tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-20:])
-                raise KafkaUnavailable(f"Kafka exited with {self._process.returncode} at start:\n{tail}")
-            try:
-                admin.list_topics(timeout=2)
-                return
-            except Exception:
-                if time.monotonic() > deadline:
-                    raise KafkaUnavailable(f"Kafka did not answer within {START_TIMEOUT_S:.0f} s") from None
-                time.sleep(0.2)
+        progress(f"Kafka {self.version} answers on {self.bootstrap_servers} ({time.monotonic() - started:.1f} s)")
 
     @property
     def pid(self) -> int | None:
-        return None if self._process is None else self._process.pid
+        process = None if self._node is None else self._node.process
+        return None if process is None else process.pid
 
     def stop(self) -> None:
-        """SIGTERM to the one process this object started, SIGKILL if it is still there after a bound; the
-        temporary folder goes too."""
-        process, self._process = self._process, None
-        if process is not None and process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        """Stops the one process this object started (`KafkaNode.stop`); the temporary folder goes too."""
+        node, self._node = self._node, None
+        if node is not None:
+            node.stop()
         if self.folder is not None:
             shutil.rmtree(self.folder, ignore_errors=True)
             self.folder = None
 
 
-def _cluster_id() -> str:
+def new_cluster_id() -> str:
     """A random KRaft cluster id: 16 random bytes in URL-safe base64 without padding (Kafka's Uuid format).
     As Kafka's `Uuid.randomUuid`, never one that starts with '-': StorageTool would read it as an option."""
     import base64
