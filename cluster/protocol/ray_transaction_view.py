@@ -38,6 +38,12 @@ class RayTransactionView:
         self._channel: TransactionConnections | None = None
         self._looking_up = asyncio.Lock()
 
+    @property
+    def channel_address(self) -> str | None:
+        """Where the steady-state calls go now: the coordinator's transaction channel, or None for Ray calls (or
+        no coordinator found yet)."""
+        return None if self._channel is None else self._channel.address
+
     async def init_producer_id(
         self, transactional_id: str, transaction_timeout_ms: int, producer_id: int, producer_epoch: int
     ) -> InitProducerIdResult:
