@@ -237,9 +237,11 @@ def test_a_listener_on_the_coordinators_node_calls_it_over_its_channel_and_one_e
     """Both commit, each transaction's markers land on partitions of both nodes (over the append channel on the
     coordinator's node, through Ray on the other), and only the view on the coordinator's node holds a channel."""
     client = Broker.connect()
-    call(client.controller.create_topic.remote("txn-spread", 2))
-    assert set(client.topic("txn-spread").partitions.values()) == set(two_nodes)
-    partitions = [("txn-spread", 0), ("txn-spread", 1)]
+    call(client.controller.create_topic.remote("txn-spread", 4))
+    hosts = client.topic("txn-spread").partitions
+    assert set(hosts.values()) == set(two_nodes)
+    # One partition led on each node.
+    partitions = sorted({node: ("txn-spread", partition) for partition, node in hosts.items()}.values())
     channels = {}
     for index, node in enumerate(sorted(two_nodes)):
         pinned = NodeAffinitySchedulingStrategy(node_id=node, soft=False)
