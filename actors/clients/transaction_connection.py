@@ -39,6 +39,7 @@ class TransactionConnections:
         self.address = address
         self._idle: list[_Stream] = []
         self._slots = asyncio.Semaphore(MAX_CONNECTIONS)
+        self._closed = False
 
     async def add_partitions(
         self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: Collection[TopicPartition]
@@ -68,7 +69,9 @@ class TransactionConnections:
         return _txn_error(await self._call(request))
 
     def close(self) -> None:
-        """Closes the idle connections; a call in flight closes its own when it ends."""
+        """Closes the idle connections; a call in flight closes its own when it ends, and a later call fails with
+        `BrokerNotAvailableError`."""
+        self._closed = True
         idle, self._idle = self._idle, []
         for _, writer in idle:
             writer.close()
@@ -76,6 +79,8 @@ class TransactionConnections:
     async def _call(self, request: TransactionRequest) -> TxnError | dict[TopicPartition, TxnError]:
         frame = encode_request(request)
         async with self._slots:
+            if self._closed:
+                raise BrokerNotAvailableError("the transaction channel connections are closed")
             stream = self._idle.pop() if self._idle else None
             try:
                 if stream is None:
@@ -93,7 +98,10 @@ class TransactionConnections:
                 # answer would be this call's.
                 _close(stream)
                 raise
-            self._idle.append(stream)
+            if self._closed:
+                _close(stream)
+            else:
+                self._idle.append(stream)
         if isinstance(answer, RaybrokerError):
             raise answer
         return answer

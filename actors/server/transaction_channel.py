@@ -26,6 +26,7 @@ import contextlib
 import logging
 import socket
 import threading
+import time
 from collections.abc import Collection
 from typing import Protocol
 
@@ -47,6 +48,8 @@ logger = logging.getLogger(__name__)
 # Connections served at once, each by a thread of its own: a listener opens one per call in flight
 # (`actors.clients.transaction_connection.MAX_CONNECTIONS` at most), and a node runs a few listeners.
 MAX_CONNECTIONS = 64
+# How long the channel waits after a failed accept before the next one.
+ACCEPT_RETRY_S = 0.1
 
 
 class TransactionCalls(Protocol):
@@ -102,6 +105,8 @@ class TransactionChannel:
                     if self._closed:
                         return
                 logger.warning("transaction channel %r: accept failed: %s", self.address, exc)
+                # A failure that lasts (out of file descriptors) is retried at this pace, not in a busy loop.
+                time.sleep(ACCEPT_RETRY_S)
                 continue
             if not same_user(connection):
                 logger.warning("transaction channel: refused a connection of user %s", peer_uid(connection))

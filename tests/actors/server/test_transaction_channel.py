@@ -421,3 +421,24 @@ def test_an_answer_that_does_not_parse_fails_the_call_as_broker_not_available() 
     finally:
         server.close()
     assert isinstance(answer, BrokerNotAvailableError) and answer.retriable
+
+
+def test_connections_closed_refuse_later_calls_as_broker_not_available(
+    coordinator: TransactionCoordinator, channel: TransactionChannel
+) -> None:
+    producer_id, epoch = producer(coordinator)
+
+    async def after_close() -> Any:
+        connections = TransactionConnections(channel.address)
+        assert await connections.add_partitions(TXN_ID, producer_id, epoch, [(TOPIC, 0)]) == TxnError.NONE
+        connections.close()
+        try:
+            return await connections.end_transaction(TXN_ID, producer_id, epoch, True)
+        except BrokerNotAvailableError as exc:
+            return exc
+
+    answer = run(after_close())
+    assert isinstance(answer, BrokerNotAvailableError) and answer.retriable
+    wait_until(lambda: channel.connection_count == 0)
+    described = coordinator.describe(TXN_ID)
+    assert described is not None and described.state == "Ongoing"
