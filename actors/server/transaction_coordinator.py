@@ -10,10 +10,11 @@ periodic work (marker retries, timed-out aborts, id expiry) every `TICK_S`, and 
 aborted transaction's markers and Complete state once its EndTxn is answered (Kafka answers EndTxn once the Prepare
 state is durable).
 
-On its own node it makes no Ray call where a transaction's steady state made five: listeners call it over its
-transaction channel (`actors.server.transaction_channel`: AddPartitionsToTxn, Produce's verification, EndTxn), and
-its `__transaction_state` appends and its markers go over the append channel (`actors.server.append_channel`) of
-a partition whose leader is on this node with no followers. Every other call, and every partition led elsewhere or
+On its own node a transaction's steady state makes no Ray call, where it made seven (three from the listener, the
+Ongoing, PrepareCommit and Complete appends and the marker): listeners call it over its transaction channel
+(`actors.server.transaction_channel`: AddPartitionsToTxn, Produce's verification, EndTxn), and its
+`__transaction_state` appends and its markers go over the append channel (`actors.server.append_channel`) of a
+partition whose leader is on this node with no followers. Every other call, and every partition led elsewhere or
 replicated, is a Ray call as before; the acks=all guarantee is the same either way (a partition with no followers
 has a write once it is appended).
 
