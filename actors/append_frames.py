@@ -1,8 +1,12 @@
-"""The frames of the append channel (`actors.server.append_channel`): a same-node producer's appends and their
-answers, as fixed-size big-endian integers around the batches' own bytes.
+"""The frames of the append channel (`actors.server.append_channel`): a same-node producer's appends, a same-node
+transaction coordinator's markers, and their answers, as fixed-size big-endian integers around the batches' own
+bytes.
 
-- A request: `size` (u32, the bytes after it), `acks` (i8), the topic's length (u16) and UTF-8 name, the
-  partition (i32), then the record batches as Kafka's wire bytes (what `PartitionLogActor.append` takes).
+- A request: `size` (u32, the bytes after it), its kind (u8), the topic's length (u16) and UTF-8 name, the
+  partition (i32), then by kind: `REQUEST_APPEND` (0), `acks` (i8) and the record batches as Kafka's wire bytes (what
+  `PartitionLogActor.append` takes); `REQUEST_MARKER` (1), a COMMIT/ABORT marker as
+  `PartitionLogActor.append_transaction_marker` takes it: `producer_id` (i64), `producer_epoch` (i16),
+  `coordinator_epoch` (i32) and the control type (i16, `ControlRecordType`: 0 ABORT, 1 COMMIT).
 - An answer: `size` (u32), then a kind byte. `ANSWER_OK` carries the `LogAppendInfo`: its nine integers (i64),
   `duplicate` (u8), the count of batches (u32) and each batch's first and last offset (i64 each).
   `ANSWER_ERROR` carries the error's class name (u16 length, ASCII), its `RaybrokerError` fields `position` and
@@ -17,17 +21,21 @@ as a class that `storage.errors` defines and that derives from `RaybrokerError`;
 from __future__ import annotations
 
 import struct
+from typing import NamedTuple
 
 import storage.errors
 from storage.errors import InvalidRequestError, RaybrokerError
 from storage.partition.log import LogAppendInfo
+from storage.records.layout import ControlRecordType
 
 # Kafka's `socket.request.max.bytes` default: the largest request frame a listener reads.
 SOCKET_REQUEST_MAX_BYTES = 104_857_600
 
 SIZE = struct.Struct(">I")
-_REQUEST_HEAD = struct.Struct(">bH")
+_REQUEST_HEAD = struct.Struct(">BH")
 _PARTITION = struct.Struct(">i")
+_ACKS = struct.Struct(">b")
+_MARKER = struct.Struct(">qhih")
 _KIND = struct.Struct(">B")
 _INFO = struct.Struct(">9qBI")
 _BATCH = struct.Struct(">2q")
@@ -35,27 +43,84 @@ _NAME = struct.Struct(">H")
 _FIELDS = struct.Struct(">qq")
 _NO_PATH = 0xFFFF
 
+REQUEST_APPEND = 0
+REQUEST_MARKER = 1
 ANSWER_OK = 0
 ANSWER_ERROR = 1
 
 
-def encode_request(topic: str, partition: int, acks: int, batches: bytes) -> list[bytes]:
-    """The request's frame as pieces to send in order (the batches are not copied into a new buffer)."""
+class AppendRequest(NamedTuple):
+    """A producer's append: its batches as the client sent them."""
+
+    topic: str
+    partition: int
+    acks: int
+    batches: memoryview
+
+
+class MarkerRequest(NamedTuple):
+    """A transaction coordinator's COMMIT/ABORT marker for one producer's transaction on the partition."""
+
+    topic: str
+    partition: int
+    producer_id: int
+    producer_epoch: int
+    coordinator_epoch: int
+    result: ControlRecordType
+
+
+def _head(kind: int, topic: str, partition: int) -> bytes:
     name = topic.encode()
-    head = _REQUEST_HEAD.pack(acks, len(name)) + name + _PARTITION.pack(partition)
+    return _REQUEST_HEAD.pack(kind, len(name)) + name + _PARTITION.pack(partition)
+
+
+def encode_request(topic: str, partition: int, acks: int, batches: bytes) -> list[bytes]:
+    """An append request's frame as pieces to send in order (the batches are not copied into a new buffer)."""
+    head = _head(REQUEST_APPEND, topic, partition) + _ACKS.pack(acks)
     return [SIZE.pack(len(head) + len(batches)), head, batches]
 
 
-def decode_request(body: bytes | bytearray) -> tuple[str, int, int, memoryview]:
-    """(topic, partition, acks, batches) of a request frame's body (the bytes after its size)."""
+def encode_marker_request(
+    topic: str,
+    partition: int,
+    producer_id: int,
+    producer_epoch: int,
+    coordinator_epoch: int,
+    result: ControlRecordType,
+) -> list[bytes]:
+    """A marker request's frame as pieces to send in order."""
+    body = _head(REQUEST_MARKER, topic, partition) + _MARKER.pack(
+        producer_id, producer_epoch, coordinator_epoch, result
+    )
+    return [SIZE.pack(len(body)), body]
+
+
+def decode_request(body: bytes | bytearray) -> AppendRequest | MarkerRequest:
+    """The request a frame's body (the bytes after its size) carries."""
     try:
-        acks, name_size = _REQUEST_HEAD.unpack_from(body)
+        kind, name_size = _REQUEST_HEAD.unpack_from(body)
         start = _REQUEST_HEAD.size
+        if start + name_size > len(body):
+            raise InvalidRequestError(f"a request of {len(body)} bytes ends inside its topic name")
         topic = body[start : start + name_size].decode()
-        (partition,) = _PARTITION.unpack_from(body, start + name_size)
+        start += name_size
+        (partition,) = _PARTITION.unpack_from(body, start)
+        start += _PARTITION.size
+        if kind == REQUEST_APPEND:
+            (acks,) = _ACKS.unpack_from(body, start)
+            return AppendRequest(topic, partition, acks, memoryview(body)[start + _ACKS.size :])
+        if kind == REQUEST_MARKER:
+            if len(body) != start + _MARKER.size:
+                raise InvalidRequestError(f"a marker request of {len(body)} bytes")
+            producer_id, producer_epoch, coordinator_epoch, result = _MARKER.unpack_from(body, start)
+            if result not in (ControlRecordType.ABORT, ControlRecordType.COMMIT):
+                raise InvalidRequestError(f"a marker of control type {result}")
+            return MarkerRequest(
+                topic, partition, producer_id, producer_epoch, coordinator_epoch, ControlRecordType(result)
+            )
     except (struct.error, UnicodeDecodeError) as exc:
         raise InvalidRequestError(f"malformed append request: {exc}") from None
-    return topic, partition, acks, memoryview(body)[start + name_size + _PARTITION.size :]
+    raise InvalidRequestError(f"a request of unknown kind {kind}")
 
 
 def encode_answer(info: LogAppendInfo) -> bytes:
@@ -135,6 +200,15 @@ def decode_answer(body: bytes) -> LogAppendInfo | RaybrokerError:
     raise InvalidRequestError(f"an append answer of unknown kind {kind}")
 
 
+def decode_error(body: bytes) -> RaybrokerError:
+    """The typed error an `ANSWER_ERROR` answer's body (`encode_error`'s frame after its size) names; bytes that do
+    not parse raise `InvalidRequestError`."""
+    try:
+        return _decode_error(body)
+    except (struct.error, UnicodeDecodeError) as exc:
+        raise InvalidRequestError(f"malformed error answer: {exc}") from None
+
+
 def _decode_error(body: bytes) -> RaybrokerError:
     (name_size,) = _NAME.unpack_from(body, _KIND.size)
     start = _KIND.size + _NAME.size
@@ -176,10 +250,14 @@ def error_named(
 __all__ = [
     "SIZE",
     "SOCKET_REQUEST_MAX_BYTES",
+    "AppendRequest",
+    "MarkerRequest",
     "decode_answer",
+    "decode_error",
     "decode_request",
     "encode_answer",
     "encode_error",
+    "encode_marker_request",
     "encode_request",
     "error_named",
 ]

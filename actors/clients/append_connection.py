@@ -6,10 +6,12 @@ an `AppendReply` (a `concurrent.futures.Future`) at once, so several appends can
 reader thread takes the answers in order and completes the replies; a reply's callback runs on that thread and must
 not wait. When the connection breaks (the partition's process died or restarted), every reply still waiting fails
 with `BrokerNotAvailableError`, retriable: the producer looks the partition up again and resends, as after a
-failed Ray call, and a later `append` on the broken connection fails the same way.
+failed Ray call, and a later `append` on the broken connection fails the same way. `write_marker` sends a
+transaction coordinator's COMMIT/ABORT marker the same way.
 
-`AppendConnections` is a client's pool (the Python producer's sender, the Kafka listener): `for_leader(handle,
-state)` answers the connection to use for a partition's appends, or None when they must be Ray calls.
+`AppendConnections` is a client's pool (the Python producer's sender, the Kafka listener, the transaction
+coordinator): `for_leader(handle, state)` answers the connection to use for a partition's appends, or None when
+they must be Ray calls.
 """
 
 from __future__ import annotations
@@ -22,12 +24,13 @@ from collections import deque
 from concurrent.futures import Future
 from typing import Any
 
-from actors.append_frames import SIZE, decode_answer, encode_request
+from actors.append_frames import SIZE, decode_answer, encode_marker_request, encode_request
 from actors.calls import call
 from actors.clients.local_fetch import this_node_id
 from actors.core.replication.leader_and_isr import LeaderAndIsr
 from storage.errors import BrokerNotAvailableError, InvalidRequestError, RaybrokerError
 from storage.partition.log import LogAppendInfo
+from storage.records.layout import ControlRecordType
 
 logger = logging.getLogger(__name__)
 
@@ -75,6 +78,23 @@ class AppendConnection:
         return self._broken is not None
 
     def append(self, topic: str, partition: int, batches: bytes, acks: int) -> AppendReply:
+        return self._send(encode_request(topic, partition, acks, batches))
+
+    def write_marker(
+        self,
+        topic: str,
+        partition: int,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+        result: ControlRecordType,
+    ) -> AppendReply:
+        """A transaction coordinator's COMMIT/ABORT marker on the partition, as `append` sends an append."""
+        return self._send(
+            encode_marker_request(topic, partition, producer_id, producer_epoch, coordinator_epoch, result)
+        )
+
+    def _send(self, frame: list[bytes]) -> AppendReply:
         reply: AppendReply = Future()
         reply.set_running_or_notify_cancel()
         failure: OSError | None = None
@@ -84,7 +104,6 @@ class AppendConnection:
                 if broken is None:
                     self._waiting.append(reply)
             if broken is None:
-                frame = encode_request(topic, partition, acks, batches)
                 try:
                     sent = self._socket.sendmsg(frame)
                     if sent < sum(map(len, frame)):

@@ -4,17 +4,19 @@ An actor call costs 1-2 ms of round trip on a loaded 2-core node (the batch pick
 processes scheduled, the answer sent back), where `Log.append` of a small batch takes ~0.1 ms: at 10,000 records
 a second that round trip was most of a record's send-to-ack time, and a quarter of a producer process's CPU was
 Ray submitting its `append` calls. A process that holds partition logs (a partition actor, a partition host)
-therefore listens, once asked, on a Unix stream socket in Linux's abstract namespace (no file to leave behind)
-and runs each frame (`actors.append_frames`) as the same `PartitionLogActor.append` a Ray call runs: the
-leadership and `min.insync.replicas` checks, Kafka's validation, the high-watermark file, the fetchers' wake-up.
-The log's own lock orders these appends with those arriving through Ray.
+therefore listens, once asked, on a same-node socket (`actors.server.local_sockets`) and runs each append frame
+(`actors.append_frames`) as the same `PartitionLogActor.append` a Ray call runs: the leadership and
+`min.insync.replicas` checks, Kafka's validation, the high-watermark file, the fetchers' wake-up. A marker frame
+runs as `PartitionLogActor.append_transaction_marker`: the transaction coordinator writes its COMMIT/ABORT markers
+to the partitions of its own node this way (each marker of a transaction was a Ray call of ~1-2 ms before the
+transaction could complete). The log's own lock orders these writes with those arriving through Ray.
 
-- `serve(topic, partition, append)` adds a partition to this process's channel, which listens from the first
+- `serve(topic, partition, log)` adds a partition to this process's channel, which listens from the first
   call, and answers its address (`actors.server.partition_log.PartitionLogActor.append_channel`); `stop_serving`
   removes it when its log closes. A frame for a partition not served here is answered with
   `BrokerNotAvailableError`, which the producer answers by looking the partition up again.
-- Who may connect: only processes of this process's own user (`SO_PEERCRED`); a connection of another user is
-  closed unanswered. Abstract sockets have no file permissions to do that.
+- Who may connect: only processes of this process's own user (`local_sockets.same_user`); a connection of another
+  user is closed unanswered.
 - Limits: Kafka's names and defaults. A frame larger than `socket.request.max.bytes` (100 MiB) closes its
   connection, as Kafka's listener does; at most `socket.listen.backlog.size` (50) connections wait to be
   accepted. A frame that does not parse is answered with `InvalidRequestError` and ends its connection, so one bad
@@ -28,31 +30,38 @@ The log's own lock orders these appends with those arriving through Ray.
 from __future__ import annotations
 
 import logging
-import os
-import secrets
 import selectors
 import socket
-import struct
 import threading
-from collections.abc import Callable
+from typing import Protocol
 
 from actors.append_frames import (
     SIZE,
     SOCKET_REQUEST_MAX_BYTES,
+    MarkerRequest,
     decode_request,
     encode_answer,
     encode_error,
 )
+from actors.server.local_sockets import listening_socket, peer_uid, same_user
 from storage.errors import BrokerNotAvailableError, InvalidRequestError, RaybrokerError
 from storage.partition.log import LogAppendInfo
+from storage.records.layout import ControlRecordType
 from storage.topic_partition import TopicPartition
 
 logger = logging.getLogger(__name__)
 
-Append = Callable[[memoryview, int], LogAppendInfo]
-_UCRED = struct.Struct("3i")
-# Kafka's `socket.listen.backlog.size` default: connections waiting to be accepted.
-SOCKET_LISTEN_BACKLOG_SIZE = 50
+
+class ServedLog(Protocol):
+    """What the channel runs a partition's frames as: `PartitionLogActor`'s two writes."""
+
+    def append(self, batches: memoryview, required_acks: int = 1) -> LogAppendInfo: ...
+
+    def append_transaction_marker(
+        self, producer_id: int, producer_epoch: int, coordinator_epoch: int, result: ControlRecordType
+    ) -> LogAppendInfo: ...
+
+
 # Kafka's `request.timeout.ms` default, in seconds: how long sending one answer may take.
 REQUEST_TIMEOUT_S = 30.0
 # How much one read of a connection takes at most (Kafka's `socket.receive.buffer.bytes` is 100 KiB).
@@ -75,27 +84,24 @@ class AppendChannel:
     """One process's listener for same-node appends; see the module docstring."""
 
     def __init__(self) -> None:
-        self._appends: dict[TopicPartition, Append] = {}
+        self._logs: dict[TopicPartition, ServedLog] = {}
         self._lock = threading.Lock()
-        self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.address = f"\0raybroker-append-{os.getpid()}-{secrets.token_hex(8)}"
-        self._socket.bind(self.address)
-        self._socket.listen(SOCKET_LISTEN_BACKLOG_SIZE)
+        self._socket, self.address = listening_socket("append")
         # What each connection (by file descriptor) sent that is not yet a whole frame.
         self._reading: dict[int, _Reading] = {}
         threading.Thread(target=self._serve_connections, name="raybroker-append-channel", daemon=True).start()
 
-    def serve(self, topic: str, partition: int, append: Append) -> str:
-        """Serves (topic, partition)'s appends with `append` from now on; returns the channel's address."""
+    def serve(self, topic: str, partition: int, log: ServedLog) -> str:
+        """Serves (topic, partition)'s frames with `log` from now on; returns the channel's address."""
         with self._lock:
-            self._appends[(topic, partition)] = append
+            self._logs[(topic, partition)] = log
         return self.address
 
-    def stop_serving(self, topic: str, partition: int, append: Append) -> None:
+    def stop_serving(self, topic: str, partition: int, log: ServedLog) -> None:
         """Stops serving (topic, partition) unless another log of it (a topic created again) serves it by now."""
         with self._lock:
-            if self._appends.get((topic, partition)) == append:
-                del self._appends[(topic, partition)]
+            if self._logs.get((topic, partition)) is log:
+                del self._logs[(topic, partition)]
 
     def _serve_connections(self) -> None:
         """The channel's one thread: accepts connections and runs the whole frames each one has sent."""
@@ -122,9 +128,8 @@ class AppendChannel:
         except OSError as exc:
             logger.warning("append channel %r: accept failed: %s", self.address, exc)
             return
-        uid = _peer_uid(connection)
-        if uid != os.getuid():
-            logger.warning("append channel: refused a connection of user %s", uid)
+        if not same_user(connection):
+            logger.warning("append channel: refused a connection of user %s", peer_uid(connection))
             connection.close()
             return
         # Answers are sent blocking, bounded by Kafka's `request.timeout.ms` default: a client that stops reading
@@ -197,14 +202,21 @@ class AppendChannel:
     def _answer(self, body: bytearray) -> tuple[bytes, bool]:
         """The answer frame for one request, and whether the connection may go on."""
         try:
-            topic, partition, acks, batches = decode_request(body)
+            request = decode_request(body)
         except InvalidRequestError as exc:
             return encode_error(exc), False
-        append = self._appends.get((topic, partition))
-        if append is None:
+        topic, partition = request.topic, request.partition
+        log = self._logs.get((topic, partition))
+        if log is None:
             return encode_error(BrokerNotAvailableError(f"{topic}-{partition} is not served by this channel")), True
         try:
-            return encode_answer(append(batches, acks)), True
+            if isinstance(request, MarkerRequest):
+                info = log.append_transaction_marker(
+                    request.producer_id, request.producer_epoch, request.coordinator_epoch, request.result
+                )
+            else:
+                info = log.append(request.batches, request.acks)
+            return encode_answer(info), True
         except RaybrokerError as exc:
             return encode_error(exc), True
         except Exception as exc:
@@ -212,35 +224,27 @@ class AppendChannel:
             return encode_error(RaybrokerError(f"the append failed unexpectedly: {type(exc).__name__}")), True
 
 
-def _peer_uid(connection: socket.socket) -> int | None:
-    try:
-        _, uid, _ = _UCRED.unpack(connection.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size))
-    except OSError:
-        return None
-    return uid
-
-
 _CHANNEL: AppendChannel | None = None
 _CHANNEL_LOCK = threading.Lock()
 
 
-def serve(topic: str, partition: int, append: Append) -> str:
-    """Serves (topic, partition)'s appends with `append` on this process's channel, which listens from the first
+def serve(topic: str, partition: int, log: ServedLog) -> str:
+    """Serves (topic, partition)'s frames with `log` on this process's channel, which listens from the first
     call; returns the channel's address."""
     global _CHANNEL
     with _CHANNEL_LOCK:
         if _CHANNEL is None:
             _CHANNEL = AppendChannel()
         listening = _CHANNEL
-    return listening.serve(topic, partition, append)
+    return listening.serve(topic, partition, log)
 
 
-def stop_serving(topic: str, partition: int, append: Append) -> None:
-    """Stops serving (topic, partition) with `append` (its log closed); nothing if this process has no channel."""
+def stop_serving(topic: str, partition: int, log: ServedLog) -> None:
+    """Stops serving (topic, partition) with `log` (it closed); nothing if this process has no channel."""
     with _CHANNEL_LOCK:
         listening = _CHANNEL
     if listening is not None:
-        listening.stop_serving(topic, partition, append)
+        listening.stop_serving(topic, partition, log)
 
 
-__all__ = ["Append", "AppendChannel", "serve", "stop_serving"]
+__all__ = ["AppendChannel", "ServedLog", "serve", "stop_serving"]

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from actors.calls import call, controller
+from actors.clients.append_connection import AppendConnections
 from actors.core.controller.topic_metadata import CONSUMER_OFFSETS_TOPIC, TopicMetadata
 from actors.core.groups.coordinator import GroupCoordinator
 from actors.core.groups.group_membership import GroupDescription, GroupError, JoinResult, PendingJoin, SyncResult
@@ -58,17 +59,19 @@ class RayInternalPartition:
     `OffsetsPartition` (`__consumer_offsets`), the transaction coordinator's `TransactionLogPartition`
     (`__transaction_state`), with its state as the controller elected its leader (`state`): with followers an
     acks=all append waits for them (`await_replicated`, one more actor call); a partition with one replica has it
-    once appended."""
+    once appended. `appends`, when given, is the caller's pool of append channel connections: a leader on the
+    caller's node with no followers then takes `append_replicated` over its channel, without a Ray call."""
 
-    def __init__(self, handle: Any, state: LeaderAndIsr) -> None:
+    def __init__(self, handle: Any, state: LeaderAndIsr, appends: AppendConnections | None = None) -> None:
         self._handle = handle
         self._state = state
         self._replicated = state.replication_factor > 1
+        self._channel = appends.for_leader(handle, state) if appends is not None else None
 
     @classmethod
-    def leader_of(cls, topic: str, partition: int) -> RayInternalPartition:
+    def leader_of(cls, topic: str, partition: int, appends: AppendConnections | None = None) -> RayInternalPartition:
         """The partition's leader replica as the controller names it now, with the state it was elected in."""
-        return cls(*leader_replica(topic, partition))
+        return cls(*leader_replica(topic, partition), appends)
 
     def leader_epoch(self) -> int:
         return self._state.leader_epoch
@@ -86,8 +89,11 @@ class RayInternalPartition:
         return answer
 
     def append_replicated(self, batch: bytes) -> LogAppendInfo:
-        """`append` with acks=all, answered once every in-sync replica has the batch: the append's answer goes
-        straight on to the leader's `await_replicated`, so the caller waits for one answer."""
+        """`append` with acks=all, answered once every in-sync replica has the batch: over the leader's append
+        channel when it has one here (no follower to wait for), else the append's answer goes straight on to the
+        leader's `await_replicated`, so the caller waits for one answer."""
+        if self._channel is not None:
+            return self._channel.append(self._state.topic, self._state.partition, batch, ACKS_ALL).result()
         appended = self._handle.append.remote(batch, ACKS_ALL)
         answer: LogAppendInfo = call(self._handle.await_replicated.remote(appended) if self._replicated else appended)
         return answer

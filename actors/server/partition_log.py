@@ -326,7 +326,7 @@ class PartitionLogActor:
         named = file_names.parse_partition_dir_name(self._log.directory.name)
         if named is None:
             return None
-        return serve(*named, self.append)
+        return serve(*named, self)
 
     @ray.method(concurrency_group=READ_GROUP)
     def watch_changes(self, address: str) -> None:
@@ -347,7 +347,7 @@ class PartitionLogActor:
     def _stop_serving_appends(self) -> None:
         named = file_names.parse_partition_dir_name(self._opened_log.directory.name)
         if named is not None:
-            stop_serving(*named, self.append)
+            stop_serving(*named, self)
 
     # --- replication (the role is the plain `Replica`'s) ------------------------------------------
 

@@ -10,13 +10,22 @@ periodic work (marker retries, timed-out aborts, id expiry) every `TICK_S`, and 
 aborted transaction's markers and Complete state once its EndTxn is answered (Kafka answers EndTxn once the Prepare
 state is durable).
 
+On its own node a transaction's steady state makes no Ray call, where it made seven (three from the listener, the
+Ongoing, PrepareCommit and Complete appends and the marker): listeners call it over its transaction channel
+(`actors.server.transaction_channel`: AddPartitionsToTxn, Produce's verification, EndTxn), and its
+`__transaction_state` appends and its markers go over the append channel (`actors.server.append_channel`) of a
+partition whose leader is on this node with no followers. Every other call, and every partition led elsewhere or
+replicated, is a Ray call as before; the acks=all guarantee is the same either way (a partition with no followers
+has a write once it is appended).
+
 The plain coordinator is made on the first call, as Kafka creates `__transaction_state` on the first
 FindCoordinator for a transactional id: a cluster whose clients never use transactions never pays for the topic's
 partitions. It runs on the node leading `__transaction_state`'s partition 0 (`actors.clients.broker.
 transaction_coordinator`): Ray restarts it there if its process dies, and the restarted actor makes the plain
 coordinator at once, so it loads the states, completes every PrepareCommit/PrepareAbort it finds and aborts the
-transactions that time out, whether or not a client calls it. If its node is lost, the next caller starts it again
-beside the partition's new leader, which does the same.
+transactions that time out, whether or not a client calls it. If its node is lost, the controller's monitor
+(`actors.server.controller`) or the next caller, whichever comes first, starts it again beside the partition's new
+leader, and the new one does the same.
 """
 
 from __future__ import annotations
@@ -25,11 +34,14 @@ import concurrent.futures
 import logging
 import threading
 from collections.abc import Collection, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import ray
 
 from actors.calls import call, controller, get_actor
+from actors.clients.append_connection import AppendConnection, AppendConnections
+from actors.clients.local_fetch import this_node_id
 from actors.core.controller.topic_metadata import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 from actors.core.transactions.coordinator import (
     InitProducerIdResult,
@@ -40,6 +52,7 @@ from actors.core.transactions.transaction_metadata import TxnError
 from actors.options import group_coordinator_name, transaction_coordinator_options
 from actors.partition_lookup import leader_replica
 from actors.server.group_coordinator import RayInternalPartition, RayTopicAdmin
+from actors.server.transaction_channel import TransactionChannel
 from storage.clock import SYSTEM_CLOCK
 from storage.config.transaction_config import TransactionConfig
 from storage.errors import RaybrokerError
@@ -53,15 +66,37 @@ logger = logging.getLogger(__name__)
 TICK_S = 1.0
 
 
-class RayTransactionMarkers:
-    """Markers written by the partitions' leader actors (see the module docstring). Each leader's handle is kept
-    after its first lookup, as producers keep theirs: a lookup costs a controller call and a name-service call,
-    two round trips on top of the marker's one in every EndTxn. A marker counts as written once every in-sync replica
-    has it. A marker the kept handle fails to write is tried once more on a leader looked up again (the leader may
-    have moved); only that second failure is the caller's."""
+@dataclass(frozen=True, slots=True)
+class _MarkerLeader:
+    """A partition's leader as markers are written to it: its handle, whether it has followers, and its append
+    channel when it is on this node with none (`AppendConnections.for_leader`)."""
 
-    def __init__(self) -> None:
-        self._leaders: dict[TopicPartition, tuple[Any, bool]] = {}
+    handle: Any
+    replicated: bool
+    channel: AppendConnection | None
+
+    def write(self, topic: str, partition: int, marker: tuple[int, int, int, ControlRecordType]) -> None:
+        """Writes a marker and answers once every in-sync replica has it: over the append channel, or the append's
+        answer goes straight on to the leader's `await_replicated` (Kafka's WriteTxnMarkers appends with acks -1),
+        which a partition with one replica needs not."""
+        if self.channel is not None:
+            self.channel.write_marker(topic, partition, *marker).result()
+            return
+        appended = self.handle.append_transaction_marker.remote(*marker)
+        call(self.handle.await_replicated.remote(appended) if self.replicated else appended)
+
+
+class RayTransactionMarkers:
+    """Markers written by the partitions' leader actors (see the module docstring), over their append channels when
+    they are on this node with no followers and a pool of connections (`appends`) is given. Each leader is kept
+    after its first lookup, as producers keep theirs: a lookup costs a controller call and a name-service call, two
+    round trips on top of the marker's one in every EndTxn. A marker counts as written once every in-sync replica
+    has it. A marker the kept leader fails to write is tried once more on a leader looked up again (the leader may
+    have moved, its process restarted); only that second failure is the caller's."""
+
+    def __init__(self, appends: AppendConnections | None = None) -> None:
+        self._appends = appends
+        self._leaders: dict[TopicPartition, _MarkerLeader] = {}
 
     def write_marker(
         self,
@@ -77,25 +112,18 @@ class RayTransactionMarkers:
         kept = self._leaders.pop(key, None)
         if kept is not None:
             try:
-                _write_replicated(*kept, marker)
+                kept.write(topic, partition, marker)
             except RaybrokerError:
                 kept = None
         if kept is None:
             handle, state = leader_replica(topic, partition)
-            kept = (handle, state.replication_factor > 1)
-            _write_replicated(*kept, marker)
+            channel = self._appends.for_leader(handle, state) if self._appends is not None else None
+            kept = _MarkerLeader(handle, state.replication_factor > 1, channel)
+            kept.write(topic, partition, marker)
         self._leaders[key] = kept
         if topic == CONSUMER_OFFSETS_TOPIC:
             groups = get_actor(group_coordinator_name())
             call(groups.complete_transaction.remote(partition, producer_id, result == ControlRecordType.COMMIT))
-
-
-def _write_replicated(leader: Any, replicated: bool, marker: tuple[int, int, int, ControlRecordType]) -> None:
-    """Writes a marker on `leader` and answers once every in-sync replica has it: the append's answer goes straight
-    on to the leader's `await_replicated` (Kafka's WriteTxnMarkers appends with acks -1), which a partition with one
-    replica (`replicated` False) needs not."""
-    appended = leader.append_transaction_marker.remote(*marker)
-    call(leader.await_replicated.remote(appended) if replicated else appended)
 
 
 class TransactionCoordinatorActor:
@@ -105,7 +133,9 @@ class TransactionCoordinatorActor:
         self._config = config
         self._lock = threading.Lock()
         self._coordinator: TransactionCoordinator | None = None
-        self._markers = RayTransactionMarkers()
+        self._appends = AppendConnections()
+        self._markers = RayTransactionMarkers(self._appends)
+        self._channel: TransactionChannel | None = None
         # One thread: completions run in the order their EndTxn was answered.
         self._completions = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="transaction-markers")
         self._scheduler = Scheduler(SYSTEM_CLOCK)
@@ -135,7 +165,9 @@ class TransactionCoordinatorActor:
                     self._config,
                     clock=SYSTEM_CLOCK,
                     controller=RayTopicAdmin(ctrl),
-                    find_partition=lambda partition: RayInternalPartition.leader_of(TRANSACTION_STATE_TOPIC, partition),
+                    find_partition=lambda partition: RayInternalPartition.leader_of(
+                        TRANSACTION_STATE_TOPIC, partition, self._appends
+                    ),
                     allocate_producer_id=lambda: int(call(ctrl.allocate_producer_id.remote())),
                     markers=self._markers,
                     completions=self._completions.submit,
@@ -146,6 +178,14 @@ class TransactionCoordinatorActor:
 
     def ready(self) -> int:
         return self._made.ready()
+
+    def transaction_channel(self) -> tuple[str, str]:
+        """(node, address): the Ray node this actor runs on and the address of its transaction channel
+        (`actors.server.transaction_channel`), which listens from the first call."""
+        with self._lock:
+            if self._channel is None:
+                self._channel = TransactionChannel(self)
+            return this_node_id(), self._channel.address
 
     def init_producer_id(
         self, transactional_id: str, transaction_timeout_ms: int, producer_id: int, producer_epoch: int
@@ -189,7 +229,12 @@ class TransactionCoordinatorActor:
         """Stops the periodic work (before the actor is killed at the broker's shutdown); completions under way
         finish first."""
         self._stopped.set()
+        with self._lock:
+            channel = self._channel
+        if channel is not None:
+            channel.close()
         self._completions.shutdown(wait=True)
+        self._appends.close()
 
 
 # Wrapped here, not in `actors.server.remote` with the other service actors: the controller's monitor starts the

@@ -2,24 +2,31 @@
 
 The actor is started by the first transactional request any listener receives (`actors.clients.broker.
 transaction_coordinator`, on a worker thread: the lookup blocks) with this listener's transaction settings, and
-found by name afterwards; its handle is forgotten when a call finds the actor gone, so the next request reaches a
-restarted coordinator.
+found by name afterwards. When it runs on this listener's node, the calls of a transaction's steady state
+(AddPartitionsToTxn, Produce's verification, EndTxn) go over its transaction channel
+(`actors.clients.transaction_connection`) instead of Ray. Its handle and channel are forgotten when a call fails
+retriably (the actor gone or restarting, a channel connection broken), so the next request reaches a restarted or
+moved coordinator.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Collection, Iterable
-from typing import Any
+from collections.abc import Awaitable, Collection, Iterable
+from typing import Any, TypeVar
 
-from actors.calls import answer
+from actors.calls import answer, call
 from actors.clients.broker import transaction_coordinator
+from actors.clients.local_fetch import this_node_id
+from actors.clients.transaction_connection import TransactionConnections
 from actors.core.transactions.coordinator import InitProducerIdResult, TransactionDescription
 from actors.core.transactions.transaction_metadata import TxnError
 from storage.config.transaction_config import TransactionConfig
 from storage.errors import RaybrokerError
 from storage.records.layout import ControlRecordType
 from storage.topic_partition import TopicPartition
+
+T = TypeVar("T")
 
 
 class RayTransactionView:
@@ -28,6 +35,14 @@ class RayTransactionView:
     def __init__(self, config: TransactionConfig) -> None:
         self._config = config
         self._handle: Any = None
+        self._channel: TransactionConnections | None = None
+        self._looking_up = asyncio.Lock()
+
+    @property
+    def channel_address(self) -> str | None:
+        """Where the steady-state calls go now: the coordinator's transaction channel, or None for Ray calls (or
+        no coordinator found yet)."""
+        return None if self._channel is None else self._channel.address
 
     async def init_producer_id(
         self, transactional_id: str, transaction_timeout_ms: int, producer_id: int, producer_epoch: int
@@ -40,6 +55,9 @@ class RayTransactionView:
     async def add_partitions(
         self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: Collection[TopicPartition]
     ) -> TxnError:
+        channel = await self._channel_here()
+        if channel is not None:
+            return await self._over(channel.add_partitions(transactional_id, producer_id, producer_epoch, partitions))
         error: TxnError = await self._call(
             "add_partitions", transactional_id, producer_id, producer_epoch, list(partitions)
         )
@@ -48,6 +66,11 @@ class RayTransactionView:
     async def verify_partitions(
         self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: Collection[TopicPartition]
     ) -> dict[TopicPartition, TxnError]:
+        channel = await self._channel_here()
+        if channel is not None:
+            return await self._over(
+                channel.verify_partitions(transactional_id, producer_id, producer_epoch, partitions)
+            )
         errors: dict[TopicPartition, TxnError] = await self._call(
             "verify_partitions", transactional_id, producer_id, producer_epoch, list(partitions)
         )
@@ -56,6 +79,9 @@ class RayTransactionView:
     async def end_transaction(
         self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool
     ) -> TxnError:
+        channel = await self._channel_here()
+        if channel is not None:
+            return await self._over(channel.end_transaction(transactional_id, producer_id, producer_epoch, commit))
         error: TxnError = await self._call("end_transaction", transactional_id, producer_id, producer_epoch, commit)
         return error
 
@@ -82,12 +108,43 @@ class RayTransactionView:
     ) -> None:
         await self._call("write_marker", topic, partition, producer_id, producer_epoch, coordinator_epoch, result)
 
-    async def _call(self, method: str, *args: Any) -> Any:
-        if self._handle is None:
-            self._handle = await asyncio.to_thread(transaction_coordinator, self._config)
+    async def _coordinator(self) -> Any:
+        """The coordinator's handle, looked up (and its channel with it) if it was forgotten."""
+        async with self._looking_up:
+            if self._handle is None:
+                self._handle, self._channel = await asyncio.to_thread(self._look_up)
+            return self._handle
+
+    def _look_up(self) -> tuple[Any, TransactionConnections | None]:
+        """The coordinator actor (started if need be) and, when it runs on this node, its channel."""
+        handle = transaction_coordinator(self._config)
+        node, address = call(handle.transaction_channel.remote())
+        return handle, TransactionConnections(address) if node and node == this_node_id() else None
+
+    async def _channel_here(self) -> TransactionConnections | None:
+        await self._coordinator()
+        return self._channel
+
+    async def _over(self, pending: Awaitable[T]) -> T:
+        """A call over the channel; a retriable failure forgets the coordinator, as `_call` does."""
         try:
-            return await answer(getattr(self._handle, method).remote(*args))
+            return await pending
         except RaybrokerError as exc:
             if exc.retriable:
-                self._handle = None
+                self._forget()
+            raise
+
+    def _forget(self) -> None:
+        self._handle = None
+        channel, self._channel = self._channel, None
+        if channel is not None:
+            channel.close()
+
+    async def _call(self, method: str, *args: Any) -> Any:
+        handle = await self._coordinator()
+        try:
+            return await answer(getattr(handle, method).remote(*args))
+        except RaybrokerError as exc:
+            if exc.retriable:
+                self._forget()
             raise

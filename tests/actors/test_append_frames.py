@@ -15,10 +15,13 @@ import storage.errors
 from actors.append_frames import (
     SIZE,
     SOCKET_REQUEST_MAX_BYTES,
+    AppendRequest,
+    MarkerRequest,
     decode_answer,
     decode_request,
     encode_answer,
     encode_error,
+    encode_marker_request,
     encode_request,
     error_named,
 )
@@ -31,6 +34,7 @@ from storage.errors import (
     RaybrokerError,
 )
 from storage.partition.log import LogAppendInfo
+from storage.records.layout import ControlRecordType
 from tests.storage.builders import batch_bytes, simple_records
 
 ERROR_CLASSES = sorted(
@@ -82,11 +86,16 @@ def test_a_request_is_sent_as_pieces_that_keep_the_callers_batches() -> None:
 
 MALFORMED_REQUESTS = {
     "empty": b"",
-    "acks only": b"\x01",
-    "topic length cut": b"\x01\x00",
-    "topic longer than the body": b"\x01\x00\x20events" + struct.pack(">i", 0),
-    "partition cut": b"\x01\x00\x06events\x00\x00",
-    "topic not UTF-8": b"\x01\x00\x02\xff\xfe" + struct.pack(">i", 0),
+    "kind only": b"\x00",
+    "topic length cut": b"\x00\x00",
+    "topic longer than the body": b"\x00\x00\x20events" + struct.pack(">i", 0) + b"\x01",
+    "partition cut": b"\x00\x00\x06events\x00\x00",
+    "acks missing": b"\x00\x00\x06events" + struct.pack(">i", 0),
+    "topic not UTF-8": b"\x00\x00\x02\xff\xfe" + struct.pack(">i", 0) + b"\x01",
+    "unknown kind": b"\x07\x00\x06events" + struct.pack(">i", 0) + b"\x01",
+    "marker cut": b"\x01\x00\x06events" + struct.pack(">iqh", 0, 7, 0),
+    "marker with bytes after it": b"\x01\x00\x06events" + struct.pack(">iqhih", 0, 7, 0, 0, 1) + b"\x00",
+    "marker of an unknown control type": b"\x01\x00\x06events" + struct.pack(">iqhih", 0, 7, 0, 0, 5),
 }
 
 
@@ -94,6 +103,19 @@ MALFORMED_REQUESTS = {
 def test_a_malformed_request_raises_invalid_request(case: str) -> None:
     with pytest.raises(InvalidRequestError):
         decode_request(MALFORMED_REQUESTS[case])
+
+
+@pytest.mark.parametrize("result", [ControlRecordType.COMMIT, ControlRecordType.ABORT])
+def test_a_marker_request_round_trips(result: ControlRecordType) -> None:
+    decoded = decode_request(
+        body_of(encode_marker_request("événements", 2**31 - 1, 2**63 - 1, 32767, 2**31 - 1, result))
+    )
+    assert decoded == MarkerRequest("événements", 2**31 - 1, 2**63 - 1, 32767, 2**31 - 1, result)
+    assert type(decoded.result) is ControlRecordType
+
+
+def test_an_append_request_decodes_as_an_append_request() -> None:
+    assert isinstance(decode_request(body_of(encode_request("events", 0, 1, b""))), AppendRequest)
 
 
 def test_random_request_bodies_raise_only_invalid_request() -> None:

@@ -21,11 +21,13 @@ import ray
 from ray.cluster_utils import Cluster
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from actors.calls import call
+from actors.calls import call, get_actor
 from actors.clients.broker import Broker, stop_broker
-from actors.options import NAMESPACE, kafka_listener_name
+from actors.core.transactions.transaction_metadata import TxnError
+from actors.options import NAMESPACE, kafka_listener_name, transaction_coordinator_name
 from storage import file_names
 from storage.errors import BrokerNotAvailableError
+from storage.records.record_batch import iter_batches
 from tests.storage.builders import Rec, as_recs, batch_bytes, kafka_decode
 
 pytestmark = pytest.mark.ray
@@ -200,6 +202,68 @@ def test_kafka_clients_bootstrap_from_one_node_and_reach_the_other_through_metad
     for node in (first, second):
         listener = ray.get_actor(kafka_listener_name(node, 0), namespace=NAMESPACE)
         assert call(listener.statistics.remote()).connections_accepted > 0
+
+
+@ray.remote(num_cpus=0)
+def transaction_through_a_view(
+    transactional_id: str, partitions: list[tuple[str, int]]
+) -> tuple[str | None, list[Any]]:
+    """One committed transaction through a `RayTransactionView` in this task's process, as a listener on this node
+    makes it: (where its steady-state calls went, None for Ray; the coordinator's answers)."""
+    import asyncio
+
+    from cluster.protocol.ray_transaction_view import RayTransactionView
+    from storage.config.transaction_config import TransactionConfig
+
+    view = RayTransactionView(TransactionConfig(transaction_state_log_num_partitions=1))
+
+    async def transaction() -> list[Any]:
+        initialized = await view.init_producer_id(transactional_id, 60_000, -1, -1)
+        producer = (transactional_id, initialized.producer_id, initialized.producer_epoch)
+        return [
+            initialized.error,
+            await view.add_partitions(*producer, partitions),
+            await view.verify_partitions(*producer, partitions),
+            await view.end_transaction(*producer, True),
+        ]
+
+    answers = asyncio.run(transaction())
+    return view.channel_address, answers
+
+
+def test_a_listener_on_the_coordinators_node_calls_it_over_its_channel_and_one_elsewhere_through_ray(
+    two_nodes: dict[str, list[Path]],
+) -> None:
+    """Both commit, each transaction's markers land on partitions of both nodes (over the append channel on the
+    coordinator's node, through Ray on the other), and only the view on the coordinator's node holds a channel."""
+    client = Broker.connect()
+    call(client.controller.create_topic.remote("txn-spread", 4))
+    hosts = client.topic("txn-spread").partitions
+    assert set(hosts.values()) == set(two_nodes)
+    # One partition led on each node.
+    partitions = sorted({node: ("txn-spread", partition) for partition, node in hosts.items()}.values())
+    channels = {}
+    for index, node in enumerate(sorted(two_nodes)):
+        pinned = NodeAffinitySchedulingStrategy(node_id=node, soft=False)
+        address, answers = ray.get(
+            transaction_through_a_view.options(scheduling_strategy=pinned).remote(f"spread-{index}", partitions)
+        )
+        assert answers == [TxnError.NONE, TxnError.NONE, dict.fromkeys(partitions, TxnError.NONE), TxnError.NONE]
+        channels[node] = address
+    coordinator_node = actor_table_entry(get_actor(transaction_coordinator_name()))["Address"]["NodeID"]
+    assert {node: address is not None for node, address in channels.items()} == {
+        node: node == coordinator_node for node in two_nodes
+    }
+    deadline = time.monotonic() + 30
+    while True:
+        committed = [
+            sum(1 for batch in iter_batches(call(client.partition(*tp).read.remote(0))) if batch.is_control)
+            for tp in partitions
+        ]
+        if committed == [2, 2] or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert committed == [2, 2]
 
 
 def test_swapped_disks_are_found_on_their_new_nodes(two_nodes: dict[str, list[Path]]) -> None:

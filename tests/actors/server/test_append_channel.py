@@ -32,13 +32,15 @@ from actors.server.partition_log import PartitionLogActor
 from storage.errors import (
     BrokerNotAvailableError,
     CorruptRecordError,
+    InvalidProducerEpochError,
     InvalidRecordError,
     InvalidRequestError,
     OutOfOrderSequenceError,
     RaybrokerError,
 )
 from storage.partition.log import LogAppendInfo
-from storage.records.record_batch import CRC_OFFSET
+from storage.records.layout import ControlRecordType
+from storage.records.record_batch import CRC_OFFSET, RecordBatchBuilder
 from tests.storage.builders import Rec, as_recs, batch_bytes, kafka_decode, simple_records
 
 # Every wait in this file is bounded: an answer over a local socket takes well under a millisecond.
@@ -271,6 +273,62 @@ def test_a_sequence_gap_is_refused_as_out_of_order_and_the_connection_goes_on(
     error = refusal(connection.append(TOPIC, 0, gap, 1))
     assert type(error) is OutOfOrderSequenceError and str(error) == str(direct.value)
     assert append(connection, batch_bytes(now_records(1, tag=2))).first_offset == 1
+
+
+# --- transaction markers ----------------------------------------------------------------------------------------
+
+
+def transactional_batch(records: list[Rec], producer_id: int, producer_epoch: int, base_sequence: int = 0) -> bytes:
+    builder = RecordBatchBuilder(
+        producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=base_sequence, is_transactional=True
+    )
+    for record in records:
+        builder.append(record.key, record.value, timestamp=record.timestamp)
+    return builder.build()
+
+
+def open_transactions(part: PartitionLogActor) -> dict[int, int]:
+    """Producer id -> first offset of its open transaction on the partition."""
+    return {
+        p.producer_id: p.current_txn_start_offset for p in part.describe_producers() if p.current_txn_start_offset >= 0
+    }
+
+
+@pytest.mark.parametrize("result", [ControlRecordType.COMMIT, ControlRecordType.ABORT])
+def test_a_marker_over_the_channel_ends_the_producers_transaction_as_the_actors_marker_does(
+    part: PartitionLogActor, connection: AppendConnection, result: ControlRecordType
+) -> None:
+    assert append(connection, transactional_batch(now_records(3), 7, 0)).last_offset == 2
+    assert open_transactions(part) == {7: 0}
+    written = answered(connection.write_marker(TOPIC, 0, 7, 0, 5, result)).result()
+    assert (written.first_offset, written.last_offset) == (3, 3)
+    assert open_transactions(part) == {}
+    assert append(connection, transactional_batch(now_records(1), 7, 0, base_sequence=3)).first_offset == 4
+    through_actor = part.append_transaction_marker(7, 0, 5, result)
+    assert through_actor.first_offset == 5
+    assert part.offsets()[1:] == (6, 6)
+
+
+def test_a_marker_of_an_older_epoch_is_refused_as_the_actor_refuses_it_and_the_connection_goes_on(
+    part: PartitionLogActor, connection: AppendConnection
+) -> None:
+    append(connection, transactional_batch(now_records(1), 7, 3))
+    error = refusal(connection.write_marker(TOPIC, 0, 7, 2, 0, ControlRecordType.ABORT))
+    with pytest.raises(RaybrokerError) as through_actor:
+        part.append_transaction_marker(7, 2, 0, ControlRecordType.ABORT)
+    assert (type(error), error.message) == (type(through_actor.value), through_actor.value.message)
+    assert isinstance(error, InvalidProducerEpochError)
+    assert open_transactions(part) == {7: 0}
+    answered(connection.write_marker(TOPIC, 0, 7, 3, 0, ControlRecordType.COMMIT)).result()
+    assert open_transactions(part) == {}
+
+
+def test_a_marker_for_a_partition_not_served_is_refused_as_broker_not_available(
+    part: PartitionLogActor, connection: AppendConnection
+) -> None:
+    error = refusal(connection.write_marker("elsewhere", 0, 7, 0, 0, ControlRecordType.COMMIT))
+    assert isinstance(error, BrokerNotAvailableError) and error.retriable
+    assert part.offsets()[1:] == (0, 0)
 
 
 # --- appends that are refused ------------------------------------------------------------------------------------
