@@ -1,8 +1,9 @@
 """`python -m benchmarks`: runs every benchmark module in order, prints a table, writes the run as JSON.
 
 Storage benchmarks run first (no Ray), then the actor benchmarks over one shared embedded Ray and broker, then
-Spark. `--quick` shrinks every workload (the whole command in under 2 minutes on 2 cores); the full run takes
-under 10. A benchmark that fails is reported as such and the others still run; the exit status is 1 then.
+Spark. `--quick` shrinks every workload, to minutes for the whole command on 2 cores (most of it starting Ray,
+Spark and Kafka's JVMs); the full run takes about an hour. A benchmark that fails is reported as such and the
+others still run; the exit status is 1 then.
 
 `--json PATH` writes `{"run": ..., "figures": [...]}`: the run's circumstances (`benchmarks.run_info.RunInfo`:
 date, machine, versions, commit, which figures were asked for) and every figure (`Figure.to_json`), the input of
@@ -59,7 +60,9 @@ def _parser() -> argparse.ArgumentParser:
         prog="python -m benchmarks",
         description="Measure raybroker against its baselines, side by side, and print the ratios.",
     )
-    parser.add_argument("--quick", action="store_true", help="small workloads: the whole run in under 2 minutes")
+    parser.add_argument(
+        "--quick", action="store_true", help="small workloads: minutes for the whole run, not the full run's hour"
+    )
     parser.add_argument(
         "--json", metavar="PATH", help="also write the run and its figures as JSON to PATH ('-' = stdout)"
     )

@@ -58,7 +58,7 @@ def absolute_figure(name: str, value: float, unit: str, goal: str, met: bool | N
 
 @dataclass(slots=True)
 class BenchContext:
-    """Where a benchmark runs: `quick` shrinks every workload so the whole command takes under 2 minutes;
+    """Where a benchmark runs: `quick` shrinks every workload (the whole command takes minutes, not an hour);
     `workdir` is a fresh folder removed afterwards; `environment.broker()` starts (once per run) the embedded Ray
     and broker the actor and Spark benchmarks share; `progress` prints one line (to stderr, so `--json -` stays
     clean)."""
