@@ -3,8 +3,10 @@ its partition state machine's elections).
 
 - Placement: a partition's `replication.factor` replicas go to distinct brokers (Ray nodes), each to the broker
   holding the fewest replicas (ties: the lower node id); the preferred leader (first replica) is the chosen broker
-  that leads the fewest partitions, so leadership spreads as replicas do. More replicas than live brokers is
-  `InvalidReplicationFactorError`.
+  that leads the fewest partitions of the same topic, then the fewest of all, so each topic's leaders spread over
+  the brokers as Kafka's round-robin placement spreads them (a topic's producers and consumers load every broker,
+  not the ones other topics left idle) and leadership as a whole spreads as replicas do. More replicas than live
+  brokers is `InvalidReplicationFactorError`.
 - Clean election only (`unclean.leader.election.enable=false`): a new leader comes from the ISR, the first live one
   in assignment order. A partition none of whose in-sync replicas is alive goes offline (no leader) and keeps its
   last ISR, so the replica that had everything leads again once its broker comes back.
@@ -35,11 +37,17 @@ def check_replication_factor(replication_factor: object, live_brokers: int) -> i
 
 
 def place_replicas(
-    count: int, replication_factor: int, brokers: Iterable[str], existing: Iterable[LeaderAndIsr]
+    count: int,
+    replication_factor: int,
+    brokers: Iterable[str],
+    existing: Iterable[LeaderAndIsr],
+    topic: str | None = None,
 ) -> list[tuple[str, ...]]:
-    """Replicas (preferred leader first) for `count` new partitions over `brokers`; see the module docstring."""
+    """Replicas (preferred leader first) for `count` new partitions of `topic` (None: a topic with no partition yet)
+    over `brokers`; see the module docstring."""
     replicas = dict.fromkeys(sorted(brokers), 0)
     leaders = dict.fromkeys(replicas, 0)
+    topic_leaders = dict.fromkeys(replicas, 0)
     check_replication_factor(replication_factor, len(replicas))
     for state in existing:
         for node in state.replicas:
@@ -47,14 +55,17 @@ def place_replicas(
                 replicas[node] += 1
         if state.replicas and state.replicas[0] in leaders:
             leaders[state.replicas[0]] += 1
+            if state.topic == topic:
+                topic_leaders[state.replicas[0]] += 1
     placed = []
     for _ in range(count):
         chosen = sorted(replicas, key=lambda node: (replicas[node], node))[:replication_factor]
-        preferred = min(chosen, key=lambda node: (leaders[node], replicas[node], node))
+        preferred = min(chosen, key=lambda node: (topic_leaders[node], leaders[node], replicas[node], node))
         ordered = (preferred, *(node for node in chosen if node != preferred))
         for node in ordered:
             replicas[node] += 1
         leaders[preferred] += 1
+        topic_leaders[preferred] += 1
         placed.append(ordered)
     return placed
 

@@ -408,11 +408,11 @@ class Controller:
             raise BrokerNotAvailableError(f"the broker on node {node_id} is not running")
         return broker
 
-    def _place(self, count: int, replication_factor: int) -> list[tuple[str, ...]]:
-        """Replicas for `count` new partitions (`actors.core.controller.assignment.place_replicas`)."""
+    def _place(self, topic: str, count: int, replication_factor: int) -> list[tuple[str, ...]]:
+        """Replicas for `count` new partitions of `topic` (`actors.core.controller.assignment.place_replicas`)."""
         if not self._brokers:
             raise BrokerNotAvailableError("no broker is registered; start one with `raybroker start`")
-        return place_replicas(count, replication_factor, self._brokers, self.partition_states())
+        return place_replicas(count, replication_factor, self._brokers, self.partition_states(), topic)
 
     def _replication_factor(self, requested: object) -> int:
         """The topic's replication factor: `requested`, or `default.replication.factor` for None or -1 (Kafka's
@@ -454,7 +454,7 @@ class Controller:
             colliding = [t for t in self._topics if t.replace(".", "_") == name.replace(".", "_")]
             if colliding:
                 raise InvalidTopicError(f"topic {name!r} collides with existing topic {colliding[0]!r}")
-            placed = self._place(partitions, self._replication_factor(replication_factor))
+            placed = self._place(name, partitions, self._replication_factor(replication_factor))
             states = {p: new_partition_state(name, p, replicas) for p, replicas in enumerate(placed)}
             topic = TopicMetadata(
                 name, {p: s.leader for p, s in states.items()}, overrides, states, self._new_topic_id()
@@ -497,7 +497,7 @@ class Controller:
             if total <= current:
                 raise InvalidPartitionsError(f"topic {name!r} has {current} partitions; {total} would not grow it")
             grown = topic
-            placed = self._place(total - current, topic.replication_factor)
+            placed = self._place(name, total - current, topic.replication_factor)
             for partition, replicas in zip(range(current, total), placed, strict=True):
                 grown = grown.with_state(new_partition_state(name, partition, replicas))
             if validate_only:

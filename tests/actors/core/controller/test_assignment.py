@@ -348,3 +348,23 @@ def test_a_replica_whose_dir_was_not_recorded_gets_it_recorded():
     recorded = moved_replica(before, "b", live("a", "b", "c"), "dir-b")
     assert recorded is not None and recorded.directory_of("b") == "dir-b" and recorded.version == before.version + 1
     assert (recorded.replicas, recorded.isr, recorded.leader) == (before.replicas, before.isr, before.leader)
+
+
+def test_a_new_topics_leaders_spread_over_every_broker_whatever_other_topics_lead():
+    # a leads nothing, b and c lead one partition each of another topic: by cluster-wide counts alone, a would lead
+    # two of the new topic's three partitions. Kafka spreads each topic's leaders over the brokers, one each here.
+    existing = [new_partition_state("busy", 0, ("b", "a", "c")), new_partition_state("busy", 1, ("c", "a", "b"))]
+    placed = place_replicas(3, 3, ["a", "b", "c"], existing, topic="new")
+    assert sorted(replicas[0] for replicas in placed) == ["a", "b", "c"]
+
+
+def test_added_partitions_lead_where_the_topic_has_the_fewest_leaders():
+    existing = [new_partition_state("grown", 0, ("a", "b", "c")), new_partition_state("other", 0, ("b", "a", "c"))]
+    existing += [
+        new_partition_state("other", 1, ("b", "c", "a")),
+        new_partition_state("other", 2, ("c", "a", "b")),
+        new_partition_state("other", 3, ("c", "b", "a")),
+    ]
+    # a leads the fewest partitions of all (1 against 2 each), but it already leads the grown topic's only one.
+    assert place_replicas(1, 3, ["a", "b", "c"], existing, topic="grown")[0][0] == "b"
+    assert place_replicas(1, 3, ["a", "b", "c"], existing, topic="fresh")[0][0] == "a"
