@@ -10,6 +10,7 @@ import pytest
 
 from storage.errors import BrokerNotAvailableError
 from storage.records.record_batch import iter_batches
+from tests.conftest import ONE_ACTOR_PER_PARTITION
 from tests.storage.builders import simple_batch
 
 pytestmark = pytest.mark.ray
@@ -19,7 +20,9 @@ pytestmark = pytest.mark.ray
 def broker(start_test_broker: Any) -> Any:
     from actors import Admin
 
-    broker, _ = start_test_broker(log_dirs_count=1)
+    # One actor per partition: a deleted partition's actor goes away with it, which the lookup test is about (a
+    # partition host outlives its partitions, and a topic created again may open in the same one).
+    broker, _ = start_test_broker(log_dirs_count=1, **ONE_ACTOR_PER_PARTITION)
     Admin(broker).create_topic("route", 1)
     return broker
 
