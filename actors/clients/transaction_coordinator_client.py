@@ -19,7 +19,7 @@ from actors.core.groups.group_membership import GroupError
 from actors.core.transactions.coordinator import InitProducerIdResult
 from actors.core.transactions.transaction_metadata import TxnError
 from actors.options import group_coordinator_name, transaction_coordinator_name
-from storage.errors import BrokerNotAvailableError, RaybrokerError
+from storage.errors import BrokerNotAvailableError, CoordinatorLoadInProgressError, RaybrokerError
 from storage.topic_partition import TopicPartition
 
 
@@ -77,7 +77,7 @@ class RayTransactionCoordinatorClient:
         try:
             return call(getattr(self._handle, method).remote(*args))
         except RaybrokerError as exc:
-            if exc.retriable:
+            if exc.retriable and not isinstance(exc, CoordinatorLoadInProgressError):
                 self._handle = None
             raise
 

@@ -18,14 +18,19 @@ partition whose leader is on this node with no followers. Every other call, and 
 replicated, is a Ray call as before; the acks=all guarantee is the same either way (a partition with no followers
 has a write once it is appended).
 
-The plain coordinator is made on the first call, as Kafka creates `__transaction_state` on the first
+The actor is started by the first transactional request (Kafka creates `__transaction_state` on the first
 FindCoordinator for a transactional id: a cluster whose clients never use transactions never pays for the topic's
-partitions. It runs on the node leading `__transaction_state`'s partition 0 (`actors.clients.broker.
-transaction_coordinator`): Ray restarts it there if its process dies, and the restarted actor makes the plain
-coordinator at once, so it loads the states, completes every PrepareCommit/PrepareAbort it finds and aborts the
-transactions that time out, whether or not a client calls it. If its node is lost, the controller's monitor
-(`actors.server.controller`) or the next caller, whichever comes first, starts it again beside the partition's new
-leader, and the new one does the same.
+partitions), on the node leading `__transaction_state`'s partition 0 (`actors.clients.broker.
+transaction_coordinator`). As soon as it runs, its periodic thread makes the plain coordinator and loads the states,
+completing every PrepareCommit/PrepareAbort it finds; until then a producer's calls (InitProducerId,
+AddPartitionsToTxn, the verification, EndTxn) answer `CoordinatorLoadInProgressError` at once, as Kafka's answer
+COORDINATOR_LOAD_IN_PROGRESS, and clients retry. They must not wait in the actor's queue instead: a call a client
+gave up on and sent again would still run later, and a second InitProducerId bumping the epoch behind the one the
+client was answered would leave it fenced. Reads (`describe`, `list_transactions`) and `ready` wait for the load.
+Ray restarts the actor in place if its process dies, and the restarted one loads at once too, so it aborts the
+transactions of producers that died with it when they time out, whether or not a client calls it. If its node is
+lost, the controller's monitor (`actors.server.controller`) or the next caller, whichever comes first, starts it
+again beside the partition's new leader, and the new one does the same.
 """
 
 from __future__ import annotations
@@ -55,7 +60,7 @@ from actors.server.group_coordinator import RayInternalPartition, RayTopicAdmin
 from actors.server.transaction_channel import TransactionChannel
 from storage.clock import SYSTEM_CLOCK
 from storage.config.transaction_config import TransactionConfig
-from storage.errors import RaybrokerError
+from storage.errors import CoordinatorLoadInProgressError, RaybrokerError
 from storage.logdir.scheduler import Scheduler
 from storage.records.layout import ControlRecordType
 from storage.topic_partition import TopicPartition
@@ -131,8 +136,10 @@ class TransactionCoordinatorActor:
 
     def __init__(self, config: TransactionConfig) -> None:
         self._config = config
-        self._lock = threading.Lock()
+        self._making = threading.Lock()
         self._coordinator: TransactionCoordinator | None = None
+        self._loaded = threading.Event()
+        self._channel_lock = threading.Lock()
         self._appends = AppendConnections()
         self._markers = RayTransactionMarkers(self._appends)
         self._channel: TransactionChannel | None = None
@@ -143,22 +150,22 @@ class TransactionCoordinatorActor:
         threading.Thread(target=self._tick, name="transaction-coordinator-tasks", daemon=True).start()
 
     def _tick(self) -> None:
-        """Makes the coordinator as soon as the actor runs, then runs its periodic work (loading its states first).
+        """Makes and loads the coordinator as soon as the actor runs, then runs its periodic work every `TICK_S`.
         A coordinator Ray restarted after its process died thus loads and aborts the timed-out transactions of
         producers that died with it, which nobody else would call it for."""
-        made = False
-        while not self._stopped.wait(TICK_S):
-            if not made:
+        while not self._stopped.is_set():
+            if not self._loaded.is_set():
                 try:
-                    made = self._made is not None
+                    self.ready()
                 except RaybrokerError as exc:
-                    logger.warning("transaction coordinator not started yet: %s", exc)
-                    continue
-            self._scheduler.run_due()
+                    logger.warning("transaction coordinator not loaded yet: %s", exc)
+            if self._loaded.is_set():
+                self._scheduler.run_due()
+            self._stopped.wait(TICK_S)
 
-    @property
     def _made(self) -> TransactionCoordinator:
-        with self._lock:
+        """The plain coordinator, made now if need be (the caller waits)."""
+        with self._making:
             if self._coordinator is None:
                 ctrl = controller()
                 coordinator = TransactionCoordinator(
@@ -176,13 +183,32 @@ class TransactionCoordinatorActor:
                 self._coordinator = coordinator
             return self._coordinator
 
+    @property
+    def _serving(self) -> TransactionCoordinator:
+        """The loaded coordinator, for a producer's call; `CoordinatorLoadInProgressError` (retriable) at once while
+        it is made or loads (see the module docstring)."""
+        coordinator = self._coordinator
+        if coordinator is None or not self._loaded.is_set():
+            raise CoordinatorLoadInProgressError("the transaction coordinator is loading __transaction_state")
+        return coordinator
+
     def ready(self) -> int:
-        return self._made.ready()
+        """Makes the coordinator and loads every `__transaction_state` partition it can reach (waiting for both);
+        how many are loaded. Producers' calls are served from then on."""
+        loaded = self._made().ready()
+        self._loaded.set()
+        return loaded
+
+    def _loaded_coordinator(self) -> TransactionCoordinator:
+        """The coordinator once loaded, waiting for the load (for reads and `ready`)."""
+        if not self._loaded.is_set():
+            self.ready()
+        return self._made()
 
     def transaction_channel(self) -> tuple[str, str]:
         """(node, address): the Ray node this actor runs on and the address of its transaction channel
         (`actors.server.transaction_channel`), which listens from the first call."""
-        with self._lock:
+        with self._channel_lock:
             if self._channel is None:
                 self._channel = TransactionChannel(self)
             return this_node_id(), self._channel.address
@@ -190,28 +216,28 @@ class TransactionCoordinatorActor:
     def init_producer_id(
         self, transactional_id: str, transaction_timeout_ms: int, producer_id: int, producer_epoch: int
     ) -> InitProducerIdResult:
-        return self._made.init_producer_id(transactional_id, transaction_timeout_ms, producer_id, producer_epoch)
+        return self._serving.init_producer_id(transactional_id, transaction_timeout_ms, producer_id, producer_epoch)
 
     def add_partitions(
         self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: Collection[TopicPartition]
     ) -> TxnError:
-        return self._made.add_partitions(transactional_id, producer_id, producer_epoch, partitions)
+        return self._serving.add_partitions(transactional_id, producer_id, producer_epoch, partitions)
 
     def verify_partitions(
         self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: Collection[TopicPartition]
     ) -> dict[TopicPartition, TxnError]:
-        return self._made.verify_partitions(transactional_id, producer_id, producer_epoch, partitions)
+        return self._serving.verify_partitions(transactional_id, producer_id, producer_epoch, partitions)
 
     def end_transaction(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool) -> TxnError:
-        return self._made.end_transaction(transactional_id, producer_id, producer_epoch, commit)
+        return self._serving.end_transaction(transactional_id, producer_id, producer_epoch, commit)
 
     def describe(self, transactional_id: str) -> TransactionDescription | None:
-        return self._made.describe(transactional_id)
+        return self._loaded_coordinator().describe(transactional_id)
 
     def list_transactions(
         self, states: Iterable[str], producer_ids: Iterable[int], duration_ms: int
     ) -> list[TransactionDescription]:
-        return self._made.list_transactions(states, producer_ids, duration_ms)
+        return self._loaded_coordinator().list_transactions(states, producer_ids, duration_ms)
 
     def write_marker(
         self,
@@ -229,7 +255,7 @@ class TransactionCoordinatorActor:
         """Stops the periodic work (before the actor is killed at the broker's shutdown); completions under way
         finish first."""
         self._stopped.set()
-        with self._lock:
+        with self._channel_lock:
             channel = self._channel
         if channel is not None:
             channel.close()

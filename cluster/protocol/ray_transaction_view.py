@@ -22,7 +22,7 @@ from actors.clients.transaction_connection import TransactionConnections
 from actors.core.transactions.coordinator import InitProducerIdResult, TransactionDescription
 from actors.core.transactions.transaction_metadata import TxnError
 from storage.config.transaction_config import TransactionConfig
-from storage.errors import RaybrokerError
+from storage.errors import CoordinatorLoadInProgressError, RaybrokerError
 from storage.records.layout import ControlRecordType
 from storage.topic_partition import TopicPartition
 
@@ -130,7 +130,7 @@ class RayTransactionView:
         try:
             return await pending
         except RaybrokerError as exc:
-            if exc.retriable:
+            if exc.retriable and not isinstance(exc, CoordinatorLoadInProgressError):
                 self._forget()
             raise
 
@@ -145,6 +145,6 @@ class RayTransactionView:
         try:
             return await answer(getattr(handle, method).remote(*args))
         except RaybrokerError as exc:
-            if exc.retriable:
+            if exc.retriable and not isinstance(exc, CoordinatorLoadInProgressError):
                 self._forget()
             raise

@@ -25,7 +25,6 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from kafka import KafkaProducer
 
 from actors.calls import call, get_actor
-from actors.clients.broker import transaction_coordinator
 from actors.core.broker import InProcessBroker
 from actors.core.controller.topic_metadata import TRANSACTION_STATE_TOPIC
 from actors.options import transaction_coordinator_name
@@ -312,9 +311,6 @@ def test_a_transaction_whose_producer_went_silent_is_aborted_by_a_new_coordinato
     )
     with start_listener({"listeners": "PLAINTEXT://127.0.0.1:0"}) as ray_listener:
         call(broker.controller.create_topic.remote("silent", 1))
-        # The coordinator started and loaded first: this test is about its successor, not its first start.
-        first = transaction_coordinator(call(broker.controller.transaction_config.remote()))
-        call(first.ready.remote())
         producer = Producer(
             {
                 "bootstrap.servers": ray_listener.bootstrap_servers,
