@@ -75,7 +75,9 @@ class ChangeWatcher:
         waiter: asyncio.Future[None] = self._loop.create_future()
         self._waiters[key].append(waiter)
         try:
-            await asyncio.wait_for(waiter, timeout_s)
+            # `asyncio.timeout`: Python 3.11's `wait_for` can drop a cancellation that lands as the waiter is woken.
+            async with asyncio.timeout(timeout_s):
+                await waiter
         except TimeoutError:
             return self._counts.get(key, 0) != seen
         finally:

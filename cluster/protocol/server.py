@@ -119,6 +119,7 @@ class KafkaServer:
         self._servers: dict[str, asyncio.Server] = {}
         self._ports: dict[str, int] = {}
         self._connections: set[asyncio.Task[None]] = set()
+        self._stopping = False
         self._per_ip: Counter[str] = Counter()
         self._accepted = 0
         self._refused = 0
@@ -160,7 +161,9 @@ class KafkaServer:
         )
 
     async def stop(self) -> None:
-        """Stops accepting, closes every connection (requests in progress are abandoned), and waits for both."""
+        """Stops accepting, drops every connection (requests in progress and answers not yet sent are abandoned:
+        a client that reads nothing cannot hold the shutdown), and waits for both."""
+        self._stopping = True
         for server in self._servers.values():
             server.close()
         for task in list(self._connections):
@@ -203,9 +206,22 @@ class KafkaServer:
             self._per_ip[address] -= 1
             if not self._per_ip[address]:
                 del self._per_ip[address]
-            writer.close()
-            with contextlib.suppress(ConnectionError):
-                await writer.wait_closed()
+            await self._close(writer)
+
+    async def _close(self, writer: asyncio.StreamWriter) -> None:
+        """Closes a connection once its unsent answers are flushed, or at once (dropping them) when the server
+        stops, also if it stops while this waits for a client that does not read."""
+        if self._stopping:
+            writer.transport.abort()
+            return
+        writer.close()
+        try:
+            await writer.wait_closed()
+        except ConnectionError:
+            pass
+        except asyncio.CancelledError:
+            writer.transport.abort()
+            raise
 
     async def _serve(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, context: ConnectionContext
@@ -233,7 +249,7 @@ class KafkaServer:
         running: set[_Answer] = set()
         try:
             while True:
-                (size,) = SIZE.unpack(await asyncio.wait_for(reader.readexactly(SIZE.size), idle_s))
+                (size,) = SIZE.unpack(await _read_exactly(reader, SIZE.size, idle_s))
                 max_bytes = self._config.socket_request_max_bytes
                 if not context.authenticated:
                     max_bytes = min(max_bytes, self._security.sasl_server_max_receive_size)
@@ -241,7 +257,7 @@ class KafkaServer:
                     logger.warning("closing %s: frame size %d outside 0..%d", context.client_host, size, max_bytes)
                     self._closed_for_errors += 1
                     return
-                payload = await asyncio.wait_for(reader.readexactly(size), idle_s)
+                payload = await _read_exactly(reader, size, idle_s)
                 read_at = time.perf_counter()
                 alone = not self._overlaps(payload)
                 if alone and running:
@@ -354,3 +370,11 @@ def _sendfile_now(transport: asyncio.WriteTransport, region: FileRegion) -> int:
     except (BlockingIOError, InterruptedError):
         pass
     return sent
+
+
+async def _read_exactly(reader: asyncio.StreamReader, size: int, timeout_s: float) -> bytes:
+    """`size` bytes, or `TimeoutError` after `timeout_s`. `asyncio.timeout`, not `asyncio.wait_for`: on Python 3.11
+    `wait_for` returns the read's bytes when the read completes as the task is cancelled, dropping the cancellation,
+    so a connection `stop` cancelled read on and waited for a request slot no answer would free."""
+    async with asyncio.timeout(timeout_s):
+        return await reader.readexactly(size)

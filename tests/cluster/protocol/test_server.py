@@ -172,6 +172,34 @@ def test_stop_closes_open_connections(listen: Callable[..., KafkaListener]) -> N
     assert struct.calcsize(">i") == SIZE.size
 
 
+def test_stop_does_not_wait_for_a_client_that_reads_no_answers(listen: Callable[..., KafkaListener]) -> None:
+    """A client that pipelines requests and never reads their answers fills the socket buffers both ways; `stop`
+    drops its connection with the answers still unsent rather than waiting for it to read them (a broker shutting
+    down does not wait on its slowest client)."""
+    listener = listen()
+    request = encode_request(API_VERSIONS_KEY, 1, "t", API_VERSIONS_REQUEST)
+    with connect(listener) as sock:
+        sock.setblocking(False)
+        sent = 0
+        deadline = time.monotonic() + TIMEOUT_S
+        # Until the kernel takes no more: the server has stopped reading, its answers back up unread.
+        while time.monotonic() < deadline:
+            try:
+                sent += sock.send(request * 64)
+            except BlockingIOError:
+                time.sleep(0.2)
+                try:
+                    sent += sock.send(request * 64)
+                except BlockingIOError:
+                    break
+        assert sent > 1 << 20, "the socket took every request: no backlog to test"
+        started = time.monotonic()
+        listener.stop()
+        assert time.monotonic() - started < 2.0
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", listener.port), timeout=TIMEOUT_S)
+
+
 def test_file_regions_are_sent_whole_past_the_socket_buffer_and_a_region_cut_short_closes_the_connection(
     tmp_path: Path,
 ) -> None:
