@@ -214,11 +214,20 @@ def transaction_through_a_view(
 
     from cluster.protocol.ray_transaction_view import RayTransactionView
     from storage.config.transaction_config import TransactionConfig
+    from storage.errors import CoordinatorLoadInProgressError
 
     view = RayTransactionView(TransactionConfig(transaction_state_log_num_partitions=1))
 
     async def transaction() -> list[Any]:
-        initialized = await view.init_producer_id(transactional_id, 60_000, -1, -1)
+        # As a client retries it: the coordinator answers COORDINATOR_LOAD_IN_PROGRESS until it has loaded.
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                initialized = await view.init_producer_id(transactional_id, 60_000, -1, -1)
+                break
+            except CoordinatorLoadInProgressError:
+                assert time.monotonic() < deadline, "the coordinator did not load within 30 s"
+                await asyncio.sleep(0.05)
         producer = (transactional_id, initialized.producer_id, initialized.producer_epoch)
         return [
             initialized.error,

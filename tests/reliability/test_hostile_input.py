@@ -73,11 +73,15 @@ NON_BYTES_VALUES: list[object] = ["text", 42, None, [b"a"], {"k": b"v"}, 3.5]
 
 
 def files_under(*roots: Path) -> dict[str, int]:
-    """Every file and folder under `roots` with its size: what 'nothing written' is checked against."""
+    """Every file and folder under `roots` with its size: what 'nothing written' is checked against. One removed
+    between the listing and its `stat` (a checkpoint's temporary file renamed into place) is not there."""
     found = {}
     for root in roots:
         for path in sorted(root.rglob("*")):
-            found[str(path)] = path.stat().st_size if path.is_file() else -1
+            try:
+                found[str(path)] = path.stat().st_size if path.is_file() else -1
+            except FileNotFoundError:
+                continue
     return found
 
 
