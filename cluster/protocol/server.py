@@ -45,6 +45,7 @@ import contextlib
 import functools
 import logging
 import os
+import socket
 import ssl
 import time
 from collections import Counter
@@ -58,7 +59,7 @@ from cluster.protocol.errors import AuthenticationFailedError, ProtocolError
 from cluster.protocol.file_region import FileRegion
 from cluster.protocol.framing import SIZE, SplicedFrame
 from cluster.protocol.security.tls import certificate_principal
-from storage.config.listener_config import Endpoint, ListenerConfig
+from storage.config.listener_config import OS_DEFAULT_BUFFER_BYTES, Endpoint, ListenerConfig
 from storage.config.security_config import SecurityConfig
 
 logger = logging.getLogger(__name__)
@@ -182,6 +183,7 @@ class KafkaServer:
             self._refused += 1
             writer.close()
             return
+        _bound_send_buffer(writer, self._config.socket_send_buffer_bytes)
         task = asyncio.current_task()
         assert task is not None, "asyncio runs every connection callback in a task"
         self._accepted += 1
@@ -351,12 +353,23 @@ class KafkaServer:
             self._metrics.request_answered(named[0], named[1], (time.perf_counter() - read_at) * 1000)
 
 
+def _bound_send_buffer(writer: asyncio.StreamWriter, size_bytes: int) -> None:
+    """Sets the connection's SO_SNDBUF to `socket.send.buffer.bytes` (-1 leaves the OS's autotuned buffer): see
+    `storage.config.listener_config` for why a fetch answer is sent through Kafka's 100 KiB."""
+    sock = writer.get_extra_info("socket")
+    if sock is None or size_bytes == OS_DEFAULT_BUFFER_BYTES:
+        return
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, size_bytes)
+
+
 def _sendfile_now(transport: asyncio.WriteTransport, region: FileRegion) -> int:
     """The bytes of `region` the socket takes at once, sent with `os.sendfile` on its non-blocking descriptor while
     the transport holds nothing unsent; the caller sends the rest with asyncio's `loop.sendfile`, which waits for the
-    socket. A fetch's region (1 MiB by default) usually fits the loopback socket's buffer whole, and asyncio's own
-    path costs a pause and resume of reading and a writer registration per region, ~5 % of the listener thread's
-    time under `wire_fetch`. It stops where the file ends (the caller then finds the region sent short)."""
+    socket. A region smaller than the send buffer (`socket.send.buffer.bytes`, doubled by Linux) goes whole, and a
+    larger one starts at once, where asyncio's own path costs a pause and resume of reading and a writer
+    registration per region before its first byte. It stops where the file ends (the caller then finds the region
+    sent short)."""
     sock = transport.get_extra_info("socket")
     if sock is None or transport.get_write_buffer_size():
         return 0

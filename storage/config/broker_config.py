@@ -107,7 +107,7 @@ Broker defaults of topic configs (Kafka's "server synonyms"); together they form
 Loading (`from_properties`, `load_server_properties`): `broker.id` is read as `node.id` (both set and different
 is an error, as in Kafka); `log.dir` is read only when `log.dirs` is absent; the listeners a KRaft file names in
 `controller.listener.names` are dropped from `listeners`. Keys of Kafka's broker that do not
-apply to raybroker (socket buffers, ZooKeeper, KRaft quorum, security: `IGNORED_KAFKA_KEYS`
+apply to raybroker (the receive socket buffer, ZooKeeper, KRaft quorum, security: `IGNORED_KAFKA_KEYS`
 and `IGNORED_KAFKA_KEY_PREFIXES`) load with one logged warning and are listed in `BrokerConfig.ignored_keys`; any
 other unknown key raises `InvalidConfigError` (with the closest known key as a hint), so a typo never passes
 silently.
@@ -171,7 +171,6 @@ IGNORED_KAFKA_KEYS = frozenset(
         "process.roles",
         "security.inter.broker.protocol",
         "socket.receive.buffer.bytes",
-        "socket.send.buffer.bytes",
         "zookeeper.connect",
         "zookeeper.connection.timeout.ms",
         "zookeeper.session.timeout.ms",

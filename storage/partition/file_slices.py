@@ -42,6 +42,7 @@ bytes on without reading them (the Kafka listener's `sendfile`).
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 from dataclasses import dataclass
@@ -57,6 +58,9 @@ from storage.segment.transaction_index import AbortedTxn
 # Lock-free attempts before the locked one: a segment swapped or deleted between choosing it and checking it
 # is still listed costs one retry on a fresh snapshot; two in a row within microseconds do not happen in practice.
 LOCK_FREE_ATTEMPTS = 2
+# Linux's MADV_POPULATE_READ (5.14): prefault a mapping's pages from the page cache, as MAP_POPULATE does at mmap
+# time. Python 3.11's `mmap` module does not name it.
+MADV_POPULATE_READ = 22
 # The isolations a consumer's fetch reads at (`storage.partition.log_read.ISOLATIONS` less a follower's `log_end`).
 CONSUMER_ISOLATIONS = ("high_watermark", "txn_committed")
 
@@ -181,11 +185,13 @@ def _identified(log: Log, located: list[tuple[LogSegment, int, int]], offset: in
 
 
 def read_located(
-    file_slice: FileSlice, offset: int, *, zero_copy: bool = False
+    file_slice: FileSlice, offset: int, *, zero_copy: bool = False, populate: bool = True
 ) -> tuple[bytes | memoryview, int] | None:
     """The slice's bytes (a read-only view of the file's pages with `zero_copy`) and the offset after their last
     whole batch, if the file is still the located one and the bytes walk as batches from the one holding
-    `offset`; None otherwise (file gone or replaced, shorter than located, torn bytes): read through the log."""
+    `offset`; None otherwise (file gone or replaced, shorter than located, torn bytes): read through the log.
+    A view's pages are prefaulted before it is returned; with `populate=False` only those the walk touched are,
+    and the caller prefaults the rest with `populate_pages` when it chooses."""
     if file_slice.length == 0:
         return b"", offset
     fd = open_located(file_slice)
@@ -193,7 +199,7 @@ def read_located(
         return None
     try:
         data = (
-            map_pages(fd, file_slice.position, file_slice.length, populate=True)
+            map_pages(fd, file_slice.position, file_slice.length, populate=populate)
             if zero_copy
             else os.pread(fd, file_slice.length, file_slice.position)
         )
@@ -235,6 +241,15 @@ def map_pages(fd: int, position: int, length: int, *, populate: bool) -> memoryv
     return memoryview(mapping)[skip : skip + length]
 
 
+def populate_pages(data: bytes | memoryview) -> None:
+    """Prefaults the pages of a view `map_pages` made (`madvise(MADV_POPULATE_READ)`, what MAP_POPULATE does when
+    mapping); anything else, and a kernel before Linux 5.14 (which refuses the advice), is left as it is."""
+    mapping = data.obj if isinstance(data, memoryview) else None
+    if isinstance(mapping, mmap.mmap):
+        with contextlib.suppress(OSError):
+            mapping.madvise(MADV_POPULATE_READ)
+
+
 def offset_after(data: bytes | memoryview, offset: int) -> int | None:
     """The offset after the last whole batch of `data`, if it starts with a batch holding `offset` (or a later
     one) and its batches' offsets increase; None when the bytes do not walk that way (or hold no whole batch:
@@ -258,5 +273,6 @@ __all__ = [
     "map_pages",
     "offset_after",
     "open_located",
+    "populate_pages",
     "read_located",
 ]

@@ -52,7 +52,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 
 from actors.core.security.acls import AclOperation, ResourceType
@@ -72,7 +71,7 @@ from cluster.protocol.fetch_session import (
     forgotten_key,
 )
 from cluster.protocol.file_region import FileRegion
-from cluster.protocol.framing import Request
+from cluster.protocol.framing import Request, response_schema
 from cluster.protocol.handlers.authorization import authorized_names
 from cluster.protocol.handlers.metadata import wire_topic_id
 from cluster.protocol.messages import build, milliseconds
@@ -123,7 +122,7 @@ class FetchHandler:
     async def __call__(self, request: Request) -> Any:
         body = request.body
         version = request.api_version
-        response_type = load_response_schema(FETCH_KEY, version)
+        response_type = response_schema(FETCH_KEY, version)
         uses_topic_ids = version >= TOPIC_ID_VERSION
         topic_names = await self._topic_names(body) if uses_topic_ids else {}
         context = self.sessions.new_context(

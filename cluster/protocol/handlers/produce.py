@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 
 from actors.core.replication.replica import ACKS
@@ -35,7 +34,7 @@ from actors.core.security.acls import AclOperation, ResourceType
 from actors.core.transactions.transaction_metadata import TxnError
 from cluster.protocol.broker_view import BrokerView
 from cluster.protocol.errors import error_code
-from cluster.protocol.framing import Request
+from cluster.protocol.framing import Request, response_schema
 from cluster.protocol.handlers.authorization import allows, authorized_names
 from cluster.protocol.messages import build
 from cluster.protocol.security.access import AccessControl
@@ -104,7 +103,7 @@ class ProduceHandler:
         for (topic, partition, _), answer in zip(wanted, answers, strict=True):
             responses.setdefault(topic, []).append({"index": partition, **answer})
         return build(
-            load_response_schema(PRODUCE_KEY, request.api_version),
+            response_schema(PRODUCE_KEY, request.api_version),
             {
                 "responses": [{"name": name, "partition_responses": parts} for name, parts in responses.items()],
                 "throttle_time": 0,

@@ -473,9 +473,9 @@ def test_kafka_zookeeper_mode_server_properties_loads(tmp_path: Path, caplog: py
     assert config.offsets_topic_replication_factor == 1
     assert config.transaction_config.transaction_state_log_replication_factor == 1
     assert config.transaction_config.transaction_state_log_min_isr == 1
+    assert config.listener_config.socket_send_buffer_bytes == 102400
     assert config.ignored_keys == (
         "num.io.threads",
-        "socket.send.buffer.bytes",
         "socket.receive.buffer.bytes",
         "zookeeper.connect",
         "zookeeper.connection.timeout.ms",

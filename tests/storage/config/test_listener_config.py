@@ -14,6 +14,7 @@ def test_kafkas_defaults() -> None:
     assert (config.socket_request_max_bytes, config.connections_max_idle_ms) == (104857600, 600000)
     assert config.max_connections == config.max_connections_per_ip == 2**31 - 1
     assert config.queued_max_requests == 500
+    assert config.socket_send_buffer_bytes == 102400
 
 
 @pytest.mark.parametrize(
@@ -50,6 +51,10 @@ def test_limits_are_validated() -> None:
         ListenerConfig.from_properties({"socket.request.max.bytes": "0"})
     with pytest.raises(InvalidConfigError):
         ListenerConfig.from_properties({"max.connections.per.ip": "many"})
+    for refused in ("0", "-2"):
+        with pytest.raises(InvalidConfigError):
+            ListenerConfig.from_properties({"socket.send.buffer.bytes": refused})
+    assert ListenerConfig.from_properties({"socket.send.buffer.bytes": "-1"}).socket_send_buffer_bytes == -1
 
 
 def test_advertised_listeners_default_to_the_bound_address() -> None:

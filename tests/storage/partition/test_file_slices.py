@@ -12,7 +12,7 @@ import pytest
 
 from storage.clock import MockClock
 from storage.errors import InvalidRequestError, KafkaStorageError, OffsetOutOfRangeError
-from storage.partition.file_slices import FileSlice, locate_file_slices
+from storage.partition.file_slices import FileSlice, locate_file_slices, populate_pages, read_located
 from storage.partition.log import Log
 from storage.records.file_records import iter_any_batches
 from tests.storage.builders import open_log, simple_batch
@@ -169,4 +169,36 @@ def test_a_segment_removed_from_the_log_while_locating_is_located_again(
         locate_file_slices(log, first_segment.base_offset, 10**6)
     monkeypatch.undo()
     assert_matches_read(log, range(log.log_start_offset, log.log_start_offset + 3), SIZES)
+    log.close()
+
+
+def resident_file_kib() -> int:
+    """This process's resident pages mapped from files (`RssFile`), in KiB."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("RssFile:"):
+                return int(line.split()[1])
+    raise AssertionError("no RssFile in /proc/self/status")
+
+
+def test_a_view_mapped_without_populating_reads_the_same_bytes_and_populate_pages_faults_it_in(
+    log_dir: Path, clock: MockClock
+) -> None:
+    log = open_log(log_dir, clock, segment_bytes=10**7)
+    for index in range(8):
+        log.append(simple_batch(64, value_size=8000, tag=index))
+    (found,) = locate_file_slices(log, 0, 10**7)
+    assert found.length > 1024 * 1024
+    populated = read_located(found, 0, zero_copy=True)
+    lazy = read_located(found, 0, zero_copy=True, populate=False)
+    assert populated is not None and lazy is not None
+    assert lazy[1] == populated[1] == log.high_watermark
+    before = resident_file_kib()
+    populate_pages(lazy[0])
+    # The batch walk touched the pages around each ~512 KiB batch's header (the kernel faults 64 KiB around a
+    # touched page); populating faults in the rest.
+    assert resident_file_kib() - before >= found.length // 1024 // 2
+    assert bytes(lazy[0]) == bytes(populated[0]) == slice_bytes(found)
+    populate_pages(b"bytes are left alone")
+    populate_pages(memoryview(b"and so are views of them"))
     log.close()

@@ -353,3 +353,28 @@ def test_read_committed_stops_at_the_last_stable_offset_and_lists_aborted_transa
     state.publish()
     assert consume(state, end, max_bytes, "txn_committed") == log.high_watermark == log.last_stable_offset
     state.close()
+
+
+def test_an_abort_indexed_after_a_read_committed_read_is_listed_by_the_next_read(
+    log_dir: Path, clock: MockClock
+) -> None:
+    log = Log.open(log_dir, LogConfig.from_properties({"segment.bytes": 10**6}), clock=clock)
+    state = Published(log)
+    transactional(log, 7, 0, 3)
+    log.append_transaction_marker(7, 0, 0, ControlRecordType.ABORT)
+    fill(log, 2)
+    state.publish()
+    state.learn(0, 10**6, "txn_committed")
+    first = state.view.read(0, 10**6, "txn_committed")
+    assert_is_the_owners_answer(log, first, 0, 10**6, "txn_committed")
+    assert first is not None and first.aborted_transactions is not None
+    assert [txn.producer_id for txn in first.aborted_transactions] == [7]
+    # The active segment's index grows by an entry; the view read it before.
+    transactional(log, 9, 0, 2)
+    log.append_transaction_marker(9, 0, 0, ControlRecordType.ABORT)
+    state.publish()
+    again = state.view.read(0, 10**6, "txn_committed")
+    assert_is_the_owners_answer(log, again, 0, 10**6, "txn_committed")
+    assert again is not None and again.aborted_transactions is not None
+    assert [txn.producer_id for txn in again.aborted_transactions] == [7, 9]
+    state.close()
