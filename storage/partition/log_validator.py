@@ -3,8 +3,9 @@
 
 Per batch, in Kafka's order: a known magic (bytes at 16 outside 0..2 are garbage: `CorruptRecordError`),
 magic 2 only (raybroker writes v2; 0 and 1 are refused); baseOffset 0; size within `max.message.bytes`;
-CRC-32C; record count > 0 and equal to lastOffsetDelta + 1; no control batches; a producer id needs a base
-sequence; the producer may not set LogAppendTime. A coordinator's write (origin COORDINATOR: a transaction
+CRC-32C; record count > 0 and equal to lastOffsetDelta + 1; in a compressed batch, records whose offset deltas run
+0, 1, 2, ... (Kafka's "inner records offset should always be continuous"); no control batches; a producer id
+needs a base sequence; the producer may not set LogAppendTime. A coordinator's write (origin COORDINATOR: a transaction
 marker, a transactional offset commit) may be a control batch, which must then hold one COMMIT or ABORT marker of
 a producer, and carries no sequence (Kafka checks control batches and sequences for clients only); a control
 batch is never recompressed (Kafka's rule). Then every record's framing is checked strictly (a record
@@ -204,10 +205,18 @@ def _validate_records(batch: RecordBatch, config: LogConfig, now_ms: int, positi
     before_ms = config.timestamp_before_max_ms if create_time else LONG_MAX
     after_ms = config.timestamp_after_max_ms if create_time else LONG_MAX
     try:
-        summary = summarize_records_section(batch.records_view(), batch.records_count)
+        summary = summarize_records_section(
+            batch.records_view(), batch.records_count, offset_deltas=batch.compression != CompressionType.NONE
+        )
         low, high = timestamp_delta_range(batch.base_timestamp, summary.timestamp_deltas)
     except (InvalidRecordError, CorruptRecordError) as exc:
         raise InvalidRecordError(exc.message, position=position) from exc
+    if summary.first_offset_gap is not None:
+        raise InvalidRecordError(
+            f"record {summary.first_offset_gap} inside the compressed record batch does not have incremental offsets",
+            position=position,
+            offset=summary.first_offset_gap,
+        )
     if config.compact and summary.first_null_key is not None:
         raise InvalidRecordError(
             "compacted topic cannot accept a record without a key", position=position, offset=summary.first_null_key

@@ -230,16 +230,19 @@ def decode_records_fast(
 
 @dataclass(frozen=True, slots=True)
 class RecordsSummary:
-    """What validating an append needs of a records section, checked as strictly as a full decode."""
+    """What validating an append needs of a records section, checked as strictly as a full decode.
+    `first_offset_gap`: the index of the first record whose offset delta is not its index (None if they run 0, 1,
+    2, ...), when asked for."""
 
     timestamp_deltas: np.ndarray
     first_null_key: int | None
+    first_offset_gap: int | None = None
 
 
-def summarize_records_section(section: Bytes, count: int) -> RecordsSummary:
+def summarize_records_section(section: Bytes, count: int, *, offset_deltas: bool = False) -> RecordsSummary:
     """The records' timestamp deltas and the index of the first record with a null key (None if every record
     has a key), after checking every record's framing exactly as `decode_records_columns` does, without building
-    the other columns."""
+    the other columns. `offset_deltas`: also the first record whose offset delta is not its index."""
     pieces = _decode_pieces(_byte_view(section), count)
     if not pieces:
         return RecordsSummary(np.zeros(0, dtype=np.int64), None)
@@ -252,7 +255,16 @@ def summarize_records_section(section: Bytes, count: int) -> RecordsSummary:
             first_null_key = before + index
             break
         before += len(piece_deltas)
-    return RecordsSummary(deltas[0] if len(deltas) == 1 else np.concatenate(deltas), first_null_key)
+    first_offset_gap = None
+    if offset_deltas:
+        before = 0
+        for piece in pieces:
+            gaps = (piece.offset_column() != np.arange(before, before + len(piece), dtype=np.int64)).nonzero()[0]
+            if len(gaps):
+                first_offset_gap = before + int(gaps[0])
+                break
+            before += len(piece)
+    return RecordsSummary(deltas[0] if len(deltas) == 1 else np.concatenate(deltas), first_null_key, first_offset_gap)
 
 
 @dataclass(frozen=True, slots=True)
@@ -409,11 +421,17 @@ class _Part:
     body_starts: np.ndarray
     body_ends: np.ndarray
 
+    def __len__(self) -> int:
+        return len(self.offset_deltas)
+
     def part(self) -> _Part:
         return self
 
     def timestamp_column(self) -> np.ndarray:
         return self.timestamp_deltas
+
+    def offset_column(self) -> np.ndarray:
+        return self.offset_deltas
 
     def first_null_key(self) -> int | None:
         nulls = (self.key_lengths < 0).nonzero()[0]
@@ -572,6 +590,9 @@ class _Run:
 
     def timestamp_column(self) -> np.ndarray:
         return self._varints(self.layout.timestamp_at, self.layout.timestamp_width)
+
+    def offset_column(self) -> np.ndarray:
+        return self._varints(self.layout.offset_at, self.layout.offset_width)
 
     def first_null_key(self) -> int | None:
         return 0 if self.layout.key_length < 0 else None

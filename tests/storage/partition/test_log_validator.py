@@ -370,3 +370,35 @@ def test_topic_codec_different_from_producer_recompresses_with_equal_records(
     ]
     assert [r.offset for r in decoded] == [0, 1, 2]
     assert validated.batches[0].max_timestamp == NOW + 3
+
+
+@pytest.mark.parametrize("compression", [CompressionType.GZIP, CompressionType.SNAPPY, CompressionType.LZ4])
+def test_a_compressed_batch_whose_inner_offsets_do_not_run_0_1_2_is_refused_as_kafka_refuses_it(
+    compression: CompressionType,
+) -> None:
+    """Kafka's LogValidator requires a compressed batch's records to carry offset deltas 0, 1, 2, ... ("inner
+    records offset should always be continuous"): kafka-python's builder is given the offsets 0, 0, 2 (three
+    records, lastOffsetDelta 2, so the count check passes) and the append is refused whole; the same records
+    numbered 0, 1, 2 are taken."""
+    from kafka.record.default_records import DefaultRecordBatchBuilder
+
+    def built(offsets: tuple[int, ...]) -> bytes:
+        builder = DefaultRecordBatchBuilder(
+            magic=2,
+            compression_type=int(compression),
+            is_transactional=False,
+            producer_id=-1,
+            producer_epoch=-1,
+            base_sequence=-1,
+            batch_size=1 << 20,
+        )
+        for offset in offsets:
+            builder.append(offset, START_MS, b"key", b"value" * 40, [])
+        data = bytes(builder.build())
+        assert RecordBatch(data, 0).compression == compression, "kafka-python fell back to no codec"
+        return data
+
+    with pytest.raises(InvalidRecordError, match="incremental offsets"):
+        validate_client_records(built((0, 0, 2)), LogConfig(), NOW)
+    accepted = validate_client_records(built((0, 1, 2)), LogConfig(), NOW)
+    assert accepted.record_count == 3
