@@ -9,6 +9,7 @@ Finding a partition's replicas is `actors.partition_lookup`'s.
 
 from __future__ import annotations
 
+import concurrent.futures
 import time
 from collections.abc import Callable
 from typing import Any, NoReturn
@@ -89,6 +90,15 @@ def _raise_typed(exc: Exception, timeout_s: float | None) -> NoReturn:
     if isinstance(exc, GetTimeoutError):
         raise RequestTimedOutError(f"no answer within {timeout_s} s") from exc
     raise BrokerNotAvailableError(f"actor unavailable: {exc}") from None
+
+
+def finished(future: concurrent.futures.Future[Any]) -> Any:
+    """The value of a finished `ref.future()`, a failure raising what `call` raises for it (usable in the future's
+    callback, where `ray.get` must not be called)."""
+    try:
+        return future.result(0)
+    except (RayTaskError, RayActorError, ActorUnschedulableError, ActorUnavailableError) as exc:
+        _raise_typed(exc, None)
 
 
 async def answer(ref: Any) -> Any:

@@ -11,6 +11,7 @@ handle it got and looks again after a `BrokerNotAvailableError`.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,13 +74,19 @@ def replica_actor(topic: str, partition: int, node_id: str) -> Any:
 @dataclass(frozen=True, slots=True)
 class HostedMethod:
     """`handle.<method>`: `.remote(*args)` sends the call to the host's method of the method's concurrency group
-    (`write`, `read` or `maintain`), as an actor method's `.remote` does, and returns its `ObjectRef`."""
+    (`write`, `read`, `replication` or `maintain`), as an actor method's `.remote` does, and returns its `ObjectRef`
+    (`num_returns` of them, a list, when `.options(num_returns=...)` asked for more than one)."""
 
     host: Any
     topic: str
     partition: int
     method: str
     group: str | None
+    num_returns: int = 1
+
+    def options(self, *, num_returns: int) -> HostedMethod:
+        """The method called with Ray's `num_returns`, as an actor method's `.options` offers."""
+        return dataclasses.replace(self, num_returns=num_returns)
 
     def remote(self, *args: Any, **kwargs: Any) -> Any:
         if self.group == READ_GROUP:
@@ -90,6 +97,8 @@ class HostedMethod:
             host_method = self.host.replication
         else:
             host_method = self.host.write
+        if self.num_returns != 1:
+            host_method = host_method.options(num_returns=self.num_returns)
         return host_method.remote(self.topic, self.partition, self.method, *args, **kwargs)
 
 

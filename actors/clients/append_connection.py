@@ -170,13 +170,14 @@ class AppendConnections:
         self._connections: dict[str, AppendConnection] = {}
         self._lock = threading.Lock()
 
-    def for_leader(self, handle: Any, state: LeaderAndIsr) -> AppendConnection | None:
+    def for_leader(self, handle: Any, state: LeaderAndIsr, with_followers: bool = False) -> AppendConnection | None:
         """The connection to the append channel of the leader `handle` (its partition's state `state`), when the
-        leader is on this node and alone; None otherwise, or when the leader has no channel or it cannot be
-        reached, and the appends go as Ray calls. With followers the leader's `acks=all` waits run on its
-        replication threads, a Ray call. Raises what the leader's actor raises (a restarting one:
-        `BrokerNotAvailableError`, retriable)."""
-        if state.replication_factor > 1 or not self._node or state.leader != self._node:
+        leader is on this node and alone (or has followers, if `with_followers`: the caller then waits for an
+        `acks=all` append's replication itself, with the leader's `await_replicated`, a Ray call run on its
+        replication threads, as the channel's appends never wait); None otherwise, or when the leader has no channel
+        or it cannot be reached, and the appends go as Ray calls. Raises what the leader's actor raises (a
+        restarting one: `BrokerNotAvailableError`, retriable)."""
+        if (state.replication_factor > 1 and not with_followers) or not self._node or state.leader != self._node:
             return None
         address = call(handle.append_channel.remote())
         if address is None:

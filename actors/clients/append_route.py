@@ -5,13 +5,13 @@ Python producer's sender (`actors.clients.sender`, from a thread of its own) and
 - Leader: the controller names the node that leads the partition and `actors.partition_lookup` finds the replica
   there. The answer is kept until an append through it fails with a retriable error (`storage.errors`: the actor
   restarted, the leader moved, the topic was deleted and created again), after which the next append looks again.
-- Transport: a partition whose leader is on this node and has no followers gets its appends over the leader
-  process's append channel (`actors.clients.append_connection`: ~0.1 ms where an actor call takes 1-2 ms); any
-  other, as a Ray call to the leader's actor.
-- `acks=-1`: with followers, the Ray call's answer is handed on to the leader's `await_replicated`, which answers
-  once the in-sync replicas have the batches (Ray resolves the argument first, and the wait runs on the leader's
-  replication threads, so its write thread never waits); with one replica the append's answer is the
-  acknowledgement already.
+- Transport: a partition whose leader is on this node gets its appends over the leader process's append channel
+  (`actors.clients.append_connection`: ~0.1 ms where an actor call takes 1-2 ms, and a 1 MB batch is not put in
+  Ray's object store); any other, as a Ray call to the leader's actor.
+- `acks=-1`: with followers, the append's answer is handed on to the leader's `await_replicated`, which answers
+  once the in-sync replicas have the batches: a Ray call's answer as its argument (Ray resolves it first), a
+  channel's once it came back; the wait runs on the leader's replication threads, so its write thread (and its
+  channel) never waits. With one replica the append's answer is the acknowledgement already.
 - Order: appends to one partition are submitted in the order they were asked for (`append` also while an earlier
   one still waits for its lookup on a worker thread); Ray runs one caller's calls to an actor in submission order
   and a channel answers in order, so the log gets a client's batches in its order, on which an idempotent
@@ -25,16 +25,17 @@ the partition's `LogAppendInfo` or its typed error.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from actors.calls import answer, call
+from actors.calls import answer, call, finished
 from actors.clients.append_connection import AppendConnection, AppendConnections, AppendReply
 from actors.core.replication.replica import ACKS_ALL, ACKS_ALL_TIMEOUT_MS
 from actors.partition_lookup import leader_replica
-from storage.errors import RaybrokerError
+from storage.errors import BrokerNotAvailableError, RaybrokerError
 from storage.partition.log import LogAppendInfo
 
 PartitionKey = tuple[str, int]
@@ -110,7 +111,8 @@ class AppendRoute:
         leader = self._leaders.get(key)
         if leader is None:
             handle, state = leader_replica(topic, partition)
-            leader = PartitionLeader(handle, state.replication_factor > 1, self._connections.for_leader(handle, state))
+            channel = self._connections.for_leader(handle, state, with_followers=True)
+            leader = PartitionLeader(handle, state.replication_factor > 1, channel)
             self._leaders[key] = leader
         return leader
 
@@ -127,6 +129,8 @@ class AppendRoute:
         `BrokerNotAvailableError`, retriable, and the partition is looked up again."""
         if leader.channel is not None:
             reply: Any = leader.channel.append(topic, partition, batches, acks)
+            if acks == ACKS_ALL and leader.replicated:
+                reply = _replicated_after(reply, leader.handle, timeout_ms)
         else:
             reply = leader.handle.append.remote(batches, acks)
             if acks == ACKS_ALL and leader.replicated:
@@ -169,6 +173,34 @@ class AppendRoute:
     def close(self) -> None:
         """Closes the append channel connections; their appends still waiting fail with `BrokerNotAvailableError`."""
         self._connections.close()
+
+
+def _replicated_after(appended: AppendReply, handle: Any, timeout_ms: int) -> AppendReply:
+    """The reply of a channel append with followers and `acks=all`: once the channel answered, the leader's
+    `await_replicated` of its `LogAppendInfo` (a Ray call with a small argument), answered as the channel's replies
+    are (the append's own error, when it failed, is the answer)."""
+    replicated: AppendReply = concurrent.futures.Future()
+
+    def settle(waited: concurrent.futures.Future[Any]) -> None:
+        try:
+            replicated.set_result(finished(waited))
+        except Exception as exc:  # any failure is the reply's, as `call` raises it on the Ray route
+            replicated.set_exception(exc)
+
+    def wait_for_replicas(done: AppendReply) -> None:
+        try:
+            info = done.result()
+            waiting = handle.await_replicated.remote(info, timeout_ms)
+        except RaybrokerError as exc:
+            replicated.set_exception(exc)
+            return
+        except Exception as exc:  # Ray refused the call: the leader is looked up again
+            replicated.set_exception(BrokerNotAvailableError(f"await_replicated not sent: {exc}"))
+            return
+        waiting.future().add_done_callback(settle)
+
+    appended.add_done_callback(wait_for_replicas)
+    return replicated
 
 
 def _on_loop(reply: AppendReply) -> asyncio.Future[LogAppendInfo]:

@@ -84,6 +84,7 @@ from actors.options import (
 )
 from actors.server.append_channel import serve, stop_serving
 from actors.server.change_notices import CHANGE_WATCHER_PREFIX, notices
+from actors.server.replica_fetch_pieces import ReplicaFetchPiece, checked_piece_count, join, piece_count, split
 from actors.startup_objects import freeze_startup_objects
 from storage import file_names
 from storage.arguments import is_int
@@ -375,10 +376,12 @@ class PartitionLogActor:
 
     @ray.method(concurrency_group=REPLICATION_GROUP)
     def replicate(
-        self, follower: str, offset: int, max_bytes: int, max_wait_ms: int, leader_epoch: int
-    ) -> ReplicaFetch:
-        """A follower's fetch (Kafka's Fetch from a replica; `Replica.replicate`)."""
-        return self._role.replicate(follower, offset, max_bytes, max_wait_ms, leader_epoch)
+        self, follower: str, offset: int, max_bytes: int, max_wait_ms: int, leader_epoch: int, pieces: int = 1
+    ) -> tuple[ReplicaFetchPiece, ...]:
+        """A follower's fetch (Kafka's Fetch from a replica; `Replica.replicate`), answered in `pieces` values that
+        Ray returns inline (`actors.server.replica_fetch_pieces`; the caller's `num_returns`)."""
+        pieces = checked_piece_count(pieces)
+        return split(self._role.replicate(follower, offset, max_bytes, max_wait_ms, leader_epoch), pieces)
 
     @ray.method(concurrency_group=REPLICATION_GROUP)
     def await_replicated(self, info: LogAppendInfo, timeout_ms: int = ACKS_ALL_TIMEOUT_MS) -> LogAppendInfo:
@@ -739,11 +742,16 @@ class _RayLeaderLink:
         self._find_replica = find_replica
         self._handle: object | None = None
 
-    def _call(self, method: str, *args: object, timeout_s: float = REPLICA_CALL_TIMEOUT_S) -> object:
+    def _call(
+        self, method: str, *args: object, timeout_s: float = REPLICA_CALL_TIMEOUT_S, num_returns: int = 1
+    ) -> object:
         if self._handle is None:
             self._handle = self._find_replica(self._state.topic, self._state.partition, self._state.leader)
         try:
-            return call(getattr(self._handle, method).remote(*args), timeout_s=timeout_s)
+            remote = getattr(self._handle, method)
+            if num_returns != 1:
+                remote = remote.options(num_returns=num_returns)
+            return call(remote.remote(*args), timeout_s=timeout_s)
         except RaybrokerError:
             self._handle = None
             raise
@@ -754,6 +762,7 @@ class _RayLeaderLink:
         return answer
 
     def replicate(self, offset: int, max_bytes: int, max_wait_ms: int) -> ReplicaFetch:
+        pieces = piece_count(max_bytes)
         answer = self._call(
             "replicate",
             self._me,
@@ -761,10 +770,12 @@ class _RayLeaderLink:
             max_bytes,
             max_wait_ms,
             self._state.leader_epoch,
+            pieces,
             timeout_s=REPLICA_CALL_TIMEOUT_S + max_wait_ms / 1000,
+            num_returns=pieces,
         )
-        assert isinstance(answer, ReplicaFetch)
-        return answer
+        assert isinstance(answer, (tuple, list))
+        return join(answer)
 
     def log_start_offset(self) -> int:
         answer = self._call("offsets")

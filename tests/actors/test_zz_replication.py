@@ -176,8 +176,10 @@ def test_replicas_go_to_distinct_nodes_and_too_many_is_refused(nodes: Nodes) -> 
 
 
 def test_acks_all_writes_reach_every_replica_identically(nodes: Nodes) -> None:
-    Admin().create_topic("copies", partitions=2, replication_factor=3)
-    sent = {p: [f"p{p}-v{i}".encode() for i in range(300)] for p in range(2)}
+    """Three partitions, so that one is led on the producer's own node (its appends go over the leader's append
+    channel, then `await_replicated`) and two elsewhere (Ray calls): every acknowledged write is on every replica."""
+    Admin().create_topic("copies", partitions=3, replication_factor=3)
+    sent = {p: [f"p{p}-v{i}".encode() for i in range(300)] for p in range(3)}
     with Producer(acks="all", linger_ms=2) as producer:
         futures = [producer.send("copies", value, partition=p) for p, values in sent.items() for value in values]
         offsets = [future.result(timeout=60) for future in futures]
