@@ -1,0 +1,69 @@
+"""Reading a planned read in the executors' JVM: the driver locates each range's segment bytes, and the Spark
+DataSource V2 source `raybroker.spark.SegmentSource` (Java, `cluster/spark/jvm/`) reads and decodes them there.
+
+The plan handed to the JVM (`segment_plan_text`; its grammar is in `ReadPlan.java`) names, for each Spark task of
+the `ReadPlan`, its ranges, the `.log` byte slices that hold them (`locate` on each partition's leader, at the
+plan's isolation: below the last stable offset for read_committed) and, read_committed, the aborted transactions
+those bytes hold. The JVM decodes the batches by the same rules as `cluster.records.arrow_records`.
+
+The bytes are located once, when the DataFrame is made: segment files are append-only below their located ends,
+so the planned records stay where they were located until retention or compaction removes their segment.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from actors.calls import call
+from actors.server.partition_log import FileSlices
+from cluster.records.isolation import log_isolation
+from cluster.records.offset_ranges import OffsetRange, partition_handle
+from cluster.spark.planning import ReadPlan
+
+SOURCE_CLASS = "raybroker.spark.SegmentSource"
+# Rows per columnar batch handed to Spark: Spark's own vectorized Parquet reader's 4096.
+BATCH_ROWS = 4096
+# One locate covers a whole range: every slice of it, up to 2 GiB - 1 in all (a Java array's bound on one slice).
+LOCATE_MAX_BYTES = 2**31 - 1
+LOCATE_MAX_SLICES = 1_000_000
+_FORBIDDEN = ("\t", "\n")
+
+
+class NotLocatable(Exception):
+    """The plan's bytes cannot be handed to the JVM (too big to locate at once, a name the plan text cannot carry);
+    the caller reads in Python instead."""
+
+
+def locate_ranges(ranges: Sequence[OffsetRange], isolation: str) -> list[FileSlices]:
+    """Where each range's bytes lie, located at once on every partition's leader."""
+    refs = [
+        partition_handle((r.topic, r.partition)).locate.remote(
+            r.start, LOCATE_MAX_BYTES, LOCATE_MAX_SLICES, isolation=log_isolation(isolation)
+        )
+        for r in ranges
+    ]
+    located = [call(ref) for ref in refs]
+    for r, answer in zip(ranges, located, strict=True):
+        if sum(file_slice.length for file_slice in answer.slices) >= LOCATE_MAX_BYTES:
+            raise NotLocatable(f"{r.topic}-{r.partition}: more than {LOCATE_MAX_BYTES} bytes to read")
+    return located
+
+
+def segment_plan_text(plan: ReadPlan, located: Sequence[FileSlices], include_headers: bool) -> str:
+    """The plan in the JVM source's text form (`ReadPlan.java`)."""
+    lines = [f"read\t{int(include_headers)}\t{BATCH_ROWS}"]
+    for number, task in enumerate(plan.tasks):
+        lines.append(f"task\t{number}")
+        for index in task:
+            r = plan.ranges[index]
+            lines.append(f"range\t{_field(r.topic)}\t{r.partition}\t{r.start}\t{r.end}")
+            answer = located[index]
+            lines.extend(f"slice\t{_field(s.path)}\t{s.position}\t{s.length}" for s in answer.slices)
+            lines.extend(f"abort\t{t.producer_id}\t{t.first_offset}" for t in answer.aborted_transactions or ())
+    return "\n".join(lines)
+
+
+def _field(text: str) -> str:
+    if any(character in text for character in _FORBIDDEN):
+        raise NotLocatable(f"{text!r} holds a tab or a newline")
+    return text
