@@ -50,7 +50,15 @@ from cluster.records.value_formats import DEFAULT_SAMPLE_SIZE, ArrowValueDecoder
 from cluster.runtime import gcs_address
 from cluster.spark.planning import ReadPlan, plan_read
 from cluster.spark.reading import read_task
-from cluster.spark.value_formats import PYTHON_FORMATS, infer_value_type, json_columns, parse_schema, value_layout
+from cluster.spark.segment_source import segment_dataframe
+from cluster.spark.value_formats import (
+    PYTHON_FORMATS,
+    ValueLayout,
+    infer_value_type,
+    json_columns,
+    parse_schema,
+    value_layout,
+)
 from storage.errors import InvalidRequestError
 
 _plans: weakref.WeakKeyDictionary[Any, ReadPlan] = weakref.WeakKeyDictionary()
@@ -100,8 +108,11 @@ def read_plan(
     valueFormat: str = "binary",
     valueSchema: str | T.DataType | None = None,
     sampleSize: int = DEFAULT_SAMPLE_SIZE,
+    jvm: bool = True,
 ) -> DataFrame:
-    """The DataFrame of a planned read (see the module docstring); `planned_read(df)` gives the plan back."""
+    """The DataFrame of a planned read (see the module docstring); `planned_read(df)` gives the plan back. `jvm`
+    lets the executors' JVM read and decode the records when it can (`cluster.spark.segment_source`; not for
+    values decoded in Python); False always reads in Spark's Python workers."""
     check_value_format(valueFormat)
     kafka_schema = kafka_spark_schema(includeHeaders)
     value_type: T.DataType | None = None
@@ -117,6 +128,26 @@ def read_plan(
     if layout is not None and valueFormat in PYTHON_FORMATS:
         decoder = ArrowValueDecoder.for_layout(valueFormat, layout.arrow)
         schema = layout.spark_schema
+    df = segment_dataframe(spark, plan, includeHeaders) if jvm and decoder is None else None
+    if df is None:
+        df = _python_read(spark, plan, schema, layout, includeHeaders, decoder)
+    if valueFormat == "string":
+        df = df.withColumn("value", F.col("value").cast("string"))
+    elif layout is not None and value_type is not None and valueFormat not in PYTHON_FORMATS:
+        df = df.select(*json_columns(value_type, layout))
+    _plans[df] = plan
+    return df
+
+
+def _python_read(
+    spark: SparkSession,
+    plan: ReadPlan,
+    schema: T.StructType,
+    layout: ValueLayout | None,
+    include_headers: bool,
+    decoder: ArrowValueDecoder | None,
+) -> DataFrame:
+    """The read in Spark's Python workers: a `spark.range` of task numbers through `mapInArrow(read_task)`."""
     tasks = tuple(tuple(plan.ranges[index] for index in task) for task in plan.tasks)
     topics = tuple(sorted({offset_range.topic for offset_range in plan.ranges}))
     topic_column = "topic" if decoder is None or layout is None else layout.names[layout.sources.index("topic")]
@@ -127,19 +158,13 @@ def read_plan(
         topic_column,
         gcs_address(),
         plan.fail_on_data_loss,
-        includeHeaders,
+        include_headers,
         decoder,
         plan.isolation,
     )
     task_count = max(1, len(tasks))
     df = spark.range(0, len(tasks), 1, task_count).mapInArrow(read, _with_topic_index(schema, topic_column))
-    df = df.withColumn(topic_column, _topic_names(topics, topic_column))
-    if valueFormat == "string":
-        df = df.withColumn("value", F.col("value").cast("string"))
-    elif layout is not None and value_type is not None and valueFormat not in PYTHON_FORMATS:
-        df = df.select(*json_columns(value_type, layout))
-    _plans[df] = plan
-    return df
+    return df.withColumn(topic_column, _topic_names(topics, topic_column))
 
 
 def read_topics(
@@ -151,6 +176,7 @@ def read_topics(
     valueFormat: str = "binary",
     valueSchema: str | T.DataType | None = None,
     sampleSize: int = DEFAULT_SAMPLE_SIZE,
+    jvm: bool = True,
     **options: Any,
 ) -> DataFrame:
     """`spark.read.format("kafka")` over raybroker's topics: `plan_read` with the session's cores, then
@@ -163,6 +189,7 @@ def read_topics(
         valueFormat=valueFormat,
         valueSchema=valueSchema,
         sampleSize=sampleSize,
+        jvm=jvm,
     )
 
 

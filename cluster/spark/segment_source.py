@@ -7,18 +7,38 @@ plan's isolation: below the last stable offset for read_committed) and, read_com
 those bytes hold. The JVM decodes the batches by the same rules as `cluster.records.arrow_records`.
 
 The bytes are located once, when the DataFrame is made: segment files are append-only below their located ends,
-so the planned records stay where they were located until retention or compaction removes their segment.
+so the planned records stay where they were located until retention or compaction removes or rewrites their
+segment; a task that finds a located file gone or replaced (another inode) fails with `OffsetOutOfRangeError`
+(the Python read would fetch what is there then). `segment_dataframe` returns None, and the caller reads in
+Python, when the session lacks the reader's jar (`cluster.spark.session.segment_reader_loaded`), when the cluster
+has more than one node (an executor reads the files of its own machine only), or when locating fails (data lost
+since planning, a leader gone: the Python read has the rules for those).
+
+Measured on this 2-core machine (load 24-27; 1M records of ~80 B in 8 partitions, `groupBy(partition)` count and
+sums, with planning and locating): 0.80-2.85 s against 1.64-3.37 s for `spark.read.parquet` of the same rows and
+2.0-5.0 s for the Python read, in the same session.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import ray
 
 from actors.calls import call
 from actors.server.partition_log import FileSlices
 from cluster.records.isolation import log_isolation
 from cluster.records.offset_ranges import OffsetRange, partition_handle
 from cluster.spark.planning import ReadPlan
+from cluster.spark.session import segment_reader_loaded
+from storage.errors import RaybrokerError
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+logger = logging.getLogger(__name__)
 
 SOURCE_CLASS = "raybroker.spark.SegmentSource"
 # Rows per columnar batch handed to Spark: Spark's own vectorized Parquet reader's 4096.
@@ -58,7 +78,9 @@ def segment_plan_text(plan: ReadPlan, located: Sequence[FileSlices], include_hea
             r = plan.ranges[index]
             lines.append(f"range\t{_field(r.topic)}\t{r.partition}\t{r.start}\t{r.end}")
             answer = located[index]
-            lines.extend(f"slice\t{_field(s.path)}\t{s.position}\t{s.length}" for s in answer.slices)
+            lines.extend(
+                f"slice\t{_field(s.path)}\t{s.position}\t{s.length}\t{s.device}\t{s.inode}" for s in answer.slices
+            )
             lines.extend(f"abort\t{t.producer_id}\t{t.first_offset}" for t in answer.aborted_transactions or ())
     return "\n".join(lines)
 
@@ -67,3 +89,28 @@ def _field(text: str) -> str:
     if any(character in text for character in _FORBIDDEN):
         raise NotLocatable(f"{text!r} holds a tab or a newline")
     return text
+
+
+def segment_dataframe(spark: SparkSession, plan: ReadPlan, include_headers: bool) -> DataFrame | None:
+    """The plan's records in Spark's Kafka-source schema, read by the JVM source; None when it cannot read them
+    (see the module docstring)."""
+    if not segment_reader_loaded(spark):
+        return None
+    if sum(1 for node in ray.nodes() if node.get("Alive")) > 1:
+        _say_once("the Ray cluster has several nodes and an executor reads its own machine's segment files only")
+        return None
+    try:
+        text = segment_plan_text(plan, locate_ranges(plan.ranges, plan.isolation), include_headers)
+    except (NotLocatable, RaybrokerError) as exc:
+        logger.info("reading in Python workers: %s", exc)
+        return None
+    return spark.read.format(SOURCE_CLASS).option("plan", text).load()
+
+
+_said: set[str] = set()
+
+
+def _say_once(reason: str) -> None:
+    if reason not in _said:
+        _said.add(reason)
+        logger.warning("Spark reads topics in Python workers (slower): %s", reason)

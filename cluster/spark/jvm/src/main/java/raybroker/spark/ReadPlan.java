@@ -13,7 +13,7 @@ import org.apache.spark.sql.connector.read.InputPartition;
  *   read   include_headers(0|1) batch_rows
  *   task   task_number
  *   range  topic partition start_offset end_offset
- *   slice  path position length
+ *   slice  path position length device inode
  *   abort  producer_id first_offset
  * </pre>
  *
@@ -56,17 +56,24 @@ final class ReadPlan {
     }
   }
 
-  /** {@code length} bytes at {@code position} of the segment file at {@code path}. */
+  /**
+   * {@code length} bytes at {@code position} of the segment file at {@code path}, valid while that file is the
+   * one located ({@code device}, {@code inode}): segment files are append-only below their size.
+   */
   static final class Slice implements Serializable {
     private static final long serialVersionUID = 1L;
     final String path;
     final long position;
     final int length;
+    final long device;
+    final long inode;
 
-    Slice(String path, long position, int length) {
+    Slice(String path, long position, int length, long device, long inode) {
       this.path = path;
       this.position = position;
       this.length = length;
+      this.device = device;
+      this.inode = inode;
     }
   }
 
@@ -97,7 +104,9 @@ final class ReadPlan {
             task.ranges.add(range);
             break;
           case "slice":
-            range.slices.add(new Slice(f[1], Long.parseLong(f[2]), Integer.parseInt(f[3])));
+            range.slices.add(
+                new Slice(
+                    f[1], Long.parseLong(f[2]), Integer.parseInt(f[3]), Long.parseLong(f[4]), Long.parseLong(f[5])));
             break;
           case "abort":
             range.aborted.add(new long[] {Long.parseLong(f[1]), Long.parseLong(f[2])});

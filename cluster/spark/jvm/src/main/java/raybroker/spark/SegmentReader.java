@@ -3,6 +3,9 @@ package raybroker.spark;
 import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.nio.channels.FileChannel;
+import java.nio.file.Files;
+import java.nio.file.NoSuchFileException;
+import java.nio.file.Path;
 import java.nio.file.Paths;
 import java.nio.file.StandardOpenOption;
 
@@ -93,7 +96,7 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
       }
       if (rangeIndex >= 0 && sliceIndex < task.ranges.get(rangeIndex).slices.size()) {
         ReadPlan.Slice slice = task.ranges.get(rangeIndex).slices.get(sliceIndex++);
-        channel = FileChannel.open(Paths.get(slice.path), StandardOpenOption.READ);
+        channel = open(task.ranges.get(rangeIndex), slice);
         slicePosition = slice.position;
         sliceEnd = slice.position + slice.length;
         bufferLength = 0;
@@ -106,6 +109,35 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
       sliceIndex = 0;
       decoder.startRange(task.ranges.get(rangeIndex));
     }
+  }
+
+  /**
+   * The slice's file, if it is still the one located: a segment deleted by retention is missing, one swapped for
+   * its compacted copy is another inode. Either fails the task with a typed error (the records planned are gone
+   * or moved); a read planned again locates the segments as they are then.
+   */
+  private static FileChannel open(ReadPlan.Range range, ReadPlan.Slice slice) throws IOException {
+    Path path = Paths.get(slice.path);
+    try {
+      FileChannel opened = FileChannel.open(path, StandardOpenOption.READ);
+      Object inode = Files.getAttribute(path, "unix:ino");
+      Object device = Files.getAttribute(path, "unix:dev");
+      if (((Number) inode).longValue() == slice.inode && ((Number) device).longValue() == slice.device) {
+        return opened;
+      }
+      opened.close();
+    } catch (NoSuchFileException e) {
+      // Deleted: reported below as for a replaced file.
+    }
+    throw new IllegalStateException(
+        "\nstorage.errors.OffsetOutOfRangeError: "
+            + range.topic
+            + "-"
+            + range.partition
+            + ": segment "
+            + slice.path
+            + " was deleted or rewritten (retention, DeleteRecords or compaction) after this read was planned;"
+            + " plan the read again");
   }
 
   /** Makes the buffer hold the file's bytes [position, position + size). */
