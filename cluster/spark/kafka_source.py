@@ -23,10 +23,12 @@ timestamp, timestampType int`, and `headers array<struct<key:string,value:binary
 | `valueFormat`, `valueSchema`          | decode values (`cluster.spark.value_formats`)      | `binary`   |
 
 Offsets are planned on the driver (`cluster.spark.planning`: the semantics of the offset options, the consistent
-snapshot, how ranges become Spark tasks) and read in Spark's Python workers (`cluster.spark.reading`, over
-`cluster.records.range_reading`: fetching, decoding, data loss). This module joins the two into a DataFrame: a
-`spark.range` of task numbers through `mapInArrow(reading.read_task)`, and `planned_read(df)` gives the plan back,
-whose `ending_offsets_json()` starts the next read where this one ended.
+snapshot, how ranges become Spark tasks) and read in the executors' JVM (`cluster.spark.segment_source`: a
+DataSource V2 source that reads the located segment files and decodes them into columnar batches) when the session
+has its jar and the values need no Python decoder; else in Spark's Python workers (`cluster.spark.reading`, over
+`cluster.records.range_reading`: fetching, decoding, data loss), as a `spark.range` of task numbers through
+`mapInArrow(reading.read_task)`. Both give the same rows. `planned_read(df)` gives the plan back, whose
+`ending_offsets_json()` starts the next read where this one ended.
 
 Isolation: the bridge reads `read_committed` by default, where Spark's Kafka source (through Kafka's consumer)
 defaults to `read_uncommitted`: a DataFrame is a pipeline's input, and it must not compute on records their
