@@ -118,16 +118,22 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
    */
   private static FileChannel open(ReadPlan.Range range, ReadPlan.Slice slice) throws IOException {
     Path path = Paths.get(slice.path);
+    FileChannel opened = null;
     try {
-      FileChannel opened = FileChannel.open(path, StandardOpenOption.READ);
+      opened = FileChannel.open(path, StandardOpenOption.READ);
       Object inode = Files.getAttribute(path, "unix:ino");
       Object device = Files.getAttribute(path, "unix:dev");
       if (((Number) inode).longValue() == slice.inode && ((Number) device).longValue() == slice.device) {
-        return opened;
+        FileChannel located = opened;
+        opened = null;
+        return located;
       }
-      opened.close();
     } catch (NoSuchFileException e) {
       // Deleted: reported below as for a replaced file.
+    } finally {
+      if (opened != null) {
+        opened.close();
+      }
     }
     throw new IllegalStateException(
         "\nstorage.errors.OffsetOutOfRangeError: "
