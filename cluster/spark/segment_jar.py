@@ -52,7 +52,8 @@ def segment_jar() -> Path | None:
     when it cannot be had."""
     try:
         return build_segment_jar()
-    except JarUnavailable as exc:
+    except (JarUnavailable, OSError) as exc:
+        # OSError: the cache folder cannot be written (a full disk, permissions).
         reason = str(exc)
         if reason not in _warned:
             _warned.add(reason)
