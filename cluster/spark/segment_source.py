@@ -7,12 +7,14 @@ plan's isolation: below the last stable offset for read_committed) and, read_com
 those bytes hold. The JVM decodes the batches by the same rules as `cluster.records.arrow_records`.
 
 The bytes are located once, when the DataFrame is made: segment files are append-only below their located ends,
-so the planned records stay where they were located until retention or compaction removes or rewrites their
-segment; a task that finds a located file gone or replaced (another inode) fails with `OffsetOutOfRangeError`
-(the Python read would fetch what is there then). `segment_dataframe` returns None, and the caller reads in
-Python, when the session lacks the reader's jar (`cluster.spark.session.segment_reader_loaded`), when the cluster
-has more than one node (an executor reads the files of its own machine only), or when locating fails (data lost
-since planning, a leader gone: the Python read has the rules for those).
+so the planned records stay where they were located until compaction rewrites their segment (the JVM then reads
+the rewritten file whole, keeping the range's offsets) or retention deletes it (the task fails with
+`OffsetOutOfRangeError`: plan the read again; the Python read would apply `failOnDataLoss`).
+
+`segment_dataframe` returns None, and the caller reads in Python, when the session lacks the reader's jar
+(`cluster.spark.session.segment_reader_loaded`), when the cluster has more than one node (an executor reads the
+files of its own machine only), or when locating fails (data lost since planning, a leader gone: the Python read
+has the rules for those).
 
 Measured on this 2-core machine (load 24-27; 1M records of ~80 B in 8 partitions, `groupBy(partition)` count and
 sums, with planning and locating): 0.80-2.85 s against 1.64-3.37 s for `spark.read.parquet` of the same rows and

@@ -39,6 +39,8 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
   private int bufferLength;
   private long slicePosition;
   private long sliceEnd;
+  /** Whether a slice of the current range was found rewritten by compaction (see {@link #openSlice}). */
+  private boolean rangeRewritten;
 
   SegmentReader(ReadPlan.Task task, String[] columns, int batchRows) {
     this.task = task;
@@ -96,54 +98,79 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
       }
       if (rangeIndex >= 0 && sliceIndex < task.ranges.get(rangeIndex).slices.size()) {
         ReadPlan.Slice slice = task.ranges.get(rangeIndex).slices.get(sliceIndex++);
-        channel = open(task.ranges.get(rangeIndex), slice);
-        slicePosition = slice.position;
-        sliceEnd = slice.position + slice.length;
-        bufferLength = 0;
-        bufferPosition = slicePosition;
-        return true;
+        if (openSlice(task.ranges.get(rangeIndex), slice)) {
+          return true;
+        }
+        continue;
       }
       if (++rangeIndex >= task.ranges.size()) {
         return false;
       }
       sliceIndex = 0;
+      rangeRewritten = false;
       decoder.startRange(task.ranges.get(rangeIndex));
     }
   }
 
   /**
-   * The slice's file, if it is still the one located: a segment deleted by retention is missing, one swapped for
-   * its compacted copy is another inode. Either fails the task with a typed error (the records planned are gone
-   * or moved); a read planned again locates the segments as they are then.
+   * Opens the slice's file for reading: the located bytes while the file is the one located (same device and
+   * inode; segment files are append-only below their size). Compaction may have rewritten the segment since (its
+   * cleaned copy renamed over it: another inode) and merged the following segments of a group into it (their
+   * files deleted): a rewritten file is read whole, its records filtered by the range's offsets as any are, and a
+   * missing file after one is skipped, its records being in the rewritten one. A missing file otherwise (retention
+   * or DeleteRecords deleted the segment after the read was planned) fails the task with a typed error. False when
+   * the slice is skipped.
    */
-  private static FileChannel open(ReadPlan.Range range, ReadPlan.Slice slice) throws IOException {
+  private boolean openSlice(ReadPlan.Range range, ReadPlan.Slice slice) throws IOException {
     Path path = Paths.get(slice.path);
-    FileChannel opened = null;
+    FileChannel opened;
+    long[] before;
     try {
+      before = identity(path);
       opened = FileChannel.open(path, StandardOpenOption.READ);
-      Object inode = Files.getAttribute(path, "unix:ino");
-      Object device = Files.getAttribute(path, "unix:dev");
-      if (((Number) inode).longValue() == slice.inode && ((Number) device).longValue() == slice.device) {
-        FileChannel located = opened;
-        opened = null;
-        return located;
-      }
     } catch (NoSuchFileException e) {
-      // Deleted: reported below as for a replaced file.
-    } finally {
-      if (opened != null) {
-        opened.close();
+      if (rangeRewritten) {
+        return false;
       }
+      throw new IllegalStateException(
+          "\nstorage.errors.OffsetOutOfRangeError: "
+              + range.topic
+              + "-"
+              + range.partition
+              + ": segment "
+              + slice.path
+              + " was deleted (retention or DeleteRecords) after this read was planned; some data was lost."
+              + " Plan the read again.");
     }
-    throw new IllegalStateException(
-        "\nstorage.errors.OffsetOutOfRangeError: "
-            + range.topic
-            + "-"
-            + range.partition
-            + ": segment "
-            + slice.path
-            + " was deleted or rewritten (retention, DeleteRecords or compaction) after this read was planned;"
-            + " plan the read again");
+    try {
+      long[] after = identity(path);
+      if (before[0] != after[0] || before[1] != after[1]) {
+        throw new IllegalStateException(
+            "\nstorage.errors.OffsetOutOfRangeError: segment " + slice.path + " was replaced while it was opened");
+      }
+      if (after[0] == slice.device && after[1] == slice.inode) {
+        slicePosition = slice.position;
+        sliceEnd = slice.position + slice.length;
+      } else {
+        rangeRewritten = true;
+        slicePosition = 0;
+        sliceEnd = opened.size();
+      }
+    } catch (IOException | RuntimeException e) {
+      opened.close();
+      throw e;
+    }
+    channel = opened;
+    bufferLength = 0;
+    bufferPosition = slicePosition;
+    return true;
+  }
+
+  private static long[] identity(Path path) throws IOException {
+    return new long[] {
+      ((Number) Files.getAttribute(path, "unix:dev")).longValue(),
+      ((Number) Files.getAttribute(path, "unix:ino")).longValue()
+    };
   }
 
   /** Makes the buffer hold the file's bytes [position, position + size). */
