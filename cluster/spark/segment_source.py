@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 import ray
 
 from actors.calls import call
+from actors.clients.broker import Broker
 from actors.server.partition_log import FileSlices
 from cluster.records.isolation import log_isolation
 from cluster.records.offset_ranges import OffsetRange, partition_handle
@@ -71,14 +72,19 @@ def locate_ranges(ranges: Sequence[OffsetRange], isolation: str) -> list[FileSli
     return located
 
 
-def segment_plan_text(plan: ReadPlan, located: Sequence[FileSlices], include_headers: bool) -> str:
-    """The plan in the JVM source's text form (`ReadPlan.java`)."""
+def segment_plan_text(
+    plan: ReadPlan, located: Sequence[FileSlices], include_headers: bool, compacted: frozenset[str] = frozenset()
+) -> str:
+    """The plan in the JVM source's text form (`ReadPlan.java`). A located segment found deleted at read time fails
+    the read (`failOnDataLoss`), unless the read skips lost records or its topic is in `compacted` (compaction
+    deletes the segments it merges, and ones it emptied, without losing a record)."""
     lines = [f"read\t{int(include_headers)}\t{BATCH_ROWS}"]
     for number, task in enumerate(plan.tasks):
         lines.append(f"task\t{number}")
         for index in task:
             r = plan.ranges[index]
-            lines.append(f"range\t{_field(r.topic)}\t{r.partition}\t{r.start}\t{r.end}")
+            missing = "fail" if plan.fail_on_data_loss and r.topic not in compacted else "skip"
+            lines.append(f"range\t{_field(r.topic)}\t{r.partition}\t{r.start}\t{r.end}\t{missing}")
             answer = located[index]
             lines.extend(
                 f"slice\t{_field(s.path)}\t{s.position}\t{s.length}\t{s.device}\t{s.inode}" for s in answer.slices
@@ -102,11 +108,19 @@ def segment_dataframe(spark: SparkSession, plan: ReadPlan, include_headers: bool
         _say_once("the Ray cluster has several nodes and an executor reads its own machine's segment files only")
         return None
     try:
-        text = segment_plan_text(plan, locate_ranges(plan.ranges, plan.isolation), include_headers)
+        located = locate_ranges(plan.ranges, plan.isolation)
+        text = segment_plan_text(plan, located, include_headers, compacted_topics(plan))
     except (NotLocatable, RaybrokerError) as exc:
         logger.info("reading in Python workers: %s", exc)
         return None
     return spark.read.format(SOURCE_CLASS).option("plan", text).load()
+
+
+def compacted_topics(plan: ReadPlan) -> frozenset[str]:
+    """The plan's topics whose `cleanup.policy` compacts."""
+    broker = Broker.connect()
+    topics = {offset_range.topic for offset_range in plan.ranges}
+    return frozenset(topic for topic in topics if "compact" in broker.topic(topic).config.get("cleanup.policy", ""))
 
 
 _said: set[str] = set()

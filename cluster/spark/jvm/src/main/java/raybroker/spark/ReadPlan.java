@@ -12,14 +12,16 @@ import org.apache.spark.sql.connector.read.InputPartition;
  * <pre>
  *   read   include_headers(0|1) batch_rows
  *   task   task_number
- *   range  topic partition start_offset end_offset
+ *   range  topic partition start_offset end_offset missing(fail|skip)
  *   slice  path position length device inode
  *   abort  producer_id first_offset
  * </pre>
  *
  * A {@code range} belongs to the last {@code task} above it; {@code slice}s (in offset order) and {@code abort}s
  * (aborted transactions of a read_committed read; none at read_uncommitted) to the last {@code range}. Topic
- * names (Kafka's [a-zA-Z0-9._-]) and paths hold no tab or newline (the driver checks). Malformed text raises
+ * names (Kafka's [a-zA-Z0-9._-]) and paths hold no tab or newline (the driver checks). {@code missing} says
+ * whether a located segment found deleted at read time fails the task ({@code fail}: records were lost) or is
+ * skipped ({@code skip}: the read skips lost records, or the topic compacts, which deletes segments it merged). Malformed text raises
  * {@link IllegalArgumentException}.
  */
 final class ReadPlan {
@@ -45,14 +47,16 @@ final class ReadPlan {
     final int partition;
     final long start;
     final long end;
+    final boolean failOnMissing;
     final List<Slice> slices = new ArrayList<>();
     final List<long[]> aborted = new ArrayList<>();
 
-    Range(String topic, int partition, long start, long end) {
+    Range(String topic, int partition, long start, long end, boolean failOnMissing) {
       this.topic = topic;
       this.partition = partition;
       this.start = start;
       this.end = end;
+      this.failOnMissing = failOnMissing;
     }
   }
 
@@ -100,7 +104,9 @@ final class ReadPlan {
             range = null;
             break;
           case "range":
-            range = new Range(f[1], Integer.parseInt(f[2]), Long.parseLong(f[3]), Long.parseLong(f[4]));
+            range =
+                new Range(
+                    f[1], Integer.parseInt(f[2]), Long.parseLong(f[3]), Long.parseLong(f[4]), "fail".equals(f[5]));
             task.ranges.add(range);
             break;
           case "slice":

@@ -117,9 +117,9 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
    * inode; segment files are append-only below their size). Compaction may have rewritten the segment since (its
    * cleaned copy renamed over it: another inode) and merged the following segments of a group into it (their
    * files deleted): a rewritten file is read whole, its records filtered by the range's offsets as any are, and a
-   * missing file after one is skipped, its records being in the rewritten one. A missing file otherwise (retention
-   * or DeleteRecords deleted the segment after the read was planned) fails the task with a typed error. False when
-   * the slice is skipped.
+   * missing file after one is skipped, its records being in the rewritten one. A missing file otherwise is skipped
+   * when the plan says so ({@link ReadPlan.Range#failOnMissing}), else (retention deleted the segment after the
+   * read was planned) fails the task with a typed error. False when the slice is skipped.
    */
   private boolean openSlice(ReadPlan.Range range, ReadPlan.Slice slice) throws IOException {
     Path path = Paths.get(slice.path);
@@ -129,7 +129,7 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
       before = identity(path);
       opened = FileChannel.open(path, StandardOpenOption.READ);
     } catch (NoSuchFileException e) {
-      if (rangeRewritten) {
+      if (rangeRewritten || !range.failOnMissing) {
         return false;
       }
       throw new IllegalStateException(
