@@ -23,10 +23,12 @@ timestamp, timestampType int`, and `headers array<struct<key:string,value:binary
 | `valueFormat`, `valueSchema`          | decode values (`cluster.spark.value_formats`)      | `binary`   |
 
 Offsets are planned on the driver (`cluster.spark.planning`: the semantics of the offset options, the consistent
-snapshot, how ranges become Spark tasks) and read in Spark's Python workers (`cluster.spark.reading`, over
-`cluster.records.range_reading`: fetching, decoding, data loss). This module joins the two into a DataFrame: a
-`spark.range` of task numbers through `mapInArrow(reading.read_task)`, and `planned_read(df)` gives the plan back,
-whose `ending_offsets_json()` starts the next read where this one ended.
+snapshot, how ranges become Spark tasks) and read in the executors' JVM (`cluster.spark.segment_source`: a
+DataSource V2 source that reads the located segment files and decodes them into columnar batches) when the session
+has its jar and the values need no Python decoder; else in Spark's Python workers (`cluster.spark.reading`, over
+`cluster.records.range_reading`: fetching, decoding, data loss), as a `spark.range` of task numbers through
+`mapInArrow(reading.read_task)`. Both give the same rows. `planned_read(df)` gives the plan back, whose
+`ending_offsets_json()` starts the next read where this one ended.
 
 Isolation: the bridge reads `read_committed` by default, where Spark's Kafka source (through Kafka's consumer)
 defaults to `read_uncommitted`: a DataFrame is a pipeline's input, and it must not compute on records their
@@ -50,7 +52,15 @@ from cluster.records.value_formats import DEFAULT_SAMPLE_SIZE, ArrowValueDecoder
 from cluster.runtime import gcs_address
 from cluster.spark.planning import ReadPlan, plan_read
 from cluster.spark.reading import read_task
-from cluster.spark.value_formats import PYTHON_FORMATS, infer_value_type, json_columns, parse_schema, value_layout
+from cluster.spark.segment_source import segment_dataframe
+from cluster.spark.value_formats import (
+    PYTHON_FORMATS,
+    ValueLayout,
+    infer_value_type,
+    json_columns,
+    parse_schema,
+    value_layout,
+)
 from storage.errors import InvalidRequestError
 
 _plans: weakref.WeakKeyDictionary[Any, ReadPlan] = weakref.WeakKeyDictionary()
@@ -100,8 +110,11 @@ def read_plan(
     valueFormat: str = "binary",
     valueSchema: str | T.DataType | None = None,
     sampleSize: int = DEFAULT_SAMPLE_SIZE,
+    jvm: bool = True,
 ) -> DataFrame:
-    """The DataFrame of a planned read (see the module docstring); `planned_read(df)` gives the plan back."""
+    """The DataFrame of a planned read (see the module docstring); `planned_read(df)` gives the plan back. `jvm`
+    lets the executors' JVM read and decode the records when it can (`cluster.spark.segment_source`; not for
+    values decoded in Python); False always reads in Spark's Python workers."""
     check_value_format(valueFormat)
     kafka_schema = kafka_spark_schema(includeHeaders)
     value_type: T.DataType | None = None
@@ -117,6 +130,26 @@ def read_plan(
     if layout is not None and valueFormat in PYTHON_FORMATS:
         decoder = ArrowValueDecoder.for_layout(valueFormat, layout.arrow)
         schema = layout.spark_schema
+    df = segment_dataframe(spark, plan, includeHeaders) if jvm and decoder is None else None
+    if df is None:
+        df = _python_read(spark, plan, schema, layout, includeHeaders, decoder)
+    if valueFormat == "string":
+        df = df.withColumn("value", F.col("value").cast("string"))
+    elif layout is not None and value_type is not None and valueFormat not in PYTHON_FORMATS:
+        df = df.select(*json_columns(value_type, layout))
+    _plans[df] = plan
+    return df
+
+
+def _python_read(
+    spark: SparkSession,
+    plan: ReadPlan,
+    schema: T.StructType,
+    layout: ValueLayout | None,
+    include_headers: bool,
+    decoder: ArrowValueDecoder | None,
+) -> DataFrame:
+    """The read in Spark's Python workers: a `spark.range` of task numbers through `mapInArrow(read_task)`."""
     tasks = tuple(tuple(plan.ranges[index] for index in task) for task in plan.tasks)
     topics = tuple(sorted({offset_range.topic for offset_range in plan.ranges}))
     topic_column = "topic" if decoder is None or layout is None else layout.names[layout.sources.index("topic")]
@@ -127,19 +160,13 @@ def read_plan(
         topic_column,
         gcs_address(),
         plan.fail_on_data_loss,
-        includeHeaders,
+        include_headers,
         decoder,
         plan.isolation,
     )
     task_count = max(1, len(tasks))
     df = spark.range(0, len(tasks), 1, task_count).mapInArrow(read, _with_topic_index(schema, topic_column))
-    df = df.withColumn(topic_column, _topic_names(topics, topic_column))
-    if valueFormat == "string":
-        df = df.withColumn("value", F.col("value").cast("string"))
-    elif layout is not None and value_type is not None and valueFormat not in PYTHON_FORMATS:
-        df = df.select(*json_columns(value_type, layout))
-    _plans[df] = plan
-    return df
+    return df.withColumn(topic_column, _topic_names(topics, topic_column))
 
 
 def read_topics(
@@ -151,6 +178,7 @@ def read_topics(
     valueFormat: str = "binary",
     valueSchema: str | T.DataType | None = None,
     sampleSize: int = DEFAULT_SAMPLE_SIZE,
+    jvm: bool = True,
     **options: Any,
 ) -> DataFrame:
     """`spark.read.format("kafka")` over raybroker's topics: `plan_read` with the session's cores, then
@@ -163,6 +191,7 @@ def read_topics(
         valueFormat=valueFormat,
         valueSchema=valueSchema,
         sampleSize=sampleSize,
+        jvm=jvm,
     )
 
 

@@ -51,6 +51,7 @@ from actors.calls import call, controller
 from cluster.downloads import ivy_home
 from cluster.runtime import ensure_ray, gcs_address
 from cluster.spark.reading import warm_up_task
+from cluster.spark.segment_jar import segment_jar
 from storage.errors import BrokerNotAvailableError, RaybrokerError
 
 if TYPE_CHECKING:
@@ -102,6 +103,8 @@ _TYPED_ERROR_LINE = re.compile(r"^storage\.errors\.(\w+): (.*)$")
 
 _session: SparkSession | None = None
 _started_ray = False
+# Whether the running session was started with the JVM segment reader's jar (`segment_reader_loaded`).
+_segment_reader = False
 
 
 def session_configs(
@@ -173,6 +176,7 @@ def get_spark(
     configs: Mapping[str, str] | None = None,
     warm_up: bool = True,
     kafka_connector: bool = False,
+    segment_reader: bool = True,
 ) -> SparkSession:
     """The process's RayDP Spark session, started on first use (see the module docstring).
 
@@ -180,9 +184,11 @@ def get_spark(
     embedded Ray that `stop_spark` shuts down again). Later calls return the running session and ignore the
     sizing arguments. `kafka_connector` adds Spark's Kafka connector (`kafka_connector_configs`, which `configs`
     may override); if Ivy cannot resolve it, the start fails with a `RaybrokerError` (Ivy's own report is on
-    stderr).
+    stderr). `segment_reader` loads the JVM segment reader (`cluster.spark.segment_jar`, built on first use), with
+    which `read_topics` decodes in the executors' JVM (`cluster.spark.segment_source`); without it, or when its jar
+    cannot be had, reads decode in Spark's Python workers.
     """
-    global _session, _started_ray
+    global _session, _started_ray, _segment_reader
     running = active_session()
     if running is not None:
         return running
@@ -192,7 +198,10 @@ def get_spark(
     import raydp
     from pyspark.errors import PySparkRuntimeError
 
-    extra = {**kafka_connector_configs(), **(configs or {})} if kafka_connector else configs
+    extra = {**kafka_connector_configs(), **(configs or {})} if kafka_connector else dict(configs or {})
+    jar = segment_jar() if segment_reader else None
+    if jar is not None:
+        extra["spark.jars"] = ",".join(filter(None, (extra.get("spark.jars"), str(jar))))
     try:
         spark = raydp.init_spark(
             app_name,
@@ -213,6 +222,7 @@ def get_spark(
         raise
     spark.sparkContext.setLogLevel("ERROR")
     _session = spark
+    _segment_reader = jar is not None
     if warm_up:
         warm_up_workers(spark, executor_cores * num_executors)
     return spark
@@ -225,9 +235,14 @@ def active_session() -> SparkSession | None:
     return None
 
 
+def segment_reader_loaded(spark: SparkSession) -> bool:
+    """Whether `spark` is the session `get_spark` started and it has the JVM segment reader's jar."""
+    return _segment_reader and spark is active_session()
+
+
 def stop_spark() -> None:
     """Stops the session (`raydp.stop_spark()`) and the embedded Ray `get_spark` started, if any. Idempotent."""
-    global _session, _started_ray
+    global _session, _started_ray, _segment_reader
     # RayDP: takes ~1.4 s to import, so only starting or stopping a session pays it (not the config helpers).
     import raydp
 
@@ -235,6 +250,7 @@ def stop_spark() -> None:
         raydp.stop_spark()
     finally:
         _session = None
+        _segment_reader = False
         if _started_ray:
             ray.shutdown()
             _started_ray = False
