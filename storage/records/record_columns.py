@@ -257,13 +257,9 @@ def summarize_records_section(section: Bytes, count: int, *, offset_deltas: bool
         before += len(piece_deltas)
     first_offset_gap = None
     if offset_deltas:
-        before = 0
-        for piece in pieces:
-            gaps = (piece.offset_column() != np.arange(before, before + len(piece), dtype=np.int64)).nonzero()[0]
-            if len(gaps):
-                first_offset_gap = before + int(gaps[0])
-                break
-            before += len(piece)
+        offsets = np.concatenate([piece.part().offset_deltas for piece in pieces])
+        gaps = (offsets != np.arange(len(offsets), dtype=np.int64)).nonzero()[0]
+        first_offset_gap = int(gaps[0]) if len(gaps) else None
     return RecordsSummary(deltas[0] if len(deltas) == 1 else np.concatenate(deltas), first_null_key, first_offset_gap)
 
 
@@ -421,17 +417,11 @@ class _Part:
     body_starts: np.ndarray
     body_ends: np.ndarray
 
-    def __len__(self) -> int:
-        return len(self.offset_deltas)
-
     def part(self) -> _Part:
         return self
 
     def timestamp_column(self) -> np.ndarray:
         return self.timestamp_deltas
-
-    def offset_column(self) -> np.ndarray:
-        return self.offset_deltas
 
     def first_null_key(self) -> int | None:
         nulls = (self.key_lengths < 0).nonzero()[0]
@@ -590,9 +580,6 @@ class _Run:
 
     def timestamp_column(self) -> np.ndarray:
         return self._varints(self.layout.timestamp_at, self.layout.timestamp_width)
-
-    def offset_column(self) -> np.ndarray:
-        return self._varints(self.layout.offset_at, self.layout.offset_width)
 
     def first_null_key(self) -> int | None:
         return 0 if self.layout.key_length < 0 else None
