@@ -201,7 +201,12 @@ def get_spark(
     extra = {**kafka_connector_configs(), **(configs or {})} if kafka_connector else dict(configs or {})
     jar = segment_jar() if segment_reader else None
     if jar is not None:
-        extra["spark.jars"] = ",".join(filter(None, (extra.get("spark.jars"), str(jar))))
+        # On the JVMs' class paths, not in `spark.jars`: that list would replace the jars Spark resolves for
+        # `spark.jars.packages` (the Kafka connector's), which the executors then lack. `raydp.executor.
+        # extraClassPath` is RayDP's class path for the executor actors; the reader runs on one-node clusters only
+        # (`cluster.spark.segment_source`), where the cached jar's path is the same for every JVM.
+        for key in ("spark.driver.extraClassPath", "raydp.executor.extraClassPath"):
+            extra[key] = ":".join(filter(None, (extra.get(key), str(jar))))
     try:
         spark = raydp.init_spark(
             app_name,
