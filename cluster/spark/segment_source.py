@@ -8,7 +8,8 @@ those bytes hold. The JVM decodes the batches by the same rules as `cluster.reco
 
 The bytes are located once, when the DataFrame is made: segment files are append-only below their located ends,
 so the planned records stay where they were located until compaction rewrites their segment (the JVM then reads
-the rewritten file whole, keeping the range's offsets) or retention deletes it (the task fails with
+the rewritten file whole, keeping the range's offsets; a segment merged into an earlier one, the file that holds its
+records now) or retention deletes it (the task fails with
 `OffsetOutOfRangeError`: plan the read again; the Python read would apply `failOnDataLoss`).
 
 `segment_dataframe` returns None, and the caller reads in Python, when the session lacks the reader's jar

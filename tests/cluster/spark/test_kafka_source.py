@@ -379,6 +379,48 @@ def test_a_compacted_topic_reads_the_surviving_records_with_their_offset_gaps(sp
     assert {key: value for _, key, value in got} == {f"k{i}".encode(): f"v29-{i}".encode() for i in range(4)}
 
 
+def test_records_compaction_merged_into_a_segment_empty_when_located_are_read(spark: Any, spark_broker: Any) -> None:
+    """A first cleaning pass empties the oldest segment; after the read is planned a second pass merges it with
+    the next segment and deletes that one: the records it held are in the first one's file, located as no slice at
+    all (it was empty). The broker's own cleaner never qualifies the topic (dirty ratio 1.0): the passes are the
+    test's."""
+    import os
+
+    from actors.calls import call
+
+    topic = make_topic(
+        1, "merged", {"cleanup.policy": "compact", "segment.bytes": "1024", "min.cleanable.dirty.ratio": "1.0"}
+    )
+    handle = spark_broker.partition(topic, 0)
+
+    def append_batches(indexes: range, prefix: str) -> None:
+        for index in indexes:
+            batch = [
+                {"key": f"{prefix}{i}".encode(), "value": f"v{index}-{i}".encode(), "timestamp": BASE_MS + index}
+                for i in range(4)
+            ]
+            append(spark_broker, topic, 0, batch)
+
+    # Two segments of "k" keys (the first then emptied by the "k" keys of the second), rolled by an "m" batch.
+    append_batches(range(17), "k")
+    append_batches(range(17, 18), "m")
+    first_pass = call(handle.clean.remote(0))
+    append_batches(range(18, 30), "m")
+    located = call(handle.locate.remote(0, 2**31 - 1, 1_000_000))
+    located_before = read_topics(spark, topics=topic)
+    call(handle.clean.remote(first_pass.end_offset))
+    with Consumer(spark_broker, auto_offset_reset="earliest") as consumer:
+        consumer.assign([(topic, 0)])
+        expected: list[tuple[int, bytes, bytes]] = []
+        while consumer.position((topic, 0)) < 120:
+            expected += [(r.offset, r.key, r.value) for r in consumer.poll(timeout_ms=1000)]
+    assert any(not os.path.exists(s.path) for s in located.slices), "the second pass deleted no located segment"
+    assert any(key.startswith(b"k") for _, key, _ in expected), "no record of the deleted segment survived"
+    table = located_before.select("offset", "key", "value").toPandas()
+    got = zip(table["offset"], (bytes(k) for k in table["key"]), (bytes(v) for v in table["value"]), strict=True)
+    assert sorted(got) == sorted(expected)
+
+
 def test_fail_on_data_loss_fails_or_skips_records_deleted_after_planning(spark: Any, spark_broker: Any) -> None:
     topic = make_topic(1, "loss")
     for index in range(10):

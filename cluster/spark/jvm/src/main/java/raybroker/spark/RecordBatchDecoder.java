@@ -67,6 +67,11 @@ final class RecordBatchDecoder {
   int rows;
 
   private ReadPlan.Range range;
+  /**
+   * One past the last offset of the range's latest decoded batch: a batch below it was decoded already (a segment
+   * that compaction rewrote is read whole, and holds batches read before from the segments it replaced).
+   */
+  private long nextOffset;
   private byte[] topicBytes;
   private final ArrayDeque<long[]> pendingAborts = new ArrayDeque<>();
   private final Set<Long> abortedProducers = new HashSet<>();
@@ -96,6 +101,7 @@ final class RecordBatchDecoder {
   /** The following batches are those of {@code next}'s slices. */
   void startRange(ReadPlan.Range next) {
     range = next;
+    nextOffset = Long.MIN_VALUE;
     topicBytes = next.topic.getBytes(StandardCharsets.UTF_8);
     List<long[]> aborted = new ArrayList<>(next.aborted);
     aborted.sort((a, b) -> Long.compare(a[1], b[1]));
@@ -141,6 +147,10 @@ final class RecordBatchDecoder {
     long producerId = readLong(buffer, at + 43);
     int count = readInt(buffer, at + 57);
     boolean control = (attributes & CONTROL_MASK) != 0;
+    if (lastOffset < nextOffset) {
+      return;
+    }
+    nextOffset = lastOffset + 1;
     if (dropped(producerId, lastOffset, control, (attributes & TRANSACTIONAL_MASK) != 0)) {
       return;
     }

@@ -3,11 +3,14 @@ package raybroker.spark;
 import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.nio.channels.FileChannel;
+import java.nio.file.DirectoryStream;
 import java.nio.file.Files;
 import java.nio.file.NoSuchFileException;
 import java.nio.file.Path;
 import java.nio.file.Paths;
 import java.nio.file.StandardOpenOption;
+import java.util.HashSet;
+import java.util.Set;
 
 import org.apache.spark.sql.connector.read.PartitionReader;
 import org.apache.spark.sql.execution.vectorized.OnHeapColumnVector;
@@ -25,6 +28,11 @@ import org.apache.spark.sql.vectorized.ColumnarBatch;
  */
 final class SegmentReader implements PartitionReader<ColumnarBatch> {
   static final int CHUNK_BYTES = 8 * 1024 * 1024;
+  private static final String LOG_SUFFIX = ".log";
+  /** Digits of a segment file's base offset in its name (Kafka's zero-padded 20). */
+  private static final int OFFSET_DIGITS = 20;
+  /** Listings of a partition's directory when the file found keeps being deleted before it opens. */
+  private static final int HOLDER_ATTEMPTS = 10;
 
   private final ReadPlan.Task task;
   private final RecordBatchDecoder decoder;
@@ -39,8 +47,8 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
   private int bufferLength;
   private long slicePosition;
   private long sliceEnd;
-  /** Whether a slice of the current range was found rewritten by compaction (see {@link #openSlice}). */
-  private boolean rangeRewritten;
+  /** The files ("device:inode") read whole for the current range, found rewritten ({@link #openSlice}). */
+  private final Set<String> readWhole = new HashSet<>();
 
   SegmentReader(ReadPlan.Task task, String[] columns, int batchRows) {
     this.task = task;
@@ -107,7 +115,7 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
         return false;
       }
       sliceIndex = 0;
-      rangeRewritten = false;
+      readWhole.clear();
       decoder.startRange(task.ranges.get(rangeIndex));
     }
   }
@@ -115,44 +123,45 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
   /**
    * Opens the slice's file for reading: the located bytes while the file is the one located (same device and
    * inode; segment files are append-only below their size). Compaction may have rewritten the segment since (its
-   * cleaned copy renamed over it: another inode) and merged the following segments of a group into it (their
-   * files deleted): a rewritten file is read whole, its records filtered by the range's offsets as any are, and a
-   * missing file after one is skipped, its records being in the rewritten one. A missing file otherwise is skipped
-   * when the plan says so ({@link ReadPlan.Range#failOnMissing}), else (retention deleted the segment after the
-   * read was planned) fails the task with a typed error. False when the slice is skipped.
+   * cleaned copy renamed over it: another inode) and merged following segments of a group into it (their files
+   * deleted). A rewritten file is read whole, its batches filtered by the range's offsets and by those decoded
+   * already ({@link RecordBatchDecoder}). A missing file's records, when compaction moved them, lie in the segment
+   * file of the directory with the greatest base offset at or below the missing one's, which is read whole in the
+   * same way: the group's first segment may have been empty when located (emptied by an earlier pass), so it is
+   * not among the range's slices. A missing file fails the task with a typed error only when the plan says so
+   * ({@link ReadPlan.Range#failOnMissing}: retention deleted the segment after the read was planned) and nothing
+   * rewritten was met in the range. False when the slice is skipped.
    */
   private boolean openSlice(ReadPlan.Range range, ReadPlan.Slice slice) throws IOException {
     Path path = Paths.get(slice.path);
     FileChannel opened;
-    long[] before;
+    long[] identity;
     try {
-      before = identity(path);
+      identity = identity(path);
       opened = FileChannel.open(path, StandardOpenOption.READ);
     } catch (NoSuchFileException e) {
-      if (rangeRewritten || !range.failOnMissing) {
-        return false;
+      if (range.failOnMissing && readWhole.isEmpty()) {
+        throw new IllegalStateException(
+            "\nstorage.errors.OffsetOutOfRangeError: "
+                + range.topic
+                + "-"
+                + range.partition
+                + ": segment "
+                + slice.path
+                + " was deleted (retention or DeleteRecords) after this read was planned; some data was lost."
+                + " Plan the read again.");
       }
-      throw new IllegalStateException(
-          "\nstorage.errors.OffsetOutOfRangeError: "
-              + range.topic
-              + "-"
-              + range.partition
-              + ": segment "
-              + slice.path
-              + " was deleted (retention or DeleteRecords) after this read was planned; some data was lost."
-              + " Plan the read again.");
+      return openHolder(path);
     }
     try {
-      long[] after = identity(path);
-      if (before[0] != after[0] || before[1] != after[1]) {
-        throw new IllegalStateException(
-            "\nstorage.errors.OffsetOutOfRangeError: segment " + slice.path + " was replaced while it was opened");
-      }
-      if (after[0] == slice.device && after[1] == slice.inode) {
+      checkUnchanged(path, identity);
+      if (identity[0] == slice.device && identity[1] == slice.inode) {
         slicePosition = slice.position;
         sliceEnd = slice.position + slice.length;
+      } else if (!readWhole.add(identity[0] + ":" + identity[1])) {
+        opened.close();
+        return false;
       } else {
-        rangeRewritten = true;
         slicePosition = 0;
         sliceEnd = opened.size();
       }
@@ -160,10 +169,93 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
       opened.close();
       throw e;
     }
+    use(opened);
+    return true;
+  }
+
+  /**
+   * Opens, to read whole, the segment file that now holds the records of the deleted {@code missing} (see
+   * {@link #openSlice}); false when there is none, or when it was read whole in this range already. The
+   * directory is listed again when the file found is deleted before it opens (another compaction pass).
+   */
+  private boolean openHolder(Path missing) throws IOException {
+    long missingBase = baseOffset(missing);
+    for (int attempt = 0; attempt < HOLDER_ATTEMPTS; attempt++) {
+      Path holder = null;
+      long holderBase = -1;
+      try (DirectoryStream<Path> files = Files.newDirectoryStream(missing.getParent(), "*" + LOG_SUFFIX)) {
+        for (Path file : files) {
+          long base = baseOffset(file);
+          if (base >= 0 && base <= missingBase && base > holderBase) {
+            holder = file;
+            holderBase = base;
+          }
+        }
+      } catch (NoSuchFileException e) {
+        return false;
+      }
+      if (holder == null) {
+        return false;
+      }
+      FileChannel opened;
+      long[] identity;
+      try {
+        identity = identity(holder);
+        opened = FileChannel.open(holder, StandardOpenOption.READ);
+      } catch (NoSuchFileException e) {
+        continue;
+      }
+      try {
+        checkUnchanged(holder, identity);
+      } catch (IOException | RuntimeException e) {
+        opened.close();
+        throw e;
+      }
+      if (!readWhole.add(identity[0] + ":" + identity[1])) {
+        opened.close();
+        return false;
+      }
+      slicePosition = 0;
+      sliceEnd = opened.size();
+      use(opened);
+      return true;
+    }
+    throw new IllegalStateException(
+        "\nstorage.errors.OffsetOutOfRangeError: the segment files of "
+            + missing.getParent()
+            + " kept changing while "
+            + missing.getFileName()
+            + " was looked for; plan the read again");
+  }
+
+  /** The base offset a segment file's name gives ({@code 00000000000000000042.log}: 42); -1 for other names. */
+  private static long baseOffset(Path file) {
+    String name = file.getFileName().toString();
+    int digits = name.length() - LOG_SUFFIX.length();
+    if (digits != OFFSET_DIGITS || !name.endsWith(LOG_SUFFIX)) {
+      return -1;
+    }
+    for (int i = 0; i < digits; i++) {
+      if (!Character.isDigit(name.charAt(i))) {
+        return -1;
+      }
+    }
+    return Long.parseLong(name.substring(0, digits));
+  }
+
+  /** Fails when the file at {@code path} is no longer the one whose identity was taken before it opened. */
+  private static void checkUnchanged(Path path, long[] before) throws IOException {
+    long[] after = identity(path);
+    if (before[0] != after[0] || before[1] != after[1]) {
+      throw new IllegalStateException(
+          "\nstorage.errors.OffsetOutOfRangeError: segment " + path + " was replaced while it was opened");
+    }
+  }
+
+  private void use(FileChannel opened) {
     channel = opened;
     bufferLength = 0;
     bufferPosition = slicePosition;
-    return true;
   }
 
   private static long[] identity(Path path) throws IOException {
