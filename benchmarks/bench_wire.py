@@ -5,7 +5,8 @@
 | `wire_produce` | records/s, one Producer into one partition, 100-byte values, | Apache Kafka 3.9 (KRaft, one node |
 |                | `acks=1`, every record acknowledged (flush)                  | on loopback), same client/records |
 | `wire_fetch`   | MB/s of values, one consumer reading a partition from offset | the same from Kafka               |
-|                | 0 to its end (1 GiB of 1 KiB values; 64 MiB with --quick)    |                                   |
+|                | 0 to its end (1 GiB of 1 KiB values; 64 MiB with --quick),   |                                   |
+|                | `fetch.queue.backoff.ms=10` (see `CONSUMER_QUEUE_BACKOFF`)   |                                   |
 | `wire_latency` | p99 ms from `produce` to the consumer's `poll` returning the | the same through Kafka            |
 |                | record, 10,000 records/s, producer and consumer in separate  |                                   |
 |                | processes; p50 in the goal text                              |                                   |
@@ -44,6 +45,11 @@ LATENCY_LINGER_MS = 1
 # The producer's local queue holds a whole run, so `produce` never stops on BufferError and the figure is the
 # broker's pace, not the queue's.
 PRODUCER_QUEUE = {"queue.buffering.max.messages": 2_000_000, "queue.buffering.max.kbytes": 2_097_151}
+# librdkafka stops fetching a partition for `fetch.queue.backoff.ms` (1 s by default) whenever its local queue
+# passes `queued.max.messages.kbytes` (64 MiB): a broker that serves faster than the Python loop consumes fills it
+# and the client then idles a second, which a run of ~1 s measures instead of the broker (0.25-0.71 of Kafka's
+# figure with the default, 1.24-1.32 with 10 ms, alternating in one session at load 6-19). Both brokers face the same client.
+CONSUMER_QUEUE_BACKOFF = {"fetch.queue.backoff.ms": "10"}
 _STAMP = struct.Struct(">q")
 
 
@@ -106,7 +112,14 @@ def fetch_client(bootstrap: str, topic: str, count: int, client: dict[str, str] 
 
     group = f"bench-{uuid.uuid4().hex}"
     consumer = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False, **QUIET, **(client or {})}
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "enable.auto.commit": False,
+            **CONSUMER_QUEUE_BACKOFF,
+            **QUIET,
+            **(client or {}),
+        }
     )
     try:
         consumer.assign([TopicPartition(topic, 0, 0)])
