@@ -76,7 +76,8 @@ MIN_RECORD_BYTES = 7
 # ~0.3 us a record in Python plus vectorized fields, is cheaper. It then takes 512 records before trying again.
 MIN_RUN_RECORDS = 16
 GENERIC_CHUNK_RECORDS = 512
-# A long run is first probed on this many records, so that records of changing shapes cost a small check each.
+# A long run is first probed on this many records, so that records of changing shapes cost a small check each;
+# a run that follows one at least this long (a producer writing one shape, its offset deltas a byte wider) is not.
 RUN_PROBE_RECORDS = 64
 # The layout path decodes deltas column by column in uint64: a 9-byte varlong (63 bits) and a 4-byte varint
 # (28 bits) cannot overflow; wider ones (never written for real deltas) take the generic path.
@@ -331,17 +332,19 @@ def _decode_pieces(data: bytes | memoryview, count: int) -> list[_Run | _Part]:
     array = np.frombuffer(data, dtype=np.uint8)
     padded: np.ndarray | None = None
     pieces: list[_Run | _Part] = []
-    position = 0
-    done = 0
+    position = done = 0
+    probe = True
     while done < count:
         layout = _layout_at(data, position)
         if layout is not None:
-            run = _match_run(data, array, position, layout, count - done)
+            run = _match_run(data, array, position, layout, count - done, probe)
             if len(run) >= MIN_RUN_RECORDS or len(run) == count - done:
                 pieces.append(run)
                 position += len(run) * layout.stride
                 done += len(run)
+                probe = len(run) < RUN_PROBE_RECORDS
                 continue
+        probe = True
         if padded is None:
             padded = np.frombuffer(bytes(data) + PADDING, dtype=np.uint8)
         chunk = min(GENERIC_CHUNK_RECORDS, count - done)
@@ -524,8 +527,10 @@ def _windows(data: bytes | memoryview, start: int, stride: int, masks: dict[int,
     return tuple(windows)
 
 
-def _match_run(data: bytes | memoryview, array: np.ndarray, start: int, layout: _Layout, remaining: int) -> _Run:
-    """The records from `start` (at least the first) that have exactly `layout`.
+def _match_run(
+    data: bytes | memoryview, array: np.ndarray, start: int, layout: _Layout, remaining: int, probe: bool
+) -> _Run:
+    """The records from `start` (at least the first) that have exactly `layout` (`probe`: see `_probed_rows`).
 
     Producers number the records of a batch 0, 1, 2, ...: a run usually ends where the offset delta outgrows its
     width (at 64 and 8192). The records up to there are checked first, then the one record after them, so that
@@ -535,16 +540,16 @@ def _match_run(data: bytes | memoryview, array: np.ndarray, start: int, layout: 
     # Zig-zag doubles a delta: deltas below 2 ** (7 * width - 1) fit in `width` bytes.
     boundary = (1 << (7 * layout.offset_width - 1)) - offset_delta
     if 0 < boundary < rows:
-        matched = _probed_rows(array, start, layout, boundary)
+        matched = _probed_rows(array, start, layout, boundary, probe)
         if matched == boundary and layout.fits(data, start + boundary * layout.stride):
-            matched += _probed_rows(array, start + boundary * layout.stride, layout, rows - boundary)
+            matched += _probed_rows(array, start + boundary * layout.stride, layout, rows - boundary, probe)
         return _Run(array, start, layout, matched)
-    return _Run(array, start, layout, _probed_rows(array, start, layout, rows))
+    return _Run(array, start, layout, _probed_rows(array, start, layout, rows, probe))
 
 
-def _probed_rows(array: np.ndarray, start: int, layout: _Layout, rows: int) -> int:
-    """`_matching_rows`, checking a long stretch on its first `RUN_PROBE_RECORDS` records before all of them."""
-    if rows <= 4 * RUN_PROBE_RECORDS:
+def _probed_rows(array: np.ndarray, start: int, layout: _Layout, rows: int, probe: bool) -> int:
+    """`_matching_rows`, checking a long stretch on its first `RUN_PROBE_RECORDS` records first if `probe`."""
+    if rows <= 4 * RUN_PROBE_RECORDS or not probe:
         return _matching_rows(array, start, layout, rows)
     matched = _matching_rows(array, start, layout, RUN_PROBE_RECORDS)
     if matched == RUN_PROBE_RECORDS:
