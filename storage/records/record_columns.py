@@ -76,8 +76,8 @@ MIN_RECORD_BYTES = 7
 # ~0.3 us a record in Python plus vectorized fields, is cheaper. It then takes 512 records before trying again.
 MIN_RUN_RECORDS = 16
 GENERIC_CHUNK_RECORDS = 512
-# A long run is first probed on this many records, so that records of changing shapes cost a small check each;
-# a run that follows one at least this long (a producer writing one shape, its offset deltas a byte wider) is not.
+# A long run is first probed on this many records, so that records of changing shapes cost a small check each
+# (not one after a run this long: a producer writing one shape, its offset deltas now a byte wider).
 RUN_PROBE_RECORDS = 64
 # The layout path decodes deltas column by column in uint64: a 9-byte varlong (63 bits) and a 4-byte varint
 # (28 bits) cannot overflow; wider ones (never written for real deltas) take the generic path.
@@ -486,7 +486,8 @@ def _parse_layout(data: bytes | memoryview, start: int) -> _Layout | None:
     stride = end - start
     if stride < _WORD_BYTES:
         return None
-    exact = [*range(start, body), *range(key_length_at, key_at), *range(value_length_at, value_at), header_count_at]
+    exact = [*range(start, body), *range(key_length_at, key_at), *range(value_length_at, value_at)]
+    exact += range(header_count_at, end)  # every byte: an over-long headerCount (0x80 0x00) is still 0
     masks = {position - start: 0xFF for position in exact} | {
         position - start: 0x80 for position in range(body + 1, key_length_at)
     }
@@ -552,9 +553,7 @@ def _probed_rows(array: np.ndarray, start: int, layout: _Layout, rows: int, prob
     if rows <= 4 * RUN_PROBE_RECORDS or not probe:
         return _matching_rows(array, start, layout, rows)
     matched = _matching_rows(array, start, layout, RUN_PROBE_RECORDS)
-    if matched == RUN_PROBE_RECORDS:
-        matched = _matching_rows(array, start, layout, rows)
-    return matched
+    return _matching_rows(array, start, layout, rows) if matched == RUN_PROBE_RECORDS else matched
 
 
 def _matching_rows(array: np.ndarray, start: int, layout: _Layout, rows: int) -> int:

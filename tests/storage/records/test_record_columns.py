@@ -191,6 +191,25 @@ def test_a_run_after_a_long_run_is_checked_whole_and_refuses_damage_far_past_its
                 assert expected is not CorruptRecordError, (position, value)
 
 
+def test_a_run_of_over_long_header_counts_refuses_a_record_whose_second_header_count_byte_differs() -> None:
+    # headerCount 0 written in two bytes (0x80 0x00), which the decoder accepts; record 200's second byte claims
+    # headers that do not fit. Every byte of the header count belongs to the layout, so the run ends there.
+    def record(index: int, header_count: bytes) -> bytes:
+        key = b"key%03d" % index
+        body = b"\x00" + encode_varint(0) + encode_varint(index) + encode_varint(len(key)) + key
+        body += encode_varint(30) + bytes(30) + header_count
+        return encode_varint(len(body)) + body
+
+    count = 300
+    section = b"".join(record(index, b"\x80\x02" if index == 200 else b"\x80\x00") for index in range(count))
+    assert decoder_outcome(section, count) is CorruptRecordError
+    assert columns_outcome(section, count) is CorruptRecordError
+    with pytest.raises(CorruptRecordError):
+        summarize_records_section(section, count)
+    intact = b"".join(record(index, b"\x80\x00") for index in range(count))
+    assert columns_outcome(intact, count) == decoder_outcome(intact, count)
+
+
 @pytest.mark.parametrize(
     ("section", "count"),
     [
