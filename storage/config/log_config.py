@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import cached_property
 from typing import Any
 
 from storage.config.config_values import (
@@ -112,9 +111,8 @@ class LogConfig:
         """Whether `cleanup.policy` includes `delete`."""
         return "delete" in self._policies
 
-    @cached_property
+    @property
     def _policies(self) -> tuple[str, ...]:
-        # Parsed once per config: every append asks `compact` (the null-key rule) and the roll check asks it too.
         return tuple(part.strip() for part in self.cleanup_policy.split(","))
 
     @property
