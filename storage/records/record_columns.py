@@ -42,7 +42,8 @@ one set of field decoders and one header parser:
   one size (same key and value lengths, varints of one width), so the walker parses one record in Python (or
   recognises a recently parsed layout), assumes the following ones have its layout, and checks that for the whole
   run at once on strided uint64 views, a few 8-byte words per record (every structural byte compared: length, key
-  and value lengths, header count, and the continuation bits of the delta varints). A run ends where a record
+  and value lengths, header count, and the continuation bits of the delta varints; see `record_layouts`, which
+  owns layouts and that check). A run ends where a record
   differs (offset deltas grow a byte at 64 and 8192, where the check looks first); runs shorter than
   `MIN_RUN_RECORDS` switch to the generic path for a chunk: a Python walk over the length varints, then every
   field of the chunk decoded with numpy.
@@ -62,6 +63,13 @@ import numpy as np
 
 from storage.errors import CorruptRecordError
 from storage.records.record import Header, Record
+from storage.records.record_layouts import (
+    MIN_RECORD_BYTES,
+    RUN_PROBE_RECORDS,
+    RecordLayout,
+    layout_at,
+    matching_run_length,
+)
 from storage.records.varint import (
     PADDING,
     VARINT32_MAX_BYTES,
@@ -70,18 +78,10 @@ from storage.records.varint import (
     decode_varints,
 )
 
-# The smallest record: length, attributes, timestampDelta, offsetDelta, keyLength, valueLength, headerCount.
-MIN_RECORD_BYTES = 7
 # A run is checked with ~10 numpy calls (~2 us each on small arrays); below 16 records the generic path, at
 # ~0.3 us a record in Python plus vectorized fields, is cheaper. It then takes 512 records before trying again.
 MIN_RUN_RECORDS = 16
 GENERIC_CHUNK_RECORDS = 512
-# A long run is first probed on this many records, so that records of changing shapes cost a small check each.
-RUN_PROBE_RECORDS = 64
-# The layout path decodes deltas column by column in uint64: a 9-byte varlong (63 bits) and a 4-byte varint
-# (28 bits) cannot overflow; wider ones (never written for real deltas) take the generic path.
-MAX_RUN_TIMESTAMP_WIDTH = 9
-MAX_RUN_OFFSET_WIDTH = 4
 INT64_MIN = -(2**63)
 INT64_MAX = 2**63 - 1
 
@@ -331,17 +331,19 @@ def _decode_pieces(data: bytes | memoryview, count: int) -> list[_Run | _Part]:
     array = np.frombuffer(data, dtype=np.uint8)
     padded: np.ndarray | None = None
     pieces: list[_Run | _Part] = []
-    position = 0
-    done = 0
+    position = done = 0
+    probe = True
     while done < count:
-        layout = _layout_at(data, position)
+        layout = layout_at(data, position)
         if layout is not None:
-            run = _match_run(data, array, position, layout, count - done)
+            run = _Run(array, position, layout, matching_run_length(data, array, position, layout, count - done, probe))
             if len(run) >= MIN_RUN_RECORDS or len(run) == count - done:
                 pieces.append(run)
                 position += len(run) * layout.stride
                 done += len(run)
+                probe = len(run) < RUN_PROBE_RECORDS
                 continue
+        probe = True
         if padded is None:
             padded = np.frombuffer(bytes(data) + PADDING, dtype=np.uint8)
         chunk = min(GENERIC_CHUNK_RECORDS, count - done)
@@ -356,51 +358,6 @@ def _decode_pieces(data: bytes | memoryview, count: int) -> list[_Run | _Part]:
             position=position,
         )
     return pieces
-
-
-@dataclass(frozen=True, slots=True)
-class _Window:
-    """Eight bytes at `at` in every record of a layout, read as one little-endian uint64 per record: the record
-    has the layout where `word & mask == expected`."""
-
-    at: int
-    mask: int
-    expected: int
-    mask_word: np.uint64
-    expected_word: np.uint64
-
-    def matches(self, data: bytes | memoryview, start: int) -> bool:
-        """Whether the record at `start` holds the expected bits (it must extend past `at` + 8)."""
-        word = int.from_bytes(data[start + self.at : start + self.at + _WORD_BYTES], "little")
-        return word & self.mask == self.expected
-
-
-@dataclass(slots=True)
-class _Layout:
-    """Where the fields of one header-less record lie, relative to where the record starts, and which of its
-    bytes every record of the same layout shares.
-
-    The shared bytes are the length varint, keyLength, valueLength and headerCount, compared exactly, and the two
-    delta varints, compared on their continuation bit only (same width, any value). `windows` cover them with as
-    few 8-byte words as fit inside the record (a 122-byte record with an 11-byte key: 3), each compared for every
-    record with one pass over a strided view: ~10 us per 1,000 records."""
-
-    stride: int
-    timestamp_width: int
-    offset_width: int
-    body_at: int
-    key_at: int
-    key_length: int
-    value_at: int
-    value_length: int
-    timestamp_at: int
-    offset_at: int
-    windows: tuple[_Window, ...]
-
-    def fits(self, data: bytes | memoryview, start: int) -> bool:
-        """Whether the record at `start` has this layout: its shared bytes are those of the record the layout was
-        parsed from, so it is framed exactly as that one was."""
-        return start + self.stride <= len(data) and all(window.matches(data, start) for window in self.windows)
 
 
 @dataclass(slots=True)
@@ -432,147 +389,13 @@ class _Part:
         return columns.records(base_offset, base_timestamp, log_append_time)
 
 
-# The layouts most recently parsed, newest first. A producer sends batches of the same shape, and each batch
-# holds a few runs (offset deltas widen at 64 and 8192): recognising the record at the start of a run by its
-# windows costs ~1 us a window, parsing its layout ~40 us. A tuple, replaced whole, so threads never see it half
-# updated.
-_recent_layouts: tuple[_Layout, ...] = ()
-RECENT_LAYOUTS = 8
-
-
-def _layout_at(data: bytes | memoryview, start: int) -> _Layout | None:
-    """The layout of the record at `start` (see `_parse_layout`), found among the recent ones when it is there."""
-    global _recent_layouts
-    for known in _recent_layouts:
-        if known.fits(data, start):
-            return known
-    parsed = _parse_layout(data, start)
-    if parsed is not None:
-        _recent_layouts = (parsed, *_recent_layouts[: RECENT_LAYOUTS - 1])
-    return parsed
-
-
-def _parse_layout(data: bytes | memoryview, start: int) -> _Layout | None:
-    """The layout of the record at `start` if it is well-formed, header-less and narrow enough for the run path;
-    None otherwise (the generic path then decodes it, and raises if it is malformed)."""
-    try:
-        length, body = decode_varint(data, start, VARINT32_MAX_BYTES)
-        body_end = body + length
-        if length < MIN_RECORD_BYTES - 1 or body_end > len(data):
-            return None
-        _, offset_at = decode_varint(data, body + 1, VARINT64_MAX_BYTES)
-        _, key_length_at = decode_varint(data, offset_at, VARINT32_MAX_BYTES)
-        key_length, key_at = decode_varint(data, key_length_at, VARINT32_MAX_BYTES)
-        value_length_at = key_at + max(key_length, 0)
-        value_length, value_at = decode_varint(data, value_length_at, VARINT32_MAX_BYTES)
-        header_count_at = value_at + max(value_length, 0)
-        header_count, end = decode_varint(data, header_count_at, VARINT32_MAX_BYTES)
-    except CorruptRecordError:
-        return None
-    timestamp_width = offset_at - body - 1
-    offset_width = key_length_at - offset_at
-    if (
-        key_length < -1
-        or value_length < -1
-        or header_count != 0
-        or end != body_end
-        or timestamp_width > MAX_RUN_TIMESTAMP_WIDTH
-        or offset_width > MAX_RUN_OFFSET_WIDTH
-    ):
-        return None
-    stride = end - start
-    if stride < _WORD_BYTES:
-        return None
-    exact = [*range(start, body), *range(key_length_at, key_at), *range(value_length_at, value_at), header_count_at]
-    masks = {position - start: 0xFF for position in exact} | {
-        position - start: 0x80 for position in range(body + 1, key_length_at)
-    }
-    return _Layout(
-        stride=stride,
-        timestamp_width=timestamp_width,
-        offset_width=offset_width,
-        body_at=body - start,
-        key_at=key_at - start,
-        key_length=key_length,
-        value_at=value_at - start,
-        value_length=value_length,
-        timestamp_at=body + 1 - start,
-        offset_at=offset_at - start,
-        windows=_windows(data, start, stride, masks),
-    )
-
-
-# A window is one uint64 word of each record.
-_WORD_BYTES = 8
-
-
-def _windows(data: bytes | memoryview, start: int, stride: int, masks: dict[int, int]) -> tuple[_Window, ...]:
-    """The fewest 8-byte words inside a `stride`-byte record that cover the bytes `masks` names (position in the
-    record -> bits compared), with what the record at `start` holds there."""
-    windows: list[_Window] = []
-    remaining = sorted(masks)
-    while remaining:
-        at = min(remaining[0], stride - _WORD_BYTES)
-        covered = [position for position in remaining if position < at + _WORD_BYTES]
-        mask = expected = 0
-        for position in covered:
-            shift = 8 * (position - at)
-            mask |= masks[position] << shift
-            expected |= (data[start + position] & masks[position]) << shift
-        windows.append(_Window(at, mask, expected, np.uint64(mask), np.uint64(expected)))
-        remaining = remaining[len(covered) :]
-    return tuple(windows)
-
-
-def _match_run(data: bytes | memoryview, array: np.ndarray, start: int, layout: _Layout, remaining: int) -> _Run:
-    """The records from `start` (at least the first) that have exactly `layout`.
-
-    Producers number the records of a batch 0, 1, 2, ...: a run usually ends where the offset delta outgrows its
-    width (at 64 and 8192). The records up to there are checked first, then the one record after them, so that
-    the common end of a run costs no pass over the records after it."""
-    rows = min(remaining, (len(array) - start) // layout.stride)
-    offset_delta, _ = decode_varint(data, start + layout.offset_at, VARINT32_MAX_BYTES)
-    # Zig-zag doubles a delta: deltas below 2 ** (7 * width - 1) fit in `width` bytes.
-    boundary = (1 << (7 * layout.offset_width - 1)) - offset_delta
-    if 0 < boundary < rows:
-        matched = _probed_rows(array, start, layout, boundary)
-        if matched == boundary and layout.fits(data, start + boundary * layout.stride):
-            matched += _probed_rows(array, start + boundary * layout.stride, layout, rows - boundary)
-        return _Run(array, start, layout, matched)
-    return _Run(array, start, layout, _probed_rows(array, start, layout, rows))
-
-
-def _probed_rows(array: np.ndarray, start: int, layout: _Layout, rows: int) -> int:
-    """`_matching_rows`, checking a long stretch on its first `RUN_PROBE_RECORDS` records before all of them."""
-    if rows <= 4 * RUN_PROBE_RECORDS:
-        return _matching_rows(array, start, layout, rows)
-    matched = _matching_rows(array, start, layout, RUN_PROBE_RECORDS)
-    if matched == RUN_PROBE_RECORDS:
-        matched = _matching_rows(array, start, layout, rows)
-    return matched
-
-
-def _matching_rows(array: np.ndarray, start: int, layout: _Layout, rows: int) -> int:
-    """How many of the `rows` records from `start` have `layout`, counted until the first that does not."""
-    same: np.ndarray | None = None
-    for window in layout.windows:
-        words = np.ndarray((rows,), dtype="<u8", buffer=array, offset=start + window.at, strides=(layout.stride,))
-        matches = (words & window.mask_word) == window.expected_word
-        if same is None:
-            same = matches
-        else:
-            same &= matches
-    assert same is not None  # a layout has at least its length varint to compare
-    return rows if bool(same.all()) else int(np.argmin(same))
-
-
 @dataclass(slots=True)
 class _Run:
     """`count` consecutive records of one layout from `start` in `array` (the section's bytes)."""
 
     array: np.ndarray
     start: int
-    layout: _Layout
+    layout: RecordLayout
     count: int
 
     def __len__(self) -> int:

@@ -380,6 +380,10 @@ class IndexBase(abc.ABC, Generic[EntryT]):
         assert self._fd is not None, f"{self._path} is closed"
         access = mmap.ACCESS_WRITE if self._writable else mmap.ACCESS_READ
         self._mmap = mmap.mmap(self._fd, self._length, access=access)
+        # Lookups binary-search and appends touch one slot: no access is sequential. Without this hint the first
+        # fault reads ahead a window of the preallocated, sparse file, ~1.7 ms of CPU (measured on a new 10 MiB
+        # index, against ~15 us with it): one such fault per index in every new segment's first append.
+        self._mmap.madvise(mmap.MADV_RANDOM)
 
     def _unmap(self) -> None:
         if self._mmap is not None:

@@ -171,6 +171,45 @@ def test_layouts_known_from_an_intact_section_refuse_every_damaged_byte_of_the_n
             assert columns_outcome(bytes(damaged), count) == expected, (position, value)
 
 
+def test_a_run_after_a_long_run_is_checked_whole_and_refuses_damage_far_past_its_start() -> None:
+    # 400 records: the run from record 64 (its offset deltas a byte wider, 336 records, more than the 256 a probe
+    # is for) follows a run of 64 records, so it is checked whole; every byte of record 350 is damaged in turn.
+    count = 400
+    section, _ = uniform_section(count, 30)
+    ends = decode_records_columns(section, count).body_ends.tolist()
+    for position in range(ends[349], ends[350]):
+        for value in (0x00, 0x01, 0x7F, 0x80, 0xFF):
+            damaged = bytearray(section)
+            damaged[position] = value
+            expected = decoder_outcome(bytes(damaged), count)
+            assert columns_outcome(bytes(damaged), count) == expected, (position, value)
+            try:
+                summarize_records_section(bytes(damaged), count)
+            except CorruptRecordError:
+                assert expected is CorruptRecordError, (position, value)
+            else:
+                assert expected is not CorruptRecordError, (position, value)
+
+
+def test_a_run_of_over_long_header_counts_refuses_a_record_whose_second_header_count_byte_differs() -> None:
+    # headerCount 0 written in two bytes (0x80 0x00), which the decoder accepts; record 200's second byte claims
+    # headers that do not fit. Every byte of the header count belongs to the layout, so the run ends there.
+    def record(index: int, header_count: bytes) -> bytes:
+        key = b"key%03d" % index
+        body = b"\x00" + encode_varint(0) + encode_varint(index) + encode_varint(len(key)) + key
+        body += encode_varint(30) + bytes(30) + header_count
+        return encode_varint(len(body)) + body
+
+    count = 300
+    section = b"".join(record(index, b"\x80\x02" if index == 200 else b"\x80\x00") for index in range(count))
+    assert decoder_outcome(section, count) is CorruptRecordError
+    assert columns_outcome(section, count) is CorruptRecordError
+    with pytest.raises(CorruptRecordError):
+        summarize_records_section(section, count)
+    intact = b"".join(record(index, b"\x80\x00") for index in range(count))
+    assert columns_outcome(intact, count) == decoder_outcome(intact, count)
+
+
 @pytest.mark.parametrize(
     ("section", "count"),
     [
