@@ -43,6 +43,7 @@ EndTxn is answered, on a thread of its own).
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections.abc import Callable, Collection, Iterable
@@ -93,6 +94,9 @@ LOAD_CHUNK_BYTES = 5 * 1024 * 1024
 # producer starting its next transaction waits that long rather than 20 ms.
 COMPLETION_WAIT_S = 0.02
 _S = TransactionState
+# An id's partition is looked up several times a transaction (its state, each append, its markers' coordinator
+# epoch), and hashing the id as Java does is a Python loop over its characters: the recent ids' partitions are kept.
+_partition_of = functools.lru_cache(maxsize=4096)(partition_for_transactional_id)
 
 
 class TransactionLogPartition(InternalPartition, Protocol):
@@ -188,7 +192,7 @@ class TransactionCoordinator:
             return len(self._handles)
 
     def partition_for(self, transactional_id: str) -> int:
-        return partition_for_transactional_id(transactional_id, self._partition_count)
+        return _partition_of(transactional_id, self._partition_count)
 
     def _loaded_partition(self, partition: int) -> TransactionLogPartition:
         handle = self._handles.get(partition)

@@ -36,7 +36,6 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
-from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 
 from actors.core.controller.topic_metadata import CONSUMER_OFFSETS_TOPIC, INTERNAL_TOPICS
@@ -45,7 +44,7 @@ from actors.core.transactions.coordinator import TransactionDescription
 from actors.core.transactions.transaction_metadata import TransactionState, TxnError
 from cluster.protocol.broker_view import BrokerView
 from cluster.protocol.errors import coordinator_error_code, error_code, group_error_code, txn_error_code
-from cluster.protocol.framing import Request
+from cluster.protocol.framing import Request, response_schema
 from cluster.protocol.group_view import GroupView
 from cluster.protocol.handlers.authorization import allows, allows_cluster, authorized_names
 from cluster.protocol.messages import build
@@ -128,7 +127,7 @@ class AddPartitionsToTxnHandler:
         return counts
 
     async def __call__(self, request: Request) -> Any:
-        response_type = load_response_schema(ADD_PARTITIONS_TO_TXN_KEY, request.api_version)
+        response_type = response_schema(ADD_PARTITIONS_TO_TXN_KEY, request.api_version)
         body = request.body
         if request.api_version < FIRST_BROKER_ADD_PARTITIONS_VERSION:
             wanted = _partitions(body.v3_and_below_topics)
@@ -238,7 +237,7 @@ class AddOffsetsToTxnHandler:
 
     async def __call__(self, request: Request) -> Any:
         return build(
-            load_response_schema(ADD_OFFSETS_TO_TXN_KEY, request.api_version),
+            response_schema(ADD_OFFSETS_TO_TXN_KEY, request.api_version),
             {"throttle_time": 0, "error_code": await self._code(request)},
         )
 
@@ -281,7 +280,7 @@ class EndTxnHandler:
             code = _code(answer, request.api_version)
         else:
             code = ErrorCode.transactional_id_authorization_failed
-        return build(load_response_schema(END_TXN_KEY, request.api_version), {"throttle_time": 0, "error_code": code})
+        return build(response_schema(END_TXN_KEY, request.api_version), {"throttle_time": 0, "error_code": code})
 
 
 class TxnOffsetCommitHandler:
@@ -307,7 +306,7 @@ class TxnOffsetCommitHandler:
         for (topic, partition), code in zip(wanted, codes, strict=True):
             by_topic.setdefault(topic, []).append({"partition_index": partition.partition_index, "error_code": code})
         return build(
-            load_response_schema(TXN_OFFSET_COMMIT_KEY, request.api_version),
+            response_schema(TXN_OFFSET_COMMIT_KEY, request.api_version),
             {"throttle_time": 0, "topics": [{"name": name, "partitions": parts} for name, parts in by_topic.items()]},
         )
 
@@ -406,7 +405,7 @@ class WriteTxnMarkersHandler:
                     partitions.append({"partition_index": partition, "error_code": code})
                 topics.append({"name": topic.name, "partitions": partitions})
             results.append({"producer_id": marker.producer_id, "topics": topics})
-        return build(load_response_schema(WRITE_TXN_MARKERS_KEY, request.api_version), {"markers": results})
+        return build(response_schema(WRITE_TXN_MARKERS_KEY, request.api_version), {"markers": results})
 
     async def _write(
         self,
@@ -436,7 +435,7 @@ class DescribeTransactionsHandler:
             await self._describe(request, transactional_id) for transactional_id in request.body.transactional_ids
         ]
         return build(
-            load_response_schema(DESCRIBE_TRANSACTIONS_KEY, request.api_version),
+            response_schema(DESCRIBE_TRANSACTIONS_KEY, request.api_version),
             {"throttle_time": 0, "transaction_states": states},
         )
 
@@ -489,7 +488,7 @@ class ListTransactionsHandler:
 
     async def __call__(self, request: Request) -> Any:
         body = request.body
-        response_type = load_response_schema(LIST_TRANSACTIONS_KEY, request.api_version)
+        response_type = response_schema(LIST_TRANSACTIONS_KEY, request.api_version)
         unknown = [name for name in body.state_filters if TransactionState.from_kafka_name(name) is None]
         known = [name for name in body.state_filters if name not in unknown]
         listed: list[TransactionDescription] = []
@@ -561,7 +560,7 @@ class DescribeProducersHandler:
                 partitions.append(found)
             answers.append({"name": topic.name, "partitions": partitions})
         return build(
-            load_response_schema(DESCRIBE_PRODUCERS_KEY, request.api_version), {"throttle_time": 0, "topics": answers}
+            response_schema(DESCRIBE_PRODUCERS_KEY, request.api_version), {"throttle_time": 0, "topics": answers}
         )
 
     async def _describe(self, topic: str, partition: int) -> dict[str, Any]:

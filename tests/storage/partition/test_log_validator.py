@@ -312,6 +312,32 @@ def test_timestamps_on_the_window_edges_are_accepted() -> None:
     assert validate_client_records(data, topic, NOW).batches[0].max_timestamp == NOW + HOUR_MS
 
 
+@pytest.mark.parametrize("count", [1, 2, 3, 4, 5])
+def test_batches_of_a_few_records_name_the_record_they_are_refused_for(count: int) -> None:
+    """Batches below `SCALAR_SUMMARY_RECORDS` records are checked record by record, larger ones with numpy: on both
+    sides a null key on a compacted topic and a timestamp out of the window are refused naming their record, and a
+    section one byte short is refused as corrupt."""
+    compacted = LogConfig(cleanup_policy="compact", message_timestamp_after_max_ms=HOUR_MS)
+    for index in range(count):
+        keyed = [Rec(b"k%d" % at, b"v" * at, NOW) for at in range(count)]
+        null_key = [Rec(None, record.value, NOW) if at == index else record for at, record in enumerate(keyed)]
+        late = [
+            Rec(record.key, record.value, NOW + 2 * HOUR_MS) if at == index else record
+            for at, record in enumerate(keyed)
+        ]
+        assert validate_client_records(batch_bytes(keyed), compacted, NOW).record_count == count
+        for records, error in ((null_key, InvalidRecordError), (late, InvalidTimestampError)):
+            with pytest.raises(error) as refused:
+                validate_client_records(batch_bytes(records), compacted, NOW)
+            assert refused.value.offset == index
+    short = bytearray(batch_bytes([Rec(b"k", b"v", NOW)] * count))
+    del short[-1]
+    struct.pack_into(">i", short, 8, len(short) - 12)
+    struct.pack_into(">I", short, CRC_OFFSET, crc32c.crc32c(bytes(short[ATTRIBUTES_OFFSET:])))
+    with pytest.raises(InvalidRecordError):
+        validate_client_records(bytes(short), compacted, NOW)
+
+
 def test_log_append_time_topic_ignores_the_create_time_windows() -> None:
     topic = LogConfig(message_timestamp_type="LogAppendTime", message_timestamp_after_max_ms=HOUR_MS)
     validated = validate_client_records(simple_batch(2, timestamp=NOW + 5 * HOUR_MS), topic, NOW)
