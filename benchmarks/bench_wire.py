@@ -48,7 +48,8 @@ PRODUCER_QUEUE = {"queue.buffering.max.messages": 2_000_000, "queue.buffering.ma
 # librdkafka stops fetching a partition for `fetch.queue.backoff.ms` (1 s by default) whenever its local queue
 # passes `queued.max.messages.kbytes` (64 MiB): a broker that serves faster than the Python loop consumes fills it
 # and the client then idles a second, which a run of ~1 s measures instead of the broker (0.25-0.71 of Kafka's
-# figure with the default, 1.24-1.32 with 10 ms, alternating in one session at load 6-19). Both brokers face the same client.
+# figure with the default, 1.24-1.32 with 10 ms, alternating in one session at load 6-19). Both brokers face the
+# same client.
 CONSUMER_QUEUE_BACKOFF = {"fetch.queue.backoff.ms": "10"}
 _STAMP = struct.Struct(">q")
 
