@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 
 from actors.core.security.acls import (
@@ -35,7 +34,7 @@ from actors.core.security.acls import (
     ResourceType,
 )
 from cluster.protocol.errors import ClusterAuthorizationFailedError, SecurityDisabledError, error_code
-from cluster.protocol.framing import Request
+from cluster.protocol.framing import Request, response_schema
 from cluster.protocol.handlers.authorization import allows_cluster
 from cluster.protocol.messages import build
 from cluster.protocol.security.access import AccessControl
@@ -75,7 +74,7 @@ class CreateAclsHandler:
         self._access = access
 
     async def __call__(self, request: Request) -> Any:
-        response_type = load_response_schema(CREATE_ACLS_KEY, request.api_version)
+        response_type = response_schema(CREATE_ACLS_KEY, request.api_version)
         creations = request.body.creations
         refusal = _refusal(self._access, request, AclOperation.ALTER)
         if refusal is not None:
@@ -108,7 +107,7 @@ class DescribeAclsHandler:
         self._access = access
 
     async def __call__(self, request: Request) -> Any:
-        response_type = load_response_schema(DESCRIBE_ACLS_KEY, request.api_version)
+        response_type = response_schema(DESCRIBE_ACLS_KEY, request.api_version)
         try:
             matched = await self._matched(request)
         except RaybrokerError as exc:
@@ -157,7 +156,7 @@ class DeleteAclsHandler:
         self._access = access
 
     async def __call__(self, request: Request) -> Any:
-        response_type = load_response_schema(DELETE_ACLS_KEY, request.api_version)
+        response_type = response_schema(DELETE_ACLS_KEY, request.api_version)
         filters = request.body.filters
         refusal = _refusal(self._access, request, AclOperation.ALTER)
         if refusal is not None:

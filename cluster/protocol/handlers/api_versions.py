@@ -11,10 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 
-from cluster.protocol.framing import API_VERSIONS_KEY, ApiRange, Request
+from cluster.protocol.framing import API_VERSIONS_KEY, ApiRange, Request, response_schema
 from cluster.protocol.messages import build
 
 
@@ -30,10 +29,10 @@ class ApiVersionsHandler:
     async def __call__(self, request: Request) -> Any:
         if request.body is None:
             return build(
-                load_response_schema(API_VERSIONS_KEY, 0),
+                response_schema(API_VERSIONS_KEY, 0),
                 {"error_code": ErrorCode.unsupported_version, "api_keys": self._api_keys},
             )
         return build(
-            load_response_schema(API_VERSIONS_KEY, request.api_version),
+            response_schema(API_VERSIONS_KEY, request.api_version),
             {"error_code": ErrorCode.none, "api_keys": self._api_keys, "throttle_time": 0},
         )

@@ -14,12 +14,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 
 from actors.core.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from cluster.protocol.broker_view import BrokerEndpoint, BrokerView
-from cluster.protocol.framing import Request
+from cluster.protocol.framing import Request, response_schema
 from cluster.protocol.handlers.authorization import (
     AUTHORIZED_OPERATIONS_OMITTED,
     allows_cluster,
@@ -77,4 +76,4 @@ class DescribeClusterHandler:
                     for broker in brokers_with(node, await self._view.brokers(), request.context.listener_name)
                 ],
             )
-        return build(load_response_schema(DESCRIBE_CLUSTER_KEY, request.api_version), answer)
+        return build(response_schema(DESCRIBE_CLUSTER_KEY, request.api_version), answer)

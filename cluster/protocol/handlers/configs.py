@@ -30,7 +30,6 @@ from collections.abc import Iterable
 from enum import IntEnum
 from typing import Any
 
-from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 
 from actors.core.security import acls
@@ -45,7 +44,7 @@ from cluster.protocol.errors import (
     TopicAuthorizationFailedError,
     error_code,
 )
-from cluster.protocol.framing import Request
+from cluster.protocol.framing import Request, response_schema
 from cluster.protocol.handlers.authorization import allows
 from cluster.protocol.messages import build
 from cluster.protocol.security.access import AccessControl
@@ -140,7 +139,7 @@ class DescribeConfigsHandler:
             ]
             results.append(result)
         return build(
-            load_response_schema(DESCRIBE_CONFIGS_KEY, request.api_version), {"throttle_time": 0, "results": results}
+            response_schema(DESCRIBE_CONFIGS_KEY, request.api_version), {"throttle_time": 0, "results": results}
         )
 
     async def _entries(self, resource_type: int, name: str) -> list[Any]:
@@ -191,7 +190,7 @@ class AlterConfigsHandler:
                 response = {**response, "error_code": error_code(exc), "error_message": exc.message}
             responses.append(response)
         api_key = INCREMENTAL_ALTER_CONFIGS_KEY if self._incremental else ALTER_CONFIGS_KEY
-        return build(load_response_schema(api_key, request.api_version), {"throttle_time": 0, "responses": responses})
+        return build(response_schema(api_key, request.api_version), {"throttle_time": 0, "responses": responses})
 
     async def _alter(self, resource: Any, validate_only: bool) -> None:
         if resource.resource_type == ResourceType.BROKER:

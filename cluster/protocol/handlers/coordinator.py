@@ -15,13 +15,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 
 from actors.core.security.acls import AclOperation, ResourceType
 from cluster.protocol.broker_view import BrokerEndpoint
 from cluster.protocol.connection import ConnectionContext
-from cluster.protocol.framing import Request
+from cluster.protocol.framing import Request, response_schema
 from cluster.protocol.handlers.authorization import allows
 from cluster.protocol.messages import build
 from cluster.protocol.security.access import AccessControl
@@ -42,7 +41,7 @@ class FindCoordinatorHandler:
     async def __call__(self, request: Request) -> Any:
         body = request.body
         key_type = getattr(body, "key_type", GROUP_KEY_TYPE)
-        response_type = load_response_schema(FIND_COORDINATOR_KEY, request.api_version)
+        response_type = response_schema(FIND_COORDINATOR_KEY, request.api_version)
         node = self._endpoint.for_listener(request.context.listener_name)
         if request.api_version >= FIRST_BATCHED_VERSION:
             coordinators = [

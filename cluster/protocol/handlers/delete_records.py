@@ -14,13 +14,12 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 
 from actors.core.security.acls import AclOperation, ResourceType
 from cluster.protocol.broker_view import BrokerView
 from cluster.protocol.errors import error_code
-from cluster.protocol.framing import Request
+from cluster.protocol.framing import Request, response_schema
 from cluster.protocol.handlers.authorization import authorized_names
 from cluster.protocol.messages import build
 from cluster.protocol.security.access import AccessControl
@@ -62,9 +61,7 @@ class DeleteRecordsHandler:
                 *(self._delete(topic.name, part.partition_index, part.offset) for part in topic.partitions)
             )
             topics.append({"name": topic.name, "partitions": list(partitions)})
-        return build(
-            load_response_schema(DELETE_RECORDS_KEY, request.api_version), {"throttle_time": 0, "topics": topics}
-        )
+        return build(response_schema(DELETE_RECORDS_KEY, request.api_version), {"throttle_time": 0, "topics": topics})
 
     async def _delete(self, topic: str, partition: int, offset: int) -> dict[str, Any]:
         answer: dict[str, Any] = {"partition_index": partition}

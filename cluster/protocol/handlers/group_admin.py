@@ -19,14 +19,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 
 from actors.core.groups.group_membership import GroupDescription, GroupState
 from actors.core.security.acls import AclOperation, ResourceType
 from cluster.protocol.connection import ConnectionContext
 from cluster.protocol.errors import coordinator_error_code, group_error_code
-from cluster.protocol.framing import Request
+from cluster.protocol.framing import Request, response_schema
 from cluster.protocol.group_view import GroupView
 from cluster.protocol.handlers.authorization import (
     AUTHORIZED_OPERATIONS_OMITTED,
@@ -55,7 +54,7 @@ class ListGroupsHandler:
 
     async def __call__(self, request: Request) -> Any:
         body = request.body
-        response_type = load_response_schema(LIST_GROUPS_KEY, request.api_version)
+        response_type = response_schema(LIST_GROUPS_KEY, request.api_version)
         states = {state.lower() for state in getattr(body, "states_filter", ())}
         types = {kind.lower() for kind in getattr(body, "types_filter", ())}
         try:
@@ -97,7 +96,7 @@ class DescribeGroupsHandler:
                         self._access, context, ResourceType.GROUP, group["group_id"]
                     )
         return build(
-            load_response_schema(DESCRIBE_GROUPS_KEY, request.api_version), {"throttle_time": 0, "groups": described}
+            response_schema(DESCRIBE_GROUPS_KEY, request.api_version), {"throttle_time": 0, "groups": described}
         )
 
     async def _describe(self, group_id: str, version: int, context: ConnectionContext) -> dict[str, Any]:
@@ -157,6 +156,4 @@ class DeleteGroupsHandler:
             except RaybrokerError as exc:
                 code = coordinator_error_code(exc)
             results.append({"group_id": group_id, "error_code": code})
-        return build(
-            load_response_schema(DELETE_GROUPS_KEY, request.api_version), {"throttle_time": 0, "results": results}
-        )
+        return build(response_schema(DELETE_GROUPS_KEY, request.api_version), {"throttle_time": 0, "results": results})

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 
 from actors.core.groups.group_membership import GroupError
@@ -37,7 +36,7 @@ from actors.core.security.acls import AclOperation, ResourceType
 from cluster.protocol.broker_view import BrokerView
 from cluster.protocol.connection import ConnectionContext
 from cluster.protocol.errors import coordinator_error_code, error_code, group_error_code
-from cluster.protocol.framing import Request
+from cluster.protocol.framing import Request, response_schema
 from cluster.protocol.group_view import GroupView, TopicPartition
 from cluster.protocol.handlers.authorization import allows, authorized_names
 from cluster.protocol.messages import build
@@ -72,7 +71,7 @@ class OffsetCommitHandler:
                     {(topic.name, p.partition_index): ErrorCode.group_authorization_failed for p in topic.partitions}
                 )
         return build(
-            load_response_schema(OFFSET_COMMIT_KEY, request.api_version),
+            response_schema(OFFSET_COMMIT_KEY, request.api_version),
             {
                 "throttle_time": 0,
                 "topics": [
@@ -137,7 +136,7 @@ class OffsetFetchHandler:
     async def __call__(self, request: Request) -> Any:
         body = request.body
         context = request.context
-        response_type = load_response_schema(OFFSET_FETCH_KEY, request.api_version)
+        response_type = response_schema(OFFSET_FETCH_KEY, request.api_version)
         stable = bool(getattr(body, "require_stable", False))
         if request.api_version >= FIRST_MULTI_GROUP_FETCH_VERSION:
             groups = [await self._fetch(group.group_id, group.topics, context, stable) for group in body.groups]

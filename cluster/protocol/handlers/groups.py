@@ -18,13 +18,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 
 from actors.core.groups.group_membership import GroupError, JoinResult
 from actors.core.security.acls import AclOperation, ResourceType
 from cluster.protocol.errors import coordinator_error_code, group_error_code
-from cluster.protocol.framing import Request
+from cluster.protocol.framing import Request, response_schema
 from cluster.protocol.group_view import GroupView
 from cluster.protocol.handlers.authorization import allows
 from cluster.protocol.messages import build, milliseconds
@@ -85,7 +84,7 @@ class JoinGroupHandler:
         failed = code != ErrorCode.none
         no_name = None if request.api_version >= FIRST_NULLABLE_PROTOCOL_NAME_VERSION else ""
         return build(
-            load_response_schema(JOIN_GROUP_KEY, request.api_version),
+            response_schema(JOIN_GROUP_KEY, request.api_version),
             {
                 "throttle_time": 0,
                 "error_code": code,
@@ -119,7 +118,7 @@ class SyncGroupHandler:
         values: dict[str, Any] = {"throttle_time": 0, "protocol_type": None, "protocol_name": None, "assignment": b""}
         if not _may_read(self._access, request):
             values["error_code"] = ErrorCode.group_authorization_failed
-            return build(load_response_schema(SYNC_GROUP_KEY, request.api_version), values)
+            return build(response_schema(SYNC_GROUP_KEY, request.api_version), values)
         try:
             result = await self._groups.sync_group(
                 body.group_id,
@@ -137,7 +136,7 @@ class SyncGroupHandler:
                 values.update(
                     protocol_type=result.protocol_type, protocol_name=result.protocol_name, assignment=result.assignment
                 )
-        return build(load_response_schema(SYNC_GROUP_KEY, request.api_version), values)
+        return build(response_schema(SYNC_GROUP_KEY, request.api_version), values)
 
 
 class HeartbeatHandler:
@@ -156,7 +155,7 @@ class HeartbeatHandler:
                 code = group_error_code(await self._groups.heartbeat(body.group_id, body.member_id, body.generation_id))
             except RaybrokerError as exc:
                 code = coordinator_error_code(exc)
-        return build(load_response_schema(HEARTBEAT_KEY, request.api_version), {"throttle_time": 0, "error_code": code})
+        return build(response_schema(HEARTBEAT_KEY, request.api_version), {"throttle_time": 0, "error_code": code})
 
 
 class LeaveGroupHandler:
@@ -168,7 +167,7 @@ class LeaveGroupHandler:
 
     async def __call__(self, request: Request) -> Any:
         body = request.body
-        response_type = load_response_schema(LEAVE_GROUP_KEY, request.api_version)
+        response_type = response_schema(LEAVE_GROUP_KEY, request.api_version)
         batched = request.api_version >= FIRST_BATCHED_LEAVE_VERSION
         leaving = [(m.member_id, m.group_instance_id) for m in body.members] if batched else [(body.member_id, None)]
         if not _may_read(self._access, request):

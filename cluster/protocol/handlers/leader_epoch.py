@@ -30,13 +30,12 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 
 from actors.core.security.acls import AclOperation, ResourceType
 from cluster.protocol.broker_view import BrokerView
 from cluster.protocol.errors import error_code
-from cluster.protocol.framing import Request
+from cluster.protocol.framing import Request, response_schema
 from cluster.protocol.handlers.authorization import allows_cluster, authorized_names
 from cluster.protocol.messages import build
 from cluster.protocol.security.access import AccessControl
@@ -81,7 +80,7 @@ class OffsetForLeaderEpochHandler:
             )
             topics.append({"topic": topic.topic, "partitions": list(partitions)})
         return build(
-            load_response_schema(OFFSET_FOR_LEADER_EPOCH_KEY, request.api_version),
+            response_schema(OFFSET_FOR_LEADER_EPOCH_KEY, request.api_version),
             {"throttle_time": 0, "topics": topics},
         )
 

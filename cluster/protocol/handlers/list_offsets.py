@@ -21,13 +21,12 @@ import asyncio
 from collections import Counter
 from typing import Any
 
-from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 
 from actors.core.security.acls import AclOperation, ResourceType
 from cluster.protocol.broker_view import BrokerView
 from cluster.protocol.errors import error_code
-from cluster.protocol.framing import Request
+from cluster.protocol.framing import Request, response_schema
 from cluster.protocol.handlers.authorization import authorized_names
 from cluster.protocol.messages import build
 from cluster.protocol.security.access import AccessControl
@@ -78,7 +77,7 @@ class ListOffsetsHandler:
         for (topic, _, _), answer in zip(wanted, answers, strict=True):
             topics.setdefault(topic, []).append(answer)
         return build(
-            load_response_schema(LIST_OFFSETS_KEY, request.api_version),
+            response_schema(LIST_OFFSETS_KEY, request.api_version),
             {"throttle_time": 0, "topics": [{"name": name, "partitions": parts} for name, parts in topics.items()]},
         )
 

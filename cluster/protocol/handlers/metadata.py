@@ -36,14 +36,13 @@ import asyncio
 import uuid
 from typing import Any
 
-from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 
 from actors.core.security.acls import CLUSTER_NAME, AclOperation, ResourceType
 from cluster.protocol.broker_view import BrokerEndpoint, BrokerView, PartitionInfo, TopicInfo
 from cluster.protocol.connection import ConnectionContext
 from cluster.protocol.errors import error_code
-from cluster.protocol.framing import Request
+from cluster.protocol.framing import Request, response_schema
 from cluster.protocol.handlers.authorization import (
     AUTHORIZED_OPERATIONS_OMITTED,
     allows,
@@ -128,7 +127,7 @@ class MetadataHandler:
         node = self._endpoint
         brokers = brokers_with(node, await self._view.brokers(), context.listener_name)
         return build(
-            load_response_schema(METADATA_KEY, request.api_version),
+            response_schema(METADATA_KEY, request.api_version),
             {
                 "throttle_time": 0,
                 "brokers": [
@@ -246,7 +245,7 @@ def wire_topic_id(topic_id: uuid.UUID) -> uuid.UUID | None:
 def _invalid_request(request: Request, topics: Any) -> Any:
     """Kafka's answer to a v10-11 request naming a topic by id or by no name: every topic INVALID_REQUEST (42)."""
     return build(
-        load_response_schema(METADATA_KEY, request.api_version),
+        response_schema(METADATA_KEY, request.api_version),
         {
             "throttle_time": 0,
             "brokers": [],

@@ -20,13 +20,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 
 from actors.core.security.acls import AclOperation, ResourceType
 from cluster.protocol.broker_view import BrokerView
 from cluster.protocol.errors import coordinator_error_code, error_code, txn_error_code
-from cluster.protocol.framing import Request
+from cluster.protocol.framing import Request, response_schema
 from cluster.protocol.handlers.authorization import allows, allows_any, allows_cluster
 from cluster.protocol.handlers.transactions import timeout_ms
 from cluster.protocol.messages import build
@@ -50,7 +49,7 @@ class InitProducerIdHandler:
         self._access = access
 
     async def __call__(self, request: Request) -> Any:
-        response_type = load_response_schema(INIT_PRODUCER_ID_KEY, request.api_version)
+        response_type = response_schema(INIT_PRODUCER_ID_KEY, request.api_version)
         failed = {"throttle_time": 0, "producer_id": NO_PRODUCER_ID, "producer_epoch": NO_PRODUCER_EPOCH}
         context = request.context
         body = request.body

@@ -16,11 +16,10 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
-from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 
 from cluster.protocol.errors import SaslFailure
-from cluster.protocol.framing import Request
+from cluster.protocol.framing import Request, response_schema
 from cluster.protocol.messages import build
 from cluster.protocol.security.sasl import AuthenticationError, CredentialLookup, SaslExchange
 from storage.config.security_config import SASL_PROTOCOLS
@@ -55,7 +54,7 @@ class SaslHandshakeHandler:
 
     def _answer(self, request: Request, code: ErrorCode, mechanisms: list[str]) -> Any:
         return build(
-            load_response_schema(SASL_HANDSHAKE_KEY, request.api_version),
+            response_schema(SASL_HANDSHAKE_KEY, request.api_version),
             {"error_code": code, "mechanisms": mechanisms},
         )
 
@@ -88,6 +87,6 @@ class SaslAuthenticateHandler:
 
 def _answer(request: Request, code: ErrorCode, message: str | None, token: bytes = b"") -> Any:
     return build(
-        load_response_schema(SASL_AUTHENTICATE_KEY, request.api_version),
+        response_schema(SASL_AUTHENTICATE_KEY, request.api_version),
         {"error_code": code, "error_message": message, "auth_bytes": token, "session_lifetime_ms": 0},
     )

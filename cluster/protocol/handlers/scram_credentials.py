@@ -23,7 +23,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 
 from actors.core.security.acls import AclOperation
@@ -37,7 +36,7 @@ from actors.core.security.scram import (
     UnsupportedSaslMechanismError,
 )
 from cluster.protocol.errors import ClusterAuthorizationFailedError, DuplicateResourceError, error_code
-from cluster.protocol.framing import Request
+from cluster.protocol.framing import Request, response_schema
 from cluster.protocol.handlers.authorization import allows_cluster
 from cluster.protocol.messages import build
 from cluster.protocol.security.access import AccessControl
@@ -62,7 +61,7 @@ class DescribeUserScramCredentialsHandler:
         self._access = access
 
     async def __call__(self, request: Request) -> Any:
-        response_type = load_response_schema(DESCRIBE_USER_SCRAM_CREDENTIALS_KEY, request.api_version)
+        response_type = response_schema(DESCRIBE_USER_SCRAM_CREDENTIALS_KEY, request.api_version)
         named = [user.name for user in request.body.users or ()]
         try:
             if not allows_cluster(self._access, request.context, AclOperation.DESCRIBE):
@@ -116,7 +115,7 @@ class AlterUserScramCredentialsHandler:
         self._access = access
 
     async def __call__(self, request: Request) -> Any:
-        response_type = load_response_schema(ALTER_USER_SCRAM_CREDENTIALS_KEY, request.api_version)
+        response_type = response_schema(ALTER_USER_SCRAM_CREDENTIALS_KEY, request.api_version)
         body = request.body
         if not allows_cluster(self._access, request.context, AclOperation.ALTER):
             refusal = ClusterAuthorizationFailedError("not authorized to ALTER the cluster")

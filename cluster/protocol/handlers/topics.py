@@ -43,14 +43,13 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
-from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 
 from actors.core.security.acls import AclOperation, ResourceType
 from cluster.protocol.broker_view import BrokerView
 from cluster.protocol.config_entries import ConfigDescriber
 from cluster.protocol.errors import error_code
-from cluster.protocol.framing import Request
+from cluster.protocol.framing import Request, response_schema
 from cluster.protocol.handlers.authorization import allows, allows_cluster
 from cluster.protocol.handlers.metadata import wire_topic_id
 from cluster.protocol.messages import build
@@ -144,9 +143,7 @@ class CreateTopicsHandler:
                     "configs": [entry.as_values() for entry in self._describer.topic_entries(configs)],
                 }
             )
-        return build(
-            load_response_schema(CREATE_TOPICS_KEY, request.api_version), {"throttle_time": 0, "topics": topics}
-        )
+        return build(response_schema(CREATE_TOPICS_KEY, request.api_version), {"throttle_time": 0, "topics": topics})
 
     def _partition_count(self, topic: Any) -> int:
         if topic.assignments:
@@ -216,7 +213,7 @@ class DeleteTopicsHandler:
                     response.update(await self._delete(target))
             responses.append(response)
         return build(
-            load_response_schema(DELETE_TOPICS_KEY, request.api_version), {"throttle_time": 0, "responses": responses}
+            response_schema(DELETE_TOPICS_KEY, request.api_version), {"throttle_time": 0, "responses": responses}
         )
 
     async def _delete(self, name: str) -> dict[str, Any]:
@@ -263,7 +260,7 @@ class CreatePartitionsHandler:
                 result.update(error_code=error_code(exc), error_message=exc.message)
             results.append(result)
         return build(
-            load_response_schema(CREATE_PARTITIONS_KEY, request.api_version), {"throttle_time": 0, "results": results}
+            response_schema(CREATE_PARTITIONS_KEY, request.api_version), {"throttle_time": 0, "results": results}
         )
 
 
