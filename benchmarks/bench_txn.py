@@ -1,5 +1,5 @@
 """Transactional produce over the Kafka protocol: the same confluent-kafka client against raybroker's listener and
-against Apache Kafka, beside the same client's idempotent produce into raybroker.
+against Apache Kafka, each beside the same client's idempotent produce into the same broker.
 
 | figure              | what                                                  | baseline                              |
 |---------------------|-------------------------------------------------------|---------------------------------------|
@@ -9,12 +9,17 @@ against Apache Kafka, beside the same client's idempotent produce into raybroker
 |                     | `commit_transaction`), `init_transactions` excluded   |                                       |
 | `txn_vs_idempotent` | the same `txn_produce` figure of raybroker            | raybroker, the same client idempotent |
 |                     |                                                       | (`enable.idempotence`, acks=all), the |
-|                     |                                                       | same records, one flush at the end    |
+|                     |                                                       | same records, one flush at the end,   |
+|                     |                                                       | its producer id acquired before the   |
+|                     |                                                       | clock starts; Kafka's own ratio in    |
+|                     |                                                       | the goal text                         |
 
 A transaction costs the client two coordinator round trips on top of its records (AddPartitionsToTxn before the
 first record, EndTxn, answered once PrepareCommit is durable) and the verification of its first Produce; the COMMIT
 marker and CompleteCommit are written after EndTxn's answer, and the next transaction's AddPartitionsToTxn waits for
-them if they are not done yet. With 1,000 records a transaction that is a few ms in each 1,000 records. The
+them if they are not done yet. With 1,000 records a transaction that is a few ms in each 1,000 records, and librdkafka
+itself waits ~1 ms before it sends AddPartitionsToTxn (it registers a transaction's partitions on a 1 ms timer), so
+no broker gets this client's transactions near its idempotent rate. The
 listener runs in this process over the run's shared broker, with one `__transaction_state` partition (each is an
 actor process); Kafka keeps its default of 50. Every client runs in a spawned process of its own, and the sides are
 measured alternately, best of N.
@@ -92,7 +97,12 @@ def transactional_client(bootstrap: str, topic: str, transactions: int, transact
 
 
 def idempotent_client(bootstrap: str, topic: str, count: int) -> float:
-    """`count` records into partition 0 by an idempotent producer (acks=all), every one acknowledged; records/s."""
+    """`count` records into partition 0 by an idempotent producer (acks=all), every one acknowledged; records/s.
+
+    The clock starts once a first record, not counted, is acknowledged: the producer has its producer id then, as
+    the transactional figure starts after `init_transactions`. Timed from the first `produce`, the producer's
+    start-up was most of the run: its first acknowledgement came 0.55-0.59 s after the first `produce` in 5 of 6
+    runs (0.21 s in one), and the 200,000 records 0.05-0.15 s after it."""
     from confluent_kafka import Producer
 
     values = _values(TRANSACTION_RECORDS)
@@ -100,6 +110,9 @@ def idempotent_client(bootstrap: str, topic: str, count: int) -> float:
     failures: list[Any] = []
     report = partial(_count, failures)
     produce = producer.produce
+    produce(topic, values[0], partition=0, on_delivery=report)
+    if producer.flush(CLIENT_TIMEOUT_S) or failures:
+        raise RuntimeError(f"the warm-up record failed: {failures}")
     start = time.perf_counter()
     for index in range(count):
         produce(
@@ -119,20 +132,20 @@ def _txn_produce(ctx: BenchContext, targets: dict[str, str]) -> list[Figure]:
     transactions = 20 if ctx.quick else 200
     repeats = 2 if ctx.quick else 3
     best = dict.fromkeys(targets, 0.0)
-    idempotent = 0.0
+    idempotent = dict.fromkeys(targets, 0.0)
     for attempt in range(repeats):
         for name, bootstrap in targets.items():
             topic = create_topic(bootstrap, "txn")
             rate = in_process(transactional_client, bootstrap, topic, transactions, f"{topic}-producer")
             best[name] = max(best[name], rate)
-        topic = create_topic(targets["raybroker"], "idempotent")
-        idempotent = max(
-            idempotent, in_process(idempotent_client, targets["raybroker"], topic, transactions * TRANSACTION_RECORDS)
-        )
+            topic = create_topic(bootstrap, "idempotent")
+            rate = in_process(idempotent_client, bootstrap, topic, transactions * TRANSACTION_RECORDS)
+            idempotent[name] = max(idempotent[name], rate)
         ctx.progress(
             f"  txn_produce {attempt + 1}/{repeats}: {best['raybroker']:,.0f} vs Kafka {best['kafka']:,.0f} rec/s "
-            f"(raybroker idempotent {idempotent:,.0f} rec/s)"
+            f"(idempotent: raybroker {idempotent['raybroker']:,.0f}, Kafka {idempotent['kafka']:,.0f} rec/s)"
         )
+    kafka_ratio = best["kafka"] / idempotent["kafka"]
     return [
         throughput_figure(
             "txn_produce",
@@ -148,8 +161,9 @@ def _txn_produce(ctx: BenchContext, targets: dict[str, str]) -> list[Figure]:
             best["raybroker"],
             "rec/s",
             "raybroker, the same client idempotent",
-            idempotent,
+            idempotent["raybroker"],
             IDEMPOTENT_GOAL_RATIO,
-            f"ratio >= {IDEMPOTENT_GOAL_RATIO:g}",
+            f"ratio >= {IDEMPOTENT_GOAL_RATIO:g} (Apache Kafka's own transactional / idempotent ratio, same client: "
+            f"{kafka_ratio:.2f})",
         ),
     ]
