@@ -134,12 +134,8 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
    */
   private boolean openSlice(ReadPlan.Range range, ReadPlan.Slice slice) throws IOException {
     Path path = Paths.get(slice.path);
-    FileChannel opened;
-    long[] identity;
-    try {
-      identity = identity(path);
-      opened = FileChannel.open(path, StandardOpenOption.READ);
-    } catch (NoSuchFileException e) {
+    Identified file = openIdentified(path);
+    if (file == null) {
       if (range.failOnMissing && readWhole.isEmpty()) {
         throw new IllegalStateException(
             "\nstorage.errors.OffsetOutOfRangeError: "
@@ -153,24 +149,13 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
       }
       return openHolder(path);
     }
-    try {
-      checkUnchanged(path, identity);
-      if (identity[0] == slice.device && identity[1] == slice.inode) {
-        slicePosition = slice.position;
-        sliceEnd = slice.position + slice.length;
-      } else if (!readWhole.add(identity[0] + ":" + identity[1])) {
-        opened.close();
-        return false;
-      } else {
-        slicePosition = 0;
-        sliceEnd = opened.size();
-      }
-    } catch (IOException | RuntimeException e) {
-      opened.close();
-      throw e;
+    if (file.device == slice.device && file.inode == slice.inode) {
+      slicePosition = slice.position;
+      sliceEnd = slice.position + slice.length;
+      use(file.channel);
+      return true;
     }
-    use(opened);
-    return true;
+    return useWhole(file);
   }
 
   /**
@@ -197,28 +182,10 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
       if (holder == null) {
         return false;
       }
-      FileChannel opened;
-      long[] identity;
-      try {
-        identity = identity(holder);
-        opened = FileChannel.open(holder, StandardOpenOption.READ);
-      } catch (NoSuchFileException e) {
-        continue;
+      Identified file = openIdentified(holder);
+      if (file != null) {
+        return useWhole(file);
       }
-      try {
-        checkUnchanged(holder, identity);
-      } catch (IOException | RuntimeException e) {
-        opened.close();
-        throw e;
-      }
-      if (!readWhole.add(identity[0] + ":" + identity[1])) {
-        opened.close();
-        return false;
-      }
-      slicePosition = 0;
-      sliceEnd = opened.size();
-      use(opened);
-      return true;
     }
     throw new IllegalStateException(
         "\nstorage.errors.OffsetOutOfRangeError: the segment files of "
@@ -226,6 +193,62 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
             + " kept changing while "
             + missing.getFileName()
             + " was looked for; plan the read again");
+  }
+
+  /** An opened segment file and its identity (device and inode) when it was opened. */
+  private static final class Identified {
+    final FileChannel channel;
+    final long device;
+    final long inode;
+
+    Identified(FileChannel channel, long device, long inode) {
+      this.channel = channel;
+      this.device = device;
+      this.inode = inode;
+    }
+  }
+
+  /**
+   * Opens {@code path} with its identity; null when there is no such file. Fails when the file at {@code path}
+   * was replaced between taking its identity and opening it.
+   */
+  private static Identified openIdentified(Path path) throws IOException {
+    long[] before;
+    FileChannel opened;
+    try {
+      before = identity(path);
+      opened = FileChannel.open(path, StandardOpenOption.READ);
+    } catch (NoSuchFileException e) {
+      return null;
+    }
+    try {
+      long[] after = identity(path);
+      if (before[0] != after[0] || before[1] != after[1]) {
+        throw new IllegalStateException(
+            "\nstorage.errors.OffsetOutOfRangeError: segment " + path + " was replaced while it was opened");
+      }
+    } catch (IOException | RuntimeException e) {
+      opened.close();
+      throw e;
+    }
+    return new Identified(opened, before[0], before[1]);
+  }
+
+  /** Reads {@code file} whole, unless it was read whole in this range already (then closes it: false). */
+  private boolean useWhole(Identified file) throws IOException {
+    if (!readWhole.add(file.device + ":" + file.inode)) {
+      file.channel.close();
+      return false;
+    }
+    try {
+      sliceEnd = file.channel.size();
+    } catch (IOException e) {
+      file.channel.close();
+      throw e;
+    }
+    slicePosition = 0;
+    use(file.channel);
+    return true;
   }
 
   /** The base offset a segment file's name gives ({@code 00000000000000000042.log}: 42); -1 for other names. */
@@ -241,15 +264,6 @@ final class SegmentReader implements PartitionReader<ColumnarBatch> {
       }
     }
     return Long.parseLong(name.substring(0, digits));
-  }
-
-  /** Fails when the file at {@code path} is no longer the one whose identity was taken before it opened. */
-  private static void checkUnchanged(Path path, long[] before) throws IOException {
-    long[] after = identity(path);
-    if (before[0] != after[0] || before[1] != after[1]) {
-      throw new IllegalStateException(
-          "\nstorage.errors.OffsetOutOfRangeError: segment " + path + " was replaced while it was opened");
-    }
   }
 
   private void use(FileChannel opened) {
