@@ -87,8 +87,13 @@ def simple_records(count: int, *, timestamp: int = START_MS, value_size: int = 1
     ]
 
 
-def kafka_batch(records: Sequence[Rec], compression: CompressionType = CompressionType.NONE) -> bytes:
-    """One v2 batch built by kafka-python's producer-side builder (falls back to no codec when it does not shrink)."""
+def kafka_batch(
+    records: Sequence[Rec],
+    compression: CompressionType = CompressionType.NONE,
+    offset_deltas: Sequence[int] | None = None,
+) -> bytes:
+    """One v2 batch built by kafka-python's producer-side builder (falls back to no codec when it does not shrink);
+    its records carry `offset_deltas` when given (a producer's are 0, 1, 2, ...)."""
     builder = DefaultRecordBatchBuilder(
         magic=2,
         compression_type=int(compression),
@@ -98,7 +103,8 @@ def kafka_batch(records: Sequence[Rec], compression: CompressionType = Compressi
         base_sequence=-1,
         batch_size=1 << 24,
     )
-    for delta, record in enumerate(records):
+    deltas = range(len(records)) if offset_deltas is None else offset_deltas
+    for delta, record in zip(deltas, records, strict=True):
         metadata = builder.append(delta, record.timestamp, record.key, record.value, list(record.headers))
         assert metadata is not None, "record did not fit the kafka-python batch"
     return bytes(builder.build())

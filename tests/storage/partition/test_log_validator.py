@@ -406,21 +406,9 @@ def test_a_compressed_batch_whose_inner_offsets_do_not_run_0_1_2_is_refused_as_k
     records offset should always be continuous"): kafka-python's builder is given the offsets 0, 0, 2 (three
     records, lastOffsetDelta 2, so the count check passes) and the append is refused whole; the same records
     numbered 0, 1, 2 are taken."""
-    from kafka.record.default_records import DefaultRecordBatchBuilder
 
     def built(offsets: tuple[int, ...]) -> bytes:
-        builder = DefaultRecordBatchBuilder(
-            magic=2,
-            compression_type=int(compression),
-            is_transactional=False,
-            producer_id=-1,
-            producer_epoch=-1,
-            base_sequence=-1,
-            batch_size=1 << 20,
-        )
-        for offset in offsets:
-            builder.append(offset, START_MS, b"key", b"value" * 40, [])
-        data = bytes(builder.build())
+        data = kafka_batch([Rec(b"key", b"value" * 40)] * len(offsets), compression, offset_deltas=offsets)
         assert RecordBatch(data, 0).compression == compression, "kafka-python fell back to no codec"
         return data
 
