@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import threading
 import time
 from collections import Counter
@@ -20,6 +21,7 @@ from cluster.records.offset_ranges import OffsetRange
 from cluster.records.range_reading import read_ranges
 from cluster.spark.kafka_source import planned_read, read_plan, read_topics
 from cluster.spark.planning import plan_read
+from cluster.spark.segment_source import LOCATE_MAX_BYTES, LOCATE_MAX_SLICES
 from storage.errors import InvalidRequestError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
 from storage.records.compression import CompressionType
 from tests.cluster.spark.helpers import Produced, append, unique_topic
@@ -384,8 +386,6 @@ def test_records_compaction_merged_into_a_segment_empty_when_located_are_read(sp
     the next segment and deletes that one: the records it held are in the first one's file, located as no slice at
     all (it was empty). The broker's own cleaner never qualifies the topic (dirty ratio 1.0): the passes are the
     test's."""
-    import os
-
     from actors.calls import call
 
     topic = make_topic(
@@ -406,7 +406,7 @@ def test_records_compaction_merged_into_a_segment_empty_when_located_are_read(sp
     append_batches(range(17, 18), "m")
     first_pass = call(handle.clean.remote(0))
     append_batches(range(18, 30), "m")
-    located = call(handle.locate.remote(0, 2**31 - 1, 1_000_000))
+    located = call(handle.locate.remote(0, LOCATE_MAX_BYTES, LOCATE_MAX_SLICES))
     located_before = read_topics(spark, topics=topic)
     call(handle.clean.remote(first_pass.end_offset))
     with Consumer(spark_broker, auto_offset_reset="earliest") as consumer:
