@@ -100,9 +100,9 @@ def idempotent_client(bootstrap: str, topic: str, count: int) -> float:
     """`count` records into partition 0 by an idempotent producer (acks=all), every one acknowledged; records/s.
 
     The clock starts once a first record, not counted, is acknowledged: the producer has its producer id then, as
-    the transactional figure starts after `init_transactions`. Timed from the first `produce`, the producer's
-    start-up was most of the run: its first acknowledgement came 0.55-0.59 s after the first `produce` in 5 of 6
-    runs (0.21 s in one), and the 200,000 records 0.05-0.15 s after it."""
+    the transactional figure starts after `init_transactions`. The producer's start-up would otherwise be most of
+    the run: its first acknowledgement comes 0.55-0.59 s after the first `produce` (5 of 6 runs measured; 0.21 s
+    in one), and the 200,000 records 0.05-0.15 s after it."""
     from confluent_kafka import Producer
 
     values = _values(TRANSACTION_RECORDS)
