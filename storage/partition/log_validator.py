@@ -16,9 +16,8 @@ timestamp (-1, exempt as in Kafka). Any failure rejects the whole append and not
 Records are not decoded into objects: `record_columns.summarize_records_section` checks the framing of all
 records at once with numpy and yields only their timestamp deltas and whether a key is null: ~0.08 ms of CPU
 for a 1 MB batch of 8,300 records of 100 bytes right after its CRC-32C (~0.03 ms; both measured on the shared
-2-core machine), where decoding every `Record` took ~400 ms. A batch of fewer than `SCALAR_SUMMARY_RECORDS` records
-(a coordinator's state record, a transaction marker) is checked by the per-record decoder `decode_records` instead,
-the oracle the numpy path is tested against: ~4 us a record, where numpy's fixed cost is ~15 us. Batches are
+2-core machine), where decoding every `Record` took ~400 ms (a batch of a few records, a coordinator's state
+record or a transaction marker, is summarized record by record: see `SCALAR_SUMMARY_RECORDS`). Batches are
 not copied either: `ValidatedRecords.parts` are views of the caller's bytes, except a batch that had to be
 rewritten (recompressed, or its maxTimestamp corrected).
 
@@ -34,7 +33,6 @@ import struct
 from dataclasses import dataclass
 
 import crc32c
-import numpy as np
 
 from storage.config.config_values import LONG_MAX
 from storage.config.log_config import LogConfig
@@ -61,19 +59,12 @@ from storage.records.record_batch import (
     RecordBatchBuilder,
     TimestampType,
 )
-from storage.records.record_columns import (
-    RecordsSummary,
-    decode_records,
-    summarize_records_section,
-    timestamp_delta_range,
-)
+from storage.records.record_columns import summarize_records_section, timestamp_delta_range
 
 # Magics 0 and 1 are Kafka's legacy formats (refused, but recognised); any other byte 16 means garbage.
 _KNOWN_MAGICS = (0, 1, CURRENT_MAGIC)
 _INT64 = struct.Struct(">q")
 _UINT32 = struct.Struct(">I")
-# Batches of fewer records are checked record by record (see the module docstring).
-SCALAR_SUMMARY_RECORDS = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,7 +206,9 @@ def _validate_records(batch: RecordBatch, config: LogConfig, now_ms: int, positi
     before_ms = config.timestamp_before_max_ms if create_time else LONG_MAX
     after_ms = config.timestamp_after_max_ms if create_time else LONG_MAX
     try:
-        summary = _summarize(batch)
+        summary = summarize_records_section(
+            batch.records_view(), batch.records_count, offset_deltas=batch.compression != CompressionType.NONE
+        )
         low, high = timestamp_delta_range(batch.base_timestamp, summary.timestamp_deltas)
     except (InvalidRecordError, CorruptRecordError) as exc:
         raise InvalidRecordError(exc.message, position=position) from exc
@@ -250,23 +243,6 @@ def _validate_records(batch: RecordBatch, config: LogConfig, now_ms: int, positi
                     offset=index,
                 )
     return max_timestamp
-
-
-def _summarize(batch: RecordBatch) -> RecordsSummary:
-    """What `_validate_records` needs of the batch's records (`summarize_records_section`'s summary), every
-    record's framing checked; `CorruptRecordError` if one lies."""
-    offset_deltas = batch.compression != CompressionType.NONE
-    if batch.records_count >= SCALAR_SUMMARY_RECORDS:
-        return summarize_records_section(batch.records_view(), batch.records_count, offset_deltas=offset_deltas)
-    # Offsets and timestamps decoded from base 0 are the deltas.
-    records = decode_records(batch.records_view(), batch.records_count, 0, 0, None)
-    return RecordsSummary(
-        np.array([record.timestamp for record in records], dtype=np.int64),
-        next((index for index, record in enumerate(records) if record.key is None), None),
-        next((index for index, record in enumerate(records) if record.offset != index), None)
-        if offset_deltas
-        else None,
-    )
 
 
 def _marker(batch: RecordBatch, position: int) -> EndTransactionMarker:

@@ -239,10 +239,28 @@ class RecordsSummary:
     first_offset_gap: int | None = None
 
 
+# Sections of fewer records are summarized record by record (`summarize_records_section`).
+SCALAR_SUMMARY_RECORDS = 4
+
+
 def summarize_records_section(section: Bytes, count: int, *, offset_deltas: bool = False) -> RecordsSummary:
     """The records' timestamp deltas and the index of the first record with a null key (None if every record
     has a key), after checking every record's framing exactly as `decode_records_columns` does, without building
-    the other columns. `offset_deltas`: also the first record whose offset delta is not its index."""
+    the other columns. `offset_deltas`: also the first record whose offset delta is not its index.
+
+    Fewer than `SCALAR_SUMMARY_RECORDS` records (a coordinator's state record, a transaction marker) are decoded
+    one by one with `decode_records`, the oracle the numpy path is tested against: ~4 us a record, where the numpy
+    path's fixed cost is ~15 us."""
+    if count < SCALAR_SUMMARY_RECORDS:
+        # Offsets and timestamps decoded from base 0 are the deltas.
+        records = decode_records(section, count, 0, 0, None)
+        return RecordsSummary(
+            np.array([record.timestamp for record in records], dtype=np.int64),
+            next((index for index, record in enumerate(records) if record.key is None), None),
+            next((index for index, record in enumerate(records) if record.offset != index), None)
+            if offset_deltas
+            else None,
+        )
     pieces = _decode_pieces(_byte_view(section), count)
     if not pieces:
         return RecordsSummary(np.zeros(0, dtype=np.int64), None)

@@ -314,9 +314,9 @@ def test_timestamps_on_the_window_edges_are_accepted() -> None:
 
 @pytest.mark.parametrize("count", [1, 2, 3, 4, 5])
 def test_batches_of_a_few_records_name_the_record_they_are_refused_for(count: int) -> None:
-    """Batches below `SCALAR_SUMMARY_RECORDS` records are checked record by record, larger ones with numpy: on both
-    sides a null key on a compacted topic and a timestamp out of the window are refused naming their record, and a
-    section one byte short is refused as corrupt."""
+    """Batches below `record_columns.SCALAR_SUMMARY_RECORDS` records are checked record by record, larger ones with
+    numpy: on both sides a null key on a compacted topic and a timestamp out of the window are refused naming their
+    record, and a section one byte short is refused as corrupt."""
     compacted = LogConfig(cleanup_policy="compact", message_timestamp_after_max_ms=HOUR_MS)
     for index in range(count):
         keyed = [Rec(b"k%d" % at, b"v" * at, NOW) for at in range(count)]
