@@ -40,7 +40,7 @@ PRODUCE_GOAL_RPS = 1_000_000
 LATENCY_RATE_PER_S = 10_000
 LATENCY_TICK_S = 0.001
 LATENCY_GOAL_P99_MS = 5.0
-LATENCY_GOAL_RATIO = 1.5
+LATENCY_GOAL_RATIO = 1.0
 LATENCY_LINGER_MS = 1
 # The producer's local queue holds a whole run, so `produce` never stops on BufferError and the figure is the
 # broker's pace, not the queue's.
