@@ -30,6 +30,7 @@ from benchmarks.run_info import RunInfo, collect, finished
 # Module names under `benchmarks/`, in run order, and the figure names each reports (for `--only`).
 BENCHMARKS: dict[str, tuple[str, ...]] = {
     "bench_storage": ("storage_append", "lookup", "recovery", "compaction"),
+    "bench_storage_kafka": ("storage_append_kafka",),
     "bench_codec": ("encode", "decode"),
     "bench_produce": ("produce_1p", "latency"),
     "bench_send": ("produce_send",),

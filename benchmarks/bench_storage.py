@@ -79,21 +79,35 @@ def _remove(path: Path) -> None:
 # --- storage_append -------------------------------------------------------------------------------------
 
 
-def _append(ctx: BenchContext) -> Figure:
+def append_batches(ctx: BenchContext) -> tuple[list[bytes], int]:
+    """The distinct pre-built batches `storage_append` cycles through, and how many it appends a round."""
     total_batches = 32 if ctx.quick else 256
-    batches = [_batch(APPEND_BATCH_RECORDS, index * APPEND_BATCH_RECORDS) for index in range(DISTINCT_BATCHES)]
-    total_bytes = sum(len(batches[index % DISTINCT_BATCHES]) for index in range(total_batches))
-    ctx.progress(f"storage_append: {total_batches} batches of {len(batches[0]):,} bytes")
+    return [
+        _batch(APPEND_BATCH_RECORDS, index * APPEND_BATCH_RECORDS) for index in range(DISTINCT_BATCHES)
+    ], total_batches
 
-    def log_rate() -> float:
-        folder = ctx.scratch("append-log")
-        log = Log.open(folder / "bench-0", LogConfig())
-        with timer() as elapsed:
-            for index in range(total_batches):
-                log.append(batches[index % DISTINCT_BATCHES])
-        log.close()
-        _remove(folder)
-        return total_bytes / elapsed() / MB
+
+def round_bytes(batches: list[bytes], total_batches: int) -> int:
+    """The bytes of a round of `total_batches` appends cycling through `batches`."""
+    return sum(len(batches[index % len(batches)]) for index in range(total_batches))
+
+
+def log_append_rate(ctx: BenchContext, batches: list[bytes], total_batches: int) -> float:
+    """MB/s of one round: `Log.append` of each batch in turn to a new log."""
+    folder = ctx.scratch("append-log")
+    log = Log.open(folder / "bench-0", LogConfig())
+    with timer() as elapsed:
+        for index in range(total_batches):
+            log.append(batches[index % len(batches)])
+    log.close()
+    _remove(folder)
+    return round_bytes(batches, total_batches) / elapsed() / MB
+
+
+def _append(ctx: BenchContext) -> Figure:
+    batches, total_batches = append_batches(ctx)
+    total_bytes = round_bytes(batches, total_batches)
+    ctx.progress(f"storage_append: {total_batches} batches of {len(batches[0]):,} bytes")
 
     def checked_write_rate() -> float:
         """The least an append that validates as Kafka does can cost: each batch's CRC-32C checked over the bytes
@@ -112,7 +126,7 @@ def _append(ctx: BenchContext) -> Figure:
         _remove(folder)
         return total_bytes / elapsed() / MB
 
-    ours, floor = _interleaved(3, log_rate, checked_write_rate)
+    ours, floor = _interleaved(3, lambda: log_append_rate(ctx, batches, total_batches), checked_write_rate)
     return throughput_figure("storage_append", ours, "MB/s", "write() + CRC-32C", floor, 0.8, "ratio >= 0.8")
 
 

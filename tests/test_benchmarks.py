@@ -172,3 +172,19 @@ def test_quick_create_topic_run_reports_the_time_beside_kafkas(tmp_path: Path) -
     assert figure["baseline_name"].startswith("Apache Kafka")
     assert figure["value"] > 0 and figure["baseline_value"] > 0
     assert figure["ratio"] == pytest.approx(figure["value"] / figure["baseline_value"])
+
+
+@pytest.mark.kafka
+def test_quick_storage_append_kafka_run_reports_ours_beside_kafkas_own_append(tmp_path: Path) -> None:
+    """`storage_append_kafka`: the same batches appended by `Log.append` and by Apache Kafka's
+    `UnifiedLog.appendAsLeader` (benchmarks/java/KafkaAppend.java, compiled and run in a JVM of its own); the ratio
+    is ours over Kafka's MB/s, and the goal text gives Kafka's share of its JVM's write + CRC floor."""
+    out = tmp_path / "figures.json"
+    result = run_module("benchmarks", "--quick", "--only", "storage_append_kafka", "--json", str(out), timeout_s=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (figure,) = json.loads(out.read_text())["figures"]
+    assert figure["name"] == "storage_append_kafka"
+    assert figure["baseline_name"].startswith("Apache Kafka")
+    assert figure["value"] > 0 and figure["baseline_value"] > 0
+    assert figure["ratio"] == pytest.approx(figure["value"] / figure["baseline_value"])
+    assert "of its JVM's FileChannel.write + CRC-32C" in figure["goal"]
