@@ -13,6 +13,7 @@ import platform
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -30,6 +31,20 @@ def run_module(*args: str, timeout_s: float = 60) -> subprocess.CompletedProcess
     return subprocess.run(
         [sys.executable, "-m", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout_s, check=False
     )
+
+
+def quick_figure_beside_kafka(tmp_path: Path, name: str, timeout_s: float) -> dict[str, Any]:
+    """The one figure `name` of a `--quick` run, checked against Apache Kafka's baseline: both values positive and
+    the ratio ours over Kafka's."""
+    out = tmp_path / "figures.json"
+    result = run_module("benchmarks", "--quick", "--only", name, "--json", str(out), timeout_s=timeout_s)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (figure,) = json.loads(out.read_text())["figures"]
+    assert figure["name"] == name
+    assert figure["baseline_name"].startswith("Apache Kafka")
+    assert figure["value"] > 0 and figure["baseline_value"] > 0
+    assert figure["ratio"] == pytest.approx(figure["value"] / figure["baseline_value"])
+    return dict(figure)
 
 
 def test_throughput_figure_ratio_is_ours_over_baseline_and_met_against_the_minimum() -> None:
@@ -164,14 +179,7 @@ def test_quick_create_topic_run_reports_the_time_beside_kafkas(tmp_path: Path) -
     """`create_topic_s` on an embedded Ray of its own (the benchmark's subprocess) and Apache Kafka, both driven by
     the same Admin and Producer clients in the same run; the ratio is ours over Kafka's time. Slow (~30 s): the
     benchmark's own Ray and broker beside an Apache Kafka JVM, which is what `--quick` runs."""
-    out = tmp_path / "figures.json"
-    result = run_module("benchmarks", "--quick", "--only", "create_topic_s", "--json", str(out), timeout_s=900)
-    assert result.returncode == 0, result.stderr[-3000:]
-    (figure,) = json.loads(out.read_text())["figures"]
-    assert figure["name"] == "create_topic_s"
-    assert figure["baseline_name"].startswith("Apache Kafka")
-    assert figure["value"] > 0 and figure["baseline_value"] > 0
-    assert figure["ratio"] == pytest.approx(figure["value"] / figure["baseline_value"])
+    quick_figure_beside_kafka(tmp_path, "create_topic_s", 900)
 
 
 @pytest.mark.kafka
@@ -179,12 +187,5 @@ def test_quick_storage_append_kafka_run_reports_ours_beside_kafkas_own_append(tm
     """`storage_append_kafka`: the same batches appended by `Log.append` and by Apache Kafka's
     `UnifiedLog.appendAsLeader` (benchmarks/java/KafkaAppend.java, compiled and run in a JVM of its own); the ratio
     is ours over Kafka's MB/s, and the goal text gives Kafka's share of its JVM's write + CRC floor."""
-    out = tmp_path / "figures.json"
-    result = run_module("benchmarks", "--quick", "--only", "storage_append_kafka", "--json", str(out), timeout_s=600)
-    assert result.returncode == 0, result.stderr[-3000:]
-    (figure,) = json.loads(out.read_text())["figures"]
-    assert figure["name"] == "storage_append_kafka"
-    assert figure["baseline_name"].startswith("Apache Kafka")
-    assert figure["value"] > 0 and figure["baseline_value"] > 0
-    assert figure["ratio"] == pytest.approx(figure["value"] / figure["baseline_value"])
+    figure = quick_figure_beside_kafka(tmp_path, "storage_append_kafka", 600)
     assert "of its JVM's FileChannel.write + CRC-32C" in figure["goal"]
