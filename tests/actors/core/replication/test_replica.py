@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from actors.core.replication.follower import ReplicaSettings
+from actors.core.replication.follower import ReplicaFetch, ReplicaSettings
 from actors.core.replication.leader_and_isr import LeaderAndIsr
 from actors.core.replication.local_leader_link import LocalLeaderLink
 from actors.core.replication.log_changes import LogChanges
@@ -196,6 +196,73 @@ def test_a_new_leader_starts_its_epoch_and_the_old_leader_truncates_its_divergen
     wait_until(lambda: replicas.logs["a"].log_end_offset == 6, "a to truncate and copy b")
     assert log_rows(replicas.logs["a"]) == log_rows(replicas.logs["b"])
     assert [row[0] for row in log_rows(replicas.logs["a"])] == list(range(6))
+
+
+class HeldLink(LocalLeaderLink):
+    """A follower's link whose next `replicate` fails (`fail_next_replicate`) and whose next `epoch_end_offset` answer
+    is held back (`holding`): the leader answers at once, the answer arrives once `release` is set, as a slow Ray call
+    to a busy leader's node (one Ray is about to declare dead) does."""
+
+    def __init__(self, state: LeaderAndIsr, me: str, find_replica: Callable[[str, int, str], Replica]) -> None:
+        super().__init__(state, me, find_replica)
+        self.fail_next_replicate = False
+        self.holding = False
+        self.held = threading.Event()
+        self.release = threading.Event()
+
+    def epoch_end_offset(self, epoch: int) -> tuple[int, int, int]:
+        answer = super().epoch_end_offset(epoch)
+        if self.holding:
+            self.holding = False
+            self.held.set()
+            assert self.release.wait(DEADLINE_S), "the held answer was never released"
+        return answer
+
+    def replicate(self, offset: int, max_bytes: int, max_wait_ms: int) -> ReplicaFetch:
+        if self.fail_next_replicate:
+            self.fail_next_replicate = False
+            raise BrokerNotAvailableError("the leader's node is too busy to answer")
+        return super().replicate(offset, max_bytes, max_wait_ms)
+
+
+def test_a_follower_elected_leader_keeps_its_new_epoch_when_an_old_leaders_late_answer_arrives(
+    replicas: Replicas,
+) -> None:
+    """Follower b asks its leader a where their logs part (after a failed fetch, as after any) and the answer is
+    slow; meanwhile the controller elects b (a's node declared dead) and b takes appends that c copies, so they are
+    committed. a's late answer must not cut them: the stopped fetcher changes nothing once `stop` returned."""
+    links: list[HeldLink] = []
+
+    def held_link(state: LeaderAndIsr) -> HeldLink:
+        links.append(HeldLink(state, "b", replicas.find))
+        return links[-1]
+
+    replicas.by_node["b"] = Replica(
+        replicas.logs["b"],
+        "b",
+        SETTINGS,
+        LogChanges(),
+        controller=replicas.controller,
+        leader_link=held_link,
+        isr_checks=False,
+    )
+    replicas.tell(state("a", "abc"))
+    replicas.append("a", 4)
+    wait_until(lambda: caught_up(replicas, "b", "c"), "the followers to copy a")
+    old_fetchers = {t for t in threading.enumerate() if t.name.startswith("replica-fetcher-")}
+    links[0].holding = links[0].fail_next_replicate = True
+    assert links[0].held.wait(DEADLINE_S), "b's fetcher never asked a where their logs part"
+    # a stays leader in epoch 1 as far as it knows (a zombie): only b and c are told.
+    replicas.tell(state("b", "bc", epoch=2, version=2), "b", "c")
+    replicas.append("b", 3)
+    wait_until(lambda: replicas.logs["b"].high_watermark == 7, "b's appends committed (c copied them)")
+    links[0].release.set()
+    for thread in old_fetchers:
+        thread.join(DEADLINE_S)
+        assert not thread.is_alive()
+    b, c = replicas.logs["b"], replicas.logs["c"]
+    assert (b.log_end_offset, b.high_watermark, b.leader_epoch) == (7, 7, 2)
+    assert log_rows(b) == log_rows(c)
 
 
 # --- the high watermark and the ISR --------------------------------------------------------------------------
