@@ -64,8 +64,17 @@ MIN_ISR_CHECK_INTERVAL_S = 0.01
 class ControllerLink(Protocol):
     """The replica's call to the controller: Kafka's AlterPartition, sent without waiting."""
 
-    def alter_partition(self, topic: str, partition: int, leader: str, leader_epoch: int, isr: Sequence[str]) -> None:
-        """Raises `RaybrokerError` when the controller cannot be reached (the check asks again later)."""
+    def alter_partition(
+        self,
+        topic: str,
+        partition: int,
+        leader: str,
+        leader_epoch: int,
+        isr: Sequence[str],
+        refused: Callable[[], None],
+    ) -> None:
+        """Raises `RaybrokerError` when the controller cannot be reached (the check asks again later); calls
+        `refused()`, on any thread, once the controller refused the change (or its call failed)."""
         ...
 
 
@@ -237,7 +246,24 @@ class Replica:
             return
         logger.info("%s-%d: asking for ISR %s (was %s)", state.topic, state.partition, list(isr), list(state.isr))
         with contextlib.suppress(RaybrokerError):
-            self._controller.alter_partition(state.topic, state.partition, self.node, state.leader_epoch, list(isr))
+            self._controller.alter_partition(
+                state.topic,
+                state.partition,
+                self.node,
+                state.leader_epoch,
+                list(isr),
+                lambda: self._refused(leader, isr),
+            )
+
+    def _refused(self, leader: LeaderState, isr: tuple[str, ...]) -> None:
+        """The controller refused the ISR `isr` that `leader` asked for (`LeaderState.refused`): the high watermark
+        may move, no longer held by the followers it would have added."""
+        with self._lock:
+            if self._leader is not leader or not leader.refused(isr):
+                return
+            moved = self._advance_high_watermark()
+        if moved:
+            self._changes.notify()
 
     def check_isr(self) -> tuple[str, ...] | None:
         """One ISR shrink check: the ISR without the followers that lagged more than `replica.lag.time.max.ms` by

@@ -54,13 +54,25 @@ def no_fsync(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 class RecordedController:
-    """The leaders' AlterPartition asks, in order (the controller's answer is the test's `Replicas.tell`)."""
+    """The leaders' AlterPartition asks, in order (the controller's answer is the test's `Replicas.tell`); an ask
+    that would add a node of `lost` is refused at once, as the controller refuses a replica on a lost node."""
 
     def __init__(self) -> None:
         self.asked: list[tuple[str, int, tuple[str, ...]]] = []
+        self.lost: set[str] = set()
 
-    def alter_partition(self, topic: str, partition: int, leader: str, leader_epoch: int, isr: Sequence[str]) -> None:
+    def alter_partition(
+        self,
+        topic: str,
+        partition: int,
+        leader: str,
+        leader_epoch: int,
+        isr: Sequence[str],
+        refused: Callable[[], None],
+    ) -> None:
         self.asked.append((leader, leader_epoch, tuple(isr)))
+        if self.lost & set(isr):
+            refused()
 
 
 class Replicas:
@@ -303,6 +315,25 @@ def test_a_follower_that_caught_up_is_asked_into_the_isr(replicas: Replicas) -> 
     replicas.append("a", 3)
     wait_until(lambda: caught_up(replicas, "b", "c"), "b and c to copy a")
     wait_until(lambda: ("a", 1, ("a", "b", "c")) in replicas.controller.asked, "the leader to ask for c")
+
+
+def test_a_follower_on_a_lost_node_once_refused_holds_neither_the_high_watermark_nor_the_isr(
+    replicas: Replicas,
+) -> None:
+    """c's node was declared dead (out of the ISR) while its process lived on and fetched: a asks for c back, the
+    controller refuses (INELIGIBLE_REPLICA), then c's process ends. The high watermark no longer waits for c's last
+    fetch, and c is not asked for again, which would be refused again and keep the ISR from growing."""
+    replicas.controller.lost = {"c"}
+    replicas.tell(state("a", "ab"))
+    replicas.append("a", 3)
+    wait_until(lambda: ("a", 1, ("a", "b", "c")) in replicas.controller.asked, "the leader to ask for c")
+    replicas.by_node["c"].stop(BrokerNotAvailableError("c's process ended"), join_timeout_s=DEADLINE_S)
+    replicas.append("a", 2)
+    wait_until(lambda: replicas.logs["a"].high_watermark == 5, "the high watermark without c")
+    asked = len(replicas.controller.asked)
+    replicas.append("a", 1)
+    wait_until(lambda: replicas.logs["a"].high_watermark == 6, "the high watermark without c")
+    assert replicas.controller.asked[asked:] == []
 
 
 # --- acks=all ------------------------------------------------------------------------------------------------
