@@ -18,7 +18,7 @@ last one (by leader epoch, then version) is ignored, and so is one that does not
   the append, so the thread that appends never waits for followers.
 
 Seams: the log (and its clock), this replica's node id, the controller link for AlterPartition (sent without
-waiting: the answer comes back as `update`), the factory of links to a leader, and the partition's change counter
+waiting: the answer comes back as `update`, a refusal through the link's `refused` callback), the factory of links to a leader, and the partition's change counter
 (`LogChanges`), which every role change and high-watermark move notifies and which `replicate` and
 `await_replicated` wait on. The host (the partition actor, the in-process broker) owns the log's lifecycle and calls
 `stop` when the log closes or goes offline; every call after that raises the error it was stopped with.
