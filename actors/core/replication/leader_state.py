@@ -12,12 +12,12 @@ log end offset the leader had then. A follower in the ISR not caught up for long
 (`isr_to_shrink`); one outside whose log end offset reached the high watermark, and the start of the leader's epoch,
 joins it (`isr_to_expand`), once it fetched since it left (a broker that died left every ISR, and never fetches).
 The leader does not change its ISR itself: it asks the controller (`ControllerActor.alter_partition`), which pushes
-the result back to every replica, and it asks for one change at a time (`pending`) until that answer arrives, the
-controller refuses the change (`refused`) or `PENDING_TIMEOUT_MS` passes. The followers a refused expansion would
-have added must fetch again before they are asked for again: a replica on a node Ray declared dead keeps fetching
-while its processes live on, and, asked for at every fetch of the others and refused each time (INELIGIBLE_REPLICA),
-it would hold the high watermark at its last fetch and keep every other follower out of the ISR for the rest of the
-leader epoch.
+the result back to every replica, and it asks for one change at a time (`pending`), at most one every
+`PENDING_TIMEOUT_MS` until that answer arrives. A change the controller refuses (`refused`) is no longer pending: the
+followers a refused expansion would have added no longer count in the high watermark, and must fetch again before
+they are asked for again. A replica on a node Ray declared dead keeps fetching while its processes live on; asked
+for with every later expansion and refused each time (INELIGIBLE_REPLICA), it would otherwise hold the high
+watermark at its last fetch and keep every other follower out of the ISR for the rest of the leader epoch.
 """
 
 from __future__ import annotations
@@ -141,13 +141,13 @@ class LeaderState:
     def refused(self, isr: tuple[str, ...]) -> bool:
         """The controller refused the ISR `isr` this leader asked for: if that is the change pending, it is no longer,
         and the followers it would have added neither count in the high watermark nor are asked for again before
-        their next fetch (see the module docstring). True if it was the change pending."""
-        if self._pending_since_ms is None or self._pending_isr != isr:
+        their next fetch; the next change is asked for `PENDING_TIMEOUT_MS` after this one at the earliest, as
+        after an unanswered one (see the module docstring). True if it was the change pending."""
+        if self._pending_isr is None or self._pending_isr != isr:
             return False
         for node in self._joining:
             if node in self._followers:
                 self._followers[node].alive_since_removal = False
-        self._pending_since_ms = None
         self._pending_isr = None
         self._joining = ()
         return True

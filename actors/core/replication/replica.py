@@ -17,11 +17,12 @@ last one (by leader epoch, then version) is ignored, and so is one that does not
 - `await_replicated(info)` is the second half of an `acks=all` append: it answers once the high watermark passed
   the append, so the thread that appends never waits for followers.
 
-Seams: the log (and its clock), this replica's node id, the controller link for AlterPartition (sent without
-waiting: the answer comes back as `update`, a refusal through the link's `refused` callback), the factory of links to a leader, and the partition's change counter
-(`LogChanges`), which every role change and high-watermark move notifies and which `replicate` and
-`await_replicated` wait on. The host (the partition actor, the in-process broker) owns the log's lifecycle and calls
-`stop` when the log closes or goes offline; every call after that raises the error it was stopped with.
+Seams: the log (and its clock), this replica's node id, the controller link for AlterPartition (sent without waiting:
+the answer comes back as `update`, a refusal through the link's `refused` callback), the factory of links to a leader,
+and the partition's change counter (`LogChanges`), which every role change and high-watermark move notifies and which
+`replicate` and `await_replicated` wait on. The host (the partition actor, the in-process broker) owns the log's
+lifecycle and calls `stop` when the log closes or goes offline; every call after that raises the error it was stopped
+with.
 """
 
 from __future__ import annotations
