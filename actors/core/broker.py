@@ -58,6 +58,7 @@ from storage.errors import (
     InvalidRequestError,
     KafkaStorageError,
     NotLeaderOrFollowerError,
+    RaybrokerError,
     UnknownTopicOrPartitionError,
 )
 from storage.logdir.log_manager import LogManager
@@ -292,12 +293,22 @@ class _ControllerLink:
     def __init__(self, controller: Callable[[], Controller]) -> None:
         self._controller = controller
 
-    def alter_partition(self, topic: str, partition: int, leader: str, leader_epoch: int, isr: Sequence[str]) -> None:
+    def alter_partition(
+        self,
+        topic: str,
+        partition: int,
+        leader: str,
+        leader_epoch: int,
+        isr: Sequence[str],
+        refused: Callable[[], None],
+    ) -> None:
         try:
             self._controller().alter_partition(topic, partition, leader, leader_epoch, isr)
-        except (NotLeaderOrFollowerError, InvalidRequestError) as exc:
-            # A stale ask (the leader moved meanwhile): the controller's newer state is on its way.
+        except RaybrokerError as exc:
+            # A stale ask (the leader moved meanwhile: the controller's newer state is on its way), or an addition
+            # on a lost node.
             logger.info("%s-%d: AlterPartition refused: %s", topic, partition, exc)
+            refused()
 
 
 class InProcessMarkers:

@@ -726,10 +726,20 @@ def _checked_max_bytes(max_bytes: object) -> int:
 
 
 class _RayControllerLink:
-    """A leader's AlterPartition to the controller actor, sent without waiting (the Replica's `ControllerLink`)."""
+    """A leader's AlterPartition to the controller actor, sent without waiting (the Replica's `ControllerLink`): a
+    refusal (or a failed call) is told to `refused` on the thread Ray completes the call's future on."""
 
-    def alter_partition(self, topic: str, partition: int, leader: str, leader_epoch: int, isr: Sequence[str]) -> None:
-        controller().alter_partition.remote(topic, partition, leader, leader_epoch, list(isr))
+    def alter_partition(
+        self,
+        topic: str,
+        partition: int,
+        leader: str,
+        leader_epoch: int,
+        isr: Sequence[str],
+        refused: Callable[[], None],
+    ) -> None:
+        answer = controller().alter_partition.remote(topic, partition, leader, leader_epoch, list(isr))
+        answer.future().add_done_callback(lambda done: refused() if done.exception() is not None else None)
 
 
 class _RayLeaderLink:

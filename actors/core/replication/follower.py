@@ -12,6 +12,12 @@ The follower copies its leader's log record for record, offsets and leader epoch
 3. A fetch below the leader's log start (the leader deleted what the follower lacks) restarts the follower's log
    empty at the leader's log start. Any other failure (the leader restarting, a new leader not known yet) waits
    `replica.fetch.backoff.ms` and tries again; the controller's next state stops this loop and starts another.
+
+Once `stop` returned, the fetcher changes its log no more (Kafka's fetcher applies an answer only under the lock that
+removing the partition takes): a leader's answer still in flight when the controller's next state came is dropped.
+Otherwise the late answer of a leader that lost its leadership (slow because its node is busy, which is also why Ray
+declares such a node dead) would cut the log of the replica elected in its place, the records it committed in its
+new epoch included, or append the old leader's records after the truncation that following the next leader began.
 """
 
 from __future__ import annotations
@@ -95,14 +101,19 @@ class ReplicaFetcher:
         self._settings = settings
         self._on_change = on_change
         self._stopped = threading.Event()
+        # Held while the loop changes the log, and by `stop`: no change begins once `stop` returned.
+        self._changing = threading.Lock()
         self._thread = threading.Thread(target=self._run, name=f"replica-fetcher-{name}", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
 
     def stop(self) -> None:
-        """Ends the loop after the fetch in progress (which the leader answers within its wait); does not wait."""
-        self._stopped.set()
+        """Ends the loop: once this returns, the log is not changed again (a change under way, one append or
+        truncation, ends first; an answer still in flight is dropped). Does not wait for the thread, whose call in
+        flight the leader answers within its wait."""
+        with self._changing:
+            self._stopped.set()
 
     def join(self, timeout_s: float) -> None:
         self._thread.join(timeout_s)
@@ -142,10 +153,14 @@ class ReplicaFetcher:
             if asked == UNDEFINED_EPOCH and log.log_end_offset == log.log_start_offset:
                 return
             _, leader_epoch, leader_end = self._leader.epoch_end_offset(asked)
-            state = truncation_state(
-                leader_epoch, leader_end, log.end_offset_for_epoch, log.log_end_offset, log.high_watermark
-            )
-            if log.truncate_to(state.offset):
+            with self._changing:
+                if self._stopped.is_set():
+                    return
+                state = truncation_state(
+                    leader_epoch, leader_end, log.end_offset_for_epoch, log.log_end_offset, log.high_watermark
+                )
+                truncated = log.truncate_to(state.offset)
+            if truncated:
                 logger.warning("%s: truncated to offset %d, where it parts from the leader", self._name, state.offset)
                 self._on_change()
             if state.completed:
@@ -157,30 +172,32 @@ class ReplicaFetcher:
         fetched = self._leader.replicate(
             log.log_end_offset, self._settings.fetch_max_bytes, self._settings.fetch_wait_max_ms
         )
-        if self._stopped.is_set():
-            return
         records = whole_batches(fetched.records)
-        if records:
-            first_offset = next(iter_any_batches(records)).base_offset
-            if first_offset < log.log_end_offset == log.log_start_offset:
-                # Restarted empty at a leader's log start inside a batch: the log starts where that batch does.
-                log.truncate_fully_and_start_at(first_offset)
-            log.append_as_follower(records)
-        log.update_high_watermark(max(log.high_watermark, min(fetched.high_watermark, log.log_end_offset)))
-        if fetched.log_start_offset > log.log_start_offset:
-            log.maybe_increment_log_start_offset(min(fetched.log_start_offset, log.high_watermark))
+        with self._changing:
+            if self._stopped.is_set():
+                return
+            if records:
+                first_offset = next(iter_any_batches(records)).base_offset
+                if first_offset < log.log_end_offset == log.log_start_offset:
+                    # Restarted empty at a leader's log start inside a batch: the log starts where that batch does.
+                    log.truncate_fully_and_start_at(first_offset)
+                log.append_as_follower(records)
+            log.update_high_watermark(max(log.high_watermark, min(fetched.high_watermark, log.log_end_offset)))
+            if fetched.log_start_offset > log.log_start_offset:
+                log.maybe_increment_log_start_offset(min(fetched.log_start_offset, log.high_watermark))
         self._on_change()
 
     def _restart_at_leader_start(self) -> bool:
         """Step 3: True if the log restarted at the leader's log start; False (truncate first) if the follower's
         offset was past the leader's end instead."""
         start = self._leader.log_start_offset()
-        if self._log.log_end_offset >= start:
-            return False
-        logger.warning(
-            "%s: the leader starts at %d, past this replica's end: restarting empty there", self._name, start
-        )
-        self._log.truncate_fully_and_start_at(start)
+        with self._changing:
+            if self._stopped.is_set() or self._log.log_end_offset >= start:
+                return False
+            logger.warning(
+                "%s: the leader starts at %d, past this replica's end: restarting empty there", self._name, start
+            )
+            self._log.truncate_fully_and_start_at(start)
         self._on_change()
         return True
 

@@ -12,8 +12,12 @@ log end offset the leader had then. A follower in the ISR not caught up for long
 (`isr_to_shrink`); one outside whose log end offset reached the high watermark, and the start of the leader's epoch,
 joins it (`isr_to_expand`), once it fetched since it left (a broker that died left every ISR, and never fetches).
 The leader does not change its ISR itself: it asks the controller (`ControllerActor.alter_partition`), which pushes
-the result back to every replica, and it asks for one change at a time (`pending`) until that answer arrives or
-`PENDING_TIMEOUT_MS` passes.
+the result back to every replica, and it asks for one change at a time (`pending`), at most one every
+`PENDING_TIMEOUT_MS` until that answer arrives. A change the controller refuses (`refused`) is no longer pending: the
+followers a refused expansion would have added no longer count in the high watermark, and must fetch again before
+they are asked for again. A replica on a node Ray declared dead keeps fetching while its processes live on; asked
+for with every later expansion and refused each time (INELIGIBLE_REPLICA), it would otherwise hold the high
+watermark at its last fetch and keep every other follower out of the ISR for the rest of the leader epoch.
 """
 
 from __future__ import annotations
@@ -34,7 +38,8 @@ class FollowerProgress:
     last_caught_up_ms: int
     last_fetch_ms: int
     last_fetch_leader_log_end_offset: int
-    # False from the controller's removal of the follower from the ISR until its next fetch (see `isr_to_expand`).
+    # False from the controller's removal of the follower from the ISR, or its refusal to add it, until the
+    # follower's next fetch (see `isr_to_expand`).
     alive_since_removal: bool = True
 
 
@@ -49,6 +54,7 @@ class LeaderState:
         # Kafka starts every follower's clock at the election, so one that fetches soon stays in the ISR.
         self._followers = {node: FollowerProgress(-1, now_ms, now_ms, -1) for node in state.replicas if node != me}
         self._pending_since_ms: int | None = None
+        self._pending_isr: tuple[str, ...] | None = None
         self._joining: tuple[str, ...] = ()
 
     def update(self, state: LeaderAndIsr, now_ms: int) -> None:
@@ -59,6 +65,7 @@ class LeaderState:
                 self._followers[node].alive_since_removal = False
         self.state = state
         self._pending_since_ms = None
+        self._pending_isr = None
         self._joining = ()
         for node in state.replicas:
             if node != self.me and node not in self._followers:
@@ -112,7 +119,8 @@ class LeaderState:
             return None
         self._pending_since_ms = now_ms
         self._joining = tuple(joining)
-        return tuple(node for node in self.state.replicas if node in self.state.isr or node in joining)
+        self._pending_isr = tuple(node for node in self.state.replicas if node in self.state.isr or node in joining)
+        return self._pending_isr
 
     def isr_to_shrink(self, leader_log_end_offset: int, lag_ms: int, now_ms: int) -> tuple[str, ...] | None:
         """The ISR without the followers that have not caught up for `lag_ms`, if any and no change is pending."""
@@ -127,4 +135,19 @@ class LeaderState:
             return None
         self._pending_since_ms = now_ms
         self._joining = ()
-        return tuple(node for node in self.state.isr if node not in lagging)
+        self._pending_isr = tuple(node for node in self.state.isr if node not in lagging)
+        return self._pending_isr
+
+    def refused(self, isr: tuple[str, ...]) -> bool:
+        """The controller refused the ISR `isr` this leader asked for: if that is the change pending, it is no longer,
+        and the followers it would have added neither count in the high watermark nor are asked for again before
+        their next fetch; the next change is asked for `PENDING_TIMEOUT_MS` after this one at the earliest, as
+        after an unanswered one (see the module docstring). True if it was the change pending."""
+        if self._pending_isr is None or self._pending_isr != isr:
+            return False
+        for node in self._joining:
+            if node in self._followers:
+                self._followers[node].alive_since_removal = False
+        self._pending_isr = None
+        self._joining = ()
+        return True

@@ -17,11 +17,12 @@ last one (by leader epoch, then version) is ignored, and so is one that does not
 - `await_replicated(info)` is the second half of an `acks=all` append: it answers once the high watermark passed
   the append, so the thread that appends never waits for followers.
 
-Seams: the log (and its clock), this replica's node id, the controller link for AlterPartition (sent without
-waiting: the answer comes back as `update`), the factory of links to a leader, and the partition's change counter
-(`LogChanges`), which every role change and high-watermark move notifies and which `replicate` and
-`await_replicated` wait on. The host (the partition actor, the in-process broker) owns the log's lifecycle and calls
-`stop` when the log closes or goes offline; every call after that raises the error it was stopped with.
+Seams: the log (and its clock), this replica's node id, the controller link for AlterPartition (sent without waiting:
+the answer comes back as `update`, a refusal through the link's `refused` callback), the factory of links to a leader,
+and the partition's change counter (`LogChanges`), which every role change and high-watermark move notifies and which
+`replicate` and `await_replicated` wait on. The host (the partition actor, the in-process broker) owns the log's
+lifecycle and calls `stop` when the log closes or goes offline; every call after that raises the error it was stopped
+with.
 """
 
 from __future__ import annotations
@@ -64,8 +65,17 @@ MIN_ISR_CHECK_INTERVAL_S = 0.01
 class ControllerLink(Protocol):
     """The replica's call to the controller: Kafka's AlterPartition, sent without waiting."""
 
-    def alter_partition(self, topic: str, partition: int, leader: str, leader_epoch: int, isr: Sequence[str]) -> None:
-        """Raises `RaybrokerError` when the controller cannot be reached (the check asks again later)."""
+    def alter_partition(
+        self,
+        topic: str,
+        partition: int,
+        leader: str,
+        leader_epoch: int,
+        isr: Sequence[str],
+        refused: Callable[[], None],
+    ) -> None:
+        """Raises `RaybrokerError` when the controller cannot be reached (the check asks again later); calls
+        `refused()`, on any thread, once the controller refused the change (or its call failed)."""
         ...
 
 
@@ -237,7 +247,24 @@ class Replica:
             return
         logger.info("%s-%d: asking for ISR %s (was %s)", state.topic, state.partition, list(isr), list(state.isr))
         with contextlib.suppress(RaybrokerError):
-            self._controller.alter_partition(state.topic, state.partition, self.node, state.leader_epoch, list(isr))
+            self._controller.alter_partition(
+                state.topic,
+                state.partition,
+                self.node,
+                state.leader_epoch,
+                list(isr),
+                lambda: self._refused(leader, isr),
+            )
+
+    def _refused(self, leader: LeaderState, isr: tuple[str, ...]) -> None:
+        """The controller refused the ISR `isr` that `leader` asked for (`LeaderState.refused`): the high watermark
+        may move, no longer held by the followers it would have added."""
+        with self._lock:
+            if self._leader is not leader or not leader.refused(isr):
+                return
+            moved = self._advance_high_watermark()
+        if moved:
+            self._changes.notify()
 
     def check_isr(self) -> tuple[str, ...] | None:
         """One ISR shrink check: the ISR without the followers that lagged more than `replica.lag.time.max.ms` by

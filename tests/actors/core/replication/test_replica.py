@@ -20,8 +20,9 @@ from typing import Any
 
 import pytest
 
-from actors.core.replication.follower import ReplicaSettings
+from actors.core.replication.follower import ReplicaFetch, ReplicaSettings
 from actors.core.replication.leader_and_isr import LeaderAndIsr
+from actors.core.replication.leader_state import PENDING_TIMEOUT_MS
 from actors.core.replication.local_leader_link import LocalLeaderLink
 from actors.core.replication.log_changes import LogChanges
 from actors.core.replication.replica import Replica
@@ -54,13 +55,25 @@ def no_fsync(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 class RecordedController:
-    """The leaders' AlterPartition asks, in order (the controller's answer is the test's `Replicas.tell`)."""
+    """The leaders' AlterPartition asks, in order (the controller's answer is the test's `Replicas.tell`); an ask
+    that would add a node of `lost` is refused at once, as the controller refuses a replica on a lost node."""
 
     def __init__(self) -> None:
         self.asked: list[tuple[str, int, tuple[str, ...]]] = []
+        self.lost: set[str] = set()
 
-    def alter_partition(self, topic: str, partition: int, leader: str, leader_epoch: int, isr: Sequence[str]) -> None:
+    def alter_partition(
+        self,
+        topic: str,
+        partition: int,
+        leader: str,
+        leader_epoch: int,
+        isr: Sequence[str],
+        refused: Callable[[], None],
+    ) -> None:
         self.asked.append((leader, leader_epoch, tuple(isr)))
+        if self.lost & set(isr):
+            refused()
 
 
 class Replicas:
@@ -198,6 +211,73 @@ def test_a_new_leader_starts_its_epoch_and_the_old_leader_truncates_its_divergen
     assert [row[0] for row in log_rows(replicas.logs["a"])] == list(range(6))
 
 
+class HeldLink(LocalLeaderLink):
+    """A follower's link whose next `replicate` fails (`fail_next_replicate`) and whose next `epoch_end_offset` answer
+    is held back (`holding`): the leader answers at once, the answer arrives once `release` is set, as a slow Ray call
+    to a busy leader's node (one Ray is about to declare dead) does."""
+
+    def __init__(self, state: LeaderAndIsr, me: str, find_replica: Callable[[str, int, str], Replica]) -> None:
+        super().__init__(state, me, find_replica)
+        self.fail_next_replicate = False
+        self.holding = False
+        self.held = threading.Event()
+        self.release = threading.Event()
+
+    def epoch_end_offset(self, epoch: int) -> tuple[int, int, int]:
+        answer = super().epoch_end_offset(epoch)
+        if self.holding:
+            self.holding = False
+            self.held.set()
+            assert self.release.wait(DEADLINE_S), "the held answer was never released"
+        return answer
+
+    def replicate(self, offset: int, max_bytes: int, max_wait_ms: int) -> ReplicaFetch:
+        if self.fail_next_replicate:
+            self.fail_next_replicate = False
+            raise BrokerNotAvailableError("the leader's node is too busy to answer")
+        return super().replicate(offset, max_bytes, max_wait_ms)
+
+
+def test_a_follower_elected_leader_keeps_its_new_epoch_when_an_old_leaders_late_answer_arrives(
+    replicas: Replicas,
+) -> None:
+    """Follower b asks its leader a where their logs part (after a failed fetch, as after any) and the answer is
+    slow; meanwhile the controller elects b (a's node declared dead) and b takes appends that c copies, so they are
+    committed. a's late answer must not cut them: the stopped fetcher changes nothing once `stop` returned."""
+    links: list[HeldLink] = []
+
+    def held_link(state: LeaderAndIsr) -> HeldLink:
+        links.append(HeldLink(state, "b", replicas.find))
+        return links[-1]
+
+    replicas.by_node["b"] = Replica(
+        replicas.logs["b"],
+        "b",
+        SETTINGS,
+        LogChanges(),
+        controller=replicas.controller,
+        leader_link=held_link,
+        isr_checks=False,
+    )
+    replicas.tell(state("a", "abc"))
+    replicas.append("a", 4)
+    wait_until(lambda: caught_up(replicas, "b", "c"), "the followers to copy a")
+    old_fetchers = {t for t in threading.enumerate() if t.name.startswith("replica-fetcher-")}
+    links[0].holding = links[0].fail_next_replicate = True
+    assert links[0].held.wait(DEADLINE_S), "b's fetcher never asked a where their logs part"
+    # a stays leader in epoch 1 as far as it knows (a zombie): only b and c are told.
+    replicas.tell(state("b", "bc", epoch=2, version=2), "b", "c")
+    replicas.append("b", 3)
+    wait_until(lambda: replicas.logs["b"].high_watermark == 7, "b's appends committed (c copied them)")
+    links[0].release.set()
+    for thread in old_fetchers:
+        thread.join(DEADLINE_S)
+        assert not thread.is_alive()
+    b, c = replicas.logs["b"], replicas.logs["c"]
+    assert (b.log_end_offset, b.high_watermark, b.leader_epoch) == (7, 7, 2)
+    assert log_rows(b) == log_rows(c)
+
+
 # --- the high watermark and the ISR --------------------------------------------------------------------------
 
 
@@ -236,6 +316,28 @@ def test_a_follower_that_caught_up_is_asked_into_the_isr(replicas: Replicas) -> 
     replicas.append("a", 3)
     wait_until(lambda: caught_up(replicas, "b", "c"), "b and c to copy a")
     wait_until(lambda: ("a", 1, ("a", "b", "c")) in replicas.controller.asked, "the leader to ask for c")
+
+
+def test_a_follower_on_a_lost_node_once_refused_holds_neither_the_high_watermark_nor_the_isr(
+    replicas: Replicas,
+) -> None:
+    """c's node was declared dead (out of the ISR) while its process lived on and fetched: a asks for c back, the
+    controller refuses (INELIGIBLE_REPLICA), then c's process ends. The high watermark no longer waits for c's last
+    fetch, and c is not asked for again, which would be refused again and keep the ISR from growing."""
+    replicas.controller.lost = {"c"}
+    replicas.tell(state("a", "ab"))
+    replicas.append("a", 3)
+    wait_until(lambda: ("a", 1, ("a", "b", "c")) in replicas.controller.asked, "the leader to ask for c")
+    replicas.by_node["c"].stop(BrokerNotAvailableError("c's process ended"), join_timeout_s=DEADLINE_S)
+    replicas.append("a", 2)
+    wait_until(lambda: replicas.logs["a"].high_watermark == 5, "the high watermark without c")
+    # c may have fetched once more after the refusal (asked for, and refused, once more); then never again.
+    for high_watermark in (6, 7):
+        asked = len(replicas.controller.asked)
+        replicas.clock.sleep(PENDING_TIMEOUT_MS)
+        replicas.append("a", 1)
+        wait_until(lambda h=high_watermark: replicas.logs["a"].high_watermark == h, "the high watermark without c")
+    assert replicas.controller.asked[asked:] == []
 
 
 # --- acks=all ------------------------------------------------------------------------------------------------
