@@ -482,10 +482,18 @@ def assert_replicas_converge(topic: str, partition: int, upto: int, timeout_s: f
 
 
 # Transactions of the consume-transform-produce test: the coordinator's timeout of an abandoned one, and every how
-# many transactions one is aborted on purpose (its output flushed first, so read_uncommitted readers see it).
+# many transactions one is aborted on purpose (its output flushed first, so read_uncommitted readers see it), from
+# the second on: a transformer whose polls return large batches may make only a few.
 EOS_TIMEOUT_MS = 4000
 EOS_ABORT_EVERY = 7
+EOS_FIRST_ABORT = 2
 EOS_GROUP = "eos-transform"
+
+
+def aborted_on_purpose(attempt: int) -> bool:
+    """Whether a transformer aborts its `attempt`th transaction on purpose: the second, and every
+    `EOS_ABORT_EVERY`th after it."""
+    return attempt % EOS_ABORT_EVERY == EOS_FIRST_ABORT
 
 
 @dataclass
@@ -504,8 +512,8 @@ def transform_until(
 ) -> None:
     """Consume-transform-produce with the Python clients: each poll's records, written to `sink` as
     `<input value>|<attempt>` (same partition number modulo the sink's), and the consumer's positions, in one
-    transaction; every `EOS_ABORT_EVERY`th is aborted on purpose. A transaction that fails is aborted (a producer that
-    cannot, or is fenced, is replaced: its successor's InitProducerId completes or aborts what it left) and the
+    transaction; some are aborted on purpose (`aborted_on_purpose`). A transaction that fails is aborted (a producer
+    that cannot, or is fenced, is replaced: its successor's InitProducerId completes or aborts what it left) and the
     consumer goes back to the group's committed offsets. Stops once `stop` is set and the committed positions reach
     `ends` (the input's final end offsets, filled in by the caller)."""
     inputs = [(source, p) for p in range(len(states(source)))]
@@ -537,7 +545,7 @@ def transform_until(
                 producer.send(sink, value, partition=record.partition % sink_partitions)
             positions = {tp: consumer.position(tp) for tp in inputs}
             producer.send_offsets_to_transaction(positions, consumer.consumer_group_metadata(), timeout=120)
-            if attempt % EOS_ABORT_EVERY == 0:
+            if aborted_on_purpose(attempt):
                 producer.flush(120)
                 producer.abort_transaction(120)
                 out.aborted.add(attempt)
@@ -620,7 +628,7 @@ def transform_with_confluent(
                 KafkaTopicPartition(topic, partition, offset) for (topic, partition), offset in positions.items()
             ]
             producer.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata(), 120)
-            if attempt % EOS_ABORT_EVERY == 0:
+            if aborted_on_purpose(attempt):
                 producer.flush(120)
                 producer.abort_transaction(120)
                 out.aborted.add(attempt)
