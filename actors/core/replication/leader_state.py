@@ -143,7 +143,7 @@ class LeaderState:
         and the followers it would have added neither count in the high watermark nor are asked for again before
         their next fetch; the next change is asked for `PENDING_TIMEOUT_MS` after this one at the earliest, as
         after an unanswered one (see the module docstring). True if it was the change pending."""
-        if self._pending_isr is None or self._pending_isr != isr:
+        if self._pending_isr != isr:
             return False
         for node in self._joining:
             if node in self._followers:
