@@ -135,13 +135,14 @@ class RayBrokerView:
         ]
 
     async def topics(self) -> dict[str, TopicInfo]:
-        described: dict[str, TopicMetadata] = await answer(self._controller.topics.remote())
-        listeners, live = await self._cluster()
-        return {name: topic_info(metadata, listeners, live) for name, metadata in described.items()}
+        asked, cluster = await asyncio.gather(answer(self._controller.topics.remote()), self._cluster())
+        described: dict[str, TopicMetadata] = asked
+        return {name: topic_info(metadata, *cluster) for name, metadata in described.items()}
 
     async def topic(self, name: str) -> TopicInfo:
-        described: TopicMetadata = await answer(self._controller.describe_topic.remote(name))
-        return topic_info(described, *await self._cluster())
+        asked, cluster = await asyncio.gather(answer(self._controller.describe_topic.remote(name)), self._cluster())
+        described: TopicMetadata = asked
+        return topic_info(described, *cluster)
 
     async def topic_names(self, refresh: bool = False) -> Mapping[uuid.UUID, str]:
         if refresh or time.monotonic() - self._topic_names_at > TOPIC_NAMES_MAX_AGE_S:
