@@ -82,8 +82,12 @@ from actors.options import (
     REPLICATION_GROUP,
     log_manager_name,
 )
+from actors.replica_fetch_frames import ReplicaFetchRequest
+from actors.server import replica_channel
 from actors.server.append_channel import serve, stop_serving
 from actors.server.change_notices import CHANGE_WATCHER_PREFIX, notices
+from actors.server.leader_connection import LeaderConnection, ReplicaChannelError
+from actors.server.replica_channel import ReplicaChannelAddress
 from actors.server.replica_fetch_pieces import ReplicaFetchPiece, checked_piece_count, join, piece_count, split
 from actors.startup_objects import freeze_startup_objects
 from storage import file_names
@@ -330,6 +334,21 @@ class PartitionLogActor:
         return serve(*named, self)
 
     @ray.method(concurrency_group=READ_GROUP)
+    def replica_channel(self) -> ReplicaChannelAddress | None:
+        """The address and token of this process's replica channel (`actors.server.replica_channel`), which answers
+        this partition's follower fetches from now on as `replicate` does; None for a folder not named as a
+        partition's."""
+        named = file_names.parse_partition_dir_name(self._log.directory.name)
+        if named is None:
+            return None
+        return replica_channel.serve(ray.util.get_node_ip_address(), *named, self._answer_follower)
+
+    def _answer_follower(
+        self, follower: str, offset: int, max_bytes: int, max_wait_ms: int, leader_epoch: int
+    ) -> ReplicaFetch:
+        return self._role.replicate(follower, offset, max_bytes, max_wait_ms, leader_epoch)
+
+    @ray.method(concurrency_group=READ_GROUP)
     def watch_changes(self, address: str) -> None:
         """Sends this partition's change notices to the same-node datagram socket at `address` (an abstract address
         a `actors.clients.change_watcher.ChangeWatcher` bound) from now on, until the log closes."""
@@ -345,10 +364,12 @@ class PartitionLogActor:
             return []
         return log_samples(*self._named, partition_state(self._opened_log))
 
-    def _stop_serving_appends(self) -> None:
+    def _stop_serving_channels(self) -> None:
+        """The log closed: the append channel and the replica channel serve this partition no more."""
         named = file_names.parse_partition_dir_name(self._opened_log.directory.name)
         if named is not None:
             stop_serving(*named, self)
+            replica_channel.stop_serving(*named, self._answer_follower)
 
     # --- replication (the role is the plain `Replica`'s) ------------------------------------------
 
@@ -427,7 +448,7 @@ class PartitionLogActor:
             self._closed_state = self._state()
             self._unavailable = offline
             self._opened_log.close_without_marker()
-            self._stop_serving_appends()
+            self._stop_serving_channels()
             self._changes.notify()
             self._close_hw_file()
 
@@ -450,7 +471,7 @@ class PartitionLogActor:
             self._role.stop(closed)
             self._log.close()
             self._metrics.remove_gauges(self._log_gauges)
-            self._stop_serving_appends()
+            self._stop_serving_channels()
             self._closed_state = self._state()
             self._unavailable = closed
             self._changes.notify()
@@ -743,14 +764,19 @@ class _RayControllerLink:
 
 
 class _RayLeaderLink:
-    """A follower's calls to its leader's replica (`actors.core.replication.follower.LeaderLink`) over Ray; the
-    leader's handle is looked up once and again after any failure."""
+    """A follower's calls to its leader's replica (`actors.core.replication.follower.LeaderLink`): fetches over the
+    leader process's replica channel (`actors.server.replica_channel`, its address asked with a Ray call), the rest
+    as Ray calls. The leader's handle is looked up once and again after any failure; the channel's connection is
+    opened again after any failure of its own. A leader whose channel cannot be reached (a firewall between the
+    nodes) is fetched from with Ray calls (`replicate`) for the rest of the link's life."""
 
     def __init__(self, state: LeaderAndIsr, me: str, find_replica: Callable[[str, int, str], Any]) -> None:
         self._state = state
         self._me = me
         self._find_replica = find_replica
         self._handle: object | None = None
+        self._connection: LeaderConnection | None = None
+        self._unreachable = False
 
     def _call(
         self, method: str, *args: object, timeout_s: float = REPLICA_CALL_TIMEOUT_S, num_returns: int = 1
@@ -772,6 +798,50 @@ class _RayLeaderLink:
         return answer
 
     def replicate(self, offset: int, max_bytes: int, max_wait_ms: int) -> ReplicaFetch:
+        timeout_s = REPLICA_CALL_TIMEOUT_S + max_wait_ms / 1000
+        connection = None if self._unreachable else self._channel()
+        if connection is None:
+            return self._replicate_by_call(offset, max_bytes, max_wait_ms, timeout_s)
+        request = ReplicaFetchRequest(
+            self._state.topic,
+            self._state.partition,
+            self._me,
+            offset,
+            max_bytes,
+            max_wait_ms,
+            self._state.leader_epoch,
+        )
+        try:
+            return connection.fetch(request, timeout_s)
+        except ReplicaChannelError as exc:
+            self._connection = None
+            self._handle = None
+            raise BrokerNotAvailableError(str(exc)) from None
+        except BrokerNotAvailableError:
+            # The leader's process no longer serves the partition here (closed, or hosted elsewhere now).
+            self.close()
+            self._handle = None
+            raise
+
+    def _channel(self) -> LeaderConnection | None:
+        """The open connection to the leader's replica channel, opened first if need be; None if the channel
+        cannot be reached, from then on."""
+        if self._connection is None:
+            address = self._call("replica_channel")
+            if not isinstance(address, ReplicaChannelAddress):
+                self._unreachable = True
+                return None
+            try:
+                self._connection = LeaderConnection(address)
+            except ReplicaChannelError as exc:
+                logger.warning(
+                    "%s-%d: fetching from the leader with Ray calls: %s", self._state.topic, self._state.partition, exc
+                )
+                self._unreachable = True
+                return None
+        return self._connection
+
+    def _replicate_by_call(self, offset: int, max_bytes: int, max_wait_ms: int, timeout_s: float) -> ReplicaFetch:
         pieces = piece_count(max_bytes)
         answer = self._call(
             "replicate",
@@ -781,11 +851,16 @@ class _RayLeaderLink:
             max_wait_ms,
             self._state.leader_epoch,
             pieces,
-            timeout_s=REPLICA_CALL_TIMEOUT_S + max_wait_ms / 1000,
+            timeout_s=timeout_s,
             num_returns=pieces,
         )
         assert isinstance(answer, (tuple, list))
         return join(answer)
+
+    def close(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
 
     def log_start_offset(self) -> int:
         answer = self._call("offsets")

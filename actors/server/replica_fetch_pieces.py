@@ -49,7 +49,7 @@ def split(fetch: ReplicaFetch, pieces: int) -> tuple[ReplicaFetchPiece, ...]:
     records = fetch.records
     cuts = [index * PIECE_BYTES for index in range(pieces)] + [max(len(records), pieces * PIECE_BYTES)]
     first = ReplicaFetch(records[: cuts[1]], fetch.high_watermark, fetch.log_start_offset, fetch.log_end_offset)
-    return (first, *(records[cuts[index] : cuts[index + 1]] for index in range(1, pieces)))
+    return (first, *(bytes(records[cuts[index] : cuts[index + 1]]) for index in range(1, pieces)))
 
 
 def join(parts: Sequence[object]) -> ReplicaFetch:

@@ -42,7 +42,7 @@ logger = logging.getLogger(__name__)
 class ReplicaFetch:
     """A leader's answer to a follower's fetch: the batches past the fetch offset and the leader's offsets."""
 
-    records: bytes
+    records: bytes | memoryview
     high_watermark: int
     log_start_offset: int
     log_end_offset: int
@@ -61,6 +61,10 @@ class LeaderLink(Protocol):
 
     def log_start_offset(self) -> int:
         """The leader's log start offset."""
+        ...
+
+    def close(self) -> None:
+        """The fetcher is done with the link: it releases what it holds (connections)."""
         ...
 
 
@@ -123,6 +127,12 @@ class ReplicaFetcher:
         return self._stopped.is_set()
 
     def _run(self) -> None:
+        try:
+            self._follow()
+        finally:
+            self._leader.close()
+
+    def _follow(self) -> None:
         truncated = False
         while not self._stopped.is_set():
             try:
@@ -202,7 +212,7 @@ class ReplicaFetcher:
         return True
 
 
-def whole_batches(records: bytes) -> bytes:
+def whole_batches(records: bytes | memoryview) -> bytes | memoryview:
     """`records` without a trailing partial batch: a fetch stops at `replica.fetch.max.bytes`, which may fall inside
     a batch (as Kafka's reads do); the rest comes with the next fetch."""
     size = sum(batch.size_in_bytes for batch in iter_any_batches(records))

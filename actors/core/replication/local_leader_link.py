@@ -32,3 +32,6 @@ class LocalLeaderLink:
 
     def log_start_offset(self) -> int:
         return self._leader().log.log_start_offset
+
+    def close(self) -> None:
+        """Nothing to release: every call finds the leader again."""

@@ -101,6 +101,7 @@ class LogLeader:
         self.rewrite: Callable[[ReplicaFetch], ReplicaFetch] | None = None
         self.calls: list[str] = []
         self.failed: list[str] = []
+        self.closed = False
         self._failures: dict[str, int] = {}
         self._lock = threading.Lock()
 
@@ -140,6 +141,9 @@ class LogLeader:
     def log_start_offset(self) -> int:
         self._call("log_start_offset")
         return self.log.log_start_offset
+
+    def close(self) -> None:
+        self.closed = True
 
 
 # --- helpers ------------------------------------------------------------------------------------------------
@@ -592,5 +596,6 @@ def test_stop_ends_a_loop_that_only_fails(replica: Callable[..., Log], thread_er
     fetcher.join(DEADLINE_S)
     assert not fetcher_threads()
     assert time.monotonic() - started < DEADLINE_S / 2, "stop() must cut the backoff short"
+    assert link.closed, "the ended loop releases its link"
     assert follower.log_end_offset == 0
     assert not thread_errors

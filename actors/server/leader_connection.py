@@ -1,0 +1,76 @@
+"""A follower's connection to its leader's replica channel (`actors.server.replica_channel`): one fetch at a time,
+answered in the order asked.
+
+A fetch that cannot be completed on the connection (the leader's process ended, the network failed, no answer within
+the timeout, an answer that does not parse) raises `ReplicaChannelError`, after which the connection is closed and
+of no further use; a fetch the leader refused raises the leader's typed error, and the connection goes on.
+"""
+
+from __future__ import annotations
+
+import socket
+
+from actors.append_frames import SIZE, SOCKET_REQUEST_MAX_BYTES
+from actors.core.replication.follower import ReplicaFetch
+from actors.replica_fetch_frames import ReplicaFetchRequest, decode_answer, encode_request
+from actors.server.replica_channel import ReplicaChannelAddress
+from storage.errors import InvalidRequestError, RaybrokerError
+
+# How long connecting to a leader's channel may take (Kafka's `socket.connection.setup.timeout.ms` default).
+CONNECTION_SETUP_TIMEOUT_S = 10.0
+# The largest answer a follower reads: a fetch answers at most its max bytes, or one batch larger than that, and a
+# batch is at most a request.
+ANSWER_MAX_BYTES = SOCKET_REQUEST_MAX_BYTES + 64
+
+
+class ReplicaChannelError(Exception):
+    """A fetch could not be completed over the connection, which is closed."""
+
+
+class LeaderConnection:
+    """An open connection to the replica channel at `address`; `ReplicaChannelError` if it cannot be opened."""
+
+    def __init__(self, address: ReplicaChannelAddress) -> None:
+        try:
+            self._socket = socket.create_connection((address.host, address.port), CONNECTION_SETUP_TIMEOUT_S)
+        except OSError as exc:
+            raise ReplicaChannelError(f"cannot connect to the replica channel at {address!r}: {exc}") from None
+        try:
+            self._socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self._socket.sendall(address.token)
+        except OSError as exc:
+            self._socket.close()
+            raise ReplicaChannelError(f"the replica channel at {address!r} failed: {exc}") from None
+
+    def fetch(self, request: ReplicaFetchRequest, timeout_s: float) -> ReplicaFetch:
+        """The leader's answer to `request`, within `timeout_s`; the leader's typed error if it refused it."""
+        try:
+            self._socket.settimeout(timeout_s)
+            self._socket.sendall(encode_request(request))
+            (size,) = SIZE.unpack(self._read_exactly(SIZE.size))
+            if size > ANSWER_MAX_BYTES:
+                raise InvalidRequestError(f"a replica fetch answer of {size} bytes")
+            answer = decode_answer(self._read_exactly(size))
+        except (OSError, InvalidRequestError) as exc:
+            self.close()
+            raise ReplicaChannelError(f"a fetch from the replica channel failed: {exc}") from None
+        if isinstance(answer, RaybrokerError):
+            raise answer
+        return answer
+
+    def close(self) -> None:
+        self._socket.close()
+
+    def _read_exactly(self, size: int) -> bytearray:
+        buffer = bytearray(size)
+        view = memoryview(buffer)
+        filled = 0
+        while filled < size:
+            count = self._socket.recv_into(view[filled:])
+            if count == 0:
+                raise ConnectionResetError("the replica channel closed the connection")
+            filled += count
+        return buffer
+
+
+__all__ = ["CONNECTION_SETUP_TIMEOUT_S", "LeaderConnection", "ReplicaChannelError"]
