@@ -232,7 +232,7 @@ class LocalReplicas:
     ) -> None:
         self.node = node
         self._metrics = metrics
-        self._logs = LocalPartitions(clock, config.producer_id_expiration_ms)
+        self._logs = LocalPartitions(clock, config.producer_id_expiration_ms, replicated=True)
         self._settings = ReplicaSettings.from_broker_config(config)
         self._controller = controller
         self._find_replica = find_replica
@@ -247,9 +247,13 @@ class LocalReplicas:
         recovery_point: int,
         log_start_offset: int,
         had_clean_shutdown: bool,
+        high_watermark: int | None,
     ) -> _ReplicaPartition:
-        log = self._logs.open(tp, folder, config, recovery_point, log_start_offset, had_clean_shutdown).log
-        # Every partition is its own leader, in the epoch its log last had, until the controller says otherwise.
+        log = self._logs.open(
+            tp, folder, config, recovery_point, log_start_offset, had_clean_shutdown, high_watermark
+        ).log
+        # Every partition is its own leader, in the epoch its log last had, until the controller says otherwise; a
+        # log found on disk keeps its checkpointed high watermark until then.
         log.become_leader()
         changes = LogChanges()
         replica = Replica(

@@ -37,8 +37,17 @@ from storage.errors import (
     OffsetOutOfRangeError,
     RequestTimedOutError,
 )
+from storage.logdir.partition_handles import reopen_as_replica
 from storage.partition.log import Log
-from tests.storage.builders import START_MS, batch_bytes, log_rows, open_log, simple_records
+from tests.storage.builders import (
+    START_MS,
+    batch_bytes,
+    batches_in,
+    config,
+    log_rows,
+    open_log,
+    simple_records,
+)
 
 TOPIC, PARTITION = "t", 0
 LAG_MS = 10_000
@@ -291,6 +300,46 @@ def test_the_high_watermark_is_the_smallest_log_end_offset_of_the_isr(replicas: 
     # c stays in the ISR (it has not lagged for replica.lag.time.max.ms yet) and holds the high watermark back.
     time.sleep(0.05)
     assert replicas.logs["a"].high_watermark == 4
+
+
+def written_log(folder: Path, clock: MockClock, epoch: int, count: int) -> Log:
+    """A log in `folder` led in `epoch`, holding `count` one-record batches."""
+    log = open_log(folder, clock)
+    log.become_leader(epoch)
+    for _ in range(count):
+        log.append(batch_bytes(simple_records(1, timestamp=clock.milliseconds())))
+    return log
+
+
+@pytest.mark.parametrize(("isr", "high_watermark_once_led"), [("abc", 4), ("a", 7)])
+def test_a_replica_reopened_at_its_checkpointed_high_watermark_commits_its_tail_once_the_isr_has_it(
+    tmp_path: Path, isr: str, high_watermark_once_led: int
+) -> None:
+    """Kafka's `Partition.createLog` then `makeLeader`: a replica whose log holds 7 records, 4 of them committed by
+    its replication-offset-checkpoint, reopens there and, elected leader with other in-sync replicas, keeps it until
+    they have fetched the tail (`maybeIncrementLeaderHW`); alone in the ISR it commits its whole log at once. Opened
+    at its log end instead, it would show consumers 3 records no other replica may have."""
+    clock = MockClock(START_MS)
+    folder = tmp_path / "a" / f"{TOPIC}-{PARTITION}"
+    written_log(folder, clock, 1, 7).close()
+    log = Log.open(folder, config(), clock=clock)
+    reopen_as_replica(log, 4)
+    replica = Replica(log, "a", SETTINGS, LogChanges(), controller=RecordedController(), isr_checks=False)
+    try:
+        assert (log.high_watermark, log.log_end_offset) == (4, 7)
+        replica.update(state("a", isr, epoch=2))
+        assert log.high_watermark == high_watermark_once_led
+        committed = batches_in(log.read(0, 100_000, isolation="high_watermark").records)
+        assert [record.offset for batch in committed for record in batch.records()] == list(range(log.high_watermark))
+        if isr == "abc":
+            replica.replicate("b", 7, 1024, 0, 2)
+            replica.replicate("c", 6, 1024, 0, 2)
+            assert log.high_watermark == 6
+            replica.replicate("c", 7, 1024, 0, 2)
+        assert log.high_watermark == 7
+    finally:
+        replica.stop(BrokerNotAvailableError("closed"), join_timeout_s=DEADLINE_S)
+        log.close()
 
 
 def test_a_follower_lagging_longer_than_replica_lag_time_max_ms_is_asked_out_of_the_isr(replicas: Replicas) -> None:
