@@ -64,6 +64,7 @@ from storage.errors import (
 from storage.logdir.log_manager import LogManager
 from storage.logdir.partition_handles import LocalPartition, LocalPartitions, PartitionHandle, PartitionState
 from storage.logdir.scheduler import Scheduler
+from storage.partition.leader_epoch_cache import UNDEFINED_EPOCH
 from storage.partition.log import Log, LogAppendInfo
 from storage.partition.producer_append import AppendOrigin
 from storage.pending import Pending
@@ -178,9 +179,9 @@ class ServedPartition:
         state = self.replica.state
         return self.log.leader_epoch if state is None else state.leader_epoch
 
-    def epoch_end_offset(self, epoch: int) -> tuple[int, int, int]:
-        log = self.check_leader()
-        return (log.leader_epoch, *log.end_offset_for_epoch(epoch))
+    def epoch_end_offset(self, epoch: int, current_leader_epoch: int = UNDEFINED_EPOCH) -> tuple[int, int]:
+        """OffsetForLeaderEpoch, fenced by the caller's `current_leader_epoch` (`Replica.epoch_end_offset`)."""
+        return self.replica.epoch_end_offset(epoch, current_leader_epoch)
 
     def delete_records(self, offset: int) -> int:
         log_start_offset = self.check_leader().delete_records(offset)

@@ -123,6 +123,7 @@ from storage.partition.file_slices import (
     read_located,
 )
 from storage.partition.high_watermark_file import HighWatermarkFile
+from storage.partition.leader_epoch_cache import UNDEFINED_EPOCH
 from storage.partition.log import DEFAULT_FETCH_MAX_BYTES, Log, LogAppendInfo
 from storage.partition.producer_append import AppendOrigin
 from storage.partition.producer_state import PRODUCER_ID_EXPIRATION_MS, ActiveProducer
@@ -630,10 +631,10 @@ class PartitionLogActor:
         return self._log.active_producers()
 
     @ray.method(concurrency_group=READ_GROUP)
-    def epoch_end_offset(self, epoch: int) -> tuple[int, int, int]:
-        """OffsetForLeaderEpoch: (this leader's epoch, and the requested epoch's end as the log's leader-epoch
-        cache answers it: (epoch, end offset))."""
-        return (self._log.leader_epoch, *self._log.end_offset_for_epoch(epoch))
+    def epoch_end_offset(self, epoch: int, current_leader_epoch: int = UNDEFINED_EPOCH) -> tuple[int, int]:
+        """OffsetForLeaderEpoch: the requested epoch's `(epoch, end offset)` as the leader's log answers it, fenced by
+        the caller's `current_leader_epoch` (`Replica.epoch_end_offset`)."""
+        return self._role.epoch_end_offset(epoch, current_leader_epoch)
 
     @ray.method(concurrency_group=READ_GROUP)
     def state(self) -> PartitionState:
@@ -791,8 +792,8 @@ class _RayLeaderLink:
             self._handle = None
             raise
 
-    def epoch_end_offset(self, epoch: int) -> tuple[int, int, int]:
-        answer = self._call("epoch_end_offset", epoch)
+    def epoch_end_offset(self, epoch: int) -> tuple[int, int]:
+        answer = self._call("epoch_end_offset", epoch, self._state.leader_epoch)
         assert isinstance(answer, tuple)
         return answer
 
