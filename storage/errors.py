@@ -252,6 +252,11 @@ class FencedLeaderEpochError(BrokerNotAvailableError):
     stale; retriable by looking the leader up again."""
 
 
+class UnknownLeaderEpochError(BrokerNotAvailableError):
+    """A request carrying a leader epoch newer than the replica's (UNKNOWN_LEADER_EPOCH): the replica has not been
+    told of that epoch yet; retriable."""
+
+
 class NotEnoughReplicasError(BrokerError):
     """An `acks=all` write refused before it was appended: fewer replicas are in sync than the topic's
     `min.insync.replicas` (NOT_ENOUGH_REPLICAS); retriable."""

@@ -64,6 +64,7 @@ from storage.errors import (
 from storage.logdir.log_manager import LogManager
 from storage.logdir.partition_handles import LocalPartition, LocalPartitions, PartitionHandle, PartitionState
 from storage.logdir.scheduler import Scheduler
+from storage.partition.leader_epoch_cache import UNDEFINED_EPOCH
 from storage.partition.log import Log, LogAppendInfo
 from storage.partition.producer_append import AppendOrigin
 from storage.pending import Pending
@@ -178,9 +179,9 @@ class ServedPartition:
         state = self.replica.state
         return self.log.leader_epoch if state is None else state.leader_epoch
 
-    def epoch_end_offset(self, epoch: int) -> tuple[int, int, int]:
-        log = self.check_leader()
-        return (log.leader_epoch, *log.end_offset_for_epoch(epoch))
+    def epoch_end_offset(self, epoch: int, current_leader_epoch: int = UNDEFINED_EPOCH) -> tuple[int, int]:
+        """OffsetForLeaderEpoch, fenced by the caller's `current_leader_epoch` (`Replica.epoch_end_offset`)."""
+        return self.replica.epoch_end_offset(epoch, current_leader_epoch)
 
     def delete_records(self, offset: int) -> int:
         log_start_offset = self.check_leader().delete_records(offset)
@@ -232,7 +233,7 @@ class LocalReplicas:
     ) -> None:
         self.node = node
         self._metrics = metrics
-        self._logs = LocalPartitions(clock, config.producer_id_expiration_ms)
+        self._logs = LocalPartitions(clock, config.producer_id_expiration_ms, replicated=True)
         self._settings = ReplicaSettings.from_broker_config(config)
         self._controller = controller
         self._find_replica = find_replica
@@ -247,9 +248,13 @@ class LocalReplicas:
         recovery_point: int,
         log_start_offset: int,
         had_clean_shutdown: bool,
+        high_watermark: int | None,
     ) -> _ReplicaPartition:
-        log = self._logs.open(tp, folder, config, recovery_point, log_start_offset, had_clean_shutdown).log
-        # Every partition is its own leader, in the epoch its log last had, until the controller says otherwise.
+        log = self._logs.open(
+            tp, folder, config, recovery_point, log_start_offset, had_clean_shutdown, high_watermark
+        ).log
+        # Every partition is its own leader, in the epoch its log last had, until the controller says otherwise; a
+        # log found on disk keeps its checkpointed high watermark until then.
         log.become_leader()
         changes = LogChanges()
         replica = Replica(

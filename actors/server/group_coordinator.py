@@ -104,10 +104,6 @@ class RayInternalPartition:
         answer: LogAppendInfo = call(self._handle.await_replicated.remote(appended) if self._replicated else appended)
         return answer
 
-    def epoch_end_offset(self, epoch: int) -> tuple[int, int, int]:
-        answer: tuple[int, int, int] = call(self._handle.epoch_end_offset.remote(epoch))
-        return answer
-
 
 class GroupCoordinatorActor:
     """The plain `GroupCoordinator` over Ray's seams; see the module docstring."""

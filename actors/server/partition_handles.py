@@ -140,8 +140,7 @@ class ResumeAfterRestart:
             config = LogConfig.from_properties(topic.config, base=LogConfig.from_properties(self.broker_log_config))
         except RaybrokerError as exc:
             logger.warning("restarted partition of %s keeps the settings of its first start: %s", self.topic, exc)
-        recovery_point, log_start_offset = checkpointed_offsets(Path(self.folder))
-        return ResumePoint(None if config is None else config.to_properties(), recovery_point, log_start_offset)
+        return ResumePoint(None if config is None else config.to_properties(), *checkpointed_offsets(Path(self.folder)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,6 +192,7 @@ class RayPartitions:
         recovery_point: int,
         log_start_offset: int,
         had_clean_shutdown: bool,
+        high_watermark: int | None,
     ) -> PartitionHandle:
         """Starts the partition's actor, or opens it in a host, and waits until its log is open. A partition
         actor holds its folder's own lock and tells a clean shutdown by its folder's marker, so
@@ -206,7 +206,7 @@ class RayPartitions:
 
             def opened() -> Any:
                 return host.handle.open_partition.remote(
-                    topic, partition, str(folder), properties, recovery_point, log_start_offset
+                    topic, partition, str(folder), properties, recovery_point, log_start_offset, high_watermark
                 )
 
         else:
@@ -220,6 +220,7 @@ class RayPartitions:
                 producer_id_expiration_ms=self._producer_id_expiration_ms,
                 replica_settings=self._replica_settings,
                 find_replica=replica_actor,
+                high_watermark=high_watermark,
             )
             opened = actor.ready.remote
         handle = RayPartition(actor)
@@ -321,9 +322,8 @@ class RayPartitions:
                 lost = [(tp, folder) for tp, folder in host.partitions.items() if tp not in held and folder]
                 for (topic, partition), folder in lost:
                     logger.warning("partition host %s lost %s-%d: reopening it", host.name, topic, partition)
-                    recovery_point, log_start_offset = checkpointed_offsets(Path(folder))
                     opened = host.handle.open_partition.remote(
-                        topic, partition, folder, config_for(topic).to_properties(), recovery_point, log_start_offset
+                        topic, partition, folder, config_for(topic).to_properties(), *checkpointed_offsets(Path(folder))
                     )
                     call(opened, timeout_s=READY_TIMEOUT_SECONDS)
                     reopened += 1

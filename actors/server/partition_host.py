@@ -107,16 +107,20 @@ class PartitionHostActor:
         self._closing_locks: dict[TopicPartition, threading.Lock] = {}
         self._long_poll_slots = threading.BoundedSemaphore(LONG_POLL_SLOTS)
         for spec in (resume() if resume is not None else None) or []:
-            recovery_point, log_start_offset = checkpointed_offsets(Path(spec.directory))
             self._logs[(spec.topic, spec.partition)] = self._new_log(
-                spec.directory, spec.config, recovery_point, log_start_offset
+                spec.directory, spec.config, *checkpointed_offsets(Path(spec.directory))
             )
             self._closing_locks[(spec.topic, spec.partition)] = threading.Lock()
         if self._logs:
             logger.warning("partition host %s restarted and reopened %d partitions", name, len(self._logs))
 
     def _new_log(
-        self, directory: str, config: dict[str, str], recovery_point: int, log_start_offset: int
+        self,
+        directory: str,
+        config: dict[str, str],
+        recovery_point: int,
+        log_start_offset: int,
+        high_watermark: int | None,
     ) -> PartitionLogActor:
         """The plain partition class opens (and recovers) the log; a failure is kept and raised by every call."""
         return PartitionLogActor(
@@ -129,6 +133,7 @@ class PartitionHostActor:
             producer_id_expiration_ms=self._producer_id_expiration_ms,
             replica_settings=self._replica_settings,
             find_replica=self._find_replica,
+            high_watermark=high_watermark,
         )
 
     # --- placement (write thread) ----------------------------------------------------------------
@@ -141,13 +146,17 @@ class PartitionHostActor:
         config: dict[str, str],
         recovery_point: int = 0,
         log_start_offset: int = 0,
+        high_watermark: int | None = None,
     ) -> int:
         """Opens the partition's log here unless the host holds it already (idempotent); returns its log end
-        offset, or raises why it did not open (as a partition actor's `ready` does)."""
+        offset, or raises why it did not open (as a partition actor's `ready` does). `high_watermark` as
+        `PartitionLogActor`'s."""
         log = self._logs.get((topic, partition))
         if log is None:
             self._closing_locks.setdefault((topic, partition), threading.Lock())
-            log = self._logs[(topic, partition)] = self._new_log(directory, config, recovery_point, log_start_offset)
+            log = self._logs[(topic, partition)] = self._new_log(
+                directory, config, recovery_point, log_start_offset, high_watermark
+            )
         return log.ready()
 
     def remove_partition(self, topic: str, partition: int) -> bool:

@@ -11,7 +11,8 @@ restarts a killed actor, `__init__` runs again with the same arguments, finds th
 recovers the log from its recovery point (batch CRCs checked, torn tail cut off) before serving;
 every acknowledged append was written before it was acknowledged, so none is lost. Those arguments
 are the ones of the first start, so a restarted actor asks `resume` for a `ResumePoint` before the log
-opens: the topic's current settings and the log dir's checkpointed recovery point and log start offset.
+opens: the topic's current settings and the log dir's checkpointed recovery point, log start offset and high
+watermark.
 Without it, a config altered since the first start would be lost with the process, and records removed
 by DeleteRecords or retention (log start above the first segment's base) would come back.
 
@@ -40,9 +41,13 @@ channel (`actors.server.append_channel`, a local socket) and names it; the chann
 Replication: the actor is one replica of its partition, and its role is the plain `Replica` (leading, following,
 the high watermark, ISR changes, `acks=all` waits; see `actors.core.replication.replica`). The controller tells it
 the partition's state (`update_replication`, also asked once after the log opens, so a restarted replica learns it
-again); followers fetch with `replicate` (in the `replication` group); `acks=all` is `append(batches,
-required_acks=-1)` followed by `await_replicated(info)`, so the write thread never waits for followers. Until the
-controller has told it anything, a replica leads alone, as every partition of a topic with one replica does.
+again: before it serves if its log reopened with a tail past its checkpointed high watermark); followers fetch with
+`replicate` (in the `replication` group); `acks=all` is `append(batches, required_acks=-1)` followed by
+`await_replicated(info)`, so the write thread never waits for followers. Until the controller has told it anything,
+a replica leads alone, as every partition of a topic with one replica does; but a log found on disk (a broker or the
+actor restarting) keeps its high watermark at the checkpointed one until then, and moves it as Kafka's leader does
+once told its state: to the log end with no other replica in sync, else as its followers fetch. Its tail past the
+checkpoint may be on no other replica, and must not be read as committed.
 
 A log that fails to open (an I/O error, a folder locked by another process) leaves the actor alive
 but failed: `ready` and every other call raise that typed error, so the log manager can tell a
@@ -107,7 +112,13 @@ from storage.errors import (
     NotLeaderOrFollowerError,
     RaybrokerError,
 )
-from storage.logdir.partition_handles import PartitionState, flush_if_due, partition_state, swap_and_retain
+from storage.logdir.partition_handles import (
+    PartitionState,
+    flush_if_due,
+    partition_state,
+    reopen_as_replica,
+    swap_and_retain,
+)
 from storage.partition.file_slices import (
     CONSUMER_ISOLATIONS,
     FileSlice,
@@ -116,6 +127,7 @@ from storage.partition.file_slices import (
     read_located,
 )
 from storage.partition.high_watermark_file import HighWatermarkFile
+from storage.partition.leader_epoch_cache import UNDEFINED_EPOCH
 from storage.partition.log import DEFAULT_FETCH_MAX_BYTES, Log, LogAppendInfo
 from storage.partition.producer_append import AppendOrigin
 from storage.partition.producer_state import PRODUCER_ID_EXPIRATION_MS, ActiveProducer
@@ -172,12 +184,14 @@ class FileSlices:
 
 @dataclass(frozen=True, slots=True)
 class ResumePoint:
-    """What a restarted actor opens its log with instead of its first start's arguments; offsets only
-    raise those arguments, `config` None keeps the first start's."""
+    """What a restarted actor opens its log with instead of its first start's arguments; the recovery point and
+    log start offset only raise those arguments, `config` None keeps the first start's, and the log's high
+    watermark starts at the checkpointed `high_watermark`."""
 
     config: dict[str, str] | None
     recovery_point: int
     log_start_offset: int
+    high_watermark: int = 0
 
 
 class PartitionLogActor:
@@ -196,13 +210,16 @@ class PartitionLogActor:
         replica_settings: ReplicaSettings | None = None,
         find_replica: Callable[[str, int, str], Any] | None = None,
         metrics: BrokerMetrics | None = None,
+        high_watermark: int | None = None,
     ) -> None:
         """`resume`, when given, answers None on a first start and a `ResumePoint` after a restart;
         `long_poll_slots` (a partition host's, shared by its partitions) bounds the fetches waiting at once,
         default `LONG_POLL_SLOTS` of this actor's own; `producer_id_expiration_ms` is the broker's
         `producer.id.expiration.ms`, `replica_settings` its `replica.*` settings; `find_replica(topic, partition,
         node)` finds another replica's actor (`actors.partition_lookup.replica_actor`: a follower's leader);
-        `metrics` records its appends and reads its log's numbers (default: the process's, exported to Ray)."""
+        `metrics` records its appends and reads its log's numbers (default: the process's, exported to Ray);
+        `high_watermark`, the checkpointed one of a log found on disk (None for a new one), is where its high
+        watermark starts until the controller's state says how many replicas it has (`reopen_as_replica`)."""
         self._long_poll_slots = long_poll_slots or threading.BoundedSemaphore(LONG_POLL_SLOTS)
         # Counts the changes a waiting fetch must look at (appends, DeleteRecords, close), under its own lock.
         self._changes = LogChanges(publish=self._publish_offsets)
@@ -224,6 +241,7 @@ class PartitionLogActor:
                 config = config if resumed.config is None else resumed.config
                 recovery_point = max(recovery_point, resumed.recovery_point)
                 log_start_offset = max(log_start_offset, resumed.log_start_offset)
+                high_watermark = resumed.high_watermark
             self._opened_log = Log.open(
                 Path(directory),
                 LogConfig.from_properties(config),
@@ -231,6 +249,8 @@ class PartitionLogActor:
                 log_start_offset=log_start_offset,
                 producer_id_expiration_ms=producer_id_expiration_ms,
             )
+            if high_watermark is not None:
+                reopen_as_replica(self._opened_log, high_watermark)
             self._cleaner = Cleaner(CleanerConfig.from_properties(cleaner_config or {}), self._opened_log.clock)
             # Every partition is its own leader, in the epoch its log last had.
             self._opened_log.become_leader()
@@ -252,7 +272,13 @@ class PartitionLogActor:
         self._changes.notify()
         self._metrics.add_gauges(self._log_gauges)
         if self._named is not None and self._node and find_replica is not None:
-            threading.Thread(target=self._ask_replication_state, args=self._named, daemon=True).start()
+            if self._opened_log.high_watermark < self._opened_log.log_end_offset:
+                # Reopened with a tail past its checkpointed high watermark, which no reader sees until the
+                # controller's state says how many replicas it has: asked before serving (a lock-free controller call),
+                # so a partition with one replica is never read short of its log end.
+                self._ask_replication_state(*self._named)
+            else:
+                threading.Thread(target=self._ask_replication_state, args=self._named, daemon=True).start()
 
     @property
     def _log(self) -> Log:
@@ -626,10 +652,10 @@ class PartitionLogActor:
         return self._log.active_producers()
 
     @ray.method(concurrency_group=READ_GROUP)
-    def epoch_end_offset(self, epoch: int) -> tuple[int, int, int]:
-        """OffsetForLeaderEpoch: (this leader's epoch, and the requested epoch's end as the log's leader-epoch
-        cache answers it: (epoch, end offset))."""
-        return (self._log.leader_epoch, *self._log.end_offset_for_epoch(epoch))
+    def epoch_end_offset(self, epoch: int, current_leader_epoch: int = UNDEFINED_EPOCH) -> tuple[int, int]:
+        """OffsetForLeaderEpoch: the requested epoch's `(epoch, end offset)` as the leader's log answers it, fenced by
+        the caller's `current_leader_epoch` (`Replica.epoch_end_offset`)."""
+        return self._role.epoch_end_offset(epoch, current_leader_epoch)
 
     @ray.method(concurrency_group=READ_GROUP)
     def state(self) -> PartitionState:
@@ -792,8 +818,8 @@ class _RayLeaderLink:
             self._handle = None
             raise
 
-    def epoch_end_offset(self, epoch: int) -> tuple[int, int, int]:
-        answer = self._call("epoch_end_offset", epoch)
+    def epoch_end_offset(self, epoch: int) -> tuple[int, int]:
+        answer = self._call("epoch_end_offset", epoch, self._state.leader_epoch)
         assert isinstance(answer, tuple)
         return answer
 

@@ -111,10 +111,9 @@ class PartitionOffsets:
 
 @dataclass(frozen=True, slots=True)
 class EpochEndOffset:
-    """A partition leader's answer to OffsetForLeaderEpoch: its own epoch now, and the requested epoch's end as its
-    log's leader-epoch cache gives it (-1, -1 when it has none)."""
+    """A partition leader's answer to OffsetForLeaderEpoch: the requested epoch's end as its log's leader-epoch cache
+    gives it (-1, -1 when it has none)."""
 
-    leader_epoch: int
     epoch: int
     end_offset: int
 
@@ -192,8 +191,12 @@ class BrokerView(Protocol):
         """A partition's log start offset, high watermark and log end offset now."""
         ...
 
-    async def epoch_end_offset(self, topic: str, partition: int, epoch: int) -> EpochEndOffset:
-        """The partition's leader epoch and the end offset of `epoch` in its log (OffsetForLeaderEpoch)."""
+    async def epoch_end_offset(
+        self, topic: str, partition: int, epoch: int, current_leader_epoch: int
+    ) -> EpochEndOffset:
+        """The end offset of `epoch` in the partition leader's log (OffsetForLeaderEpoch); `FencedLeaderEpochError`
+        or `UnknownLeaderEpochError` when `current_leader_epoch` (-1: not checked) is older or newer than the
+        leader's."""
         ...
 
     async def describe_producers(self, topic: str, partition: int) -> list[ActiveProducer]:

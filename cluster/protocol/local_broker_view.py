@@ -108,8 +108,10 @@ class LocalBrokerView:
     async def describe_producers(self, topic: str, partition: int) -> list[ActiveProducer]:
         return self._leader(topic, partition).check_leader().active_producers()
 
-    async def epoch_end_offset(self, topic: str, partition: int, epoch: int) -> EpochEndOffset:
-        return EpochEndOffset(*self._leader(topic, partition).epoch_end_offset(epoch))
+    async def epoch_end_offset(
+        self, topic: str, partition: int, epoch: int, current_leader_epoch: int
+    ) -> EpochEndOffset:
+        return EpochEndOffset(*self._leader(topic, partition).epoch_end_offset(epoch, current_leader_epoch))
 
     async def append(
         self, topic: str, partition: int, records: bytes, acks: int = 1, timeout_ms: int = 30_000

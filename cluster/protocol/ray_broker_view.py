@@ -186,8 +186,10 @@ class RayBrokerView:
     async def offsets(self, topic: str, partition: int) -> PartitionOffsets:
         return PartitionOffsets(*await self._call(topic, partition, "offsets"))
 
-    async def epoch_end_offset(self, topic: str, partition: int, epoch: int) -> EpochEndOffset:
-        return EpochEndOffset(*await self._call(topic, partition, "epoch_end_offset", epoch))
+    async def epoch_end_offset(
+        self, topic: str, partition: int, epoch: int, current_leader_epoch: int
+    ) -> EpochEndOffset:
+        return EpochEndOffset(*await self._call(topic, partition, "epoch_end_offset", epoch, current_leader_epoch))
 
     async def describe_producers(self, topic: str, partition: int) -> list[ActiveProducer]:
         producers: list[ActiveProducer] = await self._call(topic, partition, "describe_producers")

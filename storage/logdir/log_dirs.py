@@ -71,34 +71,42 @@ from storage.topic_partition import TopicPartition
 logger = logging.getLogger(__name__)
 
 METADATA_TOPIC = "__cluster_metadata"
+# The checkpoints a log opens from, in `checkpointed_offsets`' order.
+OPENING_CHECKPOINTS = (
+    file_names.RECOVERY_POINT_CHECKPOINT,
+    file_names.LOG_START_OFFSET_CHECKPOINT,
+    file_names.REPLICATION_OFFSET_CHECKPOINT,
+)
 
 
-def checkpointed_offsets(folder: Path) -> tuple[int, int]:
-    """(recovery point, log start offset) of the partition in `folder` from its log dir's checkpoints;
-    0 for a missing entry, file or folder name, and for an unreadable file (as at startup: full recovery)."""
+def checkpointed_offsets(folder: Path) -> tuple[int, int, int]:
+    """(recovery point, log start offset, high watermark) of the partition in `folder` from its log dir's
+    checkpoints; 0 for a missing entry, file or folder name, and for an unreadable file (as at startup: full
+    recovery, and a high watermark at the log start, as Kafka's)."""
     tp = file_names.parse_partition_dir_name(folder.name)
     if tp is None:
-        return 0, 0
+        return 0, 0, 0
     offsets = []
-    for name in (file_names.RECOVERY_POINT_CHECKPOINT, file_names.LOG_START_OFFSET_CHECKPOINT):
+    for name in OPENING_CHECKPOINTS:
         try:
             found = OffsetCheckpointFile(folder.parent / name, read_only=True).read()
         except (StorageError, OSError) as exc:
             logger.warning("%s: ignoring unreadable %s (%s)", folder.parent, name, exc)
             found = {}
         offsets.append(found.get(tp, 0))
-    return offsets[0], offsets[1]
+    return offsets[0], offsets[1], offsets[2]
 
 
 @dataclass(frozen=True, slots=True)
 class LoadedDir:
-    """What startup found in one online log dir: the marker it deleted, the recovery points and log start offsets
-    it checkpointed, its partition folders."""
+    """What startup found in one online log dir: the marker it deleted, the recovery points, log start offsets and
+    high watermarks it checkpointed, its partition folders."""
 
     path: Path
     had_clean_shutdown: bool
     recovery_points: dict[TopicPartition, int]
     log_start_offsets: dict[TopicPartition, int]
+    high_watermarks: dict[TopicPartition, int]
     partitions: dict[TopicPartition, Path]
 
 
@@ -212,6 +220,7 @@ class LogDirs:
             had_clean_shutdown,
             self._read_checkpoint(directory, file_names.RECOVERY_POINT_CHECKPOINT),
             self._read_checkpoint(directory, file_names.LOG_START_OFFSET_CHECKPOINT),
+            self._read_checkpoint(directory, file_names.REPLICATION_OFFSET_CHECKPOINT),
             partitions,
         )
 

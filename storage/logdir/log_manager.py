@@ -21,10 +21,12 @@ other three checkpoint files, one line per online partition of that dir:
 
 Startup: `LogDirs.startup` locks and reads every dir, then every partition folder found is opened with
 a bounded pool of `num.recovery.threads.per.data.dir` threads per dir, from the dir's recovery point and
-log start offset, trusting the indexes only after a clean shutdown. A partition that fails to open with an
-I/O error (`KafkaStorageError`, `OSError`) takes its dir offline; any other failure, like a startup that
-fails (a dir locked by another owner, a corrupt meta.properties, every dir offline), stops what was opened
-and releases every lock before raising (Kafka's rule).
+log start offset, trusting the indexes only after a clean shutdown; the factory is given the checkpointed high
+watermark too (0 when the file has no entry, as Kafka's `Partition.createLog`), where a replica's log starts its
+own (`storage.logdir.partition_handles.reopen_as_replica`). A partition that fails to open with an I/O error
+(`KafkaStorageError`, `OSError`) takes its dir offline; any other failure, like a startup that fails (a dir locked
+by another owner, a corrupt meta.properties, every dir offline), stops what was opened and releases every lock
+before raising (Kafka's rule).
 
 A partition created with its topic's id (KIP-516) gets a `partition.metadata` naming it
 (`storage.files.partition_metadata`); a folder already naming another id is refused with `InconsistentTopicIdError`.
@@ -294,6 +296,7 @@ class LogManager:
                 loaded.recovery_points.get(tp, 0),
                 loaded.log_start_offsets.get(tp, 0),
                 loaded.had_clean_shutdown,
+                loaded.high_watermarks.get(tp, 0),
             )
 
         jobs = sorted(loaded.partitions.items())
@@ -442,7 +445,7 @@ class LogManager:
         errors: list[str] = []
         for directory in order:
             try:
-                handle = self._factory.open(tp, directory / folder_name, self.config_for(tp[0]), 0, 0, True)
+                handle = self._factory.open(tp, directory / folder_name, self.config_for(tp[0]), 0, 0, True, None)
             except (KafkaStorageError, OSError) as exc:
                 errors.append(f"{directory}: {exc}")
                 with self._lock:

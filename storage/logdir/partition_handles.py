@@ -8,9 +8,9 @@ host) behind the same two protocols. Every handle call answers a `storage.pendin
 asks all its partitions at once and then collects: Ray partitions work in parallel, local ones answer at
 the call. Errors are the partition's own typed errors (`storage.errors`), raised by `result()`.
 
-`partition_state`, `flush_if_due` and `swap_and_retain` are the one implementation of what a partition reports,
-when it flushes and how it ends a compaction pass; the partition actor (`actors.server.partition_log`) answers
-with them too.
+`partition_state`, `flush_if_due`, `swap_and_retain` and `reopen_as_replica` are the one implementation of what a
+partition reports, when it flushes, how it ends a compaction pass and where a reopened replica's high watermark
+starts; the partition actor (`actors.server.partition_log`) uses them too.
 """
 
 from __future__ import annotations
@@ -84,6 +84,17 @@ def swap_and_retain(log: Log, cleaned: CleanedLog) -> CleanResult:
     return result
 
 
+def reopen_as_replica(log: Log, high_watermark: int) -> None:
+    """Kafka's `Partition.createLog` for a replica's log its broker reopens: `log` becomes replicated (its replica moves
+    the high watermark from now on, `Log.set_replicated`), with its high watermark at `high_watermark`, the entry of
+    its log dir's `replication-offset-checkpoint` (0 when it has none), clamped to [log start, log end], not at its log
+    end: a tail past the checkpoint may be on no other replica, and must not be read as committed. Its replica moves
+    it to the log end once it learns it is the only one in sync (Kafka's `maybeIncrementLeaderHW`), else as its
+    followers fetch."""
+    log.set_replicated(True)
+    log.update_high_watermark(high_watermark)
+
+
 def flush_if_due(log: Log) -> bool:
     """fsyncs `log` when its last flush is older than its `flush.ms`; returns whether it flushed."""
     if log.clock.milliseconds() - log.last_flush_ms < log.config.flush_ms:
@@ -126,9 +137,12 @@ class PartitionFactory(Protocol):
         recovery_point: int,
         log_start_offset: int,
         had_clean_shutdown: bool,
+        high_watermark: int | None,
     ) -> PartitionHandle:
         """Opens (creating it if missing, recovering it if needed) the log in `folder`; waits until it is open,
-        and raises why it did not open (nothing is left running then)."""
+        and raises why it did not open (nothing is left running then). `high_watermark` is the log dir's
+        `replication-offset-checkpoint` entry (0 when it has none) for a partition found on disk, None for a new
+        one: where a replicated log's high watermark starts (`reopen_as_replica`)."""
         ...
 
     def stop(self, tp: TopicPartition, handle: PartitionHandle) -> None:
@@ -200,11 +214,16 @@ class LocalPartition:
 
 
 class LocalPartitions:
-    """The in-process `PartitionFactory`: a `Log` per partition."""
+    """The in-process `PartitionFactory`: a `Log` per partition. Each log is its own only replica (its high
+    watermark its log end offset) unless `replicated`: then a log found on disk opens at its checkpointed high
+    watermark (`reopen_as_replica`), for the replica role the caller gives it to move."""
 
-    def __init__(self, clock: Clock, producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS) -> None:
+    def __init__(
+        self, clock: Clock, producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS, *, replicated: bool = False
+    ) -> None:
         self._clock = clock
         self._producer_id_expiration_ms = producer_id_expiration_ms
+        self._replicated = replicated
 
     def open(
         self,
@@ -214,6 +233,7 @@ class LocalPartitions:
         recovery_point: int,
         log_start_offset: int,
         had_clean_shutdown: bool,
+        high_watermark: int | None = None,
     ) -> LocalPartition:
         log = Log.open(
             folder,
@@ -224,6 +244,8 @@ class LocalPartitions:
             had_clean_shutdown=had_clean_shutdown,
             producer_id_expiration_ms=self._producer_id_expiration_ms,
         )
+        if self._replicated and high_watermark is not None:
+            reopen_as_replica(log, high_watermark)
         return LocalPartition(log)
 
     def stop(self, tp: TopicPartition, handle: PartitionHandle) -> None:

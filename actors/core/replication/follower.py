@@ -4,7 +4,12 @@ The follower copies its leader's log record for record, offsets and leader epoch
 
 1. Before its first fetch from a leader (and again after the leader says its offset is past the leader's end) it
    truncates away any tail the leader does not have: it asks the leader where its own newest epoch ends and cuts
-   by `storage.partition.follower_truncation` until both agree. No record the leader lacks survives.
+   by `storage.partition.follower_truncation` until both agree. No record the leader lacks survives. The question
+   carries the epoch the follower follows in (Kafka's `current_leader_epoch`): a replica that does not lead in that
+   epoch answers an error (FENCED_LEADER_EPOCH when it knows a newer epoch, UNKNOWN_LEADER_EPOCH when it has not been
+   told of this one yet, NOT_LEADER_OR_FOLLOWER when it follows), and the follower cuts nothing by it: its log may lack
+   committed records the follower has. It backs off and asks again, until the controller's next state replaces this
+   fetcher (Kafka's fetcher drops a fenced partition until its next LeaderAndIsr).
 2. It then fetches from its log end offset (the leader records that offset as the follower's progress and answers
    with the batches past it, waiting up to `replica.fetch.wait.max.ms` for some), appends them with the leader's
    offsets (`Log.append_as_follower`), and takes the leader's high watermark (never above its own log end offset)
@@ -51,8 +56,10 @@ class ReplicaFetch:
 class LeaderLink(Protocol):
     """The calls a follower makes to its leader (Ray calls to the leader's replica in the broker)."""
 
-    def epoch_end_offset(self, epoch: int) -> tuple[int, int, int]:
-        """(the leader's epoch, and the requested epoch's `(epoch, end offset)` on the leader)."""
+    def epoch_end_offset(self, epoch: int) -> tuple[int, int]:
+        """The requested epoch's `(epoch, end offset)` on the leader, asked in the leader epoch the link was made for
+        (`FencedLeaderEpochError`, `UnknownLeaderEpochError` or `NotLeaderOrFollowerError` from a replica that does
+        not lead in it)."""
         ...
 
     def replicate(self, offset: int, max_bytes: int, max_wait_ms: int) -> ReplicaFetch:
@@ -162,7 +169,7 @@ class ReplicaFetcher:
             asked = entries[-1].epoch if entries else UNDEFINED_EPOCH
             if asked == UNDEFINED_EPOCH and log.log_end_offset == log.log_start_offset:
                 return
-            _, leader_epoch, leader_end = self._leader.epoch_end_offset(asked)
+            leader_epoch, leader_end = self._leader.epoch_end_offset(asked)
             with self._changing:
                 if self._stopped.is_set():
                     return

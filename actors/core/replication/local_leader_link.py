@@ -23,9 +23,8 @@ class LocalLeaderLink:
     def _leader(self) -> Replica:
         return self._find_replica(self._state.topic, self._state.partition, self._state.leader)
 
-    def epoch_end_offset(self, epoch: int) -> tuple[int, int, int]:
-        log = self._leader().log
-        return (log.leader_epoch, *log.end_offset_for_epoch(epoch))
+    def epoch_end_offset(self, epoch: int) -> tuple[int, int]:
+        return self._leader().epoch_end_offset(epoch, self._state.leader_epoch)
 
     def replicate(self, offset: int, max_bytes: int, max_wait_ms: int) -> ReplicaFetch:
         return self._leader().replicate(self._me, offset, max_bytes, max_wait_ms, self._state.leader_epoch)

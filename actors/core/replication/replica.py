@@ -7,11 +7,12 @@ last one (by leader epoch, then version) is ignored, and so is one that does not
 - As the leader it takes appends (`check_append`; with `acks=all` only while at least `min.insync.replicas` replicas are
   in sync, `NotEnoughReplicasError`; as Kafka's `effectiveMinIsr`, a `min.insync.replicas` above the partition's replica
   count counts as that count, so a one-replica topic takes `acks=all` whatever it says), answers its followers' fetches
-  (`replicate`), moves the high watermark to the smallest log end offset of the ISR
-  (`actors.core.replication.leader_state.LeaderState`), and asks the controller to grow the ISR when a follower caught
-  up and to shrink it when a follower lagged more than `replica.lag.time.max.ms` (checked every half of it, by the log's
-  clock: `check_isr`). A leader in a new epoch starts that epoch in its log (`Log.become_leader`), so its followers
-  truncate to it.
+  (`replicate`) and OffsetsForLeaderEpoch (`epoch_end_offset`, fenced by the caller's leader epoch), moves the high
+  watermark to the smallest log end offset of the ISR (`actors.core.replication.leader_state.LeaderState`; with no
+  other replica, to its log end at once, as a log reopened at its checkpointed high watermark learns it is alone), and
+  asks the controller to grow the ISR when a follower caught up and to shrink it when a follower lagged more than
+  `replica.lag.time.max.ms` (checked every half of it, by the log's clock: `check_isr`). A leader in a new epoch starts
+  that epoch in its log (`Log.become_leader`), so its followers truncate to it.
 - As a follower it runs a `ReplicaFetcher` thread that copies the leader's log through a link the host makes
   (`leader_link(state)`), and refuses client appends and reads with `NotLeaderOrFollowerError`.
 - `await_replicated(info)` is the second half of an `acks=all` append: it answers once the high watermark passed
@@ -48,7 +49,9 @@ from storage.errors import (
     OffsetOutOfRangeError,
     RaybrokerError,
     RequestTimedOutError,
+    UnknownLeaderEpochError,
 )
+from storage.partition.leader_epoch_cache import UNDEFINED_EPOCH
 from storage.partition.log import Log, LogAppendInfo
 
 logger = logging.getLogger(__name__)
@@ -328,6 +331,29 @@ class Replica:
                 records = log.read(offset, max_bytes, isolation="log_end").records
                 return ReplicaFetch(bytes(records), log.high_watermark, log.log_start_offset, log.log_end_offset)
             self._changes.wait(seen, deadline)
+
+    def epoch_end_offset(self, epoch: int, current_leader_epoch: int = UNDEFINED_EPOCH) -> tuple[int, int]:
+        """OffsetsForLeaderEpoch (Kafka's `Partition.lastOffsetForLeaderEpoch`): `(epoch, end offset)` of `epoch` in
+        this leader's log (`Log.end_offset_for_epoch`). The caller's `current_leader_epoch`, the epoch of the leader
+        it knows (-1: not checked), is checked first against the epoch the controller elected this replica in (its
+        log's before any state): older is `FencedLeaderEpochError`, newer `UnknownLeaderEpochError` (KIP-320). Then
+        only the leader answers (`NotLeaderOrFollowerError`). A follower thus truncates only by the answer of the
+        leader it follows, in the epoch it follows it in: a replica that no longer leads, or leads but has not been
+        told of that epoch yet, may lack records the follower has and that are committed."""
+        if not is_int(current_leader_epoch):
+            raise InvalidRequestError(f"a leader epoch must be an int, not {type(current_leader_epoch).__name__}")
+        self._check_open()
+        with self._lock:
+            state = self._state
+            own_epoch = self.log.leader_epoch if state is None else state.leader_epoch
+            name = self.log.directory.name
+            if current_leader_epoch != UNDEFINED_EPOCH and current_leader_epoch < own_epoch:
+                raise FencedLeaderEpochError(f"{name} is in leader epoch {own_epoch}, not {current_leader_epoch}")
+            if current_leader_epoch != UNDEFINED_EPOCH and current_leader_epoch > own_epoch:
+                raise UnknownLeaderEpochError(f"{name} is in leader epoch {own_epoch}, not {current_leader_epoch}")
+            if self.following or (state is not None and state.leader != self.node):
+                raise NotLeaderOrFollowerError(f"{name} is not the leader")
+            return self.log.end_offset_for_epoch(epoch)
 
     def await_replicated(self, info: LogAppendInfo, timeout_ms: int = ACKS_ALL_TIMEOUT_MS) -> LogAppendInfo:
         """Answers `info` once the high watermark passed its last offset (every in-sync replica has it).

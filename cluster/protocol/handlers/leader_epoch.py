@@ -15,11 +15,12 @@ over those entries:
 | older than every known epoch      | (requested, the first known epoch's start: the log start or later) |
 | newer than the current epoch      | (-1, -1)                                                           |
 
-A `current_leader_epoch` other than -1 is checked first against the partition's epoch: a newer one answers
-UNKNOWN_LEADER_EPOCH (75), an older one FENCED_LEADER_EPOCH (74), as a Kafka leader fences a client that knows a
-newer or an older leader. Unknown partitions answer UNKNOWN_TOPIC_OR_PARTITION (3). The partition asked is
-its leader's replica, whose epoch is the one Metadata reports (the controller's), so a client whose metadata names
-an older leader is fenced and refreshes it.
+A `current_leader_epoch` other than -1 is checked first against the partition's epoch, by the leader's replica
+(`actors.core.replication.replica.Replica.epoch_end_offset`, which the replicas' own followers ask too): a newer one
+answers UNKNOWN_LEADER_EPOCH (75), an older one FENCED_LEADER_EPOCH (74), as a Kafka leader fences a client that knows
+a newer or an older leader. Unknown partitions answer UNKNOWN_TOPIC_OR_PARTITION (3). The partition asked is its
+leader's replica, whose epoch is the one Metadata reports (the controller's), so a client whose metadata names an
+older leader is fenced and refreshes it.
 
 Authorization, as Kafka's since KIP-320 let consumers ask: CLUSTER_ACTION on the cluster (a follower) or DESCRIBE
 on the topic, else its partitions answer TOPIC_AUTHORIZATION_FAILED (29), whether the topic exists or not.
@@ -87,13 +88,9 @@ class OffsetForLeaderEpochHandler:
     async def _end_offset(self, topic: str, partition: int, current_epoch: int, epoch: int) -> dict[str, Any]:
         undefined = {"partition": partition, "leader_epoch": UNDEFINED_EPOCH, "end_offset": UNDEFINED_EPOCH_OFFSET}
         try:
-            answer = await self._view.epoch_end_offset(topic, partition, epoch)
+            answer = await self._view.epoch_end_offset(topic, partition, epoch, current_epoch)
         except RaybrokerError as exc:
             return {**undefined, "error_code": error_code(exc)}
-        if current_epoch != UNDEFINED_EPOCH and current_epoch > answer.leader_epoch:
-            return {**undefined, "error_code": ErrorCode.unknown_leader_epoch}
-        if current_epoch != UNDEFINED_EPOCH and current_epoch < answer.leader_epoch:
-            return {**undefined, "error_code": ErrorCode.fenced_leader_epoch}
         return {
             "partition": partition,
             "error_code": ErrorCode.none,

@@ -17,6 +17,7 @@ import pytest
 from actors.core.broker import InProcessBroker
 from actors.metrics.names import BYTES_IN, ISR_EXPANDS, ISR_SHRINKS, MESSAGES_IN
 from actors.metrics.recorder import MetricsRecorder
+from storage import file_names
 from storage.errors import (
     BrokerNotAvailableError,
     NotEnoughReplicasAfterAppendError,
@@ -25,6 +26,7 @@ from storage.errors import (
     RequestTimedOutError,
     UnknownTopicOrPartitionError,
 )
+from storage.files.checkpoint_file import OffsetCheckpointFile
 from storage.partition.producer_state import NUM_BATCHES_TO_RETAIN
 from storage.records.record_batch import RecordBatchBuilder, iter_batches
 
@@ -115,6 +117,27 @@ def test_a_closed_broker_leaves_nothing_running_and_reopens_with_its_topics_and_
         assert values(second.leader("kept", 1).read(0, 1 << 20)) == [b"a", b"b"]
         with pytest.raises(UnknownTopicOrPartitionError):
             second.leader("gone", 0)
+    finally:
+        second.close()
+
+
+def test_a_partition_with_one_replica_reopened_behind_its_checkpointed_high_watermark_shows_its_whole_log(
+    tmp_path: Path,
+) -> None:
+    """A replica's log reopens at its replication-offset-checkpoint entry (here lowered to 1, as a crash between two
+    checkpoints leaves it) and waits for the controller's state: a leader alone in its ISR then commits its whole
+    log at once (Kafka's `makeLeader` then `maybeIncrementLeaderHW`), so a partition with one replica loses sight of
+    none of its records."""
+    first = InProcessBroker(tmp_path, nodes=1, properties=PROPERTIES)
+    first.controller.create_topic("alone", 1)
+    first.leader("alone", 0).append(batch(b"a", b"b", b"c"))
+    first.close()
+    OffsetCheckpointFile(tmp_path / "node-0" / file_names.REPLICATION_OFFSET_CHECKPOINT).write({("alone", 0): 1})
+    second = InProcessBroker(tmp_path, nodes=1, properties=PROPERTIES)
+    try:
+        leader = second.leader("alone", 0)
+        assert leader.offsets() == (0, 3, 3) and not leader.log.replicated
+        assert values(leader.read(0, 1 << 20)) == [b"a", b"b", b"c"]
     finally:
         second.close()
 

@@ -436,8 +436,9 @@ def test_resume_from_the_log_dirs_checkpoints_keeps_deleted_records_deleted(tmp_
     assert actor.delete_records(10) == 10
     OffsetCheckpointFile(tmp_path / file_names.LOG_START_OFFSET_CHECKPOINT).write({("t", 0): 10})
     OffsetCheckpointFile(tmp_path / file_names.RECOVERY_POINT_CHECKPOINT).write({("t", 0): 0, ("t", 1): 7})
+    OffsetCheckpointFile(tmp_path / file_names.REPLICATION_OFFSET_CHECKPOINT).write({("t", 0): 15})
     crash(actor._log)
-    assert checkpointed_offsets(folder) == (0, 10)
+    assert checkpointed_offsets(folder) == (0, 10, 15)
     resumed = open_actor(folder, resume=lambda: ResumePoint(None, *checkpointed_offsets(folder)))
     assert resumed.offsets() == (10, 15, 15)
     assert read_all(resumed, 10) == written[10:]

@@ -125,8 +125,8 @@ def test_a_follower_copies_the_leaders_log_through_the_channel(
                 ReplicaFetchRequest(TOPIC, 0, FOLLOWER, offset, max_bytes, max_wait_ms, EPOCH), TIMEOUT_S
             )
 
-        def epoch_end_offset(self, epoch: int) -> tuple[int, int, int]:
-            return leader.epoch_end_offset(epoch)
+        def epoch_end_offset(self, epoch: int) -> tuple[int, int]:
+            return leader.epoch_end_offset(epoch, EPOCH)
 
         def log_start_offset(self) -> int:
             return leader.offsets()[0]

@@ -578,6 +578,36 @@ def test_checkpoints_are_reloaded_after_a_clean_restart(dirs: list[Path], clock:
     assert [(offset, key) for offset, key, _ in kafka_records(directory / "t-0")] == oracle
 
 
+def test_a_kafka_log_dirs_replication_offset_checkpoint_is_where_replicated_logs_reopen(
+    tmp_path: Path, clock: MockClock, kafka_samples_dir: Path
+) -> None:
+    """A real Kafka log dir (one broker, `lsx1-0` ending at 14, its checkpoint `lsx1 0 14`), its checkpoint then
+    lowered to 9 in Kafka's text format, then removed: a factory whose logs replicate gets the entry (0 without one,
+    as Kafka's `Partition.createLog`) and the log opens there (`Log.open`); the plain in-process factory's logs are
+    their own only replica and open at their log end whatever it says."""
+    directory = tmp_path / "kafka-logs"
+    shutil.copytree(kafka_samples_dir / "BiggerBrain__kafka@0af19244" / "data", directory)
+    checkpoint = directory / file_names.REPLICATION_OFFSET_CHECKPOINT
+
+    def reopened(**overrides: object) -> tuple[int, int, int]:
+        manager = new_manager([directory], clock, cluster_id=None, node_id=0, **overrides)
+        manager.startup()
+        try:
+            log = manager.get_log("lsx1", 0)
+            assert log is not None
+            return log.log_start_offset, log.high_watermark, log.log_end_offset
+        finally:
+            crash(manager)
+
+    replicated = {"partitions": LocalPartitions(clock, replicated=True)}
+    assert reopened(**replicated) == (0, 14, 14)
+    checkpoint.write_text("0\n1\nlsx1 0 9\n")
+    assert reopened(**replicated) == (0, 9, 14)
+    assert reopened() == (0, 14, 14)
+    checkpoint.unlink()
+    assert reopened(**replicated) == (0, 0, 14)
+
+
 def test_deleting_a_log_rewrites_only_its_dirs_checkpoints(
     manager: LogManager, dirs: list[Path], clock: MockClock
 ) -> None:

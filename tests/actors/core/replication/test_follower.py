@@ -118,9 +118,9 @@ class LogLeader:
                 self.failed.append(method)
                 raise BrokerNotAvailableError(f"the leader's {method} failed on purpose")
 
-    def epoch_end_offset(self, epoch: int) -> tuple[int, int, int]:
+    def epoch_end_offset(self, epoch: int) -> tuple[int, int]:
         self._call("epoch_end_offset")
-        return (self.log.leader_epoch, *self.log.end_offset_for_epoch(epoch))
+        return self.log.end_offset_for_epoch(epoch)
 
     def replicate(self, offset: int, max_bytes: int, max_wait_ms: int) -> ReplicaFetch:
         self._call("replicate")

@@ -35,10 +35,21 @@ from storage.errors import (
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
     OffsetOutOfRangeError,
+    RaybrokerError,
     RequestTimedOutError,
+    UnknownLeaderEpochError,
 )
+from storage.logdir.partition_handles import reopen_as_replica
 from storage.partition.log import Log
-from tests.storage.builders import START_MS, batch_bytes, log_rows, open_log, simple_records
+from tests.storage.builders import (
+    START_MS,
+    batch_bytes,
+    batches_in,
+    config,
+    log_rows,
+    open_log,
+    simple_records,
+)
 
 TOPIC, PARTITION = "t", 0
 LAG_MS = 10_000
@@ -223,7 +234,7 @@ class HeldLink(LocalLeaderLink):
         self.held = threading.Event()
         self.release = threading.Event()
 
-    def epoch_end_offset(self, epoch: int) -> tuple[int, int, int]:
+    def epoch_end_offset(self, epoch: int) -> tuple[int, int]:
         answer = super().epoch_end_offset(epoch)
         if self.holding:
             self.holding = False
@@ -291,6 +302,46 @@ def test_the_high_watermark_is_the_smallest_log_end_offset_of_the_isr(replicas: 
     # c stays in the ISR (it has not lagged for replica.lag.time.max.ms yet) and holds the high watermark back.
     time.sleep(0.05)
     assert replicas.logs["a"].high_watermark == 4
+
+
+def written_log(folder: Path, clock: MockClock, epoch: int, count: int) -> Log:
+    """A log in `folder` led in `epoch`, holding `count` one-record batches."""
+    log = open_log(folder, clock)
+    log.become_leader(epoch)
+    for _ in range(count):
+        log.append(batch_bytes(simple_records(1, timestamp=clock.milliseconds())))
+    return log
+
+
+@pytest.mark.parametrize(("isr", "high_watermark_once_led"), [("abc", 4), ("a", 7)])
+def test_a_replica_reopened_at_its_checkpointed_high_watermark_commits_its_tail_once_the_isr_has_it(
+    tmp_path: Path, isr: str, high_watermark_once_led: int
+) -> None:
+    """Kafka's `Partition.createLog` then `makeLeader`: a replica whose log holds 7 records, 4 of them committed by
+    its replication-offset-checkpoint, reopens there and, elected leader with other in-sync replicas, keeps it until
+    they have fetched the tail (`maybeIncrementLeaderHW`); alone in the ISR it commits its whole log at once. Opened
+    at its log end instead, it would show consumers 3 records no other replica may have."""
+    clock = MockClock(START_MS)
+    folder = tmp_path / "a" / f"{TOPIC}-{PARTITION}"
+    written_log(folder, clock, 1, 7).close()
+    log = Log.open(folder, config(), clock=clock)
+    reopen_as_replica(log, 4)
+    replica = Replica(log, "a", SETTINGS, LogChanges(), controller=RecordedController(), isr_checks=False)
+    try:
+        assert (log.high_watermark, log.log_end_offset) == (4, 7)
+        replica.update(state("a", isr, epoch=2))
+        assert log.high_watermark == high_watermark_once_led
+        committed = batches_in(log.read(0, 100_000, isolation="high_watermark").records)
+        assert [record.offset for batch in committed for record in batch.records()] == list(range(log.high_watermark))
+        if isr == "abc":
+            replica.replicate("b", 7, 1024, 0, 2)
+            replica.replicate("c", 6, 1024, 0, 2)
+            assert log.high_watermark == 6
+            replica.replicate("c", 7, 1024, 0, 2)
+        assert log.high_watermark == 7
+    finally:
+        replica.stop(BrokerNotAvailableError("closed"), join_timeout_s=DEADLINE_S)
+        log.close()
 
 
 def test_a_follower_lagging_longer_than_replica_lag_time_max_ms_is_asked_out_of_the_isr(replicas: Replicas) -> None:
@@ -434,6 +485,82 @@ def test_a_followers_fetch_is_fenced_by_leader_epoch_and_checked(replicas: Repli
         leader.replicate("b", "0", 1024, 0, 3)  # type: ignore[arg-type]
     with pytest.raises(NotLeaderOrFollowerError):
         replicas.by_node["b"].replicate("c", 0, 1024, 0, 3)
+
+
+def test_epoch_end_offset_answers_only_as_the_leader_in_the_callers_leader_epoch(replicas: Replicas) -> None:
+    """Kafka's `Partition.lastOffsetForLeaderEpoch` (KIP-320): the caller's current leader epoch is checked first,
+    older FENCED_LEADER_EPOCH and newer UNKNOWN_LEADER_EPOCH, -1 not at all; then only the leader answers."""
+    replicas.tell(state("a", "abc", epoch=3))
+    replicas.append("a", 4)
+    leader = replicas.by_node["a"]
+    assert leader.epoch_end_offset(3, 3) == leader.epoch_end_offset(3) == (3, 4)
+    assert leader.epoch_end_offset(1, 3) == (1, 0)
+    with pytest.raises(FencedLeaderEpochError):
+        leader.epoch_end_offset(3, 2)
+    with pytest.raises(UnknownLeaderEpochError):
+        leader.epoch_end_offset(3, 4)
+    with pytest.raises(NotLeaderOrFollowerError):
+        replicas.by_node["b"].epoch_end_offset(3, 3)
+    with pytest.raises(InvalidRequestError):
+        leader.epoch_end_offset(3, "3")  # type: ignore[arg-type]
+
+
+class AnswersKept(LocalLeaderLink):
+    """A follower's link that keeps what each `epoch_end_offset` answered: the answer, or the error's type."""
+
+    def __init__(self, state: LeaderAndIsr, me: str, find_replica: Callable[[str, int, str], Replica]) -> None:
+        super().__init__(state, me, find_replica)
+        self.answers: list[object] = []
+
+    def epoch_end_offset(self, epoch: int) -> tuple[int, int]:
+        try:
+            answer = super().epoch_end_offset(epoch)
+        except RaybrokerError as exc:
+            self.answers.append(type(exc))
+            raise
+        self.answers.append(answer)
+        return answer
+
+
+@pytest.mark.parametrize(
+    ("a_told", "c_told", "error"),
+    [
+        # c missed the state in which a leads in epoch 3: a fences it.
+        (state("a", "ac", epoch=3, replicas="ac"), state("a", "ac", epoch=2, replicas="ac"), FencedLeaderEpochError),
+        # c is told first that a leads in epoch 3; a still follows b in epoch 2.
+        (state("b", "abc", epoch=2), state("a", "ac", epoch=3, replicas="ac"), UnknownLeaderEpochError),
+    ],
+    ids=["fenced", "unknown"],
+)
+def test_a_follower_truncates_nothing_by_a_replica_that_does_not_lead_in_its_epoch(
+    tmp_path: Path, a_told: LeaderAndIsr, c_told: LeaderAndIsr, error: type[RaybrokerError]
+) -> None:
+    """Follower c holds 8 records of epoch 2, replica a only 5 of them (as a lagging follower does). Asked where
+    epoch 2 ends, a's log says 5; but a does not lead in the epoch c follows it in, so c must not cut its log by
+    that answer (the 3 records may be committed by the leader a lags behind): it backs off and asks again. Kafka's
+    fetcher likewise truncates only on an answer without error, and drops a fenced partition until its next state."""
+    clock = MockClock(START_MS)
+    a_log = written_log(tmp_path / "a" / f"{TOPIC}-{PARTITION}", clock, 2, 5)
+    c_log = written_log(tmp_path / "c" / f"{TOPIC}-{PARTITION}", clock, 2, 8)
+    a = Replica(a_log, "a", SETTINGS, LogChanges(), controller=RecordedController(), isr_checks=False)
+    links: list[AnswersKept] = []
+
+    def link(state: LeaderAndIsr) -> AnswersKept:
+        links.append(AnswersKept(state, "c", lambda topic, partition, node: a))
+        return links[-1]
+
+    c = Replica(c_log, "c", SETTINGS, LogChanges(), controller=RecordedController(), leader_link=link, isr_checks=False)
+    try:
+        a.update(a_told)
+        c.update(c_told)
+        wait_until(lambda: len(links[0].answers) >= 2, "c to ask a twice")
+        assert links[0].answers[:2] == [error, error]
+        assert c_log.log_end_offset == 8
+    finally:
+        for replica in (c, a):
+            replica.stop(BrokerNotAvailableError("closed"), join_timeout_s=DEADLINE_S)
+        a_log.close()
+        c_log.close()
 
 
 def test_a_stopped_replica_raises_its_stop_error_and_its_threads_end(replicas: Replicas) -> None:
