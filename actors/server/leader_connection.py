@@ -16,8 +16,12 @@ from actors.replica_fetch_frames import ReplicaFetchRequest, decode_answer, enco
 from actors.server.replica_channel import ReplicaChannelAddress
 from storage.errors import InvalidRequestError, RaybrokerError
 
-# How long connecting to a leader's channel may take (Kafka's `socket.connection.setup.timeout.ms` default).
-CONNECTION_SETUP_TIMEOUT_S = 10.0
+# How long connecting to a leader's channel may take. The kernels of the two nodes complete a connection without
+# either process being scheduled, so within a cluster this is a millisecond even on loaded cores; a channel whose
+# port a firewall between the nodes drops (one open only to Ray's own ports) is given up after this, and the link
+# fetches with Ray calls. Kafka's `socket.connection.setup.timeout.ms` default (10 s) is a client's, over any
+# network, and would hold a follower that long after each leader change.
+CONNECTION_SETUP_TIMEOUT_S = 1.0
 # The largest answer a follower reads: a fetch answers at most its max bytes, or one batch larger than that, and a
 # batch is at most a request.
 ANSWER_MAX_BYTES = SOCKET_REQUEST_MAX_BYTES + 64
