@@ -297,8 +297,9 @@ class Replica:
         """A follower's fetch (Kafka's Fetch from a replica): records `offset` as the follower's log end offset,
         moves the high watermark, grows the ISR when the follower caught up, then answers the batches from
         `offset` (up to the log end, waiting up to `max_wait_ms` for some). `FencedLeaderEpochError` or
-        `NotLeaderOrFollowerError` when the follower's epoch is not this leader's; `OffsetOutOfRangeError` outside
-        the log."""
+        `UnknownLeaderEpochError` when the follower's epoch is older or newer than this leader's (Kafka's answers to
+        a follower's Fetch, KIP-320), `NotLeaderOrFollowerError` when this replica does not lead or the follower is
+        no replica of it; `OffsetOutOfRangeError` outside the log."""
         for name, value in (("offset", offset), ("max_bytes", max_bytes), ("max_wait_ms", max_wait_ms)):
             if not is_int(value):
                 raise InvalidRequestError(f"{name} must be an int, not {type(value).__name__}")
@@ -309,7 +310,7 @@ class Replica:
             if leader is None:
                 raise NotLeaderOrFollowerError(f"{log.directory.name} is not the leader")
             if leader_epoch != leader.state.leader_epoch:
-                error = FencedLeaderEpochError if leader_epoch < leader.state.leader_epoch else NotLeaderOrFollowerError
+                error = FencedLeaderEpochError if leader_epoch < leader.state.leader_epoch else UnknownLeaderEpochError
                 raise error(f"{log.directory.name} leads in epoch {leader.state.leader_epoch}, not {leader_epoch}")
             if not log.log_start_offset <= offset <= log.log_end_offset:
                 raise OffsetOutOfRangeError(

@@ -29,8 +29,8 @@ from storage.errors import (
     BrokerNotAvailableError,
     FencedLeaderEpochError,
     InvalidRequestError,
-    NotLeaderOrFollowerError,
     OffsetOutOfRangeError,
+    UnknownLeaderEpochError,
 )
 from storage.partition.log import Log
 from tests.storage.builders import batch_bytes, kafka_decode, simple_records
@@ -158,7 +158,7 @@ def test_the_leaders_refusals_come_back_typed_and_the_connection_goes_on(
 ) -> None:
     with pytest.raises(FencedLeaderEpochError):
         connection.fetch(request(epoch=EPOCH - 1), TIMEOUT_S)
-    with pytest.raises(NotLeaderOrFollowerError):
+    with pytest.raises(UnknownLeaderEpochError):
         connection.fetch(request(epoch=EPOCH + 1), TIMEOUT_S)
     with pytest.raises(OffsetOutOfRangeError) as raised:
         connection.fetch(request(16), TIMEOUT_S)

@@ -475,7 +475,7 @@ def test_a_followers_fetch_is_fenced_by_leader_epoch_and_checked(replicas: Repli
     leader = replicas.by_node["a"]
     with pytest.raises(FencedLeaderEpochError):
         leader.replicate("b", 0, 1024, 0, 2)
-    with pytest.raises(NotLeaderOrFollowerError):
+    with pytest.raises(UnknownLeaderEpochError):
         leader.replicate("b", 0, 1024, 0, 4)
     with pytest.raises(NotLeaderOrFollowerError):
         leader.replicate("z", 0, 1024, 0, 3)
