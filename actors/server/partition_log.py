@@ -38,12 +38,17 @@ of the log. A folder where the file cannot be created serves without it (readers
 Same-node producers append without a call either: `append_channel` adds the partition to its process's append
 channel (`actors.server.append_channel`, a local socket) and names it; the channel runs `append` as a call would.
 
+Followers fetch without a call too: `replica_channel` adds the partition to its process's replica channel
+(`actors.server.replica_channel`, TCP on the node's address) and answers its address and token; the channel runs
+`Replica.replicate` as `replicate` does, and a follower's link (`_RayLeaderLink`) keeps a connection to it.
+
 Replication: the actor is one replica of its partition, and its role is the plain `Replica` (leading, following,
 the high watermark, ISR changes, `acks=all` waits; see `actors.core.replication.replica`). The controller tells it
 the partition's state (`update_replication`, also asked once after the log opens, so a restarted replica learns it
-again: before it serves if its log reopened with a tail past its checkpointed high watermark); followers fetch with
-`replicate` (in the `replication` group); `acks=all` is `append(batches, required_acks=-1)` followed by
-`await_replicated(info)`, so the write thread never waits for followers. Until the controller has told it anything,
+again: before it serves if its log reopened with a tail past its checkpointed high watermark); followers fetch over
+the replica channel, or with `replicate` (in the `replication` group) where it cannot be reached; `acks=all` is
+`append(batches, required_acks=-1)` followed by `await_replicated(info)`, so the write thread never waits for
+followers. Until the controller has told it anything,
 a replica leads alone, as every partition of a topic with one replica does; but a log found on disk (a broker or the
 actor restarting) keeps its high watermark at the checkpointed one until then, and moves it as Kafka's leader does
 once told its state: to the log end with no other replica in sync, else as its followers fetch. Its tail past the
