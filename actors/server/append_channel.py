@@ -44,10 +44,10 @@ from actors.append_frames import (
     encode_error,
 )
 from actors.server.local_sockets import listening_socket, peer_uid, same_user
+from actors.server.served_partitions import ServedPartitions
 from storage.errors import BrokerNotAvailableError, InvalidRequestError, RaybrokerError
 from storage.partition.log import LogAppendInfo
 from storage.records.layout import ControlRecordType
-from storage.topic_partition import TopicPartition
 
 logger = logging.getLogger(__name__)
 
@@ -84,8 +84,7 @@ class AppendChannel:
     """One process's listener for same-node appends; see the module docstring."""
 
     def __init__(self) -> None:
-        self._logs: dict[TopicPartition, ServedLog] = {}
-        self._lock = threading.Lock()
+        self._logs: ServedPartitions[ServedLog] = ServedPartitions()
         self._socket, self.address = listening_socket("append")
         # What each connection (by file descriptor) sent that is not yet a whole frame.
         self._reading: dict[int, _Reading] = {}
@@ -93,15 +92,12 @@ class AppendChannel:
 
     def serve(self, topic: str, partition: int, log: ServedLog) -> str:
         """Serves (topic, partition)'s frames with `log` from now on; returns the channel's address."""
-        with self._lock:
-            self._logs[(topic, partition)] = log
+        self._logs.serve(topic, partition, log)
         return self.address
 
     def stop_serving(self, topic: str, partition: int, log: ServedLog) -> None:
         """Stops serving (topic, partition) unless another log of it (a topic created again) serves it by now."""
-        with self._lock:
-            if self._logs.get((topic, partition)) is log:
-                del self._logs[(topic, partition)]
+        self._logs.stop_serving(topic, partition, log)
 
     def _serve_connections(self) -> None:
         """The channel's one thread: accepts connections and runs the whole frames each one has sent."""
@@ -206,7 +202,7 @@ class AppendChannel:
         except InvalidRequestError as exc:
             return encode_error(exc), False
         topic, partition = request.topic, request.partition
-        log = self._logs.get((topic, partition))
+        log = self._logs.get(topic, partition)
         if log is None:
             return encode_error(BrokerNotAvailableError(f"{topic}-{partition} is not served by this channel")), True
         try:

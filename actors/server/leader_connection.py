@@ -13,7 +13,7 @@ import socket
 from actors.append_frames import SIZE, SOCKET_REQUEST_MAX_BYTES
 from actors.core.replication.follower import ReplicaFetch
 from actors.replica_fetch_frames import ReplicaFetchRequest, decode_answer, encode_request
-from actors.server.replica_channel import ReplicaChannelAddress
+from actors.server.replica_channel import ReplicaChannelAddress, read_exactly
 from storage.errors import InvalidRequestError, RaybrokerError
 
 # How long connecting to a leader's channel may take. The kernels of the two nodes complete a connection without
@@ -51,10 +51,10 @@ class LeaderConnection:
         try:
             self._socket.settimeout(timeout_s)
             self._socket.sendall(encode_request(request))
-            (size,) = SIZE.unpack(self._read_exactly(SIZE.size))
+            (size,) = SIZE.unpack(read_exactly(self._socket, SIZE.size))
             if size > ANSWER_MAX_BYTES:
                 raise InvalidRequestError(f"a replica fetch answer of {size} bytes")
-            answer = decode_answer(self._read_exactly(size))
+            answer = decode_answer(read_exactly(self._socket, size))
         except (OSError, InvalidRequestError) as exc:
             self.close()
             raise ReplicaChannelError(f"a fetch from the replica channel failed: {exc}") from None
@@ -64,17 +64,6 @@ class LeaderConnection:
 
     def close(self) -> None:
         self._socket.close()
-
-    def _read_exactly(self, size: int) -> bytearray:
-        buffer = bytearray(size)
-        view = memoryview(buffer)
-        filled = 0
-        while filled < size:
-            count = self._socket.recv_into(view[filled:])
-            if count == 0:
-                raise ConnectionResetError("the replica channel closed the connection")
-            filled += count
-        return buffer
 
 
 __all__ = ["CONNECTION_SETUP_TIMEOUT_S", "LeaderConnection", "ReplicaChannelError"]

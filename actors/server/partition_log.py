@@ -48,11 +48,11 @@ the partition's state (`update_replication`, also asked once after the log opens
 again: before it serves if its log reopened with a tail past its checkpointed high watermark); followers fetch over
 the replica channel, or with `replicate` (in the `replication` group) where it cannot be reached; `acks=all` is
 `append(batches, required_acks=-1)` followed by `await_replicated(info)`, so the write thread never waits for
-followers. Until the controller has told it anything,
-a replica leads alone, as every partition of a topic with one replica does; but a log found on disk (a broker or the
-actor restarting) keeps its high watermark at the checkpointed one until then, and moves it as Kafka's leader does
-once told its state: to the log end with no other replica in sync, else as its followers fetch. Its tail past the
-checkpoint may be on no other replica, and must not be read as committed.
+followers. Until the controller has told it anything, a replica leads alone, as every partition of a topic with one
+replica does; but a log found on disk (a broker or the actor restarting) keeps its high watermark at the
+checkpointed one until then, and moves it as Kafka's leader does once told its state: to the log end with no other
+replica in sync, else as its followers fetch. Its tail past the checkpoint may be on no other replica, and must not
+be read as committed.
 
 A log that fails to open (an I/O error, a folder locked by another process) leaves the actor alive
 but failed: `ready` and every other call raise that typed error, so the log manager can tell a
@@ -845,7 +845,7 @@ class _RayLeaderLink:
         try:
             return connection.fetch(request, timeout_s)
         except ReplicaChannelError as exc:
-            self._connection = None
+            self.close()
             self._handle = None
             raise BrokerNotAvailableError(str(exc)) from None
         except BrokerNotAvailableError:

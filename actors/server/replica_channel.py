@@ -41,8 +41,8 @@ from actors.append_frames import SIZE, SOCKET_REQUEST_MAX_BYTES, encode_error
 from actors.core.replication.follower import ReplicaFetch
 from actors.replica_fetch_frames import TOKEN_BYTES, ReplicaFetchRequest, decode_request, encode_answer_head
 from actors.server.local_sockets import SOCKET_LISTEN_BACKLOG_SIZE
+from actors.server.served_partitions import ServedPartitions
 from storage.errors import BrokerNotAvailableError, InvalidRequestError, RaybrokerError
-from storage.topic_partition import TopicPartition
 
 logger = logging.getLogger(__name__)
 
@@ -70,16 +70,11 @@ class ReplicaChannelAddress:
         return f"ReplicaChannelAddress({self.host}:{self.port})"
 
 
-class _ConnectionClosed(Exception):
-    """The peer closed its connection, or sent what ends it."""
-
-
 class ReplicaChannel:
     """One process's listener for followers' fetches; see the module docstring."""
 
     def __init__(self, host: str) -> None:
-        self._fetches: dict[TopicPartition, FollowerFetch] = {}
-        self._lock = threading.Lock()
+        self._fetches: ServedPartitions[FollowerFetch] = ServedPartitions()
         self._socket = socket.create_server((host, 0), backlog=SOCKET_LISTEN_BACKLOG_SIZE)
         self.address = ReplicaChannelAddress(host, self._socket.getsockname()[1], secrets.token_bytes(TOKEN_BYTES))
         self._closed = False
@@ -87,15 +82,12 @@ class ReplicaChannel:
 
     def serve(self, topic: str, partition: int, fetch: FollowerFetch) -> ReplicaChannelAddress:
         """Answers (topic, partition)'s fetches with `fetch` from now on; returns the channel's address."""
-        with self._lock:
-            self._fetches[(topic, partition)] = fetch
+        self._fetches.serve(topic, partition, fetch)
         return self.address
 
     def stop_serving(self, topic: str, partition: int, fetch: FollowerFetch) -> None:
         """Stops serving (topic, partition) unless another log of it (a topic created again) serves it by now."""
-        with self._lock:
-            if self._fetches.get((topic, partition)) == fetch:
-                del self._fetches[(topic, partition)]
+        self._fetches.stop_serving(topic, partition, fetch)
 
     def close(self) -> None:
         """Stops accepting connections (those open end with their peers)."""
@@ -120,13 +112,13 @@ class ReplicaChannel:
         with connection:
             try:
                 connection.settimeout(REQUEST_TIMEOUT_S)
-                if not hmac.compare_digest(_read_exactly(connection, TOKEN_BYTES), self.address.token):
+                if not hmac.compare_digest(read_exactly(connection, TOKEN_BYTES), self.address.token):
                     logger.warning("replica channel: refused a connection that did not open with the token")
                     return
                 connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 while True:
                     connection.settimeout(CONNECTIONS_MAX_IDLE_S)
-                    (size,) = SIZE.unpack(_read_exactly(connection, SIZE.size))
+                    (size,) = SIZE.unpack(read_exactly(connection, SIZE.size))
                     if size > SOCKET_REQUEST_MAX_BYTES:
                         logger.warning(
                             "replica channel: closing a connection: a frame of %d bytes is over "
@@ -136,21 +128,21 @@ class ReplicaChannel:
                         )
                         return
                     connection.settimeout(REQUEST_TIMEOUT_S)
-                    body = _read_exactly(connection, size)
+                    body = read_exactly(connection, size)
                     try:
                         request = decode_request(body)
                     except InvalidRequestError as exc:
                         connection.sendall(encode_error(exc))
                         return
                     self._answer(connection, request)
-            except (_ConnectionClosed, OSError):
+            except OSError:
                 return
             except Exception:
                 logger.exception("replica channel: closing a connection after an unexpected error")
 
     def _answer(self, connection: socket.socket, request: ReplicaFetchRequest) -> None:
         """Runs one fetch and sends its answer: the head, then the records as the log read them."""
-        fetch = self._fetches.get((request.topic, request.partition))
+        fetch = self._fetches.get(request.topic, request.partition)
         if fetch is None:
             error = BrokerNotAvailableError(f"{request.topic}-{request.partition} is not served by this channel")
             connection.sendall(encode_error(error))
@@ -171,15 +163,16 @@ class ReplicaChannel:
             connection.sendall(answer.records)
 
 
-def _read_exactly(connection: socket.socket, size: int) -> bytearray:
-    """`size` bytes from `connection`; `_ConnectionClosed` if it ends first."""
+def read_exactly(connection: socket.socket, size: int) -> bytearray:
+    """`size` bytes from `connection` (both ends of the channel read this way); `ConnectionResetError` if it ends
+    first."""
     buffer = bytearray(size)
     view = memoryview(buffer)
     filled = 0
     while filled < size:
         count = connection.recv_into(view[filled:])
         if count == 0:
-            raise _ConnectionClosed
+            raise ConnectionResetError("the replica channel's connection ended inside a frame")
         filled += count
     return buffer
 
@@ -213,6 +206,7 @@ __all__ = [
     "FollowerFetch",
     "ReplicaChannel",
     "ReplicaChannelAddress",
+    "read_exactly",
     "serve",
     "stop_serving",
 ]
