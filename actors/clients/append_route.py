@@ -15,7 +15,9 @@ Python producer's sender (`actors.clients.sender`, from a thread of its own) and
 - Order: appends to one partition are submitted in the order they were asked for (`append` also while an earlier
   one still waits for its lookup on a worker thread); Ray runs one caller's calls to an actor in submission order
   and a channel answers in order, so the log gets a client's batches in its order, on which an idempotent
-  producer's sequence numbers depend.
+  producer's sequence numbers depend. After an idempotent producer's append failed with a retriable error, its later
+  appends to the partition are refused until the failed one is retried (`actors.clients.sequence_fence`): a route
+  looked up again meanwhile must not carry them to the new leader ahead of it.
 
 A thread that drives its own calls in flight (the sender) takes `leader(...)` (blocking on a lookup), then
 `send(...)`, which answers an `AppendCall` at once; an event loop awaits `append(...)`. Either way the answer is
@@ -33,6 +35,7 @@ from typing import Any
 
 from actors.calls import answer, call, finished
 from actors.clients.append_connection import AppendConnection, AppendConnections, AppendReply
+from actors.clients.sequence_fence import SequenceFences, batch_producer
 from actors.core.replication.replica import ACKS_ALL, ACKS_ALL_TIMEOUT_MS
 from actors.partition_lookup import leader_replica
 from storage.errors import BrokerNotAvailableError, RaybrokerError
@@ -103,6 +106,7 @@ class AppendRoute:
         self._leaders: dict[PartitionKey, PartitionLeader] = {}
         # The last append of each partition still waiting to be submitted (`append`): the next one waits for it.
         self._submitting: dict[PartitionKey, asyncio.Future[None]] = {}
+        self._fences = SequenceFences()
 
     def leader(self, topic: str, partition: int) -> PartitionLeader:
         """The partition's leader as last found, or looked up now (blocking: Ray's name service, the controller).
@@ -141,14 +145,18 @@ class AppendRoute:
         self, topic: str, partition: int, batches: bytes, acks: int, timeout_ms: int = ACKS_ALL_TIMEOUT_MS
     ) -> LogAppendInfo:
         """`send` for an event loop: submitted after every earlier `append` of the partition, the lookup run on a
-        worker thread; answers the partition's `LogAppendInfo` or raises its typed error."""
+        worker thread; answers the partition's `LogAppendInfo` or raises its typed error (`NotLeaderOrFollowerError`,
+        unsent, for an idempotent producer's append behind a failed one of its own: see the module docstring)."""
         key = (topic, partition)
+        producer = batch_producer(batches)
         previous = self._submitting.get(key)
         submitted: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._submitting[key] = submitted
         try:
             if previous is not None:
                 await asyncio.shield(previous)
+            if producer is not None:
+                self._fences.check(key, producer)
             leader = self._leaders.get(key)
             if leader is None:
                 leader = await asyncio.to_thread(self.leader, topic, partition)
@@ -157,7 +165,12 @@ class AppendRoute:
             submitted.set_result(None)
             if self._submitting.get(key) is submitted:
                 del self._submitting[key]
-        return await appended.async_result()
+        try:
+            return await appended.async_result()
+        except RaybrokerError as exc:
+            if producer is not None:
+                self._fences.failed(key, producer, exc)
+            raise
 
     def forget(self, topic: str, partition: int, leader: PartitionLeader | None = None) -> None:
         """Looks the partition up again at its next append (only if `leader` is still the one kept, when given)."""

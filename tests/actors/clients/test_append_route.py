@@ -1,15 +1,17 @@
 """The append route on a real broker: a partition whose actor went away is looked up again after the retriable
-failure. The oracle is the list of batches appended, read back from the partition."""
+failure, and an idempotent producer's later appends wait for the retry of the failed one. The oracle is the list of
+batches appended, read back from the partition."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
 import pytest
 
-from storage.errors import BrokerNotAvailableError
-from storage.records.record_batch import iter_batches
+from storage.errors import BrokerNotAvailableError, NotLeaderOrFollowerError
+from storage.records.record_batch import RecordBatchBuilder, iter_batches
 from tests.conftest import ONE_ACTOR_PER_PARTITION
 from tests.storage.builders import simple_batch
 
@@ -73,3 +75,40 @@ def test_a_partition_whose_actor_went_away_is_looked_up_again(broker: Any) -> No
     finally:
         route.close()
     assert read_back(broker, "recreated", 0) == [b"k3-0"]
+
+
+def idempotent_batch(sequence: int) -> bytes:
+    builder = RecordBatchBuilder(producer_id=4_242, producer_epoch=0, base_sequence=sequence)
+    builder.append(f"seq-{sequence}".encode(), b"v", timestamp=1)
+    return builder.build()
+
+
+def test_an_idempotent_producers_appends_wait_for_the_retry_of_a_failed_one(broker: Any) -> None:
+    """The route's leader goes away between two appends of a pipeline: the first fails (retriable), and the second,
+    sent after the failure, must not reach the new leader before the first's retry. A new log takes a producer it
+    does not know from any sequence, so without the fence sequence 2 would be written first and the retry of 1
+    refused as out of order (what the listener's clients saw in a failover)."""
+    from actors import Admin
+    from actors.clients.append_route import AppendRoute
+
+    admin = Admin(broker)
+    admin.create_topic("fenced", 1)
+    route = AppendRoute()
+
+    def append(sequence: int) -> int:
+        return asyncio.run(route.append("fenced", 0, idempotent_batch(sequence), 1)).first_offset
+
+    try:
+        assert append(0) == 0
+        admin.delete_topic("fenced")
+        admin.create_topic("fenced", 1)
+        with pytest.raises(BrokerNotAvailableError):
+            append(1)
+        with pytest.raises(NotLeaderOrFollowerError):
+            append(2)
+        assert end_offset(broker, "fenced") == 0, "the fenced append was not sent"
+        assert append(1) == 0
+        assert append(2) == 1
+    finally:
+        route.close()
+    assert read_back(broker, "fenced", 0) == [b"seq-1", b"seq-2"]
