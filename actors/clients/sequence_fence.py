@@ -105,9 +105,13 @@ class SequenceFences:
         )
 
     def failed(self, key: PartitionKey, producer: BatchProducer, error: RaybrokerError) -> None:
-        """Records the failure of `producer`'s append to `key`: a retriable one fences the later appends."""
+        """Records the failure of `producer`'s append to `key`: a retriable one fences the later appends. Expired
+        fences are dropped first: a producer that retried through another listener never lifts its fence here."""
         if not error.retriable:
             return
+        now_s = self._clock()
+        for stale in [name for name, fence in self._fences.items() if now_s - fence.since_s >= self._expiry_s]:
+            del self._fences[stale]
         fence_key = (*key, producer.producer_id)
         fence = self._fences.get(fence_key)
         if (
@@ -116,4 +120,4 @@ class SequenceFences:
             and not _after(fence.sequence, producer.first_sequence)
         ):
             return
-        self._fences[fence_key] = _Fence(producer.producer_epoch, producer.first_sequence, self._clock())
+        self._fences[fence_key] = _Fence(producer.producer_epoch, producer.first_sequence, now_s)

@@ -135,3 +135,15 @@ def test_sequences_wrap_at_int32_max() -> None:
     assert not refused(fences, producer(LAST_SEQUENCE - 3))
     wrapped = fenced_at(2)
     assert not refused(wrapped, producer(LAST_SEQUENCE)), "2**31 - 1 comes before 2"
+
+
+def test_expired_fences_are_dropped_when_another_append_fails() -> None:
+    """A producer whose retry went through another listener never comes back to lift its fence here."""
+    clock = Clock()
+    fences = SequenceFences(clock=clock)
+    for partition in range(100):
+        fences.failed(("orders", partition), producer(10), BrokerNotAvailableError("failover"))
+    clock.now_s += FENCE_EXPIRY_S
+    fences.failed(KEY, producer(102), BrokerNotAvailableError("the next failover"))
+    assert list(fences._fences) == [(*KEY, 7)]
+    assert refused(fences, producer(103))
