@@ -16,10 +16,11 @@ client then resets its position with ListOffsets), and so on; the others still a
 Leader epochs (`current_leader_epoch`, Fetch v9+, KIP-320): the epoch of the leader the client's metadata names is
 checked first against the partition leader's (`actors.core.replication.replica.check_current_leader_epoch`), as
 Kafka's `Partition.localLogWithEpochOrThrow`: older answers FENCED_LEADER_EPOCH (74), newer UNKNOWN_LEADER_EPOCH
-(75), both without records, and the client refreshes its metadata; -1 is not checked. A fetch waiting for bytes
-checks it again each time it looks, so a leader change ends the wait. The Ray view compares it with the epoch its
-partition's process publishes when it answers from its local view of the log, and passes it to the partition's
-actor when it calls it anyway (`cluster.protocol.ray_broker_view`).
+(75), both without records, and the client refreshes its metadata; -1 (any negative epoch, as Kafka's
+`FetchRequest` reads it) is not checked. A fetch waiting for bytes checks it again each time it looks, so a leader
+change ends the wait. The Ray view compares it with the epoch its partition's process publishes when it answers from
+its local view of the log, and passes it to the partition's actor when it calls it anyway
+(`cluster.protocol.ray_broker_view`).
 
 Offsets: records are served up to the leader's high watermark (every in-sync replica has them; with one replica
 it is the log end). Isolation (`isolation_level`, Fetch v4+): a READ_COMMITTED (1) fetch is served only up to the
@@ -249,8 +250,9 @@ class FetchHandler:
 
 
 def _requested(body: Any, uses_topic_ids: bool, topic_names: Mapping[uuid.UUID, str]) -> list[PartitionRequest]:
-    """The request's partitions, each with the leader epoch its client knows (v9+, -1 before); from v13 each topic
-    id resolved to its name (None when unknown)."""
+    """The request's partitions, each with the leader epoch its client knows (v9+; -1, not checked, before and for
+    any negative epoch, as Kafka's `FetchRequest` reads it); from v13 each topic id resolved to its name (None when
+    unknown)."""
     requested = []
     for topic in body.topics:
         topic_id = (topic.topic_id or ZERO_UUID) if uses_topic_ids else ZERO_UUID
@@ -263,7 +265,7 @@ def _requested(body: Any, uses_topic_ids: bool, topic_names: Mapping[uuid.UUID, 
                     part.partition,
                     part.fetch_offset,
                     part.partition_max_bytes,
-                    getattr(part, "current_leader_epoch", UNDEFINED_EPOCH),
+                    max(getattr(part, "current_leader_epoch", UNDEFINED_EPOCH), UNDEFINED_EPOCH),
                 )
             )
     return requested

@@ -12,7 +12,8 @@ request's version, answers UNSUPPORTED_VERSION (35), as Kafka's `ReplicaManager`
 
 The leader epoch the client knows (`current_leader_epoch`, v4+, KIP-320) is checked first against the partition
 leader's, as Fetch checks it (`cluster.protocol.handlers.fetch`): older answers FENCED_LEADER_EPOCH (74), newer
-UNKNOWN_LEADER_EPOCH (75), -1 is not checked.
+UNKNOWN_LEADER_EPOCH (75). Only -1 is not checked: another negative epoch is older than any, as Kafka's `KafkaApis`
+reads it (unlike Fetch, which checks no negative epoch).
 
 A partition named more than once in one request answers INVALID_REQUEST (42) each time, as Kafka's.
 

@@ -276,6 +276,7 @@ def test_no_session_is_opened_without_a_cache_slot(view: LocalBrokerView) -> Non
 # Partition 0 of `re_elected` is led in epoch 1: the `current_leader_epoch` a client sends for it, and its answer.
 FENCING = [
     (-1, ErrorCode.none),  # not checked
+    (-2, ErrorCode.none),  # not checked either: Kafka's `FetchRequest` reads every negative epoch as none
     (1, ErrorCode.none),  # the leader's epoch
     (0, ErrorCode.fenced_leader_epoch),  # the client's metadata names the lost leader
     (2, ErrorCode.unknown_leader_epoch),  # an epoch the leader has not been told of

@@ -125,6 +125,7 @@ FENCING = [
     (-1, ErrorCode.none),  # not checked
     (1, ErrorCode.none),  # the leader's epoch
     (0, ErrorCode.fenced_leader_epoch),  # the client's metadata names the lost leader
+    (-2, ErrorCode.fenced_leader_epoch),  # only -1 is "not checked" here, as in Kafka's `KafkaApis`
     (2, ErrorCode.unknown_leader_epoch),  # an epoch the leader has not been told of
 ]
 
