@@ -4,6 +4,8 @@ answer Kafka's session errors; every served version encodes."""
 
 from __future__ import annotations
 
+import threading
+import time
 import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -51,6 +53,7 @@ class Fetcher:
         forgotten: Iterable[tuple[str, int]] = (),
         ids: Mapping[str, uuid.UUID] | None = None,
         leader_epochs: Mapping[tuple[str, int], int] | None = None,
+        max_wait_ms: int = 0,
     ) -> tuple[Any, dict[tuple[str, int], Any]]:
         """The decoded answer and its partitions; `ids` names topics the broker may not know (v13+), and
         `leader_epochs` the `current_leader_epoch` of partitions (v9+; -1 for the others)."""
@@ -77,7 +80,7 @@ class Fetcher:
             {
                 "cluster_id": None,
                 "replica_id": -1,
-                "max_wait": 0,
+                "max_wait": max_wait_ms,
                 "min_bytes": 1,
                 "max_bytes": max_bytes,
                 "isolation_level": 0,
@@ -332,3 +335,28 @@ def test_a_session_keeps_each_partitions_leader_epoch_until_it_is_listed_again(r
     _, answers = client(12, {("led", 0): 0}, session_id=session, epoch=2, leader_epochs={("led", 0): 1})
     assert answers[("led", 0)].error_code == ErrorCode.none
     assert [offset for offset, *_ in records_of(answers[("led", 0)].records)] == [0, 1]
+
+
+def test_a_fetch_waiting_for_bytes_is_fenced_as_soon_as_the_leader_changes(re_elected: LocalBrokerView) -> None:
+    """A fetch waiting at the end of partition 0 in its leader's epoch (1) looks again when the partition's role
+    changes: leadership going back to the restarted preferred replica (epoch 2) answers FENCED_LEADER_EPOCH at once,
+    as Kafka's `DelayedFetch` completes on an epoch change, not when its 10 s wait is up."""
+    broker = re_elected.broker
+    state = broker.controller.partition_state("led", 0)
+    (preferred,) = [node for node in state.replicas if node != state.leader]
+    broker.restart_node(preferred)
+    deadline = time.monotonic() + 10
+    while preferred not in broker.controller.partition_state("led", 0).isr:
+        assert time.monotonic() < deadline, "the restarted replica never rejoined the ISR"
+        time.sleep(0.01)
+    election = threading.Timer(0.2, broker.controller.rebalance_leaders)
+    started = time.monotonic()
+    election.start()
+    try:
+        _, answers = Fetcher(re_elected)(12, {("led", 0): 0}, leader_epochs={("led", 0): 1}, max_wait_ms=10_000)
+    finally:
+        election.join()
+    waited_s = time.monotonic() - started
+    assert broker.controller.partition_state("led", 0).leader_epoch == 2
+    assert answers[("led", 0)].error_code == ErrorCode.fenced_leader_epoch
+    assert waited_s < 5
