@@ -411,7 +411,8 @@ def _from_view(
     """The fetch answered from the partition `key`'s view now: its bytes (a region of the segment file to `sendfile`
     from `SENDFILE_MIN_BYTES` on, read here below) with the published offsets; None when the view cannot answer or
     the file named is no longer the one located. The client's `current_leader_epoch` is checked against the epoch
-    published with those offsets (`check_current_leader_epoch`, as the actor checks it), before any file is opened."""
+    published with those offsets (`check_current_leader_epoch`, as the actor checks it), before the bytes are read
+    or a region of them opened."""
     read: LocalRead | None = view.read(offset, max_bytes, isolation)
     if read is None:
         return None
