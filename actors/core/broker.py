@@ -138,8 +138,11 @@ class ServedPartition:
             return info
         return self.replica.await_replicated(info, timeout_ms)
 
-    def check_leader(self) -> Log:
-        """The log, for a client read: a follower refuses it (Kafka's NOT_LEADER_OR_FOLLOWER)."""
+    def check_leader(self, current_leader_epoch: int = UNDEFINED_EPOCH) -> Log:
+        """The log, for a client read (Kafka's `Partition.localLogWithEpochOrThrow`): the client's
+        `current_leader_epoch` is checked first (`Replica.check_current_leader_epoch`; -1: not checked), then a
+        follower refuses the read (Kafka's NOT_LEADER_OR_FOLLOWER)."""
+        self.replica.check_current_leader_epoch(current_leader_epoch)
         if self.replica.following:
             raise NotLeaderOrFollowerError(f"{self.log.directory.name} is a follower")
         self.replica.check_append(1)
@@ -161,23 +164,33 @@ class ServedPartition:
         """Whole batches from `offset` up to the high watermark."""
         return bytes(self.fetch(offset, max_bytes).records)
 
-    def fetch(self, offset: int, max_bytes: int, isolation: str = "high_watermark") -> FetchDataInfo:
+    def fetch(
+        self,
+        offset: int,
+        max_bytes: int,
+        isolation: str = "high_watermark",
+        current_leader_epoch: int = UNDEFINED_EPOCH,
+    ) -> FetchDataInfo:
         """`read`'s batches, or with `isolation="txn_committed"` (a read_committed consumer) those below the last
-        stable offset, with the aborted transactions overlapping them."""
-        return self.check_leader().read(offset, max_bytes, isolation=isolation)
+        stable offset, with the aborted transactions overlapping them; fenced by `current_leader_epoch`
+        (`check_leader`)."""
+        return self.check_leader(current_leader_epoch).read(offset, max_bytes, isolation=isolation)
 
     def offsets(self) -> tuple[int, int, int]:
         """(log start offset, high watermark, log end offset)."""
         log = self.check_leader()
         return log.log_start_offset, log.high_watermark, log.log_end_offset
 
-    def list_offset(self, timestamp: int, isolation: str = "high_watermark") -> TimestampAndOffset | None:
-        return self.check_leader().list_offset(timestamp, isolation)
+    def list_offset(
+        self, timestamp: int, isolation: str = "high_watermark", current_leader_epoch: int = UNDEFINED_EPOCH
+    ) -> TimestampAndOffset | None:
+        """Kafka's ListOffsets for a consumer at `isolation` (`Log.list_offset`), fenced by `current_leader_epoch`
+        (`check_leader`)."""
+        return self.check_leader(current_leader_epoch).list_offset(timestamp, isolation)
 
     def leader_epoch(self) -> int:
-        """The leader epoch the controller elected this replica in (its log's before any state)."""
-        state = self.replica.state
-        return self.log.leader_epoch if state is None else state.leader_epoch
+        """The leader epoch the controller elected this replica in (`Replica.leader_epoch`)."""
+        return self.replica.leader_epoch
 
     def epoch_end_offset(self, epoch: int, current_leader_epoch: int = UNDEFINED_EPOCH) -> tuple[int, int]:
         """OffsetForLeaderEpoch, fenced by the caller's `current_leader_epoch` (`Replica.epoch_end_offset`)."""

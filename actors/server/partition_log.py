@@ -445,8 +445,11 @@ class PartitionLogActor:
         """The controller's latest state of this partition as this replica knows it (None before any)."""
         return self._replica.state if self._replica is not None else None
 
-    def _check_leader(self) -> None:
-        """Client reads go to the leader: a follower refuses them (Kafka's NOT_LEADER_OR_FOLLOWER)."""
+    def _check_leader(self, current_leader_epoch: int = UNDEFINED_EPOCH) -> None:
+        """A client read (Kafka's `Partition.localLogWithEpochOrThrow`): the client's `current_leader_epoch` is
+        checked first (`Replica.check_current_leader_epoch`; -1: not checked), then a follower refuses the read
+        (Kafka's NOT_LEADER_OR_FOLLOWER)."""
+        self._role.check_current_leader_epoch(current_leader_epoch)
         if self._role.following:
             raise NotLeaderOrFollowerError(f"{self._opened_log.directory.name} is a follower")
 
@@ -535,11 +538,13 @@ class PartitionLogActor:
         max_wait_ms: int = 0,
         min_bytes: int = 1,
         isolation: str = "high_watermark",
+        current_leader_epoch: int = UNDEFINED_EPOCH,
     ) -> FetchResult:
         """`read` plus the offsets a consumer needs to know where the end is; with `max_wait_ms` > 0 a long poll
         that waits up to that long for `min_bytes` (see the module docstring). `isolation` is the consumer's:
         `high_watermark` (read_uncommitted) or `txn_committed` (read_committed: up to the last stable offset, with
-        the aborted transactions; a long poll then waits for bytes below the last stable offset).
+        the aborted transactions; a long poll then waits for bytes below the last stable offset). Each look is
+        fenced by the client's `current_leader_epoch` (`_check_leader`).
 
         With `zero_copy` the bytes are mapped from the page cache (`storage.partition.file_slices`) rather than read
         into a new `bytes`, and travel out of band (`pickle.PickleBuffer`): Ray copies them into its object store
@@ -549,7 +554,7 @@ class PartitionLogActor:
         checked_max_bytes = _checked_max_bytes(max_bytes)
         checked_isolation = _checked_isolation(isolation)
         result = self._long_poll(
-            lambda: self._fetch_now(offset, checked_max_bytes, zero_copy, checked_isolation),
+            lambda: self._fetch_now(offset, checked_max_bytes, zero_copy, checked_isolation, current_leader_epoch),
             lambda answer: memoryview(answer.records).nbytes,
             max_wait_ms,
             min_bytes,
@@ -558,8 +563,10 @@ class PartitionLogActor:
             return replace(result, records=pickle.PickleBuffer(result.records))
         return result
 
-    def _fetch_now(self, offset: int, max_bytes: int, zero_copy: bool, isolation: str) -> FetchResult:
-        self._check_leader()
+    def _fetch_now(
+        self, offset: int, max_bytes: int, zero_copy: bool, isolation: str, current_leader_epoch: int
+    ) -> FetchResult:
+        self._check_leader(current_leader_epoch)
         log = self._log
         records: bytes | memoryview | None = None
         aborted: tuple[AbortedTxn, ...] | None = None
@@ -586,15 +593,16 @@ class PartitionLogActor:
         max_wait_ms: int = 0,
         min_bytes: int = 1,
         isolation: str = "high_watermark",
+        current_leader_epoch: int = UNDEFINED_EPOCH,
     ) -> FileSlices:
         """Where the bytes `fetch(offset, max_bytes, isolation=isolation)` would return lie on disk, and with
         `max_slices` > 1 those of the following segments too, `max_bytes` in all (see `actors.clients.local_fetch`);
-        a long poll as `fetch`'s with `max_wait_ms` > 0."""
+        a long poll as `fetch`'s with `max_wait_ms` > 0, fenced by `current_leader_epoch` as `fetch` is."""
         checked_max_bytes = _checked_max_bytes(max_bytes)
         checked_isolation = _checked_isolation(isolation)
 
         def located() -> FileSlices:
-            self._check_leader()
+            self._check_leader(current_leader_epoch)
             log = self._log
             found = locate_file_slices(log, offset, checked_max_bytes, max_slices, isolation=checked_isolation)
             committed = checked_isolation == "txn_committed"
@@ -641,10 +649,15 @@ class PartitionLogActor:
             self._long_poll_slots.release()
 
     @ray.method(concurrency_group=READ_GROUP)
-    def list_offset(self, timestamp: int, isolation: str = "high_watermark") -> TimestampAndOffset | None:
+    def list_offset(
+        self, timestamp: int, isolation: str = "high_watermark", current_leader_epoch: int = UNDEFINED_EPOCH
+    ) -> TimestampAndOffset | None:
         """Kafka's ListOffsets for a consumer at `isolation`: a timestamp, or -2 earliest, -1 latest, -3 max
-        timestamp (`storage.partition.log.Log.list_offset`)."""
-        return self._log.list_offset(timestamp, _checked_isolation(isolation))
+        timestamp (`storage.partition.log.Log.list_offset`); only the leader answers, fenced by the client's
+        `current_leader_epoch` (`_check_leader`)."""
+        checked_isolation = _checked_isolation(isolation)
+        self._check_leader(current_leader_epoch)
+        return self._log.list_offset(timestamp, checked_isolation)
 
     @ray.method(concurrency_group=READ_GROUP)
     def offsets(self) -> tuple[int, int, int]:

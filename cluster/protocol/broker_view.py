@@ -21,6 +21,7 @@ from typing import Protocol
 from actors.core.controller.topic_metadata import AdvertisedListener, TopicMetadata
 from cluster.protocol.file_region import FileRegion
 from storage.kafka_uuid import ZERO_UUID
+from storage.partition.leader_epoch_cache import UNDEFINED_EPOCH
 from storage.partition.log import LogAppendInfo
 from storage.partition.producer_state import ActiveProducer
 from storage.records.file_records import TimestampAndOffset
@@ -220,18 +221,27 @@ class BrokerView(Protocol):
         max_wait_ms: int,
         min_bytes: int,
         isolation: str = "high_watermark",
+        current_leader_epoch: int = UNDEFINED_EPOCH,
     ) -> FetchedRecords:
         """Batches from `offset`, at most `max_bytes` but at least one batch, below the high watermark or, with
         `isolation="txn_committed"` (read_committed), below the last stable offset; with `max_wait_ms` > 0 waits up
-        to that long for `min_bytes` to be there. `OffsetOutOfRangeError` outside log start..log end."""
+        to that long for `min_bytes` to be there. `OffsetOutOfRangeError` outside log start..log end;
+        `FencedLeaderEpochError` or `UnknownLeaderEpochError` when `current_leader_epoch` (-1: not checked) is older
+        or newer than the leader's, checked before anything else, and again each time a waiting fetch looks."""
         ...
 
     async def list_offset(
-        self, topic: str, partition: int, timestamp: int, isolation: str = "high_watermark"
+        self,
+        topic: str,
+        partition: int,
+        timestamp: int,
+        isolation: str = "high_watermark",
+        current_leader_epoch: int = UNDEFINED_EPOCH,
     ) -> TimestampAndOffset | None:
         """Kafka's ListOffsets for one partition at `isolation`: -2 earliest, -1 latest (the high watermark, or the
         last stable offset for `txn_committed`), -3 max timestamp, or the first record at or after a timestamp in
-        ms, below that same bound; None when no record qualifies."""
+        ms, below that same bound; None when no record qualifies. Only the leader answers, after checking
+        `current_leader_epoch` as `fetch` does."""
         ...
 
     async def allocate_producer_id(self) -> int:

@@ -58,6 +58,7 @@ from dataclasses import dataclass, replace
 from enum import IntEnum
 
 from storage.clock import Clock
+from storage.partition.leader_epoch_cache import UNDEFINED_EPOCH
 
 INVALID_SESSION_ID = 0
 INITIAL_EPOCH = 0
@@ -102,13 +103,16 @@ def is_full(epoch: int) -> bool:
 @dataclass(frozen=True, slots=True)
 class PartitionRequest:
     """One partition a fetch asks for: its topic id (`ZERO_UUID` before v13), its topic name (None for an id the
-    broker does not know), and where and how much to read."""
+    broker does not know), where and how much to read, and the leader epoch the client knows (v9+; -1: not
+    checked), which a session keeps with the position until a request lists the partition again, as Kafka's
+    `CachedPartition` does."""
 
     topic_id: uuid.UUID
     topic: str | None
     partition: int
     fetch_offset: int
     max_bytes: int
+    current_leader_epoch: int = UNDEFINED_EPOCH
 
     def key(self, uses_topic_ids: bool) -> PartitionKey:
         return (self.topic_id, self.partition) if uses_topic_ids else (self.topic or "", self.partition)

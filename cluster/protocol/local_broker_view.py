@@ -28,6 +28,7 @@ from cluster.protocol.broker_view import (
 )
 from cluster.protocol.file_region import SENDFILE_MIN_BYTES, FileRegion, open_region
 from storage.partition.file_slices import locate_file_slices, located_aborted_transactions
+from storage.partition.leader_epoch_cache import UNDEFINED_EPOCH
 from storage.partition.log import LogAppendInfo
 from storage.partition.producer_state import ActiveProducer
 from storage.records.file_records import TimestampAndOffset
@@ -131,17 +132,21 @@ class LocalBrokerView:
         max_wait_ms: int,
         min_bytes: int,
         isolation: str = "high_watermark",
+        current_leader_epoch: int = UNDEFINED_EPOCH,
     ) -> FetchedRecords:
         leader = self._leader(topic, partition)
-        log = leader.check_leader()
+        log = leader.check_leader(current_leader_epoch)
         if max_wait_ms > 0:
 
             def available() -> int:
-                located = locate_file_slices(log, offset, max_bytes, isolation=isolation)
+                # Each look checks the epoch again: a leader change ends the wait with the client fenced.
+                located = locate_file_slices(
+                    leader.check_leader(current_leader_epoch), offset, max_bytes, isolation=isolation
+                )
                 return sum(found.length for found in located)
 
             await asyncio.to_thread(leader.wait_for_bytes, offset, min_bytes, max_wait_ms, available)
-            log = leader.check_leader()
+            log = leader.check_leader(current_leader_epoch)
         located = locate_file_slices(log, offset, max_bytes, isolation=isolation)
         if located and located[0].length >= SENDFILE_MIN_BYTES:
             region: FileRegion | None = open_region(located[0])
@@ -149,15 +154,20 @@ class LocalBrokerView:
                 committed = isolation == "txn_committed"
                 aborted = located_aborted_transactions(log, offset, located) if committed else None
                 return FetchedRecords(region, log.high_watermark, log.log_start_offset, log.last_stable_offset, aborted)
-        read = leader.fetch(offset, max_bytes, isolation)
+        read = leader.fetch(offset, max_bytes, isolation, current_leader_epoch)
         return FetchedRecords(
             read.records, log.high_watermark, log.log_start_offset, log.last_stable_offset, read.aborted_transactions
         )
 
     async def list_offset(
-        self, topic: str, partition: int, timestamp: int, isolation: str = "high_watermark"
+        self,
+        topic: str,
+        partition: int,
+        timestamp: int,
+        isolation: str = "high_watermark",
+        current_leader_epoch: int = UNDEFINED_EPOCH,
     ) -> TimestampAndOffset | None:
-        return self._leader(topic, partition).list_offset(timestamp, isolation)
+        return self._leader(topic, partition).list_offset(timestamp, isolation, current_leader_epoch)
 
     async def allocate_producer_id(self) -> int:
         return self.broker.controller.allocate_producer_id()

@@ -24,6 +24,12 @@ a datagram from the partition's process after each change it publishes, to this 
 the partition by one Ray call), then reads the view again. A partition found on another node is fetched through its
 actor from then on.
 
+A client's `current_leader_epoch` (Fetch and ListOffsets, KIP-320) costs no call of its own: a fetch the view answers
+compares it with the leader epoch published with the offsets it answers (each look of a waiting fetch again), and a
+call the fetch or ListOffsets makes anyway carries it to the actor, which checks it first
+(`actors.core.replication.replica.check_current_leader_epoch` in both places). A fenced epoch keeps the partition's
+handle and view: the client's metadata is what is stale, or the replica is told of the new epoch soon.
+
 Appends go the way every client's appends go (`actors.clients.append_route`): to the partition's leader over its
 append channel when it is on this node and alone, else as a Ray call followed, for `acks=-1` with followers, by the
 wait for replication; one partition's appends are submitted in the order `append` was called, also while an earlier
@@ -50,6 +56,7 @@ from actors.clients.broker import Broker
 from actors.clients.change_watcher import ChangeWatcher
 from actors.clients.local_fetch import LocatedRead
 from actors.core.controller.topic_metadata import AdvertisedListener, TopicMetadata
+from actors.core.replication.replica import check_current_leader_epoch
 from actors.partition_lookup import partition_actor
 from actors.server.partition_log import FetchResult, FileSlices
 from cluster.protocol.broker_view import (
@@ -63,8 +70,9 @@ from cluster.protocol.broker_view import (
     topic_info,
 )
 from cluster.protocol.file_region import SENDFILE_MIN_BYTES, FileRegion, open_region
-from storage.errors import RaybrokerError
+from storage.errors import FencedLeaderEpochError, RaybrokerError, UnknownLeaderEpochError
 from storage.partition.file_slices import FileSlice, open_located, read_located
+from storage.partition.leader_epoch_cache import UNDEFINED_EPOCH
 from storage.partition.local_log_view import LocalLogView, LocalRead
 from storage.partition.log import LogAppendInfo
 from storage.partition.producer_state import ActiveProducer
@@ -214,12 +222,15 @@ class RayBrokerView:
         max_wait_ms: int,
         min_bytes: int,
         isolation: str = "high_watermark",
+        current_leader_epoch: int = UNDEFINED_EPOCH,
     ) -> FetchedRecords:
         key = (topic, partition)
         view = self._views.get(key)
         if view is not None:
             deadline = time.monotonic() + max(max_wait_ms, 0) / 1000
-            answer = await self._from_view_waiting(key, view, offset, max_bytes, deadline, min_bytes, isolation)
+            answer = await self._from_view_waiting(
+                key, view, offset, max_bytes, deadline, min_bytes, isolation, current_leader_epoch
+            )
             if answer is not None:
                 return answer
             max_wait_ms = max(0, int((deadline - time.monotonic()) * 1000))
@@ -228,14 +239,23 @@ class RayBrokerView:
             epoch = None if view is None else view.leader_epoch()
             _counts["located"] += 1
             located: FileSlices = await self._call(
-                topic, partition, "locate", offset, max_bytes, 1, max_wait_ms, min_bytes, isolation
+                topic,
+                partition,
+                "locate",
+                offset,
+                max_bytes,
+                1,
+                max_wait_ms,
+                min_bytes,
+                isolation,
+                current_leader_epoch=current_leader_epoch,
             )
             if located.node_id == self._node:
                 if view is None:
                     self._open_view(key, located.high_watermark_file)
                 elif epoch is not None and located.slices:
                     view.learn(offset, located.slices[0], epoch)
-                    answer = _from_view(view, offset, max_bytes, isolation)
+                    answer = _from_view(key, view, offset, max_bytes, isolation, current_leader_epoch)
                     if answer is not None and answer.records:
                         return answer
             records = read.read(located)
@@ -261,6 +281,7 @@ class RayBrokerView:
             max_wait_ms=max_wait_ms,
             min_bytes=min_bytes,
             isolation=isolation,
+            current_leader_epoch=current_leader_epoch,
         )
         return FetchedRecords(
             bytes(result.records),
@@ -279,17 +300,19 @@ class RayBrokerView:
         deadline: float,
         min_bytes: int,
         isolation: str,
+        current_leader_epoch: int,
     ) -> FetchedRecords | None:
         """The fetch answered from the partition's view, once `min_bytes` are there or at `deadline` (monotonic),
-        woken by the partition's change notices (`actors.clients.change_watcher`); None when the view cannot
-        answer. The first wait names this listener's watcher to the partition (one Ray call). A wait that heard
-        nothing for `NOTICE_SILENCE_S` looks again, and bytes found then, without a notice, make the next wait name
-        the watcher again (its notices were lost: a restarted partition process knows no watchers)."""
+        woken by the partition's change notices (`actors.clients.change_watcher`), each look fenced by the client's
+        `current_leader_epoch` (`_from_view`); None when the view cannot answer. The first wait names this
+        listener's watcher to the partition (one Ray call). A wait that heard nothing for `NOTICE_SILENCE_S` looks
+        again, and bytes found then, without a notice, make the next wait name the watcher again (its notices were
+        lost: a restarted partition process knows no watchers)."""
         watcher = self._change_watcher()
         noticed = True
         while True:
             seen = watcher.count(*key)
-            answer = _from_view(view, offset, max_bytes, isolation)
+            answer = _from_view(key, view, offset, max_bytes, isolation, current_leader_epoch)
             if answer is None:
                 return None
             if answer.records and not noticed:
@@ -323,19 +346,26 @@ class RayBrokerView:
                 self._views[key] = view
 
     async def list_offset(
-        self, topic: str, partition: int, timestamp: int, isolation: str = "high_watermark"
+        self,
+        topic: str,
+        partition: int,
+        timestamp: int,
+        isolation: str = "high_watermark",
+        current_leader_epoch: int = UNDEFINED_EPOCH,
     ) -> TimestampAndOffset | None:
-        return await self._call(topic, partition, "list_offset", timestamp, isolation)
+        return await self._call(topic, partition, "list_offset", timestamp, isolation, current_leader_epoch)
 
     async def allocate_producer_id(self) -> int:
         return await answer(self._controller.allocate_producer_id.remote())
 
     async def _call(self, topic: str, partition: int, method: str, *args: Any, **kwargs: Any) -> Any:
+        """The partition actor's `method`; a retriable error forgets its handle and view, except a client's leader
+        epoch fenced (the client's metadata, not the handle, is stale; or the replica learns the epoch soon)."""
         handle = await self._handle(topic, partition)
         try:
             return await answer(getattr(handle, method).remote(*args, **kwargs))
         except RaybrokerError as exc:
-            if exc.retriable:
+            if exc.retriable and not isinstance(exc, FencedLeaderEpochError | UnknownLeaderEpochError):
                 self._drop((topic, partition))
             raise
 
@@ -375,13 +405,18 @@ class RayBrokerView:
         return handle
 
 
-def _from_view(view: LocalLogView, offset: int, max_bytes: int, isolation: str) -> FetchedRecords | None:
-    """The fetch answered from the partition's view now: its bytes (a region of the segment file to `sendfile` from
-    `SENDFILE_MIN_BYTES` on, read here below) with the published offsets; None when the view cannot answer or the
-    file named is no longer the one located."""
+def _from_view(
+    key: tuple[str, int], view: LocalLogView, offset: int, max_bytes: int, isolation: str, current_leader_epoch: int
+) -> FetchedRecords | None:
+    """The fetch answered from the partition `key`'s view now: its bytes (a region of the segment file to `sendfile`
+    from `SENDFILE_MIN_BYTES` on, read here below) with the published offsets; None when the view cannot answer or
+    the file named is no longer the one located. The client's `current_leader_epoch` is checked against the epoch
+    published with those offsets (`check_current_leader_epoch`, as the actor checks it), before the bytes are read
+    or a region of them opened."""
     read: LocalRead | None = view.read(offset, max_bytes, isolation)
     if read is None:
         return None
+    check_current_leader_epoch(current_leader_epoch, read.leader_epoch, f"{key[0]}-{key[1]}")
     records = b"" if read.file_slice is None else _records_at(read.file_slice)
     if records is None:
         return None

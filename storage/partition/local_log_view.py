@@ -117,8 +117,9 @@ class _Listing:
 @dataclass(frozen=True, slots=True)
 class LocalRead:
     """A fetch answered from the view: `file_slice` (None when there is nothing to read) with the published offsets,
-    the aborted transactions overlapping it at read_committed (None at read_uncommitted), and the offset after the
-    last whole batch of the slice (`offset` itself when it is empty)."""
+    the aborted transactions overlapping it at read_committed (None at read_uncommitted), the offset after the
+    last whole batch of the slice (`offset` itself when it is empty), and the leader epoch published with those
+    offsets (the one a client's `current_leader_epoch` is checked against, without asking the owner)."""
 
     file_slice: FileSlice | None
     high_watermark: int
@@ -127,6 +128,7 @@ class LocalRead:
     last_stable_offset: int
     aborted_transactions: tuple[AbortedTxn, ...] | None
     next_offset: int
+    leader_epoch: int
 
 
 class LocalLogView:
@@ -484,6 +486,7 @@ def _answer(
         published.last_stable_offset,
         aborted,
         next_offset,
+        published.leader_epoch,
     )
 
 

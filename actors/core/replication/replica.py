@@ -7,7 +7,8 @@ last one (by leader epoch, then version) is ignored, and so is one that does not
 - As the leader it takes appends (`check_append`; with `acks=all` only while at least `min.insync.replicas` replicas are
   in sync, `NotEnoughReplicasError`; as Kafka's `effectiveMinIsr`, a `min.insync.replicas` above the partition's replica
   count counts as that count, so a one-replica topic takes `acks=all` whatever it says), answers its followers' fetches
-  (`replicate`) and OffsetsForLeaderEpoch (`epoch_end_offset`, fenced by the caller's leader epoch), moves the high
+  (`replicate`) and OffsetsForLeaderEpoch (`epoch_end_offset`), fences a client's read whose `current_leader_epoch`
+  is not its own (`check_current_leader_epoch`: Fetch, ListOffsets and OffsetsForLeaderEpoch, KIP-320), moves the high
   watermark to the smallest log end offset of the ISR (`actors.core.replication.leader_state.LeaderState`; with no
   other replica, to its log end at once, as a log reopened at its checkpointed high watermark learns it is alone), and
   asks the controller to grow the ISR when a follower caught up and to shrink it when a follower lagged more than
@@ -333,27 +334,33 @@ class Replica:
                 return ReplicaFetch(bytes(records), log.high_watermark, log.log_start_offset, log.log_end_offset)
             self._changes.wait(seen, deadline)
 
+    @property
+    def leader_epoch(self) -> int:
+        """The leader epoch the controller elected this replica in (its log's before any state): the epoch a
+        client's `current_leader_epoch` is checked against, and the one the partition publishes to same-node
+        readers."""
+        state = self._state
+        return self.log.leader_epoch if state is None else state.leader_epoch
+
+    def check_current_leader_epoch(self, current_leader_epoch: int) -> None:
+        """A client's `current_leader_epoch` (Fetch, ListOffsets, OffsetsForLeaderEpoch) against this replica's
+        `leader_epoch` (`check_current_leader_epoch`, the module's function); the first check of every client read,
+        before the one that only the leader answers, as Kafka's `Partition.localLogWithEpochOrThrow`."""
+        self._check_open()
+        check_current_leader_epoch(current_leader_epoch, self.leader_epoch, self.log.directory.name)
+
     def epoch_end_offset(self, epoch: int, current_leader_epoch: int = UNDEFINED_EPOCH) -> tuple[int, int]:
         """OffsetsForLeaderEpoch (Kafka's `Partition.lastOffsetForLeaderEpoch`): `(epoch, end offset)` of `epoch` in
-        this leader's log (`Log.end_offset_for_epoch`). The caller's `current_leader_epoch`, the epoch of the leader
-        it knows (-1: not checked), is checked first against the epoch the controller elected this replica in (its
-        log's before any state): older is `FencedLeaderEpochError`, newer `UnknownLeaderEpochError` (KIP-320). Then
-        only the leader answers (`NotLeaderOrFollowerError`). A follower thus truncates only by the answer of the
-        leader it follows, in the epoch it follows it in: a replica that no longer leads, or leads but has not been
-        told of that epoch yet, may lack records the follower has and that are committed."""
-        if not is_int(current_leader_epoch):
-            raise InvalidRequestError(f"a leader epoch must be an int, not {type(current_leader_epoch).__name__}")
-        self._check_open()
+        this leader's log (`Log.end_offset_for_epoch`). The caller's `current_leader_epoch` is checked first
+        (`check_current_leader_epoch`). Then only the leader answers (`NotLeaderOrFollowerError`). A follower thus
+        truncates only by the answer of the leader it follows, in the epoch it follows it in: a replica that no
+        longer leads, or leads but has not been told of that epoch yet, may lack records the follower has and that
+        are committed."""
         with self._lock:
+            self.check_current_leader_epoch(current_leader_epoch)
             state = self._state
-            own_epoch = self.log.leader_epoch if state is None else state.leader_epoch
-            name = self.log.directory.name
-            if current_leader_epoch != UNDEFINED_EPOCH and current_leader_epoch < own_epoch:
-                raise FencedLeaderEpochError(f"{name} is in leader epoch {own_epoch}, not {current_leader_epoch}")
-            if current_leader_epoch != UNDEFINED_EPOCH and current_leader_epoch > own_epoch:
-                raise UnknownLeaderEpochError(f"{name} is in leader epoch {own_epoch}, not {current_leader_epoch}")
             if self.following or (state is not None and state.leader != self.node):
-                raise NotLeaderOrFollowerError(f"{name} is not the leader")
+                raise NotLeaderOrFollowerError(f"{self.log.directory.name} is not the leader")
             return self.log.end_offset_for_epoch(epoch)
 
     def await_replicated(self, info: LogAppendInfo, timeout_ms: int = ACKS_ALL_TIMEOUT_MS) -> LogAppendInfo:
@@ -406,6 +413,19 @@ class Replica:
                 fetcher.join(join_timeout_s)
             if isr_thread is not None:
                 isr_thread.join(join_timeout_s)
+
+
+def check_current_leader_epoch(current_leader_epoch: int, leader_epoch: int, partition: str) -> None:
+    """Kafka's `Partition.checkCurrentLeaderEpoch` (KIP-320): a client's `current_leader_epoch`, the epoch of the
+    leader its metadata names, against `leader_epoch`, the epoch of `partition`'s replica it reached. -1 is not
+    checked; an older epoch is `FencedLeaderEpochError` (the client's metadata is stale), a newer one
+    `UnknownLeaderEpochError` (the replica has not been told of that epoch yet); both are retriable."""
+    if not is_int(current_leader_epoch):
+        raise InvalidRequestError(f"a leader epoch must be an int, not {type(current_leader_epoch).__name__}")
+    if current_leader_epoch in (UNDEFINED_EPOCH, leader_epoch):
+        return
+    error = FencedLeaderEpochError if current_leader_epoch < leader_epoch else UnknownLeaderEpochError
+    raise error(f"{partition} is in leader epoch {leader_epoch}, not {current_leader_epoch}")
 
 
 def _effective_min_isr(log: Log, state: LeaderAndIsr | None) -> int:

@@ -13,6 +13,15 @@ first one that gets data wakes the request, which answers once `min_bytes` are t
 Partitions are read concurrently, each with its own error: UNKNOWN_TOPIC_OR_PARTITION, OFFSET_OUT_OF_RANGE (the
 client then resets its position with ListOffsets), and so on; the others still answer.
 
+Leader epochs (`current_leader_epoch`, Fetch v9+, KIP-320): the epoch of the leader the client's metadata names is
+checked first against the partition leader's (`actors.core.replication.replica.check_current_leader_epoch`), as
+Kafka's `Partition.localLogWithEpochOrThrow`: older answers FENCED_LEADER_EPOCH (74), newer UNKNOWN_LEADER_EPOCH
+(75), both without records, and the client refreshes its metadata; -1 (any negative epoch, as Kafka's
+`FetchRequest` reads it) is not checked. A fetch waiting for bytes checks it again each time it looks, so a leader
+change ends the wait. The Ray view compares it with the epoch its partition's process publishes when it answers from
+its local view of the log, and passes it to the partition's actor when it calls it anyway
+(`cluster.protocol.ray_broker_view`).
+
 Offsets: records are served up to the leader's high watermark (every in-sync replica has them; with one replica
 it is the log end). Isolation (`isolation_level`, Fetch v4+): a READ_COMMITTED (1) fetch is served only up to the
 last stable offset (the first offset of the oldest transaction still open, or whose marker the high watermark has
@@ -79,6 +88,7 @@ from cluster.protocol.security.access import AccessControl
 from storage.clock import SYSTEM_CLOCK
 from storage.errors import RaybrokerError, UnknownTopicIdError
 from storage.kafka_uuid import ZERO_UUID, uuid_text
+from storage.partition.leader_epoch_cache import UNDEFINED_EPOCH
 
 FETCH_KEY = 1
 NO_PREFERRED_READ_REPLICA = -1
@@ -226,21 +236,37 @@ class FetchHandler:
         assert fetch.topic is not None, "only partitions of known topics are read"
         try:
             return await self._view.fetch(
-                fetch.topic, fetch.partition, fetch.fetch_offset, fetch.max_bytes, max_wait_ms, min_bytes, isolation
+                fetch.topic,
+                fetch.partition,
+                fetch.fetch_offset,
+                fetch.max_bytes,
+                max_wait_ms,
+                min_bytes,
+                isolation,
+                fetch.current_leader_epoch,
             )
         except RaybrokerError as exc:
             return exc
 
 
 def _requested(body: Any, uses_topic_ids: bool, topic_names: Mapping[uuid.UUID, str]) -> list[PartitionRequest]:
-    """The request's partitions; from v13 each topic id resolved to its name (None when unknown)."""
+    """The request's partitions, each with the leader epoch its client knows (v9+; -1, not checked, before and for
+    any negative epoch, as Kafka's `FetchRequest` reads it); from v13 each topic id resolved to its name (None when
+    unknown)."""
     requested = []
     for topic in body.topics:
         topic_id = (topic.topic_id or ZERO_UUID) if uses_topic_ids else ZERO_UUID
         name = topic_names.get(topic_id) if uses_topic_ids else topic.topic
         for part in topic.partitions:
             requested.append(
-                PartitionRequest(topic_id, name, part.partition, part.fetch_offset, part.partition_max_bytes)
+                PartitionRequest(
+                    topic_id,
+                    name,
+                    part.partition,
+                    part.fetch_offset,
+                    part.partition_max_bytes,
+                    max(getattr(part, "current_leader_epoch", UNDEFINED_EPOCH), UNDEFINED_EPOCH),
+                )
             )
     return requested
 

@@ -7,7 +7,13 @@ timestamp -1, as Kafka answers for a topic without tiered storage), or a time in
 timestamp is at or after it). A timestamp or -3 names only a record below that same bound, the one a consumer at
 that isolation level could fetch (Kafka's `Partition.fetchOffsetForTimestamp`). When no record qualifies the answer
 is offset -1 and timestamp -1, as Kafka's. A negative timestamp that is no sentinel, or a sentinel older than the
-request's version, answers UNSUPPORTED_VERSION (35), as Kafka's `ReplicaManager`. Leader epochs are -1 (unknown).
+request's version, answers UNSUPPORTED_VERSION (35), as Kafka's `ReplicaManager`. The leader epochs answered are
+-1 (unknown).
+
+The leader epoch the client knows (`current_leader_epoch`, v4+, KIP-320) is checked first against the partition
+leader's, as Fetch checks it (`cluster.protocol.handlers.fetch`): older answers FENCED_LEADER_EPOCH (74), newer
+UNKNOWN_LEADER_EPOCH (75). Only -1 is not checked: another negative epoch is older than any, as Kafka's `KafkaApis`
+reads it (unlike Fetch, which checks no negative epoch).
 
 A partition named more than once in one request answers INVALID_REQUEST (42) each time, as Kafka's.
 
@@ -31,6 +37,7 @@ from cluster.protocol.handlers.authorization import authorized_names
 from cluster.protocol.messages import build
 from cluster.protocol.security.access import AccessControl
 from storage.errors import RaybrokerError
+from storage.partition.leader_epoch_cache import UNDEFINED_EPOCH
 
 LIST_OFFSETS_KEY = 2
 UNKNOWN = -1
@@ -53,8 +60,9 @@ class ListOffsetsHandler:
         # v0-1 have no isolation level: they list as read_uncommitted.
         committed = getattr(request.body, "isolation_level", 0) == READ_COMMITTED
         isolation = "txn_committed" if committed else "high_watermark"
+        # v0-3 have no current leader epoch: not checked.
         wanted = [
-            (topic.name, part.partition_index, part.timestamp)
+            (topic.name, part.partition_index, part.timestamp, getattr(part, "current_leader_epoch", UNDEFINED_EPOCH))
             for topic in request.body.topics
             for part in topic.partitions
         ]
@@ -62,7 +70,7 @@ class ListOffsetsHandler:
             self._access, request.context, AclOperation.DESCRIBE, ResourceType.TOPIC, (each[0] for each in wanted)
         )
         version = request.api_version
-        named = Counter((topic, partition) for topic, partition, _ in wanted)
+        named = Counter((topic, partition) for topic, partition, *_ in wanted)
         answers = await asyncio.gather(
             *(
                 _failed(each[1], ErrorCode.invalid_request)
@@ -74,14 +82,16 @@ class ListOffsetsHandler:
             )
         )
         topics: dict[str, list[dict[str, Any]]] = {}
-        for (topic, _, _), answer in zip(wanted, answers, strict=True):
+        for (topic, *_), answer in zip(wanted, answers, strict=True):
             topics.setdefault(topic, []).append(answer)
         return build(
             response_schema(LIST_OFFSETS_KEY, request.api_version),
             {"throttle_time": 0, "topics": [{"name": name, "partitions": parts} for name, parts in topics.items()]},
         )
 
-    async def _list(self, topic: str, partition: int, timestamp: int, isolation: str, version: int) -> dict[str, Any]:
+    async def _list(
+        self, topic: str, partition: int, timestamp: int, current_leader_epoch: int, isolation: str, version: int
+    ) -> dict[str, Any]:
         answer: dict[str, Any] = {"partition_index": partition, "leader_epoch": UNKNOWN}
         if timestamp < 0 and version < SENTINEL_MIN_VERSION.get(timestamp, version + 1):
             return {**answer, "error_code": ErrorCode.unsupported_version, "timestamp": UNKNOWN, "offset": UNKNOWN}
@@ -89,11 +99,12 @@ class ListOffsetsHandler:
             timestamp = EARLIEST_TIMESTAMP
         try:
             if timestamp == LATEST_TIERED_TIMESTAMP:
-                # Kafka checks the partition (its leader, its epoch) and then answers "none" without tiered storage.
-                await self._view.offsets(topic, partition)
+                # Kafka checks the partition (its leader, the client's epoch) and then answers "none" without tiered
+                # storage: the lookup of the earliest offset makes the same checks.
+                await self._view.list_offset(topic, partition, EARLIEST_TIMESTAMP, isolation, current_leader_epoch)
                 found = None
             else:
-                found = await self._view.list_offset(topic, partition, timestamp, isolation)
+                found = await self._view.list_offset(topic, partition, timestamp, isolation, current_leader_epoch)
         except RaybrokerError as exc:
             return {**answer, "error_code": error_code(exc), "timestamp": UNKNOWN, "offset": UNKNOWN}
         if found is None:

@@ -15,7 +15,7 @@ from benchmarks.kafka_broker import KafkaBroker, KafkaUnavailable
 from cluster.protocol.local_broker_view import LocalBrokerView
 from cluster.protocol.local_group_view import LocalGroupView
 from cluster.protocol.security.local_security_view import LocalSecurityView
-from tests.cluster.protocol.helpers import start_broker
+from tests.cluster.protocol.helpers import run, start_broker
 from tests.conftest import skip_or_fail
 
 
@@ -45,6 +45,24 @@ def broker(tmp_path: Path) -> Iterator[InProcessBroker]:
 @pytest.fixture
 def view(broker: InProcessBroker) -> LocalBrokerView:
     return LocalBrokerView(broker)
+
+
+@pytest.fixture
+def re_elected(tmp_path: Path) -> Iterator[LocalBrokerView]:
+    """A broker on two nodes whose topic `led` has two partitions replicated on both, after the node leading
+    partition 0 was lost: partition 0 is led by the other node in leader epoch 1 (the epoch Metadata reports), and
+    partition 1, led there from the start, is still in epoch 0. The view is the surviving node's listener's."""
+    running = start_broker(tmp_path / "re-elected", nodes=2)
+    try:
+        run(LocalBrokerView(running).create_topic("led", 2, replication_factor=2))
+        lost = running.controller.partition_state("led", 0).leader
+        running.lose_node(lost)
+        states = [running.controller.partition_state("led", partition) for partition in range(2)]
+        assert [state.leader_epoch for state in states] == [1, 0]
+        assert states[0].leader == states[1].leader != lost
+        yield LocalBrokerView(running, states[0].leader)
+    finally:
+        running.close()
 
 
 @pytest.fixture

@@ -433,6 +433,90 @@ def test_offset_for_leader_epoch_is_answered_from_the_partition_actors_epoch_cac
     assert answers == [(ErrorCode.none, 0, end), (ErrorCode.unknown_leader_epoch, -1, -1)]
 
 
+def test_fetch_and_list_offsets_fence_a_client_leader_epoch_in_the_listeners_view_and_in_the_actor(
+    listener: KafkaListener,
+) -> None:
+    """A new partition is led in epoch 0. Fetch v12 with epoch 1 (newer) answers UNKNOWN_LEADER_EPOCH from the
+    partition's actor before the listener has a view of its log, and from the view once it has one, without a Ray
+    call (no `locate`), while epoch 0 is answered from the view; ListOffsets v7, always the actor's call, answers
+    UNKNOWN_LEADER_EPOCH for 1 and FENCED_LEADER_EPOCH for -2 (below the leader's epoch; only -1 is not checked)."""
+    import socket
+
+    from kio.index import load_request_schema, load_response_schema
+    from kio.schema.errors import ErrorCode
+
+    from actors import Admin, Producer
+    from cluster.protocol.framing import decode_response, encode_request
+    from cluster.protocol.handlers.fetch import FETCH_KEY
+    from cluster.protocol.handlers.list_offsets import LIST_OFFSETS_KEY
+    from cluster.protocol.messages import build
+    from cluster.protocol.ray_broker_view import statistics
+    from tests.cluster.protocol.helpers import read_frame, records_of
+
+    topic, count = "fenced-epochs", 5
+    Admin().create_topic(topic, 1)
+    with Producer() as producer:
+        producer.send_many(topic, [b"v%d" % index for index in range(count)], partition=0).result()
+
+    def fetch(sock: socket.socket, epoch: int) -> tuple[ErrorCode, list[int]]:
+        body = {
+            "cluster_id": None,
+            "replica_id": -1,
+            "max_wait": 0,
+            "min_bytes": 1,
+            "max_bytes": 1 << 20,
+            "isolation_level": 0,
+            "session_id": 0,
+            "session_epoch": -1,
+            "topics": [
+                {
+                    "topic": topic,
+                    "partitions": [
+                        {
+                            "partition": 0,
+                            "current_leader_epoch": epoch,
+                            "fetch_offset": 0,
+                            "last_fetched_epoch": -1,
+                            "log_start_offset": -1,
+                            "partition_max_bytes": 1 << 20,
+                        }
+                    ],
+                }
+            ],
+            "forgotten_topics_data": [],
+            "rack_id": "",
+        }
+        sock.sendall(encode_request(FETCH_KEY, 12, "t", build(load_request_schema(FETCH_KEY, 12), body)))
+        _, response = decode_response(read_frame(sock), load_response_schema(FETCH_KEY, 12))
+        answer = response.responses[0].partitions[0]
+        return answer.error_code, [offset for offset, *_ in records_of(answer.records)]
+
+    def list_latest(sock: socket.socket, epoch: int) -> tuple[ErrorCode, int]:
+        partitions = [{"partition_index": 0, "current_leader_epoch": epoch, "timestamp": -1}]
+        body = {"replica_id": -1, "isolation_level": 0, "topics": [{"name": topic, "partitions": partitions}]}
+        sock.sendall(encode_request(LIST_OFFSETS_KEY, 7, "t", build(load_request_schema(LIST_OFFSETS_KEY, 7), body)))
+        _, response = decode_response(read_frame(sock), load_response_schema(LIST_OFFSETS_KEY, 7))
+        answer = response.topics[0].partitions[0]
+        return answer.error_code, answer.offset
+
+    everything = list(range(count))
+    with socket.create_connection(("127.0.0.1", listener.port), timeout=POLL_DEADLINE_S) as sock:
+        assert fetch(sock, 1) == (ErrorCode.unknown_leader_epoch, [])
+        # The first fetches locate the records and open the view; then the view answers.
+        for _ in range(3):
+            assert fetch(sock, 0) == (ErrorCode.none, everything)
+        before = statistics()
+        assert fetch(sock, 1) == (ErrorCode.unknown_leader_epoch, [])
+        assert fetch(sock, 0) == (ErrorCode.none, everything)
+        assert fetch(sock, -1) == (ErrorCode.none, everything)
+        after = statistics()
+        assert list_latest(sock, 1) == (ErrorCode.unknown_leader_epoch, -1)
+        assert list_latest(sock, -2) == (ErrorCode.fenced_leader_epoch, -1)
+        assert list_latest(sock, 0) == (ErrorCode.none, count)
+        assert list_latest(sock, -1) == (ErrorCode.none, count)
+    assert (after.view_reads - before.view_reads, after.located - before.located) == (2, 0)
+
+
 def test_a_listener_on_the_partitions_node_appends_over_their_channels_and_closes_them_when_stopped(
     listener: KafkaListener,
 ) -> None:

@@ -4,6 +4,8 @@ answer Kafka's session errors; every served version encodes."""
 
 from __future__ import annotations
 
+import threading
+import time
 import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -50,8 +52,11 @@ class Fetcher:
         epoch: int = -1,
         forgotten: Iterable[tuple[str, int]] = (),
         ids: Mapping[str, uuid.UUID] | None = None,
+        leader_epochs: Mapping[tuple[str, int], int] | None = None,
+        max_wait_ms: int = 0,
     ) -> tuple[Any, dict[tuple[str, int], Any]]:
-        """The decoded answer and its partitions; `ids` names topics the broker may not know (v13+)."""
+        """The decoded answer and its partitions; `ids` names topics the broker may not know (v13+), and
+        `leader_epochs` the `current_leader_epoch` of partitions (v9+; -1 for the others)."""
         names = dict(run(self.view.topic_names()))
         ids = {**{name: topic_id for topic_id, name in names.items()}, **(ids or {})}
         names.update({topic_id: name for name, topic_id in ids.items()})
@@ -60,7 +65,7 @@ class Fetcher:
             topics.setdefault(topic, []).append(
                 {
                     "partition": partition,
-                    "current_leader_epoch": -1,
+                    "current_leader_epoch": (leader_epochs or {}).get((topic, partition), -1),
                     "fetch_offset": offset,
                     "last_fetched_epoch": -1,
                     "log_start_offset": -1,
@@ -75,7 +80,7 @@ class Fetcher:
             {
                 "cluster_id": None,
                 "replica_id": -1,
-                "max_wait": 0,
+                "max_wait": max_wait_ms,
                 "min_bytes": 1,
                 "max_bytes": max_bytes,
                 "isolation_level": 0,
@@ -267,3 +272,91 @@ def test_no_session_is_opened_without_a_cache_slot(view: LocalBrokerView) -> Non
     run(view.create_topic("t", 1))
     decoded, answers = Fetcher(view, sessions=FetchSessionCache(0, MockClock()))(12, {("t", 0): 0}, epoch=0)
     assert (decoded.error_code, decoded.session_id, set(answers)) == (ErrorCode.none, 0, {("t", 0)})
+
+
+# --- leader epochs (KIP-320) -----------------------------------------------------------------------------------
+
+# Partition 0 of `re_elected` is led in epoch 1: the `current_leader_epoch` a client sends for it, and its answer.
+FENCING = [
+    (-1, ErrorCode.none),  # not checked
+    (-2, ErrorCode.none),  # not checked either: Kafka's `FetchRequest` reads every negative epoch as none
+    (1, ErrorCode.none),  # the leader's epoch
+    (0, ErrorCode.fenced_leader_epoch),  # the client's metadata names the lost leader
+    (2, ErrorCode.unknown_leader_epoch),  # an epoch the leader has not been told of
+]
+
+
+def fill_led(view: LocalBrokerView) -> None:
+    """Two records in each partition of `re_elected`'s topic, written by their leaders now."""
+    for partition in range(2):
+        run(view.append("led", partition, batch([(b"k", b"v", 1000), (b"k", b"w", 1001)])))
+
+
+@pytest.mark.parametrize("version", [v for v in VERSIONS if v >= 9])
+@pytest.mark.parametrize(("current_leader_epoch", "error"), FENCING)
+def test_a_client_leader_epoch_older_or_newer_than_the_leaders_is_fenced_per_partition(
+    re_elected: LocalBrokerView, version: int, current_leader_epoch: int, error: ErrorCode
+) -> None:
+    """Kafka's `Partition.localLogWithEpochOrThrow`: the checked partition answers its error without records or
+    offsets; partition 1, fetched beside it in its own epoch (0), is answered as ever."""
+    fill_led(re_elected)
+    _, answers = Fetcher(re_elected)(
+        version, {("led", 0): 0, ("led", 1): 0}, leader_epochs={("led", 0): current_leader_epoch, ("led", 1): 0}
+    )
+    checked, beside = answers[("led", 0)], answers[("led", 1)]
+    assert checked.error_code == error
+    if error == ErrorCode.none:
+        assert ([offset for offset, *_ in records_of(checked.records)], checked.high_watermark) == ([0, 1], 2)
+    else:
+        assert (checked.records, checked.high_watermark, checked.log_start_offset) == (b"", -1, -1)
+    assert beside.error_code == ErrorCode.none
+    assert [offset for offset, *_ in records_of(beside.records)] == [0, 1]
+
+
+@pytest.mark.parametrize("version", [4, 8])
+def test_versions_before_9_carry_no_leader_epoch_and_are_not_fenced(re_elected: LocalBrokerView, version: int) -> None:
+    fill_led(re_elected)
+    _, answers = Fetcher(re_elected)(version, {("led", 0): 0}, leader_epochs={("led", 0): 0})
+    assert answers[("led", 0)].error_code == ErrorCode.none
+    assert [offset for offset, *_ in records_of(answers[("led", 0)].records)] == [0, 1]
+
+
+def test_a_session_keeps_each_partitions_leader_epoch_until_it_is_listed_again(re_elected: LocalBrokerView) -> None:
+    """As Kafka's `CachedPartition`: a partition opened in a stale epoch stays fenced while the session's requests
+    leave it out, and is read once a request lists it with the leader's epoch."""
+    fill_led(re_elected)
+    client = Fetcher(re_elected)
+    decoded, answers = client(12, {("led", 0): 0, ("led", 1): 0}, epoch=0, leader_epochs={("led", 0): 0})
+    session = decoded.session_id
+    assert [answers[("led", p)].error_code for p in range(2)] == [ErrorCode.fenced_leader_epoch, ErrorCode.none]
+    # Partition 1 moves on to its end (nothing new to send); partition 0 is left out of the request.
+    _, answers = client(12, {("led", 1): 2}, session_id=session, epoch=1)
+    assert {key: answer.error_code for key, answer in answers.items()} == {("led", 0): ErrorCode.fenced_leader_epoch}
+    _, answers = client(12, {("led", 0): 0}, session_id=session, epoch=2, leader_epochs={("led", 0): 1})
+    assert answers[("led", 0)].error_code == ErrorCode.none
+    assert [offset for offset, *_ in records_of(answers[("led", 0)].records)] == [0, 1]
+
+
+def test_a_fetch_waiting_for_bytes_is_fenced_as_soon_as_the_leader_changes(re_elected: LocalBrokerView) -> None:
+    """A fetch waiting at the end of partition 0 in its leader's epoch (1) looks again when the partition's role
+    changes: leadership going back to the restarted preferred replica (epoch 2) answers FENCED_LEADER_EPOCH at once,
+    as Kafka's `DelayedFetch` completes on an epoch change, not when its 10 s wait is up."""
+    broker = re_elected.broker
+    state = broker.controller.partition_state("led", 0)
+    (preferred,) = [node for node in state.replicas if node != state.leader]
+    broker.restart_node(preferred)
+    deadline = time.monotonic() + 10
+    while preferred not in broker.controller.partition_state("led", 0).isr:
+        assert time.monotonic() < deadline, "the restarted replica never rejoined the ISR"
+        time.sleep(0.01)
+    election = threading.Timer(0.2, broker.controller.rebalance_leaders)
+    started = time.monotonic()
+    election.start()
+    try:
+        _, answers = Fetcher(re_elected)(12, {("led", 0): 0}, leader_epochs={("led", 0): 1}, max_wait_ms=10_000)
+    finally:
+        election.join()
+    waited_s = time.monotonic() - started
+    assert broker.controller.partition_state("led", 0).leader_epoch == 2
+    assert answers[("led", 0)].error_code == ErrorCode.fenced_leader_epoch
+    assert waited_s < 5

@@ -4,6 +4,7 @@ unknown partitions fail alone; every served version encodes."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -26,15 +27,30 @@ def list_offsets(view: LocalBrokerView, version: int, wanted: list[tuple[str, in
     return [answer for each in wanted for answer in list_together(view, version, [each])]
 
 
-def list_together(view: LocalBrokerView, version: int, wanted: list[tuple[str, int, int]]) -> list[Any]:
-    """The answers to one request for every (topic, partition, timestamp) of `wanted`."""
+def list_together(
+    view: LocalBrokerView,
+    version: int,
+    wanted: list[tuple[str, int, int]],
+    leader_epochs: Mapping[tuple[str, int], int] | None = None,
+) -> list[Any]:
+    """The answers to one request for every (topic, partition, timestamp) of `wanted`, with the
+    `current_leader_epoch` of partitions in `leader_epochs` (v4+; -1 for the others)."""
     body = build(
         load_request_schema(LIST_OFFSETS_KEY, version),
         {
             "replica_id": -1,
             "isolation_level": 0,
             "topics": [
-                {"name": topic, "partitions": [{"partition_index": p, "current_leader_epoch": -1, "timestamp": ts}]}
+                {
+                    "name": topic,
+                    "partitions": [
+                        {
+                            "partition_index": p,
+                            "current_leader_epoch": (leader_epochs or {}).get((topic, p), -1),
+                            "timestamp": ts,
+                        }
+                    ],
+                }
                 for topic, p, ts in wanted
             ],
         },
@@ -102,3 +118,46 @@ def test_a_partition_named_twice_in_a_request_is_an_invalid_request(view: LocalB
         (1, ErrorCode.none),
         (0, ErrorCode.invalid_request),
     ]
+
+
+# Partition 0 of `re_elected` is led in epoch 1: the `current_leader_epoch` a client sends for it, and its answer.
+FENCING = [
+    (-1, ErrorCode.none),  # not checked
+    (1, ErrorCode.none),  # the leader's epoch
+    (0, ErrorCode.fenced_leader_epoch),  # the client's metadata names the lost leader
+    (-2, ErrorCode.fenced_leader_epoch),  # only -1 is "not checked" here, as in Kafka's `KafkaApis`
+    (2, ErrorCode.unknown_leader_epoch),  # an epoch the leader has not been told of
+]
+
+
+@pytest.mark.parametrize("version", [v for v in VERSIONS if v >= 4])
+@pytest.mark.parametrize(("current_leader_epoch", "error"), FENCING)
+def test_a_client_leader_epoch_older_or_newer_than_the_leaders_is_fenced_per_partition(
+    re_elected: LocalBrokerView, version: int, current_leader_epoch: int, error: ErrorCode
+) -> None:
+    """Kafka's `Partition.fetchOffsetForTimestamp` checks the epoch first: the checked partition answers its error
+    with offset and timestamp -1, for the latest offset and (v9+) the latest tiered one alike; partition 1, listed
+    beside it in its own epoch (0), is answered as ever (its high watermark, 2)."""
+    for partition in range(2):
+        run(re_elected.append("led", partition, batch([(None, b"v", 1000), (None, b"w", 2000)])))
+    timestamps = [-1, -5] if version >= 9 else [-1]
+    for timestamp in timestamps:
+        answers = list_together(
+            re_elected,
+            version,
+            [("led", 0, timestamp), ("led", 1, -1)],
+            leader_epochs={("led", 0): current_leader_epoch, ("led", 1): 0},
+        )
+        found = (2, -1) if timestamp == -1 else (-1, -1)
+        expected = found if error == ErrorCode.none else (-1, -1)
+        assert [(a.partition_index, a.error_code, a.offset, a.timestamp) for a in answers] == [
+            (0, error, *expected),
+            (1, ErrorCode.none, 2, -1),
+        ]
+
+
+@pytest.mark.parametrize("version", [1, 3])
+def test_versions_before_4_carry_no_leader_epoch_and_are_not_fenced(re_elected: LocalBrokerView, version: int) -> None:
+    run(re_elected.append("led", 0, batch([(None, b"v", 1000)])))
+    answers = list_together(re_elected, version, [("led", 0, -1)], leader_epochs={("led", 0): 0})
+    assert [(a.error_code, a.offset) for a in answers] == [(ErrorCode.none, 1)]
