@@ -71,6 +71,11 @@ class LeaderEpochCache:
         """The epoch of the newest entry, None while there is none."""
         return self._entries[-1].epoch if self._entries else None
 
+    def earliest_covering(self, offset: int) -> int | None:
+        """The oldest entry's epoch if it starts at or before `offset`, else None (Kafka's check of the earliest entry
+        against the log start: a log written partly in an older format has no epoch for its first records)."""
+        return self._entries[0].epoch if self._entries and self._entries[0].start_offset <= offset else None
+
     def assign(self, epoch: int, start_offset: int) -> bool:
         """Records that `epoch` starts at `start_offset` (see the module docstring); True if the entries changed,
         which writes the checkpoint."""

@@ -635,14 +635,16 @@ class Log:
 
     def fetch_offset_by_timestamp(self, timestamp_ms: int) -> TimestampAndOffset | None:
         """Kafka's ListOffsets: a timestamp, or EARLIEST (-2), LATEST (-1), MAX_TIMESTAMP (-3). LATEST is the log
-        end offset; a read_committed consumer's LATEST is `last_stable_offset` (its caller bounds the answer)."""
+        end offset; a read_committed consumer's LATEST is `last_stable_offset` (its caller bounds the answer).
+        Leader epochs as Kafka's: a record's batch's, LATEST's the newest, EARLIEST's the oldest covering the start."""
         if not is_int(timestamp_ms):
             raise InvalidRequestError(f"a ListOffsets timestamp must be an int, not {type(timestamp_ms).__name__}")
         self._check_open()
         if timestamp_ms == EARLIEST_TIMESTAMP:
-            return TimestampAndOffset(NO_TIMESTAMP, self._log_start_offset)
+            start = self._log_start_offset
+            return TimestampAndOffset(NO_TIMESTAMP, start, self._leader_epochs.earliest_covering(start))
         if timestamp_ms == LATEST_TIMESTAMP:
-            return TimestampAndOffset(NO_TIMESTAMP, self.log_end_offset)
+            return TimestampAndOffset(NO_TIMESTAMP, self.log_end_offset, self._leader_epochs.latest_epoch)
         if timestamp_ms < 0 and timestamp_ms != MAX_TIMESTAMP:
             raise InvalidRequestError(f"invalid ListOffsets timestamp {timestamp_ms}")
         return self._lock_free(lambda view: offset_by_timestamp(view.segments, timestamp_ms, view.log_start_offset))
@@ -657,7 +659,7 @@ class Log:
         fetchable = self.last_stable_offset if isolation == "txn_committed" else self._high_watermark
         if timestamp_ms == LATEST_TIMESTAMP:
             self._check_open()
-            return TimestampAndOffset(NO_TIMESTAMP, fetchable)
+            return TimestampAndOffset(NO_TIMESTAMP, fetchable, self._leader_epochs.latest_epoch)
         found = self.fetch_offset_by_timestamp(timestamp_ms)
         if timestamp_ms == EARLIEST_TIMESTAMP or found is None or found.offset < fetchable:
             return found

@@ -7,8 +7,9 @@ timestamp -1, as Kafka answers for a topic without tiered storage), or a time in
 timestamp is at or after it). A timestamp or -3 names only a record below that same bound, the one a consumer at
 that isolation level could fetch (Kafka's `Partition.fetchOffsetForTimestamp`). When no record qualifies the answer
 is offset -1 and timestamp -1, as Kafka's. A negative timestamp that is no sentinel, or a sentinel older than the
-request's version, answers UNSUPPORTED_VERSION (35), as Kafka's `ReplicaManager`. The leader epochs answered are
--1 (unknown).
+request's version, answers UNSUPPORTED_VERSION (35), as Kafka's `ReplicaManager`. Each offset found is answered
+with its leader epoch (v4+), as Kafka's: a record's batch's, the log's newest for -1, its oldest for -2 when that
+covers the log start (`storage.partition.log.Log.fetch_offset_by_timestamp`); -1 where there is none.
 
 The leader epoch the client knows (`current_leader_epoch`, v4+, KIP-320) is checked first against the partition
 leader's, as Fetch checks it (`cluster.protocol.handlers.fetch`): older answers FENCED_LEADER_EPOCH (74), newer
@@ -109,7 +110,14 @@ class ListOffsetsHandler:
             return {**answer, "error_code": error_code(exc), "timestamp": UNKNOWN, "offset": UNKNOWN}
         if found is None:
             return {**answer, "error_code": ErrorCode.none, "timestamp": UNKNOWN, "offset": UNKNOWN}
-        return {**answer, "error_code": ErrorCode.none, "timestamp": found.timestamp, "offset": found.offset}
+        epoch = UNKNOWN if found.leader_epoch is None else found.leader_epoch
+        return {
+            **answer,
+            "error_code": ErrorCode.none,
+            "timestamp": found.timestamp,
+            "offset": found.offset,
+            "leader_epoch": epoch,
+        }
 
 
 async def _failed(partition: int, code: ErrorCode) -> dict[str, Any]:

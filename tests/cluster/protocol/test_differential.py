@@ -147,7 +147,7 @@ def test_list_offsets_by_time_agree(both: dict[str, str]) -> None:
         "between": OffsetSpec.for_timestamp(BASE_TIMESTAMP_MS + 105),
         "after_all": OffsetSpec.for_timestamp(BASE_TIMESTAMP_MS + 10_000),
     }
-    answers: dict[str, dict[str, tuple[int, int]]] = {}
+    answers: dict[str, dict[str, tuple[int, int, int | None]]] = {}
     for name, bootstrap in both.items():
         topic = "list-offsets"
         _create(bootstrap, topic)
@@ -157,7 +157,7 @@ def test_list_offsets_by_time_agree(both: dict[str, str]) -> None:
         for label, spec in specs.items():
             partition = TopicPartition(topic, 0)
             result = admin.list_offsets({partition: spec}, request_timeout=10)[partition].result(timeout=DEADLINE_S)
-            answers[name][label] = (result.offset, result.timestamp)
+            answers[name][label] = (result.offset, result.timestamp, result.leader_epoch)
     assert answers["kafka"]["exact"][0] == 10
     assert answers["raybroker"] == answers["kafka"]
 

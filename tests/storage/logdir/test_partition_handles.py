@@ -35,7 +35,7 @@ def test_a_reopened_replica_shows_nothing_past_its_checkpointed_high_watermark_u
             reopen_as_replica(reopened, checkpointed)
             assert (reopened.log_start_offset, reopened.high_watermark, reopened.log_end_offset) == (2, expected, 10)
             assert reopened.replicated and reopened.last_stable_offset == expected
-            assert reopened.list_offset(LATEST_TIMESTAMP) == TimestampAndOffset(NO_TIMESTAMP, expected)
+            assert reopened.list_offset(LATEST_TIMESTAMP) == TimestampAndOffset(NO_TIMESTAMP, expected, 0)
             fetched = reopened.read(2, 100_000, isolation="high_watermark").records
             assert [record.offset for batch in batches_in(fetched) for record in batch.records()] == list(
                 range(2, expected)

@@ -13,8 +13,10 @@ from storage.errors import InvalidRequestError
 from storage.files.checkpoint_file import EpochEntry, LeaderEpochCheckpointFile
 from storage.partition.leader_epoch_cache import LeaderEpochCache
 from storage.partition.log import Log
-from storage.records.layout import PARTITION_LEADER_EPOCH_OFFSET
-from tests.storage.builders import Rec, batch_bytes, batches_in, crash, open_log
+from storage.partition.log_read import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP
+from storage.records.file_records import TimestampAndOffset
+from storage.records.layout import NO_TIMESTAMP, PARTITION_LEADER_EPOCH_OFFSET
+from tests.storage.builders import START_MS, Rec, batch_bytes, batches_in, crash, open_log
 from tests.storage.conftest import MockClock
 
 KAFKA_SAMPLES = Path(__file__).resolve().parents[2] / "fixtures" / "kafka"
@@ -167,6 +169,32 @@ def test_appends_carry_the_epoch_the_checkpoint_names(tmp_path: Path, clock: Moc
         log.append(batch_bytes(records("c")))
         assert stored_epochs(log)[-1] == (6, 5)
         assert log.epoch_entries() == (EpochEntry(5, 0),)
+
+
+def test_list_offsets_answer_the_leader_epoch_of_what_they_find(tmp_path: Path, clock: MockClock) -> None:
+    """Kafka's `UnifiedLog.fetchOffsetByTimestamp`: a record found by time (or the largest time) answers its batch's
+    epoch, LATEST the newest epoch, EARLIEST the oldest one if it covers the log start, else none (a log written in
+    part before leader epochs existed has none for its first records)."""
+    with open_log(tmp_path / "t-0", clock) as log:
+        for base, epoch in [(0, 0), (3, 2), (6, 5)]:
+            timed = [Rec(b"k", f"e{epoch}".encode(), START_MS + base + index) for index in range(3)]
+            log.append_as_follower(with_epoch(batch_bytes(timed, base_offset=base), epoch))
+        found = [log.fetch_offset_by_timestamp(START_MS + offset) for offset in (1, 4, 8)]
+        assert [(answer.offset, answer.leader_epoch) for answer in found if answer is not None] == [
+            (1, 0),
+            (4, 2),
+            (8, 5),
+        ]
+        largest = log.fetch_offset_by_timestamp(MAX_TIMESTAMP)
+        assert largest is not None and (largest.offset, largest.leader_epoch) == (8, 5)
+        assert log.fetch_offset_by_timestamp(LATEST_TIMESTAMP) == TimestampAndOffset(NO_TIMESTAMP, 9, 5)
+        assert log.fetch_offset_by_timestamp(EARLIEST_TIMESTAMP) == TimestampAndOffset(NO_TIMESTAMP, 0, 0)
+        log.delete_records(4)
+        assert log.fetch_offset_by_timestamp(EARLIEST_TIMESTAMP) == TimestampAndOffset(NO_TIMESTAMP, 4, 2)
+    legacy = tmp_path / "legacy"
+    legacy.mkdir()
+    assert cache_of(legacy, (3, 10)).earliest_covering(7) is None
+    assert cache_of(legacy, (3, 10)).earliest_covering(10) == 3
 
 
 def test_follower_appends_truncation_and_log_start_keep_the_entries_in_step(tmp_path: Path, clock: MockClock) -> None:

@@ -515,8 +515,9 @@ def _check_time_lookups(log: Log, timestamps: list[int]) -> None:
         found = log.fetch_offset_by_timestamp(target)
         assert (None if found is None else (found.offset, found.timestamp)) == _timestamp_oracle(timestamps, target)
         assert log.offset_for_timestamp(target) == (None if found is None else found.offset)
-    assert log.fetch_offset_by_timestamp(EARLIEST_TIMESTAMP) == TimestampAndOffset(NO_TIMESTAMP, 0)
-    assert log.fetch_offset_by_timestamp(LATEST_TIMESTAMP) == TimestampAndOffset(NO_TIMESTAMP, len(timestamps))
+    # Every batch was appended in the log's first leader epoch, 0.
+    assert log.fetch_offset_by_timestamp(EARLIEST_TIMESTAMP) == TimestampAndOffset(NO_TIMESTAMP, 0, 0)
+    assert log.fetch_offset_by_timestamp(LATEST_TIMESTAMP) == TimestampAndOffset(NO_TIMESTAMP, len(timestamps), 0)
     largest = max(timestamps)
     at_max = log.fetch_offset_by_timestamp(MAX_TIMESTAMP)
     assert at_max is not None

@@ -161,3 +161,18 @@ def test_versions_before_4_carry_no_leader_epoch_and_are_not_fenced(re_elected: 
     run(re_elected.append("led", 0, batch([(None, b"v", 1000)])))
     answers = list_together(re_elected, version, [("led", 0, -1)], leader_epochs={("led", 0): 0})
     assert [(a.error_code, a.offset) for a in answers] == [(ErrorCode.none, 1)]
+
+
+@pytest.mark.parametrize("version", [v for v in VERSIONS if v >= 4])
+def test_offsets_found_are_answered_with_their_leader_epoch(re_elected: LocalBrokerView, version: int) -> None:
+    """As Kafka's `UnifiedLog.fetchOffsetByTimestamp`: a record's batch's epoch, the newest for -1, the oldest for -2;
+    on partition 0, re-elected, records written after the election carry epoch 1, on partition 1 everything is 0."""
+    for partition in range(2):
+        run(re_elected.append("led", partition, batch([(None, b"v", 1000), (None, b"w", 2000)])))
+    requests = [("led", 0, -1), ("led", 0, -2), ("led", 0, 1500), ("led", 1, -1), ("led", 1, 1500)]
+    if version >= 7:
+        requests.append(("led", 1, -3))
+    answers = [list_offsets(re_elected, version, [one])[0] for one in requests]
+    expected = [(2, 1), (0, 1), (1, 1), (2, 0), (1, 0), (1, 0)][: len(requests)]
+    assert [(a.offset, a.leader_epoch) for a in answers] == expected
+    assert all(a.error_code == ErrorCode.none for a in answers)
