@@ -24,17 +24,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from storage.errors import NotLeaderOrFollowerError, RaybrokerError
-from storage.records.layout import (
-    BASE_SEQUENCE_OFFSET,
-    CURRENT_MAGIC,
-    MAGIC_OFFSET,
-    PRODUCER_EPOCH_OFFSET,
-    PRODUCER_ID_OFFSET,
-    RECORD_BATCH_OVERHEAD,
-    RECORDS_COUNT_OFFSET,
-    SEQUENCE_MODULUS,
-)
+from storage.errors import CorruptRecordError, NotLeaderOrFollowerError, RaybrokerError
+from storage.records.layout import SEQUENCE_MODULUS
+from storage.records.record_batch import RecordBatch
 
 # Kafka's `request.timeout.ms` default: a retry comes well within it, as the client's own request timeout does.
 FENCE_EXPIRY_S = 30.0
@@ -54,15 +46,13 @@ class BatchProducer:
 def batch_producer(batches: bytes | bytearray | memoryview) -> BatchProducer | None:
     """The producer of the first v2 batch in `batches`, or None when it has no producer id or no sequence (or
     the bytes are no v2 batch: the leader's validation answers for those)."""
-    view = memoryview(batches)
-    if len(view) < RECORD_BATCH_OVERHEAD or view[MAGIC_OFFSET] != CURRENT_MAGIC:
+    try:
+        batch = RecordBatch(memoryview(batches))
+    except CorruptRecordError:
         return None
-    producer_id = int.from_bytes(view[PRODUCER_ID_OFFSET:PRODUCER_EPOCH_OFFSET], "big", signed=True)
-    sequence = int.from_bytes(view[BASE_SEQUENCE_OFFSET:RECORDS_COUNT_OFFSET], "big", signed=True)
-    if producer_id < 0 or sequence < 0:
+    if batch.producer_id < 0 or batch.base_sequence < 0:
         return None
-    epoch = int.from_bytes(view[PRODUCER_EPOCH_OFFSET:BASE_SEQUENCE_OFFSET], "big", signed=True)
-    return BatchProducer(producer_id, epoch, sequence)
+    return BatchProducer(batch.producer_id, batch.producer_epoch, batch.base_sequence)
 
 
 def _after(sequence: int, other: int) -> bool:

@@ -65,9 +65,6 @@ ATTRIBUTES_OFFSET = struct.calcsize(">qiibI")  # 21: the CRC covers [21, end)
 LAST_OFFSET_DELTA_OFFSET = struct.calcsize(">qiibIh")
 BASE_TIMESTAMP_OFFSET = struct.calcsize(">qiibIhi")
 MAX_TIMESTAMP_OFFSET = struct.calcsize(">qiibIhiq")
-PRODUCER_ID_OFFSET = struct.calcsize(">qiibIhiqq")  # 43
-PRODUCER_EPOCH_OFFSET = struct.calcsize(">qiibIhiqqq")  # 51
-BASE_SEQUENCE_OFFSET = struct.calcsize(">qiibIhiqqqh")  # 53
 RECORDS_COUNT_OFFSET = RECORD_BATCH_OVERHEAD - struct.calcsize(">i")
 # The smallest legal value of the length field over all magics: a magic 0 message with null key and value
 # (crc 4, magic 1, attributes 1, key length 4, value length 4).
