@@ -139,12 +139,9 @@ class ServedPartition:
         return self.replica.await_replicated(info, timeout_ms)
 
     def check_leader(self, current_leader_epoch: int = UNDEFINED_EPOCH) -> Log:
-        """The log, for a client read (Kafka's `Partition.localLogWithEpochOrThrow`): the client's
-        `current_leader_epoch` is checked first (`Replica.check_current_leader_epoch`; -1: not checked), then a
-        follower refuses the read (Kafka's NOT_LEADER_OR_FOLLOWER)."""
-        self.replica.check_current_leader_epoch(current_leader_epoch)
-        if self.replica.following:
-            raise NotLeaderOrFollowerError(f"{self.log.directory.name} is a follower")
+        """The log, for a client read: the client's `current_leader_epoch` and the replica's role checked
+        (`Replica.check_client_read`; -1: no epoch checked)."""
+        self.replica.check_client_read(current_leader_epoch)
         self.replica.check_append(1)
         return self.log
 

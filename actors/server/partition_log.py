@@ -114,7 +114,6 @@ from storage.errors import (
     InvalidConfigError,
     InvalidRequestError,
     KafkaStorageError,
-    NotLeaderOrFollowerError,
     RaybrokerError,
 )
 from storage.logdir.partition_handles import (
@@ -446,12 +445,9 @@ class PartitionLogActor:
         return self._replica.state if self._replica is not None else None
 
     def _check_leader(self, current_leader_epoch: int = UNDEFINED_EPOCH) -> None:
-        """A client read (Kafka's `Partition.localLogWithEpochOrThrow`): the client's `current_leader_epoch` is
-        checked first (`Replica.check_current_leader_epoch`; -1: not checked), then a follower refuses the read
-        (Kafka's NOT_LEADER_OR_FOLLOWER)."""
-        self._role.check_current_leader_epoch(current_leader_epoch)
-        if self._role.following:
-            raise NotLeaderOrFollowerError(f"{self._opened_log.directory.name} is a follower")
+        """A client read: the client's `current_leader_epoch` and the replica's role checked
+        (`Replica.check_client_read`; -1: no epoch checked)."""
+        self._role.check_client_read(current_leader_epoch)
 
     def _publish_offsets(self) -> None:
         """Writes the offsets to the high-watermark file (under the change counter's lock), with the epoch of the

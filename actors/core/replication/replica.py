@@ -349,6 +349,14 @@ class Replica:
         self._check_open()
         check_current_leader_epoch(current_leader_epoch, self.leader_epoch, self.log.directory.name)
 
+    def check_client_read(self, current_leader_epoch: int) -> None:
+        """A client's read (Fetch, ListOffsets), as Kafka's `Partition.localLogWithEpochOrThrow`: its
+        `current_leader_epoch` first (`check_current_leader_epoch`), then a follower refuses it
+        (`NotLeaderOrFollowerError`)."""
+        self.check_current_leader_epoch(current_leader_epoch)
+        if self.following:
+            raise NotLeaderOrFollowerError(f"{self.log.directory.name} is a follower")
+
     def epoch_end_offset(self, epoch: int, current_leader_epoch: int = UNDEFINED_EPOCH) -> tuple[int, int]:
         """OffsetsForLeaderEpoch (Kafka's `Partition.lastOffsetForLeaderEpoch`): `(epoch, end offset)` of `epoch` in
         this leader's log (`Log.end_offset_for_epoch`). The caller's `current_leader_epoch` is checked first
