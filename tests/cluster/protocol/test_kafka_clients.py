@@ -107,6 +107,34 @@ def confluent_consume(listener: KafkaListener, topics: list[str], expected: int)
         consumer.close()
 
 
+def fetch_v12_body(
+    topic: str, fetch_offset: int, *, max_wait_ms: int = 0, current_leader_epoch: int = -1
+) -> dict[str, Any]:
+    """A Fetch v12 request's fields for partition 0 of `topic`, outside any fetch session, read_uncommitted, up to
+    1 MiB."""
+    partition = {
+        "partition": 0,
+        "current_leader_epoch": current_leader_epoch,
+        "fetch_offset": fetch_offset,
+        "last_fetched_epoch": -1,
+        "log_start_offset": -1,
+        "partition_max_bytes": 1 << 20,
+    }
+    return {
+        "cluster_id": None,
+        "replica_id": -1,
+        "max_wait": max_wait_ms,
+        "min_bytes": 1,
+        "max_bytes": 1 << 20,
+        "isolation_level": 0,
+        "session_id": 0,
+        "session_epoch": -1,
+        "topics": [{"topic": topic, "partitions": [partition]}],
+        "forgotten_topics_data": [],
+        "rack_id": "",
+    }
+
+
 def test_confluent_producers_with_every_codec_and_acks_are_read_back_by_a_confluent_consumer(
     listener: KafkaListener,
 ) -> None:
@@ -300,36 +328,7 @@ def test_a_produce_pipelined_behind_a_waiting_fetch_wakes_it(listener: KafkaList
     max_wait_ms = 10_000
     confluent_produce(listener, "woken")  # creates the topic, leaves partition 0 with some end offset
     end = max(offset for _, partition, offset, *_ in confluent_produce(listener, "woken") if partition == 0) + 1
-    fetch = build(
-        load_request_schema(FETCH_KEY, 12),
-        {
-            "cluster_id": None,
-            "replica_id": -1,
-            "max_wait": max_wait_ms,
-            "min_bytes": 1,
-            "max_bytes": 1 << 20,
-            "isolation_level": 0,
-            "session_id": 0,
-            "session_epoch": -1,
-            "topics": [
-                {
-                    "topic": "woken",
-                    "partitions": [
-                        {
-                            "partition": 0,
-                            "current_leader_epoch": -1,
-                            "fetch_offset": end,
-                            "last_fetched_epoch": -1,
-                            "log_start_offset": -1,
-                            "partition_max_bytes": 1 << 20,
-                        }
-                    ],
-                }
-            ],
-            "forgotten_topics_data": [],
-            "rack_id": "",
-        },
-    )
+    fetch = build(load_request_schema(FETCH_KEY, 12), fetch_v12_body("woken", end, max_wait_ms=max_wait_ms))
     produce = build(
         load_request_schema(PRODUCE_KEY, 9),
         {
@@ -459,33 +458,7 @@ def test_fetch_and_list_offsets_fence_a_client_leader_epoch_in_the_listeners_vie
         producer.send_many(topic, [b"v%d" % index for index in range(count)], partition=0).result()
 
     def fetch(sock: socket.socket, epoch: int) -> tuple[ErrorCode, list[int]]:
-        body = {
-            "cluster_id": None,
-            "replica_id": -1,
-            "max_wait": 0,
-            "min_bytes": 1,
-            "max_bytes": 1 << 20,
-            "isolation_level": 0,
-            "session_id": 0,
-            "session_epoch": -1,
-            "topics": [
-                {
-                    "topic": topic,
-                    "partitions": [
-                        {
-                            "partition": 0,
-                            "current_leader_epoch": epoch,
-                            "fetch_offset": 0,
-                            "last_fetched_epoch": -1,
-                            "log_start_offset": -1,
-                            "partition_max_bytes": 1 << 20,
-                        }
-                    ],
-                }
-            ],
-            "forgotten_topics_data": [],
-            "rack_id": "",
-        }
+        body = fetch_v12_body(topic, 0, current_leader_epoch=epoch)
         sock.sendall(encode_request(FETCH_KEY, 12, "t", build(load_request_schema(FETCH_KEY, 12), body)))
         _, response = decode_response(read_frame(sock), load_response_schema(FETCH_KEY, 12))
         answer = response.responses[0].partitions[0]
