@@ -487,6 +487,52 @@ def test_retried_idempotent_batches_are_answered_alike(both: dict[str, str]) -> 
     assert answers["raybroker"] == answers["kafka"]
 
 
+def _leader_epoch_fencing(bootstrap: str) -> list[tuple[str, int, int]]:
+    """(request, client leader epoch, error code) of Fetch v12 and ListOffsets v7 (latest) on a new topic's partition,
+    whose leader is in epoch 0, for client epochs older, equal, newer and "unknown" (-1)."""
+    topic = "fenced-epochs"
+    _create(bootstrap, topic)
+    _produce(bootstrap, topic)
+    port = int(bootstrap.rsplit(":", 1)[1])
+    answers = []
+    for epoch in (-2, -1, 0, 1):
+        partition = {
+            "partition": 0,
+            "current_leader_epoch": epoch,
+            "fetch_offset": 0,
+            "last_fetched_epoch": -1,
+            "log_start_offset": -1,
+            "partition_max_bytes": 1 << 20,
+        }
+        fetch = {
+            "cluster_id": None,
+            "replica_id": -1,
+            "max_wait": 0,
+            "min_bytes": 1,
+            "max_bytes": 1 << 20,
+            "isolation_level": 0,
+            "session_id": 0,
+            "session_epoch": -1,
+            "topics": [{"topic": topic, "partitions": [partition]}],
+            "forgotten_topics_data": [],
+            "rack_id": "",
+        }
+        _, response = asyncio.run(exchange(port, build(load_request_schema(1, 12), fetch)))
+        answers.append(("fetch", epoch, int(response.responses[0].partitions[0].error_code)))
+        listed = {"partition_index": 0, "current_leader_epoch": epoch, "timestamp": -1}
+        offsets = {"replica_id": -1, "isolation_level": 0, "topics": [{"name": topic, "partitions": [listed]}]}
+        _, response = asyncio.run(exchange(port, build(load_request_schema(2, 7), offsets)))
+        answers.append(("list_offsets", epoch, int(response.topics[0].partitions[0].error_code)))
+    return answers
+
+
+def test_a_client_leader_epoch_is_fenced_alike(both: dict[str, str]) -> None:
+    """KIP-320 on Fetch and ListOffsets: a newer epoch than the leader's is UNKNOWN_LEADER_EPOCH (75)."""
+    answers = {name: _leader_epoch_fencing(bootstrap) for name, bootstrap in both.items()}
+    assert ("fetch", 1, 75) in answers["kafka"] and ("fetch", 0, 0) in answers["kafka"]
+    assert answers["raybroker"] == answers["kafka"]
+
+
 # The two tests below delete `__consumer_offsets`: they stay last in the module, whose other tests need it.
 
 
