@@ -55,6 +55,23 @@ def end_offset(broker: Any, topic: str) -> int:
     return int(ray.get(broker.partition(topic, 0).offsets.remote())[2])
 
 
+def now_ms() -> int:
+    """A record timestamp retention keeps: the test broker checks retention every 500 ms, and a record older than
+    `retention.ms` (7 days) would take its segment, and the records read back, with it."""
+    return int(time.time() * 1000)
+
+
+def recent_batch(tag: int) -> bytes:
+    """One record `k<tag>-0`, stamped now."""
+    return simple_batch(1, tag=tag, timestamp=now_ms())
+
+
+def idempotent_batch(sequence: int) -> bytes:
+    builder = RecordBatchBuilder(producer_id=4_242, producer_epoch=0, base_sequence=sequence)
+    builder.append(f"seq-{sequence}".encode(), b"v", timestamp=now_ms())
+    return builder.build()
+
+
 def test_a_partition_whose_actor_went_away_is_looked_up_again(broker: Any) -> None:
     from actors import Admin
     from actors.clients.append_route import AppendRoute
@@ -64,23 +81,17 @@ def test_a_partition_whose_actor_went_away_is_looked_up_again(broker: Any) -> No
     route = AppendRoute()
     try:
         leader = route.leader("recreated", 0)
-        assert route.send(leader, "recreated", 0, simple_batch(1, tag=1), 1).result().first_offset == 0
+        assert route.send(leader, "recreated", 0, recent_batch(tag=1), 1).result().first_offset == 0
         admin.delete_topic("recreated")
         admin.create_topic("recreated", 1)
         with pytest.raises(BrokerNotAvailableError):
-            route.send(leader, "recreated", 0, simple_batch(1, tag=2), 1).result()
+            route.send(leader, "recreated", 0, recent_batch(tag=2), 1).result()
         fresh = route.leader("recreated", 0)
         assert fresh is not leader
-        assert route.send(fresh, "recreated", 0, simple_batch(1, tag=3), 1).result().first_offset == 0
+        assert route.send(fresh, "recreated", 0, recent_batch(tag=3), 1).result().first_offset == 0
     finally:
         route.close()
     assert read_back(broker, "recreated", 0) == [b"k3-0"]
-
-
-def idempotent_batch(sequence: int) -> bytes:
-    builder = RecordBatchBuilder(producer_id=4_242, producer_epoch=0, base_sequence=sequence)
-    builder.append(f"seq-{sequence}".encode(), b"v", timestamp=1)
-    return builder.build()
 
 
 def test_an_idempotent_producers_appends_wait_for_the_retry_of_a_failed_one(broker: Any) -> None:
