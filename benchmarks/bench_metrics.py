@@ -115,7 +115,7 @@ class _ModeBroker:
             records_per_s = float(self._answer(CLIENT_TIMEOUT_S))
         else:
             topic = create_topic(self.bootstrap_servers, "metrics")
-            records_per_s = in_process(produce_client, self.bootstrap_servers, topic, count, PRODUCE_VALUE_BYTES)
+            records_per_s = in_process(produce_client, self.bootstrap_servers, topic, count, PRODUCE_VALUE_BYTES).rate
         return records_per_s, self._cpu_s() - before
 
     def _cpu_s(self) -> float:

@@ -73,8 +73,8 @@ def _wire_produce_tls(ctx: BenchContext, targets: dict[str, tuple[str, dict[str,
     for attempt in range(repeats):
         for name, (bootstrap, client) in targets.items():
             topic = create_topic(bootstrap, "tls", client)
-            rate = in_process(produce_client, bootstrap, topic, count, PRODUCE_VALUE_BYTES, client)
-            best[name] = max(best[name], rate)
+            run = in_process(produce_client, bootstrap, topic, count, PRODUCE_VALUE_BYTES, client)
+            best[name] = max(best[name], run.rate)
         ctx.progress(
             f"  wire_produce_tls {attempt + 1}/{repeats}: SASL_SSL {best['SASL_SSL']:,.0f} vs "
             f"PLAINTEXT {best['PLAINTEXT']:,.0f} rec/s"
@@ -100,7 +100,7 @@ def _wire_fetch_tls(ctx: BenchContext, targets: dict[str, tuple[str, dict[str, s
     best = dict.fromkeys(targets, 0.0)
     for attempt in range(repeats):
         for name, (bootstrap, client) in targets.items():
-            best[name] = max(best[name], in_process(fetch_client, bootstrap, topic, count, client))
+            best[name] = max(best[name], in_process(fetch_client, bootstrap, topic, count, client).rate)
         ctx.progress(
             f"  wire_fetch_tls {attempt + 1}/{repeats}: SASL_SSL {best['SASL_SSL']:.0f} vs "
             f"PLAINTEXT {best['PLAINTEXT']:.0f} MB/s"
