@@ -2,7 +2,8 @@
 
 Ray wraps an exception raised inside an actor in `RayTaskError`; clients see the original typed error
 from `storage.errors` instead (`OffsetOutOfRangeError`, `InvalidRecordError`, ...). An actor that is
-dead or restarting surfaces as `BrokerNotAvailableError`, which producers treat as retriable.
+dead or restarting surfaces as `BrokerNotAvailableError` (its `AnswerLostError`: the call may have run), which
+producers treat as retriable.
 
 Finding a partition's replicas is `actors.partition_lookup`'s.
 """
@@ -28,6 +29,7 @@ from actors.options import (
     NAMESPACE,
 )
 from storage.errors import (
+    AnswerLostError,
     BrokerNotAvailableError,
     RaybrokerError,
     RequestTimedOutError,
@@ -85,10 +87,18 @@ def _raise_typed(exc: Exception, timeout_s: float | None) -> NoReturn:
         if isinstance(cause, RaybrokerError):
             raise cause from None
         if isinstance(cause, (RayActorError, ActorUnschedulableError)):
-            raise BrokerNotAvailableError(f"actor unavailable: {cause}") from None
+            _raise_unavailable(cause)
         raise exc
     if isinstance(exc, GetTimeoutError):
         raise RequestTimedOutError(f"no answer within {timeout_s} s") from exc
+    _raise_unavailable(exc)
+
+
+def _raise_unavailable(exc: Exception) -> NoReturn:
+    """`BrokerNotAvailableError` for an actor that could not be placed (the call never ran), `AnswerLostError` for
+    one that died or restarted: Ray does not say whether that happened before or after the actor took the call."""
+    if isinstance(exc, RayActorError):
+        raise AnswerLostError(f"actor unavailable: {exc}") from None
     raise BrokerNotAvailableError(f"actor unavailable: {exc}") from None
 
 

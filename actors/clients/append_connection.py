@@ -5,8 +5,9 @@ the process gone); `append(topic, partition, batches, acks)` sends one frame (`a
 an `AppendReply` (a `concurrent.futures.Future`) at once, so several appends can be in flight, as Ray calls can. A
 reader thread takes the answers in order and completes the replies; a reply's callback runs on that thread and must
 not wait. When the connection breaks (the partition's process died or restarted), every reply still waiting fails
-with `BrokerNotAvailableError`, retriable: the producer looks the partition up again and resends, as after a
-failed Ray call, and a later `append` on the broken connection fails the same way. `write_marker` sends a
+with `AnswerLostError` (its request was sent, and may have been carried out), and a later `append` on the broken
+connection with `BrokerNotAvailableError` (nothing sent); both are retriable: the producer looks the partition up
+again and resends, as after a failed Ray call. `write_marker` sends a
 transaction coordinator's COMMIT/ABORT marker the same way.
 
 `AppendConnections` is a client's pool (the Python producer's sender, the Kafka listener, the transaction
@@ -28,13 +29,13 @@ from actors.append_frames import SIZE, decode_answer, encode_marker_request, enc
 from actors.calls import call
 from actors.clients.local_fetch import this_node_id
 from actors.core.replication.leader_and_isr import LeaderAndIsr
-from storage.errors import BrokerNotAvailableError, InvalidRequestError, RaybrokerError
+from storage.errors import AnswerLostError, BrokerNotAvailableError, InvalidRequestError, RaybrokerError
 from storage.partition.log import LogAppendInfo
 from storage.records.layout import ControlRecordType
 
 logger = logging.getLogger(__name__)
 
-# An append's answer: the `LogAppendInfo`, or the typed error (`BrokerNotAvailableError` once the connection broke).
+# An append's answer: the `LogAppendInfo`, or the typed error (`AnswerLostError` once the connection broke).
 AppendReply = Future[LogAppendInfo]
 
 
@@ -118,7 +119,7 @@ class AppendConnection:
         return reply
 
     def close(self) -> None:
-        """Ends the connection; replies still waiting fail with `BrokerNotAvailableError`."""
+        """Ends the connection; replies still waiting fail with `AnswerLostError`."""
         self._break(None)
         self._reader.join()
 
@@ -147,7 +148,7 @@ class AppendConnection:
             self._socket.close()
 
     def _break(self, cause: BaseException | None) -> None:
-        """Marks the connection broken (once) and fails every reply still waiting."""
+        """Marks the connection broken (once) and fails every reply still waiting (`AnswerLostError`)."""
         with self._lock:
             if self._broken is None:
                 why = "closed" if cause is None else f"broken: {cause}"
@@ -157,8 +158,9 @@ class AppendConnection:
                     self._socket.shutdown(socket.SHUT_RDWR)
             waiting = list(self._waiting)
             self._waiting.clear()
+            lost = AnswerLostError(f"{self._broken} before it answered")
         for reply in waiting:
-            _complete(reply, self._broken)
+            _complete(reply, lost)
 
 
 class AppendConnections:
@@ -192,7 +194,7 @@ class AppendConnections:
             return connection
 
     def close(self) -> None:
-        """Closes every connection; their waiting replies fail with `BrokerNotAvailableError`."""
+        """Closes every connection; their waiting replies fail with `AnswerLostError`."""
         with self._lock:
             connections = list(self._connections.values())
             self._connections.clear()

@@ -18,6 +18,9 @@ Python producer's sender (`actors.clients.sender`, from a thread of its own) and
   producer's sequence numbers depend. After an idempotent producer's append failed with a retriable error, its later
   appends to the partition are refused until the failed one is retried (`actors.clients.sequence_fence`): a route
   looked up again meanwhile must not carry them to the new leader ahead of it.
+- Lost answers: an append whose leader's process went away before answering may have been written, and
+  replicated; it fails with `RequestTimedOutError`, Kafka's REQUEST_TIMED_OUT, which Kafka's clients read as
+  possibly written, where LEADER_NOT_AVAILABLE would tell them it was not.
 
 A thread that drives its own calls in flight (the sender) takes `leader(...)` (blocking on a lookup), then
 `send(...)`, which answers an `AppendCall` at once; an event loop awaits `append(...)`. Either way the answer is
@@ -38,7 +41,7 @@ from actors.clients.append_connection import AppendConnection, AppendConnections
 from actors.clients.sequence_fence import SequenceFences, batch_producer
 from actors.core.replication.replica import ACKS_ALL, ACKS_ALL_TIMEOUT_MS
 from actors.partition_lookup import leader_replica
-from storage.errors import BrokerNotAvailableError, RaybrokerError
+from storage.errors import AnswerLostError, RaybrokerError, RequestTimedOutError
 from storage.partition.log import LogAppendInfo
 
 PartitionKey = tuple[str, int]
@@ -72,15 +75,15 @@ class AppendCall:
         future.add_done_callback(lambda _: callback())
 
     def result(self) -> LogAppendInfo:
-        """The answer of a call that is done (else waits for it); the partition's typed error if it failed."""
+        """The answer of a call that is done (else waits for it); the partition's typed error if it failed,
+        `RequestTimedOutError` if its answer was lost (see `_failed`)."""
         try:
             if self._leader.channel is not None:
                 info: LogAppendInfo = self._reply.result()
                 return info
             return call(self._reply)
         except RaybrokerError as exc:
-            self._failed(exc)
-            raise
+            raise self._failed(exc) from None
 
     async def async_result(self) -> LogAppendInfo:
         """`result`, awaited on the running event loop."""
@@ -89,12 +92,21 @@ class AppendCall:
                 return await _on_loop(self._reply)
             return await answer(self._reply)
         except RaybrokerError as exc:
-            self._failed(exc)
-            raise
+            raise self._failed(exc) from None
 
-    def _failed(self, error: RaybrokerError) -> None:
+    def _failed(self, error: RaybrokerError) -> RaybrokerError:
+        """The error the append fails with; a retriable one makes the route forget the leader. An answer lost with
+        the leader's process (`AnswerLostError`) leaves the append possibly written, possibly replicated too: it
+        fails as Kafka's REQUEST_TIMED_OUT, which Kafka's clients read so and retry, not as LEADER_NOT_AVAILABLE,
+        which they read as not written (as a Kafka client whose leader's connection broke mid-request sees it)."""
+        if isinstance(error, AnswerLostError):
+            error = RequestTimedOutError(
+                f"the leader of {self._key[0]}-{self._key[1]} went away before answering an append, which may or "
+                f"may not be written: {error}"
+            )
         if error.retriable:
             self._route.forget(*self._key, leader=self._leader)
+        return error
 
 
 class AppendRoute:
@@ -129,8 +141,9 @@ class AppendRoute:
         acks: int,
         timeout_ms: int = ACKS_ALL_TIMEOUT_MS,
     ) -> AppendCall:
-        """Submits one append of `batches` to `leader` and answers at once. A broken channel fails the append with
-        `BrokerNotAvailableError`, retriable, and the partition is looked up again."""
+        """Submits one append of `batches` to `leader` and answers at once. A channel broken before the append fails
+        it with `BrokerNotAvailableError`, one that breaks while it waits with `RequestTimedOutError`; both are
+        retriable, and the partition is looked up again."""
         if leader.channel is not None:
             reply: Any = leader.channel.append(topic, partition, batches, acks)
             if acks == ACKS_ALL and leader.replicated:
@@ -184,7 +197,7 @@ class AppendRoute:
             self._leaders.pop(key, None)
 
     def close(self) -> None:
-        """Closes the append channel connections; their appends still waiting fail with `BrokerNotAvailableError`."""
+        """Closes the append channel connections; their appends still waiting fail with `RequestTimedOutError`."""
         self._connections.close()
 
 
@@ -207,8 +220,8 @@ def _replicated_after(appended: AppendReply, handle: Any, timeout_ms: int) -> Ap
         except RaybrokerError as exc:
             replicated.set_exception(exc)
             return
-        except Exception as exc:  # Ray refused the call: the leader is looked up again
-            replicated.set_exception(BrokerNotAvailableError(f"await_replicated not sent: {exc}"))
+        except Exception as exc:  # Ray refused the call: the append is written, its replication not known
+            replicated.set_exception(AnswerLostError(f"await_replicated not sent: {exc}"))
             return
         waiting.future().add_done_callback(settle)
 

@@ -10,6 +10,9 @@ Codes chosen where Kafka has no exact twin, and why:
 - `BrokerNotAvailableError` (a partition actor dead or restarting, no broker registered) answers
   LEADER_NOT_AVAILABLE (5): retriable, and clients refresh their metadata and try again, which is what a
   restarting actor needs. BROKER_NOT_AVAILABLE (8) is not retriable in Kafka's clients.
+  Its `AnswerLostError` (a call whose actor died under it) answers the same, except an append's: the append route
+  turns that into `RequestTimedOutError` (REQUEST_TIMED_OUT, 7), as the append may have been written, and Kafka's
+  clients read REQUEST_TIMED_OUT as possibly written, LEADER_NOT_AVAILABLE as not.
 - `LogClosedError` (the log closed under the call: topic deleted, broker stopping) answers
   NOT_LEADER_OR_FOLLOWER (6), Kafka's answer when a partition moved away from the broker asked.
 - `RecordBatchTooLargeError` (an append larger than `segment.bytes`) answers RECORD_LIST_TOO_LARGE (18).

@@ -1,5 +1,6 @@
 """`actors.calls` on a real local Ray: a call to an actor that is restarting fails at once (raybroker's actors have
-no task retries), and `call_when_available` submits an idempotent call again until the restarted actor answers."""
+no task retries), `call_when_available` submits an idempotent call again until the restarted actor answers, and a
+call whose actor died under it fails as an answer lost (it may have run)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 import ray
 
 from actors.calls import call, call_when_available
-from storage.errors import BrokerNotAvailableError, RequestTimedOutError
+from storage.errors import AnswerLostError, BrokerNotAvailableError, RequestTimedOutError
 from tests.reliability.broker_support import alive_pid
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_session")]
@@ -35,6 +36,18 @@ class SlowToRestart:
 
     def pid(self) -> int:
         return os.getpid()
+
+
+@ray.remote(max_restarts=0, num_cpus=0)
+class Sleeper:
+    """An actor whose call runs until its process is killed."""
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def sleep(self, seconds: float) -> float:
+        time.sleep(seconds)
+        return seconds
 
 
 @pytest.fixture
@@ -74,3 +87,15 @@ def test_call_when_available_gives_up_after_its_timeout(restarting: tuple[Any, i
     with pytest.raises((BrokerNotAvailableError, RequestTimedOutError)):
         call_when_available(actor.pid.remote, timeout_s=1.0)
     assert time.monotonic() - started < RESTART_SECONDS
+
+
+def test_a_call_whose_actor_dies_under_it_fails_as_an_answer_lost() -> None:
+    """Ray does not say whether a dead actor ran the call: the error says the answer was lost, and it is still a
+    retriable `BrokerNotAvailableError` for every caller that handles those."""
+    actor = Sleeper.remote()
+    pid = call(actor.pid.remote(), timeout_s=60)
+    running = actor.sleep.remote(60)
+    os.kill(pid, signal.SIGKILL)
+    with pytest.raises(AnswerLostError) as lost:
+        call(running, timeout_s=60)
+    assert isinstance(lost.value, BrokerNotAvailableError) and lost.value.retriable

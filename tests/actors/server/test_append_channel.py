@@ -30,6 +30,7 @@ from actors.append_frames import (
 from actors.clients.append_connection import AppendConnection, AppendReply
 from actors.server.partition_log import PartitionLogActor
 from storage.errors import (
+    AnswerLostError,
     BrokerNotAvailableError,
     CorruptRecordError,
     InvalidProducerEpochError,
@@ -553,24 +554,27 @@ def test_connect_to_a_missing_address_returns_none() -> None:
     assert AppendConnection.connect("/nonexistent/raybroker/append.sock") is None
 
 
-def test_close_fails_the_replies_still_waiting_and_later_appends() -> None:
+def test_close_fails_the_replies_still_waiting_as_lost_and_later_appends_as_not_sent() -> None:
+    """A waiting reply's request was sent and may have been carried out (`AnswerLostError`); an append after the
+    close never left (`BrokerNotAvailableError`)."""
     with connected_to_listener() as (connection, _):
         replies = [connection.append(TOPIC, 0, batch_bytes(now_records(1)), 1) for _ in range(3)]
         assert not any(reply.done() for reply in replies)
         connection.close()
         assert all(reply.done() for reply in replies) and connection.broken
         for reply in replies:
-            assert type(refusal(reply)) is BrokerNotAvailableError
+            assert type(refusal(reply)) is AnswerLostError
         late = connection.append(TOPIC, 0, batch_bytes(now_records(1)), 1)
         assert late.done() and type(refusal(late)) is BrokerNotAvailableError
 
 
-def test_the_channel_going_away_fails_the_replies_still_waiting() -> None:
+def test_the_channel_going_away_fails_the_replies_still_waiting_as_lost() -> None:
     with connected_to_listener() as (connection, peer):
         replies = [connection.append(TOPIC, 0, batch_bytes(now_records(1)), 1) for _ in range(3)]
         peer.close()
         for reply in replies:
-            assert type(refusal(reply)) is BrokerNotAvailableError
+            error = refusal(reply)
+            assert type(error) is AnswerLostError and error.retriable
         assert connection.broken
 
 
@@ -593,7 +597,7 @@ def test_an_answer_that_does_not_parse_breaks_the_connection_and_fails_its_reply
     with connected_to_listener() as (connection, peer):
         reply = connection.append(TOPIC, 0, batch_bytes(now_records(1)), 1)
         peer.sendall(SIZE.pack(1) + b"\x07")
-        assert type(refusal(reply)) is BrokerNotAvailableError
+        assert type(refusal(reply)) is AnswerLostError
         assert connection.broken
 
 
