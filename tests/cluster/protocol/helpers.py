@@ -116,6 +116,34 @@ def run(coroutine: Any) -> Any:
     return asyncio.run(coroutine)
 
 
+def fetch_v12_body(
+    topic: str, fetch_offset: int, *, max_wait_ms: int = 0, current_leader_epoch: int = -1
+) -> dict[str, Any]:
+    """A Fetch v12 request's fields for partition 0 of `topic`, outside any fetch session, read_uncommitted, up to
+    1 MiB."""
+    partition = {
+        "partition": 0,
+        "current_leader_epoch": current_leader_epoch,
+        "fetch_offset": fetch_offset,
+        "last_fetched_epoch": -1,
+        "log_start_offset": -1,
+        "partition_max_bytes": 1 << 20,
+    }
+    return {
+        "cluster_id": None,
+        "replica_id": -1,
+        "max_wait": max_wait_ms,
+        "min_bytes": 1,
+        "max_bytes": 1 << 20,
+        "isolation_level": 0,
+        "session_id": 0,
+        "session_epoch": -1,
+        "topics": [{"topic": topic, "partitions": [partition]}],
+        "forgotten_topics_data": [],
+        "rack_id": "",
+    }
+
+
 async def exchange(port: int, body: Any, correlation_id: int = 1) -> tuple[int, Any]:
     """Sends one request to a server on 127.0.0.1:`port` and reads its answer: (correlation id, kio response)."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)

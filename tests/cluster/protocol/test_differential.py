@@ -22,7 +22,7 @@ from kio.index import load_request_schema
 from cluster.protocol.listener import start_listener
 from cluster.protocol.messages import build
 from storage.records.record_batch import RecordBatchBuilder
-from tests.cluster.protocol.helpers import exchange
+from tests.cluster.protocol.helpers import exchange, fetch_v12_body
 
 pytestmark = [pytest.mark.ray, pytest.mark.kafka]
 
@@ -496,27 +496,7 @@ def _leader_epoch_fencing(bootstrap: str) -> list[tuple[str, int, int]]:
     port = int(bootstrap.rsplit(":", 1)[1])
     answers = []
     for epoch in (-2, -1, 0, 1):
-        partition = {
-            "partition": 0,
-            "current_leader_epoch": epoch,
-            "fetch_offset": 0,
-            "last_fetched_epoch": -1,
-            "log_start_offset": -1,
-            "partition_max_bytes": 1 << 20,
-        }
-        fetch = {
-            "cluster_id": None,
-            "replica_id": -1,
-            "max_wait": 0,
-            "min_bytes": 1,
-            "max_bytes": 1 << 20,
-            "isolation_level": 0,
-            "session_id": 0,
-            "session_epoch": -1,
-            "topics": [{"topic": topic, "partitions": [partition]}],
-            "forgotten_topics_data": [],
-            "rack_id": "",
-        }
+        fetch = fetch_v12_body(topic, 0, current_leader_epoch=epoch)
         _, response = asyncio.run(exchange(port, build(load_request_schema(1, 12), fetch)))
         answers.append(("fetch", epoch, int(response.responses[0].partitions[0].error_code)))
         listed = {"partition_index": 0, "current_leader_epoch": epoch, "timestamp": -1}

@@ -107,34 +107,6 @@ def confluent_consume(listener: KafkaListener, topics: list[str], expected: int)
         consumer.close()
 
 
-def fetch_v12_body(
-    topic: str, fetch_offset: int, *, max_wait_ms: int = 0, current_leader_epoch: int = -1
-) -> dict[str, Any]:
-    """A Fetch v12 request's fields for partition 0 of `topic`, outside any fetch session, read_uncommitted, up to
-    1 MiB."""
-    partition = {
-        "partition": 0,
-        "current_leader_epoch": current_leader_epoch,
-        "fetch_offset": fetch_offset,
-        "last_fetched_epoch": -1,
-        "log_start_offset": -1,
-        "partition_max_bytes": 1 << 20,
-    }
-    return {
-        "cluster_id": None,
-        "replica_id": -1,
-        "max_wait": max_wait_ms,
-        "min_bytes": 1,
-        "max_bytes": 1 << 20,
-        "isolation_level": 0,
-        "session_id": 0,
-        "session_epoch": -1,
-        "topics": [{"topic": topic, "partitions": [partition]}],
-        "forgotten_topics_data": [],
-        "rack_id": "",
-    }
-
-
 def test_confluent_producers_with_every_codec_and_acks_are_read_back_by_a_confluent_consumer(
     listener: KafkaListener,
 ) -> None:
@@ -323,7 +295,7 @@ def test_a_produce_pipelined_behind_a_waiting_fetch_wakes_it(listener: KafkaList
     from cluster.protocol.handlers.fetch import FETCH_KEY
     from cluster.protocol.handlers.produce import PRODUCE_KEY
     from cluster.protocol.messages import build
-    from tests.cluster.protocol.helpers import batch, records_of
+    from tests.cluster.protocol.helpers import batch, fetch_v12_body, records_of
 
     max_wait_ms = 10_000
     confluent_produce(listener, "woken")  # creates the topic, leaves partition 0 with some end offset
@@ -450,7 +422,7 @@ def test_fetch_and_list_offsets_fence_a_client_leader_epoch_in_the_listeners_vie
     from cluster.protocol.handlers.list_offsets import LIST_OFFSETS_KEY
     from cluster.protocol.messages import build
     from cluster.protocol.ray_broker_view import statistics
-    from tests.cluster.protocol.helpers import read_frame, records_of
+    from tests.cluster.protocol.helpers import fetch_v12_body, read_frame, records_of
 
     topic, count = "fenced-epochs", 5
     Admin().create_topic(topic, 1)
