@@ -12,6 +12,7 @@ import pytest
 
 from storage.errors import BrokerNotAvailableError, NotLeaderOrFollowerError, RequestTimedOutError
 from storage.records.record_batch import RecordBatchBuilder, iter_batches
+from tests.actors.support import now_ms
 from tests.conftest import ONE_ACTOR_PER_PARTITION
 from tests.storage.builders import simple_batch
 
@@ -58,14 +59,10 @@ def end_offset(broker: Any, topic: str) -> int:
     return int(ray.get(broker.partition(topic, 0).offsets.remote())[2])
 
 
-def now_ms() -> int:
-    """A record timestamp retention keeps: the test broker checks retention every 500 ms, and a record older than
-    `retention.ms` (7 days) would take its segment, and the records read back, with it."""
-    return int(time.time() * 1000)
-
-
 def recent_batch(tag: int) -> bytes:
-    """One record `k<tag>-0`, stamped now."""
+    """One record `k<tag>-0`, stamped now, as every record of this module: the test broker checks retention every
+    500 ms, and a record older than `retention.ms` (7 days) would take its segment, and the records read back,
+    with it."""
     return simple_batch(1, tag=tag, timestamp=now_ms())
 
 
