@@ -122,8 +122,10 @@ class Replica:
 
     @property
     def following(self) -> bool:
-        """True while this replica follows another: client reads and appends go to the leader."""
-        return self._fetcher is not None
+        """True while the controller's latest state names another leader, or none (an offline partition): client
+        reads and appends go to the leader, as Kafka's follower refuses them whether or not it is fetching."""
+        state = self._state
+        return state is not None and state.leader != self.node
 
     @property
     def leading(self) -> bool:
@@ -366,8 +368,7 @@ class Replica:
         are committed."""
         with self._lock:
             self.check_current_leader_epoch(current_leader_epoch)
-            state = self._state
-            if self.following or (state is not None and state.leader != self.node):
+            if self.following:
                 raise NotLeaderOrFollowerError(f"{self.log.directory.name} is not the leader")
             return self.log.end_offset_for_epoch(epoch)
 

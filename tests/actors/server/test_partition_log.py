@@ -29,11 +29,13 @@ from storage.compaction.cleaner_manager import LogToClean
 from storage.errors import (
     BrokerNotAvailableError,
     CorruptRecordError,
+    FencedLeaderEpochError,
     InvalidConfigError,
     InvalidRecordError,
     InvalidRequestError,
     KafkaStorageError,
     LogDirLockedError,
+    NotLeaderOrFollowerError,
     OffsetOutOfRangeError,
     StorageError,
 )
@@ -502,3 +504,49 @@ def test_same_node_readers_learn_each_change_its_leader_epoch_and_the_close_with
     assert reader.read() is None
     reader.close()
     receiver.close()
+
+
+@pytest.mark.parametrize("call", ["fetch", "locate"])
+@pytest.mark.parametrize(
+    ("client_epoch", "new_leader", "error"),
+    [(-1, "other", NotLeaderOrFollowerError), (3, "other", FencedLeaderEpochError), (3, "", FencedLeaderEpochError)],
+    ids=["unfenced-leadership-moved", "fenced-leadership-moved", "fenced-epoch-bumped"],
+)
+def test_a_long_poll_at_the_log_end_ends_at_once_when_the_controller_changes_the_leader_epoch(
+    tmp_path: Path, call: str, client_epoch: int, new_leader: str, error: type[Exception]
+) -> None:
+    """A client's long poll waiting at the log end is answered with the error the controller's new state gives as
+    soon as that state arrives (as Kafka completes its delayed fetches on a leader change), not when `max_wait_ms`
+    runs out. The client's leader epoch is checked first, as Kafka's `localLogWithEpochOrThrow` does:
+    FENCED_LEADER_EPOCH for a client in an older epoch, whoever leads now; NOT_LEADER_OR_FOLLOWER for a client
+    that sent no epoch, once another replica leads."""
+    import threading
+    import time
+
+    from actors.core.replication.leader_and_isr import LeaderAndIsr
+
+    actor = open_actor(tmp_path / "poll-0")
+    actor.append(batch_bytes(records("a", 2)))
+    node = ray.get_runtime_context().get_node_id() if ray.is_initialized() else ""
+    replicas = (node, "other")
+    actor.update_replication(LeaderAndIsr("poll", 0, node, 3, replicas, replicas))
+    outcome: list[Exception | None] = []
+
+    def poll() -> None:
+        try:
+            getattr(actor, call)(2, max_wait_ms=60_000, current_leader_epoch=client_epoch)
+        except Exception as exc:  # handed to the test's thread to assert on
+            outcome.append(exc)
+        else:
+            outcome.append(None)
+
+    poller = threading.Thread(target=poll, daemon=True)
+    poller.start()
+    poller.join(0.3)
+    assert poller.is_alive(), f"the poll did not wait at the log end: {outcome}"
+    changed = time.monotonic()
+    actor.update_replication(LeaderAndIsr("poll", 0, new_leader or node, 4, replicas, replicas))
+    poller.join(10)
+    assert not poller.is_alive() and time.monotonic() - changed < 10
+    assert len(outcome) == 1 and isinstance(outcome[0], error), outcome
+    actor.close()
