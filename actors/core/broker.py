@@ -142,7 +142,6 @@ class ServedPartition:
         """The log, for a client read: the client's `current_leader_epoch` and the replica's role checked
         (`Replica.check_client_read`; -1: no epoch checked)."""
         self.replica.check_client_read(current_leader_epoch)
-        self.replica.check_append(1)
         return self.log
 
     def wait_for_bytes(self, offset: int, min_bytes: int, max_wait_ms: int, size: Callable[[], int]) -> None:

@@ -352,24 +352,22 @@ class Replica:
         check_current_leader_epoch(current_leader_epoch, self.leader_epoch, self.log.directory.name)
 
     def check_client_read(self, current_leader_epoch: int) -> None:
-        """A client's read (Fetch, ListOffsets), as Kafka's `Partition.localLogWithEpochOrThrow`: its
-        `current_leader_epoch` first (`check_current_leader_epoch`), then a follower refuses it
+        """A client's read (Fetch, ListOffsets, OffsetsForLeaderEpoch), as Kafka's
+        `Partition.localLogWithEpochOrThrow`: its `current_leader_epoch` first (`check_current_leader_epoch`), then
+        a replica that does not lead (`following`: a follower, or a replica of an offline partition) refuses it
         (`NotLeaderOrFollowerError`)."""
         self.check_current_leader_epoch(current_leader_epoch)
         if self.following:
-            raise NotLeaderOrFollowerError(f"{self.log.directory.name} is a follower")
+            raise NotLeaderOrFollowerError(f"{self.log.directory.name} is not the leader")
 
     def epoch_end_offset(self, epoch: int, current_leader_epoch: int = UNDEFINED_EPOCH) -> tuple[int, int]:
         """OffsetsForLeaderEpoch (Kafka's `Partition.lastOffsetForLeaderEpoch`): `(epoch, end offset)` of `epoch` in
-        this leader's log (`Log.end_offset_for_epoch`). The caller's `current_leader_epoch` is checked first
-        (`check_current_leader_epoch`). Then only the leader answers (`NotLeaderOrFollowerError`). A follower thus
-        truncates only by the answer of the leader it follows, in the epoch it follows it in: a replica that no
-        longer leads, or leads but has not been told of that epoch yet, may lack records the follower has and that
-        are committed."""
+        this leader's log (`Log.end_offset_for_epoch`), after the checks of every client read (`check_client_read`:
+        the caller's `current_leader_epoch`, then only the leader answers). A follower thus truncates only by the
+        answer of the leader it follows, in the epoch it follows it in: a replica that no longer leads, or leads but
+        has not been told of that epoch yet, may lack records the follower has and that are committed."""
         with self._lock:
-            self.check_current_leader_epoch(current_leader_epoch)
-            if self.following:
-                raise NotLeaderOrFollowerError(f"{self.log.directory.name} is not the leader")
+            self.check_client_read(current_leader_epoch)
             return self.log.end_offset_for_epoch(epoch)
 
     def await_replicated(self, info: LogAppendInfo, timeout_ms: int = ACKS_ALL_TIMEOUT_MS) -> LogAppendInfo:
