@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import os
 import struct
+import threading
+import time
 from pathlib import Path
 
 import pytest
 import ray
 
+from actors.core.replication.leader_and_isr import LeaderAndIsr
 from actors.metrics.names import (
     BYTES_IN,
     CLEANER_BYTES_READ,
@@ -475,7 +478,6 @@ def test_same_node_readers_learn_each_change_its_leader_epoch_and_the_close_with
     import secrets
     import socket
 
-    from actors.core.replication.leader_and_isr import LeaderAndIsr
     from actors.server.change_notices import CHANGE_WATCHER_PREFIX
     from storage.partition.high_watermark_file import HighWatermarkReader
 
@@ -520,11 +522,6 @@ def test_a_long_poll_at_the_log_end_ends_at_once_when_the_controller_changes_the
     runs out. The client's leader epoch is checked first, as Kafka's `localLogWithEpochOrThrow` does:
     FENCED_LEADER_EPOCH for a client in an older epoch, whoever leads now; NOT_LEADER_OR_FOLLOWER for a client
     that sent no epoch, once another replica leads."""
-    import threading
-    import time
-
-    from actors.core.replication.leader_and_isr import LeaderAndIsr
-
     actor = open_actor(tmp_path / "poll-0")
     actor.append(batch_bytes(records("a", 2)))
     node = ray.get_runtime_context().get_node_id() if ray.is_initialized() else ""
