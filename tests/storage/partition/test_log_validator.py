@@ -416,3 +416,18 @@ def test_a_compressed_batch_whose_inner_offsets_do_not_run_0_1_2_is_refused_as_k
         validate_client_records(built((0, 0, 2)), LogConfig(), NOW)
     accepted = validate_client_records(built((0, 1, 2)), LogConfig(), NOW)
     assert accepted.record_count == 3
+
+
+def test_an_uncompressed_batch_keeps_its_inner_offsets_as_kafka_stores_them(
+    existing_log: Callable[..., Log],
+) -> None:
+    """Kafka checks inner offsets only in a compressed batch: `LogValidator.assignOffsetsNonCompressed` sets the
+    batch's base offset and leaves each record's delta as sent. An uncompressed batch numbered 0, 0, 2 is taken
+    and its records read back at base + 0, base + 0, base + 2, the offsets kafka-python decodes from the bytes
+    stored."""
+    log = existing_log()
+    base = log.log_end_offset
+    info = log.append(kafka_batch([Rec(b"key", b"value", NOW)] * 3, offset_deltas=(0, 0, 2)))
+    assert (info.first_offset, info.last_offset) == (base, base + 2)
+    assert [record.offset for record in log.records(base)] == [base, base, base + 2]
+    assert [record.offset for record in kafka_decode(log.read(base, 1 << 20).records)] == [base, base, base + 2]
