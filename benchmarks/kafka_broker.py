@@ -10,6 +10,8 @@ imports it from here.
 (`cluster.downloads`, which holds Maven's local repository too), once: later calls find the jars there.
 `kafka_tools_jar()` adds the jar of Kafka's command-line tools (`kafka-tools`, e.g. kafka-transactions.sh's
 `TransactionsCommand`), fetched the same way into `kafka-<version>/tools`.
+`artifact_jars(group, artifact, version)` fetches any other Maven artifact with its runtime dependencies the same
+way (Kafka Streams, Kafka Connect, kafka-clients of another release) into `maven/<group>/<artifact>-<version>`.
 `KafkaNode` is one Kafka process: it formats a fresh KRaft storage dir (broker and controller in one) and runs
 `java -cp <jars> kafka.Kafka server.properties` as a subprocess on 127.0.0.1 ports, and stops it (SIGTERM, then
 SIGKILL after a bound). `KafkaBroker` runs one node in a temporary folder on free ports and waits until an
@@ -119,6 +121,53 @@ def kafka_tools_jar(version: str = KAFKA_VERSION) -> Path:
     if not jar.exists():
         raise KafkaUnavailable(f"{jar} is missing after fetching it; delete {home / 'tools'} to fetch again")
     return jar
+
+
+_ARTIFACT_POM = """<?xml version="1.0" encoding="UTF-8"?>
+<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>raybroker</groupId>
+  <artifactId>artifact-fetch</artifactId>
+  <version>1</version>
+  <packaging>pom</packaging>
+  <dependencies>
+    <dependency>
+      <groupId>{group}</groupId>
+      <artifactId>{artifact}</artifactId>
+      <version>{version}</version>
+    </dependency>
+  </dependencies>
+</project>
+"""
+
+
+def artifact_jars(group: str, artifact: str, version: str) -> list[Path]:
+    """The jars of Maven artifact `group:artifact:version` and of its runtime dependencies, fetched from Maven
+    Central on first use into `maven/<group>/<artifact>-<version>/libs` of the download cache, then from there;
+    `KafkaUnavailable` when it cannot be fetched."""
+    home = cache_root() / "maven" / group / f"{artifact}-{version}"
+    libs = home / "libs"
+    marker = home / "complete"
+    if not marker.exists():
+        home.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(libs, ignore_errors=True)
+        (home / "pom.xml").write_text(_ARTIFACT_POM.format(group=group, artifact=artifact, version=version))
+        _maven(
+            [
+                "-f",
+                str(home / "pom.xml"),
+                "dependency:copy-dependencies",
+                "-DincludeScope=runtime",
+                f"-DoutputDirectory={libs}",
+            ],
+            f"{group}:{artifact}:{version}",
+            libs,
+        )
+        marker.write_text(version + "\n")
+    jars = sorted(libs.glob("*.jar"))
+    if not any(jar.name.startswith(f"{artifact}-{version}") for jar in jars):
+        raise KafkaUnavailable(f"{libs} holds no {artifact}-{version} jar; delete {home} to fetch again")
+    return jars
 
 
 def _fetch(version: str, home: Path) -> None:
