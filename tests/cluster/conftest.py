@@ -1,5 +1,7 @@
-"""The Spark suite's shared fixtures: one RayDP Spark session for every Spark test under `tests/cluster/`, and a
-broker per module that uses one.
+"""The shared fixtures of `tests/cluster/`: one RayDP Spark session for every Spark test, a broker per module that
+uses one, and Apache Kafka for the differential and real-application tests (`kafka`: 3.9 in KRaft mode,
+`benchmarks.kafka_broker.KafkaBroker`, started once per session; the first run fetches it from Maven Central into the
+download cache; a machine where it cannot be fetched or started fails under `.ci/run` and skips elsewhere).
 
 Starting Spark on Ray costs ~10 s and its first Python job ~6 s more (measured on this machine), so the session is
 started once (with its warm-up job) and reused by every test of this package (`tests/cluster/`). It is stopped when the
@@ -14,6 +16,23 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from benchmarks.kafka_broker import KafkaBroker, KafkaUnavailable
+from tests.conftest import skip_or_fail
+
+
+@pytest.fixture(scope="session")
+def kafka() -> Iterator[str]:
+    """Apache Kafka's bootstrap address (see the module docstring)."""
+    broker = KafkaBroker()
+    try:
+        broker.start()
+    except KafkaUnavailable as exc:
+        skip_or_fail(f"Apache Kafka is not available here: {exc}")
+    try:
+        yield broker.bootstrap_servers
+    finally:
+        broker.stop()
 
 
 @pytest.fixture(scope="package")
