@@ -13,11 +13,12 @@ Python producer's sender (`actors.clients.sender`, from a thread of its own) and
   channel's once it came back; the wait runs on the leader's replication threads, so its write thread (and its
   channel) never waits. With one replica the append's answer is the acknowledgement already.
 - Order: appends to one partition are submitted in the order they were asked for (`append` also while an earlier
-  one still waits for its lookup on a worker thread); Ray runs one caller's calls to an actor in submission order
-  and a channel answers in order, so the log gets a client's batches in its order, on which an idempotent
-  producer's sequence numbers depend. After an idempotent producer's append failed with a retriable error, its later
-  appends to the partition are refused until the failed one is retried (`actors.clients.sequence_fence`): a route
-  looked up again meanwhile must not carry them to the new leader ahead of it.
+  one still waits for its lookup on a worker thread or for what it must await first: `actors.clients.append_order`);
+  Ray runs one caller's calls to an actor in submission order and a channel answers in order, so the log gets a
+  client's batches in its order, on which an idempotent producer's sequence numbers depend. After an idempotent
+  producer's append failed with a retriable error, its later appends to the partition are refused until the failed
+  one is retried (`actors.clients.sequence_fence`): a route looked up again meanwhile must not carry them to the
+  new leader ahead of it.
 - Lost answers: an append whose leader's process went away before answering may have been written, and
   replicated; it fails with `RequestTimedOutError`, Kafka's REQUEST_TIMED_OUT, which Kafka's clients read as
   possibly written, where LEADER_NOT_AVAILABLE would tell them it was not.
@@ -32,12 +33,13 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from actors.calls import answer, call, finished
 from actors.clients.append_connection import AppendConnection, AppendConnections, AppendReply
+from actors.clients.append_order import AppendOrder
 from actors.clients.sequence_fence import SequenceFences, batch_producer
 from actors.core.replication.replica import ACKS_ALL, ACKS_ALL_TIMEOUT_MS
 from actors.partition_lookup import leader_replica
@@ -113,11 +115,12 @@ class AppendRoute:
     """One client's route to the leaders of the partitions it appends to; see the module docstring. `leader` and
     `send` may be called from several threads; `append` from one event loop."""
 
-    def __init__(self) -> None:
+    def __init__(self, same_node_channels: bool = True) -> None:
+        """`same_node_channels` False sends every append as a Ray call, as a route on another node does."""
+        self._same_node_channels = same_node_channels
         self._connections = AppendConnections()
         self._leaders: dict[PartitionKey, PartitionLeader] = {}
-        # The last append of each partition still waiting to be submitted (`append`): the next one waits for it.
-        self._submitting: dict[PartitionKey, asyncio.Future[None]] = {}
+        self._order = AppendOrder()
         self._fences = SequenceFences()
 
     def leader(self, topic: str, partition: int) -> PartitionLeader:
@@ -127,7 +130,9 @@ class AppendRoute:
         leader = self._leaders.get(key)
         if leader is None:
             handle, state = leader_replica(topic, partition)
-            channel = self._connections.for_leader(handle, state, with_followers=True)
+            channel = (
+                self._connections.for_leader(handle, state, with_followers=True) if self._same_node_channels else None
+            )
             leader = PartitionLeader(handle, state.replication_factor > 1, channel)
             self._leaders[key] = leader
         return leader
@@ -155,29 +160,30 @@ class AppendRoute:
         return AppendCall(self, (topic, partition), leader, reply)
 
     async def append(
-        self, topic: str, partition: int, batches: bytes, acks: int, timeout_ms: int = ACKS_ALL_TIMEOUT_MS
+        self,
+        topic: str,
+        partition: int,
+        batches: bytes,
+        acks: int,
+        timeout_ms: int = ACKS_ALL_TIMEOUT_MS,
+        admitted: Awaitable[None] | None = None,
     ) -> LogAppendInfo:
-        """`send` for an event loop: submitted after every earlier `append` of the partition, the lookup run on a
-        worker thread; answers the partition's `LogAppendInfo` or raises its typed error (`NotLeaderOrFollowerError`,
-        unsent, for an idempotent producer's append behind a failed one of its own: see the module docstring)."""
+        """`send` for an event loop: submitted after every earlier `append` of the partition (`AppendOrder`), once
+        `admitted` (when given: what must succeed first, e.g. a transactional batch's verification) is done, the
+        lookup run on a worker thread; answers the partition's `LogAppendInfo` or raises its typed error (the error
+        of `admitted`, unsent; `NotLeaderOrFollowerError`, unsent, for an idempotent producer's append behind a
+        failed one of its own: see the module docstring)."""
         key = (topic, partition)
         producer = batch_producer(batches)
-        previous = self._submitting.get(key)
-        submitted: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._submitting[key] = submitted
-        try:
-            if previous is not None:
-                await asyncio.shield(previous)
+        async with self._order.turn(key):
+            if admitted is not None:
+                await admitted
             if producer is not None:
                 self._fences.check(key, producer)
             leader = self._leaders.get(key)
             if leader is None:
                 leader = await asyncio.to_thread(self.leader, topic, partition)
             appended = self.send(leader, topic, partition, batches, acks, timeout_ms)
-        finally:
-            submitted.set_result(None)
-            if self._submitting.get(key) is submitted:
-                del self._submitting[key]
         try:
             return await appended.async_result()
         except RaybrokerError as exc:

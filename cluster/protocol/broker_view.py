@@ -14,7 +14,7 @@ through `cluster.protocol.errors`; none raises Ray's.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Awaitable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -206,10 +206,19 @@ class BrokerView(Protocol):
         ...
 
     async def append(
-        self, topic: str, partition: int, records: bytes, acks: int = 1, timeout_ms: int = 30_000
+        self,
+        topic: str,
+        partition: int,
+        records: bytes,
+        acks: int = 1,
+        timeout_ms: int = 30_000,
+        admitted: Awaitable[None] | None = None,
     ) -> LogAppendInfo:
         """Appends a client's record batches, unchanged, to the partition's leader; with `acks` -1, answers once
-        every in-sync replica has them (or fails after `timeout_ms`, the request's `timeout`)."""
+        every in-sync replica has them (or fails after `timeout_ms`, the request's `timeout`). Appends to one
+        partition reach its leader in the order `append` was called (its first step, before it awaits anything),
+        whatever each awaits: `admitted`, when given, must end without error before the append is sent, and its
+        error fails the append unsent (a transactional batch's verification)."""
         ...
 
     async def fetch(

@@ -3,7 +3,8 @@ broker's plain roles, without Ray, for tests and development.
 
 It answers as `RayBrokerView` does for a listener on node `node`: topics and configs from the controller (the
 same `_topic_info` conversion into Kafka broker ids), records from each partition's leader replica. Appends run on
-the event loop in the order they were called (a client's pipelined Produce requests keep their order); an
+the event loop in the order they were called, also when one awaits its `admitted` first
+(`actors.clients.append_order`), so a client's pipelined Produce requests keep their order; an
 `acks=all` append's wait for its replication, and a long-poll fetch's wait for bytes, run on a worker thread, so
 the loop serves every other connection meanwhile. A fetch of `SENDFILE_MIN_BYTES` or more answers a region of the
 segment file for the server to `sendfile`, as the Ray view does for a partition on its own node.
@@ -13,8 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 
+from actors.clients.append_order import AppendOrder
 from actors.core.broker import InProcessBroker, ServedPartition
 from actors.core.replication.replica import ACKS_ALL
 from cluster.protocol.broker_view import (
@@ -40,6 +42,7 @@ class LocalBrokerView:
     def __init__(self, broker: InProcessBroker, node: str = "node-0") -> None:
         self.broker = broker
         self.node = node
+        self._order = AppendOrder()
 
     async def cluster_id(self) -> str:
         return self.broker.controller.cluster_id()
@@ -115,10 +118,19 @@ class LocalBrokerView:
         return EpochEndOffset(*self._leader(topic, partition).epoch_end_offset(epoch, current_leader_epoch))
 
     async def append(
-        self, topic: str, partition: int, records: bytes, acks: int = 1, timeout_ms: int = 30_000
+        self,
+        topic: str,
+        partition: int,
+        records: bytes,
+        acks: int = 1,
+        timeout_ms: int = 30_000,
+        admitted: Awaitable[None] | None = None,
     ) -> LogAppendInfo:
-        leader = self._leader(topic, partition)
-        info = leader.append(records, acks)
+        async with self._order.turn((topic, partition)):
+            if admitted is not None:
+                await admitted
+            leader = self._leader(topic, partition)
+            info = leader.append(records, acks)
         if acks == ACKS_ALL and leader.log.replicated:
             return await asyncio.to_thread(leader.await_replicated, info, timeout_ms)
         return info

@@ -44,7 +44,7 @@ import math
 import os
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -204,10 +204,16 @@ class RayBrokerView:
         return producers
 
     async def append(
-        self, topic: str, partition: int, records: bytes, acks: int = 1, timeout_ms: int = 30_000
+        self,
+        topic: str,
+        partition: int,
+        records: bytes,
+        acks: int = 1,
+        timeout_ms: int = 30_000,
+        admitted: Awaitable[None] | None = None,
     ) -> LogAppendInfo:
         try:
-            return await self._appends.append(topic, partition, records, acks, timeout_ms)
+            return await self._appends.append(topic, partition, records, acks, timeout_ms, admitted)
         except RaybrokerError as exc:
             if exc.retriable:
                 self._drop((topic, partition))

@@ -16,7 +16,10 @@ coordinator it reaches directly can always do): a partition its producer did not
 TRANSACTION_ABORTABLE (120) to Produce v11+ and INVALID_TXN_STATE (48) to older versions, whose clients do not know
 that code, a fenced producer INVALID_PRODUCER_EPOCH (47), a coordinator busy with the id or unreachable
 NOT_ENOUGH_REPLICAS (19), which old clients retry without a metadata refresh, as Kafka's `AddPartitionsToTxnManager`
-maps them. Produce v11 differs from v10 in nothing else.
+maps them. Produce v11 differs from v10 in nothing else. The verification runs while the append keeps its place in
+the partition's order (`BrokerView.append`'s `admitted`): a client's pipelined batches reach the log in the order its
+requests came, as Kafka's broker, which reads one request per connection at a time, appends them, however long each
+verification takes.
 
 Authorization: WRITE on each topic, else its partitions answer TOPIC_AUTHORIZATION_FAILED (29) without being
 looked at, whether the topic exists or not, as Kafka's.
@@ -41,7 +44,7 @@ from cluster.protocol.security.access import AccessControl
 from cluster.protocol.transaction_view import TransactionView
 from storage.errors import RaybrokerError
 from storage.records.layout import NO_TIMESTAMP
-from storage.records.record_batch import iter_batches
+from storage.records.record_batch import RecordBatch, iter_batches
 
 # KIP-890's mapping of the coordinator's verification answers to Produce codes (AddPartitionsToTxnManager):
 # TRANSACTION_ABORTABLE is kept for Produce v11+ (`TRANSACTION_ABORTABLE_VERSION`), older clients get INVALID_TXN_STATE.
@@ -120,16 +123,29 @@ class ProduceHandler:
         transactional_id: str | None,
         version: int,
     ) -> dict[str, Any]:
+        """One partition's append. Called in the order the requests came, it asks the view at once, with no await
+        before: the view keeps a partition's appends in the order they are asked for, and a transactional batch's
+        verification, started here, is what the append awaits in its place (`admitted`), so a pipelined batch
+        behind it cannot overtake it (Kafka reads one request per connection at a time)."""
         if not records:
             return _failed(ErrorCode.invalid_record, "a produce request must carry record batches")
+        verifying = None
+        if transactional_id is not None:
+            try:
+                first = next(iter_batches(bytes(records)), None)
+            except RaybrokerError as exc:
+                return _failed(error_code(exc), exc.message)
+            if first is not None and first.is_transactional:
+                verifying = asyncio.ensure_future(self._verify(transactional_id, topic, partition, first, version))
         try:
-            if transactional_id is not None:
-                refused = await self._verify(transactional_id, topic, partition, records, version)
-                if refused is not None:
-                    return refused
-            info = await self._view.append(topic, partition, bytes(records), acks, timeout_ms)
+            info = await self._view.append(topic, partition, bytes(records), acks, timeout_ms, verifying)
+        except _Refused as refused:
+            return refused.answer
         except RaybrokerError as exc:
             return _failed(error_code(exc), exc.message)
+        finally:
+            if verifying is not None:
+                _settle(verifying)
         return {
             "error_code": ErrorCode.none,
             "base_offset": info.first_offset,
@@ -139,25 +155,42 @@ class ProduceHandler:
         }
 
     async def _verify(
-        self, transactional_id: str, topic: str, partition: int, records: bytes, version: int
-    ) -> dict[str, Any] | None:
-        """None if the partition's transactional batches may be appended, else the partition's answer."""
-        first = next(iter_batches(bytes(records)), None)
-        if first is None or not first.is_transactional:
-            return None
+        self, transactional_id: str, topic: str, partition: int, first: RecordBatch, version: int
+    ) -> None:
+        """Returns if the partition's transactional batches may be appended, else raises `_Refused` with the
+        partition's answer."""
         try:
             verified = await self._transactions.verify_partitions(
                 transactional_id, first.producer_id, first.producer_epoch, [(topic, partition)]
             )
         except RaybrokerError as exc:
-            return _failed(ErrorCode.not_enough_replicas, exc.message)
+            raise _Refused(_failed(ErrorCode.not_enough_replicas, exc.message)) from None
         answer = verified[(topic, partition)]
         if answer == TxnError.NONE:
-            return None
+            return
         code = _VERIFICATION_CODES.get(answer, ErrorCode.not_enough_replicas)
         if answer == TxnError.TRANSACTION_ABORTABLE and version >= TRANSACTION_ABORTABLE_VERSION:
             code = ErrorCode.transaction_abortable
-        return _failed(code, f"{topic}-{partition} is not part of the ongoing transaction of {transactional_id!r}")
+        raise _Refused(
+            _failed(code, f"{topic}-{partition} is not part of the ongoing transaction of {transactional_id!r}")
+        )
+
+
+class _Refused(Exception):
+    """A transactional batch the coordinator's verification refused: the partition's answer, the batch unsent."""
+
+    def __init__(self, answer: dict[str, Any]) -> None:
+        super().__init__(answer.get("error_message"))
+        self.answer = answer
+
+
+def _settle(verifying: asyncio.Future[None]) -> None:
+    """Cancels a verification the append never waited for (its request ended first) and marks its outcome as
+    seen, so that asyncio reports no error of a task nobody awaits."""
+    if not verifying.done():
+        verifying.cancel()
+    elif not verifying.cancelled():
+        verifying.exception()
 
 
 def _is_transactional(records: bytes | None) -> bool:

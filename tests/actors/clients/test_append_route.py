@@ -1,6 +1,8 @@
-"""The append route on a real broker: a partition whose actor went away is looked up again after the retriable
-failure, and an idempotent producer's later appends wait for the retry of the failed one. The oracle is the list of
-batches appended, read back from the partition."""
+"""The append route on a real broker: appends awaited concurrently land in the order they were called, over the
+same-node channel and as Ray calls, for acks 1 and -1, also when the earlier ones wait longest for their lookup and
+for what they must await first (`admitted`); a partition whose actor went away is looked up again after the
+retriable failure; an idempotent producer's later appends wait for the retry of the failed one. The oracle is the
+list of batches appended, read back from the partition."""
 
 from __future__ import annotations
 
@@ -18,6 +20,10 @@ from tests.storage.builders import simple_batch
 
 pytestmark = pytest.mark.ray
 
+APPENDS = 20
+ROUNDS = 5
+# The k-th append of a round awaits (APPENDS - k) * STEP_S before it may be sent: the first waits longest.
+STEP_S = 0.002
 # What an append to a leader whose process went away fails with (`actors.clients.append_route`).
 GONE = (BrokerNotAvailableError, RequestTimedOutError)
 
@@ -70,6 +76,41 @@ def idempotent_batch(sequence: int) -> bytes:
     builder = RecordBatchBuilder(producer_id=4_242, producer_epoch=0, base_sequence=sequence)
     builder.append(f"seq-{sequence}".encode(), b"v", timestamp=now_ms())
     return builder.build()
+
+
+@pytest.mark.parametrize("acks", [1, -1])
+@pytest.mark.parametrize("same_node_channels", [True, False], ids=["channel", "ray-call"])
+def test_concurrent_appends_of_one_partition_land_in_call_order(
+    broker: Any, acks: int, same_node_channels: bool
+) -> None:
+    from actors.clients.append_route import AppendRoute
+
+    start = end_offset(broker, "route")
+    tags = [round_ * APPENDS + index for round_ in range(ROUNDS) for index in range(APPENDS)]
+
+    async def append_all() -> list[int]:
+        route = AppendRoute(same_node_channels)  # a new route: the first append of the round looks its leader up
+        try:
+            first_offsets = []
+            for round_ in range(ROUNDS):
+                appended = [
+                    route.append(
+                        "route",
+                        0,
+                        simple_batch(2, tag=round_ * APPENDS + index, timestamp=now_ms()),
+                        acks,
+                        admitted=asyncio.sleep((APPENDS - index) * STEP_S),
+                    )
+                    for index in range(APPENDS)
+                ]
+                first_offsets.extend(info.first_offset for info in await asyncio.gather(*appended))
+            return first_offsets
+        finally:
+            route.close()
+
+    first_offsets = asyncio.run(append_all())
+    assert first_offsets == list(range(start, start + 2 * len(tags), 2))
+    assert read_back(broker, "route", start) == [f"k{tag}-{i}".encode() for tag in tags for i in range(2)]
 
 
 def test_a_partition_whose_actor_went_away_is_looked_up_again(broker: Any) -> None:

@@ -2,7 +2,8 @@
 Central into the download cache (`benchmarks.kafka_broker.artifact_jars`), then run as subprocesses.
 
 `java_classpath(artifacts, sources, folder)` compiles `sources` (file name -> Java source) into `folder` and
-answers the classpath to run them with; a machine without a JDK or without the jars fails under `.ci/run` and
+answers the classpath to run them with (with no sources, `folder` and the jars: a program the artifacts ship, resources
+put in `folder`); a machine without a JDK or without the jars fails under `.ci/run` and
 skips elsewhere (`skip_or_fail`). `JavaProcess` runs one program in a session of its own and stops it (SIGTERM, or
 SIGKILL when asked, as a crash is), killing only the process it started.
 """
@@ -43,12 +44,13 @@ def java_classpath(artifacts: list[tuple[str, str, str]], sources: dict[str, str
         path = folder / name
         path.write_text(text)
         paths.append(str(path))
-    subprocess.run(
-        ["javac", "-nowarn", "-cp", classpath, "-d", str(folder), *paths],
-        check=True,
-        capture_output=True,
-        timeout=COMPILE_TIMEOUT_S,
-    )
+    if paths:
+        subprocess.run(
+            ["javac", "-nowarn", "-cp", classpath, "-d", str(folder), *paths],
+            check=True,
+            capture_output=True,
+            timeout=COMPILE_TIMEOUT_S,
+        )
     return os.pathsep.join([str(folder), classpath])
 
 
@@ -66,7 +68,7 @@ class JavaProcess:
         )
 
     def output(self) -> str:
-        self._log.flush()
+        """What the program printed so far (stdout and stderr)."""
         return self.log_path.read_text(errors="replace")
 
     def wait(self, timeout_s: float) -> int:

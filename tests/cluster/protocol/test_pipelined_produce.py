@@ -1,0 +1,127 @@
+"""A connection's pipelined Produce requests reach a partition's log in the order they were sent, whatever each one
+awaits first: Kafka's broker reads one request per connection at a time, and a producer's sequence numbers rely on
+it. The listener serves the in-process broker over a real socket; the transaction coordinator's KIP-890
+verification answers the requests in the reverse of their order (each waits less than the one before it, as a
+coordinator round trip does when the first request's is slow). The oracle is the order of the sequence numbers the
+client sent: the log must hold them in that order, and every request must be answered NONE, as Kafka answers."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Collection, Iterator
+
+import pytest
+from kio.index import load_request_schema, load_response_schema
+from kio.schema.errors import ErrorCode
+from kio.serial import entity_reader
+
+from actors.core.broker import InProcessBroker
+from actors.core.transactions.transaction_metadata import TxnError
+from cluster.protocol.framing import SIZE, encode_request
+from cluster.protocol.handlers.produce import PRODUCE_KEY
+from cluster.protocol.listener import KafkaListener, start_listener
+from cluster.protocol.local_broker_view import LocalBrokerView
+from cluster.protocol.local_group_view import LocalGroupView
+from cluster.protocol.local_transaction_view import LocalTransactionView
+from cluster.protocol.messages import build
+from cluster.protocol.security.local_security_view import LocalSecurityView
+from storage.records.record_batch import RecordBatchBuilder, iter_batches
+from tests.cluster.protocol.helpers import leader_log
+
+TOPIC = "pipelined"
+TXN = "pipelined-txn"
+REQUESTS = 8
+RECORDS_PER_BATCH = 3
+# The first verification waits REQUESTS * STEP_S, each later one STEP_S less: they end in reverse order.
+STEP_S = 0.03
+PRODUCE_VERSION = 9
+
+
+class ReversingVerification(LocalTransactionView):
+    """The in-process coordinator's answers, the k-th verification delayed by (REQUESTS - k) * STEP_S."""
+
+    def __init__(self, broker: InProcessBroker) -> None:
+        super().__init__(broker)
+        self.calls = 0
+
+    async def verify_partitions(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: Collection[tuple[str, int]]
+    ) -> dict[tuple[str, int], TxnError]:
+        delay_s = max(REQUESTS - self.calls, 0) * STEP_S
+        self.calls += 1
+        await asyncio.sleep(delay_s)
+        return await super().verify_partitions(transactional_id, producer_id, producer_epoch, partitions)
+
+
+@pytest.fixture
+def served(broker: InProcessBroker) -> Iterator[tuple[KafkaListener, ReversingVerification]]:
+    broker.controller.create_topic(TOPIC, 1)
+    transactions = ReversingVerification(broker)
+    with start_listener(
+        {"listeners": "PLAINTEXT://127.0.0.1:0"},
+        LocalBrokerView(broker),
+        LocalSecurityView(broker.controller),
+        groups=LocalGroupView(broker),
+        transactions=transactions,
+    ) as listener:
+        yield listener, transactions
+
+
+def transactional_batch(producer_id: int, epoch: int, sequence: int) -> bytes:
+    builder = RecordBatchBuilder(
+        producer_id=producer_id, producer_epoch=epoch, base_sequence=sequence, is_transactional=True
+    )
+    for index in range(RECORDS_PER_BATCH):
+        builder.append(None, b"%d" % (sequence + index), timestamp=1000)
+    return builder.build()
+
+
+def produce_body(records: bytes) -> object:
+    return build(
+        load_request_schema(PRODUCE_KEY, PRODUCE_VERSION),
+        {
+            "transactional_id": TXN,
+            "acks": -1,
+            "timeout": 30000,
+            "topic_data": [{"name": TOPIC, "partition_data": [{"index": 0, "records": records}]}],
+        },
+    )
+
+
+async def pipeline(port: int, bodies: list[object]) -> list[tuple[int, ErrorCode]]:
+    """Sends every request before reading any answer, on one connection; (correlation id, error) of each answer."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    response_type = load_response_schema(PRODUCE_KEY, PRODUCE_VERSION)
+    answers = []
+    try:
+        writer.write(b"".join(encode_request(PRODUCE_KEY, index, "test", body) for index, body in enumerate(bodies)))
+        await writer.drain()
+        for _ in bodies:
+            (size,) = SIZE.unpack(await reader.readexactly(SIZE.size))
+            payload = await reader.readexactly(size)
+            header, header_size = entity_reader(response_type.__header_schema__)(payload, 0)
+            response, _ = entity_reader(response_type)(payload, header_size)
+            answers.append((header.correlation_id, response.responses[0].partition_responses[0].error_code))
+    finally:
+        writer.close()
+    return answers
+
+
+def test_pipelined_transactional_batches_land_in_send_order_when_their_verifications_end_in_reverse(
+    broker: InProcessBroker, served: tuple[KafkaListener, ReversingVerification]
+) -> None:
+    listener, transactions = served
+    coordinator = broker.transaction_coordinator
+    initialized = coordinator.init_producer_id(TXN, 60_000)
+    producer_id, epoch = initialized.producer_id, initialized.producer_epoch
+    assert coordinator.add_partitions(TXN, producer_id, epoch, [(TOPIC, 0)]) == TxnError.NONE
+    sequences = [index * RECORDS_PER_BATCH for index in range(REQUESTS)]
+    bodies = [produce_body(transactional_batch(producer_id, epoch, sequence)) for sequence in sequences]
+
+    answers = asyncio.run(pipeline(listener.port, bodies))
+
+    assert transactions.calls == REQUESTS
+    assert answers == [(index, ErrorCode.none) for index in range(REQUESTS)]
+    log = leader_log(LocalBrokerView(broker), TOPIC, 0)
+    stored = [batch.base_sequence for batch in iter_batches(log.read(0, 1 << 20).records)]
+    assert stored == sequences
