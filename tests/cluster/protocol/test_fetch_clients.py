@@ -34,6 +34,7 @@ from cluster.protocol.local_transaction_view import LocalTransactionView
 from cluster.protocol.security.local_security_view import LocalSecurityView
 from storage.kafka_uuid import uuid_text
 from tests.cluster.protocol.helpers import confluent_consume_all, start_broker
+from tests.conftest import skip_or_fail
 
 PARTITIONS = 3
 PYTHON_RECORDS = 30
@@ -155,11 +156,11 @@ def test_confluent_reads_every_partition_by_topic_id(
 @pytest.fixture(scope="module")
 def java_classpath(tmp_path_factory: pytest.TempPathFactory) -> str:
     if shutil.which("javac") is None or shutil.which("java") is None:
-        pytest.skip("no JDK (javac, java) on this machine")
+        skip_or_fail("no JDK (javac, java) on this machine")
     try:
         jars = [*kafka_jars(), kafka_tools_jar()]
     except KafkaUnavailable as exc:
-        pytest.skip(f"Apache Kafka's jars are not available: {exc}")
+        skip_or_fail(f"Apache Kafka's jars are not available: {exc}")
     folder = tmp_path_factory.mktemp("java")
     source = folder / "JavaFetchSessions.java"
     source.write_text(JAVA_SOURCE)

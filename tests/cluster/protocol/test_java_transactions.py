@@ -21,6 +21,7 @@ from cluster.protocol.local_group_view import LocalGroupView
 from cluster.protocol.local_transaction_view import LocalTransactionView
 from cluster.protocol.security.local_security_view import LocalSecurityView
 from tests.cluster.protocol.helpers import start_broker
+from tests.conftest import skip_or_fail
 
 pytestmark = pytest.mark.kafka
 
@@ -112,11 +113,11 @@ public class JavaTransactions {
 @pytest.fixture(scope="module")
 def java_classpath(tmp_path_factory: pytest.TempPathFactory) -> str:
     if shutil.which("javac") is None or shutil.which("java") is None:
-        pytest.skip("no JDK (javac, java) on this machine")
+        skip_or_fail("no JDK (javac, java) on this machine")
     try:
         jars = kafka_jars()
     except KafkaUnavailable as exc:
-        pytest.skip(f"Apache Kafka's jars are not available: {exc}")
+        skip_or_fail(f"Apache Kafka's jars are not available: {exc}")
     folder = tmp_path_factory.mktemp("java")
     source = folder / "JavaTransactions.java"
     source.write_text(JAVA_SOURCE.replace("ZOMBIE", ", ".join(f'"{value}"' for value in ZOMBIE_VALUES)))

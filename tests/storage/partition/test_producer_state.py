@@ -39,7 +39,7 @@ from storage.partition.producer_state import (
     read_snapshot,
 )
 from storage.records.record_batch import RecordBatchBuilder
-from tests.conftest import KAFKA_SAMPLES_DIR
+from tests.conftest import KAFKA_SAMPLES_DIR, skip_or_fail
 from tests.storage.builders import START_MS, crash, segment_bases
 
 MAX_SEQUENCE = 2**31 - 1
@@ -652,7 +652,7 @@ def test_every_shared_kafka_snapshot_is_rewritten_byte_for_byte(kafka_samples_di
     paths = sorted(kafka_samples_dir.rglob("*.snapshot"))
     sizes = {path.stat().st_size for path in paths}
     if not paths:
-        pytest.skip("no producer snapshots among the Kafka samples")
+        skip_or_fail("no producer snapshots among the Kafka samples")
     assert {10, 56, 102} <= sizes
     for path in paths:
         assert rewrite(path, tmp_path) == path.read_bytes(), path
