@@ -47,6 +47,7 @@ for a negative timestamp, `InvalidRequestError` after `close`.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -64,7 +65,7 @@ from actors.clients.record_accumulator import RecordAccumulator
 from actors.clients.sender import Sender
 from actors.clients.serializers import Serializer, default_serializer, string_serializer
 from actors.clients.transaction_coordinator_client import RayTransactionCoordinatorClient
-from actors.clients.transaction_manager import ConsumerGroupMetadata, TransactionManager
+from actors.clients.transaction_manager import ConsumerGroupMetadata, TransactionManager, TransactionState
 from actors.core.replication.replica import ACKS, ACKS_ALL
 from actors.startup_objects import freeze_startup_objects
 from storage.arguments import is_int
@@ -74,6 +75,7 @@ from storage.errors import (
     InvalidRequestError,
     InvalidTimestampError,
     InvalidTxnStateError,
+    RaybrokerError,
     RecordTooLargeError,
     RequestTimedOutError,
     SerializationError,
@@ -85,6 +87,18 @@ from storage.records.record_batch import RECORD_BATCH_OVERHEAD
 from storage.topic_partition import TopicPartition, check_topic_partition
 
 HeaderInput = tuple[str, bytes | bytearray | str | None]
+
+logger = logging.getLogger(__name__)
+
+# The states in which `close` aborts the transaction (Kafka's `hasOngoingTransaction`).
+_OPEN_TRANSACTION_STATES = frozenset(
+    {
+        TransactionState.IN_TRANSACTION,
+        TransactionState.COMMITTING,
+        TransactionState.ABORTING,
+        TransactionState.ABORTABLE_ERROR,
+    }
+)
 
 # `acks` as Kafka's producer config spells it: "all", or a number as a string.
 _ACKS_NAMES = {"all": ACKS_ALL, **{str(acks): acks for acks in ACKS}}
@@ -418,18 +432,38 @@ class Producer:
             raise RequestTimedOutError(f"flush did not complete within {timeout} s")
 
     def close(self, timeout: float | None = None) -> None:
-        """Flushes, then stops the sender. Records still unsent after `timeout` seconds fail with
-        `RequestTimedOutError`. Calling it again does nothing."""
+        """Aborts a transaction left open (as Kafka's Java client does on close), flushes, then stops the sender,
+        all within `timeout` seconds (None: `max_block_ms`). Records still unsent then fail with
+        `RequestTimedOutError`; a transaction that could not be aborted in time is aborted by its coordinator after
+        `transaction_timeout_ms`. Calling it again does nothing."""
         with self._close_lock:
             if self._closed:
                 return
             self._closed = True
+        deadline = time.monotonic() + self._block_s(timeout)
         try:
-            self.flush(timeout)
+            self._abort_open_transaction(deadline)
+            self.flush(max(deadline - time.monotonic(), 0.0))
         finally:
             self._sender.close()
             self._accumulator.abort_incomplete_batches(
                 RequestTimedOutError("the producer was closed before the record was acknowledged")
+            )
+
+    def _abort_open_transaction(self, deadline: float) -> None:
+        """Aborts the open transaction, if any, before `deadline` (time.monotonic()): it would otherwise hold back
+        the last stable offset of every partition it wrote, for read_committed readers, until the coordinator times
+        it out. A failure is logged, not raised: the producer closes either way."""
+        if self._transactions is None or self._transactions.state not in _OPEN_TRANSACTION_STATES:
+            return
+        logger.info("aborting the open transaction of %r as the producer closes", self._transactions.transactional_id)
+        try:
+            self._end(False, max(deadline - time.monotonic(), 0.0))
+        except RaybrokerError as exc:
+            logger.warning(
+                "the open transaction of %r was not aborted as the producer closed: %s",
+                self._transactions.transactional_id,
+                exc,
             )
 
     def __enter__(self) -> Producer:

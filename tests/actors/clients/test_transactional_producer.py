@@ -1,8 +1,9 @@
 """The Python `Producer`'s transactions on a real broker (real Ray, the transaction and group coordinator actors,
 the partition actors): commits seen by read_committed readers and aborts never, an open transaction invisible until
-it commits, a zombie fenced by a newer producer of its id, a transaction the coordinator aborted on its timeout,
-consume-transform-produce with offsets committed in the transaction and a crash of the transform, and the state
-errors of calls out of order. The oracle is a list model of what each transaction sent and how it ended."""
+it commits, an open transaction aborted when its producer closes, a zombie fenced by a newer producer of its id, a
+transaction the coordinator aborted on its timeout, consume-transform-produce with offsets committed in the
+transaction and a crash of the transform, and the state errors of calls out of order. The oracle is a list model of
+what each transaction sent and how it ended."""
 
 from __future__ import annotations
 
@@ -132,6 +133,28 @@ def test_an_open_transaction_is_invisible_to_read_committed_until_it_commits(bro
         assert coordinator_state("open")[0] == "Ongoing"
         producer.commit_transaction(DEADLINE_S)
     assert sorted(read(topic, "read_committed", len(values))) == sorted(values)
+
+
+def test_closing_a_producer_aborts_its_open_transaction_and_read_committed_readers_go_on_at_once(
+    broker: Any,
+) -> None:
+    """As Kafka's Java client on close: the open transaction is aborted, not left to hold back the partitions'
+    last stable offset until the coordinator times it out (`transaction_timeout_ms`, a minute by default)."""
+    topic = create_topic(broker, "txn-closed")
+    left_open = transactional("closed-open")
+    left_open.begin_transaction()
+    send_all(left_open, topic, [b"open-0", b"open-1", b"open-2"])
+    left_open.flush(DEADLINE_S)
+    epoch = left_open.producer_epoch
+    left_open.close(DEADLINE_S)
+    assert coordinator_state("closed-open") == ("CompleteAbort", epoch)
+    with transactional("closed-after") as after:
+        after.begin_transaction()
+        send_all(after, topic, [b"after-0", b"after-1", b"after-2"])
+        after.commit_transaction(DEADLINE_S)
+    started = time.monotonic()
+    assert sorted(read(topic, "read_committed", 3)) == [b"after-0", b"after-1", b"after-2"]
+    assert time.monotonic() - started < DEADLINE_S / 2
 
 
 def test_a_newer_producer_of_the_same_id_fences_the_zombie_and_aborts_its_transaction(broker: Any) -> None:
