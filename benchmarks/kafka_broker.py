@@ -45,27 +45,6 @@ START_TIMEOUT_S = 90.0
 STOP_TIMEOUT_S = 15.0
 HEAP = "-Xmx512m"
 
-_POM = """<?xml version="1.0" encoding="UTF-8"?>
-<project xmlns="http://maven.apache.org/POM/4.0.0">
-  <modelVersion>4.0.0</modelVersion>
-  <groupId>raybroker</groupId>
-  <artifactId>kafka-fetch</artifactId>
-  <version>1</version>
-  <packaging>pom</packaging>
-  <dependencies>
-    <dependency>
-      <groupId>org.apache.kafka</groupId>
-      <artifactId>kafka_{scala}</artifactId>
-      <version>{version}</version>
-    </dependency>
-    <dependency>
-      <groupId>org.slf4j</groupId>
-      <artifactId>slf4j-reload4j</artifactId>
-      <version>1.7.36</version>
-    </dependency>
-  </dependencies>
-</project>
-"""
 
 # Kafka logs to stdout through log4j; WARN keeps its log file small and the errors visible.
 _LOG4J = """log4j.rootLogger=WARN, stdout
@@ -123,22 +102,24 @@ def kafka_tools_jar(version: str = KAFKA_VERSION) -> Path:
     return jar
 
 
-_ARTIFACT_POM = """<?xml version="1.0" encoding="UTF-8"?>
-<project xmlns="http://maven.apache.org/POM/4.0.0">
-  <modelVersion>4.0.0</modelVersion>
-  <groupId>raybroker</groupId>
-  <artifactId>artifact-fetch</artifactId>
-  <version>1</version>
-  <packaging>pom</packaging>
-  <dependencies>
-    <dependency>
-      <groupId>{group}</groupId>
-      <artifactId>{artifact}</artifactId>
-      <version>{version}</version>
+_POM_DEPENDENCY = """    <dependency>
+      <groupId>{}</groupId>
+      <artifactId>{}</artifactId>
+      <version>{}</version>
     </dependency>
-  </dependencies>
-</project>
 """
+
+
+def _pom(dependencies: list[tuple[str, str, str]]) -> str:
+    """A minimal pom whose runtime dependencies Maven's `dependency:copy-dependencies` copies: `dependencies`
+    (group, artifact, version) and theirs."""
+    listed = "".join(_POM_DEPENDENCY.format(*dependency) for dependency in dependencies)
+    return (
+        '<?xml version="1.0" encoding="UTF-8"?>\n<project xmlns="http://maven.apache.org/POM/4.0.0">\n'
+        "  <modelVersion>4.0.0</modelVersion>\n  <groupId>raybroker</groupId>\n  <artifactId>fetch</artifactId>\n"
+        "  <version>1</version>\n  <packaging>pom</packaging>\n"
+        f"  <dependencies>\n{listed}  </dependencies>\n</project>\n"
+    )
 
 
 def artifact_jars(group: str, artifact: str, version: str) -> list[Path]:
@@ -151,7 +132,7 @@ def artifact_jars(group: str, artifact: str, version: str) -> list[Path]:
     if not marker.exists():
         home.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(libs, ignore_errors=True)
-        (home / "pom.xml").write_text(_ARTIFACT_POM.format(group=group, artifact=artifact, version=version))
+        (home / "pom.xml").write_text(_pom([(group, artifact, version)]))
         _maven(
             [
                 "-f",
@@ -174,7 +155,9 @@ def _fetch(version: str, home: Path) -> None:
     home.mkdir(parents=True, exist_ok=True)
     libs = home / "libs"
     shutil.rmtree(libs, ignore_errors=True)
-    (home / "pom.xml").write_text(_POM.format(scala=SCALA_VERSION, version=version))
+    (home / "pom.xml").write_text(
+        _pom([("org.apache.kafka", f"kafka_{SCALA_VERSION}", version), ("org.slf4j", "slf4j-reload4j", "1.7.36")])
+    )
     _maven(
         [
             "-f",
