@@ -13,11 +13,8 @@ import pytest
 
 from benchmarks.kafka_broker import free_ports
 
-# Kafka's internal topics on one broker: replication factor 1, as the single-node Kafka of the fixture has; and no
-# wait for more members before a new group's first rebalance, as that Kafka is configured (each application start
-# would otherwise wait 3 s more on raybroker than on Kafka).
+# Kafka's internal topics on one broker: replication factor 1, as the single-node Kafka of the fixture has.
 SINGLE_NODE_PROPERTIES = {
-    "group_initial_rebalance_delay_ms": "0",
     "transaction_state_log_replication_factor": "1",
     "transaction_state_log_min_isr": "1",
     "transaction_state_log_num_partitions": "4",
