@@ -30,7 +30,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, IsolationLevel, Producer, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    ConsumerGroupTopicPartitions,
+    IsolationLevel,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic, OffsetSpec
 
 from tests.cluster.applications.python_programs import PythonProcess, python_environment
@@ -110,10 +117,19 @@ class QuixRun:
 
 
 def committed_offsets(admin: AdminClient) -> list[int]:
-    """The group's committed input offsets per partition (0 where none)."""
+    """The group's committed input offsets per partition (0 where none); asked again after a retriable error (a
+    broker that just started answers COORDINATOR_LOAD_IN_PROGRESS until its group coordinator has loaded)."""
     request = ConsumerGroupTopicPartitions(GROUP, [TopicPartition(INPUT, p) for p in range(PARTITIONS)])
-    answer = admin.list_consumer_group_offsets([request], request_timeout=REQUEST_TIMEOUT_S)[GROUP].result()
-    return [max(partition.offset, 0) for partition in sorted(answer.topic_partitions, key=lambda tp: tp.partition)]
+    deadline = time.monotonic() + APP_TIMEOUT_S
+    while True:
+        try:
+            answer = admin.list_consumer_group_offsets([request], request_timeout=REQUEST_TIMEOUT_S)[GROUP].result()
+        except KafkaException as exc:
+            if not exc.args[0].retriable() or time.monotonic() > deadline:
+                raise
+            time.sleep(POLL_S)
+            continue
+        return [max(partition.offset, 0) for partition in sorted(answer.topic_partitions, key=lambda tp: tp.partition)]
 
 
 def wait_until(what: str, condition: Callable[[], bool], app: PythonProcess) -> None:
