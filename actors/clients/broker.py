@@ -70,9 +70,7 @@ def start_broker(config: BrokerConfig | Mapping[str, str] | None = None) -> str:
     ensure_consumer_offsets_topic(
         RayTopicAdmin(ctrl), broker_config.offsets_topic_num_partitions, broker_config.offsets_topic_replication_factor
     )
-    coordinator: Any = GroupCoordinator.options(**group_coordinator_options(node_id)).remote(
-        broker_config.offsets_topic_num_partitions
-    )
+    coordinator: Any = GroupCoordinator.options(**group_coordinator_options(node_id)).remote(properties)
     call(coordinator.ready.remote())
     logger.info("broker started on node %s (cluster %s)", node_id, cluster_id)
     return node_id

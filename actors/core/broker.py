@@ -383,12 +383,13 @@ class InProcessBroker:
         metrics: RoleMetrics = NO_ROLE_METRICS,
     ) -> None:
         """`properties` are the brokers' `server.properties` (Kafka's names; `log.dirs` and `node.id` are each
-        node's own); `membership` the group coordinator's group settings (Kafka's defaults); `metrics` records the
+        node's own); `membership` the group coordinator's group settings (None: the properties' `group.*` keys);
+        `metrics` records the
         appends and ISR changes of every node."""
         self.root = root
         self.clock = clock
         self.metrics = metrics
-        self._membership_config = membership or MembershipConfig()
+        self._membership_config = membership
         self._properties = dict(properties or {})
         self._lock = threading.Lock()
         self._coordinator: GroupCoordinator | None = None
@@ -484,7 +485,7 @@ class InProcessBroker:
                     clock=self.clock,
                     controller=self.controller,
                     find_partition=lambda partition: self.leader(CONSUMER_OFFSETS_TOPIC, partition),
-                    membership=GroupMembership(self.clock, self._membership_config),
+                    membership=GroupMembership(self.clock, self._membership_config or MembershipConfig.of(self.config)),
                 )
             return self._coordinator
 

@@ -18,11 +18,20 @@ from actors.calls import call, controller
 from actors.clients.append_connection import AppendConnections
 from actors.core.controller.topic_metadata import CONSUMER_OFFSETS_TOPIC, TopicMetadata
 from actors.core.groups.coordinator import GroupCoordinator
-from actors.core.groups.group_membership import GroupDescription, GroupError, JoinResult, PendingJoin, SyncResult
+from actors.core.groups.group_membership import (
+    GroupDescription,
+    GroupError,
+    GroupMembership,
+    JoinResult,
+    MembershipConfig,
+    PendingJoin,
+    SyncResult,
+)
 from actors.core.replication.leader_and_isr import LeaderAndIsr
 from actors.core.replication.replica import ACKS_ALL
 from actors.partition_lookup import leader_replica
 from storage.clock import SYSTEM_CLOCK
+from storage.config.broker_config import BrokerConfig
 from storage.partition.log import LogAppendInfo
 
 
@@ -108,12 +117,16 @@ class RayInternalPartition:
 class GroupCoordinatorActor:
     """The plain `GroupCoordinator` over Ray's seams; see the module docstring."""
 
-    def __init__(self, offsets_topic_partitions: int) -> None:
+    def __init__(self, properties: Mapping[str, str]) -> None:
+        """`properties`: the broker's `server.properties` (`offsets.topic.*` and `group.*` keys are read)."""
+        config = BrokerConfig.from_properties(properties)
         self._coordinator = GroupCoordinator(
-            offsets_topic_partitions,
+            config.offsets_topic_num_partitions,
+            config.offsets_topic_replication_factor,
             clock=SYSTEM_CLOCK,
             controller=RayTopicAdmin(controller()),
             find_partition=lambda partition: RayInternalPartition.leader_of(CONSUMER_OFFSETS_TOPIC, partition),
+            membership=GroupMembership(SYSTEM_CLOCK, MembershipConfig.of(config)),
         )
 
     def ready(self) -> int:

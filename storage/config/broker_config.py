@@ -19,6 +19,9 @@ list (blanks trimmed, empty entries dropped, as Kafka's `csvList`).
 | log.initial.task.delay.ms                     | long    | 30000               | delay before the first periodic task |
 | log.cleaner.enable, .threads, .io.*, ...      |         |                     | `storage.config.cleaner_config`      |
 | offsets.topic.num.partitions                  | int     | 50                  | partitions of __consumer_offsets     |
+| group.min.session.timeout.ms                  | int     | 6000                | shortest session a member may ask    |
+| group.max.session.timeout.ms                  | int     | 1800000             | longest session a member may ask     |
+| group.initial.rebalance.delay.ms              | int     | 3000                | a new group's first rebalance waits  |
 | offsets.retention.minutes                     | int     | 10080               | committed offsets kept this long     |
 | auto.create.topics.enable                     | boolean | true                | create a topic on first use          |
 | delete.topic.enable                           | boolean | true                | allow DeleteTopics                   |
@@ -159,7 +162,6 @@ IGNORED_KAFKA_KEYS = frozenset(
         "controller.listener.names",
         "controller.quorum.bootstrap.servers",
         "controller.quorum.voters",
-        "group.initial.rebalance.delay.ms",
         "inter.broker.listener.name",
         "inter.broker.protocol.version",
         "log.dir.failure.timeout.ms",
@@ -233,6 +235,9 @@ class BrokerConfig(CleanerKeys, ListenerKeys, SecurityKeys, TransactionKeys):
     log_flush_scheduler_interval_ms: int = config_field(LONG_MAX, "long", low=1)
     log_initial_task_delay_ms: int = config_field(30000, "long", low=0)
     offsets_topic_num_partitions: int = config_field(50, "int", low=1)
+    group_min_session_timeout_ms: int = config_field(6000, "int", low=0)
+    group_max_session_timeout_ms: int = config_field(1800000, "int", low=0)
+    group_initial_rebalance_delay_ms: int = config_field(3000, "int", low=0)
     offsets_retention_minutes: int = config_field(10080, "int", low=1)
     auto_create_topics_enable: bool = config_field(True, "boolean")
     delete_topic_enable: bool = config_field(True, "boolean")

@@ -25,7 +25,7 @@ assignment in its SyncGroup; the broker never looks inside either.
 What is not served: static membership (`group.instance.id` is reported back but members are always dynamic)
 and the group's state across a coordinator restart (members rejoin: their next Heartbeat gets UNKNOWN_MEMBER_ID,
 after which Kafka's clients join again; committed offsets are durable, they live in `__consumer_offsets`).
-This module imports nothing but the clock, so it is tested without Ray on a `MockClock`.
+This module imports nothing but the clock and the broker config, so it is tested without Ray on a `MockClock`.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from storage.clock import Clock
+from storage.config.broker_config import BrokerConfig
 
 # Kafka's defaults of the broker keys of the same names.
 GROUP_MIN_SESSION_TIMEOUT_MS = 6000
@@ -76,6 +77,15 @@ class MembershipConfig:
     group_min_session_timeout_ms: int = GROUP_MIN_SESSION_TIMEOUT_MS
     group_max_session_timeout_ms: int = GROUP_MAX_SESSION_TIMEOUT_MS
     group_initial_rebalance_delay_ms: int = GROUP_INITIAL_REBALANCE_DELAY_MS
+
+    @classmethod
+    def of(cls, config: BrokerConfig) -> MembershipConfig:
+        """The group settings of a broker's `server.properties`."""
+        return cls(
+            config.group_min_session_timeout_ms,
+            config.group_max_session_timeout_ms,
+            config.group_initial_rebalance_delay_ms,
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,8 +13,10 @@ import pytest
 
 from benchmarks.kafka_broker import free_ports
 
-# Kafka's internal topics on one broker: replication factor 1, as the single-node Kafka of the fixture has.
+# Kafka's internal topics on one broker: replication factor 1, as the single-node Kafka of the fixture has; and a new
+# group's first rebalance at once, as that Kafka's (`benchmarks.kafka_broker`).
 SINGLE_NODE_PROPERTIES = {
+    "group_initial_rebalance_delay_ms": "0",
     "transaction_state_log_replication_factor": "1",
     "transaction_state_log_min_isr": "1",
     "transaction_state_log_num_partitions": "4",

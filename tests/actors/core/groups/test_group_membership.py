@@ -287,3 +287,17 @@ def test_a_group_with_members_cannot_be_deleted(groups: GroupMembership) -> None
     assert groups.group_ids() == [GROUP]
     groups.leave(GROUP, [leader])
     assert groups.delete(GROUP) == GroupError.NON_EMPTY_GROUP
+
+
+def test_the_group_settings_are_the_brokers_properties_with_kafkas_defaults() -> None:
+    from storage.config.broker_config import BrokerConfig
+
+    assert MembershipConfig.of(BrokerConfig.from_properties({})) == MembershipConfig()
+    configured = BrokerConfig.from_properties(
+        {
+            "group.min.session.timeout.ms": "1000",
+            "group.max.session.timeout.ms": "90000",
+            "group.initial.rebalance.delay.ms": "0",
+        }
+    )
+    assert MembershipConfig.of(configured) == MembershipConfig(1000, 90000, 0)
