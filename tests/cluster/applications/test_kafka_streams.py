@@ -1,13 +1,14 @@
 """Kafka Streams under `processing.guarantee=exactly_once_v2`, crashed mid-stream, on raybroker and on Apache Kafka.
 
-The application (`java/StreamsWordCount.java`) counts words: input lines -> words re-keyed through a repartition
-topic -> `count()` in a changelogged store (cache off: one update per input word) -> the output topic, committing
-every 100 ms. An idempotent confluent-kafka producer writes a deterministic input, kept `AHEAD_LINES` ahead of the
-committed output so that the application is always busy and never done early. Once part of the output is committed
-and a transaction with output records is open, the test SIGKILLs the application (the transaction spans the
-repartition, changelog and output topics), then restarts it on the same state dir (the same process id, so the same
-transactional ids: the new producers fence the old ones and abort what they left open), waits until the committed
-output is complete, stops it and reads the output back at read_committed.
+The application (`benchmarks/java/StreamsWordCount.java`, which `benchmarks/bench_streams.py` measures too) counts
+words: input lines -> words re-keyed through a repartition topic -> `count()` in a changelogged store (cache off: one
+update per input word) -> the output topic, committing every 100 ms. An idempotent confluent-kafka producer writes
+a deterministic input, kept `AHEAD_LINES` ahead of the committed output so that the application is always busy and
+never done early. Once part of the output is committed and a transaction with output records is open, the test
+SIGKILLs the application (the transaction spans the repartition, changelog and output topics), then restarts it on
+the same state dir (the same process id, so the same transactional ids: the new producers fence the old ones and
+abort what they left open), waits until the committed output is complete, stops it and reads the output back at
+read_committed.
 
 Exactly once through the crash means, for every word, that the committed counts are exactly 1, 2, ..., n with n
 the word's occurrences in the input (the oracle): a record of the aborted transaction seen, or input processed
@@ -16,7 +17,7 @@ brokers must give that answer, and a broker that makes the application abort mor
 application's own log then holds an ERROR or a `TaskMigratedException`: Streams recovers from a broker's
 `OutOfOrderSequenceException` by aborting and rejoining, so the counts alone can be right) fails too.
 
-A broker's run takes ~15-25 s here, most of it two JVM starts and the restart's wait for the killed member's 6 s
+A broker's run takes ~12-20 s here, most of it two JVM starts and the restart's wait for the killed member's 6 s
 session to expire; `RAYBROKER_RELIABILITY=long` runs four times the input through three crashes.
 """
 
@@ -40,7 +41,7 @@ from tests.reliability.modes import scaled
 
 pytestmark = [pytest.mark.kafka, pytest.mark.ray]
 
-JAVA_SOURCE = Path(__file__).parent / "java" / "StreamsWordCount.java"
+JAVA_SOURCE = Path(__file__).parents[3] / "benchmarks" / "java" / "StreamsWordCount.java"
 MAIN_CLASS = "StreamsWordCount"
 # 3.9.1 is the release of the reported failure; 4.1 speaks the classic group protocol and transactions v1 by default
 # too, what raybroker serves.
@@ -116,7 +117,7 @@ def test_streams_word_count_is_exactly_once_through_a_crash_on_raybroker_as_on_k
     kafka: str,
     tmp_path: Path,
 ) -> None:
-    """~15-25 s per broker (see the module docstring)."""
+    """~12-20 s per broker (see the module docstring)."""
     classpath = streams_classpath(streams_version)
     lines = _input_lines()
     oracle = Counter(word for line in lines for word in line.split(" "))
