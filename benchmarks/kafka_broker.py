@@ -73,7 +73,11 @@ def kafka_jars(version: str = KAFKA_VERSION) -> list[Path]:
     libs = home / "libs"
     marker = home / "complete"
     if not marker.exists():
-        _fetch(version, home)
+        _fetch(
+            home,
+            [("org.apache.kafka", f"kafka_{SCALA_VERSION}", version), ("org.slf4j", "slf4j-reload4j", "1.7.36")],
+            f"org.apache.kafka:kafka_{SCALA_VERSION}:{version} (~50 MB)",
+        )
         marker.write_text(version + "\n")
     jars = sorted(libs.glob("*.jar"))
     if not any(jar.name.startswith(f"kafka_{SCALA_VERSION}-") for jar in jars):
@@ -130,20 +134,7 @@ def artifact_jars(group: str, artifact: str, version: str) -> list[Path]:
     libs = home / "libs"
     marker = home / "complete"
     if not marker.exists():
-        home.mkdir(parents=True, exist_ok=True)
-        shutil.rmtree(libs, ignore_errors=True)
-        (home / "pom.xml").write_text(_pom([(group, artifact, version)]))
-        _maven(
-            [
-                "-f",
-                str(home / "pom.xml"),
-                "dependency:copy-dependencies",
-                "-DincludeScope=runtime",
-                f"-DoutputDirectory={libs}",
-            ],
-            f"{group}:{artifact}:{version}",
-            libs,
-        )
+        _fetch(home, [(group, artifact, version)], f"{group}:{artifact}:{version}")
         marker.write_text(version + "\n")
     jars = sorted(libs.glob("*.jar"))
     if not any(jar.name.startswith(f"{artifact}-{version}") for jar in jars):
@@ -151,24 +142,15 @@ def artifact_jars(group: str, artifact: str, version: str) -> list[Path]:
     return jars
 
 
-def _fetch(version: str, home: Path) -> None:
+def _fetch(home: Path, dependencies: list[tuple[str, str, str]], what: str) -> None:
+    """Copies the jars of `dependencies` (group, artifact, version) and of their runtime dependencies into
+    `home/libs`, emptied first."""
     home.mkdir(parents=True, exist_ok=True)
     libs = home / "libs"
     shutil.rmtree(libs, ignore_errors=True)
-    (home / "pom.xml").write_text(
-        _pom([("org.apache.kafka", f"kafka_{SCALA_VERSION}", version), ("org.slf4j", "slf4j-reload4j", "1.7.36")])
-    )
-    _maven(
-        [
-            "-f",
-            str(home / "pom.xml"),
-            "dependency:copy-dependencies",
-            "-DincludeScope=runtime",
-            f"-DoutputDirectory={libs}",
-        ],
-        f"org.apache.kafka:kafka_{SCALA_VERSION}:{version} (~50 MB)",
-        libs,
-    )
+    (home / "pom.xml").write_text(_pom(dependencies))
+    arguments = ["-f", str(home / "pom.xml"), "dependency:copy-dependencies", "-DincludeScope=runtime"]
+    _maven([*arguments, f"-DoutputDirectory={libs}"], what, libs)
 
 
 def _maven(arguments: list[str], what: str, into: Path) -> None:

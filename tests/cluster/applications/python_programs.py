@@ -4,24 +4,23 @@ interpreter of a virtual environment of its own, made on first use under `python
 (`cluster.downloads`) with exactly pinned requirements, then reused; a machine where it cannot be made fails under
 `.ci/run` and skips elsewhere (`skip_or_fail`).
 
-`python_environment(name, requirements)` answers that environment's interpreter; `PythonProcess` runs one script in
-a session of its own and stops it (SIGTERM, or SIGKILL when asked, as a crash is), killing only the process it started.
+`python_environment(name, requirements)` answers that environment's interpreter; `PythonProcess` runs one script
+(`programs.ProgramProcess`).
 """
 
 from __future__ import annotations
 
 import shutil
-import signal
 import subprocess
 import sys
 from pathlib import Path
 
 from cluster.downloads import cache_root
+from tests.cluster.applications.programs import ProgramProcess
 from tests.conftest import skip_or_fail
 
 # A fresh environment takes ~20 s to make here (venv, then pip resolving and fetching ~40 wheels).
 INSTALL_TIMEOUT_S = 600
-STOP_TIMEOUT_S = 15
 
 
 def python_environment(name: str, requirements: list[str]) -> Path:
@@ -49,36 +48,8 @@ def python_environment(name: str, requirements: list[str]) -> Path:
     return home / "bin" / "python"
 
 
-class PythonProcess:
-    """One Python script running as a subprocess (see the module docstring); its output goes to `log_path`."""
+class PythonProcess(ProgramProcess):
+    """One Python script running as a subprocess (`programs.ProgramProcess`); its output goes to `log_path`."""
 
     def __init__(self, python: Path, script: Path, arguments: list[str], log_path: Path) -> None:
-        self.log_path = log_path
-        self._log = open(log_path, "wb")  # noqa: SIM115 - closed by `stop`
-        self.process = subprocess.Popen(
-            [str(python), str(script), *arguments],
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-
-    def output(self) -> str:
-        self._log.flush()
-        return self.log_path.read_text(errors="replace")
-
-    def kill(self) -> None:
-        """SIGKILL, as a crash: nothing is flushed, committed or aborted."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGKILL)
-            self.process.wait()
-
-    def stop(self) -> int:
-        """SIGTERM, then SIGKILL after `STOP_TIMEOUT_S`; closes the log; the exit code. Safe to call again."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                self.kill()
-        self._log.close()
-        return self.process.returncode
+        super().__init__([str(python), str(script), *arguments], log_path)
