@@ -195,8 +195,10 @@ def read_output(bootstrap_servers: str, isolation_level: str) -> list[tuple[str,
 
 
 def changelog_topics(admin: AdminClient) -> dict[str, tuple[int, str]]:
+    """The changelog topics of this application's group (quixstreams names them `changelog__<group>--...`); the
+    session's Kafka also holds the changelogs of the other application tests."""
     metadata = admin.list_topics(timeout=REQUEST_TIMEOUT_S)
-    names = sorted(name for name in metadata.topics if "changelog" in name)
+    names = sorted(name for name in metadata.topics if name.startswith(f"changelog__{GROUP}--"))
     resources = [ConfigResource(ConfigResource.Type.TOPIC, name) for name in names]
     answers = {}
     for resource, future in admin.describe_configs(resources, request_timeout=REQUEST_TIMEOUT_S).items():
