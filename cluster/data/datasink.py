@@ -26,9 +26,10 @@ attempt had written are written again. `exactly_once=True` is Kafka's answer: ea
 one transaction of its own producer, whose transactional id is fixed by the write's id and the task's index
 (`transactional_id`), so a retried task's `init_transactions` fences its failed attempt and aborts what that
 attempt wrote (a task that raises aborts its own transaction as its producer closes, so the partitions' last
-stable offset does not wait for `transaction.timeout.ms`), and a read_committed reader (the default of `read_topic`, the `Consumer` with
-`isolation_level="read_committed"`, any Kafka client) sees every row once. A task's rows become visible when it
-commits, at its end; read_uncommitted readers also see the aborted attempts' rows.
+stable offset does not wait for `transaction.timeout.ms`), and a read_committed reader (the default of
+`read_topic`, the `Consumer` with `isolation_level="read_committed"`, any Kafka client) sees every row once. A
+task's rows become visible when it commits, at its end; read_uncommitted readers also see the aborted attempts'
+rows.
 """
 
 from __future__ import annotations
