@@ -164,7 +164,7 @@ class GroupCoordinatorActor:
     def complete_transaction(self, partition: int, producer_id: int, commit: bool) -> None:
         self._coordinator.complete_transaction(partition, producer_id, commit)
 
-    def unstable_offsets(self, group: str, topic_partitions: Iterable[tuple[str, int]]) -> set[tuple[str, int]]:
+    def unstable_offsets(self, group: str, topic_partitions: Iterable[tuple[str, int]] | None) -> set[tuple[str, int]]:
         return self._coordinator.unstable_offsets(group, topic_partitions)
 
     def group_offsets(self, group: str) -> dict[tuple[str, int], int]:

@@ -85,8 +85,9 @@ class GroupView(Protocol):
         """A TxnOffsetCommit: the offsets stay pending until the transaction's marker (`commit_transactional`)."""
         ...
 
-    async def unstable_offsets(self, group: str, partitions: Iterable[TopicPartition]) -> set[TopicPartition]:
-        """The partitions with transactional offsets of the group still pending (OffsetFetch `require_stable`)."""
+    async def unstable_offsets(self, group: str, partitions: Iterable[TopicPartition] | None) -> set[TopicPartition]:
+        """The partitions (None: any) with transactional offsets of the group still pending (OffsetFetch
+        `require_stable`)."""
         ...
 
     async def list_groups(self) -> list[GroupDescription]: ...

@@ -125,8 +125,9 @@ class LocalGroupView:
             dict(offsets),
         )
 
-    async def unstable_offsets(self, group: str, partitions: Iterable[TopicPartition]) -> set[TopicPartition]:
-        return await asyncio.to_thread(self._coordinator.unstable_offsets, group, list(partitions))
+    async def unstable_offsets(self, group: str, partitions: Iterable[TopicPartition] | None) -> set[TopicPartition]:
+        wanted = None if partitions is None else list(partitions)
+        return await asyncio.to_thread(self._coordinator.unstable_offsets, group, wanted)
 
     async def list_groups(self) -> list[GroupDescription]:
         return await asyncio.to_thread(self._coordinator.list_groups)

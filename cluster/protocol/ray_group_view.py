@@ -124,8 +124,9 @@ class RayGroupView:
         )
         return verdict
 
-    async def unstable_offsets(self, group: str, partitions: Iterable[TopicPartition]) -> set[TopicPartition]:
-        unstable: set[TopicPartition] = await self._call("unstable_offsets", group, list(partitions))
+    async def unstable_offsets(self, group: str, partitions: Iterable[TopicPartition] | None) -> set[TopicPartition]:
+        wanted = None if partitions is None else list(partitions)
+        unstable: set[TopicPartition] = await self._call("unstable_offsets", group, wanted)
         return unstable
 
     async def list_groups(self) -> list[GroupDescription]:

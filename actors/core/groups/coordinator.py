@@ -335,17 +335,21 @@ class GroupCoordinator:
         if not pending:
             del self._pending[producer_id]
 
-    def unstable_offsets(self, group: str, topic_partitions: Iterable[tuple[str, int]]) -> set[tuple[str, int]]:
-        """The partitions among `topic_partitions` with transactional offsets of `group` still pending (OffsetFetch
-        `require_stable` answers UNSTABLE_OFFSET_COMMIT for them)."""
+    def unstable_offsets(self, group: str, topic_partitions: Iterable[tuple[str, int]] | None) -> set[tuple[str, int]]:
+        """The partitions among `topic_partitions` (None: any) with transactional offsets of `group` still pending
+        (OffsetFetch `require_stable` answers UNSTABLE_OFFSET_COMMIT for them)."""
         _check_group(group)
-        wanted = {check_topic_partition(tp, InvalidRequestError) for tp in topic_partitions}
+        wanted = (
+            None
+            if topic_partitions is None
+            else {check_topic_partition(tp, InvalidRequestError) for tp in topic_partitions}
+        )
         with self._lock:
             return {
                 (topic, partition)
                 for pending in self._pending.values()
                 for name, topic, partition in pending
-                if name == group and (topic, partition) in wanted
+                if name == group and (wanted is None or (topic, partition) in wanted)
             }
 
     def fetch_committed(

@@ -157,8 +157,10 @@ class OffsetFetchHandler:
             None if topics is None else [(t.name, p) for t in topics if t.name in visible for p in t.partition_indexes]
         )
         try:
+            # Pending offsets first: a transaction completing between the two reads then shows as unstable or as
+            # committed, never as neither (its offsets read while pending, then found no longer pending).
+            unstable = await self._groups.unstable_offsets(group, wanted) if stable else set()
             committed = await self._groups.committed_offsets(group, wanted)
-            unstable = await self._groups.unstable_offsets(group, wanted or list(committed)) if stable else set()
         except RaybrokerError as exc:
             return {"group_id": group, "error_code": coordinator_error_code(exc), "topics": []}
         if wanted is None:

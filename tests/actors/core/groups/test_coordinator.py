@@ -255,6 +255,7 @@ def test_transactional_offsets_are_pending_until_their_marker_also_after_a_resta
     assert coordinator.commit_transactional("h", 701, 0, "", -1, {("t", 0): (6, "")}) == GroupError.NONE
     assert coordinator.fetch_committed("g", [("t", 0)]) == {("t", 0): None}
     assert coordinator.unstable_offsets("g", [("t", 0), ("t", 1)]) == {("t", 0)}
+    assert coordinator.unstable_offsets("g", None) == {("t", 0)} and coordinator.unstable_offsets("i", None) == set()
     # A restart replays the transactional batch as pending: no marker yet.
     again = restarted(broker)
     assert again.fetch_committed("g", [("t", 0)]) == {("t", 0): None}
