@@ -16,6 +16,7 @@ from typing import Any
 from actors.calls import call, get_actor
 from actors.clients.broker import Broker
 from actors.core.transactions.coordinator import TransactionDescription
+from actors.core.transactions.markers import write_marker
 from actors.options import transaction_coordinator_name
 from actors.server.transaction_coordinator import RayTransactionMarkers
 from storage.errors import BrokerNotAvailableError, InvalidTxnStateError
@@ -80,6 +81,5 @@ class Transactions:
         `TransactionCoordinatorFencedError`)."""
         # The partition checked first: a topic or partition that does not exist raises UnknownTopicOrPartitionError.
         Broker.connect().partition(topic, partition)
-        RayTransactionMarkers().write_marker(
-            topic, partition, producer_id, producer_epoch, coordinator_epoch, ControlRecordType.ABORT
-        )
+        markers = RayTransactionMarkers()
+        write_marker(markers, topic, partition, producer_id, producer_epoch, coordinator_epoch, ControlRecordType.ABORT)

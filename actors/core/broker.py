@@ -34,7 +34,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 
 from actors.core.controller.controller import Controller
@@ -333,21 +333,26 @@ class InProcessMarkers:
     def __init__(self, broker: InProcessBroker) -> None:
         self._broker = broker
 
-    def write_marker(
+    def write_markers(
         self,
-        topic: str,
-        partition: int,
+        partitions: Collection[TopicPartition],
         producer_id: int,
         producer_epoch: int,
         coordinator_epoch: int,
         result: ControlRecordType,
-    ) -> None:
-        leader = self._broker.leader(topic, partition)
-        leader.append_transaction_marker(producer_id, producer_epoch, coordinator_epoch, result)
-        if topic == CONSUMER_OFFSETS_TOPIC:
-            self._broker.group_coordinator.complete_transaction(
-                partition, producer_id, result == ControlRecordType.COMMIT
-            )
+    ) -> dict[TopicPartition, RaybrokerError]:
+        failed: dict[TopicPartition, RaybrokerError] = {}
+        for topic, partition in partitions:
+            try:
+                leader = self._broker.leader(topic, partition)
+                leader.append_transaction_marker(producer_id, producer_epoch, coordinator_epoch, result)
+                if topic == CONSUMER_OFFSETS_TOPIC:
+                    self._broker.group_coordinator.complete_transaction(
+                        partition, producer_id, result == ControlRecordType.COMMIT
+                    )
+            except RaybrokerError as exc:
+                failed[(topic, partition)] = exc
+        return failed
 
 
 class InProcessNode:
@@ -505,6 +510,7 @@ class InProcessBroker:
                     controller=self.controller,
                     find_partition=lambda partition: self.leader(TRANSACTION_STATE_TOPIC, partition),
                     allocate_producer_id=self.controller.allocate_producer_id,
+                    allocate_coordinator_epoch=self.controller.allocate_coordinator_epoch,
                     markers=InProcessMarkers(self),
                 )
                 self._transaction_coordinator.schedule(self._transaction_scheduler)

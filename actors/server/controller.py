@@ -226,6 +226,9 @@ class ControllerActor:
     def allocate_producer_id(self) -> int:
         return self._controller.allocate_producer_id()
 
+    def allocate_coordinator_epoch(self, at_least: int) -> int:
+        return self._controller.allocate_coordinator_epoch(at_least)
+
     def transaction_config(self) -> TransactionConfig:
         """The broker's `transaction.*` settings, for a client that starts the transaction coordinator."""
         return self._controller.config.transaction_config

@@ -38,7 +38,7 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import threading
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,6 +53,7 @@ from actors.core.transactions.coordinator import (
     TransactionCoordinator,
     TransactionDescription,
 )
+from actors.core.transactions.markers import write_marker
 from actors.core.transactions.transaction_metadata import TxnError
 from actors.options import group_coordinator_name, transaction_coordinator_options
 from actors.partition_lookup import leader_replica
@@ -67,6 +68,9 @@ from storage.topic_partition import TopicPartition
 
 logger = logging.getLogger(__name__)
 
+# A marker's (producer id, producer epoch, coordinator epoch, result).
+_Marker = tuple[int, int, int, ControlRecordType]
+
 # How often the periodic work is looked at; each task runs at its own period (10 s, 1 h by default).
 TICK_S = 1.0
 
@@ -80,55 +84,70 @@ class _MarkerLeader:
     replicated: bool
     channel: AppendConnection | None
 
-    def write(self, topic: str, partition: int, marker: tuple[int, int, int, ControlRecordType]) -> None:
-        """Writes a marker and answers once every in-sync replica has it: over the append channel, or the append's
-        answer goes straight on to the leader's `await_replicated` (Kafka's WriteTxnMarkers appends with acks -1),
-        which a partition with one replica needs not."""
+    def start(self, topic: str, partition: int, marker: _Marker) -> Callable[[], object]:
+        """Sends a marker and returns what waits for it to be written on every in-sync replica: over the append
+        channel, or the append's answer goes straight on to the leader's `await_replicated` (Kafka's
+        WriteTxnMarkers appends with acks -1), which a partition with one replica needs not."""
         if self.channel is not None:
-            self.channel.write_marker(topic, partition, *marker).result()
-            return
+            return self.channel.write_marker(topic, partition, *marker).result
         appended = self.handle.append_transaction_marker.remote(*marker)
-        call(self.handle.await_replicated.remote(appended) if self.replicated else appended)
+        written = self.handle.await_replicated.remote(appended) if self.replicated else appended
+        return lambda: call(written)
 
 
 class RayTransactionMarkers:
     """Markers written by the partitions' leader actors (see the module docstring), over their append channels when
-    they are on this node with no followers and a pool of connections (`appends`) is given. Each leader is kept
-    after its first lookup, as producers keep theirs: a lookup costs a controller call and a name-service call, two
-    round trips on top of the marker's one in every EndTxn. A marker counts as written once every in-sync replica
-    has it. A marker the kept leader fails to write is tried once more on a leader looked up again (the leader may
-    have moved, its process restarted); only that second failure is the caller's."""
+    they are on this node with no followers and a pool of connections (`appends`) is given, every partition's at
+    once (`TransactionMarkers`). Each leader is kept after its first lookup, as producers keep theirs: a lookup
+    costs a controller call and a name-service call, two round trips on top of the marker's one in every EndTxn. A
+    marker counts as written once every in-sync replica has it. A marker the kept leader fails to write is tried
+    once more on a leader looked up again (the leader may have moved, its process restarted); only that second
+    failure is the caller's."""
 
     def __init__(self, appends: AppendConnections | None = None) -> None:
         self._appends = appends
         self._leaders: dict[TopicPartition, _MarkerLeader] = {}
 
-    def write_marker(
+    def write_markers(
         self,
-        topic: str,
-        partition: int,
+        partitions: Collection[TopicPartition],
         producer_id: int,
         producer_epoch: int,
         coordinator_epoch: int,
         result: ControlRecordType,
-    ) -> None:
+    ) -> dict[TopicPartition, RaybrokerError]:
         marker = (producer_id, producer_epoch, coordinator_epoch, result)
-        key = (topic, partition)
-        kept = self._leaders.pop(key, None)
-        if kept is not None:
+        failed: dict[TopicPartition, RaybrokerError] = {}
+        under_way = []
+        for key in partitions:
+            kept = self._leaders.get(key)
             try:
-                kept.write(topic, partition, marker)
-            except RaybrokerError:
-                kept = None
-        if kept is None:
-            handle, state = leader_replica(topic, partition)
-            channel = self._appends.for_leader(handle, state) if self._appends is not None else None
-            kept = _MarkerLeader(handle, state.replication_factor > 1, channel)
-            kept.write(topic, partition, marker)
-        self._leaders[key] = kept
-        if topic == CONSUMER_OFFSETS_TOPIC:
-            groups = get_actor(group_coordinator_name())
-            call(groups.complete_transaction.remote(partition, producer_id, result == ControlRecordType.COMMIT))
+                under_way.append((key, kept, (kept or self._looked_up(key)).start(*key, marker)))
+            except RaybrokerError as exc:
+                self._leaders.pop(key, None)
+                failed[key] = exc
+        for key, kept, written in under_way:
+            try:
+                try:
+                    written()
+                except RaybrokerError:
+                    if kept is None:
+                        raise
+                    self._looked_up(key).start(*key, marker)()
+                if key[0] == CONSUMER_OFFSETS_TOPIC:
+                    groups = get_actor(group_coordinator_name())
+                    call(groups.complete_transaction.remote(key[1], producer_id, result == ControlRecordType.COMMIT))
+            except RaybrokerError as exc:
+                self._leaders.pop(key, None)
+                failed[key] = exc
+        return failed
+
+    def _looked_up(self, key: TopicPartition) -> _MarkerLeader:
+        """The partition's leader looked up now, and kept."""
+        handle, state = leader_replica(*key)
+        channel = self._appends.for_leader(handle, state) if self._appends is not None else None
+        self._leaders[key] = leader = _MarkerLeader(handle, state.replication_factor > 1, channel)
+        return leader
 
 
 class TransactionCoordinatorActor:
@@ -176,6 +195,9 @@ class TransactionCoordinatorActor:
                         TRANSACTION_STATE_TOPIC, partition, self._appends
                     ),
                     allocate_producer_id=lambda: int(call(ctrl.allocate_producer_id.remote())),
+                    allocate_coordinator_epoch=lambda at_least: int(
+                        call(ctrl.allocate_coordinator_epoch.remote(at_least))
+                    ),
                     markers=self._markers,
                     completions=self._completions.submit,
                 )
@@ -249,7 +271,7 @@ class TransactionCoordinatorActor:
         result: ControlRecordType,
     ) -> None:
         """A WriteTxnMarkers marker, written as the coordinator writes its own."""
-        self._markers.write_marker(topic, partition, producer_id, producer_epoch, coordinator_epoch, result)
+        write_marker(self._markers, topic, partition, producer_id, producer_epoch, coordinator_epoch, result)
 
     def stop(self) -> None:
         """Stops the periodic work (before the actor is killed at the broker's shutdown); completions under way

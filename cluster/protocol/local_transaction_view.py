@@ -9,6 +9,7 @@ from collections.abc import Collection, Iterable
 
 from actors.core.broker import InProcessBroker, InProcessMarkers
 from actors.core.transactions.coordinator import InitProducerIdResult, TransactionDescription
+from actors.core.transactions.markers import write_marker
 from actors.core.transactions.transaction_metadata import TxnError
 from storage.records.layout import ControlRecordType
 from storage.topic_partition import TopicPartition
@@ -72,5 +73,5 @@ class LocalTransactionView:
         result: ControlRecordType,
     ) -> None:
         await asyncio.to_thread(
-            self._markers.write_marker, topic, partition, producer_id, producer_epoch, coordinator_epoch, result
+            write_marker, self._markers, topic, partition, producer_id, producer_epoch, coordinator_epoch, result
         )

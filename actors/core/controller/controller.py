@@ -10,6 +10,7 @@ Its records (JSON values, readable with `raybroker dump-log --print-data-log`):
 | `cluster`          | `{"cluster_id": ...}`                                            |
 | `topic/<name>`     | `{"topic_id", "partitions": {"0": node}, "replication": {"0": state}, "config"}`; null: deleted |
 | `producer-ids`     | `{"next": N}`: the next idempotent-producer id to hand out       |
+| `coordinator-epochs` | `{"next": N}`: the next transaction coordinator epoch to hand out |
 | `acl/<resource type>/<pattern type>/<name>` | `{"acls": [{"principal", "host", "operation", "permission_type"}]}` |
 | `scram/<mechanism>/<user>` | `{"mechanism", "salt", "stored_key", "server_key", "iterations"}` |
 
@@ -173,6 +174,7 @@ class Controller:
         self._log = Log.open(folder, LogConfig(cleanup_policy="compact", segment_index_bytes=1024 * 1024), clock=clock)
         self._topics: dict[str, TopicMetadata] = {}
         self._next_producer_id = 0
+        self._next_coordinator_epoch = 0
         self._cluster_id = ""
         self._acls = AclStore(self._write)
         self._scram = ScramCredentialStore(self._write)
@@ -207,6 +209,8 @@ class Controller:
                 self._cluster_id = body["cluster_id"]
             elif name == "producer-ids":
                 self._next_producer_id = int(body["next"])
+            elif name == "coordinator-epochs":
+                self._next_coordinator_epoch = int(body["next"])
             elif name.startswith("topic/"):
                 topic = name[len("topic/") :]
                 partitions = {int(p): node for p, node in body["partitions"].items()}
@@ -606,6 +610,19 @@ class Controller:
             self._write("producer-ids", {"next": producer_id + 1})
             self._next_producer_id = producer_id + 1
             return producer_id
+
+    def allocate_coordinator_epoch(self, at_least: int = 0) -> int:
+        """A transaction coordinator epoch no coordinator had before, and at least `at_least` (the leader epoch of
+        the `__transaction_state` partition it loads, the coordinator epoch Kafka would name): each coordinator
+        that loads a partition takes one, so a coordinator left running beside its successor holds an older one
+        and its writes are refused (`actors.core.transactions.coordinator`). Durable before it is handed out."""
+        if not isinstance(at_least, int) or isinstance(at_least, bool) or at_least < 0:
+            raise InvalidRequestError(f"a coordinator epoch's floor must be an int >= 0, not {at_least!r}")
+        with self._lock:
+            epoch = max(self._next_coordinator_epoch, at_least)
+            self._write("coordinator-epochs", {"next": epoch + 1})
+            self._next_coordinator_epoch = epoch + 1
+            return epoch
 
     # --- security: SCRAM credentials and ACLs ----------------------------------------------------
 

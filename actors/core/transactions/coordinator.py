@@ -7,23 +7,36 @@ as a record (Kafka's TransactionLogKey / TransactionLogValue v0, `storage.record
 internal compacted topic `__transaction_state` (`actors.core.transactions.state_topic`), partition
 `partition_for_transactional_id(id, partitions)`. A transition is applied in memory only once its record is
 appended; a failed append leaves the id as it was (COORDINATOR_NOT_AVAILABLE or NOT_COORDINATOR to the client,
-which retries). Before a partition of the topic is first used, it is read from its log start to its high
-watermark: the latest value per id wins, a tombstone removes the id, unknown key versions and malformed records
-are skipped. Its coordinator epoch is the partition's leader epoch then. Every PrepareCommit/PrepareAbort found is
-completed: its markers are sent again with that epoch, then CompleteCommit/CompleteAbort is written. Ongoing
-transactions are left to the timeout task.
+which retries) and unloads the partition. Before a partition of the topic is first used, it is claimed, then read
+from its log start to its high watermark: the latest value per id wins, a tombstone removes the id, unknown key
+versions and malformed records are skipped. Every PrepareCommit/PrepareAbort found is completed: its markers are
+sent again, then CompleteCommit/CompleteAbort is written. Ongoing transactions are left to the timeout task.
+
+Fencing (Kafka's coordinator is its partition's leader, so a broker that lost the partition cannot write to it; here
+the coordinator is a process of its own, and one left running beside its successor, paused or cut off, still reaches
+the leader): every coordinator has an epoch from the controller (`allocate_coordinator_epoch`: never handed out
+before, and at least the partition's leader epoch, the coordinator epoch Kafka would name), and writes every record
+as an idempotent batch of `COORDINATOR_PRODUCER_ID` in that epoch. It claims a partition by writing first, before
+reading it, a tombstone for the empty transactional id (`FENCING_ID`, which no producer has): from then on the
+partition's producer state refuses a batch of an older epoch (`InvalidProducerEpochError`), so a predecessor's late
+record can never land after what its successor read or wrote; the predecessor answers NOT_COORDINATOR and unloads
+the partition, and takes a new epoch if it is called again. The markers carry the same epoch as their coordinator
+epoch, so a partition that took a successor's marker for a producer refuses the predecessor's
+(`TransactionCoordinatorFencedError`). A partition's producer state forgets a producer silent for
+`producer.id.expiration.ms` (a day by default), so a coordinator paused that long is not fenced by its epoch.
 
 Markers: once PrepareCommit/PrepareAbort is durable the client's EndTxn is answered NONE, as Kafka answers it; the
-COMMIT/ABORT markers are written through the `TransactionMarkers` seam (the in-process broker writes them to the
-partitions' leaders; on Ray the partition actors do), and when every partition has its marker the Complete state is
-written. Without a `completions` seam that happens inside the EndTxn call, before its answer; with one (the Ray
-actor's background thread) EndTxn answers first and the seam runs the completion, and a call for the id meanwhile
-waits for it up to `COMPLETION_WAIT_S` before answering CONCURRENT_TRANSACTIONS. A partition whose marker cannot
-be written now (leader moving, broker restarting) keeps the transaction in Prepare*, and `send_pending_markers` (run
-every `transaction.abort.timed.out.transaction.cleanup.interval.ms` by `run_scheduled`, and at each call touching the
-id) tries again; meanwhile the id answers CONCURRENT_TRANSACTIONS, as Kafka's does. A marker refused for an older
-producer epoch or coordinator epoch means a newer one owns the transaction: the partition counts as done, as Kafka's
-marker handler does. A partition of a deleted topic counts as done too.
+COMMIT/ABORT markers are written through the `TransactionMarkers` seam (`actors.core.transactions.markers`: every
+partition's at once, as Kafka sends one WriteTxnMarkers per broker to all brokers together; the in-process broker writes
+them to the partitions' leaders, on Ray the partition actors do), and when every partition has its marker the Complete
+state is written. Without a `completions` seam that happens inside the EndTxn call, before its answer; with one (the Ray
+actor's background thread) EndTxn answers first and the seam runs the completion, and a call for the id meanwhile waits
+for it up to `COMPLETION_WAIT_S` before answering CONCURRENT_TRANSACTIONS. A partition whose marker cannot be written
+now (leader moving, broker restarting) keeps the transaction in Prepare*, and `send_pending_markers` (run every
+`transaction.abort.timed.out.transaction.cleanup.interval.ms` by `run_scheduled`, and at each call touching the id)
+tries again; meanwhile the id answers CONCURRENT_TRANSACTIONS, as Kafka's does. A marker refused for an older producer
+epoch or coordinator epoch means a newer one owns the transaction: the partition counts as done, as Kafka's marker
+handler does. A partition of a deleted topic counts as done too.
 
 Answers (Kafka 3.9's, see the `TxnError` names): InitProducerId with an Ongoing transaction fences it (epoch bumped,
 PrepareAbort written with the bumped epoch, markers sent) and answers CONCURRENT_TRANSACTIONS; the client's retry
@@ -36,10 +49,9 @@ INVALID_PRODUCER_EPOCH for versions before Kafka introduced it.
 
 Thread-safe: one lock, held across each call's appends, so an id's records reach the log in the order of its
 transitions. Seams: the clock, the controller (`TopicAdmin`: create and describe `__transaction_state`),
-`find_partition(p)` (the leader replica of its partition `p`), `allocate_producer_id()` (the controller's
-cluster-unique ids), `markers`, and optionally `completions` (runs a transaction's markers and Complete state after
-EndTxn is answered, on a thread of its own).
-"""
+`find_partition(p)` (the leader replica of its partition `p`), `allocate_producer_id()` (the controller's cluster-unique
+ids), `allocate_coordinator_epoch(at_least)` (the controller's coordinator epochs), `markers`, and optionally
+`completions` (runs a transaction's markers and Complete state after EndTxn is answered, on a thread of its own)."""
 
 from __future__ import annotations
 
@@ -52,6 +64,7 @@ from typing import Protocol
 
 from actors.core.controller.topic_metadata import TRANSACTION_STATE_TOPIC
 from actors.core.groups.offsets_topic import InternalPartition, TopicAdmin, internal_batches, load_reachable
+from actors.core.transactions.markers import TransactionMarkers
 from actors.core.transactions.state_topic import ensure_transaction_state_topic
 from actors.core.transactions.transaction_metadata import (
     IDLE_STATES,
@@ -63,6 +76,7 @@ from actors.core.transactions.transaction_metadata import (
 from storage.clock import Clock
 from storage.config.transaction_config import TransactionConfig
 from storage.errors import (
+    BrokerError,
     CorruptRecordError,
     InvalidProducerEpochError,
     KafkaStorageError,
@@ -94,9 +108,24 @@ LOAD_CHUNK_BYTES = 5 * 1024 * 1024
 # producer starting its next transaction waits that long rather than 20 ms.
 COMPLETION_WAIT_S = 0.02
 _S = TransactionState
+# The producer id of the coordinator's own `__transaction_state` batches, never handed to a client (the controller's
+# ids count up from 0), and the largest epoch it writes in (a producer epoch is an int16).
+COORDINATOR_PRODUCER_ID = 2**63 - 2
+MAX_COORDINATOR_EPOCH = 32766
+# The transactional id of the tombstone a coordinator claims a partition with: Kafka refuses an empty transactional
+# id, so no state of a producer ever has it, and Kafka's loader, as this one, takes it as a removal of nothing.
+FENCING_ID = ""
 # An id's partition is looked up several times a transaction (its state, each append, its markers' coordinator
 # epoch), and hashing the id as Java does is a Python loop over its characters: the recent ids' partitions are kept.
 _partition_of = functools.lru_cache(maxsize=4096)(partition_for_transactional_id)
+
+
+@dataclass(slots=True)
+class _Claim:
+    """A loaded partition as this coordinator writes it: its epoch, and the sequence of its next batch."""
+
+    epoch: int
+    next_sequence: int = 0
 
 
 class TransactionLogPartition(InternalPartition, Protocol):
@@ -112,22 +141,6 @@ class TransactionLogPartition(InternalPartition, Protocol):
         coordinator loads from it (Kafka's). The controller's, not the replica's log: a replica not yet told it
         leads still names an older epoch, and markers sent with it would be refused as from a fenced coordinator."""
         ...
-
-
-class TransactionMarkers(Protocol):
-    """Writes one COMMIT/ABORT marker on a partition's leader (Kafka's WriteTxnMarkers), raising the partition's
-    typed errors (`InvalidProducerEpochError`, `TransactionCoordinatorFencedError`, `UnknownTopicOrPartitionError`,
-    `BrokerNotAvailableError`...)."""
-
-    def write_marker(
-        self,
-        topic: str,
-        partition: int,
-        producer_id: int,
-        producer_epoch: int,
-        coordinator_epoch: int,
-        result: ControlRecordType,
-    ) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +174,7 @@ class TransactionCoordinator:
         controller: TopicAdmin,
         find_partition: Callable[[int], TransactionLogPartition],
         allocate_producer_id: Callable[[], int],
+        allocate_coordinator_epoch: Callable[[int], int],
         markers: TransactionMarkers,
         completions: Callable[[Callable[[], None]], object] | None = None,
         completion_wait_s: float = COMPLETION_WAIT_S,
@@ -170,6 +184,7 @@ class TransactionCoordinator:
         self._controller = controller
         self._find_partition = find_partition
         self._allocate_producer_id = allocate_producer_id
+        self._allocate_coordinator_epoch = allocate_coordinator_epoch
         self._markers = markers
         self._completions = completions
         self._completion_wait_s = completion_wait_s
@@ -180,7 +195,9 @@ class TransactionCoordinator:
         metadata = ensure_transaction_state_topic(controller, config)
         self._partition_count = len(metadata.partitions)
         self._handles: dict[int, TransactionLogPartition] = {}
-        self._coordinator_epochs: dict[int, int] = {}
+        self._claims: dict[int, _Claim] = {}
+        # This coordinator's epoch while no successor fenced it (-1: none taken yet).
+        self._epoch = -1
         self._transactions: dict[str, TransactionMetadata] = {}
 
     # --- loading -------------------------------------------------------------------------------------------------
@@ -198,14 +215,52 @@ class TransactionCoordinator:
         handle = self._handles.get(partition)
         if handle is None:
             handle = self._find_partition(partition)
-            self._coordinator_epochs[partition] = handle.leader_epoch()
+            claim = self._claim(partition, handle)
             loaded = self._load(partition, handle)
             self._handles[partition] = handle
+            self._claims[partition] = claim
             self._transactions.update(loaded)
             for metadata in loaded.values():
                 if metadata.state in PREPARE_STATES:
                     self._send_markers(metadata)
         return handle
+
+    def _claim(self, partition: int, handle: TransactionLogPartition) -> _Claim:
+        """Takes the partition for this coordinator before it is read: its first record, written in this
+        coordinator's epoch, fences every coordinator of an older one (see the module docstring). The epoch is the
+        one this coordinator holds, or a new one from the controller when it holds none, was fenced, or holds one
+        below the partition's leader epoch."""
+        leader_epoch = handle.leader_epoch()
+        if self._epoch < leader_epoch:
+            self._epoch = self._allocate_coordinator_epoch(leader_epoch)
+        if self._epoch > MAX_COORDINATOR_EPOCH:
+            raise BrokerError(
+                f"the controller handed out coordinator epoch {self._epoch}, above the largest a producer epoch holds "
+                f"({MAX_COORDINATOR_EPOCH})"
+            )
+        claim = _Claim(self._epoch)
+        handle.append_replicated(self._batch(claim, encode_transaction_log_key(FENCING_ID), None))
+        claim.next_sequence += 1
+        return claim
+
+    def _unload(self, partition: int) -> None:
+        """Forgets a partition whose write failed: its leader may have moved or gone, a timed-out append may still
+        land, or a successor fenced this coordinator. Its next use claims and loads it again in a new epoch, as
+        Kafka's coordinator resigns and a new one loads."""
+        self._handles.pop(partition, None)
+        if self._claims.pop(partition, None) is not None:
+            self._epoch = -1
+        for transactional_id in [tid for tid in self._transactions if self.partition_for(tid) == partition]:
+            del self._transactions[transactional_id]
+
+    def _batch(self, claim: _Claim, key: bytes, value: bytes | None) -> bytes:
+        """One state record as this coordinator writes it: an idempotent batch of `COORDINATOR_PRODUCER_ID` in the
+        claim's epoch and next sequence."""
+        builder = RecordBatchBuilder(
+            producer_id=COORDINATOR_PRODUCER_ID, producer_epoch=claim.epoch, base_sequence=claim.next_sequence
+        )
+        builder.append(key, value, timestamp=self._clock.milliseconds())
+        return builder.build()
 
     def _load(self, partition: int, handle: TransactionLogPartition) -> dict[str, TransactionMetadata]:
         loaded: dict[str, TransactionMetadata] = {}
@@ -251,22 +306,22 @@ class TransactionCoordinator:
 
     def _write(self, metadata: TransactionMetadata) -> TxnError:
         """Appends `metadata`'s state (a tombstone for Dead), then makes it the cached one; the client's error if
-        the append failed (Kafka's mapping of `__transaction_state` append errors). Holds the lock."""
+        the append failed (Kafka's mapping of `__transaction_state` append errors), the partition unloaded then.
+        Holds the lock."""
         transactional_id = metadata.transactional_id
         partition = self.partition_for(transactional_id)
         value = None if metadata.state == _S.DEAD else encode_transaction_log_value(metadata.to_value())
-        builder = RecordBatchBuilder()
-        builder.append(encode_transaction_log_key(transactional_id), value, timestamp=self._clock.milliseconds())
         try:
-            self._loaded_partition(partition).append_replicated(builder.build())
+            handle = self._loaded_partition(partition)
+            claim = self._claims[partition]
+            handle.append_replicated(self._batch(claim, encode_transaction_log_key(transactional_id), value))
         except RaybrokerError as exc:
             logger.warning("%s: state not written: %s", transactional_id, exc)
-            # The partition's leader may have moved or gone, and a timed-out append may still land: the partition
-            # is loaded again from its leader at its next use, as Kafka's coordinator resigns and a new one loads.
-            self._handles.pop(partition, None)
-            if isinstance(exc, (NotLeaderOrFollowerError, KafkaStorageError)):
+            self._unload(partition)
+            if isinstance(exc, (NotLeaderOrFollowerError, KafkaStorageError, InvalidProducerEpochError)):
                 return TxnError.NOT_COORDINATOR
             return TxnError.COORDINATOR_NOT_AVAILABLE
+        claim.next_sequence += 1
         if metadata.state == _S.DEAD:
             self._transactions.pop(transactional_id, None)
         else:
@@ -459,27 +514,23 @@ class TransactionCoordinator:
         """Writes the markers still due for a Prepare* transaction; once none is left, writes its Complete state.
         Returns the id's state after. Holds the lock."""
         result = ControlRecordType.COMMIT if metadata.state == _S.PREPARE_COMMIT else ControlRecordType.ABORT
-        coordinator_epoch = self._coordinator_epochs.get(self.partition_for(metadata.transactional_id), 0)
-        left = set(metadata.markers_left)
-        for topic, partition in sorted(metadata.markers_left):
-            try:
-                self._markers.write_marker(
-                    topic, partition, metadata.producer_id, metadata.producer_epoch, coordinator_epoch, result
-                )
-            except (InvalidProducerEpochError, TransactionCoordinatorFencedError) as exc:
+        claim = self._claims.get(self.partition_for(metadata.transactional_id))
+        if claim is None:
+            return metadata
+        failed = self._markers.write_markers(
+            sorted(metadata.markers_left), metadata.producer_id, metadata.producer_epoch, claim.epoch, result
+        )
+        left = set()
+        for (topic, partition), exc in sorted(failed.items()):
+            if isinstance(exc, (InvalidProducerEpochError, TransactionCoordinatorFencedError)):
                 logger.warning("%s: marker for %s-%d refused: %s", metadata.transactional_id, topic, partition, exc)
-            except UnknownTopicOrPartitionError as exc:
-                if self._topic_exists(topic):
-                    logger.info(
-                        "%s: marker for %s-%d not written yet: %s", metadata.transactional_id, topic, partition, exc
-                    )
-                    continue
-            except RaybrokerError as exc:
+            elif isinstance(exc, UnknownTopicOrPartitionError) and not self._topic_exists(topic):
+                continue
+            else:
                 logger.info(
                     "%s: marker for %s-%d not written yet: %s", metadata.transactional_id, topic, partition, exc
                 )
-                continue
-            left.discard((topic, partition))
+                left.add((topic, partition))
         pending = replace(metadata, markers_left=frozenset(left))
         self._transactions[metadata.transactional_id] = pending
         if left:
@@ -487,7 +538,7 @@ class TransactionCoordinator:
         target = _S.COMPLETE_COMMIT if metadata.state == _S.PREPARE_COMMIT else _S.COMPLETE_ABORT
         completed = pending.to(target, self._clock.milliseconds())
         self._write(completed)
-        return self._transactions[metadata.transactional_id]
+        return self._transactions.get(metadata.transactional_id, pending)
 
     def _topic_exists(self, topic: str) -> bool:
         try:

@@ -10,14 +10,15 @@ appended. A partition's answer carries the base offset the log assigned, the Log
 CreateTime topics) and the log start offset.
 
 A request with a `transactional_id` needs WRITE on that id, and one holding a transactional batch needs a
-`transactional_id` (else every partition answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED, 53, as Kafka's). Each
-transactional batch is checked with the transaction coordinator first (KIP-890's verification, which a broker whose
-coordinator it reaches directly can always do): a partition its producer did not add to the ongoing transaction answers
-TRANSACTION_ABORTABLE (120) to Produce v11+ and INVALID_TXN_STATE (48) to older versions, whose clients do not know
-that code, a fenced producer INVALID_PRODUCER_EPOCH (47), a coordinator busy with the id or unreachable
+`transactional_id` (else every partition answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED, 53, as Kafka's). The request's
+transactional partitions are checked with the transaction coordinator first, all in one call (KIP-890's verification,
+which a broker whose coordinator it reaches directly can always do; batches of more than one producer in one request
+answer INVALID_PRODUCER_ID_MAPPING, 49, as Kafka's): a partition its producer did not add to the ongoing transaction
+answers TRANSACTION_ABORTABLE (120) to Produce v11+ and INVALID_TXN_STATE (48) to older versions, whose clients do not
+know that code, a fenced producer INVALID_PRODUCER_EPOCH (47), a coordinator busy with the id or unreachable
 NOT_ENOUGH_REPLICAS (19), which old clients retry without a metadata refresh, as Kafka's `AddPartitionsToTxnManager`
-maps them. Produce v11 differs from v10 in nothing else. The verification runs while the append keeps its place in
-the partition's order (`BrokerView.append`'s `admitted`): a client's pipelined batches reach the log in the order its
+maps them. Produce v11 differs from v10 in nothing else. The verification runs while the append keeps its place in the
+partition's order (`BrokerView.append`'s `admitted`): a client's pipelined batches reach the log in the order its
 requests came, as Kafka's broker, which reads one request per connection at a time, appends them, however long each
 verification takes.
 
@@ -28,7 +29,7 @@ looked at, whether the topic exists or not, as Kafka's.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, TypeGuard
 
 from kio.schema.errors import ErrorCode
 
@@ -45,6 +46,7 @@ from cluster.protocol.transaction_view import TransactionView
 from storage.errors import RaybrokerError
 from storage.records.layout import NO_TIMESTAMP
 from storage.records.record_batch import RecordBatch, iter_batches
+from storage.topic_partition import TopicPartition
 
 # KIP-890's mapping of the coordinator's verification answers to Produce codes (AddPartitionsToTxnManager):
 # TRANSACTION_ABORTABLE is kept for Produce v11+ (`TRANSACTION_ABORTABLE_VERSION`), older clients get INVALID_TXN_STATE.
@@ -75,7 +77,8 @@ class ProduceHandler:
             self._access, request.context, AclOperation.WRITE, ResourceType.TOPIC, (topic for topic, _, _ in wanted)
         )
         transactional_id = body.transactional_id
-        if (transactional_id is None and any(_is_transactional(records) for _, _, records in wanted)) or (
+        firsts = [_first_batch(records) for _, _, records in wanted]
+        if (transactional_id is None and any(_is_transactional(first) for first in firsts)) or (
             transactional_id is not None
             and not allows(
                 self._access, request.context, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id
@@ -90,14 +93,22 @@ class ProduceHandler:
             appended = [_failed(ErrorCode.invalid_required_acks) for _ in writable]
         else:
             timeout_ms = int(body.timeout.total_seconds() * 1000)
-            appended = list(
-                await asyncio.gather(
-                    *(
-                        self._append(*wanted[index], body.acks, timeout_ms, transactional_id, request.api_version)
-                        for index in writable
+            transactional = {
+                wanted[index][:2]: first for index in writable if _is_transactional(first := firsts[index])
+            }
+            verifying = self._verification(transactional_id, transactional, request.api_version)
+            try:
+                appended = list(
+                    await asyncio.gather(
+                        *(
+                            self._append(*wanted[index], firsts[index], body.acks, timeout_ms, verifying)
+                            for index in writable
+                        )
                     )
                 )
-            )
+            finally:
+                if verifying is not None:
+                    _settle(verifying)
         for index, answer in zip(writable, appended, strict=True):
             answers[index] = answer
         if body.acks == 0:
@@ -118,34 +129,32 @@ class ProduceHandler:
         topic: str,
         partition: int,
         records: bytes | None,
+        first: RecordBatch | RaybrokerError | None,
         acks: int,
         timeout_ms: int,
-        transactional_id: str | None,
-        version: int,
+        verifying: _Verification | None,
     ) -> dict[str, Any]:
-        """One partition's append. Called in the order the requests came, it asks the view at once, with no await
-        before: the view keeps a partition's appends in the order they are asked for, and a transactional batch's
-        verification, started here, is what the append awaits in its place (`admitted`), so a pipelined batch
-        behind it cannot overtake it (Kafka reads one request per connection at a time)."""
+        """One partition's append (`first`: its first batch, or why its bytes hold none). Called in the order the
+        requests came, it asks the view at once, with no await before: the view keeps a partition's appends in the
+        order they are asked for, and a transactional batch's part of the request's verification is what the append
+        awaits in its place (`admitted`), so a pipelined batch behind it cannot overtake it (Kafka reads one request
+        per connection at a time)."""
         if not records:
             return _failed(ErrorCode.invalid_record, "a produce request must carry record batches")
-        verifying = None
-        if transactional_id is not None:
-            try:
-                first = next(iter_batches(bytes(records)), None)
-            except RaybrokerError as exc:
-                return _failed(error_code(exc), exc.message)
-            if first is not None and first.is_transactional:
-                verifying = asyncio.ensure_future(self._verify(transactional_id, topic, partition, first, version))
+        if isinstance(first, RaybrokerError):
+            return _failed(error_code(first), first.message)
+        admitted = None
+        if verifying is not None and _is_transactional(first):
+            admitted = asyncio.ensure_future(_admitted(verifying, (topic, partition)))
         try:
-            info = await self._view.append(topic, partition, bytes(records), acks, timeout_ms, verifying)
+            info = await self._view.append(topic, partition, bytes(records), acks, timeout_ms, admitted)
         except _Refused as refused:
             return refused.answer
         except RaybrokerError as exc:
             return _failed(error_code(exc), exc.message)
         finally:
-            if verifying is not None:
-                _settle(verifying)
+            if admitted is not None:
+                _settle(admitted)
         return {
             "error_code": ErrorCode.none,
             "base_offset": info.first_offset,
@@ -154,26 +163,54 @@ class ProduceHandler:
             "record_errors": [],
         }
 
+    def _verification(
+        self, transactional_id: str | None, batches: dict[TopicPartition, RecordBatch], version: int
+    ) -> _Verification | None:
+        """The request's verification, started now: one coordinator call for all its transactional partitions, as
+        Kafka's broker verifies a request's partitions together; None if it has none."""
+        if transactional_id is None or not batches:
+            return None
+        return asyncio.ensure_future(self._verify(transactional_id, batches, version))
+
     async def _verify(
-        self, transactional_id: str, topic: str, partition: int, first: RecordBatch, version: int
-    ) -> None:
-        """Returns if the partition's transactional batches may be appended, else raises `_Refused` with the
-        partition's answer."""
+        self, transactional_id: str, batches: dict[TopicPartition, RecordBatch], version: int
+    ) -> dict[TopicPartition, dict[str, Any] | None]:
+        """Each transactional partition's refusal, None for one whose batches may be appended. Batches of more than
+        one producer in one request are refused INVALID_PRODUCER_ID_MAPPING, as Kafka refuses them."""
+        producers = {(batch.producer_id, batch.producer_epoch) for batch in batches.values()}
+        if len(producers) > 1:
+            message = "the transactional batches of one produce request name more than one producer"
+            return dict.fromkeys(batches, _failed(ErrorCode.invalid_producer_id_mapping, message))
+        ((producer_id, producer_epoch),) = producers
         try:
             verified = await self._transactions.verify_partitions(
-                transactional_id, first.producer_id, first.producer_epoch, [(topic, partition)]
+                transactional_id, producer_id, producer_epoch, list(batches)
             )
         except RaybrokerError as exc:
-            raise _Refused(_failed(ErrorCode.not_enough_replicas, exc.message)) from None
-        answer = verified[(topic, partition)]
-        if answer == TxnError.NONE:
-            return
-        code = _VERIFICATION_CODES.get(answer, ErrorCode.not_enough_replicas)
-        if answer == TxnError.TRANSACTION_ABORTABLE and version >= TRANSACTION_ABORTABLE_VERSION:
-            code = ErrorCode.transaction_abortable
-        raise _Refused(
-            _failed(code, f"{topic}-{partition} is not part of the ongoing transaction of {transactional_id!r}")
-        )
+            return dict.fromkeys(batches, _failed(ErrorCode.not_enough_replicas, exc.message))
+        return {tp: _refusal(verified[tp], tp, transactional_id, version) for tp in batches}
+
+
+# A produce request's verification: each transactional partition's refusal, None where the coordinator agreed.
+_Verification = asyncio.Future[dict[TopicPartition, dict[str, Any] | None]]
+
+
+def _refusal(answer: TxnError, tp: TopicPartition, transactional_id: str, version: int) -> dict[str, Any] | None:
+    """The partition's Produce answer for the coordinator's verification answer; None for NONE."""
+    if answer == TxnError.NONE:
+        return None
+    code = _VERIFICATION_CODES.get(answer, ErrorCode.not_enough_replicas)
+    if answer == TxnError.TRANSACTION_ABORTABLE and version >= TRANSACTION_ABORTABLE_VERSION:
+        code = ErrorCode.transaction_abortable
+    return _failed(code, f"{tp[0]}-{tp[1]} is not part of the ongoing transaction of {transactional_id!r}")
+
+
+async def _admitted(verifying: _Verification, tp: TopicPartition) -> None:
+    """Returns once the request's verification let the partition's batches in, else raises `_Refused`. Shielded:
+    one partition's append ending early must not cancel the others' verification."""
+    refusal = (await asyncio.shield(verifying))[tp]
+    if refusal is not None:
+        raise _Refused(refusal)
 
 
 class _Refused(Exception):
@@ -184,23 +221,27 @@ class _Refused(Exception):
         self.answer = answer
 
 
-def _settle(verifying: asyncio.Future[None]) -> None:
-    """Cancels a verification the append never waited for (its request ended first) and marks its outcome as
-    seen, so that asyncio reports no error of a task nobody awaits."""
+def _settle(verifying: asyncio.Future[Any]) -> None:
+    """Cancels a verification nobody waited for (its request ended first) and marks its outcome as seen, so that
+    asyncio reports no error of a task nobody awaits."""
     if not verifying.done():
         verifying.cancel()
     elif not verifying.cancelled():
         verifying.exception()
 
 
-def _is_transactional(records: bytes | None) -> bool:
-    """Whether the partition's first batch is transactional; bytes that hold no batch are not (their append
-    answers why)."""
+def _first_batch(records: bytes | None) -> RecordBatch | RaybrokerError | None:
+    """The partition's first batch, None if its bytes hold none, or why they cannot be read (its append answers
+    that)."""
     try:
-        first = next(iter_batches(bytes(records or b"")), None)
-    except RaybrokerError:
-        return False
-    return first is not None and first.is_transactional
+        return next(iter_batches(bytes(records or b"")), None)
+    except RaybrokerError as exc:
+        return exc
+
+
+def _is_transactional(first: RecordBatch | RaybrokerError | None) -> TypeGuard[RecordBatch]:
+    """Whether a partition's first batch is a transactional one."""
+    return isinstance(first, RecordBatch) and first.is_transactional
 
 
 def _failed(code: ErrorCode, message: str | None = None) -> dict[str, Any]:

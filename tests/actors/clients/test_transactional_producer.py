@@ -17,7 +17,9 @@ from storage.errors import (
     InvalidTxnStateError,
     ProducerFencedError,
     TransactionTimedOutError,
+    UnknownTopicOrPartitionError,
 )
+from storage.records.layout import ControlRecordType
 from storage.records.record_batch import iter_batches
 
 pytestmark = pytest.mark.ray
@@ -155,6 +157,36 @@ def test_closing_a_producer_aborts_its_open_transaction_and_read_committed_reade
     started = time.monotonic()
     assert sorted(read(topic, "read_committed", 3)) == [b"after-0", b"after-1", b"after-2"]
     assert time.monotonic() - started < DEADLINE_S / 2
+
+
+def test_markers_go_to_every_partition_at_once_and_only_the_ones_not_written_are_answered(broker: Any) -> None:
+    """`RayTransactionMarkers.write_markers`, the coordinator's WriteTxnMarkers: the markers of one call end the
+    producer's open transaction on each partition that has it, and a partition that cannot take one (here a topic
+    that does not exist) is the only one answered, with its typed error."""
+    from actors.clients.transactions import Transactions
+    from actors.server.transaction_coordinator import RayTransactionMarkers
+
+    topic = create_topic(broker, "txn-markers")
+    transactions = Transactions()
+    with transactional("markers") as producer:
+        producer.begin_transaction()
+        send_all(producer, topic, [b"m-0", b"m-1", b"m-2"])
+        producer.flush(DEADLINE_S)
+        pid, epoch = producer.producer_id, producer.producer_epoch
+        opened = [transactions.open_transaction_at(topic, partition, 0) for partition in range(PARTITIONS)]
+        assert {(found.producer_id, found.producer_epoch) for found in opened} == {(pid, epoch)}
+        written = [(topic, partition) for partition in range(PARTITIONS)]
+        failed = RayTransactionMarkers().write_markers(
+            [*written, ("txn-markers-missing", 0)], pid, epoch, opened[0].coordinator_epoch, ControlRecordType.ABORT
+        )
+        assert list(failed) == [("txn-markers-missing", 0)]
+        assert isinstance(failed["txn-markers-missing", 0], UnknownTopicOrPartitionError)
+        for partition in range(PARTITIONS):
+            with pytest.raises(InvalidTxnStateError, match="no open transaction"):
+                transactions.open_transaction_at(topic, partition, 0)
+        producer.abort_transaction(DEADLINE_S)
+    assert read(topic, "read_committed", 0) == []
+    assert sorted(read(topic, "read_uncommitted", 3)) == [b"m-0", b"m-1", b"m-2"]
 
 
 def test_a_newer_producer_of_the_same_id_fences_the_zombie_and_aborts_its_transaction(broker: Any) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import concurrent.futures
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -27,7 +27,7 @@ from actors.core.transactions.transaction_metadata import (
 )
 from storage.clock import MockClock
 from storage.dump_log import DumpOptions, FileDump, classify
-from storage.errors import BrokerNotAvailableError, InvalidTxnStateError, RaybrokerError
+from storage.errors import BrokerNotAvailableError, InvalidRequestError, InvalidTxnStateError, RaybrokerError
 from storage.records.layout import ControlRecordType
 from storage.records.record_batch import RecordBatch, RecordBatchBuilder, iter_batches
 from storage.records.transaction_log import (
@@ -38,6 +38,7 @@ from storage.records.transaction_log import (
     encode_transaction_log_value,
     partition_for_transactional_id,
 )
+from storage.topic_partition import TopicPartition
 
 STATE_PARTITIONS = 3
 PROPERTIES = {"transaction.state.log.num.partitions": str(STATE_PARTITIONS), "offsets.topic.num.partitions": "2"}
@@ -283,8 +284,13 @@ def test_an_idle_transactional_id_expires_with_a_tombstone_and_comes_back_with_a
 class _UnreachablePartitions:
     """Marker writes that fail as a restarting broker's do (`BrokerNotAvailableError`)."""
 
-    def write_marker(self, topic: str, partition: int, *marker: object) -> None:
-        raise BrokerNotAvailableError(f"{topic}-{partition}: broker restarting")
+    def write_markers(
+        self, partitions: Collection[TopicPartition], *marker: object
+    ) -> dict[TopicPartition, RaybrokerError]:
+        return {
+            (topic, partition): BrokerNotAvailableError(f"{topic}-{partition}: broker restarting")
+            for topic, partition in partitions
+        }
 
 
 def test_a_coordinator_restarted_after_prepare_commit_sends_the_markers_and_completes(
@@ -298,6 +304,7 @@ def test_a_coordinator_restarted_after_prepare_commit_sends_the_markers_and_comp
         controller=broker.controller,
         find_partition=lambda partition: broker.leader(TRANSACTION_STATE_TOPIC, partition),
         allocate_producer_id=broker.controller.allocate_producer_id,
+        allocate_coordinator_epoch=broker.controller.allocate_coordinator_epoch,
         markers=_UnreachablePartitions(),
     )
     assert stuck.add_partitions(TXN_ID, pid, epoch, [(TOPIC, 0), (TOPIC, 1)]) == TxnError.NONE
@@ -489,9 +496,11 @@ def test_dump_log_reads_the_state_segment_and_the_markers(
     dump = FileDump(info, DumpOptions(print_data_log=True))
     lines = list(dump.text_lines())
     assert not dump.failed
-    # Empty, Ongoing, PrepareAbort, CompleteAbort: one uncompressed batch of one record each, CRCs valid.
+    # The coordinator's claim (a tombstone of the empty transactional id), then Empty, Ongoing, PrepareAbort,
+    # CompleteAbort: one uncompressed batch of one record each, CRCs valid.
     records = [line for line in lines if line.startswith("| offset:")]
-    assert len(records) == 4 and all("isvalid: true" in line for line in lines if line.startswith("baseOffset"))
+    assert len(records) == 5 and all("isvalid: true" in line for line in lines if line.startswith("baseOffset"))
+    assert "keySize: 4 valueSize: -1 sequence: 0" in records[0] and "sequence: 4" in records[4]
     data_log = broker.leader(TOPIC, 0).log
     data_log.flush()
     data_info = classify(data_log.directory / "00000000000000000000.log")
@@ -669,6 +678,7 @@ def coordinator_with(broker: InProcessBroker, completions: Callable[[Callable[[]
         controller=broker.controller,
         find_partition=lambda partition: broker.leader(TRANSACTION_STATE_TOPIC, partition),
         allocate_producer_id=broker.controller.allocate_producer_id,
+        allocate_coordinator_epoch=broker.controller.allocate_coordinator_epoch,
         markers=InProcessMarkers(broker),
         completions=completions,
         completion_wait_s=0.01,
@@ -749,3 +759,56 @@ def test_a_coordinator_loading_from_a_leader_just_elected_loads_the_last_state_i
     for partition in (0, 1):
         leader = three_nodes.controller.partition_state(TOPIC, partition).leader
         assert [kind for kind, _ in replica_markers(three_nodes, leader, partition)] == [ControlRecordType.COMMIT]
+
+
+def test_a_coordinator_left_running_beside_its_successor_writes_nothing_after_the_successor_loaded(
+    broker: InProcessBroker,
+) -> None:
+    """A coordinator paused after answering EndTxn (its markers and CompleteCommit still to write) while a successor
+    loaded, completed the transaction and bumped the producer's epoch: when it resumes, its marker and its
+    CompleteCommit are refused, so a later load finds the successor's state (the late CompleteCommit would roll the
+    producer's epoch back), and the partition keeps only the successor's marker."""
+    later = _Later()
+    predecessor = coordinator_with(broker, later)
+    init = predecessor.init_producer_id(TXN_ID, TIMEOUT_MS)
+    pid, epoch = init.producer_id, init.producer_epoch
+    assert predecessor.add_partitions(TXN_ID, pid, epoch, [(TOPIC, 0)]) == TxnError.NONE
+    produce_transactional(broker, 0, pid, epoch, 0)
+    assert predecessor.end_transaction(TXN_ID, pid, epoch, commit=True) == TxnError.NONE
+    assert len(later.tasks) == 1
+    successor = broker.transaction_coordinator
+    described = successor.describe(TXN_ID)
+    assert described is not None and (described.state, described.producer_epoch) == ("CompleteCommit", epoch)
+    assert successor.init_producer_id(TXN_ID, TIMEOUT_MS, pid, epoch).producer_epoch == epoch + 1
+    assert successor.add_partitions(TXN_ID, pid, epoch + 1, [(TOPIC, 0)]) == TxnError.NONE
+    produce_transactional(broker, 0, pid, epoch + 1, 0)
+    written = state_records(broker)
+    later.run()
+    assert state_records(broker) == written
+    assert markers(broker, 0) == [(ControlRecordType.COMMIT, pid, epoch)]
+    # The predecessor's own calls answer NOT_COORDINATOR once it finds itself fenced: its state write is refused.
+    assert predecessor.end_transaction(TXN_ID, pid, epoch, commit=True) in (
+        TxnError.NOT_COORDINATOR,
+        TxnError.PRODUCER_FENCED,
+    )
+    broker.forget_transaction_coordinator()
+    reloaded = broker.transaction_coordinator.describe(TXN_ID)
+    assert reloaded is not None and (reloaded.state, reloaded.producer_epoch) == ("Ongoing", epoch + 1)
+    assert reloaded.partitions == ((TOPIC, 0),)
+
+
+def test_every_coordinator_takes_a_newer_epoch_and_its_markers_carry_it(broker: InProcessBroker) -> None:
+    """The controller's coordinator epochs never repeat and survive its restart, and a coordinator's markers carry
+    the epoch it claimed its partition in, so each successor's markers fence its predecessors'."""
+    first = broker.controller.allocate_coordinator_epoch(0)
+    assert broker.controller.allocate_coordinator_epoch(0) == first + 1
+    assert broker.controller.allocate_coordinator_epoch(first + 10) == first + 10
+    coordinator = broker.transaction_coordinator
+    init = coordinator.init_producer_id(TXN_ID, TIMEOUT_MS)
+    assert coordinator.add_partitions(TXN_ID, init.producer_id, init.producer_epoch, [(TOPIC, 0)]) == TxnError.NONE
+    produce_transactional(broker, 0, init.producer_id, init.producer_epoch, 0)
+    assert coordinator.end_transaction(TXN_ID, init.producer_id, init.producer_epoch, commit=False) == TxnError.NONE
+    (producer,) = broker.leader(TOPIC, 0).log.active_producers()
+    assert producer.coordinator_epoch == first + 11
+    with pytest.raises(InvalidRequestError):
+        broker.controller.allocate_coordinator_epoch(-1)

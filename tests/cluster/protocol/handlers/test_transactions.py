@@ -15,6 +15,7 @@ from kio.schema.errors import ErrorCode
 
 from actors.core.controller.topic_metadata import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 from actors.core.security.acls import AclOperation, ResourceType
+from actors.core.transactions.coordinator import FENCING_ID
 from cluster.protocol.handlers.group_offsets import OFFSET_FETCH_KEY, OffsetFetchHandler
 from cluster.protocol.handlers.produce import PRODUCE_KEY, ProduceHandler
 from cluster.protocol.handlers.producer_id import INIT_PRODUCER_ID_KEY, InitProducerIdHandler
@@ -43,6 +44,7 @@ from cluster.protocol.local_transaction_view import LocalTransactionView
 from cluster.protocol.router import SERVED
 from cluster.protocol.security.local_security_view import LocalSecurityView
 from storage.records.record_batch import RecordBatchBuilder, iter_batches
+from storage.records.transaction_log import decode_transaction_log_key
 from tests.cluster.protocol.handlers.test_authorization import access_with, acl, ask, on_cluster
 from tests.cluster.protocol.helpers import answer, leader_log, run
 
@@ -73,12 +75,14 @@ def init(view: LocalBrokerView, transactions: LocalTransactionView, transactiona
 
 
 def state_log(view: LocalBrokerView) -> list[bytes]:
-    """Every record value of `__transaction_state`, in order (what hostile requests must leave unchanged)."""
+    """Every state record value of `__transaction_state`, in order (what hostile requests must leave unchanged); a
+    coordinator's claim of a partition it loads (the tombstone of `FENCING_ID`) is no state."""
     return [
         bytes(record.value or b"")
         for partition in range(len(view.broker.controller.describe_topic(TRANSACTION_STATE_TOPIC).partitions))
         for batch in iter_batches(leader_log(view, TRANSACTION_STATE_TOPIC, partition).read(0, 1 << 20).records)
         for record in batch.records()
+        if record.key is None or decode_transaction_log_key(record.key) != FENCING_ID
     ]
 
 
@@ -263,15 +267,26 @@ def transactional_batch(pid: int, epoch: int, sequence: int = 0) -> bytes:
 def produce(
     view: LocalBrokerView, transactions: LocalTransactionView, records: bytes, partition: int, version: int = 9
 ) -> ErrorCode:
+    return produce_partitions(view, transactions, {partition: records}, version)[partition]
+
+
+def produce_partitions(
+    view: LocalBrokerView, transactions: LocalTransactionView, records: dict[int, bytes], version: int = 9
+) -> dict[int, ErrorCode]:
+    """One Produce request of `TXN` carrying each partition's records; each partition's answer."""
     values = {
         "transactional_id": TXN,
         "acks": 1,
         "timeout": 1000,
-        "topic_data": [{"name": TOPIC, "partition_data": [{"index": partition, "records": records}]}],
+        "topic_data": [
+            {
+                "name": TOPIC,
+                "partition_data": [{"index": partition, "records": batch} for partition, batch in records.items()],
+            }
+        ],
     }
     found = answer(ProduceHandler(view, transactions), PRODUCE_KEY, version, values)
-    code: ErrorCode = found.responses[0].partition_responses[0].error_code
-    return code
+    return {part.index: part.error_code for part in found.responses[0].partition_responses}
 
 
 def test_a_transactional_produce_to_a_partition_not_in_the_transaction_is_refused(
@@ -287,6 +302,30 @@ def test_a_transactional_produce_to_a_partition_not_in_the_transaction_is_refuse
     assert produce(view, transactions, transactional_batch(pid, epoch), 0) == ErrorCode.none
     assert produce(view, transactions, b"\x00" * 70, 0) == ErrorCode.corrupt_message
     assert leader_log(view, TOPIC, 0).log_end_offset == 1
+
+
+def test_a_produce_request_is_verified_as_a_whole_and_answered_per_partition(
+    view: LocalBrokerView, transactions: LocalTransactionView
+) -> None:
+    """One verification for all of a request's transactional partitions, as Kafka's broker sends one: a partition
+    in the transaction is appended beside one that is not, and batches of two producers in one request are refused
+    INVALID_PRODUCER_ID_MAPPING on every transactional partition, as Kafka refuses them."""
+    pid, epoch = init(view, transactions)
+    add_partitions(view, transactions, (pid, epoch), {TOPIC: [0]})
+    first, second = transactional_batch(pid, epoch), transactional_batch(pid, epoch)
+    assert produce_partitions(view, transactions, {0: first, 1: second}, 11) == {
+        0: ErrorCode.none,
+        1: ErrorCode.transaction_abortable,
+    }
+    assert [leader_log(view, TOPIC, partition).log_end_offset for partition in (0, 1)] == [1, 0]
+    add_partitions(view, transactions, (pid, epoch), {TOPIC: [1]})
+    mixed = {0: transactional_batch(pid, epoch, 1), 1: transactional_batch(pid + 1, 0)}
+    assert produce_partitions(view, transactions, mixed) == dict.fromkeys(mixed, ErrorCode.invalid_producer_id_mapping)
+    assert [leader_log(view, TOPIC, partition).log_end_offset for partition in (0, 1)] == [1, 0]
+    assert produce_partitions(view, transactions, {0: mixed[0], 1: transactional_batch(pid, epoch)}) == {
+        0: ErrorCode.none,
+        1: ErrorCode.none,
+    }
 
 
 def test_txn_offset_commit_is_unstable_until_the_commit_marker(
