@@ -93,10 +93,6 @@ class RayInternalPartition:
         answer: bytes = call(self._handle.read.remote(offset, max_bytes))
         return answer
 
-    def append(self, batch: bytes) -> LogAppendInfo:
-        answer: LogAppendInfo = call(self._handle.append.remote(batch))
-        return answer
-
     def append_replicated(self, batch: bytes) -> LogAppendInfo:
         """`append` with acks=all, answered once every in-sync replica has the batch: over the leader's append
         channel when it has one here (no follower to wait for), else the append's answer goes straight on to the

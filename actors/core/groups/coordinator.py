@@ -1,15 +1,15 @@
 """The group coordinator: consumer groups' committed offsets, kept as Kafka keeps them, and the membership of
 groups whose clients use Kafka's group protocol over the wire, as a plain class over injected seams.
 
-State it owns, and where it is persisted: the committed offset of every (group, topic, partition), as
-records of the internal compacted topic `__consumer_offsets` (created by the broker's start with
-`offsets.topic.num.partitions` partitions, `actors.core.groups.offsets_topic`). A group's commits all go to partition
-`partition_for_group(group, partitions)`, so one group's commits stay ordered. The coordinator holds a cache of
-the latest offset per key. Before a partition is first used (after a start, also after Ray restarts its actor)
-it is read from its log start to its high watermark into the cache: the latest value per key wins, a null
-value (tombstone) removes the key, and records of other kinds (group metadata, key version 2) are
-skipped. A commit is acknowledged only once its record is appended, so a commit that returned survives a
-broker restart. Calls are idempotent: committing the same offsets again writes a record that changes nothing.
+State it owns, and where it is persisted: the committed offset of every (group, topic, partition), as records of the
+internal compacted topic `__consumer_offsets` (created by the broker's start with `offsets.topic.num.partitions`
+partitions, `actors.core.groups.offsets_topic`). A group's commits all go to partition `partition_for_group(group,
+partitions)`, so one group's commits stay ordered. The coordinator holds a cache of the latest offset per key. Before a
+partition is first used (after a start, also after Ray restarts its actor) it is read from its log start to its high
+watermark into the cache: the latest value per key wins, a null value (tombstone) removes the key, and records of other
+kinds (group metadata, key version 2) are skipped. A commit is acknowledged only once every in-sync replica has its
+record (Kafka's `offsets.commit.required.acks`, -1), so a commit that returned survives a broker restart and its
+leader's loss. Calls are idempotent: committing the same offsets again writes a record that changes nothing.
 
 A client may delete `__consumer_offsets` (DeleteTopics; Kafka allows it). Kafka then creates it again when a
 group needs it, with `offsets.topic.num.partitions` partitions, and the offsets committed before are lost. So
@@ -104,8 +104,10 @@ _Outcome = TypeVar("_Outcome")
 class OffsetsPartition(InternalPartition, Protocol):
     """The leader replica of one `__consumer_offsets` partition, as the coordinator reads and appends to it."""
 
-    def append(self, batch: bytes) -> LogAppendInfo:
-        """Appends one batch; answers once it is in the log."""
+    def append_replicated(self, batch: bytes) -> LogAppendInfo:
+        """Appends one batch with acks=all; answers once every in-sync replica has it (Kafka's group coordinator
+        appends with `offsets.commit.required.acks`, -1: a commit its client was answered on survives the leader's
+        loss)."""
         ...
 
     def append_from_coordinator(self, batch: bytes) -> LogAppendInfo:
@@ -267,7 +269,7 @@ class GroupCoordinator:
 
         def append() -> None:
             handle = self._loaded_partition(partition_for_group(group, self._partition_count))
-            handle.append(batch)
+            handle.append_replicated(batch)
             for (topic, partition), (offset, _) in offsets.items():
                 self._offsets[(group, topic, partition)] = offset
 
@@ -478,7 +480,7 @@ class GroupCoordinator:
 
             def append_tombstones() -> None:
                 handle = self._loaded_partition(partition_for_group(group, self._partition_count))
-                handle.append(batch)
+                handle.append_replicated(batch)
                 for topic, partition in committed:
                     self._offsets.pop((group, topic, partition), None)
 
@@ -516,7 +518,7 @@ class GroupCoordinator:
                     if group in dead:
                         builder.append(encode_group_metadata_key(group), None, timestamp=now_ms)
                 # One batch per partition of `__consumer_offsets`: the cache forgets only what its log forgot.
-                self._loaded_partition(offsets_partition).append(builder.build())
+                self._loaded_partition(offsets_partition).append_replicated(builder.build())
                 for group in groups:
                     for partition in deleted[group]:
                         del self._offsets[(group, topic, partition)]

@@ -299,3 +299,25 @@ def check_transactional_commits(coordinator: GroupCoordinator) -> None:
     assert coordinator.commit_member("g", member, 1, offsets) == GroupError.REBALANCE_IN_PROGRESS
     assert coordinator.commit_transactional("g", 1, 0, member, 1, offsets) == GroupError.NONE
     assert coordinator.commit_transactional("g", 1, 0, "", -1, offsets) == GroupError.NONE
+
+
+def test_a_commit_is_answered_once_every_in_sync_replica_has_it_and_survives_its_leaders_loss(tmp_path: Path) -> None:
+    """Kafka's group coordinator appends with acks=-1 (`offsets.commit.required.acks`): when `commit` returns, the
+    follower of the group's partition holds the record too, so the new leader after the old one's loss has every
+    commit that was answered."""
+    properties = {**PROPERTIES, "offsets.topic.replication.factor": "2"}
+    broker = InProcessBroker(tmp_path, nodes=2, properties=properties)
+    try:
+        coordinator = broker.group_coordinator
+        partition = coordinator.partition_for("g")
+        state = broker.controller.partition_state(CONSUMER_OFFSETS_TOPIC, partition)
+        (follower_node,) = [node for node in state.replicas if node != state.leader]
+        follower = broker.replica_on(follower_node, CONSUMER_OFFSETS_TOPIC, partition)
+        for offset in range(1, 21):
+            coordinator.commit("g", {("t", 0): offset})
+            assert follower.log.log_end_offset == broker.leader(CONSUMER_OFFSETS_TOPIC, partition).log.log_end_offset
+        broker.lose_node(state.leader)
+        assert broker.controller.partition_state(CONSUMER_OFFSETS_TOPIC, partition).leader == follower_node
+        assert restarted(broker).fetch_committed("g", [("t", 0)]) == {("t", 0): 20}
+    finally:
+        broker.close()
