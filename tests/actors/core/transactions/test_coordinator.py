@@ -685,11 +685,9 @@ def coordinator_with(broker: InProcessBroker, completions: Callable[[Callable[[]
     )
 
 
-def test_with_a_completions_seam_end_txn_answers_once_prepare_is_durable_and_the_id_waits_for_the_markers(
-    broker: InProcessBroker,
-) -> None:
-    """Kafka's EndTxn answer: NONE once PrepareCommit is written, the markers and CompleteCommit after; meanwhile
-    the id's calls answer CONCURRENT_TRANSACTIONS (once the short wait for the completion ran out)."""
+def answered_commit(broker: InProcessBroker) -> tuple[Any, _Later, int, int]:
+    """A coordinator with a `completions` seam that holds its completions, and a one-partition transaction whose
+    EndTxn (commit) it answered: (coordinator, the held completions, producer id, epoch)."""
     later = _Later()
     coordinator = coordinator_with(broker, later)
     init = coordinator.init_producer_id(TXN_ID, TIMEOUT_MS)
@@ -697,6 +695,15 @@ def test_with_a_completions_seam_end_txn_answers_once_prepare_is_durable_and_the
     assert coordinator.add_partitions(TXN_ID, pid, epoch, [(TOPIC, 0)]) == TxnError.NONE
     produce_transactional(broker, 0, pid, epoch, 0)
     assert coordinator.end_transaction(TXN_ID, pid, epoch, commit=True) == TxnError.NONE
+    return coordinator, later, pid, epoch
+
+
+def test_with_a_completions_seam_end_txn_answers_once_prepare_is_durable_and_the_id_waits_for_the_markers(
+    broker: InProcessBroker,
+) -> None:
+    """Kafka's EndTxn answer: NONE once PrepareCommit is written, the markers and CompleteCommit after; meanwhile
+    the id's calls answer CONCURRENT_TRANSACTIONS (once the short wait for the completion ran out)."""
+    coordinator, later, pid, epoch = answered_commit(broker)
     assert statuses(broker)[-1] == 2 and markers(broker, 0) == [] and len(later.tasks) == 1
     assert coordinator.add_partitions(TXN_ID, pid, epoch, [(TOPIC, 1)]) == TxnError.CONCURRENT_TRANSACTIONS
     assert coordinator.end_transaction(TXN_ID, pid, epoch, commit=True) == TxnError.CONCURRENT_TRANSACTIONS
@@ -768,13 +775,7 @@ def test_a_coordinator_left_running_beside_its_successor_writes_nothing_after_th
     loaded, completed the transaction and bumped the producer's epoch: when it resumes, its marker and its
     CompleteCommit are refused, so a later load finds the successor's state (the late CompleteCommit would roll the
     producer's epoch back), and the partition keeps only the successor's marker."""
-    later = _Later()
-    predecessor = coordinator_with(broker, later)
-    init = predecessor.init_producer_id(TXN_ID, TIMEOUT_MS)
-    pid, epoch = init.producer_id, init.producer_epoch
-    assert predecessor.add_partitions(TXN_ID, pid, epoch, [(TOPIC, 0)]) == TxnError.NONE
-    produce_transactional(broker, 0, pid, epoch, 0)
-    assert predecessor.end_transaction(TXN_ID, pid, epoch, commit=True) == TxnError.NONE
+    predecessor, later, pid, epoch = answered_commit(broker)
     assert len(later.tasks) == 1
     successor = broker.transaction_coordinator
     described = successor.describe(TXN_ID)
