@@ -60,6 +60,10 @@ def batch(value: bytes, producer_id: int = -1, *, timestamp_ms: int | None = Non
     return builder.build()
 
 
+# Answers to a produce that wrote nothing because the broker does not know yet that it leads the partition.
+NOT_LEADER_YET = (ErrorCode.not_leader_or_follower, ErrorCode.leader_not_available)
+
+
 def hanging_batch(producer_id: int) -> bytes:
     return batch(b"hanging", producer_id, timestamp_ms=int(time.time() * 1000) - HANGING_AGE_MS)
 
@@ -103,13 +107,21 @@ def _producer_id(kafka: WireClient) -> int:
 
 
 def _produce(kafka: WireClient, topic: str, transactional_id: str | None, records: bytes) -> int:
+    """The records' base offset. Kafka answers CreateTopics before its broker learns it leads the new partition, so
+    a produce right after may be answered NOT_LEADER_OR_FOLLOWER or LEADER_NOT_AVAILABLE (nothing written), which
+    clients retry; so does this."""
     values = {
         "transactional_id": transactional_id,
         "acks": -1,
         "timeout": 30000,
         "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": records}]}],
     }
-    answer = kafka.request(PRODUCE, 9, values).responses[0].partition_responses[0]
+    deadline = time.monotonic() + DEADLINE_S
+    while True:
+        answer = kafka.request(PRODUCE, 9, values).responses[0].partition_responses[0]
+        if answer.error_code not in NOT_LEADER_YET or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
     assert answer.error_code == ErrorCode.none, answer
     offset: int = answer.base_offset
     return offset
