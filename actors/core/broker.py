@@ -490,6 +490,7 @@ class InProcessBroker:
                     clock=self.clock,
                     controller=self.controller,
                     find_partition=lambda partition: self.leader(CONSUMER_OFFSETS_TOPIC, partition),
+                    allocate_coordinator_epoch=self.controller.allocate_coordinator_epoch,
                     membership=GroupMembership(self.clock, self._membership_config or MembershipConfig.of(self.config)),
                 )
             return self._coordinator

@@ -116,12 +116,14 @@ class GroupCoordinatorActor:
     def __init__(self, properties: Mapping[str, str]) -> None:
         """`properties`: the broker's `server.properties` (`offsets.topic.*` and `group.*` keys are read)."""
         config = BrokerConfig.from_properties(properties)
+        ctrl = controller()
         self._coordinator = GroupCoordinator(
             config.offsets_topic_num_partitions,
             config.offsets_topic_replication_factor,
             clock=SYSTEM_CLOCK,
-            controller=RayTopicAdmin(controller()),
+            controller=RayTopicAdmin(ctrl),
             find_partition=lambda partition: RayInternalPartition.leader_of(CONSUMER_OFFSETS_TOPIC, partition),
+            allocate_coordinator_epoch=lambda at_least: int(call(ctrl.allocate_coordinator_epoch.remote(at_least))),
             membership=GroupMembership(SYSTEM_CLOCK, MembershipConfig.of(config)),
         )
 

@@ -37,9 +37,16 @@ caller then calls `await_join` / `await_sync`, each of which waits at most `MAX_
 every membership change notifies, so a waiting member holds one of its host's threads for a bounded time only
 and the answer leaves as soon as it exists.
 
+Fencing: the coordinator claims each partition in its coordinator epoch before reading it and writes every commit
+and tombstone in that epoch (`actors.core.coordinator_claims`; the claim is the tombstone of `FENCING_KEY`), so one
+left running beside its successor writes nothing after the successor loaded: its refused write unloads the partition,
+and the call is run once more on the partition claimed and loaded again, from what the other coordinator wrote.
+Transactional offset commits are the producer's batches (its id and epoch), fenced by the producer's epoch.
+
 Seams: the clock (commit timestamps, membership timeouts), the controller (`TopicAdmin`: to create and describe
-`__consumer_offsets`), and `find_partition(p)`, which reaches the leader replica of its partition `p`
-(`OffsetsPartition`; `UnknownTopicOrPartitionError` when no broker knows it).
+`__consumer_offsets`), `find_partition(p)`, which reaches the leader replica of its partition `p` (`OffsetsPartition`;
+`UnknownTopicOrPartitionError` when no broker knows it), and `allocate_coordinator_epoch(at_least)`, the
+controller's coordinator epochs.
 """
 
 from __future__ import annotations
@@ -51,6 +58,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol, TypeVar
 
 from actors.core.controller.topic_metadata import CONSUMER_OFFSETS_TOPIC
+from actors.core.coordinator_claims import ClaimedPartition, CoordinatorClaims
 from actors.core.groups.group_membership import (
     GroupDescription,
     GroupError,
@@ -73,6 +81,7 @@ from storage.errors import (
     BrokerNotAvailableError,
     CorruptRecordError,
     InvalidGroupIdError,
+    InvalidProducerEpochError,
     InvalidRequestError,
     RaybrokerError,
     UnknownTopicOrPartitionError,
@@ -95,20 +104,23 @@ logger = logging.getLogger(__name__)
 
 # Bytes read per call while rebuilding the cache: Kafka's default fetch size for one partition.
 LOAD_CHUNK_BYTES = 1024 * 1024
+# The key of the tombstone a coordinator claims a partition with: an offset of no topic (Kafka refuses an empty topic
+# name and a negative partition), which Kafka's loader, as this one, reads as the removal of nothing.
+FENCING_KEY = encode_offset_commit_key("", "", -1)
 # The longest one `await_join` / `await_sync` call waits: the Ray actor has SERVICE_CONCURRENCY (8) threads, so
 # waiting members leave room for commits, and a caller that went away stops costing a thread within 0.5 s.
 MAX_WAIT_MS = 500
 _Outcome = TypeVar("_Outcome")
 
 
-class OffsetsPartition(InternalPartition, Protocol):
-    """The leader replica of one `__consumer_offsets` partition, as the coordinator reads and appends to it."""
+class _Fenced(BrokerNotAvailableError):
+    """A write refused because another coordinator claimed the partition in a newer epoch."""
 
-    def append_replicated(self, batch: bytes) -> LogAppendInfo:
-        """Appends one batch with acks=all; answers once every in-sync replica has it (Kafka's group coordinator
-        appends with `offsets.commit.required.acks`, -1: a commit its client was answered on survives the leader's
-        loss)."""
-        ...
+
+class OffsetsPartition(InternalPartition, ClaimedPartition, Protocol):
+    """The leader replica of one `__consumer_offsets` partition, as the coordinator reads and appends to it. Its
+    `append_replicated` answers once every in-sync replica has the batch (Kafka's group coordinator appends with
+    `offsets.commit.required.acks`, -1: a commit its client was answered on survives the leader's loss)."""
 
     def append_from_coordinator(self, batch: bytes) -> LogAppendInfo:
         """Appends one transactional batch of a producer's offsets (origin COORDINATOR: epoch checked, no
@@ -133,6 +145,7 @@ class GroupCoordinator:
         clock: Clock,
         controller: TopicAdmin,
         find_partition: Callable[[int], OffsetsPartition],
+        allocate_coordinator_epoch: Callable[[int], int],
         membership: GroupMembership | None = None,
     ) -> None:
         """`offsets_topic_partitions` is the broker's `offsets.topic.num.partitions`: the partition count of a
@@ -148,6 +161,7 @@ class GroupCoordinator:
         metadata = ensure_consumer_offsets_topic(controller, offsets_topic_partitions, offsets_topic_replication_factor)
         self._partition_count = len(metadata.partitions)
         self._handles: dict[int, OffsetsPartition] = {}
+        self._claims = CoordinatorClaims(allocate_coordinator_epoch)
         self._offsets: dict[GroupTopicPartition, int] = {}
         # Transactional offsets (TxnOffsetCommit) per producer id, invisible until its COMMIT marker.
         self._pending: dict[int, dict[GroupTopicPartition, int]] = {}
@@ -163,10 +177,13 @@ class GroupCoordinator:
 
     def _on_offsets_topic(self, operation: Callable[[], _Outcome]) -> _Outcome:
         """`operation()`, run with the lock held; if it fails to reach a partition of `__consumer_offsets` because
-        the topic was deleted, run once more on the topic created again (see the module docstring)."""
+        the topic was deleted, run once more on the topic created again, and if another coordinator took the
+        partition, once more on the partition claimed and loaded again (see the module docstring)."""
         with self._lock:
             try:
                 return operation()
+            except _Fenced as exc:
+                logger.warning("%s: loading the partition again", exc)
             except RaybrokerError as exc:
                 if not exc.retriable or not self._recreate_if_deleted(exc):
                     raise
@@ -189,10 +206,15 @@ class GroupCoordinator:
             len(metadata.partitions),
         )
         self._partition_count = len(metadata.partitions)
+        self._forget_partitions()
+        return True
+
+    def _forget_partitions(self) -> None:
+        """Forgets every partition and what was read from them; each is claimed and loaded again at its next use."""
         self._handles.clear()
+        self._claims.release_all()
         self._offsets.clear()
         self._pending.clear()
-        return True
 
     def _loaded_partition(self, partition: int) -> OffsetsPartition:
         """The partition's leader replica, once its records are in the cache. Called with the lock held."""
@@ -202,9 +224,39 @@ class GroupCoordinator:
                 handle = self._find_partition(partition)
             except UnknownTopicOrPartitionError as exc:
                 raise BrokerNotAvailableError(f"the group coordinator cannot load its partition yet: {exc}") from exc
-            self._load(partition, handle)
+            self._claims.claim(partition, handle, FENCING_KEY, self._clock.milliseconds())
+            try:
+                self._load(partition, handle)
+            except BaseException:
+                self._claims.release(partition)
+                raise
             self._handles[partition] = handle
         return handle
+
+    def _write(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> None:
+        """Writes `records` to `partition` (loaded first) in this coordinator's epoch (see the module docstring).
+        A failed write unloads the partition: a timed-out append may still land, or another coordinator took the
+        partition (`_Fenced`, which `_on_offsets_topic` answers by loading it again). Called with the lock held."""
+        self._loaded_partition(partition)
+        try:
+            self._claims.append(partition, records, self._clock.milliseconds())
+        except InvalidProducerEpochError as exc:
+            # The other coordinator loads every partition it serves: all are read again, not only this one.
+            self._forget_partitions()
+            raise _Fenced(f"{CONSUMER_OFFSETS_TOPIC}-{partition} was taken by another group coordinator") from exc
+        except RaybrokerError:
+            self._unload(partition)
+            raise
+
+    def _unload(self, partition: int) -> None:
+        """Forgets a partition and what was read from it; its next use claims and loads it again."""
+        self._handles.pop(partition, None)
+        self._claims.release(partition)
+        for key in [key for key in self._offsets if partition_for_group(key[0], self._partition_count) == partition]:
+            del self._offsets[key]
+        for pending in self._pending.values():
+            for key in [key for key in pending if partition_for_group(key[0], self._partition_count) == partition]:
+                del pending[key]
 
     def _load(self, partition: int, handle: OffsetsPartition) -> None:
         for batch in internal_batches(handle, f"{CONSUMER_OFFSETS_TOPIC}-{partition}", LOAD_CHUNK_BYTES):
@@ -258,18 +310,13 @@ class GroupCoordinator:
         if not offsets:
             return
         now_ms = self._clock.milliseconds()
-        builder = RecordBatchBuilder()
-        for (topic, partition), (offset, metadata) in offsets.items():
-            builder.append(
-                encode_offset_commit_key(group, topic, partition),
-                encode_offset_commit_value(offset, metadata, now_ms),
-                timestamp=now_ms,
-            )
-        batch = builder.build()
+        records: list[tuple[bytes, bytes | None]] = [
+            (encode_offset_commit_key(group, topic, partition), encode_offset_commit_value(offset, metadata, now_ms))
+            for (topic, partition), (offset, metadata) in offsets.items()
+        ]
 
         def append() -> None:
-            handle = self._loaded_partition(partition_for_group(group, self._partition_count))
-            handle.append_replicated(batch)
+            self._write(partition_for_group(group, self._partition_count), records)
             for (topic, partition), (offset, _) in offsets.items():
                 self._offsets[(group, topic, partition)] = offset
 
@@ -468,23 +515,24 @@ class GroupCoordinator:
         _check_group(group)
         with self._membership_changed:
             verdict = self._membership.delete(group)
-        committed = self.group_offsets(group)
-        if verdict == GroupError.NON_EMPTY_GROUP or (verdict == GroupError.GROUP_ID_NOT_FOUND and not committed):
+        if verdict == GroupError.NON_EMPTY_GROUP:
             return verdict
-        if committed:
-            builder = RecordBatchBuilder()
-            now_ms = self._clock.milliseconds()
-            for topic, partition in committed:
-                builder.append(encode_offset_commit_key(group, topic, partition), None, timestamp=now_ms)
-            batch = builder.build()
 
-            def append_tombstones() -> None:
-                handle = self._loaded_partition(partition_for_group(group, self._partition_count))
-                handle.append_replicated(batch)
-                for topic, partition in committed:
-                    self._offsets.pop((group, topic, partition), None)
+        def delete_offsets() -> bool:
+            """Writes a tombstone for every committed offset of the group, read and written under one lock (a
+            commit cannot slip between), and forgets them; whether it had any."""
+            partition = partition_for_group(group, self._partition_count)
+            self._loaded_partition(partition)
+            committed = [(topic, number) for name, topic, number in self._offsets if name == group]
+            if committed:
+                self._write(partition, [(encode_offset_commit_key(group, *tp), None) for tp in committed])
+                for topic, number in committed:
+                    del self._offsets[(group, topic, number)]
+            return bool(committed)
 
-            self._on_offsets_topic(append_tombstones)
+        deleted = self._on_offsets_topic(delete_offsets)
+        if verdict == GroupError.GROUP_ID_NOT_FOUND and not deleted:
+            return verdict
         return GroupError.NONE
 
     def on_topic_deleted(self, topic: str) -> list[str]:
@@ -506,19 +554,17 @@ class GroupCoordinator:
                     remaining.add(group)
             with self._membership_changed:
                 dead = {group for group in deleted if group not in remaining and not self._membership.is_active(group)}
-            now_ms = self._clock.milliseconds()
             by_partition: dict[int, list[str]] = {}
             for group in sorted(deleted):
                 by_partition.setdefault(partition_for_group(group, self._partition_count), []).append(group)
             for offsets_partition, groups in sorted(by_partition.items()):
-                builder = RecordBatchBuilder()
+                tombstones: list[tuple[bytes, bytes | None]] = []
                 for group in groups:
-                    for partition in deleted[group]:
-                        builder.append(encode_offset_commit_key(group, topic, partition), None, timestamp=now_ms)
+                    tombstones += [(encode_offset_commit_key(group, topic, number), None) for number in deleted[group]]
                     if group in dead:
-                        builder.append(encode_group_metadata_key(group), None, timestamp=now_ms)
+                        tombstones.append((encode_group_metadata_key(group), None))
                 # One batch per partition of `__consumer_offsets`: the cache forgets only what its log forgot.
-                self._loaded_partition(offsets_partition).append_replicated(builder.build())
+                self._write(offsets_partition, tombstones)
                 for group in groups:
                     for partition in deleted[group]:
                         del self._offsets[(group, topic, partition)]

@@ -12,18 +12,12 @@ from its log start to its high watermark: the latest value per id wins, a tombst
 versions and malformed records are skipped. Every PrepareCommit/PrepareAbort found is completed: its markers are
 sent again, then CompleteCommit/CompleteAbort is written. Ongoing transactions are left to the timeout task.
 
-Fencing (Kafka's coordinator is its partition's leader, so a broker that lost the partition cannot write to it; here
-the coordinator is a process of its own, and one left running beside its successor, paused or cut off, still reaches
-the leader): every coordinator has an epoch from the controller (`allocate_coordinator_epoch`: never handed out
-before, and at least the partition's leader epoch, the coordinator epoch Kafka would name), and writes every record
-as an idempotent batch of `COORDINATOR_PRODUCER_ID` in that epoch. It claims a partition by writing first, before
-reading it, a tombstone for the empty transactional id (`FENCING_ID`, which no producer has): from then on the
-partition's producer state refuses a batch of an older epoch (`InvalidProducerEpochError`), so a predecessor's late
-record can never land after what its successor read or wrote; the predecessor answers NOT_COORDINATOR and unloads
-the partition, and takes a new epoch if it is called again. The markers carry the same epoch as their coordinator
-epoch, so a partition that took a successor's marker for a producer refuses the predecessor's
-(`TransactionCoordinatorFencedError`). A partition's producer state forgets a producer silent for
-`producer.id.expiration.ms` (a day by default), so a coordinator paused that long is not fenced by its epoch.
+Fencing: a coordinator claims each partition in its coordinator epoch before reading it and writes every state in
+that epoch (`actors.core.coordinator_claims`), so one left running beside its successor writes nothing after the
+successor loaded; its refused write answers NOT_COORDINATOR. The claim is a tombstone for the empty transactional id
+(`FENCING_ID`: Kafka refuses an empty id, so no producer's state has it, and Kafka's loader, as this one, reads it as
+the removal of nothing). The markers carry the same epoch as their coordinator epoch, so a partition that took a
+successor's marker for a producer refuses the predecessor's (`TransactionCoordinatorFencedError`).
 
 Markers: once PrepareCommit/PrepareAbort is durable the client's EndTxn is answered NONE, as Kafka answers it; the
 COMMIT/ABORT markers are written through the `TransactionMarkers` seam (`actors.core.transactions.markers`: every
@@ -63,6 +57,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from actors.core.controller.topic_metadata import TRANSACTION_STATE_TOPIC
+from actors.core.coordinator_claims import CoordinatorClaims
 from actors.core.groups.offsets_topic import InternalPartition, TopicAdmin, internal_batches, load_reachable
 from actors.core.transactions.markers import TransactionMarkers
 from actors.core.transactions.state_topic import ensure_transaction_state_topic
@@ -76,7 +71,6 @@ from actors.core.transactions.transaction_metadata import (
 from storage.clock import Clock
 from storage.config.transaction_config import TransactionConfig
 from storage.errors import (
-    BrokerError,
     CorruptRecordError,
     InvalidProducerEpochError,
     KafkaStorageError,
@@ -88,7 +82,6 @@ from storage.errors import (
 from storage.logdir.scheduler import Scheduler
 from storage.partition.log import LogAppendInfo
 from storage.records.layout import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, ControlRecordType
-from storage.records.record_batch import RecordBatchBuilder
 from storage.records.transaction_log import (
     decode_transaction_log_key,
     decode_transaction_log_value,
@@ -108,24 +101,13 @@ LOAD_CHUNK_BYTES = 5 * 1024 * 1024
 # producer starting its next transaction waits that long rather than 20 ms.
 COMPLETION_WAIT_S = 0.02
 _S = TransactionState
-# The producer id of the coordinator's own `__transaction_state` batches, never handed to a client (the controller's
-# ids count up from 0), and the largest epoch it writes in (a producer epoch is an int16).
-COORDINATOR_PRODUCER_ID = 2**63 - 2
-MAX_COORDINATOR_EPOCH = 32766
 # The transactional id of the tombstone a coordinator claims a partition with: Kafka refuses an empty transactional
 # id, so no state of a producer ever has it, and Kafka's loader, as this one, takes it as a removal of nothing.
 FENCING_ID = ""
+FENCING_KEY = encode_transaction_log_key(FENCING_ID)
 # An id's partition is looked up several times a transaction (its state, each append, its markers' coordinator
 # epoch), and hashing the id as Java does is a Python loop over its characters: the recent ids' partitions are kept.
 _partition_of = functools.lru_cache(maxsize=4096)(partition_for_transactional_id)
-
-
-@dataclass(slots=True)
-class _Claim:
-    """A loaded partition as this coordinator writes it: its epoch, and the sequence of its next batch."""
-
-    epoch: int
-    next_sequence: int = 0
 
 
 class TransactionLogPartition(InternalPartition, Protocol):
@@ -184,7 +166,6 @@ class TransactionCoordinator:
         self._controller = controller
         self._find_partition = find_partition
         self._allocate_producer_id = allocate_producer_id
-        self._allocate_coordinator_epoch = allocate_coordinator_epoch
         self._markers = markers
         self._completions = completions
         self._completion_wait_s = completion_wait_s
@@ -195,9 +176,7 @@ class TransactionCoordinator:
         metadata = ensure_transaction_state_topic(controller, config)
         self._partition_count = len(metadata.partitions)
         self._handles: dict[int, TransactionLogPartition] = {}
-        self._claims: dict[int, _Claim] = {}
-        # This coordinator's epoch while no successor fenced it (-1: none taken yet).
-        self._epoch = -1
+        self._claims = CoordinatorClaims(allocate_coordinator_epoch)
         self._transactions: dict[str, TransactionMetadata] = {}
 
     # --- loading -------------------------------------------------------------------------------------------------
@@ -215,52 +194,27 @@ class TransactionCoordinator:
         handle = self._handles.get(partition)
         if handle is None:
             handle = self._find_partition(partition)
-            claim = self._claim(partition, handle)
-            loaded = self._load(partition, handle)
+            self._claims.claim(partition, handle, FENCING_KEY, self._clock.milliseconds())
+            try:
+                loaded = self._load(partition, handle)
+            except BaseException:
+                self._claims.release(partition)
+                raise
             self._handles[partition] = handle
-            self._claims[partition] = claim
             self._transactions.update(loaded)
             for metadata in loaded.values():
                 if metadata.state in PREPARE_STATES:
                     self._send_markers(metadata)
         return handle
 
-    def _claim(self, partition: int, handle: TransactionLogPartition) -> _Claim:
-        """Takes the partition for this coordinator before it is read: its first record, written in this
-        coordinator's epoch, fences every coordinator of an older one (see the module docstring). The epoch is the
-        one this coordinator holds, or a new one from the controller when it holds none, was fenced, or holds one
-        below the partition's leader epoch."""
-        leader_epoch = handle.leader_epoch()
-        if self._epoch < leader_epoch:
-            self._epoch = self._allocate_coordinator_epoch(leader_epoch)
-        if self._epoch > MAX_COORDINATOR_EPOCH:
-            raise BrokerError(
-                f"the controller handed out coordinator epoch {self._epoch}, above the largest a producer epoch holds "
-                f"({MAX_COORDINATOR_EPOCH})"
-            )
-        claim = _Claim(self._epoch)
-        handle.append_replicated(self._batch(claim, encode_transaction_log_key(FENCING_ID), None))
-        claim.next_sequence += 1
-        return claim
-
     def _unload(self, partition: int) -> None:
         """Forgets a partition whose write failed: its leader may have moved or gone, a timed-out append may still
         land, or a successor fenced this coordinator. Its next use claims and loads it again in a new epoch, as
         Kafka's coordinator resigns and a new one loads."""
         self._handles.pop(partition, None)
-        if self._claims.pop(partition, None) is not None:
-            self._epoch = -1
+        self._claims.release(partition)
         for transactional_id in [tid for tid in self._transactions if self.partition_for(tid) == partition]:
             del self._transactions[transactional_id]
-
-    def _batch(self, claim: _Claim, key: bytes, value: bytes | None) -> bytes:
-        """One state record as this coordinator writes it: an idempotent batch of `COORDINATOR_PRODUCER_ID` in the
-        claim's epoch and next sequence."""
-        builder = RecordBatchBuilder(
-            producer_id=COORDINATOR_PRODUCER_ID, producer_epoch=claim.epoch, base_sequence=claim.next_sequence
-        )
-        builder.append(key, value, timestamp=self._clock.milliseconds())
-        return builder.build()
 
     def _load(self, partition: int, handle: TransactionLogPartition) -> dict[str, TransactionMetadata]:
         loaded: dict[str, TransactionMetadata] = {}
@@ -312,16 +266,15 @@ class TransactionCoordinator:
         partition = self.partition_for(transactional_id)
         value = None if metadata.state == _S.DEAD else encode_transaction_log_value(metadata.to_value())
         try:
-            handle = self._loaded_partition(partition)
-            claim = self._claims[partition]
-            handle.append_replicated(self._batch(claim, encode_transaction_log_key(transactional_id), value))
+            self._loaded_partition(partition)
+            key = encode_transaction_log_key(transactional_id)
+            self._claims.append(partition, [(key, value)], self._clock.milliseconds())
         except RaybrokerError as exc:
             logger.warning("%s: state not written: %s", transactional_id, exc)
             self._unload(partition)
             if isinstance(exc, (NotLeaderOrFollowerError, KafkaStorageError, InvalidProducerEpochError)):
                 return TxnError.NOT_COORDINATOR
             return TxnError.COORDINATOR_NOT_AVAILABLE
-        claim.next_sequence += 1
         if metadata.state == _S.DEAD:
             self._transactions.pop(transactional_id, None)
         else:
@@ -514,11 +467,11 @@ class TransactionCoordinator:
         """Writes the markers still due for a Prepare* transaction; once none is left, writes its Complete state.
         Returns the id's state after. Holds the lock."""
         result = ControlRecordType.COMMIT if metadata.state == _S.PREPARE_COMMIT else ControlRecordType.ABORT
-        claim = self._claims.get(self.partition_for(metadata.transactional_id))
-        if claim is None:
+        coordinator_epoch = self._claims.epoch(self.partition_for(metadata.transactional_id))
+        if coordinator_epoch is None:
             return metadata
         failed = self._markers.write_markers(
-            sorted(metadata.markers_left), metadata.producer_id, metadata.producer_epoch, claim.epoch, result
+            sorted(metadata.markers_left), metadata.producer_id, metadata.producer_epoch, coordinator_epoch, result
         )
         left = set()
         for (topic, partition), exc in sorted(failed.items()):

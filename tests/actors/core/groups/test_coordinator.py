@@ -15,7 +15,8 @@ import pytest
 
 from actors.core.broker import InProcessBroker
 from actors.core.controller.topic_metadata import CONSUMER_OFFSETS_TOPIC
-from actors.core.groups.coordinator import GroupCoordinator
+from actors.core.coordinator_claims import COORDINATOR_PRODUCER_ID
+from actors.core.groups.coordinator import FENCING_KEY, GroupCoordinator
 from actors.core.groups.group_membership import GroupError, GroupMembership, MembershipConfig, PendingJoin
 from storage.clock import MockClock
 from storage.errors import InvalidGroupIdError, InvalidRequestError
@@ -43,9 +44,14 @@ def broker(tmp_path: Path) -> Iterator[InProcessBroker]:
 
 
 def records_of(broker: InProcessBroker, partition: int) -> list[Record]:
+    """The partition's data records but the coordinators' claims (the tombstone of `FENCING_KEY`, no group's)."""
     served = broker.leader(CONSUMER_OFFSETS_TOPIC, partition)
     return [
-        record for batch in iter_batches(served.read(0, 1 << 20)) if not batch.is_control for record in batch.records()
+        record
+        for batch in iter_batches(served.read(0, 1 << 20))
+        if not batch.is_control
+        for record in batch.records()
+        if record.key != FENCING_KEY
     ]
 
 
@@ -55,6 +61,7 @@ def restarted(broker: InProcessBroker) -> GroupCoordinator:
         clock=broker.clock,
         controller=broker.controller,
         find_partition=lambda partition: broker.leader(CONSUMER_OFFSETS_TOPIC, partition),
+        allocate_coordinator_epoch=broker.controller.allocate_coordinator_epoch,
     )
 
 
@@ -237,6 +244,7 @@ def test_the_membership_runs_on_the_injected_clock(tmp_path: Path) -> None:
             clock=clock,
             controller=broker.controller,
             find_partition=lambda partition: broker.leader(CONSUMER_OFFSETS_TOPIC, partition),
+            allocate_coordinator_epoch=broker.controller.allocate_coordinator_epoch,
             membership=membership,
         )
         member = join(coordinator, "g", session_timeout_ms=6_000)
@@ -321,3 +329,27 @@ def test_a_commit_is_answered_once_every_in_sync_replica_has_it_and_survives_its
         assert restarted(broker).fetch_committed("g", [("t", 0)]) == {("t", 0): 20}
     finally:
         broker.close()
+
+
+def test_a_coordinator_left_running_beside_its_successor_writes_nothing_it_read_before_the_successor(
+    broker: InProcessBroker,
+) -> None:
+    """Two coordinators over one `__consumer_offsets`: the successor claims the partition in a newer epoch, so the
+    predecessor's next write is refused, and its call runs again on what it reads then. A group deleted through the
+    predecessor loses the offsets the successor committed too (from the predecessor's stale cache alone, one would
+    survive the deletion), and a third coordinator loading the log agrees."""
+    predecessor = broker.group_coordinator
+    predecessor.commit("g", {("t", 0): 5})
+    successor = restarted(broker)
+    assert successor.group_offsets("g") == {("t", 0): 5}
+    successor.commit("g", {("t", 1): 9})
+    assert predecessor.delete_group("g") == GroupError.NONE
+    assert restarted(broker).group_offsets("g") == {}
+    # Each claim is a new epoch of the partition's coordinator producer, all above the first.
+    partition = predecessor.partition_for("g")
+    (claims,) = [
+        producer
+        for producer in broker.leader(CONSUMER_OFFSETS_TOPIC, partition).log.active_producers()
+        if producer.producer_id == COORDINATOR_PRODUCER_ID
+    ]
+    assert claims.producer_epoch >= 3
