@@ -18,7 +18,7 @@ import contextlib
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -724,15 +724,30 @@ def open_transactions() -> list[str] | None:
     return [t.transactional_id for t in listed if t.state in OPEN]
 
 
+def of_leader(topic: str, partition: int, ask: Callable[[Any], Any]) -> Any:
+    """`ask(replica)`'s answer from the partition's current leader. The leader named by the controller's state may
+    stop leading before the call reaches it (`leader.imbalance.check.interval.seconds` is 2 s here, so leadership
+    goes back to a returning preferred replica at any moment): a replica that answers it does not lead (or is gone)
+    is asked again once the state names the next leader."""
+    deadline = time.monotonic() + 60
+    while True:
+        leader = states(topic)[partition].leader
+        try:
+            return call(ask(replica_actor(topic, partition, leader)))
+        except BrokerNotAvailableError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
 def high_watermark(topic: str, partition: int) -> int:
     """The high watermark of the partition's current leader."""
-    leader = states(topic)[partition].leader
-    return int(call(replica_actor(topic, partition, leader).offsets.remote())[1])
+    return int(of_leader(topic, partition, lambda replica: replica.offsets.remote())[1])
 
 
 def last_stable_offset(topic: str, partition: int) -> int:
-    leader = states(topic)[partition].leader
-    answer = call(replica_actor(topic, partition, leader).list_offset.remote(-1, "txn_committed"))
+    """The last stable offset of the partition's current leader."""
+    answer = of_leader(topic, partition, lambda replica: replica.list_offset.remote(-1, "txn_committed"))
     return int(answer.offset)
 
 
