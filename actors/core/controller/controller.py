@@ -10,7 +10,7 @@ Its records (JSON values, readable with `raybroker dump-log --print-data-log`):
 | `cluster`          | `{"cluster_id": ...}`                                            |
 | `topic/<name>`     | `{"topic_id", "partitions": {"0": node}, "replication": {"0": state}, "config"}`; null: deleted |
 | `producer-ids`     | `{"next": N}`: the next idempotent-producer id to hand out       |
-| `coordinator-epochs` | `{"next": N}`: the next transaction coordinator epoch to hand out |
+| `coordinator-epochs` | `{"next": N}`: the next coordinator epoch to hand out (transaction and group coordinators) |
 | `acl/<resource type>/<pattern type>/<name>` | `{"acls": [{"principal", "host", "operation", "permission_type"}]}` |
 | `scram/<mechanism>/<user>` | `{"mechanism", "salt", "stored_key", "server_key", "iterations"}` |
 
@@ -612,10 +612,11 @@ class Controller:
             return producer_id
 
     def allocate_coordinator_epoch(self, at_least: int = 0) -> int:
-        """A transaction coordinator epoch no coordinator had before, and at least `at_least` (the leader epoch of
-        the `__transaction_state` partition it loads, the coordinator epoch Kafka would name): each coordinator
-        that loads a partition takes one, so a coordinator left running beside its successor holds an older one
-        and its writes are refused (`actors.core.transactions.coordinator`). Durable before it is handed out."""
+        """A coordinator epoch no coordinator had before, and at least `at_least` (the leader epoch of the internal
+        partition it loads, `__transaction_state` or `__consumer_offsets`, the coordinator epoch Kafka would name):
+        each coordinator that claims a partition takes one, so a coordinator left running beside its successor
+        holds an older one and its writes are refused (`actors.core.coordinator_claims`). Durable before it is
+        handed out."""
         if not isinstance(at_least, int) or isinstance(at_least, bool) or at_least < 0:
             raise InvalidRequestError(f"a coordinator epoch's floor must be an int >= 0, not {at_least!r}")
         with self._lock:
