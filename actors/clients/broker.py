@@ -59,20 +59,19 @@ def start_broker(config: BrokerConfig | Mapping[str, str] | None = None) -> str:
     node_id = ray.get_runtime_context().get_node_id()
     metadata_dir = broker_config.log_dirs[0]
     # Handles are `Any`: Ray's stubs type an actor's methods as plain callables, without `.remote`.
+    # Each actor is a new process (~1 s to start here): the log manager's starts beside the controller's (it asks
+    # the controller for the cluster id and topic configs itself), the group coordinator's beside the process that
+    # hosts `__consumer_offsets`.
     ctrl: Any = Controller.options(**controller_options(node_id)).remote(metadata_dir, properties)
-    cluster_id = call(ctrl.cluster_id.remote())
-    topic_configs = call(ctrl.topic_configs.remote())
-    manager: Any = LogManager.options(**log_manager_options(node_id)).remote(
-        node_id, properties, topic_configs, cluster_id
-    )
+    manager: Any = LogManager.options(**log_manager_options(node_id)).remote(node_id, properties)
     call(manager.ping.remote())
     call(ctrl.register_broker.remote(node_id))
+    coordinator: Any = GroupCoordinator.options(**group_coordinator_options(node_id)).remote(properties)
     ensure_consumer_offsets_topic(
         RayTopicAdmin(ctrl), broker_config.offsets_topic_num_partitions, broker_config.offsets_topic_replication_factor
     )
-    coordinator: Any = GroupCoordinator.options(**group_coordinator_options(node_id)).remote(properties)
     call(coordinator.ready.remote())
-    logger.info("broker started on node %s (cluster %s)", node_id, cluster_id)
+    logger.info("broker started on node %s (cluster %s)", node_id, call(manager.cluster_id.remote()))
     return node_id
 
 

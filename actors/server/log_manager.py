@@ -19,8 +19,8 @@ It keeps no state of its own beyond what is on disk: after a restart (Ray restar
 manager rediscovers the folders, and the partition actors and hosts, which are named and detached, are found
 again rather than duplicated. At each start it asks the controller which topics the cluster has: a folder of
 any other topic was deleted while this node was down, and is set aside as `-stray` and deleted, not loaded.
-Every call is idempotent. Topic configs arrive as Kafka's override properties (from the controller) and apply
-over the broker's `log.*` defaults.
+Every call is idempotent. Topic configs and the cluster id are asked of the controller at each start too; topic
+configs are Kafka's override properties and apply over the broker's `log.*` defaults.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from actors.server.partition_host import HostedPartitionSpec
 from storage.clock import SYSTEM_CLOCK
 from storage.config.broker_config import BrokerConfig
 from storage.config.log_config import LogConfig
-from storage.errors import RaybrokerError
+from storage.errors import BrokerNotAvailableError, RaybrokerError
 from storage.logdir.log_manager import LogManager, PartitionPlacement
 from storage.logdir.partition_handles import PartitionState
 from storage.logdir.scheduler import Scheduler
@@ -69,11 +69,10 @@ class LogManagerActor:
         self,
         node_id: str,
         broker_config: dict[str, str],
-        topic_configs: dict[str, dict[str, str]],
-        cluster_id: str | None = None,
     ) -> None:
         self.node_id = node_id
         self.config = BrokerConfig.from_properties(broker_config)
+        cluster_id, topic_configs = _cluster_metadata()
         self._partitions = RayPartitions(node_id, self.config)
         self._cleaners = RayCleanerThreads(node_id, self.config)
         self._manager = LogManager.from_broker_config(
@@ -188,6 +187,21 @@ class LogManagerActor:
 
     def ping(self) -> str:
         return self.node_id
+
+
+def _cluster_metadata() -> tuple[str, dict[str, dict[str, str]]]:
+    """The cluster id and every topic's override properties, asked of the controller at every start, as
+    `_stray_partitions` asks for the topics: Ray restarts this actor with its first arguments, which would not hold
+    the topics created or altered since. The controller may still be starting (`start_broker` starts both at once,
+    so their processes start side by side): the calls wait for it. A manager that cannot learn the topics' configs
+    does not start; under the broker's `log.*` defaults it would delete records a topic's retention keeps."""
+    ctrl = controller()
+    try:
+        cluster_id = call(ctrl.cluster_id.remote(), timeout_s=TOPICS_TIMEOUT_SECONDS)
+        topic_configs = call(ctrl.topic_configs.remote(), timeout_s=TOPICS_TIMEOUT_SECONDS)
+    except RaybrokerError as exc:
+        raise BrokerNotAvailableError(f"the controller did not give the cluster's topic configs: {exc}") from exc
+    return cluster_id, topic_configs
 
 
 def _stray_partitions() -> Callable[[TopicPartition], bool] | None:

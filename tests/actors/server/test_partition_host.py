@@ -253,8 +253,10 @@ def test_retention_runs_on_hosted_partitions(broker: tuple[Broker, list[Path]]) 
 
 
 def test_a_restarted_log_manager_finds_its_hosts_again(broker: tuple[Broker, list[Path]]) -> None:
+    """...and knows the configs of topics created since the broker started: a host restarted after it reopens
+    their partitions with them (Ray restarts the manager with its first arguments, which hold no such topic)."""
     client, _ = broker
-    call(client.controller.create_topic.remote("steady", 2))
+    call(client.controller.create_topic.remote("steady", 2, {"segment.bytes": "1024"}))
     written = fill(client.partition("steady", 0), "s", 3)
     lm = manager()
     placements = call(lm.partitions.remote())
@@ -272,6 +274,13 @@ def test_a_restarted_log_manager_finds_its_hosts_again(broker: tuple[Broker, lis
     assert read_all(client.partition("steady", 0)) == written
     call(client.controller.create_topic.remote("after", 1))
     assert fill(client.partition("after", 0), "a", 1) == read_all(client.partition("after", 0))
+    steady = client.partition("steady", 0)
+    segments, pid = call(steady.state.remote()).segments, pid_of(steady)
+    ray.kill(steady.host, no_restart=False)
+    wait_for(lambda: pid_of(steady) not in (None, pid), what="the host to restart")
+    more = fill(steady, "m", 12)
+    assert call(steady.state.remote()).segments > segments  # rolls at the topic's 1024 bytes, not the default
+    assert read_all(steady) == written + more
 
 
 def _answers(handle: Any) -> bool:
