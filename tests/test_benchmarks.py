@@ -41,10 +41,15 @@ def quick_figure_beside_kafka(tmp_path: Path, name: str, timeout_s: float) -> di
     assert result.returncode == 0, result.stderr[-3000:]
     (figure,) = json.loads(out.read_text())["figures"]
     assert figure["name"] == name
+    check_beside_kafka(figure)
+    return dict(figure)
+
+
+def check_beside_kafka(figure: dict[str, Any]) -> None:
+    """A figure measured against Apache Kafka's baseline: both values positive, the ratio ours over Kafka's."""
     assert figure["baseline_name"].startswith("Apache Kafka")
     assert figure["value"] > 0 and figure["baseline_value"] > 0
     assert figure["ratio"] == pytest.approx(figure["value"] / figure["baseline_value"])
-    return dict(figure)
 
 
 def test_throughput_figure_ratio_is_ours_over_baseline_and_met_against_the_minimum() -> None:
@@ -155,31 +160,39 @@ def test_results_table_escapes_pipes_and_marks_missed_goals() -> None:
     assert "(a\\|b)" in row and "| 0.50 |" in row and row.endswith("| **no** |")
 
 
-@pytest.mark.ray
-def test_quick_ray_data_run_reports_reads_and_writes_beside_their_baselines(tmp_path: Path) -> None:
-    """`ray_data_read` and `ray_data_write` on an embedded Ray of their own (the benchmark's subprocess), each
-    against Ray Data's Kafka connector through the listener, in the same run. Slow (~45 s): the benchmark's own Ray,
-    broker and listener, 24 partitions, and every read and write of both sides twice, which is what `--quick` runs."""
-    out = tmp_path / "figures.json"
-    result = run_module(
-        "benchmarks", "--quick", "--only", "ray_data_read", "ray_data_write", "--json", str(out), timeout_s=600
-    )
+@pytest.fixture(scope="module")
+def quick_ray_figures(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    """`ray_data_read`, `ray_data_write` and `create_topic_s` of one `--quick` run, by name: one run, so one embedded
+    Ray, broker and listener of the benchmark's own (its subprocess) serve the three. Slow (~60 s): 24 partitions,
+    every Ray Data read and write of both sides twice, and an Apache Kafka JVM, which is what `--quick` runs."""
+    out = tmp_path_factory.mktemp("quick-ray") / "figures.json"
+    names = ["ray_data_read", "ray_data_write", "create_topic_s"]
+    result = run_module("benchmarks", "--quick", "--only", *names, "--json", str(out), timeout_s=900)
     assert result.returncode == 0, result.stderr[-3000:]
     figures = {figure["name"]: figure for figure in json.loads(out.read_text())["figures"]}
-    assert set(figures) == {"ray_data_read", "ray_data_write"}
-    assert figures["ray_data_read"]["baseline_name"] == "ray.data.read_kafka"
-    assert figures["ray_data_write"]["baseline_name"] == "Dataset.write_kafka"
-    for figure in figures.values():
-        assert figure["value"] > 0 and figure["baseline_value"] > 0
+    assert set(figures) == set(names)
+    return figures
 
 
 @pytest.mark.ray
 @pytest.mark.kafka
-def test_quick_create_topic_run_reports_the_time_beside_kafkas(tmp_path: Path) -> None:
-    """`create_topic_s` on an embedded Ray of its own (the benchmark's subprocess) and Apache Kafka, both driven by
-    the same Admin and Producer clients in the same run; the ratio is ours over Kafka's time. Slow (~30 s): the
-    benchmark's own Ray and broker beside an Apache Kafka JVM, which is what `--quick` runs."""
-    quick_figure_beside_kafka(tmp_path, "create_topic_s", 900)
+def test_quick_ray_data_run_reports_reads_and_writes_beside_their_baselines(
+    quick_ray_figures: dict[str, dict[str, Any]],
+) -> None:
+    """`ray_data_read` and `ray_data_write`, each against Ray Data's Kafka connector through the listener, in the
+    same run."""
+    assert quick_ray_figures["ray_data_read"]["baseline_name"] == "ray.data.read_kafka"
+    assert quick_ray_figures["ray_data_write"]["baseline_name"] == "Dataset.write_kafka"
+    for name in ("ray_data_read", "ray_data_write"):
+        assert quick_ray_figures[name]["value"] > 0 and quick_ray_figures[name]["baseline_value"] > 0
+
+
+@pytest.mark.ray
+@pytest.mark.kafka
+def test_quick_create_topic_run_reports_the_time_beside_kafkas(quick_ray_figures: dict[str, dict[str, Any]]) -> None:
+    """`create_topic_s` on the benchmark's broker and on Apache Kafka, both driven by the same Admin and Producer
+    clients in the same run; the ratio is ours over Kafka's time."""
+    check_beside_kafka(quick_ray_figures["create_topic_s"])
 
 
 @pytest.mark.kafka
