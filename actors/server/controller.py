@@ -12,7 +12,8 @@ see that module for what it owns and guarantees. This actor gives it its Ray sea
 - deleted topics: told to the group coordinator actor (`actors.server.group_coordinator`), found by name, which
   deletes their committed offsets before DeleteTopics answers;
 - node liveness: a monitor thread reads `ray.nodes()` every `MONITOR_INTERVAL_S` and hands the live node ids to
-  `Controller.check_brokers` (which also runs the preferred-leader rebalance when due);
+  `Controller.check_brokers` (which also fences brokers silent for `broker.session.timeout.ms` and runs the
+  preferred-leader rebalance when due); a fenced broker's next heartbeat registers it again (`broker_heartbeat`);
 - the transaction coordinator: once `__transaction_state` exists, the monitor starts the coordinator actor beside
   its partition 0's leader whenever none runs (`COORDINATOR_CHECK_S`), as Kafka's coordinator moves with that
   leadership: a coordinator lost with its node must abort the transactions of producers lost with it too, which no
@@ -155,6 +156,22 @@ class ControllerActor:
 
     def unregister_broker(self, node_id: str) -> None:
         self._controller.unregister_broker(node_id)
+
+    def broker_heartbeat(self, node_id: str) -> bool:
+        """A node's log manager says it runs (`Controller.broker_heartbeat`). A broker fenced for silence whose node
+        Ray still has alive (it was paused, not lost) registers again here, as Kafka's fenced broker is unfenced by
+        its next heartbeat: its replicas catch up and rejoin their ISRs. Not one on a node Ray declared dead (a
+        zombie until Ray stops it), nor while the cluster shuts down. True if the broker takes part now."""
+        if self._controller.broker_heartbeat(node_id):
+            return True
+        with self._keeper_lock:
+            if self._shutting_down:
+                return False
+        if node_id not in {node["NodeID"] for node in ray.nodes() if node["Alive"]}:
+            return False
+        logger.warning("fenced broker on node %s sent a heartbeat: it registers again", node_id)
+        self._controller.register_broker(node_id)
+        return True
 
     def broker_lost(self, node_id: str) -> list[LeaderAndIsr]:
         return self._controller.broker_lost(node_id)

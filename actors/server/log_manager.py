@@ -13,7 +13,9 @@ collaborators and its remote API:
   phase of each compaction pass outside the partitions' processes;
 - the wall clock, and a thread that drives the manager's `storage.logdir.scheduler.Scheduler` every
   `TICK_SECONDS`, plus the Ray-only pass that reopens partitions a restarted host lost
-  (`replica.high.watermark.checkpoint.interval.ms`).
+  (`replica.high.watermark.checkpoint.interval.ms`);
+- a thread that sends the controller this broker's heartbeat every `broker.heartbeat.interval.ms`: a broker
+  silent for `broker.session.timeout.ms` is fenced (`actors.core.controller.controller`).
 
 It keeps no state of its own beyond what is on disk: after a restart (Ray restarts it if it dies) the
 manager rediscovers the folders, and the partition actors and hosts, which are named and detached, are found
@@ -97,8 +99,21 @@ class LogManagerActor:
         self._stopping = threading.Event()
         self._scheduler_thread = threading.Thread(target=self._run_scheduler, name="log-manager-scheduler", daemon=True)
         self._scheduler_thread.start()
+        # A thread of its own: a long scheduled pass (retention, a flush) must not delay a heartbeat into a fence.
+        self._heartbeat_thread = threading.Thread(target=self._run_heartbeats, name="broker-heartbeat", daemon=True)
+        self._heartbeat_thread.start()
         self._metrics = exported_metrics()
         self._metrics.add_gauges(self._uncleanable_gauges)
+
+    def _run_heartbeats(self) -> None:
+        """The controller's `broker_heartbeat` every `broker.heartbeat.interval.ms` until shutdown; a heartbeat the
+        controller does not answer within the interval is not waited for (the next one follows)."""
+        interval_s = self.config.broker_heartbeat_interval_ms / 1000
+        while not self._stopping.wait(interval_s):
+            try:
+                call(controller().broker_heartbeat.remote(self.node_id), timeout_s=interval_s)
+            except RaybrokerError as exc:
+                logger.debug("heartbeat not answered: %s", exc)
 
     def _topic_config(self, overrides: dict[str, str]) -> LogConfig:
         """A topic's override properties over the broker's `log.*` defaults."""
@@ -180,6 +195,8 @@ class LogManagerActor:
         self._metrics.remove_gauges(self._uncleanable_gauges)
         self._stopping.set()
         self._scheduler_thread.join(timeout=SCHEDULER_STOP_TIMEOUT_SECONDS)
+        # Before `stop_broker` unregisters this broker: a heartbeat after that would register it again.
+        self._heartbeat_thread.join(timeout=SCHEDULER_STOP_TIMEOUT_SECONDS)
         states = self._manager.shutdown()
         self._partitions.shutdown()
         self._cleaners.shutdown()

@@ -30,6 +30,8 @@ list (blanks trimmed, empty entries dropped, as Kafka's `csvList`).
 | default.replication.factor                    | int     | 1                   | replicas of a new topic by default   |
 | offsets.topic.replication.factor              | short   | 3                   | __consumer_offsets replicas (capped) |
 | replica.lag.time.max.ms                       | long    | 30000               | behind this long: out of the ISR     |
+| broker.heartbeat.interval.ms                  | int     | 2000                | a broker's heartbeat period          |
+| broker.session.timeout.ms                     | int     | 9000                | no heartbeat this long: fenced       |
 | replica.fetch.wait.max.ms                     | int     | 500                 | a follower's fetch waits for records |
 | replica.fetch.max.bytes                       | int     | 1048576             | bytes a follower's fetch asks for    |
 | replica.fetch.backoff.ms                      | int     | 1000                | pause after a failed follower fetch  |
@@ -248,6 +250,8 @@ class BrokerConfig(CleanerKeys, ListenerKeys, SecurityKeys, TransactionKeys):
     default_replication_factor: int = config_field(1, "int", low=1)
     offsets_topic_replication_factor: int = config_field(3, "int", low=1, high=32767)
     replica_lag_time_max_ms: int = config_field(30000, "long", low=1)
+    broker_heartbeat_interval_ms: int = config_field(2000, "int", low=1)
+    broker_session_timeout_ms: int = config_field(9000, "int", low=1)
     replica_fetch_wait_max_ms: int = config_field(500, "int", low=0)
     replica_fetch_max_bytes: int = config_field(1048576, "int", low=0)
     replica_fetch_backoff_ms: int = config_field(1000, "int", low=0)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 import ray
 from ray.cluster_utils import Cluster
@@ -55,6 +57,9 @@ BROKER_SETTINGS = {
     "offsets.topic.num.partitions": "1",
     "log.initial.task.delay.ms": "200",
     "replica.lag.time.max.ms": "3000",
+    # A broker silent this long is fenced (Kafka's defaults are 2 s and 9 s).
+    "broker.heartbeat.interval.ms": "500",
+    "broker.session.timeout.ms": "4000",
     "replica.fetch.backoff.ms": "100",
     "leader.imbalance.check.interval.seconds": "2",
     # One partition of coordinator states (Kafka's 50 would open 150 replica processes); timed-out transactions
@@ -295,6 +300,75 @@ def test_a_follower_killed_mid_append_catches_up_and_loses_nothing(nodes: Nodes)
     copies = [replica_records("follower-kill", 0, node, 200) for node in state.replicas]
     assert copies[0] == copies[1] == copies[2]
     assert [value for _, value, _ in copies[0]] == values
+
+
+def test_a_paused_broker_is_fenced_at_its_session_timeout_and_rejoins_when_resumed(nodes: Nodes) -> None:
+    """Every process of a follower's broker is paused (SIGSTOP: the log manager, partition hosts, cleaners) while
+    its node's raylet runs, as a broker hung by a busy or swapping machine: Ray keeps the node alive, and only the
+    broker's missing heartbeats tell. Once `broker.session.timeout.ms` passes it is fenced (out of the brokers and
+    every ISR) and acks=all writes go on; resumed, its next heartbeat registers it again and its replica catches up
+    and rejoins the ISR, identical to the leader's."""
+    Admin().create_topic("paused", partitions=1, replication_factor=3)
+    state = states("paused")[0]
+    victim = next(node for node in state.replicas if node != state.leader and node in nodes.workers)
+    raylet = psutil.Process(nodes.workers[victim].all_processes["raylet"][0].process.pid)
+    # Ray's workers; not its agents, which the raylet's own health depends on.
+    paused = [proc for proc in raylet.children(recursive=True) if "Agent" not in proc.name()]
+    written: list[tuple[float, float, int]] = []
+    stop = threading.Event()
+
+    def write() -> None:
+        with Producer(acks="all", retries=1_000_000, retry_backoff_max_ms=200) as producer:
+            while not stop.is_set():
+                sent = time.monotonic()
+                offset = producer.send("paused", f"v{len(written)}".encode(), partition=0).result(timeout=120).offset
+                written.append((sent, time.monotonic(), offset))
+                time.sleep(0.02)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        wait_until(lambda: len(written) >= 10, what="acknowledged writes before the pause")
+        paused_at = time.monotonic()
+        for proc in paused:
+            proc.send_signal(signal.SIGSTOP)
+        try:
+            wait_until(lambda: victim not in registered_brokers(), what="the paused broker fenced")
+            fenced_s = time.monotonic() - paused_at
+            assert victim in {node["NodeID"] for node in ray.nodes() if node["Alive"]}
+            assert victim not in states("paused")[0].isr
+            count = len(written)
+            wait_until(lambda: len(written) >= count + 10, what="acks=all writes after the fence")
+        finally:
+            for proc in paused:
+                with contextlib.suppress(psutil.Error):
+                    proc.send_signal(signal.SIGCONT)
+        session_s = int(BROKER_SETTINGS["broker.session.timeout.ms"]) / 1000
+        # The session counts from the last heartbeat, sent up to one interval before the pause.
+        heartbeat_s = int(BROKER_SETTINGS["broker.heartbeat.interval.ms"]) / 1000
+        assert session_s - heartbeat_s <= fenced_s < session_s + 5, fenced_s
+        wait_until(lambda: victim in registered_brokers(), what="the resumed broker registered")
+        wait_until(lambda: victim in states("paused")[0].isr, what="the resumed replica back in the ISR")
+        stop.set()
+    finally:
+        stop.set()
+        writer.join()
+    assert [offset for _, _, offset in written] == list(range(len(written)))
+    longest_wait_s = max(acked - sent for sent, acked, _ in written)
+    assert longest_wait_s < session_s + 5, longest_wait_s
+    wait_until(
+        lambda: all(len(replica_records("paused", 0, node, len(written))) == len(written) for node in state.replicas),
+        what="every replica caught up",
+    )
+    copies = [replica_records("paused", 0, node, len(written)) for node in state.replicas]
+    assert copies[0] == copies[1] == copies[2]
+    assert [value for _, value, _ in copies[0]] == [serialized(f"v{i}".encode()) for i in range(len(written))]
+
+
+def registered_brokers() -> list[str]:
+    """The nodes whose broker the controller counts in the cluster now."""
+    brokers: list[str] = call(Broker.connect().controller.brokers.remote())
+    return brokers
 
 
 def replica_process(handle: Any) -> Any:

@@ -35,10 +35,12 @@ and survives a restart: the Kafka listeners poll it and rebuild their authorizer
 Which nodes hold a partition's replicas, which of them leads in which leader epoch and which are in sync is
 decided here (`actors.core.controller.assignment`: placement, clean elections) and pushed to every replica
 (`ReplicaNotifier.update_replication`, Kafka's LeaderAndIsr); which log dir holds a replica is decided by its
-node's log manager. Its host tells it which nodes are alive (`check_brokers`, from the Ray actor's monitor thread):
-a broker whose node died leaves every ISR and its partitions get new leaders from their ISR (Kafka's broker fencing
-and election); every `leader.imbalance.check.interval.seconds` by the injected clock, the same pass moves leadership
-back to preferred replicas that are in sync (`auto.leader.rebalance.enable`). Leaders ask for ISR changes with
+node's log manager. Its host tells it which nodes are alive (`check_brokers`, from the Ray actor's monitor thread),
+and each broker sends a heartbeat every `broker.heartbeat.interval.ms` (`broker_heartbeat`): a broker whose node
+died, or that sent none for `broker.session.timeout.ms` (a paused or hung process), leaves every ISR and its
+partitions get new leaders from their ISR (Kafka's broker fencing and election); every
+`leader.imbalance.check.interval.seconds` by the injected clock, the same pass moves leadership back to preferred
+replicas that are in sync (`auto.leader.rebalance.enable`). Leaders ask for ISR changes with
 `alter_partition` (Kafka's AlterPartition), which is refused unless they still lead in that epoch. Topic names
 follow Kafka's rules (and `__cluster_metadata`, the controller's own folder, is reserved); configs must be a mapping
 validated against Kafka's names and ranges before anything is written.
@@ -185,8 +187,12 @@ class Controller:
             self._cluster_id = new_directory_id()
             self._write("cluster", {"cluster_id": self._cluster_id})
         self._brokers: dict[str, NodeBroker] = dict(brokers)
+        now_ms = clock.milliseconds()
+        # Each registered broker's last heartbeat (or registration) by the clock, and the last monitor pass.
+        self._heartbeats: dict[str, int] = dict.fromkeys(self._brokers, now_ms)
+        self._last_check_ms = now_ms
         self._listeners: dict[str, AdvertisedListener] = {}
-        self._next_rebalance_ms = clock.milliseconds() + self._rebalance_interval_ms
+        self._next_rebalance_ms = now_ms + self._rebalance_interval_ms
 
     @property
     def _rebalance_interval_ms(self) -> int:
@@ -257,6 +263,7 @@ class Controller:
         with self._lock:
             broker = self._find_broker(node_id)
             self._brokers[node_id] = broker
+            self._heartbeats[node_id] = self._clock.milliseconds()
             placements = broker.partitions().result()
             changed: list[LeaderAndIsr] = []
             for placement in placements:
@@ -304,12 +311,30 @@ class Controller:
                         "replica %s-%d on %s not told its state: %s", state.topic, state.partition, node, exc
                     )
 
+    def broker_heartbeat(self, node_id: str) -> bool:
+        """A registered broker says it is running (Kafka's BrokerHeartbeat): it stays in the cluster for
+        `broker.session.timeout.ms` more. False if `node_id` is not registered (never, or fenced since): it takes no
+        part until it registers again."""
+        with self._lock:
+            if node_id not in self._brokers:
+                return False
+            self._heartbeats[node_id] = self._clock.milliseconds()
+            return True
+
     def check_brokers(self, alive: Collection[str]) -> list[LeaderAndIsr]:
-        """One monitor pass: every registered broker whose node is not in `alive` is lost (`broker_lost`), then,
-        when `leader.imbalance.check.interval.seconds` passed since the last time and
-        `auto.leader.rebalance.enable` is on, preferred leaders are elected again. Returns the changed states."""
+        """One monitor pass: every registered broker whose node is not in `alive` is lost (`broker_lost`), and so
+        is every broker fenced for silence (`_silent_brokers`); then, when `leader.imbalance.check.interval.seconds`
+        passed since the last time and `auto.leader.rebalance.enable` is on, preferred leaders are elected again.
+        Returns the changed states."""
         changed = []
         for node in [node for node in self.brokers() if node not in alive]:
+            changed.extend(self.broker_lost(node))
+        for node in self._silent_brokers():
+            logger.warning(
+                "broker on node %s sent no heartbeat for broker.session.timeout.ms (%d ms): fenced",
+                node,
+                self.config.broker_session_timeout_ms,
+            )
             changed.extend(self.broker_lost(node))
         now_ms = self._clock.milliseconds()
         if self.config.auto_leader_rebalance_enable and now_ms >= self._next_rebalance_ms:
@@ -317,10 +342,29 @@ class Controller:
             changed.extend(self.rebalance_leaders())
         return changed
 
+    def _silent_brokers(self) -> list[str]:
+        """The brokers to fence: those whose last heartbeat is older than `broker.session.timeout.ms`, as Kafka's
+        controller fences a broker whose session expired, whatever its host says (a paused process's node may stay
+        alive to Ray for a long time: Ray's default health checks take a minute to fail while writes wait for it).
+        Two exceptions: after a gap of half a session between two passes every session starts again (the
+        controller itself was paused or starved and cannot tell who was silent), and the last broker with a
+        session is never fenced (no other could take over its partitions; they would only go offline)."""
+        session_ms = self.config.broker_session_timeout_ms
+        with self._lock:
+            now_ms = self._clock.milliseconds()
+            if now_ms - self._last_check_ms > session_ms // 2:
+                self._heartbeats = dict.fromkeys(self._brokers, now_ms)
+            self._last_check_ms = now_ms
+            silent = sorted(node for node, beat in self._heartbeats.items() if now_ms - beat > session_ms)
+            if len(silent) >= len(self._brokers):
+                silent = silent[1:]
+            return silent
+
     def broker_lost(self, node_id: str) -> list[LeaderAndIsr]:
         """Broker `node_id` is gone (its node died): it leaves every ISR and the partitions it led elect new
         leaders from their ISR; returns the partitions whose state changed."""
         with self._lock:
+            self._heartbeats.pop(node_id, None)
             if self._brokers.pop(node_id, None) is None:
                 return []
             self._listeners.pop(node_id, None)
@@ -375,6 +419,7 @@ class Controller:
         """A broker stopping cleanly (its partitions are closed): it is no longer placed on or elected."""
         with self._lock:
             self._brokers.pop(node_id, None)
+            self._heartbeats.pop(node_id, None)
             self._listeners.pop(node_id, None)
 
     def brokers(self) -> list[str]:

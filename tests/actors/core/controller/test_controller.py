@@ -293,6 +293,63 @@ def test_a_lost_broker_leaves_every_isr_and_its_partitions_elect_from_the_isr(cl
     assert led_by(cluster, "node-a") == []
 
 
+SESSION_MS = 9000  # Kafka's broker.session.timeout.ms, the default
+
+
+def beat(cluster: Cluster, ms: int, nodes: tuple[str, ...], step_ms: int = 1000) -> None:
+    """`ms` of the clock in monitor passes `step_ms` apart, each node of `nodes` sending a heartbeat at each."""
+    for _ in range(ms // step_ms):
+        cluster.clock.sleep(step_ms)
+        for node in nodes:
+            assert cluster.controller.broker_heartbeat(node)
+        cluster.controller.check_brokers(set(NODES))
+
+
+def test_a_broker_silent_for_its_session_is_fenced_while_its_node_lives_and_registers_again(cluster: Cluster) -> None:
+    """Kafka's broker fencing: a paused broker's node stays alive to Ray, but its heartbeats stop; once
+    `broker.session.timeout.ms` passed it leaves every ISR and its partitions elect new leaders."""
+    cluster.controller.create_topic("t", 6, replication_factor=3)
+    before = {p: cluster.controller.partition_state("t", p) for p in range(6)}
+    beat(cluster, SESSION_MS, ("node-b", "node-c"))
+    assert cluster.controller.brokers() == list(NODES)  # silent for exactly the session: not yet
+    beat(cluster, 1000, ("node-b", "node-c"))
+    assert cluster.controller.brokers() == ["node-b", "node-c"]
+    for partition in range(6):
+        old, new = before[partition], cluster.controller.partition_state("t", partition)
+        assert "node-a" not in new.isr and new.leader in old.isr and new.leader != "node-a"
+    assert cluster.controller.broker_heartbeat("node-a") is False  # fenced: it takes no part until it registers
+    cluster.register("node-a")
+    beat(cluster, 2 * SESSION_MS, NODES)
+    assert cluster.controller.brokers() == list(NODES)
+
+
+def test_no_broker_is_fenced_after_the_controller_itself_stood_still(cluster: Cluster) -> None:
+    """A gap of more than half a session between two monitor passes (the controller paused or starved) starts
+    every session again: it cannot tell which broker was silent."""
+    cluster.controller.create_topic("t", 3, replication_factor=3)
+    cluster.controller.check_brokers(set(NODES))
+    cluster.clock.sleep(3 * SESSION_MS)
+    assert cluster.controller.check_brokers(set(NODES)) == []
+    assert cluster.controller.brokers() == list(NODES)
+    beat(cluster, SESSION_MS + 1000, ("node-a", "node-b"))
+    assert cluster.controller.brokers() == ["node-a", "node-b"]
+
+
+def test_the_last_broker_is_not_fenced(tmp_path: Path) -> None:
+    """Fencing it would move nothing (no other broker could lead) and take every partition offline."""
+    alone = Cluster(tmp_path, MockClock())
+    try:
+        alone.register("node-a")
+        alone.controller.create_topic("t", 2)
+        for _ in range(2 * SESSION_MS // 1000):
+            alone.clock.sleep(1000)
+            alone.controller.check_brokers({"node-a"})
+        assert alone.controller.brokers() == ["node-a"]
+        assert all(not alone.controller.partition_state("t", p).offline for p in range(2))
+    finally:
+        alone.close()
+
+
 def test_election_is_clean_only_a_partition_whose_isr_is_gone_goes_offline(cluster: Cluster) -> None:
     cluster.controller.create_topic("t", 1, replication_factor=2)
     state = cluster.controller.partition_state("t", 0)
