@@ -303,32 +303,41 @@ def test_a_follower_killed_mid_append_catches_up_and_loses_nothing(nodes: Nodes)
 
 
 def test_a_paused_broker_is_fenced_at_its_session_timeout_and_rejoins_when_resumed(nodes: Nodes) -> None:
-    """Every process of a follower's broker is paused (SIGSTOP: the log manager, partition hosts, cleaners) while
-    its node's raylet runs, as a broker hung by a busy or swapping machine: Ray keeps the node alive, and only the
-    broker's missing heartbeats tell. Once `broker.session.timeout.ms` passes it is fenced (out of the brokers and
-    every ISR) and acks=all writes go on; resumed, its next heartbeat registers it again and its replica catches up
-    and rejoins the ISR, identical to the leader's."""
-    Admin().create_topic("paused", partitions=1, replication_factor=3)
-    state = states("paused")[0]
-    victim = next(node for node in state.replicas if node != state.leader and node in nodes.workers)
+    """Every process of a broker that leads one partition and follows the others is paused (SIGSTOP: its log
+    manager, partition hosts, cleaners) while its node's raylet runs, as a broker hung by a busy or swapping machine:
+    Ray keeps the node alive, and only the broker's missing heartbeats tell. Once `broker.session.timeout.ms` passes
+    it is fenced (out of the brokers and every ISR, its partition led elsewhere) and acks=all writes go on, one
+    writer per partition. Resumed, the zombie leader is told it leads no more (its next heartbeat registers it
+    again and it learns every state), and nothing it held is acknowledged twice or lost: each partition's replicas
+    end identical, holding each writer's acknowledged records once, in order. A write in flight to the paused
+    leader waits for the pause to end (the new leader answers its retry)."""
+    Admin().create_topic("paused", partitions=3, replication_factor=3)
+    before = states("paused")
+    victim = next(s.leader for s in before.values() if s.leader in nodes.workers)
+    led = {p for p, s in before.items() if s.leader == victim}
     raylet = psutil.Process(nodes.workers[victim].all_processes["raylet"][0].process.pid)
     # Ray's workers; not its agents, which the raylet's own health depends on.
     paused = [proc for proc in raylet.children(recursive=True) if "Agent" not in proc.name()]
-    written: list[tuple[float, float, int]] = []
+    written: dict[int, list[tuple[float, float, int]]] = {p: [] for p in before}
     stop = threading.Event()
 
-    def write() -> None:
+    def write(partition: int) -> None:
         with Producer(acks="all", retries=1_000_000, retry_backoff_max_ms=200) as producer:
             while not stop.is_set():
                 sent = time.monotonic()
-                offset = producer.send("paused", f"v{len(written)}".encode(), partition=0).result(timeout=120).offset
-                written.append((sent, time.monotonic(), offset))
+                value = f"p{partition}-{len(written[partition])}".encode()
+                offset = producer.send("paused", value, partition=partition).result(timeout=120).offset
+                written[partition].append((sent, time.monotonic(), offset))
                 time.sleep(0.02)
 
-    writer = threading.Thread(target=write)
-    writer.start()
+    writers = [threading.Thread(target=write, args=(p,)) for p in before]
+    for writer in writers:
+        writer.start()
+    session_s = int(BROKER_SETTINGS["broker.session.timeout.ms"]) / 1000
+    # The session counts from the last heartbeat, sent up to one interval before the pause.
+    heartbeat_s = int(BROKER_SETTINGS["broker.heartbeat.interval.ms"]) / 1000
     try:
-        wait_until(lambda: len(written) >= 10, what="acknowledged writes before the pause")
+        wait_until(lambda: all(len(w) >= 10 for w in written.values()), what="acknowledged writes before the pause")
         paused_at = time.monotonic()
         for proc in paused:
             proc.send_signal(signal.SIGSTOP)
@@ -336,33 +345,41 @@ def test_a_paused_broker_is_fenced_at_its_session_timeout_and_rejoins_when_resum
             wait_until(lambda: victim not in registered_brokers(), what="the paused broker fenced")
             fenced_s = time.monotonic() - paused_at
             assert victim in {node["NodeID"] for node in ray.nodes() if node["Alive"]}
-            assert victim not in states("paused")[0].isr
-            count = len(written)
-            wait_until(lambda: len(written) >= count + 10, what="acks=all writes after the fence")
+            assert all(victim not in s.isr and s.leader != victim for s in states("paused").values())
+            counts = {p: len(w) for p, w in written.items()}
+            wait_until(
+                lambda: all(len(written[p]) >= counts[p] + 10 for p in before if p not in led),
+                what="acks=all writes after the fence",
+            )
         finally:
             for proc in paused:
                 with contextlib.suppress(psutil.Error):
                     proc.send_signal(signal.SIGCONT)
-        session_s = int(BROKER_SETTINGS["broker.session.timeout.ms"]) / 1000
-        # The session counts from the last heartbeat, sent up to one interval before the pause.
-        heartbeat_s = int(BROKER_SETTINGS["broker.heartbeat.interval.ms"]) / 1000
         assert session_s - heartbeat_s <= fenced_s < session_s + 5, fenced_s
         wait_until(lambda: victim in registered_brokers(), what="the resumed broker registered")
-        wait_until(lambda: victim in states("paused")[0].isr, what="the resumed replica back in the ISR")
-        stop.set()
+        wait_until(
+            lambda: all(victim in s.isr for s in states("paused").values()), what="the resumed replicas in the ISRs"
+        )
+        counts = {p: len(w) for p, w in written.items()}
+        wait_until(lambda: all(len(written[p]) >= counts[p] + 10 for p in before), what="writes after the resume")
     finally:
         stop.set()
-        writer.join()
-    assert [offset for _, _, offset in written] == list(range(len(written)))
-    longest_wait_s = max(acked - sent for sent, acked, _ in written)
-    assert longest_wait_s < session_s + 5, longest_wait_s
-    wait_until(
-        lambda: all(len(replica_records("paused", 0, node, len(written))) == len(written) for node in state.replicas),
-        what="every replica caught up",
-    )
-    copies = [replica_records("paused", 0, node, len(written)) for node in state.replicas]
-    assert copies[0] == copies[1] == copies[2]
-    assert [value for _, value, _ in copies[0]] == [serialized(f"v{i}".encode()) for i in range(len(written))]
+        for writer in writers:
+            writer.join()
+    for partition, acked in written.items():
+        assert [offset for _, _, offset in acked] == list(range(len(acked)))
+        if partition not in led:
+            longest_wait_s = max(done - sent for sent, done, _ in acked)
+            assert longest_wait_s < session_s + 5, (partition, longest_wait_s)
+        replicas, count = before[partition].replicas, len(acked)
+        wait_until(
+            lambda p=partition, n=count, r=replicas: all(len(replica_records("paused", p, node, n)) == n for node in r),
+            what="every replica caught up",
+        )
+        copies = [replica_records("paused", partition, node, len(acked)) for node in replicas]
+        assert copies[0] == copies[1] == copies[2]
+        expected = [serialized(f"p{partition}-{i}".encode()) for i in range(len(acked))]
+        assert [value for _, value, _ in copies[0]] == expected
 
 
 def registered_brokers() -> list[str]:

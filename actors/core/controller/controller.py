@@ -274,8 +274,17 @@ class Controller:
                 if moved is not None:
                     changed.append(self._persist_state(moved))
             changed.extend(self._elect_offline())
-        # A replica asks for its partition's state when it opens; these changed since.
+            held = [
+                topic.state(partition)
+                for topic in self._topics.values()
+                for partition in topic.partitions
+                if node_id in topic.state(partition).replicas
+            ]
+        # A replica asks for its partition's state when it opens; these changed since. A broker registering again
+        # after it was fenced was told nothing meanwhile (`_push` skips it): its replicas learn every state now,
+        # as Kafka's unfenced broker catches up with the metadata log, so a paused leader stops acting as one.
         self._push(changed)
+        self._push(held, only=node_id)
 
     def _persist_state(self, state: LeaderAndIsr) -> LeaderAndIsr:
         """Writes a partition's new replication state into its topic's record; returns it."""
@@ -297,12 +306,13 @@ class Controller:
                     changed.append(self._persist_state(state))
         return changed
 
-    def _push(self, states: Iterable[LeaderAndIsr]) -> None:
-        """Tells every live replica of each partition its new state (Kafka's LeaderAndIsr), without waiting: a
-        replica keeps the newest state it was told (`LeaderAndIsr.version`), and one that restarts asks again."""
+    def _push(self, states: Iterable[LeaderAndIsr], only: str | None = None) -> None:
+        """Tells every live replica of each partition (the one on node `only` if given) its new state (Kafka's
+        LeaderAndIsr), without waiting: a replica keeps the newest state it was told (`LeaderAndIsr.version`), and
+        one that restarts asks again."""
         for state in states:
             for node in state.replicas:
-                if node not in self._brokers:
+                if node not in self._brokers or (only is not None and node != only):
                     continue
                 try:
                     self._replicas.update_replication(node, state)

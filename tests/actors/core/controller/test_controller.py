@@ -318,7 +318,12 @@ def test_a_broker_silent_for_its_session_is_fenced_while_its_node_lives_and_regi
         old, new = before[partition], cluster.controller.partition_state("t", partition)
         assert "node-a" not in new.isr and new.leader in old.isr and new.leader != "node-a"
     assert cluster.controller.broker_heartbeat("node-a") is False  # fenced: it takes no part until it registers
+    # Fenced, it was told nothing; registered again, its replicas learn every partition's state (a paused leader
+    # learns it leads no more).
+    assert all(cluster.replicas.latest("node-a", "t", p) == before[p] for p in range(6))
     cluster.register("node-a")
+    now = {p: cluster.controller.partition_state("t", p) for p in range(6)}
+    assert all(cluster.replicas.latest("node-a", "t", p) == now[p] for p in range(6))
     beat(cluster, 2 * SESSION_MS, NODES)
     assert cluster.controller.brokers() == list(NODES)
 
