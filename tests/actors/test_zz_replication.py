@@ -15,6 +15,7 @@ started ahead), so a topic's creation is checked to answer with its full ISR on 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import threading
@@ -596,6 +597,8 @@ class Transformed:
     aborted: set[int] = field(default_factory=set)
     positions: dict[tuple[str, int], int] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
+    # Input value -> every (partition, offset) the transformer read it at, for a failure's diagnosis.
+    read_at: dict[bytes, list[tuple[int, int]]] = field(default_factory=dict)
 
 
 def transform_until(
@@ -632,6 +635,7 @@ def transform_until(
         try:
             producer.begin_transaction()
             for record in records:
+                out.read_at.setdefault(record.value, []).append((record.partition, record.offset))
                 value = record.value + f"|{attempt}".encode()
                 producer.send(sink, value, partition=record.partition % sink_partitions)
             positions = {tp: consumer.position(tp) for tp in inputs}
@@ -988,12 +992,48 @@ def test_consume_transform_produce_outputs_each_input_once_across_node_kills(nod
         visible = attempts & done.aborted
         assert not visible, (group_id, visible, aborted_but_visible(sink, 2, visible)[:8])
         seen = [original for original, _ in outputs]
-        assert sorted(seen) == sorted(inputs), (group_id, len(seen), len(inputs), len(set(seen)), done.errors[:3])
+        assert sorted(seen) == sorted(inputs), (
+            group_id,
+            len(seen),
+            len(inputs),
+            len(set(seen)),
+            done.errors[:3],
+            input_divergence(source, set(seen) - set(inputs), done, acked, nodes),
+        )
         with Consumer(group_id=group_id) as group:
             assert {tp: group.committed(tp) for tp in ends} == ends, group_id
         assert done.committed and done.aborted, group_id
     uncommitted = read_all(sink, "read_uncommitted", 2, sink_ends)
     assert b"abandoned" in uncommitted and len(uncommitted) > len(committed)
+
+
+def input_divergence(source: str, extras: set[bytes], done: Transformed, acked: Acked, nodes: Nodes) -> str:
+    """Where the inputs a transformer output but the input log no longer holds came from: for each, the offsets it
+    was read at, whether its producer was told it was written (and where), and what each replica holds there now;
+    then every state of the input's partitions the controller wrote (its metadata log, leader and ISR by node)."""
+    short = {node: f"n{index}" for index, node in enumerate([nodes.head, *sorted(nodes.dirs)])}
+    lines = []
+    acked_at = {value: where for where, value in acked.by_offset.items()}
+    for value in sorted(extras)[:8]:
+        lines.append(f"{value!r}: read at {done.read_at.get(value)}, acked at {acked_at.get(value)}")
+        for partition, offset in done.read_at.get(value, [])[:1]:
+            for node in states(source)[partition].replicas:
+                held = replica_records(source, partition, node, offset + 1)
+                at = [(v, epoch) for o, v, epoch in held if o == offset]
+                lines.append(f"  {short.get(node, node[:6])} holds {at} at {partition}:{offset}")
+    metadata = nodes.dirs[nodes.head][0] / "__cluster_metadata-0"
+    for segment in sorted(metadata.glob("*.log")):
+        for batch in iter_any_batches(segment.read_bytes()):
+            if not isinstance(batch, RecordBatch):
+                continue
+            for record in batch.records():
+                if record.key != f"topic/{source}".encode() or record.value is None:
+                    continue
+                for partition, state in sorted(json.loads(record.value).get("replication", {}).items()):
+                    leader = short.get(state["leader"], state["leader"][:6])
+                    isr = [short.get(node, node[:6]) for node in state["isr"]]
+                    lines.append(f"  state {partition}: leader {leader} epoch {state['epoch']} isr {isr}")
+    return "\n".join(lines)
 
 
 OPEN = {"Ongoing", "PrepareCommit", "PrepareAbort"}
