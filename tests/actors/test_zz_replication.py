@@ -1011,7 +1011,7 @@ def input_divergence(source: str, extras: set[bytes], done: Transformed, acked: 
     """Where the inputs a transformer output but the input log no longer holds came from: for each, the offsets it
     was read at, whether its producer was told it was written (and where), and what each replica holds there now;
     then every state of the input's partitions the controller wrote (its metadata log, leader and ISR by node)."""
-    short = {node: f"n{index}" for index, node in enumerate([nodes.head, *sorted(nodes.dirs)])}
+    short = {node: f"n{index}" for index, node in enumerate([nodes.head, *sorted(set(nodes.dirs) - {nodes.head})])}
     lines = []
     acked_at = {value: where for where, value in acked.by_offset.items()}
     for value in sorted(extras)[:8]:
