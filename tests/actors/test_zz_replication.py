@@ -958,7 +958,11 @@ def test_consume_transform_produce_outputs_each_input_once_across_node_kills(nod
         stop_transform.set()
         for transformer, done in zip(transformers, (out, out_confluent), strict=True):
             transformer.join(timeout=120)
-            assert not transformer.is_alive(), f"a transformer did not reach {ends} within 120 s: {done.positions}"
+            assert not transformer.is_alive(), (
+                f"a transformer did not reach {ends} within 120 s: {done.positions}, errors {done.errors[:3]} ... "
+                f"{done.errors[-3:]} ({len(done.errors)}), committed {sorted(done.committed)[-3:]}, "
+                f"aborted {sorted(done.aborted)[-3:]}\n{offsets_history()}"
+            )
 
     inputs = [
         value
@@ -1005,6 +1009,31 @@ def test_consume_transform_produce_outputs_each_input_once_across_node_kills(nod
         assert done.committed and done.aborted, group_id
     uncommitted = read_all(sink, "read_uncommitted", 2, sink_ends)
     assert b"abandoned" in uncommitted and len(uncommitted) > len(committed)
+
+
+def offsets_history() -> str:
+    """Every batch of `__consumer_offsets` partition 0 (the test's groups all hash there with one partition), for a
+    failure's diagnosis: offset, producer id and epoch, transactional or not, and the marker or the group offsets it
+    holds."""
+    from storage.records.consumer_offsets import decode_offset_commit_key, decode_offset_commit_offset
+
+    handle = replica_actor("__consumer_offsets", 0, states("__consumer_offsets")[0].leader)
+    lines = []
+    for batch in iter_any_batches(call(handle.read.remote(0, 1 << 26))):
+        if not isinstance(batch, RecordBatch):
+            continue
+        marker = batch.end_transaction_marker() if batch.is_control else None
+        held = []
+        for record in [] if batch.is_control else batch.records():
+            key = decode_offset_commit_key(record.key) if record.key else None
+            if key is not None:
+                held.append((*key, None if record.value is None else decode_offset_commit_offset(record.value)))
+        what = marker.control_type.name if marker is not None else held
+        lines.append(
+            f"  {batch.base_offset} pid {batch.producer_id} epoch {batch.producer_epoch} "
+            f"txn {batch.is_transactional}: {what}"
+        )
+    return "\n".join(lines[-60:])
 
 
 def input_divergence(source: str, extras: set[bytes], done: Transformed, acked: Acked, nodes: Nodes) -> str:
