@@ -443,7 +443,7 @@ def produce_until(
 
 @pytest.mark.reliability
 def test_acknowledged_records_survive_node_kills_exactly_once(nodes: Nodes) -> None:
-    """Jepsen-style: two idempotent `acks=all` producers and a consumer group run while worker nodes are removed and
+    """Node kills: two idempotent `acks=all` producers and a consumer group run while worker nodes are removed and
     come back (their disks on new nodes). Afterwards every acknowledged record is in the log exactly once, in each
     producer's order per partition; the consumer read every one of them once, in offset order, and nothing it read
     is missing from the final log (it never read past a high watermark that then moved back); and every replica is
@@ -860,7 +860,7 @@ def read_all(topic: str, isolation: str, partitions: int, ends: dict[int, int]) 
 
 @pytest.mark.reliability
 def test_consume_transform_produce_outputs_each_input_once_across_node_kills(nodes: Nodes) -> None:
-    """Jepsen-style exactly-once: an idempotent producer writes input records while two transformers, the Python
+    """Exactly-once across node kills: an idempotent producer writes input records while two transformers, the Python
     clients and confluent-kafka through the head's listener, each read them (read_committed) and write each one's
     output with its input offsets in one transaction per poll, some aborted on purpose, while the worker node holding
     the transaction coordinator (with `__transaction_state`'s leader and leaders of the data topics) is removed and

@@ -36,7 +36,7 @@ from tests.conftest import skip_or_fail
 from tests.reliability.modes import LONG
 from tests.reliability.nemesis import faults, final_state, workloads
 from tests.reliability.nemesis.checker import check
-from tests.reliability.nemesis.history import History
+from tests.reliability.nemesis.history import History, longest_ack_gaps
 from tests.reliability.nemesis.hosts import Hosts
 from tests.reliability.nemesis.network import Network, missing_tools
 
@@ -162,6 +162,8 @@ def test_no_anomaly_under_pauses_partitions_and_kills(tmp_path: Path) -> None:
         "reads": len(history.events("read")),
         "faults": [e["action"] for e in history.events("fault")],
         "client_errors": len(history.events("error")) + len(history.events("fail")),
+        # Per writer: the longest wait between two acknowledgements, and when in the run it began (see `faults`).
+        "longest_ack_gaps_s": longest_ack_gaps(history),
         "stuck": stuck,
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2))

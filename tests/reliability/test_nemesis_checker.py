@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tests.reliability.nemesis.checker import FinalState, PartitionLog, check
-from tests.reliability.nemesis.history import History
+from tests.reliability.nemesis.history import History, longest_ack_gaps
 
 IN, OUT = ("in", 0), ("out", 0)
 
@@ -112,3 +112,13 @@ def test_a_transaction_of_unknown_outcome_is_all_or_nothing() -> None:
     history.add("t", "txn", attempt=9, outcome="fail", inputs=["w0-0", "w0-1"], outputs=["t|w0-0|9", "t|w0-1|9"])
     final.logs[OUT].records.append((8, "t|w0-0|9", True))
     assert check(history, final).found["torn_transaction"] == [("t", 9, "in part", 1, 2)]
+
+
+def test_the_longest_gap_between_acknowledgements_is_measured_per_writer() -> None:
+    history = History(
+        [
+            {"time": t, "process": p, "type": "ack", "topic": "in", "partition": 0, "value": f"{p}-{n}", "offset": n}
+            for n, (t, p) in enumerate([(1.0, "a"), (1.5, "a"), (4.0, "a"), (4.1, "a"), (2.0, "b"), (2.5, "b")])
+        ]
+    )
+    assert longest_ack_gaps(history) == {"a": (2.5, 1.5), "b": (0.5, 2.0)}

@@ -55,3 +55,18 @@ class History:
     @classmethod
     def read(cls, path: Path) -> History:
         return cls([json.loads(line) for line in path.read_text().splitlines() if line.strip()])
+
+
+def longest_ack_gaps(history: History) -> dict[str, tuple[float, float]]:
+    """Per producing process, the longest time between two acknowledgements it got and when that gap began (both in
+    seconds of the run): how long a fault stopped its writes."""
+    last: dict[str, float] = {}
+    longest: dict[str, tuple[float, float]] = {}
+    for event in history.events("ack"):
+        process, at = event["process"], float(event["time"])
+        if process in last:
+            gap = at - last[process]
+            if gap > longest.get(process, (0.0, 0.0))[0]:
+                longest[process] = (round(gap, 3), last[process])
+        last[process] = at
+    return longest
