@@ -118,6 +118,28 @@ def _done(stop: threading.Event, ends: Positions, committed: Positions) -> bool:
     return stop.is_set() and bool(ends) and all(committed.get(tp, 0) >= end for tp, end in ends.items())
 
 
+def _end(
+    history: History,
+    name: str,
+    attempt: int,
+    inputs: list[str],
+    outputs: list[str],
+    positions: Positions,
+    producer: Any,
+) -> bool:
+    """Ends a transformer's transaction, either client's: aborted on purpose one time in `ABORT_EVERY`, else
+    committed; written to the history once its client answered. True if it committed."""
+    if attempt % ABORT_EVERY == 2:
+        producer.flush(120)
+        producer.abort_transaction(120)
+        history.add(name, "txn", attempt=attempt, outcome="abort", inputs=inputs, outputs=outputs)
+        return False
+    producer.commit_transaction(120)
+    history.add(name, "txn", attempt=attempt, outcome="commit", inputs=inputs, outputs=outputs)
+    history.add(name, "offsets", group=name, offsets=_offsets_event(positions))
+    return True
+
+
 def transform(
     history: History, name: str, source: str, sink: str, stop: threading.Event, ends: Positions, partitions: int
 ) -> None:
@@ -160,14 +182,7 @@ def transform(
                 producer.send(sink, output.encode(), partition=record.partition % partitions)
             positions = {tp: consumer.position(tp) for tp in inputs}
             producer.send_offsets_to_transaction(positions, consumer.consumer_group_metadata(), timeout=120)
-            if attempt % ABORT_EVERY == 2:
-                producer.flush(120)
-                producer.abort_transaction(120)
-                history.add(name, "txn", attempt=attempt, outcome="abort", inputs=inputs_read, outputs=outputs)
-            else:
-                producer.commit_transaction(120)
-                history.add(name, "txn", attempt=attempt, outcome="commit", inputs=inputs_read, outputs=outputs)
-                history.add(name, "offsets", group=name, offsets=_offsets_event(positions))
+            if _end(history, name, attempt, inputs_read, outputs, positions, producer):
                 committed = positions
                 continue
         except Exception as exc:  # every failure of a transaction is handled alike: abort, go back
@@ -261,14 +276,7 @@ def transform_with_confluent(
                 positions[(message.topic(), message.partition())] = message.offset() + 1
             offsets = [KafkaTopicPartition(t, p, offset) for (t, p), offset in positions.items()]
             producer.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata(), 120)
-            if attempt % ABORT_EVERY == 2:
-                producer.flush(120)
-                producer.abort_transaction(120)
-                history.add(name, "txn", attempt=attempt, outcome="abort", inputs=inputs_read, outputs=outputs)
-            else:
-                producer.commit_transaction(120)
-                history.add(name, "txn", attempt=attempt, outcome="commit", inputs=inputs_read, outputs=outputs)
-                history.add(name, "offsets", group=name, offsets=_offsets_event(positions))
+            if _end(history, name, attempt, inputs_read, outputs, positions, producer):
                 committed = dict(positions)
                 continue
         except KafkaException as exc:
