@@ -264,6 +264,12 @@ class UnknownLeaderEpochError(BrokerNotAvailableError):
     told of that epoch yet; retriable."""
 
 
+class OffsetNotAvailableError(BrokerNotAvailableError):
+    """ListOffsets for anything but the earliest offset reached a leader whose high watermark is still below the start
+    offset of its leader epoch (OFFSET_NOT_AVAILABLE, KIP-207): a leader just elected learns its high watermark from
+    its followers' next fetches, and until then its latest offset may be short of its predecessor's; retriable."""
+
+
 class NotEnoughReplicasError(BrokerError):
     """An `acks=all` write refused before it was appended: fewer replicas are in sync than the topic's
     `min.insync.replicas` (NOT_ENOUGH_REPLICAS); retriable."""

@@ -83,6 +83,7 @@ from storage.errors import (
     InvalidConfigError,
     InvalidGroupIdError,
     InvalidRequestError,
+    OffsetNotAvailableError,
     OffsetOutOfRangeError,
     RaybrokerError,
     RequestTimedOutError,
@@ -116,6 +117,10 @@ TAIL_IDLE_S = 0.1
 MIN_RAY_WAIT_S = 0.001
 # Kafka's consumer retries OffsetFetch answered UNSTABLE_OFFSET_COMMIT every `retry.backoff.ms` (100 ms) until
 # `default.api.timeout.ms` (60 s); a transaction's markers land within milliseconds here, so it looks every 10 ms.
+# Kafka's consumer `retry.backoff.ms` and `default.api.timeout.ms`: how often and how long a retriable ListOffsets
+# answer (OFFSET_NOT_AVAILABLE) is asked again.
+RETRY_BACKOFF_S = 0.1
+DEFAULT_API_TIMEOUT_S = 60.0
 STABLE_OFFSETS_RETRY_S = 0.01
 STABLE_OFFSETS_TIMEOUT_S = 60.0
 
@@ -326,10 +331,24 @@ class Consumer:
     def _list_offsets(
         self, timestamps: Mapping[TopicPartition, int]
     ) -> dict[TopicPartition, TimestampAndOffset | None]:
-        refs = {
-            tp: self._handle(tp).list_offset.remote(timestamp, self._isolation) for tp, timestamp in timestamps.items()
-        }
-        return {tp: call(ref) for tp, ref in refs.items()}
+        """ListOffsets of every partition at once. A leader elected a moment ago answers OFFSET_NOT_AVAILABLE until its
+        high watermark reaches its epoch's start (KIP-207): asked again every `retry.backoff.ms`, up to
+        `default.api.timeout.ms`, as Kafka's consumer does."""
+        found: dict[TopicPartition, TimestampAndOffset | None] = {}
+        waiting = dict(timestamps)
+        deadline = time.monotonic() + DEFAULT_API_TIMEOUT_S
+        while waiting:
+            refs = {tp: self._handle(tp).list_offset.remote(ts, self._isolation) for tp, ts in waiting.items()}
+            for tp, ref in refs.items():
+                try:
+                    found[tp] = call(ref)
+                    del waiting[tp]
+                except OffsetNotAvailableError:
+                    if time.monotonic() >= deadline:
+                        raise
+            if waiting:
+                time.sleep(RETRY_BACKOFF_S)
+        return {tp: found[tp] for tp in timestamps}
 
     def _resolve_positions(self, tps: list[TopicPartition]) -> None:
         """Gives every partition of `tps` without a position its committed offset, else the reset policy."""

@@ -180,9 +180,8 @@ class ServedPartition:
     def list_offset(
         self, timestamp: int, isolation: str = "high_watermark", current_leader_epoch: int = UNDEFINED_EPOCH
     ) -> TimestampAndOffset | None:
-        """Kafka's ListOffsets for a consumer at `isolation` (`Log.list_offset`), fenced by `current_leader_epoch`
-        (`check_leader`)."""
-        return self.check_leader(current_leader_epoch).list_offset(timestamp, isolation)
+        """Kafka's ListOffsets for a consumer at `isolation` (`Replica.list_offset`)."""
+        return self.replica.list_offset(timestamp, isolation, current_leader_epoch)
 
     def leader_epoch(self) -> int:
         """The leader epoch the controller elected this replica in (`Replica.leader_epoch`)."""

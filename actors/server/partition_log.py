@@ -649,11 +649,9 @@ class PartitionLogActor:
         self, timestamp: int, isolation: str = "high_watermark", current_leader_epoch: int = UNDEFINED_EPOCH
     ) -> TimestampAndOffset | None:
         """Kafka's ListOffsets for a consumer at `isolation`: a timestamp, or -2 earliest, -1 latest, -3 max
-        timestamp (`storage.partition.log.Log.list_offset`); only the leader answers, fenced by the client's
-        `current_leader_epoch` (`_check_leader`)."""
-        checked_isolation = _checked_isolation(isolation)
-        self._check_leader(current_leader_epoch)
-        return self._log.list_offset(timestamp, checked_isolation)
+        timestamp (`Replica.list_offset`: only the leader answers, fenced by the client's `current_leader_epoch`,
+        OFFSET_NOT_AVAILABLE while its high watermark is below its epoch's start)."""
+        return self._role.list_offset(timestamp, _checked_isolation(isolation), current_leader_epoch)
 
     @ray.method(concurrency_group=READ_GROUP)
     def offsets(self) -> tuple[int, int, int]:

@@ -835,6 +835,22 @@ def of_leader(topic: str, partition: int, ask: Callable[[Any], Any]) -> Any:
             time.sleep(0.1)
 
 
+def settled_ends(topic: str, last_acked: dict[int, int]) -> dict[tuple[str, int], int] | None:
+    """The input's end offsets once its writers stopped: each partition's high watermark, read from its leader when
+    that equals the leader's log end and passes the partition's last acknowledged offset; None before. A leader the
+    preferred-leader rebalance (every 2 s here) elected a moment ago learns its high watermark from its followers'
+    next fetches, so a high watermark alone may fall short of the end its predecessor had reached: a transformer
+    then reads past the ends taken, and its outputs of the last inputs look like outputs of records the log does not
+    hold."""
+    ends = {}
+    for partition, acked_upto in last_acked.items():
+        _, high_watermark, log_end = of_leader(topic, partition, lambda replica: replica.offsets.remote())
+        if high_watermark != log_end or high_watermark <= acked_upto:
+            return None
+        ends[(topic, partition)] = int(high_watermark)
+    return ends
+
+
 def held_below(topic: str, ends: dict[tuple[str, int], int]) -> list[bytes] | None:
     """Every value below `ends` of each partition of `topic` from its leader now; None while a leader reads fewer
     (its high watermark short of the end)."""
@@ -962,11 +978,12 @@ def test_consume_transform_produce_outputs_each_input_once_across_node_kills(nod
         input_thread.join(timeout=120)
         assert not input_thread.is_alive(), "the input producer did not flush its last sends within 120 s"
         last_acked = {p: max((o for (q, o) in acked.by_offset if q == p), default=-1) for p in range(2)}
-        wait_until(
-            lambda: all(high_watermark(source, p) > last_acked[p] for p in range(2)),
-            what="the input's high watermarks past its last acknowledged offsets",
+        ends.update(
+            wait_until(
+                lambda: settled_ends(source, last_acked),
+                what="each input partition's leader committed past its last acknowledged offset",
+            )
         )
-        ends.update({(source, p): high_watermark(source, p) for p in range(2)})
         stop_transform.set()
         for transformer, done in zip(transformers, (out, out_confluent), strict=True):
             transformer.join(timeout=120)
@@ -989,7 +1006,12 @@ def test_consume_transform_produce_outputs_each_input_once_across_node_kills(nod
         timeout_s=EOS_TIMEOUT_MS / 1000 + 30,
         what="no open transaction left",
     )
-    sink_ends = {p: high_watermark(sink, p) for p in range(2)}
+    sink_ends = {
+        p: end
+        for (_, p), end in wait_until(
+            lambda: settled_ends(sink, dict.fromkeys(range(2), -1)), what="each output partition's leader settled"
+        ).items()
+    }
     # The high watermark now: a marker the coordinator sends again after a failover lands after the last records.
     try:
         wait_until(

@@ -57,6 +57,11 @@ class LeaderState:
         self._pending_isr: tuple[str, ...] | None = None
         self._joining: tuple[str, ...] = ()
 
+    @property
+    def epoch_start_offset(self) -> int:
+        """The log end offset at which this leader's epoch began (Kafka's `leaderEpochStartOffsetOpt`)."""
+        return self._epoch_start
+
     def update(self, state: LeaderAndIsr, now_ms: int) -> None:
         """A newer state from the controller in the same epoch (an ISR change; or a replica moved to the node its
         disks came back on, tracked from now on): the change asked for is answered."""

@@ -47,6 +47,7 @@ from storage.errors import (
     NotEnoughReplicasAfterAppendError,
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
+    OffsetNotAvailableError,
     OffsetOutOfRangeError,
     RaybrokerError,
     RequestTimedOutError,
@@ -54,6 +55,8 @@ from storage.errors import (
 )
 from storage.partition.leader_epoch_cache import UNDEFINED_EPOCH
 from storage.partition.log import Log, LogAppendInfo
+from storage.partition.log_read import EARLIEST_TIMESTAMP
+from storage.records.file_records import TimestampAndOffset
 
 logger = logging.getLogger(__name__)
 
@@ -359,6 +362,28 @@ class Replica:
         self.check_current_leader_epoch(current_leader_epoch)
         if self.following:
             raise NotLeaderOrFollowerError(f"{self.log.directory.name} is not the leader")
+
+    def list_offset(
+        self, timestamp: int, isolation: str, current_leader_epoch: int = UNDEFINED_EPOCH
+    ) -> TimestampAndOffset | None:
+        """Kafka's ListOffsets on this replica (`Partition.fetchOffsetForTimestamp`): the checks of every client read
+        (`check_client_read`), then, for anything but the earliest offset, a leader whose high watermark is still below
+        the start offset of its leader epoch answers `OffsetNotAvailableError` (retriable, KIP-207): elected a moment
+        ago, it learns its high watermark from its followers' next fetches, and until then the latest offset it would
+        answer may be short of what its predecessor answered. Then `Log.list_offset`."""
+        with self._lock:
+            self.check_client_read(current_leader_epoch)
+            leader = self._leader
+            if (
+                timestamp != EARLIEST_TIMESTAMP
+                and leader is not None
+                and self.log.high_watermark < leader.epoch_start_offset
+            ):
+                raise OffsetNotAvailableError(
+                    f"{self.log.directory.name}: the high watermark {self.log.high_watermark} is below the start "
+                    f"offset {leader.epoch_start_offset} of leader epoch {leader.state.leader_epoch}"
+                )
+        return self.log.list_offset(timestamp, isolation)
 
     def epoch_end_offset(self, epoch: int, current_leader_epoch: int = UNDEFINED_EPOCH) -> tuple[int, int]:
         """OffsetsForLeaderEpoch (Kafka's `Partition.lastOffsetForLeaderEpoch`): `(epoch, end offset)` of `epoch` in

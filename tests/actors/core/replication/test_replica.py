@@ -34,6 +34,7 @@ from storage.errors import (
     NotEnoughReplicasAfterAppendError,
     NotEnoughReplicasError,
     NotLeaderOrFollowerError,
+    OffsetNotAvailableError,
     OffsetOutOfRangeError,
     RaybrokerError,
     RequestTimedOutError,
@@ -342,6 +343,43 @@ def test_a_replica_reopened_at_its_checkpointed_high_watermark_commits_its_tail_
     finally:
         replica.stop(BrokerNotAvailableError("closed"), join_timeout_s=DEADLINE_S)
         log.close()
+
+
+def test_a_new_leader_answers_offset_not_available_until_its_high_watermark_reaches_its_epoch_start(
+    replicas: Replicas,
+) -> None:
+    """KIP-207, as Kafka's `Partition.fetchOffsetForTimestamp`: b, elected while its high watermark (learned from a's
+    last fetch answer) is below its log end, where its epoch starts, answers ListOffsets for the latest offset, the
+    latest of read_committed and a timestamp with OFFSET_NOT_AVAILABLE (retriable), never an offset short of what a
+    answered; the earliest offset answers at once. Once c's fetch moves b's high watermark, b answers its end."""
+    replicas.tell(state("a", "abc"))
+    replicas.append("a", 5)
+    wait_until(lambda: caught_up(replicas, "b", "c"), "the followers to copy a")
+    wait_until(lambda: replicas.logs["a"].high_watermark == 5, "a's high watermark")
+    replicas.by_node["c"].stop(BrokerNotAvailableError("c is paused"), join_timeout_s=DEADLINE_S)
+    assert replicas.by_node["a"].list_offset(-1, "high_watermark").offset == 5
+    b_log = replicas.logs["b"]
+    b_log.update_high_watermark(3)  # as if a's last answer to b carried an older high watermark
+    replicas.tell(state("b", "bc", epoch=2), "b")
+    with pytest.raises(OffsetNotAvailableError, match="below the start offset 5"):
+        replicas.by_node["b"].list_offset(-1, "high_watermark")
+    for timestamp, isolation in ((-1, "txn_committed"), (START_MS, "high_watermark"), (-3, "high_watermark")):
+        with pytest.raises(OffsetNotAvailableError):
+            replicas.by_node["b"].list_offset(timestamp, isolation)
+    assert replicas.by_node["b"].list_offset(-2, "high_watermark").offset == 0
+    fresh_c = Replica(
+        replicas.logs["c"],
+        "c",
+        SETTINGS,
+        LogChanges(),
+        controller=replicas.controller,
+        leader_link=lambda s: LocalLeaderLink(s, "c", replicas.find),
+        isr_checks=False,
+    )
+    replicas.by_node["c"] = fresh_c
+    replicas.tell(state("b", "bc", epoch=2), "c")
+    wait_until(lambda: b_log.high_watermark == 5, "b's high watermark, moved by c's fetch")
+    assert replicas.by_node["b"].list_offset(-1, "high_watermark").offset == 5
 
 
 def test_a_follower_lagging_longer_than_replica_lag_time_max_ms_is_asked_out_of_the_isr(replicas: Replicas) -> None:
