@@ -1,5 +1,6 @@
 """Helpers the actor tests share: the wall clock in Kafka's milliseconds, waiting for a condition, this node's
-log-manager actor, and the connections to a process's append channel."""
+log-manager actor, the connections to a process's append channel, and a broker started on a chosen node of a
+multi-node cluster."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from actors.calls import get_actor
 from actors.options import log_manager_name
@@ -37,3 +39,17 @@ def append_channel_connections(pid: int) -> int:
     with open("/proc/net/unix") as table:
         rows = [line.split() for line in table.readlines()[1:]]
     return sum(1 for row in rows if len(row) >= 8 and row[7].startswith(prefix) and row[5] == "03")
+
+
+@ray.remote(num_cpus=0)
+def _start_broker_here(properties: dict[str, str]) -> str:
+    from actors.clients.broker import start_broker
+
+    return start_broker(properties)
+
+
+def start_broker_on(node: str, properties: dict[str, str]) -> None:
+    """Starts the broker of Ray node `node` with `properties` (`start_broker` in a task pinned there, as `raybroker
+    start` runs on each node of a cluster)."""
+    pinned = NodeAffinitySchedulingStrategy(node_id=node, soft=False)
+    assert ray.get(_start_broker_here.options(scheduling_strategy=pinned).remote(properties)) == node

@@ -32,7 +32,6 @@ import ray
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 from ray.cluster_utils import Cluster
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from actors.clients.admin import Admin
 from actors.clients.broker import Broker, stop_broker
@@ -41,6 +40,7 @@ from cluster.cli.main import EXIT_DATA_ERROR, EXIT_OK, main
 from cluster.protocol.listener_actor import start_kafka_listeners
 from storage.config.broker_config import BrokerConfig
 from storage.errors import BrokerNotAvailableError
+from tests.actors.support import start_broker_on
 from tests.conftest import skip_or_fail
 from tests.test_monitoring_configs import SCRAPE_CONFIG, dashboard_expressions
 
@@ -71,13 +71,6 @@ DEADLINE_S = 45.0
 RECORDS = 2000
 VALUE_BYTES = 100
 WEIRD_GROUP = 'ops "team"\\eu\nwest'
-
-
-@ray.remote(num_cpus=0)
-def start_broker_here(properties: dict[str, str]) -> str:
-    from actors.clients.broker import start_broker
-
-    return start_broker(properties)
 
 
 @dataclass
@@ -114,8 +107,7 @@ def monitored(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Monitored]:
         for index, node in enumerate([head, worker.node_id]):
             log_dirs.append(root / f"node{index}")
             properties = {**BROKER_SETTINGS, "log.dirs": str(log_dirs[-1]), "node.id": str(index)}
-            pinned = NodeAffinitySchedulingStrategy(node_id=node, soft=False)
-            assert ray.get(start_broker_here.options(scheduling_strategy=pinned).remote(properties)) == node
+            start_broker_on(node, properties)
         config = BrokerConfig.from_properties({**BROKER_SETTINGS, "listeners": "PLAINTEXT://127.0.0.1:0"})
         listeners = start_kafka_listeners(config, head)
         urls = {n["NodeID"]: f"{n['NodeManagerAddress']}:{n['MetricsExportPort']}" for n in ray.nodes() if n["Alive"]}

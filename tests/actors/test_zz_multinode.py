@@ -28,6 +28,7 @@ from actors.options import NAMESPACE, kafka_listener_name, transaction_coordinat
 from storage import file_names
 from storage.errors import BrokerNotAvailableError
 from storage.records.record_batch import iter_batches
+from tests.actors.support import start_broker_on
 from tests.storage.builders import Rec, as_recs, batch_bytes, kafka_decode
 
 pytestmark = pytest.mark.ray
@@ -37,14 +38,6 @@ OWNS_RAY = True
 # logical CPU each keep this module within a few GiB on a 2-core box. The object store only carries small
 # batches here, so 128 MiB per node instead of 30 % of RAM.
 NODE_ARGS = {"num_cpus": 1, "object_store_memory": 128 * 1024 * 1024}
-
-
-@ray.remote(num_cpus=0)
-def start_broker_here(properties: dict[str, str]) -> str:
-    """`start_broker` run on the node the task is pinned to, over that node's log dirs."""
-    from actors.clients.broker import start_broker
-
-    return start_broker(properties)
 
 
 @pytest.fixture(scope="module")
@@ -84,8 +77,7 @@ def start_brokers_on(node: str, log_dirs: list[Path]) -> None:
         # The tests follow each partition's own actor process to its node.
         "log.partitions.per.process": "1",
     }
-    pinned = NodeAffinitySchedulingStrategy(node_id=node, soft=False)
-    assert ray.get(start_broker_here.options(scheduling_strategy=pinned).remote(properties)) == node
+    start_broker_on(node, properties)
 
 
 def actor_table_entry(handle: Any) -> dict[str, Any]:

@@ -29,7 +29,6 @@ import psutil
 import pytest
 import ray
 from ray.cluster_utils import Cluster
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from actors.calls import call
 from actors.clients.admin import Admin
@@ -47,6 +46,7 @@ from storage.errors import (
 )
 from storage.records.file_records import iter_any_batches
 from storage.records.record_batch import RecordBatch
+from tests.actors.support import start_broker_on
 from tests.reliability.modes import scaled
 
 pytestmark = pytest.mark.ray
@@ -70,13 +70,6 @@ BROKER_SETTINGS = {
 }
 
 
-@ray.remote(num_cpus=0)
-def start_broker_here(properties: dict[str, str]) -> str:
-    from actors.clients.broker import start_broker
-
-    return start_broker(properties)
-
-
 @dataclass
 class Nodes:
     """The cluster, the head's node id, and each live node's log dirs."""
@@ -88,8 +81,7 @@ class Nodes:
 
     def start_broker(self, node: str, log_dirs: list[Path]) -> None:
         properties = {"log.dirs": ",".join(str(d) for d in log_dirs), **BROKER_SETTINGS}
-        pinned = NodeAffinitySchedulingStrategy(node_id=node, soft=False)
-        assert ray.get(start_broker_here.options(scheduling_strategy=pinned).remote(properties)) == node
+        start_broker_on(node, properties)
 
     def remove(self, node: str) -> list[Path]:
         """Removes a worker node (its raylet and every process on it); returns its log dirs."""

@@ -19,7 +19,6 @@ from typing import Any
 import pytest
 import ray
 from ray.cluster_utils import Cluster
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from actors.clients.admin import Admin
 from actors.clients.broker import Broker, stop_broker
@@ -28,6 +27,7 @@ from cluster.data import read_topic
 from cluster.data.locality import read_locality
 from cluster.data.planning import plan_topic_read
 from storage.errors import BrokerNotAvailableError
+from tests.actors.support import start_broker_on
 
 pytestmark = [pytest.mark.ray, pytest.mark.filterwarnings("ignore::DeprecationWarning:ray.data.context")]
 OWNS_RAY = True
@@ -47,13 +47,6 @@ BROKER_SETTINGS = {
 PARTITIONS = 6
 RECORDS = 300
 COLUMNS = ["topic", "partition", "offset", "value"]
-
-
-@ray.remote(num_cpus=0)
-def start_broker_here(properties: dict[str, str]) -> str:
-    from actors.clients.broker import start_broker
-
-    return start_broker(properties)
 
 
 @dataclass
@@ -84,8 +77,7 @@ def nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Nodes]:
         by_id = {worker.node_id: worker for worker in workers}
         for index, node in enumerate([head, *sorted(by_id)]):
             properties = {"log.dirs": str(root / f"node{index}"), **BROKER_SETTINGS}
-            pinned = NodeAffinitySchedulingStrategy(node_id=node, soft=False)
-            assert ray.get(start_broker_here.options(scheduling_strategy=pinned).remote(properties)) == node
+            start_broker_on(node, properties)
         yield Nodes(cluster, head, by_id)
         with contextlib.suppress(BrokerNotAvailableError):
             stop_broker()

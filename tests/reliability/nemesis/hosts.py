@@ -32,20 +32,13 @@ from typing import Any
 import psutil
 import ray
 from ray.cluster_utils import Cluster
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from actors.clients.broker import stop_broker
 from storage.errors import BrokerNotAvailableError
+from tests.actors.support import start_broker_on
 from tests.reliability.nemesis.network import Network
 
 OBJECT_STORE_BYTES = 128 * 1024 * 1024
-
-
-@ray.remote(num_cpus=0)
-def _start_broker_here(properties: dict[str, str]) -> str:
-    from actors.clients.broker import start_broker
-
-    return start_broker(properties)
 
 
 @dataclass
@@ -127,8 +120,7 @@ class Hosts:
 
     def _start_broker(self, node: str, dirs: list[Path]) -> None:
         properties = {"log.dirs": ",".join(str(d) for d in dirs), **self.properties}
-        pinned = NodeAffinitySchedulingStrategy(node_id=node, soft=False)
-        assert ray.get(_start_broker_here.options(scheduling_strategy=pinned).remote(properties)) == node
+        start_broker_on(node, properties)
 
     def alive(self, node: str | None) -> bool:
         return node is not None and any(n["NodeID"] == node and n["Alive"] for n in ray.nodes())

@@ -100,15 +100,20 @@ class Replicas:
             log = open_log(root / node / f"{TOPIC}-{PARTITION}", clock, **log_config)
             log.become_leader()
             self.logs[node] = log
-            self.by_node[node] = Replica(
-                log,
-                node,
-                SETTINGS,
-                LogChanges(),
-                controller=self.controller,
-                leader_link=lambda state, me=node: LocalLeaderLink(state, me, self.find),
-                isr_checks=False,
-            )
+            self.restart(node)
+
+    def restart(self, node: str) -> Replica:
+        """A new `Replica` over `node`'s log (its process started again), told nothing yet."""
+        self.by_node[node] = Replica(
+            self.logs[node],
+            node,
+            SETTINGS,
+            LogChanges(),
+            controller=self.controller,
+            leader_link=lambda state: LocalLeaderLink(state, node, self.find),
+            isr_checks=False,
+        )
+        return self.by_node[node]
 
     def find(self, topic: str, partition: int, node: str) -> Replica:
         return self.by_node[node]
@@ -205,16 +210,7 @@ def test_a_new_leader_starts_its_epoch_and_the_old_leader_truncates_its_divergen
     # a leads on alone with records b never gets: b is elected, a follows it in the new epoch.
     replicas.by_node["b"].stop(BrokerNotAvailableError("b is down"), join_timeout_s=DEADLINE_S)
     replicas.append("a", 3)
-    fresh_b = Replica(
-        replicas.logs["b"],
-        "b",
-        SETTINGS,
-        LogChanges(),
-        controller=replicas.controller,
-        leader_link=lambda s: LocalLeaderLink(s, "b", replicas.find),
-        isr_checks=False,
-    )
-    replicas.by_node["b"] = fresh_b
+    replicas.restart("b")
     replicas.tell(state("b", "ab", epoch=2, version=2, replicas="ab"), "a", "b")
     assert replicas.logs["b"].leader_epoch == 2
     replicas.append("b", 2)
@@ -367,16 +363,7 @@ def test_a_new_leader_answers_offset_not_available_until_its_high_watermark_reac
         with pytest.raises(OffsetNotAvailableError):
             replicas.by_node["b"].list_offset(timestamp, isolation)
     assert replicas.by_node["b"].list_offset(-2, "high_watermark").offset == 0
-    fresh_c = Replica(
-        replicas.logs["c"],
-        "c",
-        SETTINGS,
-        LogChanges(),
-        controller=replicas.controller,
-        leader_link=lambda s: LocalLeaderLink(s, "c", replicas.find),
-        isr_checks=False,
-    )
-    replicas.by_node["c"] = fresh_c
+    replicas.restart("c")
     replicas.tell(state("b", "bc", epoch=2), "c")
     wait_until(lambda: b_log.high_watermark == 5, "b's high watermark, moved by c's fetch")
     assert replicas.by_node["b"].list_offset(-1, "high_watermark").offset == 5
