@@ -60,6 +60,7 @@ BROKER_SETTINGS = {
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
 }
 SOURCE, SINK, PARTITIONS = "nemesis-in", "nemesis-out", 3
+ABANDONED_TIMEOUT_MS = 4000
 QUICK_SCHEDULE = [
     faults.Fault("pause_node", "coordinator", 1.0),
     faults.Fault("cut_from_head", "leader", 2.0),
@@ -127,6 +128,9 @@ def test_no_anomaly_under_pauses_partitions_and_kills(tmp_path: Path) -> None:
                 workloads.commit_offsets, history, "group", [(SOURCE, p) for p in range(PARTITIONS)], stop_rest
             ),
         ]
+        # Left open, as by a client that crashed: the coordinator aborts it on its timeout.
+        abandoned = workloads.start(workloads.abandon, history, "abandoned", SINK, PARTITIONS, ABANDONED_TIMEOUT_MS)
+        abandoned.join(timeout=90)
         time.sleep(3)
         if LONG:
             minutes = float(os.environ.get("RAYBROKER_NEMESIS_MINUTES", "30"))

@@ -79,6 +79,15 @@ def test_aborted_reads_and_torn_transactions_are_found() -> None:
     assert anomalies.found["torn_transaction"] == [("t", 1, "committed", 1, 2)]
 
 
+def test_an_abandoned_transaction_left_visible_is_found() -> None:
+    history, final = clean()
+    history.add("x", "txn", attempt=1, outcome="abandoned", inputs=[], outputs=["x|0|1"])
+    final.logs[OUT].records.append((9, "x|0|1", False))
+    assert check(history, final).ok
+    final.logs[OUT].records[-1] = (9, "x|0|1", True)
+    assert check(history, final).found["torn_transaction"] == [("x", 1, "aborted", 1, 1)]
+
+
 def test_exactly_once_duplicates_are_found() -> None:
     history, final = clean()
     final.logs[OUT].records.append((7, "t|w0-0|4", True))

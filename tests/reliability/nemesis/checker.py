@@ -9,7 +9,7 @@ the fast tier on histories made by hand.
   data later truncated;
 - `aborted_read`: a read_committed read of a record of an aborted transaction;
 - `torn_transaction`: a transaction whose outputs the final read_committed view holds only in part, or a committed
-  one missing, or an aborted one visible;
+  one missing, or an aborted (or abandoned: left open by its client) one visible;
 - `eos_missing`, `eos_duplicated`, `eos_phantom`: a consume-transform-produce transformer's committed outputs against
   the final input log: an input without output, with two, or an output of an input the input log does not hold;
 - `offsets_past_end`, `offsets_lost`: a group's committed offset past its partition's final high watermark, or below
@@ -154,7 +154,7 @@ def _check_transactions(history: History, final: FinalState, anomalies: Anomalie
             anomalies.add(
                 "torn_transaction", (event["process"], event["attempt"], "committed", len(seen), len(outputs))
             )
-        elif outcome == "abort" and seen:
+        elif outcome in ("abort", "abandoned") and seen:
             anomalies.add("torn_transaction", (event["process"], event["attempt"], "aborted", len(seen), len(outputs)))
         elif outcome == "fail" and 0 < len(seen) < len(outputs):
             anomalies.add("torn_transaction", (event["process"], event["attempt"], "in part", len(seen), len(outputs)))

@@ -8,8 +8,8 @@ An event is a flat dict with `time` (seconds since the run began, monotonic), `p
 - `ack` (topic, partition, value, offset): the client says the record is written (acks=all);
 - `fail` (topic, partition, value, error): the client says the record is not written, or may not be;
 - `read` (topic, partition, offset, value, isolation): a consumer polled a record;
-- `txn` (attempt, outcome: `commit`, `abort` or `fail`, inputs, outputs): a transaction ended, its outcome as its
-  client learned it;
+- `txn` (attempt, outcome: `commit`, `abort`, `fail` or `abandoned`, inputs, outputs): a transaction ended, its
+  outcome as its client learned it (`abandoned`: left open, for the coordinator to abort on its timeout);
 - `offsets` (group, offsets: `"topic/partition"` -> offset): a group's commit was acknowledged;
 - `error` (error): a client call failed and the workload goes on;
 - `fault` (action, target, detail): the nemesis began or ended a fault.

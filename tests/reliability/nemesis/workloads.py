@@ -10,7 +10,8 @@
   `<name>|<input>|<attempt>` with the consumer's positions in one transaction (`send_offsets_to_transaction`),
   one in `ABORT_EVERY` aborted on purpose; a failed transaction is aborted (a producer that cannot abort is
   replaced) and the consumer goes back to the group's committed offsets;
-- `transform_with_confluent`: the same through a Kafka listener with confluent-kafka (librdkafka).
+- `transform_with_confluent`: the same through a Kafka listener with confluent-kafka (librdkafka);
+- `abandon`: a transaction begun, written to every partition and left open, as by a client that crashed.
 
 Every workload runs until its `stop` event is set; a transformer then goes on until the group's committed positions
 reach `ends` (the input's final high watermarks, filled in by the caller). A client error is written as a `fail` or
@@ -294,6 +295,19 @@ def transform_with_confluent(
         with contextlib.suppress(KafkaException):
             rewind()
     consumer.close()
+
+
+def abandon(history: History, name: str, sink: str, partitions: int, timeout_ms: int) -> None:
+    """A transactional producer that writes `<name>|<n>|1` to every partition of `sink` in a transaction and stops
+    without ending it, as a client that crashed: the coordinator must abort it once `timeout_ms` passed."""
+    producer = Producer(transactional_id=name, transaction_timeout_ms=timeout_ms)
+    producer.init_transactions(60)
+    producer.begin_transaction()
+    outputs = [f"{name}|{partition}|1" for partition in range(partitions)]
+    for partition, output in enumerate(outputs):
+        producer.send(sink, output.encode(), partition=partition)
+    producer.flush(60)
+    history.add(name, "txn", attempt=1, outcome="abandoned", inputs=[], outputs=outputs)
 
 
 def start(target: Callable[..., None], *args: Any) -> threading.Thread:
