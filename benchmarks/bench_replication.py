@@ -1,5 +1,4 @@
-"""Replication benchmarks over three Ray nodes on this machine: `acks=all` throughput with three replicas, and the
-time a partition is unwritable after the node leading it dies.
+"""Replication benchmark over three Ray nodes on this machine: `acks=all` throughput with three replicas.
 
 | figure        | what                                                          | baseline                            |
 |---------------|---------------------------------------------------------------|-------------------------------------|
@@ -7,30 +6,20 @@ time a partition is unwritable after the node leading it dies.
 |               | `send_many` (1 MB batches, null keys: sticky over the         | with replication factor 1 and       |
 |               | partitions) into a topic of 3 partitions with replication     | `acks=1`, on the same cluster in    |
 |               | factor 3, every record acknowledged                           | the same run                        |
-| `failover_s`  | seconds from `remove_node` of the worker node leading a       | Kafka's `broker.session.timeout.ms` |
-|               | partition to the first `acks=all` write acknowledged by the   | default, 9 s (how long a silent     |
-|               | new leader; a producer keeps sending one record at a time     | broker keeps its partitions)        |
 
 The cluster is `ray.cluster_utils.Cluster`, as `tests/actors/test_zz_replication.py` builds it: a head and two
 workers, each with its own log dir and broker (started on the node by a pinned task), Ray's health checks
 shortened through the head's `_system_config` (`HEALTH_CHECKS`; Ray's defaults, 3000 ms / 10000 ms / 5 failures,
 would take ~15 s to declare a killed node dead). It needs Ray to itself: this module stops the shared
 environment's broker and Ray first (so it runs last), and leaves nothing running: after `Cluster.shutdown` any
-process of the cluster still alive is killed by its pid.
+process of the cluster still alive is killed by its pid. `three_nodes` is the cluster of the other multi-node
+modules too (`bench_replication_kafka`, `bench_ray_data_locality`, `bench_failover`).
 
 Both `produce_rf3` sides are measured alternately, best of N each (noise only ever slows a run). Their topics have
 3 partitions so that, with the leaders spread over the brokers, each node leads about one of each topic. A
 replication-factor-3 run counts only if it starts with all 3 replicas of every partition in sync (it waits up to
 `ISR_WAIT_S` for that): with fewer, `acks=all` waits for fewer copies. The goal text lists every ISR change, and
 `met` is false if the ISR shrank during a counted run.
-
-Only a worker is removed for `failover_s`: the head holds the controller and its metadata log, which Kafka's KRaft
-quorum would replicate and raybroker does not. The new leader is seen by polling the controller every
-`STATE_POLL_S` (the detection time in the goal text is that precise). The measured write is the first one
-acknowledged whose batch carries the new leader's epoch (read back from the new leader): `remove_node` kills the
-node's raylet at once, but its actor processes end only when they notice, and meanwhile the old leader may still
-acknowledge writes its followers fetched. The producer keeps Kafka's retry settings (`retries` unbounded, backoff
-100 ms doubling to 1 s); a send it gives up on anyway is sent again by the benchmark and listed in the goal text.
 """
 
 from __future__ import annotations
@@ -38,7 +27,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -67,16 +55,7 @@ WARM_UP_RECORDS = 10_000
 # follower rejoins at its first fetch that reaches the high watermark, well under a second when it works).
 ISR_WAIT_S = 10.0
 PRODUCE_GOAL_RATIO = 0.5
-FAILOVER_BASELINE_S = 9.0
-FAILOVER_GOAL_S = 10.0
-# Kafka's producer `retries` default (Integer.MAX_VALUE): the delivery timeout (120 s) bounds a send instead.
-KAFKA_RETRIES = 2**31 - 1
-# Acknowledged writes before the leader's node is removed: the producer's handles are looked up and warm.
-FAILOVER_WARM_ACKS = 50
 STATE_POLL_S = 0.01
-# Kafka's retry.backoff.ms: how long the failover writer waits before sending a record the producer gave up on.
-RESEND_BACKOFF_S = 0.1
-FAILOVER_TIMEOUT_S = 120.0
 NODE_ARGS = {"num_cpus": 1, "object_store_memory": 128 * 1024 * 1024}
 # The tests' settings: a killed node is declared dead after 3 failed checks 300 ms apart (~1-2 s).
 HEALTH_CHECKS = {"health_check_period_ms": 300, "health_check_timeout_ms": 300, "health_check_failure_threshold": 3}
@@ -90,8 +69,8 @@ EXIT_WAIT_S = 10.0
 def run(ctx: BenchContext) -> list[Figure]:
     ctx.progress("  stopping the shared Ray: this module runs its own 3-node cluster")
     stop_shared_ray(ctx)
-    with three_nodes(ctx) as nodes:
-        return [_produce_rf3(ctx), _failover(ctx, nodes)]
+    with three_nodes(ctx):
+        return [_produce_rf3(ctx)]
 
 
 def stop_shared_ray(ctx: BenchContext) -> None:
@@ -312,165 +291,3 @@ def full_isr(topic: str) -> dict[int, Any]:
         if all(len(state.isr) == REPLICATION_FACTOR for state in now.values()) or time.monotonic() > deadline:
             return now
         time.sleep(STATE_POLL_S)
-
-
-# --- failover_s -------------------------------------------------------------------------------------------
-
-
-@dataclass
-class _SteadyWriter:
-    """Sends one record at a time to one partition with `acks=all`, until stopped; remembers when each was
-    acknowledged (monotonic seconds) and at which offset. A send the producer gives up on (an error it does not
-    retry) is counted in `failed` and sent again after `RESEND_BACKOFF_S`, as an application would; any other
-    error ends the writer (`error`)."""
-
-    topic: str
-    partition: int
-    acks: list[tuple[float, int]] = field(default_factory=list)
-    failed: list[tuple[float, str]] = field(default_factory=list)
-    error: BaseException | None = None
-    stopped: threading.Event = field(default_factory=threading.Event)
-
-    def run(self) -> None:
-        from actors.clients.producer import Producer
-        from storage.errors import RaybrokerError
-
-        value = os.urandom(VALUE_BYTES)
-        try:
-            with Producer(acks="all", linger_ms=0, retries=KAFKA_RETRIES) as producer:
-                while not self.stopped.is_set():
-                    try:
-                        sent = producer.send(self.topic, value, partition=self.partition)
-                        metadata = sent.result(FAILOVER_TIMEOUT_S)
-                    except RaybrokerError as exc:
-                        self.failed.append((time.monotonic(), f"{type(exc).__name__}: {exc}"))
-                        self.stopped.wait(RESEND_BACKOFF_S)
-                        continue
-                    self.acks.append((time.monotonic(), metadata.offset))
-        except BaseException as exc:
-            self.error = exc
-
-    def first_ack_after(self, moment: float) -> tuple[float, int] | None:
-        return next(((at, offset) for at, offset in list(self.acks) if at > moment), None)
-
-
-def _wait_for(condition: Callable[[], Any], timeout_s: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(STATE_POLL_S)
-    raise RuntimeError(f"{what} not reached within {timeout_s:.0f} s")
-
-
-def _failover(ctx: BenchContext, nodes: ThreeNodes) -> Figure:
-    topic = _new_topic("failover", REPLICATION_FACTOR)
-    led_by_worker = [(p, s) for p, s in sorted(states(topic).items()) if s.leader in nodes.workers]
-    if not led_by_worker:
-        raise RuntimeError(f"the head leads every partition of {topic}: no worker to remove")
-    partition, before = led_by_worker[0]
-    writer = _SteadyWriter(topic, partition)
-    thread = threading.Thread(target=writer.run, name="failover-writer", daemon=True)
-    thread.start()
-    try:
-        _wait_for(
-            lambda: len(writer.acks) >= FAILOVER_WARM_ACKS or writer.error, FAILOVER_TIMEOUT_S, "the first writes"
-        )
-        if writer.error is not None:
-            raise RuntimeError(f"the writer failed before the failover: {writer.error!r}")
-        removed_at = time.monotonic()
-        nodes.remove(before.leader)
-        removed_s = time.monotonic() - removed_at
-        ctx.progress(f"  removed node {before.leader[:6]} (leader of {topic}-{partition}) in {removed_s:.2f} s")
-
-        def new_state() -> Any:
-            state = states(topic)[partition]
-            return state if state.leader not in (before.leader, "") else None
-
-        after = _wait_for(new_state, FAILOVER_TIMEOUT_S, "a new leader")
-        detection_s = time.monotonic() - removed_at
-        elected_at = removed_at + detection_s
-        _wait_for(
-            lambda: writer.first_ack_after(elected_at) or writer.error, FAILOVER_TIMEOUT_S, "a write after the election"
-        )
-        if writer.error is not None:
-            raise RuntimeError(f"the writer failed during the failover: {writer.error!r}")
-    finally:
-        writer.stopped.set()
-        thread.join(FAILOVER_TIMEOUT_S)
-    # `remove_node` kills the node's raylet; its worker processes (the old leader among them) end only when they
-    # notice, so writes acknowledged after it returned may still be the old leader's. Each record's batch carries
-    # the epoch of the leader that appended it: the first write in the new leader's epoch is the one measured.
-    removed_returned = removed_at + removed_s
-    after_removal = [(at, offset) for at, offset in writer.acks if at > removed_returned]
-    epochs = _leader_epochs(topic, partition, after.leader, after_removal[0][1] if after_removal else 0)
-    new_epoch = [(at, offset) for at, offset in after_removal if epochs.get(offset, -1) >= after.leader_epoch]
-    if not new_epoch:
-        raise RuntimeError(f"no acknowledged write of {topic}-{partition} is in leader epoch {after.leader_epoch}")
-    acked_at, offset = new_epoch[0]
-    failover_s = acked_at - removed_at
-    zombie = [(at, o) for at, o in after_removal if epochs.get(o, -1) < after.leader_epoch]
-    lost = [o for _, o in zombie if o not in epochs]
-    zombie_note = (
-        f"the old leader acknowledged {len(zombie)} write(s) up to {zombie[-1][0] - removed_at:.2f} s after the "
-        "removal (remove_node kills the raylet; its workers end when they notice)"
-        + (f", {len(lost)} of them missing on the new leader: {lost}" if lost else ", all of them on the new leader")
-        if zombie
-        else "no write acknowledged by the old leader after the removal"
-    )
-    ctx.progress(
-        f"  new leader {after.leader[:6]} (epoch {after.leader_epoch}, ISR {len(after.isr)}) named after "
-        f"{detection_s:.2f} s; first write in its epoch acknowledged after {failover_s:.2f} s at offset {offset}; "
-        f"{zombie_note}"
-    )
-    failures = _failures(writer, removed_at)
-    if failures:
-        ctx.progress(f"  sends the producer gave up on: {failures}")
-    checks = HEALTH_CHECKS
-    return Figure(
-        "failover_s",
-        failover_s,
-        "s",
-        "Kafka broker.session.timeout.ms default",
-        FAILOVER_BASELINE_S,
-        failover_s / FAILOVER_BASELINE_S,
-        f"< {FAILOVER_GOAL_S:g} s (ratio ours/Kafka's); new leader named after {detection_s:.2f} s "
-        f"(remove_node took {removed_s:.2f} s, controller polled every {STATE_POLL_S * 1000:g} ms); Ray health "
-        f"checks every {checks['health_check_period_ms']} ms, timeout {checks['health_check_timeout_ms']} ms, "
-        f"dead after {checks['health_check_failure_threshold']} failures; producer acks=all, one record at a time, "
-        f"Kafka's retry backoff (100 ms to 1 s); {zombie_note}; {failures or 'no send failed'}",
-        failover_s < FAILOVER_GOAL_S,
-    )
-
-
-def _leader_epochs(topic: str, partition: int, node: str, from_offset: int) -> dict[int, int]:
-    """Offset -> the leader epoch of its batch, for the records of the replica on `node` from `from_offset`."""
-    from actors.calls import call
-    from actors.partition_lookup import replica_actor
-    from storage.records.file_records import iter_any_batches
-    from storage.records.record_batch import RecordBatch
-
-    data = call(replica_actor(topic, partition, node).read.remote(from_offset, 1 << 24))
-    return {
-        offset: batch.partition_leader_epoch
-        for batch in iter_any_batches(data)
-        if isinstance(batch, RecordBatch)
-        for offset in range(batch.base_offset, batch.last_offset + 1)
-    }
-
-
-def _failures(writer: _SteadyWriter, removed_at: float) -> str:
-    """The sends the producer failed (not retried), by error, with when they came after the removal."""
-    if not writer.failed:
-        return ""
-    by_error: dict[str, list[float]] = {}
-    for at, error in writer.failed:
-        by_error.setdefault(error.split(":", 1)[0], []).append(at - removed_at)
-    parts = [
-        f"{len(times)} {name} ({min(times):.2f}-{max(times):.2f} s)"
-        if len(times) > 1
-        else f"1 {name} ({times[0]:.2f} s)"
-        for name, times in by_error.items()
-    ]
-    return f"sends failed and sent again: {', '.join(parts)}; first: {writer.failed[0][1]}"
