@@ -28,7 +28,17 @@ from actors.options import (
     partition_actor_name,
 )
 from actors.server.partition_host import partition_method_group
-from storage.errors import BrokerNotAvailableError, InvalidRequestError, UnknownTopicOrPartitionError
+from storage.errors import (
+    BrokerNotAvailableError,
+    InvalidRequestError,
+    RequestTimedOutError,
+    UnknownTopicOrPartitionError,
+)
+
+# How long a node's log manager may take to say which process hosts a partition (milliseconds when it runs): one that
+# stands still (paused, hung) while Ray keeps its node alive never answers, and a lookup waiting on it would hold back
+# every append behind it after the controller elected a new leader elsewhere.
+HOST_LOOKUP_TIMEOUT_S = 5.0
 
 
 def partition_actor(topic: str, partition: int) -> Any:
@@ -57,15 +67,24 @@ def leader_replica(topic: str, partition: int) -> tuple[Any, LeaderAndIsr]:
 
 def replica_actor(topic: str, partition: int, node_id: str) -> Any:
     """The replica of (topic, partition) on Ray node `node_id`, as `partition_actor` answers it;
-    `UnknownTopicOrPartitionError` if that node hosts none."""
+    `UnknownTopicOrPartitionError` if that node hosts none, `BrokerNotAvailableError` (retriable) if its log manager
+    does not say within `HOST_LOOKUP_TIMEOUT_S`."""
     try:
         return ray.get_actor(partition_actor_name(topic, partition, node_id), namespace=NAMESPACE)
     except ValueError:
         pass
     try:
-        host = call(get_actor(log_manager_name(node_id)).partition_host.remote(topic, partition))
+        host = call(
+            get_actor(log_manager_name(node_id)).partition_host.remote(topic, partition),
+            timeout_s=HOST_LOOKUP_TIMEOUT_S,
+        )
     except BrokerNotAvailableError:
         host = None
+    except RequestTimedOutError:
+        raise BrokerNotAvailableError(
+            f"the broker of node {node_id} did not say within {HOST_LOOKUP_TIMEOUT_S:g} s which process hosts "
+            f"{topic}-{partition} (it stands still, or its node is gone)"
+        ) from None
     if host is None:
         raise UnknownTopicOrPartitionError(f"no replica of {topic}-{partition} is hosted on node {node_id}")
     return HostedPartitionHandle(host, topic, partition)

@@ -22,6 +22,13 @@ Python producer's sender (`actors.clients.sender`, from a thread of its own) and
 - Lost answers: an append whose leader's process went away before answering may have been written, and
   replicated; it fails with `RequestTimedOutError`, Kafka's REQUEST_TIMED_OUT, which Kafka's clients read as
   possibly written, where LEADER_NOT_AVAILABLE would tell them it was not.
+- Replaced leaders: a Ray call to a process that stands still (paused, hung) while Ray keeps its node alive never
+  answers and never fails. So an append that waited `LEADER_CHECK_S` makes the route ask the controller for the
+  partition's state (one thread per route, one question per partition and check, `_LeaderWatch`); once the
+  controller has elected a leader in a later epoch than the one the append went to (the old one fenced by its
+  missing heartbeats), the append fails as a lost answer does, `RequestTimedOutError`, and the next one looks the
+  leader up again. Without it every append through the route went on to the paused leader until it resumed,
+  librdkafka's retries through a listener included (measured: 90 s against Kafka's 61 s, `failover_pause_s`).
 
 A thread that drives its own calls in flight (the sender) takes `leader(...)` (blocking on a lookup), then
 `send(...)`, which answers an `AppendCall` at once; an event loop awaits `append(...)`. Either way the answer is
@@ -33,11 +40,15 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import logging
+import threading
+import time
+from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from actors.calls import answer, call, finished
+from actors.calls import call, controller, finished
 from actors.clients.append_connection import AppendConnection, AppendConnections, AppendReply
 from actors.clients.append_order import AppendOrder
 from actors.clients.sequence_fence import SequenceFences, batch_producer
@@ -46,55 +57,87 @@ from actors.partition_lookup import leader_replica
 from storage.errors import AnswerLostError, RaybrokerError, RequestTimedOutError
 from storage.partition.log import LogAppendInfo
 
+logger = logging.getLogger(__name__)
+
 PartitionKey = tuple[str, int]
+# How long an append waits before its route asks whether the controller replaced the leader it went to, and how
+# often it asks again while the append waits.
+LEADER_CHECK_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
 class PartitionLeader:
-    """Where a partition's appends go: its leader's handle, whether it has followers, and its append channel (None:
-    the appends are Ray calls)."""
+    """Where a partition's appends go: its leader's handle, whether it has followers, its append channel (None: the
+    appends are Ray calls), and the leader epoch the controller had elected it in when it was looked up."""
 
     handle: Any
     replicated: bool
     channel: AppendConnection | None
+    leader_epoch: int = -1
 
 
 class AppendCall:
-    """One append in flight: the channel's reply or the Ray call's `ObjectRef`. `add_done_callback` runs its callback
-    once the answer is there, on the channel's reader or a Ray thread (it must not wait); `result` (once done) and
+    """One append in flight: the channel's reply or the Ray call's `ObjectRef`, settled into one outcome, which the
+    route's leader watch may settle first (`abandon`). `add_done_callback` runs its callback once the outcome is
+    there, on the channel's reader, a Ray thread or the watch's thread (it must not wait); `result` (once done) and
     `async_result` give the answer. A retriable failure makes the route forget the leader the call went to."""
 
-    __slots__ = ("_key", "_leader", "_reply", "_route")
+    __slots__ = ("_key", "_leader", "_outcome", "_route", "sent_at")
 
     def __init__(self, route: AppendRoute, key: PartitionKey, leader: PartitionLeader, reply: Any) -> None:
         self._route = route
         self._key = key
         self._leader = leader
-        self._reply = reply
+        self.sent_at = time.monotonic()
+        self._outcome: concurrent.futures.Future[LogAppendInfo] = concurrent.futures.Future()
+        if leader.channel is not None:
+            reply.add_done_callback(self._settle)
+        else:
+            reply.future().add_done_callback(self._settle)
+
+    @property
+    def key(self) -> PartitionKey:
+        return self._key
+
+    @property
+    def leader(self) -> PartitionLeader:
+        return self._leader
+
+    def _settle(self, done: concurrent.futures.Future[Any]) -> None:
+        try:
+            info = done.result(0) if self._leader.channel is not None else finished(done)
+        except RaybrokerError as exc:
+            self._set(self._failed(exc))
+        except Exception as exc:  # not a raybroker error: the outcome carries it as it is
+            self._set(exc)
+        else:
+            self._set(info)
+
+    def _set(self, outcome: LogAppendInfo | BaseException) -> None:
+        """Settles the outcome once: the first of the answer and the watch's `abandon` wins."""
+        self._route.watch.remove(self)
+        with contextlib.suppress(concurrent.futures.InvalidStateError):
+            if isinstance(outcome, BaseException):
+                self._outcome.set_exception(outcome)
+            else:
+                self._outcome.set_result(outcome)
+
+    def abandon(self, why: str) -> None:
+        """Fails the append as possibly written (its answer may still come; it is dropped): the controller replaced
+        the leader it went to."""
+        self._set(self._failed(AnswerLostError(why)))
 
     def add_done_callback(self, callback: Callable[[], None]) -> None:
-        future = self._reply if self._leader.channel is not None else self._reply.future()
-        future.add_done_callback(lambda _: callback())
+        self._outcome.add_done_callback(lambda _: callback())
 
     def result(self) -> LogAppendInfo:
         """The answer of a call that is done (else waits for it); the partition's typed error if it failed,
         `RequestTimedOutError` if its answer was lost (see `_failed`)."""
-        try:
-            if self._leader.channel is not None:
-                info: LogAppendInfo = self._reply.result()
-                return info
-            return call(self._reply)
-        except RaybrokerError as exc:
-            raise self._failed(exc) from None
+        return self._outcome.result()
 
     async def async_result(self) -> LogAppendInfo:
         """`result`, awaited on the running event loop."""
-        try:
-            if self._leader.channel is not None:
-                return await _on_loop(self._reply)
-            return await answer(self._reply)
-        except RaybrokerError as exc:
-            raise self._failed(exc) from None
+        return await asyncio.wrap_future(self._outcome)
 
     def _failed(self, error: RaybrokerError) -> RaybrokerError:
         """The error the append fails with; a retriable one makes the route forget the leader. An answer lost with
@@ -111,6 +154,61 @@ class AppendCall:
         return error
 
 
+class _LeaderWatch:
+    """The appends of a route still waiting, and a thread that fails those whose leader the controller replaced
+    (see the module docstring); the thread starts with the first append and ends with `close`."""
+
+    def __init__(self) -> None:
+        self._waiting: dict[int, AppendCall] = {}
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def add(self, append: AppendCall) -> None:
+        with self._lock:
+            self._waiting[id(append)] = append
+            if self._thread is None and not self._closed.is_set():
+                self._thread = threading.Thread(target=self._run, name="raybroker-leader-watch", daemon=True)
+                self._thread.start()
+
+    def remove(self, append: AppendCall) -> None:
+        with self._lock:
+            self._waiting.pop(id(append), None)
+
+    def close(self) -> None:
+        self._closed.set()
+
+    def _run(self) -> None:
+        while not self._closed.wait(LEADER_CHECK_S):
+            self.check()
+
+    def check(self) -> int:
+        """Fails every append that waited `LEADER_CHECK_S` on a leader the controller has replaced since; how many."""
+        now = time.monotonic()
+        by_leader: dict[tuple[PartitionKey, int], list[AppendCall]] = defaultdict(list)
+        with self._lock:
+            for append in self._waiting.values():
+                if now - append.sent_at >= LEADER_CHECK_S:
+                    by_leader[(append.key, append.leader.leader_epoch)].append(append)
+        abandoned = 0
+        for ((topic, partition), epoch), appends in by_leader.items():
+            try:
+                state = call(controller().partition_state.remote(topic, partition), timeout_s=LEADER_CHECK_S * 5)
+            except RaybrokerError as exc:
+                logger.debug("%s-%d: the controller did not answer the leader check: %s", topic, partition, exc)
+                continue
+            if state.leader_epoch <= epoch:
+                continue
+            why = (
+                f"the controller replaced the leader of {topic}-{partition} (epoch {epoch}, now {state.leader_epoch}) "
+                "while an append to it waited"
+            )
+            for append in appends:
+                append.abandon(why)
+            abandoned += len(appends)
+        return abandoned
+
+
 class AppendRoute:
     """One client's route to the leaders of the partitions it appends to; see the module docstring. `leader` and
     `send` may be called from several threads; `append` from one event loop."""
@@ -122,6 +220,7 @@ class AppendRoute:
         self._leaders: dict[PartitionKey, PartitionLeader] = {}
         self._order = AppendOrder()
         self._fences = SequenceFences()
+        self.watch = _LeaderWatch()
 
     def leader(self, topic: str, partition: int) -> PartitionLeader:
         """The partition's leader as last found, or looked up now (blocking: Ray's name service, the controller).
@@ -133,7 +232,7 @@ class AppendRoute:
             channel = (
                 self._connections.for_leader(handle, state, with_followers=True) if self._same_node_channels else None
             )
-            leader = PartitionLeader(handle, state.replication_factor > 1, channel)
+            leader = PartitionLeader(handle, state.replication_factor > 1, channel, state.leader_epoch)
             self._leaders[key] = leader
         return leader
 
@@ -157,7 +256,10 @@ class AppendRoute:
             reply = leader.handle.append.remote(batches, acks)
             if acks == ACKS_ALL and leader.replicated:
                 reply = leader.handle.await_replicated.remote(reply, timeout_ms)
-        return AppendCall(self, (topic, partition), leader, reply)
+        appended = AppendCall(self, (topic, partition), leader, reply)
+        if leader.replicated:
+            self.watch.add(appended)
+        return appended
 
     async def append(
         self,
@@ -204,6 +306,7 @@ class AppendRoute:
 
     def close(self) -> None:
         """Closes the append channel connections; their appends still waiting fail with `RequestTimedOutError`."""
+        self.watch.close()
         self._connections.close()
 
 

@@ -15,6 +15,7 @@ started ahead), so a topic's creation is checked to answer with its full ISR on 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import signal
@@ -303,11 +304,30 @@ def test_a_paused_broker_is_fenced_at_its_session_timeout_and_rejoins_when_resum
     writer per partition. Resumed, the zombie leader is told it leads no more (its next heartbeat registers it
     again and it learns every state), and nothing it held is acknowledged twice or lost: each partition's replicas
     end identical, holding each writer's acknowledged records once, in order. A write in flight to the paused
-    leader waits for the pause to end (the new leader answers its retry)."""
+    leader fails once the controller elected its successor (the append route's leader watch: a Ray call to a
+    stopped process never answers while Ray keeps its node alive), and its retry is answered by the new leader while
+    the old one is still paused, the Python producer's and librdkafka's through a listener alike (`wire`), and a
+    librdkafka producer that starts during the pause, whose first append finds the leader's broker standing still
+    (`fresh`), is answered by the new leader too."""
+    from confluent_kafka import Producer as KafkaProducer
+
+    from cluster.protocol.listener_actor import start_kafka_listeners
+    from storage.config.broker_config import BrokerConfig
+
     Admin().create_topic("paused", partitions=3, replication_factor=3)
+    Admin().create_topic("paused-wire", partitions=3, replication_factor=3)
     before = states("paused")
     victim = next(s.leader for s in before.values() if s.leader in nodes.workers)
     led = {p for p, s in before.items() if s.leader == victim}
+    wire_partition = next(p for p, s in states("paused-wire").items() if s.leader == victim)
+    # A partition no client wrote to yet: a producer that starts during the pause must find its leader, whose
+    # broker stands still, and go on once the controller elected another.
+    Admin().create_topic("paused-fresh", partitions=3, replication_factor=3)
+    fresh_partition = next(p for p, s in states("paused-fresh").items() if s.leader == victim)
+    fresh: list[tuple[float, Any]] = []
+    config = BrokerConfig.from_properties({"listeners": "PLAINTEXT://127.0.0.1:0", "node.id": "0"})
+    bootstrap = start_kafka_listeners(config, nodes.head).bootstrap_servers
+    wire: list[tuple[float, Any]] = []
     raylet = psutil.Process(nodes.workers[victim].all_processes["raylet"][0].process.pid)
     # Ray's workers; not its agents, which the raylet's own health depends on.
     paused = [proc for proc in raylet.children(recursive=True) if "Agent" not in proc.name()]
@@ -323,27 +343,67 @@ def test_a_paused_broker_is_fenced_at_its_session_timeout_and_rejoins_when_resum
                 written[partition].append((sent, time.monotonic(), offset))
                 time.sleep(0.02)
 
-    writers = [threading.Thread(target=write, args=(p,)) for p in before]
+    def write_wire() -> None:
+        producer = KafkaProducer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True})
+        while not stop.is_set():
+            producer.produce(
+                "paused-wire",
+                value=b"w",
+                partition=wire_partition,
+                on_delivery=lambda error, _message: wire.append((time.monotonic(), error)),
+            )
+            producer.poll(0.02)
+        assert producer.flush(120) == 0
+
+    def write_fresh() -> None:
+        producer = KafkaProducer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True})
+        producer.produce(
+            "paused-fresh",
+            value=b"f",
+            partition=fresh_partition,
+            on_delivery=lambda error, _message: fresh.append((time.monotonic(), error)),
+        )
+        producer.flush(120)
+
+    writers = [threading.Thread(target=write, args=(p,)) for p in before] + [threading.Thread(target=write_wire)]
     for writer in writers:
         writer.start()
     session_s = int(BROKER_SETTINGS["broker.session.timeout.ms"]) / 1000
     # The session counts from the last heartbeat, sent up to one interval before the pause.
     heartbeat_s = int(BROKER_SETTINGS["broker.heartbeat.interval.ms"]) / 1000
     try:
-        wait_until(lambda: all(len(w) >= 10 for w in written.values()), what="acknowledged writes before the pause")
+        wait_until(
+            lambda: all(len(w) >= 10 for w in written.values()) and len(wire) >= 10,
+            what="acknowledged writes before the pause",
+        )
         paused_at = time.monotonic()
         for proc in paused:
             proc.send_signal(signal.SIGSTOP)
+        newcomer = threading.Thread(target=write_fresh)
+        newcomer.start()
+        writers.append(newcomer)
         try:
             wait_until(lambda: victim not in registered_brokers(), what="the paused broker fenced")
             fenced_s = time.monotonic() - paused_at
             assert victim in {node["NodeID"] for node in ray.nodes() if node["Alive"]}
             assert all(victim not in s.isr and s.leader != victim for s in states("paused").values())
             counts = {p: len(w) for p, w in written.items()}
-            wait_until(
-                lambda: all(len(written[p]) >= counts[p] + 10 for p in before if p not in led),
-                what="acks=all writes after the fence",
-            )
+            wired = len(wire)
+            try:
+                wait_until(
+                    lambda: (
+                        all(len(written[p]) >= counts[p] + 10 for p in before)
+                        and len(wire) >= wired + 10
+                        and bool(fresh)
+                    ),
+                    timeout_s=session_s + 10,
+                    what="acks=all writes after the fence, to the partitions the paused broker led too",
+                )
+            except AssertionError as exc:
+                progress = {p: len(written[p]) - counts[p] for p in before}
+                raise AssertionError(
+                    f"{exc}: writes since per partition {progress} (led {led}), wire {len(wire) - wired}, fresh {fresh}"
+                ) from None
         finally:
             for proc in paused:
                 with contextlib.suppress(psutil.Error):
@@ -359,11 +419,13 @@ def test_a_paused_broker_is_fenced_at_its_session_timeout_and_rejoins_when_resum
         stop.set()
         for writer in writers:
             writer.join()
+    assert all(error is None for _, error in wire + fresh), [error for _, error in wire + fresh if error][:3]
+    wire_gap_s = max(later - earlier for (earlier, _), (later, _) in itertools.pairwise(wire))
+    assert wire_gap_s < session_s + 5, wire_gap_s
     for partition, acked in written.items():
         assert [offset for _, _, offset in acked] == list(range(len(acked)))
-        if partition not in led:
-            longest_wait_s = max(done - sent for sent, done, _ in acked)
-            assert longest_wait_s < session_s + 5, (partition, longest_wait_s)
+        longest_wait_s = max(done - sent for sent, done, _ in acked)
+        assert longest_wait_s < session_s + 5, (partition, partition in led, longest_wait_s)
         replicas, count = before[partition].replicas, len(acked)
         wait_until(
             lambda p=partition, n=count, r=replicas: all(len(replica_records("paused", p, node, n)) == n for node in r),
