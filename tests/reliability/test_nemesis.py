@@ -6,8 +6,9 @@ head and off each other, and kills nodes (`tests.reliability.nemesis.faults`). A
 duplicate, no read of data later truncated, no aborted read, no torn transaction, every input transformed exactly
 once per transformer, no committed offset lost or past its data, no transaction left open, replicas identical.
 
-Quick mode (in the suite): one fault of each kind, aimed at the roles that matter (the coordinator's node paused, a
-leader's host cut from the head, a broker paused, two workers cut from each other, a follower's node killed).
+Quick mode (in the suite): one fault of each kind but kills, aimed at the roles that matter (the coordinator's node
+paused, a leader's host cut from the head, a leader's broker paused, two workers cut from each other); node kills are
+the quick mode of `tests/actors/test_zz_replication.py`, and the long mode's too.
 `RAYBROKER_RELIABILITY=long`: faults of random kinds and roles for `RAYBROKER_NEMESIS_MINUTES` (30) minutes.
 Each run writes its history (`history.jsonl`) and the checker's summary (`summary.json`) into the test's temp dir,
 or into `RAYBROKER_NEMESIS_DIR` if set.
@@ -65,8 +66,7 @@ QUICK_SCHEDULE = [
     faults.Fault("pause_node", "coordinator", 1.0),
     faults.Fault("cut_from_head", "leader", 2.0),
     faults.Fault("pause_broker", "leader", 6.0),
-    faults.Fault("cut_from_peer", "any", 5.0),
-    faults.Fault("kill_node", "follower", 1.0),
+    faults.Fault("cut_from_peer", "any", 4.0),
 ]
 
 
@@ -142,7 +142,7 @@ def test_no_anomaly_under_pauses_partitions_and_kills(tmp_path: Path) -> None:
         else:
             for fault in QUICK_SCHEDULE:
                 faults.inject(hosts, history, fault, [SOURCE, SINK], rng)
-                time.sleep(2)
+                time.sleep(1)
         stop_writes.set()
         for thread in threads:
             thread.join(timeout=120)
