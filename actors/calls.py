@@ -2,8 +2,8 @@
 
 Ray wraps an exception raised inside an actor in `RayTaskError`; clients see the original typed error
 from `storage.errors` instead (`OffsetOutOfRangeError`, `InvalidRecordError`, ...). An actor that is
-dead or restarting surfaces as `BrokerNotAvailableError` (its `AnswerLostError`: the call may have run), which
-producers treat as retriable.
+dead or restarting, or an answer lost with the node whose object store held it, surfaces as
+`BrokerNotAvailableError` (its `AnswerLostError`: the call may have run), which producers treat as retriable.
 
 Finding a partition's replicas is `actors.partition_lookup`'s.
 """
@@ -20,6 +20,7 @@ from ray.exceptions import (
     ActorUnavailableError,
     ActorUnschedulableError,
     GetTimeoutError,
+    ObjectLostError,
     RayActorError,
     RayTaskError,
 )
@@ -43,7 +44,7 @@ def call(ref: Any, timeout_s: float | None = None) -> Any:
     """`ray.get(ref)`, raising the actor's own typed error rather than Ray's wrapper."""
     try:
         return ray.get(ref, timeout=timeout_s)
-    except (RayTaskError, RayActorError, ActorUnschedulableError, GetTimeoutError) as exc:
+    except (RayTaskError, RayActorError, ActorUnschedulableError, GetTimeoutError, ObjectLostError) as exc:
         _raise_typed(exc, timeout_s)
 
 
@@ -74,7 +75,7 @@ def call_when_available(submit: Callable[[], Any], timeout_s: float) -> Any:
             if time.monotonic() + RESTART_POLL_SECONDS >= deadline:
                 _raise_typed(exc, timeout_s)
             time.sleep(RESTART_POLL_SECONDS)
-        except (RayTaskError, RayActorError, ActorUnschedulableError, GetTimeoutError) as exc:
+        except (RayTaskError, RayActorError, ActorUnschedulableError, GetTimeoutError, ObjectLostError) as exc:
             _raise_typed(exc, timeout_s)
 
 
@@ -96,8 +97,10 @@ def _raise_typed(exc: Exception, timeout_s: float | None) -> NoReturn:
 
 def _raise_unavailable(exc: Exception) -> NoReturn:
     """`BrokerNotAvailableError` for an actor that could not be placed (the call never ran), `AnswerLostError` for
-    one that died or restarted: Ray does not say whether that happened before or after the actor took the call."""
-    if isinstance(exc, RayActorError):
+    one that died or restarted, and for an answer lost with the node that held it (`ObjectLostError`: a node removed
+    or declared dead before the caller fetched a large answer from its object store): Ray does not say whether that
+    happened before or after the actor took the call."""
+    if isinstance(exc, (RayActorError, ObjectLostError)):
         raise AnswerLostError(f"actor unavailable: {exc}") from None
     raise BrokerNotAvailableError(f"actor unavailable: {exc}") from None
 
@@ -107,7 +110,7 @@ def finished(future: concurrent.futures.Future[Any]) -> Any:
     callback, where `ray.get` must not be called)."""
     try:
         return future.result(0)
-    except (RayTaskError, RayActorError, ActorUnschedulableError, ActorUnavailableError) as exc:
+    except (RayTaskError, RayActorError, ActorUnschedulableError, ActorUnavailableError, ObjectLostError) as exc:
         _raise_typed(exc, None)
 
 

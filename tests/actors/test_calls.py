@@ -1,6 +1,7 @@
 """`actors.calls` on a real local Ray: a call to an actor that is restarting fails at once (raybroker's actors have
 no task retries), `call_when_available` submits an idempotent call again until the restarted actor answers, and a
-call whose actor died under it fails as an answer lost (it may have run)."""
+call whose actor died under it, or whose answer was lost from the object store, fails as an answer lost (it may have
+run)."""
 
 from __future__ import annotations
 
@@ -48,6 +49,10 @@ class Sleeper:
     def sleep(self, seconds: float) -> float:
         time.sleep(seconds)
         return seconds
+
+    def handed(self, size: int) -> list[Any]:
+        """A reference to an object this actor owns (Ray frees it with its owner)."""
+        return [ray.put(b"x" * size)]
 
 
 @pytest.fixture
@@ -99,3 +104,21 @@ def test_a_call_whose_actor_dies_under_it_fails_as_an_answer_lost() -> None:
     with pytest.raises(AnswerLostError) as lost:
         call(running, timeout_s=60)
     assert isinstance(lost.value, BrokerNotAvailableError) and lost.value.retriable
+
+
+def test_an_answer_lost_from_the_object_store_fails_as_an_answer_lost() -> None:
+    """An object lost from Ray's object store (its node removed or declared dead before the caller fetched it, or, as
+    here, its owner gone) makes `ray.get` raise Ray's `ObjectLostError`: callers see a lost answer, retriable, not a
+    Ray error of its own."""
+    actor = Sleeper.remote()
+    [handed] = call(actor.handed.remote(1 << 20), timeout_s=60)
+    ray.kill(actor, no_restart=True)
+    with pytest.raises(AnswerLostError):
+        call(actor.pid.remote(), timeout_s=60)
+    # The node's object store may serve the object until the owner's death reaches it.
+    deadline = time.monotonic() + 30
+    with pytest.raises(AnswerLostError) as lost:
+        while time.monotonic() < deadline:
+            call(handed, timeout_s=60)
+            time.sleep(0.2)
+    assert lost.value.retriable

@@ -41,7 +41,9 @@ from tests.reliability.nemesis.history import History, longest_ack_gaps
 from tests.reliability.nemesis.hosts import Hosts
 from tests.reliability.nemesis.network import Network, missing_tools
 
-pytestmark = [pytest.mark.ray, pytest.mark.reliability]
+MINUTES = float(os.environ.get("RAYBROKER_NEMESIS_MINUTES", "30"))
+# The long mode's faults, plus the start, the end and the check: pytest's 600 s would stop it midway.
+pytestmark = [pytest.mark.ray, pytest.mark.reliability, pytest.mark.timeout((MINUTES * 60 if LONG else 0) + 600)]
 OWNS_RAY = True
 
 # Ray declares a node dead after ~1 s of missed health checks (its default is ~15 s), so that a pause or a cut
@@ -133,8 +135,7 @@ def test_no_anomaly_under_pauses_partitions_and_kills(tmp_path: Path) -> None:
         abandoned.join(timeout=90)
         time.sleep(3)
         if LONG:
-            minutes = float(os.environ.get("RAYBROKER_NEMESIS_MINUTES", "30"))
-            deadline = time.monotonic() + minutes * 60
+            deadline = time.monotonic() + MINUTES * 60
             while time.monotonic() < deadline:
                 for fault in faults.random_schedule(rng, 1, (1.0, 8.0)):
                     faults.inject(hosts, history, fault, [SOURCE, SINK], rng)
@@ -156,8 +157,10 @@ def test_no_anomaly_under_pauses_partitions_and_kills(tmp_path: Path) -> None:
         final = final_state.collect({SOURCE: PARTITIONS, SINK: PARTITIONS}, ["group", "tp", "tc"])
     finally:
         history.write(out / "history.jsonl")
-        hosts.shutdown()
-        network.remove()
+        try:
+            hosts.shutdown()
+        finally:
+            network.remove()
     anomalies = check(history, final, {"tp": SOURCE, "tc": SOURCE})
     summary = {
         "anomalies": anomalies.counts(),
