@@ -343,29 +343,24 @@ def test_a_paused_broker_is_fenced_at_its_session_timeout_and_rejoins_when_resum
                 written[partition].append((sent, time.monotonic(), offset))
                 time.sleep(0.02)
 
-    def write_wire() -> None:
+    def write_wire(topic: str, partition: int, delivered: list[tuple[float, Any]], once: bool = False) -> None:
+        """librdkafka through the listener, one record every 20 ms (`once`: a single record), each delivery's time
+        and error in `delivered`."""
         producer = KafkaProducer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True})
-        while not stop.is_set():
+        while True:
             producer.produce(
-                "paused-wire",
+                topic,
                 value=b"w",
-                partition=wire_partition,
-                on_delivery=lambda error, _message: wire.append((time.monotonic(), error)),
+                partition=partition,
+                on_delivery=lambda error, _message: delivered.append((time.monotonic(), error)),
             )
+            if once or stop.is_set():
+                break
             producer.poll(0.02)
-        assert producer.flush(120) == 0
-
-    def write_fresh() -> None:
-        producer = KafkaProducer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True})
-        producer.produce(
-            "paused-fresh",
-            value=b"f",
-            partition=fresh_partition,
-            on_delivery=lambda error, _message: fresh.append((time.monotonic(), error)),
-        )
         producer.flush(120)
 
-    writers = [threading.Thread(target=write, args=(p,)) for p in before] + [threading.Thread(target=write_wire)]
+    writers = [threading.Thread(target=write, args=(p,)) for p in before]
+    writers.append(threading.Thread(target=write_wire, args=("paused-wire", wire_partition, wire)))
     for writer in writers:
         writer.start()
     session_s = int(BROKER_SETTINGS["broker.session.timeout.ms"]) / 1000
@@ -379,7 +374,7 @@ def test_a_paused_broker_is_fenced_at_its_session_timeout_and_rejoins_when_resum
         paused_at = time.monotonic()
         for proc in paused:
             proc.send_signal(signal.SIGSTOP)
-        newcomer = threading.Thread(target=write_fresh)
+        newcomer = threading.Thread(target=write_wire, args=("paused-fresh", fresh_partition, fresh, True))
         newcomer.start()
         writers.append(newcomer)
         try:
