@@ -48,7 +48,7 @@ BENCHMARKS: dict[str, tuple[str, ...]] = {
     "bench_ray_data": ("ray_data_read", "ray_data_write"),
     # Last: these stop the shared Ray and run a 3-node cluster of their own.
     "bench_ray_data_locality": ("ray_data_locality",),
-    "bench_replication": ("produce_rf3",),
+    "bench_replication": ("produce_rf3", "txn_produce_rf3"),
     "bench_replication_kafka": ("produce_rf3_kafka",),
     "bench_failover": ("failover_s", "failover_pause_s"),
 }

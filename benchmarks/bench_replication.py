@@ -6,6 +6,10 @@
 |               | `send_many` (1 MB batches, null keys: sticky over the         | with replication factor 1 and       |
 |               | partitions) into a topic of 3 partitions with replication     | `acks=1`, on the same cluster in    |
 |               | factor 3, every record acknowledged                           | the same run                        |
+| `txn_produce_rf3` | records/s, one transactional `Producer` from the head     | the same producer idempotent        |
+|               | node, transactions of 1,000 100-byte records over the 3       | (acks=all) into the same topic, one |
+|               | partitions of a replication-factor-3 topic (`send_many`,      | wait at the end                     |
+|               | `commit_transaction`); `__transaction_state` has 3 replicas   |                                     |
 
 The cluster is `ray.cluster_utils.Cluster`, as `tests/actors/test_zz_replication.py` builds it: a head and two
 workers, each with its own log dir and broker (started on the node by a pinned task), Ray's health checks
@@ -70,7 +74,7 @@ def run(ctx: BenchContext) -> list[Figure]:
     ctx.progress("  stopping the shared Ray: this module runs its own 3-node cluster")
     stop_shared_ray(ctx)
     with three_nodes(ctx):
-        return [_produce_rf3(ctx)]
+        return [_produce_rf3(ctx), _txn_produce_rf3(ctx)]
 
 
 def stop_shared_ray(ctx: BenchContext) -> None:
@@ -281,6 +285,83 @@ def _produce_rf3(ctx: BenchContext) -> Figure:
     )
     # A run whose ISR shrank was fast because `acks=all` stopped waiting for the replicas that left.
     return dataclasses.replace(figure, met=bool(figure.met) and not shrank)
+
+
+# --- txn_produce_rf3 --------------------------------------------------------------------------------------
+
+TRANSACTION_RECORDS = 1_000
+TRANSACTIONS = 300
+QUICK_TRANSACTIONS = 50
+# Kafka's own transactional / idempotent ratio with one client is ~0.17 (`txn_vs_idempotent`): a report, no goal.
+TXN_REPEATS = 2
+
+
+def _txn_produce_rf3(ctx: BenchContext) -> Figure:
+    """Transactions into a replication-factor-3 topic: each commit writes PrepareCommit and CompleteCommit to
+    `__transaction_state` and a marker to each of the 3 partitions, all acks=all, from whichever node the
+    coordinator runs on, beside the same records sent idempotent."""
+    from actors.clients.producer import Producer
+
+    transactions = QUICK_TRANSACTIONS if ctx.quick else TRANSACTIONS
+    count = transactions * TRANSACTION_RECORDS
+    values = _values(TRANSACTION_RECORDS)
+    topic = _new_topic("txn-rf3", REPLICATION_FACTOR)
+    transactional = Producer(
+        batch_size=PRODUCE_BATCH_BYTES, acks="all", transactional_id=f"bench-txn-rf3-{uuid.uuid4().hex[:8]}"
+    )
+    idempotent = Producer(batch_size=PRODUCE_BATCH_BYTES, acks="all")
+    # Each transaction writes to every partition, so each commit writes one marker to each.
+    shares = [values[partition::PARTITIONS] for partition in range(PARTITIONS)]
+
+    def send(producer: Producer) -> list[Any]:
+        return [producer.send_many(topic, share, partition=partition) for partition, share in enumerate(shares)]
+
+    best, best_baseline = 0.0, 0.0
+    try:
+        transactional.init_transactions()
+        transactional.begin_transaction()
+        send(transactional)
+        transactional.commit_transaction()
+        for future in send(idempotent):
+            future.wait()
+        for attempt in range(TXN_REPEATS):
+            full_isr(topic)
+            with timer() as elapsed:
+                for _ in range(transactions):
+                    transactional.begin_transaction()
+                    send(transactional)
+                    transactional.commit_transaction()
+            rate = count / elapsed()
+            with timer() as elapsed:
+                futures = [future for _ in range(transactions) for future in send(idempotent)]
+                for future in futures:
+                    future.wait()
+            baseline = count / elapsed()
+            best, best_baseline = max(best, rate), max(best_baseline, baseline)
+            ctx.progress(
+                f"  txn_produce_rf3 {attempt + 1}/{TXN_REPEATS}: transactional {rate:,.0f}, idempotent "
+                f"{baseline:,.0f} rec/s"
+            )
+    finally:
+        transactional.close()
+        idempotent.close()
+    expected = TRANSACTION_RECORDS * 2 + count * 2 * TXN_REPEATS
+    offsets = leader_offsets(topic)
+    # Every partition has one COMMIT marker per transaction, the warm-up's included.
+    records = sum(end for _, _, end in offsets) - (1 + transactions * TXN_REPEATS) * PARTITIONS
+    if records != expected:
+        raise RuntimeError(f"{topic}: (log start, high watermark, log end) {offsets}, {expected} records sent")
+    return throughput_figure(
+        "txn_produce_rf3",
+        best,
+        "rec/s",
+        "raybroker, the same Producer idempotent (acks=all)",
+        best_baseline,
+        None,
+        f"report: transactions of {TRANSACTION_RECORDS:,} {VALUE_BYTES}-byte records over {PARTITIONS} partitions "
+        f"with replication factor {REPLICATION_FACTOR} on 3 Ray nodes of this machine, `__transaction_state` "
+        f"replicated too, {transactions} transactions a run, best of {TXN_REPEATS}",
+    )
 
 
 def full_isr(topic: str) -> dict[int, Any]:

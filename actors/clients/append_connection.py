@@ -10,9 +10,9 @@ connection with `BrokerNotAvailableError` (nothing sent); both are retriable: th
 again and resends, as after a failed Ray call. `write_marker` sends a
 transaction coordinator's COMMIT/ABORT marker the same way.
 
-`AppendConnections` is a client's pool (the Python producer's sender, the Kafka listener, the transaction
-coordinator): `for_leader(handle, state)` answers the connection to use for a partition's appends, or None when
-they must be Ray calls.
+`AppendConnections` is an `AppendRoute`'s pool (`actors.clients.append_route`: the Python producer's sender, the Kafka
+listener, the coordinators): `for_leader(handle, state)` answers the connection to use for a partition's appends, or
+None when they must be Ray calls.
 """
 
 from __future__ import annotations
@@ -172,14 +172,13 @@ class AppendConnections:
         self._connections: dict[str, AppendConnection] = {}
         self._lock = threading.Lock()
 
-    def for_leader(self, handle: Any, state: LeaderAndIsr, with_followers: bool = False) -> AppendConnection | None:
+    def for_leader(self, handle: Any, state: LeaderAndIsr) -> AppendConnection | None:
         """The connection to the append channel of the leader `handle` (its partition's state `state`), when the
-        leader is on this node and alone (or has followers, if `with_followers`: the caller then waits for an
-        `acks=all` append's replication itself, with the leader's `await_replicated`, a Ray call run on its
-        replication threads, as the channel's appends never wait); None otherwise, or when the leader has no channel
-        or it cannot be reached, and the appends go as Ray calls. Raises what the leader's actor raises (a
-        restarting one: `BrokerNotAvailableError`, retriable)."""
-        if (state.replication_factor > 1 and not with_followers) or not self._node or state.leader != self._node:
+        leader is on this node (with followers, the caller waits for an `acks=all` append's replication itself, with
+        the leader's `await_replicated`, a Ray call run on its replication threads, as the channel's appends never
+        wait); None otherwise, or when the leader has no channel or it cannot be reached, and the appends go as Ray
+        calls. Raises what the leader's actor raises (a restarting one: `BrokerNotAvailableError`, retriable)."""
+        if not self._node or state.leader != self._node:
             return None
         address = call(handle.append_channel.remote())
         if address is None:

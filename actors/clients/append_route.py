@@ -1,6 +1,8 @@
-"""The route of a client's appends to a partition's leader, one implementation for every client that appends: the
-Python producer's sender (`actors.clients.sender`, from a thread of its own) and the Kafka listener
-(`cluster.protocol.ray_broker_view`, from an event loop).
+"""The route of writes to a partition's leader, one implementation for everything that writes: the Python producer's
+sender (`actors.clients.sender`, from a thread of its own), the Kafka listener (`cluster.protocol.ray_broker_view`,
+from an event loop), and the coordinators (`actors.server.internal_partition_leaders`: their own records and
+transactional offsets; `actors.server.transaction_coordinator`: COMMIT/ABORT markers). A write is a client's batches
+(`Batches`), a coordinator's transactional batch (`CoordinatorBatch`) or a marker (`Marker`); each goes the same way.
 
 - Leader: the controller names the node that leads the partition and `actors.partition_lookup` finds the replica
   there. The answer is kept until an append through it fails with a retriable error (`storage.errors`: the actor
@@ -8,7 +10,8 @@ Python producer's sender (`actors.clients.sender`, from a thread of its own) and
 - Transport: a partition whose leader is on this node gets its appends over the leader process's append channel
   (`actors.clients.append_connection`: ~0.1 ms where an actor call takes 1-2 ms, and a 1 MB batch is not put in
   Ray's object store); any other, as a Ray call to the leader's actor.
-- `acks=-1`: with followers, the append's answer is handed on to the leader's `await_replicated`, which answers
+- `acks=-1` (every coordinator write): with followers, the append's answer is handed on to the leader's
+  `await_replicated`, which answers
   once the in-sync replicas have the batches: a Ray call's answer as its argument (Ray resolves it first), a
   channel's once it came back; the wait runs on the leader's replication threads, so its write thread (and its
   channel) never waits. With one replica the append's answer is the acknowledgement already.
@@ -46,7 +49,7 @@ import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from actors.calls import call, controller, finished
 from actors.clients.append_connection import AppendConnection, AppendConnections, AppendReply
@@ -56,6 +59,7 @@ from actors.core.replication.replica import ACKS_ALL, ACKS_ALL_TIMEOUT_MS
 from actors.partition_lookup import leader_replica
 from storage.errors import AnswerLostError, RaybrokerError, RequestTimedOutError
 from storage.partition.log import LogAppendInfo
+from storage.records.layout import ControlRecordType
 
 logger = logging.getLogger(__name__)
 
@@ -63,6 +67,65 @@ PartitionKey = tuple[str, int]
 # How long an append waits before its route asks whether the controller replaced the leader it went to, and how
 # often it asks again while the append waits.
 LEADER_CHECK_S = 1.0
+
+
+class LeaderWrite(Protocol):
+    """One write to a partition's leader, as each transport sends it."""
+
+    def over_channel(self, channel: AppendConnection, topic: str, partition: int, acks: int) -> AppendReply | None:
+        """Sent over the leader's append channel; None when the channel has no frame for it (it then goes as a Ray
+        call)."""
+        ...
+
+    def as_call(self, handle: Any, acks: int) -> Any:
+        """Sent as a Ray call to the leader's actor; its `ObjectRef`."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Batches:
+    """A client's batches (Kafka wire bytes), appended with the client's acks."""
+
+    batches: bytes
+
+    def over_channel(self, channel: AppendConnection, topic: str, partition: int, acks: int) -> AppendReply | None:
+        return channel.append(topic, partition, self.batches, acks)
+
+    def as_call(self, handle: Any, acks: int) -> Any:
+        return handle.append.remote(self.batches, acks)
+
+
+@dataclass(frozen=True, slots=True)
+class CoordinatorBatch:
+    """A group coordinator's transactional offset commit (origin COORDINATOR), appended with acks=all."""
+
+    batch: bytes
+
+    def over_channel(self, channel: AppendConnection, topic: str, partition: int, acks: int) -> AppendReply | None:
+        return None
+
+    def as_call(self, handle: Any, acks: int) -> Any:
+        return handle.append_from_coordinator.remote(self.batch)
+
+
+@dataclass(frozen=True, slots=True)
+class Marker:
+    """A transaction coordinator's COMMIT/ABORT marker for a producer, written with acks=all."""
+
+    producer_id: int
+    producer_epoch: int
+    coordinator_epoch: int
+    result: ControlRecordType
+
+    def over_channel(self, channel: AppendConnection, topic: str, partition: int, acks: int) -> AppendReply | None:
+        return channel.write_marker(
+            topic, partition, self.producer_id, self.producer_epoch, self.coordinator_epoch, self.result
+        )
+
+    def as_call(self, handle: Any, acks: int) -> Any:
+        return handle.append_transaction_marker.remote(
+            self.producer_id, self.producer_epoch, self.coordinator_epoch, self.result
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,15 +145,19 @@ class AppendCall:
     there, on the channel's reader, a Ray thread or the watch's thread (it must not wait); `result` (once done) and
     `async_result` give the answer. A retriable failure makes the route forget the leader the call went to."""
 
-    __slots__ = ("_key", "_leader", "_outcome", "_route", "sent_at")
+    __slots__ = ("_key", "_leader", "_outcome", "_over_channel", "_route", "sent_at")
 
-    def __init__(self, route: AppendRoute, key: PartitionKey, leader: PartitionLeader, reply: Any) -> None:
+    def __init__(
+        self, route: AppendRoute, key: PartitionKey, leader: PartitionLeader, reply: Any, over_channel: bool
+    ) -> None:
+        """`reply` is the channel's reply when `over_channel`, else the Ray call's `ObjectRef`."""
         self._route = route
         self._key = key
         self._leader = leader
+        self._over_channel = over_channel
         self.sent_at = time.monotonic()
         self._outcome: concurrent.futures.Future[LogAppendInfo] = concurrent.futures.Future()
-        if leader.channel is not None:
+        if over_channel:
             reply.add_done_callback(self._settle)
         else:
             reply.future().add_done_callback(self._settle)
@@ -105,7 +172,7 @@ class AppendCall:
 
     def _settle(self, done: concurrent.futures.Future[Any]) -> None:
         try:
-            info = done.result(0) if self._leader.channel is not None else finished(done)
+            info = done.result(0) if self._over_channel else finished(done)
         except RaybrokerError as exc:
             self._set(self._failed(exc))
         except Exception as exc:  # not a raybroker error: the outcome carries it as it is
@@ -229,12 +296,14 @@ class AppendRoute:
         leader = self._leaders.get(key)
         if leader is None:
             handle, state = leader_replica(topic, partition)
-            channel = (
-                self._connections.for_leader(handle, state, with_followers=True) if self._same_node_channels else None
-            )
+            channel = self._connections.for_leader(handle, state) if self._same_node_channels else None
             leader = PartitionLeader(handle, state.replication_factor > 1, channel, state.leader_epoch)
             self._leaders[key] = leader
         return leader
+
+    def kept(self, topic: str, partition: int) -> PartitionLeader | None:
+        """The partition's leader as last found, None if it is to be looked up."""
+        return self._leaders.get((topic, partition))
 
     def send(
         self,
@@ -245,18 +314,31 @@ class AppendRoute:
         acks: int,
         timeout_ms: int = ACKS_ALL_TIMEOUT_MS,
     ) -> AppendCall:
-        """Submits one append of `batches` to `leader` and answers at once. A channel broken before the append fails
-        it with `BrokerNotAvailableError`, one that breaks while it waits with `RequestTimedOutError`; both are
-        retriable, and the partition is looked up again."""
-        if leader.channel is not None:
-            reply: Any = leader.channel.append(topic, partition, batches, acks)
+        """Submits one append of a client's `batches` to `leader` and answers at once (`write`)."""
+        return self.write(leader, topic, partition, Batches(batches), acks, timeout_ms)
+
+    def write(
+        self,
+        leader: PartitionLeader,
+        topic: str,
+        partition: int,
+        write: LeaderWrite,
+        acks: int,
+        timeout_ms: int = ACKS_ALL_TIMEOUT_MS,
+    ) -> AppendCall:
+        """Submits one write to `leader` and answers at once. A channel broken before the write fails it with
+        `BrokerNotAvailableError`, one that breaks while it waits with `RequestTimedOutError`; both are retriable,
+        and the partition is looked up again."""
+        reply: Any = None if leader.channel is None else write.over_channel(leader.channel, topic, partition, acks)
+        over_channel = reply is not None
+        if over_channel:
             if acks == ACKS_ALL and leader.replicated:
                 reply = _replicated_after(reply, leader.handle, timeout_ms)
         else:
-            reply = leader.handle.append.remote(batches, acks)
+            reply = write.as_call(leader.handle, acks)
             if acks == ACKS_ALL and leader.replicated:
                 reply = leader.handle.await_replicated.remote(reply, timeout_ms)
-        appended = AppendCall(self, (topic, partition), leader, reply)
+        appended = AppendCall(self, (topic, partition), leader, reply, over_channel)
         if leader.replicated:
             self.watch.add(appended)
         return appended
@@ -338,27 +420,4 @@ def _replicated_after(appended: AppendReply, handle: Any, timeout_ms: int) -> Ap
     return replicated
 
 
-def _on_loop(reply: AppendReply) -> asyncio.Future[LogAppendInfo]:
-    """An append channel's reply as a future of the running event loop (its callback runs on the connection's
-    reader thread)."""
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future[LogAppendInfo] = loop.create_future()
-
-    def resolve(done: AppendReply) -> None:
-        if future.cancelled():
-            return
-        try:
-            future.set_result(done.result())
-        except RaybrokerError as exc:
-            future.set_exception(exc)
-
-    def hand_over(done: AppendReply) -> None:
-        # A loop closed meanwhile (the listener stopped) has nobody left to answer.
-        with contextlib.suppress(RuntimeError):
-            loop.call_soon_threadsafe(resolve, done)
-
-    reply.add_done_callback(hand_over)
-    return future
-
-
-__all__ = ["AppendCall", "AppendRoute", "PartitionLeader"]
+__all__ = ["AppendCall", "AppendRoute", "Batches", "CoordinatorBatch", "LeaderWrite", "Marker", "PartitionLeader"]

@@ -39,7 +39,7 @@ from actors.options import (
     transaction_coordinator_name,
 )
 from actors.partition_lookup import partition_actor
-from actors.server.group_coordinator import RayTopicAdmin
+from actors.server.internal_partition_leaders import RayTopicAdmin
 from actors.server.remote import Controller, GroupCoordinator, LogManager
 from actors.server.transaction_coordinator import start_transaction_coordinator
 from storage.arguments import is_int

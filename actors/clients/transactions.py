@@ -14,11 +14,12 @@ from collections.abc import Iterable
 from typing import Any
 
 from actors.calls import call, get_actor
+from actors.clients.append_route import AppendRoute
 from actors.clients.broker import Broker
 from actors.core.transactions.coordinator import TransactionDescription
 from actors.core.transactions.markers import write_marker
 from actors.options import transaction_coordinator_name
-from actors.server.transaction_coordinator import RayTransactionMarkers
+from actors.server.transaction_coordinator import marker_writer
 from storage.errors import BrokerNotAvailableError, InvalidTxnStateError
 from storage.partition.producer_state import NO_TXN, ActiveProducer
 from storage.records.layout import ControlRecordType
@@ -81,5 +82,16 @@ class Transactions:
         `TransactionCoordinatorFencedError`)."""
         # The partition checked first: a topic or partition that does not exist raises UnknownTopicOrPartitionError.
         Broker.connect().partition(topic, partition)
-        markers = RayTransactionMarkers()
-        write_marker(markers, topic, partition, producer_id, producer_epoch, coordinator_epoch, ControlRecordType.ABORT)
+        route = AppendRoute()
+        try:
+            write_marker(
+                marker_writer(route),
+                topic,
+                partition,
+                producer_id,
+                producer_epoch,
+                coordinator_epoch,
+                ControlRecordType.ABORT,
+            )
+        finally:
+            route.close()

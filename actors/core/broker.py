@@ -6,7 +6,7 @@ real replication and the real group coordinator.
 
 - Nodes: `nodes` simulated brokers `node-0`, `node-1`, ..., each a `storage.logdir.log_manager.LogManager` over
   its own log dir (`<root>/node-<i>`, `node.id` i). Each partition's log is opened by the node's `LocalReplicas`,
-  which gives it its role (`actors.core.replication.replica.Replica`) and its client calls (`ServedPartition`:
+  which gives it its role (`actors.core.replication.replica.Replica`) and its client calls (`PartitionServer`:
   what the partition actor answers, in process).
 - The controller (`actors.core.controller.controller.Controller`) over those nodes, its metadata log in
   `<root>/metadata`; it tells replicas their states directly, and leaders ask it for ISR changes directly.
@@ -17,7 +17,8 @@ real replication and the real group coordinator.
   (made first if `__consumer_offsets` exists: a broker opened again may hold offsets of the topic). The transaction
   coordinator (`actors.core.transactions.coordinator.TransactionCoordinator`) likewise creates `__transaction_state`.
   Its markers are written to the partitions' leaders here (`InProcessMarkers`), and a marker on `__consumer_offsets`
-  tells the group coordinator to make the producer's pending transactional offsets committed or drop them.
+  tells the group coordinator to make the producer's pending transactional offsets committed or drop them
+  (`OffsetsCompletingMarkers`).
 - Metrics (`actors.core.role_metrics`): the leaders' appends and the controller's ISR changes go to the injected
   recorder, as on Ray (the Kafka listener takes its own).
 - One injected clock for the logs, the controller's rebalance timer, ISR lag and group timeouts. Nothing runs on
@@ -33,7 +34,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 
@@ -42,20 +42,21 @@ from actors.core.controller.log_manager_broker import LogManagerBroker
 from actors.core.controller.topic_metadata import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 from actors.core.groups.coordinator import GroupCoordinator
 from actors.core.groups.group_membership import GroupMembership, MembershipConfig
+from actors.core.internal_topics import InProcessInternalPartition
 from actors.core.replication.follower import LeaderLink, ReplicaSettings
 from actors.core.replication.leader_and_isr import LeaderAndIsr
 from actors.core.replication.local_leader_link import LocalLeaderLink
 from actors.core.replication.log_changes import LogChanges
-from actors.core.replication.replica import ACKS_ALL, ACKS_ALL_TIMEOUT_MS, Replica
+from actors.core.replication.partition_server import PartitionServer
+from actors.core.replication.replica import Replica
 from actors.core.role_metrics import NO_ROLE_METRICS, RoleMetrics
 from actors.core.transactions.coordinator import TransactionCoordinator
-from storage.arguments import is_int
+from actors.core.transactions.markers import OffsetsCompletingMarkers
 from storage.clock import SYSTEM_CLOCK, Clock
 from storage.config.broker_config import BrokerConfig
 from storage.config.log_config import LogConfig
 from storage.errors import (
     BrokerNotAvailableError,
-    InvalidRequestError,
     KafkaStorageError,
     NotLeaderOrFollowerError,
     RaybrokerError,
@@ -64,13 +65,8 @@ from storage.errors import (
 from storage.logdir.log_manager import LogManager
 from storage.logdir.partition_handles import LocalPartition, LocalPartitions, PartitionHandle, PartitionState
 from storage.logdir.scheduler import Scheduler
-from storage.partition.leader_epoch_cache import UNDEFINED_EPOCH
-from storage.partition.log import Log, LogAppendInfo
-from storage.partition.producer_append import AppendOrigin
 from storage.pending import Pending
-from storage.records.file_records import TimestampAndOffset
 from storage.records.layout import ControlRecordType
-from storage.segment.log_segment import FetchDataInfo
 from storage.topic_partition import TopicPartition
 
 logger = logging.getLogger(__name__)
@@ -81,154 +77,38 @@ REPLICA_STOP_TIMEOUT_S = 5.0
 METADATA_DIR = "metadata"
 
 
-class ServedPartition:
-    """One replica's client calls in process, as the partition actor answers them: appends (leader only, `acks`
-    checked by the replica), reads and offsets (a follower refuses them), long-poll fetches on the partition's
-    change counter, DeleteRecords, ListOffsets and OffsetForLeaderEpoch. `metrics` records the appends of
-    `topic`'s partition."""
-
-    def __init__(
-        self, topic: str, log: Log, replica: Replica, changes: LogChanges, metrics: RoleMetrics = NO_ROLE_METRICS
-    ) -> None:
-        self.topic = topic
-        self.log = log
-        self.replica = replica
-        self.changes = changes
-        self._metrics = metrics
-
-    def append(self, batches: bytes, acks: int = 1) -> LogAppendInfo:
-        """Appends client batches and answers at once; with `acks` -1, the caller then waits with
-        `await_replicated` (as the partition actor's callers do, so appends never wait behind one another)."""
-        self.replica.check_append(acks)
-        info = self.log.append(batches)
-        self.replica.appended()
-        self.changes.notify()
-        if not info.duplicate:
-            self._metrics.produced(self.topic, info.record_count, info.valid_bytes)
-        return info
-
-    def append_replicated(self, batch: bytes) -> LogAppendInfo:
-        """Appends a coordinator's own record (`__transaction_state`) with acks=all and answers once every in-sync
-        replica has it, as Kafka's coordinators append."""
-        return self.await_replicated(self.append(batch, ACKS_ALL))
-
-    def append_from_coordinator(self, batch: bytes) -> LogAppendInfo:
-        """Appends a coordinator's batch (origin COORDINATOR: a group coordinator's transactional offset commit,
-        whose epoch is checked but whose sequence is not) with acks=all, answering once it is replicated."""
-        self.replica.check_append(ACKS_ALL)
-        info = self.log.append(batch, origin=AppendOrigin.COORDINATOR)
-        self.replica.appended()
-        self.changes.notify()
-        return self.await_replicated(info)
-
-    def append_transaction_marker(
-        self, producer_id: int, producer_epoch: int, coordinator_epoch: int, result: ControlRecordType
-    ) -> LogAppendInfo:
-        """Writes a transaction coordinator's COMMIT/ABORT marker (`Log.append_transaction_marker`) with acks=all,
-        answering once it is replicated (Kafka's WriteTxnMarkers appends with acks -1)."""
-        self.replica.check_append(ACKS_ALL)
-        info = self.log.append_transaction_marker(producer_id, producer_epoch, coordinator_epoch, result)
-        self.replica.appended()
-        self.changes.notify()
-        return self.await_replicated(info)
-
-    def await_replicated(self, info: LogAppendInfo, timeout_ms: int = ACKS_ALL_TIMEOUT_MS) -> LogAppendInfo:
-        """`info` once every in-sync replica has the append (at once for a partition with one replica)."""
-        if not self.log.replicated:
-            return info
-        return self.replica.await_replicated(info, timeout_ms)
-
-    def check_leader(self, current_leader_epoch: int = UNDEFINED_EPOCH) -> Log:
-        """The log, for a client read: the client's `current_leader_epoch` and the replica's role checked
-        (`Replica.check_client_read`; -1: no epoch checked)."""
-        self.replica.check_client_read(current_leader_epoch)
-        return self.log
-
-    def wait_for_bytes(self, offset: int, min_bytes: int, max_wait_ms: int, size: Callable[[], int]) -> None:
-        """Waits until `size()` (the bytes a fetch from `offset` would answer) reaches `min_bytes` or `max_wait_ms`
-        passed, looking again after each change (Kafka's `fetch.max.wait.ms` / `fetch.min.bytes`)."""
-        for name, value in (("offset", offset), ("max_wait_ms", max_wait_ms), ("min_bytes", min_bytes)):
-            if not is_int(value):
-                raise InvalidRequestError(f"{name} must be an int, not {type(value).__name__}")
-        deadline = time.monotonic() + max(max_wait_ms, 0) / 1000
-        while True:
-            seen = self.changes.count
-            if size() >= min_bytes or self.changes.wait(seen, deadline) is None:
-                return
-
-    def read(self, offset: int, max_bytes: int) -> bytes:
-        """Whole batches from `offset` up to the high watermark."""
-        return bytes(self.fetch(offset, max_bytes).records)
-
-    def fetch(
-        self,
-        offset: int,
-        max_bytes: int,
-        isolation: str = "high_watermark",
-        current_leader_epoch: int = UNDEFINED_EPOCH,
-    ) -> FetchDataInfo:
-        """`read`'s batches, or with `isolation="txn_committed"` (a read_committed consumer) those below the last
-        stable offset, with the aborted transactions overlapping them; fenced by `current_leader_epoch`
-        (`check_leader`)."""
-        return self.check_leader(current_leader_epoch).read(offset, max_bytes, isolation=isolation)
-
-    def offsets(self) -> tuple[int, int, int]:
-        """(log start offset, high watermark, log end offset)."""
-        log = self.check_leader()
-        return log.log_start_offset, log.high_watermark, log.log_end_offset
-
-    def list_offset(
-        self, timestamp: int, isolation: str = "high_watermark", current_leader_epoch: int = UNDEFINED_EPOCH
-    ) -> TimestampAndOffset | None:
-        """Kafka's ListOffsets for a consumer at `isolation` (`Replica.list_offset`)."""
-        return self.replica.list_offset(timestamp, isolation, current_leader_epoch)
-
-    def leader_epoch(self) -> int:
-        """The leader epoch the controller elected this replica in (`Replica.leader_epoch`)."""
-        return self.replica.leader_epoch
-
-    def epoch_end_offset(self, epoch: int, current_leader_epoch: int = UNDEFINED_EPOCH) -> tuple[int, int]:
-        """OffsetForLeaderEpoch, fenced by the caller's `current_leader_epoch` (`Replica.epoch_end_offset`)."""
-        return self.replica.epoch_end_offset(epoch, current_leader_epoch)
-
-    def delete_records(self, offset: int) -> int:
-        log_start_offset = self.check_leader().delete_records(offset)
-        self.changes.notify()
-        return log_start_offset
-
-
 class _ReplicaPartition(LocalPartition):
     """A node's partition in process: the log manager's handle, which stops the replica's role before the log
     closes (a deleted topic, an offline dir, shutdown), so no fetcher writes to a closed log."""
 
-    def __init__(self, served: ServedPartition) -> None:
-        super().__init__(served.log)
-        self.served = served
+    def __init__(self, server: PartitionServer) -> None:
+        super().__init__(server.log)
+        self.server = server
 
     def close(self) -> Pending[PartitionState]:
-        self.served.replica.stop(
+        self.server.replica.stop(
             BrokerNotAvailableError(f"the log of {self.log.directory} is closed"), REPLICA_STOP_TIMEOUT_S
         )
         closed = super().close()
-        self.served.changes.notify()
+        self.server.changes.notify()
         return closed
 
     def go_offline(self, reason: str) -> Pending[None]:
         error = KafkaStorageError(f"log dir is offline: {reason}", path=self.log.directory)
-        self.served.replica.stop(error, REPLICA_STOP_TIMEOUT_S)
+        self.server.replica.stop(error, REPLICA_STOP_TIMEOUT_S)
         offline = super().go_offline(reason)
-        self.served.changes.notify()
+        self.server.changes.notify()
         return offline
 
     def delete_old_segments(self) -> Pending[int]:
         deleted = super().delete_old_segments()
-        self.served.changes.notify()
+        self.server.changes.notify()
         return deleted
 
 
 class LocalReplicas:
     """One node's `PartitionFactory`: a `Log` per partition (`LocalPartitions`), led alone until told otherwise,
-    with its `Replica` and `ServedPartition`."""
+    with its `Replica` and `PartitionServer`."""
 
     def __init__(
         self,
@@ -245,7 +125,7 @@ class LocalReplicas:
         self._settings = ReplicaSettings.from_broker_config(config)
         self._controller = controller
         self._find_replica = find_replica
-        self._served: dict[TopicPartition, ServedPartition] = {}
+        self._served: dict[TopicPartition, PartitionServer] = {}
         self._lock = threading.Lock()
 
     def open(
@@ -273,10 +153,10 @@ class LocalReplicas:
             controller=_ControllerLink(self._controller),
             leader_link=self._link,
         )
-        served = ServedPartition(tp[0], log, replica, changes, self._metrics)
+        server = PartitionServer(log, replica, changes, topic=tp[0], metrics=self._metrics)
         with self._lock:
-            self._served[tp] = served
-        return _ReplicaPartition(served)
+            self._served[tp] = server
+        return _ReplicaPartition(server)
 
     def _link(self, state: LeaderAndIsr) -> LeaderLink:
         return LocalLeaderLink(state, self.node, self._find_replica)
@@ -284,18 +164,18 @@ class LocalReplicas:
     def stop(self, tp: TopicPartition, handle: PartitionHandle) -> None:
         with self._lock:
             served = self._served.get(tp)
-            if served is not None and isinstance(handle, _ReplicaPartition) and handle.served is served:
+            if served is not None and isinstance(handle, _ReplicaPartition) and handle.server is served:
                 del self._served[tp]
         self._logs.stop(tp, handle)
 
-    def served(self, topic: str, partition: int) -> ServedPartition:
+    def served(self, topic: str, partition: int) -> PartitionServer:
         """This node's replica of the partition; `UnknownTopicOrPartitionError` if it holds none."""
         served = self._served.get((topic, partition))
         if served is None:
             raise UnknownTopicOrPartitionError(f"node {self.node} holds no replica of {topic}-{partition}")
         return served
 
-    def all_served(self) -> dict[TopicPartition, ServedPartition]:
+    def all_served(self) -> dict[TopicPartition, PartitionServer]:
         with self._lock:
             return dict(self._served)
 
@@ -326,8 +206,7 @@ class _ControllerLink:
 
 class InProcessMarkers:
     """The transaction coordinator's `TransactionMarkers` in process: a marker goes to the partition's leader
-    replica; one on `__consumer_offsets` also completes the producer's transactional offsets in the group
-    coordinator (Kafka's `onTransactionCompleted`)."""
+    replica and is answered once every in-sync replica has it."""
 
     def __init__(self, broker: InProcessBroker) -> None:
         self._broker = broker
@@ -344,11 +223,9 @@ class InProcessMarkers:
         for topic, partition in partitions:
             try:
                 leader = self._broker.leader(topic, partition)
-                leader.append_transaction_marker(producer_id, producer_epoch, coordinator_epoch, result)
-                if topic == CONSUMER_OFFSETS_TOPIC:
-                    self._broker.group_coordinator.complete_transaction(
-                        partition, producer_id, result == ControlRecordType.COMMIT
-                    )
+                leader.await_replicated(
+                    leader.append_transaction_marker(producer_id, producer_epoch, coordinator_epoch, result)
+                )
             except RaybrokerError as exc:
                 failed[(topic, partition)] = exc
         return failed
@@ -461,20 +338,24 @@ class InProcessBroker:
     def find_replica(self, topic: str, partition: int, node: str) -> Replica:
         return self.replica_on(node, topic, partition).replica
 
-    def replica_on(self, node: str, topic: str, partition: int) -> ServedPartition:
+    def replica_on(self, node: str, topic: str, partition: int) -> PartitionServer:
         """The replica of the partition on `node`; `BrokerNotAvailableError` if no broker runs there."""
         found = self.nodes.get(node)
         if found is None or not found.running:
             raise BrokerNotAvailableError(f"no broker runs on {node}")
         return found.replicas.served(topic, partition)
 
-    def leader(self, topic: str, partition: int) -> ServedPartition:
+    def leader(self, topic: str, partition: int) -> PartitionServer:
         """The partition's leader replica. `UnknownTopicOrPartitionError` for a partition the cluster does not
         have, `NotLeaderOrFollowerError` while it has no leader (every in-sync replica is down)."""
         state = self.controller.partition_state(topic, partition)
         if state.offline:
             raise NotLeaderOrFollowerError(f"{topic}-{partition} has no leader: none of its in-sync replicas runs")
         return self.replica_on(state.leader, topic, partition)
+
+    def internal_partition(self, topic: str, partition: int) -> InProcessInternalPartition:
+        """The partition's leader replica as a coordinator appends to it (each append answered once replicated)."""
+        return InProcessInternalPartition(self.leader(topic, partition))
 
     # --- groups ---------------------------------------------------------------------------------------------------
 
@@ -488,7 +369,7 @@ class InProcessBroker:
                     self.config.offsets_topic_replication_factor,
                     clock=self.clock,
                     controller=self.controller,
-                    find_partition=lambda partition: self.leader(CONSUMER_OFFSETS_TOPIC, partition),
+                    find_partition=lambda partition: self.internal_partition(CONSUMER_OFFSETS_TOPIC, partition),
                     allocate_coordinator_epoch=self.controller.allocate_coordinator_epoch,
                     membership=GroupMembership(self.clock, self._membership_config or MembershipConfig.of(self.config)),
                 )
@@ -508,13 +389,22 @@ class InProcessBroker:
                     self.config.transaction_config,
                     clock=self.clock,
                     controller=self.controller,
-                    find_partition=lambda partition: self.leader(TRANSACTION_STATE_TOPIC, partition),
+                    find_partition=lambda partition: self.internal_partition(TRANSACTION_STATE_TOPIC, partition),
                     allocate_producer_id=self.controller.allocate_producer_id,
                     allocate_coordinator_epoch=self.controller.allocate_coordinator_epoch,
-                    markers=InProcessMarkers(self),
+                    markers=self.markers,
                 )
                 self._transaction_coordinator.schedule(self._transaction_scheduler)
             return self._transaction_coordinator
+
+    @property
+    def markers(self) -> OffsetsCompletingMarkers:
+        """The markers the transaction coordinator and WriteTxnMarkers write: to the partitions' leaders, a marker
+        on `__consumer_offsets` completing the producer's offsets in the group coordinator."""
+        return OffsetsCompletingMarkers(InProcessMarkers(self), self._complete_transactional_offsets)
+
+    def _complete_transactional_offsets(self, partition: int, producer_id: int, commit: bool) -> None:
+        self.group_coordinator.complete_transaction(partition, producer_id, commit)
 
     def forget_transaction_coordinator(self) -> None:
         """Drops the transaction coordinator, as a coordinator's restart or move does: the next use makes a new one,

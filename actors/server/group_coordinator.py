@@ -4,9 +4,9 @@ All its logic is the plain `actors.core.groups.coordinator.GroupCoordinator` (co
 `__consumer_offsets`, loading them, creating the topic again after a client deleted it, JoinGroup, SyncGroup,
 Heartbeat, LeaveGroup, the bounded waits of `await_join` / `await_sync`), tested without Ray; see that module for
 what it owns and guarantees. This actor gives it its Ray seams and its remote API: the controller actor (to create
-and describe `__consumer_offsets`), each `__consumer_offsets` partition's leader actor (found by name, its calls
-through `actors.calls.call`), and the wall clock. Ray restarts it if it dies; the new one loads the committed
-offsets again and members rejoin.
+and describe `__consumer_offsets`), each `__consumer_offsets` partition's leader actor
+(`actors.server.internal_partition_leaders`, its appends through the actor's `AppendRoute`), and the wall clock.
+Ray restarts it if it dies; the new one loads the committed offsets again and members rejoin.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from actors.calls import call, controller
-from actors.clients.append_connection import AppendConnections
-from actors.core.controller.topic_metadata import CONSUMER_OFFSETS_TOPIC, TopicMetadata
+from actors.clients.append_route import AppendRoute
+from actors.core.controller.topic_metadata import CONSUMER_OFFSETS_TOPIC
 from actors.core.groups.coordinator import GroupCoordinator
 from actors.core.groups.group_membership import (
     GroupDescription,
@@ -27,87 +27,9 @@ from actors.core.groups.group_membership import (
     PendingJoin,
     SyncResult,
 )
-from actors.core.replication.leader_and_isr import LeaderAndIsr
-from actors.core.replication.replica import ACKS_ALL
-from actors.partition_lookup import leader_replica
+from actors.server.internal_partition_leaders import RayInternalPartition, RayTopicAdmin
 from storage.clock import SYSTEM_CLOCK
 from storage.config.broker_config import BrokerConfig
-from storage.partition.log import LogAppendInfo
-
-
-class RayTopicAdmin:
-    """The controller actor as `ensure_consumer_offsets_topic` calls it (`actors.core.groups.offsets_topic`)."""
-
-    def __init__(self, handle: Any) -> None:
-        self._handle = handle
-
-    def brokers(self) -> list[str]:
-        brokers: list[str] = call(self._handle.brokers.remote())
-        return brokers
-
-    def create_topic(
-        self,
-        name: str,
-        partitions: int,
-        config: Mapping[str, str] | None = None,
-        validate_only: bool = False,
-        replication_factor: int | None = None,
-    ) -> TopicMetadata:
-        created: TopicMetadata = call(
-            self._handle.create_topic.remote(name, partitions, config, validate_only, replication_factor)
-        )
-        return created
-
-    def describe_topic(self, name: str) -> TopicMetadata:
-        described: TopicMetadata = call(self._handle.describe_topic.remote(name))
-        return described
-
-
-class RayInternalPartition:
-    """An internal topic's partition leader actor as a coordinator uses it: the group coordinator's
-    `OffsetsPartition` (`__consumer_offsets`), the transaction coordinator's `TransactionLogPartition`
-    (`__transaction_state`), with its state as the controller elected its leader (`state`): with followers an
-    acks=all append waits for them (`await_replicated`, one more actor call); a partition with one replica has it
-    once appended. `appends`, when given, is the caller's pool of append channel connections: a leader on the
-    caller's node with no followers then takes `append_replicated` over its channel, without a Ray call."""
-
-    def __init__(self, handle: Any, state: LeaderAndIsr, appends: AppendConnections | None = None) -> None:
-        self._handle = handle
-        self._state = state
-        self._replicated = state.replication_factor > 1
-        self._channel = appends.for_leader(handle, state) if appends is not None else None
-
-    @classmethod
-    def leader_of(cls, topic: str, partition: int, appends: AppendConnections | None = None) -> RayInternalPartition:
-        """The partition's leader replica as the controller names it now, with the state it was elected in."""
-        return cls(*leader_replica(topic, partition), appends)
-
-    def leader_epoch(self) -> int:
-        return self._state.leader_epoch
-
-    def offsets(self) -> tuple[int, int, int]:
-        answer: tuple[int, int, int] = call(self._handle.offsets.remote())
-        return answer
-
-    def read(self, offset: int, max_bytes: int) -> bytes:
-        answer: bytes = call(self._handle.read.remote(offset, max_bytes))
-        return answer
-
-    def append_replicated(self, batch: bytes) -> LogAppendInfo:
-        """`append` with acks=all, answered once every in-sync replica has the batch: over the leader's append
-        channel when it has one here (no follower to wait for), else the append's answer goes straight on to the
-        leader's `await_replicated`, so the caller waits for one answer."""
-        if self._channel is not None:
-            return self._channel.append(self._state.topic, self._state.partition, batch, ACKS_ALL).result()
-        appended = self._handle.append.remote(batch, ACKS_ALL)
-        answer: LogAppendInfo = call(self._handle.await_replicated.remote(appended) if self._replicated else appended)
-        return answer
-
-    def append_from_coordinator(self, batch: bytes) -> LogAppendInfo:
-        """A transactional offset commit, answered once replicated (the partition takes it with acks=all)."""
-        appended = self._handle.append_from_coordinator.remote(batch)
-        answer: LogAppendInfo = call(self._handle.await_replicated.remote(appended) if self._replicated else appended)
-        return answer
 
 
 class GroupCoordinatorActor:
@@ -117,12 +39,15 @@ class GroupCoordinatorActor:
         """`properties`: the broker's `server.properties` (`offsets.topic.*` and `group.*` keys are read)."""
         config = BrokerConfig.from_properties(properties)
         ctrl = controller()
+        self._route = AppendRoute()
         self._coordinator = GroupCoordinator(
             config.offsets_topic_num_partitions,
             config.offsets_topic_replication_factor,
             clock=SYSTEM_CLOCK,
             controller=RayTopicAdmin(ctrl),
-            find_partition=lambda partition: RayInternalPartition.leader_of(CONSUMER_OFFSETS_TOPIC, partition),
+            find_partition=lambda partition: RayInternalPartition.leader_of(
+                CONSUMER_OFFSETS_TOPIC, partition, self._route
+            ),
             allocate_coordinator_epoch=lambda at_least: int(call(ctrl.allocate_coordinator_epoch.remote(at_least))),
             membership=GroupMembership(SYSTEM_CLOCK, MembershipConfig.of(config)),
         )

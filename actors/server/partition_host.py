@@ -50,8 +50,9 @@ from typing import Any
 import ray
 
 from actors.core.replication.follower import ReplicaSettings
+from actors.core.replication.partition_server import LONG_POLL_SLOTS
 from actors.options import MAINTENANCE_GROUP, READ_GROUP, REPLICATION_GROUP
-from actors.server.partition_log import LONG_POLL_SLOTS, PartitionLogActor
+from actors.server.partition_log import PartitionLogActor
 from actors.startup_objects import freeze_startup_objects
 from storage.errors import BrokerNotAvailableError, InvalidRequestError, RaybrokerError
 from storage.logdir.log_dirs import checkpointed_offsets

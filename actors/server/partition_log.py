@@ -16,14 +16,12 @@ watermark.
 Without it, a config altered since the first start would be lost with the process, and records removed
 by DeleteRecords or retention (log start above the first segment's base) would come back.
 
-Long-poll fetches (Kafka's `fetch.max.wait.ms` / `fetch.min.bytes`): `fetch` and `locate` given `max_wait_ms` > 0
-answer at once when at least `min_bytes` are there, else wait for an append (on the partition's change counter,
-`actors.core.replication.log_changes`, which every append, DeleteRecords and close notify, apart from the log's own
-lock, so appends never wait for readers) and look again, until `min_bytes` are there or `max_wait_ms` expired. A
-waiting fetch holds one of the `READ_THREADS` (4) read threads, so at most `LONG_POLL_SLOTS` (2) fetches wait at
-once per actor (per host for a partition host, whose read threads serve all its partitions); a fetch that finds
-every slot taken answers at once, as with `max_wait_ms=0`. The other 2 threads always remain for offsets, states and
-fetches with data, so long polls never starve another partition's reads.
+What the replica serves (appends, client reads, the long poll of `fetch` and `locate` given `max_wait_ms` > 0) is
+`actors.core.replication.partition_server.PartitionServer`'s, the same class the in-process broker holds. A waiting
+fetch holds one of the `READ_THREADS` (4) read threads, so at most `LONG_POLL_SLOTS` (2) fetches wait at once per
+actor (per host for a partition host, whose read threads serve all its partitions); a fetch that finds every slot
+taken answers at once, as with `max_wait_ms=0`. The other 2 threads always remain for offsets, states and fetches
+with data, so long polls never starve another partition's reads.
 
 Same-node readers learn of appends without a call: after every change it notifies (appends, DeleteRecords,
 retention, a role change, going offline, close) the actor rewrites its partition's high-watermark file
@@ -68,11 +66,10 @@ import contextlib
 import logging
 import pickle
 import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import ray
 
@@ -80,7 +77,8 @@ from actors.calls import call, controller
 from actors.core.replication.follower import LeaderLink, ReplicaFetch, ReplicaSettings
 from actors.core.replication.leader_and_isr import LeaderAndIsr
 from actors.core.replication.log_changes import LogChanges
-from actors.core.replication.replica import ACKS_ALL, ACKS_ALL_TIMEOUT_MS, Replica
+from actors.core.replication.partition_server import PartitionServer
+from actors.core.replication.replica import ACKS_ALL_TIMEOUT_MS, Replica
 from actors.metrics.gauges import log_samples
 from actors.metrics.ray_export import exported_metrics
 from actors.metrics.recorder import BrokerMetrics, Sample
@@ -88,7 +86,6 @@ from actors.options import (
     MAINTENANCE_GROUP,
     NAMESPACE,
     READ_GROUP,
-    READ_THREADS,
     REPLICATION_GROUP,
     log_manager_name,
 )
@@ -133,7 +130,6 @@ from storage.partition.file_slices import (
 from storage.partition.high_watermark_file import HighWatermarkFile
 from storage.partition.leader_epoch_cache import UNDEFINED_EPOCH
 from storage.partition.log import DEFAULT_FETCH_MAX_BYTES, Log, LogAppendInfo
-from storage.partition.producer_append import AppendOrigin
 from storage.partition.producer_state import PRODUCER_ID_EXPIRATION_MS, ActiveProducer
 from storage.records.file_records import TimestampAndOffset
 from storage.records.layout import ControlRecordType
@@ -141,10 +137,6 @@ from storage.segment.transaction_index import AbortedTxn
 
 logger = logging.getLogger(__name__)
 
-# Long-poll fetches waiting at once per actor (or per partition host): half the read threads, so offsets,
-# states and fetches that find data always have a thread (see the module docstring).
-LONG_POLL_SLOTS = READ_THREADS // 2
-_Answer = TypeVar("_Answer", "FetchResult", "FileSlices")
 # How long a leader's or follower's call to another replica or the controller may take before it is retried.
 REPLICA_CALL_TIMEOUT_S = 30.0
 
@@ -218,13 +210,12 @@ class PartitionLogActor:
     ) -> None:
         """`resume`, when given, answers None on a first start and a `ResumePoint` after a restart;
         `long_poll_slots` (a partition host's, shared by its partitions) bounds the fetches waiting at once,
-        default `LONG_POLL_SLOTS` of this actor's own; `producer_id_expiration_ms` is the broker's
+        default `PartitionServer`'s own; `producer_id_expiration_ms` is the broker's
         `producer.id.expiration.ms`, `replica_settings` its `replica.*` settings; `find_replica(topic, partition,
         node)` finds another replica's actor (`actors.partition_lookup.replica_actor`: a follower's leader);
         `metrics` records its appends and reads its log's numbers (default: the process's, exported to Ray);
         `high_watermark`, the checkpointed one of a log found on disk (None for a new one), is where its high
         watermark starts until the controller's state says how many replicas it has (`reopen_as_replica`)."""
-        self._long_poll_slots = long_poll_slots or threading.BoundedSemaphore(LONG_POLL_SLOTS)
         # Counts the changes a waiting fetch must look at (appends, DeleteRecords, close), under its own lock.
         self._changes = LogChanges(publish=self._publish_offsets)
         # Why this actor serves no calls: its log failed to open, or is closed.
@@ -238,7 +229,7 @@ class PartitionLogActor:
         self._node = _node_id()
         if self._node:
             freeze_startup_objects()
-        self._replica: Replica | None = None
+        self._served: PartitionServer | None = None
         try:
             resumed = resume() if resume is not None else None
             if resumed is not None:
@@ -261,13 +252,22 @@ class PartitionLogActor:
         except RaybrokerError as exc:
             self._unavailable = exc
             return
-        self._replica = Replica(
-            self._opened_log,
-            self._node,
-            self._replica_settings,
+        log = self._opened_log
+        self._served = PartitionServer(
+            log,
+            Replica(
+                log,
+                self._node,
+                self._replica_settings,
+                self._changes,
+                controller=_RayControllerLink() if self._node else None,
+                leader_link=self._leader_link if find_replica is not None else None,
+            ),
             self._changes,
-            controller=_RayControllerLink() if self._node else None,
-            leader_link=self._leader_link if find_replica is not None else None,
+            topic=None if self._named is None else self._named[0],
+            metrics=self._metrics,
+            long_poll_slots=long_poll_slots,
+            on_storage_error=lambda exc: _report_log_dir_failure(log.directory.parent, exc),
         )
         try:
             self._hw_file = HighWatermarkFile.create(Path(directory))
@@ -292,11 +292,16 @@ class PartitionLogActor:
         return self._opened_log
 
     @property
+    def _server(self) -> PartitionServer:
+        """What the replica serves; raises why it serves nothing (the log failed to open, or is closed)."""
+        log = self._log
+        assert self._served is not None and self._served.log is log, "made once the log opened"
+        return self._served
+
+    @property
     def _role(self) -> Replica:
         """The replica's role; raises why there is none (the log failed to open, or is closed)."""
-        log = self._log
-        assert self._replica is not None and self._replica.log is log, "made once the log opened"
-        return self._replica
+        return self._server.replica
 
     def ready(self) -> int:
         """Answers once the log is open (and recovered); returns the log end offset."""
@@ -310,25 +315,13 @@ class PartitionLogActor:
         `min.insync.replicas` replicas are in sync (`NotEnoughReplicasError`), and the caller then waits with
         `await_replicated`. An I/O error is reported to the node's log manager, which takes the whole log dir
         offline (Kafka's LogDirFailureChannel), then raised to the caller as `KafkaStorageError`."""
-        log = self._log
-        role = self._role
-        role.check_append(required_acks)
-        try:
-            info = log.append(batches)
-        except KafkaStorageError as exc:
-            _report_log_dir_failure(log.directory.parent, exc)
-            raise
-        role.appended()
-        self._changes.notify()
-        if self._named is not None and not info.duplicate:
-            self._metrics.produced(self._named[0], info.record_count, info.valid_bytes)
-        return info
+        return self._server.append(batches, required_acks)
 
     def append_from_coordinator(self, batch: bytes) -> LogAppendInfo:
         """Appends a group coordinator's transactional offset commit (origin COORDINATOR: the producer's epoch is
         checked, its sequence is not); as `append` with acks=all, the caller then waits with `await_replicated`
         (Kafka's coordinators append with acks -1)."""
-        return self._append_as_coordinator(lambda log: log.append(batch, origin=AppendOrigin.COORDINATOR))
+        return self._server.append_from_coordinator(batch)
 
     def append_transaction_marker(
         self, producer_id: int, producer_epoch: int, coordinator_epoch: int, result: ControlRecordType
@@ -337,22 +330,7 @@ class PartitionLogActor:
         producer epoch or coordinator epoch is refused); as `append` with acks=all, the caller then waits with
         `await_replicated`: Kafka's WriteTxnMarkers appends with acks -1, so a marker the coordinator counts as
         written survives the leader's loss (one lost with it would leave the transaction open on the partition)."""
-        return self._append_as_coordinator(
-            lambda log: log.append_transaction_marker(producer_id, producer_epoch, coordinator_epoch, result)
-        )
-
-    def _append_as_coordinator(self, write: Callable[[Log], LogAppendInfo]) -> LogAppendInfo:
-        log = self._log
-        role = self._role
-        role.check_append(ACKS_ALL)
-        try:
-            info = write(log)
-        except KafkaStorageError as exc:
-            _report_log_dir_failure(log.directory.parent, exc)
-            raise
-        role.appended()
-        self._changes.notify()
-        return info
+        return self._server.append_transaction_marker(producer_id, producer_epoch, coordinator_epoch, result)
 
     @ray.method(concurrency_group=READ_GROUP)
     def append_channel(self) -> str | None:
@@ -436,18 +414,18 @@ class PartitionLogActor:
 
     @ray.method(concurrency_group=REPLICATION_GROUP)
     def await_replicated(self, info: LogAppendInfo, timeout_ms: int = ACKS_ALL_TIMEOUT_MS) -> LogAppendInfo:
-        """The second half of an `acks=all` append (`Replica.await_replicated`)."""
-        return self._role.await_replicated(info, timeout_ms)
+        """The second half of an `acks=all` append (`PartitionServer.await_replicated`)."""
+        return self._server.await_replicated(info, timeout_ms)
 
     @ray.method(concurrency_group=READ_GROUP)
     def replication_state(self) -> LeaderAndIsr | None:
         """The controller's latest state of this partition as this replica knows it (None before any)."""
-        return self._replica.state if self._replica is not None else None
+        return self._served.replica.state if self._served is not None else None
 
     def _check_leader(self, current_leader_epoch: int = UNDEFINED_EPOCH) -> None:
         """A client read: the client's `current_leader_epoch` and the replica's role checked
         (`Replica.check_client_read`; -1: no epoch checked)."""
-        self._role.check_client_read(current_leader_epoch)
+        self._server.check_leader(current_leader_epoch)
 
     def _publish_offsets(self) -> None:
         """Writes the offsets to the high-watermark file (under the change counter's lock), with the epoch of the
@@ -455,7 +433,7 @@ class PartitionLogActor:
         sends the partition's change notices (`actors.server.change_notices`)."""
         if self._hw_file is not None:
             if self._unavailable is None:
-                replica = self._replica
+                replica = None if self._served is None else self._served.replica
                 state = None if replica is None else replica.state
                 self._hw_file.publish(
                     self._opened_log,
@@ -473,8 +451,8 @@ class PartitionLogActor:
         writes nothing and returns the state the log had when it went offline."""
         if self._unavailable is None:
             offline = KafkaStorageError(f"log dir is offline: {reason}", path=self._opened_log.directory)
-            if self._replica is not None:
-                self._replica.stop(offline)
+            if self._served is not None:
+                self._served.replica.stop(offline)
             self._closed_state = self._state()
             self._unavailable = offline
             self._opened_log.close_without_marker()
@@ -484,9 +462,7 @@ class PartitionLogActor:
 
     def delete_records(self, offset: int) -> int:
         """Kafka's DeleteRecords; returns the new log start offset."""
-        log_start_offset = self._log.delete_records(offset)
-        self._changes.notify()
-        return log_start_offset
+        return self._server.delete_records(offset)
 
     def update_config(self, config: dict[str, str]) -> None:
         if not isinstance(config, Mapping):
@@ -549,7 +525,7 @@ class PartitionLogActor:
         """
         checked_max_bytes = _checked_max_bytes(max_bytes)
         checked_isolation = _checked_isolation(isolation)
-        result = self._long_poll(
+        result = self._server.long_poll(
             lambda: self._fetch_now(offset, checked_max_bytes, zero_copy, checked_isolation, current_leader_epoch),
             lambda answer: memoryview(answer.records).nbytes,
             max_wait_ms,
@@ -613,36 +589,9 @@ class PartitionLogActor:
                 located_aborted_transactions(log, offset, found) if committed else None,
             )
 
-        return self._long_poll(
+        return self._server.long_poll(
             located, lambda answer: sum(file_slice.length for file_slice in answer.slices), max_wait_ms, min_bytes
         )
-
-    def _long_poll(
-        self, answer: Callable[[], _Answer], size: Callable[[_Answer], int], max_wait_ms: int, min_bytes: int
-    ) -> _Answer:
-        """`answer()` once at least `min_bytes` (by `size`) are there or `max_wait_ms` expired, looking again
-        after each change the writer notifies; at once without a free long-poll slot. Errors (offset out of
-        range, a closed log) are raised by `answer` as they come."""
-        for name, value in (("max_wait_ms", max_wait_ms), ("min_bytes", min_bytes)):
-            if not is_int(value):
-                raise InvalidRequestError(f"{name} must be an int, not {type(value).__name__}")
-        deadline = time.monotonic() + max_wait_ms / 1000
-        # Read before answering: an append between the answer and the wait is then seen, not slept through.
-        seen = self._changes.count
-        result = answer()
-        if max_wait_ms <= 0 or size(result) >= min_bytes or not self._long_poll_slots.acquire(blocking=False):
-            return result
-        try:
-            while True:
-                changed = self._changes.wait(seen, deadline)
-                if changed is None:
-                    return result
-                seen = changed
-                result = answer()
-                if size(result) >= min_bytes or time.monotonic() >= deadline:
-                    return result
-        finally:
-            self._long_poll_slots.release()
 
     @ray.method(concurrency_group=READ_GROUP)
     def list_offset(
@@ -651,12 +600,12 @@ class PartitionLogActor:
         """Kafka's ListOffsets for a consumer at `isolation`: a timestamp, or -2 earliest, -1 latest, -3 max
         timestamp (`Replica.list_offset`: only the leader answers, fenced by the client's `current_leader_epoch`,
         OFFSET_NOT_AVAILABLE while its high watermark is below its epoch's start)."""
-        return self._role.list_offset(timestamp, _checked_isolation(isolation), current_leader_epoch)
+        return self._server.list_offset(timestamp, _checked_isolation(isolation), current_leader_epoch)
 
     @ray.method(concurrency_group=READ_GROUP)
     def offsets(self) -> tuple[int, int, int]:
-        """(log start offset, high watermark, log end offset)."""
-        return self._log.log_start_offset, self._log.high_watermark, self._log.log_end_offset
+        """(log start offset, high watermark, log end offset) of this replica, whatever its role."""
+        return self._server.offsets()
 
     @ray.method(concurrency_group=READ_GROUP)
     def describe_producers(self) -> list[ActiveProducer]:
@@ -667,7 +616,7 @@ class PartitionLogActor:
     def epoch_end_offset(self, epoch: int, current_leader_epoch: int = UNDEFINED_EPOCH) -> tuple[int, int]:
         """OffsetForLeaderEpoch: the requested epoch's `(epoch, end offset)` as the leader's log answers it, fenced by
         the caller's `current_leader_epoch` (`Replica.epoch_end_offset`)."""
-        return self._role.epoch_end_offset(epoch, current_leader_epoch)
+        return self._server.epoch_end_offset(epoch, current_leader_epoch)
 
     @ray.method(concurrency_group=READ_GROUP)
     def state(self) -> PartitionState:
@@ -681,10 +630,7 @@ class PartitionLogActor:
     @ray.method(concurrency_group=MAINTENANCE_GROUP)
     def delete_old_segments(self) -> int:
         """One retention pass; returns the number of segments deleted."""
-        deleted = self._log.delete_old_segments()
-        if deleted:
-            self._changes.notify()
-        return deleted
+        return self._server.delete_old_segments()
 
     @ray.method(concurrency_group=MAINTENANCE_GROUP)
     def delete_due_files(self) -> int:

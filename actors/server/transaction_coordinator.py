@@ -13,10 +13,11 @@ state is durable).
 On its own node a transaction's steady state makes no Ray call, where it made seven (three from the listener, the
 Ongoing, PrepareCommit and Complete appends and the marker): listeners call it over its transaction channel
 (`actors.server.transaction_channel`: AddPartitionsToTxn, Produce's verification, EndTxn), and its
-`__transaction_state` appends and its markers go over the append channel (`actors.server.append_channel`) of a
-partition whose leader is on this node with no followers. Every other call, and every partition led elsewhere or
-replicated, is a Ray call as before; the acks=all guarantee is the same either way (a partition with no followers
-has a write once it is appended).
+`__transaction_state` appends and its markers go through its `AppendRoute` (`actors.clients.append_route`, the
+route of every write to a leader): over the append channel (`actors.server.append_channel`) of a partition whose
+leader is on this node, its followers' replication then awaited with one Ray call to the leader's
+`await_replicated`. Every other call, and every partition led elsewhere, is a Ray call; the acks=all guarantee is
+the same either way.
 
 The actor is started by the first transactional request (Kafka creates `__transaction_state` on the first
 FindCoordinator for a transactional id: a cluster whose clients never use transactions never pays for the topic's
@@ -38,26 +39,25 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import threading
-from collections.abc import Callable, Collection, Iterable
-from dataclasses import dataclass
+from collections.abc import Collection, Iterable
 from typing import Any
 
 import ray
 
 from actors.calls import call, controller, get_actor
-from actors.clients.append_connection import AppendConnection, AppendConnections
+from actors.clients.append_route import AppendCall, AppendRoute, Marker, PartitionLeader
 from actors.clients.local_fetch import this_node_id
-from actors.core.controller.topic_metadata import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
+from actors.core.controller.topic_metadata import TRANSACTION_STATE_TOPIC
+from actors.core.replication.replica import ACKS_ALL
 from actors.core.transactions.coordinator import (
     InitProducerIdResult,
     TransactionCoordinator,
     TransactionDescription,
 )
-from actors.core.transactions.markers import write_marker
+from actors.core.transactions.markers import OffsetsCompletingMarkers, write_marker
 from actors.core.transactions.transaction_metadata import TxnError
 from actors.options import group_coordinator_name, transaction_coordinator_options
-from actors.partition_lookup import leader_replica
-from actors.server.group_coordinator import RayInternalPartition, RayTopicAdmin
+from actors.server.internal_partition_leaders import RayInternalPartition, RayTopicAdmin
 from actors.server.transaction_channel import TransactionChannel
 from storage.clock import SYSTEM_CLOCK
 from storage.config.transaction_config import TransactionConfig
@@ -75,38 +75,17 @@ _Marker = tuple[int, int, int, ControlRecordType]
 TICK_S = 1.0
 
 
-@dataclass(frozen=True, slots=True)
-class _MarkerLeader:
-    """A partition's leader as markers are written to it: its handle, whether it has followers, and its append
-    channel when it is on this node with none (`AppendConnections.for_leader`)."""
-
-    handle: Any
-    replicated: bool
-    channel: AppendConnection | None
-
-    def start(self, topic: str, partition: int, marker: _Marker) -> Callable[[], object]:
-        """Sends a marker and returns what waits for it to be written on every in-sync replica: over the append
-        channel, or the append's answer goes straight on to the leader's `await_replicated` (Kafka's
-        WriteTxnMarkers appends with acks -1), which a partition with one replica needs not."""
-        if self.channel is not None:
-            return self.channel.write_marker(topic, partition, *marker).result
-        appended = self.handle.append_transaction_marker.remote(*marker)
-        written = self.handle.await_replicated.remote(appended) if self.replicated else appended
-        return lambda: call(written)
-
-
 class RayTransactionMarkers:
-    """Markers written by the partitions' leader actors (see the module docstring), over their append channels when
-    they are on this node with no followers and a pool of connections (`appends`) is given, every partition's at
-    once (`TransactionMarkers`). Each leader is kept after its first lookup, as producers keep theirs: a lookup
-    costs a controller call and a name-service call, two round trips on top of the marker's one in every EndTxn. A
-    marker counts as written once every in-sync replica has it. A marker the kept leader fails to write is tried
-    once more on a leader looked up again (the leader may have moved, its process restarted); only that second
-    failure is the caller's."""
+    """Markers written by the partitions' leader actors through the coordinator's `AppendRoute`
+    (`actors.clients.append_route`, the route of every write to a leader: a leader's append channel on this node,
+    followers or not, else Ray calls), every partition's at once (`TransactionMarkers`). A marker counts as written
+    once every in-sync replica has it (Kafka's WriteTxnMarkers appends with acks -1). The route keeps each leader
+    after its first lookup, as producers keep theirs; a marker the kept leader fails to write is tried once more on a
+    leader looked up again (the leader may have moved, its process restarted); only that second failure is the
+    caller's."""
 
-    def __init__(self, appends: AppendConnections | None = None) -> None:
-        self._appends = appends
-        self._leaders: dict[TopicPartition, _MarkerLeader] = {}
+    def __init__(self, route: AppendRoute) -> None:
+        self._route = route
 
     def write_markers(
         self,
@@ -116,38 +95,33 @@ class RayTransactionMarkers:
         coordinator_epoch: int,
         result: ControlRecordType,
     ) -> dict[TopicPartition, RaybrokerError]:
-        marker = (producer_id, producer_epoch, coordinator_epoch, result)
+        marker = Marker(producer_id, producer_epoch, coordinator_epoch, result)
         failed: dict[TopicPartition, RaybrokerError] = {}
         under_way = []
         for key in partitions:
-            kept = self._leaders.get(key)
+            kept = self._route.kept(*key)
             try:
-                under_way.append((key, kept, (kept or self._looked_up(key)).start(*key, marker)))
+                under_way.append((key, kept, self._write(key, kept, marker)))
             except RaybrokerError as exc:
-                self._leaders.pop(key, None)
+                self._route.forget(*key)
                 failed[key] = exc
         for key, kept, written in under_way:
             try:
                 try:
-                    written()
+                    written.result()
                 except RaybrokerError:
                     if kept is None:
                         raise
-                    self._looked_up(key).start(*key, marker)()
-                if key[0] == CONSUMER_OFFSETS_TOPIC:
-                    groups = get_actor(group_coordinator_name())
-                    call(groups.complete_transaction.remote(key[1], producer_id, result == ControlRecordType.COMMIT))
+                    self._route.forget(*key)
+                    self._write(key, None, marker).result()
             except RaybrokerError as exc:
-                self._leaders.pop(key, None)
+                self._route.forget(*key)
                 failed[key] = exc
         return failed
 
-    def _looked_up(self, key: TopicPartition) -> _MarkerLeader:
-        """The partition's leader looked up now, and kept."""
-        handle, state = leader_replica(*key)
-        channel = self._appends.for_leader(handle, state) if self._appends is not None else None
-        self._leaders[key] = leader = _MarkerLeader(handle, state.replication_factor > 1, channel)
-        return leader
+    def _write(self, key: TopicPartition, leader: PartitionLeader | None, marker: Marker) -> AppendCall:
+        """Sends the marker to `leader`, or to the partition's leader looked up now."""
+        return self._route.write(leader or self._route.leader(*key), *key, marker, ACKS_ALL)
 
 
 class TransactionCoordinatorActor:
@@ -159,8 +133,8 @@ class TransactionCoordinatorActor:
         self._coordinator: TransactionCoordinator | None = None
         self._loaded = threading.Event()
         self._channel_lock = threading.Lock()
-        self._appends = AppendConnections()
-        self._markers = RayTransactionMarkers(self._appends)
+        self._route = AppendRoute()
+        self._markers = marker_writer(self._route)
         self._channel: TransactionChannel | None = None
         # One thread: completions run in the order their EndTxn was answered.
         self._completions = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="transaction-markers")
@@ -192,7 +166,7 @@ class TransactionCoordinatorActor:
                     clock=SYSTEM_CLOCK,
                     controller=RayTopicAdmin(ctrl),
                     find_partition=lambda partition: RayInternalPartition.leader_of(
-                        TRANSACTION_STATE_TOPIC, partition, self._appends
+                        TRANSACTION_STATE_TOPIC, partition, self._route
                     ),
                     allocate_producer_id=lambda: int(call(ctrl.allocate_producer_id.remote())),
                     allocate_coordinator_epoch=lambda at_least: int(
@@ -282,7 +256,19 @@ class TransactionCoordinatorActor:
         if channel is not None:
             channel.close()
         self._completions.shutdown(wait=True)
-        self._appends.close()
+        self._route.close()
+
+
+def marker_writer(route: AppendRoute) -> OffsetsCompletingMarkers:
+    """The markers the coordinator and a WriteTxnMarkers write through `route`: the partitions' leader actors', a
+    marker on `__consumer_offsets` completing the producer's offsets in the group coordinator actor."""
+    return OffsetsCompletingMarkers(RayTransactionMarkers(route), _complete_transactional_offsets)
+
+
+def _complete_transactional_offsets(partition: int, producer_id: int, commit: bool) -> None:
+    """A marker reached `__consumer_offsets` partition `partition`: the group coordinator actor completes the
+    producer's transactional offsets there (`OffsetsCompletingMarkers`)."""
+    call(get_actor(group_coordinator_name()).complete_transaction.remote(partition, producer_id, commit))
 
 
 # Wrapped here, not in `actors.server.remote` with the other service actors: the controller's monitor starts the

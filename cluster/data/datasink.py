@@ -5,7 +5,7 @@ writes one record per row. Each write task holds one idempotent Python `Producer
 producer id and sequence numbers per partition, `acks=all`), turns each block's columns into the record columns
 at once (`cluster.data.value_encoding`) and queues them with `send_many`, which cuts them into batches of up to
 `BATCH_BYTES` encoded whole (`storage.records.record_encoder`); the producer's sender appends them over the append
-channel when the leader is on the task's node and alone, else through the partition actors.
+channel when the leader is on the task's node, else through the partition actors.
 
 | argument       | what                                                                                        |
 |----------------|---------------------------------------------------------------------------------------------|

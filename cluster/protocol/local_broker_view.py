@@ -17,7 +17,8 @@ import uuid
 from collections.abc import Awaitable, Mapping
 
 from actors.clients.append_order import AppendOrder
-from actors.core.broker import InProcessBroker, ServedPartition
+from actors.core.broker import InProcessBroker
+from actors.core.replication.partition_server import PartitionServer
 from actors.core.replication.replica import ACKS_ALL
 from cluster.protocol.broker_view import (
     BrokerEndpoint,
@@ -29,7 +30,7 @@ from cluster.protocol.broker_view import (
     topic_info,
 )
 from cluster.protocol.file_region import SENDFILE_MIN_BYTES, FileRegion, open_region
-from storage.partition.file_slices import locate_file_slices, located_aborted_transactions
+from storage.partition.file_slices import FileSlice, locate_file_slices, located_aborted_transactions
 from storage.partition.leader_epoch_cache import UNDEFINED_EPOCH
 from storage.partition.log import LogAppendInfo
 from storage.partition.producer_state import ActiveProducer
@@ -100,14 +101,16 @@ class LocalBrokerView:
     async def set_topic_config(self, name: str, config: Mapping[str, str], validate_only: bool = False) -> None:
         self.broker.controller.set_topic_config(name, dict(config), validate_only)
 
-    def _leader(self, topic: str, partition: int) -> ServedPartition:
+    def _leader(self, topic: str, partition: int) -> PartitionServer:
         return self.broker.leader(topic, partition)
 
     async def delete_records(self, topic: str, partition: int, offset: int) -> int:
         return self._leader(topic, partition).delete_records(offset)
 
     async def offsets(self, topic: str, partition: int) -> PartitionOffsets:
-        return PartitionOffsets(*self._leader(topic, partition).offsets())
+        leader = self._leader(topic, partition)
+        leader.check_leader()
+        return PartitionOffsets(*leader.offsets())
 
     async def describe_producers(self, topic: str, partition: int) -> list[ActiveProducer]:
         return self._leader(topic, partition).check_leader().active_producers()
@@ -150,14 +153,15 @@ class LocalBrokerView:
         log = leader.check_leader(current_leader_epoch)
         if max_wait_ms > 0:
 
-            def available() -> int:
+            def located_now() -> tuple[FileSlice, ...]:
                 # Each look checks the epoch again: a leader change ends the wait with the client fenced.
-                located = locate_file_slices(
+                return locate_file_slices(
                     leader.check_leader(current_leader_epoch), offset, max_bytes, isolation=isolation
                 )
-                return sum(found.length for found in located)
 
-            await asyncio.to_thread(leader.wait_for_bytes, offset, min_bytes, max_wait_ms, available)
+            await asyncio.to_thread(
+                leader.long_poll, located_now, lambda found: sum(part.length for part in found), max_wait_ms, min_bytes
+            )
             log = leader.check_leader(current_leader_epoch)
         located = locate_file_slices(log, offset, max_bytes, isolation=isolation)
         if located and located[0].length >= SENDFILE_MIN_BYTES:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Collection, Iterable
 
-from actors.core.broker import InProcessBroker, InProcessMarkers
+from actors.core.broker import InProcessBroker
 from actors.core.transactions.coordinator import InitProducerIdResult, TransactionDescription
 from actors.core.transactions.markers import write_marker
 from actors.core.transactions.transaction_metadata import TxnError
@@ -20,7 +20,7 @@ class LocalTransactionView:
 
     def __init__(self, broker: InProcessBroker) -> None:
         self.broker = broker
-        self._markers = InProcessMarkers(broker)
+        self._markers = broker.markers
 
     async def init_producer_id(
         self, transactional_id: str, transaction_timeout_ms: int, producer_id: int, producer_epoch: int

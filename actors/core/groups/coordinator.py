@@ -68,14 +68,8 @@ from actors.core.groups.group_membership import (
     PendingJoin,
     SyncResult,
 )
-from actors.core.groups.offsets_topic import (
-    DEFAULT_OFFSETS_REPLICATION_FACTOR,
-    InternalPartition,
-    TopicAdmin,
-    ensure_consumer_offsets_topic,
-    internal_batches,
-    load_reachable,
-)
+from actors.core.groups.offsets_topic import DEFAULT_OFFSETS_REPLICATION_FACTOR, ensure_consumer_offsets_topic
+from actors.core.internal_topics import InternalPartition, TopicAdmin, internal_batches, load_reachable
 from storage.clock import Clock
 from storage.errors import (
     BrokerNotAvailableError,

@@ -4,9 +4,10 @@ its own leader alone, as a plain class over the replica's `storage.partition.log
 The controller tells the replica its partition's state (`update`, Kafka's LeaderAndIsr); an older state than the
 last one (by leader epoch, then version) is ignored, and so is one that does not list this replica.
 
-- As the leader it takes appends (`check_append`; with `acks=all` only while at least `min.insync.replicas` replicas are
-  in sync, `NotEnoughReplicasError`; as Kafka's `effectiveMinIsr`, a `min.insync.replicas` above the partition's replica
-  count counts as that count, so a one-replica topic takes `acks=all` whatever it says), answers its followers' fetches
+- As the leader it takes appends (`append`, checked by `check_append`; with `acks=all` only while at least
+  `min.insync.replicas` replicas are in sync, `NotEnoughReplicasError`; as Kafka's `effectiveMinIsr`, a
+  `min.insync.replicas` above the partition's replica count counts as that count, so a one-replica topic takes
+  `acks=all` whatever it says), answers its followers' fetches
   (`replicate`) and OffsetsForLeaderEpoch (`epoch_end_offset`), fences a client's read whose `current_leader_epoch`
   is not its own (`check_current_leader_epoch`: Fetch, ListOffsets and OffsetsForLeaderEpoch, KIP-320), moves the high
   watermark to the smallest log end offset of the ISR (`actors.core.replication.leader_state.LeaderState`; with no
@@ -232,11 +233,17 @@ class Replica:
             return None
         return leader.follower_log_end_offset(node)
 
-    def appended(self) -> None:
-        """A client append landed: a replicated leader's high watermark may move (its followers' may not yet)."""
+    def append(self, required_acks: int, write: Callable[[Log], LogAppendInfo]) -> LogAppendInfo:
+        """Every leader append: `write(log)` runs once this replica may take it (`check_append`), then a replicated
+        leader's high watermark moves as far as its ISR allows (its followers' may not yet) and the change is
+        notified to the partition's waiters. Returns what `write` did."""
+        self.check_append(required_acks)
+        info = write(self.log)
         if self.log.replicated:
             with self._lock:
                 self._advance_high_watermark()
+        self._changes.notify()
+        return info
 
     def _advance_high_watermark(self) -> bool:
         """Moves the leader's high watermark to the smallest log end offset of the ISR; True if it moved."""

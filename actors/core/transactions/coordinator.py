@@ -58,7 +58,7 @@ from typing import Protocol
 
 from actors.core.controller.topic_metadata import TRANSACTION_STATE_TOPIC
 from actors.core.coordinator_claims import CoordinatorClaims
-from actors.core.groups.offsets_topic import InternalPartition, TopicAdmin, internal_batches, load_reachable
+from actors.core.internal_topics import InternalPartition, TopicAdmin, internal_batches, load_reachable
 from actors.core.transactions.markers import TransactionMarkers
 from actors.core.transactions.state_topic import ensure_transaction_state_topic
 from actors.core.transactions.transaction_metadata import (

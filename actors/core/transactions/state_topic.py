@@ -11,7 +11,7 @@ An existing topic is left as it is.
 from __future__ import annotations
 
 from actors.core.controller.topic_metadata import TRANSACTION_STATE_TOPIC, TopicMetadata
-from actors.core.groups.offsets_topic import TopicAdmin, ensure_internal_topic
+from actors.core.internal_topics import TopicAdmin, ensure_internal_topic
 from storage.config.transaction_config import TransactionConfig
 
 

@@ -29,8 +29,9 @@ from actors.clients.local_fetch import (
     read_file_slice,
     records_of,
 )
+from actors.core.replication.partition_server import LONG_POLL_SLOTS
 from actors.server.partition_host import PartitionHostActor
-from actors.server.partition_log import LONG_POLL_SLOTS, FetchResult, FileSlices, PartitionLogActor
+from actors.server.partition_log import FetchResult, FileSlices, PartitionLogActor
 from storage.errors import BrokerNotAvailableError, OffsetOutOfRangeError
 from storage.partition.file_slices import FileSlice, read_located
 from storage.records.file_records import iter_any_batches

@@ -163,6 +163,7 @@ def test_markers_go_to_every_partition_at_once_and_only_the_ones_not_written_are
     """`RayTransactionMarkers.write_markers`, the coordinator's WriteTxnMarkers: the markers of one call end the
     producer's open transaction on each partition that has it, and a partition that cannot take one (here a topic
     that does not exist) is the only one answered, with its typed error."""
+    from actors.clients.append_route import AppendRoute
     from actors.clients.transactions import Transactions
     from actors.server.transaction_coordinator import RayTransactionMarkers
 
@@ -176,9 +177,13 @@ def test_markers_go_to_every_partition_at_once_and_only_the_ones_not_written_are
         opened = [transactions.open_transaction_at(topic, partition, 0) for partition in range(PARTITIONS)]
         assert {(found.producer_id, found.producer_epoch) for found in opened} == {(pid, epoch)}
         written = [(topic, partition) for partition in range(PARTITIONS)]
-        failed = RayTransactionMarkers().write_markers(
-            [*written, ("txn-markers-missing", 0)], pid, epoch, opened[0].coordinator_epoch, ControlRecordType.ABORT
-        )
+        route = AppendRoute()
+        try:
+            failed = RayTransactionMarkers(route).write_markers(
+                [*written, ("txn-markers-missing", 0)], pid, epoch, opened[0].coordinator_epoch, ControlRecordType.ABORT
+            )
+        finally:
+            route.close()
         assert list(failed) == [("txn-markers-missing", 0)]
         assert isinstance(failed["txn-markers-missing", 0], UnknownTopicOrPartitionError)
         for partition in range(PARTITIONS):

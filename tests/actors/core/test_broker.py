@@ -94,7 +94,7 @@ def test_acks_all_appends_reach_every_replica_and_survive_the_leaders_loss(broke
     leader = broker.leader("t", 0)
     leader.await_replicated(leader.append(batch(b"after"), acks=-1))
     acknowledged.append(b"after")
-    assert values(broker.leader("t", 0).read(0, 1 << 20)) == acknowledged
+    assert values(broker.internal_partition("t", 0).read(0, 1 << 20)) == acknowledged
 
     broker.restart_node(state.leader)
     returned = broker.replica_on(state.leader, "t", 0)
@@ -114,7 +114,7 @@ def test_a_closed_broker_leaves_nothing_running_and_reopens_with_its_topics_and_
     second = InProcessBroker(tmp_path, nodes=2, properties=PROPERTIES)
     try:
         assert second.controller.describe_topic("kept").config == {"retention.ms": "600000"}
-        assert values(second.leader("kept", 1).read(0, 1 << 20)) == [b"a", b"b"]
+        assert values(second.internal_partition("kept", 1).read(0, 1 << 20)) == [b"a", b"b"]
         with pytest.raises(UnknownTopicOrPartitionError):
             second.leader("gone", 0)
     finally:
@@ -137,7 +137,7 @@ def test_a_partition_with_one_replica_reopened_behind_its_checkpointed_high_wate
     try:
         leader = second.leader("alone", 0)
         assert leader.offsets() == (0, 3, 3) and not leader.log.replicated
-        assert values(leader.read(0, 1 << 20)) == [b"a", b"b", b"c"]
+        assert values(bytes(leader.fetch(0, 1 << 20).records)) == [b"a", b"b", b"c"]
     finally:
         second.close()
 

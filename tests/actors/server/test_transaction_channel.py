@@ -88,7 +88,7 @@ def producer(coordinator: TransactionCoordinator, transactional_id: str = TXN_ID
 
 
 def markers(broker: InProcessBroker, partition: int) -> list[str]:
-    served = broker.leader(TOPIC, partition)
+    served = broker.internal_partition(TOPIC, partition)
     found = []
     for batch in iter_batches(served.read(0, 1 << 20)):
         marker = batch.end_transaction_marker() if batch.is_control else None

@@ -78,7 +78,7 @@ def test_the_new_leader_answers_a_retried_batch_with_its_original_offset_and_tim
         assert answer.error_code == ErrorCode.none
         sent.append((records, answer))
     state = broker.controller.partition_state("t", 0)
-    before = records_of(broker.leader("t", 0).read(0, 1 << 20))
+    before = records_of(broker.internal_partition("t", 0).read(0, 1 << 20))
 
     broker.lose_node(state.leader)
     assert broker.controller.partition_state("t", 0).leader != state.leader
@@ -88,6 +88,6 @@ def test_the_new_leader_answers_a_retried_batch_with_its_original_offset_and_tim
         assert (retried.error_code, retried.base_offset) == (ErrorCode.none, original.base_offset)
         assert retried.log_append_time is not None
         assert int(retried.log_append_time.timestamp() * 1000) == last_timestamp
-    assert records_of(broker.leader("t", 0).read(0, 1 << 20)) == before
+    assert records_of(broker.internal_partition("t", 0).read(0, 1 << 20)) == before
     following = produce(listener, idempotent_batch(sequence, 1))
     assert (following.error_code, following.base_offset) == (ErrorCode.none, len(before))

@@ -70,7 +70,7 @@ def batches(broker: InProcessBroker, topic: str, partition: int) -> list[tuple[s
     """(kind, producer id, producer epoch, records) of every batch of the partition: kind is "data", "COMMIT" or
     "ABORT"; data batches must be transactional."""
     found = []
-    for batch in iter_batches(broker.leader(topic, partition).read(0, 1 << 22)):
+    for batch in iter_batches(broker.internal_partition(topic, partition).read(0, 1 << 22)):
         if batch.is_control:
             marker = batch.end_transaction_marker()
             assert marker is not None

@@ -45,7 +45,7 @@ def broker(tmp_path: Path) -> Iterator[InProcessBroker]:
 
 def records_of(broker: InProcessBroker, partition: int) -> list[Record]:
     """The partition's data records but the coordinators' claims (the tombstone of `FENCING_KEY`, no group's)."""
-    served = broker.leader(CONSUMER_OFFSETS_TOPIC, partition)
+    served = broker.internal_partition(CONSUMER_OFFSETS_TOPIC, partition)
     return [
         record
         for batch in iter_batches(served.read(0, 1 << 20))
@@ -60,7 +60,7 @@ def restarted(broker: InProcessBroker) -> GroupCoordinator:
         PARTITIONS,
         clock=broker.clock,
         controller=broker.controller,
-        find_partition=lambda partition: broker.leader(CONSUMER_OFFSETS_TOPIC, partition),
+        find_partition=lambda partition: broker.internal_partition(CONSUMER_OFFSETS_TOPIC, partition),
         allocate_coordinator_epoch=broker.controller.allocate_coordinator_epoch,
     )
 
@@ -243,7 +243,7 @@ def test_the_membership_runs_on_the_injected_clock(tmp_path: Path) -> None:
             PARTITIONS,
             clock=clock,
             controller=broker.controller,
-            find_partition=lambda partition: broker.leader(CONSUMER_OFFSETS_TOPIC, partition),
+            find_partition=lambda partition: broker.internal_partition(CONSUMER_OFFSETS_TOPIC, partition),
             allocate_coordinator_epoch=broker.controller.allocate_coordinator_epoch,
             membership=membership,
         )
@@ -353,3 +353,22 @@ def test_a_coordinator_left_running_beside_its_successor_writes_nothing_it_read_
         if producer.producer_id == COORDINATOR_PRODUCER_ID
     ]
     assert claims.producer_epoch >= 3
+
+
+def test_a_marker_written_on_the_offsets_partition_completes_the_offsets_and_one_not_written_does_not(
+    broker: InProcessBroker,
+) -> None:
+    """`OffsetsCompletingMarkers` (the broker's `markers`, which the transaction coordinator and WriteTxnMarkers
+    write): a COMMIT marker written on a group's `__consumer_offsets` partition commits the producer's pending
+    offsets of that group; a marker refused there (an older producer epoch) leaves them pending and is answered."""
+    coordinator = broker.group_coordinator
+    partition = coordinator.partition_for("g")
+    offsets_partition = (CONSUMER_OFFSETS_TOPIC, partition)
+    assert coordinator.commit_transactional("g", 700, 3, "", -1, {("t", 0): (5, "")}) == GroupError.NONE
+    refused = broker.markers.write_markers([offsets_partition], 700, 2, 0, ControlRecordType.COMMIT)
+    assert list(refused) == [offsets_partition]
+    assert coordinator.fetch_committed("g", [("t", 0)]) == {("t", 0): None}
+    assert coordinator.unstable_offsets("g", None) == {("t", 0)}
+    assert broker.markers.write_markers([offsets_partition], 700, 3, 0, ControlRecordType.COMMIT) == {}
+    assert coordinator.fetch_committed("g", [("t", 0)]) == {("t", 0): 5}
+    assert coordinator.unstable_offsets("g", None) == set()

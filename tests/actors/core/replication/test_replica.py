@@ -124,11 +124,8 @@ class Replicas:
         return state
 
     def append(self, node: str, count: int, acks: int = 1) -> Any:
-        replica = self.by_node[node]
-        replica.check_append(acks)
-        info = replica.log.append(batch_bytes(simple_records(count, timestamp=self.clock.milliseconds())))
-        replica.appended()
-        return info
+        records = batch_bytes(simple_records(count, timestamp=self.clock.milliseconds()))
+        return self.by_node[node].append(acks, lambda log: log.append(records))
 
     def close(self) -> None:
         for replica in self.by_node.values():

@@ -66,7 +66,7 @@ def state_records(broker: InProcessBroker, transactional_id: str = TXN_ID) -> li
     """The values of `transactional_id` in its `__transaction_state` partition, in log order (None: tombstone)."""
     partitions = len(broker.controller.describe_topic(TRANSACTION_STATE_TOPIC).partitions)
     partition = partition_for_transactional_id(transactional_id, partitions)
-    served = broker.leader(TRANSACTION_STATE_TOPIC, partition)
+    served = broker.internal_partition(TRANSACTION_STATE_TOPIC, partition)
     values: list[TransactionLogValue | None] = []
     for batch in iter_batches(served.read(0, 1 << 20)):
         for record in batch.records():
@@ -91,7 +91,7 @@ def produce_transactional(broker: InProcessBroker, partition: int, producer_id: 
 def markers(broker: InProcessBroker, partition: int) -> list[tuple[ControlRecordType, int, int]]:
     """(type, producer id, producer epoch) of every marker of `orders-partition`."""
     found = []
-    for batch in iter_batches(broker.leader(TOPIC, partition).read(0, 1 << 20)):
+    for batch in iter_batches(broker.internal_partition(TOPIC, partition).read(0, 1 << 20)):
         marker = batch.end_transaction_marker() if batch.is_control else None
         if marker is not None:
             found.append((marker.control_type, batch.producer_id, batch.producer_epoch))
@@ -302,7 +302,7 @@ def test_a_coordinator_restarted_after_prepare_commit_sends_the_markers_and_comp
         broker.config.transaction_config,
         clock=broker.clock,
         controller=broker.controller,
-        find_partition=lambda partition: broker.leader(TRANSACTION_STATE_TOPIC, partition),
+        find_partition=lambda partition: broker.internal_partition(TRANSACTION_STATE_TOPIC, partition),
         allocate_producer_id=broker.controller.allocate_producer_id,
         allocate_coordinator_epoch=broker.controller.allocate_coordinator_epoch,
         markers=_UnreachablePartitions(),
@@ -676,7 +676,7 @@ def coordinator_with(broker: InProcessBroker, completions: Callable[[Callable[[]
         broker.config.transaction_config,
         clock=broker.clock,
         controller=broker.controller,
-        find_partition=lambda partition: broker.leader(TRANSACTION_STATE_TOPIC, partition),
+        find_partition=lambda partition: broker.internal_partition(TRANSACTION_STATE_TOPIC, partition),
         allocate_producer_id=broker.controller.allocate_producer_id,
         allocate_coordinator_epoch=broker.controller.allocate_coordinator_epoch,
         markers=InProcessMarkers(broker),

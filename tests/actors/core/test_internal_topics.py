@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from actors.core.groups.offsets_topic import internal_batches
+from actors.core.internal_topics import internal_batches
 from storage.errors import CoordinatorLoadInProgressError
 from storage.records.record_batch import RecordBatchBuilder
 

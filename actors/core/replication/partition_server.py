@@ -1,0 +1,183 @@
+"""What one replica of a partition serves to its callers, written once for both hosts: the partition actor
+(`actors.server.partition_log`) and the in-process broker (`actors.core.broker`) hold the same `PartitionServer`.
+
+- **Appends** (client batches, a group coordinator's transactional offsets, a transaction coordinator's markers)
+  go through `Replica.append`: only the leader takes them, `acks=all` only while enough replicas are in sync, and the
+  high watermark and the change counter follow every append. An append answers at once; an `acks=all` caller then
+  waits with `await_replicated`, which answers at once for a partition with one replica. The host's thread that
+  appends thus never waits for followers. An I/O error is handed to the host's `on_storage_error` (the partition
+  actor reports it to its node's log manager, which takes the whole log dir offline) before it is raised.
+- **Client reads** are fenced by the client's `current_leader_epoch` and refused by a replica that does not lead
+  (`check_leader`, `fetch`, `list_offset`, `epoch_end_offset`, `delete_records`).
+- **The long poll** (Kafka's `fetch.max.wait.ms` / `fetch.min.bytes`): `long_poll` answers at once when at least
+  `min_bytes` are there, else waits on the partition's change counter (`LogChanges`) and looks again, until
+  `min_bytes` are there or `max_wait_ms` expired. A waiting fetch holds one of the host's `long_poll_slots`; one that
+  finds every slot taken answers at once, as with `max_wait_ms=0`, so long polls never take every read thread.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from actors.core.replication.log_changes import LogChanges
+from actors.core.replication.replica import ACKS_ALL, ACKS_ALL_TIMEOUT_MS, Replica
+from actors.core.role_metrics import NO_ROLE_METRICS, RoleMetrics
+from storage.arguments import is_int
+from storage.errors import InvalidRequestError, KafkaStorageError
+from storage.partition.leader_epoch_cache import UNDEFINED_EPOCH
+from storage.partition.log import Log, LogAppendInfo
+from storage.partition.producer_append import AppendOrigin
+from storage.records.file_records import TimestampAndOffset
+from storage.records.layout import ControlRecordType
+from storage.segment.log_segment import FetchDataInfo
+
+# Long-poll fetches waiting at once per host (a partition actor, a partition host, an in-process partition): half of
+# a partition actor's four read threads, so offsets, states and fetches that find data always have a thread.
+LONG_POLL_SLOTS = 2
+
+_Answer = TypeVar("_Answer")
+
+
+class PartitionServer:
+    """One replica's appends, reads and long polls; see the module docstring. `topic` names the partition's topic
+    for the metrics of its appends (None: not recorded)."""
+
+    def __init__(
+        self,
+        log: Log,
+        replica: Replica,
+        changes: LogChanges,
+        *,
+        topic: str | None,
+        metrics: RoleMetrics = NO_ROLE_METRICS,
+        long_poll_slots: threading.Semaphore | None = None,
+        on_storage_error: Callable[[KafkaStorageError], None] | None = None,
+    ) -> None:
+        self.log = log
+        self.replica = replica
+        self.changes = changes
+        self._topic = topic
+        self._metrics = metrics
+        self._long_poll_slots = long_poll_slots or threading.BoundedSemaphore(LONG_POLL_SLOTS)
+        self._on_storage_error = on_storage_error
+
+    # --- appends -------------------------------------------------------------------------------------------------
+
+    def append(self, batches: bytes | bytearray | memoryview, acks: int = 1) -> LogAppendInfo:
+        """Appends client batches (Kafka wire bytes, baseOffset 0) and answers at once with their offsets; with
+        `acks` -1 the caller then waits with `await_replicated`."""
+        info = self._append(acks, lambda log: log.append(batches))
+        if self._topic is not None and not info.duplicate:
+            self._metrics.produced(self._topic, info.record_count, info.valid_bytes)
+        return info
+
+    def append_from_coordinator(self, batch: bytes) -> LogAppendInfo:
+        """Appends a group coordinator's transactional offset commit (origin COORDINATOR: the producer's epoch is
+        checked, its sequence is not) as an `acks=all` append (Kafka's coordinators append with acks -1)."""
+        return self._append(ACKS_ALL, lambda log: log.append(batch, origin=AppendOrigin.COORDINATOR))
+
+    def append_transaction_marker(
+        self, producer_id: int, producer_epoch: int, coordinator_epoch: int, result: ControlRecordType
+    ) -> LogAppendInfo:
+        """Writes a transaction coordinator's COMMIT/ABORT marker (`Log.append_transaction_marker`: an older producer
+        epoch or coordinator epoch is refused) as an `acks=all` append: Kafka's WriteTxnMarkers appends with acks -1,
+        so a marker the coordinator counts as written survives the leader's loss."""
+        return self._append(
+            ACKS_ALL, lambda log: log.append_transaction_marker(producer_id, producer_epoch, coordinator_epoch, result)
+        )
+
+    def _append(self, acks: int, write: Callable[[Log], LogAppendInfo]) -> LogAppendInfo:
+        try:
+            return self.replica.append(acks, write)
+        except KafkaStorageError as exc:
+            if self._on_storage_error is not None:
+                self._on_storage_error(exc)
+            raise
+
+    def await_replicated(self, info: LogAppendInfo, timeout_ms: int = ACKS_ALL_TIMEOUT_MS) -> LogAppendInfo:
+        """The second half of an `acks=all` append: `info` once every in-sync replica has it, at once for a partition
+        with one replica (`Replica.await_replicated`)."""
+        if not self.log.replicated:
+            return info
+        return self.replica.await_replicated(info, timeout_ms)
+
+    # --- client reads --------------------------------------------------------------------------------------------
+
+    def check_leader(self, current_leader_epoch: int = UNDEFINED_EPOCH) -> Log:
+        """The log, for a client read: the client's `current_leader_epoch` and the replica's role checked
+        (`Replica.check_client_read`; -1: no epoch checked)."""
+        self.replica.check_client_read(current_leader_epoch)
+        return self.log
+
+    def fetch(
+        self,
+        offset: int,
+        max_bytes: int,
+        isolation: str = "high_watermark",
+        current_leader_epoch: int = UNDEFINED_EPOCH,
+    ) -> FetchDataInfo:
+        """Whole batches from `offset` up to the high watermark, or with `isolation="txn_committed"` (a
+        read_committed consumer) those below the last stable offset, with the aborted transactions overlapping them;
+        fenced by `current_leader_epoch` (`check_leader`)."""
+        return self.check_leader(current_leader_epoch).read(offset, max_bytes, isolation=isolation)
+
+    def list_offset(
+        self, timestamp: int, isolation: str = "high_watermark", current_leader_epoch: int = UNDEFINED_EPOCH
+    ) -> TimestampAndOffset | None:
+        """Kafka's ListOffsets for a consumer at `isolation` (`Replica.list_offset`)."""
+        return self.replica.list_offset(timestamp, isolation, current_leader_epoch)
+
+    def epoch_end_offset(self, epoch: int, current_leader_epoch: int = UNDEFINED_EPOCH) -> tuple[int, int]:
+        """OffsetForLeaderEpoch, fenced by the caller's `current_leader_epoch` (`Replica.epoch_end_offset`)."""
+        return self.replica.epoch_end_offset(epoch, current_leader_epoch)
+
+    def offsets(self) -> tuple[int, int, int]:
+        """(log start offset, high watermark, log end offset) of this replica, whatever its role."""
+        log = self.log
+        return log.log_start_offset, log.high_watermark, log.log_end_offset
+
+    def delete_records(self, offset: int) -> int:
+        """Kafka's DeleteRecords on the leader; returns the new log start offset."""
+        log_start_offset = self.check_leader().delete_records(offset)
+        self.changes.notify()
+        return log_start_offset
+
+    def delete_old_segments(self) -> int:
+        """One retention pass; returns the number of segments deleted (waiting readers are told: the log start may
+        have moved)."""
+        deleted = self.log.delete_old_segments()
+        if deleted:
+            self.changes.notify()
+        return deleted
+
+    # --- the long poll -------------------------------------------------------------------------------------------
+
+    def long_poll(
+        self, answer: Callable[[], _Answer], size: Callable[[_Answer], int], max_wait_ms: int, min_bytes: int
+    ) -> _Answer:
+        """`answer()` once at least `min_bytes` (by `size`) are there or `max_wait_ms` expired, looking again after
+        each change; at once without a free long-poll slot (see the module docstring). Errors (an offset out of
+        range, a fenced epoch, a closed log) are raised by `answer` as they come."""
+        for name, value in (("max_wait_ms", max_wait_ms), ("min_bytes", min_bytes)):
+            if not is_int(value):
+                raise InvalidRequestError(f"{name} must be an int, not {type(value).__name__}")
+        deadline = time.monotonic() + max_wait_ms / 1000
+        # Read before answering: an append between the answer and the wait is then seen, not slept through.
+        seen = self.changes.count
+        result = answer()
+        if max_wait_ms <= 0 or size(result) >= min_bytes or not self._long_poll_slots.acquire(blocking=False):
+            return result
+        try:
+            while True:
+                changed = self.changes.wait(seen, deadline)
+                if changed is None:
+                    return result
+                seen = changed
+                result = answer()
+                if size(result) >= min_bytes or time.monotonic() >= deadline:
+                    return result
+        finally:
+            self._long_poll_slots.release()

@@ -1,0 +1,136 @@
+"""`PartitionServer`, what one replica serves in both hosts, without Ray: a real `Log` and `Replica` in a temporary
+folder, the controller's states handed over by the test.
+
+Oracles: Kafka's rules for a partition's leader (only the leader takes appends and client reads; `acks=all` on a
+partition with one replica is acknowledged once appended; a retried idempotent batch is not counted twice) and the
+long poll's contract (answers once `min_bytes` are there, at once when every slot is taken)."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from actors.core.replication.follower import ReplicaSettings
+from actors.core.replication.leader_and_isr import LeaderAndIsr
+from actors.core.replication.log_changes import LogChanges
+from actors.core.replication.partition_server import PartitionServer
+from actors.core.replication.replica import ACKS_ALL, Replica
+from storage.clock import MockClock
+from storage.errors import BrokerNotAvailableError, NotLeaderOrFollowerError
+from storage.records.layout import ControlRecordType
+from tests.storage.builders import START_MS, batch_bytes, open_log, simple_records
+
+TOPIC, PARTITION = "t", 0
+# A long poll that should be woken by an append long before this.
+WAIT_MS = 5_000
+
+
+class Produced:
+    """The appends the server reports to its metrics (`RoleMetrics`)."""
+
+    def __init__(self) -> None:
+        self.records: list[tuple[str, int]] = []
+
+    def produced(self, topic: str, records: int, size_bytes: int) -> None:
+        self.records.append((topic, records))
+
+    def isr_changed(self, before: int, after: int) -> None:
+        pass
+
+
+@pytest.fixture(autouse=True)
+def no_fsync(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Durability is not under test: every epoch change writes an fsynced checkpoint."""
+    monkeypatch.setattr(os, "fsync", lambda fd: None)
+
+
+@pytest.fixture
+def metrics() -> Produced:
+    return Produced()
+
+
+@pytest.fixture
+def slots() -> threading.BoundedSemaphore:
+    return threading.BoundedSemaphore(1)
+
+
+@pytest.fixture
+def server(tmp_path: Path, metrics: Produced, slots: threading.BoundedSemaphore) -> Iterator[PartitionServer]:
+    log = open_log(tmp_path / f"{TOPIC}-{PARTITION}", MockClock(START_MS))
+    log.become_leader()
+    changes = LogChanges()
+    replica = Replica(log, "a", ReplicaSettings(), changes)
+    served = PartitionServer(log, replica, changes, topic=TOPIC, metrics=metrics, long_poll_slots=slots)
+    yield served
+    replica.stop(BrokerNotAvailableError("closed"))
+    log.close()
+
+
+def records(count: int, **batch: int) -> bytes:
+    return batch_bytes(simple_records(count), **batch)
+
+
+def test_an_append_is_offsets_metrics_and_a_change_and_acks_all_alone_needs_no_wait(
+    server: PartitionServer, metrics: Produced
+) -> None:
+    seen = server.changes.count
+    first = server.append(records(3))
+    second = server.append(records(2), ACKS_ALL)
+    assert (first.first_offset, first.last_offset, second.first_offset, second.last_offset) == (0, 2, 3, 4)
+    assert server.changes.count == seen + 2
+    assert server.await_replicated(second, timeout_ms=0) is second
+    assert server.offsets() == (0, 5, 5)
+    assert metrics.records == [(TOPIC, 3), (TOPIC, 2)]
+
+
+def test_a_retried_idempotent_batch_is_answered_again_but_counted_once(
+    server: PartitionServer, metrics: Produced
+) -> None:
+    idempotent = records(4, producer_id=7, producer_epoch=0, base_sequence=0)
+    first = server.append(idempotent)
+    retried = server.append(idempotent)
+    assert (retried.first_offset, retried.last_offset) == (first.first_offset, first.last_offset)
+    assert metrics.records == [(TOPIC, 4)]
+    assert server.offsets()[2] == 4
+
+
+def test_a_follower_refuses_appends_client_reads_and_delete_records(server: PartitionServer) -> None:
+    server.append(records(2))
+    server.replica.update(LeaderAndIsr(TOPIC, PARTITION, "b", 1, ("a", "b"), ("a", "b")))
+    for refused in (
+        lambda: server.append(records(1)),
+        lambda: server.append_transaction_marker(7, 0, 0, ControlRecordType.ABORT),
+        lambda: server.fetch(0, 1 << 20),
+        lambda: server.list_offset(-1),
+        lambda: server.delete_records(1),
+    ):
+        with pytest.raises(NotLeaderOrFollowerError):
+            refused()
+    assert server.offsets()[0] == 0
+
+
+def test_a_long_poll_answers_at_once_when_every_slot_is_taken_else_once_min_bytes_are_there(
+    server: PartitionServer, slots: threading.BoundedSemaphore
+) -> None:
+    def size() -> int:
+        return len(server.fetch(0, 1 << 20).records)
+
+    assert slots.acquire(blocking=False)  # every slot taken (there is one), as by other waiting polls
+    started = time.monotonic()
+    assert server.long_poll(size, lambda found: found, WAIT_MS, 1) == 0
+    assert time.monotonic() - started < WAIT_MS / 1000 / 2
+    slots.release()
+
+    answered: list[int] = []
+    waiting = threading.Thread(target=lambda: answered.append(server.long_poll(size, lambda found: found, WAIT_MS, 1)))
+    started = time.monotonic()
+    waiting.start()
+    server.append(records(2))
+    waiting.join(WAIT_MS / 1000)
+    assert answered and answered[0] > 0
+    assert time.monotonic() - started < WAIT_MS / 1000 / 2
