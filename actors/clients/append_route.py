@@ -6,7 +6,7 @@ Python producer's sender (`actors.clients.sender`, from a thread of its own) and
   there. The answer is kept until an append through it fails with a retriable error (`storage.errors`: the actor
   restarted, the leader moved, the topic was deleted and created again), after which the next append looks again.
 - Transport: a partition whose leader is on this node gets its appends over the leader process's append channel
-  (`actors.clients.append_connection`: ~0.1 ms where an actor call takes 1-2 ms, and a 1 MB batch is not put in
+  (`actors.channels.append_connection`: ~0.1 ms where an actor call takes 1-2 ms, and a 1 MB batch is not put in
   Ray's object store); any other, as a Ray call to the leader's actor.
 - `acks=-1`: with followers, the append's answer is handed on to the leader's `await_replicated`, which answers
   once the in-sync replicas have the batches: a Ray call's answer as its argument (Ray resolves it first), a
@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from actors.calls import call, controller, finished
-from actors.clients.append_connection import AppendConnection, AppendConnections, AppendReply
+from actors.channels.append_connection import AppendConnection, AppendConnections, AppendReply
 from actors.clients.append_order import AppendOrder
 from actors.clients.sequence_fence import SequenceFences, batch_producer
 from actors.core.replication.replica import ACKS_ALL, ACKS_ALL_TIMEOUT_MS

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from actors.calls import call, controller
-from actors.clients.append_connection import AppendConnections
+from actors.channels.append_connection import AppendConnections
 from actors.core.controller.topic_metadata import CONSUMER_OFFSETS_TOPIC, TopicMetadata
 from actors.core.groups.coordinator import GroupCoordinator
 from actors.core.groups.group_membership import (

@@ -12,8 +12,8 @@ state is durable).
 
 On its own node a transaction's steady state makes no Ray call, where it made seven (three from the listener, the
 Ongoing, PrepareCommit and Complete appends and the marker): listeners call it over its transaction channel
-(`actors.server.transaction_channel`: AddPartitionsToTxn, Produce's verification, EndTxn), and its
-`__transaction_state` appends and its markers go over the append channel (`actors.server.append_channel`) of a
+(`actors.channels.transaction_channel`: AddPartitionsToTxn, Produce's verification, EndTxn), and its
+`__transaction_state` appends and its markers go over the append channel (`actors.channels.append_channel`) of a
 partition whose leader is on this node with no followers. Every other call, and every partition led elsewhere or
 replicated, is a Ray call as before; the acks=all guarantee is the same either way (a partition with no followers
 has a write once it is appended).
@@ -45,7 +45,8 @@ from typing import Any
 import ray
 
 from actors.calls import call, controller, get_actor
-from actors.clients.append_connection import AppendConnection, AppendConnections
+from actors.channels.append_connection import AppendConnection, AppendConnections
+from actors.channels.transaction_channel import TransactionChannel
 from actors.clients.local_fetch import this_node_id
 from actors.core.controller.topic_metadata import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 from actors.core.transactions.coordinator import (
@@ -58,7 +59,6 @@ from actors.core.transactions.transaction_metadata import TxnError
 from actors.options import group_coordinator_name, transaction_coordinator_options
 from actors.partition_lookup import leader_replica
 from actors.server.group_coordinator import RayInternalPartition, RayTopicAdmin
-from actors.server.transaction_channel import TransactionChannel
 from storage.clock import SYSTEM_CLOCK
 from storage.config.transaction_config import TransactionConfig
 from storage.errors import CoordinatorLoadInProgressError, RaybrokerError
@@ -229,7 +229,7 @@ class TransactionCoordinatorActor:
 
     def transaction_channel(self) -> tuple[str, str]:
         """(node, address): the Ray node this actor runs on and the address of its transaction channel
-        (`actors.server.transaction_channel`), which listens from the first call."""
+        (`actors.channels.transaction_channel`), which listens from the first call."""
         with self._channel_lock:
             if self._channel is None:
                 self._channel = TransactionChannel(self)

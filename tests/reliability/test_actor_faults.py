@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 
-import actors.clients.append_connection
+import actors.channels.append_connection
 import actors.clients.append_route
 from actors import Admin, Broker, Consumer, Producer
 from actors.calls import get_actor
@@ -291,7 +291,7 @@ def test_lost_answers_are_deduplicated_because_at_most_five_batches_are_unacknow
     state = broker.topic(topic).state(0)
     monkeypatch.setattr(actors.clients.append_route, "leader_replica", lambda *_: (losing, state))
     # Ray calls whose answers get lost, not the append channel (whose answers come or break the connection).
-    monkeypatch.setattr(actors.clients.append_connection.AppendConnections, "for_leader", lambda *_, **__: None)
+    monkeypatch.setattr(actors.channels.append_connection.AppendConnections, "for_leader", lambda *_, **__: None)
     acks = Acknowledgements()
     # Tiny batches sent faster than the partition answers: a backlog of many ready batches builds up.
     with Producer(broker, linger_ms=0, batch_size=256, retry_backoff_ms=10, retries=50) as producer:
