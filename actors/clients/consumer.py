@@ -42,7 +42,7 @@ Isolation (`isolation_level`, Kafka's `isolation.level`, default `read_uncommitt
 `read_uncommitted` reads every record below the high watermark, those of open and aborted transactions included;
 `read_committed` reads only below the last stable offset (so never a record of a transaction still open) and drops
 the records of aborted transactions, with the aborted-transaction list each fetch answers
-(`storage.records.aborted_batches`). Control batches (transaction markers) are never returned, at either level, but
+(`storage.partition.aborted_batches`). Control batches (transaction markers) are never returned, at either level, but
 move the position past them. `seek_to_end`, `latest` and `offsets_for_times` answer at the level's end (the LSO for
 read_committed). A read_committed consumer does not follow same-node tails through the high-watermark file, which
 publishes offsets but not aborted transactions: its fetches always go to the actor (`locate` still reads locally).
@@ -90,8 +90,8 @@ from storage.errors import (
     SerializationError,
     UnknownTopicOrPartitionError,
 )
+from storage.partition.aborted_batches import AbortedBatches
 from storage.partition.log_read import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
-from storage.records.aborted_batches import AbortedBatches
 from storage.records.file_records import TimestampAndOffset
 from storage.records.record_batch import TimestampType, iter_batches
 from storage.topic_partition import TopicPartition, check_topic_partition
