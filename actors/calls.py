@@ -135,6 +135,12 @@ def controller() -> Any:
     return get_actor(CONTROLLER_NAME)
 
 
+def this_node_id() -> str:
+    """The Ray node of this process ("" when Ray is not initialized, which matches no partition): where a partition's
+    replica is local, so its files and same-node channels can be used without a call."""
+    return ray.get_runtime_context().get_node_id() if ray.is_initialized() else ""
+
+
 # A killed actor's name is released asynchronously; an actor created under the same name before that
 # (a broker restarted right after a stop) would get the dying one back from `get_if_exists`.
 NAME_RELEASE_TIMEOUT_S = 30.0

@@ -24,9 +24,8 @@ from collections import deque
 from concurrent.futures import Future
 from typing import Any
 
-from actors.calls import call
+from actors.calls import call, this_node_id
 from actors.channels.append_frames import SIZE, decode_answer, encode_marker_request, encode_request
-from actors.clients.local_fetch import this_node_id
 from actors.core.replication.leader_and_isr import LeaderAndIsr
 from storage.errors import AnswerLostError, BrokerNotAvailableError, InvalidRequestError, RaybrokerError
 from storage.partition.log import LogAppendInfo

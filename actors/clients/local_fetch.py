@@ -39,8 +39,7 @@ Public API (stable; `cluster.spark.kafka_source` builds on it):
   or None when they cannot be trusted (the caller then uses the actor path).
 - `BULK_FETCH_MAX_BYTES` (64 MiB): the `max_bytes` bulk readers should ask for; each call costs 1-3 ms of Ray
   round trip on a loaded 2-core node, which 1 MiB fetches cannot amortize.
-- `this_node_id() -> str` and `statistics() -> LocalFetchStatistics` (local reads, fallbacks, actor fetches
-  of this process).
+- `statistics() -> LocalFetchStatistics` (local reads, fallbacks, actor fetches of this process).
 
 Why the local bytes equal the actor's: the slice is computed by `storage.partition.file_slices` step for step like the
 actor's `Log.read`, and names the file by inode. The reader opens the path, checks the inode (a segment deleted
@@ -61,9 +60,7 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, Generic, TypeVar
 
-import ray
-
-from actors.calls import call
+from actors.calls import call, this_node_id
 from actors.server.partition_log import FetchResult, FileSlices
 from storage.partition.file_slices import FileSlice, offset_after, populate_pages, read_located
 from storage.partition.log import DEFAULT_FETCH_MAX_BYTES
@@ -100,11 +97,6 @@ def _count(kind: str) -> None:
 def statistics() -> LocalFetchStatistics:
     with _counts_lock:
         return LocalFetchStatistics(**_counts)
-
-
-def this_node_id() -> str:
-    """The Ray node of this process ("" when Ray is not initialized, which matches no partition)."""
-    return ray.get_runtime_context().get_node_id() if ray.is_initialized() else ""
 
 
 def read_file_slice(file_slice: FileSlice, offset: int, *, zero_copy: bool = False) -> bytes | memoryview | None:
@@ -332,5 +324,4 @@ __all__ = [
     "read_file_slice",
     "records_of",
     "statistics",
-    "this_node_id",
 ]

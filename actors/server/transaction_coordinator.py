@@ -44,10 +44,9 @@ from typing import Any
 
 import ray
 
-from actors.calls import call, controller, get_actor
+from actors.calls import call, controller, get_actor, this_node_id
 from actors.channels.append_connection import AppendConnection, AppendConnections
 from actors.channels.transaction_channel import TransactionChannel
-from actors.clients.local_fetch import this_node_id
 from actors.core.controller.topic_metadata import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 from actors.core.transactions.coordinator import (
     InitProducerIdResult,

@@ -15,10 +15,9 @@ import asyncio
 from collections.abc import Awaitable, Collection, Iterable
 from typing import Any, TypeVar
 
-from actors.calls import answer, call
+from actors.calls import answer, call, this_node_id
 from actors.channels.transaction_connection import TransactionConnections
 from actors.clients.broker import transaction_coordinator
-from actors.clients.local_fetch import this_node_id
 from actors.core.transactions.coordinator import InitProducerIdResult, TransactionDescription
 from actors.core.transactions.transaction_metadata import TxnError
 from storage.config.transaction_config import TransactionConfig
