@@ -5,7 +5,7 @@ from `storage.errors` instead (`OffsetOutOfRangeError`, `InvalidRecordError`, ..
 dead or restarting, or an answer lost with the node whose object store held it, surfaces as
 `BrokerNotAvailableError` (its `AnswerLostError`: the call may have run), which producers treat as retriable.
 
-Finding a partition's replicas is `actors.partition_lookup`'s.
+Finding a partition's replicas is `actors.server.partition_lookup`'s.
 """
 
 from __future__ import annotations

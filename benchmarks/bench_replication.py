@@ -196,7 +196,7 @@ def states(topic: str) -> dict[int, Any]:
 def leader_offsets(topic: str) -> list[tuple[int, int, int]]:
     """(log start, high watermark, log end) of each partition's leader."""
     from actors.calls import call
-    from actors.partition_lookup import replica_actor
+    from actors.server.partition_lookup import replica_actor
 
     return [
         call(replica_actor(topic, partition, state.leader).offsets.remote())

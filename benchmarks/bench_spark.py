@@ -65,7 +65,7 @@ def _produce(topic: str, partitions: int, rows: int) -> None:
 
     from actors.calls import call
     from actors.clients.partitioner import partition_for_key
-    from actors.partition_lookup import partition_actor
+    from actors.server.partition_lookup import partition_actor
     from storage.records.record_batch import RecordBatchBuilder
 
     keys = [f"user-{user:011d}".encode() for user in range(USERS)]

@@ -2,7 +2,7 @@
 Python producer's sender (`actors.clients.sender`, from a thread of its own) and the Kafka listener
 (`cluster.protocol.ray_broker_view`, from an event loop).
 
-- Leader: the controller names the node that leads the partition and `actors.partition_lookup` finds the replica
+- Leader: the controller names the node that leads the partition and `actors.server.partition_lookup` finds the replica
   there. The answer is kept until an append through it fails with a retriable error (`storage.errors`: the actor
   restarted, the leader moved, the topic was deleted and created again), after which the next append looks again.
 - Transport: a partition whose leader is on this node gets its appends over the leader process's append channel
@@ -53,7 +53,7 @@ from actors.channels.append_connection import AppendConnection, AppendConnection
 from actors.clients.append_order import AppendOrder
 from actors.clients.sequence_fence import SequenceFences, batch_producer
 from actors.core.replication.replica import ACKS_ALL, ACKS_ALL_TIMEOUT_MS
-from actors.partition_lookup import leader_replica
+from actors.server.partition_lookup import leader_replica
 from storage.errors import AnswerLostError, RaybrokerError, RequestTimedOutError
 from storage.partition.log import LogAppendInfo
 

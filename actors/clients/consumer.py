@@ -75,8 +75,8 @@ from actors.clients.local_tail import LocalTail
 from actors.clients.serializers import Deserializer
 from actors.clients.transaction_manager import ConsumerGroupMetadata
 from actors.options import group_coordinator_name
-from actors.partition_lookup import partition_actor
 from actors.server.partition_log import FetchResult
+from actors.server.partition_lookup import partition_actor
 from actors.startup_objects import freeze_startup_objects
 from storage.arguments import is_int
 from storage.errors import (

@@ -29,7 +29,7 @@ from actors.core.groups.group_membership import (
 )
 from actors.core.replication.leader_and_isr import LeaderAndIsr
 from actors.core.replication.replica import ACKS_ALL
-from actors.partition_lookup import leader_replica
+from actors.server.partition_lookup import leader_replica
 from storage.clock import SYSTEM_CLOCK
 from storage.config.broker_config import BrokerConfig
 from storage.partition.log import LogAppendInfo

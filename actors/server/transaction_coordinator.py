@@ -56,8 +56,8 @@ from actors.core.transactions.coordinator import (
 from actors.core.transactions.markers import write_marker
 from actors.core.transactions.transaction_metadata import TxnError
 from actors.options import group_coordinator_name, transaction_coordinator_options
-from actors.partition_lookup import leader_replica
 from actors.server.group_coordinator import RayInternalPartition, RayTopicAdmin
+from actors.server.partition_lookup import leader_replica
 from storage.clock import SYSTEM_CLOCK
 from storage.config.transaction_config import TransactionConfig
 from storage.errors import CoordinatorLoadInProgressError, RaybrokerError

@@ -56,8 +56,8 @@ from actors.clients.broker import Broker
 from actors.clients.local_fetch import LocatedRead
 from actors.core.controller.topic_metadata import AdvertisedListener, TopicMetadata
 from actors.core.replication.replica import check_current_leader_epoch
-from actors.partition_lookup import partition_actor
 from actors.server.partition_log import FetchResult, FileSlices
+from actors.server.partition_lookup import partition_actor
 from cluster.protocol.broker_view import (
     TOPIC_NAMES_MAX_AGE_S,
     BrokerEndpoint,

@@ -37,7 +37,7 @@ from actors.clients.broker import Broker, stop_broker
 from actors.clients.consumer import Consumer
 from actors.clients.producer import Producer
 from actors.core.replication.leader_and_isr import LeaderAndIsr
-from actors.partition_lookup import HostedPartitionHandle, replica_actor
+from actors.server.partition_lookup import HostedPartitionHandle, replica_actor
 from storage.errors import (
     BrokerNotAvailableError,
     InvalidReplicationFactorError,

@@ -321,7 +321,7 @@ def consume_all(topic: str, partitions: list[int], timeout_s: float = 60.0) -> d
     """Every record of the partitions, read until the consumer's position reaches each one's high watermark."""
     from actors import Consumer
     from actors.calls import call
-    from actors.partition_lookup import partition_actor
+    from actors.server.partition_lookup import partition_actor
 
     ends = {p: call(partition_actor(topic, p).offsets.remote())[1] for p in partitions}
     consumer = Consumer(auto_offset_reset="earliest", value_deserializer=bytes)
@@ -350,7 +350,7 @@ def test_a_broker_log_dir_that_fills_up_goes_offline_while_the_other_serves_and_
     from actors import Admin, Producer
     from actors.calls import call, get_actor
     from actors.options import log_manager_name
-    from actors.partition_lookup import partition_actor
+    from actors.server.partition_lookup import partition_actor
 
     broker, dirs = start_test_broker(log_dirs_count=2, **ONE_ACTOR_PER_PARTITION)
     admin = Admin(broker)

@@ -18,7 +18,7 @@ import ray
 from actors.calls import call, get_actor
 from actors.clients.broker import Broker
 from actors.options import partition_host_name
-from actors.partition_lookup import HostedPartitionHandle
+from actors.server.partition_lookup import HostedPartitionHandle
 from storage.errors import BrokerNotAvailableError
 from storage.topic_partition import TopicPartition
 from tests.actors.support import wait_for
