@@ -43,7 +43,7 @@ LATENCY_RATE_PER_S = 10_000
 # The producer sends a burst every tick: 10 records per 1 ms tick is 10,000 records/s.
 LATENCY_TICK_S = 0.001
 # Batches of about 1 MB (Kafka's max.message.bytes default is 1,048,588): the validator's numpy calls and the
-# encoder's setup are fixed costs per batch, so batch size sets the rate. Measured here (loaded 2 cores): 16 KiB
+# encoder's setup are fixed costs per batch, so batch size sets the rate. Measured with every core busy: 16 KiB
 # batches (Kafka's batch.size default, ~120 records of 100 bytes) 127k records/s, 256 KiB 480k, 1 MB 570k.
 PRODUCE_BATCH_BYTES = 1_000_000
 PRODUCE_GOAL_RPS = 1_000_000

@@ -1,6 +1,6 @@
 """The append channel: producers on a partition's own node append to it over a local socket, without a Ray call.
 
-An actor call costs 1-2 ms of round trip on a loaded 2-core node (the batch pickled into Ray's object path, two
+An actor call costs 1-2 ms of round trip with every core of its node busy (the batch pickled into Ray's object path, two
 processes scheduled, the answer sent back), where `Log.append` of a small batch takes ~0.1 ms: at 10,000 records
 a second that round trip was most of a record's send-to-ack time, and a quarter of a producer process's CPU was
 Ray submitting its `append` calls. A process that holds partition logs (a partition actor, a partition host)

@@ -2,9 +2,9 @@
 without a Ray call.
 
 A transaction of a Kafka producer costs its listener three calls to the coordinator (AddPartitionsToTxn, the KIP-890
-verification of its first Produce, EndTxn). Each was a Ray call of 1-2 ms on a loaded 2-core node, where the
+verification of its first Produce, EndTxn). Each was a Ray call of 1-2 ms with every core of the node busy, where the
 coordinator's own work is a few tenths of a ms, and submitting and answering them was most of the coordinator's CPU. The
-coordinator actor therefore listens, once asked (`TransactionCoordinatorActor. transaction_channel`), on a same-node
+coordinator actor therefore listens, once asked (`TransactionCoordinatorActor.transaction_channel`), on a same-node
 socket (`actors.channels.local_sockets`) and runs each frame (`actors.channels.transaction_frames`) as the same actor
 method a Ray call runs; the plain coordinator's lock orders them with the calls arriving through Ray. Only those three
 calls come this way: InitProducerId, DescribeTransactions, ListTransactions and WriteTxnMarkers stay Ray calls.

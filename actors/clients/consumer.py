@@ -104,14 +104,15 @@ ISOLATION_LEVELS = {"read_uncommitted": "high_watermark", "read_committed": "txn
 # Pause before fetching again a partition whose actor answered empty without waiting (its long-poll slots
 # were taken): bounds the load an idle consumer then puts on it (20 fetches a second) against the latency.
 EMPTY_FETCH_BACKOFF_S = 0.05
-# How long past its wait an answer may take (a Ray round trip is 1-3 ms on a loaded 2-core node) before a
+# How long past its wait an answer may take (a Ray round trip measured 1-3 ms with every core busy) before a
 # poll stops waiting for it and leaves it in flight for the next one.
 ANSWER_GRACE_S = 0.05
 # How often a waiting consumer looks at the high-watermark files of the partitions it follows locally. A look is a
-# `pread` of 84 bytes, a CRC and the loop around it (~8 us of CPU measured on the loaded 2-core box) and
-# `time.sleep(0.0002)` wakes ~0.28 ms later there, so while records keep coming one is seen ~0.1-0.3 ms after its
-# append. Waiting that way costs CPU even when nothing comes (6 % of a core idle with a look per ms, against 0.8 %
-# blocked in a long poll), so after TAIL_IDLE_S without a record the consumer waits in the actor's long poll.
+# `pread` of 84 bytes, a CRC and the loop around it (~8 us of CPU measured with every core busy) and
+# `time.sleep(0.0002)` woke ~0.28 ms later under that load, so while records keep coming one is seen ~0.1-0.3 ms
+# after its append. Waiting that way costs CPU even when nothing comes (6 % of a core idle with a look per ms,
+# against 0.8 % blocked in a long poll), so after TAIL_IDLE_S without a record the consumer waits in the actor's long
+# poll.
 TAIL_POLL_S = 0.0002
 TAIL_IDLE_S = 0.1
 MIN_RAY_WAIT_S = 0.001

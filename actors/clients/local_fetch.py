@@ -37,8 +37,8 @@ Public API (stable; `cluster.spark.kafka_source` builds on it):
   next call is in flight).
 - `read_file_slice(file_slice, offset, *, zero_copy=False) -> bytes | memoryview | None`: the located bytes,
   or None when they cannot be trusted (the caller then uses the actor path).
-- `BULK_FETCH_MAX_BYTES` (64 MiB): the `max_bytes` bulk readers should ask for; each call costs 1-3 ms of Ray
-  round trip on a loaded 2-core node, which 1 MiB fetches cannot amortize.
+- `BULK_FETCH_MAX_BYTES` (64 MiB): the `max_bytes` bulk readers should ask for; each call measured 1-3 ms of Ray
+  round trip with every core busy, which 1 MiB fetches cannot amortize.
 - `statistics() -> LocalFetchStatistics` (local reads, fallbacks, actor fetches of this process).
 
 Why the local bytes equal the actor's: the slice is computed by `storage.partition.file_slices` step for step like the
@@ -65,7 +65,7 @@ from actors.server.partition_log import FetchResult, FileSlices
 from storage.partition.file_slices import FileSlice, offset_after, populate_pages, read_located
 from storage.partition.log import DEFAULT_FETCH_MAX_BYTES
 
-# The max_bytes of bulk reads: a Ray round trip costs 1-3 ms on a loaded 2-core node, mapping 8 MiB from the
+# The max_bytes of bulk reads: a Ray round trip measured 1-3 ms with every core busy, mapping 8 MiB from the
 # page cache 0.6 ms; through the actor, 16 MiB fetches ran at 900 MB/s against 180 MB/s at 1 MiB.
 BULK_FETCH_MAX_BYTES = 64 * 1024 * 1024
 # What a `LocatedRead` hands out of a slice: bytes or a memoryview (`PendingFetch`), a file region (the listener).

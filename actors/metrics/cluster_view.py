@@ -21,8 +21,8 @@ from storage.errors import RaybrokerError
 
 logger = logging.getLogger(__name__)
 
-# One answer of a group coordinator or a leader: a few ms when the cluster is well; a busy 2-core node answered
-# actor calls in up to 2 s in the load tests.
+# One answer of a group coordinator or a leader: a few ms when the cluster is well; with every core busy, actor
+# calls took up to 2 s to answer in the load tests.
 READ_TIMEOUT_S = 10.0
 # How often the controller's process reads the groups' lag: a commit moves it at most every
 # `auto.commit.interval.ms` (5000, Kafka's default), and each read is one call per group and per partition with

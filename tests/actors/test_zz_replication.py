@@ -455,7 +455,7 @@ class Acked:
 
 
 # Sends a producer of the node-kill test leaves unanswered at most. Unbounded, the producers outran a 3-node
-# broker on 2 cores by thousands of records, and each `flush` after the last kill drained them for ~50 s.
+# broker by thousands of records, and each `flush` after the last kill drained them for ~50 s.
 UNANSWERED_SENDS = 32
 
 

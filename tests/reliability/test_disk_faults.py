@@ -344,7 +344,7 @@ def test_a_broker_log_dir_that_fills_up_goes_offline_while_the_other_serves_and_
 ) -> None:
     """Root ignores file modes, so the partitions of one dir get a file-size limit (RLIMIT_FSIZE at their
     current size, on their own processes): their next append fails with EFBIG, as on a full disk. Slow: two brokers
-    start (the second over the same dirs, to show the dir comes back), each ~5 s of partition actors on 2 cores."""
+    start (the second over the same dirs, to show the dir comes back), each ~5 s of partition actors."""
     import resource
 
     from actors import Admin, Producer

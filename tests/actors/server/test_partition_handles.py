@@ -4,7 +4,7 @@ started for it) and another spare starts behind it, and a host emptied by a dele
 without a new process. The oracle is the hosts' own lists of what they hold, and the hosts' names (one per index,
 started in order).
 
-Slow (~4 s on 2 cores): a broker of its own and three host processes, since spares are off in the test brokers."""
+Slow (~4 s): a broker of its own and three host processes, since spares are off in the test brokers."""
 
 from __future__ import annotations
 
