@@ -5,7 +5,7 @@ from `storage.errors` instead (`OffsetOutOfRangeError`, `InvalidRecordError`, ..
 dead or restarting, or an answer lost with the node whose object store held it, surfaces as
 `BrokerNotAvailableError` (its `AnswerLostError`: the call may have run), which producers treat as retriable.
 
-Finding a partition's replicas is `actors.partition_lookup`'s.
+Finding a partition's replicas is `actors.server.partition_lookup`'s.
 """
 
 from __future__ import annotations
@@ -133,6 +133,12 @@ def get_actor(name: str) -> Any:
 
 def controller() -> Any:
     return get_actor(CONTROLLER_NAME)
+
+
+def this_node_id() -> str:
+    """The Ray node of this process ("" when Ray is not initialized, which matches no partition): where a partition's
+    replica is local, so its files and same-node channels can be used without a call."""
+    return ray.get_runtime_context().get_node_id() if ray.is_initialized() else ""
 
 
 # A killed actor's name is released asynchronously; an actor created under the same name before that

@@ -5,7 +5,7 @@ concurrency, resources and placement.
   them with `ray.get_actor(name, namespace="raybroker")`; they are detached, so they outlive the
   process that created them (the CLI's `start` exits while the broker keeps running).
 - Every actor asks for `num_cpus=0`: they spend their time in I/O and must not take the CPUs Spark
-  executors need (measured here: with `ray.init(num_cpus=2)` and a 2-core Spark executor, a default
+  executors need (measured: with `ray.init(num_cpus=2)` and a Spark executor of 2 cores, a default
   `num_cpus=1` actor never started).
 - Partition and log-manager actors are pinned (hard node affinity) to the node whose disks hold their
   folders; a partition actor that dies is restarted by Ray (`max_restarts=-1`) on the same node and
@@ -34,7 +34,7 @@ NAMESPACE = "raybroker"
 CONTROLLER_NAME = "controller"
 READ_GROUP = "read"
 MAINTENANCE_GROUP = "maintenance"
-# Fetches in flight per partition: more threads only add GIL contention on a 2-core node.
+# Fetches in flight per partition: more threads only add contention for the GIL the process's threads share.
 READ_THREADS = 4
 # Replication calls: followers' fetches, which wait up to `replica.fetch.wait.max.ms` for records, and `acks=all`
 # appends waiting for their records to be replicated. Their own threads, so neither ever holds a read thread.

@@ -2,7 +2,7 @@
 
 A process attached to Ray holds ~100,000 objects tracked by the cyclic garbage collector from the moment it
 starts (Ray's modules and workers, pyarrow's, ours), and a full (generation 2) collection walks them all: 75-88 ms
-on this project's 2-core machine, stopping every thread of the process. A producer sending 10,000 records a
+measured, stopping every thread of the process. A producer sending 10,000 records a
 second allocates enough for one every few seconds, and that one pause was the p99 of the `latency` benchmark
 (send->ack max 60 ms, p99 6-10 ms, where the other records took 0.5 ms). Kafka's own scripts tune the JVM's
 collector for the same reason (`-XX:MaxGCPauseMillis=20`).

@@ -1,7 +1,7 @@
 """`python -m benchmarks`: runs every benchmark module in order, prints a table, writes the run as JSON.
 
 Storage benchmarks run first (no Ray), then the actor benchmarks over one shared embedded Ray and broker, then
-Spark. `--quick` shrinks every workload, to minutes for the whole command on 2 cores (most of it starting Ray,
+Spark. `--quick` shrinks every workload, to minutes for the whole command (most of it starting Ray,
 Spark and Kafka's JVMs); the full run takes about an hour. A benchmark that fails is reported as such and the
 others still run; the exit status is 1 then.
 

@@ -42,7 +42,8 @@ LOCAL_GOAL_RATIO = 0.5
 def run(ctx: BenchContext) -> list[Figure]:
     import ray
 
-    from actors.clients.local_fetch import BULK_FETCH_MAX_BYTES, iter_fetches, statistics, this_node_id
+    from actors.calls import this_node_id
+    from actors.clients.local_fetch import BULK_FETCH_MAX_BYTES, iter_fetches, statistics
 
     broker = ctx.environment.broker()
     fill_batches = 32 if ctx.quick else 256

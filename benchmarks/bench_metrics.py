@@ -11,8 +11,8 @@
 Goal of each: ratio (on / off) >= 0.97, metrics costing at most 3 %. The records/s of both modes are in the goal
 text.
 
-Why CPU seconds and not records/s: the broker is CPU-bound, so what metrics cost shows as CPU per record, and on a
-2-core machine shared with other work the wall-clock rates of two runs a few seconds apart differed by -14 % to
+Why CPU seconds and not records/s: the broker is CPU-bound, so what metrics cost shows as CPU per record, and with
+other work running the wall-clock rates of two runs a few seconds apart differed by -14 % to
 +5 % either way (best of 6, load 5-40), which hides a 3 % cost; the CPU a run takes moves far less with the load.
 The CPU counted is that of the mode's process and every process under it: its Ray's daemons and workers (the
 partition processes), the listener and the Python producer, not the confluent-kafka client (the same in both
@@ -44,7 +44,7 @@ from benchmarks.processes import CLIENT_TIMEOUT_S, in_process
 
 GOAL_RATIO = 0.97
 MODES = ("on", "off")
-# Ray's start, the broker's and the listener's, in a process of its own on a loaded 2-core machine.
+# Ray's start, the broker's and the listener's, in a process of its own, with every core busy.
 START_TIMEOUT_S = 300.0
 
 

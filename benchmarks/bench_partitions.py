@@ -23,7 +23,7 @@ from benchmarks.common import BenchContext, Figure, absolute_figure, timer
 MIB = 1024 * 1024
 NODE_BUDGET_BYTES = 20 * 1024 * MIB
 HOSTED_PER_PROCESS = 100
-# One actor process per partition starts in ~1 s on 2 cores (3 s under load): 8 keep the baseline within ~25 s.
+# One actor process per partition starts in ~1 s (3 s under load): 8 keep the baseline within ~25 s.
 BASELINE_PARTITIONS = 8
 QUICK_BASELINE_PARTITIONS = 4
 HOSTED_PARTITIONS = 1000

@@ -15,7 +15,7 @@ stamps each value with its send time (`perf_counter_ns`, one clock for all proce
 every record is one sample; its topic uses LogAppendTime, so each record also says when the partition appended it
 (wall clock, 1 ms steps), which splits the latency into send-to-append and append-to-poll. Its producer uses
 `linger_ms=0` (Kafka 3.x's default): on the partition's node its appends go over the partition process's append
-channel (`actors.server.append_channel`, ~0.1 ms a call), so every record that finds a free in-flight slot may be
+channel (`actors.channels.append_channel`, ~0.1 ms a call), so every record that finds a free in-flight slot may be
 a call of its own; at 10,000 records/s a linger of 1 ms batches ~10 records a call and adds up to 1 ms to each
 (p50 1.4 ms against 0.5 ms for 0, measured side by side). The producer's default of 5 ms (Kafka 4's) would add up
 to 5 ms by itself, the whole budget. The consumer runs on the partition's node,
@@ -43,7 +43,7 @@ LATENCY_RATE_PER_S = 10_000
 # The producer sends a burst every tick: 10 records per 1 ms tick is 10,000 records/s.
 LATENCY_TICK_S = 0.001
 # Batches of about 1 MB (Kafka's max.message.bytes default is 1,048,588): the validator's numpy calls and the
-# encoder's setup are fixed costs per batch, so batch size sets the rate. Measured here (loaded 2 cores): 16 KiB
+# encoder's setup are fixed costs per batch, so batch size sets the rate. Measured with every core busy: 16 KiB
 # batches (Kafka's batch.size default, ~120 records of 100 bytes) 127k records/s, 256 KiB 480k, 1 MB 570k.
 PRODUCE_BATCH_BYTES = 1_000_000
 PRODUCE_GOAL_RPS = 1_000_000

@@ -34,16 +34,16 @@ from benchmarks.common import BenchContext, Figure, throughput_figure, timer
 
 REPEATS = 3
 QUICK_REPEATS = 2
-# --quick rows: a tenth of `spark_ingest`'s 100k. At 100k this module's --quick run takes 269 s on an idle 2-core
-# machine, most of it in the four writes (write_kafka writes ~800 rows/s through the listener under load); at 20k
+# --quick rows: a tenth of `spark_ingest`'s 100k. At 100k this module's --quick run took 269 s with nothing else
+# running, most of it in the four writes (write_kafka writes ~800 rows/s through the listener under load); at 20k
 # it takes 195 s under a load average of 20, 104 s of them writing.
 QUICK_ROWS = 10_000
 READ_GOAL = 3.0
 PARQUET_GOAL = 0.8
 WRITE_GOAL = 3.0
 # Blocks of the written Dataset, and write tasks run at once by either sink: one per core. With 8 at once,
-# write_kafka's tasks failed its 30 s flush timeout on this loaded 2-core machine (1,335 of 12,500 messages
-# still in flight), librdkafka's producers and the listener competing for the two cores.
+# write_kafka's tasks failed its 30 s flush timeout with every core busy (1,335 of 12,500 messages
+# still in flight), librdkafka's producers and the listener competing for the cores.
 WRITE_BLOCKS = 8
 WRITE_CONCURRENCY = 2
 # write_kafka's tasks produce a whole block into librdkafka's queue, then give the final flush 30 s (Ray Data's

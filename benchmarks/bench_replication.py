@@ -49,7 +49,7 @@ REPLICATION_FACTOR = 3
 # partition) set the rate, and 1 MB is Kafka's max.message.bytes default.
 PRODUCE_BATCH_BYTES = 1_000_000
 # A run sends the same `VALUES_PER_CALL` values in several `send_many` calls (the list of a run's 4M records would
-# take ~0.5 GB). 4M records are ~6 s for the replication-factor-1 side on a loaded 2-core machine (~650k rec/s),
+# take ~0.5 GB). 4M records are ~6 s for the replication-factor-1 side with every core busy (~650k rec/s),
 # ~9 s for the other; a quick run sends 600k.
 VALUES_PER_CALL = 200_000
 PRODUCE_RECORDS = 4_000_000
@@ -200,7 +200,7 @@ def states(topic: str) -> dict[int, Any]:
 def leader_offsets(topic: str) -> list[tuple[int, int, int]]:
     """(log start, high watermark, log end) of each partition's leader."""
     from actors.calls import call
-    from actors.partition_lookup import replica_actor
+    from actors.server.partition_lookup import replica_actor
 
     return [
         call(replica_actor(topic, partition, state.leader).offsets.remote())

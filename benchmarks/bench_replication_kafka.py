@@ -22,7 +22,7 @@ and a first batch to every partition acknowledged, before its clock starts. The 
 after one uncounted run each of half the records (the JVMs' JIT and raybroker's partition lookups warm), best of N
 each. A raybroker run counts only if it starts with all 3 replicas of every partition in sync (waiting up to
 `ISR_WAIT_S` for that), and `met` is false if the ISR shrank during a counted run; the goal text lists every ISR
-change on either side. The full run takes ~3 minutes on 2 cores.
+change on either side. A full run took ~3 minutes.
 
 `--quick` runs this module too, with `QUICK_RECORDS` a run (a second or two of sending per run); most of its 1-2
 minutes is the Ray cluster's and the three JVMs' start, which is why no test runs it. Its figure compares JVMs

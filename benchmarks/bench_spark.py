@@ -11,8 +11,8 @@ Figures (rows/s, higher is better; `ratio` = ingest / Parquet, measured side by 
 Rows: `ROWS` records (100k with `--quick`), written before timing: a 16-byte key (`user-NNNNNNNNNNN`, 1000 users)
 and a msgpack page-view value of ~60 bytes, as in `raybroker demo`, each in the partition Kafka's default
 partitioner picks for its key, in 16 KiB batches (a producer's `batch.size`) built with `RecordBatchBuilder` and
-appended through the partition actors. `actors.Producer` would write the same bytes, but at ~15k records/s on
-this loaded 2-core box (measured: 100k records in 6.8 s into 8 partitions, 43 s into 32), 2M records would take
+appended through the partition actors. `actors.Producer` would write the same bytes, but at ~15k records/s with
+every core busy (measured: 100k records in 6.8 s into 8 partitions, 43 s into 32), 2M records would take
 the whole time budget. The read takes the values as bytes (`valueFormat` binary): the aggregate is `count(*)`,
 `sum(offset)`, `sum(length(value))` per partition, which touches every row's offset and value. The baseline is
 the very same rows (read back once through `cluster.records.range_reading.read_ranges` on the driver, untimed)
@@ -48,8 +48,8 @@ PARTITIONS_PER_PROCESS = 16
 REPEATS = 3
 QUICK_REPEATS = 2
 MIN_RATIO = 1.0
-# "Flat from 8 to 128 partitions": the many-partition throughput within 20 % of the 8-partition one (runs on this
-# shared 2-core box vary by ~15 %).
+# "Flat from 8 to 128 partitions": the many-partition throughput within 20 % of the 8-partition one (runs with
+# other work running vary by ~15 %).
 FLAT_FRACTION = 0.8
 USERS = 1000
 PAGES = ("/", "/search", "/cart", "/checkout", "/help")
@@ -65,7 +65,7 @@ def _produce(topic: str, partitions: int, rows: int) -> None:
 
     from actors.calls import call
     from actors.clients.partitioner import partition_for_key
-    from actors.partition_lookup import partition_actor
+    from actors.server.partition_lookup import partition_actor
     from storage.records.record_batch import RecordBatchBuilder
 
     keys = [f"user-{user:011d}".encode() for user in range(USERS)]

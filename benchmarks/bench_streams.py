@@ -22,7 +22,7 @@ shared broker, with one `__transaction_state` partition (each is an actor proces
 (the input's producer, the output's reader, the JVM they start) run in a spawned process of their own per
 measurement, the sides alternately, best of N.
 
-Measured here (2 cores, shared with other work), with 100,000 lines: 8,630 against Kafka's 8,578 input rec/s (ratio
+Measured with other work running, with 100,000 lines: 8,630 against Kafka's 8,578 input rec/s (ratio
 1.01) in one run, 12,834 against 15,364 (0.84) in another. With `--quick`'s 20,000 lines a run lasts a few seconds,
 most of them with the JVM's JIT still warming up, and the ratio swings (0.53, 0.66 and 0.98 in three runs).
 """

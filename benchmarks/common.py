@@ -1,7 +1,7 @@
 """What every benchmark shares: the figure it reports, the context it runs in, timing and progress helpers.
 
 A benchmark module (`benchmarks/bench_<what>.py`) exposes `run(ctx: BenchContext) -> list[Figure]`. Each figure
-is measured next to its baseline in the same run, because absolute times on a shared 2-core machine drift from
+is measured next to its baseline in the same run, because absolute times with other work running drift from
 run to run while the ratio of two measurements taken side by side holds. `ratio` is always "ours / baseline" for
 throughputs (higher is better); for figures without a baseline it is None and `met` compares the value with the
 goal directly.

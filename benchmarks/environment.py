@@ -1,5 +1,5 @@
-"""The Ray and broker the actor and Spark benchmarks share: started once per run (Ray takes ~5 s to start on
-2 cores, the broker ~3 s), stopped at the end of the run."""
+"""The Ray and broker the actor and Spark benchmarks share: started once per run (Ray took ~5 s to start,
+the broker ~3 s), stopped at the end of the run."""
 
 from __future__ import annotations
 

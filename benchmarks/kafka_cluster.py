@@ -4,7 +4,7 @@
 `KafkaCluster` runs `brokers` (3) `benchmarks.kafka_broker.KafkaNode`s in one temporary folder, each broker and
 KRaft controller in one process (`process.roles=broker,controller`), the three forming the controller quorum
 (`controller.quorum.voters`), formatted with one cluster id. Combined nodes rather than a controller of its own
-beside three brokers: three JVMs instead of four on a 2-core machine, and in a steady run the controllers only
+beside three brokers: three JVMs instead of four, and in a steady run the controllers only
 exchange heartbeats, so the data path (produce to the leader, followers fetching from it) is the same. Every
 setting not named here is Kafka's default (`num.replica.fetchers` 1, `replica.fetch.wait.max.ms` 500,
 `min.insync.replicas` 1, the internal topics' replication factor 3); each node's heap is `HEAP` (512 MiB).

@@ -28,8 +28,8 @@ user does, as Ray documents.
 
 Every path sets `RAY_LOG_TO_DRIVER=0` before Ray starts and passes `log_to_driver=False`: with log forwarding on,
 Spark's Python workers (which call `ray.init` themselves) feed their own output back in a loop that grew a worker
-log to 213 MB in a minute on this machine. The embedded cluster declares 4 logical CPUs on this 2-core machine so
-that RayDP's executor (2 cores) still leaves CPUs for tasks; raybroker's own actors ask for none.
+log to 213 MB in a minute. The embedded cluster declares 4 logical CPUs whatever the machine's cores, so
+that RayDP's executor (2 of them) still leaves CPUs for tasks; raybroker's own actors ask for none.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ NO_CLUSTER_NAMED = (
 # `ray start --head` without --port (as `start_head` runs it) puts its GCS here.
 RAY_HEAD_PORT = 6379
 # A GCS on the same machine or LAN accepts a TCP connection in well under a second; 3 s leaves room for a
-# loaded 2-core box without making a typo in --address feel like a hang.
+# machine with every core busy without making a typo in --address feel like a hang.
 PROBE_TIMEOUT_S = 3.0
 # Per process group of `stop_head` (raylet, the other daemons, gcs_server): SIGTERM, then SIGKILL after this
 # long. All three groups of an idle head were gone within 6.6 s here.

@@ -235,7 +235,7 @@ class AnswerLostError(BrokerNotAvailableError):
     """A request that was sent, whose answer went away with the process that was to give it (an actor that died or
     restarted, an append channel whose process ended): whether it was carried out is not known. Retriable, as any
     unavailable broker; an append whose answer was lost fails with `RequestTimedOutError` instead
-    (`actors.clients.append_route`), the code Kafka's clients read as "possibly written"."""
+    (`actors.server.append_route`), the code Kafka's clients read as "possibly written"."""
 
 
 class CoordinatorLoadInProgressError(BrokerNotAvailableError):

@@ -3,7 +3,7 @@
 Every Ray actor is a new process that imports its class's module, and with it every `__init__.py` above that module.
 Eager re-exports in `storage/__init__.py` and `actors/__init__.py` would make each partition actor import the log
 manager, the cleaner and every client facade it never uses: about 0.35 s of CPU per process (1.76 s against 1.41 s
-for `import ray, actors.server.partition_log`, best of three, idle 2-core machine), paid for every partition created.
+for `import ray, actors.server.partition_log`, best of three, nothing else running), paid for every partition created.
 """
 
 from __future__ import annotations

@@ -135,7 +135,7 @@ def _ray_attached() -> bool:
     return ray is not None and bool(ray.is_initialized())
 
 
-# --- Ray: one local cluster per test session (starting Ray on 2 cores takes seconds) -----------------
+# --- Ray: one local cluster per test session (starting Ray takes seconds) -----------------
 
 
 @pytest.fixture(scope="session")
@@ -180,8 +180,8 @@ def _stop_running_broker() -> None:
 
 # Intervals short enough that scheduled work (retention, checkpoints, cleaning) happens within a test, and
 # partitions opened in shared host processes (`log.partitions.per.process`, 16 as by default) with no spare host
-# started ahead (`log.partitions.spare.processes`, 1 by default): each actor process costs ~1.5 s of CPU to start on
-# this 2-core machine, which made topic creation most of the time of the tests on Ray (four modules: 71 s against
+# started ahead (`log.partitions.spare.processes`, 1 by default): each actor process costs ~1.5 s of CPU to start,
+# which made topic creation most of the time of the tests on Ray (four modules: 71 s against
 # 117 s with one actor per partition), and a test broker rarely fills its first host. Tests of a partition actor's
 # own process (killed, restarted, its dir offline) start their broker with `ONE_ACTOR_PER_PARTITION`.
 FAST_BROKER_PROPERTIES = {

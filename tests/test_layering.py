@@ -2,7 +2,8 @@
 
 `storage/` must stay importable without Ray or Spark, and `actors/` must not pull in Spark; `cluster/` is the only
 place that talks to RayDP/PySpark. Inside `actors/`, the plain roles of `actors/core/` import neither Ray nor any
-`actors` module outside `actors.core`, so they run and are tested without Ray.
+`actors` module outside `actors.core`, so they run and are tested without Ray. Inside `storage/` and `actors/`,
+the subpackages are ordered too (`LAYER_ORDER`), and none imports one above it or beside it.
 """
 
 from __future__ import annotations
@@ -209,6 +210,94 @@ def test_project_modules_import_no_cycle() -> None:
     graph = project_import_graph()
     assert "storage.records.record_batch" in graph
     assert import_cycles(graph) == []
+
+
+# Inside a layer, its places from the lowest up: a module imports only from its own place or a lower level, so two
+# places of one level import neither each other. A place is a subpackage, a top-level module named on its own, or
+# `<layer>.*`, the layer's other top-level modules (the helpers every subpackage uses). The layer's package itself
+# (its `__init__`, the public surface) sits above them all.
+LAYER_ORDER: dict[str, tuple[tuple[str, ...], ...]] = {
+    "storage": (
+        ("storage.*",),
+        ("storage.files",),
+        ("storage.config",),
+        ("storage.records",),
+        ("storage.segment",),
+        ("storage.partition",),
+        ("storage.compaction",),
+        ("storage.logdir",),
+        ("storage.dump_log",),
+    ),
+    "actors": (
+        ("actors.core",),
+        ("actors.*",),
+        ("actors.channels", "actors.metrics"),
+        ("actors.server",),
+        ("actors.clients",),
+    ),
+}
+
+
+def layer_place(module: str, layer: str) -> tuple[int, str]:
+    """The level of `module` in `LAYER_ORDER[layer]` and its place there."""
+    levels = LAYER_ORDER[layer]
+    if module == layer:
+        return len(levels), layer
+    for level, places in enumerate(levels):
+        for place in places:
+            if module == place or module.startswith(place + "."):
+                return level, place
+    if module.count(".") == 1:
+        return next(level for level, places in enumerate(levels) if f"{layer}.*" in places), f"{layer}.*"
+    raise AssertionError(f"{module} has no place in LAYER_ORDER[{layer!r}]")
+
+
+def upward_imports(graph: dict[str, set[str]], layer: str) -> dict[str, list[str]]:
+    """The modules of `layer` that import a module of another place of their level or of a higher one, with those
+    imports. The packages a module sits in are left out: importing any module runs them."""
+    found: dict[str, list[str]] = {}
+    for module, targets in graph.items():
+        if module != layer and not module.startswith(layer + "."):
+            continue
+        level, place = layer_place(module, layer)
+        upward = sorted(
+            target
+            for target in targets
+            if target.startswith(layer + ".")
+            and not module.startswith(target + ".")
+            and layer_place(target, layer)[0] >= level
+            and layer_place(target, layer)[1] != place
+        )
+        if upward:
+            found[module] = upward
+    return found
+
+
+def test_upward_import_finder_sees_an_import_of_a_higher_or_a_sibling_place() -> None:
+    graph = {
+        "actors.core.broker": {"actors", "actors.core", "actors.calls"},
+        "actors.calls": {"actors.options", "actors.core.broker"},
+        "actors.channels.append_frames": {"actors.metrics.names", "actors.channels.local_sockets"},
+        "actors.clients.producer": {"actors.server.remote", "actors.channels.append_frames", "actors.clients"},
+    }
+    assert upward_imports(graph, "actors") == {
+        "actors.core.broker": ["actors.calls"],
+        "actors.channels.append_frames": ["actors.metrics.names"],
+    }
+
+
+@pytest.mark.parametrize("layer", sorted(LAYER_ORDER))
+def test_every_subpackage_of_a_layer_has_a_place(layer: str) -> None:
+    subpackages = {f"{layer}.{path.parent.name}" for path in (REPO_ROOT / layer).glob("*/__init__.py")}
+    placed = {place for places in LAYER_ORDER[layer] for place in places}
+    assert subpackages - placed == set()
+
+
+@pytest.mark.parametrize("layer", sorted(LAYER_ORDER))
+def test_no_module_imports_a_higher_place_of_its_layer(layer: str) -> None:
+    graph = project_import_graph()
+    assert f"{layer}.errors" in graph or f"{layer}.calls" in graph
+    assert upward_imports(graph, layer) == {}
 
 
 # `storage.logdir` holds the log manager, which sits above every partition log; these packages sit below it.

@@ -192,7 +192,7 @@ def write_through_actors(topic: str) -> Scenario:
     """The script written into `topic`'s partition actors over Ray (a broker must be running), with recent
     timestamps, which the broker's retention (7 days) leaves alone."""
     from actors.calls import call
-    from actors.partition_lookup import partition_actor
+    from actors.server.partition_lookup import partition_actor
 
     def append(partition: int, batch: bytes) -> LogAppendInfo:
         info: LogAppendInfo = call(partition_actor(topic, partition).append.remote(batch))

@@ -34,7 +34,7 @@ from actors.core.security.scram import (
     check_mechanism,
     check_user,
 )
-from actors.partition_lookup import partition_actor, replica_actor
+from actors.server.partition_lookup import partition_actor, replica_actor
 from storage.arguments import is_int
 from storage.errors import InvalidConfigError, InvalidRequestError
 from storage.kafka_uuid import ZERO_UUID, uuid_text

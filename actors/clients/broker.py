@@ -38,8 +38,8 @@ from actors.options import (
     log_manager_options,
     transaction_coordinator_name,
 )
-from actors.partition_lookup import partition_actor
 from actors.server.internal_partition_leaders import RayTopicAdmin
+from actors.server.partition_lookup import partition_actor
 from actors.server.remote import Controller, GroupCoordinator, LogManager
 from actors.server.transaction_coordinator import start_transaction_coordinator
 from storage.arguments import is_int

@@ -20,6 +20,7 @@ from actors.core.controller.topic_metadata import AdvertisedListener, TopicMetad
 from actors.core.replication.leader_and_isr import LeaderAndIsr
 from actors.metrics.cluster_view import HighWatermarkReader, committed_offsets
 from actors.metrics.gauges import PartitionLag, consumer_lag
+from actors.server.partition_lookup import replica_actor
 from storage.errors import RaybrokerError
 
 
@@ -86,7 +87,9 @@ def read_cluster_status() -> ClusterStatus:
     except RaybrokerError as exc:
         return ClusterStatus(call(cluster_id_ref), controller_node, brokers, partitions, (), str(exc))
     consumed = {(topic, partition) for _, topic, partition in committed}
-    watermarks = HighWatermarkReader().read(state for state in partitions if (state.topic, state.partition) in consumed)
+    watermarks = HighWatermarkReader(replica_actor).read(
+        state for state in partitions if (state.topic, state.partition) in consumed
+    )
     lags = tuple(consumer_lag(committed, watermarks))
     return ClusterStatus(call(cluster_id_ref), controller_node, brokers, partitions, lags, None)
 

@@ -42,7 +42,7 @@ Isolation (`isolation_level`, Kafka's `isolation.level`, default `read_uncommitt
 `read_uncommitted` reads every record below the high watermark, those of open and aborted transactions included;
 `read_committed` reads only below the last stable offset (so never a record of a transaction still open) and drops
 the records of aborted transactions, with the aborted-transaction list each fetch answers
-(`storage.records.aborted_batches`). Control batches (transaction markers) are never returned, at either level, but
+(`storage.partition.aborted_batches`). Control batches (transaction markers) are never returned, at either level, but
 move the position past them. `seek_to_end`, `latest` and `offsets_for_times` answer at the level's end (the LSO for
 read_committed). A read_committed consumer does not follow same-node tails through the high-watermark file, which
 publishes offsets but not aborted transactions: its fetches always go to the actor (`locate` still reads locally).
@@ -75,8 +75,8 @@ from actors.clients.local_tail import LocalTail
 from actors.clients.serializers import Deserializer
 from actors.clients.transaction_manager import ConsumerGroupMetadata
 from actors.options import group_coordinator_name
-from actors.partition_lookup import partition_actor
 from actors.server.partition_log import FetchResult
+from actors.server.partition_lookup import partition_actor
 from actors.startup_objects import freeze_startup_objects
 from storage.arguments import is_int
 from storage.errors import (
@@ -90,8 +90,8 @@ from storage.errors import (
     SerializationError,
     UnknownTopicOrPartitionError,
 )
+from storage.partition.aborted_batches import AbortedBatches
 from storage.partition.log_read import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
-from storage.records.aborted_batches import AbortedBatches
 from storage.records.file_records import TimestampAndOffset
 from storage.records.record_batch import TimestampType, iter_batches
 from storage.topic_partition import TopicPartition, check_topic_partition
@@ -104,14 +104,15 @@ ISOLATION_LEVELS = {"read_uncommitted": "high_watermark", "read_committed": "txn
 # Pause before fetching again a partition whose actor answered empty without waiting (its long-poll slots
 # were taken): bounds the load an idle consumer then puts on it (20 fetches a second) against the latency.
 EMPTY_FETCH_BACKOFF_S = 0.05
-# How long past its wait an answer may take (a Ray round trip is 1-3 ms on a loaded 2-core node) before a
+# How long past its wait an answer may take (a Ray round trip measured 1-3 ms with every core busy) before a
 # poll stops waiting for it and leaves it in flight for the next one.
 ANSWER_GRACE_S = 0.05
 # How often a waiting consumer looks at the high-watermark files of the partitions it follows locally. A look is a
-# `pread` of 84 bytes, a CRC and the loop around it (~8 us of CPU measured on the loaded 2-core box) and
-# `time.sleep(0.0002)` wakes ~0.28 ms later there, so while records keep coming one is seen ~0.1-0.3 ms after its
-# append. Waiting that way costs CPU even when nothing comes (6 % of a core idle with a look per ms, against 0.8 %
-# blocked in a long poll), so after TAIL_IDLE_S without a record the consumer waits in the actor's long poll.
+# `pread` of 84 bytes, a CRC and the loop around it (~8 us of CPU measured with every core busy) and
+# `time.sleep(0.0002)` woke ~0.28 ms later under that load, so while records keep coming one is seen ~0.1-0.3 ms
+# after its append. Waiting that way costs CPU even when nothing comes (6 % of a core idle with a look per ms,
+# against 0.8 % blocked in a long poll), so after TAIL_IDLE_S without a record the consumer waits in the actor's long
+# poll.
 TAIL_POLL_S = 0.0002
 TAIL_IDLE_S = 0.1
 MIN_RAY_WAIT_S = 0.001

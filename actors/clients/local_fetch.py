@@ -37,10 +37,9 @@ Public API (stable; `cluster.spark.kafka_source` builds on it):
   next call is in flight).
 - `read_file_slice(file_slice, offset, *, zero_copy=False) -> bytes | memoryview | None`: the located bytes,
   or None when they cannot be trusted (the caller then uses the actor path).
-- `BULK_FETCH_MAX_BYTES` (64 MiB): the `max_bytes` bulk readers should ask for; each call costs 1-3 ms of Ray
-  round trip on a loaded 2-core node, which 1 MiB fetches cannot amortize.
-- `this_node_id() -> str` and `statistics() -> LocalFetchStatistics` (local reads, fallbacks, actor fetches
-  of this process).
+- `BULK_FETCH_MAX_BYTES` (64 MiB): the `max_bytes` bulk readers should ask for; each call measured 1-3 ms of Ray
+  round trip with every core busy, which 1 MiB fetches cannot amortize.
+- `statistics() -> LocalFetchStatistics` (local reads, fallbacks, actor fetches of this process).
 
 Why the local bytes equal the actor's: the slice is computed by `storage.partition.file_slices` step for step like the
 actor's `Log.read`, and names the file by inode. The reader opens the path, checks the inode (a segment deleted
@@ -61,14 +60,12 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, Generic, TypeVar
 
-import ray
-
-from actors.calls import call
+from actors.calls import call, this_node_id
 from actors.server.partition_log import FetchResult, FileSlices
 from storage.partition.file_slices import FileSlice, offset_after, populate_pages, read_located
 from storage.partition.log import DEFAULT_FETCH_MAX_BYTES
 
-# The max_bytes of bulk reads: a Ray round trip costs 1-3 ms on a loaded 2-core node, mapping 8 MiB from the
+# The max_bytes of bulk reads: a Ray round trip measured 1-3 ms with every core busy, mapping 8 MiB from the
 # page cache 0.6 ms; through the actor, 16 MiB fetches ran at 900 MB/s against 180 MB/s at 1 MiB.
 BULK_FETCH_MAX_BYTES = 64 * 1024 * 1024
 # What a `LocatedRead` hands out of a slice: bytes or a memoryview (`PendingFetch`), a file region (the listener).
@@ -100,11 +97,6 @@ def _count(kind: str) -> None:
 def statistics() -> LocalFetchStatistics:
     with _counts_lock:
         return LocalFetchStatistics(**_counts)
-
-
-def this_node_id() -> str:
-    """The Ray node of this process ("" when Ray is not initialized, which matches no partition)."""
-    return ray.get_runtime_context().get_node_id() if ray.is_initialized() else ""
 
 
 def read_file_slice(file_slice: FileSlice, offset: int, *, zero_copy: bool = False) -> bytes | memoryview | None:
@@ -332,5 +324,4 @@ __all__ = [
     "read_file_slice",
     "records_of",
     "statistics",
-    "this_node_id",
 ]

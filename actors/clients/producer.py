@@ -104,6 +104,50 @@ _OPEN_TRANSACTION_STATES = frozenset(
 _ACKS_NAMES = {"all": ACKS_ALL, **{str(acks): acks for acks in ACKS}}
 
 
+# The lowest value each numeric setting takes: a request must hold at least one batch of one record.
+_LOWEST_VALUES = {
+    "linger_ms": 0,
+    "batch_size": 1,
+    "retries": 0,
+    "retry_backoff_ms": 0,
+    "retry_backoff_max_ms": 0,
+    "delivery_timeout_ms": 1,
+    "max_in_flight_requests_per_connection": 1,
+    "max_request_size": RECORD_BATCH_OVERHEAD + RECORD_OVERHEAD_BOUND,
+    "buffer_memory": 1,
+    "max_block_ms": 0,
+    "metadata_max_age_ms": 0,
+}
+
+
+def _check_numbers(**values: object) -> None:
+    """`InvalidConfigError` for the first of `values` (named as in `_LOWEST_VALUES`) that is not an int at or above
+    its lowest value."""
+    for name, value in values.items():
+        low = _LOWEST_VALUES[name]
+        if not is_int(value) or value < low:
+            raise InvalidConfigError(f"{name} must be an int >= {low}, got {value!r}")
+
+
+def _checked_acks(
+    acks: int | str, enable_idempotence: bool, max_in_flight_requests_per_connection: int, transactional_id: str | None
+) -> int:
+    """The acks a producer asks for (`acks` as a number or Kafka's spelling), after Kafka's rules tying it to
+    idempotence, calls in flight and transactions; `InvalidConfigError` when they are broken."""
+    if enable_idempotence and max_in_flight_requests_per_connection > NUM_BATCHES_TO_RETAIN:
+        raise InvalidConfigError(
+            f"an idempotent producer allows at most {NUM_BATCHES_TO_RETAIN} calls in flight per partition "
+            f"(the partition remembers that many batches per producer), got {max_in_flight_requests_per_connection}"
+        )
+    required_acks = _ACKS_NAMES.get(acks, acks) if isinstance(acks, str) else acks
+    if transactional_id is not None and (not enable_idempotence or required_acks != ACKS_ALL):
+        raise InvalidConfigError("a transactional producer is idempotent with acks='all' (Kafka's requirement)")
+    # acks=0 asks for no answer at all, which a client whose every send returns a future cannot offer.
+    if required_acks not in ACKS or required_acks == 0:
+        raise InvalidConfigError(f"acks must be 1 or 'all' (-1), got {acks!r}; acks=0 is the Kafka listener's")
+    return int(required_acks)
+
+
 class Producer:
     """Sends records to the broker's partitions; see the module docstring. Thread-safe."""
 
@@ -130,45 +174,23 @@ class Producer:
         transactional_id: str | None = None,
         transaction_timeout_ms: int = 60_000,
     ) -> None:
-        for name, value, low in (
-            ("linger_ms", linger_ms, 0),
-            ("batch_size", batch_size, 1),
-            ("retries", retries, 0),
-            ("retry_backoff_ms", retry_backoff_ms, 0),
-            ("retry_backoff_max_ms", retry_backoff_max_ms, 0),
-            ("delivery_timeout_ms", delivery_timeout_ms, 1),
-            ("max_in_flight_requests_per_connection", max_in_flight_requests_per_connection, 1),
-            ("max_request_size", max_request_size, RECORD_BATCH_OVERHEAD + RECORD_OVERHEAD_BOUND),
-            ("buffer_memory", buffer_memory, 1),
-            ("max_block_ms", max_block_ms, 0),
-            ("metadata_max_age_ms", metadata_max_age_ms, 0),
-        ):
-            if not is_int(value) or value < low:
-                raise InvalidConfigError(f"{name} must be an int >= {low}, got {value!r}")
-        if enable_idempotence and max_in_flight_requests_per_connection > NUM_BATCHES_TO_RETAIN:
-            raise InvalidConfigError(
-                f"an idempotent producer allows at most {NUM_BATCHES_TO_RETAIN} calls in flight per partition "
-                f"(the partition remembers that many batches per producer), got {max_in_flight_requests_per_connection}"
-            )
-        required_acks = _ACKS_NAMES.get(acks, acks) if isinstance(acks, str) else acks
-        if transactional_id is not None and (not enable_idempotence or required_acks != ACKS_ALL):
-            raise InvalidConfigError("a transactional producer is idempotent with acks='all' (Kafka's requirement)")
-        # acks=0 asks for no answer at all, which a client whose every send returns a future cannot offer.
-        if required_acks not in ACKS or required_acks == 0:
-            raise InvalidConfigError(f"acks must be 1 or 'all' (-1), got {acks!r}; acks=0 is the Kafka listener's")
+        _check_numbers(
+            linger_ms=linger_ms,
+            batch_size=batch_size,
+            retries=retries,
+            retry_backoff_ms=retry_backoff_ms,
+            retry_backoff_max_ms=retry_backoff_max_ms,
+            delivery_timeout_ms=delivery_timeout_ms,
+            max_in_flight_requests_per_connection=max_in_flight_requests_per_connection,
+            max_request_size=max_request_size,
+            buffer_memory=buffer_memory,
+            max_block_ms=max_block_ms,
+            metadata_max_age_ms=metadata_max_age_ms,
+        )
+        required_acks = _checked_acks(acks, enable_idempotence, max_in_flight_requests_per_connection, transactional_id)
         compression = CompressionType.from_name(compression_type)
         self._broker = broker or Broker.connect()
-        self._transactions = (
-            None
-            if transactional_id is None
-            else TransactionManager(
-                transactional_id,
-                transaction_timeout_ms,
-                RayTransactionCoordinatorClient(self._broker),
-                clock=SYSTEM_CLOCK,
-                retry_backoff_max_ms=retry_backoff_max_ms,
-            )
-        )
+        self._transactions = self._new_transactions(transactional_id, transaction_timeout_ms, retry_backoff_max_ms)
         self._max_block_s = max_block_ms / 1000
         freeze_startup_objects()
         self._max_request_size = max_request_size
@@ -197,7 +219,7 @@ class Producer:
             self._broker,
             wakeup,
             enable_idempotence=enable_idempotence,
-            acks=int(required_acks),
+            acks=required_acks,
             retries=retries,
             retry_backoff_ms=retry_backoff_ms,
             retry_backoff_max_ms=retry_backoff_max_ms,
@@ -208,6 +230,21 @@ class Producer:
             transactions=self._transactions,
         )
         self._sender.start()
+
+    def _new_transactions(
+        self, transactional_id: str | None, transaction_timeout_ms: int, retry_backoff_max_ms: int
+    ) -> TransactionManager | None:
+        """A transactional producer's `TransactionManager`, calling the coordinator through the broker; None for a
+        producer without `transactional_id`."""
+        if transactional_id is None:
+            return None
+        return TransactionManager(
+            transactional_id,
+            transaction_timeout_ms,
+            RayTransactionCoordinatorClient(self._broker),
+            clock=SYSTEM_CLOCK,
+            retry_backoff_max_ms=retry_backoff_max_ms,
+        )
 
     @property
     def producer_id(self) -> int:

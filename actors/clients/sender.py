@@ -4,7 +4,7 @@ their futures.
 - Requests: the closed batches of one partition travel together in one `append` call, up to
   `max_request_size` bytes; at most `max_in_flight_requests_per_connection` calls per partition are in
   flight (idempotent: at most 5 batches in all, the partition's dedup window). The calls go the way every
-  client's appends go (`actors.clients.append_route`: the leader's append channel or a Ray call, the wait of
+  client's appends go (`actors.server.append_route`: the leader's append channel or a Ray call, the wait of
   `acks=all`), in submission order, so batches land in send order.
 - Idempotence (`enable_idempotence`): the sender takes a producer id from the controller (epoch 0) and
   numbers each partition's batches with sequences, assigned when a batch is first sent and kept by its
@@ -44,11 +44,11 @@ from dataclasses import dataclass, field
 from functools import partial
 
 from actors.calls import call
-from actors.clients.append_route import AppendCall, AppendRoute
 from actors.clients.broker import Broker
 from actors.clients.producer_batch import ProducerBatch
 from actors.clients.record_accumulator import ReadyCheck, RecordAccumulator
 from actors.clients.transaction_manager import TransactionManager
+from actors.server.append_route import AppendCall, AppendRoute
 from storage.clock import Clock
 from storage.errors import (
     InvalidRequestError,

@@ -14,11 +14,11 @@ from collections.abc import Iterable
 from typing import Any
 
 from actors.calls import call, get_actor
-from actors.clients.append_route import AppendRoute
 from actors.clients.broker import Broker
 from actors.core.transactions.coordinator import TransactionDescription
 from actors.core.transactions.markers import write_marker
 from actors.options import transaction_coordinator_name
+from actors.server.append_route import AppendRoute
 from actors.server.transaction_coordinator import marker_writer
 from storage.errors import BrokerNotAvailableError, InvalidTxnStateError
 from storage.partition.producer_state import NO_TXN, ActiveProducer

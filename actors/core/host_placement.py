@@ -2,7 +2,7 @@
 ahead as spares (`log.partitions.per.process` > 1, `log.partitions.spare.processes`).
 
 A partition host is an actor process holding up to `per_process` partition logs (`actors.server.partition_host`);
-starting one costs ~1-1.5 s of CPU on 2 cores, opening a partition in a running one a call. So that a new
+starting one measured ~1-1.5 s of CPU, opening a partition in a running one a call. So that a new
 partition never waits for a process to start, the placement keeps `spare_processes` hosts that hold no partition
 started beside the others:
 

@@ -17,13 +17,12 @@ from actors.core.replication.leader_and_isr import LeaderAndIsr
 from actors.metrics.gauges import CommittedOffsets, PartitionLag, cluster_samples, consumer_lag
 from actors.metrics.recorder import BrokerMetrics, Sample
 from actors.options import group_coordinator_name
-from actors.partition_lookup import replica_actor
 from storage.errors import RaybrokerError
 
 logger = logging.getLogger(__name__)
 
-# One answer of a group coordinator or a leader: a few ms when the cluster is well; a busy 2-core node answered
-# actor calls in up to 2 s in the load tests.
+# One answer of a group coordinator or a leader: a few ms when the cluster is well; with every core busy, actor
+# calls took up to 2 s to answer in the load tests.
 READ_TIMEOUT_S = 10.0
 # How often the controller's process reads the groups' lag: a commit moves it at most every
 # `auto.commit.interval.ms` (5000, Kafka's default), and each read is one call per group and per partition with
@@ -45,11 +44,16 @@ def committed_offsets(timeout_s: float = READ_TIMEOUT_S) -> dict[tuple[str, str,
     return committed
 
 
-class HighWatermarkReader:
-    """Partitions' high watermarks from their leaders, all asked at once; leaders' handles are kept between reads
-    (a lookup asks Ray's name service) and looked up again after a failure."""
+# (topic, partition, node id) -> the handle of that node's replica (`actors.server.partition_lookup.replica_actor`).
+ReplicaLookup = Callable[[str, int, str], Any]
 
-    def __init__(self) -> None:
+
+class HighWatermarkReader:
+    """Partitions' high watermarks from their leaders, all asked at once; leaders' handles, found with `replica`, are
+    kept between reads (a lookup asks Ray's name service) and looked up again after a failure."""
+
+    def __init__(self, replica: ReplicaLookup) -> None:
+        self._replica = replica
         self._handles: dict[tuple[str, int, str], Any] = {}
 
     def read(self, states: Iterable[LeaderAndIsr], timeout_s: float = READ_TIMEOUT_S) -> dict[tuple[str, int], int]:
@@ -62,7 +66,7 @@ class HighWatermarkReader:
             try:
                 handle = self._handles.get(key)
                 if handle is None:
-                    handle = replica_actor(*key)
+                    handle = self._replica(*key)
                 asked[key] = handle.offsets.remote()
             except RaybrokerError:
                 self._handles.pop(key, None)
@@ -82,18 +86,20 @@ class HighWatermarkReader:
 class ClusterGaugePublisher:
     """The cluster's gauges, published from the controller's process into `metrics`: offline and under-replicated
     partitions and the topic counts from `states()` (the controller's replication states) at every export, the
-    groups' lag from a read every `interval_s` on a thread of its own. `stop()` ends both."""
+    groups' lag from a read every `interval_s` on a thread of its own (the leaders found with `replica`). `stop()`
+    ends both."""
 
     def __init__(
         self,
         metrics: BrokerMetrics,
         states: Callable[[], Iterable[LeaderAndIsr]],
+        replica: ReplicaLookup,
         interval_s: float = LAG_INTERVAL_S,
     ) -> None:
         self._metrics = metrics
         self._states = states
         self._interval_s = interval_s
-        self._watermarks = HighWatermarkReader()
+        self._watermarks = HighWatermarkReader(replica)
         self._lags: list[PartitionLag] = []
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="cluster-gauges", daemon=True)

@@ -10,7 +10,7 @@ exported.
 The plain roles of `actors.core` see only their part of `BrokerMetrics`, `actors.core.role_metrics.RoleMetrics`
 (that package imports nothing of `actors` outside itself).
 `MetricsRecorder` keeps the counts of one process in memory under one lock: ~1 us of CPU a call (`produced` 0.9-1.1
-us, `request_answered` 1.8 us, measured on a loaded 2-core node), where one `ray.util.metrics.Counter.inc` costs 3.5
+us, `request_answered` 1.8 us, measured with every core busy), where one `ray.util.metrics.Counter.inc` costs 3.5
 us of CPU (11-13 us of wall time): the four series of an append (messages and bytes, per topic and in all) would add
 ~14 us to a 16 KiB batch whose validation takes ~100 us. `actors.metrics.ray_export` reads a
 recorder's `snapshot()` every few seconds and hands the differences to Ray's metrics. Tests assert on `value`.

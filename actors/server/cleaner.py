@@ -42,7 +42,7 @@ from storage.config.cleaner_config import CleanerConfig
 # Niceness the cleaner process adds to its own: a pass is background work and must not take the CPU from the
 # partition processes serving appends. Ray starts workers at 15 (`RAY_worker_niceness`), so a cleaner runs at 19:
 # Linux weighs 15 at 36 and 19 at 15, and a host contending with a cleaner for one core gets ~70 % of it, not half.
-# Measured on 2 cores (`append_during_compaction`): at equal niceness a cleaner actor gained nothing over a pass
+# Measured with `append_during_compaction`: at equal niceness a cleaner actor gained nothing over a pass
 # inside the host (append p99 ratio 0.94 and 0.97 in two runs); niced, 0.24.
 CLEANER_NICENESS = 10
 

@@ -7,7 +7,7 @@ see that module for what it owns and guarantees. This actor gives it its Ray sea
 - node brokers: each node's log-manager actor (`actors.server.log_manager`), found by name; at start, the log
   managers already running on the cluster's live nodes (a controller restarted by Ray finds them again; after a
   full restart each `start_broker` registers);
-- replicas: `update_replication` sent to each replica's partition actor (`actors.partition_lookup.replica_actor`)
+- replicas: `update_replication` sent to each replica's partition actor (`actors.server.partition_lookup.replica_actor`)
   without waiting;
 - deleted topics: told to the group coordinator actor (`actors.server.group_coordinator`), found by name, which
   deletes their committed offsets before DeleteTopics answers;
@@ -45,7 +45,7 @@ from actors.core.security.scram import ScramCredential
 from actors.metrics.cluster_view import ClusterGaugePublisher
 from actors.metrics.ray_export import exported_metrics
 from actors.options import NAMESPACE, group_coordinator_name, log_manager_name, transaction_coordinator_name
-from actors.partition_lookup import replica_actor
+from actors.server.partition_lookup import replica_actor
 from actors.server.transaction_coordinator import start_transaction_coordinator
 from storage.clock import SYSTEM_CLOCK
 from storage.config.broker_config import BrokerConfig
@@ -107,7 +107,7 @@ class ControllerActor:
         self._shutting_down = False
         self._monitor = threading.Thread(target=self._run_monitor, name="controller-monitor", daemon=True)
         self._monitor.start()
-        self._gauges = ClusterGaugePublisher(metrics, self._controller.partition_states)
+        self._gauges = ClusterGaugePublisher(metrics, self._controller.partition_states, replica_actor)
 
     def _run_monitor(self) -> None:
         next_coordinator_check = time.monotonic()

@@ -15,7 +15,6 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from actors.calls import call, controller
-from actors.clients.append_route import AppendRoute
 from actors.core.controller.topic_metadata import CONSUMER_OFFSETS_TOPIC
 from actors.core.groups.coordinator import GroupCoordinator
 from actors.core.groups.group_membership import (
@@ -27,6 +26,7 @@ from actors.core.groups.group_membership import (
     PendingJoin,
     SyncResult,
 )
+from actors.server.append_route import AppendRoute
 from actors.server.internal_partition_leaders import RayInternalPartition, RayTopicAdmin
 from storage.clock import SYSTEM_CLOCK
 from storage.config.broker_config import BrokerConfig

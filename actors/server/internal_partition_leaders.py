@@ -2,7 +2,7 @@
 controller actor as they create their topics: the Ray seams of `actors.core.internal_topics`.
 
 A coordinator's appends (its own records with acks=all, a group coordinator's transactional offsets) go through the
-coordinator's `AppendRoute` (`actors.clients.append_route`), the route every write to a leader takes: over the
+coordinator's `AppendRoute` (`actors.server.append_route`), the route every write to a leader takes: over the
 leader's append channel when it is on this node, followers or not (their replication is then awaited with the
 leader's `await_replicated`), else as Ray calls.
 """
@@ -13,9 +13,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from actors.calls import call
-from actors.clients.append_route import AppendRoute, Batches, CoordinatorBatch, LeaderWrite, PartitionLeader
 from actors.core.controller.topic_metadata import TopicMetadata
 from actors.core.replication.replica import ACKS_ALL
+from actors.server.append_route import AppendRoute, Batches, CoordinatorBatch, LeaderWrite, PartitionLeader
 from storage.partition.log import LogAppendInfo
 
 

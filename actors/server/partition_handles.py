@@ -46,9 +46,9 @@ from actors.options import (
     partition_host_options,
     partition_options,
 )
-from actors.partition_lookup import HostedPartitionHandle, replica_actor
 from actors.server.partition_host import HostedPartitionSpec, PartitionHostActor
 from actors.server.partition_log import PartitionLogActor, ResumePoint
+from actors.server.partition_lookup import HostedPartitionHandle, replica_actor
 from storage.compaction.clean_result import CleanedLog
 from storage.compaction.log_snapshot import LogSnapshot
 from storage.config.broker_config import BrokerConfig

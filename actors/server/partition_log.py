@@ -74,6 +74,12 @@ from typing import Any
 import ray
 
 from actors.calls import call, controller
+from actors.channels import replica_channel
+from actors.channels.append_channel import serve, stop_serving
+from actors.channels.change_notices import CHANGE_WATCHER_PREFIX, notices
+from actors.channels.leader_connection import LeaderConnection, ReplicaChannelError
+from actors.channels.replica_channel import ReplicaChannelAddress
+from actors.channels.replica_fetch_frames import ReplicaFetchRequest
 from actors.core.replication.follower import LeaderLink, ReplicaFetch, ReplicaSettings
 from actors.core.replication.leader_and_isr import LeaderAndIsr
 from actors.core.replication.log_changes import LogChanges
@@ -89,12 +95,6 @@ from actors.options import (
     REPLICATION_GROUP,
     log_manager_name,
 )
-from actors.replica_fetch_frames import ReplicaFetchRequest
-from actors.server import replica_channel
-from actors.server.append_channel import serve, stop_serving
-from actors.server.change_notices import CHANGE_WATCHER_PREFIX, notices
-from actors.server.leader_connection import LeaderConnection, ReplicaChannelError
-from actors.server.replica_channel import ReplicaChannelAddress
 from actors.server.replica_fetch_pieces import ReplicaFetchPiece, checked_piece_count, join, piece_count, split
 from actors.startup_objects import freeze_startup_objects
 from storage import file_names

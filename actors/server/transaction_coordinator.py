@@ -12,9 +12,9 @@ state is durable).
 
 On its own node a transaction's steady state makes no Ray call, where it made seven (three from the listener, the
 Ongoing, PrepareCommit and Complete appends and the marker): listeners call it over its transaction channel
-(`actors.server.transaction_channel`: AddPartitionsToTxn, Produce's verification, EndTxn), and its
-`__transaction_state` appends and its markers go through its `AppendRoute` (`actors.clients.append_route`, the
-route of every write to a leader): over the append channel (`actors.server.append_channel`) of a partition whose
+(`actors.channels.transaction_channel`: AddPartitionsToTxn, Produce's verification, EndTxn), and its
+`__transaction_state` appends and its markers go through its `AppendRoute` (`actors.server.append_route`, the
+route of every write to a leader): over the append channel (`actors.channels.append_channel`) of a partition whose
 leader is on this node, its followers' replication then awaited with one Ray call to the leader's
 `await_replicated`. Every other call, and every partition led elsewhere, is a Ray call; the acks=all guarantee is
 the same either way.
@@ -44,9 +44,8 @@ from typing import Any
 
 import ray
 
-from actors.calls import call, controller, get_actor
-from actors.clients.append_route import AppendCall, AppendRoute, Marker, PartitionLeader
-from actors.clients.local_fetch import this_node_id
+from actors.calls import call, controller, get_actor, this_node_id
+from actors.channels.transaction_channel import TransactionChannel
 from actors.core.controller.topic_metadata import TRANSACTION_STATE_TOPIC
 from actors.core.replication.replica import ACKS_ALL
 from actors.core.transactions.coordinator import (
@@ -57,8 +56,8 @@ from actors.core.transactions.coordinator import (
 from actors.core.transactions.markers import OffsetsCompletingMarkers, write_marker
 from actors.core.transactions.transaction_metadata import TxnError
 from actors.options import group_coordinator_name, transaction_coordinator_options
+from actors.server.append_route import AppendCall, AppendRoute, Marker, PartitionLeader
 from actors.server.internal_partition_leaders import RayInternalPartition, RayTopicAdmin
-from actors.server.transaction_channel import TransactionChannel
 from storage.clock import SYSTEM_CLOCK
 from storage.config.transaction_config import TransactionConfig
 from storage.errors import CoordinatorLoadInProgressError, RaybrokerError
@@ -77,7 +76,7 @@ TICK_S = 1.0
 
 class RayTransactionMarkers:
     """Markers written by the partitions' leader actors through the coordinator's `AppendRoute`
-    (`actors.clients.append_route`, the route of every write to a leader: a leader's append channel on this node,
+    (`actors.server.append_route`, the route of every write to a leader: a leader's append channel on this node,
     followers or not, else Ray calls), every partition's at once (`TransactionMarkers`). A marker counts as written
     once every in-sync replica has it (Kafka's WriteTxnMarkers appends with acks -1). The route keeps each leader
     after its first lookup, as producers keep theirs; a marker the kept leader fails to write is tried once more on a
@@ -203,7 +202,7 @@ class TransactionCoordinatorActor:
 
     def transaction_channel(self) -> tuple[str, str]:
         """(node, address): the Ray node this actor runs on and the address of its transaction channel
-        (`actors.server.transaction_channel`), which listens from the first call."""
+        (`actors.channels.transaction_channel`), which listens from the first call."""
         with self._channel_lock:
             if self._channel is None:
                 self._channel = TransactionChannel(self)

@@ -1,7 +1,7 @@
 """`raybroker demo`: the main job on an embedded default — a local Ray, the broker on it, a topic,
 producers and consumers — printed step by step.
 
-1. Start an embedded Ray (4 logical CPUs on this 2-core box, log forwarding off) and the broker over
+1. Start an embedded Ray (4 logical CPUs whatever the machine's cores, log forwarding off) and the broker over
    two log dirs in a fresh temporary folder (kept, so its files can be inspected with `dump-log`).
 2. Create the topic `page-views` with 4 partitions.
 3. Produce page-view events (msgpack values: user, page, latency_ms; keyed by user, so each user's

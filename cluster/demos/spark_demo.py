@@ -32,7 +32,7 @@ from cluster.spark.planning import ReadPlan
 from storage.topic_partition import TopicPartition
 
 # Events per second the producer aims at: enough for thousands of records per read, little enough to leave
-# the 2 cores to Spark.
+# the executor's 2 cores to Spark.
 DEFAULT_RATE = 2000
 
 

@@ -4,7 +4,7 @@ broker's plain roles, without Ray, for tests and development.
 It answers as `RayBrokerView` does for a listener on node `node`: topics and configs from the controller (the
 same `_topic_info` conversion into Kafka broker ids), records from each partition's leader replica. Appends run on
 the event loop in the order they were called, also when one awaits its `admitted` first
-(`actors.clients.append_order`), so a client's pipelined Produce requests keep their order; an
+(`actors.server.append_order`), so a client's pipelined Produce requests keep their order; an
 `acks=all` append's wait for its replication, and a long-poll fetch's wait for bytes, run on a worker thread, so
 the loop serves every other connection meanwhile. A fetch of `SENDFILE_MIN_BYTES` or more answers a region of the
 segment file for the server to `sendfile`, as the Ray view does for a partition on its own node.
@@ -16,10 +16,10 @@ import asyncio
 import uuid
 from collections.abc import Awaitable, Mapping
 
-from actors.clients.append_order import AppendOrder
 from actors.core.broker import InProcessBroker
 from actors.core.replication.partition_server import PartitionServer
 from actors.core.replication.replica import ACKS_ALL
+from actors.server.append_order import AppendOrder
 from cluster.protocol.broker_view import (
     BrokerEndpoint,
     EpochEndOffset,

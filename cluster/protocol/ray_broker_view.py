@@ -10,19 +10,18 @@ that fails with a retriable error (`storage.errors`: its actor gone, its partiti
 the handle, so the next request looks again and reaches a restarted actor or a re-created topic.
 
 Fetches from a partition whose actor runs on this node are answered from a `LocalLogView`
-(`storage.partition.local_log_view`) of its log, without a Ray call: the partition's process publishes every change
-in the partition's high-watermark file (offsets, leader epoch, the active segment and the high watermark's position
-in it), and the view locates a fetch in the segment files from positions it vouches for, each read's end being
-where the consumer's next fetch starts. From `SENDFILE_MIN_BYTES` on the bytes stay in the segment file and the
-server `sendfile`s them (`cluster.protocol.file_region`), smaller ones are read here. Whenever the view cannot answer
-(a first fetch or a seek, an offset outside the published log, a segment deleted or swapped, a follower or a new
-leader epoch, an unpublished high-watermark position), the actor is asked where the bytes lie (`locate`, which
-long-polls as `fetch` does), the view learns that position, in the epoch published before the call, and answers from
-it; a located file that is no longer the located one falls back to the actor's `fetch`. A fetch at the end of the
-log that may wait (`max_wait_ms`, `min_bytes`) waits for the partition's change notices (`actors.server.change_notices`:
-a datagram from the partition's process after each change it publishes, to this listener's `ChangeWatcher`, named to
-the partition by one Ray call), then reads the view again. A partition found on another node is fetched through its
-actor from then on.
+(`storage.partition.local_log_view`) of its log, without a Ray call: the partition's process publishes every change in
+the partition's high-watermark file (offsets, leader epoch, the active segment and the high watermark's position in it),
+and the view locates a fetch in the segment files from positions it vouches for, each read's end being where the
+consumer's next fetch starts. From `SENDFILE_MIN_BYTES` on the bytes stay in the segment file and the server `sendfile`s
+them (`cluster.protocol.file_region`), smaller ones are read here. Whenever the view cannot answer (a first fetch or a
+seek, an offset outside the published log, a segment deleted or swapped, a follower or a new leader epoch, an
+unpublished high-watermark position), the actor is asked where the bytes lie (`locate`, which long-polls as `fetch`
+does), the view learns that position, in the epoch published before the call, and answers from it; a located file that
+is no longer the located one falls back to the actor's `fetch`. A fetch at the end of the log that may wait
+(`max_wait_ms`, `min_bytes`) waits for the partition's change notices (`actors.channels.change_notices`: a datagram from
+the partition's process after each change it publishes, to this listener's `ChangeWatcher`, named to the partition by
+one Ray call), then reads the view again. A partition found on another node is fetched through its actor from then on.
 
 A client's `current_leader_epoch` (Fetch and ListOffsets, KIP-320) costs no call of its own: a fetch the view answers
 compares it with the leader epoch published with the offsets it answers (each look of a waiting fetch again), and a
@@ -30,7 +29,7 @@ call the fetch or ListOffsets makes anyway carries it to the actor, which checks
 (`actors.core.replication.replica.check_current_leader_epoch` in both places). A fenced epoch keeps the partition's
 handle and view: the client's metadata is what is stale, or the replica is told of the new epoch soon.
 
-Appends go the way every client's appends go (`actors.clients.append_route`): to the partition's leader over its
+Appends go the way every client's appends go (`actors.server.append_route`): to the partition's leader over its
 append channel when it is on this node and alone, else as a Ray call followed, for `acks=-1` with followers, by the
 wait for replication; one partition's appends are submitted in the order `append` was called, also while an earlier
 one still waits for its lookup, since the listener handles a connection's pipelined Produce requests concurrently
@@ -51,14 +50,14 @@ from typing import Any
 import ray
 
 from actors.calls import answer
-from actors.clients.append_route import AppendRoute
+from actors.channels.change_watcher import ChangeWatcher
 from actors.clients.broker import Broker
-from actors.clients.change_watcher import ChangeWatcher
 from actors.clients.local_fetch import LocatedRead
 from actors.core.controller.topic_metadata import AdvertisedListener, TopicMetadata
 from actors.core.replication.replica import check_current_leader_epoch
-from actors.partition_lookup import partition_actor
+from actors.server.append_route import AppendRoute
 from actors.server.partition_log import FetchResult, FileSlices
+from actors.server.partition_lookup import partition_actor
 from cluster.protocol.broker_view import (
     TOPIC_NAMES_MAX_AGE_S,
     BrokerEndpoint,
@@ -309,7 +308,7 @@ class RayBrokerView:
         current_leader_epoch: int,
     ) -> FetchedRecords | None:
         """The fetch answered from the partition's view, once `min_bytes` are there or at `deadline` (monotonic),
-        woken by the partition's change notices (`actors.clients.change_watcher`), each look fenced by the client's
+        woken by the partition's change notices (`actors.channels.change_watcher`), each look fenced by the client's
         `current_leader_epoch` (`_from_view`); None when the view cannot answer. The first wait names this
         listener's watcher to the partition (one Ray call). A wait that heard nothing for `NOTICE_SILENCE_S` looks
         again, and bytes found then, without a notice, make the next wait name the watcher again (its notices were

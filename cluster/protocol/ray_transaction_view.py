@@ -4,7 +4,7 @@ The actor is started by the first transactional request any listener receives (`
 transaction_coordinator`, on a worker thread: the lookup blocks) with this listener's transaction settings, and
 found by name afterwards. When it runs on this listener's node, the calls of a transaction's steady state
 (AddPartitionsToTxn, Produce's verification, EndTxn) go over its transaction channel
-(`actors.clients.transaction_connection`) instead of Ray. Its handle and channel are forgotten when a call fails
+(`actors.channels.transaction_connection`) instead of Ray. Its handle and channel are forgotten when a call fails
 retriably (the actor gone or restarting, a channel connection broken), so the next request reaches a restarted or
 moved coordinator.
 """
@@ -15,10 +15,9 @@ import asyncio
 from collections.abc import Awaitable, Collection, Iterable
 from typing import Any, TypeVar
 
-from actors.calls import answer, call
+from actors.calls import answer, call, this_node_id
+from actors.channels.transaction_connection import TransactionConnections
 from actors.clients.broker import transaction_coordinator
-from actors.clients.local_fetch import this_node_id
-from actors.clients.transaction_connection import TransactionConnections
 from actors.core.transactions.coordinator import InitProducerIdResult, TransactionDescription
 from actors.core.transactions.transaction_metadata import TxnError
 from storage.config.transaction_config import TransactionConfig

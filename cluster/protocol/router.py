@@ -22,18 +22,11 @@ The transaction APIs serve the TV1 protocol every client speaks to a broker fina
 and the brokers' verification: AddPartitionsToTxn v0-3 (the client form) and v4-5 (KIP-890's broker form,
 `verify_only`), AddOffsetsToTxn v0-4, EndTxn v0-4 (v5 is TV2), TxnOffsetCommit v0-4 (v5 is TV2), WriteTxnMarkers v1
 (Kafka 4 dropped v0; v2 is post-4.1), DescribeTransactions v0, ListTransactions v0-1 (v2's id pattern is post-4.0) and
-DescribeProducers v0. librdkafka sends v0 of AddPartitionsToTxn and AddOffsetsToTxn, EndTxn 0-1, TxnOffsetCommit 0-3 and
-FindCoordinator key type 1 from v1.
+DescribeProducers v0.
 The group APIs stop where the classic protocol does: OffsetCommit v9 and OffsetFetch v9 are the last naming
 topics by name (v10 uses topic ids); FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, ListGroups,
-DescribeGroups and DeleteGroups are served from kio's floor to its ceiling. Measured: librdkafka 2.16 sends
-FindCoordinator 2, JoinGroup 5, SyncGroup 3, Heartbeat 3, LeaveGroup 1, OffsetCommit 9, OffsetFetch 9, ListGroups 5,
-DescribeGroups 5; kafka-python 3.0 FindCoordinator 6, JoinGroup 7, SyncGroup 5, LeaveGroup 5, OffsetCommit 8,
-OffsetFetch 8.
-Clients use the highest version both sides serve: librdkafka 2.16 goes up to Produce 10, Fetch 16, Metadata 13,
-ListOffsets 7, InitProducerId 4, ApiVersions 3, CreateTopics 4, DescribeConfigs 1, OffsetForLeaderEpoch 2 (it keeps no
-fetch sessions); kafka-python 3.0 up to Metadata 13, ListOffsets 11, InitProducerId 6, ApiVersions 4, CreateTopics 7;
-Apache Kafka's Java clients 3.9-4.0 up to Fetch 17 with fetch sessions, Produce 11, ListOffsets 9.
+DescribeGroups and DeleteGroups are served from kio's floor to its ceiling. Clients use the highest version both sides
+serve; `docs/clients.md` lists the versions the tested clients were measured sending.
 
 Every handler that guards a resource gets the listener's `AccessControl` and asks it before it acts
 (`cluster.protocol.handlers.authorization`); ApiVersions, SaslHandshake and SaslAuthenticate need no permission.

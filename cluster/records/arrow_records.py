@@ -18,7 +18,7 @@ Output schema (the Arrow types Spark 3.5 maps to the Kafka source's columns; `he
 Only records with `start_offset <= offset < end_offset` (of their own fetch) are kept: a fetch starts at the batch
 holding `start_offset` and may run past `end_offset`. Control batches (transaction markers) carry no data and are
 skipped; the data batches of aborted transactions are skipped when the fetch was read_committed (its `aborted`
-list, applied by `storage.records.aborted_batches`); offsets missing because compaction removed them are simply
+list, applied by `storage.partition.aborted_batches`); offsets missing because compaction removed them are simply
 absent. Every batch's CRC is checked, as Kafka consumers do (`check.crcs`).
 
 The records of a fetch's v2 batches are decoded together by storage's one record walker
@@ -44,7 +44,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from storage.records.aborted_batches import AbortedBatches
+from storage.partition.aborted_batches import AbortedBatches
 from storage.records.file_records import iter_any_batches
 from storage.records.layout import TimestampType
 from storage.records.legacy_records import LegacyBatch

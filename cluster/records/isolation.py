@@ -9,7 +9,7 @@ The last stable offset (LSO) is the first offset of the oldest transaction still
 none is; a read_committed read stops there (`readable_end`), fetches at the partition's `txn_committed` isolation
 (`log_isolation`), and of the records below the LSO drops those of aborted transactions: each fetch answers its
 aborted-transaction list, which the Arrow decoder applies batch by batch (`cluster.records.arrow_records`, with
-`storage.records.aborted_batches`). Control batches (COMMIT/ABORT markers) are skipped by the decoder at every level.
+`storage.partition.aborted_batches`). Control batches (COMMIT/ABORT markers) are skipped by the decoder at every level.
 
 The bulk readers (the Spark bridge, Ray Data) read read_committed by default: a pipeline must not compute on
 records that their producer aborted, nor on those of a transaction that may still abort.

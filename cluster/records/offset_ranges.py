@@ -15,7 +15,7 @@ from typing import Any
 
 from actors.calls import call
 from actors.clients.broker import Broker
-from actors.partition_lookup import partition_actor
+from actors.server.partition_lookup import partition_actor
 from cluster.records.isolation import READ_COMMITTED, readable_end
 from storage.errors import InvalidRequestError
 from storage.topic_partition import TopicPartition

@@ -9,7 +9,7 @@ partition's node (`actors.clients.local_fetch`: the actor only says where the by
 actor. Records travel as Kafka batch bytes and as Arrow record batches, never as Python rows. Control batches
 (transaction markers) are never rows. A read_committed read (`isolation`, the default; `cluster.records.isolation`)
 fetches below the last stable offset and drops the records of aborted transactions, as each fetch lists them.
-Measured on this 2-core machine (other jobs running, load 20-50): `read_ranges` alone 1.2-1.3M records/s in one process.
+Measured with other jobs running (load 20-50): `read_ranges` alone 1.2-1.3M records/s in one process.
 
 Data loss (`fail_on_data_loss`, Spark's `failOnDataLoss`): records of a planned range that are gone when it is read
 (retention or DeleteRecords moved the log start past them, or the log was truncated below the planned end) fail

@@ -12,8 +12,8 @@ Spark: `startingOffsets` may be `latest` (Spark refuses it for batch reads); the
 
 Ranges are split when `minPartitions` asks for more ranges than there are partitions (each range in proportion
 to its share of the records), then packed, biggest first, into one Spark task per executor core (more only when
-`minPartitions` asks). Measured on this 2-core machine: one Spark task per partition degraded by 70-90 ms per
-task (1M records, 128 partitions: 15 s), against 1.9 s for 4 grouped tasks, and 2 tasks on the 2 cores beat 4
+`minPartitions` asks). Measured with one executor of 2 cores: one Spark task per partition degraded by 70-90 ms per
+task (1M records, 128 partitions: 15 s), against 1.9 s for 4 grouped tasks, and 2 tasks on its 2 cores beat 4
 (`TASKS_PER_CORE`). Ranges are packed by their offset counts, which stand for their bytes as long as the
 partitions' records are of similar sizes.
 
@@ -46,9 +46,9 @@ from storage.topic_partition import TopicPartition
 EARLIEST = -2
 LATEST = -1
 TIMESTAMP_STRATEGIES = ("error", "latest")
-# Spark tasks per executor core. 1M records in 8 partitions into a groupBy (best of 3-4, loaded box): 2 tasks on
-# the 2 cores 0.90-1.11 s, 4 tasks 1.13-2.03 s; 100k records 0.40 s against 0.66 s. Each task pays Spark's Python
-# task set-up, and one wave of tasks keeps the read of every core going to the end.
+# Spark tasks per executor core. 1M records in 8 partitions into a groupBy (best of 3-4, other jobs running): 2
+# tasks on the executor's 2 cores 0.90-1.11 s, 4 tasks 1.13-2.03 s; 100k records 0.40 s against 0.66 s. Each task
+# pays Spark's Python task set-up, and one wave of tasks keeps the read of every core going to the end.
 TASKS_PER_CORE = 1
 
 

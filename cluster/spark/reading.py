@@ -6,8 +6,8 @@ attaches its worker to Ray once (`cluster.spark.worker`) and reads its ranges wi
 Kafka-source schema, never Python rows), decoding msgpack values in Python when asked. The topic column leaves
 Python as a 4-byte index into the plan's topics. The plan's isolation level decides the rest
 (`cluster.records.isolation`; `read_committed` unless the read asked otherwise): records of aborted transactions
-are dropped, or at `read_uncommitted` read too; control batches never are. Measured on this 2-core machine
-(1 executor x 2 cores, other jobs running, load 20-50): 1M records of ~80 B (8 partitions) through Spark into a
+are dropped, or at `read_uncommitted` read too; control batches never are. Measured with
+1 executor x 2 cores and other jobs running (load 20-50): 1M records of ~80 B (8 partitions) through Spark into a
 `groupBy(partition)` count and sums 0.9-1.1 s with 2 tasks, 1.1-2.0 s with 4.
 
 Importing this module loads the whole read path (numpy, pyarrow, the record decoders, the value decoders), which

@@ -17,7 +17,7 @@ records now) or retention deletes it (the task fails with
 files of its own machine only), or when locating fails (data lost since planning, a leader gone: the Python read
 has the rules for those).
 
-Measured on this 2-core machine (load 24-27; 1M records of ~80 B in 8 partitions, `groupBy(partition)` count and
+Measured at load 24-27 (1M records of ~80 B in 8 partitions, `groupBy(partition)` count and
 sums, with planning and locating): 0.80-2.85 s against 1.64-3.37 s for `spark.read.parquet` of the same rows and
 2.0-5.0 s for the Python read, in the same session.
 """

@@ -1,9 +1,9 @@
-"""A Spark session on the Ray cluster (RayDP), with the settings measured on this machine.
+"""A Spark session on the Ray cluster (RayDP), with measured settings.
 
 `get_spark()` starts the session once per process (later calls return the same one) and `stop_spark()` stops it
 (`raydp.stop_spark()`, then Ray itself if `get_spark` had to start an embedded Ray). The settings and why:
 
-| setting                                            | value                      | why (measured here)             |
+| setting                                            | value                      | why (measured)                  |
 |----------------------------------------------------|----------------------------|---------------------------------|
 | executors x cores                                  | 1 x 2                      | an executor is a JVM actor      |
 | `spark.{driver,executor}.extraJavaOptions`,        | `--add-opens` for 14 JDK   | Ray's Java serialiser needs     |

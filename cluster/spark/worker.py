@@ -21,7 +21,7 @@ def attach_worker_to_ray(address: str) -> None:
     """Attaches this Spark Python worker to Ray once (later calls are free).
 
     Log forwarding stays off: this process's stderr is the executor's, which Ray would publish back to the driver,
-    whose output reaches the executor again (a loop that grew a worker log to 213 MB in a minute on this machine).
+    whose output reaches the executor again (a loop that grew a worker log to 213 MB in a minute).
     """
     if ray.is_initialized():
         return

@@ -51,7 +51,7 @@ list (blanks trimmed, empty entries dropped, as Kafka's `csvList`).
 `log.partitions.per.process` and `log.partitions.spare.processes` are raybroker keys (no Kafka equivalent). Each
 partition log lives in a partition host (`actors.server.partition_host`), an actor process holding up to
 `log.partitions.per.process` of them, or with 1 in an actor process of its own (`actors.server.partition_log`). An
-actor process costs ~61 MiB of its own and ~1-1.5 s of CPU to start on 2 cores, where a partition in a running host
+actor process costs ~61 MiB of its own and ~1-1.5 s of CPU to start (measured), where a partition in a running host
 costs ~1.4 MiB and a call: at 1, a 24 GiB node holds ~400 partitions and every new partition waits for its process
 to start (a 3-partition topic takes ~11x Kafka's time to create); at 16, a create is a call into a running host, and
 the partitions of one host share its write thread and its interpreter (a slow write of one delays the others; a
@@ -65,12 +65,12 @@ form `BrokerConfig.listener_config`. The security keys (TLS, SASL, ACLs) are `st
 form `BrokerConfig.security_config`, checked against the listeners' security protocols on creation; an `ssl.` or
 `sasl.` key it does not declare is ignored with the warning below.
 
-`num.network.threads` keeps Kafka's name with a raybroker meaning: Kafka runs that many network threads in one
-JVM, raybroker that many listener processes (Ray actors) on each node, sharing its port through SO_REUSEPORT,
-since one Python process serves requests on one core. Its default is 1, not Kafka's 3: on a 2-core node the
-listener process and the partition actors it feeds already keep both cores busy (decoding and encoding requests
-is Python work), so more listener processes would only compete with the partitions for the same cores, each
-costing a Ray worker's memory; raise it on nodes with cores to spare.
+`num.network.threads` keeps Kafka's name with a raybroker meaning: Kafka runs that many network threads in one JVM,
+raybroker that many listener processes (Ray actors) on each node, sharing its port through SO_REUSEPORT, since one
+Python process serves requests on one core. Its default is 1, not Kafka's 3: in the load tests one listener process and
+the partition actors it feeds already kept every core of the node busy (decoding and encoding requests is Python work),
+so more listener processes would only compete with the partitions for the same cores, each costing a Ray worker's
+memory; raise it on nodes with cores to spare.
 
 Broker defaults of topic configs (Kafka's "server synonyms"); together they form `BrokerConfig.log_config`, the
 `LogConfig` a topic gets when it overrides nothing. A negative retention in any unit means no time limit (-1):

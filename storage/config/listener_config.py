@@ -16,7 +16,7 @@
 answer's records are `sendfile`d from the page cache: with the OS's autotuned buffer (up to 4 MiB) a whole 1 MiB
 answer goes out in one call and overflows a client's receive queue (128 KiB by default), which the kernel then
 prunes and collapses, copying; bounded at Kafka's 100 KiB the answer goes out as the client reads it. Measured
-on loopback with confluent-kafka reading 512 MiB (median of five, 2-core machine at load 40): the listener's
+on loopback with confluent-kafka reading 512 MiB (median of five, at load average 40): the listener's
 kernel time 0.22 s against 0.12 s, its user time 0.17 s against 0.19 s (a few more writability waits per answer),
 the client's CPU 0.63 s against 0.61 s.
 

@@ -400,7 +400,7 @@ class LogManager:
         `InconsistentTopicIdError` when the folder is another topic's of the same name).
 
         The partition is opened outside the manager's lock, so the partitions of one topic open side by side: on
-        Ray each is an actor process, ~1 s to start on 2 cores (3 partitions one after the other took 2-10 s).
+        Ray each is an actor process, ~1 s to start (3 partitions one after the other took 2-10 s).
         A second call for a partition being created waits for the first; so does a delete of it."""
         tp = (topic, partition)
         existing: PartitionPlacement | None = None

@@ -15,8 +15,8 @@ timestamp (-1, exempt as in Kafka). Any failure rejects the whole append and not
 
 Records are not decoded into objects: `record_columns.summarize_records_section` checks the framing of all
 records at once with numpy and yields only their timestamp deltas and whether a key is null: ~0.08 ms of CPU
-for a 1 MB batch of 8,300 records of 100 bytes right after its CRC-32C (~0.03 ms; both measured on the shared
-2-core machine), where decoding every `Record` took ~400 ms (a batch of a few records, a coordinator's state
+for a 1 MB batch of 8,300 records of 100 bytes right after its CRC-32C (~0.03 ms; both measured with
+other work running), where decoding every `Record` took ~400 ms (a batch of a few records, a coordinator's state
 record or a transaction marker, is summarized record by record: see `SCALAR_SUMMARY_RECORDS`). Batches are
 not copied either: `ValidatedRecords.parts` are views of the caller's bytes, except a batch that had to be
 rewritten (recompressed, or its maxTimestamp corrected).

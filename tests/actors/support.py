@@ -20,7 +20,7 @@ def now_ms() -> int:
 
 
 def wait_for(predicate: Callable[[], bool], timeout_s: float = 30.0, what: str = "condition") -> None:
-    """Polls `predicate` every 0.1 s; fails the test after `timeout_s` (Ray restarts on 2 cores take seconds)."""
+    """Polls `predicate` every 0.1 s; fails the test after `timeout_s` (a Ray restart takes seconds)."""
     deadline = time.monotonic() + timeout_s
     while not predicate():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"

@@ -54,8 +54,8 @@ HEAD_ARGS = {**NODE_ARGS, "include_dashboard": False, "dashboard_agent_listen_po
 SYSTEM_CONFIG = {
     "metrics_report_interval_ms": 1000,
     # A removed node is declared dead after 5 missed checks a second apart (Ray's default: 5 checks 3 s apart).
-    # Shorter checks, as the replication tests use (0.3 s, 3 misses), declared a live node dead on this 2-core
-    # machine under other work.
+    # Shorter checks, as the replication tests use (0.3 s, 3 misses), declared a live node dead
+    # with other work running.
     "health_check_period_ms": 1000,
     "health_check_timeout_ms": 2000,
     "health_check_failure_threshold": 5,

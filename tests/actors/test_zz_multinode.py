@@ -35,7 +35,7 @@ pytestmark = pytest.mark.ray
 OWNS_RAY = True
 
 # Each node is a raylet plus its agents (~300 MiB) and every actor a process (~120 MiB): two nodes with one
-# logical CPU each keep this module within a few GiB on a 2-core box. The object store only carries small
+# logical CPU each keep this module within a few GiB. The object store only carries small
 # batches here, so 128 MiB per node instead of 30 % of RAM.
 NODE_ARGS = {"num_cpus": 1, "object_store_memory": 128 * 1024 * 1024}
 

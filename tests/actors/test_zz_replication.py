@@ -37,7 +37,7 @@ from actors.clients.broker import Broker, stop_broker
 from actors.clients.consumer import Consumer
 from actors.clients.producer import Producer
 from actors.core.replication.leader_and_isr import LeaderAndIsr
-from actors.partition_lookup import HostedPartitionHandle, replica_actor
+from actors.server.partition_lookup import HostedPartitionHandle, replica_actor
 from storage.errors import (
     BrokerNotAvailableError,
     InvalidReplicationFactorError,
@@ -455,7 +455,7 @@ class Acked:
 
 
 # Sends a producer of the node-kill test leaves unanswered at most. Unbounded, the producers outran a 3-node
-# broker on 2 cores by thousands of records, and each `flush` after the last kill drained them for ~50 s.
+# broker by thousands of records, and each `flush` after the last kill drained them for ~50 s.
 UNANSWERED_SENDS = 32
 
 

@@ -3,7 +3,7 @@ uses one, and Apache Kafka for the differential and real-application tests (`kaf
 `benchmarks.kafka_broker.KafkaBroker`, started once per session; the first run fetches it from Maven Central into the
 download cache; a machine where it cannot be fetched or started fails under `.ci/run` and skips elsewhere).
 
-Starting Spark on Ray costs ~10 s and its first Python job ~6 s more (measured on this machine), so the session is
+Starting Spark on Ray costs ~10 s and its first Python job ~6 s more (measured), so the session is
 started once (with its warm-up job) and reused by every test of this package (`tests/cluster/`). It is stopped when the
 package's last test is done (package scope): modules that own Ray (`OWNS_RAY`, run last by `tests/conftest.py`) shut the
 session's Ray down, and Spark's JVMs must be stopped before their Ray goes.

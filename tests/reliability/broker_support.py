@@ -26,7 +26,7 @@ from storage.records.record_batch import RecordBatchBuilder, iter_batches
 from tests.actors.support import wait_for
 from tests.conftest import ONE_ACTOR_PER_PARTITION
 
-# A restarted actor starts a fresh Python worker and recovers its log: seconds on a loaded 2-core node.
+# A restarted actor starts a fresh Python worker and recovers its log: seconds with every core busy.
 RESTART_TIMEOUT_S = 90.0
 READ_CHUNK_BYTES = 1 << 20
 

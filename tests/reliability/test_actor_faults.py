@@ -28,8 +28,8 @@ from typing import Any
 
 import pytest
 
-import actors.clients.append_connection
-import actors.clients.append_route
+import actors.channels.append_connection
+import actors.server.append_route
 from actors import Admin, Broker, Consumer, Producer
 from actors.calls import get_actor
 from actors.options import group_coordinator_name, log_manager_name
@@ -289,9 +289,9 @@ def test_lost_answers_are_deduplicated_because_at_most_five_batches_are_unacknow
     Admin(broker).create_topic(topic, 1)
     losing = LosingHandle(broker.partition(topic, 0), lose_every=4)
     state = broker.topic(topic).state(0)
-    monkeypatch.setattr(actors.clients.append_route, "leader_replica", lambda *_: (losing, state))
+    monkeypatch.setattr(actors.server.append_route, "leader_replica", lambda *_: (losing, state))
     # Ray calls whose answers get lost, not the append channel (whose answers come or break the connection).
-    monkeypatch.setattr(actors.clients.append_connection.AppendConnections, "for_leader", lambda *_, **__: None)
+    monkeypatch.setattr(actors.channels.append_connection.AppendConnections, "for_leader", lambda *_, **__: None)
     acks = Acknowledgements()
     # Tiny batches sent faster than the partition answers: a backlog of many ready batches builds up.
     with Producer(broker, linger_ms=0, batch_size=256, retry_backoff_ms=10, retries=50) as producer:

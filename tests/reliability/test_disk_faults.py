@@ -321,7 +321,7 @@ def consume_all(topic: str, partitions: list[int], timeout_s: float = 60.0) -> d
     """Every record of the partitions, read until the consumer's position reaches each one's high watermark."""
     from actors import Consumer
     from actors.calls import call
-    from actors.partition_lookup import partition_actor
+    from actors.server.partition_lookup import partition_actor
 
     ends = {p: call(partition_actor(topic, p).offsets.remote())[1] for p in partitions}
     consumer = Consumer(auto_offset_reset="earliest", value_deserializer=bytes)
@@ -344,13 +344,13 @@ def test_a_broker_log_dir_that_fills_up_goes_offline_while_the_other_serves_and_
 ) -> None:
     """Root ignores file modes, so the partitions of one dir get a file-size limit (RLIMIT_FSIZE at their
     current size, on their own processes): their next append fails with EFBIG, as on a full disk. Slow: two brokers
-    start (the second over the same dirs, to show the dir comes back), each ~5 s of partition actors on 2 cores."""
+    start (the second over the same dirs, to show the dir comes back), each ~5 s of partition actors."""
     import resource
 
     from actors import Admin, Producer
     from actors.calls import call, get_actor
     from actors.options import log_manager_name
-    from actors.partition_lookup import partition_actor
+    from actors.server.partition_lookup import partition_actor
 
     broker, dirs = start_test_broker(log_dirs_count=2, **ONE_ACTOR_PER_PARTITION)
     admin = Admin(broker)

@@ -449,7 +449,7 @@ def test_admin_refuses_bad_topic_configs(broker: tuple[Any, list[Path]], config:
 @pytest.mark.ray
 def test_unknown_topics_and_partitions_are_typed_errors_everywhere(broker: tuple[Any, list[Path]]) -> None:
     from actors import Admin, Consumer, Producer
-    from actors.partition_lookup import partition_actor
+    from actors.server.partition_lookup import partition_actor
 
     admin = Admin(broker[0])
     before = broker_snapshot(broker)
@@ -510,7 +510,7 @@ def test_the_partition_actor_refuses_bad_batches_through_a_raw_handle(
     broker: tuple[Any, list[Path]], name: str, data: bytes, error: type[RaybrokerError]
 ) -> None:
     from actors.calls import call
-    from actors.partition_lookup import partition_actor
+    from actors.server.partition_lookup import partition_actor
 
     handle = partition_actor("hostile", 0)
     before = broker_snapshot(broker)
@@ -555,7 +555,7 @@ def test_partition_actor_methods_refuse_bad_arguments_with_typed_errors(
     broker: tuple[Any, list[Path]], method: str, args: tuple[object, ...]
 ) -> None:
     from actors.calls import call
-    from actors.partition_lookup import partition_actor
+    from actors.server.partition_lookup import partition_actor
 
     handle = partition_actor("hostile", 0)
     before = broker_snapshot(broker)

@@ -80,7 +80,7 @@ def _output_dir(tmp_path: Path) -> Path:
 
 
 def _high_watermarks(topic: str) -> dict[tuple[str, int], int]:
-    from actors.partition_lookup import leader_replica
+    from actors.server.partition_lookup import leader_replica
 
     ends = {}
     for partition in range(PARTITIONS):

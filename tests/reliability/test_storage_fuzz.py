@@ -50,7 +50,7 @@ START_MS = 1_700_000_000_000
 EXAMPLES = scaled(300, 3000)
 FUZZ = settings(
     max_examples=EXAMPLES,
-    deadline=5000,  # ms per example: generous on a loaded 2-core machine, but a hang fails
+    deadline=5000,  # ms per example: generous with every core busy, but a hang fails
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
     database=None,
 )

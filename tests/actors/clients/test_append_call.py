@@ -11,10 +11,10 @@ import asyncio
 import pytest
 from kio.schema.errors import ErrorCode
 
-from actors.clients.append_route import AppendRoute, PartitionLeader
+from actors.server.append_route import AppendRoute, PartitionLeader
 from cluster.protocol.errors import error_code
 from storage.errors import AnswerLostError, BrokerNotAvailableError, RequestTimedOutError
-from tests.actors.server.test_append_channel import TOPIC, connected_to_listener, now_records
+from tests.actors.channels.test_append_channel import TOPIC, connected_to_listener, now_records
 from tests.storage.builders import batch_bytes
 
 

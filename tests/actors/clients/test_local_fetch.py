@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from actors.calls import this_node_id
 from actors.clients import local_fetch
 from actors.clients.local_fetch import (
     LocatedRead,
@@ -298,7 +299,7 @@ def test_a_located_read_reads_slices_up_to_the_first_untrusted_one_and_else_send
     """`LocatedRead`'s decisions on plain files (no Ray: this process's node id is then "")."""
     path = tmp_path / "00000000000000000000.log"
     data = three_batches(path)
-    here, before = local_fetch.this_node_id(), local_fetch.statistics()
+    here, before = this_node_id(), local_fetch.statistics()
 
     def located(*slices: FileSlice, node_id: str = here) -> FileSlices:
         return FileSlices(slices, 6, 0, 6, node_id)

@@ -163,8 +163,8 @@ def test_markers_go_to_every_partition_at_once_and_only_the_ones_not_written_are
     """`RayTransactionMarkers.write_markers`, the coordinator's WriteTxnMarkers: the markers of one call end the
     producer's open transaction on each partition that has it, and a partition that cannot take one (here a topic
     that does not exist) is the only one answered, with its typed error."""
-    from actors.clients.append_route import AppendRoute
     from actors.clients.transactions import Transactions
+    from actors.server.append_route import AppendRoute
     from actors.server.transaction_coordinator import RayTransactionMarkers
 
     topic = create_topic(broker, "txn-markers")

@@ -57,7 +57,7 @@ def wait_for_new_process(handle: Any, old_pid: int, timeout_s: float = 60) -> No
 def offsets_partition_records(partition: int) -> list[Record]:
     import ray
 
-    from actors.partition_lookup import partition_actor
+    from actors.server.partition_lookup import partition_actor
 
     data = ray.get(partition_actor("__consumer_offsets", partition).read.remote(0, 1 << 20))
     return [record for batch in iter_batches(data) for record in batch.records()]
@@ -90,7 +90,7 @@ def test_a_restarted_coordinator_rebuilds_its_cache_from_the_log(broker: tuple[A
     import ray
 
     from actors.calls import call
-    from actors.partition_lookup import partition_actor
+    from actors.server.partition_lookup import partition_actor
 
     call(coordinator().commit.remote("rebuild", {("a", 0): 1}))
     call(coordinator().commit.remote("rebuild", {("a", 0): 5, ("a", 1): 6}))

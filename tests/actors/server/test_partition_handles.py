@@ -4,7 +4,7 @@ started for it) and another spare starts behind it, and a host emptied by a dele
 without a new process. The oracle is the hosts' own lists of what they hold, and the hosts' names (one per index,
 started in order).
 
-Slow (~4 s on 2 cores): a broker of its own and three host processes, since spares are off in the test brokers."""
+Slow (~4 s): a broker of its own and three host processes, since spares are off in the test brokers."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import ray
 from actors.calls import call, get_actor
 from actors.clients.broker import Broker
 from actors.options import partition_host_name
-from actors.partition_lookup import HostedPartitionHandle
+from actors.server.partition_lookup import HostedPartitionHandle
 from storage.errors import BrokerNotAvailableError
 from storage.topic_partition import TopicPartition
 from tests.actors.support import wait_for

@@ -15,7 +15,7 @@ import ray
 
 from actors.calls import call
 from actors.clients.broker import Broker
-from actors.partition_lookup import HostedPartitionHandle
+from actors.server.partition_lookup import HostedPartitionHandle
 from storage import file_names
 from storage.errors import (
     BrokerNotAvailableError,

@@ -478,7 +478,7 @@ def test_same_node_readers_learn_each_change_its_leader_epoch_and_the_close_with
     import secrets
     import socket
 
-    from actors.server.change_notices import CHANGE_WATCHER_PREFIX
+    from actors.channels.change_notices import CHANGE_WATCHER_PREFIX
     from storage.partition.high_watermark_file import HighWatermarkReader
 
     actor = open_actor(tmp_path / "view-0")

@@ -55,7 +55,7 @@ def test_bad_abort_arguments_are_usage_errors(
 
 def append(topic: str, batch: bytes) -> int:
     from actors.calls import call
-    from actors.partition_lookup import partition_actor
+    from actors.server.partition_lookup import partition_actor
 
     info = call(partition_actor(topic, 0).append.remote(batch))
     return int(info.first_offset)

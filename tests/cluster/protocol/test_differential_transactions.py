@@ -35,7 +35,7 @@ Read = list[tuple[int, int, bytes]]
 
 @pytest.fixture(scope="module")
 def raybroker(start_test_broker: Callable[..., tuple[Any, Any]]) -> Iterator[str]:
-    # 3 partitions of `__transaction_state`, not Kafka's 50: a partition actor takes ~1 s to start on this machine.
+    # 3 partitions of `__transaction_state`, not Kafka's 50: a partition actor takes ~1 s to start.
     start_test_broker(num_partitions="1", transaction_state_log_num_partitions="3")
     settings = {
         "listeners": "PLAINTEXT://127.0.0.1:0",

@@ -174,7 +174,7 @@ def java_classpath(tmp_path_factory: pytest.TempPathFactory) -> str:
 def test_the_java_consumer_reads_in_an_incremental_fetch_session_and_kafka_topics_shows_the_id(
     java_classpath: str, served: tuple[KafkaListener, InProcessBroker, MetricsRecorder]
 ) -> None:
-    """~6 s: one JVM for the clients (~3 s to start and connect on 2 cores), one for kafka-topics.sh."""
+    """~6 s: one JVM for the clients (~3 s to start and connect), one for kafka-topics.sh."""
     listener, broker, metrics = served
     topic_id = broker.controller.create_topic("sessions", PARTITIONS).topic_id
     sent = produce_with_confluent(listener.bootstrap_servers, "sessions")

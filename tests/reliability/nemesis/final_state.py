@@ -16,7 +16,7 @@ from typing import Any
 from actors.calls import call
 from actors.clients.broker import Broker, transaction_coordinator
 from actors.clients.consumer import Consumer
-from actors.partition_lookup import replica_actor
+from actors.server.partition_lookup import replica_actor
 from storage.errors import RaybrokerError
 from storage.records.file_records import iter_any_batches
 from storage.records.record_batch import RecordBatch

@@ -35,7 +35,7 @@ import org.apache.spark.sql.execution.vectorized.WritableColumnVector;
  * bit 4 transactional, bit 5 control. The rules are those of the Python decoder
  * ({@code cluster.records.arrow_records}): only records with {@code start <= offset < end} of their range are
  * rows; control batches never are; at read_committed the data batches of aborted transactions are dropped by
- * Kafka's consumer rule ({@code storage.records.aborted_batches}: before each batch of a producer, the listed
+ * Kafka's consumer rule ({@code storage.partition.aborted_batches}: before each batch of a producer, the listed
  * aborted transactions whose first offset is at or below the batch's last offset mark their producer aborted;
  * that producer's ABORT marker clears it); every batch's CRC is checked. Malformed bytes raise
  * {@link IllegalStateException} whose message has a line {@code storage.errors.CorruptRecordError: ...}, the way

@@ -1,5 +1,5 @@
-"""The same-node append channel over real abstract Unix sockets: `actors.server.append_channel` serving a real
-`PartitionLogActor` (the plain class, no Ray) through `append_channel()`, `actors.clients.append_connection` as the
+"""The same-node append channel over real abstract Unix sockets: `actors.channels.append_channel` serving a real
+`PartitionLogActor` (the plain class, no Ray) through `append_channel()`, `actors.channels.append_connection` as the
 producer's end. Offsets are checked against a list oracle, records against kafka-python's reader, errors against
 what `PartitionLogActor.append` raises for the same bytes; bad clients (garbage, cut frames, frames over
 `socket.request.max.bytes`, another user) lose their own connection while the channel goes on serving."""
@@ -20,14 +20,14 @@ from pathlib import Path
 
 import pytest
 
-from actors.append_frames import (
+from actors.channels.append_connection import AppendConnection, AppendReply
+from actors.channels.append_frames import (
     SIZE,
     SOCKET_REQUEST_MAX_BYTES,
     decode_answer,
     encode_answer,
     encode_request,
 )
-from actors.clients.append_connection import AppendConnection, AppendReply
 from actors.server.partition_log import PartitionLogActor
 from storage.errors import (
     AnswerLostError,

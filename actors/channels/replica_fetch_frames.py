@@ -1,4 +1,4 @@
-"""The frames of the replica channel (`actors.server.replica_channel`): a follower's fetch from its leader's process
+"""The frames of the replica channel (`actors.channels.replica_channel`): a follower's fetch from its leader's process
 over TCP, and the answer, as fixed-size big-endian integers around the records' own bytes.
 
 - A connection's first `TOKEN_BYTES` bytes are the channel's token, random bytes the leader's process drew, which a
@@ -9,7 +9,7 @@ over TCP, and the answer, as fixed-size big-endian integers around the records' 
   (i32), then the follower's Ray node id (UTF-8, the rest): `Replica.replicate`'s arguments.
 - An answer: `size` (u32), then a kind byte. `ANSWER_OK` (0) carries the leader's high watermark, log start offset
   and log end offset (i64 each), then the records (the rest). `ANSWER_ERROR` (1) is the append channel's error
-  answer (`actors.append_frames.encode_error`): the error a Ray call would have raised, fields and all.
+  answer (`actors.channels.append_frames.encode_error`): the error a Ray call would have raised, fields and all.
 
 Nothing here is unpickled or evaluated; bytes that do not parse raise `InvalidRequestError`.
 """
@@ -19,7 +19,7 @@ from __future__ import annotations
 import struct
 from typing import NamedTuple
 
-from actors.append_frames import SIZE, decode_error
+from actors.channels.append_frames import SIZE, decode_error
 from actors.core.replication.follower import ReplicaFetch
 from storage.errors import InvalidRequestError, RaybrokerError
 

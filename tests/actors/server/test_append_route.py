@@ -24,7 +24,7 @@ APPENDS = 20
 ROUNDS = 5
 # The k-th append of a round awaits (APPENDS - k) * STEP_S before it may be sent: the first waits longest.
 STEP_S = 0.002
-# What an append to a leader whose process went away fails with (`actors.clients.append_route`).
+# What an append to a leader whose process went away fails with (`actors.server.append_route`).
 GONE = (BrokerNotAvailableError, RequestTimedOutError)
 
 
@@ -83,7 +83,7 @@ def idempotent_batch(sequence: int) -> bytes:
 def test_concurrent_appends_of_one_partition_land_in_call_order(
     broker: Any, acks: int, same_node_channels: bool
 ) -> None:
-    from actors.clients.append_route import AppendRoute
+    from actors.server.append_route import AppendRoute
 
     start = end_offset(broker, "route")
     tags = [round_ * APPENDS + index for round_ in range(ROUNDS) for index in range(APPENDS)]
@@ -115,7 +115,7 @@ def test_concurrent_appends_of_one_partition_land_in_call_order(
 
 def test_a_partition_whose_actor_went_away_is_looked_up_again(broker: Any) -> None:
     from actors import Admin
-    from actors.clients.append_route import AppendRoute
+    from actors.server.append_route import AppendRoute
 
     admin = Admin(broker)
     admin.create_topic("recreated", 1)
@@ -144,7 +144,7 @@ def test_an_idempotent_producers_appends_wait_for_the_retry_of_a_failed_one(brok
     does not know from any sequence, so without the fence sequence 2 would be written first and the retry of 1
     refused as out of order (what the listener's clients saw in a failover)."""
     from actors import Admin
-    from actors.clients.append_route import AppendRoute
+    from actors.server.append_route import AppendRoute
 
     admin = Admin(broker)
     admin.create_topic("fenced", 1)

@@ -9,8 +9,8 @@ import asyncio
 import socket
 import time
 
-from actors.clients.change_watcher import ChangeWatcher
-from actors.server.change_notices import MAX_WATCHERS_PER_PARTITION, ChangeNotices
+from actors.channels.change_notices import MAX_WATCHERS_PER_PARTITION, ChangeNotices
+from actors.channels.change_watcher import ChangeWatcher
 
 
 def test_a_waiter_wakes_on_its_partitions_notice_and_times_out_without_one() -> None:

@@ -4,11 +4,11 @@ from an event loop), and the coordinators (`actors.server.internal_partition_lea
 transactional offsets; `actors.server.transaction_coordinator`: COMMIT/ABORT markers). A write is a client's batches
 (`Batches`), a coordinator's transactional batch (`CoordinatorBatch`) or a marker (`Marker`); each goes the same way.
 
-- Leader: the controller names the node that leads the partition and `actors.partition_lookup` finds the replica
+- Leader: the controller names the node that leads the partition and `actors.server.partition_lookup` finds the replica
   there. The answer is kept until an append through it fails with a retriable error (`storage.errors`: the actor
   restarted, the leader moved, the topic was deleted and created again), after which the next append looks again.
 - Transport: a partition whose leader is on this node gets its appends over the leader process's append channel
-  (`actors.clients.append_connection`: ~0.1 ms where an actor call takes 1-2 ms, and a 1 MB batch is not put in
+  (`actors.channels.append_connection`: ~0.1 ms where an actor call takes 1-2 ms, and a 1 MB batch is not put in
   Ray's object store); any other, as a Ray call to the leader's actor.
 - `acks=-1` (every coordinator write): with followers, the append's answer is handed on to the leader's
   `await_replicated`, which answers
@@ -16,11 +16,11 @@ transactional offsets; `actors.server.transaction_coordinator`: COMMIT/ABORT mar
   channel's once it came back; the wait runs on the leader's replication threads, so its write thread (and its
   channel) never waits. With one replica the append's answer is the acknowledgement already.
 - Order: appends to one partition are submitted in the order they were asked for (`append` also while an earlier
-  one still waits for its lookup on a worker thread or for what it must await first: `actors.clients.append_order`);
+  one still waits for its lookup on a worker thread or for what it must await first: `actors.server.append_order`);
   Ray runs one caller's calls to an actor in submission order and a channel answers in order, so the log gets a
   client's batches in its order, on which an idempotent producer's sequence numbers depend. After an idempotent
   producer's append failed with a retriable error, its later appends to the partition are refused until the failed
-  one is retried (`actors.clients.sequence_fence`): a route looked up again meanwhile must not carry them to the
+  one is retried (`actors.server.sequence_fence`): a route looked up again meanwhile must not carry them to the
   new leader ahead of it.
 - Lost answers: an append whose leader's process went away before answering may have been written, and
   replicated; it fails with `RequestTimedOutError`, Kafka's REQUEST_TIMED_OUT, which Kafka's clients read as
@@ -52,11 +52,11 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from actors.calls import call, controller, finished
-from actors.clients.append_connection import AppendConnection, AppendConnections, AppendReply
-from actors.clients.append_order import AppendOrder
-from actors.clients.sequence_fence import SequenceFences, batch_producer
+from actors.channels.append_connection import AppendConnection, AppendConnections, AppendReply
 from actors.core.replication.replica import ACKS_ALL, ACKS_ALL_TIMEOUT_MS
-from actors.partition_lookup import leader_replica
+from actors.server.append_order import AppendOrder
+from actors.server.partition_lookup import leader_replica
+from actors.server.sequence_fence import SequenceFences, batch_producer
 from storage.errors import AnswerLostError, RaybrokerError, RequestTimedOutError
 from storage.partition.log import LogAppendInfo
 from storage.records.layout import ControlRecordType

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
-from actors.clients.append_order import AppendOrder
+from actors.server.append_order import AppendOrder
 
 STEP_S = 0.005
 

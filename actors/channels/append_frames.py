@@ -1,4 +1,4 @@
-"""The frames of the append channel (`actors.server.append_channel`): a same-node producer's appends, a same-node
+"""The frames of the append channel (`actors.channels.append_channel`): a same-node producer's appends, a same-node
 transaction coordinator's markers, and their answers, as fixed-size big-endian integers around the batches' own
 bytes.
 

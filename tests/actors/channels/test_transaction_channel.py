@@ -1,5 +1,5 @@
-"""The same-node transaction channel over real abstract Unix sockets: `actors.server.transaction_channel` serving the
-in-process broker's real `TransactionCoordinator` (no Ray), `actors.clients.transaction_connection` as the
+"""The same-node transaction channel over real abstract Unix sockets: `actors.channels.transaction_channel` serving the
+in-process broker's real `TransactionCoordinator` (no Ray), `actors.channels.transaction_connection` as the
 listener's end. Answers are checked against what the same calls answer on the coordinator directly and against the
 `__transaction_state` records and markers that land; bad clients (garbage, cut frames, frames over
 `socket.request.max.bytes`, too many connections, another user) lose their own connection while the coordinator goes
@@ -21,13 +21,13 @@ from typing import Any
 
 import pytest
 
-from actors.append_frames import SIZE, SOCKET_REQUEST_MAX_BYTES
-from actors.clients.transaction_connection import TransactionConnections
+from actors.channels.append_frames import SIZE, SOCKET_REQUEST_MAX_BYTES
+from actors.channels.transaction_channel import MAX_CONNECTIONS, TransactionChannel
+from actors.channels.transaction_connection import TransactionConnections
+from actors.channels.transaction_frames import RequestKind, TransactionRequest, decode_answer, encode_request
 from actors.core.broker import InProcessBroker
 from actors.core.transactions.coordinator import TransactionCoordinator
 from actors.core.transactions.transaction_metadata import TxnError
-from actors.server.transaction_channel import MAX_CONNECTIONS, TransactionChannel
-from actors.transaction_frames import RequestKind, TransactionRequest, decode_answer, encode_request
 from storage.clock import MockClock
 from storage.errors import BrokerNotAvailableError, InvalidRequestError
 from storage.records.layout import ControlRecordType

@@ -1,4 +1,5 @@
-"""A same-node reader's side of the change notices (`actors.server.change_notices`): waiting for a partition to change.
+"""A same-node reader's side of the change notices (`actors.channels.change_notices`): waiting for a partition to
+change.
 
 `ChangeWatcher(loop)` binds a Unix datagram socket at an abstract address (`address`, which the reader names to each
 partition it wants notices of: `PartitionLogActor.watch_changes`, after `follow`) and reads it on `loop` (asyncio's
@@ -8,7 +9,7 @@ timeout_s)`, which returns True once a notice came after that count, False when 
 look and the wait is therefore seen, not slept through, as with the partition's own change counter
 (`actors.core.replication.log_changes`).
 
-Notices are hints (see `actors.server.change_notices`): a datagram that does not name a partition folder is ignored,
+Notices are hints (see `actors.channels.change_notices`): a datagram that does not name a partition folder is ignored,
 and a waiter that finds the partition changed without a notice (one dropped, a partition process restarted without
 its watchers) names itself again. Every waiting read drains the socket (at most `MAX_NOTICES_PER_WAKE` datagrams per
 wake-up, so one flooding sender cannot hold the event loop).
@@ -22,7 +23,7 @@ import secrets
 import socket
 from collections import defaultdict
 
-from actors.server.change_notices import CHANGE_WATCHER_PREFIX
+from actors.channels.change_notices import CHANGE_WATCHER_PREFIX
 from storage import file_names
 from storage.topic_partition import TopicPartition
 

@@ -11,8 +11,8 @@ import pytest
 
 from storage.clock import MockClock
 from storage.config.log_config import LogConfig
+from storage.partition.aborted_batches import AbortedBatches
 from storage.partition.log import Log, LogAppendInfo
-from storage.records.aborted_batches import AbortedBatches
 from storage.records.record_batch import ControlRecordType, iter_batches
 from tests.storage.builders import START_MS
 from tests.transaction_scenario import PARTITIONS, Scenario, write_scenario

@@ -1,19 +1,18 @@
 """The transaction channel: Kafka listeners on the transaction coordinator's node call it over a local socket,
 without a Ray call.
 
-A transaction of a Kafka producer costs its listener three calls to the coordinator (AddPartitionsToTxn, the
-KIP-890 verification of its first Produce, EndTxn). Each was a Ray call of 1-2 ms on a loaded 2-core node, where
-the coordinator's own work is a few tenths of a ms, and submitting and answering them was most of the
-coordinator's CPU. The coordinator actor therefore listens, once asked (`TransactionCoordinatorActor.
-transaction_channel`), on a same-node socket (`actors.server.local_sockets`) and runs each frame
-(`actors.transaction_frames`) as the same actor method a Ray call runs; the plain coordinator's lock orders them
-with the calls arriving through Ray. Only those three calls come this way: InitProducerId, DescribeTransactions,
-ListTransactions and WriteTxnMarkers stay Ray calls.
+A transaction of a Kafka producer costs its listener three calls to the coordinator (AddPartitionsToTxn, the KIP-890
+verification of its first Produce, EndTxn). Each was a Ray call of 1-2 ms with every core of the node busy, where the
+coordinator's own work is a few tenths of a ms, and submitting and answering them was most of the coordinator's CPU. The
+coordinator actor therefore listens, once asked (`TransactionCoordinatorActor.transaction_channel`), on a same-node
+socket (`actors.channels.local_sockets`) and runs each frame (`actors.channels.transaction_frames`) as the same actor
+method a Ray call runs; the plain coordinator's lock orders them with the calls arriving through Ray. Only those three
+calls come this way: InitProducerId, DescribeTransactions, ListTransactions and WriteTxnMarkers stay Ray calls.
 
 - Who may connect: processes of this process's own user (`local_sockets.same_user`); others are closed unanswered.
 - One thread per connection reads a frame, runs its call and sends its answer, so a call that waits (for an id's
   markers, at most the coordinator's `COMPLETION_WAIT_S`) holds only its own connection; a client keeps one call
-  in flight per connection and opens more for more (`actors.clients.transaction_connection`). At most
+  in flight per connection and opens more for more (`actors.channels.transaction_connection`). At most
   `MAX_CONNECTIONS` are served at once; one over that is closed unanswered, and its client calls through Ray.
 - A frame larger than Kafka's `socket.request.max.bytes` (100 MiB) ends its connection unanswered; one that does
   not parse is answered `InvalidRequestError` and ends its connection. A bad client never stops the coordinator or
@@ -30,23 +29,23 @@ import time
 from collections.abc import Collection
 from typing import Protocol
 
-from actors.append_frames import SIZE, SOCKET_REQUEST_MAX_BYTES, encode_error
-from actors.core.transactions.transaction_metadata import TxnError
-from actors.server.local_sockets import listening_socket, peer_uid, same_user
-from actors.transaction_frames import (
+from actors.channels.append_frames import SIZE, SOCKET_REQUEST_MAX_BYTES, encode_error
+from actors.channels.local_sockets import listening_socket, peer_uid, same_user
+from actors.channels.transaction_frames import (
     RequestKind,
     TransactionRequest,
     decode_request,
     encode_partition_errors,
     encode_txn_error,
 )
+from actors.core.transactions.transaction_metadata import TxnError
 from storage.errors import InvalidRequestError, RaybrokerError
 from storage.topic_partition import TopicPartition
 
 logger = logging.getLogger(__name__)
 
 # Connections served at once, each by a thread of its own: a listener opens one per call in flight
-# (`actors.clients.transaction_connection.MAX_CONNECTIONS` at most), and a node runs a few listeners.
+# (`actors.channels.transaction_connection.MAX_CONNECTIONS` at most), and a node runs a few listeners.
 MAX_CONNECTIONS = 64
 # How long the channel waits after a failed accept before the next one.
 ACCEPT_RETRY_S = 0.1

@@ -1,11 +1,11 @@
 """The append channel: producers on a partition's own node append to it over a local socket, without a Ray call.
 
-An actor call costs 1-2 ms of round trip on a loaded 2-core node (the batch pickled into Ray's object path, two
+An actor call costs 1-2 ms of round trip with every core of its node busy (the batch pickled into Ray's object path, two
 processes scheduled, the answer sent back), where `Log.append` of a small batch takes ~0.1 ms: at 10,000 records
 a second that round trip was most of a record's send-to-ack time, and a quarter of a producer process's CPU was
 Ray submitting its `append` calls. A process that holds partition logs (a partition actor, a partition host)
-therefore listens, once asked, on a same-node socket (`actors.server.local_sockets`) and runs each append frame
-(`actors.append_frames`) as the same `PartitionLogActor.append` a Ray call runs: the leadership and
+therefore listens, once asked, on a same-node socket (`actors.channels.local_sockets`) and runs each append frame
+(`actors.channels.append_frames`) as the same `PartitionLogActor.append` a Ray call runs: the leadership and
 `min.insync.replicas` checks, Kafka's validation, the high-watermark file, the fetchers' wake-up. A marker frame
 runs as `PartitionLogActor.append_transaction_marker`: the transaction coordinator writes its COMMIT/ABORT markers
 to the partitions of its own node this way (each marker of a transaction was a Ray call of ~1-2 ms before the
@@ -35,7 +35,7 @@ import socket
 import threading
 from typing import Protocol
 
-from actors.append_frames import (
+from actors.channels.append_frames import (
     SIZE,
     SOCKET_REQUEST_MAX_BYTES,
     MarkerRequest,
@@ -43,8 +43,8 @@ from actors.append_frames import (
     encode_answer,
     encode_error,
 )
-from actors.server.local_sockets import listening_socket, peer_uid, same_user
-from actors.server.served_partitions import ServedPartitions
+from actors.channels.local_sockets import listening_socket, peer_uid, same_user
+from actors.channels.served_partitions import ServedPartitions
 from storage.errors import BrokerNotAvailableError, InvalidRequestError, RaybrokerError
 from storage.partition.log import LogAppendInfo
 from storage.records.layout import ControlRecordType

@@ -1,4 +1,4 @@
-"""A follower's connection to its leader's replica channel (`actors.server.replica_channel`): one fetch at a time,
+"""A follower's connection to its leader's replica channel (`actors.channels.replica_channel`): one fetch at a time,
 answered in the order asked.
 
 A fetch that cannot be completed on the connection (the leader's process ended, the network failed, no answer within
@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import socket
 
-from actors.append_frames import SIZE, SOCKET_REQUEST_MAX_BYTES
+from actors.channels.append_frames import SIZE, SOCKET_REQUEST_MAX_BYTES
+from actors.channels.replica_channel import ReplicaChannelAddress, read_exactly
+from actors.channels.replica_fetch_frames import ReplicaFetchRequest, decode_answer, encode_request
 from actors.core.replication.follower import ReplicaFetch
-from actors.replica_fetch_frames import ReplicaFetchRequest, decode_answer, encode_request
-from actors.server.replica_channel import ReplicaChannelAddress, read_exactly
 from storage.errors import InvalidRequestError, RaybrokerError
 
 # How long connecting to a leader's channel may take. The kernels of the two nodes complete a connection without

@@ -1,5 +1,5 @@
 """The same-node sockets raybroker's processes serve each other on, without a Ray call: the append channel
-(`actors.server.append_channel`) and the transaction channel (`actors.server.transaction_channel`).
+(`actors.channels.append_channel`) and the transaction channel (`actors.channels.transaction_channel`).
 
 Each is a Unix stream socket in Linux's abstract namespace (no file to leave behind, gone with its process), at an
 address naming its purpose, its process and 8 random bytes, so a restarted process never answers at the address of

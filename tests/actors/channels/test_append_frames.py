@@ -1,5 +1,5 @@
-"""`actors.append_frames`: requests and answers survive a round trip byte for byte, errors come back as the exact
-`storage.errors` type with the same text, any other name is never looked up beyond that module, and bytes that do
+"""`actors.channels.append_frames`: requests and answers survive a round trip byte for byte, errors come back as the
+exact `storage.errors` type with the same text, any other name is never looked up beyond that module, and bytes that do
 not parse raise only `InvalidRequestError` (never `struct.error`, `IndexError` or `UnicodeDecodeError`)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import storage.errors
-from actors.append_frames import (
+from actors.channels.append_frames import (
     SIZE,
     SOCKET_REQUEST_MAX_BYTES,
     AppendRequest,

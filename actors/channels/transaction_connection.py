@@ -1,10 +1,10 @@
-"""A Kafka listener's connections to the transaction coordinator's channel (`actors.server.transaction_channel`),
+"""A Kafka listener's connections to the transaction coordinator's channel (`actors.channels.transaction_channel`),
 when the coordinator runs on the listener's node.
 
-`TransactionConnections(address)` is used from one event loop. Each call takes an idle connection, or opens one
-while fewer than `MAX_CONNECTIONS` are open (else it waits for one to be free), sends one frame
-(`actors.transaction_frames`), awaits its answer and keeps the connection for the next call: the channel serves a
-connection's calls one at a time, so concurrent calls (several producers' AddPartitionsToTxn, EndTxn, Produce
+`TransactionConnections(address)` is used from one event loop. Each call takes an idle connection, or opens one while
+fewer than `MAX_CONNECTIONS` are open (else it waits for one to be free), sends one frame
+(`actors.channels.transaction_frames`), awaits its answer and keeps the connection for the next call: the channel serves
+a connection's calls one at a time, so concurrent calls (several producers' AddPartitionsToTxn, EndTxn, Produce
 verifications) each have a connection of their own, as concurrent Ray calls each have a thread of the actor.
 
 A connection that cannot be opened, breaks, or answers bytes that do not parse (the coordinator's process died or
@@ -19,9 +19,9 @@ import asyncio
 import contextlib
 from collections.abc import Collection
 
-from actors.append_frames import SIZE
+from actors.channels.append_frames import SIZE
+from actors.channels.transaction_frames import RequestKind, TransactionRequest, decode_answer, encode_request
 from actors.core.transactions.transaction_metadata import TxnError
-from actors.transaction_frames import RequestKind, TransactionRequest, decode_answer, encode_request
 from storage.errors import BrokerNotAvailableError, InvalidRequestError, RaybrokerError
 from storage.topic_partition import TopicPartition
 

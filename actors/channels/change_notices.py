@@ -3,7 +3,7 @@
 A Kafka listener answers a consumer's fetches of a same-node partition from the partition's high-watermark file
 (`storage.partition.local_log_view`), but a fetch at the end of the log waits (Kafka's `fetch.max.wait.ms`) for the
 next append, and re-reading the file in a loop would either cost a core or add its period to every record's
-latency. So the listener binds a Unix datagram socket in Linux's abstract namespace (`actors.clients.change_watcher`)
+latency. So the listener binds a Unix datagram socket in Linux's abstract namespace (`actors.channels.change_watcher`)
 and names it once per partition (`PartitionLogActor.watch_changes`, a Ray call); from then on, every change the
 partition's change counter counts (an append, a high watermark that moved, DeleteRecords, retention, a role change,
 close: `actors.core.replication.log_changes`) sends one datagram naming the partition folder (`<topic>-<partition>`,

@@ -1,5 +1,5 @@
-"""The replica channel over real TCP sockets on this node's address: `actors.server.replica_channel` serving a real
-`PartitionLogActor` (the plain class, no Ray) that leads with a follower, `actors.server.leader_connection` as the
+"""The replica channel over real TCP sockets on this node's address: `actors.channels.replica_channel` serving a real
+`PartitionLogActor` (the plain class, no Ray) that leads with a follower, `actors.channels.leader_connection` as the
 follower's end. Answers are checked against what the actor's own `replicate` (the Ray call's method) answers for the
 same fetch, a follower's copy against the leader's log, refusals against the typed errors `Replica.replicate`
 raises; bad clients (no token, garbage, frames over `socket.request.max.bytes`) lose their own connection while the
@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 import ray
 
-from actors.append_frames import SIZE, SOCKET_REQUEST_MAX_BYTES, decode_error
+from actors.channels.append_frames import SIZE, SOCKET_REQUEST_MAX_BYTES, decode_error
+from actors.channels.leader_connection import LeaderConnection, ReplicaChannelError
+from actors.channels.replica_channel import ReplicaChannelAddress
+from actors.channels.replica_fetch_frames import TOKEN_BYTES, ReplicaFetchRequest, encode_request
 from actors.core.replication.follower import ReplicaFetch, ReplicaFetcher, ReplicaSettings
 from actors.core.replication.leader_and_isr import LeaderAndIsr
-from actors.replica_fetch_frames import TOKEN_BYTES, ReplicaFetchRequest, encode_request
-from actors.server.leader_connection import LeaderConnection, ReplicaChannelError
 from actors.server.partition_log import PartitionLogActor
-from actors.server.replica_channel import ReplicaChannelAddress
 from actors.server.replica_fetch_pieces import join
 from storage.config.log_config import LogConfig
 from storage.errors import (

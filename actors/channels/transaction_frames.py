@@ -1,4 +1,4 @@
-"""The frames of the transaction channel (`actors.server.transaction_channel`): a same-node listener's calls to the
+"""The frames of the transaction channel (`actors.channels.transaction_channel`): a same-node listener's calls to the
 transaction coordinator in a transaction's steady state (AddPartitionsToTxn, KIP-890's verification of a
 transactional Produce, EndTxn) and their answers, as fixed-size big-endian integers and length-prefixed UTF-8.
 
@@ -8,7 +8,7 @@ transactional Produce, EndTxn) and their answers, as fixed-size big-endian integ
   `commit` (u8, 0 or 1). Nothing may follow.
 - An answer: `size` (u32), then its kind (u8). `ANSWER_TXN_ERROR` (0) carries one `TxnError` (u8, its index in
   `TXN_ERRORS`); `ANSWER_PARTITION_ERRORS` (2) the count of partitions (u32) and each one's topic, index and
-  `TxnError` as above; `ANSWER_ERROR` (1) is the append channel's error answer (`actors.append_frames.
+  `TxnError` as above; `ANSWER_ERROR` (1) is the append channel's error answer (`actors.channels.append_frames.
   encode_error`): the typed error the Ray call would have raised.
 
 Both ends run the same code (they are on one node), so `TXN_ERRORS` is the same table on both. Nothing is
@@ -21,7 +21,7 @@ import enum
 import struct
 from dataclasses import dataclass
 
-from actors.append_frames import ANSWER_ERROR, SIZE, decode_error
+from actors.channels.append_frames import ANSWER_ERROR, SIZE, decode_error
 from actors.core.transactions.transaction_metadata import TxnError
 from storage.errors import InvalidRequestError, RaybrokerError
 from storage.topic_partition import TopicPartition

@@ -1,16 +1,15 @@
-"""A producer's connection to a same-node append channel (`actors.server.append_channel`).
+"""A producer's connection to a same-node append channel (`actors.channels.append_channel`).
 
-`AppendConnection.connect(address)` opens the channel's socket (None when it cannot: another network namespace,
-the process gone); `append(topic, partition, batches, acks)` sends one frame (`actors.append_frames`) and returns
+`AppendConnection.connect(address)` opens the channel's socket (None when it cannot: another network namespace, the
+process gone); `append(topic, partition, batches, acks)` sends one frame (`actors.channels.append_frames`) and returns
 an `AppendReply` (a `concurrent.futures.Future`) at once, so several appends can be in flight, as Ray calls can. A
-reader thread takes the answers in order and completes the replies; a reply's callback runs on that thread and must
-not wait. When the connection breaks (the partition's process died or restarted), every reply still waiting fails
-with `AnswerLostError` (its request was sent, and may have been carried out), and a later `append` on the broken
-connection with `BrokerNotAvailableError` (nothing sent); both are retriable: the producer looks the partition up
-again and resends, as after a failed Ray call. `write_marker` sends a
-transaction coordinator's COMMIT/ABORT marker the same way.
+reader thread takes the answers in order and completes the replies; a reply's callback runs on that thread and must not
+wait. When the connection breaks (the partition's process died or restarted), every reply still waiting fails with
+`AnswerLostError` (its request was sent, and may have been carried out), and a later `append` on the broken connection
+with `BrokerNotAvailableError` (nothing sent); both are retriable: the producer looks the partition up again and
+resends, as after a failed Ray call. `write_marker` sends a transaction coordinator's COMMIT/ABORT marker the same way.
 
-`AppendConnections` is an `AppendRoute`'s pool (`actors.clients.append_route`: the Python producer's sender, the Kafka
+`AppendConnections` is an `AppendRoute`'s pool (`actors.server.append_route`: the Python producer's sender, the Kafka
 listener, the coordinators): `for_leader(handle, state)` answers the connection to use for a partition's appends, or
 None when they must be Ray calls.
 """
@@ -25,9 +24,8 @@ from collections import deque
 from concurrent.futures import Future
 from typing import Any
 
-from actors.append_frames import SIZE, decode_answer, encode_marker_request, encode_request
-from actors.calls import call
-from actors.clients.local_fetch import this_node_id
+from actors.calls import call, this_node_id
+from actors.channels.append_frames import SIZE, decode_answer, encode_marker_request, encode_request
 from actors.core.replication.leader_and_isr import LeaderAndIsr
 from storage.errors import AnswerLostError, BrokerNotAvailableError, InvalidRequestError, RaybrokerError
 from storage.partition.log import LogAppendInfo

@@ -1,4 +1,4 @@
-"""Finding a partition's replicas from client code.
+"""Finding a partition's replicas, for the client facades, the listeners and the server's own actors.
 
 A partition's clients talk to its leader replica: the controller says which node leads it, and the replica on
 that node is found by its actor's name (`partition:<topic>:<partition>:<node id>`) or, when that node's broker
@@ -7,6 +7,10 @@ host): the lookup answers a `HostedPartitionHandle`, which callers use exactly a
 that no longer leads answers `NotLeaderOrFollowerError`, a `BrokerNotAvailableError`. Lookups are not cached
 here (leaders move, and a topic deleted and created again may land in another host): every caller keeps the
 handle it got and looks again after a `BrokerNotAvailableError`.
+
+It sits with the server's actors because a hosted partition's handle sends each method to the host's method of
+that method's concurrency group, which `PartitionLogActor` declares (`actors.server.partition_host.
+partition_method_group`).
 """
 
 from __future__ import annotations

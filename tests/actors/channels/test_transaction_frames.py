@@ -1,6 +1,6 @@
-"""`actors.transaction_frames`: every request and answer survives a round trip, the error table is the coordinator's
-whole `TxnError`, a raised error comes back as its own `storage.errors` type, and bytes that do not parse raise only
-`InvalidRequestError` (never `struct.error`, `IndexError`, `ValueError` or `UnicodeDecodeError`)."""
+"""`actors.channels.transaction_frames`: every request and answer survives a round trip, the error table is the
+coordinator's whole `TxnError`, a raised error comes back as its own `storage.errors` type, and bytes that do not parse
+raise only `InvalidRequestError` (never `struct.error`, `IndexError`, `ValueError` or `UnicodeDecodeError`)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,8 @@ import struct
 
 import pytest
 
-from actors.append_frames import SIZE, encode_error
-from actors.core.transactions.transaction_metadata import TxnError
-from actors.transaction_frames import (
+from actors.channels.append_frames import SIZE, encode_error
+from actors.channels.transaction_frames import (
     TXN_ERRORS,
     RequestKind,
     TransactionRequest,
@@ -22,6 +21,7 @@ from actors.transaction_frames import (
     encode_request,
     encode_txn_error,
 )
+from actors.core.transactions.transaction_metadata import TxnError
 from storage.errors import InvalidRequestError, ProducerFencedError, RaybrokerError
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from actors.clients.sequence_fence import FENCE_EXPIRY_S, BatchProducer, SequenceFences, batch_producer
+from actors.server.sequence_fence import FENCE_EXPIRY_S, BatchProducer, SequenceFences, batch_producer
 from storage.errors import (
     BrokerNotAvailableError,
     InvalidRecordError,

@@ -1,14 +1,14 @@
 """The replica channel: followers fetch from the partitions a process leads over TCP, without a Ray call.
 
-A follower's fetch as a Ray call (`PartitionLogActor.replicate`) costs the leader's process the answer's records
-sliced into pieces Ray returns inline (`actors.server.replica_fetch_pieces`), each pickled and sent over gRPC, and
-the follower's process the pieces unpickled and joined again: with `acks=all` over three replicas that work was most
-of what the partition processes did besides writing, and it is why three replicas took well over three times one's
-CPU. Kafka's follower fetches over a socket from the leader broker (`ReplicaFetcherThread`); so does a raybroker
-follower: a process that holds partition logs listens, once asked, on a TCP port of its node's address and answers
-each fetch frame (`actors.replica_fetch_frames`) with `Replica.replicate`, the method the Ray call runs: its epoch
-and offset checks, the follower's progress and the high watermark, the long poll for new records. The records go
-out as the log read them, after a 29-byte head.
+A follower's fetch as a Ray call (`PartitionLogActor.replicate`) costs the leader's process the answer's records sliced
+into pieces Ray returns inline (`actors.server.replica_fetch_pieces`), each pickled and sent over gRPC, and the
+follower's process the pieces unpickled and joined again: with `acks=all` over three replicas that work was most of what
+the partition processes did besides writing, and it is why three replicas took well over three times one's CPU. Kafka's
+follower fetches over a socket from the leader broker (`ReplicaFetcherThread`); so does a raybroker follower: a process
+that holds partition logs listens, once asked, on a TCP port of its node's address and answers each fetch frame
+(`actors.channels.replica_fetch_frames`) with `Replica.replicate`, the method the Ray call runs: its epoch and offset
+checks, the follower's progress and the high watermark, the long poll for new records. The records go out as the log
+read them, after a 29-byte head.
 
 - `serve(host, topic, partition, fetch)` adds a partition to this process's channel, which listens from the first
   call on `host`, and answers the channel's address and token (`ReplicaChannelAddress`); `stop_serving` removes it
@@ -37,11 +37,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from actors.append_frames import SIZE, SOCKET_REQUEST_MAX_BYTES, encode_error
+from actors.channels.append_frames import SIZE, SOCKET_REQUEST_MAX_BYTES, encode_error
+from actors.channels.local_sockets import SOCKET_LISTEN_BACKLOG_SIZE
+from actors.channels.replica_fetch_frames import TOKEN_BYTES, ReplicaFetchRequest, decode_request, encode_answer_head
+from actors.channels.served_partitions import ServedPartitions
 from actors.core.replication.follower import ReplicaFetch
-from actors.replica_fetch_frames import TOKEN_BYTES, ReplicaFetchRequest, decode_request, encode_answer_head
-from actors.server.local_sockets import SOCKET_LISTEN_BACKLOG_SIZE
-from actors.server.served_partitions import ServedPartitions
 from storage.errors import BrokerNotAvailableError, InvalidRequestError, RaybrokerError
 
 logger = logging.getLogger(__name__)
