@@ -212,7 +212,7 @@ class PartitionLogActor:
         `long_poll_slots` (a partition host's, shared by its partitions) bounds the fetches waiting at once,
         default `PartitionServer`'s own; `producer_id_expiration_ms` is the broker's
         `producer.id.expiration.ms`, `replica_settings` its `replica.*` settings; `find_replica(topic, partition,
-        node)` finds another replica's actor (`actors.partition_lookup.replica_actor`: a follower's leader);
+        node)` finds another replica's actor (`actors.server.partition_lookup.replica_actor`: a follower's leader);
         `metrics` records its appends and reads its log's numbers (default: the process's, exported to Ray);
         `high_watermark`, the checkpointed one of a log found on disk (None for a new one), is where its high
         watermark starts until the controller's state says how many replicas it has (`reopen_as_replica`)."""
