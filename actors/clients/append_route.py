@@ -1,6 +1,6 @@
 """The route of a client's appends to a partition's leader, one implementation for every client that appends: the
 Python producer's sender (`actors.clients.sender`, from a thread of its own) and the Kafka listener
-(`cluster.protocol.ray_broker_view`, from an event loop).
+(`cluster.protocol.views.ray_broker_view`, from an event loop).
 
 - Leader: the controller names the node that leads the partition and `actors.partition_lookup` finds the replica
   there. The answer is kept until an append through it fails with a retriable error (`storage.errors`: the actor

@@ -59,7 +59,8 @@ from actors.core.controller.topic_metadata import AdvertisedListener, TopicMetad
 from actors.core.replication.replica import check_current_leader_epoch
 from actors.partition_lookup import partition_actor
 from actors.server.partition_log import FetchResult, FileSlices
-from cluster.protocol.broker_view import (
+from cluster.protocol.file_region import SENDFILE_MIN_BYTES, FileRegion, open_region
+from cluster.protocol.views.broker_view import (
     TOPIC_NAMES_MAX_AGE_S,
     BrokerEndpoint,
     EpochEndOffset,
@@ -69,7 +70,6 @@ from cluster.protocol.broker_view import (
     advertised,
     topic_info,
 )
-from cluster.protocol.file_region import SENDFILE_MIN_BYTES, FileRegion, open_region
 from storage.errors import FencedLeaderEpochError, RaybrokerError, UnknownLeaderEpochError
 from storage.partition.file_slices import FileSlice, open_located, read_located
 from storage.partition.leader_epoch_cache import UNDEFINED_EPOCH

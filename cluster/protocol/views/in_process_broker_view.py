@@ -19,7 +19,8 @@ from collections.abc import Awaitable, Mapping
 from actors.clients.append_order import AppendOrder
 from actors.core.broker import InProcessBroker, ServedPartition
 from actors.core.replication.replica import ACKS_ALL
-from cluster.protocol.broker_view import (
+from cluster.protocol.file_region import SENDFILE_MIN_BYTES, FileRegion, open_region
+from cluster.protocol.views.broker_view import (
     BrokerEndpoint,
     EpochEndOffset,
     FetchedRecords,
@@ -28,7 +29,6 @@ from cluster.protocol.broker_view import (
     advertised,
     topic_info,
 )
-from cluster.protocol.file_region import SENDFILE_MIN_BYTES, FileRegion, open_region
 from storage.partition.file_slices import locate_file_slices, located_aborted_transactions
 from storage.partition.leader_epoch_cache import UNDEFINED_EPOCH
 from storage.partition.log import LogAppendInfo
@@ -36,7 +36,7 @@ from storage.partition.producer_state import ActiveProducer
 from storage.records.file_records import TimestampAndOffset
 
 
-class LocalBrokerView:
+class InProcessBrokerView:
     """The in-process broker as the listener of its node `node` sees it (see the module docstring)."""
 
     def __init__(self, broker: InProcessBroker, node: str = "node-0") -> None:
