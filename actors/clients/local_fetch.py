@@ -110,7 +110,7 @@ def read_file_slice(file_slice: FileSlice, offset: int, *, zero_copy: bool = Fal
 class LocatedRead(Generic[Records]):
     """The locate-then-read fetch of one partition from `offset`, without the calls that drive it: the one reader
     of located bytes, driven by `PendingFetch` (blocking, on Ray's `ObjectRef`s) and by the Kafka listener
-    (`cluster.protocol.ray_broker_view`, awaited on its event loop).
+    (`cluster.protocol.views.ray_broker_view`, awaited on its event loop).
 
     `locating` says whether to ask the partition's actor where the bytes lie (`locate`) or to fetch them through
     it; `read(located)` reads the located slices with `read_slice` (which answers the bytes it read and the offset

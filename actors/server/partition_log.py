@@ -30,14 +30,14 @@ file and byte position the high watermark lies at; published under the partition
 `actors.core.replication.log_changes`), which a consumer on this node reads in place of a fetch call
 (`actors.clients.local_tail`) and the Kafka listener locates fetches from (`storage.partition.local_log_view`);
 `locate` answers name the file. Then it sends the partition's change notices to the same-node watchers that named
-themselves (`watch_changes`, `actors.server.change_notices`), which wake the listener's fetches waiting at the end
+themselves (`watch_changes`, `actors.channels.change_notices`), which wake the listener's fetches waiting at the end
 of the log. A folder where the file cannot be created serves without it (readers then keep calling).
 
 Same-node producers append without a call either: `append_channel` adds the partition to its process's append
-channel (`actors.server.append_channel`, a local socket) and names it; the channel runs `append` as a call would.
+channel (`actors.channels.append_channel`, a local socket) and names it; the channel runs `append` as a call would.
 
 Followers fetch without a call too: `replica_channel` adds the partition to its process's replica channel
-(`actors.server.replica_channel`, TCP on the node's address) and answers its address and token; the channel runs
+(`actors.channels.replica_channel`, TCP on the node's address) and answers its address and token; the channel runs
 `Replica.replicate` as `replicate` does, and a follower's link (`_RayLeaderLink`) keeps a connection to it.
 
 Replication: the actor is one replica of its partition, and its role is the plain `Replica` (leading, following,
@@ -334,7 +334,7 @@ class PartitionLogActor:
 
     @ray.method(concurrency_group=READ_GROUP)
     def append_channel(self) -> str | None:
-        """The address of this process's append channel (`actors.server.append_channel`), which serves this
+        """The address of this process's append channel (`actors.channels.append_channel`), which serves this
         partition's appends from now on to producers on this node; None for a folder not named as a partition's."""
         named = file_names.parse_partition_dir_name(self._log.directory.name)
         if named is None:
@@ -343,7 +343,7 @@ class PartitionLogActor:
 
     @ray.method(concurrency_group=READ_GROUP)
     def replica_channel(self) -> ReplicaChannelAddress | None:
-        """The address and token of this process's replica channel (`actors.server.replica_channel`), which answers
+        """The address and token of this process's replica channel (`actors.channels.replica_channel`), which answers
         this partition's follower fetches from now on as `replicate` does; None for a folder not named as a
         partition's."""
         named = file_names.parse_partition_dir_name(self._log.directory.name)
@@ -359,7 +359,7 @@ class PartitionLogActor:
     @ray.method(concurrency_group=READ_GROUP)
     def watch_changes(self, address: str) -> None:
         """Sends this partition's change notices to the same-node datagram socket at `address` (an abstract address
-        a `actors.clients.change_watcher.ChangeWatcher` bound) from now on, until the log closes."""
+        a `actors.channels.change_watcher.ChangeWatcher` bound) from now on, until the log closes."""
         if not isinstance(address, str) or not address.startswith(CHANGE_WATCHER_PREFIX):
             raise InvalidRequestError(f"a change watcher's address starts with {CHANGE_WATCHER_PREFIX!r}")
         self._log  # noqa: B018  (raises why the log is not open)
@@ -430,7 +430,7 @@ class PartitionLogActor:
     def _publish_offsets(self) -> None:
         """Writes the offsets to the high-watermark file (under the change counter's lock), with the epoch of the
         controller's latest state (the log's own before any) and whether this replica serves client reads, then
-        sends the partition's change notices (`actors.server.change_notices`)."""
+        sends the partition's change notices (`actors.channels.change_notices`)."""
         if self._hw_file is not None:
             if self._unavailable is None:
                 replica = None if self._served is None else self._served.replica
@@ -749,7 +749,7 @@ class _RayControllerLink:
 
 class _RayLeaderLink:
     """A follower's calls to its leader's replica (`actors.core.replication.follower.LeaderLink`): fetches over the
-    leader process's replica channel (`actors.server.replica_channel`, its address asked with a Ray call), the rest
+    leader process's replica channel (`actors.channels.replica_channel`, its address asked with a Ray call), the rest
     as Ray calls. The leader's handle is looked up once and again after any failure; the channel's connection is
     opened again after any failure of its own. A leader whose channel cannot be reached (a firewall between the
     nodes) is fetched from with Ray calls (`replicate`) for the rest of the link's life."""

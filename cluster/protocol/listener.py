@@ -13,7 +13,7 @@ shared with the node's other listener processes), and the keys the handlers use 
 reports as set in the broker's properties.
 
 SSL and SASL_SSL listeners get their TLS context from the `ssl.*` keys, and SASL listeners check logins against the
-SCRAM credentials of the cluster's controller (`security`, a `RaySecurityView` unless given). With
+SCRAM credentials of the cluster's controller (`security`, `SecurityView.on_ray()` unless given). With
 `authorizer.class.name` set, the listener loads the cluster's ACLs before it serves and keeps them fresh while it
 runs (`cluster.protocol.security.access`).
 
@@ -34,20 +34,17 @@ from types import TracebackType
 from actors.clients.broker import Broker
 from actors.metrics.ray_export import exported_metrics
 from actors.metrics.recorder import BrokerMetrics
-from cluster.protocol.broker_view import BrokerEndpoint, BrokerView
 from cluster.protocol.connection import ConnectionContext
 from cluster.protocol.framing import SplicedFrame
-from cluster.protocol.group_view import GroupView
-from cluster.protocol.ray_broker_view import RayBrokerView
-from cluster.protocol.ray_group_view import RayGroupView
-from cluster.protocol.ray_transaction_view import RayTransactionView
 from cluster.protocol.router import Router, request_name
 from cluster.protocol.security.access import AccessControl
-from cluster.protocol.security.ray_security_view import RaySecurityView
-from cluster.protocol.security.security_view import SecurityView
 from cluster.protocol.security.tls import server_context
 from cluster.protocol.server import KafkaServer, ServerStatistics
-from cluster.protocol.transaction_view import TransactionView
+from cluster.protocol.views.broker_view import BrokerEndpoint, BrokerView
+from cluster.protocol.views.group_view import GroupView
+from cluster.protocol.views.ray_broker_view import RayBrokerView
+from cluster.protocol.views.security_view import SecurityView
+from cluster.protocol.views.transaction_view import TransactionView
 from storage.config.broker_config import BrokerConfig
 from storage.config.security_config import SSL_PROTOCOLS
 from storage.errors import RaybrokerError
@@ -78,10 +75,10 @@ class KafkaListener:
         self._config = self._broker_config.listener_config
         self._static_broker_keys = frozenset(str(key).strip() for key in props)
         self._view = view if view is not None else RayBrokerView(Broker.connect())
-        self._security = security if security is not None else RaySecurityView()
-        self._groups = groups if groups is not None else RayGroupView()
+        self._security = security if security is not None else SecurityView.on_ray()
+        self._groups = groups if groups is not None else GroupView.on_ray()
         self._transactions = (
-            transactions if transactions is not None else RayTransactionView(self._broker_config.transaction_config)
+            transactions if transactions is not None else TransactionView.on_ray(self._broker_config.transaction_config)
         )
         self._metrics = metrics if metrics is not None else exported_metrics()
         self._tls_contexts = {

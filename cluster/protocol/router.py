@@ -42,7 +42,6 @@ from typing import Any
 from kio.index import load_request_schema
 
 from actors.metrics.recorder import NO_METRICS, BrokerMetrics
-from cluster.protocol.broker_view import BrokerEndpoint, BrokerView
 from cluster.protocol.config_entries import ConfigDescriber
 from cluster.protocol.connection import ConnectionContext
 from cluster.protocol.errors import AuthenticationFailedError, ProtocolError, SaslFailure
@@ -56,7 +55,6 @@ from cluster.protocol.framing import (
     decode_request,
     encode_response,
 )
-from cluster.protocol.group_view import GroupView
 from cluster.protocol.handlers.acls import (
     CREATE_ACLS_KEY,
     DELETE_ACLS_KEY,
@@ -145,8 +143,10 @@ from cluster.protocol.handlers.transactions import (
     WriteTxnMarkersHandler,
 )
 from cluster.protocol.security.access import AccessControl
-from cluster.protocol.security.security_view import SecurityView
-from cluster.protocol.transaction_view import TransactionView
+from cluster.protocol.views.broker_view import BrokerEndpoint, BrokerView
+from cluster.protocol.views.group_view import GroupView
+from cluster.protocol.views.security_view import SecurityView
+from cluster.protocol.views.transaction_view import TransactionView
 from storage.clock import SYSTEM_CLOCK
 from storage.config.broker_config import BrokerConfig
 

@@ -200,15 +200,17 @@ def test_kafka_clients_bootstrap_from_one_node_and_reach_the_other_through_metad
 def transaction_through_a_view(
     transactional_id: str, partitions: list[tuple[str, int]]
 ) -> tuple[str | None, list[Any]]:
-    """One committed transaction through a `RayTransactionView` in this task's process, as a listener on this node
+    """One committed transaction through a `TransactionView` in this task's process, as a listener on this node
     makes it: (where its steady-state calls went, None for Ray; the coordinator's answers)."""
     import asyncio
 
-    from cluster.protocol.ray_transaction_view import RayTransactionView
+    from cluster.protocol.views.transaction_transport import RayTransactionTransport
+    from cluster.protocol.views.transaction_view import TransactionView
     from storage.config.transaction_config import TransactionConfig
     from storage.errors import CoordinatorLoadInProgressError
 
-    view = RayTransactionView(TransactionConfig(transaction_state_log_num_partitions=1))
+    transport = RayTransactionTransport(TransactionConfig(transaction_state_log_num_partitions=1))
+    view = TransactionView(transport)
 
     async def transaction() -> list[Any]:
         # As a client retries it: the coordinator answers COORDINATOR_LOAD_IN_PROGRESS until it has loaded.
@@ -229,7 +231,7 @@ def transaction_through_a_view(
         ]
 
     answers = asyncio.run(transaction())
-    return view.channel_address, answers
+    return transport.channel_address, answers
 
 
 def test_a_listener_on_the_coordinators_node_calls_it_over_its_channel_and_one_elsewhere_through_ray(

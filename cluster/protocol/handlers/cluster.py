@@ -17,7 +17,6 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from actors.core.security.acls import CLUSTER_NAME, AclOperation, ResourceType
-from cluster.protocol.broker_view import BrokerEndpoint, BrokerView
 from cluster.protocol.framing import Request, response_schema
 from cluster.protocol.handlers.authorization import (
     AUTHORIZED_OPERATIONS_OMITTED,
@@ -27,6 +26,7 @@ from cluster.protocol.handlers.authorization import (
 from cluster.protocol.handlers.metadata import brokers_with
 from cluster.protocol.messages import build
 from cluster.protocol.security.access import AccessControl
+from cluster.protocol.views.broker_view import BrokerEndpoint, BrokerView
 
 DESCRIBE_CLUSTER_KEY = 60
 BROKERS_ENDPOINT = 1

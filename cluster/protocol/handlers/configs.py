@@ -34,7 +34,6 @@ from kio.schema.errors import ErrorCode
 
 from actors.core.security import acls
 from actors.core.security.acls import AclOperation
-from cluster.protocol.broker_view import BrokerView
 from cluster.protocol.config_entries import LIST_TOPIC_CONFIGS, ConfigDescriber
 from cluster.protocol.connection import ConnectionContext
 from cluster.protocol.errors import (
@@ -48,6 +47,7 @@ from cluster.protocol.framing import Request, response_schema
 from cluster.protocol.handlers.authorization import allows
 from cluster.protocol.messages import build
 from cluster.protocol.security.access import AccessControl
+from cluster.protocol.views.broker_view import BrokerView
 from storage import file_names
 from storage.config.config_values import config_fields, kafka_name
 from storage.config.log_config import LogConfig

@@ -18,12 +18,12 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from actors.core.security.acls import AclOperation, ResourceType
-from cluster.protocol.broker_view import BrokerEndpoint
 from cluster.protocol.connection import ConnectionContext
 from cluster.protocol.framing import Request, response_schema
 from cluster.protocol.handlers.authorization import allows
 from cluster.protocol.messages import build
 from cluster.protocol.security.access import AccessControl
+from cluster.protocol.views.broker_view import BrokerEndpoint
 
 FIND_COORDINATOR_KEY = 10
 GROUP_KEY_TYPE = 0

@@ -17,12 +17,12 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from actors.core.security.acls import AclOperation, ResourceType
-from cluster.protocol.broker_view import BrokerView
 from cluster.protocol.errors import error_code
 from cluster.protocol.framing import Request, response_schema
 from cluster.protocol.handlers.authorization import authorized_names
 from cluster.protocol.messages import build
 from cluster.protocol.security.access import AccessControl
+from cluster.protocol.views.broker_view import BrokerView
 from storage.errors import RaybrokerError
 
 DELETE_RECORDS_KEY = 21

@@ -7,9 +7,9 @@ larger (else a consumer could never get past it). A partition whose data would p
 
 Long poll (`max_wait_ms`, `min_bytes`): a request for one partition passes both to the broker view, which answers
 once `min_bytes` are there or the time is up (waiting in the partition's actor, or for a partition on the listener's
-node on its change notices: `cluster.protocol.ray_broker_view`). For more partitions, when they together hold fewer
-than `min_bytes` new bytes, every partition that had none waits (for at most the remaining time) for an append; the
-first one that gets data wakes the request, which answers once `min_bytes` are there or the time is up.
+node on its change notices: `cluster.protocol.views.ray_broker_view`). For more partitions, when they together hold
+fewer than `min_bytes` new bytes, every partition that had none waits (for at most the remaining time) for an append;
+the first one that gets data wakes the request, which answers once `min_bytes` are there or the time is up.
 Partitions are read concurrently, each with its own error: UNKNOWN_TOPIC_OR_PARTITION, OFFSET_OUT_OF_RANGE (the
 client then resets its position with ListOffsets), and so on; the others still answer.
 
@@ -20,7 +20,7 @@ Kafka's `Partition.localLogWithEpochOrThrow`: older answers FENCED_LEADER_EPOCH 
 `FetchRequest` reads it) is not checked. A fetch waiting for bytes checks it again each time it looks, so a leader
 change ends the wait. The Ray view compares it with the epoch its partition's process publishes when it answers from
 its local view of the log, and passes it to the partition's actor when it calls it anyway
-(`cluster.protocol.ray_broker_view`).
+(`cluster.protocol.views.ray_broker_view`).
 
 Offsets: records are served up to the leader's high watermark (every in-sync replica has them; with one replica
 it is the log end). Isolation (`isolation_level`, Fetch v4+): a READ_COMMITTED (1) fetch is served only up to the
@@ -66,7 +66,6 @@ from kio.schema.errors import ErrorCode
 from actors.core.security.acls import AclOperation, ResourceType
 from actors.metrics.names import FETCH_SESSION_PARTITIONS, FETCH_SESSIONS
 from actors.metrics.recorder import NO_METRICS, BrokerMetrics, Sample
-from cluster.protocol.broker_view import BrokerView, FetchedRecords
 from cluster.protocol.errors import TopicAuthorizationFailedError, error_code
 from cluster.protocol.fetch_session import (
     DEFAULT_CACHE_SLOTS,
@@ -85,6 +84,7 @@ from cluster.protocol.handlers.authorization import authorized_names
 from cluster.protocol.handlers.metadata import wire_topic_id
 from cluster.protocol.messages import build, milliseconds
 from cluster.protocol.security.access import AccessControl
+from cluster.protocol.views.broker_view import BrokerView, FetchedRecords
 from storage.clock import SYSTEM_CLOCK
 from storage.errors import RaybrokerError, UnknownTopicIdError
 from storage.kafka_uuid import ZERO_UUID, uuid_text

@@ -26,7 +26,6 @@ from actors.core.security.acls import AclOperation, ResourceType
 from cluster.protocol.connection import ConnectionContext
 from cluster.protocol.errors import coordinator_error_code, group_error_code
 from cluster.protocol.framing import Request, response_schema
-from cluster.protocol.group_view import GroupView
 from cluster.protocol.handlers.authorization import (
     AUTHORIZED_OPERATIONS_OMITTED,
     allows,
@@ -36,6 +35,7 @@ from cluster.protocol.handlers.authorization import (
 )
 from cluster.protocol.messages import build
 from cluster.protocol.security.access import AccessControl
+from cluster.protocol.views.group_view import GroupView
 from storage.errors import RaybrokerError
 
 DESCRIBE_GROUPS_KEY = 15

@@ -33,14 +33,14 @@ from kio.schema.errors import ErrorCode
 
 from actors.core.groups.group_membership import GroupError
 from actors.core.security.acls import AclOperation, ResourceType
-from cluster.protocol.broker_view import BrokerView
 from cluster.protocol.connection import ConnectionContext
 from cluster.protocol.errors import coordinator_error_code, error_code, group_error_code
 from cluster.protocol.framing import Request, response_schema
-from cluster.protocol.group_view import GroupView, TopicPartition
 from cluster.protocol.handlers.authorization import allows, authorized_names
 from cluster.protocol.messages import build
 from cluster.protocol.security.access import AccessControl
+from cluster.protocol.views.broker_view import BrokerView
+from cluster.protocol.views.group_view import GroupView, TopicPartition
 from storage.errors import RaybrokerError
 from storage.records.consumer_offsets import NO_LEADER_EPOCH
 

@@ -24,10 +24,10 @@ from actors.core.groups.group_membership import GroupError, JoinResult
 from actors.core.security.acls import AclOperation, ResourceType
 from cluster.protocol.errors import coordinator_error_code, group_error_code
 from cluster.protocol.framing import Request, response_schema
-from cluster.protocol.group_view import GroupView
 from cluster.protocol.handlers.authorization import allows
 from cluster.protocol.messages import build, milliseconds
 from cluster.protocol.security.access import AccessControl
+from cluster.protocol.views.group_view import GroupView
 from storage.errors import RaybrokerError
 
 JOIN_GROUP_KEY = 11

@@ -39,7 +39,6 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from actors.core.security.acls import CLUSTER_NAME, AclOperation, ResourceType
-from cluster.protocol.broker_view import BrokerEndpoint, BrokerView, PartitionInfo, TopicInfo
 from cluster.protocol.connection import ConnectionContext
 from cluster.protocol.errors import error_code
 from cluster.protocol.framing import Request, response_schema
@@ -52,6 +51,7 @@ from cluster.protocol.handlers.authorization import (
 )
 from cluster.protocol.messages import build
 from cluster.protocol.security.access import AccessControl
+from cluster.protocol.views.broker_view import BrokerEndpoint, BrokerView, PartitionInfo, TopicInfo
 from storage.errors import RaybrokerError, TopicExistsError, UnknownTopicOrPartitionError
 from storage.kafka_uuid import ZERO_UUID
 

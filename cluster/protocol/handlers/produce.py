@@ -36,13 +36,13 @@ from kio.schema.errors import ErrorCode
 from actors.core.replication.replica import ACKS
 from actors.core.security.acls import AclOperation, ResourceType
 from actors.core.transactions.transaction_metadata import TxnError
-from cluster.protocol.broker_view import BrokerView
 from cluster.protocol.errors import error_code
 from cluster.protocol.framing import Request, response_schema
 from cluster.protocol.handlers.authorization import allows, authorized_names
 from cluster.protocol.messages import build
 from cluster.protocol.security.access import AccessControl
-from cluster.protocol.transaction_view import TransactionView
+from cluster.protocol.views.broker_view import BrokerView
+from cluster.protocol.views.transaction_view import TransactionView
 from storage.errors import RaybrokerError
 from storage.records.layout import NO_TIMESTAMP
 from storage.records.record_batch import RecordBatch, iter_batches

@@ -23,14 +23,14 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from actors.core.security.acls import AclOperation, ResourceType
-from cluster.protocol.broker_view import BrokerView
 from cluster.protocol.errors import coordinator_error_code, error_code, txn_error_code
 from cluster.protocol.framing import Request, response_schema
 from cluster.protocol.handlers.authorization import allows, allows_any, allows_cluster
 from cluster.protocol.handlers.transactions import timeout_ms
 from cluster.protocol.messages import build
 from cluster.protocol.security.access import AccessControl
-from cluster.protocol.transaction_view import TransactionView
+from cluster.protocol.views.broker_view import BrokerView
+from cluster.protocol.views.transaction_view import TransactionView
 from storage.errors import RaybrokerError
 from storage.records.layout import NO_PRODUCER_EPOCH, NO_PRODUCER_ID
 

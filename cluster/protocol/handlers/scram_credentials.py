@@ -40,7 +40,7 @@ from cluster.protocol.framing import Request, response_schema
 from cluster.protocol.handlers.authorization import allows_cluster
 from cluster.protocol.messages import build
 from cluster.protocol.security.access import AccessControl
-from cluster.protocol.security.security_view import SecurityView
+from cluster.protocol.views.security_view import SecurityView
 from storage.errors import RaybrokerError
 
 DESCRIBE_USER_SCRAM_CREDENTIALS_KEY = 50

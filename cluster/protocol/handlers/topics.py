@@ -46,7 +46,6 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from actors.core.security.acls import AclOperation, ResourceType
-from cluster.protocol.broker_view import BrokerView
 from cluster.protocol.config_entries import ConfigDescriber
 from cluster.protocol.errors import error_code
 from cluster.protocol.framing import Request, response_schema
@@ -54,6 +53,7 @@ from cluster.protocol.handlers.authorization import allows, allows_cluster
 from cluster.protocol.handlers.metadata import wire_topic_id
 from cluster.protocol.messages import build
 from cluster.protocol.security.access import AccessControl
+from cluster.protocol.views.broker_view import BrokerView
 from storage.errors import RaybrokerError
 from storage.kafka_uuid import ZERO_UUID
 

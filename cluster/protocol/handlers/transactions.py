@@ -42,14 +42,14 @@ from actors.core.controller.topic_metadata import CONSUMER_OFFSETS_TOPIC, INTERN
 from actors.core.security.acls import AclOperation, ResourceType
 from actors.core.transactions.coordinator import TransactionDescription
 from actors.core.transactions.transaction_metadata import TransactionState, TxnError
-from cluster.protocol.broker_view import BrokerView
 from cluster.protocol.errors import coordinator_error_code, error_code, group_error_code, txn_error_code
 from cluster.protocol.framing import Request, response_schema
-from cluster.protocol.group_view import GroupView
 from cluster.protocol.handlers.authorization import allows, allows_cluster, authorized_names
 from cluster.protocol.messages import build
 from cluster.protocol.security.access import AccessControl
-from cluster.protocol.transaction_view import TransactionView
+from cluster.protocol.views.broker_view import BrokerView
+from cluster.protocol.views.group_view import GroupView
+from cluster.protocol.views.transaction_view import TransactionView
 from storage.clock import SYSTEM_CLOCK, Clock
 from storage.errors import RaybrokerError
 from storage.records.layout import ControlRecordType

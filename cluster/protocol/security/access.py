@@ -18,7 +18,7 @@ import logging
 from actors.core.security.acls import AclOperation, ResourceType
 from actors.core.security.authorizer import Authorizer
 from cluster.protocol.connection import ConnectionContext
-from cluster.protocol.security.security_view import SecurityView
+from cluster.protocol.views.security_view import SecurityView
 from storage.config.security_config import SecurityConfig
 from storage.errors import RaybrokerError
 

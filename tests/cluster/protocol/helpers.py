@@ -3,8 +3,9 @@
 `start_broker` opens the in-process broker (`actors.core.broker.InProcessBroker`: the real controller, replicas
 and group coordinator, without Ray) with the settings these tests want: few `__consumer_offsets` partitions (every
 partition is a real log in a temporary folder) and no initial rebalance delay unless asked. The views the listener
-runs on are the real in-process ones (`cluster.protocol.local_broker_view`, `local_group_view`,
-`security.local_security_view`). The rest builds requests, runs handlers on them and reads answers as a client would.
+runs on are the real in-process ones (`InProcessBrokerView`, and the group, transaction and security views of
+`cluster.protocol.views` over an `InProcessTransport`). The rest builds requests, runs handlers on them and reads
+answers as a client would.
 """
 
 from __future__ import annotations
@@ -31,11 +32,11 @@ from actors.core.security.acls import AclBinding
 from actors.core.security.scram import ScramCredential
 from cluster.protocol.framing import SIZE, Request, decode_response, encode_request, encode_response
 from cluster.protocol.listener import KafkaListener, start_listener
-from cluster.protocol.local_broker_view import LocalBrokerView
-from cluster.protocol.local_group_view import LocalGroupView
-from cluster.protocol.local_transaction_view import LocalTransactionView
 from cluster.protocol.messages import build
-from cluster.protocol.security.local_security_view import LocalSecurityView
+from cluster.protocol.views.group_view import GroupView
+from cluster.protocol.views.in_process_broker_view import InProcessBrokerView
+from cluster.protocol.views.security_view import SecurityView
+from cluster.protocol.views.transaction_view import TransactionView
 from storage.clock import Clock, MockClock
 from storage.partition.log import Log
 from storage.records.compression import CompressionType
@@ -81,10 +82,10 @@ def start_local_listener(broker: InProcessBroker) -> KafkaListener:
     then reach the in-process broker without Ray."""
     return start_listener(
         {"listeners": "PLAINTEXT://127.0.0.1:0", "num.partitions": "1", "auto.create.topics.enable": "false"},
-        LocalBrokerView(broker),
-        LocalSecurityView(broker.controller),
-        groups=LocalGroupView(broker),
-        transactions=LocalTransactionView(broker),
+        InProcessBrokerView(broker),
+        SecurityView.in_process(broker.controller),
+        groups=GroupView.in_process(broker),
+        transactions=TransactionView.in_process(broker),
     )
 
 
@@ -232,22 +233,22 @@ def add_acls(controller: Controller, *bindings: AclBinding) -> None:
     controller.create_acls(list(bindings))
 
 
-def leader_log(view: LocalBrokerView, topic: str, partition: int) -> Log:
+def leader_log(view: InProcessBrokerView, topic: str, partition: int) -> Log:
     """The `Log` of the partition's leader replica in the view's in-process broker (to seed records or look at
     what a request left)."""
     return view.broker.leader(topic, partition).log
 
 
-def commit_offsets(groups: LocalGroupView, offsets: Mapping[tuple[str, str, int], int]) -> None:
-    """Commits each (group, topic, partition) offset through the view's group coordinator, as a Python
+def commit_offsets(broker: InProcessBroker, offsets: Mapping[tuple[str, str, int], int]) -> None:
+    """Commits each (group, topic, partition) offset through the broker's group coordinator, as a Python
     `Consumer.commit` does."""
     for (group, topic, partition), offset in offsets.items():
-        groups.broker.group_coordinator.commit(group, {(topic, partition): offset})
+        broker.group_coordinator.commit(group, {(topic, partition): offset})
 
 
-def committed_offsets(groups: LocalGroupView) -> dict[tuple[str, str, int], int]:
-    """Every committed offset the view's group coordinator holds, by (group, topic, partition)."""
-    coordinator = groups.broker.group_coordinator
+def committed_offsets(broker: InProcessBroker) -> dict[tuple[str, str, int], int]:
+    """Every committed offset the broker's group coordinator holds, by (group, topic, partition)."""
+    coordinator = broker.group_coordinator
     return {
         (described.group_id, topic, partition): offset
         for described in coordinator.list_groups()

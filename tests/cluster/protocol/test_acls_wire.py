@@ -1,12 +1,12 @@
 """ACLs and SCRAM credentials managed by real admin clients over 127.0.0.1, and enforced on real clients.
 
 confluent-kafka's AdminClient (librdkafka) and kafka-python's KafkaAdminClient create, describe and delete ACLs and
-alter and describe SCRAM credentials; the oracle is the in-process controller's stores (`LocalSecurityView`), which
-must hold exactly what the clients were told. Then, on a listener with the authorizer on, no super user and
+alter and describe SCRAM credentials; the oracle is the in-process controller's stores (`SecurityView.in_process`),
+which must hold exactly what the clients were told. Then, on a listener with the authorizer on, no super user and
 `allow.everyone.if.no.acl.found=false`: ACLs granted to User:ANONYMOUS (what a PLAINTEXT connection is) through the
 AdminClient let a consumer read a topic a producer may not write to, a PREFIXED grant lets it write to every topic
 under the prefix, a DENY beats it, and Metadata hides a topic the principal may not DESCRIBE. No Ray: the listener
-serves a `LocalBrokerView` over the in-process broker.
+serves an `InProcessBrokerView` over the in-process broker.
 """
 
 from __future__ import annotations
@@ -42,8 +42,8 @@ from kafka.admin import UserScramCredentialUpsertion as KafkaPythonUpsertion
 
 from actors.core.security import acls
 from cluster.protocol.listener import KafkaListener, start_listener
-from cluster.protocol.local_broker_view import LocalBrokerView
-from cluster.protocol.security.local_security_view import LocalSecurityView
+from cluster.protocol.views.in_process_broker_view import InProcessBrokerView
+from cluster.protocol.views.security_view import SecurityView
 from tests.cluster.protocol.helpers import add_acls, batch, leader_log, run, start_broker
 
 ANONYMOUS = "User:ANONYMOUS"
@@ -55,13 +55,13 @@ RECORDS = 5
 @contextlib.contextmanager
 def serving(
     root: Path, grants: Sequence[acls.AclBinding] = (), **properties: str
-) -> Iterator[tuple[KafkaListener, LocalBrokerView, LocalSecurityView]]:
+) -> Iterator[tuple[KafkaListener, InProcessBrokerView, SecurityView]]:
     """A PLAINTEXT listener with the authorizer on over a fresh in-process broker under `root`, which holds `grants`
     before the listener starts; `properties` with `_` for `.`."""
     broker = start_broker(root)
     add_acls(broker.controller, *grants)
-    view = LocalBrokerView(broker)
-    security = LocalSecurityView(broker.controller)
+    view = InProcessBrokerView(broker)
+    security = SecurityView.in_process(broker.controller)
     settings = {
         "listeners": "PLAINTEXT://127.0.0.1:0",
         "num.partitions": "1",
@@ -77,23 +77,23 @@ def serving(
 
 
 @pytest.fixture(scope="module")
-def admin_served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[KafkaListener, LocalSecurityView]]:
+def admin_served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[KafkaListener, SecurityView]]:
     """A listener where the PLAINTEXT principal is a super user: the operator's own admin connection."""
     with serving(tmp_path_factory.mktemp("admin"), super_users=ANONYMOUS) as (listener, _, security):
         yield listener, security
 
 
 @pytest.fixture(scope="module")
-def admin_security(admin_served: tuple[KafkaListener, LocalSecurityView]) -> LocalSecurityView:
+def admin_security(admin_served: tuple[KafkaListener, SecurityView]) -> SecurityView:
     return admin_served[1]
 
 
 @pytest.fixture(scope="module")
-def admin_listener(admin_served: tuple[KafkaListener, LocalSecurityView]) -> KafkaListener:
+def admin_listener(admin_served: tuple[KafkaListener, SecurityView]) -> KafkaListener:
     return admin_served[0]
 
 
-def stored(security: LocalSecurityView) -> set[acls.AclBinding]:
+def stored(security: SecurityView) -> set[acls.AclBinding]:
     return set(run(security.acls())[1])
 
 
@@ -133,7 +133,7 @@ def results(futures: dict[Any, Any]) -> dict[Any, Any]:
 
 
 def test_confluent_admin_creates_describes_and_deletes_acls(
-    admin_listener: KafkaListener, admin_security: LocalSecurityView
+    admin_listener: KafkaListener, admin_security: SecurityView
 ) -> None:
     admin = AdminClient({"bootstrap.servers": admin_listener.bootstrap_servers})
     created = [
@@ -173,7 +173,7 @@ def test_confluent_admin_creates_describes_and_deletes_acls(
 
 
 def test_kafka_python_admin_creates_describes_and_deletes_acls(
-    admin_listener: KafkaListener, admin_security: LocalSecurityView
+    admin_listener: KafkaListener, admin_security: SecurityView
 ) -> None:
     admin = KafkaAdminClient(
         bootstrap_servers=admin_listener.bootstrap_servers, request_timeout_ms=int(TIMEOUT_S * 1000)
@@ -209,7 +209,7 @@ def test_kafka_python_admin_creates_describes_and_deletes_acls(
 
 
 def test_confluent_admin_alters_and_describes_scram_credentials(
-    admin_listener: KafkaListener, admin_security: LocalSecurityView
+    admin_listener: KafkaListener, admin_security: SecurityView
 ) -> None:
     admin = AdminClient({"bootstrap.servers": admin_listener.bootstrap_servers})
     upserted = [
@@ -241,7 +241,7 @@ def test_confluent_admin_alters_and_describes_scram_credentials(
 
 
 def test_kafka_python_admin_alters_and_describes_scram_credentials(
-    admin_listener: KafkaListener, admin_security: LocalSecurityView
+    admin_listener: KafkaListener, admin_security: SecurityView
 ) -> None:
     admin = KafkaAdminClient(
         bootstrap_servers=admin_listener.bootstrap_servers, request_timeout_ms=int(TIMEOUT_S * 1000)
@@ -267,7 +267,7 @@ def test_kafka_python_admin_alters_and_describes_scram_credentials(
 
 
 @pytest.fixture(scope="module")
-def restricted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[KafkaListener, LocalBrokerView]]:
+def restricted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[KafkaListener, InProcessBrokerView]]:
     # The operator's first grant (e.g. with the CLI): the PLAINTEXT principal may manage ACLs, nothing else.
     first_grant = [
         acls.AclBinding(
@@ -324,7 +324,9 @@ def consume(listener: KafkaListener, topic: str) -> list[bytes]:
         consumer.close()
 
 
-def test_acls_granted_through_the_admin_client_are_enforced(restricted: tuple[KafkaListener, LocalBrokerView]) -> None:
+def test_acls_granted_through_the_admin_client_are_enforced(
+    restricted: tuple[KafkaListener, InProcessBrokerView],
+) -> None:
     listener, view = restricted
     for topic in ("audit", "pay-eu", "pay-secret", "hidden"):
         run(view.create_topic(topic, 1))

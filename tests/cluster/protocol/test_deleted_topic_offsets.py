@@ -3,7 +3,7 @@
 kafka-python's admin clients) no longer names its partitions, ListGroups no longer lists a group whose only offsets
 were on it, DescribeGroups answers it as Dead, a group with offsets on another topic keeps them, and a topic created
 again under the same name has no committed offsets. The oracle is a dict of the offsets each group committed.
-No Ray: the listener serves the in-process broker (`LocalBrokerView`, `LocalGroupView`).
+No Ray: the listener serves the in-process broker (`InProcessBrokerView`, `GroupView.in_process`).
 """
 
 from __future__ import annotations

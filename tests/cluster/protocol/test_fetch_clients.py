@@ -28,10 +28,10 @@ from actors.metrics.names import REQUESTS
 from actors.metrics.recorder import MetricsRecorder
 from benchmarks.kafka_broker import KafkaUnavailable, kafka_jars, kafka_tools_jar
 from cluster.protocol.listener import KafkaListener, start_listener
-from cluster.protocol.local_broker_view import LocalBrokerView
-from cluster.protocol.local_group_view import LocalGroupView
-from cluster.protocol.local_transaction_view import LocalTransactionView
-from cluster.protocol.security.local_security_view import LocalSecurityView
+from cluster.protocol.views.group_view import GroupView
+from cluster.protocol.views.in_process_broker_view import InProcessBrokerView
+from cluster.protocol.views.security_view import SecurityView
+from cluster.protocol.views.transaction_view import TransactionView
 from storage.kafka_uuid import uuid_text
 from tests.cluster.protocol.helpers import confluent_consume_all, start_broker
 from tests.conftest import skip_or_fail
@@ -113,11 +113,11 @@ def served(tmp_path: Path) -> Iterator[tuple[KafkaListener, InProcessBroker, Met
     try:
         with start_listener(
             {"listeners": "PLAINTEXT://127.0.0.1:0"},
-            LocalBrokerView(broker),
-            LocalSecurityView(broker.controller),
+            InProcessBrokerView(broker),
+            SecurityView.in_process(broker.controller),
             metrics,
-            groups=LocalGroupView(broker),
-            transactions=LocalTransactionView(broker),
+            groups=GroupView.in_process(broker),
+            transactions=TransactionView.in_process(broker),
         ) as listener:
             yield listener, broker, metrics
     finally:

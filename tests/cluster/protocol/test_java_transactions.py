@@ -16,10 +16,10 @@ import pytest
 from actors.core.broker import InProcessBroker
 from benchmarks.kafka_broker import KafkaUnavailable, kafka_jars
 from cluster.protocol.listener import KafkaListener, start_listener
-from cluster.protocol.local_broker_view import LocalBrokerView
-from cluster.protocol.local_group_view import LocalGroupView
-from cluster.protocol.local_transaction_view import LocalTransactionView
-from cluster.protocol.security.local_security_view import LocalSecurityView
+from cluster.protocol.views.group_view import GroupView
+from cluster.protocol.views.in_process_broker_view import InProcessBrokerView
+from cluster.protocol.views.security_view import SecurityView
+from cluster.protocol.views.transaction_view import TransactionView
 from tests.cluster.protocol.helpers import start_broker
 from tests.conftest import skip_or_fail
 
@@ -133,10 +133,10 @@ def listener(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaListener
     try:
         with start_listener(
             {"listeners": "PLAINTEXT://127.0.0.1:0"},
-            LocalBrokerView(broker),
-            LocalSecurityView(broker.controller),
-            groups=LocalGroupView(broker),
-            transactions=LocalTransactionView(broker),
+            InProcessBrokerView(broker),
+            SecurityView.in_process(broker.controller),
+            groups=GroupView.in_process(broker),
+            transactions=TransactionView.in_process(broker),
         ) as started:
             yield started
     finally:

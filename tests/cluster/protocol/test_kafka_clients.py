@@ -421,7 +421,7 @@ def test_fetch_and_list_offsets_fence_a_client_leader_epoch_in_the_listeners_vie
     from cluster.protocol.handlers.fetch import FETCH_KEY
     from cluster.protocol.handlers.list_offsets import LIST_OFFSETS_KEY
     from cluster.protocol.messages import build
-    from cluster.protocol.ray_broker_view import statistics
+    from cluster.protocol.views.ray_broker_view import statistics
     from tests.cluster.protocol.helpers import fetch_v12_body, read_frame, records_of
 
     topic, count = "fenced-epochs", 5
@@ -490,7 +490,7 @@ def test_a_consumer_served_from_the_listeners_view_is_reset_by_delete_records_as
     from confluent_kafka import Consumer, TopicPartition
 
     from actors import Admin, Producer
-    from cluster.protocol.ray_broker_view import statistics
+    from cluster.protocol.views.ray_broker_view import statistics
 
     topic, total, deleted_below = "view-delete-records", 2000, 1500
     Admin().create_topic(topic, 1)
@@ -541,7 +541,7 @@ def test_a_consumer_at_the_end_of_a_same_node_partition_is_woken_by_its_change_n
     from confluent_kafka import Consumer, TopicPartition
 
     from actors import Admin, Producer
-    from cluster.protocol.ray_broker_view import statistics
+    from cluster.protocol.views.ray_broker_view import statistics
 
     topic, count = "view-notices", 12
     Admin().create_topic(topic, 1)

@@ -30,10 +30,10 @@ from actors.core.controller.topic_metadata import TRANSACTION_STATE_TOPIC
 from actors.options import transaction_coordinator_name
 from cluster.cli.main import EXIT_DATA_ERROR, EXIT_OK, EXIT_USAGE, main
 from cluster.protocol.listener import KafkaListener, start_listener
-from cluster.protocol.local_broker_view import LocalBrokerView
-from cluster.protocol.local_group_view import LocalGroupView
-from cluster.protocol.local_transaction_view import LocalTransactionView
-from cluster.protocol.security.local_security_view import LocalSecurityView
+from cluster.protocol.views.group_view import GroupView
+from cluster.protocol.views.in_process_broker_view import InProcessBrokerView
+from cluster.protocol.views.security_view import SecurityView
+from cluster.protocol.views.transaction_view import TransactionView
 from storage.records.layout import ControlRecordType
 from storage.records.record_batch import iter_batches
 from tests.cluster.protocol.helpers import start_broker
@@ -58,10 +58,10 @@ def module_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProces
 def listener(module_broker: InProcessBroker) -> Iterator[KafkaListener]:
     with start_listener(
         {"listeners": "PLAINTEXT://127.0.0.1:0"},
-        LocalBrokerView(module_broker),
-        LocalSecurityView(module_broker.controller),
-        groups=LocalGroupView(module_broker),
-        transactions=LocalTransactionView(module_broker),
+        InProcessBrokerView(module_broker),
+        SecurityView.in_process(module_broker.controller),
+        groups=GroupView.in_process(module_broker),
+        transactions=TransactionView.in_process(module_broker),
     ) as started:
         yield started
 

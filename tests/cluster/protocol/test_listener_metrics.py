@@ -1,9 +1,9 @@
 """What a Kafka listener records in its metrics, over real sockets on 127.0.0.1 with real clients (raw frames,
 confluent-kafka): connections and their closing per listener, each answered request under its API's name and
 version with its latency, the record bytes Fetch answers carry, failed SASL logins; and what the broker behind it
-records of the appends. The broker side is a listener over the in-process broker (`LocalBrokerView`,
-`LocalSecurityView`), both recording into one `MetricsRecorder`; the oracles are the requests and records sent, the
-segment files the consumer read whole, and the server's own statistics."""
+records of the appends. The broker side is a listener over the in-process broker (`InProcessBrokerView`,
+`SecurityView.in_process`), both recording into one `MetricsRecorder`; the oracles are the requests and records
+sent, the segment files the consumer read whole, and the server's own statistics."""
 
 from __future__ import annotations
 
@@ -30,9 +30,9 @@ from cluster.protocol.framing import decode_response, encode_request
 from cluster.protocol.handlers.api_versions import API_VERSIONS_KEY
 from cluster.protocol.handlers.metadata import METADATA_KEY
 from cluster.protocol.listener import KafkaListener, start_listener
-from cluster.protocol.local_broker_view import LocalBrokerView
 from cluster.protocol.messages import build
-from cluster.protocol.security.local_security_view import LocalSecurityView
+from cluster.protocol.views.in_process_broker_view import InProcessBrokerView
+from cluster.protocol.views.security_view import SecurityView
 from tests.cluster.protocol.helpers import add_user, leader_log, read_frame, run, start_broker
 
 DEADLINE_S = 20.0
@@ -47,12 +47,12 @@ ALICE_PASSWORD = "alice-pa55-Secret"
 
 
 @pytest.fixture
-def served(tmp_path: Any) -> Iterator[tuple[KafkaListener, LocalBrokerView, MetricsRecorder]]:
+def served(tmp_path: Any) -> Iterator[tuple[KafkaListener, InProcessBrokerView, MetricsRecorder]]:
     metrics = MetricsRecorder()
     broker = start_broker(tmp_path, metrics=metrics)
-    security = LocalSecurityView(broker.controller)
+    security = SecurityView.in_process(broker.controller)
     add_user(broker.controller, "alice", ALICE_PASSWORD)
-    view = LocalBrokerView(broker)
+    view = InProcessBrokerView(broker)
     properties = {
         "listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
         "sasl.enabled.mechanisms": "SCRAM-SHA-256",
@@ -79,7 +79,7 @@ def request_and_answer(sock: socket.socket, api_key: int, version: int, body: di
 
 
 def test_connections_and_requests_per_api_and_version(
-    served: tuple[KafkaListener, LocalBrokerView, MetricsRecorder],
+    served: tuple[KafkaListener, InProcessBrokerView, MetricsRecorder],
 ) -> None:
     listener, _, metrics = served
     port = listener.ports["PLAINTEXT"]
@@ -106,7 +106,7 @@ def test_connections_and_requests_per_api_and_version(
 
 
 def test_fetch_answers_count_the_record_bytes_consumers_read(
-    served: tuple[KafkaListener, LocalBrokerView, MetricsRecorder],
+    served: tuple[KafkaListener, InProcessBrokerView, MetricsRecorder],
 ) -> None:
     from confluent_kafka import Consumer, Producer, TopicPartition
 
@@ -144,7 +144,7 @@ def test_fetch_answers_count_the_record_bytes_consumers_read(
 
 
 def test_failed_sasl_logins_are_counted_on_their_listener(
-    served: tuple[KafkaListener, LocalBrokerView, MetricsRecorder],
+    served: tuple[KafkaListener, InProcessBrokerView, MetricsRecorder],
 ) -> None:
     from confluent_kafka import Producer
 

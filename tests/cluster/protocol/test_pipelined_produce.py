@@ -20,11 +20,12 @@ from actors.core.transactions.transaction_metadata import TxnError
 from cluster.protocol.framing import SIZE, encode_request
 from cluster.protocol.handlers.produce import PRODUCE_KEY
 from cluster.protocol.listener import KafkaListener, start_listener
-from cluster.protocol.local_broker_view import LocalBrokerView
-from cluster.protocol.local_group_view import LocalGroupView
-from cluster.protocol.local_transaction_view import LocalTransactionView
 from cluster.protocol.messages import build
-from cluster.protocol.security.local_security_view import LocalSecurityView
+from cluster.protocol.views.group_view import GroupView
+from cluster.protocol.views.in_process_broker_view import InProcessBrokerView
+from cluster.protocol.views.security_view import SecurityView
+from cluster.protocol.views.transaction_view import TransactionView
+from cluster.protocol.views.transport import Transport
 from storage.records.record_batch import RecordBatchBuilder, iter_batches
 from tests.cluster.protocol.helpers import leader_log
 
@@ -37,11 +38,11 @@ STEP_S = 0.03
 PRODUCE_VERSION = 9
 
 
-class ReversingVerification(LocalTransactionView):
+class ReversingVerification(TransactionView):
     """The in-process coordinator's answers, the k-th verification delayed by (REQUESTS - k) * STEP_S."""
 
-    def __init__(self, broker: InProcessBroker) -> None:
-        super().__init__(broker)
+    def __init__(self, transport: Transport) -> None:
+        super().__init__(transport)
         self.calls = 0
 
     async def verify_partitions(
@@ -56,12 +57,12 @@ class ReversingVerification(LocalTransactionView):
 @pytest.fixture
 def served(broker: InProcessBroker) -> Iterator[tuple[KafkaListener, ReversingVerification]]:
     broker.controller.create_topic(TOPIC, 1)
-    transactions = ReversingVerification(broker)
+    transactions = ReversingVerification.in_process(broker)
     with start_listener(
         {"listeners": "PLAINTEXT://127.0.0.1:0"},
-        LocalBrokerView(broker),
-        LocalSecurityView(broker.controller),
-        groups=LocalGroupView(broker),
+        InProcessBrokerView(broker),
+        SecurityView.in_process(broker.controller),
+        groups=GroupView.in_process(broker),
         transactions=transactions,
     ) as listener:
         yield listener, transactions
@@ -122,6 +123,6 @@ def test_pipelined_transactional_batches_land_in_send_order_when_their_verificat
 
     assert transactions.calls == REQUESTS
     assert answers == [(index, ErrorCode.none) for index in range(REQUESTS)]
-    log = leader_log(LocalBrokerView(broker), TOPIC, 0)
+    log = leader_log(InProcessBrokerView(broker), TOPIC, 0)
     stored = [batch.base_sequence for batch in iter_batches(log.read(0, 1 << 20).records)]
     assert stored == sequences

@@ -18,8 +18,8 @@ from kio.index import load_request_schema
 
 from actors.core.broker import InProcessBroker
 from cluster.protocol.listener import KafkaListener, start_listener
-from cluster.protocol.local_broker_view import LocalBrokerView
 from cluster.protocol.messages import build
+from cluster.protocol.views.in_process_broker_view import InProcessBrokerView
 from storage.partition.log import LogAppendInfo
 from storage.records.record_batch import ControlRecordType
 from tests.cluster.protocol.helpers import (
@@ -38,7 +38,7 @@ FETCH_KEY = 1
 LIST_OFFSETS_KEY = 2
 
 
-def write_into(view: LocalBrokerView, topic: str, *, leave_open: bool = True) -> Scenario:
+def write_into(view: InProcessBrokerView, topic: str, *, leave_open: bool = True) -> Scenario:
     """The scenario written into `topic`'s leader logs; each write wakes the partition's long polls."""
 
     def append(partition: int, batch: bytes) -> LogAppendInfo:
@@ -52,9 +52,9 @@ def write_into(view: LocalBrokerView, topic: str, *, leave_open: bool = True) ->
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[KafkaListener, LocalBrokerView, Scenario]]:
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[KafkaListener, InProcessBrokerView, Scenario]]:
     broker: InProcessBroker = start_broker(tmp_path_factory.mktemp("read-committed"))
-    view = LocalBrokerView(broker)
+    view = InProcessBrokerView(broker)
     broker.controller.create_topic(TOPIC, PARTITIONS, {})
     scenario = write_into(view, TOPIC)
     settings = {"listeners": "PLAINTEXT://127.0.0.1:0", "auto.create.topics.enable": "false"}
@@ -105,7 +105,7 @@ def confluent_read(bootstrap: str, isolation: str, expected: int) -> tuple[list[
 @pytest.mark.parametrize("read", [confluent_read, kafka_python_read], ids=["confluent", "kafka-python"])
 @pytest.mark.parametrize("isolation", ["read_committed", "read_uncommitted"])
 def test_a_consumer_reads_what_its_isolation_level_allows(
-    served: tuple[KafkaListener, LocalBrokerView, Scenario], isolation: str, read: Callable[..., Any]
+    served: tuple[KafkaListener, InProcessBrokerView, Scenario], isolation: str, read: Callable[..., Any]
 ) -> None:
     listener, _, scenario = served
     expected = scenario.read(isolation)
@@ -146,7 +146,7 @@ def fetch_request(version: int, isolation_level: int, partition: int, offset: in
 
 @pytest.mark.parametrize("version", [4, 11])
 def test_fetch_answers_the_last_stable_offset_and_the_aborted_transactions(
-    served: tuple[KafkaListener, LocalBrokerView, Scenario], version: int
+    served: tuple[KafkaListener, InProcessBrokerView, Scenario], version: int
 ) -> None:
     listener, _, scenario = served
     for partition in range(PARTITIONS):
@@ -169,7 +169,7 @@ def test_fetch_answers_the_last_stable_offset_and_the_aborted_transactions(
 
 
 def test_a_fetch_from_past_every_aborted_transaction_lists_none(
-    served: tuple[KafkaListener, LocalBrokerView, Scenario],
+    served: tuple[KafkaListener, InProcessBrokerView, Scenario],
 ) -> None:
     listener, _, scenario = served
     # Partition 1 ends with a committed transaction and a plain record, after its one abort.
@@ -201,7 +201,7 @@ def listed_offset(listener: KafkaListener, isolation_level: int, partition: int,
 
 
 def test_list_offsets_latest_is_the_lso_for_read_committed_and_lookups_stay_below_it(
-    served: tuple[KafkaListener, LocalBrokerView, Scenario],
+    served: tuple[KafkaListener, InProcessBrokerView, Scenario],
 ) -> None:
     listener, _, scenario = served
     for partition in range(PARTITIONS):
@@ -221,7 +221,7 @@ def test_list_offsets_latest_is_the_lso_for_read_committed_and_lookups_stay_belo
 
 def test_a_read_committed_long_poll_waits_for_the_commit_marker(tmp_path: Path) -> None:
     broker = start_broker(tmp_path / "long-poll")
-    view = LocalBrokerView(broker)
+    view = InProcessBrokerView(broker)
     broker.controller.create_topic(TOPIC, PARTITIONS, {})
     scenario = write_into(view, TOPIC)
     lso = scenario.last_stable_offset(0)

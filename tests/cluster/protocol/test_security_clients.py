@@ -3,8 +3,8 @@ produce and consume over SSL (server and client certificates from a `trustme` CA
 SCRAM-SHA-512, and SASL_PLAINTEXT with PLAIN; wrong credentials and missing client certificates are refused; a
 login failure is answered only after `connection.failed.authentication.delay.ms`; no password reaches a log line.
 
-The broker side is a listener over the in-process broker (`LocalBrokerView`) and its controller's credential store
-(`LocalSecurityView`); the oracle is what the producers sent, read back record for record.
+The broker side is a listener over the in-process broker (`InProcessBrokerView`) and its controller's credential store
+(`SecurityView.in_process`); the oracle is what the producers sent, read back record for record.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ import pytest
 
 from actors.core.broker import InProcessBroker
 from cluster.protocol.listener import KafkaListener, start_listener
-from cluster.protocol.local_broker_view import LocalBrokerView
-from cluster.protocol.security.local_security_view import LocalSecurityView
+from cluster.protocol.views.in_process_broker_view import InProcessBrokerView
+from cluster.protocol.views.security_view import SecurityView
 from tests.cluster.protocol.helpers import TlsFiles, add_user, make_tls_files, run, start_broker
 
 ALICE_PASSWORD = "alice-pa55-Secret"
@@ -44,16 +44,16 @@ def module_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProces
 
 
 @pytest.fixture(scope="module")
-def security(module_broker: InProcessBroker) -> LocalSecurityView:
+def security(module_broker: InProcessBroker) -> SecurityView:
     add_user(module_broker.controller, "alice", ALICE_PASSWORD, "SCRAM-SHA-256")
     add_user(module_broker.controller, "alice", ALICE_PASSWORD, "SCRAM-SHA-512")
     add_user(module_broker.controller, "carol", PLAIN_PASSWORD, "SCRAM-SHA-512")
-    return LocalSecurityView(module_broker.controller)
+    return SecurityView.in_process(module_broker.controller)
 
 
 @pytest.fixture(scope="module")
-def listener(module_broker: InProcessBroker, tls: TlsFiles, security: LocalSecurityView) -> Iterator[KafkaListener]:
-    view = LocalBrokerView(module_broker)
+def listener(module_broker: InProcessBroker, tls: TlsFiles, security: SecurityView) -> Iterator[KafkaListener]:
+    view = InProcessBrokerView(module_broker)
     properties = {
         "listeners": "SSL://127.0.0.1:0,SASL_SSL://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0,CERTS://127.0.0.1:0",
         "listener.security.protocol.map": "SSL:SSL,SASL_SSL:SASL_SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,CERTS:SSL",
@@ -289,13 +289,13 @@ def test_large_fetches_over_tls_come_back_byte_for_byte(listener: KafkaListener,
 
 
 @pytest.fixture(scope="module")
-def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[KafkaListener, LocalSecurityView]]:
+def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[KafkaListener, SecurityView]]:
     """A SASL_PLAINTEXT listener with the authorizer on, `admin` a super user and no ACL yet."""
     broker = start_broker(tmp_path_factory.mktemp("guarded"))
-    security = LocalSecurityView(broker.controller)
+    security = SecurityView.in_process(broker.controller)
     for user in ("admin", "alice", "bob"):
         add_user(broker.controller, user, f"{user}-{ALICE_PASSWORD}")
-    view = LocalBrokerView(broker)
+    view = InProcessBrokerView(broker)
     properties = {
         "listeners": "SASL_PLAINTEXT://127.0.0.1:0",
         "sasl.enabled.mechanisms": "SCRAM-SHA-256",
@@ -322,7 +322,7 @@ def login(listener: KafkaListener, user: str, password: str | None = None, **ext
 
 
 def test_principals_from_sasl_logins_are_authorized_by_acls_and_a_super_user_needs_none(
-    guarded: tuple[KafkaListener, LocalSecurityView],
+    guarded: tuple[KafkaListener, SecurityView],
 ) -> None:
     """`admin` (super user) writes with no ACL; alice, granted READ, consumes but may not produce; bob, granted
     nothing, does not even see the topic in Metadata."""
@@ -386,7 +386,7 @@ def test_principals_from_sasl_logins_are_authorized_by_acls_and_a_super_user_nee
 
 
 def test_a_password_changed_over_the_wire_applies_to_the_next_login(
-    guarded: tuple[KafkaListener, LocalSecurityView],
+    guarded: tuple[KafkaListener, SecurityView],
 ) -> None:
     """AlterUserScramCredentials from a super user's AdminClient: the new password logs in, the old one fails."""
     from confluent_kafka import KafkaError

@@ -23,9 +23,9 @@ from cluster.protocol.handlers.api_versions import API_VERSIONS_KEY
 from cluster.protocol.handlers.metadata import METADATA_KEY
 from cluster.protocol.handlers.sasl import SASL_AUTHENTICATE_KEY, SASL_HANDSHAKE_KEY
 from cluster.protocol.listener import KafkaListener, start_listener
-from cluster.protocol.local_broker_view import LocalBrokerView
 from cluster.protocol.messages import build
-from cluster.protocol.security.local_security_view import LocalSecurityView
+from cluster.protocol.views.in_process_broker_view import InProcessBrokerView
+from cluster.protocol.views.security_view import SecurityView
 from tests.cluster.protocol.helpers import (
     TlsFiles,
     add_user,
@@ -48,9 +48,9 @@ def tls(tmp_path_factory: pytest.TempPathFactory) -> TlsFiles:
 @pytest.fixture(scope="module")
 def listener(tmp_path_factory: pytest.TempPathFactory, tls: TlsFiles) -> Iterator[KafkaListener]:
     broker = start_broker(tmp_path_factory.mktemp("logs"))
-    security = LocalSecurityView(broker.controller)
-    add_user(security.controller, "alice", PASSWORD)
-    view = LocalBrokerView(broker)
+    security = SecurityView.in_process(broker.controller)
+    add_user(broker.controller, "alice", PASSWORD)
+    view = InProcessBrokerView(broker)
     properties = {
         "listeners": "SSL://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
         "ssl.keystore.type": "PEM",

@@ -21,9 +21,9 @@ from cluster.protocol.framing import FIXED_HEADER, SIZE, SplicedFrame, decode_re
 from cluster.protocol.handlers.api_versions import API_VERSIONS_KEY
 from cluster.protocol.handlers.produce import PRODUCE_KEY
 from cluster.protocol.listener import KafkaListener, start_listener
-from cluster.protocol.local_broker_view import LocalBrokerView
 from cluster.protocol.messages import build
 from cluster.protocol.server import KafkaServer
+from cluster.protocol.views.in_process_broker_view import InProcessBrokerView
 from storage.config.listener_config import ListenerConfig
 from tests.cluster.protocol.helpers import batch, is_closed_by_server, leader_log, read_frame, run
 
@@ -34,7 +34,7 @@ API_VERSIONS_REQUEST = build(
 
 
 @pytest.fixture
-def listen(view: LocalBrokerView) -> Iterator[Callable[..., KafkaListener]]:
+def listen(view: InProcessBrokerView) -> Iterator[Callable[..., KafkaListener]]:
     started: list[KafkaListener] = []
 
     def start(**properties: str) -> KafkaListener:
@@ -124,7 +124,7 @@ def test_max_connections_per_ip_refuses_the_extra_connection(listen: Callable[..
 
 @pytest.mark.parametrize("queued_max_requests", ["500", "1"])
 def test_pipelined_requests_are_answered_in_order_and_acks_zero_gets_no_answer(
-    listen: Callable[..., KafkaListener], view: LocalBrokerView, queued_max_requests: str
+    listen: Callable[..., KafkaListener], view: InProcessBrokerView, queued_max_requests: str
 ) -> None:
     """Produce and the ApiVersions around it, pipelined; also with `queued.max.requests` at 1, where each frame is
     read only once the one before is answered."""

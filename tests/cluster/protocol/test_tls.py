@@ -20,9 +20,9 @@ from cryptography.hazmat.primitives import serialization
 
 from actors.core.security.acls import AclBinding, AclOperation, AclPermissionType, PatternType, ResourceType
 from cluster.protocol.listener import KafkaListener, start_listener
-from cluster.protocol.local_broker_view import LocalBrokerView
-from cluster.protocol.security.local_security_view import LocalSecurityView
 from cluster.protocol.security.tls import server_context
+from cluster.protocol.views.in_process_broker_view import InProcessBrokerView
+from cluster.protocol.views.security_view import SecurityView
 from storage.config.config_values import Password
 from storage.config.security_config import SecurityConfig
 from storage.errors import InvalidConfigError
@@ -73,17 +73,17 @@ def subject_principal(certificate_file: Path) -> str:
 def authorized(tmp_path: Path) -> Iterator[tuple[KafkaListener, TlsFiles]]:
     tls = make_tls_files(tmp_path)
     broker = start_broker(tmp_path / "logs")
-    security = LocalSecurityView(broker.controller)
+    security = SecurityView.in_process(broker.controller)
     alice = subject_principal(tls.alice)
     assert alice.startswith("User:CN=alice,")
     add_acls(
-        security.controller,
+        broker.controller,
         *(
             AclBinding(ResourceType.TOPIC, "*", PatternType.LITERAL, alice, "*", operation, AclPermissionType.ALLOW)
             for operation in (AclOperation.WRITE, AclOperation.CREATE)
         ),
     )
-    view = LocalBrokerView(broker)
+    view = InProcessBrokerView(broker)
     properties = {
         "listeners": "SSL://127.0.0.1:0",
         "ssl.keystore.type": "PEM",

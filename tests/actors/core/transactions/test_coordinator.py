@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from actors.core.broker import InProcessBroker, InProcessMarkers
+from actors.core.broker import InProcessBroker
 from actors.core.controller.topic_metadata import TRANSACTION_STATE_TOPIC
 from actors.core.transactions.coordinator import InitProducerIdResult, TransactionCoordinator, TransactionDescription
 from actors.core.transactions.transaction_metadata import (
@@ -679,7 +679,7 @@ def coordinator_with(broker: InProcessBroker, completions: Callable[[Callable[[]
         find_partition=lambda partition: broker.internal_partition(TRANSACTION_STATE_TOPIC, partition),
         allocate_producer_id=broker.controller.allocate_producer_id,
         allocate_coordinator_epoch=broker.controller.allocate_coordinator_epoch,
-        markers=InProcessMarkers(broker),
+        markers=broker.markers,
         completions=completions,
         completion_wait_s=0.01,
     )

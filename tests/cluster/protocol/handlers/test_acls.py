@@ -11,6 +11,7 @@ import pytest
 from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
 
+from actors.core.broker import InProcessBroker
 from actors.core.security.acls import (
     CLUSTER_NAME,
     AclBinding,
@@ -32,7 +33,7 @@ from cluster.protocol.handlers.acls import (
 from cluster.protocol.messages import build
 from cluster.protocol.router import SERVED
 from cluster.protocol.security.access import AccessControl
-from cluster.protocol.security.local_security_view import LocalSecurityView
+from cluster.protocol.views.security_view import SecurityView
 from storage.config.security_config import SecurityConfig
 from tests.cluster.protocol.helpers import add_acls, run
 
@@ -53,7 +54,7 @@ def versions(key: int) -> range:
     return range(SERVED[key].min_version, SERVED[key].max_version + 1)
 
 
-def access_for(security: LocalSecurityView, authorizer: bool = True) -> AccessControl:
+def access_for(security: SecurityView, authorizer: bool = True) -> AccessControl:
     properties = {"super.users": ADMIN}
     if authorizer:
         properties["authorizer.class.name"] = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
@@ -107,7 +108,7 @@ GROUP_READ = AclBinding(
 
 @pytest.mark.parametrize("version", versions(CREATE_ACLS_KEY))
 def test_created_bindings_are_described_and_deleted_as_the_store_holds_them(
-    security: LocalSecurityView, version: int
+    security: SecurityView, version: int
 ) -> None:
     access = access_for(security)
     wanted = [READ_ORDERS, WRITE_PREFIX, GROUP_READ, READ_ORDERS]
@@ -138,7 +139,7 @@ def test_created_bindings_are_described_and_deleted_as_the_store_holds_them(
     assert run(security.acls())[1] == [GROUP_READ]
 
 
-def test_invalid_creations_and_filters_fail_alone_with_invalid_request(security: LocalSecurityView) -> None:
+def test_invalid_creations_and_filters_fail_alone_with_invalid_request(security: SecurityView) -> None:
     access = access_for(security)
     cluster_named_wrong = {**creation(READ_ORDERS), "resource_type": ResourceType.CLUSTER}
     creations = [
@@ -165,8 +166,8 @@ def test_invalid_creations_and_filters_fail_alone_with_invalid_request(security:
     assert [len(result.matching_acls) for result in deleted.filter_results] == [0, 1]
 
 
-def test_acl_apis_need_alter_or_describe_on_the_cluster(security: LocalSecurityView) -> None:
-    add_acls(security.controller, GROUP_READ)
+def test_acl_apis_need_alter_or_describe_on_the_cluster(broker: InProcessBroker, security: SecurityView) -> None:
+    add_acls(broker.controller, GROUP_READ)
     access = access_for(security)
     denied = ErrorCode.cluster_authorization_failed
     created = ask(
@@ -188,7 +189,7 @@ def test_acl_apis_need_alter_or_describe_on_the_cluster(security: LocalSecurityV
         AclOperation.DESCRIBE,
         AclPermissionType.ALLOW,
     )
-    add_acls(security.controller, describer)
+    add_acls(broker.controller, describer)
     run(access.refresh())
     described = ask(DescribeAclsHandler(security, access), DESCRIBE_ACLS_KEY, EVERYTHING, 3, ALICE)
     assert described.error_code == ErrorCode.none and len(described.resources) == 2
@@ -196,7 +197,7 @@ def test_acl_apis_need_alter_or_describe_on_the_cluster(security: LocalSecurityV
     assert deleted.filter_results[0].error_code == denied
 
 
-def test_a_broker_without_an_authorizer_answers_security_disabled(security: LocalSecurityView) -> None:
+def test_a_broker_without_an_authorizer_answers_security_disabled(security: SecurityView) -> None:
     access = access_for(security, authorizer=False)
     disabled = ErrorCode.security_disabled
     created = ask(CreateAclsHandler(security, access), CREATE_ACLS_KEY, {"creations": [creation(READ_ORDERS)]}, 3)
@@ -207,7 +208,7 @@ def test_a_broker_without_an_authorizer_answers_security_disabled(security: Loca
     assert run(security.acls())[1] == []
 
 
-def test_a_change_applies_on_this_listener_at_once(security: LocalSecurityView) -> None:
+def test_a_change_applies_on_this_listener_at_once(security: SecurityView) -> None:
     access = access_for(security)
     alice = ConnectionContext("PLAINTEXT", "PLAINTEXT", "127.0.0.1", ALICE)
     assert not access.allows(alice, AclOperation.READ, ResourceType.TOPIC, "orders")

@@ -2,7 +2,7 @@
 order Kafka keeps (a principal without DESCRIBE learns nothing of a topic, not even that it does not exist).
 
 The access control is the listener's own (`AccessControl`, StandardAuthorizer semantics) over the controller's real
-ACL store in the in-process broker's controller (`LocalSecurityView`, its ACLs replaced for each check); requests
+ACL store in the in-process broker's controller (`SecurityView.in_process`, its ACLs replaced for each check); requests
 come from `User:alice` on 127.0.0.1, with no ACL applying meaning "refused" (`allow.everyone.if.no.acl.found=false`,
 Kafka's default).
 """
@@ -15,6 +15,7 @@ import pytest
 from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
 
+from actors.core.broker import InProcessBroker
 from actors.core.security.acls import (
     CLUSTER_NAME,
     AclBinding,
@@ -24,7 +25,6 @@ from actors.core.security.acls import (
     PatternType,
     ResourceType,
 )
-from cluster.protocol.broker_view import BrokerEndpoint
 from cluster.protocol.config_entries import ConfigDescriber
 from cluster.protocol.connection import ConnectionContext
 from cluster.protocol.framing import Request, decode_response, encode_response
@@ -77,13 +77,14 @@ from cluster.protocol.handlers.topics import (
     CreateTopicsHandler,
     DeleteTopicsHandler,
 )
-from cluster.protocol.local_broker_view import LocalBrokerView
-from cluster.protocol.local_group_view import LocalGroupView
-from cluster.protocol.local_transaction_view import LocalTransactionView
 from cluster.protocol.messages import build
 from cluster.protocol.router import SERVED
 from cluster.protocol.security.access import AccessControl
-from cluster.protocol.security.local_security_view import LocalSecurityView
+from cluster.protocol.views.broker_view import BrokerEndpoint
+from cluster.protocol.views.group_view import GroupView
+from cluster.protocol.views.in_process_broker_view import InProcessBrokerView
+from cluster.protocol.views.security_view import SecurityView
+from cluster.protocol.views.transaction_view import TransactionView
 from storage.config.broker_config import BrokerConfig
 from storage.config.security_config import SecurityConfig
 from tests.cluster.protocol.helpers import batch, commit_offsets, committed_offsets, leader_log, run
@@ -119,9 +120,7 @@ def on_cluster(operation: AclOperation, **options: Any) -> AclBinding:
     return acl(ResourceType.CLUSTER, CLUSTER_NAME, operation, **options)
 
 
-def access_with(
-    security: LocalSecurityView, *bindings: AclBinding, authorizer: str = STANDARD_AUTHORIZER
-) -> AccessControl:
+def access_with(security: SecurityView, *bindings: AclBinding, authorizer: str = STANDARD_AUTHORIZER) -> AccessControl:
     """The listener's access control over exactly `bindings` (the controller's ACLs are replaced by them), loaded."""
     run(security.delete_acls([AclBindingFilter.ANY]))
     run(security.create_acls(list(bindings)))
@@ -146,10 +145,10 @@ def bits(*operations: AclOperation) -> int:
 # Topics and partitions
 
 
-def produce(view: LocalBrokerView, access: AccessControl, *topics: str) -> dict[str, ErrorCode]:
+def produce(view: InProcessBrokerView, access: AccessControl, *topics: str) -> dict[str, ErrorCode]:
     records = batch([(b"k", b"v", 1000)])
     answer = ask(
-        ProduceHandler(view, LocalTransactionView(view.broker), access),
+        ProduceHandler(view, TransactionView.in_process(view.broker), access),
         PRODUCE_KEY,
         {
             "transactional_id": None,
@@ -162,7 +161,7 @@ def produce(view: LocalBrokerView, access: AccessControl, *topics: str) -> dict[
 
 
 def test_produce_needs_write_on_the_topic_even_to_learn_it_does_not_exist(
-    view: LocalBrokerView, security: LocalSecurityView
+    view: InProcessBrokerView, security: SecurityView
 ) -> None:
     run(view.create_topic("paid", 1))
     run(view.create_topic("secret", 1))
@@ -177,7 +176,7 @@ def test_produce_needs_write_on_the_topic_even_to_learn_it_does_not_exist(
 
 
 def test_produce_allowed_by_a_prefixed_acl_and_refused_by_a_deny(
-    view: LocalBrokerView, security: LocalSecurityView
+    view: InProcessBrokerView, security: SecurityView
 ) -> None:
     run(view.create_topic("orders-eu", 1))
     run(view.create_topic("orders-us", 1))
@@ -189,12 +188,14 @@ def test_produce_allowed_by_a_prefixed_acl_and_refused_by_a_deny(
     assert produce(view, access, "orders-eu", "orders-us") == {"orders-eu": ErrorCode.none, "orders-us": DENIED_TOPIC}
 
 
-def test_every_request_is_allowed_without_an_authorizer(view: LocalBrokerView, security: LocalSecurityView) -> None:
+def test_every_request_is_allowed_without_an_authorizer(view: InProcessBrokerView, security: SecurityView) -> None:
     run(view.create_topic("open", 1))
     assert produce(view, access_with(security, authorizer=""), "open") == {"open": ErrorCode.none}
 
 
-def fetch_codes(view: LocalBrokerView, access: AccessControl, *topics: str, version: int = 12) -> dict[str, ErrorCode]:
+def fetch_codes(
+    view: InProcessBrokerView, access: AccessControl, *topics: str, version: int = 12
+) -> dict[str, ErrorCode]:
     """Each topic's error code in alice's Fetch of partition 0 of `topics`: by name up to v12, by topic id from v13
     (every topic must then exist)."""
     names = {topic_id: name for topic_id, name in run(view.topic_names()).items() if name in topics}
@@ -216,7 +217,7 @@ def fetch_codes(view: LocalBrokerView, access: AccessControl, *topics: str, vers
     return {topic.topic: topic.partitions[0].error_code for topic in answer.responses}
 
 
-def test_fetch_needs_read_on_the_topic(view: LocalBrokerView, security: LocalSecurityView) -> None:
+def test_fetch_needs_read_on_the_topic(view: InProcessBrokerView, security: SecurityView) -> None:
     run(view.create_topic("public", 1))
     run(view.create_topic("private", 1))
     access = access_with(security, on_topic("public", AclOperation.READ), on_topic("private", AclOperation.DESCRIBE))
@@ -231,7 +232,7 @@ def test_fetch_needs_read_on_the_topic(view: LocalBrokerView, security: LocalSec
     }
 
 
-def test_list_offsets_needs_describe_on_the_topic(view: LocalBrokerView, security: LocalSecurityView) -> None:
+def test_list_offsets_needs_describe_on_the_topic(view: InProcessBrokerView, security: SecurityView) -> None:
     run(view.create_topic("seen", 1))
     run(view.create_topic("hidden", 1))
     answer = ask(
@@ -249,7 +250,7 @@ def test_list_offsets_needs_describe_on_the_topic(view: LocalBrokerView, securit
     assert codes == {"seen": (ErrorCode.none, 0), "hidden": (DENIED_TOPIC, -1)}
 
 
-def leader_epoch_codes(view: LocalBrokerView, access: AccessControl) -> dict[str, ErrorCode]:
+def leader_epoch_codes(view: InProcessBrokerView, access: AccessControl) -> dict[str, ErrorCode]:
     answer = ask(
         OffsetForLeaderEpochHandler(view, access),
         OFFSET_FOR_LEADER_EPOCH_KEY,
@@ -263,7 +264,7 @@ def leader_epoch_codes(view: LocalBrokerView, access: AccessControl) -> dict[str
 
 
 def test_offset_for_leader_epoch_needs_describe_on_the_topic_or_cluster_action(
-    view: LocalBrokerView, security: LocalSecurityView
+    view: InProcessBrokerView, security: SecurityView
 ) -> None:
     run(view.create_topic("seen", 1))
     run(view.create_topic("hidden", 1))
@@ -273,7 +274,7 @@ def test_offset_for_leader_epoch_needs_describe_on_the_topic_or_cluster_action(
     assert leader_epoch_codes(view, follower) == {"seen": ErrorCode.none, "hidden": ErrorCode.none}
 
 
-def test_delete_records_needs_delete_on_the_topic(view: LocalBrokerView, security: LocalSecurityView) -> None:
+def test_delete_records_needs_delete_on_the_topic(view: InProcessBrokerView, security: SecurityView) -> None:
     run(view.create_topic("purged", 1))
     run(view.create_topic("kept", 1))
     answer = ask(
@@ -296,7 +297,7 @@ def test_delete_records_needs_delete_on_the_topic(view: LocalBrokerView, securit
 
 
 def metadata(
-    view: LocalBrokerView, access: AccessControl, topics: list[str] | None, version: int = 12, **flags: bool
+    view: InProcessBrokerView, access: AccessControl, topics: list[str] | None, version: int = 12, **flags: bool
 ) -> Any:
     handler = MetadataHandler(view, ENDPOINT, True, 1, access)
     named = None if topics is None else [{"topic_id": None, "name": name} for name in topics]
@@ -305,7 +306,7 @@ def metadata(
 
 
 def test_metadata_lists_only_describable_topics_and_hides_whether_others_exist(
-    view: LocalBrokerView, security: LocalSecurityView
+    view: InProcessBrokerView, security: SecurityView
 ) -> None:
     for name in ("seen", "hidden"):
         run(view.create_topic(name, 1))
@@ -325,7 +326,7 @@ def test_metadata_lists_only_describable_topics_and_hides_whether_others_exist(
 
 
 def test_metadata_auto_creation_needs_create_on_the_cluster_or_the_topic(
-    view: LocalBrokerView, security: LocalSecurityView
+    view: InProcessBrokerView, security: SecurityView
 ) -> None:
     describe_all = on_topic("*", AclOperation.DESCRIBE)
     refused = metadata(view, access_with(security, describe_all), ["auto-refused"]).topics
@@ -341,7 +342,7 @@ def test_metadata_auto_creation_needs_create_on_the_cluster_or_the_topic(
     assert set(run(view.topics())) == {"auto-made", "anything"}
 
 
-def test_metadata_fills_authorized_operations_when_asked(view: LocalBrokerView, security: LocalSecurityView) -> None:
+def test_metadata_fills_authorized_operations_when_asked(view: InProcessBrokerView, security: SecurityView) -> None:
     run(view.create_topic("seen", 1))
     access = access_with(security, on_topic("seen", AclOperation.READ), on_topic("seen", AclOperation.ALTER_CONFIGS))
     answer = metadata(
@@ -362,7 +363,7 @@ def test_metadata_fills_authorized_operations_when_asked(view: LocalBrokerView, 
 
 
 def test_describe_cluster_needs_nothing_and_reports_cluster_operations_when_asked(
-    view: LocalBrokerView, security: LocalSecurityView
+    view: InProcessBrokerView, security: SecurityView
 ) -> None:
     values = {"include_cluster_authorized_operations": True, "include_fenced_brokers": False}
     answer = ask(DescribeClusterHandler(view, ENDPOINT, access_with(security)), DESCRIBE_CLUSTER_KEY, values)
@@ -375,15 +376,17 @@ def test_describe_cluster_needs_nothing_and_reports_cluster_operations_when_aske
 # Producer ids
 
 
-def init_producer_id(view: LocalBrokerView, access: AccessControl, transactional_id: str | None = None) -> ErrorCode:
+def init_producer_id(
+    view: InProcessBrokerView, access: AccessControl, transactional_id: str | None = None
+) -> ErrorCode:
     values = {"transactional_id": transactional_id, "transaction_timeout": 60_000}
-    handler = InitProducerIdHandler(view, LocalTransactionView(view.broker), access)
+    handler = InitProducerIdHandler(view, TransactionView.in_process(view.broker), access)
     code: ErrorCode = ask(handler, INIT_PRODUCER_ID_KEY, values).error_code
     return code
 
 
 def test_init_producer_id_needs_idempotent_write_on_the_cluster_or_write_on_some_topic(
-    view: LocalBrokerView, security: LocalSecurityView
+    view: InProcessBrokerView, security: SecurityView
 ) -> None:
     assert init_producer_id(view, access_with(security, on_topic("t", AclOperation.READ))) == DENIED_CLUSTER
     assert init_producer_id(view, access_with(security, on_cluster(AclOperation.IDEMPOTENT_WRITE))) == ErrorCode.none
@@ -391,7 +394,7 @@ def test_init_producer_id_needs_idempotent_write_on_the_cluster_or_write_on_some
 
 
 def test_init_producer_id_needs_write_on_the_transactional_id(
-    view: LocalBrokerView, security: LocalSecurityView
+    view: InProcessBrokerView, security: SecurityView
 ) -> None:
     denied = ErrorCode.transactional_id_authorization_failed
     assert init_producer_id(view, access_with(security), "tx") == denied
@@ -404,7 +407,7 @@ def test_init_producer_id_needs_write_on_the_transactional_id(
 # Topic administration
 
 
-def create_topics(view: LocalBrokerView, access: AccessControl, *names: str) -> dict[str, Any]:
+def create_topics(view: InProcessBrokerView, access: AccessControl, *names: str) -> dict[str, Any]:
     handler = CreateTopicsHandler(view, ConfigDescriber(BrokerConfig(), frozenset()), 0, 1, access)
     topics = [
         {"name": name, "num_partitions": 1, "replication_factor": 1, "assignments": [], "configs": []} for name in names
@@ -414,7 +417,7 @@ def create_topics(view: LocalBrokerView, access: AccessControl, *names: str) -> 
 
 
 def test_create_topics_needs_create_on_the_cluster_or_the_topic(
-    view: LocalBrokerView, security: LocalSecurityView
+    view: InProcessBrokerView, security: SecurityView
 ) -> None:
     access = access_with(
         security,
@@ -437,14 +440,14 @@ def test_create_topics_needs_create_on_the_cluster_or_the_topic(
     assert create_topics(view, everything, "theirs")["theirs"].error_code == ErrorCode.none
 
 
-def delete_topics(view: LocalBrokerView, access: AccessControl, *names: str) -> dict[str, ErrorCode]:
+def delete_topics(view: InProcessBrokerView, access: AccessControl, *names: str) -> dict[str, ErrorCode]:
     handler = DeleteTopicsHandler(view, True, access)
     answer = ask(handler, DELETE_TOPICS_KEY, {"topics": [{"name": n, "topic_id": None} for n in names], "timeout": 1})
     return {response.name: response.error_code for response in answer.responses}
 
 
 def test_delete_topics_needs_delete_and_describe_on_the_topic_or_delete_on_the_cluster(
-    view: LocalBrokerView, security: LocalSecurityView
+    view: InProcessBrokerView, security: SecurityView
 ) -> None:
     for name in ("doomed", "guarded", "shy", "other"):
         run(view.create_topic(name, 1))
@@ -468,7 +471,7 @@ def test_delete_topics_needs_delete_and_describe_on_the_topic_or_delete_on_the_c
     assert set(run(view.topics())) == {"guarded", "shy"}
 
 
-def test_create_partitions_needs_alter_on_the_topic(view: LocalBrokerView, security: LocalSecurityView) -> None:
+def test_create_partitions_needs_alter_on_the_topic(view: InProcessBrokerView, security: SecurityView) -> None:
     for name in ("grown", "fixed"):
         run(view.create_topic(name, 1))
     handler = CreatePartitionsHandler(view, 0, access_with(security, on_topic("grown", AclOperation.ALTER)))
@@ -482,7 +485,7 @@ def test_create_partitions_needs_alter_on_the_topic(view: LocalBrokerView, secur
 
 
 def test_describe_configs_needs_describe_configs_on_the_topic_or_the_cluster(
-    view: LocalBrokerView, security: LocalSecurityView
+    view: InProcessBrokerView, security: SecurityView
 ) -> None:
     for name in ("seen", "hidden"):
         run(view.create_topic(name, 1))
@@ -506,7 +509,7 @@ def test_describe_configs_needs_describe_configs_on_the_topic_or_the_cluster(
 
 @pytest.mark.parametrize("incremental", [False, True])
 def test_alter_configs_need_alter_configs_on_the_topic_or_the_cluster(
-    view: LocalBrokerView, incremental: bool, security: LocalSecurityView
+    view: InProcessBrokerView, incremental: bool, security: SecurityView
 ) -> None:
     for name in ("tuned", "fixed"):
         run(view.create_topic(name, 1))
@@ -531,7 +534,7 @@ def test_alter_configs_need_alter_configs_on_the_topic_or_the_cluster(
 # Groups
 
 
-def test_find_coordinator_needs_describe_on_the_group(security: LocalSecurityView) -> None:
+def test_find_coordinator_needs_describe_on_the_group(security: SecurityView) -> None:
     access = access_with(security, on_group("mine", AclOperation.DESCRIBE))
     answer = ask(FindCoordinatorHandler(ENDPOINT, access), FIND_COORDINATOR_KEY, {"coordinator_keys": ["mine", "x"]})
     assert [(c.key, c.error_code, c.node_id) for c in answer.coordinators] == [
@@ -558,7 +561,7 @@ JOIN = {
 }
 
 
-def test_the_group_protocol_needs_read_on_the_group(groups: LocalGroupView, security: LocalSecurityView) -> None:
+def test_the_group_protocol_needs_read_on_the_group(groups: GroupView, security: SecurityView) -> None:
     refused = access_with(security, on_group("g", AclOperation.DESCRIBE))
     member = {"group_id": "g", "generation_id": 1, "member_id": "m"}
     answers = [
@@ -575,7 +578,7 @@ def test_the_group_protocol_needs_read_on_the_group(groups: LocalGroupView, secu
     assert joined.error_code == ErrorCode.member_id_required
 
 
-def commit(view: LocalBrokerView, groups: LocalGroupView, access: AccessControl) -> dict[str, ErrorCode]:
+def commit(view: InProcessBrokerView, groups: GroupView, access: AccessControl) -> dict[str, ErrorCode]:
     values = {
         "group_id": "g",
         "member_id": "",
@@ -589,7 +592,7 @@ def commit(view: LocalBrokerView, groups: LocalGroupView, access: AccessControl)
 
 
 def test_offset_commit_needs_read_on_the_group_then_on_each_topic(
-    view: LocalBrokerView, groups: LocalGroupView, security: LocalSecurityView
+    view: InProcessBrokerView, groups: GroupView, security: SecurityView
 ) -> None:
     for name in ("read", "unread"):
         run(view.create_topic(name, 1))
@@ -602,13 +605,13 @@ def test_offset_commit_needs_read_on_the_group_then_on_each_topic(
         "unread": DENIED_TOPIC,
         "nowhere": DENIED_TOPIC,
     }
-    assert committed_offsets(groups) == {("g", "read", 0): 5}
+    assert committed_offsets(view.broker) == {("g", "read", 0): 5}
 
 
 def test_offset_fetch_needs_describe_on_the_group_and_hides_undescribable_topics(
-    groups: LocalGroupView, security: LocalSecurityView
+    broker: InProcessBroker, groups: GroupView, security: SecurityView
 ) -> None:
-    commit_offsets(groups, {("g", "seen", 0): 3, ("g", "hidden", 0): 7})
+    commit_offsets(broker, {("g", "seen", 0): 3, ("g", "hidden", 0): 7})
     handler = OffsetFetchHandler(
         groups, access_with(security, on_group("g", AclOperation.DESCRIBE), on_topic("seen", AclOperation.DESCRIBE))
     )
@@ -631,9 +634,9 @@ def test_offset_fetch_needs_describe_on_the_group_and_hides_undescribable_topics
 
 
 def test_list_groups_lists_every_group_to_cluster_describe_and_describable_ones_otherwise(
-    groups: LocalGroupView, security: LocalSecurityView
+    broker: InProcessBroker, groups: GroupView, security: SecurityView
 ) -> None:
-    commit_offsets(groups, {("mine", "t", 0): 1, ("theirs", "t", 0): 1})
+    commit_offsets(broker, {("mine", "t", 0): 1, ("theirs", "t", 0): 1})
     listed = ask(
         ListGroupsHandler(groups, access_with(security, on_group("mine", AclOperation.READ))), LIST_GROUPS_KEY, {}
     )
@@ -645,9 +648,9 @@ def test_list_groups_lists_every_group_to_cluster_describe_and_describable_ones_
 
 
 def test_describe_groups_needs_describe_and_delete_groups_delete_on_each_group(
-    groups: LocalGroupView, security: LocalSecurityView
+    broker: InProcessBroker, groups: GroupView, security: SecurityView
 ) -> None:
-    commit_offsets(groups, {("mine", "t", 0): 1, ("theirs", "t", 0): 1})
+    commit_offsets(broker, {("mine", "t", 0): 1, ("theirs", "t", 0): 1})
     access = access_with(security, on_group("mine", AclOperation.DELETE))
     described = ask(
         DescribeGroupsHandler(groups, access),
@@ -668,4 +671,4 @@ def test_describe_groups_needs_describe_and_delete_groups_delete_on_each_group(
         ("mine", ErrorCode.none),
         ("theirs", DENIED_GROUP),
     ]
-    assert set(committed_offsets(groups)) == {("theirs", "t", 0)}
+    assert set(committed_offsets(broker)) == {("theirs", "t", 0)}

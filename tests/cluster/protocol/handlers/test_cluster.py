@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 from kio.schema.errors import ErrorCode
 
-from cluster.protocol.broker_view import BrokerEndpoint
 from cluster.protocol.handlers.cluster import DESCRIBE_CLUSTER_KEY, DescribeClusterHandler
-from cluster.protocol.local_broker_view import LocalBrokerView
 from cluster.protocol.router import SERVED
+from cluster.protocol.views.broker_view import BrokerEndpoint
+from cluster.protocol.views.in_process_broker_view import InProcessBrokerView
 from tests.cluster.protocol.helpers import answer, run
 
 ENDPOINT = BrokerEndpoint(3, "127.0.0.1", 19092)
@@ -19,7 +19,7 @@ REQUEST = {"include_cluster_authorized_operations": False, "endpoint_type": 1, "
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_the_listener_is_the_controller_and_every_announced_listener_a_broker(
-    view: LocalBrokerView, version: int
+    view: InProcessBrokerView, version: int
 ) -> None:
     response = answer(DescribeClusterHandler(view, ENDPOINT), DESCRIBE_CLUSTER_KEY, version, REQUEST)
     assert (response.error_code, response.cluster_id, response.controller_id) == (
@@ -33,7 +33,7 @@ def test_the_listener_is_the_controller_and_every_announced_listener_a_broker(
     assert [(b.broker_id, b.host, b.port) for b in response.brokers] == [(1, "node-b", 9092), (3, "127.0.0.1", 19092)]
 
 
-def test_asking_for_controllers_is_unsupported(view: LocalBrokerView) -> None:
+def test_asking_for_controllers_is_unsupported(view: InProcessBrokerView) -> None:
     values = REQUEST | {"endpoint_type": 2}
     response = answer(DescribeClusterHandler(view, ENDPOINT), DESCRIBE_CLUSTER_KEY, 1, values)
     assert (response.error_code, list(response.brokers)) == (ErrorCode.unsupported_endpoint_type, [])

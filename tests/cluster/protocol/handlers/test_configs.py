@@ -18,8 +18,8 @@ from cluster.protocol.handlers.configs import (
     DescribeConfigsHandler,
     ResourceType,
 )
-from cluster.protocol.local_broker_view import LocalBrokerView
 from cluster.protocol.router import SERVED
+from cluster.protocol.views.in_process_broker_view import InProcessBrokerView
 from storage.config.broker_config import BrokerConfig
 from tests.cluster.protocol.helpers import answer, leader_log, run
 
@@ -34,7 +34,7 @@ def versions(api_key: int) -> range:
     return range(SERVED[api_key].min_version, SERVED[api_key].max_version + 1)
 
 
-def describe(view: LocalBrokerView, version: int, *resources: tuple[int, str, list[str] | None]) -> Any:
+def describe(view: InProcessBrokerView, version: int, *resources: tuple[int, str, list[str] | None]) -> Any:
     handler = DescribeConfigsHandler(view, ConfigDescriber(BROKER_CONFIG, BROKER_PROPERTIES), NODE_ID)
     values = {
         "resources": [
@@ -47,7 +47,7 @@ def describe(view: LocalBrokerView, version: int, *resources: tuple[int, str, li
 
 
 @pytest.mark.parametrize("version", versions(DESCRIBE_CONFIGS_KEY))
-def test_a_topic_reports_its_overrides_and_the_brokers_defaults(view: LocalBrokerView, version: int) -> None:
+def test_a_topic_reports_its_overrides_and_the_brokers_defaults(view: InProcessBrokerView, version: int) -> None:
     run(view.create_topic("described", 1, {"segment.bytes": "1048576"}))
     (result,) = describe(view, version, (TOPIC, "described", None)).results
     assert result.error_code == ErrorCode.none
@@ -75,7 +75,7 @@ def test_a_topic_reports_its_overrides_and_the_brokers_defaults(view: LocalBroke
         assert segment.documentation
 
 
-def test_the_broker_reports_its_keys_read_only_and_keys_narrow_the_answer(view: LocalBrokerView) -> None:
+def test_the_broker_reports_its_keys_read_only_and_keys_narrow_the_answer(view: InProcessBrokerView) -> None:
     response = describe(view, 4, (BROKER, str(NODE_ID), ["num.partitions", "delete.topic.enable", "no.such.key"]))
     (result,) = response.results
     assert [(e.name, e.value, e.config_source, e.read_only) for e in result.configs] == [
@@ -84,7 +84,7 @@ def test_the_broker_reports_its_keys_read_only_and_keys_narrow_the_answer(view: 
     ]
 
 
-def test_refused_resources_get_their_own_codes(view: LocalBrokerView) -> None:
+def test_refused_resources_get_their_own_codes(view: InProcessBrokerView) -> None:
     response = describe(
         view, 4, (TOPIC, "missing", None), (TOPIC, "bad name!", None), (BROKER, "99", None), (8, "root", None)
     )
@@ -97,7 +97,11 @@ def test_refused_resources_get_their_own_codes(view: LocalBrokerView) -> None:
 
 
 def alter(
-    view: LocalBrokerView, version: int, resources: list[dict[str, Any]], incremental: bool, validate_only: bool = False
+    view: InProcessBrokerView,
+    version: int,
+    resources: list[dict[str, Any]],
+    incremental: bool,
+    validate_only: bool = False,
 ) -> Any:
     handler = AlterConfigsHandler(view, NODE_ID, BROKER_CONFIG.log_config, incremental=incremental)
     key = INCREMENTAL_ALTER_CONFIGS_KEY if incremental else ALTER_CONFIGS_KEY
@@ -109,7 +113,7 @@ def topic(name: str, *configs: dict[str, Any]) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("version", versions(ALTER_CONFIGS_KEY))
-def test_alter_configs_replaces_every_override(view: LocalBrokerView, version: int) -> None:
+def test_alter_configs_replaces_every_override(view: InProcessBrokerView, version: int) -> None:
     run(view.create_topic("replaced", 1, {"retention.ms": "1000", "segment.bytes": "1048576"}))
     response = alter(view, version, [topic("replaced", {"name": "retention.ms", "value": "2000"})], incremental=False)
     assert [r.error_code for r in response.responses] == [ErrorCode.none]
@@ -118,7 +122,7 @@ def test_alter_configs_replaces_every_override(view: LocalBrokerView, version: i
 
 
 @pytest.mark.parametrize("version", versions(INCREMENTAL_ALTER_CONFIGS_KEY))
-def test_incremental_alter_sets_deletes_appends_and_subtracts(view: LocalBrokerView, version: int) -> None:
+def test_incremental_alter_sets_deletes_appends_and_subtracts(view: InProcessBrokerView, version: int) -> None:
     run(view.create_topic("changed", 1, {"retention.ms": "1000", "segment.bytes": "1048576"}))
     operations = [
         {"name": "retention.ms", "config_operation": SET, "value": "5000"},
@@ -133,7 +137,7 @@ def test_incremental_alter_sets_deletes_appends_and_subtracts(view: LocalBrokerV
     assert run(view.topic_config("changed"))["cleanup.policy"] == "compact"
 
 
-def test_validate_only_changes_nothing(view: LocalBrokerView) -> None:
+def test_validate_only_changes_nothing(view: InProcessBrokerView) -> None:
     run(view.create_topic("checked", 1, {"retention.ms": "1000"}))
     for incremental in (False, True):
         change = {"name": "retention.ms", "value": "9"} | ({"config_operation": SET} if incremental else {})
@@ -142,7 +146,7 @@ def test_validate_only_changes_nothing(view: LocalBrokerView) -> None:
     assert run(view.topic_config("checked")) == {"retention.ms": "1000"}
 
 
-def test_each_refused_resource_gets_kafkas_code(view: LocalBrokerView) -> None:
+def test_each_refused_resource_gets_kafkas_code(view: InProcessBrokerView) -> None:
     refused = [
         ({"name": "no.such.config", "config_operation": SET, "value": "1"}, ErrorCode.invalid_config),
         ({"name": "segment.bytes", "config_operation": SET, "value": "1"}, ErrorCode.invalid_config),

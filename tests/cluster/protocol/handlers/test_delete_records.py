@@ -7,15 +7,15 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from cluster.protocol.handlers.delete_records import DELETE_RECORDS_KEY, DeleteRecordsHandler
-from cluster.protocol.local_broker_view import LocalBrokerView
 from cluster.protocol.router import SERVED
+from cluster.protocol.views.in_process_broker_view import InProcessBrokerView
 from tests.cluster.protocol.helpers import answer, batch, run
 
 VERSIONS = range(SERVED[DELETE_RECORDS_KEY].min_version, SERVED[DELETE_RECORDS_KEY].max_version + 1)
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-def test_records_below_the_offset_go(view: LocalBrokerView, version: int) -> None:
+def test_records_below_the_offset_go(view: InProcessBrokerView, version: int) -> None:
     run(view.create_topic("trimmed", 2))
     for partition in (0, 1):
         run(view.append("trimmed", partition, batch((None, b"v%d" % i, 1000 + i) for i in range(10))))
@@ -29,7 +29,7 @@ def test_records_below_the_offset_go(view: LocalBrokerView, version: int) -> Non
     assert [run(view.offsets("trimmed", partition)).log_start_offset for partition in (0, 1)] == [4, 10]
 
 
-def test_an_offset_beyond_the_high_watermark_and_unknown_partitions_are_refused(view: LocalBrokerView) -> None:
+def test_an_offset_beyond_the_high_watermark_and_unknown_partitions_are_refused(view: InProcessBrokerView) -> None:
     run(view.create_topic("short", 1))
     run(view.append("short", 0, batch([(None, b"only", 1000)])))
     topics = [

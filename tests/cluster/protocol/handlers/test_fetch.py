@@ -19,9 +19,9 @@ from actors.metrics.recorder import MetricsRecorder
 from cluster.protocol.fetch_session import FetchSessionCache
 from cluster.protocol.framing import decode_response, encode_response
 from cluster.protocol.handlers.fetch import FETCH_KEY, FetchHandler
-from cluster.protocol.local_broker_view import LocalBrokerView
 from cluster.protocol.messages import build
 from cluster.protocol.router import SERVED
+from cluster.protocol.views.in_process_broker_view import InProcessBrokerView
 from storage.clock import MockClock
 from tests.cluster.protocol.helpers import batch, leader_log, records_of, request, run
 
@@ -33,7 +33,10 @@ class Fetcher:
     topics by name up to v12 and by id from v13, and answers come back keyed by (topic name, partition)."""
 
     def __init__(
-        self, view: LocalBrokerView, metrics: MetricsRecorder | None = None, sessions: FetchSessionCache | None = None
+        self,
+        view: InProcessBrokerView,
+        metrics: MetricsRecorder | None = None,
+        sessions: FetchSessionCache | None = None,
     ) -> None:
         self.view = view
         self.handler = FetchHandler(
@@ -105,7 +108,7 @@ class Fetcher:
 
 
 def fetch(
-    view: LocalBrokerView,
+    view: InProcessBrokerView,
     version: int,
     positions: dict[tuple[str, int], int],
     partition_max_bytes: int = 1 << 20,
@@ -116,13 +119,13 @@ def fetch(
     return Fetcher(view, metrics)(version, positions, partition_max_bytes, max_bytes)
 
 
-def fill(view: LocalBrokerView, topic: str, partition: int, count: int, value_size: int = 10) -> None:
+def fill(view: InProcessBrokerView, topic: str, partition: int, count: int, value_size: int = 10) -> None:
     for index in range(count):
         leader_log(view, topic, partition).append(batch([(b"%d" % index, bytes(value_size), 1000 + index)]))
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-def test_records_come_back_with_the_partition_offsets(view: LocalBrokerView, version: int) -> None:
+def test_records_come_back_with_the_partition_offsets(view: InProcessBrokerView, version: int) -> None:
     run(view.create_topic("t", 2))
     fill(view, "t", 0, 3)
     _, answers = fetch(view, version, {("t", 0): 1, ("t", 1): 0})
@@ -137,7 +140,7 @@ def test_records_come_back_with_the_partition_offsets(view: LocalBrokerView, ver
         assert zero.preferred_read_replica == -1
 
 
-def test_an_offset_past_the_end_is_out_of_range_and_an_unknown_partition_unknown(view: LocalBrokerView) -> None:
+def test_an_offset_past_the_end_is_out_of_range_and_an_unknown_partition_unknown(view: InProcessBrokerView) -> None:
     run(view.create_topic("t", 1))
     fill(view, "t", 0, 2)
     _, answers = fetch(view, 12, {("t", 0): 3, ("t", 5): 0, ("nope", 0): 0})
@@ -146,14 +149,14 @@ def test_an_offset_past_the_end_is_out_of_range_and_an_unknown_partition_unknown
     assert answers[("nope", 0)].error_code == ErrorCode.unknown_topic_or_partition
 
 
-def test_partition_max_bytes_cuts_but_always_returns_one_batch(view: LocalBrokerView) -> None:
+def test_partition_max_bytes_cuts_but_always_returns_one_batch(view: InProcessBrokerView) -> None:
     run(view.create_topic("t", 1))
     fill(view, "t", 0, 5, value_size=100)
     _, answers = fetch(view, 12, {("t", 0): 0}, partition_max_bytes=10)
     assert [offset for offset, _, _, _ in records_of(answers[("t", 0)].records)] == [0]
 
 
-def test_max_bytes_leaves_out_later_partitions_but_never_the_first_with_data(view: LocalBrokerView) -> None:
+def test_max_bytes_leaves_out_later_partitions_but_never_the_first_with_data(view: InProcessBrokerView) -> None:
     run(view.create_topic("t", 3))
     for partition in range(3):
         fill(view, "t", partition, 2, value_size=200)
@@ -163,7 +166,7 @@ def test_max_bytes_leaves_out_later_partitions_but_never_the_first_with_data(vie
     assert answers[("t", 1)].high_watermark == 2
 
 
-def test_bytes_out_count_what_the_answers_carry_after_the_response_limit(view: LocalBrokerView) -> None:
+def test_bytes_out_count_what_the_answers_carry_after_the_response_limit(view: InProcessBrokerView) -> None:
     run(view.create_topic("t", 3))
     run(view.create_topic("u", 1))
     for partition in range(3):
@@ -179,7 +182,7 @@ def test_bytes_out_count_what_the_answers_carry_after_the_response_limit(view: L
     assert metrics.value(BYTES_OUT, "") == metrics.value(BYTES_OUT, "t") + metrics.value(BYTES_OUT, "u")
 
 
-def test_an_unknown_topic_id_answers_unknown_topic_id_for_each_partition(view: LocalBrokerView) -> None:
+def test_an_unknown_topic_id_answers_unknown_topic_id_for_each_partition(view: InProcessBrokerView) -> None:
     run(view.create_topic("t", 1))
     fill(view, "t", 0, 1)
     gone = uuid.UUID(int=2**100 + 7)
@@ -189,7 +192,7 @@ def test_an_unknown_topic_id_answers_unknown_topic_id_for_each_partition(view: L
     assert [topic.topic_id for topic in decoded.responses] == [run(view.topic("t")).topic_id, gone]
 
 
-def fetch_by(view: LocalBrokerView, positions: dict[tuple[str, int], int], **kwargs: Any) -> Any:
+def fetch_by(view: InProcessBrokerView, positions: dict[tuple[str, int], int], **kwargs: Any) -> Any:
     return Fetcher(view)(SERVED[FETCH_KEY].max_version, positions, **kwargs)
 
 
@@ -197,7 +200,7 @@ def fetch_by(view: LocalBrokerView, positions: dict[tuple[str, int], int], **kwa
 
 
 @pytest.mark.parametrize("version", [7, 12, 13, 17])
-def test_a_session_sends_only_the_partitions_that_changed(view: LocalBrokerView, version: int) -> None:
+def test_a_session_sends_only_the_partitions_that_changed(view: InProcessBrokerView, version: int) -> None:
     run(view.create_topic("t", 3))
     fill(view, "t", 0, 2)
     client = Fetcher(view)
@@ -225,7 +228,7 @@ def test_a_session_sends_only_the_partitions_that_changed(view: LocalBrokerView,
     assert set(answers) == {("t", 0)} and answers[("t", 0)].log_start_offset == 1
 
 
-def test_a_partition_in_error_is_sent_every_time(view: LocalBrokerView) -> None:
+def test_a_partition_in_error_is_sent_every_time(view: InProcessBrokerView) -> None:
     run(view.create_topic("t", 1))
     fill(view, "t", 0, 1)
     client = Fetcher(view)
@@ -249,7 +252,7 @@ def test_a_partition_in_error_is_sent_every_time(view: LocalBrokerView) -> None:
     ],
 )
 def test_session_errors_answer_their_code_and_no_partition(
-    view: LocalBrokerView, session_id: int | None, epoch: int, version: int, error: ErrorCode
+    view: InProcessBrokerView, session_id: int | None, epoch: int, version: int, error: ErrorCode
 ) -> None:
     run(view.create_topic("t", 1))
     client = Fetcher(view)
@@ -258,7 +261,7 @@ def test_session_errors_answer_their_code_and_no_partition(
     assert (decoded.error_code, decoded.session_id, answers) == (error, 0, {})
 
 
-def test_a_full_request_closes_the_session_it_names(view: LocalBrokerView) -> None:
+def test_a_full_request_closes_the_session_it_names(view: InProcessBrokerView) -> None:
     run(view.create_topic("t", 1))
     client = Fetcher(view)
     opened = client(12, {("t", 0): 0}, epoch=0)[0].session_id
@@ -268,7 +271,7 @@ def test_a_full_request_closes_the_session_it_names(view: LocalBrokerView) -> No
     assert len(client.handler.sessions) == 0
 
 
-def test_no_session_is_opened_without_a_cache_slot(view: LocalBrokerView) -> None:
+def test_no_session_is_opened_without_a_cache_slot(view: InProcessBrokerView) -> None:
     run(view.create_topic("t", 1))
     decoded, answers = Fetcher(view, sessions=FetchSessionCache(0, MockClock()))(12, {("t", 0): 0}, epoch=0)
     assert (decoded.error_code, decoded.session_id, set(answers)) == (ErrorCode.none, 0, {("t", 0)})
@@ -286,7 +289,7 @@ FENCING = [
 ]
 
 
-def fill_led(view: LocalBrokerView) -> None:
+def fill_led(view: InProcessBrokerView) -> None:
     """Two records in each partition of `re_elected`'s topic, written by their leaders now."""
     for partition in range(2):
         run(view.append("led", partition, batch([(b"k", b"v", 1000), (b"k", b"w", 1001)])))
@@ -295,7 +298,7 @@ def fill_led(view: LocalBrokerView) -> None:
 @pytest.mark.parametrize("version", [v for v in VERSIONS if v >= 9])
 @pytest.mark.parametrize(("current_leader_epoch", "error"), FENCING)
 def test_a_client_leader_epoch_older_or_newer_than_the_leaders_is_fenced_per_partition(
-    re_elected: LocalBrokerView, version: int, current_leader_epoch: int, error: ErrorCode
+    re_elected: InProcessBrokerView, version: int, current_leader_epoch: int, error: ErrorCode
 ) -> None:
     """Kafka's `Partition.localLogWithEpochOrThrow`: the checked partition answers its error without records or
     offsets; partition 1, fetched beside it in its own epoch (0), is answered as ever."""
@@ -314,14 +317,16 @@ def test_a_client_leader_epoch_older_or_newer_than_the_leaders_is_fenced_per_par
 
 
 @pytest.mark.parametrize("version", [4, 8])
-def test_versions_before_9_carry_no_leader_epoch_and_are_not_fenced(re_elected: LocalBrokerView, version: int) -> None:
+def test_versions_before_9_carry_no_leader_epoch_and_are_not_fenced(
+    re_elected: InProcessBrokerView, version: int
+) -> None:
     fill_led(re_elected)
     _, answers = Fetcher(re_elected)(version, {("led", 0): 0}, leader_epochs={("led", 0): 0})
     assert answers[("led", 0)].error_code == ErrorCode.none
     assert [offset for offset, *_ in records_of(answers[("led", 0)].records)] == [0, 1]
 
 
-def test_a_session_keeps_each_partitions_leader_epoch_until_it_is_listed_again(re_elected: LocalBrokerView) -> None:
+def test_a_session_keeps_each_partitions_leader_epoch_until_it_is_listed_again(re_elected: InProcessBrokerView) -> None:
     """As Kafka's `CachedPartition`: a partition opened in a stale epoch stays fenced while the session's requests
     leave it out, and is read once a request lists it with the leader's epoch."""
     fill_led(re_elected)
@@ -337,7 +342,7 @@ def test_a_session_keeps_each_partitions_leader_epoch_until_it_is_listed_again(r
     assert [offset for offset, *_ in records_of(answers[("led", 0)].records)] == [0, 1]
 
 
-def test_a_fetch_waiting_for_bytes_is_fenced_as_soon_as_the_leader_changes(re_elected: LocalBrokerView) -> None:
+def test_a_fetch_waiting_for_bytes_is_fenced_as_soon_as_the_leader_changes(re_elected: InProcessBrokerView) -> None:
     """A fetch waiting at the end of partition 0 in its leader's epoch (1) looks again when the partition's role
     changes: leadership going back to the restarted preferred replica (epoch 2) answers FENCED_LEADER_EPOCH at once,
     as Kafka's `DelayedFetch` completes on an epoch change, not when its 10 s wait is up."""

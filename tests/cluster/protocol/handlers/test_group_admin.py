@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
-from cluster.protocol.broker_view import BrokerEndpoint
+from actors.core.broker import InProcessBroker
 from cluster.protocol.handlers.coordinator import FIND_COORDINATOR_KEY, FindCoordinatorHandler
 from cluster.protocol.handlers.group_admin import (
     DELETE_GROUPS_KEY,
@@ -20,8 +20,9 @@ from cluster.protocol.handlers.group_admin import (
     ListGroupsHandler,
 )
 from cluster.protocol.handlers.groups import JOIN_GROUP_KEY, SYNC_GROUP_KEY, JoinGroupHandler, SyncGroupHandler
-from cluster.protocol.local_group_view import LocalGroupView
 from cluster.protocol.router import SERVED
+from cluster.protocol.views.broker_view import BrokerEndpoint
+from cluster.protocol.views.group_view import GroupView
 from tests.cluster.protocol.helpers import answer_async, commit_offsets, committed_offsets, run
 
 ENDPOINT = BrokerEndpoint(3, "broker.example", 19092)
@@ -31,7 +32,7 @@ def versions(key: int) -> range:
     return range(SERVED[key].min_version, SERVED[key].max_version + 1)
 
 
-def stable_group(groups: LocalGroupView, group: str) -> str:
+def stable_group(groups: GroupView, group: str) -> str:
     """A group with one member, Stable: its member id."""
     values = {
         "group_id": group,
@@ -70,9 +71,11 @@ def test_this_listener_coordinates_every_group(version: int) -> None:
 
 
 @pytest.mark.parametrize("version", versions(LIST_GROUPS_KEY))
-def test_groups_with_members_and_groups_with_only_offsets_are_listed(version: int, groups: LocalGroupView) -> None:
+def test_groups_with_members_and_groups_with_only_offsets_are_listed(
+    version: int, broker: InProcessBroker, groups: GroupView
+) -> None:
     stable_group(groups, "active")
-    commit_offsets(groups, {("offsets-only", "t", 0): 5})
+    commit_offsets(broker, {("offsets-only", "t", 0): 5})
     answer = run(
         answer_async(ListGroupsHandler(groups), LIST_GROUPS_KEY, version, {"states_filter": [], "types_filter": []})
     )
@@ -99,7 +102,7 @@ def test_groups_with_members_and_groups_with_only_offsets_are_listed(version: in
 
 @pytest.mark.parametrize("version", versions(DESCRIBE_GROUPS_KEY))
 def test_describe_shows_members_with_their_assignment_and_unknown_groups_as_kafka(
-    version: int, groups: LocalGroupView
+    version: int, groups: GroupView
 ) -> None:
     member = stable_group(groups, "active")
     values = {"groups": ["active", "missing"], "include_authorized_operations": False}
@@ -118,9 +121,11 @@ def test_describe_shows_members_with_their_assignment_and_unknown_groups_as_kafk
 
 
 @pytest.mark.parametrize("version", versions(DELETE_GROUPS_KEY))
-def test_only_empty_groups_are_deleted_with_their_offsets(version: int, groups: LocalGroupView) -> None:
+def test_only_empty_groups_are_deleted_with_their_offsets(
+    version: int, broker: InProcessBroker, groups: GroupView
+) -> None:
     stable_group(groups, "active")
-    commit_offsets(groups, {("offsets-only", "t", 0): 5})
+    commit_offsets(broker, {("offsets-only", "t", 0): 5})
     values = {"groups_names": ["active", "offsets-only", "missing"]}
     answer = run(answer_async(DeleteGroupsHandler(groups), DELETE_GROUPS_KEY, version, values))
     assert [(r.group_id, r.error_code) for r in answer.results] == [
@@ -128,4 +133,4 @@ def test_only_empty_groups_are_deleted_with_their_offsets(version: int, groups: 
         ("offsets-only", ErrorCode.none),
         ("missing", ErrorCode.group_id_not_found),
     ]
-    assert committed_offsets(groups) == {}
+    assert committed_offsets(broker) == {}

@@ -18,9 +18,9 @@ from cluster.protocol.handlers.group_offsets import (
     OffsetFetchHandler,
 )
 from cluster.protocol.handlers.groups import JOIN_GROUP_KEY, SYNC_GROUP_KEY, JoinGroupHandler, SyncGroupHandler
-from cluster.protocol.local_broker_view import LocalBrokerView
-from cluster.protocol.local_group_view import LocalGroupView
 from cluster.protocol.router import SERVED
+from cluster.protocol.views.group_view import GroupView
+from cluster.protocol.views.in_process_broker_view import InProcessBrokerView
 from tests.cluster.protocol.helpers import answer_async, run
 
 GROUP = "ledger"
@@ -32,8 +32,8 @@ def versions(key: int) -> range:
 
 
 def commit(
-    view: LocalBrokerView,
-    groups: LocalGroupView,
+    view: InProcessBrokerView,
+    groups: GroupView,
     version: int,
     offsets: dict[tuple[str, int], tuple[int, str]],
     member_id: str = "",
@@ -56,7 +56,7 @@ def commit(
     return {(t.name, p.partition_index): p.error_code for t in answer.topics for p in t.partitions}
 
 
-def fetch(groups: LocalGroupView, version: int, partitions: list[int] | None, group: str = GROUP) -> Any:
+def fetch(groups: GroupView, version: int, partitions: list[int] | None, group: str = GROUP) -> Any:
     topics = None if partitions is None else [{"name": TOPIC, "partition_indexes": partitions}]
     values = {
         "group_id": group,
@@ -75,7 +75,7 @@ def offsets_of(answer: Any) -> dict[tuple[str, int], tuple[int, ErrorCode]]:
 
 
 @pytest.mark.parametrize("version", versions(OFFSET_COMMIT_KEY))
-def test_commits_read_back_at_every_version(view: LocalBrokerView, version: int, groups: LocalGroupView) -> None:
+def test_commits_read_back_at_every_version(view: InProcessBrokerView, version: int, groups: GroupView) -> None:
     run(view.create_topic(TOPIC, 3))
     assert commit(view, groups, version, {(TOPIC, 0): (42, "m"), (TOPIC, 2): (7, "")}) == {
         (TOPIC, 0): ErrorCode.none,
@@ -93,7 +93,7 @@ def test_commits_read_back_at_every_version(view: LocalBrokerView, version: int,
 
 
 def test_bad_partitions_get_their_own_codes_and_the_rest_is_written(
-    view: LocalBrokerView, groups: LocalGroupView
+    view: InProcessBrokerView, groups: GroupView
 ) -> None:
     run(view.create_topic(TOPIC, 1))
     codes = commit(
@@ -115,7 +115,7 @@ def test_bad_partitions_get_their_own_codes_and_the_rest_is_written(
     assert offsets_of(fetch(groups, 9, [0])) == {(TOPIC, 0): (-1, ErrorCode.none)}
 
 
-def test_a_members_commit_must_be_of_the_current_generation(view: LocalBrokerView, groups: LocalGroupView) -> None:
+def test_a_members_commit_must_be_of_the_current_generation(view: InProcessBrokerView, groups: GroupView) -> None:
     run(view.create_topic(TOPIC, 1))
     values = {
         "group_id": GROUP,
@@ -143,7 +143,7 @@ def test_a_members_commit_must_be_of_the_current_generation(view: LocalBrokerVie
 
 @pytest.mark.parametrize("version", [v for v in versions(OFFSET_FETCH_KEY) if v >= 2])
 def test_a_fetch_without_topics_answers_every_committed_offset_of_the_group(
-    view: LocalBrokerView, version: int, groups: LocalGroupView
+    view: InProcessBrokerView, version: int, groups: GroupView
 ) -> None:
     run(view.create_topic(TOPIC, 2))
     run(view.create_topic("other", 1))

@@ -22,8 +22,8 @@ from cluster.protocol.handlers.groups import (
     LeaveGroupHandler,
     SyncGroupHandler,
 )
-from cluster.protocol.local_group_view import LocalGroupView
 from cluster.protocol.router import SERVED
+from cluster.protocol.views.group_view import GroupView
 from storage.clock import MockClock
 from tests.cluster.protocol.helpers import answer_async, run, start_broker
 
@@ -47,7 +47,7 @@ def join_values(member_id: str, metadata: bytes, session_timeout_ms: int = 10_00
     }
 
 
-async def join(groups: LocalGroupView, version: int, metadata: bytes, member_id: str = "") -> Any:
+async def join(groups: GroupView, version: int, metadata: bytes, member_id: str = "") -> Any:
     """A client's join: with v4+, the MEMBER_ID_REQUIRED round trip first."""
     answer = await answer_async(JoinGroupHandler(groups), JOIN_GROUP_KEY, version, join_values(member_id, metadata))
     if answer.error_code == ErrorCode.member_id_required:
@@ -58,7 +58,7 @@ async def join(groups: LocalGroupView, version: int, metadata: bytes, member_id:
     return answer
 
 
-async def until_members(groups: LocalGroupView, count: int, timeout_s: float = 60.0) -> None:
+async def until_members(groups: GroupView, count: int, timeout_s: float = 60.0) -> None:
     """Waits (in real time) until the group has `count` members, a rebalance under way included."""
     deadline = time.monotonic() + timeout_s
     while True:
@@ -69,7 +69,7 @@ async def until_members(groups: LocalGroupView, count: int, timeout_s: float = 6
         await asyncio.sleep(0.01)
 
 
-async def sync(groups: LocalGroupView, version: int, member_id: str, generation: int, plan: dict[str, bytes]) -> Any:
+async def sync(groups: GroupView, version: int, member_id: str, generation: int, plan: dict[str, bytes]) -> Any:
     values = {
         "group_id": GROUP,
         "generation_id": generation,
@@ -82,12 +82,12 @@ async def sync(groups: LocalGroupView, version: int, member_id: str, generation:
     return await answer_async(SyncGroupHandler(groups), SYNC_GROUP_KEY, version, values)
 
 
-async def heartbeat(groups: LocalGroupView, version: int, member_id: str, generation: int) -> ErrorCode:
+async def heartbeat(groups: GroupView, version: int, member_id: str, generation: int) -> ErrorCode:
     values = {"group_id": GROUP, "generation_id": generation, "member_id": member_id, "group_instance_id": None}
     return (await answer_async(HeartbeatHandler(groups), HEARTBEAT_KEY, version, values)).error_code
 
 
-async def leave(groups: LocalGroupView, version: int, member_id: str) -> Any:
+async def leave(groups: GroupView, version: int, member_id: str) -> Any:
     values = {
         "group_id": GROUP,
         "member_id": member_id,
@@ -99,7 +99,7 @@ async def leave(groups: LocalGroupView, version: int, member_id: str) -> Any:
 def test_two_members_join_together_and_each_gets_the_leaders_assignment(tmp_path: Path) -> None:
     clock = MockClock()
     broker = start_broker(tmp_path, clock=clock, initial_rebalance_delay_ms=3000)
-    groups = LocalGroupView(broker)
+    groups = GroupView.in_process(broker)
 
     async def scenario() -> None:
         joining = asyncio.gather(join(groups, 9, b"sub-a"), join(groups, 5, b"sub-b"))
@@ -138,7 +138,7 @@ def test_two_members_join_together_and_each_gets_the_leaders_assignment(tmp_path
 
 
 @pytest.mark.parametrize("version", versions(JOIN_GROUP_KEY))
-def test_a_lone_member_joins_syncs_heartbeats_and_leaves_at_every_version(version: int, groups: LocalGroupView) -> None:
+def test_a_lone_member_joins_syncs_heartbeats_and_leaves_at_every_version(version: int, groups: GroupView) -> None:
     sync_version = min(version, SERVED[SYNC_GROUP_KEY].max_version)
     heartbeat_version = min(version, SERVED[HEARTBEAT_KEY].max_version)
     leave_version = min(version, SERVED[LEAVE_GROUP_KEY].max_version)
@@ -156,16 +156,14 @@ def test_a_lone_member_joins_syncs_heartbeats_and_leaves_at_every_version(versio
     run(scenario())
 
 
-def test_a_v4_join_without_a_member_id_is_answered_member_id_required(groups: LocalGroupView) -> None:
+def test_a_v4_join_without_a_member_id_is_answered_member_id_required(groups: GroupView) -> None:
     answer = run(answer_async(JoinGroupHandler(groups), JOIN_GROUP_KEY, 4, join_values("", b"sub")))
     assert (answer.error_code, answer.generation_id) == (ErrorCode.member_id_required, -1)
     assert answer.member_id.startswith("test-")
 
 
 @pytest.mark.parametrize(("session_timeout_ms", "code"), [(5999, ErrorCode.invalid_session_timeout)])
-def test_bad_joins_and_strangers_get_kafkas_codes(
-    session_timeout_ms: int, code: ErrorCode, groups: LocalGroupView
-) -> None:
+def test_bad_joins_and_strangers_get_kafkas_codes(session_timeout_ms: int, code: ErrorCode, groups: GroupView) -> None:
 
     async def scenario() -> None:
         bad = await answer_async(

@@ -10,8 +10,8 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from cluster.protocol.handlers.leader_epoch import OFFSET_FOR_LEADER_EPOCH_KEY, OffsetForLeaderEpochHandler
-from cluster.protocol.local_broker_view import LocalBrokerView
 from cluster.protocol.router import SERVED
+from cluster.protocol.views.in_process_broker_view import InProcessBrokerView
 from storage.records.layout import PARTITION_LEADER_EPOCH_OFFSET
 from tests.cluster.protocol.helpers import answer, batch, leader_log, run
 
@@ -29,7 +29,7 @@ CASES = [
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-def test_epoch_end_offsets_as_kafkas_leader_answers(view: LocalBrokerView, version: int) -> None:
+def test_epoch_end_offsets_as_kafkas_leader_answers(view: InProcessBrokerView, version: int) -> None:
     run(view.create_topic("epochs", 1))
     run(view.append("epochs", 0, batch((None, b"v", 1000 + i) for i in range(7))))
     run(view.delete_records("epochs", 0, 2))
@@ -69,7 +69,7 @@ EPOCH_CASES = [
 ]
 
 
-def test_each_epoch_of_a_log_several_leaders_wrote_ends_where_the_next_began(view: LocalBrokerView) -> None:
+def test_each_epoch_of_a_log_several_leaders_wrote_ends_where_the_next_began(view: InProcessBrokerView) -> None:
     run(view.create_topic("led", 2))
     log = leader_log(view, "led", 0)
     for epoch, base, count in [(0, 0, 4), (2, 4, 6), (5, 10, 2)]:

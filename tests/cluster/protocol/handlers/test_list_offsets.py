@@ -13,22 +13,22 @@ from kio.schema.errors import ErrorCode
 
 from cluster.protocol.framing import decode_response, encode_response
 from cluster.protocol.handlers.list_offsets import LIST_OFFSETS_KEY, ListOffsetsHandler
-from cluster.protocol.local_broker_view import LocalBrokerView
 from cluster.protocol.messages import build
 from cluster.protocol.router import SERVED
+from cluster.protocol.views.in_process_broker_view import InProcessBrokerView
 from tests.cluster.protocol.helpers import batch, leader_log, request, run
 
 VERSIONS = range(SERVED[LIST_OFFSETS_KEY].min_version, SERVED[LIST_OFFSETS_KEY].max_version + 1)
 TIMESTAMPS = [1000, 3000, 2000, 5000]
 
 
-def list_offsets(view: LocalBrokerView, version: int, wanted: list[tuple[str, int, int]]) -> list[Any]:
+def list_offsets(view: InProcessBrokerView, version: int, wanted: list[tuple[str, int, int]]) -> list[Any]:
     """Each (topic, partition, timestamp)'s answer, one request each (Kafka refuses a partition named twice)."""
     return [answer for each in wanted for answer in list_together(view, version, [each])]
 
 
 def list_together(
-    view: LocalBrokerView,
+    view: InProcessBrokerView,
     version: int,
     wanted: list[tuple[str, int, int]],
     leader_epochs: Mapping[tuple[str, int], int] | None = None,
@@ -61,7 +61,7 @@ def list_together(
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-def test_sentinels_and_timestamps_name_kafkas_offsets(view: LocalBrokerView, version: int) -> None:
+def test_sentinels_and_timestamps_name_kafkas_offsets(view: InProcessBrokerView, version: int) -> None:
     run(view.create_topic("t", 1))
     for timestamp in TIMESTAMPS:
         leader_log(view, "t", 0).append(batch([(None, b"v", timestamp)]))
@@ -83,7 +83,7 @@ def test_sentinels_and_timestamps_name_kafkas_offsets(view: LocalBrokerView, ver
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_tiered_storage_sentinels_as_kafka_answers_them_without_tiered_storage(
-    view: LocalBrokerView, version: int
+    view: InProcessBrokerView, version: int
 ) -> None:
     """-4 (earliest local, v8+) is the log start offset, every segment being local; -5 (latest tiered, v9+) is offset
     -1; a sentinel older than the version, or a negative timestamp that is none, is UNSUPPORTED_VERSION."""
@@ -104,13 +104,13 @@ def test_tiered_storage_sentinels_as_kafka_answers_them_without_tiered_storage(
     assert list_offsets(view, 9, [("gone", 0, -5)])[0].error_code == ErrorCode.unknown_topic_or_partition
 
 
-def test_an_unknown_partition_fails_alone(view: LocalBrokerView) -> None:
+def test_an_unknown_partition_fails_alone(view: InProcessBrokerView) -> None:
     run(view.create_topic("t", 1))
     answers = list_offsets(view, 7, [("t", 0, -1), ("gone", 0, -1)])
     assert [a.error_code for a in answers] == [ErrorCode.none, ErrorCode.unknown_topic_or_partition]
 
 
-def test_a_partition_named_twice_in_a_request_is_an_invalid_request(view: LocalBrokerView) -> None:
+def test_a_partition_named_twice_in_a_request_is_an_invalid_request(view: InProcessBrokerView) -> None:
     run(view.create_topic("t", 2))
     answers = list_together(view, 7, [("t", 0, -1), ("t", 1, -1), ("t", 0, -2)])
     assert [(a.partition_index, a.error_code) for a in answers] == [
@@ -133,7 +133,7 @@ FENCING = [
 @pytest.mark.parametrize("version", [v for v in VERSIONS if v >= 4])
 @pytest.mark.parametrize(("current_leader_epoch", "error"), FENCING)
 def test_a_client_leader_epoch_older_or_newer_than_the_leaders_is_fenced_per_partition(
-    re_elected: LocalBrokerView, version: int, current_leader_epoch: int, error: ErrorCode
+    re_elected: InProcessBrokerView, version: int, current_leader_epoch: int, error: ErrorCode
 ) -> None:
     """Kafka's `Partition.fetchOffsetForTimestamp` checks the epoch first: the checked partition answers its error
     with offset and timestamp -1, for the latest offset and (v9+) the latest tiered one alike; partition 1, listed
@@ -157,14 +157,16 @@ def test_a_client_leader_epoch_older_or_newer_than_the_leaders_is_fenced_per_par
 
 
 @pytest.mark.parametrize("version", [1, 3])
-def test_versions_before_4_carry_no_leader_epoch_and_are_not_fenced(re_elected: LocalBrokerView, version: int) -> None:
+def test_versions_before_4_carry_no_leader_epoch_and_are_not_fenced(
+    re_elected: InProcessBrokerView, version: int
+) -> None:
     run(re_elected.append("led", 0, batch([(None, b"v", 1000)])))
     answers = list_together(re_elected, version, [("led", 0, -1)], leader_epochs={("led", 0): 0})
     assert [(a.error_code, a.offset) for a in answers] == [(ErrorCode.none, 1)]
 
 
 @pytest.mark.parametrize("version", [v for v in VERSIONS if v >= 4])
-def test_offsets_found_are_answered_with_their_leader_epoch(re_elected: LocalBrokerView, version: int) -> None:
+def test_offsets_found_are_answered_with_their_leader_epoch(re_elected: InProcessBrokerView, version: int) -> None:
     """As Kafka's `UnifiedLog.fetchOffsetByTimestamp`: a record's batch's epoch, the newest for -1, the oldest for -2;
     on partition 0, re-elected, records written after the election carry epoch 1, on partition 1 everything is 0."""
     for partition in range(2):

@@ -11,16 +11,18 @@ from kio.schema.errors import ErrorCode
 
 from cluster.protocol.framing import decode_response, encode_response
 from cluster.protocol.handlers.produce import PRODUCE_KEY, ProduceHandler
-from cluster.protocol.local_broker_view import LocalBrokerView
-from cluster.protocol.local_transaction_view import LocalTransactionView
 from cluster.protocol.messages import build
 from cluster.protocol.router import SERVED
+from cluster.protocol.views.in_process_broker_view import InProcessBrokerView
+from cluster.protocol.views.transaction_view import TransactionView
 from tests.cluster.protocol.helpers import batch, leader_log, records_of, request, run
 
 VERSIONS = range(SERVED[PRODUCE_KEY].min_version, SERVED[PRODUCE_KEY].max_version + 1)
 
 
-def produce(view: LocalBrokerView, version: int, partitions: dict[tuple[str, int], bytes | None], acks: int = 1) -> Any:
+def produce(
+    view: InProcessBrokerView, version: int, partitions: dict[tuple[str, int], bytes | None], acks: int = 1
+) -> Any:
     topics: dict[str, list[dict[str, Any]]] = {}
     for (topic, partition), records in partitions.items():
         topics.setdefault(topic, []).append({"index": partition, "records": records})
@@ -33,7 +35,7 @@ def produce(view: LocalBrokerView, version: int, partitions: dict[tuple[str, int
             "topic_data": [{"name": name, "partition_data": parts} for name, parts in topics.items()],
         },
     )
-    response = run(ProduceHandler(view, LocalTransactionView(view.broker))(request(body)))
+    response = run(ProduceHandler(view, TransactionView.in_process(view.broker))(request(body)))
     if response is None:
         return None
     _, decoded = decode_response(encode_response(1, response)[4:], load_response_schema(PRODUCE_KEY, version))
@@ -42,7 +44,7 @@ def produce(view: LocalBrokerView, version: int, partitions: dict[tuple[str, int
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_batches_are_appended_unchanged_and_answered_with_their_base_offset(
-    view: LocalBrokerView, version: int
+    view: InProcessBrokerView, version: int
 ) -> None:
     run(view.create_topic("t", 2))
     first = batch([(b"k1", b"v1", 1000), (b"k2", b"v2", 1001)])
@@ -61,20 +63,20 @@ def test_batches_are_appended_unchanged_and_answered_with_their_base_offset(
     assert bytes(stored)[21 : len(first)] == first[21:]
 
 
-def test_acks_zero_appends_and_answers_nothing(view: LocalBrokerView) -> None:
+def test_acks_zero_appends_and_answers_nothing(view: InProcessBrokerView) -> None:
     run(view.create_topic("t", 1))
     assert produce(view, 9, {("t", 0): batch([(b"k", b"v", 5)])}, acks=0) is None
     assert leader_log(view, "t", 0).log_end_offset == 1
 
 
-def test_invalid_acks_fail_every_partition_and_append_nothing(view: LocalBrokerView) -> None:
+def test_invalid_acks_fail_every_partition_and_append_nothing(view: InProcessBrokerView) -> None:
     run(view.create_topic("t", 1))
     answers = produce(view, 9, {("t", 0): batch([(b"k", b"v", 5)])}, acks=2)
     assert answers[("t", 0)].error_code == ErrorCode.invalid_required_acks
     assert leader_log(view, "t", 0).log_end_offset == 0
 
 
-def test_each_partition_fails_on_its_own(view: LocalBrokerView) -> None:
+def test_each_partition_fails_on_its_own(view: InProcessBrokerView) -> None:
     run(view.create_topic("t", 1))
     good = batch([(b"k", b"v", 5)])
     corrupt = bytearray(good)

@@ -11,17 +11,17 @@ from kio.schema.errors import ErrorCode
 
 from cluster.protocol.framing import decode_response, encode_response
 from cluster.protocol.handlers.producer_id import INIT_PRODUCER_ID_KEY, InitProducerIdHandler
-from cluster.protocol.local_broker_view import LocalBrokerView
-from cluster.protocol.local_transaction_view import LocalTransactionView
 from cluster.protocol.messages import build
 from cluster.protocol.router import SERVED
+from cluster.protocol.views.in_process_broker_view import InProcessBrokerView
+from cluster.protocol.views.transaction_view import TransactionView
 from tests.cluster.protocol.helpers import request, run
 
 VERSIONS = range(SERVED[INIT_PRODUCER_ID_KEY].min_version, SERVED[INIT_PRODUCER_ID_KEY].max_version + 1)
 
 
 def init_producer_id(
-    view: LocalBrokerView,
+    view: InProcessBrokerView,
     version: int,
     transactional_id: str | None = None,
     producer: tuple[int, int] = (5, 3),
@@ -36,12 +36,12 @@ def init_producer_id(
             "producer_epoch": producer[1],
         },
     )
-    response = run(InitProducerIdHandler(view, LocalTransactionView(view.broker))(request(body)))
+    response = run(InitProducerIdHandler(view, TransactionView.in_process(view.broker))(request(body)))
     return decode_response(encode_response(1, response)[4:], load_response_schema(INIT_PRODUCER_ID_KEY, version))[1]
 
 
 @pytest.mark.parametrize("version", VERSIONS)
-def test_each_request_gets_a_fresh_id_with_epoch_zero(view: LocalBrokerView, version: int) -> None:
+def test_each_request_gets_a_fresh_id_with_epoch_zero(view: InProcessBrokerView, version: int) -> None:
     answers = [init_producer_id(view, version) for _ in range(3)]
     assert [(a.error_code, a.producer_id, a.producer_epoch) for a in answers] == [
         (ErrorCode.none, 0, 0),
@@ -52,7 +52,7 @@ def test_each_request_gets_a_fresh_id_with_epoch_zero(view: LocalBrokerView, ver
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_a_transactional_id_gets_its_producer_id_with_a_bumped_epoch_each_time(
-    view: LocalBrokerView, version: int
+    view: InProcessBrokerView, version: int
 ) -> None:
     first = init_producer_id(view, version, "txn-1", producer=(-1, -1))
     second = init_producer_id(view, version, "txn-1", producer=(-1, -1))
@@ -62,7 +62,7 @@ def test_a_transactional_id_gets_its_producer_id_with_a_bumped_epoch_each_time(
 
 @pytest.mark.parametrize("version", [3, 4, 5])
 def test_a_stale_producer_naming_its_id_is_fenced_with_the_code_its_version_knows(
-    view: LocalBrokerView, version: int
+    view: InProcessBrokerView, version: int
 ) -> None:
     current = init_producer_id(view, version, "txn-1", producer=(-1, -1))
     stale = init_producer_id(view, version, "txn-1", producer=(current.producer_id + 100, 0))
@@ -71,6 +71,6 @@ def test_a_stale_producer_naming_its_id_is_fenced_with_the_code_its_version_know
 
 
 @pytest.mark.parametrize("timeout_ms", [0, 900_001])
-def test_a_transaction_timeout_out_of_range_is_invalid(view: LocalBrokerView, timeout_ms: int) -> None:
+def test_a_transaction_timeout_out_of_range_is_invalid(view: InProcessBrokerView, timeout_ms: int) -> None:
     answer = init_producer_id(view, 4, "txn-1", producer=(-1, -1), timeout_ms=timeout_ms)
     assert (answer.error_code, answer.producer_id) == (ErrorCode.invalid_transaction_timeout, -1)

@@ -12,6 +12,7 @@ from typing import Any
 from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
 
+from actors.core.broker import InProcessBroker
 from actors.core.security.acls import CLUSTER_NAME, AclBinding, AclOperation, AclPermissionType, PatternType
 from actors.core.security.acls import ResourceType as AclResourceType
 from cluster.protocol.connection import ConnectionContext
@@ -24,7 +25,7 @@ from cluster.protocol.handlers.scram_credentials import (
 )
 from cluster.protocol.messages import build
 from cluster.protocol.security.access import AccessControl
-from cluster.protocol.security.local_security_view import LocalSecurityView
+from cluster.protocol.views.security_view import SecurityView
 from storage.config.security_config import SecurityConfig
 from tests.cluster.protocol.helpers import add_acls, add_user, run
 
@@ -32,7 +33,7 @@ SHA_256, SHA_512 = 1, 2
 ALICE = "User:alice"
 
 
-def open_access(security: LocalSecurityView) -> AccessControl:
+def open_access(security: SecurityView) -> AccessControl:
     return AccessControl(SecurityConfig(), security)
 
 
@@ -51,18 +52,18 @@ def upsertion(user: str, password: str, mechanism: int = SHA_256, iterations: in
     return {"name": user, "mechanism": mechanism, "iterations": iterations, "salt": salt, "salted_password": salted}
 
 
-def alter(security: LocalSecurityView, access: AccessControl, deletions: Any = (), upsertions: Any = ()) -> Any:
+def alter(security: SecurityView, access: AccessControl, deletions: Any = (), upsertions: Any = ()) -> Any:
     values = {"deletions": list(deletions), "upsertions": list(upsertions)}
     answer = ask(AlterUserScramCredentialsHandler(security, access), ALTER_USER_SCRAM_CREDENTIALS_KEY, values)
     return {result.user: result.error_code for result in answer.results}
 
 
-def describe(security: LocalSecurityView, access: AccessControl, users: list[str] | None) -> Any:
+def describe(security: SecurityView, access: AccessControl, users: list[str] | None) -> Any:
     values = {"users": None if users is None else [{"name": user} for user in users]}
     return ask(DescribeUserScramCredentialsHandler(security, access), DESCRIBE_USER_SCRAM_CREDENTIALS_KEY, values)
 
 
-def test_an_upserted_salted_password_logs_in_and_is_described_without_secrets(security: LocalSecurityView) -> None:
+def test_an_upserted_salted_password_logs_in_and_is_described_without_secrets(security: SecurityView) -> None:
     access = open_access(security)
     codes = alter(security, access, upsertions=[upsertion("alice", "pa55"), upsertion("bob", "s3cret", SHA_512, 8192)])
     assert codes == {"alice": ErrorCode.none, "bob": ErrorCode.none}
@@ -87,11 +88,11 @@ def test_an_upserted_salted_password_logs_in_and_is_described_without_secrets(se
     assert all(r.credential_infos == () for r in named.results if r.user != "bob")
 
 
-def test_deletions_by_mechanism_and_kafkas_per_user_refusals(security: LocalSecurityView) -> None:
+def test_deletions_by_mechanism_and_kafkas_per_user_refusals(broker: InProcessBroker, security: SecurityView) -> None:
     access = open_access(security)
-    add_user(security.controller, "alice", "pa55", "SCRAM-SHA-256")
-    add_user(security.controller, "alice", "pa55", "SCRAM-SHA-512")
-    add_user(security.controller, "carol", "pa55", "SCRAM-SHA-256")
+    add_user(broker.controller, "alice", "pa55", "SCRAM-SHA-256")
+    add_user(broker.controller, "alice", "pa55", "SCRAM-SHA-512")
+    add_user(broker.controller, "carol", "pa55", "SCRAM-SHA-256")
     codes = alter(
         security,
         access,
@@ -128,8 +129,10 @@ def test_deletions_by_mechanism_and_kafkas_per_user_refusals(security: LocalSecu
     }
 
 
-def test_describe_needs_describe_and_alter_needs_alter_on_the_cluster(security: LocalSecurityView) -> None:
-    add_user(security.controller, "alice", "pa55")
+def test_describe_needs_describe_and_alter_needs_alter_on_the_cluster(
+    broker: InProcessBroker, security: SecurityView
+) -> None:
+    add_user(broker.controller, "alice", "pa55")
     describer = AclBinding(
         AclResourceType.CLUSTER,
         CLUSTER_NAME,
@@ -139,7 +142,7 @@ def test_describe_needs_describe_and_alter_needs_alter_on_the_cluster(security: 
         AclOperation.DESCRIBE,
         AclPermissionType.ALLOW,
     )
-    add_acls(security.controller, describer)
+    add_acls(broker.controller, describer)
     properties = {"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer"}
     access = AccessControl(SecurityConfig.from_properties(properties), security)
     run(access.refresh())

@@ -18,8 +18,8 @@ from cluster.protocol.handlers.topics import (
     CreateTopicsHandler,
     DeleteTopicsHandler,
 )
-from cluster.protocol.local_broker_view import LocalBrokerView
 from cluster.protocol.router import SERVED
+from cluster.protocol.views.in_process_broker_view import InProcessBrokerView
 from storage.config.broker_config import BrokerConfig
 from tests.cluster.protocol.helpers import answer, run
 
@@ -41,7 +41,7 @@ def creatable(name: str, partitions: int = -1, factor: int = -1, **extra: Any) -
     } | extra
 
 
-def create(view: LocalBrokerView, version: int, *topics: dict[str, Any], validate_only: bool = False) -> Any:
+def create(view: InProcessBrokerView, version: int, *topics: dict[str, Any], validate_only: bool = False) -> Any:
     describer = ConfigDescriber(BrokerConfig(num_partitions=NUM_PARTITIONS), {"num.partitions"})
     handler = CreateTopicsHandler(view, describer, NODE_ID, NUM_PARTITIONS)
     return answer(
@@ -54,7 +54,9 @@ def codes(response: Any) -> dict[str, ErrorCode]:
 
 
 @pytest.mark.parametrize("version", versions(CREATE_TOPICS_KEY))
-def test_create_takes_the_default_partition_count_and_the_given_configs(view: LocalBrokerView, version: int) -> None:
+def test_create_takes_the_default_partition_count_and_the_given_configs(
+    view: InProcessBrokerView, version: int
+) -> None:
     config = [{"name": "retention.ms", "value": "1000"}, {"name": "cleanup.policy", "value": "compact"}]
     response = create(view, version, creatable("defaulted"), creatable("explicit", 2, 1, configs=config))
     assert codes(response) == {"defaulted": ErrorCode.none, "explicit": ErrorCode.none}
@@ -75,7 +77,7 @@ def test_create_takes_the_default_partition_count_and_the_given_configs(view: Lo
         assert None not in [topic.topic_id for topic in response.topics]
 
 
-def test_validate_only_checks_and_creates_nothing(view: LocalBrokerView) -> None:
+def test_validate_only_checks_and_creates_nothing(view: InProcessBrokerView) -> None:
     response = create(
         view, 7, creatable("checked", 2), creatable("bad", configs=[{"name": "x", "value": "1"}]), validate_only=True
     )
@@ -84,7 +86,7 @@ def test_validate_only_checks_and_creates_nothing(view: LocalBrokerView) -> None
     assert run(view.topics()) == {}
 
 
-def test_each_refused_entry_gets_kafkas_code(view: LocalBrokerView) -> None:
+def test_each_refused_entry_gets_kafkas_code(view: InProcessBrokerView) -> None:
     create(view, 7, creatable("existing"))
     response = create(
         view,
@@ -124,7 +126,7 @@ def test_each_refused_entry_gets_kafkas_code(view: LocalBrokerView) -> None:
 
 @pytest.mark.parametrize("version", versions(CREATE_TOPICS_KEY))
 def test_a_replication_factor_beyond_the_brokers_is_refused_with_the_brokers_reason(
-    view: LocalBrokerView, version: int
+    view: InProcessBrokerView, version: int
 ) -> None:
     """The view is one broker: 2 replicas cannot be placed (INVALID_REPLICATION_FACTOR, the view's message); 1 and
     -1 (the default) can, and the v5+ answer says how many each partition got."""
@@ -140,14 +142,14 @@ def test_a_replication_factor_beyond_the_brokers_is_refused_with_the_brokers_rea
         assert [topic.replication_factor for topic in response.topics[1:]] == [1, 1]
 
 
-def test_manual_assignments_give_the_partition_count(view: LocalBrokerView) -> None:
+def test_manual_assignments_give_the_partition_count(view: InProcessBrokerView) -> None:
     assignments = [{"partition_index": index, "broker_ids": [NODE_ID]} for index in (1, 0)]
     assert codes(create(view, 4, creatable("assigned", assignments=assignments))) == {"assigned": ErrorCode.none}
     assert run(view.topic("assigned")).partition_count == 2
 
 
 def delete(
-    view: LocalBrokerView,
+    view: InProcessBrokerView,
     version: int,
     names: list[str | None],
     enabled: bool = True,
@@ -165,7 +167,7 @@ def delete(
 
 
 @pytest.mark.parametrize("version", versions(DELETE_TOPICS_KEY))
-def test_delete_removes_the_topic_and_names_unknown_ones(view: LocalBrokerView, version: int) -> None:
+def test_delete_removes_the_topic_and_names_unknown_ones(view: InProcessBrokerView, version: int) -> None:
     doomed = run(view.create_topic("doomed", 2)).topic_id
     response = delete(view, version, ["doomed", "never-was"])
     assert [(r.name, r.error_code) for r in response.responses] == [
@@ -177,7 +179,7 @@ def test_delete_removes_the_topic_and_names_unknown_ones(view: LocalBrokerView, 
     assert run(view.topics()) == {}
 
 
-def test_delete_by_topic_id_as_kafkas_controller(view: LocalBrokerView) -> None:
+def test_delete_by_topic_id_as_kafkas_controller(view: InProcessBrokerView) -> None:
     by_id = run(view.create_topic("by-id", 1)).topic_id
     kept = run(view.create_topic("kept", 1)).topic_id
     unknown = uuid.UUID(int=12345)
@@ -195,14 +197,14 @@ def test_delete_by_topic_id_as_kafkas_controller(view: LocalBrokerView) -> None:
     assert set(run(view.topics())) == {"kept", "by-id"}
 
 
-def test_delete_is_refused_when_disabled(view: LocalBrokerView) -> None:
+def test_delete_is_refused_when_disabled(view: InProcessBrokerView) -> None:
     run(view.create_topic("kept", 1))
     response = delete(view, 6, ["kept", None], enabled=False)
     assert [r.error_code for r in response.responses] == [ErrorCode.topic_deletion_disabled] * 2
     assert set(run(view.topics())) == {"kept"}
 
 
-def grow(view: LocalBrokerView, version: int, topics: list[dict[str, Any]], validate_only: bool = False) -> Any:
+def grow(view: InProcessBrokerView, version: int, topics: list[dict[str, Any]], validate_only: bool = False) -> Any:
     handler = CreatePartitionsHandler(view, NODE_ID)
     return answer(
         handler, CREATE_PARTITIONS_KEY, version, {"topics": topics, "timeout": 30000, "validate_only": validate_only}
@@ -210,7 +212,7 @@ def grow(view: LocalBrokerView, version: int, topics: list[dict[str, Any]], vali
 
 
 @pytest.mark.parametrize("version", versions(CREATE_PARTITIONS_KEY))
-def test_create_partitions_grows_only(view: LocalBrokerView, version: int) -> None:
+def test_create_partitions_grows_only(view: InProcessBrokerView, version: int) -> None:
     run(view.create_topic("grown", 1))
     run(view.create_topic("kept", 2))
     response = grow(
@@ -231,7 +233,7 @@ def test_create_partitions_grows_only(view: LocalBrokerView, version: int) -> No
     assert run(view.topic("kept")).partition_count == 2
 
 
-def test_create_partitions_validate_only_and_assignments(view: LocalBrokerView) -> None:
+def test_create_partitions_validate_only_and_assignments(view: InProcessBrokerView) -> None:
     run(view.create_topic("checked", 1))
     response = grow(
         view,

@@ -38,11 +38,11 @@ from cluster.protocol.handlers.transactions import (
     TxnOffsetCommitHandler,
     WriteTxnMarkersHandler,
 )
-from cluster.protocol.local_broker_view import LocalBrokerView
-from cluster.protocol.local_group_view import LocalGroupView
-from cluster.protocol.local_transaction_view import LocalTransactionView
 from cluster.protocol.router import SERVED
-from cluster.protocol.security.local_security_view import LocalSecurityView
+from cluster.protocol.views.group_view import GroupView
+from cluster.protocol.views.in_process_broker_view import InProcessBrokerView
+from cluster.protocol.views.security_view import SecurityView
+from cluster.protocol.views.transaction_view import TransactionView
 from storage.records.record_batch import RecordBatchBuilder, iter_batches
 from storage.records.transaction_log import decode_transaction_log_key
 from tests.cluster.protocol.handlers.test_authorization import access_with, acl, ask, on_cluster
@@ -57,12 +57,12 @@ def versions(api_key: int) -> range:
 
 
 @pytest.fixture
-def transactions(view: LocalBrokerView) -> LocalTransactionView:
+def transactions(view: InProcessBrokerView) -> TransactionView:
     run(view.create_topic(TOPIC, 2))
-    return LocalTransactionView(view.broker)
+    return TransactionView.in_process(view.broker)
 
 
-def init(view: LocalBrokerView, transactions: LocalTransactionView, transactional_id: str = TXN) -> tuple[int, int]:
+def init(view: InProcessBrokerView, transactions: TransactionView, transactional_id: str = TXN) -> tuple[int, int]:
     values = {
         "transactional_id": transactional_id,
         "transaction_timeout": 60_000,
@@ -74,7 +74,7 @@ def init(view: LocalBrokerView, transactions: LocalTransactionView, transactiona
     return found.producer_id, found.producer_epoch
 
 
-def state_log(view: LocalBrokerView) -> list[bytes]:
+def state_log(view: InProcessBrokerView) -> list[bytes]:
     """Every state record value of `__transaction_state`, in order (what hostile requests must leave unchanged); a
     coordinator's claim of a partition it loads (the tombstone of `FENCING_ID`) is no state."""
     return [
@@ -87,8 +87,8 @@ def state_log(view: LocalBrokerView) -> list[bytes]:
 
 
 def add_partitions(
-    view: LocalBrokerView,
-    transactions: LocalTransactionView,
+    view: InProcessBrokerView,
+    transactions: TransactionView,
     producer: tuple[int, int],
     partitions: dict[str, list[int]],
     version: int = 3,
@@ -109,9 +109,7 @@ def add_partitions(
     }
 
 
-def end_txn(
-    transactions: LocalTransactionView, producer: tuple[int, int], committed: bool, version: int = 3
-) -> ErrorCode:
+def end_txn(transactions: TransactionView, producer: tuple[int, int], committed: bool, version: int = 3) -> ErrorCode:
     values = {
         "transactional_id": TXN,
         "producer_id": producer[0],
@@ -124,7 +122,7 @@ def end_txn(
 
 @pytest.mark.parametrize("version", range(4))
 def test_add_partitions_refuses_wrong_producers_by_version_and_writes_nothing(
-    view: LocalBrokerView, transactions: LocalTransactionView, version: int
+    view: InProcessBrokerView, transactions: TransactionView, version: int
 ) -> None:
     pid, epoch = init(view, transactions)
     before = state_log(view)
@@ -150,8 +148,8 @@ def test_add_partitions_refuses_wrong_producers_by_version_and_writes_nothing(
 
 
 def broker_add_partitions(
-    view: LocalBrokerView,
-    transactions: LocalTransactionView,
+    view: InProcessBrokerView,
+    transactions: TransactionView,
     batch: list[tuple[str, tuple[int, int], dict[str, list[int]], bool]],
     version: int = 5,
     access: Any = None,
@@ -181,7 +179,7 @@ def broker_add_partitions(
 
 @pytest.mark.parametrize("version", [4, 5])
 def test_a_brokers_add_partitions_verifies_without_adding(
-    view: LocalBrokerView, transactions: LocalTransactionView, version: int
+    view: InProcessBrokerView, transactions: TransactionView, version: int
 ) -> None:
     pid, epoch = init(view, transactions)
     other = init(view, transactions, "txn-2")
@@ -219,7 +217,7 @@ def test_a_brokers_add_partitions_verifies_without_adding(
 
 
 def test_a_brokers_add_partitions_needs_cluster_action(
-    view: LocalBrokerView, transactions: LocalTransactionView, security: LocalSecurityView
+    view: InProcessBrokerView, transactions: TransactionView, security: SecurityView
 ) -> None:
     pid, epoch = init(view, transactions)
     batch = [(TXN, (pid, epoch), {TOPIC: [0]}, False)]
@@ -241,7 +239,7 @@ def test_a_brokers_add_partitions_needs_cluster_action(
 
 @pytest.mark.parametrize("version", versions(END_TXN_KEY))
 def test_end_txn_answers_by_state_and_version(
-    view: LocalBrokerView, transactions: LocalTransactionView, version: int
+    view: InProcessBrokerView, transactions: TransactionView, version: int
 ) -> None:
     pid, epoch = init(view, transactions)
     before = state_log(view)
@@ -265,13 +263,13 @@ def transactional_batch(pid: int, epoch: int, sequence: int = 0) -> bytes:
 
 
 def produce(
-    view: LocalBrokerView, transactions: LocalTransactionView, records: bytes, partition: int, version: int = 9
+    view: InProcessBrokerView, transactions: TransactionView, records: bytes, partition: int, version: int = 9
 ) -> ErrorCode:
     return produce_partitions(view, transactions, {partition: records}, version)[partition]
 
 
 def produce_partitions(
-    view: LocalBrokerView, transactions: LocalTransactionView, records: dict[int, bytes], version: int = 9
+    view: InProcessBrokerView, transactions: TransactionView, records: dict[int, bytes], version: int = 9
 ) -> dict[int, ErrorCode]:
     """One Produce request of `TXN` carrying each partition's records; each partition's answer."""
     values = {
@@ -290,7 +288,7 @@ def produce_partitions(
 
 
 def test_a_transactional_produce_to_a_partition_not_in_the_transaction_is_refused(
-    view: LocalBrokerView, transactions: LocalTransactionView
+    view: InProcessBrokerView, transactions: TransactionView
 ) -> None:
     pid, epoch = init(view, transactions)
     add_partitions(view, transactions, (pid, epoch), {TOPIC: [0]})
@@ -305,7 +303,7 @@ def test_a_transactional_produce_to_a_partition_not_in_the_transaction_is_refuse
 
 
 def test_a_produce_request_is_verified_as_a_whole_and_answered_per_partition(
-    view: LocalBrokerView, transactions: LocalTransactionView
+    view: InProcessBrokerView, transactions: TransactionView
 ) -> None:
     """One verification for all of a request's transactional partitions, as Kafka's broker sends one: a partition
     in the transaction is appended beside one that is not, and batches of two producers in one request are refused
@@ -329,7 +327,7 @@ def test_a_produce_request_is_verified_as_a_whole_and_answered_per_partition(
 
 
 def test_txn_offset_commit_is_unstable_until_the_commit_marker(
-    view: LocalBrokerView, transactions: LocalTransactionView, groups: LocalGroupView
+    view: InProcessBrokerView, transactions: TransactionView, groups: GroupView
 ) -> None:
     pid, epoch = init(view, transactions)
     commit = {
@@ -384,7 +382,7 @@ def test_txn_offset_commit_is_unstable_until_the_commit_marker(
 
 
 def test_write_txn_markers_writes_each_marker_and_refuses_an_older_epoch(
-    view: LocalBrokerView, transactions: LocalTransactionView
+    view: InProcessBrokerView, transactions: TransactionView
 ) -> None:
     def markers(pid: int, epoch: int, partitions: list[int]) -> list[ErrorCode]:
         values = {
@@ -410,7 +408,7 @@ def test_write_txn_markers_writes_each_marker_and_refuses_an_older_epoch(
 
 
 def test_write_txn_markers_needs_cluster_action(
-    view: LocalBrokerView, transactions: LocalTransactionView, security: LocalSecurityView
+    view: InProcessBrokerView, transactions: TransactionView, security: SecurityView
 ) -> None:
     values = {
         "markers": [
@@ -429,7 +427,7 @@ def test_write_txn_markers_needs_cluster_action(
 
 
 def test_transaction_apis_need_write_on_the_transactional_id(
-    view: LocalBrokerView, transactions: LocalTransactionView, security: LocalSecurityView
+    view: InProcessBrokerView, transactions: TransactionView, security: SecurityView
 ) -> None:
     pid, epoch = init(view, transactions)
     topic_only = access_with(security, acl(ResourceType.TOPIC, TOPIC, AclOperation.WRITE))
@@ -448,7 +446,7 @@ def test_transaction_apis_need_write_on_the_transactional_id(
 
 
 def test_describe_and_list_transactions_show_the_coordinators_state(
-    view: LocalBrokerView, transactions: LocalTransactionView
+    view: InProcessBrokerView, transactions: TransactionView
 ) -> None:
     pid, epoch = init(view, transactions)
     init(view, transactions, "idle")
@@ -480,7 +478,7 @@ def test_describe_and_list_transactions_show_the_coordinators_state(
 
 
 def test_describe_producers_shows_each_partitions_open_transactions(
-    view: LocalBrokerView, transactions: LocalTransactionView, security: LocalSecurityView
+    view: InProcessBrokerView, transactions: TransactionView, security: SecurityView
 ) -> None:
     pid, epoch = init(view, transactions)
     assert add_partitions(view, transactions, (pid, epoch), {TOPIC: [1]}) == {(TOPIC, 1): ErrorCode.none}
@@ -513,7 +511,7 @@ def test_describe_producers_shows_each_partitions_open_transactions(
 class _CountedTopics:
     """`view` with its `topics` calls counted (each one asks the controller on Ray)."""
 
-    def __init__(self, view: LocalBrokerView) -> None:
+    def __init__(self, view: InProcessBrokerView) -> None:
         self._view = view
         self.calls = 0
 
@@ -523,7 +521,7 @@ class _CountedTopics:
 
 
 def test_add_partitions_trusts_partition_counts_it_found_for_a_second_as_a_brokers_metadata_cache(
-    view: LocalBrokerView, transactions: LocalTransactionView
+    view: InProcessBrokerView, transactions: TransactionView
 ) -> None:
     """Kafka's brokers check AddPartitionsToTxn's topics in their metadata cache; here a count found is trusted
     for `TOPIC_CACHE_MS`, and a partition above it, or the time passing, asks again."""

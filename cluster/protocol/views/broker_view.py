@@ -3,9 +3,9 @@
 Handlers speak Kafka; the broker speaks actors. `BrokerView` is the seam between them: topic metadata with each
 partition's leader, leader epoch and replicas, the brokers' advertised listeners, the topic administration calls
 (create, delete, grow, configs), and the partition calls a Produce, Fetch, ListOffsets or DeleteRecords request
-turns into. `RayBrokerView` (`cluster.protocol.ray_broker_view`) implements it over the running broker's actors, and
-`LocalBrokerView` (`cluster.protocol.local_broker_view`) over the in-process broker, which the handlers' tests run
-on, without Ray. Both describe topics from the controller's metadata with `topic_info`.
+turns into. `RayBrokerView` (`cluster.protocol.views.ray_broker_view`) implements it over the running broker's
+actors, and `InProcessBrokerView` (`cluster.protocol.views.in_process_broker_view`) over the in-process broker, which
+the handlers' tests run on, without Ray. Both describe topics from the controller's metadata with `topic_info`.
 
 Every method raises the broker's typed errors (`storage.errors`), which the handlers turn into Kafka error codes
 through `cluster.protocol.errors`; none raises Ray's.

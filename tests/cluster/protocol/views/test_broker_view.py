@@ -1,4 +1,4 @@
-"""How the broker views (`RayBrokerView`, `LocalBrokerView`) turn the controller's replication state (node ids) into
+"""How the broker views (`RayBrokerView`, `InProcessBrokerView`) turn the controller's replication state (node ids) into
 what Metadata lists (Kafka broker ids), as the plain function `topic_info` of the topic, the listeners and the running
 brokers. The oracle is the rule the Metadata handler documents: a replica is named by its node's listener `node.id`,
 left out without one; a partition without a leader is offline; listed replicas whose broker is not running are
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from actors.core.controller.topic_metadata import AdvertisedListener, TopicMetadata
 from actors.core.replication.leader_and_isr import NO_LEADER, LeaderAndIsr
-from cluster.protocol.broker_view import PartitionInfo, topic_info
+from cluster.protocol.views.broker_view import PartitionInfo, topic_info
 
 # Ray nodes a, b, c run brokers; a and b run listeners (node.id 1 and 2); d ran a broker once and is gone.
 LISTENERS = {"a": AdvertisedListener(1, "host-a", 9092), "b": AdvertisedListener(2, "host-b", 9092)}

@@ -58,7 +58,8 @@ from actors.core.replication.replica import check_current_leader_epoch
 from actors.server.append_route import AppendRoute
 from actors.server.partition_log import FetchResult, FileSlices
 from actors.server.partition_lookup import partition_actor
-from cluster.protocol.broker_view import (
+from cluster.protocol.file_region import SENDFILE_MIN_BYTES, FileRegion, open_region
+from cluster.protocol.views.broker_view import (
     TOPIC_NAMES_MAX_AGE_S,
     BrokerEndpoint,
     EpochEndOffset,
@@ -68,7 +69,6 @@ from cluster.protocol.broker_view import (
     advertised,
     topic_info,
 )
-from cluster.protocol.file_region import SENDFILE_MIN_BYTES, FileRegion, open_region
 from storage.errors import FencedLeaderEpochError, RaybrokerError, UnknownLeaderEpochError
 from storage.partition.file_slices import FileSlice, open_located, read_located
 from storage.partition.leader_epoch_cache import UNDEFINED_EPOCH

@@ -1,7 +1,8 @@
-"""`RayTransactionView` over the real coordinator actor on a one-node Ray broker: the steady-state calls of a
-transaction go over the coordinator's transaction channel (its node is the listener's), and when the coordinator's
-process dies and Ray restarts it, the call that finds the channel broken fails as retriable, the view looks the
-coordinator up again, and the next calls reach the new process over its new channel with the transactions intact."""
+"""A `TransactionView` over the real coordinator actor (`RayTransactionTransport`) on a one-node Ray broker: the
+steady-state calls of a transaction go over the coordinator's transaction channel (its node is the listener's), and
+when the coordinator's process dies and Ray restarts it, the call that finds the channel broken fails as retriable,
+the transport looks the coordinator up again, and the next calls reach the new process over its new channel with the
+transactions intact."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ from ray.exceptions import RayActorError
 from actors.calls import call, get_actor
 from actors.core.transactions.transaction_metadata import TxnError
 from actors.options import transaction_coordinator_name
-from cluster.protocol.ray_transaction_view import RayTransactionView
+from cluster.protocol.views.transaction_transport import RayTransactionTransport
+from cluster.protocol.views.transaction_view import TransactionView
 from storage.config.transaction_config import TransactionConfig
 from storage.errors import RaybrokerError
 from storage.records.record_batch import RecordBatch, iter_batches
@@ -60,7 +62,7 @@ async def until_answered(attempt: Callable[[], Any]) -> Any:
             await asyncio.sleep(0.05)
 
 
-async def committed_transaction(view: RayTransactionView, producer_id: int, epoch: int) -> list[Any]:
+async def committed_transaction(view: TransactionView, producer_id: int, epoch: int) -> list[Any]:
     """One transaction's steady-state calls, each retried as a client retries it."""
     partitions = [(TOPIC, 0)]
     return [
@@ -87,7 +89,8 @@ def test_the_steady_state_goes_over_the_channel_and_survives_a_coordinator_resta
 ) -> None:
     broker, _ = start_test_broker()
     call(broker.controller.create_topic.remote(TOPIC, 1))
-    view = RayTransactionView(TransactionConfig(transaction_state_log_num_partitions=1))
+    transport = RayTransactionTransport(TransactionConfig(transaction_state_log_num_partitions=1))
+    view = TransactionView(transport)
 
     async def scenario() -> None:
         initialized = await until_answered(lambda: view.init_producer_id(TXN_ID, 60_000, -1, -1))
@@ -95,7 +98,7 @@ def test_the_steady_state_goes_over_the_channel_and_survives_a_coordinator_resta
         producer_id, epoch = initialized.producer_id, initialized.producer_epoch
         first = await committed_transaction(view, producer_id, epoch)
         assert first == [TxnError.NONE, {(TOPIC, 0): TxnError.NONE}, TxnError.NONE]
-        old_address = view.channel_address
+        old_address = transport.channel_address
         assert old_address is not None
         await asyncio.to_thread(wait_for_state, "CompleteCommit")
 
@@ -105,7 +108,7 @@ def test_the_steady_state_goes_over_the_channel_and_survives_a_coordinator_resta
 
         second = await committed_transaction(view, producer_id, epoch)
         assert second == [TxnError.NONE, {(TOPIC, 0): TxnError.NONE}, TxnError.NONE]
-        assert view.channel_address not in (None, old_address)
+        assert transport.channel_address not in (None, old_address)
         await asyncio.to_thread(wait_for_state, "CompleteCommit")
 
     asyncio.run(asyncio.wait_for(scenario(), DEADLINE_S * 4))

@@ -20,7 +20,8 @@ from actors.core.broker import InProcessBroker
 from actors.core.replication.partition_server import PartitionServer
 from actors.core.replication.replica import ACKS_ALL
 from actors.server.append_order import AppendOrder
-from cluster.protocol.broker_view import (
+from cluster.protocol.file_region import SENDFILE_MIN_BYTES, FileRegion, open_region
+from cluster.protocol.views.broker_view import (
     BrokerEndpoint,
     EpochEndOffset,
     FetchedRecords,
@@ -29,7 +30,6 @@ from cluster.protocol.broker_view import (
     advertised,
     topic_info,
 )
-from cluster.protocol.file_region import SENDFILE_MIN_BYTES, FileRegion, open_region
 from storage.partition.file_slices import FileSlice, locate_file_slices, located_aborted_transactions
 from storage.partition.leader_epoch_cache import UNDEFINED_EPOCH
 from storage.partition.log import LogAppendInfo
@@ -37,7 +37,7 @@ from storage.partition.producer_state import ActiveProducer
 from storage.records.file_records import TimestampAndOffset
 
 
-class LocalBrokerView:
+class InProcessBrokerView:
     """The in-process broker as the listener of its node `node` sees it (see the module docstring)."""
 
     def __init__(self, broker: InProcessBroker, node: str = "node-0") -> None:

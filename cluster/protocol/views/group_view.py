@@ -1,0 +1,174 @@
+"""What the group handlers need of the group coordinator, written once over a transport.
+
+The consumer-group APIs (FindCoordinator's answer aside) all reach one place: the cluster's group coordinator
+(`actors.core.groups.coordinator.GroupCoordinator`), which holds the membership of every group and its committed
+offsets in `__consumer_offsets`. `GroupView` is the seam between the handlers and it, beside `BrokerView` for topics
+and partitions; it reaches the coordinator through a `Transport` (`cluster.protocol.views.transport`): the coordinator
+actor (`actors.server.group_coordinator`, `GroupView.on_ray`) or the in-process broker's (`GroupView.in_process`),
+which the handlers' tests run on.
+
+The coordinator answers a JoinGroup or SyncGroup that must wait for other members as pending; the view then calls
+`await_join` / `await_sync`, each bounded by the transport's `max_wait_ms`, until the answer comes. The membership
+state machine guarantees one comes: the rebalance timeout completes every join, and an expired leader's session ends
+every sync. Awaiting holds no thread of the listener, and a connection that closes cancels its wait with its task.
+In process, heartbeats and leaves answer from memory on the event loop; every other call (commits and offset reads
+append to and read `__consumer_offsets`) runs on a worker thread.
+
+Methods raise the broker's typed errors (`storage.errors`, e.g. `BrokerNotAvailableError` while the coordinator
+restarts), never Ray's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Self
+
+from actors.core.broker import InProcessBroker
+from actors.core.groups.group_membership import GroupDescription, GroupError, JoinResult, PendingJoin, SyncResult
+from actors.options import group_coordinator_name
+from cluster.protocol.views.transport import InProcessTransport, RayTransport, Transport
+
+TopicPartition = tuple[str, int]
+
+
+class GroupView:
+    """The group coordinator as the protocol handlers see it (see the module docstring)."""
+
+    def __init__(self, transport: Transport) -> None:
+        self._transport = transport
+
+    @classmethod
+    def in_process(cls, broker: InProcessBroker) -> Self:
+        """The in-process broker's group coordinator."""
+        return cls(InProcessTransport(lambda: broker.group_coordinator, inline={"heartbeat", "leave_group"}))
+
+    @classmethod
+    def on_ray(cls) -> Self:
+        """The group coordinator actor of the Ray cluster this process is connected to."""
+        return cls(RayTransport(group_coordinator_name()))
+
+    async def join_group(
+        self,
+        group: str,
+        member_id: str,
+        *,
+        group_instance_id: str | None,
+        client_id: str,
+        client_host: str,
+        session_timeout_ms: int,
+        rebalance_timeout_ms: int,
+        protocol_type: str,
+        protocols: list[tuple[str, bytes]],
+        require_known_member_id: bool,
+    ) -> JoinResult:
+        """A JoinGroup, answered once the join phase completes (`GroupMembership.join`)."""
+        outcome = await self._transport.call(
+            "join_group",
+            group,
+            member_id,
+            group_instance_id=group_instance_id,
+            client_id=client_id,
+            client_host=client_host,
+            session_timeout_ms=session_timeout_ms,
+            rebalance_timeout_ms=rebalance_timeout_ms,
+            protocol_type=protocol_type,
+            protocols=protocols,
+            require_known_member_id=require_known_member_id,
+        )
+        while isinstance(outcome, PendingJoin):
+            outcome = await self._transport.call("await_join", group, outcome.member_id, self._transport.max_wait_ms)
+        result: JoinResult = outcome
+        return result
+
+    async def sync_group(
+        self,
+        group: str,
+        member_id: str,
+        generation_id: int,
+        assignments: Mapping[str, bytes],
+        protocol_type: str | None,
+        protocol_name: str | None,
+    ) -> SyncResult:
+        """A SyncGroup, answered once the leader's assignment is there (`GroupMembership.sync`)."""
+        outcome = await self._transport.call(
+            "sync_group",
+            group,
+            member_id,
+            generation_id,
+            dict(assignments),
+            protocol_type=protocol_type,
+            protocol_name=protocol_name,
+        )
+        while outcome is None:
+            outcome = await self._transport.call(
+                "await_sync", group, member_id, generation_id, self._transport.max_wait_ms
+            )
+        result: SyncResult = outcome
+        return result
+
+    async def heartbeat(self, group: str, member_id: str, generation_id: int) -> GroupError:
+        verdict: GroupError = await self._transport.call("heartbeat", group, member_id, generation_id)
+        return verdict
+
+    async def leave_group(self, group: str, member_ids: list[str]) -> dict[str, GroupError]:
+        outcome: dict[str, GroupError] = await self._transport.call("leave_group", group, member_ids)
+        return outcome
+
+    async def commit_offsets(
+        self, group: str, member_id: str, generation_id: int, offsets: Mapping[TopicPartition, tuple[int, str]]
+    ) -> GroupError:
+        """Writes (offset, metadata) per partition if the group's state allows this member's commit."""
+        verdict: GroupError = await self._transport.call(
+            "commit_member", group, member_id, generation_id, dict(offsets)
+        )
+        return verdict
+
+    async def committed_offsets(
+        self, group: str, partitions: Iterable[TopicPartition] | None
+    ) -> dict[TopicPartition, int | None]:
+        """The group's committed offset per partition (None: none committed); every committed one for None."""
+        if partitions is None:
+            return dict(await self._transport.call("group_offsets", group))
+        found: dict[TopicPartition, int | None] = await self._transport.call("fetch_committed", group, list(partitions))
+        return found
+
+    async def offsets_partition_for(self, group: str) -> int:
+        """The `__consumer_offsets` partition holding the group's offsets (AddOffsetsToTxn adds it)."""
+        partition: int = await self._transport.call("partition_for", group)
+        return partition
+
+    async def commit_transactional_offsets(
+        self,
+        group: str,
+        producer_id: int,
+        producer_epoch: int,
+        member_id: str,
+        generation_id: int,
+        offsets: Mapping[TopicPartition, tuple[int, str]],
+    ) -> GroupError:
+        """A TxnOffsetCommit: the offsets stay pending until the transaction's marker (`commit_transactional`)."""
+        verdict: GroupError = await self._transport.call(
+            "commit_transactional", group, producer_id, producer_epoch, member_id, generation_id, dict(offsets)
+        )
+        return verdict
+
+    async def unstable_offsets(self, group: str, partitions: Iterable[TopicPartition] | None) -> set[TopicPartition]:
+        """The partitions (None: any) with transactional offsets of the group still pending (OffsetFetch
+        `require_stable`)."""
+        wanted = None if partitions is None else list(partitions)
+        unstable: set[TopicPartition] = await self._transport.call("unstable_offsets", group, wanted)
+        return unstable
+
+    async def list_groups(self) -> list[GroupDescription]:
+        groups: list[GroupDescription] = await self._transport.call("list_groups")
+        return groups
+
+    async def describe_group(self, group: str) -> GroupDescription | None:
+        """The group, or None if it has neither members nor committed offsets."""
+        described: GroupDescription | None = await self._transport.call("describe_group", group)
+        return described
+
+    async def delete_group(self, group: str) -> GroupError:
+        """Deletes an Empty group's offsets: NON_EMPTY_GROUP with members, GROUP_ID_NOT_FOUND if unknown."""
+        verdict: GroupError = await self._transport.call("delete_group", group)
+        return verdict

@@ -1,0 +1,124 @@
+"""What the transaction handlers need of the transaction coordinator, written once over a transport.
+
+InitProducerId with a transactional id, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, DescribeTransactions and
+ListTransactions reach the cluster's one transaction coordinator (`actors.core.transactions.coordinator`); Produce
+asks it whether a transactional batch's partition is in its producer's transaction; WriteTxnMarkers writes a marker
+on a partition's leader (and, on `__consumer_offsets`, completes the producer's transactional offsets in the group
+coordinator). `TransactionView` is the seam, beside `BrokerView` and `GroupView`, over a `Transport`
+(`cluster.protocol.views.transport`): the coordinator actor with its same-node channel (`TransactionView.on_ray`,
+`cluster.protocol.views.transaction_transport`), or the in-process broker's coordinator (`TransactionView.in_process`),
+each call on a worker thread since it appends to `__transaction_state` or writes markers. Methods raise the broker's
+typed errors (`storage.errors`, e.g. `BrokerNotAvailableError` while the coordinator restarts), never Ray's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable
+from typing import Any, Self
+
+from actors.core.broker import InProcessBroker
+from actors.core.transactions.coordinator import InitProducerIdResult, TransactionCoordinator, TransactionDescription
+from actors.core.transactions.markers import write_marker
+from actors.core.transactions.transaction_metadata import TxnError
+from cluster.protocol.views.transaction_transport import RayTransactionTransport
+from cluster.protocol.views.transport import InProcessTransport, Transport
+from storage.config.transaction_config import TransactionConfig
+from storage.records.layout import ControlRecordType
+from storage.topic_partition import TopicPartition
+
+
+class TransactionView:
+    """The transaction coordinator as the protocol handlers see it (see the module docstring)."""
+
+    def __init__(self, transport: Transport) -> None:
+        self._transport = transport
+
+    @classmethod
+    def in_process(cls, broker: InProcessBroker) -> Self:
+        """The in-process broker's transaction coordinator."""
+        coordinator = InProcessTransactionCoordinator(broker)
+        return cls(InProcessTransport(lambda: coordinator))
+
+    @classmethod
+    def on_ray(cls, config: TransactionConfig) -> Self:
+        """The transaction coordinator actor of the Ray cluster this process is connected to, started with `config`
+        by the first call if none runs."""
+        return cls(RayTransactionTransport(config))
+
+    async def init_producer_id(
+        self, transactional_id: str, transaction_timeout_ms: int, producer_id: int, producer_epoch: int
+    ) -> InitProducerIdResult:
+        result: InitProducerIdResult = await self._transport.call(
+            "init_producer_id", transactional_id, transaction_timeout_ms, producer_id, producer_epoch
+        )
+        return result
+
+    async def add_partitions(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: Collection[TopicPartition]
+    ) -> TxnError:
+        error: TxnError = await self._transport.call(
+            "add_partitions", transactional_id, producer_id, producer_epoch, list(partitions)
+        )
+        return error
+
+    async def verify_partitions(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: Collection[TopicPartition]
+    ) -> dict[TopicPartition, TxnError]:
+        """Per partition: NONE if it is in the producer's transaction, TRANSACTION_ABORTABLE if not, or the id's
+        error (`TransactionCoordinator.verify_partitions`)."""
+        errors: dict[TopicPartition, TxnError] = await self._transport.call(
+            "verify_partitions", transactional_id, producer_id, producer_epoch, list(partitions)
+        )
+        return errors
+
+    async def end_transaction(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool
+    ) -> TxnError:
+        error: TxnError = await self._transport.call(
+            "end_transaction", transactional_id, producer_id, producer_epoch, commit
+        )
+        return error
+
+    async def describe(self, transactional_id: str) -> TransactionDescription | None:
+        found: TransactionDescription | None = await self._transport.call("describe", transactional_id)
+        return found
+
+    async def list_transactions(
+        self, states: Iterable[str], producer_ids: Iterable[int], duration_ms: int
+    ) -> list[TransactionDescription]:
+        listed: list[TransactionDescription] = await self._transport.call(
+            "list_transactions", list(states), list(producer_ids), duration_ms
+        )
+        return listed
+
+    async def write_marker(
+        self,
+        topic: str,
+        partition: int,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+        result: ControlRecordType,
+    ) -> None:
+        """A WriteTxnMarkers marker on the partition's leader; the partition's typed errors."""
+        await self._transport.call(
+            "write_marker", topic, partition, producer_id, producer_epoch, coordinator_epoch, result
+        )
+
+
+class InProcessTransactionCoordinator:
+    """The in-process broker's transaction coordinator as its actor answers: the plain coordinator's methods (the
+    broker's current one, which it makes again after `forget_transaction_coordinator`), and a WriteTxnMarkers marker
+    written through the broker's markers, as the actor writes it through its own."""
+
+    def __init__(self, broker: InProcessBroker) -> None:
+        self._broker = broker
+        self._markers = broker.markers
+
+    def __getattr__(self, method: str) -> object:
+        coordinator: TransactionCoordinator = self._broker.transaction_coordinator
+        return getattr(coordinator, method)
+
+    def write_marker(self, *marker: Any) -> None:
+        """A WriteTxnMarkers marker (`TransactionView.write_marker`'s arguments), through the broker's markers."""
+        write_marker(self._markers, *marker)

@@ -1,0 +1,104 @@
+"""How a view's calls reach a role of the broker: in this process, or in its actor on Ray.
+
+A role (the group coordinator, the transaction coordinator, the controller) has the same methods in both hosts:
+the plain class of `actors.core` in process, and the actor that wraps it on Ray. A view (`GroupView`,
+`TransactionView`, `SecurityView`) is written once over a `Transport`, whose one call runs a role's method by name
+wherever the role lives and answers its result or raises the broker's typed errors (`storage.errors`), never Ray's.
+
+- `InProcessTransport` runs the method of a plain role on a worker thread, leaving the event loop to the other
+  connections (the role may append to a log or wait), or on the event loop itself for the methods named `inline`,
+  which answer from memory at once.
+- `RayTransport` calls the method of a named actor, awaited without blocking the loop. The actor's handle is looked
+  up once (on a worker thread: the lookup blocks) and forgotten when a call fails retriably (the actor gone or
+  restarting), so the next call reaches a restarted actor.
+
+What differs between the hosts is a parameter of the transport, not of the view: `max_wait_ms`, how long one call
+may wait on the host for an answer still pending (a JoinGroup or SyncGroup waiting for the other members).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Container
+from typing import Any, Protocol
+
+from actors.calls import answer, get_actor
+from actors.core.groups.coordinator import MAX_WAIT_MS
+from storage.errors import RaybrokerError
+
+# One bounded wait in process: the roles' timed events (session expiry, the rebalance timeout) run on their clock,
+# which a test may move by hand, and a moved `MockClock` takes effect within one wait.
+AWAIT_MS = 20
+
+
+class Transport(Protocol):
+    """A role's methods, called by name (see the module docstring)."""
+
+    # How long one call may wait on the host for an answer still pending.
+    max_wait_ms: int
+
+    async def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """The role's `method` called with these arguments; its result, or its typed error."""
+        ...
+
+
+class _EveryMethod:
+    """A container of every method name."""
+
+    def __contains__(self, method: object) -> bool:
+        return True
+
+
+# `InProcessTransport(..., inline=EVERY_METHOD)`: every call runs on the event loop.
+EVERY_METHOD: Container[str] = _EveryMethod()
+
+
+class InProcessTransport:
+    """A plain role in this process (see the module docstring). `role` gives the role at each call, so a role the
+    in-process broker makes again (a coordinator's restart) is the one called."""
+
+    def __init__(
+        self, role: Callable[[], object], *, inline: Container[str] = frozenset(), max_wait_ms: int = AWAIT_MS
+    ) -> None:
+        self._role = role
+        self._inline = inline
+        self.max_wait_ms = max_wait_ms
+
+    async def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        bound = getattr(self._role(), method)
+        if method in self._inline:
+            return bound(*args, **kwargs)
+        return await asyncio.to_thread(bound, *args, **kwargs)
+
+
+class RayTransport:
+    """The actor named `name` of the Ray cluster this process is connected to (see the module docstring). A call
+    waits at most what the coordinators' waits allow (`MAX_WAIT_MS`) by default: on Ray a waiting call holds one of
+    the actor's threads, not the listener's."""
+
+    def __init__(self, name: str, *, max_wait_ms: int = MAX_WAIT_MS) -> None:
+        self._name = name
+        self.max_wait_ms = max_wait_ms
+        self._handle: Any = None
+
+    async def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        handle = await self._actor()
+        try:
+            return await answer(getattr(handle, method).remote(*args, **kwargs))
+        except RaybrokerError as exc:
+            if self._forgets(exc):
+                self._forget()
+            raise
+
+    async def _actor(self) -> Any:
+        """The actor's handle, looked up if it was forgotten."""
+        if self._handle is None:
+            self._handle = await asyncio.to_thread(get_actor, self._name)
+        return self._handle
+
+    def _forgets(self, exc: RaybrokerError) -> bool:
+        """Whether a call's failure forgets the actor's handle: whether it may be gone or restarting."""
+        return exc.retriable
+
+    def _forget(self) -> None:
+        self._handle = None
