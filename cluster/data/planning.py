@@ -62,7 +62,6 @@ DIALECT = Dialect(
     start="start offset",
     end="end offset",
     skip_lost="Read with fail_on_data_loss=False to start at the log start.",
-    start_at_end="",
     past_end_error=OffsetOutOfRangeError,
 )
 # The smallest piece a range is cut into to give Ray Data more read tasks: each task costs a locate call, its own

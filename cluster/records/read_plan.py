@@ -76,14 +76,15 @@ Position = int | AtTimestamp
 @dataclass(frozen=True, slots=True)
 class Dialect:
     """A front end's words in the planner's errors: its names of the two sides of a range (`start`, `end`), the
-    sentence that says how to skip deleted records (`skip_lost`), what starts a read at the end when a start
-    timestamp has no record that new (`start_at_end`), and the error type of an end past where a read may end."""
+    sentence that says how to skip deleted records (`skip_lost`), the error type of an end past where a read may
+    end, and, for a front end that can refuse a start timestamp no record reaches, what starts such a read at the
+    end instead (`start_at_end`)."""
 
     start: str
     end: str
     skip_lost: str
-    start_at_end: str
     past_end_error: type[RaybrokerError]
+    start_at_end: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -57,8 +57,8 @@ DIALECT = Dialect(
     start="starting offset",
     end="ending offset",
     skip_lost="Set failOnDataLoss=false to skip them.",
-    start_at_end="startingOffsetsByTimestampStrategy=latest starts such partitions at the latest offset",
     past_end_error=InvalidRequestError,
+    start_at_end="startingOffsetsByTimestampStrategy=latest starts such partitions at the latest offset",
 )
 
 

@@ -11,7 +11,15 @@ import pytest
 
 from cluster.data.planning import MIN_TASK_BYTES, check_bound, plan_request, task_groups, timestamp_ms
 from cluster.records.offset_ranges import OffsetRange
-from cluster.records.read_plan import AtTimestamp, PartitionSnapshot, PlannedRange, TopicReadPlan, plan_ranges
+from cluster.records.read_plan import (
+    EARLIEST,
+    LATEST,
+    AtTimestamp,
+    PartitionSnapshot,
+    PlannedRange,
+    TopicReadPlan,
+    plan_ranges,
+)
 from storage.errors import InvalidRequestError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
 
 NOW_MS = 1_700_000_000_000
@@ -30,12 +38,11 @@ def plan(
     return plan_ranges(SNAPSHOTS, plan_request(TPS, start, end, "read_committed", fail), by_time)  # type: ignore[arg-type]
 
 
-def test_earliest_to_latest_is_every_partition_from_its_log_start_to_its_high_watermark() -> None:
-    planned = plan()
-    assert planned.start_offsets == {("t", 0): 10, ("t", 1): 5}
-    assert planned.end_offsets == {("t", 0): 100, ("t", 1): 5}
-    (only,) = planned.ranges
-    assert only.range == OffsetRange("t", 0, 10, 100, start_is_earliest=True)
+def test_earliest_and_latest_are_the_cores_earliest_and_latest_of_every_partition() -> None:
+    request = plan_request(TPS, "earliest", "latest", "read_committed", True)
+    assert request.start == dict.fromkeys(TPS, EARLIEST)
+    assert request.end == dict.fromkeys(TPS, LATEST)
+    assert [p.range for p in plan().ranges] == [OffsetRange("t", 0, 10, 100, start_is_earliest=True)]
 
 
 def test_ints_and_per_partition_dicts_fall_back_to_earliest_and_latest_as_read_kafka_does() -> None:

@@ -31,7 +31,7 @@ SNAPSHOTS = {
     ("t", 1): PartitionSnapshot("node-b", 5, 5, 5, 0, 5, 5),
 }
 TPS = sorted(SNAPSHOTS)
-WORDS = Dialect("start offset", "end offset", "Skip them so.", "Start at the end so.", OffsetOutOfRangeError)
+WORDS = Dialect("start offset", "end offset", "Skip them so.", OffsetOutOfRangeError, "Start at the end so.")
 
 
 def sides(position: Position | Mapping[TopicPartition, Position], default: Position) -> dict[TopicPartition, Position]:
@@ -127,7 +127,7 @@ def test_ranges_that_cannot_be_read_are_refused(start: object, end: object, erro
 
 
 def test_the_front_end_names_the_bounds_and_the_error_of_an_end_past_the_readable_end() -> None:
-    spark = Dialect("starting offset", "ending offset", "", "", InvalidRequestError)
+    spark = Dialect("starting offset", "ending offset", "", InvalidRequestError)
     with pytest.raises(InvalidRequestError, match="ending offset 101 is past the last offset") as refused:
         plan(EARLIEST, {("t", 0): 101}, words=spark)
     assert refused.value.offset == 101
