@@ -1,13 +1,13 @@
 """Topics -> a Ray Data `Dataset`, read by the broker's own path: `read_topic`.
 
 `read_topic(topics, start=..., end=..., isolation=..., columns=..., value_format=..., value_schema=...)` plans the
-read on the driver (`cluster.data.planning`: offsets fixed now, typed errors now) and returns a lazy Dataset whose
-rows are the Spark bridge's (`cluster.records`): `key binary, value binary, topic string, partition int32, offset
-int64, timestamp timestamp[us, UTC], timestampType int32` (0 CreateTime, 1 LogAppendTime, -1 none) and `headers
-list<struct<key string, value binary>>` (null for a record without headers), the value decoded by `value_format`
-(`cluster.records.value_formats`: `binary`, `string`, `json`, `msgpack`; for the last two `value_schema`, an
-Arrow type or schema, or one inferred from the first values). `columns` keeps only those columns (headers are
-not even decoded unless asked for).
+read on the driver (`cluster.data.planning` over `cluster.records.read_plan`: offsets fixed now, typed errors now)
+and returns a lazy Dataset whose rows are the Spark bridge's (`cluster.records`): `key binary, value binary, topic
+string, partition int32, offset int64, timestamp timestamp[us, UTC], timestampType int32` (0 CreateTime, 1
+LogAppendTime, -1 none) and `headers list<struct<key string, value binary>>` (null for a record without headers),
+the value decoded by `value_format` (`cluster.records.value_formats`: `binary`, `string`, `json`, `msgpack`; for the
+last two `value_schema`, an Arrow type or schema, or one inferred from the first values). `columns` keeps only those
+columns (headers are not even decoded unless asked for).
 
 Locality: Ray Data 2.60 gives every read task of one `read_datasource` the same scheduling options, so the read is
 one `TopicDatasource` per node holding partition leaders, each read with a label selector for that node
@@ -35,10 +35,11 @@ import ray
 from ray.data import DataContext, Dataset, Datasource, ReadTask
 from ray.data.block import BlockMetadata
 
-from cluster.data.planning import Bound, PlannedRange, TopicReadPlan, plan_topic_read, task_groups
+from cluster.data.planning import Bound, plan_topic_read, task_groups
 from cluster.records.arrow_records import kafka_arrow_schema
 from cluster.records.isolation import READ_COMMITTED
 from cluster.records.range_reading import read_ranges, sample_values
+from cluster.records.read_plan import PlannedRange, TopicReadPlan
 from cluster.records.value_formats import (
     DEFAULT_SAMPLE_SIZE,
     SCHEMA_FORMATS,

@@ -35,9 +35,17 @@ from ray.data import Dataset
 from actors.clients.broker import Broker
 from actors.clients.consumer import Consumer
 from cluster.data.datasource import ReadSettings, read_plan, read_settings
-from cluster.data.planning import Bound, TopicReadPlan, offsets_by_topic, plan_topic_read, snapshot_partitions
+from cluster.data.planning import Bound, plan_topic_read
 from cluster.records.isolation import check_isolation
 from cluster.records.offset_ranges import partitions_of
+from cluster.records.read_plan import (
+    EARLIEST,
+    LATEST,
+    TopicReadPlan,
+    offsets_by_topic,
+    resolve_position,
+    snapshot_partitions,
+)
 from storage.errors import InvalidRequestError
 from storage.topic_partition import TopicPartition
 
@@ -156,11 +164,9 @@ class TopicStream:
             start = "earliest"
         if missing:
             snapshots = snapshot_partitions(self._broker, missing)
+            position = EARLIEST if start == "earliest" else LATEST
             for tp in missing:
-                snapshot = snapshots[tp]
-                positions[tp] = (
-                    snapshot.log_start_offset if start == "earliest" else snapshot.readable_end(self._isolation)
-                )
+                positions[tp], _ = resolve_position(position, snapshots[tp], self._isolation, None)
         return positions
 
     def _begin(self, plan: TopicReadPlan) -> Dataset:

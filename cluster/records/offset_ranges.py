@@ -1,5 +1,6 @@
 """Offset ranges of partitions, how they are split and packed into read tasks, and the partition handles that read
-them: what the Spark bridge (`cluster.spark.planning`) and Ray Data's source (`cluster.data.planning`) plan with.
+them: what the read-planning core (`cluster.records.read_plan`) and its front ends, the Spark bridge
+(`cluster.spark.planning`) and Ray Data's source (`cluster.data.planning`), plan with.
 
 A range is `[start, end)` of one partition; its `size` (offsets) is an upper bound of its records, as compaction
 leaves gaps. Splitting cuts a range into pieces of about equal offset counts, covering every offset once; packing
@@ -13,10 +14,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from actors.calls import call
 from actors.clients.broker import Broker
 from actors.server.partition_lookup import partition_actor
-from cluster.records.isolation import READ_COMMITTED, readable_end
 from storage.errors import InvalidRequestError
 from storage.topic_partition import TopicPartition
 
@@ -80,18 +79,6 @@ def group_ranges(
         members[task].append(index)
     order = {index: (r.topic, r.partition, r.start) for index, r in enumerate(ranges)}
     return tuple(tuple(sorted(task, key=order.__getitem__)) for task in members if task)
-
-
-def partition_bounds(
-    tps: Sequence[TopicPartition], isolation: str = READ_COMMITTED
-) -> dict[TopicPartition, tuple[int, int]]:
-    """(log start offset, where a read at `isolation` ends) of every partition, asked of all of them at once."""
-    refs = {tp: partition_handle(tp).state.remote() for tp in tps}
-    states = {tp: call(ref) for tp, ref in refs.items()}
-    return {
-        tp: (state.log_start_offset, readable_end(isolation, state.high_watermark, state.last_stable_offset))
-        for tp, state in states.items()
-    }
 
 
 def partition_handle(tp: TopicPartition, *, refresh: bool = False) -> Any:

@@ -1,24 +1,27 @@
-"""Planning a read of topics, on the Spark driver: which offsets of which partitions, in how many Spark tasks.
+"""Planning a read of topics, on the Spark driver: Spark's Kafka-source option names translated into a request of
+the read-planning core (`cluster.records.read_plan`), and its plan grouped into Spark tasks.
 
-`plan_read` takes Spark's Kafka-source option names (`cluster.spark.kafka_source` lists them) and returns a
-`ReadPlan`. Every partition is asked its offsets at once (`offsets()`, `list_offset` for timestamps). `latest` is
-the last stable offset at that moment (`isolationLevel` read_committed, the default) or the high watermark
-(read_uncommitted; `cluster.records.isolation`), and the end offsets are fixed there: a DataFrame over the plan
-reads exactly the planned ranges however often it is evaluated and however much is written meanwhile (a consistent
-snapshot), and a next read that starts from this one's end offsets (`ReadPlan.ending_offsets_json()`) neither skips nor
-repeats a record. In offset JSON, -2 means earliest and -1 latest; a JSON must name every partition read (as
-Spark requires). A timestamp with no record at or after it ends a read at the latest offset. Deviation from
-Spark: `startingOffsets` may be `latest` (Spark refuses it for batch reads); the read is then empty.
+`plan_read` takes Spark's option names (`cluster.spark.kafka_source` lists them) and returns a `ReadPlan`. The core
+asks every partition its offsets at once (and `list_offset` for timestamps); `latest` is the last stable offset at
+that moment (`isolationLevel` read_committed, the default) or the high watermark (read_uncommitted;
+`cluster.records.isolation`), and the end offsets are fixed there: a DataFrame over the plan reads exactly the
+planned ranges however often it is evaluated and however much is written meanwhile (a consistent snapshot), and a
+next read that starts from this one's end offsets (`ReadPlan.ending_offsets_json()`) neither skips nor repeats a
+record. In offset JSON, -2 means earliest and -1 latest (the core's `EARLIEST` and `LATEST`); a JSON must name
+every partition read (as Spark requires). A timestamp with no record at or after it ends a read at the latest
+offset, or for a start fails it (`startingOffsetsByTimestampStrategy=error`, the default). Deviation from Spark:
+`startingOffsets` may be `latest` (Spark refuses it for batch reads); the read is then empty.
 
-Ranges are split when `minPartitions` asks for more ranges than there are partitions (each range in proportion
-to its share of the records), then packed, biggest first, into one Spark task per executor core (more only when
-`minPartitions` asks). Measured with one executor of 2 cores: one Spark task per partition degraded by 70-90 ms per
-task (1M records, 128 partitions: 15 s), against 1.9 s for 4 grouped tasks, and 2 tasks on its 2 cores beat 4
-(`TASKS_PER_CORE`). Ranges are packed by their offset counts, which stand for their bytes as long as the
-partitions' records are of similar sizes.
+Ranges are split when `minPartitions` asks for more ranges than there are partitions (the core's `min_ranges`:
+each range in proportion to its share of the records), then packed, biggest first, into one Spark task per
+executor core (more only when `minPartitions` asks). Measured with one executor of 2 cores: one Spark task per
+partition degraded by 70-90 ms per task (1M records, 128 partitions: 15 s), against 1.9 s for 4 grouped tasks, and 2
+tasks on its 2 cores beat 4 (`TASKS_PER_CORE`). Ranges are packed by their offset counts, which stand for their bytes as
+long as the partitions' records are of similar sizes.
 
-Data loss at planning time: a starting offset below the log start (records deleted by retention or
-DeleteRecords) fails with `OffsetOutOfRangeError`, or with `failOnDataLoss=false` starts at the log start.
+Data loss at planning time (the core's rule): a starting offset below the log start (records deleted by retention
+or DeleteRecords) fails with `OffsetOutOfRangeError`, or with `failOnDataLoss=false` starts at the log start. An
+ending offset past the latest offset is an `InvalidRequestError`, as every other option that cannot be read.
 """
 
 from __future__ import annotations
@@ -28,28 +31,35 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from actors.calls import call
 from actors.clients.broker import Broker
 from cluster.records.isolation import READ_COMMITTED, check_isolation
-from cluster.records.offset_ranges import (
-    OffsetRange,
-    group_ranges,
-    partition_bounds,
-    partition_handle,
-    partitions_of,
-    split_range,
+from cluster.records.offset_ranges import OffsetRange, group_ranges, partitions_of
+from cluster.records.read_plan import (
+    EARLIEST,
+    LATEST,
+    AtTimestamp,
+    Dialect,
+    PlanRequest,
+    Position,
+    plan_partitions,
 )
 from storage.arguments import is_int
-from storage.errors import InvalidRequestError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
+from storage.errors import InvalidRequestError, UnknownTopicOrPartitionError
 from storage.topic_partition import TopicPartition
 
-EARLIEST = -2
-LATEST = -1
 TIMESTAMP_STRATEGIES = ("error", "latest")
 # Spark tasks per executor core. 1M records in 8 partitions into a groupBy (best of 3-4, other jobs running): 2
 # tasks on the executor's 2 cores 0.90-1.11 s, 4 tasks 1.13-2.03 s; 100k records 0.40 s against 0.66 s. Each task
 # pays Spark's Python task set-up, and one wave of tasks keeps the read of every core going to the end.
 TASKS_PER_CORE = 1
+# The core's errors in Spark's option names.
+DIALECT = Dialect(
+    start="starting offset",
+    end="ending offset",
+    skip_lost="Set failOnDataLoss=false to skip them.",
+    past_end_error=InvalidRequestError,
+    start_at_end="startingOffsetsByTimestampStrategy=latest starts such partitions at the latest offset",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,55 +180,33 @@ def plan_read(
         )
     broker = broker or Broker.connect()
     tps = topic_partitions(broker, topics, assign)
-    handles = {tp: partition_handle(tp) for tp in tps}
-    bounds = partition_bounds(tps, isolationLevel)
-    starts = _resolve(
-        handles,
-        bounds,
-        True,
-        _timestamps(tps, startingTimestamp, startingOffsetsByTimestamp, "startingOffsetsByTimestamp"),
-        startingOffsets,
-        startingOffsetsByTimestampStrategy == "error",
+    request = PlanRequest(
+        _positions(
+            tps,
+            True,
+            _timestamps(tps, startingTimestamp, startingOffsetsByTimestamp, "startingOffsetsByTimestamp"),
+            startingOffsets,
+        ),
+        _positions(
+            tps,
+            False,
+            _timestamps(tps, endingTimestamp, endingOffsetsByTimestamp, "endingOffsetsByTimestamp"),
+            endingOffsets,
+        ),
+        isolationLevel,
+        failOnDataLoss,
+        DIALECT,
+        fail_without_start_match=startingOffsetsByTimestampStrategy == "error",
+        min_ranges=minPartitions,
     )
-    ends = _resolve(
-        handles,
-        bounds,
-        False,
-        _timestamps(tps, endingTimestamp, endingOffsetsByTimestamp, "endingOffsetsByTimestamp"),
-        endingOffsets,
-        False,
-    )
-    ranges: list[OffsetRange] = []
-    start_offsets: dict[TopicPartition, int] = {}
-    for tp in tps:
-        (start, earliest), (end, _) = starts[tp], ends[tp]
-        log_start, high_watermark = bounds[tp]
-        if start < log_start and not earliest:
-            if failOnDataLoss:
-                raise OffsetOutOfRangeError(
-                    f"{tp[0]}-{tp[1]}: starting offset {start} is below the log start offset {log_start}: those "
-                    "records were deleted (retention or DeleteRecords). Set failOnDataLoss=false to skip them.",
-                    offset=start,
-                )
-            start = min(log_start, end)
-        if end > high_watermark:
-            raise InvalidRequestError(
-                f"{tp[0]}-{tp[1]}: ending offset {end} is past the latest offset {high_watermark}", offset=end
-            )
-        if start > end:
-            raise InvalidRequestError(
-                f"{tp[0]}-{tp[1]}: starting offset {start} is after the ending offset {end}", offset=start
-            )
-        start_offsets[tp] = start
-        if end > start:
-            ranges.append(OffsetRange(tp[0], tp[1], start, end, earliest))
-    ranges = split_ranges(ranges, minPartitions)
+    plan = plan_partitions(request, broker)
+    ranges = [planned.range for planned in plan.ranges]
     task_count = min(len(ranges), max(minPartitions or 0, TASKS_PER_CORE * max(1, parallelism)))
     return ReadPlan(
         tuple(ranges),
         group_ranges(ranges, task_count),
-        start_offsets,
-        {tp: end for tp, (end, _) in ends.items()},
+        plan.start_offsets,
+        plan.end_offsets,
         failOnDataLoss,
         isolationLevel,
     )
@@ -249,60 +237,23 @@ def _check_covers(given: Mapping[TopicPartition, int], tps: list[TopicPartition]
         )
 
 
-def _resolve(
-    handles: Mapping[TopicPartition, Any],
-    bounds: Mapping[TopicPartition, tuple[int, int]],
-    starting: bool,
-    timestamps: dict[TopicPartition, int] | None,
-    spec: Any,
-    fail_without_match: bool,
-) -> dict[TopicPartition, tuple[int, bool]]:
-    """Per partition, (offset, given as earliest) for one side of the read."""
-    option = "startingOffsets" if starting else "endingOffsets"
-    tps = list(handles)
+def _positions(
+    tps: list[TopicPartition], starting: bool, timestamps: dict[TopicPartition, int] | None, spec: Any
+) -> dict[TopicPartition, Position]:
+    """The core's position of each partition for one side of the read: the timestamps when given, else
+    `startingOffsets`/`endingOffsets` (`earliest`, `latest`, or offset JSON with -2 and -1)."""
     if timestamps is not None:
-        refs = {tp: handles[tp].list_offset.remote(stamp) for tp, stamp in timestamps.items()}
-        resolved: dict[TopicPartition, tuple[int, bool]] = {}
-        for tp, ref in refs.items():
-            found = call(ref)
-            if found is None and fail_without_match:
-                raise InvalidRequestError(
-                    f"no offset of {tp[0]}-{tp[1]} has a timestamp at or after {timestamps[tp]} "
-                    "(startingOffsetsByTimestampStrategy=latest starts such partitions at the latest offset)"
-                )
-            offset = bounds[tp][1] if found is None else min(found.offset, bounds[tp][1])
-            resolved[tp] = (offset, False)
-        return resolved
+        return {tp: AtTimestamp(stamp) for tp, stamp in timestamps.items()}
+    option = "startingOffsets" if starting else "endingOffsets"
     if spec in ("earliest", "latest"):
         if spec == "earliest" and not starting:
             raise InvalidRequestError("endingOffsets cannot be earliest")
-        offsets = dict.fromkeys(tps, EARLIEST if spec == "earliest" else LATEST)
-    else:
-        offsets = parse_partition_offsets(spec, option)
-        _check_covers(offsets, tps, option)
-    resolved = {}
+        return dict.fromkeys(tps, EARLIEST if spec == "earliest" else LATEST)
+    offsets = parse_partition_offsets(spec, option)
+    _check_covers(offsets, tps, option)
     for tp, offset in offsets.items():
         if offset == EARLIEST and not starting:
             raise InvalidRequestError(f"endingOffsets of {tp[0]}-{tp[1]} cannot be -2 (earliest)")
         if offset < EARLIEST:
             raise InvalidRequestError(f"{option} of {tp[0]}-{tp[1]} must be >= 0, -1 or -2, got {offset}")
-        if offset == EARLIEST:
-            resolved[tp] = (bounds[tp][0], True)
-        elif offset == LATEST:
-            resolved[tp] = (bounds[tp][1], False)
-        else:
-            resolved[tp] = (offset, False)
-    return resolved
-
-
-def split_ranges(ranges: Sequence[OffsetRange], min_partitions: int | None) -> list[OffsetRange]:
-    """Splits ranges so that there are about `min_partitions` of them, each range cut in proportion to its size
-    (at least one piece each); nothing to do when there are already enough ranges."""
-    if not min_partitions or len(ranges) >= min_partitions:
-        return list(ranges)
-    total = sum(offset_range.size for offset_range in ranges)
-    return [
-        piece
-        for offset_range in ranges
-        for piece in split_range(offset_range, round(offset_range.size * min_partitions / total))
-    ]
+    return dict(offsets)

@@ -275,8 +275,8 @@ def test_python_broker_example(no_broker: None, tmp_path: Path) -> None:
 def page_views(start_test_broker: Callable[..., tuple[Any, list[Path]]]) -> Iterator[list[dict[str, Any]]]:
     """A broker whose topic `page-views` holds msgpack page-view events, as `raybroker demo` writes them: one for
     both Spark examples, which run one after the other. Spark's planning and its Python workers keep a partition's
-    actor handle for the life of their process (`cluster.spark.planning.partition_handle`), so a broker restarted
-    under the running session would leave them with handles of actors that are gone."""
+    actor handle for the life of their process (`cluster.records.offset_ranges.partition_handle`), so a broker
+    restarted under the running session would leave them with handles of actors that are gone."""
     from actors import Admin, Producer
     from tests.conftest import _stop_running_broker
 

@@ -1,6 +1,7 @@
-"""`cluster.data.planning` without Ray: bounds in read_kafka's forms resolved against partition snapshots (the
-oracle: the offsets each form means by its definition), the typed errors of a bad read, and read tasks cut by
-block size and by the parallelism Ray Data asks for."""
+"""`cluster.data.planning` without Ray: bounds in read_kafka's forms translated into the read-planning core's
+request and resolved against partition snapshots (the oracle: the offsets each form means by its definition), the
+typed errors of a bad read in `read_topic`'s words, and read tasks cut by block size and by the parallelism Ray
+Data asks for. The core's own rules are tested in `tests/cluster/records/test_read_plan.py`."""
 
 from __future__ import annotations
 
@@ -8,16 +9,17 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from cluster.data.planning import (
-    MIN_TASK_BYTES,
+from cluster.data.planning import MIN_TASK_BYTES, check_bound, plan_request, task_groups, timestamp_ms
+from cluster.records.offset_ranges import OffsetRange
+from cluster.records.read_plan import (
+    EARLIEST,
+    LATEST,
+    AtTimestamp,
     PartitionSnapshot,
     PlannedRange,
-    check_bound,
+    TopicReadPlan,
     plan_ranges,
-    task_groups,
-    timestamp_ms,
 )
-from cluster.records.offset_ranges import OffsetRange
 from storage.errors import InvalidRequestError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
 
 NOW_MS = 1_700_000_000_000
@@ -29,29 +31,25 @@ SNAPSHOTS = {
 TPS = sorted(SNAPSHOTS)
 
 
-def plan(start: object = "earliest", end: object = "latest", *, fail: bool = True, found: object = None) -> object:
+def plan(
+    start: object = "earliest", end: object = "latest", *, fail: bool = True, found: object = None
+) -> TopicReadPlan:
     by_time = found if isinstance(found, dict) else {}
-    return plan_ranges(SNAPSHOTS, start, end, "read_committed", fail, by_time)  # type: ignore[arg-type]
+    return plan_ranges(SNAPSHOTS, plan_request(TPS, start, end, "read_committed", fail), by_time)  # type: ignore[arg-type]
 
 
-def test_earliest_to_latest_is_every_partition_from_its_log_start_to_its_high_watermark() -> None:
-    planned = plan()
-    assert planned.start_offsets == {("t", 0): 10, ("t", 1): 5}
-    assert planned.end_offsets == {("t", 0): 100, ("t", 1): 5}
-    (only,) = planned.ranges
-    assert only.range == OffsetRange("t", 0, 10, 100, start_is_earliest=True)
-    assert only.node == "node-a"
-    # 90 offsets of 100 log bytes each, plus the Arrow columns' 32 bytes and the topic's 1 byte a row.
-    assert only.estimated_bytes == 90 * (100 + 32 + 1)
-    assert planned.by_node() == {"node-a": (only,)}
-    assert planned.leaders == {("t", 0): "node-a", ("t", 1): "node-b"}
+def test_earliest_and_latest_are_the_cores_earliest_and_latest_of_every_partition() -> None:
+    request = plan_request(TPS, "earliest", "latest", "read_committed", True)
+    assert request.start == dict.fromkeys(TPS, EARLIEST)
+    assert request.end == dict.fromkeys(TPS, LATEST)
+    assert [p.range for p in plan().ranges] == [OffsetRange("t", 0, 10, 100, start_is_earliest=True)]
 
 
 def test_ints_and_per_partition_dicts_fall_back_to_earliest_and_latest_as_read_kafka_does() -> None:
     # An int is that offset of every partition: past partition 1's end.
     with pytest.raises(InvalidRequestError, match="t-1: start offset 20 is after the end offset 5"):
         plan(20, "latest")
-    one = plan_ranges({("t", 0): SNAPSHOTS[("t", 0)]}, 20, 50, "read_uncommitted", True, {})
+    one = plan_ranges({("t", 0): SNAPSHOTS[("t", 0)]}, plan_request([("t", 0)], 20, 50, "read_uncommitted", True), {})
     assert [p.range for p in one.ranges] == [OffsetRange("t", 0, 20, 50)]
     planned = plan({"t": {0: 20}}, {"t": {0: 60}})
     assert planned.start_offsets == {("t", 0): 20, ("t", 1): 5}
@@ -61,6 +59,8 @@ def test_ints_and_per_partition_dicts_fall_back_to_earliest_and_latest_as_read_k
 
 def test_a_datetime_bound_is_the_first_offset_at_or_after_it_or_the_end_when_none_is_that_new() -> None:
     moment = datetime(2023, 11, 14, tzinfo=UTC)
+    request = plan_request(TPS, moment, moment, "read_committed", True)
+    assert set(request.start.values()) == set(request.end.values()) == {AtTimestamp(timestamp_ms(moment))}
     found = {("start", ("t", 0)): 40, ("start", ("t", 1)): None, ("end", ("t", 0)): None, ("end", ("t", 1)): None}
     planned = plan(moment, moment, found=found)
     assert planned.start_offsets == {("t", 0): 40, ("t", 1): 5}
@@ -75,7 +75,7 @@ def test_naive_datetimes_are_utc_and_ms_are_exact() -> None:
 
 
 def test_a_start_below_the_log_start_is_data_loss_unless_told_to_skip() -> None:
-    with pytest.raises(OffsetOutOfRangeError, match="below the log start offset 10"):
+    with pytest.raises(OffsetOutOfRangeError, match=r"below the log start offset 10: .* fail_on_data_loss=False"):
         plan({"t": {0: 3}})
     assert plan({"t": {0: 3}}, fail=False).start_offsets[("t", 0)] == 10
 

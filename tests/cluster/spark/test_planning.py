@@ -1,30 +1,16 @@
-"""`cluster.spark.planning` without Ray: splitting and packing offset ranges, and Spark's offset JSON.
+"""`cluster.spark.planning` without Ray: packing offset ranges into Spark tasks, Spark's offset JSON, and options
+refused before any partition is asked.
 
-The planning against a live broker (`plan_read`) is tested through the DataFrames of `test_kafka_source.py`."""
+The planning against a live broker (`plan_read`) is tested through the DataFrames of `test_kafka_source.py`, the
+read-planning core it translates its options for in `tests/cluster/records/test_read_plan.py`."""
 
 from __future__ import annotations
 
 import pytest
 
 from cluster.records.offset_ranges import OffsetRange, group_ranges
-from cluster.spark.planning import offsets_json, parse_partition_offsets, plan_read, split_ranges
+from cluster.spark.planning import offsets_json, parse_partition_offsets, plan_read
 from storage.errors import InvalidRequestError
-
-
-def test_split_ranges_cuts_in_proportion_and_covers_every_offset_once() -> None:
-    ranges = [OffsetRange("t", 0, 0, 900, start_is_earliest=True), OffsetRange("t", 1, 10, 110)]
-    pieces = split_ranges(ranges, 10)
-    assert [(p.partition, p.size) for p in pieces] == [(0, 100)] * 9 + [(1, 100)]
-    covered = sorted((p.partition, offset) for p in pieces for offset in range(p.start, p.end))
-    assert covered == sorted((r.partition, offset) for r in ranges for offset in range(r.start, r.end))
-    # Only the first piece of a range that started at `earliest` keeps the late-bound start.
-    assert [p.start_is_earliest for p in pieces if p.partition == 0] == [True] + [False] * 8
-
-
-def test_split_ranges_leaves_enough_ranges_alone() -> None:
-    ranges = [OffsetRange("t", p, 0, 10) for p in range(4)]
-    assert split_ranges(ranges, 4) == ranges
-    assert split_ranges(ranges, None) == ranges
 
 
 def test_group_ranges_packs_the_biggest_first_onto_the_least_loaded_task() -> None:
