@@ -113,7 +113,7 @@ def test_an_answer_lost_from_the_object_store_fails_as_an_answer_lost() -> None:
     actor = Sleeper.remote()
     [handed] = call(actor.handed.remote(1 << 20), timeout_s=60)
     ray.kill(actor, no_restart=True)
-    # `ray.kill` is asynchronous: a call sent right after it may still be answered (seen once in CI).
+    # `ray.kill` is asynchronous: a call sent right after it may still be answered.
     deadline = time.monotonic() + 30
     with pytest.raises(AnswerLostError):
         while time.monotonic() < deadline:
