@@ -21,7 +21,7 @@ concurrency, resources and placement.
   groups for all the partitions they hold: every write of the host on one thread, in call order. Ray
   runs the calls of async or multi-threaded (`max_concurrency` > 1) actors out of order, so neither
   kind of actor could keep a partition's appends in order.
-- Cleaner actors (`actors.server.cleaner`), `log.cleaner.threads` per node, named per node and index, are
+- Cleaner actors (`actors.server.cleaner_actor`), `log.cleaner.threads` per node, named per node and index, are
   pinned to the node whose disks hold the logs they read and write; each runs one pass at a time (one thread,
   as a Kafka cleaner thread) and is restarted by Ray if it dies (the pass it ran is retried later).
 """

@@ -6,7 +6,7 @@ appends one 100-byte record at a time to the plain partition, back to back, timi
 the driver compacts one compacted partition of the same host in one of two placements:
 
 - ours, as the broker's scheduler does it: the partition snapshots its log (`snapshot_for_cleaning`), the
-  node's cleaner actor reads the segments and writes the `.cleaned` files (`actors.server.cleaner`), the
+  node's cleaner actor reads the segments and writes the `.cleaned` files (`actors.server.cleaner_actor`), the
   partition swaps them in (`swap_cleaned`);
 - the baseline, the whole pass inside the host (`clean`, both phases on its maintenance thread), holding the
   GIL that the host's appends need.

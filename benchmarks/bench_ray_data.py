@@ -118,7 +118,7 @@ def _write(ctx: BenchContext, servers: str, rows: int, repeats: int) -> Figure:
 
     from actors.clients.admin import Admin
     from cluster.data import write_topic
-    from cluster.data.planning import plan_topic_read
+    from cluster.data.read_planning import plan_topic_read
 
     users = [f"user-{user:011d}" for user in range(USERS)]
     items = [

@@ -36,7 +36,7 @@ def run(ctx: BenchContext) -> list[Figure]:
     from actors.clients.producer import Producer
     from cluster.data import read_topic
     from cluster.data.locality import read_locality
-    from cluster.data.planning import plan_topic_read
+    from cluster.data.read_planning import plan_topic_read
 
     ctx.progress("  stopping the shared Ray: this module runs its own 3-node cluster")
     stop_shared_ray(ctx)

@@ -7,7 +7,7 @@ position, offset) as attributes, not only inside the message.
 
 Each error type also says whether the same call may succeed if made again (`retriable`), as Kafka's exceptions
 do by extending `RetriableException`: the flag equals Kafka's for the error code the type maps to
-(`cluster.protocol.errors`), and every retry loop asks it (`is_retriable`) rather than naming types. A retriable
+(`cluster.protocol.error_codes`), and every retry loop asks it (`is_retriable`) rather than naming types. A retriable
 error of a partition usually means the caller's idea of its leader is stale: look the leader up again first.
 """
 

@@ -275,13 +275,13 @@ def upward_imports(graph: dict[str, set[str]], layer: str) -> dict[str, list[str
 
 def test_upward_import_finder_sees_an_import_of_a_higher_or_a_sibling_place() -> None:
     graph = {
-        "actors.core.broker": {"actors", "actors.core", "actors.calls"},
-        "actors.calls": {"actors.options", "actors.core.broker"},
+        "actors.core.in_process_broker": {"actors", "actors.core", "actors.calls"},
+        "actors.calls": {"actors.options", "actors.core.in_process_broker"},
         "actors.channels.append_frames": {"actors.metrics.names", "actors.channels.local_sockets"},
         "actors.clients.producer": {"actors.server.remote", "actors.channels.append_frames", "actors.clients"},
     }
     assert upward_imports(graph, "actors") == {
-        "actors.core.broker": ["actors.calls"],
+        "actors.core.in_process_broker": ["actors.calls"],
         "actors.channels.append_frames": ["actors.metrics.names"],
     }
 

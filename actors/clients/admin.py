@@ -25,7 +25,7 @@ from actors.calls import call
 from actors.clients.broker import Broker
 from actors.core.controller.topic_metadata import AdvertisedListener, TopicMetadata
 from actors.core.replication.leader_and_isr import NO_LEADER, LeaderAndIsr
-from actors.core.security.acls import AclBinding, AclBindingFilter, InvalidAclError
+from actors.core.security.acl_bindings import AclBinding, AclBindingFilter, InvalidAclError
 from actors.core.security.scram import (
     MIN_ITERATIONS,
     SCRAM_MECHANISMS,

@@ -41,7 +41,7 @@ from actors.options import (
 from actors.server.internal_partition_leaders import RayTopicAdmin
 from actors.server.partition_lookup import partition_actor
 from actors.server.remote import Controller, GroupCoordinator, LogManager
-from actors.server.transaction_coordinator import start_transaction_coordinator
+from actors.server.transaction_coordinator_actor import start_transaction_coordinator
 from storage.arguments import is_int
 from storage.config.broker_config import BrokerConfig
 from storage.config.transaction_config import TransactionConfig

@@ -47,7 +47,7 @@ move the position past them. `seek_to_end`, `latest` and `offsets_for_times` ans
 read_committed). A read_committed consumer does not follow same-node tails through the high-watermark file, which
 publishes offsets but not aborted transactions: its fetches always go to the actor (`locate` still reads locally).
 
-Committed offsets live in the group coordinator (`actors.server.group_coordinator`, stored in
+Committed offsets live in the group coordinator (`actors.server.group_coordinator_actor`, stored in
 `__consumer_offsets`). `commit()` commits the current positions; with `enable_auto_commit` they are also
 committed every `auto_commit_interval_ms` during `poll`, and on `close`. A read_committed consumer asks for stable
 offsets, as Kafka's does (KIP-447's `require_stable`): while a transaction that sent offsets for a partition is

@@ -2,7 +2,7 @@
 
 List, describe and delete groups, read a group's committed offsets and move them, for groups of Kafka clients
 over the wire and of raybroker's Python `Consumer` alike: both keep their offsets in the one group coordinator
-(`actors.server.group_coordinator`). Every method blocks until the coordinator answered and raises the broker's
+(`actors.server.group_coordinator_actor`). Every method blocks until the coordinator answered and raises the broker's
 typed errors (`BrokerNotAvailableError` when no broker runs, `InvalidGroupIdError`), never Ray's; a refusal of
 the coordinator (a group with members cannot be deleted or reset) raises `RaybrokerError` naming Kafka's error.
 """

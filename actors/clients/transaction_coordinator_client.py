@@ -1,6 +1,6 @@
 """`TransactionCoordinatorClient` over Ray: the transactional Python producer's calls to the cluster's transaction
-coordinator actor (`actors.server.transaction_coordinator`) and group coordinator actor
-(`actors.server.group_coordinator`), the same actors the Kafka listener's transaction handlers call.
+coordinator actor (`actors.server.transaction_coordinator_actor`) and group coordinator actor
+(`actors.server.group_coordinator_actor`), the same actors the Kafka listener's transaction handlers call.
 
 The transaction coordinator starts with the first transactional request (Kafka creates `__transaction_state` on
 the first lookup of a transactional id): if no listener started it yet, the producer does, with the controller's
@@ -16,7 +16,7 @@ from actors.calls import call, get_actor
 from actors.clients.broker import Broker, transaction_coordinator
 from actors.clients.transaction_manager import ConsumerGroupMetadata
 from actors.core.groups.group_membership import GroupError
-from actors.core.transactions.coordinator import InitProducerIdResult
+from actors.core.transactions.transaction_coordinator import InitProducerIdResult
 from actors.core.transactions.transaction_metadata import TxnError
 from actors.options import group_coordinator_name, transaction_coordinator_name
 from storage.errors import BrokerNotAvailableError, CoordinatorLoadInProgressError, RaybrokerError

@@ -40,7 +40,7 @@ from typing import Protocol, TypeVar
 
 from actors.core.controller.topic_metadata import CONSUMER_OFFSETS_TOPIC
 from actors.core.groups.group_membership import GroupError
-from actors.core.transactions.coordinator import InitProducerIdResult
+from actors.core.transactions.transaction_coordinator import InitProducerIdResult
 from actors.core.transactions.transaction_metadata import TxnError
 from storage.clock import Clock
 from storage.errors import (

@@ -1,5 +1,5 @@
 """The broker's roles as plain classes, without Ray: what the Ray actors of `actors.server` construct and delegate to,
-and what the in-process broker (`actors.core.broker`) wires together for tests and development.
+and what the in-process broker (`actors.core.in_process_broker`) wires together for tests and development.
 
 One folder per role: `controller/` (the cluster's metadata, placement and elections), `replication/` (a replica's
 leader/follower role), `groups/` (consumer groups: membership and committed offsets), `security/` (ACLs and SCRAM).

@@ -15,7 +15,7 @@ started beside the others:
 
 Starting a host (`start_host`) only asks for the process and returns its handle at once; a partition placed in a
 host still starting waits, in its `open_partition` call, until the host is up. This class holds no lock: its one
-user, `actors.server.partition_handles.RayPartitions`, serializes every call under its own.
+user, `actors.server.ray_partitions.RayPartitions`, serializes every call under its own.
 """
 
 from __future__ import annotations

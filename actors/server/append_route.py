@@ -2,7 +2,7 @@
 producer's sender (`actors.clients.sender`, from a thread of its own), the Kafka listener
 (`cluster.protocol.views.ray_broker_view`, from an event loop), and the coordinators
 (`actors.server.internal_partition_leaders`: their own records and transactional offsets;
-`actors.server.transaction_coordinator`: COMMIT/ABORT markers). A write is a client's batches (`Batches`), a
+`actors.server.transaction_coordinator_actor`: COMMIT/ABORT markers). A write is a client's batches (`Batches`), a
 coordinator's transactional batch (`CoordinatorBatch`) or a marker (`Marker`); each goes the same way.
 
 - Leader: the controller names the node that leads the partition and `actors.server.partition_lookup` finds the replica

@@ -658,7 +658,7 @@ class PartitionLogActor:
     def clean(self, first_dirty_offset: int, first_uncleanable_offset: int | None = None) -> CleanResult:
         """A whole compaction pass in this process, both phases (for a caller holding the handle; the broker's
         scheduled passes do only the snapshot and the swap here, the rest in a cleaner actor,
-        `actors.server.cleaner`); its `end_offset` is where the next pass starts. Retention follows for
+        `actors.server.cleaner_actor`); its `end_offset` is where the next pass starts. Retention follows for
         `compact,delete` logs, as after a Kafka cleaner pass."""
         _check_cleaning_offsets(first_dirty_offset, first_uncleanable_offset)
         result = self._cleaner.clean(self._log, first_dirty_offset, first_uncleanable_offset)

@@ -10,7 +10,8 @@ entries (principal, host, operation, permission) on each, and the option combina
 - An operation a resource type does not have (Read on the cluster) is a usage error, as are the combinations
   kafka-acls.sh refuses.
 
-Kept apart from `cluster.cli.acls` because it needs the ACL model (`actors.core.security.acls`), whose package
+Kept apart from `cluster.cli.acls_command` because it needs the ACL model (`actors.core.security.acl_bindings`), whose
+package
 loads Ray: the command module imports this one only when the command runs, so `raybroker --help` stays fast.
 """
 
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import argparse
 
-from actors.core.security.acls import (
+from actors.core.security.acl_bindings import (
     CLUSTER_NAME,
     SUPPORTED_OPERATIONS,
     AclBinding,
@@ -30,7 +31,7 @@ from actors.core.security.acls import (
     ResourceType,
     check_principal,
 )
-from cluster.cli.common import UsageError
+from cluster.cli.command_support import UsageError
 
 # (resource type, name, pattern type): a resource pattern, or a resource filter under ANY or MATCH.
 Resource = tuple[ResourceType, str, PatternType]

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from cluster.cli.common import (
+from cluster.cli.command_support import (
     EXIT_OK,
     UsageError,
     add_command,

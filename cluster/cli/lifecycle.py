@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from cluster.cli.common import EXIT_OK, UsageError, add_command, key_value, non_negative_int
+from cluster.cli.command_support import EXIT_OK, UsageError, add_command, key_value, non_negative_int
 from cluster.head_state import HeadState, forget_state, read_state, write_state
 from cluster.ray_auth import ensure_auth_token, token_auth_disabled
 from storage.config.broker_config import BrokerConfig, load_server_properties

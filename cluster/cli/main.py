@@ -4,24 +4,24 @@ Subcommands:
 
 | command                | module                      | modelled on                                        |
 |------------------------|-----------------------------|----------------------------------------------------|
-| `dump-log`             | `cluster.cli.dump_log`      | kafka-dump-log.sh (offline, no Ray)                |
+| `dump-log`             | `cluster.cli.dump_log_command`      | kafka-dump-log.sh (offline, no Ray)                |
 | `demo`, `storage-demo` | `cluster.cli.demos`         | -                                                  |
 | `start`, `stop`,       | `cluster.cli.lifecycle`     | kafka-server-start.sh, kafka-server-stop.sh        |
 | `auth-token`           |                             | `ray get-auth-token --generate`, owner-only        |
-| `topics`               | `cluster.cli.topics`        | kafka-topics.sh                                    |
-| `produce`              | `cluster.cli.produce`       | kafka-console-producer.sh                          |
+| `topics`               | `cluster.cli.topics_command`        | kafka-topics.sh                                    |
+| `produce`              | `cluster.cli.produce_command`       | kafka-console-producer.sh                          |
 | `consume`              | `cluster.cli.consume`       | kafka-console-consumer.sh                          |
 | `get-offsets`,         | `cluster.cli.offsets`       | kafka-get-offsets.sh, kafka-delete-records.sh      |
 | `delete-records`       |                             |                                                    |
-| `consumer-groups`      | `cluster.cli.consumer_groups` | kafka-consumer-groups.sh                         |
+| `consumer-groups`      | `cluster.cli.consumer_groups_command` | kafka-consumer-groups.sh                         |
 | `status`               | `cluster.cli.status`        | kafka-topics.sh --under-replicated-partitions,     |
 |                        |                             | kafka-metadata-quorum.sh, kafka-consumer-groups.sh |
 |                        |                             | on one screen; exit 1: a partition is offline      |
-| `transactions`         | `cluster.cli.transactions`  | kafka-transactions.sh (--list, --describe)         |
+| `transactions`         | `cluster.cli.transactions_command`  | kafka-transactions.sh (--list, --describe)         |
 | `sql`                  | `cluster.cli.sql_command`   | Spark SQL over live topics, each one a view        |
 | `stream`               | `cluster.cli.stream_command` | Spark Structured Streaming SQL over live topics   |
 | `users`                | `cluster.cli.users`         | kafka-configs.sh --entity-type users (SCRAM)       |
-| `acls`                 | `cluster.cli.acls`          | kafka-acls.sh                                      |
+| `acls`                 | `cluster.cli.acls_command`          | kafka-acls.sh                                      |
 
 Each command module adds its parsers (`add_commands`) and holds its handlers; every handler is stored in the
 parsed arguments as `handler`. Ray and Spark are imported only when a command that needs them runs, so
@@ -51,22 +51,22 @@ import sys
 from collections.abc import Callable
 
 from cluster.cli import (
-    acls,
+    acls_command,
     consume,
-    consumer_groups,
+    consumer_groups_command,
     demos,
-    dump_log,
+    dump_log_command,
     lifecycle,
     offsets,
-    produce,
+    produce_command,
     sql_command,
     status,
     stream_command,
-    topics,
-    transactions,
+    topics_command,
+    transactions_command,
     users,
 )
-from cluster.cli.common import (
+from cluster.cli.command_support import (
     EXIT_DATA_ERROR,
     EXIT_INTERRUPTED,
     EXIT_OK,
@@ -80,20 +80,20 @@ from storage.errors import RaybrokerError
 
 # In the order `--help` lists them.
 COMMAND_MODULES = (
-    dump_log,
+    dump_log_command,
     demos,
     lifecycle,
-    topics,
-    produce,
+    topics_command,
+    produce_command,
     consume,
     offsets,
-    consumer_groups,
+    consumer_groups_command,
     status,
-    transactions,
+    transactions_command,
     sql_command,
     stream_command,
     users,
-    acls,
+    acls_command,
 )
 
 __all__ = ["EXIT_DATA_ERROR", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "build_parser", "main"]

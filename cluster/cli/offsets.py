@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from cluster.cli.common import EXIT_OK, add_command, connect_admin, non_negative_int
+from cluster.cli.command_support import EXIT_OK, add_command, connect_admin, non_negative_int
 from storage.errors import RaybrokerError
 
 TIME_SPECS = ("earliest", "latest", "max-timestamp")

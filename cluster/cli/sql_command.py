@@ -10,7 +10,7 @@ it (`cluster.spark.session`), registers every `--topic` as a temporary view name
 prints the result as Spark's `show` does (every column in full, at most `--max-rows` rows, then "only showing top
 N rows"), and stops the session it started. The views have Spark's Kafka-source columns
 (`cluster.spark.kafka_source`); with `--value-format` the value is decoded into columns
-(`cluster.spark.value_formats`), with
+(`cluster.spark.spark_value_formats`), with
 `--value-schema` (Spark DDL, e.g. `"user string, page string, latency_ms long"`) or a schema inferred from a
 sample of the topic. Every view is planned before the query runs: it reads a fixed snapshot of its topic, from
 `--starting-offsets` to `--ending-offsets` (Spark's option values; per-partition JSON may name several topics,
@@ -27,7 +27,7 @@ import argparse
 import json
 from typing import Any
 
-from cluster.cli.common import EXIT_OK, add_command, connect, first_line, positive_int
+from cluster.cli.command_support import EXIT_OK, add_command, connect, first_line, positive_int
 from storage.errors import InvalidRequestError
 
 DEFAULT_MAX_ROWS = 1000

@@ -18,7 +18,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from cluster.cli.common import EXIT_DATA_ERROR, EXIT_OK, add_command, connect, table_lines
+from cluster.cli.command_support import EXIT_DATA_ERROR, EXIT_OK, add_command, connect, table_lines
 from storage.errors import BrokerNotAvailableError
 
 if TYPE_CHECKING:

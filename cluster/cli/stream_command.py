@@ -24,7 +24,7 @@ import argparse
 import threading
 from typing import Any
 
-from cluster.cli.common import EXIT_OK, add_command, connect, first_line, positive_int, set_on_interrupt
+from cluster.cli.command_support import EXIT_OK, add_command, connect, first_line, positive_int, set_on_interrupt
 from storage.errors import InvalidRequestError
 
 DEFAULT_TRIGGER_INTERVAL_MS = 5000

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from cluster.cli.common import EXIT_OK, UsageError, add_command, connect_admin, positive_int
+from cluster.cli.command_support import EXIT_OK, UsageError, add_command, connect_admin, positive_int
 
 
 def add_commands(subcommands: Any) -> None:

@@ -3,13 +3,14 @@ protocol, as kafka-transactions.sh's `abort` does it, so the same command works 
 Kafka broker. Metadata finds the partition's leader; with a start offset, DescribeProducers on the leader finds the
 producer whose open transaction starts there; one WriteTxnMarkers then writes its ABORT marker on the leader. A
 coordinator epoch of -1 (a producer that never saw a marker) is sent as 0, as Kafka's tool sends it. A refusal
-raises the typed error of the broker's code (`cluster.protocol.errors.typed_error`), which the CLI prints on one line.
+raises the typed error of the broker's code (`cluster.protocol.error_codes.typed_error`), which the CLI prints on one
+line.
 """
 
 from __future__ import annotations
 
 from cluster.protocol.client import WireClient
-from cluster.protocol.errors import typed_error
+from cluster.protocol.error_codes import typed_error
 from cluster.protocol.handlers.metadata import METADATA_KEY
 from cluster.protocol.handlers.transactions import DESCRIBE_PRODUCERS_KEY, WRITE_TXN_MARKERS_KEY
 from storage.errors import InvalidTxnStateError, UnknownTopicOrPartitionError

@@ -1,7 +1,7 @@
 """Topics -> a Ray Data `Dataset`, read by the broker's own path: `read_topic`.
 
 `read_topic(topics, start=..., end=..., isolation=..., columns=..., value_format=..., value_schema=...)` plans the
-read on the driver (`cluster.data.planning` over `cluster.records.read_plan`: offsets fixed now, typed errors now)
+read on the driver (`cluster.data.read_planning` over `cluster.records.read_plan`: offsets fixed now, typed errors now)
 and returns a lazy Dataset whose rows are the Spark bridge's (`cluster.records`): `key binary, value binary, topic
 string, partition int32, offset int64, timestamp timestamp[us, UTC], timestampType int32` (0 CreateTime, 1
 LogAppendTime, -1 none) and `headers list<struct<key string, value binary>>` (null for a record without headers),
@@ -35,7 +35,7 @@ import ray
 from ray.data import DataContext, Dataset, Datasource, ReadTask
 from ray.data.block import BlockMetadata
 
-from cluster.data.planning import Bound, plan_topic_read, task_groups
+from cluster.data.read_planning import Bound, plan_topic_read, task_groups
 from cluster.records.arrow_records import kafka_arrow_schema
 from cluster.records.isolation import READ_COMMITTED
 from cluster.records.range_reading import read_ranges, sample_values
@@ -281,7 +281,7 @@ def read_topic(
     override_num_blocks: int | None = None,
 ) -> Dataset:
     """Topics as a Ray Data Dataset, read from the partitions where they lie (see the module docstring); the
-    bounds are `cluster.data.planning`'s. Raises the typed errors of a bad read here, before any task starts."""
+    bounds are `cluster.data.read_planning`'s. Raises the typed errors of a bad read here, before any task starts."""
     if override_num_blocks is not None and (not is_int(override_num_blocks) or override_num_blocks < 1):
         raise InvalidRequestError(f"override_num_blocks must be a positive int, got {override_num_blocks!r}")
     plan = plan_topic_read(topics, start=start, end=end, isolation=isolation, fail_on_data_loss=fail_on_data_loss)

@@ -35,7 +35,7 @@ from ray.data import Dataset
 from actors.clients.broker import Broker
 from actors.clients.consumer import Consumer
 from cluster.data.datasource import ReadSettings, read_plan, read_settings
-from cluster.data.planning import Bound, plan_topic_read
+from cluster.data.read_planning import Bound, plan_topic_read
 from cluster.records.isolation import check_isolation
 from cluster.records.offset_ranges import partitions_of
 from cluster.records.read_plan import (

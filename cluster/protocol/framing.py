@@ -36,7 +36,7 @@ from kio.serial import entity_reader, entity_writer
 from kio.serial.errors import SerialError
 
 from cluster.protocol.connection import ConnectionContext
-from cluster.protocol.errors import MalformedFrameError, UnsupportedApiError
+from cluster.protocol.error_codes import MalformedFrameError, UnsupportedApiError
 from cluster.protocol.file_region import FileRegion
 
 SIZE = struct.Struct(">i")  # the frame's size prefix

@@ -44,7 +44,7 @@ from kio.index import load_request_schema
 from actors.metrics.recorder import NO_METRICS, BrokerMetrics
 from cluster.protocol.config_entries import ConfigDescriber
 from cluster.protocol.connection import ConnectionContext
-from cluster.protocol.errors import AuthenticationFailedError, ProtocolError, SaslFailure
+from cluster.protocol.error_codes import AuthenticationFailedError, ProtocolError, SaslFailure
 from cluster.protocol.fetch_session import FetchSessionCache
 from cluster.protocol.framing import (
     API_VERSIONS_KEY,
@@ -72,9 +72,9 @@ from cluster.protocol.handlers.configs import (
     AlterConfigsHandler,
     DescribeConfigsHandler,
 )
-from cluster.protocol.handlers.coordinator import FIND_COORDINATOR_KEY, FindCoordinatorHandler
 from cluster.protocol.handlers.delete_records import DELETE_RECORDS_KEY, DeleteRecordsHandler
 from cluster.protocol.handlers.fetch import FETCH_KEY, FetchHandler
+from cluster.protocol.handlers.find_coordinator import FIND_COORDINATOR_KEY, FindCoordinatorHandler
 from cluster.protocol.handlers.group_admin import (
     DELETE_GROUPS_KEY,
     DESCRIBE_GROUPS_KEY,
@@ -104,7 +104,7 @@ from cluster.protocol.handlers.list_offsets import LIST_OFFSETS_KEY, ListOffsets
 from cluster.protocol.handlers.metadata import METADATA_KEY, MetadataHandler
 from cluster.protocol.handlers.produce import PRODUCE_KEY, ProduceHandler
 from cluster.protocol.handlers.producer_id import INIT_PRODUCER_ID_KEY, InitProducerIdHandler
-from cluster.protocol.handlers.sasl import (
+from cluster.protocol.handlers.sasl_handlers import (
     SASL_AUTHENTICATE_KEY,
     SASL_HANDSHAKE_KEY,
     SaslAuthenticateHandler,

@@ -55,7 +55,7 @@ from typing import Any
 
 from actors.metrics.recorder import NO_METRICS, BrokerMetrics
 from cluster.protocol.connection import ConnectionContext
-from cluster.protocol.errors import AuthenticationFailedError, ProtocolError
+from cluster.protocol.error_codes import AuthenticationFailedError, ProtocolError
 from cluster.protocol.file_region import FileRegion
 from cluster.protocol.framing import SIZE, SplicedFrame
 from cluster.protocol.security.tls import certificate_principal

@@ -1,6 +1,6 @@
 """Offset ranges of partitions, how they are split and packed into read tasks, and the partition handles that read
 them: what the read-planning core (`cluster.records.read_plan`) and its front ends, the Spark bridge
-(`cluster.spark.planning`) and Ray Data's source (`cluster.data.planning`), plan with.
+(`cluster.spark.planning`) and Ray Data's source (`cluster.data.read_planning`), plan with.
 
 A range is `[start, end)` of one partition; its `size` (offsets) is an upper bound of its records, as compaction
 leaves gaps. Splitting cuts a range into pieces of about equal offset counts, covering every offset once; packing

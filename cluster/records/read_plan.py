@@ -1,5 +1,5 @@
 """The one planner of bulk reads of topics, on the driver, for the Spark bridge (`cluster.spark.planning`) and Ray
-Data (`cluster.data.planning`): where each partition's read starts and ends, the data-loss rule, and the offset
+Data (`cluster.data.read_planning`): where each partition's read starts and ends, the data-loss rule, and the offset
 ranges with their leaders' nodes and estimated bytes. A front end translates its option names into a
 `PlanRequest`, and the `TopicReadPlan` into its tasks (Spark tasks, Ray Data read tasks).
 

@@ -20,7 +20,7 @@ timestamp, timestampType int`, and `headers array<struct<key:string,value:binary
 | `isolationLevel` (Spark: the consumer | `read_committed`, `read_uncommitted`               | `read_     |
 | option `kafka.isolation.level`)       |                                                    | committed` |
 | `includeHeaders`                      | add the `headers` column                           | false      |
-| `valueFormat`, `valueSchema`          | decode values (`cluster.spark.value_formats`)      | `binary`   |
+| `valueFormat`, `valueSchema`          | decode values (`cluster.spark.spark_value_formats`)      | `binary`   |
 
 Offsets are planned on the driver (`cluster.spark.planning`: the semantics of the offset options, the consistent
 snapshot, how ranges become Spark tasks) and read in the executors' JVM (`cluster.spark.segment_source`: a
@@ -53,7 +53,7 @@ from cluster.runtime import gcs_address
 from cluster.spark.planning import ReadPlan, plan_read
 from cluster.spark.reading import read_task
 from cluster.spark.segment_source import segment_dataframe
-from cluster.spark.value_formats import (
+from cluster.spark.spark_value_formats import (
     PYTHON_FORMATS,
     ValueLayout,
     infer_value_type,

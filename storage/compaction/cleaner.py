@@ -53,7 +53,7 @@ What a rewritten segment holds, batch by batch (Kafka's `MemoryRecords.filterTo`
 Two phases, two places (Kafka's `doClean`, then `replaceSegments`): a pass starts from a `LogSnapshot` the log's
 owner takes under its lock (`snapshot_for_cleaning`: the segment list with each segment's size, the offsets,
 the config), which is plain values, so the heavy phase can run in another process on the same node (the node's
-`log.cleaner.threads` cleaner actors, `actors.server.cleaner`) while the owner keeps appending. That phase,
+`log.cleaner.threads` cleaner actors, `actors.server.cleaner_actor`) while the owner keeps appending. That phase,
 `Cleaner.clean_snapshot`, opens the snapshot's segments read-only, each bounded to its size then
 (`SnapshotLog`), does steps 1-4 without any lock, and writes every group's `.cleaned` segment, fsynced, its
 indexes trimmed and its `.log` mtime set to the last source segment's mtime (time retention sees the same

@@ -9,7 +9,7 @@ map of `log.cleaner.dedupe.buffer.size` / threads bytes, allocated on its first 
 
 - In process (`LocalCleanerThread`, what the storage-only `LogManager` uses): the phase runs in the caller's
   thread, at the call, one pass after the other.
-- On Ray, each thread is a cleaner actor pinned to the log's node (`actors.server.cleaner`): a partition host
+- On Ray, each thread is a cleaner actor pinned to the log's node (`actors.server.cleaner_actor`): a partition host
   holding ~100 partitions then spends no GIL time on a pass but the snapshot and the swap, so its appends go on
   while one of its partitions is compacted.
 """

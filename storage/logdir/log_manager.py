@@ -1,8 +1,8 @@
 """The partitions of one broker across its log dirs (Kafka's `LogManager`): the logic the broker runs.
 
 One class for both ways a broker runs: in process (`LocalPartitions`, the default: each partition a
-`storage.partition.log.Log` here) and on Ray (`actors.server.log_manager` passes the factory of
-`actors.server.partition_handles`: a partition actor, or a place in a partition host, per partition). The
+`storage.partition.log.Log` here) and on Ray (`actors.server.log_manager_actor` passes the factory of
+`actors.server.ray_partitions`: a partition actor, or a place in a partition host, per partition). The
 manager sees partitions only through `storage.logdir.partition_handles` (`PartitionHandle`,
 `PartitionFactory`), so its logic is tested without Ray, on a `MockClock`.
 

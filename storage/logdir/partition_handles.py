@@ -3,7 +3,7 @@
 
 The log manager (`storage.logdir.log_manager`) owns placement, checkpoints, scheduling and cleaning choice;
 where a partition's log lives is the factory's business. In process, a `LocalPartition` holds the `Log`
-itself; on Ray, `actors.server.partition_handles` gives each partition an actor (or a place in a partition
+itself; on Ray, `actors.server.ray_partitions` gives each partition an actor (or a place in a partition
 host) behind the same two protocols. Every handle call answers a `storage.pending.Pending`, so a manager
 asks all its partitions at once and then collects: Ray partitions work in parallel, local ones answer at
 the call. Errors are the partition's own typed errors (`storage.errors`), raised by `result()`.

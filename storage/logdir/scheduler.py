@@ -3,7 +3,7 @@
 `schedule(name, task, delay_ms, period_ms)` registers a task first due `delay_ms` from now, then every
 `period_ms` after each run. `run_due()` runs, in registration order, every task due at the clock's current
 time, and is all there is to the scheduler: a thread that calls it every tick runs the broker's periodic
-work (`actors.server.log_manager`), and a test calls it after moving a `MockClock`. A task that raises is
+work (`actors.server.log_manager_actor`), and a test calls it after moving a `MockClock`. A task that raises is
 logged and stays scheduled, so one failing pass never stops the others. A run that comes late (a long
 previous task, a tick missed) runs once, not once per missed period.
 """

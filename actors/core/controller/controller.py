@@ -77,8 +77,8 @@ from actors.core.controller.assignment import (
 from actors.core.controller.topic_metadata import INTERNAL_TOPICS, AdvertisedListener, TopicMetadata
 from actors.core.replication.leader_and_isr import LeaderAndIsr
 from actors.core.role_metrics import NO_ROLE_METRICS, RoleMetrics
+from actors.core.security.acl_bindings import AclBinding, AclBindingFilter
 from actors.core.security.acl_store import ACL_KEY_PREFIX, AclStore
-from actors.core.security.acls import AclBinding, AclBindingFilter
 from actors.core.security.credential_store import SCRAM_KEY_PREFIX, ScramCredentialStore
 from actors.core.security.scram import ScramCredential
 from storage import file_names

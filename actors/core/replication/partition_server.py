@@ -1,5 +1,6 @@
 """What one replica of a partition serves to its callers, written once for both hosts: the partition actor
-(`actors.server.partition_log`) and the in-process broker (`actors.core.broker`) hold the same `PartitionServer`.
+(`actors.server.partition_log`) and the in-process broker (`actors.core.in_process_broker`) hold the
+same `PartitionServer`.
 
 - **Appends** (client batches, a group coordinator's transactional offsets, a transaction coordinator's markers)
   go through `Replica.append`: only the leader takes them, `acks=all` only while enough replicas are in sync, and the

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from actors.core.security.acls import (
+from actors.core.security.acl_bindings import (
     AclBinding,
     AclBindingFilter,
     AclOperation,

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Collection, Iterable
 
-from actors.core.security.acls import (
+from actors.core.security.acl_bindings import (
     WILDCARD,
     WILDCARD_PRINCIPAL,
     AclBinding,

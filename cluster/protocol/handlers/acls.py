@@ -3,7 +3,7 @@
 
 The bindings live in the controller (`SecurityView`); after a change this listener reloads them at once
 (`AccessControl.refresh`), and other listeners within their refresh interval. Wire fields are Kafka's codes
-(`actors.core.security.acls` enums); a code this broker does not know is UNKNOWN, which is refused.
+(`actors.core.security.acl_bindings` enums); a code this broker does not know is UNKNOWN, which is refused.
 
 | API          | needs               | refused: CLUSTER_AUTHORIZATION_FAILED (31) | invalid: INVALID_REQUEST (42) |
 |--------------|---------------------|--------------------------------------------|-------------------------------|
@@ -24,7 +24,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from actors.core.security.acls import (
+from actors.core.security.acl_bindings import (
     AclBinding,
     AclBindingFilter,
     AclOperation,
@@ -33,7 +33,7 @@ from actors.core.security.acls import (
     PatternType,
     ResourceType,
 )
-from cluster.protocol.errors import ClusterAuthorizationFailedError, SecurityDisabledError, error_code
+from cluster.protocol.error_codes import ClusterAuthorizationFailedError, SecurityDisabledError, error_code
 from cluster.protocol.framing import Request, response_schema
 from cluster.protocol.handlers.authorization import allows_cluster
 from cluster.protocol.messages import build

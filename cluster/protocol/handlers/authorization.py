@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from actors.core.security.acls import CLUSTER_NAME, SUPPORTED_OPERATIONS, AclOperation, ResourceType
+from actors.core.security.acl_bindings import CLUSTER_NAME, SUPPORTED_OPERATIONS, AclOperation, ResourceType
 from cluster.protocol.connection import ConnectionContext
 from cluster.protocol.security.access import AccessControl
 

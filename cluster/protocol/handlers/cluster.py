@@ -16,7 +16,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from actors.core.security.acls import CLUSTER_NAME, AclOperation, ResourceType
+from actors.core.security.acl_bindings import CLUSTER_NAME, AclOperation, ResourceType
 from cluster.protocol.framing import Request, response_schema
 from cluster.protocol.handlers.authorization import (
     AUTHORIZED_OPERATIONS_OMITTED,

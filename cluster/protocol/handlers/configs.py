@@ -32,11 +32,11 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from actors.core.security import acls
-from actors.core.security.acls import AclOperation
+from actors.core.security import acl_bindings as acls
+from actors.core.security.acl_bindings import AclOperation
 from cluster.protocol.config_entries import LIST_TOPIC_CONFIGS, ConfigDescriber
 from cluster.protocol.connection import ConnectionContext
-from cluster.protocol.errors import (
+from cluster.protocol.error_codes import (
     AuthorizationFailedError,
     ClusterAuthorizationFailedError,
     GroupAuthorizationFailedError,

@@ -16,8 +16,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from actors.core.security.acls import AclOperation, ResourceType
-from cluster.protocol.errors import error_code
+from actors.core.security.acl_bindings import AclOperation, ResourceType
+from cluster.protocol.error_codes import error_code
 from cluster.protocol.framing import Request, response_schema
 from cluster.protocol.handlers.authorization import authorized_names
 from cluster.protocol.messages import build

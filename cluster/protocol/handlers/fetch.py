@@ -63,10 +63,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from actors.core.security.acls import AclOperation, ResourceType
+from actors.core.security.acl_bindings import AclOperation, ResourceType
 from actors.metrics.names import FETCH_SESSION_PARTITIONS, FETCH_SESSIONS
 from actors.metrics.recorder import NO_METRICS, BrokerMetrics, Sample
-from cluster.protocol.errors import TopicAuthorizationFailedError, error_code
+from cluster.protocol.error_codes import TopicAuthorizationFailedError, error_code
 from cluster.protocol.fetch_session import (
     DEFAULT_CACHE_SLOTS,
     FINAL_EPOCH,

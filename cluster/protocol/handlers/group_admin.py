@@ -22,9 +22,9 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from actors.core.groups.group_membership import GroupDescription, GroupState
-from actors.core.security.acls import AclOperation, ResourceType
+from actors.core.security.acl_bindings import AclOperation, ResourceType
 from cluster.protocol.connection import ConnectionContext
-from cluster.protocol.errors import coordinator_error_code, group_error_code
+from cluster.protocol.error_codes import coordinator_error_code, group_error_code
 from cluster.protocol.framing import Request, response_schema
 from cluster.protocol.handlers.authorization import (
     AUTHORIZED_OPERATIONS_OMITTED,

@@ -34,9 +34,9 @@ from typing import Any, TypeGuard
 from kio.schema.errors import ErrorCode
 
 from actors.core.replication.replica import ACKS
-from actors.core.security.acls import AclOperation, ResourceType
+from actors.core.security.acl_bindings import AclOperation, ResourceType
 from actors.core.transactions.transaction_metadata import TxnError
-from cluster.protocol.errors import error_code
+from cluster.protocol.error_codes import error_code
 from cluster.protocol.framing import Request, response_schema
 from cluster.protocol.handlers.authorization import allows, authorized_names
 from cluster.protocol.messages import build

@@ -22,8 +22,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from actors.core.security.acls import AclOperation, ResourceType
-from cluster.protocol.errors import coordinator_error_code, error_code, txn_error_code
+from actors.core.security.acl_bindings import AclOperation, ResourceType
+from cluster.protocol.error_codes import coordinator_error_code, error_code, txn_error_code
 from cluster.protocol.framing import Request, response_schema
 from cluster.protocol.handlers.authorization import allows, allows_any, allows_cluster
 from cluster.protocol.handlers.transactions import timeout_ms

@@ -25,7 +25,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from actors.core.security.acls import AclOperation
+from actors.core.security.acl_bindings import AclOperation
 from actors.core.security.scram import (
     MAX_ITERATIONS,
     MIN_ITERATIONS,
@@ -35,7 +35,7 @@ from actors.core.security.scram import (
     UnacceptableCredentialError,
     UnsupportedSaslMechanismError,
 )
-from cluster.protocol.errors import ClusterAuthorizationFailedError, DuplicateResourceError, error_code
+from cluster.protocol.error_codes import ClusterAuthorizationFailedError, DuplicateResourceError, error_code
 from cluster.protocol.framing import Request, response_schema
 from cluster.protocol.handlers.authorization import allows_cluster
 from cluster.protocol.messages import build

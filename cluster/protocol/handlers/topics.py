@@ -45,9 +45,9 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from actors.core.security.acls import AclOperation, ResourceType
+from actors.core.security.acl_bindings import AclOperation, ResourceType
 from cluster.protocol.config_entries import ConfigDescriber
-from cluster.protocol.errors import error_code
+from cluster.protocol.error_codes import error_code
 from cluster.protocol.framing import Request, response_schema
 from cluster.protocol.handlers.authorization import allows, allows_cluster
 from cluster.protocol.handlers.metadata import wire_topic_id

@@ -39,10 +39,10 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from actors.core.controller.topic_metadata import CONSUMER_OFFSETS_TOPIC, INTERNAL_TOPICS
-from actors.core.security.acls import AclOperation, ResourceType
-from actors.core.transactions.coordinator import TransactionDescription
+from actors.core.security.acl_bindings import AclOperation, ResourceType
+from actors.core.transactions.transaction_coordinator import TransactionDescription
 from actors.core.transactions.transaction_metadata import TransactionState, TxnError
-from cluster.protocol.errors import coordinator_error_code, error_code, group_error_code, txn_error_code
+from cluster.protocol.error_codes import coordinator_error_code, error_code, group_error_code, txn_error_code
 from cluster.protocol.framing import Request, response_schema
 from cluster.protocol.handlers.authorization import allows, allows_cluster, authorized_names
 from cluster.protocol.messages import build

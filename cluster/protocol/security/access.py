@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from actors.core.security.acls import AclOperation, ResourceType
+from actors.core.security.acl_bindings import AclOperation, ResourceType
 from actors.core.security.authorizer import Authorizer
 from cluster.protocol.connection import ConnectionContext
 from cluster.protocol.views.security_view import SecurityView

@@ -8,7 +8,7 @@ actors, and `InProcessBrokerView` (`cluster.protocol.views.in_process_broker_vie
 the handlers' tests run on, without Ray. Both describe topics from the controller's metadata with `topic_info`.
 
 Every method raises the broker's typed errors (`storage.errors`), which the handlers turn into Kafka error codes
-through `cluster.protocol.errors`; none raises Ray's.
+through `cluster.protocol.error_codes`; none raises Ray's.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """What the group handlers need of the group coordinator, written once over a transport.
 
 The consumer-group APIs (FindCoordinator's answer aside) all reach one place: the cluster's group coordinator
-(`actors.core.groups.coordinator.GroupCoordinator`), which holds the membership of every group and its committed
+(`actors.core.groups.group_coordinator.GroupCoordinator`), which holds the membership of every group and its committed
 offsets in `__consumer_offsets`. `GroupView` is the seam between the handlers and it, beside `BrokerView` for topics
 and partitions; it reaches the coordinator through a `Transport` (`cluster.protocol.views.transport`): the coordinator
-actor (`actors.server.group_coordinator`, `GroupView.on_ray`) or the in-process broker's (`GroupView.in_process`),
+actor (`actors.server.group_coordinator_actor`, `GroupView.on_ray`) or the in-process broker's (`GroupView.in_process`),
 which the handlers' tests run on.
 
 The coordinator answers a JoinGroup or SyncGroup that must wait for other members as pending; the view then calls
@@ -23,8 +23,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Self
 
-from actors.core.broker import InProcessBroker
 from actors.core.groups.group_membership import GroupDescription, GroupError, JoinResult, PendingJoin, SyncResult
+from actors.core.in_process_broker import InProcessBroker
 from actors.options import group_coordinator_name
 from cluster.protocol.views.transport import InProcessTransport, RayTransport, Transport
 

@@ -1,4 +1,4 @@
-"""`BrokerView` over the in-process broker (`actors.core.broker.InProcessBroker`): the listener's seam to the
+"""`BrokerView` over the in-process broker (`actors.core.in_process_broker.InProcessBroker`): the listener's seam to the
 broker's plain roles, without Ray, for tests and development.
 
 It answers as `RayBrokerView` does for a listener on node `node`: topics and configs from the controller (the
@@ -16,7 +16,7 @@ import asyncio
 import uuid
 from collections.abc import Awaitable, Mapping
 
-from actors.core.broker import InProcessBroker
+from actors.core.in_process_broker import InProcessBroker
 from actors.core.replication.partition_server import PartitionServer
 from actors.core.replication.replica import ACKS_ALL
 from actors.server.append_order import AppendOrder

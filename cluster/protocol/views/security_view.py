@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Self
 
 from actors.core.controller.controller import Controller
-from actors.core.security.acls import AclBinding, AclBindingFilter
+from actors.core.security.acl_bindings import AclBinding, AclBindingFilter
 from actors.core.security.scram import ScramCredential
 from actors.options import CONTROLLER_NAME
 from cluster.protocol.views.transport import EVERY_METHOD, InProcessTransport, RayTransport, Transport

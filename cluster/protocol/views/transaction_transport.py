@@ -1,4 +1,4 @@
-"""The transport to the cluster's transaction coordinator actor (`actors.server.transaction_coordinator`).
+"""The transport to the cluster's transaction coordinator actor (`actors.server.transaction_coordinator_actor`).
 
 The actor is started by the first transactional request any listener receives (`actors.clients.broker.
 transaction_coordinator`, on a worker thread: the lookup blocks) with this listener's transaction settings, and

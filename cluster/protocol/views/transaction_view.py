@@ -1,7 +1,8 @@
 """What the transaction handlers need of the transaction coordinator, written once over a transport.
 
 InitProducerId with a transactional id, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, DescribeTransactions and
-ListTransactions reach the cluster's one transaction coordinator (`actors.core.transactions.coordinator`); Produce
+ListTransactions reach the cluster's one transaction coordinator (`actors.core.transactions.transaction_coordinator`);
+Produce
 asks it whether a transactional batch's partition is in its producer's transaction; WriteTxnMarkers writes a marker
 on a partition's leader (and, on `__consumer_offsets`, completes the producer's transactional offsets in the group
 coordinator). `TransactionView` is the seam, beside `BrokerView` and `GroupView`, over a `Transport`
@@ -16,9 +17,13 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable
 from typing import Any, Self
 
-from actors.core.broker import InProcessBroker
-from actors.core.transactions.coordinator import InitProducerIdResult, TransactionCoordinator, TransactionDescription
+from actors.core.in_process_broker import InProcessBroker
 from actors.core.transactions.markers import write_marker
+from actors.core.transactions.transaction_coordinator import (
+    InitProducerIdResult,
+    TransactionCoordinator,
+    TransactionDescription,
+)
 from actors.core.transactions.transaction_metadata import TxnError
 from cluster.protocol.views.transaction_transport import RayTransactionTransport
 from cluster.protocol.views.transport import InProcessTransport, Transport

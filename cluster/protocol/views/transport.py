@@ -23,7 +23,7 @@ from collections.abc import Callable, Container
 from typing import Any, Protocol
 
 from actors.calls import answer, get_actor
-from actors.core.groups.coordinator import MAX_WAIT_MS
+from actors.core.groups.group_coordinator import MAX_WAIT_MS
 from storage.errors import RaybrokerError
 
 # One bounded wait in process: the roles' timed events (session expiry, the rebalance timeout) run on their clock,

@@ -25,8 +25,8 @@ from actors.channels.append_frames import SIZE, SOCKET_REQUEST_MAX_BYTES
 from actors.channels.transaction_channel import MAX_CONNECTIONS, TransactionChannel
 from actors.channels.transaction_connection import TransactionConnections
 from actors.channels.transaction_frames import RequestKind, TransactionRequest, decode_answer, encode_request
-from actors.core.broker import InProcessBroker
-from actors.core.transactions.coordinator import TransactionCoordinator
+from actors.core.in_process_broker import InProcessBroker
+from actors.core.transactions.transaction_coordinator import TransactionCoordinator
 from actors.core.transactions.transaction_metadata import TxnError
 from storage.clock import MockClock
 from storage.errors import BrokerNotAvailableError, InvalidRequestError

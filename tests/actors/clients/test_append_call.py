@@ -12,7 +12,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from actors.server.append_route import AppendRoute, PartitionLeader
-from cluster.protocol.errors import error_code
+from cluster.protocol.error_codes import error_code
 from storage.errors import AnswerLostError, BrokerNotAvailableError, RequestTimedOutError
 from tests.actors.channels.test_append_channel import TOPIC, connected_to_listener, now_records
 from tests.storage.builders import batch_bytes

@@ -17,10 +17,10 @@ from actors.clients.transaction_manager import (
     TransactionManager,
     TransactionState,
 )
-from actors.core.broker import InProcessBroker
 from actors.core.controller.topic_metadata import CONSUMER_OFFSETS_TOPIC
 from actors.core.groups.group_membership import GroupError
-from actors.core.transactions.coordinator import InitProducerIdResult
+from actors.core.in_process_broker import InProcessBroker
+from actors.core.transactions.transaction_coordinator import InitProducerIdResult
 from actors.core.transactions.transaction_metadata import TxnError
 from storage.clock import MockClock
 from storage.errors import (

@@ -75,7 +75,7 @@ def send_all(producer: Any, topic: str, values: list[bytes]) -> None:
 
 
 def coordinator_state(transactional_id: str) -> tuple[str, int]:
-    from actors.clients.transactions import Transactions
+    from actors.clients.transactions_admin import Transactions
 
     described = Transactions().describe(transactional_id)
     assert described is not None
@@ -163,9 +163,9 @@ def test_markers_go_to_every_partition_at_once_and_only_the_ones_not_written_are
     """`RayTransactionMarkers.write_markers`, the coordinator's WriteTxnMarkers: the markers of one call end the
     producer's open transaction on each partition that has it, and a partition that cannot take one (here a topic
     that does not exist) is the only one answered, with its typed error."""
-    from actors.clients.transactions import Transactions
+    from actors.clients.transactions_admin import Transactions
     from actors.server.append_route import AppendRoute
-    from actors.server.transaction_coordinator import RayTransactionMarkers
+    from actors.server.transaction_coordinator_actor import RayTransactionMarkers
 
     topic = create_topic(broker, "txn-markers")
     transactions = Transactions()

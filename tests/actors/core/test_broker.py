@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from actors.core.broker import InProcessBroker
+from actors.core.in_process_broker import InProcessBroker
 from actors.metrics.names import BYTES_IN, ISR_EXPANDS, ISR_SHRINKS, MESSAGES_IN
 from actors.metrics.recorder import MetricsRecorder
 from storage import file_names

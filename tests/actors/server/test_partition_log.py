@@ -25,7 +25,7 @@ from actors.metrics.names import (
     MESSAGES_IN,
 )
 from actors.metrics.recorder import MetricsRecorder
-from actors.server.cleaner import CleanerActor
+from actors.server.cleaner_actor import CleanerActor
 from actors.server.partition_log import FetchResult, PartitionLogActor, PartitionState, ResumePoint
 from storage import file_names
 from storage.compaction.cleaner_manager import LogToClean

@@ -28,7 +28,7 @@ def test_a_producers_calls_answer_load_in_progress_at_once_until_the_coordinator
     start_test_broker: Callable[..., tuple[Any, Any]],
 ) -> None:
     from actors.calls import call
-    from actors.server.transaction_coordinator import TransactionCoordinatorActor
+    from actors.server.transaction_coordinator_actor import TransactionCoordinatorActor
 
     broker, _ = start_test_broker(log_dirs_count=1, transaction_state_log_num_partitions="2")
     call(broker.controller.create_topic.remote("loading", 1))

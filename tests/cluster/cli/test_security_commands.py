@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from cluster.cli.common import UsageError
+from cluster.cli.command_support import UsageError
 from cluster.cli.main import EXIT_DATA_ERROR, EXIT_OK, EXIT_USAGE, build_parser
 from tests.cluster.cli.cli_support import one_error_line, run
 
@@ -112,7 +112,7 @@ def parsed(*argv: str) -> argparse.Namespace:
 
 
 def test_producer_and_consumer_mean_what_kafka_acls_grants() -> None:
-    from actors.core.security.acls import AclOperation, PatternType, ResourceType
+    from actors.core.security.acl_bindings import AclOperation, PatternType, ResourceType
     from cluster.cli.acl_options import resource_entries
 
     args = parsed(
@@ -135,7 +135,7 @@ def test_producer_and_consumer_mean_what_kafka_acls_grants() -> None:
 
 
 def test_entries_are_every_principal_operation_and_host() -> None:
-    from actors.core.security.acls import AclOperation, AclPermissionType, PatternType, ResourceType
+    from actors.core.security.acl_bindings import AclOperation, AclPermissionType, PatternType, ResourceType
     from cluster.cli.acl_options import resource_entries
 
     args = parsed(

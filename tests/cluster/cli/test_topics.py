@@ -7,7 +7,7 @@ test_broker_commands.py."""
 from __future__ import annotations
 
 from actors.clients.admin import ClusterDescription, PartitionDescription, TopicDescription
-from cluster.cli.topics import describe_lines
+from cluster.cli.topics_command import describe_lines
 
 # Three brokers on Ray nodes "node-a", "node-b", "node-c"; only a and b run a Kafka listener (node.id 1 and 2).
 CLUSTER = ClusterDescription(("node-a", "node-b", "node-c"), {"node-a": 1, "node-b": 2})

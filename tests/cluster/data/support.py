@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from actors.clients.consumer import Consumer
-from cluster.data.planning import timestamp_ms
+from cluster.data.read_planning import timestamp_ms
 
 # (topic, partition, offset, key, value, timestamp ms, timestamp type (0 CreateTime, 1 LogAppendTime), headers)
 Row = tuple[str, int, int, bytes | None, Any, int, int, tuple[tuple[str, bytes | None], ...]]

@@ -1,4 +1,4 @@
-"""`cluster.data.planning` without Ray: bounds in read_kafka's forms translated into the read-planning core's
+"""`cluster.data.read_planning` without Ray: bounds in read_kafka's forms translated into the read-planning core's
 request and resolved against partition snapshots (the oracle: the offsets each form means by its definition), the
 typed errors of a bad read in `read_topic`'s words, and read tasks cut by block size and by the parallelism Ray
 Data asks for. The core's own rules are tested in `tests/cluster/records/test_read_plan.py`."""
@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
-from cluster.data.planning import MIN_TASK_BYTES, check_bound, plan_request, task_groups, timestamp_ms
+from cluster.data.read_planning import MIN_TASK_BYTES, check_bound, plan_request, task_groups, timestamp_ms
 from cluster.records.offset_ranges import OffsetRange
 from cluster.records.read_plan import (
     EARLIEST,

@@ -23,7 +23,7 @@ from actors.clients.broker import Broker
 from actors.clients.producer import Producer
 from cluster.data import read_topic
 from cluster.data.datasource import TopicDatasource, read_settings
-from cluster.data.planning import plan_topic_read
+from cluster.data.read_planning import plan_topic_read
 from cluster.protocol.listener import KafkaListener, start_listener
 from storage.errors import InvalidRequestError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
 from tests.cluster.data.support import Row, confluent_rows, consumer_rows, dataset_rows

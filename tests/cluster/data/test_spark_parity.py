@@ -14,7 +14,7 @@ import pytest
 
 from actors.clients.admin import Admin
 from cluster.data import read_topic
-from cluster.data.planning import timestamp_ms
+from cluster.data.read_planning import timestamp_ms
 from storage.records.compression import CompressionType
 from tests.cluster.spark.helpers import append, unique_topic
 

@@ -25,7 +25,7 @@ from actors.clients.admin import Admin
 from actors.clients.broker import Broker
 from cluster.data import read_topic, write_topic
 from cluster.data.datasink import TopicDatasink, record_columns
-from cluster.data.planning import timestamp_ms
+from cluster.data.read_planning import timestamp_ms
 from storage.errors import InvalidRequestError, UnknownTopicOrPartitionError, UnsupportedCompressionTypeError
 
 pytestmark = [pytest.mark.ray, pytest.mark.filterwarnings("ignore::DeprecationWarning:ray.data.context")]

@@ -25,7 +25,7 @@ from actors.clients.broker import Broker, stop_broker
 from actors.clients.producer import Producer
 from cluster.data import read_topic
 from cluster.data.locality import read_locality
-from cluster.data.planning import plan_topic_read
+from cluster.data.read_planning import plan_topic_read
 from storage.errors import BrokerNotAvailableError
 from tests.actors.support import start_broker_on
 

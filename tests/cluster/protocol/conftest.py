@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from actors.core.broker import InProcessBroker
+from actors.core.in_process_broker import InProcessBroker
 from cluster.protocol.views.group_view import GroupView
 from cluster.protocol.views.in_process_broker_view import InProcessBrokerView
 from cluster.protocol.views.security_view import SecurityView

@@ -1,6 +1,7 @@
 """What the protocol tests share: an in-process broker to run the listener's seams over, and request helpers.
 
-`start_broker` opens the in-process broker (`actors.core.broker.InProcessBroker`: the real controller, replicas
+`start_broker` opens the in-process broker (`actors.core.in_process_broker.InProcessBroker`: the real controller,
+replicas
 and group coordinator, without Ray) with the settings these tests want: few `__consumer_offsets` partitions (every
 partition is a real log in a temporary folder) and no initial rebalance delay unless asked. The views the listener
 runs on are the real in-process ones (`InProcessBrokerView`, and the group, transaction and security views of
@@ -24,11 +25,11 @@ import trustme
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader
 
-from actors.core.broker import InProcessBroker
 from actors.core.controller.controller import Controller
 from actors.core.groups.group_membership import MembershipConfig
+from actors.core.in_process_broker import InProcessBroker
 from actors.core.role_metrics import NO_ROLE_METRICS, RoleMetrics
-from actors.core.security.acls import AclBinding
+from actors.core.security.acl_bindings import AclBinding
 from actors.core.security.scram import ScramCredential
 from cluster.protocol.framing import SIZE, Request, decode_response, encode_request, encode_response
 from cluster.protocol.listener import KafkaListener, start_listener

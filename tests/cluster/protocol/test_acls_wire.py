@@ -40,7 +40,7 @@ from kafka.admin import ScramMechanism as KafkaPythonScramMechanism
 from kafka.admin import UserScramCredentialDeletion as KafkaPythonDeletion
 from kafka.admin import UserScramCredentialUpsertion as KafkaPythonUpsertion
 
-from actors.core.security import acls
+from actors.core.security import acl_bindings as acls
 from cluster.protocol.listener import KafkaListener, start_listener
 from cluster.protocol.views.in_process_broker_view import InProcessBrokerView
 from cluster.protocol.views.security_view import SecurityView

@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
-from actors.core.broker import InProcessBroker
+from actors.core.in_process_broker import InProcessBroker
 from cluster.protocol.client import ConnectionClosedError, WireClient
 from cluster.protocol.listener import KafkaListener
 from storage.records.record_batch import RecordBatchBuilder

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-from cluster.protocol.errors import ERROR_CODES, error_code
+from cluster.protocol.error_codes import ERROR_CODES, error_code
 from storage.errors import (
     BrokerNotAvailableError,
     CorruptIndexError,

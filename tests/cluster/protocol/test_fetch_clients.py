@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from actors.core.broker import InProcessBroker
+from actors.core.in_process_broker import InProcessBroker
 from actors.metrics.names import REQUESTS
 from actors.metrics.recorder import MetricsRecorder
 from benchmarks.kafka_broker import KafkaUnavailable, kafka_jars, kafka_tools_jar

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kio.index import load_request_schema, load_response_schema
 
-from cluster.protocol.errors import MalformedFrameError, ProtocolError, UnsupportedApiError
+from cluster.protocol.error_codes import MalformedFrameError, ProtocolError, UnsupportedApiError
 from cluster.protocol.framing import (
     API_VERSIONS_KEY,
     FIXED_HEADER,

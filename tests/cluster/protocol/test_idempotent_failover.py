@@ -16,7 +16,7 @@ import pytest
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 
-from actors.core.broker import InProcessBroker
+from actors.core.in_process_broker import InProcessBroker
 from cluster.protocol.handlers.produce import PRODUCE_KEY
 from cluster.protocol.listener import KafkaListener
 from cluster.protocol.messages import build

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from actors.core.broker import InProcessBroker
+from actors.core.in_process_broker import InProcessBroker
 from benchmarks.kafka_broker import KafkaUnavailable, kafka_jars
 from cluster.protocol.listener import KafkaListener, start_listener
 from cluster.protocol.views.group_view import GroupView

@@ -25,8 +25,8 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from kafka import KafkaProducer
 
 from actors.calls import call, get_actor
-from actors.core.broker import InProcessBroker
 from actors.core.controller.topic_metadata import TRANSACTION_STATE_TOPIC
+from actors.core.in_process_broker import InProcessBroker
 from actors.options import transaction_coordinator_name
 from cluster.cli.main import EXIT_DATA_ERROR, EXIT_OK, EXIT_USAGE, main
 from cluster.protocol.listener import KafkaListener, start_listener

@@ -15,7 +15,7 @@ from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader
 
-from actors.core.broker import InProcessBroker
+from actors.core.in_process_broker import InProcessBroker
 from actors.core.transactions.transaction_metadata import TxnError
 from cluster.protocol.framing import SIZE, encode_request
 from cluster.protocol.handlers.produce import PRODUCE_KEY

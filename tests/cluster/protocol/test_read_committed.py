@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from kio.index import load_request_schema
 
-from actors.core.broker import InProcessBroker
+from actors.core.in_process_broker import InProcessBroker
 from cluster.protocol.listener import KafkaListener, start_listener
 from cluster.protocol.messages import build
 from cluster.protocol.views.in_process_broker_view import InProcessBrokerView

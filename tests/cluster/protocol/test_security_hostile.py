@@ -21,7 +21,7 @@ from scramp import ScramClient
 from cluster.protocol.framing import SIZE, decode_response, encode_request
 from cluster.protocol.handlers.api_versions import API_VERSIONS_KEY
 from cluster.protocol.handlers.metadata import METADATA_KEY
-from cluster.protocol.handlers.sasl import SASL_AUTHENTICATE_KEY, SASL_HANDSHAKE_KEY
+from cluster.protocol.handlers.sasl_handlers import SASL_AUTHENTICATE_KEY, SASL_HANDSHAKE_KEY
 from cluster.protocol.listener import KafkaListener, start_listener
 from cluster.protocol.messages import build
 from cluster.protocol.views.in_process_broker_view import InProcessBrokerView

@@ -18,7 +18,7 @@ import trustme
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from actors.core.security.acls import AclBinding, AclOperation, AclPermissionType, PatternType, ResourceType
+from actors.core.security.acl_bindings import AclBinding, AclOperation, AclPermissionType, PatternType, ResourceType
 from cluster.protocol.listener import KafkaListener, start_listener
 from cluster.protocol.security.tls import server_context
 from cluster.protocol.views.in_process_broker_view import InProcessBrokerView

@@ -25,7 +25,7 @@ from collections.abc import Iterator
 import pytest
 from kio.schema.errors import ErrorCode
 
-from actors.core.broker import InProcessBroker
+from actors.core.in_process_broker import InProcessBroker
 from benchmarks.kafka_broker import KafkaUnavailable, kafka_jars, kafka_tools_jar
 from cluster.cli.main import EXIT_DATA_ERROR, EXIT_OK, main
 from cluster.protocol.client import WireClient

@@ -1,4 +1,5 @@
-"""`cluster.spark.value_formats` (over `cluster.records.value_formats`): schema inference and value decoding, alone and
+"""`cluster.spark.spark_value_formats` (over `cluster.records.value_formats`): schema inference and value decoding,
+alone and
 through `read_topics` in real Spark."""
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pyspark.sql import types as T
 from actors.clients.admin import Admin
 from cluster.records.value_formats import ArrowValueDecoder
 from cluster.spark.kafka_source import kafka_spark_schema, read_topics
-from cluster.spark.value_formats import decode_values, infer_value_type, value_layout
+from cluster.spark.spark_value_formats import decode_values, infer_value_type, value_layout
 from tests.cluster.spark.helpers import append, unique_topic
 
 NOW_MS = int(time.time() * 1000)

@@ -15,7 +15,7 @@ import pytest
 from actors.core.controller.controller import Controller
 from actors.core.controller.log_manager_broker import LogManagerBroker
 from actors.core.replication.leader_and_isr import NO_LEADER, LeaderAndIsr
-from actors.core.security.acls import AclBinding, AclOperation, AclPermissionType, PatternType, ResourceType
+from actors.core.security.acl_bindings import AclBinding, AclOperation, AclPermissionType, PatternType, ResourceType
 from actors.core.security.scram import ScramCredential
 from storage.clock import MockClock
 from storage.config.broker_config import BrokerConfig

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from actors.core.broker import InProcessBroker
 from actors.core.controller.topic_metadata import CONSUMER_OFFSETS_TOPIC
 from actors.core.coordinator_claims import COORDINATOR_PRODUCER_ID
-from actors.core.groups.coordinator import FENCING_KEY, GroupCoordinator
+from actors.core.groups.group_coordinator import FENCING_KEY, GroupCoordinator
 from actors.core.groups.group_membership import GroupError, GroupMembership, MembershipConfig, PendingJoin
+from actors.core.in_process_broker import InProcessBroker
 from storage.clock import MockClock
 from storage.errors import InvalidGroupIdError, InvalidRequestError
 from storage.records.consumer_offsets import (

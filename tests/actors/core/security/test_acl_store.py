@@ -7,8 +7,7 @@ import random
 
 import pytest
 
-from actors.core.security.acl_store import AclStore, parse_acl_key
-from actors.core.security.acls import (
+from actors.core.security.acl_bindings import (
     AclBinding,
     AclBindingFilter,
     AclOperation,
@@ -17,6 +16,7 @@ from actors.core.security.acls import (
     PatternType,
     ResourceType,
 )
+from actors.core.security.acl_store import AclStore, parse_acl_key
 from tests.actors.core.security.metadata_log import MetadataLog
 
 ANY_OP = AclOperation.ANY

@@ -1,4 +1,4 @@
-"""Kafka's ACL vocabulary (`actors/core/security/acls.py`): wire codes, tool spellings, what a binding refuses,
+"""Kafka's ACL vocabulary (`actors/core/security/acl_bindings.py`): wire codes, tool spellings, what a binding refuses,
 and filter matching against a model written from Kafka's `AclBindingFilter.matches` rules."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import itertools
 
 import pytest
 
-from actors.core.security.acls import (
+from actors.core.security.acl_bindings import (
     CLUSTER_NAME,
     AclBinding,
     AclBindingFilter,

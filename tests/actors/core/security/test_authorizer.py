@@ -9,7 +9,7 @@ from collections.abc import Collection
 
 import pytest
 
-from actors.core.security.acls import (
+from actors.core.security.acl_bindings import (
     CLUSTER_NAME,
     AclBinding,
     AclOperation,

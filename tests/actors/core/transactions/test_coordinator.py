@@ -16,9 +16,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from actors.core.broker import InProcessBroker
 from actors.core.controller.topic_metadata import TRANSACTION_STATE_TOPIC
-from actors.core.transactions.coordinator import InitProducerIdResult, TransactionCoordinator, TransactionDescription
+from actors.core.in_process_broker import InProcessBroker
+from actors.core.transactions.transaction_coordinator import (
+    InitProducerIdResult,
+    TransactionCoordinator,
+    TransactionDescription,
+)
 from actors.core.transactions.transaction_metadata import (
     VALID_PREVIOUS_STATES,
     TransactionMetadata,

@@ -11,7 +11,7 @@ import ray
 
 from actors import Admin
 from actors.calls import call
-from actors.core.security.acls import (
+from actors.core.security.acl_bindings import (
     AclBinding,
     AclBindingFilter,
     AclOperation,

@@ -11,8 +11,8 @@ import pytest
 from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
 
-from actors.core.broker import InProcessBroker
-from actors.core.security.acls import (
+from actors.core.in_process_broker import InProcessBroker
+from actors.core.security.acl_bindings import (
     CLUSTER_NAME,
     AclBinding,
     AclOperation,

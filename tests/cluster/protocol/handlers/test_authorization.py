@@ -15,8 +15,8 @@ import pytest
 from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
 
-from actors.core.broker import InProcessBroker
-from actors.core.security.acls import (
+from actors.core.in_process_broker import InProcessBroker
+from actors.core.security.acl_bindings import (
     CLUSTER_NAME,
     AclBinding,
     AclBindingFilter,
@@ -37,9 +37,9 @@ from cluster.protocol.handlers.configs import (
     AlterConfigsHandler,
     DescribeConfigsHandler,
 )
-from cluster.protocol.handlers.coordinator import FIND_COORDINATOR_KEY, FindCoordinatorHandler
 from cluster.protocol.handlers.delete_records import DELETE_RECORDS_KEY, DeleteRecordsHandler
 from cluster.protocol.handlers.fetch import FETCH_KEY, FetchHandler
+from cluster.protocol.handlers.find_coordinator import FIND_COORDINATOR_KEY, FindCoordinatorHandler
 from cluster.protocol.handlers.group_admin import (
     DELETE_GROUPS_KEY,
     DESCRIBE_GROUPS_KEY,

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
-from actors.core.broker import InProcessBroker
-from cluster.protocol.handlers.coordinator import FIND_COORDINATOR_KEY, FindCoordinatorHandler
+from actors.core.in_process_broker import InProcessBroker
+from cluster.protocol.handlers.find_coordinator import FIND_COORDINATOR_KEY, FindCoordinatorHandler
 from cluster.protocol.handlers.group_admin import (
     DELETE_GROUPS_KEY,
     DESCRIBE_GROUPS_KEY,

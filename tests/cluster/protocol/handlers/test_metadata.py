@@ -15,7 +15,7 @@ import pytest
 from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
 
-from actors.core.broker import InProcessBroker
+from actors.core.in_process_broker import InProcessBroker
 from cluster.protocol.framing import decode_response, encode_response
 from cluster.protocol.handlers.metadata import METADATA_KEY, MetadataHandler
 from cluster.protocol.messages import build

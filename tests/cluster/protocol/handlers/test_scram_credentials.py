@@ -12,9 +12,9 @@ from typing import Any
 from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
 
-from actors.core.broker import InProcessBroker
-from actors.core.security.acls import CLUSTER_NAME, AclBinding, AclOperation, AclPermissionType, PatternType
-from actors.core.security.acls import ResourceType as AclResourceType
+from actors.core.in_process_broker import InProcessBroker
+from actors.core.security.acl_bindings import CLUSTER_NAME, AclBinding, AclOperation, AclPermissionType, PatternType
+from actors.core.security.acl_bindings import ResourceType as AclResourceType
 from cluster.protocol.connection import ConnectionContext
 from cluster.protocol.framing import Request, decode_response, encode_response
 from cluster.protocol.handlers.scram_credentials import (

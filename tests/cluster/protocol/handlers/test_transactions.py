@@ -14,8 +14,8 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from actors.core.controller.topic_metadata import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
-from actors.core.security.acls import AclOperation, ResourceType
-from actors.core.transactions.coordinator import FENCING_ID
+from actors.core.security.acl_bindings import AclOperation, ResourceType
+from actors.core.transactions.transaction_coordinator import FENCING_ID
 from cluster.protocol.handlers.group_offsets import OFFSET_FETCH_KEY, OffsetFetchHandler
 from cluster.protocol.handlers.produce import PRODUCE_KEY, ProduceHandler
 from cluster.protocol.handlers.producer_id import INIT_PRODUCER_ID_KEY, InitProducerIdHandler

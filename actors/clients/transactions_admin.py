@@ -15,11 +15,11 @@ from typing import Any
 
 from actors.calls import call, get_actor
 from actors.clients.broker import Broker
-from actors.core.transactions.coordinator import TransactionDescription
 from actors.core.transactions.markers import write_marker
+from actors.core.transactions.transaction_coordinator import TransactionDescription
 from actors.options import transaction_coordinator_name
 from actors.server.append_route import AppendRoute
-from actors.server.transaction_coordinator import marker_writer
+from actors.server.transaction_coordinator_actor import marker_writer
 from storage.errors import BrokerNotAvailableError, InvalidTxnStateError
 from storage.partition.producer_state import NO_TXN, ActiveProducer
 from storage.records.layout import ControlRecordType

@@ -17,7 +17,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from actors.core.security.acls import AclOperation, ResourceType
+from actors.core.security.acl_bindings import AclOperation, ResourceType
 from cluster.protocol.connection import ConnectionContext
 from cluster.protocol.framing import Request, response_schema
 from cluster.protocol.handlers.authorization import allows

@@ -4,12 +4,12 @@ All its logic is the plain `actors.core.controller.controller.Controller` (the m
 LeaderAndIsr, AlterPartition, topics, configs, ACLs, SCRAM credentials, producer ids), unit-tested without Ray;
 see that module for what it owns and guarantees. This actor gives it its Ray seams and its remote API:
 
-- node brokers: each node's log-manager actor (`actors.server.log_manager`), found by name; at start, the log
+- node brokers: each node's log-manager actor (`actors.server.log_manager_actor`), found by name; at start, the log
   managers already running on the cluster's live nodes (a controller restarted by Ray finds them again; after a
   full restart each `start_broker` registers);
 - replicas: `update_replication` sent to each replica's partition actor (`actors.server.partition_lookup.replica_actor`)
   without waiting;
-- deleted topics: told to the group coordinator actor (`actors.server.group_coordinator`), found by name, which
+- deleted topics: told to the group coordinator actor (`actors.server.group_coordinator_actor`), found by name, which
   deletes their committed offsets before DeleteTopics answers;
 - node liveness: a monitor thread reads `ray.nodes()` every `MONITOR_INTERVAL_S` and hands the live node ids to
   `Controller.check_brokers` (which also fences brokers silent for `broker.session.timeout.ms` and runs the
@@ -40,13 +40,13 @@ from actors.calls import RayPending, call, get_actor
 from actors.core.controller.controller import Controller
 from actors.core.controller.topic_metadata import TRANSACTION_STATE_TOPIC, AdvertisedListener, TopicMetadata
 from actors.core.replication.leader_and_isr import LeaderAndIsr
-from actors.core.security.acls import AclBinding, AclBindingFilter
+from actors.core.security.acl_bindings import AclBinding, AclBindingFilter
 from actors.core.security.scram import ScramCredential
 from actors.metrics.cluster_view import ClusterGaugePublisher
 from actors.metrics.ray_export import exported_metrics
 from actors.options import NAMESPACE, group_coordinator_name, log_manager_name, transaction_coordinator_name
 from actors.server.partition_lookup import replica_actor
-from actors.server.transaction_coordinator import start_transaction_coordinator
+from actors.server.transaction_coordinator_actor import start_transaction_coordinator
 from storage.clock import SYSTEM_CLOCK
 from storage.config.broker_config import BrokerConfig
 from storage.config.transaction_config import TransactionConfig

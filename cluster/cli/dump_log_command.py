@@ -11,7 +11,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from cluster.cli.common import EXIT_DATA_ERROR, EXIT_OK, EXIT_USAGE, print_error
+from cluster.cli.command_support import EXIT_DATA_ERROR, EXIT_OK, EXIT_USAGE, print_error
 from storage.dump_log import SUPPORTED_FILES, DumpOptions, FileDump, classify
 
 

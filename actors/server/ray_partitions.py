@@ -1,6 +1,6 @@
 """The Ray side of `storage.logdir.partition_handles`: a node's partitions as actors, for its log manager.
 
-`RayPartitions` is the `PartitionFactory` the log-manager actor (`actors.server.log_manager`) gives the plain
+`RayPartitions` is the `PartitionFactory` the log-manager actor (`actors.server.log_manager_actor`) gives the plain
 `storage.logdir.log_manager.LogManager`; `RayPartition` is the `PartitionHandle` it answers, whose calls are
 `.remote()` calls answered by `RayPending` (collected through `actors.calls.call`, so `result()` raises the
 partition's own typed error). This module is the one place that creates partition actors and partition

@@ -21,7 +21,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from cluster.cli.common import EXIT_OK, UsageError, add_command, connect, non_negative_int
+from cluster.cli.command_support import EXIT_OK, UsageError, add_command, connect, non_negative_int
 from storage.errors import RaybrokerError
 
 # raybroker runs one transaction coordinator for the cluster; Kafka's tool prints the coordinator's broker id.
@@ -104,7 +104,7 @@ def run_transactions(args: argparse.Namespace) -> int:
         return _abort(args)
     connect(args.address)
     # Ray (through the actors): loaded only when a command runs, so the CLI starts fast.
-    from actors.clients.transactions import Transactions
+    from actors.clients.transactions_admin import Transactions
 
     transactions = Transactions()
     if args.action == "list":
@@ -165,7 +165,7 @@ def _abort(args: argparse.Namespace) -> int:
 def _abort_through_ray(args: argparse.Namespace, producer: tuple[int, int] | None) -> tuple[int, int, int]:
     """The ABORT marker written through the Ray cluster's partition actors; (producer id, epoch, coordinator epoch)."""
     connect(args.address)
-    from actors.clients.transactions import Transactions
+    from actors.clients.transactions_admin import Transactions
 
     transactions = Transactions()
     if producer is None:

@@ -1,6 +1,7 @@
 """The transaction coordinator actor: transactional producers' ids, epochs and transactions, one per cluster.
 
-All its logic is the plain `actors.core.transactions.coordinator.TransactionCoordinator` (the state machine, the
+All its logic is the plain `actors.core.transactions.transaction_coordinator.TransactionCoordinator` (the state
+machine, the
 records of `__transaction_state`, loading them, markers, timeouts, expiry), tested without Ray; see that module for
 what it owns and guarantees. This actor gives it its Ray seams: the controller actor (to create and describe
 `__transaction_state`, and for producer ids), each `__transaction_state` partition's leader actor, the partition
@@ -30,7 +31,7 @@ gave up on and sent again would still run later, and a second InitProducerId bum
 client was answered would leave it fenced. Reads (`describe`, `list_transactions`) and `ready` wait for the load.
 Ray restarts the actor in place if its process dies, and the restarted one loads at once too, so it aborts the
 transactions of producers that died with it when they time out, whether or not a client calls it. If its node is
-lost, the controller's monitor (`actors.server.controller`) or the next caller, whichever comes first, starts it
+lost, the controller's monitor (`actors.server.controller_actor`) or the next caller, whichever comes first, starts it
 again beside the partition's new leader, and the new one does the same.
 """
 
@@ -48,12 +49,12 @@ from actors.calls import call, controller, get_actor, this_node_id
 from actors.channels.transaction_channel import TransactionChannel
 from actors.core.controller.topic_metadata import TRANSACTION_STATE_TOPIC
 from actors.core.replication.replica import ACKS_ALL
-from actors.core.transactions.coordinator import (
+from actors.core.transactions.markers import OffsetsCompletingMarkers, write_marker
+from actors.core.transactions.transaction_coordinator import (
     InitProducerIdResult,
     TransactionCoordinator,
     TransactionDescription,
 )
-from actors.core.transactions.markers import OffsetsCompletingMarkers, write_marker
 from actors.core.transactions.transaction_metadata import TxnError
 from actors.options import group_coordinator_name, transaction_coordinator_options
 from actors.server.append_route import AppendCall, AppendRoute, Marker, PartitionLeader

@@ -13,10 +13,10 @@ import argparse
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from cluster.cli.common import EXIT_OK, add_command, connect_admin
+from cluster.cli.command_support import EXIT_OK, add_command, connect_admin
 
 if TYPE_CHECKING:
-    from actors.core.security.acls import AclBinding
+    from actors.core.security.acl_bindings import AclBinding
 
 
 def add_commands(subcommands: Any) -> None:

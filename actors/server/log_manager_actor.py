@@ -5,11 +5,11 @@ dirs, checkpoints, scheduled retention, flushes and cleaning, clean shutdown), u
 that module for the guarantees and `storage.logdir.log_dirs` for the files. This actor gives it its Ray
 collaborators and its remote API:
 
-- `actors.server.partition_handles.RayPartitions`: partition hosts of `log.partitions.per.process` partitions
+- `actors.server.ray_partitions.RayPartitions`: partition hosts of `log.partitions.per.process` partitions
   each, with `log.partitions.spare.processes` empty ones started ahead once the manager has started, or one
   partition actor per partition with `log.partitions.per.process` = 1 (that module says how they are found
   again after a restart);
-- `actors.server.cleaner.RayCleanerThreads`: the node's `log.cleaner.threads` cleaner actors, which run the heavy
+- `actors.server.cleaner_actor.RayCleanerThreads`: the node's `log.cleaner.threads` cleaner actors, which run the heavy
   phase of each compaction pass outside the partitions' processes;
 - the wall clock, and a thread that drives the manager's `storage.logdir.scheduler.Scheduler` every
   `TICK_SECONDS`, plus the Ray-only pass that reopens partitions a restarted host lost
@@ -41,9 +41,9 @@ from actors.metrics.gauges import uncleanable_samples
 from actors.metrics.ray_export import exported_metrics
 from actors.metrics.recorder import Sample
 from actors.options import HOSTS_GROUP
-from actors.server.cleaner import RayCleanerThreads
-from actors.server.partition_handles import RayPartitions
+from actors.server.cleaner_actor import RayCleanerThreads
 from actors.server.partition_host import HostedPartitionSpec
+from actors.server.ray_partitions import RayPartitions
 from storage.clock import SYSTEM_CLOCK
 from storage.config.broker_config import BrokerConfig
 from storage.config.log_config import LogConfig

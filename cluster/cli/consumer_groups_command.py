@@ -20,7 +20,7 @@ import struct
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from cluster.cli.common import (
+from cluster.cli.command_support import (
     EXIT_OK,
     UsageError,
     add_command,

@@ -12,11 +12,12 @@ real replication and the real group coordinator.
   `<root>/metadata`; it tells replicas their states directly, and leaders ask it for ISR changes directly.
 - Followers fetch from their leader's `Replica` in a thread each (`ReplicaFetcher`, `LocalLeaderLink`), so a topic
   with replication factor > 1 replicates as on Ray.
-- The group coordinator (`actors.core.groups.coordinator.GroupCoordinator`), made on first use, which creates
+- The group coordinator (`actors.core.groups.group_coordinator.GroupCoordinator`), made on first use, which creates
   `__consumer_offsets` then, as Kafka does for the first group; the controller tells it of each deleted topic
   (made first if `__consumer_offsets` exists: a broker opened again may hold offsets of the topic). The transaction
-  coordinator (`actors.core.transactions.coordinator.TransactionCoordinator`) likewise creates `__transaction_state`.
-  Its markers are written to the partitions' leaders here (`InProcessMarkers`), and a marker on `__consumer_offsets`
+  coordinator (`actors.core.transactions.transaction_coordinator.TransactionCoordinator`) likewise creates
+  `__transaction_state`. Its markers are written to the partitions' leaders here (`InProcessMarkers`), and a marker on
+  `__consumer_offsets`
   tells the group coordinator to make the producer's pending transactional offsets committed or drop them
   (`OffsetsCompletingMarkers`).
 - Metrics (`actors.core.role_metrics`): the leaders' appends and the controller's ISR changes go to the injected
@@ -40,7 +41,7 @@ from pathlib import Path
 from actors.core.controller.controller import Controller
 from actors.core.controller.log_manager_broker import LogManagerBroker
 from actors.core.controller.topic_metadata import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
-from actors.core.groups.coordinator import GroupCoordinator
+from actors.core.groups.group_coordinator import GroupCoordinator
 from actors.core.groups.group_membership import GroupMembership, MembershipConfig
 from actors.core.internal_topics import InProcessInternalPartition
 from actors.core.replication.follower import LeaderLink, ReplicaSettings
@@ -50,8 +51,8 @@ from actors.core.replication.log_changes import LogChanges
 from actors.core.replication.partition_server import PartitionServer
 from actors.core.replication.replica import Replica
 from actors.core.role_metrics import NO_ROLE_METRICS, RoleMetrics
-from actors.core.transactions.coordinator import TransactionCoordinator
 from actors.core.transactions.markers import OffsetsCompletingMarkers
+from actors.core.transactions.transaction_coordinator import TransactionCoordinator
 from storage.clock import SYSTEM_CLOCK, Clock
 from storage.config.broker_config import BrokerConfig
 from storage.config.log_config import LogConfig

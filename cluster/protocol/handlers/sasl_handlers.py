@@ -18,7 +18,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from cluster.protocol.errors import SaslFailure
+from cluster.protocol.error_codes import SaslFailure
 from cluster.protocol.framing import Request, response_schema
 from cluster.protocol.messages import build
 from cluster.protocol.security.sasl import AuthenticationError, CredentialLookup, SaslExchange

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from cluster.cli.common import EXIT_OK, UsageError, add_command, connect_admin, key_value, positive_int
+from cluster.cli.command_support import EXIT_OK, UsageError, add_command, connect_admin, key_value, positive_int
 from storage.errors import TopicExistsError, UnknownTopicOrPartitionError
 
 if TYPE_CHECKING:

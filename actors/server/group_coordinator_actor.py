@@ -1,6 +1,6 @@
 """The group coordinator actor: consumer groups' committed offsets and membership, one per cluster.
 
-All its logic is the plain `actors.core.groups.coordinator.GroupCoordinator` (committed offsets in
+All its logic is the plain `actors.core.groups.group_coordinator.GroupCoordinator` (committed offsets in
 `__consumer_offsets`, loading them, creating the topic again after a client deleted it, JoinGroup, SyncGroup,
 Heartbeat, LeaveGroup, the bounded waits of `await_join` / `await_sync`), tested without Ray; see that module for
 what it owns and guarantees. This actor gives it its Ray seams and its remote API: the controller actor (to create
@@ -16,7 +16,7 @@ from typing import Any
 
 from actors.calls import call, controller
 from actors.core.controller.topic_metadata import CONSUMER_OFFSETS_TOPIC
-from actors.core.groups.coordinator import GroupCoordinator
+from actors.core.groups.group_coordinator import GroupCoordinator
 from actors.core.groups.group_membership import (
     GroupDescription,
     GroupError,

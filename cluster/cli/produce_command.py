@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
-from cluster.cli.common import EXIT_OK, UsageError, add_command, connect, non_negative_int
+from cluster.cli.command_support import EXIT_OK, UsageError, add_command, connect, non_negative_int
 from storage.errors import RaybrokerError
 
 if TYPE_CHECKING:
