@@ -102,6 +102,7 @@ from cluster.protocol.handlers.groups import (
 from cluster.protocol.handlers.leader_epoch import OFFSET_FOR_LEADER_EPOCH_KEY, OffsetForLeaderEpochHandler
 from cluster.protocol.handlers.list_offsets import LIST_OFFSETS_KEY, ListOffsetsHandler
 from cluster.protocol.handlers.metadata import METADATA_KEY, MetadataHandler
+from cluster.protocol.handlers.offset_delete import OFFSET_DELETE_KEY, OffsetDeleteHandler
 from cluster.protocol.handlers.produce import PRODUCE_KEY, ProduceHandler
 from cluster.protocol.handlers.producer_id import INIT_PRODUCER_ID_KEY, InitProducerIdHandler
 from cluster.protocol.handlers.sasl_handlers import (
@@ -168,6 +169,7 @@ SERVED: Mapping[int, ApiRange] = MappingProxyType(
         LIST_GROUPS_KEY: ApiRange(0, 5),
         DESCRIBE_GROUPS_KEY: ApiRange(0, 6),
         DELETE_GROUPS_KEY: ApiRange(0, 2),
+        OFFSET_DELETE_KEY: ApiRange(0, 0),
         CREATE_TOPICS_KEY: ApiRange(2, 7),
         DELETE_TOPICS_KEY: ApiRange(1, 6),
         CREATE_PARTITIONS_KEY: ApiRange(0, 3),
@@ -270,6 +272,7 @@ class Router:
             LIST_GROUPS_KEY: ListGroupsHandler(groups, access),
             DESCRIBE_GROUPS_KEY: DescribeGroupsHandler(groups, access),
             DELETE_GROUPS_KEY: DeleteGroupsHandler(groups, access),
+            OFFSET_DELETE_KEY: OffsetDeleteHandler(view, groups, access),
             CREATE_TOPICS_KEY: CreateTopicsHandler(view, describer, node_id, num_partitions, access),
             DELETE_TOPICS_KEY: DeleteTopicsHandler(view, broker_config.delete_topic_enable, access),
             CREATE_PARTITIONS_KEY: CreatePartitionsHandler(view, node_id, access),

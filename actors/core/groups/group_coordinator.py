@@ -478,7 +478,7 @@ class GroupCoordinator:
                     remaining_s = min(remaining_s, max(due_ms - self._clock.milliseconds(), 0) / 1000 + 0.001)
                 self._membership_changed.wait(remaining_s)
 
-    # --- ListGroups, DescribeGroups, DeleteGroups ----------------------------------------------------------
+    # --- ListGroups, DescribeGroups, DeleteGroups, OffsetDelete -----------------------------------------------
 
     def list_groups(self) -> list[GroupDescription]:
         """Every group: those with members (or ever joined here) and those that only have committed offsets,
@@ -528,6 +528,40 @@ class GroupCoordinator:
         if verdict == GroupError.GROUP_ID_NOT_FOUND and not deleted:
             return verdict
         return GroupError.NONE
+
+    def delete_offsets(
+        self, group: str, partitions: Iterable[tuple[str, int]]
+    ) -> tuple[GroupError, dict[tuple[str, int], GroupError]]:
+        """OffsetDelete: deletes the group's committed offsets of `partitions` (tombstones in `__consumer_offsets`)
+        but those of the topics its members subscribe to, which answer GROUP_SUBSCRIBED_TO_TOPIC. A partition with
+        no committed offset answers NONE, as in Kafka. A group with members of another protocol type is
+        NON_EMPTY_GROUP and an unknown one GROUP_ID_NOT_FOUND, with no partition answered."""
+        _check_group(group)
+        wanted = list(dict.fromkeys(partitions))
+        with self._membership_changed:
+            verdict, subscribed = self._membership.subscriptions(group)
+        if verdict == GroupError.NON_EMPTY_GROUP:
+            return verdict, {}
+        partition = partition_for_group(group, self._partition_count)
+
+        def delete_offsets() -> bool:
+            """Writes a tombstone for each committed offset to delete and forgets it, under one lock (a commit
+            cannot slip between); whether the group had any committed offset."""
+            self._loaded_partition(partition)
+            known = any(name == group for name, _, _ in self._offsets)
+            doomed = [tp for tp in wanted if tp[0] not in subscribed and (group, *tp) in self._offsets]
+            if doomed:
+                self._write(partition, [(encode_offset_commit_key(group, *tp), None) for tp in doomed])
+                for topic, number in doomed:
+                    del self._offsets[(group, topic, number)]
+            return known
+
+        known = self._on_offsets_topic(delete_offsets)
+        if verdict == GroupError.GROUP_ID_NOT_FOUND and not known:
+            return verdict, {}
+        return GroupError.NONE, {
+            tp: GroupError.GROUP_SUBSCRIBED_TO_TOPIC if tp[0] in subscribed else GroupError.NONE for tp in wanted
+        }
 
     def on_topic_deleted(self, topic: str) -> list[str]:
         """Deletes every group's committed offsets of the deleted `topic` (see the module docstring); returns the

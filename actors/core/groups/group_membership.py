@@ -25,7 +25,8 @@ assignment in its SyncGroup; the broker never looks inside either.
 What is not served: static membership (`group.instance.id` is reported back but members are always dynamic)
 and the group's state across a coordinator restart (members rejoin: their next Heartbeat gets UNKNOWN_MEMBER_ID,
 after which Kafka's clients join again; committed offsets are durable, they live in `__consumer_offsets`).
-This module imports nothing but the clock and the broker config, so it is tested without Ray on a `MockClock`.
+This module imports nothing but the clock, the broker config and the consumer protocol's decoding, so it is tested
+without Ray on a `MockClock`.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from actors.core.groups.consumer_protocol import CONSUMER_PROTOCOL_TYPE, subscribed_topics
 from storage.clock import Clock
 from storage.config.broker_config import BrokerConfig
 
@@ -58,6 +60,7 @@ class GroupError(enum.Enum):
     INVALID_GROUP_ID = "invalid_group_id"
     GROUP_ID_NOT_FOUND = "group_id_not_found"
     NON_EMPTY_GROUP = "non_empty_group"
+    GROUP_SUBSCRIBED_TO_TOPIC = "group_subscribed_to_topic"
 
 
 class GroupState(enum.Enum):
@@ -482,6 +485,28 @@ class GroupMembership:
             return GroupError.NON_EMPTY_GROUP
         del self._groups[group_id]
         return GroupError.NONE
+
+    def subscriptions(self, group_id: str) -> tuple[GroupError, frozenset[str]]:
+        """What OffsetDelete may delete of the group's committed offsets, as Kafka decides it: (NONE, the topics
+        its members subscribe to) for a group of protocol type "consumer" with members, or for an Empty group
+        (subscribing to nothing); NON_EMPTY_GROUP for another group with members; GROUP_ID_NOT_FOUND for a group
+        that never had members here. The topics are those of the selected protocol's subscriptions; if one of
+        them does not decode, none are known (Kafka's `computeSubscribedTopics`)."""
+        group = self._groups.get(group_id)
+        if group is None:
+            return GroupError.GROUP_ID_NOT_FOUND, frozenset()
+        self._advance(group, self._clock.milliseconds())
+        if group.state == GroupState.EMPTY:
+            return GroupError.NONE, frozenset()
+        if group.protocol_type != CONSUMER_PROTOCOL_TYPE:
+            return GroupError.NON_EMPTY_GROUP, frozenset()
+        topics: set[str] = set()
+        for member in group.members.values():
+            subscribed = subscribed_topics(dict(member.protocols).get(group.protocol_name or "", b""))
+            if subscribed is None:
+                return GroupError.NONE, frozenset()
+            topics |= subscribed
+        return GroupError.NONE, frozenset(topics)
 
     def is_active(self, group_id: str) -> bool:
         """Whether the group has members (or members about to join): its offsets must not be reset under it."""

@@ -172,3 +172,12 @@ class GroupView:
         """Deletes an Empty group's offsets: NON_EMPTY_GROUP with members, GROUP_ID_NOT_FOUND if unknown."""
         verdict: GroupError = await self._transport.call("delete_group", group)
         return verdict
+
+    async def delete_offsets(
+        self, group: str, partitions: Iterable[TopicPartition]
+    ) -> tuple[GroupError, dict[TopicPartition, GroupError]]:
+        """An OffsetDelete: the group's verdict, and each partition's (`GroupCoordinator.delete_offsets`)."""
+        outcome: tuple[GroupError, dict[TopicPartition, GroupError]] = await self._transport.call(
+            "delete_offsets", group, list(partitions)
+        )
+        return outcome

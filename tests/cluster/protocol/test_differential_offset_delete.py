@@ -1,0 +1,131 @@
+"""Deleting a group's committed offsets with Apache Kafka's own kafka-consumer-groups.sh (`ConsumerGroupCommand
+--delete-offsets`, which sends OffsetDelete) against Apache Kafka 3.9.1 and against raybroker's listener, and the
+answers compared: the tool's exit code and table, its error line, and the offsets each group has left.
+
+The scenario: an Empty group (its consumer only committed) loses one partition's offset; a group with a member
+subscribed to one topic keeps that topic's offsets (GROUP_SUBSCRIBED_TO_TOPIC) and loses the other's; a group never
+seen and a topic that does not exist are refused. Each run of the tool starts a JVM (~2 s).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from benchmarks.kafka_broker import KafkaUnavailable, kafka_jars, kafka_tools_jar
+from cluster.protocol.listener import start_listener
+from tests.conftest import skip_or_fail
+
+pytestmark = [pytest.mark.ray, pytest.mark.kafka]
+
+TOOL = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
+TOOL_TIMEOUT_S = 120
+DEADLINE_S = 30.0
+QUIET = {"log_level": 0}
+SUBSCRIBED, OTHER = "od-subscribed", "od-other"
+
+
+@pytest.fixture(scope="module")
+def raybroker(start_test_broker: Callable[..., tuple[Any, Any]]) -> Iterator[str]:
+    start_test_broker(num_partitions="2")
+    with start_listener({"listeners": "PLAINTEXT://127.0.0.1:0", "num.partitions": "2"}) as started:
+        yield started.bootstrap_servers
+
+
+def tool(bootstrap: str, *arguments: str) -> tuple[int, list[list[str]], list[str]]:
+    """kafka-consumer-groups.sh against `bootstrap`: its exit code, the rows it printed, and its `Error:` lines."""
+    try:
+        classpath = os.pathsep.join(str(jar) for jar in [*kafka_jars(), kafka_tools_jar()])
+    except KafkaUnavailable as exc:
+        skip_or_fail(f"Apache Kafka's tools are not available here: {exc}")
+    ran = subprocess.run(
+        ["java", "-cp", classpath, TOOL, "--bootstrap-server", bootstrap, *arguments],
+        capture_output=True,
+        text=True,
+        timeout=TOOL_TIMEOUT_S,
+    )
+    rows = [line.split() for line in ran.stdout.splitlines() if line.strip() and not line.startswith("Error")]
+    errors = [line for line in (ran.stdout + ran.stderr).splitlines() if line.startswith("Error")]
+    return ran.returncode, rows, errors
+
+
+def commit(bootstrap: str, group: str, offsets: dict[tuple[str, int], int], consumer: Any = None) -> None:
+    """Commits `offsets` under `group`: through `consumer` (a member) if given, else as a consumer outside the
+    group's membership (generation -1)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    committer = consumer or Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False, **QUIET}
+    )
+    try:
+        committer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()], asynchronous=False)
+    finally:
+        if consumer is None:
+            committer.close()
+
+
+def committed(bootstrap: str, group: str) -> dict[tuple[str, int], int]:
+    from confluent_kafka import ConsumerGroupTopicPartitions
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
+    (future,) = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)]).values()
+    return {(tp.topic, tp.partition): tp.offset for tp in future.result(timeout=DEADLINE_S).topic_partitions}
+
+
+def offset_delete_answers(bootstrap: str) -> dict[str, Any]:
+    """The scenario of the module docstring on one broker: each run's answer, then each group's offsets left."""
+    from confluent_kafka import Consumer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
+    for future in admin.create_topics([NewTopic(SUBSCRIBED, 2, 1), NewTopic(OTHER, 1, 1)]).values():
+        future.result(timeout=DEADLINE_S)
+    everything = {(SUBSCRIBED, 0): 3, (SUBSCRIBED, 1): 4, (OTHER, 0): 5}
+    commit(bootstrap, "od-empty", everything)
+    answers: dict[str, Any] = {
+        "empty": tool(bootstrap, "--delete-offsets", "--group", "od-empty", "--topic", f"{SUBSCRIBED}:0"),
+        "unknown group": tool(bootstrap, "--delete-offsets", "--group", "od-never-seen", "--topic", SUBSCRIBED),
+        "unknown topic": tool(bootstrap, "--delete-offsets", "--group", "od-empty", "--topic", "od-missing"),
+    }
+    member = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "od-active",
+            "enable.auto.commit": False,
+            "session.timeout.ms": 10_000,
+            "heartbeat.interval.ms": 500,
+            **QUIET,
+        }
+    )
+    try:
+        member.subscribe([SUBSCRIBED])
+        deadline = time.monotonic() + DEADLINE_S
+        while not member.assignment():
+            assert time.monotonic() < deadline, "the member got no assignment"
+            member.poll(0.2)
+        commit(bootstrap, "od-active", everything, member)
+        answers["active"] = tool(
+            bootstrap, "--delete-offsets", "--group", "od-active", "--topic", SUBSCRIBED, "--topic", OTHER
+        )
+    finally:
+        member.close()
+    answers["left"] = {group: committed(bootstrap, group) for group in ("od-empty", "od-active")}
+    return answers
+
+
+def test_kafka_consumer_groups_delete_offsets_agrees(kafka: str, raybroker: str) -> None:
+    answers = {
+        name: offset_delete_answers(bootstrap) for name, bootstrap in {"kafka": kafka, "raybroker": raybroker}.items()
+    }
+    oracle = answers["kafka"]
+    assert oracle["empty"][0] == 0 and oracle["left"]["od-empty"] == {(SUBSCRIBED, 1): 4, (OTHER, 0): 5}
+    assert oracle["left"]["od-active"] == {(SUBSCRIBED, 0): 3, (SUBSCRIBED, 1): 4}
+    assert oracle["unknown group"][2] == ["Error: 'od-never-seen' does not exist."], oracle["unknown group"]
+    for case in ("empty", "unknown group", "unknown topic", "active", "left"):
+        assert answers["raybroker"][case] == oracle[case], (case, answers["raybroker"][case], oracle[case])
