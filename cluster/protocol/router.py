@@ -25,8 +25,8 @@ and the brokers' verification: AddPartitionsToTxn v0-3 (the client form) and v4-
 DescribeProducers v0.
 The group APIs stop where the classic protocol does: OffsetCommit v9 and OffsetFetch v9 are the last naming
 topics by name (v10 uses topic ids); FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, ListGroups,
-DescribeGroups, DeleteGroups and OffsetDelete are served from kio's floor to its ceiling. Clients use the highest version both sides
-serve; `docs/clients.md` lists the versions the tested clients were measured sending.
+DescribeGroups, DeleteGroups and OffsetDelete are served from kio's floor to its ceiling. Clients use the highest
+version both sides serve; `docs/clients.md` lists the versions the tested clients were measured sending.
 
 Every handler that guards a resource gets the listener's `AccessControl` and asks it before it acts
 (`cluster.protocol.handlers.authorization`); ApiVersions, SaslHandshake and SaslAuthenticate need no permission.
