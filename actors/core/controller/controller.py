@@ -74,6 +74,7 @@ from actors.core.controller.assignment import (
     place_replicas,
     preferred_election,
 )
+from actors.core.controller.elections import ElectionError, ElectionType, requested_election
 from actors.core.controller.topic_metadata import INTERNAL_TOPICS, AdvertisedListener, TopicMetadata
 from actors.core.replication.leader_and_isr import LeaderAndIsr
 from actors.core.role_metrics import NO_ROLE_METRICS, RoleMetrics
@@ -719,6 +720,35 @@ class Controller:
     def acls_version(self) -> int:
         with self._lock:
             return self._acls.version
+
+    def elect_leaders(
+        self, election_type: ElectionType, partitions: Iterable[tuple[str, int]] | None
+    ) -> dict[tuple[str, int], ElectionError]:
+        """Kafka's ElectLeaders: the election asked for on each of `partitions`, or on every partition of the
+        cluster for None (`actors.core.controller.elections`); each new state is persisted and pushed to the
+        replicas. Answers each partition's outcome; for None, only the partitions where an election was needed,
+        as Kafka's controller answers."""
+        outcomes: dict[tuple[str, int], ElectionError] = {}
+        changed = []
+        every_partition = partitions is None
+        with self._lock:
+            if partitions is None:
+                partitions = [(name, number) for name, topic in self._topics.items() for number in topic.partitions]
+            for topic, partition in partitions:
+                metadata = self._topics.get(topic)
+                if metadata is None or partition not in metadata.partitions:
+                    outcomes[(topic, partition)] = ElectionError.UNKNOWN_TOPIC_OR_PARTITION
+                    continue
+                elected = requested_election(metadata.state(partition), election_type, self._brokers)
+                if isinstance(elected, ElectionError):
+                    outcomes[(topic, partition)] = elected
+                else:
+                    changed.append(self._persist_state(elected))
+                    outcomes[(topic, partition)] = ElectionError.NONE
+        self._push(changed)
+        if every_partition:
+            return {tp: outcome for tp, outcome in outcomes.items() if outcome != ElectionError.ELECTION_NOT_NEEDED}
+        return outcomes
 
     def close(self) -> None:
         """Closes the metadata log (flushed, with its clean-shutdown marker)."""
