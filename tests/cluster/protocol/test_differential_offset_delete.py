@@ -9,22 +9,17 @@ seen and a topic that does not exist are refused. Each run of the tool starts a 
 
 from __future__ import annotations
 
-import os
-import subprocess
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
-from benchmarks.kafka_broker import KafkaUnavailable, kafka_jars, kafka_tools_jar
 from cluster.protocol.listener import start_listener
-from tests.conftest import skip_or_fail
+from tests.cluster.protocol.kafka_tools import CONSUMER_GROUPS, run_kafka_tool
 
 pytestmark = [pytest.mark.ray, pytest.mark.kafka]
 
-TOOL = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
-TOOL_TIMEOUT_S = 120
 DEADLINE_S = 30.0
 QUIET = {"log_level": 0}
 SUBSCRIBED, OTHER = "od-subscribed", "od-other"
@@ -39,16 +34,7 @@ def raybroker(start_test_broker: Callable[..., tuple[Any, Any]]) -> Iterator[str
 
 def tool(bootstrap: str, *arguments: str) -> tuple[int, list[list[str]], list[str]]:
     """kafka-consumer-groups.sh against `bootstrap`: its exit code, the rows it printed, and its `Error:` lines."""
-    try:
-        classpath = os.pathsep.join(str(jar) for jar in [*kafka_jars(), kafka_tools_jar()])
-    except KafkaUnavailable as exc:
-        skip_or_fail(f"Apache Kafka's tools are not available here: {exc}")
-    ran = subprocess.run(
-        ["java", "-cp", classpath, TOOL, "--bootstrap-server", bootstrap, *arguments],
-        capture_output=True,
-        text=True,
-        timeout=TOOL_TIMEOUT_S,
-    )
+    ran = run_kafka_tool(CONSUMER_GROUPS, bootstrap, *arguments)
     rows = [line.split() for line in ran.stdout.splitlines() if line.strip() and not line.startswith("Error")]
     errors = [line for line in (ran.stdout + ran.stderr).splitlines() if line.startswith("Error")]
     return ran.returncode, rows, errors

@@ -16,8 +16,6 @@ over the listener alone.
 
 from __future__ import annotations
 
-import os
-import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -26,19 +24,16 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from actors.core.in_process_broker import InProcessBroker
-from benchmarks.kafka_broker import KafkaUnavailable, kafka_jars, kafka_tools_jar
 from cluster.cli.main import EXIT_DATA_ERROR, EXIT_OK, main
 from cluster.protocol.client import WireClient
 from cluster.protocol.listener import KafkaListener
 from storage.records.record_batch import RecordBatchBuilder
 from tests.cluster.protocol.helpers import confluent_consume_all, start_broker, start_local_listener
-from tests.conftest import skip_or_fail
+from tests.cluster.protocol.kafka_tools import TRANSACTIONS, run_kafka_tool
 
 PRODUCE, LIST_OFFSETS, CREATE_TOPICS, INIT_PRODUCER_ID, INCREMENTAL_ALTER_CONFIGS = 0, 2, 19, 22, 44
 BROKER_RESOURCE = 4
 VERIFICATION = "transaction.partition.verification.enable"
-TOOL = "org.apache.kafka.tools.TransactionsCommand"
-TOOL_TIMEOUT_S = 120
 DEADLINE_S = 30.0
 RUN = uuid.uuid4().hex[:8]
 # The hanging batch's timestamp, this far in the past: `find-hanging --max-transaction-timeout 0` lists the open
@@ -160,16 +155,7 @@ def outcome(bootstrap: str, topic: str) -> tuple[list[bytes], bool]:
 def tool(bootstrap: str, *arguments: str) -> tuple[int, list[list[str]], str]:
     """Kafka's kafka-transactions.sh against `bootstrap`: its exit code, the rows of the table it printed (the
     header first), and its error output."""
-    try:
-        classpath = os.pathsep.join(str(jar) for jar in [*kafka_jars(), kafka_tools_jar()])
-    except KafkaUnavailable as exc:
-        skip_or_fail(f"Apache Kafka's tools are not available here: {exc}")
-    ran = subprocess.run(
-        ["java", "-cp", classpath, TOOL, "--bootstrap-server", bootstrap, *arguments],
-        capture_output=True,
-        text=True,
-        timeout=TOOL_TIMEOUT_S,
-    )
+    ran = run_kafka_tool(TRANSACTIONS, bootstrap, *arguments)
     rows = [line.split() for line in ran.stdout.splitlines() if line.strip()]
     return ran.returncode, rows, ran.stderr
 

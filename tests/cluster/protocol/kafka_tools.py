@@ -1,0 +1,36 @@
+"""Apache Kafka's own command-line tools, run against a broker the way their `bin/*.sh` scripts run them: the tool's
+main class on the classpath of Kafka's jars and `kafka-tools` (`benchmarks.kafka_broker` fetches both from Maven
+Central on first use). A machine without them fails the test in CI and skips it elsewhere (`skip_or_fail`).
+Each run starts a JVM: ~2 s."""
+
+from __future__ import annotations
+
+import functools
+import os
+import subprocess
+
+from benchmarks.kafka_broker import KafkaUnavailable, kafka_jars, kafka_tools_jar
+from tests.conftest import skip_or_fail
+
+TOOL_TIMEOUT_S = 120
+CONSUMER_GROUPS = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
+LEADER_ELECTION = "org.apache.kafka.tools.LeaderElectionCommand"
+TRANSACTIONS = "org.apache.kafka.tools.TransactionsCommand"
+
+
+@functools.cache
+def _classpath() -> str:
+    try:
+        return os.pathsep.join(str(jar) for jar in [*kafka_jars(), kafka_tools_jar()])
+    except KafkaUnavailable as exc:
+        skip_or_fail(f"Apache Kafka's tools are not available here: {exc}")
+
+
+def run_kafka_tool(tool: str, bootstrap: str, *arguments: str) -> subprocess.CompletedProcess[str]:
+    """Kafka's tool `tool` (a main class) with `--bootstrap-server bootstrap` and `arguments`, run to its end."""
+    return subprocess.run(
+        ["java", "-cp", _classpath(), tool, "--bootstrap-server", bootstrap, *arguments],
+        capture_output=True,
+        text=True,
+        timeout=TOOL_TIMEOUT_S,
+    )
