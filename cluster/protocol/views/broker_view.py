@@ -174,23 +174,12 @@ class PartitionTransport(Protocol):
 
 
 class BrokerView:
-    """The broker as the protocol handlers see it, as the listener of node `node` (see the module docstring).
+    """The broker as the protocol handlers see it, as the listener of node `node` (see the module docstring)."""
 
-    `topic_names_max_age_s` bounds how stale `topic_names` may be (`TOPIC_NAMES_MAX_AGE_S` by default; 0 where
-    asking the controller costs nothing)."""
-
-    def __init__(
-        self,
-        controller: Transport,
-        partitions: PartitionTransport,
-        node: str,
-        *,
-        topic_names_max_age_s: float = TOPIC_NAMES_MAX_AGE_S,
-    ) -> None:
+    def __init__(self, controller: Transport, partitions: PartitionTransport, node: str) -> None:
         self._controller = controller
         self._partitions = partitions
         self._node = node
-        self._topic_names_max_age_s = topic_names_max_age_s
         self._cluster_id: str | None = None
         self._topic_names: Mapping[uuid.UUID, str] = {}
         self._topic_names_at = -math.inf
@@ -233,9 +222,9 @@ class BrokerView:
         return topic_info(asked, *cluster)
 
     async def topic_names(self, refresh: bool = False) -> Mapping[uuid.UUID, str]:
-        """Every topic's name by its topic id, as the controller had them at most `topic_names_max_age_s` ago, or
+        """Every topic's name by its topic id, as the controller had them at most `TOPIC_NAMES_MAX_AGE_S` ago, or
         now with `refresh` (Fetch v13+ and Metadata v12 name topics by id, and a new id is asked for at once)."""
-        if refresh or time.monotonic() - self._topic_names_at >= self._topic_names_max_age_s:
+        if refresh or time.monotonic() - self._topic_names_at > TOPIC_NAMES_MAX_AGE_S:
             asked_at = time.monotonic()
             self._topic_names = await self._controller.call("topic_names")
             self._topic_names_at = asked_at

@@ -34,10 +34,7 @@ class InProcessBrokerView(BrokerView):
     def __init__(self, broker: InProcessBroker, node: str = "node-0") -> None:
         self.broker = broker
         super().__init__(
-            InProcessTransport(lambda: broker.controller, inline=EVERY_METHOD),
-            InProcessPartitions(broker),
-            node,
-            topic_names_max_age_s=0.0,
+            InProcessTransport(lambda: broker.controller, inline=EVERY_METHOD), InProcessPartitions(broker), node
         )
 
 
