@@ -176,8 +176,6 @@ class KafkaListener:
         router = self._router = Router(
             self._view,
             endpoint,
-            self._broker_config.auto_create_topics_enable,
-            self._broker_config.num_partitions,
             groups=self._groups,
             transactions=self._transactions,
             broker_config=self._broker_config,
