@@ -20,7 +20,7 @@ match is listed under both).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Awaitable, Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
@@ -81,15 +81,9 @@ class CreateAclsHandler:
         self._access = access
 
     async def __call__(self, request: Request) -> Any:
-        response_type = response_schema(CREATE_ACLS_KEY, request.api_version)
-        creations = request.body.creations
-        refusal = _refusal(self._access, request, AclOperation.ALTER)
-        if refusal is not None:
-            outcomes: list[RaybrokerError | None] = [refusal] * len(creations)
-        else:
-            outcomes = await _applied(self._access, creations, _binding, self._create)
+        outcomes = await _applied(self._access, request, request.body.creations, _binding, self._create)
         results = [_outcome(exc) for exc in outcomes]
-        return build(response_type, {"throttle_time": 0, "results": results})
+        return build(response_schema(CREATE_ACLS_KEY, request.api_version), {"throttle_time": 0, "results": results})
 
     async def _create(self, bindings: list[AclBinding]) -> list[None]:
         """Creates the bindings; the controller answers nothing per binding."""
@@ -154,32 +148,31 @@ class DeleteAclsHandler:
         self._access = access
 
     async def __call__(self, request: Request) -> Any:
-        response_type = response_schema(DELETE_ACLS_KEY, request.api_version)
-        filters = request.body.filters
-        refusal = _refusal(self._access, request, AclOperation.ALTER)
-        if refusal is not None:
-            outcomes: list[RaybrokerError | list[AclBinding]] = [refusal] * len(filters)
-        else:
-            outcomes = await _applied(self._access, filters, _filter, self._security.delete_acls)
+        outcomes = await _applied(self._access, request, request.body.filters, _filter, self._security.delete_acls)
         results = [
             {**_outcome(outcome), "matching_acls": []}
             if isinstance(outcome, RaybrokerError)
             else {**_outcome(None), "matching_acls": [_matching(binding) for binding in outcome]}
             for outcome in outcomes
         ]
+        response_type = response_schema(DELETE_ACLS_KEY, request.api_version)
         return build(response_type, {"throttle_time": 0, "filter_results": results})
 
 
 async def _applied(
     access: AccessControl,
-    entries: Iterable[Any],
+    request: Request,
+    entries: Sequence[Any],
     parse: Callable[[Any], _Parsed],
     apply: Callable[[list[_Parsed]], Awaitable[list[_Done]]],
 ) -> list[RaybrokerError | _Done]:
-    """What CreateAcls and DeleteAcls do with their entries: each parsed (one Kafka refuses answers its
-    `InvalidAclError`), the valid ones applied in one call to the controller, which answers per entry, and reloaded
-    on this listener (`_reload`); a failed call is each valid entry's error. Per entry, in the request's order: its
-    error or what the call answered."""
+    """What CreateAcls and DeleteAcls do with their entries: all refused together without ALTER on the cluster
+    (`_refusal`); else each parsed (one Kafka refuses answers its `InvalidAclError`), the valid ones applied in one
+    call to the controller, which answers per entry, and reloaded on this listener (`_reload`); a failed call is
+    each valid entry's error. Per entry, in the request's order: its error or what the call answered."""
+    refusal = _refusal(access, request, AclOperation.ALTER)
+    if refusal is not None:
+        return [refusal] * len(entries)
     parsed: list[RaybrokerError | _Parsed] = []
     for entry in entries:
         try:
