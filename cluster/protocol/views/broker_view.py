@@ -142,6 +142,7 @@ class PartitionFetch:
 
     @property
     def key(self) -> tuple[str, int]:
+        """The partition, as (topic, partition)."""
         return self.topic, self.partition
 
 
