@@ -31,7 +31,6 @@ import threading
 from collections.abc import Mapping
 from types import TracebackType
 
-from actors.clients.broker import Broker
 from actors.metrics.ray_export import exported_metrics
 from actors.metrics.recorder import BrokerMetrics
 from cluster.protocol.connection import ConnectionContext
@@ -74,7 +73,7 @@ class KafkaListener:
         self._broker_config = BrokerConfig.from_properties(props)
         self._config = self._broker_config.listener_config
         self._static_broker_keys = frozenset(str(key).strip() for key in props)
-        self._view = view if view is not None else RayBrokerView(Broker.connect())
+        self._view = view if view is not None else RayBrokerView()
         self._security = security if security is not None else SecurityView.on_ray()
         self._groups = groups if groups is not None else GroupView.on_ray()
         self._transactions = (
@@ -177,8 +176,6 @@ class KafkaListener:
         router = self._router = Router(
             self._view,
             endpoint,
-            self._broker_config.auto_create_topics_enable,
-            self._broker_config.num_partitions,
             groups=self._groups,
             transactions=self._transactions,
             broker_config=self._broker_config,

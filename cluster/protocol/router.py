@@ -232,8 +232,6 @@ class Router:
         self,
         view: BrokerView,
         endpoint: BrokerEndpoint,
-        auto_create_topics_enable: bool,
-        num_partitions: int,
         *,
         broker_config: BrokerConfig,
         static_broker_keys: Collection[str],
@@ -244,12 +242,13 @@ class Router:
         metrics: BrokerMetrics = NO_METRICS,
     ) -> None:
         """`broker_config` is the broker's config and `static_broker_keys` the keys its properties set, for the
-        admin APIs (defaults, sources, `delete.topic.enable`); `security` holds the SCRAM credentials and ACLs,
-        `access` answers the handlers' authorization questions; `metrics` counts the bytes Fetch answers carry. Fetch
-        sessions are kept here, `max.incremental.fetch.session.cache.slots` of them: one router serves a listener
-        process."""
+        admin APIs (defaults, sources, `delete.topic.enable`, `num.partitions`) and Metadata
+        (`auto.create.topics.enable`); `security` holds the SCRAM credentials and ACLs, `access` answers the
+        handlers' authorization questions; `metrics` counts the bytes Fetch answers carry. Fetch sessions are kept
+        here, `max.incremental.fetch.session.cache.slots` of them: one router serves a listener process."""
         describer = ConfigDescriber(broker_config, static_broker_keys)
         node_id = endpoint.node_id
+        num_partitions = broker_config.num_partitions
         self._handlers: dict[int, Handler] = {
             PRODUCE_KEY: ProduceHandler(view, transactions, access),
             FETCH_KEY: FetchHandler(
@@ -259,7 +258,9 @@ class Router:
                 FetchSessionCache(broker_config.max_incremental_fetch_session_cache_slots, SYSTEM_CLOCK),
             ),
             LIST_OFFSETS_KEY: ListOffsetsHandler(view, access),
-            METADATA_KEY: MetadataHandler(view, endpoint, auto_create_topics_enable, num_partitions, access),
+            METADATA_KEY: MetadataHandler(
+                view, endpoint, broker_config.auto_create_topics_enable, num_partitions, access
+            ),
             API_VERSIONS_KEY: ApiVersionsHandler(SERVED),
             INIT_PRODUCER_ID_KEY: InitProducerIdHandler(view, transactions, access),
             FIND_COORDINATOR_KEY: FindCoordinatorHandler(endpoint, access),

@@ -9,7 +9,7 @@ same `PartitionServer`.
   appends thus never waits for followers. An I/O error is handed to the host's `on_storage_error` (the partition
   actor reports it to its node's log manager, which takes the whole log dir offline) before it is raised.
 - **Client reads** are fenced by the client's `current_leader_epoch` and refused by a replica that does not lead
-  (`check_leader`, `fetch`, `list_offset`, `epoch_end_offset`, `delete_records`).
+  (`check_leader`, `fetch`, `list_offset`, `epoch_end_offset`, `describe_producers`, `delete_records`).
 - **The long poll** (Kafka's `fetch.max.wait.ms` / `fetch.min.bytes`): `long_poll` answers at once when at least
   `min_bytes` are there, else waits on the partition's change counter (`LogChanges`) and looks again, until
   `min_bytes` are there or `max_wait_ms` expired. A waiting fetch holds one of the host's `long_poll_slots`; one that
@@ -31,6 +31,7 @@ from storage.errors import InvalidRequestError, KafkaStorageError
 from storage.partition.leader_epoch_cache import UNDEFINED_EPOCH
 from storage.partition.log import Log, LogAppendInfo
 from storage.partition.producer_append import AppendOrigin
+from storage.partition.producer_state import ActiveProducer
 from storage.records.file_records import TimestampAndOffset
 from storage.records.layout import ControlRecordType
 from storage.segment.log_segment import FetchDataInfo
@@ -134,6 +135,11 @@ class PartitionServer:
     def epoch_end_offset(self, epoch: int, current_leader_epoch: int = UNDEFINED_EPOCH) -> tuple[int, int]:
         """OffsetForLeaderEpoch, fenced by the caller's `current_leader_epoch` (`Replica.epoch_end_offset`)."""
         return self.replica.epoch_end_offset(epoch, current_leader_epoch)
+
+    def describe_producers(self) -> list[ActiveProducer]:
+        """The producers the leader remembers, each with the start offset of its open transaction (Kafka's
+        DescribeProducers, which only the leader answers: `check_leader`)."""
+        return self.check_leader().active_producers()
 
     def offsets(self) -> tuple[int, int, int]:
         """(log start offset, high watermark, log end offset) of this replica, whatever its role."""

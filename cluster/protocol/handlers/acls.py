@@ -20,7 +20,8 @@ match is listed under both).
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
@@ -45,6 +46,9 @@ DESCRIBE_ACLS_KEY = 29
 CREATE_ACLS_KEY = 30
 DELETE_ACLS_KEY = 31
 
+_Parsed = TypeVar("_Parsed")
+_Done = TypeVar("_Done")
+
 
 def _refusal(access: AccessControl, request: Request, operation: AclOperation) -> RaybrokerError | None:
     """Why the request may not touch the ACLs: no authorizer, or no `operation` on the cluster; None if it may."""
@@ -62,7 +66,10 @@ async def _reload(access: AccessControl) -> None:
         await access.refresh()
 
 
-def _failure(exc: RaybrokerError) -> dict[str, Any]:
+def _outcome(exc: RaybrokerError | None) -> dict[str, Any]:
+    """An answer's error fields: `exc`'s code and message, or none."""
+    if exc is None:
+        return {"error_code": ErrorCode.none, "error_message": None}
     return {"error_code": error_code(exc), "error_message": exc.message}
 
 
@@ -74,29 +81,14 @@ class CreateAclsHandler:
         self._access = access
 
     async def __call__(self, request: Request) -> Any:
-        response_type = response_schema(CREATE_ACLS_KEY, request.api_version)
-        creations = request.body.creations
-        refusal = _refusal(self._access, request, AclOperation.ALTER)
-        if refusal is not None:
-            return build(response_type, {"throttle_time": 0, "results": [_failure(refusal)] * len(creations)})
-        results: list[dict[str, Any]] = []
-        valid: list[tuple[int, AclBinding]] = []
-        for creation in creations:
-            try:
-                valid.append((len(results), _binding(creation)))
-            except InvalidAclError as exc:
-                results.append(_failure(exc))
-            else:
-                results.append({"error_code": ErrorCode.none, "error_message": None})
-        if valid:
-            try:
-                await self._security.create_acls([binding for _, binding in valid])
-            except RaybrokerError as exc:
-                for index, _ in valid:
-                    results[index] = _failure(exc)
-            else:
-                await _reload(self._access)
-        return build(response_type, {"throttle_time": 0, "results": results})
+        outcomes = await _applied(self._access, request, request.body.creations, _binding, self._create)
+        results = [_outcome(exc) for exc in outcomes]
+        return build(response_schema(CREATE_ACLS_KEY, request.api_version), {"throttle_time": 0, "results": results})
+
+    async def _create(self, bindings: list[AclBinding]) -> list[None]:
+        """Creates the bindings; the controller answers nothing per binding."""
+        await self._security.create_acls(bindings)
+        return [None] * len(bindings)
 
 
 class DescribeAclsHandler:
@@ -111,7 +103,7 @@ class DescribeAclsHandler:
         try:
             matched = await self._matched(request)
         except RaybrokerError as exc:
-            return build(response_type, {"throttle_time": 0, **_failure(exc), "resources": []})
+            return build(response_type, {"throttle_time": 0, **_outcome(exc), "resources": []})
         patterns: dict[tuple[ResourceType, str, PatternType], list[AclBinding]] = {}
         for binding in matched:
             pattern = (binding.resource_type, binding.resource_name, binding.pattern_type)
@@ -135,7 +127,7 @@ class DescribeAclsHandler:
         ]
         return build(
             response_type,
-            {"throttle_time": 0, "error_code": ErrorCode.none, "error_message": None, "resources": resources},
+            {"throttle_time": 0, **_outcome(None), "resources": resources},
         )
 
     async def _matched(self, request: Request) -> list[AclBinding]:
@@ -156,32 +148,46 @@ class DeleteAclsHandler:
         self._access = access
 
     async def __call__(self, request: Request) -> Any:
+        outcomes = await _applied(self._access, request, request.body.filters, _filter, self._security.delete_acls)
+        results = [
+            {**_outcome(outcome), "matching_acls": []}
+            if isinstance(outcome, RaybrokerError)
+            else {**_outcome(None), "matching_acls": [_matching(binding) for binding in outcome]}
+            for outcome in outcomes
+        ]
         response_type = response_schema(DELETE_ACLS_KEY, request.api_version)
-        filters = request.body.filters
-        refusal = _refusal(self._access, request, AclOperation.ALTER)
-        if refusal is not None:
-            failed = {**_failure(refusal), "matching_acls": []}
-            return build(response_type, {"throttle_time": 0, "filter_results": [failed] * len(filters)})
-        results: list[dict[str, Any]] = []
-        valid: list[tuple[int, AclBindingFilter]] = []
-        for wire_filter in filters:
-            try:
-                valid.append((len(results), _filter(wire_filter)))
-            except InvalidAclError as exc:
-                results.append({**_failure(exc), "matching_acls": []})
-            else:
-                results.append({"error_code": ErrorCode.none, "error_message": None, "matching_acls": []})
-        if valid:
-            try:
-                deleted = await self._security.delete_acls([acl_filter for _, acl_filter in valid])
-            except RaybrokerError as exc:
-                for index, _ in valid:
-                    results[index] = {**_failure(exc), "matching_acls": []}
-            else:
-                for (index, _), bindings in zip(valid, deleted, strict=True):
-                    results[index]["matching_acls"] = [_matching(binding) for binding in bindings]
-                await _reload(self._access)
         return build(response_type, {"throttle_time": 0, "filter_results": results})
+
+
+async def _applied(
+    access: AccessControl,
+    request: Request,
+    entries: Sequence[Any],
+    parse: Callable[[Any], _Parsed],
+    apply: Callable[[list[_Parsed]], Awaitable[list[_Done]]],
+) -> list[RaybrokerError | _Done]:
+    """What CreateAcls and DeleteAcls do with their entries: all refused together without ALTER on the cluster
+    (`_refusal`); else each parsed (one Kafka refuses answers its `InvalidAclError`), the valid ones applied in one
+    call to the controller, which answers per entry, and reloaded on this listener (`_reload`); a failed call is
+    each valid entry's error. Per entry, in the request's order: its error or what the call answered."""
+    refusal = _refusal(access, request, AclOperation.ALTER)
+    if refusal is not None:
+        return [refusal] * len(entries)
+    parsed: list[RaybrokerError | _Parsed] = []
+    for entry in entries:
+        try:
+            parsed.append(parse(entry))
+        except InvalidAclError as exc:
+            parsed.append(exc)
+    valid = [item for item in parsed if not isinstance(item, RaybrokerError)]
+    done: Iterator[_Done] = iter(())
+    if valid:
+        try:
+            done = iter(await apply(valid))
+        except RaybrokerError as exc:
+            return [item if isinstance(item, RaybrokerError) else exc for item in parsed]
+        await _reload(access)
+    return [item if isinstance(item, RaybrokerError) else next(done) for item in parsed]
 
 
 def _binding(creation: Any) -> AclBinding:

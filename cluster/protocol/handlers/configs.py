@@ -118,26 +118,19 @@ class DescribeConfigsHandler:
         include_documentation = getattr(body, "include_documentation", False)
         results = []
         for resource in body.resources:
-            result: dict[str, Any] = {
-                "resource_type": resource.resource_type,
-                "resource_name": resource.resource_name,
-                "error_code": ErrorCode.none,
-                "error_message": None,
-                "configs": [],
-            }
             try:
                 _check_authorized(self._access, request.context, AclOperation.DESCRIBE_CONFIGS, resource)
                 entries = await self._entries(resource.resource_type, resource.resource_name)
             except RaybrokerError as exc:
-                results.append({**result, "error_code": error_code(exc), "error_message": exc.message})
+                results.append({**_resource_answer(resource, exc), "configs": []})
                 continue
             wanted = resource.configuration_keys
-            result["configs"] = [
+            configs = [
                 entry.as_values(include_synonyms, include_documentation)
                 for entry in entries
                 if wanted is None or entry.name in wanted
             ]
-            results.append(result)
+            results.append({**_resource_answer(resource), "configs": configs})
         return build(
             response_schema(DESCRIBE_CONFIGS_KEY, request.api_version), {"throttle_time": 0, "results": results}
         )
@@ -175,20 +168,15 @@ class AlterConfigsHandler:
         named = Counter((resource.resource_type, resource.resource_name) for resource in body.resources)
         responses = []
         for resource in body.resources:
-            response: dict[str, Any] = {
-                "resource_type": resource.resource_type,
-                "resource_name": resource.resource_name,
-                "error_code": ErrorCode.none,
-                "error_message": None,
-            }
             try:
                 if named[(resource.resource_type, resource.resource_name)] > 1:
                     raise InvalidRequestError(f"resource {resource.resource_name!r} appears more than once")
                 _check_authorized(self._access, request.context, AclOperation.ALTER_CONFIGS, resource)
                 await self._alter(resource, body.validate_only)
             except RaybrokerError as exc:
-                response = {**response, "error_code": error_code(exc), "error_message": exc.message}
-            responses.append(response)
+                responses.append(_resource_answer(resource, exc))
+            else:
+                responses.append(_resource_answer(resource))
         api_key = INCREMENTAL_ALTER_CONFIGS_KEY if self._incremental else ALTER_CONFIGS_KEY
         return build(response_schema(api_key, request.api_version), {"throttle_time": 0, "responses": responses})
 
@@ -213,6 +201,17 @@ class AlterConfigsHandler:
         else:
             overrides = {config.name: _value(config) for config in resource.configs}
         await self._view.set_topic_config(name, overrides, validate_only)
+
+
+def _resource_answer(resource: Any, exc: RaybrokerError | None = None) -> dict[str, Any]:
+    """A resource's entry in a DescribeConfigs or AlterConfigs answer: the resource, and `exc`'s code and message
+    (none without `exc`)."""
+    return {
+        "resource_type": resource.resource_type,
+        "resource_name": resource.resource_name,
+        "error_code": ErrorCode.none if exc is None else error_code(exc),
+        "error_message": None if exc is None else exc.message,
+    }
 
 
 def _apply(current: dict[str, str], configs: Iterable[Any], policy: str) -> dict[str, str]:

@@ -1,11 +1,15 @@
-"""What the protocol handlers need of the broker, as one small asynchronous interface.
+"""What the protocol handlers need of the broker, written once over two seams.
 
-Handlers speak Kafka; the broker speaks actors. `BrokerView` is the seam between them: topic metadata with each
+Handlers speak Kafka; the broker speaks roles. `BrokerView` is the seam between them: topic metadata with each
 partition's leader, leader epoch and replicas, the brokers' advertised listeners, the topic administration calls
 (create, delete, grow, configs), and the partition calls a Produce, Fetch, ListOffsets or DeleteRecords request
-turns into. `RayBrokerView` (`cluster.protocol.views.ray_broker_view`) implements it over the running broker's
-actors, and `InProcessBrokerView` (`cluster.protocol.views.in_process_broker_view`) over the in-process broker, which
-the handlers' tests run on, without Ray. Both describe topics from the controller's metadata with `topic_info`.
+turns into. It reaches the controller through a `Transport` (`cluster.protocol.views.transport`: the controller
+actor, or the in-process broker's controller on the event loop), and the partitions' leaders through a
+`PartitionTransport`, the one part each host writes its own way: `RayPartitions`
+(`cluster.protocol.views.ray_broker_view`: partition actors, the append route with its same-node channels, reads
+from this node's segment files without a call) and `InProcessPartitions`
+(`cluster.protocol.views.in_process_broker_view`: the in-process broker's `PartitionServer`s, which the handlers'
+tests run on, without Ray). Topics are described from the controller's metadata with `topic_info`.
 
 Every method raises the broker's typed errors (`storage.errors`), which the handlers turn into Kafka error codes
 through `cluster.protocol.error_codes`; none raises Ray's.
@@ -13,13 +17,17 @@ through `cluster.protocol.error_codes`; none raises Ray's.
 
 from __future__ import annotations
 
+import asyncio
+import math
+import time
 import uuid
 from collections.abc import Awaitable, Collection, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from actors.core.controller.topic_metadata import AdvertisedListener, TopicMetadata
 from cluster.protocol.file_region import FileRegion
+from cluster.protocol.views.transport import Transport
 from storage.kafka_uuid import ZERO_UUID
 from storage.partition.leader_epoch_cache import UNDEFINED_EPOCH
 from storage.partition.log import LogAppendInfo
@@ -119,38 +127,109 @@ class EpochEndOffset:
     end_offset: int
 
 
-class BrokerView(Protocol):
-    """The broker as the protocol handlers see it (see the module docstring)."""
+@dataclass(frozen=True, slots=True)
+class PartitionFetch:
+    """One partition's part of a Fetch, as `BrokerView.fetch` hands it to the host's `PartitionTransport`."""
+
+    topic: str
+    partition: int
+    offset: int
+    max_bytes: int
+    max_wait_ms: int
+    min_bytes: int
+    isolation: str = "high_watermark"
+    current_leader_epoch: int = UNDEFINED_EPOCH
+
+    @property
+    def key(self) -> tuple[str, int]:
+        """The partition, as (topic, partition)."""
+        return self.topic, self.partition
+
+
+class PartitionTransport(Protocol):
+    """How a view reaches the partitions' leaders on its host (see the module docstring): the leader's methods
+    called by name, and the host's own ways to append and to fetch. Each raises the broker's typed errors."""
+
+    async def call(self, topic: str, partition: int, method: str, *args: Any) -> Any:
+        """The partition leader's `method` called with `args` (a `PartitionServer` method, which the partition
+        actor has too); its result, or its typed error."""
+        ...
+
+    async def append(
+        self, topic: str, partition: int, records: bytes, acks: int, timeout_ms: int, admitted: Awaitable[None] | None
+    ) -> LogAppendInfo:
+        """`BrokerView.append`."""
+        ...
+
+    async def fetch(self, request: PartitionFetch) -> FetchedRecords:
+        """`BrokerView.fetch`."""
+        ...
+
+    def forget_topic(self, topic: str) -> None:
+        """Drops what is kept of a deleted topic's partitions, so a topic created again is looked up afresh."""
+        ...
+
+    def close(self) -> None:
+        """Closes what the transport holds open (connections, watchers); called once the listener stops."""
+        ...
+
+
+class BrokerView:
+    """The broker as the protocol handlers see it, as the listener of node `node` (see the module docstring)."""
+
+    def __init__(self, controller: Transport, partitions: PartitionTransport, node: str) -> None:
+        self._controller = controller
+        self._partitions = partitions
+        self._node = node
+        self._cluster_id: str | None = None
+        self._topic_names: Mapping[uuid.UUID, str] = {}
+        self._topic_names_at = -math.inf
 
     async def cluster_id(self) -> str:
         """The cluster's id, as Metadata v2+ reports it."""
-        ...
+        if self._cluster_id is None:
+            self._cluster_id = await self._controller.call("cluster_id")
+        return self._cluster_id
 
     async def announce(self, endpoint: BrokerEndpoint) -> None:
         """This listener serves its node's broker at `endpoint` (Metadata names it leader of the node's
         partitions); `InvalidConfigError` when another node's broker has the same node id."""
-        ...
+        await self._controller.call("register_listener", self._node, advertised(endpoint))
 
     async def withdraw(self, endpoint: BrokerEndpoint) -> None:
-        """This listener stops serving at `endpoint`."""
-        ...
+        """This listener stops serving at `endpoint`: unregistered, and what its partition transport holds open
+        closed."""
+        try:
+            await self._controller.call("unregister_listener", self._node, advertised(endpoint))
+        finally:
+            self._partitions.close()
 
     async def brokers(self) -> list[BrokerEndpoint]:
         """The advertised listener of every node where one runs."""
-        ...
+        listeners = await self._listeners()
+        return [
+            BrokerEndpoint(found.broker_id, found.host, found.port, found.listeners) for found in listeners.values()
+        ]
 
     async def topics(self) -> dict[str, TopicInfo]:
         """Every topic, internal ones included."""
-        ...
+        asked, cluster = await asyncio.gather(self._controller.call("topics"), self._cluster())
+        described: dict[str, TopicMetadata] = asked
+        return {name: topic_info(metadata, *cluster) for name, metadata in described.items()}
 
     async def topic(self, name: str) -> TopicInfo:
         """One topic; `UnknownTopicOrPartitionError` if there is none of that name."""
-        ...
+        asked, cluster = await asyncio.gather(self._controller.call("describe_topic", name), self._cluster())
+        return topic_info(asked, *cluster)
 
     async def topic_names(self, refresh: bool = False) -> Mapping[uuid.UUID, str]:
         """Every topic's name by its topic id, as the controller had them at most `TOPIC_NAMES_MAX_AGE_S` ago, or
         now with `refresh` (Fetch v13+ and Metadata v12 name topics by id, and a new id is asked for at once)."""
-        ...
+        if refresh or time.monotonic() - self._topic_names_at > TOPIC_NAMES_MAX_AGE_S:
+            asked_at = time.monotonic()
+            self._topic_names = await self._controller.call("topic_names")
+            self._topic_names_at = asked_at
+        return self._topic_names
 
     async def create_topic(
         self,
@@ -164,33 +243,46 @@ class BrokerView(Protocol):
         `replication_factor` replicas per partition (None: `default.replication.factor`); with `validate_only`,
         only checks that it could. `TopicExistsError`, `InvalidTopicError`, `InvalidConfigError`,
         `InvalidPartitionsError`, `InvalidReplicationFactorError` (below 1 or above the running brokers)."""
-        ...
+        created = await self._controller.call(
+            "create_topic", name, partition_count, dict(config or {}), validate_only, replication_factor
+        )
+        return topic_info(created, *await self._cluster())
 
     async def delete_topic(self, name: str) -> None:
         """Deletes a topic; `UnknownTopicOrPartitionError` if there is none of that name."""
-        ...
+        await self._controller.call("delete_topic", name)
+        self._partitions.forget_topic(name)
+        self._topic_names_at = -math.inf
 
     async def create_partitions(self, name: str, total: int, validate_only: bool = False) -> TopicInfo:
         """Grows a topic to `total` partitions (or only checks that it could); `InvalidPartitionsError` unless it
         grows."""
-        ...
+        grown = await self._controller.call("add_partitions", name, total, validate_only)
+        return topic_info(grown, *await self._cluster())
 
     async def topic_config(self, name: str) -> dict[str, str]:
         """A topic's config overrides (Kafka names); what it does not override is the broker's default."""
-        ...
+        metadata: TopicMetadata = await self._controller.call("describe_topic", name)
+        return dict(metadata.config)
 
     async def set_topic_config(self, name: str, config: Mapping[str, str], validate_only: bool = False) -> None:
         """Replaces a topic's config overrides with `config` (or only checks them); `InvalidConfigError`."""
-        ...
+        await self._controller.call("set_topic_config", name, dict(config), validate_only)
+
+    async def allocate_producer_id(self) -> int:
+        """A fresh idempotent-producer id, never handed out before in this cluster."""
+        producer_id: int = await self._controller.call("allocate_producer_id")
+        return producer_id
 
     async def delete_records(self, topic: str, partition: int, offset: int) -> int:
         """Kafka's DeleteRecords: records below `offset` (-1: the high watermark) go; the new log start offset.
         `OffsetOutOfRangeError` beyond the high watermark."""
-        ...
+        log_start_offset: int = await self._partitions.call(topic, partition, "delete_records", offset)
+        return log_start_offset
 
     async def offsets(self, topic: str, partition: int) -> PartitionOffsets:
         """A partition's log start offset, high watermark and log end offset now."""
-        ...
+        return PartitionOffsets(*await self._partitions.call(topic, partition, "offsets"))
 
     async def epoch_end_offset(
         self, topic: str, partition: int, epoch: int, current_leader_epoch: int
@@ -198,12 +290,14 @@ class BrokerView(Protocol):
         """The end offset of `epoch` in the partition leader's log (OffsetForLeaderEpoch); `FencedLeaderEpochError`
         or `UnknownLeaderEpochError` when `current_leader_epoch` (-1: not checked) is older or newer than the
         leader's."""
-        ...
+        answer = await self._partitions.call(topic, partition, "epoch_end_offset", epoch, current_leader_epoch)
+        return EpochEndOffset(*answer)
 
     async def describe_producers(self, topic: str, partition: int) -> list[ActiveProducer]:
         """The producers the partition's leader remembers, each with the start offset of its open transaction
         (DescribeProducers)."""
-        ...
+        producers: list[ActiveProducer] = await self._partitions.call(topic, partition, "describe_producers")
+        return producers
 
     async def append(
         self,
@@ -219,7 +313,7 @@ class BrokerView(Protocol):
         partition reach its leader in the order `append` was called (its first step, before it awaits anything),
         whatever each awaits: `admitted`, when given, must end without error before the append is sent, and its
         error fails the append unsent (a transactional batch's verification)."""
-        ...
+        return await self._partitions.append(topic, partition, records, acks, timeout_ms, admitted)
 
     async def fetch(
         self,
@@ -237,7 +331,10 @@ class BrokerView(Protocol):
         to that long for `min_bytes` to be there. `OffsetOutOfRangeError` outside log start..log end;
         `FencedLeaderEpochError` or `UnknownLeaderEpochError` when `current_leader_epoch` (-1: not checked) is older
         or newer than the leader's, checked before anything else, and again each time a waiting fetch looks."""
-        ...
+        request = PartitionFetch(
+            topic, partition, offset, max_bytes, max_wait_ms, min_bytes, isolation, current_leader_epoch
+        )
+        return await self._partitions.fetch(request)
 
     async def list_offset(
         self,
@@ -251,11 +348,19 @@ class BrokerView(Protocol):
         last stable offset for `txn_committed`), -3 max timestamp, or the first record at or after a timestamp in
         ms, below that same bound; None when no record qualifies. Only the leader answers, after checking
         `current_leader_epoch` as `fetch` does."""
-        ...
+        found: TimestampAndOffset | None = await self._partitions.call(
+            topic, partition, "list_offset", timestamp, isolation, current_leader_epoch
+        )
+        return found
 
-    async def allocate_producer_id(self) -> int:
-        """A fresh idempotent-producer id, never handed out before in this cluster."""
-        ...
+    async def _listeners(self) -> dict[str, AdvertisedListener]:
+        listeners: dict[str, AdvertisedListener] = await self._controller.call("listeners")
+        return listeners
+
+    async def _cluster(self) -> tuple[dict[str, AdvertisedListener], frozenset[str]]:
+        """The listeners by node id, and the node ids of the running brokers, asked together."""
+        listeners, brokers = await asyncio.gather(self._listeners(), self._controller.call("brokers"))
+        return listeners, frozenset(brokers)
 
 
 def topic_info(

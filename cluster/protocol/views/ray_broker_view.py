@@ -1,4 +1,5 @@
-"""`BrokerView` over the running broker's actors: the controller for topics, partition actors for records.
+"""`BrokerView` over the running broker's actors: the controller actor for topics (a `RayTransport`), partition
+actors for records (`RayPartitions`, the part written for Ray).
 
 Calls are awaited, never blocked on, so one event loop serves every connection while partitions work. An awaited
 call that fails is resolved again through `actors.calls.call`, which raises the broker's typed error (or
@@ -39,43 +40,27 @@ and an idempotent producer's sequence numbers depend on their order.
 from __future__ import annotations
 
 import asyncio
-import math
 import os
 import time
-import uuid
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any
 
-import ray
-
-from actors.calls import answer
+from actors.calls import answer, this_node_id
 from actors.channels.change_watcher import ChangeWatcher
-from actors.clients.broker import Broker
 from actors.clients.local_fetch import LocatedRead
-from actors.core.controller.topic_metadata import AdvertisedListener, TopicMetadata
 from actors.core.replication.replica import check_current_leader_epoch
+from actors.options import CONTROLLER_NAME
 from actors.server.append_route import AppendRoute
 from actors.server.partition_log import FetchResult, FileSlices
 from actors.server.partition_lookup import partition_actor
 from cluster.protocol.file_region import SENDFILE_MIN_BYTES, FileRegion, open_region
-from cluster.protocol.views.broker_view import (
-    TOPIC_NAMES_MAX_AGE_S,
-    BrokerEndpoint,
-    EpochEndOffset,
-    FetchedRecords,
-    PartitionOffsets,
-    TopicInfo,
-    advertised,
-    topic_info,
-)
+from cluster.protocol.views.broker_view import BrokerView, FetchedRecords, PartitionFetch
+from cluster.protocol.views.transport import RayTransport
 from storage.errors import FencedLeaderEpochError, RaybrokerError, UnknownLeaderEpochError
 from storage.partition.file_slices import FileSlice, open_located, read_located
-from storage.partition.leader_epoch_cache import UNDEFINED_EPOCH
 from storage.partition.local_log_view import LocalLogView, LocalRead
 from storage.partition.log import LogAppendInfo
-from storage.partition.producer_state import ActiveProducer
-from storage.records.file_records import TimestampAndOffset
 
 # How long a fetch waiting for a same-node partition trusts its change notices before it looks at the partition again.
 NOTICE_SILENCE_S = 0.1
@@ -100,11 +85,21 @@ def statistics() -> LocalViewStatistics:
     return LocalViewStatistics(**_counts)
 
 
-class RayBrokerView:
-    """The broker of the Ray cluster this process is connected to, as the protocol handlers see it."""
+class RayBrokerView(BrokerView):
+    """The broker of the Ray cluster this process is connected to, as the protocol handlers see it: the controller
+    actor, and the partitions through `RayPartitions`."""
 
-    def __init__(self, broker: Broker) -> None:
-        self._controller = broker.controller
+    def __init__(self) -> None:
+        node = this_node_id()
+        super().__init__(RayTransport(CONTROLLER_NAME), RayPartitions(node), node)
+
+
+class RayPartitions:
+    """The partitions' leaders on Ray for the listener on node `node`, as a `PartitionTransport` (see the module
+    docstring)."""
+
+    def __init__(self, node: str) -> None:
+        self._node = node
         self._handles: dict[tuple[str, int], Any] = {}
         self._appends = AppendRoute()
         # Partitions whose actor runs on another node: fetched through the actor, not located.
@@ -112,104 +107,20 @@ class RayBrokerView:
         # Views of the logs of this node's partitions, opened from the first located answer.
         self._views: dict[tuple[str, int], LocalLogView] = {}
         self._watcher: ChangeWatcher | None = None
-        self._node = _this_node()
-        self._cluster_id: str | None = None
-        self._topic_names: dict[uuid.UUID, str] = {}
-        self._topic_names_at = -math.inf
 
-    async def cluster_id(self) -> str:
-        if self._cluster_id is None:
-            self._cluster_id = await answer(self._controller.cluster_id.remote())
-        return self._cluster_id
-
-    async def announce(self, endpoint: BrokerEndpoint) -> None:
-        await answer(self._controller.register_listener.remote(self._node, advertised(endpoint)))
-
-    async def withdraw(self, endpoint: BrokerEndpoint) -> None:
-        """The listener stops: unregistered, and its append channel connections closed."""
+    async def call(self, topic: str, partition: int, method: str, *args: Any, **kwargs: Any) -> Any:
+        """The partition actor's `method`; a retriable error forgets its handle and view, except a client's leader
+        epoch fenced (the client's metadata, not the handle, is stale; or the replica learns the epoch soon)."""
+        handle = await self._handle(topic, partition)
         try:
-            await answer(self._controller.unregister_listener.remote(self._node, advertised(endpoint)))
-        finally:
-            self._appends.close()
-            if self._watcher is not None:
-                self._watcher.close()
-                self._watcher = None
-
-    async def brokers(self) -> list[BrokerEndpoint]:
-        listeners = await self._listeners()
-        return [
-            BrokerEndpoint(found.broker_id, found.host, found.port, found.listeners) for found in listeners.values()
-        ]
-
-    async def topics(self) -> dict[str, TopicInfo]:
-        asked, cluster = await asyncio.gather(answer(self._controller.topics.remote()), self._cluster())
-        described: dict[str, TopicMetadata] = asked
-        return {name: topic_info(metadata, *cluster) for name, metadata in described.items()}
-
-    async def topic(self, name: str) -> TopicInfo:
-        asked, cluster = await asyncio.gather(answer(self._controller.describe_topic.remote(name)), self._cluster())
-        described: TopicMetadata = asked
-        return topic_info(described, *cluster)
-
-    async def topic_names(self, refresh: bool = False) -> Mapping[uuid.UUID, str]:
-        if refresh or time.monotonic() - self._topic_names_at > TOPIC_NAMES_MAX_AGE_S:
-            asked_at = time.monotonic()
-            self._topic_names = await answer(self._controller.topic_names.remote())
-            self._topic_names_at = asked_at
-        return self._topic_names
-
-    async def create_topic(
-        self,
-        name: str,
-        partition_count: int,
-        config: Mapping[str, str] | None = None,
-        validate_only: bool = False,
-        replication_factor: int | None = None,
-    ) -> TopicInfo:
-        created = self._controller.create_topic.remote(
-            name, partition_count, dict(config or {}), validate_only, replication_factor
-        )
-        return topic_info(await answer(created), *await self._cluster())
-
-    async def delete_topic(self, name: str) -> None:
-        await answer(self._controller.delete_topic.remote(name))
-        self._forget(name)
-        self._topic_names_at = -math.inf
-
-    async def create_partitions(self, name: str, total: int, validate_only: bool = False) -> TopicInfo:
-        grown = await answer(self._controller.add_partitions.remote(name, total, validate_only))
-        return topic_info(grown, *await self._cluster())
-
-    async def topic_config(self, name: str) -> dict[str, str]:
-        metadata: TopicMetadata = await answer(self._controller.describe_topic.remote(name))
-        return dict(metadata.config)
-
-    async def set_topic_config(self, name: str, config: Mapping[str, str], validate_only: bool = False) -> None:
-        await answer(self._controller.set_topic_config.remote(name, dict(config), validate_only))
-
-    async def delete_records(self, topic: str, partition: int, offset: int) -> int:
-        return await self._call(topic, partition, "delete_records", offset)
-
-    async def offsets(self, topic: str, partition: int) -> PartitionOffsets:
-        return PartitionOffsets(*await self._call(topic, partition, "offsets"))
-
-    async def epoch_end_offset(
-        self, topic: str, partition: int, epoch: int, current_leader_epoch: int
-    ) -> EpochEndOffset:
-        return EpochEndOffset(*await self._call(topic, partition, "epoch_end_offset", epoch, current_leader_epoch))
-
-    async def describe_producers(self, topic: str, partition: int) -> list[ActiveProducer]:
-        producers: list[ActiveProducer] = await self._call(topic, partition, "describe_producers")
-        return producers
+            return await answer(getattr(handle, method).remote(*args, **kwargs))
+        except RaybrokerError as exc:
+            if exc.retriable and not isinstance(exc, FencedLeaderEpochError | UnknownLeaderEpochError):
+                self._drop((topic, partition))
+            raise
 
     async def append(
-        self,
-        topic: str,
-        partition: int,
-        records: bytes,
-        acks: int = 1,
-        timeout_ms: int = 30_000,
-        admitted: Awaitable[None] | None = None,
+        self, topic: str, partition: int, records: bytes, acks: int, timeout_ms: int, admitted: Awaitable[None] | None
     ) -> LogAppendInfo:
         try:
             return await self._appends.append(topic, partition, records, acks, timeout_ms, admitted)
@@ -218,49 +129,37 @@ class RayBrokerView:
                 self._drop((topic, partition))
             raise
 
-    async def fetch(
-        self,
-        topic: str,
-        partition: int,
-        offset: int,
-        max_bytes: int,
-        max_wait_ms: int,
-        min_bytes: int,
-        isolation: str = "high_watermark",
-        current_leader_epoch: int = UNDEFINED_EPOCH,
-    ) -> FetchedRecords:
-        key = (topic, partition)
+    async def fetch(self, request: PartitionFetch) -> FetchedRecords:
+        key = request.key
         view = self._views.get(key)
+        max_wait_ms = request.max_wait_ms
         if view is not None:
             deadline = time.monotonic() + max(max_wait_ms, 0) / 1000
-            answer = await self._from_view_waiting(
-                key, view, offset, max_bytes, deadline, min_bytes, isolation, current_leader_epoch
-            )
+            answer = await self._from_view_waiting(request, view, deadline)
             if answer is not None:
                 return answer
             max_wait_ms = max(0, int((deadline - time.monotonic()) * 1000))
-        read = LocatedRead(offset, _read_slice, prefer_local=key not in self._remote)
+        read = LocatedRead(request.offset, _read_slice, prefer_local=key not in self._remote)
         if read.locating:
             epoch = None if view is None else view.leader_epoch()
             _counts["located"] += 1
-            located: FileSlices = await self._call(
-                topic,
-                partition,
+            located: FileSlices = await self.call(
+                *key,
                 "locate",
-                offset,
-                max_bytes,
+                request.offset,
+                request.max_bytes,
                 1,
                 max_wait_ms,
-                min_bytes,
-                isolation,
-                current_leader_epoch=current_leader_epoch,
+                request.min_bytes,
+                request.isolation,
+                current_leader_epoch=request.current_leader_epoch,
             )
             if located.node_id == self._node:
                 if view is None:
                     self._open_view(key, located.high_watermark_file)
                 elif epoch is not None and located.slices:
-                    view.learn(offset, located.slices[0], epoch)
-                    answer = _from_view(key, view, offset, max_bytes, isolation, current_leader_epoch)
+                    view.learn(request.offset, located.slices[0], epoch)
+                    answer = _from_view(request, view)
                     if answer is not None and answer.records:
                         return answer
             records = read.read(located)
@@ -277,16 +176,15 @@ class RayBrokerView:
             max_wait_ms = 0  # waited for already
         else:
             read.actor_fetched()
-        result: FetchResult = await self._call(
-            topic,
-            partition,
+        result: FetchResult = await self.call(
+            *key,
             "fetch",
-            offset,
-            max_bytes,
+            request.offset,
+            request.max_bytes,
             max_wait_ms=max_wait_ms,
-            min_bytes=min_bytes,
-            isolation=isolation,
-            current_leader_epoch=current_leader_epoch,
+            min_bytes=request.min_bytes,
+            isolation=request.isolation,
+            current_leader_epoch=request.current_leader_epoch,
         )
         return FetchedRecords(
             bytes(result.records),
@@ -297,15 +195,7 @@ class RayBrokerView:
         )
 
     async def _from_view_waiting(
-        self,
-        key: tuple[str, int],
-        view: LocalLogView,
-        offset: int,
-        max_bytes: int,
-        deadline: float,
-        min_bytes: int,
-        isolation: str,
-        current_leader_epoch: int,
+        self, request: PartitionFetch, view: LocalLogView, deadline: float
     ) -> FetchedRecords | None:
         """The fetch answered from the partition's view, once `min_bytes` are there or at `deadline` (monotonic),
         woken by the partition's change notices (`actors.channels.change_watcher`), each look fenced by the client's
@@ -313,23 +203,24 @@ class RayBrokerView:
         listener's watcher to the partition (one Ray call). A wait that heard nothing for `NOTICE_SILENCE_S` looks
         again, and bytes found then, without a notice, make the next wait name the watcher again (its notices were
         lost: a restarted partition process knows no watchers)."""
+        key = request.key
         watcher = self._change_watcher()
         noticed = True
         while True:
             seen = watcher.count(*key)
-            answer = _from_view(key, view, offset, max_bytes, isolation, current_leader_epoch)
+            answer = _from_view(request, view)
             if answer is None:
                 return None
             if answer.records and not noticed:
                 watcher.unfollow(*key)
             remaining_s = deadline - time.monotonic()
-            if len(answer.records) >= min_bytes or remaining_s <= 0:
+            if len(answer.records) >= request.min_bytes or remaining_s <= 0:
                 return answer
             _dropped(answer)
             if not watcher.following(*key):
                 watcher.follow(*key)
                 try:
-                    await self._call(*key, "watch_changes", watcher.address)
+                    await self.call(*key, "watch_changes", watcher.address)
                 except RaybrokerError:
                     watcher.unfollow(*key)
                     return None
@@ -350,45 +241,19 @@ class RayBrokerView:
             if view is not None:
                 self._views[key] = view
 
-    async def list_offset(
-        self,
-        topic: str,
-        partition: int,
-        timestamp: int,
-        isolation: str = "high_watermark",
-        current_leader_epoch: int = UNDEFINED_EPOCH,
-    ) -> TimestampAndOffset | None:
-        return await self._call(topic, partition, "list_offset", timestamp, isolation, current_leader_epoch)
-
-    async def allocate_producer_id(self) -> int:
-        return await answer(self._controller.allocate_producer_id.remote())
-
-    async def _call(self, topic: str, partition: int, method: str, *args: Any, **kwargs: Any) -> Any:
-        """The partition actor's `method`; a retriable error forgets its handle and view, except a client's leader
-        epoch fenced (the client's metadata, not the handle, is stale; or the replica learns the epoch soon)."""
-        handle = await self._handle(topic, partition)
-        try:
-            return await answer(getattr(handle, method).remote(*args, **kwargs))
-        except RaybrokerError as exc:
-            if exc.retriable and not isinstance(exc, FencedLeaderEpochError | UnknownLeaderEpochError):
-                self._drop((topic, partition))
-            raise
-
-    async def _listeners(self) -> dict[str, AdvertisedListener]:
-        listeners: dict[str, AdvertisedListener] = await answer(self._controller.listeners.remote())
-        return listeners
-
-    async def _cluster(self) -> tuple[dict[str, AdvertisedListener], frozenset[str]]:
-        """The listeners by Ray node id, and the Ray node ids of the running brokers, asked together."""
-        listeners, brokers = await asyncio.gather(self._listeners(), answer(self._controller.brokers.remote()))
-        return listeners, frozenset(brokers)
-
-    def _forget(self, topic: str) -> None:
+    def forget_topic(self, topic: str) -> None:
         """Drops what is known of a deleted topic's partitions, so a re-created topic is looked up afresh."""
         for key in {*self._handles, *self._remote, *self._views}:
             if key[0] == topic:
                 self._drop(key)
         self._appends.forget_topic(topic)
+
+    def close(self) -> None:
+        """Closes the append channel connections and the change watcher."""
+        self._appends.close()
+        if self._watcher is not None:
+            self._watcher.close()
+            self._watcher = None
 
     def _drop(self, key: tuple[str, int]) -> None:
         """Forgets a partition's handle, node and view: its actor is gone or it is unknown (deleted)."""
@@ -410,18 +275,16 @@ class RayBrokerView:
         return handle
 
 
-def _from_view(
-    key: tuple[str, int], view: LocalLogView, offset: int, max_bytes: int, isolation: str, current_leader_epoch: int
-) -> FetchedRecords | None:
-    """The fetch answered from the partition `key`'s view now: its bytes (a region of the segment file to `sendfile`
+def _from_view(request: PartitionFetch, view: LocalLogView) -> FetchedRecords | None:
+    """The fetch answered from the partition's view now: its bytes (a region of the segment file to `sendfile`
     from `SENDFILE_MIN_BYTES` on, read here below) with the published offsets; None when the view cannot answer or
     the file named is no longer the one located. The client's `current_leader_epoch` is checked against the epoch
     published with those offsets (`check_current_leader_epoch`, as the actor checks it), before the bytes are read
     or a region of them opened."""
-    read: LocalRead | None = view.read(offset, max_bytes, isolation)
+    read: LocalRead | None = view.read(request.offset, request.max_bytes, request.isolation)
     if read is None:
         return None
-    check_current_leader_epoch(current_leader_epoch, read.leader_epoch, f"{key[0]}-{key[1]}")
+    check_current_leader_epoch(request.current_leader_epoch, read.leader_epoch, f"{request.topic}-{request.partition}")
     records = b"" if read.file_slice is None else _records_at(read.file_slice)
     if records is None:
         return None
@@ -463,8 +326,3 @@ def _read_slice(file_slice: FileSlice, offset: int) -> tuple[bytes | FileRegion,
         return None if region is None else (region, None)
     read = read_located(file_slice, offset)
     return None if read is None else (bytes(read[0]), read[1])
-
-
-def _this_node() -> str:
-    """The Ray node this process runs on: the node whose listener this is."""
-    return str(ray.get_runtime_context().get_node_id())

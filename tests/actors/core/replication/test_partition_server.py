@@ -97,6 +97,7 @@ def test_a_retried_idempotent_batch_is_answered_again_but_counted_once(
     assert (retried.first_offset, retried.last_offset) == (first.first_offset, first.last_offset)
     assert metrics.records == [(TOPIC, 4)]
     assert server.offsets()[2] == 4
+    assert [producer.producer_id for producer in server.describe_producers()] == [7]
 
 
 def test_a_follower_refuses_appends_client_reads_and_delete_records(server: PartitionServer) -> None:
@@ -107,6 +108,7 @@ def test_a_follower_refuses_appends_client_reads_and_delete_records(server: Part
         lambda: server.append_transaction_marker(7, 0, 0, ControlRecordType.ABORT),
         lambda: server.fetch(0, 1 << 20),
         lambda: server.list_offset(-1),
+        lambda: server.describe_producers(),
         lambda: server.delete_records(1),
     ):
         with pytest.raises(NotLeaderOrFollowerError):
