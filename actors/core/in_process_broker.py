@@ -51,7 +51,7 @@ from actors.core.replication.log_changes import LogChanges
 from actors.core.replication.partition_server import PartitionServer
 from actors.core.replication.replica import Replica
 from actors.core.role_metrics import NO_ROLE_METRICS, RoleMetrics
-from actors.core.transactions.markers import OffsetsCompletingMarkers
+from actors.core.transactions.markers import OffsetsCompletingMarkers, TransactionMarker
 from actors.core.transactions.transaction_coordinator import TransactionCoordinator
 from storage.clock import SYSTEM_CLOCK, Clock
 from storage.config.broker_config import BrokerConfig
@@ -67,7 +67,6 @@ from storage.logdir.log_manager import LogManager
 from storage.logdir.partition_handles import LocalPartition, LocalPartitions, PartitionHandle, PartitionState
 from storage.logdir.scheduler import Scheduler
 from storage.pending import Pending
-from storage.records.layout import ControlRecordType
 from storage.topic_partition import TopicPartition
 
 logger = logging.getLogger(__name__)
@@ -213,19 +212,16 @@ class InProcessMarkers:
         self._broker = broker
 
     def write_markers(
-        self,
-        partitions: Collection[TopicPartition],
-        producer_id: int,
-        producer_epoch: int,
-        coordinator_epoch: int,
-        result: ControlRecordType,
+        self, partitions: Collection[TopicPartition], marker: TransactionMarker
     ) -> dict[TopicPartition, RaybrokerError]:
         failed: dict[TopicPartition, RaybrokerError] = {}
         for topic, partition in partitions:
             try:
                 leader = self._broker.leader(topic, partition)
                 leader.await_replicated(
-                    leader.append_transaction_marker(producer_id, producer_epoch, coordinator_epoch, result)
+                    leader.append_transaction_marker(
+                        marker.producer_id, marker.producer_epoch, marker.coordinator_epoch, marker.result
+                    )
                 )
             except RaybrokerError as exc:
                 failed[(topic, partition)] = exc
