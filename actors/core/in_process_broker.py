@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 
 from actors.core.controller.controller import Controller
@@ -186,17 +186,10 @@ class _ControllerLink:
     def __init__(self, controller: Callable[[], Controller]) -> None:
         self._controller = controller
 
-    def alter_partition(
-        self,
-        topic: str,
-        partition: int,
-        leader: str,
-        leader_epoch: int,
-        isr: Sequence[str],
-        refused: Callable[[], None],
-    ) -> None:
+    def alter_partition(self, proposed: LeaderAndIsr, refused: Callable[[], None]) -> None:
+        topic, partition = proposed.topic, proposed.partition
         try:
-            self._controller().alter_partition(topic, partition, leader, leader_epoch, isr)
+            self._controller().alter_partition(topic, partition, proposed.leader, proposed.leader_epoch, proposed.isr)
         except RaybrokerError as exc:
             # A stale ask (the leader moved meanwhile: the controller's newer state is on its way), or an addition
             # on a lost node.
