@@ -55,7 +55,6 @@ from actors.core.transactions.markers import OffsetsCompletingMarkers, Transacti
 from actors.core.transactions.transaction_coordinator import TransactionCoordinator
 from storage.clock import SYSTEM_CLOCK, Clock
 from storage.config.broker_config import BrokerConfig
-from storage.config.log_config import LogConfig
 from storage.errors import (
     BrokerNotAvailableError,
     KafkaStorageError,
@@ -66,6 +65,7 @@ from storage.errors import (
 from storage.logdir.log_manager import LogManager
 from storage.logdir.partition_handles import LocalPartition, LocalPartitions, PartitionHandle, PartitionState
 from storage.logdir.scheduler import Scheduler
+from storage.partition.log import Log
 from storage.pending import Pending
 from storage.topic_partition import TopicPartition
 
@@ -106,9 +106,9 @@ class _ReplicaPartition(LocalPartition):
         return deleted
 
 
-class LocalReplicas:
-    """One node's `PartitionFactory`: a `Log` per partition (`LocalPartitions`), led alone until told otherwise,
-    with its `Replica` and `PartitionServer`."""
+class LocalReplicas(LocalPartitions):
+    """One node's `PartitionFactory`: a replicated `Log` per partition (`LocalPartitions`), led alone until told
+    otherwise, with its `Replica` and `PartitionServer`."""
 
     def __init__(
         self,
@@ -119,28 +119,16 @@ class LocalReplicas:
         find_replica: Callable[[str, int, str], Replica],
         metrics: RoleMetrics = NO_ROLE_METRICS,
     ) -> None:
+        super().__init__(clock, config.producer_id_expiration_ms, replicated=True)
         self.node = node
         self._metrics = metrics
-        self._logs = LocalPartitions(clock, config.producer_id_expiration_ms, replicated=True)
         self._settings = ReplicaSettings.from_broker_config(config)
         self._controller = controller
         self._find_replica = find_replica
         self._served: dict[TopicPartition, PartitionServer] = {}
         self._lock = threading.Lock()
 
-    def open(
-        self,
-        tp: TopicPartition,
-        folder: Path,
-        config: LogConfig,
-        recovery_point: int,
-        log_start_offset: int,
-        had_clean_shutdown: bool,
-        high_watermark: int | None,
-    ) -> _ReplicaPartition:
-        log = self._logs.open(
-            tp, folder, config, recovery_point, log_start_offset, had_clean_shutdown, high_watermark
-        ).log
+    def handle_for(self, tp: TopicPartition, log: Log) -> _ReplicaPartition:
         # Every partition is its own leader, in the epoch its log last had, until the controller says otherwise; a
         # log found on disk keeps its checkpointed high watermark until then.
         log.become_leader()
@@ -166,7 +154,7 @@ class LocalReplicas:
             served = self._served.get(tp)
             if served is not None and isinstance(handle, _ReplicaPartition) and handle.server is served:
                 del self._served[tp]
-        self._logs.stop(tp, handle)
+        super().stop(tp, handle)
 
     def served(self, topic: str, partition: int) -> PartitionServer:
         """This node's replica of the partition; `UnknownTopicOrPartitionError` if it holds none."""

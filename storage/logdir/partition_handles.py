@@ -216,7 +216,7 @@ class LocalPartition:
 class LocalPartitions:
     """The in-process `PartitionFactory`: a `Log` per partition. Each log is its own only replica (its high
     watermark its log end offset) unless `replicated`: then a log found on disk opens at its checkpointed high
-    watermark (`reopen_as_replica`), for the replica role the caller gives it to move."""
+    watermark (`reopen_as_replica`), for the replica role a subclass's `handle_for` gives it to move."""
 
     def __init__(
         self, clock: Clock, producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS, *, replicated: bool = False
@@ -246,6 +246,11 @@ class LocalPartitions:
         )
         if self._replicated and high_watermark is not None:
             reopen_as_replica(log, high_watermark)
+        return self.handle_for(tp, log)
+
+    def handle_for(self, tp: TopicPartition, log: Log) -> LocalPartition:
+        """The log manager's handle on the partition's `log`, just opened; a subclass's may serve the log more
+        (the in-process broker's gives it its replica role)."""
         return LocalPartition(log)
 
     def stop(self, tp: TopicPartition, handle: PartitionHandle) -> None:
