@@ -28,8 +28,8 @@ from storage.topic_partition import TopicPartition
 class TransactionMarker:
     """A COMMIT/ABORT marker for one producer's transaction, as Kafka's WriteTxnMarkers carries it: the same on every
     partition it is written to. A partition refuses it when `producer_epoch` is older than its producer's
-    (`InvalidProducerEpochError`) or `coordinator_epoch` older than that of the producer's last
-    marker (`TransactionCoordinatorFencedError`: a stale coordinator)."""
+    (`InvalidProducerEpochError`) or `coordinator_epoch` older than that of the producer's last marker
+    (`TransactionCoordinatorFencedError`: a stale coordinator)."""
 
     producer_id: int
     producer_epoch: int
@@ -47,10 +47,10 @@ class TransactionMarkers(Protocol):
     def write_markers(
         self, partitions: Collection[TopicPartition], marker: TransactionMarker
     ) -> dict[TopicPartition, RaybrokerError]:
-        """Writes `marker` on each partition, all at once, each answered once every in-sync replica
-        has it (Kafka appends markers with acks -1). Returns the partitions whose marker was not written, each with
-        its typed error (`InvalidProducerEpochError`, `TransactionCoordinatorFencedError`,
-        `UnknownTopicOrPartitionError`, `BrokerNotAvailableError`...); the others have theirs."""
+        """Writes `marker` on each partition, all at once, each answered once every in-sync replica has it (Kafka
+        appends markers with acks -1). Returns the partitions whose marker was not written, each with its typed
+        error (`InvalidProducerEpochError`, `TransactionCoordinatorFencedError`, `UnknownTopicOrPartitionError`,
+        `BrokerNotAvailableError`...); the others have theirs."""
         ...
 
 
