@@ -207,8 +207,9 @@ class AppendChannel:
             return encode_error(BrokerNotAvailableError(f"{topic}-{partition} is not served by this channel")), True
         try:
             if isinstance(request, MarkerRequest):
+                marker = request.marker
                 info = log.append_transaction_marker(
-                    request.producer_id, request.producer_epoch, request.coordinator_epoch, request.result
+                    marker.producer_id, marker.producer_epoch, marker.coordinator_epoch, marker.result
                 )
             else:
                 info = log.append(request.batches, request.acks)

@@ -27,9 +27,9 @@ from typing import Any
 from actors.calls import call, this_node_id
 from actors.channels.append_frames import SIZE, decode_answer, encode_marker_request, encode_request
 from actors.core.replication.leader_and_isr import LeaderAndIsr
+from actors.core.transactions.markers import TransactionMarker
 from storage.errors import AnswerLostError, BrokerNotAvailableError, InvalidRequestError, RaybrokerError
 from storage.partition.log import LogAppendInfo
-from storage.records.layout import ControlRecordType
 
 logger = logging.getLogger(__name__)
 
@@ -79,19 +79,9 @@ class AppendConnection:
     def append(self, topic: str, partition: int, batches: bytes, acks: int) -> AppendReply:
         return self._send(encode_request(topic, partition, acks, batches))
 
-    def write_marker(
-        self,
-        topic: str,
-        partition: int,
-        producer_id: int,
-        producer_epoch: int,
-        coordinator_epoch: int,
-        result: ControlRecordType,
-    ) -> AppendReply:
+    def write_marker(self, topic: str, partition: int, marker: TransactionMarker) -> AppendReply:
         """A transaction coordinator's COMMIT/ABORT marker on the partition, as `append` sends an append."""
-        return self._send(
-            encode_marker_request(topic, partition, producer_id, producer_epoch, coordinator_epoch, result)
-        )
+        return self._send(encode_marker_request(topic, partition, marker))
 
     def _send(self, frame: list[bytes]) -> AppendReply:
         reply: AppendReply = Future()

@@ -24,6 +24,7 @@ import struct
 from typing import NamedTuple
 
 import storage.errors
+from actors.core.transactions.markers import TransactionMarker
 from storage.errors import InvalidRequestError, RaybrokerError
 from storage.partition.log import LogAppendInfo
 from storage.records.layout import ControlRecordType
@@ -63,10 +64,7 @@ class MarkerRequest(NamedTuple):
 
     topic: str
     partition: int
-    producer_id: int
-    producer_epoch: int
-    coordinator_epoch: int
-    result: ControlRecordType
+    marker: TransactionMarker
 
 
 def _head(kind: int, topic: str, partition: int) -> bytes:
@@ -80,17 +78,10 @@ def encode_request(topic: str, partition: int, acks: int, batches: bytes) -> lis
     return [SIZE.pack(len(head) + len(batches)), head, batches]
 
 
-def encode_marker_request(
-    topic: str,
-    partition: int,
-    producer_id: int,
-    producer_epoch: int,
-    coordinator_epoch: int,
-    result: ControlRecordType,
-) -> list[bytes]:
+def encode_marker_request(topic: str, partition: int, marker: TransactionMarker) -> list[bytes]:
     """A marker request's frame as pieces to send in order."""
     body = _head(REQUEST_MARKER, topic, partition) + _MARKER.pack(
-        producer_id, producer_epoch, coordinator_epoch, result
+        marker.producer_id, marker.producer_epoch, marker.coordinator_epoch, marker.result
     )
     return [SIZE.pack(len(body)), body]
 
@@ -116,7 +107,9 @@ def decode_request(body: bytes | bytearray) -> AppendRequest | MarkerRequest:
             if result not in (ControlRecordType.ABORT, ControlRecordType.COMMIT):
                 raise InvalidRequestError(f"a marker of control type {result}")
             return MarkerRequest(
-                topic, partition, producer_id, producer_epoch, coordinator_epoch, ControlRecordType(result)
+                topic,
+                partition,
+                TransactionMarker(producer_id, producer_epoch, coordinator_epoch, ControlRecordType(result)),
             )
     except (struct.error, UnicodeDecodeError) as exc:
         raise InvalidRequestError(f"malformed append request: {exc}") from None

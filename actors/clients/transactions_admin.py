@@ -15,7 +15,7 @@ from typing import Any
 
 from actors.calls import call, get_actor
 from actors.clients.broker import Broker
-from actors.core.transactions.markers import write_marker
+from actors.core.transactions.markers import TransactionMarker, write_marker
 from actors.core.transactions.transaction_coordinator import TransactionDescription
 from actors.options import transaction_coordinator_name
 from actors.server.append_route import AppendRoute
@@ -84,14 +84,7 @@ class Transactions:
         Broker.connect().partition(topic, partition)
         route = AppendRoute()
         try:
-            write_marker(
-                marker_writer(route),
-                topic,
-                partition,
-                producer_id,
-                producer_epoch,
-                coordinator_epoch,
-                ControlRecordType.ABORT,
-            )
+            marker = TransactionMarker(producer_id, producer_epoch, coordinator_epoch, ControlRecordType.ABORT)
+            write_marker(marker_writer(route), topic, partition, marker)
         finally:
             route.close()

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 
 from actors.core.controller.controller import Controller
@@ -51,11 +51,10 @@ from actors.core.replication.log_changes import LogChanges
 from actors.core.replication.partition_server import PartitionServer
 from actors.core.replication.replica import Replica
 from actors.core.role_metrics import NO_ROLE_METRICS, RoleMetrics
-from actors.core.transactions.markers import OffsetsCompletingMarkers
+from actors.core.transactions.markers import OffsetsCompletingMarkers, TransactionMarker
 from actors.core.transactions.transaction_coordinator import TransactionCoordinator
 from storage.clock import SYSTEM_CLOCK, Clock
 from storage.config.broker_config import BrokerConfig
-from storage.config.log_config import LogConfig
 from storage.errors import (
     BrokerNotAvailableError,
     KafkaStorageError,
@@ -66,8 +65,8 @@ from storage.errors import (
 from storage.logdir.log_manager import LogManager
 from storage.logdir.partition_handles import LocalPartition, LocalPartitions, PartitionHandle, PartitionState
 from storage.logdir.scheduler import Scheduler
+from storage.partition.log import Log
 from storage.pending import Pending
-from storage.records.layout import ControlRecordType
 from storage.topic_partition import TopicPartition
 
 logger = logging.getLogger(__name__)
@@ -107,9 +106,9 @@ class _ReplicaPartition(LocalPartition):
         return deleted
 
 
-class LocalReplicas:
-    """One node's `PartitionFactory`: a `Log` per partition (`LocalPartitions`), led alone until told otherwise,
-    with its `Replica` and `PartitionServer`."""
+class LocalReplicas(LocalPartitions):
+    """One node's `PartitionFactory`: a replicated `Log` per partition (`LocalPartitions`), led alone until told
+    otherwise, with its `Replica` and `PartitionServer`."""
 
     def __init__(
         self,
@@ -120,28 +119,16 @@ class LocalReplicas:
         find_replica: Callable[[str, int, str], Replica],
         metrics: RoleMetrics = NO_ROLE_METRICS,
     ) -> None:
+        super().__init__(clock, config.producer_id_expiration_ms, replicated=True)
         self.node = node
         self._metrics = metrics
-        self._logs = LocalPartitions(clock, config.producer_id_expiration_ms, replicated=True)
         self._settings = ReplicaSettings.from_broker_config(config)
         self._controller = controller
         self._find_replica = find_replica
         self._served: dict[TopicPartition, PartitionServer] = {}
         self._lock = threading.Lock()
 
-    def open(
-        self,
-        tp: TopicPartition,
-        folder: Path,
-        config: LogConfig,
-        recovery_point: int,
-        log_start_offset: int,
-        had_clean_shutdown: bool,
-        high_watermark: int | None,
-    ) -> _ReplicaPartition:
-        log = self._logs.open(
-            tp, folder, config, recovery_point, log_start_offset, had_clean_shutdown, high_watermark
-        ).log
+    def handle_for(self, tp: TopicPartition, log: Log) -> _ReplicaPartition:
         # Every partition is its own leader, in the epoch its log last had, until the controller says otherwise; a
         # log found on disk keeps its checkpointed high watermark until then.
         log.become_leader()
@@ -167,7 +154,7 @@ class LocalReplicas:
             served = self._served.get(tp)
             if served is not None and isinstance(handle, _ReplicaPartition) and handle.server is served:
                 del self._served[tp]
-        self._logs.stop(tp, handle)
+        super().stop(tp, handle)
 
     def served(self, topic: str, partition: int) -> PartitionServer:
         """This node's replica of the partition; `UnknownTopicOrPartitionError` if it holds none."""
@@ -187,17 +174,10 @@ class _ControllerLink:
     def __init__(self, controller: Callable[[], Controller]) -> None:
         self._controller = controller
 
-    def alter_partition(
-        self,
-        topic: str,
-        partition: int,
-        leader: str,
-        leader_epoch: int,
-        isr: Sequence[str],
-        refused: Callable[[], None],
-    ) -> None:
+    def alter_partition(self, proposed: LeaderAndIsr, refused: Callable[[], None]) -> None:
+        topic, partition = proposed.topic, proposed.partition
         try:
-            self._controller().alter_partition(topic, partition, leader, leader_epoch, isr)
+            self._controller().alter_partition(topic, partition, proposed.leader, proposed.leader_epoch, proposed.isr)
         except RaybrokerError as exc:
             # A stale ask (the leader moved meanwhile: the controller's newer state is on its way), or an addition
             # on a lost node.
@@ -213,19 +193,16 @@ class InProcessMarkers:
         self._broker = broker
 
     def write_markers(
-        self,
-        partitions: Collection[TopicPartition],
-        producer_id: int,
-        producer_epoch: int,
-        coordinator_epoch: int,
-        result: ControlRecordType,
+        self, partitions: Collection[TopicPartition], marker: TransactionMarker
     ) -> dict[TopicPartition, RaybrokerError]:
         failed: dict[TopicPartition, RaybrokerError] = {}
         for topic, partition in partitions:
             try:
                 leader = self._broker.leader(topic, partition)
                 leader.await_replicated(
-                    leader.append_transaction_marker(producer_id, producer_epoch, coordinator_epoch, result)
+                    leader.append_transaction_marker(
+                        marker.producer_id, marker.producer_epoch, marker.coordinator_epoch, marker.result
+                    )
                 )
             except RaybrokerError as exc:
                 failed[(topic, partition)] = exc

@@ -75,17 +75,13 @@ def load_reachable(name: str, partitions: int, load: Callable[[int], object]) ->
 
 class TopicAdmin(Protocol):
     """What creating an internal topic needs of the controller (the plain `Controller` is one; on Ray, a client
-    of the controller actor)."""
+    of the controller actor): only Kafka's CreateTopics with every setting of the topic given, never a validation
+    alone or the broker's default replication factor."""
 
     def brokers(self) -> list[str]: ...
 
     def create_topic(
-        self,
-        name: str,
-        partitions: int,
-        config: Mapping[str, str] | None = None,
-        validate_only: bool = False,
-        replication_factor: int | None = None,
+        self, name: str, partitions: int, config: Mapping[str, str], *, replication_factor: int
     ) -> TopicMetadata: ...
 
     def describe_topic(self, name: str) -> TopicMetadata: ...

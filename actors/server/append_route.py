@@ -55,12 +55,12 @@ from typing import Any, Protocol
 from actors.calls import call, controller, finished
 from actors.channels.append_connection import AppendConnection, AppendConnections, AppendReply
 from actors.core.replication.replica import ACKS_ALL, ACKS_ALL_TIMEOUT_MS
+from actors.core.transactions.markers import TransactionMarker
 from actors.server.append_order import AppendOrder
 from actors.server.partition_lookup import leader_replica
 from actors.server.sequence_fence import SequenceFences, batch_producer
 from storage.errors import AnswerLostError, RaybrokerError, RequestTimedOutError
 from storage.partition.log import LogAppendInfo
-from storage.records.layout import ControlRecordType
 
 logger = logging.getLogger(__name__)
 
@@ -113,19 +113,15 @@ class CoordinatorBatch:
 class Marker:
     """A transaction coordinator's COMMIT/ABORT marker for a producer, written with acks=all."""
 
-    producer_id: int
-    producer_epoch: int
-    coordinator_epoch: int
-    result: ControlRecordType
+    marker: TransactionMarker
 
     def over_channel(self, channel: AppendConnection, topic: str, partition: int, acks: int) -> AppendReply | None:
-        return channel.write_marker(
-            topic, partition, self.producer_id, self.producer_epoch, self.coordinator_epoch, self.result
-        )
+        return channel.write_marker(topic, partition, self.marker)
 
     def as_call(self, handle: Any, acks: int) -> Any:
+        marker = self.marker
         return handle.append_transaction_marker.remote(
-            self.producer_id, self.producer_epoch, self.coordinator_epoch, self.result
+            marker.producer_id, marker.producer_epoch, marker.coordinator_epoch, marker.result
         )
 
 

@@ -30,15 +30,10 @@ class RayTopicAdmin:
         return brokers
 
     def create_topic(
-        self,
-        name: str,
-        partitions: int,
-        config: Mapping[str, str] | None = None,
-        validate_only: bool = False,
-        replication_factor: int | None = None,
+        self, name: str, partitions: int, config: Mapping[str, str], *, replication_factor: int
     ) -> TopicMetadata:
         created: TopicMetadata = call(
-            self._handle.create_topic.remote(name, partitions, config, validate_only, replication_factor)
+            self._handle.create_topic.remote(name, partitions, config, replication_factor=replication_factor)
         )
         return created
 

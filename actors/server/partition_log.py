@@ -66,7 +66,7 @@ import contextlib
 import logging
 import pickle
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -734,16 +734,10 @@ class _RayControllerLink:
     """A leader's AlterPartition to the controller actor, sent without waiting (the Replica's `ControllerLink`): a
     refusal (or a failed call) is told to `refused` on the thread Ray completes the call's future on."""
 
-    def alter_partition(
-        self,
-        topic: str,
-        partition: int,
-        leader: str,
-        leader_epoch: int,
-        isr: Sequence[str],
-        refused: Callable[[], None],
-    ) -> None:
-        answer = controller().alter_partition.remote(topic, partition, leader, leader_epoch, list(isr))
+    def alter_partition(self, proposed: LeaderAndIsr, refused: Callable[[], None]) -> None:
+        answer = controller().alter_partition.remote(
+            proposed.topic, proposed.partition, proposed.leader, proposed.leader_epoch, list(proposed.isr)
+        )
         answer.future().add_done_callback(lambda done: refused() if done.exception() is not None else None)
 
 

@@ -55,7 +55,7 @@ from storage.config.broker_config import BrokerConfig
 from storage.config.log_config import LogConfig
 from storage.errors import BrokerNotAvailableError, RaybrokerError
 from storage.logdir.log_dirs import checkpointed_offsets
-from storage.logdir.partition_handles import PartitionHandle
+from storage.logdir.partition_handles import PartitionCheckpoints, PartitionHandle
 from storage.topic_partition import TopicPartition
 
 logger = logging.getLogger(__name__)
@@ -185,19 +185,14 @@ class RayPartitions:
     # --- PartitionFactory --------------------------------------------------------------------------
 
     def open(
-        self,
-        tp: TopicPartition,
-        folder: Path,
-        config: LogConfig,
-        recovery_point: int,
-        log_start_offset: int,
-        had_clean_shutdown: bool,
-        high_watermark: int | None,
+        self, tp: TopicPartition, folder: Path, config: LogConfig, checkpoints: PartitionCheckpoints
     ) -> PartitionHandle:
         """Starts the partition's actor, or opens it in a host, and waits until its log is open. A partition
         actor holds its folder's own lock and tells a clean shutdown by its folder's marker, so
         `had_clean_shutdown` is not passed on."""
         topic, partition = tp
+        recovery_point, log_start_offset = checkpoints.recovery_point, checkpoints.log_start_offset
+        high_watermark = checkpoints.high_watermark
         if self._placement is not None:
             with self._lock:
                 host = self._placement.place(tp, str(folder))

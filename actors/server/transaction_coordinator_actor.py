@@ -49,7 +49,7 @@ from actors.calls import call, controller, get_actor, this_node_id
 from actors.channels.transaction_channel import TransactionChannel
 from actors.core.controller.topic_metadata import TRANSACTION_STATE_TOPIC
 from actors.core.replication.replica import ACKS_ALL
-from actors.core.transactions.markers import OffsetsCompletingMarkers, write_marker
+from actors.core.transactions.markers import OffsetsCompletingMarkers, TransactionMarker, write_marker
 from actors.core.transactions.transaction_coordinator import (
     InitProducerIdResult,
     TransactionCoordinator,
@@ -63,13 +63,9 @@ from storage.clock import SYSTEM_CLOCK
 from storage.config.transaction_config import TransactionConfig
 from storage.errors import CoordinatorLoadInProgressError, RaybrokerError
 from storage.logdir.scheduler import Scheduler
-from storage.records.layout import ControlRecordType
 from storage.topic_partition import TopicPartition
 
 logger = logging.getLogger(__name__)
-
-# A marker's (producer id, producer epoch, coordinator epoch, result).
-_Marker = tuple[int, int, int, ControlRecordType]
 
 # How often the periodic work is looked at; each task runs at its own period (10 s, 1 h by default).
 TICK_S = 1.0
@@ -88,20 +84,15 @@ class RayTransactionMarkers:
         self._route = route
 
     def write_markers(
-        self,
-        partitions: Collection[TopicPartition],
-        producer_id: int,
-        producer_epoch: int,
-        coordinator_epoch: int,
-        result: ControlRecordType,
+        self, partitions: Collection[TopicPartition], marker: TransactionMarker
     ) -> dict[TopicPartition, RaybrokerError]:
-        marker = Marker(producer_id, producer_epoch, coordinator_epoch, result)
+        write = Marker(marker)
         failed: dict[TopicPartition, RaybrokerError] = {}
         under_way = []
         for key in partitions:
             kept = self._route.kept(*key)
             try:
-                under_way.append((key, kept, self._write(key, kept, marker)))
+                under_way.append((key, kept, self._write(key, kept, write)))
             except RaybrokerError as exc:
                 self._route.forget(*key)
                 failed[key] = exc
@@ -113,7 +104,7 @@ class RayTransactionMarkers:
                     if kept is None:
                         raise
                     self._route.forget(*key)
-                    self._write(key, None, marker).result()
+                    self._write(key, None, write).result()
             except RaybrokerError as exc:
                 self._route.forget(*key)
                 failed[key] = exc
@@ -235,17 +226,9 @@ class TransactionCoordinatorActor:
     ) -> list[TransactionDescription]:
         return self._loaded_coordinator().list_transactions(states, producer_ids, duration_ms)
 
-    def write_marker(
-        self,
-        topic: str,
-        partition: int,
-        producer_id: int,
-        producer_epoch: int,
-        coordinator_epoch: int,
-        result: ControlRecordType,
-    ) -> None:
+    def write_marker(self, topic: str, partition: int, marker: TransactionMarker) -> None:
         """A WriteTxnMarkers marker, written as the coordinator writes its own."""
-        write_marker(self._markers, topic, partition, producer_id, producer_epoch, coordinator_epoch, result)
+        write_marker(self._markers, topic, partition, marker)
 
     def stop(self) -> None:
         """Stops the periodic work (before the actor is killed at the broker's shutdown); completions under way

@@ -81,6 +81,7 @@ from storage.logdir.log_dirs import LoadedDir, LogDirs
 from storage.logdir.partition_handles import (
     LocalPartition,
     LocalPartitions,
+    PartitionCheckpoints,
     PartitionFactory,
     PartitionHandle,
     PartitionState,
@@ -289,15 +290,13 @@ class LogManager:
         """Opens the dir's partitions, `recovery_threads_per_data_dir` at a time; raises the first failure."""
 
         def open_partition(tp: TopicPartition, folder: Path) -> PartitionHandle:
-            return self._factory.open(
-                tp,
-                folder,
-                self.config_for(tp[0]),
+            checkpoints = PartitionCheckpoints(
                 loaded.recovery_points.get(tp, 0),
                 loaded.log_start_offsets.get(tp, 0),
                 loaded.had_clean_shutdown,
                 loaded.high_watermarks.get(tp, 0),
             )
+            return self._factory.open(tp, folder, self.config_for(tp[0]), checkpoints)
 
         jobs = sorted(loaded.partitions.items())
         with ThreadPoolExecutor(max_workers=self.recovery_threads_per_data_dir) as pool:
@@ -445,7 +444,7 @@ class LogManager:
         errors: list[str] = []
         for directory in order:
             try:
-                handle = self._factory.open(tp, directory / folder_name, self.config_for(tp[0]), 0, 0, True, None)
+                handle = self._factory.open(tp, directory / folder_name, self.config_for(tp[0]), PartitionCheckpoints())
             except (KafkaStorageError, OSError) as exc:
                 errors.append(f"{directory}: {exc}")
                 with self._lock:

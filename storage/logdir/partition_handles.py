@@ -126,23 +126,28 @@ class PartitionHandle(CleanablePartition, Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class PartitionCheckpoints:
+    """What a log dir says of a partition the log manager opens: its entries in the dir's
+    `recovery-point-offset-checkpoint` and `log-start-offset-checkpoint` (0 when it has none), whether the dir was
+    shut down cleanly, and its `replication-offset-checkpoint` entry, where a replicated log's high watermark starts
+    (`reopen_as_replica`; 0 when it has none). The defaults are a new partition's: nothing to recover, and no high
+    watermark (None) to start from."""
+
+    recovery_point: int = 0
+    log_start_offset: int = 0
+    had_clean_shutdown: bool = True
+    high_watermark: int | None = None
+
+
 class PartitionFactory(Protocol):
     """Starts and stops the partitions of one log manager."""
 
     def open(
-        self,
-        tp: TopicPartition,
-        folder: Path,
-        config: LogConfig,
-        recovery_point: int,
-        log_start_offset: int,
-        had_clean_shutdown: bool,
-        high_watermark: int | None,
+        self, tp: TopicPartition, folder: Path, config: LogConfig, checkpoints: PartitionCheckpoints
     ) -> PartitionHandle:
-        """Opens (creating it if missing, recovering it if needed) the log in `folder`; waits until it is open,
-        and raises why it did not open (nothing is left running then). `high_watermark` is the log dir's
-        `replication-offset-checkpoint` entry (0 when it has none) for a partition found on disk, None for a new
-        one: where a replicated log's high watermark starts (`reopen_as_replica`)."""
+        """Opens (creating it if missing, recovering it if needed) the log in `folder` from `checkpoints`; waits
+        until it is open, and raises why it did not open (nothing is left running then)."""
         ...
 
     def stop(self, tp: TopicPartition, handle: PartitionHandle) -> None:
@@ -216,7 +221,7 @@ class LocalPartition:
 class LocalPartitions:
     """The in-process `PartitionFactory`: a `Log` per partition. Each log is its own only replica (its high
     watermark its log end offset) unless `replicated`: then a log found on disk opens at its checkpointed high
-    watermark (`reopen_as_replica`), for the replica role the caller gives it to move."""
+    watermark (`reopen_as_replica`), for the replica role a subclass's `handle_for` gives it to move."""
 
     def __init__(
         self, clock: Clock, producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS, *, replicated: bool = False
@@ -226,26 +231,24 @@ class LocalPartitions:
         self._replicated = replicated
 
     def open(
-        self,
-        tp: TopicPartition,
-        folder: Path,
-        config: LogConfig,
-        recovery_point: int,
-        log_start_offset: int,
-        had_clean_shutdown: bool,
-        high_watermark: int | None = None,
+        self, tp: TopicPartition, folder: Path, config: LogConfig, checkpoints: PartitionCheckpoints
     ) -> LocalPartition:
         log = Log.open(
             folder,
             config,
             clock=self._clock,
-            recovery_point=recovery_point,
-            log_start_offset=log_start_offset,
-            had_clean_shutdown=had_clean_shutdown,
+            recovery_point=checkpoints.recovery_point,
+            log_start_offset=checkpoints.log_start_offset,
+            had_clean_shutdown=checkpoints.had_clean_shutdown,
             producer_id_expiration_ms=self._producer_id_expiration_ms,
         )
-        if self._replicated and high_watermark is not None:
-            reopen_as_replica(log, high_watermark)
+        if self._replicated and checkpoints.high_watermark is not None:
+            reopen_as_replica(log, checkpoints.high_watermark)
+        return self.handle_for(tp, log)
+
+    def handle_for(self, tp: TopicPartition, log: Log) -> LocalPartition:
+        """The log manager's handle on the partition's `log`, just opened; a subclass's may serve the log more
+        (the in-process broker's gives it its replica role)."""
         return LocalPartition(log)
 
     def stop(self, tp: TopicPartition, handle: PartitionHandle) -> None:

@@ -34,7 +34,8 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
+from dataclasses import replace
 from typing import Protocol
 
 from actors.core.replication.follower import LeaderLink, ReplicaFetch, ReplicaFetcher, ReplicaSettings
@@ -73,17 +74,11 @@ MIN_ISR_CHECK_INTERVAL_S = 0.01
 class ControllerLink(Protocol):
     """The replica's call to the controller: Kafka's AlterPartition, sent without waiting."""
 
-    def alter_partition(
-        self,
-        topic: str,
-        partition: int,
-        leader: str,
-        leader_epoch: int,
-        isr: Sequence[str],
-        refused: Callable[[], None],
-    ) -> None:
-        """Raises `RaybrokerError` when the controller cannot be reached (the check asks again later); calls
-        `refused()`, on any thread, once the controller refused the change (or its call failed)."""
+    def alter_partition(self, proposed: LeaderAndIsr, refused: Callable[[], None]) -> None:
+        """Asks for `proposed`: the partition's state as its leader holds it (topic, partition, leader, leader epoch,
+        which the controller checks) with the ISR the leader wants. Raises `RaybrokerError` when the controller
+        cannot be reached (the check asks again later); calls `refused()`, on any thread, once the controller
+        refused the change (or its call failed)."""
         ...
 
 
@@ -263,14 +258,7 @@ class Replica:
             return
         logger.info("%s-%d: asking for ISR %s (was %s)", state.topic, state.partition, list(isr), list(state.isr))
         with contextlib.suppress(RaybrokerError):
-            self._controller.alter_partition(
-                state.topic,
-                state.partition,
-                self.node,
-                state.leader_epoch,
-                list(isr),
-                lambda: self._refused(leader, isr),
-            )
+            self._controller.alter_partition(replace(state, isr=isr), lambda: self._refused(leader, isr))
 
     def _refused(self, leader: LeaderState, isr: tuple[str, ...]) -> None:
         """The controller refused the ISR `isr` that `leader` asked for (`LeaderState.refused`): the high watermark

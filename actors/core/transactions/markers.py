@@ -3,7 +3,9 @@
 Kafka's coordinator sends one WriteTxnMarkers request per broker holding a transaction's partitions, to every such
 broker at once, so a transaction's completion costs one round trip however many partitions it wrote. `write_markers`
 is that call: every partition's marker is under way before the first answer is waited for. `write_marker` is the
-one-partition form (Admin's `abortTransaction`, a WriteTxnMarkers request from a client).
+one-partition form (Admin's `abortTransaction`, a WriteTxnMarkers request from a client). A marker is one value,
+`TransactionMarker`, from the coordinator (or a client's request) through these seams, the append channel's frames
+and the route to the partition's leader, where it is written.
 
 A marker on a `__consumer_offsets` partition also completes the producer's transactional offsets in the group
 coordinator (Kafka's `GroupCoordinator.onTransactionCompleted`): `OffsetsCompletingMarkers` decides that once, over
@@ -13,6 +15,7 @@ whichever host's marker writer (the partition actors on Ray, the in-process brok
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
+from dataclasses import dataclass
 from typing import Protocol
 
 from actors.core.controller.topic_metadata import CONSUMER_OFFSETS_TOPIC
@@ -21,21 +24,33 @@ from storage.records.layout import ControlRecordType
 from storage.topic_partition import TopicPartition
 
 
+@dataclass(frozen=True, slots=True)
+class TransactionMarker:
+    """A COMMIT/ABORT marker for one producer's transaction, as Kafka's WriteTxnMarkers carries it: the same on every
+    partition it is written to. A partition refuses it when `producer_epoch` is older than its producer's
+    (`InvalidProducerEpochError`) or `coordinator_epoch` older than that of the producer's last marker
+    (`TransactionCoordinatorFencedError`: a stale coordinator)."""
+
+    producer_id: int
+    producer_epoch: int
+    coordinator_epoch: int
+    result: ControlRecordType
+
+    @property
+    def commit(self) -> bool:
+        return self.result == ControlRecordType.COMMIT
+
+
 class TransactionMarkers(Protocol):
     """Writes COMMIT/ABORT markers on partitions' leaders; see the module docstring."""
 
     def write_markers(
-        self,
-        partitions: Collection[TopicPartition],
-        producer_id: int,
-        producer_epoch: int,
-        coordinator_epoch: int,
-        result: ControlRecordType,
+        self, partitions: Collection[TopicPartition], marker: TransactionMarker
     ) -> dict[TopicPartition, RaybrokerError]:
-        """Writes the producer's marker on each partition, all at once, each answered once every in-sync replica
-        has it (Kafka appends markers with acks -1). Returns the partitions whose marker was not written, each with
-        its typed error (`InvalidProducerEpochError`, `TransactionCoordinatorFencedError`,
-        `UnknownTopicOrPartitionError`, `BrokerNotAvailableError`...); the others have theirs."""
+        """Writes `marker` on each partition, all at once, each answered once every in-sync replica has it (Kafka
+        appends markers with acks -1). Returns the partitions whose marker was not written, each with its typed
+        error (`InvalidProducerEpochError`, `TransactionCoordinatorFencedError`, `UnknownTopicOrPartitionError`,
+        `BrokerNotAvailableError`...); the others have theirs."""
         ...
 
 
@@ -51,33 +66,20 @@ class OffsetsCompletingMarkers:
         self._complete = complete
 
     def write_markers(
-        self,
-        partitions: Collection[TopicPartition],
-        producer_id: int,
-        producer_epoch: int,
-        coordinator_epoch: int,
-        result: ControlRecordType,
+        self, partitions: Collection[TopicPartition], marker: TransactionMarker
     ) -> dict[TopicPartition, RaybrokerError]:
-        failed = self._markers.write_markers(partitions, producer_id, producer_epoch, coordinator_epoch, result)
+        failed = self._markers.write_markers(partitions, marker)
         for topic, partition in partitions:
             if topic == CONSUMER_OFFSETS_TOPIC and (topic, partition) not in failed:
                 try:
-                    self._complete(partition, producer_id, result == ControlRecordType.COMMIT)
+                    self._complete(partition, marker.producer_id, marker.commit)
                 except RaybrokerError as exc:
                     failed[(topic, partition)] = exc
         return failed
 
 
-def write_marker(
-    markers: TransactionMarkers,
-    topic: str,
-    partition: int,
-    producer_id: int,
-    producer_epoch: int,
-    coordinator_epoch: int,
-    result: ControlRecordType,
-) -> None:
+def write_marker(markers: TransactionMarkers, topic: str, partition: int, marker: TransactionMarker) -> None:
     """Writes one marker through `markers`, raising its typed error if it was not written."""
-    failed = markers.write_markers([(topic, partition)], producer_id, producer_epoch, coordinator_epoch, result)
+    failed = markers.write_markers([(topic, partition)], marker)
     if failed:
         raise failed[(topic, partition)]

@@ -59,7 +59,7 @@ from typing import Protocol
 from actors.core.controller.topic_metadata import TRANSACTION_STATE_TOPIC
 from actors.core.coordinator_claims import CoordinatorClaims
 from actors.core.internal_topics import InternalPartition, TopicAdmin, internal_batches, load_reachable
-from actors.core.transactions.markers import TransactionMarkers
+from actors.core.transactions.markers import TransactionMarker, TransactionMarkers
 from actors.core.transactions.state_topic import ensure_transaction_state_topic
 from actors.core.transactions.transaction_metadata import (
     IDLE_STATES,
@@ -470,9 +470,8 @@ class TransactionCoordinator:
         coordinator_epoch = self._claims.epoch(self.partition_for(metadata.transactional_id))
         if coordinator_epoch is None:
             return metadata
-        failed = self._markers.write_markers(
-            sorted(metadata.markers_left), metadata.producer_id, metadata.producer_epoch, coordinator_epoch, result
-        )
+        marker = TransactionMarker(metadata.producer_id, metadata.producer_epoch, coordinator_epoch, result)
+        failed = self._markers.write_markers(sorted(metadata.markers_left), marker)
         left = set()
         for (topic, partition), exc in sorted(failed.items()):
             if isinstance(exc, (InvalidProducerEpochError, TransactionCoordinatorFencedError)):

@@ -40,6 +40,7 @@ from kio.schema.errors import ErrorCode
 
 from actors.core.controller.topic_metadata import CONSUMER_OFFSETS_TOPIC, INTERNAL_TOPICS
 from actors.core.security.acl_bindings import AclOperation, ResourceType
+from actors.core.transactions.markers import TransactionMarker
 from actors.core.transactions.transaction_coordinator import TransactionDescription
 from actors.core.transactions.transaction_metadata import TransactionState, TxnError
 from cluster.protocol.error_codes import coordinator_error_code, error_code, group_error_code, txn_error_code
@@ -386,38 +387,24 @@ class WriteTxnMarkersHandler:
     async def __call__(self, request: Request) -> Any:
         allowed = allows_cluster(self._access, request.context, AclOperation.CLUSTER_ACTION)
         results = []
-        for marker in request.body.markers:
-            result = ControlRecordType.COMMIT if marker.transaction_result else ControlRecordType.ABORT
+        for entry in request.body.markers:
+            result = ControlRecordType.COMMIT if entry.transaction_result else ControlRecordType.ABORT
+            marker = TransactionMarker(entry.producer_id, entry.producer_epoch, entry.coordinator_epoch, result)
             topics = []
-            for topic in marker.topics:
+            for topic in entry.topics:
                 partitions = []
                 for partition in topic.partition_indexes:
                     code = ErrorCode.cluster_authorization_failed
                     if allowed:
-                        code = await self._write(
-                            topic.name,
-                            partition,
-                            marker.producer_id,
-                            marker.producer_epoch,
-                            marker.coordinator_epoch,
-                            result,
-                        )
+                        code = await self._write(topic.name, partition, marker)
                     partitions.append({"partition_index": partition, "error_code": code})
                 topics.append({"name": topic.name, "partitions": partitions})
-            results.append({"producer_id": marker.producer_id, "topics": topics})
+            results.append({"producer_id": entry.producer_id, "topics": topics})
         return build(response_schema(WRITE_TXN_MARKERS_KEY, request.api_version), {"markers": results})
 
-    async def _write(
-        self,
-        topic: str,
-        partition: int,
-        producer_id: int,
-        epoch: int,
-        coordinator_epoch: int,
-        result: ControlRecordType,
-    ) -> ErrorCode:
+    async def _write(self, topic: str, partition: int, marker: TransactionMarker) -> ErrorCode:
         try:
-            await self._transactions.write_marker(topic, partition, producer_id, epoch, coordinator_epoch, result)
+            await self._transactions.write_marker(topic, partition, marker)
         except RaybrokerError as exc:
             return error_code(exc)
         return ErrorCode.none

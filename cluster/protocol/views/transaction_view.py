@@ -15,10 +15,10 @@ typed errors (`storage.errors`, e.g. `BrokerNotAvailableError` while the coordin
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable
-from typing import Any, Self
+from typing import Self
 
 from actors.core.in_process_broker import InProcessBroker
-from actors.core.transactions.markers import write_marker
+from actors.core.transactions.markers import TransactionMarker, write_marker
 from actors.core.transactions.transaction_coordinator import (
     InitProducerIdResult,
     TransactionCoordinator,
@@ -28,7 +28,6 @@ from actors.core.transactions.transaction_metadata import TxnError
 from cluster.protocol.views.transaction_transport import RayTransactionTransport
 from cluster.protocol.views.transport import InProcessTransport, Transport
 from storage.config.transaction_config import TransactionConfig
-from storage.records.layout import ControlRecordType
 from storage.topic_partition import TopicPartition
 
 
@@ -96,19 +95,9 @@ class TransactionView:
         )
         return listed
 
-    async def write_marker(
-        self,
-        topic: str,
-        partition: int,
-        producer_id: int,
-        producer_epoch: int,
-        coordinator_epoch: int,
-        result: ControlRecordType,
-    ) -> None:
+    async def write_marker(self, topic: str, partition: int, marker: TransactionMarker) -> None:
         """A WriteTxnMarkers marker on the partition's leader; the partition's typed errors."""
-        await self._transport.call(
-            "write_marker", topic, partition, producer_id, producer_epoch, coordinator_epoch, result
-        )
+        await self._transport.call("write_marker", topic, partition, marker)
 
 
 class InProcessTransactionCoordinator:
@@ -124,6 +113,6 @@ class InProcessTransactionCoordinator:
         coordinator: TransactionCoordinator = self._broker.transaction_coordinator
         return getattr(coordinator, method)
 
-    def write_marker(self, *marker: Any) -> None:
-        """A WriteTxnMarkers marker (`TransactionView.write_marker`'s arguments), through the broker's markers."""
-        write_marker(self._markers, *marker)
+    def write_marker(self, topic: str, partition: int, marker: TransactionMarker) -> None:
+        """A WriteTxnMarkers marker, through the broker's markers."""
+        write_marker(self._markers, topic, partition, marker)

@@ -28,6 +28,7 @@ from actors.channels.append_frames import (
     encode_answer,
     encode_request,
 )
+from actors.core.transactions.markers import TransactionMarker
 from actors.server.partition_log import PartitionLogActor
 from storage.errors import (
     AnswerLostError,
@@ -301,7 +302,7 @@ def test_a_marker_over_the_channel_ends_the_producers_transaction_as_the_actors_
 ) -> None:
     assert append(connection, transactional_batch(now_records(3), 7, 0)).last_offset == 2
     assert open_transactions(part) == {7: 0}
-    written = answered(connection.write_marker(TOPIC, 0, 7, 0, 5, result)).result()
+    written = answered(connection.write_marker(TOPIC, 0, TransactionMarker(7, 0, 5, result))).result()
     assert (written.first_offset, written.last_offset) == (3, 3)
     assert open_transactions(part) == {}
     assert append(connection, transactional_batch(now_records(1), 7, 0, base_sequence=3)).first_offset == 4
@@ -314,20 +315,20 @@ def test_a_marker_of_an_older_epoch_is_refused_as_the_actor_refuses_it_and_the_c
     part: PartitionLogActor, connection: AppendConnection
 ) -> None:
     append(connection, transactional_batch(now_records(1), 7, 3))
-    error = refusal(connection.write_marker(TOPIC, 0, 7, 2, 0, ControlRecordType.ABORT))
+    error = refusal(connection.write_marker(TOPIC, 0, TransactionMarker(7, 2, 0, ControlRecordType.ABORT)))
     with pytest.raises(RaybrokerError) as through_actor:
         part.append_transaction_marker(7, 2, 0, ControlRecordType.ABORT)
     assert (type(error), error.message) == (type(through_actor.value), through_actor.value.message)
     assert isinstance(error, InvalidProducerEpochError)
     assert open_transactions(part) == {7: 0}
-    answered(connection.write_marker(TOPIC, 0, 7, 3, 0, ControlRecordType.COMMIT)).result()
+    answered(connection.write_marker(TOPIC, 0, TransactionMarker(7, 3, 0, ControlRecordType.COMMIT))).result()
     assert open_transactions(part) == {}
 
 
 def test_a_marker_for_a_partition_not_served_is_refused_as_broker_not_available(
     part: PartitionLogActor, connection: AppendConnection
 ) -> None:
-    error = refusal(connection.write_marker("elsewhere", 0, 7, 0, 0, ControlRecordType.COMMIT))
+    error = refusal(connection.write_marker("elsewhere", 0, TransactionMarker(7, 0, 0, ControlRecordType.COMMIT)))
     assert isinstance(error, BrokerNotAvailableError) and error.retriable
     assert part.offsets()[1:] == (0, 0)
 

@@ -25,6 +25,7 @@ from actors.channels.append_frames import (
     encode_request,
     error_named,
 )
+from actors.core.transactions.markers import TransactionMarker
 from actors.server.partition_log import PartitionLogActor
 from storage.errors import (
     BrokerNotAvailableError,
@@ -107,11 +108,10 @@ def test_a_malformed_request_raises_invalid_request(case: str) -> None:
 
 @pytest.mark.parametrize("result", [ControlRecordType.COMMIT, ControlRecordType.ABORT])
 def test_a_marker_request_round_trips(result: ControlRecordType) -> None:
-    decoded = decode_request(
-        body_of(encode_marker_request("événements", 2**31 - 1, 2**63 - 1, 32767, 2**31 - 1, result))
-    )
-    assert decoded == MarkerRequest("événements", 2**31 - 1, 2**63 - 1, 32767, 2**31 - 1, result)
-    assert type(decoded.result) is ControlRecordType
+    marker = TransactionMarker(2**63 - 1, 32767, 2**31 - 1, result)
+    decoded = decode_request(body_of(encode_marker_request("événements", 2**31 - 1, marker)))
+    assert decoded == MarkerRequest("événements", 2**31 - 1, marker)
+    assert isinstance(decoded, MarkerRequest) and type(decoded.marker.result) is ControlRecordType
 
 
 def test_an_append_request_decodes_as_an_append_request() -> None:

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from actors.core.transactions.markers import TransactionMarker
 from storage.errors import (
     InvalidConfigError,
     InvalidTxnStateError,
@@ -179,9 +180,8 @@ def test_markers_go_to_every_partition_at_once_and_only_the_ones_not_written_are
         written = [(topic, partition) for partition in range(PARTITIONS)]
         route = AppendRoute()
         try:
-            failed = RayTransactionMarkers(route).write_markers(
-                [*written, ("txn-markers-missing", 0)], pid, epoch, opened[0].coordinator_epoch, ControlRecordType.ABORT
-            )
+            marker = TransactionMarker(pid, epoch, opened[0].coordinator_epoch, ControlRecordType.ABORT)
+            failed = RayTransactionMarkers(route).write_markers([*written, ("txn-markers-missing", 0)], marker)
         finally:
             route.close()
         assert list(failed) == [("txn-markers-missing", 0)]

@@ -18,6 +18,7 @@ from actors.core.coordinator_claims import COORDINATOR_PRODUCER_ID
 from actors.core.groups.group_coordinator import FENCING_KEY, GroupCoordinator
 from actors.core.groups.group_membership import GroupError, GroupMembership, MembershipConfig, PendingJoin
 from actors.core.in_process_broker import InProcessBroker
+from actors.core.transactions.markers import TransactionMarker
 from storage.clock import MockClock
 from storage.errors import InvalidGroupIdError, InvalidRequestError
 from storage.records.consumer_offsets import (
@@ -365,10 +366,12 @@ def test_a_marker_written_on_the_offsets_partition_completes_the_offsets_and_one
     partition = coordinator.partition_for("g")
     offsets_partition = (CONSUMER_OFFSETS_TOPIC, partition)
     assert coordinator.commit_transactional("g", 700, 3, "", -1, {("t", 0): (5, "")}) == GroupError.NONE
-    refused = broker.markers.write_markers([offsets_partition], 700, 2, 0, ControlRecordType.COMMIT)
+    refused = broker.markers.write_markers([offsets_partition], TransactionMarker(700, 2, 0, ControlRecordType.COMMIT))
     assert list(refused) == [offsets_partition]
     assert coordinator.fetch_committed("g", [("t", 0)]) == {("t", 0): None}
     assert coordinator.unstable_offsets("g", None) == {("t", 0)}
-    assert broker.markers.write_markers([offsets_partition], 700, 3, 0, ControlRecordType.COMMIT) == {}
+    assert (
+        broker.markers.write_markers([offsets_partition], TransactionMarker(700, 3, 0, ControlRecordType.COMMIT)) == {}
+    )
     assert coordinator.fetch_committed("g", [("t", 0)]) == {("t", 0): 5}
     assert coordinator.unstable_offsets("g", None) == set()

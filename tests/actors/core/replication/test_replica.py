@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -74,17 +74,9 @@ class RecordedController:
         self.asked: list[tuple[str, int, tuple[str, ...]]] = []
         self.lost: set[str] = set()
 
-    def alter_partition(
-        self,
-        topic: str,
-        partition: int,
-        leader: str,
-        leader_epoch: int,
-        isr: Sequence[str],
-        refused: Callable[[], None],
-    ) -> None:
-        self.asked.append((leader, leader_epoch, tuple(isr)))
-        if self.lost & set(isr):
+    def alter_partition(self, proposed: LeaderAndIsr, refused: Callable[[], None]) -> None:
+        self.asked.append((proposed.leader, proposed.leader_epoch, proposed.isr))
+        if self.lost & set(proposed.isr):
             refused()
 
 

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from actors.core.controller.topic_metadata import TRANSACTION_STATE_TOPIC
 from actors.core.in_process_broker import InProcessBroker
+from actors.core.transactions.markers import TransactionMarker
 from actors.core.transactions.transaction_coordinator import (
     InitProducerIdResult,
     TransactionCoordinator,
@@ -289,7 +290,7 @@ class _UnreachablePartitions:
     """Marker writes that fail as a restarting broker's do (`BrokerNotAvailableError`)."""
 
     def write_markers(
-        self, partitions: Collection[TopicPartition], *marker: object
+        self, partitions: Collection[TopicPartition], marker: TransactionMarker
     ) -> dict[TopicPartition, RaybrokerError]:
         return {
             (topic, partition): BrokerNotAvailableError(f"{topic}-{partition}: broker restarting")
