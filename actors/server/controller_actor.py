@@ -2,7 +2,8 @@
 
 All its logic is the plain `actors.core.controller.controller.Controller` (the metadata log, placement, elections,
 LeaderAndIsr, AlterPartition, topics, configs, ACLs, SCRAM credentials, producer ids), unit-tested without Ray;
-see that module for what it owns and guarantees. This actor gives it its Ray seams and its remote API:
+see that module for what it owns and guarantees. The actor is that class with Ray's seams, its methods the
+actor's remote API:
 
 - node brokers: each node's log-manager actor (`actors.server.log_manager_actor`), found by name; at start, the log
   managers already running on the cluster's live nodes (a controller restarted by Ray finds them again; after a
@@ -30,7 +31,6 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,10 +38,8 @@ import ray
 
 from actors.calls import RayPending, call, get_actor
 from actors.core.controller.controller import Controller
-from actors.core.controller.topic_metadata import TRANSACTION_STATE_TOPIC, AdvertisedListener, TopicMetadata
+from actors.core.controller.topic_metadata import TRANSACTION_STATE_TOPIC
 from actors.core.replication.leader_and_isr import LeaderAndIsr
-from actors.core.security.acl_bindings import AclBinding, AclBindingFilter
-from actors.core.security.scram import ScramCredential
 from actors.metrics.cluster_view import ClusterGaugePublisher
 from actors.metrics.ray_export import exported_metrics
 from actors.options import NAMESPACE, group_coordinator_name, log_manager_name, transaction_coordinator_name
@@ -87,12 +85,13 @@ class RayReplicaNotifier:
         replica_actor(state.topic, state.partition, node).update_replication.remote(state)
 
 
-class ControllerActor:
-    """The plain `Controller` over Ray's seams; see the module docstring."""
+class ControllerActor(Controller):
+    """The plain `Controller` over Ray's seams, whose methods are the actor's remote API as they are (an API added to
+    the controller is served on Ray with no edit here); see the module docstring."""
 
     def __init__(self, metadata_dir: str, broker_config: dict[str, str]) -> None:
         metrics = exported_metrics()
-        self._controller = Controller(
+        super().__init__(
             Path(metadata_dir),
             BrokerConfig.from_properties(broker_config),
             clock=SYSTEM_CLOCK,
@@ -107,13 +106,13 @@ class ControllerActor:
         self._shutting_down = False
         self._monitor = threading.Thread(target=self._run_monitor, name="controller-monitor", daemon=True)
         self._monitor.start()
-        self._gauges = ClusterGaugePublisher(metrics, self._controller.partition_states, replica_actor)
+        self._gauges = ClusterGaugePublisher(metrics, self.partition_states, replica_actor)
 
     def _run_monitor(self) -> None:
         next_coordinator_check = time.monotonic()
         while not self._stopping.wait(MONITOR_INTERVAL_S):
             try:
-                self._controller.check_brokers({node["NodeID"] for node in ray.nodes() if node["Alive"]})
+                self.check_brokers({node["NodeID"] for node in ray.nodes() if node["Alive"]})
                 if time.monotonic() >= next_coordinator_check:
                     next_coordinator_check = time.monotonic() + COORDINATOR_CHECK_S
                     self._keep_transaction_coordinator()
@@ -129,7 +128,7 @@ class ControllerActor:
 
     def _start_missing_transaction_coordinator(self) -> None:
         try:
-            state = self._controller.partition_state(TRANSACTION_STATE_TOPIC, 0)
+            state = self.partition_state(TRANSACTION_STATE_TOPIC, 0)
         except UnknownTopicOrPartitionError:
             return
         if state.offline:
@@ -138,7 +137,7 @@ class ControllerActor:
             ray.get_actor(transaction_coordinator_name(), namespace=NAMESPACE)
         except ValueError:
             logger.info("no transaction coordinator runs: starting one on node %s", state.leader)
-            start_transaction_coordinator(state.leader, self._controller.config.transaction_config)
+            start_transaction_coordinator(state.leader, self.config.transaction_config)
 
     def prepare_shutdown(self) -> None:
         """Starts no transaction coordinator any more: `stop_broker` stops the coordinator next. Returns once a
@@ -146,23 +145,12 @@ class ControllerActor:
         with self._keeper_lock:
             self._shutting_down = True
 
-    # --- brokers and listeners -------------------------------------------------------------------
-
-    def cluster_id(self) -> str:
-        return self._controller.cluster_id()
-
-    def register_broker(self, node_id: str) -> None:
-        self._controller.register_broker(node_id)
-
-    def unregister_broker(self, node_id: str) -> None:
-        self._controller.unregister_broker(node_id)
-
     def broker_heartbeat(self, node_id: str) -> bool:
         """A node's log manager says it runs (`Controller.broker_heartbeat`). A broker fenced for silence whose node
         Ray still has alive (it was paused, not lost) registers again here, as Kafka's fenced broker is unfenced by
         its next heartbeat: its replicas catch up and rejoin their ISRs. Not one on a node Ray declared dead (a
         zombie until Ray stops it), nor while the cluster shuts down. True if the broker takes part now."""
-        if self._controller.broker_heartbeat(node_id):
+        if super().broker_heartbeat(node_id):
             return True
         with self._keeper_lock:
             if self._shutting_down:
@@ -170,117 +158,18 @@ class ControllerActor:
         if node_id not in {node["NodeID"] for node in ray.nodes() if node["Alive"]}:
             return False
         logger.warning("fenced broker on node %s sent a heartbeat: it registers again", node_id)
-        self._controller.register_broker(node_id)
+        self.register_broker(node_id)
         return True
-
-    def broker_lost(self, node_id: str) -> list[LeaderAndIsr]:
-        return self._controller.broker_lost(node_id)
-
-    def brokers(self) -> list[str]:
-        return self._controller.brokers()
-
-    def register_listener(self, node_id: str, listener: AdvertisedListener) -> None:
-        self._controller.register_listener(node_id, listener)
-
-    def unregister_listener(self, node_id: str, listener: AdvertisedListener) -> None:
-        self._controller.unregister_listener(node_id, listener)
-
-    def listeners(self) -> dict[str, AdvertisedListener]:
-        return self._controller.listeners()
-
-    # --- replication -----------------------------------------------------------------------------
-
-    def rebalance_leaders(self) -> list[LeaderAndIsr]:
-        return self._controller.rebalance_leaders()
-
-    def partition_state(self, topic: str, partition: int) -> LeaderAndIsr:
-        return self._controller.partition_state(topic, partition)
-
-    def alter_partition(
-        self, topic: str, partition: int, leader: str, leader_epoch: int, isr: Sequence[str]
-    ) -> LeaderAndIsr:
-        return self._controller.alter_partition(topic, partition, leader, leader_epoch, isr)
-
-    # --- topics ----------------------------------------------------------------------------------
-
-    def create_topic(
-        self,
-        name: str,
-        partitions: int,
-        config: dict[str, str] | None = None,
-        validate_only: bool = False,
-        replication_factor: int | None = None,
-    ) -> TopicMetadata:
-        return self._controller.create_topic(name, partitions, config, validate_only, replication_factor)
-
-    def add_partitions(self, name: str, total: int, validate_only: bool = False) -> TopicMetadata:
-        return self._controller.add_partitions(name, total, validate_only)
-
-    def alter_topic_config(self, name: str, config: dict[str, str]) -> TopicMetadata:
-        return self._controller.alter_topic_config(name, config)
-
-    def set_topic_config(self, name: str, config: dict[str, str], validate_only: bool = False) -> TopicMetadata:
-        return self._controller.set_topic_config(name, config, validate_only)
-
-    def delete_topic(self, name: str) -> None:
-        self._controller.delete_topic(name)
-
-    def describe_topic(self, name: str) -> TopicMetadata:
-        return self._controller.describe_topic(name)
-
-    def topic_names(self) -> dict[uuid.UUID, str]:
-        return self._controller.topic_names()
-
-    def list_topics(self, include_internal: bool = False) -> list[str]:
-        return self._controller.list_topics(include_internal)
-
-    def topics(self) -> dict[str, TopicMetadata]:
-        return self._controller.topics()
-
-    def topic_configs(self) -> dict[str, dict[str, str]]:
-        return self._controller.topic_configs()
-
-    def allocate_producer_id(self) -> int:
-        return self._controller.allocate_producer_id()
-
-    def allocate_coordinator_epoch(self, at_least: int) -> int:
-        return self._controller.allocate_coordinator_epoch(at_least)
 
     def transaction_config(self) -> TransactionConfig:
         """The broker's `transaction.*` settings, for a client that starts the transaction coordinator."""
-        return self._controller.config.transaction_config
-
-    # --- security --------------------------------------------------------------------------------
-
-    def upsert_scram_credential(self, user: str, credential: ScramCredential) -> None:
-        self._controller.upsert_scram_credential(user, credential)
-
-    def delete_scram_credential(self, user: str, mechanism: str) -> bool:
-        return self._controller.delete_scram_credential(user, mechanism)
-
-    def scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
-        return self._controller.scram_credential(user, mechanism)
-
-    def scram_credentials(self) -> dict[str, dict[str, ScramCredential]]:
-        return self._controller.scram_credentials()
-
-    def create_acls(self, bindings: list[AclBinding]) -> None:
-        self._controller.create_acls(bindings)
-
-    def delete_acls(self, filters: list[AclBindingFilter]) -> list[list[AclBinding]]:
-        return self._controller.delete_acls(filters)
-
-    def acls(self) -> tuple[int, list[AclBinding]]:
-        return self._controller.acls()
-
-    def acls_version(self) -> int:
-        return self._controller.acls_version()
+        return self.config.transaction_config
 
     def shutdown(self) -> None:
         self._gauges.stop()
         self._stopping.set()
         self._monitor.join()
-        self._controller.close()
+        self.close()
 
 
 def _tell_group_coordinator(topic: str) -> None:

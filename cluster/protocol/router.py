@@ -13,9 +13,9 @@ ListOffsets v9 (v8's -4, earliest local offset, is the earliest offset without t
 tiered offset, answers offset -1; v10 only lets a broker answer later, for tiered storage); Metadata v12 (the last
 without a top-level error; v10+ carries topic ids, v12 may name topics by id); InitProducerId v5 is the last before
 two-phase-commit transactions (v6). The admin APIs (CreateTopics, DeleteTopics, CreatePartitions, DescribeConfigs,
-AlterConfigs, IncrementalAlterConfigs, DeleteRecords, DescribeCluster, OffsetForLeaderEpoch) are served from kio's
-floor to its ceiling: their later versions only add fields the handlers fill (CreateTopics v7 answers the topic id,
-DeleteTopics v6 deletes by topic id, `is_fenced` is false). So are the security APIs:
+AlterConfigs, IncrementalAlterConfigs, DeleteRecords, DescribeCluster, OffsetForLeaderEpoch, ElectLeaders) are served
+from kio's floor to its ceiling: their later versions only add fields the handlers fill (CreateTopics v7 answers the
+topic id, DeleteTopics v6 deletes by topic id, `is_fenced` is false). So are the security APIs:
 DescribeAcls (29), CreateAcls (30), DeleteAcls (31) v1-3 (v0 could not name PREFIXED patterns, and Kafka 4 dropped
 it), DescribeUserScramCredentials (50) and AlterUserScramCredentials (51) v0.
 The transaction APIs serve the TV1 protocol every client speaks to a broker finalizing no `transaction.version` feature,
@@ -73,6 +73,7 @@ from cluster.protocol.handlers.configs import (
     DescribeConfigsHandler,
 )
 from cluster.protocol.handlers.delete_records import DELETE_RECORDS_KEY, DeleteRecordsHandler
+from cluster.protocol.handlers.elect_leaders import ELECT_LEADERS_KEY, ElectLeadersHandler
 from cluster.protocol.handlers.fetch import FETCH_KEY, FetchHandler
 from cluster.protocol.handlers.find_coordinator import FIND_COORDINATOR_KEY, FindCoordinatorHandler
 from cluster.protocol.handlers.group_admin import (
@@ -170,6 +171,7 @@ SERVED: Mapping[int, ApiRange] = MappingProxyType(
         DESCRIBE_GROUPS_KEY: ApiRange(0, 6),
         DELETE_GROUPS_KEY: ApiRange(0, 2),
         OFFSET_DELETE_KEY: ApiRange(0, 0),
+        ELECT_LEADERS_KEY: ApiRange(0, 2),
         CREATE_TOPICS_KEY: ApiRange(2, 7),
         DELETE_TOPICS_KEY: ApiRange(1, 6),
         CREATE_PARTITIONS_KEY: ApiRange(0, 3),
@@ -274,6 +276,7 @@ class Router:
             DESCRIBE_GROUPS_KEY: DescribeGroupsHandler(groups, access),
             DELETE_GROUPS_KEY: DeleteGroupsHandler(groups, access),
             OFFSET_DELETE_KEY: OffsetDeleteHandler(view, groups, access),
+            ELECT_LEADERS_KEY: ElectLeadersHandler(view, access),
             CREATE_TOPICS_KEY: CreateTopicsHandler(view, describer, node_id, num_partitions, access),
             DELETE_TOPICS_KEY: DeleteTopicsHandler(view, broker_config.delete_topic_enable, access),
             CREATE_PARTITIONS_KEY: CreatePartitionsHandler(view, node_id, access),

@@ -25,6 +25,7 @@ from collections.abc import Awaitable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from actors.core.controller.elections import ElectionError, ElectionType
 from actors.core.controller.topic_metadata import AdvertisedListener, TopicMetadata
 from cluster.protocol.file_region import FileRegion
 from cluster.protocol.views.transport import Transport
@@ -273,6 +274,16 @@ class BrokerView:
         """A fresh idempotent-producer id, never handed out before in this cluster."""
         producer_id: int = await self._controller.call("allocate_producer_id")
         return producer_id
+
+    async def elect_leaders(
+        self, election_type: ElectionType, partitions: Iterable[tuple[str, int]] | None
+    ) -> dict[tuple[str, int], ElectionError]:
+        """Kafka's ElectLeaders: each partition's outcome (`Controller.elect_leaders`; None: every partition)."""
+        wanted = None if partitions is None else list(partitions)
+        outcomes: dict[tuple[str, int], ElectionError] = await self._controller.call(
+            "elect_leaders", election_type, wanted
+        )
+        return outcomes
 
     async def delete_records(self, topic: str, partition: int, offset: int) -> int:
         """Kafka's DeleteRecords: records below `offset` (-1: the high watermark) go; the new log start offset.

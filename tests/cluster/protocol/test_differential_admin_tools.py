@@ -1,10 +1,14 @@
-"""Deleting a group's committed offsets with Apache Kafka's own kafka-consumer-groups.sh (`ConsumerGroupCommand
---delete-offsets`, which sends OffsetDelete) against Apache Kafka 3.9.1 and against raybroker's listener, and the
-answers compared: the tool's exit code and table, its error line, and the offsets each group has left.
+"""Apache Kafka's own admin tools against Apache Kafka 3.9.1 and against raybroker's listener, their answers compared
+(exit code, printed lines) and what they left behind.
 
-The scenario: an Empty group (its consumer only committed) loses one partition's offset; a group with a member
-subscribed to one topic keeps that topic's offsets (GROUP_SUBSCRIBED_TO_TOPIC) and loses the other's; a group never
-seen and a topic that does not exist are refused. Each run of the tool starts a JVM (~2 s).
+- kafka-consumer-groups.sh `--delete-offsets` (OffsetDelete): an Empty group (its consumer only committed) loses one
+  partition's offset; a group with a member subscribed to one topic keeps that topic's offsets
+  (GROUP_SUBSCRIBED_TO_TOPIC) and loses the other's; a group never seen and a topic that does not exist are refused.
+- kafka-leader-election.sh (ElectLeaders) on one broker: preferred and unclean elections that are not needed, an
+  election of every partition, an unknown topic and an unknown partition. Elections that move a leader need
+  several brokers; `tests/cluster/protocol/handlers/test_elect_leaders.py` runs them on a two-node broker.
+
+Each run of a tool starts a JVM (~2 s).
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from typing import Any
 import pytest
 
 from cluster.protocol.listener import start_listener
-from tests.cluster.protocol.kafka_tools import CONSUMER_GROUPS, run_kafka_tool
+from tests.cluster.protocol.kafka_tools import CONSUMER_GROUPS, LEADER_ELECTION, run_kafka_tool
 
 pytestmark = [pytest.mark.ray, pytest.mark.kafka]
 
@@ -115,3 +119,36 @@ def test_kafka_consumer_groups_delete_offsets_agrees(kafka: str, raybroker: str)
     assert oracle["unknown group"][2] == ["Error: 'od-never-seen' does not exist."], oracle["unknown group"]
     for case in ("empty", "unknown group", "unknown topic", "active", "left"):
         assert answers["raybroker"][case] == oracle[case], (case, answers["raybroker"][case], oracle[case])
+
+
+def leader_election_answers(bootstrap: str) -> dict[str, tuple[int, list[str]]]:
+    """kafka-leader-election.sh's exit code and printed lines (stack traces aside) for each case of the module
+    docstring, on a new two-partition topic."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
+    admin.create_topics([NewTopic("elected", 2, 1)])["elected"].result(timeout=DEADLINE_S)
+    cases = {
+        "preferred": ["--election-type", "preferred", "--topic", "elected", "--partition", "0"],
+        "unclean": ["--election-type", "unclean", "--topic", "elected", "--partition", "1"],
+        "every partition": ["--election-type", "preferred", "--all-topic-partitions"],
+        "unknown topic": ["--election-type", "preferred", "--topic", "never-made", "--partition", "0"],
+        "unknown partition": ["--election-type", "preferred", "--topic", "elected", "--partition", "9"],
+    }
+    answers = {}
+    for case, arguments in cases.items():
+        ran = run_kafka_tool(LEADER_ELECTION, bootstrap, *arguments)
+        said = [line for line in ran.stdout.splitlines() if line.strip()]
+        answers[case] = (ran.returncode, said)
+    return answers
+
+
+def test_kafka_leader_election_agrees(kafka: str, raybroker: str) -> None:
+    answers = {
+        name: leader_election_answers(bootstrap) for name, bootstrap in {"kafka": kafka, "raybroker": raybroker}.items()
+    }
+    oracle = answers["kafka"]
+    assert oracle["preferred"] == (0, ["Valid replica already elected for partitions elected-0"])
+    assert oracle["unknown topic"][0] != 0
+    for case, answer in oracle.items():
+        assert answers["raybroker"][case] == answer, (case, answers["raybroker"][case], answer)
