@@ -382,7 +382,7 @@ def _decode_pieces(data: bytes | memoryview, count: int) -> list[_Run | _Part]:
 
 @dataclass(frozen=True, slots=True)
 class _Part:
-    """Records decoded field by field (a generic chunk, or every record of `decode_sections`): their columns."""
+    """A chunk of records the generic path decoded field by field (`_decode_fields`): their columns."""
 
     columns: RecordColumns
 
