@@ -24,8 +24,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 if TYPE_CHECKING:
     from benchmarks.environment import RayEnvironment
 
-T = TypeVar("T")
-
 
 @dataclass(frozen=True, slots=True)
 class Figure:
@@ -97,6 +95,10 @@ def timer() -> Iterator[Callable[[], float]]:
         end = time.perf_counter()
         if gc_was_enabled:
             gc.enable()
+
+
+# What each run of `best_rates` returns.
+T = TypeVar("T")
 
 
 def best_rates(runs: Mapping[str, Callable[[], T]], repeats: int, count: int) -> tuple[dict[str, float], dict[str, T]]:
