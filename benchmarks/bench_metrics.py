@@ -36,9 +36,9 @@ from typing import Any
 
 import psutil
 
-from benchmarks.bench_send import PARTITIONS, send_records
+from benchmarks.bench_send import PARTITIONS, send_rate, send_records
 from benchmarks.bench_wire import PRODUCE_VALUE_BYTES, create_topic, produce_client
-from benchmarks.common import BenchContext, Figure, throughput_figure, timer
+from benchmarks.common import BenchContext, Figure, throughput_figure
 from benchmarks.environment import BENCH_BROKER_PROPERTIES
 from benchmarks.processes import CLIENT_TIMEOUT_S, in_process
 
@@ -190,11 +190,6 @@ def _serve(mode: str, log_dir: str, connection: Any) -> None:
 
 
 def _send_rate(producer: Any, topic: str, count: int) -> float:
-    """`produce_send`'s workload: `Producer.send` per record, keyed over the topic's partitions, all acknowledged."""
+    """`produce_send`'s workload (`bench_send.send_rate`) over `count` records."""
     keys, value = send_records(count)
-    with timer() as elapsed:
-        send = producer.send
-        for key in keys:
-            send(topic, value, key=key)
-        producer.flush()
-    return count / elapsed()
+    return send_rate(producer, topic, keys, value)

@@ -30,7 +30,7 @@ import uuid
 from typing import Any
 
 from benchmarks.bench_spark import FEW_PARTITIONS, PAGES, ROWS, USERS, prepare
-from benchmarks.common import BenchContext, Figure, throughput_figure, timer
+from benchmarks.common import BenchContext, Figure, best_rates, throughput_figure, timer
 
 REPEATS = 3
 QUICK_REPEATS = 2
@@ -81,18 +81,12 @@ def _read(ctx: BenchContext, topic: str, parquet_dir: str, servers: str, rows: i
     from cluster.data import read_topic
 
     reads = {
-        "read_topic": lambda: read_topic(topic),
-        "read_kafka": lambda: ray.data.read_kafka(topic, bootstrap_servers=servers),
-        "read_parquet": lambda: ray.data.read_parquet(parquet_dir),
+        "read_topic": lambda: read_topic(topic).materialize(),
+        "read_kafka": lambda: ray.data.read_kafka(topic, bootstrap_servers=servers).materialize(),
+        "read_parquet": lambda: ray.data.read_parquet(parquet_dir).materialize(),
     }
-    best = dict.fromkeys(reads, 0.0)
-    counts: dict[str, int] = {}
-    for _ in range(repeats):
-        for name, read in reads.items():
-            with timer() as elapsed:
-                dataset = read().materialize()
-            best[name] = max(best[name], rows / elapsed())
-            counts[name] = dataset.count()
+    best, datasets = best_rates(reads, repeats, rows)
+    counts = {name: dataset.count() for name, dataset in datasets.items()}
     if set(counts.values()) != {rows}:
         raise AssertionError(f"{topic}: the reads returned different row counts: {counts} (wanted {rows})")
     ctx.progress(

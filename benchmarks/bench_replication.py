@@ -237,9 +237,7 @@ def _produce_rf3(ctx: BenchContext) -> Figure:
     ours, baseline = measure(all_acks, replicated), measure(leader_acks, single)
     counted: list[float] = []
     best_baseline = 0.0
-    # What happened to the ISR in each run: a shrunk ISR makes `acks=all` wait for fewer replicas.
-    isr_notes: list[str] = []
-    shrank = False
+    isr = IsrRuns()
     try:
         # The partitions' handles looked up, the followers fetching: not part of the measurement.
         all_acks.send_many(replicated, values[:WARM_UP_RECORDS]).wait()
@@ -249,17 +247,14 @@ def _produce_rf3(ctx: BenchContext) -> Figure:
             before = full_isr(replicated)
             rate = ours()
             after = states(replicated)
-            sizes = [len(after[p].isr) for p in sorted(after)]
-            changed = [p for p in sorted(after) if after[p].isr != before[p].isr]
-            note = f"run {attempt + 1}: ISR {[len(before[p].isr) for p in sorted(before)]} -> {sizes}"
-            started_whole = all(len(state.isr) == REPLICATION_FACTOR for state in before.values())
-            if started_whole:
+            counts, note = isr.observe(
+                f"run {attempt + 1}",
+                [len(before[p].isr) for p in sorted(before)],
+                [len(after[p].isr) for p in sorted(after)],
+                any(after[p].isr != before[p].isr for p in after),
+            )
+            if counts:
                 counted.append(rate)
-                shrank = shrank or bool(changed)
-            else:
-                note += " (not counted: it started without every replica in sync)"
-            if changed or not started_whole:
-                isr_notes.append(note)
             ctx.progress(f"  produce_rf3 {attempt + 1}/{repeats}: rf3 acks=all {rate:,.0f} rec/s, {note}")
     finally:
         all_acks.close()
@@ -270,7 +265,7 @@ def _produce_rf3(ctx: BenchContext) -> Figure:
         if sum(end for _, _, end in offsets) != expected or any(hw != end for _, hw, end in offsets):
             raise RuntimeError(f"{topic}: (log start, high watermark, log end) {offsets}, {expected} records sent")
     if not counted:
-        raise RuntimeError(f"no produce_rf3 run started with every replica in sync: {isr_notes}")
+        raise RuntimeError(f"no produce_rf3 run started with every replica in sync: {isr.notes}")
     figure = throughput_figure(
         "produce_rf3",
         max(counted),
@@ -281,10 +276,45 @@ def _produce_rf3(ctx: BenchContext) -> Figure:
         f"ratio >= {PRODUCE_GOAL_RATIO} with the ISR whole; both Producer.send_many "
         f"({PRODUCE_BATCH_BYTES // 1_000_000} MB batches, {VALUE_BYTES}-byte values) into {PARTITIONS} partitions "
         f"on 3 Ray nodes of this machine, {count:,} records a run, best of {len(counted)} of {repeats} runs; "
-        + ("; ".join(isr_notes) if isr_notes else "ISR of 3 throughout"),
+        + isr.summary("ISR of 3 throughout"),
     )
-    # A run whose ISR shrank was fast because `acks=all` stopped waiting for the replicas that left.
-    return dataclasses.replace(figure, met=bool(figure.met) and not shrank)
+    return isr.verdict(figure)
+
+
+@dataclass
+class IsrRuns:
+    """What happened to the ISR in each measured replication-factor-3 run: a shrunk ISR makes `acks=all` wait for
+    fewer replicas. A judged run (raybroker's) counts only if it started with every replica in sync, and one whose
+    ISR changed while it ran leaves the figure unmet (`verdict`); `notes` name every run whose ISR was not whole
+    throughout, for the goal text (`summary`). `produce_rf3` and `bench_replication_kafka` judge their runs so."""
+
+    notes: list[str] = field(default_factory=list)
+    shrank: bool = False
+
+    def observe(
+        self, label: str, before: list[int], after: list[int], changed: bool, *, judged: bool = True
+    ) -> tuple[bool, str]:
+        """Notes one run (`before`, `after`: its partitions' ISR sizes; `changed`: some ISR differs after it);
+        returns whether the run counts, and its note."""
+        whole = all(size == REPLICATION_FACTOR for size in before)
+        note = f"{label}: ISR {before} -> {after}"
+        counts = whole or not judged
+        if not counts:
+            note += " (not counted: it started without every replica in sync)"
+        elif judged:
+            self.shrank = self.shrank or changed
+        if changed or not whole:
+            self.notes.append(note)
+        return counts, note
+
+    def summary(self, whole: str) -> str:
+        """The notes for the goal text; `whole` when the ISR stayed whole in every run."""
+        return "; ".join(self.notes) if self.notes else whole
+
+    def verdict(self, figure: Figure) -> Figure:
+        """`figure`, unmet if a counted run's ISR shrank: `acks=all` then stopped waiting for the replicas that
+        left, which made the run fast."""
+        return dataclasses.replace(figure, met=bool(figure.met) and not self.shrank)
 
 
 # --- txn_produce_rf3 --------------------------------------------------------------------------------------

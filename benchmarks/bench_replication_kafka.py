@@ -32,7 +32,6 @@ that are barely warm and is noise on a loaded machine. Like `benchmarks.bench_re
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import time
 import uuid
@@ -43,6 +42,7 @@ from benchmarks.bench_replication import (
     PARTITIONS,
     REPLICATION_FACTOR,
     VALUE_BYTES,
+    IsrRuns,
     ThreeNodes,
     full_isr,
     leader_offsets,
@@ -196,27 +196,24 @@ def _produce_rf3_kafka(ctx: BenchContext, targets: dict[str, str]) -> Figure:
         sent[name] += CLIENT_WARM_UP_RECORDS // PARTITIONS * PARTITIONS + count // 2
         ctx.progress(f"  produce_rf3_kafka warm-up (not counted): {name} {rate:,.0f} rec/s")
     best = dict.fromkeys(targets, 0.0)
-    isr_notes: list[str] = []
+    isr = IsrRuns()
     counted = 0
-    shrank = False
     for attempt in range(repeats):
         for name, bootstrap in targets.items():
             before = _isr(name, bootstrap, topics[name], wait=True)
             rate = in_process(produce_all_acks, bootstrap, topics[name], count)
             sent[name] += CLIENT_WARM_UP_RECORDS // PARTITIONS * PARTITIONS + count
             after = _isr(name, bootstrap, topics[name], wait=False)
-            note = f"{name} run {attempt + 1}: ISR {[len(isr) for isr in before.values()]} -> "
-            note += str([len(isr) for isr in after.values()])
-            whole = all(len(isr) == REPLICATION_FACTOR for isr in before.values())
-            changed = before != after
-            if name == "raybroker" and not whole:
-                note += " (not counted: it started without every replica in sync)"
-            else:
+            counts, note = isr.observe(
+                f"{name} run {attempt + 1}",
+                [len(replicas) for replicas in before.values()],
+                [len(replicas) for replicas in after.values()],
+                before != after,
+                judged=name == "raybroker",
+            )
+            if counts:
                 best[name] = max(best[name], rate)
                 counted += name == "raybroker"
-                shrank = shrank or (name == "raybroker" and changed)
-            if changed or not whole:
-                isr_notes.append(note)
             ctx.progress(f"  produce_rf3_kafka {attempt + 1}/{repeats}: {name} {rate:,.0f} rec/s, {note}")
     offsets = leader_offsets(topics["raybroker"])
     if sum(end for _, _, end in offsets) != sent["raybroker"] or any(hw != end for _, hw, end in offsets):
@@ -225,7 +222,7 @@ def _produce_rf3_kafka(ctx: BenchContext, targets: dict[str, str]) -> Figure:
         )
     if not counted:
         raise RuntimeError(
-            f"no raybroker run started with every replica in sync (within {ISR_WAIT_S:g} s): {isr_notes}"
+            f"no raybroker run started with every replica in sync (within {ISR_WAIT_S:g} s): {isr.notes}"
         )
     figure = throughput_figure(
         "produce_rf3_kafka",
@@ -237,7 +234,6 @@ def _produce_rf3_kafka(ctx: BenchContext, targets: dict[str, str]) -> Figure:
         f"ratio >= {GOAL_RATIO} with raybroker's ISR whole; confluent-kafka acks=all, idempotent, "
         f"{VALUE_BYTES}-byte values into {PARTITIONS} partitions x {REPLICATION_FACTOR} replicas, {count:,} records "
         f"a run, best of {counted} (raybroker) and {repeats} (Kafka) runs; "
-        + ("; ".join(isr_notes) if isr_notes else "ISR of 3 throughout on both"),
+        + isr.summary("ISR of 3 throughout on both"),
     )
-    # A run whose ISR shrank was fast because `acks=all` stopped waiting for the replicas that left.
-    return dataclasses.replace(figure, met=bool(figure.met) and not shrank)
+    return isr.verdict(figure)

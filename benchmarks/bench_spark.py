@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from benchmarks.common import BenchContext, Figure, throughput_figure, timer
+from benchmarks.common import BenchContext, Figure, best_rates, throughput_figure
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -134,19 +134,19 @@ def _measure(
     """Best rows/s of the topic read and of the Parquet read, interleaved run by run; both aggregates."""
     from cluster.spark.kafka_source import read_topics
 
-    ingest_best = parquet_best = 0.0
-    ingest_result: list[Any] = []
-    parquet_result: list[Any] = []
-    for _ in range(repeats):
-        with timer() as elapsed:
-            ingest_result = aggregate(read_topics(spark, topics=topic))
-        ingest_best = max(ingest_best, rows / elapsed())
-        with timer() as elapsed:
-            parquet_result = aggregate(spark.read.parquet(str(parquet_dir)))
-        parquet_best = max(parquet_best, rows / elapsed())
-    if ingest_result != parquet_result:
-        raise AssertionError(f"{topic}: ingest and Parquet aggregates differ: {ingest_result} != {parquet_result}")
-    return ingest_best, parquet_best, ingest_result
+    best, results = best_rates(
+        {
+            "ingest": lambda: aggregate(read_topics(spark, topics=topic)),
+            "parquet": lambda: aggregate(spark.read.parquet(str(parquet_dir))),
+        },
+        repeats,
+        rows,
+    )
+    if results["ingest"] != results["parquet"]:
+        raise AssertionError(
+            f"{topic}: ingest and Parquet aggregates differ: {results['ingest']} != {results['parquet']}"
+        )
+    return best["ingest"], best["parquet"], results["ingest"]
 
 
 def prepare(ctx: BenchContext, partitions: int, rows: int) -> tuple[str, Path]:

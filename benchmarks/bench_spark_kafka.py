@@ -36,7 +36,7 @@ from benchmarks.bench_spark import (
     prepare,
     start_spark,
 )
-from benchmarks.common import BenchContext, Figure, throughput_figure, timer
+from benchmarks.common import BenchContext, Figure, best_rates, throughput_figure
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -71,19 +71,13 @@ def run(ctx: BenchContext) -> list[Figure]:
             return reader.load()
 
         reads = {
-            "connector": connector,
-            "connector_tuned": lambda: connector(**{"max.poll.records": TUNED_MAX_POLL_RECORDS}),
-            "bridge": lambda: read_topics(spark, topics=topic),
-            "parquet": lambda: spark.read.parquet(str(parquet_dir)),
+            "connector": lambda: aggregate(connector()),
+            "connector_tuned": lambda: aggregate(connector(**{"max.poll.records": TUNED_MAX_POLL_RECORDS})),
+            "bridge": lambda: aggregate(read_topics(spark, topics=topic)),
+            "parquet": lambda: aggregate(spark.read.parquet(str(parquet_dir))),
         }
-        best = dict.fromkeys(reads, 0.0)
-        results: dict[str, list[tuple[int, int, int, int]]] = {}
         before = listener.statistics()
-        for _ in range(repeats):
-            for name, read in reads.items():
-                with timer() as elapsed:
-                    results[name] = aggregate(read())
-                best[name] = max(best[name], rows / elapsed())
+        best, results = best_rates(reads, repeats, rows)
         after = listener.statistics()
     requests = (after.requests_handled - before.requests_handled) / repeats
     sent_mb = (after.file_bytes_sent - before.file_bytes_sent) / repeats / 1e6

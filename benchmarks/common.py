@@ -15,11 +15,11 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     from benchmarks.environment import RayEnvironment
@@ -95,6 +95,24 @@ def timer() -> Iterator[Callable[[], float]]:
         end = time.perf_counter()
         if gc_was_enabled:
             gc.enable()
+
+
+# What each run of `best_rates` returns.
+T = TypeVar("T")
+
+
+def best_rates(runs: Mapping[str, Callable[[], T]], repeats: int, count: int) -> tuple[dict[str, float], dict[str, T]]:
+    """Every one of `runs` in turn, for `repeats` rounds: each one's best rate (`count` per second of a run; noise
+    only ever slows a run) and what its last run returned. Round by round rather than one after the other, so that
+    a slow stretch of the machine falls on all of them."""
+    best = dict.fromkeys(runs, 0.0)
+    results: dict[str, T] = {}
+    for _ in range(repeats):
+        for name, run in runs.items():
+            with timer() as elapsed:
+                results[name] = run()
+            best[name] = max(best[name], count / elapsed())
+    return best, results
 
 
 def percentile(sorted_values: list[float], fraction: float) -> float:

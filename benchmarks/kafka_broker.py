@@ -14,8 +14,8 @@ imports it from here.
 way (Kafka Streams, Kafka Connect, kafka-clients of another release) into `maven/<group>/<artifact>-<version>`.
 `KafkaNode` is one Kafka process: it formats a fresh KRaft storage dir (broker and controller in one) and runs
 `java -cp <jars> kafka.Kafka server.properties` as a subprocess on 127.0.0.1 ports, and stops it (SIGTERM, then
-SIGKILL after a bound). `KafkaBroker` runs one node in a temporary folder on free ports and waits until an
-AdminClient lists topics; `benchmarks.kafka_cluster.KafkaCluster` runs three nodes as one quorum.
+SIGKILL after a bound). `KafkaQuorum` runs nodes as one quorum in a temporary folder on free ports and waits
+until an AdminClient lists every broker: `KafkaBroker` one, `benchmarks.kafka_cluster.KafkaCluster` three.
 Every step has a time bound and fails with `KafkaUnavailable`, so a machine without Maven, Java or the network
 gets one clear message instead of a hang.
 """
@@ -34,6 +34,7 @@ import time
 import uuid
 from pathlib import Path
 from types import TracebackType
+from typing import Self
 
 from cluster.downloads import cache_root, maven_repository
 
@@ -306,25 +307,33 @@ def wait_until_answering(bootstrap_servers: str, nodes: list[KafkaNode]) -> None
         time.sleep(0.2)
 
 
-class KafkaBroker:
-    """One Apache Kafka node (broker and KRaft controller) on 127.0.0.1, in a temporary folder.
+class KafkaQuorum:
+    """`brokers` `KafkaNode`s on 127.0.0.1 in one temporary folder (`node1`, `node2`, ...), formatted with one
+    cluster id, every node a voter of the controller quorum, each with `properties` in its server.properties. Use
+    as a context manager, or call `start()` and `stop()`.
 
-    `extra_properties` are added to (and override) the server.properties written here, e.g.
-    `auto.create.topics.enable`. Use as a context manager, or call `start()` and `stop()`.
+    `start` waits until an AdminClient's metadata lists every broker; `stop` sends SIGTERM to every node at once
+    (so they shut down side by side rather than each waiting for a quorum that is leaving), waits for each (SIGKILL
+    after `STOP_TIMEOUT_S`), and removes the folder. `KafkaBroker` is one node, `benchmarks.kafka_cluster`'s
+    `KafkaCluster` three.
     """
 
-    def __init__(self, extra_properties: dict[str, str] | None = None, version: str = KAFKA_VERSION) -> None:
+    def __init__(self, brokers: int, properties: dict[str, str], version: str = KAFKA_VERSION) -> None:
+        self.brokers = brokers
+        self.properties = properties
         self.version = version
-        self.extra_properties = dict(extra_properties or {})
-        self.port = 0
         self.folder: Path | None = None
-        self._node: KafkaNode | None = None
+        self.nodes: list[KafkaNode] = []
 
     @property
     def bootstrap_servers(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return ",".join(f"127.0.0.1:{node.port}" for node in self.nodes)
 
-    def __enter__(self) -> KafkaBroker:
+    @property
+    def pids(self) -> list[int]:
+        return [node.process.pid for node in self.nodes if node.process is not None]
+
+    def __enter__(self) -> Self:
         self.start()
         return self
 
@@ -334,11 +343,49 @@ class KafkaBroker:
         self.stop()
 
     def start(self) -> None:
-        """Fetches Kafka if needed, formats a new storage dir, starts the broker and waits until it answers."""
+        """Fetches Kafka if needed, formats and starts every node, and waits until every broker answers."""
         jars = kafka_jars(self.version)
         self.folder = Path(tempfile.mkdtemp(prefix="raybroker-kafka-"))
-        self.port, controller_port = free_ports(2)
-        node = self._node = KafkaNode(self.folder, 1, self.port, controller_port)
+        ports = free_ports(2 * self.brokers)
+        self.nodes = [
+            KafkaNode(self.folder / f"node{index + 1}", index + 1, ports[2 * index], ports[2 * index + 1])
+            for index in range(self.brokers)
+        ]
+        voters = ",".join(node.voter for node in self.nodes)
+        cluster_id = new_cluster_id()
+        started = time.monotonic()
+        try:
+            for node in self.nodes:
+                node.start(jars, cluster_id, voters, self.properties)
+            wait_until_answering(self.bootstrap_servers, self.nodes)
+        except BaseException:
+            self.stop()
+            raise
+        progress(
+            f"Kafka {self.version} answers on {self.bootstrap_servers}, {self.brokers} broker(s) "
+            f"({time.monotonic() - started:.1f} s)"
+        )
+
+    def stop(self) -> None:
+        """Stops every node this object started (see the class docstring); safe to call again."""
+        for node in self.nodes:
+            node.terminate()
+        for node in self.nodes:
+            node.stop()
+        self.nodes = []
+        if self.folder is not None:
+            shutil.rmtree(self.folder, ignore_errors=True)
+            self.folder = None
+
+
+class KafkaBroker(KafkaQuorum):
+    """One Apache Kafka node (broker and KRaft controller) on 127.0.0.1, in a temporary folder.
+
+    `extra_properties` are added to (and override) the server.properties written here, e.g.
+    `auto.create.topics.enable`. Use as a context manager, or call `start()` and `stop()`.
+    """
+
+    def __init__(self, extra_properties: dict[str, str] | None = None, version: str = KAFKA_VERSION) -> None:
         # One node: the internal topics can have no more than one replica.
         properties = {
             "num.partitions": "1",
@@ -347,30 +394,13 @@ class KafkaBroker:
             "transaction.state.log.replication.factor": "1",
             "transaction.state.log.min.isr": "1",
             "group.initial.rebalance.delay.ms": "0",
-            **self.extra_properties,
+            **(extra_properties or {}),
         }
-        started = time.monotonic()
-        try:
-            node.start(jars, new_cluster_id(), node.voter, properties)
-            wait_until_answering(self.bootstrap_servers, [node])
-        except BaseException:
-            self.stop()
-            raise
-        progress(f"Kafka {self.version} answers on {self.bootstrap_servers} ({time.monotonic() - started:.1f} s)")
+        super().__init__(1, properties, version)
 
     @property
     def pid(self) -> int | None:
-        process = None if self._node is None else self._node.process
-        return None if process is None else process.pid
-
-    def stop(self) -> None:
-        """Stops the one process this object started (`KafkaNode.stop`); the temporary folder goes too."""
-        node, self._node = self._node, None
-        if node is not None:
-            node.stop()
-        if self.folder is not None:
-            shutil.rmtree(self.folder, ignore_errors=True)
-            self.folder = None
+        return self.pids[0] if self.pids else None
 
 
 def new_cluster_id() -> str:

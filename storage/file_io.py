@@ -2,13 +2,15 @@
 
 - `fsync_dir(directory)`: fsync a directory, so the entries it lists (a create, a rename, an unlink) survive a
   crash; rename(2) alone only changes the page cache of the directory.
+- `read_if_exists(path, what)`: the bytes of a small file that may be absent (a checkpoint, a marker,
+  `partition.metadata`), None when there is none.
 - `write_atomically(path, data)`: the whole new content goes to `<name>.tmp` (name from `storage.file_names`),
   which is written, flushed and fsynced, renamed over `path` with `os.replace` (an atomic rename(2)), then the
   parent directory is fsynced so the rename itself is durable.
 
 Crash behaviour: after `write_atomically` a crash leaves either the old or the new `path`, never a mix; a stale
 `<name>.tmp` is never read and is overwritten by the next write. On failure the target keeps its old content
-and the temporary file is removed. Both functions raise only `KafkaStorageError` (with the path), wrapping the
+and the temporary file is removed. The functions raise only `KafkaStorageError` (with the path), wrapping the
 `OSError`.
 """
 
@@ -28,6 +30,18 @@ def fsync_dir(directory: Path) -> None:
         _sync_directory(directory)
     except OSError as exc:
         raise KafkaStorageError(f"cannot fsync directory: {exc.strerror or exc}", path=directory) from exc
+
+
+def read_if_exists(path: Path, what: str) -> bytes | None:
+    """`path`'s bytes, or None when there is no such file; `KafkaStorageError` ("failed to read <what>") when it
+    exists but cannot be read (an absent file is a state, such as no clean shutdown; an unreadable one a failing
+    disk)."""
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise KafkaStorageError(f"failed to read {what}: {exc.strerror or exc}", path=path) from exc
 
 
 def write_atomically(path: Path, data: bytes) -> None:

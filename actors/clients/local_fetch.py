@@ -276,16 +276,22 @@ def iter_fetches(
     is in flight while the caller handles an answer. Read locally, one call locates up to `max_bytes` over up to
     `MAX_SLICES_PER_LOCATE` segments. The first answer's first batch may start below `offset` and the last
     one's batches may reach past `end_offset`, as with any fetch; it stops early at the high watermark."""
-    pending = PendingFetch(
-        handle,
-        offset,
-        max_bytes,
-        node_id=node_id,
-        prefer_local=prefer_local,
-        zero_copy=zero_copy,
-        max_slices=MAX_SLICES_PER_LOCATE,
-        populate=False,
-    )
+
+    def fetch_from(start: int, node: str | None) -> PendingFetch:
+        """The fetch from `start` (the partition's node as `node`, if known), each of this read's fetches alike:
+        located over up to `MAX_SLICES_PER_LOCATE` segments, its pages populated below, not as it is read."""
+        return PendingFetch(
+            handle,
+            start,
+            max_bytes,
+            node_id=node,
+            prefer_local=prefer_local,
+            zero_copy=zero_copy,
+            max_slices=MAX_SLICES_PER_LOCATE,
+            populate=False,
+        )
+
+    pending = fetch_from(offset, node_id)
     limit = end_offset
     while True:
         results = pending.results(timeout_s)
@@ -293,16 +299,7 @@ def iter_fetches(
         next_offset = pending.next_offset
         more = offset < next_offset < limit
         if more:
-            pending = PendingFetch(
-                handle,
-                next_offset,
-                max_bytes,
-                node_id=pending.node_id,
-                prefer_local=prefer_local,
-                zero_copy=zero_copy,
-                max_slices=MAX_SLICES_PER_LOCATE,
-                populate=False,
-            )
+            pending = fetch_from(next_offset, pending.node_id)
         # Mapped views are prefaulted only now, while the next locate is in flight: the walk that found
         # `next_offset` touched a page per batch; the rest (~1.3-4 ms per 64 MiB) overlaps the Ray round trip.
         for result in results:

@@ -118,6 +118,14 @@ def add_command(
     return parser
 
 
+def add_actions(parser: argparse.ArgumentParser, actions: Sequence[tuple[str, str]]) -> None:
+    """The command's actions, each a flag (`--create`, `--list`, ...) with its help, as Kafka's tools take them:
+    exactly one is required, and `args.action` is its name."""
+    group = parser.add_mutually_exclusive_group(required=True)
+    for action, text in actions:
+        group.add_argument(f"--{action}", dest="action", action="store_const", const=action, help=text)
+
+
 def connect(address: str | None) -> None:
     """`cluster.runtime.connect_to_cluster`, loaded when a command runs."""
     # Ray: loaded only when a broker command runs, so `dump-log` and `--help` start without it (~0.5 s).

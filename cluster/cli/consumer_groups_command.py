@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from cluster.cli.command_support import (
     EXIT_OK,
     UsageError,
+    add_actions,
     add_command,
     connect,
     connect_admin,
@@ -62,14 +63,15 @@ def add_commands(subcommands: Any) -> None:
         "lag and the member it is assigned to. --reset-offsets prints the new offsets and commits them with "
         "--execute (the group must have no members).",
     )
-    actions = groups.add_mutually_exclusive_group(required=True)
-    for action, text in (
-        ("list", "list every group"),
-        ("describe", "describe --group: its offsets, lag and members"),
-        ("delete", "delete --group (a group without members) and its committed offsets"),
-        ("reset-offsets", "reset --group's offsets of --topic, to --to-earliest, --to-latest or --to-offset"),
-    ):
-        actions.add_argument(f"--{action}", dest="action", action="store_const", const=action, help=text)
+    add_actions(
+        groups,
+        (
+            ("list", "list every group"),
+            ("describe", "describe --group: its offsets, lag and members"),
+            ("delete", "delete --group (a group without members) and its committed offsets"),
+            ("reset-offsets", "reset --group's offsets of --topic, to --to-earliest, --to-latest or --to-offset"),
+        ),
+    )
     groups.add_argument("--group", metavar="G", help="the group")
     groups.add_argument("--topic", metavar="T", help="--reset-offsets: the topic whose offsets move")
     targets = groups.add_mutually_exclusive_group()

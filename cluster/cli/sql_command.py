@@ -28,6 +28,7 @@ import json
 from typing import Any
 
 from cluster.cli.command_support import EXIT_OK, add_command, connect, first_line, positive_int
+from cluster.cli.spark_queries import add_query_arguments, command_spark
 from storage.errors import InvalidRequestError
 
 DEFAULT_MAX_ROWS = 1000
@@ -46,10 +47,7 @@ def add_commands(subcommands: Any) -> None:
         "Write topic names that are not SQL identifiers in backticks: SELECT count(*) FROM `page-views`.",
         epilog="Exit codes: 0 ok; 1 query, read or broker error (one line on stderr); 2 usage error.",
     )
-    sql.add_argument("query", metavar="QUERY", help="the Spark SQL query")
-    sql.add_argument(
-        "--topic", dest="topics", action="append", required=True, metavar="TOPIC", help="a topic to query (repeatable)"
-    )
+    add_query_arguments(sql)
     sql.add_argument(
         "--value-format",
         choices=VALUE_FORMATS,
@@ -93,11 +91,9 @@ def run_sql(args: argparse.Namespace) -> int:
     from pyspark.errors import PySparkException
 
     from cluster.spark.kafka_source import read_topics
-    from cluster.spark.session import active_session, get_spark, stop_spark, typed_spark_error
+    from cluster.spark.session import typed_spark_error
 
-    started = active_session() is None
-    spark = get_spark()
-    try:
+    with command_spark() as spark:
         for topic in dict.fromkeys(args.topics):
             df = read_topics(
                 spark,
@@ -116,7 +112,4 @@ def run_sql(args: argparse.Namespace) -> int:
             if typed is not None:
                 raise typed from None
             raise InvalidRequestError(f"SQL: {first_line(str(exc))}") from None
-    finally:
-        if started:
-            stop_spark()
     return EXIT_OK

@@ -25,6 +25,7 @@ import threading
 from typing import Any
 
 from cluster.cli.command_support import EXIT_OK, add_command, connect, first_line, positive_int, set_on_interrupt
+from cluster.cli.spark_queries import add_query_arguments, command_spark
 from storage.errors import InvalidRequestError
 
 DEFAULT_TRIGGER_INTERVAL_MS = 5000
@@ -46,10 +47,7 @@ def add_commands(subcommands: Any) -> None:
         "identifiers in backticks: SELECT count(*) FROM `page-views`.",
         epilog="Exit codes: 0 ok; 1 query, stream or broker error (one line on stderr); 2 usage error; 130 Ctrl-C.",
     )
-    stream.add_argument("query", metavar="QUERY", help="the Spark SQL query")
-    stream.add_argument(
-        "--topic", dest="topics", action="append", required=True, metavar="TOPIC", help="a topic to query (repeatable)"
-    )
+    add_query_arguments(stream)
     stream.add_argument(
         "--from-beginning", action="store_true", help="start at the earliest offsets (default: the latest)"
     )
@@ -88,11 +86,9 @@ def run_stream(args: argparse.Namespace) -> int:
     # Spark: pyspark, RayDP and the JVM load only when a query runs (pyspark alone takes ~0.35 s to import).
     from pyspark.errors import PySparkException
 
-    from cluster.spark.session import active_session, get_spark, kafka_bootstrap_servers, stop_spark
+    from cluster.spark.session import kafka_bootstrap_servers
 
     servers = args.bootstrap_server or kafka_bootstrap_servers()
-    started = active_session() is None
-    spark = get_spark(kafka_connector=True)
     batches = 0
 
     def print_batch(batch: Any, batch_id: int) -> None:
@@ -103,42 +99,41 @@ def run_stream(args: argparse.Namespace) -> int:
 
     query: Any = None
     interrupted = threading.Event()
-    try:
-        for topic in dict.fromkeys(args.topics):
-            (
-                spark.readStream.format("kafka")
-                .option("kafka.bootstrap.servers", servers)
-                .option("subscribe", topic)
-                .option("startingOffsets", "earliest" if args.from_beginning else "latest")
-                .load()
-                .createOrReplaceTempView(f"`{topic}`")
-            )
+    with command_spark(kafka_connector=True) as spark:
         try:
-            query = (
-                spark.sql(args.query)
-                .writeStream.outputMode(args.output_mode)
-                .foreachBatch(print_batch)
-                .trigger(processingTime=f"{args.trigger_interval_ms} milliseconds")
-                .start()
-            )
-        except PySparkException as exc:
-            raise InvalidRequestError(f"SQL: {first_line(str(exc))}") from None
-        # pyspark's own SIGINT handler cancels Spark's jobs through py4j, and when the signal lands while the main
-        # thread waits on a py4j call (as `awaitTermination` does) that second call fails ("reentrant call"): the
-        # loop below stops the query itself instead.
-        with set_on_interrupt(interrupted):
-            while query.isActive and not interrupted.is_set():
-                if args.max_triggers is not None and batches >= args.max_triggers:
-                    break
-                interrupted.wait(POLL_S)
-        failure = query.exception()
-        if failure is not None:
-            raise InvalidRequestError(f"the streaming query failed: {first_line(str(failure))}")
-    finally:
-        if query is not None:
-            query.stop()
-        if started:
-            stop_spark()
+            for topic in dict.fromkeys(args.topics):
+                (
+                    spark.readStream.format("kafka")
+                    .option("kafka.bootstrap.servers", servers)
+                    .option("subscribe", topic)
+                    .option("startingOffsets", "earliest" if args.from_beginning else "latest")
+                    .load()
+                    .createOrReplaceTempView(f"`{topic}`")
+                )
+            try:
+                query = (
+                    spark.sql(args.query)
+                    .writeStream.outputMode(args.output_mode)
+                    .foreachBatch(print_batch)
+                    .trigger(processingTime=f"{args.trigger_interval_ms} milliseconds")
+                    .start()
+                )
+            except PySparkException as exc:
+                raise InvalidRequestError(f"SQL: {first_line(str(exc))}") from None
+            # pyspark's own SIGINT handler cancels Spark's jobs through py4j, and when the signal lands while the
+            # main thread waits on a py4j call (as `awaitTermination` does) that second call fails ("reentrant
+            # call"): the loop below stops the query itself instead.
+            with set_on_interrupt(interrupted):
+                while query.isActive and not interrupted.is_set():
+                    if args.max_triggers is not None and batches >= args.max_triggers:
+                        break
+                    interrupted.wait(POLL_S)
+            failure = query.exception()
+            if failure is not None:
+                raise InvalidRequestError(f"the streaming query failed: {first_line(str(failure))}")
+        finally:
+            if query is not None:
+                query.stop()
     if interrupted.is_set():
         raise KeyboardInterrupt
     return EXIT_OK

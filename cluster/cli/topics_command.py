@@ -13,7 +13,15 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from cluster.cli.command_support import EXIT_OK, UsageError, add_command, connect_admin, key_value, positive_int
+from cluster.cli.command_support import (
+    EXIT_OK,
+    UsageError,
+    add_actions,
+    add_command,
+    connect_admin,
+    key_value,
+    positive_int,
+)
 from storage.errors import TopicExistsError, UnknownTopicOrPartitionError
 
 if TYPE_CHECKING:
@@ -35,15 +43,16 @@ def add_commands(subcommands: Any) -> None:
         "and end offsets, high watermark, size and segment count. With --under-replicated-partitions and/or "
         "--unavailable-partitions only the partition lines they select are printed.",
     )
-    actions = topics.add_mutually_exclusive_group(required=True)
-    for action, text in (
-        ("create", "create --topic with --partitions (default 1), --replication-factor and --config overrides"),
-        ("list", "list topic names"),
-        ("describe", "describe --topic, or every topic"),
-        ("alter", "grow --topic to --partitions N and/or merge --config overrides into its configs"),
-        ("delete", "delete --topic (its folders go after file.delete.delay.ms)"),
-    ):
-        actions.add_argument(f"--{action}", dest="action", action="store_const", const=action, help=text)
+    add_actions(
+        topics,
+        (
+            ("create", "create --topic with --partitions (default 1), --replication-factor and --config overrides"),
+            ("list", "list topic names"),
+            ("describe", "describe --topic, or every topic"),
+            ("alter", "grow --topic to --partitions N and/or merge --config overrides into its configs"),
+            ("delete", "delete --topic (its folders go after file.delete.delay.ms)"),
+        ),
+    )
     topics.add_argument("--topic", metavar="T", help="the topic")
     topics.add_argument("--partitions", type=positive_int, metavar="N", help="partition count (topics never shrink)")
     topics.add_argument(

@@ -21,7 +21,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from cluster.cli.command_support import EXIT_OK, UsageError, add_command, connect, non_negative_int
+from cluster.cli.command_support import EXIT_OK, UsageError, add_actions, add_command, connect, non_negative_int
 from storage.errors import RaybrokerError
 
 # raybroker runs one transaction coordinator for the cluster; Kafka's tool prints the coordinator's broker id.
@@ -48,18 +48,17 @@ def add_commands(subcommands: Any) -> None:
         "List and describe the transactional ids of Kafka clients' transactional producers, like "
         "kafka-transactions.sh: their producer id and epoch, transaction state, timeout and partitions.",
     )
-    actions = command.add_mutually_exclusive_group(required=True)
-    actions.add_argument("--list", dest="action", action="store_const", const="list", help="list transactional ids")
-    actions.add_argument(
-        "--describe", dest="action", action="store_const", const="describe", help="describe --transactional-id"
-    )
-    actions.add_argument(
-        "--abort",
-        dest="action",
-        action="store_const",
-        const="abort",
-        help="abort a hanging transaction of --topic/--partition: by --start-offset, or by --producer-id, "
-        "--producer-epoch and --coordinator-epoch",
+    add_actions(
+        command,
+        (
+            ("list", "list transactional ids"),
+            ("describe", "describe --transactional-id"),
+            (
+                "abort",
+                "abort a hanging transaction of --topic/--partition: by --start-offset, or by --producer-id, "
+                "--producer-epoch and --coordinator-epoch",
+            ),
+        ),
     )
     command.add_argument("--transactional-id", metavar="ID", help="--describe: the transactional id")
     command.add_argument("--state", action="append", default=[], metavar="S", help="--list: only this state")

@@ -51,10 +51,10 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from storage import file_names
 from storage.clock import Clock
@@ -77,6 +77,8 @@ if TYPE_CHECKING:
     from storage.partition.log import Log
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 # Retry backoff doubles per failure up to 2**6 = 64 x log.cleaner.backoff.ms (16 min at the 15 s default).
 MAX_BACKOFF_DOUBLINGS = 6
@@ -255,12 +257,7 @@ class CleanerManager:
                     continue
                 asked.append((tp, registered.partition.cleanable(self._offsets.get(tp))))
             candidates = []
-            for tp, pending in asked:
-                try:
-                    found = pending.result()
-                except Exception as exc:
-                    self.mark_failed(tp, exc)
-                    continue
+            for tp, found in self._answers(asked):
                 if found is None:
                     continue
                 if found.checkpoint_reset:
@@ -372,22 +369,14 @@ class CleanerManager:
     ) -> list[CleanResult]:
         """The passes' three steps, each asked of every pass before any answer is collected. Any failure is
         confined to its partition: it is retried after its backoff, the others go on."""
+        taken = {tp: (partition, thread) for tp, partition, thread, _ in passes}
         snapshots = [
-            (
-                tp,
-                partition,
-                thread,
-                partition.snapshot_for_cleaning(ltc.first_dirty_offset, ltc.first_uncleanable_offset),
-            )
-            for tp, partition, thread, ltc in passes
+            (tp, partition.snapshot_for_cleaning(ltc.first_dirty_offset, ltc.first_uncleanable_offset))
+            for tp, partition, _, ltc in passes
         ]
         cleaning = []
-        for tp, partition, thread, pending_snapshot in snapshots:
-            try:
-                snapshot = pending_snapshot.result()
-            except Exception as exc:
-                self.mark_failed(tp, exc)
-                continue
+        for tp, snapshot in self._answers(snapshots):
+            partition, thread = taken[tp]
             cleaning.append((tp, partition, snapshot, thread.clean(snapshot)))
         swapping = []
         results = []
@@ -400,18 +389,24 @@ class CleanerManager:
                     results.append(aborted_pass(snapshot))
                 else:
                     self.mark_failed(tp, exc)
-        for tp, pending_result in swapping:
-            try:
-                result = pending_result.result()
-            except Exception as exc:
-                self.mark_failed(tp, exc)
-                continue
+        for tp, result in self._answers(swapping):
             if result.aborted:
                 self.abort_cleaning(tp)
             else:
                 self.done_cleaning(tp, result.end_offset)
             results.append(result)
         return results
+
+    def _answers(self, calls: Sequence[tuple[TopicPartition, Pending[T]]]) -> Iterator[tuple[TopicPartition, T]]:
+        """Each partition's answer to its call, in order. A call that raised marks its partition failed (retried
+        after its backoff) and gives no answer: one partition's failure never stops the others."""
+        for tp, pending in calls:
+            try:
+                answer = pending.result()
+            except Exception as exc:
+                self.mark_failed(tp, exc)
+                continue
+            yield tp, answer
 
     @staticmethod
     def _changed_since(partition: CleanablePartition, snapshot: LogSnapshot) -> bool:

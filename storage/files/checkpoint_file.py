@@ -42,7 +42,7 @@ from typing import Generic, NamedTuple, Protocol, TypeVar
 
 from storage.arguments import is_int
 from storage.errors import CorruptCheckpointError, KafkaStorageError
-from storage.file_io import write_atomically
+from storage.file_io import read_if_exists, write_atomically
 
 T = TypeVar("T")
 
@@ -254,14 +254,9 @@ class CheckpointFile(Generic[T]):
     def read(self) -> list[T]:
         """The file's entries in file order; a missing file has none."""
         with self._lock:
-            try:
-                data = self._path.read_bytes()
-            except FileNotFoundError:
-                return []
-            except OSError as exc:
-                raise KafkaStorageError(
-                    f"failed to read checkpoint file: {exc.strerror or exc}", path=self._path
-                ) from exc
+            data = read_if_exists(self._path, "checkpoint file")
+        if data is None:
+            return []
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError as exc:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from storage.arguments import is_int
 from storage.errors import CorruptCheckpointError, KafkaStorageError
-from storage.file_io import fsync_dir, write_atomically
+from storage.file_io import fsync_dir, read_if_exists, write_atomically
 from storage.file_names import CLEAN_SHUTDOWN_FILE
 from storage.files.checkpoint_file import INT64_MAX, INT64_MIN
 
@@ -75,14 +75,8 @@ def read_clean_shutdown(directory: Path) -> int | None:
 
     Use `has_clean_shutdown_marker` to tell "clean" from "unclean": an empty marker is clean with no epoch.
     """
-    path = clean_shutdown_path(directory)
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise KafkaStorageError(f"failed to read clean-shutdown marker: {exc.strerror or exc}", path=path) from exc
-    return parse_clean_shutdown(data)
+    data = read_if_exists(clean_shutdown_path(directory), "clean-shutdown marker")
+    return None if data is None else parse_clean_shutdown(data)
 
 
 def format_clean_shutdown(broker_epoch: int = NO_BROKER_EPOCH) -> bytes:

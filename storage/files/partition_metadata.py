@@ -29,8 +29,8 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from storage.errors import CorruptCheckpointError, InconsistentTopicIdError, KafkaStorageError
-from storage.file_io import write_atomically
+from storage.errors import CorruptCheckpointError, InconsistentTopicIdError
+from storage.file_io import read_if_exists, write_atomically
 from storage.file_names import partition_metadata_file
 from storage.kafka_uuid import ZERO_UUID, parse_uuid, uuid_text
 
@@ -81,12 +81,9 @@ def read_partition_metadata(partition_dir: Path) -> PartitionMetadata | None:
     """The partition folder's `partition.metadata`, or None when it has none; `CorruptCheckpointError` for a file
     that breaks the grammar, `KafkaStorageError` when it cannot be read."""
     path = partition_metadata_file(partition_dir)
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
+    raw = read_if_exists(path, path.name)
+    if raw is None:
         return None
-    except OSError as exc:
-        raise KafkaStorageError(f"cannot read {path.name}: {exc.strerror or exc}", path=path) from exc
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -37,7 +37,8 @@ or mapped file stays readable if it is unlinked afterwards. A mapped page that a
 faults (SIGBUS) when touched; segment files only shrink in `Log.truncate_to` (replica divergence, which
 raybroker's single replica never does) and in recovery from disk corruption, so views are for parsing and
 dropping, not for keeping. `open_located(file_slice)` is its first half, for a reader that hands the located
-bytes on without reading them (the Kafka listener's `sendfile`).
+bytes on without reading them (the Kafka listener's `sendfile`); `open_identified(path, device, inode)` its check
+of the inode, which `local_log_view` makes too when it walks a segment to locate a fetch.
 """
 
 from __future__ import annotations
@@ -215,8 +216,22 @@ def open_located(file_slice: FileSlice) -> int | None:
     """A read-only file descriptor of the slice's file, if it is still the located file (same device and inode)
     and holds the slice's bytes; None otherwise. The caller closes it; it stays readable if the file is unlinked
     meanwhile, and the bytes it holds at the slice do not change (segments are append-only below their size)."""
+    opened = open_identified(file_slice.path, file_slice.device, file_slice.inode)
+    if opened is None:
+        return None
+    fd, size_bytes = opened
+    if size_bytes < file_slice.position + file_slice.length:
+        os.close(fd)
+        return None
+    return fd
+
+
+def open_identified(path: str, device: int, inode: int) -> tuple[int, int] | None:
+    """A read-only file descriptor of `path` and the file's size, if the file there is still the one a reader
+    located (`device`, `inode`: a segment deleted and another created at its name is not); None when it is not, or
+    cannot be opened. The caller closes it."""
     try:
-        fd = os.open(file_slice.path, os.O_RDONLY | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return None
     try:
@@ -224,11 +239,10 @@ def open_located(file_slice: FileSlice) -> int | None:
     except OSError:
         os.close(fd)
         return None
-    same = (status.st_dev, status.st_ino) == (file_slice.device, file_slice.inode)
-    if not same or status.st_size < file_slice.position + file_slice.length:
+    if (status.st_dev, status.st_ino) != (device, inode):
         os.close(fd)
         return None
-    return fd
+    return fd, status.st_size
 
 
 def map_pages(fd: int, position: int, length: int, *, populate: bool) -> memoryview:
@@ -272,6 +286,7 @@ __all__ = [
     "located_aborted_transactions",
     "map_pages",
     "offset_after",
+    "open_identified",
     "open_located",
     "populate_pages",
     "read_located",

@@ -57,7 +57,7 @@ from pathlib import Path
 
 from storage import file_names
 from storage.errors import CorruptIndexError, CorruptRecordError, KafkaStorageError
-from storage.partition.file_slices import CONSUMER_ISOLATIONS, FileSlice, map_pages
+from storage.partition.file_slices import CONSUMER_ISOLATIONS, FileSlice, map_pages, open_identified
 from storage.partition.high_watermark_file import HighWatermarkReader, PublishedWatermark
 from storage.records.file_records import iter_any_batches
 from storage.records.layout import (
@@ -249,16 +249,13 @@ class LocalLogView:
                 active and (start.device, start.inode) != (published.device, published.inode)
             ):
                 return None
-            try:
-                fd = os.open(start.path, os.O_RDONLY | os.O_CLOEXEC)
-            except OSError:
+            opened = open_identified(start.path, start.device, start.inode)
+            if opened is None:
                 return None
+            fd, size_bytes = opened
             try:
-                status = os.fstat(fd)
-                if (status.st_dev, status.st_ino) != (start.device, start.inode):
-                    return None
-                end = published.position if active else status.st_size
-                if end > status.st_size or start.position > end:
+                end = published.position if active else size_bytes
+                if end > size_bytes or start.position > end:
                     return None
                 if start.position < end:
                     walked = _walk(fd, start.position, end, offset, max_bytes, upper_offset)

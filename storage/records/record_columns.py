@@ -57,7 +57,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
@@ -316,7 +316,7 @@ def decode_sections(sections: Sequence[Section]) -> SectionsColumns:
     ends = np.cumsum([len(section.data) for section in sections], dtype=np.int64)
     try:
         body_starts, body_ends = _lockstep_bodies(joined, padded, counts, ends)
-        columns = _join_parts(joined, [_decode_fields(joined, padded, body_starts, body_ends)])
+        columns = _decode_fields(joined, padded, body_starts, body_ends)
     except CorruptRecordError as exc:
         batch = None if exc.position is None else int(np.searchsorted(ends, exc.position, side="right"))
         offset = int(base_offsets[batch]) if batch is not None and batch < len(sections) else None
@@ -354,7 +354,9 @@ def _decode_pieces(data: bytes | memoryview, count: int) -> list[_Run | _Part]:
     while done < count:
         layout = layout_at(data, position)
         if layout is not None:
-            run = _Run(array, position, layout, matching_run_length(data, array, position, layout, count - done, probe))
+            run = _Run(
+                data, array, position, layout, matching_run_length(data, array, position, layout, count - done, probe)
+            )
             if len(run) >= MIN_RUN_RECORDS or len(run) == count - done:
                 pieces.append(run)
                 position += len(run) * layout.stride
@@ -368,7 +370,7 @@ def _decode_pieces(data: bytes | memoryview, count: int) -> list[_Run | _Part]:
         body_starts = np.empty(chunk, dtype=np.int64)
         body_ends = np.empty(chunk, dtype=np.int64)
         position = _walk_bodies(data, position, len(data), range(chunk), body_starts, body_ends)
-        pieces.append(_decode_fields(data, padded, body_starts, body_ends))
+        pieces.append(_Part(_decode_fields(data, padded, body_starts, body_ends)))
         done += chunk
     if position != len(data):
         raise CorruptRecordError(
@@ -378,39 +380,33 @@ def _decode_pieces(data: bytes | memoryview, count: int) -> list[_Run | _Part]:
     return pieces
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class _Part:
-    headers_by_record: dict[int, tuple[Header, ...]]
-    offset_deltas: np.ndarray
-    timestamp_deltas: np.ndarray
-    key_starts: np.ndarray
-    key_lengths: np.ndarray
-    value_starts: np.ndarray
-    value_lengths: np.ndarray
-    header_starts: np.ndarray
-    header_counts: np.ndarray
-    body_starts: np.ndarray
-    body_ends: np.ndarray
+    """A chunk of records the generic path decoded field by field (`_decode_fields`): their columns."""
 
-    def part(self) -> _Part:
-        return self
+    columns: RecordColumns
+
+    def part(self) -> RecordColumns:
+        return self.columns
 
     def timestamp_column(self) -> np.ndarray:
-        return self.timestamp_deltas
+        return self.columns.timestamp_deltas
 
     def first_null_key(self) -> int | None:
-        nulls = (self.key_lengths < 0).nonzero()[0]
+        nulls = (self.columns.key_lengths < 0).nonzero()[0]
         return int(nulls[0]) if len(nulls) else None
 
     def records(self, raw: bytes, base_offset: int, base_timestamp: int, log_append_time: int | None) -> list[Record]:
-        columns = RecordColumns(raw, *(getattr(self, field.name) for field in fields(_Part)))
-        return columns.records(base_offset, base_timestamp, log_append_time)
+        # Over `raw` (the section as bytes, copied once per section) rather than a memoryview: keys and values
+        # are then cut without a copy of the section each.
+        return replace(self.columns, section=raw).records(base_offset, base_timestamp, log_append_time)
 
 
 @dataclass(slots=True)
 class _Run:
-    """`count` consecutive records of one layout from `start` in `array` (the section's bytes)."""
+    """`count` consecutive records of one layout from `start` in `data`, the section (`array`: its bytes)."""
 
+    data: bytes | memoryview
     array: np.ndarray
     start: int
     layout: RecordLayout
@@ -444,11 +440,12 @@ class _Run:
             itertools.repeat((), run),
         )
 
-    def part(self) -> _Part:
+    def part(self) -> RecordColumns:
         layout = self.layout
         run = len(self)
         starts = np.arange(self.start, self.start + run * layout.stride, layout.stride, dtype=np.int64)
-        return _Part(
+        return RecordColumns(
+            section=self.data,
             offset_deltas=self._varints(layout.offset_at, layout.offset_width),
             timestamp_deltas=self.timestamp_column(),
             key_starts=starts + layout.key_at,
@@ -624,7 +621,7 @@ def _lockstep_bodies(
 
 def _decode_fields(
     data: bytes | memoryview, padded: np.ndarray, body_starts: np.ndarray, body_ends: np.ndarray
-) -> _Part:
+) -> RecordColumns:
     """Every field of the records whose bodies are `body_starts`..`body_ends`, decoded with numpy over all of them
     (`padded` is `data` followed by `PADDING`); headers are parsed in Python where a record has some."""
     timestamp_at = body_starts + 1
@@ -654,7 +651,8 @@ def _decode_fields(
             f"{int(body_ends[index] - body_starts[index])}",
             position=int(min(ends[index], body_ends[index] - 1)),
         )
-    return _Part(
+    return RecordColumns(
+        data,
         headers_by_record,
         offset_deltas,
         timestamp_deltas,
@@ -713,12 +711,13 @@ def _parse_headers(
     return tuple(headers), position
 
 
-def _join_parts(data: bytes | memoryview, parts: list[_Part]) -> RecordColumns:
-    names = [field.name for field in fields(_Part) if field.name != "headers_by_record"]
+def _join_parts(data: bytes | memoryview, parts: list[RecordColumns]) -> RecordColumns:
+    """The records of `parts` (columns over `data`, in order) as the columns of one section."""
+    names = [field.name for field in fields(RecordColumns) if field.name not in ("section", "headers_by_record")]
     if not parts:
         return RecordColumns(data, {}, *(np.zeros(0, dtype=np.int64) for _ in names))
     if len(parts) == 1:
-        return RecordColumns(data, parts[0].headers_by_record, *(getattr(parts[0], name) for name in names))
+        return parts[0]
     headers_by_record: dict[int, tuple[Header, ...]] = {}
     before = 0
     for part in parts:

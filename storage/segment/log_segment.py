@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 from storage import file_names
 from storage.clock import Clock
@@ -47,11 +48,14 @@ from storage.errors import (
 )
 from storage.records.file_records import BatchPosition, FileRecords, TimestampAndOffset
 from storage.records.record_batch import NO_TIMESTAMP, RecordBatch
+from storage.segment.index_base import IndexBase
 from storage.segment.offset_index import OffsetIndex
 from storage.segment.time_index import TimeIndex
 from storage.segment.transaction_index import AbortedTxn, TransactionIndex
 
 MAX_RELATIVE_OFFSET = 2**31 - 1
+# The offset or the time index (`LogSegment._open_index`).
+_IndexT = TypeVar("_IndexT", bound=IndexBase[Any])
 
 
 logger = logging.getLogger(__name__)
@@ -156,22 +160,21 @@ class LogSegment:
     @property
     def offset_index(self) -> OffsetIndex:
         if self._offset_index is None:
-            if self._deleted:
-                raise SegmentDeletedError("segment was deleted", path=self.log.path)
-            self._offset_index = OffsetIndex(
-                self.offset_index_path, self.base_offset, self.max_index_size, writable=not self.read_only
-            )
+            self._offset_index = self._open_index(OffsetIndex, self.offset_index_path)
         return self._offset_index
 
     @property
     def time_index(self) -> TimeIndex:
         if self._time_index is None:
-            if self._deleted:
-                raise SegmentDeletedError("segment was deleted", path=self.log.path)
-            self._time_index = TimeIndex(
-                self.time_index_path, self.base_offset, self.max_index_size, writable=not self.read_only
-            )
+            self._time_index = self._open_index(TimeIndex, self.time_index_path)
         return self._time_index
+
+    def _open_index(self, index_type: type[_IndexT], path: Path) -> _IndexT:
+        """The offset or time index at `path`, opened on first use (see the module docstring); never after the
+        segment's deletion, which would recreate it empty at its old path."""
+        if self._deleted:
+            raise SegmentDeletedError("segment was deleted", path=self.log.path)
+        return index_type(path, self.base_offset, self.max_index_size, writable=not self.read_only)
 
     @property
     def txn_index(self) -> TransactionIndex:

@@ -103,8 +103,8 @@ def main(out: Path) -> None:
     broker.start()
     try:
         write_scenario(broker.bootstrap_servers)
-        assert broker.folder is not None and broker.pid is not None
-        data = broker.folder / "data"
+        assert broker.pid is not None
+        data = broker.nodes[0].folder / "data"
         os.kill(broker.pid, signal.SIGTERM)
         deadline = time.monotonic() + STOP_TIMEOUT_S
         marker = data / ".kafka_cleanshutdown"

@@ -164,17 +164,7 @@ final class RecordBatchDecoder {
       return;
     }
     boolean logAppendTime = (attributes & LOG_APPEND_TIME_MASK) != 0;
-    int codec = attributes & CODEC_MASK;
-    int end;
-    if (codec == 0) {
-      data = buffer;
-      pos = at + HEADER_BYTES;
-      end = at + size;
-    } else {
-      data = codecs.decompress(codec, buffer, at + HEADER_BYTES, size - HEADER_BYTES, baseOffset);
-      pos = 0;
-      end = codecs.length;
-    }
+    int end = openRecords(buffer, at, size, attributes, baseOffset);
     if (count < 0 || count > end - pos) {
       throw corrupt("batch at offset " + baseOffset + " claims " + count + " records", at);
     }
@@ -184,6 +174,23 @@ final class RecordBatchDecoder {
     if (pos != end) {
       throw corrupt("batch at offset " + baseOffset + " has " + (end - pos) + " bytes after its records", at);
     }
+  }
+
+  /**
+   * Points {@code data} and {@code pos} at the first record of the batch of {@code size} bytes at {@code at}: in
+   * {@code buffer} itself, or in the records decompressed by the codec its {@code attributes} name; returns the
+   * position after the last record. Both the row decoder and the control-record reader start here.
+   */
+  private int openRecords(byte[] buffer, int at, int size, int attributes, long baseOffset) {
+    int codec = attributes & CODEC_MASK;
+    if (codec == 0) {
+      data = buffer;
+      pos = at + HEADER_BYTES;
+      return at + size;
+    }
+    data = codecs.decompress(codec, buffer, at + HEADER_BYTES, size - HEADER_BYTES, baseOffset);
+    pos = 0;
+    return codecs.length;
   }
 
   /** Kafka's read_committed rule for one batch (see the class docstring); control batches are never dropped. */
@@ -198,18 +205,7 @@ final class RecordBatchDecoder {
   }
 
   private int controlType(byte[] buffer, int at, int size, long baseOffset) {
-    int attributes = readShort(buffer, at + 21);
-    int codec = attributes & CODEC_MASK;
-    int end;
-    if (codec == 0) {
-      data = buffer;
-      pos = at + HEADER_BYTES;
-      end = at + size;
-    } else {
-      data = codecs.decompress(codec, buffer, at + HEADER_BYTES, size - HEADER_BYTES, baseOffset);
-      pos = 0;
-      end = codecs.length;
-    }
+    int end = openRecords(buffer, at, size, readShort(buffer, at + 21), baseOffset);
     readVarint(end);
     pos++;
     readVarlong(end);
