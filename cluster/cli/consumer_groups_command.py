@@ -5,8 +5,8 @@ Groups of Kafka clients over the wire and of raybroker's Python `Consumer` are t
 to the one group coordinator. `--describe` prints Kafka's table, one line per partition the group committed or
 has assigned: the committed offset, the log end offset (the high watermark, what a consumer can reach), the lag
 between them, and the member it is assigned to. A member's partitions are read from its assignment in Kafka's
-consumer protocol (`ConsumerProtocolAssignment`, decoded with kio); an assignment that does not decode (a group of
-another protocol type) shows no partitions, as Kafka's tool does.
+consumer protocol (`ConsumerProtocolAssignment`, decoded by `actors.core.groups.consumer_protocol`); an assignment
+that does not decode (a group of another protocol type) shows no partitions, as Kafka's tool does.
 
 `--reset-offsets` prints the plan (`GROUP TOPIC PARTITION NEW-OFFSET`) and, with `--execute`, commits it; as
 Kafka's tool, only a group without members may be reset, and `--to-offset` is clamped to each partition's log
@@ -16,7 +16,6 @@ start and end offsets.
 from __future__ import annotations
 
 import argparse
-import struct
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -36,9 +35,6 @@ if TYPE_CHECKING:
     from actors.clients.consumer_groups import ConsumerGroups
     from actors.core.groups.group_membership import GroupDescription, MemberDescription
 
-# The newest ConsumerProtocolAssignment version kio has; later versions only add fields.
-LATEST_ASSIGNMENT_VERSION = 3
-_ASSIGNMENT_VERSION = struct.Struct(">h")  # the version prefix of a ConsumerProtocolAssignment
 DESCRIBE_HEADER = (
     "GROUP",
     "TOPIC",
@@ -174,38 +170,16 @@ def _reset(args: argparse.Namespace, groups: ConsumerGroups) -> None:
 def _owners(group: GroupDescription) -> dict[tuple[str, int], MemberDescription]:
     """Each assigned (topic, partition) with the member holding it, from the members' consumer-protocol
     assignments (empty outside a Stable group of protocol type "consumer", or for bytes that do not decode)."""
+    # Loaded only when --describe runs (kio's schemas take about 0.5 s to import), so the CLI starts fast.
+    from actors.core.groups.consumer_protocol import CONSUMER_PROTOCOL_TYPE, assigned_partitions
+
     owners: dict[tuple[str, int], MemberDescription] = {}
-    if group.protocol_type != "consumer":
+    if group.protocol_type != CONSUMER_PROTOCOL_TYPE:
         return owners
     for member in group.members:
-        for topic, partition in _assigned_partitions(member.assignment):
+        for topic, partition in assigned_partitions(member.assignment):
             owners[(topic, partition)] = member
     return owners
-
-
-def _assigned_partitions(assignment: bytes) -> list[tuple[str, int]]:
-    """The (topic, partition) pairs of a ConsumerProtocolAssignment: an int16 version, then the version's body
-    (later versions only add fields, so one newer than kio knows is read as the newest it does)."""
-    if len(assignment) < _ASSIGNMENT_VERSION.size:
-        return []
-    (version,) = _ASSIGNMENT_VERSION.unpack_from(assignment)
-    if version < 0:
-        return []
-    # kio: loaded only when --describe runs (its schemas take about 0.5 s to import), so the CLI starts fast.
-    from kio.index import load_entity_schema
-    from kio.serial import entity_reader
-    from kio.serial.errors import SerialError
-    from kio.static.constants import EntityType
-
-    schema = load_entity_schema(
-        "consumer_protocol_assignment", min(version, LATEST_ASSIGNMENT_VERSION), EntityType.data
-    )
-    try:
-        decoded: Any
-        decoded, _ = entity_reader(schema)(assignment, _ASSIGNMENT_VERSION.size)
-    except (SerialError, ValueError, TypeError, OverflowError, LookupError):
-        return []
-    return [(topic.topic, partition) for topic in decoded.assigned_partitions for partition in topic.partitions]
 
 
 def _print_table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> None:
