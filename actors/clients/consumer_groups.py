@@ -1,15 +1,16 @@
 """The consumer-group admin facade: Kafka's Admin group calls over the group coordinator actor.
 
-List, describe and delete groups, read a group's committed offsets and move them, for groups of Kafka clients
-over the wire and of raybroker's Python `Consumer` alike: both keep their offsets in the one group coordinator
-(`actors.server.group_coordinator_actor`). Every method blocks until the coordinator answered and raises the broker's
-typed errors (`BrokerNotAvailableError` when no broker runs, `InvalidGroupIdError`), never Ray's; a refusal of
-the coordinator (a group with members cannot be deleted or reset) raises `RaybrokerError` naming Kafka's error.
+List, describe and delete groups, read a group's committed offsets, move them and delete some of them, for groups
+of Kafka clients over the wire and of raybroker's Python `Consumer` alike: both keep their offsets in the one group
+coordinator (`actors.server.group_coordinator_actor`). Every method blocks until the coordinator answered and raises
+the broker's typed errors (`BrokerNotAvailableError` when no broker runs, `InvalidGroupIdError`), never Ray's; a
+refusal of the coordinator (a group with members cannot be deleted or reset) raises `RaybrokerError` naming Kafka's
+error.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from actors.calls import call, get_actor
@@ -44,6 +45,19 @@ class ConsumerGroups:
         verdict: GroupError = call(self._coordinator.delete_group.remote(group))
         if verdict != GroupError.NONE:
             raise RaybrokerError(f"group {group!r} could not be deleted: {verdict.value.upper()}")
+
+    def delete_offsets(self, group: str, partitions: Iterable[tuple[str, int]]) -> dict[tuple[str, int], GroupError]:
+        """Deletes the group's committed offsets of `partitions` (OffsetDelete); each partition's outcome: NONE, or
+        GROUP_SUBSCRIBED_TO_TOPIC for a topic the members of an active consumer group subscribe to. An unknown
+        group (GROUP_ID_NOT_FOUND) or an active group of another protocol (NON_EMPTY_GROUP) raises, deleting
+        nothing."""
+        verdict, outcomes = call(self._coordinator.delete_offsets.remote(group, list(partitions)))
+        if verdict == GroupError.GROUP_ID_NOT_FOUND:
+            raise RaybrokerError(f"consumer group {group!r} does not exist")
+        if verdict != GroupError.NONE:
+            raise RaybrokerError(f"the offsets of group {group!r} could not be deleted: {verdict.value.upper()}")
+        deleted: dict[tuple[str, int], GroupError] = outcomes
+        return deleted
 
     def reset_offsets(self, group: str, offsets: Mapping[tuple[str, int], int]) -> None:
         """Commits `offsets` for a group without members; a group with members is refused (NON_EMPTY_GROUP) and

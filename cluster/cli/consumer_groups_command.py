@@ -1,5 +1,5 @@
 """`raybroker consumer-groups`, modelled on kafka-consumer-groups.sh: `--list`, `--describe`, `--delete`,
-`--reset-offsets`.
+`--reset-offsets`, `--delete-offsets`.
 
 Groups of Kafka clients over the wire and of raybroker's Python `Consumer` are the same groups here: both commit
 to the one group coordinator. `--describe` prints Kafka's table, one line per partition the group committed or
@@ -11,6 +11,11 @@ that does not decode (a group of another protocol type) shows no partitions, as 
 `--reset-offsets` prints the plan (`GROUP TOPIC PARTITION NEW-OFFSET`) and, with `--execute`, commits it; as
 Kafka's tool, only a group without members may be reset, and `--to-offset` is clamped to each partition's log
 start and end offsets.
+
+`--delete-offsets` deletes the group's committed offsets of `--topic` (every partition, or those of `T:0,2`) and
+prints Kafka's table (`TOPIC PARTITION STATUS`); an active consumer group keeps the offsets of the topics its
+members subscribe to, and each such partition's status is an error (exit 1), as the coordinator answers
+(`GroupCoordinator.delete_offsets`).
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from cluster.cli.command_support import (
+    EXIT_DATA_ERROR,
     EXIT_OK,
     UsageError,
     add_actions,
@@ -27,6 +33,7 @@ from cluster.cli.command_support import (
     connect,
     connect_admin,
     non_negative_int,
+    print_error,
     table_lines,
 )
 from storage.errors import RaybrokerError
@@ -47,6 +54,7 @@ DESCRIBE_HEADER = (
     "CLIENT-ID",
 )
 RESET_HEADER = ("GROUP", "TOPIC", "PARTITION", "NEW-OFFSET")
+DELETE_OFFSETS_HEADER = ("TOPIC", "PARTITION", "STATUS")
 
 
 def add_commands(subcommands: Any) -> None:
@@ -66,10 +74,13 @@ def add_commands(subcommands: Any) -> None:
             ("describe", "describe --group: its offsets, lag and members"),
             ("delete", "delete --group (a group without members) and its committed offsets"),
             ("reset-offsets", "reset --group's offsets of --topic, to --to-earliest, --to-latest or --to-offset"),
+            ("delete-offsets", "delete --group's committed offsets of --topic (T, or T:0,2 for some partitions)"),
         ),
     )
     groups.add_argument("--group", metavar="G", help="the group")
-    groups.add_argument("--topic", metavar="T", help="--reset-offsets: the topic whose offsets move")
+    groups.add_argument(
+        "--topic", metavar="T", help="--reset-offsets, --delete-offsets: the topic (--delete-offsets: T or T:0,2)"
+    )
     targets = groups.add_mutually_exclusive_group()
     targets.add_argument("--to-earliest", dest="target", action="store_const", const="earliest", help="log start")
     targets.add_argument("--to-latest", dest="target", action="store_const", const="latest", help="log end")
@@ -81,9 +92,13 @@ def add_commands(subcommands: Any) -> None:
 def run_consumer_groups(args: argparse.Namespace) -> int:
     if args.action != "list" and not args.group:
         raise UsageError(f"--{args.action} needs --group")
+    if args.action in ("reset-offsets", "delete-offsets") and not args.topic:
+        raise UsageError(f"--{args.action} needs --topic")
+    if args.action == "delete-offsets":
+        args.topic, args.partitions = _topic_and_partitions(args.topic)
     if args.action == "reset-offsets":
-        if not args.topic:
-            raise UsageError("--reset-offsets needs --topic")
+        if ":" in args.topic:
+            raise UsageError("--reset-offsets takes a topic name, not partitions")
         if args.target is None and args.to_offset is None:
             raise UsageError("--reset-offsets needs one of --to-earliest, --to-latest, --to-offset")
     elif args.target is not None or args.to_offset is not None or args.execute:
@@ -98,6 +113,8 @@ def run_consumer_groups(args: argparse.Namespace) -> int:
     elif args.action == "delete":
         groups.delete_group(args.group)
         print(f"Deletion of requested consumer groups ('{args.group}') was successful.")
+    elif args.action == "delete-offsets":
+        return _delete_offsets(args, groups)
     else:
         _reset(args, groups)
     return EXIT_OK
@@ -165,6 +182,49 @@ def _reset(args: argparse.Namespace, groups: ConsumerGroups) -> None:
     )
     if not args.execute:
         print("Dry run: nothing was committed; add --execute to reset the offsets.")
+
+
+def _delete_offsets(args: argparse.Namespace, groups: ConsumerGroups) -> int:
+    """Deletes the offsets of `--topic` (all its partitions, or those named after a colon); prints Kafka's table.
+    EXIT_DATA_ERROR if a partition's offset was kept."""
+    # Ray (through the actors): loaded only when a command runs, so the CLI starts fast.
+    from actors.core.groups.group_membership import GroupError
+
+    topic = args.topic
+    if args.partitions:
+        wanted = [(topic, partition) for partition in args.partitions]
+    else:
+        wanted = [(topic, p.partition) for p in connect_admin(args.address).describe_topic(topic).partitions]
+    outcomes = groups.delete_offsets(args.group, wanted)
+    kept = {key: outcome for key, outcome in outcomes.items() if outcome != GroupError.NONE}
+    if not kept:
+        print(f"Request succeed for deleting offsets with topic {topic} group {args.group}")
+    _print_table(
+        DELETE_OFFSETS_HEADER,
+        [
+            (t, str(p), "Successful" if (t, p) not in kept else f"Error: {kept[(t, p)].value.upper()}")
+            for t, p in sorted(outcomes)
+        ],
+    )
+    if kept:
+        print_error(f"the offsets of {len(kept)} partition(s) were kept: the group's members subscribe to {topic}")
+        return EXIT_DATA_ERROR
+    return EXIT_OK
+
+
+def _topic_and_partitions(text: str) -> tuple[str, list[int]]:
+    """`T` (every partition: an empty list) or `T:0,2`, as Kafka's tool takes them; a one-line usage error for
+    anything else."""
+    topic, colon, named = text.partition(":")
+    if not colon:
+        return topic, []
+    try:
+        numbers = [int(part) for part in named.split(",")]
+    except ValueError:
+        raise UsageError(f"--topic takes T or T:0,2 (partition numbers), not {named!r} after the colon") from None
+    if any(number < 0 for number in numbers):
+        raise UsageError(f"partition numbers are not negative: {named!r}")
+    return topic, sorted(set(numbers))
 
 
 def _owners(group: GroupDescription) -> dict[tuple[str, int], MemberDescription]:

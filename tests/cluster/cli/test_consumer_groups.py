@@ -1,6 +1,7 @@
 """`raybroker consumer-groups`: usage errors without Ray, then against a real broker the groups of raybroker's
 Python `Consumer`: listed, described with committed offset, log end offset and lag per partition (the oracle is
-what was produced and committed), reset (dry run, then `--execute`, clamped to the log), and deleted. Groups of
+what was produced and committed), reset (dry run, then `--execute`, clamped to the log), some of its offsets
+deleted, and deleted. Groups of
 wire clients are described in tests/cluster/protocol/test_kafka_groups.py."""
 
 from __future__ import annotations
@@ -39,6 +40,11 @@ def test_help_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
         (["--reset-offsets", "--group", "g", "--topic", "t"], "needs one of --to-earliest"),
         (["--list", "--to-earliest"], "go with --reset-offsets"),
         (["--describe", "--group", "g", "--execute"], "go with --reset-offsets"),
+        (["--delete-offsets", "--topic", "t"], "--delete-offsets needs --group"),
+        (["--delete-offsets", "--group", "g"], "--delete-offsets needs --topic"),
+        (["--delete-offsets", "--group", "g", "--topic", "t:one"], "partition numbers"),
+        (["--delete-offsets", "--group", "g", "--topic", "t:-1"], "not negative"),
+        (["--reset-offsets", "--group", "g", "--topic", "t:0", "--to-latest"], "takes a topic name"),
     ],
 )
 def test_option_combinations_it_refuses_are_one_line_usage_errors(
@@ -96,6 +102,19 @@ def test_a_python_consumer_group_is_listed_described_reset_and_deleted(
         assert (checker.committed((TOPIC, 0)), checker.committed((TOPIC, 1))) == (5, 5)
     finally:
         checker.close()
+
+    code, out, _ = run(capsys, "--delete-offsets", "--group", GROUP, "--topic", f"{TOPIC}:0")
+    assert code == EXIT_OK
+    assert [line.split() for line in out.splitlines() if line.strip()] == [
+        f"Request succeed for deleting offsets with topic {TOPIC} group {GROUP}".split(),
+        ["TOPIC", "PARTITION", "STATUS"],
+        [TOPIC, "0", "Successful"],
+    ]
+    code, out, _ = run(capsys, "--describe", "--group", GROUP)
+    assert [line.split()[1:4] for line in out.splitlines()[2:]] == [[TOPIC, "1", "5"]]
+    code, _, err = run(capsys, "--delete-offsets", "--group", "never-seen", "--topic", TOPIC)
+    assert code == EXIT_DATA_ERROR
+    assert "does not exist" in one_error_line(err)
 
     code, out, _ = run(capsys, "--delete", "--group", GROUP)
     assert (code, out.strip()) == (EXIT_OK, f"Deletion of requested consumer groups ('{GROUP}') was successful.")
