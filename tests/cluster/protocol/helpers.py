@@ -257,6 +257,31 @@ def committed_offsets(broker: InProcessBroker) -> dict[tuple[str, str, int], int
     }
 
 
+def assigned_member(bootstrap: str, group: str, topic: str, deadline_s: float = 30.0) -> Any:
+    """A confluent-kafka consumer of `group` subscribed to `topic` (10 s sessions, heartbeats every 500 ms, no
+    auto-commit), returned once the group assigned it its partitions; the caller closes it."""
+    from confluent_kafka import Consumer
+
+    member = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "session.timeout.ms": 10_000,
+            "heartbeat.interval.ms": 500,
+            "log_level": 0,
+        }
+    )
+    member.subscribe([topic])
+    deadline = time.monotonic() + deadline_s
+    while not member.assignment():
+        if time.monotonic() > deadline:
+            member.close()
+            raise AssertionError(f"no assignment for a member of {group} within {deadline_s} s")
+        member.poll(0.2)
+    return member
+
+
 def confluent_consume_all(
     bootstrap: str, topic: str, partitions: int, isolation: str, expected: int
 ) -> tuple[list[tuple[int, int, bytes]], dict[int, tuple[int, int]]]:

@@ -22,7 +22,7 @@ from kio.index import load_request_schema
 from cluster.protocol.listener import start_listener
 from cluster.protocol.messages import build
 from storage.records.record_batch import RecordBatchBuilder
-from tests.cluster.protocol.helpers import exchange, fetch_v12_body
+from tests.cluster.protocol.helpers import assigned_member, exchange, fetch_v12_body
 
 pytestmark = [pytest.mark.ray, pytest.mark.kafka]
 
@@ -356,22 +356,8 @@ def _commits_without_membership(bootstrap: str, topic: str) -> list[Any]:
             consumer.close()
         return None
 
-    member = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": group,
-            "enable.auto.commit": False,
-            "session.timeout.ms": 10_000,
-            "heartbeat.interval.ms": 500,
-            **QUIET,
-        }
-    )
+    member = assigned_member(bootstrap, group, topic, DEADLINE_S)
     try:
-        member.subscribe([topic])
-        deadline = time.monotonic() + DEADLINE_S
-        while not member.assignment() and time.monotonic() < deadline:
-            member.poll(0.2)
-        assert member.assignment(), "the member got no assignment"
         answers: list[Any] = [alter(3), assigned_commit(4)]
     finally:
         member.close()

@@ -13,13 +13,13 @@ Each run of a tool starts a JVM (~2 s).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
 from cluster.protocol.listener import start_listener
+from tests.cluster.protocol.helpers import assigned_member
 from tests.cluster.protocol.kafka_tools import CONSUMER_GROUPS, LEADER_ELECTION, run_kafka_tool
 
 pytestmark = [pytest.mark.ray, pytest.mark.kafka]
@@ -70,7 +70,6 @@ def committed(bootstrap: str, group: str) -> dict[tuple[str, int], int]:
 
 def offset_delete_answers(bootstrap: str) -> dict[str, Any]:
     """The scenario of the module docstring on one broker: each run's answer, then each group's offsets left."""
-    from confluent_kafka import Consumer
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
@@ -83,22 +82,8 @@ def offset_delete_answers(bootstrap: str) -> dict[str, Any]:
         "unknown group": tool(bootstrap, "--delete-offsets", "--group", "od-never-seen", "--topic", SUBSCRIBED),
         "unknown topic": tool(bootstrap, "--delete-offsets", "--group", "od-empty", "--topic", "od-missing"),
     }
-    member = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "od-active",
-            "enable.auto.commit": False,
-            "session.timeout.ms": 10_000,
-            "heartbeat.interval.ms": 500,
-            **QUIET,
-        }
-    )
+    member = assigned_member(bootstrap, "od-active", SUBSCRIBED, DEADLINE_S)
     try:
-        member.subscribe([SUBSCRIBED])
-        deadline = time.monotonic() + DEADLINE_S
-        while not member.assignment():
-            assert time.monotonic() < deadline, "the member got no assignment"
-            member.poll(0.2)
         commit(bootstrap, "od-active", everything, member)
         answers["active"] = tool(
             bootstrap, "--delete-offsets", "--group", "od-active", "--topic", SUBSCRIBED, "--topic", OTHER
