@@ -25,13 +25,15 @@ AlterUserScramCredentials and DescribeUserScramCredentials per user.
 
 The group APIs' outcomes (`actors.core.groups.group_membership.GroupError`) are named as Kafka's codes and map by name
 (`group_error_code`); a group coordinator that cannot be reached answers COORDINATOR_NOT_AVAILABLE. So do the
-transaction coordinator's (`actors.core.transactions.transaction_metadata.TxnError`, `txn_error_code`).
+transaction coordinator's (`actors.core.transactions.transaction_metadata.TxnError`, `txn_error_code`) and the
+controller's elections (`actors.core.controller.elections.ElectionError`, `election_error_code`).
 """
 
 from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
+from actors.core.controller.elections import ElectionError
 from actors.core.groups.group_membership import GroupError
 from actors.core.security.scram import (
     ResourceNotFoundError,
@@ -190,6 +192,11 @@ class UnsupportedApiError(ProtocolError):
 def group_error_code(error: GroupError) -> ErrorCode:
     """Kafka's error code for a group call's outcome (`GroupError` values are Kafka's error names)."""
     return ErrorCode[error.value]
+
+
+def election_error_code(outcome: ElectionError) -> ErrorCode:
+    """Kafka's error code for a partition's election outcome (`ElectionError` values are Kafka's error names)."""
+    return ErrorCode[outcome.value]
 
 
 def txn_error_code(error: TxnError, producer_fenced: bool = True) -> ErrorCode:

@@ -21,7 +21,7 @@ from kio.schema.errors import ErrorCode
 
 from actors.core.controller.elections import ElectionError, ElectionType
 from actors.core.security.acl_bindings import AclOperation
-from cluster.protocol.error_codes import error_code
+from cluster.protocol.error_codes import election_error_code, error_code
 from cluster.protocol.framing import Request, response_schema
 from cluster.protocol.handlers.authorization import allows_cluster
 from cluster.protocol.messages import build
@@ -63,7 +63,7 @@ class ElectLeadersHandler:
         except RaybrokerError as exc:
             failed = error_code(exc)
             return self._response(request, failed, {tp: (failed, None) for tp in named or ()})
-        answers = {tp: (election_error(outcome), _message(tp, outcome, known)) for tp, outcome in outcomes.items()}
+        answers = {tp: (election_error_code(outcome), _message(tp, outcome, known)) for tp, outcome in outcomes.items()}
         return self._response(request, ErrorCode.none, answers)
 
     @staticmethod
@@ -85,11 +85,6 @@ class ElectLeadersHandler:
         if request.api_version >= FIRST_TYPED_VERSION:
             values["error_code"] = code
         return build(response_schema(ELECT_LEADERS_KEY, request.api_version), values)
-
-
-def election_error(outcome: ElectionError) -> ErrorCode:
-    """Kafka's error code of an election's outcome (`ElectionError` values are Kafka's error names)."""
-    return ErrorCode[outcome.value]
 
 
 def _message(partition: tuple[str, int], outcome: ElectionError, known_topics: set[str]) -> str | None:
