@@ -22,7 +22,9 @@ coordinator's transactional batch (`CoordinatorBatch`) or a marker (`Marker`); e
   client's batches in its order, on which an idempotent producer's sequence numbers depend. After an idempotent
   producer's append failed with a retriable error, its later appends to the partition are refused until the failed
   one is retried (`actors.server.sequence_fence`): a route looked up again meanwhile must not carry them to the
-  new leader ahead of it.
+  new leader ahead of it. A failure before sending counts too (no leader elected yet for the retry): the new
+  leader would answer the later ones OUT_OF_ORDER_SEQUENCE_NUMBER, on which librdkafka starts a new producer epoch
+  and writes again whatever of its unacknowledged messages the old leader had replicated.
 - Lost answers: an append whose leader's process went away before answering may have been written, and
   replicated; it fails with `RequestTimedOutError`, Kafka's REQUEST_TIMED_OUT, which Kafka's clients read as
   possibly written, where LEADER_NOT_AVAILABLE would tell them it was not.
@@ -58,7 +60,7 @@ from actors.core.replication.replica import ACKS_ALL, ACKS_ALL_TIMEOUT_MS
 from actors.core.transactions.markers import TransactionMarker
 from actors.server.append_order import AppendOrder
 from actors.server.partition_lookup import leader_replica
-from actors.server.sequence_fence import SequenceFences, batch_producer
+from actors.server.sequence_fence import BatchProducer, SequenceFences, batch_producer
 from storage.errors import AnswerLostError, RaybrokerError, RequestTimedOutError
 from storage.partition.log import LogAppendInfo
 
@@ -357,20 +359,30 @@ class AppendRoute:
         key = (topic, partition)
         producer = batch_producer(batches)
         async with self._order.turn(key):
-            if admitted is not None:
-                await admitted
-            if producer is not None:
-                self._fences.check(key, producer)
-            leader = self._leaders.get(key)
-            if leader is None:
-                leader = await asyncio.to_thread(self.leader, topic, partition)
-            appended = self.send(leader, topic, partition, batches, acks, timeout_ms)
+            try:
+                if admitted is not None:
+                    await admitted
+                if producer is not None:
+                    self._fences.check(key, producer)
+                leader = self._leaders.get(key)
+                if leader is None:
+                    leader = await asyncio.to_thread(self.leader, topic, partition)
+                appended = self.send(leader, topic, partition, batches, acks, timeout_ms)
+            except RaybrokerError as exc:
+                # Fenced before the next append takes its turn: a retry whose lookup failed (no leader elected
+                # yet) lifted the fence in `check`, and the appends behind it must not pass it to the new leader.
+                self._fail(key, producer, exc)
+                raise
         try:
             return await appended.async_result()
         except RaybrokerError as exc:
-            if producer is not None:
-                self._fences.failed(key, producer, exc)
+            self._fail(key, producer, exc)
             raise
+
+    def _fail(self, key: PartitionKey, producer: BatchProducer | None, error: RaybrokerError) -> None:
+        """Records an idempotent producer's failed append with the fences (see the module docstring)."""
+        if producer is not None:
+            self._fences.failed(key, producer, error)
 
     def forget(self, topic: str, partition: int, leader: PartitionLeader | None = None) -> None:
         """Looks the partition up again at its next append (only if `leader` is still the one kept, when given)."""

@@ -1155,9 +1155,11 @@ OPEN = {"Ongoing", "PrepareCommit", "PrepareAbort"}
 
 def test_a_kafka_client_writes_through_a_failover_without_losing_or_repeating(nodes: Nodes) -> None:
     """confluent-kafka (librdkafka) produces with acks=all and idempotence through the head node's listener while
-    the worker leading the partition is removed: the listener answers NOT_LEADER_OR_FOLLOWER or LEADER_NOT_AVAILABLE
-    until the controller has elected a new leader, librdkafka retries, and every record is delivered and then read
-    back once, in order. Last of the module: the removed node does not come back."""
+    the worker leading the partition is removed with appends in flight: the listener answers NOT_LEADER_OR_FOLLOWER,
+    LEADER_NOT_AVAILABLE or REQUEST_TIMED_OUT until the controller has elected a new leader, librdkafka retries, and
+    every record is delivered and then read back once, in order. No append is answered out of order on the way:
+    librdkafka would start a new producer epoch and write again what the old leader had replicated unacknowledged
+    (every batch stays in epoch 0). Last of the module: the removed node does not come back."""
     from confluent_kafka import Consumer as KafkaConsumer
     from confluent_kafka import Producer as KafkaProducer
     from confluent_kafka import TopicPartition as KafkaTopicPartition
@@ -1174,14 +1176,20 @@ def test_a_kafka_client_writes_through_a_failover_without_losing_or_repeating(no
     producer = KafkaProducer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True})
     values = [f"w{i}".encode() for i in range(300)]
 
-    def delivered(error: Any, _message: Any) -> None:
+    acknowledged: list[int] = []
+
+    def delivered(error: Any, message: Any) -> None:
         if error is not None:
             failures.append(str(error))
+        else:
+            acknowledged.append(message.offset())
 
     for index, value in enumerate(values):
         producer.produce("wire-failover", value=value, partition=partition, on_delivery=delivered)
         producer.poll(0)
         if index == 100:
+            # The producer is past its start (metadata, producer id) and sends a record per request, some in flight.
+            wait_until(lambda: producer.poll(0.01) >= 0 and len(acknowledged) >= 90, what="the first acknowledgements")
             nodes.remove(leader)
         time.sleep(0.01)
     assert producer.flush(120) == 0
@@ -1199,3 +1207,11 @@ def test_a_kafka_client_writes_through_a_failover_without_losing_or_repeating(no
     finally:
         consumer.close()
     assert read == values
+    new_leader = states("wire-failover")[partition].leader
+    epochs = {
+        batch.producer_epoch
+        for batch in iter_any_batches(
+            call(replica_actor("wire-failover", partition, new_leader).read.remote(0, 1 << 24))
+        )
+    }
+    assert epochs == {0}, "librdkafka bumped its epoch: an append was answered OUT_OF_ORDER_SEQUENCE_NUMBER"

@@ -167,3 +167,40 @@ def test_an_idempotent_producers_appends_wait_for_the_retry_of_a_failed_one(brok
     finally:
         route.close()
     assert read_back(broker, "fenced", 0) == [b"seq-1", b"seq-2"]
+
+
+def test_a_retry_whose_lookup_fails_keeps_the_later_appends_fenced(broker: Any) -> None:
+    """The retry of the failed append finds no leader (the partition is gone a while, as between a leader's loss and
+    the election of the next): the appends behind it stay fenced, or the next one would reach the new leader ahead
+    of the retry, be answered out of order, and make librdkafka write its unacknowledged messages again in a new
+    epoch (what a listener's client saw when its partition's leader node was removed)."""
+    from actors import Admin
+    from actors.server.append_route import AppendRoute
+    from storage.errors import UnknownTopicOrPartitionError
+
+    admin = Admin(broker)
+    admin.create_topic("refenced", 1)
+    route = AppendRoute()
+
+    def append(sequence: int) -> int:
+        return asyncio.run(route.append("refenced", 0, idempotent_batch(sequence), 1)).first_offset
+
+    try:
+        assert append(0) == 0
+        admin.delete_topic("refenced")
+        admin.create_topic("refenced", 1)
+        with pytest.raises(GONE):
+            append(1)
+        admin.delete_topic("refenced")
+        with pytest.raises((BrokerNotAvailableError, UnknownTopicOrPartitionError)) as lookup:
+            append(1)
+        assert lookup.value.retriable
+        admin.create_topic("refenced", 1)
+        with pytest.raises(NotLeaderOrFollowerError):
+            append(2)
+        assert end_offset(broker, "refenced") == 0, "the fenced append was not sent"
+        assert append(1) == 0
+        assert append(2) == 1
+    finally:
+        route.close()
+    assert read_back(broker, "refenced", 0) == [b"seq-1", b"seq-2"]
