@@ -9,6 +9,8 @@
 | `session_name` | Ray's session name of that head (`session_<date>_<pid>`)                    |
 | `node_id`      | the head node's id                                                          |
 | `token_auth`   | the head requires Ray's token authentication                                |
+| `gcs_storage`  | where its GCS keeps the cluster's state: `rocksdb`, `redis` or `memory`     |
+| `gcs_storage_location` | the RocksDB folder or the Redis HOST:PORT (empty for `memory`)      |
 
 A file that cannot be read or parsed reads as no state. The temporary directory follows `TMPDIR`, so a test can
 point the commands at an empty one.
@@ -35,6 +37,8 @@ class HeadState:
     session_name: str
     node_id: str
     token_auth: bool
+    gcs_storage: str = "memory"
+    gcs_storage_location: str = ""
 
 
 def state_file() -> Path:
@@ -51,6 +55,8 @@ def read_state() -> HeadState | None:
             str(body["session_name"]),
             str(body["node_id"]),
             bool(body["token_auth"]),
+            str(body.get("gcs_storage", "memory")),
+            str(body.get("gcs_storage_location", "")),
         )
     except (OSError, ValueError, KeyError, TypeError):
         return None

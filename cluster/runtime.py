@@ -48,6 +48,7 @@ import ray
 from ray._common.utils import get_ray_address_file
 
 from actors.options import NAMESPACE
+from cluster.gcs_storage import GcsStorage
 from cluster.head_state import HeadState, read_state
 from cluster.ray_auth import ensure_auth_token, token_auth_disabled
 from storage.errors import BrokerNotAvailableError
@@ -190,10 +191,15 @@ def _ray_command(*args: str) -> list[str]:
     return [executable, *args]
 
 
-def start_head(num_cpus: int = EMBEDDED_NUM_CPUS, metrics_export_port: int | None = None) -> HeadState:
+def start_head(
+    num_cpus: int = EMBEDDED_NUM_CPUS,
+    metrics_export_port: int | None = None,
+    gcs_storage: GcsStorage | None = None,
+) -> HeadState:
     """Starts a local Ray head daemon (the processes outlive this command), with token authentication on
     unless `RAY_AUTH_MODE` says otherwise; returns which head it started. Its metrics agent serves Prometheus on
-    `metrics_export_port` (None: a free port Ray picks)."""
+    `metrics_export_port` (None: a free port Ray picks); its GCS keeps the cluster's state in `gcs_storage`
+    (`cluster.gcs_storage`; None: in memory only), so that the head started again there resumes the cluster."""
     _quiet_environment()
     # Ray 2.60's `ray start --head` in token mode refuses to start without a token, and without the mode it turns
     # authentication on only where a token exists (otherwise it starts an open cluster that runs any code it is
@@ -205,14 +211,16 @@ def start_head(num_cpus: int = EMBEDDED_NUM_CPUS, metrics_export_port: int | Non
     )
     if metrics_export_port is not None:
         command.append(f"--metrics-export-port={metrics_export_port}")
-    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    storage = gcs_storage or GcsStorage("memory")
+    environment = {**os.environ, **storage.head_environment()}
+    result = subprocess.run(command, capture_output=True, text=True, check=False, env=environment)
     if result.returncode != 0:
         last = (result.stderr or result.stdout).strip().splitlines()
         raise BrokerNotAvailableError(f"`ray start --head` failed: {last[-1] if last else result.returncode}")
-    return _started_head(token_auth=token_auth)
+    return _started_head(token_auth=token_auth, gcs_storage=storage)
 
 
-def _started_head(token_auth: bool) -> HeadState:
+def _started_head(token_auth: bool, gcs_storage: GcsStorage) -> HeadState:
     """The head `ray start --head` has just started: the gcs_server on Ray's default port (a port has one owner).
 
     Read from its command line rather than from Ray's `ray_current_cluster` file, which any other Ray program
@@ -227,7 +235,15 @@ def _started_head(token_auth: bool) -> HeadState:
             and {"--node-ip-address", "--session-name", "--node-id"} <= flags.keys()
         ):
             address = f"{flags['--node-ip-address']}:{RAY_HEAD_PORT}"
-            return HeadState(True, address, flags["--session-name"], flags["--node-id"], token_auth)
+            return HeadState(
+                True,
+                address,
+                flags["--session-name"],
+                flags["--node-id"],
+                token_auth,
+                gcs_storage.backend,
+                gcs_storage.location,
+            )
     raise BrokerNotAvailableError(f"`ray start --head` succeeded, but no Ray GCS listens on port {RAY_HEAD_PORT}")
 
 

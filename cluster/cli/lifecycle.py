@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from cluster.cli.command_support import EXIT_OK, UsageError, add_command, key_value, non_negative_int
+from cluster.gcs_storage import GcsStorage, default_storage
 from cluster.head_state import HeadState, forget_state, read_state, write_state
 from cluster.ray_auth import ensure_auth_token, token_auth_disabled
 from storage.config.broker_config import BrokerConfig, load_server_properties
@@ -67,6 +68,28 @@ def add_commands(subcommands: Any) -> None:
         help="the port of the Ray head's metrics agent, which serves this node's broker metrics to Prometheus "
         "(`ray start --metrics-export-port`; default: a free port, printed). Not with --address: a node's port is "
         "set when its Ray node starts",
+    )
+    storage = start.add_mutually_exclusive_group()
+    storage.add_argument(
+        "--gcs-storage-path",
+        type=Path,
+        metavar="DIR",
+        default=None,
+        help="where the Ray head's GCS keeps the cluster's state in RocksDB (RAY_gcs_storage=rocksdb), so that the "
+        "head started again there resumes the cluster and its worker nodes' actors live on (Ray's GCS fault "
+        "tolerance; default: beside the first log dir, <dir>-ray-gcs). Not with --address",
+    )
+    storage.add_argument(
+        "--redis-address",
+        metavar="HOST:PORT",
+        default=None,
+        help="keep the GCS state in this Redis instead (RAY_REDIS_ADDRESS, Ray's supported backend for heads whose "
+        "disk does not survive them). Not with --address",
+    )
+    storage.add_argument(
+        "--no-gcs-fault-tolerance",
+        action="store_true",
+        help="keep the GCS state in memory only, as plain `ray start --head` does: losing the head loses the cluster",
     )
     start.set_defaults(handler=run_start)
 
@@ -128,8 +151,14 @@ def run_start(args: argparse.Namespace) -> int:
                 "--metrics-port goes with starting a head; a node joined with --address exports on the port it was "
                 "started with (ray start --metrics-export-port)"
             )
+        if args.gcs_storage_path is not None or args.redis_address is not None or args.no_gcs_fault_tolerance:
+            raise UsageError(
+                "the GCS storage goes with starting a head; a node joined with --address uses its head's "
+                "(start its Ray node with RAY_gcs_rpc_server_reconnect_timeout_s raised, see docs/operating.md)"
+            )
         runtime.connect_to_cluster(args.address)
         return _start_broker_and_report(config, started=None)
+    storage = gcs_storage(args, config)
     previous = read_state()
     if previous is not None and previous.started_head:
         if runtime.reachable(previous.address):
@@ -138,7 +167,9 @@ def run_start(args: argparse.Namespace) -> int:
                 f"`raybroker stop`, or start a broker on it with `raybroker start --address {previous.address}`"
             )
         forget_state()
-    started = runtime.start_head(metrics_export_port=args.metrics_port)
+    if storage.resumes():
+        print(f"Resuming the Ray cluster whose state the GCS kept in {storage.location}.")
+    started = runtime.start_head(metrics_export_port=args.metrics_port, gcs_storage=storage)
     write_state(started)
     try:
         runtime.connect_to_cluster(started.address)
@@ -147,6 +178,18 @@ def run_start(args: argparse.Namespace) -> int:
         runtime.stop_head(started)
         forget_state()
         raise
+
+
+def gcs_storage(args: argparse.Namespace, config: BrokerConfig) -> GcsStorage:
+    """The GCS storage of the head `start` starts: `--redis-address`, `--gcs-storage-path`, memory with
+    `--no-gcs-fault-tolerance`, else RocksDB beside the first log dir."""
+    if args.redis_address is not None:
+        return GcsStorage.redis(args.redis_address)
+    if args.gcs_storage_path is not None:
+        return GcsStorage.rocksdb(args.gcs_storage_path)
+    if args.no_gcs_fault_tolerance:
+        return GcsStorage("memory")
+    return default_storage(config)
 
 
 def _start_broker_and_report(config: BrokerConfig, started: HeadState | None) -> int:
@@ -168,6 +211,8 @@ def _start_broker_and_report(config: BrokerConfig, started: HeadState | None) ->
         )
     if started is not None:
         print(f"Started a local Ray head at {address} (Ray session {started.session_name}).")
+        storage = GcsStorage(started.gcs_storage, started.gcs_storage_location)
+        print(f"The head's GCS keeps the cluster's state: {storage.describe()}.")
     print(f"Broker running on Ray node {node_id}, log dirs: {', '.join(config.log_dirs)}")
     print(
         f"Kafka clients: bootstrap.servers={listeners.bootstrap_servers} "
@@ -229,6 +274,8 @@ def run_stop(args: argparse.Namespace) -> int:
             print(f"    {name}\t{end_offsets[name]}")
     if ours is not None:
         runtime.stop_head(ours)
+        # A clean stop ends the cluster: the next `start` begins a new one rather than reloading this one's actors.
+        GcsStorage(ours.gcs_storage, ours.gcs_storage_location).discard()
         forget_state()
         print(f"Stopped the Ray head at {ours.address} (Ray session {ours.session_name}).")
     return EXIT_OK

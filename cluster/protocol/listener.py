@@ -18,8 +18,9 @@ SCRAM credentials of the cluster's controller (`security`, `SecurityView.on_ray(
 runs (`cluster.protocol.security.access`).
 
 Once bound, the listener announces its `node.id` and advertised address to the controller for its Ray node
-(`BrokerView.announce`), so every node's listener names it in Metadata as the leader of the node's partitions;
-`stop` withdraws it. Two nodes announcing the same `node.id` is a configuration error the second one gets.
+(`BrokerView.announce`), so every node's listener names it in Metadata as the leader of the node's partitions,
+and again every `broker.heartbeat.interval.ms`, so that a controller started again learns it; `stop` withdraws
+it. Two nodes announcing the same `node.id` is a configuration error the second one gets.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import logging
 import threading
 from collections.abc import Mapping
 from types import TracebackType
@@ -47,6 +49,8 @@ from cluster.protocol.views.transaction_view import TransactionView
 from storage.config.broker_config import BrokerConfig
 from storage.config.security_config import SSL_PROTOCOLS
 from storage.errors import RaybrokerError
+
+logger = logging.getLogger(__name__)
 
 # How long `stop` waits for the loop to close its connections before giving up on the thread.
 STOP_TIMEOUT_S = 10.0
@@ -141,9 +145,11 @@ class KafkaListener:
             return
         self._started.set_result(server)
         refreshing = asyncio.create_task(access.keep_fresh()) if access.enabled else None
+        announcing = asyncio.create_task(self._keep_announced(self._endpoint(server)))
         try:
             await self._stopping.wait()
         finally:
+            announcing.cancel()
             if refreshing is not None:
                 refreshing.cancel()
             await server.stop()
@@ -190,6 +196,18 @@ class KafkaListener:
             await server.stop()
             raise
         return server
+
+    async def _keep_announced(self, endpoint: BrokerEndpoint) -> None:
+        """Announces `endpoint` again every `broker.heartbeat.interval.ms`, as a Kafka broker's registration
+        travels with its heartbeats: a controller started again (its Ray head lost and back) learns the listeners
+        from them, having kept no record of any."""
+        interval_s = self._broker_config.broker_heartbeat_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                await self._view.announce(endpoint)
+            except RaybrokerError as exc:
+                logger.debug("the controller did not take this listener's announcement: %s", exc)
 
     def _endpoint(self, server: KafkaServer) -> BrokerEndpoint:
         """This broker as Metadata advertises it: `node.id`, the first advertised listener, and every one."""

@@ -27,12 +27,10 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import os
 import re
 import shlex
 import socket
 import stat
-import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -42,9 +40,9 @@ from typing import Any
 import psutil
 import pytest
 
+from tests.cluster.cli_shell import REPO_ROOT, cli_env, require_free_head_port, run_shell
 from tests.conftest import skip_or_fail
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 README = REPO_ROOT / "README.md"
 DOCUMENTS = [README, REPO_ROOT / "CONTRIBUTING.md", *sorted((REPO_ROOT / "docs").glob("*.md"))]
 SETUP_BLOCKS = 2  # the README's install-and-run commands at the top, run by a person or CI, not by a test
@@ -53,8 +51,6 @@ BLOCK = re.compile(r"^```(python|sh)\n(.*?)^```$", re.MULTILINE | re.DOTALL)
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 EXPECTED_PRINT = re.compile(r"^print\(.*\)\s+# (.+)$")
 PAGE_VIEWS = [{"user": f"u{i % 7}", "page": f"/p{i % 3}", "latency_ms": i % 50} for i in range(300)]
-CLI_TIMEOUT_S = 300
-SESSION_RAY_VARIABLES = {"RAY_ADDRESS", "RAY_AUTH_MODE"}
 
 
 @dataclass(frozen=True)
@@ -159,28 +155,6 @@ def shown_counts(printed: list[str]) -> dict[str, int]:
 
 def views_per_page(views: list[dict[str, Any]]) -> dict[str, int]:
     return {page: sum(view["page"] == page for view in views) for page in sorted({view["page"] for view in views})}
-
-
-def cli_env() -> dict[str, str]:
-    """This environment with this interpreter's scripts (`raybroker`) first on PATH, without the Ray variables
-    this session's Ray set (a reader's shell has none): the CLI finds the head `raybroker start` started."""
-    env = {key: value for key, value in os.environ.items() if key not in SESSION_RAY_VARIABLES}
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    return env
-
-
-def run_shell(
-    script: str, timeout_s: float = CLI_TIMEOUT_S, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        ["bash", "-eu", "-c", script],
-        cwd=REPO_ROOT,
-        env=cli_env() if env is None else env,
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        check=False,
-    )
 
 
 # --- the list of examples ------------------------------------------------------------------------------
@@ -343,13 +317,11 @@ def free_head_port() -> Iterator[None]:
     """`raybroker start` takes Ray's default port and records its head in the CLI's state file; both must be
     free. Whatever the example leaves running is stopped afterwards."""
     from cluster.head_state import read_state, state_file
-    from cluster.runtime import RAY_HEAD_PORT, stop_head
+    from cluster.runtime import stop_head
 
     if state_file().exists():
         skip_or_fail(f"a `raybroker start` state file exists ({state_file()}): a real head may be running")
-    with socket.socket() as sock:
-        if sock.connect_ex(("127.0.0.1", RAY_HEAD_PORT)) == 0:
-            skip_or_fail(f"port {RAY_HEAD_PORT} is taken: another Ray head runs on this machine")
+    require_free_head_port()
     yield
     state = read_state()
     if state is not None and state.started_head:

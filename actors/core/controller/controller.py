@@ -29,7 +29,8 @@ On start the log is replayed (latest value per key), so a restarted controller f
 Which brokers are registered is not persisted: the controller starts with the brokers its host finds running
 (`brokers`), and each broker that starts later registers (`register_broker`).
 Neither are the Kafka listeners' advertised addresses (`register_listener`), which each listener announces when
-it starts and withdraws when it stops; Metadata names a node's partitions' leader by them.
+it starts and every `broker.heartbeat.interval.ms` after (so a controller started again learns them within one
+interval), and withdraws when it stops; Metadata names a node's partitions' leader by them.
 The ACL version (`acls_version`) is the offset after the last ACL record, so it moves with every ACL change
 and survives a restart: the Kafka listeners poll it and rebuild their authorizer only when it moved.
 Which nodes hold a partition's replicas, which of them leads in which leader epoch and which are in sync is

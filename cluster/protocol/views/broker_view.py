@@ -29,6 +29,7 @@ from actors.core.controller.elections import ElectionError, ElectionType
 from actors.core.controller.topic_metadata import AdvertisedListener, TopicMetadata
 from cluster.protocol.file_region import FileRegion
 from cluster.protocol.views.transport import Transport
+from storage.errors import BrokerNotAvailableError, RequestTimedOutError
 from storage.kafka_uuid import ZERO_UUID
 from storage.partition.leader_epoch_cache import UNDEFINED_EPOCH
 from storage.partition.log import LogAppendInfo
@@ -40,6 +41,9 @@ from storage.segment.transaction_index import AbortedTxn
 # within this time may still have its old id served by the new topic for that long (a fetch by an unknown id asks
 # the controller at once).
 TOPIC_NAMES_MAX_AGE_S = 1.0
+# How long a metadata question the controller answered before waits for it again before the last answer is served
+# (`BrokerView._metadata`): a controller that runs answers in milliseconds.
+KNOWN_ANSWER_WAIT_S = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,6 +189,7 @@ class BrokerView:
         self._cluster_id: str | None = None
         self._topic_names: Mapping[uuid.UUID, str] = {}
         self._topic_names_at = -math.inf
+        self._known: dict[tuple[Any, ...], Any] = {}
 
     async def cluster_id(self) -> str:
         """The cluster's id, as Metadata v2+ reports it."""
@@ -212,15 +217,37 @@ class BrokerView:
             BrokerEndpoint(found.broker_id, found.host, found.port, found.listeners) for found in listeners.values()
         ]
 
+    async def _metadata(self, method: str, *args: Any) -> Any:
+        """The controller's answer to a metadata question (`method`), or, while the controller does not answer
+        (unreachable, or silent for `KNOWN_ANSWER_WAIT_S`), its last answer to the same question: a Kafka
+        broker answers Metadata from its metadata cache whether its controller is reachable or not, and so the
+        listeners of the nodes that keep running serve their partitions while the head is lost. A question never
+        answered yet waits for the controller and raises its error."""
+        question = (method, *args)
+        known = self._known.get(question)
+        try:
+            if known is None:
+                answer = await self._controller.call(method, *args)
+            else:
+                answer = await asyncio.wait_for(self._controller.call(method, *args), KNOWN_ANSWER_WAIT_S)
+        except TimeoutError:
+            return known
+        except (BrokerNotAvailableError, RequestTimedOutError):
+            if known is None:
+                raise
+            return known
+        self._known[question] = answer
+        return answer
+
     async def topics(self) -> dict[str, TopicInfo]:
         """Every topic, internal ones included."""
-        asked, cluster = await asyncio.gather(self._controller.call("topics"), self._cluster())
+        asked, cluster = await asyncio.gather(self._metadata("topics"), self._cluster())
         described: dict[str, TopicMetadata] = asked
         return {name: topic_info(metadata, *cluster) for name, metadata in described.items()}
 
     async def topic(self, name: str) -> TopicInfo:
         """One topic; `UnknownTopicOrPartitionError` if there is none of that name."""
-        asked, cluster = await asyncio.gather(self._controller.call("describe_topic", name), self._cluster())
+        asked, cluster = await asyncio.gather(self._metadata("describe_topic", name), self._cluster())
         return topic_info(asked, *cluster)
 
     async def topic_names(self, refresh: bool = False) -> Mapping[uuid.UUID, str]:
@@ -228,7 +255,7 @@ class BrokerView:
         now with `refresh` (Fetch v13+ and Metadata v12 name topics by id, and a new id is asked for at once)."""
         if refresh or time.monotonic() - self._topic_names_at > TOPIC_NAMES_MAX_AGE_S:
             asked_at = time.monotonic()
-            self._topic_names = await self._controller.call("topic_names")
+            self._topic_names = await self._metadata("topic_names")
             self._topic_names_at = asked_at
         return self._topic_names
 
@@ -365,12 +392,12 @@ class BrokerView:
         return found
 
     async def _listeners(self) -> dict[str, AdvertisedListener]:
-        listeners: dict[str, AdvertisedListener] = await self._controller.call("listeners")
+        listeners: dict[str, AdvertisedListener] = await self._metadata("listeners")
         return listeners
 
     async def _cluster(self) -> tuple[dict[str, AdvertisedListener], frozenset[str]]:
         """The listeners by node id, and the node ids of the running brokers, asked together."""
-        listeners, brokers = await asyncio.gather(self._listeners(), self._controller.call("brokers"))
+        listeners, brokers = await asyncio.gather(self._listeners(), self._metadata("brokers"))
         return listeners, frozenset(brokers)
 
 

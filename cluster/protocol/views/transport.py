@@ -9,8 +9,8 @@ wherever the role lives and answers its result or raises the broker's typed erro
   connections (the role may append to a log or wait), or on the event loop itself for the methods named `inline`,
   which answer from memory at once.
 - `RayTransport` calls the method of a named actor, awaited without blocking the loop. The actor's handle is looked
-  up once (on a worker thread: the lookup blocks) and forgotten when a call fails retriably (the actor gone or
-  restarting), so the next call reaches a restarted actor.
+  up once (on a worker thread: the lookup blocks; concurrent callers share one lookup) and forgotten when a call
+  fails retriably (the actor gone or restarting), so the next call reaches a restarted actor.
 
 What differs between the hosts is a parameter of the transport, not of the view: `max_wait_ms`, how long one call
 may wait on the host for an answer still pending (a JoinGroup or SyncGroup waiting for the other members).
@@ -80,6 +80,7 @@ class RayTransport:
         self._name = name
         self.max_wait_ms = max_wait_ms
         self._handle: Any = None
+        self._lookup: asyncio.Future[Any] | None = None
 
     async def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         handle = await self._actor()
@@ -91,10 +92,19 @@ class RayTransport:
             raise
 
     async def _actor(self) -> Any:
-        """The actor's handle, looked up if it was forgotten."""
+        """The actor's handle, looked up if it was forgotten. One lookup at a time, which every caller awaits: a
+        lookup blocks its worker thread as long as Ray's GCS does not answer (its head lost), and one per call would
+        take every worker thread of the loop meanwhile. A caller that stops waiting leaves the lookup running."""
         if self._handle is None:
-            self._handle = await asyncio.to_thread(get_actor, self._name)
+            if self._lookup is None:
+                lookup = self._lookup = asyncio.ensure_future(asyncio.to_thread(get_actor, self._name))
+                lookup.add_done_callback(self._looked_up)
+            self._handle = await asyncio.shield(self._lookup)
         return self._handle
+
+    def _looked_up(self, lookup: asyncio.Future[Any]) -> None:
+        if self._lookup is lookup:
+            self._lookup = None
 
     def _forgets(self, exc: RaybrokerError) -> bool:
         """Whether a call's failure forgets the actor's handle: whether it may be gone or restarting."""

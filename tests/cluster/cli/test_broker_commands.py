@@ -73,6 +73,8 @@ def test_top_level_help_lists_the_broker_commands(capsys: pytest.CaptureFixture[
         (["topics", "--create", "--topic", "t", "--unavailable-partitions"], "go with --describe"),
         (["produce", "--topic", "t", "--key-separator", ""], "--key-separator must not be empty"),
         (["start", "--address", "auto", "--metrics-port", "9100"], "--metrics-port goes with starting a head"),
+        (["start", "--address", "auto", "--redis-address", "redis:6379"], "the GCS storage goes with starting a head"),
+        (["start", "--address", "auto", "--no-gcs-fault-tolerance"], "the GCS storage goes with starting a head"),
     ],
 )
 def test_option_combinations_a_command_refuses_are_one_line_usage_errors(
@@ -97,6 +99,8 @@ def test_option_combinations_a_command_refuses_are_one_line_usage_errors(
         ["delete-records", "--topic", "t", "--partition", "0", "--offset", "-2"],
         ["topics", "--list", "--describe"],
         ["produce", "--topic", "t", "--compression", "brotli"],
+        ["start", "--gcs-storage-path", "/tmp/gcs", "--redis-address", "redis:6379"],
+        ["start", "--redis-address", "redis:6379", "--no-gcs-fault-tolerance"],
     ],
 )
 def test_malformed_arguments_are_argparse_usage_errors(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
@@ -617,6 +621,9 @@ def test_start_refuses_a_bad_config_before_starting_anything(
     code, _, err = run(capsys, "start", "--log-dirs", str(tmp_path), "--override", "num.partitions=zero")
     assert code == EXIT_DATA_ERROR
     assert "num.partitions" in one_error_line(err)
+    code, _, err = run(capsys, "start", "--log-dirs", str(tmp_path), "--redis-address", "no-port")
+    assert code == EXIT_DATA_ERROR
+    assert "a Redis address is HOST:PORT" in one_error_line(err)
 
 
 def run_cli(

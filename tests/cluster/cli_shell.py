@@ -1,0 +1,47 @@
+"""Running the command line as a reader's shell does, for the tests that start a Ray head with `raybroker start`:
+this interpreter's scripts first on PATH, and none of the Ray variables this test session's Ray set."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import skip_or_fail
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+CLI_TIMEOUT_S = 300
+SESSION_RAY_VARIABLES = {"RAY_ADDRESS", "RAY_AUTH_MODE"}
+
+
+def cli_env() -> dict[str, str]:
+    """This environment with this interpreter's scripts (`raybroker`) first on PATH, without the Ray variables
+    this session's Ray set (a reader's shell has none): the CLI finds the head `raybroker start` started."""
+    env = {key: value for key, value in os.environ.items() if key not in SESSION_RAY_VARIABLES}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
+def run_shell(
+    script: str, timeout_s: float = CLI_TIMEOUT_S, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", "-eu", "-c", script],
+        cwd=REPO_ROOT,
+        env=cli_env() if env is None else env,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
+
+
+def require_free_head_port() -> None:
+    """`raybroker start` takes Ray's default port: fails (or skips, outside CI) when another head holds it."""
+    from cluster.runtime import RAY_HEAD_PORT
+
+    with socket.socket() as sock:
+        if sock.connect_ex(("127.0.0.1", RAY_HEAD_PORT)) == 0:
+            skip_or_fail(f"port {RAY_HEAD_PORT} is taken: another Ray head runs on this machine")

@@ -1,0 +1,294 @@
+"""Losing the Ray head: `raybroker start`'s head keeps its GCS state in RocksDB (`cluster.gcs_storage`), so while
+every process of the head is gone a worker node's broker goes on acknowledging writes to the partitions it leads,
+and `raybroker start` run again on the head's disk resumes the same cluster: the controller answers again, and the
+worker's broker and listener register again with it.
+
+A real cluster of `ray start` nodes on this machine, as `ray_cluster.yaml` starts them: the head through
+`raybroker start` (in a TMPDIR of its own, so its state file and Ray's session folders are the test's), a worker
+node with `ray start --address` and the reconnect timeout `cluster.gcs_storage.WORKER_ENVIRONMENT` sets, its broker
+started in a task pinned there. The client is confluent-kafka (librdkafka) through the worker's listener. The head
+is lost as a machine is: SIGKILL to its gcs_server, raylet, daemons and every process the raylet started.
+
+Both nodes run on one machine, which Ray's `ray start --head` takes for a head already running when its
+`ray_current_cluster` file names the address a local raylet (the worker's) points at; the file is removed before the
+head starts again, as a new head machine would not have it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+import yaml
+
+from cluster.gcs_storage import WORKER_ENVIRONMENT
+from tests.cluster.cli_shell import REPO_ROOT, cli_env, require_free_head_port, run_shell
+
+pytestmark = pytest.mark.ray
+
+TOPIC = "head-loss"
+# Issue 44's goal for the longest gap between acknowledged writes to a worker-led partition while the head is lost.
+MAX_GAP_S = 10.0
+SEND_INTERVAL_S = 0.02
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class Head:
+    """The test's private TMPDIR, its environment for the CLI, and the head's log dir."""
+
+    root: Path
+    env: dict[str, str]
+    log_dir: Path
+    listener_port: int = field(default_factory=free_port)
+
+    def raybroker(self, *args: str, timeout_s: float = 180) -> subprocess.CompletedProcess[str]:
+        command = " ".join(["raybroker", *args])
+        return run_shell(command, timeout_s=timeout_s, env=self.env)
+
+    def start(self) -> subprocess.CompletedProcess[str]:
+        return self.raybroker(
+            "start",
+            "--log-dirs",
+            str(self.log_dir),
+            "--override",
+            f"listeners=PLAINTEXT://127.0.0.1:{self.listener_port}",
+        )
+
+    def session_processes(self) -> list[psutil.Process]:
+        """Every process of this test's Ray cluster (their command lines name its session folder, under `root`)."""
+        found = []
+        for proc in psutil.process_iter(["cmdline"]):
+            with contextlib.suppress(psutil.Error):
+                if str(self.root) in " ".join(proc.info["cmdline"] or ()):
+                    found.append(proc)
+        return found
+
+
+@pytest.fixture
+def head() -> Iterator[Head]:
+    require_free_head_port()
+    # Short: Ray's unix sockets live under it, and a socket path has at most 107 bytes.
+    root = Path(tempfile.mkdtemp(prefix="rbh-", dir="/tmp"))
+    env = {**cli_env(), "TMPDIR": str(root)}
+    state = Head(root, env, root / "head")
+    try:
+        yield state
+    finally:
+        state.raybroker("stop", timeout_s=120)
+        leftover = state.session_processes()
+        for proc in leftover:
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+        psutil.wait_procs(leftover, timeout=10)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def head_processes(daemons: list[psutil.Process]) -> list[psutil.Process]:
+    """The head's processes: its daemons (what ran once `raybroker start` had started it: gcs_server, raylet, the
+    monitors, its first actors) and everything its raylet started since."""
+    lost = {proc.pid: proc for proc in daemons if proc.is_running()}
+    for raylet in [proc for proc in daemons if proc.name() == "raylet"]:
+        with contextlib.suppress(psutil.Error):
+            lost.update({child.pid: child for child in raylet.children(recursive=True)})
+    return list(lost.values())
+
+
+WORKER_BROKER = textwrap.dedent(
+    """
+    import sys
+    import ray
+    ray.init(address=sys.argv[1], namespace="raybroker", logging_level="ERROR", log_to_driver=False)
+    from tests.actors.support import start_broker_on
+    from cluster.protocol.listener_actor import start_kafka_listeners
+    from storage.config.broker_config import BrokerConfig
+    worker = next(node["NodeID"] for node in ray.nodes() if node["Alive"] and node["NodeID"] != sys.argv[4])
+    properties = {"log.dirs": sys.argv[2], "listeners": f"PLAINTEXT://127.0.0.1:{sys.argv[3]}", "node.id": "1"}
+    start_broker_on(worker, properties)
+    print(start_kafka_listeners(BrokerConfig.from_properties(properties), worker).bootstrap_servers)
+    """
+)
+
+
+class Writer:
+    """An idempotent acks=all confluent-kafka producer writing `value-<i>` to one partition every
+    `SEND_INTERVAL_S`, from a thread, until `stop`; it notes when each record was acknowledged."""
+
+    def __init__(self, bootstrap: str, partition: int) -> None:
+        from confluent_kafka import Producer
+
+        self.partition = partition
+        self.producer = Producer(
+            {"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True, "message.timeout.ms": 120000}
+        )
+        self.sent: list[bytes] = []
+        self.acked_at: list[float] = []
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _delivered(self, error: Any, _message: Any) -> None:
+        if error is None:
+            self.acked_at.append(time.monotonic())
+        else:
+            self.errors.append(str(error))
+
+    def _run(self) -> None:
+        index = 0
+        while not self._stop.is_set():
+            value = f"value-{index}".encode()
+            self.producer.produce(TOPIC, value=value, partition=self.partition, on_delivery=self._delivered)
+            self.sent.append(value)
+            self.producer.poll(SEND_INTERVAL_S)
+            index += 1
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        assert self.producer.flush(120) == 0
+
+    def longest_gap_s(self, since: float) -> float:
+        times = [since, *(at for at in self.acked_at if at >= since)]
+        return max(later - earlier for earlier, later in itertools.pairwise(times))
+
+
+def read_back(bootstrap: str, partition: int, count: int) -> list[bytes]:
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "head-loss", "enable.auto.commit": False})
+    read: list[bytes] = []
+    try:
+        consumer.assign([TopicPartition(TOPIC, partition, 0)])
+        deadline = time.monotonic() + 60
+        while len(read) < count and time.monotonic() < deadline:
+            for message in consumer.consume(500, 1.0):
+                assert message.error() is None, message.error()
+                read.append(message.value())
+    finally:
+        consumer.close()
+    return read
+
+
+def wait_for(condition: Any, timeout_s: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"{what} not within {timeout_s} s")
+
+
+def test_a_lost_head_started_again_resumes_the_cluster_while_a_worker_goes_on_serving(head: Head) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    started = head.start()
+    assert started.returncode == 0, started.stderr[-2000:]
+    storage = head.root / "head-ray-gcs"
+    assert f"The head's GCS keeps the cluster's state: RocksDB in {storage}." in started.stdout
+    address = next(line.split(" at ")[1].split()[0] for line in started.stdout.splitlines() if "Ray head at" in line)
+    head_node = next(line.split()[5].rstrip(",") for line in started.stdout.splitlines() if "Broker running" in line)
+    daemons = head.session_processes()
+    ray_env = {**head.env, **WORKER_ENVIRONMENT, "RAY_AUTH_MODE": "token", "RAY_LOG_TO_DRIVER": "0"}
+    worker_start = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "ray"),
+            "start",
+            f"--address={address}",
+            "--num-cpus=1",
+            "--disable-usage-stats",
+            "--object-store-memory=134217728",
+        ],
+        env=ray_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert worker_start.returncode == 0, worker_start.stderr[-2000:]
+    worker_port = free_port()
+    broker = subprocess.run(
+        [sys.executable, "-c", WORKER_BROKER, address, str(head.root / "worker"), str(worker_port), head_node],
+        env={**ray_env, "PYTHONPATH": str(REPO_ROOT)},
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert broker.returncode == 0, broker.stderr[-2000:]
+    worker_bootstrap = broker.stdout.split()[-1]
+    created = head.raybroker("topics", "--create", "--topic", TOPIC, "--partitions", "4", "--replication-factor", "1")
+    assert created.returncode == 0, created.stderr
+    metadata = AdminClient({"bootstrap.servers": worker_bootstrap}).list_topics(TOPIC, timeout=30)
+    partition = next(p for p, state in metadata.topics[TOPIC].partitions.items() if state.leader == 1)
+
+    writer = Writer(worker_bootstrap, partition)
+    wait_for(lambda: len(writer.acked_at) >= 50, 60, "the first acknowledgements")
+    lost = head_processes(daemons)
+    assert any(proc.name() == "gcs_server" for proc in lost) and any(proc.name() == "raylet" for proc in lost)
+    for proc in lost:
+        with contextlib.suppress(psutil.Error):
+            proc.send_signal(signal.SIGKILL)
+    psutil.wait_procs(lost, timeout=10)
+    lost_at = time.monotonic()
+    acked_before = len(writer.acked_at)
+    wait_for(lambda: len(writer.acked_at) >= acked_before + 100, 30, "acknowledgements with the head gone")
+
+    (head.root / "ray" / "ray_current_cluster").unlink(missing_ok=True)
+    restarted_at = time.monotonic()
+    again = head.start()
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert f"Resuming the Ray cluster whose state the GCS kept in {storage}." in again.stdout
+    created_again = head.raybroker("topics", "--create", "--topic", "after-head-loss", "--partitions", "1")
+    assert created_again.returncode == 0, created_again.stderr
+    back_s = time.monotonic() - restarted_at
+    # The worker's broker and listener register with the controller started again (heartbeats, announcements).
+    wait_for(
+        lambda: f"PLAINTEXT://127.0.0.1:{worker_port}" in head.raybroker("status").stdout,
+        30,
+        "the worker's listener known to the new controller",
+    )
+    writer.stop()
+
+    assert writer.errors == []
+    gap_s = writer.longest_gap_s(lost_at)
+    print(f"head lost: longest gap between acknowledgements {gap_s:.2f} s; admin back {back_s:.1f} s after restart")
+    assert gap_s <= MAX_GAP_S
+    assert read_back(worker_bootstrap, partition, len(writer.sent)) == writer.sent
+    stopped = head.raybroker("stop", timeout_s=120)
+    assert stopped.returncode == 0, stopped.stderr
+    assert not storage.exists(), "a clean stop ends the cluster: its GCS state is discarded"
+
+
+def test_ray_cluster_yaml_starts_the_head_and_workers_as_raybroker_start_does() -> None:
+    """The launcher config's head keeps its GCS in RocksDB and every node waits for a lost head as long as
+    `cluster.gcs_storage` has them."""
+    config = yaml.safe_load((REPO_ROOT / "ray_cluster.yaml").read_text(encoding="utf-8"))
+    head_start = next(line for line in config["head_start_ray_commands"] if "ray start --head" in line)
+    worker_start = next(line for line in config["worker_start_ray_commands"] if "ray start --address" in line)
+    assert "RAY_gcs_storage=rocksdb" in head_start and "RAY_gcs_storage_path=/" in head_start
+    for line in (head_start, worker_start):
+        for name, value in WORKER_ENVIRONMENT.items():
+            assert f"{name}={value}" in line
