@@ -17,7 +17,9 @@ AlterConfigs, IncrementalAlterConfigs, DeleteRecords, DescribeCluster, OffsetFor
 from kio's floor to its ceiling: their later versions only add fields the handlers fill (CreateTopics v7 answers the
 topic id, DeleteTopics v6 deletes by topic id, `is_fenced` is false). So are the security APIs:
 DescribeAcls (29), CreateAcls (30), DeleteAcls (31) v1-3 (v0 could not name PREFIXED patterns, and Kafka 4 dropped
-it), DescribeUserScramCredentials (50) and AlterUserScramCredentials (51) v0.
+it), DescribeUserScramCredentials (50) and AlterUserScramCredentials (51) v0. DescribeLogDirs (35) is served v1-4
+(kio has no v0; v4 adds the file system's bytes, v5 is post-4.0). DescribeTopicPartitions (75) v0, which Kafka
+3.7+'s Admin client prefers to Metadata for `describeTopics`.
 The transaction APIs serve the TV1 protocol every client speaks to a broker finalizing no `transaction.version` feature,
 and the brokers' verification: AddPartitionsToTxn v0-3 (the client form) and v4-5 (KIP-890's broker form,
 `verify_only`), AddOffsetsToTxn v0-4, EndTxn v0-4 (v5 is TV2), TxnOffsetCommit v0-4 (v5 is TV2), WriteTxnMarkers v1
@@ -73,6 +75,11 @@ from cluster.protocol.handlers.configs import (
     DescribeConfigsHandler,
 )
 from cluster.protocol.handlers.delete_records import DELETE_RECORDS_KEY, DeleteRecordsHandler
+from cluster.protocol.handlers.describe_log_dirs import DESCRIBE_LOG_DIRS_KEY, DescribeLogDirsHandler
+from cluster.protocol.handlers.describe_topic_partitions import (
+    DESCRIBE_TOPIC_PARTITIONS_KEY,
+    DescribeTopicPartitionsHandler,
+)
 from cluster.protocol.handlers.elect_leaders import ELECT_LEADERS_KEY, ElectLeadersHandler
 from cluster.protocol.handlers.fetch import FETCH_KEY, FetchHandler
 from cluster.protocol.handlers.find_coordinator import FIND_COORDINATOR_KEY, FindCoordinatorHandler
@@ -158,6 +165,7 @@ SERVED: Mapping[int, ApiRange] = MappingProxyType(
         FETCH_KEY: ApiRange(4, 17),
         LIST_OFFSETS_KEY: ApiRange(1, 9),
         METADATA_KEY: ApiRange(0, 12),
+        DESCRIBE_TOPIC_PARTITIONS_KEY: ApiRange(0, 0),
         API_VERSIONS_KEY: ApiRange(0, 4),
         INIT_PRODUCER_ID_KEY: ApiRange(0, 5),
         FIND_COORDINATOR_KEY: ApiRange(0, 6),
@@ -172,6 +180,7 @@ SERVED: Mapping[int, ApiRange] = MappingProxyType(
         DELETE_GROUPS_KEY: ApiRange(0, 2),
         OFFSET_DELETE_KEY: ApiRange(0, 0),
         ELECT_LEADERS_KEY: ApiRange(0, 2),
+        DESCRIBE_LOG_DIRS_KEY: ApiRange(1, 4),
         CREATE_TOPICS_KEY: ApiRange(2, 7),
         DELETE_TOPICS_KEY: ApiRange(1, 6),
         CREATE_PARTITIONS_KEY: ApiRange(0, 3),
@@ -263,6 +272,7 @@ class Router:
             METADATA_KEY: MetadataHandler(
                 view, endpoint, broker_config.auto_create_topics_enable, num_partitions, access
             ),
+            DESCRIBE_TOPIC_PARTITIONS_KEY: DescribeTopicPartitionsHandler(view, endpoint, broker_config, access),
             API_VERSIONS_KEY: ApiVersionsHandler(SERVED),
             INIT_PRODUCER_ID_KEY: InitProducerIdHandler(view, transactions, access),
             FIND_COORDINATOR_KEY: FindCoordinatorHandler(endpoint, access),
@@ -277,6 +287,7 @@ class Router:
             DELETE_GROUPS_KEY: DeleteGroupsHandler(groups, access),
             OFFSET_DELETE_KEY: OffsetDeleteHandler(view, groups, access),
             ELECT_LEADERS_KEY: ElectLeadersHandler(view, access),
+            DESCRIBE_LOG_DIRS_KEY: DescribeLogDirsHandler(view, access),
             CREATE_TOPICS_KEY: CreateTopicsHandler(view, describer, node_id, num_partitions, access),
             DELETE_TOPICS_KEY: DeleteTopicsHandler(view, broker_config.delete_topic_enable, access),
             CREATE_PARTITIONS_KEY: CreatePartitionsHandler(view, node_id, access),

@@ -38,6 +38,7 @@ list (blanks trimmed, empty entries dropped, as Kafka's `csvList`).
 | auto.leader.rebalance.enable                  | boolean | true                | lead from the preferred replica      |
 | leader.imbalance.check.interval.seconds       | long    | 300                 | period of that check                 |
 | listeners, socket.*, max.connections, ...     |         |                     | `storage.config.listener_config`     |
+| max.request.partition.size.limit              | int     | 2000                | DescribeTopicPartitions page size    |
 | num.network.threads                           | int     | 1 (Kafka: 3)        | listener processes per node          |
 | max.incremental.fetch.session.cache.slots     | int     | 1000                | fetch sessions per listener process  |
 | ssl.*, sasl.*, authorizer.class.name, ...     |         |                     | `storage.config.security_config`     |
@@ -257,6 +258,8 @@ class BrokerConfig(CleanerKeys, ListenerKeys, SecurityKeys, TransactionKeys):
     replica_fetch_backoff_ms: int = config_field(1000, "int", low=0)
     auto_leader_rebalance_enable: bool = config_field(True, "boolean")
     leader_imbalance_check_interval_seconds: int = config_field(300, "long", low=1)
+    # DescribeTopicPartitions answers at most this many partitions per response (Kafka's default).
+    max_request_partition_size_limit: int = config_field(2000, "int", low=1)
     num_network_threads: int = config_field(1, "int", low=1)
     max_incremental_fetch_session_cache_slots: int = config_field(1000, "int", low=0)
     log_segment_bytes: int = config_field(1073741824, "int")

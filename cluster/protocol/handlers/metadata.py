@@ -198,32 +198,35 @@ class MetadataHandler:
             "topic_id": wire_topic_id(topic.topic_id),
             "is_internal": topic.internal,
             "partitions": [
-                self._partition(partition, topic.partition(partition)) for partition in range(topic.partition_count)
+                partition_entry(self._endpoint.node_id, partition, topic.partition(partition))
+                for partition in range(topic.partition_count)
             ],
             "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
         }
 
-    def _partition(self, partition: int, info: PartitionInfo) -> dict[str, Any]:
-        if info.offline:
-            return {
-                "error_code": ErrorCode.leader_not_available,
-                "partition_index": partition,
-                "leader_id": NO_LEADER_ID,
-                "leader_epoch": info.leader_epoch,
-                "replica_nodes": list(info.replicas),
-                "isr_nodes": list(info.isr),
-                "offline_replicas": list(info.offline_replicas),
-            }
-        leader = self._endpoint.node_id if info.leader is None else info.leader
+
+def partition_entry(node_id: int, partition: int, info: PartitionInfo) -> dict[str, Any]:
+    """One partition as Metadata describes it, by a listener whose broker is `node_id` (see the module docstring)."""
+    if info.offline:
         return {
-            "error_code": ErrorCode.none,
+            "error_code": ErrorCode.leader_not_available,
             "partition_index": partition,
-            "leader_id": leader,
+            "leader_id": NO_LEADER_ID,
             "leader_epoch": info.leader_epoch,
-            "replica_nodes": list(info.replicas or (leader,)),
-            "isr_nodes": list(info.isr or (leader,)),
+            "replica_nodes": list(info.replicas),
+            "isr_nodes": list(info.isr),
             "offline_replicas": list(info.offline_replicas),
         }
+    leader = node_id if info.leader is None else info.leader
+    return {
+        "error_code": ErrorCode.none,
+        "partition_index": partition,
+        "leader_id": leader,
+        "leader_epoch": info.leader_epoch,
+        "replica_nodes": list(info.replicas or (leader,)),
+        "isr_nodes": list(info.isr or (leader,)),
+        "offline_replicas": list(info.offline_replicas),
+    }
 
 
 def _topic_error(name: str | None, code: ErrorCode, topic_id: uuid.UUID = ZERO_UUID) -> dict[str, Any]:

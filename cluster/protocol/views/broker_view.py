@@ -28,6 +28,7 @@ from typing import Any, Protocol
 from actors.core.controller.elections import ElectionError, ElectionType
 from actors.core.controller.topic_metadata import AdvertisedListener, TopicMetadata
 from cluster.protocol.file_region import FileRegion
+from cluster.protocol.views.local_log_dirs import LocalLogDir
 from cluster.protocol.views.transport import Transport
 from storage.errors import BrokerNotAvailableError, RequestTimedOutError
 from storage.kafka_uuid import ZERO_UUID
@@ -172,6 +173,10 @@ class PartitionTransport(Protocol):
 
     def forget_topic(self, topic: str) -> None:
         """Drops what is kept of a deleted topic's partitions, so a topic created again is looked up afresh."""
+        ...
+
+    async def log_dirs(self) -> list[LocalLogDir]:
+        """This node's configured log dirs and the replicas each holds (`cluster.protocol.views.local_log_dirs`)."""
         ...
 
     def close(self) -> None:
@@ -373,6 +378,10 @@ class BrokerView:
             topic, partition, offset, max_bytes, max_wait_ms, min_bytes, isolation, current_leader_epoch
         )
         return await self._partitions.fetch(request)
+
+    async def log_dirs(self) -> list[LocalLogDir]:
+        """This node's log dirs with their replicas, as DescribeLogDirs reports them (the answering broker's own)."""
+        return await self._partitions.log_dirs()
 
     async def list_offset(
         self,

@@ -22,6 +22,7 @@ from actors.core.replication.replica import ACKS_ALL
 from actors.server.append_order import AppendOrder
 from cluster.protocol.file_region import SENDFILE_MIN_BYTES, FileRegion, open_region
 from cluster.protocol.views.broker_view import BrokerView, FetchedRecords, PartitionFetch
+from cluster.protocol.views.local_log_dirs import LocalLogDir, local_log_dirs
 from cluster.protocol.views.transport import EVERY_METHOD, InProcessTransport
 from storage.partition.file_slices import FileSlice, locate_file_slices, located_aborted_transactions
 from storage.partition.log import LogAppendInfo
@@ -34,7 +35,7 @@ class InProcessBrokerView(BrokerView):
     def __init__(self, broker: InProcessBroker, node: str = "node-0") -> None:
         self.broker = broker
         super().__init__(
-            InProcessTransport(lambda: broker.controller, inline=EVERY_METHOD), InProcessPartitions(broker), node
+            InProcessTransport(lambda: broker.controller, inline=EVERY_METHOD), InProcessPartitions(broker, node), node
         )
 
 
@@ -42,9 +43,17 @@ class InProcessPartitions:
     """The in-process broker's partition leaders (`InProcessBroker.leader`), as a `PartitionTransport`: their
     `PartitionServer`'s methods called on the event loop, appends and fetches as the module docstring says."""
 
-    def __init__(self, broker: InProcessBroker) -> None:
+    def __init__(self, broker: InProcessBroker, node: str = "node-0") -> None:
         self._broker = broker
+        self._node = node
         self._order = AppendOrder()
+
+    async def log_dirs(self) -> list[LocalLogDir]:
+        """The log dirs and replicas of the node's log manager."""
+        manager = self._broker.nodes[self._node].manager
+        offline = manager.offline_dirs
+        dirs = {str(directory): offline.get(directory) for directory in manager.log_dirs}
+        return local_log_dirs(dirs, await asyncio.to_thread(manager.describe))
 
     async def call(self, topic: str, partition: int, method: str, *args: Any) -> Any:
         return getattr(self._broker.leader(topic, partition), method)(*args)

@@ -46,16 +46,17 @@ from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any
 
-from actors.calls import answer, this_node_id
+from actors.calls import answer, get_actor, this_node_id
 from actors.channels.change_watcher import ChangeWatcher
 from actors.clients.local_fetch import LocatedRead
 from actors.core.replication.replica import check_current_leader_epoch
-from actors.options import CONTROLLER_NAME
+from actors.options import CONTROLLER_NAME, log_manager_name
 from actors.server.append_route import AppendRoute
 from actors.server.partition_log import FetchResult, FileSlices
 from actors.server.partition_lookup import partition_actor
 from cluster.protocol.file_region import SENDFILE_MIN_BYTES, FileRegion, open_region
 from cluster.protocol.views.broker_view import BrokerView, FetchedRecords, PartitionFetch
+from cluster.protocol.views.local_log_dirs import LocalLogDir, local_log_dirs
 from cluster.protocol.views.transport import RayTransport
 from storage.errors import FencedLeaderEpochError, RaybrokerError, UnknownLeaderEpochError
 from storage.partition.file_slices import FileSlice, open_located, read_located
@@ -240,6 +241,12 @@ class RayPartitions:
             view = LocalLogView.open(high_watermark_file)
             if view is not None:
                 self._views[key] = view
+
+    async def log_dirs(self) -> list[LocalLogDir]:
+        """This node's log dirs and replicas, from its log manager actor."""
+        manager = await asyncio.to_thread(get_actor, log_manager_name(self._node))
+        dirs, described = await asyncio.gather(answer(manager.dirs.remote()), answer(manager.describe.remote()))
+        return local_log_dirs(dirs, described)
 
     def forget_topic(self, topic: str) -> None:
         """Drops what is known of a deleted topic's partitions, so a re-created topic is looked up afresh."""

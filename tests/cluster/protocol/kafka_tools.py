@@ -15,6 +15,8 @@ from tests.conftest import skip_or_fail
 TOOL_TIMEOUT_S = 120
 CONSUMER_GROUPS = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
 LEADER_ELECTION = "org.apache.kafka.tools.LeaderElectionCommand"
+LOG_DIRS = "org.apache.kafka.tools.LogDirsCommand"
+TOPICS = "org.apache.kafka.tools.TopicCommand"
 TRANSACTIONS = "org.apache.kafka.tools.TransactionsCommand"
 
 

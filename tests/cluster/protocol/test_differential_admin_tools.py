@@ -4,6 +4,12 @@
 - kafka-consumer-groups.sh `--delete-offsets` (OffsetDelete): an Empty group (its consumer only committed) loses one
   partition's offset; a group with a member subscribed to one topic keeps that topic's offsets
   (GROUP_SUBSCRIBED_TO_TOPIC) and loses the other's; a group never seen and a topic that does not exist are refused.
+- kafka-log-dirs.sh `--describe` (DescribeLogDirs): the replicas of a written topic, each with offset lag 0, not a
+  future replica, and its size equal to the bytes of its segment files on that broker's disk; a topic that does not
+  exist lists nothing.
+- kafka-topics.sh `--describe` (DescribeTopicPartitions, which Kafka 3.7+'s Admin client prefers to Metadata) of
+  two topics in pages of 2 partitions (`--partition-size-limit-per-response`): the same lines, broker ids and topic
+  ids aside.
 - kafka-leader-election.sh (ElectLeaders) on one broker: preferred and unclean elections that are not needed, an
   election of every partition, an unknown topic and an unknown partition. Elections that move a leader need
   several brokers; `tests/cluster/protocol/handlers/test_elect_leaders.py` runs them on a two-node broker.
@@ -13,14 +19,16 @@ Each run of a tool starts a JVM (~2 s).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from cluster.protocol.listener import start_listener
 from tests.cluster.protocol.helpers import assigned_member
-from tests.cluster.protocol.kafka_tools import CONSUMER_GROUPS, LEADER_ELECTION, run_kafka_tool
+from tests.cluster.protocol.kafka_tools import CONSUMER_GROUPS, LEADER_ELECTION, LOG_DIRS, TOPICS, run_kafka_tool
 
 pytestmark = [pytest.mark.ray, pytest.mark.kafka]
 
@@ -137,3 +145,83 @@ def test_kafka_leader_election_agrees(kafka: str, raybroker: str) -> None:
     assert oracle["unknown topic"][0] != 0
     for case, answer in oracle.items():
         assert answers["raybroker"][case] == answer, (case, answers["raybroker"][case], answer)
+
+
+def log_dirs_answers(bootstrap: str) -> dict[str, Any]:
+    """kafka-log-dirs.sh on a new topic of two partitions holding 3 and 5 records: each replica's entry (sizes set
+    aside, checked against the segment files), and what a topic that does not exist lists."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
+    admin.create_topics([NewTopic("dirs", 2, 1)])["dirs"].result(timeout=DEADLINE_S)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 0, **QUIET})
+    for partition, count in ((0, 3), (1, 5)):
+        for index in range(count):
+            producer.produce("dirs", value=f"record-{index}".encode(), partition=partition)
+            producer.flush(DEADLINE_S)
+
+    def describe(topics: str) -> list[dict[str, Any]]:
+        ran = run_kafka_tool(LOG_DIRS, bootstrap, "--describe", "--topic-list", topics)
+        assert ran.returncode == 0, ran.stderr[-2000:]
+        (answer,) = [json.loads(line) for line in ran.stdout.splitlines() if line.startswith("{")]
+        return [
+            {**entry, "logDir": log_dir["logDir"], "error": log_dir["error"]}
+            for broker in answer["brokers"]
+            for log_dir in broker["logDirs"]
+            for entry in log_dir["partitions"]
+        ]
+
+    replicas = describe("dirs")
+    for replica in replicas:
+        segments = (Path(replica["logDir"]) / replica["partition"]).glob("*.log")
+        assert replica["size"] == sum(segment.stat().st_size for segment in segments) > 0, replica
+    return {
+        "dirs": sorted(
+            (replica["partition"], replica["offsetLag"], replica["isFuture"], replica["error"]) for replica in replicas
+        ),
+        "missing": describe("never-made"),
+    }
+
+
+def test_kafka_log_dirs_agrees(kafka: str, raybroker: str) -> None:
+    answers = {
+        name: log_dirs_answers(bootstrap) for name, bootstrap in {"kafka": kafka, "raybroker": raybroker}.items()
+    }
+    oracle = answers["kafka"]
+    assert oracle == {"dirs": [("dirs-0", 0, False, None), ("dirs-1", 0, False, None)], "missing": []}
+    assert answers["raybroker"] == oracle
+
+
+def topics_described(bootstrap: str) -> list[str]:
+    """kafka-topics.sh --describe of two new topics (3 and 2 partitions) in pages of 2 partitions: its lines, each
+    topic id and broker id replaced by a placeholder (the clusters differ in those), configs left out."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
+    for future in admin.create_topics([NewTopic("paged-a", 3, 1), NewTopic("paged-b", 2, 1)]).values():
+        future.result(timeout=DEADLINE_S)
+    ran = run_kafka_tool(
+        TOPICS, bootstrap, "--describe", "--topic", "paged-.*", "--partition-size-limit-per-response", "2"
+    )
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    lines = []
+    for line in ran.stdout.splitlines():
+        fields = [field for field in line.strip().split("\t") if not field.startswith("Configs:")]
+        for index, field in enumerate(fields):
+            name, _, value = field.partition(": ")
+            if name == "TopicId":
+                fields[index] = "TopicId: <id>"
+            elif name in ("Leader", "Replicas", "Isr") and value.lstrip("-").isdigit():
+                fields[index] = f"{name}: <broker>"
+        lines.append("\t".join(fields))
+    return lines
+
+
+def test_kafka_topics_describe_pages_agree(kafka: str, raybroker: str) -> None:
+    answers = {
+        name: topics_described(bootstrap) for name, bootstrap in {"kafka": kafka, "raybroker": raybroker}.items()
+    }
+    oracle = answers["kafka"]
+    assert sum(line.startswith("Topic: paged-a\tPartition:") for line in oracle) == 3, oracle
+    assert answers["raybroker"] == oracle

@@ -6,9 +6,9 @@ what was produced (the oracle: the values sent, per partition, in order).
   and Fetch v17 in an incremental fetch session (KIP-227) while the producer adds records to one partition at a time,
   so most answers carry one partition; its `FetchSessionHandler` logs (at DEBUG) the session it got and every
   incremental answer, and at INFO any answer it finds invalid (a partition outside its session, a session error).
-  Kafka's own kafka-topics.sh (`TopicCommand`) then describes the topic with its id. The Java program is compiled
-  with javac at test time against the jars of `benchmarks.kafka_broker`, so that test needs a JDK and is marked
-  `kafka`.
+  Kafka's own kafka-topics.sh (`TopicCommand`) then describes the topic with its id (through
+  DescribeTopicPartitions). The Java program is compiled with javac at test time against the jars of
+  `benchmarks.kafka_broker`, so that test needs a JDK and is marked `kafka`.
 """
 
 from __future__ import annotations
@@ -221,3 +221,5 @@ def test_the_java_consumer_reads_in_an_incremental_fetch_session_and_kafka_topic
     )
     assert described.returncode == 0, described.stderr[-3000:]
     assert f"Topic: sessions\tTopicId: {uuid_text(topic_id)}\tPartitionCount: {PARTITIONS}\t" in described.stdout
+    # Kafka 3.7+'s Admin client describes topics with DescribeTopicPartitions where the broker serves it.
+    assert requests_of(metrics, "DescribeTopicPartitions", 0) > 0
