@@ -37,6 +37,7 @@ import pytest
 import yaml
 
 from cluster.gcs_storage import WORKER_ENVIRONMENT
+from tests.actors.support import wait_for
 from tests.cluster.cli_shell import REPO_ROOT, cli_env, require_free_head_port, run_shell
 
 pytestmark = pytest.mark.ray
@@ -190,14 +191,11 @@ def read_back(bootstrap: str, partition: int, count: int) -> list[bytes]:
     return read
 
 
-def wait_for(condition: Any, timeout_s: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"{what} not within {timeout_s} s")
+def run_to_end(command: list[str], env: dict[str, str]) -> str:
+    """`command` run from the repository with `env`, which must succeed; what it printed."""
+    ran = subprocess.run(command, env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, check=False)
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    return ran.stdout
 
 
 def test_a_lost_head_started_again_resumes_the_cluster_while_a_worker_goes_on_serving(head: Head) -> None:
@@ -211,34 +209,12 @@ def test_a_lost_head_started_again_resumes_the_cluster_while_a_worker_goes_on_se
     head_node = next(line.split()[5].rstrip(",") for line in started.stdout.splitlines() if "Broker running" in line)
     daemons = head.session_processes()
     ray_env = {**head.env, **WORKER_ENVIRONMENT, "RAY_AUTH_MODE": "token", "RAY_LOG_TO_DRIVER": "0"}
-    worker_start = subprocess.run(
-        [
-            str(Path(sys.executable).parent / "ray"),
-            "start",
-            f"--address={address}",
-            "--num-cpus=1",
-            "--disable-usage-stats",
-            "--object-store-memory=134217728",
-        ],
-        env=ray_env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert worker_start.returncode == 0, worker_start.stderr[-2000:]
+    ray = str(Path(sys.executable).parent / "ray")
+    worker_node = [ray, "start", f"--address={address}", "--num-cpus=1", "--object-store-memory=134217728"]
+    run_to_end([*worker_node, "--disable-usage-stats"], ray_env)
     worker_port = free_port()
-    broker = subprocess.run(
-        [sys.executable, "-c", WORKER_BROKER, address, str(head.root / "worker"), str(worker_port), head_node],
-        env={**ray_env, "PYTHONPATH": str(REPO_ROOT)},
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert broker.returncode == 0, broker.stderr[-2000:]
-    worker_bootstrap = broker.stdout.split()[-1]
+    worker_broker = [sys.executable, "-c", WORKER_BROKER, address, str(head.root / "worker"), str(worker_port)]
+    worker_bootstrap = run_to_end([*worker_broker, head_node], {**ray_env, "PYTHONPATH": str(REPO_ROOT)}).split()[-1]
     created = head.raybroker("topics", "--create", "--topic", TOPIC, "--partitions", "4", "--replication-factor", "1")
     assert created.returncode == 0, created.stderr
     metadata = AdminClient({"bootstrap.servers": worker_bootstrap}).list_topics(TOPIC, timeout=30)

@@ -138,69 +138,48 @@ def test_a_partition_whose_actor_went_away_is_looked_up_again(broker: Any) -> No
     assert read_back(broker, "recreated", 0) == [b"k3-0"]
 
 
-def test_an_idempotent_producers_appends_wait_for_the_retry_of_a_failed_one(broker: Any) -> None:
+@pytest.mark.parametrize("retry_finds_no_leader", [False, True], ids=["retry-sent", "retry-lookup-fails"])
+def test_an_idempotent_producers_appends_wait_for_the_retry_of_a_failed_one(
+    broker: Any, retry_finds_no_leader: bool
+) -> None:
     """The route's leader goes away between two appends of a pipeline: the first fails (retriable), and the second,
     sent after the failure, must not reach the new leader before the first's retry. A new log takes a producer it
     does not know from any sequence, so without the fence sequence 2 would be written first and the retry of 1
-    refused as out of order (what the listener's clients saw in a failover)."""
-    from actors import Admin
-    from actors.server.append_route import AppendRoute
+    refused as out of order (what the listener's clients saw in a failover).
 
-    admin = Admin(broker)
-    admin.create_topic("fenced", 1)
-    route = AppendRoute()
-
-    def append(sequence: int) -> int:
-        return asyncio.run(route.append("fenced", 0, idempotent_batch(sequence), 1)).first_offset
-
-    try:
-        assert append(0) == 0
-        admin.delete_topic("fenced")
-        admin.create_topic("fenced", 1)
-        with pytest.raises(GONE):
-            append(1)
-        with pytest.raises(NotLeaderOrFollowerError):
-            append(2)
-        assert end_offset(broker, "fenced") == 0, "the fenced append was not sent"
-        assert append(1) == 0
-        assert append(2) == 1
-    finally:
-        route.close()
-    assert read_back(broker, "fenced", 0) == [b"seq-1", b"seq-2"]
-
-
-def test_a_retry_whose_lookup_fails_keeps_the_later_appends_fenced(broker: Any) -> None:
-    """The retry of the failed append finds no leader (the partition is gone a while, as between a leader's loss and
-    the election of the next): the appends behind it stay fenced, or the next one would reach the new leader ahead
-    of the retry, be answered out of order, and make librdkafka write its unacknowledged messages again in a new
-    epoch (what a listener's client saw when its partition's leader node was removed)."""
+    `retry_finds_no_leader`: the retry itself first finds no leader (the partition is gone a while, as between a
+    leader's loss and the election of the next); the appends behind it stay fenced, or the next one would reach the
+    new leader ahead of the retry and make librdkafka write its unacknowledged messages again in a new epoch (what
+    a listener's client saw when its partition's leader node was removed)."""
     from actors import Admin
     from actors.server.append_route import AppendRoute
     from storage.errors import UnknownTopicOrPartitionError
 
+    topic = "refenced" if retry_finds_no_leader else "fenced"
     admin = Admin(broker)
-    admin.create_topic("refenced", 1)
+    admin.create_topic(topic, 1)
     route = AppendRoute()
 
     def append(sequence: int) -> int:
-        return asyncio.run(route.append("refenced", 0, idempotent_batch(sequence), 1)).first_offset
+        return asyncio.run(route.append(topic, 0, idempotent_batch(sequence), 1)).first_offset
 
     try:
         assert append(0) == 0
-        admin.delete_topic("refenced")
-        admin.create_topic("refenced", 1)
+        admin.delete_topic(topic)
+        admin.create_topic(topic, 1)
         with pytest.raises(GONE):
             append(1)
-        admin.delete_topic("refenced")
-        with pytest.raises((BrokerNotAvailableError, UnknownTopicOrPartitionError)) as lookup:
-            append(1)
-        assert lookup.value.retriable
-        admin.create_topic("refenced", 1)
+        if retry_finds_no_leader:
+            admin.delete_topic(topic)
+            with pytest.raises((BrokerNotAvailableError, UnknownTopicOrPartitionError)) as lookup:
+                append(1)
+            assert lookup.value.retriable
+            admin.create_topic(topic, 1)
         with pytest.raises(NotLeaderOrFollowerError):
             append(2)
-        assert end_offset(broker, "refenced") == 0, "the fenced append was not sent"
+        assert end_offset(broker, topic) == 0, "the fenced append was not sent"
         assert append(1) == 0
         assert append(2) == 1
     finally:
         route.close()
-    assert read_back(broker, "refenced", 0) == [b"seq-1", b"seq-2"]
+    assert read_back(broker, topic, 0) == [b"seq-1", b"seq-2"]
