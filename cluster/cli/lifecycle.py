@@ -12,6 +12,10 @@ recorded (`cluster.runtime.stop_head`: only that head's processes).
 `start` also prints where Prometheus scrapes this node's metrics: its Ray node's metrics agent
 (`actors.metrics.ray_export`), on the port `--metrics-port` gives the head it starts (Ray picks a free one without
 it), or, with `--address`, the port the node was started with (`ray start --metrics-export-port`).
+
+The head `start` starts keeps its GCS state in RocksDB beside the first log dir, in `--gcs-storage-path` or in
+`--redis-address`'s Redis (`cluster.gcs_storage`), so that `start` run again after the head was lost resumes the
+cluster. `stop` ends the cluster and discards the RocksDB folder, as does a `start` whose new cluster fails to start.
 """
 
 from __future__ import annotations
@@ -167,7 +171,8 @@ def run_start(args: argparse.Namespace) -> int:
                 f"`raybroker stop`, or start a broker on it with `raybroker start --address {previous.address}`"
             )
         forget_state()
-    if storage.resumes():
+    resuming = storage.resumes()
+    if resuming:
         print(f"Resuming the Ray cluster whose state the GCS kept in {storage.location}.")
     started = runtime.start_head(metrics_export_port=args.metrics_port, gcs_storage=storage)
     write_state(started)
@@ -176,6 +181,9 @@ def run_start(args: argparse.Namespace) -> int:
         return _start_broker_and_report(config, started)
     except BaseException:
         runtime.stop_head(started)
+        if not resuming:
+            # A cluster that never started leaves nothing to resume; a resumed one keeps its state for the next try.
+            storage.discard()
         forget_state()
         raise
 

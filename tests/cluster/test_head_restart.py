@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import os
 import shutil
 import signal
 import socket
@@ -256,6 +257,21 @@ def test_a_lost_head_started_again_resumes_the_cluster_while_a_worker_goes_on_se
     stopped = head.raybroker("stop", timeout_s=120)
     assert stopped.returncode == 0, stopped.stderr
     assert not storage.exists(), "a clean stop ends the cluster: its GCS state is discarded"
+
+
+def test_a_start_whose_cluster_fails_to_start_leaves_nothing_to_resume(head: Head) -> None:
+    """The new head's broker cannot serve (its listener's port is taken): `raybroker start` fails with one line, and
+    its head, its state file and its GCS folder are gone, so the next `start` begins afresh rather than resuming."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        head.listener_port = taken.getsockname()[1]
+        failed = head.start()
+    assert failed.returncode == 1, failed.stdout[-2000:]
+    assert "Resuming" not in failed.stdout
+    assert not (head.root / "head-ray-gcs").exists()
+    assert not (head.root / f"raybroker-{os.getuid()}" / "cli-state.json").exists()
+    assert head.session_processes() == []
 
 
 def test_ray_cluster_yaml_starts_the_head_and_workers_as_raybroker_start_does() -> None:
