@@ -30,7 +30,7 @@ from actors.core.controller.topic_metadata import AdvertisedListener, TopicMetad
 from cluster.protocol.file_region import FileRegion
 from cluster.protocol.views.local_log_dirs import LocalLogDir
 from cluster.protocol.views.transport import Transport
-from storage.errors import BrokerNotAvailableError, RequestTimedOutError
+from storage.errors import BrokerNotAvailableError, RaybrokerError, RequestTimedOutError
 from storage.kafka_uuid import ZERO_UUID
 from storage.partition.leader_epoch_cache import UNDEFINED_EPOCH
 from storage.partition.log import LogAppendInfo
@@ -227,7 +227,8 @@ class BrokerView:
         (unreachable, or silent for `KNOWN_ANSWER_WAIT_S`), its last answer to the same question: a Kafka
         broker answers Metadata from its metadata cache whether its controller is reachable or not, and so the
         listeners of the nodes that keep running serve their partitions while the head is lost. A question never
-        answered yet waits for the controller and raises its error."""
+        answered yet waits for the controller and raises its error, and so does a question the controller answers
+        with an error (the last answer is then forgotten)."""
         question = (method, *args)
         known = self._known.get(question)
         try:
@@ -241,6 +242,10 @@ class BrokerView:
             if known is None:
                 raise
             return known
+        except RaybrokerError:
+            # Answered (a topic deleted since): the last answer no longer holds.
+            self._known.pop(question, None)
+            raise
         self._known[question] = answer
         return answer
 

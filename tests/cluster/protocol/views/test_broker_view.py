@@ -2,13 +2,20 @@
 what Metadata lists (Kafka broker ids), as the plain function `topic_info` of the topic, the listeners and the running
 brokers. The oracle is the rule the Metadata handler documents: a replica is named by its node's listener `node.id`,
 left out without one; a partition without a leader is offline; listed replicas whose broker is not running are
-offline replicas."""
+offline replicas. And what a view answers while its controller is unreachable (Kafka's metadata cache)."""
 
 from __future__ import annotations
 
+import pytest
+
 from actors.core.controller.topic_metadata import AdvertisedListener, TopicMetadata
+from actors.core.in_process_broker import InProcessBroker
 from actors.core.replication.leader_and_isr import NO_LEADER, LeaderAndIsr
-from cluster.protocol.views.broker_view import PartitionInfo, topic_info
+from cluster.protocol.views.broker_view import BrokerView, PartitionInfo, topic_info
+from cluster.protocol.views.in_process_broker_view import InProcessPartitions
+from cluster.protocol.views.transport import EVERY_METHOD, InProcessTransport
+from storage.errors import BrokerNotAvailableError, UnknownTopicOrPartitionError
+from tests.cluster.protocol.helpers import run
 
 # Ray nodes a, b, c run brokers; a and b run listeners (node.id 1 and 2); d ran a broker once and is gone.
 LISTENERS = {"a": AdvertisedListener(1, "host-a", 9092), "b": AdvertisedListener(2, "host-b", 9092)}
@@ -56,3 +63,32 @@ def test_a_topic_from_before_replication_has_its_one_replica_leading_in_epoch_0(
     info = topic_info(legacy, LISTENERS, LIVE)
     assert info.replication_factor == 1
     assert info.partitions == (PartitionInfo(1, 0, (1,), (1,)), PartitionInfo(None, 0, (), ()))
+
+
+def test_metadata_is_answered_from_the_last_answers_while_the_controller_is_unreachable(
+    broker: InProcessBroker,
+) -> None:
+    """Kafka's metadata cache: a listener whose controller went away (its head lost) answers what the controller
+    last said; a question never answered raises; an answered error (the topic deleted) forgets the last answer."""
+    lost = False
+
+    def controller() -> object:
+        if lost:
+            raise BrokerNotAvailableError("the controller's head is gone")
+        return broker.controller
+
+    view = BrokerView(InProcessTransport(controller, inline=EVERY_METHOD), InProcessPartitions(broker), "node-0")
+    run(view.create_topic("kept", 2))
+    run(view.create_topic("deleted", 1))
+    before = (run(view.topics()), run(view.topic("kept")), run(view.topic("deleted")), run(view.brokers()))
+    lost = True
+    assert (run(view.topics()), run(view.topic("kept")), run(view.topic("deleted")), run(view.brokers())) == before
+    with pytest.raises(BrokerNotAvailableError):
+        run(view.topic("never-asked"))
+    lost = False
+    run(view.delete_topic("deleted"))
+    with pytest.raises(UnknownTopicOrPartitionError):
+        run(view.topic("deleted"))
+    lost = True
+    with pytest.raises(BrokerNotAvailableError):
+        run(view.topic("deleted"))
