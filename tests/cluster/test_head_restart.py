@@ -38,6 +38,7 @@ import pytest
 import yaml
 
 from cluster.gcs_storage import WORKER_ENVIRONMENT
+from cluster.runtime import RAY_HEAD_PORT
 from tests.actors.support import wait_for
 from tests.cluster.cli_shell import REPO_ROOT, cli_env, require_free_head_port, run_shell
 
@@ -63,26 +64,36 @@ class Head:
     env: dict[str, str]
     log_dir: Path
     listener_port: int = field(default_factory=free_port)
+    nodes: set[str] = field(default_factory=set)
 
     def raybroker(self, *args: str, timeout_s: float = 180) -> subprocess.CompletedProcess[str]:
         command = " ".join(["raybroker", *args])
         return run_shell(command, timeout_s=timeout_s, env=self.env)
 
     def start(self) -> subprocess.CompletedProcess[str]:
-        return self.raybroker(
+        """`raybroker start` of the head; the Ray node its broker runs on is noted in `nodes`."""
+        started = self.raybroker(
             "start",
             "--log-dirs",
             str(self.log_dir),
             "--override",
             f"listeners=PLAINTEXT://127.0.0.1:{self.listener_port}",
         )
+        self.nodes.update(
+            line.split()[5].rstrip(",") for line in started.stdout.splitlines() if "Broker running" in line
+        )
+        return started
 
     def session_processes(self) -> list[psutil.Process]:
-        """Every process of this test's Ray cluster (their command lines name its session folder, under `root`)."""
+        """Every process of this test's Ray cluster: those whose command line names its session folder (under
+        `root`) or one of its head nodes, and the Ray client server of a head on Ray's default port (which names
+        neither; the port was free when the test began)."""
         found = []
         for proc in psutil.process_iter(["cmdline"]):
             with contextlib.suppress(psutil.Error):
-                if str(self.root) in " ".join(proc.info["cmdline"] or ()):
+                cmdline = " ".join(proc.info["cmdline"] or ())
+                client_server = "ray.util.client.server" in cmdline and f":{RAY_HEAD_PORT} " in f"{cmdline} "
+                if str(self.root) in cmdline or client_server or any(node in cmdline for node in self.nodes):
                     found.append(proc)
         return found
 
@@ -207,7 +218,7 @@ def test_a_lost_head_started_again_resumes_the_cluster_while_a_worker_goes_on_se
     storage = head.root / "head-ray-gcs"
     assert f"The head's GCS keeps the cluster's state: RocksDB in {storage}." in started.stdout
     address = next(line.split(" at ")[1].split()[0] for line in started.stdout.splitlines() if "Ray head at" in line)
-    head_node = next(line.split()[5].rstrip(",") for line in started.stdout.splitlines() if "Broker running" in line)
+    (head_node,) = head.nodes
     daemons = head.session_processes()
     ray_env = {**head.env, **WORKER_ENVIRONMENT, "RAY_AUTH_MODE": "token", "RAY_LOG_TO_DRIVER": "0"}
     ray = str(Path(sys.executable).parent / "ray")
@@ -257,6 +268,7 @@ def test_a_lost_head_started_again_resumes_the_cluster_while_a_worker_goes_on_se
     stopped = head.raybroker("stop", timeout_s=120)
     assert stopped.returncode == 0, stopped.stderr
     assert not storage.exists(), "a clean stop ends the cluster: its GCS state is discarded"
+    assert head.session_processes() == [], "raybroker stop leaves no process of the cluster behind"
 
 
 def test_a_start_whose_cluster_fails_to_start_leaves_nothing_to_resume(head: Head) -> None:
