@@ -61,10 +61,6 @@ class GcsStorage:
             raise InvalidConfigError(f"a Redis address is HOST:PORT, not {address!r}")
         return cls("redis", address)
 
-    @property
-    def fault_tolerant(self) -> bool:
-        return self.backend != "memory"
-
     def head_environment(self) -> dict[str, str]:
         """The variables `ray start --head` is run with."""
         if self.backend == "rocksdb":

@@ -25,6 +25,7 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from cluster.gcs_storage import GcsStorage
 from cluster.ray_auth import AUTH_MODE_VARIABLE
 
 
@@ -39,6 +40,11 @@ class HeadState:
     token_auth: bool
     gcs_storage: str = "memory"
     gcs_storage_location: str = ""
+
+    @property
+    def gcs(self) -> GcsStorage:
+        """The head's GCS storage, as `cluster.gcs_storage` handles it."""
+        return GcsStorage(self.gcs_storage, self.gcs_storage_location)
 
 
 def state_file() -> Path:

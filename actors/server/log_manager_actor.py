@@ -167,8 +167,7 @@ class LogManagerActor:
 
     def dirs(self) -> dict[str, str | None]:
         """Each log dir and why it is offline (None when online)."""
-        offline = self._manager.offline_dirs
-        return {str(d): offline.get(d) for d in self._manager.log_dirs}
+        return self._manager.dirs()
 
     def cluster_id(self) -> str:
         return self._manager.cluster_id

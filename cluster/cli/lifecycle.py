@@ -219,8 +219,7 @@ def _start_broker_and_report(config: BrokerConfig, started: HeadState | None) ->
         )
     if started is not None:
         print(f"Started a local Ray head at {address} (Ray session {started.session_name}).")
-        storage = GcsStorage(started.gcs_storage, started.gcs_storage_location)
-        print(f"The head's GCS keeps the cluster's state: {storage.describe()}.")
+        print(f"The head's GCS keeps the cluster's state: {started.gcs.describe()}.")
     print(f"Broker running on Ray node {node_id}, log dirs: {', '.join(config.log_dirs)}")
     print(
         f"Kafka clients: bootstrap.servers={listeners.bootstrap_servers} "
@@ -283,7 +282,7 @@ def run_stop(args: argparse.Namespace) -> int:
     if ours is not None:
         runtime.stop_head(ours)
         # A clean stop ends the cluster: the next `start` begins a new one rather than reloading this one's actors.
-        GcsStorage(ours.gcs_storage, ours.gcs_storage_location).discard()
+        ours.gcs.discard()
         forget_state()
         print(f"Stopped the Ray head at {ours.address} (Ray session {ours.session_name}).")
     return EXIT_OK

@@ -697,6 +697,11 @@ class LogManager:
         """Offline dirs and why they went offline."""
         return self._dirs.offline_dirs
 
+    def dirs(self) -> dict[str, str | None]:
+        """Each log dir and why it is offline (None when online)."""
+        offline = self.offline_dirs
+        return {str(directory): offline.get(directory) for directory in self.log_dirs}
+
     def log_dir_failed(self, directory: Path, reason: str) -> bool:
         """A partition's I/O error in `directory` (Kafka's LogDirFailureChannel): the dir goes offline; False if
         it already was, or is not one of this broker's dirs."""

@@ -22,7 +22,6 @@ def test_rocksdb_names_ray_s_embedded_store_and_its_folder(tmp_path: Path) -> No
         "RAY_gcs_storage_path": str(tmp_path / "gcs"),
         **RECONNECT,
     }
-    assert storage.fault_tolerant
     assert storage.describe() == f"RocksDB in {tmp_path / 'gcs'}"
 
 
@@ -44,7 +43,6 @@ def test_redis_names_its_address_and_refuses_one_without_a_port() -> None:
 def test_memory_sets_nothing_and_says_what_a_lost_head_costs() -> None:
     storage = GcsStorage("memory")
     assert storage.head_environment() == {}
-    assert not storage.fault_tolerant
     assert "a lost head loses the cluster" in storage.describe()
 
 

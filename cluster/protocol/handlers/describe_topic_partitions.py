@@ -6,8 +6,8 @@ As Kafka's `DescribeTopicPartitionsRequestHandler` and `KRaftMetadataCache.getTo
   TOPIC_AUTHORIZATION_FAILED (29) with the zero topic id, whether it exists or not; a named topic that does not
   exist answers UNKNOWN_TOPIC_OR_PARTITION (3), or INVALID_TOPIC_EXCEPTION (17) for an invalid name.
 - Topics are answered in name order from the cursor's topic (topics before it left out), the cursor's topic from
-  the cursor's partition; a cursor naming a topic the request's list does not hold is INVALID_REQUEST (42) at the
-  top of the answer, which has no other field for it.
+  the cursor's partition; a cursor naming a topic the request's list does not hold answers INVALID_REQUEST (42) for
+  every topic named, as Kafka's error answer to the request does.
 - At most `response_partition_limit` partitions are answered, and never more than the broker's
   `max.request.partition.size.limit` (2000): the first partition left out is the `next_cursor` (its topic and index,
   index 0 when a topic was not reached at all); a complete answer has none.
@@ -24,8 +24,8 @@ from kio.schema.errors import ErrorCode
 
 from actors.core.security.acl_bindings import AclOperation, ResourceType
 from cluster.protocol.framing import Request, response_schema
-from cluster.protocol.handlers.authorization import AUTHORIZED_OPERATIONS_OMITTED, allows, authorized_operations
-from cluster.protocol.handlers.metadata import partition_entry, wire_topic_id
+from cluster.protocol.handlers.authorization import allows, authorized_operations
+from cluster.protocol.handlers.metadata import partition_entry, topic_error, wire_topic_id
 from cluster.protocol.messages import build
 from cluster.protocol.security.access import AccessControl
 from cluster.protocol.views.broker_view import BrokerEndpoint, BrokerView, TopicInfo
@@ -63,7 +63,7 @@ class DescribeTopicPartitionsHandler:
         else:
             names = sorted({topic.name for topic in body.topics if topic.name >= after})
             if cursor is not None and cursor.topic_name not in names:
-                refused = [_topic_error(topic.name, ErrorCode.invalid_request) for topic in body.topics]
+                refused = [topic_error(topic.name, ErrorCode.invalid_request) for topic in body.topics]
                 return self._response(request, refused, None)
         allowed = [
             name for name in names if allows(self._access, context, AclOperation.DESCRIBE, ResourceType.TOPIC, name)
@@ -71,7 +71,7 @@ class DescribeTopicPartitionsHandler:
         denied = (
             []
             if every
-            else [_topic_error(name, ErrorCode.topic_authorization_failed) for name in names if name not in allowed]
+            else [topic_error(name, ErrorCode.topic_authorization_failed) for name in names if name not in allowed]
         )
         remaining = min(self._limit, body.response_partition_limit)
         topics: list[dict[str, Any]] = []
@@ -84,7 +84,7 @@ class DescribeTopicPartitionsHandler:
                 topic = known[name] if every else await self._view.topic(name)
             except UnknownTopicOrPartitionError:
                 if not every:
-                    topics.append(_topic_error(name, _missing_code(name)))
+                    topics.append(topic_error(name, _missing_code(name)))
                 continue
             start = cursor.partition_index if cursor is not None and name == cursor.topic_name else 0
             upper = min(topic.partition_count, start + remaining)
@@ -127,14 +127,3 @@ def _missing_code(name: str) -> ErrorCode:
     except InvalidTopicError:
         return ErrorCode.invalid_topic_exception
     return ErrorCode.unknown_topic_or_partition
-
-
-def _topic_error(name: str, code: ErrorCode) -> dict[str, Any]:
-    return {
-        "error_code": code,
-        "name": name,
-        "topic_id": None,
-        "is_internal": False,
-        "partitions": [],
-        "topic_authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
-    }

@@ -154,16 +154,16 @@ class MetadataHandler:
         for topic_id in dict.fromkeys(topic_ids):
             name = names.get(topic_id)
             if name is None:
-                topics.append(_topic_error(None, ErrorCode.unknown_topic_id, topic_id))
+                topics.append(topic_error(None, ErrorCode.unknown_topic_id, topic_id))
             elif name not in visible:
-                topics.append(_topic_error(None, ErrorCode.topic_authorization_failed, topic_id))
+                topics.append(topic_error(None, ErrorCode.topic_authorization_failed, topic_id))
             else:
                 try:
                     topics.append(self._describe(await self._view.topic(name)))
                 except UnknownTopicOrPartitionError:
-                    topics.append(_topic_error(None, ErrorCode.unknown_topic_id, topic_id))
+                    topics.append(topic_error(None, ErrorCode.unknown_topic_id, topic_id))
                 except RaybrokerError as exc:
-                    topics.append(_topic_error(name, error_code(exc), topic_id))
+                    topics.append(topic_error(name, error_code(exc), topic_id))
         return topics
 
     async def _lookup(
@@ -171,25 +171,25 @@ class MetadataHandler:
     ) -> dict[str, Any]:
         """One named topic's entry: refused, described, created, or carrying its error."""
         if name is None:
-            return _topic_error("", ErrorCode.invalid_topic_exception)
+            return topic_error("", ErrorCode.invalid_topic_exception)
         if not describable:
-            return _topic_error(name, ErrorCode.topic_authorization_failed)
+            return topic_error(name, ErrorCode.topic_authorization_failed)
         try:
             return self._describe(await self._view.topic(name))
         except UnknownTopicOrPartitionError as exc:
             if not may_create:
-                return _topic_error(name, error_code(exc))
+                return topic_error(name, error_code(exc))
         except RaybrokerError as exc:
-            return _topic_error(name, error_code(exc))
+            return topic_error(name, error_code(exc))
         if not (cluster_create or allows(self._access, context, AclOperation.CREATE, ResourceType.TOPIC, name)):
-            return _topic_error(name, ErrorCode.topic_authorization_failed)
+            return topic_error(name, ErrorCode.topic_authorization_failed)
         try:
             return self._describe(await self._view.create_topic(name, self._num_partitions))
         except TopicExistsError:
             # Created meanwhile by another client.
             return self._describe(await self._view.topic(name))
         except RaybrokerError as exc:
-            return _topic_error(name, error_code(exc))
+            return topic_error(name, error_code(exc))
 
     def _describe(self, topic: TopicInfo) -> dict[str, Any]:
         return {
@@ -229,7 +229,8 @@ def partition_entry(node_id: int, partition: int, info: PartitionInfo) -> dict[s
     }
 
 
-def _topic_error(name: str | None, code: ErrorCode, topic_id: uuid.UUID = ZERO_UUID) -> dict[str, Any]:
+def topic_error(name: str | None, code: ErrorCode, topic_id: uuid.UUID = ZERO_UUID) -> dict[str, Any]:
+    """A topic answered only with `code`: no partitions, its id only if given (ids are not secret)."""
     return {
         "error_code": code,
         "name": name,
@@ -256,7 +257,7 @@ def _invalid_request(request: Request, topics: Any) -> Any:
             "controller_id": NO_LEADER_ID,
             "topics": [
                 {
-                    **_topic_error(topic.name or "", ErrorCode.invalid_request),
+                    **topic_error(topic.name or "", ErrorCode.invalid_request),
                     "topic_id": getattr(topic, "topic_id", None),
                 }
                 for topic in topics

@@ -51,9 +51,7 @@ class InProcessPartitions:
     async def log_dirs(self) -> list[LocalLogDir]:
         """The log dirs and replicas of the node's log manager."""
         manager = self._broker.nodes[self._node].manager
-        offline = manager.offline_dirs
-        dirs = {str(directory): offline.get(directory) for directory in manager.log_dirs}
-        return local_log_dirs(dirs, await asyncio.to_thread(manager.describe))
+        return local_log_dirs(manager.dirs(), await asyncio.to_thread(manager.describe))
 
     async def call(self, topic: str, partition: int, method: str, *args: Any) -> Any:
         return getattr(self._broker.leader(topic, partition), method)(*args)
