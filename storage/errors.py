@@ -270,6 +270,16 @@ class OffsetNotAvailableError(BrokerNotAvailableError):
     its followers' next fetches, and until then its latest offset may be short of its predecessor's; retriable."""
 
 
+class NotControllerError(BrokerNotAvailableError):
+    """A metadata change asked of a controller that a successor has fenced (NOT_CONTROLLER): it writes nothing
+    more; retriable, by asking the cluster's controller again."""
+
+
+class StaleControllerEpochError(BrokerError):
+    """A metadata write from a controller older than the one a copy of the metadata log has followed since
+    (STALE_CONTROLLER_EPOCH): that controller was fenced by a successor."""
+
+
 class NotEnoughReplicasError(BrokerError):
     """An `acks=all` write refused before it was appended: fewer replicas are in sync than the topic's
     `min.insync.replicas` (NOT_ENOUGH_REPLICAS); retriable."""

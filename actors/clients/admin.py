@@ -1,12 +1,13 @@
-"""The admin facade: Kafka's Admin client (topics, configs, partitions, records, offsets, SCRAM credentials, ACLs)
-over the broker's actors.
+"""The admin facade: Kafka's Admin client (topics, configs, partitions, records, offsets, SCRAM credentials, ACLs) over
+the broker's actors.
 
 Topic metadata comes from the controller (`actors.core.controller.controller`): each partition's replicas, in-sync
 replicas, leader and leader epoch, named by the Ray node ids of their brokers; the live numbers of each partition
-(offsets, size, segments, folder) come from its leader replica's `state()`, asked of all partitions at once. A partition
-with no leader (offline: none of its in-sync replicas runs) has no replica to ask, and is described with -1 for
-its numbers, as Kafka answers an unknown offset, so that an operator still sees it (`raybroker topics --describe
---unavailable-partitions`).
+(offsets, size, segments, folder) come from its leader replica's `state()`, asked of all partitions at once. A
+partition with no leader (offline: none of its in-sync replicas runs), or whose leader's broker is not running (its
+node was lost while no controller ran, until a session later the controller takes it for lost), has no replica to
+ask, and is described with -1 for its numbers, as Kafka answers an unknown offset, so that an operator still sees it
+(`raybroker topics --describe --unavailable-partitions`).
 
 SCRAM credentials and ACLs live in the controller (`actors.core.security`); a password is salted and hashed here,
 as Kafka's Admin client does, and only the credential travels. Every method blocks until the broker has answered
@@ -210,8 +211,11 @@ class Admin:
         """The topic with each partition's replication state and its leader's log numbers (see the module
         docstring)."""
         states = [metadata.state(p) for p in sorted(metadata.partitions)]
+        running = set(call(self._controller.brokers.remote()))
         refs = [
-            None if state.offline else replica_actor(metadata.name, state.partition, state.leader).state.remote()
+            None
+            if state.offline or state.leader not in running
+            else replica_actor(metadata.name, state.partition, state.leader).state.remote()
             for state in states
         ]
         described = [

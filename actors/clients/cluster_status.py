@@ -1,5 +1,6 @@
 """The cluster's health at one moment, for `raybroker status`: its brokers and where they listen and export metrics,
-the controller, every partition's replication state, and the consumer groups' lag.
+the controller (its node, its epoch, the brokers holding copies of its metadata log and those in sync), every
+partition's replication state, and the consumer groups' lag.
 
 Read from the controller (brokers, listeners, topics and their replication states), Ray's node table (each node's
 address and metrics port), the group coordinator and the partitions' leaders (committed offsets and high
@@ -48,6 +49,10 @@ class ClusterStatus:
     partitions: tuple[LeaderAndIsr, ...]
     lags: tuple[PartitionLag, ...]
     groups_error: str | None
+    # The controller's epoch (-1: not known), the brokers holding copies of its metadata log and those in sync.
+    controller_epoch: int = -1
+    metadata_copies: tuple[str, ...] = ()
+    metadata_in_sync: tuple[str, ...] = ()
 
     @property
     def offline(self) -> list[LeaderAndIsr]:
@@ -70,11 +75,12 @@ class ClusterStatus:
 def read_cluster_status() -> ClusterStatus:
     """The status of the cluster this process is attached to; `BrokerNotAvailableError` when no controller answers."""
     ctrl: Any = controller()
-    cluster_id_ref, brokers_ref, listeners_ref, topics_ref = (
+    cluster_id_ref, brokers_ref, listeners_ref, topics_ref, quorum_ref = (
         ctrl.cluster_id.remote(),
         ctrl.brokers.remote(),
         ctrl.listeners.remote(),
         ctrl.topics.remote(),
+        ctrl.metadata_quorum.remote(),
     )
     controller_node = call(ctrl.__ray_call__.remote(_node_of_actor))
     listeners: dict[str, AdvertisedListener] = call(listeners_ref)
@@ -82,16 +88,18 @@ def read_cluster_status() -> ClusterStatus:
     nodes = {node["NodeID"]: node for node in ray.nodes() if node["Alive"]}
     brokers = tuple(_broker(node, listeners.get(node), nodes.get(node, {})) for node in call(brokers_ref))
     partitions = tuple(topic.state(p) for _, topic in sorted(topics.items()) for p in sorted(topic.partitions))
+    quorum = call(quorum_ref)
+    metadata = (int(quorum["epoch"]), tuple(quorum["mirrors"]), tuple(quorum["in_sync"]))
     try:
         committed = committed_offsets()
     except RaybrokerError as exc:
-        return ClusterStatus(call(cluster_id_ref), controller_node, brokers, partitions, (), str(exc))
+        return ClusterStatus(call(cluster_id_ref), controller_node, brokers, partitions, (), str(exc), *metadata)
     consumed = {(topic, partition) for _, topic, partition in committed}
     watermarks = HighWatermarkReader(replica_actor).read(
         state for state in partitions if (state.topic, state.partition) in consumed
     )
     lags = tuple(consumer_lag(committed, watermarks))
-    return ClusterStatus(call(cluster_id_ref), controller_node, brokers, partitions, lags, None)
+    return ClusterStatus(call(cluster_id_ref), controller_node, brokers, partitions, lags, None, *metadata)
 
 
 def _node_of_actor(_actor: object) -> str:

@@ -8,6 +8,9 @@ actor's remote API:
 - node brokers: each node's log-manager actor (`actors.server.log_manager_actor`), found by name; at start, the log
   managers already running on the cluster's live nodes (a controller restarted by Ray finds them again; after a
   full restart each `start_broker` registers);
+- metadata mirrors: the same log managers hold the copies of the metadata log
+  (`actors.core.controller.metadata_replication`), the one on the controller's own node excepted;
+- the controller epoch: claimed in Ray's GCS KV (`CONTROLLER_EPOCH_KEY`), which the head's GCS storage keeps;
 - replicas: `update_replication` sent to each replica's partition actor (`actors.server.partition_lookup.replica_actor`)
   without waiting;
 - deleted topics: told to the group coordinator actor (`actors.server.group_coordinator_actor`), found by name, which
@@ -35,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import ray
+from ray.experimental import internal_kv
 
 from actors.calls import RayPending, call, get_actor
 from actors.core.controller.controller import Controller
@@ -57,6 +61,8 @@ logger = logging.getLogger(__name__)
 MONITOR_INTERVAL_S = 0.2
 # How often the monitor looks for a missing transaction coordinator (a name-service call to Ray's GCS).
 COORDINATOR_CHECK_S = 2.0
+# The GCS KV key (in raybroker's namespace) of the newest controller epoch claimed.
+CONTROLLER_EPOCH_KEY = b"controller-epoch"
 
 
 class RayNodeBroker:
@@ -76,6 +82,21 @@ class RayNodeBroker:
 
     def partitions(self) -> RayPending:
         return RayPending(self.handle.partitions.remote())
+
+    def metadata_state(self) -> RayPending:
+        return RayPending(self.handle.metadata_state.remote())
+
+    def metadata_append(self, controller_epoch: int, offset: int, batches: bytes) -> RayPending:
+        return RayPending(self.handle.metadata_append.remote(controller_epoch, offset, batches))
+
+    def metadata_truncate(self, controller_epoch: int, offset: int) -> RayPending:
+        return RayPending(self.handle.metadata_truncate.remote(controller_epoch, offset))
+
+    def metadata_offset_for_epoch(self, epoch: int) -> RayPending:
+        return RayPending(self.handle.metadata_offset_for_epoch.remote(epoch))
+
+    def metadata_read(self, offset: int, max_bytes: int) -> RayPending:
+        return RayPending(self.handle.metadata_read.remote(offset, max_bytes))
 
 
 class RayReplicaNotifier:
@@ -100,6 +121,8 @@ class ControllerActor(Controller):
             replicas=RayReplicaNotifier(),
             metrics=metrics,
             topic_deleted=_tell_group_coordinator,
+            node_id=ray.get_runtime_context().get_node_id(),
+            claim_epoch=_claim_epoch,
         )
         self._stopping = threading.Event()
         self._keeper_lock = threading.Lock()
@@ -180,6 +203,15 @@ def _tell_group_coordinator(topic: str) -> None:
     except BrokerNotAvailableError:
         return
     call(coordinator.on_topic_deleted.remote(topic))
+
+
+def _claim_epoch(at_least: int) -> int:
+    """This controller's epoch: above every epoch claimed before in the Ray cluster (kept in Ray's GCS KV, which the
+    head's GCS storage keeps across the head's loss) and at least `at_least`."""
+    stored = internal_kv._internal_kv_get(CONTROLLER_EPOCH_KEY, namespace=NAMESPACE)
+    epoch = max(at_least, int(stored) + 1 if stored else 0)
+    internal_kv._internal_kv_put(CONTROLLER_EPOCH_KEY, str(epoch).encode(), overwrite=True, namespace=NAMESPACE)
+    return epoch
 
 
 def _running_log_managers() -> dict[str, RayNodeBroker]:

@@ -49,6 +49,7 @@ from storage.config.broker_config import BrokerConfig
 from storage.config.log_config import LogConfig
 from storage.errors import BrokerNotAvailableError, RaybrokerError
 from storage.logdir.log_manager import LogManager, PartitionPlacement
+from storage.logdir.metadata_mirror import MirrorState
 from storage.logdir.partition_handles import PartitionState
 from storage.logdir.scheduler import Scheduler
 from storage.topic_partition import TopicPartition
@@ -184,6 +185,23 @@ class LogManagerActor:
     def uncleanable(self) -> dict[str, int]:
         """Partitions whose last cleaning failed, with the number of failures in a row."""
         return {f"{t}-{p}": failure.failures for (t, p), failure in self._manager.uncleanable().items()}
+
+    # --- the metadata log's copy (`storage.logdir.metadata_mirror`), as the controller reaches it ---
+
+    def metadata_state(self) -> MirrorState:
+        return self._manager.metadata_mirror().state()
+
+    def metadata_append(self, controller_epoch: int, offset: int, batches: bytes) -> MirrorState:
+        return self._manager.metadata_mirror().append(controller_epoch, offset, batches)
+
+    def metadata_truncate(self, controller_epoch: int, offset: int) -> MirrorState:
+        return self._manager.metadata_mirror().truncate_to(controller_epoch, offset)
+
+    def metadata_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        return self._manager.metadata_mirror().end_offset_for_epoch(epoch)
+
+    def metadata_read(self, offset: int, max_bytes: int) -> bytes:
+        return self._manager.metadata_mirror().read(offset, max_bytes)
 
     # --- shutdown --------------------------------------------------------------------------------
 

@@ -1,10 +1,11 @@
 """`raybroker status`: the cluster's health on one screen, for operators, scripts and probes.
 
 Kafka spreads this over several tools (kafka-broker-api-versions.sh for the brokers, kafka-metadata-quorum.sh for
-the controller, kafka-topics.sh `--under-replicated-partitions` / `--unavailable-partitions`, kafka-consumer-groups.sh
-for the lag); `status` prints the facts of all of them at once: the brokers with their listeners and metrics
-endpoints, the controller, the partition counts, the offline and under-replicated partitions (the first
-`MAX_ROWS` of each, `raybroker topics --describe` lists them all), and each consumer group's lag per topic.
+the controller, kafka-topics.sh `--under-replicated-partitions` / `--unavailable-partitions`,
+kafka-consumer-groups.sh for the lag); `status` prints the facts of all of them at once: the brokers with their
+listeners and metrics endpoints, the controller (its epoch, and which brokers hold copies of its metadata log), the
+partition counts, the offline and under-replicated partitions (the first `MAX_ROWS` of each, `raybroker topics
+--describe` lists them all), and each consumer group's lag per topic.
 
 Exit codes, for probes: 0 when every partition has a running leader (under-replicated partitions and lag are
 reported, not failed on), 1 when a partition is offline or no broker answers (no Ray cluster, no controller, no
@@ -67,7 +68,8 @@ def status_lines(status: ClusterStatus) -> list[str]:
     """The screen `raybroker status` prints for `status`."""
     lines = [
         f"Cluster: {status.cluster_id}",
-        f"Controller: broker {status.broker_name(status.controller_node)} (Ray node {status.controller_node})",
+        f"Controller: broker {status.broker_name(status.controller_node)} (Ray node {status.controller_node})"
+        + (f", epoch {status.controller_epoch}" if status.controller_epoch >= 0 else ""),
         f"Brokers: {len(status.brokers)}",
     ]
     lines.extend(
@@ -86,6 +88,7 @@ def status_lines(status: ClusterStatus) -> list[str]:
             INDENT,
         )
     )
+    lines.append(_metadata_line(status))
     offline, under_replicated = status.offline, status.under_replicated
     topics = {state.topic for state in status.partitions}
     lines.append(
@@ -104,6 +107,15 @@ def status_lines(status: ClusterStatus) -> list[str]:
     else:
         lines.append("Status: OK")
     return lines
+
+
+def _metadata_line(status: ClusterStatus) -> str:
+    """Where the metadata log has copies besides the controller's own, and which of them are in sync."""
+    if not status.metadata_copies:
+        return "Metadata log: on the controller's node only (metadata.replication.factor 1, or one broker)"
+    copies = ", ".join(status.broker_name(node) for node in status.metadata_copies)
+    in_sync = ", ".join(status.broker_name(node) for node in status.metadata_in_sync) or "none"
+    return f"Metadata log: copies on brokers {copies}; in sync: {in_sync}"
 
 
 def _partition_rows(status: ClusterStatus, states: Sequence[LeaderAndIsr]) -> list[str]:

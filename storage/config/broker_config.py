@@ -29,6 +29,7 @@ list (blanks trimmed, empty entries dropped, as Kafka's `csvList`).
 | producer.id.expiration.check.interval.ms      | int     | 600000              | how often idle producers are dropped |
 | default.replication.factor                    | int     | 1                   | replicas of a new topic by default   |
 | offsets.topic.replication.factor              | short   | 3                   | __consumer_offsets replicas (capped) |
+| metadata.replication.factor                   | short   | 3                   | metadata log copies (capped)         |
 | replica.lag.time.max.ms                       | long    | 30000               | behind this long: out of the ISR     |
 | broker.heartbeat.interval.ms                  | int     | 2000                | a broker's heartbeat period          |
 | broker.session.timeout.ms                     | int     | 9000                | no heartbeat this long: fenced       |
@@ -250,6 +251,7 @@ class BrokerConfig(CleanerKeys, ListenerKeys, SecurityKeys, TransactionKeys):
     log_partitions_spare_processes: int = config_field(1, "int", low=0)
     default_replication_factor: int = config_field(1, "int", low=1)
     offsets_topic_replication_factor: int = config_field(3, "int", low=1, high=32767)
+    metadata_replication_factor: int = config_field(3, "int", low=1, high=32767)
     replica_lag_time_max_ms: int = config_field(30000, "long", low=1)
     broker_heartbeat_interval_ms: int = config_field(2000, "int", low=1)
     broker_session_timeout_ms: int = config_field(9000, "int", low=1)

@@ -78,6 +78,7 @@ from storage.config.log_config import LogConfig
 from storage.errors import KafkaStorageError
 from storage.files.partition_metadata import record_topic_id
 from storage.logdir.log_dirs import LoadedDir, LogDirs
+from storage.logdir.metadata_mirror import MetadataMirror
 from storage.logdir.partition_handles import (
     LocalPartition,
     LocalPartitions,
@@ -184,6 +185,8 @@ class LogManager:
         # Partitions being created outside the lock: the dir tried first (placement counts it) and when it ends.
         self._creating: dict[TopicPartition, tuple[Path | None, threading.Event]] = {}
         self._cleaner: CleanerManager | None = None
+        self._metadata_dir = Path(log_dirs[0]) if log_dirs else None
+        self._mirror: MetadataMirror | None = None
 
     @classmethod
     def from_broker_config(
@@ -652,12 +655,31 @@ class LogManager:
             if self._dirs.is_online(self._dir_of[tp]) and (dirs is None or self._dir_of[tp] in dirs)
         }
 
+    # --- the metadata log's copy ------------------------------------------------------------------
+
+    def metadata_mirror(self) -> MetadataMirror:
+        """This broker's copy of the controller's metadata log (`storage.logdir.metadata_mirror`) in its first log
+        dir, opened when the controller first sends to it."""
+        with self._lock:
+            if self._metadata_dir is None:
+                raise KafkaStorageError("a broker without log dirs keeps no copy of the metadata log")
+            if self._mirror is None:
+                self._mirror = MetadataMirror(self._metadata_dir, self.clock)
+            return self._mirror
+
+    def _close_metadata_mirror(self) -> None:
+        with self._lock:
+            if self._mirror is not None:
+                self._mirror.close()
+                self._mirror = None
+
     # --- shutdown --------------------------------------------------------------------------------
 
     def shutdown(self) -> dict[TopicPartition, PartitionState]:
         """Closes (flushes) every online partition, writes the checkpoints, then the clean-shutdown markers;
         stops every partition and unlocks. Returns the final state of each partition that closed."""
         with self._lock:
+            self._close_metadata_mirror()
             if not self._dirs.started:
                 return {}
             handles = self._online_handles()

@@ -108,7 +108,8 @@ def head() -> Iterator[Head]:
     try:
         yield state
     finally:
-        state.raybroker("stop", timeout_s=120)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            state.raybroker("stop", timeout_s=120)
         leftover = state.session_processes()
         for proc in leftover:
             with contextlib.suppress(psutil.Error):
@@ -203,6 +204,36 @@ def read_back(bootstrap: str, partition: int, count: int) -> list[bytes]:
     return read
 
 
+def kill_all(processes: list[psutil.Process]) -> None:
+    """SIGKILL to each, as a machine that is lost stops them; returns once they are gone."""
+    for proc in processes:
+        with contextlib.suppress(psutil.Error):
+            proc.send_signal(signal.SIGKILL)
+    psutil.wait_procs(processes, timeout=10)
+
+
+def started_since(head: Head, earlier: set[int]) -> list[psutil.Process]:
+    """The head's processes started since `earlier` (the pids of the cluster's processes then, the head being
+    lost): every process of the cluster but those and what a raylet among them started since (the worker's)."""
+    worker_side = set(earlier)
+    for proc in head.session_processes():
+        if proc.pid in earlier and proc.name() == "raylet":
+            with contextlib.suppress(psutil.Error):
+                worker_side.update(child.pid for child in proc.children(recursive=True))
+    return [proc for proc in head.session_processes() if proc.pid not in worker_side]
+
+
+def metadata_answers(head: Head) -> tuple[str, str, str]:
+    """What the cluster's metadata says of the test's topic (its first describe line: id, partitions, configs),
+    its SCRAM users and its ACLs, as the CLI prints them."""
+    described = head.raybroker("topics", "--describe", "--topic", TOPIC)
+    users = head.raybroker("users", "--list")
+    acls = head.raybroker("acls", "--list")
+    for answer in (described, users, acls):
+        assert answer.returncode == 0, answer.stderr
+    return described.stdout.splitlines()[0], users.stdout, acls.stdout
+
+
 def run_to_end(command: list[str], env: dict[str, str]) -> str:
     """`command` run from the repository with `env`, which must succeed; what it printed."""
     ran = subprocess.run(command, env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, check=False)
@@ -210,7 +241,12 @@ def run_to_end(command: list[str], env: dict[str, str]) -> str:
     return ran.stdout
 
 
-def test_a_lost_head_started_again_resumes_the_cluster_while_a_worker_goes_on_serving(head: Head) -> None:
+def test_a_lost_head_started_again_on_its_disk_or_an_empty_one_resumes_the_cluster_while_a_worker_serves(
+    head: Head,
+) -> None:
+    """The head is lost twice: started again on its disk, then on an empty one. The second time its controller
+    finds the cluster's metadata in the worker broker's copy of the metadata log (`metadata.replication.factor`):
+    the topic with its id and config, the SCRAM user and the ACL are all known again."""
     from confluent_kafka.admin import AdminClient
 
     started = head.start()
@@ -227,8 +263,26 @@ def test_a_lost_head_started_again_resumes_the_cluster_while_a_worker_goes_on_se
     worker_port = free_port()
     worker_broker = [sys.executable, "-c", WORKER_BROKER, address, str(head.root / "worker"), str(worker_port)]
     worker_bootstrap = run_to_end([*worker_broker, head_node], {**ray_env, "PYTHONPATH": str(REPO_ROOT)}).split()[-1]
-    created = head.raybroker("topics", "--create", "--topic", TOPIC, "--partitions", "4", "--replication-factor", "1")
+    created = head.raybroker(
+        "topics",
+        "--create",
+        "--topic",
+        TOPIC,
+        "--partitions",
+        "4",
+        "--replication-factor",
+        "1",
+        "--config",
+        "retention.ms=3600000",
+    )
     assert created.returncode == 0, created.stderr
+    for command in (
+        "echo secret-pw | raybroker users --add alice --mechanism SCRAM-SHA-256",
+        f"raybroker acls --add --allow-principal User:alice --operation READ --topic {TOPIC}",
+    ):
+        assert run_shell(command, timeout_s=120, env=head.env).returncode == 0, command
+    metadata_before = metadata_answers(head)
+    assert "retention.ms=3600000" in metadata_before[0] and "alice" in metadata_before[1]
     metadata = AdminClient({"bootstrap.servers": worker_bootstrap}).list_topics(TOPIC, timeout=30)
     partition = next(p for p, state in metadata.topics[TOPIC].partitions.items() if state.leader == 1)
 
@@ -236,16 +290,14 @@ def test_a_lost_head_started_again_resumes_the_cluster_while_a_worker_goes_on_se
     wait_for(lambda: len(writer.acked_at) >= 50, 60, "the first acknowledgements")
     lost = head_processes(daemons)
     assert any(proc.name() == "gcs_server" for proc in lost) and any(proc.name() == "raylet" for proc in lost)
-    for proc in lost:
-        with contextlib.suppress(psutil.Error):
-            proc.send_signal(signal.SIGKILL)
-    psutil.wait_procs(lost, timeout=10)
+    kill_all(lost)
     lost_at = time.monotonic()
     acked_before = len(writer.acked_at)
     wait_for(lambda: len(writer.acked_at) >= acked_before + 100, 30, "acknowledgements with the head gone")
 
     (head.root / "ray" / "ray_current_cluster").unlink(missing_ok=True)
     restarted_at = time.monotonic()
+    while_lost = {proc.pid for proc in head.session_processes()}
     again = head.start()
     assert again.returncode == 0, again.stderr[-2000:]
     assert f"Resuming the Ray cluster whose state the GCS kept in {storage}." in again.stdout
@@ -258,6 +310,20 @@ def test_a_lost_head_started_again_resumes_the_cluster_while_a_worker_goes_on_se
         30,
         "the worker's listener known to the new controller",
     )
+
+    lost = head_processes(started_since(head, while_lost))
+    assert any(proc.name() == "gcs_server" for proc in lost) and any(proc.name() == "raylet" for proc in lost)
+    kill_all(lost)
+    acked_before = len(writer.acked_at)
+    wait_for(lambda: len(writer.acked_at) >= acked_before + 100, 30, "acknowledgements with the head gone again")
+    shutil.rmtree(head.log_dir)
+    (head.root / "ray" / "ray_current_cluster").unlink(missing_ok=True)
+    on_empty_disk = head.start()
+    assert on_empty_disk.returncode == 0, on_empty_disk.stderr[-2000:]
+    assert "Resuming the Ray cluster" in on_empty_disk.stdout
+    assert metadata_answers(head) == metadata_before
+    created_on_empty_disk = head.raybroker("topics", "--create", "--topic", "after-disk-loss", "--partitions", "1")
+    assert created_on_empty_disk.returncode == 0, created_on_empty_disk.stderr
     writer.stop()
 
     assert writer.errors == []

@@ -11,6 +11,7 @@ Its records (JSON values, readable with `raybroker dump-log --print-data-log`):
 | `topic/<name>`     | `{"topic_id", "partitions": {"0": node}, "replication": {"0": state}, "config"}`; null: deleted |
 | `producer-ids`     | `{"next": N}`: the next idempotent-producer id to hand out       |
 | `coordinator-epochs` | `{"next": N}`: the next coordinator epoch to hand out (transaction and group coordinators) |
+| `controller`       | `{"epoch", "node"}`: the controller that started last, in which epoch on which node |
 | `acl/<resource type>/<pattern type>/<name>` | `{"acls": [{"principal", "host", "operation", "permission_type"}]}` |
 | `scram/<mechanism>/<user>` | `{"mechanism", "salt", "stored_key", "server_key", "iterations"}` |
 
@@ -25,7 +26,11 @@ An `acl/` record holds every binding of one resource pattern, e.g. `acl/TOPIC/PR
 (`actors.core.security.acl_store`); a `scram/` record one user's credential for one mechanism, bytes in
 base64, never the password (`actors.core.security.credential_store`); either gets a null value once deleted.
 
-On start the log is replayed (latest value per key), so a restarted controller finds its topics again.
+Every write is also sent to the copies of the log that other brokers keep (`actors.core.controller.
+metadata_replication`: up to `metadata.replication.factor` - 1 metadata mirrors, each batch stamped with this
+controller's epoch, and a controller fenced once a copy has followed a newer one). On start the newest copy among
+the running brokers is taken first if it is newer than the log (a controller on a node whose disk was replaced), then
+the log is replayed (latest value per key), so a restarted controller finds its topics again.
 Which brokers are registered is not persisted: the controller starts with the brokers its host finds running
 (`brokers`), and each broker that starts later registers (`register_broker`).
 Neither are the Kafka listeners' advertised addresses (`register_listener`), which each listener announces when
@@ -57,6 +62,7 @@ lock; replicas and the group coordinator are told outside it.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import threading
@@ -76,6 +82,7 @@ from actors.core.controller.assignment import (
     preferred_election,
 )
 from actors.core.controller.elections import ElectionError, ElectionType, requested_election
+from actors.core.controller.metadata_replication import MetadataReplication, MirrorLink
 from actors.core.controller.topic_metadata import INTERNAL_TOPICS, AdvertisedListener, TopicMetadata
 from actors.core.replication.leader_and_isr import LeaderAndIsr
 from actors.core.role_metrics import NO_ROLE_METRICS, RoleMetrics
@@ -104,7 +111,7 @@ from storage.files.meta_properties import new_directory_id
 from storage.kafka_uuid import ZERO_UUID, parse_uuid, random_uuid, uuid_text
 from storage.logdir.log_dirs import METADATA_TOPIC
 from storage.logdir.log_manager import PartitionPlacement
-from storage.partition.log import Log
+from storage.logdir.metadata_mirror import open_metadata_log
 from storage.pending import Pending
 from storage.records.record_batch import RecordBatchBuilder
 
@@ -116,7 +123,7 @@ MAX_PARTITIONS_PER_TOPIC = 10_000
 T = TypeVar("T")
 
 
-class NodeBroker(Protocol):
+class NodeBroker(MirrorLink, Protocol):
     """One node's broker (its log manager) as the controller calls it; topic configs are Kafka's override
     properties, applied over the broker's `log.*` defaults."""
 
@@ -162,20 +169,27 @@ class Controller:
         replicas: ReplicaNotifier,
         metrics: RoleMetrics = NO_ROLE_METRICS,
         topic_deleted: Callable[[str], None] | None = None,
+        node_id: str | None = None,
+        claim_epoch: Callable[[int], int] | None = None,
     ) -> None:
         """`brokers` are the node brokers running when the controller starts (none when the cluster starts);
         `find_broker(node)` finds the broker of a node that registers (`BrokerNotAvailableError` if none runs);
         `metrics` counts the ISR changes; `topic_deleted(name)` is told of each deleted topic (see the module
-        docstring)."""
+        docstring); `node_id` is the controller's own node (its broker is no metadata mirror); `claim_epoch(at_least)`
+        answers this controller's epoch, at least `at_least` and above every epoch it answered before (default:
+        `at_least`, the epoch after the newest in the metadata log)."""
         self.config = config
+        self._node_id = node_id
         self._topic_deleted = topic_deleted
         self._clock = clock
         self._metrics = metrics
         self._find_broker = find_broker
         self._replicas = replicas
         self._lock = threading.RLock()
-        folder = metadata_dir / file_names.partition_dir_name(METADATA_TOPIC, 0)
-        self._log = Log.open(folder, LogConfig(cleanup_policy="compact", segment_index_bytes=1024 * 1024), clock=clock)
+        self._log = open_metadata_log(metadata_dir, clock)
+        self._brokers: dict[str, NodeBroker] = dict(brokers)
+        self._replication = MetadataReplication(self._log, node_id, config.metadata_replication_factor, clock)
+        self._replication.adopt_newest(self._brokers)
         self._topics: dict[str, TopicMetadata] = {}
         self._next_producer_id = 0
         self._next_coordinator_epoch = 0
@@ -183,16 +197,20 @@ class Controller:
         self._acls = AclStore(self._write)
         self._scram = ScramCredentialStore(self._write)
         self._replay()
+        claim = claim_epoch or (lambda at_least: at_least)
+        self._replication.start_epoch(claim(self._replication.latest_epoch + 1))
+        self._write("controller", {"epoch": self._replication.epoch, "node": node_id})
         for topic in [topic for topic in self._topics.values() if topic.topic_id == ZERO_UUID]:
             self._persist_topic(replace(topic, topic_id=self._new_topic_id()))
         if not self._cluster_id:
             self._cluster_id = new_directory_id()
             self._write("cluster", {"cluster_id": self._cluster_id})
-        self._brokers: dict[str, NodeBroker] = dict(brokers)
         now_ms = clock.milliseconds()
         # Each registered broker's last heartbeat (or registration) by the clock, and the last monitor pass.
         self._heartbeats: dict[str, int] = dict.fromkeys(self._brokers, now_ms)
         self._last_check_ms = now_ms
+        # When the brokers the states name but that never registered are taken for lost (`_forget_absent_brokers`).
+        self._absent_check_ms: int | None = now_ms + config.broker_session_timeout_ms
         self._listeners: dict[str, AdvertisedListener] = {}
         self._next_rebalance_ms = now_ms + self._rebalance_interval_ms
 
@@ -232,12 +250,16 @@ class Controller:
                 self._scram.load(name, body)
 
     def _write(self, key: str, value: dict[str, Any] | None) -> int:
-        """Appends the record (a null value for None) and flushes it; returns its offset."""
+        """Appends the record (a null value for None), flushes it and sends it to the metadata mirrors in sync
+        (`actors.core.controller.metadata_replication`); returns its offset. `NotControllerError` once a successor
+        fenced this controller."""
+        self._replication.check_active()
         builder = RecordBatchBuilder()
         payload = None if value is None else json.dumps(value, sort_keys=True).encode("utf-8")
         builder.append(key.encode("utf-8"), payload, timestamp=self._clock.milliseconds())
         info = self._log.append(builder.build())
         self._log.flush()
+        self._replication.replicate(info.first_offset, self._brokers)
         return info.last_offset
 
     def _persist_topic(self, topic: TopicMetadata) -> None:
@@ -323,6 +345,11 @@ class Controller:
                         "replica %s-%d on %s not told its state: %s", state.topic, state.partition, node, exc
                     )
 
+    def metadata_quorum(self) -> dict[str, object]:
+        """The controller's node and epoch, its metadata mirrors and those in sync (for `raybroker status`)."""
+        with self._lock:
+            return {"node": self._node_id, **self._replication.describe()}
+
     def broker_heartbeat(self, node_id: str) -> bool:
         """A registered broker says it is running (Kafka's BrokerHeartbeat): it stays in the cluster for
         `broker.session.timeout.ms` more. False if `node_id` is not registered (never, or fenced since): it takes no
@@ -337,7 +364,10 @@ class Controller:
         """One monitor pass: every registered broker whose node is not in `alive` is lost (`broker_lost`), and so
         is every broker fenced for silence (`_silent_brokers`); then, when `leader.imbalance.check.interval.seconds`
         passed since the last time and `auto.leader.rebalance.enable` is on, preferred leaders are elected again.
-        Returns the changed states."""
+        Returns the changed states. The metadata mirrors are chosen again and caught up when due; a fenced
+        controller does nothing."""
+        if self._replication.fenced:
+            return []
         changed = []
         for node in [node for node in self.brokers() if node not in alive]:
             changed.extend(self.broker_lost(node))
@@ -348,7 +378,12 @@ class Controller:
                 self.config.broker_session_timeout_ms,
             )
             changed.extend(self.broker_lost(node))
+        with self._lock:
+            self._replication.sync(self._brokers)
         now_ms = self._clock.milliseconds()
+        if self._absent_check_ms is not None and now_ms >= self._absent_check_ms:
+            self._absent_check_ms = None
+            changed.extend(self._forget_absent_brokers())
         if self.config.auto_leader_rebalance_enable and now_ms >= self._next_rebalance_ms:
             self._next_rebalance_ms = now_ms + self._rebalance_interval_ms
             changed.extend(self.rebalance_leaders())
@@ -371,6 +406,26 @@ class Controller:
             if len(silent) >= len(self._brokers):
                 silent = silent[1:]
             return silent
+
+    def _forget_absent_brokers(self) -> list[LeaderAndIsr]:
+        """The brokers that partitions' states name but that did not register within `broker.session.timeout.ms` of
+        this controller's start (their node was lost while no controller ran, e.g. with the head) are lost as a
+        registered broker is (`broker_lost`): they leave every ISR and the partitions they led elect from the rest,
+        or have no leader. Kafka's controller fences a broker whose session expired alike, whether it registered
+        before the controller took over or not. A node that comes back later registers as any other does."""
+        with self._lock:
+            named = {
+                node for topic in self._topics.values() for p in topic.partitions for node in topic.state(p).replicas
+            }
+            changed = []
+            for node in sorted(named - set(self._brokers)):
+                logger.warning("broker on node %s did not register within its session: it is taken for lost", node)
+                changed.extend(self._change_every_partition(functools.partial(self._after_lost, node)))
+        self._push(changed)
+        return changed
+
+    def _after_lost(self, node_id: str, state: LeaderAndIsr) -> LeaderAndIsr | None:
+        return after_broker_lost(state, node_id, self._brokers)
 
     def broker_lost(self, node_id: str) -> list[LeaderAndIsr]:
         """Broker `node_id` is gone (its node died): it leaves every ISR and the partitions it led elect new

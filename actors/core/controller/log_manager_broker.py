@@ -10,6 +10,7 @@ from concurrent.futures import Future
 
 from storage.config.log_config import LogConfig
 from storage.logdir.log_manager import LogManager, PartitionPlacement
+from storage.logdir.metadata_mirror import MirrorState
 from storage.pending import completed
 
 
@@ -37,3 +38,18 @@ class LogManagerBroker:
 
     def partitions(self) -> Future[list[PartitionPlacement]]:
         return completed(self.manager.placements)
+
+    def metadata_state(self) -> Future[MirrorState]:
+        return completed(lambda: self.manager.metadata_mirror().state())
+
+    def metadata_append(self, controller_epoch: int, offset: int, batches: bytes) -> Future[MirrorState]:
+        return completed(lambda: self.manager.metadata_mirror().append(controller_epoch, offset, batches))
+
+    def metadata_truncate(self, controller_epoch: int, offset: int) -> Future[MirrorState]:
+        return completed(lambda: self.manager.metadata_mirror().truncate_to(controller_epoch, offset))
+
+    def metadata_offset_for_epoch(self, epoch: int) -> Future[tuple[int, int]]:
+        return completed(lambda: self.manager.metadata_mirror().end_offset_for_epoch(epoch))
+
+    def metadata_read(self, offset: int, max_bytes: int) -> Future[bytes]:
+        return completed(lambda: self.manager.metadata_mirror().read(offset, max_bytes))

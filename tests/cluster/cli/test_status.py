@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import ray
 
+from actors.calls import call, controller
 from actors.clients.cluster_status import BrokerStatus, ClusterStatus
 from actors.core.replication.leader_and_isr import NO_LEADER, LeaderAndIsr
 from actors.metrics.gauges import PartitionLag
@@ -41,15 +42,19 @@ def test_a_healthy_cluster_is_ok_and_lists_brokers_counts_and_lag() -> None:
         (state("t", 0, "node-a", "node-a,node-b", "node-a,node-b"), state("u", 0, "node-b", "node-b", "node-b")),
         (PartitionLag(weird, "t", 0, 3, 10), PartitionLag(weird, "u", 0, 5, 5), PartitionLag("g", "t", 0, 10, 10)),
         None,
+        controller_epoch=4,
+        metadata_copies=("node-b", "node-a"),
+        metadata_in_sync=("node-a",),
     )
     lines = status_lines(status)
-    assert lines[:3] == ["Cluster: cluster-1", "Controller: broker 0 (Ray node node-a)", "Brokers: 2"]
+    assert lines[:3] == ["Cluster: cluster-1", "Controller: broker 0 (Ray node node-a), epoch 4", "Brokers: 2"]
     assert lines[3].split() == ["BROKER", "RAY-NODE", "ADDRESS", "LISTENERS", "METRICS"]
     assert lines[4].split() == ["0", "node-a", "10.0.0.1", "PLAINTEXT://10.0.0.1:9092", "http://10.0.0.1:8080/metrics"]
     assert lines[5].split() == ["-", "node-b", "10.0.0.2", "-", "-"]
-    assert lines[6] == "Topics: 2, partitions: 2, offline: 0, under-replicated: 0"
-    assert lines[7] == "Consumer groups: 2"
-    assert [line.split() for line in lines[8:12]] == [
+    assert lines[6] == "Metadata log: copies on brokers node-b, 0; in sync: 0"
+    assert lines[7] == "Topics: 2, partitions: 2, offline: 0, under-replicated: 0"
+    assert lines[8] == "Consumer groups: 2"
+    assert [line.split() for line in lines[9:13]] == [
         ["GROUP", "TOPIC", "PARTITIONS", "LAG"],
         ["g", "t", "1", "0"],
         [repr(weird), "t", "1", "7"],
@@ -105,7 +110,9 @@ def test_status_of_a_running_broker_reads_its_brokers_and_the_groups_lag(
     lines = out.splitlines()
     node = ray.get_runtime_context().get_node_id()
     nodes = {n["NodeID"]: n for n in ray.nodes()}
-    assert lines[1] == f"Controller: broker {node} (Ray node {node})"  # no Kafka listener runs here
+    epoch = call(controller().metadata_quorum.remote())["epoch"]
+    assert lines[1] == f"Controller: broker {node} (Ray node {node}), epoch {epoch}"  # no Kafka listener runs here
+    assert "Metadata log: on the controller's node only (metadata.replication.factor 1, or one broker)" in lines
     metrics = f"http://{nodes[node]['NodeManagerAddress']}:{nodes[node]['MetricsExportPort']}/metrics"
     assert lines[4].split() == ["-", node, nodes[node]["NodeManagerAddress"], "-", metrics]
     # the topic and __consumer_offsets (FAST_BROKER_PROPERTIES: 2 partitions)

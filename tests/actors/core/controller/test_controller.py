@@ -328,6 +328,42 @@ def test_a_broker_silent_for_its_session_is_fenced_while_its_node_lives_and_regi
     assert cluster.controller.brokers() == list(NODES)
 
 
+def test_a_broker_that_never_registers_with_a_new_controller_is_lost_at_its_session_timeout(
+    cluster: Cluster,
+) -> None:
+    """A node lost while no controller ran (with the head) is named by the states the next controller replays: once
+    a session passed without its registering, its partitions elect from the rest or have no leader, and it leads
+    again when it comes back."""
+    cluster.controller.create_topic("t", 3, replication_factor=2)
+    cluster.controller.create_topic("single", 3, replication_factor=1)
+    cluster.controller.close()
+    cluster.controller = Controller(
+        cluster.root / "metadata",
+        BrokerConfig.from_properties(cluster.properties),
+        clock=cluster.clock,
+        brokers={node: cluster.find_broker(node) for node in ("node-a", "node-b")},
+        find_broker=cluster.find_broker,
+        replicas=cluster.replicas,
+    )
+    named_c = [s for s in cluster.controller.partition_states() if "node-c" in s.replicas]
+    assert any(s.leader == "node-c" for s in named_c)
+    live = ("node-a", "node-b")
+    beat(cluster, 8000, live)
+    assert [s.leader for s in cluster.controller.partition_states() if "node-c" in s.replicas] == [
+        s.leader for s in named_c
+    ], "nothing changes within the session"
+    beat(cluster, 2000, live)
+    for state in cluster.controller.partition_states():
+        if "node-c" not in state.replicas:
+            continue
+        if state.replicas == ("node-c",):
+            assert (state.leader, state.isr) == (NO_LEADER, ("node-c",))
+        else:
+            assert state.leader in live and state.isr == tuple(n for n in state.replicas if n != "node-c")
+    cluster.controller.register_broker("node-c")
+    assert [s.leader for s in cluster.controller.partition_states() if s.replicas == ("node-c",)] == ["node-c"]
+
+
 def test_no_broker_is_fenced_after_the_controller_itself_stood_still(cluster: Cluster) -> None:
     """A gap of more than half a session between two monitor passes (the controller paused or starved) starts
     every session again: it cannot tell which broker was silent."""

@@ -1,0 +1,149 @@
+"""The metadata log's copies on other brokers, through the plain controller over real log managers (the test
+cluster of `test_controller`): every write reaches `metadata.replication.factor` - 1 mirrors byte for byte, a
+controller on an empty disk takes the newest copy and finds every topic, id, config, ACL and SCRAM credential again,
+a controller left running beside its successor is fenced, and a copy that parted from the log is cut where it
+parted and caught up. The oracle is the controller's own log, read from its folder once it is closed."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from actors.core.controller.controller import Controller
+from actors.core.security.acl_bindings import AclBinding, AclOperation, AclPermissionType, PatternType, ResourceType
+from actors.core.security.scram import ScramCredential
+from storage.clock import MockClock
+from storage.config.broker_config import BrokerConfig
+from storage.errors import NotControllerError
+from storage.logdir.metadata_mirror import open_metadata_log
+from tests.actors.core.controller.test_controller import NODES, Cluster
+
+BINDING = AclBinding(
+    ResourceType.TOPIC, "orders", PatternType.LITERAL, "User:alice", "*", AclOperation.READ, AclPermissionType.ALLOW
+)
+
+
+def copy_bytes(cluster: Cluster, node: str) -> bytes:
+    return cluster.managers[node].metadata_mirror().read(0, 1 << 30)
+
+
+def controller_log_bytes(cluster: Cluster) -> bytes:
+    """The closed controller's metadata log, read from its folder."""
+    log = open_metadata_log(cluster.root / "metadata", cluster.clock)
+    try:
+        return bytes(log.read(0, 1 << 30).records)
+    finally:
+        log.close()
+
+
+def populate(controller: Controller) -> ScramCredential:
+    controller.create_topic("orders", 2, {"retention.ms": "5000"}, replication_factor=2)
+    controller.create_topic("audit", 1, {"cleanup.policy": "compact"})
+    controller.create_acls([BINDING])
+    credential = ScramCredential.from_password("SCRAM-SHA-256", "secret")
+    controller.upsert_scram_credential("alice", credential)
+    controller.allocate_producer_id()
+    return credential
+
+
+def snapshot(controller: Controller) -> tuple[object, ...]:
+    return (controller.cluster_id(), controller.topics(), controller.acls()[1], controller.scram_credentials())
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Cluster:
+    started = Cluster(tmp_path, MockClock())
+    started.register(*NODES)
+    yield started
+    started.close()
+
+
+def test_every_write_reaches_two_mirrors_byte_for_byte_and_no_third(cluster: Cluster) -> None:
+    populate(cluster.controller)
+    quorum = cluster.controller.metadata_quorum()
+    assert quorum["mirrors"] == ["node-a", "node-b"] and quorum["in_sync"] == ["node-a", "node-b"]
+    mirrored = {node: copy_bytes(cluster, node) for node in ("node-a", "node-b")}
+    assert cluster.managers["node-c"].metadata_mirror().state().end_offset == 0
+    cluster.controller.close()
+    assert mirrored == dict.fromkeys(mirrored, controller_log_bytes(cluster))
+
+
+def test_a_controller_on_an_empty_disk_takes_the_newest_copy_and_finds_everything(cluster: Cluster) -> None:
+    credential = populate(cluster.controller)
+    before = snapshot(cluster.controller)
+    epoch = cluster.controller.metadata_quorum()["epoch"]
+    cluster.controller.close()
+    shutil.rmtree(cluster.root / "metadata")
+
+    cluster.controller = cluster.start_controller()
+    assert snapshot(cluster.controller) == before
+    assert cluster.controller.scram_credential("alice", "SCRAM-SHA-256") == credential
+    assert cluster.controller.allocate_producer_id() == 1, "the producer-id block is not handed out again"
+    assert cluster.controller.metadata_quorum()["epoch"] == epoch + 1
+    cluster.controller.create_topic("after", 1)
+    cluster.controller.close()
+    assert copy_bytes(cluster, "node-a") == copy_bytes(cluster, "node-b") == controller_log_bytes(cluster)
+
+
+def test_a_controller_running_beside_its_successor_is_fenced(cluster: Cluster) -> None:
+    cluster.controller.create_topic("orders", 1)
+    stale = cluster.controller
+    successor = Controller(
+        cluster.root / "successor",
+        BrokerConfig.from_properties(cluster.properties),
+        clock=cluster.clock,
+        brokers={node: cluster.find_broker(node) for node in NODES},
+        find_broker=cluster.find_broker,
+        replicas=cluster.replicas,
+    )
+    assert successor.list_topics() == ["orders"], "the successor took the copies' metadata"
+    mirrored = copy_bytes(cluster, "node-a")
+    with pytest.raises(NotControllerError):
+        stale.create_topic("from-the-stale-one", 1)
+    with pytest.raises(NotControllerError):
+        stale.allocate_producer_id()
+    assert stale.check_brokers(set()) == [], "a fenced controller elects nobody"
+    assert "from-the-stale-one" not in stale.list_topics()
+    assert copy_bytes(cluster, "node-a") == copy_bytes(cluster, "node-b") == mirrored
+    successor.create_topic("from-the-successor", 1)
+    assert successor.list_topics() == ["from-the-successor", "orders"]
+    successor.close()
+    stale.close()
+    cluster.controller = cluster.start_controller()
+
+
+def test_a_copy_that_parted_from_the_log_is_cut_where_it_parted_and_caught_up(cluster: Cluster) -> None:
+    cluster.controller.create_topic("orders", 1)
+    epoch = int(cluster.controller.metadata_quorum()["epoch"])
+    end = cluster.managers["node-b"].metadata_mirror().state().end_offset
+    cluster.controller.create_topic("lost-with-the-disk", 1)
+    # node-b's copy missed the last writes (its broker did not answer them); then the controller's disk is lost.
+    cluster.managers["node-b"].metadata_mirror().truncate_to(epoch, end)
+    cluster.controller.close()
+    shutil.rmtree(cluster.root / "metadata")
+
+    # The next controller starts while node-a's broker is away: it takes node-b's copy and writes over that offset.
+    cluster.controller = Controller(
+        cluster.root / "metadata",
+        BrokerConfig.from_properties(cluster.properties),
+        clock=cluster.clock,
+        brokers={node: cluster.find_broker(node) for node in ("node-b", "node-c")},
+        find_broker=cluster.find_broker,
+        replicas=cluster.replicas,
+    )
+    assert cluster.controller.list_topics() == ["orders"]
+    cluster.controller.create_topic("written-after", 1)
+    assert b"lost-with-the-disk" in copy_bytes(cluster, "node-a")
+    # node-a comes back and takes node-c's place among the mirrors: its copy is cut and caught up.
+    cluster.controller.register_broker("node-a")
+    cluster.controller.broker_lost("node-c")
+    cluster.controller.check_brokers({"node-a", "node-b"})
+    assert cluster.controller.metadata_quorum()["in_sync"] == ["node-a", "node-b"]
+    cluster.controller.close()
+    expected = controller_log_bytes(cluster)
+    assert copy_bytes(cluster, "node-a") == copy_bytes(cluster, "node-b") == expected
+    assert b"lost-with-the-disk" not in expected
+    cluster.controller = cluster.start_controller()
+    assert cluster.controller.list_topics() == ["orders", "written-after"]
