@@ -280,6 +280,14 @@ class StaleControllerEpochError(BrokerError):
     (STALE_CONTROLLER_EPOCH): that controller was fenced by a successor."""
 
 
+class InvalidReplicaAssignmentError(BrokerError):
+    """A replica list that names no broker, one twice, or one that is not running (INVALID_REPLICA_ASSIGNMENT)."""
+
+
+class NoReassignmentInProgressError(BrokerError):
+    """A reassignment cancelled where none is in progress (NO_REASSIGNMENT_IN_PROGRESS)."""
+
+
 class NotEnoughReplicasError(BrokerError):
     """An `acks=all` write refused before it was appended: fewer replicas are in sync than the topic's
     `min.insync.replicas` (NOT_ENOUGH_REPLICAS); retriable."""

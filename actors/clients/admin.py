@@ -18,7 +18,7 @@ and raises the broker's typed errors (`UnknownTopicOrPartitionError`, `TopicExis
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,7 +37,7 @@ from actors.core.security.scram import (
 )
 from actors.server.partition_lookup import partition_actor, replica_actor
 from storage.arguments import is_int
-from storage.errors import InvalidConfigError, InvalidRequestError
+from storage.errors import InvalidConfigError, InvalidRequestError, RaybrokerError
 from storage.kafka_uuid import ZERO_UUID, uuid_text
 from storage.logdir.partition_handles import PartitionState
 
@@ -144,6 +144,18 @@ class Admin:
         return ClusterDescription(
             tuple(call(brokers_ref)), {node: listener.broker_id for node, listener in listeners.items()}
         )
+
+    def alter_partition_reassignments(
+        self, reassignments: Mapping[tuple[str, int], Sequence[str] | None]
+    ) -> dict[tuple[str, int], RaybrokerError | None]:
+        """Kafka's `alterPartitionReassignments`: each (topic, partition) moved to its target replicas, named by
+        the Ray node ids of their brokers (None cancels the move in progress); each partition's error, None where
+        the move started (`actors.core.controller.reassignment`: the new replicas catch up, then the old go)."""
+        return call(self._controller.alter_partition_reassignments.remote(dict(reassignments)))
+
+    def list_partition_reassignments(self) -> list[LeaderAndIsr]:
+        """Kafka's `listPartitionReassignments`: the state of each partition being moved (`adding`, `removing`)."""
+        return call(self._controller.partition_reassignments.remote())
 
     def delete_records(self, topic: str, partition: int, offset: int) -> int:
         """Kafka's DeleteRecords: records below `offset` go; returns the new log start offset."""

@@ -113,6 +113,12 @@ from cluster.protocol.handlers.metadata import METADATA_KEY, MetadataHandler
 from cluster.protocol.handlers.offset_delete import OFFSET_DELETE_KEY, OffsetDeleteHandler
 from cluster.protocol.handlers.produce import PRODUCE_KEY, ProduceHandler
 from cluster.protocol.handlers.producer_id import INIT_PRODUCER_ID_KEY, InitProducerIdHandler
+from cluster.protocol.handlers.reassignments import (
+    ALTER_PARTITION_REASSIGNMENTS_KEY,
+    LIST_PARTITION_REASSIGNMENTS_KEY,
+    AlterPartitionReassignmentsHandler,
+    ListPartitionReassignmentsHandler,
+)
 from cluster.protocol.handlers.sasl_handlers import (
     SASL_AUTHENTICATE_KEY,
     SASL_HANDSHAKE_KEY,
@@ -181,6 +187,8 @@ SERVED: Mapping[int, ApiRange] = MappingProxyType(
         OFFSET_DELETE_KEY: ApiRange(0, 0),
         ELECT_LEADERS_KEY: ApiRange(0, 2),
         DESCRIBE_LOG_DIRS_KEY: ApiRange(1, 4),
+        ALTER_PARTITION_REASSIGNMENTS_KEY: ApiRange(0, 0),
+        LIST_PARTITION_REASSIGNMENTS_KEY: ApiRange(0, 0),
         CREATE_TOPICS_KEY: ApiRange(2, 7),
         DELETE_TOPICS_KEY: ApiRange(1, 6),
         CREATE_PARTITIONS_KEY: ApiRange(0, 3),
@@ -288,6 +296,8 @@ class Router:
             OFFSET_DELETE_KEY: OffsetDeleteHandler(view, groups, access),
             ELECT_LEADERS_KEY: ElectLeadersHandler(view, access),
             DESCRIBE_LOG_DIRS_KEY: DescribeLogDirsHandler(view, access),
+            ALTER_PARTITION_REASSIGNMENTS_KEY: AlterPartitionReassignmentsHandler(view, access),
+            LIST_PARTITION_REASSIGNMENTS_KEY: ListPartitionReassignmentsHandler(view, access),
             CREATE_TOPICS_KEY: CreateTopicsHandler(view, describer, node_id, num_partitions, access),
             DELETE_TOPICS_KEY: DeleteTopicsHandler(view, broker_config.delete_topic_enable, access),
             CREATE_PARTITIONS_KEY: CreatePartitionsHandler(view, node_id, access),

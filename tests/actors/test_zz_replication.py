@@ -44,6 +44,7 @@ from storage.errors import (
     NotEnoughReplicasError,
     OutOfOrderSequenceError,
     RaybrokerError,
+    UnknownTopicOrPartitionError,
 )
 from storage.records.file_records import iter_any_batches
 from storage.records.record_batch import RecordBatch
@@ -172,6 +173,35 @@ def test_replicas_go_to_distinct_nodes_and_too_many_is_refused(nodes: Nodes) -> 
     assert sorted(leaders.count(node) for node in nodes.dirs) == [1, 1, 2]
     with pytest.raises(InvalidReplicationFactorError):
         admin.create_topic("too-many", partitions=1, replication_factor=4)
+
+
+def test_consumer_offsets_grows_to_every_broker_and_a_partition_moves_between_nodes(nodes: Nodes) -> None:
+    """The head's broker created `__consumer_offsets` alone; the workers' brokers registering gave it a replica
+    each (its replication factor, 3). A partition reassigned to another node keeps every record there, and its old
+    replica is deleted."""
+    grown = wait_until(
+        lambda: all(
+            len(s.replicas) == len(s.isr) == 3 and not s.reassigning for s in states("__consumer_offsets").values()
+        ),
+        what="__consumer_offsets on every broker, in sync",
+    )
+    assert grown
+    admin = Admin()
+    admin.create_topic("moved", partitions=1, replication_factor=1)
+    (source,) = states("moved")[0].replicas
+    target = next(node for node in sorted(nodes.dirs) if node != source)
+    values = [f"moved-{i}".encode() for i in range(200)]
+    with Producer(acks="all", linger_ms=2) as producer:
+        for future in [producer.send("moved", value, partition=0) for value in values]:
+            future.result(timeout=60)
+    assert admin.alter_partition_reassignments({("moved", 0): (target,)}) == {("moved", 0): None}
+    wait_until(lambda: states("moved")[0].replicas == (target,), what="the move completed")
+    assert [value for _, value, _ in replica_records("moved", 0, target, len(values))] == [
+        serialized(value) for value in values
+    ]
+    assert admin.list_partition_reassignments() == []
+    with pytest.raises(UnknownTopicOrPartitionError):
+        replica_actor("moved", 0, source)
 
 
 def test_acks_all_writes_reach_every_replica_identically(nodes: Nodes) -> None:

@@ -223,15 +223,36 @@ def started_since(head: Head, earlier: set[int]) -> list[psutil.Process]:
     return [proc for proc in head.session_processes() if proc.pid not in worker_side]
 
 
-def metadata_answers(head: Head) -> tuple[str, str, str]:
-    """What the cluster's metadata says of the test's topic (its first describe line: id, partitions, configs),
-    its SCRAM users and its ACLs, as the CLI prints them."""
-    described = head.raybroker("topics", "--describe", "--topic", TOPIC)
-    users = head.raybroker("users", "--list")
+def metadata_answers(head: Head, bootstrap: str) -> tuple[object, ...]:
+    """What the cluster's metadata says, asked through the listener at `bootstrap` (Kafka's Admin client) and, for
+    the ACLs (which the wire answers SECURITY_DISABLED without an authorizer), `raybroker acls --list`: the test
+    topic's id, partition count and retention, and the SCRAM users with their mechanisms."""
+    from confluent_kafka import TopicCollection
+    from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    (described,) = admin.describe_topics(TopicCollection([TOPIC])).values()
+    topic = described.result(timeout=30)
+    (configs,) = admin.describe_configs([ConfigResource(ResourceType.TOPIC, TOPIC)]).values()
+    retention = configs.result(timeout=30)["retention.ms"].value
+    users = admin.describe_user_scram_credentials().result(timeout=30)
+    mechanisms = {user: [str(info.mechanism) for info in found.scram_credential_infos] for user, found in users.items()}
     acls = head.raybroker("acls", "--list")
-    for answer in (described, users, acls):
-        assert answer.returncode == 0, answer.stderr
-    return described.stdout.splitlines()[0], users.stdout, acls.stdout
+    assert acls.returncode == 0, acls.stderr
+    return str(topic.topic_id), len(topic.partitions), retention, mechanisms, acls.stdout
+
+
+def commit_offset(bootstrap: str, partition: int) -> None:
+    """Commits offset 1 of the test topic's `partition` for a group, and reads it back."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "after-disk-loss", "enable.auto.commit": False})
+    try:
+        consumer.commit(offsets=[TopicPartition(TOPIC, partition, 1)], asynchronous=False)
+        (committed,) = consumer.committed([TopicPartition(TOPIC, partition)], timeout=30)
+        assert committed.offset == 1
+    finally:
+        consumer.close()
 
 
 def run_to_end(command: list[str], env: dict[str, str]) -> str:
@@ -247,7 +268,13 @@ def test_a_lost_head_started_again_on_its_disk_or_an_empty_one_resumes_the_clust
     """The head is lost twice: started again on its disk, then on an empty one. The second time its controller
     finds the cluster's metadata in the worker broker's copy of the metadata log (`metadata.replication.factor`):
     the topic with its id and config, the SCRAM user and the ACL are all known again."""
-    from confluent_kafka.admin import AdminClient
+    from confluent_kafka.admin import (
+        AdminClient,
+        NewTopic,
+        ScramCredentialInfo,
+        ScramMechanism,
+        UserScramCredentialUpsertion,
+    )
 
     started = head.start()
     assert started.returncode == 0, started.stderr[-2000:]
@@ -276,14 +303,15 @@ def test_a_lost_head_started_again_on_its_disk_or_an_empty_one_resumes_the_clust
         "retention.ms=3600000",
     )
     assert created.returncode == 0, created.stderr
-    for command in (
-        "echo secret-pw | raybroker users --add alice --mechanism SCRAM-SHA-256",
-        f"raybroker acls --add --allow-principal User:alice --operation READ --topic {TOPIC}",
-    ):
-        assert run_shell(command, timeout_s=120, env=head.env).returncode == 0, command
-    metadata_before = metadata_answers(head)
-    assert "retention.ms=3600000" in metadata_before[0] and "alice" in metadata_before[1]
-    metadata = AdminClient({"bootstrap.servers": worker_bootstrap}).list_topics(TOPIC, timeout=30)
+    worker_admin = AdminClient({"bootstrap.servers": worker_bootstrap})
+    alice = UserScramCredentialUpsertion("alice", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096), b"secret")
+    for done in worker_admin.alter_user_scram_credentials([alice]).values():
+        done.result(timeout=30)
+    acl = f"raybroker acls --add --allow-principal User:alice --operation READ --topic {TOPIC}"
+    assert run_shell(acl, timeout_s=120, env=head.env).returncode == 0
+    metadata_before = metadata_answers(head, worker_bootstrap)
+    assert metadata_before[1:4] == (4, "3600000", {"alice": ["SCRAM_SHA_256"]}) and "User:alice" in metadata_before[4]
+    metadata = worker_admin.list_topics(TOPIC, timeout=30)
     partition = next(p for p, state in metadata.topics[TOPIC].partitions.items() if state.leader == 1)
 
     writer = Writer(worker_bootstrap, partition)
@@ -305,8 +333,9 @@ def test_a_lost_head_started_again_on_its_disk_or_an_empty_one_resumes_the_clust
     assert created_again.returncode == 0, created_again.stderr
     back_s = time.monotonic() - restarted_at
     # The worker's broker and listener register with the controller started again (heartbeats, announcements).
+    head_admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{head.listener_port}"})
     wait_for(
-        lambda: f"PLAINTEXT://127.0.0.1:{worker_port}" in head.raybroker("status").stdout,
+        lambda: 1 in head_admin.list_topics(timeout=30).brokers,
         30,
         "the worker's listener known to the new controller",
     )
@@ -321,9 +350,11 @@ def test_a_lost_head_started_again_on_its_disk_or_an_empty_one_resumes_the_clust
     on_empty_disk = head.start()
     assert on_empty_disk.returncode == 0, on_empty_disk.stderr[-2000:]
     assert "Resuming the Ray cluster" in on_empty_disk.stdout
-    assert metadata_answers(head) == metadata_before
-    created_on_empty_disk = head.raybroker("topics", "--create", "--topic", "after-disk-loss", "--partitions", "1")
-    assert created_on_empty_disk.returncode == 0, created_on_empty_disk.stderr
+    assert metadata_answers(head, worker_bootstrap) == metadata_before
+    # Through the worker's listener: a topic created, and a group's offset committed (`__consumer_offsets` got a
+    # replica on the worker when its broker joined, so its partitions are led there now).
+    worker_admin.create_topics([NewTopic("after-disk-loss", 1, 1)])["after-disk-loss"].result(timeout=60)
+    commit_offset(worker_bootstrap, partition)
     writer.stop()
 
     assert writer.errors == []

@@ -67,6 +67,7 @@ import json
 import logging
 import threading
 import uuid
+from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -83,7 +84,14 @@ from actors.core.controller.assignment import (
 )
 from actors.core.controller.elections import ElectionError, ElectionType, requested_election
 from actors.core.controller.metadata_replication import MetadataReplication, MirrorLink
-from actors.core.controller.topic_metadata import INTERNAL_TOPICS, AdvertisedListener, TopicMetadata
+from actors.core.controller.reassignment import cancelled, check_target, completed, reassigned
+from actors.core.controller.topic_metadata import (
+    CONSUMER_OFFSETS_TOPIC,
+    INTERNAL_TOPICS,
+    TRANSACTION_STATE_TOPIC,
+    AdvertisedListener,
+    TopicMetadata,
+)
 from actors.core.replication.leader_and_isr import LeaderAndIsr
 from actors.core.role_metrics import NO_ROLE_METRICS, RoleMetrics
 from actors.core.security.acl_bindings import AclBinding, AclBindingFilter
@@ -309,6 +317,36 @@ class Controller:
         # as Kafka's unfenced broker catches up with the metadata log, so a paused leader stops acting as one.
         self._push(changed)
         self._push(held, only=node_id)
+        self._grow_internal_topics()
+
+    def _grow_internal_topics(self) -> None:
+        """Each partition of `__consumer_offsets` and `__transaction_state` with fewer replicas than its
+        replication factor (`offsets.topic.replication.factor`, `transaction.state.log.replication.factor`) and
+        than the brokers running gets the missing ones by reassignment, on the brokers holding the fewest replicas:
+        the first broker of a cluster creates these topics alone, and committed offsets and transaction state must
+        not stay on one disk once more brokers run. A partition without a leader, or being reassigned, waits."""
+        factors = {
+            CONSUMER_OFFSETS_TOPIC: self.config.offsets_topic_replication_factor,
+            TRANSACTION_STATE_TOPIC: self.config.transaction_config.transaction_state_log_replication_factor,
+        }
+        requests: dict[tuple[str, int], tuple[str, ...]] = {}
+        with self._lock:
+            load = Counter(node for state in self.partition_states() for node in state.replicas)
+            for name, factor in factors.items():
+                topic = self._topics.get(name)
+                if topic is None:
+                    continue
+                for partition in sorted(topic.partitions):
+                    state = topic.state(partition)
+                    missing = min(factor, len(self._brokers)) - len(state.replicas)
+                    if missing <= 0 or state.offline or state.reassigning:
+                        continue
+                    spare = sorted((n for n in self._brokers if n not in state.replicas), key=lambda n: (load[n], n))
+                    load.update(spare[:missing])
+                    requests[(name, partition)] = (*state.replicas, *spare[:missing])
+        for (name, partition), error in self.alter_partition_reassignments(requests).items():
+            if error is not None:
+                logger.warning("%s-%d not given more replicas: %s", name, partition, error)
 
     def _persist_state(self, state: LeaderAndIsr) -> LeaderAndIsr:
         """Writes a partition's new replication state into its topic's record; returns it."""
@@ -479,8 +517,81 @@ class Controller:
                     f"{topic}-{partition}: {', '.join(ineligible)} cannot join the ISR: no broker runs there"
                 )
             changed = self._persist_state(state.with_isr(wanted))
+            final = completed(changed, self._brokers)
+            if final is not None:
+                changed = self._persist_state(final)
         self._push([changed])
+        if final is not None:
+            self._delete_replicas(state, changed)
         return changed
+
+    # --- reassignments ---------------------------------------------------------------------------
+
+    def alter_partition_reassignments(
+        self, requests: Mapping[tuple[str, int], Sequence[str] | None]
+    ) -> dict[tuple[str, int], RaybrokerError | None]:
+        """Kafka's AlterPartitionReassignments: for each partition, a reassignment to its target replicas, or (None)
+        the one in progress cancelled (`actors.core.controller.reassignment`). Answers each partition's error, None
+        where accepted: `UnknownTopicOrPartitionError`, `InvalidReplicaAssignmentError` (no replica, one twice, a
+        broker that is not running), `NoReassignmentInProgressError` (a cancel with none). A target already in sync
+        completes at once; the others as their new replicas join the ISR (`alter_partition`)."""
+        outcome: dict[tuple[str, int], RaybrokerError | None] = {}
+        for (topic, partition), target in requests.items():
+            try:
+                self._reassign(topic, partition, target)
+            except RaybrokerError as exc:
+                outcome[(topic, partition)] = exc
+            else:
+                outcome[(topic, partition)] = None
+        return outcome
+
+    def _reassign(self, topic: str, partition: int, target: Sequence[str] | None) -> None:
+        with self._lock:
+            state = self.partition_state(topic, partition)
+            if target is None:
+                new = cancelled(state, self._brokers)
+            else:
+                new = reassigned(state, check_target(target, self._brokers))
+                if new.replicas == state.replicas and not new.reassigning and not state.reassigning:
+                    return
+                new = self._create_replicas(new, [node for node in new.adding if node not in state.replicas])
+            new = self._persist_state(new)
+            final = completed(new, self._brokers)
+            if final is not None:
+                new = self._persist_state(final)
+        self._push([new])
+        self._delete_replicas(state, new)
+
+    def _create_replicas(self, state: LeaderAndIsr, nodes: list[str]) -> LeaderAndIsr:
+        """Creates the partition's replica on each of `nodes` (empty; it fetches once told its state); returns the
+        state with the log dirs they landed in."""
+        topic = self._topics[state.topic]
+        created = _collect(
+            [
+                self._broker(node).create_partition(topic.name, state.partition, topic.config, topic.topic_id)
+                for node in nodes
+            ]
+        )
+        for node, placement in zip(nodes, created, strict=True):
+            if placement.directory_id:
+                state = state.with_directory(node, placement.directory_id)
+        return state
+
+    def _delete_replicas(self, before: LeaderAndIsr, after: LeaderAndIsr) -> None:
+        """Deletes the replicas `before` had and `after` has not, on the brokers still running (Kafka's StopReplica
+        with deletion); a failure is logged (the folder is found stray when its broker starts again)."""
+        gone = [node for node in before.replicas if node not in after.replicas and node in self._brokers]
+        pending = [(node, self._broker(node).delete_partition(after.topic, after.partition)) for node in gone]
+        for node, deletion in pending:
+            try:
+                deletion.result()
+            except RaybrokerError as exc:
+                logger.warning("replica %s-%d on %s not deleted: %s", after.topic, after.partition, node, exc)
+
+    def partition_reassignments(self) -> list[LeaderAndIsr]:
+        """Kafka's ListPartitionReassignments: the states of the partitions being reassigned."""
+        with self._lock:
+            return [state for state in self.partition_states() if state.reassigning]
 
     def unregister_broker(self, node_id: str) -> None:
         """A broker stopping cleanly (its partitions are closed): it is no longer placed on or elected."""

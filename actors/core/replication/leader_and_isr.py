@@ -7,7 +7,10 @@ replica that takes writes ("" while none of the in-sync replicas is alive: the p
 `version` (Kafka's partition epoch) rises with every change, leader or ISR, so a replica that receives two states
 out of order keeps the newer. `directories` (Kafka's PartitionRecord directories) names, per replica, the
 `directory.id` of the log dir holding it ("" while unknown): Ray node ids change when a node restarts, a disk's id
-does not, so a disk that comes back on another node is recognised as the replica it holds.
+does not, so a disk that comes back on another node is recognised as the replica it holds. During a reassignment
+(Kafka's AlterPartitionReassignments) `adding` names the target replicas not yet in sync and `removing` the replicas
+that leave once the target is in sync; `replicas` holds both, the target first (Kafka's PartitionRecord
+addingReplicas / removingReplicas).
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ class LeaderAndIsr:
     isr: tuple[str, ...]
     version: int = 0
     directories: tuple[str, ...] = ()
+    adding: tuple[str, ...] = ()
+    removing: tuple[str, ...] = ()
 
     @property
     def replication_factor(self) -> int:
@@ -42,6 +47,15 @@ class LeaderAndIsr:
     def under_replicated(self) -> bool:
         """Fewer replicas in sync than assigned, as `kafka-topics --under-replicated-partitions` lists them."""
         return len(self.isr) < len(self.replicas)
+
+    @property
+    def reassigning(self) -> bool:
+        return bool(self.adding or self.removing)
+
+    @property
+    def target(self) -> tuple[str, ...]:
+        """The replicas the partition ends with: its assignment without those a reassignment removes."""
+        return tuple(node for node in self.replicas if node not in self.removing)
 
     def with_isr(self, isr: tuple[str, ...]) -> LeaderAndIsr:
         return replace(self, isr=isr, version=self.version + 1)
@@ -75,6 +89,22 @@ class LeaderAndIsr:
         )
         return state.with_directory(new, directory_id) if directory_id else state
 
+    def with_assignment(
+        self, replicas: tuple[str, ...], isr: tuple[str, ...], adding: tuple[str, ...], removing: tuple[str, ...]
+    ) -> LeaderAndIsr:
+        """New replicas and ISR (the leader unchanged) and reassignment sets; each replica kept keeps its
+        recorded log dir."""
+        directories = tuple(self.directory_of(node) for node in replicas) if self.directories else ()
+        return replace(
+            self,
+            replicas=replicas,
+            isr=isr,
+            adding=adding,
+            removing=removing,
+            directories=directories,
+            version=self.version + 1,
+        )
+
     def to_json(self) -> dict[str, object]:
         return {
             "leader": self.leader,
@@ -83,6 +113,7 @@ class LeaderAndIsr:
             "isr": list(self.isr),
             "version": self.version,
             "directories": list(self.directories),
+            **({"adding": list(self.adding), "removing": list(self.removing)} if self.reassigning else {}),
         }
 
     @classmethod
@@ -91,4 +122,6 @@ class LeaderAndIsr:
         isr = tuple(str(node) for node in body["isr"])  # type: ignore[attr-defined]
         epoch, version = int(body["epoch"]), int(body.get("version", 0))  # type: ignore[call-overload]
         directories = tuple(str(d) for d in body.get("directories", ()))  # type: ignore[attr-defined]
-        return cls(topic, partition, str(body["leader"]), epoch, replicas, isr, version, directories)
+        adding = tuple(str(node) for node in body.get("adding", ()))  # type: ignore[attr-defined]
+        removing = tuple(str(node) for node in body.get("removing", ()))  # type: ignore[attr-defined]
+        return cls(topic, partition, str(body["leader"]), epoch, replicas, isr, version, directories, adding, removing)

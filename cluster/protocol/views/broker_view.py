@@ -30,7 +30,7 @@ from actors.core.controller.topic_metadata import AdvertisedListener, TopicMetad
 from cluster.protocol.file_region import FileRegion
 from cluster.protocol.views.local_log_dirs import LocalLogDir
 from cluster.protocol.views.transport import Transport
-from storage.errors import BrokerNotAvailableError, RaybrokerError, RequestTimedOutError
+from storage.errors import BrokerNotAvailableError, InvalidReplicaAssignmentError, RaybrokerError, RequestTimedOutError
 from storage.kafka_uuid import ZERO_UUID
 from storage.partition.leader_epoch_cache import UNDEFINED_EPOCH
 from storage.partition.log import LogAppendInfo
@@ -322,6 +322,40 @@ class BrokerView:
         )
         return outcomes
 
+    async def alter_partition_reassignments(
+        self, requests: Mapping[tuple[str, int], tuple[int, ...] | None]
+    ) -> dict[tuple[str, int], RaybrokerError | None]:
+        """Kafka's AlterPartitionReassignments: each partition's target replicas by Kafka broker id (None: cancel
+        the one in progress), answered per partition by the controller (`Controller.alter_partition_reassignments`).
+        A broker id no running listener announces is refused here with Kafka's message."""
+        listeners = await self._listeners()
+        nodes = {found.broker_id: node for node, found in listeners.items()}
+        refused: dict[tuple[str, int], RaybrokerError | None] = {}
+        translated: dict[tuple[str, int], tuple[str, ...] | None] = {}
+        for key, broker_ids in requests.items():
+            problem = None if broker_ids is None else _assignment_problem(broker_ids, nodes)
+            if problem is not None:
+                refused[key] = InvalidReplicaAssignmentError(problem)
+            else:
+                translated[key] = None if broker_ids is None else tuple(nodes[broker] for broker in broker_ids)
+        answered: dict[tuple[str, int], RaybrokerError | None] = (
+            await self._controller.call("alter_partition_reassignments", translated) if translated else {}
+        )
+        return {key: answered.get(key, refused.get(key)) for key in requests}
+
+    async def partition_reassignments(self) -> list[tuple[str, int, tuple[int, ...], tuple[int, ...], tuple[int, ...]]]:
+        """Kafka's ListPartitionReassignments: each partition being reassigned with its replicas, adding and
+        removing replicas, by Kafka broker id."""
+        states = await self._controller.call("partition_reassignments")
+        listeners = await self._listeners()
+
+        def broker_ids(nodes: Iterable[str]) -> tuple[int, ...]:
+            return tuple(listeners[node].broker_id for node in nodes if node in listeners)
+
+        return [
+            (s.topic, s.partition, broker_ids(s.replicas), broker_ids(s.adding), broker_ids(s.removing)) for s in states
+        ]
+
     async def delete_records(self, topic: str, partition: int, offset: int) -> int:
         """Kafka's DeleteRecords: records below `offset` (-1: the high watermark) go; the new log start offset.
         `OffsetOutOfRangeError` beyond the high watermark."""
@@ -413,6 +447,21 @@ class BrokerView:
         """The listeners by node id, and the node ids of the running brokers, asked together."""
         listeners, brokers = await asyncio.gather(self._listeners(), self._metadata("brokers"))
         return listeners, frozenset(brokers)
+
+
+def _assignment_problem(broker_ids: tuple[int, ...], nodes: Mapping[int, str]) -> str | None:
+    """Kafka's controller's message for a manual replica assignment it refuses, checked in its order (an empty
+    list, then each broker id in ascending order: not registered, or named twice); None if it is valid."""
+    if not broker_ids:
+        return "The manual partition assignment includes an empty replica list."
+    previous = None
+    for broker in sorted(broker_ids):
+        if broker not in nodes:
+            return f"The manual partition assignment includes broker {broker}, but no such broker is registered."
+        if broker == previous:
+            return f"The manual partition assignment includes the broker {broker} more than once."
+        previous = broker
+    return None
 
 
 def topic_info(

@@ -16,6 +16,7 @@ TOOL_TIMEOUT_S = 120
 CONSUMER_GROUPS = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
 LEADER_ELECTION = "org.apache.kafka.tools.LeaderElectionCommand"
 LOG_DIRS = "org.apache.kafka.tools.LogDirsCommand"
+REASSIGN_PARTITIONS = "org.apache.kafka.tools.reassign.ReassignPartitionsCommand"
 TOPICS = "org.apache.kafka.tools.TopicCommand"
 TRANSACTIONS = "org.apache.kafka.tools.TransactionsCommand"
 

@@ -10,6 +10,10 @@
 - kafka-topics.sh `--describe` (DescribeTopicPartitions, which Kafka 3.7+'s Admin client prefers to Metadata) of
   two topics in pages of 2 partitions (`--partition-size-limit-per-response`): the same lines, broker ids and topic
   ids aside.
+- kafka-reassign-partitions.sh (AlterPartitionReassignments, ListPartitionReassignments) on one broker: a partition
+  reassigned onto its own broker (complete at once), verified, listed, cancelled with none in progress, and a plan
+  naming a broker that does not exist. Moves between brokers run in `handlers/test_reassignments.py` (two
+  in-process nodes) and `tests/actors/test_zz_replication.py`.
 - kafka-leader-election.sh (ElectLeaders) on one broker: preferred and unclean elections that are not needed, an
   election of every partition, an unknown topic and an unknown partition. Elections that move a leader need
   several brokers; `tests/cluster/protocol/handlers/test_elect_leaders.py` runs them on a two-node broker.
@@ -28,7 +32,14 @@ import pytest
 
 from cluster.protocol.listener import start_listener
 from tests.cluster.protocol.helpers import assigned_member
-from tests.cluster.protocol.kafka_tools import CONSUMER_GROUPS, LEADER_ELECTION, LOG_DIRS, TOPICS, run_kafka_tool
+from tests.cluster.protocol.kafka_tools import (
+    CONSUMER_GROUPS,
+    LEADER_ELECTION,
+    LOG_DIRS,
+    REASSIGN_PARTITIONS,
+    TOPICS,
+    run_kafka_tool,
+)
 
 pytestmark = [pytest.mark.ray, pytest.mark.kafka]
 
@@ -225,3 +236,47 @@ def test_kafka_topics_describe_pages_agree(kafka: str, raybroker: str) -> None:
     oracle = answers["kafka"]
     assert sum(line.startswith("Topic: paged-a\tPartition:") for line in oracle) == 3, oracle
     assert answers["raybroker"] == oracle
+
+
+def reassign_answers(bootstrap: str, folder: Path) -> dict[str, tuple[int, list[str]]]:
+    """kafka-reassign-partitions.sh on a new topic of one partition: its exit code and printed lines per step, the
+    broker's id written B (each broker has its own)."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
+    admin.create_topics([NewTopic("moved", 1, 1)])["moved"].result(timeout=DEADLINE_S)
+    (broker,) = admin.list_topics(timeout=DEADLINE_S).brokers
+
+    def reassign(*arguments: str, replicas: list[int] | None = None) -> tuple[int, list[str]]:
+        plan = folder / "plan.json"
+        partitions = [
+            {"topic": "moved", "partition": 0, "replicas": replicas, "log_dirs": ["any"] * len(replicas or [])}
+        ]
+        plan.write_text(json.dumps({"version": 1, "partitions": partitions}), encoding="utf-8")
+        with_plan = ("--reassignment-json-file", str(plan)) if replicas is not None else ()
+        ran = run_kafka_tool(REASSIGN_PARTITIONS, bootstrap, *arguments, *with_plan)
+        lines = [
+            line.replace(f"[{broker}]", "[B]").replace(f"[{broker},{broker + 100}]", "[B,B+100]")
+            for line in (ran.stdout + ran.stderr).splitlines()
+            if line.strip() and not line.startswith(("SLF4J", "\tat "))
+        ]
+        return ran.returncode, lines
+
+    return {
+        "execute": reassign("--execute", replicas=[broker]),
+        "verify": reassign("--verify", "--preserve-throttles", replicas=[broker]),
+        "list": reassign("--list"),
+        "cancel": reassign("--cancel", "--preserve-throttles", replicas=[broker]),
+        "unknown broker": reassign("--execute", replicas=[broker, broker + 100]),
+    }
+
+
+def test_kafka_reassign_partitions_agrees(kafka: str, raybroker: str, tmp_path: Path) -> None:
+    answers = {
+        name: reassign_answers(bootstrap, tmp_path)
+        for name, bootstrap in {"kafka": kafka, "raybroker": raybroker}.items()
+    }
+    oracle = answers["kafka"]
+    assert oracle["execute"][0] == 0 and oracle["list"][0] == 0, oracle
+    for step, answer in oracle.items():
+        assert answers["raybroker"][step] == answer, (step, answers["raybroker"][step], answer)
