@@ -236,7 +236,7 @@ def metadata_answers(head: Head, bootstrap: str) -> tuple[object, ...]:
     (configs,) = admin.describe_configs([ConfigResource(ResourceType.TOPIC, TOPIC)]).values()
     retention = configs.result(timeout=30)["retention.ms"].value
     users = admin.describe_user_scram_credentials().result(timeout=30)
-    mechanisms = {user: [str(info.mechanism) for info in found.scram_credential_infos] for user, found in users.items()}
+    mechanisms = {user: [info.mechanism.name for info in found.scram_credential_infos] for user, found in users.items()}
     acls = head.raybroker("acls", "--list")
     assert acls.returncode == 0, acls.stderr
     return str(topic.topic_id), len(topic.partitions), retention, mechanisms, acls.stdout

@@ -1,22 +1,27 @@
 """What the listener needs of the cluster's security metadata, written once over a transport.
 
-SCRAM credentials (looked up when a connection authenticates, managed by AlterUserScramCredentials) and ACL
-bindings (copied into the listener's authorizer, managed by CreateAcls and DeleteAcls) live in the controller's
-metadata log. `SecurityView` reaches them through a `Transport` (`cluster.protocol.views.transport`): in the
-controller actor (`SecurityView.on_ray`, looked up on first use, so a listener that never authenticates or authorizes
-never needs it), or in the in-process broker's controller (`SecurityView.in_process`), called on the event loop.
-Errors are the typed ones the stores raise.
+SCRAM credentials (looked up when a connection authenticates, managed by AlterUserScramCredentials) and ACL bindings
+(copied into the listener's authorizer, managed by CreateAcls and DeleteAcls) live in the controller's metadata log.
+`SecurityView` reaches them through a `Transport` (`cluster.protocol.views.transport`): in the controller actor
+(`SecurityView.on_ray`, looked up on first use, so a listener that never authenticates or authorizes never needs
+it), or in the in-process broker's controller (`SecurityView.in_process`), called on the event loop. Errors are the
+typed ones the stores raise. A read that finds the controller it knew gone (`BrokerNotAvailableError`: that actor
+died, e.g. with the Ray head, and another runs now) is asked once more of the controller found again, since the
+transport forgets an unavailable actor's handle: the first read after a controller's restart is answered, as a Kafka
+broker answers from its metadata cache, rather than failed. Writes are not asked twice (one may have been carried
+out).
 """
 
 from __future__ import annotations
 
-from typing import Self
+from typing import Any, Self
 
 from actors.core.controller.controller import Controller
 from actors.core.security.acl_bindings import AclBinding, AclBindingFilter
 from actors.core.security.scram import ScramCredential
 from actors.options import CONTROLLER_NAME
 from cluster.protocol.views.transport import EVERY_METHOD, InProcessTransport, RayTransport, Transport
+from storage.errors import BrokerNotAvailableError
 
 
 class SecurityView:
@@ -35,14 +40,21 @@ class SecurityView:
         """The controller actor of the Ray cluster this process is connected to."""
         return cls(RayTransport(CONTROLLER_NAME))
 
+    async def _read(self, method: str, *args: object) -> Any:
+        """The controller's answer to a read, asked again once if the controller that was asked is gone."""
+        try:
+            return await self._transport.call(method, *args)
+        except BrokerNotAvailableError:
+            return await self._transport.call(method, *args)
+
     async def scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
         """The user's credential for a SCRAM mechanism, or None."""
-        found: ScramCredential | None = await self._transport.call("scram_credential", user, mechanism)
+        found: ScramCredential | None = await self._read("scram_credential", user, mechanism)
         return found
 
     async def scram_credentials(self) -> dict[str, dict[str, ScramCredential]]:
         """Every credential: user -> mechanism -> credential."""
-        found: dict[str, dict[str, ScramCredential]] = await self._transport.call("scram_credentials")
+        found: dict[str, dict[str, ScramCredential]] = await self._read("scram_credentials")
         return found
 
     async def upsert_scram_credential(self, user: str, credential: ScramCredential) -> None:
@@ -55,12 +67,12 @@ class SecurityView:
 
     async def acls_version(self) -> int:
         """A number that changes whenever the ACLs do."""
-        version: int = await self._transport.call("acls_version")
+        version: int = await self._read("acls_version")
         return version
 
     async def acls(self) -> tuple[int, list[AclBinding]]:
         """The ACLs' version and every binding."""
-        found: tuple[int, list[AclBinding]] = await self._transport.call("acls")
+        found: tuple[int, list[AclBinding]] = await self._read("acls")
         return found
 
     async def create_acls(self, bindings: list[AclBinding]) -> None:

@@ -256,7 +256,9 @@ def reassign_answers(bootstrap: str, folder: Path) -> dict[str, tuple[int, list[
         with_plan = ("--reassignment-json-file", str(plan)) if replicas is not None else ()
         ran = run_kafka_tool(REASSIGN_PARTITIONS, bootstrap, *arguments, *with_plan)
         lines = [
-            line.replace(f"[{broker}]", "[B]").replace(f"[{broker},{broker + 100}]", "[B,B+100]")
+            line.replace(f"[{broker}]", "[B]")
+            .replace(f"[{broker},{broker + 100}]", "[B,B+100]")
+            .replace(f"broker id {broker + 100}", "broker id B+100")
             for line in (ran.stdout + ran.stderr).splitlines()
             if line.strip() and not line.startswith(("SLF4J", "\tat "))
         ]
