@@ -67,7 +67,6 @@ import json
 import logging
 import threading
 import uuid
-from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -82,9 +81,16 @@ from actors.core.controller.assignment import (
     place_replicas,
     preferred_election,
 )
+from actors.core.controller.broker_sessions import BrokerSessions
 from actors.core.controller.elections import ElectionError, ElectionType, requested_election
 from actors.core.controller.metadata_replication import MetadataReplication, MirrorLink
-from actors.core.controller.reassignment import cancelled, check_target, completed, reassigned
+from actors.core.controller.reassignment import (
+    cancelled,
+    check_target,
+    completed,
+    internal_topic_growth,
+    reassigned,
+)
 from actors.core.controller.topic_metadata import (
     CONSUMER_OFFSETS_TOPIC,
     INTERNAL_TOPICS,
@@ -116,7 +122,7 @@ from storage.errors import (
     UnknownTopicOrPartitionError,
 )
 from storage.files.meta_properties import new_directory_id
-from storage.kafka_uuid import ZERO_UUID, parse_uuid, random_uuid, uuid_text
+from storage.kafka_uuid import ZERO_UUID, random_uuid
 from storage.logdir.log_dirs import METADATA_TOPIC
 from storage.logdir.log_manager import PartitionPlacement
 from storage.logdir.metadata_mirror import open_metadata_log
@@ -215,10 +221,7 @@ class Controller:
             self._write("cluster", {"cluster_id": self._cluster_id})
         now_ms = clock.milliseconds()
         # Each registered broker's last heartbeat (or registration) by the clock, and the last monitor pass.
-        self._heartbeats: dict[str, int] = dict.fromkeys(self._brokers, now_ms)
-        self._last_check_ms = now_ms
-        # When the brokers the states name but that never registered are taken for lost (`_forget_absent_brokers`).
-        self._absent_check_ms: int | None = now_ms + config.broker_session_timeout_ms
+        self._sessions = BrokerSessions(clock, config.broker_session_timeout_ms, self._brokers)
         self._listeners: dict[str, AdvertisedListener] = {}
         self._next_rebalance_ms = now_ms + self._rebalance_interval_ms
 
@@ -247,13 +250,7 @@ class Controller:
                 self._next_coordinator_epoch = int(body["next"])
             elif name.startswith("topic/"):
                 topic = name[len("topic/") :]
-                partitions = {int(p): node for p, node in body["partitions"].items()}
-                replication = {
-                    int(p): LeaderAndIsr.from_json(topic, int(p), state)
-                    for p, state in body.get("replication", {}).items()
-                }
-                topic_id = parse_uuid(body["topic_id"]) if "topic_id" in body else ZERO_UUID
-                self._topics[topic] = TopicMetadata(topic, partitions, dict(body["config"]), replication, topic_id)
+                self._topics[topic] = TopicMetadata.from_record(topic, body)
             elif name.startswith(SCRAM_KEY_PREFIX):
                 self._scram.load(name, body)
 
@@ -271,15 +268,7 @@ class Controller:
         return info.last_offset
 
     def _persist_topic(self, topic: TopicMetadata) -> None:
-        self._write(
-            f"topic/{topic.name}",
-            {
-                "topic_id": uuid_text(topic.topic_id),
-                "partitions": {str(p): node for p, node in topic.partitions.items()},
-                "replication": {str(p): state.to_json() for p, state in topic.replication.items()},
-                "config": topic.config,
-            },
-        )
+        self._write(f"topic/{topic.name}", topic.to_record())
         self._topics[topic.name] = topic
 
     # --- brokers ---------------------------------------------------------------------------------
@@ -295,7 +284,7 @@ class Controller:
         with self._lock:
             broker = self._find_broker(node_id)
             self._brokers[node_id] = broker
-            self._heartbeats[node_id] = self._clock.milliseconds()
+            self._sessions.beat(node_id)
             placements = broker.partitions().result()
             changed: list[LeaderAndIsr] = []
             for placement in placements:
@@ -320,30 +309,14 @@ class Controller:
         self._grow_internal_topics()
 
     def _grow_internal_topics(self) -> None:
-        """Each partition of `__consumer_offsets` and `__transaction_state` with fewer replicas than its
-        replication factor (`offsets.topic.replication.factor`, `transaction.state.log.replication.factor`) and
-        than the brokers running gets the missing ones by reassignment, on the brokers holding the fewest replicas:
-        the first broker of a cluster creates these topics alone, and committed offsets and transaction state must
-        not stay on one disk once more brokers run. A partition without a leader, or being reassigned, waits."""
+        """Reassignments giving `__consumer_offsets` and `__transaction_state` their missing replicas
+        (`actors.core.controller.reassignment.internal_topic_growth`)."""
         factors = {
             CONSUMER_OFFSETS_TOPIC: self.config.offsets_topic_replication_factor,
             TRANSACTION_STATE_TOPIC: self.config.transaction_config.transaction_state_log_replication_factor,
         }
-        requests: dict[tuple[str, int], tuple[str, ...]] = {}
         with self._lock:
-            load = Counter(node for state in self.partition_states() for node in state.replicas)
-            for name, factor in factors.items():
-                topic = self._topics.get(name)
-                if topic is None:
-                    continue
-                for partition in sorted(topic.partitions):
-                    state = topic.state(partition)
-                    missing = min(factor, len(self._brokers)) - len(state.replicas)
-                    if missing <= 0 or state.offline or state.reassigning:
-                        continue
-                    spare = sorted((n for n in self._brokers if n not in state.replicas), key=lambda n: (load[n], n))
-                    load.update(spare[:missing])
-                    requests[(name, partition)] = (*state.replicas, *spare[:missing])
+            requests = internal_topic_growth(self.partition_states(), factors, sorted(self._brokers))
         for (name, partition), error in self.alter_partition_reassignments(requests).items():
             if error is not None:
                 logger.warning("%s-%d not given more replicas: %s", name, partition, error)
@@ -395,21 +368,25 @@ class Controller:
         with self._lock:
             if node_id not in self._brokers:
                 return False
-            self._heartbeats[node_id] = self._clock.milliseconds()
+            self._sessions.beat(node_id)
             return True
 
     def check_brokers(self, alive: Collection[str]) -> list[LeaderAndIsr]:
-        """One monitor pass: every registered broker whose node is not in `alive` is lost (`broker_lost`), and so
-        is every broker fenced for silence (`_silent_brokers`); then, when `leader.imbalance.check.interval.seconds`
-        passed since the last time and `auto.leader.rebalance.enable` is on, preferred leaders are elected again.
-        Returns the changed states. The metadata mirrors are chosen again and caught up when due; a fenced
+        """One monitor pass: every registered broker whose node is not in `alive` is lost (`broker_lost`), so is
+        every broker fenced for silence (`actors.core.controller.broker_sessions`), and, once, a session after the
+        start, every broker the states name that never registered (`_forget_absent_brokers`); the metadata mirrors
+        are caught up when due; then, every `leader.imbalance.check.interval.seconds` with
+        `auto.leader.rebalance.enable`, preferred leaders are elected again. Returns the changed states. A fenced
         controller does nothing."""
         if self._replication.fenced:
             return []
         changed = []
         for node in [node for node in self.brokers() if node not in alive]:
             changed.extend(self.broker_lost(node))
-        for node in self._silent_brokers():
+        with self._lock:
+            silent = self._sessions.silent(list(self._brokers))
+            absent_due = self._sessions.absent_check_due()
+        for node in silent:
             logger.warning(
                 "broker on node %s sent no heartbeat for broker.session.timeout.ms (%d ms): fenced",
                 node,
@@ -418,39 +395,19 @@ class Controller:
             changed.extend(self.broker_lost(node))
         with self._lock:
             self._replication.sync(self._brokers)
-        now_ms = self._clock.milliseconds()
-        if self._absent_check_ms is not None and now_ms >= self._absent_check_ms:
-            self._absent_check_ms = None
+        if absent_due:
             changed.extend(self._forget_absent_brokers())
+        now_ms = self._clock.milliseconds()
         if self.config.auto_leader_rebalance_enable and now_ms >= self._next_rebalance_ms:
             self._next_rebalance_ms = now_ms + self._rebalance_interval_ms
             changed.extend(self.rebalance_leaders())
         return changed
 
-    def _silent_brokers(self) -> list[str]:
-        """The brokers to fence: those whose last heartbeat is older than `broker.session.timeout.ms`, as Kafka's
-        controller fences a broker whose session expired, whatever its host says (a paused process's node may stay
-        alive to Ray for a long time: Ray's default health checks take a minute to fail while writes wait for it).
-        Two exceptions: after a gap of half a session between two passes every session starts again (the
-        controller itself was paused or starved and cannot tell who was silent), and the last broker with a
-        session is never fenced (no other could take over its partitions; they would only go offline)."""
-        session_ms = self.config.broker_session_timeout_ms
-        with self._lock:
-            now_ms = self._clock.milliseconds()
-            if now_ms - self._last_check_ms > session_ms // 2:
-                self._heartbeats = dict.fromkeys(self._brokers, now_ms)
-            self._last_check_ms = now_ms
-            silent = sorted(node for node, beat in self._heartbeats.items() if now_ms - beat > session_ms)
-            if len(silent) >= len(self._brokers):
-                silent = silent[1:]
-            return silent
-
     def _forget_absent_brokers(self) -> list[LeaderAndIsr]:
-        """The brokers that partitions' states name but that did not register within `broker.session.timeout.ms` of
-        this controller's start (their node was lost while no controller ran, e.g. with the head) are lost as a
-        registered broker is (`broker_lost`): they leave every ISR and the partitions they led elect from the rest,
-        or have no leader. Kafka's controller fences a broker whose session expired alike, whether it registered
-        before the controller took over or not. A node that comes back later registers as any other does."""
+        """The brokers that partitions' states name but that did not register within a session of this controller's
+        start (their node was lost while no controller ran, e.g. with the head) are lost as a registered broker is
+        (`broker_lost`), as Kafka's controller fences any broker whose session expired. One that comes back later
+        registers as any other does."""
         with self._lock:
             named = {
                 node for topic in self._topics.values() for p in topic.partitions for node in topic.state(p).replicas
@@ -469,7 +426,7 @@ class Controller:
         """Broker `node_id` is gone (its node died): it leaves every ISR and the partitions it led elect new
         leaders from their ISR; returns the partitions whose state changed."""
         with self._lock:
-            self._heartbeats.pop(node_id, None)
+            self._sessions.forget(node_id)
             if self._brokers.pop(node_id, None) is None:
                 return []
             self._listeners.pop(node_id, None)
@@ -530,11 +487,10 @@ class Controller:
     def alter_partition_reassignments(
         self, requests: Mapping[tuple[str, int], Sequence[str] | None]
     ) -> dict[tuple[str, int], RaybrokerError | None]:
-        """Kafka's AlterPartitionReassignments: for each partition, a reassignment to its target replicas, or (None)
-        the one in progress cancelled (`actors.core.controller.reassignment`). Answers each partition's error, None
-        where accepted: `UnknownTopicOrPartitionError`, `InvalidReplicaAssignmentError` (no replica, one twice, a
-        broker that is not running), `NoReassignmentInProgressError` (a cancel with none). A target already in sync
-        completes at once; the others as their new replicas join the ISR (`alter_partition`)."""
+        """Kafka's AlterPartitionReassignments: per partition, a move to its target replicas or (None) a cancel
+        (`actors.core.controller.reassignment`; completed at once if nothing is added, else by `alter_partition`).
+        Each partition's error, None where accepted: `UnknownTopicOrPartitionError`, `InvalidReplicaAssignmentError`
+        (no replica, one twice, a broker not running), `NoReassignmentInProgressError` (a cancel with none)."""
         outcome: dict[tuple[str, int], RaybrokerError | None] = {}
         for (topic, partition), target in requests.items():
             try:
@@ -597,7 +553,7 @@ class Controller:
         """A broker stopping cleanly (its partitions are closed): it is no longer placed on or elected."""
         with self._lock:
             self._brokers.pop(node_id, None)
-            self._heartbeats.pop(node_id, None)
+            self._sessions.forget(node_id)
             self._listeners.pop(node_id, None)
 
     def brokers(self) -> list[str]:

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from actors.core.replication.leader_and_isr import LeaderAndIsr
-from storage.kafka_uuid import ZERO_UUID
+from storage.kafka_uuid import ZERO_UUID, parse_uuid, uuid_text
 from storage.logdir.log_dirs import METADATA_TOPIC
 
 # The group coordinator's committed offsets (`actors.core.groups.offsets_topic`), internal as Kafka's is.
@@ -40,6 +41,26 @@ class TopicMetadata:
     config: dict[str, str]
     replication: dict[int, LeaderAndIsr] = field(default_factory=dict)
     topic_id: uuid.UUID = ZERO_UUID
+
+    @classmethod
+    def from_record(cls, name: str, body: dict[str, Any]) -> TopicMetadata:
+        """The topic from its metadata-log record's value (`to_record`; one from before replication or topic ids
+        reads as one replica leading in epoch 0, or the zero id)."""
+        replication = {
+            int(p): LeaderAndIsr.from_json(name, int(p), state) for p, state in body.get("replication", {}).items()
+        }
+        topic_id = parse_uuid(body["topic_id"]) if "topic_id" in body else ZERO_UUID
+        partitions = {int(p): node for p, node in body["partitions"].items()}
+        return cls(name, partitions, dict(body["config"]), replication, topic_id)
+
+    def to_record(self) -> dict[str, Any]:
+        """The value of the topic's metadata-log record (`topic/<name>`)."""
+        return {
+            "topic_id": uuid_text(self.topic_id),
+            "partitions": {str(p): node for p, node in self.partitions.items()},
+            "replication": {str(p): state.to_json() for p, state in self.replication.items()},
+            "config": self.config,
+        }
 
     @property
     def internal(self) -> bool:
