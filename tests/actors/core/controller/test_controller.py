@@ -7,7 +7,7 @@ restart with everything in it."""
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pytest
@@ -76,12 +76,13 @@ class Cluster:
             raise BrokerNotAvailableError(f"no broker on {node}")
         return LogManagerBroker(self.managers[node])
 
-    def start_controller(self) -> Controller:
+    def start_controller(self, running: Iterable[str] | None = None, metadata_dir: str = "metadata") -> Controller:
+        """A controller over `root/metadata_dir` that finds the brokers of `running` (default: every node started)."""
         return Controller(
-            self.root / "metadata",
+            self.root / metadata_dir,
             BrokerConfig.from_properties(self.properties),
             clock=self.clock,
-            brokers={node: self.find_broker(node) for node in self.managers},
+            brokers={node: self.find_broker(node) for node in (self.managers if running is None else running)},
             find_broker=self.find_broker,
             replicas=self.replicas,
         )
@@ -337,14 +338,7 @@ def test_a_broker_that_never_registers_with_a_new_controller_is_lost_at_its_sess
     cluster.controller.create_topic("t", 3, replication_factor=2)
     cluster.controller.create_topic("single", 3, replication_factor=1)
     cluster.controller.close()
-    cluster.controller = Controller(
-        cluster.root / "metadata",
-        BrokerConfig.from_properties(cluster.properties),
-        clock=cluster.clock,
-        brokers={node: cluster.find_broker(node) for node in ("node-a", "node-b")},
-        find_broker=cluster.find_broker,
-        replicas=cluster.replicas,
-    )
+    cluster.controller = cluster.start_controller(("node-a", "node-b"))
     named_c = [s for s in cluster.controller.partition_states() if "node-c" in s.replicas]
     assert any(s.leader == "node-c" for s in named_c)
     live = ("node-a", "node-b")

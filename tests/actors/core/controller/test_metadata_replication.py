@@ -15,7 +15,6 @@ from actors.core.controller.controller import Controller
 from actors.core.security.acl_bindings import AclBinding, AclOperation, AclPermissionType, PatternType, ResourceType
 from actors.core.security.scram import ScramCredential
 from storage.clock import MockClock
-from storage.config.broker_config import BrokerConfig
 from storage.errors import NotControllerError
 from storage.logdir.metadata_mirror import open_metadata_log
 from tests.actors.core.controller.test_controller import NODES, Cluster
@@ -90,14 +89,7 @@ def test_a_controller_on_an_empty_disk_takes_the_newest_copy_and_finds_everythin
 def test_a_controller_running_beside_its_successor_is_fenced(cluster: Cluster) -> None:
     cluster.controller.create_topic("orders", 1)
     stale = cluster.controller
-    successor = Controller(
-        cluster.root / "successor",
-        BrokerConfig.from_properties(cluster.properties),
-        clock=cluster.clock,
-        brokers={node: cluster.find_broker(node) for node in NODES},
-        find_broker=cluster.find_broker,
-        replicas=cluster.replicas,
-    )
+    successor = cluster.start_controller(metadata_dir="successor")
     assert successor.list_topics() == ["orders"], "the successor took the copies' metadata"
     mirrored = copy_bytes(cluster, "node-a")
     with pytest.raises(NotControllerError):
@@ -125,14 +117,7 @@ def test_a_copy_that_parted_from_the_log_is_cut_where_it_parted_and_caught_up(cl
     shutil.rmtree(cluster.root / "metadata")
 
     # The next controller starts while node-a's broker is away: it takes node-b's copy and writes over that offset.
-    cluster.controller = Controller(
-        cluster.root / "metadata",
-        BrokerConfig.from_properties(cluster.properties),
-        clock=cluster.clock,
-        brokers={node: cluster.find_broker(node) for node in ("node-b", "node-c")},
-        find_broker=cluster.find_broker,
-        replicas=cluster.replicas,
-    )
+    cluster.controller = cluster.start_controller(("node-b", "node-c"))
     assert cluster.controller.list_topics() == ["orders"]
     cluster.controller.create_topic("written-after", 1)
     assert b"lost-with-the-disk" in copy_bytes(cluster, "node-a")
