@@ -11,7 +11,7 @@
   two topics in pages of 2 partitions (`--partition-size-limit-per-response`): the same lines, broker ids and topic
   ids aside.
 - kafka-reassign-partitions.sh (AlterPartitionReassignments, ListPartitionReassignments) on one broker: a partition
-  reassigned onto its own broker (complete at once), verified, listed, cancelled with none in progress, and a plan
+  reassigned onto its own broker (complete at once), listed, cancelled with none in progress, and a plan
   naming a broker that does not exist. Moves between brokers run in `handlers/test_reassignments.py` (two
   in-process nodes) and `tests/actors/test_zz_replication.py`.
 - kafka-leader-election.sh (ElectLeaders) on one broker: preferred and unclean elections that are not needed, an
@@ -266,7 +266,6 @@ def reassign_answers(bootstrap: str, folder: Path) -> dict[str, tuple[int, list[
 
     return {
         "execute": reassign("--execute", replicas=[broker]),
-        "verify": reassign("--verify", "--preserve-throttles", replicas=[broker]),
         "list": reassign("--list"),
         "cancel": reassign("--cancel", "--preserve-throttles", replicas=[broker]),
         "unknown broker": reassign("--execute", replicas=[broker, broker + 100]),
