@@ -88,13 +88,10 @@ from actors.core.controller.reassignment import (
     cancelled,
     check_target,
     completed,
-    internal_topic_growth,
     reassigned,
 )
 from actors.core.controller.topic_metadata import (
-    CONSUMER_OFFSETS_TOPIC,
     INTERNAL_TOPICS,
-    TRANSACTION_STATE_TOPIC,
     AdvertisedListener,
     TopicMetadata,
 )
@@ -306,20 +303,6 @@ class Controller:
         # as Kafka's unfenced broker catches up with the metadata log, so a paused leader stops acting as one.
         self._push(changed)
         self._push(held, only=node_id)
-        self._grow_internal_topics()
-
-    def _grow_internal_topics(self) -> None:
-        """Reassignments giving `__consumer_offsets` and `__transaction_state` their missing replicas
-        (`actors.core.controller.reassignment.internal_topic_growth`)."""
-        factors = {
-            CONSUMER_OFFSETS_TOPIC: self.config.offsets_topic_replication_factor,
-            TRANSACTION_STATE_TOPIC: self.config.transaction_config.transaction_state_log_replication_factor,
-        }
-        with self._lock:
-            requests = internal_topic_growth(self.partition_states(), factors, sorted(self._brokers))
-        for (name, partition), error in self.alter_partition_reassignments(requests).items():
-            if error is not None:
-                logger.warning("%s-%d not given more replicas: %s", name, partition, error)
 
     def _persist_state(self, state: LeaderAndIsr) -> LeaderAndIsr:
         """Writes a partition's new replication state into its topic's record; returns it."""

@@ -13,8 +13,7 @@ replicas are deleted).
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 
 from actors.core.replication.leader_and_isr import NO_LEADER, LeaderAndIsr
 from storage.errors import InvalidReplicaAssignmentError, NoReassignmentInProgressError
@@ -75,23 +74,3 @@ def _settled(state: LeaderAndIsr, replicas: tuple[str, ...], live: Mapping[str, 
         else next((node for node in replicas if node in isr and node in live), NO_LEADER)
     )
     return settled.with_leader(leader, isr)
-
-
-def internal_topic_growth(
-    states: Sequence[LeaderAndIsr], factors: Mapping[str, int], brokers: Sequence[str]
-) -> dict[tuple[str, int], tuple[str, ...]]:
-    """The reassignments that give each partition of the topics in `factors` (`__consumer_offsets`,
-    `__transaction_state`) the replicas it lacks to reach its factor or the number of `brokers`, on the brokers
-    holding the fewest replicas of all `states`: the first broker of a cluster creates those topics alone, and
-    committed offsets and transaction state must not stay on one disk once more brokers run. A partition without a
-    leader, or being reassigned, waits."""
-    load = Counter(node for state in states for node in state.replicas)
-    requests: dict[tuple[str, int], tuple[str, ...]] = {}
-    for state in states:
-        missing = min(factors.get(state.topic, 0), len(brokers)) - len(state.replicas)
-        if missing <= 0 or state.offline or state.reassigning:
-            continue
-        spare = sorted((node for node in brokers if node not in state.replicas), key=lambda node: (load[node], node))
-        load.update(spare[:missing])
-        requests[(state.topic, state.partition)] = (*state.replicas, *spare[:missing])
-    return requests

@@ -109,28 +109,3 @@ def test_bad_targets_get_kafkas_errors_per_partition(cluster: Cluster) -> None:
         assert isinstance(error, InvalidReplicaAssignmentError)
     (error,) = cluster.controller.alter_partition_reassignments({("t", 0): None}).values()
     assert isinstance(error, NoReassignmentInProgressError)
-
-
-def test_internal_topics_grow_to_their_replication_factor_as_brokers_register(tmp_path: Path) -> None:
-    """The first broker creates `__consumer_offsets` alone; each broker that registers after adds replicas by
-    reassignment (least-loaded first), up to `offsets.topic.replication.factor`; a user topic is left as created."""
-    cluster = Cluster(tmp_path, MockClock(), {"offsets.topic.replication.factor": "2"})
-    try:
-        cluster.register("node-a")
-        cluster.controller.create_topic("__consumer_offsets", 2, replication_factor=1)
-        cluster.controller.create_topic("user", 1, replication_factor=1)
-        cluster.register("node-b")
-        for partition in (0, 1):
-            state = cluster.controller.partition_state("__consumer_offsets", partition)
-            assert (state.replicas, state.adding, state.isr) == (("node-a", "node-b"), ("node-b",), ("node-a",))
-            assert state == cluster.replicas.latest("node-b", "__consumer_offsets", partition)
-            cluster.controller.alter_partition(
-                "__consumer_offsets", partition, "node-a", state.leader_epoch, ["node-a", "node-b"]
-            )
-        cluster.register("node-c")
-        for partition in (0, 1):
-            state = cluster.controller.partition_state("__consumer_offsets", partition)
-            assert (state.replicas, state.isr, state.reassigning) == (("node-a", "node-b"),) * 2 + (False,)
-        assert cluster.controller.partition_state("user", 0).replicas == ("node-a",)
-    finally:
-        cluster.close()
