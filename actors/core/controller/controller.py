@@ -403,6 +403,7 @@ class Controller:
         return changed
 
     def _after_lost(self, node_id: str, state: LeaderAndIsr) -> LeaderAndIsr | None:
+        """`state` once broker `node_id` is gone (`assignment.after_broker_lost`), for `broker_lost` and absent ones."""
         return after_broker_lost(state, node_id, self._brokers)
 
     def broker_lost(self, node_id: str) -> list[LeaderAndIsr]:
@@ -414,7 +415,7 @@ class Controller:
                 return []
             self._listeners.pop(node_id, None)
             logger.warning("broker on node %s is gone: electing new leaders for its partitions", node_id)
-            changed = self._change_every_partition(lambda state: after_broker_lost(state, node_id, self._brokers))
+            changed = self._change_every_partition(functools.partial(self._after_lost, node_id))
         self._push(changed)
         return changed
 
