@@ -9,10 +9,13 @@ actor's remote API:
   managers already running on the cluster's live nodes (a controller restarted by Ray finds them again; after a
   full restart each `start_broker` registers);
 - metadata mirrors: the same log managers hold the copies of the metadata log
-  (`actors.core.controller.metadata_replication`), the one on the controller's own node excepted;
+  (`actors.core.controller.metadata_replication`), the one on the controller's own node excepted; a thread of their
+  own catches them up (`Controller.sync_metadata_mirrors`, every `MIRROR_SYNC_INTERVAL_S`), which may wait on a
+  broker that stands still;
 - the controller epoch: claimed in Ray's GCS KV (`CONTROLLER_EPOCH_KEY`), which the head's GCS storage keeps;
 - replicas: `update_replication` sent to each replica's partition actor (`actors.server.partition_lookup.replica_actor`)
-  without waiting;
+  without waiting: finding a replica asks its node's broker, which a paused broker never answers
+  (`HOST_LOOKUP_TIMEOUT_S`), so each node's states go out in order on a thread of that node's own;
 - deleted topics: told to the group coordinator actor (`actors.server.group_coordinator_actor`), found by name, which
   deletes their committed offsets before DeleteTopics answers;
 - node liveness: a monitor thread reads `ray.nodes()` every `MONITOR_INTERVAL_S` and hands the live node ids to
@@ -30,6 +33,7 @@ actor's remote API:
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import threading
 import time
@@ -52,13 +56,15 @@ from actors.server.transaction_coordinator_actor import start_transaction_coordi
 from storage.clock import SYSTEM_CLOCK
 from storage.config.broker_config import BrokerConfig
 from storage.config.transaction_config import TransactionConfig
-from storage.errors import BrokerNotAvailableError, UnknownTopicOrPartitionError
+from storage.errors import BrokerNotAvailableError, RaybrokerError, UnknownTopicOrPartitionError
 
 logger = logging.getLogger(__name__)
 
 # How often the monitor thread looks for brokers whose Ray node died: Ray's own health checks decide when a node
 # is dead, this only bounds how late the controller learns of it.
 MONITOR_INTERVAL_S = 0.2
+# How often the metadata mirrors' thread looks for a mirror to catch up.
+MIRROR_SYNC_INTERVAL_S = 0.5
 # How often the monitor looks for a missing transaction coordinator (a name-service call to Ray's GCS).
 COORDINATOR_CHECK_S = 2.0
 # The GCS KV key (in raybroker's namespace) of the newest controller epoch claimed.
@@ -100,10 +106,28 @@ class RayNodeBroker:
 
 
 class RayReplicaNotifier:
-    """Sends a replica's partition actor its new state, without waiting (the controller's `ReplicaNotifier`)."""
+    """Sends a replica's partition actor its new state without waiting (the controller's `ReplicaNotifier`): on a
+    sender thread of the replica's node, in the order the states were given, so a broker that stands still delays
+    only the states of its own replicas."""
+
+    def __init__(self) -> None:
+        self._senders: dict[str, concurrent.futures.ThreadPoolExecutor] = {}
+        self._lock = threading.Lock()
 
     def update_replication(self, node: str, state: LeaderAndIsr) -> None:
+        with self._lock:
+            sender = self._senders.get(node)
+            if sender is None:
+                sender = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"replica-states-{node[:8]}")
+                self._senders[node] = sender
+        sender.submit(_send_state, node, state)
+
+
+def _send_state(node: str, state: LeaderAndIsr) -> None:
+    try:
         replica_actor(state.topic, state.partition, node).update_replication.remote(state)
+    except RaybrokerError as exc:
+        logger.warning("replica %s-%d on %s not told its state: %s", state.topic, state.partition, node, exc)
 
 
 class ControllerActor(Controller):
@@ -129,6 +153,8 @@ class ControllerActor(Controller):
         self._shutting_down = False
         self._monitor = threading.Thread(target=self._run_monitor, name="controller-monitor", daemon=True)
         self._monitor.start()
+        self._mirrors = threading.Thread(target=self._run_mirrors, name="controller-mirrors", daemon=True)
+        self._mirrors.start()
         self._gauges = ClusterGaugePublisher(metrics, self.partition_states, replica_actor)
 
     def _run_monitor(self) -> None:
@@ -141,6 +167,13 @@ class ControllerActor(Controller):
                     self._keep_transaction_coordinator()
             except Exception:
                 logger.exception("controller monitor pass failed")
+
+    def _run_mirrors(self) -> None:
+        while not self._stopping.wait(MIRROR_SYNC_INTERVAL_S):
+            try:
+                self.sync_metadata_mirrors()
+            except Exception:
+                logger.exception("metadata mirrors' upkeep pass failed")
 
     def _keep_transaction_coordinator(self) -> None:
         """Starts the transaction coordinator on the node leading `__transaction_state`'s partition 0 if that topic

@@ -210,6 +210,7 @@ class Controller:
         self._replay()
         claim = claim_epoch or (lambda at_least: at_least)
         self._replication.start_epoch(claim(self._replication.latest_epoch + 1))
+        self._replication.sync(self._brokers)
         self._write("controller", {"epoch": self._replication.epoch, "node": node_id})
         for topic in [topic for topic in self._topics.values() if topic.topic_id == ZERO_UUID]:
             self._persist_topic(replace(topic, topic_id=self._new_topic_id()))
@@ -344,6 +345,14 @@ class Controller:
         with self._lock:
             return {"node": self._node_id, **self._replication.describe()}
 
+    def sync_metadata_mirrors(self) -> None:
+        """One upkeep pass of the metadata mirrors (`MetadataReplication.sync`: new ones and those out of sync caught
+        up). The host runs it on a thread of its own: a catch-up waits on brokers that may stand still, which neither
+        the controller's lock nor its monitor pass (elections, heartbeats) may wait for."""
+        with self._lock:
+            links = dict(self._brokers)
+        self._replication.sync(links)
+
     def broker_heartbeat(self, node_id: str) -> bool:
         """A registered broker says it is running (Kafka's BrokerHeartbeat): it stays in the cluster for
         `broker.session.timeout.ms` more. False if `node_id` is not registered (never, or fenced since): it takes no
@@ -357,9 +366,9 @@ class Controller:
     def check_brokers(self, alive: Collection[str]) -> list[LeaderAndIsr]:
         """One monitor pass: every registered broker whose node is not in `alive` is lost (`broker_lost`), so is
         every broker fenced for silence (`actors.core.controller.broker_sessions`), and, once, a session after the
-        start, every broker the states name that never registered (`_forget_absent_brokers`); the metadata mirrors
-        are caught up when due; then, every `leader.imbalance.check.interval.seconds` with
-        `auto.leader.rebalance.enable`, preferred leaders are elected again. Returns the changed states. A fenced
+        start, every broker the states name that never registered (`_forget_absent_brokers`); then, every
+        `leader.imbalance.check.interval.seconds` with `auto.leader.rebalance.enable`, preferred leaders are elected
+        again. Returns the changed states. A fenced
         controller does nothing."""
         if self._replication.fenced:
             return []
@@ -376,8 +385,6 @@ class Controller:
                 self.config.broker_session_timeout_ms,
             )
             changed.extend(self.broker_lost(node))
-        with self._lock:
-            self._replication.sync(self._brokers)
         if absent_due:
             changed.extend(self._forget_absent_brokers())
         now_ms = self._clock.milliseconds()

@@ -4,9 +4,15 @@ The controller appends every metadata record to its own log (on its node, `metad
 batch to the copies (`storage.logdir.metadata_mirror`) of up to `metadata.replication.factor` - 1 other registered
 brokers, its metadata mirrors (chosen in node order, kept while their brokers stay registered, another taken in
 place of one lost). A write is acknowledged once every mirror in sync has it; a mirror that fails or answers late
-(`MIRROR_TIMEOUT_S`) leaves the in-sync set (the write stands on the others, as a partition's ISR shrinks) and is
-caught up again (`MIRROR_RETRY_MS` apart): the controller finds where the copy parts from its log by the copy's
-newest epoch, as a Kafka follower truncates by OffsetForLeaderEpoch, truncates it there and sends what follows.
+(`MIRROR_TIMEOUT_S`) leaves the in-sync set (the write stands on the others, as a partition's ISR shrinks), and no
+write waits on it again until it is back in sync.
+
+Catching a mirror up (a new one, or one out of sync, `MIRROR_RETRY_MS` after it last failed) is `sync`, which the
+controller's host runs on a thread of its own, never under the controller's lock nor in its monitor pass: a broker
+that stands still (paused, its node cut off) answers nothing until `MIRROR_TIMEOUT_S`, and neither elections nor
+heartbeats may wait for that. The controller finds where the copy parts from its log by the copy's newest epoch, as
+a Kafka follower truncates by OffsetForLeaderEpoch, truncates it there and sends what follows; the last batches go
+under the sends' lock, so the mirror joins the in-sync set with no write between.
 
 Epochs: each controller runs in an epoch above every epoch before it (`start_epoch`, from the newest epoch of its
 log and what the host's `claim_epoch` keeps, Ray's GCS KV), and stamps it on its batches as their partition leader
@@ -22,6 +28,7 @@ producer-id block are all there.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Mapping
 from typing import Protocol
 
@@ -56,8 +63,9 @@ class MirrorLink(Protocol):
 
 
 class MetadataReplication:
-    """The controller's side of the metadata log's copies; see the module docstring. Callers serialise the calls
-    (the controller's lock)."""
+    """The controller's side of the metadata log's copies; see the module docstring. `replicate` is called under the
+    controller's lock (one write at a time), `sync` from any other thread; the mirror set and every send to a mirror
+    in sync are guarded by a lock of this class's own."""
 
     def __init__(self, log: Log, own_node: str | None, factor: int, clock: Clock) -> None:
         """`own_node`: the controller's node, whose broker's first log dir is this very log, never a mirror."""
@@ -70,6 +78,7 @@ class MetadataReplication:
         self._mirrors: list[str] = []
         self._in_sync: set[str] = set()
         self._retry_at_ms: dict[str, int] = {}
+        self._lock = threading.Lock()
 
     # --- start -----------------------------------------------------------------------------------
 
@@ -126,35 +135,45 @@ class MetadataReplication:
 
     def replicate(self, offset: int, links: Mapping[str, MirrorLink]) -> None:
         """Sends the batches appended from `offset` to every mirror in sync, after choosing mirrors among `links`
-        (the registered brokers) and catching up the new ones; returns once each answered or left the set."""
-        self._choose(links)
-        self._catch_up_due(links)
-        if not self._in_sync:
-            return
-        batches = bytes(self._log.read(offset, COPY_CHUNK_BYTES).records)
-        sent = {node: links[node].metadata_append(self.epoch, offset, batches) for node in sorted(self._in_sync)}
-        for node, pending in sent.items():
-            try:
-                state = pending.result(MIRROR_TIMEOUT_S)
-            except StaleControllerEpochError as exc:
-                self._fence(exc)
-            except RaybrokerError as exc:
-                self._leave(node, f"did not take offset {offset}: {exc}")
-                continue
-            if state.end_offset != self._log.log_end_offset:
-                self._in_sync.discard(node)
-                self._try_catch_up(node, links[node])
+        (the registered brokers); returns once each answered or left the set. `NotControllerError` if a mirror
+        knows a newer controller (this one is fenced)."""
+        with self._lock:
+            self._choose(links)
+            if not self._in_sync:
+                return
+            batches = bytes(self._log.read(offset, COPY_CHUNK_BYTES).records)
+            sent = {node: links[node].metadata_append(self.epoch, offset, batches) for node in sorted(self._in_sync)}
+            for node, pending in sent.items():
+                try:
+                    state = pending.result(MIRROR_TIMEOUT_S)
+                except StaleControllerEpochError as exc:
+                    raise self._fence(exc) from exc
+                except RaybrokerError as exc:
+                    self._leave(node, f"did not take offset {offset}: {exc}")
+                    continue
+                if state.end_offset != self._log.log_end_offset:
+                    self._leave(node, f"stands at offset {state.end_offset}, not {self._log.log_end_offset}", 0)
 
     def sync(self, links: Mapping[str, MirrorLink]) -> None:
-        """One monitor pass: mirrors chosen again among `links`, and those out of sync caught up when due."""
+        """One upkeep pass (see the module docstring): mirrors chosen again among `links`, then each out of sync
+        whose retry is due caught up. Waits on the brokers it catches up, so it runs off the controller's lock."""
         if self.fenced:
             return
-        self._choose(links)
-        self._catch_up_due(links)
+        now_ms = self._clock.milliseconds()
+        with self._lock:
+            self._choose(links)
+            due = [
+                node
+                for node in self._mirrors
+                if node not in self._in_sync and now_ms >= self._retry_at_ms.get(node, now_ms)
+            ]
+        for node in due:
+            self._try_catch_up(node, links[node])
 
     def describe(self) -> dict[str, object]:
         """The controller's epoch, its mirrors and which of them are in sync (for `raybroker status`)."""
-        return {"epoch": self.epoch, "mirrors": list(self._mirrors), "in_sync": sorted(self._in_sync)}
+        with self._lock:
+            return {"epoch": self.epoch, "mirrors": list(self._mirrors), "in_sync": sorted(self._in_sync)}
 
     # --- mirrors ---------------------------------------------------------------------------------
 
@@ -171,54 +190,60 @@ class MetadataReplication:
                 kept.append(node)
         self._mirrors = kept[: max(wanted, 0)]
 
-    def _catch_up_due(self, links: Mapping[str, MirrorLink]) -> None:
-        """Catches up each mirror out of sync that is new or whose retry is due."""
-        now_ms = self._clock.milliseconds()
-        for node in self._mirrors:
-            retry_at = self._retry_at_ms.get(node)
-            if node not in self._in_sync and (retry_at is None or now_ms >= retry_at):
-                self._try_catch_up(node, links[node])
-
     def _try_catch_up(self, node: str, link: MirrorLink) -> None:
+        """Catches `node`'s copy up without the lock, then sends what was written meanwhile and adds it to the
+        in-sync set under it (unless it stopped being a mirror meanwhile)."""
         try:
-            self._catch_up(link)
+            offset = self._catch_up(link)
+            with self._lock:
+                if node not in self._mirrors or self.fenced:
+                    return
+                self._send_from(link, offset, self._log.log_end_offset)
+                self._in_sync.add(node)
+                self._retry_at_ms.pop(node, None)
         except StaleControllerEpochError as exc:
-            self._fence(exc)
+            with self._lock:
+                self._fence(exc)
         except RaybrokerError as exc:
-            self._leave(node, f"could not be caught up: {exc}")
-        else:
-            self._in_sync.add(node)
-            self._retry_at_ms.pop(node, None)
+            with self._lock:
+                self._leave(node, f"could not be caught up: {exc}")
 
-    def _catch_up(self, link: MirrorLink) -> None:
-        """Truncates the copy where it parts from this log and sends it the rest."""
+    def _catch_up(self, link: MirrorLink) -> int:
+        """Truncates the copy where it parts from this log and sends it the rest as far as it is now; the copy's
+        end."""
         state = link.metadata_state().result(MIRROR_TIMEOUT_S)
         if state.latest_epoch > self.epoch:
             raise StaleControllerEpochError(f"a copy holds epoch {state.latest_epoch}, newer than {self.epoch}")
         common = 0
         if state.latest_epoch != NO_EPOCH:
-            epoch, end = self._log.end_offset_for_epoch(state.latest_epoch)
-            common = 0 if epoch == NO_EPOCH else min(state.end_offset, end)
+            epoch, epoch_end = self._log.end_offset_for_epoch(state.latest_epoch)
+            common = 0 if epoch == NO_EPOCH else min(state.end_offset, epoch_end)
         if common < state.end_offset:
             link.metadata_truncate(self.epoch, common).result(MIRROR_TIMEOUT_S)
-        offset = common
-        while offset < self._log.log_end_offset:
+        return self._send_from(link, common, self._log.log_end_offset)
+
+    def _send_from(self, link: MirrorLink, offset: int, end: int) -> int:
+        """Sends the copy, which ends at `offset`, this log's batches up to `end`; the copy's end."""
+        while offset < end:
             batches = bytes(self._log.read(offset, COPY_CHUNK_BYTES).records)
             after = link.metadata_append(self.epoch, offset, batches).result(MIRROR_TIMEOUT_S)
             if after.end_offset <= offset:
                 raise BrokerNotAvailableError(f"the copy, at offset {after.end_offset}, took no batch from {offset}")
             offset = after.end_offset
+        return offset
 
-    def _leave(self, node: str, why: str) -> None:
+    def _leave(self, node: str, why: str, retry_ms: int = MIRROR_RETRY_MS) -> None:
+        """`node`'s mirror leaves the in-sync set; `sync` catches it up `retry_ms` from now."""
         if node in self._in_sync or node not in self._retry_at_ms:
             logger.warning("metadata mirror on node %s %s; it leaves the in-sync set", node, why)
         self._in_sync.discard(node)
-        self._retry_at_ms[node] = self._clock.milliseconds() + MIRROR_RETRY_MS
+        self._retry_at_ms[node] = self._clock.milliseconds() + retry_ms
 
-    def _fence(self, exc: StaleControllerEpochError) -> None:
+    def _fence(self, exc: StaleControllerEpochError) -> NotControllerError:
+        """Marks this controller fenced; the error its write raises."""
         self.fenced = True
         logger.error("controller of epoch %d fenced: %s", self.epoch, exc)
-        raise NotControllerError(f"the controller of epoch {self.epoch} was fenced by a successor: {exc}") from exc
+        return NotControllerError(f"the controller of epoch {self.epoch} was fenced by a successor: {exc}")
 
     def _states(self, links: Mapping[str, MirrorLink]) -> dict[str, MirrorState]:
         asked = {node: link.metadata_state() for node, link in links.items()}

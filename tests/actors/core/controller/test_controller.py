@@ -88,9 +88,12 @@ class Cluster:
         )
 
     def register(self, *nodes: str) -> None:
+        """Starts and registers `nodes`, then catches the metadata mirrors up, as the Ray host's mirror thread does
+        within `MIRROR_SYNC_INTERVAL_S`."""
         for node in nodes:
             self.start_node(node)
             self.controller.register_broker(node)
+        self.controller.sync_metadata_mirrors()
 
     def close(self) -> None:
         self.controller.close()

@@ -1,21 +1,27 @@
 """The metadata log's copies on other brokers, through the plain controller over real log managers (the test
 cluster of `test_controller`): every write reaches `metadata.replication.factor` - 1 mirrors byte for byte, a
 controller on an empty disk takes the newest copy and finds every topic, id, config, ACL and SCRAM credential again,
-a controller left running beside its successor is fenced, and a copy that parted from the log is cut where it
-parted and caught up. The oracle is the controller's own log, read from its folder once it is closed."""
+a controller left running beside its successor is fenced, a copy that parted from the log is cut where it
+parted and caught up, and a mirror whose broker stands still holds up one write by its timeout, no more. The
+oracle is the controller's own log, read from its folder once it is closed."""
 
 from __future__ import annotations
 
 import shutil
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from actors.core.controller import metadata_replication
 from actors.core.controller.controller import Controller
 from actors.core.security.acl_bindings import AclBinding, AclOperation, AclPermissionType, PatternType, ResourceType
 from actors.core.security.scram import ScramCredential
 from storage.clock import MockClock
-from storage.errors import NotControllerError
+from storage.errors import NotControllerError, RequestTimedOutError
 from storage.logdir.metadata_mirror import open_metadata_log
 from tests.actors.core.controller.test_controller import NODES, Cluster
 
@@ -124,7 +130,7 @@ def test_a_copy_that_parted_from_the_log_is_cut_where_it_parted_and_caught_up(cl
     # node-a comes back and takes node-c's place among the mirrors: its copy is cut and caught up.
     cluster.controller.register_broker("node-a")
     cluster.controller.broker_lost("node-c")
-    cluster.controller.check_brokers({"node-a", "node-b"})
+    cluster.controller.sync_metadata_mirrors()
     assert cluster.controller.metadata_quorum()["in_sync"] == ["node-a", "node-b"]
     cluster.controller.close()
     expected = controller_log_bytes(cluster)
@@ -132,3 +138,66 @@ def test_a_copy_that_parted_from_the_log_is_cut_where_it_parted_and_caught_up(cl
     assert b"lost-with-the-disk" not in expected
     cluster.controller = cluster.start_controller()
     assert cluster.controller.list_topics() == ["orders", "written-after"]
+
+
+class Unanswered:
+    """A call to a broker that stands still: unanswered until its timeout, as a Ray call to a paused actor is."""
+
+    def result(self, timeout: float | None = None) -> Any:
+        time.sleep(timeout or 0)
+        raise RequestTimedOutError("no answer")
+
+
+class Pausable:
+    """A broker's link that stands still while `paused` is set."""
+
+    def __init__(self, link: Any, paused: threading.Event) -> None:
+        self._link = link
+        self._paused = paused
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        send = getattr(self._link, name)
+        return lambda *args: Unanswered() if self._paused.is_set() else send(*args)
+
+
+def test_a_mirror_whose_broker_stands_still_holds_up_one_write_and_is_caught_up_once_it_answers(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    timeout_s = 0.5
+    monkeypatch.setattr(metadata_replication, "MIRROR_TIMEOUT_S", timeout_s)
+    paused = threading.Event()
+    find = cluster.find_broker
+    monkeypatch.setattr(
+        cluster, "find_broker", lambda node: Pausable(find(node), paused) if node == "node-b" else find(node)
+    )
+    cluster.controller.close()
+    cluster.controller = cluster.start_controller()
+    controller = cluster.controller
+    controller.allocate_producer_id()
+    assert controller.metadata_quorum()["in_sync"] == ["node-a", "node-b"]
+
+    paused.set()
+    started = time.monotonic()
+    controller.allocate_producer_id()
+    assert time.monotonic() - started >= timeout_s
+    assert controller.metadata_quorum()["in_sync"] == ["node-a"]
+    # Its catch-up is due again: it is left to the mirrors' own upkeep pass, never a write or the monitor's pass.
+    cluster.clock.sleep(metadata_replication.MIRROR_RETRY_MS)
+    started = time.monotonic()
+    for _ in range(5):
+        controller.allocate_producer_id()
+    controller.check_brokers(set(NODES))
+    assert time.monotonic() - started < timeout_s, "a write or monitor pass waited on the mirror out of sync"
+    controller.sync_metadata_mirrors()
+    assert controller.metadata_quorum()["in_sync"] == ["node-a"]
+
+    paused.clear()
+    controller.sync_metadata_mirrors()
+    assert controller.metadata_quorum()["in_sync"] == ["node-a"], "caught up before its retry is due"
+    cluster.clock.sleep(metadata_replication.MIRROR_RETRY_MS)
+    controller.sync_metadata_mirrors()
+    assert controller.metadata_quorum()["in_sync"] == ["node-a", "node-b"]
+    controller.allocate_producer_id()
+    controller.close()
+    assert copy_bytes(cluster, "node-a") == copy_bytes(cluster, "node-b") == controller_log_bytes(cluster)
+    cluster.controller = cluster.start_controller()
