@@ -24,7 +24,8 @@ coordinator's transactional batch (`CoordinatorBatch`) or a marker (`Marker`); e
   one is retried (`actors.server.sequence_fence`): a route looked up again meanwhile must not carry them to the
   new leader ahead of it. A failure before sending counts too (no leader elected yet for the retry): the new
   leader would answer the later ones OUT_OF_ORDER_SEQUENCE_NUMBER, on which librdkafka starts a new producer epoch
-  and writes again whatever of its unacknowledged messages the old leader had replicated.
+  and writes again whatever of its unacknowledged messages the old leader had replicated. Nor is an append sent
+  to a leader looked up again while earlier appends of its producer still wait for answers from the previous one.
 - Lost answers: an append whose leader's process went away before answering may have been written, and
   replicated; it fails with `RequestTimedOutError`, Kafka's REQUEST_TIMED_OUT, which Kafka's clients read as
   possibly written, where LEADER_NOT_AVAILABLE would tell them it was not.
@@ -362,15 +363,22 @@ class AppendRoute:
             try:
                 if admitted is not None:
                     await admitted
-                if producer is not None:
-                    self._fences.check(key, producer)
                 leader = self._leaders.get(key)
                 if leader is None:
                     leader = await asyncio.to_thread(self.leader, topic, partition)
-                appended = self.send(leader, topic, partition, batches, acks, timeout_ms)
+                if producer is not None:
+                    # After the lookup: an earlier append's failure may have come in while it ran.
+                    self._fences.check(key, producer)
+                    self._fences.sending(key, producer, leader)
+                try:
+                    appended = self.send(leader, topic, partition, batches, acks, timeout_ms)
+                except BaseException:
+                    if producer is not None:
+                        self._fences.answered(key, producer)
+                    raise
             except RaybrokerError as exc:
-                # Fenced before the next append takes its turn: a retry whose lookup failed (no leader elected
-                # yet) lifted the fence in `check`, and the appends behind it must not pass it to the new leader.
+                # Fenced before the next append takes its turn: a retry whose lookup failed (no leader elected yet)
+                # keeps the fence, and the appends behind it must not pass it to the new leader.
                 self._fail(key, producer, exc)
                 raise
         try:
@@ -378,6 +386,9 @@ class AppendRoute:
         except RaybrokerError as exc:
             self._fail(key, producer, exc)
             raise
+        finally:
+            if producer is not None:
+                self._fences.answered(key, producer)
 
     def _fail(self, key: PartitionKey, producer: BatchProducer | None, error: RaybrokerError) -> None:
         """Records an idempotent producer's failed append with the fences (see the module docstring)."""

@@ -16,6 +16,15 @@ with a retriable error, a later append of p in e to the same partition starting 
 `NotLeaderOrFollowerError` without being sent, until p's append starting at or before s comes (the retry),
 p moves to another epoch, or `FENCE_EXPIRY_S` passed (a client that gave up on s is then answered by the leader
 itself). Batches of no idempotent producer (no producer id or no sequence) are never fenced.
+
+The route forgets a failed leader as the failed append's answer arrives, possibly on another thread, and the fence
+is set only when that answer reaches the append's caller. So an append of the same producer may find the leader
+looked up again while earlier appends of its producer still wait for answers from the old one, which will fail
+(seen through a listener: librdkafka's retries 102-104 answered NOT_LEADER_OR_FOLLOWER by the old leader, 105
+OUT_OF_ORDER_SEQUENCE_NUMBER by the new one, then a new producer epoch). The route therefore checks the fence right
+before sending, after any lookup, and records each append while it waits for its answer (`sending`, `answered`): one
+whose leader is not the one every unanswered append of its producer went to is refused the same way, unsent, as
+Kafka's old leader refuses every request pipelined behind the failed one.
 """
 
 from __future__ import annotations
@@ -74,6 +83,8 @@ class SequenceFences:
         self._expiry_s = expiry_s
         self._clock = clock
         self._fences: dict[tuple[str, int, int], _Fence] = {}
+        # Per partition and producer: the leader its unanswered appends went to, and how many there are.
+        self._unanswered: dict[tuple[str, int, int], tuple[object, int]] = {}
 
     def check(self, key: PartitionKey, producer: BatchProducer) -> None:
         """Raises `NotLeaderOrFollowerError` if `producer`'s append to `key` must wait for the retry of an earlier
@@ -111,3 +122,29 @@ class SequenceFences:
         ):
             return
         self._fences[fence_key] = _Fence(producer.producer_epoch, producer.first_sequence, now_s)
+
+    def sending(self, key: PartitionKey, producer: BatchProducer, leader: object) -> None:
+        """Records `producer`'s append to `key` as sent to `leader` (compared by identity: each lookup makes a new
+        one) until `answered`; raises `NotLeaderOrFollowerError` instead if an earlier append of the producer to
+        `key` still waits for its answer from another leader (see the module docstring)."""
+        name = (*key, producer.producer_id)
+        unanswered = self._unanswered.get(name)
+        if unanswered is None:
+            self._unanswered[name] = (leader, 1)
+            return
+        sent_to, count = unanswered
+        if sent_to is not leader:
+            raise NotLeaderOrFollowerError(
+                f"producer {producer.producer_id}'s append to {key[0]}-{key[1]} from sequence "
+                f"{producer.first_sequence} waits for the answers of its earlier appends from the previous leader"
+            )
+        self._unanswered[name] = (leader, count + 1)
+
+    def answered(self, key: PartitionKey, producer: BatchProducer) -> None:
+        """An append `sending` recorded has its answer (after `failed`, when it failed)."""
+        name = (*key, producer.producer_id)
+        leader, count = self._unanswered[name]
+        if count == 1:
+            del self._unanswered[name]
+        else:
+            self._unanswered[name] = (leader, count - 1)

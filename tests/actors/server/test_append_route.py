@@ -183,3 +183,41 @@ def test_an_idempotent_producers_appends_wait_for_the_retry_of_a_failed_one(
     finally:
         route.close()
     assert read_back(broker, topic, 0) == [b"seq-1", b"seq-2"]
+
+
+def test_an_append_that_finds_the_leader_looked_up_again_waits_for_its_producers_failed_one(broker: Any) -> None:
+    """The route forgets a leader as a failed append's answer arrives, before that append's caller sets the fence:
+    an append of the same producer that comes in between and looks the leader up again must still be fenced, not
+    sent ahead of the failed one's retry (what librdkafka saw through a listener: retries answered
+    NOT_LEADER_OR_FOLLOWER by the old leader and OUT_OF_ORDER_SEQUENCE_NUMBER by the new, then a new producer
+    epoch). The later append is let through once the route has forgotten the leader."""
+    from actors import Admin
+    from actors.server.append_route import AppendRoute
+
+    topic = "relooked"
+    admin = Admin(broker)
+    admin.create_topic(topic, 1)
+    route = AppendRoute(same_node_channels=False)
+
+    async def pipeline() -> list[Any]:
+        async def leader_forgotten() -> None:
+            while route.kept(topic, 0) is not None:
+                await asyncio.sleep(0.001)
+
+        earlier = route.append(topic, 0, idempotent_batch(1), 1)
+        later = route.append(topic, 0, idempotent_batch(2), 1, admitted=leader_forgotten())
+        return await asyncio.gather(earlier, later, return_exceptions=True)
+
+    try:
+        assert asyncio.run(route.append(topic, 0, idempotent_batch(0), 1)).first_offset == 0
+        admin.delete_topic(topic)
+        admin.create_topic(topic, 1)
+        earlier_error, later_error = asyncio.run(pipeline())
+        assert isinstance(earlier_error, GONE), earlier_error
+        assert isinstance(later_error, NotLeaderOrFollowerError), later_error
+        assert end_offset(broker, topic) == 0, "the later append was not sent"
+        assert asyncio.run(route.append(topic, 0, idempotent_batch(1), 1)).first_offset == 0
+        assert asyncio.run(route.append(topic, 0, idempotent_batch(2), 1)).first_offset == 1
+    finally:
+        route.close()
+    assert read_back(broker, topic, 0) == [b"seq-1", b"seq-2"]

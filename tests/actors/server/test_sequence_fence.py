@@ -147,3 +147,20 @@ def test_expired_fences_are_dropped_when_another_append_fails() -> None:
     fences.failed(KEY, producer(102), BrokerNotAvailableError("the next failover"))
     assert list(fences._fences) == [(*KEY, 7)]
     assert refused(fences, producer(103))
+
+
+def test_an_append_to_another_leader_waits_until_its_producers_earlier_ones_are_answered() -> None:
+    fences = SequenceFences(clock=Clock())
+    old_leader, new_leader = object(), object()
+    fences.sending(KEY, producer(1), old_leader)
+    fences.sending(KEY, producer(2), old_leader)
+    with pytest.raises(NotLeaderOrFollowerError):
+        fences.sending(KEY, producer(3), new_leader)
+    fences.sending(KEY, producer(3, producer_id=8), new_leader)
+    fences.sending(("orders", 4), producer(3), new_leader)
+    fences.answered(KEY, producer(1))
+    with pytest.raises(NotLeaderOrFollowerError):
+        fences.sending(KEY, producer(3), new_leader)
+    fences.answered(KEY, producer(2))
+    fences.sending(KEY, producer(3), new_leader)
+    fences.sending(KEY, producer(4), new_leader)
