@@ -16,6 +16,7 @@ type; Kafka's "not asked" value is `AUTHORIZED_OPERATIONS_OMITTED`.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Generic, TypeVar
 
 from actors.core.security.acl_bindings import CLUSTER_NAME, SUPPORTED_OPERATIONS, AclOperation, ResourceType
 from cluster.protocol.connection import ConnectionContext
@@ -23,6 +24,20 @@ from cluster.protocol.security.access import AccessControl
 
 # Kafka's "authorized operations not requested" sentinel (Integer.MIN_VALUE).
 AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
+
+# The role of the broker a handler is written over: a `BrokerView`, `GroupView` or `TransactionView`, or the
+# listener's `BrokerEndpoint`.
+View = TypeVar("View")
+
+
+class GuardedHandler(Generic[View]):
+    """What every handler that guards a resource holds: the view of the broker's role it answers from (`_view`) and
+    the listener's `AccessControl` it asks first (`_access`; None allows everything, see the module docstring). A
+    handler that needs more (a second role, a setting) takes it beside these two."""
+
+    def __init__(self, view: View, access: AccessControl | None = None) -> None:
+        self._view = view
+        self._access = access
 
 
 def allows(
