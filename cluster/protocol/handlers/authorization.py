@@ -25,15 +25,15 @@ from cluster.protocol.security.access import AccessControl
 # Kafka's "authorized operations not requested" sentinel (Integer.MIN_VALUE).
 AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
 
-# The role of the broker a handler is written over: a `BrokerView`, `GroupView` or `TransactionView`, or the
-# listener's `BrokerEndpoint`.
+# The role of the broker a handler is written over: a `BrokerView`, `GroupView`, `TransactionView` or `SecurityView`.
 View = TypeVar("View")
 
 
 class GuardedHandler(Generic[View]):
-    """What every handler that guards a resource holds: the view of the broker's role it answers from (`_view`) and
-    the listener's `AccessControl` it asks first (`_access`; None allows everything, see the module docstring). A
-    handler that needs more (a second role, a setting) takes it beside these two."""
+    """What a handler written over one role of the broker holds: that role's view (`_view`) and the listener's
+    `AccessControl` it asks first (`_access`; None allows everything, see the module docstring). Handlers over two
+    roles or with settings of their own, and the ACL handlers (which need an `AccessControl` to change), hold theirs
+    themselves."""
 
     def __init__(self, view: View, access: AccessControl | None = None) -> None:
         self._view = view
