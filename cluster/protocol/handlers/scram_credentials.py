@@ -21,6 +21,8 @@ RESOURCE_NOT_FOUND. One result per user: deletions made, then upsertions made, t
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -147,17 +149,16 @@ class AlterUserScramCredentialsHandler(GuardedHandler[SecurityView]):
                 upsertions[upsertion.name] = _credential(upsertion)
             except RaybrokerError as exc:
                 refused[upsertion.name] = exc
+        # Deletions first, then upsertions, each user's change answered by the controller on its own.
+        delete, upsert = self._view.delete_scram_credential, self._view.upsert_scram_credential
+        changes: list[tuple[str, Callable[[], Awaitable[object]]]] = [
+            *((user, partial(delete, user, mechanism)) for user, mechanism in deletions.items()),
+            *((user, partial(upsert, user, credential)) for user, credential in upsertions.items()),
+        ]
         results = []
-        for user, mechanism in deletions.items():
+        for user, change in changes:
             try:
-                await self._view.delete_scram_credential(user, mechanism)
-            except RaybrokerError as exc:
-                refused[user] = exc
-            else:
-                results.append({"user": user, "error_code": ErrorCode.none, "error_message": None})
-        for user, credential in upsertions.items():
-            try:
-                await self._view.upsert_scram_credential(user, credential)
+                await change()
             except RaybrokerError as exc:
                 refused[user] = exc
             else:
