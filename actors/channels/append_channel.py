@@ -37,11 +37,11 @@ from typing import Protocol
 
 from actors.channels.append_frames import (
     SIZE,
-    SOCKET_REQUEST_MAX_BYTES,
     MarkerRequest,
     decode_request,
     encode_answer,
     encode_error,
+    over_request_limit,
 )
 from actors.channels.local_sockets import listening_socket, peer_uid, same_user
 from actors.channels.served_partitions import PartitionChannel, ProcessChannel
@@ -156,12 +156,7 @@ class AppendChannel(PartitionChannel[ServedLog, str]):
         pending += received
         while len(pending) >= SIZE.size:
             (size,) = SIZE.unpack_from(pending)
-            if size > SOCKET_REQUEST_MAX_BYTES:
-                logger.warning(
-                    "append channel: closing a connection: a frame of %d bytes is over socket.request.max.bytes (%d)",
-                    size,
-                    SOCKET_REQUEST_MAX_BYTES,
-                )
+            if over_request_limit(size, "append channel", logger):
                 return False
             if len(pending) < SIZE.size + size:
                 if size > READ_BYTES:

@@ -38,7 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
-from actors.channels.append_frames import SIZE, SOCKET_REQUEST_MAX_BYTES, encode_error
+from actors.channels.append_frames import SIZE, encode_error, over_request_limit
 from actors.channels.local_sockets import SOCKET_LISTEN_BACKLOG_SIZE
 from actors.channels.replica_fetch_frames import TOKEN_BYTES, ReplicaFetchRequest, decode_request, encode_answer_head
 from actors.channels.served_partitions import PartitionChannel, ProcessChannel
@@ -111,13 +111,7 @@ class ReplicaChannel(PartitionChannel[FollowerFetch, ReplicaChannelAddress]):
                 while True:
                     connection.settimeout(CONNECTIONS_MAX_IDLE_S)
                     (size,) = SIZE.unpack(read_exactly(connection, SIZE.size))
-                    if size > SOCKET_REQUEST_MAX_BYTES:
-                        logger.warning(
-                            "replica channel: closing a connection: a frame of %d bytes is over "
-                            "socket.request.max.bytes (%d)",
-                            size,
-                            SOCKET_REQUEST_MAX_BYTES,
-                        )
+                    if over_request_limit(size, "replica channel", logger):
                         return
                     connection.settimeout(REQUEST_TIMEOUT_S)
                     body = read_exactly(connection, size)
