@@ -37,14 +37,14 @@ from typing import Protocol
 
 from actors.channels.append_frames import (
     SIZE,
-    SOCKET_REQUEST_MAX_BYTES,
     MarkerRequest,
     decode_request,
     encode_answer,
     encode_error,
+    over_request_limit,
 )
 from actors.channels.local_sockets import listening_socket, peer_uid, same_user
-from actors.channels.served_partitions import ServedPartitions
+from actors.channels.served_partitions import PartitionChannel, ProcessChannel
 from storage.errors import BrokerNotAvailableError, InvalidRequestError, RaybrokerError
 from storage.partition.log import LogAppendInfo
 from storage.records.layout import ControlRecordType
@@ -80,24 +80,15 @@ class _Reading:
         self.filled = 0
 
 
-class AppendChannel:
+class AppendChannel(PartitionChannel[ServedLog, str]):
     """One process's listener for same-node appends; see the module docstring."""
 
     def __init__(self) -> None:
-        self._logs: ServedPartitions[ServedLog] = ServedPartitions()
+        super().__init__()
         self._socket, self.address = listening_socket("append")
         # What each connection (by file descriptor) sent that is not yet a whole frame.
         self._reading: dict[int, _Reading] = {}
         threading.Thread(target=self._serve_connections, name="raybroker-append-channel", daemon=True).start()
-
-    def serve(self, topic: str, partition: int, log: ServedLog) -> str:
-        """Serves (topic, partition)'s frames with `log` from now on; returns the channel's address."""
-        self._logs.serve(topic, partition, log)
-        return self.address
-
-    def stop_serving(self, topic: str, partition: int, log: ServedLog) -> None:
-        """Stops serving (topic, partition) unless another log of it (a topic created again) serves it by now."""
-        self._logs.stop_serving(topic, partition, log)
 
     def _serve_connections(self) -> None:
         """The channel's one thread: accepts connections and runs the whole frames each one has sent."""
@@ -165,12 +156,7 @@ class AppendChannel:
         pending += received
         while len(pending) >= SIZE.size:
             (size,) = SIZE.unpack_from(pending)
-            if size > SOCKET_REQUEST_MAX_BYTES:
-                logger.warning(
-                    "append channel: closing a connection: a frame of %d bytes is over socket.request.max.bytes (%d)",
-                    size,
-                    SOCKET_REQUEST_MAX_BYTES,
-                )
+            if over_request_limit(size, "append channel", logger):
                 return False
             if len(pending) < SIZE.size + size:
                 if size > READ_BYTES:
@@ -202,7 +188,7 @@ class AppendChannel:
         except InvalidRequestError as exc:
             return encode_error(exc), False
         topic, partition = request.topic, request.partition
-        log = self._logs.get(topic, partition)
+        log = self._served.get(topic, partition)
         if log is None:
             return encode_error(BrokerNotAvailableError(f"{topic}-{partition} is not served by this channel")), True
         try:
@@ -221,27 +207,18 @@ class AppendChannel:
             return encode_error(RaybrokerError(f"the append failed unexpectedly: {type(exc).__name__}")), True
 
 
-_CHANNEL: AppendChannel | None = None
-_CHANNEL_LOCK = threading.Lock()
+_CHANNEL: ProcessChannel[ServedLog, str] = ProcessChannel()
 
 
 def serve(topic: str, partition: int, log: ServedLog) -> str:
     """Serves (topic, partition)'s frames with `log` on this process's channel, which listens from the first
     call; returns the channel's address."""
-    global _CHANNEL
-    with _CHANNEL_LOCK:
-        if _CHANNEL is None:
-            _CHANNEL = AppendChannel()
-        listening = _CHANNEL
-    return listening.serve(topic, partition, log)
+    return _CHANNEL.serve(AppendChannel, topic, partition, log)
 
 
 def stop_serving(topic: str, partition: int, log: ServedLog) -> None:
     """Stops serving (topic, partition) with `log` (it closed); nothing if this process has no channel."""
-    with _CHANNEL_LOCK:
-        listening = _CHANNEL
-    if listening is not None:
-        listening.stop_serving(topic, partition, log)
+    _CHANNEL.stop_serving(topic, partition, log)
 
 
 __all__ = ["AppendChannel", "ServedLog", "serve", "stop_serving"]

@@ -20,6 +20,7 @@ as a class that `storage.errors` defines and that derives from `RaybrokerError`;
 
 from __future__ import annotations
 
+import logging
 import struct
 from typing import NamedTuple
 
@@ -48,6 +49,20 @@ REQUEST_APPEND = 0
 REQUEST_MARKER = 1
 ANSWER_OK = 0
 ANSWER_ERROR = 1
+
+
+def over_request_limit(size: int, channel: str, log: logging.Logger) -> bool:
+    """Whether a request frame of `size` bytes is over `socket.request.max.bytes`: every channel then closes its
+    connection unread, as Kafka's listener does, and says so on `log` (its own logger)."""
+    if size <= SOCKET_REQUEST_MAX_BYTES:
+        return False
+    log.warning(
+        "%s: closing a connection: a frame of %d bytes is over socket.request.max.bytes (%d)",
+        channel,
+        size,
+        SOCKET_REQUEST_MAX_BYTES,
+    )
+    return True
 
 
 class AppendRequest(NamedTuple):
@@ -253,4 +268,5 @@ __all__ = [
     "encode_marker_request",
     "encode_request",
     "error_named",
+    "over_request_limit",
 ]

@@ -36,11 +36,12 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
-from actors.channels.append_frames import SIZE, SOCKET_REQUEST_MAX_BYTES, encode_error
+from actors.channels.append_frames import SIZE, encode_error, over_request_limit
 from actors.channels.local_sockets import SOCKET_LISTEN_BACKLOG_SIZE
 from actors.channels.replica_fetch_frames import TOKEN_BYTES, ReplicaFetchRequest, decode_request, encode_answer_head
-from actors.channels.served_partitions import ServedPartitions
+from actors.channels.served_partitions import PartitionChannel, ProcessChannel
 from actors.core.replication.follower import ReplicaFetch
 from storage.errors import BrokerNotAvailableError, InvalidRequestError, RaybrokerError
 
@@ -70,24 +71,15 @@ class ReplicaChannelAddress:
         return f"ReplicaChannelAddress({self.host}:{self.port})"
 
 
-class ReplicaChannel:
+class ReplicaChannel(PartitionChannel[FollowerFetch, ReplicaChannelAddress]):
     """One process's listener for followers' fetches; see the module docstring."""
 
     def __init__(self, host: str) -> None:
-        self._fetches: ServedPartitions[FollowerFetch] = ServedPartitions()
+        super().__init__()
         self._socket = socket.create_server((host, 0), backlog=SOCKET_LISTEN_BACKLOG_SIZE)
         self.address = ReplicaChannelAddress(host, self._socket.getsockname()[1], secrets.token_bytes(TOKEN_BYTES))
         self._closed = False
         threading.Thread(target=self._accept_connections, name="raybroker-replica-channel", daemon=True).start()
-
-    def serve(self, topic: str, partition: int, fetch: FollowerFetch) -> ReplicaChannelAddress:
-        """Answers (topic, partition)'s fetches with `fetch` from now on; returns the channel's address."""
-        self._fetches.serve(topic, partition, fetch)
-        return self.address
-
-    def stop_serving(self, topic: str, partition: int, fetch: FollowerFetch) -> None:
-        """Stops serving (topic, partition) unless another log of it (a topic created again) serves it by now."""
-        self._fetches.stop_serving(topic, partition, fetch)
 
     def close(self) -> None:
         """Stops accepting connections (those open end with their peers)."""
@@ -119,13 +111,7 @@ class ReplicaChannel:
                 while True:
                     connection.settimeout(CONNECTIONS_MAX_IDLE_S)
                     (size,) = SIZE.unpack(read_exactly(connection, SIZE.size))
-                    if size > SOCKET_REQUEST_MAX_BYTES:
-                        logger.warning(
-                            "replica channel: closing a connection: a frame of %d bytes is over "
-                            "socket.request.max.bytes (%d)",
-                            size,
-                            SOCKET_REQUEST_MAX_BYTES,
-                        )
+                    if over_request_limit(size, "replica channel", logger):
                         return
                     connection.settimeout(REQUEST_TIMEOUT_S)
                     body = read_exactly(connection, size)
@@ -142,7 +128,7 @@ class ReplicaChannel:
 
     def _answer(self, connection: socket.socket, request: ReplicaFetchRequest) -> None:
         """Runs one fetch and sends its answer: the head, then the records as the log read them."""
-        fetch = self._fetches.get(request.topic, request.partition)
+        fetch = self._served.get(request.topic, request.partition)
         if fetch is None:
             error = BrokerNotAvailableError(f"{request.topic}-{request.partition} is not served by this channel")
             connection.sendall(encode_error(error))
@@ -177,27 +163,18 @@ def read_exactly(connection: socket.socket, size: int) -> bytearray:
     return buffer
 
 
-_CHANNEL: ReplicaChannel | None = None
-_CHANNEL_LOCK = threading.Lock()
+_CHANNEL: ProcessChannel[FollowerFetch, ReplicaChannelAddress] = ProcessChannel()
 
 
 def serve(host: str, topic: str, partition: int, fetch: FollowerFetch) -> ReplicaChannelAddress:
     """Serves (topic, partition)'s follower fetches with `fetch` on this process's channel, which listens on `host`
     from the first call; returns the channel's address."""
-    global _CHANNEL
-    with _CHANNEL_LOCK:
-        if _CHANNEL is None:
-            _CHANNEL = ReplicaChannel(host)
-        listening = _CHANNEL
-    return listening.serve(topic, partition, fetch)
+    return _CHANNEL.serve(partial(ReplicaChannel, host), topic, partition, fetch)
 
 
 def stop_serving(topic: str, partition: int, fetch: FollowerFetch) -> None:
     """Stops serving (topic, partition) with `fetch` (its log closed); nothing if this process has no channel."""
-    with _CHANNEL_LOCK:
-        listening = _CHANNEL
-    if listening is not None:
-        listening.stop_serving(topic, partition, fetch)
+    _CHANNEL.stop_serving(topic, partition, fetch)
 
 
 __all__ = [

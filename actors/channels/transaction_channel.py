@@ -29,7 +29,7 @@ import time
 from collections.abc import Collection
 from typing import Protocol
 
-from actors.channels.append_frames import SIZE, SOCKET_REQUEST_MAX_BYTES, encode_error
+from actors.channels.append_frames import SIZE, encode_error, over_request_limit
 from actors.channels.local_sockets import listening_socket, peer_uid, same_user
 from actors.channels.transaction_frames import (
     RequestKind,
@@ -131,13 +131,7 @@ class TransactionChannel:
                 if len(head) < SIZE.size:
                     return
                 (size,) = SIZE.unpack(head)
-                if size > SOCKET_REQUEST_MAX_BYTES:
-                    logger.warning(
-                        "transaction channel: closing a connection: a frame of %d bytes is over "
-                        "socket.request.max.bytes (%d)",
-                        size,
-                        SOCKET_REQUEST_MAX_BYTES,
-                    )
+                if over_request_limit(size, "transaction channel", logger):
                     return
                 body = reader.read(size)
                 if len(body) < size:

@@ -25,7 +25,7 @@ from pathlib import Path
 from actors.calls import call
 from actors.clients.broker import Broker
 from actors.core.controller.topic_metadata import AdvertisedListener, TopicMetadata
-from actors.core.replication.leader_and_isr import NO_LEADER, LeaderAndIsr
+from actors.core.replication.leader_and_isr import NO_LEADER, LeaderAndIsr, ReplicaSet
 from actors.core.security.acl_bindings import AclBinding, AclBindingFilter, InvalidAclError
 from actors.core.security.scram import (
     MIN_ITERATIONS,
@@ -48,7 +48,7 @@ UNKNOWN = -1
 
 
 @dataclass(frozen=True, slots=True)
-class PartitionDescription:
+class PartitionDescription(ReplicaSet):
     """One partition: where its leader lives (Ray node, log dir) and its offsets and size now, and its replication
     (Kafka's TopicPartitionInfo): the leader's Ray node id (`node_id`; "" while the partition is offline, then the
     numbers are -1 and `log_dir` ""), its leader epoch, its replicas (preferred leader first) and in-sync
@@ -70,11 +70,6 @@ class PartitionDescription:
     def offline(self) -> bool:
         """No leader: none of its in-sync replicas runs (kafka-topics' `--unavailable-partitions`)."""
         return self.node_id == NO_LEADER
-
-    @property
-    def under_replicated(self) -> bool:
-        """Fewer replicas in sync than assigned (kafka-topics' `--under-replicated-partitions`)."""
-        return len(self.isr) < len(self.replicas)
 
 
 @dataclass(frozen=True, slots=True)

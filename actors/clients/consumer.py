@@ -63,7 +63,6 @@ import time
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any
 
 import ray
@@ -79,6 +78,7 @@ from actors.server.partition_log import FetchResult
 from actors.server.partition_lookup import partition_actor
 from actors.startup_objects import freeze_startup_objects
 from storage.arguments import is_int
+from storage.closeable import Closeable
 from storage.errors import (
     InvalidConfigError,
     InvalidGroupIdError,
@@ -149,7 +149,7 @@ class _InFlight:
     wait_ms: int
 
 
-class Consumer:
+class Consumer(Closeable):
     """Reads assigned partitions; see the module docstring. Not thread-safe (as Kafka's consumer)."""
 
     def __init__(
@@ -693,14 +693,6 @@ class Consumer:
             for tail in self._tails.values():
                 tail.close()
             self._tails.clear()
-
-    def __enter__(self) -> Consumer:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
-    ) -> None:
-        self.close()
 
     def _check_open(self) -> None:
         if self._closed:

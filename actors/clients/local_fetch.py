@@ -54,13 +54,13 @@ replica), which is why zero copy is opt-in and the consumer, which keeps records
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any, Generic, TypeVar
 
 from actors.calls import call, this_node_id
+from actors.clients.read_counts import ReadCounts
 from actors.server.partition_log import FetchResult, FileSlices
 from storage.partition.file_slices import FileSlice, offset_after, populate_pages, read_located
 from storage.partition.log import DEFAULT_FETCH_MAX_BYTES
@@ -85,18 +85,11 @@ class LocalFetchStatistics:
     actor_fetches: int
 
 
-_counts_lock = threading.Lock()
-_counts = {"local_reads": 0, "fallbacks": 0, "actor_fetches": 0}
-
-
-def _count(kind: str) -> None:
-    with _counts_lock:
-        _counts[kind] += 1
+_counts = ReadCounts(LocalFetchStatistics)
 
 
 def statistics() -> LocalFetchStatistics:
-    with _counts_lock:
-        return LocalFetchStatistics(**_counts)
+    return _counts.statistics()
 
 
 def read_file_slice(file_slice: FileSlice, offset: int, *, zero_copy: bool = False) -> bytes | memoryview | None:
@@ -141,7 +134,7 @@ class LocatedRead(Generic[Records]):
             self.actor_fetched()
             return None
         if not located.slices:
-            _count("local_reads")
+            _counts.count("local_reads")
             return [b""]
         read: list[Records | bytes] = []
         for file_slice in located.slices:
@@ -152,12 +145,12 @@ class LocatedRead(Generic[Records]):
                 break
             read.append(answer[0])
             self.next_offset = answer[1]
-        _count("local_reads" if read else "fallbacks")
+        _counts.count("local_reads" if read else "fallbacks")
         return read or None
 
     @staticmethod
     def actor_fetched() -> None:
-        _count("actor_fetches")
+        _counts.count("actor_fetches")
 
 
 class PendingFetch:

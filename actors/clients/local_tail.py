@@ -27,9 +27,9 @@ the segment bytes are walked as Kafka batches, as every located read is.
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass
 
+from actors.clients.read_counts import ReadCounts
 from actors.server.partition_log import FetchResult, FileSlices
 from storage.partition.file_slices import FileSlice, read_located
 from storage.partition.high_watermark_file import HighWatermarkReader, PublishedWatermark
@@ -44,18 +44,11 @@ class LocalTailStatistics:
     fallbacks: int
 
 
-_counts_lock = threading.Lock()
-_counts = {"reads": 0, "fallbacks": 0}
-
-
-def _count(kind: str) -> None:
-    with _counts_lock:
-        _counts[kind] += 1
+_counts = ReadCounts(LocalTailStatistics)
 
 
 def statistics() -> LocalTailStatistics:
-    with _counts_lock:
-        return LocalTailStatistics(**_counts)
+    return _counts.statistics()
 
 
 @dataclass(slots=True)
@@ -144,7 +137,7 @@ class LocalTail:
             self._fallback()
             return None
         cursor.position, cursor.offset = published.position, read[1]
-        _count("reads")
+        _counts.count("reads")
         return FetchResult(read[0], *offsets)
 
     def _cursor_at_high_watermark(self, published: PublishedWatermark) -> None:
@@ -165,7 +158,7 @@ class LocalTail:
     def _fallback(self) -> None:
         """The actor answers this fetch; its located answer may start the cursor again (`follow`)."""
         self._cursor = None
-        _count("fallbacks")
+        _counts.count("fallbacks")
 
     def close(self) -> None:
         self._reader.close()

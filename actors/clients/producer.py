@@ -52,7 +52,6 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
-from types import TracebackType
 from typing import Any, cast
 
 import numpy as np
@@ -70,6 +69,7 @@ from actors.core.replication.replica import ACKS, ACKS_ALL
 from actors.startup_objects import freeze_startup_objects
 from storage.arguments import is_int
 from storage.clock import SYSTEM_CLOCK
+from storage.closeable import Closeable
 from storage.errors import (
     InvalidConfigError,
     InvalidRequestError,
@@ -148,7 +148,7 @@ def _checked_acks(
     return int(required_acks)
 
 
-class Producer:
+class Producer(Closeable):
     """Sends records to the broker's partitions; see the module docstring. Thread-safe."""
 
     def __init__(
@@ -502,14 +502,6 @@ class Producer:
                 self._transactions.transactional_id,
                 exc,
             )
-
-    def __enter__(self) -> Producer:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
-    ) -> None:
-        self.close()
 
 
 def _serialize_all(serializer: Callable[[Any], bytes], items: Sequence[Any], what: str) -> list[bytes | None]:

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Mapping
-from types import TracebackType
 from typing import Any
 
 from kio.index import load_request_schema, load_response_schema
 
 from cluster.protocol.framing import SIZE, decode_response, encode_request
 from cluster.protocol.messages import build
+from storage.closeable import Closeable
 from storage.errors import BrokerNotAvailableError, InvalidRequestError
 
 # A response larger than this is refused rather than buffered (Kafka's clients bound it by `receive.buffer.bytes`
@@ -41,7 +41,7 @@ def parse_address(address: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-class WireClient:
+class WireClient(Closeable):
     """One connection to a Kafka broker (see the module docstring). Use as a context manager, or call `close`."""
 
     def __init__(self, address: str, *, timeout_s: float = 30.0, client_id: str = "raybroker") -> None:
@@ -53,14 +53,6 @@ class WireClient:
             self._sock = socket.create_connection((host, port), timeout=timeout_s)
         except OSError as exc:
             raise ConnectionClosedError(f"cannot connect to {self.address}: {exc}") from exc
-
-    def __enter__(self) -> WireClient:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
     def close(self) -> None:
         self._sock.close()

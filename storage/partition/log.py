@@ -35,6 +35,7 @@ from typing import TypeVar
 from storage import file_names
 from storage.arguments import is_int
 from storage.clock import SYSTEM_CLOCK, Clock
+from storage.closeable import Closeable
 from storage.config.log_config import LogConfig
 from storage.errors import (
     InvalidRequestError,
@@ -113,7 +114,7 @@ class LogAppendInfo:
     duplicate: bool = False
 
 
-class Log:
+class Log(Closeable):
     """One partition's log in its own folder. Appends, rolls and truncation are serialised by a lock."""
 
     def __init__(self, opened: OpenedLog, config: LogConfig, clock: Clock) -> None:
@@ -876,12 +877,6 @@ class Log:
     @property
     def closed(self) -> bool:
         return self._closed
-
-    def __enter__(self) -> Log:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return (

@@ -20,8 +20,23 @@ from dataclasses import dataclass, replace
 NO_LEADER = ""
 
 
+class ReplicaSet:
+    """A partition's assignment and in-sync replicas, and what they say of it: the rule both `LeaderAndIsr` and the
+    admin client's `PartitionDescription` answer by."""
+
+    __slots__ = ()
+
+    replicas: tuple[str, ...]
+    isr: tuple[str, ...]
+
+    @property
+    def under_replicated(self) -> bool:
+        """Fewer replicas in sync than assigned, as `kafka-topics --under-replicated-partitions` lists them."""
+        return len(self.isr) < len(self.replicas)
+
+
 @dataclass(frozen=True, slots=True)
-class LeaderAndIsr:
+class LeaderAndIsr(ReplicaSet):
     """One partition's leader, epoch, assignment and in-sync replicas; see the module docstring."""
 
     topic: str
@@ -42,11 +57,6 @@ class LeaderAndIsr:
     @property
     def offline(self) -> bool:
         return self.leader == NO_LEADER
-
-    @property
-    def under_replicated(self) -> bool:
-        """Fewer replicas in sync than assigned, as `kafka-topics --under-replicated-partitions` lists them."""
-        return len(self.isr) < len(self.replicas)
 
     @property
     def reassigning(self) -> bool:

@@ -16,6 +16,7 @@ type; Kafka's "not asked" value is `AUTHORIZED_OPERATIONS_OMITTED`.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Generic, TypeVar
 
 from actors.core.security.acl_bindings import CLUSTER_NAME, SUPPORTED_OPERATIONS, AclOperation, ResourceType
 from cluster.protocol.connection import ConnectionContext
@@ -23,6 +24,20 @@ from cluster.protocol.security.access import AccessControl
 
 # Kafka's "authorized operations not requested" sentinel (Integer.MIN_VALUE).
 AUTHORIZED_OPERATIONS_OMITTED = -(2**31)
+
+# The role of the broker a handler is written over: a `BrokerView`, `GroupView`, `TransactionView` or `SecurityView`.
+View = TypeVar("View")
+
+
+class GuardedHandler(Generic[View]):
+    """What a handler written over one role of the broker holds: that role's view (`_view`) and the listener's
+    `AccessControl` it asks first (`_access`; None allows everything, see the module docstring). Handlers over two
+    roles or with settings of their own, and the ACL handlers (which need an `AccessControl` to change), hold theirs
+    themselves."""
+
+    def __init__(self, view: View, access: AccessControl | None = None) -> None:
+        self._view = view
+        self._access = access
 
 
 def allows(

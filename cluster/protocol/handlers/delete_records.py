@@ -19,9 +19,8 @@ from kio.schema.errors import ErrorCode
 from actors.core.security.acl_bindings import AclOperation, ResourceType
 from cluster.protocol.error_codes import error_code
 from cluster.protocol.framing import Request, response_schema
-from cluster.protocol.handlers.authorization import authorized_names
+from cluster.protocol.handlers.authorization import GuardedHandler, authorized_names
 from cluster.protocol.messages import build
-from cluster.protocol.security.access import AccessControl
 from cluster.protocol.views.broker_view import BrokerView
 from storage.errors import RaybrokerError
 
@@ -29,12 +28,8 @@ DELETE_RECORDS_KEY = 21
 UNKNOWN_LOW_WATERMARK = -1
 
 
-class DeleteRecordsHandler:
+class DeleteRecordsHandler(GuardedHandler[BrokerView]):
     """Answers DeleteRecords (see the module docstring)."""
-
-    def __init__(self, view: BrokerView, access: AccessControl | None = None) -> None:
-        self._view = view
-        self._access = access
 
     async def __call__(self, request: Request) -> Any:
         allowed = authorized_names(

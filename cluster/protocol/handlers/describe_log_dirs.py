@@ -21,9 +21,8 @@ from kio.schema.errors import ErrorCode
 from actors.core.security.acl_bindings import AclOperation
 from cluster.protocol.error_codes import error_code
 from cluster.protocol.framing import Request, response_schema
-from cluster.protocol.handlers.authorization import allows_cluster
+from cluster.protocol.handlers.authorization import GuardedHandler, allows_cluster
 from cluster.protocol.messages import build
-from cluster.protocol.security.access import AccessControl
 from cluster.protocol.views.broker_view import BrokerView
 from cluster.protocol.views.local_log_dirs import LocalLogDir
 from storage.errors import RaybrokerError
@@ -32,12 +31,8 @@ DESCRIBE_LOG_DIRS_KEY = 35
 FIRST_SPACE_VERSION = 4
 
 
-class DescribeLogDirsHandler:
+class DescribeLogDirsHandler(GuardedHandler[BrokerView]):
     """Answers DescribeLogDirs (see the module docstring)."""
-
-    def __init__(self, view: BrokerView, access: AccessControl | None = None) -> None:
-        self._view = view
-        self._access = access
 
     async def __call__(self, request: Request) -> Any:
         body = request.body

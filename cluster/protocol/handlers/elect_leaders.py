@@ -23,9 +23,8 @@ from actors.core.controller.elections import ElectionError, ElectionType
 from actors.core.security.acl_bindings import AclOperation
 from cluster.protocol.error_codes import election_error_code, error_code
 from cluster.protocol.framing import Request, response_schema
-from cluster.protocol.handlers.authorization import allows_cluster
+from cluster.protocol.handlers.authorization import GuardedHandler, allows_cluster
 from cluster.protocol.messages import build
-from cluster.protocol.security.access import AccessControl
 from cluster.protocol.views.broker_view import BrokerView
 from storage.errors import RaybrokerError
 
@@ -33,12 +32,8 @@ ELECT_LEADERS_KEY = 43
 FIRST_TYPED_VERSION = 1
 
 
-class ElectLeadersHandler:
+class ElectLeadersHandler(GuardedHandler[BrokerView]):
     """Answers ElectLeaders (see the module docstring)."""
-
-    def __init__(self, view: BrokerView, access: AccessControl | None = None) -> None:
-        self._view = view
-        self._access = access
 
     async def __call__(self, request: Request) -> Any:
         body = request.body

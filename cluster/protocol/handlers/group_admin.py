@@ -28,13 +28,13 @@ from cluster.protocol.error_codes import coordinator_error_code, group_error_cod
 from cluster.protocol.framing import Request, response_schema
 from cluster.protocol.handlers.authorization import (
     AUTHORIZED_OPERATIONS_OMITTED,
+    GuardedHandler,
     allows,
     allows_cluster,
     authorized_names,
     authorized_operations,
 )
 from cluster.protocol.messages import build
-from cluster.protocol.security.access import AccessControl
 from cluster.protocol.views.group_view import GroupView
 from storage.errors import RaybrokerError
 
@@ -45,12 +45,8 @@ CLASSIC_GROUP_TYPE = "classic"
 FIRST_NOT_FOUND_DESCRIBE_VERSION = 6
 
 
-class ListGroupsHandler:
+class ListGroupsHandler(GuardedHandler[GroupView]):
     """Answers ListGroups, with v4's state filter and v5's type filter (both case-insensitive, as Kafka)."""
-
-    def __init__(self, groups: GroupView, access: AccessControl | None = None) -> None:
-        self._groups = groups
-        self._access = access
 
     async def __call__(self, request: Request) -> Any:
         body = request.body
@@ -58,7 +54,7 @@ class ListGroupsHandler:
         states = {state.lower() for state in getattr(body, "states_filter", ())}
         types = {kind.lower() for kind in getattr(body, "types_filter", ())}
         try:
-            every = await self._groups.list_groups()
+            every = await self._view.list_groups()
         except RaybrokerError as exc:
             return build(response_type, {"throttle_time": 0, "error_code": coordinator_error_code(exc), "groups": []})
         if not allows_cluster(self._access, request.context, AclOperation.DESCRIBE):
@@ -79,12 +75,8 @@ class ListGroupsHandler:
         return build(response_type, {"throttle_time": 0, "error_code": ErrorCode.none, "groups": listed})
 
 
-class DescribeGroupsHandler:
+class DescribeGroupsHandler(GuardedHandler[GroupView]):
     """Answers DescribeGroups (see the module docstring)."""
-
-    def __init__(self, groups: GroupView, access: AccessControl | None = None) -> None:
-        self._groups = groups
-        self._access = access
 
     async def __call__(self, request: Request) -> Any:
         context = request.context
@@ -106,7 +98,7 @@ class DescribeGroupsHandler:
         if not group_id:
             return _described(group_id, ErrorCode.invalid_group_id, None)
         try:
-            group = await self._groups.describe_group(group_id)
+            group = await self._view.describe_group(group_id)
         except RaybrokerError as exc:
             return _described(group_id, coordinator_error_code(exc), None)
         if group is None and version >= FIRST_NOT_FOUND_DESCRIBE_VERSION:
@@ -138,12 +130,8 @@ def _described(group_id: str, code: ErrorCode, group: GroupDescription | None) -
     }
 
 
-class DeleteGroupsHandler:
+class DeleteGroupsHandler(GuardedHandler[GroupView]):
     """Answers DeleteGroups, one result per group named."""
-
-    def __init__(self, groups: GroupView, access: AccessControl | None = None) -> None:
-        self._groups = groups
-        self._access = access
 
     async def __call__(self, request: Request) -> Any:
         results = []
@@ -152,7 +140,7 @@ class DeleteGroupsHandler:
                 results.append({"group_id": group_id, "error_code": ErrorCode.group_authorization_failed})
                 continue
             try:
-                code = group_error_code(await self._groups.delete_group(group_id))
+                code = group_error_code(await self._view.delete_group(group_id))
             except RaybrokerError as exc:
                 code = coordinator_error_code(exc)
             results.append({"group_id": group_id, "error_code": code})

@@ -36,7 +36,7 @@ from actors.core.security.acl_bindings import AclOperation, ResourceType
 from cluster.protocol.connection import ConnectionContext
 from cluster.protocol.error_codes import coordinator_error_code, error_code, group_error_code
 from cluster.protocol.framing import Request, response_schema
-from cluster.protocol.handlers.authorization import allows, authorized_names
+from cluster.protocol.handlers.authorization import GuardedHandler, allows, authorized_names
 from cluster.protocol.messages import build
 from cluster.protocol.security.access import AccessControl
 from cluster.protocol.views.broker_view import BrokerView
@@ -126,12 +126,8 @@ class OffsetCommitHandler:
             codes.update(dict.fromkeys(offsets, verdict))
 
 
-class OffsetFetchHandler:
+class OffsetFetchHandler(GuardedHandler[GroupView]):
     """Answers OffsetFetch (see the module docstring)."""
-
-    def __init__(self, groups: GroupView, access: AccessControl | None = None) -> None:
-        self._groups = groups
-        self._access = access
 
     async def __call__(self, request: Request) -> Any:
         body = request.body
@@ -159,8 +155,8 @@ class OffsetFetchHandler:
         try:
             # Pending offsets first: a transaction completing between the two reads then shows as unstable or as
             # committed, never as neither (its offsets read while pending, then found no longer pending).
-            unstable = await self._groups.unstable_offsets(group, wanted) if stable else set()
-            committed = await self._groups.committed_offsets(group, wanted)
+            unstable = await self._view.unstable_offsets(group, wanted) if stable else set()
+            committed = await self._view.committed_offsets(group, wanted)
         except RaybrokerError as exc:
             return {"group_id": group, "error_code": coordinator_error_code(exc), "topics": []}
         if wanted is None:

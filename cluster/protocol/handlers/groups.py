@@ -24,7 +24,7 @@ from actors.core.groups.group_membership import GroupError, JoinResult
 from actors.core.security.acl_bindings import AclOperation, ResourceType
 from cluster.protocol.error_codes import coordinator_error_code, group_error_code
 from cluster.protocol.framing import Request, response_schema
-from cluster.protocol.handlers.authorization import allows
+from cluster.protocol.handlers.authorization import GuardedHandler, allows
 from cluster.protocol.messages import build, milliseconds
 from cluster.protocol.security.access import AccessControl
 from cluster.protocol.views.group_view import GroupView
@@ -44,12 +44,8 @@ def _may_read(access: AccessControl | None, request: Request) -> bool:
     return allows(access, request.context, AclOperation.READ, ResourceType.GROUP, request.body.group_id)
 
 
-class JoinGroupHandler:
+class JoinGroupHandler(GuardedHandler[GroupView]):
     """Answers JoinGroup (see the module docstring)."""
-
-    def __init__(self, groups: GroupView, access: AccessControl | None = None) -> None:
-        self._groups = groups
-        self._access = access
 
     async def __call__(self, request: Request) -> Any:
         body = request.body
@@ -61,7 +57,7 @@ class JoinGroupHandler:
                 request, JoinResult(GroupError.NONE, NO_MEMBER_ID), ErrorCode.group_authorization_failed
             )
         try:
-            result = await self._groups.join_group(
+            result = await self._view.join_group(
                 body.group_id,
                 body.member_id,
                 group_instance_id=getattr(body, "group_instance_id", None),
@@ -106,12 +102,8 @@ class JoinGroupHandler:
         )
 
 
-class SyncGroupHandler:
+class SyncGroupHandler(GuardedHandler[GroupView]):
     """Answers SyncGroup (see the module docstring)."""
-
-    def __init__(self, groups: GroupView, access: AccessControl | None = None) -> None:
-        self._groups = groups
-        self._access = access
 
     async def __call__(self, request: Request) -> Any:
         body = request.body
@@ -120,7 +112,7 @@ class SyncGroupHandler:
             values["error_code"] = ErrorCode.group_authorization_failed
             return build(response_schema(SYNC_GROUP_KEY, request.api_version), values)
         try:
-            result = await self._groups.sync_group(
+            result = await self._view.sync_group(
                 body.group_id,
                 body.member_id,
                 body.generation_id,
@@ -139,12 +131,8 @@ class SyncGroupHandler:
         return build(response_schema(SYNC_GROUP_KEY, request.api_version), values)
 
 
-class HeartbeatHandler:
+class HeartbeatHandler(GuardedHandler[GroupView]):
     """Answers Heartbeat: NONE, or what the member must do (rejoin: REBALANCE_IN_PROGRESS, UNKNOWN_MEMBER_ID...)."""
-
-    def __init__(self, groups: GroupView, access: AccessControl | None = None) -> None:
-        self._groups = groups
-        self._access = access
 
     async def __call__(self, request: Request) -> Any:
         body = request.body
@@ -152,18 +140,14 @@ class HeartbeatHandler:
             code = ErrorCode.group_authorization_failed
         else:
             try:
-                code = group_error_code(await self._groups.heartbeat(body.group_id, body.member_id, body.generation_id))
+                code = group_error_code(await self._view.heartbeat(body.group_id, body.member_id, body.generation_id))
             except RaybrokerError as exc:
                 code = coordinator_error_code(exc)
         return build(response_schema(HEARTBEAT_KEY, request.api_version), {"throttle_time": 0, "error_code": code})
 
 
-class LeaveGroupHandler:
+class LeaveGroupHandler(GuardedHandler[GroupView]):
     """Answers LeaveGroup (see the module docstring)."""
-
-    def __init__(self, groups: GroupView, access: AccessControl | None = None) -> None:
-        self._groups = groups
-        self._access = access
 
     async def __call__(self, request: Request) -> Any:
         body = request.body
@@ -174,7 +158,7 @@ class LeaveGroupHandler:
             code = ErrorCode.group_authorization_failed
             return build(response_type, {"throttle_time": 0, "error_code": code, "members": []})
         try:
-            outcome = await self._groups.leave_group(body.group_id, [member_id for member_id, _ in leaving])
+            outcome = await self._view.leave_group(body.group_id, [member_id for member_id, _ in leaving])
         except RaybrokerError as exc:
             return build(response_type, {"throttle_time": 0, "error_code": coordinator_error_code(exc), "members": []})
         if not batched:

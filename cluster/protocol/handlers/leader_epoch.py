@@ -36,9 +36,8 @@ from kio.schema.errors import ErrorCode
 from actors.core.security.acl_bindings import AclOperation, ResourceType
 from cluster.protocol.error_codes import error_code
 from cluster.protocol.framing import Request, response_schema
-from cluster.protocol.handlers.authorization import allows_cluster, authorized_names
+from cluster.protocol.handlers.authorization import GuardedHandler, allows_cluster, authorized_names
 from cluster.protocol.messages import build
-from cluster.protocol.security.access import AccessControl
 from cluster.protocol.views.broker_view import BrokerView
 from storage.errors import RaybrokerError
 from storage.partition.leader_epoch_cache import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
@@ -46,12 +45,8 @@ from storage.partition.leader_epoch_cache import UNDEFINED_EPOCH, UNDEFINED_EPOC
 OFFSET_FOR_LEADER_EPOCH_KEY = 23
 
 
-class OffsetForLeaderEpochHandler:
+class OffsetForLeaderEpochHandler(GuardedHandler[BrokerView]):
     """Answers OffsetForLeaderEpoch (see the module docstring)."""
-
-    def __init__(self, view: BrokerView, access: AccessControl | None = None) -> None:
-        self._view = view
-        self._access = access
 
     async def __call__(self, request: Request) -> Any:
         names = [topic.topic for topic in request.body.topics]

@@ -33,9 +33,8 @@ from kio.schema.errors import ErrorCode
 from actors.core.security.acl_bindings import AclOperation, ResourceType
 from cluster.protocol.error_codes import error_code
 from cluster.protocol.framing import Request, response_schema
-from cluster.protocol.handlers.authorization import authorized_names
+from cluster.protocol.handlers.authorization import GuardedHandler, authorized_names
 from cluster.protocol.messages import build
-from cluster.protocol.security.access import AccessControl
 from cluster.protocol.views.broker_view import BrokerView
 from storage.errors import RaybrokerError
 from storage.partition.leader_epoch_cache import UNDEFINED_EPOCH
@@ -50,12 +49,8 @@ LATEST_TIERED_TIMESTAMP = -5
 SENTINEL_MIN_VERSION = {-1: 1, EARLIEST_TIMESTAMP: 1, -3: 7, EARLIEST_LOCAL_TIMESTAMP: 8, LATEST_TIERED_TIMESTAMP: 9}
 
 
-class ListOffsetsHandler:
+class ListOffsetsHandler(GuardedHandler[BrokerView]):
     """Answers ListOffsets (see the module docstring)."""
-
-    def __init__(self, view: BrokerView, access: AccessControl | None = None) -> None:
-        self._view = view
-        self._access = access
 
     async def __call__(self, request: Request) -> Any:
         # v0-1 have no isolation level: they list as read_uncommitted.

@@ -23,9 +23,8 @@ from kio.schema.errors import ErrorCode
 from actors.core.security.acl_bindings import AclOperation
 from cluster.protocol.error_codes import error_code
 from cluster.protocol.framing import Request, response_schema
-from cluster.protocol.handlers.authorization import allows_cluster
+from cluster.protocol.handlers.authorization import GuardedHandler, allows_cluster
 from cluster.protocol.messages import build
-from cluster.protocol.security.access import AccessControl
 from cluster.protocol.views.broker_view import BrokerView
 from storage.errors import InvalidReplicaAssignmentError, RaybrokerError
 
@@ -33,12 +32,8 @@ ALTER_PARTITION_REASSIGNMENTS_KEY = 45
 LIST_PARTITION_REASSIGNMENTS_KEY = 46
 
 
-class AlterPartitionReassignmentsHandler:
+class AlterPartitionReassignmentsHandler(GuardedHandler[BrokerView]):
     """Answers AlterPartitionReassignments (see the module docstring)."""
-
-    def __init__(self, view: BrokerView, access: AccessControl | None = None) -> None:
-        self._view = view
-        self._access = access
 
     async def __call__(self, request: Request) -> Any:
         asked = {
@@ -86,12 +81,8 @@ def _alter_response(
     )
 
 
-class ListPartitionReassignmentsHandler:
+class ListPartitionReassignmentsHandler(GuardedHandler[BrokerView]):
     """Answers ListPartitionReassignments (see the module docstring)."""
-
-    def __init__(self, view: BrokerView, access: AccessControl | None = None) -> None:
-        self._view = view
-        self._access = access
 
     async def __call__(self, request: Request) -> Any:
         if not allows_cluster(self._access, request.context, AclOperation.DESCRIBE):

@@ -21,6 +21,8 @@ RESOURCE_NOT_FOUND. One result per user: deletions made, then upsertions made, t
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -37,9 +39,8 @@ from actors.core.security.scram import (
 )
 from cluster.protocol.error_codes import ClusterAuthorizationFailedError, DuplicateResourceError, error_code
 from cluster.protocol.framing import Request, response_schema
-from cluster.protocol.handlers.authorization import allows_cluster
+from cluster.protocol.handlers.authorization import GuardedHandler, allows_cluster
 from cluster.protocol.messages import build
-from cluster.protocol.security.access import AccessControl
 from cluster.protocol.views.security_view import SecurityView
 from storage.errors import RaybrokerError
 
@@ -53,12 +54,8 @@ def _failed(user: str, exc: RaybrokerError) -> dict[str, Any]:
     return {"user": user, "error_code": error_code(exc), "error_message": exc.message}
 
 
-class DescribeUserScramCredentialsHandler:
+class DescribeUserScramCredentialsHandler(GuardedHandler[SecurityView]):
     """Answers DescribeUserScramCredentials (see the module docstring)."""
-
-    def __init__(self, security: SecurityView, access: AccessControl) -> None:
-        self._security = security
-        self._access = access
 
     async def __call__(self, request: Request) -> Any:
         response_type = response_schema(DESCRIBE_USER_SCRAM_CREDENTIALS_KEY, request.api_version)
@@ -66,7 +63,7 @@ class DescribeUserScramCredentialsHandler:
         try:
             if not allows_cluster(self._access, request.context, AclOperation.DESCRIBE):
                 raise ClusterAuthorizationFailedError("not authorized to DESCRIBE the cluster")
-            credentials = await self._security.scram_credentials()
+            credentials = await self._view.scram_credentials()
         except RaybrokerError as exc:
             failed = {"error_code": error_code(exc), "error_message": exc.message}
             results = [{"user": "", **failed, "credential_infos": []} for _ in named]
@@ -107,12 +104,8 @@ def _described(user: str, count: int, by_mechanism: dict[str, ScramCredential] |
     }
 
 
-class AlterUserScramCredentialsHandler:
+class AlterUserScramCredentialsHandler(GuardedHandler[SecurityView]):
     """Answers AlterUserScramCredentials (see the module docstring)."""
-
-    def __init__(self, security: SecurityView, access: AccessControl) -> None:
-        self._security = security
-        self._access = access
 
     async def __call__(self, request: Request) -> Any:
         response_type = response_schema(ALTER_USER_SCRAM_CREDENTIALS_KEY, request.api_version)
@@ -122,7 +115,7 @@ class AlterUserScramCredentialsHandler:
             users = sorted({change.name for change in (*body.deletions, *body.upsertions)})
             return build(response_type, {"throttle_time": 0, "results": [_failed(user, refusal) for user in users]})
         try:
-            existing = await self._security.scram_credentials()
+            existing = await self._view.scram_credentials()
         except RaybrokerError as exc:
             users = sorted({change.name for change in (*body.deletions, *body.upsertions)})
             return build(response_type, {"throttle_time": 0, "results": [_failed(user, exc) for user in users]})
@@ -156,17 +149,16 @@ class AlterUserScramCredentialsHandler:
                 upsertions[upsertion.name] = _credential(upsertion)
             except RaybrokerError as exc:
                 refused[upsertion.name] = exc
+        # Deletions first, then upsertions, each user's change answered by the controller on its own.
+        delete, upsert = self._view.delete_scram_credential, self._view.upsert_scram_credential
+        changes: list[tuple[str, Callable[[], Awaitable[object]]]] = [
+            *((user, partial(delete, user, mechanism)) for user, mechanism in deletions.items()),
+            *((user, partial(upsert, user, credential)) for user, credential in upsertions.items()),
+        ]
         results = []
-        for user, mechanism in deletions.items():
+        for user, change in changes:
             try:
-                await self._security.delete_scram_credential(user, mechanism)
-            except RaybrokerError as exc:
-                refused[user] = exc
-            else:
-                results.append({"user": user, "error_code": ErrorCode.none, "error_message": None})
-        for user, credential in upsertions.items():
-            try:
-                await self._security.upsert_scram_credential(user, credential)
+                await change()
             except RaybrokerError as exc:
                 refused[user] = exc
             else:

@@ -45,7 +45,7 @@ from actors.core.transactions.transaction_coordinator import TransactionDescript
 from actors.core.transactions.transaction_metadata import TransactionState, TxnError
 from cluster.protocol.error_codes import coordinator_error_code, error_code, group_error_code, txn_error_code
 from cluster.protocol.framing import Request, response_schema
-from cluster.protocol.handlers.authorization import allows, allows_cluster, authorized_names
+from cluster.protocol.handlers.authorization import GuardedHandler, allows, allows_cluster, authorized_names
 from cluster.protocol.messages import build
 from cluster.protocol.security.access import AccessControl
 from cluster.protocol.views.broker_view import BrokerView
@@ -261,12 +261,8 @@ class AddOffsetsToTxnHandler:
         return _code(answer, request.api_version)
 
 
-class EndTxnHandler:
+class EndTxnHandler(GuardedHandler[TransactionView]):
     """Answers EndTxn (see the module docstring)."""
-
-    def __init__(self, transactions: TransactionView, access: AccessControl | None = None) -> None:
-        self._transactions = transactions
-        self._access = access
 
     async def __call__(self, request: Request) -> Any:
         body = request.body
@@ -274,9 +270,7 @@ class EndTxnHandler:
             self._access, request.context, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, body.transactional_id
         ):
             answer = await _coordinator_call(
-                self._transactions.end_transaction(
-                    body.transactional_id, body.producer_id, body.producer_epoch, body.committed
-                )
+                self._view.end_transaction(body.transactional_id, body.producer_id, body.producer_epoch, body.committed)
             )
             code = _code(answer, request.api_version)
         else:
@@ -377,12 +371,8 @@ class TxnOffsetCommitHandler:
         return group_error_code(verdict)
 
 
-class WriteTxnMarkersHandler:
+class WriteTxnMarkersHandler(GuardedHandler[TransactionView]):
     """Answers WriteTxnMarkers (see the module docstring): each marker written on each partition's leader."""
-
-    def __init__(self, transactions: TransactionView, access: AccessControl | None = None) -> None:
-        self._transactions = transactions
-        self._access = access
 
     async def __call__(self, request: Request) -> Any:
         allowed = allows_cluster(self._access, request.context, AclOperation.CLUSTER_ACTION)
@@ -404,18 +394,14 @@ class WriteTxnMarkersHandler:
 
     async def _write(self, topic: str, partition: int, marker: TransactionMarker) -> ErrorCode:
         try:
-            await self._transactions.write_marker(topic, partition, marker)
+            await self._view.write_marker(topic, partition, marker)
         except RaybrokerError as exc:
             return error_code(exc)
         return ErrorCode.none
 
 
-class DescribeTransactionsHandler:
+class DescribeTransactionsHandler(GuardedHandler[TransactionView]):
     """Answers DescribeTransactions (see the module docstring)."""
-
-    def __init__(self, transactions: TransactionView, access: AccessControl | None = None) -> None:
-        self._transactions = transactions
-        self._access = access
 
     async def __call__(self, request: Request) -> Any:
         states = [
@@ -442,7 +428,7 @@ class DescribeTransactionsHandler:
         if not allows(self._access, context, AclOperation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, transactional_id):
             return {**empty, "error_code": ErrorCode.transactional_id_authorization_failed}
         try:
-            found = await self._transactions.describe(transactional_id)
+            found = await self._view.describe(transactional_id)
         except RaybrokerError as exc:
             return {**empty, "error_code": coordinator_error_code(exc)}
         if found is None:
@@ -466,12 +452,8 @@ class DescribeTransactionsHandler:
         }
 
 
-class ListTransactionsHandler:
+class ListTransactionsHandler(GuardedHandler[TransactionView]):
     """Answers ListTransactions (see the module docstring)."""
-
-    def __init__(self, transactions: TransactionView, access: AccessControl | None = None) -> None:
-        self._transactions = transactions
-        self._access = access
 
     async def __call__(self, request: Request) -> Any:
         body = request.body
@@ -482,7 +464,7 @@ class ListTransactionsHandler:
         code = ErrorCode.none
         if not body.state_filters or known:
             try:
-                listed = await self._transactions.list_transactions(
+                listed = await self._view.list_transactions(
                     known, body.producer_id_filters, getattr(body, "duration_filter", -1)
                 )
             except RaybrokerError as exc:
@@ -513,13 +495,9 @@ class ListTransactionsHandler:
         )
 
 
-class DescribeProducersHandler:
+class DescribeProducersHandler(GuardedHandler[BrokerView]):
     """Answers DescribeProducers (see the module docstring): each partition leader's producers and the start offset
     of each one's open transaction, what kafka-transactions.sh's `find-hanging` and `abort` read."""
-
-    def __init__(self, view: BrokerView, access: AccessControl | None = None) -> None:
-        self._view = view
-        self._access = access
 
     async def __call__(self, request: Request) -> Any:
         topics = request.body.topics
