@@ -3,12 +3,12 @@
 A log manager asks all its partitions at once, then collects the answers, so partitions that live in other
 processes (Ray actors) work in parallel: each call returns a `Pending`, and `result()` waits for it and
 raises the partition's own error. `concurrent.futures.Future` is one; `completed` makes one for work done
-in this process, at the call.
+in this process, at the call; `collect` waits for several.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Protocol, TypeVar
 
@@ -30,3 +30,17 @@ def completed(work: Callable[[], T]) -> Future[T]:
     except Exception as exc:
         future.set_exception(exc)
     return future
+
+
+def collect(pending: Sequence[Pending[T]]) -> list[T]:
+    """Every answer, in order, once all have ended; raises the first failure after that."""
+    answers: list[T] = []
+    failure: BaseException | None = None
+    for one in pending:
+        try:
+            answers.append(one.result())
+        except BaseException as exc:
+            failure = failure or exc
+    if failure is not None:
+        raise failure
+    return answers

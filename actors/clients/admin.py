@@ -152,6 +152,12 @@ class Admin:
         """Kafka's `listPartitionReassignments`: the state of each partition being moved (`adding`, `removing`)."""
         return call(self._controller.partition_reassignments.remote())
 
+    def drain_broker(self, node_id: str, dry_run: bool = False) -> list[tuple[str, int, tuple[str, ...]]]:
+        """Moves every replica off the broker on Ray node `node_id` before the node is removed
+        (`Controller.drain_broker`): the moves started, each (topic, partition, target replicas); with `dry_run`
+        the moves it would start. `InvalidReplicaAssignmentError`, nothing moved, if a partition cannot move."""
+        return call(self._controller.drain_broker.remote(node_id, dry_run))
+
     def delete_records(self, topic: str, partition: int, offset: int) -> int:
         """Kafka's DeleteRecords: records below `offset` go; returns the new log start offset."""
         return call(self._broker.partition(topic, partition).delete_records.remote(offset))

@@ -6,8 +6,11 @@ producer's sender (`actors.clients.sender`, from a thread of its own), the Kafka
 coordinator's transactional batch (`CoordinatorBatch`) or a marker (`Marker`); each goes the same way.
 
 - Leader: the controller names the node that leads the partition and `actors.server.partition_lookup` finds the replica
-  there. The answer is kept until an append through it fails with a retriable error (`storage.errors`: the actor
-  restarted, the leader moved, the topic was deleted and created again), after which the next append looks again.
+  there. The controller tells replicas their states without waiting, so a replica elected a moment ago may not know
+  it leads yet and would refuse what is sent to it: the lookup waits (`LEADERSHIP_KNOWN_S`) until the replica holds
+  the state it was elected in. The answer is kept until an append through it fails with a retriable error
+  (`storage.errors`: the actor restarted, the leader moved, the topic was deleted and created again), after which
+  the next append looks again.
 - Transport: a partition whose leader is on this node gets its appends over the leader process's append channel
   (`actors.channels.append_connection`: ~0.1 ms where an actor call takes 1-2 ms, and a 1 MB batch is not put in
   Ray's object store); any other, as a Ray call to the leader's actor.
@@ -57,12 +60,13 @@ from typing import Any, Protocol
 
 from actors.calls import call, controller, finished
 from actors.channels.append_connection import AppendConnection, AppendConnections, AppendReply
+from actors.core.replication.leader_and_isr import LeaderAndIsr
 from actors.core.replication.replica import ACKS_ALL, ACKS_ALL_TIMEOUT_MS
 from actors.core.transactions.markers import TransactionMarker
 from actors.server.append_order import AppendOrder
 from actors.server.partition_lookup import leader_replica
 from actors.server.sequence_fence import BatchProducer, SequenceFences, batch_producer
-from storage.errors import AnswerLostError, RaybrokerError, RequestTimedOutError
+from storage.errors import AnswerLostError, BrokerNotAvailableError, RaybrokerError, RequestTimedOutError
 from storage.partition.log import LogAppendInfo
 
 logger = logging.getLogger(__name__)
@@ -71,6 +75,9 @@ PartitionKey = tuple[str, int]
 # How long an append waits before its route asks whether the controller replaced the leader it went to, and how
 # often it asks again while the append waits.
 LEADER_CHECK_S = 1.0
+# How long a lookup waits for the replica the controller elected to learn its state, and how often it asks.
+LEADERSHIP_KNOWN_S = 2.0
+LEADERSHIP_POLL_S = 0.02
 
 
 class LeaderWrite(Protocol):
@@ -296,6 +303,7 @@ class AppendRoute:
         leader = self._leaders.get(key)
         if leader is None:
             handle, state = leader_replica(topic, partition)
+            _await_leadership(handle, state)
             channel = self._connections.for_leader(handle, state) if self._same_node_channels else None
             leader = PartitionLeader(handle, state.replication_factor > 1, channel, state.leader_epoch)
             self._leaders[key] = leader
@@ -410,6 +418,25 @@ class AppendRoute:
         """Closes the append channel connections; their appends still waiting fail with `RequestTimedOutError`."""
         self.watch.close()
         self._connections.close()
+
+
+def _await_leadership(handle: Any, state: LeaderAndIsr) -> None:
+    """Returns once the replica `handle` holds `state` or a newer one (its leader epoch); `BrokerNotAvailableError`
+    (LEADER_NOT_AVAILABLE, retriable) if it does not within `LEADERSHIP_KNOWN_S`. An idempotent producer's pipeline
+    sent to a replica that learns it leads between two of its appends would be refused NOT_LEADER_OR_FOLLOWER for
+    the first and OUT_OF_ORDER_SEQUENCE_NUMBER for the next, on which librdkafka starts a new producer epoch and
+    writes its unacknowledged messages again."""
+    deadline = time.monotonic() + LEADERSHIP_KNOWN_S
+    while True:
+        known: LeaderAndIsr | None = call(handle.replication_state.remote(), timeout_s=LEADERSHIP_KNOWN_S)
+        if known is not None and known.leader_epoch >= state.leader_epoch:
+            return
+        if time.monotonic() >= deadline:
+            raise BrokerNotAvailableError(
+                f"the leader of {state.topic}-{state.partition} was elected in epoch {state.leader_epoch} but does "
+                f"not know it yet (it holds epoch {None if known is None else known.leader_epoch})"
+            )
+        time.sleep(LEADERSHIP_POLL_S)
 
 
 def _replicated_after(appended: AppendReply, handle: Any, timeout_ms: int) -> AppendReply:

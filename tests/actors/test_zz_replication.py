@@ -1,6 +1,7 @@
 """Replication across three Ray nodes on this machine (`ray.cluster_utils.Cluster`: a head and two workers), each with
 its own log dirs and broker: replicas on distinct nodes, `acks=all`, followers identical to their leader, failover
-when a node is removed, and the removed node's disks rejoining on a new node.
+when a node is removed, the removed node's disks rejoining on a new node, and a node lost for good healed onto a
+node that joins.
 
 Ray's health checks are shortened (`HEALTH_CHECKS`) so that a node killed without notice is declared dead within
 about 2 s rather than Ray's default of about 15 s (5 failed checks 3 s apart), which bounds failover.
@@ -69,6 +70,8 @@ BROKER_SETTINGS = {
     # aborted and markers retried every second.
     "transaction.state.log.num.partitions": "1",
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
+    # Self-healing after 8 s away: earlier tests bring nodes back sooner, or have no broker free to take a replica.
+    "raybroker.balancer.node.loss.grace.ms": "8000",
 }
 
 
@@ -1180,7 +1183,7 @@ def test_a_kafka_client_writes_through_a_failover_without_losing_or_repeating(no
     LEADER_NOT_AVAILABLE or REQUEST_TIMED_OUT until the controller has elected a new leader, librdkafka retries, and
     every record is delivered and then read back once, in order. No append is answered out of order on the way:
     librdkafka would start a new producer epoch and write again what the old leader had replicated unacknowledged
-    (every batch stays in epoch 0). Last of the module: the removed node does not come back."""
+    (every batch stays in epoch 0). The removed node does not come back: the next test heals its replicas."""
     from confluent_kafka import Consumer as KafkaConsumer
     from confluent_kafka import Producer as KafkaProducer
     from confluent_kafka import TopicPartition as KafkaTopicPartition
@@ -1236,3 +1239,45 @@ def test_a_kafka_client_writes_through_a_failover_without_losing_or_repeating(no
         )
     }
     assert epochs == {0}, "librdkafka bumped its epoch: an append was answered OUT_OF_ORDER_SEQUENCE_NUMBER"
+
+
+def test_a_node_lost_for_good_has_its_replicas_recreated_on_a_node_that_joins(nodes: Nodes, tmp_path: Path) -> None:
+    """Self-healing: the worker the failover test removed stays gone. Once `raybroker.balancer.node.loss.grace.ms`
+    has passed, a node that joins with empty disks (the only broker holding no replica of them) takes the lost
+    node's replica of each partition that has a leader, internal topics included: each is back at its replication
+    factor on running brokers, all in sync, and the new replica holds the leader's records offset for offset. A
+    partition left without a leader (its only replica was on the lost node) has nothing to copy and waits for that
+    node. Last of the module."""
+    running = set(nodes.dirs)
+    topics = Admin().list_topics(include_internal=True)
+    lost_replicas = [
+        (topic, partition)
+        for topic in topics
+        for partition, state in states(topic).items()
+        if not state.offline and not set(state.replicas) <= running
+    ]
+    assert {("wire-failover", p) for p in range(3)} <= set(lost_replicas)
+    joined = nodes.add([tmp_path / "joined-dir0"])
+
+    def unhealed() -> list[str]:
+        now = {(topic, partition): states(topic)[partition] for topic, partition in lost_replicas}
+        return [
+            f"{topic}-{partition}: {list(state.replicas)} isr {list(state.isr)}"
+            for (topic, partition), state in now.items()
+            if joined not in state.replicas or state.reassigning or set(state.isr) != set(state.replicas)
+        ]
+
+    try:
+        wait_until(lambda: not unhealed(), timeout_s=60, what="every partition healed")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}: {unhealed()}") from None
+    for topic, partition in lost_replicas:
+        state = states(topic)[partition]
+        assert set(state.replicas) <= {*running, joined}
+        end = call(replica_actor(topic, partition, state.leader).offsets.remote())[1]
+        records = replica_records(topic, partition, state.leader, end)
+        assert wait_until(
+            lambda t=topic, p=partition, e=end, r=records: replica_records(t, p, joined, e) == r,
+            timeout_s=30,
+            what=f"{topic}-{partition}'s records on the joined node",
+        )

@@ -70,7 +70,7 @@ import uuid
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 from actors.core.controller.assignment import (
     after_broker_lost,
@@ -83,13 +83,12 @@ from actors.core.controller.assignment import (
 )
 from actors.core.controller.broker_sessions import BrokerSessions
 from actors.core.controller.elections import ElectionError, ElectionType, requested_election
-from actors.core.controller.metadata_replication import MetadataReplication, MirrorLink
+from actors.core.controller.metadata_replication import MetadataReplication
+from actors.core.controller.node_broker import NodeBroker
 from actors.core.controller.reassignment import (
-    cancelled,
-    check_target,
     completed,
-    reassigned,
 )
+from actors.core.controller.replica_moves import ReplicaMoves
 from actors.core.controller.topic_metadata import (
     INTERNAL_TOPICS,
     AdvertisedListener,
@@ -121,9 +120,8 @@ from storage.errors import (
 from storage.files.meta_properties import new_directory_id
 from storage.kafka_uuid import ZERO_UUID, random_uuid
 from storage.logdir.log_dirs import METADATA_TOPIC
-from storage.logdir.log_manager import PartitionPlacement
 from storage.logdir.metadata_mirror import open_metadata_log
-from storage.pending import Pending
+from storage.pending import collect
 from storage.records.record_batch import RecordBatchBuilder
 
 logger = logging.getLogger(__name__)
@@ -131,31 +129,8 @@ logger = logging.getLogger(__name__)
 # A topic may have at most this many partitions: on Ray each is an actor process (~120 MiB), so far more
 # than a cluster of this kind can host is refused up front instead of exhausting memory.
 MAX_PARTITIONS_PER_TOPIC = 10_000
-T = TypeVar("T")
-
-
-class NodeBroker(MirrorLink, Protocol):
-    """One node's broker (its log manager) as the controller calls it; topic configs are Kafka's override
-    properties, applied over the broker's `log.*` defaults."""
-
-    def create_partition(
-        self, topic: str, partition: int, config: dict[str, str], topic_id: uuid.UUID
-    ) -> Pending[PartitionPlacement]:
-        """The partition's placement, creating its log (and folder) if missing, with `config` as its topic's and
-        `topic_id` in its folder's `partition.metadata`."""
-        ...
-
-    def delete_partition(self, topic: str, partition: int) -> Pending[bool]:
-        """Kafka-style async delete of the node's replica; False if it had none."""
-        ...
-
-    def set_topic_config(self, topic: str, config: dict[str, str]) -> Pending[int]:
-        """New overrides for the node's partitions of `topic`; how many were updated."""
-        ...
-
-    def partitions(self) -> Pending[list[PartitionPlacement]]:
-        """Every partition the node's log dirs hold."""
-        ...
+# How often the monitor pass looks for replicas to heal (`_heal_lost_replicas`).
+HEAL_CHECK_MS = 1000
 
 
 class ReplicaNotifier(Protocol):
@@ -166,7 +141,7 @@ class ReplicaNotifier(Protocol):
         ...
 
 
-class Controller:
+class Controller(ReplicaMoves):
     """Cluster metadata; see the module docstring. Thread-safe (one lock)."""
 
     def __init__(
@@ -222,6 +197,11 @@ class Controller:
         self._sessions = BrokerSessions(clock, config.broker_session_timeout_ms, self._brokers)
         self._listeners: dict[str, AdvertisedListener] = {}
         self._next_rebalance_ms = now_ms + self._rebalance_interval_ms
+        # When each broker that left the cluster left it (for self-healing); forgotten once it registers again.
+        self._lost_at_ms: dict[str, int] = {}
+        # Brokers being drained (`drain_broker`): no new replica goes there until they leave or register again.
+        self._draining: set[str] = set()
+        self._next_heal_ms = now_ms
 
     @property
     def _rebalance_interval_ms(self) -> int:
@@ -282,6 +262,8 @@ class Controller:
         with self._lock:
             broker = self._find_broker(node_id)
             self._brokers[node_id] = broker
+            self._lost_at_ms.pop(node_id, None)
+            self._draining.discard(node_id)
             self._sessions.beat(node_id)
             placements = broker.partitions().result()
             changed: list[LeaderAndIsr] = []
@@ -391,6 +373,9 @@ class Controller:
         if self.config.auto_leader_rebalance_enable and now_ms >= self._next_rebalance_ms:
             self._next_rebalance_ms = now_ms + self._rebalance_interval_ms
             changed.extend(self.rebalance_leaders())
+        if now_ms >= self._next_heal_ms:
+            self._next_heal_ms = now_ms + HEAL_CHECK_MS
+            self._heal_lost_replicas(now_ms)
         return changed
 
     def _forget_absent_brokers(self) -> list[LeaderAndIsr]:
@@ -405,6 +390,7 @@ class Controller:
             changed = []
             for node in sorted(named - set(self._brokers)):
                 logger.warning("broker on node %s did not register within its session: it is taken for lost", node)
+                self._lost_at_ms.setdefault(node, self._clock.milliseconds())
                 changed.extend(self._change_every_partition(functools.partial(self._after_lost, node)))
         self._push(changed)
         return changed
@@ -421,6 +407,8 @@ class Controller:
             if self._brokers.pop(node_id, None) is None:
                 return []
             self._listeners.pop(node_id, None)
+            self._lost_at_ms[node_id] = self._clock.milliseconds()
+            self._draining.discard(node_id)
             logger.warning("broker on node %s is gone: electing new leaders for its partitions", node_id)
             changed = self._change_every_partition(functools.partial(self._after_lost, node_id))
         self._push(changed)
@@ -473,77 +461,12 @@ class Controller:
             self._delete_replicas(state, changed)
         return changed
 
-    # --- reassignments ---------------------------------------------------------------------------
-
-    def alter_partition_reassignments(
-        self, requests: Mapping[tuple[str, int], Sequence[str] | None]
-    ) -> dict[tuple[str, int], RaybrokerError | None]:
-        """Kafka's AlterPartitionReassignments: per partition, a move to its target replicas or (None) a cancel
-        (`actors.core.controller.reassignment`; completed at once if nothing is added, else by `alter_partition`).
-        Each partition's error, None where accepted: `UnknownTopicOrPartitionError`, `InvalidReplicaAssignmentError`
-        (no replica, one twice, a broker not running), `NoReassignmentInProgressError` (a cancel with none)."""
-        outcome: dict[tuple[str, int], RaybrokerError | None] = {}
-        for (topic, partition), target in requests.items():
-            try:
-                self._reassign(topic, partition, target)
-            except RaybrokerError as exc:
-                outcome[(topic, partition)] = exc
-            else:
-                outcome[(topic, partition)] = None
-        return outcome
-
-    def _reassign(self, topic: str, partition: int, target: Sequence[str] | None) -> None:
-        with self._lock:
-            state = self.partition_state(topic, partition)
-            if target is None:
-                new = cancelled(state, self._brokers)
-            else:
-                new = reassigned(state, check_target(target, self._brokers))
-                if new.replicas == state.replicas and not new.reassigning and not state.reassigning:
-                    return
-                new = self._create_replicas(new, [node for node in new.adding if node not in state.replicas])
-            new = self._persist_state(new)
-            final = completed(new, self._brokers)
-            if final is not None:
-                new = self._persist_state(final)
-        self._push([new])
-        self._delete_replicas(state, new)
-
-    def _create_replicas(self, state: LeaderAndIsr, nodes: list[str]) -> LeaderAndIsr:
-        """Creates the partition's replica on each of `nodes` (empty; it fetches once told its state); returns the
-        state with the log dirs they landed in."""
-        topic = self._topics[state.topic]
-        created = _collect(
-            [
-                self._broker(node).create_partition(topic.name, state.partition, topic.config, topic.topic_id)
-                for node in nodes
-            ]
-        )
-        for node, placement in zip(nodes, created, strict=True):
-            if placement.directory_id:
-                state = state.with_directory(node, placement.directory_id)
-        return state
-
-    def _delete_replicas(self, before: LeaderAndIsr, after: LeaderAndIsr) -> None:
-        """Deletes the replicas `before` had and `after` has not, on the brokers still running (Kafka's StopReplica
-        with deletion); a failure is logged (the folder is found stray when its broker starts again)."""
-        gone = [node for node in before.replicas if node not in after.replicas and node in self._brokers]
-        pending = [(node, self._broker(node).delete_partition(after.topic, after.partition)) for node in gone]
-        for node, deletion in pending:
-            try:
-                deletion.result()
-            except RaybrokerError as exc:
-                logger.warning("replica %s-%d on %s not deleted: %s", after.topic, after.partition, node, exc)
-
-    def partition_reassignments(self) -> list[LeaderAndIsr]:
-        """Kafka's ListPartitionReassignments: the states of the partitions being reassigned."""
-        with self._lock:
-            return [state for state in self.partition_states() if state.reassigning]
-
     def unregister_broker(self, node_id: str) -> None:
         """A broker stopping cleanly (its partitions are closed): it is no longer placed on or elected."""
         with self._lock:
-            self._brokers.pop(node_id, None)
+            if self._brokers.pop(node_id, None) is not None:
+                self._lost_at_ms[node_id] = self._clock.milliseconds()
+            self._draining.discard(node_id)
             self._sessions.forget(node_id)
             self._listeners.pop(node_id, None)
 
@@ -586,7 +509,11 @@ class Controller:
         """Replicas for `count` new partitions of `topic` (`actors.core.controller.assignment.place_replicas`)."""
         if not self._brokers:
             raise BrokerNotAvailableError("no broker is registered; start one with `raybroker start`")
-        return place_replicas(count, replication_factor, self._brokers, self.partition_states(), topic)
+        return place_replicas(count, replication_factor, self._placeable(), self.partition_states(), topic)
+
+    def _placeable(self) -> list[str]:
+        """The brokers new replicas may go to: the registered ones not being drained."""
+        return [node for node in self._brokers if node not in self._draining]
 
     def _replication_factor(self, requested: object) -> int:
         """The topic's replication factor: `requested`, or `default.replication.factor` for None or -1 (Kafka's
@@ -648,7 +575,7 @@ class Controller:
         each its state; if any creation fails, raises its error once every creation has ended, so that the
         caller's rollback never overtakes a creation still running."""
         asked = [(p, node) for p in partitions for node in topic.state(p).replicas]
-        placements = _collect(
+        placements = collect(
             [self._broker(node).create_partition(topic.name, p, topic.config, topic.topic_id) for p, node in asked]
         )
         placed = topic
@@ -681,7 +608,7 @@ class Controller:
                 self._create_partitions(grown, range(current, total))
             except BaseException:
                 self._persist_topic(topic)
-                _collect(
+                collect(
                     [
                         self._brokers[node].delete_partition(name, p)
                         for p in range(current, total)
@@ -710,7 +637,7 @@ class Controller:
             nodes = sorted(
                 {node for p in topic.partitions for node in topic.state(p).replicas if node in self._brokers}
             )
-            _collect([self._broker(node).set_topic_config(name, merged) for node in nodes])
+            collect([self._broker(node).set_topic_config(name, merged) for node in nodes])
             return altered
 
     def delete_topic(self, name: str) -> None:
@@ -727,7 +654,7 @@ class Controller:
                 if node in self._brokers
             ]
         try:
-            _collect(pending)
+            collect(pending)
         finally:
             self._tell_topic_deleted(name)
 
@@ -868,20 +795,6 @@ class Controller:
         """Closes the metadata log (flushed, with its clean-shutdown marker)."""
         with self._lock:
             self._log.close()
-
-
-def _collect(pending: Sequence[Pending[T]]) -> list[T]:
-    """Every answer, in order, once all have ended; raises the first failure after that."""
-    answers: list[T] = []
-    failure: BaseException | None = None
-    for one in pending:
-        try:
-            answers.append(one.result())
-        except BaseException as exc:
-            failure = failure or exc
-    if failure is not None:
-        raise failure
-    return answers
 
 
 def _check_partition_count(partitions: object) -> None:

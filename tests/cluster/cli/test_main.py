@@ -144,6 +144,7 @@ def test_unexpected_exception_is_one_line_not_a_traceback(
         (["dump-log", "--help"], "--print-data-log"),
         (["storage-demo", "--help"], "--dir"),
         (["demo", "--help"], "--events"),
+        (["drain", "--help"], "--broker ID"),
     ],
 )
 def test_help_exits_0_and_describes_the_commands(

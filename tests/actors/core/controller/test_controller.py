@@ -527,9 +527,10 @@ def test_random_losses_returns_and_isr_changes_keep_kafkas_invariants_through_th
 ) -> None:
     """The assignment simulation's events, driven through the controller's own calls (the monitor's live set,
     registration, AlterPartition, the rebalance timer): every transition keeps Kafka's invariants, every running
-    replica was told its partition's latest state, and a restarted controller replays exactly the last states."""
+    replica was told its partition's latest state, and a restarted controller replays exactly the last states.
+    Self-healing is off: it changes assignments, which `test_self_healing` checks."""
     rng = random.Random(seed)
-    simulated = Cluster(tmp_path, MockClock())
+    simulated = Cluster(tmp_path, MockClock(), {"raybroker.balancer.node.loss.grace.ms": "-1"})
     try:
         nodes = [f"n{index}" for index in range(rng.randint(2, 5))]
         simulated.register(*nodes)

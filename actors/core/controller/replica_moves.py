@@ -1,0 +1,182 @@
+"""The controller's replica moves, each a reassignment (`actors.core.controller.reassignment`, Kafka's KIP-455):
+those Kafka's AlterPartitionReassignments asks for, a broker's drain before its node is removed, and self-healing
+of the replicas of brokers lost for good (`actors.core.controller.self_healing`). A mixin of `Controller`, whose
+state and lock it works on (declared below for the type checker only)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from actors.core.controller.node_broker import NodeBroker
+from actors.core.controller.reassignment import cancelled, check_target, completed, reassigned
+from actors.core.controller.self_healing import blocked, due, healed_replicas, replica_counts
+from actors.core.controller.topic_metadata import TopicMetadata
+from actors.core.replication.leader_and_isr import LeaderAndIsr
+from storage.config.broker_config import BrokerConfig
+from storage.errors import InvalidReplicaAssignmentError, RaybrokerError
+from storage.pending import collect
+
+logger = logging.getLogger(__name__)
+
+# The most partitions one self-healing pass moves (the next pass, `HEAL_CHECK_MS` later, moves more).
+HEALS_PER_PASS = 8
+
+
+class ReplicaMoves:
+    """Reassignments, drains and self-healing, for `Controller` (see the module docstring)."""
+
+    if TYPE_CHECKING:
+        config: BrokerConfig
+        _lock: threading.RLock
+        _brokers: dict[str, NodeBroker]
+        _topics: dict[str, TopicMetadata]
+        _draining: set[str]
+        _lost_at_ms: dict[str, int]
+
+        def partition_state(self, topic: str, partition: int) -> LeaderAndIsr: ...
+
+        def partition_states(self) -> list[LeaderAndIsr]: ...
+
+        def _persist_state(self, state: LeaderAndIsr) -> LeaderAndIsr: ...
+
+        def _push(self, states: Iterable[LeaderAndIsr], only: str | None = None) -> None: ...
+
+        def _broker(self, node_id: str) -> NodeBroker: ...
+
+        def _placeable(self) -> list[str]: ...
+
+    def alter_partition_reassignments(
+        self, requests: Mapping[tuple[str, int], Sequence[str] | None]
+    ) -> dict[tuple[str, int], RaybrokerError | None]:
+        """Kafka's AlterPartitionReassignments: per partition, a move to its target replicas or (None) a cancel
+        (`actors.core.controller.reassignment`; completed at once if nothing is added, else by `alter_partition`).
+        Each partition's error, None where accepted: `UnknownTopicOrPartitionError`, `InvalidReplicaAssignmentError`
+        (no replica, one twice, a broker not running), `NoReassignmentInProgressError` (a cancel with none)."""
+        outcome: dict[tuple[str, int], RaybrokerError | None] = {}
+        for (topic, partition), target in requests.items():
+            try:
+                self._reassign(topic, partition, target)
+            except RaybrokerError as exc:
+                outcome[(topic, partition)] = exc
+            else:
+                outcome[(topic, partition)] = None
+        return outcome
+
+    def _reassign(self, topic: str, partition: int, target: Sequence[str] | None) -> None:
+        with self._lock:
+            state = self.partition_state(topic, partition)
+            if target is None:
+                new = cancelled(state, self._brokers)
+            else:
+                new = reassigned(state, check_target(target, self._brokers))
+                if new.replicas == state.replicas and not new.reassigning and not state.reassigning:
+                    return
+                new = self._create_replicas(new, [node for node in new.adding if node not in state.replicas])
+            new = self._persist_state(new)
+            final = completed(new, self._brokers)
+            if final is not None:
+                new = self._persist_state(final)
+        self._push([new])
+        self._delete_replicas(state, new)
+
+    def _create_replicas(self, state: LeaderAndIsr, nodes: list[str]) -> LeaderAndIsr:
+        """Creates the partition's replica on each of `nodes` (empty; it fetches once told its state); returns the
+        state with the log dirs they landed in."""
+        topic = self._topics[state.topic]
+        created = collect(
+            [
+                self._broker(node).create_partition(topic.name, state.partition, topic.config, topic.topic_id)
+                for node in nodes
+            ]
+        )
+        for node, placement in zip(nodes, created, strict=True):
+            if placement.directory_id:
+                state = state.with_directory(node, placement.directory_id)
+        return state
+
+    def _delete_replicas(self, before: LeaderAndIsr, after: LeaderAndIsr) -> None:
+        """Deletes the replicas `before` had and `after` has not, on the brokers still running (Kafka's StopReplica
+        with deletion); a failure is logged (the folder is found stray when its broker starts again)."""
+        gone = [node for node in before.replicas if node not in after.replicas and node in self._brokers]
+        pending = [(node, self._broker(node).delete_partition(after.topic, after.partition)) for node in gone]
+        for node, deletion in pending:
+            try:
+                deletion.result()
+            except RaybrokerError as exc:
+                logger.warning("replica %s-%d on %s not deleted: %s", after.topic, after.partition, node, exc)
+
+    def partition_reassignments(self) -> list[LeaderAndIsr]:
+        """Kafka's ListPartitionReassignments: the states of the partitions being reassigned."""
+        with self._lock:
+            return [state for state in self.partition_states() if state.reassigning]
+
+    def drain_broker(self, node_id: str, dry_run: bool = False) -> list[tuple[str, int, tuple[str, ...]]]:
+        """Moves every replica off broker `node_id` before its node is removed (Cruise Control's remove_broker, by
+        `actors.core.controller.self_healing`'s rule): each partition with a replica there is reassigned with that
+        replica replaced by the running broker that holds none of the partition and the fewest replicas of all,
+        its leadership moving with it; no new replica goes to the broker meanwhile. Returns the moves (topic,
+        partition, target replicas); with `dry_run` only says them. `InvalidReplicaAssignmentError`, nothing moved,
+        if the broker is not registered or a partition cannot move (`self_healing.blocked`)."""
+        with self._lock:
+            if node_id not in self._brokers:
+                raise InvalidReplicaAssignmentError(f"no broker is registered on node {node_id}")
+            states = self.partition_states()
+            running = [node for node in self._placeable() if node != node_id]
+            counts = replica_counts(states, running)
+            moves = []
+            for state in states:
+                if node_id not in state.replicas:
+                    continue
+                why = blocked(state, {node_id}, running)
+                target = healed_replicas(state, {node_id}, running, counts)
+                if why is not None or target is None:
+                    raise InvalidReplicaAssignmentError(
+                        f"the broker on node {node_id} cannot be drained: "
+                        f"{state.topic}-{state.partition} cannot move: {why}"
+                    )
+                moves.append((state.topic, state.partition, target))
+            if dry_run:
+                return moves
+            self._draining.add(node_id)
+            for topic, partition, target in moves:
+                self._reassign(topic, partition, target)
+        return moves
+
+    def _heal_lost_replicas(self, now_ms: int) -> None:
+        """Self-healing (`actors.core.controller.self_healing`): each partition with a replica on a broker lost
+        longer than `raybroker.balancer.node.loss.grace.ms` is reassigned with a running broker in that replica's
+        place, `HEALS_PER_PASS` at a time (the monitor pass runs it: each move creates a replica with a call to its
+        broker, which elections and fencing must not wait behind for long). A lost broker no partition names any
+        more is forgotten."""
+        with self._lock:
+            lost = due(self._lost_at_ms, now_ms, self.config.raybroker_balancer_node_loss_grace_ms)
+            if not lost:
+                return
+            states = self.partition_states()
+            named = {node for state in states for node in state.replicas}
+            for node in lost - named:
+                del self._lost_at_ms[node]
+            running = self._placeable()
+            counts = replica_counts(states, running)
+            moves = []
+            for state in states:
+                target = healed_replicas(state, lost, running, counts)
+                if target is not None:
+                    moves.append((state, target))
+                if len(moves) == HEALS_PER_PASS:
+                    break
+        for state, target in moves:
+            logger.warning(
+                "%s-%d: replicas %s lost longer than raybroker.balancer.node.loss.grace.ms; moving to %s",
+                state.topic,
+                state.partition,
+                list(state.replicas),
+                list(target),
+            )
+            try:
+                self._reassign(state.topic, state.partition, target)
+            except RaybrokerError as exc:
+                logger.warning("%s-%d not healed: %s", state.topic, state.partition, exc)

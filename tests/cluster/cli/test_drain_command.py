@@ -1,0 +1,38 @@
+"""`raybroker drain` against a real one-broker cluster: no partition can move there (no other broker is free to
+take a replica), so the drain, dry run or not, exits 1 with the controller's reason in one line and moves nothing;
+an unknown broker is one line too. The moves themselves are the controller's (`test_self_healing`), and a drain
+that moves a replica needs a second node."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import ray
+
+from actors.clients.admin import Admin
+from cluster.cli.main import EXIT_DATA_ERROR
+from tests.cluster.cli.cli_support import one_error_line, run
+
+pytestmark = pytest.mark.ray
+
+
+def test_a_drain_that_cannot_move_a_partition_exits_1_and_moves_nothing(
+    start_test_broker: Callable[..., tuple[Any, Any]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    broker, _ = start_test_broker(log_dirs_count=1)
+    Admin(broker).create_topic("drain-t", 2)
+    node = ray.get_runtime_context().get_node_id()
+    for dry_run in (["--dry-run"], []):
+        code, out, err = run(capsys, "drain", "--broker", node, *dry_run)
+        assert (code, out) == (EXIT_DATA_ERROR, "")
+        assert "cannot move: no running broker is free to take its replica" in one_error_line(err)
+    assert Admin(broker).list_partition_reassignments() == []
+    assert all(broker.topic("drain-t").state(p).replicas == (node,) for p in (0, 1))
+
+    code, out, err = run(capsys, "drain", "--broker", "7")
+    assert code == EXIT_DATA_ERROR
+    assert one_error_line(err) == (
+        "raybroker: error: no running broker has node.id or Ray node id '7' (raybroker status lists them)\n"
+    )
