@@ -158,6 +158,11 @@ class Admin:
         the moves it would start. `InvalidReplicaAssignmentError`, nothing moved, if a partition cannot move."""
         return call(self._controller.drain_broker.remote(node_id, dry_run))
 
+    def balance(self, dry_run: bool = False) -> list[tuple[str, int, tuple[str, ...]]]:
+        """Spreads replicas evenly over the running brokers (`Controller.balance`): the moves started, each (topic,
+        partition, target replicas); with `dry_run` the moves it would start."""
+        return call(self._controller.balance.remote(dry_run))
+
     def delete_records(self, topic: str, partition: int, offset: int) -> int:
         """Kafka's DeleteRecords: records below `offset` go; returns the new log start offset."""
         return call(self._broker.partition(topic, partition).delete_records.remote(offset))

@@ -25,6 +25,7 @@ from actors.metrics.names import (
     LOG_SIZE,
     LOG_START_OFFSET,
     OFFLINE_PARTITIONS,
+    REASSIGNING_PARTITIONS,
     UNCLEANABLE_PARTITIONS,
     UNDER_REPLICATED_PARTITIONS,
 )
@@ -85,8 +86,8 @@ def uncleanable_samples(
 
 
 def cluster_samples(states: Iterable[LeaderAndIsr], lags: Iterable[PartitionLag]) -> list[Sample]:
-    """The controller's gauges: offline and under-replicated partitions, topic and partition counts, and every
-    group's lag and committed offset."""
+    """The controller's gauges: offline, under-replicated and reassigning partitions, topic and partition counts,
+    and every group's lag and committed offset."""
     partitions = list(states)
     offline = sum(1 for state in partitions if state.offline)
     under_replicated = sum(1 for state in partitions if not state.offline and state.under_replicated)
@@ -94,6 +95,7 @@ def cluster_samples(states: Iterable[LeaderAndIsr], lags: Iterable[PartitionLag]
         (ACTIVE_CONTROLLER, (), 1),
         (OFFLINE_PARTITIONS, (), offline),
         (UNDER_REPLICATED_PARTITIONS, (), under_replicated),
+        (REASSIGNING_PARTITIONS, (), sum(1 for state in partitions if state.reassigning)),
         (GLOBAL_TOPIC_COUNT, (), len({state.topic for state in partitions})),
         (GLOBAL_PARTITION_COUNT, (), len(partitions)),
     ]

@@ -125,6 +125,10 @@ UNDER_REPLICATED_PARTITIONS = _gauge(
     "kafka_server_replicamanager_underreplicatedpartitions",
     "Partitions with a leader and fewer in-sync replicas than replicas (the whole cluster's, from the controller).",
 )
+REASSIGNING_PARTITIONS = _gauge(
+    "kafka_server_replicamanager_reassigningpartitions",
+    "Partitions whose replicas are being moved: reassignments, drains, self-healing (the whole cluster's).",
+)
 ISR_SHRINKS = _counter("kafka_server_replicamanager_isrshrinks", "Changes that took replicas out of an ISR.")
 ISR_EXPANDS = _counter("kafka_server_replicamanager_isrexpands", "Changes that added replicas to an ISR.")
 OFFLINE_PARTITIONS = _gauge(
@@ -180,6 +184,7 @@ EXPORTED: tuple[MetricSpec, ...] = (
     FETCH_SESSIONS,
     FETCH_SESSION_PARTITIONS,
     UNDER_REPLICATED_PARTITIONS,
+    REASSIGNING_PARTITIONS,
     ISR_SHRINKS,
     ISR_EXPANDS,
     OFFLINE_PARTITIONS,

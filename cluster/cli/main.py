@@ -17,7 +17,7 @@ Subcommands:
 | `status`               | `cluster.cli.status`        | kafka-topics.sh --under-replicated-partitions,     |
 |                        |                             | kafka-metadata-quorum.sh, kafka-consumer-groups.sh |
 |                        |                             | on one screen; exit 1: a partition is offline      |
-| `drain`                | `cluster.cli.drain_command` | Cruise Control's remove_broker                     |
+| `drain`, `balance`     | `cluster.cli.balancer`      | Cruise Control's remove_broker, rebalance          |
 | `transactions`         | `cluster.cli.transactions_command`  | kafka-transactions.sh (--list, --describe)         |
 | `sql`                  | `cluster.cli.sql_command`   | Spark SQL over live topics, each one a view        |
 | `stream`               | `cluster.cli.stream_command` | Spark Structured Streaming SQL over live topics   |
@@ -53,10 +53,10 @@ from collections.abc import Callable
 
 from cluster.cli import (
     acls_command,
+    balancer,
     consume,
     consumer_groups_command,
     demos,
-    drain_command,
     dump_log_command,
     lifecycle,
     offsets,
@@ -91,7 +91,7 @@ COMMAND_MODULES = (
     offsets,
     consumer_groups_command,
     status,
-    drain_command,
+    balancer,
     transactions_command,
     sql_command,
     stream_command,

@@ -1,6 +1,7 @@
 """The controller's replica moves, each a reassignment (`actors.core.controller.reassignment`, Kafka's KIP-455):
-those Kafka's AlterPartitionReassignments asks for, a broker's drain before its node is removed, and self-healing
-of the replicas of brokers lost for good (`actors.core.controller.self_healing`). A mixin of `Controller`, whose
+those Kafka's AlterPartitionReassignments asks for, a broker's drain before its node is removed, self-healing of
+the replicas of brokers lost for good (`actors.core.controller.self_healing`), and balancing replicas over the
+running brokers (`actors.core.controller.balancing`). A mixin of `Controller`, whose
 state and lock it works on (declared below for the type checker only)."""
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import threading
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
+from actors.core.controller.balancing import balancing_moves
 from actors.core.controller.node_broker import NodeBroker
 from actors.core.controller.reassignment import cancelled, check_target, completed, reassigned
 from actors.core.controller.self_healing import blocked, due, healed_replicas, replica_counts
@@ -21,6 +23,8 @@ from storage.pending import collect
 
 logger = logging.getLogger(__name__)
 
+# The most moves one `balance` starts by default (Cruise Control's `max.num.cluster.partition.movements`).
+BALANCE_MOVES = 1250
 # The most partitions one self-healing pass moves (the next pass, `HEAL_CHECK_MS` later, moves more).
 HEALS_PER_PASS = 8
 
@@ -143,6 +147,17 @@ class ReplicaMoves:
             self._draining.add(node_id)
             for topic, partition, target in moves:
                 self._reassign(topic, partition, target)
+        return moves
+
+    def balance(self, dry_run: bool = False, limit: int = BALANCE_MOVES) -> list[tuple[str, int, tuple[str, ...]]]:
+        """Spreads replicas evenly over the running brokers not being drained (`balancing.balancing_moves`), so a
+        broker that joined takes its share; up to `limit` moves, each a reassignment. Returns the moves (topic,
+        partition, target replicas); with `dry_run` only says them."""
+        with self._lock:
+            moves = balancing_moves(self.partition_states(), self._placeable(), limit)
+            if not dry_run:
+                for topic, partition, target in moves:
+                    self._reassign(topic, partition, target)
         return moves
 
     def _heal_lost_replicas(self, now_ms: int) -> None:

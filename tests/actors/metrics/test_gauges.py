@@ -14,6 +14,7 @@ from actors.metrics.names import (
     GLOBAL_PARTITION_COUNT,
     GLOBAL_TOPIC_COUNT,
     OFFLINE_PARTITIONS,
+    REASSIGNING_PARTITIONS,
     UNCLEANABLE_PARTITIONS,
     UNDER_REPLICATED_PARTITIONS,
 )
@@ -36,10 +37,11 @@ def random_state(rng: random.Random, topic: str, partition: int, nodes: list[str
     replicas = tuple(rng.sample(nodes, rng.randint(1, len(nodes))))
     isr = tuple(node for node in replicas if rng.random() < 0.7)
     leader = isr[0] if isr and rng.random() < 0.85 else NO_LEADER
-    return LeaderAndIsr(topic, partition, leader, rng.randint(0, 5), replicas, isr or replicas[:1])
+    adding = replicas[-1:] if len(replicas) > 1 and rng.random() < 0.3 else ()
+    return LeaderAndIsr(topic, partition, leader, rng.randint(0, 5), replicas, isr or replicas[:1], adding=adding)
 
 
-def test_offline_and_under_replicated_counts_match_a_model_of_random_states() -> None:
+def test_offline_under_replicated_and_reassigning_counts_match_a_model_of_random_states() -> None:
     rng = random.Random(11)
     nodes = ["n1", "n2", "n3"]
     for _ in range(50):
@@ -55,6 +57,7 @@ def test_offline_and_under_replicated_counts_match_a_model_of_random_states() ->
         assert samples[UNDER_REPLICATED_PARTITIONS] == len(
             [s for s in states if s.leader != NO_LEADER and len(s.isr) < len(s.replicas)]
         )
+        assert samples[REASSIGNING_PARTITIONS] == len([s for s in states if s.adding or s.removing])
         assert samples[GLOBAL_PARTITION_COUNT] == len(states)
         assert samples[GLOBAL_TOPIC_COUNT] == len({s.topic for s in states})
         assert samples[ACTIVE_CONTROLLER] == 1

@@ -145,6 +145,7 @@ def test_unexpected_exception_is_one_line_not_a_traceback(
         (["storage-demo", "--help"], "--dir"),
         (["demo", "--help"], "--events"),
         (["drain", "--help"], "--broker ID"),
+        (["balance", "--help"], "--dry-run"),
     ],
 )
 def test_help_exits_0_and_describes_the_commands(

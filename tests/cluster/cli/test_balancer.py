@@ -1,7 +1,7 @@
-"""`raybroker drain` against a real one-broker cluster: no partition can move there (no other broker is free to
-take a replica), so the drain, dry run or not, exits 1 with the controller's reason in one line and moves nothing;
-an unknown broker is one line too. The moves themselves are the controller's (`test_self_healing`), and a drain
-that moves a replica needs a second node."""
+"""`raybroker drain` and `raybroker balance` against a real one-broker cluster: no partition can move there (no other
+broker is free to take a replica), so the drain, dry run or not, exits 1 with the controller's reason in one line
+and moves nothing, an unknown broker is one line too, and a balance finds nothing to move. The moves themselves are
+the controller's (`test_self_healing`, `test_balancing`); moving a replica needs a second node."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 import ray
 
 from actors.clients.admin import Admin
-from cluster.cli.main import EXIT_DATA_ERROR
+from cluster.cli.main import EXIT_DATA_ERROR, EXIT_OK
 from tests.cluster.cli.cli_support import one_error_line, run
 
 pytestmark = pytest.mark.ray
@@ -36,3 +36,12 @@ def test_a_drain_that_cannot_move_a_partition_exits_1_and_moves_nothing(
     assert one_error_line(err) == (
         "raybroker: error: no running broker has node.id or Ray node id '7' (raybroker status lists them)\n"
     )
+
+
+def test_a_balanced_cluster_balances_with_no_move(
+    start_test_broker: Callable[..., tuple[Any, Any]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    broker, _ = start_test_broker(log_dirs_count=1)
+    Admin(broker).create_topic("balance-t", 3)
+    assert run(capsys, "balance", "--dry-run") == (EXIT_OK, "Balancing would move 0 replicas:\n", "")
+    assert run(capsys, "balance") == (EXIT_OK, "Balancing moves 0 replicas:\n", "")
