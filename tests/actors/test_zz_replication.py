@@ -70,8 +70,8 @@ BROKER_SETTINGS = {
     # aborted and markers retried every second.
     "transaction.state.log.num.partitions": "1",
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
-    # Self-healing after 8 s away: earlier tests bring nodes back sooner, or have no broker free to take a replica.
-    "raybroker.balancer.node.loss.grace.ms": "8000",
+    # Self-healing after 5 s away: earlier tests bring nodes back sooner, or have no broker free to take a replica.
+    "raybroker.balancer.node.loss.grace.ms": "5000",
 }
 
 

@@ -251,7 +251,8 @@ def _lose_answer(info: Any) -> Any:
 
 class LosingHandle:
     """A partition handle that forwards every append but loses the answer of every `lose_every`-th call, and
-    records how many batches each call carried and how many were unanswered when it was sent."""
+    records how many batches each call carried and how many were unanswered when it was sent; any other method is
+    the handle's own."""
 
     def __init__(self, handle: Any, lose_every: int) -> None:
         import ray
@@ -276,6 +277,10 @@ class LosingHandle:
             ref = self._lose.remote(ref)
         self._outstanding.append((ref, batches))
         return ref
+
+    def __getattr__(self, method: str) -> Any:
+        """Every other partition method (`replication_state`, which the route's lookup asks) as the handle's."""
+        return getattr(self._handle, method)
 
 
 def test_lost_answers_are_deduplicated_because_at_most_five_batches_are_unacknowledged(
