@@ -350,8 +350,9 @@ class Controller(ReplicaMoves):
         every broker fenced for silence (`actors.core.controller.broker_sessions`), and, once, a session after the
         start, every broker the states name that never registered (`_forget_absent_brokers`); then, every
         `leader.imbalance.check.interval.seconds` with `auto.leader.rebalance.enable`, preferred leaders are elected
-        again. Returns the changed states. A fenced
-        controller does nothing."""
+        again, and every `HEAL_CHECK_MS` the replicas of brokers lost past their grace are moved
+        (`ReplicaMoves._heal_lost_replicas`). Returns the changed states (the moves' are pushed as they start). A
+        fenced controller does nothing."""
         if self._replication.fenced:
             return []
         changed = []
