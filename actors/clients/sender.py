@@ -88,9 +88,18 @@ class _PartitionState:
     producer_epoch: int
     next_sequence: int = 0
     in_flight: deque[_InFlight] = field(default_factory=deque)
-    # The batches of each failed call (or of one that could not be sent), with its error.
+    # The batches of each failed call, with its error, in the order the calls were sent.
     failed: list[tuple[list[ProducerBatch], BaseException]] = field(default_factory=list)
+    # Batches drained but not sent (the leader's lookup failed), with its error. They were drained after every
+    # call in flight, whose failures may come in later: they are resolved after those, so that a batch never
+    # gets a sequence below one sent before it (see `Sender._collect`).
+    unsent: tuple[list[ProducerBatch], BaseException] | None = None
     retry_at_ns: int = 0
+
+    @property
+    def failing(self) -> bool:
+        """Whether batches of the partition failed and wait to be resolved."""
+        return bool(self.failed) or self.unsent is not None
 
 
 class Sender:
@@ -176,7 +185,7 @@ class Sender:
         """Time until the next linger deadline or retry backoff; None if nothing is waiting on time."""
         deadlines = [] if check.next_linger_deadline_ns is None else [check.next_linger_deadline_ns]
         for state in self._partitions.values():
-            if state.failed:
+            if state.failing:
                 if not state.in_flight:
                     return 0.0
             elif state.retry_at_ns > now:
@@ -205,7 +214,7 @@ class Sender:
             partitions, refused = self._transaction_partitions(partitions)
         for tp in partitions:
             state = self._state(tp)
-            if state.failed or now < state.retry_at_ns:
+            if state.failing or now < state.retry_at_ns:
                 continue
             while (room := self._batch_room(state)) > 0:
                 batches = self._accumulator.drain(tp, room, self._max_request_size)
@@ -215,8 +224,8 @@ class Sender:
                     leader = self._route.leader(state.topic, state.partition)
                     payload = self._build(state, batches)
                 except RaybrokerError as exc:
-                    # Nothing was sent: the batches are judged like those of a failed call.
-                    state.failed.append((batches, exc))
+                    # Nothing was sent: the batches are judged like those of a failed call, after the calls in flight.
+                    state.unsent = (batches, exc)
                     break
                 flight = _InFlight(self._route.send(leader, state.topic, state.partition, payload, self._acks), batches)
                 state.in_flight.append(flight)
@@ -235,7 +244,7 @@ class Sender:
         for tp in partitions:
             state = self._state(tp)
             if (state.producer_id, state.producer_epoch) != identity:
-                if state.in_flight or state.failed:
+                if state.in_flight or state.failing:
                     continue
                 state.producer_id, state.producer_epoch = identity
                 state.next_sequence = 0
@@ -286,7 +295,10 @@ class Sender:
     # --- answers ---------------------------------------------------------------------------------
 
     def _collect(self, now: int) -> list[Completion]:
-        """Takes the answers of finished calls, in each partition's call order."""
+        """Takes the answers of finished calls, in each partition's call order. Once a partition with failures has
+        no call in flight, resolves them: the failed calls' batches in the order they were sent, then the batches
+        whose lookup failed. A lookup can fail while an earlier call is still counted in flight: the route forgets a
+        leader when that call's failure reaches it, a moment before the sender sees the failure."""
         completions: list[Completion] = []
         for state in self._partitions.values():
             while state.in_flight and state.in_flight[0].done:
@@ -297,7 +309,10 @@ class Sender:
                     state.failed.append((flight.batches, exc))
                     continue
                 completions.extend(_acknowledged(flight.batches, info))
-            if state.failed and not state.in_flight:
+            if state.failing and not state.in_flight:
+                if state.unsent is not None:
+                    state.failed.append(state.unsent)
+                    state.unsent = None
                 completions.extend(self._resolve_failures(state, now))
         return completions
 

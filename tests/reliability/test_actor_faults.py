@@ -314,3 +314,86 @@ def test_lost_answers_are_deduplicated_because_at_most_five_batches_are_unacknow
     worst = max(batches + unanswered for batches, unanswered in losing.calls)
     assert worst <= NUM_BATCHES_TO_RETAIN, f"{worst} batches were unacknowledged at once"
     print(f"lost answers: {lost} of {len(losing.calls)} answers lost, {len(log)} records once each")
+
+
+# How long the dropped call takes to fail; lookups fail for twice as long.
+LATE_FAILURE_S = 0.3
+
+
+def _fail_late() -> Any:
+    """The answer of an append that never reached the partition, `LATE_FAILURE_S` late."""
+    time.sleep(LATE_FAILURE_S)
+    raise BrokerNotAvailableError("the partition's actor died before the append reached it")
+
+
+class DroppingHandle:
+    """A partition handle that forwards every append but call `drop_at`, which fails `LATE_FAILURE_S` later,
+    unwritten (its actor died first); any other method is the handle's own."""
+
+    def __init__(self, handle: Any, drop_at: int) -> None:
+        import ray
+
+        self._handle = handle
+        self._drop_at = drop_at
+        self._fail = ray.remote(num_cpus=0)(_fail_late)
+        self.calls = 0
+        self.append = self
+
+    def remote(self, payload: bytes, required_acks: int = 1) -> Any:
+        self.calls += 1
+        if self.calls == self._drop_at:
+            return self._fail.remote()
+        return self._handle.append.remote(payload, required_acks)
+
+    def __getattr__(self, method: str) -> Any:
+        return getattr(self._handle, method)
+
+
+def test_batches_whose_lookup_failed_behind_a_failing_call_are_sent_after_its_retry(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression (CI, the kill -9 test): the route forgets a leader when a call's failure reaches it, a moment
+    before the producer's sender sees that failure. A lookup in that moment failed (the actor restarting), and
+    the sender resolved those unsent batches before the failed call's: they took the next sequences and went
+    ahead of the call's retry, were refused OUT_OF_ORDER_SEQUENCE_NUMBER and failed for good. Here the route
+    forgets the leader as the dropped call is sent, and lookups fail until after that call failed."""
+    topic = "late-failure"
+    drop_at = 3
+    Admin(broker).create_topic(topic, 1)
+    dropping = DroppingHandle(broker.partition(topic, 0), drop_at)
+    state = broker.topic(topic).state(0)
+    lookups_fail_until = [0.0]
+    refused_lookups = [0]
+
+    def lookup(*_: Any) -> Any:
+        if time.monotonic() < lookups_fail_until[0]:
+            refused_lookups[0] += 1
+            raise BrokerNotAvailableError("the partition's actor is restarting")
+        return dropping, state
+
+    send = actors.server.append_route.AppendRoute.send
+
+    def send_then_forget(route: Any, leader: Any, topic: str, partition: int, *args: Any, **kwargs: Any) -> Any:
+        sent = send(route, leader, topic, partition, *args, **kwargs)
+        if dropping.calls == drop_at and lookups_fail_until[0] == 0.0:
+            route.forget(topic, partition)
+            lookups_fail_until[0] = time.monotonic() + 2 * LATE_FAILURE_S
+        return sent
+
+    monkeypatch.setattr(actors.server.append_route, "leader_replica", lookup)
+    monkeypatch.setattr(actors.server.append_route.AppendRoute, "send", send_then_forget)
+    monkeypatch.setattr(actors.channels.append_connection.AppendConnections, "for_leader", lambda *_, **__: None)
+    acks = Acknowledgements()
+    # One batch a call (max_request_size), so batches wait behind the dropped call.
+    with Producer(
+        broker, linger_ms=0, batch_size=256, max_request_size=300, retry_backoff_ms=10, retries=50
+    ) as producer:
+        for index in range(300):
+            value = f"late-{index:05d}".encode()
+            acks.track(producer.send(topic, value, partition=0), value)
+        producer.flush()
+    assert refused_lookups[0] > 0, "no lookup failed while the dropped call was in flight: nothing was tested"
+    assert not acks.failures, f"{len(acks.failures)} records failed, first: {acks.failures[0]!r}"
+    log = read_partition(broker.partition(topic, 0))
+    check_log_holds(log, acks.snapshot()[0])
+    assert dict(log) == acks.snapshot()[0]
