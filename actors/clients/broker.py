@@ -68,7 +68,7 @@ def start_broker(config: BrokerConfig | Mapping[str, str] | None = None) -> str:
     call(ctrl.register_broker.remote(node_id))
     coordinator: Any = GroupCoordinator.options(**group_coordinator_options(node_id)).remote(properties)
     ensure_consumer_offsets_topic(
-        RayTopicAdmin(ctrl), broker_config.offsets_topic_num_partitions, broker_config.offsets_topic_replication_factor
+        RayTopicAdmin(), broker_config.offsets_topic_num_partitions, broker_config.offsets_topic_replication_factor
     )
     call(coordinator.ready.remote())
     logger.info("broker started on node %s (cluster %s)", node_id, call(manager.cluster_id.remote()))
@@ -86,7 +86,7 @@ def transaction_coordinator(config: TransactionConfig) -> Any:
     beside the partition's new leader, where it loads the states and completes every PrepareCommit/PrepareAbort.
     `BrokerNotAvailableError` (retriable) while that partition has no leader."""
     ctrl = controller()
-    ensure_transaction_state_topic(RayTopicAdmin(ctrl), config)
+    ensure_transaction_state_topic(RayTopicAdmin(), config)
     state = call(ctrl.partition_state.remote(TRANSACTION_STATE_TOPIC, 0))
     if state.offline:
         raise BrokerNotAvailableError(f"{TRANSACTION_STATE_TOPIC}-0 has no leader: no transaction coordinator now")

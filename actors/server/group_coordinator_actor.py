@@ -33,16 +33,18 @@ class GroupCoordinatorActor(GroupCoordinator):
     def __init__(self, properties: Mapping[str, str]) -> None:
         """`properties`: the broker's `server.properties` (`offsets.topic.*` and `group.*` keys are read)."""
         config = BrokerConfig.from_properties(properties)
-        ctrl = controller()
         self._route = AppendRoute()
+        # The controller is looked up at each call: one started again (its node lost) is a new actor.
         super().__init__(
             config.offsets_topic_num_partitions,
             config.offsets_topic_replication_factor,
             clock=SYSTEM_CLOCK,
-            controller=RayTopicAdmin(ctrl),
+            controller=RayTopicAdmin(),
             find_partition=lambda partition: RayInternalPartition.leader_of(
                 CONSUMER_OFFSETS_TOPIC, partition, self._route
             ),
-            allocate_coordinator_epoch=lambda at_least: int(call(ctrl.allocate_coordinator_epoch.remote(at_least))),
+            allocate_coordinator_epoch=lambda at_least: int(
+                call(controller().allocate_coordinator_epoch.remote(at_least))
+            ),
             membership=GroupMembership(SYSTEM_CLOCK, MembershipConfig.of(config)),
         )

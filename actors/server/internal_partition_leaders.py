@@ -10,9 +10,8 @@ leader's `await_replicated`), else as Ray calls.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
-from actors.calls import call
+from actors.calls import call, controller
 from actors.core.controller.topic_metadata import TopicMetadata
 from actors.core.replication.replica import ACKS_ALL
 from actors.server.append_route import AppendRoute, Batches, CoordinatorBatch, LeaderWrite, PartitionLeader
@@ -20,25 +19,24 @@ from storage.partition.log import LogAppendInfo
 
 
 class RayTopicAdmin:
-    """The controller actor as creating an internal topic calls it (`actors.core.internal_topics.TopicAdmin`)."""
-
-    def __init__(self, handle: Any) -> None:
-        self._handle = handle
+    """The controller actor as creating an internal topic calls it (`actors.core.internal_topics.TopicAdmin`), looked
+    up by name at each call: a controller started again after its node was lost (the head) is a new actor, and a
+    handle kept from before would name the dead one for good."""
 
     def brokers(self) -> list[str]:
-        brokers: list[str] = call(self._handle.brokers.remote())
+        brokers: list[str] = call(controller().brokers.remote())
         return brokers
 
     def create_topic(
         self, name: str, partitions: int, config: Mapping[str, str], *, replication_factor: int
     ) -> TopicMetadata:
         created: TopicMetadata = call(
-            self._handle.create_topic.remote(name, partitions, config, replication_factor=replication_factor)
+            controller().create_topic.remote(name, partitions, config, replication_factor=replication_factor)
         )
         return created
 
     def describe_topic(self, name: str) -> TopicMetadata:
-        described: TopicMetadata = call(self._handle.describe_topic.remote(name))
+        described: TopicMetadata = call(controller().describe_topic.remote(name))
         return described
 
 

@@ -151,17 +151,17 @@ class TransactionCoordinatorActor:
         """The plain coordinator, made now if need be (the caller waits)."""
         with self._making:
             if self._coordinator is None:
-                ctrl = controller()
+                # The controller is looked up at each call: one started again (its node lost) is a new actor.
                 coordinator = TransactionCoordinator(
                     self._config,
                     clock=SYSTEM_CLOCK,
-                    controller=RayTopicAdmin(ctrl),
+                    controller=RayTopicAdmin(),
                     find_partition=lambda partition: RayInternalPartition.leader_of(
                         TRANSACTION_STATE_TOPIC, partition, self._route
                     ),
-                    allocate_producer_id=lambda: int(call(ctrl.allocate_producer_id.remote())),
+                    allocate_producer_id=lambda: int(call(controller().allocate_producer_id.remote())),
                     allocate_coordinator_epoch=lambda at_least: int(
-                        call(ctrl.allocate_coordinator_epoch.remote(at_least))
+                        call(controller().allocate_coordinator_epoch.remote(at_least))
                     ),
                     markers=self._markers,
                     completions=self._completions.submit,

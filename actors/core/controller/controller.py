@@ -351,8 +351,9 @@ class Controller(ReplicaMoves):
         start, every broker the states name that never registered (`_forget_absent_brokers`); then, every
         `leader.imbalance.check.interval.seconds` with `auto.leader.rebalance.enable`, preferred leaders are elected
         again, and every `HEAL_CHECK_MS` the replicas of brokers lost past their grace are moved
-        (`ReplicaMoves._heal_lost_replicas`). Returns the changed states (the moves' are pushed as they start). A
-        fenced controller does nothing."""
+        (`ReplicaMoves._heal_lost_replicas`) and internal topics short of their replication factor grow onto the
+        brokers that joined (`ReplicaMoves._grow_internal_topics`). Returns the changed states (the moves' are
+        pushed as they start). A fenced controller does nothing."""
         if self._replication.fenced:
             return []
         changed = []
@@ -377,6 +378,7 @@ class Controller(ReplicaMoves):
         if now_ms >= self._next_heal_ms:
             self._next_heal_ms = now_ms + HEAL_CHECK_MS
             self._heal_lost_replicas(now_ms)
+            self._grow_internal_topics()
         return changed
 
     def _forget_absent_brokers(self) -> list[LeaderAndIsr]:

@@ -1,7 +1,8 @@
 """The controller's replica moves, each a reassignment (`actors.core.controller.reassignment`, Kafka's KIP-455):
 those Kafka's AlterPartitionReassignments asks for, a broker's drain before its node is removed, self-healing of
-the replicas of brokers lost for good (`actors.core.controller.self_healing`), and balancing replicas over the
-running brokers (`actors.core.controller.balancing`). A mixin of `Controller`, whose
+the replicas of brokers lost for good (`actors.core.controller.self_healing`), internal topics growing to their
+replication factor as brokers join, and balancing replicas over the running brokers
+(`actors.core.controller.balancing`). A mixin of `Controller`, whose
 state and lock it works on (declared below for the type checker only)."""
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from typing import TYPE_CHECKING
 from actors.core.controller.balancing import balancing_moves
 from actors.core.controller.node_broker import NodeBroker
 from actors.core.controller.reassignment import cancelled, check_target, completed, reassigned
-from actors.core.controller.self_healing import blocked, due, healed_replicas, replica_counts
-from actors.core.controller.topic_metadata import TopicMetadata
+from actors.core.controller.self_healing import blocked, due, grown_replicas, healed_replicas, replica_counts
+from actors.core.controller.topic_metadata import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, TopicMetadata
 from actors.core.replication.leader_and_isr import LeaderAndIsr
 from storage.config.broker_config import BrokerConfig
 from storage.errors import InvalidReplicaAssignmentError, RaybrokerError
@@ -31,6 +32,9 @@ HEALS_PER_PASS = 8
 
 class ReplicaMoves:
     """Reassignments, drains and self-healing, for `Controller` (see the module docstring)."""
+
+    # Set when this controller grew `__transaction_state`, until its `min.insync.replicas` was raised to match.
+    _transaction_state_grown = False
 
     if TYPE_CHECKING:
         config: BrokerConfig
@@ -51,6 +55,8 @@ class ReplicaMoves:
         def _broker(self, node_id: str) -> NodeBroker: ...
 
         def _placeable(self) -> list[str]: ...
+
+        def alter_topic_config(self, name: str, config: Mapping[str, str]) -> TopicMetadata: ...
 
     def alter_partition_reassignments(
         self, requests: Mapping[tuple[str, int], Sequence[str] | None]
@@ -195,3 +201,68 @@ class ReplicaMoves:
                 self._reassign(state.topic, state.partition, target)
             except RaybrokerError as exc:
                 logger.warning("%s-%d not healed: %s", state.topic, state.partition, exc)
+
+    def _grow_internal_topics(self) -> None:
+        """The internal topics a cluster's first broker created alone (`offsets.topic.replication.factor` and
+        `transaction.state.log.replication.factor` are capped at the brokers running then) gain replicas as brokers
+        join, up to those factors: each partition short of its factor is reassigned with running brokers added
+        (`self_healing.grown_replicas`), `HEALS_PER_PASS` at a time, as Kafka's internal topics have their factor
+        from the start (Kafka creates them only once that many brokers run). Once this controller grew every
+        partition of `__transaction_state`, the topic's `min.insync.replicas`, capped at the replicas it was created
+        with, rises to `transaction.state.log.min.isr` (capped at the replicas it has now), as Kafka creates it."""
+        wanted = {
+            CONSUMER_OFFSETS_TOPIC: self.config.offsets_topic_replication_factor,
+            TRANSACTION_STATE_TOPIC: self.config.transaction_state_log_replication_factor,
+        }
+        with self._lock:
+            short = [
+                state
+                for name in wanted
+                if name in self._topics
+                for state in _states(self._topics[name])
+                if len(state.replicas) < wanted[name]
+            ]
+            running = self._placeable()
+            counts = replica_counts(self.partition_states(), running) if short else {}
+            moves = []
+            for state in short:
+                target = grown_replicas(state, wanted[state.topic], running, counts)
+                if target is not None:
+                    moves.append((state, target))
+                    self._transaction_state_grown |= state.topic == TRANSACTION_STATE_TOPIC
+                if len(moves) == HEALS_PER_PASS:
+                    break
+            raised_min_isr = self._transaction_state_min_isr() if self._transaction_state_grown and not moves else None
+        for state, target in moves:
+            logger.info(
+                "%s-%d: %d replicas, %d wanted; adding %s",
+                state.topic,
+                state.partition,
+                len(state.replicas),
+                wanted[state.topic],
+                [node for node in target if node not in state.replicas],
+            )
+            try:
+                self._reassign(state.topic, state.partition, target)
+            except RaybrokerError as exc:
+                logger.warning("%s-%d not grown: %s", state.topic, state.partition, exc)
+        if raised_min_isr is not None:
+            logger.info("%s: min.insync.replicas raised to %s", TRANSACTION_STATE_TOPIC, raised_min_isr)
+            self.alter_topic_config(TRANSACTION_STATE_TOPIC, {"min.insync.replicas": raised_min_isr})
+
+    def _transaction_state_min_isr(self) -> str | None:
+        """`__transaction_state`'s `min.insync.replicas` once its moves are done, when above its own (None
+        otherwise): `transaction.state.log.min.isr`, capped at its partitions' fewest replicas. Done after it."""
+        states = _states(self._topics[TRANSACTION_STATE_TOPIC])
+        if any(state.reassigning for state in states):
+            return None
+        self._transaction_state_grown = False
+        wanted = min(self.config.transaction_state_log_min_isr, *(len(state.replicas) for state in states))
+        config = self._topics[TRANSACTION_STATE_TOPIC].config
+        current = int(config.get("min.insync.replicas", self.config.min_insync_replicas))
+        return str(wanted) if wanted > current else None
+
+
+def _states(topic: TopicMetadata) -> list[LeaderAndIsr]:
+    """The replication state of each of the topic's partitions."""
+    return [topic.state(partition) for partition in topic.partitions]

@@ -71,6 +71,25 @@ def healed_replicas(
     return target
 
 
+def grown_replicas(
+    state: LeaderAndIsr, wanted: int, running: Collection[str], counts: dict[str, int]
+) -> tuple[str, ...] | None:
+    """The target replicas of an internal topic's partition created with fewer than `wanted` replicas (its first
+    broker created it alone): its own replicas, then the running brokers that hold none of it, fewest replicas first
+    (ties: the lower node id), up to `wanted` or as many as are free. None when it has `wanted` already or cannot
+    grow now (being reassigned, no leader, a replica on a broker not running, no free broker). `counts` is updated
+    as in `healed_replicas`."""
+    if len(state.replicas) >= wanted or state.reassigning or state.offline:
+        return None
+    if any(node not in running for node in state.replicas):
+        return None
+    free = sorted((node for node in running if node not in state.replicas), key=lambda node: (counts[node], node))
+    added = free[: wanted - len(state.replicas)]
+    for node in added:
+        counts[node] += 1
+    return (*state.replicas, *added) if added else None
+
+
 def due(lost_at_ms: Mapping[str, int], now_ms: int, grace_ms: int) -> set[str]:
     """The lost brokers whose grace has passed (none while `grace_ms` is -1: self-healing is off)."""
     if grace_ms < 0:

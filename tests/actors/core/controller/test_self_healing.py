@@ -14,8 +14,11 @@ import pytest
 
 from actors.core.controller.controller import HEAL_CHECK_MS
 from actors.core.controller.replica_moves import HEALS_PER_PASS
-from actors.core.controller.self_healing import due, healed_replicas, replica_counts
+from actors.core.controller.self_healing import due, grown_replicas, healed_replicas, replica_counts
+from actors.core.controller.topic_metadata import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
+from actors.core.groups.offsets_topic import ensure_consumer_offsets_topic
 from actors.core.replication.leader_and_isr import NO_LEADER, LeaderAndIsr
+from actors.core.transactions.state_topic import ensure_transaction_state_topic
 from storage.clock import MockClock
 from storage.errors import InvalidReplicaAssignmentError
 from tests.actors.core.controller.test_controller import NODES, Cluster
@@ -121,6 +124,63 @@ def test_healed_replicas_replace_only_lost_ones_on_the_least_loaded_free_brokers
     assert healed_replicas(state, {"b"}, {"a", "d"}, {"a": 0, "d": 0}) is None, "c is not running"
     offline = LeaderAndIsr("t", 0, NO_LEADER, 3, ("a", "b"), ("a",))
     assert healed_replicas(offline, {"a"}, {"b", "d"}, {"b": 0, "d": 0}) is None, "no leader to copy from"
+
+
+@pytest.fixture
+def first_broker(tmp_path: Path) -> Cluster:
+    """A cluster whose first broker is alone (the other nodes register later)."""
+    started = Cluster(tmp_path, MockClock(), {"transaction.state.log.num.partitions": "2"})
+    started.register(NODES[0])
+    yield started
+    started.close()
+
+
+def test_internal_topics_a_first_broker_created_alone_gain_their_replication_factor_as_brokers_join(
+    first_broker: Cluster,
+) -> None:
+    """Kafka creates `__consumer_offsets` and `__transaction_state` with their replication factor (3); the first
+    broker of a cluster here creates them with the replicas there are, and they grow as brokers join."""
+    cluster = first_broker
+    controller = cluster.controller
+    ensure_consumer_offsets_topic(controller, 3, controller.config.offsets_topic_replication_factor)
+    ensure_transaction_state_topic(controller, controller.config.transaction_config)
+    internal = [(CONSUMER_OFFSETS_TOPIC, p) for p in range(3)] + [(TRANSACTION_STATE_TOPIC, p) for p in range(2)]
+    assert {controller.partition_state(*key).replicas for key in internal} == {(NODES[0],)}
+    assert controller.describe_topic(TRANSACTION_STATE_TOPIC).config["min.insync.replicas"] == "1"
+    cluster.clock.sleep(HEAL_CHECK_MS)
+    controller.check_brokers({NODES[0]})
+    assert not any(controller.partition_state(*key).reassigning for key in internal), "no broker to grow onto"
+
+    cluster.register(*NODES[1:])
+    cluster.clock.sleep(HEAL_CHECK_MS)
+    controller.check_brokers(set(NODES))
+    for topic, partition in internal:
+        moving = controller.partition_state(topic, partition)
+        assert (moving.replicas, moving.adding, moving.leader) == (NODES, NODES[1:], NODES[0])
+        assert all(hosted(cluster, node, topic, partition) for node in NODES[1:])
+        assert controller.describe_topic(TRANSACTION_STATE_TOPIC).config["min.insync.replicas"] == "1", (
+            "raised before every partition had its replicas in sync"
+        )
+        join_isr(cluster, topic, NODES[1], partition)
+        done = join_isr(cluster, topic, NODES[2], partition)
+        assert (done.replicas, set(done.isr), done.reassigning) == (NODES, set(NODES), False)
+    cluster.clock.sleep(HEAL_CHECK_MS)
+    controller.check_brokers(set(NODES))
+    assert controller.describe_topic(TRANSACTION_STATE_TOPIC).config["min.insync.replicas"] == "2"
+    assert all(controller.partition_state(*key).replicas == NODES for key in internal)
+
+
+def test_grown_replicas_add_the_least_loaded_free_brokers_up_to_the_factor() -> None:
+    state = LeaderAndIsr("t", 0, "a", 3, ("a",), ("a",))
+    counts = {"a": 5, "b": 2, "c": 1, "d": 1}
+    assert grown_replicas(state, 3, set(counts), counts) == ("a", "c", "d")
+    assert counts == {"a": 5, "b": 2, "c": 2, "d": 2}, "the next partition sees the replicas chosen"
+    assert grown_replicas(state, 3, {"a", "b"}, {"a": 0, "b": 0}) == ("a", "b"), "as many as are free"
+    assert grown_replicas(state, 1, set(counts), counts) is None, "it has its factor"
+    assert grown_replicas(state, 3, {"a"}, {"a": 0}) is None, "no free broker"
+    assert grown_replicas(state, 3, {"b", "c"}, {"b": 0, "c": 0}) is None, "its replica is not running"
+    offline = LeaderAndIsr("t", 0, NO_LEADER, 3, ("a",), ("a",))
+    assert grown_replicas(offline, 3, {"a", "b"}, {"a": 0, "b": 0}) is None, "no leader to copy from"
 
 
 def test_due_and_replica_counts() -> None:
