@@ -311,6 +311,9 @@ class InProcessBroker:
     def update_replication(self, node: str, state: LeaderAndIsr) -> None:
         self.find_replica(state.topic, state.partition, node).update(state)
 
+    def forget_node(self, node: str) -> None:
+        """Nothing to release: the states go straight to the replica objects."""
+
     # --- finding partitions -------------------------------------------------------------------------------------
 
     def find_replica(self, topic: str, partition: int, node: str) -> Replica:

@@ -108,7 +108,8 @@ class RayNodeBroker:
 class RayReplicaNotifier:
     """Sends a replica's partition actor its new state without waiting (the controller's `ReplicaNotifier`): on a
     sender thread of the replica's node, in the order the states were given, so a broker that stands still delays
-    only the states of its own replicas."""
+    only the states of its own replicas. A node's thread ends once its broker left (after the states it was given),
+    so an elastic cluster's nodes that come and go leave no thread behind."""
 
     def __init__(self) -> None:
         self._senders: dict[str, concurrent.futures.ThreadPoolExecutor] = {}
@@ -121,6 +122,12 @@ class RayReplicaNotifier:
                 sender = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"replica-states-{node[:8]}")
                 self._senders[node] = sender
         sender.submit(_send_state, node, state)
+
+    def forget_node(self, node: str) -> None:
+        with self._lock:
+            sender = self._senders.pop(node, None)
+        if sender is not None:
+            sender.shutdown(wait=False)
 
 
 def _send_state(node: str, state: LeaderAndIsr) -> None:

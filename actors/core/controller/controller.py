@@ -140,6 +140,10 @@ class ReplicaNotifier(Protocol):
         """Raises `RaybrokerError` when the replica on `node` cannot be reached (it asks again when it opens)."""
         ...
 
+    def forget_node(self, node: str) -> None:
+        """`node`'s broker left: nothing is sent to it until it registers again (what it holds for it may go)."""
+        ...
+
 
 class Controller(ReplicaMoves):
     """Cluster metadata; see the module docstring. Thread-safe (one lock)."""
@@ -412,6 +416,7 @@ class Controller(ReplicaMoves):
             self._listeners.pop(node_id, None)
             self._lost_at_ms[node_id] = self._clock.milliseconds()
             self._draining.discard(node_id)
+            self._replicas.forget_node(node_id)
             logger.warning("broker on node %s is gone: electing new leaders for its partitions", node_id)
             changed = self._change_every_partition(functools.partial(self._after_lost, node_id))
         self._push(changed)
@@ -469,6 +474,7 @@ class Controller(ReplicaMoves):
         with self._lock:
             if self._brokers.pop(node_id, None) is not None:
                 self._lost_at_ms[node_id] = self._clock.milliseconds()
+                self._replicas.forget_node(node_id)
             self._draining.discard(node_id)
             self._sessions.forget(node_id)
             self._listeners.pop(node_id, None)

@@ -15,7 +15,14 @@ from typing import TYPE_CHECKING
 from actors.core.controller.balancing import balancing_moves
 from actors.core.controller.node_broker import NodeBroker
 from actors.core.controller.reassignment import cancelled, check_target, completed, reassigned
-from actors.core.controller.self_healing import blocked, due, grown_replicas, healed_replicas, replica_counts
+from actors.core.controller.self_healing import (
+    blocked,
+    due,
+    grown_replicas,
+    healed_replicas,
+    replaced_replicas,
+    replica_counts,
+)
 from actors.core.controller.topic_metadata import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, TopicMetadata
 from actors.core.replication.leader_and_isr import LeaderAndIsr
 from storage.config.broker_config import BrokerConfig
@@ -141,13 +148,12 @@ class ReplicaMoves:
                 if node_id not in state.replicas:
                     continue
                 why = blocked(state, {node_id}, running)
-                target = healed_replicas(state, {node_id}, running, counts)
-                if why is not None or target is None:
+                if why is not None:
                     raise InvalidReplicaAssignmentError(
                         f"the broker on node {node_id} cannot be drained: "
                         f"{state.topic}-{state.partition} cannot move: {why}"
                     )
-                moves.append((state.topic, state.partition, target))
+                moves.append((state.topic, state.partition, replaced_replicas(state, {node_id}, running, counts)))
             if dry_run:
                 return moves
             self._draining.add(node_id)

@@ -62,6 +62,13 @@ def healed_replicas(
     `running`) is updated for the replicas chosen, so the next partition sees them."""
     if not any(node in lost for node in state.replicas) or blocked(state, lost, running) is not None:
         return None
+    return replaced_replicas(state, lost, running, counts)
+
+
+def replaced_replicas(
+    state: LeaderAndIsr, lost: Collection[str], running: Collection[str], counts: dict[str, int]
+) -> tuple[str, ...]:
+    """`healed_replicas` of a partition known to have replicas on `lost` brokers and not to be `blocked`."""
     free = sorted((node for node in running if node not in state.replicas), key=lambda node: (counts[node], node))
     chosen = iter(free)
     target = tuple(next(chosen) if node in lost else node for node in state.replicas)

@@ -44,9 +44,13 @@ class RecordedReplicas:
 
     def __init__(self) -> None:
         self.told: list[tuple[str, LeaderAndIsr]] = []
+        self.forgotten: list[str] = []
 
     def update_replication(self, node: str, state: LeaderAndIsr) -> None:
         self.told.append((node, state))
+
+    def forget_node(self, node: str) -> None:
+        self.forgotten.append(node)
 
     def latest(self, node: str, topic: str, partition: int) -> LeaderAndIsr | None:
         states = [s for n, s in self.told if n == node and (s.topic, s.partition) == (topic, partition)]

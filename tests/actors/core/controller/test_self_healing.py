@@ -73,6 +73,7 @@ def test_a_broker_that_registers_again_within_the_grace_keeps_its_replicas(clust
     before = controller.partition_state("t", 0)
     lost = before.replicas[0]
     controller.check_brokers(set(NODES) - {lost})
+    assert cluster.replicas.forgotten == [lost], "the notifier releases what it keeps for a broker that left"
     cluster.clock.sleep(GRACE_MS // 2)
     controller.register_broker(lost)
     cluster.clock.sleep(GRACE_MS)
