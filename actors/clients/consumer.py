@@ -49,7 +49,10 @@ publishes offsets but not aborted transactions: its fetches always go to the act
 
 Committed offsets live in the group coordinator (`actors.server.group_coordinator_actor`, stored in
 `__consumer_offsets`). `commit()` commits the current positions; with `enable_auto_commit` they are also
-committed every `auto_commit_interval_ms` during `poll`, and on `close`. A read_committed consumer asks for stable
+committed every `auto_commit_interval_ms` during `poll`, and on `close`. As Kafka's `commitSync`, a commit that fails
+with a retriable error (the coordinator restarting, the leader of its `__consumer_offsets` partition moving) is
+tried again every `retry_backoff_ms` until `default_api_timeout_ms` (60 s) passes; committing the same offsets twice
+changes nothing. A read_committed consumer asks for stable
 offsets, as Kafka's does (KIP-447's `require_stable`): while a transaction that sent offsets for a partition is
 committing or aborting (its marker not yet on `__consumer_offsets`), `committed` and the first position wait for
 it, up to `STABLE_OFFSETS_TIMEOUT_S`, then raise `RequestTimedOutError`; a consume-transform-produce restart thus
@@ -170,6 +173,8 @@ class Consumer(Closeable):
         key_deserializer: Deserializer | None = None,
         local_fetch: bool = True,
         isolation_level: str = "read_uncommitted",
+        default_api_timeout_ms: int = 60_000,
+        retry_backoff_ms: int = 100,
     ) -> None:
         if isolation_level not in ISOLATION_LEVELS:
             raise InvalidConfigError(
@@ -187,6 +192,8 @@ class Consumer(Closeable):
             ("metadata_max_age_ms", metadata_max_age_ms, 0),
             ("fetch_max_wait_ms", fetch_max_wait_ms, 0),
             ("fetch_min_bytes", fetch_min_bytes, 0),
+            ("default_api_timeout_ms", default_api_timeout_ms, 0),
+            ("retry_backoff_ms", retry_backoff_ms, 0),
         ):
             if not is_int(value) or value < low:
                 raise InvalidConfigError(f"{name} must be an int >= {low}, got {value!r}")
@@ -199,6 +206,8 @@ class Consumer(Closeable):
         self._group_id = group_id
         self._auto_offset_reset = auto_offset_reset
         self._auto_commit_interval_ns = auto_commit_interval_ms * 1_000_000 if enable_auto_commit else None
+        self._default_api_timeout_s = default_api_timeout_ms / 1000
+        self._retry_backoff_s = retry_backoff_ms / 1000
         self._max_poll_records = max_poll_records
         self._fetch_max_bytes = fetch_max_bytes
         self._max_partition_fetch_bytes = max_partition_fetch_bytes
@@ -623,7 +632,8 @@ class Consumer(Closeable):
     # --- committed offsets -----------------------------------------------------------------------
 
     def commit(self, offsets: Mapping[TopicPartition, int] | None = None) -> None:
-        """Commits `offsets` (default: the current position of every assigned partition) for the group."""
+        """Commits `offsets` (default: the current position of every assigned partition) for the group, retrying a
+        retriable failure until `default_api_timeout_ms` passes (see the module docstring), then raising it."""
         self._check_open()
         group = self._require_group()
         to_commit = (
@@ -631,7 +641,16 @@ class Consumer(Closeable):
             if offsets is None
             else {check_topic_partition(tp): offset for tp, offset in offsets.items()}
         )
-        call(self._coordinator().commit.remote(group, to_commit))
+        deadline = time.monotonic() + self._default_api_timeout_s
+        while True:
+            try:
+                call(self._coordinator().commit.remote(group, to_commit))
+                return
+            except RaybrokerError as exc:
+                if not exc.retriable or time.monotonic() + self._retry_backoff_s > deadline:
+                    raise
+                logger.info("commit of group %s failed (%s); trying again", group, exc)
+                time.sleep(self._retry_backoff_s)
 
     def consumer_group_metadata(self) -> ConsumerGroupMetadata:
         """The group a transactional producer commits this consumer's offsets to

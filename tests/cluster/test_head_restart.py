@@ -88,8 +88,8 @@ class Head:
             str(self.log_dir),
             "--override",
             f"listeners=PLAINTEXT://127.0.0.1:{self.listener_port}",
-            # Two brokers: with Kafka's 2, a transaction needs both, and one of them is lost (Kafka's three brokers
-            # keep two in sync).
+            # Two brokers (the worker's gets the same): with Kafka's 2, a transaction needs both, and one of them is
+            # lost (Kafka's three brokers keep two in sync).
             "--override",
             "transaction.state.log.min.isr=1",
         )
@@ -152,7 +152,12 @@ WORKER_BROKER = textwrap.dedent(
     from cluster.protocol.listener_actor import start_kafka_listeners
     from storage.config.broker_config import BrokerConfig
     worker = next(node["NodeID"] for node in ray.nodes() if node["Alive"] and node["NodeID"] != sys.argv[4])
-    properties = {"log.dirs": sys.argv[2], "listeners": f"PLAINTEXT://127.0.0.1:{sys.argv[3]}", "node.id": "1"}
+    properties = {
+        "log.dirs": sys.argv[2],
+        "listeners": f"PLAINTEXT://127.0.0.1:{sys.argv[3]}",
+        "node.id": "1",
+        "transaction.state.log.min.isr": "1",
+    }
     start_broker_on(worker, properties)
     print(start_kafka_listeners(BrokerConfig.from_properties(properties), worker).bootstrap_servers)
     """
@@ -202,13 +207,17 @@ class Writer:
         return max(later - earlier for earlier, later in itertools.pairwise(times))
 
 
-def read_back(bootstrap: str, partition: int, count: int) -> list[bytes]:
+def read_back(
+    bootstrap: str, topic: str, partition: int, count: int, isolation: str = "read_uncommitted"
+) -> list[bytes]:
+    """The first `count` values of the partition, read from offset 0 at isolation level `isolation`."""
     from confluent_kafka import Consumer, TopicPartition
 
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "head-loss", "enable.auto.commit": False})
+    settings = {"bootstrap.servers": bootstrap, "group.id": "head-loss", "isolation.level": isolation}
+    consumer = Consumer({**settings, "enable.auto.commit": False})
     read: list[bytes] = []
     try:
-        consumer.assign([TopicPartition(TOPIC, partition, 0)])
+        consumer.assign([TopicPartition(topic, partition, 0)])
         deadline = time.monotonic() + 60
         while len(read) < count and time.monotonic() < deadline:
             for message in consumer.consume(500, 1.0):
@@ -296,25 +305,6 @@ def commit_transaction(bootstrap: str, value: bytes) -> None:
     producer.begin_transaction()
     producer.produce(TXN_TOPIC, value=value, partition=0)
     producer.commit_transaction(60)
-
-
-def read_committed(bootstrap: str, count: int) -> list[bytes]:
-    """The first `count` values a read_committed consumer reads from `TXN_TOPIC`."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    settings = {"bootstrap.servers": bootstrap, "group.id": "head-loss-reader", "isolation.level": "read_committed"}
-    consumer = Consumer({**settings, "enable.auto.commit": False})
-    read: list[bytes] = []
-    try:
-        consumer.assign([TopicPartition(TXN_TOPIC, 0, 0)])
-        deadline = time.monotonic() + 60
-        while len(read) < count and time.monotonic() < deadline:
-            for message in consumer.consume(10, 1.0):
-                assert message.error() is None, message.error()
-                read.append(message.value())
-    finally:
-        consumer.close()
-    return read
 
 
 def succeeds(attempt: Any, timeout_s: float, what: str) -> Any:
@@ -428,7 +418,7 @@ def test_a_lost_head_started_again_on_an_empty_disk_resumes_the_cluster_while_a_
     back_s = time.monotonic() - restarted_at
     writer.stop()
     assert committed_offset(worker_bootstrap) == 9
-    assert read_committed(worker_bootstrap, 2) == [b"before", b"after"]
+    assert read_back(worker_bootstrap, TXN_TOPIC, 0, 2, "read_committed") == [b"before", b"after"]
 
     assert writer.errors == []
     gap_s = writer.longest_gap_s(lost_at)
@@ -438,7 +428,7 @@ def test_a_lost_head_started_again_on_an_empty_disk_resumes_the_cluster_while_a_
     )
     assert gap_s <= MAX_GAP_S
     assert back_s <= MAX_BACK_S
-    assert read_back(worker_bootstrap, partition, len(writer.sent)) == writer.sent
+    assert read_back(worker_bootstrap, TOPIC, partition, len(writer.sent)) == writer.sent
     stopped = head.raybroker("stop", timeout_s=120)
     assert stopped.returncode == 0, stopped.stderr
     assert not storage.exists(), "a clean stop ends the cluster: its GCS state is discarded"

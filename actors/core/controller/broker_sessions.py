@@ -44,6 +44,11 @@ class BrokerSessions:
         silent = sorted(node for node, beat in self._beats.items() if now_ms - beat > self._session_ms)
         return silent[1:] if len(silent) >= len(registered) else silent
 
+    @property
+    def absent_check_pending(self) -> bool:
+        """True until `absent_check_due` said it was time: unregistered brokers may still be named in ISRs."""
+        return self._absent_check_ms is not None
+
     def absent_check_due(self) -> bool:
         """True once, a session after the controller started: time to take unregistered brokers for lost."""
         if self._absent_check_ms is None or self._clock.milliseconds() < self._absent_check_ms:

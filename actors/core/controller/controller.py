@@ -351,8 +351,10 @@ class Controller(ReplicaMoves):
 
     def check_brokers(self, alive: Collection[str]) -> list[LeaderAndIsr]:
         """One monitor pass: every registered broker whose node is not in `alive` is lost (`broker_lost`), so is
-        every broker fenced for silence (`actors.core.controller.broker_sessions`), and, once, a session after the
-        start, every broker the states name that never registered (`_forget_absent_brokers`); then, every
+        every broker fenced for silence (`actors.core.controller.broker_sessions`), until a session after the start
+        every broker the states name that is neither registered nor on a live node leaves the ISRs that keep a
+        registered member (`_shrink_isrs_of_dead_absent_brokers`), and, once, a session after the start, every broker
+        the states name that never registered is lost (`_forget_absent_brokers`); then, every
         `leader.imbalance.check.interval.seconds` with `auto.leader.rebalance.enable`, preferred leaders are elected
         again, and every `HEAL_CHECK_MS` the replicas of brokers lost past their grace are moved
         (`ReplicaMoves._heal_lost_replicas`) and internal topics short of their replication factor grow onto the
@@ -373,6 +375,7 @@ class Controller(ReplicaMoves):
                 self.config.broker_session_timeout_ms,
             )
             changed.extend(self.broker_lost(node))
+        changed.extend(self._shrink_isrs_of_dead_absent_brokers(alive))
         if absent_due:
             changed.extend(self._forget_absent_brokers())
         now_ms = self._clock.milliseconds()
@@ -399,6 +402,34 @@ class Controller(ReplicaMoves):
                 logger.warning("broker on node %s did not register within its session: it is taken for lost", node)
                 self._lost_at_ms.setdefault(node, self._clock.milliseconds())
                 changed.extend(self._change_every_partition(functools.partial(self._after_lost, node)))
+        self._push(changed)
+        return changed
+
+    def _shrink_isrs_of_dead_absent_brokers(self, alive: Collection[str]) -> list[LeaderAndIsr]:
+        """A broker the states name whose node is not alive and that is not registered (lost with the head, while no
+        controller ran) leaves at once the ISR of every partition that keeps a registered in-sync replica: those
+        partitions' acks=all writes waited for it since the head was lost, and would for a session more. A partition
+        with no registered in-sync replica waits for `_forget_absent_brokers` (its brokers may be coming back under
+        new node ids, with their disks: a whole cluster restarted)."""
+        changed = []
+        with self._lock:
+            if not self._sessions.absent_check_pending:
+                return []
+            for state in self.partition_states():
+                dead = [node for node in state.isr if node not in alive and node not in self._brokers]
+                if not dead or not any(node in self._brokers for node in state.isr):
+                    continue
+                new = state
+                for node in dead:
+                    logger.warning(
+                        "%s-%d: broker on node %s is not running and not registered: it leaves the ISR",
+                        state.topic,
+                        state.partition,
+                        node,
+                    )
+                    self._lost_at_ms.setdefault(node, self._clock.milliseconds())
+                    new = self._after_lost(node, new) or new
+                changed.append(self._persist_state(new))
         self._push(changed)
         return changed
 

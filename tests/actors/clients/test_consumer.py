@@ -15,6 +15,7 @@ import pytest
 
 from actors.clients import serializers
 from storage.errors import (
+    BrokerNotAvailableError,
     InvalidConfigError,
     InvalidGroupIdError,
     InvalidRequestError,
@@ -226,6 +227,58 @@ def test_a_group_starts_at_its_committed_offsets_and_auto_commit_commits_on_clos
     with Consumer(group_id="readers") as consumer:
         assert consumer.committed(("c2", 0)) == 12
         assert consumer.committed(("c2", 1)) is None
+
+
+def _coordinator_restarting() -> None:
+    raise BrokerNotAvailableError("the group coordinator is restarting")
+
+
+class RestartingCoordinator:
+    """The group coordinator's handle, whose first `failures` commits fail with a retriable error (a Ray task that
+    raises it), as while it restarts; any other method is the handle's own."""
+
+    def __init__(self, handle: Any, failures: int) -> None:
+        import ray
+
+        self._handle = handle
+        self._fail = ray.remote(num_cpus=0)(_coordinator_restarting)
+        self.failures = failures
+        self.failed = 0
+        self.commit = self
+
+    def remote(self, group: str, offsets: dict[tuple[str, int], int]) -> Any:
+        if self.failed < self.failures:
+            self.failed += 1
+            return self._fail.remote()
+        return self._handle.commit.remote(group, offsets)
+
+    def __getattr__(self, method: str) -> Any:
+        return getattr(self._handle, method)
+
+
+def test_a_commit_is_retried_through_retriable_failures_until_default_api_timeout_ms(
+    sent: list[Sent], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Kafka's commitSync: a retriable failure (the coordinator restarting) is tried again; past
+    `default_api_timeout_ms` the failure is raised."""
+    from actors import Consumer
+    from actors.calls import get_actor
+    from actors.options import group_coordinator_name
+
+    handle = get_actor(group_coordinator_name())
+    restarting = RestartingCoordinator(handle, failures=2)
+    monkeypatch.setattr(Consumer, "_coordinator", lambda _: restarting)
+    with Consumer(group_id="retried", retry_backoff_ms=10) as consumer:
+        consumer.commit({("c2", 0): 3})
+        assert restarting.failed == 2
+        assert consumer.committed(("c2", 0)) == 3
+    restarting = RestartingCoordinator(handle, failures=1_000_000)
+    with Consumer(group_id="retried", retry_backoff_ms=10, default_api_timeout_ms=300) as consumer:
+        started = time.monotonic()
+        with pytest.raises(BrokerNotAvailableError):
+            consumer.commit({("c2", 0): 4})
+        assert 0.2 <= time.monotonic() - started < 10 and restarting.failed > 1
+        assert consumer.committed(("c2", 0)) == 3
 
 
 def test_deserializers_apply_to_keys_and_values_and_bad_bytes_raise_with_the_offset(sent: list[Sent]) -> None:

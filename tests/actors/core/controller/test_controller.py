@@ -365,6 +365,28 @@ def test_a_broker_that_never_registers_with_a_new_controller_is_lost_at_its_sess
     assert [s.leader for s in cluster.controller.partition_states() if s.replicas == ("node-c",)] == ["node-c"]
 
 
+def test_an_absent_broker_whose_node_is_dead_leaves_the_isrs_with_a_registered_member_at_once(
+    cluster: Cluster,
+) -> None:
+    """The head lost with its broker: the next controller's first pass takes the dead node out of every ISR that
+    keeps a registered replica (their acks=all writes waited for it since the head was lost); a partition whose
+    only in-sync replica was there waits for the session (a restarted cluster's brokers come back under new ids)."""
+    cluster.controller.create_topic("t", 3, replication_factor=2)
+    cluster.controller.create_topic("single", 3, replication_factor=1)
+    cluster.controller.close()
+    cluster.controller = cluster.start_controller(("node-a", "node-b"))
+    before = {(s.topic, s.partition): s for s in cluster.controller.partition_states()}
+    cluster.controller.check_brokers({"node-a", "node-b"})
+    for state in cluster.controller.partition_states():
+        was = before[(state.topic, state.partition)]
+        if "node-c" not in was.isr or was.isr == ("node-c",):
+            assert state == was, "nothing else changes before the session"
+        else:
+            assert state.isr == tuple(n for n in was.isr if n != "node-c") and state.leader in state.isr
+    assert any("node-c" in s.isr and len(s.isr) > 1 for s in before.values()), "no partition to shrink"
+    assert any(s.isr == ("node-c",) for s in before.values()), "no partition to leave alone"
+
+
 def test_no_broker_is_fenced_after_the_controller_itself_stood_still(cluster: Cluster) -> None:
     """A gap of more than half a session between two monitor passes (the controller paused or starved) starts
     every session again: it cannot tell which broker was silent."""
