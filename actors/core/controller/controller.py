@@ -411,25 +411,25 @@ class Controller(ReplicaMoves):
         partitions' acks=all writes waited for it since the head was lost, and would for a session more. A partition
         with no registered in-sync replica waits for `_forget_absent_brokers` (its brokers may be coming back under
         new node ids, with their disks: a whole cluster restarted)."""
-        changed = []
+        gone: set[str] = set()
+
+        def without_dead(state: LeaderAndIsr) -> LeaderAndIsr | None:
+            dead = [node for node in state.isr if node not in alive and node not in self._brokers]
+            if not dead or not any(node in self._brokers for node in state.isr):
+                return None
+            gone.update(dead)
+            new = state
+            for node in dead:
+                new = self._after_lost(node, new) or new
+            return new
+
         with self._lock:
             if not self._sessions.absent_check_pending:
                 return []
-            for state in self.partition_states():
-                dead = [node for node in state.isr if node not in alive and node not in self._brokers]
-                if not dead or not any(node in self._brokers for node in state.isr):
-                    continue
-                new = state
-                for node in dead:
-                    logger.warning(
-                        "%s-%d: broker on node %s is not running and not registered: it leaves the ISR",
-                        state.topic,
-                        state.partition,
-                        node,
-                    )
-                    self._lost_at_ms.setdefault(node, self._clock.milliseconds())
-                    new = self._after_lost(node, new) or new
-                changed.append(self._persist_state(new))
+            changed = self._change_every_partition(without_dead)
+            for node in sorted(gone):
+                logger.warning("broker on node %s is not running and not registered: it leaves the ISRs", node)
+                self._lost_at_ms.setdefault(node, self._clock.milliseconds())
         self._push(changed)
         return changed
 
@@ -733,7 +733,7 @@ class Controller(ReplicaMoves):
 
     def partition_states(self) -> list[LeaderAndIsr]:
         """Every partition's replication state (the cluster's gauges read them at each export)."""
-        return [topic.state(p) for topic in list(self._topics.values()) for p in topic.partitions]
+        return [state for topic in list(self._topics.values()) for state in topic.states()]
 
     def topic_configs(self) -> dict[str, dict[str, str]]:
         return {name: dict(topic.config) for name, topic in self._topics.items()}

@@ -225,7 +225,7 @@ class ReplicaMoves:
                 state
                 for name in wanted
                 if name in self._topics
-                for state in _states(self._topics[name])
+                for state in self._topics[name].states()
                 if len(state.replicas) < wanted[name]
             ]
             running = self._placeable()
@@ -259,7 +259,7 @@ class ReplicaMoves:
     def _transaction_state_min_isr(self) -> str | None:
         """`__transaction_state`'s `min.insync.replicas` once its moves are done, when above its own (None
         otherwise): `transaction.state.log.min.isr`, capped at its partitions' fewest replicas. Done after it."""
-        states = _states(self._topics[TRANSACTION_STATE_TOPIC])
+        states = self._topics[TRANSACTION_STATE_TOPIC].states()
         if any(state.reassigning for state in states):
             return None
         self._transaction_state_grown = False
@@ -267,8 +267,3 @@ class ReplicaMoves:
         config = self._topics[TRANSACTION_STATE_TOPIC].config
         current = int(config.get("min.insync.replicas", self.config.min_insync_replicas))
         return str(wanted) if wanted > current else None
-
-
-def _states(topic: TopicMetadata) -> list[LeaderAndIsr]:
-    """The replication state of each of the topic's partitions."""
-    return [topic.state(partition) for partition in topic.partitions]

@@ -69,8 +69,7 @@ def replaced_replicas(
     state: LeaderAndIsr, lost: Collection[str], running: Collection[str], counts: dict[str, int]
 ) -> tuple[str, ...]:
     """`healed_replicas` of a partition known to have replicas on `lost` brokers and not to be `blocked`."""
-    free = sorted((node for node in running if node not in state.replicas), key=lambda node: (counts[node], node))
-    chosen = iter(free)
+    chosen = iter(_free_brokers(state, running, counts))
     target = tuple(next(chosen) if node in lost else node for node in state.replicas)
     for node in target:
         if node not in state.replicas:
@@ -86,15 +85,17 @@ def grown_replicas(
     (ties: the lower node id), up to `wanted` or as many as are free. None when it has `wanted` already or cannot
     grow now (being reassigned, no leader, a replica on a broker not running, no free broker). `counts` is updated
     as in `healed_replicas`."""
-    if len(state.replicas) >= wanted or state.reassigning or state.offline:
+    if len(state.replicas) >= wanted or blocked(state, (), running) is not None:
         return None
-    if any(node not in running for node in state.replicas):
-        return None
-    free = sorted((node for node in running if node not in state.replicas), key=lambda node: (counts[node], node))
-    added = free[: wanted - len(state.replicas)]
+    added = _free_brokers(state, running, counts)[: wanted - len(state.replicas)]
     for node in added:
         counts[node] += 1
     return (*state.replicas, *added) if added else None
+
+
+def _free_brokers(state: LeaderAndIsr, running: Collection[str], counts: dict[str, int]) -> list[str]:
+    """The running brokers holding no replica of `state`, fewest replicas first (ties: the lower node id)."""
+    return sorted((node for node in running if node not in state.replicas), key=lambda node: (counts[node], node))
 
 
 def due(lost_at_ms: Mapping[str, int], now_ms: int, grace_ms: int) -> set[str]:

@@ -78,6 +78,10 @@ class TopicMetadata:
             state = LeaderAndIsr(self.name, partition, node, 0, (node,), (node,))
         return state
 
+    def states(self) -> list[LeaderAndIsr]:
+        """The replication state of each partition (`state`)."""
+        return [self.state(partition) for partition in self.partitions]
+
     def with_state(self, state: LeaderAndIsr) -> TopicMetadata:
         leader = state.leader or self.partitions.get(state.partition, state.replicas[0])
         return replace(
