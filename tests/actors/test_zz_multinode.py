@@ -28,7 +28,7 @@ from actors.options import NAMESPACE, kafka_listener_name, transaction_coordinat
 from storage import file_names
 from storage.errors import BrokerNotAvailableError
 from storage.records.record_batch import iter_batches
-from tests.actors.support import start_broker_on
+from tests.actors.support import start_broker_on, wait_for
 from tests.storage.builders import Rec, as_recs, batch_bytes, kafka_decode
 
 pytestmark = pytest.mark.ray
@@ -96,13 +96,22 @@ def raylet_node_id(pid: int) -> str:
 def test_partitions_spread_over_nodes_and_run_where_their_folders_are(two_nodes: dict[str, list[Path]]) -> None:
     client = Broker.connect()
     assert call(client.controller.brokers.remote()) == sorted(two_nodes)
+    # The first broker created __consumer_offsets alone; the controller grows it to both brokers (its replication
+    # factor capped at the brokers running) before the new topic is placed, so the placement sees 2 replicas each.
+    wait_for(
+        lambda: all(len(state.replicas) == 2 for state in client.topic("__consumer_offsets").states()),
+        60.0,
+        "__consumer_offsets on both brokers",
+    )
     topic = call(client.controller.create_topic.remote("spread", 6))
-    # The first broker took both __consumer_offsets partitions, so the fewest-first rule evens it out to 4/4.
-    load = dict.fromkeys(two_nodes, 0)
+    # Fewest replicas first: 3 of the 6 go to each broker, and each leads 3 of them.
+    replicas = dict.fromkeys(two_nodes, 0)
     for name in ("spread", "__consumer_offsets"):
-        for node in client.topic(name).partitions.values():
-            load[node] += 1
-    assert sorted(load.values()) == [4, 4]
+        for state in client.topic(name).states():
+            for node in state.replicas:
+                replicas[node] += 1
+    assert sorted(replicas.values()) == [5, 5]
+    assert sorted(list(topic.partitions.values()).count(node) for node in two_nodes) == [3, 3]
     for partition, node in topic.partitions.items():
         handle = client.partition("spread", partition)
         state = call(handle.state.remote())
