@@ -22,17 +22,23 @@ from tests.conftest import skip_or_fail
 
 
 @pytest.fixture(scope="session")
-def kafka() -> Iterator[str]:
-    """Apache Kafka's bootstrap address (see the module docstring)."""
+def kafka_broker() -> Iterator[KafkaBroker]:
+    """Apache Kafka's one node (see the module docstring); its log (`nodes[0].log_path`) explains its failures."""
     broker = KafkaBroker()
     try:
         broker.start()
     except KafkaUnavailable as exc:
         skip_or_fail(f"Apache Kafka is not available here: {exc}")
     try:
-        yield broker.bootstrap_servers
+        yield broker
     finally:
         broker.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka(kafka_broker: KafkaBroker) -> str:
+    """Apache Kafka's bootstrap address."""
+    return kafka_broker.bootstrap_servers
 
 
 @pytest.fixture(scope="package")

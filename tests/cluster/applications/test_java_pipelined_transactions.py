@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.kafka_broker import KafkaBroker
 from tests.cluster.applications.java_programs import JavaProcess, java_classpath
 from tests.reliability.modes import LONG
 
@@ -52,8 +53,11 @@ def create_topic(bootstrap: str, topic: str) -> None:
     created[topic].result(timeout=60)
 
 
-def run_program(classpath: str, bootstrap: str, topic: str, seconds: int, transactions: int, log: Path) -> list[int]:
-    """Runs the producer to its end; the transactions it committed."""
+def run_program(
+    classpath: str, bootstrap: str, topic: str, seconds: int, transactions: int, log: Path, server_log: Path | None
+) -> list[int]:
+    """Runs the producer to its end; the transactions it committed. A failure shows the end of the program's output
+    and of `server_log` (the broker's own log, when it has one)."""
     program = JavaProcess(
         classpath,
         "PipelinedTransactions",
@@ -65,7 +69,8 @@ def run_program(classpath: str, bootstrap: str, topic: str, seconds: int, transa
     finally:
         program.stop()
     output = program.output()
-    assert code == 0, output[-3000:]
+    server = "" if server_log is None else server_log.read_text(errors="replace")[-3000:]
+    assert code == 0, f"{output[-3000:]}\n--- end of the broker's log ---\n{server}"
     lines = output.splitlines()
     ended = [line.split() for line in lines if line.startswith(("commit ", "abort "))]
     assert [int(number) for _, number in ended] == list(range(len(ended)))
@@ -121,15 +126,19 @@ def check_exactly_committed(read: dict[int, list[bytes]], committed: list[int]) 
 
 
 def test_a_pipelining_java_transactional_producer_reads_back_exactly_its_committed_transactions(
-    classpath: str, raybroker_servers: str, kafka: str, tmp_path: Path
+    classpath: str, raybroker_servers: str, kafka_broker: KafkaBroker, tmp_path: Path
 ) -> None:
     results = {}
-    for name, bootstrap in (("raybroker", raybroker_servers), ("kafka", kafka)):
+    servers = (
+        ("raybroker", raybroker_servers, None),
+        ("kafka", kafka_broker.bootstrap_servers, kafka_broker.nodes[0].log_path),
+    )
+    for name, bootstrap, server_log in servers:
         topic = f"pipelined-{name}-{uuid.uuid4().hex[:8]}"
         create_topic(bootstrap, topic)
         long_run = LONG and name == "raybroker"
         seconds, count = (LONG_S, 10**9) if long_run else (QUICK_S, TRANSACTIONS)
-        committed = run_program(classpath, bootstrap, topic, seconds, count, tmp_path / f"{name}.log")
+        committed = run_program(classpath, bootstrap, topic, seconds, count, tmp_path / f"{name}.log", server_log)
         if not long_run:
             assert len(committed) == TRANSACTIONS - TRANSACTIONS // 3
         read = read_committed(bootstrap, topic, len(committed) * RECORDS_PER_TRANSACTION)
