@@ -253,17 +253,25 @@ class ReplicaMoves:
             except RaybrokerError as exc:
                 logger.warning("%s-%d not grown: %s", state.topic, state.partition, exc)
         if raised_min_isr is not None:
+            try:
+                self.alter_topic_config(TRANSACTION_STATE_TOPIC, {"min.insync.replicas": raised_min_isr})
+            except RaybrokerError as exc:
+                logger.warning("%s: min.insync.replicas not raised yet: %s", TRANSACTION_STATE_TOPIC, exc)
+                return
             logger.info("%s: min.insync.replicas raised to %s", TRANSACTION_STATE_TOPIC, raised_min_isr)
-            self.alter_topic_config(TRANSACTION_STATE_TOPIC, {"min.insync.replicas": raised_min_isr})
+            with self._lock:
+                self._transaction_state_grown = False
 
     def _transaction_state_min_isr(self) -> str | None:
         """`__transaction_state`'s `min.insync.replicas` once its moves are done, when above its own (None
-        otherwise): `transaction.state.log.min.isr`, capped at its partitions' fewest replicas. Done after it."""
+        otherwise): `transaction.state.log.min.isr`, capped at its partitions' fewest replicas. The passes ask again
+        until it is raised (or needs no raise)."""
         states = self._topics[TRANSACTION_STATE_TOPIC].states()
         if any(state.reassigning for state in states):
             return None
-        self._transaction_state_grown = False
         wanted = min(self.config.transaction_state_log_min_isr, *(len(state.replicas) for state in states))
         config = self._topics[TRANSACTION_STATE_TOPIC].config
-        current = int(config.get("min.insync.replicas", self.config.min_insync_replicas))
-        return str(wanted) if wanted > current else None
+        if wanted > int(config.get("min.insync.replicas", self.config.min_insync_replicas)):
+            return str(wanted)
+        self._transaction_state_grown = False
+        return None

@@ -20,7 +20,7 @@ from actors.core.groups.offsets_topic import ensure_consumer_offsets_topic
 from actors.core.replication.leader_and_isr import NO_LEADER, LeaderAndIsr
 from actors.core.transactions.state_topic import ensure_transaction_state_topic
 from storage.clock import MockClock
-from storage.errors import InvalidReplicaAssignmentError
+from storage.errors import BrokerNotAvailableError, InvalidReplicaAssignmentError
 from tests.actors.core.controller.test_controller import NODES, Cluster
 
 GRACE_MS = 60_000
@@ -169,6 +169,37 @@ def test_internal_topics_a_first_broker_created_alone_gain_their_replication_fac
     controller.check_brokers(set(NODES))
     assert controller.describe_topic(TRANSACTION_STATE_TOPIC).config["min.insync.replicas"] == "2"
     assert all(controller.partition_state(*key).replicas == NODES for key in internal)
+
+
+def test_a_min_isr_raise_that_fails_is_tried_again_by_the_next_pass(
+    first_broker: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cluster = first_broker
+    controller = cluster.controller
+    ensure_transaction_state_topic(controller, controller.config.transaction_config)
+    cluster.register(*NODES[1:])
+    cluster.clock.sleep(HEAL_CHECK_MS)
+    controller.check_brokers(set(NODES))
+    for partition in range(2):
+        join_isr(cluster, TRANSACTION_STATE_TOPIC, NODES[1], partition)
+        join_isr(cluster, TRANSACTION_STATE_TOPIC, NODES[2], partition)
+    alter = controller.alter_topic_config
+    refusals = []
+
+    def refused_once(topic: str, changes: dict[str, str]) -> object:
+        if not refusals:
+            refusals.append(topic)
+            raise BrokerNotAvailableError("the metadata write failed")
+        return alter(topic, changes)
+
+    monkeypatch.setattr(controller, "alter_topic_config", refused_once)
+    cluster.clock.sleep(HEAL_CHECK_MS)
+    controller.check_brokers(set(NODES))
+    assert refusals == [TRANSACTION_STATE_TOPIC]
+    assert controller.describe_topic(TRANSACTION_STATE_TOPIC).config["min.insync.replicas"] == "1"
+    cluster.clock.sleep(HEAL_CHECK_MS)
+    controller.check_brokers(set(NODES))
+    assert controller.describe_topic(TRANSACTION_STATE_TOPIC).config["min.insync.replicas"] == "2"
 
 
 def test_grown_replicas_add_the_least_loaded_free_brokers_up_to_the_factor() -> None:
