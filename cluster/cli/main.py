@@ -18,6 +18,7 @@ Subcommands:
 |                        |                             | kafka-metadata-quorum.sh, kafka-consumer-groups.sh |
 |                        |                             | on one screen; exit 1: a partition is offline      |
 | `drain`, `balance`     | `cluster.cli.balancer`      | Cruise Control's remove_broker, rebalance          |
+| `reassign`             | `cluster.cli.reassign_command` | kafka-reassign-partitions.sh                    |
 | `transactions`         | `cluster.cli.transactions_command`  | kafka-transactions.sh (--list, --describe)         |
 | `sql`                  | `cluster.cli.sql_command`   | Spark SQL over live topics, each one a view        |
 | `stream`               | `cluster.cli.stream_command` | Spark Structured Streaming SQL over live topics   |
@@ -61,6 +62,7 @@ from cluster.cli import (
     lifecycle,
     offsets,
     produce_command,
+    reassign_command,
     sql_command,
     status,
     stream_command,
@@ -92,6 +94,7 @@ COMMAND_MODULES = (
     consumer_groups_command,
     status,
     balancer,
+    reassign_command,
     transactions_command,
     sql_command,
     stream_command,

@@ -39,6 +39,7 @@ from actors.clients.consumer import Consumer
 from actors.clients.producer import Producer
 from actors.core.replication.leader_and_isr import LeaderAndIsr
 from actors.server.partition_lookup import HostedPartitionHandle, replica_actor
+from cluster.cli.main import main as cli_main
 from storage.errors import (
     BrokerNotAvailableError,
     InvalidReplicationFactorError,
@@ -178,22 +179,46 @@ def test_replicas_go_to_distinct_nodes_and_too_many_is_refused(nodes: Nodes) -> 
         admin.create_topic("too-many", partitions=1, replication_factor=4)
 
 
-def test_a_partition_reassigned_to_another_node_keeps_every_record_there(nodes: Nodes) -> None:
-    """A partition reassigned to another node keeps every record there, and its old replica is deleted."""
+def test_a_partition_reassigned_to_another_node_keeps_every_record_there(
+    nodes: Nodes, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A partition moved to another node with `raybroker reassign` (kafka-reassign-partitions' --execute, --verify
+    and --list) keeps every record there, and its old replica is deleted."""
     admin = Admin()
     admin.create_topic("moved", partitions=1, replication_factor=1)
     (source,) = states("moved")[0].replicas
     target = next(node for node in sorted(nodes.dirs) if node != source)
+    names = admin.describe_cluster().node_ids
     values = [f"moved-{i}".encode() for i in range(200)]
     with Producer(acks="all", linger_ms=2) as producer:
         for future in [producer.send("moved", value, partition=0) for value in values]:
             future.result(timeout=60)
-    assert admin.alter_partition_reassignments({("moved", 0): (target,)}) == {("moved", 0): None}
-    wait_until(lambda: states("moved")[0].replicas == (target,), what="the move completed")
+    plan = tmp_path / "plan.json"
+    partitions = [{"topic": "moved", "partition": 0, "replicas": [names.get(target, target)]}]
+    plan.write_text(json.dumps({"version": 1, "partitions": partitions}), encoding="utf-8")
+
+    def reassign(*arguments: str) -> tuple[int, str, str]:
+        code = cli_main(["reassign", *arguments])
+        captured = capsys.readouterr()
+        return code, captured.out, captured.err
+
+    code, out, err = reassign("--execute", "--reassignment-json-file", str(plan))
+    assert (code, err) == (0, ""), err
+    rollback = [(p["topic"], p["partition"], p["replicas"]) for p in json.loads(out.splitlines()[2])["partitions"]]
+    assert rollback == [("moved", 0, [names.get(source, source)])]
+    assert out.splitlines()[-1] == "Successfully started partition reassignment for moved-0"
+    wait_until(
+        lambda: (
+            "Reassignment of partition moved-0 is completed."
+            in reassign("--verify", "--reassignment-json-file", str(plan))[1]
+        ),
+        what="--verify tells the move completed",
+    )
+    assert states("moved")[0].replicas == (target,)
     assert [value for _, value, _ in replica_records("moved", 0, target, len(values))] == [
         serialized(value) for value in values
     ]
-    assert admin.list_partition_reassignments() == []
+    assert reassign("--list") == (0, "No partition reassignments found.\n", "")
     with pytest.raises(UnknownTopicOrPartitionError):
         replica_actor("moved", 0, source)
 

@@ -10,9 +10,10 @@
 - kafka-topics.sh `--describe` (DescribeTopicPartitions, which Kafka 3.7+'s Admin client prefers to Metadata) of
   two topics in pages of 2 partitions (`--partition-size-limit-per-response`): the same lines, broker ids and topic
   ids aside.
-- kafka-reassign-partitions.sh (AlterPartitionReassignments, ListPartitionReassignments) on one broker: a partition
-  reassigned onto its own broker (complete at once), listed, cancelled with none in progress, and a plan
-  naming a broker that does not exist. Moves between brokers run in `handlers/test_reassignments.py` (two
+- kafka-reassign-partitions.sh (AlterPartitionReassignments, ListPartitionReassignments) on one broker: a plan
+  generated, a partition reassigned onto its own broker (complete at once), verified, listed, cancelled with none
+  in progress, and a plan naming a broker that does not exist. `raybroker reassign` runs the same steps against
+  raybroker and prints what Kafka's tool prints against Apache Kafka (its error on the CLI's one error line). Moves between brokers run in `handlers/test_reassignments.py` (two
   in-process nodes) and `tests/actors/test_zz_replication.py`.
 - kafka-leader-election.sh (ElectLeaders) on one broker: preferred and unclean elections that are not needed, an
   election of every partition, an unknown topic and an unknown partition. Elections that move a leader need
@@ -31,6 +32,7 @@ from typing import Any
 import pytest
 
 from cluster.protocol.listener import start_listener
+from tests.cluster.cli.cli_support import run as run_cli
 from tests.cluster.protocol.helpers import assigned_member
 from tests.cluster.protocol.kafka_tools import (
     CONSUMER_GROUPS,
@@ -238,46 +240,99 @@ def test_kafka_topics_describe_pages_agree(kafka: str, raybroker: str) -> None:
     assert answers["raybroker"] == oracle
 
 
-def reassign_answers(bootstrap: str, folder: Path) -> dict[str, tuple[int, list[str]]]:
-    """kafka-reassign-partitions.sh on a new topic of one partition: its exit code and printed lines per step, the
-    broker's id written B (each broker has its own)."""
+# The steps on a new topic of one partition: each step's arguments, and whether it reads a plan naming the broker B
+# (a list: its replicas, B+100 standing for a broker that does not exist).
+REASSIGN_STEPS: dict[str, tuple[tuple[str, ...], list[str] | None]] = {
+    "generate": (("--generate",), None),
+    "execute": (("--execute",), ["B"]),
+    "verify": (("--verify",), ["B"]),
+    "list": (("--list",), None),
+    "cancel": (("--cancel",), ["B"]),
+    "unknown broker": (("--execute",), ["B", "B+100"]),
+}
+
+
+def reassign_answers(
+    bootstrap: str, topic: str, folder: Path, tool: Callable[[list[str]], tuple[int, str]], kafkas_own: bool
+) -> dict[str, tuple[int, list[str]]]:
+    """`REASSIGN_STEPS` on a new `topic` through `tool` (arguments -> exit code, printed text) against the cluster
+    at `bootstrap`:
+    each step's exit code and printed lines, the broker's id written B (each broker has its own). `kafkas_own`:
+    the tool is kafka-reassign-partitions.sh, whose --verify and --cancel get --preserve-throttles (raybroker sets
+    no throttle, so its command has nothing to clear and no such flag)."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
-    admin.create_topics([NewTopic("moved", 1, 1)])["moved"].result(timeout=DEADLINE_S)
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(timeout=DEADLINE_S)
     (broker,) = admin.list_topics(timeout=DEADLINE_S).brokers
+    ids = {"B": broker, "B+100": broker + 100}
+    folder.mkdir(parents=True, exist_ok=True)
+    topics = folder / "topics.json"
+    topics.write_text(json.dumps({"version": 1, "topics": [{"topic": topic}]}), encoding="utf-8")
 
-    def reassign(*arguments: str, replicas: list[int] | None = None) -> tuple[int, list[str]]:
-        plan = folder / "plan.json"
-        partitions = [
-            {"topic": "moved", "partition": 0, "replicas": replicas, "log_dirs": ["any"] * len(replicas or [])}
-        ]
-        plan.write_text(json.dumps({"version": 1, "partitions": partitions}), encoding="utf-8")
-        with_plan = ("--reassignment-json-file", str(plan)) if replicas is not None else ()
-        ran = run_kafka_tool(REASSIGN_PARTITIONS, bootstrap, *arguments, *with_plan)
+    def step(arguments: tuple[str, ...], replicas: list[str] | None) -> tuple[int, list[str]]:
+        extra: list[str] = []
+        if replicas is not None:
+            plan = folder / "plan.json"
+            partitions = [{"topic": topic, "partition": 0, "replicas": [ids[r] for r in replicas]}]
+            plan.write_text(json.dumps({"version": 1, "partitions": partitions}), encoding="utf-8")
+            extra = ["--reassignment-json-file", str(plan)]
+        if arguments == ("--generate",):
+            extra = ["--topics-to-move-json-file", str(topics), "--broker-list", str(broker)]
+        if kafkas_own and arguments[0] in ("--verify", "--cancel"):
+            extra.append("--preserve-throttles")
+        code, text = tool([*arguments, *extra])
         lines = [
             line.replace(f"[{broker}]", "[B]")
             .replace(f"[{broker},{broker + 100}]", "[B,B+100]")
             .replace(f"broker id {broker + 100}", "broker id B+100")
-            for line in (ran.stdout + ran.stderr).splitlines()
-            if line.strip() and not line.startswith(("SLF4J", "\tat "))
+            for line in text.splitlines()
+            if line.strip() and not line.startswith(("SLF4J", "log4j:", "\tat "))
         ]
-        return ran.returncode, lines
+        return code, lines
 
-    return {
-        "execute": reassign("--execute", replicas=[broker]),
-        "list": reassign("--list"),
-        "cancel": reassign("--cancel", "--preserve-throttles", replicas=[broker]),
-        "unknown broker": reassign("--execute", replicas=[broker, broker + 100]),
-    }
+    return {name: step(arguments, replicas) for name, (arguments, replicas) in REASSIGN_STEPS.items()}
+
+
+def kafka_reassign(bootstrap: str) -> Callable[[list[str]], tuple[int, str]]:
+    def run(arguments: list[str]) -> tuple[int, str]:
+        ran = run_kafka_tool(REASSIGN_PARTITIONS, bootstrap, *arguments)
+        # --cancel ends its output without a newline.
+        return ran.returncode, f"{ran.stdout}\n{ran.stderr}"
+
+    return run
 
 
 def test_kafka_reassign_partitions_agrees(kafka: str, raybroker: str, tmp_path: Path) -> None:
     answers = {
-        name: reassign_answers(bootstrap, tmp_path)
+        name: reassign_answers(bootstrap, "moved", tmp_path / name, kafka_reassign(bootstrap), True)
         for name, bootstrap in {"kafka": kafka, "raybroker": raybroker}.items()
     }
     oracle = answers["kafka"]
-    assert oracle["execute"][0] == 0 and oracle["list"][0] == 0, oracle
+    assert oracle["execute"][0] == 0 and oracle["list"][0] == 0 and oracle["unknown broker"][0] == 1, oracle
     for step, answer in oracle.items():
         assert answers["raybroker"][step] == answer, (step, answers["raybroker"][step], answer)
+
+
+def test_raybroker_reassign_answers_as_kafka_reassign_partitions_on_kafka(
+    kafka: str, raybroker: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`raybroker reassign` (over Ray) against raybroker, and Kafka's own tool against Apache Kafka: the same lines
+    at each step but the error's, which is the same message on the CLI's one error line."""
+
+    def ours(arguments: list[str]) -> tuple[int, str]:
+        code, out, err = run_cli(capsys, "reassign", *arguments)
+        return code, out + err
+
+    oracle = reassign_answers(kafka, "moved-cli", tmp_path / "kafka", kafka_reassign(kafka), True)
+    answers = reassign_answers(raybroker, "moved-cli", tmp_path / "raybroker", ours, False)
+    assert oracle["generate"][0] == 0 and oracle["verify"][0] == 0, oracle
+    for step, answer in oracle.items():
+        if step == "unknown broker":
+            continue
+        assert answers[step] == answer, (step, answers[step], answer)
+    code, lines = answers["unknown broker"]
+    assert (code, [line.removeprefix("raybroker: error: ") for line in lines]) == (
+        oracle["unknown broker"][0],
+        [oracle["unknown broker"][1][0].removeprefix("Error: ")],
+    )

@@ -1,0 +1,286 @@
+"""`raybroker reassign`: kafka-reassign-partitions.sh's actions, flags, files and printed lines, run over Ray instead
+of a Kafka listener (Kafka's tool itself works unchanged against a raybroker listener). The files and lines are
+`cluster.cli.reassign_plans`'; the moves are the controller's reassignments (`actors.core.controller.reassignment`:
+the new replicas copy from the leader and join the ISR, leadership moves off a removed replica, then the removed
+replicas are deleted).
+
+- `--generate --topics-to-move-json-file F --broker-list 1,2,3`: the topics' current assignment and a proposed one
+  over the listed running brokers (each partition keeps its replication factor; replicas and preferred leaders
+  spread by the controller's placement rule, `actors.core.controller.assignment.place_replicas`, over those
+  brokers alone). Brokers of the list that are not running are left out, as Kafka's tool leaves them. Nothing moves.
+- `--execute --reassignment-json-file F`: prints the current assignment of the file's partitions (to save for a
+  rollback), then starts the moves. Refused while other moves are under way, unless `--additional`.
+- `--verify --reassignment-json-file F`: each partition's move completed, still in progress, or absent with other
+  replicas than planned.
+- `--cancel --reassignment-json-file F`: cancels the file's moves in progress; their partitions keep the replicas
+  they had before.
+- `--list`: the moves in progress.
+
+Not supported (refused, or absent): moving a replica between the log dirs of its broker (`log_dirs` other than
+"any"), and Kafka's replication throttles (`--throttle`; moves copy at full speed).
+
+Exit codes: 0 done; 1 refused (a file that does not parse or plans nothing, an unknown topic, partition or broker,
+moves under way without --additional, a move the controller refuses), one line on stderr, nothing changed; 2 usage
+error.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from cluster.cli.command_support import (
+    EXIT_DATA_ERROR,
+    EXIT_OK,
+    UsageError,
+    add_actions,
+    add_command,
+    connect_admin,
+    print_error,
+)
+from cluster.cli.reassign_plans import (
+    Assignment,
+    BrokerName,
+    Move,
+    PlanError,
+    cancellable,
+    list_lines,
+    parse_broker_list,
+    parse_reassignment,
+    parse_topics,
+    partition_name,
+    reassignment_json,
+    verify_lines,
+)
+
+if TYPE_CHECKING:
+    from actors.clients.admin import Admin
+
+EPILOG = (
+    "Exit codes: 0 done; 1 refused (a file that does not parse, an unknown topic, partition or broker, moves "
+    "under way without --additional, a move the controller refuses), one line on stderr, nothing changed; "
+    "2 usage error."
+)
+# The files each action needs, and the options it takes besides them (Kafka's tool refuses the others).
+REQUIRED = {
+    "generate": ("topics_to_move_json_file", "broker_list"),
+    "execute": ("reassignment_json_file",),
+    "verify": ("reassignment_json_file",),
+    "cancel": ("reassignment_json_file",),
+    "list": (),
+}
+PERMITTED = {"execute": ("additional",)}
+FLAGS = {
+    "topics_to_move_json_file": "--topics-to-move-json-file",
+    "broker_list": "--broker-list",
+    "reassignment_json_file": "--reassignment-json-file",
+    "additional": "--additional",
+}
+CANNOT_EXECUTE = (
+    "Cannot execute because there is an existing partition assignment.  Use --additional to override this and "
+    "create a new partition assignment in addition to the existing one."
+)
+
+
+def add_commands(subcommands: Any) -> None:
+    parser = add_command(
+        subcommands,
+        "reassign",
+        "move partition replicas between brokers, as kafka-reassign-partitions does",
+        "Move partition replicas between brokers with kafka-reassign-partitions.sh's actions, JSON files and "
+        "output: generate a plan, execute it, verify it, cancel it, list the moves in progress. Brokers are "
+        "their Kafka node.id (raybroker status lists them). A move copies the partition to its new replicas, "
+        "which join the ISR, then deletes the replicas it removes.",
+        epilog=EPILOG,
+    )
+    add_actions(
+        parser,
+        [
+            ("generate", "print the current assignment of some topics and a proposed one over some brokers"),
+            ("execute", "start the moves of a reassignment file"),
+            ("verify", "tell whether the moves of a reassignment file are done"),
+            ("cancel", "cancel the moves of a reassignment file that are in progress"),
+            ("list", "list the moves in progress"),
+        ],
+    )
+    parser.add_argument(
+        "--topics-to-move-json-file",
+        metavar="FILE",
+        help='with --generate: the topics to move, {"version":1,"topics":[{"topic":"a"}]}',
+    )
+    parser.add_argument(
+        "--broker-list", metavar="IDS", help="with --generate: the brokers to spread them over, e.g. 1,2,3"
+    )
+    parser.add_argument(
+        "--reassignment-json-file",
+        metavar="FILE",
+        help="the plan (the JSON --generate proposes, or one written by hand)",
+    )
+    parser.add_argument(
+        "--additional", action="store_true", help="with --execute: start the moves while others are under way"
+    )
+    parser.set_defaults(handler=run_reassign)
+
+
+def run_reassign(args: argparse.Namespace) -> int:
+    _check_options(args)
+    try:
+        text = {
+            name: Path(getattr(args, name)).read_text(encoding="utf-8")
+            for name in ("topics_to_move_json_file", "reassignment_json_file")
+            if getattr(args, name) is not None
+        }
+        if args.action == "generate":
+            topics, brokers = parse_topics(text["topics_to_move_json_file"]), parse_broker_list(args.broker_list)
+            lines = Reassignments(connect_admin(args.address)).generate(topics, brokers)
+        elif args.action == "list":
+            lines = Reassignments(connect_admin(args.address)).listed()
+        else:
+            plan = parse_reassignment(text["reassignment_json_file"])
+            reassignments = Reassignments(connect_admin(args.address))
+            if args.action == "execute":
+                lines = reassignments.execute(plan, args.additional)
+            elif args.action == "verify":
+                lines = reassignments.verify(plan)
+            else:
+                lines = reassignments.cancel(plan)
+    except PlanError as exc:
+        print_error(str(exc))
+        return EXIT_DATA_ERROR
+    for line in lines:
+        print(line)
+    return EXIT_OK
+
+
+def _check_options(args: argparse.Namespace) -> None:
+    """Kafka's tool's rules: the action's files are given, and no option it does not take (`UsageError`)."""
+    for name in REQUIRED[args.action]:
+        if getattr(args, name) is None:
+            raise UsageError(f"--{args.action} needs {FLAGS[name]}")
+    allowed = set(REQUIRED[args.action]) | set(PERMITTED.get(args.action, ()))
+    for name, flag in FLAGS.items():
+        if name not in allowed and getattr(args, name) not in (None, False):
+            raise UsageError(f'Option "{flag}" can\'t be used with action "--{args.action}"')
+
+
+class Reassignments:
+    """The actions over an `Admin` client, brokers named by their Kafka node.id (see `cluster.cli.reassign_plans`).
+    Each answers the lines to print, or raises `PlanError` having changed nothing."""
+
+    def __init__(self, admin: Admin) -> None:
+        from actors.clients.broker import Broker
+
+        self._admin = admin
+        self._cluster = Broker.connect()
+        cluster = admin.describe_cluster()
+        self._running = cluster.brokers
+        self._names: dict[str, BrokerName] = {node: cluster.node_ids.get(node, node) for node in cluster.brokers}
+        self._nodes = {name: node for node, name in self._names.items()}
+
+    def generate(self, topics: Sequence[str], brokers: Sequence[BrokerName]) -> list[str]:
+        from actors.core.controller.assignment import place_replicas
+
+        current = self._current_of_topics(topics)
+        chosen = [self._nodes[broker] for broker in brokers if broker in self._nodes]
+        proposed: Assignment = {}
+        for topic in topics:
+            partitions = sorted(partition for name, partition in current if name == topic)
+            factor = len(current[(topic, partitions[0])]) if partitions else 0
+            if factor > len(chosen):
+                raise PlanError(f"Replication factor: {factor} larger than available brokers: {len(chosen)}.")
+            placed = place_replicas(len(partitions), factor, chosen, [], topic)
+            for partition, replicas in zip(partitions, placed, strict=True):
+                proposed[(topic, partition)] = self._named(replicas)
+        return [
+            "Current partition replica assignment",
+            reassignment_json(current),
+            "",
+            "Proposed partition reassignment configuration",
+            reassignment_json(proposed),
+        ]
+
+    def execute(self, plan: Assignment, additional: bool) -> list[str]:
+        if self._moves() and not additional:
+            raise PlanError(CANNOT_EXECUTE)
+        for replicas in plan.values():
+            unknown = next((broker for broker in replicas if broker not in self._nodes), None)
+            if unknown is not None:
+                raise PlanError(f"Unknown broker id {unknown}")
+        current = self._current_of_partitions(plan)
+        failed = self._admin.alter_partition_reassignments(
+            {key: tuple(self._nodes[broker] for broker in replicas) for key, replicas in plan.items()}
+        )
+        errors = {key: error for key, error in failed.items() if error is not None}
+        if errors:
+            named = "; ".join(f"{partition_name(key)}: {errors[key]}" for key in sorted(errors))
+            raise PlanError(f"Error reassigning partition(s): {named}")
+        started = ",".join(partition_name(key) for key in sorted(plan))
+        return [
+            "Current partition replica assignment",
+            "",
+            reassignment_json(current),
+            "",
+            "Save this to use as the --reassignment-json-file option during rollback",
+            f"Successfully started partition reassignment{'' if len(plan) == 1 else 's'} for {started}",
+        ]
+
+    def verify(self, plan: Assignment) -> list[str]:
+        moves = self._moves()
+        current: dict[tuple[str, int], tuple[BrokerName, ...]] = {}
+        for topic in sorted({topic for topic, _ in plan}):
+            current.update(self._current_of_topic(topic, missing_ok=True))
+        return verify_lines(plan, moves, current)
+
+    def cancel(self, plan: Assignment) -> list[str]:
+        cancelled = cancellable(self._moves(), plan)
+        if not cancelled:
+            lines = ["None of the specified partition reassignments are active."]
+        else:
+            failed = self._admin.alter_partition_reassignments(dict.fromkeys(cancelled))
+            errors = {key: error for key, error in failed.items() if error is not None}
+            if errors:
+                named = "; ".join(f"{partition_name(key)}: {errors[key]}" for key in sorted(errors))
+                raise PlanError(f"Error cancelling partition reassignment(s) for: {named}")
+            names = ",".join(partition_name(key) for key in cancelled)
+            lines = [f"Successfully cancelled partition reassignment{'' if len(cancelled) == 1 else 's'} for: {names}"]
+        return [*lines, "None of the specified partition moves are active."]
+
+    def listed(self) -> list[str]:
+        return list_lines(self._moves())
+
+    def _moves(self) -> dict[tuple[str, int], Move]:
+        return {
+            (state.topic, state.partition): Move(
+                self._named(state.replicas), self._named(state.adding), self._named(state.removing)
+            )
+            for state in self._admin.list_partition_reassignments()
+        }
+
+    def _current_of_topics(self, topics: Sequence[str]) -> Assignment:
+        current: Assignment = {}
+        for topic in topics:
+            current.update(self._current_of_topic(topic))
+        return current
+
+    def _current_of_partitions(self, plan: Mapping[tuple[str, int], object]) -> Assignment:
+        current = self._current_of_topics(sorted({topic for topic, _ in plan}))
+        missing = [partition_name(key) for key in sorted(plan) if key not in current]
+        if missing:
+            raise PlanError(f"Unable to find partition: {', '.join(missing)}")
+        return {key: current[key] for key in plan}
+
+    def _current_of_topic(self, topic: str, missing_ok: bool = False) -> Assignment:
+        from storage.errors import UnknownTopicOrPartitionError
+
+        try:
+            metadata = self._cluster.topic(topic)
+        except UnknownTopicOrPartitionError:
+            if missing_ok:
+                return {}
+            raise PlanError(f"Topic {topic} not found.") from None
+        return {(topic, state.partition): self._named(state.replicas) for state in metadata.states()}
+
+    def _named(self, nodes: Sequence[str]) -> tuple[BrokerName, ...]:
+        return tuple(self._names.get(node, node) for node in nodes)
