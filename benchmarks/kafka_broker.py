@@ -39,6 +39,8 @@ from typing import Self
 from cluster.downloads import cache_root, maven_repository
 
 KAFKA_VERSION = "3.9.1"
+# The Kafka 4 release the tests of Kafka 4's protocol run against, as they run Kafka's own tools of that release.
+KAFKA_4_VERSION = "4.2.2"
 SCALA_VERSION = "2.13"
 FETCH_TIMEOUT_S = 900.0
 FORMAT_TIMEOUT_S = 60.0

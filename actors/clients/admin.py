@@ -141,12 +141,18 @@ class Admin:
         )
 
     def alter_partition_reassignments(
-        self, reassignments: Mapping[tuple[str, int], Sequence[str] | None]
+        self,
+        reassignments: Mapping[tuple[str, int], Sequence[str] | None],
+        allow_replication_factor_change: bool = True,
     ) -> dict[tuple[str, int], RaybrokerError | None]:
         """Kafka's `alterPartitionReassignments`: each (topic, partition) moved to its target replicas, named by
         the Ray node ids of their brokers (None cancels the move in progress); each partition's error, None where
-        the move started (`actors.core.controller.reassignment`: the new replicas catch up, then the old go)."""
-        return call(self._controller.alter_partition_reassignments.remote(dict(reassignments)))
+        the move started (`actors.core.controller.reassignment`: the new replicas catch up, then the old go).
+        Without `allow_replication_factor_change` (Kafka's option of that name, KIP-860), a move to another number
+        of replicas is refused with `InvalidReplicationFactorError`."""
+        return call(
+            self._controller.alter_partition_reassignments.remote(dict(reassignments), allow_replication_factor_change)
+        )
 
     def list_partition_reassignments(self) -> list[LeaderAndIsr]:
         """Kafka's `listPartitionReassignments`: the state of each partition being moved (`adding`, `removing`)."""

@@ -9,7 +9,9 @@ replicas are deleted).
   spread by the controller's placement rule, `actors.core.controller.assignment.place_replicas`, over those
   brokers alone). Brokers of the list that are not running are left out, as Kafka's tool leaves them. Nothing moves.
 - `--execute --reassignment-json-file F`: prints the current assignment of the file's partitions (to save for a
-  rollback), then starts the moves. Refused while other moves are under way, unless `--additional`.
+  rollback), then starts the moves. Refused while other moves are under way, unless `--additional`; with
+  `--disallow-replication-factor-change` (KIP-860), a move that changes a partition's number of replicas is
+  refused.
 - `--verify --reassignment-json-file F`: each partition's move completed, still in progress, or absent with other
   replicas than planned.
 - `--cancel --reassignment-json-file F`: cancels the file's moves in progress; their partitions keep the replicas
@@ -71,12 +73,13 @@ REQUIRED = {
     "cancel": ("reassignment_json_file",),
     "list": (),
 }
-PERMITTED = {"execute": ("additional",)}
+PERMITTED = {"execute": ("additional", "disallow_replication_factor_change")}
 FLAGS = {
     "topics_to_move_json_file": "--topics-to-move-json-file",
     "broker_list": "--broker-list",
     "reassignment_json_file": "--reassignment-json-file",
     "additional": "--additional",
+    "disallow_replication_factor_change": "--disallow-replication-factor-change",
 }
 CANNOT_EXECUTE = (
     "Cannot execute because there is an existing partition assignment.  Use --additional to override this and "
@@ -121,6 +124,11 @@ def add_commands(subcommands: Any) -> None:
     parser.add_argument(
         "--additional", action="store_true", help="with --execute: start the moves while others are under way"
     )
+    parser.add_argument(
+        "--disallow-replication-factor-change",
+        action="store_true",
+        help="with --execute: refuse a move that changes a partition's number of replicas (KIP-860)",
+    )
     parser.set_defaults(handler=run_reassign)
 
 
@@ -141,7 +149,7 @@ def run_reassign(args: argparse.Namespace) -> int:
             plan = parse_reassignment(text["reassignment_json_file"])
             reassignments = Reassignments(connect_admin(args.address))
             if args.action == "execute":
-                lines = reassignments.execute(plan, args.additional)
+                lines = reassignments.execute(plan, args.additional, not args.disallow_replication_factor_change)
             elif args.action == "verify":
                 lines = reassignments.verify(plan)
             else:
@@ -201,7 +209,7 @@ class Reassignments:
             reassignment_json(proposed),
         ]
 
-    def execute(self, plan: Assignment, additional: bool) -> list[str]:
+    def execute(self, plan: Assignment, additional: bool, allow_factor_change: bool = True) -> list[str]:
         if self._moves() and not additional:
             raise PlanError(CANNOT_EXECUTE)
         for replicas in plan.values():
@@ -210,7 +218,8 @@ class Reassignments:
                 raise PlanError(f"Unknown broker id {unknown}")
         current = self._current_of_partitions(plan)
         failed = self._admin.alter_partition_reassignments(
-            {key: tuple(self._nodes[broker] for broker in replicas) for key, replicas in plan.items()}
+            {key: tuple(self._nodes[broker] for broker in replicas) for key, replicas in plan.items()},
+            allow_factor_change,
         )
         errors = {key: error for key, error in failed.items() if error is not None}
         if errors:

@@ -187,7 +187,7 @@ SERVED: Mapping[int, ApiRange] = MappingProxyType(
         OFFSET_DELETE_KEY: ApiRange(0, 0),
         ELECT_LEADERS_KEY: ApiRange(0, 2),
         DESCRIBE_LOG_DIRS_KEY: ApiRange(1, 4),
-        ALTER_PARTITION_REASSIGNMENTS_KEY: ApiRange(0, 0),
+        ALTER_PARTITION_REASSIGNMENTS_KEY: ApiRange(0, 1),
         LIST_PARTITION_REASSIGNMENTS_KEY: ApiRange(0, 0),
         CREATE_TOPICS_KEY: ApiRange(2, 7),
         DELETE_TOPICS_KEY: ApiRange(1, 6),

@@ -26,7 +26,7 @@ from actors.core.controller.self_healing import (
 from actors.core.controller.topic_metadata import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, TopicMetadata
 from actors.core.replication.leader_and_isr import LeaderAndIsr
 from storage.config.broker_config import BrokerConfig
-from storage.errors import InvalidReplicaAssignmentError, RaybrokerError
+from storage.errors import InvalidReplicaAssignmentError, InvalidReplicationFactorError, RaybrokerError
 from storage.pending import collect
 
 logger = logging.getLogger(__name__)
@@ -66,29 +66,36 @@ class ReplicaMoves:
         def alter_topic_config(self, name: str, config: Mapping[str, str]) -> TopicMetadata: ...
 
     def alter_partition_reassignments(
-        self, requests: Mapping[tuple[str, int], Sequence[str] | None]
+        self, requests: Mapping[tuple[str, int], Sequence[str] | None], allow_replication_factor_change: bool = True
     ) -> dict[tuple[str, int], RaybrokerError | None]:
         """Kafka's AlterPartitionReassignments: per partition, a move to its target replicas or (None) a cancel
         (`actors.core.controller.reassignment`; completed at once if nothing is added, else by `alter_partition`).
         Each partition's error, None where accepted: `UnknownTopicOrPartitionError`, `InvalidReplicaAssignmentError`
-        (no replica, one twice, a broker not running), `NoReassignmentInProgressError` (a cancel with none)."""
+        (no replica, one twice, a broker not running), `NoReassignmentInProgressError` (a cancel with none), and,
+        unless `allow_replication_factor_change` (KIP-860), `InvalidReplicationFactorError` for a target with
+        another count of replicas than the partition ends with now (its replicas, less those a move removes)."""
         outcome: dict[tuple[str, int], RaybrokerError | None] = {}
         for (topic, partition), target in requests.items():
             try:
-                self._reassign(topic, partition, target)
+                self._reassign(topic, partition, target, keep_factor=not allow_replication_factor_change)
             except RaybrokerError as exc:
                 outcome[(topic, partition)] = exc
             else:
                 outcome[(topic, partition)] = None
         return outcome
 
-    def _reassign(self, topic: str, partition: int, target: Sequence[str] | None) -> None:
+    def _reassign(self, topic: str, partition: int, target: Sequence[str] | None, *, keep_factor: bool = False) -> None:
         with self._lock:
             state = self.partition_state(topic, partition)
             if target is None:
                 new = cancelled(state, self._brokers)
             else:
-                new = reassigned(state, check_target(target, self._brokers))
+                checked = check_target(target, self._brokers)
+                if keep_factor and len(checked) != len(state.target):
+                    raise InvalidReplicationFactorError(
+                        f"The replication factor is changed from {len(state.target)} to {len(checked)}"
+                    )
+                new = reassigned(state, checked)
                 if new.replicas == state.replicas and not new.reassigning and not state.reassigning:
                     return
                 new = self._create_replicas(new, [node for node in new.adding if node not in state.replicas])

@@ -2,7 +2,9 @@
 brokers, what `kafka-reassign-partitions.sh` (`--execute`, `--verify`, `--cancel`, `--list`) and the Admin
 client's `alterPartitionReassignments` / `listPartitionReassignments` send.
 
-Alter names, per partition, the target replicas by broker id, or null to cancel the reassignment in progress; the
+Alter names, per partition, the target replicas by broker id, or null to cancel the reassignment in progress, and
+(v1, KIP-860) whether a move may change a partition's replication factor (when not, such a move answers
+INVALID_REPLICATION_FACTOR (38) with Kafka's message, "The replication factor is changed from 1 to 2"); the
 controller starts each (`actors.core.controller.reassignment`: the new replicas are added, catch up, and the
 partition then takes the target alone) and answers it at once, as Kafka's controller does, without waiting for
 the move. Per partition: NONE, INVALID_REPLICA_ASSIGNMENT (39) with Kafka's message (an empty list, a broker id not
@@ -26,7 +28,7 @@ from cluster.protocol.framing import Request, response_schema
 from cluster.protocol.handlers.authorization import GuardedHandler, allows_cluster
 from cluster.protocol.messages import build
 from cluster.protocol.views.broker_view import BrokerView
-from storage.errors import InvalidReplicaAssignmentError, RaybrokerError
+from storage.errors import InvalidReplicaAssignmentError, InvalidReplicationFactorError, RaybrokerError
 
 ALTER_PARTITION_REASSIGNMENTS_KEY = 45
 LIST_PARTITION_REASSIGNMENTS_KEY = 46
@@ -36,6 +38,8 @@ class AlterPartitionReassignmentsHandler(GuardedHandler[BrokerView]):
     """Answers AlterPartitionReassignments (see the module docstring)."""
 
     async def __call__(self, request: Request) -> Any:
+        # v1 (KIP-860): False refuses a move that changes a partition's replication factor; the answer repeats it.
+        allow_factor_change = bool(getattr(request.body, "allow_replication_factor_change", True))
         asked = {
             (topic.name, partition.partition_index): None
             if partition.replicas is None
@@ -45,13 +49,14 @@ class AlterPartitionReassignmentsHandler(GuardedHandler[BrokerView]):
         }
         if not allows_cluster(self._access, request.context, AclOperation.ALTER):
             denied = ErrorCode.cluster_authorization_failed
-            return _alter_response(request, denied, {key: (denied, None) for key in asked})
+            return _alter_response(request, denied, {key: (denied, None) for key in asked}, allow_factor_change)
         try:
-            outcomes = await self._view.alter_partition_reassignments(asked)
+            outcomes = await self._view.alter_partition_reassignments(asked, allow_factor_change)
         except RaybrokerError as exc:
             failed = error_code(exc)
-            return _alter_response(request, failed, {key: (failed, str(exc)) for key in asked})
-        return _alter_response(request, ErrorCode.none, {key: _answer(outcomes[key]) for key in asked})
+            return _alter_response(request, failed, {key: (failed, str(exc)) for key in asked}, allow_factor_change)
+        answers = {key: _answer(outcomes[key]) for key in asked}
+        return _alter_response(request, ErrorCode.none, answers, allow_factor_change)
 
 
 def _answer(outcome: RaybrokerError | None) -> tuple[ErrorCode, str | None]:
@@ -59,11 +64,12 @@ def _answer(outcome: RaybrokerError | None) -> tuple[ErrorCode, str | None]:
     controller answers them)."""
     if outcome is None:
         return ErrorCode.none, None
-    return error_code(outcome), outcome.message if isinstance(outcome, InvalidReplicaAssignmentError) else None
+    described = isinstance(outcome, InvalidReplicaAssignmentError | InvalidReplicationFactorError)
+    return error_code(outcome), outcome.message if described else None
 
 
 def _alter_response(
-    request: Request, code: ErrorCode, answers: dict[tuple[str, int], tuple[ErrorCode, str | None]]
+    request: Request, code: ErrorCode, answers: dict[tuple[str, int], tuple[ErrorCode, str | None]], allowed: bool
 ) -> Any:
     topics: dict[str, list[dict[str, Any]]] = {}
     for (topic, partition), (partition_code, message) in answers.items():
@@ -74,6 +80,7 @@ def _alter_response(
         response_schema(ALTER_PARTITION_REASSIGNMENTS_KEY, request.api_version),
         {
             "throttle_time": 0,
+            "allow_replication_factor_change": allowed,
             "error_code": code,
             "error_message": None,
             "responses": [{"name": name, "partitions": partitions} for name, partitions in topics.items()],

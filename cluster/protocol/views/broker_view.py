@@ -323,11 +323,12 @@ class BrokerView:
         return outcomes
 
     async def alter_partition_reassignments(
-        self, requests: Mapping[tuple[str, int], tuple[int, ...] | None]
+        self, requests: Mapping[tuple[str, int], tuple[int, ...] | None], allow_replication_factor_change: bool = True
     ) -> dict[tuple[str, int], RaybrokerError | None]:
         """Kafka's AlterPartitionReassignments: each partition's target replicas by Kafka broker id (None: cancel
-        the one in progress), answered per partition by the controller (`Controller.alter_partition_reassignments`).
-        A broker id no running listener announces is refused here with Kafka's message."""
+        the one in progress), answered per partition by the controller (`Controller.alter_partition_reassignments`,
+        which refuses a change of replication factor unless `allow_replication_factor_change`, KIP-860). A broker
+        id no running listener announces is refused here with Kafka's message."""
         listeners = await self._listeners()
         nodes = {found.broker_id: node for node, found in listeners.items()}
         refused: dict[tuple[str, int], RaybrokerError | None] = {}
@@ -339,7 +340,9 @@ class BrokerView:
             else:
                 translated[key] = None if broker_ids is None else tuple(nodes[broker] for broker in broker_ids)
         answered: dict[tuple[str, int], RaybrokerError | None] = (
-            await self._controller.call("alter_partition_reassignments", translated) if translated else {}
+            await self._controller.call("alter_partition_reassignments", translated, allow_replication_factor_change)
+            if translated
+            else {}
         )
         return {key: answered.get(key, refused.get(key)) for key in requests}
 

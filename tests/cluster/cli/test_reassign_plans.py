@@ -129,6 +129,10 @@ def test_moves_list_verify_and_cancel_as_kafkas_tool_tells_them() -> None:
         (["--execute"], "--execute needs --reassignment-json-file"),
         (["--generate", "--broker-list", "1"], "--generate needs --topics-to-move-json-file"),
         (["--list", "--additional"], 'Option "--additional" can\'t be used with action "--list"'),
+        (
+            ["--verify", "--reassignment-json-file", "p.json", "--disallow-replication-factor-change"],
+            'Option "--disallow-replication-factor-change" can\'t be used with action "--verify"',
+        ),
     ],
 )
 def test_options_an_action_does_not_take_are_a_usage_error(

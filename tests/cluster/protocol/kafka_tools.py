@@ -9,7 +9,7 @@ import functools
 import os
 import subprocess
 
-from benchmarks.kafka_broker import KafkaUnavailable, kafka_jars, kafka_tools_jar
+from benchmarks.kafka_broker import KAFKA_VERSION, KafkaUnavailable, kafka_jars, kafka_tools_jar
 from tests.conftest import skip_or_fail
 
 TOOL_TIMEOUT_S = 120
@@ -22,17 +22,20 @@ TRANSACTIONS = "org.apache.kafka.tools.TransactionsCommand"
 
 
 @functools.cache
-def _classpath() -> str:
+def _classpath(version: str) -> str:
     try:
-        return os.pathsep.join(str(jar) for jar in [*kafka_jars(), kafka_tools_jar()])
+        return os.pathsep.join(str(jar) for jar in [*kafka_jars(version), kafka_tools_jar(version)])
     except KafkaUnavailable as exc:
-        skip_or_fail(f"Apache Kafka's tools are not available here: {exc}")
+        skip_or_fail(f"Apache Kafka {version}'s tools are not available here: {exc}")
 
 
-def run_kafka_tool(tool: str, bootstrap: str, *arguments: str) -> subprocess.CompletedProcess[str]:
-    """Kafka's tool `tool` (a main class) with `--bootstrap-server bootstrap` and `arguments`, run to its end."""
+def run_kafka_tool(
+    tool: str, bootstrap: str, *arguments: str, version: str = KAFKA_VERSION
+) -> subprocess.CompletedProcess[str]:
+    """Kafka's tool `tool` (a main class) of Kafka `version` with `--bootstrap-server bootstrap` and `arguments`,
+    run to its end."""
     return subprocess.run(
-        ["java", "-cp", _classpath(), tool, "--bootstrap-server", bootstrap, *arguments],
+        ["java", "-cp", _classpath(version), tool, "--bootstrap-server", bootstrap, *arguments],
         capture_output=True,
         text=True,
         timeout=TOOL_TIMEOUT_S,

@@ -13,8 +13,9 @@
 - kafka-reassign-partitions.sh (AlterPartitionReassignments, ListPartitionReassignments) on one broker: a plan
   generated, a partition reassigned onto its own broker (complete at once), verified, listed, cancelled with none
   in progress, and a plan naming a broker that does not exist. `raybroker reassign` runs the same steps against
-  raybroker and prints what Kafka's tool prints against Apache Kafka (its error on the CLI's one error line). Moves between brokers run in `handlers/test_reassignments.py` (two
-  in-process nodes) and `tests/actors/test_zz_replication.py`.
+  raybroker and prints what Kafka's tool prints against Apache Kafka (its error on the CLI's one error line).
+  Moves between brokers run in `handlers/test_reassignments.py` (two in-process nodes) and
+  `tests/actors/test_zz_replication.py`; KIP-860's refusals, with Kafka 4.2's tool, in `test_kafka4_reassignments.py`.
 - kafka-leader-election.sh (ElectLeaders) on one broker: preferred and unclean elections that are not needed, an
   election of every partition, an unknown topic and an unknown partition. Elections that move a leader need
   several brokers; `tests/cluster/protocol/handlers/test_elect_leaders.py` runs them on a two-node broker.

@@ -13,7 +13,12 @@ import pytest
 
 from actors.core.replication.leader_and_isr import LeaderAndIsr
 from storage.clock import MockClock
-from storage.errors import InvalidReplicaAssignmentError, NoReassignmentInProgressError, UnknownTopicOrPartitionError
+from storage.errors import (
+    InvalidReplicaAssignmentError,
+    InvalidReplicationFactorError,
+    NoReassignmentInProgressError,
+    UnknownTopicOrPartitionError,
+)
 from tests.actors.core.controller.test_controller import NODES, Cluster
 
 
@@ -109,3 +114,27 @@ def test_bad_targets_get_kafkas_errors_per_partition(cluster: Cluster) -> None:
         assert isinstance(error, InvalidReplicaAssignmentError)
     (error,) = cluster.controller.alter_partition_reassignments({("t", 0): None}).values()
     assert isinstance(error, NoReassignmentInProgressError)
+
+
+def test_without_replication_factor_change_a_move_keeps_the_count_of_replicas_or_is_refused(cluster: Cluster) -> None:
+    """KIP-860: Kafka's AllowReplicationFactorChange=false refuses each move to another number of replicas than the
+    partition ends with (INVALID_REPLICATION_FACTOR, with Kafka's message), and lets one of the same number go on,
+    counting a move in progress by its target."""
+    before = cluster.controller.partition_state("t", 0)
+    (outside,) = [node for node in NODES if node not in before.replicas]
+    strict = {"allow_replication_factor_change": False}
+    for target in [(*before.replicas, outside), (before.replicas[0],)]:
+        (refused,) = cluster.controller.alter_partition_reassignments({("t", 0): target}, **strict).values()
+        assert isinstance(refused, InvalidReplicationFactorError)
+        assert refused.message == f"The replication factor is changed from 2 to {len(target)}"
+    assert cluster.controller.partition_state("t", 0) == before, "a refused move changes nothing"
+
+    moved = (before.replicas[1], outside)
+    assert cluster.controller.alter_partition_reassignments({("t", 0): moved}, **strict) == {("t", 0): None}
+    moving = cluster.controller.partition_state("t", 0)
+    assert moving.target == moved and len(moving.replicas) == 3
+    (refused,) = cluster.controller.alter_partition_reassignments({("t", 0): NODES}, **strict).values()
+    assert isinstance(refused, InvalidReplicationFactorError)
+    assert refused.message == "The replication factor is changed from 2 to 3"
+    assert cluster.controller.alter_partition_reassignments({("t", 0): None}, **strict) == {("t", 0): None}
+    assert cluster.controller.alter_partition_reassignments({("t", 0): NODES}) == {("t", 0): None}, "allowed"

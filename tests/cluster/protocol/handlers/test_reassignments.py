@@ -44,12 +44,22 @@ def two_nodes(tmp_path: Path) -> Iterator[tuple[InProcessBroker, InProcessBroker
         running.close()
 
 
-def alter(view: InProcessBrokerView, moves: dict[tuple[str, int], list[int] | None]) -> Any:
+def alter(
+    view: InProcessBrokerView, moves: dict[tuple[str, int], list[int] | None], allow_factor_change: bool | None = None
+) -> Any:
+    """AlterPartitionReassignments v0, or v1 with `allow_factor_change` when given."""
     topics: dict[str, list[dict[str, Any]]] = {}
     for (topic, partition), replicas in moves.items():
         topics.setdefault(topic, []).append({"partition_index": partition, "replicas": replicas})
-    values = {"timeout": 10_000, "topics": [{"name": name, "partitions": parts} for name, parts in topics.items()]}
-    return run(answer_async(AlterPartitionReassignmentsHandler(view), ALTER_PARTITION_REASSIGNMENTS_KEY, 0, values))
+    values: dict[str, Any] = {
+        "timeout": 10_000,
+        "topics": [{"name": name, "partitions": parts} for name, parts in topics.items()],
+    }
+    version = 0
+    if allow_factor_change is not None:
+        values["allow_replication_factor_change"], version = allow_factor_change, 1
+    handler = AlterPartitionReassignmentsHandler(view)
+    return run(answer_async(handler, ALTER_PARTITION_REASSIGNMENTS_KEY, version, values))
 
 
 def answers(response: Any) -> dict[tuple[str, int], tuple[ErrorCode, str | None]]:
@@ -137,6 +147,29 @@ def test_kafkas_errors_and_messages_per_partition(two_nodes: tuple[InProcessBrok
         )
     }
     assert listed(view) == {} and listed(view, [{"name": "t", "partition_indexes": [0, 1]}]) == {}
+
+
+def test_v1_without_replication_factor_change_refuses_a_move_to_another_count_of_replicas(
+    two_nodes: tuple[InProcessBroker, Any],
+) -> None:
+    """KIP-860 (Kafka 4.1's AllowReplicationFactorChange): a move to another number of replicas answers
+    INVALID_REPLICATION_FACTOR with Kafka's message and changes nothing, one of the same number starts, and the
+    answer repeats the flag."""
+    broker, view = two_nodes
+    run(view.create_topic("rf", 2, replication_factor=1))
+    before = {p: broker.controller.partition_state("rf", p) for p in range(2)}
+    (elsewhere,) = [node for node in BROKER_IDS if node != before[1].leader]
+    response = alter(view, {("rf", 0): [10, 11], ("rf", 1): [BROKER_IDS[elsewhere]]}, allow_factor_change=False)
+    assert response.allow_replication_factor_change is False
+    assert answers(response) == {
+        ("rf", 0): (ErrorCode.invalid_replication_factor, "The replication factor is changed from 1 to 2"),
+        ("rf", 1): (ErrorCode.none, None),
+    }
+    assert broker.controller.partition_state("rf", 0) == before[0]
+    assert broker.controller.partition_state("rf", 1).target == (elsewhere,)
+    allowed = alter(view, {("rf", 0): [10, 11]}, allow_factor_change=True)
+    assert allowed.allow_replication_factor_change is True
+    assert answers(allowed) == {("rf", 0): (ErrorCode.none, None)}
 
 
 def test_only_alter_on_the_cluster_may_reassign_and_describe_list(
