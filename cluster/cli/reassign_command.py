@@ -22,8 +22,8 @@ Not supported (refused, or absent): moving a replica between the log dirs of its
 "any"), and Kafka's replication throttles (`--throttle`; moves copy at full speed).
 
 Exit codes: 0 done; 1 refused (a file that does not parse or plans nothing, an unknown topic, partition or broker,
-moves under way without --additional, a move the controller refuses), one line on stderr, nothing changed; 2 usage
-error.
+moves under way without --additional: nothing changed; a move the controller refuses: the file's other moves went
+ahead, as with Kafka's tool), one line on stderr; 2 usage error.
 """
 
 from __future__ import annotations
@@ -62,8 +62,8 @@ if TYPE_CHECKING:
 
 EPILOG = (
     "Exit codes: 0 done; 1 refused (a file that does not parse, an unknown topic, partition or broker, moves "
-    "under way without --additional, a move the controller refuses), one line on stderr, nothing changed; "
-    "2 usage error."
+    "under way without --additional: nothing changed; a move the controller refuses: the file's other moves went "
+    "ahead, as with Kafka's tool), one line on stderr; 2 usage error."
 )
 # The files each action needs, and the options it takes besides them (Kafka's tool refuses the others).
 REQUIRED = {
@@ -175,7 +175,7 @@ def _check_options(args: argparse.Namespace) -> None:
 
 class Reassignments:
     """The actions over an `Admin` client, brokers named by their Kafka node.id (see `cluster.cli.reassign_plans`).
-    Each answers the lines to print, or raises `PlanError` having changed nothing."""
+    Each answers the lines to print, or raises `PlanError` (see the exit codes in the module docstring)."""
 
     def __init__(self, admin: Admin) -> None:
         from actors.clients.broker import Broker
@@ -221,10 +221,7 @@ class Reassignments:
             {key: tuple(self._nodes[broker] for broker in replicas) for key, replicas in plan.items()},
             allow_factor_change,
         )
-        errors = {key: error for key, error in failed.items() if error is not None}
-        if errors:
-            named = "; ".join(f"{partition_name(key)}: {errors[key]}" for key in sorted(errors))
-            raise PlanError(f"Error reassigning partition(s): {named}")
+        _check_answers(failed, "Error reassigning partition(s)")
         started = ",".join(partition_name(key) for key in sorted(plan))
         return [
             "Current partition replica assignment",
@@ -248,10 +245,7 @@ class Reassignments:
             lines = ["None of the specified partition reassignments are active."]
         else:
             failed = self._admin.alter_partition_reassignments(dict.fromkeys(cancelled))
-            errors = {key: error for key, error in failed.items() if error is not None}
-            if errors:
-                named = "; ".join(f"{partition_name(key)}: {errors[key]}" for key in sorted(errors))
-                raise PlanError(f"Error cancelling partition reassignment(s) for: {named}")
+            _check_answers(failed, "Error cancelling partition reassignment(s) for")
             names = ",".join(partition_name(key) for key in cancelled)
             lines = [f"Successfully cancelled partition reassignment{'' if len(cancelled) == 1 else 's'} for: {names}"]
         return [*lines, "None of the specified partition moves are active."]
@@ -293,3 +287,13 @@ class Reassignments:
 
     def _named(self, nodes: Sequence[str]) -> tuple[BrokerName, ...]:
         return tuple(self._names.get(node, node) for node in nodes)
+
+
+def _check_answers(answers: Mapping[tuple[str, int], Exception | None], heading: str) -> None:
+    """`PlanError` naming each partition the controller refused, after `heading` (Kafka's tool's words); the
+    others of the request went ahead, as with Kafka's tool."""
+    refused = {key: error for key, error in answers.items() if error is not None}
+    if refused:
+        named = "; ".join(f"{partition_name(key)}: {refused[key]}" for key in sorted(refused))
+        others = " (the others went ahead)" if len(refused) < len(answers) else ""
+        raise PlanError(f"{heading}: {named}{others}")
