@@ -50,9 +50,13 @@ list (blanks trimmed, empty entries dropped, as Kafka's `csvList`).
 | log.partitions.per.process                    | int     | 16                  | partition logs per actor process     |
 | log.partitions.spare.processes                | int     | 1                   | empty partition hosts kept started   |
 | raybroker.balancer.node.loss.grace.ms         | long    | 1800000             | lost this long: replicas re-created  |
+| raybroker.balancer.partition.autobalancing.mode | string | off             | node_add: a broker joins, takes share |
 
 `raybroker.balancer.node.loss.grace.ms` is how long a broker may be gone before its replicas are re-created on
-running brokers (`actors.core.controller.self_healing`; -1: never).
+running brokers (`actors.core.controller.self_healing`; -1: never). `raybroker.balancer.partition.autobalancing.mode`
+(Redpanda's `partition_autobalancing_mode`): `node_add` balances the replicas (`Controller.balance`, what
+`raybroker balance` does) whenever a running broker holds none while others hold more, so a node that joins takes
+its share by itself; `off` (the default, Kafka's behaviour) moves nothing unless asked.
 
 `log.partitions.per.process` and `log.partitions.spare.processes` are raybroker keys (no Kafka equivalent). Each
 partition log lives in a partition host (`actors.server.partition_host`), an actor process holding up to
@@ -254,6 +258,7 @@ class BrokerConfig(CleanerKeys, ListenerKeys, SecurityKeys, TransactionKeys):
     log_partitions_per_process: int = config_field(16, "int", low=1)
     log_partitions_spare_processes: int = config_field(1, "int", low=0)
     raybroker_balancer_node_loss_grace_ms: int = config_field(1800000, "long", low=-1)
+    raybroker_balancer_partition_autobalancing_mode: str = config_field("off", "string", choices=("off", "node_add"))
     default_replication_factor: int = config_field(1, "int", low=1)
     offsets_topic_replication_factor: int = config_field(3, "int", low=1, high=32767)
     metadata_replication_factor: int = config_field(3, "int", low=1, high=32767)

@@ -357,9 +357,10 @@ class Controller(ReplicaMoves):
         the states name that never registered is lost (`_forget_absent_brokers`); then, every
         `leader.imbalance.check.interval.seconds` with `auto.leader.rebalance.enable`, preferred leaders are elected
         again, and every `HEAL_CHECK_MS` the replicas of brokers lost past their grace are moved
-        (`ReplicaMoves._heal_lost_replicas`) and internal topics short of their replication factor grow onto the
-        brokers that joined (`ReplicaMoves._grow_internal_topics`). Returns the changed states (the moves' are
-        pushed as they start). A fenced controller does nothing."""
+        (`ReplicaMoves._heal_lost_replicas`), internal topics short of their replication factor grow onto the
+        brokers that joined (`ReplicaMoves._grow_internal_topics`), and with `node_add` autobalancing a broker
+        holding no replica takes its share (`ReplicaMoves._balance_onto_empty_brokers`). Returns the changed states
+        (the moves' are pushed as they start). A fenced controller does nothing."""
         if self._replication.fenced:
             return []
         changed = []
@@ -386,6 +387,7 @@ class Controller(ReplicaMoves):
             self._next_heal_ms = now_ms + HEAL_CHECK_MS
             self._heal_lost_replicas(now_ms)
             self._grow_internal_topics()
+            self._balance_onto_empty_brokers()
         return changed
 
     def _forget_absent_brokers(self) -> list[LeaderAndIsr]:

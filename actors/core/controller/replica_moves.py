@@ -42,6 +42,8 @@ class ReplicaMoves:
 
     # Set when this controller grew `__transaction_state`, until its `min.insync.replicas` was raised to match.
     _transaction_state_grown = False
+    # Whether node_add autobalancing is under way (`_balance_onto_empty_brokers`).
+    _autobalancing = False
 
     if TYPE_CHECKING:
         config: BrokerConfig
@@ -178,6 +180,27 @@ class ReplicaMoves:
                 for topic, partition, target in moves:
                     self._reassign(topic, partition, target)
         return moves
+
+    def _balance_onto_empty_brokers(self) -> None:
+        """With `raybroker.balancer.partition.autobalancing.mode=node_add` (Redpanda's mode of that name): once a
+        running broker not being drained holds no replica while another holds two or more, the replicas are
+        balanced (`balance`) `HEALS_PER_PASS` moves a pass, pass after pass, until no move is left and none is under
+        way, so a broker that joined takes its share (each move creates a replica with a call to its broker, which
+        the monitor pass's elections must not wait behind for long)."""
+        if self.config.raybroker_balancer_partition_autobalancing_mode != "node_add":
+            return
+        with self._lock:
+            if not self._autobalancing:
+                counts = replica_counts(self.partition_states(), self._placeable())
+                empty = sorted(node for node, count in counts.items() if count == 0)
+                if not empty or max(counts.values()) < 2:
+                    return
+                self._autobalancing = True
+                logger.info("broker(s) %s hold no replica: balancing replicas onto them (node_add)", empty)
+            moves = self.balance(limit=HEALS_PER_PASS)
+            if not moves and not any(state.reassigning for state in self.partition_states()):
+                self._autobalancing = False
+                logger.info("replicas balanced (node_add)")
 
     def _heal_lost_replicas(self, now_ms: int) -> None:
         """Self-healing (`actors.core.controller.self_healing`): each partition with a replica on a broker lost

@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from actors.core.controller.balancing import balancing_moves
+from actors.core.controller.controller import HEAL_CHECK_MS
+from actors.core.controller.replica_moves import HEALS_PER_PASS
 from actors.core.replication.leader_and_isr import LeaderAndIsr
 from storage.clock import MockClock
 from tests.actors.core.controller.test_controller import NODES, Cluster
@@ -75,5 +77,37 @@ def test_a_broker_that_joins_takes_its_share_through_reassignments(tmp_path: Pat
         spread = counts(controller.partition_states(), [*NODES, "node-d"])
         assert spread["node-d"] == 3 and max(spread.values()) - min(spread.values()) <= 1
         assert controller.balance(dry_run=True) == []
+    finally:
+        cluster.close()
+
+
+@pytest.mark.parametrize("mode", ["off", "node_add"])
+def test_with_node_add_autobalancing_a_broker_that_joins_takes_its_share_by_itself(tmp_path: Path, mode: str) -> None:
+    """Redpanda's `partition_autobalancing_mode=node_add`: the monitor passes move replicas onto a broker that joined
+    empty, `HEALS_PER_PASS` moves a pass, until every count is within one of the others; `off` (the default, as
+    Kafka) moves nothing."""
+    cluster = Cluster(tmp_path, MockClock(), {"raybroker.balancer.partition.autobalancing.mode": mode})
+    try:
+        cluster.register(*NODES)
+        controller = cluster.controller
+        controller.create_topic("t", 12, replication_factor=2)
+        cluster.register("node-d")
+        everyone = {*NODES, "node-d"}
+        for _ in range(6):
+            cluster.clock.sleep(HEAL_CHECK_MS)
+            controller.check_brokers(everyone)
+            moving = controller.partition_reassignments()
+            assert len(moving) <= HEALS_PER_PASS
+            for state in moving:
+                (added,) = state.adding
+                controller.alter_partition(
+                    state.topic, state.partition, state.leader, state.leader_epoch, [*state.isr, added]
+                )
+        spread = counts(controller.partition_states(), sorted(everyone))
+        if mode == "off":
+            assert spread["node-d"] == 0 and not controller.partition_reassignments()
+        else:
+            assert spread["node-d"] == 6 and max(spread.values()) - min(spread.values()) <= 1
+            assert controller.balance(dry_run=True) == []
     finally:
         cluster.close()
