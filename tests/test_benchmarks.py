@@ -164,7 +164,7 @@ def test_results_table_escapes_pipes_and_marks_missed_goals() -> None:
 def quick_ray_figures(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
     """`ray_data_read`, `ray_data_write` and `create_topic_s` of one `--quick` run, by name: one run, so one embedded
     Ray, broker and listener of the benchmark's own (its subprocess) serve the three. Slow (~60 s): 24 partitions,
-    every Ray Data read and write of both sides twice, and an Apache Kafka JVM, which is what `--quick` runs."""
+    every Ray Data read and write of both sides once, and an Apache Kafka JVM, which is what `--quick` runs."""
     out = tmp_path_factory.mktemp("quick-ray") / "figures.json"
     names = ["ray_data_read", "ray_data_write", "create_topic_s"]
     result = run_module("benchmarks", "--quick", "--only", *names, "--json", str(out), timeout_s=900)
