@@ -182,8 +182,9 @@ def test_replicas_go_to_distinct_nodes_and_too_many_is_refused(nodes: Nodes) -> 
 def test_a_partition_reassigned_to_another_node_keeps_every_record_there(
     nodes: Nodes, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """A partition moved to another node with `raybroker reassign` (kafka-reassign-partitions' --execute, --verify
-    and --list) keeps every record there, and its old replica is deleted."""
+    """A partition moved to another node with `raybroker reassign` (kafka-reassign-partitions' --generate over that
+    node's broker, then --execute of the plan it proposed, --verify and --list) keeps every record there, and its old
+    replica is deleted."""
     admin = Admin()
     admin.create_topic("moved", partitions=1, replication_factor=1)
     (source,) = states("moved")[0].replicas
@@ -193,15 +194,23 @@ def test_a_partition_reassigned_to_another_node_keeps_every_record_there(
     with Producer(acks="all", linger_ms=2) as producer:
         for future in [producer.send("moved", value, partition=0) for value in values]:
             future.result(timeout=60)
-    plan = tmp_path / "plan.json"
-    partitions = [{"topic": "moved", "partition": 0, "replicas": [names.get(target, target)]}]
-    plan.write_text(json.dumps({"version": 1, "partitions": partitions}), encoding="utf-8")
 
     def reassign(*arguments: str) -> tuple[int, str, str]:
         code = cli_main(["reassign", *arguments])
         captured = capsys.readouterr()
         return code, captured.out, captured.err
 
+    topics, plan = tmp_path / "topics.json", tmp_path / "plan.json"
+    topics.write_text(json.dumps({"version": 1, "topics": [{"topic": "moved"}]}), encoding="utf-8")
+    brokers = str(names.get(target, target))
+    code, out, err = reassign("--generate", "--topics-to-move-json-file", str(topics), "--broker-list", brokers)
+    assert (code, err) == (0, ""), err
+    lines = out.splitlines()
+    assert lines[0] == "Current partition replica assignment"
+    assert lines[3] == "Proposed partition reassignment configuration"
+    assert [p["replicas"] for p in json.loads(lines[1])["partitions"]] == [[names.get(source, source)]]
+    assert [p["replicas"] for p in json.loads(lines[4])["partitions"]] == [[names.get(target, target)]]
+    plan.write_text(lines[4], encoding="utf-8")
     code, out, err = reassign("--execute", "--reassignment-json-file", str(plan))
     assert (code, err) == (0, ""), err
     rollback = [(p["topic"], p["partition"], p["replicas"]) for p in json.loads(out.splitlines()[2])["partitions"]]
