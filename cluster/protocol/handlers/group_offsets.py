@@ -37,6 +37,7 @@ from cluster.protocol.connection import ConnectionContext
 from cluster.protocol.error_codes import coordinator_error_code, error_code, group_error_code
 from cluster.protocol.framing import Request, response_schema
 from cluster.protocol.handlers.authorization import GuardedHandler, allows, authorized_names
+from cluster.protocol.handlers.partition_counts import PartitionCounts
 from cluster.protocol.messages import build
 from cluster.protocol.security.access import AccessControl
 from cluster.protocol.views.broker_view import BrokerView
@@ -59,6 +60,7 @@ class OffsetCommitHandler:
         self._view = view
         self._groups = groups
         self._access = access
+        self._counts = PartitionCounts(view)
 
     async def __call__(self, request: Request) -> Any:
         body = request.body
@@ -95,7 +97,9 @@ class OffsetCommitHandler:
             self._access, request.context, AclOperation.READ, ResourceType.TOPIC, (topic.name for topic in body.topics)
         )
         try:
-            partition_counts = {name: info.partition_count for name, info in (await self._view.topics()).items()}
+            partition_counts = await self._counts.covering(
+                (topic.name, partition.partition_index) for topic in body.topics for partition in topic.partitions
+            )
         except RaybrokerError as exc:
             partition_counts, failure = {}, error_code(exc)
         else:

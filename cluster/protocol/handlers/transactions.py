@@ -12,10 +12,11 @@ partitions are added as v3 adds them. Each transaction's answer is in `results_b
 the top-level error code. Either form checks the topics first: a topic the principal may not WRITE (v0-3; nor an
 internal topic, which a producer never writes) answers TOPIC_AUTHORIZATION_FAILED (29), a partition that does not exist
 UNKNOWN_TOPIC_OR_PARTITION (3), and then every other partition of that transaction OPERATION_NOT_ATTEMPTED (55), nothing
-being added (partition counts found are trusted for `TOPIC_CACHE_MS`, as Kafka's brokers trust their metadata
-cache). AddOffsetsToTxn adds the group's `__consumer_offsets` partition. TxnOffsetCommit goes to the group
-coordinator, which holds the offsets pending until the COMMIT marker of the transaction reaches that partition; it is
-refused unless that partition is in the producer's transaction (TRANSACTION_ABORTABLE to v4+, INVALID_TXN_STATE before;
+being added (partition counts found are trusted for a second, as Kafka's brokers trust their metadata cache:
+`cluster.protocol.handlers.partition_counts`, which TxnOffsetCommit uses too). AddOffsetsToTxn adds the group's
+`__consumer_offsets` partition. TxnOffsetCommit goes to the group coordinator, which holds the offsets pending
+until the COMMIT marker of the transaction reaches that partition; it is refused unless that partition is in the
+producer's transaction (TRANSACTION_ABORTABLE to v4+, INVALID_TXN_STATE before;
 INVALID_PRODUCER_EPOCH for a fenced producer, INVALID_PRODUCER_ID_MAPPING for an unknown one). With member information
 it is checked against the group's member and generation, whatever the group's state (UNKNOWN_MEMBER_ID,
 ILLEGAL_GENERATION).
@@ -46,6 +47,7 @@ from actors.core.transactions.transaction_metadata import TransactionState, TxnE
 from cluster.protocol.error_codes import coordinator_error_code, error_code, group_error_code, txn_error_code
 from cluster.protocol.framing import Request, response_schema
 from cluster.protocol.handlers.authorization import GuardedHandler, allows, allows_cluster, authorized_names
+from cluster.protocol.handlers.partition_counts import PartitionCounts
 from cluster.protocol.messages import build
 from cluster.protocol.security.access import AccessControl
 from cluster.protocol.views.broker_view import BrokerView
@@ -68,10 +70,6 @@ LIST_TRANSACTIONS_KEY = 66
 FIRST_PRODUCER_FENCED_VERSION = 2
 # AddPartitionsToTxn v4+ is the brokers' form (KIP-890): a batch of transactions, authorized by CLUSTER_ACTION.
 FIRST_BROKER_ADD_PARTITIONS_VERSION = 4
-# How long AddPartitionsToTxn trusts a topic's partition count it found: Kafka's brokers check their metadata cache,
-# not the controller, for each request. Asking the controller costs one to two ms of every transaction's first
-# AddPartitionsToTxn; a topic deleted meanwhile is refused at the Produce and by its markers instead.
-TOPIC_CACHE_MS = 1000
 # The first TxnOffsetCommit answered TRANSACTION_ABORTABLE rather than INVALID_TXN_STATE (KIP-890).
 FIRST_TRANSACTION_ABORTABLE_COMMIT = 4
 
@@ -112,20 +110,7 @@ class AddPartitionsToTxnHandler:
         self._view = view
         self._transactions = transactions
         self._access = access
-        self._clock = clock
-        # Partition counts of topics found: (count, when found in ms), trusted for `TOPIC_CACHE_MS`.
-        self._counts: dict[str, tuple[int, int]] = {}
-
-    async def _partition_counts(self, wanted: list[TopicPartition]) -> dict[str, int]:
-        """Each wanted topic's partition count (absent: no such topic), from what was found within
-        `TOPIC_CACHE_MS` when it covers every wanted partition, else from the controller."""
-        now_ms = self._clock.milliseconds()
-        known = {topic: count for topic, (count, at_ms) in self._counts.items() if now_ms - at_ms < TOPIC_CACHE_MS}
-        if all(partition < known.get(topic, 0) for topic, partition in wanted):
-            return known
-        counts = {name: info.partition_count for name, info in (await self._view.topics()).items()}
-        self._counts = {topic: (count, now_ms) for topic, count in counts.items()}
-        return counts
+        self._counts = PartitionCounts(view, clock)
 
     async def __call__(self, request: Request) -> Any:
         response_type = response_schema(ADD_PARTITIONS_TO_TXN_KEY, request.api_version)
@@ -190,7 +175,7 @@ class AddPartitionsToTxnHandler:
             else topics
         )
         try:
-            counts = await self._partition_counts(wanted)
+            counts = await self._counts.covering(wanted)
         except RaybrokerError as exc:
             return dict.fromkeys(wanted, coordinator_error_code(exc))
         refused = {
@@ -292,6 +277,7 @@ class TxnOffsetCommitHandler:
         self._groups = groups
         self._transactions = transactions
         self._access = access
+        self._counts = PartitionCounts(view)
 
     async def __call__(self, request: Request) -> Any:
         body = request.body
@@ -316,7 +302,7 @@ class TxnOffsetCommitHandler:
             self._access, context, AclOperation.READ, ResourceType.TOPIC, (topic for topic, _ in wanted)
         )
         try:
-            counts = {name: info.partition_count for name, info in (await self._view.topics()).items()}
+            counts = await self._counts.covering((topic, p.partition_index) for topic, p in wanted)
             partition = await self._groups.offsets_partition_for(body.group_id)
         except RaybrokerError as exc:
             return [coordinator_error_code(exc)] * len(wanted)

@@ -17,6 +17,7 @@ from actors.core.controller.topic_metadata import CONSUMER_OFFSETS_TOPIC, TRANSA
 from actors.core.security.acl_bindings import AclOperation, ResourceType
 from actors.core.transactions.transaction_coordinator import FENCING_ID
 from cluster.protocol.handlers.group_offsets import OFFSET_FETCH_KEY, OffsetFetchHandler
+from cluster.protocol.handlers.partition_counts import TOPIC_CACHE_MS
 from cluster.protocol.handlers.produce import PRODUCE_KEY, ProduceHandler
 from cluster.protocol.handlers.producer_id import INIT_PRODUCER_ID_KEY, InitProducerIdHandler
 from cluster.protocol.handlers.transactions import (
@@ -26,7 +27,6 @@ from cluster.protocol.handlers.transactions import (
     DESCRIBE_TRANSACTIONS_KEY,
     END_TXN_KEY,
     LIST_TRANSACTIONS_KEY,
-    TOPIC_CACHE_MS,
     TXN_OFFSET_COMMIT_KEY,
     WRITE_TXN_MARKERS_KEY,
     AddOffsetsToTxnHandler,
@@ -352,7 +352,9 @@ def test_txn_offset_commit_is_unstable_until_the_commit_marker(
             }
         ],
     }
-    handler = TxnOffsetCommitHandler(view, groups, transactions)
+    # The topic's partition count is checked as AddPartitionsToTxn checks it: one question to the controller a second.
+    counted = _CountedTopics(view)
+    handler = TxnOffsetCommitHandler(counted, groups, transactions)  # type: ignore[arg-type]
 
     def commit_code() -> ErrorCode:
         code: ErrorCode = answer(handler, TXN_OFFSET_COMMIT_KEY, 3, commit).topics[0].partitions[0].error_code
@@ -368,6 +370,7 @@ def test_txn_offset_commit_is_unstable_until_the_commit_marker(
     partition = view.broker.group_coordinator.partition_for("g")
     assert described is not None and described.partitions == ((CONSUMER_OFFSETS_TOPIC, partition),)
     assert commit_code() == ErrorCode.none
+    assert counted.calls == 1
     fetch = {"group_id": "g", "topics": [{"name": TOPIC, "partition_indexes": [0]}], "require_stable": True}
 
     def fetched(require_stable: bool) -> tuple[int, ErrorCode]:
