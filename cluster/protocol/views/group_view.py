@@ -31,11 +31,18 @@ from cluster.protocol.views.transport import InProcessTransport, RayTransport, T
 TopicPartition = tuple[str, int]
 
 
+# How many groups' `__consumer_offsets` partitions a view keeps (all forgotten at once beyond that).
+KNOWN_GROUP_PARTITIONS = 10_000
+
+
 class GroupView:
     """The group coordinator as the protocol handlers see it (see the module docstring)."""
 
     def __init__(self, transport: Transport) -> None:
         self._transport = transport
+        # Each group's `__consumer_offsets` partition, as the coordinator answered it: a function of the group id and
+        # the topic's partition count, which never changes (`offsets_partition_for`).
+        self._offsets_partitions: dict[str, int] = {}
 
     @classmethod
     def in_process(cls, broker: InProcessBroker) -> Self:
@@ -133,8 +140,16 @@ class GroupView:
         return found
 
     async def offsets_partition_for(self, group: str) -> int:
-        """The `__consumer_offsets` partition holding the group's offsets (AddOffsetsToTxn adds it)."""
+        """The `__consumer_offsets` partition holding the group's offsets (AddOffsetsToTxn adds it, TxnOffsetCommit
+        checks it): asked of the coordinator once per group (up to `KNOWN_GROUP_PARTITIONS` groups kept), not on
+        each of a transaction's requests."""
+        known = self._offsets_partitions.get(group)
+        if known is not None:
+            return known
         partition: int = await self._transport.call("partition_for", group)
+        if len(self._offsets_partitions) >= KNOWN_GROUP_PARTITIONS:
+            self._offsets_partitions.clear()
+        self._offsets_partitions[group] = partition
         return partition
 
     async def commit_transactional_offsets(
