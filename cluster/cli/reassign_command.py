@@ -39,7 +39,7 @@ from cluster.cli.command_support import (
     UsageError,
     add_actions,
     add_command,
-    connect_admin,
+    connect,
     print_error,
 )
 from cluster.cli.reassign_plans import (
@@ -59,6 +59,7 @@ from cluster.cli.reassign_plans import (
 
 if TYPE_CHECKING:
     from actors.clients.admin import Admin
+    from actors.clients.broker import Broker
 
 EPILOG = (
     "Exit codes: 0 done; 1 refused (a file that does not parse, an unknown topic, partition or broker, moves "
@@ -140,20 +141,22 @@ def run_reassign(args: argparse.Namespace) -> int:
             for name in ("topics_to_move_json_file", "reassignment_json_file")
             if getattr(args, name) is not None
         }
+        # The files are read and checked before the cluster is reached.
         if args.action == "generate":
             topics, brokers = parse_topics(text["topics_to_move_json_file"]), parse_broker_list(args.broker_list)
-            lines = Reassignments(connect_admin(args.address)).generate(topics, brokers)
-        elif args.action == "list":
-            lines = Reassignments(connect_admin(args.address)).listed()
-        else:
+        elif args.action != "list":
             plan = parse_reassignment(text["reassignment_json_file"])
-            reassignments = Reassignments(connect_admin(args.address))
-            if args.action == "execute":
-                lines = reassignments.execute(plan, args.additional, not args.disallow_replication_factor_change)
-            elif args.action == "verify":
-                lines = reassignments.verify(plan)
-            else:
-                lines = reassignments.cancel(plan)
+        reassignments = Reassignments.connect(args.address)
+        if args.action == "generate":
+            lines = reassignments.generate(topics, brokers)
+        elif args.action == "list":
+            lines = reassignments.listed()
+        elif args.action == "execute":
+            lines = reassignments.execute(plan, args.additional, not args.disallow_replication_factor_change)
+        elif args.action == "verify":
+            lines = reassignments.verify(plan)
+        else:
+            lines = reassignments.cancel(plan)
     except PlanError as exc:
         print_error(str(exc))
         return EXIT_DATA_ERROR
@@ -177,15 +180,24 @@ class Reassignments:
     """The actions over an `Admin` client, brokers named by their Kafka node.id (see `cluster.cli.reassign_plans`).
     Each answers the lines to print, or raises `PlanError` (see the exit codes in the module docstring)."""
 
-    def __init__(self, admin: Admin) -> None:
+    def __init__(self, admin: Admin, cluster: Broker) -> None:
+        """`admin` and `cluster` are clients of the same running broker."""
+        self._admin = admin
+        self._cluster = cluster
+        described = admin.describe_cluster()
+        self._names: dict[str, BrokerName] = {node: described.node_ids.get(node, node) for node in described.brokers}
+        self._nodes = {name: node for node, name in self._names.items()}
+
+    @classmethod
+    def connect(cls, address: str | None) -> Reassignments:
+        """The actions over the cluster at `address` (`cluster.runtime.connect_to_cluster`), one connection."""
+        connect(address)
+        # Ray (through the actors): loaded only when the command runs, so the CLI starts fast.
+        from actors.clients.admin import Admin
         from actors.clients.broker import Broker
 
-        self._admin = admin
-        self._cluster = Broker.connect()
-        cluster = admin.describe_cluster()
-        self._running = cluster.brokers
-        self._names: dict[str, BrokerName] = {node: cluster.node_ids.get(node, node) for node in cluster.brokers}
-        self._nodes = {name: node for node, name in self._names.items()}
+        cluster = Broker.connect()
+        return cls(Admin(cluster), cluster)
 
     def generate(self, topics: Sequence[str], brokers: Sequence[BrokerName]) -> list[str]:
         from actors.core.controller.assignment import place_replicas
@@ -233,11 +245,8 @@ class Reassignments:
         ]
 
     def verify(self, plan: Assignment) -> list[str]:
-        moves = self._moves()
-        current: dict[tuple[str, int], tuple[BrokerName, ...]] = {}
-        for topic in sorted({topic for topic, _ in plan}):
-            current.update(self._current_of_topic(topic, missing_ok=True))
-        return verify_lines(plan, moves, current)
+        current = self._current_of_topics(sorted({topic for topic, _ in plan}), missing_ok=True)
+        return verify_lines(plan, self._moves(), current)
 
     def cancel(self, plan: Assignment) -> list[str]:
         cancelled = cancellable(self._moves(), plan)
@@ -261,10 +270,12 @@ class Reassignments:
             for state in self._admin.list_partition_reassignments()
         }
 
-    def _current_of_topics(self, topics: Sequence[str]) -> Assignment:
+    def _current_of_topics(self, topics: Sequence[str], missing_ok: bool = False) -> Assignment:
+        """The replicas of every partition of `topics`; an unknown topic is `PlanError`, or left out with
+        `missing_ok`."""
         current: Assignment = {}
         for topic in topics:
-            current.update(self._current_of_topic(topic))
+            current.update(self._current_of_topic(topic, missing_ok))
         return current
 
     def _current_of_partitions(self, plan: Mapping[tuple[str, int], object]) -> Assignment:
