@@ -20,7 +20,10 @@ ANONYMOUS = "User:ANONYMOUS"
 @dataclass(slots=True)
 class ConnectionContext:
     """One connection's listener, client address and principal (see the module docstring). `sasl` holds the
-    SASL exchange in progress: its mechanism's server state between SaslAuthenticate rounds."""
+    SASL exchange in progress: its mechanism's server state between SaslAuthenticate rounds. Once a client quota
+    applies to the connection (`cluster.protocol.quota_enforcer`), `quota_bound` makes the server handle its
+    requests one at a time, as Kafka handles every connection's, and `muted_until` (`time.monotonic()` seconds) is
+    when a throttled connection may send again: the server reads none of its requests before."""
 
     listener_name: str
     security_protocol: str
@@ -28,6 +31,8 @@ class ConnectionContext:
     principal: str = ANONYMOUS
     authenticated: bool = True
     sasl: Any = None
+    quota_bound: bool = False
+    muted_until: float = 0.0
 
     @classmethod
     def unnamed(cls) -> ConnectionContext:

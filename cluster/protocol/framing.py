@@ -64,9 +64,10 @@ class ApiRange:
 
 @dataclass(frozen=True, slots=True)
 class Request:
-    """A decoded request: its header's fields, its kio body and its connection's context (listener, client
-    address, principal). `body` is None only for an ApiVersions request newer than this server serves, whose body
-    cannot be decoded but must still be answered."""
+    """A decoded request: its header's fields, its kio body, its connection's context (listener, client
+    address, principal) and its size (the frame without its size prefix, as Kafka's quotas count a request).
+    `body` is None only for an ApiVersions request newer than this server serves, whose body cannot be decoded but
+    must still be answered."""
 
     api_key: int
     api_version: int
@@ -74,6 +75,7 @@ class Request:
     client_id: str | None
     body: Any
     context: ConnectionContext = field(default_factory=ConnectionContext.unnamed)
+    size_bytes: int = 0
 
 
 def decode_request(
@@ -105,7 +107,15 @@ def decode_request(
         raise UnsupportedApiError(f"no schema for api key {api_key} version {api_version}") from exc
     header, header_size = _decode(entity_reader(body_type.__header_schema__), payload, 0, "request header")
     body, _ = _decode(entity_reader(body_type), payload, header_size, f"body of api {api_key} v{api_version}")
-    return Request(api_key, api_version, correlation_id, header.client_id, body, context or ConnectionContext.unnamed())
+    return Request(
+        api_key,
+        api_version,
+        correlation_id,
+        header.client_id,
+        body,
+        context or ConnectionContext.unnamed(),
+        len(payload),
+    )
 
 
 @functools.cache

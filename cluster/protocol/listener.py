@@ -37,6 +37,7 @@ from actors.metrics.ray_export import exported_metrics
 from actors.metrics.recorder import BrokerMetrics
 from cluster.protocol.connection import ConnectionContext
 from cluster.protocol.framing import SplicedFrame
+from cluster.protocol.quota_enforcer import QuotaEnforcer
 from cluster.protocol.router import Router, request_name
 from cluster.protocol.security.access import AccessControl
 from cluster.protocol.security.tls import server_context
@@ -137,19 +138,26 @@ class KafkaListener:
     async def _serve(self) -> None:
         self._stopping = asyncio.Event()
         access = AccessControl(self._broker_config.security_config, self._security)
+        quotas = QuotaEnforcer(
+            self._security,
+            self._broker_config.quota_window_num,
+            self._broker_config.quota_window_size_seconds * 1000,
+        )
         try:
             await access.refresh()
-            server = await self._start_server(access)
+            server = await self._start_server(access, quotas)
         except BaseException as exc:
             self._started.set_exception(exc)
             return
         self._started.set_result(server)
         refreshing = asyncio.create_task(access.keep_fresh()) if access.enabled else None
+        refreshing_quotas = asyncio.create_task(quotas.keep_fresh())
         announcing = asyncio.create_task(self._keep_announced(self._endpoint(server)))
         try:
             await self._stopping.wait()
         finally:
             announcing.cancel()
+            refreshing_quotas.cancel()
             if refreshing is not None:
                 refreshing.cancel()
             await server.stop()
@@ -159,7 +167,7 @@ class KafkaListener:
                 # The broker may be stopping too; its registry goes with it.
                 await self._view.withdraw(self._endpoint(server))
 
-    async def _start_server(self, access: AccessControl) -> KafkaServer:
+    async def _start_server(self, access: AccessControl, quotas: QuotaEnforcer) -> KafkaServer:
         """Binds first (a port of 0 is only known once bound), then builds the router for the advertised address."""
         router: Router | None = None
 
@@ -188,6 +196,7 @@ class KafkaListener:
             static_broker_keys=self._static_broker_keys,
             security=self._security,
             access=access,
+            quotas=quotas,
             metrics=self._metrics,
         )
         try:

@@ -17,7 +17,8 @@ AlterConfigs, IncrementalAlterConfigs, DeleteRecords, DescribeCluster, OffsetFor
 from kio's floor to its ceiling: their later versions only add fields the handlers fill (CreateTopics v7 answers the
 topic id, DeleteTopics v6 deletes by topic id, `is_fenced` is false). So are the security APIs:
 DescribeAcls (29), CreateAcls (30), DeleteAcls (31) v1-3 (v0 could not name PREFIXED patterns, and Kafka 4 dropped
-it), DescribeUserScramCredentials (50) and AlterUserScramCredentials (51) v0. DescribeLogDirs (35) is served v1-4
+it), DescribeUserScramCredentials (50) and AlterUserScramCredentials (51) v0, and the client quota APIs
+DescribeClientQuotas (48) and AlterClientQuotas (49) v0-1 (v1 is v0 made flexible). DescribeLogDirs (35) is served v1-4
 (kio has no v0; v4 adds the file system's bytes, v5 is post-4.0). DescribeTopicPartitions (75) v0, which Kafka
 3.7+'s Admin client prefers to Metadata for `describeTopics`.
 The transaction APIs serve the TV1 protocol every client speaks to a broker finalizing no `transaction.version` feature,
@@ -113,6 +114,12 @@ from cluster.protocol.handlers.metadata import METADATA_KEY, MetadataHandler
 from cluster.protocol.handlers.offset_delete import OFFSET_DELETE_KEY, OffsetDeleteHandler
 from cluster.protocol.handlers.produce import PRODUCE_KEY, ProduceHandler
 from cluster.protocol.handlers.producer_id import INIT_PRODUCER_ID_KEY, InitProducerIdHandler
+from cluster.protocol.handlers.quota_admin import (
+    ALTER_CLIENT_QUOTAS_KEY,
+    DESCRIBE_CLIENT_QUOTAS_KEY,
+    AlterClientQuotasHandler,
+    DescribeClientQuotasHandler,
+)
 from cluster.protocol.handlers.reassignments import (
     ALTER_PARTITION_REASSIGNMENTS_KEY,
     LIST_PARTITION_REASSIGNMENTS_KEY,
@@ -157,6 +164,7 @@ from cluster.protocol.handlers.transactions import (
     TxnOffsetCommitHandler,
     WriteTxnMarkersHandler,
 )
+from cluster.protocol.quota_enforcer import QuotaEnforcer
 from cluster.protocol.security.access import AccessControl
 from cluster.protocol.views.broker_view import BrokerEndpoint, BrokerView
 from cluster.protocol.views.group_view import GroupView
@@ -201,6 +209,8 @@ SERVED: Mapping[int, ApiRange] = MappingProxyType(
         SASL_HANDSHAKE_KEY: ApiRange(1, 1),
         SASL_AUTHENTICATE_KEY: ApiRange(0, 2),
         DESCRIBE_ACLS_KEY: ApiRange(1, 3),
+        DESCRIBE_CLIENT_QUOTAS_KEY: ApiRange(0, 1),
+        ALTER_CLIENT_QUOTAS_KEY: ApiRange(0, 1),
         CREATE_ACLS_KEY: ApiRange(1, 3),
         DELETE_ACLS_KEY: ApiRange(1, 3),
         DESCRIBE_USER_SCRAM_CREDENTIALS_KEY: ApiRange(0, 0),
@@ -258,23 +268,27 @@ class Router:
         transactions: TransactionView,
         security: SecurityView,
         access: AccessControl,
+        quotas: QuotaEnforcer | None = None,
         metrics: BrokerMetrics = NO_METRICS,
     ) -> None:
         """`broker_config` is the broker's config and `static_broker_keys` the keys its properties set, for the
         admin APIs (defaults, sources, `delete.topic.enable`, `num.partitions`) and Metadata
         (`auto.create.topics.enable`); `security` holds the SCRAM credentials and ACLs, `access` answers the
-        handlers' authorization questions; `metrics` counts the bytes Fetch answers carry. Fetch sessions are kept
+        handlers' authorization questions, `quotas` (by default a copy of `security`'s) throttles Produce and Fetch;
+        `metrics` counts the bytes Fetch answers carry. Fetch sessions are kept
         here, `max.incremental.fetch.session.cache.slots` of them: one router serves a listener process."""
         describer = ConfigDescriber(broker_config, static_broker_keys)
+        quotas = quotas if quotas is not None else QuotaEnforcer(security)
         node_id = endpoint.node_id
         num_partitions = broker_config.num_partitions
         self._handlers: dict[int, Handler] = {
-            PRODUCE_KEY: ProduceHandler(view, transactions, access),
+            PRODUCE_KEY: ProduceHandler(view, transactions, access, quotas),
             FETCH_KEY: FetchHandler(
                 view,
                 access,
                 metrics,
                 FetchSessionCache(broker_config.max_incremental_fetch_session_cache_slots, SYSTEM_CLOCK),
+                quotas,
             ),
             LIST_OFFSETS_KEY: ListOffsetsHandler(view, access),
             METADATA_KEY: MetadataHandler(
@@ -316,6 +330,8 @@ class Router:
             ),
             SASL_AUTHENTICATE_KEY: SaslAuthenticateHandler(),
             DESCRIBE_ACLS_KEY: DescribeAclsHandler(security, access),
+            DESCRIBE_CLIENT_QUOTAS_KEY: DescribeClientQuotasHandler(security, access),
+            ALTER_CLIENT_QUOTAS_KEY: AlterClientQuotasHandler(security, quotas, access),
             CREATE_ACLS_KEY: CreateAclsHandler(security, access),
             DELETE_ACLS_KEY: DeleteAclsHandler(security, access),
             DESCRIBE_USER_SCRAM_CREDENTIALS_KEY: DescribeUserScramCredentialsHandler(security, access),

@@ -28,6 +28,9 @@ What closes a connection, and only that connection (the listener and every other
 - no complete read for `connections.max.idle.ms`;
 - a failed TLS handshake or SASL authentication (after the delay above);
 - an error inside a handler that it did not turn into a Kafka error code (logged with its traceback: a bug).
+A connection a client quota applies to has its requests handled one at a time, and once throttled
+(`ConnectionContext.muted_until`) is not read from until its throttle time has passed, as Kafka mutes a throttled
+channel: pipelined requests would be taken in before the throttle of the first could hold them back.
 The answers of requests read before the one that closes it are still sent.
 A connection over `max.connections` (all addresses) or `max.connections.per.ip` is closed as soon as it is
 accepted; Kafka's broker holds off accepting at `max.connections` instead, which asyncio's server cannot.
@@ -251,6 +254,9 @@ class KafkaServer:
         running: set[_Answer] = set()
         try:
             while True:
+                muted_s = context.muted_until - time.monotonic()
+                if muted_s > 0:
+                    await asyncio.sleep(muted_s)
                 (size,) = SIZE.unpack(await _read_exactly(reader, SIZE.size, idle_s))
                 max_bytes = self._config.socket_request_max_bytes
                 if not context.authenticated:
@@ -261,7 +267,7 @@ class KafkaServer:
                     return
                 payload = await _read_exactly(reader, size, idle_s)
                 read_at = time.perf_counter()
-                alone = not self._overlaps(payload)
+                alone = context.quota_bound or not self._overlaps(payload)
                 if alone and running:
                     await asyncio.wait(running)
                 await self._queue_slots.acquire()

@@ -42,6 +42,8 @@ list (blanks trimmed, empty entries dropped, as Kafka's `csvList`).
 | max.request.partition.size.limit              | int     | 2000                | DescribeTopicPartitions page size    |
 | num.network.threads                           | int     | 1 (Kafka: 3)        | listener processes per node          |
 | max.incremental.fetch.session.cache.slots     | int     | 1000                | fetch sessions per listener process  |
+| quota.window.num                              | int     | 11                  | samples of a client quota's rate   |
+| quota.window.size.seconds                     | int     | 1                   | each sample's length                 |
 | ssl.*, sasl.*, authorizer.class.name, ...     |         |                     | `storage.config.security_config`     |
 | transaction.*, transactional.id.*             |         |                     | `storage.config.transaction_config`  |
 
@@ -274,6 +276,8 @@ class BrokerConfig(CleanerKeys, ListenerKeys, SecurityKeys, TransactionKeys):
     max_request_partition_size_limit: int = config_field(2000, "int", low=1)
     num_network_threads: int = config_field(1, "int", low=1)
     max_incremental_fetch_session_cache_slots: int = config_field(1000, "int", low=0)
+    quota_window_num: int = config_field(11, "int", low=1)
+    quota_window_size_seconds: int = config_field(1, "int", low=1)
     log_segment_bytes: int = config_field(1073741824, "int")
     log_roll_ms: int | None = config_field(None, "long")
     log_roll_hours: int = config_field(168, "int")

@@ -14,6 +14,7 @@ Its records (JSON values, readable with `raybroker dump-log --print-data-log`):
 | `controller`       | `{"epoch", "node"}`: the controller that started last, in which epoch on which node |
 | `acl/<resource type>/<pattern type>/<name>` | `{"acls": [{"principal", "host", "operation", "permission_type"}]}` |
 | `scram/<mechanism>/<user>` | `{"mechanism", "salt", "stored_key", "server_key", "iterations"}` |
+| `quota/<entity>`   | `{"values": {key: value}}`: one client quota entity (`actors.core.quotas.client_quotas`) |
 
 A topic record names the topic's id (KIP-516: a random Kafka Uuid in Kafka's text, `storage.kafka_uuid`, drawn at
 creation, so a topic created again under the same name has another), each partition's leader node (its last leader
@@ -93,6 +94,13 @@ from actors.core.controller.topic_metadata import (
     INTERNAL_TOPICS,
     AdvertisedListener,
     TopicMetadata,
+)
+from actors.core.quotas.client_quotas import (
+    QUOTA_KEY_PREFIX,
+    ClientQuotaStore,
+    Entity,
+    FilterComponent,
+    QuotaAlteration,
 )
 from actors.core.replication.leader_and_isr import LeaderAndIsr
 from actors.core.role_metrics import NO_ROLE_METRICS, RoleMetrics
@@ -186,6 +194,7 @@ class Controller(ReplicaMoves):
         self._cluster_id = ""
         self._acls = AclStore(self._write)
         self._scram = ScramCredentialStore(self._write)
+        self._quotas = ClientQuotaStore(self._write)
         self._replay()
         claim = claim_epoch or (lambda at_least: at_least)
         self._replication.start_epoch(claim(self._replication.latest_epoch + 1))
@@ -220,6 +229,9 @@ class Controller(ReplicaMoves):
             name = key.decode("utf-8")
             if name.startswith(ACL_KEY_PREFIX):
                 self._acls.load(name, None if value is None else json.loads(value), offset)
+                continue
+            if name.startswith(QUOTA_KEY_PREFIX):
+                self._quotas.load(name, None if value is None else json.loads(value), offset)
                 continue
             if value is None:
                 continue
@@ -803,6 +815,30 @@ class Controller(ReplicaMoves):
     def acls_version(self) -> int:
         with self._lock:
             return self._acls.version
+
+    # --- client quotas ---------------------------------------------------------------------------
+
+    def alter_client_quotas(self, alterations: list[QuotaAlteration], validate_only: bool = False) -> list[str | None]:
+        """Kafka's AlterClientQuotas: per alteration, None if applied (or valid), else its INVALID_REQUEST message."""
+        with self._lock:
+            return self._quotas.alter(alterations, validate_only)
+
+    def describe_client_quotas(
+        self, components: list[FilterComponent], strict: bool
+    ) -> list[tuple[Entity, dict[str, float]]]:
+        """Kafka's DescribeClientQuotas: each entity the filter matches, with its values."""
+        with self._lock:
+            return self._quotas.describe(components, strict)
+
+    def client_quotas_version(self) -> int:
+        """A number that moves with every quota change (the listeners poll it, as the ACL version)."""
+        with self._lock:
+            return self._quotas.version
+
+    def client_quotas(self) -> tuple[int, dict[Entity, dict[str, float]]]:
+        """The quotas' version and every entity's values, for the listeners that enforce them."""
+        with self._lock:
+            return self._quotas.version, self._quotas.quotas()
 
     def elect_leaders(
         self, election_type: ElectionType, partitions: Iterable[tuple[str, int]] | None

@@ -83,6 +83,7 @@ from cluster.protocol.framing import Request, response_schema
 from cluster.protocol.handlers.authorization import authorized_names
 from cluster.protocol.handlers.metadata import wire_topic_id
 from cluster.protocol.messages import build, milliseconds
+from cluster.protocol.quota_enforcer import QuotaEnforcer
 from cluster.protocol.security.access import AccessControl
 from cluster.protocol.views.broker_view import BrokerView, FetchedRecords
 from storage.clock import SYSTEM_CLOCK
@@ -112,10 +113,12 @@ class FetchHandler:
         access: AccessControl | None = None,
         metrics: BrokerMetrics = NO_METRICS,
         sessions: FetchSessionCache | None = None,
+        quotas: QuotaEnforcer | None = None,
     ) -> None:
         self._view = view
         self._access = access
         self._metrics = metrics
+        self._quotas = quotas
         self.sessions = sessions if sessions is not None else FetchSessionCache(DEFAULT_CACHE_SLOTS, SYSTEM_CLOCK)
         metrics.add_gauges(self._session_gauges)
 
@@ -160,6 +163,7 @@ class FetchHandler:
         decided = context.answer([_outcome(answer) for answer in answers])
         included = set(decided.included)
         responses: list[dict[str, Any]] = []
+        record_bytes = 0
         for index in decided.included:
             fetch, answer = wanted[index], answers[index]
             topic_key = fetch.topic_id if uses_topic_ids else fetch.topic
@@ -175,13 +179,19 @@ class FetchHandler:
             responses[-1]["partitions"].append(_partition_answer(fetch.partition, answer))
             if isinstance(answer, FetchedRecords) and answer.records and fetch.topic is not None:
                 self._metrics.fetched(fetch.topic, len(answer.records))
+                record_bytes += len(answer.records)
         for index, answer in enumerate(answers):
             if index not in included and isinstance(answer, FetchedRecords) and isinstance(answer.records, FileRegion):
                 answer.records.close()
+        throttle_ms = (
+            self._quotas.fetched(request.context, request.client_id, record_bytes)
+            if self._quotas is not None and _replica_id(body) < 0
+            else 0
+        )
         return build(
             response_type,
             {
-                "throttle_time": 0,
+                "throttle_time": throttle_ms,
                 "error_code": decided.error.value,
                 "session_id": decided.session_id,
                 "responses": responses,

@@ -40,6 +40,7 @@ from cluster.protocol.error_codes import error_code
 from cluster.protocol.framing import Request, response_schema
 from cluster.protocol.handlers.authorization import allows, authorized_names
 from cluster.protocol.messages import build
+from cluster.protocol.quota_enforcer import QuotaEnforcer
 from cluster.protocol.security.access import AccessControl
 from cluster.protocol.views.broker_view import BrokerView
 from cluster.protocol.views.transaction_view import TransactionView
@@ -65,10 +66,17 @@ NO_OFFSET = -1
 class ProduceHandler:
     """Answers Produce (see the module docstring); returns None for `acks=0`."""
 
-    def __init__(self, view: BrokerView, transactions: TransactionView, access: AccessControl | None = None) -> None:
+    def __init__(
+        self,
+        view: BrokerView,
+        transactions: TransactionView,
+        access: AccessControl | None = None,
+        quotas: QuotaEnforcer | None = None,
+    ) -> None:
         self._view = view
         self._transactions = transactions
         self._access = access
+        self._quotas = quotas
 
     async def __call__(self, request: Request) -> Any | None:
         body = request.body
@@ -111,6 +119,9 @@ class ProduceHandler:
                     _settle(verifying)
         for index, answer in zip(writable, appended, strict=True):
             answers[index] = answer
+        throttle_ms = (
+            0 if self._quotas is None else self._quotas.produced(request.context, request.client_id, request.size_bytes)
+        )
         if body.acks == 0:
             return None
         responses: dict[str, list[dict[str, Any]]] = {}
@@ -120,7 +131,7 @@ class ProduceHandler:
             response_schema(PRODUCE_KEY, request.api_version),
             {
                 "responses": [{"name": name, "partition_responses": parts} for name, parts in responses.items()],
-                "throttle_time": 0,
+                "throttle_time": throttle_ms,
             },
         )
 

@@ -1,7 +1,8 @@
-"""What the listener needs of the cluster's security metadata, written once over a transport.
+"""What the listener needs of the cluster's security metadata and client quotas, written once over a transport.
 
 SCRAM credentials (looked up when a connection authenticates, managed by AlterUserScramCredentials) and ACL bindings
-(copied into the listener's authorizer, managed by CreateAcls and DeleteAcls) live in the controller's metadata log.
+(copied into the listener's authorizer, managed by CreateAcls and DeleteAcls) and client quotas (copied into the
+listener's `ClientQuotaEnforcer`, managed by AlterClientQuotas) live in the controller's metadata log.
 `SecurityView` reaches them through a `Transport` (`cluster.protocol.views.transport`): in the controller actor
 (`SecurityView.on_ray`, looked up on first use, so a listener that never authenticates or authorizes never needs
 it), or in the in-process broker's controller (`SecurityView.in_process`), called on the event loop. Errors are the
@@ -17,6 +18,7 @@ from __future__ import annotations
 from typing import Any, Self
 
 from actors.core.controller.controller import Controller
+from actors.core.quotas.client_quotas import Entity, FilterComponent, QuotaAlteration
 from actors.core.security.acl_bindings import AclBinding, AclBindingFilter
 from actors.core.security.scram import ScramCredential
 from actors.options import CONTROLLER_NAME
@@ -82,3 +84,24 @@ class SecurityView:
         """Deletes what each filter matches; per filter, the bindings it deleted."""
         deleted: list[list[AclBinding]] = await self._transport.call("delete_acls", filters)
         return deleted
+
+    async def client_quotas_version(self) -> int:
+        """A number that changes whenever the client quotas do."""
+        version: int = await self._read("client_quotas_version")
+        return version
+
+    async def client_quotas(self) -> tuple[int, dict[Entity, dict[str, float]]]:
+        """The client quotas' version and every entity's values."""
+        found: tuple[int, dict[Entity, dict[str, float]]] = await self._read("client_quotas")
+        return found
+
+    async def describe_client_quotas(
+        self, components: list[FilterComponent], strict: bool
+    ) -> list[tuple[Entity, dict[str, float]]]:
+        found: list[tuple[Entity, dict[str, float]]] = await self._read("describe_client_quotas", components, strict)
+        return found
+
+    async def alter_client_quotas(self, alterations: list[QuotaAlteration], validate_only: bool) -> list[str | None]:
+        """Per alteration, None if applied (or valid with `validate_only`), else why it is invalid."""
+        results: list[str | None] = await self._transport.call("alter_client_quotas", alterations, validate_only)
+        return results

@@ -1,0 +1,96 @@
+"""Client quotas as a Kafka listener enforces them: `producer_byte_rate` on Produce, `consumer_byte_rate` on Fetch.
+
+Kafka's `ClientQuotaManager`, per listener (each Kafka broker enforces its own share): every Produce request's size
+and every Fetch answer's record bytes are recorded against the sensor of the entity whose quota applies to the
+connection's user (its principal's name) and client id, over the broker's `quota.window.num` samples of
+`quota.window.size.seconds` (`actors.core.quotas.client_quotas.limit`); a request that
+takes the rate over the quota gets the throttle time (`actors.core.quotas.quota_rate`) in its answer's
+`throttle_time_ms` and mutes its connection for that long (the server reads no further request of it), as Kafka's
+`ThrottledChannel` does after sending the answer (KIP-219); the server handles such a connection's requests one at
+a time from then on, as Kafka does every connection's. A throttled Fetch still carries the records it read
+(Kafka answers a throttled fetch empty and counts nothing); the muted connection keeps the rate to the quota
+either way. Connections no quota applies to record nothing.
+
+The quotas are a copy of the controller's: `refresh` reloads them when the controller's quota version moved, which
+the listener checks every `REFRESH_INTERVAL_S` and right after this listener altered quotas.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from actors.core.quotas.client_quotas import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, Entity, limit
+from actors.core.quotas.quota_rate import QUOTA_WINDOW_NUM, QUOTA_WINDOW_SIZE_MS, SampledRate
+from cluster.protocol.connection import ConnectionContext
+from cluster.protocol.views.security_view import SecurityView
+from storage.clock import SYSTEM_CLOCK, Clock
+from storage.errors import RaybrokerError
+
+logger = logging.getLogger(__name__)
+
+REFRESH_INTERVAL_S = 1.0
+
+
+class QuotaEnforcer:
+    """Records Produce and Fetch bytes against the client quotas and answers throttle times; see the module
+    docstring."""
+
+    def __init__(
+        self,
+        view: SecurityView,
+        samples: int = QUOTA_WINDOW_NUM,
+        window_ms: int = QUOTA_WINDOW_SIZE_MS,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
+        """`samples` and `window_ms`: the broker's `quota.window.num` and `quota.window.size.seconds` (in ms)."""
+        self._view = view
+        self._samples = samples
+        self._window_ms = window_ms
+        self._clock = clock
+        self._version: int | None = None
+        self._quotas: dict[Entity, dict[str, float]] = {}
+        self._sensors: dict[tuple[str, Entity], SampledRate] = {}
+
+    def produced(self, context: ConnectionContext, client_id: str | None, size_bytes: int) -> int:
+        """Records a Produce request of `size_bytes`; its throttle time in ms (0 if within the quota)."""
+        return self._record(PRODUCER_BYTE_RATE, context, client_id, size_bytes)
+
+    def fetched(self, context: ConnectionContext, client_id: str | None, size_bytes: int) -> int:
+        """Records a Fetch answer carrying `size_bytes` of records; its throttle time in ms."""
+        return self._record(CONSUMER_BYTE_RATE, context, client_id, size_bytes)
+
+    def _record(self, key: str, context: ConnectionContext, client_id: str | None, size_bytes: int) -> int:
+        if not self._quotas:
+            return 0
+        user = context.principal.partition(":")[2]
+        found = limit(self._quotas, key, user, client_id or "")
+        if found is None:
+            return 0
+        quota, sharing = found
+        context.quota_bound = True
+        sensor = self._sensors.get((key, sharing))
+        if sensor is None:
+            sensor = self._sensors[(key, sharing)] = SampledRate(self._samples, self._window_ms)
+        throttle_ms = sensor.record(size_bytes, self._clock.milliseconds(), quota)
+        if throttle_ms > 0:
+            context.muted_until = max(context.muted_until, time.monotonic() + throttle_ms / 1000)
+        return throttle_ms
+
+    async def refresh(self) -> None:
+        """Reloads the quotas if the controller's copy changed since the last load."""
+        if self._version is not None and await self._view.client_quotas_version() == self._version:
+            return
+        version, quotas = await self._view.client_quotas()
+        self._quotas = quotas
+        self._version = version
+
+    async def keep_fresh(self) -> None:
+        """Refreshes every `REFRESH_INTERVAL_S` until cancelled; a failed refresh keeps the last copy."""
+        while True:
+            try:
+                await self.refresh()
+            except RaybrokerError as exc:
+                logger.warning("cannot refresh the client quotas (keeping the last copy): %s", exc)
+            await asyncio.sleep(REFRESH_INTERVAL_S)

@@ -1,0 +1,216 @@
+"""Client quotas (DescribeClientQuotas, AlterClientQuotas, and their enforcement on Produce and Fetch) against Apache
+Kafka 4.2 as the oracle, with Kafka 4.2's own `kafka-configs` and librdkafka (confluent-kafka) on real sockets.
+
+- The same `kafka-configs --alter/--describe` sequence (users, client ids, both, defaults, an ip; deletions; values
+  Kafka refuses) prints the same lines and exits the same on both brokers.
+- Throttling, Kafka 4 issue's check, on both brokers at once: with `producer_byte_rate` and `consumer_byte_rate` of
+  1 MiB/s for one client id, sending 16 MiB takes at least 6 s with throttle events seen by the client, and reading
+  16 MiB too, while another client id writes its 16 MiB unslowed. Kafka measures over `quota.window.num` (11) one-second
+  windows, so ~10 MiB pass at once and the rest at the quota: each side takes ~12-16 s; both run concurrently, each
+  throttled by its own broker, and raybroker's time is within a factor of Kafka's.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from benchmarks.kafka_broker import KAFKA_4_VERSION, KafkaBroker, KafkaUnavailable
+from tests.cluster.protocol.helpers import start_broker, start_local_listener
+from tests.cluster.protocol.kafka_tools import run_kafka_tool
+from tests.conftest import skip_or_fail
+
+pytestmark = pytest.mark.kafka
+
+CONFIGS = "kafka.admin.ConfigCommand"
+DEADLINE_S = 60.0
+QUIET = {"log_level": 0}
+MIB = 1024 * 1024
+RECORD_BYTES = 16 * 1024
+SENT_BYTES = 16 * MIB
+THROTTLED = "throttled-app"
+# Each step of `kafka-configs` as both brokers are given it, in order (each a JVM of ~3 s: Kafka's validation
+# messages for every rule are checked without Kafka in tests/actors/core/quotas).
+STEPS: list[list[str]] = [
+    ["--alter", "--entity-type", "users", "--entity-name", "alice", "--add-config",
+     "producer_byte_rate=1048576,consumer_byte_rate=2097152"],
+    ["--alter", "--entity-type", "users", "--entity-name", "alice", "--entity-type", "clients", "--entity-default",
+     "--add-config", "request_percentage=50.5"],
+    ["--alter", "--entity-type", "users", "--entity-name", "bob", "--add-config", "producer_byte_rate=1.5"],
+    ["--describe", "--entity-type", "users"],
+    ["--describe", "--entity-type", "users", "--entity-name", "alice", "--entity-type", "clients"],
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def kafka4() -> Iterator[str]:
+    """One Apache Kafka 4.2 broker."""
+    kafka = KafkaBroker({"offsets.topic.num.partitions": "1"}, KAFKA_4_VERSION)
+    try:
+        kafka.start()
+    except KafkaUnavailable as exc:
+        skip_or_fail(f"Apache Kafka {KAFKA_4_VERSION} is not available here: {exc}")
+    try:
+        yield kafka.bootstrap_servers
+    finally:
+        kafka.stop()
+
+
+@pytest.fixture(scope="module")
+def raybroker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The in-process broker behind a Kafka listener."""
+    broker = start_broker(tmp_path_factory.mktemp("quotas"))
+    try:
+        with start_local_listener(broker) as listener:
+            yield listener.bootstrap_servers
+    finally:
+        broker.close()
+
+
+def configs(bootstrap: str, found: list[tuple[int, list[str]]]) -> None:
+    """Each of `STEPS` run by Kafka 4.2's kafka-configs against `bootstrap`, its exit code and printed lines added
+    to `found` (the bootstrap address written B; describe's lines sorted: both brokers list entities in the order of
+    a hash map)."""
+    for step in STEPS:
+        ran = run_kafka_tool(CONFIGS, bootstrap, *step, version=KAFKA_4_VERSION)
+        lines = [
+            line.replace(bootstrap, "B")
+            for line in f"{ran.stdout}\n{ran.stderr}".splitlines()
+            if line.strip() and not line.startswith(("SLF4J", "log4j:", "\tat ", "ERROR StatusLogger", "\t... "))
+        ]
+        found.append((ran.returncode, sorted(lines) if "--describe" in step else lines))
+
+
+def test_kafka_configs_quota_commands_answer_as_on_kafka(kafka4: str, raybroker: str) -> None:
+    oracle: list[tuple[int, list[str]]] = []
+    ours: list[tuple[int, list[str]]] = []
+    sides = [threading.Thread(target=configs, args=side) for side in ((kafka4, oracle), (raybroker, ours))]
+    for side in sides:
+        side.start()
+    for side in sides:
+        side.join()
+    assert [code for code, _ in oracle] == [0, 0, 1, 0, 0], oracle
+    assert any("alice" in line and "producer_byte_rate=1048576" in line for line in oracle[3][1]), oracle
+    for step, answer, expected in zip(STEPS, ours, oracle, strict=True):
+        assert answer == expected, (step, answer, expected)
+
+
+def _alter(bootstrap: str, *quota: str) -> None:
+    ran = run_kafka_tool(
+        CONFIGS,
+        bootstrap,
+        "--alter",
+        "--entity-type",
+        "clients",
+        "--entity-name",
+        THROTTLED,
+        "--add-config",
+        ",".join(quota),
+        version=KAFKA_4_VERSION,
+    )
+    assert ran.returncode == 0, ran.stderr
+
+
+def _produce(bootstrap: str, topic: str, client_id: str) -> tuple[float, int]:
+    """`SENT_BYTES` written to `topic` as `client_id`: seconds taken and throttle events seen."""
+    from confluent_kafka import Producer
+
+    throttles = []
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "client.id": client_id,
+            "linger.ms": 5,
+            "throttle_cb": throttles.append,
+            **QUIET,
+        }
+    )
+    value = b"q" * RECORD_BYTES
+    started = time.monotonic()
+    for _ in range(SENT_BYTES // RECORD_BYTES):
+        while True:
+            try:
+                producer.produce(topic, value)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        producer.poll(0)
+    assert producer.flush(DEADLINE_S) == 0, f"{client_id}'s records not all acknowledged"
+    return time.monotonic() - started, sum(event.throttle_time > 0 for event in throttles)
+
+
+def _consume(bootstrap: str, topic: str, client_id: str) -> tuple[float, int]:
+    """Every record of `topic` (`SENT_BYTES`) read from the start as `client_id`: seconds taken and throttle events
+    seen (librdkafka reports them through its statistics' throttle callback)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    throttles = []
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "client.id": client_id,
+            "group.id": f"reader-{client_id}",
+            "enable.auto.commit": False,
+            "throttle_cb": throttles.append,
+            **QUIET,
+        }
+    )
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        read, started = 0, time.monotonic()
+        deadline = started + DEADLINE_S
+        while read < SENT_BYTES and time.monotonic() < deadline:
+            for message in consumer.consume(1000, 0.2):
+                if message.error() is None:
+                    read += len(message.value() or b"")
+        assert read == SENT_BYTES, f"{client_id} read {read} of {SENT_BYTES} bytes"
+        return time.monotonic() - started, sum(event.throttle_time > 0 for event in throttles)
+    finally:
+        consumer.close()
+
+
+def throttled_run(bootstrap: str, results: dict[str, tuple[float, int]]) -> None:
+    """The throttling scenario of the module docstring against one broker; fills `results`."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
+    for future in admin.create_topics([NewTopic(name, 1, 1) for name in ("free", "slow", "read")]).values():
+        future.result(timeout=DEADLINE_S)
+    _alter(bootstrap, f"producer_byte_rate={MIB}", f"consumer_byte_rate={MIB}")
+    results["free"] = _produce(bootstrap, "read", "free-app")
+    reader: dict[str, tuple[float, int]] = {}
+    consuming = threading.Thread(target=lambda: reader.update(read=_consume(bootstrap, "read", THROTTLED)))
+    consuming.start()
+    results["produce"] = _produce(bootstrap, "slow", THROTTLED)
+    consuming.join()
+    results.update(reader)
+
+
+def test_byte_rate_quotas_throttle_one_client_id_as_kafka_does(kafka4: str, raybroker: str) -> None:
+    found: dict[str, dict[str, tuple[float, int]]] = {"kafka": {}, "raybroker": {}}
+    errors: list[BaseException] = []
+
+    def run(name: str, bootstrap: str) -> None:
+        try:
+            throttled_run(bootstrap, found[name])
+        except BaseException as exc:
+            errors.append(exc)
+
+    sides = [threading.Thread(target=run, args=item) for item in (("kafka", kafka4), ("raybroker", raybroker))]
+    for thread in sides:
+        thread.start()
+    for thread in sides:
+        thread.join()
+    assert not errors, errors
+    kafka, ours = found["kafka"], found["raybroker"]
+    for side in (kafka, ours):
+        for step in ("produce", "read"):
+            seconds, throttles = side[step]
+            assert seconds >= 6.0 and throttles > 0, (step, found)
+        assert side["free"][1] == 0, found
+    assert ours["free"][0] < ours["produce"][0] / 2, found
+    for step in ("produce", "read"):
+        assert 0.6 <= ours[step][0] / kafka[step][0] <= 1.6, (step, found)
