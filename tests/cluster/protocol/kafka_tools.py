@@ -13,6 +13,7 @@ from benchmarks.kafka_broker import KAFKA_VERSION, KafkaUnavailable, kafka_jars,
 from tests.conftest import skip_or_fail
 
 TOOL_TIMEOUT_S = 120
+CONFIGS = "kafka.admin.ConfigCommand"
 CONSUMER_GROUPS = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
 LEADER_ELECTION = "org.apache.kafka.tools.LeaderElectionCommand"
 LOG_DIRS = "org.apache.kafka.tools.LogDirsCommand"

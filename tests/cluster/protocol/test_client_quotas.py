@@ -20,12 +20,11 @@ import pytest
 
 from benchmarks.kafka_broker import KAFKA_4_VERSION, KafkaBroker, KafkaUnavailable
 from tests.cluster.protocol.helpers import start_broker, start_local_listener
-from tests.cluster.protocol.kafka_tools import run_kafka_tool
+from tests.cluster.protocol.kafka_tools import CONFIGS, run_kafka_tool
 from tests.conftest import skip_or_fail
 
 pytestmark = pytest.mark.kafka
 
-CONFIGS = "kafka.admin.ConfigCommand"
 DEADLINE_S = 60.0
 QUIET = {"log_level": 0}
 MIB = 1024 * 1024
@@ -114,8 +113,9 @@ def _alter(bootstrap: str, *quota: str) -> None:
     assert ran.returncode == 0, ran.stderr
 
 
-def _produce(bootstrap: str, topic: str, client_id: str) -> tuple[float, int]:
-    """`SENT_BYTES` written to `topic` as `client_id`: seconds taken and throttle events seen."""
+def produce_throttled(bootstrap: str, topic: str, client_id: str, sent_bytes: int = SENT_BYTES) -> tuple[float, int]:
+    """`sent_bytes` written to `topic` as `client_id` in records of `RECORD_BYTES`: seconds taken and throttle
+    events seen."""
     from confluent_kafka import Producer
 
     throttles = []
@@ -130,7 +130,7 @@ def _produce(bootstrap: str, topic: str, client_id: str) -> tuple[float, int]:
     )
     value = b"q" * RECORD_BYTES
     started = time.monotonic()
-    for _ in range(SENT_BYTES // RECORD_BYTES):
+    for _ in range(sent_bytes // RECORD_BYTES):
         while True:
             try:
                 producer.produce(topic, value)
@@ -180,11 +180,11 @@ def throttled_run(bootstrap: str, results: dict[str, tuple[float, int]]) -> None
     for future in admin.create_topics([NewTopic(name, 1, 1) for name in ("free", "slow", "read")]).values():
         future.result(timeout=DEADLINE_S)
     _alter(bootstrap, f"producer_byte_rate={MIB}", f"consumer_byte_rate={MIB}")
-    results["free"] = _produce(bootstrap, "read", "free-app")
+    results["free"] = produce_throttled(bootstrap, "read", "free-app")
     reader: dict[str, tuple[float, int]] = {}
     consuming = threading.Thread(target=lambda: reader.update(read=_consume(bootstrap, "read", THROTTLED)))
     consuming.start()
-    results["produce"] = _produce(bootstrap, "slow", THROTTLED)
+    results["produce"] = produce_throttled(bootstrap, "slow", THROTTLED)
     consuming.join()
     results.update(reader)
 

@@ -16,6 +16,10 @@
   raybroker and prints what Kafka's tool prints against Apache Kafka (its error on the CLI's one error line).
   Moves between brokers run in `handlers/test_reassignments.py` (two in-process nodes) and
   `tests/actors/test_zz_replication.py`; KIP-860's refusals, with Kafka 4.2's tool, in `test_kafka4_reassignments.py`.
+- kafka-configs.sh `--alter`/`--describe` of client quotas (AlterClientQuotas, DescribeClientQuotas) through the
+  listener on Ray, whose quotas live in the controller actor, and the quota enforced there: a client id of 64 KiB/s
+  writing 12 times that sees throttle events on both brokers (Kafka's windows let ten times through at once). The
+  quota semantics are compared with Kafka 4.2 in `test_client_quotas.py`.
 - kafka-leader-election.sh (ElectLeaders) on one broker: preferred and unclean elections that are not needed, an
   election of every partition, an unknown topic and an unknown partition. Elections that move a leader need
   several brokers; `tests/cluster/protocol/handlers/test_elect_leaders.py` runs them on a two-node broker.
@@ -36,6 +40,7 @@ from cluster.protocol.listener import start_listener
 from tests.cluster.cli.cli_support import run as run_cli
 from tests.cluster.protocol.helpers import assigned_member
 from tests.cluster.protocol.kafka_tools import (
+    CONFIGS,
     CONSUMER_GROUPS,
     LEADER_ELECTION,
     LOG_DIRS,
@@ -43,6 +48,7 @@ from tests.cluster.protocol.kafka_tools import (
     TOPICS,
     run_kafka_tool,
 )
+from tests.cluster.protocol.test_client_quotas import RECORD_BYTES, produce_throttled
 
 pytestmark = [pytest.mark.ray, pytest.mark.kafka]
 
@@ -337,3 +343,35 @@ def test_raybroker_reassign_answers_as_kafka_reassign_partitions_on_kafka(
         oracle["unknown broker"][0],
         [oracle["unknown broker"][1][0].removeprefix("Error: ")],
     )
+
+
+QUOTA_BYTES_S = 64 * 1024
+
+
+def quota_answers(bootstrap: str) -> dict[str, Any]:
+    """A client id's quota set and described with kafka-configs.sh, then a producer of that id writing 12 times its
+    quota a second (see the module docstring)."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
+    admin.create_topics([NewTopic("quota-slow", 1, 1)])["quota-slow"].result(timeout=DEADLINE_S)
+    answers: dict[str, Any] = {}
+    for step, arguments in {
+        "alter": ["--alter", "--entity-type", "clients", "--entity-name", "ray-slow", "--add-config",
+                  f"producer_byte_rate={QUOTA_BYTES_S}"],
+        "describe": ["--describe", "--entity-type", "clients", "--entity-name", "ray-slow"],
+    }.items():  # fmt: skip
+        ran = run_kafka_tool(CONFIGS, bootstrap, *arguments)
+        answers[step] = (ran.returncode, [line for line in ran.stdout.splitlines() if line.strip()])
+    sent = 12 * QUOTA_BYTES_S // RECORD_BYTES * RECORD_BYTES
+    answers["throttled"] = produce_throttled(bootstrap, "quota-slow", "ray-slow", sent)[1] > 0
+    return answers
+
+
+def test_kafka_configs_client_quotas_agree_and_throttle_on_ray(kafka: str, raybroker: str) -> None:
+    oracle = quota_answers(kafka)
+    assert oracle["describe"] == (
+        0,
+        [f"Quota configs for client-id 'ray-slow' are producer_byte_rate={QUOTA_BYTES_S}.0"],
+    )
+    assert quota_answers(raybroker) == oracle
