@@ -120,6 +120,26 @@ FETCH_SESSION_PARTITIONS = _gauge(
     "Partitions held by the listener's incremental fetch sessions.",
 )
 
+# --- Client quotas, per user and client id as the quota that applies tags them: the Kafka listeners ---------------
+PRODUCE_THROTTLE_TIME = _gauge(
+    "kafka_server_produce_throttle_time",
+    "Average throttle time of Produce requests over the quota window, ms.",
+    "user",
+    "client_id",
+)
+PRODUCE_BYTE_RATE = _gauge(
+    "kafka_server_produce_byte_rate", "Produce request bytes a second over the quota window.", "user", "client_id"
+)
+FETCH_THROTTLE_TIME = _gauge(
+    "kafka_server_fetch_throttle_time",
+    "Average throttle time of consumer Fetch requests over the quota window, ms.",
+    "user",
+    "client_id",
+)
+FETCH_BYTE_RATE = _gauge(
+    "kafka_server_fetch_byte_rate", "Fetch answer record bytes a second over the quota window.", "user", "client_id"
+)
+
 # --- ReplicaManager and KafkaController: the controller, from the replication state it holds ----------------------
 UNDER_REPLICATED_PARTITIONS = _gauge(
     "kafka_server_replicamanager_underreplicatedpartitions",
@@ -183,6 +203,10 @@ EXPORTED: tuple[MetricSpec, ...] = (
     FAILED_AUTHENTICATION,
     FETCH_SESSIONS,
     FETCH_SESSION_PARTITIONS,
+    PRODUCE_THROTTLE_TIME,
+    PRODUCE_BYTE_RATE,
+    FETCH_THROTTLE_TIME,
+    FETCH_BYTE_RATE,
     UNDER_REPLICATED_PARTITIONS,
     REASSIGNING_PARTITIONS,
     ISR_SHRINKS,

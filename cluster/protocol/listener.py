@@ -142,11 +142,13 @@ class KafkaListener:
             self._security,
             self._broker_config.quota_window_num,
             self._broker_config.quota_window_size_seconds * 1000,
+            self._metrics,
         )
         try:
             await access.refresh()
             server = await self._start_server(access, quotas)
         except BaseException as exc:
+            quotas.close()
             self._started.set_exception(exc)
             return
         self._started.set_result(server)
@@ -158,6 +160,7 @@ class KafkaListener:
         finally:
             announcing.cancel()
             refreshing_quotas.cancel()
+            quotas.close()
             if refreshing is not None:
                 refreshing.cancel()
             await server.stop()

@@ -9,7 +9,9 @@ takes the rate over the quota gets the throttle time (`actors.core.quotas.quota_
 `ThrottledChannel` does after sending the answer (KIP-219); the server handles such a connection's requests one at
 a time from then on, as Kafka does every connection's. A throttled Fetch still carries the records it read
 (Kafka answers a throttled fetch empty and counts nothing); the muted connection keeps the rate to the quota
-either way. Connections no quota applies to record nothing.
+either way. Connections no quota applies to record nothing. Each budget's byte rate and average throttle time are
+gauges (`kafka_server_produce_byte_rate`, `kafka_server_produce_throttle_time` and their `fetch` pair), as Kafka's
+quota sensors are metrics.
 
 The quotas are a copy of the controller's: `refresh` reloads them when the controller's quota version moved, which
 the listener checks every `REFRESH_INTERVAL_S` and right after this listener altered quotas.
@@ -19,10 +21,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
+from dataclasses import dataclass, field
 
-from actors.core.quotas.client_quotas import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, Entity, limit
+from actors.core.quotas.client_quotas import CLIENT_ID, CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, USER, Entity, limit
 from actors.core.quotas.quota_rate import QUOTA_WINDOW_NUM, QUOTA_WINDOW_SIZE_MS, SampledRate
+from actors.metrics.names import FETCH_BYTE_RATE, FETCH_THROTTLE_TIME, PRODUCE_BYTE_RATE, PRODUCE_THROTTLE_TIME
+from actors.metrics.recorder import NO_METRICS, BrokerMetrics, Sample
 from cluster.protocol.connection import ConnectionContext
 from cluster.protocol.views.security_view import SecurityView
 from storage.clock import SYSTEM_CLOCK, Clock
@@ -31,6 +37,26 @@ from storage.errors import RaybrokerError
 logger = logging.getLogger(__name__)
 
 REFRESH_INTERVAL_S = 1.0
+# Each quota key's gauges: its byte rate and its average throttle time (Kafka's `byte-rate` and `throttle-time` of
+# the `Produce` and `Fetch` quota sensors).
+_GAUGES = {
+    PRODUCER_BYTE_RATE: (PRODUCE_BYTE_RATE, PRODUCE_THROTTLE_TIME),
+    CONSUMER_BYTE_RATE: (FETCH_BYTE_RATE, FETCH_THROTTLE_TIME),
+}
+
+
+@dataclass(slots=True)
+class _Sensors:
+    """One budget's sensors: the bytes its quota is measured by, and the throttle times it earned."""
+
+    samples: int
+    window_ms: int
+    bytes: SampledRate = field(init=False)
+    throttles: SampledRate = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.bytes = SampledRate(self.samples, self.window_ms)
+        self.throttles = SampledRate(self.samples, self.window_ms)
 
 
 class QuotaEnforcer:
@@ -42,16 +68,25 @@ class QuotaEnforcer:
         view: SecurityView,
         samples: int = QUOTA_WINDOW_NUM,
         window_ms: int = QUOTA_WINDOW_SIZE_MS,
+        metrics: BrokerMetrics = NO_METRICS,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
-        """`samples` and `window_ms`: the broker's `quota.window.num` and `quota.window.size.seconds` (in ms)."""
+        """`samples` and `window_ms`: the broker's `quota.window.num` and `quota.window.size.seconds` (in ms);
+        `metrics` gets each budget's byte rate and average throttle time as gauges (`kafka_server_produce_*`,
+        `kafka_server_fetch_*`, labelled with the user and client id the quota names, "" for one it does not)."""
         self._view = view
         self._samples = samples
         self._window_ms = window_ms
+        self._metrics = metrics
         self._clock = clock
         self._version: int | None = None
         self._quotas: dict[Entity, dict[str, float]] = {}
-        self._sensors: dict[tuple[str, Entity], SampledRate] = {}
+        self._sensors: dict[tuple[str, Entity], _Sensors] = {}
+        metrics.add_gauges(self._gauges)
+
+    def close(self) -> None:
+        """Stops reporting the gauges (the listener stops)."""
+        self._metrics.remove_gauges(self._gauges)
 
     def produced(self, context: ConnectionContext, client_id: str | None, size_bytes: int) -> int:
         """Records a Produce request of `size_bytes`; its throttle time in ms (0 if within the quota)."""
@@ -70,13 +105,27 @@ class QuotaEnforcer:
             return 0
         quota, sharing = found
         context.quota_bound = True
-        sensor = self._sensors.get((key, sharing))
-        if sensor is None:
-            sensor = self._sensors[(key, sharing)] = SampledRate(self._samples, self._window_ms)
-        throttle_ms = sensor.record(size_bytes, self._clock.milliseconds(), quota)
+        sensors = self._sensors.get((key, sharing))
+        if sensors is None:
+            sensors = self._sensors[(key, sharing)] = _Sensors(self._samples, self._window_ms)
+        now_ms = self._clock.milliseconds()
+        throttle_ms = sensors.bytes.record(size_bytes, now_ms, quota)
         if throttle_ms > 0:
+            sensors.throttles.record(throttle_ms, now_ms, math.inf)
             context.muted_until = max(context.muted_until, time.monotonic() + throttle_ms / 1000)
         return throttle_ms
+
+    def _gauges(self) -> list[Sample]:
+        """Each budget's byte rate and average throttle time. Read from the metrics exporter's thread."""
+        now_ms = self._clock.milliseconds()
+        found: list[Sample] = []
+        for (key, sharing), sensors in list(self._sensors.items()):
+            names = dict(sharing)
+            labels = (names.get(USER) or "", names.get(CLIENT_ID) or "")
+            rate_spec, throttle_spec = _GAUGES[key]
+            found.append((rate_spec, labels, sensors.bytes.rate(now_ms)))
+            found.append((throttle_spec, labels, sensors.throttles.average(now_ms)))
+        return found
 
     async def refresh(self) -> None:
         """Reloads the quotas if the controller's copy changed since the last load."""

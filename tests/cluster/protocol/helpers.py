@@ -31,6 +31,7 @@ from actors.core.in_process_broker import InProcessBroker
 from actors.core.role_metrics import NO_ROLE_METRICS, RoleMetrics
 from actors.core.security.acl_bindings import AclBinding
 from actors.core.security.scram import ScramCredential
+from actors.metrics.recorder import BrokerMetrics
 from cluster.protocol.framing import SIZE, Request, decode_response, encode_request, encode_response
 from cluster.protocol.listener import KafkaListener, start_listener
 from cluster.protocol.messages import build
@@ -77,16 +78,17 @@ def start_broker(
     )
 
 
-def start_local_listener(broker: InProcessBroker) -> KafkaListener:
+def start_local_listener(broker: InProcessBroker, metrics: BrokerMetrics | None = None) -> KafkaListener:
     """A PLAINTEXT listener on a free port of 127.0.0.1 serving `broker` in process (its topics, groups,
     transactions and credentials), one partition per topic it auto-creates, which it does not: Kafka's clients
-    then reach the in-process broker without Ray."""
+    then reach the in-process broker without Ray. The listener records into `metrics` if given."""
     return start_listener(
         {"listeners": "PLAINTEXT://127.0.0.1:0", "num.partitions": "1", "auto.create.topics.enable": "false"},
         InProcessBrokerView(broker),
         SecurityView.in_process(broker.controller),
         groups=GroupView.in_process(broker),
         transactions=TransactionView.in_process(broker),
+        metrics=metrics,
     )
 
 

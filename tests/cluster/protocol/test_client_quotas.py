@@ -7,7 +7,8 @@ Kafka 4.2 as the oracle, with Kafka 4.2's own `kafka-configs` and librdkafka (co
   1 MiB/s for one client id, sending 16 MiB takes at least 6 s with throttle events seen by the client, and reading
   16 MiB too, while another client id writes its 16 MiB unslowed. Kafka measures over `quota.window.num` (11) one-second
   windows, so ~10 MiB pass at once and the rest at the quota: each side takes ~12-16 s; both run concurrently, each
-  throttled by its own broker, and raybroker's time is within a factor of Kafka's.
+  throttled by its own broker, and raybroker's time is within a factor of Kafka's. The listener's gauges show the
+  client id's byte rates and throttle times.
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from actors.metrics.names import FETCH_BYTE_RATE, FETCH_THROTTLE_TIME, PRODUCE_BYTE_RATE, PRODUCE_THROTTLE_TIME
+from actors.metrics.recorder import MetricsRecorder
 from benchmarks.kafka_broker import KAFKA_4_VERSION, KafkaBroker, KafkaUnavailable
 from tests.cluster.protocol.helpers import start_broker, start_local_listener
 from tests.cluster.protocol.kafka_tools import CONFIGS, run_kafka_tool
@@ -59,11 +62,17 @@ def kafka4() -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def raybroker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The in-process broker behind a Kafka listener."""
+def recorder() -> MetricsRecorder:
+    """What the raybroker listener records."""
+    return MetricsRecorder()
+
+
+@pytest.fixture(scope="module")
+def raybroker(tmp_path_factory: pytest.TempPathFactory, recorder: MetricsRecorder) -> Iterator[str]:
+    """The in-process broker behind a Kafka listener recording into `recorder`."""
     broker = start_broker(tmp_path_factory.mktemp("quotas"))
     try:
-        with start_local_listener(broker) as listener:
+        with start_local_listener(broker, recorder) as listener:
             yield listener.bootstrap_servers
     finally:
         broker.close()
@@ -189,7 +198,9 @@ def throttled_run(bootstrap: str, results: dict[str, tuple[float, int]]) -> None
     results.update(reader)
 
 
-def test_byte_rate_quotas_throttle_one_client_id_as_kafka_does(kafka4: str, raybroker: str) -> None:
+def test_byte_rate_quotas_throttle_one_client_id_as_kafka_does(
+    kafka4: str, raybroker: str, recorder: MetricsRecorder
+) -> None:
     found: dict[str, dict[str, tuple[float, int]]] = {"kafka": {}, "raybroker": {}}
     errors: list[BaseException] = []
 
@@ -214,3 +225,8 @@ def test_byte_rate_quotas_throttle_one_client_id_as_kafka_does(kafka4: str, rayb
     assert ours["free"][0] < ours["produce"][0] / 2, found
     for step in ("produce", "read"):
         assert 0.6 <= ours[step][0] / kafka[step][0] <= 1.6, (step, found)
+    for rate, throttle in ((PRODUCE_BYTE_RATE, PRODUCE_THROTTLE_TIME), (FETCH_BYTE_RATE, FETCH_THROTTLE_TIME)):
+        # The budget the client id's quota names: no user, that client id (Kafka's quota metric tags).
+        assert 0 < recorder.value(rate, "", THROTTLED) <= 2 * MIB, rate.name
+        assert recorder.value(throttle, "", THROTTLED) > 0, throttle.name
+        assert recorder.value(rate, "", "free-app") == 0, "no quota applies to free-app: nothing recorded"

@@ -5,6 +5,7 @@ sensor's rate and throttle time against a model of Kafka's `Rate`."""
 
 from __future__ import annotations
 
+import math
 import random
 
 import pytest
@@ -222,3 +223,13 @@ def test_a_first_burst_is_measured_over_ten_windows() -> None:
     sensor = SampledRate()
     assert sensor.record(10 * 1_048_576, 0, 1_048_576) == 0
     assert sensor.record(1_048_576, 1, 1_048_576) == 11_000 - 10_001
+
+
+def test_rate_and_average_read_the_window_and_forget_what_left_it() -> None:
+    sensor = SampledRate()
+    assert sensor.record(1000, 0, math.inf) == 0
+    assert sensor.record(3000, 500, math.inf) == 0
+    assert sensor.rate(500) == pytest.approx(4000 * 1000 / 10_500)
+    assert sensor.average(500) == 2000
+    assert sensor.rate(10_999) == pytest.approx(4000 * 1000 / 10_999)
+    assert (sensor.rate(11_000), sensor.average(11_000)) == (0.0, 0.0)
