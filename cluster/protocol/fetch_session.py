@@ -209,6 +209,11 @@ class FetchContext:
     def answer(self, outcomes: Sequence[PartitionOutcome]) -> FetchAnswer:
         return FetchAnswer(SessionError.NONE, INVALID_SESSION_ID, tuple(range(len(outcomes))))
 
+    def throttled(self) -> FetchAnswer:
+        """The answer of a request a client quota throttled: no partition, and the session as it was (Kafka's
+        `getThrottledResponse`); a full request creates none."""
+        return FetchAnswer(SessionError.NONE, INVALID_SESSION_ID, ())
+
 
 class SessionErrorContext(FetchContext):
     """A request whose session is unknown or out of step: nothing is fetched, the answer is the error alone."""
@@ -219,6 +224,9 @@ class SessionErrorContext(FetchContext):
 
     def answer(self, outcomes: Sequence[PartitionOutcome]) -> FetchAnswer:
         return FetchAnswer(self.error, INVALID_SESSION_ID, ())
+
+    def throttled(self) -> FetchAnswer:
+        return self.answer(())
 
 
 class FullFetchContext(FetchContext):
@@ -250,6 +258,12 @@ class IncrementalFetchContext(FetchContext):
         super().__init__(session.resolved(topic_names))
         self._session = session
         self._request_epoch = request_epoch
+
+    def throttled(self) -> FetchAnswer:
+        session = self._session
+        if session.epoch != next_epoch(self._request_epoch):
+            return FetchAnswer(SessionError.INVALID_FETCH_SESSION_EPOCH, session.id, ())
+        return FetchAnswer(SessionError.NONE, session.id, ())
 
     def answer(self, outcomes: Sequence[PartitionOutcome]) -> FetchAnswer:
         session = self._session

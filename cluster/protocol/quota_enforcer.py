@@ -2,16 +2,15 @@
 
 Kafka's `ClientQuotaManager`, per listener (each Kafka broker enforces its own share): every Produce request's size
 and every Fetch answer's record bytes are recorded against the sensor of the entity whose quota applies to the
-connection's user (its principal's name) and client id, over the broker's `quota.window.num` samples of
-`quota.window.size.seconds` (`actors.core.quotas.client_quotas.limit`); a request that
-takes the rate over the quota gets the throttle time (`actors.core.quotas.quota_rate`) in its answer's
-`throttle_time_ms` and mutes its connection for that long (the server reads no further request of it), as Kafka's
-`ThrottledChannel` does after sending the answer (KIP-219); the server handles such a connection's requests one at
-a time from then on, as Kafka does every connection's. A throttled Fetch still carries the records it read
-(Kafka answers a throttled fetch empty and counts nothing); the muted connection keeps the rate to the quota
-either way. Connections no quota applies to record nothing. Each budget's byte rate and average throttle time are
-gauges (`kafka_server_produce_byte_rate`, `kafka_server_produce_throttle_time` and their `fetch` pair), as Kafka's
-quota sensors are metrics.
+connection's user (its principal's name) and client id (`actors.core.quotas.client_quotas.limit`), over the
+broker's `quota.window.num` samples of `quota.window.size.seconds`. A request that takes the rate over the quota gets
+the throttle time (`actors.core.quotas.quota_rate`) in its answer's `throttle_time_ms` and mutes its connection for
+that long (the server reads no further request of it), as Kafka's `ThrottledChannel` does after sending the answer
+(KIP-219); the server handles such a connection's requests one at a time from then on, as Kafka does every
+connection's. A throttled Fetch is answered with no partition and its bytes are not counted, as Kafka answers it:
+the consumer fetches the same offsets again once unmuted. Connections no quota applies to record nothing. Each
+budget's byte rate and average throttle time are gauges (`kafka_server_produce_byte_rate`,
+`kafka_server_produce_throttle_time` and their `fetch` pair), as Kafka's quota sensors are metrics.
 
 The quotas are a copy of the controller's: `refresh` reloads them when the controller's quota version moved, which
 the listener checks every `REFRESH_INTERVAL_S` and right after this listener altered quotas.
@@ -93,10 +92,13 @@ class QuotaEnforcer:
         return self._record(PRODUCER_BYTE_RATE, context, client_id, size_bytes)
 
     def fetched(self, context: ConnectionContext, client_id: str | None, size_bytes: int) -> int:
-        """Records a Fetch answer carrying `size_bytes` of records; its throttle time in ms."""
-        return self._record(CONSUMER_BYTE_RATE, context, client_id, size_bytes)
+        """Records a Fetch answer that would carry `size_bytes` of records; its throttle time in ms. A throttled
+        answer carries none, so its bytes are taken back (Kafka's `unrecordQuotaSensor`)."""
+        return self._record(CONSUMER_BYTE_RATE, context, client_id, size_bytes, keep_throttled=False)
 
-    def _record(self, key: str, context: ConnectionContext, client_id: str | None, size_bytes: int) -> int:
+    def _record(
+        self, key: str, context: ConnectionContext, client_id: str | None, size_bytes: int, keep_throttled: bool = True
+    ) -> int:
         if not self._quotas:
             return 0
         user = context.principal.partition(":")[2]
@@ -111,6 +113,8 @@ class QuotaEnforcer:
         now_ms = self._clock.milliseconds()
         throttle_ms = sensors.bytes.record(size_bytes, now_ms, quota)
         if throttle_ms > 0:
+            if not keep_throttled:
+                sensors.bytes.unrecord(size_bytes)
             sensors.throttles.record(throttle_ms, now_ms, math.inf)
             context.muted_until = max(context.muted_until, time.monotonic() + throttle_ms / 1000)
         return throttle_ms

@@ -51,6 +51,13 @@ class SampledRate:
             return 0
         return round((rate - quota) / quota * window_ms)
 
+    def unrecord(self, value: float) -> None:
+        """Takes back the `value` just recorded (a throttled Fetch answers no records, so its bytes do not count:
+        Kafka's `unrecordQuotaSensor`)."""
+        if self._samples:
+            self._samples[-1].total -= value
+            self._samples[-1].events -= 1
+
     def rate(self, now_ms: int) -> float:
         """The values a second over the window now (Kafka's `Rate.measure`; 0 with none recorded). Reads a copy of
         the samples and changes nothing, so another thread may ask."""

@@ -48,6 +48,10 @@ Authorization: READ on each topic, else its partitions answer TOPIC_AUTHORIZATIO
 (and without waiting for them), whether the topic exists or not, as Kafka's consumer fetch. A partition of an unknown
 topic id answers UNKNOWN_TOPIC_ID before authorization (there is no name to authorize).
 
+Client quotas (`consumer_byte_rate`, `cluster.protocol.quota_enforcer`): a consumer's fetch (not a replica's) whose
+record bytes take its budget over the quota is answered with no partition, its session as it was, and its
+`throttle_time_ms`, as Kafka's `getThrottledResponse`; the client fetches the same offsets again once unmuted.
+
 Metrics: the record bytes each answer carries, per topic (Kafka's BytesOutPerSec), once the response limit is
 applied, so that a partition left out this time is counted when it is sent.
 """
@@ -160,10 +164,10 @@ class FetchHandler:
         readable = [fetch for fetch in wanted if fetch.topic in allowed]
         read = iter(await self._read(readable, isolation, milliseconds(body.max_wait), body.min_bytes))
         answers = _within_response_limit([_answer(fetch, allowed, read) for fetch in wanted], body.max_bytes)
-        decided = context.answer([_outcome(answer) for answer in answers])
+        throttle_ms = self._throttle_ms(request, answers)
+        decided = context.throttled() if throttle_ms else context.answer([_outcome(answer) for answer in answers])
         included = set(decided.included)
         responses: list[dict[str, Any]] = []
-        record_bytes = 0
         for index in decided.included:
             fetch, answer = wanted[index], answers[index]
             topic_key = fetch.topic_id if uses_topic_ids else fetch.topic
@@ -179,15 +183,9 @@ class FetchHandler:
             responses[-1]["partitions"].append(_partition_answer(fetch.partition, answer))
             if isinstance(answer, FetchedRecords) and answer.records and fetch.topic is not None:
                 self._metrics.fetched(fetch.topic, len(answer.records))
-                record_bytes += len(answer.records)
         for index, answer in enumerate(answers):
             if index not in included and isinstance(answer, FetchedRecords) and isinstance(answer.records, FileRegion):
                 answer.records.close()
-        throttle_ms = (
-            self._quotas.fetched(request.context, request.client_id, record_bytes)
-            if self._quotas is not None and _replica_id(body) < 0
-            else 0
-        )
         return build(
             response_type,
             {
@@ -197,6 +195,14 @@ class FetchHandler:
                 "responses": responses,
             },
         )
+
+    def _throttle_ms(self, request: Request, answers: Sequence[_Answer]) -> int:
+        """The throttle time a consumer's client quota gives this answer's record bytes (0 for a replica's fetch, or
+        without quotas); a throttled answer carries no partition (see the module docstring)."""
+        if self._quotas is None or _replica_id(request.body) >= 0:
+            return 0
+        size = sum(len(answer.records) for answer in answers if isinstance(answer, FetchedRecords) and answer.records)
+        return self._quotas.fetched(request.context, request.client_id, size)
 
     async def _topic_names(self, body: Any) -> Mapping[uuid.UUID, str]:
         """The topic ids the view knows, asked afresh when the request names one it did not know."""

@@ -77,6 +77,24 @@ def test_a_partition_that_had_records_moves_to_the_end_of_the_session() -> None:
     assert [p.partition for p in context.partitions] == [1, 2, 0]
 
 
+def test_a_throttled_answer_carries_nothing_and_leaves_the_session_as_it_was() -> None:
+    """Kafka's `getThrottledResponse`: a full request a quota throttled opens no session; an incremental one keeps
+    its session (id, partitions, order) and answers none, a duplicate among them still INVALID_FETCH_SESSION_EPOCH."""
+    sessions = cache()
+    full = sessions.new_context(12, INVALID_SESSION_ID, 0, [part(0)], (), {})
+    assert full.throttled() == full.throttled()
+    assert (full.throttled().session_id, full.throttled().included, len(sessions)) == (INVALID_SESSION_ID, (), 0)
+    session_id = open_session(sessions, part(0), part(1))
+    context = sessions.new_context(12, session_id, 1, (), (), {})
+    answer = context.throttled()
+    assert (answer.error, answer.session_id, answer.included) == (SessionError.NONE, session_id, ())
+    context = sessions.new_context(12, session_id, 2, (), (), {})
+    assert [p.partition for p in context.partitions] == [0, 1]
+    assert context.answer([DATA, QUIET]).included == (0,)
+    stale = sessions.new_context(12, session_id, 2, (), (), {})
+    assert stale.throttled().error == SessionError.INVALID_FETCH_SESSION_EPOCH
+
+
 def test_an_unknown_topic_id_stays_in_the_session_and_is_named_once_known() -> None:
     sessions = cache()
     later = uuid.UUID(int=2**100 + 1)
