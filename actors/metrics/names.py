@@ -139,6 +139,18 @@ FETCH_THROTTLE_TIME = _gauge(
 FETCH_BYTE_RATE = _gauge(
     "kafka_server_fetch_byte_rate", "Fetch answer record bytes a second over the quota window.", "user", "client_id"
 )
+REQUEST_TIME = _gauge(
+    "kafka_server_request_request_time",
+    "Request handling time as a percentage of one thread over the quota window (request_percentage's measure).",
+    "user",
+    "client_id",
+)
+REQUEST_THROTTLE_TIME = _gauge(
+    "kafka_server_request_throttle_time",
+    "Average throttle time of requests a request_percentage quota throttled over the quota window, ms.",
+    "user",
+    "client_id",
+)
 
 # --- ReplicaManager and KafkaController: the controller, from the replication state it holds ----------------------
 UNDER_REPLICATED_PARTITIONS = _gauge(
@@ -207,6 +219,8 @@ EXPORTED: tuple[MetricSpec, ...] = (
     PRODUCE_BYTE_RATE,
     FETCH_THROTTLE_TIME,
     FETCH_BYTE_RATE,
+    REQUEST_TIME,
+    REQUEST_THROTTLE_TIME,
     UNDER_REPLICATED_PARTITIONS,
     REASSIGNING_PARTITIONS,
     ISR_SHRINKS,

@@ -1,4 +1,5 @@
-"""Client quotas as a Kafka listener enforces them: `producer_byte_rate` on Produce, `consumer_byte_rate` on Fetch.
+"""Client quotas as a Kafka listener enforces them: `producer_byte_rate` on Produce, `consumer_byte_rate` on Fetch,
+`request_percentage` on every request.
 
 Kafka's `ClientQuotaManager`, per listener (each Kafka broker enforces its own share): every Produce request's size
 and every Fetch answer's record bytes are recorded against the sensor of the entity whose quota applies to the
@@ -8,9 +9,13 @@ the throttle time (`actors.core.quotas.quota_rate`) in its answer's `throttle_ti
 that long (the server reads no further request of it), as Kafka's `ThrottledChannel` does after sending the answer
 (KIP-219); the server handles such a connection's requests one at a time from then on, as Kafka does every
 connection's. A throttled Fetch is answered with no partition and its bytes are not counted, as Kafka answers it:
-the consumer fetches the same offsets again once unmuted. Connections no quota applies to record nothing. Each
-budget's byte rate and average throttle time are gauges (`kafka_server_produce_byte_rate`,
-`kafka_server_produce_throttle_time` and their `fetch` pair), as Kafka's quota sensors are metrics.
+the consumer fetches the same offsets again once unmuted. `request_percentage` counts each request's handling time
+on the listener's event loop (`cluster.protocol.request_time`, measured only while such a quota is set; ApiVersions
+and the SASL requests are not counted) as a percentage of one thread, Kafka's request quota; its throttle time
+replaces the answer's when longer, as Kafka answers the longest of them. Connections no quota applies to record
+nothing. Each budget's rate and average throttle time are gauges (`kafka_server_produce_byte_rate`,
+`kafka_server_produce_throttle_time`, their `fetch` pair and `kafka_server_request_request_time`,
+`kafka_server_request_throttle_time`), as Kafka's quota sensors are metrics.
 
 The quotas are a copy of the controller's: `refresh` reloads them when the controller's quota version moved, which
 the listener checks every `REFRESH_INTERVAL_S` and right after this listener altered quotas.
@@ -24,9 +29,24 @@ import math
 import time
 from dataclasses import dataclass, field
 
-from actors.core.quotas.client_quotas import CLIENT_ID, CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, USER, Entity, limit
+from actors.core.quotas.client_quotas import (
+    CLIENT_ID,
+    CONSUMER_BYTE_RATE,
+    PRODUCER_BYTE_RATE,
+    REQUEST_PERCENTAGE,
+    USER,
+    Entity,
+    limit,
+)
 from actors.core.quotas.quota_rate import QUOTA_WINDOW_NUM, QUOTA_WINDOW_SIZE_MS, SampledRate
-from actors.metrics.names import FETCH_BYTE_RATE, FETCH_THROTTLE_TIME, PRODUCE_BYTE_RATE, PRODUCE_THROTTLE_TIME
+from actors.metrics.names import (
+    FETCH_BYTE_RATE,
+    FETCH_THROTTLE_TIME,
+    PRODUCE_BYTE_RATE,
+    PRODUCE_THROTTLE_TIME,
+    REQUEST_THROTTLE_TIME,
+    REQUEST_TIME,
+)
 from actors.metrics.recorder import NO_METRICS, BrokerMetrics, Sample
 from cluster.protocol.connection import ConnectionContext
 from cluster.protocol.views.security_view import SecurityView
@@ -41,12 +61,17 @@ REFRESH_INTERVAL_S = 1.0
 _GAUGES = {
     PRODUCER_BYTE_RATE: (PRODUCE_BYTE_RATE, PRODUCE_THROTTLE_TIME),
     CONSUMER_BYTE_RATE: (FETCH_BYTE_RATE, FETCH_THROTTLE_TIME),
+    REQUEST_PERCENTAGE: (REQUEST_TIME, REQUEST_THROTTLE_TIME),
 }
+# A request's handling time as `request_percentage` counts it: percent of one thread for a second (Kafka's
+# `nanosToPercentage`).
+PERCENT_PER_NANOSECOND = 100 / 1e9
 
 
 @dataclass(slots=True)
 class _Sensors:
-    """One budget's sensors: the bytes its quota is measured by, and the throttle times it earned."""
+    """One budget's sensors: the bytes (or request time) its quota is measured by, and the throttle times it
+    earned."""
 
     samples: int
     window_ms: int
@@ -80,6 +105,7 @@ class QuotaEnforcer:
         self._clock = clock
         self._version: int | None = None
         self._quotas: dict[Entity, dict[str, float]] = {}
+        self._request_quotas = False
         self._sensors: dict[tuple[str, Entity], _Sensors] = {}
         metrics.add_gauges(self._gauges)
 
@@ -96,8 +122,18 @@ class QuotaEnforcer:
         answer carries none, so its bytes are taken back (Kafka's `unrecordQuotaSensor`)."""
         return self._record(CONSUMER_BYTE_RATE, context, client_id, size_bytes, keep_throttled=False)
 
+    @property
+    def limits_request_time(self) -> bool:
+        """Whether any `request_percentage` quota is set: only then are requests' handling times measured."""
+        return self._request_quotas
+
+    def requested(self, context: ConnectionContext, client_id: str | None, elapsed_ns: int) -> int:
+        """Records a request whose handling kept the event loop `elapsed_ns` (`cluster.protocol.request_time`)
+        against `request_percentage`; its throttle time in ms."""
+        return self._record(REQUEST_PERCENTAGE, context, client_id, elapsed_ns * PERCENT_PER_NANOSECOND)
+
     def _record(
-        self, key: str, context: ConnectionContext, client_id: str | None, size_bytes: int, keep_throttled: bool = True
+        self, key: str, context: ConnectionContext, client_id: str | None, size: float, keep_throttled: bool = True
     ) -> int:
         if not self._quotas:
             return 0
@@ -111,10 +147,10 @@ class QuotaEnforcer:
         if sensors is None:
             sensors = self._sensors[(key, sharing)] = _Sensors(self._samples, self._window_ms)
         now_ms = self._clock.milliseconds()
-        throttle_ms = sensors.bytes.record(size_bytes, now_ms, quota)
+        throttle_ms = sensors.bytes.record(size, now_ms, quota)
         if throttle_ms > 0:
             if not keep_throttled:
-                sensors.bytes.unrecord(size_bytes)
+                sensors.bytes.unrecord(size)
             sensors.throttles.record(throttle_ms, now_ms, math.inf)
             context.muted_until = max(context.muted_until, time.monotonic() + throttle_ms / 1000)
         return throttle_ms
@@ -137,6 +173,7 @@ class QuotaEnforcer:
             return
         version, quotas = await self._view.client_quotas()
         self._quotas = quotas
+        self._request_quotas = any(REQUEST_PERCENTAGE in values for values in quotas.values())
         self._version = version
 
     async def keep_fresh(self) -> None:

@@ -37,7 +37,10 @@ Every handler that guards a resource gets the listener's `AccessControl` and ask
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
 import functools
+import time
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from types import MappingProxyType
 from typing import Any
@@ -164,7 +167,9 @@ from cluster.protocol.handlers.transactions import (
     TxnOffsetCommitHandler,
     WriteTxnMarkersHandler,
 )
+from cluster.protocol.messages import milliseconds
 from cluster.protocol.quota_enforcer import QuotaEnforcer
+from cluster.protocol.request_time import TimedCoroutine
 from cluster.protocol.security.access import AccessControl
 from cluster.protocol.views.broker_view import BrokerEndpoint, BrokerView
 from cluster.protocol.views.group_view import GroupView
@@ -278,7 +283,7 @@ class Router:
         `metrics` counts the bytes Fetch answers carry. Fetch sessions are kept
         here, `max.incremental.fetch.session.cache.slots` of them: one router serves a listener process."""
         describer = ConfigDescriber(broker_config, static_broker_keys)
-        quotas = quotas if quotas is not None else QuotaEnforcer(security)
+        quotas = self._quotas = quotas if quotas is not None else QuotaEnforcer(security)
         node_id = endpoint.node_id
         num_partitions = broker_config.num_partitions
         self._handlers: dict[int, Handler] = {
@@ -363,13 +368,34 @@ class Router:
         """The answer to one request of the connection `context` describes. Before a SASL connection has
         authenticated, any request but ApiVersions, SaslHandshake and SaslAuthenticate closes it (`ProtocolError`),
         as Kafka's broker closes it; a failed authentication raises `AuthenticationFailedError` with its answer."""
+        decoding_ns = time.perf_counter_ns()
         request = decode_request(payload, SERVED, context)
+        decoding_ns = time.perf_counter_ns() - decoding_ns
         if not context.authenticated and request.api_key not in BEFORE_AUTHENTICATION:
             raise ProtocolError(f"api key {request.api_key} sent before SASL authentication completed")
+        handling = self._handlers[request.api_key](request)
+        timed = request.api_key not in BEFORE_AUTHENTICATION and self._quotas.limits_request_time
         try:
-            response = await self._handlers[request.api_key](request)
+            if timed:
+                timer: TimedCoroutine[Any] = TimedCoroutine(handling)
+                response = await timer
+                response = self._throttled(request, response, decoding_ns + timer.elapsed_ns)
+            else:
+                response = await handling
         except SaslFailure as failure:
             frame = encode_response(request.correlation_id, failure.response)
             assert isinstance(frame, bytes), "a SASL answer holds no file region"
             raise AuthenticationFailedError(failure.reason, frame) from None
         return None if response is None else encode_response(request.correlation_id, response)
+
+    def _throttled(self, request: Request, response: Any, elapsed_ns: int) -> Any:
+        """`response` with the throttle time a `request_percentage` quota gives the request's `elapsed_ns` of
+        decoding and handling, if longer than the one it carries (Kafka answers the longer of its quotas' throttle
+        times)."""
+        throttle_ms = self._quotas.requested(request.context, request.client_id, elapsed_ns)
+        if response is None or throttle_ms <= 0 or not hasattr(response, "throttle_time"):
+            return response
+        carried = response.throttle_time
+        if throttle_ms <= milliseconds(carried):
+            return response
+        return dataclasses.replace(response, throttle_time=datetime.timedelta(milliseconds=throttle_ms))

@@ -9,6 +9,7 @@ Kafka 4.2 as the oracle, with Kafka 4.2's own `kafka-configs` and librdkafka (co
   windows, so ~10 MiB pass at once and the rest at the quota: each side takes ~12-16 s; both run concurrently, each
   throttled by its own broker, and raybroker's time is within a factor of Kafka's. The listener's gauges show the
   client id's byte rates and throttle times.
+- `request_percentage`: a client id allowed a thousandth of a thread is throttled on both brokers, another is not.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -34,6 +36,10 @@ MIB = 1024 * 1024
 RECORD_BYTES = 16 * 1024
 SENT_BYTES = 16 * MIB
 THROTTLED = "throttled-app"
+# The request quota's test: a thousandth of one thread, and how many one-at-a-time requests each client sends at most.
+REQUEST_PERCENT = 0.1
+CALM_REQUESTS = 100
+BUSY_REQUESTS = 2000
 # Each step of `kafka-configs` as both brokers are given it, in order (each a JVM of ~3 s: Kafka's validation
 # messages for every rule are checked without Kafka in tests/actors/core/quotas).
 STEPS: list[list[str]] = [
@@ -230,3 +236,66 @@ def test_byte_rate_quotas_throttle_one_client_id_as_kafka_does(
         assert 0 < recorder.value(rate, "", THROTTLED) <= 2 * MIB, rate.name
         assert recorder.value(throttle, "", THROTTLED) > 0, throttle.name
         assert recorder.value(rate, "", "free-app") == 0, "no quota applies to free-app: nothing recorded"
+
+
+def first_throttle(bootstrap: str, topic: str, client_id: str, requests: int) -> int | None:
+    """Produce requests of one small record each, one at a time, as `client_id`: how many were answered before the
+    first throttle event, None if none was throttled."""
+    from confluent_kafka import Producer
+
+    throttles: list[Any] = []
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            "client.id": client_id,
+            "linger.ms": 0,
+            "throttle_cb": throttles.append,
+            **QUIET,
+        }
+    )
+    for sent in range(requests):
+        producer.produce(topic, b"r")
+        assert producer.flush(DEADLINE_S) == 0, f"{client_id}'s record {sent} not acknowledged"
+        if any(event.throttle_time > 0 for event in throttles):
+            return sent + 1
+    return None
+
+
+def request_quota_run(bootstrap: str, results: dict[str, int | None]) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
+    admin.create_topics([NewTopic("busy", 1, 1)])["busy"].result(timeout=DEADLINE_S)
+    ran = run_kafka_tool(
+        CONFIGS,
+        bootstrap,
+        *("--alter", "--entity-type", "clients", "--entity-name", "busy-app"),
+        *("--add-config", f"request_percentage={REQUEST_PERCENT}"),
+        version=KAFKA_4_VERSION,
+    )
+    assert ran.returncode == 0, ran.stderr
+    results["calm"] = first_throttle(bootstrap, "busy", "calm-app", CALM_REQUESTS)
+    results["busy"] = first_throttle(bootstrap, "busy", "busy-app", BUSY_REQUESTS)
+
+
+def test_request_percentage_throttles_a_busy_client_id_as_kafka_does(kafka4: str, raybroker: str) -> None:
+    """`request_percentage` of 0.1 (a thousandth of one thread) for one client id: a producer of that id sending
+    one request at a time is throttled within a few hundred requests on both brokers (how soon depends on each
+    broker's time per request), another client id never."""
+    found: dict[str, dict[str, int | None]] = {"kafka": {}, "raybroker": {}}
+    errors: list[BaseException] = []
+
+    def run(name: str, bootstrap: str) -> None:
+        try:
+            request_quota_run(bootstrap, found[name])
+        except BaseException as exc:
+            errors.append(exc)
+
+    sides = [threading.Thread(target=run, args=item) for item in (("kafka", kafka4), ("raybroker", raybroker))]
+    for thread in sides:
+        thread.start()
+    for thread in sides:
+        thread.join()
+    assert not errors, errors
+    for side in found.values():
+        assert side["calm"] is None and side["busy"] is not None, found
