@@ -1,5 +1,6 @@
-"""Fixtures of the protocol tests: the listener's seams over an in-process broker in a temporary folder (Apache
-Kafka for the differential tests, `kafka`, is `tests/cluster/conftest.py`'s)."""
+"""Fixtures of the protocol tests: the listener's seams over an in-process broker in a temporary folder, and Apache
+Kafka 4.2's two brokers (`kafka4`) for the Kafka 4 tests of this package (Apache Kafka 3.9 for the differential
+tests, `kafka`, is `tests/cluster/conftest.py`'s)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,26 @@ from pathlib import Path
 import pytest
 
 from actors.core.in_process_broker import InProcessBroker
+from benchmarks.kafka_broker import KAFKA_4_VERSION, KafkaQuorum, KafkaUnavailable
 from cluster.protocol.views.group_view import GroupView
 from cluster.protocol.views.in_process_broker_view import InProcessBrokerView
 from cluster.protocol.views.security_view import SecurityView
 from tests.cluster.protocol.helpers import run, start_broker
+from tests.conftest import skip_or_fail
+
+
+@pytest.fixture(scope="package")
+def kafka4() -> Iterator[str]:
+    """Two Apache Kafka 4.2 brokers (node ids 1 and 2), started once for the package's Kafka 4 tests (~10 s)."""
+    quorum = KafkaQuorum(2, {"offsets.topic.num.partitions": "1"}, KAFKA_4_VERSION)
+    try:
+        quorum.start()
+    except KafkaUnavailable as exc:
+        skip_or_fail(f"Apache Kafka {KAFKA_4_VERSION} is not available here: {exc}")
+    try:
+        yield quorum.bootstrap_servers
+    finally:
+        quorum.stop()
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.kafka_broker import KAFKA_4_VERSION, KafkaQuorum, KafkaUnavailable
+from benchmarks.kafka_broker import KAFKA_4_VERSION
 from cluster.protocol.listener import start_listener
 from cluster.protocol.views.group_view import GroupView
 from cluster.protocol.views.in_process_broker_view import InProcessBrokerView
@@ -24,7 +24,6 @@ from cluster.protocol.views.security_view import SecurityView
 from cluster.protocol.views.transaction_view import TransactionView
 from tests.cluster.protocol.helpers import start_broker
 from tests.cluster.protocol.kafka_tools import REASSIGN_PARTITIONS, run_kafka_tool
-from tests.conftest import skip_or_fail
 
 pytestmark = pytest.mark.kafka
 
@@ -34,20 +33,6 @@ TOPIC = "rf"
 # Each plan of the partition, as --execute --disallow-replication-factor-change is given them: H is the broker
 # holding its one replica, O the other.
 PLANS = {"one more replica": ["H", "O"], "moved": ["O"]}
-
-
-@pytest.fixture
-def kafka4() -> Iterator[str]:
-    """Two Apache Kafka 4.2 brokers (node ids 1 and 2)."""
-    quorum = KafkaQuorum(2, {"offsets.topic.num.partitions": "1"}, KAFKA_4_VERSION)
-    try:
-        quorum.start()
-    except KafkaUnavailable as exc:
-        skip_or_fail(f"Apache Kafka {KAFKA_4_VERSION} is not available here: {exc}")
-    try:
-        yield quorum.bootstrap_servers
-    finally:
-        quorum.stop()
 
 
 @pytest.fixture
