@@ -23,8 +23,6 @@ the listener checks every `REFRESH_INTERVAL_S` and right after this listener alt
 
 from __future__ import annotations
 
-import asyncio
-import logging
 import math
 import time
 from dataclasses import dataclass, field
@@ -49,11 +47,9 @@ from actors.metrics.names import (
 )
 from actors.metrics.recorder import NO_METRICS, BrokerMetrics, Sample
 from cluster.protocol.connection import ConnectionContext
+from cluster.protocol.refreshing import refresh_every
 from cluster.protocol.views.security_view import SecurityView
 from storage.clock import SYSTEM_CLOCK, Clock
-from storage.errors import RaybrokerError
-
-logger = logging.getLogger(__name__)
 
 REFRESH_INTERVAL_S = 1.0
 # Each quota key's gauges: its byte rate and its average throttle time (Kafka's `byte-rate` and `throttle-time` of
@@ -178,9 +174,4 @@ class QuotaEnforcer:
 
     async def keep_fresh(self) -> None:
         """Refreshes every `REFRESH_INTERVAL_S` until cancelled; a failed refresh keeps the last copy."""
-        while True:
-            try:
-                await self.refresh()
-            except RaybrokerError as exc:
-                logger.warning("cannot refresh the client quotas (keeping the last copy): %s", exc)
-            await asyncio.sleep(REFRESH_INTERVAL_S)
+        await refresh_every(self.refresh, REFRESH_INTERVAL_S, "client quotas")

@@ -12,17 +12,12 @@ up. Until the first load succeeds nothing but super users is allowed.
 
 from __future__ import annotations
 
-import asyncio
-import logging
-
 from actors.core.security.acl_bindings import AclOperation, ResourceType
 from actors.core.security.authorizer import Authorizer
 from cluster.protocol.connection import ConnectionContext
+from cluster.protocol.refreshing import refresh_every
 from cluster.protocol.views.security_view import SecurityView
 from storage.config.security_config import SecurityConfig
-from storage.errors import RaybrokerError
-
-logger = logging.getLogger(__name__)
 
 REFRESH_INTERVAL_S = 0.5
 
@@ -66,9 +61,4 @@ class AccessControl:
 
     async def keep_fresh(self) -> None:
         """Refreshes every `REFRESH_INTERVAL_S` until cancelled; a failed refresh keeps the last copy."""
-        while True:
-            try:
-                await self.refresh()
-            except RaybrokerError as exc:
-                logger.warning("cannot refresh the ACLs (keeping the last copy): %s", exc)
-            await asyncio.sleep(REFRESH_INTERVAL_S)
+        await refresh_every(self.refresh, REFRESH_INTERVAL_S, "ACLs")

@@ -15,10 +15,11 @@ oracle (the package's two Kafka 4.2 brokers, `kafka4`), with Kafka 4.2's own `ka
 
 from __future__ import annotations
 
+import concurrent.futures
 import threading
 import time
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 import pytest
 
@@ -29,6 +30,8 @@ from tests.cluster.protocol.helpers import start_broker, start_local_listener
 from tests.cluster.protocol.kafka_tools import CONFIGS, run_kafka_tool
 
 pytestmark = pytest.mark.kafka
+
+_Found = TypeVar("_Found")
 
 DEADLINE_S = 60.0
 QUIET = {"log_level": 0}
@@ -69,10 +72,18 @@ def raybroker(tmp_path_factory: pytest.TempPathFactory, recorder: MetricsRecorde
         broker.close()
 
 
-def configs(bootstrap: str, found: list[tuple[int, list[str]]]) -> None:
-    """Each of `STEPS` run by Kafka 4.2's kafka-configs against `bootstrap`, its exit code and printed lines added
-    to `found` (the bootstrap address written B; describe's lines sorted: both brokers list entities in the order of
-    a hash map)."""
+def on_both(scenario: Callable[[str], _Found], kafka4: str, raybroker: str) -> tuple[_Found, _Found]:
+    """`scenario(bootstrap)` run against both brokers at once (each throttles only its own clients): (Kafka's
+    result, raybroker's)."""
+    with concurrent.futures.ThreadPoolExecutor(2) as sides:
+        kafka, ours = sides.submit(scenario, kafka4), sides.submit(scenario, raybroker)
+        return kafka.result(), ours.result()
+
+
+def configs(bootstrap: str) -> list[tuple[int, list[str]]]:
+    """Each of `STEPS` run by Kafka 4.2's kafka-configs against `bootstrap`: its exit code and printed lines (the
+    bootstrap address written B; describe's lines sorted: both brokers list entities in the order of a hash map)."""
+    found = []
     for step in STEPS:
         ran = run_kafka_tool(CONFIGS, bootstrap, *step, version=KAFKA_4_VERSION)
         lines = [
@@ -81,16 +92,11 @@ def configs(bootstrap: str, found: list[tuple[int, list[str]]]) -> None:
             if line.strip() and not line.startswith(("SLF4J", "log4j:", "\tat ", "ERROR StatusLogger", "\t... "))
         ]
         found.append((ran.returncode, sorted(lines) if "--describe" in step else lines))
+    return found
 
 
 def test_kafka_configs_quota_commands_answer_as_on_kafka(kafka4: str, raybroker: str) -> None:
-    oracle: list[tuple[int, list[str]]] = []
-    ours: list[tuple[int, list[str]]] = []
-    sides = [threading.Thread(target=configs, args=side) for side in ((kafka4, oracle), (raybroker, ours))]
-    for side in sides:
-        side.start()
-    for side in sides:
-        side.join()
+    oracle, ours = on_both(configs, kafka4, raybroker)
     assert [code for code, _ in oracle] == [0, 0, 1, 0], oracle
     assert any("alice" in line and "producer_byte_rate=1048576" in line for line in oracle[3][1]), oracle
     for step, answer, expected in zip(STEPS, ours, oracle, strict=True):
@@ -172,42 +178,28 @@ def _consume(bootstrap: str, topic: str, client_id: str) -> tuple[float, int]:
         consumer.close()
 
 
-def throttled_run(bootstrap: str, results: dict[str, tuple[float, int]]) -> None:
-    """The throttling scenario of the module docstring against one broker; fills `results`."""
+def throttled_run(bootstrap: str) -> dict[str, tuple[float, int]]:
+    """The throttling scenario of the module docstring against one broker: per step, seconds and throttle events."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
     for future in admin.create_topics([NewTopic(name, 1, 1) for name in ("free", "slow", "read")]).values():
         future.result(timeout=DEADLINE_S)
     _alter(bootstrap, f"producer_byte_rate={MIB}", f"consumer_byte_rate={MIB}")
-    results["free"] = produce_throttled(bootstrap, "read", "free-app")
+    results = {"free": produce_throttled(bootstrap, "read", "free-app")}
     reader: dict[str, tuple[float, int]] = {}
     consuming = threading.Thread(target=lambda: reader.update(read=_consume(bootstrap, "read", THROTTLED)))
     consuming.start()
     results["produce"] = produce_throttled(bootstrap, "slow", THROTTLED)
     consuming.join()
-    results.update(reader)
+    return {**results, **reader}
 
 
 def test_byte_rate_quotas_throttle_one_client_id_as_kafka_does(
     kafka4: str, raybroker: str, recorder: MetricsRecorder
 ) -> None:
-    found: dict[str, dict[str, tuple[float, int]]] = {"kafka": {}, "raybroker": {}}
-    errors: list[BaseException] = []
-
-    def run(name: str, bootstrap: str) -> None:
-        try:
-            throttled_run(bootstrap, found[name])
-        except BaseException as exc:
-            errors.append(exc)
-
-    sides = [threading.Thread(target=run, args=item) for item in (("kafka", kafka4), ("raybroker", raybroker))]
-    for thread in sides:
-        thread.start()
-    for thread in sides:
-        thread.join()
-    assert not errors, errors
-    kafka, ours = found["kafka"], found["raybroker"]
+    kafka, ours = on_both(throttled_run, kafka4, raybroker)
+    found = {"kafka": kafka, "raybroker": ours}
     for side in (kafka, ours):
         for step in ("produce", "read"):
             seconds, throttles = side[step]
@@ -246,7 +238,9 @@ def first_throttle(bootstrap: str, topic: str, client_id: str, requests: int) ->
     return None
 
 
-def request_quota_run(bootstrap: str, results: dict[str, int | None]) -> None:
+def request_quota_run(bootstrap: str) -> dict[str, int | None]:
+    """The request quota's scenario against one broker: how many requests each client sent before its first
+    throttle (None: never)."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
@@ -259,28 +253,16 @@ def request_quota_run(bootstrap: str, results: dict[str, int | None]) -> None:
         version=KAFKA_4_VERSION,
     )
     assert ran.returncode == 0, ran.stderr
-    results["calm"] = first_throttle(bootstrap, "busy", "calm-app", CALM_REQUESTS)
-    results["busy"] = first_throttle(bootstrap, "busy", "busy-app", BUSY_REQUESTS)
+    return {
+        "calm": first_throttle(bootstrap, "busy", "calm-app", CALM_REQUESTS),
+        "busy": first_throttle(bootstrap, "busy", "busy-app", BUSY_REQUESTS),
+    }
 
 
 def test_request_percentage_throttles_a_busy_client_id_as_kafka_does(kafka4: str, raybroker: str) -> None:
     """`request_percentage` of 0.1 (a thousandth of one thread) for one client id: a producer of that id sending
     one request at a time is throttled within a few hundred requests on both brokers (how soon depends on each
     broker's time per request), another client id never."""
-    found: dict[str, dict[str, int | None]] = {"kafka": {}, "raybroker": {}}
-    errors: list[BaseException] = []
-
-    def run(name: str, bootstrap: str) -> None:
-        try:
-            request_quota_run(bootstrap, found[name])
-        except BaseException as exc:
-            errors.append(exc)
-
-    sides = [threading.Thread(target=run, args=item) for item in (("kafka", kafka4), ("raybroker", raybroker))]
-    for thread in sides:
-        thread.start()
-    for thread in sides:
-        thread.join()
-    assert not errors, errors
-    for side in found.values():
+    found = on_both(request_quota_run, kafka4, raybroker)
+    for side in found:
         assert side["calm"] is None and side["busy"] is not None, found

@@ -29,7 +29,6 @@ Each run of a tool starts a JVM (~2 s).
 
 from __future__ import annotations
 
-import concurrent.futures
 import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -49,7 +48,7 @@ from tests.cluster.protocol.kafka_tools import (
     TOPICS,
     run_kafka_tool,
 )
-from tests.cluster.protocol.test_client_quotas import RECORD_BYTES, produce_throttled
+from tests.cluster.protocol.test_client_quotas import RECORD_BYTES, on_both, produce_throttled
 
 pytestmark = [pytest.mark.ray, pytest.mark.kafka]
 
@@ -370,9 +369,7 @@ def quota_answers(bootstrap: str) -> dict[str, Any]:
 
 
 def test_kafka_configs_client_quotas_agree_and_throttle_on_ray(kafka: str, raybroker: str) -> None:
-    with concurrent.futures.ThreadPoolExecutor(2) as sides:
-        on_kafka, on_raybroker = sides.submit(quota_answers, kafka), sides.submit(quota_answers, raybroker)
-        oracle, ours = on_kafka.result(), on_raybroker.result()
+    oracle, ours = on_both(quota_answers, kafka, raybroker)
     assert oracle["describe"] == (
         0,
         [f"Quota configs for client-id 'ray-slow' are producer_byte_rate={QUOTA_BYTES_S}.0"],
