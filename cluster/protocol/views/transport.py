@@ -10,7 +10,9 @@ wherever the role lives and answers its result or raises the broker's typed erro
   which answer from memory at once.
 - `RayTransport` calls the method of a named actor, awaited without blocking the loop. The actor's handle is looked
   up once (on a worker thread: the lookup blocks; concurrent callers share one lookup) and forgotten when a call
-  fails retriably (the actor gone or restarting), so the next call reaches a restarted actor.
+  fails retriably (the actor gone or restarting), so the next call reaches a restarted actor. In a process not
+  connected to Ray there is no actor to find: the call fails at once with `BrokerNotAvailableError`, where Ray's
+  own lookup would start a local Ray cluster (a listener over an in-process broker given no views of its own).
 
 What differs between the hosts is a parameter of the transport, not of the view: `max_wait_ms`, how long one call
 may wait on the host for an answer still pending (a JoinGroup or SyncGroup waiting for the other members).
@@ -22,9 +24,11 @@ import asyncio
 from collections.abc import Callable, Container
 from typing import Any, Protocol
 
+import ray
+
 from actors.calls import answer, get_actor
 from actors.core.groups.group_coordinator import MAX_WAIT_MS
-from storage.errors import RaybrokerError
+from storage.errors import BrokerNotAvailableError, RaybrokerError
 
 # One bounded wait in process: the roles' timed events (session expiry, the rebalance timeout) run on their clock,
 # which a test may move by hand, and a moved `MockClock` takes effect within one wait.
@@ -95,6 +99,8 @@ class RayTransport:
         """The actor's handle, looked up if it was forgotten. One lookup at a time, which every caller awaits: a
         lookup blocks its worker thread as long as Ray's GCS does not answer (its head lost), and one per call would
         take every worker thread of the loop meanwhile. A caller that stops waiting leaves the lookup running."""
+        if self._handle is None and not ray.is_initialized():
+            raise BrokerNotAvailableError(f"no actor {self._name!r}: this process is not connected to a Ray cluster")
         if self._handle is None:
             if self._lookup is None:
                 lookup = self._lookup = asyncio.ensure_future(asyncio.to_thread(get_actor, self._name))

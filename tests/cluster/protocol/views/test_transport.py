@@ -1,6 +1,6 @@
 """`InProcessTransport`: a role's method called by name, on a worker thread unless it is named inline, on the role
 the getter gives at each call; its answer and its typed error are the caller's. The oracle is the thread each call
-ran on and the role object that answered."""
+ran on and the role object that answered. `RayTransport` outside Ray: no lookup, no Ray started."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import threading
 
 import pytest
 
-from cluster.protocol.views.transport import EVERY_METHOD, InProcessTransport
+from cluster.protocol.views import transport as transport_module
+from cluster.protocol.views.transport import EVERY_METHOD, InProcessTransport, RayTransport
 from storage.errors import BrokerNotAvailableError
 
 
@@ -62,3 +63,22 @@ def test_the_roles_typed_error_is_the_callers() -> None:
     transport = InProcessTransport(lambda: Role("r"))
     with pytest.raises(BrokerNotAvailableError):
         asyncio.run(transport.call("fail"))
+
+
+def test_a_ray_transport_outside_ray_fails_at_once_and_never_looks_an_actor_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A listener over an in-process broker given no views of its own still refreshes its ACLs and client quotas
+    through the controller's `RayTransport`. Outside Ray each call fails at once with `BrokerNotAvailableError`:
+    Ray's actor lookup, which would start a local Ray cluster to search it, is never made (a lookup that is made
+    fails this test instead)."""
+    import ray
+
+    def looked_up(name: str) -> None:
+        raise AssertionError(f"actor {name!r} looked up outside Ray")
+
+    monkeypatch.setattr(transport_module, "get_actor", looked_up)
+    assert not ray.is_initialized()
+    transport = RayTransport("raybroker-controller")
+    with pytest.raises(BrokerNotAvailableError, match="not connected to a Ray cluster"):
+        asyncio.run(transport.call("client_quotas_version"))
