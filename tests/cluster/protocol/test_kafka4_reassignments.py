@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -66,7 +67,11 @@ def answers(bootstrap: str, folder: Path) -> dict[str, tuple[int, list[str]]]:
 
     admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
     admin.create_topics([NewTopic(TOPIC, 1, 1)])[TOPIC].result(timeout=DEADLINE_S)
-    metadata = admin.list_topics(TOPIC, timeout=DEADLINE_S)
+    # Metadata reaches each broker in its own time: the broker asked may not know the new partition yet.
+    deadline = time.monotonic() + DEADLINE_S
+    while not (metadata := admin.list_topics(TOPIC, timeout=DEADLINE_S)).topics[TOPIC].partitions:
+        assert time.monotonic() < deadline, f"{TOPIC}'s partition never showed in Metadata"
+        time.sleep(0.1)
     (holder,) = metadata.topics[TOPIC].partitions[0].replicas
     (other,) = [broker for broker in metadata.brokers if broker != holder]
     ids = {"H": holder, "O": other}
