@@ -279,9 +279,10 @@ class Router:
         """`broker_config` is the broker's config and `static_broker_keys` the keys its properties set, for the
         admin APIs (defaults, sources, `delete.topic.enable`, `num.partitions`) and Metadata
         (`auto.create.topics.enable`); `security` holds the SCRAM credentials and ACLs, `access` answers the
-        handlers' authorization questions, `quotas` (by default a copy of `security`'s) throttles Produce and Fetch;
-        `metrics` counts the bytes Fetch answers carry. Fetch sessions are kept
-        here, `max.incremental.fetch.session.cache.slots` of them: one router serves a listener process."""
+        handlers' authorization questions, `quotas` (by default a copy of `security`'s) throttles Produce, Fetch
+        and, with `request_percentage`, every request; `metrics` counts the bytes Fetch answers carry. Fetch
+        sessions are kept here, `max.incremental.fetch.session.cache.slots` of them: one router serves a listener
+        process."""
         describer = ConfigDescriber(broker_config, static_broker_keys)
         quotas = self._quotas = quotas if quotas is not None else QuotaEnforcer(security)
         node_id = endpoint.node_id
