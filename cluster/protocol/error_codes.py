@@ -34,6 +34,7 @@ from __future__ import annotations
 from kio.schema.errors import ErrorCode
 
 from actors.core.controller.elections import ElectionError
+from actors.core.controller.finalized_features import InvalidUpdateVersionError
 from actors.core.groups.group_membership import GroupError
 from actors.core.security.scram import (
     ResourceNotFoundError,
@@ -124,6 +125,7 @@ ERROR_CODES: dict[type[Exception], ErrorCode] = {
     LogClosedError: ErrorCode.not_leader_or_follower,
     NotLeaderOrFollowerError: ErrorCode.not_leader_or_follower,
     NotControllerError: ErrorCode.not_controller,
+    InvalidUpdateVersionError: ErrorCode.invalid_update_version,
     InvalidReplicaAssignmentError: ErrorCode.invalid_replica_assignment,
     NoReassignmentInProgressError: ErrorCode.no_reassignment_in_progress,
     StaleControllerEpochError: ErrorCode.stale_controller_epoch,

@@ -36,6 +36,7 @@ from types import TracebackType
 from actors.metrics.ray_export import exported_metrics
 from actors.metrics.recorder import BrokerMetrics
 from cluster.protocol.connection import ConnectionContext
+from cluster.protocol.feature_cache import FeatureCache
 from cluster.protocol.framing import SplicedFrame
 from cluster.protocol.quota_enforcer import QuotaEnforcer
 from cluster.protocol.router import Router, request_name
@@ -144,9 +145,12 @@ class KafkaListener:
             self._broker_config.quota_window_size_seconds * 1000,
             self._metrics,
         )
+        features = FeatureCache(self._security)
+        with contextlib.suppress(RaybrokerError):
+            await features.refresh()
         try:
             await access.refresh()
-            server = await self._start_server(access, quotas)
+            server = await self._start_server(access, quotas, features)
         except BaseException as exc:
             quotas.close()
             self._started.set_exception(exc)
@@ -154,12 +158,14 @@ class KafkaListener:
         self._started.set_result(server)
         refreshing = asyncio.create_task(access.keep_fresh()) if access.enabled else None
         refreshing_quotas = asyncio.create_task(quotas.keep_fresh())
+        refreshing_features = asyncio.create_task(features.keep_fresh())
         announcing = asyncio.create_task(self._keep_announced(self._endpoint(server)))
         try:
             await self._stopping.wait()
         finally:
             announcing.cancel()
             refreshing_quotas.cancel()
+            refreshing_features.cancel()
             quotas.close()
             if refreshing is not None:
                 refreshing.cancel()
@@ -170,7 +176,7 @@ class KafkaListener:
                 # The broker may be stopping too; its registry goes with it.
                 await self._view.withdraw(self._endpoint(server))
 
-    async def _start_server(self, access: AccessControl, quotas: QuotaEnforcer) -> KafkaServer:
+    async def _start_server(self, access: AccessControl, quotas: QuotaEnforcer, features: FeatureCache) -> KafkaServer:
         """Binds first (a port of 0 is only known once bound), then builds the router for the advertised address."""
         router: Router | None = None
 
@@ -200,6 +206,7 @@ class KafkaListener:
             security=self._security,
             access=access,
             quotas=quotas,
+            features=features,
             metrics=self._metrics,
         )
         try:

@@ -18,7 +18,8 @@ from kio's floor to its ceiling: their later versions only add fields the handle
 topic id, DeleteTopics v6 deletes by topic id, `is_fenced` is false). So are the security APIs:
 DescribeAcls (29), CreateAcls (30), DeleteAcls (31) v1-3 (v0 could not name PREFIXED patterns, and Kafka 4 dropped
 it), DescribeUserScramCredentials (50) and AlterUserScramCredentials (51) v0, and the client quota APIs
-DescribeClientQuotas (48) and AlterClientQuotas (49) v0-1 (v1 is v0 made flexible). DescribeLogDirs (35) is served v1-4
+DescribeClientQuotas (48) and AlterClientQuotas (49) v0-1 (v1 is v0 made flexible), and UpdateFeatures (57) v0-2
+(v2 answers no per-feature results). DescribeLogDirs (35) is served v1-4
 (kio has no v0; v4 adds the file system's bytes, v5 is post-4.0). DescribeTopicPartitions (75) v0, which Kafka
 3.7+'s Admin client prefers to Metadata for `describeTopics`.
 The transaction APIs serve the TV1 protocol every client speaks to a broker finalizing no `transaction.version` feature,
@@ -51,6 +52,7 @@ from actors.metrics.recorder import NO_METRICS, BrokerMetrics
 from cluster.protocol.config_entries import ConfigDescriber
 from cluster.protocol.connection import ConnectionContext
 from cluster.protocol.error_codes import AuthenticationFailedError, ProtocolError, SaslFailure
+from cluster.protocol.feature_cache import FeatureCache
 from cluster.protocol.fetch_session import FetchSessionCache
 from cluster.protocol.framing import (
     API_VERSIONS_KEY,
@@ -85,6 +87,7 @@ from cluster.protocol.handlers.describe_topic_partitions import (
     DescribeTopicPartitionsHandler,
 )
 from cluster.protocol.handlers.elect_leaders import ELECT_LEADERS_KEY, ElectLeadersHandler
+from cluster.protocol.handlers.features import UPDATE_FEATURES_KEY, UpdateFeaturesHandler
 from cluster.protocol.handlers.fetch import FETCH_KEY, FetchHandler
 from cluster.protocol.handlers.find_coordinator import FIND_COORDINATOR_KEY, FindCoordinatorHandler
 from cluster.protocol.handlers.group_admin import (
@@ -216,6 +219,7 @@ SERVED: Mapping[int, ApiRange] = MappingProxyType(
         DESCRIBE_ACLS_KEY: ApiRange(1, 3),
         DESCRIBE_CLIENT_QUOTAS_KEY: ApiRange(0, 1),
         ALTER_CLIENT_QUOTAS_KEY: ApiRange(0, 1),
+        UPDATE_FEATURES_KEY: ApiRange(0, 2),
         CREATE_ACLS_KEY: ApiRange(1, 3),
         DELETE_ACLS_KEY: ApiRange(1, 3),
         DESCRIBE_USER_SCRAM_CREDENTIALS_KEY: ApiRange(0, 0),
@@ -274,17 +278,20 @@ class Router:
         security: SecurityView,
         access: AccessControl,
         quotas: QuotaEnforcer | None = None,
+        features: FeatureCache | None = None,
         metrics: BrokerMetrics = NO_METRICS,
     ) -> None:
         """`broker_config` is the broker's config and `static_broker_keys` the keys its properties set, for the
         admin APIs (defaults, sources, `delete.topic.enable`, `num.partitions`) and Metadata
         (`auto.create.topics.enable`); `security` holds the SCRAM credentials and ACLs, `access` answers the
         handlers' authorization questions, `quotas` (by default a copy of `security`'s) throttles Produce, Fetch
-        and, with `request_percentage`, every request; `metrics` counts the bytes Fetch answers carry. Fetch
-        sessions are kept here, `max.incremental.fetch.session.cache.slots` of them: one router serves a listener
+        and, with `request_percentage`, every request; `features` (by default a copy of `security`'s) is what
+        ApiVersions tells of the cluster's features; `metrics` counts the bytes Fetch answers carry. Fetch sessions
+        are kept here, `max.incremental.fetch.session.cache.slots` of them: one router serves a listener
         process."""
         describer = ConfigDescriber(broker_config, static_broker_keys)
         quotas = self._quotas = quotas if quotas is not None else QuotaEnforcer(security)
+        features = features if features is not None else FeatureCache(security)
         node_id = endpoint.node_id
         num_partitions = broker_config.num_partitions
         self._handlers: dict[int, Handler] = {
@@ -301,7 +308,7 @@ class Router:
                 view, endpoint, broker_config.auto_create_topics_enable, num_partitions, access
             ),
             DESCRIBE_TOPIC_PARTITIONS_KEY: DescribeTopicPartitionsHandler(view, endpoint, broker_config, access),
-            API_VERSIONS_KEY: ApiVersionsHandler(SERVED),
+            API_VERSIONS_KEY: ApiVersionsHandler(SERVED, features),
             INIT_PRODUCER_ID_KEY: InitProducerIdHandler(view, transactions, access),
             FIND_COORDINATOR_KEY: FindCoordinatorHandler(endpoint, access),
             JOIN_GROUP_KEY: JoinGroupHandler(groups, access),
@@ -338,6 +345,7 @@ class Router:
             DESCRIBE_ACLS_KEY: DescribeAclsHandler(security, access),
             DESCRIBE_CLIENT_QUOTAS_KEY: DescribeClientQuotasHandler(security, access),
             ALTER_CLIENT_QUOTAS_KEY: AlterClientQuotasHandler(security, quotas, access),
+            UPDATE_FEATURES_KEY: UpdateFeaturesHandler(security, features, node_id, access),
             CREATE_ACLS_KEY: CreateAclsHandler(security, access),
             DELETE_ACLS_KEY: DeleteAclsHandler(security, access),
             DESCRIBE_USER_SCRAM_CREDENTIALS_KEY: DescribeUserScramCredentialsHandler(security, access),

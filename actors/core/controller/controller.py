@@ -15,6 +15,7 @@ Its records (JSON values, readable with `raybroker dump-log --print-data-log`):
 | `acl/<resource type>/<pattern type>/<name>` | `{"acls": [{"principal", "host", "operation", "permission_type"}]}` |
 | `scram/<mechanism>/<user>` | `{"mechanism", "salt", "stored_key", "server_key", "iterations"}` |
 | `quota/<entity>`   | `{"values": {key: value}}`: one client quota entity (`actors.core.quotas.client_quotas`) |
+| `feature/<name>`   | `{"level": n}`: a feature's finalized level (`actors.core.controller.finalized_features`) |
 
 A topic record names the topic's id (KIP-516: a random Kafka Uuid in Kafka's text, `storage.kafka_uuid`, drawn at
 creation, so a topic created again under the same name has another), each partition's leader node (its last leader
@@ -84,6 +85,7 @@ from actors.core.controller.assignment import (
 )
 from actors.core.controller.broker_sessions import BrokerSessions
 from actors.core.controller.elections import ElectionError, ElectionType, requested_election
+from actors.core.controller.finalized_features import FEATURE_KEY_PREFIX, FeatureUpdate, FinalizedFeatures
 from actors.core.controller.metadata_replication import MetadataReplication
 from actors.core.controller.node_broker import NodeBroker
 from actors.core.controller.reassignment import (
@@ -195,6 +197,7 @@ class Controller(ReplicaMoves):
         self._acls = AclStore(self._write)
         self._scram = ScramCredentialStore(self._write)
         self._quotas = ClientQuotaStore(self._write)
+        self._features = FinalizedFeatures(self._write)
         self._replay()
         claim = claim_epoch or (lambda at_least: at_least)
         self._replication.start_epoch(claim(self._replication.latest_epoch + 1))
@@ -205,6 +208,7 @@ class Controller(ReplicaMoves):
         if not self._cluster_id:
             self._cluster_id = new_directory_id()
             self._write("cluster", {"cluster_id": self._cluster_id})
+        self._features.bootstrap()
         now_ms = clock.milliseconds()
         # Each registered broker's last heartbeat (or registration) by the clock, and the last monitor pass.
         self._sessions = BrokerSessions(clock, config.broker_session_timeout_ms, self._brokers)
@@ -232,6 +236,9 @@ class Controller(ReplicaMoves):
                 continue
             if name.startswith(QUOTA_KEY_PREFIX):
                 self._quotas.load(name, None if value is None else json.loads(value), offset)
+                continue
+            if name.startswith(FEATURE_KEY_PREFIX):
+                self._features.load(name, None if value is None else json.loads(value), offset)
                 continue
             if value is None:
                 continue
@@ -816,7 +823,7 @@ class Controller(ReplicaMoves):
         with self._lock:
             return self._acls.version
 
-    # --- client quotas ---------------------------------------------------------------------------
+    # --- client quotas and features -------------------------------------------------------------
 
     def alter_client_quotas(self, alterations: list[QuotaAlteration], validate_only: bool = False) -> list[str | None]:
         """Kafka's AlterClientQuotas: per alteration, None if applied (or valid), else its INVALID_REQUEST message."""
@@ -839,6 +846,16 @@ class Controller(ReplicaMoves):
         """The quotas' version and every entity's values, for the listeners that enforce them."""
         with self._lock:
             return self._quotas.version, self._quotas.quotas()
+
+    def update_features(self, updates: list[FeatureUpdate], validate_only: bool, controller: str) -> None:
+        """Kafka's UpdateFeatures: all written, or none (`InvalidUpdateVersionError` naming `controller`)."""
+        with self._lock:
+            self._features.update(updates, validate_only, controller)
+
+    def finalized_features(self) -> tuple[int, dict[str, int]]:
+        """The finalized features' epoch and levels (none at 0), for ApiVersions."""
+        with self._lock:
+            return self._features.epoch, self._features.levels()
 
     def elect_leaders(
         self, election_type: ElectionType, partitions: Iterable[tuple[str, int]] | None

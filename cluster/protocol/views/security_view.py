@@ -1,8 +1,10 @@
-"""What the listener needs of the cluster's security metadata and client quotas, written once over a transport.
+"""What the listener needs of the cluster metadata the controller keeps beside topics (security, client quotas,
+finalized features), written once over a transport.
 
-SCRAM credentials (looked up when a connection authenticates, managed by AlterUserScramCredentials) and ACL bindings
-(copied into the listener's authorizer, managed by CreateAcls and DeleteAcls) and client quotas (copied into the
-listener's `ClientQuotaEnforcer`, managed by AlterClientQuotas) live in the controller's metadata log.
+SCRAM credentials (looked up when a connection authenticates, managed by AlterUserScramCredentials), ACL bindings
+(copied into the listener's authorizer, managed by CreateAcls and DeleteAcls), client quotas (copied into the
+listener's `QuotaEnforcer`, managed by AlterClientQuotas) and finalized features (copied into the listener's
+`FeatureCache` for ApiVersions, managed by UpdateFeatures) live in the controller's metadata log.
 `SecurityView` reaches them through a `Transport` (`cluster.protocol.views.transport`): in the controller actor
 (`SecurityView.on_ray`, looked up on first use, so a listener that never authenticates or authorizes never needs
 it), or in the in-process broker's controller (`SecurityView.in_process`), called on the event loop. Errors are the
@@ -18,6 +20,7 @@ from __future__ import annotations
 from typing import Any, Self
 
 from actors.core.controller.controller import Controller
+from actors.core.controller.finalized_features import FeatureUpdate
 from actors.core.quotas.client_quotas import Entity, FilterComponent, QuotaAlteration
 from actors.core.security.acl_bindings import AclBinding, AclBindingFilter
 from actors.core.security.scram import ScramCredential
@@ -27,7 +30,7 @@ from storage.errors import BrokerNotAvailableError
 
 
 class SecurityView:
-    """The cluster's SCRAM credentials and ACLs."""
+    """The cluster's SCRAM credentials, ACLs, client quotas and finalized features."""
 
     def __init__(self, transport: Transport) -> None:
         self._transport = transport
@@ -105,3 +108,12 @@ class SecurityView:
         """Per alteration, None if applied (or valid with `validate_only`), else why it is invalid."""
         results: list[str | None] = await self._transport.call("alter_client_quotas", alterations, validate_only)
         return results
+
+    async def finalized_features(self) -> tuple[int, dict[str, int]]:
+        """The finalized features' epoch and levels (none at 0)."""
+        found: tuple[int, dict[str, int]] = await self._read("finalized_features")
+        return found
+
+    async def update_features(self, updates: list[FeatureUpdate], validate_only: bool, controller: str) -> None:
+        """Every update applied, or none (`InvalidUpdateVersionError`)."""
+        await self._transport.call("update_features", updates, validate_only, controller)

@@ -15,6 +15,7 @@ from tests.conftest import skip_or_fail
 TOOL_TIMEOUT_S = 120
 CONFIGS = "kafka.admin.ConfigCommand"
 CONSUMER_GROUPS = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
+FEATURES = "org.apache.kafka.tools.FeatureCommand"
 LEADER_ELECTION = "org.apache.kafka.tools.LeaderElectionCommand"
 LOG_DIRS = "org.apache.kafka.tools.LogDirsCommand"
 REASSIGN_PARTITIONS = "org.apache.kafka.tools.reassign.ReassignPartitionsCommand"

@@ -20,6 +20,11 @@
   listener on Ray, whose quotas live in the controller actor, and the quota enforced there: a client id of 64 KiB/s
   writing 12 times that sees throttle events on both brokers (Kafka's windows let ten times through at once). The
   quota semantics are compared with Kafka 4.2 in `test_client_quotas.py`.
+- kafka-features.sh (ApiVersions' features, UpdateFeatures) through the listener on Ray, whose features live in the
+  controller actor: `describe` agrees on `metadata.version` (3.9-IV0, the level Kafka 3.9.1 finalizes; Kafka also
+  lists `kraft.version`, which raybroker has not), `transaction.version` 2 is refused alike (raybroker's message begins
+  with Kafka 4's "The update failed for all features ..."), and a downgrade to 0 is answered alike and moves
+  raybroker's epoch at once. Kafka 4.2 is the oracle of the features' other rules in `test_features.py`.
 - kafka-leader-election.sh (ElectLeaders) on one broker: preferred and unclean elections that are not needed, an
   election of every partition, an unknown topic and an unknown partition. Elections that move a leader need
   several brokers; `tests/cluster/protocol/handlers/test_elect_leaders.py` runs them on a two-node broker.
@@ -30,6 +35,7 @@ Each run of a tool starts a JVM (~2 s).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -42,6 +48,7 @@ from tests.cluster.protocol.helpers import assigned_member
 from tests.cluster.protocol.kafka_tools import (
     CONFIGS,
     CONSUMER_GROUPS,
+    FEATURES,
     LEADER_ELECTION,
     LOG_DIRS,
     REASSIGN_PARTITIONS,
@@ -376,3 +383,45 @@ def test_kafka_configs_client_quotas_agree_and_throttle_on_ray(kafka: str, raybr
     )
     assert oracle["throttled"], oracle
     assert ours == oracle
+
+
+def features_answers(bootstrap: str) -> dict[str, Any]:
+    """kafka-features.sh's describe, a refused upgrade, a downgrade and describe again (see the module docstring):
+    exit codes and printed lines, `Local controller <id>` written without its id, Kafka 4's prefix of a refusal
+    removed and each line of describe split into its fields."""
+    answers: dict[str, Any] = {}
+    for step, arguments in {
+        "describe": ["describe"],
+        "refused": ["upgrade", "--feature", "transaction.version=2"],
+        "downgraded": ["downgrade", "--feature", "transaction.version=0"],
+        "described again": ["describe"],
+    }.items():
+        ran = run_kafka_tool(FEATURES, bootstrap, *arguments)
+        lines = [
+            re.sub(r"Local controller \d+", "Local controller", line).replace(
+                "The update failed for all features since the following feature had an error: ", ""
+            )
+            for line in ran.stdout.splitlines()
+            if line.strip()
+        ]
+        fields = [dict(field.split(": ") for field in line.split("\t")) for line in lines]
+        answers[step] = (ran.returncode, fields if "describe" in step else lines)
+    return answers
+
+
+def test_kafka_features_agree_on_ray(kafka: str, raybroker: str) -> None:
+    oracle, ours = on_both(features_answers, kafka, raybroker)
+    for answers in (oracle, ours):
+        for step in ("describe", "described again"):
+            code, features = answers[step]
+            answers[step] = code, {f["Feature"]: f for f in features}
+    assert ours["refused"] == oracle["refused"] and oracle["refused"][0] == 1, oracle
+    assert ours["downgraded"] == oracle["downgraded"] == (0, ["transaction.version was downgraded to 0."])
+    assert oracle["describe"][1].keys() == {"kraft.version", "metadata.version"}
+    assert ours["describe"][1].keys() == {"metadata.version"}
+    (before, after), (oracle_before, _) = (
+        (answers[step][1]["metadata.version"] for step in ("describe", "described again")) for answers in (ours, oracle)
+    )
+    for field in ("SupportedMaxVersion", "FinalizedVersionLevel"):
+        assert before[field] == oracle_before[field] == "3.9-IV0", (before, oracle_before)
+    assert int(after["Epoch"]) > int(before["Epoch"])

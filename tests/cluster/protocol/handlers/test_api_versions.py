@@ -1,5 +1,6 @@
-"""ApiVersions: the advertised table is exactly the router's, for every version; a too-new request gets the v0
-answer with UNSUPPORTED_VERSION that clients parse before retrying."""
+"""ApiVersions: the advertised table is exactly the router's, for every version, and v3+ carry the supported
+features and the controller's finalized ones with their epoch (a listener with no copy yet answers epoch -1 and none
+finalized); a too-new request gets the v0 answer with UNSUPPORTED_VERSION that clients parse before retrying."""
 
 from __future__ import annotations
 
@@ -7,32 +8,66 @@ import pytest
 from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
 
+from actors.core.controller.finalized_features import SUPPORTED_FEATURES, UNKNOWN_EPOCH
+from cluster.protocol.feature_cache import FeatureCache
 from cluster.protocol.framing import API_VERSIONS_KEY, Request, decode_response, encode_response
 from cluster.protocol.handlers.api_versions import ApiVersionsHandler
 from cluster.protocol.messages import build
 from cluster.protocol.router import SERVED
+from cluster.protocol.views.security_view import SecurityView
 from tests.cluster.protocol.helpers import request, run
 
 SERVED_RANGES = {key: (served.min_version, served.max_version) for key, served in SERVED.items()}
+# The first version carrying the features.
+FEATURES_VERSION = 3
+
+
+@pytest.fixture
+def features(security: SecurityView) -> FeatureCache:
+    """The listener's copy of the in-process controller's features."""
+    cache = FeatureCache(security)
+    run(cache.refresh())
+    return cache
 
 
 @pytest.mark.parametrize(
     "version", range(SERVED[API_VERSIONS_KEY].min_version, SERVED[API_VERSIONS_KEY].max_version + 1)
 )
-def test_every_version_lists_exactly_the_served_ranges(version: int) -> None:
+def test_every_version_lists_exactly_the_served_ranges(
+    version: int, features: FeatureCache, security: SecurityView
+) -> None:
     body = build(
         load_request_schema(API_VERSIONS_KEY, version), {"client_software_name": "t", "client_software_version": "1"}
     )
-    response = run(ApiVersionsHandler(SERVED)(request(body)))
+    response = run(ApiVersionsHandler(SERVED, features)(request(body)))
     # Through the wire format and back, as a client reads it.
     _, decoded = decode_response(encode_response(1, response)[4:], load_response_schema(API_VERSIONS_KEY, version))
     assert decoded.error_code == ErrorCode.none
     assert {key.api_key: (key.min_version, key.max_version) for key in decoded.api_keys} == SERVED_RANGES
+    if version >= FEATURES_VERSION:
+        epoch, levels = run(security.finalized_features())
+        assert {key.name: (key.min_version, key.max_version) for key in decoded.supported_features} == (
+            SUPPORTED_FEATURES
+        )
+        assert decoded.finalized_features_epoch == epoch >= 0
+        assert {key.name: (key.min_version_level, key.max_version_level) for key in decoded.finalized_features} == {
+            name: (level, level) for name, level in levels.items()
+        }
 
 
-def test_a_too_new_request_gets_a_v0_answer_with_unsupported_version_and_the_ranges() -> None:
+def test_a_listener_without_a_copy_of_the_features_answers_none_finalized(security: SecurityView) -> None:
+    body = build(
+        load_request_schema(API_VERSIONS_KEY, FEATURES_VERSION),
+        {"client_software_name": "t", "client_software_version": "1"},
+    )
+    response = run(ApiVersionsHandler(SERVED, FeatureCache(security))(request(body)))
+    assert (response.finalized_features_epoch, response.finalized_features) == (UNKNOWN_EPOCH, ())
+    assert {key.name for key in response.supported_features} == SUPPORTED_FEATURES.keys()
+
+
+def test_a_too_new_request_gets_a_v0_answer_with_unsupported_version_and_the_ranges(features: FeatureCache) -> None:
     too_new = Request(API_VERSIONS_KEY, SERVED[API_VERSIONS_KEY].max_version + 1, 9, "c", None)
-    frame = encode_response(9, run(ApiVersionsHandler(SERVED)(too_new)))
+    frame = encode_response(9, run(ApiVersionsHandler(SERVED, features)(too_new)))
     correlation_id, decoded = decode_response(frame[4:], load_response_schema(API_VERSIONS_KEY, 0))
     assert correlation_id == 9
     assert decoded.error_code == ErrorCode.unsupported_version

@@ -1,0 +1,159 @@
+"""Finalized features (ApiVersions' features, UpdateFeatures) against Apache Kafka 4.2 as the oracle (the package's
+two Kafka 4.2 brokers, `kafka4`), over real sockets and with Kafka 4.2's own `kafka-features`.
+
+- The same raw UpdateFeatures requests (v0, v1, v2: an unknown feature, an unknown upgrade type, a level below 0, a
+  valid downgrade with `validate_only`) get the same answers from both brokers, the controller's node id aside.
+- ApiVersions v3 and v4 carry the features as Kafka's broker does: each finalized level (min equal to max, never 0)
+  within what the broker supports, an epoch, and v3 without the supported features whose lowest level is 0.
+- `kafka-features` prints the same lines on both for an unknown feature, a level the broker does not support (Kafka's
+  own answer for a feature it supports at 0 only) and a dry-run downgrade; `describe`
+  prints raybroker's one feature in Kafka's format, and a change moves the epoch at once on raybroker, eventually on
+  Kafka (its brokers learn it from the metadata log). Kafka's `transaction.version` is set back to 2 afterwards.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kio.schema.api_versions.v3.request import ApiVersionsRequest as ApiVersionsV3
+from kio.schema.api_versions.v4.request import ApiVersionsRequest as ApiVersionsV4
+from kio.schema.update_features.v0.request import FeatureUpdateKey as UpdateV0
+from kio.schema.update_features.v0.request import UpdateFeaturesRequest as UpdateFeaturesV0
+from kio.schema.update_features.v1.request import FeatureUpdateKey as UpdateV1
+from kio.schema.update_features.v1.request import UpdateFeaturesRequest as UpdateFeaturesV1
+from kio.schema.update_features.v2.request import FeatureUpdateKey as UpdateV2
+from kio.schema.update_features.v2.request import UpdateFeaturesRequest as UpdateFeaturesV2
+from kio.static.primitive import i8, i16
+
+from actors.core.controller.finalized_features import METADATA_VERSION, METADATA_VERSION_LEVEL
+from benchmarks.kafka_broker import KAFKA_4_VERSION
+from tests.cluster.protocol.helpers import exchange, run, start_broker, start_local_listener
+from tests.cluster.protocol.kafka_tools import FEATURES, run_kafka_tool
+
+pytestmark = pytest.mark.kafka
+
+DEADLINE_S = 30.0
+CONTROLLER = re.compile(r"Local controller \d+")
+DESCRIBED = re.compile(
+    r"Feature: (\S+)\tSupportedMinVersion: (\S+)\tSupportedMaxVersion: (\S+)\tFinalizedVersionLevel: (\S+)\t"
+    r"Epoch: (\d+)"
+)
+RAW_REQUESTS: list[Any] = [
+    UpdateFeaturesV1(feature_updates=(UpdateV1(feature="nosuch.version", max_version_level=i16(1)),)),
+    UpdateFeaturesV1(
+        feature_updates=(UpdateV1(feature="transaction.version", max_version_level=i16(0), upgrade_type=i8(5)),)
+    ),
+    UpdateFeaturesV1(
+        feature_updates=(UpdateV1(feature="transaction.version", max_version_level=i16(-1), upgrade_type=i8(2)),)
+    ),
+    UpdateFeaturesV1(
+        feature_updates=(UpdateV1(feature="transaction.version", max_version_level=i16(0), upgrade_type=i8(2)),),
+        validate_only=True,
+    ),
+    UpdateFeaturesV2(
+        feature_updates=(UpdateV2(feature="transaction.version", max_version_level=i16(0), upgrade_type=i8(2)),),
+        validate_only=True,
+    ),
+    UpdateFeaturesV0(
+        feature_updates=(UpdateV0(feature="nosuch.version", max_version_level=i16(1), allow_downgrade=True),)
+    ),
+]
+SAME_ON_BOTH = [
+    ["upgrade", "--feature", "nosuch.version=1"],
+    ["downgrade", "--feature", "transaction.version=0", "--dry-run"],
+]
+
+
+@pytest.fixture(scope="module")
+def raybroker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The in-process broker behind a Kafka listener."""
+    broker = start_broker(tmp_path_factory.mktemp("features"))
+    try:
+        with start_local_listener(broker) as listener:
+            yield listener.bootstrap_servers
+    finally:
+        broker.close()
+
+
+def port(bootstrap: str) -> int:
+    return int(bootstrap.split(",")[0].rsplit(":", 1)[1])
+
+
+def features_tool(bootstrap: str, *arguments: str) -> tuple[int, list[str]]:
+    """Kafka 4.2's kafka-features run to its end: exit code and printed lines, the controller's id written N."""
+    ran = run_kafka_tool(FEATURES, bootstrap, *arguments, version=KAFKA_4_VERSION)
+    lines = [
+        CONTROLLER.sub("Local controller N", line)
+        for line in f"{ran.stdout}\n{ran.stderr}".splitlines()
+        if line.strip() and not line.startswith(("SLF4J", "log4j:", "\tat ", "ERROR StatusLogger", "\t... "))
+    ]
+    return ran.returncode, lines
+
+
+def described(bootstrap: str) -> dict[str, tuple[str, ...]]:
+    """`kafka-features describe`: each feature's supported range, finalized level and epoch."""
+    code, lines = features_tool(bootstrap, "describe")
+    assert code == 0, lines
+    found = {}
+    for line in lines:
+        match = DESCRIBED.fullmatch(line)
+        assert match is not None, line
+        found[match[1]] = match.groups()[1:]
+    return found
+
+
+def test_raw_update_features_answers_are_kafkas(kafka4: str, raybroker: str) -> None:
+    for request in RAW_REQUESTS:
+        oracle, ours = (run(exchange(port(bootstrap), request))[1] for bootstrap in (kafka4, raybroker))
+        message = ours.error_message and CONTROLLER.sub("Local controller N", ours.error_message)
+        assert (ours.error_code, message) == (
+            oracle.error_code,
+            oracle.error_message and CONTROLLER.sub("Local controller N", oracle.error_message),
+        ), request
+        assert getattr(ours, "results", ()) == getattr(oracle, "results", ()), request
+
+
+def finalized(answer: Any) -> set[tuple[str, int, int]]:
+    """An ApiVersions answer's finalized features: (name, lowest level, highest level)."""
+    return {(key.name, key.min_version_level, key.max_version_level) for key in answer.finalized_features}
+
+
+def test_api_versions_carry_the_features_as_kafkas_broker(kafka4: str, raybroker: str) -> None:
+    for bootstrap in (kafka4, raybroker):
+        v3 = run(exchange(port(bootstrap), ApiVersionsV3(client_software_name="t", client_software_version="1")))[1]
+        v4 = run(exchange(port(bootstrap), ApiVersionsV4(client_software_name="t", client_software_version="1")))[1]
+        supported = {key.name: (key.min_version, key.max_version) for key in v4.supported_features}
+        assert {key.name for key in v3.supported_features} == {n for n, (low, _) in supported.items() if low > 0}
+        assert finalized(v3) == finalized(v4) and v4.finalized_features_epoch >= 0
+        for key in v4.finalized_features:
+            low, high = supported[key.name]
+            assert 0 < key.min_version_level == key.max_version_level and low <= key.max_version_level <= high
+    assert finalized(v4) == {(METADATA_VERSION, METADATA_VERSION_LEVEL, METADATA_VERSION_LEVEL)}
+
+
+def test_kafka_features_prints_kafkas_lines_and_a_change_moves_the_epoch(kafka4: str, raybroker: str) -> None:
+    for step in SAME_ON_BOTH:
+        assert features_tool(raybroker, *step) == features_tool(kafka4, *step), step
+    ours = described(raybroker)
+    assert ours == {METADATA_VERSION: ("3.9-IV0", "3.9-IV0", "3.9-IV0", ours[METADATA_VERSION][-1])}
+    refused = features_tool(raybroker, "upgrade", "--feature", "transaction.version=2")
+    unknown = features_tool(kafka4, "upgrade", "--feature", "nosuch.version=2")
+    assert refused == (unknown[0], [line.replace("nosuch.version", "transaction.version") for line in unknown[1]])
+
+    oracle_epoch = int(described(kafka4)[METADATA_VERSION][-1])
+    try:
+        for bootstrap in (raybroker, kafka4):
+            changed = features_tool(bootstrap, "downgrade", "--feature", "transaction.version=0")
+            assert changed == (0, ["transaction.version was downgraded to 0."])
+        assert int(described(raybroker)[METADATA_VERSION][-1]) > int(ours[METADATA_VERSION][-1])
+        deadline = time.monotonic() + DEADLINE_S
+        while int(described(kafka4)[METADATA_VERSION][-1]) <= oracle_epoch:
+            assert time.monotonic() < deadline, "Kafka's epoch did not move"
+            time.sleep(0.5)
+    finally:
+        restored = features_tool(kafka4, "upgrade", "--feature", "transaction.version=2")
+        assert restored == (0, ["transaction.version was upgraded to 2."])
