@@ -36,6 +36,7 @@ from kio.schema.errors import ErrorCode
 from actors.core.controller.elections import ElectionError
 from actors.core.controller.finalized_features import InvalidUpdateVersionError
 from actors.core.groups.group_membership import GroupError
+from actors.core.quotas.controller_mutations import ThrottlingQuotaExceededError
 from actors.core.security.scram import (
     ResourceNotFoundError,
     UnacceptableCredentialError,
@@ -126,6 +127,7 @@ ERROR_CODES: dict[type[Exception], ErrorCode] = {
     NotLeaderOrFollowerError: ErrorCode.not_leader_or_follower,
     NotControllerError: ErrorCode.not_controller,
     InvalidUpdateVersionError: ErrorCode.invalid_update_version,
+    ThrottlingQuotaExceededError: ErrorCode.throttling_quota_exceeded,
     InvalidReplicaAssignmentError: ErrorCode.invalid_replica_assignment,
     NoReassignmentInProgressError: ErrorCode.no_reassignment_in_progress,
     StaleControllerEpochError: ErrorCode.stale_controller_epoch,

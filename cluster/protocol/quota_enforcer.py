@@ -1,5 +1,5 @@
 """Client quotas as a Kafka listener enforces them: `producer_byte_rate` on Produce, `consumer_byte_rate` on Fetch,
-`request_percentage` on every request.
+`request_percentage` on every request, `controller_mutation_rate` on CreateTopics, DeleteTopics and CreatePartitions.
 
 Kafka's `ClientQuotaManager`, per listener (each Kafka broker enforces its own share): every Produce request's size
 and every Fetch answer's record bytes are recorded against the sensor of the entity whose quota applies to the
@@ -16,6 +16,10 @@ replaces the answer's when longer, as Kafka answers the longest of them. Connect
 nothing. Each budget's rate and average throttle time are gauges (`kafka_server_produce_byte_rate`,
 `kafka_server_produce_throttle_time`, their `fetch` pair and `kafka_server_request_request_time`,
 `kafka_server_request_throttle_time`), as Kafka's quota sensors are metrics.
+`controller_mutation_rate` is a token bucket per budget (`actors.core.quotas.controller_mutations`) that the topic
+handlers record each topic's partitions on (`mutations`), and mute the connection for the throttle time found
+(`mute`). Kafka's controller enforces it for the cluster; here each listener does for the requests it serves, as it
+serves them as the cluster's controller.
 
 The quotas are a copy of the controller's: `refresh` reloads them when the controller's quota version moved, which
 the listener checks every `REFRESH_INTERVAL_S` and right after this listener altered quotas.
@@ -30,12 +34,14 @@ from dataclasses import dataclass, field
 from actors.core.quotas.client_quotas import (
     CLIENT_ID,
     CONSUMER_BYTE_RATE,
+    CONTROLLER_MUTATION_RATE,
     PRODUCER_BYTE_RATE,
     REQUEST_PERCENTAGE,
     USER,
     Entity,
     limit,
 )
+from actors.core.quotas.controller_mutations import MutationQuota, TokenBucket
 from actors.core.quotas.quota_rate import QUOTA_WINDOW_NUM, QUOTA_WINDOW_SIZE_MS, SampledRate
 from actors.metrics.names import (
     FETCH_BYTE_RATE,
@@ -103,6 +109,7 @@ class QuotaEnforcer:
         self._quotas: dict[Entity, dict[str, float]] = {}
         self._request_quotas = False
         self._sensors: dict[tuple[str, Entity], _Sensors] = {}
+        self._buckets: dict[Entity, TokenBucket] = {}
         metrics.add_gauges(self._gauges)
 
     def close(self) -> None:
@@ -117,6 +124,21 @@ class QuotaEnforcer:
         """Records a Fetch answer that would carry `size_bytes` of records; its throttle time in ms. A throttled
         answer carries none, so its bytes are taken back (Kafka's `unrecordQuotaSensor`)."""
         return self._record(CONSUMER_BYTE_RATE, context, client_id, size_bytes, keep_throttled=False)
+
+    def mutations(self, context: ConnectionContext, client_id: str | None, strict: bool) -> MutationQuota | None:
+        """The `controller_mutation_rate` quota a topic mutation request of this connection records its topics on,
+        strict or permissive (see `actors.core.quotas.controller_mutations`); None if no such quota applies."""
+        found = limit(self._quotas, CONTROLLER_MUTATION_RATE, context.principal.partition(":")[2], client_id or "")
+        if found is None:
+            return None
+        quota, sharing = found
+        bucket = self._buckets.setdefault(sharing, TokenBucket())
+        return MutationQuota(bucket, quota, self._samples * self._window_ms / 1000, strict, self._clock)
+
+    @staticmethod
+    def mute(context: ConnectionContext, throttle_ms: int) -> None:
+        """Reads no further request of the connection for `throttle_ms` (Kafka's throttled channel)."""
+        context.muted_until = max(context.muted_until, time.monotonic() + throttle_ms / 1000)
 
     @property
     def limits_request_time(self) -> bool:
@@ -148,7 +170,7 @@ class QuotaEnforcer:
             if not keep_throttled:
                 sensors.bytes.unrecord(size)
             sensors.throttles.record(throttle_ms, now_ms, math.inf)
-            context.muted_until = max(context.muted_until, time.monotonic() + throttle_ms / 1000)
+            self.mute(context, throttle_ms)
         return throttle_ms
 
     def _gauges(self) -> list[Sample]:

@@ -28,6 +28,14 @@ CreatePartitions grows a topic to `count` (not growing it answers INVALID_PARTIT
 topic's replication factor, placed by the controller; given `assignments` are checked as CreateTopics checks them;
 `validate_only` changes nothing.
 
+A `controller_mutation_rate` quota (KIP-599; `actors.core.quotas.controller_mutations`) applying to the connection's
+user and client id is charged each topic's partitions (created, added or deleted) once the topic passed every other
+check (a creation or growth is validated first) and before it changes anything, `validate_only` included. Strict,
+from CreateTopics v6, DeleteTopics v5 and CreatePartitions v3, a topic asked while the quota's bucket is below zero
+answers THROTTLING_QUOTA_EXCEEDED (89, with no message, as Kafka's) and is not carried out; older versions carry out
+every topic. Either way the answer's `throttle_time_ms` is the time until the bucket is back at zero, and the
+connection is muted for it.
+
 Authorization, as Kafka's controller checks it, after the duplicate-name check and before anything else:
 - CreateTopics needs CREATE on the cluster or on the topic, else TOPIC_AUTHORIZATION_FAILED (29); a topic created
   by a principal that may not DESCRIBE_CONFIGS it answers without its configs, `topic_config_error_code` 29.
@@ -45,6 +53,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from actors.core.quotas.controller_mutations import MutationQuota, ThrottlingQuotaExceededError
 from actors.core.security.acl_bindings import AclOperation, ResourceType
 from cluster.protocol.config_entries import ConfigDescriber
 from cluster.protocol.error_codes import error_code
@@ -52,6 +61,7 @@ from cluster.protocol.framing import Request, response_schema
 from cluster.protocol.handlers.authorization import allows, allows_cluster
 from cluster.protocol.handlers.metadata import wire_topic_id
 from cluster.protocol.messages import build
+from cluster.protocol.quota_enforcer import QuotaEnforcer
 from cluster.protocol.security.access import AccessControl
 from cluster.protocol.views.broker_view import BrokerView
 from storage.errors import RaybrokerError
@@ -65,6 +75,30 @@ USE_DEFAULT = -1  # num_partitions / replication_factor: the broker's default
 ASSIGNED_REPLICATION_FACTOR = 1
 BOTH_NAME_AND_ID = "You may not specify both topic name and topic id."
 NEITHER_NAME_NOR_ID = "Neither topic name nor id were specified."
+# The first versions whose controller_mutation_rate quota is strict (KIP-599).
+STRICT_CREATE_TOPICS = 6
+STRICT_DELETE_TOPICS = 5
+STRICT_CREATE_PARTITIONS = 3
+
+
+def _mutations(quotas: QuotaEnforcer | None, request: Request, strict_since: int) -> MutationQuota | None:
+    """The request's `controller_mutation_rate` quota, None if none applies."""
+    if quotas is None:
+        return None
+    return quotas.mutations(request.context, request.client_id, request.api_version >= strict_since)
+
+
+def _throttled(quotas: QuotaEnforcer | None, request: Request, mutations: MutationQuota | None) -> int:
+    """The answer's throttle time under the request's mutation quota; mutes the connection for it."""
+    throttle_ms = 0 if mutations is None else mutations.throttle_time_ms()
+    if quotas is not None and throttle_ms > 0:
+        quotas.mute(request.context, throttle_ms)
+    return throttle_ms
+
+
+def _message(exc: RaybrokerError) -> str | None:
+    """A refused topic's error message: none for THROTTLING_QUOTA_EXCEEDED, as Kafka answers it."""
+    return None if isinstance(exc, ThrottlingQuotaExceededError) else exc.message
 
 
 class TopicRequestError(Exception):
@@ -86,16 +120,19 @@ class CreateTopicsHandler:
         node_id: int,
         num_partitions: int,
         access: AccessControl | None = None,
+        quotas: QuotaEnforcer | None = None,
     ) -> None:
         self._view = view
         self._describer = describer
         self._node_id = node_id
         self._num_partitions = num_partitions
         self._access = access
+        self._quotas = quotas
 
     async def __call__(self, request: Request) -> Any:
         body = request.body
         context = request.context
+        mutations = _mutations(self._quotas, request, STRICT_CREATE_TOPICS)
         named = Counter(topic.name for topic in body.topics)
         cluster_create = allows_cluster(self._access, context, AclOperation.CREATE)
         topics = []
@@ -111,6 +148,9 @@ class CreateTopicsHandler:
                 partition_count = self._partition_count(topic)
                 factor = _replication_factor(topic)
                 configs = _configs(topic.configs)
+                if mutations is not None:
+                    await self._view.create_topic(topic.name, partition_count, configs, True, factor)
+                    mutations.record(partition_count)
                 info = await self._view.create_topic(topic.name, partition_count, configs, body.validate_only, factor)
                 if not body.validate_only:
                     result["topic_id"] = wire_topic_id(info.topic_id)
@@ -118,7 +158,7 @@ class CreateTopicsHandler:
                 topics.append({**result, "error_code": exc.code, "error_message": exc.message})
                 continue
             except RaybrokerError as exc:
-                topics.append({**result, "error_code": error_code(exc), "error_message": exc.message})
+                topics.append({**result, "error_code": error_code(exc), "error_message": _message(exc)})
                 continue
             if not allows(self._access, context, AclOperation.DESCRIBE_CONFIGS, ResourceType.TOPIC, topic.name):
                 topics.append(
@@ -143,7 +183,10 @@ class CreateTopicsHandler:
                     "configs": [entry.as_values() for entry in self._describer.topic_entries(configs)],
                 }
             )
-        return build(response_schema(CREATE_TOPICS_KEY, request.api_version), {"throttle_time": 0, "topics": topics})
+        throttle_ms = _throttled(self._quotas, request, mutations)
+        return build(
+            response_schema(CREATE_TOPICS_KEY, request.api_version), {"throttle_time": throttle_ms, "topics": topics}
+        )
 
     def _partition_count(self, topic: Any) -> int:
         if topic.assignments:
@@ -172,13 +215,21 @@ class CreateTopicsHandler:
 class DeleteTopicsHandler:
     """Answers DeleteTopics (see the module docstring)."""
 
-    def __init__(self, view: BrokerView, delete_topic_enable: bool, access: AccessControl | None = None) -> None:
+    def __init__(
+        self,
+        view: BrokerView,
+        delete_topic_enable: bool,
+        access: AccessControl | None = None,
+        quotas: QuotaEnforcer | None = None,
+    ) -> None:
         self._view = view
         self._delete_topic_enable = delete_topic_enable
         self._access = access
+        self._quotas = quotas
 
     async def __call__(self, request: Request) -> Any:
         body = request.body
+        mutations = _mutations(self._quotas, request, STRICT_DELETE_TOPICS)
         if hasattr(body, "topic_names"):
             entries = [(name, ZERO_UUID) for name in body.topic_names]
         else:
@@ -210,19 +261,24 @@ class DeleteTopicsHandler:
                         error_message=None,
                     )
                 else:
-                    response.update(await self._delete(target))
+                    response.update(await self._delete(target, mutations))
             responses.append(response)
+        throttle_ms = _throttled(self._quotas, request, mutations)
         return build(
-            response_schema(DELETE_TOPICS_KEY, request.api_version), {"throttle_time": 0, "responses": responses}
+            response_schema(DELETE_TOPICS_KEY, request.api_version),
+            {"throttle_time": throttle_ms, "responses": responses},
         )
 
-    async def _delete(self, name: str) -> dict[str, Any]:
+    async def _delete(self, name: str, mutations: MutationQuota | None) -> dict[str, Any]:
         """The answer fields of deleting topic `name`: its name and id, or the error."""
         try:
-            topic_id = (await self._view.topic(name)).topic_id
+            topic = await self._view.topic(name)
+            topic_id = topic.topic_id
+            if mutations is not None:
+                mutations.record(topic.partition_count)
             await self._view.delete_topic(name)
         except RaybrokerError as exc:
-            return {"error_code": error_code(exc), "error_message": exc.message}
+            return {"error_code": error_code(exc), "error_message": _message(exc)}
         return {"name": name, "topic_id": wire_topic_id(topic_id)}
 
     def _may_delete(self, request: Request, name: str) -> bool:
@@ -235,13 +291,17 @@ class DeleteTopicsHandler:
 class CreatePartitionsHandler:
     """Answers CreatePartitions (see the module docstring)."""
 
-    def __init__(self, view: BrokerView, node_id: int, access: AccessControl | None = None) -> None:
+    def __init__(
+        self, view: BrokerView, node_id: int, access: AccessControl | None = None, quotas: QuotaEnforcer | None = None
+    ) -> None:
         self._view = view
         self._node_id = node_id
         self._access = access
+        self._quotas = quotas
 
     async def __call__(self, request: Request) -> Any:
         body = request.body
+        mutations = _mutations(self._quotas, request, STRICT_CREATE_PARTITIONS)
         named = Counter(topic.name for topic in body.topics)
         results = []
         for topic in body.topics:
@@ -253,14 +313,19 @@ class CreatePartitionsHandler:
                     raise TopicRequestError(ErrorCode.topic_authorization_failed, "The topic authorization is failed.")
                 for assignment in topic.assignments or ():
                     _check_replicas(tuple(assignment.broker_ids), self._node_id)
+                if mutations is not None:
+                    await self._view.create_partitions(topic.name, topic.count, True)
+                    mutations.record(topic.count - (await self._view.topic(topic.name)).partition_count)
                 await self._view.create_partitions(topic.name, topic.count, body.validate_only)
             except TopicRequestError as exc:
                 result.update(error_code=exc.code, error_message=exc.message)
             except RaybrokerError as exc:
-                result.update(error_code=error_code(exc), error_message=exc.message)
+                result.update(error_code=error_code(exc), error_message=_message(exc))
             results.append(result)
+        throttle_ms = _throttled(self._quotas, request, mutations)
         return build(
-            response_schema(CREATE_PARTITIONS_KEY, request.api_version), {"throttle_time": 0, "results": results}
+            response_schema(CREATE_PARTITIONS_KEY, request.api_version),
+            {"throttle_time": throttle_ms, "results": results},
         )
 
 

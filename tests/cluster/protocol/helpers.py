@@ -148,11 +148,12 @@ def fetch_v12_body(
     }
 
 
-async def exchange(port: int, body: Any, correlation_id: int = 1) -> tuple[int, Any]:
-    """Sends one request to a server on 127.0.0.1:`port` and reads its answer: (correlation id, kio response)."""
+async def exchange(port: int, body: Any, correlation_id: int = 1, client_id: str = "test") -> tuple[int, Any]:
+    """Sends one request to a server on 127.0.0.1:`port` as `client_id` and reads its answer: (correlation id, kio
+    response)."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     try:
-        writer.write(encode_request(body.__api_key__, correlation_id, "test", body))
+        writer.write(encode_request(body.__api_key__, correlation_id, client_id, body))
         await writer.drain()
         (size,) = SIZE.unpack(await reader.readexactly(SIZE.size))
         payload = await reader.readexactly(size)

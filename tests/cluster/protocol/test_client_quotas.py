@@ -11,6 +11,11 @@ oracle (the package's two Kafka 4.2 brokers, `kafka4`), with Kafka 4.2's own `ka
   throttled by its own broker, and raybroker's time is within a factor of Kafka's. The listener's gauges show the
   client id's byte rates and throttle times.
 - `request_percentage`: a client id allowed a thousandth of a thread is throttled on both brokers, another is not.
+- `controller_mutation_rate` (1 partition a second, a burst of 11), the same raw requests on both brokers: strict
+  CreateTopics (v7) creates 10 then 5 partitions and refuses a third topic with THROTTLING_QUOTA_EXCEEDED (no
+  message, as Kafka answers it); permissive CreateTopics (v5) creates its topic; strict CreatePartitions (v3) and
+  DeleteTopics (v6) are refused, permissive ones (v2, v4) carried out; each answer's throttle time is within a second
+  of Kafka's, and another client id is not throttled.
 """
 
 from __future__ import annotations
@@ -18,16 +23,20 @@ from __future__ import annotations
 import concurrent.futures
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import pytest
+from kio.schema.errors import ErrorCode
 
 from actors.metrics.names import FETCH_BYTE_RATE, FETCH_THROTTLE_TIME, PRODUCE_BYTE_RATE, PRODUCE_THROTTLE_TIME
 from actors.metrics.recorder import MetricsRecorder
 from benchmarks.kafka_broker import KAFKA_4_VERSION
-from tests.cluster.protocol.helpers import start_broker, start_local_listener
+from cluster.protocol.messages import milliseconds
+from tests.cluster.protocol.helpers import exchange, run, start_broker, start_local_listener
 from tests.cluster.protocol.kafka_tools import CONFIGS, run_kafka_tool
+from tests.cluster.protocol.test_features import port
 
 pytestmark = pytest.mark.kafka
 
@@ -266,3 +275,87 @@ def test_request_percentage_throttles_a_busy_client_id_as_kafka_does(kafka4: str
     found = on_both(request_quota_run, kafka4, raybroker)
     for side in found:
         assert side["calm"] is None and side["busy"] is not None, found
+
+
+MUTATOR = "mutator"
+MUTATION_STEPS: list[tuple[str, int, dict[str, Any]]] = [
+    ("CreateTopics", 7, {"topics": [("m-a", 10), ("m-b", 5), ("m-c", 1)]}),
+    ("CreateTopics", 5, {"topics": [("m-d", 1)]}),
+    ("CreatePartitions", 3, {"topics": [("m-d", 2)]}),
+    ("CreatePartitions", 2, {"topics": [("m-d", 3)]}),
+    ("DeleteTopics", 6, {"names": ["m-a"]}),
+    ("DeleteTopics", 4, {"names": ["m-b"]}),
+]
+
+
+def _mutation_request(api: str, version: int, step: dict[str, Any]) -> Any:
+    from kio.index import load_request_schema
+
+    from cluster.protocol.messages import build
+
+    if api == "CreatePartitions":
+        topics = [{"name": name, "count": count, "assignments": None} for name, count in step["topics"]]
+        return build(load_request_schema(37, version), {"topics": topics, "timeout": 30_000, "validate_only": False})
+    if api == "CreateTopics":
+        topics = [
+            {"name": name, "num_partitions": count, "replication_factor": 1, "assignments": [], "configs": []}
+            for name, count in step["topics"]
+        ]
+        return build(load_request_schema(19, version), {"topics": topics, "timeout": 30_000, "validate_only": False})
+    if version >= 6:
+        topics = [{"name": name, "topic_id": uuid.UUID(int=0)} for name in step["names"]]
+        return build(load_request_schema(20, version), {"topics": topics, "timeout": 30_000})
+    return build(load_request_schema(20, version), {"topic_names": step["names"], "timeout": 30_000})
+
+
+def _set_mutation_rate(bootstrap: str, rate: float | None) -> None:
+    from kio.index import load_request_schema
+
+    from cluster.protocol.messages import build
+
+    operation = {"key": "controller_mutation_rate", "value": rate or 0.0, "remove": rate is None}
+    entity = [{"entity_type": "client-id", "entity_name": MUTATOR}]
+    body = build(
+        load_request_schema(49, 1), {"entries": [{"entity": entity, "ops": [operation]}], "validate_only": False}
+    )
+    (entry,) = run(exchange(port(bootstrap), body, client_id="quota-admin"))[1].entries
+    assert entry.error_code == 0, entry
+
+
+def mutation_run(bootstrap: str) -> list[tuple[list[tuple[int, str | None]], int]]:
+    """`MUTATION_STEPS` sent as `MUTATOR` under a controller_mutation_rate of 1: per step, each topic's error code and
+    message, and the answer's throttle time; then the quota is removed and what is left deleted."""
+    _set_mutation_rate(bootstrap, 1.0)
+    time.sleep(1.0)  # Kafka's brokers apply a quota from the metadata log: give them the time.
+    found = []
+    try:
+        for api, version, step in MUTATION_STEPS:
+            answer = run(exchange(port(bootstrap), _mutation_request(api, version, step), client_id=MUTATOR))[1]
+            results = {"CreateTopics": "topics", "DeleteTopics": "responses", "CreatePartitions": "results"}[api]
+            results = getattr(answer, results)
+            errors = [(r.error_code, getattr(r, "error_message", None)) for r in results]
+            found.append((errors, milliseconds(answer.throttle_time)))
+        free = run(exchange(port(bootstrap), _mutation_request("CreateTopics", 7, {"topics": [("m-free", 3)]})))[1]
+        found.append(([(t.error_code, t.error_message) for t in free.topics], milliseconds(free.throttle_time)))
+    finally:
+        _set_mutation_rate(bootstrap, None)
+        run(exchange(port(bootstrap), _mutation_request("DeleteTopics", 6, {"names": ["m-a", "m-d", "m-free"]})))
+    return found
+
+
+def test_controller_mutation_rate_throttles_topic_mutations_as_kafka_does(kafka4: str, raybroker: str) -> None:
+    oracle, ours = on_both(mutation_run, kafka4, raybroker)
+    throttled = (ErrorCode.throttling_quota_exceeded, None)
+    assert [results for results, _ in oracle] == [
+        [(0, None), (0, None), throttled],
+        [(0, None)],
+        [throttled],
+        [(0, None)],
+        [throttled],
+        [(0, None)],
+        [(0, None)],
+    ], oracle
+    assert [results for results, _ in ours] == [results for results, _ in oracle]
+    for (_, theirs), (_, mine) in zip(oracle, ours, strict=True):
+        assert abs(theirs - mine) <= 1_000, (oracle, ours)
+    assert oracle[0][1] > 2_000 and oracle[-1][1] == 0, oracle
