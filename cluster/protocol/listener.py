@@ -193,6 +193,7 @@ class KafkaListener:
             tls_contexts=self._tls_contexts,
             metrics=self._metrics,
             request_name=request_name,
+            connection_throttle=quotas.connection_created,
         )
         await server.start()
         endpoint = self._endpoint(server)

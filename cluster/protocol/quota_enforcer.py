@@ -1,5 +1,6 @@
 """Client quotas as a Kafka listener enforces them: `producer_byte_rate` on Produce, `consumer_byte_rate` on Fetch,
-`request_percentage` on every request, `controller_mutation_rate` on CreateTopics, DeleteTopics and CreatePartitions.
+`request_percentage` on every request, `controller_mutation_rate` on CreateTopics, DeleteTopics and CreatePartitions,
+`connection_creation_rate` on new connections.
 
 Kafka's `ClientQuotaManager`, per listener (each Kafka broker enforces its own share): every Produce request's size
 and every Fetch answer's record bytes are recorded against the sensor of the entity whose quota applies to the
@@ -20,6 +21,9 @@ nothing. Each budget's rate and average throttle time are gauges (`kafka_server_
 handlers record each topic's partitions on (`mutations`), and mute the connection for the throttle time found
 (`mute`). Kafka's controller enforces it for the cluster; here each listener does for the requests it serves, as it
 serves them as the cluster's controller.
+`connection_creation_rate` (an ip's own, else the default ip's) is measured per address as Kafka's `ConnectionQuotas`
+measures it: a connection that takes the address's rate over the quota is not counted, and the server closes it
+unread after the throttle time, at most one quota window (`connection_created`).
 
 The quotas are a copy of the controller's: `refresh` reloads them when the controller's quota version moved, which
 the listener checks every `REFRESH_INTERVAL_S` and right after this listener altered quotas.
@@ -33,8 +37,10 @@ from dataclasses import dataclass, field
 
 from actors.core.quotas.client_quotas import (
     CLIENT_ID,
+    CONNECTION_CREATION_RATE,
     CONSUMER_BYTE_RATE,
     CONTROLLER_MUTATION_RATE,
+    IP,
     PRODUCER_BYTE_RATE,
     REQUEST_PERCENTAGE,
     USER,
@@ -110,6 +116,7 @@ class QuotaEnforcer:
         self._request_quotas = False
         self._sensors: dict[tuple[str, Entity], _Sensors] = {}
         self._buckets: dict[Entity, TokenBucket] = {}
+        self._connection_rates: dict[str, SampledRate] = {}
         metrics.add_gauges(self._gauges)
 
     def close(self) -> None:
@@ -134,6 +141,26 @@ class QuotaEnforcer:
         quota, sharing = found
         bucket = self._buckets.setdefault(sharing, TokenBucket())
         return MutationQuota(bucket, quota, self._samples * self._window_ms / 1000, strict, self._clock)
+
+    def connection_created(self, address: str) -> int:
+        """Records a new connection from `address` against its `connection_creation_rate`; the ms to hold it before
+        closing it unread if that takes the rate over the quota (the connection is then not counted), else 0."""
+        quota = next(
+            (
+                values[CONNECTION_CREATION_RATE]
+                for values in (self._quotas.get(((IP, address),), {}), self._quotas.get(((IP, None),), {}))
+                if CONNECTION_CREATION_RATE in values
+            ),
+            None,
+        )
+        if quota is None:
+            return 0
+        rate = self._connection_rates.setdefault(address, SampledRate(self._samples, self._window_ms))
+        throttle_ms = rate.record(1, self._clock.milliseconds(), quota)
+        if throttle_ms <= 0:
+            return 0
+        rate.unrecord(1)
+        return min(throttle_ms, self._window_ms)
 
     @staticmethod
     def mute(context: ConnectionContext, throttle_ms: int) -> None:

@@ -33,7 +33,9 @@ A connection a client quota applies to has its requests handled one at a time, a
 channel: pipelined requests would be taken in before the throttle of the first could hold them back.
 The answers of requests read before the one that closes it are still sent.
 A connection over `max.connections` (all addresses) or `max.connections.per.ip` is closed as soon as it is
-accepted; Kafka's broker holds off accepting at `max.connections` instead, which asyncio's server cannot.
+accepted; Kafka's broker holds off accepting at `max.connections` instead, which asyncio's server cannot. A connection
+the `connection_throttle` seam holds (a `connection_creation_rate` quota, `cluster.protocol.quota_enforcer`) is closed
+unread once its throttle time has passed, as Kafka's acceptor closes a throttled connection.
 
 Metrics (`actors.metrics`): connections opened and closed and failed authentications per listener name, and per
 request the time from its frame read to its answer written (Kafka's TotalTimeMs: queueing, handling, waiting for
@@ -104,16 +106,21 @@ class KafkaServer:
         tls_contexts: dict[str, ssl.SSLContext] | None = None,
         metrics: BrokerMetrics = NO_METRICS,
         request_name: RequestName = lambda _payload: None,
+        connection_throttle: Callable[[str], int] = lambda _address: 0,
     ) -> None:
         """`overlaps(payload)` says whether a request may be handled while other requests of its connection are
         (see the module docstring). `reuse_port` binds with SO_REUSEPORT, so that several listener processes of a
         node share its port (the kernel spreads new connections over them); every process bound to the port must
         set it. `tls_contexts` holds the TLS context of each SSL or SASL_SSL listener name; `security` the limits
         and delays of authentication. `metrics` records connections and answered requests, each under the
-        (API name, version) `request_name(payload)` gives (a request it names None is not recorded)."""
+        (API name, version) `request_name(payload)` gives (a request it names None is not recorded).
+        `connection_throttle(address)` is how long in ms to hold a new connection from `address` before closing it
+        unread (0: serve it)."""
         self._handle = handle
         self._metrics = metrics
         self._request_name = request_name
+        self._connection_throttle = connection_throttle
+        self._throttled: set[asyncio.Task[None]] = set()
         self._security = security or SecurityConfig()
         self._tls_contexts = dict(tls_contexts or {})
         self._overlaps = overlaps
@@ -170,9 +177,9 @@ class KafkaServer:
         self._stopping = True
         for server in self._servers.values():
             server.close()
-        for task in list(self._connections):
+        for task in [*self._connections, *self._throttled]:
             task.cancel()
-        await asyncio.gather(*self._connections, return_exceptions=True)
+        await asyncio.gather(*self._connections, *self._throttled, return_exceptions=True)
         for server in self._servers.values():
             await server.wait_closed()
 
@@ -186,9 +193,21 @@ class KafkaServer:
             self._refused += 1
             writer.close()
             return
-        _bound_send_buffer(writer, self._config.socket_send_buffer_bytes)
         task = asyncio.current_task()
         assert task is not None, "asyncio runs every connection callback in a task"
+        throttle_ms = self._connection_throttle(address)
+        if throttle_ms > 0:
+            self._refused += 1
+            self._throttled.add(task)
+            try:
+                await asyncio.sleep(throttle_ms / 1000)
+            except asyncio.CancelledError:
+                pass
+            finally:
+                self._throttled.discard(task)
+                writer.transport.abort()
+            return
+        _bound_send_buffer(writer, self._config.socket_send_buffer_bytes)
         self._accepted += 1
         self._connections.add(task)
         self._per_ip[address] += 1

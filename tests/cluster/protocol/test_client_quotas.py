@@ -16,11 +16,15 @@ oracle (the package's two Kafka 4.2 brokers, `kafka4`), with Kafka 4.2's own `ka
   message, as Kafka answers it); permissive CreateTopics (v5) creates its topic; strict CreatePartitions (v3) and
   DeleteTopics (v6) are refused, permissive ones (v2, v4) carried out; each answer's throttle time is within a second
   of Kafka's, and another client id is not throttled.
+- `connection_creation_rate` (2 a second for 127.0.0.2): connections opened one after another from that address are
+  answered until the rate is over the quota, then held and closed unread, the same number on both brokers within one.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import socket
+import struct
 import threading
 import time
 import uuid
@@ -28,13 +32,15 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import pytest
+from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
 
 from actors.metrics.names import FETCH_BYTE_RATE, FETCH_THROTTLE_TIME, PRODUCE_BYTE_RATE, PRODUCE_THROTTLE_TIME
 from actors.metrics.recorder import MetricsRecorder
 from benchmarks.kafka_broker import KAFKA_4_VERSION
-from cluster.protocol.messages import milliseconds
-from tests.cluster.protocol.helpers import exchange, run, start_broker, start_local_listener
+from cluster.protocol.framing import decode_response, encode_request
+from cluster.protocol.messages import build, milliseconds
+from tests.cluster.protocol.helpers import exchange, read_frame, run, start_broker, start_local_listener
 from tests.cluster.protocol.kafka_tools import CONFIGS, run_kafka_tool
 from tests.cluster.protocol.test_features import port
 
@@ -289,10 +295,6 @@ MUTATION_STEPS: list[tuple[str, int, dict[str, Any]]] = [
 
 
 def _mutation_request(api: str, version: int, step: dict[str, Any]) -> Any:
-    from kio.index import load_request_schema
-
-    from cluster.protocol.messages import build
-
     if api == "CreatePartitions":
         topics = [{"name": name, "count": count, "assignments": None} for name, count in step["topics"]]
         return build(load_request_schema(37, version), {"topics": topics, "timeout": 30_000, "validate_only": False})
@@ -309,10 +311,6 @@ def _mutation_request(api: str, version: int, step: dict[str, Any]) -> Any:
 
 
 def _set_mutation_rate(bootstrap: str, rate: float | None) -> None:
-    from kio.index import load_request_schema
-
-    from cluster.protocol.messages import build
-
     operation = {"key": "controller_mutation_rate", "value": rate or 0.0, "remove": rate is None}
     entity = [{"entity_type": "client-id", "entity_name": MUTATOR}]
     body = build(
@@ -359,3 +357,57 @@ def test_controller_mutation_rate_throttles_topic_mutations_as_kafka_does(kafka4
     for (_, theirs), (_, mine) in zip(oracle, ours, strict=True):
         assert abs(theirs - mine) <= 1_000, (oracle, ours)
     assert oracle[0][1] > 2_000 and oracle[-1][1] == 0, oracle
+
+
+CONNECTING_IP = "127.0.0.2"
+API_VERSIONS = {"client_software_name": "t", "client_software_version": "1"}
+CONNECTIONS = 26
+
+
+def _alter_ip_rate(admin: socket.socket, rate: float | None) -> None:
+    """Sets (or with None removes) `CONNECTING_IP`'s connection_creation_rate through the open connection `admin`."""
+    operation = {"key": "connection_creation_rate", "value": rate or 0.0, "remove": rate is None}
+    entity = [{"entity_type": "ip", "entity_name": CONNECTING_IP}]
+    values = {"entries": [{"entity": entity, "ops": [operation]}], "validate_only": False}
+    admin.sendall(encode_request(49, 1, "quota-admin", build(load_request_schema(49, 1), values)))
+    (entry,) = decode_response(read_frame(admin), load_response_schema(49, 1))[1].entries
+    assert entry.error_code == 0, entry
+
+
+def connection_run(bootstrap: str) -> list[tuple[bool, float]]:
+    """`CONNECTIONS` connections opened one after another from `CONNECTING_IP` under a connection_creation_rate of 2
+    a second, each asking ApiVersions: whether it was answered, and the seconds until the answer or the close. The
+    quota is set and removed over one connection from 127.0.0.1, which it does not limit."""
+    host, port_text = bootstrap.split(",")[0].rsplit(":", 1)
+    found = []
+    with socket.create_connection((host, int(port_text)), timeout=DEADLINE_S) as admin:
+        _alter_ip_rate(admin, 2.0)
+        try:
+            time.sleep(1.5)  # Kafka's brokers apply a quota from the metadata log: give them the time.
+            for _ in range(CONNECTIONS):
+                with socket.create_connection(
+                    (host, int(port_text)), timeout=DEADLINE_S, source_address=(CONNECTING_IP, 0)
+                ) as sock:
+                    started = time.monotonic()
+                    sock.sendall(encode_request(18, 1, "c", build(load_request_schema(18, 3), API_VERSIONS)))
+                    try:
+                        decode_response(read_frame(sock), load_response_schema(18, 3))
+                        answered = True
+                    except (ConnectionError, OSError, struct.error, EOFError):
+                        answered = False
+                    found.append((answered, time.monotonic() - started))
+        finally:
+            _alter_ip_rate(admin, None)
+    return found
+
+
+def test_connection_creation_rate_closes_connections_over_it_as_kafka_does(kafka4: str, raybroker: str) -> None:
+    oracle, ours = on_both(connection_run, kafka4, raybroker)
+    theirs, mine = ([answered for answered, _ in run] for run in (oracle, ours))
+    assert theirs[0] and not theirs[-1], oracle
+    # Kafka's rate over 11 one-second windows lets about 20 connections in at 2 a second; the rest are held, then
+    # closed unread, each within a window (1 s).
+    assert abs(theirs.index(False) - mine.index(False)) <= 1, (oracle, ours)
+    assert abs(sum(theirs) - sum(mine)) <= 1, (oracle, ours)
+    for answered, seconds in ours:
+        assert answered or 0.05 <= seconds <= 1.2, ours

@@ -1,5 +1,6 @@
 """The socket layer over real sockets on 127.0.0.1: every bad input closes only its own connection while another
-client keeps being answered; limits use Kafka's names; requests on one connection are answered in order."""
+client keeps being answered; limits use Kafka's names; requests on one connection are answered in order; a
+connection over its address's `connection_creation_rate` is closed unread after its throttle time."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 from kio.index import load_request_schema, load_response_schema
 
+from actors.core.quotas.client_quotas import CONNECTION_CREATION_RATE, IP, QuotaAlteration
 from cluster.protocol.connection import ConnectionContext
 from cluster.protocol.file_region import FileRegion
 from cluster.protocol.framing import FIXED_HEADER, SIZE, SplicedFrame, decode_response, encode_request
@@ -24,6 +26,7 @@ from cluster.protocol.listener import KafkaListener, start_listener
 from cluster.protocol.messages import build
 from cluster.protocol.server import KafkaServer
 from cluster.protocol.views.in_process_broker_view import InProcessBrokerView
+from cluster.protocol.views.security_view import SecurityView
 from storage.config.listener_config import ListenerConfig
 from tests.cluster.protocol.helpers import batch, is_closed_by_server, leader_log, read_frame, run
 
@@ -247,3 +250,46 @@ def test_file_regions_are_sent_whole_past_the_socket_buffer_and_a_region_cut_sho
     whole, torn = asyncio.run(scenario())
     assert whole == SIZE.pack(4 + large + 4 + 9) + b"head" + content[100 : 100 + large] + b"tail" + content[7:16]
     assert torn == SIZE.pack(4 + 4000) + b"head" + content[:1000], "cut at the file's end, then closed"
+
+
+def connect_from(listener: KafkaListener, source: str) -> socket.socket:
+    """A connection to the listener from the local address `source` (any of 127.0.0.0/8)."""
+    return socket.create_connection(("127.0.0.1", listener.port), timeout=TIMEOUT_S, source_address=(source, 0))
+
+
+def served(sock: socket.socket) -> bool:
+    """Whether the connection answers an ApiVersions (False: the server closed it unread)."""
+    try:
+        return api_versions(sock) == 1
+    except (ConnectionError, OSError, struct.error, EOFError):
+        return False
+
+
+def test_a_connection_over_its_ip_connection_creation_rate_is_closed_unread_after_its_throttle_time(
+    view: InProcessBrokerView, security: SecurityView
+) -> None:
+    """With `connection_creation_rate` 2 for 127.0.0.1 over two one-second windows, the third connection within a
+    second is held, then closed with no answer, while 127.0.0.2's connections are served."""
+    listener = start_listener(
+        {"listeners": "PLAINTEXT://127.0.0.1:0", "quota.window.num": "2", "quota.window.size.seconds": "1"},
+        view,
+        security,
+    )
+    try:
+        rate = QuotaAlteration(((IP, "127.0.0.1"),), ((CONNECTION_CREATION_RATE, 2.0),))
+        assert run(security.alter_client_quotas([rate], False)) == [None]
+        deadline = time.monotonic() + TIMEOUT_S
+        while True:
+            with connect_from(listener, "127.0.0.1") as sock:
+                opened = time.monotonic()
+                if not served(sock):
+                    held_s = time.monotonic() - opened
+                    break
+            assert time.monotonic() < deadline, "no connection was throttled"
+        assert 0.05 <= held_s <= 1.5, held_s
+        assert listener.statistics().connections_refused >= 1
+        for _ in range(5):
+            with connect_from(listener, "127.0.0.2") as other:
+                assert served(other)
+    finally:
+        listener.stop()
