@@ -2,9 +2,10 @@
 
 ApiVersions opens every connection, and must be answered while the controller is away (a Kafka broker answers it
 from its metadata cache): the listener keeps the controller's finalized features (`actors.core.controller.
-finalized_features`) and refreshes them every `REFRESH_INTERVAL_S`, and at once after this listener's UpdateFeatures.
-Until a first copy arrives, ApiVersions answers the supported features with no finalized ones and epoch -1 (Kafka's
-"unknown"); a refresh that fails keeps the last copy.
+finalized_features`) and refreshes them every `REFRESH_INTERVAL_S` from its start (which does not wait for the first
+copy: a listener starting beside a controller that is busy starting too serves at once), and right after this
+listener's UpdateFeatures. Until a first copy arrives, ApiVersions answers the supported features with no finalized
+ones and epoch -1 (Kafka's "unknown"); a refresh that fails keeps the last copy.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from actors.core.controller.finalized_features import UNKNOWN_EPOCH
 from cluster.protocol.refreshing import refresh_every
 from cluster.protocol.views.security_view import SecurityView
 
-REFRESH_INTERVAL_S = 5.0
+REFRESH_INTERVAL_S = 1.0
 
 
 class FeatureCache:

@@ -146,8 +146,6 @@ class KafkaListener:
             self._metrics,
         )
         features = FeatureCache(self._security)
-        with contextlib.suppress(RaybrokerError):
-            await features.refresh()
         try:
             await access.refresh()
             server = await self._start_server(access, quotas, features)

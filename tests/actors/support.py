@@ -1,9 +1,10 @@
 """Helpers the actor tests share: the wall clock in Kafka's milliseconds, waiting for a condition, this node's
-log-manager actor, the connections to a process's append channel, and a broker started on a chosen node of a
-multi-node cluster."""
+log-manager actor, the connections to a process's append channel, a broker started on a chosen node of a
+multi-node cluster, and the session's Ray let go by a module that runs a cluster of its own."""
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from typing import Any
@@ -12,7 +13,9 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from actors.calls import get_actor
+from actors.clients.broker import stop_broker
 from actors.options import log_manager_name
+from storage.errors import BrokerNotAvailableError
 
 
 def now_ms() -> int:
@@ -53,3 +56,13 @@ def start_broker_on(node: str, properties: dict[str, str]) -> None:
     start` runs on each node of a cluster)."""
     pinned = NodeAffinitySchedulingStrategy(node_id=node, soft=False)
     assert ray.get(_start_broker_here.options(scheduling_strategy=pinned).remote(properties)) == node
+
+
+def release_session_ray() -> None:
+    """Stops the session's broker and disconnects from its Ray, if this process is connected: a module with
+    `OWNS_RAY = True` (run after every other) starts a cluster of its own, on a machine the session's cluster no
+    longer loads."""
+    if ray.is_initialized():
+        with contextlib.suppress(BrokerNotAvailableError):
+            stop_broker()
+        ray.shutdown()

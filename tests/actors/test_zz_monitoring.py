@@ -40,7 +40,7 @@ from cluster.cli.main import EXIT_DATA_ERROR, EXIT_OK, main
 from cluster.protocol.listener_actor import start_kafka_listeners
 from storage.config.broker_config import BrokerConfig
 from storage.errors import BrokerNotAvailableError
-from tests.actors.support import start_broker_on
+from tests.actors.support import release_session_ray, start_broker_on
 from tests.conftest import skip_or_fail
 from tests.test_monitoring_configs import SCRAPE_CONFIG, dashboard_expressions
 
@@ -88,10 +88,7 @@ class Monitored:
 
 @pytest.fixture(scope="module")
 def monitored(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Monitored]:
-    if ray.is_initialized():
-        with contextlib.suppress(BrokerNotAvailableError):
-            stop_broker()
-        ray.shutdown()
+    release_session_ray()
     os.environ["RAY_LOG_TO_DRIVER"] = "0"
     cluster = Cluster(
         initialize_head=True,

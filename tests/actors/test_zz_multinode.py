@@ -8,7 +8,6 @@ last in `tests/actors/`), so the session's Ray is not needed again afterwards.""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import time
 from collections.abc import Iterator
@@ -28,7 +27,7 @@ from actors.options import NAMESPACE, kafka_listener_name, transaction_coordinat
 from storage import file_names
 from storage.errors import BrokerNotAvailableError
 from storage.records.record_batch import iter_batches
-from tests.actors.support import start_broker_on, wait_for
+from tests.actors.support import release_session_ray, start_broker_on, wait_for
 from tests.storage.builders import Rec, as_recs, batch_bytes, kafka_decode
 
 pytestmark = pytest.mark.ray
@@ -43,10 +42,7 @@ NODE_ARGS = {"num_cpus": 1, "object_store_memory": 128 * 1024 * 1024}
 @pytest.fixture(scope="module")
 def two_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, list[Path]]]:
     """A fresh two-node cluster with a broker on each node; node id -> that node's log dirs."""
-    if ray.is_initialized():
-        with contextlib.suppress(BrokerNotAvailableError):
-            stop_broker()
-        ray.shutdown()
+    release_session_ray()
     os.environ["RAY_LOG_TO_DRIVER"] = "0"  # inherited by both raylets and their workers
     cluster = Cluster(initialize_head=True, head_node_args={**NODE_ARGS, "include_dashboard": False})
     try:

@@ -50,7 +50,7 @@ from storage.errors import (
 )
 from storage.records.file_records import iter_any_batches
 from storage.records.record_batch import RecordBatch
-from tests.actors.support import start_broker_on
+from tests.actors.support import release_session_ray, start_broker_on
 from tests.reliability.modes import scaled
 
 pytestmark = pytest.mark.ray
@@ -108,10 +108,7 @@ class Nodes:
 
 @pytest.fixture(scope="module")
 def nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Nodes]:
-    if ray.is_initialized():
-        with contextlib.suppress(BrokerNotAvailableError):
-            stop_broker()
-        ray.shutdown()
+    release_session_ray()
     os.environ["RAY_LOG_TO_DRIVER"] = "0"
     cluster = Cluster(
         initialize_head=True,

@@ -10,6 +10,9 @@ node with `ray start --address` and the reconnect timeout `cluster.gcs_storage.W
 started in a task pinned there. The client is confluent-kafka (librdkafka) through the worker's listener. The head
 is lost as a machine is: SIGKILL to its gcs_server, raylet, daemons and every process the raylet started.
 
+The module owns Ray (`OWNS_RAY`): it runs after every other module, once the session's own Ray cluster is shut down,
+so that the times it measures (issue 44's goals) are those of this cluster alone on the machine.
+
 Both nodes run on one machine, which Ray's `ray start --head` takes for a head already running when its
 `ray_current_cluster` file names the address a local raylet (the worker's) points at; the file is removed before the
 head starts again, as a new head machine would not have it.
@@ -40,11 +43,12 @@ import yaml
 
 from cluster.gcs_storage import WORKER_ENVIRONMENT
 from cluster.runtime import RAY_HEAD_PORT
-from tests.actors.support import wait_for
+from tests.actors.support import release_session_ray, wait_for
 from tests.cluster.cli_shell import REPO_ROOT, cli_env, require_free_head_port, run_shell
 from tests.reliability.modes import LONG
 
 pytestmark = pytest.mark.ray
+OWNS_RAY = True
 
 TOPIC = "head-loss"
 # A group's committed offset and a transactional producer's topic, written before the head's loss and after.
@@ -110,6 +114,11 @@ class Head:
                 if str(self.root) in cmdline or client_server or any(node in cmdline for node in self.nodes):
                     found.append(proc)
         return found
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _own_ray() -> None:
+    release_session_ray()
 
 
 @pytest.fixture

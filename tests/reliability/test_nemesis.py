@@ -18,7 +18,6 @@ cluster (`OWNS_RAY`), and removes its namespaces and bridge, and every process i
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import random
@@ -27,12 +26,10 @@ import time
 from pathlib import Path
 
 import pytest
-import ray
 
 from actors.calls import call
 from actors.clients.admin import Admin
-from actors.clients.broker import stop_broker
-from storage.errors import BrokerNotAvailableError
+from tests.actors.support import release_session_ray
 from tests.conftest import skip_or_fail
 from tests.reliability.modes import LONG
 from tests.reliability.nemesis import faults, final_state, workloads
@@ -93,10 +90,7 @@ def test_no_anomaly_under_pauses_partitions_and_kills(tmp_path: Path) -> None:
     missing = missing_tools()
     if missing:
         skip_or_fail(f"the nemesis needs {', '.join(missing)}")
-    if ray.is_initialized():
-        with contextlib.suppress(BrokerNotAvailableError):
-            stop_broker()
-        ray.shutdown()
+    release_session_ray()
     out = _output_dir(tmp_path)
     rng = random.Random(int(os.environ.get("RAYBROKER_NEMESIS_SEED", "0")) or None)
     network = Network(hosts=2).create()

@@ -27,7 +27,7 @@ from cluster.data import read_topic
 from cluster.data.locality import read_locality
 from cluster.data.read_planning import plan_topic_read
 from storage.errors import BrokerNotAvailableError
-from tests.actors.support import start_broker_on
+from tests.actors.support import release_session_ray, start_broker_on
 
 pytestmark = [pytest.mark.ray, pytest.mark.filterwarnings("ignore::DeprecationWarning:ray.data.context")]
 OWNS_RAY = True
@@ -58,10 +58,7 @@ class Nodes:
 
 @pytest.fixture(scope="module")
 def nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Nodes]:
-    if ray.is_initialized():
-        with contextlib.suppress(BrokerNotAvailableError):
-            stop_broker()
-        ray.shutdown()
+    release_session_ray()
     os.environ["RAY_LOG_TO_DRIVER"] = "0"
     cluster = Cluster(
         initialize_head=True,

@@ -13,6 +13,9 @@ from benchmarks.kafka_broker import KAFKA_VERSION, KafkaUnavailable, kafka_jars,
 from tests.conftest import skip_or_fail
 
 TOOL_TIMEOUT_S = 120
+# What a tool's JVM prints about its own logging (SLF4J, log4j, their stack frames): it depends on the machine (an
+# empty HOME, a missing log4j config), never on the broker asked.
+JVM_NOISE = ("SLF4J", "log4j:", "\tat ", "ERROR StatusLogger", "\t... ")
 CONFIGS = "kafka.admin.ConfigCommand"
 CONSUMER_GROUPS = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
 FEATURES = "org.apache.kafka.tools.FeatureCommand"
@@ -42,3 +45,10 @@ def run_kafka_tool(
         text=True,
         timeout=TOOL_TIMEOUT_S,
     )
+
+
+def printed_lines(ran: subprocess.CompletedProcess[str]) -> list[str]:
+    """What a tool printed, its output then its errors, without blank lines and `JVM_NOISE`."""
+    return [
+        line for line in f"{ran.stdout}\n{ran.stderr}".splitlines() if line.strip() and not line.startswith(JVM_NOISE)
+    ]

@@ -41,7 +41,7 @@ from benchmarks.kafka_broker import KAFKA_4_VERSION
 from cluster.protocol.framing import decode_response, encode_request
 from cluster.protocol.messages import build, milliseconds
 from tests.cluster.protocol.helpers import exchange, read_frame, run, start_broker, start_local_listener
-from tests.cluster.protocol.kafka_tools import CONFIGS, run_kafka_tool
+from tests.cluster.protocol.kafka_tools import CONFIGS, printed_lines, run_kafka_tool
 from tests.cluster.protocol.test_features import port
 
 pytestmark = pytest.mark.kafka
@@ -101,11 +101,7 @@ def configs(bootstrap: str) -> list[tuple[int, list[str]]]:
     found = []
     for step in STEPS:
         ran = run_kafka_tool(CONFIGS, bootstrap, *step, version=KAFKA_4_VERSION)
-        lines = [
-            line.replace(bootstrap, "B")
-            for line in f"{ran.stdout}\n{ran.stderr}".splitlines()
-            if line.strip() and not line.startswith(("SLF4J", "log4j:", "\tat ", "ERROR StatusLogger", "\t... "))
-        ]
+        lines = [line.replace(bootstrap, "B") for line in printed_lines(ran)]
         found.append((ran.returncode, sorted(lines) if "--describe" in step else lines))
     return found
 

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,7 @@ from tests.cluster.protocol.kafka_tools import (
     LOG_DIRS,
     REASSIGN_PARTITIONS,
     TOPICS,
+    printed_lines,
     run_kafka_tool,
 )
 from tests.cluster.protocol.test_client_quotas import RECORD_BYTES, on_both, produce_throttled
@@ -385,43 +387,58 @@ def test_kafka_configs_client_quotas_agree_and_throttle_on_ray(kafka: str, raybr
     assert ours == oracle
 
 
-def features_answers(bootstrap: str) -> dict[str, Any]:
-    """kafka-features.sh's describe, a refused upgrade, a downgrade and describe again (see the module docstring):
-    exit codes and printed lines, `Local controller <id>` written without its id, Kafka 4's prefix of a refusal
-    removed and each line of describe split into its fields."""
-    answers: dict[str, Any] = {}
+def features_answers(bootstrap: str) -> dict[str, tuple[int, list[str]]]:
+    """kafka-features.sh's describe, a refused upgrade and a downgrade (see the module docstring): exit codes and
+    printed lines, `Local controller <id>` written without its id and Kafka 4's prefix of a refusal removed."""
+    answers = {}
     for step, arguments in {
         "describe": ["describe"],
         "refused": ["upgrade", "--feature", "transaction.version=2"],
         "downgraded": ["downgrade", "--feature", "transaction.version=0"],
-        "described again": ["describe"],
     }.items():
         ran = run_kafka_tool(FEATURES, bootstrap, *arguments)
-        lines = [
-            re.sub(r"Local controller \d+", "Local controller", line).replace(
-                "The update failed for all features since the following feature had an error: ", ""
-            )
-            for line in ran.stdout.splitlines()
-            if line.strip()
-        ]
-        fields = [dict(field.split(": ") for field in line.split("\t")) for line in lines]
-        answers[step] = (ran.returncode, fields if "describe" in step else lines)
+        answers[step] = (
+            ran.returncode,
+            [
+                re.sub(r"Local controller \d+", "Local controller", line).replace(
+                    "The update failed for all features since the following feature had an error: ", ""
+                )
+                for line in printed_lines(ran)
+            ],
+        )
     return answers
+
+
+def described(lines: list[str]) -> tuple[dict[str, dict[str, str]], list[str]]:
+    """describe's feature lines split into their fields, by feature, and any other line it printed."""
+    features, other = {}, []
+    for line in lines:
+        if line.startswith("Feature: "):
+            fields = dict(field.split(": ", 1) for field in line.split("\t"))
+            features[fields["Feature"]] = fields
+        else:
+            other.append(line)
+    return features, other
 
 
 def test_kafka_features_agree_on_ray(kafka: str, raybroker: str) -> None:
     oracle, ours = on_both(features_answers, kafka, raybroker)
-    for answers in (oracle, ours):
-        for step in ("describe", "described again"):
-            code, features = answers[step]
-            answers[step] = code, {f["Feature"]: f for f in features}
     assert ours["refused"] == oracle["refused"] and oracle["refused"][0] == 1, oracle
     assert ours["downgraded"] == oracle["downgraded"] == (0, ["transaction.version was downgraded to 0."])
-    assert oracle["describe"][1].keys() == {"kraft.version", "metadata.version"}
-    assert ours["describe"][1].keys() == {"metadata.version"}
-    (before, after), (oracle_before, _) = (
-        (answers[step][1]["metadata.version"] for step in ("describe", "described again")) for answers in (ours, oracle)
-    )
+    (features, other), (oracle_features, oracle_other) = (described(run["describe"][1]) for run in (ours, oracle))
+    assert (ours["describe"][0], other) == (oracle["describe"][0], oracle_other) == (0, [])
+    assert oracle_features.keys() == {"kraft.version", "metadata.version"} and features.keys() == {"metadata.version"}
+    before, oracle_before = features["metadata.version"], oracle_features["metadata.version"]
     for field in ("SupportedMaxVersion", "FinalizedVersionLevel"):
         assert before[field] == oracle_before[field] == "3.9-IV0", (before, oracle_before)
-    assert int(after["Epoch"]) > int(before["Epoch"])
+    # Whichever listener the tool asks has the new epoch within its refresh interval (this one at once).
+    deadline = time.monotonic() + DEADLINE_S
+    while features_epoch(raybroker) <= int(before["Epoch"]):
+        assert time.monotonic() < deadline, "the features' epoch did not move"
+        time.sleep(0.5)
+
+
+def features_epoch(bootstrap: str) -> int:
+    """The features' epoch kafka-features.sh describes."""
+    features, _ = described(printed_lines(run_kafka_tool(FEATURES, bootstrap, "describe")))
+    return int(features["metadata.version"]["Epoch"])

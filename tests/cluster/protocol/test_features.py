@@ -32,7 +32,7 @@ from kio.static.primitive import i8, i16
 from actors.core.controller.finalized_features import METADATA_VERSION, METADATA_VERSION_LEVEL
 from benchmarks.kafka_broker import KAFKA_4_VERSION
 from tests.cluster.protocol.helpers import exchange, run, start_broker, start_local_listener
-from tests.cluster.protocol.kafka_tools import FEATURES, run_kafka_tool
+from tests.cluster.protocol.kafka_tools import FEATURES, printed_lines, run_kafka_tool
 
 pytestmark = pytest.mark.kafka
 
@@ -86,12 +86,7 @@ def port(bootstrap: str) -> int:
 def features_tool(bootstrap: str, *arguments: str) -> tuple[int, list[str]]:
     """Kafka 4.2's kafka-features run to its end: exit code and printed lines, the controller's id written N."""
     ran = run_kafka_tool(FEATURES, bootstrap, *arguments, version=KAFKA_4_VERSION)
-    lines = [
-        CONTROLLER.sub("Local controller N", line)
-        for line in f"{ran.stdout}\n{ran.stderr}".splitlines()
-        if line.strip() and not line.startswith(("SLF4J", "log4j:", "\tat ", "ERROR StatusLogger", "\t... "))
-    ]
-    return ran.returncode, lines
+    return ran.returncode, [CONTROLLER.sub("Local controller N", line) for line in printed_lines(ran)]
 
 
 def described(bootstrap: str) -> dict[str, tuple[str, ...]]:

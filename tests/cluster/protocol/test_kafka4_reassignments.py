@@ -24,7 +24,7 @@ from cluster.protocol.views.in_process_broker_view import InProcessBrokerView
 from cluster.protocol.views.security_view import SecurityView
 from cluster.protocol.views.transaction_view import TransactionView
 from tests.cluster.protocol.helpers import start_broker
-from tests.cluster.protocol.kafka_tools import REASSIGN_PARTITIONS, run_kafka_tool
+from tests.cluster.protocol.kafka_tools import REASSIGN_PARTITIONS, printed_lines, run_kafka_tool
 
 pytestmark = pytest.mark.kafka
 
@@ -91,12 +91,11 @@ def answers(bootstrap: str, folder: Path) -> dict[str, tuple[int, list[str]]]:
             version=KAFKA_4_VERSION,
         )
         lines = []
-        for line in f"{ran.stdout}\n{ran.stderr}".splitlines():
-            if line.strip() and not line.startswith(("SLF4J", "log4j:", "\tat ", "ERROR StatusLogger")):
-                for written, name_written in names.items():
-                    line = line.replace(written, name_written)
-                # Kafka 4's tool prints each replica's log dir (DescribeReplicaLogDirs), a path of each broker's own.
-                lines.append(re.sub(r'"log_dirs":\["[^"]+"\]', '"log_dirs":["D"]', line))
+        for line in printed_lines(ran):
+            for written, name_written in names.items():
+                line = line.replace(written, name_written)
+            # Kafka 4's tool prints each replica's log dir (DescribeReplicaLogDirs), a path of each broker's own.
+            lines.append(re.sub(r'"log_dirs":\["[^"]+"\]', '"log_dirs":["D"]', line))
         found[name] = (ran.returncode, lines)
     return found
 
