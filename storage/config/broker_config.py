@@ -46,6 +46,7 @@ list (blanks trimmed, empty entries dropped, as Kafka's `csvList`).
 | quota.window.size.seconds                     | int     | 1                   | each sample's length                 |
 | ssl.*, sasl.*, authorizer.class.name, ...     |         |                     | `storage.config.security_config`     |
 | transaction.*, transactional.id.*             |         |                     | `storage.config.transaction_config`  |
+| group.consumer.*, group.coordinator.*         |         |                     | `...group_protocol_config`           |
 
 | raybroker-only key                            | type    | default             | meaning                              |
 |-----------------------------------------------|---------|---------------------|--------------------------------------|
@@ -155,6 +156,7 @@ from storage.config.config_values import (
     render_properties,
     values_from_properties,
 )
+from storage.config.group_protocol_config import GroupProtocolConfig, GroupProtocolKeys
 from storage.config.listener_config import ListenerConfig, ListenerKeys
 from storage.config.log_config import LogConfig
 from storage.config.security_config import SecurityConfig, SecurityKeys
@@ -226,14 +228,14 @@ _TOPIC_SYNONYMS = {
 
 
 @dataclass(frozen=True)
-class BrokerConfig(CleanerKeys, ListenerKeys, SecurityKeys, TransactionKeys):
+class BrokerConfig(CleanerKeys, ListenerKeys, SecurityKeys, TransactionKeys, GroupProtocolKeys):
     """One broker's settings (see the module docstring for every key, its default and its meaning).
 
-    The cleaner's, the listener's, the security and the transaction keys are declared once, by `CleanerKeys`,
-    `ListenerKeys`, `SecurityKeys` and `TransactionKeys`, which this class extends; `log_config` (the topic
-    defaults), `cleaner_config`, `listener_config`, `security_config` and `transaction_config` are derived on
-    creation; `ignored_keys` lists the Kafka keys a loaded
-    file set that raybroker does not use. Every key's type and range is checked here; the ranges of topic-config
+    The cleaner's, the listener's, the security, the transaction and the group protocol keys are declared once, by
+    `CleanerKeys`, `ListenerKeys`, `SecurityKeys`, `TransactionKeys` and `GroupProtocolKeys`, which this class
+    extends; `log_config` (the topic defaults), `cleaner_config`, `listener_config`, `security_config`,
+    `transaction_config` and `group_protocol_config` are derived on creation; `ignored_keys` lists the Kafka keys a
+    loaded file set that raybroker does not use. Every key's type and range is checked here; the ranges of topic-config
     synonyms, the rules across cleaner keys, the listeners' syntax and the security rules are checked by
     `LogConfig`, `CleanerConfig`, `ListenerConfig` and `SecurityConfig`.
     """
@@ -317,6 +319,7 @@ class BrokerConfig(CleanerKeys, ListenerKeys, SecurityKeys, TransactionKeys):
     listener_config: ListenerConfig = field(init=False, repr=False, compare=False)
     security_config: SecurityConfig = field(init=False, repr=False, compare=False)
     transaction_config: TransactionConfig = field(init=False, repr=False, compare=False)
+    group_protocol_config: GroupProtocolConfig = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -329,6 +332,7 @@ class BrokerConfig(CleanerKeys, ListenerKeys, SecurityKeys, TransactionKeys):
         object.__setattr__(self, "listener_config", ListenerConfig(**key_values(self, ListenerKeys)))
         object.__setattr__(self, "security_config", SecurityConfig(**key_values(self, SecurityKeys)))
         object.__setattr__(self, "transaction_config", TransactionConfig(**key_values(self, TransactionKeys)))
+        object.__setattr__(self, "group_protocol_config", GroupProtocolConfig(**key_values(self, GroupProtocolKeys)))
         self.security_config.check_listeners(endpoint.security_protocol for endpoint in self.listener_config.endpoints)
 
     def _log_config_sources(self) -> dict[str, tuple[str, Any]]:

@@ -61,6 +61,14 @@ class GroupError(enum.Enum):
     GROUP_ID_NOT_FOUND = "group_id_not_found"
     NON_EMPTY_GROUP = "non_empty_group"
     GROUP_SUBSCRIBED_TO_TOPIC = "group_subscribed_to_topic"
+    # The consumer group protocol's (`actors.core.groups.consumer_groups`).
+    INVALID_REQUEST = "invalid_request"
+    UNSUPPORTED_VERSION = "unsupported_version"
+    FENCED_MEMBER_EPOCH = "fenced_member_epoch"
+    STALE_MEMBER_EPOCH = "stale_member_epoch"
+    UNSUPPORTED_ASSIGNOR = "unsupported_assignor"
+    GROUP_MAX_SIZE_REACHED = "group_max_size_reached"
+    INVALID_REGULAR_EXPRESSION = "invalid_regular_expression"
 
 
 class GroupState(enum.Enum):
