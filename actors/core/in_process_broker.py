@@ -353,6 +353,7 @@ class InProcessBroker:
                     find_partition=lambda partition: self.internal_partition(CONSUMER_OFFSETS_TOPIC, partition),
                     allocate_coordinator_epoch=self.controller.allocate_coordinator_epoch,
                     membership=GroupMembership(self.clock, self._membership_config or MembershipConfig.of(self.config)),
+                    group_protocol=self.config.group_protocol_config,
                 )
             return self._coordinator
 

@@ -86,6 +86,8 @@ class TopicAdmin(Protocol):
 
     def describe_topic(self, name: str) -> TopicMetadata: ...
 
+    def list_topics(self, include_internal: bool = False) -> list[str]: ...
+
 
 def ensure_internal_topic(
     controller: TopicAdmin,

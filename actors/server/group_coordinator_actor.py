@@ -47,4 +47,5 @@ class GroupCoordinatorActor(GroupCoordinator):
                 call(controller().allocate_coordinator_epoch.remote(at_least))
             ),
             membership=GroupMembership(SYSTEM_CLOCK, MembershipConfig.of(config)),
+            group_protocol=config.group_protocol_config,
         )

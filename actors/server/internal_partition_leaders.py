@@ -39,6 +39,10 @@ class RayTopicAdmin:
         described: TopicMetadata = call(controller().describe_topic.remote(name))
         return described
 
+    def list_topics(self, include_internal: bool = False) -> list[str]:
+        names: list[str] = call(controller().list_topics.remote(include_internal))
+        return names
+
 
 class RayInternalPartition:
     """An internal topic's partition leader actor as a coordinator uses it: the group coordinator's

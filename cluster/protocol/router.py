@@ -80,6 +80,12 @@ from cluster.protocol.handlers.configs import (
     AlterConfigsHandler,
     DescribeConfigsHandler,
 )
+from cluster.protocol.handlers.consumer_groups import (
+    CONSUMER_GROUP_DESCRIBE_KEY,
+    CONSUMER_GROUP_HEARTBEAT_KEY,
+    ConsumerGroupDescribeHandler,
+    ConsumerGroupHeartbeatHandler,
+)
 from cluster.protocol.handlers.delete_records import DELETE_RECORDS_KEY, DeleteRecordsHandler
 from cluster.protocol.handlers.describe_log_dirs import DESCRIBE_LOG_DIRS_KEY, DescribeLogDirsHandler
 from cluster.protocol.handlers.describe_topic_partitions import (
@@ -232,8 +238,12 @@ SERVED: Mapping[int, ApiRange] = MappingProxyType(
         DESCRIBE_PRODUCERS_KEY: ApiRange(0, 0),
         DESCRIBE_TRANSACTIONS_KEY: ApiRange(0, 0),
         LIST_TRANSACTIONS_KEY: ApiRange(0, 1),
+        CONSUMER_GROUP_HEARTBEAT_KEY: ApiRange(0, 1),
+        CONSUMER_GROUP_DESCRIBE_KEY: ApiRange(0, 1),
     }
 )
+# Served only while `group.coordinator.rebalance.protocols` lists the consumer protocol.
+CONSUMER_PROTOCOL_KEYS = frozenset({CONSUMER_GROUP_HEARTBEAT_KEY, CONSUMER_GROUP_DESCRIBE_KEY})
 # What a connection of a SASL listener may send before it has authenticated.
 BEFORE_AUTHENTICATION = frozenset({API_VERSIONS_KEY, SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY})
 
@@ -293,6 +303,13 @@ class Router:
         quotas = self._quotas = quotas if quotas is not None else QuotaEnforcer(security)
         features = features if features is not None else FeatureCache(security)
         node_id = endpoint.node_id
+        self._served = MappingProxyType(
+            {
+                key: served
+                for key, served in SERVED.items()
+                if key not in CONSUMER_PROTOCOL_KEYS or broker_config.group_protocol_config.consumer_protocol_enabled
+            }
+        )
         num_partitions = broker_config.num_partitions
         self._handlers: dict[int, Handler] = {
             PRODUCE_KEY: ProduceHandler(view, transactions, access, quotas),
@@ -308,7 +325,7 @@ class Router:
                 view, endpoint, broker_config.auto_create_topics_enable, num_partitions, access
             ),
             DESCRIBE_TOPIC_PARTITIONS_KEY: DescribeTopicPartitionsHandler(view, endpoint, broker_config, access),
-            API_VERSIONS_KEY: ApiVersionsHandler(SERVED, features),
+            API_VERSIONS_KEY: ApiVersionsHandler(self._served, features),
             INIT_PRODUCER_ID_KEY: InitProducerIdHandler(view, transactions, access),
             FIND_COORDINATOR_KEY: FindCoordinatorHandler(endpoint, access),
             JOIN_GROUP_KEY: JoinGroupHandler(groups, access),
@@ -358,8 +375,12 @@ class Router:
             DESCRIBE_PRODUCERS_KEY: DescribeProducersHandler(view, access),
             DESCRIBE_TRANSACTIONS_KEY: DescribeTransactionsHandler(transactions, access),
             LIST_TRANSACTIONS_KEY: ListTransactionsHandler(transactions, access),
+            CONSUMER_GROUP_HEARTBEAT_KEY: ConsumerGroupHeartbeatHandler(groups, access),
+            CONSUMER_GROUP_DESCRIBE_KEY: ConsumerGroupDescribeHandler(groups, access),
         }
-        assert self._handlers.keys() == SERVED.keys(), "every served API has exactly one handler"
+        for key in SERVED.keys() - self._served.keys():
+            del self._handlers[key]
+        assert self._handlers.keys() == self._served.keys(), "every served API has exactly one handler"
 
     def close(self) -> None:
         """The listener stops: its fetch sessions' gauges are no longer reported."""
@@ -378,7 +399,7 @@ class Router:
         authenticated, any request but ApiVersions, SaslHandshake and SaslAuthenticate closes it (`ProtocolError`),
         as Kafka's broker closes it; a failed authentication raises `AuthenticationFailedError` with its answer."""
         decoding_ns = time.perf_counter_ns()
-        request = decode_request(payload, SERVED, context)
+        request = decode_request(payload, self._served, context)
         decoding_ns = time.perf_counter_ns() - decoding_ns
         if not context.authenticated and request.api_key not in BEFORE_AUTHENTICATION:
             raise ProtocolError(f"api key {request.api_key} sent before SASL authentication completed")

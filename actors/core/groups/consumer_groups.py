@@ -130,7 +130,7 @@ class ConsumerMemberDescription:
     client_id: str
     client_host: str
     subscribed_topic_names: tuple[str, ...]
-    subscribed_topic_regex: str | None
+    subscribed_topic_regex: str
     assignment: Assignment
     target_assignment: Assignment
 
@@ -219,7 +219,8 @@ class ConsumerGroups:
                 return self._leave(request)
             return self._heartbeat(request)
         except HeartbeatRefused as refused:
-            return HeartbeatResult(refused.error, refused.message, request.member_id or None, request.member_epoch)
+            # Kafka's error answer carries nothing but the code and the message.
+            return HeartbeatResult(refused.error, refused.message)
 
     def _validate(self, request: HeartbeatRequest) -> None:
         """Kafka's checks of the request's own fields, in Kafka's order."""
@@ -253,10 +254,9 @@ class ConsumerGroups:
         try:
             return re2.compile(pattern, options=self._regex_options)
         except re2.error as exc:
-            reason = exc.args[0].decode() if exc.args and isinstance(exc.args[0], bytes) else str(exc)
             raise HeartbeatRefused(
                 GroupError.INVALID_REGULAR_EXPRESSION,
-                f"SubscribedTopicRegex `{pattern}` is not a valid regular expression: {reason}.",
+                f"SubscribedTopicRegex `{pattern}` is not a valid regular expression: {_re2j_description(exc)}.",
             ) from exc
 
     def _leave(self, request: HeartbeatRequest) -> HeartbeatResult:
@@ -525,7 +525,7 @@ class ConsumerGroups:
                 member.client_id,
                 member.client_host,
                 member.subscribed_topic_names,
-                member.subscribed_topic_regex,
+                member.subscribed_topic_regex or "",
                 _known(member.assigned, names),
                 _known(group.target.get(member.member_id, {}), names),
             )
@@ -549,6 +549,32 @@ class ConsumerGroups:
         deadlines = [member.session_deadline_ms for member in group.members.values()]
         deadlines += [m.revocation_deadline_ms for m in group.members.values() if m.revocation_deadline_ms is not None]
         return min(deadlines)
+
+
+# RE2's error texts and RE2/J's descriptions of the same errors (Kafka's message quotes RE2/J's).
+_RE2J_DESCRIPTIONS = {
+    "invalid perl operator": "invalid or unsupported Perl syntax",
+    "missing )": "missing closing )",
+    "missing ]": "missing closing ]",
+    "unexpected )": "unexpected )",
+    "invalid escape sequence": "invalid escape sequence",
+    "invalid character class": "invalid character class",
+    "invalid character class range": "invalid character class range",
+    "no argument for repetition operator": "missing argument to repetition operator",
+    "trailing \\": "trailing backslash at end of expression",
+    "invalid UTF-8": "invalid UTF-8",
+    "invalid named capture group": "invalid named capture",
+    "bad repetition operator": "invalid nested repetition operator",
+    "invalid repetition size": "invalid repeat count",
+}
+
+
+def _re2j_description(error: Exception) -> str:
+    """RE2/J's description of the syntax error RE2 raised (`error`: "<what>: <where>")."""
+    text = error.args[0] if error.args else b""
+    text = text.decode(errors="replace") if isinstance(text, bytes) else str(text)
+    what = text.partition(": ")[0]
+    return _RE2J_DESCRIPTIONS.get(what, what)
 
 
 def _require(condition: bool, message: str) -> None:

@@ -59,7 +59,15 @@ from typing import Any, Protocol, TypeVar
 
 from actors.core.controller.topic_metadata import CONSUMER_OFFSETS_TOPIC
 from actors.core.coordinator_claims import ClaimedPartition, CoordinatorClaims
+from actors.core.groups.consumer_groups import (
+    ConsumerGroupDescription,
+    ConsumerGroups,
+    HeartbeatRequest,
+    HeartbeatResult,
+    TopicInfo,
+)
 from actors.core.groups.group_membership import (
+    CONSUMER_GROUP_TYPE,
     GroupDescription,
     GroupError,
     GroupMembership,
@@ -71,6 +79,7 @@ from actors.core.groups.group_membership import (
 from actors.core.groups.offsets_topic import DEFAULT_OFFSETS_REPLICATION_FACTOR, ensure_consumer_offsets_topic
 from actors.core.internal_topics import InternalPartition, TopicAdmin, internal_batches, load_reachable
 from storage.clock import Clock
+from storage.config.group_protocol_config import GroupProtocolConfig
 from storage.errors import (
     BrokerNotAvailableError,
     CorruptRecordError,
@@ -141,11 +150,13 @@ class GroupCoordinator:
         find_partition: Callable[[int], OffsetsPartition],
         allocate_coordinator_epoch: Callable[[int], int],
         membership: GroupMembership | None = None,
+        group_protocol: GroupProtocolConfig | None = None,
     ) -> None:
         """`offsets_topic_partitions` is the broker's `offsets.topic.num.partitions`: the partition count of a
         `__consumer_offsets` this coordinator creates (an existing topic keeps its own), with
         `offsets_topic_replication_factor` replicas (`offsets.topic.replication.factor`, capped at the brokers
-        running). `membership` defaults to Kafka's group settings on `clock`."""
+        running). `membership` defaults to Kafka's group settings on `clock`, `group_protocol` (the consumer
+        protocol's) to Kafka's defaults."""
         self._lock = threading.Lock()
         self._clock = clock
         self._controller = controller
@@ -162,6 +173,9 @@ class GroupCoordinator:
         # Its own lock: a member's JoinGroup never waits behind a commit's append.
         self._membership_changed = threading.Condition()
         self._membership = membership or GroupMembership(clock)
+        self._consumer_groups = ConsumerGroups(
+            clock, group_protocol or GroupProtocolConfig(), self._find_topics, controller.list_topics
+        )
 
     def ready(self) -> int:
         """Loads every partition it can reach now; returns how many are loaded (the others load on first use)."""
@@ -287,15 +301,27 @@ class GroupCoordinator:
         self._append(group, {tp: (offset, metadata) for tp, offset in checked.items()})
 
     def commit_member(
-        self, group: str, member_id: str, generation_id: int, offsets: Mapping[tuple[str, int], tuple[int, str]]
+        self,
+        group: str,
+        member_id: str,
+        generation_id: int,
+        offsets: Mapping[tuple[str, int], tuple[int, str]],
+        *,
+        api_version: int,
     ) -> GroupError:
-        """A wire client's OffsetCommit: written if the group's state allows it (`GroupMembership.check_commit`:
-        generation -1 only into a group without members), each partition with its own metadata. Returns the
-        group's verdict; nothing is written unless it is NONE. The Python `Consumer`'s `commit` is not checked
-        against the membership: its groups are names for offsets only."""
+        """A wire client's OffsetCommit (of version `api_version`): written if the group's state allows it
+        (`GroupMembership.check_commit`: generation -1 only into a group without members; in a consumer-protocol
+        group `ConsumerGroups.check_commit`, the generation being the member epoch), each partition with its own
+        metadata. Returns the group's verdict; nothing is written unless it is NONE. The Python `Consumer`'s
+        `commit` is not checked against the membership: its groups are names for offsets only."""
         _check_group(group)
         with self._membership_changed:
-            verdict = self._membership.check_commit(group, member_id, generation_id)
+            if self._consumer_groups.has_group(group):
+                verdict = self._consumer_groups.check_commit(
+                    group, member_id, generation_id, transactional=False, api_version=api_version
+                )
+            else:
+                verdict = self._membership.check_commit(group, member_id, generation_id)
         if verdict == GroupError.NONE:
             self._append(group, offsets)
         return verdict
@@ -333,7 +359,12 @@ class GroupCoordinator:
         for a group with members, as Kafka accepts it; with some, the member and its generation are checked."""
         _check_group(group)
         with self._membership_changed:
-            verdict = self._membership.check_transactional_commit(group, member_id, generation_id)
+            if self._consumer_groups.has_group(group) and (member_id or generation_id >= 0):
+                verdict = self._consumer_groups.check_commit(
+                    group, member_id, generation_id, transactional=True, api_version=0
+                )
+            else:
+                verdict = self._membership.check_transactional_commit(group, member_id, generation_id)
         if verdict != GroupError.NONE:
             return verdict
         if not offsets:
@@ -425,8 +456,14 @@ class GroupCoordinator:
     # --- Membership (see the module docstring) -----------------------------------------------------------------
 
     def join_group(self, group: str, member_id: str, **request: Any) -> JoinResult | PendingJoin:
-        """A JoinGroup (`GroupMembership.join`'s keyword arguments); `PendingJoin` means: call `await_join`."""
+        """A JoinGroup (`GroupMembership.join`'s keyword arguments); `PendingJoin` means: call `await_join`. A
+        consumer-protocol group of the same id is replaced when it is empty; one with members answers
+        INCONSISTENT_GROUP_PROTOCOL (classic members do not join a consumer-protocol group here)."""
         with self._membership_changed:
+            if self._consumer_groups.has_group(group):
+                if self._consumer_groups.is_active(group):
+                    return JoinResult(GroupError.INCONSISTENT_GROUP_PROTOCOL, member_id)
+                self._consumer_groups.delete(group)
             outcome = self._membership.join(group, member_id, **request)
             self._membership_changed.notify_all()
             return outcome
@@ -462,6 +499,51 @@ class GroupCoordinator:
             self._membership_changed.notify_all()
             return outcome
 
+    def consumer_group_heartbeat(self, request: HeartbeatRequest) -> HeartbeatResult:
+        """A ConsumerGroupHeartbeat (`ConsumerGroups.heartbeat`). A classic group of the same id is replaced when it
+        is empty and the member joins; one with members answers GROUP_ID_NOT_FOUND, as Kafka's does when it cannot
+        convert the group."""
+        with self._membership_changed:
+            if (
+                not self._consumer_groups.has_group(request.group_id)
+                and request.group_id in self._membership.group_ids()
+            ):
+                if self._membership.is_active(request.group_id) or request.member_epoch != 0:
+                    return HeartbeatResult(
+                        GroupError.GROUP_ID_NOT_FOUND,
+                        f"Group {request.group_id} is not a consumer group.",
+                        request.member_id or None,
+                        request.member_epoch,
+                    )
+                self._membership.delete(request.group_id)
+            outcome = self._consumer_groups.heartbeat(request)
+            self._membership_changed.notify_all()
+            return outcome
+
+    def describe_consumer_group(self, group: str) -> ConsumerGroupDescription | None:
+        """The consumer-protocol group as ConsumerGroupDescribe shows it; None if `group` is no such group."""
+        with self._membership_changed:
+            return self._consumer_groups.describe(group)
+
+    def check_offset_fetch(self, group: str, member_id: str | None, member_epoch: int) -> GroupError:
+        """OffsetFetch v9+'s member check: a consumer-protocol group's member must name its current epoch; the
+        classic protocol's members send none."""
+        with self._membership_changed:
+            if not self._consumer_groups.has_group(group):
+                return GroupError.NONE
+            return self._consumer_groups.check_fetch(group, member_id, member_epoch)
+
+    def _find_topics(self, names: Iterable[str]) -> dict[str, TopicInfo]:
+        """The consumer groups' seam: each named topic that exists, with its id and partition count."""
+        found = {}
+        for name in names:
+            try:
+                metadata = self._controller.describe_topic(name)
+            except UnknownTopicOrPartitionError:
+                continue
+            found[name] = TopicInfo(name, metadata.topic_id, len(metadata.partitions))
+        return found
+
     def _await(self, group: str, poll: Callable[[], _Outcome], max_wait_ms: int, pending: type) -> _Outcome:
         """`poll()`'s outcome once it is not of the `pending` type, or the last one after the bounded wait."""
         deadline = time.monotonic() + min(max(max_wait_ms, 0), MAX_WAIT_MS) / 1000
@@ -492,12 +574,16 @@ class GroupCoordinator:
         committed = self._on_offsets_topic(committed_groups)
         with self._membership_changed:
             described = {group: self._membership.describe(group) for group in self._membership.group_ids()}
+            for group in self._consumer_groups.group_ids():
+                described[group] = _listed(self._consumer_groups.describe(group))
         return [described.get(group) or _offsets_only(group) for group in sorted(committed | set(described))]
 
     def describe_group(self, group: str) -> GroupDescription | None:
         """The group as DescribeGroups shows it; None if it has neither members nor committed offsets."""
         _check_group(group)
         with self._membership_changed:
+            if self._consumer_groups.has_group(group):
+                return None
             described = self._membership.describe(group)
         if described is not None:
             return described
@@ -509,6 +595,8 @@ class GroupCoordinator:
         _check_group(group)
         with self._membership_changed:
             verdict = self._membership.delete(group)
+            if verdict == GroupError.GROUP_ID_NOT_FOUND:
+                verdict = self._consumer_groups.delete(group)
         if verdict == GroupError.NON_EMPTY_GROUP:
             return verdict
 
@@ -539,7 +627,10 @@ class GroupCoordinator:
         _check_group(group)
         wanted = list(dict.fromkeys(partitions))
         with self._membership_changed:
-            verdict, subscribed = self._membership.subscriptions(group)
+            if self._consumer_groups.has_group(group):
+                verdict, subscribed = GroupError.NONE, self._consumer_groups.subscribed_topics(group)
+            else:
+                verdict, subscribed = self._membership.subscriptions(group)
         if verdict == GroupError.NON_EMPTY_GROUP:
             return verdict, {}
         partition = partition_for_group(group, self._partition_count)
@@ -581,7 +672,7 @@ class GroupCoordinator:
                 else:
                     remaining.add(group)
             with self._membership_changed:
-                dead = {group for group in deleted if group not in remaining and not self._membership.is_active(group)}
+                dead = {group for group in deleted if group not in remaining and not self._is_active(group)}
             by_partition: dict[int, list[str]] = {}
             for group in sorted(deleted):
                 by_partition.setdefault(partition_for_group(group, self._partition_count), []).append(group)
@@ -599,6 +690,7 @@ class GroupCoordinator:
             with self._membership_changed:
                 for group in dead:
                     self._membership.delete(group)
+                    self._consumer_groups.delete(group)
             return sorted(dead)
 
         dead = self._on_offsets_topic(delete_offsets)
@@ -611,10 +703,23 @@ class GroupCoordinator:
         may have its offsets moved (NON_EMPTY_GROUP otherwise)."""
         _check_group(group)
         with self._membership_changed:
-            if self._membership.is_active(group):
+            if self._is_active(group):
                 return GroupError.NON_EMPTY_GROUP
         self.commit(group, offsets)
         return GroupError.NONE
+
+    def _is_active(self, group: str) -> bool:
+        """Whether the group has members of either protocol. Called with `_membership_changed` held."""
+        return self._membership.is_active(group) or self._consumer_groups.is_active(group)
+
+
+def _listed(group: ConsumerGroupDescription | None) -> GroupDescription | None:
+    """A consumer-protocol group as ListGroups shows it: protocol type "consumer", its state and group epoch."""
+    if group is None:
+        return None
+    return GroupDescription(
+        group.group_id, group.state, CONSUMER_GROUP_TYPE, "", group.group_epoch, (), group_type=CONSUMER_GROUP_TYPE
+    )
 
 
 def _offsets_only(group: str) -> GroupDescription:

@@ -45,6 +45,9 @@ GROUP_MIN_SESSION_TIMEOUT_MS = 6000
 GROUP_MAX_SESSION_TIMEOUT_MS = 1800000
 GROUP_INITIAL_REBALANCE_DELAY_MS = 3000
 NO_GENERATION = -1
+# ListGroups' group types: this module's groups, and those of the consumer protocol (`consumer_groups`).
+CLASSIC_GROUP_TYPE = "classic"
+CONSUMER_GROUP_TYPE = "consumer"
 
 
 class GroupError(enum.Enum):
@@ -152,14 +155,17 @@ class MemberDescription:
 
 @dataclass(frozen=True, slots=True)
 class GroupDescription:
-    """One group as DescribeGroups and ListGroups show it."""
+    """One group as DescribeGroups and ListGroups show it: `state` is a `GroupState`, or for a consumer-protocol
+    group a `consumer_groups.ConsumerGroupState` (that module imports this one), with its group epoch as the
+    generation."""
 
     group_id: str
-    state: GroupState
+    state: enum.Enum
     protocol_type: str
     protocol_name: str
     generation_id: int
     members: tuple[MemberDescription, ...]
+    group_type: str = CLASSIC_GROUP_TYPE
 
 
 @dataclass(slots=True)

@@ -2,12 +2,14 @@
 
 A group is known when it has members (or had them since the coordinator started) or committed offsets: a group
 whose consumers only commit (raybroker's Python `Consumer`, a consumer using `assign`) is listed as an Empty group
-with no protocol type, as Kafka lists it. Every group is of Kafka's "classic" type (ListGroups v5 `group_type`).
+with no protocol type, as Kafka lists it. ListGroups v5 tells each group's type: "classic", or "consumer" for a group
+of the consumer protocol (KIP-848), listed with its own states (Empty, Assigning, Reconciling, Stable).
 
-DescribeGroups of a group the coordinator does not know answers state "Dead" with no error up to v5, and
-GROUP_ID_NOT_FOUND (69) from v6, as Kafka 4 does. Members' metadata and assignments are shown in a Stable group
-only (Kafka's rule: in the other states they are being replaced). DeleteGroups removes an Empty group's committed
-offsets (tombstones in `__consumer_offsets`); a group with members answers NON_EMPTY_GROUP (68).
+DescribeGroups of a group the coordinator does not know, or of a consumer-protocol group, answers state "Dead" with
+no error up to v5, and GROUP_ID_NOT_FOUND (69) from v6, as Kafka 4 does. Members' metadata and assignments are
+shown in a Stable group only (Kafka's rule: in the other states they are being replaced). DeleteGroups removes an
+Empty group's committed offsets (tombstones in `__consumer_offsets`); a group with members answers NON_EMPTY_GROUP
+(68).
 
 Authorization, as Kafka's: ListGroups lists every group to a principal that may DESCRIBE the cluster, else only
 the groups it may DESCRIBE; DescribeGroups needs DESCRIBE on each group and DeleteGroups DELETE, else that group
@@ -41,7 +43,6 @@ from storage.errors import RaybrokerError
 DESCRIBE_GROUPS_KEY = 15
 LIST_GROUPS_KEY = 16
 DELETE_GROUPS_KEY = 42
-CLASSIC_GROUP_TYPE = "classic"
 FIRST_NOT_FOUND_DESCRIBE_VERSION = 6
 
 
@@ -67,10 +68,10 @@ class ListGroupsHandler(GuardedHandler[GroupView]):
                 "group_id": group.group_id,
                 "protocol_type": group.protocol_type,
                 "group_state": group.state.value,
-                "group_type": CLASSIC_GROUP_TYPE,
+                "group_type": group.group_type,
             }
             for group in every
-            if (not states or group.state.value.lower() in states) and (not types or CLASSIC_GROUP_TYPE in types)
+            if (not states or group.state.value.lower() in states) and (not types or group.group_type in types)
         ]
         return build(response_type, {"throttle_time": 0, "error_code": ErrorCode.none, "groups": listed})
 

@@ -12,6 +12,10 @@ included; a member of another generation gets ILLEGAL_GENERATION, a member's com
 REBALANCE_IN_PROGRESS), and that verdict is every such partition's code. Leader epochs are not kept:
 OffsetFetch answers -1.
 
+In a group of the consumer protocol (KIP-848) the generation is the member epoch: OffsetCommit needs v9+ from a
+member (UNSUPPORTED_VERSION, 35, below), and another epoch than the member's answers STALE_MEMBER_EPOCH (113); an
+OffsetFetch v9+ naming a member is checked the same way (`ConsumerGroups.check_commit` / `check_fetch`).
+
 OffsetFetch v1-7 asks for one group, v8+ for several; a null topic list (v2+) asks for every committed offset of
 the group. A partition without a commit answers offset -1 with no error, as Kafka's does. With `require_stable`
 (v7+, what a read_committed Java consumer sends) a partition with transactional offsets of the group still pending
@@ -51,6 +55,8 @@ OFFSET_FETCH_KEY = 9
 OFFSET_METADATA_MAX_BYTES = 4096
 NO_OFFSET = -1
 FIRST_MULTI_GROUP_FETCH_VERSION = 8
+# OffsetFetch v9's member epoch of a request that names no member (an admin client, a classic consumer).
+NO_MEMBER_EPOCH = -1
 
 
 class OffsetCommitHandler:
@@ -122,7 +128,11 @@ class OffsetCommitHandler:
             try:
                 verdict = group_error_code(
                     await self._groups.commit_offsets(
-                        body.group_id, body.member_id, body.generation_id_or_member_epoch, offsets
+                        body.group_id,
+                        body.member_id,
+                        body.generation_id_or_member_epoch,
+                        offsets,
+                        api_version=request.api_version,
                     )
                 )
             except RaybrokerError as exc:
@@ -139,17 +149,43 @@ class OffsetFetchHandler(GuardedHandler[GroupView]):
         response_type = response_schema(OFFSET_FETCH_KEY, request.api_version)
         stable = bool(getattr(body, "require_stable", False))
         if request.api_version >= FIRST_MULTI_GROUP_FETCH_VERSION:
-            groups = [await self._fetch(group.group_id, group.topics, context, stable) for group in body.groups]
+            groups = [
+                await self._fetch(
+                    group.group_id,
+                    group.topics,
+                    context,
+                    stable,
+                    getattr(group, "member_id", None),
+                    getattr(group, "member_epoch", NO_MEMBER_EPOCH),
+                )
+                for group in body.groups
+            ]
             return build(response_type, {"throttle_time": 0, "groups": groups})
         answer = await self._fetch(body.group_id, body.topics, context, stable)
         return build(response_type, {"throttle_time": 0, **answer})
 
-    async def _fetch(self, group: str, topics: Any, context: ConnectionContext, stable: bool) -> dict[str, Any]:
-        """One group's answer: {group_id, error_code, topics}."""
+    async def _fetch(
+        self,
+        group: str,
+        topics: Any,
+        context: ConnectionContext,
+        stable: bool,
+        member_id: str | None = None,
+        member_epoch: int = NO_MEMBER_EPOCH,
+    ) -> dict[str, Any]:
+        """One group's answer: {group_id, error_code, topics}. A member of a consumer-protocol group (v9+ names
+        it) must fetch in its current epoch (`GroupView.check_offset_fetch`)."""
         if not allows(self._access, context, AclOperation.DESCRIBE, ResourceType.GROUP, group):
             return {"group_id": group, "error_code": ErrorCode.group_authorization_failed, "topics": []}
         if not group:
             return {"group_id": group, "error_code": group_error_code(GroupError.INVALID_GROUP_ID), "topics": []}
+        if member_id is not None or member_epoch >= 0:
+            try:
+                verdict = await self._view.check_offset_fetch(group, member_id, member_epoch)
+            except RaybrokerError as exc:
+                return {"group_id": group, "error_code": coordinator_error_code(exc), "topics": []}
+            if verdict != GroupError.NONE:
+                return {"group_id": group, "error_code": group_error_code(verdict), "topics": []}
         visible = authorized_names(
             self._access, context, AclOperation.DESCRIBE, ResourceType.TOPIC, (t.name for t in topics or ())
         )

@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Self
 
+from actors.core.groups.consumer_groups import ConsumerGroupDescription, HeartbeatRequest, HeartbeatResult
 from actors.core.groups.group_membership import GroupDescription, GroupError, JoinResult, PendingJoin, SyncResult
 from actors.core.in_process_broker import InProcessBroker
 from actors.options import group_coordinator_name
@@ -122,12 +123,34 @@ class GroupView:
         return outcome
 
     async def commit_offsets(
-        self, group: str, member_id: str, generation_id: int, offsets: Mapping[TopicPartition, tuple[int, str]]
+        self,
+        group: str,
+        member_id: str,
+        generation_id: int,
+        offsets: Mapping[TopicPartition, tuple[int, str]],
+        *,
+        api_version: int,
     ) -> GroupError:
-        """Writes (offset, metadata) per partition if the group's state allows this member's commit."""
+        """Writes (offset, metadata) per partition if the group's state allows this member's commit (an
+        OffsetCommit of `api_version`)."""
         verdict: GroupError = await self._transport.call(
-            "commit_member", group, member_id, generation_id, dict(offsets)
+            "commit_member", group, member_id, generation_id, dict(offsets), api_version=api_version
         )
+        return verdict
+
+    async def consumer_group_heartbeat(self, request: HeartbeatRequest) -> HeartbeatResult:
+        """A ConsumerGroupHeartbeat (`ConsumerGroups.heartbeat`), answered at once."""
+        result: HeartbeatResult = await self._transport.call("consumer_group_heartbeat", request)
+        return result
+
+    async def describe_consumer_group(self, group: str) -> ConsumerGroupDescription | None:
+        """A consumer-protocol group as ConsumerGroupDescribe shows it; None if it is none."""
+        described: ConsumerGroupDescription | None = await self._transport.call("describe_consumer_group", group)
+        return described
+
+    async def check_offset_fetch(self, group: str, member_id: str | None, member_epoch: int) -> GroupError:
+        """OffsetFetch v9+'s member check (`GroupCoordinator.check_offset_fetch`)."""
+        verdict: GroupError = await self._transport.call("check_offset_fetch", group, member_id, member_epoch)
         return verdict
 
     async def committed_offsets(

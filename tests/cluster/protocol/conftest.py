@@ -11,17 +11,29 @@ import pytest
 
 from actors.core.in_process_broker import InProcessBroker
 from benchmarks.kafka_broker import KAFKA_4_VERSION, KafkaQuorum, KafkaUnavailable
+from cluster.protocol.listener import start_listener
 from cluster.protocol.views.group_view import GroupView
 from cluster.protocol.views.in_process_broker_view import InProcessBrokerView
 from cluster.protocol.views.security_view import SecurityView
+from cluster.protocol.views.transaction_view import TransactionView
+from storage.clock import SYSTEM_CLOCK
 from tests.cluster.protocol.helpers import run, start_broker
 from tests.conftest import skip_or_fail
+
+# The consumer group protocol's heartbeat of the Kafka 4 tests, on both brokers: 1 s (Kafka's default is 5 s, its
+# lowest 5 s unless the minimum is lowered too), so a consumer-protocol rebalance takes a few seconds.
+CONSUMER_HEARTBEAT = {
+    "group.consumer.heartbeat.interval.ms": "1000",
+    "group.consumer.min.heartbeat.interval.ms": "1000",
+}
 
 
 @pytest.fixture(scope="package")
 def kafka4() -> Iterator[str]:
     """Two Apache Kafka 4.2 brokers (node ids 1 and 2), started once for the package's Kafka 4 tests (~10 s)."""
-    quorum = KafkaQuorum(2, {"offsets.topic.num.partitions": "1"}, KAFKA_4_VERSION)
+    # `__consumer_offsets` on both brokers: Kafka refuses to create it with more replicas than brokers (default 3).
+    settings = {"offsets.topic.num.partitions": "1", "offsets.topic.replication.factor": "2", **CONSUMER_HEARTBEAT}
+    quorum = KafkaQuorum(2, settings, KAFKA_4_VERSION)
     try:
         quorum.start()
     except KafkaUnavailable as exc:
@@ -72,3 +84,22 @@ def groups(broker: InProcessBroker) -> GroupView:
 @pytest.fixture
 def security(broker: InProcessBroker) -> SecurityView:
     return SecurityView.in_process(broker.controller)
+
+
+@pytest.fixture
+def wall_clock_listener(tmp_path: Path) -> Iterator[str]:
+    """A raybroker listener over an in-process broker on the wall clock (consumer-protocol members' sessions run on
+    it), with `kafka4`'s consumer heartbeat interval; its bootstrap servers."""
+    settings = {key.replace(".", "_"): value for key, value in CONSUMER_HEARTBEAT.items()}
+    broker = start_broker(tmp_path / "wall-clock", clock=SYSTEM_CLOCK, **settings)
+    try:
+        with start_listener(
+            {"listeners": "PLAINTEXT://127.0.0.1:0", **CONSUMER_HEARTBEAT},
+            InProcessBrokerView(broker),
+            SecurityView.in_process(broker.controller),
+            groups=GroupView.in_process(broker),
+            transactions=TransactionView.in_process(broker),
+        ) as listener:
+            yield listener.bootstrap_servers
+    finally:
+        broker.close()

@@ -305,7 +305,7 @@ def check_transactional_commits(coordinator: GroupCoordinator) -> None:
     assert coordinator.commit_transactional("g", 1, 0, "ghost", 1, offsets) == GroupError.UNKNOWN_MEMBER_ID
     assert coordinator.commit_transactional("g", 1, 0, member, 3, offsets) == GroupError.ILLEGAL_GENERATION
     # The group waits for its SyncGroup (CompletingRebalance): a plain commit is REBALANCE_IN_PROGRESS, not this one.
-    assert coordinator.commit_member("g", member, 1, offsets) == GroupError.REBALANCE_IN_PROGRESS
+    assert coordinator.commit_member("g", member, 1, offsets, api_version=9) == GroupError.REBALANCE_IN_PROGRESS
     assert coordinator.commit_transactional("g", 1, 0, member, 1, offsets) == GroupError.NONE
     assert coordinator.commit_transactional("g", 1, 0, "", -1, offsets) == GroupError.NONE
 

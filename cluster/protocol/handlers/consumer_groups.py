@@ -1,0 +1,206 @@
+"""The consumer group protocol of Kafka 4 (KIP-848): ConsumerGroupHeartbeat (68) and ConsumerGroupDescribe (69).
+
+ConsumerGroupHeartbeat is one call of the group coordinator (`GroupView.consumer_group_heartbeat`), whose state
+machine (`actors.core.groups.consumer_groups`) gives Kafka's answers; the handler only translates fields: partitions
+travel by topic id both ways, a duration of -1 or a null list means "unchanged", and Kafka's error message goes out
+beside the code. v0 lets the coordinator name a joining member (an empty member id); v1, what Kafka 4 clients send,
+requires the client's own id. The client host is the connection's address, as Kafka reports it (`/127.0.0.1`).
+
+ConsumerGroupDescribe answers each group: a consumer-protocol group's state, epochs, assignor and members (their
+current and target assignments with topic names); a group of the classic protocol, or one unknown,
+GROUP_ID_NOT_FOUND with Kafka's message, which Kafka's admin client takes as the sign to ask DescribeGroups.
+
+Authorization, as Kafka's: a heartbeat needs READ on the group (else GROUP_AUTHORIZATION_FAILED, 30) and DESCRIBE on
+every topic it names (else TOPIC_AUTHORIZATION_FAILED, 29); describing needs DESCRIBE on each group, and the
+authorized operations are filled when asked.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from actors.core.groups.assignors import Assignment
+from actors.core.groups.consumer_groups import ConsumerGroupDescription, HeartbeatRequest
+from actors.core.security.acl_bindings import AclOperation, ResourceType
+from cluster.protocol.connection import ConnectionContext
+from cluster.protocol.error_codes import coordinator_error_code, group_error_code
+from cluster.protocol.framing import Request, response_schema
+from cluster.protocol.handlers.authorization import (
+    AUTHORIZED_OPERATIONS_OMITTED,
+    GuardedHandler,
+    allows,
+    authorized_names,
+    authorized_operations,
+)
+from cluster.protocol.messages import build, milliseconds
+from cluster.protocol.views.group_view import GroupView
+from storage.errors import RaybrokerError
+
+CONSUMER_GROUP_HEARTBEAT_KEY = 68
+CONSUMER_GROUP_DESCRIBE_KEY = 69
+# ConsumerGroupDescribe v1's member type of a member of the consumer protocol (0 would be the classic protocol's).
+CONSUMER_MEMBER_TYPE = 1
+
+
+class ConsumerGroupHeartbeatHandler(GuardedHandler[GroupView]):
+    """Answers ConsumerGroupHeartbeat (see the module docstring)."""
+
+    async def __call__(self, request: Request) -> Any:
+        body = request.body
+        context = request.context
+        values: dict[str, Any] = {
+            "throttle_time": 0,
+            "error_code": ErrorCode.none,
+            "error_message": None,
+            "member_id": body.member_id or None,
+            "member_epoch": body.member_epoch,
+            "heartbeat_interval": 0,
+            "assignment": None,
+        }
+        response_type = response_schema(CONSUMER_GROUP_HEARTBEAT_KEY, request.api_version)
+        if not allows(self._access, context, AclOperation.READ, ResourceType.GROUP, body.group_id):
+            return build(response_type, {**values, "error_code": ErrorCode.group_authorization_failed})
+        named = body.subscribed_topic_names or ()
+        if len(authorized_names(self._access, context, AclOperation.DESCRIBE, ResourceType.TOPIC, named)) < len(
+            set(named)
+        ):
+            return build(response_type, {**values, "error_code": ErrorCode.topic_authorization_failed})
+        heartbeat = HeartbeatRequest(
+            group_id=body.group_id,
+            member_id=body.member_id,
+            member_epoch=body.member_epoch,
+            instance_id=body.instance_id,
+            rack_id=body.rack_id,
+            rebalance_timeout_ms=milliseconds(body.rebalance_timeout),
+            subscribed_topic_names=None if body.subscribed_topic_names is None else tuple(body.subscribed_topic_names),
+            subscribed_topic_regex=getattr(body, "subscribed_topic_regex", None),
+            server_assignor=body.server_assignor,
+            owned=None if body.topic_partitions is None else _assignment(body.topic_partitions),
+            client_id=request.client_id or "",
+            client_host=_host(context),
+            api_version=request.api_version,
+        )
+        try:
+            result = await self._view.consumer_group_heartbeat(heartbeat)
+        except RaybrokerError as exc:
+            return build(response_type, {**values, "error_code": coordinator_error_code(exc)})
+        return build(
+            response_type,
+            {
+                **values,
+                "error_code": group_error_code(result.error),
+                "error_message": result.message,
+                "member_id": result.member_id,
+                "member_epoch": result.member_epoch,
+                "heartbeat_interval": result.heartbeat_interval_ms,
+                "assignment": None
+                if result.assignment is None
+                else {"topic_partitions": _topic_partitions(result.assignment)},
+            },
+        )
+
+
+class ConsumerGroupDescribeHandler(GuardedHandler[GroupView]):
+    """Answers ConsumerGroupDescribe (see the module docstring)."""
+
+    async def __call__(self, request: Request) -> Any:
+        body = request.body
+        described = [
+            await self._describe(group_id, request.context, request.api_version) for group_id in body.group_ids
+        ]
+        if body.include_authorized_operations:
+            for group in described:
+                if group["error_code"] == ErrorCode.none:
+                    group["authorized_operations"] = authorized_operations(
+                        self._access, request.context, ResourceType.GROUP, group["group_id"]
+                    )
+        return build(
+            response_schema(CONSUMER_GROUP_DESCRIBE_KEY, request.api_version), {"throttle_time": 0, "groups": described}
+        )
+
+    async def _describe(self, group_id: str, context: ConnectionContext, version: int) -> dict[str, Any]:
+        if not allows(self._access, context, AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
+            return _failed(group_id, ErrorCode.group_authorization_failed, None)
+        if not group_id:
+            return _failed(group_id, ErrorCode.invalid_group_id, None)
+        try:
+            group = await self._view.describe_consumer_group(group_id)
+        except RaybrokerError as exc:
+            return _failed(group_id, coordinator_error_code(exc), None)
+        if group is None:
+            return _failed(group_id, ErrorCode.group_id_not_found, f"Group {group_id} not found.")
+        return _described(group, version)
+
+
+def _described(group: ConsumerGroupDescription, version: int) -> dict[str, Any]:
+    def named(assignment: Assignment) -> dict[str, Any]:
+        return {
+            "topic_partitions": [
+                {"topic_id": topic_id, "topic_name": group.topic_names[topic_id], "partitions": sorted(partitions)}
+                for topic_id, partitions in sorted(assignment.items(), key=lambda item: group.topic_names[item[0]])
+            ]
+        }
+
+    return {
+        "error_code": ErrorCode.none,
+        "error_message": None,
+        "group_id": group.group_id,
+        "group_state": group.state.value,
+        "group_epoch": group.group_epoch,
+        "assignment_epoch": group.assignment_epoch,
+        "assignor_name": group.assignor_name,
+        "members": [
+            {
+                "member_id": member.member_id,
+                "instance_id": member.instance_id,
+                "rack_id": member.rack_id,
+                "member_epoch": member.member_epoch,
+                "client_id": member.client_id,
+                "client_host": member.client_host,
+                "subscribed_topic_names": list(member.subscribed_topic_names),
+                "subscribed_topic_regex": member.subscribed_topic_regex,
+                "assignment": named(member.assignment),
+                "target_assignment": named(member.target_assignment),
+                "member_type": CONSUMER_MEMBER_TYPE if version >= 1 else -1,
+            }
+            for member in group.members
+        ],
+        "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+    }
+
+
+def _failed(group_id: str, code: ErrorCode, message: str | None) -> dict[str, Any]:
+    return {
+        "error_code": code,
+        "error_message": message,
+        "group_id": group_id,
+        "group_state": "",
+        "group_epoch": 0,
+        "assignment_epoch": 0,
+        "assignor_name": "",
+        "members": [],
+        "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+    }
+
+
+def _assignment(topic_partitions: Any) -> Assignment:
+    owned: dict[uuid.UUID, frozenset[int]] = {}
+    for topic in topic_partitions:
+        if topic.topic_id is not None:
+            owned[topic.topic_id] = owned.get(topic.topic_id, frozenset()) | frozenset(topic.partitions)
+    return owned
+
+
+def _topic_partitions(assignment: Assignment) -> list[dict[str, Any]]:
+    return [
+        {"topic_id": topic_id, "partitions": sorted(partitions)}
+        for topic_id, partitions in sorted(assignment.items(), key=lambda item: str(item[0]))
+    ]
+
+
+def _host(context: ConnectionContext) -> str:
+    """The client's address as Kafka's coordinator writes it (`InetAddress.toString`, with a leading slash)."""
+    return f"/{context.client_host}" if context.client_host else ""

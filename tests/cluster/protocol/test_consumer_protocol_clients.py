@@ -1,0 +1,188 @@
+"""Kafka 4's consumer group protocol (KIP-848) with Kafka's own client: Java `kafka-clients` 4.2 members with
+`group.protocol=consumer` (`java/ConsumerGroupMember.java`), against a raybroker listener over the in-process broker
+and against Apache Kafka 4.2, the same sequence on both: two members split a 6-partition topic 3/3, a third joins
+and the group moves to 2/2/2 without stopping the others, and records produced before and between the steps are
+read. The oracle is what was produced, as the producer's delivery reports named it: every record read exactly once
+across the members (each commits after every poll and before giving a partition up, so nothing committed may be
+read again), and each step's assignments complete and balanced. librdkafka's own consumer-protocol client
+(confluent-kafka, `group.protocol=consumer`) runs the same steps on raybroker.
+
+Both brokers run with a 1 s consumer heartbeat interval (Kafka's default is 5 s; a member learns of a new target
+at its next heartbeat), so each step takes a few seconds."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tests.cluster.applications.java_programs import JavaProcess, java_classpath
+
+pytestmark = pytest.mark.kafka
+
+KAFKA_CLIENTS = ("org.apache.kafka", "kafka-clients", "4.2.2")
+SOURCE = Path(__file__).parent / "java" / "ConsumerGroupMember.java"
+PARTITIONS = 6
+RECORDS_PER_STEP = 300
+DEADLINE_S = 60.0
+
+Position = tuple[int, int]
+
+
+@pytest.fixture(scope="module")
+def classpath(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return java_classpath([KAFKA_CLIENTS], {SOURCE.name: SOURCE.read_text()}, tmp_path_factory.mktemp("java"))
+
+
+def create_topic(bootstrap: str, topic: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS, replication_factor=1)])[topic].result(timeout=60)
+
+
+def produce(bootstrap: str, topic: str, count: int) -> set[Position]:
+    """Sends `count` keyed records; the (partition, offset) of each, from the delivery reports."""
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": "5"})
+    delivered: set[Position] = set()
+
+    def report(error: object, message: object) -> None:
+        assert error is None, error
+        delivered.add((message.partition(), message.offset()))  # type: ignore[attr-defined]
+
+    for index in range(count):
+        producer.produce(topic, key=f"k{index}-{uuid.uuid4()}".encode(), value=b"v", on_delivery=report)
+    assert producer.flush(DEADLINE_S) == 0 and len(delivered) == count
+    return delivered
+
+
+class JavaMember:
+    """One Java member (see the module docstring); `stop_file` asks it to leave."""
+
+    def __init__(self, classpath: str, bootstrap: str, topic: str, group: str, folder: Path, name: str) -> None:
+        self.stop_file = folder / f"{name}.stop"
+        self.process = JavaProcess(
+            classpath, "ConsumerGroupMember", [bootstrap, topic, group, str(self.stop_file)], folder / f"{name}.log"
+        )
+
+    def lines(self, kind: str) -> list[str]:
+        return [
+            line.split(" ", 1)[1] if " " in line else ""
+            for line in self.process.output().splitlines()
+            if line.split(" ", 1)[0] == kind
+        ]
+
+    def assignment(self) -> set[int]:
+        printed = self.lines("ASSIGNMENT")
+        return {int(number) for number in printed[-1].split(",") if number} if printed else set()
+
+    def records(self) -> list[Position]:
+        return [(int(p), int(o)) for p, o in (line.split() for line in self.lines("RECORD"))]
+
+    def leave(self) -> None:
+        self.stop_file.touch()
+        deadline = time.monotonic() + DEADLINE_S
+        while "CLOSED" not in self.process.output() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        self.process.stop()
+
+
+def wait_for(what: str, done: Callable[[], bool], members: list[JavaMember]) -> None:
+    deadline = time.monotonic() + DEADLINE_S
+    while not done():
+        if time.monotonic() > deadline:
+            tails = "\n".join(f"--- {m.process.log_path.name}\n{m.process.output()[-3000:]}" for m in members)
+            pytest.fail(f"{what} did not happen within {DEADLINE_S} s:\n{tails}")
+        for member in members:
+            assert member.process.process.poll() is None, member.process.output()[-3000:]
+        time.sleep(0.2)
+
+
+def balanced(members: list[JavaMember], size: int) -> bool:
+    assignments = [member.assignment() for member in members]
+    every = [partition for assignment in assignments for partition in assignment]
+    return sorted(every) == list(range(PARTITIONS)) and all(len(a) == size for a in assignments)
+
+
+def run_steps(classpath: str, bootstrap: str, folder: Path) -> tuple[list[list[int]], Counter[Position]]:
+    """The module docstring's steps; each step's assignment sizes and how often each produced record was read."""
+    topic, group = f"kip848-{uuid.uuid4().hex[:8]}", f"members-{uuid.uuid4().hex[:8]}"
+    create_topic(bootstrap, topic)
+    produced = produce(bootstrap, topic, RECORDS_PER_STEP)
+    members = [JavaMember(classpath, bootstrap, topic, group, folder, name) for name in ("a", "b")]
+    sizes = []
+    try:
+        wait_for("a 3/3 split", lambda: balanced(members, 3), members)
+        sizes.append(sorted(len(m.assignment()) for m in members))
+        produced |= produce(bootstrap, topic, RECORDS_PER_STEP)
+        members.append(JavaMember(classpath, bootstrap, topic, group, folder, "c"))
+        wait_for("a 2/2/2 split", lambda: balanced(members, 2), members)
+        sizes.append(sorted(len(m.assignment()) for m in members))
+        produced |= produce(bootstrap, topic, RECORDS_PER_STEP)
+        read = lambda: Counter(position for m in members for position in m.records())  # noqa: E731
+        wait_for("every record read", lambda: set(read()) >= produced, members)
+    finally:
+        for member in members:
+            member.leave()
+    counts = read()
+    assert set(counts) == produced
+    return sizes, counts
+
+
+def test_java_members_split_and_rebalance_as_on_kafka(
+    classpath: str, wall_clock_listener: str, kafka4: str, tmp_path: Path
+) -> None:
+    outcomes = {}
+    for name, bootstrap in (("kafka", kafka4), ("raybroker", wall_clock_listener)):
+        folder = tmp_path / name
+        folder.mkdir()
+        outcomes[name] = run_steps(classpath, bootstrap, folder)
+    for name, (sizes, counts) in outcomes.items():
+        assert sizes == [[3, 3], [2, 2, 2]], name
+        assert max(counts.values()) == 1, (name, [position for position, n in counts.items() if n > 1][:10])
+
+
+def test_librdkafka_members_split_and_rebalance(wall_clock_listener: str) -> None:
+    topic, group = f"kip848-rd-{uuid.uuid4().hex[:8]}", "rd-members"
+    create_topic(wall_clock_listener, topic)
+    produced = produce(wall_clock_listener, topic, RECORDS_PER_STEP)
+    settings = {
+        "bootstrap.servers": wall_clock_listener,
+        "group.id": group,
+        "group.protocol": "consumer",
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": "false",
+    }
+    consumers: list[Consumer] = []
+    read: Counter[Position] = Counter()
+
+    def poll_until(what: str, done: Callable[[], bool]) -> None:
+        deadline = time.monotonic() + DEADLINE_S
+        while not done():
+            assert time.monotonic() < deadline, f"{what} did not happen within {DEADLINE_S} s"
+            for consumer in consumers:
+                messages = [message for message in consumer.consume(500, 0.05) if message.error() is None]
+                read.update((message.partition(), message.offset()) for message in messages)
+                if messages:
+                    consumer.commit(asynchronous=False)
+
+    def sizes() -> list[int]:
+        return sorted(len(consumer.assignment()) for consumer in consumers)
+
+    try:
+        consumers += [Consumer(settings), Consumer(settings)]
+        for consumer in consumers:
+            consumer.subscribe([topic])
+        poll_until("a 3/3 split", lambda: sizes() == [3, 3])
+        consumers.append(Consumer(settings))
+        consumers[-1].subscribe([topic])
+        poll_until("a 2/2/2 split", lambda: sizes() == [2, 2, 2])
+        poll_until("every record read", lambda: set(read) >= produced)
+    finally:
+        for consumer in consumers:
+            consumer.close()
+    assert set(read) == produced
