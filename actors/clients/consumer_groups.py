@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from actors.calls import call, get_actor
+from actors.core.groups.consumer_groups import ConsumerGroupDescription
 from actors.core.groups.group_membership import GroupDescription, GroupError
 from actors.options import group_coordinator_name
 from storage.errors import RaybrokerError
@@ -33,6 +34,12 @@ class ConsumerGroups:
     def describe_group(self, group: str) -> GroupDescription | None:
         """The group's state and members; None if it has neither members nor committed offsets."""
         described: GroupDescription | None = call(self._coordinator.describe_group.remote(group))
+        return described
+
+    def describe_consumer_group(self, group: str) -> ConsumerGroupDescription | None:
+        """A group of Kafka 4's consumer protocol (KIP-848): its epochs, assignor and members with their
+        assignments; None if `group` is no such group."""
+        described: ConsumerGroupDescription | None = call(self._coordinator.describe_consumer_group.remote(group))
         return described
 
     def committed_offsets(self, group: str) -> dict[tuple[str, int], int]:

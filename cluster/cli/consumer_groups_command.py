@@ -6,7 +6,8 @@ to the one group coordinator. `--describe` prints Kafka's table, one line per pa
 has assigned: the committed offset, the log end offset (the high watermark, what a consumer can reach), the lag
 between them, and the member it is assigned to. A member's partitions are read from its assignment in Kafka's
 consumer protocol (`ConsumerProtocolAssignment`, decoded by `actors.core.groups.consumer_protocol`); an assignment
-that does not decode (a group of another protocol type) shows no partitions, as Kafka's tool does.
+that does not decode (a group of another protocol type) shows no partitions, as Kafka's tool does. A group of Kafka
+4's consumer protocol (KIP-848) shows the partitions each member owns now, as the coordinator reconciled them.
 
 `--reset-offsets` prints the plan (`GROUP TOPIC PARTITION NEW-OFFSET`) and, with `--execute`, commits it; as
 Kafka's tool, only a group without members may be reset, and `--to-offset` is clamped to each partition's log
@@ -40,7 +41,8 @@ from storage.errors import RaybrokerError
 
 if TYPE_CHECKING:
     from actors.clients.consumer_groups import ConsumerGroups
-    from actors.core.groups.group_membership import GroupDescription, MemberDescription
+    from actors.core.groups.consumer_groups import ConsumerGroupDescription
+    from actors.core.groups.group_membership import GroupDescription
 
 DESCRIBE_HEADER = (
     "GROUP",
@@ -128,17 +130,21 @@ def _consumer_groups() -> ConsumerGroups:
 
 
 def _describe(args: argparse.Namespace, groups: ConsumerGroups) -> None:
-    described = groups.describe_group(args.group)
-    if described is None:
-        raise RaybrokerError(f"consumer group {args.group!r} does not exist")
+    consumer_group = groups.describe_consumer_group(args.group)
+    if consumer_group is not None:
+        owners, has_members = _consumer_owners(consumer_group), bool(consumer_group.members)
+    else:
+        described = groups.describe_group(args.group)
+        if described is None:
+            raise RaybrokerError(f"consumer group {args.group!r} does not exist")
+        owners, has_members = _owners(described), bool(described.members)
     committed = groups.committed_offsets(args.group)
-    owners = _owners(described)
     admin = connect_admin(args.address)
     topics = sorted({topic for topic, _ in committed} | {topic for topic, _ in owners})
     log_end = {
         (topic, p.partition): p.high_watermark for topic in topics for p in admin.describe_topic(topic).partitions
     }
-    if not described.members:
+    if not has_members:
         print(f"Consumer group '{args.group}' has no active members.")
     rows = []
     for key in sorted(set(committed) | set(owners)):
@@ -154,11 +160,7 @@ def _describe(args: argparse.Namespace, groups: ConsumerGroups) -> None:
                 "-" if offset is None else str(offset),
                 "-" if end is None else str(end),
                 lag,
-                *(
-                    ("-", "-", "-")
-                    if member is None
-                    else (member.member_id, member.client_host or "-", member.client_id)
-                ),
+                *(("-", "-", "-") if member is None else member),
             )
         )
     _print_table(DESCRIBE_HEADER, rows)
@@ -227,19 +229,30 @@ def _topic_and_partitions(text: str) -> tuple[str, list[int]]:
     return topic, sorted(set(numbers))
 
 
-def _owners(group: GroupDescription) -> dict[tuple[str, int], MemberDescription]:
-    """Each assigned (topic, partition) with the member holding it, from the members' consumer-protocol
-    assignments (empty outside a Stable group of protocol type "consumer", or for bytes that do not decode)."""
+def _owners(group: GroupDescription) -> dict[tuple[str, int], tuple[str, str, str]]:
+    """Each assigned (topic, partition) with the member holding it (its id, host and client id), from the members'
+    consumer-protocol assignments (empty outside a Stable group of protocol type "consumer", or for bytes that do
+    not decode)."""
     # Loaded only when --describe runs (kio's schemas take about 0.5 s to import), so the CLI starts fast.
     from actors.core.groups.consumer_protocol import CONSUMER_PROTOCOL_TYPE, assigned_partitions
 
-    owners: dict[tuple[str, int], MemberDescription] = {}
+    owners: dict[tuple[str, int], tuple[str, str, str]] = {}
     if group.protocol_type != CONSUMER_PROTOCOL_TYPE:
         return owners
     for member in group.members:
         for topic, partition in assigned_partitions(member.assignment):
-            owners[(topic, partition)] = member
+            owners[(topic, partition)] = (member.member_id, member.client_host or "-", member.client_id)
     return owners
+
+
+def _consumer_owners(group: ConsumerGroupDescription) -> dict[tuple[str, int], tuple[str, str, str]]:
+    """Each (topic, partition) a member of a consumer-protocol group owns now, with that member."""
+    return {
+        (group.topic_names[topic_id], partition): (member.member_id, member.client_host or "-", member.client_id)
+        for member in group.members
+        for topic_id, partitions in member.assignment.items()
+        for partition in partitions
+    }
 
 
 def _print_table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> None:

@@ -39,7 +39,12 @@ GROUP_SETTINGS = {
 
 @pytest.fixture(scope="module")
 def listener(start_test_broker: Callable[..., tuple[Any, Any]]) -> Iterator[KafkaListener]:
-    start_test_broker(num_partitions=str(PARTITIONS))
+    # The consumer protocol's heartbeat at 1 s (Kafka's default 5 s): its members learn of a new target at their next.
+    start_test_broker(
+        num_partitions=str(PARTITIONS),
+        group_consumer_heartbeat_interval_ms="1000",
+        group_consumer_min_heartbeat_interval_ms="1000",
+    )
     with start_listener({"listeners": "PLAINTEXT://127.0.0.1:0", "num.partitions": str(PARTITIONS)}) as started:
         yield started
 
@@ -143,6 +148,53 @@ def test_a_confluent_group_of_two_splits_the_topic_rebalances_on_leave_and_a_new
         assert sorted(received[0]) == sorted(third_batch)
     finally:
         newcomer.close()
+
+
+def test_a_consumer_protocol_group_splits_the_topic_across_listeners_and_the_tools_show_it(
+    listener: KafkaListener, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """KIP-848 through the coordinator actor: two librdkafka members of `group.protocol=consumer`, each through its
+    own listener, split the topic 2/2 and read each record once; the admin client lists the group with its type and
+    the CLI shows which member owns each partition."""
+    topic, group = "group-kip848", "kip848-group"
+    produced = produce(listener, topic, 40)
+    other_listener = start_listener({"listeners": "PLAINTEXT://127.0.0.1:0", "num.partitions": str(PARTITIONS)})
+    settings = {
+        "group.id": group,
+        "group.protocol": "consumer",
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": "false",
+    }
+    members = [
+        Consumer({"bootstrap.servers": server.bootstrap_servers, **settings}) for server in (listener, other_listener)
+    ]
+    received: list[list[tuple[int, int]]] = [[], []]
+    try:
+        for member in members:
+            member.subscribe([topic])
+        poll_until(
+            members,
+            lambda: (
+                sorted(len(assigned(m)) for m in members) == [2, 2]
+                and len(received[0]) + len(received[1]) >= len(produced)
+            ),
+            received,
+        )
+        assert sorted(received[0] + received[1]) == sorted(produced)
+        assert assigned(members[0]) | assigned(members[1]) == set(range(PARTITIONS))
+        for member in members:
+            member.commit(asynchronous=False)
+        admin = AdminClient({"bootstrap.servers": listener.bootstrap_servers})
+        listed = {g.group_id: g for g in admin.list_consumer_groups().result(timeout=10).valid}
+        assert str(listed[group].type) == "ConsumerGroupType.CONSUMER"
+        assert main(["consumer-groups", "--describe", "--group", group]) == EXIT_OK
+        rows = [line.split() for line in capsys.readouterr().out.splitlines()[1:]]
+        owners = {int(row[2]): row[6] for row in rows}
+        assert sorted(owners) == list(range(PARTITIONS)) and len(set(owners.values())) == 2
+    finally:
+        for member in members:
+            member.close()
+        other_listener.stop()
 
 
 def test_admin_clients_list_and_describe_a_group_and_the_cli_shows_its_offsets(
