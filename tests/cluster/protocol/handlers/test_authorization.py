@@ -37,6 +37,12 @@ from cluster.protocol.handlers.configs import (
     AlterConfigsHandler,
     DescribeConfigsHandler,
 )
+from cluster.protocol.handlers.consumer_groups import (
+    CONSUMER_GROUP_DESCRIBE_KEY,
+    CONSUMER_GROUP_HEARTBEAT_KEY,
+    ConsumerGroupDescribeHandler,
+    ConsumerGroupHeartbeatHandler,
+)
 from cluster.protocol.handlers.delete_records import DELETE_RECORDS_KEY, DeleteRecordsHandler
 from cluster.protocol.handlers.fetch import FETCH_KEY, FetchHandler
 from cluster.protocol.handlers.find_coordinator import FIND_COORDINATOR_KEY, FindCoordinatorHandler
@@ -576,6 +582,49 @@ def test_the_group_protocol_needs_read_on_the_group(groups: GroupView, security:
     allowed = access_with(security, on_group("g", AclOperation.READ))
     joined = ask(JoinGroupHandler(groups, allowed), JOIN_GROUP_KEY, {"group_id": "g", **JOIN})
     assert joined.error_code == ErrorCode.member_id_required
+
+
+def heartbeat(groups: GroupView, access: AccessControl, topics: list[str]) -> Any:
+    """Alice's first ConsumerGroupHeartbeat into group "g", subscribing to `topics`."""
+    values = {
+        "group_id": "g",
+        "member_id": "m1",
+        "member_epoch": 0,
+        "rebalance_timeout": 30000,
+        "subscribed_topic_names": topics,
+        "topic_partitions": [],
+    }
+    return ask(ConsumerGroupHeartbeatHandler(groups, access), CONSUMER_GROUP_HEARTBEAT_KEY, values)
+
+
+def test_the_consumer_protocol_needs_read_on_the_group_and_describe_on_its_topics(
+    view: InProcessBrokerView, groups: GroupView, security: SecurityView
+) -> None:
+    run(view.create_topic("seen", 1))
+    run(view.create_topic("hidden", 1))
+    no_read = access_with(security, on_group("g", AclOperation.DESCRIBE), on_topic("seen", AclOperation.DESCRIBE))
+    assert heartbeat(groups, no_read, ["seen"]).error_code == DENIED_GROUP
+    readers = access_with(
+        security,
+        on_group("g", AclOperation.READ),
+        on_group("g", AclOperation.DESCRIBE),
+        on_topic("seen", AclOperation.DESCRIBE),
+    )
+    assert heartbeat(groups, readers, ["seen", "hidden"]).error_code == DENIED_TOPIC
+    describe = {"group_ids": ["g"], "include_authorized_operations": True}
+    assert (
+        ask(ConsumerGroupDescribeHandler(groups, readers), CONSUMER_GROUP_DESCRIBE_KEY, describe).groups[0].error_code
+        == ErrorCode.group_id_not_found
+    )
+    joined = heartbeat(groups, readers, ["seen"])
+    assert (joined.error_code, joined.member_epoch) == (ErrorCode.none, 1)
+    (described,) = ask(ConsumerGroupDescribeHandler(groups, readers), CONSUMER_GROUP_DESCRIBE_KEY, describe).groups
+    assert described.error_code == ErrorCode.none
+    assert described.authorized_operations == bits(AclOperation.READ, AclOperation.DESCRIBE)
+    # READ implies DESCRIBE (Kafka's authorizer): only a principal with neither is refused.
+    blind = access_with(security, on_group("other", AclOperation.READ))
+    (refused,) = ask(ConsumerGroupDescribeHandler(groups, blind), CONSUMER_GROUP_DESCRIBE_KEY, describe).groups
+    assert (refused.error_code, refused.members) == (DENIED_GROUP, ())
 
 
 def commit(view: InProcessBrokerView, groups: GroupView, access: AccessControl) -> dict[str, ErrorCode]:
