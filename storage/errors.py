@@ -317,5 +317,10 @@ class SerializationError(BrokerError):
     (Kafka's SerializationException / RecordDeserializationException)."""
 
 
+class CommitFailedError(BrokerError):
+    """A group member's commit refused because its partitions moved on (Kafka's `CommitFailedException`: a stale member
+    epoch, or a member the group no longer knows)."""
+
+
 class InvalidGroupIdError(BrokerError):
     """A consumer-group call without a valid group id: none configured, or not a non-empty string (INVALID_GROUP_ID)."""

@@ -1,10 +1,15 @@
 """The consumer facade: Kafka's consumer (positions, fetches, committed offsets) over partition actors.
 
 A consumer reads a set of partitions, chosen with `assign([(topic, partition), ...])` or
-`subscribe([topic, ...])`. `subscribe` assigns every partition of the topics to this one consumer: there is
-no group membership and no rebalancing between several consumers of a group (a group here is only a name
-under which offsets are committed); partitions added to a subscribed topic are picked up when the topic
-metadata is refreshed (`metadata_max_age_ms`).
+`subscribe([topic, ...])`. With `group_protocol="classic"` (the default) `subscribe` assigns every partition of the
+topics to this one consumer: there is no group membership and no rebalancing between several consumers of a group (a
+group here is only a name under which offsets are committed); partitions added to a subscribed topic are picked up
+when the topic metadata is refreshed (`metadata_max_age_ms`). With `group_protocol="consumer"` the consumer is a
+member of its group through Kafka 4's consumer protocol (`actors.clients.group_member`): the group coordinator
+assigns it a share of the topics' partitions, which changes as members (Python consumers and Kafka clients with
+`group.protocol=consumer` alike) come and go; `poll` heartbeats, gives partitions up when asked (committing them first
+with `enable_auto_commit`), and `close` leaves the group. Its commits carry its member epoch: one whose partitions
+moved on raises `CommitFailedError`.
 
 Positions: the position of a partition is the offset of the next record `poll` returns. A partition's
 first position is its group's committed offset if there is one, else the `auto_offset_reset` policy
@@ -61,10 +66,11 @@ resumes after the transaction its producer just committed.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,10 +78,12 @@ import ray
 
 from actors.calls import call, get_actor
 from actors.clients.broker import Broker
+from actors.clients.group_member import GroupMember
 from actors.clients.local_fetch import PendingFetch, records_of
 from actors.clients.local_tail import LocalTail
 from actors.clients.serializers import Deserializer
 from actors.clients.transaction_manager import ConsumerGroupMetadata
+from actors.core.groups.group_membership import GroupError
 from actors.options import group_coordinator_name
 from actors.server.partition_log import FetchResult
 from actors.server.partition_lookup import partition_actor
@@ -83,6 +91,7 @@ from actors.startup_objects import freeze_startup_objects
 from storage.arguments import is_int
 from storage.closeable import Closeable
 from storage.errors import (
+    CommitFailedError,
     InvalidConfigError,
     InvalidGroupIdError,
     InvalidRequestError,
@@ -102,6 +111,14 @@ from storage.topic_partition import TopicPartition, check_topic_partition
 logger = logging.getLogger(__name__)
 
 AUTO_OFFSET_RESET_POLICIES = ("earliest", "latest", "none")
+# Kafka's consumer `group.protocol`: "classic" reads every subscribed partition here (no membership), "consumer"
+# joins the group through Kafka 4's consumer protocol (`actors.clients.group_member`).
+CONSUMER_GROUP_PROTOCOL = "consumer"
+GROUP_PROTOCOLS = ("classic", CONSUMER_GROUP_PROTOCOL)
+# The OffsetCommit version a consumer-protocol member's commits are checked as (v9: the member epoch).
+CONSUMER_PROTOCOL_COMMIT_VERSION = 9
+# Heartbeats one poll may send: the one due, and those acknowledging revocations its answers asked for.
+MAX_HEARTBEATS_PER_POLL = 3
 # Kafka's `isolation.level` values, and the partition read each one is (`storage.partition.log_read.ISOLATIONS`).
 ISOLATION_LEVELS = {"read_uncommitted": "high_watermark", "read_committed": "txn_committed"}
 # Pause before fetching again a partition whose actor answered empty without waiting (its long-poll slots
@@ -175,7 +192,12 @@ class Consumer(Closeable):
         isolation_level: str = "read_uncommitted",
         default_api_timeout_ms: int = 60_000,
         retry_backoff_ms: int = 100,
+        group_protocol: str = "classic",
     ) -> None:
+        if group_protocol not in GROUP_PROTOCOLS:
+            raise InvalidConfigError(
+                f"group_protocol must be one of {', '.join(GROUP_PROTOCOLS)}, got {group_protocol!r}"
+            )
         if isolation_level not in ISOLATION_LEVELS:
             raise InvalidConfigError(
                 f"isolation_level must be one of {', '.join(ISOLATION_LEVELS)}, got {isolation_level!r}"
@@ -201,6 +223,8 @@ class Consumer(Closeable):
             raise InvalidGroupIdError(f"group_id must be a non-empty str or None, got {group_id!r}")
         if enable_auto_commit and group_id is None:
             raise InvalidGroupIdError("enable_auto_commit needs a group_id to commit under")
+        if group_protocol == CONSUMER_GROUP_PROTOCOL and group_id is None:
+            raise InvalidGroupIdError("group_protocol='consumer' needs a group_id to join")
         self._broker = broker or Broker.connect()
         freeze_startup_objects()
         self._group_id = group_id
@@ -236,6 +260,11 @@ class Consumer(Closeable):
         self._next_auto_commit_ns = time.monotonic_ns() + (self._auto_commit_interval_ns or 0)
         self._round_robin = 0
         self._closed = False
+        self._member = (
+            GroupMember(group_id, self._coordinator, lambda name: self._broker.topic(name).topic_id)
+            if group_protocol == CONSUMER_GROUP_PROTOCOL and group_id is not None
+            else None
+        )
 
     # --- assignment ------------------------------------------------------------------------------
 
@@ -251,21 +280,29 @@ class Consumer(Closeable):
                 raise UnknownTopicOrPartitionError(
                     f"topic {topic!r} has partitions 0..{counts[topic] - 1}, not {partition}"
                 )
+        self._leave_group()
         self._subscription = None
         self._set_assignment(wanted)
 
     def subscribe(self, topics: Iterable[str]) -> None:
-        """Reads every partition of `topics` (no rebalancing: see the module docstring)."""
+        """Reads every partition of `topics`, or with `group_protocol="consumer"` the share the group's
+        coordinator assigns this member (see the module docstring)."""
         self._check_open()
         names = list(dict.fromkeys(topics))
         for name in names:
             if not isinstance(name, str):
                 raise UnknownTopicOrPartitionError(f"a topic name must be a str, not {type(name).__name__}")
+        if self._member is not None:
+            self._member.subscribe(names)
+            self._subscription = names
+            self._heartbeat()
+            return
         self._set_assignment(self._partitions_of(names))
         self._subscription = names
         self._subscribed_at_ns = time.monotonic_ns()
 
     def unsubscribe(self) -> None:
+        self._leave_group()
         self._subscription = None
         self._set_assignment([])
 
@@ -394,7 +431,12 @@ class Consumer(Closeable):
             raise InvalidRequestError(f"max_records must be an int >= 1, got {max_records!r}")
         deadline = time.monotonic_ns() + max(0, timeout_ms) * 1_000_000
         self._maybe_auto_commit()
-        if self._subscription is not None and time.monotonic_ns() - self._subscribed_at_ns >= self._metadata_max_age_ns:
+        if self._member is not None:
+            if self._subscription is not None and self._member.due:
+                self._heartbeat()
+        elif (
+            self._subscription is not None and time.monotonic_ns() - self._subscribed_at_ns >= self._metadata_max_age_ns
+        ):
             self.subscribe(self._subscription)
         while True:
             records = self._drain(limit)
@@ -644,7 +686,10 @@ class Consumer(Closeable):
         deadline = time.monotonic() + self._default_api_timeout_s
         while True:
             try:
-                call(self._coordinator().commit.remote(group, to_commit))
+                if self._member is None:
+                    call(self._coordinator().commit.remote(group, to_commit))
+                else:
+                    self._commit_as_member(to_commit)
                 return
             except RaybrokerError as exc:
                 if not exc.retriable or time.monotonic() + self._retry_backoff_s > deadline:
@@ -652,10 +697,60 @@ class Consumer(Closeable):
                 logger.info("commit of group %s failed (%s); trying again", group, exc)
                 time.sleep(self._retry_backoff_s)
 
+    def _commit_as_member(self, offsets: Mapping[TopicPartition, int]) -> None:
+        """A member's commit, checked against its member epoch (a stale one raises `CommitFailedError`)."""
+        assert self._member is not None
+        verdict = call(
+            self._coordinator().commit_member.remote(
+                self._member.group_id,
+                self._member.member_id,
+                self._member.epoch,
+                {tp: (offset, "") for tp, offset in offsets.items()},
+                api_version=CONSUMER_PROTOCOL_COMMIT_VERSION,
+            )
+        )
+        if verdict != GroupError.NONE:
+            raise CommitFailedError(
+                f"the commit of group {self._member.group_id!r} was refused ({verdict.name}): the member's partitions "
+                "moved on, and the records read since its last commit may be read again by their new owner"
+            )
+
+    def _heartbeat(self) -> None:
+        """A consumer-protocol member's heartbeat, and what its answer changes (see `actors.clients.group_member`):
+        partitions given up (committed first when committing automatically, unless the member was fenced), the new
+        ones to read, and a heartbeat at once to acknowledge a revocation."""
+        assert self._member is not None
+        for _ in range(MAX_HEARTBEATS_PER_POLL):
+            changed = self._member.heartbeat(self._assignment)
+            if changed is None:
+                return
+            revoked = [tp for tp in self._assignment if tp not in set(changed.partitions)]
+            if revoked and not changed.fenced and self._auto_commit_interval_ns is not None:
+                positions = {tp: self._positions[tp] for tp in revoked if tp in self._positions}
+                self._auto_commit(functools.partial(self._commit_as_member, positions))
+            self._set_assignment(changed.partitions)
+            if not revoked and not changed.fenced:
+                return
+
+    def _leave_group(self) -> None:
+        """A consumer-protocol member leaves its group (its partitions go to the others at once)."""
+        if self._member is not None and self._subscription is not None:
+            try:
+                self._member.leave()
+            except RaybrokerError as exc:
+                logger.info(
+                    "group %s: leaving failed (%s); the coordinator removes the member after its session",
+                    self._member.group_id,
+                    exc,
+                )
+
     def consumer_group_metadata(self) -> ConsumerGroupMetadata:
         """The group a transactional producer commits this consumer's offsets to
-        (`Producer.send_offsets_to_transaction`). No membership here (see the module docstring): generation -1 and
-        no member id, which the group coordinator accepts as Kafka accepts a commit without member information."""
+        (`Producer.send_offsets_to_transaction`). A consumer-protocol member gives its member id and epoch, which
+        fence a commit of partitions it no longer owns; otherwise generation -1 and no member id, which the group
+        coordinator accepts as Kafka accepts a commit without member information."""
+        if self._member is not None:
+            return ConsumerGroupMetadata(self._require_group(), self._member.epoch, self._member.member_id)
         return ConsumerGroupMetadata(self._require_group())
 
     def committed(self, tp: TopicPartition) -> int | None:
@@ -682,8 +777,16 @@ class Consumer(Closeable):
     def _maybe_auto_commit(self) -> None:
         if self._auto_commit_interval_ns is None or time.monotonic_ns() < self._next_auto_commit_ns:
             return
-        self.commit()
+        self._auto_commit(self.commit)
         self._next_auto_commit_ns = time.monotonic_ns() + self._auto_commit_interval_ns
+
+    def _auto_commit(self, commit: Callable[[], None]) -> None:
+        """An automatic commit; one refused because the member's partitions moved on is logged, as Kafka's consumer
+        logs a failed auto-commit, and the records since the last commit go to their new owner again."""
+        try:
+            commit()
+        except CommitFailedError as exc:
+            logger.warning("automatic commit failed: %s", exc)
 
     def _require_group(self) -> str:
         if self._group_id is None:
@@ -701,8 +804,9 @@ class Consumer(Closeable):
             return
         try:
             if self._auto_commit_interval_ns is not None:
-                self.commit()
+                self._auto_commit(self.commit)
         finally:
+            self._leave_group()
             self._closed = True
             self._buffers.clear()
             self._handles.clear()

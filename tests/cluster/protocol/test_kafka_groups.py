@@ -197,6 +197,39 @@ def test_a_consumer_protocol_group_splits_the_topic_across_listeners_and_the_too
         other_listener.stop()
 
 
+def test_a_python_consumer_and_a_kafka_client_share_one_consumer_protocol_group(listener: KafkaListener) -> None:
+    """raybroker's Python `Consumer(group_protocol="consumer")`, talking to the coordinator actor, and a librdkafka
+    member over the wire are members of one group: they split the topic 2/2 and each record is read once."""
+    topic, group = "group-mixed", "mixed-group"
+    produced = produce(listener, topic, 40)
+    wire = Consumer(
+        {
+            "bootstrap.servers": listener.bootstrap_servers,
+            "group.id": group,
+            "group.protocol": "consumer",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": "false",
+        }
+    )
+    python = PythonConsumer(group_id=group, group_protocol="consumer", auto_offset_reset="earliest")
+    received: list[list[tuple[int, int]]] = [[]]
+    from_python: list[tuple[int, int]] = []
+
+    def python_polled() -> bool:
+        from_python.extend((record.partition, record.offset) for record in python.poll(timeout_ms=50))
+        return len(assigned(wire)) == 2 and len(python.assignment()) == 2
+
+    try:
+        wire.subscribe([topic])
+        python.subscribe([topic])
+        poll_until([wire], lambda: python_polled() and len(received[0]) + len(from_python) >= len(produced), received)
+        assert sorted(received[0] + from_python) == sorted(produced)
+        assert {partition for _, partition in python.assignment()} == set(range(PARTITIONS)) - assigned(wire)
+    finally:
+        python.close()
+        wire.close()
+
+
 def test_admin_clients_list_and_describe_a_group_and_the_cli_shows_its_offsets(
     listener: KafkaListener, capsys: pytest.CaptureFixture[str]
 ) -> None:
