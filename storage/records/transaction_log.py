@@ -10,9 +10,11 @@ Record format (big-endian; a string is an int16 length then UTF-8 bytes; an arra
 
 Value v1 has the same fields in the same order in Kafka's flexible encoding: the partitions array, each topic and
 each partition-id array carry an unsigned varint length + 1 (0 = null), every partition entry and the value end
-with a tagged-field section (Kafka 4.0 defines tags 0-2 on the value: previous producer id, next producer id,
-client transaction version; a reader may skip them). Kafka 3.9 writes v0 unless the `transaction.version` feature
-is 1 or more, and reads both; raybroker finalizes no such feature, so it writes v0 and reads both.
+with a tagged-field section. Kafka 4 defines three tags on the value: 0 the previous producer id (int64), 1 the next
+producer id (int64: the id a transactions-v2 producer was given when its epoch ran out, before the markers of its
+last transaction were all written), 2 the client's transaction version (int16); each is written only when it is not
+its default (-1, -1, 0), and unknown tags are skipped. A value with every tag at its default is written as v0, which
+Kafka 3.9 and 4 both read; one with a tag set as v1.
 
 Status byte: 0 Empty, 1 Ongoing, 2 PrepareCommit, 3 PrepareAbort, 4 CompleteCommit, 5 CompleteAbort (6 Dead and
 7 PrepareEpochFence are never written: an expired id is a tombstone, a null value). The partitions are written as
@@ -42,6 +44,11 @@ WRITTEN_STATUSES = frozenset(range(6))
 
 _INT16 = struct.Struct(">h")  # a version, or a string's length
 _INT32 = struct.Struct(">i")  # an array's count, or a partition id
+_INT64 = struct.Struct(">q")  # a tagged producer id
+# Kafka 4's tags on the value (see the module docstring).
+PREVIOUS_PRODUCER_ID_TAG = 0
+NEXT_PRODUCER_ID_TAG = 1
+CLIENT_TRANSACTION_VERSION_TAG = 2
 _VALUE_HEAD = struct.Struct(
     ">"
     "h"  # version
@@ -71,6 +78,14 @@ class TransactionLogValue:
     partitions: tuple[tuple[str, int], ...]
     last_update_timestamp_ms: int
     start_timestamp_ms: int
+    previous_producer_id: int = -1
+    next_producer_id: int = -1
+    client_transaction_version: int = 0
+
+    @property
+    def flexible(self) -> bool:
+        """Whether the value needs v1 (a tagged field away from its default)."""
+        return (self.previous_producer_id, self.next_producer_id, self.client_transaction_version) != (-1, -1, 0)
 
 
 def partition_for_transactional_id(transactional_id: str, partitions: int) -> int:
@@ -88,27 +103,66 @@ def encode_transaction_log_key(transactional_id: str) -> bytes:
 
 
 def encode_transaction_log_value(value: TransactionLogValue) -> bytes:
-    """Value v0; partitions null when Empty (Kafka's writer does that), grouped by topic otherwise."""
+    """Value v0, or v1 when a tagged field is set (see the module docstring); partitions null when Empty (Kafka's
+    writer does that), grouped by topic otherwise."""
     if value.transaction_status not in WRITTEN_STATUSES:
         raise CorruptRecordError(f"transaction status {value.transaction_status} is never written")
+    flexible = value.flexible
     head = _VALUE_HEAD.pack(
-        TRANSACTION_LOG_VALUE_VERSION,
+        FLEXIBLE_VALUE_VERSION if flexible else TRANSACTION_LOG_VALUE_VERSION,
         value.producer_id,
         value.producer_epoch,
         value.transaction_timeout_ms,
         value.transaction_status,
     )
+    by_topic: dict[str, list[int]] = {}
+    for topic, partition in sorted(value.partitions):
+        by_topic.setdefault(topic, []).append(partition)
+    if not flexible:
+        if value.transaction_status == STATUS_EMPTY:
+            partitions = _INT32.pack(-1)
+        else:
+            partitions = _INT32.pack(len(by_topic)) + b"".join(
+                _encode_string(topic) + _INT32.pack(len(ids)) + b"".join(_INT32.pack(p) for p in ids)
+                for topic, ids in by_topic.items()
+            )
+        return head + partitions + _VALUE_TAIL.pack(value.last_update_timestamp_ms, value.start_timestamp_ms)
     if value.transaction_status == STATUS_EMPTY:
-        partitions = _INT32.pack(-1)
+        partitions = _uvarint(0)
     else:
-        by_topic: dict[str, list[int]] = {}
-        for topic, partition in sorted(value.partitions):
-            by_topic.setdefault(topic, []).append(partition)
-        partitions = _INT32.pack(len(by_topic)) + b"".join(
-            _encode_string(topic) + _INT32.pack(len(ids)) + b"".join(_INT32.pack(p) for p in ids)
+        partitions = _uvarint(len(by_topic) + 1) + b"".join(
+            _compact_string(topic) + _uvarint(len(ids) + 1) + b"".join(_INT32.pack(p) for p in ids) + _uvarint(0)
             for topic, ids in by_topic.items()
         )
-    return head + partitions + _VALUE_TAIL.pack(value.last_update_timestamp_ms, value.start_timestamp_ms)
+    tags = [
+        (tag, data)
+        for tag, data, default in (
+            (PREVIOUS_PRODUCER_ID_TAG, _INT64.pack(value.previous_producer_id), value.previous_producer_id == -1),
+            (NEXT_PRODUCER_ID_TAG, _INT64.pack(value.next_producer_id), value.next_producer_id == -1),
+            (
+                CLIENT_TRANSACTION_VERSION_TAG,
+                _INT16.pack(value.client_transaction_version),
+                value.client_transaction_version == 0,
+            ),
+        )
+        if not default
+    ]
+    tagged = _uvarint(len(tags)) + b"".join(_uvarint(tag) + _uvarint(len(data)) + data for tag, data in tags)
+    return head + partitions + _VALUE_TAIL.pack(value.last_update_timestamp_ms, value.start_timestamp_ms) + tagged
+
+
+def _uvarint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _compact_string(text: str) -> bytes:
+    data = text.encode("utf-8")
+    return _uvarint(len(data) + 1) + data
 
 
 class _Reader:
@@ -153,9 +207,15 @@ class _Reader:
         return self.uvarint() - 1 if flexible else self.int32()
 
     def skip_tagged_fields(self) -> None:
+        self.tagged_fields()
+
+    def tagged_fields(self) -> dict[int, bytes]:
+        """A tagged-field section: each tag's bytes."""
+        fields = {}
         for _ in range(self.uvarint()):
-            self.uvarint()
-            self.raw(self.uvarint())
+            tag = self.uvarint()
+            fields[tag] = self.raw(self.uvarint())
+        return fields
 
 
 def decode_transaction_log_key(key: bytes) -> str | None:
@@ -187,10 +247,23 @@ def decode_transaction_log_value(value: bytes) -> TransactionLogValue:
             if flexible:
                 reader.skip_tagged_fields()
         last_update_ms, start_ms = reader.unpack(_VALUE_TAIL)
-        if flexible:
-            reader.skip_tagged_fields()
+        tags = reader.tagged_fields() if flexible else {}
+        previous = _INT64.unpack(tags[PREVIOUS_PRODUCER_ID_TAG])[0] if PREVIOUS_PRODUCER_ID_TAG in tags else -1
+        following = _INT64.unpack(tags[NEXT_PRODUCER_ID_TAG])[0] if NEXT_PRODUCER_ID_TAG in tags else -1
+        client_version = (
+            _INT16.unpack(tags[CLIENT_TRANSACTION_VERSION_TAG])[0] if CLIENT_TRANSACTION_VERSION_TAG in tags else 0
+        )
     except (struct.error, ValueError, IndexError) as exc:
         raise CorruptRecordError(f"malformed transaction log value of {len(value)} bytes: {exc}") from exc
     return TransactionLogValue(
-        producer_id, producer_epoch, timeout_ms, status, tuple(partitions), last_update_ms, start_ms
+        producer_id,
+        producer_epoch,
+        timeout_ms,
+        status,
+        tuple(partitions),
+        last_update_ms,
+        start_ms,
+        previous,
+        following,
+        client_version,
     )

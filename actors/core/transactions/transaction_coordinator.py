@@ -62,8 +62,10 @@ from actors.core.internal_topics import InternalPartition, TopicAdmin, internal_
 from actors.core.transactions.markers import TransactionMarker, TransactionMarkers
 from actors.core.transactions.state_topic import ensure_transaction_state_topic
 from actors.core.transactions.transaction_metadata import (
+    EXHAUSTED_EPOCH,
     IDLE_STATES,
     PREPARE_STATES,
+    TRANSACTION_VERSION_2,
     TransactionMetadata,
     TransactionState,
     TxnError,
@@ -143,6 +145,29 @@ class TransactionDescription:
     timeout_ms: int
     start_ms: int
     partitions: tuple[TopicPartition, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class EndTxnResult:
+    """An EndTxn v5+ answer: the error, and the producer id and epoch for the producer's next transaction."""
+
+    error: TxnError
+    producer_id: int = NO_PRODUCER_ID
+    producer_epoch: int = NO_PRODUCER_EPOCH
+
+
+def _next_producer(metadata: TransactionMetadata) -> tuple[int, int]:
+    """The producer id and epoch a transactions-v2 producer goes on with after the transaction `metadata` ends."""
+    if metadata.next_producer_id != NO_PRODUCER_ID:
+        return metadata.next_producer_id, 0
+    return metadata.producer_id, metadata.producer_epoch
+
+
+def _is_end_txn_retry(metadata: TransactionMetadata, producer_id: int, producer_epoch: int) -> bool:
+    """Whether an EndTxn names the producer id and epoch the last transactions-v2 EndTxn ended with."""
+    if metadata.client_transaction_version < TRANSACTION_VERSION_2 or metadata.last_producer_epoch == NO_PRODUCER_EPOCH:
+        return False
+    return producer_epoch == metadata.last_producer_epoch and producer_id == metadata.last_producer_id
 
 
 class TransactionCoordinator:
@@ -395,6 +420,32 @@ class TransactionCoordinator:
                 tp: TxnError.NONE if tp in metadata.partitions else TxnError.TRANSACTION_ABORTABLE for tp in partitions
             }
 
+    def add_partitions_implicitly(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: Collection[TopicPartition]
+    ) -> dict[TopicPartition, TxnError]:
+        """A transactions-v2 producer's partitions, added by the broker that took its transactional batches (Produce
+        v12+) or offsets (TxnOffsetCommit v5+) rather than by the producer (KIP-890 part 2): the partitions join its
+        transaction, which starts if none is open. Per partition NONE, or the id's error for all of them
+        (INVALID_REQUEST, INVALID_PRODUCER_ID_MAPPING, PRODUCER_FENCED, CONCURRENT_TRANSACTIONS while the last
+        transaction's markers are written, or the state's write failure)."""
+        with self._lock:
+            metadata, error = self._producer_metadata(transactional_id, producer_id, producer_epoch)
+            if metadata is None:
+                return dict.fromkeys(partitions, error)
+            added = frozenset(partitions)
+            if metadata.state == _S.ONGOING and added <= metadata.partitions:
+                return dict.fromkeys(partitions, TxnError.NONE)
+            now_ms = self._clock.milliseconds()
+            start_ms = now_ms if metadata.state in IDLE_STATES else metadata.start_ms
+            ongoing = metadata.to(
+                _S.ONGOING,
+                now_ms,
+                partitions=metadata.partitions | added,
+                start_ms=start_ms,
+                client_transaction_version=TRANSACTION_VERSION_2,
+            )
+            return dict.fromkeys(partitions, self._write(ongoing))
+
     def _producer_metadata(
         self, transactional_id: str, producer_id: int, producer_epoch: int
     ) -> tuple[TransactionMetadata | None, TxnError]:
@@ -436,6 +487,58 @@ class TransactionCoordinator:
             if state == (_S.PREPARE_COMMIT if commit else _S.PREPARE_ABORT):
                 return TxnError.CONCURRENT_TRANSACTIONS
             return TxnError.INVALID_TXN_STATE
+
+    def end_transaction_v2(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool
+    ) -> EndTxnResult:
+        """EndTxn v5+ of a transactions-v2 producer (KIP-890 part 2): as `end_transaction`, but every transaction
+        ends with the producer's epoch bumped: the Prepare state and the markers carry the bumped epoch, which the
+        answer gives the producer for its next transaction, so a zombie of its previous one is fenced by every
+        partition it wrote. An epoch that would reach 32766 moves the producer to a new producer id at epoch 0 (its
+        markers still carry the old one), written with the state as its next producer id. An abort with no
+        transaction open bumps the epoch as well. A retry of an EndTxn whose answer was lost (the previous epoch, or
+        the previous producer id at its last epoch) is answered the producer's current id and epoch once the
+        transaction it ended is complete, CONCURRENT_TRANSACTIONS while its markers are being written."""
+        if not isinstance(transactional_id, str) or not transactional_id:
+            return EndTxnResult(TxnError.INVALID_REQUEST)
+        with self._lock:
+            metadata = self._metadata(transactional_id)
+            if metadata is None:
+                return EndTxnResult(TxnError.INVALID_PRODUCER_ID_MAPPING)
+            prepare = _S.PREPARE_COMMIT if commit else _S.PREPARE_ABORT
+            complete = _S.COMPLETE_COMMIT if commit else _S.COMPLETE_ABORT
+            if _is_end_txn_retry(metadata, producer_id, producer_epoch):
+                if metadata.state == complete:
+                    return EndTxnResult(TxnError.NONE, *_next_producer(metadata))
+                if metadata.state == prepare:
+                    return EndTxnResult(TxnError.CONCURRENT_TRANSACTIONS)
+                return EndTxnResult(TxnError.INVALID_TXN_STATE)
+            if metadata.producer_id != producer_id:
+                return EndTxnResult(TxnError.INVALID_PRODUCER_ID_MAPPING)
+            if metadata.producer_epoch != producer_epoch:
+                return EndTxnResult(TxnError.PRODUCER_FENCED)
+            if metadata.state in PREPARE_STATES:
+                return EndTxnResult(TxnError.CONCURRENT_TRANSACTIONS)
+            if metadata.state != _S.ONGOING and commit:
+                return EndTxnResult(TxnError.INVALID_TXN_STATE)
+            bumped = producer_epoch + 1
+            next_producer_id = self._allocate_producer_id() if bumped >= EXHAUSTED_EPOCH else NO_PRODUCER_ID
+            prepared = metadata.to(
+                prepare,
+                self._clock.milliseconds(),
+                producer_epoch=bumped,
+                last_producer_id=producer_id,
+                last_producer_epoch=producer_epoch,
+                next_producer_id=next_producer_id,
+                client_transaction_version=TRANSACTION_VERSION_2,
+                markers_left=metadata.partitions,
+                start_ms=metadata.start_ms if metadata.state == _S.ONGOING else self._clock.milliseconds(),
+            )
+            error = self._write(prepared)
+            if error != TxnError.NONE:
+                return EndTxnResult(error)
+            self._complete(prepared)
+            return EndTxnResult(TxnError.NONE, *_next_producer(prepared))
 
     # --- markers -----------------------------------------------------------------------------------------------
 
@@ -488,7 +591,16 @@ class TransactionCoordinator:
         if left:
             return pending
         target = _S.COMPLETE_COMMIT if metadata.state == _S.PREPARE_COMMIT else _S.COMPLETE_ABORT
-        completed = pending.to(target, self._clock.milliseconds())
+        rotated = {}
+        if metadata.next_producer_id != NO_PRODUCER_ID:
+            # A transactions-v2 producer whose epoch ran out goes on under the id it was given.
+            rotated = {
+                "producer_id": metadata.next_producer_id,
+                "producer_epoch": 0,
+                "last_producer_id": metadata.producer_id,
+                "next_producer_id": NO_PRODUCER_ID,
+            }
+        completed = pending.to(target, self._clock.milliseconds(), **rotated)
         self._write(completed)
         return self._transactions.get(metadata.transactional_id, pending)
 

@@ -14,7 +14,8 @@ States (Kafka's `TransactionState`, with the status byte `__transaction_state` s
 | Dead               | 6    | expired: tombstoned, never written as a value                                |
 | PrepareEpochFence  | 7    | in memory only: an Ongoing transaction being fenced by a newer producer      |
 
-`VALID_PREVIOUS_STATES` is Kafka 3.9's `validPreviousStates`; `TransactionMetadata.to` refuses any other move.
+`VALID_PREVIOUS_STATES` is Kafka 4's `validPreviousStates` (3.9's, and PrepareAbort from an idle state for a
+transactions-v2 abort); `TransactionMetadata.to` refuses any other move.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from storage.topic_partition import TopicPartition
 
 # Kafka's `isEpochExhausted`: Short.MaxValue - 1. 32767 stays free so a fence bump can never overflow.
 EXHAUSTED_EPOCH = 32766
+# The `transaction.version` of a client whose EndTxn bumps its epoch (KIP-890 part 2: EndTxn v5+, Produce v12+).
+TRANSACTION_VERSION_2 = 2
 
 
 class TransactionState(enum.IntEnum):
@@ -58,7 +61,8 @@ VALID_PREVIOUS_STATES: dict[TransactionState, frozenset[TransactionState]] = {
     _S.EMPTY: frozenset({_S.EMPTY, _S.COMPLETE_COMMIT, _S.COMPLETE_ABORT}),
     _S.ONGOING: frozenset({_S.ONGOING, _S.EMPTY, _S.COMPLETE_COMMIT, _S.COMPLETE_ABORT}),
     _S.PREPARE_COMMIT: frozenset({_S.ONGOING}),
-    _S.PREPARE_ABORT: frozenset({_S.ONGOING, _S.PREPARE_EPOCH_FENCE}),
+    # Transactions v2 (Kafka 4): an EndTxn(abort) of a producer with no transaction open bumps its epoch too.
+    _S.PREPARE_ABORT: frozenset({_S.ONGOING, _S.PREPARE_EPOCH_FENCE, _S.EMPTY, _S.COMPLETE_COMMIT, _S.COMPLETE_ABORT}),
     _S.COMPLETE_COMMIT: frozenset({_S.PREPARE_COMMIT}),
     _S.COMPLETE_ABORT: frozenset({_S.PREPARE_ABORT}),
     _S.DEAD: frozenset({_S.EMPTY, _S.COMPLETE_COMMIT, _S.COMPLETE_ABORT}),
@@ -90,7 +94,10 @@ class TxnError(enum.Enum):
 @dataclass(frozen=True, slots=True)
 class TransactionMetadata:
     """One transactional id's state; a transition makes a new one (`to`). `last_producer_id` and
-    `last_producer_epoch` (KIP-360 retries, PID rotation) are kept in memory only, as Kafka 3.9 keeps them."""
+    `last_producer_epoch` (KIP-360 retries, PID rotation) are kept in memory only, as Kafka 3.9 keeps them, but for a
+    transactions-v2 producer (`client_transaction_version` 2), whose last producer id, the next one it was given
+    (`next_producer_id`: its epoch ran out, and the markers still carry the old id) and version are written with the
+    state, as Kafka 4 writes them (the value's tagged fields)."""
 
     transactional_id: str
     producer_id: int
@@ -103,6 +110,8 @@ class TransactionMetadata:
     last_producer_id: int = NO_PRODUCER_ID
     last_producer_epoch: int = NO_PRODUCER_EPOCH
     has_failed_epoch_fence: bool = False
+    next_producer_id: int = NO_PRODUCER_ID
+    client_transaction_version: int = 0
     # Partitions of a Prepare* transaction whose marker is not written yet (memory only: a load sends them all).
     markers_left: frozenset[TopicPartition] = field(default=frozenset())
 
@@ -133,12 +142,22 @@ class TransactionMetadata:
             tuple(sorted(self.partitions)),
             self.last_update_ms,
             self.start_ms,
+            self.last_producer_id if self.client_transaction_version >= TRANSACTION_VERSION_2 else NO_PRODUCER_ID,
+            self.next_producer_id,
+            self.client_transaction_version,
         )
 
     @classmethod
     def from_value(cls, transactional_id: str, value: TransactionLogValue) -> TransactionMetadata:
+        """The state a record holds. A transactions-v2 transaction ending or ended gets back the producer id and
+        epoch its EndTxn named (`last_producer_id`, `last_producer_epoch`), so that EndTxn's retry is known after a
+        reload: the epoch before the bump, or 32765 after a move to a new producer id (the bump reached 32766)."""
         partitions = frozenset(value.partitions)
         state = TransactionState(value.transaction_status)
+        last_epoch = NO_PRODUCER_EPOCH
+        if value.client_transaction_version >= TRANSACTION_VERSION_2 and state in PREPARE_STATES | COMPLETE_STATES:
+            rotated = value.previous_producer_id not in (NO_PRODUCER_ID, value.producer_id)
+            last_epoch = EXHAUSTED_EPOCH - 1 if rotated else value.producer_epoch - 1
         return cls(
             transactional_id,
             value.producer_id,
@@ -148,5 +167,9 @@ class TransactionMetadata:
             partitions,
             value.start_timestamp_ms,
             value.last_update_timestamp_ms,
+            last_producer_id=value.previous_producer_id,
+            last_producer_epoch=last_epoch,
             markers_left=partitions if state in PREPARE_STATES else frozenset(),
+            next_producer_id=value.next_producer_id,
+            client_transaction_version=value.client_transaction_version,
         )

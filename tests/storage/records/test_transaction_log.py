@@ -4,6 +4,7 @@ and a flexible v1 value with tagged fields (what Kafka 4 writes) built the same 
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 
 import pytest
@@ -92,7 +93,20 @@ def test_a_flexible_v1_value_with_tagged_fields_reads_back() -> None:
     body += struct.pack(">qq", 1_700_000_000_123, 1_700_000_000_000)
     # Kafka 4's value tags: 0 PreviousProducerId (int64), 2 ClientTransactionVersion (int16).
     body += uvarint(2) + uvarint(0) + uvarint(8) + struct.pack(">q", 3999) + uvarint(2) + uvarint(2) + b"\x00\x02"
-    assert decode_transaction_log_value(body) == ONGOING
+    assert decode_transaction_log_value(body) == dataclasses.replace(
+        ONGOING, previous_producer_id=3999, client_transaction_version=2
+    )
+    # The same value, written: v1 with exactly those tags, the unknown one gone.
+    written = encode_transaction_log_value(decode_transaction_log_value(body))
+    assert written == body.replace(uvarint(1) + uvarint(9) + uvarint(2) + b"\xab\xcd", uvarint(0))
+
+
+def test_a_value_with_a_next_producer_id_is_written_as_v1_and_one_without_tags_as_v0() -> None:
+    rotated = dataclasses.replace(ONGOING, next_producer_id=5000, client_transaction_version=2)
+    data = encode_transaction_log_value(rotated)
+    assert struct.unpack_from(">h", data)[0] == 1
+    assert decode_transaction_log_value(data) == rotated
+    assert struct.unpack_from(">h", encode_transaction_log_value(ONGOING))[0] == 0
 
 
 @pytest.mark.parametrize(

@@ -818,3 +818,77 @@ def test_every_coordinator_takes_a_newer_epoch_and_its_markers_carry_it(broker: 
     assert producer.coordinator_epoch == first + 11
     with pytest.raises(InvalidRequestError):
         broker.controller.allocate_coordinator_epoch(-1)
+
+
+# Transactions v2 (KIP-890 part 2, Kafka 4): partitions added by the brokers that take the batches, and every EndTxn
+# bumping the producer's epoch.
+
+
+def test_v2_partitions_join_implicitly_and_every_end_bumps_the_epoch_its_markers_carry(
+    broker: InProcessBroker, coordinator: TransactionCoordinator
+) -> None:
+    init = coordinator.init_producer_id(TXN_ID, TIMEOUT_MS)
+    pid, epoch = init.producer_id, init.producer_epoch
+    added = coordinator.add_partitions_implicitly(TXN_ID, pid, epoch, [(TOPIC, 0), (TOPIC, 1)])
+    assert added == {(TOPIC, 0): TxnError.NONE, (TOPIC, 1): TxnError.NONE}
+    produce_transactional(broker, 0, pid, epoch, 0)
+    produce_transactional(broker, 1, pid, epoch, 0)
+    ended = coordinator.end_transaction_v2(TXN_ID, pid, epoch, commit=True)
+    assert (ended.error, ended.producer_id, ended.producer_epoch) == (TxnError.NONE, pid, epoch + 1)
+    assert markers(broker, 0) == markers(broker, 1) == [(ControlRecordType.COMMIT, pid, epoch + 1)]
+    # The lost answer's retry gets the same epoch; the old epoch cannot act otherwise.
+    retried = coordinator.end_transaction_v2(TXN_ID, pid, epoch, commit=True)
+    assert (retried.error, retried.producer_epoch) == (TxnError.NONE, epoch + 1)
+    assert coordinator.end_transaction_v2(TXN_ID, pid, epoch, commit=False).error == TxnError.INVALID_TXN_STATE
+    stale = coordinator.add_partitions_implicitly(TXN_ID, pid, epoch, [(TOPIC, 0)])
+    assert stale == {(TOPIC, 0): TxnError.PRODUCER_FENCED}
+    # The next transaction, in the new epoch, from sequence 0; aborted.
+    assert coordinator.add_partitions_implicitly(TXN_ID, pid, epoch + 1, [(TOPIC, 0)]) == {(TOPIC, 0): TxnError.NONE}
+    produce_transactional(broker, 0, pid, epoch + 1, 0)
+    aborted = coordinator.end_transaction_v2(TXN_ID, pid, epoch + 1, commit=False)
+    assert (aborted.error, aborted.producer_epoch) == (TxnError.NONE, epoch + 2)
+    assert markers(broker, 0)[-1] == (ControlRecordType.ABORT, pid, epoch + 2)
+    log = broker.leader(TOPIC, 0).log
+    assert log.last_stable_offset == log.log_end_offset
+    values = [value for value in state_records(broker) if value is not None]
+    assert [value.transaction_status for value in values] == [0, 1, 2, 4, 1, 3, 5]
+    assert {value.client_transaction_version for value in values[1:]} == {2}
+
+
+def test_v2_abort_without_a_transaction_bumps_the_epoch_and_commit_is_refused(
+    broker: InProcessBroker, coordinator: TransactionCoordinator
+) -> None:
+    init = coordinator.init_producer_id(TXN_ID, TIMEOUT_MS)
+    pid, epoch = init.producer_id, init.producer_epoch
+    assert coordinator.end_transaction_v2(TXN_ID, pid, epoch, commit=True).error == TxnError.INVALID_TXN_STATE
+    aborted = coordinator.end_transaction_v2(TXN_ID, pid, epoch, commit=False)
+    assert (aborted.error, aborted.producer_epoch) == (TxnError.NONE, epoch + 1)
+    assert statuses(broker)[-2:] == [3, 5]
+    assert coordinator.end_transaction_v2(TXN_ID, pid + 1, epoch + 1, commit=False).error == (
+        TxnError.INVALID_PRODUCER_ID_MAPPING
+    )
+    assert coordinator.end_transaction_v2("", pid, epoch, commit=False).error == TxnError.INVALID_REQUEST
+
+
+def test_v2_an_epoch_running_out_moves_the_producer_to_a_new_id_which_a_reload_keeps(
+    broker: InProcessBroker,
+) -> None:
+    broker.transaction_coordinator.ready()
+    broker.forget_transaction_coordinator()
+    now = broker.clock.milliseconds()
+    value = TransactionLogValue(4242, 32765, TIMEOUT_MS, 1, ((TOPIC, 0),), now, now, client_transaction_version=2)
+    write_state(broker, TXN_ID, encode_transaction_log_value(value))
+    produce_transactional(broker, 0, 4242, 32765, 0)
+    coordinator = broker.transaction_coordinator
+    ended = coordinator.end_transaction_v2(TXN_ID, 4242, 32765, commit=True)
+    assert ended.error == TxnError.NONE and ended.producer_id != 4242 and ended.producer_epoch == 0
+    assert markers(broker, 0) == [(ControlRecordType.COMMIT, 4242, 32766)]
+    complete = state_records(broker)[-1]
+    assert complete is not None and (complete.producer_id, complete.producer_epoch) == (ended.producer_id, 0)
+    assert complete.previous_producer_id == 4242
+    # A coordinator loading that state still knows the lost answer's retry, and the new id goes on.
+    broker.forget_transaction_coordinator()
+    reloaded = broker.transaction_coordinator
+    retried = reloaded.end_transaction_v2(TXN_ID, 4242, 32765, commit=True)
+    assert (retried.error, retried.producer_id, retried.producer_epoch) == (TxnError.NONE, ended.producer_id, 0)
+    assert reloaded.add_partitions_implicitly(TXN_ID, ended.producer_id, 0, [(TOPIC, 1)]) == {(TOPIC, 1): TxnError.NONE}
