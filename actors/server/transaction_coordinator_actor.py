@@ -51,6 +51,7 @@ from actors.core.controller.topic_metadata import TRANSACTION_STATE_TOPIC
 from actors.core.replication.replica import ACKS_ALL
 from actors.core.transactions.markers import OffsetsCompletingMarkers, TransactionMarker, write_marker
 from actors.core.transactions.transaction_coordinator import (
+    EndTxnResult,
     InitProducerIdResult,
     TransactionCoordinator,
     TransactionDescription,
@@ -217,6 +218,16 @@ class TransactionCoordinatorActor:
 
     def end_transaction(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool) -> TxnError:
         return self._serving.end_transaction(transactional_id, producer_id, producer_epoch, commit)
+
+    def add_partitions_implicitly(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: Collection[TopicPartition]
+    ) -> dict[TopicPartition, TxnError]:
+        return self._serving.add_partitions_implicitly(transactional_id, producer_id, producer_epoch, partitions)
+
+    def end_transaction_v2(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool
+    ) -> EndTxnResult:
+        return self._serving.end_transaction_v2(transactional_id, producer_id, producer_epoch, commit)
 
     def describe(self, transactional_id: str) -> TransactionDescription | None:
         return self._loaded_coordinator().describe(transactional_id)

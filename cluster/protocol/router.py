@@ -189,7 +189,7 @@ from storage.config.broker_config import BrokerConfig
 
 SERVED: Mapping[int, ApiRange] = MappingProxyType(
     {
-        PRODUCE_KEY: ApiRange(3, 11),
+        PRODUCE_KEY: ApiRange(3, 13),
         FETCH_KEY: ApiRange(4, 17),
         LIST_OFFSETS_KEY: ApiRange(1, 9),
         METADATA_KEY: ApiRange(0, 12),
@@ -232,9 +232,9 @@ SERVED: Mapping[int, ApiRange] = MappingProxyType(
         ALTER_USER_SCRAM_CREDENTIALS_KEY: ApiRange(0, 0),
         ADD_PARTITIONS_TO_TXN_KEY: ApiRange(0, 5),
         ADD_OFFSETS_TO_TXN_KEY: ApiRange(0, 4),
-        END_TXN_KEY: ApiRange(0, 4),
+        END_TXN_KEY: ApiRange(0, 5),
         WRITE_TXN_MARKERS_KEY: ApiRange(1, 1),
-        TXN_OFFSET_COMMIT_KEY: ApiRange(0, 4),
+        TXN_OFFSET_COMMIT_KEY: ApiRange(0, 5),
         DESCRIBE_PRODUCERS_KEY: ApiRange(0, 0),
         DESCRIBE_TRANSACTIONS_KEY: ApiRange(0, 0),
         LIST_TRANSACTIONS_KEY: ApiRange(0, 1),

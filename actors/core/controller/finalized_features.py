@@ -3,14 +3,16 @@ feature the cluster runs at (finalized), UpdateFeatures, and what ApiVersions te
 
 Features the cluster supports (`SUPPORTED_FEATURES`, inclusive level ranges): `metadata.version` at 21 only (Kafka's
 3.9-IV0). raybroker's metadata log is its own, not Kafka's records: the level names the Kafka release whose metadata
-features raybroker's match, for the tools that print it, and does not move. Every other feature is supported at level
-0 only and not listed, as Kafka 3.9 lists none of the features it supports at 0 only: `transaction.version` 0 is
-transactions v1 (AddPartitionsToTxn; a Kafka 4 producer uses transactions v2 only where a cluster finalized level 2),
-`group.version` 0 the classic group protocol (level 1 is KIP-848's consumer groups).
+features raybroker's match, for the tools that print it, and does not move. `transaction.version` 0-2: at 2 Kafka 4
+producers use transactions v2 (KIP-890 part 2: no AddPartitionsToTxn, an epoch bump at every EndTxn), below it
+transactions v1; the protocol serves both whatever the level, as Kafka's does (a client picks by the finalized level).
+Every other feature is supported at level 0 only and not listed, as Kafka 3.9 lists none of the features it supports
+at 0 only: `group.version` 0 is the classic group protocol's (level 1 is KIP-848's consumer groups, which raybroker
+serves without it).
 
-A new cluster finalizes `metadata.version` at its controller's first start (`bootstrap`, as Kafka's
-`kafka-storage format`). A level of 0 is not finalized: a feature set to 0 leaves the finalized levels, and
-ApiVersions lists only the levels above 0, as a Kafka broker does.
+A new cluster finalizes `metadata.version` and `transaction.version` 2 at its controller's first start (`bootstrap`,
+as Kafka 4's `kafka-storage format`); a cluster started before keeps its levels. A level of 0 is not finalized: a
+feature set to 0 leaves the finalized levels, and ApiVersions lists only the levels above 0, as a Kafka broker does.
 
 UpdateFeatures (`update`) checks every update as Kafka's controller does, in order: a known upgrade type, a level not
 below 0, a level the cluster supports ("Local controller N does not support this feature." for a feature supporting
@@ -39,7 +41,15 @@ from storage.errors import RaybrokerError
 METADATA_VERSION = "metadata.version"
 # Kafka's metadata.version level of release 3.9-IV0.
 METADATA_VERSION_LEVEL = 21
-SUPPORTED_FEATURES: dict[str, tuple[int, int]] = {METADATA_VERSION: (METADATA_VERSION_LEVEL, METADATA_VERSION_LEVEL)}
+TRANSACTION_VERSION = "transaction.version"
+# Transactions v2 (KIP-890 part 2): what a new cluster finalizes, as Kafka 4's `kafka-storage format` does.
+TRANSACTION_VERSION_LEVEL = 2
+SUPPORTED_FEATURES: dict[str, tuple[int, int]] = {
+    METADATA_VERSION: (METADATA_VERSION_LEVEL, METADATA_VERSION_LEVEL),
+    TRANSACTION_VERSION: (0, TRANSACTION_VERSION_LEVEL),
+}
+# The levels a cluster finalizes at its first start besides `metadata.version` (the highest it supports).
+BOOTSTRAP_LEVELS = {TRANSACTION_VERSION: TRANSACTION_VERSION_LEVEL}
 FEATURE_KEY_PREFIX = "feature/"
 # UpdateFeatures' upgrade types (v1+; v0's allow_downgrade is SAFE_DOWNGRADE or UPGRADE).
 UPGRADE = 1
@@ -80,9 +90,16 @@ class FinalizedFeatures:
             self._apply(key[len(FEATURE_KEY_PREFIX) :], int(str(value["level"])), offset)
 
     def bootstrap(self) -> None:
-        """A cluster's first start: `metadata.version` finalized at the highest level supported."""
-        if METADATA_VERSION not in self._levels:
-            self._persist(METADATA_VERSION, self._supported[METADATA_VERSION][1])
+        """A cluster's first start (no `metadata.version` finalized yet): `metadata.version` at the highest level
+        supported and `BOOTSTRAP_LEVELS`, each capped at what the cluster supports. A cluster started before keeps
+        its levels: it moves with UpdateFeatures, as Kafka's."""
+        if METADATA_VERSION in self._levels:
+            return
+        self._persist(METADATA_VERSION, self._supported[METADATA_VERSION][1])
+        for feature, level in BOOTSTRAP_LEVELS.items():
+            low, high = self._supported.get(feature, (0, 0))
+            if high > 0:
+                self._persist(feature, max(low, min(level, high)))
 
     @property
     def epoch(self) -> int:

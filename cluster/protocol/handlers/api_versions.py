@@ -7,9 +7,9 @@ retry with a version both sides know.
 
 v3+ also carries the features (`actors.core.controller.finalized_features`): the levels this broker supports, and the
 cluster's finalized levels with their epoch from the listener's `FeatureCache` (Kafka 4 producers read
-`transaction.version` there, `kafka-features describe` all of it). v3 and v4 answer the same: v4 differs only in
-listing supported features whose lowest level is 0, which Kafka leaves out of v3 (KAFKA-17492), and every feature
-listed here has a lowest level above 0.
+`transaction.version` there, `kafka-features describe` all of it). v3 and v4 answer the same but for the supported
+features whose lowest level is 0 (`transaction.version`), which only v4 lists, as Kafka leaves them out of v3
+(KAFKA-17492).
 """
 
 from __future__ import annotations
@@ -23,6 +23,9 @@ from actors.core.controller.finalized_features import SUPPORTED_FEATURES
 from cluster.protocol.feature_cache import FeatureCache
 from cluster.protocol.framing import API_VERSIONS_KEY, ApiRange, Request, response_schema
 from cluster.protocol.messages import build
+
+# The first version listing supported features whose lowest level is 0 (KAFKA-17492).
+FIRST_ZERO_FEATURE_VERSION = 4
 
 
 class ApiVersionsHandler:
@@ -45,6 +48,7 @@ class ApiVersionsHandler:
         supported = [
             {"name": name, "min_version": low, "max_version": high}
             for name, (low, high) in sorted(SUPPORTED_FEATURES.items())
+            if low > 0 or request.api_version >= FIRST_ZERO_FEATURE_VERSION
         ]
         finalized = [
             {"name": name, "max_version_level": level, "min_version_level": level}

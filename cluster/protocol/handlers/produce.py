@@ -17,10 +17,13 @@ answer INVALID_PRODUCER_ID_MAPPING, 49, as Kafka's): a partition its producer di
 answers TRANSACTION_ABORTABLE (120) to Produce v11+ and INVALID_TXN_STATE (48) to older versions, whose clients do not
 know that code, a fenced producer INVALID_PRODUCER_EPOCH (47), a coordinator busy with the id or unreachable
 NOT_ENOUGH_REPLICAS (19), which old clients retry without a metadata refresh, as Kafka's `AddPartitionsToTxnManager`
-maps them. Produce v11 differs from v10 in nothing else. The verification runs while the append keeps its place in the
-partition's order (`BrokerView.append`'s `admitted`): a client's pipelined batches reach the log in the order its
-requests came, as Kafka's broker, which reads one request per connection at a time, appends them, however long each
-verification takes.
+maps them. Produce v11 differs from v10 in nothing else. From v12 the client speaks transactions v2 (KIP-890 part 2):
+it adds no partition to its transaction itself, the coordinator adds each transactional partition it sends batches to
+(`TransactionCoordinator.add_partitions_implicitly`) where older versions only verify it. v13 names topics by id,
+requests and answers alike; an id no topic has answers UNKNOWN_TOPIC_ID (100). The verification runs while the append
+keeps its place in the partition's order (`BrokerView.append`'s `admitted`): a client's pipelined batches reach the
+log in the order its requests came, as Kafka's broker, which reads one request per connection at a time, appends them,
+however long each verification takes.
 
 Authorization: WRITE on each topic, else its partitions answer TOPIC_AUTHORIZATION_FAILED (29) without being
 looked at, whether the topic exists or not, as Kafka's.
@@ -29,6 +32,8 @@ looked at, whether the topic exists or not, as Kafka's.
 from __future__ import annotations
 
 import asyncio
+import uuid
+from collections.abc import Mapping
 from typing import Any, TypeGuard
 
 from kio.schema.errors import ErrorCode
@@ -60,6 +65,10 @@ _VERIFICATION_CODES = {
 
 PRODUCE_KEY = 0
 TRANSACTION_ABORTABLE_VERSION = 11
+# Transactions v2 (KIP-890 part 2): the broker adds a transactional batch's partition to its transaction.
+FIRST_IMPLICIT_ADD_VERSION = 12
+# Topics named by id rather than by name.
+FIRST_TOPIC_ID_VERSION = 13
 NO_OFFSET = -1
 
 
@@ -80,7 +89,14 @@ class ProduceHandler:
 
     async def __call__(self, request: Request) -> Any | None:
         body = request.body
-        wanted = [(topic.name, data.index, data.records) for topic in body.topic_data for data in topic.partition_data]
+        by_id = request.api_version >= FIRST_TOPIC_ID_VERSION
+        names = await self._topic_names(body) if by_id else {}
+        # A topic id no topic has: its partitions answer UNKNOWN_TOPIC_ID, under a name no topic can have.
+        wanted = [
+            (names.get(topic.topic_id, "") if by_id else topic.name, data.index, data.records)
+            for topic in body.topic_data
+            for data in topic.partition_data
+        ]
         allowed = authorized_names(
             self._access, request.context, AclOperation.WRITE, ResourceType.TOPIC, (topic for topic, _, _ in wanted)
         )
@@ -96,7 +112,10 @@ class ProduceHandler:
             answers = [_failed(ErrorCode.transactional_id_authorization_failed)] * len(wanted)
         else:
             answers = [_failed(ErrorCode.topic_authorization_failed)] * len(wanted)
-        writable = [index for index, (topic, _, _) in enumerate(wanted) if topic in allowed]
+        writable = [index for index, (topic, _, _) in enumerate(wanted) if (topic or not by_id) and topic in allowed]
+        for index, (topic, _, _) in enumerate(wanted):
+            if by_id and not topic:
+                answers[index] = _failed(ErrorCode.unknown_topic_id)
         if body.acks not in ACKS:
             appended = [_failed(ErrorCode.invalid_required_acks) for _ in writable]
         else:
@@ -124,16 +143,27 @@ class ProduceHandler:
         )
         if body.acks == 0:
             return None
-        responses: dict[str, list[dict[str, Any]]] = {}
-        for (topic, partition, _), answer in zip(wanted, answers, strict=True):
-            responses.setdefault(topic, []).append({"index": partition, **answer})
+        keys = [topic.topic_id if by_id else topic.name for topic in body.topic_data for _ in topic.partition_data]
+        responses: dict[Any, list[dict[str, Any]]] = {}
+        for key, (_, partition, _), answer in zip(keys, wanted, answers, strict=True):
+            responses.setdefault(key, []).append({"index": partition, **answer})
         return build(
             response_schema(PRODUCE_KEY, request.api_version),
             {
-                "responses": [{"name": name, "partition_responses": parts} for name, parts in responses.items()],
+                "responses": [
+                    {"topic_id" if by_id else "name": key, "partition_responses": parts}
+                    for key, parts in responses.items()
+                ],
                 "throttle_time": throttle_ms,
             },
         )
+
+    async def _topic_names(self, body: Any) -> Mapping[uuid.UUID, str]:
+        """The topic ids the view knows, asked afresh when the request names one it did not know (v13+)."""
+        names = await self._view.topic_names()
+        if any(topic.topic_id not in names for topic in body.topic_data):
+            names = await self._view.topic_names(refresh=True)
+        return names
 
     async def _append(
         self,
@@ -193,10 +223,13 @@ class ProduceHandler:
             message = "the transactional batches of one produce request name more than one producer"
             return dict.fromkeys(batches, _failed(ErrorCode.invalid_producer_id_mapping, message))
         ((producer_id, producer_epoch),) = producers
+        check = (
+            self._transactions.add_partitions_implicitly
+            if version >= FIRST_IMPLICIT_ADD_VERSION
+            else self._transactions.verify_partitions
+        )
         try:
-            verified = await self._transactions.verify_partitions(
-                transactional_id, producer_id, producer_epoch, list(batches)
-            )
+            verified = await check(transactional_id, producer_id, producer_epoch, list(batches))
         except RaybrokerError as exc:
             return dict.fromkeys(batches, _failed(ErrorCode.not_enough_replicas, exc.message))
         return {tp: _refusal(verified[tp], tp, transactional_id, version) for tp in batches}

@@ -4,19 +4,22 @@ DescribeTransactions (65) and ListTransactions (66). The coordinator's answers (
 name; PRODUCER_FENCED (90) is sent only to the versions that know it (AddPartitionsToTxn, AddOffsetsToTxn and EndTxn
 v2+), older ones get INVALID_PRODUCER_EPOCH (47), as Kafka's `KafkaApis` does.
 
-AddPartitionsToTxn v0-3 is a producer's: one transaction, its partitions added. v4-5 is a broker's (KIP-890, a partition
-leader verifying a transactional Produce): a batch of transactions, each with `verify_only`; verifying adds nothing and
-answers per partition NONE (in the transaction) or TRANSACTION_ABORTABLE (not in it), or the id's error for all of them
-(INVALID_PRODUCER_ID_MAPPING, PRODUCER_FENCED, CONCURRENT_TRANSACTIONS while Prepare*); without `verify_only` the
-partitions are added as v3 adds them. Each transaction's answer is in `results_by_transaction`, and the request's own in
-the top-level error code. Either form checks the topics first: a topic the principal may not WRITE (v0-3; nor an
-internal topic, which a producer never writes) answers TOPIC_AUTHORIZATION_FAILED (29), a partition that does not exist
-UNKNOWN_TOPIC_OR_PARTITION (3), and then every other partition of that transaction OPERATION_NOT_ATTEMPTED (55), nothing
-being added (partition counts found are trusted for a second, as Kafka's brokers trust their metadata cache:
-`cluster.protocol.handlers.partition_counts`, which TxnOffsetCommit uses too). AddOffsetsToTxn adds the group's
-`__consumer_offsets` partition. TxnOffsetCommit goes to the group coordinator, which holds the offsets pending
-until the COMMIT marker of the transaction reaches that partition; it is refused unless that partition is in the
-producer's transaction (TRANSACTION_ABORTABLE to v4+, INVALID_TXN_STATE before;
+AddPartitionsToTxn v0-3 is a producer's: one transaction, its partitions added. v4-5 is a broker's (KIP-890, a
+partition leader verifying a transactional Produce): a batch of transactions, each with `verify_only`; verifying adds
+nothing and answers per partition NONE (in the transaction) or TRANSACTION_ABORTABLE (not in it), or the id's error
+for all of them (INVALID_PRODUCER_ID_MAPPING, PRODUCER_FENCED, CONCURRENT_TRANSACTIONS while Prepare*); without
+`verify_only` the partitions are added as v3 adds them. Each transaction's answer is in `results_by_transaction`, and
+the request's own in the top-level error code. Either form checks the topics first: a topic the principal may not
+WRITE (v0-3; nor an internal topic, which a producer never writes) answers TOPIC_AUTHORIZATION_FAILED (29), a
+partition that does not exist UNKNOWN_TOPIC_OR_PARTITION (3), and then every other partition of that transaction
+OPERATION_NOT_ATTEMPTED (55), nothing being added (partition counts found are trusted for a second, as Kafka's brokers
+trust their metadata cache: `cluster.protocol.handlers.partition_counts`, which TxnOffsetCommit uses too).
+AddOffsetsToTxn adds the group's `__consumer_offsets` partition. Transactions v2 (KIP-890 part 2, Kafka 4 clients):
+EndTxn v5 ends every transaction with the producer's epoch bumped and answers the producer id and epoch to go on with
+(`TransactionCoordinator.end_transaction_v2`), and TxnOffsetCommit v5 adds the group's partition to the transaction
+itself, where older versions require AddOffsetsToTxn to have added it. TxnOffsetCommit goes to the group coordinator,
+which holds the offsets pending until the COMMIT marker of the transaction reaches that partition; it is refused
+unless that partition is in the producer's transaction (TRANSACTION_ABORTABLE to v4+, INVALID_TXN_STATE before;
 INVALID_PRODUCER_EPOCH for a fenced producer, INVALID_PRODUCER_ID_MAPPING for an unknown one). With member information
 it is checked against the group's member and generation, whatever the group's state (UNKNOWN_MEMBER_ID,
 ILLEGAL_GENERATION).
@@ -55,7 +58,7 @@ from cluster.protocol.views.group_view import GroupView
 from cluster.protocol.views.transaction_view import TransactionView
 from storage.clock import SYSTEM_CLOCK, Clock
 from storage.errors import RaybrokerError
-from storage.records.layout import ControlRecordType
+from storage.records.layout import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, ControlRecordType
 from storage.topic_partition import TopicPartition
 
 ADD_PARTITIONS_TO_TXN_KEY = 24
@@ -72,6 +75,10 @@ FIRST_PRODUCER_FENCED_VERSION = 2
 FIRST_BROKER_ADD_PARTITIONS_VERSION = 4
 # The first TxnOffsetCommit answered TRANSACTION_ABORTABLE rather than INVALID_TXN_STATE (KIP-890).
 FIRST_TRANSACTION_ABORTABLE_COMMIT = 4
+# Transactions v2 (KIP-890 part 2): EndTxn v5 ends with the producer's epoch bumped and answers it; TxnOffsetCommit v5
+# adds the group's `__consumer_offsets` partition to the transaction (no AddOffsetsToTxn).
+FIRST_EPOCH_BUMP_END_TXN = 5
+FIRST_IMPLICIT_ADD_COMMIT = 5
 
 
 def timeout_ms(value: datetime.timedelta | int) -> int:
@@ -251,16 +258,31 @@ class EndTxnHandler(GuardedHandler[TransactionView]):
 
     async def __call__(self, request: Request) -> Any:
         body = request.body
-        if allows(
+        values: dict[str, Any] = {
+            "throttle_time": 0,
+            "producer_id": NO_PRODUCER_ID,
+            "producer_epoch": NO_PRODUCER_EPOCH,
+        }
+        if not allows(
             self._access, request.context, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, body.transactional_id
         ):
+            code = ErrorCode.transactional_id_authorization_failed
+        elif request.api_version >= FIRST_EPOCH_BUMP_END_TXN:
+            try:
+                ended = await self._view.end_transaction_v2(
+                    body.transactional_id, body.producer_id, body.producer_epoch, body.committed
+                )
+            except RaybrokerError as exc:
+                code = coordinator_error_code(exc)
+            else:
+                values.update(producer_id=ended.producer_id, producer_epoch=ended.producer_epoch)
+                code = _code(ended.error, request.api_version)
+        else:
             answer = await _coordinator_call(
                 self._view.end_transaction(body.transactional_id, body.producer_id, body.producer_epoch, body.committed)
             )
             code = _code(answer, request.api_version)
-        else:
-            code = ErrorCode.transactional_id_authorization_failed
-        return build(response_schema(END_TXN_KEY, request.api_version), {"throttle_time": 0, "error_code": code})
+        return build(response_schema(END_TXN_KEY, request.api_version), {**values, "error_code": code})
 
 
 class TxnOffsetCommitHandler:
@@ -331,10 +353,13 @@ class TxnOffsetCommitHandler:
     ) -> ErrorCode:
         body = request.body
         offsets_partition = (CONSUMER_OFFSETS_TOPIC, partition)
+        check = (
+            self._transactions.add_partitions_implicitly
+            if request.api_version >= FIRST_IMPLICIT_ADD_COMMIT
+            else self._transactions.verify_partitions
+        )
         try:
-            verified = await self._transactions.verify_partitions(
-                body.transactional_id, body.producer_id, body.producer_epoch, [offsets_partition]
-            )
+            verified = await check(body.transactional_id, body.producer_id, body.producer_epoch, [offsets_partition])
         except RaybrokerError as exc:
             return coordinator_error_code(exc)
         answer = verified[offsets_partition]

@@ -20,6 +20,7 @@ from typing import Self
 from actors.core.in_process_broker import InProcessBroker
 from actors.core.transactions.markers import TransactionMarker, write_marker
 from actors.core.transactions.transaction_coordinator import (
+    EndTxnResult,
     InitProducerIdResult,
     TransactionCoordinator,
     TransactionDescription,
@@ -82,6 +83,26 @@ class TransactionView:
             "end_transaction", transactional_id, producer_id, producer_epoch, commit
         )
         return error
+
+    async def add_partitions_implicitly(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: Collection[TopicPartition]
+    ) -> dict[TopicPartition, TxnError]:
+        """A transactions-v2 producer's partitions, added by the broker that took its batches or offsets
+        (`TransactionCoordinator.add_partitions_implicitly`)."""
+        errors: dict[TopicPartition, TxnError] = await self._transport.call(
+            "add_partitions_implicitly", transactional_id, producer_id, producer_epoch, list(partitions)
+        )
+        return errors
+
+    async def end_transaction_v2(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool
+    ) -> EndTxnResult:
+        """EndTxn v5+: the transaction ends with the producer's epoch bumped (`TransactionCoordinator.
+        end_transaction_v2`)."""
+        result: EndTxnResult = await self._transport.call(
+            "end_transaction_v2", transactional_id, producer_id, producer_epoch, commit
+        )
+        return result
 
     async def describe(self, transactional_id: str) -> TransactionDescription | None:
         found: TransactionDescription | None = await self._transport.call("describe", transactional_id)

@@ -31,8 +31,13 @@ CONSUMER_HEARTBEAT = {
 @pytest.fixture(scope="package")
 def kafka4() -> Iterator[str]:
     """Two Apache Kafka 4.2 brokers (node ids 1 and 2), started once for the package's Kafka 4 tests (~10 s)."""
-    # `__consumer_offsets` on both brokers: Kafka refuses to create it with more replicas than brokers (default 3).
-    settings = {"offsets.topic.num.partitions": "1", "offsets.topic.replication.factor": "2", **CONSUMER_HEARTBEAT}
+    # The internal topics on both brokers: Kafka refuses to create them with more replicas than brokers (default 3).
+    settings = {
+        "offsets.topic.num.partitions": "1",
+        "offsets.topic.replication.factor": "2",
+        "transaction.state.log.replication.factor": "2",
+        **CONSUMER_HEARTBEAT,
+    }
     quorum = KafkaQuorum(2, settings, KAFKA_4_VERSION)
     try:
         quorum.start()

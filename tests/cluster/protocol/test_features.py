@@ -6,9 +6,10 @@ two Kafka 4.2 brokers, `kafka4`), over real sockets and with Kafka 4.2's own `ka
 - ApiVersions v3 and v4 carry the features as Kafka's broker does: each finalized level (min equal to max, never 0)
   within what the broker supports, an epoch, and v3 without the supported features whose lowest level is 0.
 - `kafka-features` prints the same lines on both for an unknown feature, a level the broker does not support (Kafka's
-  own answer for a feature it supports at 0 only) and a dry-run downgrade; `describe`
-  prints raybroker's one feature in Kafka's format, and a change moves the epoch at once on raybroker, eventually on
-  Kafka (its brokers learn it from the metadata log). Kafka's `transaction.version` is set back to 2 afterwards.
+  own answer for a feature it supports at 0 only) and a dry-run downgrade, and both refuse a level beyond what they
+  support; `describe` prints raybroker's features in Kafka's format, `transaction.version` as Kafka 4.2 does, and a
+  change moves the epoch at once on raybroker, eventually on Kafka (its brokers learn it from the metadata log).
+  `transaction.version` is set back to 2 on both afterwards.
 """
 
 from __future__ import annotations
@@ -29,7 +30,12 @@ from kio.schema.update_features.v2.request import FeatureUpdateKey as UpdateV2
 from kio.schema.update_features.v2.request import UpdateFeaturesRequest as UpdateFeaturesV2
 from kio.static.primitive import i8, i16
 
-from actors.core.controller.finalized_features import METADATA_VERSION, METADATA_VERSION_LEVEL
+from actors.core.controller.finalized_features import (
+    METADATA_VERSION,
+    METADATA_VERSION_LEVEL,
+    TRANSACTION_VERSION,
+    TRANSACTION_VERSION_LEVEL,
+)
 from benchmarks.kafka_broker import KAFKA_4_VERSION
 from tests.cluster.protocol.helpers import exchange, run, start_broker, start_local_listener
 from tests.cluster.protocol.kafka_tools import FEATURES, printed_lines, run_kafka_tool
@@ -127,17 +133,23 @@ def test_api_versions_carry_the_features_as_kafkas_broker(kafka4: str, raybroker
         for key in v4.finalized_features:
             low, high = supported[key.name]
             assert 0 < key.min_version_level == key.max_version_level and low <= key.max_version_level <= high
-    assert finalized(v4) == {(METADATA_VERSION, METADATA_VERSION_LEVEL, METADATA_VERSION_LEVEL)}
+    assert finalized(v4) == {
+        (METADATA_VERSION, METADATA_VERSION_LEVEL, METADATA_VERSION_LEVEL),
+        (TRANSACTION_VERSION, TRANSACTION_VERSION_LEVEL, TRANSACTION_VERSION_LEVEL),
+    }
 
 
 def test_kafka_features_prints_kafkas_lines_and_a_change_moves_the_epoch(kafka4: str, raybroker: str) -> None:
     for step in SAME_ON_BOTH:
         assert features_tool(raybroker, *step) == features_tool(kafka4, *step), step
     ours = described(raybroker)
-    assert ours == {METADATA_VERSION: ("3.9-IV0", "3.9-IV0", "3.9-IV0", ours[METADATA_VERSION][-1])}
-    refused = features_tool(raybroker, "upgrade", "--feature", "transaction.version=2")
-    unknown = features_tool(kafka4, "upgrade", "--feature", "nosuch.version=2")
-    assert refused == (unknown[0], [line.replace("nosuch.version", "transaction.version") for line in unknown[1]])
+    assert ours == {
+        METADATA_VERSION: ("3.9-IV0", "3.9-IV0", "3.9-IV0", ours[METADATA_VERSION][-1]),
+        TRANSACTION_VERSION: ("0", "2", "2", ours[METADATA_VERSION][-1]),
+    }
+    assert described(kafka4)[TRANSACTION_VERSION][:3] == ours[TRANSACTION_VERSION][:3]
+    too_new = ["upgrade", "--feature", "transaction.version=3"]
+    assert features_tool(raybroker, *too_new) == features_tool(kafka4, *too_new)
 
     oracle_epoch = int(described(kafka4)[METADATA_VERSION][-1])
     try:
@@ -150,5 +162,6 @@ def test_kafka_features_prints_kafkas_lines_and_a_change_moves_the_epoch(kafka4:
             assert time.monotonic() < deadline, "Kafka's epoch did not move"
             time.sleep(0.5)
     finally:
-        restored = features_tool(kafka4, "upgrade", "--feature", "transaction.version=2")
-        assert restored == (0, ["transaction.version was upgraded to 2."])
+        for bootstrap in (kafka4, raybroker):
+            restored = features_tool(bootstrap, "upgrade", "--feature", "transaction.version=2")
+            assert restored == (0, ["transaction.version was upgraded to 2."])

@@ -58,9 +58,10 @@ def test_every_version_lists_exactly_the_served_ranges(
     assert {key.api_key: (key.min_version, key.max_version) for key in decoded.api_keys} == SERVED_RANGES
     if version >= FEATURES_VERSION:
         epoch, levels = run(security.finalized_features())
-        assert {key.name: (key.min_version, key.max_version) for key in decoded.supported_features} == (
-            SUPPORTED_FEATURES
-        )
+        # v3 leaves out the features supported from level 0 (KAFKA-17492), v4 lists them too.
+        assert {key.name: (key.min_version, key.max_version) for key in decoded.supported_features} == {
+            name: levels for name, levels in SUPPORTED_FEATURES.items() if levels[0] > 0 or version >= 4
+        }
         assert decoded.finalized_features_epoch == epoch >= 0
         assert {key.name: (key.min_version_level, key.max_version_level) for key in decoded.finalized_features} == {
             name: (level, level) for name, level in levels.items()
@@ -74,7 +75,9 @@ def test_a_listener_without_a_copy_of_the_features_answers_none_finalized(securi
     )
     response = run(ApiVersionsHandler(SERVED, FeatureCache(security))(request(body)))
     assert (response.finalized_features_epoch, response.finalized_features) == (UNKNOWN_EPOCH, ())
-    assert {key.name for key in response.supported_features} == SUPPORTED_FEATURES.keys()
+    assert {key.name for key in response.supported_features} == {
+        name for name, (low, _) in SUPPORTED_FEATURES.items() if low > 0
+    }
 
 
 def test_a_too_new_request_gets_a_v0_answer_with_unsupported_version_and_the_ranges(features: FeatureCache) -> None:

@@ -153,6 +153,7 @@ def bits(*operations: AclOperation) -> int:
 
 def produce(view: InProcessBrokerView, access: AccessControl, *topics: str) -> dict[str, ErrorCode]:
     records = batch([(b"k", b"v", 1000)])
+    # v12, the last naming topics by name: a principal without DESCRIBE learns nothing of a name.
     answer = ask(
         ProduceHandler(view, TransactionView.in_process(view.broker), access),
         PRODUCE_KEY,
@@ -162,6 +163,7 @@ def produce(view: InProcessBrokerView, access: AccessControl, *topics: str) -> d
             "timeout": 1000,
             "topic_data": [{"name": name, "partition_data": [{"index": 0, "records": records}]} for name in topics],
         },
+        12,
     )
     return {topic.name: topic.partition_responses[0].error_code for topic in answer.responses}
 

@@ -3,6 +3,7 @@ nothing; each partition fails on its own with Kafka's code; every served version
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import pytest
@@ -10,7 +11,7 @@ from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
 
 from cluster.protocol.framing import decode_response, encode_response
-from cluster.protocol.handlers.produce import PRODUCE_KEY, ProduceHandler
+from cluster.protocol.handlers.produce import FIRST_TOPIC_ID_VERSION, PRODUCE_KEY, ProduceHandler
 from cluster.protocol.messages import build
 from cluster.protocol.router import SERVED
 from cluster.protocol.views.in_process_broker_view import InProcessBrokerView
@@ -23,23 +24,41 @@ VERSIONS = range(SERVED[PRODUCE_KEY].min_version, SERVED[PRODUCE_KEY].max_versio
 def produce(
     view: InProcessBrokerView, version: int, partitions: dict[tuple[str, int], bytes | None], acks: int = 1
 ) -> Any:
+    """Each partition's answer to a Produce of `version`, by (topic, partition): v13 names topics by id, each id
+    asked of the view (an unknown topic gets a random id) and its answer's id read back to the name."""
     topics: dict[str, list[dict[str, Any]]] = {}
     for (topic, partition), records in partitions.items():
         topics.setdefault(topic, []).append({"index": partition, "records": records})
+    ids = {name: topic_id for topic_id, name in run(view.topic_names(refresh=True)).items()}
+    named = {name: ids.get(name, uuid.uuid4()) for name in topics}
+    by_id = version >= FIRST_TOPIC_ID_VERSION
     body = build(
         load_request_schema(PRODUCE_KEY, version),
         {
             "transactional_id": None,
             "acks": acks,
             "timeout": 30000,
-            "topic_data": [{"name": name, "partition_data": parts} for name, parts in topics.items()],
+            "topic_data": [
+                {"topic_id": named[name]} | ({} if by_id else {"name": name}) | {"partition_data": parts}
+                for name, parts in topics.items()
+            ],
         },
     )
     response = run(ProduceHandler(view, TransactionView.in_process(view.broker))(request(body)))
     if response is None:
         return None
     _, decoded = decode_response(encode_response(1, response)[4:], load_response_schema(PRODUCE_KEY, version))
-    return {(t.name, p.index): p for t in decoded.responses for p in t.partition_responses}
+    names = {topic_id: name for name, topic_id in named.items()}
+    return {
+        (names[t.topic_id] if by_id else t.name, p.index): p for t in decoded.responses for p in t.partition_responses
+    }
+
+
+def test_v13_answers_an_unknown_topic_id_with_unknown_topic_id(view: InProcessBrokerView) -> None:
+    run(view.create_topic("t", 1))
+    answers = produce(view, FIRST_TOPIC_ID_VERSION, {("t", 0): batch([(b"k", b"v", 5)]), ("gone", 0): batch([])})
+    assert answers[("t", 0)].error_code == ErrorCode.none
+    assert answers[("gone", 0)].error_code == ErrorCode.unknown_topic_id
 
 
 @pytest.mark.parametrize("version", VERSIONS)
