@@ -35,9 +35,11 @@ from actors.channels.transaction_frames import (
     RequestKind,
     TransactionRequest,
     decode_request,
+    encode_end_txn,
     encode_partition_errors,
     encode_txn_error,
 )
+from actors.core.transactions.transaction_coordinator import EndTxnResult
 from actors.core.transactions.transaction_metadata import TxnError
 from storage.errors import InvalidRequestError, RaybrokerError
 from storage.topic_partition import TopicPartition
@@ -65,6 +67,14 @@ class TransactionCalls(Protocol):
     def end_transaction(
         self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool
     ) -> TxnError: ...
+
+    def add_partitions_implicitly(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: Collection[TopicPartition]
+    ) -> dict[TopicPartition, TxnError]: ...
+
+    def end_transaction_v2(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool
+    ) -> EndTxnResult: ...
 
 
 class TransactionChannel:
@@ -169,6 +179,10 @@ class TransactionChannel:
             return encode_txn_error(calls.add_partitions(*who, request.partitions))
         if request.kind == RequestKind.VERIFY_PARTITIONS:
             return encode_partition_errors(calls.verify_partitions(*who, request.partitions))
+        if request.kind == RequestKind.ADD_PARTITIONS_IMPLICITLY:
+            return encode_partition_errors(calls.add_partitions_implicitly(*who, request.partitions))
+        if request.kind == RequestKind.END_TRANSACTION_V2:
+            return encode_end_txn(calls.end_transaction_v2(*who, request.commit))
         return encode_txn_error(calls.end_transaction(*who, request.commit))
 
 

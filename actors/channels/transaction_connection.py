@@ -21,6 +21,7 @@ from collections.abc import Collection
 
 from actors.channels.append_frames import SIZE
 from actors.channels.transaction_frames import RequestKind, TransactionRequest, decode_answer, encode_request
+from actors.core.transactions.transaction_coordinator import EndTxnResult
 from actors.core.transactions.transaction_metadata import TxnError
 from storage.errors import BrokerNotAvailableError, InvalidRequestError, RaybrokerError
 from storage.topic_partition import TopicPartition
@@ -68,6 +69,28 @@ class TransactionConnections:
         )
         return _txn_error(await self._call(request))
 
+    async def add_partitions_implicitly(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: Collection[TopicPartition]
+    ) -> dict[TopicPartition, TxnError]:
+        request = TransactionRequest(
+            RequestKind.ADD_PARTITIONS_IMPLICITLY, transactional_id, producer_id, producer_epoch, tuple(partitions)
+        )
+        answer = await self._call(request)
+        if not isinstance(answer, dict):
+            raise BrokerNotAvailableError(f"the transaction channel answered an implicit add with {answer!r}")
+        return answer
+
+    async def end_transaction_v2(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool
+    ) -> EndTxnResult:
+        request = TransactionRequest(
+            RequestKind.END_TRANSACTION_V2, transactional_id, producer_id, producer_epoch, commit=commit
+        )
+        answer = await self._call(request)
+        if not isinstance(answer, EndTxnResult):
+            raise BrokerNotAvailableError(f"the transaction channel answered an EndTxn v5 with {answer!r}")
+        return answer
+
     def close(self) -> None:
         """Closes the idle connections; a call in flight closes its own when it ends, and a later call fails with
         `BrokerNotAvailableError`."""
@@ -76,7 +99,7 @@ class TransactionConnections:
         for _, writer in idle:
             writer.close()
 
-    async def _call(self, request: TransactionRequest) -> TxnError | dict[TopicPartition, TxnError]:
+    async def _call(self, request: TransactionRequest) -> TxnError | dict[TopicPartition, TxnError] | EndTxnResult:
         frame = encode_request(request)
         async with self._slots:
             if self._closed:
@@ -107,7 +130,7 @@ class TransactionConnections:
         return answer
 
 
-def _txn_error(answer: TxnError | dict[TopicPartition, TxnError]) -> TxnError:
+def _txn_error(answer: TxnError | dict[TopicPartition, TxnError] | EndTxnResult) -> TxnError:
     if not isinstance(answer, TxnError):
         raise BrokerNotAvailableError(f"the transaction channel answered {answer!r} where one error was due")
     return answer

@@ -1,15 +1,18 @@
 """The frames of the transaction channel (`actors.channels.transaction_channel`): a same-node listener's calls to the
 transaction coordinator in a transaction's steady state (AddPartitionsToTxn, KIP-890's verification of a
-transactional Produce, EndTxn) and their answers, as fixed-size big-endian integers and length-prefixed UTF-8.
+transactional Produce, EndTxn, and transactions v2's implicit adds and EndTxn) and their answers, as fixed-size
+big-endian integers and length-prefixed UTF-8.
 
 - A request: `size` (u32, the bytes after it), its kind (u8), the transactional id (u16 length, UTF-8),
-  `producer_id` (i64), `producer_epoch` (i16), then by kind: `ADD_PARTITIONS` (0) and `VERIFY_PARTITIONS` (1), the
-  count of partitions (u32) and each one's topic (u16 length, UTF-8) and index (i32); `END_TRANSACTION` (2),
-  `commit` (u8, 0 or 1). Nothing may follow.
+  `producer_id` (i64), `producer_epoch` (i16), then by kind: `ADD_PARTITIONS` (0), `VERIFY_PARTITIONS` (1) and
+  transactions v2's `ADD_PARTITIONS_IMPLICITLY` (3), the count of partitions (u32) and each one's topic (u16 length,
+  UTF-8) and index (i32); `END_TRANSACTION` (2) and transactions v2's `END_TRANSACTION_V2` (4), `commit` (u8, 0 or
+  1). Nothing may follow.
 - An answer: `size` (u32), then its kind (u8). `ANSWER_TXN_ERROR` (0) carries one `TxnError` (u8, its index in
   `TXN_ERRORS`); `ANSWER_PARTITION_ERRORS` (2) the count of partitions (u32) and each one's topic, index and
-  `TxnError` as above; `ANSWER_ERROR` (1) is the append channel's error answer (`actors.channels.append_frames.
-  encode_error`): the typed error the Ray call would have raised.
+  `TxnError` as above; `ANSWER_END_TXN` (3) a `TxnError`, then the producer id (i64) and epoch (i16) to go on with;
+  `ANSWER_ERROR` (1) is the append channel's error answer (`actors.channels.append_frames.encode_error`): the typed
+  error the Ray call would have raised.
 
 Both ends run the same code (they are on one node), so `TXN_ERRORS` is the same table on both. Nothing is
 unpickled or evaluated; bytes that do not parse raise only `InvalidRequestError`.
@@ -22,6 +25,7 @@ import struct
 from dataclasses import dataclass
 
 from actors.channels.append_frames import ANSWER_ERROR, SIZE, decode_error
+from actors.core.transactions.transaction_coordinator import EndTxnResult
 from actors.core.transactions.transaction_metadata import TxnError
 from storage.errors import InvalidRequestError, RaybrokerError
 from storage.topic_partition import TopicPartition
@@ -29,6 +33,7 @@ from storage.topic_partition import TopicPartition
 TXN_ERRORS = tuple(TxnError)
 ANSWER_TXN_ERROR = 0
 ANSWER_PARTITION_ERRORS = 2
+ANSWER_END_TXN = 3
 
 _KIND = struct.Struct(">B")
 _LENGTH = struct.Struct(">H")
@@ -43,11 +48,17 @@ class RequestKind(enum.IntEnum):
     ADD_PARTITIONS = 0
     VERIFY_PARTITIONS = 1
     END_TRANSACTION = 2
+    ADD_PARTITIONS_IMPLICITLY = 3
+    END_TRANSACTION_V2 = 4
+
+
+# The kinds that carry `commit` rather than partitions.
+END_KINDS = frozenset({RequestKind.END_TRANSACTION, RequestKind.END_TRANSACTION_V2})
 
 
 @dataclass(frozen=True, slots=True)
 class TransactionRequest:
-    """One call: `partitions` for ADD_PARTITIONS and VERIFY_PARTITIONS, `commit` for END_TRANSACTION."""
+    """One call: `partitions` for the partition kinds, `commit` for the `END_KINDS`."""
 
     kind: RequestKind
     transactional_id: str
@@ -75,7 +86,7 @@ def encode_request(request: TransactionRequest) -> bytes:
         _name(request.transactional_id),
         _PRODUCER.pack(request.producer_id, request.producer_epoch),
     ]
-    if request.kind == RequestKind.END_TRANSACTION:
+    if request.kind in END_KINDS:
         pieces.append(_COMMIT.pack(int(request.commit)))
     else:
         pieces.append(_COUNT.pack(len(request.partitions)))
@@ -134,7 +145,7 @@ def decode_request(body: bytes | bytearray) -> TransactionRequest:
         raise InvalidRequestError(f"a transaction channel request of unknown kind {number}") from None
     transactional_id = reader.name()
     producer_id, producer_epoch = reader.take(_PRODUCER)
-    if kind == RequestKind.END_TRANSACTION:
+    if kind in END_KINDS:
         (commit,) = reader.take(_COMMIT)
         if commit not in (0, 1):
             raise InvalidRequestError(f"an EndTxn request whose commit flag is {commit}")
@@ -155,6 +166,15 @@ def encode_txn_error(error: TxnError) -> bytes:
     return _framed(_KIND.pack(ANSWER_TXN_ERROR) + _ERROR.pack(TXN_ERRORS.index(error)))
 
 
+def encode_end_txn(result: EndTxnResult) -> bytes:
+    """The frame answering END_TRANSACTION_V2."""
+    return _framed(
+        _KIND.pack(ANSWER_END_TXN)
+        + _ERROR.pack(TXN_ERRORS.index(result.error))
+        + _PRODUCER.pack(result.producer_id, result.producer_epoch)
+    )
+
+
 def encode_partition_errors(errors: dict[TopicPartition, TxnError]) -> bytes:
     """The frame answering VERIFY_PARTITIONS."""
     pieces = [_KIND.pack(ANSWER_PARTITION_ERRORS), _COUNT.pack(len(errors))]
@@ -170,8 +190,9 @@ def _txn_error(reader: _Reader) -> TxnError:
     return TXN_ERRORS[index]
 
 
-def decode_answer(body: bytes) -> TxnError | dict[TopicPartition, TxnError] | RaybrokerError:
-    """What an answer frame's body carries: one `TxnError`, one per partition, or the typed error raised."""
+def decode_answer(body: bytes) -> TxnError | dict[TopicPartition, TxnError] | EndTxnResult | RaybrokerError:
+    """What an answer frame's body carries: one `TxnError`, one per partition, an EndTxn v5 result, or the typed
+    error raised."""
     reader = _Reader(body)
     (kind,) = reader.take(_KIND)
     if kind == ANSWER_ERROR:
@@ -180,6 +201,11 @@ def decode_answer(body: bytes) -> TxnError | dict[TopicPartition, TxnError] | Ra
         error = _txn_error(reader)
         reader.end()
         return error
+    if kind == ANSWER_END_TXN:
+        error = _txn_error(reader)
+        producer_id, producer_epoch = reader.take(_PRODUCER)
+        reader.end()
+        return EndTxnResult(error, producer_id, producer_epoch)
     if kind == ANSWER_PARTITION_ERRORS:
         count = _partition_count(reader, _LENGTH.size + _PARTITION.size + _ERROR.size)
         errors: dict[TopicPartition, TxnError] = {}
@@ -198,6 +224,7 @@ __all__ = [
     "TransactionRequest",
     "decode_answer",
     "decode_request",
+    "encode_end_txn",
     "encode_partition_errors",
     "encode_request",
     "encode_txn_error",

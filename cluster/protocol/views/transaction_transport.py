@@ -3,7 +3,8 @@
 The actor is started by the first transactional request any listener receives (`actors.clients.broker.
 transaction_coordinator`, on a worker thread: the lookup blocks) with this listener's transaction settings, and
 found by name afterwards. When it runs on this listener's node, the calls of a transaction's steady state
-(AddPartitionsToTxn, Produce's verification, EndTxn: `CHANNEL_METHODS`) go over its transaction channel
+(AddPartitionsToTxn, Produce's verification, EndTxn, and transactions v2's implicit adds and EndTxn:
+`CHANNEL_METHODS`) go over its transaction channel
 (`actors.channels.transaction_connection`) instead of Ray. Its handle and channel are forgotten when a call fails
 retriably (the actor gone or restarting, a channel connection broken), so the next request reaches a restarted or
 moved coordinator; a coordinator still loading its states is kept.
@@ -23,7 +24,9 @@ from storage.config.transaction_config import TransactionConfig
 from storage.errors import CoordinatorLoadInProgressError, RaybrokerError
 
 # The coordinator's methods its transaction channel serves, with the same arguments.
-CHANNEL_METHODS = frozenset({"add_partitions", "verify_partitions", "end_transaction"})
+CHANNEL_METHODS = frozenset(
+    {"add_partitions", "verify_partitions", "end_transaction", "add_partitions_implicitly", "end_transaction_v2"}
+)
 
 
 class RayTransactionTransport(RayTransport):

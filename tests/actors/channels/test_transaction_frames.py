@@ -17,10 +17,12 @@ from actors.channels.transaction_frames import (
     TransactionRequest,
     decode_answer,
     decode_request,
+    encode_end_txn,
     encode_partition_errors,
     encode_request,
     encode_txn_error,
 )
+from actors.core.transactions.transaction_coordinator import EndTxnResult
 from actors.core.transactions.transaction_metadata import TxnError
 from storage.errors import InvalidRequestError, ProducerFencedError, RaybrokerError
 
@@ -41,6 +43,8 @@ REQUESTS = {
     "verify": TransactionRequest(RequestKind.VERIFY_PARTITIONS, "x" * 32767, 0, 0, (("t" * 249, 3),)),
     "commit": TransactionRequest(RequestKind.END_TRANSACTION, "payments", 7, 1, commit=True),
     "abort": TransactionRequest(RequestKind.END_TRANSACTION, "payments", -(2**63), -(2**15), commit=False),
+    "implicit add": TransactionRequest(RequestKind.ADD_PARTITIONS_IMPLICITLY, "p", 9, 3, (("orders", 2),)),
+    "v2 commit": TransactionRequest(RequestKind.END_TRANSACTION_V2, "payments", 7, 32766, commit=True),
 }
 
 
@@ -70,6 +74,18 @@ def test_a_verification_answer_round_trips_in_its_order() -> None:
     decoded = decode_answer(body_of(encode_partition_errors(errors)))
     assert decoded == errors
     assert isinstance(decoded, dict) and list(decoded) == list(errors)
+
+
+@pytest.mark.parametrize(
+    "result",
+    [
+        EndTxnResult(TxnError.NONE, 7, 2),
+        EndTxnResult(TxnError.PRODUCER_FENCED),
+        EndTxnResult(TxnError.NONE, 2**63 - 1, 0),
+    ],
+)
+def test_an_end_txn_v2_answer_round_trips(result: EndTxnResult) -> None:
+    assert decode_answer(body_of(encode_end_txn(result))) == result
 
 
 def test_a_raised_error_comes_back_as_its_own_type_and_text() -> None:
