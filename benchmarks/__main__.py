@@ -43,6 +43,7 @@ BENCHMARKS: dict[str, tuple[str, ...]] = {
     "bench_wire_tls": ("wire_produce_tls", "wire_fetch_tls"),
     "bench_metrics": ("metrics_produce_send", "metrics_wire_produce"),
     "bench_txn": ("txn_produce", "txn_vs_idempotent"),
+    "bench_txn_v2": ("txn_produce_v2",),
     "bench_streams": ("streams_eos",),
     "bench_groups": ("group_join_s", "group_join_consumer_s"),
     "bench_topics": ("create_topic_s",),

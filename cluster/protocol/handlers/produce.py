@@ -86,11 +86,26 @@ class ProduceHandler:
         self._transactions = transactions
         self._access = access
         self._quotas = quotas
+        self._arrivals = _Arrivals()
 
     async def __call__(self, request: Request) -> Any | None:
         body = request.body
         by_id = request.api_version >= FIRST_TOPIC_ID_VERSION
-        names = await self._topic_names(body) if by_id else {}
+        previous, mine = self._arrivals.arrive()
+        try:
+            names = await self._topic_names(body) if by_id else {}
+            if previous is not None:
+                await asyncio.shield(previous)
+            return await self._produce(request, by_id, names, mine)
+        finally:
+            self._arrivals.registered(mine)
+
+    async def _produce(
+        self, request: Request, by_id: bool, names: Mapping[uuid.UUID, str], arrival: asyncio.Future[None]
+    ) -> Any | None:
+        """The request's appends, asked for before anything is awaited; `arrival` is set once they took their
+        places in their partitions' order (see `_Arrivals`)."""
+        body = request.body
         # A topic id no topic has: its partitions answer UNKNOWN_TOPIC_ID, under a name no topic can have.
         wanted = [
             (names.get(topic.topic_id, "") if by_id else topic.name, data.index, data.records)
@@ -125,14 +140,16 @@ class ProduceHandler:
             }
             verifying = self._verification(transactional_id, transactional, request.api_version)
             try:
-                appended = list(
-                    await asyncio.gather(
-                        *(
-                            self._append(*wanted[index], firsts[index], body.acks, timeout_ms, verifying)
-                            for index in writable
-                        )
+                appending = asyncio.gather(
+                    *(
+                        self._append(*wanted[index], firsts[index], body.acks, timeout_ms, verifying)
+                        for index in writable
                     )
                 )
+                # Each append's first step takes its place in its partition's order, before any request behind
+                # this one, which `arrival` wakes only now.
+                self._arrivals.registered(arrival)
+                appended = list(await appending)
             finally:
                 if verifying is not None:
                     _settle(verifying)
@@ -233,6 +250,30 @@ class ProduceHandler:
         except RaybrokerError as exc:
             return dict.fromkeys(batches, _failed(ErrorCode.not_enough_replicas, exc.message))
         return {tp: _refusal(verified[tp], tp, transactional_id, version) for tp in batches}
+
+
+class _Arrivals:
+    """The order Produce requests came in, kept until each one's appends took their places in their partitions'
+    order. A request naming topics by id (v13) may wait for their names (a controller round trip) before it can ask
+    for its appends; the requests that came after it wait for it, so that a producer's pipelined batches still reach
+    each partition in the order they were sent. A request with nothing to wait for asks at once."""
+
+    def __init__(self) -> None:
+        self._last: asyncio.Future[None] | None = None
+
+    def arrive(self) -> tuple[asyncio.Future[None] | None, asyncio.Future[None]]:
+        """(the previous request's future, or None once done; this one's): take before anything is awaited."""
+        previous = self._last if self._last is not None and not self._last.done() else None
+        mine: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._last = mine
+        return previous, mine
+
+    def registered(self, mine: asyncio.Future[None]) -> None:
+        """The request's appends took their places (or it asks for none): the next request may go."""
+        if not mine.done():
+            mine.set_result(None)
+        if self._last is mine:
+            self._last = None
 
 
 # A produce request's verification: each transactional partition's refusal, None where the coordinator agreed.

@@ -2,13 +2,16 @@
 awaits first: Kafka's broker reads one request per connection at a time, and a producer's sequence numbers rely on
 it. The listener serves the in-process broker over a real socket; the transaction coordinator's KIP-890
 verification answers the requests in the reverse of their order (each waits less than the one before it, as a
-coordinator round trip does when the first request's is slow). The oracle is the order of the sequence numbers the
+coordinator round trip does when the first request's is slow). The same holds for Produce v13, which names topics by
+id: a request may first wait for the controller's topic names, and here those lookups too end in reverse order (the
+transactions-v2 requests are added to the transaction implicitly). The oracle is the order of the sequence numbers the
 client sent: the log must hold them in that order, and every request must be answered NONE, as Kafka answers."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Collection, Iterator
+import uuid
+from collections.abc import Collection, Iterator, Mapping
 
 import pytest
 from kio.index import load_request_schema, load_response_schema
@@ -36,6 +39,7 @@ RECORDS_PER_BATCH = 3
 # The first verification waits REQUESTS * STEP_S, each later one STEP_S less: they end in reverse order.
 STEP_S = 0.03
 PRODUCE_VERSION = 9
+TOPIC_ID_VERSION = 13
 
 
 class ReversingVerification(TransactionView):
@@ -89,10 +93,10 @@ def produce_body(records: bytes) -> object:
     )
 
 
-async def pipeline(port: int, bodies: list[object]) -> list[tuple[int, ErrorCode]]:
+async def pipeline(port: int, bodies: list[object], version: int = PRODUCE_VERSION) -> list[tuple[int, ErrorCode]]:
     """Sends every request before reading any answer, on one connection; (correlation id, error) of each answer."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    response_type = load_response_schema(PRODUCE_KEY, PRODUCE_VERSION)
+    response_type = load_response_schema(PRODUCE_KEY, version)
     answers = []
     try:
         writer.write(b"".join(encode_request(PRODUCE_KEY, index, "test", body) for index, body in enumerate(bodies)))
@@ -125,4 +129,60 @@ def test_pipelined_transactional_batches_land_in_send_order_when_their_verificat
     assert answers == [(index, ErrorCode.none) for index in range(REQUESTS)]
     log = leader_log(InProcessBrokerView(broker), TOPIC, 0)
     stored = [batch.base_sequence for batch in iter_batches(log.read(0, 1 << 20).records)]
+    assert stored == sequences
+
+
+class ReversingNames(InProcessBrokerView):
+    """The in-process broker's view whose k-th topic-name lookup is delayed by (REQUESTS - k) * STEP_S, as if each
+    asked the controller afresh and the first answer were the slowest."""
+
+    def __init__(self, broker: InProcessBroker) -> None:
+        super().__init__(broker)
+        self.lookups = 0
+
+    async def topic_names(self, refresh: bool = False) -> Mapping[uuid.UUID, str]:
+        delay_s = max(REQUESTS - self.lookups, 0) * STEP_S
+        self.lookups += 1
+        await asyncio.sleep(delay_s)
+        return await super().topic_names(refresh=True)
+
+
+def test_pipelined_v13_batches_land_in_send_order_when_their_topic_lookups_end_in_reverse(
+    broker: InProcessBroker,
+) -> None:
+    broker.controller.create_topic(TOPIC, 1)
+    view = ReversingNames(broker)
+    topic_id = broker.controller.describe_topic(TOPIC).topic_id
+    coordinator = broker.transaction_coordinator
+    initialized = coordinator.init_producer_id(TXN, 60_000)
+    producer_id, epoch = initialized.producer_id, initialized.producer_epoch
+    sequences = [index * RECORDS_PER_BATCH for index in range(REQUESTS)]
+    bodies = [
+        build(
+            load_request_schema(PRODUCE_KEY, TOPIC_ID_VERSION),
+            {
+                "transactional_id": TXN,
+                "acks": -1,
+                "timeout": 30000,
+                "topic_data": [
+                    {
+                        "topic_id": topic_id,
+                        "partition_data": [{"index": 0, "records": transactional_batch(producer_id, epoch, sequence)}],
+                    }
+                ],
+            },
+        )
+        for sequence in sequences
+    ]
+    with start_listener(
+        {"listeners": "PLAINTEXT://127.0.0.1:0"},
+        view,
+        SecurityView.in_process(broker.controller),
+        groups=GroupView.in_process(broker),
+        transactions=TransactionView.in_process(broker),
+    ) as listener:
+        answers = asyncio.run(pipeline(listener.port, bodies, TOPIC_ID_VERSION))
+    assert view.lookups >= REQUESTS
+    assert answers == [(index, ErrorCode.none) for index in range(REQUESTS)]
+    stored = [batch.base_sequence for batch in iter_batches(leader_log(view, TOPIC, 0).read(0, 1 << 20).records)]
     assert stored == sequences
