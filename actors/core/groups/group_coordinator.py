@@ -59,7 +59,7 @@ from typing import Any, Protocol, TypeVar
 
 from actors.core.controller.topic_metadata import CONSUMER_OFFSETS_TOPIC
 from actors.core.coordinator_claims import ClaimedPartition, CoordinatorClaims
-from actors.core.groups.consumer_groups import (
+from actors.core.groups.consumer_group_state import (
     ConsumerGroupDescription,
     ConsumerGroups,
     HeartbeatRequest,

@@ -45,7 +45,7 @@ GROUP_MIN_SESSION_TIMEOUT_MS = 6000
 GROUP_MAX_SESSION_TIMEOUT_MS = 1800000
 GROUP_INITIAL_REBALANCE_DELAY_MS = 3000
 NO_GENERATION = -1
-# ListGroups' group types: this module's groups, and those of the consumer protocol (`consumer_groups`).
+# ListGroups' group types: this module's groups, and those of the consumer protocol (`consumer_group_state`).
 CLASSIC_GROUP_TYPE = "classic"
 CONSUMER_GROUP_TYPE = "consumer"
 
@@ -64,7 +64,7 @@ class GroupError(enum.Enum):
     GROUP_ID_NOT_FOUND = "group_id_not_found"
     NON_EMPTY_GROUP = "non_empty_group"
     GROUP_SUBSCRIBED_TO_TOPIC = "group_subscribed_to_topic"
-    # The consumer group protocol's (`actors.core.groups.consumer_groups`).
+    # The consumer group protocol's (`actors.core.groups.consumer_group_state`).
     INVALID_REQUEST = "invalid_request"
     UNSUPPORTED_VERSION = "unsupported_version"
     FENCED_MEMBER_EPOCH = "fenced_member_epoch"
@@ -156,7 +156,7 @@ class MemberDescription:
 @dataclass(frozen=True, slots=True)
 class GroupDescription:
     """One group as DescribeGroups and ListGroups show it: `state` is a `GroupState`, or for a consumer-protocol
-    group a `consumer_groups.ConsumerGroupState` (that module imports this one), with its group epoch as the
+    group a `consumer_group_state.ConsumerGroupState` (that module imports this one), with its group epoch as the
     generation."""
 
     group_id: str

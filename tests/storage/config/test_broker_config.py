@@ -12,6 +12,7 @@ import pytest
 
 import storage.config.broker_config as broker_config_module
 import storage.config.cleaner_config as cleaner_config_module
+import storage.config.group_protocol_config as group_protocol_config_module
 import storage.config.listener_config as listener_config_module
 import storage.config.security_config as security_config_module
 import storage.config.transaction_config as transaction_config_module
@@ -274,13 +275,14 @@ def test_to_properties_leaves_unset_synonyms_out_and_renders_kafka_text() -> Non
 
 def test_every_kafka_key_is_documented_in_the_module_docstring() -> None:
     """Every key is in the broker's table, or in the table of the sub-config that declares it (listener, cleaner,
-    security, transactions)."""
+    security, transactions, group protocol)."""
     modules = (
         broker_config_module,
         listener_config_module,
         cleaner_config_module,
         security_config_module,
         transaction_config_module,
+        group_protocol_config_module,
     )
     documented = "".join(module.__doc__ or "" for module in modules)
     # A value of each optional key's type: an int, a string that reads as a listener, a password.

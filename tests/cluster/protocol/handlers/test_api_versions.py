@@ -16,7 +16,7 @@ from cluster.protocol.error_codes import ProtocolError
 from cluster.protocol.feature_cache import FeatureCache
 from cluster.protocol.framing import API_VERSIONS_KEY, Request, decode_response, encode_request, encode_response
 from cluster.protocol.handlers.api_versions import ApiVersionsHandler
-from cluster.protocol.handlers.consumer_groups import CONSUMER_GROUP_DESCRIBE_KEY, CONSUMER_GROUP_HEARTBEAT_KEY
+from cluster.protocol.handlers.consumer_group_apis import CONSUMER_GROUP_DESCRIBE_KEY, CONSUMER_GROUP_HEARTBEAT_KEY
 from cluster.protocol.messages import build
 from cluster.protocol.router import SERVED, Router
 from cluster.protocol.security.access import AccessControl

@@ -37,7 +37,7 @@ from cluster.protocol.handlers.configs import (
     AlterConfigsHandler,
     DescribeConfigsHandler,
 )
-from cluster.protocol.handlers.consumer_groups import (
+from cluster.protocol.handlers.consumer_group_apis import (
     CONSUMER_GROUP_DESCRIBE_KEY,
     CONSUMER_GROUP_HEARTBEAT_KEY,
     ConsumerGroupDescribeHandler,

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping
 
 import pytest
 
-from actors.core.groups.consumer_groups import (
+from actors.core.groups.consumer_group_state import (
     ConsumerGroups,
     ConsumerGroupState,
     HeartbeatRequest,

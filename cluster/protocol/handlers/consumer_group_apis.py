@@ -1,10 +1,10 @@
 """The consumer group protocol of Kafka 4 (KIP-848): ConsumerGroupHeartbeat (68) and ConsumerGroupDescribe (69).
 
 ConsumerGroupHeartbeat is one call of the group coordinator (`GroupView.consumer_group_heartbeat`), whose state
-machine (`actors.core.groups.consumer_groups`) gives Kafka's answers; the handler only translates fields: partitions
-travel by topic id both ways, a duration of -1 or a null list means "unchanged", and Kafka's error message goes out
-beside the code. v0 lets the coordinator name a joining member (an empty member id); v1, what Kafka 4 clients send,
-requires the client's own id. The client host is the connection's address, as Kafka reports it (`/127.0.0.1`).
+machine (`actors.core.groups.consumer_group_state`) gives Kafka's answers; the handler only translates fields:
+partitions travel by topic id both ways, a duration of -1 or a null list means "unchanged", and Kafka's error message
+goes out beside the code. v0 lets the coordinator name a joining member (an empty member id); v1, what Kafka 4 clients
+send, requires the client's own id. The client host is the connection's address, as Kafka reports it (`/127.0.0.1`).
 
 ConsumerGroupDescribe answers each group: a consumer-protocol group's state, epochs, assignor and members (their
 current and target assignments with topic names); a group of the classic protocol, or one unknown,
@@ -23,7 +23,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from actors.core.groups.assignors import Assignment
-from actors.core.groups.consumer_groups import ConsumerGroupDescription, HeartbeatRequest
+from actors.core.groups.consumer_group_state import ConsumerGroupDescription, HeartbeatRequest
 from actors.core.security.acl_bindings import AclOperation, ResourceType
 from cluster.protocol.connection import ConnectionContext
 from cluster.protocol.error_codes import coordinator_error_code, group_error_code
