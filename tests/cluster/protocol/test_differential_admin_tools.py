@@ -22,9 +22,12 @@
   quota semantics are compared with Kafka 4.2 in `test_client_quotas.py`.
 - kafka-features.sh (ApiVersions' features, UpdateFeatures) through the listener on Ray, whose features live in the
   controller actor: `describe` agrees on `metadata.version` (3.9-IV0, the level Kafka 3.9.1 finalizes; Kafka also
-  lists `kraft.version`, which raybroker has not), `transaction.version` 2 is refused alike (raybroker's message begins
-  with Kafka 4's "The update failed for all features ..."), and a downgrade to 0 is answered alike and moves
-  raybroker's epoch at once. Kafka 4.2 is the oracle of the features' other rules in `test_features.py`.
+  lists `kraft.version`, which raybroker has not, and raybroker `transaction.version` 0-2, finalized at 2 as on Kafka
+  4.2, which Kafka 3.9 does not list), an unknown feature is refused alike (raybroker's message begins with Kafka 4's
+  "The update failed for all features ..."), and a downgrade of `transaction.version` to 0 is answered alike and moves
+  raybroker's epoch at once (raybroker's is set back to 2, a new cluster's level, afterwards). Kafka 4.2, which
+  supports `transaction.version` 2 as raybroker does where Kafka 3.9 does not, is the oracle of the features' other
+  rules in `test_features.py`.
 - kafka-leader-election.sh (ElectLeaders) on one broker: preferred and unclean elections that are not needed, an
   election of every partition, an unknown topic and an unknown partition. Elections that move a leader need
   several brokers; `tests/cluster/protocol/handlers/test_elect_leaders.py` runs them on a two-node broker.
@@ -393,7 +396,7 @@ def features_answers(bootstrap: str) -> dict[str, tuple[int, list[str]]]:
     answers = {}
     for step, arguments in {
         "describe": ["describe"],
-        "refused": ["upgrade", "--feature", "transaction.version=2"],
+        "refused": ["upgrade", "--feature", "nosuch.version=1"],
         "downgraded": ["downgrade", "--feature", "transaction.version=0"],
     }.items():
         ran = run_kafka_tool(FEATURES, bootstrap, *arguments)
@@ -422,12 +425,25 @@ def described(lines: list[str]) -> tuple[dict[str, dict[str, str]], list[str]]:
 
 
 def test_kafka_features_agree_on_ray(kafka: str, raybroker: str) -> None:
-    oracle, ours = on_both(features_answers, kafka, raybroker)
+    try:
+        oracle, ours = on_both(features_answers, kafka, raybroker)
+    finally:
+        restored = run_kafka_tool(FEATURES, raybroker, "upgrade", "--feature", "transaction.version=2")
+        assert printed_lines(restored) == ["transaction.version was upgraded to 2."], printed_lines(restored)
     assert ours["refused"] == oracle["refused"] and oracle["refused"][0] == 1, oracle
     assert ours["downgraded"] == oracle["downgraded"] == (0, ["transaction.version was downgraded to 0."])
     (features, other), (oracle_features, oracle_other) = (described(run["describe"][1]) for run in (ours, oracle))
     assert (ours["describe"][0], other) == (oracle["describe"][0], oracle_other) == (0, [])
-    assert oracle_features.keys() == {"kraft.version", "metadata.version"} and features.keys() == {"metadata.version"}
+    assert oracle_features.keys() == {"kraft.version", "metadata.version"}
+    assert features.keys() == {"metadata.version", "transaction.version"}
+    transaction = features["transaction.version"]
+    assert [
+        transaction[field] for field in ("SupportedMinVersion", "SupportedMaxVersion", "FinalizedVersionLevel")
+    ] == [
+        "0",
+        "2",
+        "2",
+    ]
     before, oracle_before = features["metadata.version"], oracle_features["metadata.version"]
     for field in ("SupportedMaxVersion", "FinalizedVersionLevel"):
         assert before[field] == oracle_before[field] == "3.9-IV0", (before, oracle_before)
