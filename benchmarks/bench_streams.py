@@ -29,9 +29,7 @@ most of them with the JVM's JIT still warming up, and the ratio swings (0.53, 0.
 
 from __future__ import annotations
 
-import os
 import random
-import shutil
 import signal
 import subprocess
 import time
@@ -39,7 +37,8 @@ import uuid
 from pathlib import Path
 
 from benchmarks.common import BenchContext, Figure, throughput_figure
-from benchmarks.kafka_broker import KAFKA_VERSION, KafkaBroker, KafkaUnavailable, artifact_jars
+from benchmarks.java_build import compile_java
+from benchmarks.kafka_broker import KAFKA_VERSION, KafkaBroker
 from benchmarks.processes import QUIET, in_process
 
 JAVA_SOURCE = Path(__file__).parent / "java" / "StreamsWordCount.java"
@@ -48,7 +47,6 @@ STREAMS_VERSION = "3.9.1"
 # Kafka's clients log through slf4j 1.7; without a binding their errors would not reach the application's log.
 ARTIFACTS = [("org.apache.kafka", "kafka-streams", STREAMS_VERSION), ("org.slf4j", "slf4j-simple", "1.7.36")]
 HEAP = "-Xmx512m"
-COMPILE_TIMEOUT_S = 180.0
 RUNNING_TIMEOUT_S = 120.0
 RUN_TIMEOUT_S = 600.0
 STOP_TIMEOUT_S = 15.0
@@ -63,7 +61,7 @@ def run(ctx: BenchContext) -> list[Figure]:
     from cluster.protocol.listener import start_listener
 
     ctx.environment.broker()
-    classpath = _compile(ctx)
+    classpath = compile_java(ctx, JAVA_SOURCE, ARTIFACTS, "Kafka Streams")
     ctx.progress("  starting Apache Kafka (fetched from Maven Central on the first run) ...")
     listener_properties = {"listeners": "PLAINTEXT://127.0.0.1:0", "transaction.state.log.num.partitions": "1"}
     with KafkaBroker() as kafka, start_listener(listener_properties) as ray:
@@ -90,26 +88,6 @@ def run(ctx: BenchContext) -> list[Figure]:
             f"ratio >= {KAFKA_GOAL_RATIO:g}",
         )
     ]
-
-
-def _compile(ctx: BenchContext) -> str:
-    """The classpath of the application compiled into the run's scratch folder; `KafkaUnavailable` without a JDK,
-    without the jars or when javac fails."""
-    if shutil.which("javac") is None or shutil.which("java") is None:
-        raise KafkaUnavailable("a JDK (javac and java) is needed to run Kafka Streams")
-    jars = list(dict.fromkeys(str(jar) for group in ARTIFACTS for jar in artifact_jars(*group)))
-    classes = ctx.scratch("streams-classes")
-    classpath = os.pathsep.join(jars)
-    done = subprocess.run(
-        ["javac", "-nowarn", "-cp", classpath, "-d", str(classes), str(JAVA_SOURCE)],
-        capture_output=True,
-        text=True,
-        timeout=COMPILE_TIMEOUT_S,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise KafkaUnavailable(f"javac {JAVA_SOURCE.name} failed:\n{done.stderr[-2000:]}")
-    return os.pathsep.join([str(classes), classpath])
 
 
 def streams_client(bootstrap: str, classpath: str, folder: str, lines: int) -> float:

@@ -18,20 +18,18 @@ measured alternately, best of N.
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 from pathlib import Path
 
 from benchmarks.bench_wire import create_topic
 from benchmarks.common import BenchContext, Figure, throughput_figure
-from benchmarks.kafka_broker import KAFKA_4_VERSION, KafkaBroker, KafkaUnavailable, artifact_jars
+from benchmarks.java_build import compile_java
+from benchmarks.kafka_broker import KAFKA_4_VERSION, KafkaBroker
 
 JAVA_SOURCE = Path(__file__).parent / "java" / "TransactionalProducer.java"
 MAIN_CLASS = "TransactionalProducer"
 ARTIFACTS = [("org.apache.kafka", "kafka-clients", KAFKA_4_VERSION)]
 HEAP = "-Xmx512m"
-COMPILE_TIMEOUT_S = 180.0
 RUN_TIMEOUT_S = 600.0
 VALUE_BYTES = 100
 TRANSACTION_RECORDS = 1_000
@@ -42,7 +40,7 @@ def run(ctx: BenchContext) -> list[Figure]:
     from cluster.protocol.listener import start_listener
 
     ctx.environment.broker()
-    classpath = _compile(ctx)
+    classpath = compile_java(ctx, JAVA_SOURCE, ARTIFACTS, "Kafka's Java producer")
     ctx.progress(f"  starting Apache Kafka {KAFKA_4_VERSION} (fetched from Maven Central on the first run) ...")
     listener_properties = {
         "listeners": "PLAINTEXT://127.0.0.1:0",
@@ -72,26 +70,6 @@ def run(ctx: BenchContext) -> list[Figure]:
             f"ratio >= {KAFKA_GOAL_RATIO:g}",
         )
     ]
-
-
-def _compile(ctx: BenchContext) -> str:
-    """The classpath of the program compiled into the run's scratch folder; `KafkaUnavailable` without a JDK,
-    without the jars or when javac fails."""
-    if shutil.which("javac") is None or shutil.which("java") is None:
-        raise KafkaUnavailable("a JDK (javac and java) is needed to run Kafka's Java producer")
-    jars = list(dict.fromkeys(str(jar) for group in ARTIFACTS for jar in artifact_jars(*group)))
-    classes = ctx.scratch("txn-v2-classes")
-    classpath = os.pathsep.join(jars)
-    done = subprocess.run(
-        ["javac", "-nowarn", "-cp", classpath, "-d", str(classes), str(JAVA_SOURCE)],
-        capture_output=True,
-        text=True,
-        timeout=COMPILE_TIMEOUT_S,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise KafkaUnavailable(f"javac {JAVA_SOURCE.name} failed:\n{done.stderr[-2000:]}")
-    return os.pathsep.join([str(classes), classpath])
 
 
 def _produce(bootstrap: str, classpath: str, transactions: int) -> float:

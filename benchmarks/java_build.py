@@ -1,0 +1,36 @@
+"""Java programs of the benchmarks, compiled at run time: `compile_java` fetches the jars of the given Maven artifacts
+(`benchmarks.kafka_broker.artifact_jars`, cached), compiles one source file into the run's scratch folder and answers
+the classpath that runs it. A machine without a JDK, without the jars, or whose javac refuses the source raises
+`KafkaUnavailable` with the reason, which the run reports as that benchmark's failure."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from benchmarks.common import BenchContext
+from benchmarks.kafka_broker import KafkaUnavailable, artifact_jars
+
+COMPILE_TIMEOUT_S = 180.0
+
+
+def compile_java(ctx: BenchContext, source: Path, artifacts: list[tuple[str, str, str]], what: str) -> str:
+    """The classpath running `source` compiled against `artifacts` (group, artifact, version) into the scratch folder
+    `<source stem>-classes`; `what` names what needs it in the error of a machine without a JDK."""
+    if shutil.which("javac") is None or shutil.which("java") is None:
+        raise KafkaUnavailable(f"a JDK (javac and java) is needed to run {what}")
+    jars = list(dict.fromkeys(str(jar) for group in artifacts for jar in artifact_jars(*group)))
+    classes = ctx.scratch(f"{source.stem}-classes")
+    classpath = os.pathsep.join(jars)
+    done = subprocess.run(
+        ["javac", "-nowarn", "-cp", classpath, "-d", str(classes), str(source)],
+        capture_output=True,
+        text=True,
+        timeout=COMPILE_TIMEOUT_S,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise KafkaUnavailable(f"javac {source.name} failed:\n{done.stderr[-2000:]}")
+    return os.pathsep.join([str(classes), classpath])
