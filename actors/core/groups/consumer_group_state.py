@@ -366,7 +366,7 @@ class ConsumerGroups:
             and (request.subscribed_topic_names is not None or request.subscribed_topic_regex is not None)
             and request.owned is not None
         )
-        changed = previous.assigned != reconciled.assigned or member is None or (joining and member is not None)
+        changed = joining or previous.assigned != reconciled.assigned
         return HeartbeatResult(
             GroupError.NONE,
             None,
@@ -540,15 +540,6 @@ class ConsumerGroups:
             members,
             names,
         )
-
-    def next_deadline_ms(self, group_id: str) -> int | None:
-        """When the group's next member removal is due, if it has members."""
-        group = self._groups.get(group_id)
-        if group is None or not group.members:
-            return None
-        deadlines = [member.session_deadline_ms for member in group.members.values()]
-        deadlines += [m.revocation_deadline_ms for m in group.members.values() if m.revocation_deadline_ms is not None]
-        return min(deadlines)
 
 
 # RE2's error texts and RE2/J's descriptions of the same errors (Kafka's message quotes RE2/J's).
