@@ -1,11 +1,11 @@
 """Kafka 4's consumer group protocol on the wire, differentially: the same sequence of raw requests
 (ConsumerGroupHeartbeat v1, ConsumerGroupDescribe v1, OffsetCommit v8/v9, OffsetFetch v9, ListGroups v5,
 DescribeGroups v5/v6, JoinGroup, DeleteGroups) to Apache Kafka 4.2 and to raybroker's listener, each sent to the
-group's coordinator as FindCoordinator names it. Every answer is reduced to what both must agree on (error codes and
-messages, member and group epochs, states, how many partitions each member owns, names of the topics) and the two
-lists must be equal; a difference shows the first step where they part. Hostile steps (unknown members and groups,
-fenced and stale epochs, bad assignors, regexes and fields) come between the normal ones, so each must also leave the
-group as it was."""
+group's coordinator as FindCoordinator names it, once that broker knows the sequence's new topic. Every answer is
+reduced to what both must agree on (error codes and messages, member and group epochs, states, how many partitions
+each member owns, names of the topics) and the two lists must be equal; a difference shows the first step where they
+part. Hostile steps (unknown members and groups, fenced and stale epochs, bad assignors, regexes and fields) come
+between the normal ones, so each must also leave the group as it was."""
 
 from __future__ import annotations
 
@@ -55,6 +55,7 @@ class Side:
         )
         assert created.topics[0].error_code == ErrorCode.none, created
         self.coordinator = self._coordinator()
+        self._await_topic_on_coordinator()
         metadata = self.bootstrap.request(
             METADATA,
             12,
@@ -66,6 +67,28 @@ class Side:
         )
         self.names = {t.topic_id: t.name for t in metadata.topics}
         self.topic_id = next(t.topic_id for t in metadata.topics)
+
+    def _await_topic_on_coordinator(self) -> None:
+        """Waits until the coordinator's broker knows the new topic with a leader for every partition: Kafka's
+        group coordinator assigns from its broker's metadata, which learns of a new topic a moment after CreateTopics
+        answers (a join before that is assigned nothing, at the same epoch)."""
+        deadline = time.monotonic() + DEADLINE_S
+        while True:
+            answer = self.coordinator.request(
+                METADATA,
+                12,
+                {
+                    "topics": [{"name": self.topic, "topic_id": None}],
+                    "allow_auto_topic_creation": False,
+                    "include_topic_authorized_operations": False,
+                },
+            )
+            (topic,) = answer.topics
+            leaders = [partition.leader_id for partition in topic.partitions]
+            if topic.error_code == ErrorCode.none and len(leaders) == PARTITIONS and min(leaders) >= 0:
+                return
+            assert time.monotonic() < deadline, answer
+            time.sleep(0.1)
 
     def _coordinator(self) -> WireClient:
         deadline = time.monotonic() + DEADLINE_S

@@ -154,8 +154,9 @@ def test_a_consumer_protocol_group_splits_the_topic_across_listeners_and_the_too
     listener: KafkaListener, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """KIP-848 through the coordinator actor: two librdkafka members of `group.protocol=consumer`, each through its
-    own listener, split the topic 2/2 and read each record once; the admin client lists the group with its type and
-    the CLI shows which member owns each partition."""
+    own listener, split the topic 2/2 and read every record (a partition that moves before a commit is read again by
+    its new owner: at least once); the admin client lists the group with its type and the CLI shows which member owns
+    each partition."""
     topic, group = "group-kip848", "kip848-group"
     produced = produce(listener, topic, 40)
     other_listener = start_listener({"listeners": "PLAINTEXT://127.0.0.1:0", "num.partitions": str(PARTITIONS)})
@@ -180,7 +181,8 @@ def test_a_consumer_protocol_group_splits_the_topic_across_listeners_and_the_too
             ),
             received,
         )
-        assert sorted(received[0] + received[1]) == sorted(produced)
+        # At least once: a partition that moves to the second member is read again from its last commit (none).
+        assert set(received[0] + received[1]) == produced
         assert assigned(members[0]) | assigned(members[1]) == set(range(PARTITIONS))
         for member in members:
             member.commit(asynchronous=False)
@@ -199,7 +201,8 @@ def test_a_consumer_protocol_group_splits_the_topic_across_listeners_and_the_too
 
 def test_a_python_consumer_and_a_kafka_client_share_one_consumer_protocol_group(listener: KafkaListener) -> None:
     """raybroker's Python `Consumer(group_protocol="consumer")`, talking to the coordinator actor, and a librdkafka
-    member over the wire are members of one group: they split the topic 2/2 and each record is read once."""
+    member over the wire are members of one group: they split the topic 2/2 and every record is read (at least once:
+    neither commits, so a partition that moves is read again by its new owner)."""
     topic, group = "group-mixed", "mixed-group"
     produced = produce(listener, topic, 40)
     wire = Consumer(
@@ -223,7 +226,7 @@ def test_a_python_consumer_and_a_kafka_client_share_one_consumer_protocol_group(
         wire.subscribe([topic])
         python.subscribe([topic])
         poll_until([wire], lambda: python_polled() and len(received[0]) + len(from_python) >= len(produced), received)
-        assert sorted(received[0] + from_python) == sorted(produced)
+        assert set(received[0] + from_python) == produced
         assert {partition for _, partition in python.assignment()} == set(range(PARTITIONS)) - assigned(wire)
     finally:
         python.close()
