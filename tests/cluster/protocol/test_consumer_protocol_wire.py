@@ -9,6 +9,7 @@ between the normal ones, so each must also leave the group as it was."""
 
 from __future__ import annotations
 
+import itertools
 import time
 import uuid
 from typing import Any
@@ -56,6 +57,7 @@ class Side:
         assert created.topics[0].error_code == ErrorCode.none, created
         self.coordinator = self._coordinator()
         self._await_topic_on_coordinator()
+        self._await_topic_in_assignments()
         metadata = self.bootstrap.request(
             METADATA,
             12,
@@ -89,6 +91,34 @@ class Side:
                 return
             assert time.monotonic() < deadline, answer
             time.sleep(0.1)
+
+    def _await_topic_in_assignments(self) -> None:
+        """Waits until the group coordinator itself assigns the new topic: a member of a throwaway group joins, and
+        leaves, until its first answer holds every partition. Kafka's coordinator takes the metadata image a moment
+        after its broker's Metadata answers from it (under load, a join in between is assigned nothing); raybroker's
+        assigns at once."""
+        deadline = time.monotonic() + DEADLINE_S
+        for attempt in itertools.count():
+            probe = f"{self.group}-probe-{attempt}"
+            joined = self.call(
+                HEARTBEAT,
+                1,
+                {
+                    "group_id": probe,
+                    "member_id": "probe",
+                    "member_epoch": 0,
+                    "rebalance_timeout": 30000,
+                    "subscribed_topic_names": [self.topic],
+                    "topic_partitions": [],
+                },
+            )
+            assert joined.error_code == ErrorCode.none, joined
+            leave = {"group_id": probe, "member_id": "probe", "member_epoch": -1, "topic_partitions": None}
+            self.call(HEARTBEAT, 1, leave)
+            if joined.assignment is not None and sum(len(t.partitions) for t in joined.assignment.topic_partitions):
+                return
+            assert time.monotonic() < deadline, joined
+            time.sleep(0.2)
 
     def _coordinator(self) -> WireClient:
         deadline = time.monotonic() + DEADLINE_S
