@@ -504,10 +504,7 @@ class GroupCoordinator:
         is empty and the member joins; one with members answers GROUP_ID_NOT_FOUND, as Kafka's does when it cannot
         convert the group."""
         with self._membership_changed:
-            if (
-                not self._consumer_groups.has_group(request.group_id)
-                and request.group_id in self._membership.group_ids()
-            ):
+            if not self._consumer_groups.has_group(request.group_id) and self._membership.has_group(request.group_id):
                 if self._membership.is_active(request.group_id) or request.member_epoch != 0:
                     return HeartbeatResult(
                         GroupError.GROUP_ID_NOT_FOUND,

@@ -486,6 +486,10 @@ class GroupMembership:
             members,
         )
 
+    def has_group(self, group_id: str) -> bool:
+        """Whether the coordinator knows `group_id` as a classic group (with or without members)."""
+        return group_id in self._groups
+
     def group_ids(self) -> list[str]:
         return sorted(self._groups)
 

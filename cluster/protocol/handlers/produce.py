@@ -91,9 +91,12 @@ class ProduceHandler:
     async def __call__(self, request: Request) -> Any | None:
         body = request.body
         by_id = request.api_version >= FIRST_TOPIC_ID_VERSION
+        if not by_id:
+            # Nothing to await before the appends are asked for: they take their places as the request came.
+            return await self._produce(request, by_id, {}, None)
         previous, mine = self._arrivals.arrive()
         try:
-            names = await self._topic_names(body) if by_id else {}
+            names = await self._topic_names(body)
             if previous is not None:
                 await asyncio.shield(previous)
             return await self._produce(request, by_id, names, mine)
@@ -101,10 +104,10 @@ class ProduceHandler:
             self._arrivals.registered(mine)
 
     async def _produce(
-        self, request: Request, by_id: bool, names: Mapping[uuid.UUID, str], arrival: asyncio.Future[None]
+        self, request: Request, by_id: bool, names: Mapping[uuid.UUID, str], arrival: asyncio.Future[None] | None
     ) -> Any | None:
-        """The request's appends, asked for before anything is awaited; `arrival` is set once they took their
-        places in their partitions' order (see `_Arrivals`)."""
+        """The request's appends, asked for before anything is awaited; `arrival` (a v13 request's) is set once they
+        took their places in their partitions' order (see `_Arrivals`)."""
         body = request.body
         # A topic id no topic has: its partitions answer UNKNOWN_TOPIC_ID, under a name no topic can have.
         wanted = [
@@ -148,7 +151,8 @@ class ProduceHandler:
                 )
                 # Each append's first step takes its place in its partition's order, before any request behind
                 # this one, which `arrival` wakes only now.
-                self._arrivals.registered(arrival)
+                if arrival is not None:
+                    self._arrivals.registered(arrival)
                 appended = list(await appending)
             finally:
                 if verifying is not None:
@@ -253,10 +257,11 @@ class ProduceHandler:
 
 
 class _Arrivals:
-    """The order Produce requests came in, kept until each one's appends took their places in their partitions'
-    order. A request naming topics by id (v13) may wait for their names (a controller round trip) before it can ask
-    for its appends; the requests that came after it wait for it, so that a producer's pipelined batches still reach
-    each partition in the order they were sent. A request with nothing to wait for asks at once."""
+    """The order Produce requests naming topics by id (v13) came in, kept until each one's appends took their places
+    in their partitions' order. Such a request may wait for the topics' names (a controller round trip) before it can
+    ask for its appends; the v13 requests that came after it wait for it, so that a producer's pipelined batches still
+    reach each partition in the order they were sent. Older versions await nothing first and are not kept here (a
+    producer uses one version per connection)."""
 
     def __init__(self) -> None:
         self._last: asyncio.Future[None] | None = None
