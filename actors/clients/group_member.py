@@ -77,10 +77,6 @@ class GroupMember:
         """Whether the heartbeat interval has passed since the last answer."""
         return time.monotonic() >= self._next_heartbeat
 
-    def acknowledge_soon(self) -> None:
-        """Heartbeats at the next chance rather than after the interval (a revocation to acknowledge)."""
-        self._next_heartbeat = 0.0
-
     def heartbeat(self, owned: Iterable[TopicPartition]) -> NewAssignment | None:
         """One heartbeat telling the partitions owned now; the new assignment if the coordinator sent one."""
         joining = self.epoch == JOIN_EPOCH
