@@ -31,6 +31,9 @@ public class TransactionalProducer {
                 for (int r = 0; r < records; r++) {
                     producer.send(new ProducerRecord<>(topic, 0, null, value));
                 }
+                // Without it Kafka's Java client 4.x (transactions v2) may send EndTxn ahead of the batches and have
+                // the commit refused as empty, on Kafka as on raybroker (see docs/clients.md).
+                producer.flush();
                 producer.commitTransaction();
             }
             double seconds = (System.nanoTime() - start) / 1e9;

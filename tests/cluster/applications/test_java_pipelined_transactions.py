@@ -2,7 +2,9 @@
 Kafka: Kafka's own client (kafka-clients 4.1, `java/PipelinedTransactions.java`) with its defaults for exactly-once
 work (acks=all, 5 requests in flight per connection, linger.ms 5), unkeyed records (the sticky partitioner fills
 one partition's batches, so several Produce requests of one connection carry batches of one partition at once),
-every third transaction aborted, on a 3-partition topic whose 1 MiB segments roll many times.
+every third transaction aborted, on a 3-partition topic whose 1 MiB segments roll many times. Both brokers finalize
+`transaction.version` 2, so the client speaks transactions v2; it flushes before each commit, as its EndTxn may
+otherwise overtake the transaction's batches (a race in Kafka's Java client: docs/clients.md).
 
 The oracle is the list of transactions the program reports committed: a read_committed consumer must read exactly
 their records, each once, every partition in the order they were sent, and nothing of an aborted one. Both brokers

@@ -10,15 +10,19 @@ EndTxn v5, and neither AddPartitionsToTxn nor AddOffsetsToTxn (the brokers added
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from kio.schema.errors import ErrorCode
 
 from actors.metrics.names import REQUESTS
 from actors.metrics.recorder import MetricsRecorder
+from cluster.protocol.client import WireClient
 from cluster.protocol.listener import start_listener
 from cluster.protocol.views.group_view import GroupView
 from cluster.protocol.views.in_process_broker_view import InProcessBrokerView
@@ -34,6 +38,14 @@ SOURCE = Path(__file__).parent / "java" / "TransactionsV2.java"
 PARTITIONS = 3
 TRANSACTIONS = 12
 RUN_TIMEOUT_S = 180
+FIND_COORDINATOR, INIT_PRODUCER_ID, END_TXN = 10, 22, 26
+# A coordinator still starting, or a transition still pending: the step is asked again.
+RETRIED = {
+    ErrorCode.coordinator_not_available,
+    ErrorCode.coordinator_load_in_progress,
+    ErrorCode.not_coordinator,
+    ErrorCode.concurrent_transactions,
+}
 
 
 @pytest.fixture(scope="module")
@@ -99,3 +111,61 @@ def test_a_java_4_2_producer_speaks_transactions_v2_and_reads_back_as_on_kafka(
     assert requests.get(("EndTxn", "5"), 0) == TRANSACTIONS, requests
     assert all(int(version) >= 12 for name, version in requests if name == "Produce"), requests
     assert requests.get(("TxnOffsetCommit", "5"), 0) == TRANSACTIONS, requests
+
+
+def test_end_txn_v5_with_no_partition_answers_as_kafka(recorded: tuple[str, MetricsRecorder], kafka4: str) -> None:
+    """EndTxn v5 of a transaction no batch reached (what Kafka's Java client sends when its EndTxn overtakes the
+    batches, docs/clients.md): a commit is refused INVALID_TXN_STATE in Empty and CompleteAbort, an abort bumps the
+    epoch, on both brokers."""
+    bootstrap, _ = recorded
+    answers = {name: end_txn_steps(servers) for name, servers in (("kafka", kafka4), ("raybroker", bootstrap))}
+    assert answers["raybroker"] == answers["kafka"]
+    assert answers["kafka"] == [
+        (ErrorCode.invalid_txn_state, None),
+        (ErrorCode.none, 1),
+        (ErrorCode.invalid_txn_state, None),
+        (ErrorCode.none, 2),
+    ]
+
+
+def end_txn_steps(bootstrap: str) -> list[tuple[ErrorCode, int | None]]:
+    """Commit, abort, commit, abort with nothing sent: each answer's code and the epoch it gives (None for none)."""
+    transactional_id = f"empty-{uuid.uuid4().hex[:8]}"
+    with WireClient(bootstrap.split(",")[0]) as client:
+        found = retried(client, FIND_COORDINATOR, 1, {"key": transactional_id, "key_type": 1})
+        assert found.error_code == ErrorCode.none, found
+    with WireClient(f"{found.host}:{found.port}") as client:
+        init = {
+            "transactional_id": transactional_id,
+            "transaction_timeout": 60000,
+            "producer_id": -1,
+            "producer_epoch": -1,
+        }
+        initialized = retried(client, INIT_PRODUCER_ID, 5, init)
+        assert initialized.error_code == ErrorCode.none, initialized
+        producer_id, epoch = initialized.producer_id, initialized.producer_epoch
+        steps = []
+        for commit in (True, False, True, False):
+            values = {
+                "transactional_id": transactional_id,
+                "producer_id": producer_id,
+                "producer_epoch": epoch,
+                "committed": commit,
+            }
+            ended = retried(client, END_TXN, 5, values)
+            if ended.error_code == ErrorCode.none:
+                epoch = ended.producer_epoch
+                steps.append((ended.error_code, epoch - initialized.producer_epoch))
+            else:
+                steps.append((ended.error_code, None))
+        return steps
+
+
+def retried(client: WireClient, api_key: int, version: int, values: dict[str, object]) -> Any:
+    """The answer once its code is not one `RETRIED` names."""
+    deadline = time.monotonic() + 30.0
+    while True:
+        answer = client.request(api_key, version, values)
+        if answer.error_code not in RETRIED or time.monotonic() > deadline:
+            return answer
+        time.sleep(0.05)

@@ -7,7 +7,8 @@ import org.apache.kafka.common.serialization.StringSerializer;
 /**
  * A transactional producer pipelining its Produce requests as Kafka's Java client does by default (acks=all,
  * max.in.flight.requests.per.connection=5, linger.ms=5): transactions of RECORDS records over the topic's
- * partitions, every third one aborted, until SECONDS have passed or TRANSACTIONS transactions ended.
+ * partitions, every third one aborted (often with batches in flight), until SECONDS have passed or TRANSACTIONS
+ * transactions ended; a commit flushes first.
  *
  * Arguments: bootstrap topic transactionalId records seconds transactions. Values are "t<transaction>-<index>"; the
  * key is the index, so the records of a transaction spread over every partition. Prints one line per ended
@@ -45,6 +46,11 @@ public class PipelinedTransactions {
                 if (abort) {
                     producer.abortTransaction();
                 } else {
+                    // Kafka's Java client 4.x with transactions v2 may send EndTxn ahead of the transaction's batches
+                    // when commitTransaction follows the last send at once (its Sender reads whether batches are
+                    // pending before it takes the transaction manager's lock); Kafka, as raybroker, then refuses
+                    // the commit of a transaction with no partition (INVALID_TXN_STATE). flush() rules that out.
+                    producer.flush();
                     producer.commitTransaction();
                 }
                 if (failure.get() != null) {
