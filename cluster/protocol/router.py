@@ -375,8 +375,8 @@ class Router:
             DESCRIBE_PRODUCERS_KEY: DescribeProducersHandler(view, access),
             DESCRIBE_TRANSACTIONS_KEY: DescribeTransactionsHandler(transactions, access),
             LIST_TRANSACTIONS_KEY: ListTransactionsHandler(transactions, access),
-            CONSUMER_GROUP_HEARTBEAT_KEY: ConsumerGroupHeartbeatHandler(groups, access),
-            CONSUMER_GROUP_DESCRIBE_KEY: ConsumerGroupDescribeHandler(groups, access),
+            CONSUMER_GROUP_HEARTBEAT_KEY: ConsumerGroupHeartbeatHandler(groups, features, access),
+            CONSUMER_GROUP_DESCRIBE_KEY: ConsumerGroupDescribeHandler(groups, features, access),
         }
         for key in SERVED.keys() - self._served.keys():
             del self._handlers[key]

@@ -6,6 +6,11 @@ partitions travel by topic id both ways, a duration of -1 or a null list means "
 goes out beside the code. v0 lets the coordinator name a joining member (an empty member id); v1, what Kafka 4 clients
 send, requires the client's own id. The client host is the connection's address, as Kafka reports it (`/127.0.0.1`).
 
+Both are served while the cluster finalizes `group.version` 1 or above (the listener's copy of the features,
+`cluster.protocol.feature_cache`), as Kafka 4.2's broker serves them: below it a heartbeat answers UNSUPPORTED_VERSION
+(35) and so does each group described, with no message; before the listener's first copy of the features arrives they
+answer COORDINATOR_NOT_AVAILABLE (15), which clients retry.
+
 ConsumerGroupDescribe answers each group: a consumer-protocol group's state, epochs, assignor and members (their
 current and target assignments with topic names); a group of the classic protocol, or one unknown,
 GROUP_ID_NOT_FOUND with Kafka's message, which Kafka's admin client takes as the sign to ask DescribeGroups.
@@ -22,11 +27,13 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from actors.core.controller.finalized_features import GROUP_VERSION, GROUP_VERSION_LEVEL, UNKNOWN_EPOCH
 from actors.core.groups.assignors import Assignment
 from actors.core.groups.consumer_group_state import ConsumerGroupDescription, HeartbeatRequest
 from actors.core.security.acl_bindings import AclOperation, ResourceType
 from cluster.protocol.connection import ConnectionContext
 from cluster.protocol.error_codes import coordinator_error_code, group_error_code
+from cluster.protocol.feature_cache import FeatureCache
 from cluster.protocol.framing import Request, response_schema
 from cluster.protocol.handlers.authorization import (
     AUTHORIZED_OPERATIONS_OMITTED,
@@ -36,6 +43,7 @@ from cluster.protocol.handlers.authorization import (
     authorized_operations,
 )
 from cluster.protocol.messages import build, milliseconds
+from cluster.protocol.security.access import AccessControl
 from cluster.protocol.views.group_view import GroupView
 from storage.errors import RaybrokerError
 
@@ -45,7 +53,24 @@ CONSUMER_GROUP_DESCRIBE_KEY = 69
 CONSUMER_MEMBER_TYPE = 1
 
 
-class ConsumerGroupHeartbeatHandler(GuardedHandler[GroupView]):
+class _ConsumerProtocolHandler(GuardedHandler[GroupView]):
+    """A handler of the consumer protocol, which the cluster's `group.version` turns on (see the module docstring)."""
+
+    def __init__(self, view: GroupView, features: FeatureCache, access: AccessControl | None = None) -> None:
+        super().__init__(view, access)
+        self._features = features
+
+    def _refusal(self) -> ErrorCode | None:
+        """Why the protocol is not served now, or None if it is."""
+        epoch, levels = self._features.current()
+        if epoch == UNKNOWN_EPOCH:
+            return ErrorCode.coordinator_not_available
+        if levels.get(GROUP_VERSION, 0) < GROUP_VERSION_LEVEL:
+            return ErrorCode.unsupported_version
+        return None
+
+
+class ConsumerGroupHeartbeatHandler(_ConsumerProtocolHandler):
     """Answers ConsumerGroupHeartbeat (see the module docstring)."""
 
     async def __call__(self, request: Request) -> Any:
@@ -61,6 +86,9 @@ class ConsumerGroupHeartbeatHandler(GuardedHandler[GroupView]):
             "assignment": None,
         }
         response_type = response_schema(CONSUMER_GROUP_HEARTBEAT_KEY, request.api_version)
+        refusal = self._refusal()
+        if refusal is not None:
+            return build(response_type, {**values, "error_code": refusal, "member_id": None, "member_epoch": 0})
         if not allows(self._access, context, AclOperation.READ, ResourceType.GROUP, body.group_id):
             return build(response_type, {**values, "error_code": ErrorCode.group_authorization_failed})
         named = body.subscribed_topic_names or ()
@@ -103,13 +131,17 @@ class ConsumerGroupHeartbeatHandler(GuardedHandler[GroupView]):
         )
 
 
-class ConsumerGroupDescribeHandler(GuardedHandler[GroupView]):
+class ConsumerGroupDescribeHandler(_ConsumerProtocolHandler):
     """Answers ConsumerGroupDescribe (see the module docstring)."""
 
     async def __call__(self, request: Request) -> Any:
         body = request.body
+        refusal = self._refusal()
         described = [
-            await self._describe(group_id, request.context, request.api_version) for group_id in body.group_ids
+            _failed(group_id, refusal, None)
+            if refusal is not None
+            else await self._describe(group_id, request.context, request.api_version)
+            for group_id in body.group_ids
         ]
         if body.include_authorized_operations:
             for group in described:

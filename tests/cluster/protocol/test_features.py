@@ -10,12 +10,16 @@ two Kafka 4.2 brokers, `kafka4`), over real sockets and with Kafka 4.2's own `ka
   support; `describe` prints raybroker's features in Kafka's format, `transaction.version` as Kafka 4.2 does, and a
   change moves the epoch at once on raybroker, eventually on Kafka (its brokers learn it from the metadata log).
   `transaction.version` is set back to 2 on both afterwards.
+- `group.version` turns the consumer group protocol on and off alike: at 0 a ConsumerGroupHeartbeat and a
+  ConsumerGroupDescribe answer UNSUPPORTED_VERSION on both, at 1 (a new cluster's level, set back afterwards) a member
+  joins at epoch 1 and the group is described Stable.
 """
 
 from __future__ import annotations
 
 import re
 import time
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -31,12 +35,15 @@ from kio.schema.update_features.v2.request import UpdateFeaturesRequest as Updat
 from kio.static.primitive import i8, i16
 
 from actors.core.controller.finalized_features import (
+    GROUP_VERSION,
+    GROUP_VERSION_LEVEL,
     METADATA_VERSION,
     METADATA_VERSION_LEVEL,
     TRANSACTION_VERSION,
     TRANSACTION_VERSION_LEVEL,
 )
 from benchmarks.kafka_broker import KAFKA_4_VERSION
+from cluster.protocol.client import WireClient
 from tests.cluster.protocol.helpers import exchange, run, start_broker, start_local_listener
 from tests.cluster.protocol.kafka_tools import FEATURES, printed_lines, run_kafka_tool
 
@@ -136,6 +143,7 @@ def test_api_versions_carry_the_features_as_kafkas_broker(kafka4: str, raybroker
     assert finalized(v4) == {
         (METADATA_VERSION, METADATA_VERSION_LEVEL, METADATA_VERSION_LEVEL),
         (TRANSACTION_VERSION, TRANSACTION_VERSION_LEVEL, TRANSACTION_VERSION_LEVEL),
+        (GROUP_VERSION, GROUP_VERSION_LEVEL, GROUP_VERSION_LEVEL),
     }
 
 
@@ -146,8 +154,12 @@ def test_kafka_features_prints_kafkas_lines_and_a_change_moves_the_epoch(kafka4:
     assert ours == {
         METADATA_VERSION: ("3.9-IV0", "3.9-IV0", "3.9-IV0", ours[METADATA_VERSION][-1]),
         TRANSACTION_VERSION: ("0", "2", "2", ours[METADATA_VERSION][-1]),
+        GROUP_VERSION: ("0", "1", "1", ours[METADATA_VERSION][-1]),
     }
-    assert described(kafka4)[TRANSACTION_VERSION][:3] == ours[TRANSACTION_VERSION][:3]
+    oracle = described(kafka4)
+    assert [oracle[name][:3] for name in (TRANSACTION_VERSION, GROUP_VERSION)] == [
+        ours[name][:3] for name in (TRANSACTION_VERSION, GROUP_VERSION)
+    ]
     too_new = ["upgrade", "--feature", "transaction.version=3"]
     assert features_tool(raybroker, *too_new) == features_tool(kafka4, *too_new)
 
@@ -165,3 +177,71 @@ def test_kafka_features_prints_kafkas_lines_and_a_change_moves_the_epoch(kafka4:
         for bootstrap in (kafka4, raybroker):
             restored = features_tool(bootstrap, "upgrade", "--feature", "transaction.version=2")
             assert restored == (0, ["transaction.version was upgraded to 2."])
+
+
+def test_group_version_turns_the_consumer_protocol_on_and_off_as_on_kafka(kafka4: str, raybroker: str) -> None:
+    answers: dict[str, list[tuple[Any, ...]]] = {}
+    try:
+        for name, bootstrap in (("kafka", kafka4), ("raybroker", raybroker)):
+            changed = features_tool(bootstrap, "downgrade", "--feature", f"{GROUP_VERSION}=0")
+            assert changed == (0, [f"{GROUP_VERSION} was downgraded to 0."]), name
+            off = until_answered(bootstrap, lambda answer: answer[0] != 0)
+            restored = features_tool(bootstrap, "upgrade", "--feature", f"{GROUP_VERSION}={GROUP_VERSION_LEVEL}")
+            assert restored == (0, [f"{GROUP_VERSION} was upgraded to {GROUP_VERSION_LEVEL}."]), name
+            answers[name] = [off, until_answered(bootstrap, lambda answer: answer[0] == 0)]
+    finally:
+        for bootstrap in (kafka4, raybroker):
+            features_tool(bootstrap, "upgrade", "--feature", f"{GROUP_VERSION}={GROUP_VERSION_LEVEL}")
+    assert answers["raybroker"] == answers["kafka"]
+    assert answers["kafka"][0][0] == 35 and answers["kafka"][1][:2] == (0, 1)
+
+
+def until_answered(bootstrap: str, wanted: Any) -> tuple[Any, ...]:
+    """`consumer_protocol_answers` once `wanted` holds (Kafka's brokers learn a feature change from the metadata
+    log)."""
+    deadline = time.monotonic() + DEADLINE_S
+    while True:
+        answer = consumer_protocol_answers(bootstrap)
+        if wanted(answer) or time.monotonic() > deadline:
+            return answer
+        time.sleep(0.5)
+
+
+def consumer_protocol_answers(bootstrap: str) -> tuple[Any, ...]:
+    """A new member's join of a new group, then that group described: (heartbeat code, epoch, message, whether a
+    member id came back, describe code, message, group state)."""
+    group = f"gv-{uuid.uuid4().hex[:8]}"
+    with WireClient(bootstrap.split(",")[0]) as client:
+        deadline = time.monotonic() + DEADLINE_S
+        while True:
+            (coordinator,) = client.request(10, 4, {"key_type": 0, "coordinator_keys": [group]}).coordinators
+            if coordinator.error_code == 0 or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+    with WireClient(f"{coordinator.host}:{coordinator.port}") as client:
+        member = uuid.uuid4().hex[:22]
+        join = {
+            "group_id": group,
+            "member_id": member,
+            "member_epoch": 0,
+            "instance_id": None,
+            "rack_id": None,
+            "rebalance_timeout": 30000,
+            "subscribed_topic_names": [f"{group}-none"],
+            "subscribed_topic_regex": None,
+            "server_assignor": None,
+            "topic_partitions": [],
+        }
+        joined = client.request(68, 1, join)
+        (described,) = client.request(69, 1, {"group_ids": [group], "include_authorized_operations": False}).groups
+        if joined.error_code == 0:
+            client.request(68, 1, {**join, "member_epoch": -1, "rebalance_timeout": -1, "topic_partitions": None})
+    return (
+        int(joined.error_code),
+        joined.member_epoch,
+        joined.error_message,
+        joined.member_id is not None,
+        int(described.error_code),
+        described.error_message,
+        described.group_state,
+    )

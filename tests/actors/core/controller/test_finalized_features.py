@@ -28,7 +28,12 @@ from actors.core.controller.finalized_features import (
 from storage.clock import MockClock
 from tests.actors.core.controller.test_controller import Cluster
 
-KAFKA_4_2_SUPPORTED = {METADATA_VERSION: (7, 29), "transaction.version": (0, 2), "group.version": (0, 1)}
+KAFKA_4_2_SUPPORTED = {
+    METADATA_VERSION: (7, 29),
+    "transaction.version": (0, 2),
+    "group.version": (0, 1),
+    "share.version": (0, 1),
+}
 DOWNGRADE_REFUSED = (
     "Can't downgrade the version of this feature without setting the upgrade type to either safe or unsafe downgrade."
 )
@@ -65,11 +70,12 @@ def kafka_like(levels: dict[str, int]) -> tuple[FinalizedFeatures, RecordLog]:
 
 def test_a_new_cluster_finalizes_its_metadata_version_and_a_restart_keeps_levels_and_epoch(cluster: Cluster) -> None:
     epoch, levels = cluster.controller.finalized_features()
-    # Kafka 4's `kafka-storage format` defaults: transactions v2.
-    assert levels == {METADATA_VERSION: METADATA_VERSION_LEVEL, "transaction.version": 2} and epoch >= 0
+    # Kafka 4's `kafka-storage format` defaults: transactions v2, the consumer group protocol.
+    assert levels == {METADATA_VERSION: METADATA_VERSION_LEVEL, "transaction.version": 2, "group.version": 1}
+    assert epoch >= 0
     cluster.controller.update_features([FeatureUpdate("transaction.version", 0, SAFE_DOWNGRADE)], False, "0")
     updated = cluster.controller.finalized_features()
-    assert updated[0] > epoch and updated[1] == {METADATA_VERSION: METADATA_VERSION_LEVEL}
+    assert updated[0] > epoch and updated[1] == {METADATA_VERSION: METADATA_VERSION_LEVEL, "group.version": 1}
     cluster.controller.close()
 
     cluster.controller = cluster.start_controller()
@@ -86,7 +92,7 @@ def test_a_new_cluster_finalizes_its_metadata_version_and_a_restart_keeps_levels
         (FeatureUpdate("transaction.version", -1, SAFE_DOWNGRADE), "A feature version cannot be less than 0."),
         (FeatureUpdate("transaction.version", 1), DOWNGRADE_REFUSED),
         (FeatureUpdate(METADATA_VERSION, 21), DOWNGRADE_REFUSED),
-        (FeatureUpdate("group.version", 1, UNSAFE_DOWNGRADE), "Can't downgrade to a newer version."),
+        (FeatureUpdate("share.version", 1, UNSAFE_DOWNGRADE), "Can't downgrade to a newer version."),
     ],
 )
 def test_a_refused_update_answers_kafkas_message_and_writes_nothing(update: FeatureUpdate, reason: str) -> None:

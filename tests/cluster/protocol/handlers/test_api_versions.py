@@ -98,6 +98,8 @@ def test_the_consumer_protocol_is_neither_listed_nor_served_when_turned_off(
     ConsumerGroupDescribe (69), so clients keep to the classic protocol (franz-go switches by what is listed), and a
     request of either is no request this listener serves (its connection is closed, as Kafka closes it)."""
     endpoint = BrokerEndpoint(0, "127.0.0.1", 9092, (("PLAINTEXT", "127.0.0.1", 9092),))
+    features = FeatureCache(security)
+    run(features.refresh())
     routers = {
         protocols: Router(
             InProcessBrokerView(broker),
@@ -108,6 +110,7 @@ def test_the_consumer_protocol_is_neither_listed_nor_served_when_turned_off(
             transactions=TransactionView.in_process(broker),
             security=security,
             access=AccessControl(SecurityConfig.from_properties({}), security),
+            features=features,
         )
         for protocols in ("classic", "classic,consumer")
     }

@@ -27,6 +27,7 @@ from actors.core.security.acl_bindings import (
 )
 from cluster.protocol.config_entries import ConfigDescriber
 from cluster.protocol.connection import ConnectionContext
+from cluster.protocol.feature_cache import FeatureCache
 from cluster.protocol.framing import Request, decode_response, encode_response
 from cluster.protocol.handlers.authorization import AUTHORIZED_OPERATIONS_OMITTED
 from cluster.protocol.handlers.cluster import DESCRIBE_CLUSTER_KEY, DescribeClusterHandler
@@ -586,7 +587,14 @@ def test_the_group_protocol_needs_read_on_the_group(groups: GroupView, security:
     assert joined.error_code == ErrorCode.member_id_required
 
 
-def heartbeat(groups: GroupView, access: AccessControl, topics: list[str]) -> Any:
+def finalized(security: SecurityView) -> FeatureCache:
+    """A listener's copy of the cluster's features (a new cluster's: `group.version` 1 serves the consumer protocol)."""
+    features = FeatureCache(security)
+    run(features.refresh())
+    return features
+
+
+def heartbeat(groups: GroupView, features: FeatureCache, access: AccessControl, topics: list[str]) -> Any:
     """Alice's first ConsumerGroupHeartbeat into group "g", subscribing to `topics`."""
     values = {
         "group_id": "g",
@@ -596,7 +604,7 @@ def heartbeat(groups: GroupView, access: AccessControl, topics: list[str]) -> An
         "subscribed_topic_names": topics,
         "topic_partitions": [],
     }
-    return ask(ConsumerGroupHeartbeatHandler(groups, access), CONSUMER_GROUP_HEARTBEAT_KEY, values)
+    return ask(ConsumerGroupHeartbeatHandler(groups, features, access), CONSUMER_GROUP_HEARTBEAT_KEY, values)
 
 
 def test_the_consumer_protocol_needs_read_on_the_group_and_describe_on_its_topics(
@@ -604,28 +612,35 @@ def test_the_consumer_protocol_needs_read_on_the_group_and_describe_on_its_topic
 ) -> None:
     run(view.create_topic("seen", 1))
     run(view.create_topic("hidden", 1))
+    features = finalized(security)
     no_read = access_with(security, on_group("g", AclOperation.DESCRIBE), on_topic("seen", AclOperation.DESCRIBE))
-    assert heartbeat(groups, no_read, ["seen"]).error_code == DENIED_GROUP
+    assert heartbeat(groups, features, no_read, ["seen"]).error_code == DENIED_GROUP
     readers = access_with(
         security,
         on_group("g", AclOperation.READ),
         on_group("g", AclOperation.DESCRIBE),
         on_topic("seen", AclOperation.DESCRIBE),
     )
-    assert heartbeat(groups, readers, ["seen", "hidden"]).error_code == DENIED_TOPIC
+    assert heartbeat(groups, features, readers, ["seen", "hidden"]).error_code == DENIED_TOPIC
     describe = {"group_ids": ["g"], "include_authorized_operations": True}
     assert (
-        ask(ConsumerGroupDescribeHandler(groups, readers), CONSUMER_GROUP_DESCRIBE_KEY, describe).groups[0].error_code
+        ask(ConsumerGroupDescribeHandler(groups, features, readers), CONSUMER_GROUP_DESCRIBE_KEY, describe)
+        .groups[0]
+        .error_code
         == ErrorCode.group_id_not_found
     )
-    joined = heartbeat(groups, readers, ["seen"])
+    joined = heartbeat(groups, features, readers, ["seen"])
     assert (joined.error_code, joined.member_epoch) == (ErrorCode.none, 1)
-    (described,) = ask(ConsumerGroupDescribeHandler(groups, readers), CONSUMER_GROUP_DESCRIBE_KEY, describe).groups
+    (described,) = ask(
+        ConsumerGroupDescribeHandler(groups, features, readers), CONSUMER_GROUP_DESCRIBE_KEY, describe
+    ).groups
     assert described.error_code == ErrorCode.none
     assert described.authorized_operations == bits(AclOperation.READ, AclOperation.DESCRIBE)
     # READ implies DESCRIBE (Kafka's authorizer): only a principal with neither is refused.
     blind = access_with(security, on_group("other", AclOperation.READ))
-    (refused,) = ask(ConsumerGroupDescribeHandler(groups, blind), CONSUMER_GROUP_DESCRIBE_KEY, describe).groups
+    (refused,) = ask(
+        ConsumerGroupDescribeHandler(groups, features, blind), CONSUMER_GROUP_DESCRIBE_KEY, describe
+    ).groups
     assert (refused.error_code, refused.members) == (DENIED_GROUP, ())
 
 
