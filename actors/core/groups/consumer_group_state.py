@@ -23,8 +23,13 @@ their rebalance timeout. Kafka's answers and messages are kept for malformed req
 groups and members, fenced epochs, unknown assignors, bad regular expressions (RE2 syntax, as Kafka's RE2/J;
 a pattern matches a topic name whole) and a full group.
 
-What is not served: static membership (an instance id is recorded and reported, its member is dynamic; a static
-leave, epoch -2, leaves as -1 does but answers -2), rack-aware assignment, classic members in a consumer group and
+Static membership (an instance id, `group.instance.id`), as Kafka's: one member holds an instance id at a time (a
+second joining with it while the first is in the group is UNRELEASED_INSTANCE_ID); a static leave (epoch -2) keeps the
+member in the group at epoch -2 with its partitions until its session times out, and a member joining with its
+instance id before then takes its place, partitions and target included, without a new group epoch; a heartbeat or
+leave naming an instance id no member holds is UNKNOWN_MEMBER_ID, one naming another member's is FENCED_INSTANCE_ID.
+
+What is not served: rack-aware assignment, classic members in a consumer group and
 the conversion of a group between protocols while it has members (Kafka's `group.consumer.migration.policy`): an
 empty group of one protocol is taken over by the other, one with members answers GROUP_ID_NOT_FOUND (heartbeat) or
 INCONSISTENT_GROUP_PROTOCOL (JoinGroup). State is in memory only: after the coordinator restarts, a member's
@@ -261,12 +266,26 @@ class ConsumerGroups:
 
     def _leave(self, request: HeartbeatRequest) -> HeartbeatResult:
         group = self._existing(request.group_id)
-        member = group.members.get(request.member_id)
-        if member is None:
-            raise HeartbeatRefused(
-                GroupError.UNKNOWN_MEMBER_ID, f"Member {request.member_id} is not a member of group {group.group_id}."
+        if request.instance_id is not None:
+            member = _static_member(group, request.instance_id, request.member_id)
+        else:
+            found = group.members.get(request.member_id)
+            if found is None:
+                raise HeartbeatRefused(
+                    GroupError.UNKNOWN_MEMBER_ID,
+                    f"Member {request.member_id} is not a member of group {group.group_id}.",
+                )
+            member = found
+        if request.member_epoch == STATIC_LEAVE_EPOCH:
+            # Gone for now: its partitions stay its own until its session ends or its instance joins again.
+            group.members[member.member_id] = replace(
+                member,
+                member_epoch=STATIC_LEAVE_EPOCH,
+                session_deadline_ms=self._clock.milliseconds() + self._config.group_consumer_session_timeout_ms,
+                revocation_deadline_ms=None,
             )
-        self._remove(group, member.member_id)
+        else:
+            self._remove(group, member.member_id)
         return HeartbeatResult(GroupError.NONE, None, member.member_id, request.member_epoch)
 
     def _heartbeat(self, request: HeartbeatRequest) -> HeartbeatResult:
@@ -280,8 +299,28 @@ class ConsumerGroups:
         else:
             self._expire(group, now)
         member_id = request.member_id or str(uuid.uuid4())
+        replaced = None
+        if request.instance_id is not None and not joining:
+            _static_member(group, request.instance_id, member_id)
+        elif request.instance_id is not None:
+            holder = _holder(group, request.instance_id)
+            if holder is not None and holder.member_id != member_id:
+                if holder.member_epoch != STATIC_LEAVE_EPOCH:
+                    raise HeartbeatRefused(
+                        GroupError.UNRELEASED_INSTANCE_ID,
+                        f"Static member {member_id} with instance id {request.instance_id} cannot join the group "
+                        f"because the instance id is owned by {holder.member_id} member.",
+                    )
+                replaced = holder
         member = group.members.get(member_id)
-        if member is None:
+        if replaced is not None:
+            # The instance is back under a new member id: it goes on with what its previous member held.
+            previous = replace(replaced, member_id=member_id, member_epoch=0, previous_member_epoch=0)
+            del group.members[replaced.member_id]
+            target = group.target.pop(replaced.member_id, None)
+            if target is not None:
+                group.target[member_id] = target
+        elif member is None:
             if not joining:
                 raise HeartbeatRefused(
                     GroupError.UNKNOWN_MEMBER_ID, f"Member {member_id} is not a member of group {group.group_id}."
@@ -330,7 +369,7 @@ class ConsumerGroups:
             client_id=request.client_id,
             client_host=request.client_host,
         )
-        bump = member is None or (
+        bump = (member is None and replaced is None) or (
             updated.subscribed_topic_names != previous.subscribed_topic_names
             or updated.subscribed_topic_regex != previous.subscribed_topic_regex
             or updated.server_assignor != previous.server_assignor
@@ -566,6 +605,25 @@ def _re2j_description(error: Exception) -> str:
     text = text.decode(errors="replace") if isinstance(text, bytes) else str(text)
     what = text.partition(": ")[0]
     return _RE2J_DESCRIPTIONS.get(what, what)
+
+
+def _holder(group: _Group, instance_id: str) -> _Member | None:
+    """The member holding `instance_id`, if any."""
+    return next((member for member in group.members.values() if member.instance_id == instance_id), None)
+
+
+def _static_member(group: _Group, instance_id: str, member_id: str) -> _Member:
+    """The member holding `instance_id`, which must be `member_id` (Kafka's checks of a static member's heartbeat
+    and leave)."""
+    holder = _holder(group, instance_id)
+    if holder is None:
+        raise HeartbeatRefused(GroupError.UNKNOWN_MEMBER_ID, f"Instance id {instance_id} is unknown.")
+    if holder.member_id != member_id:
+        raise HeartbeatRefused(
+            GroupError.FENCED_INSTANCE_ID,
+            f"Static member {member_id} with instance id {instance_id} was fenced by member {holder.member_id}.",
+        )
+    return holder
 
 
 def _require(condition: bool, message: str) -> None:

@@ -72,6 +72,8 @@ class GroupError(enum.Enum):
     UNSUPPORTED_ASSIGNOR = "unsupported_assignor"
     GROUP_MAX_SIZE_REACHED = "group_max_size_reached"
     INVALID_REGULAR_EXPRESSION = "invalid_regular_expression"
+    UNRELEASED_INSTANCE_ID = "unreleased_instance_id"
+    FENCED_INSTANCE_ID = "fenced_instance_id"
 
 
 class GroupState(enum.Enum):

@@ -5,7 +5,9 @@ group's coordinator as FindCoordinator names it, once that broker knows the sequ
 reduced to what both must agree on (error codes and messages, member and group epochs, states, how many partitions
 each member owns, names of the topics) and the two lists must be equal; a difference shows the first step where they
 part. Hostile steps (unknown members and groups, fenced and stale epochs, bad assignors, regexes and fields) come
-between the normal ones, so each must also leave the group as it was."""
+between the normal ones, so each must also leave the group as it was. A second sequence does the same for static
+membership (`group.instance.id`): a taken instance id, a static leave, the instance's return under a new member id,
+fenced and unknown instance ids."""
 
 from __future__ import annotations
 
@@ -351,5 +353,49 @@ def test_consumer_protocol_answers_as_kafka_4(wall_clock_listener: str, kafka4: 
         f"{step}: Kafka 4.2 answered {expected}, raybroker {got}"
         for (step, expected), (_, got) in zip(kafka, ours, strict=True)
         if got != expected and step != CLASSIC_JOIN
+    ]
+    assert not differences, "\n".join(differences)
+
+
+def described_members(side: Side) -> tuple[Any, ...]:
+    (group,) = side.call(DESCRIBE, 1, {"group_ids": [side.group], "include_authorized_operations": False}).groups
+    members = sorted(
+        (m.instance_id, m.member_epoch, sum(len(t.partitions) for t in m.assignment.topic_partitions))
+        for m in group.members
+    )
+    return (group.error_code, group.group_state, group.group_epoch, group.assignment_epoch, members)
+
+
+def run_static_sequence(side: Side) -> list[tuple[str, Any]]:
+    everything = side.owned(set(range(PARTITIONS)))
+    steps: list[tuple[str, Any]] = [("a joins as i1", seen(side.join("s-a", instance_id="i1")))]
+    steps.append(("a owns all", seen(side.heartbeat("s-a", 1, instance_id="i1", topic_partitions=everything))))
+    steps.append(("b joins as i1 too", seen(side.join("s-b", instance_id="i1"))))
+    steps.append(("c joins as i2", seen(side.join("s-c", instance_id="i2"))))
+    revoking = side.heartbeat("s-a", 1, instance_id="i1", topic_partitions=everything)
+    steps.append(("a is asked to revoke", seen(revoking)))
+    steps.append(("described", described_members(side)))
+    steps.append(("a leaves for now", seen(side.heartbeat("s-a", -2, instance_id="i1"))))
+    steps.append(("described after the static leave", described_members(side)))
+    steps.append(("a after its leave", seen(side.heartbeat("s-a", 2, instance_id="i1"))))
+    steps.append(("b joins as i1", seen(side.join("s-b", instance_id="i1"))))
+    steps.append(("described after the return", described_members(side)))
+    steps.append(("a fenced by b", seen(side.heartbeat("s-a", 2, instance_id="i1"))))
+    steps.append(("an unknown instance", seen(side.heartbeat("s-b", 2, instance_id="i9"))))
+    steps.append(("a static leave without an instance", seen(side.heartbeat("s-c", -2))))
+    steps.append(("c leaves", seen(side.heartbeat("s-c", -1, instance_id="i2"))))
+    steps.append(("b leaves", seen(side.heartbeat("s-b", -1, instance_id="i1"))))
+    steps.append(("described at the end", described_members(side)))
+    return steps
+
+
+def test_static_membership_answers_as_kafka_4(wall_clock_listener: str, kafka4: str) -> None:
+    run = uuid.uuid4().hex[:8]
+    kafka = run_static_sequence(Side(kafka4, f"static-{run}", f"static-{run}"))
+    ours = run_static_sequence(Side(wall_clock_listener, f"static-{run}", f"static-{run}"))
+    differences = [
+        f"{step}: Kafka 4.2 answered {expected}, raybroker {got}"
+        for (step, expected), (_, got) in zip(kafka, ours, strict=True)
+        if got != expected
     ]
     assert not differences, "\n".join(differences)

@@ -187,6 +187,49 @@ def test_a_silent_member_leaves_at_its_session_timeout(groups: ConsumerGroups, c
     assert beat(groups, "m2", 2, {}).error == GroupError.UNKNOWN_MEMBER_ID
 
 
+def test_a_static_member_gone_for_now_keeps_its_partitions_until_its_session_ends(
+    groups: ConsumerGroups, clock: MockClock
+) -> None:
+    join(groups, "m1", instance_id="i1")
+    join(groups, "m2")
+    kept = partitions(beat(groups, "m1", 1, {ORDERS.topic_id: frozenset({0, 1, 2, 3})}))
+    beat(groups, "m1", 1, {ORDERS.topic_id: frozenset(kept)})
+    m2 = partitions(beat(groups, "m2", 2, {}))
+    left = groups.heartbeat(HeartbeatRequest(GROUP, "m1", -2, instance_id="i1"))
+    assert (left.error, left.member_id, left.member_epoch) == (GroupError.NONE, "m1", -2)
+    # While its session lasts m1's partitions stay its own: m2 is not given them and the group's epoch stays.
+    for _ in range(8):
+        clock.sleep(5_000)
+        assert beat(groups, "m2", 2, {ORDERS.topic_id: frozenset(m2)}).assignment is None
+    description = groups.describe(GROUP)
+    assert description is not None and description.group_epoch == 2
+    assert sorted((m.instance_id or "", m.member_epoch) for m in description.members) == [("", 2), ("i1", -2)]
+    clock.sleep(10_000)
+    # 50 s after the leave: m1 is gone (epoch 3) and m2 takes everything.
+    taken = beat(groups, "m2", 2, {ORDERS.topic_id: frozenset(m2)})
+    assert taken.member_epoch == 3 and partitions(taken) == kept | m2
+    assert join(groups, "m3", instance_id="i1").member_epoch == 4
+
+
+def test_a_static_member_returning_under_a_new_id_takes_its_place_without_a_rebalance(groups: ConsumerGroups) -> None:
+    first = join(groups, "m1", instance_id="i1")
+    beat(groups, "m1", 1, {ORDERS.topic_id: frozenset(partitions(first))})
+    taken = join(groups, "m9", instance_id="i1")
+    assert (taken.error, taken.member_id) == (GroupError.UNRELEASED_INSTANCE_ID, None)
+    groups.heartbeat(HeartbeatRequest(GROUP, "m1", -2, instance_id="i1"))
+    back = join(groups, "m9", instance_id="i1")
+    assert (back.error, back.member_epoch, partitions(back)) == (GroupError.NONE, 1, {0, 1, 2, 3})
+    description = groups.describe(GROUP)
+    assert description is not None and description.group_epoch == 1
+    assert [(m.member_id, m.instance_id) for m in description.members] == [("m9", "i1")]
+    fenced = groups.heartbeat(HeartbeatRequest(GROUP, "m1", 1, instance_id="i1"))
+    assert fenced.error == GroupError.FENCED_INSTANCE_ID
+    unknown = groups.heartbeat(HeartbeatRequest(GROUP, "m9", 1, instance_id="i2"))
+    assert (unknown.error, unknown.message) == (GroupError.UNKNOWN_MEMBER_ID, "Instance id i2 is unknown.")
+    assert groups.heartbeat(HeartbeatRequest(GROUP, "m9", -1, instance_id="i1")).member_epoch == -1
+    assert groups.describe(GROUP).members == ()  # type: ignore[union-attr]
+
+
 def test_a_member_that_does_not_revoke_in_its_rebalance_timeout_is_removed(
     groups: ConsumerGroups, clock: MockClock
 ) -> None:
