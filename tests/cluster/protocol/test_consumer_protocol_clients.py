@@ -5,7 +5,9 @@ and the group moves to 2/2/2 without stopping the others, and records produced b
 read. The oracle is what was produced, as the producer's delivery reports named it: every record read exactly once
 across the members (each commits after every poll and before giving a partition up, so nothing committed may be
 read again), and each step's assignments complete and balanced. librdkafka's own consumer-protocol client
-(confluent-kafka, `group.protocol=consumer`) runs the same steps on raybroker.
+(confluent-kafka, `group.protocol=consumer`) runs the same steps on raybroker, and static members of it
+(`group.instance.id`) on both brokers: one closes (a static leave) and the other keeps its own share meanwhile, then
+the instance starts again and gets back the partitions it had, as on Kafka 4.2.
 
 Both brokers run with a 1 s consumer heartbeat interval (Kafka's default is 5 s; a member learns of a new target
 at its next heartbeat), so each step takes a few seconds."""
@@ -186,3 +188,61 @@ def test_librdkafka_members_split_and_rebalance(wall_clock_listener: str) -> Non
         for consumer in consumers:
             consumer.close()
     assert set(read) == produced
+
+
+def static_member_steps(bootstrap: str) -> list[list[list[int]]]:
+    """Two static librdkafka members split the topic; "i-a" closes, then starts again: each member's partitions
+    after the split, after i-a's close (i-b's only), and after its return."""
+    topic, group = f"kip848-static-{uuid.uuid4().hex[:8]}", f"static-{uuid.uuid4().hex[:8]}"
+    create_topic(bootstrap, topic)
+
+    def member(instance: str) -> Consumer:
+        consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": group,
+                "group.protocol": "consumer",
+                "group.instance.id": instance,
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": "false",
+            }
+        )
+        consumer.subscribe([topic])
+        return consumer
+
+    consumers = {"i-a": member("i-a"), "i-b": member("i-b")}
+
+    def partitions(instance: str) -> list[int]:
+        return sorted(partition.partition for partition in consumers[instance].assignment())
+
+    def poll_for(seconds: float, done: Callable[[], bool] = lambda: False) -> None:
+        deadline = time.monotonic() + seconds
+        while not done() and time.monotonic() < deadline:
+            for consumer in consumers.values():
+                consumer.poll(0.05)
+
+    steps = []
+    try:
+        poll_for(DEADLINE_S, lambda: [len(partitions(i)) for i in consumers] == [3, 3])
+        steps.append([partitions(instance) for instance in sorted(consumers)])
+        consumers.pop("i-a").close()
+        # Longer than a few heartbeats of i-b, far shorter than the session i-a's partitions are kept for.
+        poll_for(5.0)
+        steps.append([partitions("i-b")])
+        consumers["i-a"] = member("i-a")
+        poll_for(DEADLINE_S, lambda: len(partitions("i-a")) == 3)
+        steps.append([partitions(instance) for instance in sorted(consumers)])
+    finally:
+        for consumer in consumers.values():
+            consumer.close()
+    return steps
+
+
+def test_a_static_member_gets_its_partitions_back_as_on_kafka(wall_clock_listener: str, kafka4: str) -> None:
+    outcomes = {
+        name: static_member_steps(bootstrap)
+        for name, bootstrap in (("kafka", kafka4), ("raybroker", wall_clock_listener))
+    }
+    for name, (split, away, back) in outcomes.items():
+        assert sorted(len(partitions) for partitions in split) == [3, 3], (name, split)
+        assert away == [split[1]] and back == split, (name, outcomes[name])
