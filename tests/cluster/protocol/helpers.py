@@ -23,6 +23,7 @@ from typing import Any
 
 import trustme
 from kio.index import load_request_schema, load_response_schema
+from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader
 
 from actors.core.controller.controller import Controller
@@ -32,6 +33,7 @@ from actors.core.role_metrics import NO_ROLE_METRICS, RoleMetrics
 from actors.core.security.acl_bindings import AclBinding
 from actors.core.security.scram import ScramCredential
 from actors.metrics.recorder import BrokerMetrics
+from cluster.protocol.client import WireClient
 from cluster.protocol.framing import SIZE, Request, decode_response, encode_request, encode_response
 from cluster.protocol.listener import KafkaListener, start_listener
 from cluster.protocol.messages import build
@@ -50,6 +52,15 @@ OFFSETS_TOPIC_PARTITIONS = 3
 # nothing more comes).
 READ_DEADLINE_S = 30.0
 QUIET_S = 1.0
+FIND_COORDINATOR = 10
+# FindCoordinator v4's key types.
+GROUP_KEY, TRANSACTION_KEY = 0, 1
+# What a coordinator answers while it is elected or loading: the question is asked again.
+COORDINATOR_RETRIED = {
+    ErrorCode.coordinator_not_available,
+    ErrorCode.coordinator_load_in_progress,
+    ErrorCode.not_coordinator,
+}
 
 
 def start_broker(
@@ -258,6 +269,23 @@ def committed_offsets(broker: InProcessBroker) -> dict[tuple[str, str, int], int
         for described in coordinator.list_groups()
         for (topic, partition), offset in coordinator.group_offsets(described.group_id).items()
     }
+
+
+def coordinator_client(bootstrap: str, key: str, key_type: int, deadline_s: float = 30.0) -> WireClient:
+    """A connection to the coordinator of `key` (a group, `GROUP_KEY`, or a transactional id, `TRANSACTION_KEY`) as
+    FindCoordinator v4 names it, asked through the first of `bootstrap`'s addresses until it is not a
+    `COORDINATOR_RETRIED` answer; the caller closes it."""
+    deadline = time.monotonic() + deadline_s
+    with WireClient(bootstrap.split(",")[0], timeout_s=deadline_s) as client:
+        while True:
+            found = client.request(FIND_COORDINATOR, 4, {"key_type": key_type, "coordinator_keys": [key]})
+            (coordinator,) = found.coordinators
+            if coordinator.error_code not in COORDINATOR_RETRIED:
+                break
+            assert time.monotonic() < deadline, found
+            time.sleep(0.1)
+    assert coordinator.error_code == ErrorCode.none, found
+    return WireClient(f"{coordinator.host}:{coordinator.port}", timeout_s=deadline_s)
 
 
 def assigned_member(bootstrap: str, group: str, topic: str, deadline_s: float = 30.0) -> Any:

@@ -20,17 +20,17 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from cluster.protocol.client import WireClient
+from tests.cluster.protocol.helpers import COORDINATOR_RETRIED, GROUP_KEY, coordinator_client
 
 pytestmark = pytest.mark.kafka
 
-OFFSET_COMMIT, OFFSET_FETCH, FIND_COORDINATOR, JOIN_GROUP, DESCRIBE_GROUPS, LIST_GROUPS = 8, 9, 10, 11, 15, 16
+OFFSET_COMMIT, OFFSET_FETCH, JOIN_GROUP, DESCRIBE_GROUPS, LIST_GROUPS = 8, 9, 11, 15, 16
 METADATA, CREATE_TOPICS, DELETE_GROUPS, HEARTBEAT, DESCRIBE = 3, 19, 42, 68, 69
 PARTITIONS = 3
 DEADLINE_S = 30.0
 # Kafka 4.2 lets classic members into a consumer-protocol group (`group.consumer.migration.policy`); raybroker does
 # not serve that and refuses them: the one known difference, asserted apart from the comparison.
 CLASSIC_JOIN = "a classic join"
-RETRIED = {ErrorCode.coordinator_not_available, ErrorCode.coordinator_load_in_progress, ErrorCode.not_coordinator}
 
 
 class Side:
@@ -57,7 +57,7 @@ class Side:
             },
         )
         assert created.topics[0].error_code == ErrorCode.none, created
-        self.coordinator = self._coordinator()
+        self.coordinator = coordinator_client(bootstrap, group, GROUP_KEY, DEADLINE_S)
         self._await_topic_on_coordinator()
         self._await_topic_in_assignments()
         metadata = self.bootstrap.request(
@@ -122,22 +122,11 @@ class Side:
             assert time.monotonic() < deadline, joined
             time.sleep(0.2)
 
-    def _coordinator(self) -> WireClient:
-        deadline = time.monotonic() + DEADLINE_S
-        while True:
-            found = self.bootstrap.request(FIND_COORDINATOR, 4, {"key_type": 0, "coordinator_keys": [self.group]})
-            coordinator = found.coordinators[0]
-            if coordinator.error_code not in RETRIED:
-                assert coordinator.error_code == ErrorCode.none, found
-                return WireClient(f"{coordinator.host}:{coordinator.port}", timeout_s=DEADLINE_S)
-            assert time.monotonic() < deadline, found
-            time.sleep(0.1)
-
     def call(self, api_key: int, version: int, values: dict[str, Any]) -> Any:
         deadline = time.monotonic() + DEADLINE_S
         while True:
             answer = self.coordinator.request(api_key, version, values)
-            if getattr(answer, "error_code", None) not in RETRIED:
+            if getattr(answer, "error_code", None) not in COORDINATOR_RETRIED:
                 return answer
             assert time.monotonic() < deadline, answer
             time.sleep(0.1)

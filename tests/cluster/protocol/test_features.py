@@ -43,8 +43,14 @@ from actors.core.controller.finalized_features import (
     TRANSACTION_VERSION_LEVEL,
 )
 from benchmarks.kafka_broker import KAFKA_4_VERSION
-from cluster.protocol.client import WireClient
-from tests.cluster.protocol.helpers import exchange, run, start_broker, start_local_listener
+from tests.cluster.protocol.helpers import (
+    GROUP_KEY,
+    coordinator_client,
+    exchange,
+    run,
+    start_broker,
+    start_local_listener,
+)
 from tests.cluster.protocol.kafka_tools import FEATURES, printed_lines, run_kafka_tool
 
 pytestmark = pytest.mark.kafka
@@ -211,14 +217,7 @@ def consumer_protocol_answers(bootstrap: str) -> tuple[Any, ...]:
     """A new member's join of a new group, then that group described: (heartbeat code, epoch, message, whether a
     member id came back, describe code, message, group state)."""
     group = f"gv-{uuid.uuid4().hex[:8]}"
-    with WireClient(bootstrap.split(",")[0]) as client:
-        deadline = time.monotonic() + DEADLINE_S
-        while True:
-            (coordinator,) = client.request(10, 4, {"key_type": 0, "coordinator_keys": [group]}).coordinators
-            if coordinator.error_code == 0 or time.monotonic() > deadline:
-                break
-            time.sleep(0.2)
-    with WireClient(f"{coordinator.host}:{coordinator.port}") as client:
+    with coordinator_client(bootstrap, group, GROUP_KEY, DEADLINE_S) as client:
         member = uuid.uuid4().hex[:22]
         join = {
             "group_id": group,

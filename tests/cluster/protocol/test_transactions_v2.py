@@ -29,7 +29,7 @@ from cluster.protocol.views.in_process_broker_view import InProcessBrokerView
 from cluster.protocol.views.security_view import SecurityView
 from cluster.protocol.views.transaction_view import TransactionView
 from tests.cluster.applications.java_programs import JavaProcess, java_classpath
-from tests.cluster.protocol.helpers import start_broker
+from tests.cluster.protocol.helpers import COORDINATOR_RETRIED, TRANSACTION_KEY, coordinator_client, start_broker
 
 pytestmark = pytest.mark.kafka
 
@@ -38,14 +38,9 @@ SOURCE = Path(__file__).parent / "java" / "TransactionsV2.java"
 PARTITIONS = 3
 TRANSACTIONS = 12
 RUN_TIMEOUT_S = 180
-FIND_COORDINATOR, INIT_PRODUCER_ID, END_TXN = 10, 22, 26
+INIT_PRODUCER_ID, END_TXN = 22, 26
 # A coordinator still starting, or a transition still pending: the step is asked again.
-RETRIED = {
-    ErrorCode.coordinator_not_available,
-    ErrorCode.coordinator_load_in_progress,
-    ErrorCode.not_coordinator,
-    ErrorCode.concurrent_transactions,
-}
+RETRIED = {*COORDINATOR_RETRIED, ErrorCode.concurrent_transactions}
 
 
 @pytest.fixture(scope="module")
@@ -131,10 +126,7 @@ def test_end_txn_v5_with_no_partition_answers_as_kafka(recorded: tuple[str, Metr
 def end_txn_steps(bootstrap: str) -> list[tuple[ErrorCode, int | None]]:
     """Commit, abort, commit, abort with nothing sent: each answer's code and the epoch it gives (None for none)."""
     transactional_id = f"empty-{uuid.uuid4().hex[:8]}"
-    with WireClient(bootstrap.split(",")[0]) as client:
-        found = retried(client, FIND_COORDINATOR, 1, {"key": transactional_id, "key_type": 1})
-        assert found.error_code == ErrorCode.none, found
-    with WireClient(f"{found.host}:{found.port}") as client:
+    with coordinator_client(bootstrap, transactional_id, TRANSACTION_KEY) as client:
         init = {
             "transactional_id": transactional_id,
             "transaction_timeout": 60000,
