@@ -11,6 +11,7 @@ import pytest
 
 from actors.core.in_process_broker import InProcessBroker
 from benchmarks.kafka_broker import KAFKA_4_VERSION, KafkaQuorum, KafkaUnavailable
+from cluster.protocol.feature_cache import FeatureCache
 from cluster.protocol.listener import start_listener
 from cluster.protocol.views.group_view import GroupView
 from cluster.protocol.views.in_process_broker_view import InProcessBrokerView
@@ -89,6 +90,15 @@ def groups(broker: InProcessBroker) -> GroupView:
 @pytest.fixture
 def security(broker: InProcessBroker) -> SecurityView:
     return SecurityView.in_process(broker.controller)
+
+
+@pytest.fixture
+def features(security: SecurityView) -> FeatureCache:
+    """A listener's copy of the in-process controller's features (a new cluster's: `transaction.version` 2,
+    `group.version` 1)."""
+    cache = FeatureCache(security)
+    run(cache.refresh())
+    return cache
 
 
 @pytest.fixture

@@ -34,14 +34,6 @@ SERVED_RANGES = {key: (served.min_version, served.max_version) for key, served i
 FEATURES_VERSION = 3
 
 
-@pytest.fixture
-def features(security: SecurityView) -> FeatureCache:
-    """The listener's copy of the in-process controller's features."""
-    cache = FeatureCache(security)
-    run(cache.refresh())
-    return cache
-
-
 @pytest.mark.parametrize(
     "version", range(SERVED[API_VERSIONS_KEY].min_version, SERVED[API_VERSIONS_KEY].max_version + 1)
 )
@@ -92,14 +84,12 @@ def test_a_too_new_request_gets_a_v0_answer_with_unsupported_version_and_the_ran
 
 
 def test_the_consumer_protocol_is_neither_listed_nor_served_when_turned_off(
-    broker: InProcessBroker, security: SecurityView
+    broker: InProcessBroker, security: SecurityView, features: FeatureCache
 ) -> None:
     """`group.coordinator.rebalance.protocols=classic`: ApiVersions lists no ConsumerGroupHeartbeat (68) or
     ConsumerGroupDescribe (69), so clients keep to the classic protocol (franz-go switches by what is listed), and a
     request of either is no request this listener serves (its connection is closed, as Kafka closes it)."""
     endpoint = BrokerEndpoint(0, "127.0.0.1", 9092, (("PLAINTEXT", "127.0.0.1", 9092),))
-    features = FeatureCache(security)
-    run(features.refresh())
     routers = {
         protocols: Router(
             InProcessBrokerView(broker),

@@ -587,13 +587,6 @@ def test_the_group_protocol_needs_read_on_the_group(groups: GroupView, security:
     assert joined.error_code == ErrorCode.member_id_required
 
 
-def finalized(security: SecurityView) -> FeatureCache:
-    """A listener's copy of the cluster's features (a new cluster's: `group.version` 1 serves the consumer protocol)."""
-    features = FeatureCache(security)
-    run(features.refresh())
-    return features
-
-
 def heartbeat(groups: GroupView, features: FeatureCache, access: AccessControl, topics: list[str]) -> Any:
     """Alice's first ConsumerGroupHeartbeat into group "g", subscribing to `topics`."""
     values = {
@@ -608,11 +601,10 @@ def heartbeat(groups: GroupView, features: FeatureCache, access: AccessControl, 
 
 
 def test_the_consumer_protocol_needs_read_on_the_group_and_describe_on_its_topics(
-    view: InProcessBrokerView, groups: GroupView, security: SecurityView
+    view: InProcessBrokerView, groups: GroupView, security: SecurityView, features: FeatureCache
 ) -> None:
     run(view.create_topic("seen", 1))
     run(view.create_topic("hidden", 1))
-    features = finalized(security)
     no_read = access_with(security, on_group("g", AclOperation.DESCRIBE), on_topic("seen", AclOperation.DESCRIBE))
     assert heartbeat(groups, features, no_read, ["seen"]).error_code == DENIED_GROUP
     readers = access_with(
