@@ -12,9 +12,13 @@
 | group.consumer.max.session.timeout.ms       | int  | 60000            | its upper bound                          |
 | group.consumer.max.size                     | int  | 2147483647       | members of one consumer group            |
 | group.consumer.assignors                    | list | uniform,range    | server assignors, the first the default  |
+| group.consumer.migration.policy             | str  | bidirectional    | which way a group with members may move  |
+|                                             |      |                  | between the protocols (see below)        |
 
 Kafka takes the assignors by class name as well as by short name; raybroker's are its own, so only `uniform` and
-`range` are names it knows. `GroupProtocolKeys` declares them once; `BrokerConfig` extends it and derives its
+`range` are names it knows. The migration policy is one of `disabled`, `upgrade` (a classic group with members
+becomes a consumer-protocol group when a consumer member joins), `downgrade` (a consumer-protocol group left with
+classic members only becomes a classic group) and `bidirectional`. `GroupProtocolKeys` declares them once; `BrokerConfig` extends it and derives its
 `group_protocol_config`, which checks what Kafka's `GroupCoordinatorConfig` checks: each interval within its
 bounds, the heartbeat shorter than the session.
 """
@@ -30,6 +34,7 @@ INT_MAX = 2**31 - 1
 CLASSIC_PROTOCOL = "classic"
 CONSUMER_PROTOCOL = "consumer"
 KNOWN_ASSIGNORS = ("uniform", "range")
+MIGRATION_POLICIES = ("disabled", "upgrade", "downgrade", "bidirectional")
 
 
 @dataclass(frozen=True)
@@ -45,11 +50,22 @@ class GroupProtocolKeys:
     group_consumer_max_session_timeout_ms: int = config_field(60000, "int", low=1)
     group_consumer_max_size: int = config_field(INT_MAX, "int", low=1)
     group_consumer_assignors: tuple[str, ...] = config_field(KNOWN_ASSIGNORS, "list")
+    group_consumer_migration_policy: str = config_field("bidirectional", "string", choices=MIGRATION_POLICIES)
 
 
 @dataclass(frozen=True)
 class GroupProtocolConfig(GroupProtocolKeys):
     """The consumer group protocol's settings (see the module docstring for names and defaults)."""
+
+    @property
+    def upgrade_enabled(self) -> bool:
+        """Whether a classic group with members becomes a consumer-protocol group when a consumer member joins."""
+        return self.group_consumer_migration_policy in ("upgrade", "bidirectional")
+
+    @property
+    def downgrade_enabled(self) -> bool:
+        """Whether a consumer-protocol group left with classic members only becomes a classic group."""
+        return self.group_consumer_migration_policy in ("downgrade", "bidirectional")
 
     def __post_init__(self) -> None:
         check_fields(self)

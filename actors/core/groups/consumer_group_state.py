@@ -29,11 +29,23 @@ member in the group at epoch -2 with its partitions until its session times out,
 instance id before then takes its place, partitions and target included, without a new group epoch; a heartbeat or
 leave naming an instance id no member holds is UNKNOWN_MEMBER_ID, one naming another member's is FENCED_INSTANCE_ID.
 
-What is not served: rack-aware assignment, classic members in a consumer group and
-the conversion of a group between protocols while it has members (Kafka's `group.consumer.migration.policy`): an
-empty group of one protocol is taken over by the other, one with members answers GROUP_ID_NOT_FOUND (heartbeat) or
-INCONSISTENT_GROUP_PROTOCOL (JoinGroup). State is in memory only: after the coordinator restarts, a member's
-heartbeat is UNKNOWN_MEMBER_ID and Kafka's clients join again with epoch 0.
+Classic members (Kafka's `classicGroup*ToConsumerGroup`): a JoinGroup into a group with members makes the member a
+classic member of it, subscribed as its first protocol's subscription says and owning the partitions listed there.
+It is answered at once with its member epoch as the generation, no leader, and its first protocol's name; its
+SyncGroup is answered at once with the partitions the coordinator assigned it (revoking first, like any member); a
+Heartbeat answers REBALANCE_IN_PROGRESS when it must join again to move on. Its session is its own
+`session.timeout.ms`, and it must sync after a join, and join after being told to, within its rebalance timeout.
+A generation other than its epoch is ILLEGAL_GENERATION (offset commits and fetches included).
+
+Moving between protocols (`group.consumer.migration.policy`, `bidirectional` by default): a classic group with
+members is adopted when a consumer member joins it (`adopt`, an upgrade: its generation becomes the group epoch and
+each member keeps its assignment), and a group whose last consumer member left, with classic members only, is handed
+back to the classic protocol (`take_downgrade`). An empty group of one protocol is taken over by the other.
+
+What is not served: rack-aware assignment, and static classic members in a consumer group beyond their JoinGroup (the
+classic protocol's SyncGroup, Heartbeat and LeaveGroup reach a member by its member id). State is in memory only:
+after the coordinator restarts, a member's heartbeat is UNKNOWN_MEMBER_ID and Kafka's clients join again with
+epoch 0.
 
 Seams: the clock and `find_topics(names)`, the id and partition count of each named topic that exists, and
 `all_topics()`, every non-internal topic name (for regex subscriptions). No I/O of its own; tested on a
@@ -51,26 +63,38 @@ from dataclasses import dataclass, field, replace
 import re2
 
 from actors.core.groups.assignors import ASSIGNORS, Assignment, AssignmentSpec
-from actors.core.groups.group_membership import GroupError
+from actors.core.groups.consumer_members import (
+    NO_EPOCH,
+    ClassicMetadata,
+    ConsumerMember,
+    MemberState,
+    reconcile,
+    within,
+)
+from actors.core.groups.consumer_protocol import (
+    CONSUMER_PROTOCOL_TYPE,
+    decode_assignment,
+    decode_subscription,
+    encode_assignment,
+    version_of,
+)
+from actors.core.groups.group_membership import (
+    ClassicGroupSnapshot,
+    ClassicMemberSnapshot,
+    GroupError,
+    JoinResult,
+    SyncResult,
+)
 from storage.clock import Clock
 from storage.config.group_protocol_config import GroupProtocolConfig
 
 JOIN_EPOCH = 0
 LEAVE_EPOCH = -1
 STATIC_LEAVE_EPOCH = -2
-NO_EPOCH = -1
 # How often a group's subscribed topics are looked up again between subscription changes (Kafka reacts to each new
 # metadata image; a second bounds how late a new partition is assigned).
 METADATA_REFRESH_MS = 1000
 FIRST_CLIENT_MEMBER_ID_VERSION = 1
-
-
-class MemberState(enum.Enum):
-    """Where a member is in its reconciliation (Kafka's `MemberState`)."""
-
-    STABLE = "stable"
-    UNREVOKED_PARTITIONS = "unrevoked_partitions"
-    UNRELEASED_PARTITIONS = "unreleased_partitions"
 
 
 class ConsumerGroupState(enum.Enum):
@@ -138,6 +162,7 @@ class ConsumerMemberDescription:
     subscribed_topic_regex: str
     assignment: Assignment
     target_assignment: Assignment
+    classic: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,35 +188,17 @@ class HeartbeatRefused(Exception):
 
 
 @dataclass(slots=True)
-class _Member:
-    member_id: str
-    instance_id: str | None = None
-    rack_id: str | None = None
-    rebalance_timeout_ms: int = -1
-    client_id: str = ""
-    client_host: str = ""
-    subscribed_topic_names: tuple[str, ...] = ()
-    subscribed_topic_regex: str | None = None
-    server_assignor: str | None = None
-    member_epoch: int = 0
-    previous_member_epoch: int = NO_EPOCH
-    state: MemberState = MemberState.STABLE
-    assigned: Assignment = field(default_factory=dict)
-    pending_revocation: Assignment = field(default_factory=dict)
-    session_deadline_ms: int = 0
-    revocation_deadline_ms: int | None = None
-
-
-@dataclass(slots=True)
 class _Group:
     group_id: str
     group_epoch: int = 0
     assignment_epoch: int = 0
-    members: dict[str, _Member] = field(default_factory=dict)
+    members: dict[str, ConsumerMember] = field(default_factory=dict)
     target: dict[str, Assignment] = field(default_factory=dict)
     # Subscribed topic name -> what it is now; only topics that exist.
     metadata: dict[str, TopicInfo] = field(default_factory=dict)
     metadata_refresh_due_ms: int = 0
+    # A consumer-protocol member left since the last look at a downgrade (`take_downgrade`).
+    consumer_member_left: bool = False
 
 
 class ConsumerGroups:
@@ -331,7 +338,7 @@ class ConsumerGroups:
                     f"The consumer group has reached its maximum capacity of "
                     f"{self._config.group_consumer_max_size} members.",
                 )
-            previous = _Member(member_id)
+            previous = ConsumerMember(member_id)
         elif joining:
             # A known member joining again (after a fence, or a lost answer) starts over without partitions.
             previous = replace(
@@ -375,24 +382,7 @@ class ConsumerGroups:
             or updated.server_assignor != previous.server_assignor
         )
         self._groups[group.group_id] = group
-        group.members[member_id] = updated
-        if bump or now >= group.metadata_refresh_due_ms:
-            metadata = self._subscription_metadata(group)
-            group.metadata_refresh_due_ms = now + METADATA_REFRESH_MS
-            if metadata != group.metadata:
-                group.metadata = metadata
-                bump = True
-        if bump:
-            group.group_epoch += 1
-        if group.group_epoch > group.assignment_epoch:
-            self._assign(group)
-        reconciled = _reconcile(
-            updated,
-            group.assignment_epoch,
-            group.target.get(member_id, {}),
-            request.owned,
-            self._owned_by_others(group, member_id),
-        )
+        reconciled = self._update(group, updated, bump, request.owned, now)
         reconciled.session_deadline_ms = now + self._config.group_consumer_session_timeout_ms
         if reconciled.state == MemberState.UNREVOKED_PARTITIONS:
             if reconciled.revocation_deadline_ms is None:
@@ -415,6 +405,292 @@ class ConsumerGroups:
             dict(reconciled.assigned) if full_request or changed else None,
         )
 
+    # --- Classic members: JoinGroup, SyncGroup, Heartbeat and LeaveGroup into a consumer-protocol group ------
+
+    def classic_join(
+        self,
+        group_id: str,
+        member_id: str,
+        *,
+        group_instance_id: str | None = None,
+        client_id: str = "",
+        client_host: str = "",
+        session_timeout_ms: int,
+        rebalance_timeout_ms: int,
+        protocol_type: str,
+        protocols: Iterable[tuple[str, bytes]],
+        require_known_member_id: bool = False,
+    ) -> JoinResult:
+        """A classic member's JoinGroup into this group, which has members (Kafka's
+        `classicGroupJoinToConsumerGroup`): the member's subscription is its first protocol's, and what it owns
+        the subscription's owned partitions. Answered at once: its generation is its member epoch after one
+        reconciliation step, no leader, and its protocol the first it lists. It must SyncGroup within its rebalance
+        timeout."""
+        now = self._clock.milliseconds()
+        group = self._groups[group_id]
+        self._expire(group, now)
+        offered = tuple(protocols)
+        requested_id = member_id
+        unknown = member_id == ""
+        member_id = member_id or str(uuid.uuid4())
+        if member_id not in group.members and len(group.members) >= self._config.group_consumer_max_size:
+            return JoinResult(GroupError.GROUP_MAX_SIZE_REACHED, requested_id)
+        if not self._supports_protocols(group, protocol_type, [name for name, _ in offered]):
+            return JoinResult(GroupError.INCONSISTENT_GROUP_PROTOCOL, requested_id)
+        if require_known_member_id and unknown and group_instance_id is None:
+            return JoinResult(GroupError.MEMBER_ID_REQUIRED, member_id)
+        subscription = decode_subscription(offered[0][1])
+        if subscription is None:
+            return JoinResult(GroupError.UNKNOWN_SERVER_ERROR, requested_id)
+        replaced = None
+        if group_instance_id is None:
+            previous = group.members.get(member_id) or ConsumerMember(member_id)
+        else:
+            holder = _holder(group, group_instance_id)
+            if holder is None:
+                if not unknown:
+                    return JoinResult(GroupError.UNKNOWN_MEMBER_ID, requested_id)
+                previous = ConsumerMember(member_id)
+            elif unknown:
+                # The instance is back under a new member id: it goes on with what its previous member held.
+                replaced = holder
+                previous = replace(holder, member_id=member_id, member_epoch=0, previous_member_epoch=0)
+                del group.members[holder.member_id]
+                target = group.target.pop(holder.member_id, None)
+                if target is not None:
+                    group.target[member_id] = target
+            elif holder.member_id != member_id:
+                return JoinResult(GroupError.FENCED_INSTANCE_ID, requested_id)
+            else:
+                previous = holder
+        updated = replace(
+            previous,
+            instance_id=group_instance_id if group_instance_id is not None else previous.instance_id,
+            rack_id=subscription.rack_id if subscription.rack_id is not None else previous.rack_id,
+            rebalance_timeout_ms=rebalance_timeout_ms if rebalance_timeout_ms != -1 else previous.rebalance_timeout_ms,
+            server_assignor=None,
+            subscribed_topic_names=tuple(sorted(set(subscription.topics))),
+            client_id=client_id,
+            client_host=client_host,
+            classic=ClassicMetadata(session_timeout_ms, offered),
+        )
+        new = member_id not in group.members and replaced is None
+        bump = new or updated.subscribed_topic_names != previous.subscribed_topic_names
+        ids = {info.name: info.topic_id for info in group.metadata.values()}
+        owned: dict[uuid.UUID, frozenset[int]] = {}
+        for topic, partition in subscription.owned:
+            if topic in ids:
+                owned[ids[topic]] = owned.get(ids[topic], frozenset()) | {partition}
+        reconciled = self._update(group, updated, bump, owned, now)
+        reconciled.session_deadline_ms = now + session_timeout_ms
+        reconciled.revocation_deadline_ms = None
+        reconciled.join_deadline_ms = None
+        reconciled.sync_deadline_ms = now + max(reconciled.rebalance_timeout_ms, 0)
+        group.members[member_id] = reconciled
+        return JoinResult(
+            GroupError.NONE, member_id, reconciled.member_epoch, CONSUMER_PROTOCOL_TYPE, offered[0][0], ""
+        )
+
+    def classic_sync(
+        self,
+        group_id: str,
+        member_id: str,
+        generation_id: int,
+        protocol_type: str | None = None,
+        protocol_name: str | None = None,
+    ) -> SyncResult:
+        """A classic member's SyncGroup: its assigned partitions, at once, in its subscription's version (Kafka's
+        `classicGroupSyncToConsumerGroup`); REBALANCE_IN_PROGRESS when a newer group epoch wants it to join again
+        first (unless it is still revoking: it revokes, then joins)."""
+        now = self._clock.milliseconds()
+        group = self._groups[group_id]
+        self._expire(group, now)
+        if not group.members:
+            return SyncResult(GroupError.UNKNOWN_MEMBER_ID)
+        member = group.members.get(member_id)
+        verdict = _classic_verdict(member, generation_id)
+        if member is None or member.classic is None or verdict != GroupError.NONE:
+            return SyncResult(verdict)
+        if (protocol_type is not None and protocol_type != CONSUMER_PROTOCOL_TYPE) or (
+            protocol_name is not None and protocol_name != member.classic.protocol_name
+        ):
+            return SyncResult(GroupError.INCONSISTENT_GROUP_PROTOCOL)
+        if group.group_epoch > member.member_epoch and member.state != MemberState.UNREVOKED_PARTITIONS:
+            _must_join(member, now)
+            return SyncResult(GroupError.REBALANCE_IN_PROGRESS)
+        member.sync_deadline_ms = None
+        member.session_deadline_ms = now + member.classic.session_timeout_ms
+        names = {info.topic_id: info.name for info in group.metadata.values()}
+        version = version_of(member.classic.protocols[0][1])
+        return SyncResult(GroupError.NONE, protocol_type, protocol_name, _encoded(member.assigned, names, version))
+
+    def classic_heartbeat(self, group_id: str, member_id: str, generation_id: int) -> GroupError:
+        """A classic member's Heartbeat: NONE, or REBALANCE_IN_PROGRESS when it must join again to move on (a newer
+        group epoch, partitions to revoke, or partitions of its target now released by their owners); it must
+        then join within its rebalance timeout."""
+        now = self._clock.milliseconds()
+        group = self._groups[group_id]
+        self._expire(group, now)
+        member = group.members.get(member_id)
+        verdict = _classic_verdict(member, generation_id)
+        if member is None or member.classic is None or verdict != GroupError.NONE:
+            return verdict
+        member.session_deadline_ms = now + member.classic.session_timeout_ms
+        released = member.state == MemberState.UNRELEASED_PARTITIONS and not self._waits_for_release(group, member)
+        if member.member_epoch < group.group_epoch or member.state == MemberState.UNREVOKED_PARTITIONS or released:
+            _must_join(member, now)
+            return GroupError.REBALANCE_IN_PROGRESS
+        return GroupError.NONE
+
+    def classic_leave(self, group_id: str, member_ids: Iterable[str]) -> dict[str, GroupError]:
+        """Classic members leaving (LeaveGroup): each one's outcome (UNKNOWN_MEMBER_ID for a member that is not
+        in the group or does not speak the classic protocol); one group epoch bump for all who left."""
+        group = self._groups[group_id]
+        self._expire(group, self._clock.milliseconds())
+        outcome: dict[str, GroupError] = {}
+        for member_id in member_ids:
+            member = group.members.get(member_id)
+            if member is None or member.classic is None:
+                outcome[member_id] = GroupError.UNKNOWN_MEMBER_ID
+                continue
+            self._remove(group, member_id, bump=False)
+            outcome[member_id] = GroupError.NONE
+        if GroupError.NONE in outcome.values():
+            group.group_epoch += 1
+        return outcome
+
+    def _supports_protocols(self, group: _Group, protocol_type: str, names: list[str]) -> bool:
+        """Kafka's `supportsClassicProtocols`: the consumer protocol type, and a protocol every classic member of
+        the group lists."""
+        if protocol_type != CONSUMER_PROTOCOL_TYPE:
+            return False
+        classic = [member.classic for member in group.members.values() if member.classic is not None]
+        listed = Counter(name for metadata in classic for name in {name for name, _ in metadata.protocols})
+        return any(listed[name] == len(classic) for name in names)
+
+    def _waits_for_release(self, group: _Group, member: ConsumerMember) -> bool:
+        """Whether some partition of the member's target that it does not have yet is still another member's."""
+        others = self._owned_by_others(group, member.member_id)
+        return any(
+            (topic_id, partition) in others
+            for topic_id, partitions in group.target.get(member.member_id, {}).items()
+            for partition in partitions - member.assigned.get(topic_id, frozenset())
+        )
+
+    # --- Moving a group with members between the protocols (`group.consumer.migration.policy`) --------------
+
+    def adopt(self, snapshot: ClassicGroupSnapshot) -> None:
+        """Takes over a classic group with members as a consumer member joins it (Kafka's online upgrade,
+        `ConsumerGroup.fromClassicGroup`): group and assignment epochs are its generation, each member is a classic
+        member, Stable at that epoch with its current assignment as its target. Refused (GROUP_ID_NOT_FOUND, the
+        classic group left as it was) when the policy allows no upgrade, the group is not of protocol type
+        "consumer", it would be over `group.consumer.max.size`, or a member's subscription or assignment does not
+        decode."""
+        if (
+            not self._config.upgrade_enabled
+            or snapshot.protocol_type != CONSUMER_PROTOCOL_TYPE
+            or len(snapshot.members) > self._config.group_consumer_max_size
+        ):
+            raise HeartbeatRefused(GroupError.GROUP_ID_NOT_FOUND, f"Group {snapshot.group_id} is not a consumer group.")
+        now = self._clock.milliseconds()
+        decoded = []
+        for member in snapshot.members:
+            metadata = dict(member.protocols).get(snapshot.protocol_name or "", member.protocols[0][1])
+            subscription = decode_subscription(metadata)
+            assignment = decode_assignment(member.assignment) if member.assignment else []
+            if subscription is None or assignment is None:
+                raise HeartbeatRefused(
+                    GroupError.GROUP_ID_NOT_FOUND,
+                    f"Cannot upgrade the classic group {snapshot.group_id} to consumer group because the embedded "
+                    f"consumer protocol is malformed.",
+                )
+            decoded.append((member, subscription, assignment))
+        topics = self._find_topics(sorted({topic for _, _, assigned in decoded for topic, _ in assigned}))
+        group = _Group(snapshot.group_id, snapshot.generation_id, snapshot.generation_id)
+        for member, subscription, assigned in decoded:
+            partitions: dict[uuid.UUID, frozenset[int]] = {}
+            for topic, partition in assigned:
+                if topic in topics:
+                    topic_id = topics[topic].topic_id
+                    partitions[topic_id] = partitions.get(topic_id, frozenset()) | {partition}
+            group.members[member.member_id] = ConsumerMember(
+                member.member_id,
+                instance_id=member.group_instance_id,
+                rack_id=subscription.rack_id,
+                rebalance_timeout_ms=member.rebalance_timeout_ms,
+                client_id=member.client_id,
+                client_host=member.client_host,
+                subscribed_topic_names=tuple(sorted(set(subscription.topics))),
+                member_epoch=snapshot.generation_id,
+                previous_member_epoch=snapshot.generation_id,
+                assigned=partitions,
+                session_deadline_ms=now + member.session_timeout_ms,
+                classic=ClassicMetadata(member.session_timeout_ms, member.protocols),
+            )
+            group.target[member.member_id] = dict(partitions)
+        group.metadata = self._subscription_metadata(group)
+        group.metadata_refresh_due_ms = now + METADATA_REFRESH_MS
+        self._groups[group.group_id] = group
+
+    def take_downgrade(self, group_id: str) -> ClassicGroupSnapshot | None:
+        """After a consumer member left (or was removed) leaving classic members only, and the policy allows a
+        downgrade: the group as a classic group (Kafka's `ClassicGroup.fromConsumerGroup`), forgotten here, its
+        generation the group epoch and each member's assignment its target, for the classic protocol to adopt and
+        rebalance. None otherwise. Applies the group's due timeouts first."""
+        group = self._groups.get(group_id)
+        if group is None:
+            return None
+        self._expire(group, self._clock.milliseconds())
+        if not group.consumer_member_left:
+            return None
+        group.consumer_member_left = False
+        if not group.members or not self._config.downgrade_enabled:
+            return None
+        if any(member.classic is None for member in group.members.values()):
+            return None
+        del self._groups[group_id]
+        names = {info.topic_id: info.name for info in group.metadata.values()}
+        members = tuple(
+            ClassicMemberSnapshot(
+                member.member_id,
+                member.instance_id,
+                member.client_id,
+                member.client_host,
+                classic.session_timeout_ms,
+                member.rebalance_timeout_ms,
+                classic.protocols,
+                _encoded(group.target.get(member.member_id, {}), names, version_of(classic.protocols[0][1])),
+            )
+            for member in group.members.values()
+            if (classic := member.classic) is not None
+        )
+        return ClassicGroupSnapshot(group_id, group.group_epoch, CONSUMER_PROTOCOL_TYPE, None, members)
+
+    def _update(
+        self, group: _Group, updated: ConsumerMember, bump: bool, owned: Assignment | None, now: int
+    ) -> ConsumerMember:
+        """Stores the member as its request left it; bumps the group epoch if `bump` (its subscription changed, or
+        it is new) or the subscribed topics changed, assigns again if the epoch moved, and returns the member one
+        reconciliation step further (not stored yet: its caller sets its deadlines)."""
+        group.members[updated.member_id] = updated
+        if bump or now >= group.metadata_refresh_due_ms:
+            metadata = self._subscription_metadata(group)
+            group.metadata_refresh_due_ms = now + METADATA_REFRESH_MS
+            if metadata != group.metadata:
+                group.metadata = metadata
+                bump = True
+        if bump:
+            group.group_epoch += 1
+        if group.group_epoch > group.assignment_epoch:
+            self._assign(group)
+        return reconcile(
+            updated,
+            group.assignment_epoch,
+            group.target.get(updated.member_id, {}),
+            owned,
+            self._owned_by_others(group, updated.member_id),
+        )
+
     # --- Assignment ------------------------------------------------------------------------------------------
 
     def _subscription_metadata(self, group: _Group) -> dict[str, TopicInfo]:
@@ -429,7 +705,7 @@ class ConsumerGroups:
             names.update(name for name in self._all_topics() if any(regex.fullmatch(name) for regex in compiled))
         return dict(self._find_topics(sorted(names))) if names else {}
 
-    def _subscribed_ids(self, group: _Group, member: _Member) -> frozenset[uuid.UUID]:
+    def _subscribed_ids(self, group: _Group, member: ConsumerMember) -> frozenset[uuid.UUID]:
         regex = self._compile(member.subscribed_topic_regex) if member.subscribed_topic_regex else None
         return frozenset(
             info.topic_id
@@ -468,16 +744,18 @@ class ConsumerGroups:
     # --- Timeouts and removal --------------------------------------------------------------------------------
 
     def _expire(self, group: _Group, now: int) -> None:
-        """Removes the members whose session ended or whose revocation outlived their rebalance timeout."""
+        """Removes the members whose session ended, whose revocation outlived their rebalance timeout, and classic
+        members that did not join again, or sync, within theirs."""
         for member in list(group.members.values()):
-            late = member.revocation_deadline_ms is not None and now >= member.revocation_deadline_ms
-            if now >= member.session_deadline_ms or late:
+            if any(now >= deadline for deadline in member.deadlines()):
                 self._remove(group, member.member_id)
 
-    def _remove(self, group: _Group, member_id: str) -> None:
-        del group.members[member_id]
+    def _remove(self, group: _Group, member_id: str, *, bump: bool = True) -> None:
+        member = group.members.pop(member_id)
         group.target.pop(member_id, None)
-        group.group_epoch += 1
+        group.consumer_member_left = group.consumer_member_left or member.classic is None
+        if bump:
+            group.group_epoch += 1
         group.metadata_refresh_due_ms = 0
 
     def _existing(self, group_id: str) -> _Group:
@@ -524,8 +802,8 @@ class ConsumerGroups:
         self, group_id: str, member_id: str, member_epoch: int, *, transactional: bool, api_version: int
     ) -> GroupError:
         """Kafka's check of an OffsetCommit or TxnOffsetCommit into a consumer group: epoch < 0 only into a group
-        without members, else the member must exist, commit with OffsetCommit v9+ (a plain commit), and name its
-        current epoch."""
+        without members, else the member must exist, commit with OffsetCommit v9+ (a consumer member's plain
+        commit; a classic member may use any version), and name its current epoch (a classic member's generation)."""
         group = self._groups[group_id]
         self._expire(group, self._clock.milliseconds())
         if member_epoch < 0 and not group.members:
@@ -533,9 +811,9 @@ class ConsumerGroups:
         member = group.members.get(member_id)
         if member is None:
             return GroupError.UNKNOWN_MEMBER_ID
-        if not transactional and api_version < 9:
+        if not transactional and member.classic is None and api_version < 9:
             return GroupError.UNSUPPORTED_VERSION
-        return GroupError.NONE if member_epoch == member.member_epoch else GroupError.STALE_MEMBER_EPOCH
+        return _epoch_verdict(member, member_epoch)
 
     def check_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> GroupError:
         """Kafka's check of an OffsetFetch v9+ naming a member: it must exist at `member_epoch`."""
@@ -546,7 +824,7 @@ class ConsumerGroups:
         member = group.members.get(member_id or "")
         if member is None:
             return GroupError.UNKNOWN_MEMBER_ID
-        return GroupError.NONE if member_epoch == member.member_epoch else GroupError.STALE_MEMBER_EPOCH
+        return _epoch_verdict(member, member_epoch)
 
     def describe(self, group_id: str) -> ConsumerGroupDescription | None:
         """The group as ConsumerGroupDescribe shows it; None if it is no consumer-protocol group."""
@@ -567,6 +845,7 @@ class ConsumerGroups:
                 member.subscribed_topic_regex or "",
                 _known(member.assigned, names),
                 _known(group.target.get(member.member_id, {}), names),
+                member.classic is not None,
             )
             for member in group.members.values()
         )
@@ -607,12 +886,12 @@ def _re2j_description(error: Exception) -> str:
     return _RE2J_DESCRIPTIONS.get(what, what)
 
 
-def _holder(group: _Group, instance_id: str) -> _Member | None:
+def _holder(group: _Group, instance_id: str) -> ConsumerMember | None:
     """The member holding `instance_id`, if any."""
     return next((member for member in group.members.values() if member.instance_id == instance_id), None)
 
 
-def _static_member(group: _Group, instance_id: str, member_id: str) -> _Member:
+def _static_member(group: _Group, instance_id: str, member_id: str) -> ConsumerMember:
     """The member holding `instance_id`, which must be `member_id` (Kafka's checks of a static member's heartbeat
     and leave)."""
     holder = _holder(group, instance_id)
@@ -631,7 +910,7 @@ def _require(condition: bool, message: str) -> None:
         raise HeartbeatRefused(GroupError.INVALID_REQUEST, message)
 
 
-def _check_epoch(member: _Member, received: int, owned: Assignment | None) -> None:
+def _check_epoch(member: ConsumerMember, received: int, owned: Assignment | None) -> None:
     """Kafka's fencing of a heartbeat's member epoch (see the module docstring)."""
     if received > member.member_epoch:
         raise HeartbeatRefused(
@@ -640,7 +919,7 @@ def _check_epoch(member: _Member, received: int, owned: Assignment | None) -> No
             f"coordinator ({member.member_epoch}). The member must abandon all its partitions and rejoin.",
         )
     if received < member.member_epoch and (
-        received != member.previous_member_epoch or owned is None or not _within(owned, member.assigned)
+        received != member.previous_member_epoch or owned is None or not within(owned, member.assigned)
     ):
         raise HeartbeatRefused(
             GroupError.FENCED_MEMBER_EPOCH,
@@ -649,74 +928,32 @@ def _check_epoch(member: _Member, received: int, owned: Assignment | None) -> No
         )
 
 
-def _within(owned: Assignment, assigned: Assignment) -> bool:
-    return all(partitions <= assigned.get(topic_id, frozenset()) for topic_id, partitions in owned.items())
+def _epoch_verdict(member: ConsumerMember, member_epoch: int) -> GroupError:
+    """An offset commit's or fetch's epoch against the member's: another is STALE_MEMBER_EPOCH, or for a classic
+    member (whose epoch is its generation) ILLEGAL_GENERATION."""
+    if member_epoch == member.member_epoch:
+        return GroupError.NONE
+    return GroupError.STALE_MEMBER_EPOCH if member.classic is None else GroupError.ILLEGAL_GENERATION
 
 
-def _owns_any(owned: Assignment | None, partitions: Assignment) -> bool:
-    """Whether the member still lists any of `partitions` (a heartbeat that lists nothing is taken to own them)."""
-    if owned is None:
-        return True
-    return any(owned.get(topic_id, frozenset()) & numbers for topic_id, numbers in partitions.items())
+def _classic_verdict(member: ConsumerMember | None, generation_id: int) -> GroupError:
+    """Kafka's checks of a classic member's SyncGroup and Heartbeat: a member of the group, speaking the classic
+    protocol, naming its member epoch as its generation."""
+    if member is None or member.classic is None:
+        return GroupError.UNKNOWN_MEMBER_ID
+    return GroupError.NONE if generation_id == member.member_epoch else GroupError.ILLEGAL_GENERATION
 
 
-def _reconcile(
-    member: _Member,
-    target_epoch: int,
-    target: Assignment,
-    owned: Assignment | None,
-    owned_by_others: set[tuple[uuid.UUID, int]],
-) -> _Member:
-    """The member one step closer to its target (Kafka's `CurrentAssignmentBuilder`; see the module docstring)."""
-    if member.state == MemberState.STABLE:
-        if member.member_epoch == target_epoch:
-            return member
-        return _next_assignment(member, member.member_epoch, target_epoch, target, owned, owned_by_others)
-    if member.state == MemberState.UNREVOKED_PARTITIONS:
-        if _owns_any(owned, member.pending_revocation):
-            return member
-        return _next_assignment(member, member.member_epoch, target_epoch, target, owned, owned_by_others)
-    return _next_assignment(member, member.member_epoch, target_epoch, target, owned, owned_by_others)
+def _must_join(member: ConsumerMember, now: int) -> None:
+    """Starts the member's rebalance timeout to join again, unless it already runs."""
+    if member.join_deadline_ms is None:
+        member.join_deadline_ms = now + max(member.rebalance_timeout_ms, 0)
 
 
-def _next_assignment(
-    member: _Member,
-    member_epoch: int,
-    target_epoch: int,
-    target: Assignment,
-    owned: Assignment | None,
-    owned_by_others: set[tuple[uuid.UUID, int]],
-) -> _Member:
-    kept_only: dict[uuid.UUID, frozenset[int]] = {}
-    assigned: dict[uuid.UUID, frozenset[int]] = {}
-    revoking: dict[uuid.UUID, frozenset[int]] = {}
-    unreleased = False
-    for topic_id in set(target) | set(member.assigned):
-        wanted = target.get(topic_id, frozenset())
-        current = member.assigned.get(topic_id, frozenset())
-        kept = current & wanted
-        newly = {partition for partition in wanted - kept if (topic_id, partition) not in owned_by_others}
-        unreleased = unreleased or len(newly) < len(wanted - kept)
-        if kept:
-            kept_only[topic_id] = kept
-        if kept | newly:
-            assigned[topic_id] = kept | newly
-        if current - kept:
-            revoking[topic_id] = current - kept
-    if revoking and _owns_any(owned, revoking):
-        return _moved(member, member_epoch, MemberState.UNREVOKED_PARTITIONS, kept_only, revoking)
-    state = MemberState.UNRELEASED_PARTITIONS if unreleased else MemberState.STABLE
-    return _moved(member, target_epoch, state, assigned, {})
-
-
-def _moved(member: _Member, epoch: int, state: MemberState, assigned: Assignment, revoking: Assignment) -> _Member:
-    return replace(
-        member,
-        member_epoch=epoch,
-        previous_member_epoch=member.member_epoch,
-        state=state,
-        assigned=assigned,
-        pending_revocation=revoking,
+def _encoded(assignment: Assignment, names: Mapping[uuid.UUID, str], version: int) -> bytes:
+    """A ConsumerProtocolAssignment of the partitions of `assignment` whose topics are known, at `version`."""
+    return encode_assignment(
+        {names[topic_id]: sorted(numbers) for topic_id, numbers in assignment.items() if topic_id in names}, version
     )
 
 

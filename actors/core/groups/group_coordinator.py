@@ -30,7 +30,10 @@ The records are Kafka's OffsetCommit key and value (`storage.records.consumer_of
 Kafka broker read back too.
 
 Membership (JoinGroup, SyncGroup, Heartbeat, LeaveGroup) is `actors.core.groups.group_membership.GroupMembership`,
-held here so that every listener of the cluster sees one state per group, whichever listener a member reached.
+held here so that every listener of the cluster sees one state per group, whichever listener a member reached; the
+consumer protocol's groups are `actors.core.groups.consumer_group_state.ConsumerGroups`, which also serves classic
+members of a consumer-protocol group. A group id is one protocol's at a time: a group with members moves between them
+as `group.consumer.migration.policy` allows (`consumer_group_heartbeat` and `_settle`).
 It is kept in memory only: after a restart of the coordinator members rejoin, as Kafka's clients do after
 UNKNOWN_MEMBER_ID. A JoinGroup or SyncGroup that must wait for other members returns at once as pending; the
 caller then calls `await_join` / `await_sync`, each of which waits at most `MAX_WAIT_MS` on a condition that
@@ -62,6 +65,7 @@ from actors.core.coordinator_claims import ClaimedPartition, CoordinatorClaims
 from actors.core.groups.consumer_group_state import (
     ConsumerGroupDescription,
     ConsumerGroups,
+    HeartbeatRefused,
     HeartbeatRequest,
     HeartbeatResult,
     TopicInfo,
@@ -316,6 +320,7 @@ class GroupCoordinator:
         `commit` is not checked against the membership: its groups are names for offsets only."""
         _check_group(group)
         with self._membership_changed:
+            self._settle(group)
             if self._consumer_groups.has_group(group):
                 verdict = self._consumer_groups.check_commit(
                     group, member_id, generation_id, transactional=False, api_version=api_version
@@ -359,6 +364,7 @@ class GroupCoordinator:
         for a group with members, as Kafka accepts it; with some, the member and its generation are checked."""
         _check_group(group)
         with self._membership_changed:
+            self._settle(group)
             if self._consumer_groups.has_group(group) and (member_id or generation_id >= 0):
                 verdict = self._consumer_groups.check_commit(
                     group, member_id, generation_id, transactional=True, api_version=0
@@ -456,76 +462,133 @@ class GroupCoordinator:
     # --- Membership (see the module docstring) -----------------------------------------------------------------
 
     def join_group(self, group: str, member_id: str, **request: Any) -> JoinResult | PendingJoin:
-        """A JoinGroup (`GroupMembership.join`'s keyword arguments); `PendingJoin` means: call `await_join`. A
-        consumer-protocol group of the same id is replaced when it is empty; one with members answers
-        INCONSISTENT_GROUP_PROTOCOL (classic members do not join a consumer-protocol group here)."""
+        """A JoinGroup (`GroupMembership.join`'s keyword arguments); `PendingJoin` means: call `await_join`. Into a
+        consumer-protocol group with members the member joins as a classic member, answered at once
+        (`ConsumerGroups.classic_join`); an empty one of the same id is replaced by a classic group."""
         with self._membership_changed:
+            self._settle(group)
             if self._consumer_groups.has_group(group):
                 if self._consumer_groups.is_active(group):
-                    return JoinResult(GroupError.INCONSISTENT_GROUP_PROTOCOL, member_id)
+                    timeout_ms = request["session_timeout_ms"]
+                    config = self._membership.config
+                    if not config.group_min_session_timeout_ms <= timeout_ms <= config.group_max_session_timeout_ms:
+                        return JoinResult(GroupError.INVALID_SESSION_TIMEOUT, member_id)
+                    joined = self._consumer_groups.classic_join(group, member_id, **request)
+                    self._membership_changed.notify_all()
+                    return joined
                 self._consumer_groups.delete(group)
             outcome = self._membership.join(group, member_id, **request)
             self._membership_changed.notify_all()
             return outcome
 
     def await_join(self, group: str, member_id: str, max_wait_ms: int) -> JoinResult | PendingJoin:
-        """The member's JoinGroup answer, waiting up to `min(max_wait_ms, MAX_WAIT_MS)` for it."""
-        return self._await(group, lambda: self._membership.poll_join(group, member_id), max_wait_ms, PendingJoin)
+        """The member's JoinGroup answer, waiting up to `min(max_wait_ms, MAX_WAIT_MS)` for it; REBALANCE_IN_PROGRESS
+        if its group moved to the consumer protocol meanwhile (it joins again, as a classic member of it)."""
+
+        def poll() -> JoinResult | PendingJoin:
+            if self._consumer_groups.has_group(group):
+                return JoinResult(GroupError.REBALANCE_IN_PROGRESS, member_id)
+            return self._membership.poll_join(group, member_id)
+
+        return self._await(group, poll, max_wait_ms, PendingJoin)
 
     def sync_group(
         self, group: str, member_id: str, generation_id: int, assignments: Mapping[str, bytes], **protocol: Any
     ) -> SyncResult | None:
-        """A SyncGroup; None means: call `await_sync`."""
+        """A SyncGroup; None means: call `await_sync`. A classic member of a consumer-protocol group is answered at
+        once with the assignment the coordinator computed (`ConsumerGroups.classic_sync`)."""
         with self._membership_changed:
+            self._settle(group)
+            if self._consumer_groups.has_group(group):
+                return self._consumer_groups.classic_sync(group, member_id, generation_id, **protocol)
             outcome = self._membership.sync(group, member_id, generation_id, assignments, **protocol)
             self._membership_changed.notify_all()
             return outcome
 
     def await_sync(self, group: str, member_id: str, generation_id: int, max_wait_ms: int) -> SyncResult | None:
-        """The member's SyncGroup answer, waiting up to `min(max_wait_ms, MAX_WAIT_MS)` for it."""
-        return self._await(
-            group, lambda: self._membership.poll_sync(group, member_id, generation_id), max_wait_ms, type(None)
-        )
+        """The member's SyncGroup answer, waiting up to `min(max_wait_ms, MAX_WAIT_MS)` for it; REBALANCE_IN_PROGRESS
+        if its group moved to the consumer protocol meanwhile."""
+
+        def poll() -> SyncResult | None:
+            if self._consumer_groups.has_group(group):
+                return SyncResult(GroupError.REBALANCE_IN_PROGRESS)
+            return self._membership.poll_sync(group, member_id, generation_id)
+
+        return self._await(group, poll, max_wait_ms, type(None))
 
     def heartbeat(self, group: str, member_id: str, generation_id: int) -> GroupError:
         with self._membership_changed:
-            outcome = self._membership.heartbeat(group, member_id, generation_id)
+            self._settle(group)
+            if self._consumer_groups.has_group(group):
+                outcome = self._consumer_groups.classic_heartbeat(group, member_id, generation_id)
+            else:
+                outcome = self._membership.heartbeat(group, member_id, generation_id)
             self._membership_changed.notify_all()
             return outcome
 
     def leave_group(self, group: str, member_ids: list[str]) -> dict[str, GroupError]:
         with self._membership_changed:
-            outcome = self._membership.leave(group, member_ids)
+            self._settle(group)
+            if self._consumer_groups.has_group(group):
+                outcome = self._consumer_groups.classic_leave(group, member_ids)
+            else:
+                outcome = self._membership.leave(group, member_ids)
             self._membership_changed.notify_all()
             return outcome
 
     def consumer_group_heartbeat(self, request: HeartbeatRequest) -> HeartbeatResult:
         """A ConsumerGroupHeartbeat (`ConsumerGroups.heartbeat`). A classic group of the same id is replaced when it
-        is empty and the member joins; one with members answers GROUP_ID_NOT_FOUND, as Kafka's does when it cannot
-        convert the group."""
+        is empty and the member joins; one with members is taken over by the consumer protocol when the member
+        joins and `group.consumer.migration.policy` allows it (`ConsumerGroups.adopt`), else GROUP_ID_NOT_FOUND, as
+        Kafka answers. A consumer member's leave that leaves classic members only may hand the group back to the
+        classic protocol (`_settle`)."""
+        group = request.group_id
         with self._membership_changed:
-            if not self._consumer_groups.has_group(request.group_id) and self._membership.has_group(request.group_id):
-                if self._membership.is_active(request.group_id) or request.member_epoch != 0:
+            self._settle(group)
+            if not self._consumer_groups.has_group(group) and self._membership.has_group(group):
+                snapshot = self._membership.snapshot(group)
+                if request.member_epoch != 0:
                     return HeartbeatResult(
                         GroupError.GROUP_ID_NOT_FOUND,
-                        f"Group {request.group_id} is not a consumer group.",
+                        f"Group {group} is not a consumer group.",
                         request.member_id or None,
                         request.member_epoch,
                     )
-                self._membership.delete(request.group_id)
+                if snapshot is not None:
+                    try:
+                        self._consumer_groups.adopt(snapshot)
+                    except HeartbeatRefused as refused:
+                        return HeartbeatResult(
+                            refused.error, refused.message, request.member_id or None, request.member_epoch
+                        )
+                    self._membership.forget(group)
+                else:
+                    self._membership.delete(group)
             outcome = self._consumer_groups.heartbeat(request)
+            self._settle(group)
             self._membership_changed.notify_all()
             return outcome
+
+    def _settle(self, group: str) -> None:
+        """Applies the consumer-protocol group's due timeouts; if a consumer member's departure left classic
+        members only, the classic protocol takes the group over and rebalances it (`ConsumerGroups.take_downgrade`).
+        Called with `_membership_changed` held."""
+        snapshot = self._consumer_groups.take_downgrade(group)
+        if snapshot is not None:
+            self._membership.adopt(snapshot)
+            logger.info("group %s: classic members only left, it now uses the classic protocol", group)
 
     def describe_consumer_group(self, group: str) -> ConsumerGroupDescription | None:
         """The consumer-protocol group as ConsumerGroupDescribe shows it; None if `group` is no such group."""
         with self._membership_changed:
+            self._settle(group)
             return self._consumer_groups.describe(group)
 
     def check_offset_fetch(self, group: str, member_id: str | None, member_epoch: int) -> GroupError:
         """OffsetFetch v9+'s member check: a consumer-protocol group's member must name its current epoch; the
         classic protocol's members send none."""
         with self._membership_changed:
+            self._settle(group)
             if not self._consumer_groups.has_group(group):
                 return GroupError.NONE
             return self._consumer_groups.check_fetch(group, member_id, member_epoch)
@@ -570,6 +633,8 @@ class GroupCoordinator:
 
         committed = self._on_offsets_topic(committed_groups)
         with self._membership_changed:
+            for group in self._consumer_groups.group_ids():
+                self._settle(group)
             described = {group: self._membership.describe(group) for group in self._membership.group_ids()}
             for group in self._consumer_groups.group_ids():
                 described[group] = _listed(self._consumer_groups.describe(group))
@@ -579,6 +644,7 @@ class GroupCoordinator:
         """The group as DescribeGroups shows it; None if it has neither members nor committed offsets."""
         _check_group(group)
         with self._membership_changed:
+            self._settle(group)
             if self._consumer_groups.has_group(group):
                 return None
             described = self._membership.describe(group)
@@ -624,6 +690,7 @@ class GroupCoordinator:
         _check_group(group)
         wanted = list(dict.fromkeys(partitions))
         with self._membership_changed:
+            self._settle(group)
             if self._consumer_groups.has_group(group):
                 verdict, subscribed = GroupError.NONE, self._consumer_groups.subscribed_topics(group)
             else:

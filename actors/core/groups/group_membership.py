@@ -74,6 +74,7 @@ class GroupError(enum.Enum):
     INVALID_REGULAR_EXPRESSION = "invalid_regular_expression"
     UNRELEASED_INSTANCE_ID = "unreleased_instance_id"
     FENCED_INSTANCE_ID = "fenced_instance_id"
+    UNKNOWN_SERVER_ERROR = "unknown_server_error"
 
 
 class GroupState(enum.Enum):
@@ -170,6 +171,32 @@ class GroupDescription:
     group_type: str = CLASSIC_GROUP_TYPE
 
 
+@dataclass(frozen=True, slots=True)
+class ClassicMemberSnapshot:
+    """One member of a group handed between the protocols: its JoinGroup settings and its current assignment."""
+
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    client_host: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocols: tuple[tuple[str, bytes], ...]
+    assignment: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ClassicGroupSnapshot:
+    """A group with members handed between the protocols (Kafka's online upgrade and downgrade): its generation,
+    protocol type and chosen protocol (None before its first join completed), and its members."""
+
+    group_id: str
+    generation_id: int
+    protocol_type: str
+    protocol_name: str | None
+    members: tuple[ClassicMemberSnapshot, ...]
+
+
 @dataclass(slots=True)
 class _Member:
     member_id: str
@@ -219,6 +246,10 @@ class GroupMembership:
         self._clock = clock
         self._config = config or MembershipConfig()
         self._groups: dict[str, _Group] = {}
+
+    @property
+    def config(self) -> MembershipConfig:
+        return self._config
 
     # --- JoinGroup -------------------------------------------------------------------------------------------
 
@@ -546,6 +577,71 @@ class GroupMembership:
         if group.state == GroupState.PREPARING_REBALANCE:
             deadlines += [group.rebalance_deadline_ms, group.delay_until_ms]
         return min(deadlines, default=None)
+
+    # --- Handing a group between the protocols ----------------------------------------------------------------
+
+    def snapshot(self, group_id: str) -> ClassicGroupSnapshot | None:
+        """The group with its members as they are now, for an upgrade to a consumer-protocol group; None if it has
+        no members."""
+        group = self._groups.get(group_id)
+        if group is None:
+            return None
+        self._advance(group, self._clock.milliseconds())
+        if not group.members:
+            return None
+        return ClassicGroupSnapshot(
+            group.group_id,
+            group.generation_id,
+            group.protocol_type or "",
+            group.protocol_name,
+            tuple(
+                ClassicMemberSnapshot(
+                    member.member_id,
+                    member.group_instance_id,
+                    member.client_id,
+                    member.client_host,
+                    member.session_timeout_ms,
+                    member.rebalance_timeout_ms,
+                    member.protocols,
+                    member.assignment,
+                )
+                for member in group.members.values()
+            ),
+        )
+
+    def forget(self, group_id: str) -> None:
+        """Drops the group, members and all: it was handed to the consumer protocol. A member still waiting for its
+        JoinGroup or SyncGroup answer is told by the coordinator to join again."""
+        self._groups.pop(group_id, None)
+
+    def adopt(self, snapshot: ClassicGroupSnapshot) -> None:
+        """Takes over a consumer-protocol group whose members all speak the classic protocol (Kafka's online
+        downgrade): Stable in the snapshot's generation with each member's assignment, its protocol chosen as a
+        join would choose it, the first member its leader, then at once a rebalance, which every member joins
+        again within its rebalance timeout."""
+        now = self._clock.milliseconds()
+        group = _Group(
+            snapshot.group_id,
+            GroupState.STABLE,
+            snapshot.generation_id,
+            snapshot.protocol_type,
+        )
+        for member in snapshot.members:
+            group.members[member.member_id] = _Member(
+                member.member_id,
+                member.group_instance_id,
+                member.client_id,
+                member.client_host,
+                member.session_timeout_ms,
+                member.rebalance_timeout_ms,
+                member.protocols,
+                now + member.session_timeout_ms,
+                member.assignment,
+            )
+        group.protocol_name = self._select_protocol(group)
+        group.leader_id = next(iter(group.members))
+        self._groups[snapshot.group_id] = group
+        self._prepare_rebalance(group, now)
 
     # --- The state machine -----------------------------------------------------------------------------------
 

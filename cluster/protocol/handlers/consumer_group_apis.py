@@ -29,7 +29,11 @@ from kio.schema.errors import ErrorCode
 
 from actors.core.controller.finalized_features import GROUP_VERSION, GROUP_VERSION_LEVEL, UNKNOWN_EPOCH
 from actors.core.groups.assignors import Assignment
-from actors.core.groups.consumer_group_state import ConsumerGroupDescription, HeartbeatRequest
+from actors.core.groups.consumer_group_state import (
+    ConsumerGroupDescription,
+    ConsumerMemberDescription,
+    HeartbeatRequest,
+)
 from actors.core.security.acl_bindings import AclOperation, ResourceType
 from cluster.protocol.connection import ConnectionContext
 from cluster.protocol.error_codes import coordinator_error_code, group_error_code
@@ -49,7 +53,8 @@ from storage.errors import RaybrokerError
 
 CONSUMER_GROUP_HEARTBEAT_KEY = 68
 CONSUMER_GROUP_DESCRIBE_KEY = 69
-# ConsumerGroupDescribe v1's member type of a member of the consumer protocol (0 would be the classic protocol's).
+# ConsumerGroupDescribe v1's member types: a member speaking the classic protocol, and one speaking the consumer's.
+CLASSIC_MEMBER_TYPE = 0
 CONSUMER_MEMBER_TYPE = 1
 
 
@@ -196,7 +201,7 @@ def _described(group: ConsumerGroupDescription, version: int) -> dict[str, Any]:
                 "subscribed_topic_regex": member.subscribed_topic_regex,
                 "assignment": named(member.assignment),
                 "target_assignment": named(member.target_assignment),
-                "member_type": CONSUMER_MEMBER_TYPE if version >= 1 else -1,
+                "member_type": _member_type(member, version),
             }
             for member in group.members
         ],
@@ -236,3 +241,10 @@ def _topic_partitions(assignment: Assignment) -> list[dict[str, Any]]:
 def _host(context: ConnectionContext) -> str:
     """The client's address as Kafka's coordinator writes it (`InetAddress.toString`, with a leading slash)."""
     return f"/{context.client_host}" if context.client_host else ""
+
+
+def _member_type(member: ConsumerMemberDescription, version: int) -> int:
+    """The member's type in ConsumerGroupDescribe v1+ (-1, unknown, before)."""
+    if version < 1:
+        return -1
+    return CLASSIC_MEMBER_TYPE if member.classic else CONSUMER_MEMBER_TYPE

@@ -1,7 +1,8 @@
 """The classic group protocol: JoinGroup (11), SyncGroup (14), Heartbeat (12), LeaveGroup (13).
 
 Each handler turns its request into one call of the group coordinator (`GroupView`), whose membership state
-machine (`actors.core.groups.group_membership`) gives Kafka's answers; the handlers only translate fields. A JoinGroup
+machine (`actors.core.groups.group_membership`, or for a classic member of a consumer-protocol group
+`actors.core.groups.consumer_group_state`) gives Kafka's answers; the handlers only translate fields. A JoinGroup
 or SyncGroup answers once the coordinator has the answer (every member joined, or the leader's assignment came),
 which is why a client's request timeout for them is its `rebalance.timeout.ms` plus a margin.
 
