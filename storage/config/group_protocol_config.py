@@ -18,9 +18,9 @@
 Kafka takes the assignors by class name as well as by short name; raybroker's are its own, so only `uniform` and
 `range` are names it knows. The migration policy is one of `disabled`, `upgrade` (a classic group with members
 becomes a consumer-protocol group when a consumer member joins), `downgrade` (a consumer-protocol group left with
-classic members only becomes a classic group) and `bidirectional`. `GroupProtocolKeys` declares them once; `BrokerConfig` extends it and derives its
-`group_protocol_config`, which checks what Kafka's `GroupCoordinatorConfig` checks: each interval within its
-bounds, the heartbeat shorter than the session.
+classic members only becomes a classic group) and `bidirectional`. `GroupProtocolKeys` declares them once;
+`BrokerConfig` extends it and derives its `group_protocol_config`, which checks what Kafka's `GroupCoordinatorConfig`
+checks: each interval within its bounds, the heartbeat shorter than the session.
 """
 
 from __future__ import annotations

@@ -197,8 +197,9 @@ class _Group:
     # Subscribed topic name -> what it is now; only topics that exist.
     metadata: dict[str, TopicInfo] = field(default_factory=dict)
     metadata_refresh_due_ms: int = 0
-    # A consumer-protocol member left since the last look at a downgrade (`take_downgrade`).
-    consumer_member_left: bool = False
+    # The group epoch before a consumer-protocol member last left, until `take_downgrade` looked at it: a downgrade
+    # takes the group as it was before that member's leave (Kafka converts instead of removing the member).
+    epoch_before_consumer_left: int | None = None
 
 
 class ConsumerGroups:
@@ -635,15 +636,16 @@ class ConsumerGroups:
     def take_downgrade(self, group_id: str) -> ClassicGroupSnapshot | None:
         """After a consumer member left (or was removed) leaving classic members only, and the policy allows a
         downgrade: the group as a classic group (Kafka's `ClassicGroup.fromConsumerGroup`), forgotten here, its
-        generation the group epoch and each member's assignment its target, for the classic protocol to adopt and
-        rebalance. None otherwise. Applies the group's due timeouts first."""
+        generation the group epoch before that member left and each member's assignment its target, for the classic
+        protocol to adopt and rebalance. None otherwise. Applies the group's due timeouts first."""
         group = self._groups.get(group_id)
         if group is None:
             return None
         self._expire(group, self._clock.milliseconds())
-        if not group.consumer_member_left:
+        epoch = group.epoch_before_consumer_left
+        group.epoch_before_consumer_left = None
+        if epoch is None:
             return None
-        group.consumer_member_left = False
         if not group.members or not self._config.downgrade_enabled:
             return None
         if any(member.classic is None for member in group.members.values()):
@@ -664,7 +666,7 @@ class ConsumerGroups:
             for member in group.members.values()
             if (classic := member.classic) is not None
         )
-        return ClassicGroupSnapshot(group_id, group.group_epoch, CONSUMER_PROTOCOL_TYPE, None, members)
+        return ClassicGroupSnapshot(group_id, epoch, CONSUMER_PROTOCOL_TYPE, None, members)
 
     def _update(
         self, group: _Group, updated: ConsumerMember, bump: bool, owned: Assignment | None, now: int
@@ -753,7 +755,8 @@ class ConsumerGroups:
     def _remove(self, group: _Group, member_id: str, *, bump: bool = True) -> None:
         member = group.members.pop(member_id)
         group.target.pop(member_id, None)
-        group.consumer_member_left = group.consumer_member_left or member.classic is None
+        if member.classic is None:
+            group.epoch_before_consumer_left = group.group_epoch
         if bump:
             group.group_epoch += 1
         group.metadata_refresh_due_ms = 0

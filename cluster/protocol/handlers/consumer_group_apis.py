@@ -165,10 +165,13 @@ class ConsumerGroupDescribeHandler(_ConsumerProtocolHandler):
             return _failed(group_id, ErrorCode.invalid_group_id, None)
         try:
             group = await self._view.describe_consumer_group(group_id)
+            # Kafka tells a group of the classic protocol (members, or committed offsets only) from no group.
+            classic = None if group is not None else await self._view.describe_group(group_id)
         except RaybrokerError as exc:
             return _failed(group_id, coordinator_error_code(exc), None)
         if group is None:
-            return _failed(group_id, ErrorCode.group_id_not_found, f"Group {group_id} not found.")
+            message = f"Group {group_id} is not a consumer group." if classic else f"Group {group_id} not found."
+            return _failed(group_id, ErrorCode.group_id_not_found, message)
         return _described(group, version)
 
 

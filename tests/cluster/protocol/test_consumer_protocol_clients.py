@@ -2,12 +2,13 @@
 `group.protocol=consumer` (`java/ConsumerGroupMember.java`), against a raybroker listener over the in-process broker
 and against Apache Kafka 4.2, the same sequence on both: two members split a 6-partition topic 3/3, a third joins
 and the group moves to 2/2/2 without stopping the others, and records produced before and between the steps are
-read. The oracle is what was produced, as the producer's delivery reports named it: every record read exactly once
-across the members (each commits after every poll and before giving a partition up, so nothing committed may be
-read again), and each step's assignments complete and balanced. librdkafka's own consumer-protocol client
-(confluent-kafka, `group.protocol=consumer`) runs the same steps on raybroker, and static members of it
-(`group.instance.id`) on both brokers: one closes (a static leave) and the other keeps its own share meanwhile, then
-the instance starts again and gets back the partitions it had, as on Kafka 4.2.
+read; and a rolling upgrade from classic Java members to a consumer-protocol one and back (Kafka's
+`group.consumer.migration.policy`). The oracle is what was produced, as the producer's delivery reports named it:
+every record read exactly once across the members (each commits after every poll and before giving a partition up,
+so nothing committed may be read again), and each step's assignments complete and balanced. librdkafka's own
+consumer-protocol client (confluent-kafka, `group.protocol=consumer`) runs the same steps on raybroker, and static
+members of it (`group.instance.id`) on both brokers: one closes (a static leave) and the other keeps its own share
+meanwhile, then the instance starts again and gets back the partitions it had, as on Kafka 4.2.
 
 Both brokers run with a 1 s consumer heartbeat interval (Kafka's default is 5 s; a member learns of a new target
 at its next heartbeat), so each step takes a few seconds."""
@@ -65,10 +66,22 @@ def produce(bootstrap: str, topic: str, count: int) -> set[Position]:
 class JavaMember:
     """One Java member (see the module docstring); `stop_file` asks it to leave."""
 
-    def __init__(self, classpath: str, bootstrap: str, topic: str, group: str, folder: Path, name: str) -> None:
+    def __init__(
+        self,
+        classpath: str,
+        bootstrap: str,
+        topic: str,
+        group: str,
+        folder: Path,
+        name: str,
+        protocol: str = "consumer",
+    ) -> None:
         self.stop_file = folder / f"{name}.stop"
         self.process = JavaProcess(
-            classpath, "ConsumerGroupMember", [bootstrap, topic, group, str(self.stop_file)], folder / f"{name}.log"
+            classpath,
+            "ConsumerGroupMember",
+            [bootstrap, topic, group, str(self.stop_file), protocol],
+            folder / f"{name}.log",
         )
 
     def lines(self, kind: str) -> list[str]:
@@ -145,6 +158,56 @@ def test_java_members_split_and_rebalance_as_on_kafka(
         outcomes[name] = run_steps(classpath, bootstrap, folder)
     for name, (sizes, counts) in outcomes.items():
         assert sizes == [[3, 3], [2, 2, 2]], name
+        assert max(counts.values()) == 1, (name, [position for position, n in counts.items() if n > 1][:10])
+
+
+def run_migration_steps(classpath: str, bootstrap: str, folder: Path) -> tuple[list[list[int]], Counter[Position]]:
+    """A rolling upgrade and its way back: two classic Java members split the topic 3/3, a consumer-protocol member
+    joins (the group is upgraded) and the three hold 2/2/2, then it leaves (the group is classic again) and the two
+    hold 3/3; records are produced before each step. Each step's assignment sizes, and how often each record was
+    read."""
+    topic, group = f"migrate-{uuid.uuid4().hex[:8]}", f"rolling-{uuid.uuid4().hex[:8]}"
+    create_topic(bootstrap, topic)
+    produced = produce(bootstrap, topic, RECORDS_PER_STEP)
+    members = [JavaMember(classpath, bootstrap, topic, group, folder, name, protocol="classic") for name in ("a", "b")]
+    everyone = list(members)
+    sizes = []
+    read = lambda: Counter(position for m in everyone for position in m.records())  # noqa: E731
+    try:
+        wait_for("a 3/3 split of classic members", lambda: balanced(members, 3), members)
+        sizes.append(sorted(len(m.assignment()) for m in members))
+        produced |= produce(bootstrap, topic, RECORDS_PER_STEP)
+        upgraded = JavaMember(classpath, bootstrap, topic, group, folder, "c")
+        members.append(upgraded)
+        everyone.append(upgraded)
+        wait_for("a 2/2/2 split after the upgrade", lambda: balanced(members, 2), members)
+        sizes.append(sorted(len(m.assignment()) for m in members))
+        produced |= produce(bootstrap, topic, RECORDS_PER_STEP)
+        wait_for("every record read", lambda: set(read()) >= produced, members)
+        upgraded.leave()
+        members.remove(upgraded)
+        wait_for("a 3/3 split after the downgrade", lambda: balanced(members, 3), members)
+        sizes.append(sorted(len(m.assignment()) for m in members))
+        produced |= produce(bootstrap, topic, RECORDS_PER_STEP)
+        wait_for("every record read", lambda: set(read()) >= produced, members)
+    finally:
+        for member in members:
+            member.leave()
+    counts = read()
+    assert set(counts) == produced
+    return sizes, counts
+
+
+def test_a_rolling_upgrade_from_classic_members_and_back_as_on_kafka(
+    classpath: str, wall_clock_listener: str, kafka4: str, tmp_path: Path
+) -> None:
+    outcomes = {}
+    for name, bootstrap in (("kafka", kafka4), ("raybroker", wall_clock_listener)):
+        folder = tmp_path / name
+        folder.mkdir()
+        outcomes[name] = run_migration_steps(classpath, bootstrap, folder)
+    for name, (sizes, counts) in outcomes.items():
+        assert sizes == [[3, 3], [2, 2, 2], [3, 3]], name
         assert max(counts.values()) == 1, (name, [position for position, n in counts.items() if n > 1][:10])
 
 

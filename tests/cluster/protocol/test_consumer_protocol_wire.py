@@ -7,7 +7,9 @@ each member owns, names of the topics) and the two lists must be equal; a differ
 part. Hostile steps (unknown members and groups, fenced and stale epochs, bad assignors, regexes and fields) come
 between the normal ones, so each must also leave the group as it was. A second sequence does the same for static
 membership (`group.instance.id`): a taken instance id, a static leave, the instance's return under a new member id,
-fenced and unknown instance ids."""
+fenced and unknown instance ids. A third moves a group between the protocols (`group.consumer.migration.policy`,
+Kafka's default `bidirectional`): a classic group with a member is upgraded as a consumer member joins, its classic
+member revokes and rejoins in it, and the consumer member's leave hands the group back to the classic protocol."""
 
 from __future__ import annotations
 
@@ -19,18 +21,18 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
+from actors.core.groups.consumer_protocol import assigned_partitions, encode_assignment
 from cluster.protocol.client import WireClient
 from tests.cluster.protocol.helpers import COORDINATOR_RETRIED, GROUP_KEY, coordinator_client
+from tests.consumer_subscriptions import subscription
 
 pytestmark = pytest.mark.kafka
 
-OFFSET_COMMIT, OFFSET_FETCH, JOIN_GROUP, DESCRIBE_GROUPS, LIST_GROUPS = 8, 9, 11, 15, 16
+DESCRIBE_GROUPS, LIST_GROUPS = 15, 16
 METADATA, CREATE_TOPICS, DELETE_GROUPS, HEARTBEAT, DESCRIBE = 3, 19, 42, 68, 69
+OFFSET_COMMIT, OFFSET_FETCH, JOIN_GROUP, CLASSIC_HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 8, 9, 11, 12, 13, 14
 PARTITIONS = 3
 DEADLINE_S = 30.0
-# Kafka 4.2 lets classic members into a consumer-protocol group (`group.consumer.migration.policy`); raybroker does
-# not serve that and refuses them: the one known difference, asserted apart from the comparison.
-CLASSIC_JOIN = "a classic join"
 
 
 class Side:
@@ -317,7 +319,7 @@ def run_sequence(side: Side) -> list[tuple[str, Any]]:
             "reason": None,
         },
     )
-    steps.append((CLASSIC_JOIN, classic.error_code))
+    steps.append(("a classic join", classic.error_code))
     deleted = side.call(DELETE_GROUPS, 2, {"groups_names": [group]})
     steps.append(("delete with members", [r.error_code for r in deleted.results]))
     steps.append(("m2 leaves", seen(side.heartbeat("m2", -1))))
@@ -336,14 +338,7 @@ def test_consumer_protocol_answers_as_kafka_4(wall_clock_listener: str, kafka4: 
     run = uuid.uuid4().hex[:8]
     kafka = run_sequence(Side(kafka4, f"wire-{run}", f"wire-{run}"))
     ours = run_sequence(Side(wall_clock_listener, f"wire-{run}", f"wire-{run}"))
-    assert dict(kafka)[CLASSIC_JOIN] == ErrorCode.member_id_required
-    assert dict(ours)[CLASSIC_JOIN] == ErrorCode.inconsistent_group_protocol
-    differences = [
-        f"{step}: Kafka 4.2 answered {expected}, raybroker {got}"
-        for (step, expected), (_, got) in zip(kafka, ours, strict=True)
-        if got != expected and step != CLASSIC_JOIN
-    ]
-    assert not differences, "\n".join(differences)
+    assert_same(kafka, ours)
 
 
 def described_members(side: Side) -> tuple[Any, ...]:
@@ -382,9 +377,149 @@ def test_static_membership_answers_as_kafka_4(wall_clock_listener: str, kafka4: 
     run = uuid.uuid4().hex[:8]
     kafka = run_static_sequence(Side(kafka4, f"static-{run}", f"static-{run}"))
     ours = run_static_sequence(Side(wall_clock_listener, f"static-{run}", f"static-{run}"))
+    assert_same(kafka, ours)
+
+
+def assert_same(kafka: list[tuple[str, Any]], ours: list[tuple[str, Any]]) -> None:
+    """Both brokers answered every step alike (each difference is named)."""
     differences = [
         f"{step}: Kafka 4.2 answered {expected}, raybroker {got}"
         for (step, expected), (_, got) in zip(kafka, ours, strict=True)
         if got != expected
     ]
     assert not differences, "\n".join(differences)
+
+
+def classic_join(side: Side, member: str, owned: set[int], protocols: tuple[str, ...] = ("range",)) -> Any:
+    """A classic consumer's JoinGroup v9 subscribing to the side's topic, owning `owned` of it."""
+    metadata = subscription([side.topic], {side.topic: sorted(owned)})
+    return side.call(
+        JOIN_GROUP,
+        9,
+        {
+            "group_id": side.group,
+            "session_timeout": 10000,
+            "rebalance_timeout": 10000,
+            "member_id": member,
+            "group_instance_id": None,
+            "protocol_type": "consumer",
+            "protocols": [{"name": name, "metadata": metadata} for name in protocols],
+            "reason": None,
+        },
+    )
+
+
+def joined(answer: Any, members: dict[str, str]) -> tuple[Any, ...]:
+    """What both must agree on of a JoinGroup answer: the leader and members by their role in the sequence."""
+    roles = {member_id: role for role, member_id in members.items()}
+    return (
+        answer.error_code,
+        answer.generation_id,
+        answer.protocol_type,
+        answer.protocol_name,
+        roles.get(answer.leader, answer.leader),
+        sorted(roles.get(m.member_id, "?") for m in answer.members),
+    )
+
+
+def classic_sync(
+    side: Side, member: str, generation: int, plan: dict[str, set[int]] | None = None, name: str = "range"
+) -> tuple[int, set[int]]:
+    """A classic member's SyncGroup v5 (the leader's with its `plan`): (error code, its partitions)."""
+    answer = side.call(
+        SYNC_GROUP,
+        5,
+        {
+            "group_id": side.group,
+            "generation_id": generation,
+            "member_id": member,
+            "group_instance_id": None,
+            "protocol_type": "consumer",
+            "protocol_name": name,
+            "assignments": [
+                {"member_id": each, "assignment": encode_assignment({side.topic: sorted(parts)}, 1)}
+                for each, parts in (plan or {}).items()
+            ],
+        },
+    )
+    parts = {p for topic, p in assigned_partitions(answer.assignment) if topic == side.topic}
+    return answer.error_code, parts
+
+
+def classic_heartbeat(side: Side, member: str, generation: int) -> Any:
+    body = {"group_id": side.group, "generation_id": generation, "member_id": member, "group_instance_id": None}
+    return side.call(CLASSIC_HEARTBEAT, 4, body).error_code
+
+
+def described_group(side: Side) -> tuple[Any, ...]:
+    """ConsumerGroupDescribe and DescribeGroups of the group, reduced to what both must agree on."""
+    (modern,) = side.call(DESCRIBE, 1, {"group_ids": [side.group], "include_authorized_operations": False}).groups
+    (classic,) = side.call(DESCRIBE_GROUPS, 5, {"groups": [side.group], "include_authorized_operations": False}).groups
+    return (
+        modern.error_code,
+        modern.error_message,
+        modern.group_state,
+        modern.group_epoch,
+        sorted((m.member_type, m.member_epoch, tuple(m.subscribed_topic_names)) for m in modern.members),
+        classic.error_code,
+        classic.group_state,
+        classic.protocol_type,
+        len(classic.members),
+    )
+
+
+def run_migration_sequence(side: Side) -> list[tuple[str, Any]]:
+    steps: list[tuple[str, Any]] = []
+    first = classic_join(side, "", set())
+    steps.append(("a classic member asks for an id", first.error_code))
+    members = {"a": first.member_id}
+    first = classic_join(side, members["a"], set())
+    steps.append(("the classic member joins", joined(first, members)))
+    generation = first.generation_id
+    steps.append(("it syncs", classic_sync(side, members["a"], generation, {members["a"]: set(range(PARTITIONS))})))
+    steps.append(("described classic", described_group(side)))
+    steps.append(("a consumer member joins", seen(side.join("c"))))
+    steps.append(("described upgraded", described_group(side)))
+    steps.append(("the classic member's heartbeat", classic_heartbeat(side, members["a"], generation)))
+    rejoined = classic_join(side, members["a"], set(range(PARTITIONS)))
+    steps.append(("it joins again owning all", joined(rejoined, members)))
+    synced = classic_sync(side, members["a"], rejoined.generation_id)
+    steps.append(("its sync", synced))
+    steps.append(("its heartbeat while revoking", classic_heartbeat(side, members["a"], rejoined.generation_id)))
+    rejoined = classic_join(side, members["a"], synced[1])
+    steps.append(("it joins again having revoked", joined(rejoined, members)))
+    steps.append(("its sync after revoking", classic_sync(side, members["a"], rejoined.generation_id)))
+    generation = rejoined.generation_id
+    steps.append(("its heartbeat in the group's epoch", classic_heartbeat(side, members["a"], generation)))
+    steps.append(("the consumer member takes the rest", seen(side.heartbeat("c", 2, topic_partitions=[]))))
+    steps.append(("described reconciled", described_group(side)))
+    steps.append(("a heartbeat in another generation", classic_heartbeat(side, members["a"], generation + 5)))
+    steps.append(("a heartbeat of a consumer member", classic_heartbeat(side, "c", generation)))
+    steps.append(("a heartbeat of nobody", classic_heartbeat(side, "nobody", generation)))
+    steps.append(("a sync of another protocol", classic_sync(side, members["a"], generation, name="roundrobin")[0]))
+    other = classic_join(side, "intruder", set(), protocols=("roundrobin",))
+    steps.append(("a join with a protocol nobody lists", other.error_code))
+    listed = side.call(LIST_GROUPS, 5, {"states_filter": [], "types_filter": []})
+    steps.append(("list", [(g.group_type, g.protocol_type) for g in listed.groups if g.group_id == side.group]))
+    steps.append(("the consumer member leaves", seen(side.heartbeat("c", -1))))
+    steps.append(("described downgraded", described_group(side)))
+    steps.append(("the classic member's heartbeat after", classic_heartbeat(side, members["a"], generation)))
+    back = classic_join(side, members["a"], synced[1])
+    steps.append(("it joins the classic group", joined(back, members)))
+    plan = {members["a"]: set(range(PARTITIONS))}
+    steps.append(("it syncs as its leader", classic_sync(side, members["a"], back.generation_id, plan)))
+    left = side.call(
+        LEAVE_GROUP,
+        5,
+        {"group_id": side.group, "members": [{"member_id": members["a"], "group_instance_id": None, "reason": None}]},
+    )
+    steps.append(("it leaves", [m.error_code for m in left.members]))
+    steps.append(("described at the end", described_group(side)))
+    return steps
+
+
+def test_a_group_moves_between_the_protocols_as_on_kafka_4(wall_clock_listener: str, kafka4: str) -> None:
+    run = uuid.uuid4().hex[:8]
+    kafka = run_migration_sequence(Side(kafka4, f"migrate-{run}", f"migrate-{run}"))
+    ours = run_migration_sequence(Side(wall_clock_listener, f"migrate-{run}", f"migrate-{run}"))
+    assert_same(kafka, ours)

@@ -9,16 +9,10 @@ error codes for wrong generations, members and protocols."""
 
 from __future__ import annotations
 
-import io
-import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
-from kio.index import load_entity_schema
-from kio.serial import entity_writer
-from kio.static.constants import EntityType
-from kio.static.primitive import i32
 
 from actors.core.controller.topic_metadata import CONSUMER_OFFSETS_TOPIC
 from actors.core.groups.consumer_group_state import ConsumerGroupState, HeartbeatRequest
@@ -36,26 +30,13 @@ from actors.core.groups.group_membership import (
 from actors.core.in_process_broker import InProcessBroker
 from storage.clock import MockClock
 from storage.config.group_protocol_config import GroupProtocolConfig
+from tests.consumer_subscriptions import subscription
 
 GROUP = "g"
 TOPIC = "orders"
 PARTITIONS = 6
 SESSION_MS = 10_000
 REBALANCE_MS = 20_000
-
-
-def subscription(topics: list[str], owned: Sequence[int] = (), version: int = 1) -> bytes:
-    """A classic consumer's ConsumerProtocolSubscription: its topics and the partitions of `TOPIC` it owns."""
-    schema = load_entity_schema("consumer_protocol_subscription", version, EntityType.data)
-    topic_partition = sys.modules[schema.__module__].TopicPartition
-    fields: dict[str, object] = {"topics": tuple(topics)}
-    if version >= 1:
-        owned_partitions = [topic_partition(topic=TOPIC, partitions=tuple(i32(p) for p in owned))] if owned else []
-        fields["owned_partitions"] = tuple(owned_partitions)
-    buffer = io.BytesIO()
-    buffer.write(version.to_bytes(2, "big"))
-    entity_writer(schema)(buffer, schema(**fields))
-    return buffer.getvalue()
 
 
 class Cluster:
@@ -92,7 +73,7 @@ class Cluster:
             session_timeout_ms=SESSION_MS,
             rebalance_timeout_ms=REBALANCE_MS,
             protocol_type="consumer",
-            protocols=[(name, subscription([TOPIC], owned)) for name in protocols],
+            protocols=[(name, subscription([TOPIC], {TOPIC: owned})) for name in protocols],
             require_known_member_id=False,
         )
 
@@ -215,12 +196,13 @@ def test_the_last_consumer_member_leaving_hands_the_group_back_to_the_classic_pr
     assert cluster.coordinator.describe_consumer_group(GROUP) is None
     described = cluster.coordinator.describe_group(GROUP)
     assert described is not None and described.state == GroupState.PREPARING_REBALANCE
-    # The classic group's generation is the consumer group's epoch (4: the join, then the leave).
-    assert described.generation_id == 4
+    # The classic group's generation is the consumer group's epoch before the leave (3: the classic generation 2,
+    # then the consumer member's join), as Kafka 4.2's.
+    assert described.generation_id == 3
     first, second = list(classic)
     assert isinstance(cluster.start_join(first), PendingJoin)
     joined = cluster.join(second)
-    assert joined.error == GroupError.NONE and joined.generation_id == 5 and joined.leader in classic
+    assert joined.error == GroupError.NONE and joined.generation_id == 4 and joined.leader in classic
     listed = {group.group_id: group for group in cluster.coordinator.list_groups()}
     assert listed[GROUP].group_type == "classic"
 
@@ -326,9 +308,9 @@ def test_the_last_consumer_members_session_expiring_also_hands_the_group_back(cl
         for member in classic:
             assert cluster.coordinator.heartbeat(GROUP, member, generations[member]) == GroupError.NONE
     cluster.clock.sleep(5_000)
-    # c1's session ended: the group is classic again, in a new generation its members join.
+    # c1's session ended: the group is classic again, in the generation its members had, rebalancing.
     member = next(iter(classic))
-    assert cluster.coordinator.heartbeat(GROUP, member, generations[member]) == GroupError.ILLEGAL_GENERATION
+    assert cluster.coordinator.heartbeat(GROUP, member, generations[member]) == GroupError.REBALANCE_IN_PROGRESS
     described = cluster.coordinator.describe_group(GROUP)
     assert described is not None and described.group_type == "classic"
     assert described.state == GroupState.PREPARING_REBALANCE

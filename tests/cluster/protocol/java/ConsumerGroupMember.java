@@ -16,10 +16,11 @@ import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.serialization.StringDeserializer;
 
 /**
- * One member of a consumer group of Kafka 4's consumer protocol (group.protocol=consumer): it reads its topic,
- * commits after every poll and before giving partitions up, and prints what it does, a line each:
+ * One member of a consumer group, of Kafka 4's consumer protocol (group.protocol=consumer) unless told otherwise: it
+ * reads its topic, commits after every poll and before giving partitions up, and prints what it does, a line each:
  * "RECORD partition offset", "ASSIGNMENT p,p,..." whenever its partitions change, "CLOSED" once it left.
- * Arguments: bootstrap servers, topic, group id, and a file whose existence tells it to leave the group and stop.
+ * Arguments: bootstrap servers, topic, group id, a file whose existence tells it to leave the group and stop, and
+ * optionally its group.protocol (consumer or classic).
  */
 public class ConsumerGroupMember {
     public static void main(String[] args) {
@@ -27,10 +28,11 @@ public class ConsumerGroupMember {
         String topic = args[1];
         String group = args[2];
         Path stop = Paths.get(args[3]);
+        String protocol = args.length > 4 ? args[4] : "consumer";
         Properties properties = new Properties();
         properties.put("bootstrap.servers", bootstrap);
         properties.put("group.id", group);
-        properties.put("group.protocol", "consumer");
+        properties.put("group.protocol", protocol);
         properties.put("enable.auto.commit", "false");
         properties.put("auto.offset.reset", "earliest");
         properties.put("key.deserializer", StringDeserializer.class.getName());
