@@ -141,7 +141,11 @@ class FetchHandler:
         version = request.api_version
         response_type = response_schema(FETCH_KEY, version)
         uses_topic_ids = version >= TOPIC_ID_VERSION
-        topic_names = await self._topic_names(body) if uses_topic_ids else {}
+        topic_names = (
+            await self._view.topic_names_naming({topic.topic_id or ZERO_UUID for topic in body.topics})
+            if uses_topic_ids
+            else {}
+        )
         context = self.sessions.new_context(
             version,
             getattr(body, "session_id", INVALID_SESSION_ID),
@@ -203,14 +207,6 @@ class FetchHandler:
             return 0
         size = sum(len(answer.records) for answer in answers if isinstance(answer, FetchedRecords) and answer.records)
         return self._quotas.fetched(request.context, request.client_id, size)
-
-    async def _topic_names(self, body: Any) -> Mapping[uuid.UUID, str]:
-        """The topic ids the view knows, asked afresh when the request names one it did not know."""
-        names = await self._view.topic_names()
-        named = {topic.topic_id or ZERO_UUID for topic in body.topics}
-        if any(topic_id not in names for topic_id in named):
-            names = await self._view.topic_names(refresh=True)
-        return names
 
     async def _read(
         self, wanted: Sequence[PartitionRequest], isolation: str, max_wait_ms: int, min_bytes: int

@@ -96,7 +96,7 @@ class ProduceHandler:
             return await self._produce(request, by_id, {}, None)
         previous, mine = self._arrivals.arrive()
         try:
-            names = await self._topic_names(body)
+            names = await self._view.topic_names_naming(topic.topic_id for topic in body.topic_data)
             if previous is not None:
                 await asyncio.shield(previous)
             return await self._produce(request, by_id, names, mine)
@@ -178,13 +178,6 @@ class ProduceHandler:
                 "throttle_time": throttle_ms,
             },
         )
-
-    async def _topic_names(self, body: Any) -> Mapping[uuid.UUID, str]:
-        """The topic ids the view knows, asked afresh when the request names one it did not know (v13+)."""
-        names = await self._view.topic_names()
-        if any(topic.topic_id not in names for topic in body.topic_data):
-            names = await self._view.topic_names(refresh=True)
-        return names
 
     async def _append(
         self,

@@ -269,6 +269,15 @@ class BrokerView:
             self._topic_names_at = asked_at
         return self._topic_names
 
+    async def topic_names_naming(self, topic_ids: Iterable[uuid.UUID]) -> Mapping[uuid.UUID, str]:
+        """`topic_names`, asked afresh when one of `topic_ids` is not among them: what a request naming topics by id
+        (Fetch v13+, Produce v13, OffsetCommit and OffsetFetch v10) resolves them with, so that a topic created a
+        moment ago is found and an id no topic has costs one question to the controller."""
+        names = await self.topic_names()
+        if any(topic_id not in names for topic_id in topic_ids):
+            names = await self.topic_names(refresh=True)
+        return names
+
     async def create_topic(
         self,
         name: str,
