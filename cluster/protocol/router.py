@@ -27,9 +27,9 @@ and the brokers' verification: AddPartitionsToTxn v0-3 (the client form) and v4-
 `verify_only`), AddOffsetsToTxn v0-4, EndTxn v0-4 (v5 is TV2), TxnOffsetCommit v0-4 (v5 is TV2), WriteTxnMarkers v1
 (Kafka 4 dropped v0; v2 is post-4.1), DescribeTransactions v0, ListTransactions v0-1 (v2's id pattern is post-4.0) and
 DescribeProducers v0.
-The group APIs stop where the classic protocol does: OffsetCommit v9 and OffsetFetch v9 are the last naming
-topics by name (v10 uses topic ids); FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, ListGroups,
-DescribeGroups, DeleteGroups and OffsetDelete are served from kio's floor to its ceiling. Clients use the highest
+The group APIs are served from kio's floor to its ceiling: FindCoordinator, JoinGroup, SyncGroup, Heartbeat,
+LeaveGroup, ListGroups, DescribeGroups, DeleteGroups, OffsetDelete, and OffsetCommit and OffsetFetch up to v10, which
+name topics by topic id (KIP-848, stable in Kafka 4.2) where v9 named them. Clients use the highest
 version both sides serve; `docs/clients.md` lists the versions the tested clients were measured sending.
 
 Every handler that guards a resource gets the listener's `AccessControl` and asks it before it acts
@@ -201,8 +201,8 @@ SERVED: Mapping[int, ApiRange] = MappingProxyType(
         SYNC_GROUP_KEY: ApiRange(0, 5),
         HEARTBEAT_KEY: ApiRange(0, 4),
         LEAVE_GROUP_KEY: ApiRange(0, 5),
-        OFFSET_COMMIT_KEY: ApiRange(2, 9),
-        OFFSET_FETCH_KEY: ApiRange(1, 9),
+        OFFSET_COMMIT_KEY: ApiRange(2, 10),
+        OFFSET_FETCH_KEY: ApiRange(1, 10),
         LIST_GROUPS_KEY: ApiRange(0, 5),
         DESCRIBE_GROUPS_KEY: ApiRange(0, 6),
         DELETE_GROUPS_KEY: ApiRange(0, 2),
@@ -333,7 +333,7 @@ class Router:
             HEARTBEAT_KEY: HeartbeatHandler(groups, access),
             LEAVE_GROUP_KEY: LeaveGroupHandler(groups, access),
             OFFSET_COMMIT_KEY: OffsetCommitHandler(view, groups, access),
-            OFFSET_FETCH_KEY: OffsetFetchHandler(groups, access),
+            OFFSET_FETCH_KEY: OffsetFetchHandler(view, groups, access),
             LIST_GROUPS_KEY: ListGroupsHandler(groups, access),
             DESCRIBE_GROUPS_KEY: DescribeGroupsHandler(groups, access),
             DELETE_GROUPS_KEY: DeleteGroupsHandler(groups, access),

@@ -12,6 +12,13 @@ included; a member of another generation gets ILLEGAL_GENERATION, a member's com
 REBALANCE_IN_PROGRESS), and that verdict is every such partition's code. Leader epochs are not kept:
 OffsetFetch answers -1.
 
+The answer is built as Kafka 4.2's broker builds it (`OffsetCommitResponse.Builder`): the partitions refused before
+the coordinator is asked (unknown topic id, topic authorization, unknown topic or partition) come first, grouped by
+topic in the order the request named them, and the coordinator's answer (each remaining topic of the request with
+its partitions) is merged in after them, into a topic already answered or as a new one at the end (so a request
+naming an unknown topic after a good one is answered the unknown one first, as recorded from Kafka 4.2 over the
+wire).
+
 In a group of the consumer protocol (KIP-848) the generation is the member epoch: OffsetCommit needs v9+ from a
 member (UNSUPPORTED_VERSION, 35, below), and another epoch than the member's answers STALE_MEMBER_EPOCH (113); an
 OffsetFetch v9+ naming a member is checked the same way (`ConsumerGroups.check_commit` / `check_fetch`).
@@ -20,17 +27,27 @@ OffsetFetch v1-7 asks for one group, v8+ for several; a null topic list (v2+) as
 the group. A partition without a commit answers offset -1 with no error, as Kafka's does. With `require_stable`
 (v7+, what a read_committed Java consumer sends) a partition with transactional offsets of the group still pending
 (TxnOffsetCommit before its transaction's COMMIT marker) answers UNSTABLE_OFFSET_COMMIT (88), which clients retry;
-without it, such a partition answers its last committed offset.
+without it, such a partition answers its last committed offset. The named topics the coordinator answers come in the
+request's order, then those refused (unknown topic id, topic authorization) in the request's order.
+
+OffsetCommit v10 and OffsetFetch v10 (KIP-848, stable in Kafka 4.2) name each topic by its topic id and carry no
+name; the id is looked up in the controller's topics (`BrokerView.topic_names_naming`). As Kafka 4.2's broker: an id
+no topic has (never created, deleted, or the zero id) answers every partition of that topic UNKNOWN_TOPIC_ID (100),
+OffsetFetch with offset -1, and the answer names the topic by the id it was asked for; a fetch of every committed
+offset answers each topic by its id and leaves out a topic that has none (deleted while its offsets remain). The
+group itself is checked before any topic, as at v9.
 
 Authorization, as Kafka's: OffsetCommit needs READ on the group (else every partition answers
 GROUP_AUTHORIZATION_FAILED, 30) and READ on each topic (else its partitions answer TOPIC_AUTHORIZATION_FAILED, 29,
-before their existence is checked). OffsetFetch needs DESCRIBE on each group (else that group answers
-GROUP_AUTHORIZATION_FAILED); a named topic the principal may not DESCRIBE answers offset -1 and
+before their existence is checked; at v10, after the id is found). OffsetFetch needs DESCRIBE on each group (else
+that group answers GROUP_AUTHORIZATION_FAILED); a named topic the principal may not DESCRIBE answers offset -1 and
 TOPIC_AUTHORIZATION_FAILED per partition, and a request for every committed offset leaves such topics out.
 """
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from kio.schema.errors import ErrorCode
@@ -40,13 +57,15 @@ from actors.core.security.acl_bindings import AclOperation, ResourceType
 from cluster.protocol.connection import ConnectionContext
 from cluster.protocol.error_codes import coordinator_error_code, error_code, group_error_code
 from cluster.protocol.framing import Request, response_schema
-from cluster.protocol.handlers.authorization import GuardedHandler, allows, authorized_names
+from cluster.protocol.handlers.authorization import allows, authorized_names
+from cluster.protocol.handlers.metadata import wire_topic_id
 from cluster.protocol.handlers.partition_counts import PartitionCounts
 from cluster.protocol.messages import build
 from cluster.protocol.security.access import AccessControl
 from cluster.protocol.views.broker_view import BrokerView
 from cluster.protocol.views.group_view import GroupView, TopicPartition
 from storage.errors import RaybrokerError
+from storage.kafka_uuid import ZERO_UUID
 from storage.records.consumer_offsets import NO_LEADER_EPOCH
 
 OFFSET_COMMIT_KEY = 8
@@ -57,6 +76,11 @@ NO_OFFSET = -1
 FIRST_MULTI_GROUP_FETCH_VERSION = 8
 # OffsetFetch v9's member epoch of a request that names no member (an admin client, a classic consumer).
 NO_MEMBER_EPOCH = -1
+# The first OffsetCommit and OffsetFetch version naming topics by topic id (both v10).
+FIRST_TOPIC_ID_VERSION = 10
+
+# A request's topic as the answer names it: its topic id from v10 (the zero id for kio's None), else its name.
+TopicKey = uuid.UUID | str
 
 
 class OffsetCommitHandler:
@@ -70,55 +94,89 @@ class OffsetCommitHandler:
 
     async def __call__(self, request: Request) -> Any:
         body = request.body
-        codes: dict[TopicPartition, ErrorCode] = {}
+        by_id = request.api_version >= FIRST_TOPIC_ID_VERSION
         if allows(self._access, request.context, AclOperation.READ, ResourceType.GROUP, body.group_id):
-            await self._commit(request, codes)
+            topics = await self._commit(request, by_id)
         else:
-            for topic in body.topics:
-                codes.update(
-                    {(topic.name, p.partition_index): ErrorCode.group_authorization_failed for p in topic.partitions}
+            topics = [
+                _commit_answer(
+                    topic, [(p.partition_index, ErrorCode.group_authorization_failed) for p in topic.partitions]
                 )
-        return build(
-            response_schema(OFFSET_COMMIT_KEY, request.api_version),
-            {
-                "throttle_time": 0,
-                "topics": [
-                    {
-                        "name": topic.name,
-                        "partitions": [
-                            {"partition_index": p.partition_index, "error_code": codes[(topic.name, p.partition_index)]}
-                            for p in topic.partitions
-                        ],
-                    }
-                    for topic in body.topics
-                ],
-            },
-        )
+                for topic in body.topics
+            ]
+        return build(response_schema(OFFSET_COMMIT_KEY, request.api_version), {"throttle_time": 0, "topics": topics})
 
-    async def _commit(self, request: Request, codes: dict[TopicPartition, ErrorCode]) -> None:
-        """Commits what may be committed; every partition's code goes into `codes`."""
+    async def _commit(self, request: Request, by_id: bool) -> list[dict[str, Any]]:
+        """Commits what may be committed; the answer's topics, in Kafka's order (see the module docstring)."""
         body = request.body
-        offsets: dict[TopicPartition, tuple[int, str]] = {}
+        try:
+            names = await _names(self._view, body.topics, by_id)
+        except RaybrokerError as exc:
+            failed = error_code(exc)
+            return [
+                _commit_answer(topic, [(p.partition_index, failed) for p in topic.partitions]) for topic in body.topics
+            ]
         readable = authorized_names(
-            self._access, request.context, AclOperation.READ, ResourceType.TOPIC, (topic.name for topic in body.topics)
+            self._access, request.context, AclOperation.READ, ResourceType.TOPIC, (n for n in names if n is not None)
         )
         try:
             partition_counts = await self._counts.covering(
-                (topic.name, partition.partition_index) for topic in body.topics for partition in topic.partitions
+                (name, partition.partition_index)
+                for topic, name in zip(body.topics, names, strict=True)
+                if name in readable
+                for partition in topic.partitions
             )
         except RaybrokerError as exc:
             partition_counts, failure = {}, error_code(exc)
         else:
             failure = ErrorCode.unknown_topic_or_partition
-        for topic in body.topics:
-            for partition in topic.partitions:
-                key = (topic.name, partition.partition_index)
+        refused: dict[TopicKey, dict[str, Any]] = {}
+        asked: list[tuple[Any, str, list[Any]]] = []
+        for topic, name in zip(body.topics, names, strict=True):
+            if name is None or name not in readable or name not in partition_counts:
+                # In Kafka's order: an id no topic has, then authorization, then existence.
+                if name is None:
+                    code = ErrorCode.unknown_topic_id
+                elif name not in readable:
+                    code = ErrorCode.topic_authorization_failed
+                else:
+                    code = failure
+                _refuse(refused, topic, by_id, [(p.partition_index, code) for p in topic.partitions])
+                continue
+            count = partition_counts[name]
+            absent = [(p.partition_index, failure) for p in topic.partitions if not 0 <= p.partition_index < count]
+            if absent:
+                _refuse(refused, topic, by_id, absent)
+            present = [p for p in topic.partitions if 0 <= p.partition_index < count]
+            if present:
+                asked.append((topic, name, present))
+        if not asked:
+            return list(refused.values())
+        answered = await self._commit_to_coordinator(request, asked)
+        if not refused:
+            return answered
+        for (topic, _, _), answer in zip(asked, answered, strict=True):
+            key = _key(topic, by_id)
+            if key in refused:
+                refused[key]["partitions"].extend(answer["partitions"])
+            else:
+                refused[key] = answer
+        return list(refused.values())
+
+    async def _commit_to_coordinator(
+        self, request: Request, asked: list[tuple[Any, str, list[Any]]]
+    ) -> list[dict[str, Any]]:
+        """The coordinator's part: each asked topic's answer, its partitions in the request's order. Oversized
+        metadata and negative offsets are refused per partition; the rest are written together, and the group's
+        verdict is each one's code."""
+        body = request.body
+        offsets: dict[TopicPartition, tuple[int, str]] = {}
+        codes: dict[TopicPartition, ErrorCode] = {}
+        for _, name, partitions in asked:
+            for partition in partitions:
+                key = (name, partition.partition_index)
                 metadata = partition.committed_metadata or ""
-                if topic.name not in readable:
-                    codes[key] = ErrorCode.topic_authorization_failed
-                elif not 0 <= partition.partition_index < partition_counts.get(topic.name, 0):
-                    codes[key] = failure
-                elif len(metadata.encode()) > OFFSET_METADATA_MAX_BYTES:
+                if len(metadata.encode()) > OFFSET_METADATA_MAX_BYTES:
                     codes[key] = ErrorCode.offset_metadata_too_large
                 elif partition.committed_offset < 0:
                     codes[key] = ErrorCode.invalid_request
@@ -138,16 +196,26 @@ class OffsetCommitHandler:
             except RaybrokerError as exc:
                 verdict = coordinator_error_code(exc)
             codes.update(dict.fromkeys(offsets, verdict))
+        return [
+            _commit_answer(topic, [(p.partition_index, codes[(name, p.partition_index)]) for p in partitions])
+            for topic, name, partitions in asked
+        ]
 
 
-class OffsetFetchHandler(GuardedHandler[GroupView]):
+class OffsetFetchHandler:
     """Answers OffsetFetch (see the module docstring)."""
+
+    def __init__(self, view: BrokerView, groups: GroupView, access: AccessControl | None = None) -> None:
+        self._view = view
+        self._groups = groups
+        self._access = access
 
     async def __call__(self, request: Request) -> Any:
         body = request.body
         context = request.context
         response_type = response_schema(OFFSET_FETCH_KEY, request.api_version)
         stable = bool(getattr(body, "require_stable", False))
+        by_id = request.api_version >= FIRST_TOPIC_ID_VERSION
         if request.api_version >= FIRST_MULTI_GROUP_FETCH_VERSION:
             groups = [
                 await self._fetch(
@@ -155,89 +223,181 @@ class OffsetFetchHandler(GuardedHandler[GroupView]):
                     group.topics,
                     context,
                     stable,
+                    by_id,
                     getattr(group, "member_id", None),
                     getattr(group, "member_epoch", NO_MEMBER_EPOCH),
                 )
                 for group in body.groups
             ]
             return build(response_type, {"throttle_time": 0, "groups": groups})
-        answer = await self._fetch(body.group_id, body.topics, context, stable)
+        answer = await self._fetch(body.group_id, body.topics, context, stable, by_id)
         return build(response_type, {"throttle_time": 0, **answer})
 
     async def _fetch(
         self,
         group: str,
-        topics: Any,
+        topics: Sequence[Any] | None,
         context: ConnectionContext,
         stable: bool,
+        by_id: bool,
         member_id: str | None = None,
         member_epoch: int = NO_MEMBER_EPOCH,
     ) -> dict[str, Any]:
         """One group's answer: {group_id, error_code, topics}. A member of a consumer-protocol group (v9+ names
         it) must fetch in its current epoch (`GroupView.check_offset_fetch`)."""
         if not allows(self._access, context, AclOperation.DESCRIBE, ResourceType.GROUP, group):
-            return {"group_id": group, "error_code": ErrorCode.group_authorization_failed, "topics": []}
+            return _group_error(group, ErrorCode.group_authorization_failed)
         if not group:
-            return {"group_id": group, "error_code": group_error_code(GroupError.INVALID_GROUP_ID), "topics": []}
+            return _group_error(group, group_error_code(GroupError.INVALID_GROUP_ID))
         if member_id is not None or member_epoch >= 0:
             try:
-                verdict = await self._view.check_offset_fetch(group, member_id, member_epoch)
+                verdict = await self._groups.check_offset_fetch(group, member_id, member_epoch)
             except RaybrokerError as exc:
-                return {"group_id": group, "error_code": coordinator_error_code(exc), "topics": []}
+                return _group_error(group, coordinator_error_code(exc))
             if verdict != GroupError.NONE:
-                return {"group_id": group, "error_code": group_error_code(verdict), "topics": []}
-        visible = authorized_names(
-            self._access, context, AclOperation.DESCRIBE, ResourceType.TOPIC, (t.name for t in topics or ())
-        )
-        wanted = (
-            None if topics is None else [(t.name, p) for t in topics if t.name in visible for p in t.partition_indexes]
-        )
+                return _group_error(group, group_error_code(verdict))
         try:
-            # Pending offsets first: a transaction completing between the two reads then shows as unstable or as
-            # committed, never as neither (its offsets read while pending, then found no longer pending).
-            unstable = await self._view.unstable_offsets(group, wanted) if stable else set()
-            committed = await self._view.committed_offsets(group, wanted)
+            if topics is None:
+                found = await self._fetch_all(group, context, stable, by_id)
+            else:
+                found = await self._fetch_named(group, topics, context, stable, by_id)
         except RaybrokerError as exc:
-            return {"group_id": group, "error_code": coordinator_error_code(exc), "topics": []}
-        if wanted is None:
-            visible = authorized_names(
-                self._access, context, AclOperation.DESCRIBE, ResourceType.TOPIC, (topic for topic, _ in committed)
-            )
-            found = [(key, offset) for key, offset in sorted(committed.items()) if key[0] in visible]
-        else:
-            found = _in_order(wanted, committed)
-        by_topic: dict[str, list[dict[str, Any]]] = {}
-        for (topic, partition), offset in found:
-            pending = (topic, partition) in unstable
-            by_topic.setdefault(topic, []).append(
-                {
-                    "partition_index": partition,
-                    "committed_offset": NO_OFFSET if offset is None or pending else offset,
-                    "committed_leader_epoch": NO_LEADER_EPOCH,
-                    "metadata": "",
-                    "error_code": ErrorCode.unstable_offset_commit if pending else ErrorCode.none,
-                }
-            )
-        for topic in topics or ():
-            if topic.name not in visible:
-                by_topic.setdefault(topic.name, []).extend(
-                    {
-                        "partition_index": partition,
-                        "committed_offset": NO_OFFSET,
-                        "committed_leader_epoch": NO_LEADER_EPOCH,
-                        "metadata": "",
-                        "error_code": ErrorCode.topic_authorization_failed,
-                    }
+            return _group_error(group, coordinator_error_code(exc))
+        return {"group_id": group, "error_code": ErrorCode.none, "topics": found}
+
+    async def _fetch_named(
+        self, group: str, topics: Sequence[Any], context: ConnectionContext, stable: bool, by_id: bool
+    ) -> list[dict[str, Any]]:
+        """The named topics' answers: those the coordinator answers, in the request's order, then those refused."""
+        names = await _names(self._view, topics, by_id)
+        visible = authorized_names(
+            self._access, context, AclOperation.DESCRIBE, ResourceType.TOPIC, (n for n in names if n is not None)
+        )
+        asked = [(topic, name) for topic, name in zip(topics, names, strict=True) if name in visible]
+        wanted = [(name, partition) for topic, name in asked for partition in topic.partition_indexes]
+        # Pending offsets first: a transaction completing between the two reads then shows as unstable or as
+        # committed, never as neither (its offsets read while pending, then found no longer pending).
+        unstable = await self._groups.unstable_offsets(group, wanted) if stable else set()
+        committed = await self._groups.committed_offsets(group, wanted)
+        answered = [
+            _fetch_answer(
+                topic,
+                name,
+                [
+                    _offset(name, partition, committed.get((name, partition)), unstable)
                     for partition in topic.partition_indexes
-                )
-        return {
-            "group_id": group,
-            "error_code": ErrorCode.none,
-            "topics": [{"name": name, "partitions": partitions} for name, partitions in by_topic.items()],
-        }
+                ],
+            )
+            for topic, name in asked
+        ]
+        refused = [
+            _fetch_answer(
+                topic,
+                name or "",
+                [
+                    _refused_offset(
+                        partition,
+                        ErrorCode.unknown_topic_id if name is None else ErrorCode.topic_authorization_failed,
+                    )
+                    for partition in topic.partition_indexes
+                ],
+            )
+            for topic, name in zip(topics, names, strict=True)
+            if name not in visible
+        ]
+        return answered + refused
+
+    async def _fetch_all(
+        self, group: str, context: ConnectionContext, stable: bool, by_id: bool
+    ) -> list[dict[str, Any]]:
+        """Every committed offset of the group on a topic the principal may describe, by topic name then partition;
+        from v10 by topic id, leaving out a topic no id names."""
+        unstable = await self._groups.unstable_offsets(group, None) if stable else set()
+        committed = await self._groups.committed_offsets(group, None)
+        visible = authorized_names(
+            self._access, context, AclOperation.DESCRIBE, ResourceType.TOPIC, (topic for topic, _ in committed)
+        )
+        ids = await self._topic_ids(visible) if by_id else {}
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        for (topic, partition), offset in sorted(committed.items()):
+            if topic in visible and (topic in ids or not by_id):
+                by_topic.setdefault(topic, []).append(_offset(topic, partition, offset, unstable))
+        return [
+            {"name": name, "topic_id": wire_topic_id(ids.get(name, ZERO_UUID)), "partitions": partitions}
+            for name, partitions in by_topic.items()
+        ]
+
+    async def _topic_ids(self, names: Collection[str]) -> dict[str, uuid.UUID]:
+        """The topic id of each of `names` a topic has, asked afresh when one has none (a topic created a moment
+        ago, or one deleted)."""
+        known = {name: topic_id for topic_id, name in (await self._view.topic_names()).items()}
+        if any(name not in known for name in names):
+            known = {name: topic_id for topic_id, name in (await self._view.topic_names(refresh=True)).items()}
+        return known
 
 
-def _in_order(
-    wanted: list[TopicPartition], committed: dict[TopicPartition, int | None]
-) -> list[tuple[TopicPartition, int | None]]:
-    return [(key, committed.get(key)) for key in wanted]
+async def _names(view: BrokerView, topics: Sequence[Any], by_id: bool) -> list[str | None]:
+    """Each request topic's name: its own before v10; from v10 its topic id's, None for an id no topic has."""
+    if not by_id:
+        return [topic.name for topic in topics]
+    ids = [topic.topic_id or ZERO_UUID for topic in topics]
+    names = await view.topic_names_naming(ids)
+    return [names.get(topic_id) for topic_id in ids]
+
+
+def _key(topic: Any, by_id: bool) -> TopicKey:
+    key: TopicKey = (topic.topic_id or ZERO_UUID) if by_id else topic.name
+    return key
+
+
+def _refuse(
+    refused: dict[TopicKey, dict[str, Any]], topic: Any, by_id: bool, codes: list[tuple[int, ErrorCode]]
+) -> None:
+    """Adds `codes` to the refused partitions' answer of `topic`'s key (Kafka's builder keys a topic by its id
+    from v10, by its name before)."""
+    key = _key(topic, by_id)
+    if key in refused:
+        refused[key]["partitions"].extend(_commit_answer(topic, codes)["partitions"])
+    else:
+        refused[key] = _commit_answer(topic, codes)
+
+
+def _commit_answer(topic: Any, codes: list[tuple[int, ErrorCode]]) -> dict[str, Any]:
+    """An OffsetCommit answer's topic, named as the request named it (by name, or by topic id from v10)."""
+    return {
+        "name": getattr(topic, "name", ""),
+        "topic_id": getattr(topic, "topic_id", None),
+        "partitions": [{"partition_index": partition, "error_code": code} for partition, code in codes],
+    }
+
+
+def _fetch_answer(topic: Any, name: str, partitions: list[dict[str, Any]]) -> dict[str, Any]:
+    """An OffsetFetch answer's topic, named as the request named it (by name, or by topic id from v10)."""
+    return {"name": name, "topic_id": getattr(topic, "topic_id", None), "partitions": partitions}
+
+
+def _offset(topic: str, partition: int, offset: int | None, unstable: Collection[TopicPartition]) -> dict[str, Any]:
+    """A partition's committed offset as OffsetFetch answers it: -1 if none, -1 and UNSTABLE_OFFSET_COMMIT if the
+    group's transactional offsets of it are pending."""
+    pending = (topic, partition) in unstable
+    return {
+        "partition_index": partition,
+        "committed_offset": NO_OFFSET if offset is None or pending else offset,
+        "committed_leader_epoch": NO_LEADER_EPOCH,
+        "metadata": "",
+        "error_code": ErrorCode.unstable_offset_commit if pending else ErrorCode.none,
+    }
+
+
+def _refused_offset(partition: int, code: ErrorCode) -> dict[str, Any]:
+    return {
+        "partition_index": partition,
+        "committed_offset": NO_OFFSET,
+        "committed_leader_epoch": NO_LEADER_EPOCH,
+        "metadata": "",
+        "error_code": code,
+    }
+
+
+def _group_error(group: str, code: ErrorCode) -> dict[str, Any]:
+    return {"group_id": group, "error_code": code, "topics": []}

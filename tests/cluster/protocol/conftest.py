@@ -4,12 +4,14 @@ tests, `kafka`, is `tests/cluster/conftest.py`'s)."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from actors.core.in_process_broker import InProcessBroker
+from actors.metrics.recorder import BrokerMetrics
 from benchmarks.kafka_broker import KAFKA_4_VERSION, KafkaQuorum, KafkaUnavailable
 from cluster.protocol.feature_cache import FeatureCache
 from cluster.protocol.listener import start_listener
@@ -101,12 +103,13 @@ def features(security: SecurityView) -> FeatureCache:
     return cache
 
 
-@pytest.fixture
-def wall_clock_listener(tmp_path: Path) -> Iterator[str]:
-    """A raybroker listener over an in-process broker on the wall clock (consumer-protocol members' sessions run on
-    it), with `kafka4`'s consumer heartbeat interval; its bootstrap servers."""
+@contextlib.contextmanager
+def serve_on_wall_clock(folder: Path, metrics: BrokerMetrics | None = None) -> Iterator[str]:
+    """A raybroker listener over an in-process broker in `folder` on the wall clock (consumer-protocol members'
+    sessions run on it), with `kafka4`'s consumer heartbeat interval, recording into `metrics` if given; its
+    bootstrap servers."""
     settings = {key.replace(".", "_"): value for key, value in CONSUMER_HEARTBEAT.items()}
-    broker = start_broker(tmp_path / "wall-clock", clock=SYSTEM_CLOCK, **settings)
+    broker = start_broker(folder, clock=SYSTEM_CLOCK, **settings)
     try:
         with start_listener(
             {"listeners": "PLAINTEXT://127.0.0.1:0", **CONSUMER_HEARTBEAT},
@@ -114,7 +117,15 @@ def wall_clock_listener(tmp_path: Path) -> Iterator[str]:
             SecurityView.in_process(broker.controller),
             groups=GroupView.in_process(broker),
             transactions=TransactionView.in_process(broker),
+            metrics=metrics,
         ) as listener:
             yield listener.bootstrap_servers
     finally:
         broker.close()
+
+
+@pytest.fixture
+def wall_clock_listener(tmp_path: Path) -> Iterator[str]:
+    """`serve_on_wall_clock`'s listener; its bootstrap servers."""
+    with serve_on_wall_clock(tmp_path / "wall-clock") as bootstrap:
+        yield bootstrap

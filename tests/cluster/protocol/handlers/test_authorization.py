@@ -9,6 +9,7 @@ Kafka's default).
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 import pytest
@@ -102,6 +103,8 @@ ENDPOINT = BrokerEndpoint(0, "127.0.0.1", 9092, (("PLAINTEXT", "127.0.0.1", 9092
 DENIED_TOPIC = ErrorCode.topic_authorization_failed
 DENIED_GROUP = ErrorCode.group_authorization_failed
 DENIED_CLUSTER = ErrorCode.cluster_authorization_failed
+# The last OffsetCommit and OffsetFetch version naming topics by name (v10 names them by topic id).
+BY_NAME = 9
 
 
 def acl(
@@ -645,7 +648,7 @@ def commit(view: InProcessBrokerView, groups: GroupView, access: AccessControl) 
             for name in ("read", "unread", "nowhere")
         ],
     }
-    answer = ask(OffsetCommitHandler(view, groups, access), OFFSET_COMMIT_KEY, values)
+    answer = ask(OffsetCommitHandler(view, groups, access), OFFSET_COMMIT_KEY, values, BY_NAME)
     return {topic.name: topic.partitions[0].error_code for topic in answer.topics}
 
 
@@ -671,13 +674,16 @@ def test_offset_fetch_needs_describe_on_the_group_and_hides_undescribable_topics
 ) -> None:
     commit_offsets(broker, {("g", "seen", 0): 3, ("g", "hidden", 0): 7})
     handler = OffsetFetchHandler(
-        groups, access_with(security, on_group("g", AclOperation.DESCRIBE), on_topic("seen", AclOperation.DESCRIBE))
+        InProcessBrokerView(broker),
+        groups,
+        access_with(security, on_group("g", AclOperation.DESCRIBE), on_topic("seen", AclOperation.DESCRIBE)),
     )
     named = [{"name": name, "partition_indexes": [0]} for name in ("seen", "hidden")]
     answer = ask(
         handler,
         OFFSET_FETCH_KEY,
         {"groups": [{"group_id": "g", "topics": named}, {"group_id": "other", "topics": None}]},
+        BY_NAME,
     )
     mine, other = answer.groups
     assert other.error_code == DENIED_GROUP
@@ -685,10 +691,54 @@ def test_offset_fetch_needs_describe_on_the_group_and_hides_undescribable_topics
         ("seen", 3, ErrorCode.none),
         ("hidden", -1, DENIED_TOPIC),
     ]
-    every = ask(handler, OFFSET_FETCH_KEY, {"groups": [{"group_id": "g", "topics": None}]}).groups[0]
+    every = ask(handler, OFFSET_FETCH_KEY, {"groups": [{"group_id": "g", "topics": None}]}, BY_NAME).groups[0]
     assert [(t.name, t.partitions[0].committed_offset) for t in every.topics] == [("seen", 3)]
     single = ask(handler, OFFSET_FETCH_KEY, {"group_id": "other", "topics": None}, 7)
     assert single.error_code == DENIED_GROUP
+
+
+def test_offset_commit_and_fetch_v10_check_the_topic_its_id_names_after_finding_it(
+    view: InProcessBrokerView, groups: GroupView, security: SecurityView
+) -> None:
+    ids = {name: run(view.create_topic(name, 1)).topic_id for name in ("read", "unread")}
+    nowhere = uuid.uuid4()
+    access = access_with(
+        security,
+        on_group("g", AclOperation.READ),
+        on_topic("read", AclOperation.READ),
+    )
+    named = [ids["read"], ids["unread"], nowhere]
+    committed = ask(
+        OffsetCommitHandler(view, groups, access),
+        OFFSET_COMMIT_KEY,
+        {
+            "group_id": "g",
+            "member_id": "",
+            "topics": [
+                {
+                    "topic_id": topic_id,
+                    "partitions": [{"partition_index": 0, "committed_offset": 5, "committed_metadata": ""}],
+                }
+                for topic_id in named
+            ],
+        },
+    )
+    # An id no topic has is refused before any topic is authorized; the refused come first, as Kafka 4.2 answers.
+    assert [(t.topic_id, t.partitions[0].error_code) for t in committed.topics] == [
+        (ids["unread"], DENIED_TOPIC),
+        (nowhere, ErrorCode.unknown_topic_id),
+        (ids["read"], ErrorCode.none),
+    ]
+    fetched = ask(
+        OffsetFetchHandler(view, groups, access),
+        OFFSET_FETCH_KEY,
+        {"groups": [{"group_id": "g", "topics": [{"topic_id": t, "partition_indexes": [0]} for t in named]}]},
+    ).groups[0]
+    assert [(t.topic_id, t.partitions[0].committed_offset, t.partitions[0].error_code) for t in fetched.topics] == [
+        (ids["read"], 5, ErrorCode.none),
+        (ids["unread"], -1, DENIED_TOPIC),
+        (nowhere, -1, ErrorCode.unknown_topic_id),
+    ]
 
 
 def test_list_groups_lists_every_group_to_cluster_describe_and_describable_ones_otherwise(

@@ -374,7 +374,9 @@ def test_txn_offset_commit_is_unstable_until_the_commit_marker(
     fetch = {"group_id": "g", "topics": [{"name": TOPIC, "partition_indexes": [0]}], "require_stable": True}
 
     def fetched(require_stable: bool) -> tuple[int, ErrorCode]:
-        found = answer(OffsetFetchHandler(groups), OFFSET_FETCH_KEY, 7, {**fetch, "require_stable": require_stable})
+        found = answer(
+            OffsetFetchHandler(view, groups), OFFSET_FETCH_KEY, 7, {**fetch, "require_stable": require_stable}
+        )
         part = found.topics[0].partitions[0]
         return part.committed_offset, part.error_code
 
