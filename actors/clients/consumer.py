@@ -104,6 +104,7 @@ from storage.errors import (
 )
 from storage.partition.aborted_batches import AbortedBatches
 from storage.partition.log_read import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP
+from storage.records.consumer_offsets import OffsetAndMetadata
 from storage.records.file_records import TimestampAndOffset
 from storage.records.record_batch import TimestampType, iter_batches
 from storage.topic_partition import TopicPartition, check_topic_partition
@@ -705,7 +706,7 @@ class Consumer(Closeable):
                 self._member.group_id,
                 self._member.member_id,
                 self._member.epoch,
-                {tp: (offset, "") for tp, offset in offsets.items()},
+                {tp: OffsetAndMetadata(offset) for tp, offset in offsets.items()},
                 api_version=CONSUMER_PROTOCOL_COMMIT_VERSION,
             )
         )
@@ -771,8 +772,8 @@ class Consumer(Closeable):
                         f"pending a transaction after {STABLE_OFFSETS_TIMEOUT_S:g} s"
                     )
                 time.sleep(STABLE_OFFSETS_RETRY_S)
-        committed: dict[TopicPartition, int | None] = call(coordinator.fetch_committed.remote(group, tps))
-        return committed
+        committed: dict[TopicPartition, OffsetAndMetadata | None] = call(coordinator.fetch_committed.remote(group, tps))
+        return {tp: None if found is None else found.offset for tp, found in committed.items()}
 
     def _maybe_auto_commit(self) -> None:
         if self._auto_commit_interval_ns is None or time.monotonic_ns() < self._next_auto_commit_ns:

@@ -18,6 +18,7 @@ from actors.core.groups.consumer_group_state import ConsumerGroupDescription
 from actors.core.groups.group_membership import GroupDescription, GroupError
 from actors.options import group_coordinator_name
 from storage.errors import RaybrokerError
+from storage.records.consumer_offsets import OffsetAndMetadata
 
 
 class ConsumerGroups:
@@ -44,8 +45,8 @@ class ConsumerGroups:
 
     def committed_offsets(self, group: str) -> dict[tuple[str, int], int]:
         """Every committed offset of the group, per (topic, partition)."""
-        offsets: dict[tuple[str, int], int] = call(self._coordinator.group_offsets.remote(group))
-        return offsets
+        committed: dict[tuple[str, int], OffsetAndMetadata] = call(self._coordinator.group_offsets.remote(group))
+        return {tp: found.offset for tp, found in committed.items()}
 
     def delete_group(self, group: str) -> None:
         """Deletes a group without members and its committed offsets (NON_EMPTY_GROUP, GROUP_ID_NOT_FOUND)."""

@@ -20,6 +20,7 @@ from actors.core.transactions.transaction_coordinator import InitProducerIdResul
 from actors.core.transactions.transaction_metadata import TxnError
 from actors.options import group_coordinator_name, transaction_coordinator_name
 from storage.errors import BrokerNotAvailableError, CoordinatorLoadInProgressError, RaybrokerError
+from storage.records.consumer_offsets import OffsetAndMetadata
 from storage.topic_partition import TopicPartition
 
 
@@ -66,7 +67,7 @@ class RayTransactionCoordinatorClient:
                 producer_epoch,
                 group.member_id,
                 group.generation_id,
-                {tp: (offset, "") for tp, offset in offsets.items()},
+                {tp: OffsetAndMetadata(offset) for tp, offset in offsets.items()},
             )
         )
         return verdict

@@ -18,6 +18,7 @@ from actors.metrics.gauges import CommittedOffsets, PartitionLag, cluster_sample
 from actors.metrics.recorder import BrokerMetrics, Sample
 from actors.options import group_coordinator_name
 from storage.errors import RaybrokerError
+from storage.records.consumer_offsets import OffsetAndMetadata
 
 logger = logging.getLogger(__name__)
 
@@ -38,9 +39,9 @@ def committed_offsets(timeout_s: float = READ_TIMEOUT_S) -> dict[tuple[str, str,
     asked = {group.group_id: coordinator.group_offsets.remote(group.group_id) for group in groups}
     committed: dict[tuple[str, str, int], int] = {}
     for group, ref in asked.items():
-        offsets: dict[tuple[str, int], int] = call(ref, timeout_s=timeout_s)
-        for (topic, partition), offset in offsets.items():
-            committed[(group, topic, partition)] = offset
+        offsets: dict[tuple[str, int], OffsetAndMetadata] = call(ref, timeout_s=timeout_s)
+        for (topic, partition), found in offsets.items():
+            committed[(group, topic, partition)] = found.offset
     return committed
 
 

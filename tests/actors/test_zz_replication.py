@@ -1163,7 +1163,7 @@ def offsets_history() -> str:
     """Every batch of `__consumer_offsets` partition 0 (the test's groups all hash there with one partition), for a
     failure's diagnosis: offset, producer id and epoch, transactional or not, and the marker or the group offsets it
     holds."""
-    from storage.records.consumer_offsets import decode_offset_commit_key, decode_offset_commit_offset
+    from storage.records.consumer_offsets import decode_offset_commit_key, decode_offset_commit_value
 
     handle = replica_actor("__consumer_offsets", 0, states("__consumer_offsets")[0].leader)
     lines = []
@@ -1175,7 +1175,7 @@ def offsets_history() -> str:
         for record in [] if batch.is_control else batch.records():
             key = decode_offset_commit_key(record.key) if record.key else None
             if key is not None:
-                held.append((*key, None if record.value is None else decode_offset_commit_offset(record.value)))
+                held.append((*key, None if record.value is None else decode_offset_commit_value(record.value).offset))
         what = marker.control_type.name if marker is not None else held
         lines.append(
             f"  {batch.base_offset} pid {batch.producer_id} epoch {batch.producer_epoch} "

@@ -1,10 +1,11 @@
 """The group coordinator: consumer groups' committed offsets, kept as Kafka keeps them, and the membership of
 groups whose clients use Kafka's group protocol over the wire, as a plain class over injected seams.
 
-State it owns, and where it is persisted: the committed offset of every (group, topic, partition), as records of the
+State it owns, and where it is persisted: the committed offset of every (group, topic, partition), with the leader
+epoch and metadata string its client committed with it (`OffsetAndMetadata`, as Kafka keeps them), as records of the
 internal compacted topic `__consumer_offsets` (created by the broker's start with `offsets.topic.num.partitions`
 partitions, `actors.core.groups.offsets_topic`). A group's commits all go to partition `partition_for_group(group,
-partitions)`, so one group's commits stay ordered. The coordinator holds a cache of the latest offset per key. Before a
+partitions)`, so one group's commits stay ordered. The coordinator holds a cache of the latest commit per key. Before a
 partition is first used (after a start, also after Ray restarts its actor) it is read from its log start to its high
 watermark into the cache: the latest value per key wins, a null value (tombstone) removes the key, and records of other
 kinds (group metadata, key version 2) are skipped. A commit is acknowledged only once every in-sync replica has its
@@ -95,7 +96,9 @@ from storage.errors import (
 )
 from storage.partition.log import LogAppendInfo
 from storage.records.consumer_offsets import (
+    NO_LEADER_EPOCH,
     GroupTopicPartition,
+    OffsetAndMetadata,
     apply_offset_commit,
     encode_group_metadata_key,
     encode_offset_commit_key,
@@ -171,9 +174,9 @@ class GroupCoordinator:
         self._partition_count = len(metadata.partitions)
         self._handles: dict[int, OffsetsPartition] = {}
         self._claims = CoordinatorClaims(allocate_coordinator_epoch)
-        self._offsets: dict[GroupTopicPartition, int] = {}
+        self._offsets: dict[GroupTopicPartition, OffsetAndMetadata] = {}
         # Transactional offsets (TxnOffsetCommit) per producer id, invisible until its COMMIT marker.
-        self._pending: dict[int, dict[GroupTopicPartition, int]] = {}
+        self._pending: dict[int, dict[GroupTopicPartition, OffsetAndMetadata]] = {}
         # Its own lock: a member's JoinGroup never waits behind a commit's append.
         self._membership_changed = threading.Condition()
         self._membership = membership or GroupMembership(clock)
@@ -281,7 +284,9 @@ class GroupCoordinator:
                 for record in batch.records():
                     self._apply(partition, record, target)
 
-    def _apply(self, partition: int, record: Record, target: dict[GroupTopicPartition, int] | None = None) -> None:
+    def _apply(
+        self, partition: int, record: Record, target: dict[GroupTopicPartition, OffsetAndMetadata] | None = None
+    ) -> None:
         try:
             apply_offset_commit(self._offsets if target is None else target, record.key, record.value)
         except CorruptRecordError as exc:
@@ -295,29 +300,32 @@ class GroupCoordinator:
         return partition_for_group(group, self._partition_count)
 
     def commit(self, group: str, offsets: Mapping[tuple[str, int], int], metadata: str = "") -> None:
-        """Durably records `group`'s offsets (one batch on the group's partition), then caches them."""
+        """Durably records `group`'s offsets (one batch on the group's partition), each with `metadata` and no
+        leader epoch, then caches them."""
         _check_group(group)
         checked = {
             check_topic_partition(tp, InvalidRequestError): _check_offset(tp, offset) for tp, offset in offsets.items()
         }
         if not isinstance(metadata, str):
             raise InvalidRequestError(f"commit metadata must be a str, not {type(metadata).__name__}")
-        self._append(group, {tp: (offset, metadata) for tp, offset in checked.items()})
+        self._append(
+            group, {tp: OffsetAndMetadata(offset, NO_LEADER_EPOCH, metadata) for tp, offset in checked.items()}
+        )
 
     def commit_member(
         self,
         group: str,
         member_id: str,
         generation_id: int,
-        offsets: Mapping[tuple[str, int], tuple[int, str]],
+        offsets: Mapping[tuple[str, int], OffsetAndMetadata],
         *,
         api_version: int,
     ) -> GroupError:
         """A wire client's OffsetCommit (of version `api_version`): written if the group's state allows it
         (`GroupMembership.check_commit`: generation -1 only into a group without members; in a consumer-protocol
         group `ConsumerGroups.check_commit`, the generation being the member epoch), each partition with its own
-        metadata. Returns the group's verdict; nothing is written unless it is NONE. The Python `Consumer`'s
-        `commit` is not checked against the membership: its groups are names for offsets only."""
+        leader epoch and metadata. Returns the group's verdict; nothing is written unless it is NONE. The Python
+        `Consumer`'s `commit` is not checked against the membership: its groups are names for offsets only."""
         _check_group(group)
         with self._membership_changed:
             self._settle(group)
@@ -331,19 +339,19 @@ class GroupCoordinator:
             self._append(group, offsets)
         return verdict
 
-    def _append(self, group: str, offsets: Mapping[tuple[str, int], tuple[int, str]]) -> None:
+    def _append(self, group: str, offsets: Mapping[tuple[str, int], OffsetAndMetadata]) -> None:
         if not offsets:
             return
         now_ms = self._clock.milliseconds()
         records: list[tuple[bytes, bytes | None]] = [
-            (encode_offset_commit_key(group, topic, partition), encode_offset_commit_value(offset, metadata, now_ms))
-            for (topic, partition), (offset, metadata) in offsets.items()
+            (encode_offset_commit_key(group, topic, partition), encode_offset_commit_value(committed, now_ms))
+            for (topic, partition), committed in offsets.items()
         ]
 
         def append() -> None:
             self._write(partition_for_group(group, self._partition_count), records)
-            for (topic, partition), (offset, _) in offsets.items():
-                self._offsets[(group, topic, partition)] = offset
+            for (topic, partition), committed in offsets.items():
+                self._offsets[(group, topic, partition)] = committed
 
         # The lock is held across the append so two commits of one group reach the log and the cache in order.
         self._on_offsets_topic(append)
@@ -355,7 +363,7 @@ class GroupCoordinator:
         producer_epoch: int,
         member_id: str,
         generation_id: int,
-        offsets: Mapping[tuple[str, int], tuple[int, str]],
+        offsets: Mapping[tuple[str, int], OffsetAndMetadata],
     ) -> GroupError:
         """A TxnOffsetCommit: the offsets are appended as the producer's transactional batch (its id and epoch,
         sequence 0, origin COORDINATOR) and stay pending, invisible to `fetch_committed`, until the COMMIT marker
@@ -379,10 +387,10 @@ class GroupCoordinator:
         builder = RecordBatchBuilder(
             producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=0, is_transactional=True
         )
-        for (topic, partition), (offset, metadata) in offsets.items():
+        for (topic, partition), committed in offsets.items():
             builder.append(
                 encode_offset_commit_key(group, topic, partition),
-                encode_offset_commit_value(offset, metadata, now_ms),
+                encode_offset_commit_value(committed, now_ms),
                 timestamp=now_ms,
             )
         batch = builder.build()
@@ -391,8 +399,8 @@ class GroupCoordinator:
             handle = self._loaded_partition(partition_for_group(group, self._partition_count))
             handle.append_from_coordinator(batch)
             pending = self._pending.setdefault(producer_id, {})
-            for (topic, partition), (offset, _) in offsets.items():
-                pending[(group, topic, partition)] = offset
+            for (topic, partition), committed in offsets.items():
+                pending[(group, topic, partition)] = committed
 
         self._on_offsets_topic(append)
         return GroupError.NONE
@@ -409,9 +417,9 @@ class GroupCoordinator:
             return
         done = [key for key in pending if partition_for_group(key[0], self._partition_count) == partition]
         for key in done:
-            offset = pending.pop(key)
+            committed = pending.pop(key)
             if commit:
-                self._offsets[key] = offset
+                self._offsets[key] = committed
         if not pending:
             del self._pending[producer_id]
 
@@ -434,26 +442,27 @@ class GroupCoordinator:
 
     def fetch_committed(
         self, group: str, topic_partitions: Iterable[tuple[str, int]]
-    ) -> dict[tuple[str, int], int | None]:
-        """The committed offset of each (topic, partition) for `group`, None where it has none."""
+    ) -> dict[tuple[str, int], OffsetAndMetadata | None]:
+        """The commit (offset, leader epoch, metadata) of each (topic, partition) for `group`, None where it has
+        none."""
         _check_group(group)
         wanted = [check_topic_partition(tp, InvalidRequestError) for tp in topic_partitions]
 
-        def fetch() -> dict[tuple[str, int], int | None]:
+        def fetch() -> dict[tuple[str, int], OffsetAndMetadata | None]:
             self._loaded_partition(partition_for_group(group, self._partition_count))
             return {(topic, partition): self._offsets.get((group, topic, partition)) for topic, partition in wanted}
 
         return self._on_offsets_topic(fetch)
 
-    def group_offsets(self, group: str) -> dict[tuple[str, int], int]:
-        """Every committed offset of `group` (OffsetFetch without topics, `raybroker consumer-groups`)."""
+    def group_offsets(self, group: str) -> dict[tuple[str, int], OffsetAndMetadata]:
+        """Every commit of `group` (OffsetFetch without topics, `raybroker consumer-groups`)."""
         _check_group(group)
 
-        def fetch() -> dict[tuple[str, int], int]:
+        def fetch() -> dict[tuple[str, int], OffsetAndMetadata]:
             self._loaded_partition(partition_for_group(group, self._partition_count))
             return {
-                (topic, partition): offset
-                for (name, topic, partition), offset in self._offsets.items()
+                (topic, partition): committed
+                for (name, topic, partition), committed in self._offsets.items()
                 if name == group
             }
 

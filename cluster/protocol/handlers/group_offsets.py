@@ -1,16 +1,18 @@
 """OffsetCommit (8) and OffsetFetch (9): a group's committed offsets, in the `__consumer_offsets` topic that
 raybroker's Python `Consumer` commits to too, so either kind of client resumes where the other committed.
 
-OffsetCommit checks, per partition, that the topic and partition exist (else UNKNOWN_TOPIC_OR_PARTITION, 3),
-that the metadata fits `offset.metadata.max.bytes` (Kafka's 4096; else OFFSET_METADATA_TOO_LARGE, 12) and that
-the offset is not negative (INVALID_REQUEST, 42); the rest are written in one batch if the group's state allows
-the commit (`GroupMembership.check_commit`, Kafka's classic coordinator's rules: one with generation -1 is
-written into a group without members (Empty, or only known by its committed offsets), which is how a
-consumer that assigns its own partitions and the admin client's AlterConsumerGroupOffsets commit; into a group
-with members only a member commits, anyone else gets UNKNOWN_MEMBER_ID, generation -1 without a member id
-included; a member of another generation gets ILLEGAL_GENERATION, a member's commit during the sync phase
-REBALANCE_IN_PROGRESS), and that verdict is every such partition's code. Leader epochs are not kept:
-OffsetFetch answers -1.
+OffsetCommit checks, per partition, that the topic and partition exist (else UNKNOWN_TOPIC_OR_PARTITION, 3); the
+coordinator then checks the group's state (`GroupMembership.check_commit`, Kafka's classic coordinator's rules: one
+with generation -1 is written into a group without members (Empty, or only known by its committed offsets), which is
+how a consumer that assigns its own partitions and the admin client's AlterConsumerGroupOffsets commit; into a group
+with members only a member commits, anyone else gets UNKNOWN_MEMBER_ID, generation -1 without a member id included; a
+member of another generation gets ILLEGAL_GENERATION, a member's commit during the sync phase
+REBALANCE_IN_PROGRESS). A verdict other than NONE is every remaining partition's code, as in Kafka 4.2, whose
+`OffsetMetadataManager.commitOffset` validates the group before it looks at any partition. Past it, a partition
+whose metadata is longer than `offset.metadata.max.bytes` (Kafka's 4096, counted as Kafka counts it: Java's
+`String.length()`, UTF-16 code units) answers OFFSET_METADATA_TOO_LARGE (12) and one with a negative offset
+INVALID_REQUEST (42); the others are written in one batch, each with its offset, leader epoch (v6+, -1 before) and
+metadata, and answer NONE.
 
 The answer is built as Kafka 4.2's broker builds it (`OffsetCommitResponse.Builder`): the partitions refused before
 the coordinator is asked (unknown topic id, topic authorization, unknown topic or partition) come first, grouped by
@@ -24,9 +26,11 @@ member (UNSUPPORTED_VERSION, 35, below), and another epoch than the member's ans
 OffsetFetch v9+ naming a member is checked the same way (`ConsumerGroups.check_commit` / `check_fetch`).
 
 OffsetFetch v1-7 asks for one group, v8+ for several; a null topic list (v2+) asks for every committed offset of
-the group. A partition without a commit answers offset -1 with no error, as Kafka's does. With `require_stable`
+the group. A committed partition answers its offset and metadata, and from v5 its leader epoch; a partition without
+a commit answers offset -1, leader epoch -1 and metadata "" with no error, as Kafka's does. With `require_stable`
 (v7+, what a read_committed Java consumer sends) a partition with transactional offsets of the group still pending
-(TxnOffsetCommit before its transaction's COMMIT marker) answers UNSTABLE_OFFSET_COMMIT (88), which clients retry;
+(TxnOffsetCommit before its transaction's COMMIT marker) answers UNSTABLE_OFFSET_COMMIT (88) with offset -1, which
+clients retry;
 without it, such a partition answers its last committed offset. The named topics the coordinator answers come in the
 request's order, then those refused (unknown topic id, topic authorization) in the request's order.
 
@@ -66,7 +70,7 @@ from cluster.protocol.views.broker_view import BrokerView
 from cluster.protocol.views.group_view import GroupView, TopicPartition
 from storage.errors import RaybrokerError
 from storage.kafka_uuid import ZERO_UUID
-from storage.records.consumer_offsets import NO_LEADER_EPOCH
+from storage.records.consumer_offsets import NO_LEADER_EPOCH, OffsetAndMetadata
 
 OFFSET_COMMIT_KEY = 8
 OFFSET_FETCH_KEY = 9
@@ -166,36 +170,38 @@ class OffsetCommitHandler:
     async def _commit_to_coordinator(
         self, request: Request, asked: list[tuple[Any, str, list[Any]]]
     ) -> list[dict[str, Any]]:
-        """The coordinator's part: each asked topic's answer, its partitions in the request's order. Oversized
-        metadata and negative offsets are refused per partition; the rest are written together, and the group's
-        verdict is each one's code."""
+        """The coordinator's part: each asked topic's answer, its partitions in the request's order. The group's
+        verdict comes first and, if not NONE, is every partition's code; else oversized metadata and negative
+        offsets are refused per partition and the rest are written together (see the module docstring)."""
         body = request.body
-        offsets: dict[TopicPartition, tuple[int, str]] = {}
+        offsets: dict[TopicPartition, OffsetAndMetadata] = {}
         codes: dict[TopicPartition, ErrorCode] = {}
         for _, name, partitions in asked:
             for partition in partitions:
                 key = (name, partition.partition_index)
                 metadata = partition.committed_metadata or ""
-                if len(metadata.encode()) > OFFSET_METADATA_MAX_BYTES:
+                if metadata_too_large(metadata):
                     codes[key] = ErrorCode.offset_metadata_too_large
                 elif partition.committed_offset < 0:
                     codes[key] = ErrorCode.invalid_request
                 else:
-                    offsets[key] = (partition.committed_offset, metadata)
-        if offsets:
-            try:
-                verdict = group_error_code(
-                    await self._groups.commit_offsets(
-                        body.group_id,
-                        body.member_id,
-                        body.generation_id_or_member_epoch,
-                        offsets,
-                        api_version=request.api_version,
-                    )
+                    epoch = getattr(partition, "committed_leader_epoch", NO_LEADER_EPOCH)
+                    offsets[key] = OffsetAndMetadata(partition.committed_offset, epoch, metadata)
+        try:
+            verdict = group_error_code(
+                await self._groups.commit_offsets(
+                    body.group_id,
+                    body.member_id,
+                    body.generation_id_or_member_epoch,
+                    offsets,
+                    api_version=request.api_version,
                 )
-            except RaybrokerError as exc:
-                verdict = coordinator_error_code(exc)
-            codes.update(dict.fromkeys(offsets, verdict))
+            )
+        except RaybrokerError as exc:
+            verdict = coordinator_error_code(exc)
+        if verdict != ErrorCode.none:
+            codes = dict.fromkeys(codes, verdict)
+        codes.update(dict.fromkeys(offsets, verdict))
         return [
             _commit_answer(topic, [(p.partition_index, codes[(name, p.partition_index)]) for p in partitions])
             for topic, name, partitions in asked
@@ -319,9 +325,9 @@ class OffsetFetchHandler:
         )
         ids = await self._topic_ids(visible) if by_id else {}
         by_topic: dict[str, list[dict[str, Any]]] = {}
-        for (topic, partition), offset in sorted(committed.items()):
+        for (topic, partition), found in sorted(committed.items(), key=lambda item: item[0]):
             if topic in visible and (topic in ids or not by_id):
-                by_topic.setdefault(topic, []).append(_offset(topic, partition, offset, unstable))
+                by_topic.setdefault(topic, []).append(_offset(topic, partition, found, unstable))
         return [
             {"name": name, "topic_id": wire_topic_id(ids.get(name, ZERO_UUID)), "partitions": partitions}
             for name, partitions in by_topic.items()
@@ -376,20 +382,34 @@ def _fetch_answer(topic: Any, name: str, partitions: list[dict[str, Any]]) -> di
     return {"name": name, "topic_id": getattr(topic, "topic_id", None), "partitions": partitions}
 
 
-def _offset(topic: str, partition: int, offset: int | None, unstable: Collection[TopicPartition]) -> dict[str, Any]:
-    """A partition's committed offset as OffsetFetch answers it: -1 if none, -1 and UNSTABLE_OFFSET_COMMIT if the
-    group's transactional offsets of it are pending."""
-    pending = (topic, partition) in unstable
+def metadata_too_large(metadata: str) -> bool:
+    """Whether a commit's metadata is over `offset.metadata.max.bytes`, measured as Kafka measures it: Java's
+    `String.length()`, in UTF-16 code units (a character outside the BMP counts 2, and "é" 1 though UTF-8 takes 2
+    bytes for it)."""
+    return len(metadata.encode("utf-16-le")) // 2 > OFFSET_METADATA_MAX_BYTES
+
+
+def _offset(
+    topic: str, partition: int, committed: OffsetAndMetadata | None, unstable: Collection[TopicPartition]
+) -> dict[str, Any]:
+    """A partition's commit as OffsetFetch answers it: its offset, leader epoch and metadata; offset -1, epoch -1
+    and no metadata if none, or with UNSTABLE_OFFSET_COMMIT if the group's transactional offsets of it are
+    pending."""
+    if (topic, partition) in unstable:
+        return _refused_offset(partition, ErrorCode.unstable_offset_commit)
+    if committed is None:
+        return _refused_offset(partition, ErrorCode.none)
     return {
         "partition_index": partition,
-        "committed_offset": NO_OFFSET if offset is None or pending else offset,
-        "committed_leader_epoch": NO_LEADER_EPOCH,
-        "metadata": "",
-        "error_code": ErrorCode.unstable_offset_commit if pending else ErrorCode.none,
+        "committed_offset": committed.offset,
+        "committed_leader_epoch": committed.leader_epoch,
+        "metadata": committed.metadata,
+        "error_code": ErrorCode.none,
     }
 
 
 def _refused_offset(partition: int, code: ErrorCode) -> dict[str, Any]:
+    """A partition answered with no commit: offset -1, epoch -1, metadata "" and `code`."""
     return {
         "partition_index": partition,
         "committed_offset": NO_OFFSET,

@@ -22,7 +22,10 @@ which holds the offsets pending until the COMMIT marker of the transaction reach
 unless that partition is in the producer's transaction (TRANSACTION_ABORTABLE to v4+, INVALID_TXN_STATE before;
 INVALID_PRODUCER_EPOCH for a fenced producer, INVALID_PRODUCER_ID_MAPPING for an unknown one). With member information
 it is checked against the group's member and generation, whatever the group's state (UNKNOWN_MEMBER_ID,
-ILLEGAL_GENERATION).
+ILLEGAL_GENERATION). Each partition's offset, leader epoch (v2+, -1 before) and metadata are kept, and OffsetFetch
+answers them once the transaction commits; past the transaction's and the group's checks, a partition whose metadata
+is over `offset.metadata.max.bytes` answers OFFSET_METADATA_TOO_LARGE (12) and is not written, as in Kafka 4.2's
+`OffsetMetadataManager.commitTransactionalOffset`.
 
 Authorization, as Kafka's: CLUSTER_ACTION on the cluster for AddPartitionsToTxn v4+, a broker's request (else the
 top-level code is CLUSTER_AUTHORIZATION_FAILED, 31, and no transaction is answered); WRITE on the transactional id for
@@ -50,6 +53,7 @@ from actors.core.transactions.transaction_metadata import TransactionState, TxnE
 from cluster.protocol.error_codes import coordinator_error_code, error_code, group_error_code, txn_error_code
 from cluster.protocol.framing import Request, response_schema
 from cluster.protocol.handlers.authorization import GuardedHandler, allows, allows_cluster, authorized_names
+from cluster.protocol.handlers.group_offsets import metadata_too_large
 from cluster.protocol.handlers.partition_counts import PartitionCounts
 from cluster.protocol.messages import build
 from cluster.protocol.security.access import AccessControl
@@ -58,6 +62,7 @@ from cluster.protocol.views.group_view import GroupView
 from cluster.protocol.views.transaction_view import TransactionView
 from storage.clock import SYSTEM_CLOCK, Clock
 from storage.errors import RaybrokerError
+from storage.records.consumer_offsets import NO_LEADER_EPOCH, OffsetAndMetadata
 from storage.records.layout import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, ControlRecordType
 from storage.topic_partition import TopicPartition
 
@@ -339,17 +344,28 @@ class TxnOffsetCommitHandler:
             for topic, p in wanted
         ]
         offsets = {
-            (topic, p.partition_index): (p.committed_offset, p.committed_metadata or "")
+            (topic, p.partition_index): OffsetAndMetadata(
+                p.committed_offset,
+                getattr(p, "committed_leader_epoch", NO_LEADER_EPOCH),
+                p.committed_metadata or "",
+            )
             for (topic, p), code in zip(wanted, codes, strict=True)
-            if code is None
+            if code is None and not metadata_too_large(p.committed_metadata or "")
         }
-        if offsets:
+        if any(code is None for code in codes):
             verdict = await self._commit_offsets(request, partition, offsets)
-            codes = [verdict if code is None else code for code in codes]
+            codes = [
+                code
+                if code is not None
+                else verdict
+                if verdict != ErrorCode.none or (topic, p.partition_index) in offsets
+                else ErrorCode.offset_metadata_too_large
+                for (topic, p), code in zip(wanted, codes, strict=True)
+            ]
         return [ErrorCode.none if code is None else code for code in codes]
 
     async def _commit_offsets(
-        self, request: Request, partition: int, offsets: dict[TopicPartition, tuple[int, str]]
+        self, request: Request, partition: int, offsets: dict[TopicPartition, OffsetAndMetadata]
     ) -> ErrorCode:
         body = request.body
         offsets_partition = (CONSUMER_OFFSETS_TOPIC, partition)

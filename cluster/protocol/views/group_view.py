@@ -28,6 +28,7 @@ from actors.core.groups.group_membership import GroupDescription, GroupError, Jo
 from actors.core.in_process_broker import InProcessBroker
 from actors.options import group_coordinator_name
 from cluster.protocol.views.transport import InProcessTransport, RayTransport, Transport
+from storage.records.consumer_offsets import OffsetAndMetadata
 
 TopicPartition = tuple[str, int]
 
@@ -127,11 +128,11 @@ class GroupView:
         group: str,
         member_id: str,
         generation_id: int,
-        offsets: Mapping[TopicPartition, tuple[int, str]],
+        offsets: Mapping[TopicPartition, OffsetAndMetadata],
         *,
         api_version: int,
     ) -> GroupError:
-        """Writes (offset, metadata) per partition if the group's state allows this member's commit (an
+        """Writes (offset, leader epoch, metadata) per partition if the group's state allows this member's commit (an
         OffsetCommit of `api_version`)."""
         verdict: GroupError = await self._transport.call(
             "commit_member", group, member_id, generation_id, dict(offsets), api_version=api_version
@@ -155,11 +156,13 @@ class GroupView:
 
     async def committed_offsets(
         self, group: str, partitions: Iterable[TopicPartition] | None
-    ) -> dict[TopicPartition, int | None]:
-        """The group's committed offset per partition (None: none committed); every committed one for None."""
+    ) -> dict[TopicPartition, OffsetAndMetadata | None]:
+        """The group's commit per partition (None: none committed); every commit for None."""
         if partitions is None:
             return dict(await self._transport.call("group_offsets", group))
-        found: dict[TopicPartition, int | None] = await self._transport.call("fetch_committed", group, list(partitions))
+        found: dict[TopicPartition, OffsetAndMetadata | None] = await self._transport.call(
+            "fetch_committed", group, list(partitions)
+        )
         return found
 
     async def offsets_partition_for(self, group: str) -> int:
@@ -182,7 +185,7 @@ class GroupView:
         producer_epoch: int,
         member_id: str,
         generation_id: int,
-        offsets: Mapping[TopicPartition, tuple[int, str]],
+        offsets: Mapping[TopicPartition, OffsetAndMetadata],
     ) -> GroupError:
         """A TxnOffsetCommit: the offsets stay pending until the transaction's marker (`commit_transactional`)."""
         verdict: GroupError = await self._transport.call(

@@ -30,6 +30,7 @@ from storage.errors import (
     TransactionAbortableError,
     TransactionTimedOutError,
 )
+from storage.records.consumer_offsets import OffsetAndMetadata
 from storage.topic_partition import TopicPartition
 from tests.cluster.protocol.helpers import start_broker
 
@@ -79,7 +80,7 @@ class LocalCoordinators:
             producer_epoch,
             group.member_id,
             group.generation_id,
-            {tp: (offset, "") for tp, offset in offsets.items()},
+            {tp: OffsetAndMetadata(offset) for tp, offset in offsets.items()},
         )
 
 
@@ -150,7 +151,9 @@ def test_offsets_sent_with_a_transaction_are_committed_only_with_it(broker: InPr
         assert groups.fetch_committed("readers", [("source", 0)]) == {("source", 0): None}
         txn.begin_end(commit)
         txn.end(commit, 10.0)
-        assert groups.fetch_committed("readers", [("source", 0)]) == {("source", 0): 9 if commit else None}
+        assert groups.fetch_committed("readers", [("source", 0)]) == {
+            ("source", 0): OffsetAndMetadata(9) if commit else None
+        }
 
 
 def test_a_zombie_is_fenced_for_good_by_a_newer_producer_of_its_id(broker: InProcessBroker) -> None:

@@ -12,7 +12,12 @@ from typing import Any
 import pytest
 
 from storage.errors import InvalidGroupIdError, InvalidRequestError
-from storage.records.consumer_offsets import decode_offset_commit_offset, encode_offset_commit_key, partition_for_group
+from storage.records.consumer_offsets import (
+    OffsetAndMetadata,
+    decode_offset_commit_value,
+    encode_offset_commit_key,
+    partition_for_group,
+)
 from storage.records.record import Record
 from storage.records.record_batch import RecordBatchBuilder, iter_batches
 
@@ -72,14 +77,14 @@ def test_a_commit_appends_kafka_records_to_the_groups_partition(broker: tuple[An
     before = len(offsets_partition_records(partition))
     call(coordinator().commit.remote(group, {("orders", 0): 17, ("orders", 1): 4}))
     written = offsets_partition_records(partition)[before:]
-    assert [(r.key, decode_offset_commit_offset(r.value)) for r in written if r.value is not None] == [
-        (encode_offset_commit_key(group, "orders", 0), 17),
-        (encode_offset_commit_key(group, "orders", 1), 4),
+    assert [(r.key, decode_offset_commit_value(r.value)) for r in written if r.value is not None] == [
+        (encode_offset_commit_key(group, "orders", 0), OffsetAndMetadata(17)),
+        (encode_offset_commit_key(group, "orders", 1), OffsetAndMetadata(4)),
     ]
     assert call(coordinator().partition_for.remote(group)) == partition
     assert call(coordinator().fetch_committed.remote(group, [("orders", 0), ("orders", 1), ("orders", 2)])) == {
-        ("orders", 0): 17,
-        ("orders", 1): 4,
+        ("orders", 0): OffsetAndMetadata(17),
+        ("orders", 1): OffsetAndMetadata(4),
         ("orders", 2): None,
     }
     assert call(coordinator().fetch_committed.remote("other-group", [("orders", 0)])) == {("orders", 0): None}
@@ -102,7 +107,7 @@ def test_a_restarted_coordinator_rebuilds_its_cache_from_the_log(broker: tuple[A
     ray.kill(coordinator(), no_restart=False)
     wait_for_new_process(coordinator(), old_pid)
     assert call(coordinator().fetch_committed.remote("rebuild", [("a", 0), ("a", 1)])) == {
-        ("a", 0): 5,
+        ("a", 0): OffsetAndMetadata(5),
         ("a", 1): None,
     }
 

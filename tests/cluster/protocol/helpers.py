@@ -265,9 +265,9 @@ def committed_offsets(broker: InProcessBroker) -> dict[tuple[str, str, int], int
     """Every committed offset the broker's group coordinator holds, by (group, topic, partition)."""
     coordinator = broker.group_coordinator
     return {
-        (described.group_id, topic, partition): offset
+        (described.group_id, topic, partition): committed.offset
         for described in coordinator.list_groups()
-        for (topic, partition), offset in coordinator.group_offsets(described.group_id).items()
+        for (topic, partition), committed in coordinator.group_offsets(described.group_id).items()
     }
 
 

@@ -34,6 +34,7 @@ from cluster.protocol.views.group_view import GroupView
 from cluster.protocol.views.in_process_broker_view import InProcessBrokerView
 from cluster.protocol.views.security_view import SecurityView
 from cluster.protocol.views.transaction_view import TransactionView
+from storage.records.consumer_offsets import OffsetAndMetadata
 from storage.records.layout import ControlRecordType
 from storage.records.record_batch import iter_batches
 from tests.cluster.protocol.helpers import start_broker
@@ -173,20 +174,27 @@ def test_confluent_send_offsets_commits_the_groups_offsets_with_the_transaction(
     try:
         producer.begin_transaction()
         produce_all(producer, [b"out-0", b"out-1"])
-        producer.send_offsets_to_transaction([TopicPartition("source", 0, 42)], consumer.consumer_group_metadata())
+        # TxnOffsetCommit carries the offset's metadata and leader epoch; OffsetFetch answers them after the commit.
+        # confluent-kafka sends the metadata string with its terminating NUL, which the coordinator keeps as sent.
+        sent = TopicPartition("source", 0, 42, "txn-meta", 0)
+        producer.send_offsets_to_transaction([sent], consumer.consumer_group_metadata())
         # Pending until the COMMIT marker reaches the group's __consumer_offsets partition.
         assert module_broker.group_coordinator.fetch_committed("ctp", [("source", 0)]) == {("source", 0): None}
         assert module_broker.group_coordinator.unstable_offsets("ctp", [("source", 0)]) == {("source", 0)}
         producer.commit_transaction(DEADLINE_S)
-        assert module_broker.group_coordinator.fetch_committed("ctp", [("source", 0)]) == {("source", 0): 42}
+        assert module_broker.group_coordinator.fetch_committed("ctp", [("source", 0)]) == {
+            ("source", 0): OffsetAndMetadata(42, 0, "txn-meta\x00")
+        }
         committed = consumer.committed([TopicPartition("source", 0)], DEADLINE_S)
-        assert committed[0].offset == 42
+        assert (committed[0].offset, committed[0].metadata, committed[0].leader_epoch) == (42, "txn-meta", 0)
 
         producer.begin_transaction()
         produce_all(producer, [b"out-2"])
         producer.send_offsets_to_transaction([TopicPartition("source", 0, 50)], consumer.consumer_group_metadata())
         producer.abort_transaction(DEADLINE_S)
-        assert module_broker.group_coordinator.fetch_committed("ctp", [("source", 0)]) == {("source", 0): 42}
+        assert module_broker.group_coordinator.fetch_committed("ctp", [("source", 0)]) == {
+            ("source", 0): OffsetAndMetadata(42, 0, "txn-meta\x00")
+        }
         assert module_broker.group_coordinator.unstable_offsets("ctp", [("source", 0)]) == set()
     finally:
         consumer.close()

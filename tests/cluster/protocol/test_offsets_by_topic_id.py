@@ -6,13 +6,19 @@ broker gives its topics their own ids).
 The sequence: both brokers advertise OffsetCommit and OffsetFetch up to v10 (ApiVersions); a v10 commit by id of
 known partitions, a partition beyond the topic, an id no topic has and the zero id, and one naming a topic twice;
 a v10 fetch of the same; a fetch of every committed offset at v10 (by id) and at v9 (by name); v9 commits and fetches
-by name still answered as before (an unknown topic's refusal first, as Kafka's answer builder orders it); a v10
-fetch of a group without offsets. Then one topic is deleted and, once each broker no longer knows it, its
+by name still answered as before (an unknown topic's refusal first, as Kafka's answer builder orders it); a v7 commit
+and v5 and v3 fetches by name; metadata at `offset.metadata.max.bytes` (4096 two-byte characters fit: Kafka counts
+UTF-16 code units) and over it, also from a stranger of generation -1 (taken into an Empty group); a v10 fetch of a
+group without offsets. Every commit carries a metadata string and a leader epoch, and every fetch answers them
+(the epoch from v5). Then one topic is deleted and, once each broker no longer knows it, its
 offsets are gone (Kafka's coordinator deletes them a moment after its metadata drops the topic) and raybroker's
 listener no longer trusts the topic's partition count it had (`TOPIC_CACHE_MS`), a v10 commit and
 fetch by the deleted id, a v10 and v9 fetch of every offset, and a v9 commit and fetch by its name. Every answer is
 compared whole (order included), but for a fetch of every offset, whose order is Kafka's hash map's: its topics are
-compared sorted.
+compared sorted. Last, each coordinator's `__consumer_offsets` segment files (found with DescribeLogDirs) hold the
+same commits of the group in the same order, Kafka's read by raybroker's decoder, and each of Kafka 4.2's values
+(OffsetCommitValue v4) is byte for byte raybroker's encoding of that commit, but for the topic id Kafka adds as a
+tagged field to a commit by id.
 
 Kafka's Java client 4.2 (`java/ConsumerGroupMember.java`, `group.protocol=consumer`) names topics by id once the broker
 advertises v10: a member reads a topic and leaves, committing what it read, and the next member of its group reads
@@ -21,6 +27,7 @@ OffsetCommit v10 and OffsetFetch v10, none as v9."""
 
 from __future__ import annotations
 
+import struct
 import time
 import uuid
 from collections.abc import Callable
@@ -33,7 +40,16 @@ from kio.schema.errors import ErrorCode
 from actors.metrics.names import REQUESTS
 from actors.metrics.recorder import MetricsRecorder
 from cluster.protocol.client import WireClient
+from cluster.protocol.handlers.group_offsets import FIRST_MULTI_GROUP_FETCH_VERSION
 from cluster.protocol.handlers.partition_counts import TOPIC_CACHE_MS
+from storage.records.consumer_offsets import (
+    OffsetAndMetadata,
+    decode_offset_commit_key,
+    decode_offset_commit_value,
+    encode_offset_commit_value,
+    partition_for_group,
+)
+from storage.records.record_batch import iter_batches
 from tests.cluster.applications.java_programs import java_classpath
 from tests.cluster.protocol.conftest import serve_on_wall_clock
 from tests.cluster.protocol.helpers import COORDINATOR_RETRIED, GROUP_KEY, coordinator_client
@@ -52,6 +68,12 @@ from tests.cluster.protocol.test_consumer_protocol_clients import (
 pytestmark = pytest.mark.kafka
 
 OFFSET_COMMIT, OFFSET_FETCH, METADATA, API_VERSIONS, CREATE_TOPICS, DELETE_TOPICS = 8, 9, 3, 18, 19, 20
+DESCRIBE_LOG_DIRS = 35
+CONSUMER_OFFSETS = "__consumer_offsets"
+# The end of an OffsetCommitValue v4 Kafka writes for a commit by topic id (OffsetCommit v10): one tagged field, tag 0
+# (the topic id), 16 bytes; and that of one without: no tagged field.
+TOPIC_ID_TAG_HEAD = b"\x01\x00\x10"
+NO_TAGGED_FIELDS = b"\x00"
 DEADLINE_S = 30.0
 # An id neither broker gives a topic, the same on both.
 UNKNOWN = uuid.UUID("5c0ffee0-0000-4000-8000-00000000abcd")
@@ -134,13 +156,22 @@ class Side:
             assert time.monotonic() < deadline, f"{what}: not within {DEADLINE_S} s"
             time.sleep(0.1)
 
-    def commit(self, version: int, topics: list[tuple[str, list[int]]], offset: int = 5) -> list[Step]:
-        """An OffsetCommit of `offset` to each (label, partitions), by id from v10; each answered topic's label and
-        partition codes. Asked again while the coordinator answers a partition it is loading or moving."""
+    def commit(
+        self,
+        version: int,
+        topics: list[tuple[str, list[int]]],
+        offset: int = 5,
+        metadata: str = "",
+        member: tuple[str, int] = ("", -1),
+    ) -> list[Step]:
+        """An OffsetCommit of `offset` to each (label, partitions), by id from v10, each partition with leader epoch
+        `offset + partition` (OffsetCommit v6+ carries it) and metadata `metadata` followed by the partition, as the
+        (member id, generation) `member`; each answered topic's label and partition codes. Asked again while the
+        coordinator answers a partition it is loading or moving."""
         values = {
             "group_id": self.group,
-            "generation_id_or_member_epoch": -1,
-            "member_id": "",
+            "generation_id_or_member_epoch": member[1],
+            "member_id": member[0],
             "group_instance_id": None,
             "topics": [
                 {
@@ -149,8 +180,8 @@ class Side:
                         {
                             "partition_index": partition,
                             "committed_offset": offset,
-                            "committed_leader_epoch": -1,
-                            "committed_metadata": "",
+                            "committed_leader_epoch": offset + partition,
+                            "committed_metadata": f"{metadata}{partition}" if metadata else "",
                         }
                         for partition in partitions
                     ],
@@ -171,27 +202,66 @@ class Side:
 
     def fetch(self, version: int, topics: list[tuple[str, list[int]]] | None, group: str | None = None) -> Step:
         """An OffsetFetch of the group (or `group`): its error code, and each answered topic's label and partitions
-        (index, offset, code), sorted for a fetch of every offset."""
+        (index, offset, leader epoch (from v5), metadata, code), sorted for a fetch of every offset. Before v8 the
+        request names one group, with no member."""
         named = None if topics is None else [{**self.named(version, t), "partition_indexes": p} for t, p in topics]
-        values = {
-            "groups": [{"group_id": group or self.group, "member_id": None, "member_epoch": -1, "topics": named}],
-            "require_stable": False,
-        }
+        if version >= FIRST_MULTI_GROUP_FETCH_VERSION:
+            values: dict[str, Any] = {
+                "groups": [{"group_id": group or self.group, "member_id": None, "member_epoch": -1, "topics": named}],
+                "require_stable": False,
+            }
+        else:
+            values = {"group_id": group or self.group, "topics": named, "require_stable": False}
         deadline = time.monotonic() + DEADLINE_S
         while True:
-            (fetched,) = self.coordinator.request(OFFSET_FETCH, version, values).groups
+            answer = self.coordinator.request(OFFSET_FETCH, version, values)
+            (fetched,) = answer.groups if version >= FIRST_MULTI_GROUP_FETCH_VERSION else [answer]
             if fetched.error_code not in COORDINATOR_RETRIED:
                 break
             assert time.monotonic() < deadline, fetched
             time.sleep(0.1)
         answered = [
-            (self.label(t), [(p.partition_index, p.committed_offset, p.error_code) for p in t.partitions])
+            (
+                self.label(t),
+                [
+                    (
+                        p.partition_index,
+                        p.committed_offset,
+                        getattr(p, "committed_leader_epoch", None),
+                        p.metadata,
+                        p.error_code,
+                    )
+                    for p in t.partitions
+                ],
+            )
             for t in fetched.topics
         ]
         return fetched.error_code, sorted(answered) if topics is None else answered
 
     def named(self, version: int, label: str) -> dict[str, Any]:
         return {"topic_id": self.topic_id(label)} if version >= 10 else {"name": self.name(label)}
+
+    def commit_records(self) -> list[tuple[str, int, bytes]]:
+        """Every commit of the group in the coordinator's log of its `__consumer_offsets` partition (found with
+        DescribeLogDirs, read from the segment files): (label, partition, value), in log order."""
+        described = self.coordinator.request(DESCRIBE_LOG_DIRS, 4, {"topics": None})
+        folders = [
+            Path(result.log_dir) / f"{CONSUMER_OFFSETS}-{partition.partition_index}"
+            for result in described.results
+            for topic in result.topics
+            if topic.name == CONSUMER_OFFSETS
+            for partition in topic.partitions
+        ]
+        partition = partition_for_group(self.group, len({folder.name for folder in folders}))
+        (folder,) = [folder for folder in folders if folder.name == f"{CONSUMER_OFFSETS}-{partition}"]
+        found = []
+        for log in sorted(folder.glob("*.log")):
+            for batch in iter_batches(log.read_bytes()):
+                for record in [] if batch.is_control else batch.records():
+                    key = decode_offset_commit_key(record.key) if record.key is not None else None
+                    if key is not None and key[0] == self.group and record.value is not None:
+                        found.append((key[1].removesuffix(f"-{self.run}"), key[2], record.value))
+        return found
 
     def delete(self, label: str) -> None:
         deleted = self.bootstrap.request(
@@ -221,17 +291,39 @@ def run_sequence(side: Side) -> list[tuple[str, Any]]:
         ),
         (
             "v10 commit by id",
-            side.commit(10, [("unknown", [0]), ("alpha", [0, 5, 1]), ("zero", [0]), ("beta", [0])]),
+            side.commit(10, [("unknown", [0]), ("alpha", [0, 5, 1]), ("zero", [0]), ("beta", [0])], 5, "by-id-"),
         ),
-        ("v10 commit naming a topic twice", side.commit(10, [("alpha", [0]), ("unknown", [1]), ("alpha", [1])], 7)),
+        (
+            "v10 commit naming a topic twice",
+            side.commit(10, [("alpha", [0]), ("unknown", [1]), ("alpha", [1])], 7, '{"streamTime":1700000000000}'),
+        ),
         (
             "v10 fetch by id",
             side.fetch(10, [("unknown", [0]), ("alpha", [1, 0, 7]), ("zero", [3]), ("beta", [0])]),
         ),
         ("v10 fetch of every offset", side.fetch(10, None)),
         ("v9 fetch of every offset", side.fetch(9, None)),
-        ("v9 commit by name", side.commit(9, [("alpha", [0]), ("gamma", [0])], 9)),
+        ("v9 commit by name", side.commit(9, [("alpha", [0]), ("gamma", [0])], 9, "by-name-")),
         ("v9 fetch by name", side.fetch(9, [("gamma", [0]), ("alpha", [0, 1])])),
+        ("v7 commit by name", side.commit(7, [("beta", [0])], 12, "v7-")),
+        ("v5 fetch by name", side.fetch(5, [("beta", [0]), ("alpha", [0, 1])])),
+        ("v3 fetch by name (no leader epoch)", side.fetch(3, [("beta", [0]), ("alpha", [0])])),
+        # offset.metadata.max.bytes (4096) counts Java's String.length(): 4096 "é" (8192 UTF-8 bytes) fit, 2049
+        # characters outside the BMP (4098 UTF-16 code units) do not.
+        ("v9 commit of 4096 two-byte characters", side.commit(9, [("alpha", [1])], 13, "é" * 4095)),
+        ("v9 commit over offset.metadata.max.bytes", side.commit(9, [("alpha", [0])], 14, "\U0001f600" * 2049)),
+        # Into an Empty group a commit of generation -1 is taken whoever sends it (Kafka's ClassicGroup
+        # validateOffsetCommit); past the group's check, oversized metadata is refused per partition (4097
+        # characters) and 4096 fit.
+        (
+            "v9 commit of a stranger of generation -1 with oversized metadata",
+            side.commit(9, [("alpha", [0]), ("beta", [0])], 15, "x" * 4096, member=("stranger", -1)),
+        ),
+        (
+            "v10 commit of a stranger of generation -1 with oversized metadata",
+            side.commit(10, [("alpha", [1])], 16, "x" * 4095, member=("stranger", -1)),
+        ),
+        ("v10 fetch after the commits of the stranger", side.fetch(10, [("alpha", [0, 1]), ("beta", [0])])),
         ("v10 fetch of a group without offsets", side.fetch(10, [("alpha", [0])], group=f"{side.group}-none")),
     ]
     side.delete("beta")
@@ -247,16 +339,42 @@ def run_sequence(side: Side) -> list[tuple[str, Any]]:
 
 
 def test_offsets_by_topic_id_answer_as_kafka_4(wall_clock_listener: str, kafka4: str) -> None:
+    """The sequence's answers agree step for step; then each broker's log of the group's commits: the same commits
+    (offset, leader epoch, metadata) in the same order, read by raybroker's decoder from Kafka's segment files too,
+    and Kafka's value bytes are raybroker's encoding of the same commit (at Kafka's commit timestamp), plus the topic
+    id's tagged field for a commit by id."""
     run = uuid.uuid4().hex[:8]
     answers = {}
+    records = {}
+    ids = {}
     for name, bootstrap in (("kafka", kafka4), ("raybroker", wall_clock_listener)):
         side = Side(bootstrap, run)
         try:
             answers[name] = run_sequence(side)
+            records[name] = side.commit_records()
+            ids[name] = side.ids
         finally:
             side.close()
     for (step, kafka), (_, ours) in zip(answers["kafka"], answers["raybroker"], strict=True):
         assert ours == kafka, step
+    decoded = {
+        name: [(label, p, decode_offset_commit_value(value)) for label, p, value in records[name]] for name in records
+    }
+    assert decoded["raybroker"] == decoded["kafka"]
+    assert ("alpha", 1, OffsetAndMetadata(13, 14, "é" * 4095 + "1")) in decoded["kafka"]
+    by_id = 0
+    for label, partition, value in records["kafka"]:
+        committed = decode_offset_commit_value(value)
+        if value.endswith(TOPIC_ID_TAG_HEAD + ids["kafka"][label].bytes):
+            untagged = value[: -len(TOPIC_ID_TAG_HEAD) - 16] + NO_TAGGED_FIELDS
+            by_id += 1
+        else:
+            untagged = value
+        (commit_timestamp_ms,) = struct.unpack_from(">q", untagged, len(untagged) - 9)
+        assert encode_offset_commit_value(committed, commit_timestamp_ms) == untagged, (label, partition, value)
+    # The v10 commits wrote 7 records by id (3, 2, 1 of the stranger and 1 after the delete); the v9 and v7 ones 3
+    # by name.
+    assert (by_id, len(records["kafka"]) - by_id) == (7, 3)
 
 
 @pytest.fixture(scope="module")

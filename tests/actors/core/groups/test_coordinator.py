@@ -22,7 +22,9 @@ from actors.core.transactions.markers import TransactionMarker
 from storage.clock import MockClock
 from storage.errors import InvalidGroupIdError, InvalidRequestError
 from storage.records.consumer_offsets import (
-    decode_offset_commit_offset,
+    OffsetAndMetadata,
+    decode_offset_commit_key,
+    decode_offset_commit_value,
     encode_group_metadata_key,
     encode_offset_commit_key,
     partition_for_group,
@@ -96,16 +98,53 @@ def test_a_commit_appends_kafka_records_to_the_groups_partition(broker: InProces
     broker.group_coordinator.commit("readers", {("orders", 0): 7, ("orders", 1): 3})
     partition = partition_for_group("readers", PARTITIONS)
     records = records_of(broker, partition)
-    assert {(r.key, decode_offset_commit_offset(r.value)) for r in records if r.value is not None} == {
-        (encode_offset_commit_key("readers", "orders", 0), 7),
-        (encode_offset_commit_key("readers", "orders", 1), 3),
+    assert {(r.key, decode_offset_commit_value(r.value)) for r in records if r.value is not None} == {
+        (encode_offset_commit_key("readers", "orders", 0), OffsetAndMetadata(7)),
+        (encode_offset_commit_key("readers", "orders", 1), OffsetAndMetadata(3)),
     }
     for other in set(range(PARTITIONS)) - {partition}:
         assert records_of(broker, other) == []
     assert broker.group_coordinator.fetch_committed("readers", [("orders", 0), ("orders", 2)]) == {
-        ("orders", 0): 7,
+        ("orders", 0): OffsetAndMetadata(7),
         ("orders", 2): None,
     }
+
+
+def test_a_members_commit_keeps_its_leader_epoch_and_metadata_across_a_restart_and_a_reopened_broker(
+    tmp_path: Path,
+) -> None:
+    """A wire client's commit (Kafka Streams keeps its stream time in the metadata, KIP-320 clients the leader epoch
+    of the last record read): the record on the group's partition carries both, the coordinator answers them, and so
+    do a coordinator loading the log again and a broker opened again over the same dirs. A later commit of one
+    partition replaces all three; a partition committed without them reads -1 and ""."""
+    committed = {
+        ("orders", 0): OffsetAndMetadata(7, 3, '{"streamTime":1700000000000}'),
+        ("orders", 1): OffsetAndMetadata(2, 0, "é" * 10 + "\U0001f600"),
+        ("orders", 2): OffsetAndMetadata(5),
+    }
+    first = InProcessBroker(tmp_path, properties=PROPERTIES, clock=MockClock())
+    try:
+        coordinator = first.group_coordinator
+        assert coordinator.commit_member("streams", "", -1, committed, api_version=9) == GroupError.NONE
+        partition = partition_for_group("streams", PARTITIONS)
+        assert {
+            decode_offset_commit_key(r.key): decode_offset_commit_value(r.value)
+            for r in records_of(first, partition)
+            if r.key is not None and r.value is not None
+        } == {("streams", *tp): found for tp, found in committed.items()}
+        assert coordinator.fetch_committed("streams", list(committed)) == committed
+        moved = OffsetAndMetadata(9, 4, "later")
+        assert coordinator.commit_member("streams", "", -1, {("orders", 0): moved}, api_version=9) == GroupError.NONE
+        committed[("orders", 0)] = moved
+        assert restarted(first).fetch_committed("streams", list(committed)) == committed
+        assert restarted(first).group_offsets("streams") == committed
+    finally:
+        first.close()
+    reopened = InProcessBroker(tmp_path, properties=PROPERTIES, clock=MockClock())
+    try:
+        assert reopened.group_coordinator.group_offsets("streams") == committed
+    finally:
+        reopened.close()
 
 
 def test_a_restarted_coordinator_and_a_reopened_broker_find_the_committed_offsets(tmp_path: Path) -> None:
@@ -116,13 +155,18 @@ def test_a_restarted_coordinator_and_a_reopened_broker_find_the_committed_offset
             first.group_coordinator.commit(group, {("t", partition): offset})
             committed[(group, partition)] = offset
         again = restarted(first)
-        assert again.group_offsets("a") == {("t", p): o for (g, p), o in committed.items() if g == "a"}
+        assert again.group_offsets("a") == {
+            ("t", p): OffsetAndMetadata(o) for (g, p), o in committed.items() if g == "a"
+        }
     finally:
         first.close()
     reopened = InProcessBroker(tmp_path, properties=PROPERTIES, clock=MockClock())
     try:
-        assert reopened.group_coordinator.group_offsets("b") == {("t", 1): 9}
-        assert reopened.group_coordinator.group_offsets("a") == {("t", 0): 6, ("t", 2): 1}
+        assert reopened.group_coordinator.group_offsets("b") == {("t", 1): OffsetAndMetadata(9)}
+        assert reopened.group_coordinator.group_offsets("a") == {
+            ("t", 0): OffsetAndMetadata(6),
+            ("t", 2): OffsetAndMetadata(1),
+        }
     finally:
         reopened.close()
 
@@ -144,7 +188,7 @@ def test_a_call_after_the_offsets_topic_was_deleted_creates_it_again_without_the
     # The commit finds its partition's replica closed, the topic gone: it is created again, empty.
     broker.group_coordinator.commit("g", {("t", 1): 8})
     assert len(broker.controller.describe_topic(CONSUMER_OFFSETS_TOPIC).partitions) == PARTITIONS
-    assert broker.group_coordinator.group_offsets("g") == {("t", 1): 8}
+    assert broker.group_coordinator.group_offsets("g") == {("t", 1): OffsetAndMetadata(8)}
 
 
 def test_deleting_an_empty_group_writes_tombstones_and_a_group_with_members_is_kept(tmp_path: Path) -> None:
@@ -163,7 +207,7 @@ def test_deleting_an_empty_group_writes_tombstones_and_a_group_with_members_is_k
         coordinator.commit("busy", {("t", 0): 1})
         assert coordinator.delete_group("busy") == GroupError.NON_EMPTY_GROUP
         assert coordinator.reset_offsets("busy", {("t", 0): 0}) == GroupError.NON_EMPTY_GROUP
-        assert coordinator.group_offsets("busy") == {("t", 0): 1}
+        assert coordinator.group_offsets("busy") == {("t", 0): OffsetAndMetadata(1)}
         assert [group.group_id for group in coordinator.list_groups()] == ["busy"]
     finally:
         broker.close()
@@ -197,7 +241,7 @@ def test_deleting_a_topic_deletes_its_offsets_in_every_group_as_a_model_says(tmp
             model = {key: offset for key, offset in model.items() if key[1] != topic}
             for each in (coordinator, restarted(broker)):
                 for group in groups:
-                    expected = {(t, p): o for (g, t, p), o in model.items() if g == group}
+                    expected = {(t, p): OffsetAndMetadata(o) for (g, t, p), o in model.items() if g == group}
                     assert each.group_offsets(group) == expected
             alive = sorted({group for group, _, _ in model} | {"active"})
             assert [group.group_id for group in coordinator.list_groups()] == alive
@@ -258,10 +302,13 @@ def test_the_membership_runs_on_the_injected_clock(tmp_path: Path) -> None:
 
 
 def test_transactional_offsets_are_pending_until_their_marker_also_after_a_restart(broker: InProcessBroker) -> None:
+    """TxnOffsetCommit's offsets, with their leader epoch and metadata, are invisible until the COMMIT marker (and
+    dropped by an ABORT), for a coordinator told of the marker and one loading the log alike."""
     coordinator = broker.group_coordinator
     partition = coordinator.partition_for("g")
-    assert coordinator.commit_transactional("g", 700, 0, "", -1, {("t", 0): (5, "")}) == GroupError.NONE
-    assert coordinator.commit_transactional("h", 701, 0, "", -1, {("t", 0): (6, "")}) == GroupError.NONE
+    committed = OffsetAndMetadata(5, 2, "txn metadata")
+    assert coordinator.commit_transactional("g", 700, 0, "", -1, {("t", 0): committed}) == GroupError.NONE
+    assert coordinator.commit_transactional("h", 701, 0, "", -1, {("t", 0): OffsetAndMetadata(6)}) == GroupError.NONE
     assert coordinator.fetch_committed("g", [("t", 0)]) == {("t", 0): None}
     assert coordinator.unstable_offsets("g", [("t", 0), ("t", 1)]) == {("t", 0)}
     assert coordinator.unstable_offsets("g", None) == {("t", 0)} and coordinator.unstable_offsets("i", None) == set()
@@ -275,13 +322,13 @@ def test_transactional_offsets_are_pending_until_their_marker_also_after_a_resta
     broker.leader(CONSUMER_OFFSETS_TOPIC, h_partition).append_transaction_marker(701, 0, 0, ControlRecordType.ABORT)
     # The markers replayed by a coordinator loading the log: committed, dropped.
     loaded = restarted(broker)
-    assert loaded.fetch_committed("g", [("t", 0)]) == {("t", 0): 5}
+    assert loaded.fetch_committed("g", [("t", 0)]) == {("t", 0): committed}
     assert loaded.fetch_committed("h", [("t", 0)]) == {("t", 0): None}
     assert loaded.unstable_offsets("g", [("t", 0)]) == set()
     # A live coordinator told of the markers does the same.
     coordinator.complete_transaction(partition, 700, commit=True)
     coordinator.complete_transaction(h_partition, 701, commit=False)
-    assert coordinator.fetch_committed("g", [("t", 0)]) == {("t", 0): 5}
+    assert coordinator.fetch_committed("g", [("t", 0)]) == {("t", 0): committed}
     assert coordinator.fetch_committed("h", [("t", 0)]) == {("t", 0): None}
 
 
@@ -296,7 +343,7 @@ def test_a_transactional_commit_of_a_member_is_checked_against_its_generation(tm
 
 
 def check_transactional_commits(coordinator: GroupCoordinator) -> None:
-    offsets = {("t", 0): (1, "")}
+    offsets = {("t", 0): OffsetAndMetadata(1)}
     # Kafka's validateOffsetCommit for a transactional commit: without member information it is accepted; with
     # some, the member must be the group's and its generation current, whatever the group's state.
     assert coordinator.commit_transactional("g", 1, 0, "", -1, offsets) == GroupError.NONE
@@ -327,7 +374,7 @@ def test_a_commit_is_answered_once_every_in_sync_replica_has_it_and_survives_its
             assert follower.log.log_end_offset == broker.leader(CONSUMER_OFFSETS_TOPIC, partition).log.log_end_offset
         broker.lose_node(state.leader)
         assert broker.controller.partition_state(CONSUMER_OFFSETS_TOPIC, partition).leader == follower_node
-        assert restarted(broker).fetch_committed("g", [("t", 0)]) == {("t", 0): 20}
+        assert restarted(broker).fetch_committed("g", [("t", 0)]) == {("t", 0): OffsetAndMetadata(20)}
     finally:
         broker.close()
 
@@ -342,7 +389,7 @@ def test_a_coordinator_left_running_beside_its_successor_writes_nothing_it_read_
     predecessor = broker.group_coordinator
     predecessor.commit("g", {("t", 0): 5})
     successor = restarted(broker)
-    assert successor.group_offsets("g") == {("t", 0): 5}
+    assert successor.group_offsets("g") == {("t", 0): OffsetAndMetadata(5)}
     successor.commit("g", {("t", 1): 9})
     assert predecessor.delete_group("g") == GroupError.NONE
     assert restarted(broker).group_offsets("g") == {}
@@ -365,7 +412,7 @@ def test_a_marker_written_on_the_offsets_partition_completes_the_offsets_and_one
     coordinator = broker.group_coordinator
     partition = coordinator.partition_for("g")
     offsets_partition = (CONSUMER_OFFSETS_TOPIC, partition)
-    assert coordinator.commit_transactional("g", 700, 3, "", -1, {("t", 0): (5, "")}) == GroupError.NONE
+    assert coordinator.commit_transactional("g", 700, 3, "", -1, {("t", 0): OffsetAndMetadata(5)}) == GroupError.NONE
     refused = broker.markers.write_markers([offsets_partition], TransactionMarker(700, 2, 0, ControlRecordType.COMMIT))
     assert list(refused) == [offsets_partition]
     assert coordinator.fetch_committed("g", [("t", 0)]) == {("t", 0): None}
@@ -373,5 +420,5 @@ def test_a_marker_written_on_the_offsets_partition_completes_the_offsets_and_one
     assert (
         broker.markers.write_markers([offsets_partition], TransactionMarker(700, 3, 0, ControlRecordType.COMMIT)) == {}
     )
-    assert coordinator.fetch_committed("g", [("t", 0)]) == {("t", 0): 5}
+    assert coordinator.fetch_committed("g", [("t", 0)]) == {("t", 0): OffsetAndMetadata(5)}
     assert coordinator.unstable_offsets("g", None) == set()

@@ -30,6 +30,7 @@ from actors.core.groups.group_membership import (
 from actors.core.in_process_broker import InProcessBroker
 from storage.clock import MockClock
 from storage.config.group_protocol_config import GroupProtocolConfig
+from storage.records.consumer_offsets import OffsetAndMetadata
 from tests.consumer_subscriptions import subscription
 
 GROUP = "g"
@@ -268,7 +269,7 @@ def test_classic_members_of_a_consumer_group_get_kafkas_errors(cluster: Cluster)
     # A protocol no classic member lists, or another protocol type, is refused.
     assert cluster.join("", protocols=("roundrobin",)).error == GroupError.INCONSISTENT_GROUP_PROTOCOL
     # Offsets: a classic member commits with its member epoch as generation; another is ILLEGAL_GENERATION.
-    offsets = {(TOPIC, 0): (5, "")}
+    offsets = {(TOPIC, 0): OffsetAndMetadata(5)}
     assert coordinator.commit_member(GROUP, member, generation, offsets, api_version=2) == GroupError.NONE
     assert coordinator.commit_member(GROUP, member, generation - 1, offsets, api_version=8) == (
         GroupError.ILLEGAL_GENERATION

@@ -1,9 +1,12 @@
-"""OffsetCommit and OffsetFetch without sockets: commits read back at every served version, per-partition errors
-(unknown partition, oversized metadata, negative offset), member commits checked against the generation (and
-generation -1 refused in a group with members), and OffsetFetch of every committed offset (null topics) and of
-several groups (v8+). v10 names topics by id: an unknown, zero or deleted topic's id answers UNKNOWN_TOPIC_ID, the
-answers come in the order Kafka 4.2 gives them (recorded over the wire: refused commits first, refused fetches
-last), and a fetch of every offset answers topic ids, leaving out a topic without one."""
+"""OffsetCommit and OffsetFetch without sockets: commits read back at every served version with their metadata (and
+their leader epoch, sent from OffsetCommit v6 and answered from OffsetFetch v5), per-partition errors (unknown
+partition, oversized metadata measured in UTF-16 code units as Kafka's, negative offset), member commits checked
+against the generation (and generation -1 refused in a group with members), a refused member's commit answered with
+the group's error on every partition, oversized metadata included, as Kafka 4.2 answers it, and OffsetFetch of every
+committed offset (null topics) and of several groups (v8+). v10 names topics by id: an unknown, zero or deleted
+topic's id answers UNKNOWN_TOPIC_ID, the answers come in the order Kafka 4.2 gives them (recorded over the wire:
+refused commits first, refused fetches last), and a fetch of every offset answers topic ids, leaving out a topic
+without one."""
 
 from __future__ import annotations
 
@@ -49,14 +52,20 @@ def commit(
     view: InProcessBrokerView,
     groups: GroupView,
     version: int,
-    offsets: dict[tuple[str, int], tuple[int, str]],
+    offsets: dict[tuple[str, int], tuple[int, str] | tuple[int, str, int]],
     member_id: str = "",
     generation: int = -1,
 ) -> dict[tuple[str, int], ErrorCode]:
+    """An OffsetCommit of (offset, metadata[, leader epoch, -1 if left out]) per partition; each one's code."""
     by_topic: dict[str, list[dict[str, Any]]] = {}
-    for (topic, partition), (offset, metadata) in offsets.items():
+    for (topic, partition), (offset, metadata, *epoch) in offsets.items():
         by_topic.setdefault(topic, []).append(
-            {"partition_index": partition, "committed_offset": offset, "committed_metadata": metadata}
+            {
+                "partition_index": partition,
+                "committed_offset": offset,
+                "committed_leader_epoch": epoch[0] if epoch else -1,
+                "committed_metadata": metadata,
+            }
         )
     values = {
         "group_id": GROUP,
@@ -100,13 +109,29 @@ def offsets_of(view: InProcessBrokerView, answer: Any) -> dict[tuple[str, int], 
     }
 
 
+def commits_of(view: InProcessBrokerView, answer: Any) -> dict[tuple[str, int], tuple[int, int | None, str]]:
+    """Each answered partition's (offset, leader epoch, metadata); the epoch None before OffsetFetch v5."""
+    return {
+        (name_of(view, t), p.partition_index): (
+            p.committed_offset,
+            getattr(p, "committed_leader_epoch", None),
+            p.metadata,
+        )
+        for t in answer.topics
+        for p in t.partitions
+    }
+
+
 @pytest.mark.parametrize("version", versions(OFFSET_COMMIT_KEY))
 def test_commits_read_back_at_every_version(view: InProcessBrokerView, version: int, groups: GroupView) -> None:
     run(view.create_topic(TOPIC, 3))
-    assert commit(view, groups, version, {(TOPIC, 0): (42, "m"), (TOPIC, 2): (7, "")}) == {
+    streams_time = '{"streamTime":1700000000000}'
+    assert commit(view, groups, version, {(TOPIC, 0): (42, streams_time, 3), (TOPIC, 2): (7, "", 0)}) == {
         (TOPIC, 0): ErrorCode.none,
         (TOPIC, 2): ErrorCode.none,
     }
+    # OffsetCommit carries the leader epoch from v6; an older commit keeps none (-1).
+    sent = (lambda epoch: epoch) if version >= 6 else (lambda epoch: -1)
     for fetch_version in versions(OFFSET_FETCH_KEY):
         answer = fetch(view, groups, fetch_version, [0, 1, 2])
         # v1 has no group-level error code.
@@ -115,6 +140,12 @@ def test_commits_read_back_at_every_version(view: InProcessBrokerView, version: 
             (TOPIC, 0): (42, ErrorCode.none),
             (TOPIC, 1): (-1, ErrorCode.none),
             (TOPIC, 2): (7, ErrorCode.none),
+        }
+        answered = (lambda epoch: epoch) if fetch_version >= 5 else (lambda epoch: None)
+        assert commits_of(view, answer) == {
+            (TOPIC, 0): (42, answered(sent(3)), streams_time),
+            (TOPIC, 1): (-1, answered(-1), ""),
+            (TOPIC, 2): (7, answered(sent(0)), ""),
         }
 
 
@@ -141,6 +172,21 @@ def test_bad_partitions_get_their_own_codes_and_the_rest_is_written(
     assert offsets_of(view, fetch(view, groups, 9, [0])) == {(TOPIC, 0): (-1, ErrorCode.none)}
 
 
+def test_metadata_is_measured_in_utf16_code_units_as_kafka_measures_it(
+    view: InProcessBrokerView, groups: GroupView
+) -> None:
+    """Kafka's `isMetadataInvalid` compares Java's `String.length()` with `offset.metadata.max.bytes`: 4096 "é"
+    (8192 UTF-8 bytes) fit, 2049 characters outside the BMP (4098 UTF-16 code units, 8196 UTF-8 bytes) do not."""
+    run(view.create_topic(TOPIC, 2))
+    wide = "é" * OFFSET_METADATA_MAX_BYTES
+    astral = "\U0001f600" * (OFFSET_METADATA_MAX_BYTES // 2 + 1)
+    assert commit(view, groups, 9, {(TOPIC, 0): (1, wide, 2), (TOPIC, 1): (1, astral, 2)}) == {
+        (TOPIC, 0): ErrorCode.none,
+        (TOPIC, 1): ErrorCode.offset_metadata_too_large,
+    }
+    assert commits_of(view, fetch(view, groups, 9, [0, 1])) == {(TOPIC, 0): (1, 2, wide), (TOPIC, 1): (-1, -1, "")}
+
+
 def test_a_members_commit_must_be_of_the_current_generation(view: InProcessBrokerView, groups: GroupView) -> None:
     run(view.create_topic(TOPIC, 1))
     values = {
@@ -165,6 +211,37 @@ def test_a_members_commit_must_be_of_the_current_generation(view: InProcessBroke
     assert offsets_of(view, fetch(view, groups, 8, [0])) == {(TOPIC, 0): (-1, ErrorCode.none)}
     assert commit(view, groups, 8, one, member, 1) == {(TOPIC, 0): ErrorCode.none}
     assert offsets_of(view, fetch(view, groups, 8, [0])) == {(TOPIC, 0): (1, ErrorCode.none)}
+
+
+def test_a_refused_members_commit_answers_the_groups_error_on_every_partition_even_oversized_metadata(
+    view: InProcessBrokerView, groups: GroupView
+) -> None:
+    """Kafka 4.2's `OffsetMetadataManager.commitOffset` validates the group before any partition: a commit the group
+    refuses answers its error on every partition, one whose metadata is too large too, and writes nothing; once
+    the group takes it, the oversized partition alone answers OFFSET_METADATA_TOO_LARGE."""
+    run(view.create_topic(TOPIC, 2))
+    values = {
+        "group_id": GROUP,
+        "session_timeout": 10_000,
+        "rebalance_timeout": 10_000,
+        "member_id": "",
+        "protocol_type": "consumer",
+        "protocols": [{"name": "range", "metadata": b""}],
+    }
+    member = run(answer_async(JoinGroupHandler(groups), JOIN_GROUP_KEY, 3, values)).member_id
+    sync = {"group_id": GROUP, "generation_id": 1, "member_id": member, "assignments": []}
+    assert run(answer_async(SyncGroupHandler(groups), SYNC_GROUP_KEY, 3, sync)).error_code == ErrorCode.none
+    oversized = "x" * (OFFSET_METADATA_MAX_BYTES + 1)
+    both = {(TOPIC, 0): (3, oversized, 1), (TOPIC, 1): (4, "fits", 1)}
+    assert commit(view, groups, 9, both, "stranger", 1) == dict.fromkeys(both, ErrorCode.unknown_member_id)
+    only_oversized = {(TOPIC, 0): (3, oversized, 1)}
+    assert commit(view, groups, 9, only_oversized, member, 2) == {(TOPIC, 0): ErrorCode.illegal_generation}
+    assert commits_of(view, fetch(view, groups, 9, [0, 1])) == {(TOPIC, 0): (-1, -1, ""), (TOPIC, 1): (-1, -1, "")}
+    assert commit(view, groups, 9, both, member, 1) == {
+        (TOPIC, 0): ErrorCode.offset_metadata_too_large,
+        (TOPIC, 1): ErrorCode.none,
+    }
+    assert commits_of(view, fetch(view, groups, 9, [0, 1])) == {(TOPIC, 0): (-1, -1, ""), (TOPIC, 1): (4, 1, "fits")}
 
 
 @pytest.mark.parametrize("version", [v for v in versions(OFFSET_FETCH_KEY) if v >= 2])
