@@ -421,6 +421,7 @@ class ConsumerGroups:
         protocol_type: str,
         protocols: Iterable[tuple[str, bytes]],
         require_known_member_id: bool = False,
+        skip_assignment_supported: bool = False,
     ) -> JoinResult:
         """A classic member's JoinGroup into this group, which has members (Kafka's
         `classicGroupJoinToConsumerGroup`): the member's subscription is its first protocol's, and what it owns
@@ -499,6 +500,7 @@ class ConsumerGroups:
         generation_id: int,
         protocol_type: str | None = None,
         protocol_name: str | None = None,
+        group_instance_id: str | None = None,
     ) -> SyncResult:
         """A classic member's SyncGroup: its assigned partitions, at once, in its subscription's version (Kafka's
         `classicGroupSyncToConsumerGroup`); REBALANCE_IN_PROGRESS when a newer group epoch wants it to join again
@@ -508,9 +510,8 @@ class ConsumerGroups:
         self._expire(group, now)
         if not group.members:
             return SyncResult(GroupError.UNKNOWN_MEMBER_ID)
-        member = group.members.get(member_id)
-        verdict = _classic_verdict(member, generation_id)
-        if member is None or member.classic is None or verdict != GroupError.NONE:
+        member, verdict = _classic_member(group, member_id, group_instance_id, generation_id)
+        if member is None or member.classic is None:
             return SyncResult(verdict)
         if (protocol_type is not None and protocol_type != CONSUMER_PROTOCOL_TYPE) or (
             protocol_name is not None and protocol_name != member.classic.protocol_name
@@ -525,16 +526,17 @@ class ConsumerGroups:
         version = version_of(member.classic.protocols[0][1])
         return SyncResult(GroupError.NONE, protocol_type, protocol_name, _encoded(member.assigned, names, version))
 
-    def classic_heartbeat(self, group_id: str, member_id: str, generation_id: int) -> GroupError:
+    def classic_heartbeat(
+        self, group_id: str, member_id: str, generation_id: int, group_instance_id: str | None = None
+    ) -> GroupError:
         """A classic member's Heartbeat: NONE, or REBALANCE_IN_PROGRESS when it must join again to move on (a newer
         group epoch, partitions to revoke, or partitions of its target now released by their owners); it must
         then join within its rebalance timeout."""
         now = self._clock.milliseconds()
         group = self._groups[group_id]
         self._expire(group, now)
-        member = group.members.get(member_id)
-        verdict = _classic_verdict(member, generation_id)
-        if member is None or member.classic is None or verdict != GroupError.NONE:
+        member, verdict = _classic_member(group, member_id, group_instance_id, generation_id)
+        if member is None or member.classic is None:
             return verdict
         member.session_deadline_ms = now + member.classic.session_timeout_ms
         released = member.state == MemberState.UNRELEASED_PARTITIONS and not self._waits_for_release(group, member)
@@ -543,20 +545,29 @@ class ConsumerGroups:
             return GroupError.REBALANCE_IN_PROGRESS
         return GroupError.NONE
 
-    def classic_leave(self, group_id: str, member_ids: Iterable[str]) -> dict[str, GroupError]:
-        """Classic members leaving (LeaveGroup): each one's outcome (UNKNOWN_MEMBER_ID for a member that is not
-        in the group or does not speak the classic protocol); one group epoch bump for all who left."""
+    def classic_leave(self, group_id: str, members: Iterable[tuple[str, str | None]]) -> list[GroupError]:
+        """Classic members leaving (LeaveGroup), each named by member id and instance id (an instance id alone
+        removes the static member holding it): each one's outcome in order (UNKNOWN_MEMBER_ID for a member that is
+        not in the group or does not speak the classic protocol, FENCED_INSTANCE_ID for an instance id another
+        member holds); one group epoch bump for all who left."""
         group = self._groups[group_id]
         self._expire(group, self._clock.milliseconds())
-        outcome: dict[str, GroupError] = {}
-        for member_id in member_ids:
-            member = group.members.get(member_id)
-            if member is None or member.classic is None:
-                outcome[member_id] = GroupError.UNKNOWN_MEMBER_ID
-                continue
-            self._remove(group, member_id, bump=False)
-            outcome[member_id] = GroupError.NONE
-        if GroupError.NONE in outcome.values():
+        outcome: list[GroupError] = []
+        for member_id, instance_id in members:
+            if instance_id is None:
+                member = group.members.get(member_id)
+                verdict = GroupError.UNKNOWN_MEMBER_ID if member is None else GroupError.NONE
+            else:
+                member = _holder(group, instance_id)
+                verdict = GroupError.UNKNOWN_MEMBER_ID if member is None else GroupError.NONE
+                if member is not None and member_id and member.member_id != member_id:
+                    verdict = GroupError.FENCED_INSTANCE_ID
+            if member is not None and verdict == GroupError.NONE and member.classic is None:
+                verdict = GroupError.UNKNOWN_MEMBER_ID
+            if member is not None and verdict == GroupError.NONE:
+                self._remove(group, member.member_id, bump=False)
+            outcome.append(verdict)
+        if GroupError.NONE in outcome:
             group.group_epoch += 1
         return outcome
 
@@ -939,12 +950,23 @@ def _epoch_verdict(member: ConsumerMember, member_epoch: int) -> GroupError:
     return GroupError.STALE_MEMBER_EPOCH if member.classic is None else GroupError.ILLEGAL_GENERATION
 
 
-def _classic_verdict(member: ConsumerMember | None, generation_id: int) -> GroupError:
-    """Kafka's checks of a classic member's SyncGroup and Heartbeat: a member of the group, speaking the classic
-    protocol, naming its member epoch as its generation."""
+def _classic_member(
+    group: _Group, member_id: str, instance_id: str | None, generation_id: int
+) -> tuple[ConsumerMember | None, GroupError]:
+    """Kafka's checks of a classic member's SyncGroup and Heartbeat: the member (by its instance id, which it must
+    hold, if it names one: UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID), speaking the classic protocol, naming its member
+    epoch as its generation (ILLEGAL_GENERATION). The member, and the verdict."""
+    if instance_id is None:
+        member = group.members.get(member_id)
+    else:
+        member = _holder(group, instance_id)
+        if member is not None and member.member_id != member_id:
+            return None, GroupError.FENCED_INSTANCE_ID
     if member is None or member.classic is None:
-        return GroupError.UNKNOWN_MEMBER_ID
-    return GroupError.NONE if generation_id == member.member_epoch else GroupError.ILLEGAL_GENERATION
+        return None, GroupError.UNKNOWN_MEMBER_ID
+    if generation_id != member.member_epoch:
+        return None, GroupError.ILLEGAL_GENERATION
+    return member, GroupError.NONE
 
 
 def _must_join(member: ConsumerMember, now: int) -> None:

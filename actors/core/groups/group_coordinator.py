@@ -320,9 +320,11 @@ class GroupCoordinator:
         offsets: Mapping[tuple[str, int], OffsetAndMetadata],
         *,
         api_version: int,
+        group_instance_id: str | None = None,
     ) -> GroupError:
-        """A wire client's OffsetCommit (of version `api_version`): written if the group's state allows it
-        (`GroupMembership.check_commit`: generation -1 only into a group without members; in a consumer-protocol
+        """A wire client's OffsetCommit (of version `api_version`, from a static member if `group_instance_id`):
+        written if the group's state allows it (`GroupMembership.check_commit`: generation -1 only into a group
+        without members; in a consumer-protocol
         group `ConsumerGroups.check_commit`, the generation being the member epoch), each partition with its own
         leader epoch and metadata. Returns the group's verdict; nothing is written unless it is NONE. The Python
         `Consumer`'s `commit` is not checked against the membership: its groups are names for offsets only."""
@@ -334,7 +336,7 @@ class GroupCoordinator:
                     group, member_id, generation_id, transactional=False, api_version=api_version
                 )
             else:
-                verdict = self._membership.check_commit(group, member_id, generation_id)
+                verdict = self._membership.check_commit(group, member_id, generation_id, group_instance_id)
         if verdict == GroupError.NONE:
             self._append(group, offsets)
         return verdict
@@ -525,23 +527,27 @@ class GroupCoordinator:
 
         return self._await(group, poll, max_wait_ms, type(None))
 
-    def heartbeat(self, group: str, member_id: str, generation_id: int) -> GroupError:
+    def heartbeat(
+        self, group: str, member_id: str, generation_id: int, group_instance_id: str | None = None
+    ) -> GroupError:
+        """A Heartbeat (its member's instance id, if static); into a consumer-protocol group a classic member's."""
         with self._membership_changed:
             self._settle(group)
             if self._consumer_groups.has_group(group):
-                outcome = self._consumer_groups.classic_heartbeat(group, member_id, generation_id)
+                outcome = self._consumer_groups.classic_heartbeat(group, member_id, generation_id, group_instance_id)
             else:
-                outcome = self._membership.heartbeat(group, member_id, generation_id)
+                outcome = self._membership.heartbeat(group, member_id, generation_id, group_instance_id)
             self._membership_changed.notify_all()
             return outcome
 
-    def leave_group(self, group: str, member_ids: list[str]) -> dict[str, GroupError]:
+    def leave_group(self, group: str, members: list[tuple[str, str | None]]) -> list[GroupError]:
+        """A LeaveGroup of `members` (member id, instance id): each one's outcome, in order."""
         with self._membership_changed:
             self._settle(group)
             if self._consumer_groups.has_group(group):
-                outcome = self._consumer_groups.classic_leave(group, member_ids)
+                outcome = self._consumer_groups.classic_leave(group, members)
             else:
-                outcome = self._membership.leave(group, member_ids)
+                outcome = self._membership.leave(group, members)
             self._membership_changed.notify_all()
             return outcome
 

@@ -22,9 +22,17 @@ rebalance restarted get REBALANCE_IN_PROGRESS. The leader of a generation receiv
 the chosen protocol (the protocol every member supports that most members list first) and sends each member's
 assignment in its SyncGroup; the broker never looks inside either.
 
-What is not served: static membership (`group.instance.id` is reported back but members are always dynamic)
-and the group's state across a coordinator restart (members rejoin: their next Heartbeat gets UNKNOWN_MEMBER_ID,
-after which Kafka's clients join again; committed offsets are durable, they live in `__consumer_offsets`).
+Static membership (KIP-345, `group.instance.id`), as Kafka's: a member joining with an instance id and no member id
+is given one (`<instance id>-<uuid>`, no MEMBER_ID_REQUIRED); if the instance id is held, the new member takes the
+holder's place, assignment and leadership (`_replace_static_member`): a Stable group whose chosen protocol stays the
+same answers at once in the current generation, without a rebalance, and the member id it replaced is fenced
+(FENCED_INSTANCE_ID when it names the instance id, UNKNOWN_MEMBER_ID when not). Every request naming an instance id
+must come from the member holding it (Kafka's `validateMember`); a LeaveGroup naming an instance id and no member id
+removes its holder (an administrator's removal).
+
+What is not served: the group's state across a coordinator restart (members rejoin: their next Heartbeat gets
+UNKNOWN_MEMBER_ID, after which Kafka's clients join again; committed offsets are durable, they live in
+`__consumer_offsets`).
 This module imports nothing but the clock, the broker config and the consumer protocol's decoding, so it is tested
 without Ray on a `MockClock`.
 """
@@ -34,7 +42,7 @@ from __future__ import annotations
 import enum
 import uuid
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from actors.core.groups.consumer_protocol import CONSUMER_PROTOCOL_TYPE, subscribed_topics
 from storage.clock import Clock
@@ -125,6 +133,7 @@ class JoinResult:
     protocol_name: str | None = None
     leader: str = ""
     members: tuple[JoinMember, ...] = ()
+    skip_assignment: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,6 +241,8 @@ class _Group:
     members: dict[str, _Member] = field(default_factory=dict)
     # Member ids handed out with MEMBER_ID_REQUIRED, each with the deadline by which it must join.
     pending_members: dict[str, int] = field(default_factory=dict)
+    # Static members: instance id (`group.instance.id`) -> the member id it is known by now.
+    static_members: dict[str, str] = field(default_factory=dict)
     rebalance_started_ms: int = 0
     rebalance_deadline_ms: int = 0
     # Kafka's initial rebalance delay: a rebalance that starts from Empty waits this long for more members.
@@ -266,8 +277,11 @@ class GroupMembership:
         protocol_type: str,
         protocols: Iterable[tuple[str, bytes]],
         require_known_member_id: bool = False,
+        skip_assignment_supported: bool = False,
     ) -> JoinResult | PendingJoin:
-        """A member's JoinGroup: its answer, or `PendingJoin` when the answer must wait for the other members."""
+        """A member's JoinGroup: its answer, or `PendingJoin` when the answer must wait for the other members.
+        `skip_assignment_supported`: JoinGroup v9+, whose answer may tell a static leader rejoining a Stable group
+        that its group's assignment stands (see the module docstring)."""
         now = self._clock.milliseconds()
         offered = tuple(protocols)
         if not group_id:
@@ -287,17 +301,34 @@ class GroupMembership:
             return JoinResult(GroupError.INCONSISTENT_GROUP_PROTOCOL, member_id)
         rebalance_timeout_ms = max(rebalance_timeout_ms, 0)
         if not member_id:
-            member_id = f"{client_id or 'member'}-{uuid.uuid4()}"
-            if require_known_member_id:
+            member_id = f"{group_instance_id or client_id or 'member'}-{uuid.uuid4()}"
+            if group_instance_id is not None:
+                previous = group.static_members.get(group_instance_id)
+                if previous is not None:
+                    return self._replace_static_member(
+                        group,
+                        group_instance_id,
+                        previous,
+                        member_id,
+                        session_timeout_ms,
+                        rebalance_timeout_ms,
+                        offered,
+                        skip_assignment_supported,
+                    )
+            elif require_known_member_id:
                 group.pending_members[member_id] = now + session_timeout_ms
                 return JoinResult(GroupError.MEMBER_ID_REQUIRED, member_id)
         elif member_id in group.pending_members:
             del group.pending_members[member_id]
-        elif member_id not in group.members:
-            return JoinResult(GroupError.UNKNOWN_MEMBER_ID, member_id)
+        else:
+            verdict = _member_verdict(group, member_id, group_instance_id)
+            if verdict != GroupError.NONE:
+                return JoinResult(verdict, member_id)
         member = group.members.get(member_id)
         if member is None:
             group.protocol_type = protocol_type
+            if group_instance_id is not None:
+                group.static_members[group_instance_id] = member_id
             group.members[member_id] = _Member(
                 member_id,
                 group_instance_id,
@@ -329,6 +360,55 @@ class GroupMembership:
         self._maybe_complete_join(group, now)
         return self.poll_join(group_id, member_id)
 
+    def _replace_static_member(
+        self,
+        group: _Group,
+        instance_id: str,
+        previous_id: str,
+        member_id: str,
+        session_timeout_ms: int,
+        rebalance_timeout_ms: int,
+        offered: tuple[tuple[str, bytes], ...],
+        skip_assignment_supported: bool,
+    ) -> JoinResult | PendingJoin:
+        """A static member back under a new member id (Kafka's `updateStaticMemberThenRebalanceOrCompleteJoin`): it
+        takes its previous member's place, assignment and leadership. A Stable group whose protocol stays the same
+        answers at once in the current generation (a leader on JoinGroup v9+ gets the members and is told to skip
+        its assignment); a group completing a rebalance rebalances again (the leader may have assigned the previous
+        member id); one preparing a rebalance goes on with it."""
+        now = self._clock.milliseconds()
+        current_leader = group.leader_id or ""
+        member = group.members.pop(previous_id)
+        member.member_id = member_id
+        member.session_timeout_ms = session_timeout_ms
+        member.rebalance_timeout_ms = rebalance_timeout_ms
+        member.protocols = offered
+        member.session_deadline_ms = now + session_timeout_ms
+        member.join_result = None
+        member.sync_result = None
+        group.members[member_id] = member
+        if group.leader_id == previous_id:
+            group.leader_id = member_id
+        group.static_members[instance_id] = member_id
+        if group.state == GroupState.STABLE and group.protocol_name == self._select_protocol(group):
+            if skip_assignment_supported:
+                leads = member_id == group.leader_id
+                result = self._join_result(group, member)
+                return replace(result, members=result.members if leads else (), skip_assignment=leads)
+            return JoinResult(
+                GroupError.NONE,
+                member_id,
+                group.generation_id,
+                group.protocol_type,
+                group.protocol_name,
+                current_leader,
+            )
+        member.awaiting_join = True
+        if group.state != GroupState.PREPARING_REBALANCE:
+            self._prepare_rebalance(group, now)
+        self._maybe_complete_join(group, now)
+        return self.poll_join(group.group_id, member_id)
+
     def poll_join(self, group_id: str, member_id: str) -> JoinResult | PendingJoin:
         """The answer to `member_id`'s JoinGroup once the join phase completed, else `PendingJoin` again."""
         group = self._groups.get(group_id)
@@ -350,6 +430,7 @@ class GroupMembership:
         assignments: Mapping[str, bytes],
         protocol_type: str | None = None,
         protocol_name: str | None = None,
+        group_instance_id: str | None = None,
     ) -> SyncResult | None:
         """A member's SyncGroup: its assignment, or None while the leader's SyncGroup has not come."""
         now = self._clock.milliseconds()
@@ -357,8 +438,11 @@ class GroupMembership:
         if group is None:
             return SyncResult(GroupError.UNKNOWN_MEMBER_ID)
         self._advance(group, now)
-        member = group.members.get(member_id)
-        if member is None or group.state in (GroupState.EMPTY, GroupState.DEAD):
+        verdict = _member_verdict(group, member_id, group_instance_id)
+        if verdict != GroupError.NONE:
+            return SyncResult(verdict)
+        member = group.members[member_id]
+        if group.state in (GroupState.EMPTY, GroupState.DEAD):
             return SyncResult(GroupError.UNKNOWN_MEMBER_ID)
         if generation_id != group.generation_id:
             return SyncResult(GroupError.ILLEGAL_GENERATION)
@@ -400,16 +484,19 @@ class GroupMembership:
 
     # --- Heartbeat, LeaveGroup, OffsetCommit checks ----------------------------------------------------------
 
-    def heartbeat(self, group_id: str, member_id: str, generation_id: int) -> GroupError:
+    def heartbeat(
+        self, group_id: str, member_id: str, generation_id: int, group_instance_id: str | None = None
+    ) -> GroupError:
         """A member's Heartbeat: it keeps the member's session alive and tells it whether to rejoin."""
         now = self._clock.milliseconds()
         group = self._groups.get(group_id)
         if group is None:
             return GroupError.UNKNOWN_MEMBER_ID
         self._advance(group, now)
-        member = group.members.get(member_id)
-        if member is None:
-            return GroupError.UNKNOWN_MEMBER_ID
+        verdict = _member_verdict(group, member_id, group_instance_id)
+        if verdict != GroupError.NONE:
+            return verdict
+        member = group.members[member_id]
         if generation_id != group.generation_id:
             return GroupError.ILLEGAL_GENERATION
         member.session_deadline_ms = now + member.session_timeout_ms
@@ -417,26 +504,40 @@ class GroupMembership:
             return GroupError.REBALANCE_IN_PROGRESS
         return GroupError.NONE
 
-    def leave(self, group_id: str, member_ids: Iterable[str]) -> dict[str, GroupError]:
-        """Members leaving the group (LeaveGroup): each one's outcome; the others rebalance without them."""
+    def leave(self, group_id: str, members: Iterable[tuple[str, str | None]]) -> list[GroupError]:
+        """Members leaving the group (LeaveGroup), each named by member id and instance id (an instance id with no
+        member id removes the static member holding it, an administrator's removal): each one's outcome, in
+        order; the others rebalance without them."""
         now = self._clock.milliseconds()
         group = self._groups.get(group_id)
+        leaving = list(members)
         if group is None:
-            return dict.fromkeys(member_ids, GroupError.UNKNOWN_MEMBER_ID)
+            return [GroupError.UNKNOWN_MEMBER_ID for _ in leaving]
         self._advance(group, now)
-        outcome: dict[str, GroupError] = {}
-        for member_id in member_ids:
-            if group.pending_members.pop(member_id, None) is not None:
-                outcome[member_id] = GroupError.NONE
-            elif member_id in group.members:
-                self._remove_member(group, member_id, now)
-                outcome[member_id] = GroupError.NONE
+        outcome: list[GroupError] = []
+        for member_id, instance_id in leaving:
+            if not member_id:
+                holder = None if instance_id is None else group.static_members.get(instance_id)
+                if holder is None:
+                    outcome.append(GroupError.UNKNOWN_MEMBER_ID)
+                    continue
+                member_id = holder
+            elif group.pending_members.pop(member_id, None) is not None:
+                outcome.append(GroupError.NONE)
+                continue
             else:
-                outcome[member_id] = GroupError.UNKNOWN_MEMBER_ID
+                verdict = _member_verdict(group, member_id, instance_id)
+                if verdict != GroupError.NONE:
+                    outcome.append(verdict)
+                    continue
+            self._remove_member(group, member_id, now)
+            outcome.append(GroupError.NONE)
         self._maybe_complete_join(group, now)
         return outcome
 
-    def check_commit(self, group_id: str, member_id: str, generation_id: int) -> GroupError:
+    def check_commit(
+        self, group_id: str, member_id: str, generation_id: int, group_instance_id: str | None = None
+    ) -> GroupError:
         """Whether an OffsetCommit may be written, checked in the order of Kafka's classic coordinator
         (`GroupCoordinator.validateOffsetCommit`, then `doCommitOffsets`):
 
@@ -452,8 +553,10 @@ class GroupMembership:
           REBALANCE_IN_PROGRESS. During PreparingRebalance the current generation still commits what it
           consumed.
 
-        A member's accepted commit also counts as its heartbeat. raybroker's Python `Consumer` does not come
-        here: it commits through `GroupCoordinatorActor.commit`, outside the wire groups' membership."""
+        A static member's commit (`group_instance_id`) must come from the member holding its instance id
+        (FENCED_INSTANCE_ID otherwise). A member's accepted commit also counts as its heartbeat. raybroker's Python
+        `Consumer` does not come here: it commits through `GroupCoordinatorActor.commit`, outside the wire groups'
+        membership."""
         now = self._clock.milliseconds()
         group = self._groups.get(group_id)
         if group is None:
@@ -461,10 +564,11 @@ class GroupMembership:
         self._advance(group, now)
         if generation_id < 0 and group.state == GroupState.EMPTY:
             return GroupError.NONE
-        member = group.members.get(member_id)
-        if member is None:
-            # Generation -1 without a member id lands here too: into a group with members only they commit.
-            return GroupError.UNKNOWN_MEMBER_ID
+        # Generation -1 without a member id is refused here too: into a group with members only they commit.
+        verdict = _member_verdict(group, member_id, group_instance_id)
+        if verdict != GroupError.NONE:
+            return verdict
+        member = group.members[member_id]
         if generation_id != group.generation_id:
             return GroupError.ILLEGAL_GENERATION
         if group.state == GroupState.COMPLETING_REBALANCE:
@@ -638,6 +742,8 @@ class GroupMembership:
                 now + member.session_timeout_ms,
                 member.assignment,
             )
+            if member.group_instance_id is not None:
+                group.static_members[member.group_instance_id] = member.member_id
         group.protocol_name = self._select_protocol(group)
         group.leader_id = next(iter(group.members))
         self._groups[snapshot.group_id] = group
@@ -665,7 +771,7 @@ class GroupMembership:
         self._maybe_complete_join(group, now)
 
     def _remove_member(self, group: _Group, member_id: str, now: int) -> None:
-        del group.members[member_id]
+        _drop(group, member_id)
         if group.leader_id == member_id:
             group.leader_id = None
         if group.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
@@ -702,7 +808,7 @@ class GroupMembership:
             # Members that did not rejoin in time are out; so are member ids never used.
             for member in list(group.members.values()):
                 if not member.awaiting_join:
-                    del group.members[member.member_id]
+                    _drop(group, member.member_id)
             group.pending_members.clear()
             self._complete_join(group, now)
         elif (
@@ -752,3 +858,22 @@ class GroupMembership:
 
     def _sync_result(self, group: _Group, member: _Member) -> SyncResult:
         return SyncResult(GroupError.NONE, group.protocol_type, group.protocol_name, member.assignment)
+
+
+def _member_verdict(group: _Group, member_id: str, instance_id: str | None) -> GroupError:
+    """Kafka's `validateMember`: an instance id must be known (UNKNOWN_MEMBER_ID) and held by `member_id`
+    (FENCED_INSTANCE_ID: another member took its place); the member must be in the group (UNKNOWN_MEMBER_ID)."""
+    if instance_id is not None:
+        holder = group.static_members.get(instance_id)
+        if holder is None:
+            return GroupError.UNKNOWN_MEMBER_ID
+        if holder != member_id:
+            return GroupError.FENCED_INSTANCE_ID
+    return GroupError.NONE if member_id in group.members else GroupError.UNKNOWN_MEMBER_ID
+
+
+def _drop(group: _Group, member_id: str) -> None:
+    """Removes the member, and its instance id's mapping if it holds one."""
+    member = group.members.pop(member_id)
+    if member.group_instance_id is not None and group.static_members.get(member.group_instance_id) == member_id:
+        del group.static_members[member.group_instance_id]

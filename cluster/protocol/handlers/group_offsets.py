@@ -195,6 +195,7 @@ class OffsetCommitHandler:
                     body.generation_id_or_member_epoch,
                     offsets,
                     api_version=request.api_version,
+                    group_instance_id=getattr(body, "group_instance_id", None),
                 )
             )
         except RaybrokerError as exc:

@@ -8,8 +8,11 @@ which is why a client's request timeout for them is its `rebalance.timeout.ms` p
 
 Version notes: JoinGroup v0 has no `rebalance_timeout` (its session timeout serves as both, as in Kafka); v4+
 asks a new member to join again with the id it is given (MEMBER_ID_REQUIRED, 79); v7+ reports the protocol
-type and a nullable protocol name. LeaveGroup v0-2 names one member, v3+ a list with an answer per member.
-Static membership (`group_instance_id`) is echoed but not honoured: members are dynamic.
+type and a nullable protocol name; v9+ may tell a static leader that rejoined a Stable group to skip its
+assignment. LeaveGroup v0-2 names one member, v3+ a list with an answer per member. Static membership
+(`group_instance_id`, KIP-345: JoinGroup v5+, SyncGroup and Heartbeat v3+, LeaveGroup v3+) is Kafka's: an instance
+that joins again under a new member id takes its previous member's place without a rebalance, and the member id it
+replaced is fenced (FENCED_INSTANCE_ID).
 
 Authorization: each needs READ on the group, else it answers GROUP_AUTHORIZATION_FAILED (30) without reaching the
 coordinator (a refused JoinGroup names no member id, as Kafka's).
@@ -38,6 +41,7 @@ SYNC_GROUP_KEY = 14
 FIRST_MEMBER_ID_REQUIRED_VERSION = 4
 FIRST_NULLABLE_PROTOCOL_NAME_VERSION = 7
 FIRST_BATCHED_LEAVE_VERSION = 3
+FIRST_SKIP_ASSIGNMENT_VERSION = 9
 NO_MEMBER_ID = ""
 
 
@@ -69,6 +73,7 @@ class JoinGroupHandler(GuardedHandler[GroupView]):
                 protocol_type=body.protocol_type,
                 protocols=[(protocol.name, protocol.metadata) for protocol in body.protocols],
                 require_known_member_id=request.api_version >= FIRST_MEMBER_ID_REQUIRED_VERSION,
+                skip_assignment_supported=request.api_version >= FIRST_SKIP_ASSIGNMENT_VERSION,
             )
             code = group_error_code(result.error)
         except RaybrokerError as exc:
@@ -89,7 +94,7 @@ class JoinGroupHandler(GuardedHandler[GroupView]):
                 "protocol_type": None if failed else result.protocol_type,
                 "protocol_name": no_name if failed else result.protocol_name,
                 "leader": "" if failed else result.leader,
-                "skip_assignment": False,
+                "skip_assignment": False if failed else result.skip_assignment,
                 "member_id": result.member_id,
                 "members": [
                     {
@@ -120,6 +125,7 @@ class SyncGroupHandler(GuardedHandler[GroupView]):
                 {item.member_id: item.assignment for item in body.assignments},
                 getattr(body, "protocol_type", None),
                 getattr(body, "protocol_name", None),
+                getattr(body, "group_instance_id", None),
             )
         except RaybrokerError as exc:
             values["error_code"] = coordinator_error_code(exc)
@@ -141,7 +147,10 @@ class HeartbeatHandler(GuardedHandler[GroupView]):
             code = ErrorCode.group_authorization_failed
         else:
             try:
-                code = group_error_code(await self._view.heartbeat(body.group_id, body.member_id, body.generation_id))
+                verdict = await self._view.heartbeat(
+                    body.group_id, body.member_id, body.generation_id, getattr(body, "group_instance_id", None)
+                )
+                code = group_error_code(verdict)
             except RaybrokerError as exc:
                 code = coordinator_error_code(exc)
         return build(response_schema(HEARTBEAT_KEY, request.api_version), {"throttle_time": 0, "error_code": code})
@@ -154,18 +163,20 @@ class LeaveGroupHandler(GuardedHandler[GroupView]):
         body = request.body
         response_type = response_schema(LEAVE_GROUP_KEY, request.api_version)
         batched = request.api_version >= FIRST_BATCHED_LEAVE_VERSION
-        leaving = [(m.member_id, m.group_instance_id) for m in body.members] if batched else [(body.member_id, None)]
+        leaving: list[tuple[str, str | None]] = (
+            [(m.member_id, m.group_instance_id) for m in body.members] if batched else [(body.member_id, None)]
+        )
         if not _may_read(self._access, request):
             code = ErrorCode.group_authorization_failed
             return build(response_type, {"throttle_time": 0, "error_code": code, "members": []})
         try:
-            outcome = await self._view.leave_group(body.group_id, [member_id for member_id, _ in leaving])
+            outcome = await self._view.leave_group(body.group_id, leaving)
         except RaybrokerError as exc:
             return build(response_type, {"throttle_time": 0, "error_code": coordinator_error_code(exc), "members": []})
         if not batched:
-            return build(response_type, {"throttle_time": 0, "error_code": group_error_code(outcome[body.member_id])})
+            return build(response_type, {"throttle_time": 0, "error_code": group_error_code(outcome[0])})
         members = [
-            {"member_id": member_id, "group_instance_id": instance, "error_code": group_error_code(outcome[member_id])}
-            for member_id, instance in leaving
+            {"member_id": member_id, "group_instance_id": instance, "error_code": group_error_code(verdict)}
+            for (member_id, instance), verdict in zip(leaving, outcome, strict=True)
         ]
         return build(response_type, {"throttle_time": 0, "error_code": ErrorCode.none, "members": members})

@@ -69,6 +69,7 @@ class GroupView:
         protocol_type: str,
         protocols: list[tuple[str, bytes]],
         require_known_member_id: bool,
+        skip_assignment_supported: bool = False,
     ) -> JoinResult:
         """A JoinGroup, answered once the join phase completes (`GroupMembership.join`)."""
         outcome = await self._transport.call(
@@ -83,6 +84,7 @@ class GroupView:
             protocol_type=protocol_type,
             protocols=protocols,
             require_known_member_id=require_known_member_id,
+            skip_assignment_supported=skip_assignment_supported,
         )
         while isinstance(outcome, PendingJoin):
             outcome = await self._transport.call("await_join", group, outcome.member_id, self._transport.max_wait_ms)
@@ -97,6 +99,7 @@ class GroupView:
         assignments: Mapping[str, bytes],
         protocol_type: str | None,
         protocol_name: str | None,
+        group_instance_id: str | None = None,
     ) -> SyncResult:
         """A SyncGroup, answered once the leader's assignment is there (`GroupMembership.sync`)."""
         outcome = await self._transport.call(
@@ -107,6 +110,7 @@ class GroupView:
             dict(assignments),
             protocol_type=protocol_type,
             protocol_name=protocol_name,
+            group_instance_id=group_instance_id,
         )
         while outcome is None:
             outcome = await self._transport.call(
@@ -115,12 +119,17 @@ class GroupView:
         result: SyncResult = outcome
         return result
 
-    async def heartbeat(self, group: str, member_id: str, generation_id: int) -> GroupError:
-        verdict: GroupError = await self._transport.call("heartbeat", group, member_id, generation_id)
+    async def heartbeat(
+        self, group: str, member_id: str, generation_id: int, group_instance_id: str | None = None
+    ) -> GroupError:
+        verdict: GroupError = await self._transport.call(
+            "heartbeat", group, member_id, generation_id, group_instance_id
+        )
         return verdict
 
-    async def leave_group(self, group: str, member_ids: list[str]) -> dict[str, GroupError]:
-        outcome: dict[str, GroupError] = await self._transport.call("leave_group", group, member_ids)
+    async def leave_group(self, group: str, members: list[tuple[str, str | None]]) -> list[GroupError]:
+        """A LeaveGroup of `members` (member id, instance id): each one's outcome, in order."""
+        outcome: list[GroupError] = await self._transport.call("leave_group", group, members)
         return outcome
 
     async def commit_offsets(
@@ -131,11 +140,18 @@ class GroupView:
         offsets: Mapping[TopicPartition, OffsetAndMetadata],
         *,
         api_version: int,
+        group_instance_id: str | None = None,
     ) -> GroupError:
         """Writes (offset, leader epoch, metadata) per partition if the group's state allows this member's commit (an
         OffsetCommit of `api_version`)."""
         verdict: GroupError = await self._transport.call(
-            "commit_member", group, member_id, generation_id, dict(offsets), api_version=api_version
+            "commit_member",
+            group,
+            member_id,
+            generation_id,
+            dict(offsets),
+            api_version=api_version,
+            group_instance_id=group_instance_id,
         )
         return verdict
 

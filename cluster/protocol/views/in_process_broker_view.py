@@ -6,14 +6,14 @@ the event loop (they answer from memory), records from each partition's leader r
 Appends run on the event loop in the order they were called, also when one awaits its `admitted` first
 (`actors.server.append_order`), so a client's pipelined Produce requests keep their order; an `acks=all` append's
 wait for its replication (`PartitionServer.await_replicated`, at once for a partition with one replica), and a
-long-poll fetch's wait for bytes, run on a worker thread, so the loop serves every other connection meanwhile. A
+long-poll fetch's wait for bytes, run on a worker thread (`transport.on_worker`), so the loop serves every other
+connection meanwhile. A
 fetch of `SENDFILE_MIN_BYTES` or more answers a region of the segment file for the server to `sendfile`, as the Ray
 view does for a partition on its own node.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable
 from typing import Any
 
@@ -23,7 +23,7 @@ from actors.server.append_order import AppendOrder
 from cluster.protocol.file_region import SENDFILE_MIN_BYTES, FileRegion, open_region
 from cluster.protocol.views.broker_view import BrokerView, FetchedRecords, PartitionFetch
 from cluster.protocol.views.local_log_dirs import LocalLogDir, local_log_dirs
-from cluster.protocol.views.transport import EVERY_METHOD, InProcessTransport
+from cluster.protocol.views.transport import EVERY_METHOD, InProcessTransport, on_worker
 from storage.partition.file_slices import FileSlice, locate_file_slices, located_aborted_transactions
 from storage.partition.log import LogAppendInfo
 
@@ -51,7 +51,7 @@ class InProcessPartitions:
     async def log_dirs(self) -> list[LocalLogDir]:
         """The log dirs and replicas of the node's log manager."""
         manager = self._broker.nodes[self._node].manager
-        return local_log_dirs(manager.dirs(), await asyncio.to_thread(manager.describe))
+        return local_log_dirs(manager.dirs(), await on_worker(manager.describe))
 
     async def call(self, topic: str, partition: int, method: str, *args: Any) -> Any:
         return getattr(self._broker.leader(topic, partition), method)(*args)
@@ -65,7 +65,7 @@ class InProcessPartitions:
             leader = self._broker.leader(topic, partition)
             info = leader.append(records, acks)
         if acks == ACKS_ALL:
-            return await asyncio.to_thread(leader.await_replicated, info, timeout_ms)
+            return await on_worker(leader.await_replicated, info, timeout_ms)
         return info
 
     async def fetch(self, request: PartitionFetch) -> FetchedRecords:
@@ -80,7 +80,7 @@ class InProcessPartitions:
                     leader.check_leader(request.current_leader_epoch), offset, max_bytes, isolation=isolation
                 )
 
-            await asyncio.to_thread(
+            await on_worker(
                 leader.long_poll,
                 located_now,
                 lambda found: sum(part.length for part in found),

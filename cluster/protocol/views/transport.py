@@ -5,9 +5,12 @@ the plain class of `actors.core` in process, and the actor that wraps it on Ray.
 `TransactionView`, `SecurityView`) is written once over a `Transport`, whose one call runs a role's method by name
 wherever the role lives and answers its result or raises the broker's typed errors (`storage.errors`), never Ray's.
 
-- `InProcessTransport` runs the method of a plain role on a worker thread, leaving the event loop to the other
-  connections (the role may append to a log or wait), or on the event loop itself for the methods named `inline`,
-  which answer from memory at once.
+- `InProcessTransport` runs the method of a plain role on a worker thread (`on_worker`), leaving the event loop to
+  the other connections (the role may append to a log or wait), or on the event loop itself for the methods named
+  `inline`, which answer from memory at once. The in-process views' worker threads are a pool of their own
+  (`IN_PROCESS_WORKERS` threads), not asyncio's default one of `cpu count + 4`: one client's Fetch waits on a thread
+  per partition (up to its `fetch.max.wait.ms`, 5 s for some clients), so the default pool would hold every other
+  connection's calls behind a few long polls.
 - `RayTransport` calls the method of a named actor, awaited without blocking the loop. The actor's handle is looked
   up once (on a worker thread: the lookup blocks; concurrent callers share one lookup) and forgotten when a call
   fails retriably (the actor gone or restarting), so the next call reaches a restarted actor. In a process not
@@ -21,8 +24,10 @@ may wait on the host for an answer still pending (a JoinGroup or SyncGroup waiti
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import functools
 from collections.abc import Callable, Container
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import ray
 
@@ -33,6 +38,15 @@ from storage.errors import BrokerNotAvailableError, RaybrokerError
 # One bounded wait in process: the roles' timed events (session expiry, the rebalance timeout) run on their clock,
 # which a test may move by hand, and a moved `MockClock` takes effect within one wait.
 AWAIT_MS = 20
+# The in-process views' worker threads (see the module docstring); an idle one costs a parked thread.
+IN_PROCESS_WORKERS = 256
+_workers = concurrent.futures.ThreadPoolExecutor(IN_PROCESS_WORKERS, thread_name_prefix="in-process-view")
+_Result = TypeVar("_Result")
+
+
+async def on_worker(function: Callable[..., _Result], *args: Any, **kwargs: Any) -> _Result:
+    """`function(*args, **kwargs)` run on one of the in-process views' worker threads, awaited on the loop."""
+    return await asyncio.get_running_loop().run_in_executor(_workers, functools.partial(function, *args, **kwargs))
 
 
 class Transport(Protocol):
@@ -72,7 +86,7 @@ class InProcessTransport:
         bound = getattr(self._role(), method)
         if method in self._inline:
             return bound(*args, **kwargs)
-        return await asyncio.to_thread(bound, *args, **kwargs)
+        return await on_worker(bound, *args, **kwargs)
 
 
 class RayTransport:

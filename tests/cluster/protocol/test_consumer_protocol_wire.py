@@ -9,10 +9,13 @@ between the normal ones, so each must also leave the group as it was. A second s
 membership (`group.instance.id`): a taken instance id, a static leave, the instance's return under a new member id,
 fenced and unknown instance ids. A third moves a group between the protocols (`group.consumer.migration.policy`,
 Kafka's default `bidirectional`): a classic group with a member is upgraded as a consumer member joins, its classic
-member revokes and rejoins in it, and the consumer member's leave hands the group back to the classic protocol."""
+member revokes and rejoins in it, and the consumer member's leave hands the group back to the classic protocol. A
+fourth plays static members of the classic protocol (KIP-345): instances coming back under new member ids without a
+rebalance, the ids they replaced fenced, a static leader told to skip its assignment, removals by instance id."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import itertools
 import time
 import uuid
@@ -41,6 +44,7 @@ class Side:
     def __init__(self, bootstrap: str, group: str, topic: str) -> None:
         self.group = group
         self.topic = topic
+        self.address = bootstrap
         self.bootstrap = WireClient(bootstrap, timeout_s=DEADLINE_S)
         created = self.bootstrap.request(
             CREATE_TOPICS,
@@ -390,18 +394,25 @@ def assert_same(kafka: list[tuple[str, Any]], ours: list[tuple[str, Any]]) -> No
     assert not differences, "\n".join(differences)
 
 
-def classic_join(side: Side, member: str, owned: set[int], protocols: tuple[str, ...] = ("range",)) -> Any:
-    """A classic consumer's JoinGroup v9 subscribing to the side's topic, owning `owned` of it."""
+def classic_join(
+    side: Side,
+    member: str,
+    owned: set[int],
+    protocols: tuple[str, ...] = ("range",),
+    instance: str | None = None,
+    version: int = 9,
+) -> Any:
+    """A classic consumer's JoinGroup (v9 unless told) subscribing to the side's topic, owning `owned` of it."""
     metadata = subscription([side.topic], {side.topic: sorted(owned)})
     return side.call(
         JOIN_GROUP,
-        9,
+        version,
         {
             "group_id": side.group,
             "session_timeout": 10000,
             "rebalance_timeout": 10000,
             "member_id": member,
-            "group_instance_id": None,
+            "group_instance_id": instance,
             "protocol_type": "consumer",
             "protocols": [{"name": name, "metadata": metadata} for name in protocols],
             "reason": None,
@@ -418,12 +429,18 @@ def joined(answer: Any, members: dict[str, str]) -> tuple[Any, ...]:
         answer.protocol_type,
         answer.protocol_name,
         roles.get(answer.leader, answer.leader),
-        sorted(roles.get(m.member_id, "?") for m in answer.members),
+        sorted((roles.get(m.member_id, "?"), m.group_instance_id) for m in answer.members),
+        getattr(answer, "skip_assignment", False),
     )
 
 
 def classic_sync(
-    side: Side, member: str, generation: int, plan: dict[str, set[int]] | None = None, name: str = "range"
+    side: Side,
+    member: str,
+    generation: int,
+    plan: dict[str, set[int]] | None = None,
+    name: str = "range",
+    instance: str | None = None,
 ) -> tuple[int, set[int]]:
     """A classic member's SyncGroup v5 (the leader's with its `plan`): (error code, its partitions)."""
     answer = side.call(
@@ -433,7 +450,7 @@ def classic_sync(
             "group_id": side.group,
             "generation_id": generation,
             "member_id": member,
-            "group_instance_id": None,
+            "group_instance_id": instance,
             "protocol_type": "consumer",
             "protocol_name": name,
             "assignments": [
@@ -446,8 +463,8 @@ def classic_sync(
     return answer.error_code, parts
 
 
-def classic_heartbeat(side: Side, member: str, generation: int) -> Any:
-    body = {"group_id": side.group, "generation_id": generation, "member_id": member, "group_instance_id": None}
+def classic_heartbeat(side: Side, member: str, generation: int, instance: str | None = None) -> Any:
+    body = {"group_id": side.group, "generation_id": generation, "member_id": member, "group_instance_id": instance}
     return side.call(CLASSIC_HEARTBEAT, 4, body).error_code
 
 
@@ -522,4 +539,100 @@ def test_a_group_moves_between_the_protocols_as_on_kafka_4(wall_clock_listener: 
     run = uuid.uuid4().hex[:8]
     kafka = run_migration_sequence(Side(kafka4, f"migrate-{run}", f"migrate-{run}"))
     ours = run_migration_sequence(Side(wall_clock_listener, f"migrate-{run}", f"migrate-{run}"))
+    assert_same(kafka, ours)
+
+
+def run_classic_static_sequence(side: Side) -> list[tuple[str, Any]]:
+    """Static members of the classic protocol (KIP-345): instances i1 and i2 share the topic, each comes back under
+    a new member id and takes its place without a rebalance, the ids they replaced are fenced, and an
+    administrator removes one by its instance id."""
+    steps: list[tuple[str, Any]] = []
+    roles: dict[str, str] = {}
+    first = classic_join(side, "", set(), instance="i1")
+    roles["a"] = first.member_id
+    steps.append(("a joins as i1", joined(first, roles)))
+    steps.append(
+        ("a syncs alone", classic_sync(side, roles["a"], 1, {roles["a"]: set(range(PARTITIONS))}, instance="i1"))
+    )
+    second_side = coordinator_client(side.address, side.group, GROUP_KEY, DEADLINE_S)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool, second_side:
+        metadata = subscription([side.topic], {})
+        pending = pool.submit(
+            second_side.request,
+            JOIN_GROUP,
+            9,
+            {
+                "group_id": side.group,
+                "session_timeout": 10000,
+                "rebalance_timeout": 10000,
+                "member_id": "",
+                "group_instance_id": "i2",
+                "protocol_type": "consumer",
+                "protocols": [{"name": "range", "metadata": metadata}],
+                "reason": None,
+            },
+        )
+        deadline = time.monotonic() + DEADLINE_S
+        while (beat := classic_heartbeat(side, roles["a"], 1, "i1")) == ErrorCode.none:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        steps.append(("a told to rejoin", beat))
+        rejoined = classic_join(side, roles["a"], set(range(PARTITIONS)), instance="i1")
+        second = pending.result(DEADLINE_S)
+    roles["b"] = second.member_id
+    steps.append(("a rejoins", joined(rejoined, roles)))
+    steps.append(("b joins as i2", joined(second, roles)))
+    plan = {roles["a"]: {0}, roles["b"]: set(range(1, PARTITIONS))}
+    steps.append(("a syncs the plan", classic_sync(side, roles["a"], 2, plan, instance="i1")))
+    steps.append(("b syncs", classic_sync(side, roles["b"], 2, instance="i2")))
+    back = classic_join(side, "", set(), instance="i2")
+    roles["b2"] = back.member_id
+    steps.append(("b back under a new id", joined(back, roles)))
+    steps.append(("b back syncs", classic_sync(side, roles["b2"], 2, instance="i2")))
+    steps.append(("the replaced id with its instance", classic_heartbeat(side, roles["b"], 2, "i2")))
+    steps.append(("the replaced id alone", classic_heartbeat(side, roles["b"], 2)))
+    steps.append(("the replaced id syncs", classic_sync(side, roles["b"], 2, instance="i2")[0]))
+    steps.append(("the replaced id joins", classic_join(side, roles["b"], set(), instance="i2").error_code))
+    steps.append(("a goes on", classic_heartbeat(side, roles["a"], 2, "i1")))
+    steps.append(("an unknown instance", classic_heartbeat(side, roles["b2"], 2, "i9")))
+    leader_back = classic_join(side, "", set(), instance="i1")
+    roles["a2"] = leader_back.member_id
+    steps.append(("the leader back on v9", joined(leader_back, roles)))
+    steps.append(("the leader back syncs", classic_sync(side, roles["a2"], 2, instance="i1")))
+    before_v9 = classic_join(side, "", set(), instance="i1", version=8)
+    roles["a3"] = before_v9.member_id
+    steps.append(("the leader back on v8", joined(before_v9, roles)))
+    left = side.call(
+        LEAVE_GROUP,
+        5,
+        {
+            "group_id": side.group,
+            "members": [
+                {"member_id": "", "group_instance_id": "i2", "reason": None},
+                {"member_id": "", "group_instance_id": "i9", "reason": None},
+                {"member_id": "someone", "group_instance_id": "i1", "reason": None},
+            ],
+        },
+    )
+    steps.append(("an administrator's removals", [(m.group_instance_id, m.error_code) for m in left.members]))
+    steps.append(("the last one after", classic_heartbeat(side, roles["a3"], 2, "i1")))
+    (described,) = side.call(
+        DESCRIBE_GROUPS, 5, {"groups": [side.group], "include_authorized_operations": False}
+    ).groups
+    steps.append(
+        (
+            "described",
+            (
+                described.group_state,
+                sorted((roles.get(m.member_id, "?"), m.group_instance_id) for m in described.members),
+            ),
+        )
+    )
+    return steps
+
+
+def test_classic_static_members_answer_as_kafka_4(wall_clock_listener: str, kafka4: str) -> None:
+    run = uuid.uuid4().hex[:8]
+    kafka = run_classic_static_sequence(Side(kafka4, f"cstatic-{run}", f"cstatic-{run}"))
+    ours = run_classic_static_sequence(Side(wall_clock_listener, f"cstatic-{run}", f"cstatic-{run}"))
     assert_same(kafka, ours)

@@ -235,7 +235,7 @@ def test_deleting_a_topic_deletes_its_offsets_in_every_group_as_a_model_says(tmp
             coordinator.commit(group, {(topic, partition): model[(group, topic, partition)]})
         member = join(coordinator, "active")
         # A group that joined, committed and left: Empty, known to the membership.
-        coordinator.leave_group("g4", [join(coordinator, "g4")])
+        coordinator.leave_group("g4", [(join(coordinator, "g4"), None)])
         for topic in rng.sample(topics, len(topics)):
             broker.controller.delete_topic(topic)
             model = {key: offset for key, offset in model.items() if key[1] != topic}

@@ -1,5 +1,6 @@
 """The classic group protocol's state machine, without Ray, on a `MockClock`: joins and generations, the leader's
-assignment, rebalances on join/leave/expiry, the rebalance timeout and initial delay, and Kafka's error answers."""
+assignment, rebalances on join/leave/expiry, the rebalance timeout and initial delay, static membership (KIP-345,
+Kafka's `updateStaticMemberThenRebalanceOrCompleteJoin` and `validateMember`), and Kafka's error answers."""
 
 from __future__ import annotations
 
@@ -41,10 +42,14 @@ def join(
     session_ms: int = SESSION_MS,
     require_known: bool = False,
     group: str = GROUP,
+    instance: str | None = None,
+    skip_assignment_supported: bool = False,
 ) -> JoinResult | PendingJoin:
     return groups.join(
         group,
         member_id,
+        group_instance_id=instance,
+        skip_assignment_supported=skip_assignment_supported,
         client_id="client",
         session_timeout_ms=session_ms,
         rebalance_timeout_ms=REBALANCE_MS,
@@ -166,11 +171,11 @@ def test_a_member_whose_session_expires_is_removed_and_the_others_rebalance(
 
 def test_leaving_rebalances_the_rest_and_the_last_leave_empties_the_group(groups: GroupMembership) -> None:
     leader, follower, generation = stable_pair(groups)
-    assert groups.leave(GROUP, [leader, "nobody"]) == {leader: GroupError.NONE, "nobody": GroupError.UNKNOWN_MEMBER_ID}
+    assert groups.leave(GROUP, [(leader, None), ("nobody", None)]) == [GroupError.NONE, GroupError.UNKNOWN_MEMBER_ID]
     assert groups.heartbeat(GROUP, follower, generation) == GroupError.REBALANCE_IN_PROGRESS
     result = joined(join(groups, follower, (("range", b"b"),)))
     assert (result.generation_id, result.leader) == (generation + 1, follower)
-    assert groups.leave(GROUP, [follower]) == {follower: GroupError.NONE}
+    assert groups.leave(GROUP, [(follower, None)]) == [GroupError.NONE]
     described = groups.describe(GROUP)
     assert described is not None and (described.state, described.members) == (GroupState.EMPTY, ())
     assert groups.delete(GROUP) == GroupError.NONE
@@ -268,9 +273,7 @@ def test_a_commit_of_generation_minus_one_is_written_only_into_a_group_without_m
     joined(join(groups, follower, (("range", b"b"),)))
     assert groups.describe(GROUP).state == GroupState.COMPLETING_REBALANCE  # type: ignore[union-attr]
     assert groups.check_commit(GROUP, "", -1) == GroupError.UNKNOWN_MEMBER_ID
-    assert groups.leave(GROUP, [leader, follower, newcomer]) == dict.fromkeys(
-        [leader, follower, newcomer], GroupError.NONE
-    )
+    assert groups.leave(GROUP, [(leader, None), (follower, None), (newcomer, None)]) == [GroupError.NONE] * 3
     clock.sleep(1)
     assert groups.describe(GROUP).state == GroupState.EMPTY  # type: ignore[union-attr]
     assert groups.check_commit(GROUP, "", -1) == GroupError.NONE
@@ -285,7 +288,7 @@ def test_a_group_with_members_cannot_be_deleted(groups: GroupMembership) -> None
     assert groups.is_active(GROUP)
     assert groups.delete("no-such-group") == GroupError.GROUP_ID_NOT_FOUND
     assert groups.group_ids() == [GROUP]
-    groups.leave(GROUP, [leader])
+    groups.leave(GROUP, [(leader, None)])
     assert groups.delete(GROUP) == GroupError.NON_EMPTY_GROUP
 
 
@@ -301,3 +304,87 @@ def test_the_group_settings_are_the_brokers_properties_with_kafkas_defaults() ->
         }
     )
     assert MembershipConfig.of(configured) == MembershipConfig(1000, 90000, 0)
+
+
+def static_pair(groups: GroupMembership) -> tuple[str, str, int]:
+    """Two static members (instances i1, i2) through join and sync: (leader, follower, generation)."""
+    first = joined(join(groups, protocols=(("range", b"a"),), instance="i1"))
+    assert first.member_id.startswith("i1-")
+    second = member_of(join(groups, protocols=(("range", b"b"),), instance="i2"))
+    assert groups.heartbeat(GROUP, first.member_id, first.generation_id, "i1") == GroupError.REBALANCE_IN_PROGRESS
+    leader = joined(join(groups, first.member_id, (("range", b"a"),), instance="i1"))
+    follower = joined(groups.poll_join(GROUP, second))
+    assert leader.leader == leader.member_id and follower.generation_id == 2
+    assert groups.sync(GROUP, second, 2, {}, group_instance_id="i2") is None
+    assignments = {leader.member_id: b"p0", second: b"p1"}
+    assert groups.sync(GROUP, leader.member_id, 2, assignments, group_instance_id="i1") is not None
+    return leader.member_id, second, 2
+
+
+def test_a_static_member_back_under_a_new_id_takes_its_place_without_a_rebalance(groups: GroupMembership) -> None:
+    leader, follower, generation = static_pair(groups)
+    back = joined(join(groups, protocols=(("range", b"b"),), instance="i2"))
+    # The same generation, leader and assignment: nobody else is disturbed.
+    assert back.member_id != follower and back.member_id.startswith("i2-")
+    assert (back.generation_id, back.leader, back.members, back.skip_assignment) == (generation, leader, (), False)
+    assert groups.sync(GROUP, back.member_id, generation, {}, group_instance_id="i2") == SyncResult(
+        GroupError.NONE, "consumer", "range", b"p1"
+    )
+    assert groups.heartbeat(GROUP, leader, generation, "i1") == GroupError.NONE
+    # The member id it replaced is fenced when it names the instance, unknown when it does not.
+    assert groups.heartbeat(GROUP, follower, generation, "i2") == GroupError.FENCED_INSTANCE_ID
+    assert groups.heartbeat(GROUP, follower, generation) == GroupError.UNKNOWN_MEMBER_ID
+    assert groups.check_commit(GROUP, follower, generation, "i2") == GroupError.FENCED_INSTANCE_ID
+    assert groups.sync(GROUP, follower, generation, {}, group_instance_id="i2") == SyncResult(
+        GroupError.FENCED_INSTANCE_ID
+    )
+    assert join(groups, follower, (("range", b"b"),), instance="i2") == JoinResult(
+        GroupError.FENCED_INSTANCE_ID, follower
+    )
+    assert groups.heartbeat(GROUP, back.member_id, generation, "i9") == GroupError.UNKNOWN_MEMBER_ID
+    described = groups.describe(GROUP)
+    assert described is not None and described.state == GroupState.STABLE
+    assert sorted((m.member_id, m.group_instance_id) for m in described.members) == sorted(
+        [(leader, "i1"), (back.member_id, "i2")]
+    )
+
+
+def test_a_static_leader_back_on_join_group_v9_is_told_to_skip_its_assignment(groups: GroupMembership) -> None:
+    _, follower, generation = static_pair(groups)
+    back = joined(join(groups, protocols=(("range", b"a"),), instance="i1", skip_assignment_supported=True))
+    assert (back.generation_id, back.leader, back.skip_assignment) == (generation, back.member_id, True)
+    assert sorted(m.member_id for m in back.members) == sorted([back.member_id, follower])
+    # Before v9 the answer names the leader it replaced, and no members.
+    again = joined(join(groups, protocols=(("range", b"a"),), instance="i1"))
+    assert (again.leader, again.members, again.skip_assignment) == (back.member_id, (), False)
+
+
+def test_a_static_member_back_during_the_sync_phase_rebalances_again(groups: GroupMembership) -> None:
+    leader, follower, generation = static_pair(groups)
+    # Another protocol list whose common protocol is still range: the Stable group goes on as it is.
+    other = joined(join(groups, protocols=(("roundrobin", b"b"), ("range", b"b")), instance="i2"))
+    assert other.generation_id == generation
+    # A third member makes a new generation; the other two join it, and nobody syncs yet.
+    third = member_of(join(groups, protocols=(("range", b"c"),), instance="i3"))
+    assert groups.heartbeat(GROUP, leader, generation, "i1") == GroupError.REBALANCE_IN_PROGRESS
+    assert isinstance(join(groups, leader, (("range", b"a"),), instance="i1"), PendingJoin)
+    joined(join(groups, other.member_id, (("range", b"b"),), instance="i2"))
+    assert groups.describe(GROUP).state == GroupState.COMPLETING_REBALANCE  # type: ignore[union-attr]
+    # The leader may have assigned the id i2 had: i2 back under a new id starts yet another rebalance.
+    assert isinstance(join(groups, protocols=(("range", b"b"),), instance="i2"), PendingJoin)
+    assert groups.describe(GROUP).state == GroupState.PREPARING_REBALANCE  # type: ignore[union-attr]
+    assert groups.heartbeat(GROUP, third, generation + 1, "i3") == GroupError.REBALANCE_IN_PROGRESS
+    assert follower not in {m.member_id for m in groups.describe(GROUP).members}  # type: ignore[union-attr]
+
+
+def test_an_administrator_removes_a_static_member_by_its_instance_id(groups: GroupMembership) -> None:
+    leader, follower, generation = static_pair(groups)
+    assert groups.leave(GROUP, [("", "i2"), ("", "i9"), ("someone", "i1")]) == [
+        GroupError.NONE,
+        GroupError.UNKNOWN_MEMBER_ID,
+        GroupError.FENCED_INSTANCE_ID,
+    ]
+    assert groups.heartbeat(GROUP, follower, generation, "i2") == GroupError.UNKNOWN_MEMBER_ID
+    assert groups.heartbeat(GROUP, leader, generation, "i1") == GroupError.REBALANCE_IN_PROGRESS
+    # Its instance id is free again: a member joining with it is a new member.
+    assert isinstance(join(groups, protocols=(("range", b"b"),), instance="i2"), PendingJoin)

@@ -276,8 +276,8 @@ def test_classic_members_of_a_consumer_group_get_kafkas_errors(cluster: Cluster)
     )
     assert coordinator.check_offset_fetch(GROUP, member, generation - 1) == GroupError.ILLEGAL_GENERATION
     assert coordinator.check_offset_fetch(GROUP, "c1", 1) == GroupError.STALE_MEMBER_EPOCH
-    left = coordinator.leave_group(GROUP, [member, "c1", "nobody"])
-    assert left == {member: GroupError.NONE, "c1": GroupError.UNKNOWN_MEMBER_ID, "nobody": GroupError.UNKNOWN_MEMBER_ID}
+    left = coordinator.leave_group(GROUP, [(member, None), ("c1", None), ("nobody", None)])
+    assert left == [GroupError.NONE, GroupError.UNKNOWN_MEMBER_ID, GroupError.UNKNOWN_MEMBER_ID]
 
 
 def test_a_classic_member_that_does_not_sync_in_time_is_removed(cluster: Cluster) -> None:
