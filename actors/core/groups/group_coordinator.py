@@ -331,12 +331,17 @@ class GroupCoordinator:
         _check_group(group)
         with self._membership_changed:
             self._settle(group)
+            unknown = False
             if self._consumer_groups.has_group(group):
                 verdict = self._consumer_groups.check_commit(
                     group, member_id, generation_id, transactional=False, api_version=api_version
                 )
             else:
                 verdict = self._membership.check_commit(group, member_id, generation_id, group_instance_id)
+                unknown = not self._membership.has_group(group)
+        if verdict == GroupError.ILLEGAL_GENERATION and unknown and self.group_offsets(group):
+            # Kafka keeps a group that only has offsets as an Empty classic group, whose members are none.
+            verdict = GroupError.UNKNOWN_MEMBER_ID
         if verdict == GroupError.NONE:
             self._append(group, offsets)
         return verdict

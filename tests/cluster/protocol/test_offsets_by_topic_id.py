@@ -324,6 +324,9 @@ def run_sequence(side: Side) -> list[tuple[str, Any]]:
             side.commit(10, [("alpha", [1])], 16, "x" * 4095, member=("stranger", -1)),
         ),
         ("v10 fetch after the commits of the stranger", side.fetch(10, [("alpha", [0, 1]), ("beta", [0])])),
+        # A group that has offsets but no members is an Empty group to Kafka: a generation of 0 or more must come from
+        # a member of it.
+        ("v9 commit of a stranger of generation 3", side.commit(9, [("alpha", [0])], 17, member=("stranger", 3))),
         ("v10 fetch of a group without offsets", side.fetch(10, [("alpha", [0])], group=f"{side.group}-none")),
     ]
     side.delete("beta")
