@@ -63,12 +63,13 @@ class Cluster:
         member_id: str,
         owned: Sequence[int] = (),
         protocols: tuple[str, ...] = ("range",),
+        instance: str | None = None,
     ) -> JoinResult | PendingJoin:
         """A classic member's JoinGroup, answered or pending."""
         return self.coordinator.join_group(
             GROUP,
             member_id,
-            group_instance_id=None,
+            group_instance_id=instance,
             client_id="classic",
             client_host="/127.0.0.1",
             session_timeout_ms=SESSION_MS,
@@ -78,9 +79,15 @@ class Cluster:
             require_known_member_id=False,
         )
 
-    def join(self, member_id: str, owned: Sequence[int] = (), protocols: tuple[str, ...] = ("range",)) -> JoinResult:
+    def join(
+        self,
+        member_id: str,
+        owned: Sequence[int] = (),
+        protocols: tuple[str, ...] = ("range",),
+        instance: str | None = None,
+    ) -> JoinResult:
         """A classic member's JoinGroup that is answered at once."""
-        outcome = self.start_join(member_id, owned, protocols)
+        outcome = self.start_join(member_id, owned, protocols, instance)
         assert isinstance(outcome, JoinResult)
         return outcome
 
@@ -315,3 +322,36 @@ def test_the_last_consumer_members_session_expiring_also_hands_the_group_back(cl
     described = cluster.coordinator.describe_group(GROUP)
     assert described is not None and described.group_type == "classic"
     assert described.state == GroupState.PREPARING_REBALANCE
+
+
+def test_a_static_classic_member_of_a_consumer_group_is_checked_against_its_instance_id(cluster: Cluster) -> None:
+    classic_group(cluster)
+    assert cluster.consumer("c1", 0, {})[0] == GroupError.NONE
+    static = cluster.join("", instance="s1")
+    assert static.error == GroupError.NONE
+    coordinator = cluster.coordinator
+    generation = static.generation_id
+    assert coordinator.heartbeat(GROUP, static.member_id, generation, "s1") in (
+        GroupError.NONE,
+        GroupError.REBALANCE_IN_PROGRESS,
+    )
+    # Another member id naming its instance is fenced; an instance nobody holds is unknown.
+    assert coordinator.heartbeat(GROUP, "other", generation, "s1") == GroupError.FENCED_INSTANCE_ID
+    assert coordinator.heartbeat(GROUP, static.member_id, generation, "s9") == GroupError.UNKNOWN_MEMBER_ID
+    fenced = coordinator.sync_group(GROUP, "other", generation, {}, group_instance_id="s1")
+    assert fenced is not None and fenced.error == GroupError.FENCED_INSTANCE_ID
+    # The instance back under a new member id takes the member's place; the old id is fenced.
+    back = cluster.join("", instance="s1")
+    assert back.error == GroupError.NONE and back.member_id != static.member_id
+    assert coordinator.heartbeat(GROUP, static.member_id, generation, "s1") == GroupError.FENCED_INSTANCE_ID
+    described = coordinator.describe_consumer_group(GROUP)
+    assert described is not None
+    assert [m.member_id for m in described.members if m.instance_id == "s1"] == [back.member_id]
+    # LeaveGroup by instance id alone removes its holder; naming another member id is fenced.
+    assert coordinator.leave_group(GROUP, [("someone", "s1"), ("", "s1"), ("", "s9")]) == [
+        GroupError.FENCED_INSTANCE_ID,
+        GroupError.NONE,
+        GroupError.UNKNOWN_MEMBER_ID,
+    ]
+    described = coordinator.describe_consumer_group(GROUP)
+    assert described is not None and "s1" not in {m.instance_id for m in described.members}
