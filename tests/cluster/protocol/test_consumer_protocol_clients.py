@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -26,6 +26,7 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.cluster.applications.java_programs import JavaProcess, java_classpath
+from tests.cluster.applications.programs import ProgramProcess
 
 pytestmark = pytest.mark.kafka
 
@@ -36,6 +37,8 @@ RECORDS_PER_STEP = 300
 DEADLINE_S = 60.0
 
 Position = tuple[int, int]
+# One broker's run of steps: each step's assignment sizes, and how often each produced record was read.
+Run = tuple[list[list[int]], Counter[Position]]
 
 
 @pytest.fixture(scope="module")
@@ -63,26 +66,13 @@ def produce(bootstrap: str, topic: str, count: int) -> set[Position]:
     return delivered
 
 
-class JavaMember:
-    """One Java member (see the module docstring); `stop_file` asks it to leave."""
+class PrintingMember:
+    """A group member running as a program that prints what it does, a line each ("RECORD partition offset",
+    "ASSIGNMENT p,p,...", "CLOSED" once it left); `stop_file` asks it to leave."""
 
-    def __init__(
-        self,
-        classpath: str,
-        bootstrap: str,
-        topic: str,
-        group: str,
-        folder: Path,
-        name: str,
-        protocol: str = "consumer",
-    ) -> None:
-        self.stop_file = folder / f"{name}.stop"
-        self.process = JavaProcess(
-            classpath,
-            "ConsumerGroupMember",
-            [bootstrap, topic, group, str(self.stop_file), protocol],
-            folder / f"{name}.log",
-        )
+    def __init__(self, process: ProgramProcess, stop_file: Path) -> None:
+        self.process = process
+        self.stop_file = stop_file
 
     def lines(self, kind: str) -> list[str]:
         return [
@@ -98,6 +88,9 @@ class JavaMember:
     def records(self) -> list[Position]:
         return [(int(p), int(o)) for p, o in (line.split() for line in self.lines("RECORD"))]
 
+    def tail(self) -> str:
+        return f"--- {self.process.log_path.name}\n{self.process.output()[-3000:]}"
+
     def leave(self) -> None:
         self.stop_file.touch()
         deadline = time.monotonic() + DEADLINE_S
@@ -106,24 +99,60 @@ class JavaMember:
         self.process.stop()
 
 
-def wait_for(what: str, done: Callable[[], bool], members: list[JavaMember]) -> None:
+class JavaMember(PrintingMember):
+    """One Java member (see the module docstring), of group protocol `protocol`."""
+
+    def __init__(
+        self,
+        classpath: str,
+        bootstrap: str,
+        topic: str,
+        group: str,
+        folder: Path,
+        name: str,
+        protocol: str = "consumer",
+    ) -> None:
+        stop_file = folder / f"{name}.stop"
+        arguments = [bootstrap, topic, group, str(stop_file), protocol]
+        super().__init__(JavaProcess(classpath, "ConsumerGroupMember", arguments, folder / f"{name}.log"), stop_file)
+
+
+def wait_for(what: str, done: Callable[[], bool], members: Sequence[PrintingMember]) -> None:
     deadline = time.monotonic() + DEADLINE_S
     while not done():
         if time.monotonic() > deadline:
-            tails = "\n".join(f"--- {m.process.log_path.name}\n{m.process.output()[-3000:]}" for m in members)
+            tails = "\n".join(member.tail() for member in members)
             pytest.fail(f"{what} did not happen within {DEADLINE_S} s:\n{tails}")
         for member in members:
-            assert member.process.process.poll() is None, member.process.output()[-3000:]
-        time.sleep(0.2)
+            assert member.process.process.poll() is None, member.tail()
+        time.sleep(0.1)
 
 
-def balanced(members: list[JavaMember], size: int) -> bool:
+def balanced(members: Sequence[PrintingMember], size: int) -> bool:
     assignments = [member.assignment() for member in members]
     every = [partition for assignment in assignments for partition in assignment]
     return sorted(every) == list(range(PARTITIONS)) and all(len(a) == size for a in assignments)
 
 
-def run_steps(classpath: str, bootstrap: str, folder: Path) -> tuple[list[list[int]], Counter[Position]]:
+def on_both_brokers(
+    kafka4: str,
+    wall_clock_listener: str,
+    tmp_path: Path,
+    steps: Callable[[str, Path], Run],
+) -> dict[str, Run]:
+    """`steps(bootstrap, folder)` on Kafka 4.2, then on raybroker: each broker's step sizes and read counts, after
+    checking that no record was read twice."""
+    outcomes = {}
+    for name, bootstrap in (("kafka", kafka4), ("raybroker", wall_clock_listener)):
+        folder = tmp_path / name
+        folder.mkdir()
+        outcomes[name] = steps(bootstrap, folder)
+    for name, (_, counts) in outcomes.items():
+        assert max(counts.values()) == 1, (name, [position for position, n in counts.items() if n > 1][:10])
+    return outcomes
+
+
+def run_steps(classpath: str, bootstrap: str, folder: Path) -> Run:
     """The module docstring's steps; each step's assignment sizes and how often each produced record was read."""
     topic, group = f"kip848-{uuid.uuid4().hex[:8]}", f"members-{uuid.uuid4().hex[:8]}"
     create_topic(bootstrap, topic)
@@ -151,17 +180,12 @@ def run_steps(classpath: str, bootstrap: str, folder: Path) -> tuple[list[list[i
 def test_java_members_split_and_rebalance_as_on_kafka(
     classpath: str, wall_clock_listener: str, kafka4: str, tmp_path: Path
 ) -> None:
-    outcomes = {}
-    for name, bootstrap in (("kafka", kafka4), ("raybroker", wall_clock_listener)):
-        folder = tmp_path / name
-        folder.mkdir()
-        outcomes[name] = run_steps(classpath, bootstrap, folder)
-    for name, (sizes, counts) in outcomes.items():
+    outcomes = on_both_brokers(kafka4, wall_clock_listener, tmp_path, lambda b, f: run_steps(classpath, b, f))
+    for name, (sizes, _) in outcomes.items():
         assert sizes == [[3, 3], [2, 2, 2]], name
-        assert max(counts.values()) == 1, (name, [position for position, n in counts.items() if n > 1][:10])
 
 
-def run_migration_steps(classpath: str, bootstrap: str, folder: Path) -> tuple[list[list[int]], Counter[Position]]:
+def run_migration_steps(classpath: str, bootstrap: str, folder: Path) -> Run:
     """A rolling upgrade and its way back: two classic Java members split the topic 3/3, a consumer-protocol member
     joins (the group is upgraded) and the three hold 2/2/2, then it leaves (the group is classic again) and the two
     hold 3/3; records are produced before each step. Each step's assignment sizes, and how often each record was
@@ -201,14 +225,9 @@ def run_migration_steps(classpath: str, bootstrap: str, folder: Path) -> tuple[l
 def test_a_rolling_upgrade_from_classic_members_and_back_as_on_kafka(
     classpath: str, wall_clock_listener: str, kafka4: str, tmp_path: Path
 ) -> None:
-    outcomes = {}
-    for name, bootstrap in (("kafka", kafka4), ("raybroker", wall_clock_listener)):
-        folder = tmp_path / name
-        folder.mkdir()
-        outcomes[name] = run_migration_steps(classpath, bootstrap, folder)
-    for name, (sizes, counts) in outcomes.items():
+    outcomes = on_both_brokers(kafka4, wall_clock_listener, tmp_path, lambda b, f: run_migration_steps(classpath, b, f))
+    for name, (sizes, _) in outcomes.items():
         assert sizes == [[3, 3], [2, 2, 2], [3, 3]], name
-        assert max(counts.values()) == 1, (name, [position for position, n in counts.items() if n > 1][:10])
 
 
 def test_librdkafka_members_split_and_rebalance(wall_clock_listener: str) -> None:

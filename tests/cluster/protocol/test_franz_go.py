@@ -23,7 +23,6 @@ from __future__ import annotations
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,11 +34,13 @@ from tests.cluster.applications.programs import ProgramProcess
 from tests.cluster.protocol.go_programs import go_program
 from tests.cluster.protocol.test_consumer_protocol_clients import (
     DEADLINE_S,
-    PARTITIONS,
     RECORDS_PER_STEP,
     Position,
+    PrintingMember,
+    balanced,
     create_topic,
     produce,
+    wait_for,
 )
 
 pytestmark = pytest.mark.kafka
@@ -51,34 +52,16 @@ def member_program(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return go_program("./consumergroupmember", tmp_path_factory.mktemp("go") / "consumergroupmember")
 
 
-class FranzMember:
+class FranzMember(PrintingMember):
     """One franz-go member (see the module docstring); `balancing` is "client" (franz-go's defaults) or "server"
     (`kgo.ServerSideBalancer`); `stop_file` asks it to leave."""
 
     def __init__(
         self, program: Path, bootstrap: str, topic: str, group: str, folder: Path, name: str, balancing: str
     ) -> None:
-        self.stop_file = folder / f"{name}.stop"
-        self.process = ProgramProcess(
-            [str(program), bootstrap, topic, group, str(self.stop_file), balancing], folder / f"{name}.log"
-        )
-
-    def lines(self, kind: str) -> list[str]:
-        return [
-            line.split(" ", 1)[1] if " " in line else ""
-            for line in self.process.output().splitlines()
-            if line.split(" ", 1)[0] == kind
-        ]
-
-    def assignment(self) -> set[int]:
-        printed = self.lines("ASSIGNMENT")
-        return {int(number) for number in printed[-1].split(",") if number} if printed else set()
-
-    def records(self) -> list[Position]:
-        return [(int(p), int(o)) for p, o in (line.split() for line in self.lines("RECORD"))]
-
-    def tail(self) -> str:
-        return f"--- {self.process.log_path.name}\n{self.process.output()[-3000:]}"
+        stop_file = folder / f"{name}.stop"
+        arguments = [str(program), bootstrap, topic, group, str(stop_file), balancing]
+        super().__init__(ProgramProcess(arguments, folder / f"{name}.log"), stop_file)
 
 
 def leave(members: list[FranzMember]) -> None:
@@ -90,23 +73,6 @@ def leave(members: list[FranzMember]) -> None:
         while "CLOSED" not in member.process.output() and time.monotonic() < deadline:
             time.sleep(0.1)
         member.process.stop()
-
-
-def wait_for(what: str, done: Callable[[], bool], members: list[FranzMember]) -> None:
-    deadline = time.monotonic() + DEADLINE_S
-    while not done():
-        if time.monotonic() > deadline:
-            tails = "\n".join(member.tail() for member in members)
-            pytest.fail(f"{what} did not happen within {DEADLINE_S} s:\n{tails}")
-        for member in members:
-            assert member.process.process.poll() is None, member.tail()
-        time.sleep(0.1)
-
-
-def balanced(members: list[FranzMember], size: int) -> bool:
-    assignments = [member.assignment() for member in members]
-    every = [partition for assignment in assignments for partition in assignment]
-    return sorted(every) == list(range(PARTITIONS)) and all(len(a) == size for a in assignments)
 
 
 @dataclass(frozen=True)
