@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from actors.calls import call, get_actor
-from actors.core.groups.consumer_group_state import ConsumerGroupDescription
+from actors.core.groups.consumer_group_api import ConsumerGroupDescription
 from actors.core.groups.group_membership import GroupDescription, GroupError
 from actors.options import group_coordinator_name
 from storage.errors import RaybrokerError

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from actors.calls import call
-from actors.core.groups.consumer_group_state import JOIN_EPOCH, LEAVE_EPOCH, HeartbeatRequest, HeartbeatResult
+from actors.core.groups.consumer_group_api import JOIN_EPOCH, LEAVE_EPOCH, HeartbeatRequest, HeartbeatResult
 from actors.core.groups.group_membership import GroupError
 from storage.errors import RaybrokerError
 from storage.topic_partition import TopicPartition

@@ -41,7 +41,7 @@ from storage.errors import RaybrokerError
 
 if TYPE_CHECKING:
     from actors.clients.consumer_groups import ConsumerGroups
-    from actors.core.groups.consumer_group_state import ConsumerGroupDescription
+    from actors.core.groups.consumer_group_api import ConsumerGroupDescription
     from actors.core.groups.group_membership import GroupDescription
 
 DESCRIBE_HEADER = (

@@ -37,6 +37,7 @@ import struct
 from dataclasses import dataclass
 
 from storage.errors import CorruptRecordError
+from storage.records.varint import encode_unsigned_varint
 
 OFFSET_COMMIT_KEY_VERSION = 1
 OFFSET_COMMIT_VALUE_VERSION = 4
@@ -124,7 +125,7 @@ def encode_offset_commit_value(committed: OffsetAndMetadata, commit_timestamp_ms
     return (
         _VALUE_HEAD.pack(OFFSET_COMMIT_VALUE_VERSION, committed.offset)
         + _INT32.pack(committed.leader_epoch)
-        + _encode_uvarint(len(metadata) + 1)
+        + encode_unsigned_varint(len(metadata) + 1)
         + metadata
         + _INT64.pack(commit_timestamp_ms)
         + _NO_TAGGED_FIELDS
@@ -188,15 +189,6 @@ def apply_offset_commit(
         offsets.pop(decoded, None)
     else:
         offsets[decoded] = decode_offset_commit_value(value)
-
-
-def _encode_uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 def _decode_uvarint(data: bytes, position: int) -> tuple[int, int]:

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 from storage.errors import CorruptRecordError
 from storage.records.consumer_offsets import partition_for_group
+from storage.records.varint import encode_unsigned_varint
 
 TRANSACTION_LOG_KEY_VERSION = 0
 TRANSACTION_LOG_VALUE_VERSION = 0
@@ -128,10 +129,13 @@ def encode_transaction_log_value(value: TransactionLogValue) -> bytes:
             )
         return head + partitions + _VALUE_TAIL.pack(value.last_update_timestamp_ms, value.start_timestamp_ms)
     if value.transaction_status == STATUS_EMPTY:
-        partitions = _uvarint(0)
+        partitions = encode_unsigned_varint(0)
     else:
-        partitions = _uvarint(len(by_topic) + 1) + b"".join(
-            _compact_string(topic) + _uvarint(len(ids) + 1) + b"".join(_INT32.pack(p) for p in ids) + _uvarint(0)
+        partitions = encode_unsigned_varint(len(by_topic) + 1) + b"".join(
+            _compact_string(topic)
+            + encode_unsigned_varint(len(ids) + 1)
+            + b"".join(_INT32.pack(p) for p in ids)
+            + encode_unsigned_varint(0)
             for topic, ids in by_topic.items()
         )
     tags = [
@@ -147,22 +151,15 @@ def encode_transaction_log_value(value: TransactionLogValue) -> bytes:
         )
         if not default
     ]
-    tagged = _uvarint(len(tags)) + b"".join(_uvarint(tag) + _uvarint(len(data)) + data for tag, data in tags)
+    tagged = encode_unsigned_varint(len(tags)) + b"".join(
+        encode_unsigned_varint(tag) + encode_unsigned_varint(len(data)) + data for tag, data in tags
+    )
     return head + partitions + _VALUE_TAIL.pack(value.last_update_timestamp_ms, value.start_timestamp_ms) + tagged
-
-
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 def _compact_string(text: str) -> bytes:
     data = text.encode("utf-8")
-    return _uvarint(len(data) + 1) + data
+    return encode_unsigned_varint(len(data) + 1) + data
 
 
 class _Reader:

@@ -1,4 +1,5 @@
-"""Zig-zag varints, the integers of a v2 record: one value at a time, or one at every position of an array.
+"""Zig-zag varints, the integers of a v2 record: one value at a time, or one at every position of an array; and the
+unsigned varints of Kafka's flexible message versions (lengths and tag counts of the internal topics' values).
 
 A value is zig-zag mapped (`(v << 1) ^ (v >> 63)`: 0, -1, 1, -2 ... become 0, 1, 2, 3 ...) and written in
 groups of 7 bits, least significant first, with the high bit set on every byte but the last. A varint (int32)
@@ -20,6 +21,17 @@ VARINT64_MAX_BYTES = 10
 # Zero bytes after a buffer let `decode_varints` read 10 bytes from any position inside it without bounds
 # checks (a zero byte ends a varint).
 PADDING = bytes(VARINT64_MAX_BYTES)
+
+
+def encode_unsigned_varint(value: int) -> bytes:
+    """A non-negative value in groups of 7 bits, least significant first, without the zig-zag mapping (the
+    unsigned varints of Kafka's flexible versions)."""
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
 
 
 def encode_varint(value: int) -> bytes:

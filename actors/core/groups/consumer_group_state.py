@@ -54,7 +54,6 @@ Seams: the clock and `find_topics(names)`, the id and partition count of each na
 
 from __future__ import annotations
 
-import enum
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
@@ -63,6 +62,20 @@ from dataclasses import dataclass, field, replace
 import re2
 
 from actors.core.groups.assignors import ASSIGNORS, Assignment, AssignmentSpec
+from actors.core.groups.consumer_group_api import (
+    FIRST_CLIENT_MEMBER_ID_VERSION,
+    JOIN_EPOCH,
+    LEAVE_EPOCH,
+    STATIC_LEAVE_EPOCH,
+    ConsumerGroupDescription,
+    ConsumerGroupState,
+    ConsumerMemberDescription,
+    HeartbeatRefused,
+    HeartbeatRequest,
+    HeartbeatResult,
+    TopicInfo,
+    re2j_description,
+)
 from actors.core.groups.consumer_members import (
     NO_EPOCH,
     ClassicMetadata,
@@ -88,103 +101,9 @@ from actors.core.groups.group_membership import (
 from storage.clock import Clock
 from storage.config.group_protocol_config import GroupProtocolConfig
 
-JOIN_EPOCH = 0
-LEAVE_EPOCH = -1
-STATIC_LEAVE_EPOCH = -2
 # How often a group's subscribed topics are looked up again between subscription changes (Kafka reacts to each new
 # metadata image; a second bounds how late a new partition is assigned).
 METADATA_REFRESH_MS = 1000
-FIRST_CLIENT_MEMBER_ID_VERSION = 1
-
-
-class ConsumerGroupState(enum.Enum):
-    """Kafka's consumer group states, valued as ConsumerGroupDescribe and ListGroups spell them."""
-
-    EMPTY = "Empty"
-    ASSIGNING = "Assigning"
-    RECONCILING = "Reconciling"
-    STABLE = "Stable"
-
-
-@dataclass(frozen=True, slots=True)
-class TopicInfo:
-    """A subscribed topic as the assignment sees it."""
-
-    name: str
-    topic_id: uuid.UUID
-    partitions: int
-
-
-@dataclass(frozen=True, slots=True)
-class HeartbeatRequest:
-    """A ConsumerGroupHeartbeat's fields (None / -1: unchanged since the last heartbeat, as on the wire). `owned`
-    is the member's partitions by topic id; `api_version` 1+ requires the client to name its member id."""
-
-    group_id: str
-    member_id: str
-    member_epoch: int
-    instance_id: str | None = None
-    rack_id: str | None = None
-    rebalance_timeout_ms: int = -1
-    subscribed_topic_names: tuple[str, ...] | None = None
-    subscribed_topic_regex: str | None = None
-    server_assignor: str | None = None
-    owned: Assignment | None = None
-    client_id: str = ""
-    client_host: str = ""
-    api_version: int = FIRST_CLIENT_MEMBER_ID_VERSION
-
-
-@dataclass(frozen=True, slots=True)
-class HeartbeatResult:
-    """A ConsumerGroupHeartbeat's answer; `assignment` is None when it did not change (and the request was not a
-    full one)."""
-
-    error: GroupError
-    message: str | None = None
-    member_id: str | None = None
-    member_epoch: int = 0
-    heartbeat_interval_ms: int = 0
-    assignment: Assignment | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class ConsumerMemberDescription:
-    """One member as ConsumerGroupDescribe shows it."""
-
-    member_id: str
-    instance_id: str | None
-    rack_id: str | None
-    member_epoch: int
-    client_id: str
-    client_host: str
-    subscribed_topic_names: tuple[str, ...]
-    subscribed_topic_regex: str
-    assignment: Assignment
-    target_assignment: Assignment
-    classic: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class ConsumerGroupDescription:
-    """One consumer group as ConsumerGroupDescribe shows it; `topic_names` names every topic id it mentions."""
-
-    group_id: str
-    state: ConsumerGroupState
-    group_epoch: int
-    assignment_epoch: int
-    assignor_name: str
-    members: tuple[ConsumerMemberDescription, ...]
-    topic_names: Mapping[uuid.UUID, str]
-
-
-class HeartbeatRefused(Exception):
-    """A heartbeat answered with an error (`error`, Kafka's `message`); nothing about the group changed."""
-
-    def __init__(self, error: GroupError, message: str) -> None:
-        super().__init__(message)
-        self.error = error
-        self.message = message
 
 
 @dataclass(slots=True)
@@ -269,7 +188,7 @@ class ConsumerGroups:
         except re2.error as exc:
             raise HeartbeatRefused(
                 GroupError.INVALID_REGULAR_EXPRESSION,
-                f"SubscribedTopicRegex `{pattern}` is not a valid regular expression: {_re2j_description(exc)}.",
+                f"SubscribedTopicRegex `{pattern}` is not a valid regular expression: {re2j_description(exc)}.",
             ) from exc
 
     def _leave(self, request: HeartbeatRequest) -> HeartbeatResult:
@@ -872,32 +791,6 @@ class ConsumerGroups:
             members,
             names,
         )
-
-
-# RE2's error texts and RE2/J's descriptions of the same errors (Kafka's message quotes RE2/J's).
-_RE2J_DESCRIPTIONS = {
-    "invalid perl operator": "invalid or unsupported Perl syntax",
-    "missing )": "missing closing )",
-    "missing ]": "missing closing ]",
-    "unexpected )": "unexpected )",
-    "invalid escape sequence": "invalid escape sequence",
-    "invalid character class": "invalid character class",
-    "invalid character class range": "invalid character class range",
-    "no argument for repetition operator": "missing argument to repetition operator",
-    "trailing \\": "trailing backslash at end of expression",
-    "invalid UTF-8": "invalid UTF-8",
-    "invalid named capture group": "invalid named capture",
-    "bad repetition operator": "invalid nested repetition operator",
-    "invalid repetition size": "invalid repeat count",
-}
-
-
-def _re2j_description(error: Exception) -> str:
-    """RE2/J's description of the syntax error RE2 raised (`error`: "<what>: <where>")."""
-    text = error.args[0] if error.args else b""
-    text = text.decode(errors="replace") if isinstance(text, bytes) else str(text)
-    what = text.partition(": ")[0]
-    return _RE2J_DESCRIPTIONS.get(what, what)
 
 
 def _holder(group: _Group, instance_id: str) -> ConsumerMember | None:

@@ -63,14 +63,14 @@ from typing import Any, Protocol, TypeVar
 
 from actors.core.controller.topic_metadata import CONSUMER_OFFSETS_TOPIC
 from actors.core.coordinator_claims import ClaimedPartition, CoordinatorClaims
-from actors.core.groups.consumer_group_state import (
+from actors.core.groups.consumer_group_api import (
     ConsumerGroupDescription,
-    ConsumerGroups,
     HeartbeatRefused,
     HeartbeatRequest,
     HeartbeatResult,
     TopicInfo,
 )
+from actors.core.groups.consumer_group_state import ConsumerGroups
 from actors.core.groups.group_membership import (
     CONSUMER_GROUP_TYPE,
     GroupDescription,

@@ -168,7 +168,7 @@ class MemberDescription:
 @dataclass(frozen=True, slots=True)
 class GroupDescription:
     """One group as DescribeGroups and ListGroups show it: `state` is a `GroupState`, or for a consumer-protocol
-    group a `consumer_group_state.ConsumerGroupState` (that module imports this one), with its group epoch as the
+    group a `consumer_group_api.ConsumerGroupState` (that module imports this one), with its group epoch as the
     generation."""
 
     group_id: str

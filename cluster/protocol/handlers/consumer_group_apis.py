@@ -29,7 +29,7 @@ from kio.schema.errors import ErrorCode
 
 from actors.core.controller.finalized_features import GROUP_VERSION, GROUP_VERSION_LEVEL, UNKNOWN_EPOCH
 from actors.core.groups.assignors import Assignment
-from actors.core.groups.consumer_group_state import (
+from actors.core.groups.consumer_group_api import (
     ConsumerGroupDescription,
     ConsumerMemberDescription,
     HeartbeatRequest,

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Self
 
-from actors.core.groups.consumer_group_state import ConsumerGroupDescription, HeartbeatRequest, HeartbeatResult
+from actors.core.groups.consumer_group_api import ConsumerGroupDescription, HeartbeatRequest, HeartbeatResult
 from actors.core.groups.group_membership import GroupDescription, GroupError, JoinResult, PendingJoin, SyncResult
 from actors.core.in_process_broker import InProcessBroker
 from actors.options import group_coordinator_name

@@ -94,7 +94,7 @@ def test_members_share_the_partitions_and_read_every_record_once(broker: Any) ->
 
 def test_a_member_the_group_forgot_cannot_commit_and_joins_again(broker: Any) -> None:
     from actors.calls import call, get_actor
-    from actors.core.groups.consumer_group_state import HeartbeatRequest
+    from actors.core.groups.consumer_group_api import HeartbeatRequest
     from actors.options import group_coordinator_name
 
     group = "forgotten-member"

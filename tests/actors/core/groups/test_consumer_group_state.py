@@ -10,13 +10,13 @@ from collections.abc import Iterable, Mapping
 
 import pytest
 
-from actors.core.groups.consumer_group_state import (
-    ConsumerGroups,
+from actors.core.groups.consumer_group_api import (
     ConsumerGroupState,
     HeartbeatRequest,
     HeartbeatResult,
     TopicInfo,
 )
+from actors.core.groups.consumer_group_state import ConsumerGroups
 from actors.core.groups.group_membership import GroupError
 from storage.clock import MockClock
 from storage.config.group_protocol_config import GroupProtocolConfig

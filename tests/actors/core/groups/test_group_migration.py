@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from actors.core.controller.topic_metadata import CONSUMER_OFFSETS_TOPIC
-from actors.core.groups.consumer_group_state import ConsumerGroupState, HeartbeatRequest
+from actors.core.groups.consumer_group_api import ConsumerGroupState, HeartbeatRequest
 from actors.core.groups.consumer_protocol import assigned_partitions, encode_assignment
 from actors.core.groups.group_coordinator import GroupCoordinator
 from actors.core.groups.group_membership import (
