@@ -24,7 +24,8 @@ DescribeClientQuotas (48) and AlterClientQuotas (49) v0-1 (v1 is v0 made flexibl
 3.7+'s Admin client prefers to Metadata for `describeTopics`.
 The transaction APIs serve the TV1 protocol every client speaks to a broker finalizing no `transaction.version` feature,
 and the brokers' verification: AddPartitionsToTxn v0-3 (the client form) and v4-5 (KIP-890's broker form,
-`verify_only`), AddOffsetsToTxn v0-4, EndTxn v0-4 (v5 is TV2), TxnOffsetCommit v0-4 (v5 is TV2), WriteTxnMarkers v1
+`verify_only`), AddOffsetsToTxn v0-4, EndTxn v0-5 and TxnOffsetCommit v0-5 (v5 of each is transactions v2, which
+Kafka 4 clients send once the cluster finalizes `transaction.version` 2), WriteTxnMarkers v1
 (Kafka 4 dropped v0; v2 is post-4.1), DescribeTransactions v0, ListTransactions v0-1 (v2's id pattern is post-4.0) and
 DescribeProducers v0.
 The group APIs are served from kio's floor to its ceiling: FindCoordinator, JoinGroup, SyncGroup, Heartbeat,
