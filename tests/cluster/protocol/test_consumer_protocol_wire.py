@@ -616,6 +616,7 @@ def run_classic_static_sequence(side: Side) -> list[tuple[str, Any]]:
     )
     steps.append(("an administrator's removals", [(m.group_instance_id, m.error_code) for m in left.members]))
     steps.append(("the last one after", classic_heartbeat(side, roles["a3"], 2, "i1")))
+    names = {member_id: role for role, member_id in roles.items()}
     (described,) = side.call(
         DESCRIBE_GROUPS, 5, {"groups": [side.group], "include_authorized_operations": False}
     ).groups
@@ -624,7 +625,7 @@ def run_classic_static_sequence(side: Side) -> list[tuple[str, Any]]:
             "described",
             (
                 described.group_state,
-                sorted((roles.get(m.member_id, "?"), m.group_instance_id) for m in described.members),
+                sorted((names.get(m.member_id, "?"), m.group_instance_id) for m in described.members),
             ),
         )
     )
