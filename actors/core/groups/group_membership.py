@@ -26,9 +26,10 @@ Static membership (KIP-345, `group.instance.id`), as Kafka's: a member joining w
 is given one (`<instance id>-<uuid>`, no MEMBER_ID_REQUIRED); if the instance id is held, the new member takes the
 holder's place, assignment and leadership (`_replace_static_member`): a Stable group whose chosen protocol stays the
 same answers at once in the current generation, without a rebalance, and the member id it replaced is fenced
-(FENCED_INSTANCE_ID when it names the instance id, UNKNOWN_MEMBER_ID when not). Every request naming an instance id
-must come from the member holding it (Kafka's `validateMember`); a LeaveGroup naming an instance id and no member id
-removes its holder (an administrator's removal).
+(FENCED_INSTANCE_ID when it names the instance id, UNKNOWN_MEMBER_ID when not; a JoinGroup or SyncGroup it had
+waiting is answered FENCED_INSTANCE_ID, so a second process started with the same instance id stops the first).
+Every request naming an instance id must come from the member holding it (Kafka's `validateMember`); a LeaveGroup
+naming an instance id and no member id removes its holder (an administrator's removal).
 
 What is not served: the group's state across a coordinator restart (members rejoin: their next Heartbeat gets
 UNKNOWN_MEMBER_ID, after which Kafka's clients join again; committed offsets are durable, they live in
@@ -243,6 +244,9 @@ class _Group:
     pending_members: dict[str, int] = field(default_factory=dict)
     # Static members: instance id (`group.instance.id`) -> the member id it is known by now.
     static_members: dict[str, str] = field(default_factory=dict)
+    # Member ids replaced by their instance while their JoinGroup or SyncGroup waited: that wait is answered
+    # FENCED_INSTANCE_ID (Kafka completes the replaced member's pending answers so), then the id is forgotten.
+    fenced_waits: set[str] = field(default_factory=set)
     rebalance_started_ms: int = 0
     rebalance_deadline_ms: int = 0
     # Kafka's initial rebalance delay: a rebalance that starts from Empty waits this long for more members.
@@ -379,6 +383,9 @@ class GroupMembership:
         now = self._clock.milliseconds()
         current_leader = group.leader_id or ""
         member = group.members.pop(previous_id)
+        if member.awaiting_join or member.awaiting_sync:
+            group.fenced_waits.add(previous_id)
+        member.awaiting_join = member.awaiting_sync = False
         member.member_id = member_id
         member.session_timeout_ms = session_timeout_ms
         member.rebalance_timeout_ms = rebalance_timeout_ms
@@ -416,7 +423,7 @@ class GroupMembership:
             self._advance(group, self._clock.milliseconds())
         member = None if group is None else group.members.get(member_id)
         if member is None:
-            return JoinResult(GroupError.UNKNOWN_MEMBER_ID, member_id)
+            return JoinResult(_gone(group, member_id), member_id)
         result, member.join_result = member.join_result, None
         return PendingJoin(member_id) if result is None else result
 
@@ -474,7 +481,7 @@ class GroupMembership:
             self._advance(group, self._clock.milliseconds())
         member = None if group is None else group.members.get(member_id)
         if group is None or member is None:
-            return SyncResult(GroupError.UNKNOWN_MEMBER_ID)
+            return SyncResult(_gone(group, member_id))
         result, member.sync_result = member.sync_result, None
         if result is not None:
             return result
@@ -877,3 +884,12 @@ def _drop(group: _Group, member_id: str) -> None:
     member = group.members.pop(member_id)
     if member.group_instance_id is not None and group.static_members.get(member.group_instance_id) == member_id:
         del group.static_members[member.group_instance_id]
+
+
+def _gone(group: _Group | None, member_id: str) -> GroupError:
+    """The answer to a wait of a member no longer in the group: FENCED_INSTANCE_ID (once) if its instance took a new
+    member id meanwhile, else UNKNOWN_MEMBER_ID."""
+    if group is not None and member_id in group.fenced_waits:
+        group.fenced_waits.discard(member_id)
+        return GroupError.FENCED_INSTANCE_ID
+    return GroupError.UNKNOWN_MEMBER_ID

@@ -388,3 +388,15 @@ def test_an_administrator_removes_a_static_member_by_its_instance_id(groups: Gro
     assert groups.heartbeat(GROUP, leader, generation, "i1") == GroupError.REBALANCE_IN_PROGRESS
     # Its instance id is free again: a member joining with it is a new member.
     assert isinstance(join(groups, protocols=(("range", b"b"),), instance="i2"), PendingJoin)
+
+
+def test_a_wait_of_a_member_whose_instance_came_back_under_a_new_id_is_fenced(groups: GroupMembership) -> None:
+    leader, follower, generation = static_pair(groups)
+    third = member_of(join(groups, protocols=(("range", b"c"),), instance="i3"))
+    assert isinstance(join(groups, follower, (("range", b"b"),), instance="i2"), PendingJoin)
+    # A second process with the same instance id joins: it takes i2's place, and the first one's wait is fenced once.
+    assert isinstance(join(groups, protocols=(("range", b"b"),), instance="i2"), PendingJoin)
+    assert groups.poll_join(GROUP, follower) == JoinResult(GroupError.FENCED_INSTANCE_ID, follower)
+    assert groups.poll_join(GROUP, follower) == JoinResult(GroupError.UNKNOWN_MEMBER_ID, follower)
+    assert groups.heartbeat(GROUP, leader, generation, "i1") == GroupError.REBALANCE_IN_PROGRESS
+    assert isinstance(groups.poll_join(GROUP, third), PendingJoin)
