@@ -10,10 +10,9 @@ followed by that many UTF-8 bytes, a compact string an unsigned varint length + 
 
 Kafka 4.2 writes value v4 (`GroupCoordinatorRecordHelpers.offsetCommitValueVersion`; v1 only for a commit that
 asked for a retention time, OffsetCommit v2-4's `retention_time_ms`, which raybroker does not keep), and so does
-raybroker, with no tagged field. Kafka
-adds tag 0, the topic id (16 bytes), to a commit of OffsetCommit v10, which names its topics by id; raybroker does
-not keep topic ids with commits, and reading skips every tag. Kafka 3.5+ reads v4 (its first flexible version,
-KIP-915). The older values, all read back so that logs a Kafka broker wrote load too::
+raybroker, with no tagged field. Kafka adds tag 0, the topic id (16 bytes), to a commit of OffsetCommit v10, which
+names its topics by id; raybroker does not keep topic ids with commits, and reading skips every tag. Kafka 3.5+ reads
+v4 (its first flexible version, KIP-915). The older values, all read back so that logs a Kafka broker wrote load too::
 
     v0, v2:   version int16 | offset int64 | metadata string | commitTimestamp int64
     v1:       version int16 (1) | offset int64 | metadata string | commitTimestamp int64 | expireTimestamp int64

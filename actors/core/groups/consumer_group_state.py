@@ -398,11 +398,7 @@ class ConsumerGroups:
         new = member_id not in group.members and replaced is None
         bump = new or updated.subscribed_topic_names != previous.subscribed_topic_names
         ids = {info.name: info.topic_id for info in group.metadata.values()}
-        owned: dict[uuid.UUID, frozenset[int]] = {}
-        for topic, partition in subscription.owned:
-            if topic in ids:
-                owned[ids[topic]] = owned.get(ids[topic], frozenset()) | {partition}
-        reconciled = self._update(group, updated, bump, owned, now)
+        reconciled = self._update(group, updated, bump, _by_topic_id(subscription.owned, ids), now)
         reconciled.session_deadline_ms = now + session_timeout_ms
         reconciled.revocation_deadline_ms = None
         reconciled.join_deadline_ms = None
@@ -538,12 +534,9 @@ class ConsumerGroups:
             decoded.append((member, subscription, assignment))
         topics = self._find_topics(sorted({topic for _, _, assigned in decoded for topic, _ in assigned}))
         group = _Group(snapshot.group_id, snapshot.generation_id, snapshot.generation_id)
+        ids = {name: info.topic_id for name, info in topics.items()}
         for member, subscription, assigned in decoded:
-            partitions: dict[uuid.UUID, frozenset[int]] = {}
-            for topic, partition in assigned:
-                if topic in topics:
-                    topic_id = topics[topic].topic_id
-                    partitions[topic_id] = partitions.get(topic_id, frozenset()) | {partition}
+            partitions = _by_topic_id(assigned, ids)
             group.members[member.member_id] = ConsumerMember(
                 member.member_id,
                 instance_id=member.group_instance_id,
@@ -866,6 +859,16 @@ def _must_join(member: ConsumerMember, now: int) -> None:
     """Starts the member's rebalance timeout to join again, unless it already runs."""
     if member.join_deadline_ms is None:
         member.join_deadline_ms = now + max(member.rebalance_timeout_ms, 0)
+
+
+def _by_topic_id(pairs: Iterable[tuple[str, int]], ids: Mapping[str, uuid.UUID]) -> dict[uuid.UUID, frozenset[int]]:
+    """The (topic name, partition) pairs of a classic member's subscription or assignment as partitions by topic id,
+    those of topics `ids` does not name left out."""
+    partitions: dict[uuid.UUID, frozenset[int]] = {}
+    for topic, partition in pairs:
+        if topic in ids:
+            partitions[ids[topic]] = partitions.get(ids[topic], frozenset()) | {partition}
+    return partitions
 
 
 def _encoded(assignment: Assignment, names: Mapping[uuid.UUID, str], version: int) -> bytes:

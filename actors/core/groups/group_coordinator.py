@@ -324,10 +324,10 @@ class GroupCoordinator:
     ) -> GroupError:
         """A wire client's OffsetCommit (of version `api_version`, from a static member if `group_instance_id`):
         written if the group's state allows it (`GroupMembership.check_commit`: generation -1 only into a group
-        without members; in a consumer-protocol
-        group `ConsumerGroups.check_commit`, the generation being the member epoch), each partition with its own
-        leader epoch and metadata. Returns the group's verdict; nothing is written unless it is NONE. The Python
-        `Consumer`'s `commit` is not checked against the membership: its groups are names for offsets only."""
+        without members; in a consumer-protocol group `ConsumerGroups.check_commit`, the generation being the member
+        epoch), each partition with its own leader epoch and metadata. Returns the group's verdict; nothing is written
+        unless it is NONE. The Python `Consumer`'s `commit` is not checked against the membership: its groups are
+        names for offsets only."""
         _check_group(group)
         with self._membership_changed:
             self._settle(group)
@@ -485,9 +485,7 @@ class GroupCoordinator:
             self._settle(group)
             if self._consumer_groups.has_group(group):
                 if self._consumer_groups.is_active(group):
-                    timeout_ms = request["session_timeout_ms"]
-                    config = self._membership.config
-                    if not config.group_min_session_timeout_ms <= timeout_ms <= config.group_max_session_timeout_ms:
+                    if not self._membership.config.accepts_session_timeout(request["session_timeout_ms"]):
                         return JoinResult(GroupError.INVALID_SESSION_TIMEOUT, member_id)
                     joined = self._consumer_groups.classic_join(group, member_id, **request)
                     self._membership_changed.notify_all()
@@ -566,7 +564,6 @@ class GroupCoordinator:
         with self._membership_changed:
             self._settle(group)
             if not self._consumer_groups.has_group(group) and self._membership.has_group(group):
-                snapshot = self._membership.snapshot(group)
                 if request.member_epoch != 0:
                     return HeartbeatResult(
                         GroupError.GROUP_ID_NOT_FOUND,
@@ -574,6 +571,7 @@ class GroupCoordinator:
                         request.member_id or None,
                         request.member_epoch,
                     )
+                snapshot = self._membership.snapshot(group)
                 if snapshot is not None:
                     try:
                         self._consumer_groups.adopt(snapshot)

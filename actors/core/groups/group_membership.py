@@ -104,6 +104,10 @@ class MembershipConfig:
     group_max_session_timeout_ms: int = GROUP_MAX_SESSION_TIMEOUT_MS
     group_initial_rebalance_delay_ms: int = GROUP_INITIAL_REBALANCE_DELAY_MS
 
+    def accepts_session_timeout(self, session_timeout_ms: int) -> bool:
+        """Whether a member's `session.timeout.ms` is within the broker's bounds (else INVALID_SESSION_TIMEOUT)."""
+        return self.group_min_session_timeout_ms <= session_timeout_ms <= self.group_max_session_timeout_ms
+
     @classmethod
     def of(cls, config: BrokerConfig) -> MembershipConfig:
         """The group settings of a broker's `server.properties`."""
@@ -290,8 +294,7 @@ class GroupMembership:
         offered = tuple(protocols)
         if not group_id:
             return JoinResult(GroupError.INVALID_GROUP_ID, member_id)
-        config = self._config
-        if not config.group_min_session_timeout_ms <= session_timeout_ms <= config.group_max_session_timeout_ms:
+        if not self._config.accepts_session_timeout(session_timeout_ms):
             return JoinResult(GroupError.INVALID_SESSION_TIMEOUT, member_id)
         if not protocol_type or not offered:
             return JoinResult(GroupError.INCONSISTENT_GROUP_PROTOCOL, member_id)
