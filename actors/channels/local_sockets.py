@@ -20,13 +20,14 @@ SOCKET_LISTEN_BACKLOG_SIZE = 50
 _UCRED = struct.Struct("3i")
 
 
-def listening_socket(purpose: str) -> tuple[socket.socket, str]:
-    """A socket listening at a new abstract address for `purpose` ("append", "transactions"), and that address."""
+def listening_socket(purpose: str, backlog: int = SOCKET_LISTEN_BACKLOG_SIZE) -> tuple[socket.socket, str]:
+    """A socket listening at a new abstract address for `purpose` ("append", "transactions"), and that address;
+    `backlog` connections may wait to be accepted (a connect beyond them fails)."""
     address = f"\0raybroker-{purpose}-{os.getpid()}-{secrets.token_hex(8)}"
     listening = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         listening.bind(address)
-        listening.listen(SOCKET_LISTEN_BACKLOG_SIZE)
+        listening.listen(backlog)
     except OSError:
         listening.close()
         raise

@@ -9,28 +9,21 @@ socket (`actors.channels.local_sockets`) and runs each frame (`actors.channels.t
 method a Ray call runs; the plain coordinator's lock orders them with the calls arriving through Ray. Only those three
 calls come this way: InitProducerId, DescribeTransactions, ListTransactions and WriteTxnMarkers stay Ray calls.
 
-- Who may connect: processes of this process's own user (`local_sockets.same_user`); others are closed unanswered.
-- One thread per connection reads a frame, runs its call and sends its answer, so a call that waits (for an id's
-  markers, at most the coordinator's `COMPLETION_WAIT_S`) holds only its own connection; a client keeps one call
-  in flight per connection and opens more for more (`actors.channels.transaction_connection`). At most
-  `MAX_CONNECTIONS` are served at once; one over that is closed unanswered, and its client calls through Ray.
-- A frame larger than Kafka's `socket.request.max.bytes` (100 MiB) ends its connection unanswered; one that does
-  not parse is answered `InvalidRequestError` and ends its connection. A bad client never stops the coordinator or
-  another connection. A call's unexpected error is answered as a plain `RaybrokerError`.
+Its sockets, threads and limits are the shared `actors.channels.local_channel`'s (same user only, one thread per
+connection, `socket.request.max.bytes`); a call that waits (for an id's markers, at most the coordinator's
+`COMPLETION_WAIT_S`) holds only its own connection. At most `MAX_CONNECTIONS` are served at once; one over that is
+closed unanswered, and its client calls through Ray. A frame that does not parse is answered `InvalidRequestError`
+and ends its connection; a call's unexpected error is answered as a plain `RaybrokerError`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import socket
-import threading
-import time
 from collections.abc import Collection
 from typing import Protocol
 
-from actors.channels.append_frames import SIZE, encode_error, over_request_limit
-from actors.channels.local_sockets import listening_socket, peer_uid, same_user
+from actors.channels.append_frames import encode_error
+from actors.channels.local_channel import LocalChannel
 from actors.channels.transaction_frames import (
     RequestKind,
     TransactionRequest,
@@ -49,8 +42,6 @@ logger = logging.getLogger(__name__)
 # Connections served at once, each by a thread of its own: a listener opens one per call in flight
 # (`actors.channels.transaction_connection.MAX_CONNECTIONS` at most), and a node runs a few listeners.
 MAX_CONNECTIONS = 64
-# How long the channel waits after a failed accept before the next one.
-ACCEPT_RETRY_S = 0.1
 
 
 class TransactionCalls(Protocol):
@@ -82,81 +73,16 @@ class TransactionChannel:
 
     def __init__(self, calls: TransactionCalls) -> None:
         self._calls = calls
-        self._socket, self.address = listening_socket("transactions")
-        self._lock = threading.Lock()
-        self._connections: set[socket.socket] = set()
-        self._closed = False
-        threading.Thread(target=self._accept_connections, name="raybroker-transaction-channel", daemon=True).start()
+        self._channel = LocalChannel("transactions", self._answer, max_connections=MAX_CONNECTIONS)
+        self.address = self._channel.address
 
     def close(self) -> None:
         """Stops listening and ends every connection (their clients call through Ray from then on)."""
-        with self._lock:
-            self._closed = True
-            connections = list(self._connections)
-        with contextlib.suppress(OSError):
-            self._socket.shutdown(socket.SHUT_RDWR)
-        self._socket.close()
-        for connection in connections:
-            with contextlib.suppress(OSError):
-                connection.shutdown(socket.SHUT_RDWR)
+        self._channel.close()
 
     @property
     def connection_count(self) -> int:
-        with self._lock:
-            return len(self._connections)
-
-    def _accept_connections(self) -> None:
-        while True:
-            try:
-                connection, _ = self._socket.accept()
-            except OSError as exc:
-                with self._lock:
-                    if self._closed:
-                        return
-                logger.warning("transaction channel %r: accept failed: %s", self.address, exc)
-                # A failure that lasts (out of file descriptors) is retried at this pace, not in a busy loop.
-                time.sleep(ACCEPT_RETRY_S)
-                continue
-            if not same_user(connection):
-                logger.warning("transaction channel: refused a connection of user %s", peer_uid(connection))
-                connection.close()
-                continue
-            with self._lock:
-                admitted = not self._closed and len(self._connections) < MAX_CONNECTIONS
-                if admitted:
-                    self._connections.add(connection)
-            if not admitted:
-                connection.close()
-                continue
-            threading.Thread(
-                target=self._serve, args=(connection,), name="raybroker-transaction-connection", daemon=True
-            ).start()
-
-    def _serve(self, connection: socket.socket) -> None:
-        """A connection's thread: its frames, one at a time, until it ends or sends one that cannot be served."""
-        reader = connection.makefile("rb")
-        try:
-            while True:
-                head = reader.read(SIZE.size)
-                if len(head) < SIZE.size:
-                    return
-                (size,) = SIZE.unpack(head)
-                if over_request_limit(size, "transaction channel", logger):
-                    return
-                body = reader.read(size)
-                if len(body) < size:
-                    return
-                answer, keep_open = self._answer(body)
-                connection.sendall(answer)
-                if not keep_open:
-                    return
-        except OSError:
-            return
-        finally:
-            with self._lock:
-                self._connections.discard(connection)
-            reader.close()
-            connection.close()
+        return self._channel.connection_count
 
     def _answer(self, body: bytes) -> tuple[bytes, bool]:
         """The answer frame for one request, and whether the connection may go on."""

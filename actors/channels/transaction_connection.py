@@ -1,36 +1,29 @@
 """A Kafka listener's connections to the transaction coordinator's channel (`actors.channels.transaction_channel`),
 when the coordinator runs on the listener's node.
 
-`TransactionConnections(address)` is used from one event loop. Each call takes an idle connection, or opens one while
-fewer than `MAX_CONNECTIONS` are open (else it waits for one to be free), sends one frame
-(`actors.channels.transaction_frames`), awaits its answer and keeps the connection for the next call: the channel serves
-a connection's calls one at a time, so concurrent calls (several producers' AddPartitionsToTxn, EndTxn, Produce
-verifications) each have a connection of their own, as concurrent Ray calls each have a thread of the actor.
-
-A connection that cannot be opened, breaks, or answers bytes that do not parse (the coordinator's process died or
-restarted) fails its call with `BrokerNotAvailableError`, retriable, and is closed: the listener forgets the
-coordinator, looks it up again and the client retries, as after a failed Ray call. The coordinator's own typed
-errors come back as they would through Ray.
+`TransactionConnections(address)` is used from one event loop; its connections are the shared
+`actors.channels.local_connections`' (at most `MAX_CONNECTIONS` calls in flight, one per connection, more waiting
+for a free one). Each call sends one frame (`actors.channels.transaction_frames`) and awaits its answer.
+A broken connection or an answer that does not parse fails its call with `BrokerNotAvailableError`, retriable (the
+listener forgets the coordinator, looks it up again and the client retries, as after a failed Ray call); the
+coordinator's own typed errors come back as they would through Ray.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from collections.abc import Collection
+from typing import Any
 
-from actors.channels.append_frames import SIZE
+from actors.channels.local_connections import LocalConnections
 from actors.channels.transaction_frames import RequestKind, TransactionRequest, decode_answer, encode_request
 from actors.core.transactions.transaction_coordinator import EndTxnResult
 from actors.core.transactions.transaction_metadata import TxnError
-from storage.errors import BrokerNotAvailableError, InvalidRequestError, RaybrokerError
+from storage.errors import BrokerNotAvailableError, RaybrokerError
 from storage.topic_partition import TopicPartition
 
 # Calls in flight at once over one listener's connections; more wait for a free one. The coordinator runs its
 # calls one at a time under its lock, so more connections would only wait there instead.
 MAX_CONNECTIONS = 8
-
-_Stream = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 
 
 class TransactionConnections:
@@ -38,9 +31,7 @@ class TransactionConnections:
 
     def __init__(self, address: str) -> None:
         self.address = address
-        self._idle: list[_Stream] = []
-        self._slots = asyncio.Semaphore(MAX_CONNECTIONS)
-        self._closed = False
+        self._connections = LocalConnections(address, "transaction", max_connections=MAX_CONNECTIONS)
 
     async def add_partitions(
         self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: Collection[TopicPartition]
@@ -91,40 +82,23 @@ class TransactionConnections:
             raise BrokerNotAvailableError(f"the transaction channel answered an EndTxn v5 with {answer!r}")
         return answer
 
+    @property
+    def has_free_connection(self) -> bool:
+        """Always: a call waits for a free connection rather than go through Ray (the coordinator runs its calls
+        one at a time under its lock, so a Ray call would only wait there instead)."""
+        return True
+
+    async def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """The coordinator's `method` (one of the channel's) called with these arguments."""
+        return await getattr(self, method)(*args, **kwargs)
+
     def close(self) -> None:
         """Closes the idle connections; a call in flight closes its own when it ends, and a later call fails with
         `BrokerNotAvailableError`."""
-        self._closed = True
-        idle, self._idle = self._idle, []
-        for _, writer in idle:
-            writer.close()
+        self._connections.close()
 
     async def _call(self, request: TransactionRequest) -> TxnError | dict[TopicPartition, TxnError] | EndTxnResult:
-        frame = encode_request(request)
-        async with self._slots:
-            if self._closed:
-                raise BrokerNotAvailableError("the transaction channel connections are closed")
-            stream = self._idle.pop() if self._idle else None
-            try:
-                if stream is None:
-                    stream = await asyncio.open_unix_connection(self.address)
-                reader, writer = stream
-                writer.write(frame)
-                await writer.drain()
-                (size,) = SIZE.unpack(await reader.readexactly(SIZE.size))
-                answer = decode_answer(await reader.readexactly(size))
-            except (OSError, asyncio.IncompleteReadError, InvalidRequestError) as exc:
-                _close(stream)
-                raise BrokerNotAvailableError(f"the transaction channel connection is broken: {exc!r}") from None
-            except BaseException:
-                # Cancelled (the client went away) with the answer maybe still to come: the connection's next
-                # answer would be this call's.
-                _close(stream)
-                raise
-            if self._closed:
-                _close(stream)
-            else:
-                self._idle.append(stream)
+        answer = await self._connections.exchange(encode_request(request), decode_answer)
         if isinstance(answer, RaybrokerError):
             raise answer
         return answer
@@ -134,12 +108,6 @@ def _txn_error(answer: TxnError | dict[TopicPartition, TxnError] | EndTxnResult)
     if not isinstance(answer, TxnError):
         raise BrokerNotAvailableError(f"the transaction channel answered {answer!r} where one error was due")
     return answer
-
-
-def _close(stream: _Stream | None) -> None:
-    if stream is not None:
-        with contextlib.suppress(RuntimeError):
-            stream[1].close()
 
 
 __all__ = ["MAX_CONNECTIONS", "TransactionConnections"]

@@ -6,14 +6,18 @@ Heartbeat, LeaveGroup, the bounded waits of `await_join` / `await_sync`), tested
 what it owns and guarantees. The actor is that class with Ray's seams, its methods the actor's remote API: the
 controller actor (to create and describe `__consumer_offsets`), each `__consumer_offsets` partition's leader actor
 (`actors.server.internal_partition_leaders`, its appends through the actor's `AppendRoute`), and the wall clock.
-Ray restarts it if it dies; the new one loads the committed offsets again and members rejoin.
+Listeners on its node call it over its group channel (`actors.channels.group_channel`) rather than Ray, once one
+asked for it (`group_channel`). Ray restarts it if it dies; the new one loads the committed offsets again and
+members rejoin.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
 
-from actors.calls import call, controller
+from actors.calls import call, controller, this_node_id
+from actors.channels.group_channel import GroupChannel
 from actors.core.controller.topic_metadata import CONSUMER_OFFSETS_TOPIC
 from actors.core.groups.group_coordinator import GroupCoordinator
 from actors.core.groups.group_membership import (
@@ -34,6 +38,8 @@ class GroupCoordinatorActor(GroupCoordinator):
         """`properties`: the broker's `server.properties` (`offsets.topic.*` and `group.*` keys are read)."""
         config = BrokerConfig.from_properties(properties)
         self._route = AppendRoute()
+        self._channel_lock = threading.Lock()
+        self._channel: GroupChannel | None = None
         # The controller is looked up at each call: one started again (its node lost) is a new actor.
         super().__init__(
             config.offsets_topic_num_partitions,
@@ -49,3 +55,11 @@ class GroupCoordinatorActor(GroupCoordinator):
             membership=GroupMembership(SYSTEM_CLOCK, MembershipConfig.of(config)),
             group_protocol=config.group_protocol_config,
         )
+
+    def group_channel(self) -> tuple[str, str]:
+        """(node, address): the Ray node this actor runs on and the address of its group channel
+        (`actors.channels.group_channel`), which listens from the first call."""
+        with self._channel_lock:
+            if self._channel is None:
+                self._channel = GroupChannel(self)
+            return this_node_id(), self._channel.address

@@ -4,7 +4,8 @@ The consumer-group APIs (FindCoordinator's answer aside) all reach one place: th
 (`actors.core.groups.group_coordinator.GroupCoordinator`), which holds the membership of every group and its committed
 offsets in `__consumer_offsets`. `GroupView` is the seam between the handlers and it, beside `BrokerView` for topics
 and partitions; it reaches the coordinator through a `Transport` (`cluster.protocol.views.transport`): the coordinator
-actor (`actors.server.group_coordinator_actor`, `GroupView.on_ray`) or the in-process broker's (`GroupView.in_process`),
+actor (`actors.server.group_coordinator_actor`, `GroupView.on_ray`, over its same-node group channel when it runs
+on the listener's node) or the in-process broker's (`GroupView.in_process`),
 which the handlers' tests run on.
 
 The coordinator answers a JoinGroup or SyncGroup that must wait for other members as pending; the view then calls
@@ -26,8 +27,8 @@ from typing import Self
 from actors.core.groups.consumer_group_api import ConsumerGroupDescription, HeartbeatRequest, HeartbeatResult
 from actors.core.groups.group_membership import GroupDescription, GroupError, JoinResult, PendingJoin, SyncResult
 from actors.core.in_process_broker import InProcessBroker
-from actors.options import group_coordinator_name
-from cluster.protocol.views.transport import InProcessTransport, RayTransport, Transport
+from cluster.protocol.views.group_transport import RayGroupTransport
+from cluster.protocol.views.transport import InProcessTransport, Transport
 from storage.records.consumer_offsets import OffsetAndMetadata
 
 TopicPartition = tuple[str, int]
@@ -54,7 +55,7 @@ class GroupView:
     @classmethod
     def on_ray(cls) -> Self:
         """The group coordinator actor of the Ray cluster this process is connected to."""
-        return cls(RayTransport(group_coordinator_name()))
+        return cls(RayGroupTransport())
 
     async def join_group(
         self,

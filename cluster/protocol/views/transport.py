@@ -17,6 +17,13 @@ wherever the role lives and answers its result or raises the broker's typed erro
   connected to Ray there is no actor to find: the call fails at once with `BrokerNotAvailableError`, where Ray's
   own lookup would start a local Ray cluster (a listener over an in-process broker given no views of its own).
 
+- `RayChannelTransport` is a `RayTransport` to an actor that also listens on a same-node channel
+  (`actors.channels.local_channel`): when the actor runs on this process's node, its channel's methods go over the
+  channel instead of Ray (the group and transaction coordinators', `group_transport.py` and
+  `transaction_transport.py`). The actor's handle and channel are looked up together and forgotten together when a
+  call fails retriably (the actor gone or restarting, a channel connection broken), so the next call reaches a
+  restarted or moved actor.
+
 What differs between the hosts is a parameter of the transport, not of the view: `max_wait_ms`, how long one call
 may wait on the host for an answer still pending (a JoinGroup or SyncGroup waiting for the other members).
 """
@@ -26,7 +33,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import functools
-from collections.abc import Callable, Container
+from collections.abc import Callable, Collection, Container
 from typing import Any, Protocol, TypeVar
 
 import ray
@@ -132,3 +139,70 @@ class RayTransport:
 
     def _forget(self) -> None:
         self._handle = None
+
+
+class ChannelConnections(Protocol):
+    """A listener's connections to an actor's same-node channel."""
+
+    address: str
+
+    @property
+    def has_free_connection(self) -> bool:
+        """Whether a call would start at once; when not, the call goes through Ray instead of waiting."""
+        ...
+
+    async def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """The actor's `method` called with these arguments over the channel; its result, or its typed error."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class RayChannelTransport(RayTransport):
+    """An actor on Ray whose `channel_methods` go over its same-node channel when it runs on this node (see the
+    module docstring); `_look_up` finds both."""
+
+    def __init__(self, name: str, channel_methods: Collection[str], *, max_wait_ms: int = MAX_WAIT_MS) -> None:
+        super().__init__(name, max_wait_ms=max_wait_ms)
+        self._channel_methods = channel_methods
+        self._channel: ChannelConnections | None = None
+        self._looking_up = asyncio.Lock()
+
+    @property
+    def channel_address(self) -> str | None:
+        """Where the channel's methods go now: the actor's channel, or None for Ray calls (or no actor found
+        yet)."""
+        return None if self._channel is None else self._channel.address
+
+    async def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        if method in self._channel_methods:
+            await self._actor()
+            channel = self._channel
+            if channel is not None and channel.has_free_connection:
+                try:
+                    return await channel.call(method, *args, **kwargs)
+                except RaybrokerError as exc:
+                    if self._forgets(exc):
+                        self._forget()
+                    raise
+        return await super().call(method, *args, **kwargs)
+
+    async def _actor(self) -> Any:
+        """The actor's handle, looked up (and its channel with it) if it was forgotten."""
+        if self._handle is None and not ray.is_initialized():
+            raise BrokerNotAvailableError(f"no actor {self._name!r}: this process is not connected to a Ray cluster")
+        async with self._looking_up:
+            if self._handle is None:
+                self._handle, self._channel = await asyncio.to_thread(self._look_up)
+            return self._handle
+
+    def _look_up(self) -> tuple[Any, ChannelConnections | None]:
+        """The actor's handle and, when it runs on this node, connections to its channel (blocks: run on a worker
+        thread)."""
+        raise NotImplementedError
+
+    def _forget(self) -> None:
+        super()._forget()
+        channel, self._channel = self._channel, None
+        if channel is not None:
+            channel.close()

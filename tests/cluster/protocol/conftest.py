@@ -20,7 +20,7 @@ from cluster.protocol.views.in_process_broker_view import InProcessBrokerView
 from cluster.protocol.views.security_view import SecurityView
 from cluster.protocol.views.transaction_view import TransactionView
 from storage.clock import SYSTEM_CLOCK
-from tests.cluster.protocol.helpers import run, start_broker
+from tests.cluster.protocol.helpers import GROUP_TRANSPORTS, GroupChannelTransport, run, start_broker
 from tests.conftest import skip_or_fail
 
 # The consumer group protocol's heartbeat of the Kafka 4 tests, on both brokers: 1 s (Kafka's default is 5 s, its
@@ -87,6 +87,20 @@ def re_elected(tmp_path: Path) -> Iterator[InProcessBrokerView]:
 @pytest.fixture
 def groups(broker: InProcessBroker) -> GroupView:
     return GroupView.in_process(broker)
+
+
+@pytest.fixture(params=GROUP_TRANSPORTS)
+def groups_each_way(request: pytest.FixtureRequest, broker: InProcessBroker) -> Iterator[GroupView]:
+    """The in-process broker's group coordinator, directly and through its group channel (the group modules' tests
+    run both ways)."""
+    if request.param == "in_process":
+        yield GroupView.in_process(broker)
+        return
+    transport = GroupChannelTransport(broker)
+    try:
+        yield GroupView(transport)
+    finally:
+        transport.close()
 
 
 @pytest.fixture

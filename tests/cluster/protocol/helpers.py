@@ -1,12 +1,12 @@
 """What the protocol tests share: an in-process broker to run the listener's seams over, and request helpers.
 
 `start_broker` opens the in-process broker (`actors.core.in_process_broker.InProcessBroker`: the real controller,
-replicas
-and group coordinator, without Ray) with the settings these tests want: few `__consumer_offsets` partitions (every
-partition is a real log in a temporary folder) and no initial rebalance delay unless asked. The views the listener
-runs on are the real in-process ones (`InProcessBrokerView`, and the group, transaction and security views of
-`cluster.protocol.views` over an `InProcessTransport`). The rest builds requests, runs handlers on them and reads
-answers as a client would.
+replicas and group coordinator, without Ray) with the settings these tests want: few `__consumer_offsets` partitions
+(every partition is a real log in a temporary folder) and no initial rebalance delay unless asked. The views the
+listener runs on are the real in-process ones (`InProcessBrokerView`, and the group, transaction and security views
+of `cluster.protocol.views` over an `InProcessTransport`); `GroupChannelTransport` puts the group coordinator's real
+group channel between the group view and the in-process coordinator, as on Ray. The rest builds requests, runs
+handlers on them and reads answers as a client would.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import ssl
+import threading
 import time
 import uuid
 from collections.abc import Iterable, Mapping
@@ -26,6 +27,8 @@ from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader
 
+from actors.channels.group_channel import GroupChannel
+from actors.channels.group_connection import GroupConnections
 from actors.core.controller.controller import Controller
 from actors.core.groups.group_membership import MembershipConfig
 from actors.core.in_process_broker import InProcessBroker
@@ -41,6 +44,7 @@ from cluster.protocol.views.group_view import GroupView
 from cluster.protocol.views.in_process_broker_view import InProcessBrokerView
 from cluster.protocol.views.security_view import SecurityView
 from cluster.protocol.views.transaction_view import TransactionView
+from cluster.protocol.views.transport import AWAIT_MS
 from storage.clock import Clock, MockClock
 from storage.partition.log import Log
 from storage.records.compression import CompressionType
@@ -87,6 +91,52 @@ def start_broker(
         membership=MembershipConfig(group_initial_rebalance_delay_ms=initial_rebalance_delay_ms),
         metrics=metrics,
     )
+
+
+class _CurrentCoordinator:
+    """The in-process broker's group coordinator at each call (one the broker makes again is the one called)."""
+
+    def __init__(self, broker: InProcessBroker) -> None:
+        self._broker = broker
+
+    def __getattr__(self, method: str) -> Any:
+        return getattr(self._broker.group_coordinator, method)
+
+
+class GroupChannelTransport:
+    """The in-process broker's group coordinator behind its real group channel (`actors.channels.group_channel`),
+    called over `GroupConnections` as a listener on the coordinator's node calls it; waits bounded as in process.
+    The connections live on an event loop of their own (a listener's lives as long as they do), which each test's
+    `run` awaits."""
+
+    max_wait_ms = AWAIT_MS
+
+    def __init__(self, broker: InProcessBroker) -> None:
+        self.channel = GroupChannel(_CurrentCoordinator(broker))
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="group-channel-client", daemon=True)
+        self._thread.start()
+        self._connections = GroupConnections(self.channel.address)
+
+    async def _close_connections(self) -> None:
+        self._connections.close()
+        # The transports close their sockets on the loop's next turn.
+        await asyncio.sleep(0)
+
+    async def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        called = asyncio.run_coroutine_threadsafe(self._connections.call(method, *args, **kwargs), self._loop)
+        return await asyncio.wrap_future(called)
+
+    def close(self) -> None:
+        asyncio.run_coroutine_threadsafe(self._close_connections(), self._loop).result()
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join()
+        self._loop.close()
+        self.channel.close()
+
+
+# The ways a group view reaches the in-process coordinator: directly, and through its group channel.
+GROUP_TRANSPORTS = ("in_process", "group_channel")
 
 
 def start_local_listener(broker: InProcessBroker, metrics: BrokerMetrics | None = None) -> KafkaListener:

@@ -35,6 +35,12 @@ GROUP = "ledger"
 TOPIC = "payments"
 
 
+@pytest.fixture
+def groups(groups_each_way: GroupView) -> GroupView:
+    """This module's tests run over both ways to the group coordinator (`groups_each_way`)."""
+    return groups_each_way
+
+
 def versions(key: int) -> range:
     return range(SERVED[key].min_version, SERVED[key].max_version + 1)
 

@@ -30,6 +30,12 @@ from tests.cluster.protocol.helpers import answer_async, run, start_broker
 GROUP = "billing"
 
 
+@pytest.fixture
+def groups(groups_each_way: GroupView) -> GroupView:
+    """This module's tests run over both ways to the group coordinator (`groups_each_way`)."""
+    return groups_each_way
+
+
 def versions(key: int) -> range:
     return range(SERVED[key].min_version, SERVED[key].max_version + 1)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import struct
 from typing import Any
 
+import pytest
 from kio.schema.errors import ErrorCode
 
 from actors.core.in_process_broker import InProcessBroker
@@ -23,6 +24,12 @@ from tests.cluster.protocol.handlers.test_authorization import access_with, ask,
 from tests.cluster.protocol.helpers import answer_async, commit_offsets, committed_offsets, run
 
 Codes = tuple[ErrorCode, dict[tuple[str, int], ErrorCode]]
+
+
+@pytest.fixture
+def groups(groups_each_way: GroupView) -> GroupView:
+    """This module's tests run over both ways to the group coordinator (`groups_each_way`)."""
+    return groups_each_way
 
 
 def subscription(*topics: str) -> bytes:

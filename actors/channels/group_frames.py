@@ -1,0 +1,76 @@
+"""The frames of the group channel (`actors.channels.group_channel`): the group coordinator's methods a same-node
+listener calls by name, and the codec of their calls (`actors.channels.call_frames`), whose only classes are the
+group API's messages and results.
+
+`GROUP_METHODS` are every method the listeners' `GroupView` calls (`cluster.protocol.views.group_view`): the
+classic protocol's JoinGroup, SyncGroup, Heartbeat and LeaveGroup with their bounded waits, KIP-848's
+ConsumerGroupHeartbeat, offsets committed, fetched and deleted (transactional ones too), and the groups listed,
+described and deleted. Anything else is refused by the channel.
+"""
+
+from __future__ import annotations
+
+from actors.channels.call_frames import CallCodec
+from actors.core.groups.consumer_group_api import (
+    ConsumerGroupDescription,
+    ConsumerGroupState,
+    ConsumerMemberDescription,
+    HeartbeatRequest,
+    HeartbeatResult,
+)
+from actors.core.groups.group_membership import (
+    GroupDescription,
+    GroupError,
+    GroupState,
+    JoinMember,
+    JoinResult,
+    MemberDescription,
+    PendingJoin,
+    SyncResult,
+)
+from storage.records.consumer_offsets import OffsetAndMetadata
+
+GROUP_METHODS = frozenset(
+    {
+        "join_group",
+        "await_join",
+        "sync_group",
+        "await_sync",
+        "heartbeat",
+        "leave_group",
+        "commit_member",
+        "consumer_group_heartbeat",
+        "describe_consumer_group",
+        "check_offset_fetch",
+        "group_offsets",
+        "fetch_committed",
+        "partition_for",
+        "commit_transactional",
+        "unstable_offsets",
+        "list_groups",
+        "describe_group",
+        "delete_group",
+        "delete_offsets",
+    }
+)
+
+GROUP_CODEC = CallCodec(
+    (
+        GroupError,
+        GroupState,
+        ConsumerGroupState,
+        JoinMember,
+        JoinResult,
+        PendingJoin,
+        SyncResult,
+        MemberDescription,
+        GroupDescription,
+        HeartbeatRequest,
+        HeartbeatResult,
+        ConsumerMemberDescription,
+        ConsumerGroupDescription,
+        OffsetAndMetadata,
+    )
+)
+
+__all__ = ["GROUP_CODEC", "GROUP_METHODS"]
