@@ -429,7 +429,8 @@ class PartitionLogActor:
 
     def _publish_offsets(self) -> None:
         """Writes the offsets to the high-watermark file (under the change counter's lock), with the epoch of the
-        controller's latest state (the log's own before any) and whether this replica serves client reads, then
+        controller's latest state (the log's own before any) and whether this replica serves client reads (a leader
+        only once it answers the latest offset: `Replica.latest_offset_available`), then
         sends the partition's change notices (`actors.channels.change_notices`)."""
         if self._hw_file is not None:
             if self._unavailable is None:
@@ -438,7 +439,7 @@ class PartitionLogActor:
                 self._hw_file.publish(
                     self._opened_log,
                     None if state is None else state.leader_epoch,
-                    leading=replica is None or not replica.following,
+                    leading=replica is None or (not replica.following and replica.latest_offset_available),
                 )
             else:
                 self._hw_file.publish_closed()

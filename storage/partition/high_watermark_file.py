@@ -11,7 +11,7 @@ instead of a call to the process that owns the log.
 | bytes | field                 | type | meaning                                                                |
 |-------|-----------------------|------|------------------------------------------------------------------------|
 | 0     | magic                 | 4s   | `b"RBHW"`                                                              |
-| 4     | version               | u16  | 2                                                                      |
+| 4     | version               | u16  | 3                                                                      |
 | 6     | state                 | u16  | 1 open and leading; 2 open, following; 0 closed (or unknown)           |
 | 8     | sequence              | u64  | even, +2 per publish (also while the owner restarts: see below)        |
 | 16    | high_watermark        | i64  | Kafka's high watermark                                                 |
@@ -23,16 +23,21 @@ instead of a call to the process that owns the log.
 | 64    | inode                 | u64  | `st_ino` of that segment's `.log` file                                 |
 | 72    | last_stable_offset    | i64  | the LSO: read_committed readers read below it                          |
 | 80    | leader_epoch          | i64  | the epoch the replica leads (or follows) in                            |
-| 88    | crc                   | u32  | CRC-32 (zlib) of bytes 0..88                                           |
-| 92    | sequence again        | u64  | equal to bytes 8..16 once the publish is complete                      |
+| 88    | latest_epoch          | i64  | the newest epoch of the log's leader-epoch cache, -1 if none           |
+| 96    | crc                   | u32  | CRC-32 (zlib) of bytes 0..96                                           |
+| 100   | sequence again        | u64  | equal to bytes 8..16 once the publish is complete                      |
 
-Readers act only on state 1: a follower's reads go to the leader (Kafka's NOT_LEADER_OR_FOLLOWER, which the owner
+Readers act only on state 1. A leader publishes it only while it answers ListOffsets for the latest offset (its high
+watermark at or past the start offset of its leader epoch: a leader elected a moment ago answers
+OFFSET_NOT_AVAILABLE until then, and readers ask it meanwhile), so a reader answers that latest offset from the file
+as the leader would: the high watermark (or the last stable offset) with `latest_epoch`. A follower's reads go to the
+leader (Kafka's NOT_LEADER_OR_FOLLOWER, which the owner
 answers), and a closed log's to the owner. The leader epoch tells a reader that a position it learned may no longer
 hold: a replica truncates its log (rewriting segment bytes in place) only while it follows, and it leads again only
 in a newer epoch, so bytes learned in one epoch are vouched for only while the file still names that epoch
 (`storage.partition.local_log_view`).
 
-Publishing writes bytes 0..100 over the old ones in one slice assignment to a shared mapping, which another process
+Publishing writes bytes 0..108 over the old ones in one slice assignment to a shared mapping, which another process
 may see half done: a reader takes a snapshot only if both sequences are equal and the CRC matches, and reads again
 otherwise (`READ_ATTEMPTS`). The file keeps its inode for the life of the partition folder, so a reader that
 opened it keeps seeing the current owner's state after the owner restarts; a new owner continues the sequence of
@@ -61,7 +66,7 @@ from storage.partition.log import Log
 from storage.segment.log_segment import LogSegment
 
 MAGIC = b"RBHW"
-VERSION = 2
+VERSION = 3
 STATE_CLOSED = 0
 STATE_OPEN = 1
 STATE_FOLLOWING = 2
@@ -80,6 +85,7 @@ _HEAD = struct.Struct(
     "Q"  # inode
     "q"  # last_stable_offset
     "q"  # leader_epoch
+    "q"  # latest_epoch
 )
 _CRC = struct.Struct(">I")
 _SEQUENCE = struct.Struct(">Q")
@@ -109,6 +115,7 @@ class PublishedWatermark:
     inode: int
     last_stable_offset: int
     leader_epoch: int
+    latest_epoch: int
 
     @property
     def has_position(self) -> bool:
@@ -145,12 +152,13 @@ class HighWatermarkFile:
 
     def publish(self, log: Log, leader_epoch: int | None = None, *, leading: bool = True) -> None:
         """Publishes the log's offsets (the last stable offset first, so that it is never found above the high
-        watermark read after it), the replica's `leader_epoch` (default: the log's) and whether it leads
-        (`leading`; readers ask the owner of a follower) and, when the high watermark is the log end, where it lies:
-        the end of the active segment. The offsets are read before the segment, and an append writes its bytes
-        before it moves them, so a publish racing an append (one from a thread other than the writer's) can only
-        name a position past the published high watermark, never before it: readers check that the bytes they read
-        end at the high watermark and start with the batch they asked for."""
+        watermark read after it), the replica's `leader_epoch` (default: the log's), the newest epoch of the log's
+        leader-epoch cache, whether it leads and answers the latest offset (`leading`; readers ask the owner
+        otherwise) and, when the high watermark is the log end, where it lies: the end of the active segment. The
+        offsets are read before the segment, and an append writes its bytes before it moves them, so a publish
+        racing an append (one from a thread other than the writer's) can only name a position past the published
+        high watermark, never before it: readers check that the bytes they read end at the high watermark and
+        start with the batch they asked for."""
         last_stable_offset = log.last_stable_offset
         high_watermark = log.high_watermark
         log_end_offset = log.log_end_offset
@@ -173,11 +181,12 @@ class HighWatermarkFile:
             inode,
             last_stable_offset,
             log.leader_epoch if leader_epoch is None else leader_epoch,
+            -1 if log.latest_epoch is None else log.latest_epoch,
         )
 
     def publish_closed(self) -> None:
         """Readers ask the owner from now on (the log is closed, offline, or not open yet)."""
-        self._write(STATE_CLOSED, 0, 0, 0, -1, -1, 0, 0, 0, -1)
+        self._write(STATE_CLOSED, 0, 0, 0, -1, -1, 0, 0, 0, -1, -1)
 
     def close(self) -> None:
         self._mapping.close()

@@ -42,6 +42,11 @@ later one up to the published active segment (Kafka's `collectAbortedTransaction
 offset, as the owner's `located_aborted_transactions` answers. An aborted transaction starting below the published
 last stable offset had its ABORT marker (and index entry) written before that offset was published.
 
+`latest_offset(isolation)` answers ListOffsets' latest offset as the leader does (`Log.list_offset`): the published
+high watermark (the last stable offset for `txn_committed`) with the newest epoch of the log's leader-epoch cache,
+and the leader epoch a client's `current_leader_epoch` is checked against; None under the same conditions as the
+first above. A leader publishes a readable state only while it answers that offset (`high_watermark_file`).
+
 Races it shares with the owner's located reads and Kafka's own `FileRecords` slices: bytes are sent after the answer
 is built, from a file opened and checked at that time; a file unlinked meanwhile stays readable, and segment files
 are append-only below their size while the replica leads.
@@ -59,13 +64,14 @@ from storage import file_names
 from storage.errors import CorruptIndexError, CorruptRecordError, KafkaStorageError
 from storage.partition.file_slices import CONSUMER_ISOLATIONS, FileSlice, map_pages, open_identified
 from storage.partition.high_watermark_file import HighWatermarkReader, PublishedWatermark
-from storage.records.file_records import iter_any_batches
+from storage.records.file_records import TimestampAndOffset, iter_any_batches
 from storage.records.layout import (
     BASE_OFFSET_OFFSET,
     CURRENT_MAGIC,
     LAST_OFFSET_DELTA_OFFSET,
     LOG_OVERHEAD,
     MAGIC_OFFSET,
+    NO_TIMESTAMP,
     RECORD_BATCH_OVERHEAD,
 )
 from storage.records.record_batch import batch_size_at
@@ -157,6 +163,18 @@ class LocalLogView:
         is then vouched for in that epoch or a later one."""
         published = self._reader.read()
         return None if published is None else published.leader_epoch
+
+    def latest_offset(self, isolation: str = "high_watermark") -> tuple[TimestampAndOffset, int] | None:
+        """ListOffsets' latest offset at `isolation` as the leader answers it, and the leader epoch published with
+        it; None when the owner must answer (see the module docstring)."""
+        if isolation not in CONSUMER_ISOLATIONS:
+            return None
+        published = self._reader.read()
+        if published is None:
+            return None
+        offset = published.last_stable_offset if isolation == "txn_committed" else published.high_watermark
+        epoch = None if published.latest_epoch < 0 else published.latest_epoch
+        return TimestampAndOffset(NO_TIMESTAMP, offset, epoch), published.leader_epoch
 
     def learn(self, offset: int, file_slice: FileSlice, leader_epoch: int) -> None:
         """The owner located the fetch from `offset` at `file_slice` (its bytes start with the batch holding

@@ -249,6 +249,12 @@ class Log(Closeable):
         latest = self._leader_epochs.latest_epoch
         return LEADER_EPOCH if latest is None else latest
 
+    @property
+    def latest_epoch(self) -> int | None:
+        """The newest epoch of the leader-epoch cache, None while it has none: the epoch ListOffsets answers with the
+        latest offset."""
+        return self._leader_epochs.latest_epoch
+
     def become_leader(self, epoch: int | None = None) -> None:
         """Records that `epoch` (default: the log's current one) leads from the log end offset on, as a Kafka replica
         does when it is made leader: a new partition's checkpoint then reads `0 0` before its first record."""

@@ -358,6 +358,13 @@ class Replica:
         if self.following:
             raise NotLeaderOrFollowerError(f"{self.log.directory.name} is not the leader")
 
+    @property
+    def latest_offset_available(self) -> bool:
+        """Whether ListOffsets may answer a latest offset: not while this leader's high watermark is below the start
+        offset of its leader epoch (`list_offset`); a replica that does not lead has no such bound."""
+        leader = self._leader
+        return leader is None or self.log.high_watermark >= leader.epoch_start_offset
+
     def list_offset(
         self, timestamp: int, isolation: str, current_leader_epoch: int = UNDEFINED_EPOCH
     ) -> TimestampAndOffset | None:
@@ -369,11 +376,7 @@ class Replica:
         with self._lock:
             self.check_client_read(current_leader_epoch)
             leader = self._leader
-            if (
-                timestamp != EARLIEST_TIMESTAMP
-                and leader is not None
-                and self.log.high_watermark < leader.epoch_start_offset
-            ):
+            if timestamp != EARLIEST_TIMESTAMP and leader is not None and not self.latest_offset_available:
                 raise OffsetNotAvailableError(
                     f"{self.log.directory.name}: the high watermark {self.log.high_watermark} is below the start "
                     f"offset {leader.epoch_start_offset} of leader epoch {leader.state.leader_epoch}"

@@ -171,6 +171,12 @@ class PartitionTransport(Protocol):
         """`BrokerView.fetch`."""
         ...
 
+    async def list_offset(
+        self, topic: str, partition: int, timestamp: int, isolation: str, current_leader_epoch: int
+    ) -> TimestampAndOffset | None:
+        """`BrokerView.list_offset`."""
+        ...
+
     def forget_topic(self, topic: str) -> None:
         """Drops what is kept of a deleted topic's partitions, so a topic created again is looked up afresh."""
         ...
@@ -446,10 +452,7 @@ class BrokerView:
         last stable offset for `txn_committed`), -3 max timestamp, or the first record at or after a timestamp in
         ms, below that same bound; None when no record qualifies. Only the leader answers, after checking
         `current_leader_epoch` as `fetch` does."""
-        found: TimestampAndOffset | None = await self._partitions.call(
-            topic, partition, "list_offset", timestamp, isolation, current_leader_epoch
-        )
-        return found
+        return await self._partitions.list_offset(topic, partition, timestamp, isolation, current_leader_epoch)
 
     async def _listeners(self) -> dict[str, AdvertisedListener]:
         listeners: dict[str, AdvertisedListener] = await self._metadata("listeners")

@@ -26,6 +26,7 @@ from cluster.protocol.views.local_log_dirs import LocalLogDir, local_log_dirs
 from cluster.protocol.views.transport import EVERY_METHOD, InProcessTransport, on_worker
 from storage.partition.file_slices import FileSlice, locate_file_slices, located_aborted_transactions
 from storage.partition.log import LogAppendInfo
+from storage.records.file_records import TimestampAndOffset
 
 
 class InProcessBrokerView(BrokerView):
@@ -55,6 +56,11 @@ class InProcessPartitions:
 
     async def call(self, topic: str, partition: int, method: str, *args: Any) -> Any:
         return getattr(self._broker.leader(topic, partition), method)(*args)
+
+    async def list_offset(
+        self, topic: str, partition: int, timestamp: int, isolation: str, current_leader_epoch: int
+    ) -> TimestampAndOffset | None:
+        return self._broker.leader(topic, partition).list_offset(timestamp, isolation, current_leader_epoch)
 
     async def append(
         self, topic: str, partition: int, records: bytes, acks: int, timeout_ms: int, admitted: Awaitable[None] | None

@@ -23,6 +23,8 @@ is no longer the located one falls back to the actor's `fetch`. A fetch at the e
 (`max_wait_ms`, `min_bytes`) waits for the partition's change notices (`actors.channels.change_notices`: a datagram from
 the partition's process after each change it publishes, to this listener's `ChangeWatcher`, named to the partition by
 one Ray call), then reads the view again. A partition found on another node is fetched through its actor from then on.
+ListOffsets' latest offset of a partition with a view is answered from its high-watermark file too (the leader
+publishes it only while it answers that offset); other timestamps ask the actor.
 
 A client's `current_leader_epoch` (Fetch and ListOffsets, KIP-320) costs no call of its own: a fetch the view answers
 compares it with the leader epoch published with the offsets it answers (each look of a waiting fetch again), and a
@@ -62,6 +64,8 @@ from storage.errors import FencedLeaderEpochError, RaybrokerError, UnknownLeader
 from storage.partition.file_slices import FileSlice, open_located, read_located
 from storage.partition.local_log_view import LocalLogView, LocalRead
 from storage.partition.log import LogAppendInfo
+from storage.partition.log_read import LATEST_TIMESTAMP
+from storage.records.file_records import TimestampAndOffset
 
 # How long a fetch waiting for a same-node partition trusts its change notices before it looks at the partition again.
 NOTICE_SILENCE_S = 0.1
@@ -70,15 +74,16 @@ NOTICE_SILENCE_S = 0.1
 @dataclass(frozen=True, slots=True)
 class LocalViewStatistics:
     """This process's reads of partitions' `LocalLogView`s (each answer, and each look of a fetch waiting at the end
-    of a log), the fetches it asked a partition's actor where the bytes lie (`locate`), and the waits of fetches at
-    the end of a log that a change notice ended."""
+    of a log), the fetches it asked a partition's actor where the bytes lie (`locate`), the waits of fetches at the
+    end of a log that a change notice ended, and the latest offsets (ListOffsets) the views answered."""
 
     view_reads: int
     located: int
     woken: int
+    view_offsets: int
 
 
-_counts = {"view_reads": 0, "located": 0, "woken": 0}
+_counts = {"view_reads": 0, "located": 0, "woken": 0, "view_offsets": 0}
 
 
 def statistics() -> LocalViewStatistics:
@@ -194,6 +199,21 @@ class RayPartitions:
             result.last_stable_offset,
             result.aborted_transactions,
         )
+
+    async def list_offset(
+        self, topic: str, partition: int, timestamp: int, isolation: str, current_leader_epoch: int
+    ) -> TimestampAndOffset | None:
+        view = self._views.get((topic, partition))
+        latest = None if view is None or timestamp != LATEST_TIMESTAMP else view.latest_offset(isolation)
+        if latest is not None:
+            found, leader_epoch = latest
+            check_current_leader_epoch(current_leader_epoch, leader_epoch, f"{topic}-{partition}")
+            _counts["view_offsets"] += 1
+            return found
+        answered: TimestampAndOffset | None = await self.call(
+            topic, partition, "list_offset", timestamp, isolation, current_leader_epoch
+        )
+        return answered
 
     async def _from_view_waiting(
         self, request: PartitionFetch, view: LocalLogView, deadline: float

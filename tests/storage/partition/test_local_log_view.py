@@ -21,6 +21,7 @@ from storage.partition.file_slices import FileSlice, locate_file_slices, located
 from storage.partition.high_watermark_file import HighWatermarkFile
 from storage.partition.local_log_view import MAX_POSITIONS, LocalLogView, LocalRead
 from storage.partition.log import Log
+from storage.partition.log_read import LATEST_TIMESTAMP
 from storage.records.record_batch import ControlRecordType, RecordBatchBuilder
 from tests.storage.builders import START_MS, open_log, simple_batch
 
@@ -216,6 +217,7 @@ def test_a_high_watermark_published_ahead_of_its_position_never_lets_bytes_past_
         *os_identity(file_names.log_file(log_dir, log.active_segment.base_offset)),
         high_watermark,
         state.epoch,
+        state.epoch,
     )
     answer = state.view.read(0, 10**6)
     assert_is_the_owners_answer(log, answer, 0, 10**6)
@@ -377,4 +379,44 @@ def test_an_abort_indexed_after_a_read_committed_read_is_listed_by_the_next_read
     assert_is_the_owners_answer(log, again, 0, 10**6, "txn_committed")
     assert again is not None and again.aborted_transactions is not None
     assert [txn.producer_id for txn in again.aborted_transactions] == [7, 9]
+    state.close()
+
+
+def assert_latest_is_the_owners(state: Published) -> None:
+    """The view's latest offset at both isolations is `Log.list_offset`'s, published with the replica's epoch."""
+    for isolation in ("high_watermark", "txn_committed"):
+        latest = state.view.latest_offset(isolation)
+        assert latest is not None
+        assert latest == (state.log.list_offset(LATEST_TIMESTAMP, isolation), state.epoch), isolation
+
+
+def test_the_latest_offset_is_the_owners_at_both_isolations_across_transactions_and_epochs(
+    log_dir: Path, clock: MockClock
+) -> None:
+    log = Log.open(log_dir, LogConfig.from_properties({"segment.bytes": 400}), clock=clock)
+    state = Published(log)
+    assert log.latest_epoch is None, "a new log's leader-epoch cache is empty"
+    assert_latest_is_the_owners(state)
+    fill(log, 3)
+    transactional(log, 7, 0, 3)
+    state.publish()
+    assert log.last_stable_offset < log.high_watermark
+    assert_latest_is_the_owners(state)
+    log.append_transaction_marker(7, 0, 0, ControlRecordType.COMMIT)
+    log.become_leader(4)
+    state.epoch = 4
+    fill(log, 2, tag=10)
+    state.publish()
+    assert log.latest_epoch == 4
+    assert_latest_is_the_owners(state)
+    log.set_replicated(True)
+    log.update_high_watermark(log.high_watermark - 2)
+    state.publish()
+    assert_latest_is_the_owners(state)
+    assert state.view.latest_offset("read_uncommitted") is None, "an isolation a consumer does not read at"
+    state.leading = False
+    state.publish()
+    assert state.view.latest_offset() is None, "a follower, or a leader not answering it yet: the owner answers"
+    state.hw_file.publish_closed()
+    assert state.view.latest_offset() is None
     state.close()

@@ -336,7 +336,8 @@ def test_a_new_leader_answers_offset_not_available_until_its_high_watermark_reac
     """KIP-207, as Kafka's `Partition.fetchOffsetForTimestamp`: b, elected while its high watermark (learned from a's
     last fetch answer) is below its log end, where its epoch starts, answers ListOffsets for the latest offset, the
     latest of read_committed and a timestamp with OFFSET_NOT_AVAILABLE (retriable), never an offset short of what a
-    answered; the earliest offset answers at once. Once c's fetch moves b's high watermark, b answers its end."""
+    answered; the earliest offset answers at once, and b says it answers no latest offset (it publishes no readable
+    state to same-node readers meanwhile). Once c's fetch moves b's high watermark, b answers its end."""
     replicas.tell(state("a", "abc"))
     replicas.append("a", 5)
     wait_until(lambda: caught_up(replicas, "b", "c"), "the followers to copy a")
@@ -352,10 +353,12 @@ def test_a_new_leader_answers_offset_not_available_until_its_high_watermark_reac
         with pytest.raises(OffsetNotAvailableError):
             replicas.by_node["b"].list_offset(timestamp, isolation)
     assert replicas.by_node["b"].list_offset(-2, "high_watermark").offset == 0
+    assert not replicas.by_node["b"].latest_offset_available
     replicas.restart("c")
     replicas.tell(state("b", "bc", epoch=2), "c")
     wait_until(lambda: b_log.high_watermark == 5, "b's high watermark, moved by c's fetch")
     assert replicas.by_node["b"].list_offset(-1, "high_watermark").offset == 5
+    assert replicas.by_node["b"].latest_offset_available
 
 
 def test_a_follower_lagging_longer_than_replica_lag_time_max_ms_is_asked_out_of_the_isr(replicas: Replicas) -> None:
