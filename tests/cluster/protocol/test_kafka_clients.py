@@ -409,8 +409,9 @@ def test_fetch_and_list_offsets_fence_a_client_leader_epoch_in_the_listeners_vie
 ) -> None:
     """A new partition is led in epoch 0. Fetch v12 with epoch 1 (newer) answers UNKNOWN_LEADER_EPOCH from the
     partition's actor before the listener has a view of its log, and from the view once it has one, without a Ray
-    call (no `locate`), while epoch 0 is answered from the view; ListOffsets v7, always the actor's call, answers
-    UNKNOWN_LEADER_EPOCH for 1 and FENCED_LEADER_EPOCH for -2 (below the leader's epoch; only -1 is not checked)."""
+    call (no `locate`), while epoch 0 is answered from the view; ListOffsets v7 for the latest offset, also answered
+    from the view then, answers UNKNOWN_LEADER_EPOCH for 1 and FENCED_LEADER_EPOCH for -2 (below the leader's epoch;
+    only -1 is not checked), and the partition's end for 0 and -1."""
     import socket
 
     from kio.index import load_request_schema, load_response_schema
@@ -459,7 +460,9 @@ def test_fetch_and_list_offsets_fence_a_client_leader_epoch_in_the_listeners_vie
         assert list_latest(sock, -2) == (ErrorCode.fenced_leader_epoch, -1)
         assert list_latest(sock, 0) == (ErrorCode.none, count)
         assert list_latest(sock, -1) == (ErrorCode.none, count)
+        listed = statistics()
     assert (after.view_reads - before.view_reads, after.located - before.located) == (2, 0)
+    assert (listed.view_offsets - after.view_offsets, listed.located - after.located) == (2, 0)
 
 
 def test_a_listener_on_the_partitions_node_appends_over_their_channels_and_closes_them_when_stopped(
