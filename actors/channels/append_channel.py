@@ -9,7 +9,9 @@ therefore listens, once asked, on a same-node socket (`actors.channels.local_soc
 `min.insync.replicas` checks, Kafka's validation, the high-watermark file, the fetchers' wake-up. A marker frame
 runs as `PartitionLogActor.append_transaction_marker`: the transaction coordinator writes its COMMIT/ABORT markers
 to the partitions of its own node this way (each marker of a transaction was a Ray call of ~1-2 ms before the
-transaction could complete). The log's own lock orders these writes with those arriving through Ray.
+transaction could complete), and a coordinator frame as `PartitionLogActor.append_from_coordinator`: the group
+coordinator writes a TxnOffsetCommit's batch to its `__consumer_offsets` partition this way. The log's own lock
+orders these writes with those arriving through Ray.
 
 - `serve(topic, partition, log)` adds a partition to this process's channel, which listens from the first
   call, and answers its address (`actors.server.partition_log.PartitionLogActor.append_channel`); `stop_serving`
@@ -37,6 +39,7 @@ from typing import Protocol
 
 from actors.channels.append_frames import (
     SIZE,
+    CoordinatorRequest,
     MarkerRequest,
     decode_request,
     encode_answer,
@@ -53,9 +56,11 @@ logger = logging.getLogger(__name__)
 
 
 class ServedLog(Protocol):
-    """What the channel runs a partition's frames as: `PartitionLogActor`'s two writes."""
+    """What the channel runs a partition's frames as: `PartitionLogActor`'s three writes."""
 
     def append(self, batches: memoryview, required_acks: int = 1) -> LogAppendInfo: ...
+
+    def append_from_coordinator(self, batch: memoryview) -> LogAppendInfo: ...
 
     def append_transaction_marker(
         self, producer_id: int, producer_epoch: int, coordinator_epoch: int, result: ControlRecordType
@@ -197,6 +202,8 @@ class AppendChannel(PartitionChannel[ServedLog, str]):
                 info = log.append_transaction_marker(
                     marker.producer_id, marker.producer_epoch, marker.coordinator_epoch, marker.result
                 )
+            elif isinstance(request, CoordinatorRequest):
+                info = log.append_from_coordinator(request.batch)
             else:
                 info = log.append(request.batches, request.acks)
             return encode_answer(info), True

@@ -25,7 +25,13 @@ from concurrent.futures import Future
 from typing import Any
 
 from actors.calls import call, this_node_id
-from actors.channels.append_frames import SIZE, decode_answer, encode_marker_request, encode_request
+from actors.channels.append_frames import (
+    SIZE,
+    decode_answer,
+    encode_coordinator_request,
+    encode_marker_request,
+    encode_request,
+)
 from actors.core.replication.leader_and_isr import LeaderAndIsr
 from actors.core.transactions.markers import TransactionMarker
 from storage.errors import AnswerLostError, BrokerNotAvailableError, InvalidRequestError, RaybrokerError
@@ -82,6 +88,10 @@ class AppendConnection:
     def write_marker(self, topic: str, partition: int, marker: TransactionMarker) -> AppendReply:
         """A transaction coordinator's COMMIT/ABORT marker on the partition, as `append` sends an append."""
         return self._send(encode_marker_request(topic, partition, marker))
+
+    def append_from_coordinator(self, topic: str, partition: int, batch: bytes) -> AppendReply:
+        """A group coordinator's transactional offset commit on the partition, as `append` sends an append."""
+        return self._send(encode_coordinator_request(topic, partition, batch))
 
     def _send(self, frame: list[bytes]) -> AppendReply:
         reply: AppendReply = Future()

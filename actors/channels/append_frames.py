@@ -1,12 +1,14 @@
 """The frames of the append channel (`actors.channels.append_channel`): a same-node producer's appends, a same-node
-transaction coordinator's markers, and their answers, as fixed-size big-endian integers around the batches' own
-bytes.
+transaction coordinator's markers, a same-node group coordinator's transactional offset commits, and their answers,
+as fixed-size big-endian integers around the batches' own bytes.
 
 - A request: `size` (u32, the bytes after it), its kind (u8), the topic's length (u16) and UTF-8 name, the
   partition (i32), then by kind: `REQUEST_APPEND` (0), `acks` (i8) and the record batches as Kafka's wire bytes (what
   `PartitionLogActor.append` takes); `REQUEST_MARKER` (1), a COMMIT/ABORT marker as
   `PartitionLogActor.append_transaction_marker` takes it: `producer_id` (i64), `producer_epoch` (i16),
-  `coordinator_epoch` (i32) and the control type (i16, `ControlRecordType`: 0 ABORT, 1 COMMIT).
+  `coordinator_epoch` (i32) and the control type (i16, `ControlRecordType`: 0 ABORT, 1 COMMIT);
+  `REQUEST_COORDINATOR` (2), a group coordinator's transactional offset commit as Kafka's wire bytes (what
+  `PartitionLogActor.append_from_coordinator` takes: origin COORDINATOR, acks=all).
 - An answer: `size` (u32), then a kind byte. `ANSWER_OK` carries the `LogAppendInfo`: its nine integers (i64),
   `duplicate` (u8), the count of batches (u32) and each batch's first and last offset (i64 each).
   `ANSWER_ERROR` carries the error's class name (u16 length, ASCII), its `RaybrokerError` fields `position` and
@@ -47,6 +49,7 @@ _NO_PATH = 0xFFFF
 
 REQUEST_APPEND = 0
 REQUEST_MARKER = 1
+REQUEST_COORDINATOR = 2
 ANSWER_OK = 0
 ANSWER_ERROR = 1
 
@@ -82,6 +85,14 @@ class MarkerRequest(NamedTuple):
     marker: TransactionMarker
 
 
+class CoordinatorRequest(NamedTuple):
+    """A group coordinator's transactional offset commit: one batch as Kafka's wire bytes."""
+
+    topic: str
+    partition: int
+    batch: memoryview
+
+
 def _head(kind: int, topic: str, partition: int) -> bytes:
     name = topic.encode()
     return _REQUEST_HEAD.pack(kind, len(name)) + name + _PARTITION.pack(partition)
@@ -101,7 +112,13 @@ def encode_marker_request(topic: str, partition: int, marker: TransactionMarker)
     return [SIZE.pack(len(body)), body]
 
 
-def decode_request(body: bytes | bytearray) -> AppendRequest | MarkerRequest:
+def encode_coordinator_request(topic: str, partition: int, batch: bytes) -> list[bytes]:
+    """A group coordinator's offset commit request's frame as pieces to send in order."""
+    head = _head(REQUEST_COORDINATOR, topic, partition)
+    return [SIZE.pack(len(head) + len(batch)), head, batch]
+
+
+def decode_request(body: bytes | bytearray) -> AppendRequest | MarkerRequest | CoordinatorRequest:
     """The request a frame's body (the bytes after its size) carries."""
     try:
         kind, name_size = _REQUEST_HEAD.unpack_from(body)
@@ -115,6 +132,8 @@ def decode_request(body: bytes | bytearray) -> AppendRequest | MarkerRequest:
         if kind == REQUEST_APPEND:
             (acks,) = _ACKS.unpack_from(body, start)
             return AppendRequest(topic, partition, acks, memoryview(body)[start + _ACKS.size :])
+        if kind == REQUEST_COORDINATOR:
+            return CoordinatorRequest(topic, partition, memoryview(body)[start:])
         if kind == REQUEST_MARKER:
             if len(body) != start + _MARKER.size:
                 raise InvalidRequestError(f"a marker request of {len(body)} bytes")
@@ -259,11 +278,13 @@ __all__ = [
     "SIZE",
     "SOCKET_REQUEST_MAX_BYTES",
     "AppendRequest",
+    "CoordinatorRequest",
     "MarkerRequest",
     "decode_answer",
     "decode_error",
     "decode_request",
     "encode_answer",
+    "encode_coordinator_request",
     "encode_error",
     "encode_marker_request",
     "encode_request",

@@ -83,9 +83,8 @@ LEADERSHIP_POLL_S = 0.02
 class LeaderWrite(Protocol):
     """One write to a partition's leader, as each transport sends it."""
 
-    def over_channel(self, channel: AppendConnection, topic: str, partition: int, acks: int) -> AppendReply | None:
-        """Sent over the leader's append channel; None when the channel has no frame for it (it then goes as a Ray
-        call)."""
+    def over_channel(self, channel: AppendConnection, topic: str, partition: int, acks: int) -> AppendReply:
+        """Sent over the leader's append channel."""
         ...
 
     def as_call(self, handle: Any, acks: int) -> Any:
@@ -99,7 +98,7 @@ class Batches:
 
     batches: bytes
 
-    def over_channel(self, channel: AppendConnection, topic: str, partition: int, acks: int) -> AppendReply | None:
+    def over_channel(self, channel: AppendConnection, topic: str, partition: int, acks: int) -> AppendReply:
         return channel.append(topic, partition, self.batches, acks)
 
     def as_call(self, handle: Any, acks: int) -> Any:
@@ -112,8 +111,8 @@ class CoordinatorBatch:
 
     batch: bytes
 
-    def over_channel(self, channel: AppendConnection, topic: str, partition: int, acks: int) -> AppendReply | None:
-        return None
+    def over_channel(self, channel: AppendConnection, topic: str, partition: int, acks: int) -> AppendReply:
+        return channel.append_from_coordinator(topic, partition, self.batch)
 
     def as_call(self, handle: Any, acks: int) -> Any:
         return handle.append_from_coordinator.remote(self.batch)
@@ -125,7 +124,7 @@ class Marker:
 
     marker: TransactionMarker
 
-    def over_channel(self, channel: AppendConnection, topic: str, partition: int, acks: int) -> AppendReply | None:
+    def over_channel(self, channel: AppendConnection, topic: str, partition: int, acks: int) -> AppendReply:
         return channel.write_marker(topic, partition, self.marker)
 
     def as_call(self, handle: Any, acks: int) -> Any:
@@ -338,7 +337,7 @@ class AppendRoute:
         `BrokerNotAvailableError`, one that breaks while it waits with `RequestTimedOutError`; both are retriable,
         and the partition is looked up again."""
         reply: Any = None if leader.channel is None else write.over_channel(leader.channel, topic, partition, acks)
-        over_channel = reply is not None
+        over_channel = leader.channel is not None
         if over_channel:
             if acks == ACKS_ALL and leader.replicated:
                 reply = _replicated_after(reply, leader.handle, timeout_ms)

@@ -317,7 +317,7 @@ class PartitionLogActor:
         offline (Kafka's LogDirFailureChannel), then raised to the caller as `KafkaStorageError`."""
         return self._server.append(batches, required_acks)
 
-    def append_from_coordinator(self, batch: bytes) -> LogAppendInfo:
+    def append_from_coordinator(self, batch: bytes | memoryview) -> LogAppendInfo:
         """Appends a group coordinator's transactional offset commit (origin COORDINATOR: the producer's epoch is
         checked, its sequence is not); as `append` with acks=all, the caller then waits with `await_replicated`
         (Kafka's coordinators append with acks -1)."""

@@ -22,7 +22,8 @@ import org.apache.kafka.streams.state.KeyValueStore;
  *
  * <p>Arguments: bootstrap servers, application.id, input topic, output topic, state dir. Prints "STATE before ->
  * after" on every state change; a fatal error in a stream thread prints "FATAL" and its stack trace and exits 1.
- * SIGTERM closes the application cleanly (exit 0).
+ * SIGTERM closes the application cleanly (exit 0), after printing "METRIC group name value" for the clients' metrics
+ * that say where a run's time went (commit and transaction latencies, request latencies, fetch waits).
  */
 public class StreamsWordCount {
     public static void main(String[] args) throws Exception {
@@ -77,10 +78,30 @@ public class StreamsWordCount {
             failed[0] = true;
             return StreamThreadExceptionResponse.SHUTDOWN_CLIENT;
         });
-        Runtime.getRuntime().addShutdownHook(new Thread(() -> streams.close(Duration.ofSeconds(10))));
+        Runtime.getRuntime().addShutdownHook(new Thread(() -> {
+            printMetrics(streams);
+            streams.close(Duration.ofSeconds(10));
+        }));
         streams.start();
         stopped.await();
         streams.close(Duration.ofSeconds(10));
         System.exit(failed[0] ? 1 : 0);
+    }
+
+    private static final java.util.Set<String> TIMED = java.util.Set.of(
+            "commit-latency-avg", "commit-latency-max", "commit-rate", "poll-latency-avg", "process-latency-avg",
+            "punctuate-latency-avg", "process-rate", "txn-init-time-ns-total", "txn-begin-time-ns-total",
+            "txn-send-offsets-time-ns-total", "txn-commit-time-ns-total", "txn-abort-time-ns-total",
+            "flush-time-ns-total", "request-latency-avg", "request-latency-max", "fetch-latency-avg",
+            "fetch-latency-max", "fetch-size-avg", "records-per-request-avg", "batch-size-avg", "record-queue-time-avg",
+            "produce-throttle-time-avg", "request-rate", "io-wait-ratio", "io-ratio");
+
+    private static void printMetrics(KafkaStreams streams) {
+        streams.metrics().forEach((name, metric) -> {
+            if (TIMED.contains(name.name())) {
+                System.out.println("METRIC " + name.group() + " " + name.name() + " " + name.tags().getOrDefault("client-id", "") + " " + metric.metricValue());
+            }
+        });
+        System.out.flush();
     }
 }

@@ -76,7 +76,7 @@ class PartitionServer:
             self._metrics.produced(self._topic, info.record_count, info.valid_bytes)
         return info
 
-    def append_from_coordinator(self, batch: bytes) -> LogAppendInfo:
+    def append_from_coordinator(self, batch: bytes | memoryview) -> LogAppendInfo:
         """Appends a group coordinator's transactional offset commit (origin COORDINATOR: the producer's epoch is
         checked, its sequence is not) as an `acks=all` append (Kafka's coordinators append with acks -1)."""
         return self._append(ACKS_ALL, lambda log: log.append(batch, origin=AppendOrigin.COORDINATOR))

@@ -325,6 +325,27 @@ def test_a_marker_of_an_older_epoch_is_refused_as_the_actor_refuses_it_and_the_c
     assert open_transactions(part) == {}
 
 
+def test_a_coordinators_offset_commit_over_the_channel_lands_as_through_the_actor(
+    part: PartitionLogActor, connection: AppendConnection
+) -> None:
+    """Origin COORDINATOR: the producer's epoch is checked, its sequence is not (each commit starts at 0), and the
+    batch opens the producer's transaction as the actor's own `append_from_coordinator` does."""
+    first = answered(connection.append_from_coordinator(TOPIC, 0, transactional_batch(now_records(2), 9, 1)))
+    assert (first.result().first_offset, first.result().last_offset) == (0, 1)
+    assert open_transactions(part) == {9: 0}
+    again = answered(connection.append_from_coordinator(TOPIC, 0, transactional_batch(now_records(1), 9, 1)))
+    through_actor = part.append_from_coordinator(transactional_batch(now_records(1), 9, 1))
+    assert (again.result().first_offset, through_actor.first_offset) == (2, 3)
+    error = refusal(connection.append_from_coordinator(TOPIC, 0, transactional_batch(now_records(1), 9, 0)))
+    with pytest.raises(RaybrokerError) as refused_by_actor:
+        part.append_from_coordinator(transactional_batch(now_records(1), 9, 0))
+    assert (type(error), error.message) == (type(refused_by_actor.value), refused_by_actor.value.message)
+    assert isinstance(error, InvalidProducerEpochError)
+    answered(connection.write_marker(TOPIC, 0, TransactionMarker(9, 1, 0, ControlRecordType.COMMIT))).result()
+    assert open_transactions(part) == {}
+    assert part.offsets()[1:] == (5, 5)
+
+
 def test_a_marker_for_a_partition_not_served_is_refused_as_broker_not_available(
     part: PartitionLogActor, connection: AppendConnection
 ) -> None:

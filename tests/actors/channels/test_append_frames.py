@@ -16,10 +16,12 @@ from actors.channels.append_frames import (
     SIZE,
     SOCKET_REQUEST_MAX_BYTES,
     AppendRequest,
+    CoordinatorRequest,
     MarkerRequest,
     decode_answer,
     decode_request,
     encode_answer,
+    encode_coordinator_request,
     encode_error,
     encode_marker_request,
     encode_request,
@@ -112,6 +114,13 @@ def test_a_marker_request_round_trips(result: ControlRecordType) -> None:
     decoded = decode_request(body_of(encode_marker_request("événements", 2**31 - 1, marker)))
     assert decoded == MarkerRequest("événements", 2**31 - 1, marker)
     assert isinstance(decoded, MarkerRequest) and type(decoded.marker.result) is ControlRecordType
+
+
+def test_a_coordinator_request_round_trips_with_its_batch_unchanged() -> None:
+    batch = batch_bytes(simple_records(3))
+    decoded = decode_request(body_of(encode_coordinator_request("__consumer_offsets", 49, batch)))
+    assert isinstance(decoded, CoordinatorRequest)
+    assert (decoded.topic, decoded.partition, bytes(decoded.batch)) == ("__consumer_offsets", 49, batch)
 
 
 def test_an_append_request_decodes_as_an_append_request() -> None:
