@@ -12,58 +12,39 @@ Its sockets, threads and limits are the shared `actors.channels.local_channel`'s
 connection, `socket.request.max.bytes`). A call that waits (a JoinGroup or SyncGroup for the rest of its group, at
 most the coordinator's `MAX_WAIT_MS`) holds only its own connection. At most `MAX_CONNECTIONS` are served at once;
 one over that is closed unanswered, and its client calls through Ray. A frame that does not parse, or names a
-method outside `GROUP_METHODS`, is answered `InvalidRequestError` and ends its connection; a call's unexpected
-error is answered as a plain `RaybrokerError`.
+method outside `GROUP_METHODS`, is answered `InvalidRequestError` and ends its connection.
 """
 
 from __future__ import annotations
 
-import logging
+from typing import Any
 
-from actors.channels.append_frames import encode_error
 from actors.channels.group_frames import GROUP_CODEC, GROUP_METHODS
 from actors.channels.local_channel import LocalChannel
-from storage.errors import InvalidRequestError, RaybrokerError
-
-logger = logging.getLogger(__name__)
+from storage.errors import InvalidRequestError
 
 # Connections served at once, each by a thread of its own: a listener opens one per call in flight, and holds one
 # per member waiting in a JoinGroup or SyncGroup (`actors.channels.group_connection.MAX_CONNECTIONS` at most).
 MAX_CONNECTIONS = 256
 
 
-class GroupChannel:
+class GroupChannel(LocalChannel[tuple[str, tuple[Any, ...], dict[str, Any]]]):
     """One group coordinator's listener for same-node calls; see the module docstring. `calls` is the coordinator
     whose `GROUP_METHODS` it runs."""
 
     def __init__(self, calls: object) -> None:
         self._calls = calls
-        self._channel = LocalChannel("groups", self._answer, max_connections=MAX_CONNECTIONS)
-        self.address = self._channel.address
+        super().__init__("groups", max_connections=MAX_CONNECTIONS)
 
-    def close(self) -> None:
-        """Stops listening and ends every connection (their clients call through Ray from then on)."""
-        self._channel.close()
+    def _decode(self, body: bytes) -> tuple[str, tuple[Any, ...], dict[str, Any]]:
+        method, args, kwargs = GROUP_CODEC.decode_request(body)
+        if method not in GROUP_METHODS:
+            raise InvalidRequestError(f"the group channel serves no method {method[:100]!r}")
+        return method, args, kwargs
 
-    @property
-    def connection_count(self) -> int:
-        return self._channel.connection_count
-
-    def _answer(self, body: bytes) -> tuple[bytes, bool]:
-        """The answer frame for one call, and whether the connection may go on."""
-        try:
-            method, args, kwargs = GROUP_CODEC.decode_request(body)
-            if method not in GROUP_METHODS:
-                raise InvalidRequestError(f"the group channel serves no method {method[:100]!r}")
-        except InvalidRequestError as exc:
-            return encode_error(exc), False
-        try:
-            return GROUP_CODEC.encode_value(getattr(self._calls, method)(*args, **kwargs)), True
-        except RaybrokerError as exc:
-            return encode_error(exc), True
-        except Exception as exc:
-            logger.exception("group channel: %s failed", method)
-            return encode_error(RaybrokerError(f"the call failed unexpectedly: {type(exc).__name__}")), True
+    def _run(self, call: tuple[str, tuple[Any, ...], dict[str, Any]]) -> bytes:
+        method, args, kwargs = call
+        return GROUP_CODEC.encode_value(getattr(self._calls, method)(*args, **kwargs))
 
 
 __all__ = ["MAX_CONNECTIONS", "GroupChannel"]

@@ -3,16 +3,17 @@
 frame means is theirs.
 
 A role's actor listens on a same-node socket (`actors.channels.local_sockets`) and answers each request frame (a
-`SIZE`, then that many bytes) with the answer frame its `answer` function gives.
+`SIZE`, then that many bytes): a subclass decodes it (`_decode`) and runs it (`_run`) into its answer frame.
 
 - Who may connect: processes of this process's own user (`local_sockets.same_user`); others are closed unanswered.
 - One thread per connection reads a frame, has it answered and sends the answer, so a call that waits holds only its
   own connection; a client keeps one call in flight per connection and opens more for more
   (`actors.channels.local_connections`). At most `max_connections` are served at once; one over that is closed
   unanswered.
-- A frame larger than Kafka's `socket.request.max.bytes` (100 MiB) ends its connection unanswered; `answer` says
-  whether the connection goes on after its answer (not after one that did not parse). A bad client never stops the
-  role or another connection.
+- A frame larger than Kafka's `socket.request.max.bytes` (100 MiB) ends its connection unanswered. A frame that
+  does not decode is answered `InvalidRequestError` (`append_frames.encode_error`) and ends its connection; a call's
+  typed error is answered as that error, an unexpected one as a plain `RaybrokerError`. A bad client never stops
+  the role or another connection.
 """
 
 from __future__ import annotations
@@ -22,26 +23,26 @@ import logging
 import socket
 import threading
 import time
-from collections.abc import Callable
+from typing import Generic, TypeVar
 
-from actors.channels.append_frames import SIZE, over_request_limit
+from actors.channels.append_frames import SIZE, encode_error, over_request_limit
 from actors.channels.local_sockets import SOCKET_LISTEN_BACKLOG_SIZE, listening_socket, peer_uid, same_user
+from storage.errors import InvalidRequestError, RaybrokerError
 
 logger = logging.getLogger(__name__)
 
 # How long the channel waits after a failed accept before the next one.
 ACCEPT_RETRY_S = 0.1
 
-# A request frame's body into its answer frame, and whether the connection may go on.
-Answer = Callable[[bytes], tuple[bytes, bool]]
+_Call = TypeVar("_Call")
 
 
-class LocalChannel:
-    """One role's listener for same-node calls; see the module docstring. `purpose` names its socket and threads."""
+class LocalChannel(Generic[_Call]):
+    """One role's listener for same-node calls; see the module docstring. `purpose` names its socket and threads;
+    a subclass gives `_decode` and `_run`."""
 
-    def __init__(self, purpose: str, answer: Answer, *, max_connections: int) -> None:
+    def __init__(self, purpose: str, *, max_connections: int) -> None:
         self._purpose = purpose
-        self._answer = answer
         self._max_connections = max_connections
         # Every connection it would serve may be waiting to be accepted at once (a listener's burst of calls: a group
         # of members rejoining), beyond Kafka's default backlog.
@@ -67,6 +68,28 @@ class LocalChannel:
     def connection_count(self) -> int:
         with self._lock:
             return len(self._connections)
+
+    def _decode(self, body: bytes) -> _Call:
+        """The call a request frame's body carries; `InvalidRequestError` if it does not parse."""
+        raise NotImplementedError
+
+    def _run(self, call: _Call) -> bytes:
+        """The answer frame of a call that ran; its typed error raised."""
+        raise NotImplementedError
+
+    def _answer(self, body: bytes) -> tuple[bytes, bool]:
+        """The answer frame for one request, and whether the connection may go on."""
+        try:
+            call = self._decode(body)
+        except InvalidRequestError as exc:
+            return encode_error(exc), False
+        try:
+            return self._run(call), True
+        except RaybrokerError as exc:
+            return encode_error(exc), True
+        except Exception as exc:
+            logger.exception("%s channel: %r failed", self._purpose, call)
+            return encode_error(RaybrokerError(f"the call failed unexpectedly: {type(exc).__name__}")), True
 
     def _accept_connections(self) -> None:
         while True:
@@ -122,4 +145,4 @@ class LocalChannel:
             connection.close()
 
 
-__all__ = ["ACCEPT_RETRY_S", "Answer", "LocalChannel"]
+__all__ = ["ACCEPT_RETRY_S", "LocalChannel"]

@@ -13,16 +13,14 @@ Its sockets, threads and limits are the shared `actors.channels.local_channel`'s
 connection, `socket.request.max.bytes`); a call that waits (for an id's markers, at most the coordinator's
 `COMPLETION_WAIT_S`) holds only its own connection. At most `MAX_CONNECTIONS` are served at once; one over that is
 closed unanswered, and its client calls through Ray. A frame that does not parse is answered `InvalidRequestError`
-and ends its connection; a call's unexpected error is answered as a plain `RaybrokerError`.
+and ends its connection.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Collection
 from typing import Protocol
 
-from actors.channels.append_frames import encode_error
 from actors.channels.local_channel import LocalChannel
 from actors.channels.transaction_frames import (
     RequestKind,
@@ -34,10 +32,7 @@ from actors.channels.transaction_frames import (
 )
 from actors.core.transactions.transaction_coordinator import EndTxnResult
 from actors.core.transactions.transaction_metadata import TxnError
-from storage.errors import InvalidRequestError, RaybrokerError
 from storage.topic_partition import TopicPartition
-
-logger = logging.getLogger(__name__)
 
 # Connections served at once, each by a thread of its own: a listener opens one per call in flight
 # (`actors.channels.transaction_connection.MAX_CONNECTIONS` at most), and a node runs a few listeners.
@@ -68,35 +63,15 @@ class TransactionCalls(Protocol):
     ) -> EndTxnResult: ...
 
 
-class TransactionChannel:
+class TransactionChannel(LocalChannel[TransactionRequest]):
     """One coordinator's listener for same-node calls; see the module docstring."""
 
     def __init__(self, calls: TransactionCalls) -> None:
         self._calls = calls
-        self._channel = LocalChannel("transactions", self._answer, max_connections=MAX_CONNECTIONS)
-        self.address = self._channel.address
+        super().__init__("transactions", max_connections=MAX_CONNECTIONS)
 
-    def close(self) -> None:
-        """Stops listening and ends every connection (their clients call through Ray from then on)."""
-        self._channel.close()
-
-    @property
-    def connection_count(self) -> int:
-        return self._channel.connection_count
-
-    def _answer(self, body: bytes) -> tuple[bytes, bool]:
-        """The answer frame for one request, and whether the connection may go on."""
-        try:
-            request = decode_request(body)
-        except InvalidRequestError as exc:
-            return encode_error(exc), False
-        try:
-            return self._run(request), True
-        except RaybrokerError as exc:
-            return encode_error(exc), True
-        except Exception as exc:
-            logger.exception("transaction channel: %s of %r failed", request.kind.name, request.transactional_id)
-            return encode_error(RaybrokerError(f"the call failed unexpectedly: {type(exc).__name__}")), True
+    def _decode(self, body: bytes) -> TransactionRequest:
+        return decode_request(body)
 
     def _run(self, request: TransactionRequest) -> bytes:
         calls = self._calls

@@ -26,12 +26,11 @@ from storage.topic_partition import TopicPartition
 MAX_CONNECTIONS = 8
 
 
-class TransactionConnections:
+class TransactionConnections(LocalConnections):
     """See the module docstring. Not thread-safe: one event loop uses it."""
 
     def __init__(self, address: str) -> None:
-        self.address = address
-        self._connections = LocalConnections(address, "transaction", max_connections=MAX_CONNECTIONS)
+        super().__init__(address, "transaction", max_connections=MAX_CONNECTIONS)
 
     async def add_partitions(
         self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: Collection[TopicPartition]
@@ -92,13 +91,8 @@ class TransactionConnections:
         """The coordinator's `method` (one of the channel's) called with these arguments."""
         return await getattr(self, method)(*args, **kwargs)
 
-    def close(self) -> None:
-        """Closes the idle connections; a call in flight closes its own when it ends, and a later call fails with
-        `BrokerNotAvailableError`."""
-        self._connections.close()
-
     async def _call(self, request: TransactionRequest) -> TxnError | dict[TopicPartition, TxnError] | EndTxnResult:
-        answer = await self._connections.exchange(encode_request(request), decode_answer)
+        answer = await self.exchange(encode_request(request), decode_answer)
         if isinstance(answer, RaybrokerError):
             raise answer
         return answer

@@ -43,6 +43,7 @@ from storage.errors import (
 from storage.partition.log import LogAppendInfo
 from storage.records.layout import ControlRecordType
 from storage.records.record_batch import CRC_OFFSET, RecordBatchBuilder
+from tests.actors.channels.raw_clients import raw_socket, receive_exactly
 from tests.storage.builders import Rec, as_recs, batch_bytes, kafka_decode, simple_records
 
 # Every wait in this file is bounded: an answer over a local socket takes well under a millisecond.
@@ -110,29 +111,6 @@ def connection(address: str) -> Iterator[AppendConnection]:
     assert opened is not None
     yield opened
     opened.close()
-
-
-@contextlib.contextmanager
-def raw_socket(address: str) -> Iterator[socket.socket]:
-    """A client socket that sends whatever bytes a test chooses."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.settimeout(TIMEOUT_S)
-    try:
-        sock.connect(address)
-        yield sock
-    finally:
-        sock.close()
-
-
-def receive_exactly(sock: socket.socket, size: int) -> bytes | None:
-    """`size` bytes, or None if the peer closes first."""
-    data = b""
-    while len(data) < size:
-        chunk = sock.recv(size - len(data))
-        if not chunk:
-            return None
-        data += chunk
-    return data
 
 
 def closed_unanswered(sock: socket.socket) -> bool:

@@ -8,10 +8,8 @@ frames) lose only their own connection while the coordinator goes on serving."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import random
 import socket
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,6 +26,7 @@ from actors.core.in_process_broker import InProcessBroker
 from storage.clock import MockClock
 from storage.errors import BrokerNotAvailableError, InvalidRequestError
 from storage.records.consumer_offsets import OffsetAndMetadata
+from tests.actors.channels.raw_clients import drained_until_closed, raw_socket, run, wait_until
 
 TIMEOUT_S = 10.0
 GROUP = "ledger"
@@ -69,10 +68,6 @@ def channel(coordinator: GroupCoordinator) -> Iterator[GroupChannel]:
     serving.close()
 
 
-def run(coroutine: Any) -> Any:
-    return asyncio.run(asyncio.wait_for(coroutine, TIMEOUT_S))
-
-
 async def over(address: str, method: str, *args: Any, **kwargs: Any) -> Any:
     """One call on a new `GroupConnections`: its answer, or the error it raised."""
     connections = GroupConnections(address)
@@ -82,32 +77,6 @@ async def over(address: str, method: str, *args: Any, **kwargs: Any) -> Any:
         return exc
     finally:
         connections.close()
-
-
-def wait_until(condition: Any) -> None:
-    deadline = time.monotonic() + TIMEOUT_S
-    while not condition():
-        assert time.monotonic() < deadline, "the channel did not get there in time"
-        time.sleep(0.001)
-
-
-@contextlib.contextmanager
-def raw_socket(address: str) -> Iterator[socket.socket]:
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.settimeout(TIMEOUT_S)
-    try:
-        sock.connect(address)
-        yield sock
-    finally:
-        sock.close()
-
-
-def drained_until_closed(sock: socket.socket) -> bytes:
-    received = b""
-    with contextlib.suppress(ConnectionResetError):
-        while chunk := sock.recv(4096):
-            received += chunk
-    return received
 
 
 def still_serves(address: str, coordinator: GroupCoordinator) -> None:

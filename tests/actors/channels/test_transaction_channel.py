@@ -14,8 +14,7 @@ import random
 import secrets
 import socket
 import subprocess
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +31,7 @@ from storage.clock import MockClock
 from storage.errors import BrokerNotAvailableError, InvalidRequestError
 from storage.records.layout import ControlRecordType
 from storage.records.record_batch import iter_batches
+from tests.actors.channels.raw_clients import drained_until_closed, raw_socket, receive_exactly, run, wait_until
 
 # Every wait in this file is bounded: an answer over a local socket takes well under a millisecond.
 TIMEOUT_S = 5.0
@@ -60,10 +60,6 @@ def channel(coordinator: TransactionCoordinator) -> Iterator[TransactionChannel]
     serving = TransactionChannel(coordinator)
     yield serving
     serving.close()
-
-
-def run(coroutine: Any) -> Any:
-    return asyncio.run(asyncio.wait_for(coroutine, TIMEOUT_S))
 
 
 async def calls(address: str, *steps: tuple[str, tuple[Any, ...]]) -> list[Any]:
@@ -95,44 +91,6 @@ def markers(broker: InProcessBroker, partition: int) -> list[str]:
         if marker is not None:
             found.append(marker.control_type.name)
     return found
-
-
-@contextlib.contextmanager
-def raw_socket(address: str) -> Iterator[socket.socket]:
-    """A client socket that sends whatever bytes a test chooses."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.settimeout(TIMEOUT_S)
-    try:
-        sock.connect(address)
-        yield sock
-    finally:
-        sock.close()
-
-
-def receive_exactly(sock: socket.socket, size: int) -> bytes | None:
-    data = b""
-    while len(data) < size:
-        chunk = sock.recv(size - len(data))
-        if not chunk:
-            return None
-        data += chunk
-    return data
-
-
-def wait_until(condition: Callable[[], bool]) -> None:
-    deadline = time.monotonic() + TIMEOUT_S
-    while not condition():
-        assert time.monotonic() < deadline, "the channel did not get there in time"
-        time.sleep(0.001)
-
-
-def drained_until_closed(sock: socket.socket) -> bytes:
-    """Everything the channel sends before it closes the connection (closed with bytes unread: a reset)."""
-    received = b""
-    with contextlib.suppress(ConnectionResetError):
-        while chunk := sock.recv(4096):
-            received += chunk
-    return received
 
 
 def still_serves(address: str, coordinator: TransactionCoordinator) -> None:
