@@ -5,7 +5,8 @@ group API's messages and results.
 `GROUP_METHODS` are every method the listeners' `GroupView` calls (`cluster.protocol.views.group_view`): the
 classic protocol's JoinGroup, SyncGroup, Heartbeat and LeaveGroup with their bounded waits, KIP-848's
 ConsumerGroupHeartbeat, offsets committed, fetched and deleted (transactional ones too), and the groups listed,
-described and deleted. Anything else is refused by the channel.
+described and deleted; and `complete_transaction`, which the transaction coordinator calls once a COMMIT or ABORT
+marker reached a `__consumer_offsets` partition. Anything else is refused by the channel.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ GROUP_METHODS = frozenset(
         "describe_group",
         "delete_group",
         "delete_offsets",
+        "complete_transaction",
     }
 )
 

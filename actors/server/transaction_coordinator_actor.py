@@ -17,8 +17,9 @@ Ongoing, PrepareCommit and Complete appends and the marker): listeners call it o
 `__transaction_state` appends and its markers go through its `AppendRoute` (`actors.server.append_route`, the
 route of every write to a leader): over the append channel (`actors.channels.append_channel`) of a partition whose
 leader is on this node, its followers' replication then awaited with one Ray call to the leader's
-`await_replicated`. Every other call, and every partition led elsewhere, is a Ray call; the acks=all guarantee is
-the same either way.
+`await_replicated`; a marker on `__consumer_offsets` completes the offsets over the group coordinator's channel
+(`OffsetsCompletion`) when it runs on this node. Every other call, and every partition led elsewhere, is a Ray call;
+the acks=all guarantee is the same either way.
 
 The actor is started by the first transactional request (Kafka creates `__transaction_state` on the first
 FindCoordinator for a transactional id: a cluster whose clients never use transactions never pays for the topic's
@@ -46,6 +47,7 @@ from typing import Any
 import ray
 
 from actors.calls import call, controller, get_actor, this_node_id
+from actors.channels.group_connection import GroupCaller
 from actors.channels.transaction_channel import TransactionChannel
 from actors.core.controller.topic_metadata import TRANSACTION_STATE_TOPIC
 from actors.core.replication.replica import ACKS_ALL
@@ -256,13 +258,47 @@ class TransactionCoordinatorActor:
 def marker_writer(route: AppendRoute) -> OffsetsCompletingMarkers:
     """The markers the coordinator and a WriteTxnMarkers write through `route`: the partitions' leader actors', a
     marker on `__consumer_offsets` completing the producer's offsets in the group coordinator actor."""
-    return OffsetsCompletingMarkers(RayTransactionMarkers(route), _complete_transactional_offsets)
+    return OffsetsCompletingMarkers(RayTransactionMarkers(route), OffsetsCompletion())
 
 
-def _complete_transactional_offsets(partition: int, producer_id: int, commit: bool) -> None:
+class OffsetsCompletion:
     """A marker reached `__consumer_offsets` partition `partition`: the group coordinator actor completes the
-    producer's transactional offsets there (`OffsetsCompletingMarkers`)."""
-    call(get_actor(group_coordinator_name()).complete_transaction.remote(partition, producer_id, commit))
+    producer's transactional offsets there (`OffsetsCompletingMarkers`). The call goes over the group coordinator's
+    channel (`actors.channels.group_connection.GroupCaller`) when it runs on this node, else through Ray; the actor
+    and its channel are looked up once, and again after a call failed retriably (the actor restarted or moved)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._handle: Any = None
+        self._caller: GroupCaller | None = None
+
+    def __call__(self, partition: int, producer_id: int, commit: bool) -> None:
+        handle, caller = self._found()
+        try:
+            if caller is not None:
+                caller.call("complete_transaction", partition, producer_id, commit)
+            else:
+                call(handle.complete_transaction.remote(partition, producer_id, commit))
+        except RaybrokerError as exc:
+            if exc.retriable:
+                self._forget(handle)
+            raise
+
+    def _found(self) -> tuple[Any, GroupCaller | None]:
+        with self._lock:
+            if self._handle is None:
+                handle = get_actor(group_coordinator_name())
+                node, address = call(handle.group_channel.remote())
+                self._caller = GroupCaller(address) if node and node == this_node_id() else None
+                self._handle = handle
+            return self._handle, self._caller
+
+    def _forget(self, handle: Any) -> None:
+        with self._lock:
+            if self._handle is handle:
+                if self._caller is not None:
+                    self._caller.close()
+                self._handle, self._caller = None, None
 
 
 # Wrapped here, not in `actors.server.remote` with the other service actors: the controller's monitor starts the

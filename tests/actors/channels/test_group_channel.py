@@ -18,7 +18,7 @@ import pytest
 
 from actors.channels.append_frames import SIZE, SOCKET_REQUEST_MAX_BYTES
 from actors.channels.group_channel import GroupChannel
-from actors.channels.group_connection import MAX_CONNECTIONS, GroupConnections
+from actors.channels.group_connection import MAX_CONNECTIONS, GroupCaller, GroupConnections
 from actors.channels.group_frames import GROUP_CODEC
 from actors.core.groups.group_coordinator import GroupCoordinator
 from actors.core.groups.group_membership import GroupError, JoinResult, MembershipConfig, PendingJoin
@@ -254,3 +254,51 @@ def test_a_closed_channel_fails_calls_as_broker_not_available(coordinator: Group
     first, second = run(across_the_close())
     assert first is None
     assert isinstance(second, BrokerNotAvailableError) and second.retriable
+
+
+def test_a_blocking_caller_completes_transactional_offsets_as_the_coordinator_does(
+    channel: GroupChannel, coordinator: GroupCoordinator
+) -> None:
+    """The transaction coordinator's side: a TxnOffsetCommit stays pending until `complete_transaction` over the
+    channel commits it (and an abort's drops it), as the coordinator's own call does."""
+    committed = {("orders", 0): OffsetAndMetadata(40, 1, "")}
+    partition = coordinator.partition_for(GROUP)
+    caller = GroupCaller(channel.address)
+    try:
+        for producer_id, commit in ((11, True), (12, False)):
+            offsets = {key: OffsetAndMetadata(value.offset + producer_id) for key, value in committed.items()}
+            assert coordinator.commit_transactional(GROUP, producer_id, 0, "", -1, offsets) == GroupError.NONE
+            assert coordinator.unstable_offsets(GROUP, None) == set(offsets)
+            assert caller.call("complete_transaction", partition, producer_id, commit) is None
+            assert coordinator.unstable_offsets(GROUP, None) == set()
+        assert coordinator.fetch_committed(GROUP, [("orders", 0)]) == {("orders", 0): OffsetAndMetadata(51)}
+    finally:
+        caller.close()
+
+
+def test_a_blocking_caller_fails_as_broker_not_available_once_the_channel_is_gone(
+    coordinator: GroupCoordinator,
+) -> None:
+    first = GroupChannel(coordinator)
+    caller = GroupCaller(first.address)
+    try:
+        assert caller.call("describe_group", GROUP) is None
+        first.close()
+        with pytest.raises(BrokerNotAvailableError) as broken:
+            caller.call("describe_group", GROUP)
+        assert broken.value.retriable
+    finally:
+        caller.close()
+
+
+def test_a_blocking_callers_refused_call_raises_the_refusal_and_the_next_call_is_answered(
+    channel: GroupChannel,
+) -> None:
+    """The channel ends the connection of a call it refuses; the caller's next call opens another."""
+    caller = GroupCaller(channel.address)
+    try:
+        with pytest.raises(InvalidRequestError, match="serves no method"):
+            caller.call("commit", GROUP, {("t", 0): 1})
+        assert caller.call("describe_group", GROUP) is None
+    finally:
+        caller.close()
