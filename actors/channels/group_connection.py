@@ -18,6 +18,7 @@ from typing import Any
 from actors.channels.append_frames import SIZE
 from actors.channels.group_frames import GROUP_CODEC
 from actors.channels.local_connections import LocalConnections
+from actors.channels.local_sockets import read_exactly
 from storage.errors import BrokerNotAvailableError, InvalidRequestError, RaybrokerError
 
 # Calls in flight at once over one listener's connections.
@@ -60,8 +61,8 @@ class GroupCaller:
                     connection.settimeout(CALL_TIMEOUT_S)
                     connection.connect(self.address)
                 connection.sendall(frame)
-                (size,) = SIZE.unpack(_received(connection, SIZE.size))
-                answer = GROUP_CODEC.decode_answer(_received(connection, size))
+                (size,) = SIZE.unpack(read_exactly(connection, SIZE.size))
+                answer = GROUP_CODEC.decode_answer(bytes(read_exactly(connection, size)))
             except (OSError, InvalidRequestError) as exc:
                 self._close()
                 raise BrokerNotAvailableError(f"the group channel connection is broken: {exc!r}") from None
@@ -80,17 +81,6 @@ class GroupCaller:
         if self._socket is not None:
             self._socket.close()
             self._socket = None
-
-
-def _received(connection: socket.socket, size: int) -> bytes:
-    """`size` bytes from `connection`; `ConnectionResetError` if it closes first."""
-    data = bytearray()
-    while len(data) < size:
-        chunk = connection.recv(size - len(data))
-        if not chunk:
-            raise ConnectionResetError("the group channel closed the connection")
-        data += chunk
-    return bytes(data)
 
 
 __all__ = ["CALL_TIMEOUT_S", "MAX_CONNECTIONS", "GroupCaller", "GroupConnections"]

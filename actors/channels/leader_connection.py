@@ -11,7 +11,8 @@ from __future__ import annotations
 import socket
 
 from actors.channels.append_frames import SIZE, SOCKET_REQUEST_MAX_BYTES
-from actors.channels.replica_channel import ReplicaChannelAddress, read_exactly
+from actors.channels.local_sockets import read_exactly
+from actors.channels.replica_channel import ReplicaChannelAddress
 from actors.channels.replica_fetch_frames import ReplicaFetchRequest, decode_answer, encode_request
 from actors.core.replication.follower import ReplicaFetch
 from storage.errors import InvalidRequestError, RaybrokerError

@@ -4,7 +4,8 @@
 Each is a Unix stream socket in Linux's abstract namespace (no file to leave behind, gone with its process), at an
 address naming its purpose, its process and 8 random bytes, so a restarted process never answers at the address of
 the one before it. Abstract sockets have no file permissions: a server checks each connection's peer with
-`same_user` (`SO_PEERCRED`) and closes those of another user unanswered.
+`same_user` (`SO_PEERCRED`) and closes those of another user unanswered. `read_exactly` is how the channels'
+blocking ends (these and the replica channel's TCP ones) read a frame's bytes.
 """
 
 from __future__ import annotations
@@ -48,4 +49,17 @@ def same_user(connection: socket.socket) -> bool:
     return peer_uid(connection) == os.getuid()
 
 
-__all__ = ["SOCKET_LISTEN_BACKLOG_SIZE", "listening_socket", "peer_uid", "same_user"]
+def read_exactly(connection: socket.socket, size: int) -> bytearray:
+    """`size` bytes from `connection`; `ConnectionResetError` if it ends first."""
+    buffer = bytearray(size)
+    view = memoryview(buffer)
+    filled = 0
+    while filled < size:
+        count = connection.recv_into(view[filled:])
+        if count == 0:
+            raise ConnectionResetError("the channel's connection ended inside a frame")
+        filled += count
+    return buffer
+
+
+__all__ = ["SOCKET_LISTEN_BACKLOG_SIZE", "listening_socket", "peer_uid", "read_exactly", "same_user"]

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from functools import partial
 
 from actors.channels.append_frames import SIZE, encode_error, over_request_limit
-from actors.channels.local_sockets import SOCKET_LISTEN_BACKLOG_SIZE
+from actors.channels.local_sockets import SOCKET_LISTEN_BACKLOG_SIZE, read_exactly
 from actors.channels.replica_fetch_frames import TOKEN_BYTES, ReplicaFetchRequest, decode_request, encode_answer_head
 from actors.channels.served_partitions import PartitionChannel, ProcessChannel
 from actors.core.replication.follower import ReplicaFetch
@@ -149,20 +149,6 @@ class ReplicaChannel(PartitionChannel[FollowerFetch, ReplicaChannelAddress]):
             connection.sendall(answer.records)
 
 
-def read_exactly(connection: socket.socket, size: int) -> bytearray:
-    """`size` bytes from `connection` (both ends of the channel read this way); `ConnectionResetError` if it ends
-    first."""
-    buffer = bytearray(size)
-    view = memoryview(buffer)
-    filled = 0
-    while filled < size:
-        count = connection.recv_into(view[filled:])
-        if count == 0:
-            raise ConnectionResetError("the replica channel's connection ended inside a frame")
-        filled += count
-    return buffer
-
-
 _CHANNEL: ProcessChannel[FollowerFetch, ReplicaChannelAddress] = ProcessChannel()
 
 
@@ -183,7 +169,6 @@ __all__ = [
     "FollowerFetch",
     "ReplicaChannel",
     "ReplicaChannelAddress",
-    "read_exactly",
     "serve",
     "stop_serving",
 ]

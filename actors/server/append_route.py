@@ -336,16 +336,17 @@ class AppendRoute:
         """Submits one write to `leader` and answers at once. A channel broken before the write fails it with
         `BrokerNotAvailableError`, one that breaks while it waits with `RequestTimedOutError`; both are retriable,
         and the partition is looked up again."""
-        reply: Any = None if leader.channel is None else write.over_channel(leader.channel, topic, partition, acks)
-        over_channel = leader.channel is not None
-        if over_channel:
+        channel = leader.channel
+        reply: Any
+        if channel is not None:
+            reply = write.over_channel(channel, topic, partition, acks)
             if acks == ACKS_ALL and leader.replicated:
                 reply = _replicated_after(reply, leader.handle, timeout_ms)
         else:
             reply = write.as_call(leader.handle, acks)
             if acks == ACKS_ALL and leader.replicated:
                 reply = leader.handle.await_replicated.remote(reply, timeout_ms)
-        appended = AppendCall(self, (topic, partition), leader, reply, over_channel)
+        appended = AppendCall(self, (topic, partition), leader, reply, channel is not None)
         if leader.replicated:
             self.watch.add(appended)
         return appended

@@ -120,14 +120,18 @@ class RayTransport:
         """The actor's handle, looked up if it was forgotten. One lookup at a time, which every caller awaits: a
         lookup blocks its worker thread as long as Ray's GCS does not answer (its head lost), and one per call would
         take every worker thread of the loop meanwhile. A caller that stops waiting leaves the lookup running."""
-        if self._handle is None and not ray.is_initialized():
-            raise BrokerNotAvailableError(f"no actor {self._name!r}: this process is not connected to a Ray cluster")
+        self._check_connected()
         if self._handle is None:
             if self._lookup is None:
                 lookup = self._lookup = asyncio.ensure_future(asyncio.to_thread(get_actor, self._name))
                 lookup.add_done_callback(self._looked_up)
             self._handle = await asyncio.shield(self._lookup)
         return self._handle
+
+    def _check_connected(self) -> None:
+        """`BrokerNotAvailableError` when there is no handle and no Ray cluster to look the actor up in."""
+        if self._handle is None and not ray.is_initialized():
+            raise BrokerNotAvailableError(f"no actor {self._name!r}: this process is not connected to a Ray cluster")
 
     def _looked_up(self, lookup: asyncio.Future[Any]) -> None:
         if self._lookup is lookup:
@@ -189,8 +193,7 @@ class RayChannelTransport(RayTransport):
 
     async def _actor(self) -> Any:
         """The actor's handle, looked up (and its channel with it) if it was forgotten."""
-        if self._handle is None and not ray.is_initialized():
-            raise BrokerNotAvailableError(f"no actor {self._name!r}: this process is not connected to a Ray cluster")
+        self._check_connected()
         async with self._looking_up:
             if self._handle is None:
                 self._handle, self._channel = await asyncio.to_thread(self._look_up)
