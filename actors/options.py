@@ -44,7 +44,9 @@ PARTITION_CONCURRENCY_GROUPS = {READ_GROUP: READ_THREADS, MAINTENANCE_GROUP: 1, 
 # A log manager answers restarted partition hosts on a thread of their own: its SERVICE_CONCURRENCY threads
 # may all be waiting on the very host that is restarting (creates queue behind the one holding its lock).
 HOSTS_GROUP = "hosts"
-LOG_MANAGER_CONCURRENCY_GROUPS = {HOSTS_GROUP: 1}
+# ... and answers its replicas' replication-quota questions on another, never behind a partition's creation.
+QUOTAS_GROUP = "quotas"
+LOG_MANAGER_CONCURRENCY_GROUPS = {HOSTS_GROUP: 1, QUOTAS_GROUP: 1}
 
 
 def partition_actor_name(topic: str, partition: int, node_id: str) -> str:

@@ -11,7 +11,8 @@ real replication and the real group coordinator.
 - The controller (`actors.core.controller.controller.Controller`) over those nodes, its metadata log in
   `<root>/metadata`; it tells replicas their states directly, and leaders ask it for ISR changes directly.
 - Followers fetch from their leader's `Replica` in a thread each (`ReplicaFetcher`, `LocalLeaderLink`), so a topic
-  with replication factor > 1 replicates as on Ray.
+  with replication factor > 1 replicates as on Ray, throttled by each node's `ReplicationQuotas` as the controller's
+  throttles say.
 - The group coordinator (`actors.core.groups.group_coordinator.GroupCoordinator`), made on first use, which creates
   `__consumer_offsets` then, as Kafka does for the first group; the controller tells it of each deleted topic
   (made first if `__consumer_offsets` exists: a broker opened again may hold offsets of the topic). The transaction
@@ -44,6 +45,7 @@ from actors.core.controller.topic_metadata import CONSUMER_OFFSETS_TOPIC, TRANSA
 from actors.core.groups.group_coordinator import GroupCoordinator
 from actors.core.groups.group_membership import GroupMembership, MembershipConfig
 from actors.core.internal_topics import InProcessInternalPartition
+from actors.core.quotas.replication_quotas import ReplicationQuotas
 from actors.core.replication.follower import LeaderLink, ReplicaSettings
 from actors.core.replication.leader_and_isr import LeaderAndIsr
 from actors.core.replication.local_leader_link import LocalLeaderLink
@@ -127,6 +129,14 @@ class LocalReplicas(LocalPartitions):
         self._find_replica = find_replica
         self._served: dict[TopicPartition, PartitionServer] = {}
         self._lock = threading.Lock()
+        self._quotas = ReplicationQuotas(config, clock.milliseconds)
+        self._broker_id = config.node_id
+
+    def admit(self, side: str, topic: str, partition: int, recorded: int) -> float:
+        """The node's replication quotas (the Replica's `ReplicationThrottle`), over the controller's throttles of
+        this node as they are now."""
+        self._quotas.update(self._controller().replication_throttles(self.node, self._broker_id))
+        return self._quotas.admit(side, topic, partition, recorded)
 
     def handle_for(self, tp: TopicPartition, log: Log) -> _ReplicaPartition:
         # Every partition is its own leader, in the epoch its log last had, until the controller says otherwise; a
@@ -140,6 +150,7 @@ class LocalReplicas(LocalPartitions):
             changes,
             controller=_ControllerLink(self._controller),
             leader_link=self._link,
+            throttle=self,
         )
         server = PartitionServer(log, replica, changes, topic=tp[0], metrics=self._metrics)
         with self._lock:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -37,17 +38,19 @@ from typing import Any
 import ray
 
 from actors.calls import call, controller
+from actors.core.quotas.replication_quotas import SIDES, ReplicationQuotas
 from actors.metrics.gauges import uncleanable_samples
 from actors.metrics.ray_export import exported_metrics
 from actors.metrics.recorder import Sample
-from actors.options import HOSTS_GROUP
+from actors.options import HOSTS_GROUP, QUOTAS_GROUP
 from actors.server.cleaner_actor import RayCleanerThreads
 from actors.server.partition_host import HostedPartitionSpec
 from actors.server.ray_partitions import RayPartitions
+from storage.arguments import is_int
 from storage.clock import SYSTEM_CLOCK
 from storage.config.broker_config import BrokerConfig
 from storage.config.log_config import LogConfig
-from storage.errors import BrokerNotAvailableError, RaybrokerError
+from storage.errors import BrokerNotAvailableError, InvalidRequestError, RaybrokerError
 from storage.logdir.log_manager import LogManager, PartitionPlacement
 from storage.logdir.metadata_mirror import MirrorState
 from storage.logdir.partition_handles import PartitionState
@@ -61,6 +64,9 @@ logger = logging.getLogger(__name__)
 TICK_SECONDS = 0.1
 # How long shutdown waits for a scheduled pass in progress to end before it closes the partitions.
 SCHEDULER_STOP_TIMEOUT_SECONDS = 30
+# How old the controller's replication throttles may be when a replica asks the quotas: a throttle set by
+# `kafka-reassign-partitions.sh --throttle` takes effect within this.
+THROTTLES_MAX_AGE_S = 0.5
 # How long startup waits for the controller's topic list; without it, no folder is taken for stray.
 TOPICS_TIMEOUT_SECONDS = 60
 
@@ -105,6 +111,8 @@ class LogManagerActor:
         self._heartbeat_thread.start()
         self._metrics = exported_metrics()
         self._metrics.add_gauges(self._uncleanable_gauges)
+        self._replication_quotas = ReplicationQuotas(self.config, SYSTEM_CLOCK.milliseconds)
+        self._throttles_read_at = float("-inf")
 
     def _run_heartbeats(self) -> None:
         """The controller's `broker_heartbeat` every `broker.heartbeat.interval.ms` until shutdown; a heartbeat the
@@ -123,6 +131,29 @@ class LogManagerActor:
     def _run_scheduler(self) -> None:
         while not self._stopping.wait(TICK_SECONDS):
             self._scheduler.run_due()
+
+    # --- replication quotas ----------------------------------------------------------------------
+
+    @ray.method(concurrency_group=QUOTAS_GROUP)
+    def replication_admit(self, side: str, topic: str, partition: int, recorded: int) -> float:
+        """The node's replication quotas for one fetch of a replica out of its ISR (`actors.core.quotas.
+        replication_quotas.ReplicationQuotas.admit`). The controller's throttles of this node are read again when
+        the last read is older than `THROTTLES_MAX_AGE_S` (kept as they were when it does not answer)."""
+        if side not in SIDES or not isinstance(topic, str) or not is_int(partition) or not is_int(recorded):
+            raise InvalidRequestError(f"not a replication quota question: {side!r} {topic!r} {partition!r}")
+        now = time.monotonic()
+        if now - self._throttles_read_at >= THROTTLES_MAX_AGE_S:
+            try:
+                throttles = call(
+                    controller().replication_throttles.remote(self.node_id, self.config.node_id),
+                    timeout_s=THROTTLES_MAX_AGE_S,
+                )
+            except RaybrokerError as exc:
+                logger.debug("replication throttles not read: %s", exc)
+            else:
+                self._replication_quotas.update(throttles)
+            self._throttles_read_at = now
+        return self._replication_quotas.admit(side, topic, partition, recorded)
 
     # --- partitions ------------------------------------------------------------------------------
 

@@ -139,6 +139,8 @@ logger = logging.getLogger(__name__)
 
 # How long a leader's or follower's call to another replica or the controller may take before it is retried.
 REPLICA_CALL_TIMEOUT_S = 30.0
+# How long a fetch waits for its node's replication quota to answer before it goes on unthrottled.
+THROTTLE_CALL_TIMEOUT_S = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,6 +264,7 @@ class PartitionLogActor:
                 self._changes,
                 controller=_RayControllerLink() if self._node else None,
                 leader_link=self._leader_link if find_replica is not None else None,
+                throttle=_RayReplicationThrottle(self._node) if self._node else None,
             ),
             self._changes,
             topic=None if self._named is None else self._named[0],
@@ -740,6 +743,30 @@ class _RayControllerLink:
             proposed.topic, proposed.partition, proposed.leader, proposed.leader_epoch, list(proposed.isr)
         )
         answer.future().add_done_callback(lambda done: refused() if done.exception() is not None else None)
+
+
+class _RayReplicationThrottle:
+    """The node's replication quotas, held by its log manager (the Replica's `ReplicationThrottle`): a Ray call per
+    fetch of a replica out of its ISR. A log manager that does not answer throttles nothing: a move never stalls on
+    its quota's bookkeeping."""
+
+    def __init__(self, node: str) -> None:
+        self._node = node
+        self._manager: Any | None = None
+
+    def admit(self, side: str, topic: str, partition: int, recorded: int) -> float:
+        try:
+            if self._manager is None:
+                self._manager = ray.get_actor(log_manager_name(self._node), namespace=NAMESPACE)
+            hold_off_s: float = call(
+                self._manager.replication_admit.remote(side, topic, partition, recorded),
+                timeout_s=THROTTLE_CALL_TIMEOUT_S,
+            )
+        except (RaybrokerError, ValueError) as exc:
+            self._manager = None
+            logger.debug("replication quota not asked: %s", exc)
+            return 0.0
+        return hold_off_s
 
 
 class _RayLeaderLink:

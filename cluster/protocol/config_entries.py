@@ -18,18 +18,22 @@ from collections.abc import Collection, Mapping
 from dataclasses import Field, dataclass
 from enum import IntEnum
 
-from storage.config.broker_config import BrokerConfig
+from storage.config.broker_config import DYNAMIC_BROKER_KEYS, BrokerConfig
 from storage.config.config_values import JavaType, config_fields, config_key, kafka_name, render_value
 from storage.config.log_config import LogConfig
 
 # Topic configs whose Kafka type is LIST: the only ones IncrementalAlterConfigs may APPEND to or SUBTRACT from.
-LIST_TOPIC_CONFIGS = frozenset({"cleanup.policy"})
+LIST_TOPIC_CONFIGS = frozenset(
+    {"cleanup.policy", "leader.replication.throttled.replicas", "follower.replication.throttled.replicas"}
+)
 
 
 class ConfigSource(IntEnum):
     """Kafka's `DescribeConfigsResponse.ConfigSource` (the values raybroker can report)."""
 
     DYNAMIC_TOPIC_CONFIG = 1
+    DYNAMIC_BROKER_CONFIG = 2
+    DYNAMIC_DEFAULT_BROKER_CONFIG = 3
     STATIC_BROKER_CONFIG = 4
     DEFAULT_CONFIG = 5
 
@@ -119,10 +123,11 @@ class ConfigDescriber:
         defaults = self._broker.log_config
         for spec in config_fields(LogConfig):
             name = kafka_name(spec.name)
-            broker_key = self._synonyms[name]
-            broker_levels = self._broker_levels(broker_key)
+            broker_key = self._synonyms.get(name)
+            broker_levels = () if broker_key is None else self._broker_levels(broker_key)
             synonyms = broker_levels
-            value, source = render_value(getattr(defaults, spec.name)), broker_levels[0].source
+            value = render_value(getattr(defaults, spec.name))
+            source = broker_levels[0].source if broker_levels else ConfigSource.DEFAULT_CONFIG
             if name in overrides:
                 value, source = overrides[name], ConfigSource.DYNAMIC_TOPIC_CONFIG
                 synonyms = (ConfigSynonym(name, value, source), *broker_levels)
@@ -131,17 +136,40 @@ class ConfigDescriber:
             entries.append(ConfigEntry(name, value, source, False, config_type, config_key(spec).doc or None, synonyms))
         return entries
 
-    def broker_entries(self) -> list[ConfigEntry]:
-        """Every broker key this broker has, in `BrokerConfig`'s order; all read-only."""
+    def broker_entries(
+        self,
+        dynamic: Mapping[str, str] | None = None,
+        dynamic_defaults: Mapping[str, str] | None = None,
+        per_broker: bool = True,
+    ) -> list[ConfigEntry]:
+        """Every broker key this broker has, in `BrokerConfig`'s order, as Kafka's `createBrokerConfigEntry`:
+        `DYNAMIC_BROKER_KEYS` with the values set at run time for this broker (`dynamic`) and for every broker
+        (`dynamic_defaults`) first (Kafka lists no default level for them), every other key read-only. Described as
+        every broker's level (`per_broker` False, the resource ""), a key keeps only its run-time default level."""
         entries = []
         for spec in config_fields(BrokerConfig):
             name = kafka_name(spec.name)
             levels = self._broker_levels(name)
+            if name in DYNAMIC_BROKER_KEYS:
+                levels = (
+                    *_dynamic_levels(name, dynamic or {}, dynamic_defaults or {}),
+                    *(level for level in levels if level.source != ConfigSource.DEFAULT_CONFIG),
+                )
+            if not per_broker:
+                levels = tuple(level for level in levels if level.source == ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)
+                if not levels:
+                    continue
             java_type = config_key(spec).java_type
             doc = config_key(spec).doc or None
             entries.append(
                 ConfigEntry(
-                    name, self._broker_values[name], levels[0].source, True, _CONFIG_TYPES[java_type], doc, levels
+                    name,
+                    levels[0].value if levels else self._broker_values[name],
+                    levels[0].source if levels else ConfigSource.DEFAULT_CONFIG,
+                    name not in DYNAMIC_BROKER_KEYS,
+                    _CONFIG_TYPES[java_type],
+                    doc,
+                    levels,
                 )
             )
         return entries
@@ -152,6 +180,18 @@ class ConfigDescriber:
         if broker_key not in self._static:
             return (default,)
         return (ConfigSynonym(broker_key, self._broker_values[broker_key], ConfigSource.STATIC_BROKER_CONFIG), default)
+
+
+def _dynamic_levels(
+    name: str, dynamic: Mapping[str, str], dynamic_defaults: Mapping[str, str]
+) -> tuple[ConfigSynonym, ...]:
+    """A dynamic broker key's run-time levels, this broker's before every broker's, each only when set."""
+    levels = []
+    if name in dynamic:
+        levels.append(ConfigSynonym(name, dynamic[name], ConfigSource.DYNAMIC_BROKER_CONFIG))
+    if name in dynamic_defaults:
+        levels.append(ConfigSynonym(name, dynamic_defaults[name], ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG))
+    return tuple(levels)
 
 
 def _rendered(spec: Field[object], value: object) -> str | None:

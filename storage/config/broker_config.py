@@ -44,6 +44,11 @@ list (blanks trimmed, empty entries dropped, as Kafka's `csvList`).
 | max.incremental.fetch.session.cache.slots     | int     | 1000                | fetch sessions per listener process  |
 | quota.window.num                              | int     | 11                  | samples of a client quota's rate   |
 | quota.window.size.seconds                     | int     | 1                   | each sample's length                 |
+| leader.replication.throttled.rate             | long    | Long.MAX_VALUE      | leaders' throttled bytes/s (dynamic) |
+| follower.replication.throttled.rate           | long    | Long.MAX_VALUE      | followers' throttled bytes/s (dyn.)  |
+| replica.alter.log.dirs.io.max.bytes.per.second | long   | Long.MAX_VALUE      | accepted (dynamic), nothing to bound |
+| replication.quota.window.num                  | int     | 11                  | samples of a replication quota       |
+| replication.quota.window.size.seconds         | int     | 1                   | each sample's length                 |
 | ssl.*, sasl.*, authorizer.class.name, ...     |         |                     | `storage.config.security_config`     |
 | transaction.*, transactional.id.*             |         |                     | `storage.config.transaction_config`  |
 | group.consumer.*, group.coordinator.*         |         |                     | `...group_protocol_config`           |
@@ -198,6 +203,16 @@ IGNORED_KAFKA_KEYS = frozenset(
 IGNORED_KAFKA_KEY_PREFIXES = ("listener.name.", "sasl.", "ssl.")
 
 # Broker key (as a field name) -> the LogConfig field it is the default of, when the value passes unchanged.
+# The broker keys IncrementalAlterConfigs may set at run time (Kafka's dynamic per-broker and cluster-default configs
+# that raybroker serves): the replication throttles.
+DYNAMIC_BROKER_KEYS = frozenset(
+    {
+        "leader.replication.throttled.rate",
+        "follower.replication.throttled.rate",
+        "replica.alter.log.dirs.io.max.bytes.per.second",
+    }
+)
+
 _TOPIC_SYNONYMS = {
     "log_segment_bytes": "segment_bytes",
     "log_index_size_max_bytes": "segment_index_bytes",
@@ -280,6 +295,11 @@ class BrokerConfig(CleanerKeys, ListenerKeys, SecurityKeys, TransactionKeys, Gro
     max_incremental_fetch_session_cache_slots: int = config_field(1000, "int", low=0)
     quota_window_num: int = config_field(11, "int", low=1)
     quota_window_size_seconds: int = config_field(1, "int", low=1)
+    leader_replication_throttled_rate: int = config_field(LONG_MAX, "long", low=0)
+    follower_replication_throttled_rate: int = config_field(LONG_MAX, "long", low=0)
+    replica_alter_log_dirs_io_max_bytes_per_second: int = config_field(LONG_MAX, "long", low=0)
+    replication_quota_window_num: int = config_field(11, "int", low=1)
+    replication_quota_window_size_seconds: int = config_field(1, "int", low=1)
     log_segment_bytes: int = config_field(1073741824, "int")
     log_roll_ms: int | None = config_field(None, "long")
     log_roll_hours: int = config_field(168, "int")

@@ -3,7 +3,8 @@
 `LogConfig(**fields)` validates on creation; `LogConfig.from_properties({"segment.bytes": "1024"})`
 accepts Kafka's dotted names with string or native values, so a user's topic configs work unchanged.
 Every key has Kafka's Java type (`int`, `long`, `double`, `boolean`, `string`), parsed and range-checked by
-`storage.config.config_values`; `cleanup.policy` (a Kafka list) is kept as its comma-separated text.
+`storage.config.config_values`; `cleanup.policy` and the two throttled-replicas lists (Kafka lists) are kept as
+their comma-separated text (`storage.config.throttled_replicas` checks the latter).
 Unknown keys, values of the wrong type and values out of Kafka's ranges raise `InvalidConfigError`.
 """
 
@@ -24,6 +25,7 @@ from storage.config.config_values import (
     render_properties,
     render_value,
 )
+from storage.config.throttled_replicas import ThrottledReplicas
 from storage.errors import InvalidConfigError
 
 CLEANUP_POLICIES = ("delete", "compact")
@@ -85,6 +87,12 @@ class LogConfig:
     unclean_leader_election_enable: bool = config_field(False, "boolean", "replication: kept for Kafka compatibility")
     local_retention_ms: int = config_field(-2, "long", "tiered storage: kept for Kafka compatibility", low=-2)
     local_retention_bytes: int = config_field(-2, "long", "tiered storage: kept for Kafka compatibility", low=-2)
+    leader_replication_throttled_replicas: str = config_field(
+        "", "string", "replicas whose leader-side replication is throttled: '*' or partition:broker pairs"
+    )
+    follower_replication_throttled_replicas: str = config_field(
+        "", "string", "replicas whose follower-side replication is throttled: '*' or partition:broker pairs"
+    )
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -93,6 +101,8 @@ class LogConfig:
             raise InvalidConfigError(
                 f"invalid value {self.cleanup_policy!r} for cleanup.policy: expected delete, compact or both"
             )
+        for name in ("leader.replication.throttled.replicas", "follower.replication.throttled.replicas"):
+            ThrottledReplicas.parse(name, getattr(self, name.replace(".", "_")))
         if self.compression_gzip_level == 0:
             raise InvalidConfigError("invalid value 0 for compression.gzip.level: expected 1..9 or -1")
         if self.max_compaction_lag_ms < self.min_compaction_lag_ms:
@@ -100,6 +110,12 @@ class LogConfig:
                 f"max.compaction.lag.ms ({self.max_compaction_lag_ms}) must be >= "
                 f"min.compaction.lag.ms ({self.min_compaction_lag_ms})"
             )
+
+    def throttled_replicas(self, side: str) -> ThrottledReplicas:
+        """`leader.replication.throttled.replicas` (`side` "leader") or `follower.replication.throttled.replicas`
+        ("follower"), parsed."""
+        name = f"{side}.replication.throttled.replicas"
+        return ThrottledReplicas.parse(name, getattr(self, name.replace(".", "_")))
 
     @property
     def compact(self) -> bool:

@@ -16,6 +16,7 @@ Its records (JSON values, readable with `raybroker dump-log --print-data-log`):
 | `scram/<mechanism>/<user>` | `{"mechanism", "salt", "stored_key", "server_key", "iterations"}` |
 | `quota/<entity>`   | `{"values": {key: value}}`: one client quota entity (`actors.core.quotas.client_quotas`) |
 | `feature/<name>`   | `{"level": n}`: a feature's finalized level (`actors.core.controller.finalized_features`) |
+| `broker-config/<id>` | `{"configs": {key: value}}`: run-time configs of a broker ("": of every broker) |
 
 A topic record names the topic's id (KIP-516: a random Kafka Uuid in Kafka's text, `storage.kafka_uuid`, drawn at
 creation, so a topic created again under the same name has another), each partition's leader node (its last leader
@@ -84,6 +85,11 @@ from actors.core.controller.assignment import (
     preferred_election,
 )
 from actors.core.controller.broker_sessions import BrokerSessions
+from actors.core.controller.dynamic_broker_configs import (
+    BROKER_CONFIG_KEY_PREFIX,
+    DEFAULT_BROKER,
+    DynamicBrokerConfigs,
+)
 from actors.core.controller.elections import ElectionError, ElectionType, requested_election
 from actors.core.controller.finalized_features import FEATURE_KEY_PREFIX, FeatureUpdate, FinalizedFeatures
 from actors.core.controller.metadata_replication import MetadataReplication
@@ -104,6 +110,7 @@ from actors.core.quotas.client_quotas import (
     FilterComponent,
     QuotaAlteration,
 )
+from actors.core.quotas.replication_quotas import ALL_PARTITIONS, FOLLOWER, LEADER, ReplicationThrottles
 from actors.core.replication.leader_and_isr import LeaderAndIsr
 from actors.core.role_metrics import NO_ROLE_METRICS, RoleMetrics
 from actors.core.security.acl_bindings import AclBinding, AclBindingFilter
@@ -115,6 +122,7 @@ from storage.arguments import is_int
 from storage.clock import Clock
 from storage.config.broker_config import BrokerConfig
 from storage.config.log_config import LogConfig
+from storage.config.throttled_replicas import ThrottledReplicas
 from storage.errors import (
     BrokerNotAvailableError,
     IneligibleReplicaError,
@@ -198,6 +206,7 @@ class Controller(ReplicaMoves):
         self._scram = ScramCredentialStore(self._write)
         self._quotas = ClientQuotaStore(self._write)
         self._features = FinalizedFeatures(self._write)
+        self._broker_configs = DynamicBrokerConfigs(self._write)
         self._replay()
         claim = claim_epoch or (lambda at_least: at_least)
         self._replication.start_epoch(claim(self._replication.latest_epoch + 1))
@@ -239,6 +248,9 @@ class Controller(ReplicaMoves):
                 continue
             if name.startswith(FEATURE_KEY_PREFIX):
                 self._features.load(name, None if value is None else json.loads(value), offset)
+                continue
+            if name.startswith(BROKER_CONFIG_KEY_PREFIX):
+                self._broker_configs.load(name, None if value is None else json.loads(value))
                 continue
             if value is None:
                 continue
@@ -836,6 +848,43 @@ class Controller(ReplicaMoves):
         """Kafka's DescribeClientQuotas: each entity the filter matches, with its values."""
         with self._lock:
             return self._quotas.describe(components, strict)
+
+    def alter_broker_configs(self, broker: str, changes: Mapping[str, str | None], validate_only: bool = False) -> None:
+        """Sets (or, for None, deletes) run-time configs of broker `broker` ("" for every broker): Kafka's
+        IncrementalAlterConfigs on a BROKER resource (`actors.core.controller.dynamic_broker_configs`)."""
+        with self._lock:
+            self._broker_configs.alter(broker, changes, validate_only)
+
+    def broker_configs(self, broker: str) -> tuple[dict[str, str], dict[str, str]]:
+        """The run-time configs of broker `broker`'s own level and of every broker's level."""
+        with self._lock:
+            return self._broker_configs.configs(broker), self._broker_configs.configs(DEFAULT_BROKER)
+
+    def replication_throttles(self, node_id: str, broker_id: int | None = None) -> ReplicationThrottles:
+        """The replication throttles of the broker on node `node_id` (`actors.core.quotas.replication_quotas`): its
+        rates set at run time, and the partitions its topics' throttled-replicas configs list for its `node.id`:
+        its listener's, else `broker_id` (the node's own config; None: only `*` lists apply)."""
+        with self._lock:
+            listener = self._listeners.get(node_id)
+            broker = broker_id if listener is None else listener.broker_id
+            sides: dict[str, set[tuple[str, int]]] = {LEADER: set(), FOLLOWER: set()}
+            for topic in self._topics.values():
+                for side, throttled in sides.items():
+                    name = f"{side}.replication.throttled.replicas"
+                    if not topic.config.get(name):
+                        continue
+                    listed = ThrottledReplicas.parse(name, topic.config[name])
+                    partitions = listed.partitions_of(-1 if broker is None else broker)
+                    if partitions is None:
+                        throttled.add((topic.name, ALL_PARTITIONS))
+                    else:
+                        throttled.update((topic.name, partition) for partition in partitions)
+            return ReplicationThrottles(
+                self._broker_configs.rate(broker, "leader.replication.throttled.rate"),
+                self._broker_configs.rate(broker, "follower.replication.throttled.rate"),
+                frozenset(sides[LEADER]),
+                frozenset(sides[FOLLOWER]),
+            )
 
     def client_quotas_version(self) -> int:
         """A number that moves with every quota change (the listeners poll it, as the ACL version)."""

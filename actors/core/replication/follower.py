@@ -18,6 +18,10 @@ The follower copies its leader's log record for record, offsets and leader epoch
    empty at the leader's log start. Any other failure (the leader restarting, a new leader not known yet) waits
    `replica.fetch.backoff.ms` and tries again; the controller's next state stops this loop and starts another.
 
+A replica out of its partition's ISR asks its broker's follower replication quota before each fetch (`throttle`, the
+bytes of the fetch before recorded; `actors.core.quotas.replication_quotas`): while the quota holds it off it skips
+the fetch for the time it is told, as Kafka's fetcher leaves a throttled partition out of its fetch.
+
 Once `stop` returned, the fetcher changes its log no more (Kafka's fetcher applies an answer only under the lock that
 removing the partition takes): a leader's answer still in flight when the controller's next state came is dropped.
 Otherwise the late answer of a leader that lost its leadership (slow because its node is busy, which is also why Ray
@@ -105,15 +109,23 @@ class ReplicaFetcher:
         leader: LeaderLink,
         settings: ReplicaSettings,
         on_change: Callable[[], None],
+        *,
+        in_sync: Callable[[], bool] = lambda: True,
+        throttle: Callable[[int], float] | None = None,
     ) -> None:
+        """`in_sync()` says whether this replica is in its partition's ISR now; `throttle(recorded)` records the bytes
+        the last fetch of a replica out of the ISR copied and answers how long to hold off (None: never throttled)."""
         self._name = name
         self._log = log
         self._leader = leader
         self._settings = settings
         self._on_change = on_change
+        self._in_sync = in_sync
+        self._throttle = throttle
         self._stopped = threading.Event()
         # Held while the loop changes the log, and by `stop`: no change begins once `stop` returned.
         self._changing = threading.Lock()
+        self._unrecorded = 0
         self._thread = threading.Thread(target=self._run, name=f"replica-fetcher-{name}", daemon=True)
 
     def start(self) -> None:
@@ -184,12 +196,21 @@ class ReplicaFetcher:
                 return
 
     def fetch_once(self) -> None:
-        """Step 2 of the module docstring."""
+        """Step 2 of the module docstring, unless the follower quota holds this replica off."""
         log = self._log
+        throttled = self._throttle is not None and not self._in_sync()
+        if throttled and self._throttle is not None:
+            hold_off_s = self._throttle(self._unrecorded)
+            self._unrecorded = 0
+            if hold_off_s > 0:
+                self._stopped.wait(hold_off_s)
+                return
         fetched = self._leader.replicate(
             log.log_end_offset, self._settings.fetch_max_bytes, self._settings.fetch_wait_max_ms
         )
         records = whole_batches(fetched.records)
+        if throttled:
+            self._unrecorded += len(records)
         with self._changing:
             if self._stopped.is_set():
                 return

@@ -17,6 +17,9 @@ last one (by leader epoch, then version) is ignored, and so is one that does not
   that epoch in its log (`Log.become_leader`), so its followers truncate to it.
 - As a follower it runs a `ReplicaFetcher` thread that copies the leader's log through a link the host makes
   (`leader_link(state)`), and refuses client appends and reads with `NotLeaderOrFollowerError`.
+- A follower out of the ISR is throttled by the broker's replication quotas (`throttle`,
+  `actors.core.quotas.replication_quotas`): the leader answers its fetch with no records while the leader quota holds
+  it off, and its own fetcher skips fetches while the follower quota does.
 - `await_replicated(info)` is the second half of an `acks=all` append: it answers once the high watermark passed
   the append, so the thread that appends never waits for followers.
 
@@ -82,6 +85,15 @@ class ControllerLink(Protocol):
         ...
 
 
+class ReplicationThrottle(Protocol):
+    """The broker's replication quotas as a replica asks them (`actors.core.quotas.replication_quotas`)."""
+
+    def admit(self, side: str, topic: str, partition: int, recorded: int) -> float:
+        """Records `recorded` bytes for a replica out of its ISR on `side` ("leader" or "follower") if it is
+        throttled, and answers how many seconds it must hold off (0: go on)."""
+        ...
+
+
 class Replica:
     """One replica's leader/follower role; see the module docstring. Thread-safe (the role lock)."""
 
@@ -95,10 +107,11 @@ class Replica:
         controller: ControllerLink | None = None,
         leader_link: Callable[[LeaderAndIsr], LeaderLink] | None = None,
         isr_checks: bool = True,
+        throttle: ReplicationThrottle | None = None,
     ) -> None:
         """`leader_link(state)` links a follower to `state`'s leader (None: this replica never follows, as outside
         a cluster); `isr_checks` False leaves the ISR shrink check to whoever calls `check_isr` (a test moving a
-        `MockClock`)."""
+        `MockClock`); `throttle` is the broker's replication quotas (None: never throttled)."""
         self.log = log
         self.node = node
         self.settings = settings
@@ -106,6 +119,9 @@ class Replica:
         self._controller = controller
         self._leader_link = leader_link
         self._isr_checks = isr_checks
+        self._throttle = throttle
+        # Per follower out of the ISR: the bytes the leader's last answer sent it, recorded with its next fetch.
+        self._unrecorded: dict[str, int] = {}
         self._lock = threading.RLock()
         self._state: LeaderAndIsr | None = None
         self._leader: LeaderState | None = None
@@ -191,10 +207,24 @@ class Replica:
         self._stop_fetcher()
         if state.offline or self._leader_link is None:
             return
+        throttle = self._throttle
         self._fetcher = ReplicaFetcher(
-            f"{state.topic}-{state.partition}", self.log, self._leader_link(state), self.settings, self._changes.notify
+            f"{state.topic}-{state.partition}",
+            self.log,
+            self._leader_link(state),
+            self.settings,
+            self._changes.notify,
+            in_sync=self._in_sync,
+            throttle=None
+            if throttle is None
+            else lambda recorded: throttle.admit("follower", state.topic, state.partition, recorded),
         )
         self._fetcher.start()
+
+    def _in_sync(self) -> bool:
+        """Whether the controller's latest state has this replica in the ISR."""
+        state = self._state
+        return state is not None and self.node in state.isr
 
     def _stop_fetcher(self) -> None:
         if self._fetcher is not None:
@@ -327,12 +357,28 @@ class Replica:
         if grown is not None:
             self._ask_controller(leader, grown)
         deadline = time.monotonic() + max(max_wait_ms, 0) / 1000
+        throttle = self._throttle if follower not in leader.state.isr else None
+        throttled = throttle is not None
+        if throttle is not None and self._hold_off(throttle, leader.state, follower, deadline):
+            return ReplicaFetch(b"", log.high_watermark, log.log_start_offset, log.log_end_offset)
         while True:
             seen = self._changes.count
             if log.log_end_offset > offset or time.monotonic() >= deadline or self._leader is not leader:
-                records = log.read(offset, max_bytes, isolation="log_end").records
-                return ReplicaFetch(bytes(records), log.high_watermark, log.log_start_offset, log.log_end_offset)
+                records = bytes(log.read(offset, max_bytes, isolation="log_end").records)
+                if throttled:
+                    self._unrecorded[follower] = len(records)
+                return ReplicaFetch(records, log.high_watermark, log.log_start_offset, log.log_end_offset)
             self._changes.wait(seen, deadline)
+
+    def _hold_off(self, throttle: ReplicationThrottle, state: LeaderAndIsr, follower: str, deadline: float) -> bool:
+        """The leader quota's answer to a fetch of `follower`, out of the ISR (the bytes of its last answer recorded):
+        True once the fetch has waited out the quota's hold-off or its own wait, whichever is shorter (Kafka's fetch
+        purgatory), to be answered with no records."""
+        hold_off_s = throttle.admit("leader", state.topic, state.partition, self._unrecorded.pop(follower, 0))
+        if hold_off_s <= 0:
+            return False
+        self._stopping.wait(max(0.0, min(hold_off_s, deadline - time.monotonic())))
+        return True
 
     @property
     def leader_epoch(self) -> int:

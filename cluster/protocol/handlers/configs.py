@@ -13,9 +13,14 @@ fails as a whole.
   `validate_only` checks without changing anything. A name that is no topic config, or a value out of Kafka's
   range, answers INVALID_CONFIG (40); a null value to set, a resource or key named twice, or an unknown
   operation answers INVALID_REQUEST (42).
-- Broker configs are static in raybroker (`server.properties`): altering a BROKER resource answers
-  INVALID_REQUEST. A BROKER resource naming another node id, or a resource type other than TOPIC and BROKER
-  (BROKER_LOGGER, GROUP, CLIENT_METRICS), answers INVALID_REQUEST as well.
+- Broker configs are static in raybroker (`server.properties`) but for the replication throttles
+  (`DYNAMIC_BROKER_KEYS`: `leader.replication.throttled.rate`, `follower.replication.throttled.rate`,
+  `replica.alter.log.dirs.io.max.bytes.per.second`), which a BROKER resource sets at run time for this broker, or
+  for every broker with the name "" (`actors.core.controller.dynamic_broker_configs`), and DescribeConfigs reports
+  at Kafka's dynamic levels (described as "", only the keys set for every broker, as Kafka's). Altering any other
+  broker key, or a bad throttle value, answers INVALID_REQUEST (Kafka's code for broker configs). A BROKER resource
+  naming another node id, or a resource type other than TOPIC and BROKER (BROKER_LOGGER, GROUP, CLIENT_METRICS),
+  answers INVALID_REQUEST as well.
 
 Authorization comes first for each resource, as Kafka's: DescribeConfigs needs DESCRIBE_CONFIGS and the alter APIs
 ALTER_CONFIGS, on the topic for a TOPIC resource (else TOPIC_AUTHORIZATION_FAILED, 29), on the cluster for BROKER,
@@ -26,7 +31,7 @@ resource (else GROUP_AUTHORIZATION_FAILED, 30).
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from enum import IntEnum
 from typing import Any
 
@@ -49,6 +54,7 @@ from cluster.protocol.messages import build
 from cluster.protocol.security.access import AccessControl
 from cluster.protocol.views.broker_view import BrokerView
 from storage import file_names
+from storage.config.broker_config import DYNAMIC_BROKER_KEYS
 from storage.config.config_values import config_fields, kafka_name
 from storage.config.log_config import LogConfig
 from storage.errors import InvalidConfigError, InvalidRequestError, RaybrokerError
@@ -141,7 +147,8 @@ class DescribeConfigsHandler:
             return self._describer.topic_entries(await self._view.topic_config(name))
         if resource_type == ResourceType.BROKER:
             _check_broker(name, self._node_id)
-            return self._describer.broker_entries()
+            own, every = await self._view.broker_configs(name or str(self._node_id))
+            return self._describer.broker_entries(own, every, per_broker=name != "")
         raise InvalidRequestError(f"resource type {resource_type} is not served; only TOPIC (2) and BROKER (4)")
 
 
@@ -182,8 +189,8 @@ class AlterConfigsHandler:
 
     async def _alter(self, resource: Any, validate_only: bool) -> None:
         if resource.resource_type == ResourceType.BROKER:
-            _check_broker(resource.resource_name, self._node_id)
-            raise InvalidRequestError("raybroker's broker configs are static: set them in server.properties")
+            await self._alter_broker(resource, validate_only)
+            return
         if resource.resource_type != ResourceType.TOPIC:
             raise InvalidRequestError(f"resource type {resource.resource_type} cannot be altered; only TOPIC (2)")
         name = resource.resource_name
@@ -197,10 +204,40 @@ class AlterConfigsHandler:
             raise InvalidConfigError(f"unknown topic config {unknown[0]!r}")
         if self._incremental:
             current = await self._view.topic_config(name)
-            overrides = _apply(current, resource.configs, current.get("cleanup.policy", self._default_cleanup_policy))
+            overrides = _apply(current, resource.configs, {"cleanup.policy": self._default_cleanup_policy})
         else:
             overrides = {config.name: _value(config) for config in resource.configs}
         await self._view.set_topic_config(name, overrides, validate_only)
+
+    async def _alter_broker(self, resource: Any, validate_only: bool) -> None:
+        """A BROKER resource's alteration: only `DYNAMIC_BROKER_KEYS` (see the module docstring)."""
+        broker = resource.resource_name
+        _check_broker(broker, self._node_id)
+        names = [config.name for config in resource.configs]
+        static = sorted({name for name in names if name not in DYNAMIC_BROKER_KEYS})
+        if static:
+            raise InvalidRequestError(
+                f"raybroker's broker configs are static but for the replication throttles: set {static[0]} in "
+                "server.properties"
+            )
+        twice = [key for key, count in Counter(names).items() if count > 1]
+        if twice:
+            raise InvalidRequestError(f"config {twice[0]!r} appears more than once for broker {broker!r}")
+        changes: dict[str, str | None] = {}
+        if not self._incremental:
+            own, _ = await self._view.broker_configs(broker)
+            changes = {name: None for name in own}
+        for config in resource.configs:
+            operation = config.config_operation if self._incremental else AlterOperation.SET
+            if operation == AlterOperation.SET:
+                changes[config.name] = _value(config)
+            elif operation == AlterOperation.DELETE:
+                changes[config.name] = None
+            elif operation in (AlterOperation.APPEND, AlterOperation.SUBTRACT):
+                raise InvalidConfigError(f"{config.name} is not a list config: it cannot be appended to or subtracted")
+            else:
+                raise InvalidRequestError(f"unknown config operation {operation} for {config.name}")
+        await self._view.alter_broker_configs(broker, changes, validate_only)
 
 
 def _resource_answer(resource: Any, exc: RaybrokerError | None = None) -> dict[str, Any]:
@@ -214,9 +251,10 @@ def _resource_answer(resource: Any, exc: RaybrokerError | None = None) -> dict[s
     }
 
 
-def _apply(current: dict[str, str], configs: Iterable[Any], policy: str) -> dict[str, str]:
-    """The overrides after IncrementalAlterConfigs' operations, in request order; `policy` is the topic's
-    `cleanup.policy` before them, which APPEND and SUBTRACT start from."""
+def _apply(current: dict[str, str], configs: Iterable[Any], defaults: Mapping[str, str]) -> dict[str, str]:
+    """The overrides after IncrementalAlterConfigs' operations, in request order. APPEND and SUBTRACT start from a
+    list config's override, else its broker default in `defaults` (`cleanup.policy`), else empty (the
+    throttled-replicas lists)."""
     overrides = dict(current)
     for config in configs:
         operation = config.config_operation
@@ -227,7 +265,8 @@ def _apply(current: dict[str, str], configs: Iterable[Any], policy: str) -> dict
         elif operation in (AlterOperation.APPEND, AlterOperation.SUBTRACT):
             if config.name not in LIST_TOPIC_CONFIGS:
                 raise InvalidConfigError(f"{config.name} is not a list config: it cannot be appended to or subtracted")
-            items = [item.strip() for item in overrides.get(config.name, policy).split(",") if item.strip()]
+            base = overrides.get(config.name, defaults.get(config.name, ""))
+            items = [item.strip() for item in base.split(",") if item.strip()]
             given = [item.strip() for item in _value(config).split(",") if item.strip()]
             if operation == AlterOperation.APPEND:
                 items += [item for item in given if item not in items]

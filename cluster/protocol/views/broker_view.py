@@ -322,6 +322,17 @@ class BrokerView:
         """Replaces a topic's config overrides with `config` (or only checks them); `InvalidConfigError`."""
         await self._controller.call("set_topic_config", name, dict(config), validate_only)
 
+    async def broker_configs(self, broker: str) -> tuple[dict[str, str], dict[str, str]]:
+        """The run-time configs of broker `broker`'s own level and of every broker's level."""
+        levels: tuple[dict[str, str], dict[str, str]] = await self._controller.call("broker_configs", broker)
+        return levels
+
+    async def alter_broker_configs(
+        self, broker: str, changes: Mapping[str, str | None], validate_only: bool = False
+    ) -> None:
+        """Sets (None: deletes) run-time configs of broker `broker` ("": every broker); `InvalidConfigError`."""
+        await self._controller.call("alter_broker_configs", broker, dict(changes), validate_only)
+
     async def allocate_producer_id(self) -> int:
         """A fresh idempotent-producer id, never handed out before in this cluster."""
         producer_id: int = await self._controller.call("allocate_producer_id")

@@ -357,6 +357,88 @@ def test_raybroker_reassign_answers_as_kafka_reassign_partitions_on_kafka(
     )
 
 
+THROTTLE_B_S = 5_000_000
+
+
+def throttle_answers(bootstrap: str, topic: str, folder: Path) -> dict[str, tuple[int, list[str]]]:
+    """kafka-reassign-partitions.sh with `--throttle` on a new `topic` (onto its own broker, B), and kafka-configs.sh
+    describing and setting the replication throttles it leaves: each step's exit code and printed lines."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
+    admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(timeout=DEADLINE_S)
+    (broker,) = admin.list_topics(timeout=DEADLINE_S).brokers
+    folder.mkdir(parents=True, exist_ok=True)
+    plan = folder / "plan.json"
+    partitions = [{"topic": topic, "partition": 0, "replicas": [broker]}]
+    plan.write_text(json.dumps({"version": 1, "partitions": partitions}), encoding="utf-8")
+    of_broker = ("--entity-type", "brokers", "--entity-name", str(broker))
+    of_topic = ("--entity-type", "topics", "--entity-name", topic)
+    steps: dict[str, tuple[str, tuple[str, ...]]] = {
+        "execute": (REASSIGN_PARTITIONS, ("--execute", "--throttle", str(THROTTLE_B_S))),
+        "broker throttled": (CONFIGS, ("--describe", *of_broker)),
+        "topic throttled": (CONFIGS, ("--describe", *of_topic)),
+        "verify": (REASSIGN_PARTITIONS, ("--verify",)),
+        "broker cleared": (CONFIGS, ("--describe", *of_broker)),
+        "topic cleared": (CONFIGS, ("--describe", *of_topic)),
+        "set default": (
+            CONFIGS,
+            (
+                "--alter",
+                "--entity-type",
+                "brokers",
+                "--entity-default",
+                "--add-config",
+                "leader.replication.throttled.rate=700",
+            ),
+        ),
+        "describe default": (CONFIGS, ("--describe", "--entity-type", "brokers", "--entity-default")),
+        "broker under default": (CONFIGS, ("--describe", *of_broker)),
+        "bad rate": (CONFIGS, ("--alter", *of_broker, "--add-config", "follower.replication.throttled.rate=-5")),
+        "bad replicas": (CONFIGS, ("--alter", *of_topic, "--add-config", "leader.replication.throttled.replicas=0-1")),
+        "delete default": (
+            CONFIGS,
+            (
+                "--alter",
+                "--entity-type",
+                "brokers",
+                "--entity-default",
+                "--delete-config",
+                "leader.replication.throttled.rate",
+            ),
+        ),
+    }
+    answers = {}
+    for name, (tool_class, arguments) in steps.items():
+        extra = ("--reassignment-json-file", str(plan)) if tool_class == REASSIGN_PARTITIONS else ()
+        ran = run_kafka_tool(tool_class, bootstrap, *arguments, *extra)
+        answers[name] = (
+            ran.returncode,
+            [
+                line.replace(bootstrap, "BOOTSTRAP")
+                .replace(f"broker {broker}", "broker B")
+                .replace(f"--entity-name {broker} ", "--entity-name B ")
+                .replace(f"[{broker}]", "[B]")
+                .replace(f"=0:{broker} ", "=0:B ")
+                .replace(f"=0:{broker}}}", "=0:B}")
+                for line in printed_lines(ran)
+            ],
+        )
+    return answers
+
+
+def test_kafka_reassign_partitions_throttles_agree(kafka: str, raybroker: str, tmp_path: Path) -> None:
+    """A reassignment with `--throttle` sets the brokers' rates and the topic's throttled replicas as Kafka's, which
+    kafka-configs.sh describes alike, and `--verify` clears them; the cluster-wide default level and bad values are
+    answered alike."""
+    oracle = throttle_answers(kafka, "throttled-move", tmp_path / "kafka")
+    ours = throttle_answers(raybroker, "throttled-move", tmp_path / "raybroker")
+    assert oracle["execute"][0] == 0 and any("throttle" in line for line in oracle["broker throttled"][1]), oracle
+    assert {step: answer for step, answer in ours.items() if answer != oracle[step]} == {
+        step: answer for step, answer in oracle.items() if answer != ours[step]
+    }
+
+
 QUOTA_BYTES_S = 64 * 1024
 
 

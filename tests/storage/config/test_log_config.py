@@ -43,6 +43,8 @@ KAFKA_DEFAULTS = {
     "unclean.leader.election.enable": "false",
     "local.retention.ms": "-2",
     "local.retention.bytes": "-2",
+    "leader.replication.throttled.replicas": "",
+    "follower.replication.throttled.replicas": "",
 }
 
 

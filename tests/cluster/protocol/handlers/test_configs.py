@@ -162,7 +162,11 @@ def test_each_refused_resource_gets_kafkas_code(view: InProcessBrokerView) -> No
         topic("missing", {"name": "retention.ms", "config_operation": SET, "value": "1"}),
         topic("twice"),
         topic("twice"),
-        {"resource_type": BROKER, "resource_name": str(NODE_ID), "configs": []},
+        {
+            "resource_type": BROKER,
+            "resource_name": str(NODE_ID),
+            "configs": [{"name": "log.retention.hours", "config_operation": SET, "value": "1"}],
+        },
     ]
     response = alter(view, 1, resources, incremental=True)
     assert [r.error_code for r in response.responses] == [
