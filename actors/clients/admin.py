@@ -124,9 +124,21 @@ class Admin:
     def describe_topic(self, name: str) -> TopicDescription:
         return self._describe(call(self._controller.describe_topic.remote(name)))
 
-    def alter_topic_config(self, name: str, config: Mapping[str, str]) -> TopicDescription:
-        """Merges `config` into the topic's overrides; every partition applies it at once."""
+    def alter_topic_config(self, name: str, config: Mapping[str, str | None]) -> TopicDescription:
+        """Merges `config` into the topic's overrides (None removes an override); every partition applies it at
+        once."""
         return self._describe(call(self._controller.alter_topic_config.remote(name, _config_mapping(config))))
+
+    def alter_broker_configs(self, broker: str, changes: Mapping[str, str | None]) -> None:
+        """Sets (None: deletes) run-time configs of the broker whose Kafka node.id is `broker` ("": every broker),
+        as `kafka-configs --alter --entity-type brokers`: the replication throttles
+        (`actors.core.controller.dynamic_broker_configs`); `InvalidRequestError` for anything else."""
+        call(self._controller.alter_broker_configs.remote(broker, dict(changes)))
+
+    def broker_configs(self, broker: str) -> tuple[dict[str, str], dict[str, str]]:
+        """The run-time configs set for broker `broker` and for every broker."""
+        levels: tuple[dict[str, str], dict[str, str]] = call(self._controller.broker_configs.remote(broker))
+        return levels
 
     def add_partitions(self, name: str, total: int) -> TopicDescription:
         """Grows the topic to `total` partitions (topics never shrink)."""
@@ -271,7 +283,7 @@ def _partition_description(state: LeaderAndIsr, log: PartitionState | None) -> P
     return PartitionDescription(state.partition, state.leader, *numbers, state.leader_epoch, state.replicas, state.isr)
 
 
-def _config_mapping(config: Mapping[str, str] | None) -> dict[str, str]:
+def _config_mapping(config: Mapping[str, str | None] | None) -> dict[str, str | None]:
     """A plain dict of `config` for the controller; anything but a mapping is an `InvalidConfigError`."""
     if config is None:
         return {}

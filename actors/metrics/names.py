@@ -161,6 +161,14 @@ REASSIGNING_PARTITIONS = _gauge(
     "kafka_server_replicamanager_reassigningpartitions",
     "Partitions whose replicas are being moved: reassignments, drains, self-healing (the whole cluster's).",
 )
+LEADER_REPLICATION_BYTE_RATE = _gauge(
+    "kafka_server_leaderreplication_byte_rate",
+    "Bytes a second this broker's leaders sent to throttled replicas out of their ISR (the leader quota's rate).",
+)
+FOLLOWER_REPLICATION_BYTE_RATE = _gauge(
+    "kafka_server_followerreplication_byte_rate",
+    "Bytes a second this broker's throttled followers out of their ISR fetched (the follower quota's rate).",
+)
 ISR_SHRINKS = _counter("kafka_server_replicamanager_isrshrinks", "Changes that took replicas out of an ISR.")
 ISR_EXPANDS = _counter("kafka_server_replicamanager_isrexpands", "Changes that added replicas to an ISR.")
 OFFLINE_PARTITIONS = _gauge(
@@ -223,6 +231,8 @@ EXPORTED: tuple[MetricSpec, ...] = (
     REQUEST_THROTTLE_TIME,
     UNDER_REPLICATED_PARTITIONS,
     REASSIGNING_PARTITIONS,
+    LEADER_REPLICATION_BYTE_RATE,
+    FOLLOWER_REPLICATION_BYTE_RATE,
     ISR_SHRINKS,
     ISR_EXPANDS,
     OFFLINE_PARTITIONS,

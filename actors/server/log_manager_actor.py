@@ -38,8 +38,9 @@ from typing import Any
 import ray
 
 from actors.calls import call, controller
-from actors.core.quotas.replication_quotas import SIDES, ReplicationQuotas
+from actors.core.quotas.replication_quotas import FOLLOWER, LEADER, SIDES, ReplicationQuotas
 from actors.metrics.gauges import uncleanable_samples
+from actors.metrics.names import FOLLOWER_REPLICATION_BYTE_RATE, LEADER_REPLICATION_BYTE_RATE
 from actors.metrics.ray_export import exported_metrics
 from actors.metrics.recorder import Sample
 from actors.options import HOSTS_GROUP, QUOTAS_GROUP
@@ -113,6 +114,7 @@ class LogManagerActor:
         self._metrics.add_gauges(self._uncleanable_gauges)
         self._replication_quotas = ReplicationQuotas(self.config, SYSTEM_CLOCK.milliseconds)
         self._throttles_read_at = float("-inf")
+        self._metrics.add_gauges(self._replication_gauges)
 
     def _run_heartbeats(self) -> None:
         """The controller's `broker_heartbeat` every `broker.heartbeat.interval.ms` until shutdown; a heartbeat the
@@ -213,6 +215,12 @@ class LogManagerActor:
         dirs = [str(directory) for directory in self._manager.log_dirs]
         return uncleanable_samples(dirs, self._manager.placements(), self._manager.uncleanable())
 
+    def _replication_gauges(self) -> list[Sample]:
+        return [
+            (LEADER_REPLICATION_BYTE_RATE, (), self._replication_quotas.rate(LEADER)),
+            (FOLLOWER_REPLICATION_BYTE_RATE, (), self._replication_quotas.rate(FOLLOWER)),
+        ]
+
     def uncleanable(self) -> dict[str, int]:
         """Partitions whose last cleaning failed, with the number of failures in a row."""
         return {f"{t}-{p}": failure.failures for (t, p), failure in self._manager.uncleanable().items()}
@@ -241,6 +249,7 @@ class LogManagerActor:
         checkpoints and the log dirs' clean-shutdown markers are written, the locks released and the
         partition actors, hosts and cleaner actors stopped. Returns end offsets."""
         self._metrics.remove_gauges(self._uncleanable_gauges)
+        self._metrics.remove_gauges(self._replication_gauges)
         self._stopping.set()
         self._scheduler_thread.join(timeout=SCHEDULER_STOP_TIMEOUT_SECONDS)
         # Before `stop_broker` unregisters this broker: a heartbeat after that would register it again.

@@ -12,14 +12,21 @@ replicas are deleted).
   rollback), then starts the moves. Refused while other moves are under way, unless `--additional`; with
   `--disallow-replication-factor-change` (KIP-860), a move that changes a partition's number of replicas is
   refused.
+  With `--throttle B/s`, first sets Kafka's replication throttles
+  (`actors.core.quotas.replication_quotas`): the moving partitions' `leader.replication.throttled.replicas` (their
+  current replicas) and `follower.replication.throttled.replicas` (the replicas they add), and
+  `leader.replication.throttled.rate` and `follower.replication.throttled.rate` of every broker involved, as
+  Kafka's tool does (`cluster.cli.reassign_plans.reassignment_throttles`); run it again with another rate to change
+  the throttle of the moves under way.
 - `--verify --reassignment-json-file F`: each partition's move completed, still in progress, or absent with other
-  replicas than planned.
+  replicas than planned. Once none is in progress, clears every throttle: the rates of every running broker and of
+  the plan's brokers, and the plan's topics' throttled-replicas lists (unless `--preserve-throttles`).
 - `--cancel --reassignment-json-file F`: cancels the file's moves in progress; their partitions keep the replicas
-  they had before.
+  they had before; then clears the throttles as `--verify` (unless `--preserve-throttles`).
 - `--list`: the moves in progress.
 
 Not supported (refused, or absent): moving a replica between the log dirs of its broker (`log_dirs` other than
-"any"), and Kafka's replication throttles (`--throttle`; moves copy at full speed).
+"any") and its throttle (`--replica-alter-log-dirs-throttle`).
 
 Exit codes: 0 done; 1 refused (a file that does not parse or plans nothing, an unknown topic, partition or broker,
 moves under way without --additional: nothing changed; a move the controller refuses: the file's other moves went
@@ -47,6 +54,7 @@ from cluster.cli.reassign_plans import (
     BrokerName,
     Move,
     PlanError,
+    Throttles,
     cancellable,
     list_lines,
     parse_broker_list,
@@ -54,8 +62,10 @@ from cluster.cli.reassign_plans import (
     parse_topics,
     partition_name,
     reassignment_json,
+    reassignment_throttles,
     verify_lines,
 )
+from storage.arguments import is_int
 
 if TYPE_CHECKING:
     from actors.clients.admin import Admin
@@ -74,14 +84,32 @@ REQUIRED = {
     "cancel": ("reassignment_json_file",),
     "list": (),
 }
-PERMITTED = {"execute": ("additional", "disallow_replication_factor_change")}
+PERMITTED = {
+    "execute": ("additional", "disallow_replication_factor_change", "throttle"),
+    "verify": ("preserve_throttles",),
+    "cancel": ("preserve_throttles",),
+}
 FLAGS = {
     "topics_to_move_json_file": "--topics-to-move-json-file",
     "broker_list": "--broker-list",
     "reassignment_json_file": "--reassignment-json-file",
     "additional": "--additional",
     "disallow_replication_factor_change": "--disallow-replication-factor-change",
+    "throttle": "--throttle",
+    "preserve_throttles": "--preserve-throttles",
 }
+# Kafka's tool's defaults of the options whose absence is not None.
+UNSET = {"throttle": -1}
+# The throttle keys `--verify` and `--cancel` clear, as Kafka's tool's BROKER_LEVEL_THROTTLES and TOPIC_LEVEL_THROTTLES.
+BROKER_LEVEL_THROTTLES = (
+    "leader.replication.throttled.rate",
+    "follower.replication.throttled.rate",
+    "replica.alter.log.dirs.io.max.bytes.per.second",
+)
+TOPIC_LEVEL_THROTTLES = ("leader.replication.throttled.replicas", "follower.replication.throttled.replicas")
+MUST_VERIFY = (
+    "Warning: You must run --verify periodically, until the reassignment completes, to ensure the throttle is removed."
+)
 CANNOT_EXECUTE = (
     "Cannot execute because there is an existing partition assignment.  Use --additional to override this and "
     "create a new partition assignment in addition to the existing one."
@@ -130,6 +158,19 @@ def add_commands(subcommands: Any) -> None:
         action="store_true",
         help="with --execute: refuse a move that changes a partition's number of replicas (KIP-860)",
     )
+    parser.add_argument(
+        "--throttle",
+        type=int,
+        default=-1,
+        metavar="B/S",
+        help="with --execute: bound the moves' replication to this many bytes a second per broker, until --verify "
+        "finds them done (Kafka's leader and follower replication throttles)",
+    )
+    parser.add_argument(
+        "--preserve-throttles",
+        action="store_true",
+        help="with --verify or --cancel: leave the throttles set",
+    )
     parser.set_defaults(handler=run_reassign)
 
 
@@ -152,11 +193,13 @@ def run_reassign(args: argparse.Namespace) -> int:
         elif args.action == "list":
             lines = reassignments.listed()
         elif args.action == "execute":
-            lines = reassignments.execute(plan, args.additional, not args.disallow_replication_factor_change)
+            lines = reassignments.execute(
+                plan, args.additional, not args.disallow_replication_factor_change, args.throttle
+            )
         elif args.action == "verify":
-            lines = reassignments.verify(plan)
+            lines = reassignments.verify(plan, args.preserve_throttles)
         else:
-            lines = reassignments.cancel(plan)
+            lines = reassignments.cancel(plan, args.preserve_throttles)
     except PlanError as exc:
         print_error(str(exc))
         return EXIT_DATA_ERROR
@@ -172,7 +215,7 @@ def _check_options(args: argparse.Namespace) -> None:
             raise UsageError(f"--{args.action} needs {FLAGS[name]}")
     allowed = set(REQUIRED[args.action]) | set(PERMITTED.get(args.action, ()))
     for name, flag in FLAGS.items():
-        if name not in allowed and getattr(args, name) not in (None, False):
+        if name not in allowed and getattr(args, name) not in (None, False, UNSET.get(name)):
             raise UsageError(f'Option "{flag}" can\'t be used with action "--{args.action}"')
 
 
@@ -221,14 +264,20 @@ class Reassignments:
             reassignment_json(proposed),
         ]
 
-    def execute(self, plan: Assignment, additional: bool, allow_factor_change: bool = True) -> list[str]:
-        if self._moves() and not additional:
+    def execute(
+        self, plan: Assignment, additional: bool, allow_factor_change: bool = True, throttle: int = -1
+    ) -> list[str]:
+        moves = self._moves()
+        if moves and not additional:
             raise PlanError(CANNOT_EXECUTE)
         for replicas in plan.values():
             unknown = next((broker for broker in replicas if broker not in self._nodes), None)
             if unknown is not None:
                 raise PlanError(f"Unknown broker id {unknown}")
         current = self._current_of_partitions(plan)
+        throttled: list[str] = []
+        if throttle >= 0:
+            throttled = [MUST_VERIFY, *self._set_throttles(reassignment_throttles(plan, moves, current), throttle)]
         failed = self._admin.alter_partition_reassignments(
             {key: tuple(self._nodes[broker] for broker in replicas) for key, replicas in plan.items()},
             allow_factor_change,
@@ -241,14 +290,19 @@ class Reassignments:
             reassignment_json(current),
             "",
             "Save this to use as the --reassignment-json-file option during rollback",
+            *throttled,
             f"Successfully started partition reassignment{'' if len(plan) == 1 else 's'} for {started}",
         ]
 
-    def verify(self, plan: Assignment) -> list[str]:
+    def verify(self, plan: Assignment, preserve_throttles: bool = False) -> list[str]:
         current = self._current_of_topics(sorted({topic for topic, _ in plan}), missing_ok=True)
-        return verify_lines(plan, self._moves(), current)
+        moves = self._moves()
+        lines = verify_lines(plan, moves, current)
+        if preserve_throttles or any(key in moves for key in plan):
+            return lines
+        return [*lines, *self._clear_throttles(plan)]
 
-    def cancel(self, plan: Assignment) -> list[str]:
+    def cancel(self, plan: Assignment, preserve_throttles: bool = False) -> list[str]:
         cancelled = cancellable(self._moves(), plan)
         if not cancelled:
             lines = ["None of the specified partition reassignments are active."]
@@ -257,7 +311,45 @@ class Reassignments:
             _check_answers(failed, "Error cancelling partition reassignment(s) for")
             names = ",".join(partition_name(key) for key in cancelled)
             lines = [f"Successfully cancelled partition reassignment{'' if len(cancelled) == 1 else 's'} for: {names}"]
-        return [*lines, "None of the specified partition moves are active."]
+        # Kafka's tool prints this line without its end: what it prints next follows on the same line.
+        last = "None of the specified partition moves are active."
+        if preserve_throttles:
+            return [*lines, last]
+        first, *rest = self._clear_throttles(plan)
+        return [*lines, last + first, *rest]
+
+    def _set_throttles(self, throttles: Throttles, rate: int) -> list[str]:
+        """Sets `throttles` with `rate` (Kafka's `modifyReassignmentThrottle`): the topics' lists, then the brokers'
+        rates; the line Kafka's tool prints."""
+        for topic in sorted(set(throttles.leader) | set(throttles.follower)):
+            self._admin.alter_topic_config(
+                topic,
+                {
+                    **({TOPIC_LEVEL_THROTTLES[0]: throttles.leader[topic]} if topic in throttles.leader else {}),
+                    **({TOPIC_LEVEL_THROTTLES[1]: throttles.follower[topic]} if topic in throttles.follower else {}),
+                },
+            )
+        for broker in throttles.brokers:
+            self._admin.alter_broker_configs(str(broker), dict.fromkeys(BROKER_LEVEL_THROTTLES[:2], str(rate)))
+        return [f"The inter-broker throttle limit was set to {rate} B/s"]
+
+    def _clear_throttles(self, plan: Assignment) -> list[str]:
+        """Deletes every throttle (Kafka's `clearAllThrottles`): the rates of every running broker and of the plan's
+        brokers, the throttled-replicas lists of the plan's topics; the lines Kafka's tool prints."""
+        brokers = sorted(
+            {name for name in self._names.values() if is_int(name)}
+            | {broker for replicas in plan.values() for broker in replicas if is_int(broker)}
+        )
+        for broker in brokers:
+            self._admin.alter_broker_configs(str(broker), dict.fromkeys(BROKER_LEVEL_THROTTLES))
+        topics = sorted({topic for topic, _ in plan})
+        for topic in topics:
+            self._admin.alter_topic_config(topic, dict.fromkeys(TOPIC_LEVEL_THROTTLES))
+        return [
+            f"Clearing broker-level throttles on broker{'' if len(brokers) == 1 else 's'} "
+            + ",".join(str(broker) for broker in brokers),
+            f"Clearing topic-level throttles on topic{'' if len(topics) == 1 else 's'} {','.join(topics)}",
+        ]
 
     def listed(self) -> list[str]:
         return list_lines(self._moves())

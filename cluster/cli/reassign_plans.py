@@ -194,6 +194,50 @@ def verify_lines(
     return lines
 
 
+@dataclass(frozen=True, slots=True)
+class Throttles:
+    """What `--execute --throttle` sets (Kafka's `calculateProposedMoveMap` and the lists it derives): per topic,
+    the leader-side replicas (each moving partition's sources: its replicas before the move, or before the move
+    under way) and the follower-side ones (the replicas it adds), as `partition:broker` lists; and every broker
+    involved, whose leader and follower rates are set."""
+
+    leader: dict[str, str]
+    follower: dict[str, str]
+    brokers: tuple[int, ...]
+
+
+def reassignment_throttles(
+    plan: Mapping[tuple[str, int], Sequence[BrokerName]],
+    moves: Mapping[tuple[str, int], Move],
+    current: Mapping[tuple[str, int], Sequence[BrokerName]],
+) -> Throttles:
+    """The throttles of `plan`, the moves under way (`moves`) counted as Kafka's tool counts them. Brokers without a
+    Kafka node.id (named by their Ray node id) are left out: no throttled-replicas list can name them."""
+    sources: dict[tuple[str, int], set[BrokerName]] = {}
+    destinations: dict[tuple[str, int], set[BrokerName]] = {}
+    for key, move in moves.items():
+        sources[key] = set(move.replicas) - set(move.adding)
+        destinations[key] = set(move.adding)
+    for key, target in plan.items():
+        source = sources.get(key, set(current.get(key, ())))
+        sources[key] = source
+        destinations[key] = set(target) - source
+    leader: dict[str, set[str]] = {}
+    follower: dict[str, set[str]] = {}
+    brokers: set[int] = set()
+    for (topic, partition), source in sources.items():
+        leader.setdefault(topic, set()).update(f"{partition}:{b}" for b in source if is_int(b))
+        follower.setdefault(topic, set()).update(
+            f"{partition}:{b}" for b in destinations[(topic, partition)] if is_int(b)
+        )
+        brokers.update(b for b in source | destinations[(topic, partition)] if is_int(b))
+    return Throttles(
+        {topic: ",".join(sorted(items)) for topic, items in leader.items()},
+        {topic: ",".join(sorted(items)) for topic, items in follower.items()},
+        tuple(sorted(brokers)),
+    )
+
+
 def cancellable(moves: Mapping[tuple[str, int], Move], plan: Iterable[tuple[str, int]]) -> list[tuple[str, int]]:
     """The partitions of `plan` whose move `--cancel` cancels: in progress, and removing a replica or adding none
     (Kafka's tool leaves a move that only adds replicas to go on)."""

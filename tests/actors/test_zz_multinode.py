@@ -8,6 +8,7 @@ last in `tests/actors/`), so the session's Ray is not needed again afterwards.""
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Iterator
@@ -72,6 +73,9 @@ def start_brokers_on(node: str, log_dirs: list[Path]) -> None:
         "num.recovery.threads.per.data.dir": "4",
         # The tests follow each partition's own actor process to its node.
         "log.partitions.per.process": "1",
+        # A replication throttle measured over 2 windows of 1 s: a throttled move's first burst is one second's worth.
+        "replication.quota.window.num": "2",
+        "replication.quota.window.size.seconds": "1",
     }
     start_broker_on(node, properties)
 
@@ -199,6 +203,69 @@ def test_kafka_clients_bootstrap_from_one_node_and_reach_the_other_through_metad
     for node in (first, second):
         listener = ray.get_actor(kafka_listener_name(node, 0), namespace=NAMESPACE)
         assert call(listener.statistics.remote()).connections_accepted > 0
+
+
+THROTTLE_B_S = 200_000
+
+
+def test_a_throttled_reassignment_copies_at_the_throttles_rate_and_verify_clears_it(
+    two_nodes: dict[str, list[Path]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`raybroker reassign --execute --throttle` sets Kafka's throttles (the moving partition's throttled replicas on
+    its topic, both rates on both brokers), and the new replica on the other node copies about 1.2 MB at that rate
+    (the sensor's first window aside), its fetches asking its node's log manager, every record there; `--verify` then
+    clears them."""
+    from actors.clients.admin import Admin
+    from actors.clients.producer import Producer
+    from cluster.cli.main import main as cli_main
+    from cluster.protocol.listener_actor import start_kafka_listeners
+    from storage.config.broker_config import BrokerConfig
+
+    for broker_id, node in enumerate(sorted(two_nodes)):
+        config = BrokerConfig.from_properties({"listeners": "PLAINTEXT://127.0.0.1:0", "node.id": str(broker_id)})
+        start_kafka_listeners(config, node)
+    admin = Admin()
+    admin.create_topic("slowed", partitions=1, replication_factor=1)
+    (source,) = admin.describe_topic("slowed").partitions[0].replicas
+    (target,) = [node for node in two_nodes if node != source]
+    names = admin.describe_cluster().node_ids
+    values = [f"{i:06d}".encode() * 1_000 for i in range(200)]
+    with Producer(acks="all", linger_ms=2) as producer:
+        for future in [producer.send("slowed", value, partition=0) for value in values]:
+            future.result(timeout=60)
+    plan = tmp_path / "plan.json"
+    moved = [{"topic": "slowed", "partition": 0, "replicas": [names[target]]}]
+    plan.write_text(json.dumps({"version": 1, "partitions": moved}), encoding="utf-8")
+
+    def reassign(*arguments: str) -> str:
+        code = cli_main(["reassign", *arguments, "--reassignment-json-file", str(plan)])
+        captured = capsys.readouterr()
+        assert (code, captured.err) == (0, ""), captured.err
+        return captured.out
+
+    started = time.monotonic()
+    out = reassign("--execute", "--throttle", str(THROTTLE_B_S))
+    assert f"The inter-broker throttle limit was set to {THROTTLE_B_S} B/s" in out, out
+    for node in (source, target):
+        assert admin.broker_configs(str(names[node]))[0] == {
+            "leader.replication.throttled.rate": str(THROTTLE_B_S),
+            "follower.replication.throttled.rate": str(THROTTLE_B_S),
+        }
+    config = admin.describe_topic("slowed").config
+    assert config["leader.replication.throttled.replicas"] == f"0:{names[source]}"
+    assert config["follower.replication.throttled.replicas"] == f"0:{names[target]}"
+    wait_for(lambda: admin.describe_topic("slowed").partitions[0].replicas == (target,), timeout_s=120, what="the move")
+    moved_s = time.monotonic() - started
+    size = sum(len(value) for value in values)
+    assert moved_s >= (size - 2 * THROTTLE_B_S) / THROTTLE_B_S, moved_s
+    assert admin.describe_topic("slowed").partitions[0].log_end_offset == len(values)
+    assert reassign("--verify").splitlines()[1:] == [
+        "Reassignment of partition slowed-0 is completed.",
+        "Clearing broker-level throttles on brokers 0,1",
+        "Clearing topic-level throttles on topic slowed",
+    ]
+    assert admin.broker_configs(str(names[source])) == ({}, {})
+    assert not any("throttled" in key for key in admin.describe_topic("slowed").config)
 
 
 @ray.remote(num_cpus=0)

@@ -85,13 +85,13 @@ from actors.core.controller.assignment import (
     preferred_election,
 )
 from actors.core.controller.broker_sessions import BrokerSessions
+from actors.core.controller.cluster_settings import ClusterSettings
 from actors.core.controller.dynamic_broker_configs import (
     BROKER_CONFIG_KEY_PREFIX,
-    DEFAULT_BROKER,
     DynamicBrokerConfigs,
 )
 from actors.core.controller.elections import ElectionError, ElectionType, requested_election
-from actors.core.controller.finalized_features import FEATURE_KEY_PREFIX, FeatureUpdate, FinalizedFeatures
+from actors.core.controller.finalized_features import FEATURE_KEY_PREFIX, FinalizedFeatures
 from actors.core.controller.metadata_replication import MetadataReplication
 from actors.core.controller.node_broker import NodeBroker
 from actors.core.controller.reassignment import (
@@ -106,11 +106,7 @@ from actors.core.controller.topic_metadata import (
 from actors.core.quotas.client_quotas import (
     QUOTA_KEY_PREFIX,
     ClientQuotaStore,
-    Entity,
-    FilterComponent,
-    QuotaAlteration,
 )
-from actors.core.quotas.replication_quotas import ALL_PARTITIONS, FOLLOWER, LEADER, ReplicationThrottles
 from actors.core.replication.leader_and_isr import LeaderAndIsr
 from actors.core.role_metrics import NO_ROLE_METRICS, RoleMetrics
 from actors.core.security.acl_bindings import AclBinding, AclBindingFilter
@@ -122,7 +118,6 @@ from storage.arguments import is_int
 from storage.clock import Clock
 from storage.config.broker_config import BrokerConfig
 from storage.config.log_config import LogConfig
-from storage.config.throttled_replicas import ThrottledReplicas
 from storage.errors import (
     BrokerNotAvailableError,
     IneligibleReplicaError,
@@ -163,7 +158,7 @@ class ReplicaNotifier(Protocol):
         ...
 
 
-class Controller(ReplicaMoves):
+class Controller(ReplicaMoves, ClusterSettings):
     """Cluster metadata; see the module docstring. Thread-safe (one lock)."""
 
     def __init__(
@@ -692,10 +687,12 @@ class Controller(ReplicaMoves):
                 raise
             return grown
 
-    def alter_topic_config(self, name: str, config: Mapping[str, str]) -> TopicMetadata:
-        """Merges `config` into the topic's overrides and applies it to every partition."""
+    def alter_topic_config(self, name: str, config: Mapping[str, str | None]) -> TopicMetadata:
+        """Merges `config` into the topic's overrides (a None value removes that override, as Kafka's incremental
+        DELETE) and applies it to every partition."""
         with self._lock:
-            return self.set_topic_config(name, {**self.describe_topic(name).config, **config})
+            merged = {**self.describe_topic(name).config, **config}
+            return self.set_topic_config(name, {key: value for key, value in merged.items() if value is not None})
 
     def set_topic_config(self, name: str, config: Mapping[str, str], validate_only: bool = False) -> TopicMetadata:
         """Replaces the topic's overrides with `config` (keys left out go back to the broker's defaults, as Kafka's
@@ -834,77 +831,6 @@ class Controller(ReplicaMoves):
     def acls_version(self) -> int:
         with self._lock:
             return self._acls.version
-
-    # --- client quotas and features -------------------------------------------------------------
-
-    def alter_client_quotas(self, alterations: list[QuotaAlteration], validate_only: bool = False) -> list[str | None]:
-        """Kafka's AlterClientQuotas: per alteration, None if applied (or valid), else its INVALID_REQUEST message."""
-        with self._lock:
-            return self._quotas.alter(alterations, validate_only)
-
-    def describe_client_quotas(
-        self, components: list[FilterComponent], strict: bool
-    ) -> list[tuple[Entity, dict[str, float]]]:
-        """Kafka's DescribeClientQuotas: each entity the filter matches, with its values."""
-        with self._lock:
-            return self._quotas.describe(components, strict)
-
-    def alter_broker_configs(self, broker: str, changes: Mapping[str, str | None], validate_only: bool = False) -> None:
-        """Sets (or, for None, deletes) run-time configs of broker `broker` ("" for every broker): Kafka's
-        IncrementalAlterConfigs on a BROKER resource (`actors.core.controller.dynamic_broker_configs`)."""
-        with self._lock:
-            self._broker_configs.alter(broker, changes, validate_only)
-
-    def broker_configs(self, broker: str) -> tuple[dict[str, str], dict[str, str]]:
-        """The run-time configs of broker `broker`'s own level and of every broker's level."""
-        with self._lock:
-            return self._broker_configs.configs(broker), self._broker_configs.configs(DEFAULT_BROKER)
-
-    def replication_throttles(self, node_id: str, broker_id: int | None = None) -> ReplicationThrottles:
-        """The replication throttles of the broker on node `node_id` (`actors.core.quotas.replication_quotas`): its
-        rates set at run time, and the partitions its topics' throttled-replicas configs list for its `node.id`:
-        its listener's, else `broker_id` (the node's own config; None: only `*` lists apply)."""
-        with self._lock:
-            listener = self._listeners.get(node_id)
-            broker = broker_id if listener is None else listener.broker_id
-            sides: dict[str, set[tuple[str, int]]] = {LEADER: set(), FOLLOWER: set()}
-            for topic in self._topics.values():
-                for side, throttled in sides.items():
-                    name = f"{side}.replication.throttled.replicas"
-                    if not topic.config.get(name):
-                        continue
-                    listed = ThrottledReplicas.parse(name, topic.config[name])
-                    partitions = listed.partitions_of(-1 if broker is None else broker)
-                    if partitions is None:
-                        throttled.add((topic.name, ALL_PARTITIONS))
-                    else:
-                        throttled.update((topic.name, partition) for partition in partitions)
-            return ReplicationThrottles(
-                self._broker_configs.rate(broker, "leader.replication.throttled.rate"),
-                self._broker_configs.rate(broker, "follower.replication.throttled.rate"),
-                frozenset(sides[LEADER]),
-                frozenset(sides[FOLLOWER]),
-            )
-
-    def client_quotas_version(self) -> int:
-        """A number that moves with every quota change (the listeners poll it, as the ACL version)."""
-        with self._lock:
-            return self._quotas.version
-
-    def client_quotas(self) -> tuple[int, dict[Entity, dict[str, float]]]:
-        """The quotas' version and every entity's values, for the listeners that enforce them."""
-        with self._lock:
-            return self._quotas.version, self._quotas.quotas()
-
-    def update_features(self, updates: list[FeatureUpdate], validate_only: bool, controller: str) -> None:
-        """Kafka's UpdateFeatures: all written, or none (`InvalidUpdateVersionError` naming `controller`)."""
-        with self._lock:
-            self._features.update(updates, validate_only, controller)
-
-    def finalized_features(self) -> tuple[int, dict[str, int]]:
-        """The finalized features' epoch and levels (none at 0), for ApiVersions."""
-        with self._lock:
-            return self._features.epoch, self._features.levels()
 
     def elect_leaders(
         self, election_type: ElectionType, partitions: Iterable[tuple[str, int]] | None

@@ -22,6 +22,7 @@ from cluster.cli.reassign_plans import (
     parse_reassignment,
     parse_topics,
     reassignment_json,
+    reassignment_throttles,
     verify_lines,
 )
 
@@ -133,6 +134,14 @@ def test_moves_list_verify_and_cancel_as_kafkas_tool_tells_them() -> None:
             ["--verify", "--reassignment-json-file", "p.json", "--disallow-replication-factor-change"],
             'Option "--disallow-replication-factor-change" can\'t be used with action "--verify"',
         ),
+        (
+            ["--verify", "--reassignment-json-file", "p.json", "--throttle", "5"],
+            'Option "--throttle" can\'t be used with action "--verify"',
+        ),
+        (
+            ["--execute", "--reassignment-json-file", "p.json", "--preserve-throttles"],
+            'Option "--preserve-throttles" can\'t be used with action "--execute"',
+        ),
     ],
 )
 def test_options_an_action_does_not_take_are_a_usage_error(
@@ -151,3 +160,16 @@ def test_a_plan_file_that_does_not_parse_exits_1_in_one_line_before_reaching_a_c
     assert capsys.readouterr().err == "raybroker: error: Partition reassignment list cannot be empty\n"
     assert main(["reassign", "--verify", "--reassignment-json-file", str(tmp_path / "missing.json")]) == 1
     assert capsys.readouterr().err.startswith("raybroker: error: [Errno 2] No such file or directory")
+
+
+def test_throttles_name_each_moves_sources_and_added_replicas_as_kafkas_tool_does() -> None:
+    """Kafka's `calculateProposedMoveMap`: a partition's sources are its replicas now (or, while it moves, those it
+    had before), its destinations the planned replicas it lacks; a move under way that the plan leaves alone is
+    throttled too; brokers named by a Ray node id (no Kafka node.id) are left out."""
+    current = {("a", 0): (1, 2), ("a", 1): (2, 3), ("b", 0): (1,)}
+    moves = {("a", 1): Move((2, 3, 4), adding=(4,), removing=(3,)), ("c", 0): Move((5, 6), adding=(6,))}
+    plan = {("a", 0): (3, 1), ("a", 1): (4, 1), ("b", 0): (1, "ray-node")}
+    throttles = reassignment_throttles(plan, moves, current)
+    assert throttles.leader == {"a": "0:1,0:2,1:2,1:3", "b": "0:1", "c": "0:5"}
+    assert throttles.follower == {"a": "0:3,1:1,1:4", "b": "", "c": "0:6"}
+    assert throttles.brokers == (1, 2, 3, 4, 5, 6)

@@ -11,8 +11,10 @@
   two topics in pages of 2 partitions (`--partition-size-limit-per-response`): the same lines, broker ids and topic
   ids aside.
 - kafka-reassign-partitions.sh (AlterPartitionReassignments, ListPartitionReassignments) on one broker: a plan
-  generated, a partition reassigned onto its own broker (complete at once), verified, listed, cancelled with none
-  in progress, and a plan naming a broker that does not exist. `raybroker reassign` runs the same steps against
+  generated, a partition reassigned onto its own broker with a throttle (complete at once), verified (which clears
+  the throttles), listed, cancelled with none in progress, and a plan naming a broker that does not exist. With
+  kafka-configs.sh: the throttles `--throttle` sets and `--verify` clears, described alike, and the every-broker
+  level and bad throttle values answered alike. `raybroker reassign` runs the same steps against
   raybroker and prints what Kafka's tool prints against Apache Kafka (its error on the CLI's one error line).
   Moves between brokers run in `handlers/test_reassignments.py` (two in-process nodes) and
   `tests/actors/test_zz_replication.py`; KIP-860's refusals, with Kafka 4.2's tool, in `test_kafka4_reassignments.py`.
@@ -263,7 +265,7 @@ def test_kafka_topics_describe_pages_agree(kafka: str, raybroker: str) -> None:
 # (a list: its replicas, B+100 standing for a broker that does not exist).
 REASSIGN_STEPS: dict[str, tuple[tuple[str, ...], list[str] | None]] = {
     "generate": (("--generate",), None),
-    "execute": (("--execute",), ["B"]),
+    "execute": (("--execute", "--throttle", "1000000"), ["B"]),
     "verify": (("--verify",), ["B"]),
     "list": (("--list",), None),
     "cancel": (("--cancel",), ["B"]),
@@ -272,13 +274,10 @@ REASSIGN_STEPS: dict[str, tuple[tuple[str, ...], list[str] | None]] = {
 
 
 def reassign_answers(
-    bootstrap: str, topic: str, folder: Path, tool: Callable[[list[str]], tuple[int, str]], kafkas_own: bool
+    bootstrap: str, topic: str, folder: Path, tool: Callable[[list[str]], tuple[int, str]]
 ) -> dict[str, tuple[int, list[str]]]:
     """`REASSIGN_STEPS` on a new `topic` through `tool` (arguments -> exit code, printed text) against the cluster
-    at `bootstrap`:
-    each step's exit code and printed lines, the broker's id written B (each broker has its own). `kafkas_own`:
-    the tool is kafka-reassign-partitions.sh, whose --verify and --cancel get --preserve-throttles (raybroker sets
-    no throttle, so its command has nothing to clear and no such flag)."""
+    at `bootstrap`: each step's exit code and printed lines, the broker's id written B (each broker has its own)."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
@@ -298,13 +297,12 @@ def reassign_answers(
             extra = ["--reassignment-json-file", str(plan)]
         if arguments == ("--generate",):
             extra = ["--topics-to-move-json-file", str(topics), "--broker-list", str(broker)]
-        if kafkas_own and arguments[0] in ("--verify", "--cancel"):
-            extra.append("--preserve-throttles")
         code, text = tool([*arguments, *extra])
         lines = [
             line.replace(f"[{broker}]", "[B]")
             .replace(f"[{broker},{broker + 100}]", "[B,B+100]")
             .replace(f"broker id {broker + 100}", "broker id B+100")
+            .replace(f"throttles on broker {broker}", "throttles on broker B")
             for line in text.splitlines()
             if line.strip() and not line.startswith(("SLF4J", "log4j:", "\tat "))
         ]
@@ -324,7 +322,7 @@ def kafka_reassign(bootstrap: str) -> Callable[[list[str]], tuple[int, str]]:
 
 def test_kafka_reassign_partitions_agrees(kafka: str, raybroker: str, tmp_path: Path) -> None:
     answers = {
-        name: reassign_answers(bootstrap, "moved", tmp_path / name, kafka_reassign(bootstrap), True)
+        name: reassign_answers(bootstrap, "moved", tmp_path / name, kafka_reassign(bootstrap))
         for name, bootstrap in {"kafka": kafka, "raybroker": raybroker}.items()
     }
     oracle = answers["kafka"]
@@ -343,8 +341,8 @@ def test_raybroker_reassign_answers_as_kafka_reassign_partitions_on_kafka(
         code, out, err = run_cli(capsys, "reassign", *arguments)
         return code, out + err
 
-    oracle = reassign_answers(kafka, "moved-cli", tmp_path / "kafka", kafka_reassign(kafka), True)
-    answers = reassign_answers(raybroker, "moved-cli", tmp_path / "raybroker", ours, False)
+    oracle = reassign_answers(kafka, "moved-cli", tmp_path / "kafka", kafka_reassign(kafka))
+    answers = reassign_answers(raybroker, "moved-cli", tmp_path / "raybroker", ours)
     assert oracle["generate"][0] == 0 and oracle["verify"][0] == 0, oracle
     for step, answer in oracle.items():
         if step == "unknown broker":

@@ -1,0 +1,99 @@
+"""The cluster's settings a controller keeps beside its topics: client quotas (`actors.core.quotas.client_quotas`),
+broker configs set at run time and the replication throttles derived from them
+(`actors.core.controller.dynamic_broker_configs`, `actors.core.quotas.replication_quotas`), and finalized features
+(`actors.core.controller.finalized_features`). A mixin of `Controller`, whose stores, state and lock it works on
+(declared below for the type checker only)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from actors.core.controller.dynamic_broker_configs import DEFAULT_BROKER, DynamicBrokerConfigs
+from actors.core.controller.finalized_features import FeatureUpdate, FinalizedFeatures
+from actors.core.controller.topic_metadata import AdvertisedListener, TopicMetadata
+from actors.core.quotas.client_quotas import ClientQuotaStore, Entity, FilterComponent, QuotaAlteration
+from actors.core.quotas.replication_quotas import ALL_PARTITIONS, FOLLOWER, LEADER, ReplicationThrottles
+from storage.config.throttled_replicas import ThrottledReplicas
+
+
+class ClusterSettings:
+    """Client quotas, run-time broker configs, replication throttles and features, for `Controller`."""
+
+    if TYPE_CHECKING:
+        _lock: threading.RLock
+        _topics: dict[str, TopicMetadata]
+        _listeners: dict[str, AdvertisedListener]
+        _quotas: ClientQuotaStore
+        _broker_configs: DynamicBrokerConfigs
+        _features: FinalizedFeatures
+
+    def alter_client_quotas(self, alterations: list[QuotaAlteration], validate_only: bool = False) -> list[str | None]:
+        """Kafka's AlterClientQuotas: per alteration, None if applied (or valid), else its INVALID_REQUEST message."""
+        with self._lock:
+            return self._quotas.alter(alterations, validate_only)
+
+    def describe_client_quotas(
+        self, components: list[FilterComponent], strict: bool
+    ) -> list[tuple[Entity, dict[str, float]]]:
+        """Kafka's DescribeClientQuotas: each entity the filter matches, with its values."""
+        with self._lock:
+            return self._quotas.describe(components, strict)
+
+    def alter_broker_configs(self, broker: str, changes: Mapping[str, str | None], validate_only: bool = False) -> None:
+        """Sets (or, for None, deletes) run-time configs of broker `broker` ("" for every broker): Kafka's
+        IncrementalAlterConfigs on a BROKER resource (`actors.core.controller.dynamic_broker_configs`)."""
+        with self._lock:
+            self._broker_configs.alter(broker, changes, validate_only)
+
+    def broker_configs(self, broker: str) -> tuple[dict[str, str], dict[str, str]]:
+        """The run-time configs of broker `broker`'s own level and of every broker's level."""
+        with self._lock:
+            return self._broker_configs.configs(broker), self._broker_configs.configs(DEFAULT_BROKER)
+
+    def replication_throttles(self, node_id: str, broker_id: int | None = None) -> ReplicationThrottles:
+        """The replication throttles of the broker on node `node_id` (`actors.core.quotas.replication_quotas`): its
+        rates set at run time, and the partitions its topics' throttled-replicas configs list for its `node.id`:
+        its listener's, else `broker_id` (the node's own config; None: only `*` lists apply)."""
+        with self._lock:
+            listener = self._listeners.get(node_id)
+            broker = broker_id if listener is None else listener.broker_id
+            sides: dict[str, set[tuple[str, int]]] = {LEADER: set(), FOLLOWER: set()}
+            for topic in self._topics.values():
+                for side, throttled in sides.items():
+                    name = f"{side}.replication.throttled.replicas"
+                    if not topic.config.get(name):
+                        continue
+                    listed = ThrottledReplicas.parse(name, topic.config[name])
+                    partitions = listed.partitions_of(-1 if broker is None else broker)
+                    if partitions is None:
+                        throttled.add((topic.name, ALL_PARTITIONS))
+                    else:
+                        throttled.update((topic.name, partition) for partition in partitions)
+            return ReplicationThrottles(
+                self._broker_configs.rate(broker, "leader.replication.throttled.rate"),
+                self._broker_configs.rate(broker, "follower.replication.throttled.rate"),
+                frozenset(sides[LEADER]),
+                frozenset(sides[FOLLOWER]),
+            )
+
+    def client_quotas_version(self) -> int:
+        """A number that moves with every quota change (the listeners poll it, as the ACL version)."""
+        with self._lock:
+            return self._quotas.version
+
+    def client_quotas(self) -> tuple[int, dict[Entity, dict[str, float]]]:
+        """The quotas' version and every entity's values, for the listeners that enforce them."""
+        with self._lock:
+            return self._quotas.version, self._quotas.quotas()
+
+    def update_features(self, updates: list[FeatureUpdate], validate_only: bool, controller: str) -> None:
+        """Kafka's UpdateFeatures: all written, or none (`InvalidUpdateVersionError` naming `controller`)."""
+        with self._lock:
+            self._features.update(updates, validate_only, controller)
+
+    def finalized_features(self) -> tuple[int, dict[str, int]]:
+        """The finalized features' epoch and levels (none at 0), for ApiVersions."""
+        with self._lock:
+            return self._features.epoch, self._features.levels()
