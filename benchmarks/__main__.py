@@ -53,6 +53,7 @@ BENCHMARKS: dict[str, tuple[str, ...]] = {
     "bench_replication": ("produce_rf3", "txn_produce_rf3"),
     "bench_replication_kafka": ("produce_rf3_kafka",),
     "bench_failover": ("failover_s", "failover_pause_s"),
+    "bench_reassign": ("reassign_mb_s", "reassign_produce_p99"),
 }
 
 
