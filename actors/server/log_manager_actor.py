@@ -38,7 +38,7 @@ from typing import Any
 import ray
 
 from actors.calls import call, controller
-from actors.core.quotas.replication_quotas import FOLLOWER, LEADER, SIDES, ReplicationQuotas
+from actors.core.quotas.replication_quotas import FOLLOWER, LEADER, SIDES, ReplicationQuotas, ReplicationThrottles
 from actors.metrics.gauges import uncleanable_samples
 from actors.metrics.names import FOLLOWER_REPLICATION_BYTE_RATE, LEADER_REPLICATION_BYTE_RATE
 from actors.metrics.ray_export import exported_metrics
@@ -138,11 +138,21 @@ class LogManagerActor:
 
     @ray.method(concurrency_group=QUOTAS_GROUP)
     def replication_admit(self, side: str, topic: str, partition: int, recorded: int) -> float:
-        """The node's replication quotas for one fetch of a replica out of its ISR (`actors.core.quotas.
-        replication_quotas.ReplicationQuotas.admit`). The controller's throttles of this node are read again when
-        the last read is older than `THROTTLES_MAX_AGE_S` (kept as they were when it does not answer)."""
+        """The node's replication quotas for one fetch of a throttled replica out of its ISR (`actors.core.quotas.
+        replication_quotas.ReplicationQuotas.admit`), over the throttles as `replication_throttles` reads them."""
         if side not in SIDES or not isinstance(topic, str) or not is_int(partition) or not is_int(recorded):
             raise InvalidRequestError(f"not a replication quota question: {side!r} {topic!r} {partition!r}")
+        self._read_throttles()
+        return self._replication_quotas.admit(side, topic, partition, recorded)
+
+    @ray.method(concurrency_group=QUOTAS_GROUP)
+    def replication_throttles(self) -> ReplicationThrottles:
+        """The controller's replication throttles of this node, read again when the last read is older than
+        `THROTTLES_MAX_AGE_S` (kept as they were when it does not answer): what the node's partition processes
+        check before asking `replication_admit`."""
+        return self._read_throttles()
+
+    def _read_throttles(self) -> ReplicationThrottles:
         now = time.monotonic()
         if now - self._throttles_read_at >= THROTTLES_MAX_AGE_S:
             try:
@@ -155,7 +165,7 @@ class LogManagerActor:
             else:
                 self._replication_quotas.update(throttles)
             self._throttles_read_at = now
-        return self._replication_quotas.admit(side, topic, partition, recorded)
+        return self._replication_quotas.throttles
 
     # --- partitions ------------------------------------------------------------------------------
 

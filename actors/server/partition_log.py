@@ -66,6 +66,7 @@ import contextlib
 import logging
 import pickle
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -80,6 +81,7 @@ from actors.channels.change_notices import CHANGE_WATCHER_PREFIX, notices
 from actors.channels.leader_connection import LeaderConnection, ReplicaChannelError
 from actors.channels.replica_channel import ReplicaChannelAddress
 from actors.channels.replica_fetch_frames import ReplicaFetchRequest
+from actors.core.quotas.replication_quotas import NO_THROTTLES, ReplicationThrottles
 from actors.core.replication.follower import LeaderLink, ReplicaFetch, ReplicaSettings
 from actors.core.replication.leader_and_isr import LeaderAndIsr
 from actors.core.replication.log_changes import LogChanges
@@ -141,6 +143,8 @@ logger = logging.getLogger(__name__)
 REPLICA_CALL_TIMEOUT_S = 30.0
 # How long a fetch waits for its node's replication quota to answer before it goes on unthrottled.
 THROTTLE_CALL_TIMEOUT_S = 2.0
+# How old the node's replication throttles a partition process knows may be before it reads them again.
+THROTTLES_MAX_AGE_S = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -746,20 +750,26 @@ class _RayControllerLink:
 
 
 class _RayReplicationThrottle:
-    """The node's replication quotas, held by its log manager (the Replica's `ReplicationThrottle`): a Ray call per
-    fetch of a replica out of its ISR. A log manager that does not answer throttles nothing: a move never stalls on
-    its quota's bookkeeping."""
+    """The node's replication quotas, held by its log manager (the Replica's `ReplicationThrottle`). Which
+    partitions they cover is kept here, read again without waiting when older than `THROTTLES_MAX_AGE_S` (the
+    answer is taken by a later fetch): a replica they do not cover fetches with no call at all, one they cover makes
+    a Ray call to the log manager per fetch. A log manager that does not answer throttles nothing: a move never
+    stalls on its quota's bookkeeping."""
 
     def __init__(self, node: str) -> None:
         self._node = node
         self._manager: Any | None = None
+        self._throttles = NO_THROTTLES
+        self._read_at = float("-inf")
+        self._reading: Any | None = None
+        self._lock = threading.Lock()
 
     def admit(self, side: str, topic: str, partition: int, recorded: int) -> float:
+        if not self._current().covers(side, topic, partition):
+            return 0.0
         try:
-            if self._manager is None:
-                self._manager = ray.get_actor(log_manager_name(self._node), namespace=NAMESPACE)
             hold_off_s: float = call(
-                self._manager.replication_admit.remote(side, topic, partition, recorded),
+                self._log_manager().replication_admit.remote(side, topic, partition, recorded),
                 timeout_s=THROTTLE_CALL_TIMEOUT_S,
             )
         except (RaybrokerError, ValueError) as exc:
@@ -767,6 +777,29 @@ class _RayReplicationThrottle:
             logger.debug("replication quota not asked: %s", exc)
             return 0.0
         return hold_off_s
+
+    def _current(self) -> ReplicationThrottles:
+        """The throttles last read, after taking a read that completed and starting one when they are old."""
+        with self._lock:
+            if self._reading is not None and ray.wait([self._reading], timeout=0)[0]:
+                try:
+                    self._throttles = call(self._reading)
+                except RaybrokerError as exc:
+                    logger.debug("replication throttles not read: %s", exc)
+                self._reading = None
+            now = time.monotonic()
+            if self._reading is None and now - self._read_at >= THROTTLES_MAX_AGE_S:
+                self._read_at = now
+                try:
+                    self._reading = self._log_manager().replication_throttles.remote()
+                except ValueError as exc:
+                    logger.debug("replication throttles not read: %s", exc)
+            return self._throttles
+
+    def _log_manager(self) -> Any:
+        if self._manager is None:
+            self._manager = ray.get_actor(log_manager_name(self._node), namespace=NAMESPACE)
+        return self._manager
 
 
 class _RayLeaderLink:

@@ -15,7 +15,9 @@ purgatory), and a throttled follower skips its fetch for as long as the rate nee
 `replica.fetch.backoff.ms`). The bytes sent or fetched for throttled replicas are recorded; others are not.
 
 The controller turns the configs into one broker's `ReplicationThrottles` (its rates set at run time, and the
-partitions throttled on it, by the broker's `node.id`); `ReplicationQuotas.update` takes them.
+partitions throttled on it, by the broker's `node.id`); `ReplicationQuotas.update` takes them. A replica whose
+partition they do not cover (`ReplicationThrottles.covers`) is never held off and its bytes are not recorded, so a
+process that knows the throttles need not ask the quotas for it at all.
 """
 
 from __future__ import annotations
@@ -45,20 +47,21 @@ class ReplicationThrottles:
     leader: frozenset[tuple[str, int]]
     follower: frozenset[tuple[str, int]]
 
+    def covers(self, side: str, topic: str, partition: int) -> bool:
+        """Whether the partition's replicas are throttled on `side` ("leader" or "follower") of this broker."""
+        partitions = self.leader if side == LEADER else self.follower
+        return (topic, partition) in partitions or (topic, ALL_PARTITIONS) in partitions
+
 
 NO_THROTTLES = ReplicationThrottles(None, None, frozenset(), frozenset())
 
 
 class _Quota:
-    """One side's bound, throttled partitions and sensor."""
+    """One side's bound and sensor."""
 
     def __init__(self, bound: int, samples: int, window_ms: int) -> None:
         self.bound = bound
-        self.partitions: frozenset[tuple[str, int]] = frozenset()
         self.sensor = SampledRate(samples, window_ms)
-
-    def throttles(self, topic: str, partition: int) -> bool:
-        return (topic, partition) in self.partitions or (topic, ALL_PARTITIONS) in self.partitions
 
 
 class ReplicationQuotas:
@@ -82,13 +85,8 @@ class ReplicationQuotas:
         """Takes the controller's newest throttles for this broker."""
         with self._lock:
             self.throttles = throttles
-            for side, rate, partitions in (
-                (LEADER, throttles.leader_rate, throttles.leader),
-                (FOLLOWER, throttles.follower_rate, throttles.follower),
-            ):
-                quota = self._quotas[side]
-                quota.bound = self._static[side] if rate is None else rate
-                quota.partitions = partitions
+            for side, rate in ((LEADER, throttles.leader_rate), (FOLLOWER, throttles.follower_rate)):
+                self._quotas[side].bound = self._static[side] if rate is None else rate
 
     def admit(self, side: str, topic: str, partition: int, recorded: int) -> float:
         """One fetch of a replica out of its ISR on `side`: records `recorded` bytes (what the last fetch moved) if
@@ -96,7 +94,7 @@ class ReplicationQuotas:
         never more than `replica.fetch.backoff.ms`). A replica that is not throttled always gets 0."""
         with self._lock:
             quota = self._quotas[side]
-            if not quota.throttles(topic, partition):
+            if not self.throttles.covers(side, topic, partition):
                 return 0.0
             now_ms = self._clock_ms()
             if quota.bound <= 0:
