@@ -198,9 +198,9 @@ class ReplicaFetcher:
     def fetch_once(self) -> None:
         """Step 2 of the module docstring, unless the follower quota holds this replica off."""
         log = self._log
-        throttled = self._throttle is not None and not self._in_sync()
-        if throttled and self._throttle is not None:
-            hold_off_s = self._throttle(self._unrecorded)
+        throttle = None if self._in_sync() else self._throttle
+        if throttle is not None:
+            hold_off_s = throttle(self._unrecorded)
             self._unrecorded = 0
             if hold_off_s > 0:
                 self._stopped.wait(hold_off_s)
@@ -209,7 +209,7 @@ class ReplicaFetcher:
             log.log_end_offset, self._settings.fetch_max_bytes, self._settings.fetch_wait_max_ms
         )
         records = whole_batches(fetched.records)
-        if throttled:
+        if throttle is not None:
             self._unrecorded += len(records)
         with self._changing:
             if self._stopped.is_set():

@@ -358,14 +358,13 @@ class Replica:
             self._ask_controller(leader, grown)
         deadline = time.monotonic() + max(max_wait_ms, 0) / 1000
         throttle = self._throttle if follower not in leader.state.isr else None
-        throttled = throttle is not None
         if throttle is not None and self._hold_off(throttle, leader.state, follower, deadline):
             return ReplicaFetch(b"", log.high_watermark, log.log_start_offset, log.log_end_offset)
         while True:
             seen = self._changes.count
             if log.log_end_offset > offset or time.monotonic() >= deadline or self._leader is not leader:
                 records = bytes(log.read(offset, max_bytes, isolation="log_end").records)
-                if throttled:
+                if throttle is not None:
                     self._unrecorded[follower] = len(records)
                 return ReplicaFetch(records, log.high_watermark, log.log_start_offset, log.log_end_offset)
             self._changes.wait(seen, deadline)
