@@ -750,16 +750,17 @@ class _RayControllerLink:
 
 
 class _RayReplicationThrottle:
-    """The node's replication quotas, held by its log manager (the Replica's `ReplicationThrottle`). Which
-    partitions they cover is kept here, read again without waiting when older than `THROTTLES_MAX_AGE_S` (the
-    answer is taken by a later fetch): a replica they do not cover fetches with no call at all, one they cover makes
-    a Ray call to the log manager per fetch. A log manager that does not answer throttles nothing: a move never
-    stalls on its quota's bookkeeping."""
+    """The node's replication quotas, held by its log manager (the Replica's `ReplicationThrottle`). Which partitions
+    they cover is kept here: read with a wait the first time, then again without waiting when older than
+    `THROTTLES_MAX_AGE_S` (the answer taken by a later fetch). A replica they do not cover fetches with no call at
+    all; one they cover asks the log manager with a Ray call before each fetch, as Kafka's fetcher asks its quota (a
+    throttled move is bounded by its rate, not by that call). A log manager that does not answer throttles nothing: a
+    move never stalls on its quota's bookkeeping."""
 
     def __init__(self, node: str) -> None:
         self._node = node
         self._manager: Any | None = None
-        self._throttles = NO_THROTTLES
+        self._throttles: ReplicationThrottles | None = None
         self._read_at = float("-inf")
         self._reading: Any | None = None
         self._lock = threading.Lock()
@@ -779,8 +780,18 @@ class _RayReplicationThrottle:
         return hold_off_s
 
     def _current(self) -> ReplicationThrottles:
-        """The throttles last read, after taking a read that completed and starting one when they are old."""
+        """The throttles last read, after taking a read that completed and starting one when they are old (waiting
+        for the first)."""
         with self._lock:
+            if self._throttles is None:
+                self._read_at = time.monotonic()
+                try:
+                    self._throttles = call(
+                        self._log_manager().replication_throttles.remote(), timeout_s=THROTTLE_CALL_TIMEOUT_S
+                    )
+                except (RaybrokerError, ValueError) as exc:
+                    logger.debug("replication throttles not read: %s", exc)
+                    self._throttles = NO_THROTTLES
             if self._reading is not None and ray.wait([self._reading], timeout=0)[0]:
                 try:
                     self._throttles = call(self._reading)

@@ -59,12 +59,17 @@ list (blanks trimmed, empty entries dropped, as Kafka's `csvList`).
 | log.partitions.spare.processes                | int     | 1                   | empty partition hosts kept started   |
 | raybroker.balancer.node.loss.grace.ms         | long    | 1800000             | lost this long: replicas re-created  |
 | raybroker.balancer.partition.autobalancing.mode | string | off             | node_add: a broker joins, takes share |
+| raybroker.balancer.replication.throttle       | long    | 104857600           | balancer's moves' B/s (-1: off)     |
 
 `raybroker.balancer.node.loss.grace.ms` is how long a broker may be gone before its replicas are re-created on
 running brokers (`actors.core.controller.self_healing`; -1: never). `raybroker.balancer.partition.autobalancing.mode`
 (Redpanda's `partition_autobalancing_mode`): `node_add` balances the replicas (`Controller.balance`, what
 `raybroker balance` does) whenever a running broker holds none while others hold more, so a node that joins takes
 its share by itself; `off` (the default, Kafka's behaviour) moves nothing unless asked.
+`raybroker.balancer.replication.throttle` bounds the copies of the moves the controller makes itself (drains,
+self-healing, balancing) with the brokers' replication quotas, in bytes a second (Redpanda's
+`raft_learner_recovery_rate`, whose 100 MiB/s default it takes; -1: no bound); a rate set with
+`leader.replication.throttled.rate` or `follower.replication.throttled.rate` takes its place.
 
 `log.partitions.per.process` and `log.partitions.spare.processes` are raybroker keys (no Kafka equivalent). Each
 partition log lives in a partition host (`actors.server.partition_host`), an actor process holding up to
@@ -278,6 +283,7 @@ class BrokerConfig(CleanerKeys, ListenerKeys, SecurityKeys, TransactionKeys, Gro
     log_partitions_spare_processes: int = config_field(1, "int", low=0)
     raybroker_balancer_node_loss_grace_ms: int = config_field(1800000, "long", low=-1)
     raybroker_balancer_partition_autobalancing_mode: str = config_field("off", "string", choices=("off", "node_add"))
+    raybroker_balancer_replication_throttle: int = config_field(104857600, "long", low=-1)
     default_replication_factor: int = config_field(1, "int", low=1)
     offsets_topic_replication_factor: int = config_field(3, "int", low=1, high=32767)
     metadata_replication_factor: int = config_field(3, "int", low=1, high=32767)

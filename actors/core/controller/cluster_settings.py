@@ -15,6 +15,8 @@ from actors.core.controller.finalized_features import FeatureUpdate, FinalizedFe
 from actors.core.controller.topic_metadata import AdvertisedListener, TopicMetadata
 from actors.core.quotas.client_quotas import ClientQuotaStore, Entity, FilterComponent, QuotaAlteration
 from actors.core.quotas.replication_quotas import ALL_PARTITIONS, FOLLOWER, LEADER, ReplicationThrottles
+from actors.core.replication.leader_and_isr import LeaderAndIsr
+from storage.config.broker_config import BrokerConfig
 from storage.config.throttled_replicas import ThrottledReplicas
 
 
@@ -22,12 +24,15 @@ class ClusterSettings:
     """Client quotas, run-time broker configs, replication throttles and features, for `Controller`."""
 
     if TYPE_CHECKING:
+        config: BrokerConfig
         _lock: threading.RLock
         _topics: dict[str, TopicMetadata]
         _listeners: dict[str, AdvertisedListener]
         _quotas: ClientQuotaStore
         _broker_configs: DynamicBrokerConfigs
         _features: FinalizedFeatures
+
+        def balancer_moves(self) -> list[LeaderAndIsr]: ...
 
     def alter_client_quotas(self, alterations: list[QuotaAlteration], validate_only: bool = False) -> list[str | None]:
         """Kafka's AlterClientQuotas: per alteration, None if applied (or valid), else its INVALID_REQUEST message."""
@@ -55,7 +60,9 @@ class ClusterSettings:
     def replication_throttles(self, node_id: str, broker_id: int | None = None) -> ReplicationThrottles:
         """The replication throttles of the broker on node `node_id` (`actors.core.quotas.replication_quotas`): its
         rates set at run time, and the partitions its topics' throttled-replicas configs list for its `node.id`:
-        its listener's, else `broker_id` (the node's own config; None: only `*` lists apply)."""
+        its listener's, else `broker_id` (the node's own config; None: only `*` lists apply). The controller's own
+        moves (`balancer_moves`) are throttled too while `raybroker.balancer.replication.throttle` is not -1: on
+        their current replicas as leaders and their added ones as followers, at that rate where none is set."""
         with self._lock:
             listener = self._listeners.get(node_id)
             broker = broker_id if listener is None else listener.broker_id
@@ -71,11 +78,19 @@ class ClusterSettings:
                         throttled.add((topic.name, ALL_PARTITIONS))
                     else:
                         throttled.update((topic.name, partition) for partition in partitions)
+            rates = {
+                side: self._broker_configs.rate(broker, f"{side}.replication.throttled.rate")
+                for side in (LEADER, FOLLOWER)
+            }
+            balancer_rate = self.config.raybroker_balancer_replication_throttle
+            for state in self.balancer_moves() if balancer_rate >= 0 else ():
+                key = (state.topic, state.partition)
+                role = FOLLOWER if node_id in state.adding else LEADER if node_id in state.replicas else None
+                if role is not None:
+                    sides[role].add(key)
+                    rates[role] = balancer_rate if rates[role] is None else rates[role]
             return ReplicationThrottles(
-                self._broker_configs.rate(broker, "leader.replication.throttled.rate"),
-                self._broker_configs.rate(broker, "follower.replication.throttled.rate"),
-                frozenset(sides[LEADER]),
-                frozenset(sides[FOLLOWER]),
+                rates[LEADER], rates[FOLLOWER], frozenset(sides[LEADER]), frozenset(sides[FOLLOWER])
             )
 
     def client_quotas_version(self) -> int:

@@ -7,6 +7,7 @@ state and lock it works on (declared below for the type checker only)."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Iterable, Mapping, Sequence
@@ -26,7 +27,12 @@ from actors.core.controller.self_healing import (
 from actors.core.controller.topic_metadata import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, TopicMetadata
 from actors.core.replication.leader_and_isr import LeaderAndIsr
 from storage.config.broker_config import BrokerConfig
-from storage.errors import InvalidReplicaAssignmentError, InvalidReplicationFactorError, RaybrokerError
+from storage.errors import (
+    InvalidReplicaAssignmentError,
+    InvalidReplicationFactorError,
+    RaybrokerError,
+    UnknownTopicOrPartitionError,
+)
 from storage.pending import collect
 
 logger = logging.getLogger(__name__)
@@ -44,6 +50,9 @@ class ReplicaMoves:
     _transaction_state_grown = False
     # Whether node_add autobalancing is under way (`_balance_onto_empty_brokers`).
     _autobalancing = False
+    # The partitions this controller started moving itself (in memory: a restarted controller lets them finish
+    # unthrottled).
+    _balancer_moves: set[tuple[str, int]]
 
     if TYPE_CHECKING:
         config: BrokerConfig
@@ -79,15 +88,32 @@ class ReplicaMoves:
         outcome: dict[tuple[str, int], RaybrokerError | None] = {}
         for (topic, partition), target in requests.items():
             try:
-                self._reassign(topic, partition, target, keep_factor=not allow_replication_factor_change)
+                self._reassign(
+                    topic, partition, target, keep_factor=not allow_replication_factor_change, balancer=False
+                )
             except RaybrokerError as exc:
                 outcome[(topic, partition)] = exc
             else:
                 outcome[(topic, partition)] = None
         return outcome
 
-    def _reassign(self, topic: str, partition: int, target: Sequence[str] | None, *, keep_factor: bool = False) -> None:
+    def _reassign(
+        self,
+        topic: str,
+        partition: int,
+        target: Sequence[str] | None,
+        *,
+        keep_factor: bool = False,
+        balancer: bool = True,
+    ) -> None:
+        """One partition's move to `target` (None: its cancel); `balancer` says the controller's own moves (drains,
+        self-healing, balancing, internal topics growing) from an operator's, which `raybroker.balancer.replication.
+        throttle` bounds (`balancer_moves`)."""
         with self._lock:
+            if balancer and target is not None:
+                self._balancer_moves.add((topic, partition))
+            else:
+                self._balancer_moves.discard((topic, partition))
             state = self.partition_state(topic, partition)
             if target is None:
                 new = cancelled(state, self._brokers)
@@ -133,6 +159,19 @@ class ReplicaMoves:
                 deletion.result()
             except RaybrokerError as exc:
                 logger.warning("replica %s-%d on %s not deleted: %s", after.topic, after.partition, node, exc)
+
+    def balancer_moves(self) -> list[LeaderAndIsr]:
+        """The states of the partitions the controller is moving itself (drains, self-healing, balancing), which
+        `raybroker.balancer.replication.throttle` bounds (`ClusterSettings.replication_throttles`); those done are
+        forgotten."""
+        with self._lock:
+            moving = []
+            for topic, partition in sorted(self._balancer_moves):
+                with contextlib.suppress(UnknownTopicOrPartitionError):
+                    moving.append(self.partition_state(topic, partition))
+            moving = [state for state in moving if state.reassigning]
+            self._balancer_moves = {(state.topic, state.partition) for state in moving}
+            return moving
 
     def partition_reassignments(self) -> list[LeaderAndIsr]:
         """Kafka's ListPartitionReassignments: the states of the partitions being reassigned."""

@@ -1,8 +1,8 @@
 """Replication throttles on a real move (`actors.core.quotas.replication_quotas`), plain, no Ray: a two-node
 in-process broker on the system clock, whose new replicas really fetch. A partition of about 900 kB moved to the
 other node under a leader or a follower throttle of 300 kB/s takes as long as the rate says (the first window's
-bytes aside), where the same move unthrottled takes a fraction of a second; a replica in the ISR is never
-throttled."""
+bytes aside), where the same move unthrottled takes a fraction of a second; a drain (the controller's own move) is
+throttled at the balancer's rate; a replica in the ISR is never throttled."""
 
 from __future__ import annotations
 
@@ -34,6 +34,7 @@ def two_nodes(tmp_path: Path) -> Iterator[InProcessBroker]:
         replication_quota_window_num="2",
         replication_quota_window_size_seconds="1",
         replica_fetch_max_bytes="65536",
+        raybroker_balancer_replication_throttle=str(RATE),
     )
     try:
         for node, broker_id in BROKER_IDS.items():
@@ -94,6 +95,22 @@ def test_throttled_moves_copy_at_the_throttles_rate(two_nodes: InProcessBroker) 
         # The sensor's first window (1 s at the rate) passes at once; the rest at the rate.
         assert size / RATE + 5 >= took[topic] >= (size - 2 * RATE) / RATE, took
         assert took["plain"] < took[topic] / 3, took
+
+
+def test_a_drain_copies_at_the_balancer_throttle(two_nodes: InProcessBroker) -> None:
+    """The controller's own move (a drain) is throttled at `raybroker.balancer.replication.throttle` with no
+    throttle configured by an operator."""
+    controller = two_nodes.controller
+    controller.create_topic("drained", 1, replication_factor=1)
+    write(two_nodes, "drained", RECORDS)
+    (source,) = controller.partition_state("drained", 0).replicas
+    started = time.monotonic()
+    ((_, _, target),) = controller.drain_broker(source)
+    while controller.partition_state("drained", 0).replicas != target:
+        assert time.monotonic() - started < DEADLINE_S, "the drained replica did not catch up"
+        time.sleep(0.02)
+    size = RECORDS * len(VALUE)
+    assert time.monotonic() - started >= (size - 2 * RATE) / RATE
 
 
 def test_a_replica_in_the_isr_is_not_throttled(two_nodes: InProcessBroker) -> None:

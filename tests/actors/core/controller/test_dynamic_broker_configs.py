@@ -92,3 +92,55 @@ def test_a_node_without_a_listener_goes_by_the_node_id_it_gives(cluster: Cluster
     controller.create_topic("moved", 1, {"follower.replication.throttled.replicas": "0:7"})
     assert controller.replication_throttles("node-x").follower == frozenset()
     assert controller.replication_throttles("node-x", 7).follower == {("moved", 0)}
+
+
+@pytest.fixture
+def balancing(tmp_path: Path) -> Iterator[Cluster]:
+    running = Cluster(tmp_path, MockClock(), {"raybroker.balancer.replication.throttle": "5000"})
+    running.register(*NODES)
+    try:
+        yield running
+    finally:
+        running.close()
+
+
+def test_the_controllers_own_moves_are_throttled_at_the_balancer_rate(balancing: Cluster) -> None:
+    """A drain's move (the added replica never catches up here: its replicas are recorded, not run) is throttled on
+    its current replicas as leaders and its added one as a follower, at `raybroker.balancer.replication.throttle`
+    where no rate is set; an operator's move is not, a rate set at run time takes the balancer's place, and a move
+    cancelled is forgotten."""
+    controller = balancing.controller
+    controller.create_topic("drained", 1, replication_factor=1)
+    (source,) = controller.partition_state("drained", 0).replicas
+    ((_, _, (target,)),) = controller.drain_broker(source)
+    assert controller.replication_throttles(source) == ReplicationThrottles(
+        5000, None, frozenset({("drained", 0)}), frozenset()
+    )
+    assert controller.replication_throttles(target) == ReplicationThrottles(
+        None, 5000, frozenset(), frozenset({("drained", 0)})
+    )
+    controller.alter_broker_configs("", {FOLLOWER_RATE: "70"})
+    assert controller.replication_throttles(target).follower_rate == 70
+    controller.create_topic("asked", 1, replication_factor=1)
+    (asked_source,) = controller.partition_state("asked", 0).replicas
+    other = next(node for node in NODES if node != asked_source and node != source)
+    controller.alter_partition_reassignments({("asked", 0): (other,)})
+    assert all(("asked", 0) not in controller.replication_throttles(node).follower for node in NODES)
+    controller.alter_partition_reassignments({("drained", 0): None})
+    assert controller.balancer_moves() == []
+    assert controller.replication_throttles(target).follower == frozenset()
+
+
+def test_a_balancer_throttle_of_minus_one_throttles_nothing(tmp_path: Path) -> None:
+    running = Cluster(tmp_path, MockClock(), {"raybroker.balancer.replication.throttle": "-1"})
+    running.register(*NODES)
+    try:
+        controller = running.controller
+        controller.create_topic("drained", 1, replication_factor=1)
+        (source,) = controller.partition_state("drained", 0).replicas
+        controller.drain_broker(source)
+        assert {controller.replication_throttles(node) for node in NODES} == {
+            ReplicationThrottles(None, None, frozenset(), frozenset())
+        }
+    finally:
+        running.close()
