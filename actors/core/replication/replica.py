@@ -41,6 +41,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Protocol
 
+from actors.core.quotas.replication_quotas import FOLLOWER, LEADER
 from actors.core.replication.follower import LeaderLink, ReplicaFetch, ReplicaFetcher, ReplicaSettings
 from actors.core.replication.leader_and_isr import LeaderAndIsr
 from actors.core.replication.leader_state import LeaderState
@@ -217,7 +218,7 @@ class Replica:
             in_sync=self._in_sync,
             throttle=None
             if throttle is None
-            else lambda recorded: throttle.admit("follower", state.topic, state.partition, recorded),
+            else lambda recorded: throttle.admit(FOLLOWER, state.topic, state.partition, recorded),
         )
         self._fetcher.start()
 
@@ -373,7 +374,7 @@ class Replica:
         """The leader quota's answer to a fetch of `follower`, out of the ISR (the bytes of its last answer recorded):
         True once the fetch has waited out the quota's hold-off or its own wait, whichever is shorter (Kafka's fetch
         purgatory), to be answered with no records."""
-        hold_off_s = throttle.admit("leader", state.topic, state.partition, self._unrecorded.pop(follower, 0))
+        hold_off_s = throttle.admit(LEADER, state.topic, state.partition, self._unrecorded.pop(follower, 0))
         if hold_off_s <= 0:
             return False
         self._stopping.wait(max(0.0, min(hold_off_s, deadline - time.monotonic())))

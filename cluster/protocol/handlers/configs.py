@@ -223,20 +223,12 @@ class AlterConfigsHandler:
         twice = [key for key, count in Counter(names).items() if count > 1]
         if twice:
             raise InvalidRequestError(f"config {twice[0]!r} appears more than once for broker {broker!r}")
-        changes: dict[str, str | None] = {}
-        if not self._incremental:
-            own, _ = await self._view.broker_configs(broker)
-            changes = {name: None for name in own}
-        for config in resource.configs:
-            operation = config.config_operation if self._incremental else AlterOperation.SET
-            if operation == AlterOperation.SET:
-                changes[config.name] = _value(config)
-            elif operation == AlterOperation.DELETE:
-                changes[config.name] = None
-            elif operation in (AlterOperation.APPEND, AlterOperation.SUBTRACT):
-                raise InvalidConfigError(f"{config.name} is not a list config: it cannot be appended to or subtracted")
-            else:
-                raise InvalidRequestError(f"unknown config operation {operation} for {config.name}")
+        own, _ = await self._view.broker_configs(broker)
+        if self._incremental:
+            after = _apply(own, resource.configs, {})
+        else:
+            after = {config.name: _value(config) for config in resource.configs}
+        changes = {name: after.get(name) for name in {*own, *after}}
         await self._view.alter_broker_configs(broker, changes, validate_only)
 
 

@@ -5,6 +5,7 @@ listener's `node.id`."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,9 +21,10 @@ LEADER_RATE = "leader.replication.throttled.rate"
 FOLLOWER_RATE = "follower.replication.throttled.rate"
 
 
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    running = Cluster(tmp_path, MockClock())
+@contextlib.contextmanager
+def started(tmp_path: Path, properties: dict[str, str] | None = None) -> Iterator[Cluster]:
+    """`NODES` registered, each with a listener of `node.id` 1, 2, 3, under a controller with `properties`."""
+    running = Cluster(tmp_path, MockClock(), properties)
     running.register(*NODES)
     for broker_id, node in enumerate(NODES, start=1):
         running.controller.register_listener(node, AdvertisedListener(broker_id, "127.0.0.1", 9000 + broker_id))
@@ -30,6 +32,12 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
         yield running
     finally:
         running.close()
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    with started(tmp_path) as running:
+        yield running
 
 
 def test_a_brokers_level_comes_before_every_brokers_and_survives_a_restart(cluster: Cluster) -> None:
@@ -96,12 +104,8 @@ def test_a_node_without_a_listener_goes_by_the_node_id_it_gives(cluster: Cluster
 
 @pytest.fixture
 def balancing(tmp_path: Path) -> Iterator[Cluster]:
-    running = Cluster(tmp_path, MockClock(), {"raybroker.balancer.replication.throttle": "5000"})
-    running.register(*NODES)
-    try:
+    with started(tmp_path, {"raybroker.balancer.replication.throttle": "5000"}) as running:
         yield running
-    finally:
-        running.close()
 
 
 def test_the_controllers_own_moves_are_throttled_at_the_balancer_rate(balancing: Cluster) -> None:
@@ -132,9 +136,7 @@ def test_the_controllers_own_moves_are_throttled_at_the_balancer_rate(balancing:
 
 
 def test_a_balancer_throttle_of_minus_one_throttles_nothing(tmp_path: Path) -> None:
-    running = Cluster(tmp_path, MockClock(), {"raybroker.balancer.replication.throttle": "-1"})
-    running.register(*NODES)
-    try:
+    with started(tmp_path, {"raybroker.balancer.replication.throttle": "-1"}) as running:
         controller = running.controller
         controller.create_topic("drained", 1, replication_factor=1)
         (source,) = controller.partition_state("drained", 0).replicas
@@ -142,5 +144,3 @@ def test_a_balancer_throttle_of_minus_one_throttles_nothing(tmp_path: Path) -> N
         assert {controller.replication_throttles(node) for node in NODES} == {
             ReplicationThrottles(None, None, frozenset(), frozenset())
         }
-    finally:
-        running.close()
