@@ -3,7 +3,9 @@ test tiers.
 
 Tiers: the markers `ray`, `spark` and `kafka` say that a test starts Ray, Spark or Apache Kafka (or uses a
 fixture that does); every other test gets the marker `fast` here, so `python -m pytest -m fast` runs what needs
-none of them. A test cannot sit in the fast tier by mistake:
+none of them, except the ones marked `slow` by hand: tests of many random histories or of a race under stress that
+need no outside program but take seconds each, run in parallel in a tier of their own (`-m slow -n auto`) so the fast
+tier stays within its three minutes. A test cannot sit in the fast tier by mistake:
 - at collection, a test that uses a fixture of `STARTED_BY_FIXTURE` (`ray_session`, `spark`, `kafka`, directly or
   through other fixtures, as `start_test_broker` does) without that fixture's marker stops the run with a
   message naming it;
@@ -58,6 +60,8 @@ def fixtures_dir() -> Path:
 # --- tiers ---------------------------------------------------------------------------------------------
 
 HEAVY_MARKERS = ("ray", "spark", "kafka")
+# Set by hand on a test that needs none of them but takes seconds: out of the fast tier, into one of its own.
+SLOW_MARKER = "slow"
 # Fixtures that start what a marker names; a test using one, however indirectly, must carry that marker.
 STARTED_BY_FIXTURE = {"ray_session": "ray", "spark": "spark", "kafka": "kafka"}
 # What only a `ray`, `spark` or `kafka` test may start: Ray's daemons, a JVM (Spark's driver, Apache Kafka), and
@@ -83,7 +87,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         for fixture, marker in STARTED_BY_FIXTURE.items():
             if fixture in fixtures and marker not in markers:
                 problems.append(f"{item.nodeid}: uses the fixture `{fixture}` (directly or not): mark it `{marker}`")
-        if not markers & set(HEAVY_MARKERS):
+        if SLOW_MARKER in markers and markers & set(HEAVY_MARKERS):
+            problems.append(f"{item.nodeid}: `slow` is for tests that start none of Ray, Spark and Kafka")
+        if not markers & {*HEAVY_MARKERS, SLOW_MARKER}:
             item.add_marker(pytest.mark.fast)
     if problems:
         raise pytest.UsageError("tests in the wrong tier:\n" + "\n".join(problems))
@@ -112,9 +118,9 @@ sys.addaudithook(_refuse_heavy_starts)
 
 @pytest.fixture(autouse=True)
 def _tier_guard(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Fails a fast test that started Ray, Spark or Kafka, or attached this process to Ray."""
+    """Fails a fast (or slow) test that started Ray, Spark or Kafka, or attached this process to Ray."""
     global _fast_test
-    if request.node.get_closest_marker("fast") is None:
+    if request.node.get_closest_marker("fast") is None and request.node.get_closest_marker(SLOW_MARKER) is None:
         yield
         return
     ray_was_attached = _ray_attached()

@@ -232,6 +232,7 @@ def segment_files(states: list[Any]) -> list[Path]:
     return [path for state in states for path in Path(state.directory).iterdir()]
 
 
+@pytest.mark.slow
 def test_index_lookups_never_fail_while_the_writer_resizes(tmp_path: Path) -> None:
     """A fetch looks the index up on a read thread while the writer trims it at a roll (and grows it again
     when a segment becomes active): the lookups must always find a mapping."""

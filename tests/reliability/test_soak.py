@@ -177,6 +177,7 @@ def assert_no_growth(samples: Samples) -> None:
         assert max(values[-10:]) <= max(values[5:15]) + slack, (name, values)
 
 
+@pytest.mark.slow
 def test_thirty_simulated_days_keep_state_bounded(shm_path: Path) -> None:
     clock = MockClock(START_MS)
     config = broker_config(shm_path / "data")

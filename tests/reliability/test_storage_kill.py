@@ -256,6 +256,7 @@ def _adopt(ack_path: Path, topic: str, extras: list[tuple[int, Record]]) -> None
         append_line(ack_path, {"topic": topic, "first": offset, "records": [[_hex(key), _hex(value)]]})
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(scaled(240, 3600))
 def test_writer_killed_at_random_moments_and_points_loses_no_acknowledged_record(shm_path: Path) -> None:
     run_dir = shm_path

@@ -601,6 +601,7 @@ def test_an_answer_that_does_not_parse_breaks_the_connection_and_fails_its_reply
         assert connection.broken
 
 
+@pytest.mark.slow
 def test_many_pipelined_appends_are_all_answered(part: PartitionLogActor, address: str) -> None:
     # More appends in flight than the sockets' buffers hold: the producer's send waits for the channel to read while
     # the channel waits for its answers to be read, so the reader must take answers while a send blocks. A lock

@@ -93,6 +93,7 @@ def answered(frame: bytes) -> Any:
     return GROUP_CODEC.decode_answer(frame[SIZE.size :])
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(values)
 def test_every_value_it_carries_comes_back_equal_and_of_the_same_types(value: Any) -> None:

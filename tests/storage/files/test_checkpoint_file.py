@@ -79,6 +79,7 @@ def assert_rewrites_to_same_bytes(source: Path, tmp_path: Path) -> None:
 # --- round-trips against the dict / list oracle -------------------------------------------------------------
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(st.dictionaries(st.tuples(topics, partitions), offsets, max_size=50))
 def test_offset_text_round_trips_any_mapping_in_order(offsets_map: dict[tuple[str, int], int]) -> None:

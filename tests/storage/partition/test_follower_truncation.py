@@ -359,6 +359,7 @@ def run_history(
 HISTORIES = 300
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("away", "leaders_write"),
     [

@@ -123,6 +123,7 @@ def columns_outcome(section: bytes, count: int) -> list[Record] | type[Exception
         return CorruptRecordError
 
 
+@pytest.mark.slow
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(sections(), st.data())
 def test_damaged_sections_are_refused_exactly_when_the_record_decoder_refuses(
@@ -152,6 +153,7 @@ def test_damaged_uniform_runs_are_refused_exactly_when_the_record_decoder_refuse
     assert columns_outcome(bytes(damaged), count) == decoder_outcome(bytes(damaged), count)
 
 
+@pytest.mark.slow
 def test_layouts_known_from_an_intact_section_refuse_every_damaged_byte_of_the_next_as_the_record_decoder_does() -> (
     None
 ):
@@ -171,6 +173,7 @@ def test_layouts_known_from_an_intact_section_refuse_every_damaged_byte_of_the_n
             assert columns_outcome(bytes(damaged), count) == expected, (position, value)
 
 
+@pytest.mark.slow
 def test_a_run_after_a_long_run_is_checked_whole_and_refuses_damage_far_past_its_start() -> None:
     # 400 records: the run from record 64 (its offset deltas a byte wider, 336 records, more than the 256 a probe
     # is for) follows a run of 64 records, so it is checked whole; every byte of record 350 is damaged in turn.
@@ -239,6 +242,7 @@ def test_vectorized_varints_match_the_scalar_decoder() -> None:
     assert ends[-1] == len(encoded)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(
     st.lists(
