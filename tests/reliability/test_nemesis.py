@@ -166,6 +166,11 @@ def test_no_anomaly_under_pauses_partitions_and_kills(tmp_path: Path) -> None:
         # Per writer: the longest wait between two acknowledgements, and when in the run it began (see `faults`).
         "longest_ack_gaps_s": longest_ack_gaps(history),
         "stuck": stuck,
+        # Each partition at the end: high watermark, last stable offset, records held (the checker's oracle).
+        "final": {
+            f"{t}-{p}": [log.high_watermark, log.last_stable_offset, len(log.records)]
+            for (t, p), log in final.logs.items()
+        },
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
     assert not stuck, f"workloads that did not finish: {stuck} ({out})"

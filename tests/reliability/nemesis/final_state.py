@@ -40,21 +40,29 @@ def open_transactions() -> list[str] | None:
 
 
 def settle(topics: dict[str, int], timeout_s: float) -> None:
-    """Waits until every partition of `topics` has its whole replica set in sync and the coordinator lists no open
-    transaction, or `timeout_s` passed."""
+    """Waits until every partition of `topics` has its whole replica set in sync and its leader's high watermark at
+    its log end, and the coordinator lists no open transaction, or `timeout_s` passed. The high watermark is awaited
+    because a leader elected late (the preferred one, back in the ISR) starts at the high watermark it knew as a
+    follower and raises it only once each follower fetched from it: read then, the log's last records would look
+    truncated."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
             in_sync = all(
-                not state.offline and set(state.isr) == set(state.replicas)
-                for topic in topics
-                for state in _states(topic).values()
+                _settled(topic, partition, state) for topic in topics for partition, state in _states(topic).items()
             )
         except RaybrokerError:
             in_sync = False
         if in_sync and open_transactions() == []:
             return
         time.sleep(0.5)
+
+
+def _settled(topic: str, partition: int, state: Any) -> bool:
+    if state.offline or set(state.isr) != set(state.replicas):
+        return False
+    _, high_watermark, log_end = call(replica_actor(topic, partition, state.leader).offsets.remote())
+    return bool(high_watermark == log_end)
 
 
 def _states(topic: str) -> dict[int, Any]:
