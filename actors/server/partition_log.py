@@ -734,14 +734,18 @@ def _checked_max_bytes(max_bytes: object) -> int:
 
 
 class _RayControllerLink:
-    """A leader's AlterPartition to the controller actor, sent without waiting (the Replica's `ControllerLink`): a
-    refusal (or a failed call) is told to `refused` on the thread Ray completes the call's future on."""
+    """A leader's AlterPartition to the controller actor, sent without waiting (the Replica's `ControllerLink`): the
+    controller's refusal (the call ran and raised) is told to `refused` on the thread Ray completes the call's future
+    on. A call that did not answer (the controller's process lost, its node cut off) is no refusal: the change may
+    have been taken, and the leader asks again after `PENDING_TIMEOUT_MS`."""
 
     def alter_partition(self, proposed: LeaderAndIsr, refused: Callable[[], None]) -> None:
         answer = controller().alter_partition.remote(
             proposed.topic, proposed.partition, proposed.leader, proposed.leader_epoch, list(proposed.isr)
         )
-        answer.future().add_done_callback(lambda done: refused() if done.exception() is not None else None)
+        answer.future().add_done_callback(
+            lambda done: refused() if isinstance(done.exception(), ray.exceptions.RayTaskError) else None
+        )
 
 
 class _RayLeaderLink:

@@ -13,11 +13,15 @@ log end offset the leader had then. A follower in the ISR not caught up for long
 joins it (`isr_to_expand`), once it fetched since it left (a broker that died left every ISR, and never fetches).
 The leader does not change its ISR itself: it asks the controller (`ControllerActor.alter_partition`), which pushes
 the result back to every replica, and it asks for one change at a time (`pending`), at most one every
-`PENDING_TIMEOUT_MS` until that answer arrives. A change the controller refuses (`refused`) is no longer pending: the
-followers a refused expansion would have added no longer count in the high watermark, and must fetch again before
-they are asked for again. A replica on a node Ray declared dead keeps fetching while its processes live on; asked
-for with every later expansion and refused each time (INELIGIBLE_REPLICA), it would otherwise hold the high
-watermark at its last fetch and keep every other follower out of the ISR for the rest of the leader epoch.
+`PENDING_TIMEOUT_MS` until that answer arrives. The followers an expansion asked for count in the high watermark
+until the controller answers, across later asks too (which ask for them again): an unanswered expansion may have
+been taken, and a replica in the controller's ISR may be elected, so the high watermark must never pass what it has
+(Kafka's leader never drops a pending AlterPartition unanswered). A change the controller refuses (`refused`) is no
+longer pending: the followers a refused expansion would have added no longer count in the high watermark, and must
+fetch again before they are asked for again. A replica on a node Ray declared dead keeps fetching while its
+processes live on; asked for with every later expansion and refused each time (INELIGIBLE_REPLICA), it would
+otherwise hold the high watermark at its last fetch and keep every other follower out of the ISR for the rest of the
+leader epoch.
 """
 
 from __future__ import annotations
@@ -108,10 +112,11 @@ class LeaderState:
         return self._pending_since_ms is None or now_ms - self._pending_since_ms >= PENDING_TIMEOUT_MS
 
     def isr_to_expand(self, high_watermark: int, now_ms: int) -> tuple[str, ...] | None:
-        """The ISR with the followers that caught up added, if any did and no change is pending. A follower the
-        controller removed from the ISR must fetch again first: Kafka's leader proposes only replicas of live
-        brokers (`isReplicaIsrEligible`), and a removed follower's last offset, from before its broker died, would
-        otherwise make it look caught up, counted in the high watermark while the controller refuses it."""
+        """The ISR with the followers that caught up added, if any did and no change is pending, and with those
+        asked for earlier and not answered yet. A follower the controller removed from the ISR must fetch again
+        first: Kafka's leader proposes only replicas of live brokers (`isReplicaIsrEligible`), and a removed
+        follower's last offset, from before its broker died, would otherwise make it look caught up, counted in the
+        high watermark while the controller refuses it."""
         joining = [
             node
             for node, progress in self._followers.items()
@@ -123,15 +128,19 @@ class LeaderState:
         if not joining or not self._may_ask(now_ms):
             return None
         self._pending_since_ms = now_ms
-        self._joining = tuple(joining)
-        self._pending_isr = tuple(node for node in self.state.replicas if node in self.state.isr or node in joining)
+        self._joining = tuple(node for node in self.state.replicas if node in joining or node in self._joining)
+        self._pending_isr = tuple(
+            node for node in self.state.replicas if node in self.state.isr or node in self._joining
+        )
         return self._pending_isr
 
     def isr_to_shrink(self, leader_log_end_offset: int, lag_ms: int, now_ms: int) -> tuple[str, ...] | None:
-        """The ISR without the followers that have not caught up for `lag_ms`, if any and no change is pending."""
+        """The ISR without the followers that have not caught up for `lag_ms`, if any and no change is pending; the
+        followers asked for earlier and not answered yet are asked for again (unless they lag too), and go on
+        counting in the high watermark until the controller's answer."""
         lagging = [
             node
-            for node in self.state.isr
+            for node in (*self.state.isr, *self._joining)
             if node in self._followers
             and self._followers[node].log_end_offset != leader_log_end_offset
             and now_ms - self._followers[node].last_caught_up_ms > lag_ms
@@ -139,8 +148,11 @@ class LeaderState:
         if not lagging or not self._may_ask(now_ms):
             return None
         self._pending_since_ms = now_ms
-        self._joining = ()
-        self._pending_isr = tuple(node for node in self.state.isr if node not in lagging)
+        self._pending_isr = tuple(
+            node
+            for node in self.state.replicas
+            if (node in self.state.isr or node in self._joining) and node not in lagging
+        )
         return self._pending_isr
 
     def refused(self, isr: tuple[str, ...]) -> bool:
@@ -151,8 +163,8 @@ class LeaderState:
         if self._pending_isr != isr:
             return False
         for node in self._joining:
-            if node in self._followers:
+            if node in isr and node in self._followers:
                 self._followers[node].alive_since_removal = False
         self._pending_isr = None
-        self._joining = ()
+        self._joining = tuple(node for node in self._joining if node not in isr)
         return True

@@ -82,7 +82,7 @@ class ControllerLink(Protocol):
         """Asks for `proposed`: the partition's state as its leader holds it (topic, partition, leader, leader epoch,
         which the controller checks) with the ISR the leader wants. Raises `RaybrokerError` when the controller
         cannot be reached (the check asks again later); calls `refused()`, on any thread, once the controller
-        refused the change (or its call failed)."""
+        refused the change, never when its answer is lost (the change may have been taken)."""
         ...
 
 

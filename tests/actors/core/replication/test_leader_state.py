@@ -225,19 +225,45 @@ def test_a_pending_expansion_blocks_a_shrink_until_the_timeout():
     leader = leading(("a", "b"))
     leader.follower_fetched("c", 0, 0, 2_000)
     assert leader.isr_to_expand(0, 2_000) == ("a", "b", "c")
-    # b never fetched: it lags from ELECTED_MS + LAG_MS + 1 on, but the expansion is still unanswered.
+    # b never fetched: it lags from ELECTED_MS + LAG_MS + 1 on, but the expansion is still unanswered. The shrink
+    # asked then asks for c again: it may be in the controller's ISR already.
     assert leader.isr_to_shrink(5, LAG_MS, 2_000 + PENDING_TIMEOUT_MS - 1) is None
-    assert leader.isr_to_shrink(5, LAG_MS, ELECTED_MS + LAG_MS + 1) == ("a",)
+    assert leader.isr_to_shrink(5, LAG_MS, ELECTED_MS + LAG_MS + 1) == ("a", "c")
 
 
-def test_a_pending_shrink_blocks_an_expansion_until_the_timeout():
+def test_an_unanswered_expansion_holds_the_high_watermark_through_a_later_ask():
+    """c's expansion gets no answer (the controller took it, its push is late): after the timeout the leader asks
+    for a shrink of b, and c, perhaps in the controller's ISR and so electable, still holds the high watermark."""
     leader = leading(("a", "b"))
-    shrink_at = ELECTED_MS + LAG_MS + 1
-    assert leader.isr_to_shrink(5, LAG_MS, shrink_at) == ("a",)
-    # c catches up while the controller has not answered the shrink.
-    leader.follower_fetched("c", 5, 5, shrink_at)
-    assert leader.isr_to_expand(5, shrink_at + PENDING_TIMEOUT_MS - 1) is None
-    assert leader.isr_to_expand(5, shrink_at + PENDING_TIMEOUT_MS) == ("a", "b", "c")
+    leader.follower_fetched("b", 5, 5, 1_100)
+    leader.follower_fetched("c", 5, 5, 1_100)
+    assert leader.isr_to_expand(5, 1_100) == ("a", "b", "c")
+    shrink_at = 1_100 + LAG_MS + 1
+    leader.follower_fetched("c", 8, 8, shrink_at - 10)
+    assert leader.isr_to_shrink(8, LAG_MS, shrink_at) == ("a", "c")
+    assert leader.high_watermark(12) == 5, "b has 5: it is still in the ISR until the answer"
+    leader.update(partition(("a", "c")), shrink_at + 5)
+    assert leader.high_watermark(12) == 8, "c has 8"
+
+
+def test_a_refused_ask_drops_the_unanswered_joiners_it_asked_for_again():
+    """c's expansion is unanswered; the shrink asked after the timeout carries c again, and the controller refuses
+    it (c's broker is gone): c no longer counts in the high watermark, nor is asked for before it fetches again."""
+    leader = leading(("a", "b"))
+    leader.follower_fetched("b", 5, 5, 1_100)
+    leader.follower_fetched("c", 5, 5, 1_100)
+    assert leader.isr_to_expand(5, 1_100) == ("a", "b", "c")
+    shrink_at = 1_100 + LAG_MS + 1
+    leader.follower_fetched("c", 5, 5, shrink_at - 10)
+    asked = leader.isr_to_shrink(9, LAG_MS, shrink_at)
+    assert asked == ("a", "c")
+    leader.follower_fetched("b", 9, 9, shrink_at + 1)
+    assert leader.high_watermark(9) == 5, "c, asked for and not answered, counts"
+    assert leader.refused(asked)
+    assert leader.high_watermark(9) == 9, "refused: c no longer counts"
+    assert leader.isr_to_expand(5, shrink_at + PENDING_TIMEOUT_MS) is None, "not asked for until it fetches again"
+    leader.follower_fetched("c", 9, 9, shrink_at + PENDING_TIMEOUT_MS)
+    assert leader.isr_to_expand(9, shrink_at + PENDING_TIMEOUT_MS) == ("a", "b", "c")
 
 
 def test_the_controllers_answer_ends_the_pending_change():
