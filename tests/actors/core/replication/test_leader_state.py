@@ -231,39 +231,44 @@ def test_a_pending_expansion_blocks_a_shrink_until_the_timeout():
     assert leader.isr_to_shrink(5, LAG_MS, ELECTED_MS + LAG_MS + 1) == ("a", "c")
 
 
-def test_an_unanswered_expansion_holds_the_high_watermark_through_a_later_ask():
-    """c's expansion gets no answer (the controller took it, its push is late): after the timeout the leader asks
-    for a shrink of b, and c, perhaps in the controller's ISR and so electable, still holds the high watermark."""
+# b stops fetching at 5 and lags from then on: the leader asks to shrink it away at SHRINK_AT.
+SHRINK_AT = 1_100 + LAG_MS + 1
+
+
+def c_asked_for_and_unanswered() -> LeaderState:
+    """a leads a and b, both at 5; c reaches 5 and is asked into the ISR, and the controller's answer never comes."""
     leader = leading(("a", "b"))
     leader.follower_fetched("b", 5, 5, 1_100)
     leader.follower_fetched("c", 5, 5, 1_100)
     assert leader.isr_to_expand(5, 1_100) == ("a", "b", "c")
-    shrink_at = 1_100 + LAG_MS + 1
-    leader.follower_fetched("c", 8, 8, shrink_at - 10)
-    assert leader.isr_to_shrink(8, LAG_MS, shrink_at) == ("a", "c")
+    return leader
+
+
+def test_an_unanswered_expansion_holds_the_high_watermark_through_a_later_ask():
+    """c's expansion gets no answer (the controller took it, its push is late): after the timeout the leader asks
+    for a shrink of b, and c, perhaps in the controller's ISR and so electable, still holds the high watermark."""
+    leader = c_asked_for_and_unanswered()
+    leader.follower_fetched("c", 8, 8, SHRINK_AT - 10)
+    assert leader.isr_to_shrink(8, LAG_MS, SHRINK_AT) == ("a", "c")
     assert leader.high_watermark(12) == 5, "b has 5: it is still in the ISR until the answer"
-    leader.update(partition(("a", "c")), shrink_at + 5)
+    leader.update(partition(("a", "c")), SHRINK_AT + 5)
     assert leader.high_watermark(12) == 8, "c has 8"
 
 
 def test_a_refused_ask_drops_the_unanswered_joiners_it_asked_for_again():
     """c's expansion is unanswered; the shrink asked after the timeout carries c again, and the controller refuses
     it (c's broker is gone): c no longer counts in the high watermark, nor is asked for before it fetches again."""
-    leader = leading(("a", "b"))
-    leader.follower_fetched("b", 5, 5, 1_100)
-    leader.follower_fetched("c", 5, 5, 1_100)
-    assert leader.isr_to_expand(5, 1_100) == ("a", "b", "c")
-    shrink_at = 1_100 + LAG_MS + 1
-    leader.follower_fetched("c", 5, 5, shrink_at - 10)
-    asked = leader.isr_to_shrink(9, LAG_MS, shrink_at)
+    leader = c_asked_for_and_unanswered()
+    leader.follower_fetched("c", 5, 5, SHRINK_AT - 10)
+    asked = leader.isr_to_shrink(9, LAG_MS, SHRINK_AT)
     assert asked == ("a", "c")
-    leader.follower_fetched("b", 9, 9, shrink_at + 1)
+    leader.follower_fetched("b", 9, 9, SHRINK_AT + 1)
     assert leader.high_watermark(9) == 5, "c, asked for and not answered, counts"
     assert leader.refused(asked)
     assert leader.high_watermark(9) == 9, "refused: c no longer counts"
-    assert leader.isr_to_expand(5, shrink_at + PENDING_TIMEOUT_MS) is None, "not asked for until it fetches again"
-    leader.follower_fetched("c", 9, 9, shrink_at + PENDING_TIMEOUT_MS)
-    assert leader.isr_to_expand(9, shrink_at + PENDING_TIMEOUT_MS) == ("a", "b", "c")
+    assert leader.isr_to_expand(5, SHRINK_AT + PENDING_TIMEOUT_MS) is None, "not asked for until it fetches again"
+    leader.follower_fetched("c", 9, 9, SHRINK_AT + PENDING_TIMEOUT_MS)
+    assert leader.isr_to_expand(9, SHRINK_AT + PENDING_TIMEOUT_MS) == ("a", "b", "c")
 
 
 def test_the_controllers_answer_ends_the_pending_change():
