@@ -222,7 +222,6 @@ class Controller(ReplicaMoves, ClusterSettings):
         self._lost_at_ms: dict[str, int] = {}
         # Brokers being drained (`drain_broker`): no new replica goes there until they leave or register again.
         self._draining: set[str] = set()
-        self._balancer_moves: set[tuple[str, int]] = set()
         self._next_heal_ms = now_ms
 
     @property

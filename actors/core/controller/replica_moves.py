@@ -7,10 +7,10 @@ state and lock it works on (declared below for the type checker only)."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from actors.core.controller.balancing import balancing_moves
@@ -31,7 +31,6 @@ from storage.errors import (
     InvalidReplicaAssignmentError,
     InvalidReplicationFactorError,
     RaybrokerError,
-    UnknownTopicOrPartitionError,
 )
 from storage.pending import collect
 
@@ -50,9 +49,6 @@ class ReplicaMoves:
     _transaction_state_grown = False
     # Whether node_add autobalancing is under way (`_balance_onto_empty_brokers`).
     _autobalancing = False
-    # The partitions this controller started moving itself (in memory: a restarted controller lets them finish
-    # unthrottled).
-    _balancer_moves: set[tuple[str, int]]
 
     if TYPE_CHECKING:
         config: BrokerConfig
@@ -110,10 +106,6 @@ class ReplicaMoves:
         self-healing, balancing, internal topics growing) from an operator's, which `raybroker.balancer.replication.
         throttle` bounds (`balancer_moves`)."""
         with self._lock:
-            if balancer and target is not None:
-                self._balancer_moves.add((topic, partition))
-            else:
-                self._balancer_moves.discard((topic, partition))
             state = self.partition_state(topic, partition)
             if target is None:
                 new = cancelled(state, self._brokers)
@@ -126,6 +118,7 @@ class ReplicaMoves:
                 new = reassigned(state, checked)
                 if new.replicas == state.replicas and not new.reassigning and not state.reassigning:
                     return
+                new = replace(new, balancer=balancer and new.reassigning)
                 new = self._create_replicas(new, [node for node in new.adding if node not in state.replicas])
             new = self._persist_state(new)
             final = completed(new, self._brokers)
@@ -162,16 +155,9 @@ class ReplicaMoves:
 
     def balancer_moves(self) -> list[LeaderAndIsr]:
         """The states of the partitions the controller is moving itself (drains, self-healing, balancing), which
-        `raybroker.balancer.replication.throttle` bounds (`ClusterSettings.replication_throttles`); those done are
-        forgotten."""
+        `raybroker.balancer.replication.throttle` bounds (`ClusterSettings.replication_throttles`)."""
         with self._lock:
-            moving = []
-            for topic, partition in sorted(self._balancer_moves):
-                with contextlib.suppress(UnknownTopicOrPartitionError):
-                    moving.append(self.partition_state(topic, partition))
-            moving = [state for state in moving if state.reassigning]
-            self._balancer_moves = {(state.topic, state.partition) for state in moving}
-            return moving
+            return [state for state in self.partition_states() if state.reassigning and state.balancer]
 
     def partition_reassignments(self) -> list[LeaderAndIsr]:
         """Kafka's ListPartitionReassignments: the states of the partitions being reassigned."""

@@ -10,7 +10,9 @@ out of order keeps the newer. `directories` (Kafka's PartitionRecord directories
 does not, so a disk that comes back on another node is recognised as the replica it holds. During a reassignment
 (Kafka's AlterPartitionReassignments) `adding` names the target replicas not yet in sync and `removing` the replicas
 that leave once the target is in sync; `replicas` holds both, the target first (Kafka's PartitionRecord
-addingReplicas / removingReplicas).
+addingReplicas / removingReplicas); `balancer` says the reassignment is the controller's own (a drain, self-healing,
+balancing), which `raybroker.balancer.replication.throttle` bounds, rather than an operator's. It is recorded with
+the state, so a controller started again goes on throttling the moves its predecessor began.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ class LeaderAndIsr(ReplicaSet):
     directories: tuple[str, ...] = ()
     adding: tuple[str, ...] = ()
     removing: tuple[str, ...] = ()
+    balancer: bool = False
 
     @property
     def replication_factor(self) -> int:
@@ -103,7 +106,7 @@ class LeaderAndIsr(ReplicaSet):
         self, replicas: tuple[str, ...], isr: tuple[str, ...], adding: tuple[str, ...], removing: tuple[str, ...]
     ) -> LeaderAndIsr:
         """New replicas and ISR (the leader unchanged) and reassignment sets; each replica kept keeps its
-        recorded log dir."""
+        recorded log dir, and a reassignment that ends is no longer the balancer's."""
         directories = tuple(self.directory_of(node) for node in replicas) if self.directories else ()
         return replace(
             self,
@@ -113,6 +116,7 @@ class LeaderAndIsr(ReplicaSet):
             removing=removing,
             directories=directories,
             version=self.version + 1,
+            balancer=self.balancer and bool(adding or removing),
         )
 
     def to_json(self) -> dict[str, object]:
@@ -124,6 +128,7 @@ class LeaderAndIsr(ReplicaSet):
             "version": self.version,
             "directories": list(self.directories),
             **({"adding": list(self.adding), "removing": list(self.removing)} if self.reassigning else {}),
+            **({"balancer": True} if self.reassigning and self.balancer else {}),
         }
 
     @classmethod
@@ -134,4 +139,5 @@ class LeaderAndIsr(ReplicaSet):
         directories = tuple(str(d) for d in body.get("directories", ()))  # type: ignore[attr-defined]
         adding = tuple(str(node) for node in body.get("adding", ()))  # type: ignore[attr-defined]
         removing = tuple(str(node) for node in body.get("removing", ()))  # type: ignore[attr-defined]
-        return cls(topic, partition, str(body["leader"]), epoch, replicas, isr, version, directories, adding, removing)
+        leader, balancer = str(body["leader"]), body.get("balancer") is True
+        return cls(topic, partition, leader, epoch, replicas, isr, version, directories, adding, removing, balancer)

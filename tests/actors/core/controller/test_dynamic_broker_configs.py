@@ -135,6 +135,25 @@ def test_the_controllers_own_moves_are_throttled_at_the_balancer_rate(balancing:
     assert controller.replication_throttles(target).follower == frozenset()
 
 
+def test_a_restarted_controller_goes_on_throttling_its_predecessors_moves(balancing: Cluster) -> None:
+    """The balancer's move is recorded as such with the partition's state: the controller started again (replaying
+    the metadata log) still throttles it, and an operator's move still is not."""
+    controller = balancing.controller
+    controller.create_topic("drained", 1, replication_factor=1)
+    (source,) = controller.partition_state("drained", 0).replicas
+    ((_, _, (target,)),) = controller.drain_broker(source)
+    controller.create_topic("asked", 1, replication_factor=1)
+    (asked_source,) = controller.partition_state("asked", 0).replicas
+    other = next(node for node in NODES if node != asked_source)
+    controller.alter_partition_reassignments({("asked", 0): (other,)})
+    before = {node: controller.replication_throttles(node) for node in NODES}
+    controller.close()
+    balancing.controller = restarted = balancing.start_controller()
+    assert [(state.topic, state.partition) for state in restarted.balancer_moves()] == [("drained", 0)]
+    assert {node: restarted.replication_throttles(node) for node in NODES} == before
+    assert ("drained", 0) in restarted.replication_throttles(target).follower
+
+
 def test_a_balancer_throttle_of_minus_one_throttles_nothing(tmp_path: Path) -> None:
     with started(tmp_path, {"raybroker.balancer.replication.throttle": "-1"}) as running:
         controller = running.controller
