@@ -1,6 +1,7 @@
 """`LeaderAndIsr`, the partition state the controller decides and pushes: its JSON form in the metadata log (a
-body from before `version` existed reads as version 0), the versions and leader epochs each change raises, and
-the under-replicated / offline flags `kafka-topics --describe` filters on."""
+body from before `version` existed reads as version 0; a balancer's move is marked while it lasts), the versions
+and leader epochs each change raises, and the under-replicated / offline flags `kafka-topics --describe` filters
+on."""
 
 from __future__ import annotations
 
@@ -35,6 +36,15 @@ def test_from_json_without_version_reads_version_zero():
 def test_offline_state_round_trips_with_no_leader():
     offline = LeaderAndIsr("t", 1, NO_LEADER, 9, ("a", "b"), ("a",), 3)
     assert LeaderAndIsr.from_json("t", 1, json.loads(json.dumps(offline.to_json()))) == offline
+
+
+def test_a_balancers_move_round_trips_and_ends_with_its_reassignment():
+    moving = LeaderAndIsr("t", 0, "a", 2, ("c", "a"), ("a",), 5, adding=("c",), removing=("a",), balancer=True)
+    body = json.loads(json.dumps(moving.to_json()))
+    assert body["balancer"] is True
+    assert LeaderAndIsr.from_json("t", 0, body) == moving
+    done = moving.with_assignment(("c",), ("c",), (), ())
+    assert not done.balancer and "balancer" not in done.to_json()
 
 
 def test_with_isr_raises_the_version_not_the_leader_epoch():
