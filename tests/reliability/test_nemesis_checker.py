@@ -53,7 +53,7 @@ def test_a_lost_acknowledged_write_and_the_read_of_it_are_found() -> None:
     final.logs[IN] = PartitionLog([(0, "w0-0", True), (1, "w0-1", True), (2, "w1-0", True)], 3, 3)
     anomalies = check(history, final, {"t": "in"})
     assert anomalies.found["lost"] == [(IN, 2, "w0-2", "w1-0")]
-    assert anomalies.found["truncated_read"] == [("t", IN, 2, "w0-2", ("w1-0", True))]
+    assert anomalies.found["truncated_read"] == [("t", IN, 2, "w0-2", ("w1-0", True), 3)]
     assert anomalies.found["eos_missing"] == [("t", "w1-0")]
     assert [example[:2] for example in anomalies.found["eos_phantom"]] == [("t", "w0-2")]
 

@@ -135,7 +135,9 @@ def _check_reads(history: History, final: FinalState, anomalies: Anomalies) -> N
         tp, offset, value = _key(event), int(event["offset"]), event["value"]
         held = logs.get(tp, {}).get(offset)
         if held is None or held[0] != value:
-            anomalies.add("truncated_read", (event["process"], tp, offset, value, held))
+            # The final high watermark beside it tells a read past the final log's end from one of replaced data.
+            final_high_watermark = final.logs[tp].high_watermark if tp in final.logs else None
+            anomalies.add("truncated_read", (event["process"], tp, offset, value, held, final_high_watermark))
         elif not held[1]:
             anomalies.add("aborted_read", (event["process"], tp, offset, value))
 
