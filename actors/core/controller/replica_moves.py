@@ -155,9 +155,16 @@ class ReplicaMoves:
 
     def balancer_moves(self) -> list[LeaderAndIsr]:
         """The states of the partitions the controller is moving itself (drains, self-healing, balancing), which
-        `raybroker.balancer.replication.throttle` bounds (`ClusterSettings.replication_throttles`)."""
+        `raybroker.balancer.replication.throttle` bounds (`ClusterSettings.replication_throttles`, which every
+        broker's processes poll): the recorded states are scanned as they are, since a partition without a
+        replication record is moving in no reassignment."""
         with self._lock:
-            return [state for state in self.partition_states() if state.reassigning and state.balancer]
+            return [
+                state
+                for topic in self._topics.values()
+                for state in topic.replication.values()
+                if state.balancer and state.reassigning
+            ]
 
     def partition_reassignments(self) -> list[LeaderAndIsr]:
         """Kafka's ListPartitionReassignments: the states of the partitions being reassigned."""
