@@ -339,14 +339,15 @@ class Controller(ReplicaMoves, ClusterSettings):
 
     def _push(self, states: Iterable[LeaderAndIsr], only: str | None = None) -> None:
         """Tells every live replica of each partition (the one on node `only` if given) its new state (Kafka's
-        LeaderAndIsr), without waiting: a replica keeps the newest state it was told (`LeaderAndIsr.version`), and
-        one that restarts asks again."""
+        LeaderAndIsr) in this controller's epoch, without waiting: a replica keeps the newest state it was told
+        (`LeaderAndIsr.version`) from the newest controller, and one that restarts asks again."""
         for state in states:
+            sent = state.sent_by(self._replication.epoch)
             for node in state.replicas:
                 if node not in self._brokers or (only is not None and node != only):
                     continue
                 try:
-                    self._replicas.update_replication(node, state)
+                    self._replicas.update_replication(node, sent)
                 except RaybrokerError as exc:
                     logger.warning(
                         "replica %s-%d on %s not told its state: %s", state.topic, state.partition, node, exc
@@ -489,11 +490,12 @@ class Controller(ReplicaMoves, ClusterSettings):
         return changed
 
     def partition_state(self, topic: str, partition: int) -> LeaderAndIsr:
-        """A partition's replication state; `UnknownTopicOrPartitionError` if the cluster has no such partition."""
+        """A partition's replication state, in this controller's epoch (a restarted replica asks for it);
+        `UnknownTopicOrPartitionError` if the cluster has no such partition."""
         metadata = self.describe_topic(topic)
         if partition not in metadata.partitions:
             raise UnknownTopicOrPartitionError(f"topic {topic!r} has no partition {partition!r}")
-        return metadata.state(partition)
+        return metadata.state(partition).sent_by(self._replication.epoch)
 
     def alter_partition(
         self, topic: str, partition: int, leader: str, leader_epoch: int, isr: Sequence[str]

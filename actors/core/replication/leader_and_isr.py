@@ -12,14 +12,19 @@ does not, so a disk that comes back on another node is recognised as the replica
 that leave once the target is in sync; `replicas` holds both, the target first (Kafka's PartitionRecord
 addingReplicas / removingReplicas); `balancer` says the reassignment is the controller's own (a drain, self-healing,
 balancing), which `raybroker.balancer.replication.throttle` bounds, rather than an operator's. It is recorded with
-the state, so a controller started again goes on throttling the moves its predecessor began.
+the state, so a controller started again goes on throttling the moves its predecessor began. `controller_epoch` is the
+epoch of the controller that sent the state (Kafka's LeaderAndIsr controllerEpoch): stamped on each state it tells
+a replica, not recorded, and left out of comparisons; a replica refuses a state from an older controller epoch than
+one it has heard from, so a controller left running beside its successor changes no replica.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 NO_LEADER = ""
+# The controller epoch of a state no controller stamped (one read from the metadata log, or built by hand).
+NO_CONTROLLER_EPOCH = -1
 
 
 class ReplicaSet:
@@ -52,6 +57,7 @@ class LeaderAndIsr(ReplicaSet):
     adding: tuple[str, ...] = ()
     removing: tuple[str, ...] = ()
     balancer: bool = False
+    controller_epoch: int = field(default=NO_CONTROLLER_EPOCH, compare=False)
 
     @property
     def replication_factor(self) -> int:
@@ -76,6 +82,10 @@ class LeaderAndIsr(ReplicaSet):
     def with_leader(self, leader: str, isr: tuple[str, ...]) -> LeaderAndIsr:
         """A new leader (or none) and ISR in the next epoch."""
         return replace(self, leader=leader, leader_epoch=self.leader_epoch + 1, isr=isr, version=self.version + 1)
+
+    def sent_by(self, controller_epoch: int) -> LeaderAndIsr:
+        """This state as the controller of `controller_epoch` tells it to a replica."""
+        return replace(self, controller_epoch=controller_epoch)
 
     def directory_of(self, node: str) -> str:
         """The `directory.id` recorded for `node`'s replica ("" if unknown)."""

@@ -43,7 +43,7 @@ from typing import Protocol
 
 from actors.core.quotas.replication_quotas import FOLLOWER, LEADER
 from actors.core.replication.follower import LeaderLink, ReplicaFetch, ReplicaFetcher, ReplicaSettings
-from actors.core.replication.leader_and_isr import LeaderAndIsr
+from actors.core.replication.leader_and_isr import NO_CONTROLLER_EPOCH, LeaderAndIsr
 from actors.core.replication.leader_state import LeaderState
 from actors.core.replication.log_changes import LogChanges
 from storage.arguments import is_int
@@ -125,6 +125,8 @@ class Replica:
         self._unrecorded: dict[str, int] = {}
         self._lock = threading.RLock()
         self._state: LeaderAndIsr | None = None
+        # The newest controller epoch a state came from: states of older controllers are refused.
+        self._controller_epoch = NO_CONTROLLER_EPOCH
         self._leader: LeaderState | None = None
         self._fetcher: ReplicaFetcher | None = None
         self._isr_thread: threading.Thread | None = None
@@ -157,12 +159,22 @@ class Replica:
     def update(self, state: LeaderAndIsr) -> bool:
         """The controller's newest state of this partition (Kafka's LeaderAndIsr): this replica leads, follows
         or, if it is not among the replicas, keeps what it does. Returns whether the state was taken; an older one
-        than the last, and any after `stop`, is not."""
+        than the last, one from an older controller epoch than the newest heard from (a controller fenced by its
+        successor: Kafka's STALE_CONTROLLER_EPOCH), and any after `stop`, are not."""
         if not isinstance(state, LeaderAndIsr):
             raise InvalidRequestError(f"expected a LeaderAndIsr, not {type(state).__name__}")
         with self._lock:
             if self._stopped is not None:
                 return False
+            if state.controller_epoch < self._controller_epoch:
+                logger.warning(
+                    "%s: state from controller epoch %d refused: controller epoch %d is newer",
+                    self.log.directory.name,
+                    state.controller_epoch,
+                    self._controller_epoch,
+                )
+                return False
+            self._controller_epoch = state.controller_epoch
             current = self._state
             if current is not None and (state.leader_epoch, state.version) <= (current.leader_epoch, current.version):
                 return False

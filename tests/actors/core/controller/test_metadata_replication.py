@@ -201,3 +201,39 @@ def test_a_mirror_whose_broker_stands_still_holds_up_one_write_and_is_caught_up_
     controller.close()
     assert copy_bytes(cluster, "node-a") == copy_bytes(cluster, "node-b") == controller_log_bytes(cluster)
     cluster.controller = cluster.start_controller()
+
+
+def test_a_stale_controller_cut_off_from_every_copy_tells_replicas_its_older_epoch(
+    cluster: Cluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A controller whose copies all stand still writes on alone, so nothing fences it through them: its states
+    reach the replicas stamped with its own epoch, below its successor's, which every replica that heard from the
+    successor refuses (`Replica.update`)."""
+    monkeypatch.setattr(metadata_replication, "MIRROR_TIMEOUT_S", 0.2)
+    paused = threading.Event()
+    find = cluster.find_broker
+    monkeypatch.setattr(cluster, "find_broker", lambda node: Pausable(find(node), paused))
+    cluster.controller.close()
+    stale = cluster.controller = cluster.start_controller()
+    stale.create_topic("orders", 1, replication_factor=3)
+    stale_epoch = int(stale.metadata_quorum()["epoch"])
+    assert {state.controller_epoch for _, state in cluster.replicas.told} == {stale_epoch}
+
+    monkeypatch.setattr(cluster, "find_broker", find)
+    successor = cluster.start_controller(metadata_dir="successor")
+    successor_epoch = int(successor.metadata_quorum()["epoch"])
+    assert successor_epoch > stale_epoch
+    assert successor.partition_state("orders", 0).controller_epoch == successor_epoch
+    leader = successor.partition_state("orders", 0).leader
+    told = len(cluster.replicas.told)
+    successor.broker_lost(leader)
+    assert {state.controller_epoch for _, state in cluster.replicas.told[told:]} == {successor_epoch}
+
+    paused.set()
+    told = len(cluster.replicas.told)
+    stale.broker_lost(successor.partition_state("orders", 0).leader)
+    assert stale.metadata_quorum()["in_sync"] == [], "its copies stood still: it wrote alone"
+    pushed = cluster.replicas.told[told:]
+    assert pushed and {state.controller_epoch for _, state in pushed} == {stale_epoch}
+    successor.close()
+    paused.clear()
