@@ -192,7 +192,6 @@ def test_an_older_state_and_a_state_that_does_not_list_the_replica_are_ignored(r
     assert replicas.by_node["a"].state == newer
 
 
-
 def test_a_state_from_an_older_controller_epoch_is_refused_however_new_it_looks(replicas: Replicas) -> None:
     """A controller left running beside its successor (Kafka's STALE_CONTROLLER_EPOCH): once a replica has heard from
     controller epoch 4, epoch 3's states change nothing, even in a later leader epoch; epoch 4's and 5's are taken."""
@@ -205,6 +204,7 @@ def test_a_state_from_an_older_controller_epoch_is_refused_however_new_it_looks(
     assert a.update(state("b", "bc", epoch=3, version=6).sent_by(5))
     assert a.following and a.state is not None and a.state.controller_epoch == 5
     assert not a.update(state("a", "abc", epoch=4, version=7).sent_by(4)), "epoch 5 fenced epoch 4"
+
 
 def test_a_new_leader_starts_its_epoch_and_the_old_leader_truncates_its_divergent_tail(replicas: Replicas) -> None:
     replicas.tell(state("a", "ab", replicas="ab"), "a", "b")
