@@ -222,6 +222,12 @@ def future_dir_name(topic: str, partition: int, unique_hex: str) -> str:
     return name
 
 
+def future_dir_name_too_long(topic: str, partition: int) -> bool:
+    """Whether `future_dir_name` of this partition would pass 255 characters (Kafka's AlterReplicaLogDirs check, made
+    before any other: the name's characters are not judged here)."""
+    return len(f"{topic}-{partition}.{'0' * 32}{FUTURE_DIR_SUFFIX}") > MAX_FILE_NAME_LENGTH
+
+
 def parse_future_dir_name(name: str) -> tuple[str, int] | None:
     """`my-topic-3.<32-hex>-future` -> ("my-topic", 3); None otherwise."""
     match = _FUTURE_DIR.fullmatch(name)

@@ -1,6 +1,7 @@
 """The moves of a broker's partitions between its log dirs (Kafka's `ReplicaAlterLogDirsManager` with its
 `ReplicaAlterLogDirsThread`, and `LogManager.preferredLogDirs`): which partition is being moved into which dir, the
-thread that advances them, and the dirs asked for partitions the broker does not hold yet.
+thread that advances them, the dirs asked for partitions the broker does not hold yet, and which configured dir a
+request's path names (`named_log_dir`).
 
 The log manager (`storage.logdir.log_manager`) decides (AlterReplicaLogDirs' checks, starting and abandoning a
 copy); each partition runs its own copy where its log lives (`storage.logdir.partition_handles.LogMove`). The
@@ -19,10 +20,12 @@ trace of a move, and the manager starts that move again.
 from __future__ import annotations
 
 import logging
+import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from storage.errors import LogDirNotFoundError
 from storage.logdir.partition_handles import MoveProgress, PartitionHandle
 from storage.topic_partition import TopicPartition
 
@@ -147,3 +150,17 @@ class AlterLogDirs:
             if self._targets.get(tp) == target:
                 del self._targets[tp]
             self._changed.notify_all()
+
+
+def named_log_dir(target: str, log_dirs: Sequence[Path]) -> Path:
+    """The dir of `log_dirs` (resolved) that the absolute path `target` names (Kafka compares absolute paths);
+    `LogDirNotFoundError` for any other path, one the file system refuses to resolve (a NUL byte, too long)
+    included."""
+    try:
+        if isinstance(target, str) and os.path.isabs(target):
+            for named in (Path(target), Path(target).resolve()):
+                if named in log_dirs:
+                    return named
+    except (OSError, ValueError):
+        pass
+    raise LogDirNotFoundError(f"log dir {str(target)[:300]!r} is not found in the config")

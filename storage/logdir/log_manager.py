@@ -67,7 +67,6 @@ so the partitions of one topic open side by side (a delete waits for the creatio
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 import threading
 import time
@@ -85,9 +84,9 @@ from storage.compaction.cleaner_threads import CleanerThread, local_cleaner_thre
 from storage.config.broker_config import BrokerConfig
 from storage.config.cleaner_config import CleanerConfig
 from storage.config.log_config import LogConfig
-from storage.errors import KafkaStorageError, LogDirNotFoundError, RaybrokerError, ReplicaNotAvailableError
+from storage.errors import InvalidTopicError, KafkaStorageError, RaybrokerError, ReplicaNotAvailableError
 from storage.files.partition_metadata import record_topic_id
-from storage.logdir.alter_log_dirs import AlterLogDirs
+from storage.logdir.alter_log_dirs import AlterLogDirs, named_log_dir
 from storage.logdir.log_dirs import LoadedDir, LogDirs
 from storage.logdir.metadata_mirror import MetadataMirror
 from storage.logdir.partition_handles import (
@@ -550,8 +549,9 @@ class LogManager:
 
     def _alter_replica_log_dir(self, tp: TopicPartition, target: str) -> RaybrokerError | None:
         try:
-            file_names.future_dir_name(*tp, uuid.uuid4().hex)
-            directory = self._configured_dir(target)
+            if file_names.future_dir_name_too_long(*tp):
+                raise InvalidTopicError(f"the topic name is too long: {tp[0][:20]}...")
+            directory = named_log_dir(target, self.log_dirs)
             if not self._dirs.is_online(directory):
                 raise KafkaStorageError(f"log dir {target} is offline", path=directory)
             with self._lock:
@@ -573,14 +573,6 @@ class LogManager:
         except RaybrokerError as exc:
             return exc
         return None
-
-    def _configured_dir(self, target: str) -> Path:
-        """The configured log dir named by the absolute path `target`; `LogDirNotFoundError` for any other."""
-        if isinstance(target, str) and os.path.isabs(target):
-            for named in {Path(target), Path(target).resolve()}:
-                if named in self.log_dirs:
-                    return named
-        raise LogDirNotFoundError(f"log dir {target!r} is not found in the config")
 
     def _abandon_move(self, tp: TopicPartition) -> None:
         """Drops `tp`'s move under way, if any, and its copy."""

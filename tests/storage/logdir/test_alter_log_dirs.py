@@ -122,10 +122,14 @@ def test_errors_are_kafkas(manager: LogManager, dirs: list[Path], tmp_path: Path
             ("t", 0): str(tmp_path / "not-a-log-dir"),
             ("t", 1): other,
             ("t", 2): "relative/d0",
+            ("t", 3): "/\x00" + "x" * 5000,
             ("t" * 220, 0): other,
+            ("no such name!", -1): other,
         }
     )
     assert isinstance(answers[("t", 0)], LogDirNotFoundError)
+    assert isinstance(answers[("t", 3)], LogDirNotFoundError)
+    assert isinstance(answers[("no such name!", -1)], ReplicaNotAvailableError)
     assert isinstance(answers[("t", 1)], ReplicaNotAvailableError)
     assert isinstance(answers[("t", 2)], LogDirNotFoundError)
     assert isinstance(answers[("t" * 220, 0)], InvalidTopicError)

@@ -1,11 +1,14 @@
 """AlterReplicaLogDirs without sockets, on an in-process broker whose node has two log dirs: a replica moved into the
 other dir (records kept, DescribeLogDirs and the controller's record of its dir following), the future replica
 DescribeLogDirs reports while the copy is under way, Kafka's error answers (a dir not configured, a partition not
-held, an offline dir, the dir it is in already) and only a principal with ALTER on the cluster answered. The oracle
+held, an offline dir, the dir it is in already), only a principal with ALTER on the cluster answered, and a dir asked
+for a partition the broker does not hold yet used when a reassignment creates its replica there (what
+`kafka-reassign-partitions.sh` relies on when its JSON names log dirs for new replicas). The oracle
 is Kafka's `ReplicaManager.alterReplicaLogDirs` and `describeLogDirs` rules, and the records written."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +21,7 @@ from actors.core.security.acl_bindings import AclOperation
 from cluster.protocol.handlers.alter_replica_log_dirs import ALTER_REPLICA_LOG_DIRS_KEY, AlterReplicaLogDirsHandler
 from cluster.protocol.handlers.describe_log_dirs import DESCRIBE_LOG_DIRS_KEY, DescribeLogDirsHandler
 from cluster.protocol.router import SERVED
+from cluster.protocol.views.broker_view import BrokerEndpoint
 from cluster.protocol.views.in_process_broker_view import InProcessBrokerView
 from cluster.protocol.views.security_view import SecurityView
 from storage.logdir.partition_handles import LocalPartition
@@ -157,3 +161,31 @@ def test_only_alter_on_the_cluster_is_answered(two_dirs: InProcessBroker) -> Non
     )
     assert [p.error_code for topic in allowed.results for p in topic.partitions] == [ErrorCode.none]
     assert manager.wait_for_moves(MOVE_TIMEOUT_S) and str(manager.log_dir_of("t", 0)) == other
+
+
+def test_a_dir_asked_before_a_reassignment_is_where_the_new_replica_is_created(tmp_path: Path) -> None:
+    broker = start_broker(tmp_path / "two", nodes=2, log_dirs_per_node=2)
+    try:
+        views = {node: InProcessBrokerView(broker, node) for node in ("node-0", "node-1")}
+        for index, (node, view) in enumerate(views.items()):
+            run(view.announce(BrokerEndpoint(10 + index, node, 9092)))
+        run(views["node-0"].create_topic("t", 1, replication_factor=1))
+        source = broker.controller.partition_state("t", 0).leader
+        (target,) = [node for node in views if node != source]
+        manager = broker.nodes[target].manager
+        chosen = manager.log_dirs[-1]
+        # Placement alone would take the first of two empty dirs, not `chosen`, the last.
+        assert set(manager.partition_counts().values()) == {0} and chosen != manager.log_dirs[0]
+        answered = alter(views[target], 2, {str(chosen): {"t": [0]}})
+        assert answered == {("t", 0): ErrorCode.replica_not_available}
+        moved = run(views["node-0"].alter_partition_reassignments({("t", 0): (10 + list(views).index(target),)}))
+        assert moved == {("t", 0): None}
+        deadline = time.monotonic() + MOVE_TIMEOUT_S
+        while broker.controller.partition_state("t", 0).replicas != (target,):
+            assert time.monotonic() < deadline, "the new replica did not catch up"
+            time.sleep(0.02)
+        assert manager.log_dir_of("t", 0) == chosen
+        placed = next(p for p in manager.placements() if p.topic == "t")
+        assert broker.controller.partition_state("t", 0).directories == (placed.directory_id,)
+    finally:
+        broker.close()
