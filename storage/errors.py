@@ -207,6 +207,12 @@ class BrokerError(RaybrokerError):
     """Base of errors raised by the broker layer: topics, partitions, brokers and their clients."""
 
 
+class InvalidUpdateVersionError(BrokerError):
+    """A change asked against a version older than the current one (INVALID_UPDATE_VERSION): an UpdateFeatures
+    refused (the message is Kafka's), or an AlterPartition sent with a partition epoch the controller has moved past
+    (the leader waits for the partition's newer state and asks again from it)."""
+
+
 class IneligibleReplicaError(BrokerError):
     """An ISR change that would add a replica whose broker is not running (INELIGIBLE_REPLICA, Kafka's
     AlterPartition check of KIP-841): a follower on a lost node cannot be in sync, whatever it fetched before."""

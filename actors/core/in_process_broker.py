@@ -59,6 +59,7 @@ from storage.clock import SYSTEM_CLOCK, Clock
 from storage.config.broker_config import BrokerConfig
 from storage.errors import (
     BrokerNotAvailableError,
+    IneligibleReplicaError,
     KafkaStorageError,
     NotLeaderOrFollowerError,
     RaybrokerError,
@@ -188,12 +189,17 @@ class _ControllerLink:
     def alter_partition(self, proposed: LeaderAndIsr, refused: Callable[[], None]) -> None:
         topic, partition = proposed.topic, proposed.partition
         try:
-            self._controller().alter_partition(topic, partition, proposed.leader, proposed.leader_epoch, proposed.isr)
-        except RaybrokerError as exc:
-            # A stale ask (the leader moved meanwhile: the controller's newer state is on its way), or an addition
-            # on a lost node.
+            self._controller().alter_partition(
+                topic, partition, proposed.leader, proposed.leader_epoch, proposed.version, proposed.isr
+            )
+        except IneligibleReplicaError as exc:
+            # An addition on a lost node: refused on the state the leader holds, not applied.
             logger.info("%s-%d: AlterPartition refused: %s", topic, partition, exc)
             refused()
+        except RaybrokerError as exc:
+            # A stale ask (the leader moved, or the ISR changed, meanwhile): the change stays pending until the
+            # controller's newer state, on its way, answers it.
+            logger.info("%s-%d: AlterPartition refused: %s", topic, partition, exc)
 
 
 class InProcessMarkers:

@@ -38,7 +38,7 @@ channel (`actors.channels.append_channel`, a local socket) and names it; the cha
 
 Followers fetch without a call too: `replica_channel` adds the partition to its process's replica channel
 (`actors.channels.replica_channel`, TCP on the node's address) and answers its address and token; the channel runs
-`Replica.replicate` as `replicate` does, and a follower's link (`_RayLeaderLink`) keeps a connection to it.
+`Replica.replicate` as `replicate` does, and a follower's link (`RayLeaderLink`) keeps a connection to it.
 
 Replication: the actor is one replica of its partition, and its role is the plain `Replica` (leading, following,
 the high watermark, ISR changes, `acks=all` waits; see `actors.core.replication.replica`). The controller tells it
@@ -77,9 +77,7 @@ from actors.calls import call, controller
 from actors.channels import replica_channel
 from actors.channels.append_channel import serve, stop_serving
 from actors.channels.change_notices import CHANGE_WATCHER_PREFIX, notices
-from actors.channels.leader_connection import LeaderConnection, ReplicaChannelError
 from actors.channels.replica_channel import ReplicaChannelAddress
-from actors.channels.replica_fetch_frames import ReplicaFetchRequest
 from actors.core.replication.follower import LeaderLink, ReplicaFetch, ReplicaSettings
 from actors.core.replication.leader_and_isr import LeaderAndIsr
 from actors.core.replication.log_changes import LogChanges
@@ -95,7 +93,8 @@ from actors.options import (
     REPLICATION_GROUP,
     log_manager_name,
 )
-from actors.server.replica_fetch_pieces import ReplicaFetchPiece, checked_piece_count, join, piece_count, split
+from actors.server.replica_fetch_pieces import ReplicaFetchPiece, checked_piece_count, split
+from actors.server.replica_links import REPLICA_CALL_TIMEOUT_S, RayControllerLink, RayLeaderLink
 from actors.server.replication_throttle import RayReplicationThrottle
 from actors.startup_objects import freeze_startup_objects
 from storage import file_names
@@ -139,9 +138,6 @@ from storage.records.layout import ControlRecordType
 from storage.segment.transaction_index import AbortedTxn
 
 logger = logging.getLogger(__name__)
-
-# How long a leader's or follower's call to another replica or the controller may take before it is retried.
-REPLICA_CALL_TIMEOUT_S = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,7 +263,7 @@ class PartitionLogActor:
                 self._node,
                 self._replica_settings,
                 self._changes,
-                controller=_RayControllerLink() if self._node else None,
+                controller=RayControllerLink() if self._node else None,
                 leader_link=self._leader_link if find_replica is not None else None,
                 throttle=RayReplicationThrottle(self._node) if self._node else None,
             ),
@@ -401,7 +397,7 @@ class PartitionLogActor:
 
     def _leader_link(self, state: LeaderAndIsr) -> LeaderLink:
         assert self._find_replica is not None, "followers are linked only where replicas can be found"
-        return _RayLeaderLink(state, self._node, self._find_replica)
+        return RayLeaderLink(state, self._node, self._find_replica)
 
     def update_replication(self, state: LeaderAndIsr) -> None:
         """The controller's newest state of this partition (Kafka's LeaderAndIsr, `Replica.update`); ignored
@@ -777,123 +773,3 @@ def _checked_max_bytes(max_bytes: object) -> int:
     if not is_int(max_bytes):
         raise InvalidRequestError(f"max_bytes must be an int, not {type(max_bytes).__name__}")
     return max_bytes
-
-
-class _RayControllerLink:
-    """A leader's AlterPartition to the controller actor, sent without waiting (the Replica's `ControllerLink`): the
-    controller's refusal (the call ran and raised) is told to `refused` on the thread Ray completes the call's future
-    on. A call that did not answer (the controller's process lost, its node cut off) is no refusal: the change may
-    have been taken, and the leader asks again after `PENDING_TIMEOUT_MS`."""
-
-    def alter_partition(self, proposed: LeaderAndIsr, refused: Callable[[], None]) -> None:
-        answer = controller().alter_partition.remote(
-            proposed.topic, proposed.partition, proposed.leader, proposed.leader_epoch, list(proposed.isr)
-        )
-        answer.future().add_done_callback(
-            lambda done: refused() if isinstance(done.exception(), ray.exceptions.RayTaskError) else None
-        )
-
-
-class _RayLeaderLink:
-    """A follower's calls to its leader's replica (`actors.core.replication.follower.LeaderLink`): fetches over the
-    leader process's replica channel (`actors.channels.replica_channel`, its address asked with a Ray call), the rest
-    as Ray calls. The leader's handle is looked up once and again after any failure; the channel's connection is
-    opened again after any failure of its own. A leader whose channel cannot be reached (a firewall between the
-    nodes) is fetched from with Ray calls (`replicate`) for the rest of the link's life."""
-
-    def __init__(self, state: LeaderAndIsr, me: str, find_replica: Callable[[str, int, str], Any]) -> None:
-        self._state = state
-        self._me = me
-        self._find_replica = find_replica
-        self._handle: object | None = None
-        self._connection: LeaderConnection | None = None
-        self._unreachable = False
-
-    def _call(
-        self, method: str, *args: object, timeout_s: float = REPLICA_CALL_TIMEOUT_S, num_returns: int = 1
-    ) -> object:
-        if self._handle is None:
-            self._handle = self._find_replica(self._state.topic, self._state.partition, self._state.leader)
-        try:
-            remote = getattr(self._handle, method)
-            if num_returns != 1:
-                remote = remote.options(num_returns=num_returns)
-            return call(remote.remote(*args), timeout_s=timeout_s)
-        except RaybrokerError:
-            self._handle = None
-            raise
-
-    def epoch_end_offset(self, epoch: int) -> tuple[int, int]:
-        answer = self._call("epoch_end_offset", epoch, self._state.leader_epoch)
-        assert isinstance(answer, tuple)
-        return answer
-
-    def replicate(self, offset: int, max_bytes: int, max_wait_ms: int) -> ReplicaFetch:
-        timeout_s = REPLICA_CALL_TIMEOUT_S + max_wait_ms / 1000
-        connection = None if self._unreachable else self._channel()
-        if connection is None:
-            return self._replicate_by_call(offset, max_bytes, max_wait_ms, timeout_s)
-        request = ReplicaFetchRequest(
-            self._state.topic,
-            self._state.partition,
-            self._me,
-            offset,
-            max_bytes,
-            max_wait_ms,
-            self._state.leader_epoch,
-        )
-        try:
-            return connection.fetch(request, timeout_s)
-        except ReplicaChannelError as exc:
-            self.close()
-            self._handle = None
-            raise BrokerNotAvailableError(str(exc)) from None
-        except BrokerNotAvailableError:
-            # The leader's process no longer serves the partition here (closed, or hosted elsewhere now).
-            self.close()
-            self._handle = None
-            raise
-
-    def _channel(self) -> LeaderConnection | None:
-        """The open connection to the leader's replica channel, opened first if need be; None if the channel
-        cannot be reached, from then on."""
-        if self._connection is None:
-            address = self._call("replica_channel")
-            if not isinstance(address, ReplicaChannelAddress):
-                self._unreachable = True
-                return None
-            try:
-                self._connection = LeaderConnection(address)
-            except ReplicaChannelError as exc:
-                logger.warning(
-                    "%s-%d: fetching from the leader with Ray calls: %s", self._state.topic, self._state.partition, exc
-                )
-                self._unreachable = True
-                return None
-        return self._connection
-
-    def _replicate_by_call(self, offset: int, max_bytes: int, max_wait_ms: int, timeout_s: float) -> ReplicaFetch:
-        pieces = piece_count(max_bytes)
-        answer = self._call(
-            "replicate",
-            self._me,
-            offset,
-            max_bytes,
-            max_wait_ms,
-            self._state.leader_epoch,
-            pieces,
-            timeout_s=timeout_s,
-            num_returns=pieces,
-        )
-        assert isinstance(answer, (tuple, list))
-        return join(answer)
-
-    def close(self) -> None:
-        if self._connection is not None:
-            self._connection.close()
-            self._connection = None
-
-    def log_start_offset(self) -> int:
-        answer = self._call("offsets")
-        assert isinstance(answer, tuple)
-        return int(answer[0])

@@ -34,7 +34,6 @@ from __future__ import annotations
 from kio.schema.errors import ErrorCode
 
 from actors.core.controller.elections import ElectionError
-from actors.core.controller.finalized_features import InvalidUpdateVersionError
 from actors.core.groups.group_membership import GroupError
 from actors.core.quotas.controller_mutations import ThrottlingQuotaExceededError
 from actors.core.security.scram import (
@@ -61,6 +60,7 @@ from storage.errors import (
     InvalidTimestampError,
     InvalidTopicError,
     InvalidTxnStateError,
+    InvalidUpdateVersionError,
     KafkaStorageError,
     LogClosedError,
     LogDirNotFoundError,

@@ -1,8 +1,9 @@
 """The cluster's settings a controller keeps beside its topics: client quotas (`actors.core.quotas.client_quotas`),
 broker configs set at run time and the replication throttles derived from them
-(`actors.core.controller.dynamic_broker_configs`, `actors.core.quotas.replication_quotas`), and finalized features
-(`actors.core.controller.finalized_features`). A mixin of `Controller`, whose stores, state and lock it works on
-(declared below for the type checker only)."""
+(`actors.core.controller.dynamic_broker_configs`, `actors.core.quotas.replication_quotas`), finalized features
+(`actors.core.controller.finalized_features`), and the security records: SCRAM credentials
+(`actors.core.security.credential_store`) and ACLs (`actors.core.security.acl_store`). A mixin of `Controller`,
+whose stores, state and lock it works on (declared below for the type checker only)."""
 
 from __future__ import annotations
 
@@ -16,12 +17,17 @@ from actors.core.controller.topic_metadata import AdvertisedListener, TopicMetad
 from actors.core.quotas.client_quotas import ClientQuotaStore, Entity, FilterComponent, QuotaAlteration
 from actors.core.quotas.replication_quotas import ALL_PARTITIONS, FOLLOWER, LEADER, ReplicationThrottles
 from actors.core.replication.leader_and_isr import LeaderAndIsr
+from actors.core.security.acl_bindings import AclBinding, AclBindingFilter
+from actors.core.security.acl_store import AclStore
+from actors.core.security.credential_store import ScramCredentialStore
+from actors.core.security.scram import ScramCredential
 from storage.config.broker_config import BrokerConfig
 from storage.config.throttled_replicas import ThrottledReplicas
 
 
 class ClusterSettings:
-    """Client quotas, run-time broker configs, replication throttles and features, for `Controller`."""
+    """Client quotas, run-time broker configs, replication throttles, features, SCRAM credentials and ACLs, for
+    `Controller`."""
 
     if TYPE_CHECKING:
         config: BrokerConfig
@@ -31,6 +37,8 @@ class ClusterSettings:
         _quotas: ClientQuotaStore
         _broker_configs: DynamicBrokerConfigs
         _features: FinalizedFeatures
+        _scram: ScramCredentialStore
+        _acls: AclStore
 
         def balancer_moves(self) -> list[LeaderAndIsr]: ...
 
@@ -112,3 +120,41 @@ class ClusterSettings:
         """The finalized features' epoch and levels (none at 0), for ApiVersions."""
         with self._lock:
             return self._features.epoch, self._features.levels()
+
+    def upsert_scram_credential(self, user: str, credential: ScramCredential) -> None:
+        """Sets `user`'s credential for its mechanism (Kafka's AlterUserScramCredentials upsertion)."""
+        with self._lock:
+            self._scram.upsert(user, credential)
+
+    def delete_scram_credential(self, user: str, mechanism: str) -> bool:
+        """Deletes `user`'s credential for `mechanism`; False if there was none."""
+        with self._lock:
+            return self._scram.delete(user, mechanism)
+
+    def scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
+        with self._lock:
+            return self._scram.get(user, mechanism)
+
+    def scram_credentials(self) -> dict[str, dict[str, ScramCredential]]:
+        """user -> mechanism -> credential, for every user that has one."""
+        with self._lock:
+            return self._scram.credentials()
+
+    def create_acls(self, bindings: list[AclBinding]) -> None:
+        """Adds the bindings (Kafka's CreateAcls; an existing binding is left as it is)."""
+        with self._lock:
+            self._acls.create(bindings)
+
+    def delete_acls(self, filters: list[AclBindingFilter]) -> list[list[AclBinding]]:
+        """Deletes every binding a filter matches; per filter, the bindings it matched (Kafka's DeleteAcls)."""
+        with self._lock:
+            return self._acls.delete(filters)
+
+    def acls(self) -> tuple[int, list[AclBinding]]:
+        """The ACL version (`AclStore.version`: it moves with every ACL change) and every binding."""
+        with self._lock:
+            return self._acls.version, self._acls.bindings()
+
+    def acls_version(self) -> int:
+        with self._lock:
+            return self._acls.version

@@ -109,10 +109,8 @@ from actors.core.quotas.client_quotas import (
 )
 from actors.core.replication.leader_and_isr import LeaderAndIsr
 from actors.core.role_metrics import NO_ROLE_METRICS, RoleMetrics
-from actors.core.security.acl_bindings import AclBinding, AclBindingFilter
 from actors.core.security.acl_store import ACL_KEY_PREFIX, AclStore
 from actors.core.security.credential_store import SCRAM_KEY_PREFIX, ScramCredentialStore
-from actors.core.security.scram import ScramCredential
 from storage import file_names
 from storage.arguments import is_int
 from storage.clock import Clock
@@ -120,12 +118,14 @@ from storage.config.broker_config import BrokerConfig
 from storage.config.log_config import LogConfig
 from storage.errors import (
     BrokerNotAvailableError,
+    FencedLeaderEpochError,
     IneligibleReplicaError,
     InvalidConfigError,
     InvalidPartitionsError,
     InvalidRequestError,
     InvalidTopicError,
-    NotLeaderOrFollowerError,
+    InvalidUpdateVersionError,
+    NotControllerError,
     RaybrokerError,
     TopicExistsError,
     UnknownTopicOrPartitionError,
@@ -498,37 +498,74 @@ class Controller(ReplicaMoves, ClusterSettings):
         return metadata.state(partition).sent_by(self._replication.epoch)
 
     def alter_partition(
-        self, topic: str, partition: int, leader: str, leader_epoch: int, isr: Sequence[str]
+        self, topic: str, partition: int, leader: str, leader_epoch: int, partition_epoch: int, isr: Sequence[str]
     ) -> LeaderAndIsr:
-        """A leader's ISR change (Kafka's AlterPartition): accepted only from the current leader in its current
-        epoch, for an ISR of assigned replicas that keeps the leader and adds only replicas of running brokers; the
-        new state is persisted, pushed to every replica and returned. `NotLeaderOrFollowerError` for a leader that
-        no longer leads, `IneligibleReplicaError` for an addition on a lost node."""
+        """A leader's ISR change (Kafka's AlterPartition), checked as Kafka's controller checks it: asked from the
+        current leader in its current leader epoch and partition epoch (the state's `version`), for an ISR of
+        assigned replicas that keeps the leader and adds only replicas of running brokers; the new state is
+        persisted, pushed to every replica and returned. A leader or partition epoch above this controller's
+        (`NotControllerError`: a successor's state reached the leader), a leader epoch below it
+        (`FencedLeaderEpochError`), another broker than the leader (`InvalidRequestError`), a partition epoch below
+        it (`InvalidUpdateVersionError`: the ISR was changed since the state the leader asks from, by the controller
+        fencing a broker or completing a reassignment), and an addition on a lost node (`IneligibleReplicaError`)
+        are refused. A leader refused for a stale epoch is sent the partition's state again (a state it missed,
+        Kafka's broker reads from the metadata log) and asks again from it."""
         with self._lock:
             state = self.partition_state(topic, partition)
-            if state.leader != leader or state.leader_epoch != leader_epoch:
-                raise NotLeaderOrFollowerError(
-                    f"{topic}-{partition} is led by {state.leader or 'no broker'} in epoch {state.leader_epoch}, "
-                    f"not by {leader} in epoch {leader_epoch}"
-                )
-            wanted = tuple(node for node in state.replicas if node in set(isr))
-            if leader not in wanted or len(wanted) != len(set(isr)):
-                raise InvalidRequestError(f"ISR {isr!r} must be replicas of {topic}-{partition} including its leader")
-            if wanted == state.isr:
-                return state
-            ineligible = [node for node in wanted if node not in state.isr and node not in self._brokers]
-            if ineligible:
-                raise IneligibleReplicaError(
-                    f"{topic}-{partition}: {', '.join(ineligible)} cannot join the ISR: no broker runs there"
-                )
-            changed = self._persist_state(state.with_isr(wanted))
-            final = completed(changed, self._brokers)
-            if final is not None:
-                changed = self._persist_state(final)
+            stale = self._stale_alter_partition(state, leader, leader_epoch, partition_epoch)
+            if stale is None:
+                changed, final = self._alter_isr(state, leader, isr)
+        if stale is not None:
+            if not isinstance(stale, NotControllerError):
+                self._push([state], only=leader)
+            raise stale
+        if changed is state:
+            return state
         self._push([changed])
         if final is not None:
             self._delete_replicas(state, changed)
         return changed
+
+    def _alter_isr(
+        self, state: LeaderAndIsr, leader: str, isr: Sequence[str]
+    ) -> tuple[LeaderAndIsr, LeaderAndIsr | None]:
+        """`state` with the ISR `isr` asked by its leader, persisted (under the lock), and the state that completes
+        a reassignment with it, if it does (persisted too); `state` itself if the ISR is unchanged."""
+        topic, partition = state.topic, state.partition
+        wanted = tuple(node for node in state.replicas if node in set(isr))
+        if leader not in wanted or len(wanted) != len(set(isr)):
+            raise InvalidRequestError(f"ISR {isr!r} must be replicas of {topic}-{partition} including its leader")
+        if wanted == state.isr:
+            return state, None
+        ineligible = [node for node in wanted if node not in state.isr and node not in self._brokers]
+        if ineligible:
+            raise IneligibleReplicaError(
+                f"{topic}-{partition}: {', '.join(ineligible)} cannot join the ISR: no broker runs there"
+            )
+        changed = self._persist_state(state.with_isr(wanted))
+        final = completed(changed, self._brokers)
+        if final is not None:
+            changed = self._persist_state(final)
+        return changed, final
+
+    @staticmethod
+    def _stale_alter_partition(
+        state: LeaderAndIsr, leader: str, leader_epoch: int, partition_epoch: int
+    ) -> RaybrokerError | None:
+        """Why an AlterPartition asked from `leader`'s epochs is refused on `state`, in Kafka's order; None if not."""
+        where = f"{state.topic}-{state.partition}"
+        if leader_epoch > state.leader_epoch or partition_epoch > state.version:
+            return NotControllerError(
+                f"{where} is in leader epoch {state.leader_epoch} and partition epoch {state.version} here, not "
+                f"{leader_epoch} and {partition_epoch}: a newer controller decided it"
+            )
+        if leader_epoch < state.leader_epoch:
+            return FencedLeaderEpochError(f"{where} is in leader epoch {state.leader_epoch}, not {leader_epoch}")
+        if state.leader != leader:
+            return InvalidRequestError(f"{where} is led by {state.leader or 'no broker'}, not {leader}")
+        if partition_epoch < state.version:
+            return InvalidUpdateVersionError(f"{where} is in partition epoch {state.version}, not {partition_epoch}")
+        return None
 
     def assign_replica_dir(self, topic: str, partition: int, node: str, directory_id: str) -> None:
         """Broker `node`'s replica of the partition lives in its log dir `directory_id` now (Kafka's
@@ -805,46 +842,6 @@ class Controller(ReplicaMoves, ClusterSettings):
             self._write("coordinator-epochs", {"next": epoch + 1})
             self._next_coordinator_epoch = epoch + 1
             return epoch
-
-    # --- security: SCRAM credentials and ACLs ----------------------------------------------------
-
-    def upsert_scram_credential(self, user: str, credential: ScramCredential) -> None:
-        """Sets `user`'s credential for its mechanism (Kafka's AlterUserScramCredentials upsertion)."""
-        with self._lock:
-            self._scram.upsert(user, credential)
-
-    def delete_scram_credential(self, user: str, mechanism: str) -> bool:
-        """Deletes `user`'s credential for `mechanism`; False if there was none."""
-        with self._lock:
-            return self._scram.delete(user, mechanism)
-
-    def scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
-        with self._lock:
-            return self._scram.get(user, mechanism)
-
-    def scram_credentials(self) -> dict[str, dict[str, ScramCredential]]:
-        """user -> mechanism -> credential, for every user that has one."""
-        with self._lock:
-            return self._scram.credentials()
-
-    def create_acls(self, bindings: list[AclBinding]) -> None:
-        """Adds the bindings (Kafka's CreateAcls; an existing binding is left as it is)."""
-        with self._lock:
-            self._acls.create(bindings)
-
-    def delete_acls(self, filters: list[AclBindingFilter]) -> list[list[AclBinding]]:
-        """Deletes every binding a filter matches; per filter, the bindings it matched (Kafka's DeleteAcls)."""
-        with self._lock:
-            return self._acls.delete(filters)
-
-    def acls(self) -> tuple[int, list[AclBinding]]:
-        """The ACL version (see the module docstring) and every binding."""
-        with self._lock:
-            return self._acls.version, self._acls.bindings()
-
-    def acls_version(self) -> int:
-        with self._lock:
-            return self._acls.version
 
     def elect_leaders(
         self, election_type: ElectionType, partitions: Iterable[tuple[str, int]] | None

@@ -38,7 +38,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from actors.core.security.acl_store import WriteRecord
-from storage.errors import RaybrokerError
+from storage.errors import InvalidUpdateVersionError
 
 METADATA_VERSION = "metadata.version"
 # Kafka's metadata.version level of release 3.9-IV0.
@@ -63,10 +63,6 @@ SAFE_DOWNGRADE = 2
 UNSAFE_DOWNGRADE = 3
 # The epoch ApiVersions answers before any feature is finalized (Kafka's "unknown").
 UNKNOWN_EPOCH = -1
-
-
-class InvalidUpdateVersionError(RaybrokerError):
-    """An UpdateFeatures refused (INVALID_UPDATE_VERSION); the message is Kafka's."""
 
 
 @dataclass(frozen=True, slots=True)

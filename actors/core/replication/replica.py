@@ -80,9 +80,11 @@ class ControllerLink(Protocol):
 
     def alter_partition(self, proposed: LeaderAndIsr, refused: Callable[[], None]) -> None:
         """Asks for `proposed`: the partition's state as its leader holds it (topic, partition, leader, leader epoch,
-        which the controller checks) with the ISR the leader wants. Raises `RaybrokerError` when the controller
-        cannot be reached (the check asks again later); calls `refused()`, on any thread, once the controller
-        refused the change, never when its answer is lost (the change may have been taken)."""
+        partition epoch, which the controller checks) with the ISR the leader wants. Raises `RaybrokerError` when
+        the controller cannot be reached (the check asks again later); calls `refused()`, on any thread, once the
+        controller refused the change as not applied on the state the leader holds (INELIGIBLE_REPLICA), never when
+        its answer is lost or it refused a stale ask (the change may have been taken: it stays pending until the
+        controller's newer state arrives, as Kafka's leader keeps it)."""
         ...
 
 

@@ -73,7 +73,9 @@ def test_a_broker_that_joins_takes_its_share_through_reassignments(tmp_path: Pat
         for (topic, partition), state in moving.items():
             assert state.adding == ("node-d",)
             leader = controller.partition_state(topic, partition)
-            controller.alter_partition(topic, partition, leader.leader, leader.leader_epoch, [*leader.isr, "node-d"])
+            controller.alter_partition(
+                topic, partition, leader.leader, leader.leader_epoch, leader.version, [*leader.isr, "node-d"]
+            )
         spread = counts(controller.partition_states(), [*NODES, "node-d"])
         assert spread["node-d"] == 3 and max(spread.values()) - min(spread.values()) <= 1
         assert controller.balance(dry_run=True) == []
@@ -101,7 +103,7 @@ def test_with_node_add_autobalancing_a_broker_that_joins_takes_its_share_by_itse
             for state in moving:
                 (added,) = state.adding
                 controller.alter_partition(
-                    state.topic, state.partition, state.leader, state.leader_epoch, [*state.isr, added]
+                    state.topic, state.partition, state.leader, state.leader_epoch, state.version, [*state.isr, added]
                 )
         spread = counts(controller.partition_states(), sorted(everyone))
         if mode == "off":

@@ -21,12 +21,14 @@ from storage.clock import MockClock
 from storage.config.broker_config import BrokerConfig
 from storage.errors import (
     BrokerNotAvailableError,
+    FencedLeaderEpochError,
     IneligibleReplicaError,
     InvalidConfigError,
     InvalidReplicationFactorError,
     InvalidRequestError,
     InvalidTopicError,
-    NotLeaderOrFollowerError,
+    InvalidUpdateVersionError,
+    NotControllerError,
     TopicExistsError,
     UnknownTopicOrPartitionError,
 )
@@ -418,7 +420,7 @@ def test_election_is_clean_only_a_partition_whose_isr_is_gone_goes_offline(clust
     cluster.controller.create_topic("t", 1, replication_factor=2)
     state = cluster.controller.partition_state("t", 0)
     leader = state.replicas[0]
-    cluster.controller.alter_partition("t", 0, leader, state.leader_epoch, [leader])
+    cluster.controller.alter_partition("t", 0, leader, state.leader_epoch, state.version, [leader])
     cluster.controller.check_brokers(set(NODES) - {leader})
     offline = cluster.controller.partition_state("t", 0)
     # The out-of-sync follower never leads; the ISR keeps the last member, who may lead when it returns.
@@ -436,7 +438,9 @@ def test_the_preferred_leader_leads_again_once_in_sync_when_the_interval_passed(
     for partition in [p for p, node in preferred.items() if node == "node-a"]:
         state = cluster.controller.partition_state("t", partition)
         assert state.leader != "node-a"
-        cluster.controller.alter_partition("t", partition, state.leader, state.leader_epoch, list(state.replicas))
+        cluster.controller.alter_partition(
+            "t", partition, state.leader, state.leader_epoch, state.version, list(state.replicas)
+        )
     cluster.clock.sleep(REBALANCE_INTERVAL_S * 1000 - 1)
     assert cluster.controller.check_brokers(set(NODES)) == []
     cluster.clock.sleep(1)
@@ -453,7 +457,9 @@ def test_no_rebalance_when_auto_leader_rebalance_is_off(tmp_path: Path) -> None:
         off.register("node-a")
         moved = {p: off.controller.partition_state("t", p) for p in range(3)}
         for partition, state in moved.items():
-            off.controller.alter_partition("t", partition, state.leader, state.leader_epoch, list(state.replicas))
+            off.controller.alter_partition(
+                "t", partition, state.leader, state.leader_epoch, state.version, list(state.replicas)
+            )
         off.clock.sleep(REBALANCE_INTERVAL_S * 1000)
         off.controller.check_brokers(set(NODES))
         assert all(off.controller.partition_state("t", p).leader == moved[p].leader for p in range(3))
@@ -465,24 +471,49 @@ def test_no_rebalance_when_auto_leader_rebalance_is_off(tmp_path: Path) -> None:
 
 
 def test_alter_partition_is_fenced_by_leader_and_epoch_and_checked(cluster: Cluster) -> None:
+    """Kafka's controller checks (`ReplicationControlManager.validateAlterPartitionData`), in its order."""
     cluster.controller.create_topic("t", 1, replication_factor=3)
     state = cluster.controller.partition_state("t", 0)
     leader, second, third = state.replicas
-    with pytest.raises(NotLeaderOrFollowerError):
-        cluster.controller.alter_partition("t", 0, leader, state.leader_epoch - 1, [leader])
-    with pytest.raises(NotLeaderOrFollowerError):
-        cluster.controller.alter_partition("t", 0, second, state.leader_epoch, [second])
+    epoch, version = state.leader_epoch, state.version
+    with pytest.raises(NotControllerError):
+        cluster.controller.alter_partition("t", 0, leader, epoch + 1, version, [leader])
+    with pytest.raises(NotControllerError):
+        cluster.controller.alter_partition("t", 0, leader, epoch, version + 1, [leader])
+    with pytest.raises(FencedLeaderEpochError):
+        cluster.controller.alter_partition("t", 0, leader, epoch - 1, version, [leader])
     with pytest.raises(InvalidRequestError):
-        cluster.controller.alter_partition("t", 0, leader, state.leader_epoch, [second, third])
+        cluster.controller.alter_partition("t", 0, second, epoch, version, [second])
     with pytest.raises(InvalidRequestError):
-        cluster.controller.alter_partition("t", 0, leader, state.leader_epoch, [leader, "node-z"])
+        cluster.controller.alter_partition("t", 0, leader, epoch, version, [second, third])
+    with pytest.raises(InvalidRequestError):
+        cluster.controller.alter_partition("t", 0, leader, epoch, version, [leader, "node-z"])
     assert cluster.controller.partition_state("t", 0) == state
-    shrunk = cluster.controller.alter_partition("t", 0, leader, state.leader_epoch, [third, leader])
+    shrunk = cluster.controller.alter_partition("t", 0, leader, epoch, version, [third, leader])
     # The ISR keeps assignment order; the epoch stays, the version moves; every replica is told.
-    assert shrunk.isr == (leader, third) and shrunk.leader_epoch == state.leader_epoch
-    assert shrunk.version == state.version + 1
+    assert shrunk.isr == (leader, third) and shrunk.leader_epoch == epoch
+    assert shrunk.version == version + 1
     assert all(cluster.replicas.latest(node, "t", 0) == shrunk for node in state.replicas)
-    assert cluster.controller.alter_partition("t", 0, leader, state.leader_epoch, [leader, third]) == shrunk
+    assert cluster.controller.alter_partition("t", 0, leader, epoch, shrunk.version, [leader, third]) == shrunk
+
+
+def test_alter_partition_from_a_state_the_isr_moved_past_is_refused_and_the_leader_told_it_again(
+    cluster: Cluster,
+) -> None:
+    """INVALID_UPDATE_VERSION: a leader that asks from a partition epoch the controller moved past (the controller
+    fenced a follower's broker, or the leader's answer was lost and it asks again) changes nothing, and is sent the
+    partition's state again, as Kafka's broker reads the newer state from the metadata log."""
+    cluster.controller.create_topic("t", 1, replication_factor=3)
+    state = cluster.controller.partition_state("t", 0)
+    leader, second, lost = state.replicas
+    cluster.controller.check_brokers(set(NODES) - {lost})
+    shrunk = cluster.controller.partition_state("t", 0)
+    assert shrunk.isr == (leader, second) and shrunk.version > state.version
+    told = len(cluster.replicas.told)
+    with pytest.raises(InvalidUpdateVersionError):
+        cluster.controller.alter_partition("t", 0, leader, state.leader_epoch, state.version, [leader, lost])
+    assert cluster.controller.partition_state("t", 0) == shrunk
+    assert cluster.replicas.told[told:] == [(leader, shrunk)]
 
 
 def test_alter_partition_refuses_to_add_a_replica_whose_broker_is_lost(cluster: Cluster) -> None:
@@ -495,11 +526,11 @@ def test_alter_partition_refuses_to_add_a_replica_whose_broker_is_lost(cluster: 
     shrunk = cluster.controller.partition_state("t", 0)
     assert lost not in shrunk.isr and shrunk.leader == leader
     with pytest.raises(IneligibleReplicaError):
-        cluster.controller.alter_partition("t", 0, leader, shrunk.leader_epoch, list(state.replicas))
+        cluster.controller.alter_partition("t", 0, leader, shrunk.leader_epoch, shrunk.version, list(state.replicas))
     assert cluster.controller.partition_state("t", 0) == shrunk
     cluster.register(lost)
     back = cluster.controller.partition_state("t", 0)
-    expanded = cluster.controller.alter_partition("t", 0, leader, back.leader_epoch, list(state.replicas))
+    expanded = cluster.controller.alter_partition("t", 0, leader, back.leader_epoch, back.version, list(state.replicas))
     assert expanded.isr == state.replicas
 
 
@@ -509,7 +540,7 @@ def test_alter_partition_refuses_to_add_a_replica_whose_broker_is_lost(cluster: 
 def test_a_restarted_controller_replays_everything_from_its_metadata_log(cluster: Cluster) -> None:
     cluster.controller.create_topic("kept", 2, {"retention.ms": "5000"}, replication_factor=2)
     state = cluster.controller.partition_state("kept", 0)
-    cluster.controller.alter_partition("kept", 0, state.leader, state.leader_epoch, [state.leader])
+    cluster.controller.alter_partition("kept", 0, state.leader, state.leader_epoch, state.version, [state.leader])
     cluster.controller.allocate_producer_id()
     binding = AclBinding(
         ResourceType.TOPIC, "kept", PatternType.LITERAL, "User:alice", "*", AclOperation.READ, AclPermissionType.ALLOW
@@ -584,7 +615,9 @@ def test_random_losses_returns_and_isr_changes_keep_kafkas_invariants_through_th
                         isr = set(state.isr) | {rng.choice([n for n in state.replicas if n in running])}
                     else:
                         isr = set(state.isr) - {rng.choice(state.isr)} | {state.leader}
-                    simulated.controller.alter_partition("t", partition, state.leader, state.leader_epoch, sorted(isr))
+                    simulated.controller.alter_partition(
+                        "t", partition, state.leader, state.leader_epoch, state.version, sorted(isr)
+                    )
             for partition, old in before.items():
                 new = simulated.controller.partition_state("t", partition)
                 if new != old:

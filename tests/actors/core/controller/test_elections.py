@@ -67,7 +67,9 @@ def test_preferred_election_through_the_controller_is_persisted_and_pushed(clust
     cluster.register(lost)
     for partition in range(3):
         state = cluster.controller.partition_state("t", partition)
-        cluster.controller.alter_partition("t", partition, state.leader, state.leader_epoch, list(state.replicas))
+        cluster.controller.alter_partition(
+            "t", partition, state.leader, state.leader_epoch, state.version, list(state.replicas)
+        )
     wanted = [("t", p) for p in range(3)] + [("t", 7), ("gone", 0)]
     outcomes = cluster.controller.elect_leaders(ElectionType.PREFERRED, wanted)
     assert outcomes == {
@@ -100,7 +102,7 @@ def test_an_unclean_election_brings_an_offline_partition_back_on_a_replica_out_o
     cluster.controller.create_topic("t", 1, replication_factor=2)
     state = cluster.controller.partition_state("t", 0)
     leader, follower = state.replicas
-    cluster.controller.alter_partition("t", 0, leader, state.leader_epoch, [leader])
+    cluster.controller.alter_partition("t", 0, leader, state.leader_epoch, state.version, [leader])
     cluster.controller.check_brokers(set(NODES) - {leader})
     assert cluster.controller.partition_state("t", 0).leader == NO_LEADER
     clean = cluster.controller.elect_leaders(ElectionType.PREFERRED, [("t", 0)])

@@ -23,9 +23,9 @@ from actors.core.controller.finalized_features import (
     UPGRADE,
     FeatureUpdate,
     FinalizedFeatures,
-    InvalidUpdateVersionError,
 )
 from storage.clock import MockClock
+from storage.errors import InvalidUpdateVersionError
 from tests.actors.core.controller.test_controller import Cluster
 
 KAFKA_4_2_SUPPORTED = {

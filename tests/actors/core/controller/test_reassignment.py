@@ -37,7 +37,9 @@ def hosted(cluster: Cluster, node: str) -> bool:
 
 def join_isr(cluster: Cluster, node: str) -> LeaderAndIsr:
     state = cluster.controller.partition_state("t", 0)
-    return cluster.controller.alter_partition("t", 0, state.leader, state.leader_epoch, [*state.isr, node])
+    return cluster.controller.alter_partition(
+        "t", 0, state.leader, state.leader_epoch, state.version, [*state.isr, node]
+    )
 
 
 def test_a_partition_moves_to_its_target_once_the_new_replica_is_in_sync(cluster: Cluster) -> None:

@@ -40,7 +40,9 @@ def hosted(cluster: Cluster, node: str, topic: str, partition: int = 0) -> bool:
 
 def join_isr(cluster: Cluster, topic: str, node: str, partition: int = 0) -> LeaderAndIsr:
     state = cluster.controller.partition_state(topic, partition)
-    return cluster.controller.alter_partition(topic, partition, state.leader, state.leader_epoch, [*state.isr, node])
+    return cluster.controller.alter_partition(
+        topic, partition, state.leader, state.leader_epoch, state.version, [*state.isr, node]
+    )
 
 
 def test_a_broker_lost_past_the_grace_has_its_replicas_recreated_on_the_free_broker(cluster: Cluster) -> None:

@@ -183,7 +183,7 @@ def test_replicated_partitions_carry_their_epoch_replicas_isr_and_offline_replic
     # Partition 2's followers stop (their replicas fail), so its leader is left alone in its ISR.
     for follower in lost.replicas[1:]:
         three_nodes.replica_on(follower, "replicated", 2).replica.stop(BrokerNotAvailableError("stopped"), 5.0)
-    three_nodes.controller.alter_partition("replicated", 2, lost.leader, lost.leader_epoch, [lost.leader])
+    three_nodes.controller.alter_partition("replicated", 2, lost.leader, lost.leader_epoch, lost.version, [lost.leader])
     lost_endpoint = BrokerEndpoint(9, "lost-node", 9092)
     run(InProcessBrokerView(three_nodes, lost.leader).announce(lost_endpoint))
     three_nodes.lose_node(lost.leader)
