@@ -317,6 +317,12 @@ class SerializationError(BrokerError):
     (Kafka's SerializationException / RecordDeserializationException)."""
 
 
+class InvalidRecordStateError(BrokerError):
+    """A share group member's acknowledgement of records it does not hold: not acquired, acquired by another member,
+    or already acknowledged, released or archived (INVALID_RECORD_STATE, Kafka's `InvalidRecordStateException`); the
+    whole acknowledgement of the share-partition changes nothing."""
+
+
 class CommitFailedError(BrokerError):
     """A group member's commit refused because its partitions moved on (Kafka's `CommitFailedException`: a stale member
     epoch, or a member the group no longer knows)."""
