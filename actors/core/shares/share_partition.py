@@ -41,9 +41,11 @@ it acquires). An uninitialized state takes its SPSO from
 `share.auto.offset.reset`: the log end offset for `latest` (Kafka's default), the log start offset for `earliest`
 (Kafka's `startOffsetDuringInitialization`).
 
+SPSO also moves when the log start offset passes it (`update_log_start_offset`: retention, DeleteRecords).
+
 Not served yet: Kafka 4.2's record-limit acquire mode (`share.acquire.mode=record_limit`), the lock renewal
-(RENEW), throttled delivery of records near the delivery limit, read_committed filtering of aborted transactions,
-and SPSO moving with the log start offset (retention, DeleteRecords).
+(RENEW), throttled delivery of records near the delivery limit, and read_committed filtering of aborted
+transactions.
 """
 
 from __future__ import annotations
@@ -303,6 +305,20 @@ class SharePartition:
             if run.state is RecordState.ACQUIRED and run.member_id == member_id:
                 self._settle(run, RecordState.AVAILABLE)
         self._merge()
+        self._advance_start()
+
+    def update_log_start_offset(self, log_start_offset: int) -> None:
+        """Moves SPSO up to a log start offset that passed it (retention, DeleteRecords; Kafka's
+        `updateCacheAndOffsets`): the records below are gone from the log, so none is delivered again. Kafka archives
+        the Available ones and lets the Acquired ones archive when released; since a holder's acknowledgement below
+        SPSO is skipped either way, they are dropped here at once."""
+        self.maybe_expire_locks()
+        if log_start_offset <= self._start:
+            return
+        self._split_before(log_start_offset)
+        self._runs = [run for run in self._runs if run.first >= log_start_offset]
+        self._start = log_start_offset
+        self._end = max(self._end, log_start_offset)
         self._advance_start()
 
     def maybe_expire_locks(self) -> None:

@@ -333,6 +333,24 @@ def test_the_group_lock_duration_applies_to_the_next_acquisition() -> None:
     assert deadlines == [clock.milliseconds() + 30000, clock.milliseconds() + 60000]
 
 
+def test_a_log_start_offset_past_spso_moves_it_and_drops_what_lies_below() -> None:
+    """Kafka's `updateCacheAndOffsets`: records below a new log start offset are never delivered again (Available
+    ones archived, Acquired ones archived when released), and the holder's acknowledgement of them is skipped."""
+    sp = _partition()
+    sp.acquire("m1", [(0, 4)], 500)
+    sp.acquire("m2", [(5, 9)], 500)
+    sp.acknowledge("m1", [_ack(0, 4, RELEASE)])
+    sp.update_log_start_offset(7)
+    assert (sp.start_offset, sp.end_offset) == (7, 10)
+    assert _states(sp) == [(7, 9, RecordState.ACQUIRED, 1, "m2")]
+    sp.acknowledge("m2", [_ack(5, 9, ACCEPT)])
+    assert (sp.start_offset, sp.in_flight()) == (10, ())
+    sp.update_log_start_offset(3)
+    assert sp.start_offset == 10
+    sp.update_log_start_offset(20)
+    assert (sp.start_offset, sp.end_offset, sp.next_fetch_offset()) == (20, 20, 20)
+
+
 # --- initialization and the durable state --------------------------------------------------------------------
 
 

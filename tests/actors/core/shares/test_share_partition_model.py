@@ -1,13 +1,14 @@
 """Random histories of one share-partition against a per-offset model (hypothesis's rule-based state machine):
-several members acquire, accept, release, reject and acknowledge what they do not hold, locks expire on a mock clock,
-members leave, and the share-partition restarts from its written state. After every step the share-partition's
+several members acquire, accept, release, reject, acknowledge offset by offset (GAP included) and acknowledge what
+they do not hold, locks expire on a mock clock, members leave, records are deleted below SPSO, and the share-partition
+restarts from its written state. After every step the share-partition's
 records equal the model's offset by offset, and KIP-932's promises hold:
 
 - no offset is acquired by two members at once, and an accepted record is never acquired again (across restarts);
 - a delivery count never exceeds `group.share.delivery.count.limit`, and a release or expiry at the limit archives;
 - SPSO is the first offset not done and never moves back, and no more than the record lock limit (plus the rest of
   one log batch) is in flight;
-- a refused acknowledgement changes nothing;
+- a refused acknowledgement changes nothing, and the log start offset moving past SPSO drops what lies below;
 - when the members release what they hold and someone accepts everything, every offset below SPEO ends accepted or
   archived and SPSO reaches SPEO.
 
@@ -43,6 +44,13 @@ while _offset < LOG_END:
     _size = _size % 5 + 1
 CONFIG = ResolvedShareConfig(delivery_count_limit=3, max_record_locks=100, record_lock_duration_ms=15000)
 MEMBERS = ("m1", "m2", "m3")
+# What each acknowledge type makes of an acquired record in the model (KIP-932's table).
+_STATES = {
+    AcknowledgeType.GAP: RecordState.ARCHIVED,
+    AcknowledgeType.ACCEPT: RecordState.ACKNOWLEDGED,
+    AcknowledgeType.RELEASE: RecordState.AVAILABLE,
+    AcknowledgeType.REJECT: RecordState.ARCHIVED,
+}
 
 
 @dataclass
@@ -66,6 +74,7 @@ class SharePartitionMachine(RuleBasedStateMachine):
         self.model: dict[int, _Offset] = {}
         self.accepted: set[int] = set()
         self.last_start = 0
+        self.log_start = 0
 
     # --- the model's rules -----------------------------------------------------------------------------
 
@@ -118,14 +127,7 @@ class SharePartitionMachine(RuleBasedStateMachine):
             last += 1
         self.sp.acknowledge(member, [AcknowledgementBatch(first, last, (int(ack_type),))])
         for offset in range(first, last + 1):
-            self._settle(
-                offset,
-                {
-                    AcknowledgeType.ACCEPT: RecordState.ACKNOWLEDGED,
-                    AcknowledgeType.RELEASE: RecordState.AVAILABLE,
-                    AcknowledgeType.REJECT: RecordState.ARCHIVED,
-                }[ack_type],
-            )
+            self._settle(offset, _STATES[ack_type])
 
     @rule(member=st.sampled_from(MEMBERS), first=st.integers(0, LOG_END), length=st.integers(1, 10))
     def acknowledge_anything(self, member: str, first: int, length: int) -> None:
@@ -149,6 +151,33 @@ class SharePartitionMachine(RuleBasedStateMachine):
         assert set(in_range) <= mine
         for offset in in_range:
             self._settle(offset, RecordState.ACKNOWLEDGED)
+
+    @rule(member=st.sampled_from(MEMBERS), data=st.data())
+    def acknowledge_per_offset(self, member: str, data: st.DataObject) -> None:
+        """One type per offset over a run of the member's records, GAP included (Kafka's per-offset path)."""
+        self._expire()
+        held = self._held_by(member)
+        if not held:
+            return
+        first = data.draw(st.sampled_from(held))
+        last = first
+        while last + 1 in held and last - first < 6:
+            last += 1
+        size = last - first + 1
+        types = data.draw(st.lists(st.sampled_from(list(AcknowledgeType)), min_size=size, max_size=size))
+        self.sp.acknowledge(member, [AcknowledgementBatch(first, last, tuple(int(t) for t in types))])
+        for offset, ack_type in zip(range(first, last + 1), types, strict=True):
+            self._settle(offset, _STATES[ack_type])
+
+    @rule(advance=st.integers(1, 20))
+    def delete_records(self, advance: int) -> None:
+        """The log start offset moves past SPSO: what lies below is never delivered again."""
+        self._expire()
+        self.log_start = max(self.log_start, self.sp.start_offset) + advance
+        self.sp.update_log_start_offset(self.log_start)
+        for offset, record in self.model.items():
+            if offset < self.log_start and not record.state.terminal:
+                record.state, record.member_id, record.deadline_ms = RecordState.ARCHIVED, None, None
 
     @rule(member=st.sampled_from(MEMBERS))
     def leave(self, member: str) -> None:
