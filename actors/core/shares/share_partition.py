@@ -135,7 +135,8 @@ class SharePartition:
     `config` is what the group runs with (the delivery count limit, the record lock limit, the lock duration, the
     auto offset reset), read at each call so a changed group config applies to the next acquisition. `state` is the
     durable state to start from; for an uninitialized one, `log_start_offset` and `log_end_offset` are the log's, for
-    `share.auto.offset.reset`.
+    `share.auto.offset.reset`. A log whose start offset has passed the state's start offset since it was written
+    (retention while the share-partition was away) is followed by `update_log_start_offset`.
     """
 
     def __init__(
