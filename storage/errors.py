@@ -142,6 +142,17 @@ class KafkaStorageError(StorageError):
     retriable = True
 
 
+class LogDirNotFoundError(StorageError):
+    """A log dir named by a request that is not one of the broker's `log.dirs` (LOG_DIR_NOT_FOUND)."""
+
+
+class ReplicaNotAvailableError(StorageError):
+    """The broker holds no replica of the partition asked for (REPLICA_NOT_AVAILABLE, what AlterReplicaLogDirs
+    answers for one; retriable, as Kafka's)."""
+
+    retriable = True
+
+
 class InconsistentTopicIdError(StorageError):
     """A partition folder whose `partition.metadata` names another topic id than the topic's: the folder belongs
     to an earlier topic of the same name (INCONSISTENT_TOPIC_ID; retriable, as Kafka's)."""

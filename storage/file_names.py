@@ -207,6 +207,35 @@ def parse_stray_dir_name(name: str) -> tuple[str, int] | None:
     return match.group(1), int(match.group(2))
 
 
+FUTURE_DIR_SUFFIX = "-future"
+_FUTURE_DIR = re.compile(r"(.+)-([0-9]+)\.([0-9a-f]{32})-future")
+
+
+def future_dir_name(topic: str, partition: int, unique_hex: str) -> str:
+    """`<topic>-<partition>.<32-hex>-future` (Kafka's `UnifiedLog.logFutureDirName`): the copy of a partition's log
+    being filled in another log dir of the same broker, which replaces the log once it has caught up. Unlike the
+    `-delete` name the topic is never truncated (the copy must name its partition): a name over 255 characters is
+    refused with `InvalidTopicError`, as Kafka's AlterReplicaLogDirs refuses it."""
+    name = f"{partition_dir_name(topic, partition)}.{unique_hex}{FUTURE_DIR_SUFFIX}"
+    if len(name) > MAX_FILE_NAME_LENGTH:
+        raise InvalidTopicError(f"the topic name is too long: {name[:20]}... has more than 255 chars")
+    return name
+
+
+def future_dir_name_too_long(topic: str, partition: int) -> bool:
+    """Whether `future_dir_name` of this partition would pass 255 characters (Kafka's AlterReplicaLogDirs check, made
+    before any other: the name's characters are not judged here)."""
+    return len(f"{topic}-{partition}.{'0' * 32}{FUTURE_DIR_SUFFIX}") > MAX_FILE_NAME_LENGTH
+
+
+def parse_future_dir_name(name: str) -> tuple[str, int] | None:
+    """`my-topic-3.<32-hex>-future` -> ("my-topic", 3); None otherwise."""
+    match = _FUTURE_DIR.fullmatch(name)
+    if match is None:
+        return None
+    return match.group(1), int(match.group(2))
+
+
 def parse_partition_dir_name(name: str) -> tuple[str, int] | None:
     """`my-topic-3` -> ("my-topic", 3) (the topic may contain `-`: split at the last one); None otherwise.
 

@@ -551,7 +551,12 @@ class Consumer(Closeable):
                 self._records_ns = time.monotonic_ns()
             located = flight.fetch.located
             if located is not None and not self._committed:
-                tail = self._tails.get(tp) or LocalTail.open(located)
+                tail = self._tails.get(tp)
+                if tail is not None and tail.high_watermark_file != located.high_watermark_file:
+                    # The partition moved to another log dir of its node: its file is the new folder's.
+                    self._tails.pop(tp).close()
+                    tail = None
+                tail = tail or LocalTail.open(located)
                 if tail is not None:
                     self._tails[tp] = tail
                     tail.follow(located, flight.fetch.next_offset)

@@ -77,6 +77,11 @@ class LocalTail:
         reader = HighWatermarkReader.open(located.high_watermark_file)
         return None if reader is None else cls(reader)
 
+    @property
+    def high_watermark_file(self) -> str:
+        """The path of the high-watermark file it reads: a partition moved to another log dir names another one."""
+        return self._reader.path
+
     def follow(self, located: FileSlices, next_offset: int) -> None:
         """After a located read of one slice up to `next_offset`: the cursor goes to its end if that is the high
         watermark (the slice then ends at the end of the batch before it). After an empty answer at the high

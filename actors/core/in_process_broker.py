@@ -64,7 +64,7 @@ from storage.errors import (
     RaybrokerError,
     UnknownTopicOrPartitionError,
 )
-from storage.logdir.log_manager import LogManager
+from storage.logdir.log_manager import LogManager, PartitionPlacement
 from storage.logdir.partition_handles import LocalPartition, LocalPartitions, PartitionHandle, PartitionState
 from storage.logdir.scheduler import Scheduler
 from storage.partition.log import Log
@@ -223,11 +223,21 @@ class InProcessMarkers:
 class InProcessNode:
     """One simulated broker: its log manager over its own log dir, and its replicas."""
 
-    def __init__(self, node: str, config: BrokerConfig, clock: Clock, replicas: LocalReplicas) -> None:
+    def __init__(
+        self,
+        node: str,
+        config: BrokerConfig,
+        clock: Clock,
+        replicas: LocalReplicas,
+        on_replica_moved: Callable[[PartitionPlacement], None] | None = None,
+    ) -> None:
+        """`on_replica_moved` is told of each partition moved between the node's log dirs."""
         self.node = node
         self.config = config
         self.replicas = replicas
-        self.manager = LogManager.from_broker_config(config, clock=clock, partitions=replicas)
+        self.manager = LogManager.from_broker_config(
+            config, clock=clock, partitions=replicas, on_replica_moved=on_replica_moved
+        )
         self.manager.startup()
         self.scheduler = Scheduler(clock)
         self.manager.schedule(self.scheduler, config)
@@ -247,18 +257,21 @@ class InProcessBroker:
         root: Path,
         *,
         nodes: int = 1,
+        log_dirs_per_node: int = 1,
         properties: Mapping[str, str] | None = None,
         clock: Clock = SYSTEM_CLOCK,
         membership: MembershipConfig | None = None,
         metrics: RoleMetrics = NO_ROLE_METRICS,
     ) -> None:
         """`properties` are the brokers' `server.properties` (Kafka's names; `log.dirs` and `node.id` are each
-        node's own); `membership` the group coordinator's group settings (None: the properties' `group.*` keys);
+        node's own: `<root>/node-<i>`, or with `log_dirs_per_node` > 1 `<root>/node-<i>/dir<k>`); `membership` the
+        group coordinator's group settings (None: the properties' `group.*` keys);
         `metrics` records the
         appends and ISR changes of every node."""
         self.root = root
         self.clock = clock
         self.metrics = metrics
+        self._log_dirs_per_node = log_dirs_per_node
         self._membership_config = membership
         self._properties = dict(properties or {})
         self._lock = threading.Lock()
@@ -294,11 +307,18 @@ class InProcessBroker:
 
     def _start_node(self, index: int) -> InProcessNode:
         node = f"node-{index}"
+        dirs = [self.root / node]
+        if self._log_dirs_per_node > 1:
+            dirs = [self.root / node / f"dir{k}" for k in range(self._log_dirs_per_node)]
         config = BrokerConfig.from_properties(
-            {**self._properties, "log.dirs": str(self.root / node), "node.id": str(index)}
+            {**self._properties, "log.dirs": ",".join(str(d) for d in dirs), "node.id": str(index)}
         )
         replicas = LocalReplicas(node, self.clock, config, lambda: self.controller, self.find_replica, self.metrics)
-        started = self.nodes[node] = InProcessNode(node, config, self.clock, replicas)
+
+        def moved(placement: PartitionPlacement) -> None:
+            self.controller.assign_replica_dir(placement.topic, placement.partition, node, placement.directory_id)
+
+        started = self.nodes[node] = InProcessNode(node, config, self.clock, replicas, moved)
         return started
 
     def _node_broker(self, node: str) -> LogManagerBroker:

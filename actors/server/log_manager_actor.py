@@ -47,6 +47,7 @@ from actors.options import HOSTS_GROUP, QUOTAS_GROUP
 from actors.server.cleaner_actor import RayCleanerThreads
 from actors.server.partition_host import HostedPartitionSpec
 from actors.server.ray_partitions import RayPartitions
+from storage import file_names
 from storage.arguments import is_int
 from storage.clock import SYSTEM_CLOCK
 from storage.config.broker_config import BrokerConfig
@@ -92,6 +93,7 @@ class LogManagerActor:
             cluster_id=cluster_id,
             partitions=self._partitions,
             cleaner_threads=self._cleaners.threads,
+            on_replica_moved=self._replica_moved,
         )
         self._manager.startup(is_stray=_stray_partitions())
         self._partitions.drop_unopened()
@@ -200,6 +202,32 @@ class LogManagerActor:
     def partition_host(self, topic: str, partition: int) -> Any | None:
         """The actor handle of the host holding (topic, partition), None if no host here holds it."""
         return self._partitions.host_of((topic, partition))
+
+    @ray.method(concurrency_group=HOSTS_GROUP)
+    def partition_folder(self, topic: str, partition: int) -> str | None:
+        """The folder of this node's partition (None if it has none), for its restarted actor, answered on a thread of
+        its own and without the manager's lock, as `hosted_partitions`."""
+        directory = self._manager.log_dir_of(topic, partition)
+        return None if directory is None else str(directory / file_names.partition_dir_name(topic, partition))
+
+    def alter_replica_log_dirs(self, dirs: dict[TopicPartition, str]) -> dict[TopicPartition, RaybrokerError | None]:
+        """AlterReplicaLogDirs on this node (`LogManager.alter_replica_log_dirs`)."""
+        if not isinstance(dirs, dict) or not all(
+            isinstance(tp, tuple) and len(tp) == 2 and isinstance(tp[0], str) and is_int(tp[1]) for tp in dirs
+        ):
+            raise InvalidRequestError("AlterReplicaLogDirs takes log dirs by (topic, partition)")
+        return self._manager.alter_replica_log_dirs(dirs)
+
+    def _replica_moved(self, placement: PartitionPlacement) -> None:
+        """A partition moved to another log dir: its host reopens it there after a restart, and the controller records
+        the replica's new dir (Kafka's AssignReplicasToDirs), so a disk moved to another node is recognized by it."""
+        tp = (placement.topic, placement.partition)
+        self._partitions.moved(tp, Path(placement.directory) / file_names.partition_dir_name(*tp))
+        if placement.directory_id:
+            call(
+                controller().assign_replica_dir.remote(*tp, self.node_id, placement.directory_id),
+                timeout_s=TOPICS_TIMEOUT_SECONDS,
+            )
 
     @ray.method(concurrency_group=HOSTS_GROUP)
     def hosted_partitions(self, name: str) -> list[HostedPartitionSpec]:

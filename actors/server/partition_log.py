@@ -115,6 +115,8 @@ from storage.errors import (
     RaybrokerError,
 )
 from storage.logdir.partition_handles import (
+    LogMove,
+    MoveProgress,
     PartitionState,
     flush_if_due,
     partition_state,
@@ -182,13 +184,15 @@ class FileSlices:
 @dataclass(frozen=True, slots=True)
 class ResumePoint:
     """What a restarted actor opens its log with instead of its first start's arguments; the recovery point and
-    log start offset only raise those arguments, `config` None keeps the first start's, and the log's high
-    watermark starts at the checkpointed `high_watermark`."""
+    log start offset only raise those arguments, `config` None keeps the first start's, the log's high
+    watermark starts at the checkpointed `high_watermark`, and `directory` ("": the first start's) is the
+    partition's folder now, in another log dir if the partition moved there since (AlterReplicaLogDirs)."""
 
     config: dict[str, str] | None
     recovery_point: int
     log_start_offset: int
     high_watermark: int = 0
+    directory: str = ""
 
 
 class PartitionLogActor:
@@ -231,9 +235,11 @@ class PartitionLogActor:
         if self._node:
             freeze_startup_objects()
         self._served: PartitionServer | None = None
+        self._move = LogMove()
         try:
             resumed = resume() if resume is not None else None
             if resumed is not None:
+                directory = resumed.directory or directory
                 config = config if resumed.config is None else resumed.config
                 recovery_point = max(recovery_point, resumed.recovery_point)
                 log_start_offset = max(log_start_offset, resumed.log_start_offset)
@@ -626,7 +632,47 @@ class PartitionLogActor:
         return self._state()
 
     def _state(self) -> PartitionState:
-        return partition_state(self._log)
+        return partition_state(self._log, self._move)
+
+    # --- moving between the node's log dirs (maintenance group) ----------------------------------
+
+    @ray.method(concurrency_group=MAINTENANCE_GROUP)
+    def start_move(self, log_dir: str) -> str:
+        """Starts copying the log into `log_dir`, another log dir of this node (`LogMove.start`: a copy under way to
+        another dir is dropped); answers the copy's folder."""
+        if not isinstance(log_dir, str):
+            raise InvalidRequestError(f"a log dir is a path, not {type(log_dir).__name__}")
+        return self._move.start(self._log, log_dir)
+
+    @ray.method(concurrency_group=MAINTENANCE_GROUP)
+    def advance_move(self) -> MoveProgress:
+        """One round of the move under way (`LogMove.advance`). Once the copy replaced the log, the new folder's
+        high-watermark file replaces the old one's, which says closed from then on (same-node readers ask this actor
+        again and learn the new file from its `locate` answers), and readers are told of the change."""
+        progress = self._move.advance()
+        if progress.done:
+            self._replace_hw_file()
+        return progress
+
+    @ray.method(concurrency_group=MAINTENANCE_GROUP)
+    def abort_move(self) -> None:
+        """Drops the move under way, if any (its copy deleted)."""
+        self._move.abort()
+
+    def _replace_hw_file(self) -> None:
+        """After a move: the high-watermark file of the log's new folder, the old one closed for good (under the
+        change counter's lock, so no publish writes the old file again)."""
+        try:
+            moved: HighWatermarkFile | None = HighWatermarkFile.create(self._log.directory)
+        except OSError as exc:
+            logger.warning("%s: no high-watermark file, same-node readers will call: %s", self._log.directory, exc)
+            moved = None
+        with self._changes.lock:
+            if self._hw_file is not None:
+                self._hw_file.publish_closed()
+                self._hw_file.close()
+            self._hw_file = moved
+        self._changes.notify()
 
     # --- maintenance (one thread beside the writer) ----------------------------------------------
 

@@ -117,6 +117,15 @@ class RayPartition:
     def go_offline(self, reason: str) -> RayPending:
         return RayPending(self.actor.go_offline.remote(reason))
 
+    def start_move(self, log_dir: str) -> RayPending:
+        return RayPending(self.actor.start_move.remote(log_dir))
+
+    def advance_move(self) -> RayPending:
+        return RayPending(self.actor.advance_move.remote())
+
+    def abort_move(self) -> RayPending:
+        return RayPending(self.actor.abort_move.remote())
+
     def __repr__(self) -> str:
         return f"RayPartition({self.actor!r})"
 
@@ -125,11 +134,14 @@ class RayPartition:
 class ResumeAfterRestart:
     """A partition actor's `resume`: None on a first start (its arguments are current); after a Ray restart,
     the topic's settings from the controller over the broker's defaults (the first start's are kept, with a
-    warning, if the controller cannot answer) and the offsets checkpointed in the folder's log dir."""
+    warning, if the controller cannot answer), the partition's folder now (from this node's log manager: it may have
+    moved to another log dir since the first start) and the offsets checkpointed in that folder's log dir."""
 
     topic: str
+    partition: int
     folder: str
     broker_log_config: dict[str, str]
+    node_id: str
 
     def __call__(self) -> ResumePoint | None:
         if not ray.get_runtime_context().was_current_actor_reconstructed:
@@ -140,7 +152,15 @@ class ResumeAfterRestart:
             config = LogConfig.from_properties(topic.config, base=LogConfig.from_properties(self.broker_log_config))
         except RaybrokerError as exc:
             logger.warning("restarted partition of %s keeps the settings of its first start: %s", self.topic, exc)
-        return ResumePoint(None if config is None else config.to_properties(), *checkpointed_offsets(Path(self.folder)))
+        folder = self.folder
+        try:
+            manager = get_actor(log_manager_name(self.node_id))
+            folder = call(manager.partition_folder.remote(self.topic, self.partition), timeout_s=CONFIG_TIMEOUT_SECONDS)
+        except RaybrokerError as exc:
+            logger.warning("restarted partition of %s opens the folder of its first start: %s", self.topic, exc)
+        folder = folder or self.folder
+        properties = None if config is None else config.to_properties()
+        return ResumePoint(properties, *checkpointed_offsets(Path(folder)), directory=folder)
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,7 +231,7 @@ class RayPartitions:
                 recovery_point,
                 log_start_offset,
                 self._cleaner_config,
-                ResumeAfterRestart(topic, str(folder), self._broker_log_config),
+                ResumeAfterRestart(topic, partition, str(folder), self._broker_log_config, self.node_id),
                 producer_id_expiration_ms=self._producer_id_expiration_ms,
                 replica_settings=self._replica_settings,
                 find_replica=replica_actor,
@@ -301,6 +321,14 @@ class RayPartitions:
         return [
             HostedPartitionSpec(t, p, folder, config_for(t).to_properties()) for (t, p), folder in sorted(held.items())
         ]
+
+    def moved(self, tp: TopicPartition, folder: Path) -> None:
+        """`tp` lives in `folder` now (moved to another log dir): what its host reopens after a restart. A partition
+        actor asks the log manager where its folder is when Ray restarts it (`ResumeAfterRestart`)."""
+        host = None if self._placement is None else self._placement.holding(tp)
+        if host is not None:
+            with self._lock:
+                host.partitions[tp] = str(folder)
 
     def host_of(self, tp: TopicPartition) -> Any | None:
         """The actor handle of the host holding `tp`, None if no host here holds it."""

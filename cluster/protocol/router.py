@@ -20,8 +20,9 @@ DescribeAcls (29), CreateAcls (30), DeleteAcls (31) v1-3 (v0 could not name PREF
 it), DescribeUserScramCredentials (50) and AlterUserScramCredentials (51) v0, and the client quota APIs
 DescribeClientQuotas (48) and AlterClientQuotas (49) v0-1 (v1 is v0 made flexible), and UpdateFeatures (57) v0-2
 (v2 answers no per-feature results). DescribeLogDirs (35) is served v1-4
-(kio has no v0; v4 adds the file system's bytes, v5 is post-4.0). DescribeTopicPartitions (75) v0, which Kafka
-3.7+'s Admin client prefers to Metadata for `describeTopics`.
+(kio has no v0; v4 adds the file system's bytes, v5 is post-4.0), AlterReplicaLogDirs (34) v1-2 (v0 is
+deprecated). DescribeTopicPartitions (75) v0, which Kafka 3.7+'s Admin client prefers to Metadata for
+`describeTopics`.
 The transaction APIs serve the TV1 protocol every client speaks to a broker finalizing no `transaction.version` feature,
 and the brokers' verification: AddPartitionsToTxn v0-3 (the client form) and v4-5 (KIP-890's broker form,
 `verify_only`), AddOffsetsToTxn v0-4, EndTxn v0-5 and TxnOffsetCommit v0-5 (v5 of each is transactions v2, which
@@ -72,6 +73,7 @@ from cluster.protocol.handlers.acls import (
     DeleteAclsHandler,
     DescribeAclsHandler,
 )
+from cluster.protocol.handlers.alter_replica_log_dirs import ALTER_REPLICA_LOG_DIRS_KEY, AlterReplicaLogDirsHandler
 from cluster.protocol.handlers.api_versions import ApiVersionsHandler
 from cluster.protocol.handlers.cluster import DESCRIBE_CLUSTER_KEY, DescribeClusterHandler
 from cluster.protocol.handlers.configs import (
@@ -209,6 +211,7 @@ SERVED: Mapping[int, ApiRange] = MappingProxyType(
         DELETE_GROUPS_KEY: ApiRange(0, 2),
         OFFSET_DELETE_KEY: ApiRange(0, 0),
         ELECT_LEADERS_KEY: ApiRange(0, 2),
+        ALTER_REPLICA_LOG_DIRS_KEY: ApiRange(1, 2),
         DESCRIBE_LOG_DIRS_KEY: ApiRange(1, 4),
         ALTER_PARTITION_REASSIGNMENTS_KEY: ApiRange(0, 1),
         LIST_PARTITION_REASSIGNMENTS_KEY: ApiRange(0, 0),
@@ -340,6 +343,7 @@ class Router:
             DELETE_GROUPS_KEY: DeleteGroupsHandler(groups, access),
             OFFSET_DELETE_KEY: OffsetDeleteHandler(view, groups, access),
             ELECT_LEADERS_KEY: ElectLeadersHandler(view, access),
+            ALTER_REPLICA_LOG_DIRS_KEY: AlterReplicaLogDirsHandler(view, access),
             DESCRIBE_LOG_DIRS_KEY: DescribeLogDirsHandler(view, access),
             ALTER_PARTITION_REASSIGNMENTS_KEY: AlterPartitionReassignmentsHandler(view, access),
             LIST_PARTITION_REASSIGNMENTS_KEY: ListPartitionReassignmentsHandler(view, access),

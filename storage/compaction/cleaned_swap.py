@@ -4,8 +4,9 @@ The owner swaps all the groups of a pass in under its lock (`swap_cleaned`), aft
 pass read is still in the log with the size it had, that the active segment was not truncated back below the
 first uncleanable offset, that the log is open and that each `.cleaned` segment has the size the cleaner wrote;
 otherwise every `.cleaned` file of the pass is deleted and the pass ends with `aborted=True` (nothing to
-checkpoint): a segment deleted by retention, a truncation, a topic deleted or a restarted owner in between do no
-harm. A first phase that fails while the log changed (a segment file renamed or cut under it) is aborted the same
+checkpoint): a segment deleted by retention, a truncation, a topic deleted, a restarted owner or a move of the log to
+another log dir (its `.cleaned` files were written in the old folder, so none is found in the new one) in between do
+no harm. A first phase that fails while the log changed (a segment file renamed or cut under it) is aborted the same
 way (`changed_since`).
 """
 
@@ -62,11 +63,12 @@ def swap_cleaned(log: Log, cleaned: CleanedLog) -> CleanResult:
 
 
 def changed_since(log: Log, snapshot: LogSnapshot) -> bool:
-    """Whether `log` is closed, or lost or resized a sealed segment of `snapshot`, or its active segment moved
-    back below the snapshot's: a first phase that failed then failed because of the change."""
+    """Whether `log` is closed, moved to another log dir, or lost or resized a sealed segment of `snapshot`, or its
+    active segment moved back below the snapshot's: a first phase that failed then failed because of the change."""
     *sealed, active = snapshot.segments
     with log.lock:
-        return _unchanged_sources(log, sealed, active.base_offset) is None
+        moved = Path(snapshot.directory) != log.directory
+        return moved or _unchanged_sources(log, sealed, active.base_offset) is None
 
 
 def _unchanged_sources(

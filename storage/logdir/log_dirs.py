@@ -23,7 +23,8 @@ readable meta.properties, else a new one. Then per dir: take the lock, check or 
 (a dir of another cluster or node goes offline, untouched), note and DELETE the clean-shutdown marker
 (so a crash while running counts as unclean), read the offset checkpoints (an unreadable one is treated as
 empty: full recovery, as Kafka does), and list the partition folders; a partition found in two dirs
-is an error. Folders renamed `...-delete` or `...-stray` are removed after `file.delete.delay.ms`; folders of the
+is an error. Folders renamed `...-delete` or `...-stray` are removed after `file.delete.delay.ms`; `...-future`
+folders (a partition's copy being filled when the broker stopped) are listed apart for the owner; folders of the
 internal `__cluster_metadata` topic belong to the controller and are not listed. A startup that fails
 (a dir locked by another owner, a corrupt meta.properties, a partition in two dirs, every dir offline)
 releases every lock before raising.
@@ -50,7 +51,7 @@ import shutil
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from storage import file_names
@@ -100,7 +101,8 @@ def checkpointed_offsets(folder: Path) -> tuple[int, int, int]:
 @dataclass(frozen=True, slots=True)
 class LoadedDir:
     """What startup found in one online log dir: the marker it deleted, the recovery points, log start offsets and
-    high watermarks it checkpointed, its partition folders."""
+    high watermarks it checkpointed, its partition folders, and the `-future` folders of partitions that were being
+    moved into it (`storage.partition.future_log`)."""
 
     path: Path
     had_clean_shutdown: bool
@@ -108,6 +110,7 @@ class LoadedDir:
     log_start_offsets: dict[TopicPartition, int]
     high_watermarks: dict[TopicPartition, int]
     partitions: dict[TopicPartition, Path]
+    futures: dict[TopicPartition, Path] = field(default_factory=dict)
 
 
 class LogDirs:
@@ -205,8 +208,13 @@ class LogDirs:
         self._check_meta_properties(directory)
         had_clean_shutdown = clean_shutdown.delete_clean_shutdown_marker(directory)
         partitions: dict[TopicPartition, Path] = {}
+        futures: dict[TopicPartition, Path] = {}
         for entry in sorted(directory.iterdir()):
             if not entry.is_dir():
+                continue
+            future = file_names.parse_future_dir_name(entry.name)
+            if future is not None:
+                futures[future] = entry
                 continue
             if file_names.is_delete_dir_name(entry.name) or file_names.parse_stray_dir_name(entry.name) is not None:
                 self._pending_folder_deletes.append((self.clock.milliseconds() + self.file_delete_delay_ms, entry))
@@ -222,6 +230,7 @@ class LogDirs:
             self._read_checkpoint(directory, file_names.LOG_START_OFFSET_CHECKPOINT),
             self._read_checkpoint(directory, file_names.REPLICATION_OFFSET_CHECKPOINT),
             partitions,
+            futures,
         )
 
     def _check_meta_properties(self, directory: Path) -> None:
@@ -361,9 +370,14 @@ class LogDirs:
         except OSError as exc:
             self.take_offline(folder.parent, exc)
             raise KafkaStorageError(f"cannot rename partition folder for deletion: {exc}", path=folder) from exc
-        with self._lock:
-            self._pending_folder_deletes.append((self.clock.milliseconds() + self.file_delete_delay_ms, target))
+        self.delete_folder_later(target)
         return target
+
+    def delete_folder_later(self, folder: Path) -> None:
+        """`folder`, renamed `-delete` already (a moved partition's old folder), is removed after
+        `file.delete.delay.ms`."""
+        with self._lock:
+            self._pending_folder_deletes.append((self.clock.milliseconds() + self.file_delete_delay_ms, folder))
 
     def delete_due_folders(self) -> int:
         """Removes `-delete` folders whose delay has passed; returns how many are still pending."""

@@ -37,9 +37,17 @@ leaves every dir online. A dir that goes offline has its partitions' files close
 recreated empty elsewhere, while the other dirs keep serving. The periodic tasks (retention, flush,
 checkpoints, delayed deletes, cleaning) do not raise for a partition's error: an I/O error takes its dir
 offline (logged, and listed by `offline_dirs`), anything else is logged, and the pass goes on.
-Deleting a partition rewrites its dir's checkpoints at once (as Kafka's async delete does), so a topic
-created again under the same name never inherits them. Shutdown closes (flushes) every online partition,
-writes the checkpoints, then the clean-shutdown markers, and unlocks.
+Moving a partition into another dir (AlterReplicaLogDirs, `alter_replica_log_dirs`) copies its log there while it
+serves (`storage.partition.future_log`, run by its handle, advanced by the `alter-log-dirs` thread of
+`storage.logdir.alter_log_dirs`), then swaps: the partition's placement, both dirs' checkpoints and its cleaning
+state follow, and its old folder, renamed `-delete`, is removed after `file.delete.delay.ms`. A `-future` folder
+found at startup (a move the broker stopped in) is deleted, only ever the copy, and the move starts again if the
+partition is still in another online dir (Kafka reloads it as the future replica and goes on fetching: the same
+outcome, from the start of the copy).
+
+Deleting a partition rewrites its dir's checkpoints at once (as Kafka's async delete does), so a topic created
+again under the same name never inherits them. Shutdown closes (flushes) every online partition, writes the
+checkpoints, then the clean-shutdown markers, and unlocks.
 
 Scheduling: `schedule(scheduler, broker_config)` registers the periodic work on a
 `storage.logdir.scheduler.Scheduler` at Kafka's intervals (`log.retention.check.interval.ms`,
@@ -59,6 +67,7 @@ so the partitions of one topic open side by side (a delete waits for the creatio
 from __future__ import annotations
 
 import logging
+import shutil
 import threading
 import time
 import uuid
@@ -75,13 +84,15 @@ from storage.compaction.cleaner_threads import CleanerThread, local_cleaner_thre
 from storage.config.broker_config import BrokerConfig
 from storage.config.cleaner_config import CleanerConfig
 from storage.config.log_config import LogConfig
-from storage.errors import KafkaStorageError
+from storage.errors import InvalidTopicError, KafkaStorageError, RaybrokerError, ReplicaNotAvailableError
 from storage.files.partition_metadata import record_topic_id
+from storage.logdir.alter_log_dirs import AlterLogDirs, named_log_dir
 from storage.logdir.log_dirs import LoadedDir, LogDirs
 from storage.logdir.metadata_mirror import MetadataMirror
 from storage.logdir.partition_handles import (
     LocalPartition,
     LocalPartitions,
+    MoveProgress,
     PartitionCheckpoints,
     PartitionFactory,
     PartitionHandle,
@@ -158,10 +169,12 @@ class LogManager:
         partitions: PartitionFactory | None = None,
         producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS,
         cleaner_threads: Sequence[CleanerThread] | None = None,
+        on_replica_moved: Callable[[PartitionPlacement], None] | None = None,
     ) -> None:
         """`partitions` starts and stops the partitions; default: `LocalPartitions`, logs in this process, which
         forget producers idle for `producer_id_expiration_ms`. `cleaner_threads` run the compaction passes;
-        default: `log.cleaner.threads` of them in this process."""
+        default: `log.cleaner.threads` of them in this process. `on_replica_moved` is told a partition's placement
+        after each move between dirs (the controller records the replica's new dir, Kafka's AssignReplicasToDirs)."""
         self._dirs = LogDirs(
             log_dirs,
             clock=clock,
@@ -187,6 +200,8 @@ class LogManager:
         self._cleaner: CleanerManager | None = None
         self._metadata_dir = Path(log_dirs[0]) if log_dirs else None
         self._mirror: MetadataMirror | None = None
+        self._moves = AlterLogDirs(self._handle_if_held, self._replica_moved)
+        self._on_replica_moved = on_replica_moved
 
     @classmethod
     def from_broker_config(
@@ -198,6 +213,7 @@ class LogManager:
         cluster_id: str | None = None,
         partitions: PartitionFactory | None = None,
         cleaner_threads: Sequence[CleanerThread] | None = None,
+        on_replica_moved: Callable[[PartitionPlacement], None] | None = None,
     ) -> LogManager:
         """A manager of `config.log_dirs` with the broker's defaults (`log.*`, `log.cleaner.*`, `node.id`,
         `num.recovery.threads.per.data.dir`, `log.segment.delete.delay.ms`, `producer.id.expiration.ms`)."""
@@ -214,6 +230,7 @@ class LogManager:
             partitions=partitions,
             producer_id_expiration_ms=config.producer_id_expiration_ms,
             cleaner_threads=cleaner_threads,
+            on_replica_moved=on_replica_moved,
         )
 
     @property
@@ -269,6 +286,22 @@ class LogManager:
             except BaseException:
                 self._abandon()
                 raise
+            for found in loaded:
+                self._resume_moves(found)
+
+    def _resume_moves(self, loaded: LoadedDir) -> None:
+        """The `-future` folders found in a dir: each is deleted (it is only a copy; the log it copies is in another
+        dir) and, if that partition is still held in another online dir, its move into this dir starts again."""
+        for tp, folder in loaded.futures.items():
+            shutil.rmtree(folder, ignore_errors=True)
+            current = self._dir_of.get(tp)
+            if current is None or current == loaded.path or not self._dirs.is_online(loaded.path):
+                logger.warning("deleted %s: no partition %s-%d left to move into %s", folder, tp[0], tp[1], loaded.path)
+                continue
+            logger.info("partition %s-%d was being moved into %s: starting again", tp[0], tp[1], loaded.path)
+            failed = self.alter_replica_log_dirs({tp: str(loaded.path)})[tp]
+            if failed is not None:
+                logger.warning("the move of %s-%d into %s did not start again: %s", tp[0], tp[1], loaded.path, failed)
 
     def _set_aside_strays(self, loaded: LoadedDir, is_stray: Callable[[TopicPartition], bool]) -> LoadedDir:
         """`loaded` without its stray partitions, whose folders are renamed for deletion."""
@@ -422,6 +455,10 @@ class LogManager:
                         # instead of ~12 s).
                         self.set_topic_config(topic, config)
                     order = self._dirs.placement_order(self.partition_counts())
+                    preferred = self._moves.take_preferred(tp)
+                    if preferred in order:
+                        order.remove(preferred)
+                        order.insert(0, preferred)
                     done = threading.Event()
                     self._creating[tp] = (order[0] if order else None, done)
                     break
@@ -478,6 +515,7 @@ class LogManager:
         if creating is not None:
             # A delete never overtakes the creation it follows.
             creating[1].wait()
+        self._abandon_move(tp)
         with self._lock:
             handle = self.partition(topic, partition)
             if handle is None:
@@ -496,6 +534,94 @@ class LogManager:
                 self._cleaner.unregister(topic, partition)
                 self._cleaner.checkpoint(directory)
             return True
+
+    # --- moving replicas between dirs (AlterReplicaLogDirs) ---------------------------------------
+
+    def alter_replica_log_dirs(self, dirs: Mapping[TopicPartition, str]) -> dict[TopicPartition, RaybrokerError | None]:
+        """Kafka's `ReplicaManager.alterReplicaLogDirs`: moves each partition's replica into the log dir named (its
+        absolute path), answering per partition None or why not, as Kafka checks it: `InvalidTopicError` for a name
+        too long for its `-future` folder, `LogDirNotFoundError` for a dir not in `log.dirs`, `KafkaStorageError` for
+        an offline dir or partition (or any dir offline, when a copy would start), `ReplicaNotAvailableError` when
+        the broker holds no replica (the dir is then where the partition is created later). A move under way to
+        another dir is abandoned first; a replica already in the dir is left as it is. The copy and the swap run on
+        the `alter-log-dirs` thread (`storage.logdir.alter_log_dirs`)."""
+        return {tp: self._alter_replica_log_dir(tp, target) for tp, target in dirs.items()}
+
+    def _alter_replica_log_dir(self, tp: TopicPartition, target: str) -> RaybrokerError | None:
+        try:
+            if file_names.future_dir_name_too_long(*tp):
+                raise InvalidTopicError(f"the topic name is too long: {tp[0][:20]}...")
+            directory = named_log_dir(target, self.log_dirs)
+            if not self._dirs.is_online(directory):
+                raise KafkaStorageError(f"log dir {target} is offline", path=directory)
+            with self._lock:
+                handle = self.partition(*tp)
+                current = self._dir_of.get(tp)
+                moving_to = self._moves.target(tp)
+            if moving_to is not None and moving_to != directory:
+                self._abandon_move(tp)
+            if handle is None:
+                self._moves.prefer(tp, directory)
+                raise ReplicaNotAvailableError(f"this broker holds no replica of {tp[0]}-{tp[1]}")
+            if current == directory or moving_to == directory:
+                return None
+            if self._dirs.offline_dirs:
+                offline = ", ".join(str(d) for d in self._dirs.offline_dirs)
+                raise KafkaStorageError(f"cannot create a future log while log dirs {offline} are offline")
+            handle.start_move(str(directory)).result()
+            self._moves.start(tp, directory)
+        except RaybrokerError as exc:
+            return exc
+        return None
+
+    def _abandon_move(self, tp: TopicPartition) -> None:
+        """Drops `tp`'s move under way, if any, and its copy."""
+        if self._moves.cancel(tp) is None:
+            return
+        handle = self._handles.get(tp)
+        if handle is not None:
+            try:
+                handle.abort_move().result()
+            except Exception as exc:
+                logger.warning("dropping the copy of %s-%d failed: %s", tp[0], tp[1], exc)
+
+    def wait_for_moves(self, timeout_s: float) -> bool:
+        """Waits until no move is under way; False if one still is after `timeout_s`."""
+        return self._moves.wait_until_done(timeout_s)
+
+    def _handle_if_held(self, tp: TopicPartition) -> PartitionHandle | None:
+        with self._lock:
+            return self._handles.get(tp)
+
+    def _replica_moved(self, tp: TopicPartition, progress: MoveProgress) -> None:
+        """A partition's log now lives in its copy's dir (Kafka's `replaceCurrentWithFutureLog`): its placement, both
+        dirs' checkpoints and its cleaning state follow, its old folder is removed after `file.delete.delay.ms` (a
+        folder that could not be renamed takes its dir offline), and `on_replica_moved` is told."""
+        new_dir = Path(progress.directory).parent
+        with self._lock:
+            source = self._dir_of.get(tp)
+            handle = self._handles.get(tp)
+            if source is None or handle is None:
+                return
+            self._dir_of[tp] = new_dir
+            if progress.renamed:
+                self._dirs.delete_folder_later(Path(progress.old_folder))
+            else:
+                self._dirs.take_offline(source, f"the old folder of moved partition {tp[0]}-{tp[1]} is not renamed")
+            if self._cleaner is not None and self.config_for(tp[0]).compact:
+                self._cleaner.register(tp[0], tp[1], handle, new_dir)
+            placement = self._placement(tp, new_dir)
+        logger.info("partition %s-%d moved from %s to %s", tp[0], tp[1], source, new_dir)
+        self._write_checkpoints([source, new_dir])
+        if self._cleaner is not None:
+            for directory in (source, new_dir):
+                if self._dirs.is_online(directory):
+                    self._cleaner.checkpoint(directory)
+        if self._on_replica_moved is not None:
+            try:
+                self._on_replica_moved(placement)
+            except Exception as exc:
+                logger.warning("the move of %s-%d was not recorded: %s", tp[0], tp[1], exc)
 
     # --- describing ------------------------------------------------------------------------------
 
@@ -678,6 +804,7 @@ class LogManager:
     def shutdown(self) -> dict[TopicPartition, PartitionState]:
         """Closes (flushes) every online partition, writes the checkpoints, then the clean-shutdown markers;
         stops every partition and unlocks. Returns the final state of each partition that closed."""
+        self._moves.stop()
         with self._lock:
             self._close_metadata_mirror()
             if not self._dirs.started:
@@ -744,6 +871,9 @@ class LogManager:
             handles = [handle for tp, handle in self._handles.items() if self._dir_of[tp] == directory]
             if self._cleaner is not None:
                 self._cleaner.handle_log_dir_failure(directory)
+            moving = [tp for tp, target in self._moves.targets().items() if directory in (target, self._dir_of[tp])]
+        for tp in moving:
+            self._abandon_move(tp)
         closing = [handle.go_offline(reason) for handle in handles]
         deadline = time.monotonic() + OFFLINE_TIMEOUT_SECONDS
         for pending in closing:

@@ -8,15 +8,16 @@ host) behind the same two protocols. Every handle call answers a `storage.pendin
 asks all its partitions at once and then collects: Ray partitions work in parallel, local ones answer at
 the call. Errors are the partition's own typed errors (`storage.errors`), raised by `result()`.
 
-`partition_state`, `flush_if_due`, `swap_and_retain` and `reopen_as_replica` are the one implementation of what a
-partition reports, when it flushes, how it ends a compaction pass and where a reopened replica's high watermark
-starts; the partition actor (`actors.server.partition_log`) uses them too.
+`partition_state`, `flush_if_due`, `swap_and_retain`, `reopen_as_replica` and `LogMove` are the one implementation of
+what a partition reports, when it flushes, how it ends a compaction pass, where a reopened replica's high watermark
+starts and how its log moves to another log dir; the partition actor (`actors.server.partition_log`) uses them too.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +29,8 @@ from storage.compaction.cleaned_swap import changed_since, swap_cleaned
 from storage.compaction.cleaner_manager import CleanablePartition, LogToClean, log_to_clean
 from storage.compaction.log_snapshot import LogSnapshot, snapshot_for_cleaning
 from storage.config.log_config import LogConfig
-from storage.errors import StorageError
+from storage.errors import KafkaStorageError, StorageError
+from storage.partition.future_log import FutureLog
 from storage.partition.log import Log
 from storage.partition.producer_state import PRODUCER_ID_EXPIRATION_MS
 from storage.pending import Pending, completed
@@ -54,11 +56,79 @@ class PartitionState:
     producer_count: int
     # The last stable offset: a read_committed consumer reads below it.
     last_stable_offset: int = -1
+    # The future replica being filled in another log dir (`storage.partition.future_log`): that dir ("" without one),
+    # the offset its copy has reached and the bytes copied.
+    future_directory: str = ""
+    future_log_end_offset: int = -1
+    future_size_bytes: int = 0
 
 
-def partition_state(log: Log) -> PartitionState:
-    """`log`'s offsets, size and segment count now."""
+@dataclass(frozen=True, slots=True)
+class MoveProgress:
+    """Where a partition's move to another log dir stands after a round of its copy (`LogMove.advance`): `done` once
+    the copy replaced the log, whose folder is then `directory` (the copy's `-future` folder before), with its old
+    folder `old_folder`, renamed `-delete` unless `renamed` is False (that rename failed)."""
+
+    directory: str
+    done: bool
+    old_folder: str = ""
+    renamed: bool = True
+
+
+class LogMove:
+    """The move of one partition's log to another log dir of its broker, as the process holding the log runs it: at
+    most one copy (`storage.partition.future_log.FutureLog`) at a time, a new one replacing a copy under way to
+    another dir (Kafka's `futureReplicaDirChanged`). Calls come from the log manager's alter-log-dirs thread and its
+    describes, so a lock keeps one copy's round and its replacement apart."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._future: FutureLog | None = None
+
+    def start(self, log: Log, log_dir: str) -> str:
+        """Starts copying `log` into `log_dir` unless a copy there is under way; answers the copy's folder."""
+        with self._lock:
+            if self._future is not None:
+                if self._future.log_dir == Path(log_dir):
+                    return str(self._future.directory)
+                self._future.delete()
+                self._future = None
+            self._future = FutureLog.create(log, Path(log_dir))
+            return str(self._future.directory)
+
+    def advance(self) -> MoveProgress:
+        """One round of the copy, and the swap once it has caught up; `KafkaStorageError` without a copy."""
+        with self._lock:
+            future = self._future
+            if future is None:
+                raise KafkaStorageError("no move of this partition is under way")
+            try:
+                if not future.copy():
+                    return MoveProgress(str(future.directory), False)
+                swapped = future.swap()
+            except BaseException:
+                future.delete()
+                self._future = None
+                raise
+            self._future = None
+            return MoveProgress(str(swapped.directory), True, str(swapped.old_folder), swapped.renamed)
+
+    def abort(self) -> None:
+        """Drops the copy under way, if any."""
+        with self._lock:
+            if self._future is not None:
+                self._future.delete()
+                self._future = None
+
+    @property
+    def future(self) -> FutureLog | None:
+        return self._future
+
+
+def partition_state(log: Log, move: LogMove | None = None) -> PartitionState:
+    """`log`'s offsets, size and segment count now, and its `move`'s copy if one is under way."""
     segments = log.log_segments()
+    future = None if move is None else move.future
     return PartitionState(
         str(log.directory),
         log.log_start_offset,
@@ -71,6 +141,9 @@ def partition_state(log: Log) -> PartitionState:
         os.getpid(),
         log.producer_count,
         log.last_stable_offset,
+        "" if future is None else str(future.log_dir),
+        -1 if future is None else future.log_end_offset,
+        0 if future is None else future.size_bytes,
     )
 
 
@@ -125,6 +198,18 @@ class PartitionHandle(CleanablePartition, Protocol):
         """Its log dir failed: files closed without a flush; every later call raises `KafkaStorageError`."""
         ...
 
+    def start_move(self, log_dir: str) -> Pending[str]:
+        """Starts copying the log into `log_dir` (`LogMove.start`); the copy's folder."""
+        ...
+
+    def advance_move(self) -> Pending[MoveProgress]:
+        """One round of the move under way (`LogMove.advance`)."""
+        ...
+
+    def abort_move(self) -> Pending[None]:
+        """Drops the move under way, if any."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class PartitionCheckpoints:
@@ -161,9 +246,19 @@ class LocalPartition:
 
     def __init__(self, log: Log) -> None:
         self.log = log
+        self.move = LogMove()
 
     def state(self) -> Pending[PartitionState]:
-        return completed(lambda: partition_state(self.log))
+        return completed(lambda: partition_state(self.log, self.move))
+
+    def start_move(self, log_dir: str) -> Pending[str]:
+        return completed(lambda: self.move.start(self.log, log_dir))
+
+    def advance_move(self) -> Pending[MoveProgress]:
+        return completed(self.move.advance)
+
+    def abort_move(self) -> Pending[None]:
+        return completed(self.move.abort)
 
     def update_config(self, config: LogConfig) -> Pending[None]:
         return completed(lambda: self.log.update_config(config))

@@ -62,6 +62,11 @@ class LeaderEpochCache:
         checkpoint.write([])
         return cls(checkpoint), True
 
+    def move_to(self, directory: Path) -> None:
+        """The partition's folder is `directory` from now on, a copy holding this cache's checkpoint as it is
+        (`storage.partition.future_log`): the next change writes the checkpoint there."""
+        self._checkpoint = LeaderEpochCheckpointFile(directory / file_names.LEADER_EPOCH_CHECKPOINT)
+
     @property
     def entries(self) -> tuple[EpochEntry, ...]:
         return tuple(self._entries)

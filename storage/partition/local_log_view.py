@@ -157,6 +157,11 @@ class LocalLogView:
         reader = HighWatermarkReader.open(high_watermark_file) if high_watermark_file else None
         return None if reader is None else cls(reader)
 
+    @property
+    def high_watermark_file(self) -> str:
+        """The path of the high-watermark file it reads: a partition moved to another log dir names another one."""
+        return self._reader.path
+
     def leader_epoch(self) -> int | None:
         """The leader epoch published now; None when the file says nothing a reader may act on. A caller about to ask
         the owner where a fetch's bytes lie reads it first and passes it to `learn`: the position the owner answers

@@ -48,13 +48,9 @@ from storage.errors import (
 from storage.file_io import fsync_dir
 from storage.files import clean_shutdown
 from storage.files.checkpoint_file import EpochEntry
+from storage.files.log_dir_lock import LogDirLock
 from storage.partition import retention
-from storage.partition.log_append import (
-    assign_offsets,
-    check_follower_offsets,
-    parse_follower_batches,
-    stamp_batches,
-)
+from storage.partition.log_append import assign_offsets, check_follower_offsets, parse_follower_batches, stamp_batches
 from storage.partition.log_flush import LogFlush
 from storage.partition.log_loader import OpenedLog, load_producer_state, new_segment, open_log_folder
 from storage.partition.log_read import (
@@ -69,21 +65,13 @@ from storage.partition.log_read import (
 )
 from storage.partition.log_validator import validate_client_records
 from storage.partition.producer_append import AppendOrigin, PendingAppend, TransactionVerification
-from storage.partition.producer_state import (
-    PRODUCER_ID_EXPIRATION_MS,
-    ActiveProducer,
-)
+from storage.partition.producer_state import PRODUCER_ID_EXPIRATION_MS, ActiveProducer
 from storage.records.file_records import TimestampAndOffset
 from storage.records.legacy_records import LegacyRecord
 from storage.records.record_batch import NO_TIMESTAMP, ControlRecordType, Record, build_control_batch
 from storage.segment.delayed_deletes import DelayedDeletes
-from storage.segment.log_segment import (
-    FetchDataInfo,
-    LogOffsetMetadata,
-    LogSegment,
-    RollParams,
-    SegmentDeletedError,
-)
+from storage.segment.log_segment import FetchDataInfo, LogOffsetMetadata, LogSegment, RollParams, SegmentDeletedError
+from storage.segment.log_segments import LogSegments
 from storage.segment.transaction_index import AbortedTxn, collect_aborted_transactions
 
 logger = logging.getLogger(__name__)
@@ -389,7 +377,7 @@ class Log(Closeable):
                 )
             self._leader_epochs.assign(epoch, kept[0].metadata.first_offset)
             stamped = stamp_batches(kept, epoch, log_append_time)
-            appended = self._append_assigned(
+            return self._append_assigned(
                 stamped.pieces,
                 kept[0].metadata.first_offset,
                 kept[-1].metadata.last_offset,
@@ -401,7 +389,6 @@ class Log(Closeable):
                 pending,
                 batch_offsets,
             )
-            return appended
 
     def append_transaction_marker(
         self, producer_id: int, producer_epoch: int, coordinator_epoch: int, result: ControlRecordType
@@ -625,10 +612,8 @@ class Log(Closeable):
     def records(
         self, start_offset: int | None = None, end_offset: int | None = None
     ) -> Iterator[Record | LegacyRecord]:
-        """Every record from `start_offset` (default: log start) to `end_offset` (default: LEO), decoded.
-
-        A convenience for tools and tests; consumers fetch bytes with `read`.
-        """
+        """Every record from `start_offset` (default: log start) to `end_offset` (default: LEO), decoded: a
+        convenience for tools and tests (consumers fetch bytes with `read`)."""
         start = self._log_start_offset if start_offset is None else start_offset
         end = self.log_end_offset if end_offset is None else end_offset
         return read_records(lambda position: self.read(position, DEFAULT_FETCH_MAX_BYTES).records, start, end)
@@ -831,6 +816,27 @@ class Log(Closeable):
                 segment.change_file_suffixes(file_names.SWAP_SUFFIX, "")
             fsync_dir(self.directory)
 
+    @property
+    def truncations(self) -> int:
+        """How many times the log was cut (`truncate_to`, `truncate_fully_and_start_at`): segment bytes rewritten."""
+        return self._flush.truncations
+
+    def move_to(self, directory: Path, segments: LogSegments) -> tuple[LogSegment, ...]:
+        """The log lives in `directory`, a byte-identical copy of its folder loaded as `segments`, from now on
+        (`storage.partition.future_log`): offsets, producer state and epochs stay; returns the segments it held."""
+        with self._lock:
+            self._check_open()
+            old, self.directory, self._segments = self._segments.snapshot(), directory, segments
+            self._flush = self._flush.moved(directory, segments)
+            self._producer_state.directory = directory
+            self._leader_epochs.move_to(directory)
+            if self._folder_lock is not None:
+                self._folder_lock.release()
+                self._folder_lock = LogDirLock(directory)
+            active = segments.active
+            self._end_offset_metadata = LogOffsetMetadata(self.log_end_offset, active.base_offset, active.size)
+            return old
+
     # --- producer state --------------------------------------------------------------------------
 
     def remove_expired_producers(self) -> int:
@@ -891,9 +897,4 @@ class Log(Closeable):
         )
 
 
-__all__ = [
-    "FetchDataInfo",
-    "Log",
-    "LogAppendInfo",
-    "StorageError",
-]
+__all__ = ["FetchDataInfo", "Log", "LogAppendInfo", "StorageError"]

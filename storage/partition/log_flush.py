@@ -60,10 +60,19 @@ class LogFlush:
         self.recovery_point = recovery_point
         self.last_flush_ms = clock.milliseconds()
         self._background: list[concurrent.futures.Future[None]] = []
-        # Bumped by every truncation, so a background flush started before one does not move the recovery point.
-        self._truncations = 0
+        # Bumped by every truncation: a background flush started before one does not move the recovery point, and a
+        # copy of the log being filled beside it (`storage.partition.future_log`) copies again what was cut.
+        self.truncations = 0
         # An I/O error of a background flush, raised by the next append or flush.
         self._error: KafkaStorageError | None = None
+
+    def moved(self, directory: Path, segments: LogSegments) -> LogFlush:
+        """This state for the log's folder copied, fsynced, to `directory` as `segments`
+        (`storage.partition.future_log`): everything up to the log end is durable there."""
+        end = self._log_end_offset()
+        flush = LogFlush(directory, segments, self._clock, self._lock, end, self._log_end_offset, self._closed)
+        flush.truncations = self.truncations
+        return flush
 
     def check(self) -> None:
         """Raises the I/O error a background flush met, if any."""
@@ -87,12 +96,12 @@ class LogFlush:
     def on_truncated(self, offset: int) -> None:
         """The log was cut to `offset`: the recovery point is not above it, and running flushes no longer count."""
         self.recovery_point = min(self.recovery_point, offset)
-        self._truncations += 1
+        self.truncations += 1
 
     def flush_in_background(self, offset: int) -> None:
         """Kafka's flush after a roll, on the flusher thread: the segments below `offset` (the new segment's base)."""
         self._background = [flush for flush in self._background if not flush.done()]
-        self._background.append(_flusher().submit(self._flush_rolled, offset, self._truncations))
+        self._background.append(_flusher().submit(self._flush_rolled, offset, self.truncations))
 
     def _flush_rolled(self, offset: int, truncations: int) -> None:
         with self._lock:
@@ -115,7 +124,7 @@ class LogFlush:
                 )
             return
         with self._lock:
-            if not self._closed() and self._truncations == truncations:
+            if not self._closed() and self.truncations == truncations:
                 self._mark_flushed(offset)
 
     def wait(self) -> None:

@@ -194,6 +194,16 @@ class LogSegment:
         """Opens (creating them if missing) both index files now rather than on first use."""
         return self.offset_index, self.time_index
 
+    def take_state_of(self, copied: LogSegment) -> None:
+        """This segment's files are a byte-identical copy of `copied`'s (a log moved to another log dir,
+        `storage.partition.future_log`): what `copied` kept in memory only (its creation time, rolling jitter and
+        timestamp, max timestamp, bytes since its last index entry) carries over, so it rolls and answers as before."""
+        self.created_ms = copied.created_ms
+        self.rolling_jitter_ms = copied.rolling_jitter_ms
+        self.rolling_based_timestamp = copied.rolling_based_timestamp
+        self.bytes_since_last_index_entry = copied.bytes_since_last_index_entry
+        self._max_timestamp_and_offset = copied._max_timestamp_and_offset
+
     # --- timestamps --------------------------------------------------------------------------------
 
     @property

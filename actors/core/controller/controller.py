@@ -530,6 +530,18 @@ class Controller(ReplicaMoves, ClusterSettings):
             self._delete_replicas(state, changed)
         return changed
 
+    def assign_replica_dir(self, topic: str, partition: int, node: str, directory_id: str) -> None:
+        """Broker `node`'s replica of the partition lives in its log dir `directory_id` now (Kafka's
+        AssignReplicasToDirs, KIP-858: it moved between its broker's dirs), persisted in the partition's state; nothing
+        is pushed, the replicas' roles are unchanged. Ignored for a partition gone or a node that holds no replica."""
+        with self._lock:
+            topic_metadata = self._topics.get(topic)
+            if topic_metadata is None or partition not in topic_metadata.partitions:
+                return
+            state = topic_metadata.state(partition)
+            if node in state.replicas and state.directory_of(node) != directory_id:
+                self._persist_state(state.with_directory(node, directory_id))
+
     def unregister_broker(self, node_id: str) -> None:
         """A broker stopping cleanly (its partitions are closed): it is no longer placed on or elected."""
         with self._lock:

@@ -30,10 +30,10 @@ View = TypeVar("View")
 
 
 class GuardedHandler(Generic[View]):
-    """What a handler written over one role of the broker holds: that role's view (`_view`) and the listener's
-    `AccessControl` it asks first (`_access`; None allows everything, see the module docstring). Handlers over two
-    roles or with settings of their own, and the ACL handlers (which need an `AccessControl` to change), hold theirs
-    themselves."""
+    """What every guarded handler holds: the view of the role of the broker it is written over (`_view`) and the
+    listener's `AccessControl` it asks first (`_access`; None allows everything, see the module docstring). A
+    handler over a second role, or with settings of its own, calls this `__init__` and keeps the rest itself; the
+    ACL handlers, which need an `AccessControl` to change, hold theirs themselves."""
 
     def __init__(self, view: View, access: AccessControl | None = None) -> None:
         self._view = view

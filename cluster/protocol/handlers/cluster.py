@@ -20,6 +20,7 @@ from actors.core.security.acl_bindings import CLUSTER_NAME, AclOperation, Resour
 from cluster.protocol.framing import Request, response_schema
 from cluster.protocol.handlers.authorization import (
     AUTHORIZED_OPERATIONS_OMITTED,
+    GuardedHandler,
     allows_cluster,
     authorized_operations,
 )
@@ -32,13 +33,12 @@ DESCRIBE_CLUSTER_KEY = 60
 BROKERS_ENDPOINT = 1
 
 
-class DescribeClusterHandler:
+class DescribeClusterHandler(GuardedHandler[BrokerView]):
     """Answers DescribeCluster (see the module docstring)."""
 
     def __init__(self, view: BrokerView, endpoint: BrokerEndpoint, access: AccessControl | None = None) -> None:
-        self._view = view
+        super().__init__(view, access)
         self._endpoint = endpoint
-        self._access = access
 
     async def __call__(self, request: Request) -> Any:
         endpoint_type = getattr(request.body, "endpoint_type", BROKERS_ENDPOINT)

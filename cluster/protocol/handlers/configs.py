@@ -49,7 +49,7 @@ from cluster.protocol.error_codes import (
     error_code,
 )
 from cluster.protocol.framing import Request, response_schema
-from cluster.protocol.handlers.authorization import allows
+from cluster.protocol.handlers.authorization import GuardedHandler, allows
 from cluster.protocol.messages import build
 from cluster.protocol.security.access import AccessControl
 from cluster.protocol.views.broker_view import BrokerView
@@ -107,16 +107,15 @@ class AlterOperation(IntEnum):
     SUBTRACT = 3
 
 
-class DescribeConfigsHandler:
+class DescribeConfigsHandler(GuardedHandler[BrokerView]):
     """Answers DescribeConfigs (see the module docstring)."""
 
     def __init__(
         self, view: BrokerView, describer: ConfigDescriber, node_id: int, access: AccessControl | None = None
     ) -> None:
-        self._view = view
+        super().__init__(view, access)
         self._describer = describer
         self._node_id = node_id
-        self._access = access
 
     async def __call__(self, request: Request) -> Any:
         body = request.body
@@ -152,7 +151,7 @@ class DescribeConfigsHandler:
         raise InvalidRequestError(f"resource type {resource_type} is not served; only TOPIC (2) and BROKER (4)")
 
 
-class AlterConfigsHandler:
+class AlterConfigsHandler(GuardedHandler[BrokerView]):
     """Answers AlterConfigs and IncrementalAlterConfigs (see the module docstring)."""
 
     def __init__(
@@ -164,11 +163,10 @@ class AlterConfigsHandler:
         access: AccessControl | None = None,
     ) -> None:
         """`topic_defaults` is the broker's default topic config (`BrokerConfig.log_config`)."""
-        self._view = view
+        super().__init__(view, access)
         self._node_id = node_id
         self._default_cleanup_policy = topic_defaults.cleanup_policy
         self._incremental = incremental
-        self._access = access
 
     async def __call__(self, request: Request) -> Any:
         body = request.body

@@ -4,8 +4,10 @@
 As Kafka's `ReplicaManager.describeLogDirs`: every configured log dir, with KAFKA_STORAGE_ERROR (56) and nothing
 else when it is offline; else its replicas of the topics asked for (a null list: every replica), grouped by topic
 (a topic with none of its partitions here is left out), each with its size in bytes, its offset lag (high
-watermark minus log end offset, at least 0; -1 when its replica cannot answer) and `is_future_key` false (no
-replica is being moved between dirs); v4 adds the file system's total and usable bytes.
+watermark minus log end offset, at least 0; -1 when its replica cannot answer) and `is_future_key` false; a replica
+being moved into another dir of the broker (AlterReplicaLogDirs) is listed in that dir too, with `is_future_key`
+true, the bytes copied so far and its offset lag behind the current replica (its log end offset minus the copy's,
+as Kafka's future replica reports it); v4 adds the file system's total and usable bytes.
 
 Authorization, as Kafka's `KafkaApis`: DESCRIBE on the cluster, else no dir is described and the request answers
 CLUSTER_AUTHORIZATION_FAILED (31) at the top (v3+). A broker whose log manager does not answer reports the error
@@ -67,7 +69,7 @@ def _result(found: LocalLogDir, asked: set[tuple[str, int]] | None, version: int
                     "partition_index": replica.partition,
                     "partition_size": replica.size_bytes,
                     "offset_lag": replica.offset_lag,
-                    "is_future_key": False,
+                    "is_future_key": replica.is_future,
                 }
             )
     result: dict[str, Any] = {

@@ -24,7 +24,7 @@ from kio.schema.errors import ErrorCode
 
 from actors.core.security.acl_bindings import AclOperation, ResourceType
 from cluster.protocol.framing import Request, response_schema
-from cluster.protocol.handlers.authorization import allows, authorized_operations
+from cluster.protocol.handlers.authorization import GuardedHandler, allows, authorized_operations
 from cluster.protocol.handlers.metadata import partition_entry, topic_error, wire_topic_id
 from cluster.protocol.messages import build
 from cluster.protocol.security.access import AccessControl
@@ -36,7 +36,7 @@ from storage.file_names import validate_topic
 DESCRIBE_TOPIC_PARTITIONS_KEY = 75
 
 
-class DescribeTopicPartitionsHandler:
+class DescribeTopicPartitionsHandler(GuardedHandler[BrokerView]):
     """Answers DescribeTopicPartitions (see the module docstring) as the listener of broker `endpoint`."""
 
     def __init__(
@@ -46,10 +46,9 @@ class DescribeTopicPartitionsHandler:
         broker_config: BrokerConfig,
         access: AccessControl | None = None,
     ) -> None:
-        self._view = view
+        super().__init__(view, access)
         self._endpoint = endpoint
         self._limit = broker_config.max_request_partition_size_limit
-        self._access = access
 
     async def __call__(self, request: Request) -> Any:
         body = request.body

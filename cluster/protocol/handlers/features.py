@@ -21,7 +21,7 @@ from actors.core.security.acl_bindings import AclOperation
 from cluster.protocol.error_codes import error_code
 from cluster.protocol.feature_cache import FeatureCache
 from cluster.protocol.framing import Request, response_schema
-from cluster.protocol.handlers.authorization import allows_cluster
+from cluster.protocol.handlers.authorization import GuardedHandler, allows_cluster
 from cluster.protocol.messages import build
 from cluster.protocol.security.access import AccessControl
 from cluster.protocol.views.security_view import SecurityView
@@ -33,17 +33,16 @@ PER_FEATURE_RESULTS_VERSION = 1
 REFUSED_PREFIX = "The update failed for all features since the following feature had an error: "
 
 
-class UpdateFeaturesHandler:
+class UpdateFeaturesHandler(GuardedHandler[SecurityView]):
     """Answers UpdateFeatures (see the module docstring) for the listener of broker `node_id`, which names itself
     as the controller in a refusal's message, as every listener answers administrative requests itself."""
 
     def __init__(
         self, security: SecurityView, features: FeatureCache, node_id: int, access: AccessControl | None = None
     ) -> None:
-        self._security = security
+        super().__init__(security, access)
         self._features = features
         self._node_id = node_id
-        self._access = access
 
     async def __call__(self, request: Request) -> Any:
         body = request.body
@@ -62,7 +61,7 @@ class UpdateFeaturesHandler:
             return self._answer(response_type, ErrorCode.cluster_authorization_failed, None, [])
         validate_only = bool(getattr(body, "validate_only", False))
         try:
-            await self._security.update_features(updates, validate_only, str(self._node_id))
+            await self._view.update_features(updates, validate_only, str(self._node_id))
         except RaybrokerError as exc:
             return self._answer(response_type, error_code(exc), REFUSED_PREFIX + str(exc), [])
         if not validate_only:

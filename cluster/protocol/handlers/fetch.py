@@ -84,7 +84,7 @@ from cluster.protocol.fetch_session import (
 )
 from cluster.protocol.file_region import FileRegion
 from cluster.protocol.framing import Request, response_schema
-from cluster.protocol.handlers.authorization import authorized_names
+from cluster.protocol.handlers.authorization import GuardedHandler, authorized_names
 from cluster.protocol.handlers.metadata import wire_topic_id
 from cluster.protocol.messages import build, milliseconds
 from cluster.protocol.quota_enforcer import QuotaEnforcer
@@ -107,7 +107,7 @@ _LOG_ISOLATION = {READ_UNCOMMITTED: "high_watermark", READ_COMMITTED: "txn_commi
 _Answer = FetchedRecords | RaybrokerError
 
 
-class FetchHandler:
+class FetchHandler(GuardedHandler[BrokerView]):
     """Answers Fetch (see the module docstring), keeping the fetch sessions of `sessions` (by default a cache of
     Kafka's default size on the system clock)."""
 
@@ -119,8 +119,7 @@ class FetchHandler:
         sessions: FetchSessionCache | None = None,
         quotas: QuotaEnforcer | None = None,
     ) -> None:
-        self._view = view
-        self._access = access
+        super().__init__(view, access)
         self._metrics = metrics
         self._quotas = quotas
         self.sessions = sessions if sessions is not None else FetchSessionCache(DEFAULT_CACHE_SLOTS, SYSTEM_CLOCK)

@@ -61,7 +61,7 @@ from actors.core.security.acl_bindings import AclOperation, ResourceType
 from cluster.protocol.connection import ConnectionContext
 from cluster.protocol.error_codes import coordinator_error_code, error_code, group_error_code
 from cluster.protocol.framing import Request, response_schema
-from cluster.protocol.handlers.authorization import allows, authorized_names
+from cluster.protocol.handlers.authorization import GuardedHandler, allows, authorized_names
 from cluster.protocol.handlers.metadata import wire_topic_id
 from cluster.protocol.handlers.partition_counts import PartitionCounts
 from cluster.protocol.messages import build
@@ -87,13 +87,12 @@ FIRST_TOPIC_ID_VERSION = 10
 TopicKey = uuid.UUID | str
 
 
-class OffsetCommitHandler:
+class OffsetCommitHandler(GuardedHandler[BrokerView]):
     """Answers OffsetCommit (see the module docstring)."""
 
     def __init__(self, view: BrokerView, groups: GroupView, access: AccessControl | None = None) -> None:
-        self._view = view
+        super().__init__(view, access)
         self._groups = groups
-        self._access = access
         self._counts = PartitionCounts(view)
 
     async def __call__(self, request: Request) -> Any:
@@ -209,13 +208,12 @@ class OffsetCommitHandler:
         ]
 
 
-class OffsetFetchHandler:
+class OffsetFetchHandler(GuardedHandler[BrokerView]):
     """Answers OffsetFetch (see the module docstring)."""
 
     def __init__(self, view: BrokerView, groups: GroupView, access: AccessControl | None = None) -> None:
-        self._view = view
+        super().__init__(view, access)
         self._groups = groups
-        self._access = access
 
     async def __call__(self, request: Request) -> Any:
         body = request.body

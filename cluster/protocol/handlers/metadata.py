@@ -44,6 +44,7 @@ from cluster.protocol.error_codes import error_code
 from cluster.protocol.framing import Request, response_schema
 from cluster.protocol.handlers.authorization import (
     AUTHORIZED_OPERATIONS_OMITTED,
+    GuardedHandler,
     allows,
     allows_cluster,
     authorized_names,
@@ -69,7 +70,7 @@ def brokers_with(endpoint: BrokerEndpoint, announced: list[BrokerEndpoint], list
     return [by_id[node_id].for_listener(listener_name) for node_id in sorted(by_id)]
 
 
-class MetadataHandler:
+class MetadataHandler(GuardedHandler[BrokerView]):
     """Answers Metadata for one listener (see the module docstring)."""
 
     def __init__(
@@ -80,11 +81,10 @@ class MetadataHandler:
         num_partitions: int,
         access: AccessControl | None = None,
     ) -> None:
-        self._view = view
+        super().__init__(view, access)
         self._endpoint = endpoint
         self._auto_create_topics_enable = auto_create_topics_enable
         self._num_partitions = num_partitions
-        self._access = access
 
     async def __call__(self, request: Request) -> Any:
         body = request.body

@@ -22,7 +22,7 @@ from kio.schema.errors import ErrorCode
 from actors.core.security.acl_bindings import AclOperation, ResourceType
 from cluster.protocol.error_codes import coordinator_error_code, error_code, group_error_code
 from cluster.protocol.framing import Request, response_schema
-from cluster.protocol.handlers.authorization import allows, authorized_names
+from cluster.protocol.handlers.authorization import GuardedHandler, allows, authorized_names
 from cluster.protocol.messages import build
 from cluster.protocol.security.access import AccessControl
 from cluster.protocol.views.broker_view import BrokerView
@@ -32,13 +32,12 @@ from storage.errors import RaybrokerError
 OFFSET_DELETE_KEY = 47
 
 
-class OffsetDeleteHandler:
+class OffsetDeleteHandler(GuardedHandler[BrokerView]):
     """Answers OffsetDelete (see the module docstring)."""
 
     def __init__(self, view: BrokerView, groups: GroupView, access: AccessControl | None = None) -> None:
-        self._view = view
+        super().__init__(view, access)
         self._groups = groups
-        self._access = access
 
     async def __call__(self, request: Request) -> Any:
         body = request.body

@@ -43,7 +43,7 @@ from actors.core.security.acl_bindings import AclOperation, ResourceType
 from actors.core.transactions.transaction_metadata import TxnError
 from cluster.protocol.error_codes import error_code
 from cluster.protocol.framing import Request, response_schema
-from cluster.protocol.handlers.authorization import allows, authorized_names
+from cluster.protocol.handlers.authorization import GuardedHandler, allows, authorized_names
 from cluster.protocol.messages import build
 from cluster.protocol.quota_enforcer import QuotaEnforcer
 from cluster.protocol.security.access import AccessControl
@@ -72,7 +72,7 @@ FIRST_TOPIC_ID_VERSION = 13
 NO_OFFSET = -1
 
 
-class ProduceHandler:
+class ProduceHandler(GuardedHandler[BrokerView]):
     """Answers Produce (see the module docstring); returns None for `acks=0`."""
 
     def __init__(
@@ -82,9 +82,8 @@ class ProduceHandler:
         access: AccessControl | None = None,
         quotas: QuotaEnforcer | None = None,
     ) -> None:
-        self._view = view
+        super().__init__(view, access)
         self._transactions = transactions
-        self._access = access
         self._quotas = quotas
         self._arrivals = _Arrivals()
 

@@ -25,7 +25,7 @@ from kio.schema.errors import ErrorCode
 from actors.core.security.acl_bindings import AclOperation, ResourceType
 from cluster.protocol.error_codes import coordinator_error_code, error_code, txn_error_code
 from cluster.protocol.framing import Request, response_schema
-from cluster.protocol.handlers.authorization import allows, allows_any, allows_cluster
+from cluster.protocol.handlers.authorization import GuardedHandler, allows, allows_any, allows_cluster
 from cluster.protocol.handlers.transactions import timeout_ms
 from cluster.protocol.messages import build
 from cluster.protocol.security.access import AccessControl
@@ -40,13 +40,12 @@ FIRST_EPOCH = 0
 FIRST_PRODUCER_FENCED_VERSION = 4
 
 
-class InitProducerIdHandler:
+class InitProducerIdHandler(GuardedHandler[BrokerView]):
     """Answers InitProducerId (see the module docstring)."""
 
     def __init__(self, view: BrokerView, transactions: TransactionView, access: AccessControl | None = None) -> None:
-        self._view = view
+        super().__init__(view, access)
         self._transactions = transactions
-        self._access = access
 
     async def __call__(self, request: Request) -> Any:
         response_type = response_schema(INIT_PRODUCER_ID_KEY, request.api_version)

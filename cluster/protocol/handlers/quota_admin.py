@@ -24,7 +24,7 @@ from actors.core.quotas.client_quotas import Entity, FilterComponent, QuotaAlter
 from actors.core.security.acl_bindings import AclOperation
 from cluster.protocol.error_codes import error_code
 from cluster.protocol.framing import Request, response_schema
-from cluster.protocol.handlers.authorization import allows_cluster
+from cluster.protocol.handlers.authorization import GuardedHandler, allows_cluster
 from cluster.protocol.messages import build
 from cluster.protocol.quota_enforcer import QuotaEnforcer
 from cluster.protocol.security.access import AccessControl
@@ -39,12 +39,8 @@ def _entity(pairs: Entity | tuple[tuple[str, str | None], ...]) -> list[dict[str
     return [{"entity_type": kind, "entity_name": name} for kind, name in pairs]
 
 
-class DescribeClientQuotasHandler:
+class DescribeClientQuotasHandler(GuardedHandler[SecurityView]):
     """Answers DescribeClientQuotas (see the module docstring)."""
-
-    def __init__(self, security: SecurityView, access: AccessControl | None = None) -> None:
-        self._security = security
-        self._access = access
 
     async def __call__(self, request: Request) -> Any:
         response_type = response_schema(DESCRIBE_CLIENT_QUOTAS_KEY, request.api_version)
@@ -53,7 +49,7 @@ class DescribeClientQuotasHandler:
             return self._failed(response_type, ErrorCode.cluster_authorization_failed, None)
         components = [FilterComponent(c.entity_type, int(c.match_type), c.match) for c in body.components]
         try:
-            found = await self._security.describe_client_quotas(components, bool(body.strict))
+            found = await self._view.describe_client_quotas(components, bool(body.strict))
         except UnknownEntityTypeError as exc:
             return self._failed(response_type, ErrorCode.unsupported_version, str(exc))
         except RaybrokerError as exc:
@@ -71,13 +67,12 @@ class DescribeClientQuotasHandler:
         return build(response_type, {"throttle_time": 0, "error_code": code, "error_message": message, "entries": None})
 
 
-class AlterClientQuotasHandler:
+class AlterClientQuotasHandler(GuardedHandler[SecurityView]):
     """Answers AlterClientQuotas (see the module docstring); reloads this listener's quotas after a change."""
 
     def __init__(self, security: SecurityView, quotas: QuotaEnforcer, access: AccessControl | None = None) -> None:
-        self._security = security
+        super().__init__(security, access)
         self._quotas = quotas
-        self._access = access
 
     async def __call__(self, request: Request) -> Any:
         body = request.body
@@ -93,7 +88,7 @@ class AlterClientQuotasHandler:
             results = [(ErrorCode.cluster_authorization_failed, None)] * len(alterations)
         else:
             try:
-                answers = await self._security.alter_client_quotas(alterations, bool(body.validate_only))
+                answers = await self._view.alter_client_quotas(alterations, bool(body.validate_only))
             except RaybrokerError as exc:
                 results = [(error_code(exc), str(exc))] * len(alterations)
             else:

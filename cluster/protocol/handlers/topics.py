@@ -58,7 +58,7 @@ from actors.core.security.acl_bindings import AclOperation, ResourceType
 from cluster.protocol.config_entries import ConfigDescriber
 from cluster.protocol.error_codes import error_code
 from cluster.protocol.framing import Request, response_schema
-from cluster.protocol.handlers.authorization import allows, allows_cluster
+from cluster.protocol.handlers.authorization import GuardedHandler, allows, allows_cluster
 from cluster.protocol.handlers.metadata import wire_topic_id
 from cluster.protocol.messages import build
 from cluster.protocol.quota_enforcer import QuotaEnforcer
@@ -110,7 +110,7 @@ class TopicRequestError(Exception):
         self.message = message
 
 
-class CreateTopicsHandler:
+class CreateTopicsHandler(GuardedHandler[BrokerView]):
     """Answers CreateTopics (see the module docstring)."""
 
     def __init__(
@@ -122,11 +122,10 @@ class CreateTopicsHandler:
         access: AccessControl | None = None,
         quotas: QuotaEnforcer | None = None,
     ) -> None:
-        self._view = view
+        super().__init__(view, access)
         self._describer = describer
         self._node_id = node_id
         self._num_partitions = num_partitions
-        self._access = access
         self._quotas = quotas
 
     async def __call__(self, request: Request) -> Any:
@@ -212,7 +211,7 @@ class CreateTopicsHandler:
         return count
 
 
-class DeleteTopicsHandler:
+class DeleteTopicsHandler(GuardedHandler[BrokerView]):
     """Answers DeleteTopics (see the module docstring)."""
 
     def __init__(
@@ -222,9 +221,8 @@ class DeleteTopicsHandler:
         access: AccessControl | None = None,
         quotas: QuotaEnforcer | None = None,
     ) -> None:
-        self._view = view
+        super().__init__(view, access)
         self._delete_topic_enable = delete_topic_enable
-        self._access = access
         self._quotas = quotas
 
     async def __call__(self, request: Request) -> Any:
@@ -288,15 +286,14 @@ class DeleteTopicsHandler:
         )
 
 
-class CreatePartitionsHandler:
+class CreatePartitionsHandler(GuardedHandler[BrokerView]):
     """Answers CreatePartitions (see the module docstring)."""
 
     def __init__(
         self, view: BrokerView, node_id: int, access: AccessControl | None = None, quotas: QuotaEnforcer | None = None
     ) -> None:
-        self._view = view
+        super().__init__(view, access)
         self._node_id = node_id
-        self._access = access
         self._quotas = quotas
 
     async def __call__(self, request: Request) -> Any:

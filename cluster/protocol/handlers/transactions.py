@@ -108,7 +108,7 @@ def _code(answer: ErrorCode | TxnError, api_version: int) -> ErrorCode:
     return txn_error_code(answer, producer_fenced=api_version >= FIRST_PRODUCER_FENCED_VERSION)
 
 
-class AddPartitionsToTxnHandler:
+class AddPartitionsToTxnHandler(GuardedHandler[BrokerView]):
     """Answers AddPartitionsToTxn: v0-3, a producer's one transaction; v4-5, a broker's batch of transactions, each
     added or only verified (see the module docstring)."""
 
@@ -119,9 +119,8 @@ class AddPartitionsToTxnHandler:
         access: AccessControl | None = None,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
-        self._view = view
+        super().__init__(view, access)
         self._transactions = transactions
-        self._access = access
         self._counts = PartitionCounts(view, clock)
 
     async def __call__(self, request: Request) -> Any:
@@ -225,13 +224,12 @@ def _by_topic(codes: dict[TopicPartition, ErrorCode]) -> list[dict[str, Any]]:
     return [{"name": name, "results_by_partition": results} for name, results in by_topic.items()]
 
 
-class AddOffsetsToTxnHandler:
+class AddOffsetsToTxnHandler(GuardedHandler[TransactionView]):
     """Answers AddOffsetsToTxn (see the module docstring)."""
 
     def __init__(self, transactions: TransactionView, groups: GroupView, access: AccessControl | None = None) -> None:
-        self._transactions = transactions
+        super().__init__(transactions, access)
         self._groups = groups
-        self._access = access
 
     async def __call__(self, request: Request) -> Any:
         return build(
@@ -251,7 +249,7 @@ class AddOffsetsToTxnHandler:
         except RaybrokerError as exc:
             return coordinator_error_code(exc)
         answer = await _coordinator_call(
-            self._transactions.add_partitions(
+            self._view.add_partitions(
                 body.transactional_id, body.producer_id, body.producer_epoch, [(CONSUMER_OFFSETS_TOPIC, partition)]
             )
         )
@@ -290,7 +288,7 @@ class EndTxnHandler(GuardedHandler[TransactionView]):
         return build(response_schema(END_TXN_KEY, request.api_version), {**values, "error_code": code})
 
 
-class TxnOffsetCommitHandler:
+class TxnOffsetCommitHandler(GuardedHandler[BrokerView]):
     """Answers TxnOffsetCommit (see the module docstring)."""
 
     def __init__(
@@ -300,10 +298,9 @@ class TxnOffsetCommitHandler:
         transactions: TransactionView,
         access: AccessControl | None = None,
     ) -> None:
-        self._view = view
+        super().__init__(view, access)
         self._groups = groups
         self._transactions = transactions
-        self._access = access
         self._counts = PartitionCounts(view)
 
     async def __call__(self, request: Request) -> Any:

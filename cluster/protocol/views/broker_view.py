@@ -37,6 +37,7 @@ from storage.partition.log import LogAppendInfo
 from storage.partition.producer_state import ActiveProducer
 from storage.records.file_records import TimestampAndOffset
 from storage.segment.transaction_index import AbortedTxn
+from storage.topic_partition import TopicPartition
 
 # How stale a view's topic ids may be (`BrokerView.topic_names`): a topic deleted and created again under its name
 # within this time may still have its old id served by the new topic for that long (a fetch by an unknown id asks
@@ -183,6 +184,12 @@ class PartitionTransport(Protocol):
 
     async def log_dirs(self) -> list[LocalLogDir]:
         """This node's configured log dirs and the replicas each holds (`cluster.protocol.views.local_log_dirs`)."""
+        ...
+
+    async def alter_replica_log_dirs(
+        self, dirs: Mapping[TopicPartition, str]
+    ) -> dict[TopicPartition, RaybrokerError | None]:
+        """This node's log manager's `alter_replica_log_dirs`."""
         ...
 
     def close(self) -> None:
@@ -450,6 +457,13 @@ class BrokerView:
     async def log_dirs(self) -> list[LocalLogDir]:
         """This node's log dirs with their replicas, as DescribeLogDirs reports them (the answering broker's own)."""
         return await self._partitions.log_dirs()
+
+    async def alter_replica_log_dirs(
+        self, dirs: Mapping[TopicPartition, str]
+    ) -> dict[TopicPartition, RaybrokerError | None]:
+        """This node's replicas moved into the log dirs named (AlterReplicaLogDirs: the answering broker's own), with
+        each partition's error, None when its move started or it is in that dir already."""
+        return await self._partitions.alter_replica_log_dirs(dirs)
 
     async def list_offset(
         self,

@@ -14,7 +14,7 @@ view does for a partition on its own node.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Mapping
 from typing import Any
 
 from actors.core.in_process_broker import InProcessBroker
@@ -24,9 +24,11 @@ from cluster.protocol.file_region import SENDFILE_MIN_BYTES, FileRegion, open_re
 from cluster.protocol.views.broker_view import BrokerView, FetchedRecords, PartitionFetch
 from cluster.protocol.views.local_log_dirs import LocalLogDir, local_log_dirs
 from cluster.protocol.views.transport import EVERY_METHOD, InProcessTransport, on_worker
+from storage.errors import RaybrokerError
 from storage.partition.file_slices import FileSlice, locate_file_slices, located_aborted_transactions
 from storage.partition.log import LogAppendInfo
 from storage.records.file_records import TimestampAndOffset
+from storage.topic_partition import TopicPartition
 
 
 class InProcessBrokerView(BrokerView):
@@ -53,6 +55,14 @@ class InProcessPartitions:
         """The log dirs and replicas of the node's log manager."""
         manager = self._broker.nodes[self._node].manager
         return local_log_dirs(manager.dirs(), await on_worker(manager.describe))
+
+    async def alter_replica_log_dirs(
+        self, dirs: Mapping[TopicPartition, str]
+    ) -> dict[TopicPartition, RaybrokerError | None]:
+        """The node's log manager's moves (`LogManager.alter_replica_log_dirs`), on a worker thread: starting a copy
+        writes to disk."""
+        manager = self._broker.nodes[self._node].manager
+        return await on_worker(manager.alter_replica_log_dirs, dict(dirs))
 
     async def call(self, topic: str, partition: int, method: str, *args: Any) -> Any:
         return getattr(self._broker.leader(topic, partition), method)(*args)

@@ -1,7 +1,10 @@
 """The answering node's log dirs as DescribeLogDirs reports them (Kafka's `ReplicaManager.describeLogDirs`): each
 configured dir with its error (offline: KAFKA_STORAGE_ERROR), its file system's total and usable bytes, and the
 replicas it holds, each with its size (its segments' bytes) and offset lag (how far its log end offset is below the
-high watermark it knows, never negative; -1 when its replica cannot answer, as Kafka's INVALID_OFFSET_LAG).
+high watermark it knows, never negative; -1 when its replica cannot answer, as Kafka's INVALID_OFFSET_LAG). A replica
+being moved into another dir of the node (AlterReplicaLogDirs) is also listed in that dir as a future replica, with
+the bytes copied so far and its lag behind the current replica's log end offset (Kafka's `getLogEndOffsetLag` of a
+future log).
 
 Built from what a node's log manager reports (`storage.logdir.log_manager.LogManager`: its dirs with why each is
 offline, and each partition's placement and state); both hosts' partition transports answer with it. The file
@@ -23,12 +26,14 @@ UNKNOWN = -1
 
 @dataclass(frozen=True, slots=True)
 class LocalReplica:
-    """One replica of a log dir: its partition, size in bytes and offset lag (`UNKNOWN` when it cannot answer)."""
+    """One replica of a log dir: its partition, size in bytes and offset lag (`UNKNOWN` when it cannot answer), and
+    whether it is the future replica of a move into this dir."""
 
     topic: str
     partition: int
     size_bytes: int
     offset_lag: int
+    is_future: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +60,11 @@ def local_log_dirs(
         else:
             lag = max(state.high_watermark - state.log_end_offset, 0)
             replica = LocalReplica(placement.topic, placement.partition, state.size_bytes, lag)
+            if state.future_directory in replicas:
+                future_lag = max(state.log_end_offset - state.future_log_end_offset, 0)
+                replicas[state.future_directory].append(
+                    LocalReplica(placement.topic, placement.partition, state.future_size_bytes, future_lag, True)
+                )
         replicas[placement.directory].append(replica)
     found = []
     for path, offline in dirs.items():

@@ -44,7 +44,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,6 +66,7 @@ from storage.partition.local_log_view import LocalLogView, LocalRead
 from storage.partition.log import LogAppendInfo
 from storage.partition.log_read import LATEST_TIMESTAMP
 from storage.records.file_records import TimestampAndOffset
+from storage.topic_partition import TopicPartition
 
 # How long a fetch waiting for a same-node partition trusts its change notices before it looks at the partition again.
 NOTICE_SILENCE_S = 0.1
@@ -161,6 +162,10 @@ class RayPartitions:
                 current_leader_epoch=request.current_leader_epoch,
             )
             if located.node_id == self._node:
+                if view is not None and view.high_watermark_file != located.high_watermark_file:
+                    # The partition moved to another log dir of this node: its file is the new folder's.
+                    self._views.pop(key).close()
+                    view = None
                 if view is None:
                     self._open_view(key, located.high_watermark_file)
                 elif epoch is not None and located.slices:
@@ -267,6 +272,16 @@ class RayPartitions:
         manager = await asyncio.to_thread(get_actor, log_manager_name(self._node))
         dirs, described = await asyncio.gather(answer(manager.dirs.remote()), answer(manager.describe.remote()))
         return local_log_dirs(dirs, described)
+
+    async def alter_replica_log_dirs(
+        self, dirs: Mapping[TopicPartition, str]
+    ) -> dict[TopicPartition, RaybrokerError | None]:
+        """This node's replicas moved between its log dirs, by its log manager actor."""
+        manager = await asyncio.to_thread(get_actor, log_manager_name(self._node))
+        moved: dict[TopicPartition, RaybrokerError | None] = await answer(
+            manager.alter_replica_log_dirs.remote(dict(dirs))
+        )
+        return moved
 
     def forget_topic(self, topic: str) -> None:
         """Drops what is known of a deleted topic's partitions, so a re-created topic is looked up afresh."""

@@ -71,6 +71,7 @@ def start_broker(
     root: Path,
     *,
     nodes: int = 1,
+    log_dirs_per_node: int = 1,
     clock: Clock | None = None,
     initial_rebalance_delay_ms: int = 0,
     metrics: RoleMetrics = NO_ROLE_METRICS,
@@ -81,6 +82,7 @@ def start_broker(
     return InProcessBroker(
         root,
         nodes=nodes,
+        log_dirs_per_node=log_dirs_per_node,
         properties={
             "offsets.topic.num.partitions": str(OFFSETS_TOPIC_PARTITIONS),
             # Followers' idle fetches answer within 50 ms, so stopping a replicated topic never waits 500 ms.
