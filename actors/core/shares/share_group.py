@@ -83,6 +83,16 @@ class ShareHeartbeatResult:
 
 
 @dataclass(frozen=True, slots=True)
+class ShareHeartbeatAnswer:
+    """A ShareGroupHeartbeat's outcome as the coordinator hands it over: the result, or the refusal's error and
+    Kafka's message (`result` None)."""
+
+    error: GroupError
+    message: str | None
+    result: ShareHeartbeatResult | None
+
+
+@dataclass(frozen=True, slots=True)
 class ShareMemberDescription:
     """One member as ShareGroupDescribe shows it."""
 
@@ -210,6 +220,17 @@ class ShareGroups:
             settings.heartbeat_interval_ms,
             member.assignment if request.member_epoch == JOIN_EPOCH or changed else None,
         )
+
+    def answer(self, request: ShareHeartbeatRequest) -> ShareHeartbeatAnswer:
+        """`heartbeat`'s result, or its refusal, as a value."""
+        try:
+            return ShareHeartbeatAnswer(GroupError.NONE, None, self.heartbeat(request))
+        except HeartbeatRefused as refused:
+            return ShareHeartbeatAnswer(refused.error, refused.message, None)
+
+    def has_group(self, group_id: str) -> bool:
+        """Whether `group_id` is a share group here."""
+        return group_id in self._groups
 
     def expire_sessions(self) -> None:
         """Removes the members whose session timed out (Kafka's session timer), bumping their groups' epochs."""
