@@ -8,8 +8,8 @@ next request must carry. Epochs (Kafka's `ShareRequestMetadata`):
   is a full one, and the next request carries epoch 1. Acknowledgements in it are INVALID_REQUEST (nothing is held
   yet), and change nothing.
 - ShareFetch with epoch -1 closes the session: acknowledgements in it are applied, then every record the member
-  holds in the session's partitions is released. Naming partitions to fetch is INVALID_REQUEST; without a session
-  it is SHARE_SESSION_NOT_FOUND.
+  holds in the session's partitions is released; nothing is fetched. Without a session it is
+  SHARE_SESSION_NOT_FOUND.
 - Any other epoch must be the session's: without a session SHARE_SESSION_NOT_FOUND, otherwise a different epoch
   INVALID_SHARE_SESSION_EPOCH (both change nothing); the partitions named are added, the forgotten ones dropped,
   and the epoch moves to the next (after 2^31 - 1 comes 1).
@@ -86,8 +86,6 @@ class ShareSessions:
         with self._lock:
             session = self._sessions.get(key)
             if epoch == FINAL_EPOCH:
-                if named:
-                    raise InvalidRequestError("a final share fetch (epoch -1) may not name partitions to fetch")
                 if session is None:
                     raise ShareSessionNotFoundError(f"no share session of member {member_id} in group {group_id}")
                 return SessionContext(tuple(session.partitions), final=True)

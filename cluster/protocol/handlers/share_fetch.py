@@ -18,6 +18,9 @@ answer's top-level error and nothing changes. Then:
 The answer names each partition with records, an error or an acknowledgement outcome; the opening request's names
 every partition of the session. `acquisition_lock_timeout` is the group's record lock duration.
 
+A member id that is empty or longer than 36 characters is INVALID_REQUEST ("Invalid member id in the request."),
+checked after the group's authorization, as Kafka's `KafkaApis` does.
+
 Authorization, as Kafka's: READ on the group (else GROUP_AUTHORIZATION_FAILED, top level) and READ on each topic
 (else TOPIC_AUTHORIZATION_FAILED for its partitions); an unknown topic id answers UNKNOWN_TOPIC_ID.
 
@@ -56,6 +59,14 @@ SHARE_ACKNOWLEDGE_KEY = 79
 # How often a ShareFetch that acquired nothing looks again while its `max_wait` lasts.
 POLL_INTERVAL_S = 0.05
 _NO_LEADER = {"leader_id": -1, "leader_epoch": -1}
+# Kafka's `KafkaApis.isMemberIdValid`: a client-made member id (a UUID's 22 base64 characters) of at most 36.
+MAX_MEMBER_ID_LENGTH = 36
+INVALID_MEMBER_ID = "Invalid member id in the request."
+
+
+def member_id_valid(member_id: str) -> bool:
+    """Whether a share request's member id is one Kafka accepts: not empty, at most 36 characters."""
+    return 0 < len(member_id) <= MAX_MEMBER_ID_LENGTH
 
 
 @dataclass(slots=True)
@@ -142,6 +153,8 @@ class ShareFetchHandler(_ShareHandler):
 
         if not allows(self._access, request.context, AclOperation.READ, ResourceType.GROUP, group_id):
             return answer(ErrorCode.group_authorization_failed)
+        if not member_id_valid(member_id):
+            return answer(ErrorCode.invalid_request, INVALID_MEMBER_ID)
         named = [(t.topic_id, p.partition_index) for t in body.topics for p in t.partitions]
         acks = {
             (t.topic_id, p.partition_index): _batches(p.acknowledgement_batches)
@@ -239,6 +252,8 @@ class ShareAcknowledgeHandler(_ShareHandler):
 
         if not allows(self._access, request.context, AclOperation.READ, ResourceType.GROUP, group_id):
             return answer(ErrorCode.group_authorization_failed)
+        if not member_id_valid(member_id):
+            return answer(ErrorCode.invalid_request, INVALID_MEMBER_ID)
         try:
             context = self._sessions.acknowledge_context(group_id, member_id, body.share_session_epoch)
         except RaybrokerError as exc:

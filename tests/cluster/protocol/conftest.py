@@ -30,6 +30,16 @@ CONSUMER_HEARTBEAT = {
     "group.consumer.min.heartbeat.interval.ms": "1000",
 }
 
+# Share groups (KIP-932) on both brokers: a 1 s heartbeat (Kafka's default and lowest is 5 s), and Kafka's
+# `__share_group_state` on the two brokers (its defaults want 3 replicas, 2 in sync, 50 partitions).
+SHARE_GROUP_SETTINGS = {
+    "group.share.heartbeat.interval.ms": "1000",
+    "group.share.min.heartbeat.interval.ms": "1000",
+    "share.coordinator.state.topic.replication.factor": "2",
+    "share.coordinator.state.topic.min.isr": "1",
+    "share.coordinator.state.topic.num.partitions": "1",
+}
+
 
 @pytest.fixture(scope="package")
 def kafka4() -> Iterator[str]:
@@ -40,6 +50,7 @@ def kafka4() -> Iterator[str]:
         "offsets.topic.replication.factor": "2",
         "transaction.state.log.replication.factor": "2",
         **CONSUMER_HEARTBEAT,
+        **SHARE_GROUP_SETTINGS,
     }
     quorum = KafkaQuorum(2, settings, KAFKA_4_VERSION)
     try:

@@ -1,0 +1,166 @@
+"""Share groups (KIP-932) with Kafka's own client: two Java `KafkaShareConsumer` 4.2 members
+(`java/ShareGroupMember.java`, explicit acknowledgement) on a one-partition topic, against a raybroker listener over
+the in-process broker and against Apache Kafka 4.2, the same sequence on both, compared record by record.
+
+The members share the one partition (the `simple` assignor gives it to both). A share-partition starts at the high
+watermark (`share.auto.offset.reset=latest`, Kafka's default) when its group first fetches, so the test first
+produces warm-up records until a member got one; then a known set: plain records, which must each be ACCEPTed
+exactly once across the members with delivery count 1; a record the members RELEASE on its first delivery, which
+must come back once with delivery count 2 (and then be accepted); and a record they REJECT, which must never come
+back. Each broker's deliveries (value, delivery count, acknowledge type) must be those, and the same on both."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from actors.core.in_process_broker import InProcessBroker
+from actors.core.shares.share_group_config import ShareGroupConfig
+from cluster.protocol.listener import start_listener
+from cluster.protocol.views.group_view import GroupView
+from cluster.protocol.views.in_process_broker_view import InProcessBrokerView
+from cluster.protocol.views.security_view import SecurityView
+from cluster.protocol.views.transaction_view import TransactionView
+from storage.clock import SYSTEM_CLOCK
+from tests.cluster.applications.java_programs import JavaProcess, java_classpath
+from tests.cluster.protocol.conftest import SHARE_GROUP_SETTINGS
+
+pytestmark = pytest.mark.kafka
+
+KAFKA_CLIENTS = ("org.apache.kafka", "kafka-clients", "4.2.2")
+SOURCE = Path(__file__).parent / "java" / "ShareGroupMember.java"
+DEADLINE_S = 90.0
+PLAIN_RECORDS = 30
+# What each known record's deliveries must be: (delivery count, acknowledge type), in order.
+EXPECTED = {
+    **{f"plain-{index}": [(1, "ACCEPT")] for index in range(PLAIN_RECORDS)},
+    "release-0": [(1, "RELEASE"), (2, "ACCEPT")],
+    "reject-0": [(1, "REJECT")],
+}
+
+Deliveries = dict[str, list[tuple[int, str]]]
+
+
+@pytest.fixture(scope="module")
+def classpath(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return java_classpath([KAFKA_CLIENTS], {SOURCE.name: SOURCE.read_text()}, tmp_path_factory.mktemp("java"))
+
+
+@pytest.fixture
+def share_listener(tmp_path: Path) -> Iterator[str]:
+    """A raybroker listener over an in-process broker on the wall clock, with `kafka4`'s share heartbeat interval."""
+    broker = InProcessBroker(
+        tmp_path / "broker",
+        properties={"offsets.topic.num.partitions": "1"},
+        clock=SYSTEM_CLOCK,
+        share_config=ShareGroupConfig(
+            group_share_heartbeat_interval_ms=int(SHARE_GROUP_SETTINGS["group.share.heartbeat.interval.ms"]),
+            group_share_min_heartbeat_interval_ms=int(SHARE_GROUP_SETTINGS["group.share.min.heartbeat.interval.ms"]),
+        ),
+    )
+    try:
+        with start_listener(
+            {"listeners": "PLAINTEXT://127.0.0.1:0"},
+            InProcessBrokerView(broker),
+            SecurityView.in_process(broker.controller),
+            groups=GroupView.in_process(broker),
+            transactions=TransactionView.in_process(broker),
+        ) as listener:
+            yield listener.bootstrap_servers
+    finally:
+        broker.close()
+
+
+class ShareMember:
+    """One Java share consumer (see the module docstring) printing its deliveries."""
+
+    def __init__(self, classpath: str, bootstrap: str, topic: str, group: str, folder: Path, name: str) -> None:
+        self.stop_file = folder / f"{name}.stop"
+        arguments = [bootstrap, topic, group, str(self.stop_file)]
+        self.process = JavaProcess(classpath, "ShareGroupMember", arguments, folder / f"{name}.log")
+
+    def deliveries(self) -> list[tuple[str, int, str]]:
+        """(value, delivery count, acknowledge type) of each record it got, in order."""
+        found = []
+        for line in self.process.output().splitlines():
+            parts = line.split(" ")
+            if parts[0] == "RECORD" and len(parts) == 5:
+                found.append((parts[4], int(parts[2]), parts[3]))
+        return found
+
+    def close(self) -> None:
+        self.stop_file.touch()
+        deadline = time.monotonic() + 30
+        while "CLOSED" not in self.process.output() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        self.process.stop()
+
+    def tail(self) -> str:
+        return f"--- {self.process.log_path.name}\n{self.process.output()[-3000:]}"
+
+
+def produce(bootstrap: str, topic: str, values: list[str]) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": "5"})
+    for value in values:
+        producer.produce(topic, value=value.encode())
+    assert producer.flush(30) == 0
+
+
+def share_steps(classpath: str, bootstrap: str, folder: Path) -> Deliveries:
+    """The module docstring's sequence on one broker; each known record's deliveries across both members."""
+    topic, group = f"kip932-{uuid.uuid4().hex[:8]}", f"shares-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])[topic].result(timeout=60)
+    members = [ShareMember(classpath, bootstrap, topic, group, folder, name) for name in ("a", "b")]
+
+    def deliveries() -> Deliveries:
+        found: Deliveries = {}
+        for member in members:
+            for value, count, kind in member.deliveries():
+                found.setdefault(value, []).append((count, kind))
+        return {value: sorted(seen) for value, seen in found.items()}
+
+    def wait_for(what: str, done: object) -> None:
+        deadline = time.monotonic() + DEADLINE_S
+        while not done() and time.monotonic() < deadline:  # type: ignore[operator]
+            time.sleep(0.3)
+        assert done(), f"{what} not within {DEADLINE_S} s:\n" + "\n".join(m.tail() for m in members)  # type: ignore[operator]
+
+    try:
+        warmups = iter(range(10_000))
+
+        def warmed() -> bool:
+            if any(value.startswith("warmup") for value in deliveries()):
+                return True
+            produce(bootstrap, topic, [f"warmup-{next(warmups)}"])
+            return False
+
+        wait_for("a warm-up record delivered", warmed)
+        produce(bootstrap, topic, [*(f"plain-{i}" for i in range(PLAIN_RECORDS)), "release-0", "reject-0"])
+        wait_for(
+            "every known record settled",
+            lambda: all(deliveries().get(value, [])[-1:] == expected[-1:] for value, expected in EXPECTED.items()),
+        )
+        time.sleep(3)  # anything delivered again would show by now
+    finally:
+        for member in members:
+            member.close()
+    return {value: seen for value, seen in deliveries().items() if not value.startswith("warmup")}
+
+
+def test_two_share_consumers_accept_release_and_reject_as_on_kafka(
+    classpath: str, share_listener: str, kafka4: str, tmp_path: Path
+) -> None:
+    outcomes = {}
+    for name, bootstrap in (("kafka", kafka4), ("raybroker", share_listener)):
+        folder = tmp_path / name
+        folder.mkdir()
+        outcomes[name] = share_steps(classpath, bootstrap, folder)
+    assert outcomes["kafka"] == EXPECTED
+    assert outcomes["raybroker"] == outcomes["kafka"]
