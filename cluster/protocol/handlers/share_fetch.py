@@ -139,17 +139,7 @@ class ShareFetchHandler(_ShareHandler):
         group_id, member_id = body.group_id or "", body.member_id or ""
 
         def answer(code: ErrorCode, message: str | None = None, lock_ms: int = 0, responses: Any = ()) -> Any:
-            return build(
-                response_type,
-                {
-                    "throttle_time": 0,
-                    "error_code": code,
-                    "error_message": message,
-                    "acquisition_lock_timeout": lock_ms,
-                    "responses": list(responses),
-                    "node_endpoints": [],
-                },
-            )
+            return _answer(response_type, code, message, lock_ms, responses)
 
         if not allows(self._access, request.context, AclOperation.READ, ResourceType.GROUP, group_id):
             return answer(ErrorCode.group_authorization_failed)
@@ -238,17 +228,7 @@ class ShareAcknowledgeHandler(_ShareHandler):
         group_id, member_id = body.group_id or "", body.member_id or ""
 
         def answer(code: ErrorCode, message: str | None = None, lock_ms: int = 0, responses: Any = ()) -> Any:
-            return build(
-                response_type,
-                {
-                    "throttle_time": 0,
-                    "error_code": code,
-                    "error_message": message,
-                    "acquisition_lock_timeout": lock_ms,
-                    "responses": list(responses),
-                    "node_endpoints": [],
-                },
-            )
+            return _answer(response_type, code, message, lock_ms, responses)
 
         if not allows(self._access, request.context, AclOperation.READ, ResourceType.GROUP, group_id):
             return answer(ErrorCode.group_authorization_failed)
@@ -288,6 +268,21 @@ class ShareAcknowledgeHandler(_ShareHandler):
             await self._close(group_id, member_id, names)
         responses = [{"topic_id": topic_id, "partitions": partitions} for topic_id, partitions in topics.items()]
         return answer(ErrorCode.none, None, settings.record_lock_duration_ms, responses)
+
+
+def _answer(response_type: Any, code: ErrorCode, message: str | None, lock_ms: int, responses: Any) -> Any:
+    """A ShareFetch or ShareAcknowledge answer (their top levels have the same fields)."""
+    return build(
+        response_type,
+        {
+            "throttle_time": 0,
+            "error_code": code,
+            "error_message": message,
+            "acquisition_lock_timeout": lock_ms,
+            "responses": list(responses),
+            "node_endpoints": [],
+        },
+    )
 
 
 def _batches(batches: Any) -> list[AcknowledgementBatch]:

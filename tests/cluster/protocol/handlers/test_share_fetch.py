@@ -173,8 +173,10 @@ def test_wrong_acknowledgements_answer_kafkas_codes_and_change_nothing(shares: S
     assert acknowledged(first, [(2, 9, [ACCEPT])]) == ErrorCode.invalid_request
     # All or nothing: 0 is fine but 5 was never acquired, so 0 stays acquired and can be accepted after.
     assert acknowledged(first, [(0, 0, [ACCEPT]), (5, 5, [ACCEPT])]) == ErrorCode.invalid_request
-    assert acknowledged(first, [(0, 3, [ACCEPT])]) == ErrorCode.none
-    assert acknowledged(first, [(0, 0, [ACCEPT])]) == ErrorCode.invalid_record_state  # already acknowledged
+    assert acknowledged(first, [(1, 1, [ACCEPT])]) == ErrorCode.none
+    assert acknowledged(first, [(1, 1, [REJECT])]) == ErrorCode.invalid_record_state  # already acknowledged
+    assert acknowledged(first, [(0, 0, [ACCEPT]), (2, 3, [ACCEPT])]) == ErrorCode.none
+    assert acknowledged(first, [(0, 0, [ACCEPT])]) == ErrorCode.none  # below the start offset now: done, skipped
 
 
 def test_share_session_epochs_are_checked(shares: Shares) -> None:
