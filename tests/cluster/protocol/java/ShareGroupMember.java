@@ -42,7 +42,7 @@ public class ShareGroupMember {
                         type = AcknowledgeType.REJECT;
                     }
                     consumer.acknowledge(record, type);
-                    System.out.println("RECORD " + record.offset() + " " + count + " " + type + " " + record.value());
+                    System.out.println("RECORD " + record.offset() + " " + count + " " + type.name() + " " + record.value());
                 }
                 if (!records.isEmpty()) {
                     consumer.commitSync();
