@@ -13,7 +13,7 @@ import org.apache.kafka.common.serialization.StringDeserializer;
 /**
  * One member of a share group (KIP-932), Kafka 4.2's KafkaShareConsumer with explicit acknowledgement: it
  * acknowledges each record it gets by its value, RELEASE for a value starting with "release" delivered for the
- * first time, REJECT for one starting with "reject", ACCEPT otherwise, commits after every poll, and prints a line
+ * first time and for one starting with "bounce" always, REJECT for one starting with "reject", ACCEPT otherwise, commits after every poll, and prints a line
  * each: "RECORD offset deliveryCount TYPE value", "CLOSED" once it closed. Arguments: bootstrap servers, topic,
  * group id, and a file whose existence tells it to close.
  */
@@ -36,7 +36,8 @@ public class ShareGroupMember {
                 for (ConsumerRecord<String, String> record : records) {
                     short count = record.deliveryCount().orElse((short) -1);
                     AcknowledgeType type = AcknowledgeType.ACCEPT;
-                    if (record.value().startsWith("release") && count == 1) {
+                    if (record.value().startsWith("bounce")
+                            || (record.value().startsWith("release") && count == 1)) {
                         type = AcknowledgeType.RELEASE;
                     } else if (record.value().startsWith("reject")) {
                         type = AcknowledgeType.REJECT;
