@@ -105,8 +105,9 @@ class Shares:
 
 
 @pytest.fixture
-def shares(view: InProcessBrokerView, groups: GroupView) -> Shares:
-    return Shares(view, groups)
+def shares(view: InProcessBrokerView, groups_each_way: GroupView) -> Shares:
+    """The handlers, reaching the group coordinator directly and through its group channel (as on Ray)."""
+    return Shares(view, groups_each_way)
 
 
 def _batch(first: int, last: int, types: list[int]) -> dict[str, Any]:
