@@ -75,7 +75,7 @@ class Session:
         self.leader, self.group, self.member, self.topic_id = leader, group, member, topic_id
         self.epoch = 0
 
-    def fetch(self, acks: list[tuple[int, int, list[int]]] = (), epoch: int | None = None) -> Any:  # type: ignore[assignment]
+    def fetch(self, acks: list[tuple[int, int, list[int]]] | None = None, epoch: int | None = None) -> Any:
         values = {
             "group_id": self.group,
             "member_id": self.member,
@@ -115,8 +115,8 @@ class Session:
         return response
 
 
-def _batches(acks: Any) -> list[dict[str, Any]]:
-    return [{"first_offset": f, "last_offset": last, "acknowledge_types": types} for f, last, types in acks]
+def _batches(acks: list[tuple[int, int, list[int]]] | None) -> list[dict[str, Any]]:
+    return [{"first_offset": f, "last_offset": last, "acknowledge_types": types} for f, last, types in acks or []]
 
 
 def acquired(response: Any) -> list[tuple[int, int, int]]:
