@@ -18,7 +18,6 @@ from __future__ import annotations
 import re
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,16 +25,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.errors import ErrorCode
 
-from actors.core.in_process_broker import InProcessBroker
-from actors.core.shares.share_group_config import ShareGroupConfig
-from cluster.protocol.listener import start_listener
-from cluster.protocol.views.group_view import GroupView
-from cluster.protocol.views.in_process_broker_view import InProcessBrokerView
-from cluster.protocol.views.security_view import SecurityView
-from cluster.protocol.views.transaction_view import TransactionView
-from storage.clock import SYSTEM_CLOCK
 from tests.cluster.applications.java_programs import JavaProcess, java_classpath
-from tests.cluster.protocol.conftest import SHARE_GROUP_SETTINGS
 from tests.cluster.protocol.helpers import GROUP_KEY, coordinator_client
 
 pytestmark = pytest.mark.kafka
@@ -59,31 +49,6 @@ LIST_GROUPS, DESCRIBE_GROUPS, SHARE_GROUP_DESCRIBE = 16, 15, 77
 @pytest.fixture(scope="module")
 def classpath(tmp_path_factory: pytest.TempPathFactory) -> str:
     return java_classpath([KAFKA_CLIENTS], {SOURCE.name: SOURCE.read_text()}, tmp_path_factory.mktemp("java"))
-
-
-@pytest.fixture
-def share_listener(tmp_path: Path) -> Iterator[str]:
-    """A raybroker listener over an in-process broker on the wall clock, with `kafka4`'s share heartbeat interval."""
-    broker = InProcessBroker(
-        tmp_path / "broker",
-        properties={"offsets.topic.num.partitions": "1"},
-        clock=SYSTEM_CLOCK,
-        share_config=ShareGroupConfig(
-            group_share_heartbeat_interval_ms=int(SHARE_GROUP_SETTINGS["group.share.heartbeat.interval.ms"]),
-            group_share_min_heartbeat_interval_ms=int(SHARE_GROUP_SETTINGS["group.share.min.heartbeat.interval.ms"]),
-        ),
-    )
-    try:
-        with start_listener(
-            {"listeners": "PLAINTEXT://127.0.0.1:0"},
-            InProcessBrokerView(broker),
-            SecurityView.in_process(broker.controller),
-            groups=GroupView.in_process(broker),
-            transactions=TransactionView.in_process(broker),
-        ) as listener:
-            yield listener.bootstrap_servers
-    finally:
-        broker.close()
 
 
 class ShareMember:

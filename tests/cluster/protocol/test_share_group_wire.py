@@ -8,15 +8,14 @@ and fetches until a warm-up record is acquired (the share-partition starts at th
 three records are produced and acquired by member 1. Then, each answer recorded: member 2 acknowledging member 1's
 records (INVALID_RECORD_STATE), member 1 acknowledging with an unknown type (INVALID_REQUEST), with a stale session
 epoch, with epoch 0, a member without a session, an opening fetch carrying acknowledgements, an empty member id, a
-heartbeat of an unknown member and one of a fenced epoch; finally member 1 accepts its records (none) and acknowledges
-one of them again."""
+heartbeat of an unknown member and one of a fenced epoch; then member 1 accepts its records (none) and acknowledges
+one of them again; and last a lock expires: two more records member 1 acquires and keeps past the record lock go to
+member 2 with delivery count 2, and member 1's late acknowledgement is INVALID_RECORD_STATE."""
 
 from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,15 +23,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.errors import ErrorCode
 
-from actors.core.in_process_broker import InProcessBroker
-from actors.core.shares.share_group_config import ShareGroupConfig
 from cluster.protocol.client import WireClient
-from cluster.protocol.listener import start_listener
-from cluster.protocol.views.group_view import GroupView
-from cluster.protocol.views.in_process_broker_view import InProcessBrokerView
-from cluster.protocol.views.security_view import SecurityView
-from cluster.protocol.views.transaction_view import TransactionView
-from storage.clock import SYSTEM_CLOCK
 from tests.cluster.protocol.conftest import SHARE_GROUP_SETTINGS
 from tests.cluster.protocol.helpers import COORDINATOR_RETRIED, GROUP_KEY, coordinator_client
 
@@ -41,31 +32,8 @@ pytestmark = pytest.mark.kafka
 METADATA, HEARTBEAT, FETCH, ACKNOWLEDGE = 3, 76, 78, 79
 ACCEPT, REJECT = 1, 3
 DEADLINE_S = 60.0
-
-
-@pytest.fixture
-def share_listener(tmp_path: Path) -> Iterator[str]:
-    """A raybroker listener over an in-process broker on the wall clock, with `kafka4`'s share heartbeat interval."""
-    broker = InProcessBroker(
-        tmp_path / "broker",
-        properties={"offsets.topic.num.partitions": "1"},
-        clock=SYSTEM_CLOCK,
-        share_config=ShareGroupConfig(
-            group_share_heartbeat_interval_ms=int(SHARE_GROUP_SETTINGS["group.share.heartbeat.interval.ms"]),
-            group_share_min_heartbeat_interval_ms=int(SHARE_GROUP_SETTINGS["group.share.min.heartbeat.interval.ms"]),
-        ),
-    )
-    try:
-        with start_listener(
-            {"listeners": "PLAINTEXT://127.0.0.1:0"},
-            InProcessBrokerView(broker),
-            SecurityView.in_process(broker.controller),
-            groups=GroupView.in_process(broker),
-            transactions=TransactionView.in_process(broker),
-        ) as listener:
-            yield listener.bootstrap_servers
-    finally:
-        broker.close()
+# `kafka4`'s and `share_listener`'s record lock (`group.share.record.lock.duration.ms`).
+LOCK_S = int(SHARE_GROUP_SETTINGS["group.share.record.lock.duration.ms"]) / 1000
 
 
 class Session:
@@ -228,6 +196,17 @@ def wrong_input_steps(bootstrap: str) -> list[tuple[str, object]]:
         steps.append(("holder accepts", partition_codes(first.acknowledge([(start, end, [ACCEPT])]))))
         steps.append(("accepted again", partition_codes(first.acknowledge([(start, start, [REJECT])]))))
         steps.append(("nothing left", acquired(second.fetch())))
+        # A lock that expires: member 1 acquires two more and keeps them past the lock duration; member 2 gets them
+        # delivered a second time, and member 1's late acknowledgement is refused.
+        produce(2)
+        deadline = time.monotonic() + DEADLINE_S
+        while not (late := acquired(first.fetch())):
+            assert time.monotonic() < deadline, "the two records not acquired"
+        steps.append(("acquired again", [(f - end, last - end, count) for f, last, count in late]))
+        time.sleep(LOCK_S + 1)
+        steps.append(("after the lock", [(f - end, last - end, count) for f, last, count in acquired(second.fetch())]))
+        steps.append(("late acknowledgement", partition_codes(first.acknowledge([(end + 1, end + 2, [ACCEPT])]))))
+        steps.append(("new holder accepts", partition_codes(second.acknowledge([(end + 1, end + 2, [ACCEPT])]))))
         for member in members[:2]:
             heartbeat(coordinator, group, member, -1, None)
     return steps
@@ -257,5 +236,9 @@ def test_wrong_share_input_answers_as_kafka(share_listener: str, kafka4: str) ->
         ("holder accepts", [ErrorCode.none]),
         ("accepted again", [ErrorCode.none]),
         ("nothing left", []),
+        ("acquired again", [(1, 2, 1)]),
+        ("after the lock", [(1, 2, 2)]),
+        ("late acknowledgement", invalid_state),
+        ("new holder accepts", [ErrorCode.none]),
     ]
     assert raybroker == kafka
