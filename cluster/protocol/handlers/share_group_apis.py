@@ -32,7 +32,7 @@ from cluster.protocol.handlers.authorization import (
     authorized_names,
     authorized_operations,
 )
-from cluster.protocol.handlers.consumer_group_apis import _host, _topic_partitions
+from cluster.protocol.handlers.consumer_group_apis import assignment_by_topic_id, coordinator_client_host
 from cluster.protocol.messages import build
 from cluster.protocol.security.access import AccessControl
 from cluster.protocol.views.broker_view import BrokerView
@@ -73,7 +73,7 @@ class ShareGroupHeartbeatHandler(GuardedHandler[GroupView]):
             subscribed_topic_names=None if body.subscribed_topic_names is None else tuple(body.subscribed_topic_names),
             rack_id=body.rack_id,
             client_id=request.client_id or "",
-            client_host=_host(context),
+            client_host=coordinator_client_host(context),
         )
         try:
             answer = await self._view.share_group_heartbeat(heartbeat)
@@ -94,7 +94,7 @@ class ShareGroupHeartbeatHandler(GuardedHandler[GroupView]):
                 "heartbeat_interval": result.heartbeat_interval_ms,
                 "assignment": None
                 if result.assignment is None
-                else {"topic_partitions": _topic_partitions(result.assignment)},
+                else {"topic_partitions": assignment_by_topic_id(result.assignment)},
             },
         )
 
