@@ -16,8 +16,9 @@ next request must carry. Epochs (Kafka's `ShareRequestMetadata`):
 - ShareAcknowledge never opens a session: epoch 0 is INVALID_SHARE_SESSION_EPOCH; -1 acknowledges and closes, as a
   final ShareFetch does; any other epoch is checked and moved on as a ShareFetch's.
 
-Not kept yet: Kafka's `share.fetch.max.sessions`-style limit (SHARE_SESSION_LIMIT_REACHED) and the eviction of idle
-sessions; a session lives until the member closes it, opens another, or the broker restarts.
+Not kept yet: a limit on sessions (Kafka's SHARE_SESSION_LIMIT_REACHED) and the eviction of idle ones, and the tie of
+a session to its client connection (Kafka 4.2 drops a session whose connection closed and releases the member's
+records then); a session lives until the member closes it, opens another, or the broker restarts.
 """
 
 from __future__ import annotations
