@@ -334,6 +334,26 @@ class SerializationError(BrokerError):
     (Kafka's SerializationException / RecordDeserializationException)."""
 
 
+class InvalidRecordStateError(BrokerError):
+    """A share group member's acknowledgement of records it does not hold: not acquired, acquired by another member,
+    or already acknowledged, released or archived (INVALID_RECORD_STATE, Kafka's `InvalidRecordStateException`); the
+    whole acknowledgement of the share-partition changes nothing."""
+
+
+class ShareSessionNotFoundError(BrokerError):
+    """A ShareFetch or ShareAcknowledge of a share session the broker does not hold: never opened, closed, or
+    forgotten (SHARE_SESSION_NOT_FOUND, retriable: the client opens a new one)."""
+
+    retriable = True
+
+
+class InvalidShareSessionEpochError(BrokerError):
+    """A ShareFetch or ShareAcknowledge whose share session epoch is not the one the broker expects next (a lost
+    answer, or ShareAcknowledge trying to open a session; INVALID_SHARE_SESSION_EPOCH, retriable)."""
+
+    retriable = True
+
+
 class CommitFailedError(BrokerError):
     """A group member's commit refused because its partitions moved on (Kafka's `CommitFailedException`: a stale member
     epoch, or a member the group no longer knows)."""

@@ -4,9 +4,10 @@ group API's messages and results.
 
 `GROUP_METHODS` are every method the listeners' `GroupView` calls (`cluster.protocol.views.group_view`): the
 classic protocol's JoinGroup, SyncGroup, Heartbeat and LeaveGroup with their bounded waits, KIP-848's
-ConsumerGroupHeartbeat, offsets committed, fetched and deleted (transactional ones too), and the groups listed,
-described and deleted; and `complete_transaction`, which the transaction coordinator calls once a COMMIT or ABORT
-marker reached a `__consumer_offsets` partition. Anything else is refused by the channel.
+ConsumerGroupHeartbeat, KIP-932's ShareGroupHeartbeat and ShareGroupDescribe and a share group's settings, offsets
+committed, fetched and deleted (transactional ones too), and the groups listed, described and deleted; and
+`complete_transaction`, which the transaction coordinator calls once a COMMIT or ABORT marker reached a
+`__consumer_offsets` partition. Anything else is refused by the channel.
 """
 
 from __future__ import annotations
@@ -29,6 +30,15 @@ from actors.core.groups.group_membership import (
     PendingJoin,
     SyncResult,
 )
+from actors.core.shares.share_group import (
+    ShareGroupDescription,
+    ShareGroupState,
+    ShareHeartbeatAnswer,
+    ShareHeartbeatRequest,
+    ShareHeartbeatResult,
+    ShareMemberDescription,
+)
+from actors.core.shares.share_group_config import ResolvedShareConfig
 from storage.records.consumer_offsets import OffsetAndMetadata
 
 GROUP_METHODS = frozenset(
@@ -53,6 +63,9 @@ GROUP_METHODS = frozenset(
         "delete_group",
         "delete_offsets",
         "complete_transaction",
+        "share_group_heartbeat",
+        "describe_share_group",
+        "share_group_settings",
     }
 )
 
@@ -72,6 +85,13 @@ GROUP_CODEC = CallCodec(
         ConsumerMemberDescription,
         ConsumerGroupDescription,
         OffsetAndMetadata,
+        ShareGroupState,
+        ShareHeartbeatRequest,
+        ShareHeartbeatResult,
+        ShareHeartbeatAnswer,
+        ShareMemberDescription,
+        ShareGroupDescription,
+        ResolvedShareConfig,
     )
 )
 

@@ -22,7 +22,9 @@ DescribeClientQuotas (48) and AlterClientQuotas (49) v0-1 (v1 is v0 made flexibl
 (v2 answers no per-feature results). DescribeLogDirs (35) is served v1-4
 (kio has no v0; v4 adds the file system's bytes, v5 is post-4.0), AlterReplicaLogDirs (34) v1-2 (v0 is
 deprecated). DescribeTopicPartitions (75) v0, which Kafka 3.7+'s Admin client prefers to Metadata for
-`describeTopics`.
+`describeTopics`. Share groups (KIP-932) as Kafka 4.2 serves them: ShareGroupHeartbeat (76) v1, ShareGroupDescribe
+(77) v1, ShareFetch (78) v1-2 and ShareAcknowledge (79) v1-2 (v0 was 4.0's early access), by a listener whose view
+serves them (`BrokerView.serves_share_groups`: the in-process broker's, not yet Ray's).
 The transaction APIs serve the TV1 protocol every client speaks to a broker finalizing no `transaction.version` feature,
 and the brokers' verification: AddPartitionsToTxn v0-3 (the client form) and v4-5 (KIP-890's broker form,
 `verify_only`), AddOffsetsToTxn v0-4, EndTxn v0-5 and TxnOffsetCommit v0-5 (v5 of each is transactions v2, which
@@ -50,6 +52,7 @@ from typing import Any
 
 from kio.index import load_request_schema
 
+from actors.core.shares.share_sessions import ShareSessions
 from actors.metrics.recorder import NO_METRICS, BrokerMetrics
 from cluster.protocol.config_entries import ConfigDescriber
 from cluster.protocol.connection import ConnectionContext
@@ -153,6 +156,18 @@ from cluster.protocol.handlers.scram_credentials import (
     AlterUserScramCredentialsHandler,
     DescribeUserScramCredentialsHandler,
 )
+from cluster.protocol.handlers.share_fetch import (
+    SHARE_ACKNOWLEDGE_KEY,
+    SHARE_FETCH_KEY,
+    ShareAcknowledgeHandler,
+    ShareFetchHandler,
+)
+from cluster.protocol.handlers.share_group_apis import (
+    SHARE_GROUP_DESCRIBE_KEY,
+    SHARE_GROUP_HEARTBEAT_KEY,
+    ShareGroupDescribeHandler,
+    ShareGroupHeartbeatHandler,
+)
 from cluster.protocol.handlers.topics import (
     CREATE_PARTITIONS_KEY,
     CREATE_TOPICS_KEY,
@@ -244,10 +259,18 @@ SERVED: Mapping[int, ApiRange] = MappingProxyType(
         LIST_TRANSACTIONS_KEY: ApiRange(0, 1),
         CONSUMER_GROUP_HEARTBEAT_KEY: ApiRange(0, 1),
         CONSUMER_GROUP_DESCRIBE_KEY: ApiRange(0, 1),
+        SHARE_GROUP_HEARTBEAT_KEY: ApiRange(1, 1),
+        SHARE_GROUP_DESCRIBE_KEY: ApiRange(1, 1),
+        SHARE_FETCH_KEY: ApiRange(1, 2),
+        SHARE_ACKNOWLEDGE_KEY: ApiRange(1, 2),
     }
 )
 # Served only while `group.coordinator.rebalance.protocols` lists the consumer protocol.
 CONSUMER_PROTOCOL_KEYS = frozenset({CONSUMER_GROUP_HEARTBEAT_KEY, CONSUMER_GROUP_DESCRIBE_KEY})
+# Served only by a view whose partition leaders hold share-partitions (`BrokerView.serves_share_groups`).
+SHARE_GROUP_KEYS = frozenset(
+    {SHARE_GROUP_HEARTBEAT_KEY, SHARE_GROUP_DESCRIBE_KEY, SHARE_FETCH_KEY, SHARE_ACKNOWLEDGE_KEY}
+)
 # What a connection of a SASL listener may send before it has authenticated.
 BEFORE_AUTHENTICATION = frozenset({API_VERSIONS_KEY, SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY})
 
@@ -311,10 +334,12 @@ class Router:
             {
                 key: served
                 for key, served in SERVED.items()
-                if key not in CONSUMER_PROTOCOL_KEYS or broker_config.group_protocol_config.consumer_protocol_enabled
+                if (key not in CONSUMER_PROTOCOL_KEYS or broker_config.group_protocol_config.consumer_protocol_enabled)
+                and (key not in SHARE_GROUP_KEYS or view.serves_share_groups)
             }
         )
         num_partitions = broker_config.num_partitions
+        share_sessions = ShareSessions()
         self._handlers: dict[int, Handler] = {
             PRODUCE_KEY: ProduceHandler(view, transactions, access, quotas),
             FETCH_KEY: FetchHandler(
@@ -382,6 +407,10 @@ class Router:
             LIST_TRANSACTIONS_KEY: ListTransactionsHandler(transactions, access),
             CONSUMER_GROUP_HEARTBEAT_KEY: ConsumerGroupHeartbeatHandler(groups, features, access),
             CONSUMER_GROUP_DESCRIBE_KEY: ConsumerGroupDescribeHandler(groups, features, access),
+            SHARE_GROUP_HEARTBEAT_KEY: ShareGroupHeartbeatHandler(groups, access),
+            SHARE_GROUP_DESCRIBE_KEY: ShareGroupDescribeHandler(groups, view, access),
+            SHARE_FETCH_KEY: ShareFetchHandler(view, groups, share_sessions, access),
+            SHARE_ACKNOWLEDGE_KEY: ShareAcknowledgeHandler(view, groups, share_sessions, access),
         }
         for key in SERVED.keys() - self._served.keys():
             del self._handlers[key]

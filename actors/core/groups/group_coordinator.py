@@ -83,6 +83,14 @@ from actors.core.groups.group_membership import (
 )
 from actors.core.groups.offsets_topic import DEFAULT_OFFSETS_REPLICATION_FACTOR, ensure_consumer_offsets_topic
 from actors.core.internal_topics import InternalPartition, TopicAdmin, internal_batches, load_reachable
+from actors.core.shares.share_group import (
+    SHARE_GROUP_TYPE,
+    ShareGroupDescription,
+    ShareGroups,
+    ShareHeartbeatAnswer,
+    ShareHeartbeatRequest,
+)
+from actors.core.shares.share_group_config import ResolvedShareConfig, ShareGroupConfig
 from storage.clock import Clock
 from storage.config.group_protocol_config import GroupProtocolConfig
 from storage.errors import (
@@ -158,12 +166,13 @@ class GroupCoordinator:
         allocate_coordinator_epoch: Callable[[int], int],
         membership: GroupMembership | None = None,
         group_protocol: GroupProtocolConfig | None = None,
+        share_config: ShareGroupConfig | None = None,
     ) -> None:
         """`offsets_topic_partitions` is the broker's `offsets.topic.num.partitions`: the partition count of a
         `__consumer_offsets` this coordinator creates (an existing topic keeps its own), with
         `offsets_topic_replication_factor` replicas (`offsets.topic.replication.factor`, capped at the brokers
         running). `membership` defaults to Kafka's group settings on `clock`, `group_protocol` (the consumer
-        protocol's) to Kafka's defaults."""
+        protocol's) and `share_config` (share groups', KIP-932) to Kafka's defaults."""
         self._lock = threading.Lock()
         self._clock = clock
         self._controller = controller
@@ -183,6 +192,8 @@ class GroupCoordinator:
         self._consumer_groups = ConsumerGroups(
             clock, group_protocol or GroupProtocolConfig(), self._find_topics, controller.list_topics
         )
+        # Share groups' membership, in memory only: members rejoin after a restart.
+        self._share_groups = ShareGroups(clock, self._find_topics, share_config)
 
     def ready(self) -> int:
         """Loads every partition it can reach now; returns how many are loaded (the others load on first use)."""
@@ -602,6 +613,24 @@ class GroupCoordinator:
             self._settle(group)
             return self._consumer_groups.describe(group)
 
+    def share_group_heartbeat(self, request: ShareHeartbeatRequest) -> ShareHeartbeatAnswer:
+        """A ShareGroupHeartbeat (`ShareGroups.heartbeat`), its refusal as a value. A group id taken by a classic or
+        consumer-protocol group is not checked yet."""
+        with self._membership_changed:
+            return self._share_groups.answer(request)
+
+    def describe_share_group(self, group: str) -> ShareGroupDescription | None:
+        """The share group as ShareGroupDescribe shows it; None if `group` is no share group."""
+        with self._membership_changed:
+            if not self._share_groups.has_group(group):
+                return None
+            return self._share_groups.describe(group)
+
+    def share_group_settings(self, group: str) -> ResolvedShareConfig:
+        """What the share group runs with (lock duration, delivery limit, record locks, offset reset)."""
+        with self._membership_changed:
+            return self._share_groups.settings(group)
+
     def check_offset_fetch(self, group: str, member_id: str | None, member_epoch: int) -> GroupError:
         """OffsetFetch v9+'s member check: a consumer-protocol group's member must name its current epoch; the
         classic protocol's members send none."""
@@ -656,6 +685,11 @@ class GroupCoordinator:
             described = {group: self._membership.describe(group) for group in self._membership.group_ids()}
             for group in self._consumer_groups.group_ids():
                 described[group] = _listed(self._consumer_groups.describe(group))
+            for group in self._share_groups.group_ids():
+                shared = self._share_groups.describe(group)
+                described[group] = GroupDescription(
+                    group, shared.state, SHARE_GROUP_TYPE, "", shared.group_epoch, (), group_type=SHARE_GROUP_TYPE
+                )
         return [described.get(group) or _offsets_only(group) for group in sorted(committed | set(described))]
 
     def describe_group(self, group: str) -> GroupDescription | None:
@@ -663,7 +697,7 @@ class GroupCoordinator:
         _check_group(group)
         with self._membership_changed:
             self._settle(group)
-            if self._consumer_groups.has_group(group):
+            if self._consumer_groups.has_group(group) or self._share_groups.has_group(group):
                 return None
             described = self._membership.describe(group)
         if described is not None:

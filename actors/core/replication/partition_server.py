@@ -14,6 +14,9 @@ same `PartitionServer`.
   `min_bytes` are there, else waits on the partition's change counter (`LogChanges`) and looks again, until
   `min_bytes` are there or `max_wait_ms` expired. A waiting fetch holds one of the host's `long_poll_slots`; one that
   finds every slot taken answers at once, as with `max_wait_ms=0`, so long polls never take every read thread.
+- **Share groups** (KIP-932): the leader holds the partition's share-partitions (`actors.core.shares.leader_shares`),
+  so a ShareFetch acquires records beside the log it reads and acknowledgements settle them there
+  (`share_fetch`, `share_acknowledge`, `share_release`; the leader only). They are kept in memory only.
 """
 
 from __future__ import annotations
@@ -26,7 +29,11 @@ from typing import TypeVar
 from actors.core.replication.log_changes import LogChanges
 from actors.core.replication.replica import ACKS_ALL, ACKS_ALL_TIMEOUT_MS, Replica
 from actors.core.role_metrics import NO_ROLE_METRICS, RoleMetrics
+from actors.core.shares.acknowledgements import AcknowledgementBatch
+from actors.core.shares.leader_shares import LeaderShares, LogPosition, ShareFetched
+from actors.core.shares.share_group_config import ResolvedShareConfig
 from storage.arguments import is_int
+from storage.clock import SYSTEM_CLOCK, Clock
 from storage.errors import InvalidRequestError, KafkaStorageError
 from storage.partition.leader_epoch_cache import UNDEFINED_EPOCH
 from storage.partition.log import Log, LogAppendInfo
@@ -57,6 +64,7 @@ class PartitionServer:
         metrics: RoleMetrics = NO_ROLE_METRICS,
         long_poll_slots: threading.Semaphore | None = None,
         on_storage_error: Callable[[KafkaStorageError], None] | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.log = log
         self.replica = replica
@@ -65,6 +73,7 @@ class PartitionServer:
         self._metrics = metrics
         self._long_poll_slots = long_poll_slots or threading.BoundedSemaphore(LONG_POLL_SLOTS)
         self._on_storage_error = on_storage_error
+        self.shares = LeaderShares(clock)
 
     # --- appends -------------------------------------------------------------------------------------------------
 
@@ -159,6 +168,33 @@ class PartitionServer:
         if deleted:
             self.changes.notify()
         return deleted
+
+    # --- share groups -------------------------------------------------------------------------------------------
+
+    def share_fetch(
+        self, group_id: str, member_id: str, config: ResolvedShareConfig, max_bytes: int, max_records: int
+    ) -> ShareFetched:
+        """A ShareFetch's part for this partition: records acquired for `member_id` (`LeaderShares.acquire`)."""
+        return self.shares.acquire(group_id, member_id, config, self._share_position(), max_bytes, max_records)
+
+    def share_acknowledge(
+        self, group_id: str, member_id: str, config: ResolvedShareConfig, batches: list[AcknowledgementBatch]
+    ) -> None:
+        """`member_id`'s acknowledgements of records it acquired here, all or none (`LeaderShares.acknowledge`)."""
+        self.shares.acknowledge(group_id, member_id, config, self._share_position(), batches)
+
+    def share_release(self, group_id: str, member_id: str) -> None:
+        """Releases the records `member_id` holds here: its share session closed."""
+        self.check_leader()
+        self.shares.release(group_id, member_id)
+
+    def _share_position(self) -> LogPosition:
+        log = self.check_leader()
+        return LogPosition(
+            log.log_start_offset,
+            log.high_watermark,
+            lambda offset, max_bytes: log.read(offset, max_bytes, isolation="high_watermark").records,
+        )
 
     # --- the long poll -------------------------------------------------------------------------------------------
 

@@ -113,7 +113,7 @@ class ConsumerGroupHeartbeatHandler(_ConsumerProtocolHandler):
             server_assignor=body.server_assignor,
             owned=None if body.topic_partitions is None else _assignment(body.topic_partitions),
             client_id=request.client_id or "",
-            client_host=_host(context),
+            client_host=coordinator_client_host(context),
             api_version=request.api_version,
         )
         try:
@@ -131,7 +131,7 @@ class ConsumerGroupHeartbeatHandler(_ConsumerProtocolHandler):
                 "heartbeat_interval": result.heartbeat_interval_ms,
                 "assignment": None
                 if result.assignment is None
-                else {"topic_partitions": _topic_partitions(result.assignment)},
+                else {"topic_partitions": assignment_by_topic_id(result.assignment)},
             },
         )
 
@@ -234,14 +234,15 @@ def _assignment(topic_partitions: Any) -> Assignment:
     return owned
 
 
-def _topic_partitions(assignment: Assignment) -> list[dict[str, Any]]:
+def assignment_by_topic_id(assignment: Assignment) -> list[dict[str, Any]]:
+    """A heartbeat answer's assignment: partitions by topic id (ShareGroupHeartbeat's too)."""
     return [
         {"topic_id": topic_id, "partitions": sorted(partitions)}
         for topic_id, partitions in sorted(assignment.items(), key=lambda item: str(item[0]))
     ]
 
 
-def _host(context: ConnectionContext) -> str:
+def coordinator_client_host(context: ConnectionContext) -> str:
     """The client's address as Kafka's coordinator writes it (`InetAddress.toString`, with a leading slash)."""
     return f"/{context.client_host}" if context.client_host else ""
 

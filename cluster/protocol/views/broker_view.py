@@ -27,6 +27,9 @@ from typing import Any, Protocol
 
 from actors.core.controller.elections import ElectionError, ElectionType
 from actors.core.controller.topic_metadata import AdvertisedListener, TopicMetadata
+from actors.core.shares.acknowledgements import AcknowledgementBatch
+from actors.core.shares.leader_shares import ShareFetched
+from actors.core.shares.share_group_config import ResolvedShareConfig
 from cluster.protocol.file_region import FileRegion
 from cluster.protocol.views.local_log_dirs import LocalLogDir
 from cluster.protocol.views.transport import Transport
@@ -199,6 +202,10 @@ class PartitionTransport(Protocol):
 
 class BrokerView:
     """The broker as the protocol handlers see it, as the listener of node `node` (see the module docstring)."""
+
+    # Whether its partition leaders hold share-partitions (`PartitionServer.share_fetch`): the in-process broker's
+    # do; the partition actors do not serve those calls yet, so a listener on Ray does not offer share groups.
+    serves_share_groups = False
 
     def __init__(self, controller: Transport, partitions: PartitionTransport, node: str) -> None:
         self._controller = controller
@@ -453,6 +460,40 @@ class BrokerView:
             topic, partition, offset, max_bytes, max_wait_ms, min_bytes, isolation, current_leader_epoch
         )
         return await self._partitions.fetch(request)
+
+    async def share_fetch(
+        self,
+        topic: str,
+        partition: int,
+        group_id: str,
+        member_id: str,
+        config: ResolvedShareConfig,
+        max_bytes: int,
+        max_records: int,
+    ) -> ShareFetched:
+        """Records of the partition acquired for a share group's member by the partition's leader, which holds the
+        group's share-partition (`PartitionServer.share_fetch`)."""
+        fetched: ShareFetched = await self._partitions.call(
+            topic, partition, "share_fetch", group_id, member_id, config, max_bytes, max_records
+        )
+        return fetched
+
+    async def share_acknowledge(
+        self,
+        topic: str,
+        partition: int,
+        group_id: str,
+        member_id: str,
+        config: ResolvedShareConfig,
+        batches: list[AcknowledgementBatch],
+    ) -> None:
+        """A share group member's acknowledgements of records it acquired, all or none, at the partition's leader
+        (`PartitionServer.share_acknowledge`)."""
+        await self._partitions.call(topic, partition, "share_acknowledge", group_id, member_id, config, batches)
+
+    async def share_release(self, topic: str, partition: int, group_id: str, member_id: str) -> None:
+        """Releases the records a share group member holds in the partition (its share session closed)."""
+        await self._partitions.call(topic, partition, "share_release", group_id, member_id)
 
     async def log_dirs(self) -> list[LocalLogDir]:
         """This node's log dirs with their replicas, as DescribeLogDirs reports them (the answering broker's own)."""

@@ -27,6 +27,8 @@ from typing import Self
 from actors.core.groups.consumer_group_api import ConsumerGroupDescription, HeartbeatRequest, HeartbeatResult
 from actors.core.groups.group_membership import GroupDescription, GroupError, JoinResult, PendingJoin, SyncResult
 from actors.core.in_process_broker import InProcessBroker
+from actors.core.shares.share_group import ShareGroupDescription, ShareHeartbeatAnswer, ShareHeartbeatRequest
+from actors.core.shares.share_group_config import ResolvedShareConfig
 from cluster.protocol.views.group_transport import RayGroupTransport
 from cluster.protocol.views.transport import InProcessTransport, Transport
 from storage.records.consumer_offsets import OffsetAndMetadata
@@ -165,6 +167,21 @@ class GroupView:
         """A consumer-protocol group as ConsumerGroupDescribe shows it; None if it is none."""
         described: ConsumerGroupDescription | None = await self._transport.call("describe_consumer_group", group)
         return described
+
+    async def share_group_heartbeat(self, request: ShareHeartbeatRequest) -> ShareHeartbeatAnswer:
+        """A ShareGroupHeartbeat (`ShareGroups.heartbeat`), answered at once; a refusal comes as a value."""
+        answer: ShareHeartbeatAnswer = await self._transport.call("share_group_heartbeat", request)
+        return answer
+
+    async def describe_share_group(self, group: str) -> ShareGroupDescription | None:
+        """A share group as ShareGroupDescribe shows it; None if it is none."""
+        described: ShareGroupDescription | None = await self._transport.call("describe_share_group", group)
+        return described
+
+    async def share_group_settings(self, group: str) -> ResolvedShareConfig:
+        """What a share group runs with, which its share-partitions' leaders apply (ShareFetch, ShareAcknowledge)."""
+        settings: ResolvedShareConfig = await self._transport.call("share_group_settings", group)
+        return settings
 
     async def check_offset_fetch(self, group: str, member_id: str | None, member_epoch: int) -> GroupError:
         """OffsetFetch v9+'s member check (`GroupCoordinator.check_offset_fetch`)."""

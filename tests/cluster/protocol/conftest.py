@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from actors.core.in_process_broker import InProcessBroker
+from actors.core.shares.share_group_config import ShareGroupConfig
 from actors.metrics.recorder import BrokerMetrics
 from benchmarks.kafka_broker import KAFKA_4_VERSION, KafkaQuorum, KafkaUnavailable
 from cluster.protocol.feature_cache import FeatureCache
@@ -30,6 +31,19 @@ CONSUMER_HEARTBEAT = {
     "group.consumer.min.heartbeat.interval.ms": "1000",
 }
 
+# Share groups (KIP-932) on both brokers: a 1 s heartbeat (Kafka's default and lowest is 5 s), a 5 s record lock
+# (30 s by default, 15 s at least unless the minimum is lowered too), and Kafka's `__share_group_state` on the two
+# brokers (its defaults want 3 replicas, 2 in sync, 50 partitions).
+SHARE_GROUP_SETTINGS = {
+    "group.share.heartbeat.interval.ms": "1000",
+    "group.share.min.heartbeat.interval.ms": "1000",
+    "group.share.record.lock.duration.ms": "5000",
+    "group.share.min.record.lock.duration.ms": "1000",
+    "share.coordinator.state.topic.replication.factor": "2",
+    "share.coordinator.state.topic.min.isr": "1",
+    "share.coordinator.state.topic.num.partitions": "1",
+}
+
 
 @pytest.fixture(scope="package")
 def kafka4() -> Iterator[str]:
@@ -40,6 +54,7 @@ def kafka4() -> Iterator[str]:
         "offsets.topic.replication.factor": "2",
         "transaction.state.log.replication.factor": "2",
         **CONSUMER_HEARTBEAT,
+        **SHARE_GROUP_SETTINGS,
     }
     quorum = KafkaQuorum(2, settings, KAFKA_4_VERSION)
     try:
@@ -50,6 +65,36 @@ def kafka4() -> Iterator[str]:
         yield quorum.bootstrap_servers
     finally:
         quorum.stop()
+
+
+@pytest.fixture
+def share_listener(tmp_path: Path) -> Iterator[str]:
+    """A raybroker listener over an in-process broker on the wall clock with `kafka4`'s share group settings (the
+    `group.share.*` keys of `SHARE_GROUP_SETTINGS`); its bootstrap servers."""
+    share_config = ShareGroupConfig(
+        **{
+            key.replace(".", "_"): int(value)
+            for key, value in SHARE_GROUP_SETTINGS.items()
+            if key.startswith("group.share.")
+        }
+    )
+    broker = InProcessBroker(
+        tmp_path / "share-broker",
+        properties={"offsets.topic.num.partitions": "1"},
+        clock=SYSTEM_CLOCK,
+        share_config=share_config,
+    )
+    try:
+        with start_listener(
+            {"listeners": "PLAINTEXT://127.0.0.1:0"},
+            InProcessBrokerView(broker),
+            SecurityView.in_process(broker.controller),
+            groups=GroupView.in_process(broker),
+            transactions=TransactionView.in_process(broker),
+        ) as listener:
+            yield listener.bootstrap_servers
+    finally:
+        broker.close()
 
 
 @pytest.fixture

@@ -1,0 +1,80 @@
+"""A share consumer's acknowledgements as ShareFetch (78) and ShareAcknowledge (79) carry them, and the checks Kafka
+makes of them before any share-partition sees them (Kafka's `KafkaApis.validateAcknowledgementBatches`).
+
+An acknowledgement batch names an offset range and either one acknowledge type for the whole range or one per
+offset. The types and the record state each leads to (Kafka's `SharePartition.ACK_TYPE_TO_RECORD_STATE`):
+
+| type    | id | record state                                                           |
+|---------|----|------------------------------------------------------------------------|
+| GAP     | 0  | Archived: the offset holds no record (compacted away, a control record) |
+| ACCEPT  | 1  | Acknowledged: processed, never delivered again                         |
+| RELEASE | 2  | Available: delivered again (Archived once the delivery count limit is reached) |
+| REJECT  | 3  | Archived: unprocessable, never delivered again                         |
+
+GAP exists on the wire only: the client sends it for offsets inside an acquired range that held no record. Kafka
+4.2's RENEW (4, KIP-1222: extend the acquisition lock) is not served here: it is refused as an unknown type.
+
+A partition's batches are refused whole with INVALID_REQUEST (`InvalidRequestError`) when a batch's last offset is
+below its first, a batch starts at or below the end of the one before it (overlapping or out of order), it names no
+type, it names several types but not exactly one per offset, or a type is not one of the four.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from storage.errors import InvalidRequestError
+
+
+class AcknowledgeType(enum.IntEnum):
+    """Kafka's acknowledge types, valued as on the wire."""
+
+    GAP = 0
+    ACCEPT = 1
+    RELEASE = 2
+    REJECT = 3
+
+
+@dataclass(frozen=True, slots=True)
+class AcknowledgementBatch:
+    """One acknowledged offset range (inclusive) and its types: one for every offset, or one per offset in order
+    (Kafka's `ShareAcknowledgementBatch`). Types are the wire's bytes, checked by `validate_batches`."""
+
+    first_offset: int
+    last_offset: int
+    acknowledge_types: tuple[int, ...]
+
+    def type_at(self, offset: int) -> AcknowledgeType:
+        """The type acknowledged for `offset`, one of the batch's."""
+        if len(self.acknowledge_types) == 1:
+            return AcknowledgeType(self.acknowledge_types[0])
+        return AcknowledgeType(self.acknowledge_types[offset - self.first_offset])
+
+
+def validate_batches(batches: Sequence[AcknowledgementBatch]) -> None:
+    """Raises `InvalidRequestError` (Kafka's INVALID_REQUEST, with its reason) unless `batches` are well formed for
+    one share-partition (see the module docstring)."""
+    next_offset = -1
+    for batch in batches:
+        if batch.last_offset < batch.first_offset:
+            raise InvalidRequestError(
+                f"acknowledgement batch {batch.first_offset}-{batch.last_offset} ends before it starts"
+            )
+        if batch.first_offset < next_offset:
+            raise InvalidRequestError(
+                f"acknowledgement batch {batch.first_offset}-{batch.last_offset} overlaps or precedes the one before it"
+            )
+        next_offset = batch.last_offset + 1
+        types = batch.acknowledge_types
+        if not types:
+            raise InvalidRequestError(f"acknowledgement batch {batch.first_offset}-{batch.last_offset} names no type")
+        if len(types) > 1 and len(types) != batch.last_offset - batch.first_offset + 1:
+            raise InvalidRequestError(
+                f"acknowledgement batch {batch.first_offset}-{batch.last_offset} has {len(types)} types: "
+                "one for the batch or one per offset"
+            )
+        unknown = sorted({t for t in types if t not in AcknowledgeType._value2member_map_})
+        if unknown:
+            raise InvalidRequestError(f"invalid acknowledge type {unknown[0]}")

@@ -1,0 +1,116 @@
+"""The share-partitions a partition's leader holds, one per share group consuming the partition (Kafka's
+`SharePartitionManager` cache, for one partition), so that a ShareFetch acquires beside the log it reads.
+
+A share-partition (`share_partition.SharePartition`) is made at its group's first use of the partition: its SPSO
+comes from the group's `share.auto.offset.reset` (the high watermark for `latest`, the log start offset for
+`earliest`), as Kafka initializes one whose state the share coordinator has not written yet. Before each use it
+follows a log start offset that passed its SPSO (retention, DeleteRecords).
+
+A fetch reads whole batches from the share-partition's next fetch offset (the first Available record, else SPEO)
+up to the high watermark and at most `max_bytes` (at least one batch), hands their offset ranges to `acquire`, and
+answers the bytes read with the ranges acquired for the member; the client keeps the records of those ranges only,
+as Kafka's sends whole batches too. A read that acquired nothing answers no bytes.
+
+Not durable yet: the share-partitions live in the leader's memory, so a leader restart or change starts each group
+afresh from `share.auto.offset.reset` (Kafka writes them to `__share_group_state` through its share coordinator).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from actors.core.shares.acknowledgements import AcknowledgementBatch
+from actors.core.shares.share_group_config import ResolvedShareConfig
+from actors.core.shares.share_partition import AcquiredRecords, InFlightRecords, SharePartition
+from storage.clock import Clock
+from storage.records.record_batch import iter_batches
+
+
+@dataclass(frozen=True, slots=True)
+class ShareFetched:
+    """A share fetch's answer for one partition: the batches read (whole) and the ranges acquired in them."""
+
+    records: bytes
+    acquired: tuple[AcquiredRecords, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class LogPosition:
+    """The leader's log as a share fetch sees it: its start offset, its high watermark, and a read of whole
+    batches from an offset below the high watermark, at most `max_bytes` but at least one batch."""
+
+    log_start_offset: int
+    high_watermark: int
+    read: Callable[[int, int], bytes]
+
+
+class LeaderShares:
+    """The share-partitions of one partition leader, by group (see the module docstring); thread-safe."""
+
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._partitions: dict[str, SharePartition] = {}
+
+    def acquire(
+        self,
+        group_id: str,
+        member_id: str,
+        config: ResolvedShareConfig,
+        log: LogPosition,
+        max_bytes: int,
+        max_records: int,
+    ) -> ShareFetched:
+        """Reads the log from the group's next fetch offset and acquires for `member_id` what it may take."""
+        with self._lock:
+            share = self._share_partition(group_id, config, log)
+            offset = share.next_fetch_offset()
+            if offset >= log.high_watermark or not share.can_acquire_records():
+                return ShareFetched(b"", ())
+            records = log.read(offset, max_bytes)
+            batches = [(batch.base_offset, batch.last_offset) for batch in iter_batches(records)]
+            acquired = share.acquire(member_id, batches, max_records)
+        if not acquired:
+            return ShareFetched(b"", ())
+        return ShareFetched(records, tuple(acquired))
+
+    def acknowledge(
+        self,
+        group_id: str,
+        member_id: str,
+        config: ResolvedShareConfig,
+        log: LogPosition,
+        batches: Sequence[AcknowledgementBatch],
+    ) -> None:
+        """Applies `member_id`'s acknowledgements, all or none (`SharePartition.acknowledge`'s errors)."""
+        with self._lock:
+            self._share_partition(group_id, config, log).acknowledge(member_id, batches)
+
+    def release(self, group_id: str, member_id: str) -> None:
+        """Releases every record `member_id` holds in the group's share-partition, if it has one."""
+        with self._lock:
+            share = self._partitions.get(group_id)
+            if share is not None:
+                share.release_acquired_records(member_id)
+
+    def in_flight(self, group_id: str) -> tuple[int, tuple[InFlightRecords, ...]] | None:
+        """The group's SPSO and in-flight records; None before its first use of the partition."""
+        with self._lock:
+            share = self._partitions.get(group_id)
+            if share is None:
+                return None
+            share.maybe_expire_locks()
+            return share.start_offset, share.in_flight()
+
+    def _share_partition(self, group_id: str, config: ResolvedShareConfig, log: LogPosition) -> SharePartition:
+        share = self._partitions.get(group_id)
+        if share is None:
+            share = SharePartition(
+                self._clock, config, log_start_offset=log.log_start_offset, log_end_offset=log.high_watermark
+            )
+            self._partitions[group_id] = share
+        share.config = config
+        share.update_log_start_offset(log.log_start_offset)
+        return share

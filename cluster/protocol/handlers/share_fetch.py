@@ -1,0 +1,318 @@
+"""Share groups' record APIs (KIP-932) as Kafka 4.2 serves them: ShareFetch (78) v1-2 and ShareAcknowledge (79)
+v1-2, which Kafka 4.2's `KafkaShareConsumer` sends to each partition's leader.
+
+Each request first passes its share session (`actors.core.shares.share_sessions`: epoch 0 opens, -1 closes, any other
+must be the session's); a session error (SHARE_SESSION_NOT_FOUND, INVALID_SHARE_SESSION_EPOCH, INVALID_REQUEST) is the
+answer's top-level error and nothing changes. Then:
+
+- the acknowledgements it carries are applied per partition at the partition's leader
+  (`BrokerView.share_acknowledge`, all or none per partition): a partition's outcome is its `acknowledge_error_code`
+  in a ShareFetch, its `error_code` in a ShareAcknowledge (INVALID_RECORD_STATE for records the member does not
+  hold, INVALID_REQUEST for malformed batches or unknown acknowledge types, Kafka's checks);
+- a final request (epoch -1) then releases every record the member holds in its session's partitions and forgets the
+  session;
+- any other ShareFetch acquires records for the member from each partition of its session (`BrokerView.share_fetch`),
+  `max_records` for the whole request (a soft limit: whole batches) and `max_bytes` a partition. When nothing is
+  acquired it looks again every `POLL_INTERVAL_S` until `max_wait` passed, as Kafka's delayed share fetch waits.
+
+The answer names each partition with records, an error or an acknowledgement outcome; the opening request's names
+every partition of the session. `acquisition_lock_timeout` is the group's record lock duration.
+
+A member id that is empty or longer than 36 characters is INVALID_REQUEST ("Invalid member id in the request."),
+checked after the group's authorization, as Kafka's `KafkaApis` does.
+
+Authorization, as Kafka's: READ on the group (else GROUP_AUTHORIZATION_FAILED, top level) and READ on each topic
+(else TOPIC_AUTHORIZATION_FAILED for its partitions); an unknown topic id answers UNKNOWN_TOPIC_ID.
+
+Not served yet: ShareFetch v2's record-limit acquire mode (`share_acquire_mode` 1 is served as batch mode) and the
+RENEW acknowledgement (INVALID_REQUEST); `current_leader` and `node_endpoints` are left empty (a single node leads
+every partition it answers for).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from actors.core.security.acl_bindings import AclOperation, ResourceType
+from actors.core.shares.acknowledgements import AcknowledgementBatch
+from actors.core.shares.share_group_config import ResolvedShareConfig
+from actors.core.shares.share_partition import AcquiredRecords
+from actors.core.shares.share_sessions import SessionContext, SharePartitionKey, ShareSessions
+from cluster.protocol.error_codes import coordinator_error_code, error_code
+from cluster.protocol.framing import Request, response_schema
+from cluster.protocol.handlers.authorization import GuardedHandler, allows, authorized_names
+from cluster.protocol.messages import build, milliseconds
+from cluster.protocol.security.access import AccessControl
+from cluster.protocol.views.broker_view import BrokerView
+from cluster.protocol.views.group_view import GroupView
+from storage.errors import RaybrokerError
+
+SHARE_FETCH_KEY = 78
+SHARE_ACKNOWLEDGE_KEY = 79
+# How often a ShareFetch that acquired nothing looks again while its `max_wait` lasts.
+POLL_INTERVAL_S = 0.05
+_NO_LEADER = {"leader_id": -1, "leader_epoch": -1}
+# Kafka's `KafkaApis.isMemberIdValid`: a client-made member id (a UUID's 22 base64 characters) of at most 36.
+MAX_MEMBER_ID_LENGTH = 36
+INVALID_MEMBER_ID = "Invalid member id in the request."
+
+
+def member_id_valid(member_id: str) -> bool:
+    """Whether a share request's member id is one Kafka accepts: not empty, at most 36 characters."""
+    return 0 < len(member_id) <= MAX_MEMBER_ID_LENGTH
+
+
+@dataclass(slots=True)
+class _Outcome:
+    """One partition's part of an answer."""
+
+    error: ErrorCode = ErrorCode.none
+    acknowledge_error: ErrorCode | None = None
+    acknowledge_message: str | None = None
+    records: bytes = b""
+    acquired: list[AcquiredRecords] = field(default_factory=list)
+
+
+class _ShareHandler(GuardedHandler[BrokerView]):
+    """What ShareFetch and ShareAcknowledge share: the sessions, the group's settings, the acknowledgements."""
+
+    def __init__(
+        self, view: BrokerView, groups: GroupView, sessions: ShareSessions, access: AccessControl | None = None
+    ) -> None:
+        super().__init__(view, access)
+        self._groups = groups
+        self._sessions = sessions
+
+    async def _readable(self, request: Request, topic_ids: set[uuid.UUID]) -> dict[uuid.UUID, str | ErrorCode]:
+        """Each topic id's name, or the error its partitions answer (unknown id, READ not allowed)."""
+        names = await self._view.topic_names_naming(topic_ids)
+        known = {topic_id: names[topic_id] for topic_id in topic_ids if topic_id in names}
+        allowed = authorized_names(self._access, request.context, AclOperation.READ, ResourceType.TOPIC, known.values())
+        return {
+            topic_id: ErrorCode.unknown_topic_id
+            if topic_id not in known
+            else known[topic_id]
+            if known[topic_id] in allowed
+            else ErrorCode.topic_authorization_failed
+            for topic_id in topic_ids
+        }
+
+    async def _acknowledge(
+        self,
+        group_id: str,
+        member_id: str,
+        settings: ResolvedShareConfig,
+        topic: str,
+        partition: int,
+        batches: list[AcknowledgementBatch],
+    ) -> tuple[ErrorCode, str | None]:
+        try:
+            await self._view.share_acknowledge(topic, partition, group_id, member_id, settings, batches)
+        except RaybrokerError as exc:
+            return error_code(exc), str(exc)
+        return ErrorCode.none, None
+
+    async def _close(self, group_id: str, member_id: str, names: Mapping[uuid.UUID, str | ErrorCode]) -> None:
+        """Forgets the member's session and releases what it holds in its partitions."""
+        for topic_id, partition in self._sessions.close(group_id, member_id):
+            topic = names.get(topic_id)
+            if isinstance(topic, str):
+                try:
+                    await self._view.share_release(topic, partition, group_id, member_id)
+                except RaybrokerError:
+                    continue
+
+
+class ShareFetchHandler(_ShareHandler):
+    """Answers ShareFetch (see the module docstring)."""
+
+    async def __call__(self, request: Request) -> Any:
+        body = request.body
+        response_type = response_schema(SHARE_FETCH_KEY, request.api_version)
+        group_id, member_id = body.group_id or "", body.member_id or ""
+
+        def answer(code: ErrorCode, message: str | None = None, lock_ms: int = 0, responses: Any = ()) -> Any:
+            return _answer(response_type, code, message, lock_ms, responses)
+
+        if not allows(self._access, request.context, AclOperation.READ, ResourceType.GROUP, group_id):
+            return answer(ErrorCode.group_authorization_failed)
+        if not member_id_valid(member_id):
+            return answer(ErrorCode.invalid_request, INVALID_MEMBER_ID)
+        named = [(t.topic_id, p.partition_index) for t in body.topics for p in t.partitions]
+        acks = {
+            (t.topic_id, p.partition_index): _batches(p.acknowledgement_batches)
+            for t in body.topics
+            for p in t.partitions
+            if p.acknowledgement_batches
+        }
+        forgotten = [(t.topic_id, p) for t in body.forgotten_topics_data for p in t.partitions]
+        try:
+            context = self._sessions.fetch_context(
+                group_id, member_id, body.share_session_epoch, named, forgotten, acknowledges=bool(acks)
+            )
+        except RaybrokerError as exc:
+            return answer(error_code(exc), str(exc))
+        try:
+            settings = await self._groups.share_group_settings(group_id)
+        except RaybrokerError as exc:
+            return answer(coordinator_error_code(exc))
+        names = await self._readable(request, {t for t, _ in [*context.partitions, *acks]})
+        outcomes: dict[SharePartitionKey, _Outcome] = {}
+        for key, batches in acks.items():
+            topic = names[key[0]]
+            outcome = outcomes.setdefault(key, _Outcome())
+            if isinstance(topic, ErrorCode):
+                outcome.acknowledge_error = topic
+                continue
+            outcome.acknowledge_error, outcome.acknowledge_message = await self._acknowledge(
+                group_id, member_id, settings, topic, key[1], batches
+            )
+        if context.final:
+            await self._close(group_id, member_id, names)
+        else:
+            await self._acquire(group_id, member_id, settings, context, names, outcomes, body)
+        return answer(ErrorCode.none, None, settings.record_lock_duration_ms, _responses(context, outcomes))
+
+    async def _acquire(
+        self,
+        group_id: str,
+        member_id: str,
+        settings: ResolvedShareConfig,
+        context: SessionContext,
+        names: Mapping[uuid.UUID, str | ErrorCode],
+        outcomes: dict[SharePartitionKey, _Outcome],
+        body: Any,
+    ) -> None:
+        """Acquires records from the session's partitions into `outcomes`, waiting up to `max_wait` for some."""
+        deadline = time.monotonic() + milliseconds(body.max_wait) / 1000
+        remaining = max(body.max_records, 1)
+        while True:
+            for key in context.partitions:
+                topic = names.get(key[0], ErrorCode.unknown_topic_id)
+                outcome = outcomes.setdefault(key, _Outcome())
+                if isinstance(topic, ErrorCode):
+                    outcome.error = topic
+                    continue
+                if remaining <= 0:
+                    break
+                try:
+                    fetched = await self._view.share_fetch(
+                        topic, key[1], group_id, member_id, settings, body.max_bytes, remaining
+                    )
+                except RaybrokerError as exc:
+                    outcome.error = error_code(exc)
+                    continue
+                if fetched.acquired:
+                    outcome.records = fetched.records
+                    outcome.acquired = list(fetched.acquired)
+                    remaining -= sum(r.last_offset - r.first_offset + 1 for r in fetched.acquired)
+            done = any(outcome.acquired or outcome.error != ErrorCode.none for outcome in outcomes.values())
+            if done or time.monotonic() + POLL_INTERVAL_S > deadline:
+                return
+            await asyncio.sleep(POLL_INTERVAL_S)
+
+
+class ShareAcknowledgeHandler(_ShareHandler):
+    """Answers ShareAcknowledge (see the module docstring)."""
+
+    async def __call__(self, request: Request) -> Any:
+        body = request.body
+        response_type = response_schema(SHARE_ACKNOWLEDGE_KEY, request.api_version)
+        group_id, member_id = body.group_id or "", body.member_id or ""
+
+        def answer(code: ErrorCode, message: str | None = None, lock_ms: int = 0, responses: Any = ()) -> Any:
+            return _answer(response_type, code, message, lock_ms, responses)
+
+        if not allows(self._access, request.context, AclOperation.READ, ResourceType.GROUP, group_id):
+            return answer(ErrorCode.group_authorization_failed)
+        if not member_id_valid(member_id):
+            return answer(ErrorCode.invalid_request, INVALID_MEMBER_ID)
+        try:
+            context = self._sessions.acknowledge_context(group_id, member_id, body.share_session_epoch)
+        except RaybrokerError as exc:
+            return answer(error_code(exc), str(exc))
+        try:
+            settings = await self._groups.share_group_settings(group_id)
+        except RaybrokerError as exc:
+            return answer(coordinator_error_code(exc))
+        acks = {
+            (t.topic_id, p.partition_index): _batches(p.acknowledgement_batches)
+            for t in body.topics
+            for p in t.partitions
+        }
+        names = await self._readable(request, {t for t, _ in [*context.partitions, *acks]})
+        topics: dict[uuid.UUID, list[dict[str, Any]]] = {}
+        for (topic_id, partition), batches in acks.items():
+            topic = names[topic_id]
+            code, message = (
+                (topic, None)
+                if isinstance(topic, ErrorCode)
+                else await self._acknowledge(group_id, member_id, settings, topic, partition, batches)
+            )
+            topics.setdefault(topic_id, []).append(
+                {
+                    "partition_index": partition,
+                    "error_code": code,
+                    "error_message": message,
+                    "current_leader": _NO_LEADER,
+                }
+            )
+        if context.final:
+            await self._close(group_id, member_id, names)
+        responses = [{"topic_id": topic_id, "partitions": partitions} for topic_id, partitions in topics.items()]
+        return answer(ErrorCode.none, None, settings.record_lock_duration_ms, responses)
+
+
+def _answer(response_type: Any, code: ErrorCode, message: str | None, lock_ms: int, responses: Any) -> Any:
+    """A ShareFetch or ShareAcknowledge answer (their top levels have the same fields)."""
+    return build(
+        response_type,
+        {
+            "throttle_time": 0,
+            "error_code": code,
+            "error_message": message,
+            "acquisition_lock_timeout": lock_ms,
+            "responses": list(responses),
+            "node_endpoints": [],
+        },
+    )
+
+
+def _batches(batches: Any) -> list[AcknowledgementBatch]:
+    return [
+        AcknowledgementBatch(batch.first_offset, batch.last_offset, tuple(batch.acknowledge_types)) for batch in batches
+    ]
+
+
+def _responses(context: SessionContext, outcomes: Mapping[SharePartitionKey, _Outcome]) -> list[dict[str, Any]]:
+    """The answer's partitions, by topic: every partition of an opening request, else those with something to say."""
+    topics: dict[uuid.UUID, list[dict[str, Any]]] = {}
+    keys = list(dict.fromkeys([*context.partitions, *outcomes])) if context.full else list(outcomes)
+    for key in keys:
+        outcome = outcomes.get(key, _Outcome())
+        said = outcome.acquired or outcome.error != ErrorCode.none or outcome.acknowledge_error is not None
+        if not said and not context.full:
+            continue
+        topics.setdefault(key[0], []).append(
+            {
+                "partition_index": key[1],
+                "error_code": outcome.error,
+                "error_message": None,
+                "acknowledge_error_code": (outcome.acknowledge_error or ErrorCode.none).value,
+                "acknowledge_error_message": outcome.acknowledge_message,
+                "current_leader": _NO_LEADER,
+                "records": outcome.records,
+                "acquired_records": [
+                    {"first_offset": r.first_offset, "last_offset": r.last_offset, "delivery_count": r.delivery_count}
+                    for r in outcome.acquired
+                ],
+            }
+        )
+    return [{"topic_id": topic_id, "partitions": partitions} for topic_id, partitions in topics.items()]

@@ -1,0 +1,181 @@
+"""Share groups' membership APIs (KIP-932) as Kafka 4.2 serves them: ShareGroupHeartbeat (76) v1 and
+ShareGroupDescribe (77) v1 (v0 was Kafka 4.0's early access, which 4.1 dropped).
+
+ShareGroupHeartbeat is one call of the group coordinator (`GroupView.share_group_heartbeat`), whose share groups
+(`actors.core.shares.share_group.ShareGroups`) give Kafka's answers and refusals (INVALID_REQUEST,
+GROUP_ID_NOT_FOUND, UNKNOWN_MEMBER_ID, FENCED_MEMBER_EPOCH, GROUP_MAX_SIZE_REACHED, each with Kafka's message);
+the handler translates fields only: partitions travel by topic id, a null subscription means "unchanged", the
+client host is the connection's address as Kafka writes it (`/127.0.0.1`).
+
+ShareGroupDescribe answers each group: its state, epochs, assignor (`simple`) and members with their assignments by
+topic id and name; a group that is not a share group, GROUP_ID_NOT_FOUND ("Group g not found.").
+
+Authorization, as Kafka's: a heartbeat needs READ on the group (else GROUP_AUTHORIZATION_FAILED) and DESCRIBE on each
+topic it subscribes to (else TOPIC_AUTHORIZATION_FAILED); describing needs DESCRIBE on each group.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from actors.core.groups.assignors import Assignment
+from actors.core.security.acl_bindings import AclOperation, ResourceType
+from actors.core.shares.share_group import ShareGroupDescription, ShareHeartbeatRequest
+from cluster.protocol.error_codes import coordinator_error_code, group_error_code
+from cluster.protocol.framing import Request, response_schema
+from cluster.protocol.handlers.authorization import (
+    AUTHORIZED_OPERATIONS_OMITTED,
+    GuardedHandler,
+    allows,
+    authorized_names,
+    authorized_operations,
+)
+from cluster.protocol.handlers.consumer_group_apis import assignment_by_topic_id, coordinator_client_host
+from cluster.protocol.messages import build
+from cluster.protocol.security.access import AccessControl
+from cluster.protocol.views.broker_view import BrokerView
+from cluster.protocol.views.group_view import GroupView
+from storage.errors import RaybrokerError
+
+SHARE_GROUP_HEARTBEAT_KEY = 76
+SHARE_GROUP_DESCRIBE_KEY = 77
+
+
+class ShareGroupHeartbeatHandler(GuardedHandler[GroupView]):
+    """Answers ShareGroupHeartbeat (see the module docstring)."""
+
+    async def __call__(self, request: Request) -> Any:
+        body = request.body
+        context = request.context
+        values: dict[str, Any] = {
+            "throttle_time": 0,
+            "error_code": ErrorCode.none,
+            "error_message": None,
+            "member_id": body.member_id or None,
+            "member_epoch": body.member_epoch,
+            "heartbeat_interval": 0,
+            "assignment": None,
+        }
+        response_type = response_schema(SHARE_GROUP_HEARTBEAT_KEY, request.api_version)
+        if not allows(self._access, context, AclOperation.READ, ResourceType.GROUP, body.group_id):
+            return build(response_type, {**values, "error_code": ErrorCode.group_authorization_failed})
+        named = body.subscribed_topic_names or ()
+        if len(authorized_names(self._access, context, AclOperation.DESCRIBE, ResourceType.TOPIC, named)) < len(
+            set(named)
+        ):
+            return build(response_type, {**values, "error_code": ErrorCode.topic_authorization_failed})
+        heartbeat = ShareHeartbeatRequest(
+            group_id=body.group_id,
+            member_id=body.member_id,
+            member_epoch=body.member_epoch,
+            subscribed_topic_names=None if body.subscribed_topic_names is None else tuple(body.subscribed_topic_names),
+            rack_id=body.rack_id,
+            client_id=request.client_id or "",
+            client_host=coordinator_client_host(context),
+        )
+        try:
+            answer = await self._view.share_group_heartbeat(heartbeat)
+        except RaybrokerError as exc:
+            return build(response_type, {**values, "error_code": coordinator_error_code(exc)})
+        result = answer.result
+        if result is None:
+            return build(
+                response_type,
+                {**values, "error_code": group_error_code(answer.error), "error_message": answer.message},
+            )
+        return build(
+            response_type,
+            {
+                **values,
+                "member_id": result.member_id,
+                "member_epoch": result.member_epoch,
+                "heartbeat_interval": result.heartbeat_interval_ms,
+                "assignment": None
+                if result.assignment is None
+                else {"topic_partitions": assignment_by_topic_id(result.assignment)},
+            },
+        )
+
+
+class ShareGroupDescribeHandler(GuardedHandler[GroupView]):
+    """Answers ShareGroupDescribe (see the module docstring); `broker` names the assigned topics."""
+
+    def __init__(self, view: GroupView, broker: BrokerView, access: AccessControl | None = None) -> None:
+        super().__init__(view, access)
+        self._broker = broker
+
+    async def __call__(self, request: Request) -> Any:
+        body = request.body
+        described = [await self._describe(group_id, request) for group_id in body.group_ids]
+        if body.include_authorized_operations:
+            for group in described:
+                if group["error_code"] == ErrorCode.none:
+                    group["authorized_operations"] = authorized_operations(
+                        self._access, request.context, ResourceType.GROUP, group["group_id"]
+                    )
+        return build(
+            response_schema(SHARE_GROUP_DESCRIBE_KEY, request.api_version), {"throttle_time": 0, "groups": described}
+        )
+
+    async def _describe(self, group_id: str, request: Request) -> dict[str, Any]:
+        if not allows(self._access, request.context, AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
+            return _failed(group_id, ErrorCode.group_authorization_failed, None)
+        if not group_id:
+            return _failed(group_id, ErrorCode.invalid_group_id, None)
+        try:
+            group = await self._view.describe_share_group(group_id)
+            names = await self._broker.topic_names() if group is not None else {}
+        except RaybrokerError as exc:
+            return _failed(group_id, coordinator_error_code(exc), None)
+        if group is None:
+            return _failed(group_id, ErrorCode.group_id_not_found, f"Group {group_id} not found.")
+        return _described(group, dict(names))
+
+
+def _described(group: ShareGroupDescription, names: dict[Any, str]) -> dict[str, Any]:
+    def named(assignment: Assignment) -> dict[str, Any]:
+        return {
+            "topic_partitions": [
+                {"topic_id": topic_id, "topic_name": names.get(topic_id, ""), "partitions": sorted(partitions)}
+                for topic_id, partitions in sorted(assignment.items(), key=lambda item: names.get(item[0], ""))
+            ]
+        }
+
+    return {
+        "error_code": ErrorCode.none,
+        "error_message": None,
+        "group_id": group.group_id,
+        "group_state": group.state.value,
+        "group_epoch": group.group_epoch,
+        "assignment_epoch": group.assignment_epoch,
+        "assignor_name": group.assignor_name,
+        "members": [
+            {
+                "member_id": member.member_id,
+                "rack_id": member.rack_id,
+                "member_epoch": member.member_epoch,
+                "client_id": member.client_id,
+                "client_host": member.client_host,
+                "subscribed_topic_names": list(member.subscribed_topic_names),
+                "assignment": named(member.assignment),
+            }
+            for member in group.members
+        ],
+        "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+    }
+
+
+def _failed(group_id: str, code: ErrorCode, message: str | None) -> dict[str, Any]:
+    return {
+        "error_code": code,
+        "error_message": message,
+        "group_id": group_id,
+        "group_state": "",
+        "group_epoch": 0,
+        "assignment_epoch": 0,
+        "assignor_name": "",
+        "members": [],
+        "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
+    }

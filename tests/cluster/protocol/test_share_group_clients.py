@@ -1,0 +1,181 @@
+"""Share groups (KIP-932) with Kafka's own client: two Java `KafkaShareConsumer` 4.2 members
+(`java/ShareGroupMember.java`, explicit acknowledgement) on a one-partition topic, against a raybroker listener over
+the in-process broker and against Apache Kafka 4.2, the same sequence on both, compared record by record.
+
+The members share the one partition (the `simple` assignor gives it to both). A share-partition starts at the high
+watermark (`share.auto.offset.reset=latest`, Kafka's default) when its group first fetches, so the test first
+produces warm-up records until a member got one; then a known set: plain records, which must each be ACCEPTed
+exactly once across the members with delivery count 1; a record the members RELEASE on its first delivery, which
+must come back once with delivery count 2 (and then be accepted); a record they REJECT, which must never come
+back; and a record they RELEASE every time, which is delivered `group.share.delivery.count.limit` (5) times and then
+archived. Each broker's deliveries (value, delivery count, acknowledge type) must be those, and the same on both.
+Meanwhile the group is asked over the wire, on both brokers alike: ListGroups (v5, types filter `share`) lists it
+Stable with protocol type and group type `share`, ShareGroupDescribe (v1) shows its two members sharing partition 0
+under the `simple` assignor, and DescribeGroups (v6) answers GROUP_ID_NOT_FOUND (it is no classic group)."""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+from kio.schema.errors import ErrorCode
+
+from tests.cluster.applications.java_programs import JavaProcess, java_classpath
+from tests.cluster.protocol.helpers import GROUP_KEY, coordinator_client
+
+pytestmark = pytest.mark.kafka
+
+KAFKA_CLIENTS = ("org.apache.kafka", "kafka-clients", "4.2.2")
+SOURCE = Path(__file__).parent / "java" / "ShareGroupMember.java"
+DEADLINE_S = 90.0
+PLAIN_RECORDS = 30
+# What each known record's deliveries must be: (delivery count, acknowledge type), in order.
+EXPECTED = {
+    **{f"plain-{index}": [(1, "ACCEPT")] for index in range(PLAIN_RECORDS)},
+    "release-0": [(1, "RELEASE"), (2, "ACCEPT")],
+    "reject-0": [(1, "REJECT")],
+    "bounce-0": [(count, "RELEASE") for count in range(1, 6)],
+}
+
+Deliveries = dict[str, list[tuple[int, str]]]
+LIST_GROUPS, DESCRIBE_GROUPS, SHARE_GROUP_DESCRIBE = 16, 15, 77
+
+
+@pytest.fixture(scope="module")
+def classpath(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return java_classpath([KAFKA_CLIENTS], {SOURCE.name: SOURCE.read_text()}, tmp_path_factory.mktemp("java"))
+
+
+class ShareMember:
+    """One Java share consumer (see the module docstring) printing its deliveries."""
+
+    def __init__(self, classpath: str, bootstrap: str, topic: str, group: str, folder: Path, name: str) -> None:
+        self.stop_file = folder / f"{name}.stop"
+        arguments = [bootstrap, topic, group, str(self.stop_file)]
+        self.process = JavaProcess(classpath, "ShareGroupMember", arguments, folder / f"{name}.log")
+
+    def deliveries(self) -> list[tuple[str, int, str]]:
+        """(value, delivery count, acknowledge type) of each record it got, in order."""
+        found = []
+        for line in self.process.output().splitlines():
+            parts = line.split(" ")
+            if parts[0] == "RECORD" and len(parts) == 5:
+                found.append((parts[4], int(parts[2]), parts[3]))
+        return found
+
+    def close(self) -> None:
+        self.stop_file.touch()
+        deadline = time.monotonic() + 30
+        while "CLOSED" not in self.process.output() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        self.process.stop()
+
+    def tail(self) -> str:
+        return f"--- {self.process.log_path.name}\n{self.process.output()[-3000:]}"
+
+
+def produce(bootstrap: str, topic: str, values: list[str]) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": "5"})
+    for value in values:
+        producer.produce(topic, value=value.encode())
+    assert producer.flush(30) == 0
+
+
+def share_steps(classpath: str, bootstrap: str, folder: Path) -> tuple[Deliveries, dict[str, object]]:
+    """The module docstring's sequence on one broker; each known record's deliveries across both members, and what
+    the group APIs told of the group meanwhile."""
+    topic, group = f"kip932-{uuid.uuid4().hex[:8]}", f"shares-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])[topic].result(timeout=60)
+    members = [ShareMember(classpath, bootstrap, topic, group, folder, name) for name in ("a", "b")]
+
+    def deliveries() -> Deliveries:
+        found: Deliveries = {}
+        for member in members:
+            for value, count, kind in member.deliveries():
+                found.setdefault(value, []).append((count, kind))
+        return {value: sorted(seen) for value, seen in found.items()}
+
+    def wait_for(what: str, done: object) -> None:
+        deadline = time.monotonic() + DEADLINE_S
+        while not done() and time.monotonic() < deadline:  # type: ignore[operator]
+            time.sleep(0.3)
+        assert done(), f"{what} not within {DEADLINE_S} s:\n" + "\n".join(m.tail() for m in members)  # type: ignore[operator]
+
+    try:
+        warmups = iter(range(10_000))
+
+        def warmed() -> bool:
+            if any(value.startswith("warmup") for value in deliveries()):
+                return True
+            produce(bootstrap, topic, [f"warmup-{next(warmups)}"])
+            return False
+
+        wait_for("a warm-up record delivered", warmed)
+        produce(bootstrap, topic, [*(f"plain-{i}" for i in range(PLAIN_RECORDS)), "release-0", "reject-0", "bounce-0"])
+        wait_for(
+            "every known record settled",
+            lambda: all(deliveries().get(value, [])[-1:] == expected[-1:] for value, expected in EXPECTED.items()),
+        )
+        time.sleep(3)  # anything delivered again would show by now
+        told = group_on_the_wire(bootstrap, group)
+    finally:
+        for member in members:
+            member.close()
+    return {value: seen for value, seen in deliveries().items() if not value.startswith("warmup")}, told
+
+
+def group_on_the_wire(bootstrap: str, group: str) -> dict[str, object]:
+    """What ListGroups, ShareGroupDescribe and DescribeGroups tell of the share group (its coordinator asked)."""
+    with coordinator_client(bootstrap, group, GROUP_KEY) as client:
+        listed = client.request(LIST_GROUPS, 5, {"states_filter": [], "types_filter": ["share"]})
+        described = client.request(
+            SHARE_GROUP_DESCRIBE, 1, {"group_ids": [group], "include_authorized_operations": False}
+        )
+        classic = client.request(DESCRIBE_GROUPS, 6, {"groups": [group], "include_authorized_operations": False})
+    (shared,) = described.groups
+    (as_classic,) = classic.groups
+    return {
+        "listed": [
+            (g.group_id, g.protocol_type, g.group_state, g.group_type) for g in listed.groups if g.group_id == group
+        ],
+        "described": (
+            shared.error_code,
+            shared.group_state,
+            shared.assignor_name,
+            sorted(
+                [(t.topic_name, list(t.partitions)) for t in member.assignment.topic_partitions]
+                for member in shared.members
+            ),
+        ),
+        "classic": (as_classic.error_code, as_classic.group_state),
+    }
+
+
+def test_two_share_consumers_accept_release_and_reject_as_on_kafka(
+    classpath: str, share_listener: str, kafka4: str, tmp_path: Path
+) -> None:
+    outcomes = {}
+    for name, bootstrap in (("kafka", kafka4), ("raybroker", share_listener)):
+        folder = tmp_path / name
+        folder.mkdir()
+        outcomes[name] = share_steps(classpath, bootstrap, folder)
+    kafka_deliveries, kafka_group = outcomes["kafka"]
+    assert kafka_deliveries == EXPECTED
+    assert outcomes["raybroker"][0] == kafka_deliveries
+    listed, described, classic = kafka_group["listed"], kafka_group["described"], kafka_group["classic"]
+    assert [(kind, state, group_type) for _, kind, state, group_type in listed] == [("share", "Stable", "share")]  # type: ignore[attr-defined]
+    assert described[:3] == (ErrorCode.none, "Stable", "simple") and len(described[3]) == 2  # type: ignore[index]
+    assert classic[0] == ErrorCode.group_id_not_found  # type: ignore[index]
+    # The topic's name differs between the runs (each its own); everything else must match.
+    assert json_of(outcomes["raybroker"][1]) == json_of(kafka_group), (kafka_group, outcomes["raybroker"][1])
+
+
+def json_of(seen: dict[str, object]) -> str:
+    """`group_on_the_wire`'s answer with group and topic names masked."""
+    return re.sub(r"(kip932|shares)-[0-9a-f]{8}", r"\1-*", repr(seen))
