@@ -30,6 +30,7 @@ from actors.core.groups.group_membership import (
     PendingJoin,
     SyncResult,
 )
+from actors.core.shares.group_share_config import ResolvedShareConfig
 from actors.core.shares.share_group import (
     ShareGroupDescription,
     ShareGroupState,
@@ -38,7 +39,6 @@ from actors.core.shares.share_group import (
     ShareHeartbeatResult,
     ShareMemberDescription,
 )
-from actors.core.shares.share_group_config import ResolvedShareConfig
 from storage.records.consumer_offsets import OffsetAndMetadata
 
 GROUP_METHODS = frozenset(

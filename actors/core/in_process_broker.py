@@ -53,7 +53,6 @@ from actors.core.replication.log_changes import LogChanges
 from actors.core.replication.partition_server import PartitionServer
 from actors.core.replication.replica import Replica
 from actors.core.role_metrics import NO_ROLE_METRICS, RoleMetrics
-from actors.core.shares.share_group_config import ShareGroupConfig
 from actors.core.transactions.markers import OffsetsCompletingMarkers, TransactionMarker
 from actors.core.transactions.transaction_coordinator import TransactionCoordinator
 from storage.clock import SYSTEM_CLOCK, Clock
@@ -269,12 +268,10 @@ class InProcessBroker:
         clock: Clock = SYSTEM_CLOCK,
         membership: MembershipConfig | None = None,
         metrics: RoleMetrics = NO_ROLE_METRICS,
-        share_config: ShareGroupConfig | None = None,
     ) -> None:
         """`properties` are the brokers' `server.properties` (Kafka's names; `log.dirs` and `node.id` are each
         node's own: `<root>/node-<i>`, or with `log_dirs_per_node` > 1 `<root>/node-<i>/dir<k>`); `membership` the
-        group coordinator's group settings (None: the properties' `group.*` keys); `share_config` its share groups'
-        (`group.share.*`, Kafka's defaults when None: the properties do not carry them yet);
+        group coordinator's group settings (None: the properties' `group.*` keys);
         `metrics` records the
         appends and ISR changes of every node."""
         self.root = root
@@ -282,7 +279,6 @@ class InProcessBroker:
         self.metrics = metrics
         self._log_dirs_per_node = log_dirs_per_node
         self._membership_config = membership
-        self._share_config = share_config
         self._properties = dict(properties or {})
         self._lock = threading.Lock()
         self._coordinator: GroupCoordinator | None = None
@@ -395,7 +391,7 @@ class InProcessBroker:
                     allocate_coordinator_epoch=self.controller.allocate_coordinator_epoch,
                     membership=GroupMembership(self.clock, self._membership_config or MembershipConfig.of(self.config)),
                     group_protocol=self.config.group_protocol_config,
-                    share_config=self._share_config,
+                    share_config=self.config.share_group_config,
                 )
             return self._coordinator
 

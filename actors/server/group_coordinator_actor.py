@@ -54,6 +54,7 @@ class GroupCoordinatorActor(GroupCoordinator):
             ),
             membership=GroupMembership(SYSTEM_CLOCK, MembershipConfig.of(config)),
             group_protocol=config.group_protocol_config,
+            share_config=config.share_group_config,
         )
 
     def group_channel(self) -> tuple[str, str]:

@@ -83,6 +83,9 @@ from actors.core.replication.leader_and_isr import LeaderAndIsr
 from actors.core.replication.log_changes import LogChanges
 from actors.core.replication.partition_server import PartitionServer
 from actors.core.replication.replica import ACKS_ALL_TIMEOUT_MS, Replica
+from actors.core.shares.acknowledgements import AcknowledgementBatch
+from actors.core.shares.group_share_config import ResolvedShareConfig
+from actors.core.shares.leader_shares import ShareFetched
 from actors.metrics.gauges import log_samples
 from actors.metrics.ray_export import exported_metrics
 from actors.metrics.recorder import BrokerMetrics, Sample
@@ -612,6 +615,34 @@ class PartitionLogActor:
         """(log start offset, high watermark, log end offset) of this replica, whatever its role."""
         return self._server.offsets()
 
+    # --- share groups (read group: a share fetch reads the log beside the other reads) ---------------
+
+    @ray.method(concurrency_group=READ_GROUP)
+    def share_fetch(
+        self, group_id: str, member_id: str, config: ResolvedShareConfig, max_bytes: int, max_records: int
+    ) -> ShareFetched:
+        """Records acquired for a share group's member by this leader (`PartitionServer.share_fetch`)."""
+        _check_share_member(group_id, member_id, config)
+        if not is_int(max_records) or max_records < 1:
+            raise InvalidRequestError(f"max_records must be a positive int, not {max_records!r}")
+        return self._server.share_fetch(group_id, member_id, config, _checked_max_bytes(max_bytes), max_records)
+
+    @ray.method(concurrency_group=READ_GROUP)
+    def share_acknowledge(
+        self, group_id: str, member_id: str, config: ResolvedShareConfig, batches: list[AcknowledgementBatch]
+    ) -> None:
+        """A share group member's acknowledgements, all or none (`PartitionServer.share_acknowledge`)."""
+        _check_share_member(group_id, member_id, config)
+        if not isinstance(batches, list) or not all(isinstance(batch, AcknowledgementBatch) for batch in batches):
+            raise InvalidRequestError("share acknowledgements must be a list of AcknowledgementBatch")
+        self._server.share_acknowledge(group_id, member_id, config, batches)
+
+    @ray.method(concurrency_group=READ_GROUP)
+    def share_release(self, group_id: str, member_id: str) -> None:
+        """Releases the records a share group member holds here (`PartitionServer.share_release`)."""
+        _check_share_member(group_id, member_id)
+        self._server.share_release(group_id, member_id)
+
     @ray.method(concurrency_group=READ_GROUP)
     def describe_producers(self) -> list[ActiveProducer]:
         """The producers the partition remembers and their open transactions (Kafka's DescribeProducers)."""
@@ -766,6 +797,15 @@ def _checked_isolation(isolation: object) -> str:
     if not isinstance(isolation, str) or isolation not in CONSUMER_ISOLATIONS:
         raise InvalidRequestError(f"isolation must be one of {', '.join(CONSUMER_ISOLATIONS)}, not {isolation!r}")
     return isolation
+
+
+def _check_share_member(group_id: object, member_id: object, config: object = None) -> None:
+    """A share call's group and member ids (and the group's settings, if it takes them) as the listener sends them;
+    `InvalidRequestError` otherwise."""
+    if not isinstance(group_id, str) or not isinstance(member_id, str):
+        raise InvalidRequestError("a share group call needs a group id and a member id")
+    if config is not None and not isinstance(config, ResolvedShareConfig):
+        raise InvalidRequestError(f"expected a share group's settings, not {type(config).__name__}")
 
 
 def _checked_max_bytes(max_bytes: object) -> int:

@@ -23,8 +23,7 @@ DescribeClientQuotas (48) and AlterClientQuotas (49) v0-1 (v1 is v0 made flexibl
 (kio has no v0; v4 adds the file system's bytes, v5 is post-4.0), AlterReplicaLogDirs (34) v1-2 (v0 is
 deprecated). DescribeTopicPartitions (75) v0, which Kafka 3.7+'s Admin client prefers to Metadata for
 `describeTopics`. Share groups (KIP-932) as Kafka 4.2 serves them: ShareGroupHeartbeat (76) v1, ShareGroupDescribe
-(77) v1, ShareFetch (78) v1-2 and ShareAcknowledge (79) v1-2 (v0 was 4.0's early access), by a listener whose view
-serves them (`BrokerView.serves_share_groups`: the in-process broker's, not yet Ray's).
+(77) v1, ShareFetch (78) v1-2 and ShareAcknowledge (79) v1-2 (v0 was 4.0's early access).
 The transaction APIs serve the TV1 protocol every client speaks to a broker finalizing no `transaction.version` feature,
 and the brokers' verification: AddPartitionsToTxn v0-3 (the client form) and v4-5 (KIP-890's broker form,
 `verify_only`), AddOffsetsToTxn v0-4, EndTxn v0-5 and TxnOffsetCommit v0-5 (v5 of each is transactions v2, which
@@ -267,10 +266,6 @@ SERVED: Mapping[int, ApiRange] = MappingProxyType(
 )
 # Served only while `group.coordinator.rebalance.protocols` lists the consumer protocol.
 CONSUMER_PROTOCOL_KEYS = frozenset({CONSUMER_GROUP_HEARTBEAT_KEY, CONSUMER_GROUP_DESCRIBE_KEY})
-# Served only by a view whose partition leaders hold share-partitions (`BrokerView.serves_share_groups`).
-SHARE_GROUP_KEYS = frozenset(
-    {SHARE_GROUP_HEARTBEAT_KEY, SHARE_GROUP_DESCRIBE_KEY, SHARE_FETCH_KEY, SHARE_ACKNOWLEDGE_KEY}
-)
 # What a connection of a SASL listener may send before it has authenticated.
 BEFORE_AUTHENTICATION = frozenset({API_VERSIONS_KEY, SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY})
 
@@ -334,8 +329,7 @@ class Router:
             {
                 key: served
                 for key, served in SERVED.items()
-                if (key not in CONSUMER_PROTOCOL_KEYS or broker_config.group_protocol_config.consumer_protocol_enabled)
-                and (key not in SHARE_GROUP_KEYS or view.serves_share_groups)
+                if key not in CONSUMER_PROTOCOL_KEYS or broker_config.group_protocol_config.consumer_protocol_enabled
             }
         )
         num_partitions = broker_config.num_partitions

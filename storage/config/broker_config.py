@@ -52,6 +52,7 @@ list (blanks trimmed, empty entries dropped, as Kafka's `csvList`).
 | ssl.*, sasl.*, authorizer.class.name, ...     |         |                     | `storage.config.security_config`     |
 | transaction.*, transactional.id.*             |         |                     | `storage.config.transaction_config`  |
 | group.consumer.*, group.coordinator.*         |         |                     | `...group_protocol_config`           |
+| group.share.*                                 |         |                     | `...share_group_config`              |
 
 | raybroker-only key                            | type    | default             | meaning                              |
 |-----------------------------------------------|---------|---------------------|--------------------------------------|
@@ -170,6 +171,7 @@ from storage.config.group_protocol_config import GroupProtocolConfig, GroupProto
 from storage.config.listener_config import ListenerConfig, ListenerKeys
 from storage.config.log_config import LogConfig
 from storage.config.security_config import SecurityConfig, SecurityKeys
+from storage.config.share_group_config import ShareGroupConfig, ShareGroupKeys
 from storage.config.transaction_config import TransactionConfig, TransactionKeys
 from storage.errors import CorruptCheckpointError, InvalidConfigError
 from storage.files.meta_properties import parse_properties
@@ -248,13 +250,14 @@ _TOPIC_SYNONYMS = {
 
 
 @dataclass(frozen=True)
-class BrokerConfig(CleanerKeys, ListenerKeys, SecurityKeys, TransactionKeys, GroupProtocolKeys):
+class BrokerConfig(CleanerKeys, ListenerKeys, SecurityKeys, TransactionKeys, GroupProtocolKeys, ShareGroupKeys):
     """One broker's settings (see the module docstring for every key, its default and its meaning).
 
-    The cleaner's, the listener's, the security, the transaction and the group protocol keys are declared once, by
-    `CleanerKeys`, `ListenerKeys`, `SecurityKeys`, `TransactionKeys` and `GroupProtocolKeys`, which this class
-    extends; `log_config` (the topic defaults), `cleaner_config`, `listener_config`, `security_config`,
-    `transaction_config` and `group_protocol_config` are derived on creation; `ignored_keys` lists the Kafka keys a
+    The cleaner's, the listener's, the security, the transaction, the group protocol and the share group keys are
+    declared once, by `CleanerKeys`, `ListenerKeys`, `SecurityKeys`, `TransactionKeys`, `GroupProtocolKeys` and
+    `ShareGroupKeys`, which this class extends; `log_config` (the topic defaults), `cleaner_config`,
+    `listener_config`, `security_config`, `transaction_config`, `group_protocol_config` and `share_group_config` are
+    derived on creation; `ignored_keys` lists the Kafka keys a
     loaded file set that raybroker does not use. Every key's type and range is checked here; the ranges of topic-config
     synonyms, the rules across cleaner keys, the listeners' syntax and the security rules are checked by
     `LogConfig`, `CleanerConfig`, `ListenerConfig` and `SecurityConfig`.
@@ -346,6 +349,7 @@ class BrokerConfig(CleanerKeys, ListenerKeys, SecurityKeys, TransactionKeys, Gro
     security_config: SecurityConfig = field(init=False, repr=False, compare=False)
     transaction_config: TransactionConfig = field(init=False, repr=False, compare=False)
     group_protocol_config: GroupProtocolConfig = field(init=False, repr=False, compare=False)
+    share_group_config: ShareGroupConfig = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -359,6 +363,7 @@ class BrokerConfig(CleanerKeys, ListenerKeys, SecurityKeys, TransactionKeys, Gro
         object.__setattr__(self, "security_config", SecurityConfig(**key_values(self, SecurityKeys)))
         object.__setattr__(self, "transaction_config", TransactionConfig(**key_values(self, TransactionKeys)))
         object.__setattr__(self, "group_protocol_config", GroupProtocolConfig(**key_values(self, GroupProtocolKeys)))
+        object.__setattr__(self, "share_group_config", ShareGroupConfig(**key_values(self, ShareGroupKeys)))
         self.security_config.check_listeners(endpoint.security_protocol for endpoint in self.listener_config.endpoints)
 
     def _log_config_sources(self) -> dict[str, tuple[str, Any]]:

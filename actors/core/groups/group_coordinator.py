@@ -83,6 +83,7 @@ from actors.core.groups.group_membership import (
 )
 from actors.core.groups.offsets_topic import DEFAULT_OFFSETS_REPLICATION_FACTOR, ensure_consumer_offsets_topic
 from actors.core.internal_topics import InternalPartition, TopicAdmin, internal_batches, load_reachable
+from actors.core.shares.group_share_config import ResolvedShareConfig
 from actors.core.shares.share_group import (
     SHARE_GROUP_TYPE,
     ShareGroupDescription,
@@ -90,9 +91,9 @@ from actors.core.shares.share_group import (
     ShareHeartbeatAnswer,
     ShareHeartbeatRequest,
 )
-from actors.core.shares.share_group_config import ResolvedShareConfig, ShareGroupConfig
 from storage.clock import Clock
 from storage.config.group_protocol_config import GroupProtocolConfig
+from storage.config.share_group_config import ShareGroupConfig
 from storage.errors import (
     BrokerNotAvailableError,
     CorruptRecordError,

@@ -30,8 +30,8 @@ from actors.core.replication.log_changes import LogChanges
 from actors.core.replication.replica import ACKS_ALL, ACKS_ALL_TIMEOUT_MS, Replica
 from actors.core.role_metrics import NO_ROLE_METRICS, RoleMetrics
 from actors.core.shares.acknowledgements import AcknowledgementBatch
+from actors.core.shares.group_share_config import ResolvedShareConfig
 from actors.core.shares.leader_shares import LeaderShares, LogPosition, ShareFetched
-from actors.core.shares.share_group_config import ResolvedShareConfig
 from storage.arguments import is_int
 from storage.clock import SYSTEM_CLOCK, Clock
 from storage.errors import InvalidRequestError, KafkaStorageError

@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from actors.core.shares.acknowledgements import AcknowledgementBatch
-from actors.core.shares.share_group_config import ResolvedShareConfig
+from actors.core.shares.group_share_config import ResolvedShareConfig
 from actors.core.shares.share_partition import AcquiredRecords, InFlightRecords, SharePartition
 from storage.clock import Clock
 from storage.records.record_batch import iter_batches

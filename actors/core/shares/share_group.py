@@ -44,9 +44,10 @@ from dataclasses import dataclass, field
 from actors.core.groups.assignors import Assignment
 from actors.core.groups.consumer_group_api import JOIN_EPOCH, LEAVE_EPOCH, HeartbeatRefused, TopicInfo
 from actors.core.groups.group_membership import GroupError
+from actors.core.shares.group_share_config import GroupShareConfig, ResolvedShareConfig
 from actors.core.shares.share_assignor import SIMPLE_ASSIGNOR, simple_assign
-from actors.core.shares.share_group_config import GroupShareConfig, ResolvedShareConfig, ShareGroupConfig
 from storage.clock import Clock
+from storage.config.share_group_config import ShareGroupConfig
 
 SHARE_GROUP_TYPE = "share"
 

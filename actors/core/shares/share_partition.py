@@ -56,7 +56,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from actors.core.shares.acknowledgements import AcknowledgementBatch, AcknowledgeType, validate_batches
-from actors.core.shares.share_group_config import EARLIEST, ResolvedShareConfig
+from actors.core.shares.group_share_config import EARLIEST, ResolvedShareConfig
 from actors.core.shares.share_partition_state import ShareGroupState, StateBatch
 from storage.clock import Clock
 from storage.errors import InvalidRecordStateError, InvalidRequestError

@@ -42,7 +42,7 @@ from kio.schema.errors import ErrorCode
 
 from actors.core.security.acl_bindings import AclOperation, ResourceType
 from actors.core.shares.acknowledgements import AcknowledgementBatch
-from actors.core.shares.share_group_config import ResolvedShareConfig
+from actors.core.shares.group_share_config import ResolvedShareConfig
 from actors.core.shares.share_partition import AcquiredRecords
 from actors.core.shares.share_sessions import SessionContext, SharePartitionKey, ShareSessions
 from cluster.protocol.error_codes import coordinator_error_code, error_code

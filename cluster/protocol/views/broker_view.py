@@ -28,8 +28,8 @@ from typing import Any, Protocol
 from actors.core.controller.elections import ElectionError, ElectionType
 from actors.core.controller.topic_metadata import AdvertisedListener, TopicMetadata
 from actors.core.shares.acknowledgements import AcknowledgementBatch
+from actors.core.shares.group_share_config import ResolvedShareConfig
 from actors.core.shares.leader_shares import ShareFetched
-from actors.core.shares.share_group_config import ResolvedShareConfig
 from cluster.protocol.file_region import FileRegion
 from cluster.protocol.views.local_log_dirs import LocalLogDir
 from cluster.protocol.views.transport import Transport
@@ -202,10 +202,6 @@ class PartitionTransport(Protocol):
 
 class BrokerView:
     """The broker as the protocol handlers see it, as the listener of node `node` (see the module docstring)."""
-
-    # Whether its partition leaders hold share-partitions (`PartitionServer.share_fetch`): the in-process broker's
-    # do; the partition actors do not serve those calls yet, so a listener on Ray does not offer share groups.
-    serves_share_groups = False
 
     def __init__(self, controller: Transport, partitions: PartitionTransport, node: str) -> None:
         self._controller = controller

@@ -27,8 +27,8 @@ from typing import Self
 from actors.core.groups.consumer_group_api import ConsumerGroupDescription, HeartbeatRequest, HeartbeatResult
 from actors.core.groups.group_membership import GroupDescription, GroupError, JoinResult, PendingJoin, SyncResult
 from actors.core.in_process_broker import InProcessBroker
+from actors.core.shares.group_share_config import ResolvedShareConfig
 from actors.core.shares.share_group import ShareGroupDescription, ShareHeartbeatAnswer, ShareHeartbeatRequest
-from actors.core.shares.share_group_config import ResolvedShareConfig
 from cluster.protocol.views.group_transport import RayGroupTransport
 from cluster.protocol.views.transport import InProcessTransport, Transport
 from storage.records.consumer_offsets import OffsetAndMetadata

@@ -33,9 +33,7 @@ from storage.topic_partition import TopicPartition
 
 class InProcessBrokerView(BrokerView):
     """The in-process broker as the listener of its node `node` sees it (see the module docstring); `broker` is
-    the broker it views; its partition leaders hold share groups' share-partitions."""
-
-    serves_share_groups = True
+    the broker it views."""
 
     def __init__(self, broker: InProcessBroker, node: str = "node-0") -> None:
         self.broker = broker

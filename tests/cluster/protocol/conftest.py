@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from actors.core.in_process_broker import InProcessBroker
-from actors.core.shares.share_group_config import ShareGroupConfig
 from actors.metrics.recorder import BrokerMetrics
 from benchmarks.kafka_broker import KAFKA_4_VERSION, KafkaQuorum, KafkaUnavailable
 from cluster.protocol.feature_cache import FeatureCache
@@ -21,6 +20,7 @@ from cluster.protocol.views.in_process_broker_view import InProcessBrokerView
 from cluster.protocol.views.security_view import SecurityView
 from cluster.protocol.views.transaction_view import TransactionView
 from storage.clock import SYSTEM_CLOCK
+from tests.cluster.applications.java_programs import java_classpath
 from tests.cluster.protocol.helpers import GROUP_TRANSPORTS, GroupChannelTransport, run, start_broker
 from tests.conftest import skip_or_fail
 
@@ -34,6 +34,8 @@ CONSUMER_HEARTBEAT = {
 # Share groups (KIP-932) on both brokers: a 1 s heartbeat (Kafka's default and lowest is 5 s), a 5 s record lock
 # (30 s by default, 15 s at least unless the minimum is lowered too), and Kafka's `__share_group_state` on the two
 # brokers (its defaults want 3 replicas, 2 in sync, 50 partitions).
+# The Java client the share group tests' members run on.
+SHARE_CONSUMER_CLIENTS = ("org.apache.kafka", "kafka-clients", "4.2.2")
 SHARE_GROUP_SETTINGS = {
     "group.share.heartbeat.interval.ms": "1000",
     "group.share.min.heartbeat.interval.ms": "1000",
@@ -67,22 +69,22 @@ def kafka4() -> Iterator[str]:
         quorum.stop()
 
 
+@pytest.fixture(scope="package")
+def share_classpath(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """Kafka 4.2's Java client with `java/ShareGroupMember.java` compiled beside it (a `KafkaShareConsumer` member)."""
+    source = Path(__file__).parent / "java" / "ShareGroupMember.java"
+    return java_classpath([SHARE_CONSUMER_CLIENTS], {source.name: source.read_text()}, tmp_path_factory.mktemp("java"))
+
+
 @pytest.fixture
 def share_listener(tmp_path: Path) -> Iterator[str]:
     """A raybroker listener over an in-process broker on the wall clock with `kafka4`'s share group settings (the
     `group.share.*` keys of `SHARE_GROUP_SETTINGS`); its bootstrap servers."""
-    share_config = ShareGroupConfig(
-        **{
-            key.replace(".", "_"): int(value)
-            for key, value in SHARE_GROUP_SETTINGS.items()
-            if key.startswith("group.share.")
-        }
-    )
+    share_settings = {key: value for key, value in SHARE_GROUP_SETTINGS.items() if key.startswith("group.share.")}
     broker = InProcessBroker(
         tmp_path / "share-broker",
-        properties={"offsets.topic.num.partitions": "1"},
+        properties={"offsets.topic.num.partitions": "1", **share_settings},
         clock=SYSTEM_CLOCK,
-        share_config=share_config,
     )
     try:
         with start_listener(

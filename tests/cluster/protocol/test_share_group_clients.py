@@ -25,13 +25,11 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.errors import ErrorCode
 
-from tests.cluster.applications.java_programs import JavaProcess, java_classpath
+from tests.cluster.applications.java_programs import JavaProcess
 from tests.cluster.protocol.helpers import GROUP_KEY, coordinator_client
 
 pytestmark = pytest.mark.kafka
 
-KAFKA_CLIENTS = ("org.apache.kafka", "kafka-clients", "4.2.2")
-SOURCE = Path(__file__).parent / "java" / "ShareGroupMember.java"
 DEADLINE_S = 90.0
 PLAIN_RECORDS = 30
 # What each known record's deliveries must be: (delivery count, acknowledge type), in order.
@@ -44,11 +42,6 @@ EXPECTED = {
 
 Deliveries = dict[str, list[tuple[int, str]]]
 LIST_GROUPS, DESCRIBE_GROUPS, SHARE_GROUP_DESCRIBE = 16, 15, 77
-
-
-@pytest.fixture(scope="module")
-def classpath(tmp_path_factory: pytest.TempPathFactory) -> str:
-    return java_classpath([KAFKA_CLIENTS], {SOURCE.name: SOURCE.read_text()}, tmp_path_factory.mktemp("java"))
 
 
 class ShareMember:
@@ -158,13 +151,13 @@ def group_on_the_wire(bootstrap: str, group: str) -> dict[str, object]:
 
 
 def test_two_share_consumers_accept_release_and_reject_as_on_kafka(
-    classpath: str, share_listener: str, kafka4: str, tmp_path: Path
+    share_classpath: str, share_listener: str, kafka4: str, tmp_path: Path
 ) -> None:
     outcomes = {}
     for name, bootstrap in (("kafka", kafka4), ("raybroker", share_listener)):
         folder = tmp_path / name
         folder.mkdir()
-        outcomes[name] = share_steps(classpath, bootstrap, folder)
+        outcomes[name] = share_steps(share_classpath, bootstrap, folder)
     kafka_deliveries, kafka_group = outcomes["kafka"]
     assert kafka_deliveries == EXPECTED
     assert outcomes["raybroker"][0] == kafka_deliveries

@@ -15,6 +15,7 @@ import storage.config.cleaner_config as cleaner_config_module
 import storage.config.group_protocol_config as group_protocol_config_module
 import storage.config.listener_config as listener_config_module
 import storage.config.security_config as security_config_module
+import storage.config.share_group_config as share_group_config_module
 import storage.config.transaction_config as transaction_config_module
 from storage.config.broker_config import IGNORED_KAFKA_KEYS, BrokerConfig, load_server_properties
 from storage.config.cleaner_config import CleanerConfig
@@ -275,7 +276,7 @@ def test_to_properties_leaves_unset_synonyms_out_and_renders_kafka_text() -> Non
 
 def test_every_kafka_key_is_documented_in_the_module_docstring() -> None:
     """Every key is in the broker's table, or in the table of the sub-config that declares it (listener, cleaner,
-    security, transactions, group protocol)."""
+    security, transactions, group protocol, share groups)."""
     modules = (
         broker_config_module,
         listener_config_module,
@@ -283,6 +284,7 @@ def test_every_kafka_key_is_documented_in_the_module_docstring() -> None:
         security_config_module,
         transaction_config_module,
         group_protocol_config_module,
+        share_group_config_module,
     )
     documented = "".join(module.__doc__ or "" for module in modules)
     # A value of each optional key's type: an int, a string that reads as a listener, a password.

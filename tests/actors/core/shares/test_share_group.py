@@ -12,9 +12,10 @@ import pytest
 
 from actors.core.groups.consumer_group_api import HeartbeatRefused, TopicInfo
 from actors.core.groups.group_membership import GroupError
+from actors.core.shares.group_share_config import GroupShareConfig
 from actors.core.shares.share_group import ShareGroups, ShareGroupState, ShareHeartbeatRequest
-from actors.core.shares.share_group_config import GroupShareConfig, ShareGroupConfig
 from storage.clock import MockClock
+from storage.config.share_group_config import ShareGroupConfig
 
 ORDERS, CLICKS = uuid.UUID(int=1), uuid.UUID(int=2)
 

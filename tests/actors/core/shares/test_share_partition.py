@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from actors.core.shares.acknowledgements import AcknowledgementBatch, AcknowledgeType
-from actors.core.shares.share_group_config import EARLIEST, LATEST, ResolvedShareConfig
+from actors.core.shares.group_share_config import EARLIEST, LATEST, ResolvedShareConfig
 from actors.core.shares.share_partition import AcquiredRecords, RecordState, SharePartition
 from actors.core.shares.share_partition_state import ShareGroupState, StateBatch
 from storage.clock import MockClock

@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from actors.core.shares.acknowledgements import AcknowledgementBatch, AcknowledgeType
-from actors.core.shares.share_group_config import ResolvedShareConfig
+from actors.core.shares.group_share_config import ResolvedShareConfig
 from actors.core.shares.share_partition import RecordState, SharePartition
 from actors.core.shares.share_partition_state import ShareGroupState
 from storage.clock import MockClock

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from actors.core.shares.share_group_config import GroupShareConfig, ResolvedShareConfig, ShareGroupConfig
+from actors.core.shares.group_share_config import GroupShareConfig, ResolvedShareConfig
+from storage.config.share_group_config import ShareGroupConfig
 from storage.errors import InvalidConfigError
 
 

@@ -1,0 +1,45 @@
+"""Share groups (KIP-932) on the broker of a real local Ray: the Java `KafkaShareConsumer` 4.2 sequence of
+`test_share_group_clients` (whose deliveries Apache Kafka 4.2 gives there, `EXPECTED`) through a Kafka listener
+over Ray's partition actors and group coordinator actor: each record accepted once, a RELEASEd one redelivered with
+delivery count 2, a REJECTed one never again, one RELEASEd every time archived after the delivery limit, and the
+group told over the wire as Kafka tells it. The broker runs with `kafka4`'s share settings (`group.share.*` keys in
+its properties, as `server.properties` sets them)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from cluster.protocol.listener import KafkaListener, start_listener
+from tests.cluster.protocol.conftest import SHARE_GROUP_SETTINGS
+from tests.cluster.protocol.test_share_group_clients import EXPECTED, share_steps
+
+pytestmark = pytest.mark.ray
+
+
+@pytest.fixture(scope="module")
+def ray_listener(start_test_broker: Callable[..., tuple[Any, Any]]) -> Iterator[KafkaListener]:
+    start_test_broker(
+        **{
+            key.replace(".", "_"): value
+            for key, value in SHARE_GROUP_SETTINGS.items()
+            if key.startswith("group.share.")
+        }
+    )
+    with start_listener({"listeners": "PLAINTEXT://127.0.0.1:0"}) as started:
+        yield started
+
+
+def test_two_share_consumers_accept_release_and_reject_on_ray_as_on_kafka(
+    share_classpath: str, ray_listener: KafkaListener, tmp_path: Path
+) -> None:
+    deliveries, group = share_steps(share_classpath, ray_listener.bootstrap_servers, tmp_path)
+    assert deliveries == EXPECTED
+    listed, described, classic = group["listed"], group["described"], group["classic"]
+    assert [(kind, state, group_type) for _, kind, state, group_type in listed] == [("share", "Stable", "share")]  # type: ignore[attr-defined]
+    assert described[:3] == (ErrorCode.none, "Stable", "simple") and len(described[3]) == 2  # type: ignore[index]
+    assert classic[0] == ErrorCode.group_id_not_found  # type: ignore[index]
