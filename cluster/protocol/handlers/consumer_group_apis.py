@@ -143,7 +143,7 @@ class ConsumerGroupDescribeHandler(_ConsumerProtocolHandler):
         body = request.body
         refusal = self._refusal()
         described = [
-            _failed(group_id, refusal, None)
+            failed_group_description(group_id, refusal, None)
             if refusal is not None
             else await self._describe(group_id, request.context, request.api_version)
             for group_id in body.group_ids
@@ -160,18 +160,18 @@ class ConsumerGroupDescribeHandler(_ConsumerProtocolHandler):
 
     async def _describe(self, group_id: str, context: ConnectionContext, version: int) -> dict[str, Any]:
         if not allows(self._access, context, AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
-            return _failed(group_id, ErrorCode.group_authorization_failed, None)
+            return failed_group_description(group_id, ErrorCode.group_authorization_failed, None)
         if not group_id:
-            return _failed(group_id, ErrorCode.invalid_group_id, None)
+            return failed_group_description(group_id, ErrorCode.invalid_group_id, None)
         try:
             group = await self._view.describe_consumer_group(group_id)
             # Kafka tells a group of the classic protocol (members, or committed offsets only) from no group.
             classic = None if group is not None else await self._view.describe_group(group_id)
         except RaybrokerError as exc:
-            return _failed(group_id, coordinator_error_code(exc), None)
+            return failed_group_description(group_id, coordinator_error_code(exc), None)
         if group is None:
             message = f"Group {group_id} is not a consumer group." if classic else f"Group {group_id} not found."
-            return _failed(group_id, ErrorCode.group_id_not_found, message)
+            return failed_group_description(group_id, ErrorCode.group_id_not_found, message)
         return _described(group, version)
 
 
@@ -212,7 +212,8 @@ def _described(group: ConsumerGroupDescription, version: int) -> dict[str, Any]:
     }
 
 
-def _failed(group_id: str, code: ErrorCode, message: str | None) -> dict[str, Any]:
+def failed_group_description(group_id: str, code: ErrorCode, message: str | None) -> dict[str, Any]:
+    """A described group's entry answering `code`: the same fields in ConsumerGroupDescribe and ShareGroupDescribe."""
     return {
         "error_code": code,
         "error_message": message,

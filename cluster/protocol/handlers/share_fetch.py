@@ -90,6 +90,15 @@ class _ShareHandler(GuardedHandler[BrokerView]):
         self._groups = groups
         self._sessions = sessions
 
+    def _refusal(self, request: Request, group_id: str, member_id: str) -> ErrorCode | None:
+        """What refuses the request before anything is looked at, as Kafka checks it: GROUP_AUTHORIZATION_FAILED
+        without READ on the group, INVALID_REQUEST for a member id Kafka refuses; None if it goes on."""
+        if not allows(self._access, request.context, AclOperation.READ, ResourceType.GROUP, group_id):
+            return ErrorCode.group_authorization_failed
+        if not member_id_valid(member_id):
+            return ErrorCode.invalid_request
+        return None
+
     async def _readable(self, request: Request, topic_ids: set[uuid.UUID]) -> dict[uuid.UUID, str | ErrorCode]:
         """Each topic id's name, or the error its partitions answer (unknown id, READ not allowed)."""
         names = await self._view.topic_names_naming(topic_ids)
@@ -135,16 +144,11 @@ class ShareFetchHandler(_ShareHandler):
 
     async def __call__(self, request: Request) -> Any:
         body = request.body
-        response_type = response_schema(SHARE_FETCH_KEY, request.api_version)
+        answer = _Answer(response_schema(SHARE_FETCH_KEY, request.api_version))
         group_id, member_id = body.group_id or "", body.member_id or ""
-
-        def answer(code: ErrorCode, message: str | None = None, lock_ms: int = 0, responses: Any = ()) -> Any:
-            return _answer(response_type, code, message, lock_ms, responses)
-
-        if not allows(self._access, request.context, AclOperation.READ, ResourceType.GROUP, group_id):
-            return answer(ErrorCode.group_authorization_failed)
-        if not member_id_valid(member_id):
-            return answer(ErrorCode.invalid_request, INVALID_MEMBER_ID)
+        refused = self._refusal(request, group_id, member_id)
+        if refused is not None:
+            return answer(refused, INVALID_MEMBER_ID if refused == ErrorCode.invalid_request else None)
         named = [(t.topic_id, p.partition_index) for t in body.topics for p in t.partitions]
         acks = {
             (t.topic_id, p.partition_index): _batches(p.acknowledgement_batches)
@@ -224,16 +228,11 @@ class ShareAcknowledgeHandler(_ShareHandler):
 
     async def __call__(self, request: Request) -> Any:
         body = request.body
-        response_type = response_schema(SHARE_ACKNOWLEDGE_KEY, request.api_version)
+        answer = _Answer(response_schema(SHARE_ACKNOWLEDGE_KEY, request.api_version))
         group_id, member_id = body.group_id or "", body.member_id or ""
-
-        def answer(code: ErrorCode, message: str | None = None, lock_ms: int = 0, responses: Any = ()) -> Any:
-            return _answer(response_type, code, message, lock_ms, responses)
-
-        if not allows(self._access, request.context, AclOperation.READ, ResourceType.GROUP, group_id):
-            return answer(ErrorCode.group_authorization_failed)
-        if not member_id_valid(member_id):
-            return answer(ErrorCode.invalid_request, INVALID_MEMBER_ID)
+        refused = self._refusal(request, group_id, member_id)
+        if refused is not None:
+            return answer(refused, INVALID_MEMBER_ID if refused == ErrorCode.invalid_request else None)
         try:
             context = self._sessions.acknowledge_context(group_id, member_id, body.share_session_epoch)
         except RaybrokerError as exc:
@@ -270,19 +269,25 @@ class ShareAcknowledgeHandler(_ShareHandler):
         return answer(ErrorCode.none, None, settings.record_lock_duration_ms, responses)
 
 
-def _answer(response_type: Any, code: ErrorCode, message: str | None, lock_ms: int, responses: Any) -> Any:
-    """A ShareFetch or ShareAcknowledge answer (their top levels have the same fields)."""
-    return build(
-        response_type,
-        {
-            "throttle_time": 0,
-            "error_code": code,
-            "error_message": message,
-            "acquisition_lock_timeout": lock_ms,
-            "responses": list(responses),
-            "node_endpoints": [],
-        },
-    )
+class _Answer:
+    """Builds a ShareFetch or ShareAcknowledge answer of one request's version (their top levels have the same
+    fields)."""
+
+    def __init__(self, response_type: Any) -> None:
+        self._response_type = response_type
+
+    def __call__(self, code: ErrorCode, message: str | None = None, lock_ms: int = 0, responses: Any = ()) -> Any:
+        return build(
+            self._response_type,
+            {
+                "throttle_time": 0,
+                "error_code": code,
+                "error_message": message,
+                "acquisition_lock_timeout": lock_ms,
+                "responses": list(responses),
+                "node_endpoints": [],
+            },
+        )
 
 
 def _batches(batches: Any) -> list[AcknowledgementBatch]:

@@ -32,7 +32,11 @@ from cluster.protocol.handlers.authorization import (
     authorized_names,
     authorized_operations,
 )
-from cluster.protocol.handlers.consumer_group_apis import assignment_by_topic_id, coordinator_client_host
+from cluster.protocol.handlers.consumer_group_apis import (
+    assignment_by_topic_id,
+    coordinator_client_host,
+    failed_group_description,
+)
 from cluster.protocol.messages import build
 from cluster.protocol.security.access import AccessControl
 from cluster.protocol.views.broker_view import BrokerView
@@ -121,16 +125,16 @@ class ShareGroupDescribeHandler(GuardedHandler[GroupView]):
 
     async def _describe(self, group_id: str, request: Request) -> dict[str, Any]:
         if not allows(self._access, request.context, AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
-            return _failed(group_id, ErrorCode.group_authorization_failed, None)
+            return failed_group_description(group_id, ErrorCode.group_authorization_failed, None)
         if not group_id:
-            return _failed(group_id, ErrorCode.invalid_group_id, None)
+            return failed_group_description(group_id, ErrorCode.invalid_group_id, None)
         try:
             group = await self._view.describe_share_group(group_id)
             names = await self._broker.topic_names() if group is not None else {}
         except RaybrokerError as exc:
-            return _failed(group_id, coordinator_error_code(exc), None)
+            return failed_group_description(group_id, coordinator_error_code(exc), None)
         if group is None:
-            return _failed(group_id, ErrorCode.group_id_not_found, f"Group {group_id} not found.")
+            return failed_group_description(group_id, ErrorCode.group_id_not_found, f"Group {group_id} not found.")
         return _described(group, dict(names))
 
 
@@ -163,19 +167,5 @@ def _described(group: ShareGroupDescription, names: dict[Any, str]) -> dict[str,
             }
             for member in group.members
         ],
-        "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
-    }
-
-
-def _failed(group_id: str, code: ErrorCode, message: str | None) -> dict[str, Any]:
-    return {
-        "error_code": code,
-        "error_message": message,
-        "group_id": group_id,
-        "group_state": "",
-        "group_epoch": 0,
-        "assignment_epoch": 0,
-        "assignor_name": "",
-        "members": [],
         "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
     }
