@@ -21,7 +21,13 @@ from cluster.protocol.views.security_view import SecurityView
 from cluster.protocol.views.transaction_view import TransactionView
 from storage.clock import SYSTEM_CLOCK
 from tests.cluster.applications.java_programs import java_classpath
-from tests.cluster.protocol.helpers import GROUP_TRANSPORTS, GroupChannelTransport, run, start_broker
+from tests.cluster.protocol.helpers import (
+    GROUP_TRANSPORTS,
+    GroupChannelTransport,
+    run,
+    start_broker,
+    start_local_listener,
+)
 from tests.conftest import skip_or_fail
 
 # The consumer group protocol's heartbeat of the Kafka 4 tests, on both brokers: 1 s (Kafka's default is 5 s, its
@@ -80,20 +86,12 @@ def share_classpath(tmp_path_factory: pytest.TempPathFactory) -> str:
 def share_listener(tmp_path: Path) -> Iterator[str]:
     """A raybroker listener over an in-process broker on the wall clock with `kafka4`'s share group settings (the
     `group.share.*` keys of `SHARE_GROUP_SETTINGS`); its bootstrap servers."""
-    share_settings = {key: value for key, value in SHARE_GROUP_SETTINGS.items() if key.startswith("group.share.")}
-    broker = InProcessBroker(
-        tmp_path / "share-broker",
-        properties={"offsets.topic.num.partitions": "1", **share_settings},
-        clock=SYSTEM_CLOCK,
-    )
+    share_settings = {
+        key.replace(".", "_"): value for key, value in SHARE_GROUP_SETTINGS.items() if key.startswith("group.share.")
+    }
+    broker = start_broker(tmp_path / "share-broker", clock=SYSTEM_CLOCK, **share_settings)
     try:
-        with start_listener(
-            {"listeners": "PLAINTEXT://127.0.0.1:0"},
-            InProcessBrokerView(broker),
-            SecurityView.in_process(broker.controller),
-            groups=GroupView.in_process(broker),
-            transactions=TransactionView.in_process(broker),
-        ) as listener:
+        with start_local_listener(broker) as listener:
             yield listener.bootstrap_servers
     finally:
         broker.close()

@@ -12,11 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kio.schema.errors import ErrorCode
 
 from cluster.protocol.listener import KafkaListener, start_listener
 from tests.cluster.protocol.conftest import SHARE_GROUP_SETTINGS
-from tests.cluster.protocol.test_share_group_clients import EXPECTED, share_steps
+from tests.cluster.protocol.test_share_group_clients import EXPECTED, assert_told_as_kafka_tells_it, share_steps
 
 pytestmark = pytest.mark.ray
 
@@ -39,7 +38,4 @@ def test_two_share_consumers_accept_release_and_reject_on_ray_as_on_kafka(
 ) -> None:
     deliveries, group = share_steps(share_classpath, ray_listener.bootstrap_servers, tmp_path)
     assert deliveries == EXPECTED
-    listed, described, classic = group["listed"], group["described"], group["classic"]
-    assert [(kind, state, group_type) for _, kind, state, group_type in listed] == [("share", "Stable", "share")]  # type: ignore[attr-defined]
-    assert described[:3] == (ErrorCode.none, "Stable", "simple") and len(described[3]) == 2  # type: ignore[index]
-    assert classic[0] == ErrorCode.group_id_not_found  # type: ignore[index]
+    assert_told_as_kafka_tells_it(group)
