@@ -622,7 +622,8 @@ class PartitionLogActor:
         self, group_id: str, member_id: str, config: ResolvedShareConfig, max_bytes: int, max_records: int
     ) -> ShareFetched:
         """Records acquired for a share group's member by this leader (`PartitionServer.share_fetch`)."""
-        _check_share_member(group_id, member_id, config)
+        _check_share_member(group_id, member_id)
+        _check_share_settings(config)
         if not is_int(max_records) or max_records < 1:
             raise InvalidRequestError(f"max_records must be a positive int, not {max_records!r}")
         return self._server.share_fetch(group_id, member_id, config, _checked_max_bytes(max_bytes), max_records)
@@ -632,7 +633,8 @@ class PartitionLogActor:
         self, group_id: str, member_id: str, config: ResolvedShareConfig, batches: list[AcknowledgementBatch]
     ) -> None:
         """A share group member's acknowledgements, all or none (`PartitionServer.share_acknowledge`)."""
-        _check_share_member(group_id, member_id, config)
+        _check_share_member(group_id, member_id)
+        _check_share_settings(config)
         if not isinstance(batches, list) or not all(isinstance(batch, AcknowledgementBatch) for batch in batches):
             raise InvalidRequestError("share acknowledgements must be a list of AcknowledgementBatch")
         self._server.share_acknowledge(group_id, member_id, config, batches)
@@ -799,12 +801,15 @@ def _checked_isolation(isolation: object) -> str:
     return isolation
 
 
-def _check_share_member(group_id: object, member_id: object, config: object = None) -> None:
-    """A share call's group and member ids (and the group's settings, if it takes them) as the listener sends them;
-    `InvalidRequestError` otherwise."""
+def _check_share_member(group_id: object, member_id: object) -> None:
+    """A share call's group and member ids as the listener sends them; `InvalidRequestError` otherwise."""
     if not isinstance(group_id, str) or not isinstance(member_id, str):
         raise InvalidRequestError("a share group call needs a group id and a member id")
-    if config is not None and not isinstance(config, ResolvedShareConfig):
+
+
+def _check_share_settings(config: object) -> None:
+    """A share call's group settings as the listener sends them; `InvalidRequestError` otherwise."""
+    if not isinstance(config, ResolvedShareConfig):
         raise InvalidRequestError(f"expected a share group's settings, not {type(config).__name__}")
 
 
