@@ -187,15 +187,7 @@ class ConsumerGroupDescribeHandler(_ConsumerProtocolHandler):
             else await self._describe(group_id, request.context, request.api_version)
             for group_id in body.group_ids
         ]
-        if body.include_authorized_operations:
-            for group in described:
-                if group["error_code"] == ErrorCode.none:
-                    group["authorized_operations"] = authorized_operations(
-                        self._access, request.context, ResourceType.GROUP, group["group_id"]
-                    )
-        return build(
-            response_schema(CONSUMER_GROUP_DESCRIBE_KEY, request.api_version), {"throttle_time": 0, "groups": described}
-        )
+        return describe_answer(request, CONSUMER_GROUP_DESCRIBE_KEY, described, self._access)
 
     async def _describe(self, group_id: str, context: ConnectionContext, version: int) -> dict[str, Any]:
         if not allows(self._access, context, AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
@@ -277,6 +269,18 @@ def described_assignment(assignment: Assignment, names: Mapping[uuid.UUID, str])
             for topic_id, partitions in sorted(assignment.items(), key=lambda item: names.get(item[0], ""))
         ]
     }
+
+
+def describe_answer(request: Request, key: int, described: list[dict[str, Any]], access: AccessControl | None) -> Any:
+    """A ConsumerGroupDescribe or ShareGroupDescribe answer of `described` groups, each described one with its
+    authorized operations when the request asks for them."""
+    if request.body.include_authorized_operations:
+        for group in described:
+            if group["error_code"] == ErrorCode.none:
+                group["authorized_operations"] = authorized_operations(
+                    access, request.context, ResourceType.GROUP, group["group_id"]
+                )
+    return build(response_schema(key, request.api_version), {"throttle_time": 0, "groups": described})
 
 
 def failed_group_description(group_id: str, code: ErrorCode, message: str | None) -> dict[str, Any]:

@@ -28,10 +28,10 @@ from cluster.protocol.handlers.authorization import (
     AUTHORIZED_OPERATIONS_OMITTED,
     GuardedHandler,
     allows,
-    authorized_operations,
 )
 from cluster.protocol.handlers.consumer_group_apis import (
     coordinator_client_host,
+    describe_answer,
     described_assignment,
     described_group_fields,
     failed_group_description,
@@ -92,15 +92,7 @@ class ShareGroupDescribeHandler(GuardedHandler[GroupView]):
     async def __call__(self, request: Request) -> Any:
         body = request.body
         described = [await self._describe(group_id, request) for group_id in body.group_ids]
-        if body.include_authorized_operations:
-            for group in described:
-                if group["error_code"] == ErrorCode.none:
-                    group["authorized_operations"] = authorized_operations(
-                        self._access, request.context, ResourceType.GROUP, group["group_id"]
-                    )
-        return build(
-            response_schema(SHARE_GROUP_DESCRIBE_KEY, request.api_version), {"throttle_time": 0, "groups": described}
-        )
+        return describe_answer(request, SHARE_GROUP_DESCRIBE_KEY, described, self._access)
 
     async def _describe(self, group_id: str, request: Request) -> dict[str, Any]:
         if not allows(self._access, request.context, AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
