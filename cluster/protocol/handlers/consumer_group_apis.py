@@ -23,7 +23,8 @@ authorized operations are filled when asked.
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import Any, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -58,6 +59,62 @@ CLASSIC_MEMBER_TYPE = 0
 CONSUMER_MEMBER_TYPE = 1
 
 
+class HeartbeatAnswer(Protocol):
+    """What a heartbeat answer tells its member (`HeartbeatResult`, `ShareHeartbeatResult`)."""
+
+    @property
+    def member_id(self) -> str | None: ...
+
+    @property
+    def member_epoch(self) -> int: ...
+
+    @property
+    def heartbeat_interval_ms(self) -> int: ...
+
+    @property
+    def assignment(self) -> Assignment | None: ...
+
+
+def heartbeat_fields(body: Any) -> dict[str, Any]:
+    """A ConsumerGroupHeartbeat's or ShareGroupHeartbeat's answer before the coordinator is asked: the member's own
+    id and epoch back, no error, no assignment (their answers have the same fields)."""
+    return {
+        "throttle_time": 0,
+        "error_code": ErrorCode.none,
+        "error_message": None,
+        "member_id": body.member_id or None,
+        "member_epoch": body.member_epoch,
+        "heartbeat_interval": 0,
+        "assignment": None,
+    }
+
+
+def heartbeat_refusal(
+    access: AccessControl | None, context: ConnectionContext, group_id: str, subscribed: Iterable[str] | None
+) -> ErrorCode | None:
+    """Why a heartbeat is refused before the coordinator is asked, as Kafka checks it: GROUP_AUTHORIZATION_FAILED
+    without READ on the group, TOPIC_AUTHORIZATION_FAILED without DESCRIBE on every subscribed topic; else None."""
+    if not allows(access, context, AclOperation.READ, ResourceType.GROUP, group_id):
+        return ErrorCode.group_authorization_failed
+    named = tuple(subscribed or ())
+    if len(authorized_names(access, context, AclOperation.DESCRIBE, ResourceType.TOPIC, named)) < len(set(named)):
+        return ErrorCode.topic_authorization_failed
+    return None
+
+
+def heartbeat_answered(fields: dict[str, Any], result: HeartbeatAnswer) -> dict[str, Any]:
+    """`fields` with what the coordinator told the member: its id, epoch, heartbeat interval and assignment."""
+    return {
+        **fields,
+        "member_id": result.member_id,
+        "member_epoch": result.member_epoch,
+        "heartbeat_interval": result.heartbeat_interval_ms,
+        "assignment": None
+        if result.assignment is None
+        else {"topic_partitions": assignment_by_topic_id(result.assignment)},
+    }
+
+
 class _ConsumerProtocolHandler(GuardedHandler[GroupView]):
     """A handler of the consumer protocol, which the cluster's `group.version` turns on (see the module docstring)."""
 
@@ -81,26 +138,14 @@ class ConsumerGroupHeartbeatHandler(_ConsumerProtocolHandler):
     async def __call__(self, request: Request) -> Any:
         body = request.body
         context = request.context
-        values: dict[str, Any] = {
-            "throttle_time": 0,
-            "error_code": ErrorCode.none,
-            "error_message": None,
-            "member_id": body.member_id or None,
-            "member_epoch": body.member_epoch,
-            "heartbeat_interval": 0,
-            "assignment": None,
-        }
+        values = heartbeat_fields(body)
         response_type = response_schema(CONSUMER_GROUP_HEARTBEAT_KEY, request.api_version)
         refusal = self._refusal()
         if refusal is not None:
             return build(response_type, {**values, "error_code": refusal, "member_id": None, "member_epoch": 0})
-        if not allows(self._access, context, AclOperation.READ, ResourceType.GROUP, body.group_id):
-            return build(response_type, {**values, "error_code": ErrorCode.group_authorization_failed})
-        named = body.subscribed_topic_names or ()
-        if len(authorized_names(self._access, context, AclOperation.DESCRIBE, ResourceType.TOPIC, named)) < len(
-            set(named)
-        ):
-            return build(response_type, {**values, "error_code": ErrorCode.topic_authorization_failed})
+        refusal = heartbeat_refusal(self._access, context, body.group_id, body.subscribed_topic_names)
+        if refusal is not None:
+            return build(response_type, {**values, "error_code": refusal})
         heartbeat = HeartbeatRequest(
             group_id=body.group_id,
             member_id=body.member_id,
@@ -123,15 +168,9 @@ class ConsumerGroupHeartbeatHandler(_ConsumerProtocolHandler):
         return build(
             response_type,
             {
-                **values,
+                **heartbeat_answered(values, result),
                 "error_code": group_error_code(result.error),
                 "error_message": result.message,
-                "member_id": result.member_id,
-                "member_epoch": result.member_epoch,
-                "heartbeat_interval": result.heartbeat_interval_ms,
-                "assignment": None
-                if result.assignment is None
-                else {"topic_partitions": assignment_by_topic_id(result.assignment)},
             },
         )
 
@@ -148,15 +187,7 @@ class ConsumerGroupDescribeHandler(_ConsumerProtocolHandler):
             else await self._describe(group_id, request.context, request.api_version)
             for group_id in body.group_ids
         ]
-        if body.include_authorized_operations:
-            for group in described:
-                if group["error_code"] == ErrorCode.none:
-                    group["authorized_operations"] = authorized_operations(
-                        self._access, request.context, ResourceType.GROUP, group["group_id"]
-                    )
-        return build(
-            response_schema(CONSUMER_GROUP_DESCRIBE_KEY, request.api_version), {"throttle_time": 0, "groups": described}
-        )
+        return describe_answer(request, CONSUMER_GROUP_DESCRIBE_KEY, described, self._access)
 
     async def _describe(self, group_id: str, context: ConnectionContext, version: int) -> dict[str, Any]:
         if not allows(self._access, context, AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
@@ -176,22 +207,8 @@ class ConsumerGroupDescribeHandler(_ConsumerProtocolHandler):
 
 
 def _described(group: ConsumerGroupDescription, version: int) -> dict[str, Any]:
-    def named(assignment: Assignment) -> dict[str, Any]:
-        return {
-            "topic_partitions": [
-                {"topic_id": topic_id, "topic_name": group.topic_names[topic_id], "partitions": sorted(partitions)}
-                for topic_id, partitions in sorted(assignment.items(), key=lambda item: group.topic_names[item[0]])
-            ]
-        }
-
     return {
-        "error_code": ErrorCode.none,
-        "error_message": None,
-        "group_id": group.group_id,
-        "group_state": group.state.value,
-        "group_epoch": group.group_epoch,
-        "assignment_epoch": group.assignment_epoch,
-        "assignor_name": group.assignor_name,
+        **described_group_fields(group),
         "members": [
             {
                 "member_id": member.member_id,
@@ -202,14 +219,68 @@ def _described(group: ConsumerGroupDescription, version: int) -> dict[str, Any]:
                 "client_host": member.client_host,
                 "subscribed_topic_names": list(member.subscribed_topic_names),
                 "subscribed_topic_regex": member.subscribed_topic_regex,
-                "assignment": named(member.assignment),
-                "target_assignment": named(member.target_assignment),
+                "assignment": described_assignment(member.assignment, group.topic_names),
+                "target_assignment": described_assignment(member.target_assignment, group.topic_names),
                 "member_type": _member_type(member, version),
             }
             for member in group.members
         ],
         "authorized_operations": AUTHORIZED_OPERATIONS_OMITTED,
     }
+
+
+class DescribedGroup(Protocol):
+    """What ConsumerGroupDescribe and ShareGroupDescribe show of a group above its members."""
+
+    @property
+    def group_id(self) -> str: ...
+
+    @property
+    def state(self) -> Any: ...
+
+    @property
+    def group_epoch(self) -> int: ...
+
+    @property
+    def assignment_epoch(self) -> int: ...
+
+    @property
+    def assignor_name(self) -> str: ...
+
+
+def described_group_fields(group: DescribedGroup) -> dict[str, Any]:
+    """A described group's entry above its members (the same in ConsumerGroupDescribe and ShareGroupDescribe)."""
+    return {
+        "error_code": ErrorCode.none,
+        "error_message": None,
+        "group_id": group.group_id,
+        "group_state": group.state.value,
+        "group_epoch": group.group_epoch,
+        "assignment_epoch": group.assignment_epoch,
+        "assignor_name": group.assignor_name,
+    }
+
+
+def described_assignment(assignment: Assignment, names: Mapping[uuid.UUID, str]) -> dict[str, Any]:
+    """A member's assignment as the describe APIs show it: by topic name, each topic's id, name and partitions."""
+    return {
+        "topic_partitions": [
+            {"topic_id": topic_id, "topic_name": names.get(topic_id, ""), "partitions": sorted(partitions)}
+            for topic_id, partitions in sorted(assignment.items(), key=lambda item: names.get(item[0], ""))
+        ]
+    }
+
+
+def describe_answer(request: Request, key: int, described: list[dict[str, Any]], access: AccessControl | None) -> Any:
+    """A ConsumerGroupDescribe or ShareGroupDescribe answer of `described` groups, each described one with its
+    authorized operations when the request asks for them."""
+    if request.body.include_authorized_operations:
+        for group in described:
+            if group["error_code"] == ErrorCode.none:
+                group["authorized_operations"] = authorized_operations(
+                    access, request.context, ResourceType.GROUP, group["group_id"]
+                )
+    return build(response_schema(key, request.api_version), {"throttle_time": 0, "groups": described})
 
 
 def failed_group_description(group_id: str, code: ErrorCode, message: str | None) -> dict[str, Any]:

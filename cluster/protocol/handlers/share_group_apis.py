@@ -20,7 +20,6 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from actors.core.groups.assignors import Assignment
 from actors.core.security.acl_bindings import AclOperation, ResourceType
 from actors.core.shares.share_group import ShareGroupDescription, ShareHeartbeatRequest
 from cluster.protocol.error_codes import coordinator_error_code, group_error_code
@@ -29,13 +28,16 @@ from cluster.protocol.handlers.authorization import (
     AUTHORIZED_OPERATIONS_OMITTED,
     GuardedHandler,
     allows,
-    authorized_names,
-    authorized_operations,
 )
 from cluster.protocol.handlers.consumer_group_apis import (
-    assignment_by_topic_id,
     coordinator_client_host,
+    describe_answer,
+    described_assignment,
+    described_group_fields,
     failed_group_description,
+    heartbeat_answered,
+    heartbeat_fields,
+    heartbeat_refusal,
 )
 from cluster.protocol.messages import build
 from cluster.protocol.security.access import AccessControl
@@ -53,23 +55,11 @@ class ShareGroupHeartbeatHandler(GuardedHandler[GroupView]):
     async def __call__(self, request: Request) -> Any:
         body = request.body
         context = request.context
-        values: dict[str, Any] = {
-            "throttle_time": 0,
-            "error_code": ErrorCode.none,
-            "error_message": None,
-            "member_id": body.member_id or None,
-            "member_epoch": body.member_epoch,
-            "heartbeat_interval": 0,
-            "assignment": None,
-        }
+        values = heartbeat_fields(body)
         response_type = response_schema(SHARE_GROUP_HEARTBEAT_KEY, request.api_version)
-        if not allows(self._access, context, AclOperation.READ, ResourceType.GROUP, body.group_id):
-            return build(response_type, {**values, "error_code": ErrorCode.group_authorization_failed})
-        named = body.subscribed_topic_names or ()
-        if len(authorized_names(self._access, context, AclOperation.DESCRIBE, ResourceType.TOPIC, named)) < len(
-            set(named)
-        ):
-            return build(response_type, {**values, "error_code": ErrorCode.topic_authorization_failed})
+        refusal = heartbeat_refusal(self._access, context, body.group_id, body.subscribed_topic_names)
+        if refusal is not None:
+            return build(response_type, {**values, "error_code": refusal})
         heartbeat = ShareHeartbeatRequest(
             group_id=body.group_id,
             member_id=body.member_id,
@@ -89,18 +79,7 @@ class ShareGroupHeartbeatHandler(GuardedHandler[GroupView]):
                 response_type,
                 {**values, "error_code": group_error_code(answer.error), "error_message": answer.message},
             )
-        return build(
-            response_type,
-            {
-                **values,
-                "member_id": result.member_id,
-                "member_epoch": result.member_epoch,
-                "heartbeat_interval": result.heartbeat_interval_ms,
-                "assignment": None
-                if result.assignment is None
-                else {"topic_partitions": assignment_by_topic_id(result.assignment)},
-            },
-        )
+        return build(response_type, heartbeat_answered(values, result))
 
 
 class ShareGroupDescribeHandler(GuardedHandler[GroupView]):
@@ -113,15 +92,7 @@ class ShareGroupDescribeHandler(GuardedHandler[GroupView]):
     async def __call__(self, request: Request) -> Any:
         body = request.body
         described = [await self._describe(group_id, request) for group_id in body.group_ids]
-        if body.include_authorized_operations:
-            for group in described:
-                if group["error_code"] == ErrorCode.none:
-                    group["authorized_operations"] = authorized_operations(
-                        self._access, request.context, ResourceType.GROUP, group["group_id"]
-                    )
-        return build(
-            response_schema(SHARE_GROUP_DESCRIBE_KEY, request.api_version), {"throttle_time": 0, "groups": described}
-        )
+        return describe_answer(request, SHARE_GROUP_DESCRIBE_KEY, described, self._access)
 
     async def _describe(self, group_id: str, request: Request) -> dict[str, Any]:
         if not allows(self._access, request.context, AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
@@ -139,22 +110,8 @@ class ShareGroupDescribeHandler(GuardedHandler[GroupView]):
 
 
 def _described(group: ShareGroupDescription, names: dict[Any, str]) -> dict[str, Any]:
-    def named(assignment: Assignment) -> dict[str, Any]:
-        return {
-            "topic_partitions": [
-                {"topic_id": topic_id, "topic_name": names.get(topic_id, ""), "partitions": sorted(partitions)}
-                for topic_id, partitions in sorted(assignment.items(), key=lambda item: names.get(item[0], ""))
-            ]
-        }
-
     return {
-        "error_code": ErrorCode.none,
-        "error_message": None,
-        "group_id": group.group_id,
-        "group_state": group.state.value,
-        "group_epoch": group.group_epoch,
-        "assignment_epoch": group.assignment_epoch,
-        "assignor_name": group.assignor_name,
+        **described_group_fields(group),
         "members": [
             {
                 "member_id": member.member_id,
@@ -163,7 +120,7 @@ def _described(group: ShareGroupDescription, names: dict[Any, str]) -> dict[str,
                 "client_id": member.client_id,
                 "client_host": member.client_host,
                 "subscribed_topic_names": list(member.subscribed_topic_names),
-                "assignment": named(member.assignment),
+                "assignment": described_assignment(member.assignment, names),
             }
             for member in group.members
         ],
