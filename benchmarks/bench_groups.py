@@ -166,13 +166,13 @@ PROTOCOLS = {"group_join_s": "classic", "group_join_consumer_s": "consumer"}
 
 
 def run(ctx: BenchContext) -> list[Figure]:
-    from cluster.protocol.listener import start_listener
+    from cluster.protocol.listener import KafkaListener
 
     ctx.environment.broker()
     ctx.progress(f"  starting Apache Kafka {KAFKA_4_VERSION} (fetched from Maven Central on the first run) ...")
     listener_properties = {"listeners": "PLAINTEXT://127.0.0.1:0", "num.partitions": "1"}
     figures = []
-    with KafkaBroker(version=KAFKA_4_VERSION) as kafka, start_listener(listener_properties) as ray:
+    with KafkaBroker(version=KAFKA_4_VERSION) as kafka, KafkaListener(listener_properties) as ray:
         targets = {"raybroker": ray.bootstrap_servers, "kafka": kafka.bootstrap_servers}
         for figure, protocol in PROTOCOLS.items():
             runs: dict[str, list[float]] = {name: [] for name in targets}

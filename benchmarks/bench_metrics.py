@@ -160,7 +160,7 @@ def _serve(mode: str, log_dir: str, connection: Any) -> None:
 
         from actors import Admin, Producer
         from actors.clients.broker import start_broker, stop_broker
-        from cluster.protocol.listener import start_listener
+        from cluster.protocol.listener import KafkaListener
         from cluster.runtime import ensure_ray
 
         ensure_ray()
@@ -172,7 +172,7 @@ def _serve(mode: str, log_dir: str, connection: Any) -> None:
         connection.send((False, f"{type(exc).__name__}: {exc}"))
         return
     try:
-        with start_listener({"listeners": "PLAINTEXT://127.0.0.1:0", "num.partitions": "1"}) as listener:
+        with KafkaListener({"listeners": "PLAINTEXT://127.0.0.1:0", "num.partitions": "1"}) as listener:
             connection.send((True, listener.bootstrap_servers))
             while True:
                 what, count = connection.recv()

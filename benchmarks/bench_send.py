@@ -32,10 +32,10 @@ GOAL_RATIO_KAFKA_PYTHON = 5.0
 
 
 def run(ctx: BenchContext) -> list[Figure]:
-    from cluster.protocol.listener import start_listener
+    from cluster.protocol.listener import KafkaListener
 
     broker = ctx.environment.broker()
-    with start_listener({"listeners": "PLAINTEXT://127.0.0.1:0"}) as listener:
+    with KafkaListener({"listeners": "PLAINTEXT://127.0.0.1:0"}) as listener:
         return [_produce_send(ctx, broker, listener.bootstrap_servers)]
 
 

@@ -12,7 +12,7 @@ Spark's connector (bridge / connector >= 1.0). The goal text carries that second
 
 Rows: those of `spark_ingest` (`benchmarks.bench_spark.prepare`): `ROWS` page views (`QUICK_ROWS` with --quick)
 in 8 partitions, appended through the partition actors, then written to Parquet (not timed). The listener runs in
-this process (`start_listener`: its own thread and event loop), as in `bench_wire`; the executor's Kafka consumers
+this process (`KafkaListener`: its own thread and event loop), as in `bench_wire`; the executor's Kafka consumers
 fetch from it over loopback, and since every partition is on this node its fetches are sent from the segment
 files. The connector runs as users run it (Kafka's consumer defaults): one Spark task per topic partition; it is
 also measured with `kafka.max.poll.records` raised (`TUNED_MAX_POLL_RECORDS`, reported in the goal text). Each
@@ -50,7 +50,7 @@ TUNED_MAX_POLL_RECORDS = "20000"
 
 
 def run(ctx: BenchContext) -> list[Figure]:
-    from cluster.protocol.listener import start_listener
+    from cluster.protocol.listener import KafkaListener
     from cluster.spark.kafka_source import read_topics
 
     rows = QUICK_ROWS if ctx.quick else ROWS
@@ -58,7 +58,7 @@ def run(ctx: BenchContext) -> list[Figure]:
     ctx.environment.broker()
     spark = start_spark(ctx)
     topic, parquet_dir = prepare(ctx, FEW_PARTITIONS, rows)
-    with start_listener({"listeners": "PLAINTEXT://127.0.0.1:0"}) as listener:
+    with KafkaListener({"listeners": "PLAINTEXT://127.0.0.1:0"}) as listener:
 
         def connector(**kafka_options: str) -> DataFrame:
             reader = (

@@ -58,13 +58,13 @@ KAFKA_GOAL_RATIO = 1.0
 
 
 def run(ctx: BenchContext) -> list[Figure]:
-    from cluster.protocol.listener import start_listener
+    from cluster.protocol.listener import KafkaListener
 
     ctx.environment.broker()
     classpath = compile_java(ctx, JAVA_SOURCE, ARTIFACTS, "Kafka Streams")
     ctx.progress("  starting Apache Kafka (fetched from Maven Central on the first run) ...")
     listener_properties = {"listeners": "PLAINTEXT://127.0.0.1:0", "transaction.state.log.num.partitions": "1"}
-    with KafkaBroker() as kafka, start_listener(listener_properties) as ray:
+    with KafkaBroker() as kafka, KafkaListener(listener_properties) as ray:
         targets = {"raybroker": ray.bootstrap_servers, "kafka": kafka.bootstrap_servers}
         lines = 20_000 if ctx.quick else 100_000
         repeats = 1 if ctx.quick else 2

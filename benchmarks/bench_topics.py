@@ -30,11 +30,11 @@ GOAL_RATIO = 1.0
 
 
 def run(ctx: BenchContext) -> list[Figure]:
-    from cluster.protocol.listener import start_listener
+    from cluster.protocol.listener import KafkaListener
 
     ctx.environment.broker()
     ctx.progress("  starting Apache Kafka (fetched from Maven Central on the first run) ...")
-    with KafkaBroker() as kafka, start_listener({"listeners": "PLAINTEXT://127.0.0.1:0", "num.partitions": "1"}) as ray:
+    with KafkaBroker() as kafka, KafkaListener({"listeners": "PLAINTEXT://127.0.0.1:0", "num.partitions": "1"}) as ray:
         targets = {"raybroker": ray.bootstrap_servers, "kafka": kafka.bootstrap_servers}
         return [_create_topic_s(ctx, targets)]
 

@@ -46,7 +46,7 @@ PRODUCER_QUEUE = {"queue.buffering.max.messages": 2_000_000, "queue.buffering.ma
 
 
 def run(ctx: BenchContext) -> list[Figure]:
-    from cluster.protocol.listener import start_listener
+    from cluster.protocol.listener import KafkaListener
 
     ctx.environment.broker()
     ctx.progress("  starting Apache Kafka (fetched from Maven Central on the first run) ...")
@@ -55,7 +55,7 @@ def run(ctx: BenchContext) -> list[Figure]:
         "num.partitions": "1",
         "transaction.state.log.num.partitions": "1",
     }
-    with KafkaBroker() as kafka, start_listener(listener_properties) as ray:
+    with KafkaBroker() as kafka, KafkaListener(listener_properties) as ray:
         targets = {"raybroker": ray.bootstrap_servers, "kafka": kafka.bootstrap_servers}
         return _txn_produce(ctx, targets)
 

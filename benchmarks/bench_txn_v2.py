@@ -37,7 +37,7 @@ KAFKA_GOAL_RATIO = 1.0
 
 
 def run(ctx: BenchContext) -> list[Figure]:
-    from cluster.protocol.listener import start_listener
+    from cluster.protocol.listener import KafkaListener
 
     ctx.environment.broker()
     classpath = compile_java(ctx, JAVA_SOURCE, ARTIFACTS, "Kafka's Java producer")
@@ -47,7 +47,7 @@ def run(ctx: BenchContext) -> list[Figure]:
         "num.partitions": "1",
         "transaction.state.log.num.partitions": "1",
     }
-    with KafkaBroker(version=KAFKA_4_VERSION) as kafka, start_listener(listener_properties) as ray:
+    with KafkaBroker(version=KAFKA_4_VERSION) as kafka, KafkaListener(listener_properties) as ray:
         targets = {"raybroker": ray.bootstrap_servers, "kafka": kafka.bootstrap_servers}
         transactions = 30 if ctx.quick else 200
         repeats = 1 if ctx.quick else 3

@@ -12,7 +12,7 @@
 |                | processes; p50 in the goal text                              |                                   |
 
 Kafka starts once for the module (`benchmarks.kafka_broker`, fetched from Maven Central on the first run); the
-listener runs in this process over the run's shared broker (`start_listener`, its own thread and event loop).
+listener runs in this process over the run's shared broker (`KafkaListener`, its own thread and event loop).
 Every client runs in a process of its own (spawned), so the client's Python never competes for this process's
 GIL with the listener, and both brokers face exactly the same client. The two sides are measured alternately,
 best of N for throughputs. Latency stamps each value with CLOCK_MONOTONIC (one clock for every process on the
@@ -61,11 +61,11 @@ def _now_ns() -> int:
 
 
 def run(ctx: BenchContext) -> list[Figure]:
-    from cluster.protocol.listener import start_listener
+    from cluster.protocol.listener import KafkaListener
 
     ctx.environment.broker()
     ctx.progress("  starting Apache Kafka (fetched from Maven Central on the first run) ...")
-    with KafkaBroker() as kafka, start_listener({"listeners": "PLAINTEXT://127.0.0.1:0", "num.partitions": "1"}) as ray:
+    with KafkaBroker() as kafka, KafkaListener({"listeners": "PLAINTEXT://127.0.0.1:0", "num.partitions": "1"}) as ray:
         targets = {"raybroker": ray.bootstrap_servers, "kafka": kafka.bootstrap_servers}
         return [_wire_produce(ctx, targets), _wire_fetch(ctx, targets), _wire_latency(ctx, targets)]
 

@@ -36,7 +36,7 @@ MECHANISM = "SCRAM-SHA-256"
 
 def run(ctx: BenchContext) -> list[Figure]:
     from actors.clients.admin import Admin
-    from cluster.protocol.listener import start_listener
+    from cluster.protocol.listener import KafkaListener
 
     ctx.environment.broker()
     Admin().upsert_scram_credential(USER, MECHANISM, PASSWORD)
@@ -49,7 +49,7 @@ def run(ctx: BenchContext) -> list[Figure]:
             "ssl.keystore.location": str(certificate),
             "sasl.enabled.mechanisms": MECHANISM,
         }
-        with start_listener(properties) as listener:
+        with KafkaListener(properties) as listener:
             targets = {
                 "PLAINTEXT": (f"127.0.0.1:{listener.ports['PLAINTEXT']}", {}),
                 "SASL_SSL": (

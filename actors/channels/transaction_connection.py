@@ -43,13 +43,9 @@ class TransactionConnections(LocalConnections):
     async def verify_partitions(
         self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: Collection[TopicPartition]
     ) -> dict[TopicPartition, TxnError]:
-        request = TransactionRequest(
-            RequestKind.VERIFY_PARTITIONS, transactional_id, producer_id, producer_epoch, tuple(partitions)
+        return await self._partition_errors(
+            RequestKind.VERIFY_PARTITIONS, transactional_id, producer_id, producer_epoch, partitions
         )
-        answer = await self._call(request)
-        if not isinstance(answer, dict):
-            raise BrokerNotAvailableError(f"the transaction channel answered a verification with {answer!r}")
-        return answer
 
     async def end_transaction(
         self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool
@@ -62,13 +58,9 @@ class TransactionConnections(LocalConnections):
     async def add_partitions_implicitly(
         self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: Collection[TopicPartition]
     ) -> dict[TopicPartition, TxnError]:
-        request = TransactionRequest(
-            RequestKind.ADD_PARTITIONS_IMPLICITLY, transactional_id, producer_id, producer_epoch, tuple(partitions)
+        return await self._partition_errors(
+            RequestKind.ADD_PARTITIONS_IMPLICITLY, transactional_id, producer_id, producer_epoch, partitions
         )
-        answer = await self._call(request)
-        if not isinstance(answer, dict):
-            raise BrokerNotAvailableError(f"the transaction channel answered an implicit add with {answer!r}")
-        return answer
 
     async def end_transaction_v2(
         self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool
@@ -90,6 +82,22 @@ class TransactionConnections(LocalConnections):
     async def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         """The coordinator's `method` (one of the channel's) called with these arguments."""
         return await getattr(self, method)(*args, **kwargs)
+
+    async def _partition_errors(
+        self,
+        kind: RequestKind,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        partitions: Collection[TopicPartition],
+    ) -> dict[TopicPartition, TxnError]:
+        """A call answered with an error per partition (a verification, an implicit add)."""
+        answer = await self._call(
+            TransactionRequest(kind, transactional_id, producer_id, producer_epoch, tuple(partitions))
+        )
+        if not isinstance(answer, dict):
+            raise BrokerNotAvailableError(f"the transaction channel answered {kind.name} with {answer!r}")
+        return answer
 
     async def _call(self, request: TransactionRequest) -> TxnError | dict[TopicPartition, TxnError] | EndTxnResult:
         answer = await self.exchange(encode_request(request), decode_answer)

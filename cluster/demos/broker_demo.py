@@ -45,7 +45,7 @@ from actors.clients.producer import Producer
 from actors.clients.serializers import msgpack_deserializer
 from cluster.demos.kafka_client_demo import run_kafka_clients
 from cluster.demos.page_views import PAGES, USERS
-from cluster.protocol.listener import start_listener
+from cluster.protocol.listener import KafkaListener
 from cluster.runtime import ensure_ray
 from storage.errors import RaybrokerError
 
@@ -126,7 +126,7 @@ def run_broker_demo(
                 f"{description.log_end_offset}, {description.size_bytes} bytes in {description.log_dir}"
             )
         parts.lap("produce and consume")
-        with start_listener({"listeners": "PLAINTEXT://127.0.0.1:0"}) as listener:
+        with KafkaListener({"listeners": "PLAINTEXT://127.0.0.1:0"}) as listener:
             say(f"opened a Kafka-protocol listener on {listener.bootstrap_servers}")
             wire_ok = run_kafka_clients(listener.bootstrap_servers, KAFKA_CLIENT_RECORDS, say)
             parts.lap("Kafka clients")

@@ -8,7 +8,7 @@ errors to Kafka's codes), `listener` (starting it all in this process), `listene
 `raybroker start` runs it). The listener's settings are broker keys (`storage.config.listener_config`).
 """
 
-from cluster.protocol.listener import KafkaListener, start_listener
+from cluster.protocol.listener import KafkaListener
 from storage.config.listener_config import Endpoint, ListenerConfig, parse_listeners
 
-__all__ = ["Endpoint", "KafkaListener", "ListenerConfig", "parse_listeners", "start_listener"]
+__all__ = ["Endpoint", "KafkaListener", "ListenerConfig", "parse_listeners"]

@@ -1,4 +1,4 @@
-"""Starting the Kafka-protocol listener for a running broker: `start_listener(properties)`.
+"""Starting the Kafka-protocol listener for a running broker: `KafkaListener(properties)`.
 
 The listener runs in the calling process, on a thread of its own with its own asyncio event loop: one loop serves
 every connection, and the handlers await actor calls rather than block on them, so a long-poll fetch holds no
@@ -73,8 +73,8 @@ class KafkaListener:
     ) -> None:
         """Binds and starts serving before it returns; raises `InvalidConfigError` for bad settings (a keystore
         that does not load included) and `OSError` when a port cannot be bound. `view` and `security` default to
-        the broker and controller of the Ray cluster this process is connected to, `metrics` to this process's
-        (exported to Ray's metrics: `actors.metrics.ray_export`)."""
+        the broker and controller of the Ray cluster this process is connected to, `groups` and `transactions` to
+        its coordinators, `metrics` to this process's (exported to Ray's metrics: `actors.metrics.ray_export`)."""
         props = dict(properties or {})
         self._broker_config = BrokerConfig.from_properties(props)
         self._config = self._broker_config.listener_config
@@ -232,17 +232,3 @@ class KafkaListener:
         advertised = self._config.advertised(server.ports)
         listeners = tuple((endpoint.listener_name, endpoint.host, endpoint.port) for endpoint in advertised)
         return BrokerEndpoint(self._broker_config.node_id, advertised[0].host, advertised[0].port, listeners)
-
-
-def start_listener(
-    properties: Mapping[str, object] | None = None,
-    view: BrokerView | None = None,
-    security: SecurityView | None = None,
-    metrics: BrokerMetrics | None = None,
-    *,
-    groups: GroupView | None = None,
-    transactions: TransactionView | None = None,
-) -> KafkaListener:
-    """Starts a Kafka-protocol listener for the running broker (see the module docstring); `groups` and
-    `transactions` default to the Ray cluster's coordinators."""
-    return KafkaListener(properties, view, security, metrics, groups=groups, transactions=transactions)

@@ -8,7 +8,7 @@ Where this lives, and why: the actor hosts the protocol package, which is `clust
 import `cluster`. So the class is wrapped with `ray.remote` here and started by `start_kafka_listeners`, which
 `raybroker start` calls after `actors.clients.broker.start_broker`; `stop_broker` stops the listeners first by
 their names alone, without importing this module. An embedded broker (tests, the demo) starts no listener
-actor: it opens one in its own process with `cluster.protocol.listener.start_listener` when it wants one.
+actor: it opens one in its own process with `cluster.protocol.listener.KafkaListener` when it wants one.
 
 Processes: listener 0 binds the configured ports (port 0: a free one); with `num.network.threads` > 1 the others
 bind the ports it got, every one with SO_REUSEPORT, and the kernel spreads new connections over them. A PLAINTEXT

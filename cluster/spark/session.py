@@ -147,7 +147,7 @@ def kafka_bootstrap_servers() -> str:
     `kafka.bootstrap.servers`; `BrokerNotAvailableError` if no listener runs."""
     listeners = call(controller().listeners.remote())
     if not listeners:
-        raise BrokerNotAvailableError("no Kafka listener runs: start one with `raybroker start` or start_listener()")
+        raise BrokerNotAvailableError("no Kafka listener runs: start one with `raybroker start` or KafkaListener()")
     return ",".join(
         f"{listener.host}:{listener.port}" for listener in sorted(listeners.values(), key=lambda item: item.broker_id)
     )

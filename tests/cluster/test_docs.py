@@ -396,14 +396,14 @@ KAFKA_EXAMPLE_HOST, KAFKA_EXAMPLE_PORT = "127.0.0.1", 19092
 @pytest.fixture
 def kafka_listener(start_test_broker: Callable[..., tuple[Any, list[Path]]]) -> Iterator[None]:
     """A broker serving Kafka clients where the example looks for it (skipped when another program holds the port)."""
-    from cluster.protocol.listener import start_listener
+    from cluster.protocol.listener import KafkaListener
     from tests.conftest import _stop_running_broker
 
     with socket.socket() as sock:
         if sock.connect_ex((KAFKA_EXAMPLE_HOST, KAFKA_EXAMPLE_PORT)) == 0:
             skip_or_fail(f"port {KAFKA_EXAMPLE_PORT} is taken by another program")
     start_test_broker(log_dirs_count=1)
-    with start_listener({"listeners": f"PLAINTEXT://{KAFKA_EXAMPLE_HOST}:{KAFKA_EXAMPLE_PORT}"}):
+    with KafkaListener({"listeners": f"PLAINTEXT://{KAFKA_EXAMPLE_HOST}:{KAFKA_EXAMPLE_PORT}"}):
         yield
     _stop_running_broker()
 

@@ -46,6 +46,18 @@ DESCRIBE_ACLS_KEY = 29
 CREATE_ACLS_KEY = 30
 DELETE_ACLS_KEY = 31
 
+# Each field of a binding, in order, as a CreateAcls creation names it and as a DescribeAcls or DeleteAcls filter does.
+_WIRE_FIELDS = (
+    ("resource_type", "resource_type_filter"),
+    ("resource_name", "resource_name_filter"),
+    ("resource_pattern_type", "pattern_type_filter"),
+    ("principal", "principal_filter"),
+    ("host", "host_filter"),
+    ("operation", "operation"),
+    ("permission_type", "permission_type"),
+)
+_CREATION_FIELDS, _FILTER_FIELDS = zip(*_WIRE_FIELDS, strict=True)
+
 _Parsed = TypeVar("_Parsed")
 _Done = TypeVar("_Done")
 
@@ -192,27 +204,27 @@ async def _applied(
 
 def _binding(creation: Any) -> AclBinding:
     """The binding a CreateAcls creation names; `InvalidAclError` for one Kafka refuses."""
-    return AclBinding(
-        ResourceType.from_code(creation.resource_type),
-        creation.resource_name,
-        PatternType.from_code(creation.resource_pattern_type),
-        creation.principal,
-        creation.host,
-        AclOperation.from_code(creation.operation),
-        AclPermissionType.from_code(creation.permission_type),
-    )
+    return AclBinding(*_coded(creation, _CREATION_FIELDS))
 
 
 def _filter(wire: Any) -> AclBindingFilter:
     """The filter a DescribeAcls request or a DeleteAcls filter names; `InvalidAclError` for one Kafka refuses."""
-    return AclBindingFilter(
-        ResourceType.from_code(wire.resource_type_filter),
-        wire.resource_name_filter,
-        PatternType.from_code(wire.pattern_type_filter),
-        wire.principal_filter,
-        wire.host_filter,
-        AclOperation.from_code(wire.operation),
-        AclPermissionType.from_code(wire.permission_type),
+    return AclBindingFilter(*_coded(wire, _FILTER_FIELDS))
+
+
+def _coded(wire: Any, fields: tuple[str, ...]) -> tuple[Any, ...]:
+    """The values of the wire's `fields` (`_WIRE_FIELDS`), its codes turned into the enums."""
+    resource_type, name, pattern_type, principal, host, operation, permission_type = (
+        getattr(wire, field) for field in fields
+    )
+    return (
+        ResourceType.from_code(resource_type),
+        name,
+        PatternType.from_code(pattern_type),
+        principal,
+        host,
+        AclOperation.from_code(operation),
+        AclPermissionType.from_code(permission_type),
     )
 
 

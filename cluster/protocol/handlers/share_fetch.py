@@ -90,14 +90,17 @@ class _ShareHandler(GuardedHandler[BrokerView]):
         self._groups = groups
         self._sessions = sessions
 
-    def _refusal(self, request: Request, group_id: str, member_id: str) -> ErrorCode | None:
-        """What refuses the request before anything is looked at, as Kafka checks it: GROUP_AUTHORIZATION_FAILED
-        without READ on the group, INVALID_REQUEST for a member id Kafka refuses; None if it goes on."""
+    def _opened(self, request: Request, api_key: int) -> tuple[_Answer, str, str, Any | None]:
+        """The request's answer builder, its group and member ids, and the answer that refuses it before anything
+        is looked at (None if it goes on), as Kafka checks: GROUP_AUTHORIZATION_FAILED without READ on the group,
+        then INVALID_REQUEST for a member id Kafka refuses."""
+        answer = _Answer(response_schema(api_key, request.api_version))
+        group_id, member_id = request.body.group_id or "", request.body.member_id or ""
         if not allows(self._access, request.context, AclOperation.READ, ResourceType.GROUP, group_id):
-            return ErrorCode.group_authorization_failed
+            return answer, group_id, member_id, answer(ErrorCode.group_authorization_failed)
         if not member_id_valid(member_id):
-            return ErrorCode.invalid_request
-        return None
+            return answer, group_id, member_id, answer(ErrorCode.invalid_request, INVALID_MEMBER_ID)
+        return answer, group_id, member_id, None
 
     async def _readable(self, request: Request, topic_ids: set[uuid.UUID]) -> dict[uuid.UUID, str | ErrorCode]:
         """Each topic id's name, or the error its partitions answer (unknown id, READ not allowed)."""
@@ -143,12 +146,10 @@ class ShareFetchHandler(_ShareHandler):
     """Answers ShareFetch (see the module docstring)."""
 
     async def __call__(self, request: Request) -> Any:
+        answer, group_id, member_id, refusal = self._opened(request, SHARE_FETCH_KEY)
+        if refusal is not None:
+            return refusal
         body = request.body
-        answer = _Answer(response_schema(SHARE_FETCH_KEY, request.api_version))
-        group_id, member_id = body.group_id or "", body.member_id or ""
-        refused = self._refusal(request, group_id, member_id)
-        if refused is not None:
-            return answer(refused, INVALID_MEMBER_ID if refused == ErrorCode.invalid_request else None)
         named = [(t.topic_id, p.partition_index) for t in body.topics for p in t.partitions]
         acks = {
             (t.topic_id, p.partition_index): _batches(p.acknowledgement_batches)
@@ -227,12 +228,10 @@ class ShareAcknowledgeHandler(_ShareHandler):
     """Answers ShareAcknowledge (see the module docstring)."""
 
     async def __call__(self, request: Request) -> Any:
+        answer, group_id, member_id, refusal = self._opened(request, SHARE_ACKNOWLEDGE_KEY)
+        if refusal is not None:
+            return refusal
         body = request.body
-        answer = _Answer(response_schema(SHARE_ACKNOWLEDGE_KEY, request.api_version))
-        group_id, member_id = body.group_id or "", body.member_id or ""
-        refused = self._refusal(request, group_id, member_id)
-        if refused is not None:
-            return answer(refused, INVALID_MEMBER_ID if refused == ErrorCode.invalid_request else None)
         try:
             context = self._sessions.acknowledge_context(group_id, member_id, body.share_session_epoch)
         except RaybrokerError as exc:

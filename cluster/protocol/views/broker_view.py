@@ -334,8 +334,7 @@ class BrokerView:
 
     async def broker_configs(self, broker: str) -> tuple[dict[str, str], dict[str, str]]:
         """The run-time configs of broker `broker`'s own level and of every broker's level."""
-        levels: tuple[dict[str, str], dict[str, str]] = await self._controller.call("broker_configs", broker)
-        return levels
+        return await self._controller.call("broker_configs", broker)
 
     async def alter_broker_configs(
         self, broker: str, changes: Mapping[str, str | None], validate_only: bool = False
@@ -345,18 +344,14 @@ class BrokerView:
 
     async def allocate_producer_id(self) -> int:
         """A fresh idempotent-producer id, never handed out before in this cluster."""
-        producer_id: int = await self._controller.call("allocate_producer_id")
-        return producer_id
+        return await self._controller.call("allocate_producer_id")
 
     async def elect_leaders(
         self, election_type: ElectionType, partitions: Iterable[tuple[str, int]] | None
     ) -> dict[tuple[str, int], ElectionError]:
         """Kafka's ElectLeaders: each partition's outcome (`Controller.elect_leaders`; None: every partition)."""
         wanted = None if partitions is None else list(partitions)
-        outcomes: dict[tuple[str, int], ElectionError] = await self._controller.call(
-            "elect_leaders", election_type, wanted
-        )
-        return outcomes
+        return await self._controller.call("elect_leaders", election_type, wanted)
 
     async def alter_partition_reassignments(
         self, requests: Mapping[tuple[str, int], tuple[int, ...] | None], allow_replication_factor_change: bool = True
@@ -398,8 +393,7 @@ class BrokerView:
     async def delete_records(self, topic: str, partition: int, offset: int) -> int:
         """Kafka's DeleteRecords: records below `offset` (-1: the high watermark) go; the new log start offset.
         `OffsetOutOfRangeError` beyond the high watermark."""
-        log_start_offset: int = await self._partitions.call(topic, partition, "delete_records", offset)
-        return log_start_offset
+        return await self._partitions.call(topic, partition, "delete_records", offset)
 
     async def offsets(self, topic: str, partition: int) -> PartitionOffsets:
         """A partition's log start offset, high watermark and log end offset now."""
@@ -417,8 +411,7 @@ class BrokerView:
     async def describe_producers(self, topic: str, partition: int) -> list[ActiveProducer]:
         """The producers the partition's leader remembers, each with the start offset of its open transaction
         (DescribeProducers)."""
-        producers: list[ActiveProducer] = await self._partitions.call(topic, partition, "describe_producers")
-        return producers
+        return await self._partitions.call(topic, partition, "describe_producers")
 
     async def append(
         self,
@@ -469,10 +462,9 @@ class BrokerView:
     ) -> ShareFetched:
         """Records of the partition acquired for a share group's member by the partition's leader, which holds the
         group's share-partition (`PartitionServer.share_fetch`)."""
-        fetched: ShareFetched = await self._partitions.call(
+        return await self._partitions.call(
             topic, partition, "share_fetch", group_id, member_id, config, max_bytes, max_records
         )
-        return fetched
 
     async def share_acknowledge(
         self,
@@ -517,8 +509,7 @@ class BrokerView:
         return await self._partitions.list_offset(topic, partition, timestamp, isolation, current_leader_epoch)
 
     async def _listeners(self) -> dict[str, AdvertisedListener]:
-        listeners: dict[str, AdvertisedListener] = await self._metadata("listeners")
-        return listeners
+        return await self._metadata("listeners")
 
     async def _cluster(self) -> tuple[dict[str, AdvertisedListener], frozenset[str]]:
         """The listeners by node id, and the node ids of the running brokers, asked together."""

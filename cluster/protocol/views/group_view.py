@@ -125,15 +125,11 @@ class GroupView:
     async def heartbeat(
         self, group: str, member_id: str, generation_id: int, group_instance_id: str | None = None
     ) -> GroupError:
-        verdict: GroupError = await self._transport.call(
-            "heartbeat", group, member_id, generation_id, group_instance_id
-        )
-        return verdict
+        return await self._transport.call("heartbeat", group, member_id, generation_id, group_instance_id)
 
     async def leave_group(self, group: str, members: list[tuple[str, str | None]]) -> list[GroupError]:
         """A LeaveGroup of `members` (member id, instance id): each one's outcome, in order."""
-        outcome: list[GroupError] = await self._transport.call("leave_group", group, members)
-        return outcome
+        return await self._transport.call("leave_group", group, members)
 
     async def commit_offsets(
         self,
@@ -147,7 +143,7 @@ class GroupView:
     ) -> GroupError:
         """Writes (offset, leader epoch, metadata) per partition if the group's state allows this member's commit (an
         OffsetCommit of `api_version`)."""
-        verdict: GroupError = await self._transport.call(
+        return await self._transport.call(
             "commit_member",
             group,
             member_id,
@@ -156,37 +152,30 @@ class GroupView:
             api_version=api_version,
             group_instance_id=group_instance_id,
         )
-        return verdict
 
     async def consumer_group_heartbeat(self, request: HeartbeatRequest) -> HeartbeatResult:
         """A ConsumerGroupHeartbeat (`ConsumerGroups.heartbeat`), answered at once."""
-        result: HeartbeatResult = await self._transport.call("consumer_group_heartbeat", request)
-        return result
+        return await self._transport.call("consumer_group_heartbeat", request)
 
     async def describe_consumer_group(self, group: str) -> ConsumerGroupDescription | None:
         """A consumer-protocol group as ConsumerGroupDescribe shows it; None if it is none."""
-        described: ConsumerGroupDescription | None = await self._transport.call("describe_consumer_group", group)
-        return described
+        return await self._transport.call("describe_consumer_group", group)
 
     async def share_group_heartbeat(self, request: ShareHeartbeatRequest) -> ShareHeartbeatAnswer:
         """A ShareGroupHeartbeat (`ShareGroups.heartbeat`), answered at once; a refusal comes as a value."""
-        answer: ShareHeartbeatAnswer = await self._transport.call("share_group_heartbeat", request)
-        return answer
+        return await self._transport.call("share_group_heartbeat", request)
 
     async def describe_share_group(self, group: str) -> ShareGroupDescription | None:
         """A share group as ShareGroupDescribe shows it; None if it is none."""
-        described: ShareGroupDescription | None = await self._transport.call("describe_share_group", group)
-        return described
+        return await self._transport.call("describe_share_group", group)
 
     async def share_group_settings(self, group: str) -> ResolvedShareConfig:
         """What a share group runs with, which its share-partitions' leaders apply (ShareFetch, ShareAcknowledge)."""
-        settings: ResolvedShareConfig = await self._transport.call("share_group_settings", group)
-        return settings
+        return await self._transport.call("share_group_settings", group)
 
     async def check_offset_fetch(self, group: str, member_id: str | None, member_epoch: int) -> GroupError:
         """OffsetFetch v9+'s member check (`GroupCoordinator.check_offset_fetch`)."""
-        verdict: GroupError = await self._transport.call("check_offset_fetch", group, member_id, member_epoch)
-        return verdict
+        return await self._transport.call("check_offset_fetch", group, member_id, member_epoch)
 
     async def committed_offsets(
         self, group: str, partitions: Iterable[TopicPartition] | None
@@ -194,10 +183,7 @@ class GroupView:
         """The group's commit per partition (None: none committed); every commit for None."""
         if partitions is None:
             return dict(await self._transport.call("group_offsets", group))
-        found: dict[TopicPartition, OffsetAndMetadata | None] = await self._transport.call(
-            "fetch_committed", group, list(partitions)
-        )
-        return found
+        return await self._transport.call("fetch_committed", group, list(partitions))
 
     async def offsets_partition_for(self, group: str) -> int:
         """The `__consumer_offsets` partition holding the group's offsets (AddOffsetsToTxn adds it, TxnOffsetCommit
@@ -222,37 +208,29 @@ class GroupView:
         offsets: Mapping[TopicPartition, OffsetAndMetadata],
     ) -> GroupError:
         """A TxnOffsetCommit: the offsets stay pending until the transaction's marker (`commit_transactional`)."""
-        verdict: GroupError = await self._transport.call(
+        return await self._transport.call(
             "commit_transactional", group, producer_id, producer_epoch, member_id, generation_id, dict(offsets)
         )
-        return verdict
 
     async def unstable_offsets(self, group: str, partitions: Iterable[TopicPartition] | None) -> set[TopicPartition]:
         """The partitions (None: any) with transactional offsets of the group still pending (OffsetFetch
         `require_stable`)."""
         wanted = None if partitions is None else list(partitions)
-        unstable: set[TopicPartition] = await self._transport.call("unstable_offsets", group, wanted)
-        return unstable
+        return await self._transport.call("unstable_offsets", group, wanted)
 
     async def list_groups(self) -> list[GroupDescription]:
-        groups: list[GroupDescription] = await self._transport.call("list_groups")
-        return groups
+        return await self._transport.call("list_groups")
 
     async def describe_group(self, group: str) -> GroupDescription | None:
         """The group, or None if it has neither members nor committed offsets."""
-        described: GroupDescription | None = await self._transport.call("describe_group", group)
-        return described
+        return await self._transport.call("describe_group", group)
 
     async def delete_group(self, group: str) -> GroupError:
         """Deletes an Empty group's offsets: NON_EMPTY_GROUP with members, GROUP_ID_NOT_FOUND if unknown."""
-        verdict: GroupError = await self._transport.call("delete_group", group)
-        return verdict
+        return await self._transport.call("delete_group", group)
 
     async def delete_offsets(
         self, group: str, partitions: Iterable[TopicPartition]
     ) -> tuple[GroupError, dict[TopicPartition, GroupError]]:
         """An OffsetDelete: the group's verdict, and each partition's (`GroupCoordinator.delete_offsets`)."""
-        outcome: tuple[GroupError, dict[TopicPartition, GroupError]] = await self._transport.call(
-            "delete_offsets", group, list(partitions)
-        )
-        return outcome
+        return await self._transport.call("delete_offsets", group, list(partitions))

@@ -215,10 +215,7 @@ class RayPartitions:
             check_current_leader_epoch(current_leader_epoch, leader_epoch, f"{topic}-{partition}")
             _counts["view_offsets"] += 1
             return found
-        answered: TimestampAndOffset | None = await self.call(
-            topic, partition, "list_offset", timestamp, isolation, current_leader_epoch
-        )
-        return answered
+        return await self.call(topic, partition, "list_offset", timestamp, isolation, current_leader_epoch)
 
     async def _from_view_waiting(
         self, request: PartitionFetch, view: LocalLogView, deadline: float
@@ -278,10 +275,7 @@ class RayPartitions:
     ) -> dict[TopicPartition, RaybrokerError | None]:
         """This node's replicas moved between its log dirs, by its log manager actor."""
         manager = await asyncio.to_thread(get_actor, log_manager_name(self._node))
-        moved: dict[TopicPartition, RaybrokerError | None] = await answer(
-            manager.alter_replica_log_dirs.remote(dict(dirs))
-        )
-        return moved
+        return await answer(manager.alter_replica_log_dirs.remote(dict(dirs)))
 
     def forget_topic(self, topic: str) -> None:
         """Drops what is known of a deleted topic's partitions, so a re-created topic is looked up afresh."""

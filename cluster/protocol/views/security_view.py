@@ -54,65 +54,54 @@ class SecurityView:
 
     async def scram_credential(self, user: str, mechanism: str) -> ScramCredential | None:
         """The user's credential for a SCRAM mechanism, or None."""
-        found: ScramCredential | None = await self._read("scram_credential", user, mechanism)
-        return found
+        return await self._read("scram_credential", user, mechanism)
 
     async def scram_credentials(self) -> dict[str, dict[str, ScramCredential]]:
         """Every credential: user -> mechanism -> credential."""
-        found: dict[str, dict[str, ScramCredential]] = await self._read("scram_credentials")
-        return found
+        return await self._read("scram_credentials")
 
     async def upsert_scram_credential(self, user: str, credential: ScramCredential) -> None:
         await self._transport.call("upsert_scram_credential", user, credential)
 
     async def delete_scram_credential(self, user: str, mechanism: str) -> bool:
         """Deletes one credential; False if the user had none for the mechanism."""
-        deleted: bool = await self._transport.call("delete_scram_credential", user, mechanism)
-        return deleted
+        return await self._transport.call("delete_scram_credential", user, mechanism)
 
     async def acls_version(self) -> int:
         """A number that changes whenever the ACLs do."""
-        version: int = await self._read("acls_version")
-        return version
+        return await self._read("acls_version")
 
     async def acls(self) -> tuple[int, list[AclBinding]]:
         """The ACLs' version and every binding."""
-        found: tuple[int, list[AclBinding]] = await self._read("acls")
-        return found
+        return await self._read("acls")
 
     async def create_acls(self, bindings: list[AclBinding]) -> None:
         await self._transport.call("create_acls", bindings)
 
     async def delete_acls(self, filters: list[AclBindingFilter]) -> list[list[AclBinding]]:
         """Deletes what each filter matches; per filter, the bindings it deleted."""
-        deleted: list[list[AclBinding]] = await self._transport.call("delete_acls", filters)
-        return deleted
+        return await self._transport.call("delete_acls", filters)
 
     async def client_quotas_version(self) -> int:
         """A number that changes whenever the client quotas do."""
-        version: int = await self._read("client_quotas_version")
-        return version
+        return await self._read("client_quotas_version")
 
     async def client_quotas(self) -> tuple[int, dict[Entity, dict[str, float]]]:
         """The client quotas' version and every entity's values."""
-        found: tuple[int, dict[Entity, dict[str, float]]] = await self._read("client_quotas")
-        return found
+        return await self._read("client_quotas")
 
     async def describe_client_quotas(
         self, components: list[FilterComponent], strict: bool
     ) -> list[tuple[Entity, dict[str, float]]]:
-        found: list[tuple[Entity, dict[str, float]]] = await self._read("describe_client_quotas", components, strict)
-        return found
+        return await self._read("describe_client_quotas", components, strict)
 
     async def alter_client_quotas(self, alterations: list[QuotaAlteration], validate_only: bool) -> list[str | None]:
         """Per alteration, None if applied (or valid with `validate_only`), else why it is invalid."""
-        results: list[str | None] = await self._transport.call("alter_client_quotas", alterations, validate_only)
-        return results
+        return await self._transport.call("alter_client_quotas", alterations, validate_only)
 
     async def finalized_features(self) -> tuple[int, dict[str, int]]:
         """The finalized features' epoch and levels (none at 0)."""
-        found: tuple[int, dict[str, int]] = await self._read("finalized_features")
-        return found
+        return await self._read("finalized_features")
 
     async def update_features(self, updates: list[FeatureUpdate], validate_only: bool, controller: str) -> None:
         """Every update applied, or none (`InvalidUpdateVersionError`)."""

@@ -53,68 +53,54 @@ class TransactionView:
     async def init_producer_id(
         self, transactional_id: str, transaction_timeout_ms: int, producer_id: int, producer_epoch: int
     ) -> InitProducerIdResult:
-        result: InitProducerIdResult = await self._transport.call(
+        return await self._transport.call(
             "init_producer_id", transactional_id, transaction_timeout_ms, producer_id, producer_epoch
         )
-        return result
 
     async def add_partitions(
         self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: Collection[TopicPartition]
     ) -> TxnError:
-        error: TxnError = await self._transport.call(
+        return await self._transport.call(
             "add_partitions", transactional_id, producer_id, producer_epoch, list(partitions)
         )
-        return error
 
     async def verify_partitions(
         self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: Collection[TopicPartition]
     ) -> dict[TopicPartition, TxnError]:
         """Per partition: NONE if it is in the producer's transaction, TRANSACTION_ABORTABLE if not, or the id's
         error (`TransactionCoordinator.verify_partitions`)."""
-        errors: dict[TopicPartition, TxnError] = await self._transport.call(
+        return await self._transport.call(
             "verify_partitions", transactional_id, producer_id, producer_epoch, list(partitions)
         )
-        return errors
 
     async def end_transaction(
         self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool
     ) -> TxnError:
-        error: TxnError = await self._transport.call(
-            "end_transaction", transactional_id, producer_id, producer_epoch, commit
-        )
-        return error
+        return await self._transport.call("end_transaction", transactional_id, producer_id, producer_epoch, commit)
 
     async def add_partitions_implicitly(
         self, transactional_id: str, producer_id: int, producer_epoch: int, partitions: Collection[TopicPartition]
     ) -> dict[TopicPartition, TxnError]:
         """A transactions-v2 producer's partitions, added by the broker that took its batches or offsets
         (`TransactionCoordinator.add_partitions_implicitly`)."""
-        errors: dict[TopicPartition, TxnError] = await self._transport.call(
+        return await self._transport.call(
             "add_partitions_implicitly", transactional_id, producer_id, producer_epoch, list(partitions)
         )
-        return errors
 
     async def end_transaction_v2(
         self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool
     ) -> EndTxnResult:
         """EndTxn v5+: the transaction ends with the producer's epoch bumped (`TransactionCoordinator.
         end_transaction_v2`)."""
-        result: EndTxnResult = await self._transport.call(
-            "end_transaction_v2", transactional_id, producer_id, producer_epoch, commit
-        )
-        return result
+        return await self._transport.call("end_transaction_v2", transactional_id, producer_id, producer_epoch, commit)
 
     async def describe(self, transactional_id: str) -> TransactionDescription | None:
-        found: TransactionDescription | None = await self._transport.call("describe", transactional_id)
-        return found
+        return await self._transport.call("describe", transactional_id)
 
     async def list_transactions(
         self, states: Iterable[str], producer_ids: Iterable[int], duration_ms: int
     ) -> list[TransactionDescription]:
-        listed: list[TransactionDescription] = await self._transport.call(
-            "list_transactions", list(states), list(producer_ids), duration_ms
-        )
-        return listed
+        return await self._transport.call("list_transactions", list(states), list(producer_ids), duration_ms)
 
     async def write_marker(self, topic: str, partition: int, marker: TransactionMarker) -> None:
         """A WriteTxnMarkers marker on the partition's leader; the partition's typed errors."""

@@ -14,7 +14,7 @@ import pytest
 
 from actors.clients.admin import Admin
 from cluster.cli.main import EXIT_INTERRUPTED, main
-from cluster.protocol.listener import start_listener
+from cluster.protocol.listener import KafkaListener
 from cluster.spark.session import active_session
 from tests.cluster.spark.helpers import append, unique_topic
 
@@ -37,7 +37,7 @@ def topic(spark_broker: Any) -> Iterator[str]:
     for partition in range(2):
         values = [f"/p{index % 3}".encode() for index in range(partition, 30, 2)]
         append(spark_broker, name, partition, [{"value": value, "timestamp": NOW_MS} for value in values])
-    with start_listener({"listeners": "PLAINTEXT://127.0.0.1:0"}):
+    with KafkaListener({"listeners": "PLAINTEXT://127.0.0.1:0"}):
         yield name
 
 

@@ -24,7 +24,7 @@ from actors.clients.producer import Producer
 from cluster.data import read_topic
 from cluster.data.datasource import TopicDatasource, read_settings
 from cluster.data.read_planning import plan_topic_read
-from cluster.protocol.listener import KafkaListener, start_listener
+from cluster.protocol.listener import KafkaListener
 from storage.errors import InvalidRequestError, OffsetOutOfRangeError, UnknownTopicOrPartitionError
 from tests.cluster.data.support import Row, confluent_rows, consumer_rows, dataset_rows
 
@@ -47,7 +47,7 @@ def event(index: int) -> dict[str, Any]:
 def listener(start_test_broker: Callable[..., tuple[Any, Any]]) -> Iterator[KafkaListener]:
     ray.data.DataContext.get_current().enable_progress_bars = False
     start_test_broker(log_dirs_count=1)
-    with start_listener({"listeners": "PLAINTEXT://127.0.0.1:0"}) as started:
+    with KafkaListener({"listeners": "PLAINTEXT://127.0.0.1:0"}) as started:
         yield started
 
 

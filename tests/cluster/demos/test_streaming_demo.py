@@ -11,7 +11,7 @@ import pytest
 
 from actors.clients.admin import Admin
 from cluster.demos.streaming_demo import run_streaming_counts
-from cluster.protocol.listener import KafkaListener, start_listener
+from cluster.protocol.listener import KafkaListener
 from tests.cluster.spark.helpers import unique_topic
 
 pytestmark = [pytest.mark.ray, pytest.mark.spark]
@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.ray, pytest.mark.spark]
 
 @pytest.fixture
 def listener(spark_broker: Any) -> Iterator[KafkaListener]:
-    with start_listener({"listeners": "PLAINTEXT://127.0.0.1:0"}) as started:
+    with KafkaListener({"listeners": "PLAINTEXT://127.0.0.1:0"}) as started:
         yield started
 
 

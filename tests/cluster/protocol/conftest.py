@@ -14,7 +14,7 @@ from actors.core.in_process_broker import InProcessBroker
 from actors.metrics.recorder import BrokerMetrics
 from benchmarks.kafka_broker import KAFKA_4_VERSION, KafkaQuorum, KafkaUnavailable
 from cluster.protocol.feature_cache import FeatureCache
-from cluster.protocol.listener import start_listener
+from cluster.protocol.listener import KafkaListener
 from cluster.protocol.views.group_view import GroupView
 from cluster.protocol.views.in_process_broker_view import InProcessBrokerView
 from cluster.protocol.views.security_view import SecurityView
@@ -170,7 +170,7 @@ def serve_on_wall_clock(folder: Path, metrics: BrokerMetrics | None = None) -> I
     settings = {key.replace(".", "_"): value for key, value in CONSUMER_HEARTBEAT.items()}
     broker = start_broker(folder, clock=SYSTEM_CLOCK, **settings)
     try:
-        with start_listener(
+        with KafkaListener(
             {"listeners": "PLAINTEXT://127.0.0.1:0", **CONSUMER_HEARTBEAT},
             InProcessBrokerView(broker),
             SecurityView.in_process(broker.controller),

@@ -38,7 +38,7 @@ from actors.core.security.scram import ScramCredential
 from actors.metrics.recorder import BrokerMetrics
 from cluster.protocol.client import WireClient
 from cluster.protocol.framing import SIZE, Request, decode_response, encode_request, encode_response
-from cluster.protocol.listener import KafkaListener, start_listener
+from cluster.protocol.listener import KafkaListener
 from cluster.protocol.messages import build
 from cluster.protocol.views.group_view import GroupView
 from cluster.protocol.views.in_process_broker_view import InProcessBrokerView
@@ -145,7 +145,7 @@ def start_local_listener(broker: InProcessBroker, metrics: BrokerMetrics | None 
     """A PLAINTEXT listener on a free port of 127.0.0.1 serving `broker` in process (its topics, groups,
     transactions and credentials), one partition per topic it auto-creates, which it does not: Kafka's clients
     then reach the in-process broker without Ray. The listener records into `metrics` if given."""
-    return start_listener(
+    return KafkaListener(
         {"listeners": "PLAINTEXT://127.0.0.1:0", "num.partitions": "1", "auto.create.topics.enable": "false"},
         InProcessBrokerView(broker),
         SecurityView.in_process(broker.controller),

@@ -41,7 +41,7 @@ from kafka.admin import UserScramCredentialDeletion as KafkaPythonDeletion
 from kafka.admin import UserScramCredentialUpsertion as KafkaPythonUpsertion
 
 from actors.core.security import acl_bindings as acls
-from cluster.protocol.listener import KafkaListener, start_listener
+from cluster.protocol.listener import KafkaListener
 from cluster.protocol.views.in_process_broker_view import InProcessBrokerView
 from cluster.protocol.views.security_view import SecurityView
 from tests.cluster.protocol.helpers import add_acls, batch, leader_log, run, start_broker
@@ -70,7 +70,7 @@ def serving(
         **{key.replace("_", "."): value for key, value in properties.items()},
     }
     try:
-        with start_listener(settings, view, security) as listener:
+        with KafkaListener(settings, view, security) as listener:
             yield listener, view, security
     finally:
         broker.close()

@@ -33,7 +33,7 @@ from kafka.errors import (
 )
 
 from actors.clients.admin import Admin
-from cluster.protocol.listener import KafkaListener, start_listener
+from cluster.protocol.listener import KafkaListener
 
 pytestmark = pytest.mark.ray
 
@@ -44,7 +44,7 @@ TIMEOUT_S = 30.0
 @pytest.fixture(scope="module")
 def listener(start_test_broker: Callable[..., tuple[Any, Any]]) -> Iterator[KafkaListener]:
     start_test_broker(num_partitions=str(NUM_PARTITIONS))
-    with start_listener({"listeners": "PLAINTEXT://127.0.0.1:0", "num.partitions": str(NUM_PARTITIONS)}) as started:
+    with KafkaListener({"listeners": "PLAINTEXT://127.0.0.1:0", "num.partitions": str(NUM_PARTITIONS)}) as started:
         yield started
 
 

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from kio.index import load_request_schema
 
-from cluster.protocol.listener import start_listener
+from cluster.protocol.listener import KafkaListener
 from cluster.protocol.messages import build
 from storage.records.record_batch import RecordBatchBuilder
 from tests.cluster.protocol.helpers import assigned_member, exchange, fetch_v12_body
@@ -38,7 +38,7 @@ QUIET = {"log_level": 0}
 @pytest.fixture(scope="module")
 def raybroker(start_test_broker: Callable[..., tuple[Any, Any]]) -> Iterator[str]:
     start_test_broker(num_partitions="1")
-    with start_listener({"listeners": "PLAINTEXT://127.0.0.1:0", "num.partitions": "1"}) as started:
+    with KafkaListener({"listeners": "PLAINTEXT://127.0.0.1:0", "num.partitions": "1"}) as started:
         yield started.bootstrap_servers
 
 

@@ -48,7 +48,7 @@ from typing import Any
 
 import pytest
 
-from cluster.protocol.listener import start_listener
+from cluster.protocol.listener import KafkaListener
 from tests.cluster.cli.cli_support import run as run_cli
 from tests.cluster.protocol.helpers import assigned_member
 from tests.cluster.protocol.kafka_tools import (
@@ -74,7 +74,7 @@ SUBSCRIBED, OTHER = "od-subscribed", "od-other"
 @pytest.fixture(scope="module")
 def raybroker(start_test_broker: Callable[..., tuple[Any, Any]]) -> Iterator[str]:
     start_test_broker(num_partitions="2")
-    with start_listener({"listeners": "PLAINTEXT://127.0.0.1:0", "num.partitions": "2"}) as started:
+    with KafkaListener({"listeners": "PLAINTEXT://127.0.0.1:0", "num.partitions": "2"}) as started:
         yield started.bootstrap_servers
 
 

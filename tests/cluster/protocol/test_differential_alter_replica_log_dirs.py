@@ -29,7 +29,7 @@ from kio.index import load_request_schema, load_response_schema
 
 from benchmarks.kafka_broker import KafkaBroker, KafkaUnavailable
 from cluster.protocol.framing import decode_response, encode_request
-from cluster.protocol.listener import start_listener
+from cluster.protocol.listener import KafkaListener
 from cluster.protocol.messages import build
 from tests.cluster.protocol.helpers import read_frame
 from tests.cluster.protocol.kafka_tools import LOG_DIRS, REASSIGN_PARTITIONS, run_kafka_tool
@@ -61,7 +61,7 @@ def kafka_two_dirs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 @pytest.fixture(scope="module")
 def raybroker(start_test_broker: Callable[..., tuple[Any, Any]]) -> Iterator[str]:
     start_test_broker(log_dirs_count=2)
-    with start_listener({"listeners": "PLAINTEXT://127.0.0.1:0"}) as started:
+    with KafkaListener({"listeners": "PLAINTEXT://127.0.0.1:0"}) as started:
         yield started.bootstrap_servers
 
 

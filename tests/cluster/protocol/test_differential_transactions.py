@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from cluster.protocol.listener import start_listener
+from cluster.protocol.listener import KafkaListener
 from tests.cluster.protocol.helpers import confluent_consume_all
 
 pytestmark = [pytest.mark.ray, pytest.mark.kafka]
@@ -42,7 +42,7 @@ def raybroker(start_test_broker: Callable[..., tuple[Any, Any]]) -> Iterator[str
         "num.partitions": "1",
         "transaction.state.log.num.partitions": "3",
     }
-    with start_listener(settings) as started:
+    with KafkaListener(settings) as started:
         yield started.bootstrap_servers
 
 

@@ -27,7 +27,7 @@ from actors.core.in_process_broker import InProcessBroker
 from actors.metrics.names import REQUESTS
 from actors.metrics.recorder import MetricsRecorder
 from benchmarks.kafka_broker import KafkaUnavailable, kafka_jars, kafka_tools_jar
-from cluster.protocol.listener import KafkaListener, start_listener
+from cluster.protocol.listener import KafkaListener
 from cluster.protocol.views.group_view import GroupView
 from cluster.protocol.views.in_process_broker_view import InProcessBrokerView
 from cluster.protocol.views.security_view import SecurityView
@@ -111,7 +111,7 @@ def served(tmp_path: Path) -> Iterator[tuple[KafkaListener, InProcessBroker, Met
     metrics = MetricsRecorder()
     broker = start_broker(tmp_path)
     try:
-        with start_listener(
+        with KafkaListener(
             {"listeners": "PLAINTEXT://127.0.0.1:0"},
             InProcessBrokerView(broker),
             SecurityView.in_process(broker.controller),

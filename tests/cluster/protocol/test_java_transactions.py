@@ -15,7 +15,7 @@ import pytest
 
 from actors.core.in_process_broker import InProcessBroker
 from benchmarks.kafka_broker import KafkaUnavailable, kafka_jars
-from cluster.protocol.listener import KafkaListener, start_listener
+from cluster.protocol.listener import KafkaListener
 from cluster.protocol.views.group_view import GroupView
 from cluster.protocol.views.in_process_broker_view import InProcessBrokerView
 from cluster.protocol.views.security_view import SecurityView
@@ -131,7 +131,7 @@ def listener(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaListener
     broker: InProcessBroker = start_broker(tmp_path_factory.mktemp("broker"), transaction_state_log_num_partitions="1")
     broker.controller.create_topic(TOPIC, PARTITIONS)
     try:
-        with start_listener(
+        with KafkaListener(
             {"listeners": "PLAINTEXT://127.0.0.1:0"},
             InProcessBrokerView(broker),
             SecurityView.in_process(broker.controller),

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.kafka_broker import KAFKA_4_VERSION
-from cluster.protocol.listener import start_listener
+from cluster.protocol.listener import KafkaListener
 from cluster.protocol.views.group_view import GroupView
 from cluster.protocol.views.in_process_broker_view import InProcessBrokerView
 from cluster.protocol.views.security_view import SecurityView
@@ -46,7 +46,7 @@ def raybroker(tmp_path: Path) -> Iterator[str]:
             for index, node in enumerate(sorted(broker.nodes)):
                 properties = {"listeners": "PLAINTEXT://127.0.0.1:0", "node.id": str(index + 1)}
                 listener = listeners.enter_context(
-                    start_listener(
+                    KafkaListener(
                         properties,
                         InProcessBrokerView(broker, node),
                         SecurityView.in_process(broker.controller),

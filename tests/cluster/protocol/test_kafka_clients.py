@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from actors.calls import call
-from cluster.protocol.listener import KafkaListener, start_listener
+from cluster.protocol.listener import KafkaListener
 from tests.actors.support import append_channel_connections
 from tests.conftest import ONE_ACTOR_PER_PARTITION
 
@@ -34,7 +34,7 @@ Record = tuple[str, int, int, bytes | None, bytes | None, tuple[tuple[str, bytes
 @pytest.fixture(scope="module")
 def listener(start_test_broker: Callable[..., tuple[Any, Any]]) -> Iterator[KafkaListener]:
     start_test_broker(num_partitions=str(PARTITIONS), **ONE_ACTOR_PER_PARTITION)
-    with start_listener({"listeners": "PLAINTEXT://127.0.0.1:0", "num.partitions": str(PARTITIONS)}) as started:
+    with KafkaListener({"listeners": "PLAINTEXT://127.0.0.1:0", "num.partitions": str(PARTITIONS)}) as started:
         yield started
 
 
@@ -471,7 +471,7 @@ def test_a_listener_on_the_partitions_node_appends_over_their_channels_and_close
     from actors.clients.broker import Broker
 
     broker = Broker.connect()
-    with start_listener({"listeners": "PLAINTEXT://127.0.0.1:0", "num.partitions": str(PARTITIONS)}) as own:
+    with KafkaListener({"listeners": "PLAINTEXT://127.0.0.1:0", "num.partitions": str(PARTITIONS)}) as own:
         produced = confluent_produce(own, "over-the-channel", acks="all")
         pids = {call(broker.partition("over-the-channel", p).state.remote()).pid for p in range(PARTITIONS)}
         # Only this listener wrote to the new topic: each partition's process has its connection.

@@ -21,7 +21,7 @@ from kafka import KafkaConsumer
 
 from actors.clients.consumer import Consumer as PythonConsumer
 from cluster.cli.main import EXIT_DATA_ERROR, EXIT_OK, main
-from cluster.protocol.listener import KafkaListener, start_listener
+from cluster.protocol.listener import KafkaListener
 
 pytestmark = pytest.mark.ray
 
@@ -45,7 +45,7 @@ def listener(start_test_broker: Callable[..., tuple[Any, Any]]) -> Iterator[Kafk
         group_consumer_heartbeat_interval_ms="1000",
         group_consumer_min_heartbeat_interval_ms="1000",
     )
-    with start_listener({"listeners": "PLAINTEXT://127.0.0.1:0", "num.partitions": str(PARTITIONS)}) as started:
+    with KafkaListener({"listeners": "PLAINTEXT://127.0.0.1:0", "num.partitions": str(PARTITIONS)}) as started:
         yield started
 
 
@@ -102,7 +102,7 @@ def test_a_confluent_group_of_two_splits_the_topic_rebalances_on_leave_and_a_new
     topic, group = "group-orders", "confluent-group"
     first_batch = produce(listener, topic, 40)
     # The members reach the group through different listeners: the group's state lives in the one coordinator.
-    other_listener = start_listener({"listeners": "PLAINTEXT://127.0.0.1:0", "num.partitions": str(PARTITIONS)})
+    other_listener = KafkaListener({"listeners": "PLAINTEXT://127.0.0.1:0", "num.partitions": str(PARTITIONS)})
     first, second = group_consumer(listener, group), group_consumer(other_listener, group)
     first.subscribe([topic])
     second.subscribe([topic])
@@ -159,7 +159,7 @@ def test_a_consumer_protocol_group_splits_the_topic_across_listeners_and_the_too
     each partition."""
     topic, group = "group-kip848", "kip848-group"
     produced = produce(listener, topic, 40)
-    other_listener = start_listener({"listeners": "PLAINTEXT://127.0.0.1:0", "num.partitions": str(PARTITIONS)})
+    other_listener = KafkaListener({"listeners": "PLAINTEXT://127.0.0.1:0", "num.partitions": str(PARTITIONS)})
     settings = {
         "group.id": group,
         "group.protocol": "consumer",

@@ -29,7 +29,7 @@ from actors.core.controller.topic_metadata import TRANSACTION_STATE_TOPIC
 from actors.core.in_process_broker import InProcessBroker
 from actors.options import transaction_coordinator_name
 from cluster.cli.main import EXIT_DATA_ERROR, EXIT_OK, EXIT_USAGE, main
-from cluster.protocol.listener import KafkaListener, start_listener
+from cluster.protocol.listener import KafkaListener
 from cluster.protocol.views.group_view import GroupView
 from cluster.protocol.views.in_process_broker_view import InProcessBrokerView
 from cluster.protocol.views.security_view import SecurityView
@@ -57,7 +57,7 @@ def module_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProces
 
 @pytest.fixture(scope="module")
 def listener(module_broker: InProcessBroker) -> Iterator[KafkaListener]:
-    with start_listener(
+    with KafkaListener(
         {"listeners": "PLAINTEXT://127.0.0.1:0"},
         InProcessBrokerView(module_broker),
         SecurityView.in_process(module_broker.controller),
@@ -258,7 +258,7 @@ def test_confluent_transactions_on_the_ray_broker_and_the_transactions_command(
     broker, _ = start_test_broker()
     # Two `__transaction_state` partitions: each partition of the topic is an actor process.
     properties = {"listeners": "PLAINTEXT://127.0.0.1:0", "transaction.state.log.num.partitions": "2"}
-    with start_listener(properties) as ray_listener:
+    with KafkaListener(properties) as ray_listener:
         call(broker.controller.create_topic.remote(TOPIC, PARTITIONS))
         call(broker.controller.create_topic.remote("source", 1))
         producer = transactional_producer(ray_listener, "ray-ledger")
@@ -317,7 +317,7 @@ def test_a_transaction_whose_producer_went_silent_is_aborted_by_a_new_coordinato
     broker, _ = start_test_broker(
         transaction_abort_timed_out_transaction_cleanup_interval_ms="500", transaction_state_log_num_partitions="2"
     )
-    with start_listener({"listeners": "PLAINTEXT://127.0.0.1:0"}) as ray_listener:
+    with KafkaListener({"listeners": "PLAINTEXT://127.0.0.1:0"}) as ray_listener:
         call(broker.controller.create_topic.remote("silent", 1))
         producer = Producer(
             {

@@ -29,7 +29,7 @@ from actors.metrics.recorder import MetricsRecorder
 from cluster.protocol.framing import decode_response, encode_request
 from cluster.protocol.handlers.api_versions import API_VERSIONS_KEY
 from cluster.protocol.handlers.metadata import METADATA_KEY
-from cluster.protocol.listener import KafkaListener, start_listener
+from cluster.protocol.listener import KafkaListener
 from cluster.protocol.messages import build
 from cluster.protocol.views.in_process_broker_view import InProcessBrokerView
 from cluster.protocol.views.security_view import SecurityView
@@ -59,7 +59,7 @@ def served(tmp_path: Any) -> Iterator[tuple[KafkaListener, InProcessBrokerView, 
         "connection.failed.authentication.delay.ms": "10",
     }
     try:
-        with start_listener(properties, view, security, metrics) as listener:
+        with KafkaListener(properties, view, security, metrics) as listener:
             yield listener, view, metrics
     finally:
         broker.close()

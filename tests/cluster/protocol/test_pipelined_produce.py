@@ -22,7 +22,7 @@ from actors.core.in_process_broker import InProcessBroker
 from actors.core.transactions.transaction_metadata import TxnError
 from cluster.protocol.framing import SIZE, encode_request
 from cluster.protocol.handlers.produce import PRODUCE_KEY
-from cluster.protocol.listener import KafkaListener, start_listener
+from cluster.protocol.listener import KafkaListener
 from cluster.protocol.messages import build
 from cluster.protocol.views.group_view import GroupView
 from cluster.protocol.views.in_process_broker_view import InProcessBrokerView
@@ -62,7 +62,7 @@ class ReversingVerification(TransactionView):
 def served(broker: InProcessBroker) -> Iterator[tuple[KafkaListener, ReversingVerification]]:
     broker.controller.create_topic(TOPIC, 1)
     transactions = ReversingVerification.in_process(broker)
-    with start_listener(
+    with KafkaListener(
         {"listeners": "PLAINTEXT://127.0.0.1:0"},
         InProcessBrokerView(broker),
         SecurityView.in_process(broker.controller),
@@ -174,7 +174,7 @@ def test_pipelined_v13_batches_land_in_send_order_when_their_topic_lookups_end_i
         )
         for sequence in sequences
     ]
-    with start_listener(
+    with KafkaListener(
         {"listeners": "PLAINTEXT://127.0.0.1:0"},
         view,
         SecurityView.in_process(broker.controller),

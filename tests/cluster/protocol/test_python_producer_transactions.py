@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from cluster.protocol.listener import KafkaListener, start_listener
+from cluster.protocol.listener import KafkaListener
 
 pytestmark = pytest.mark.ray
 
@@ -83,7 +83,7 @@ def test_confluent_read_committed_reads_only_what_the_python_producer_committed(
         producer.flush(DEADLINE_S)
         committed = [value for values, commit in model if commit for value in values]
         everything = [value for values, _ in model for value in values] + open_values
-        with start_listener({"listeners": "PLAINTEXT://127.0.0.1:0"}) as listener:
+        with KafkaListener({"listeners": "PLAINTEXT://127.0.0.1:0"}) as listener:
             assert sorted(consume(listener, "read_committed", len(committed))) == sorted(committed)
             assert sorted(consume(listener, "read_uncommitted", len(everything))) == sorted(everything)
             producer.commit_transaction(DEADLINE_S)

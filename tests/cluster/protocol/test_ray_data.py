@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from cluster.protocol.listener import KafkaListener, start_listener
+from cluster.protocol.listener import KafkaListener
 
 pytestmark = [
     pytest.mark.ray,
@@ -44,7 +44,7 @@ def utc(timestamp_ms: int) -> datetime:
 @pytest.fixture(scope="module")
 def listener(start_test_broker: Callable[..., tuple[Any, Any]]) -> Iterator[KafkaListener]:
     start_test_broker(log_dirs_count=1, num_partitions=str(PARTITIONS))
-    with start_listener({"listeners": "PLAINTEXT://127.0.0.1:0", "num.partitions": str(PARTITIONS)}) as started:
+    with KafkaListener({"listeners": "PLAINTEXT://127.0.0.1:0", "num.partitions": str(PARTITIONS)}) as started:
         yield started
 
 

@@ -17,7 +17,7 @@ import pytest
 from kio.index import load_request_schema
 
 from actors.core.in_process_broker import InProcessBroker
-from cluster.protocol.listener import KafkaListener, start_listener
+from cluster.protocol.listener import KafkaListener
 from cluster.protocol.messages import build
 from cluster.protocol.views.in_process_broker_view import InProcessBrokerView
 from storage.partition.log import LogAppendInfo
@@ -59,7 +59,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[KafkaList
     scenario = write_into(view, TOPIC)
     settings = {"listeners": "PLAINTEXT://127.0.0.1:0", "auto.create.topics.enable": "false"}
     try:
-        with start_listener(settings, view) as listener:
+        with KafkaListener(settings, view) as listener:
             yield listener, view, scenario
     finally:
         broker.close()
@@ -227,7 +227,7 @@ def test_a_read_committed_long_poll_waits_for_the_commit_marker(tmp_path: Path) 
     lso = scenario.last_stable_offset(0)
     settings = {"listeners": "PLAINTEXT://127.0.0.1:0", "auto.create.topics.enable": "false"}
     try:
-        with start_listener(settings, view) as listener:
+        with KafkaListener(settings, view) as listener:
             first_open = min(r.offset for r in scenario.records if (r.partition, r.fate) == (0, "open"))
             assert lso == first_open
             commit = broker.leader(TOPIC, 0).append_transaction_marker

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from actors.core.in_process_broker import InProcessBroker
-from cluster.protocol.listener import KafkaListener, start_listener
+from cluster.protocol.listener import KafkaListener
 from cluster.protocol.views.in_process_broker_view import InProcessBrokerView
 from cluster.protocol.views.security_view import SecurityView
 from tests.cluster.protocol.helpers import TlsFiles, add_user, make_tls_files, run, start_broker
@@ -65,7 +65,7 @@ def listener(module_broker: InProcessBroker, tls: TlsFiles, security: SecurityVi
         "sasl.enabled.mechanisms": "SCRAM-SHA-256,SCRAM-SHA-512,PLAIN",
         "connection.failed.authentication.delay.ms": str(FAILED_LOGIN_DELAY_MS),
     }
-    with start_listener(properties, view, security) as started:
+    with KafkaListener(properties, view, security) as started:
         yield started
 
 
@@ -304,7 +304,7 @@ def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[KafkaLis
         "connection.failed.authentication.delay.ms": "0",
     }
     try:
-        with start_listener(properties, view, security) as started:
+        with KafkaListener(properties, view, security) as started:
             yield started, security
     finally:
         broker.close()

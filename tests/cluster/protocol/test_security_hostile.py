@@ -22,7 +22,7 @@ from cluster.protocol.framing import SIZE, decode_response, encode_request
 from cluster.protocol.handlers.api_versions import API_VERSIONS_KEY
 from cluster.protocol.handlers.metadata import METADATA_KEY
 from cluster.protocol.handlers.sasl_handlers import SASL_AUTHENTICATE_KEY, SASL_HANDSHAKE_KEY
-from cluster.protocol.listener import KafkaListener, start_listener
+from cluster.protocol.listener import KafkaListener
 from cluster.protocol.messages import build
 from cluster.protocol.views.in_process_broker_view import InProcessBrokerView
 from cluster.protocol.views.security_view import SecurityView
@@ -60,7 +60,7 @@ def listener(tmp_path_factory: pytest.TempPathFactory, tls: TlsFiles) -> Iterato
         "connection.failed.authentication.delay.ms": "0",
     }
     try:
-        with start_listener(properties, view, security) as started:
+        with KafkaListener(properties, view, security) as started:
             yield started
     finally:
         broker.close()

@@ -22,7 +22,7 @@ from cluster.protocol.file_region import FileRegion
 from cluster.protocol.framing import FIXED_HEADER, SIZE, SplicedFrame, decode_response, encode_request
 from cluster.protocol.handlers.api_versions import API_VERSIONS_KEY
 from cluster.protocol.handlers.produce import PRODUCE_KEY
-from cluster.protocol.listener import KafkaListener, start_listener
+from cluster.protocol.listener import KafkaListener
 from cluster.protocol.messages import build
 from cluster.protocol.server import KafkaServer
 from cluster.protocol.views.in_process_broker_view import InProcessBrokerView
@@ -41,7 +41,7 @@ def listen(view: InProcessBrokerView) -> Iterator[Callable[..., KafkaListener]]:
     started: list[KafkaListener] = []
 
     def start(**properties: str) -> KafkaListener:
-        listener = start_listener(
+        listener = KafkaListener(
             {"listeners": "PLAINTEXT://127.0.0.1:0", **{k.replace("_", "."): v for k, v in properties.items()}}, view
         )
         started.append(listener)
@@ -270,7 +270,7 @@ def test_a_connection_over_its_ip_connection_creation_rate_is_closed_unread_afte
 ) -> None:
     """With `connection_creation_rate` 2 for 127.0.0.1 over two one-second windows, the third connection within a
     second is held, then closed with no answer, while 127.0.0.2's connections are served."""
-    listener = start_listener(
+    listener = KafkaListener(
         {"listeners": "PLAINTEXT://127.0.0.1:0", "quota.window.num": "2", "quota.window.size.seconds": "1"},
         view,
         security,

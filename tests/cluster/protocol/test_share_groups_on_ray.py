@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from cluster.protocol.listener import KafkaListener, start_listener
+from cluster.protocol.listener import KafkaListener
 from tests.cluster.protocol.conftest import SHARE_GROUP_SETTINGS
 from tests.cluster.protocol.test_share_group_clients import EXPECTED, assert_told_as_kafka_tells_it, share_steps
 
@@ -29,7 +29,7 @@ def ray_listener(start_test_broker: Callable[..., tuple[Any, Any]]) -> Iterator[
             if key.startswith("group.share.")
         }
     )
-    with start_listener({"listeners": "PLAINTEXT://127.0.0.1:0"}) as started:
+    with KafkaListener({"listeners": "PLAINTEXT://127.0.0.1:0"}) as started:
         yield started
 
 

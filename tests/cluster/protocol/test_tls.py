@@ -19,7 +19,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
 from actors.core.security.acl_bindings import AclBinding, AclOperation, AclPermissionType, PatternType, ResourceType
-from cluster.protocol.listener import KafkaListener, start_listener
+from cluster.protocol.listener import KafkaListener
 from cluster.protocol.security.tls import server_context
 from cluster.protocol.views.in_process_broker_view import InProcessBrokerView
 from cluster.protocol.views.security_view import SecurityView
@@ -94,7 +94,7 @@ def authorized(tmp_path: Path) -> Iterator[tuple[KafkaListener, TlsFiles]]:
         "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
     }
     try:
-        with start_listener(properties, view, security) as started:
+        with KafkaListener(properties, view, security) as started:
             yield started, tls
     finally:
         broker.close()

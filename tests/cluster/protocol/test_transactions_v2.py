@@ -23,7 +23,7 @@ from kio.schema.errors import ErrorCode
 from actors.metrics.names import REQUESTS
 from actors.metrics.recorder import MetricsRecorder
 from cluster.protocol.client import WireClient
-from cluster.protocol.listener import start_listener
+from cluster.protocol.listener import KafkaListener
 from cluster.protocol.views.group_view import GroupView
 from cluster.protocol.views.in_process_broker_view import InProcessBrokerView
 from cluster.protocol.views.security_view import SecurityView
@@ -54,7 +54,7 @@ def recorded(tmp_path: Path) -> Iterator[tuple[str, MetricsRecorder]]:
     metrics = MetricsRecorder()
     broker = start_broker(tmp_path / "broker", metrics=metrics)
     try:
-        with start_listener(
+        with KafkaListener(
             {"listeners": "PLAINTEXT://127.0.0.1:0"},
             InProcessBrokerView(broker),
             SecurityView.in_process(broker.controller),

@@ -19,7 +19,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from actors.clients.admin import Admin
-from cluster.protocol.listener import KafkaListener, start_listener
+from cluster.protocol.listener import KafkaListener
 from cluster.spark.kafka_source import read_topics
 from cluster.spark.session import kafka_bootstrap_servers
 from tests.cluster.spark.helpers import unique_topic
@@ -36,7 +36,7 @@ Row = tuple[int, int, bytes | None, bytes | None, int]
 
 @pytest.fixture(scope="module")
 def listener(spark_broker: Any) -> Iterator[KafkaListener]:
-    with start_listener({"listeners": "PLAINTEXT://127.0.0.1:0"}) as started:
+    with KafkaListener({"listeners": "PLAINTEXT://127.0.0.1:0"}) as started:
         yield started
 
 

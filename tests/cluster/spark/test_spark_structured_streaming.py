@@ -28,7 +28,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from actors.clients.admin import Admin
-from cluster.protocol.listener import KafkaListener, start_listener
+from cluster.protocol.listener import KafkaListener
 from tests.cluster.spark.helpers import unique_topic
 
 pytestmark = [pytest.mark.ray, pytest.mark.spark]
@@ -58,7 +58,7 @@ Event = tuple[int, int]
 
 @pytest.fixture(scope="module")
 def listener(spark_broker: Any) -> Iterator[KafkaListener]:
-    with start_listener({"listeners": "PLAINTEXT://127.0.0.1:0"}) as started:
+    with KafkaListener({"listeners": "PLAINTEXT://127.0.0.1:0"}) as started:
         yield started
 
 
