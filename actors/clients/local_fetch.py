@@ -8,33 +8,31 @@ Kafka's `sendfile` idea in Ray's terms. Remote readers keep the actor path.
 
 Public API (stable; `cluster.spark.kafka_source` builds on it):
 
-- `fetch_local_or_remote(handle, offset, max_bytes=1 MiB, *, node_id=None, prefer_local=True, zero_copy=False,
-  timeout_s=None) -> FetchResult`: the same answer as `handle.fetch.remote(offset, max_bytes)` (bytes, high
-  watermark, log start, log end), the same typed errors (`OffsetOutOfRangeError` ...), read locally when
-  possible. `node_id` is the partition's node if the caller knows it (`Broker.node_of`, topic metadata): a
-  remote partition then costs one call, not two. `prefer_local=False` forces the actor path.
-  `zero_copy=True` (for bulk readers that parse the batches and drop them: Spark tasks, benchmarks) makes
-  `records` a read-only `memoryview` instead of `bytes`: locally over the segment file's pages (`mmap`, no
-  copy at all), remotely over Ray's object store (one copy, not three). Hold it only while parsing.
 - `iter_fetches(handle, offset, end_offset=None, max_bytes=64 MiB, *, node_id=None, prefer_local=True,
   zero_copy=False, timeout_s=None) -> Iterator[FetchResult]`: for bulk readers of an offset range (a Spark
   task): the successive fetches from `offset` to `end_offset` (default: the high watermark when it starts),
   the next one in flight while the caller parses the current one; locally one call locates up to
   `max_bytes` across up to `MAX_SLICES_PER_LOCATE` segments.
-- `PendingFetch(handle, offset, max_bytes, *, node_id=None, prefer_local=True, zero_copy=False,
+- `PendingFetch(handle, offset, max_bytes=1 MiB, *, node_id=None, prefer_local=True, zero_copy=False,
   max_slices=1, max_wait_ms=0, min_bytes=1, isolation="high_watermark", populate=True)`: one fetch started now
   and finished by `.result(timeout_s)` (or `.results(timeout_s)` for several slices), so one reader can have fetches
-  to many partitions in flight at once (`.ref` is the call in flight, for `ray.wait`); `.node_id` is the partition's
-  node once the actor told it (pass it to the next fetch), `.next_offset` the offset after the answer's last whole
-  batch, `.located` the actor's `FileSlices` answer when the bytes were read locally (`actors.clients.local_tail`
-  follows on from it). With
-  `max_wait_ms` > 0 it is a long poll (Kafka's `fetch.max.wait.ms` / `fetch.min.bytes`): the actor answers
-  once `min_bytes` are there or the wait expired (`actors.server.partition_log`), the locate and the fetch alike; a
-  fetch falling back to the actor after a located read failed does not wait again. `isolation="txn_committed"` is a
-  read_committed consumer's fetch: up to the last stable offset, with the aborted transactions in each answer.
-  `populate=False` hands out zero-copy views with only the pages the batch walk touched faulted in, for a caller
-  that prefaults the rest later (`storage.partition.file_slices.populate_pages`; `iter_fetches` does, once the
-  next call is in flight).
+  to many partitions in flight at once (`.ref` is the call in flight, for `ray.wait`). `.result()` is the same
+  answer as `handle.fetch.remote(offset, max_bytes)` (bytes, high watermark, log start, log end), with the same
+  typed errors (`OffsetOutOfRangeError` ...), read locally when possible. `node_id` is the partition's node if the
+  caller knows it (`Broker.node_of`, topic metadata): a remote partition then costs one call, not two;
+  `prefer_local=False` forces the actor path. `zero_copy=True` (for bulk readers that parse the batches and drop
+  them: Spark tasks, benchmarks) makes `records` a read-only `memoryview` instead of `bytes`: locally over the
+  segment file's pages (`mmap`, no copy at all), remotely over Ray's object store (one copy, not three); hold it
+  only while parsing. `.node_id` is the partition's node once the actor told it (pass it to the next fetch),
+  `.next_offset` the offset after the answer's last whole batch, `.located` the actor's `FileSlices` answer when
+  the bytes were read locally (`actors.clients.local_tail` follows on from it). With `max_wait_ms` > 0 it is a
+  long poll (Kafka's `fetch.max.wait.ms` / `fetch.min.bytes`): the actor answers once `min_bytes` are there or
+  the wait expired (`actors.server.partition_log`), the locate and the fetch alike; a fetch falling back to the
+  actor after a located read failed does not wait again. `isolation="txn_committed"` is a read_committed
+  consumer's fetch: up to the last stable offset, with the aborted transactions in each answer. `populate=False`
+  hands out zero-copy views with only the pages the batch walk touched faulted in, for a caller that prefaults the
+  rest later (`storage.partition.file_slices.populate_pages`; `iter_fetches` does, once the next call is in
+  flight).
 - `read_file_slice(file_slice, offset, *, zero_copy=False) -> bytes | memoryview | None`: the located bytes,
   or None when they cannot be trusted (the caller then uses the actor path).
 - `BULK_FETCH_MAX_BYTES` (64 MiB): the `max_bytes` bulk readers should ask for; each call measured 1-3 ms of Ray
@@ -237,22 +235,6 @@ def records_of(result: FetchResult) -> bytes | memoryview:
     return records if isinstance(records, bytes | memoryview) else memoryview(records)
 
 
-def fetch_local_or_remote(
-    handle: Any,
-    offset: int,
-    max_bytes: int = DEFAULT_FETCH_MAX_BYTES,
-    *,
-    node_id: str | None = None,
-    prefer_local: bool = True,
-    zero_copy: bool = False,
-    timeout_s: float | None = None,
-) -> FetchResult:
-    """`handle.fetch.remote(offset, max_bytes)`'s answer, read from the page cache when the partition is on this
-    node; see the module docstring."""
-    pending = PendingFetch(handle, offset, max_bytes, node_id=node_id, prefer_local=prefer_local, zero_copy=zero_copy)
-    return pending.result(timeout_s)
-
-
 def iter_fetches(
     handle: Any,
     offset: int,
@@ -309,7 +291,6 @@ __all__ = [
     "LocalFetchStatistics",
     "LocatedRead",
     "PendingFetch",
-    "fetch_local_or_remote",
     "iter_fetches",
     "read_file_slice",
     "records_of",

@@ -100,16 +100,6 @@ def reconcile(
         return member
     if member.state == MemberState.UNREVOKED_PARTITIONS and owns_any(owned, member.pending_revocation):
         return member
-    return _next_assignment(member, target_epoch, target, owned, owned_by_others)
-
-
-def _next_assignment(
-    member: ConsumerMember,
-    target_epoch: int,
-    target: Assignment,
-    owned: Assignment | None,
-    owned_by_others: set[tuple[uuid.UUID, int]],
-) -> ConsumerMember:
     kept_only: dict[uuid.UUID, frozenset[int]] = {}
     assigned: dict[uuid.UUID, frozenset[int]] = {}
     revoking: dict[uuid.UUID, frozenset[int]] = {}

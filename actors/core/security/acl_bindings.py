@@ -208,6 +208,28 @@ class AclBinding:
         )
 
 
+def from_codes(
+    resource_type: int,
+    resource_name: str | None,
+    pattern_type: int,
+    principal: str | None,
+    host: str | None,
+    operation: int,
+    permission_type: int,
+) -> tuple[ResourceType, str | None, PatternType, str | None, str | None, AclOperation, AclPermissionType]:
+    """A binding's or a filter's fields, in their order, from Kafka's wire codes (CreateAcls creations, DescribeAcls
+    and DeleteAcls filters); `InvalidAclError` for a code Kafka does not define."""
+    return (
+        ResourceType.from_code(resource_type),
+        resource_name,
+        PatternType.from_code(pattern_type),
+        principal,
+        host,
+        AclOperation.from_code(operation),
+        AclPermissionType.from_code(permission_type),
+    )
+
+
 def pattern_text(resource_type: ResourceType, resource_name: str | None, pattern_type: PatternType) -> str:
     """`ResourcePattern(resourceType=TOPIC, name=orders, patternType=LITERAL)`, as Kafka prints a pattern."""
     name = "<any>" if resource_name is None else resource_name

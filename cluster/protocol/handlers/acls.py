@@ -29,10 +29,10 @@ from actors.core.security.acl_bindings import (
     AclBinding,
     AclBindingFilter,
     AclOperation,
-    AclPermissionType,
     InvalidAclError,
     PatternType,
     ResourceType,
+    from_codes,
 )
 from cluster.protocol.error_codes import ClusterAuthorizationFailedError, SecurityDisabledError, error_code
 from cluster.protocol.framing import Request, response_schema
@@ -214,18 +214,7 @@ def _filter(wire: Any) -> AclBindingFilter:
 
 def _coded(wire: Any, fields: tuple[str, ...]) -> tuple[Any, ...]:
     """The values of the wire's `fields` (`_WIRE_FIELDS`), its codes turned into the enums."""
-    resource_type, name, pattern_type, principal, host, operation, permission_type = (
-        getattr(wire, field) for field in fields
-    )
-    return (
-        ResourceType.from_code(resource_type),
-        name,
-        PatternType.from_code(pattern_type),
-        principal,
-        host,
-        AclOperation.from_code(operation),
-        AclPermissionType.from_code(permission_type),
-    )
+    return from_codes(*(getattr(wire, field) for field in fields))
 
 
 def _matching(binding: AclBinding) -> dict[str, Any]:

@@ -34,9 +34,9 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from kio.schema.errors import ErrorCode
 
@@ -80,6 +80,17 @@ class _Outcome:
     acquired: list[AcquiredRecords] = field(default_factory=list)
 
 
+class _Begun(NamedTuple):
+    """A share request past its checks: its answer's builder, its member, its share session and its group's
+    settings."""
+
+    answer: _Answer
+    group_id: str
+    member_id: str
+    context: SessionContext
+    settings: ResolvedShareConfig
+
+
 class _ShareHandler(GuardedHandler[BrokerView]):
     """What ShareFetch and ShareAcknowledge share: the sessions, the group's settings, the acknowledgements."""
 
@@ -90,17 +101,27 @@ class _ShareHandler(GuardedHandler[BrokerView]):
         self._groups = groups
         self._sessions = sessions
 
-    def _opened(self, request: Request, api_key: int) -> tuple[_Answer, str, str, Any | None]:
-        """The request's answer builder, its group and member ids, and the answer that refuses it before anything
-        is looked at (None if it goes on), as Kafka checks: GROUP_AUTHORIZATION_FAILED without READ on the group,
-        then INVALID_REQUEST for a member id Kafka refuses."""
+    async def _begin(
+        self, request: Request, api_key: int, session: Callable[[str, str], SessionContext]
+    ) -> _Begun | Any:
+        """The request past its checks, its share session found or opened by `session(group_id, member_id)`; else
+        the answer refusing it, as Kafka checks: GROUP_AUTHORIZATION_FAILED without READ on the group,
+        INVALID_REQUEST for a member id Kafka refuses, then the session's error, then the coordinator's."""
         answer = _Answer(response_schema(api_key, request.api_version))
         group_id, member_id = request.body.group_id or "", request.body.member_id or ""
         if not allows(self._access, request.context, AclOperation.READ, ResourceType.GROUP, group_id):
-            return answer, group_id, member_id, answer(ErrorCode.group_authorization_failed)
+            return answer(ErrorCode.group_authorization_failed)
         if not member_id_valid(member_id):
-            return answer, group_id, member_id, answer(ErrorCode.invalid_request, INVALID_MEMBER_ID)
-        return answer, group_id, member_id, None
+            return answer(ErrorCode.invalid_request, INVALID_MEMBER_ID)
+        try:
+            context = session(group_id, member_id)
+        except RaybrokerError as exc:
+            return answer(error_code(exc), str(exc))
+        try:
+            settings = await self._groups.share_group_settings(group_id)
+        except RaybrokerError as exc:
+            return answer(coordinator_error_code(exc))
+        return _Begun(answer, group_id, member_id, context, settings)
 
     async def _readable(self, request: Request, topic_ids: set[uuid.UUID]) -> dict[uuid.UUID, str | ErrorCode]:
         """Each topic id's name, or the error its partitions answer (unknown id, READ not allowed)."""
@@ -146,9 +167,6 @@ class ShareFetchHandler(_ShareHandler):
     """Answers ShareFetch (see the module docstring)."""
 
     async def __call__(self, request: Request) -> Any:
-        answer, group_id, member_id, refusal = self._opened(request, SHARE_FETCH_KEY)
-        if refusal is not None:
-            return refusal
         body = request.body
         named = [(t.topic_id, p.partition_index) for t in body.topics for p in t.partitions]
         acks = {
@@ -158,16 +176,16 @@ class ShareFetchHandler(_ShareHandler):
             if p.acknowledgement_batches
         }
         forgotten = [(t.topic_id, p) for t in body.forgotten_topics_data for p in t.partitions]
-        try:
-            context = self._sessions.fetch_context(
+        begun = await self._begin(
+            request,
+            SHARE_FETCH_KEY,
+            lambda group_id, member_id: self._sessions.fetch_context(
                 group_id, member_id, body.share_session_epoch, named, forgotten, acknowledges=bool(acks)
-            )
-        except RaybrokerError as exc:
-            return answer(error_code(exc), str(exc))
-        try:
-            settings = await self._groups.share_group_settings(group_id)
-        except RaybrokerError as exc:
-            return answer(coordinator_error_code(exc))
+            ),
+        )
+        if not isinstance(begun, _Begun):
+            return begun
+        answer, group_id, member_id, context, settings = begun
         names = await self._readable(request, {t for t, _ in [*context.partitions, *acks]})
         outcomes: dict[SharePartitionKey, _Outcome] = {}
         for key, batches in acks.items():
@@ -228,18 +246,17 @@ class ShareAcknowledgeHandler(_ShareHandler):
     """Answers ShareAcknowledge (see the module docstring)."""
 
     async def __call__(self, request: Request) -> Any:
-        answer, group_id, member_id, refusal = self._opened(request, SHARE_ACKNOWLEDGE_KEY)
-        if refusal is not None:
-            return refusal
         body = request.body
-        try:
-            context = self._sessions.acknowledge_context(group_id, member_id, body.share_session_epoch)
-        except RaybrokerError as exc:
-            return answer(error_code(exc), str(exc))
-        try:
-            settings = await self._groups.share_group_settings(group_id)
-        except RaybrokerError as exc:
-            return answer(coordinator_error_code(exc))
+        begun = await self._begin(
+            request,
+            SHARE_ACKNOWLEDGE_KEY,
+            lambda group_id, member_id: self._sessions.acknowledge_context(
+                group_id, member_id, body.share_session_epoch
+            ),
+        )
+        if not isinstance(begun, _Begun):
+            return begun
+        answer, group_id, member_id, context, settings = begun
         acks = {
             (t.topic_id, p.partition_index): _batches(p.acknowledgement_batches)
             for t in body.topics

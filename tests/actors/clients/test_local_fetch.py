@@ -25,7 +25,6 @@ from actors.clients import local_fetch
 from actors.clients.local_fetch import (
     LocatedRead,
     PendingFetch,
-    fetch_local_or_remote,
     iter_fetches,
     read_file_slice,
     records_of,
@@ -86,9 +85,9 @@ def test_local_reads_equal_the_actors_fetch_for_every_offset_across_segment_roll
     for offset in range(start, high_watermark + 1):
         for max_bytes in SIZES:
             expected = actor_fetch(partition, offset, max_bytes)
-            copied = fetch_local_or_remote(partition, offset, max_bytes)
+            copied = PendingFetch(partition, offset, max_bytes).result()
             assert isinstance(copied.records, bytes) and copied == expected
-            mapped = fetch_local_or_remote(partition, offset, max_bytes, zero_copy=True)
+            mapped = PendingFetch(partition, offset, max_bytes, zero_copy=True).result()
             assert mapped.records == expected.records and mapped.high_watermark == expected.high_watermark
             compared += 2
     after = local_fetch.statistics()
@@ -103,7 +102,7 @@ def test_zero_copy_actor_fetches_equal_the_copied_ones(partition: Any) -> None:
     for offset in range(start, high_watermark, 7):
         for max_bytes in SIZES:
             expected = actor_fetch(partition, offset, max_bytes)
-            remote = fetch_local_or_remote(partition, offset, max_bytes, prefer_local=False, zero_copy=True)
+            remote = PendingFetch(partition, offset, max_bytes, prefer_local=False, zero_copy=True).result()
             assert isinstance(remote.records, memoryview) and remote.records.readonly
             assert bytes(remote.records) == expected.records
             assert (remote.high_watermark, remote.log_end_offset) == (expected.high_watermark, expected.log_end_offset)
@@ -163,10 +162,10 @@ def test_out_of_range_offsets_raise_the_actors_error(partition: Any) -> None:
     end = offsets(partition)[2]
     for offset in (end + 1, -1):
         with pytest.raises(OffsetOutOfRangeError) as local:
-            fetch_local_or_remote(partition, offset, 1000)
+            PendingFetch(partition, offset, 1000).result()
         assert local.value.offset == offset
         with pytest.raises(OffsetOutOfRangeError):
-            fetch_local_or_remote(partition, offset, 1000, prefer_local=False)
+            PendingFetch(partition, offset, 1000, prefer_local=False).result()
 
 
 @pytest.mark.ray
@@ -231,9 +230,9 @@ def test_a_partition_on_another_node_is_fetched_through_the_actor_in_one_call(pa
     append(partition, 2)
     start, _, _ = offsets(partition)
     before = local_fetch.statistics()
-    result = fetch_local_or_remote(partition, start, 1000, node_id="another-node")
+    result = PendingFetch(partition, start, 1000, node_id="another-node").result()
     assert result == actor_fetch(partition, start, 1000)
-    forced = fetch_local_or_remote(partition, start, 1000, prefer_local=False)
+    forced = PendingFetch(partition, start, 1000, prefer_local=False).result()
     assert forced == result
     after = local_fetch.statistics()
     assert after.actor_fetches == before.actor_fetches + 2 and after.local_reads == before.local_reads
