@@ -83,7 +83,7 @@ cleaner that died left, and must not be taken for part of this pass by the loade
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -125,6 +125,8 @@ if TYPE_CHECKING:
 
 @dataclass
 class _Stats:
+    """A pass's counts as it goes (`CleanResult`'s fields of the same names)."""
+
     bytes_read: int = 0
     bytes_written: int = 0
     messages_read: int = 0
@@ -133,7 +135,6 @@ class _Stats:
     map_bytes_read: int = 0
     map_messages_read: int = 0
     segments_read: int = 0
-    segments_written: int = 0
 
 
 @dataclass
@@ -271,21 +272,13 @@ class Cleaner:
                 delete_cleaned_files(log.directory)
                 raise
         result = CleanResult(
-            first_dirty_offset=first_dirty_offset,
-            first_uncleanable_offset=upper,
-            end_offset=end_offset,
-            bytes_read=stats.bytes_read,
-            bytes_written=stats.bytes_written,
-            messages_read=stats.messages_read,
-            messages_written=stats.messages_written,
-            invalid_messages=stats.invalid_messages,
-            map_bytes_read=stats.map_bytes_read,
-            map_messages_read=stats.map_messages_read,
+            first_dirty_offset,
+            upper,
+            end_offset,
             map_entries=offset_map.size,
-            segments_read=stats.segments_read,
             segments_written=len(groups),
-            aborted=False,
             duration_ms=(self._clock.nanoseconds() - start_ns) / 1_000_000,
+            **asdict(stats),
         )
         return CleanedLog(snapshot, tuple(groups), result)
 
