@@ -52,7 +52,6 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future
-from dataclasses import asdict
 from typing import Any, cast
 
 import numpy as np
@@ -62,7 +61,7 @@ from actors.clients.futures import RecordMetadata, SendManyFuture
 from actors.clients.partitioner import KEY_HASH_CACHE_SIZE, key_hash
 from actors.clients.producer_batch import RECORD_OVERHEAD_BOUND, BulkRecords, Headers, record_size_bound
 from actors.clients.record_accumulator import RecordAccumulator
-from actors.clients.sender import Sender, SendLimits
+from actors.clients.sender import Sender
 from actors.clients.serializers import Serializer, default_serializer, string_serializer
 from actors.clients.transaction_coordinator_client import RayTransactionCoordinatorClient
 from actors.clients.transaction_manager import ConsumerGroupMetadata, TransactionManager, TransactionState
@@ -175,21 +174,18 @@ class Producer(Closeable):
         transactional_id: str | None = None,
         transaction_timeout_ms: int = 60_000,
     ) -> None:
-        limits = SendLimits(
-            retries,
-            retry_backoff_ms,
-            retry_backoff_max_ms,
-            delivery_timeout_ms,
-            max_in_flight_requests_per_connection,
-            max_request_size,
-        )
         _check_numbers(
             linger_ms=linger_ms,
             batch_size=batch_size,
+            retries=retries,
+            retry_backoff_ms=retry_backoff_ms,
+            retry_backoff_max_ms=retry_backoff_max_ms,
+            delivery_timeout_ms=delivery_timeout_ms,
+            max_in_flight_requests_per_connection=max_in_flight_requests_per_connection,
+            max_request_size=max_request_size,
             buffer_memory=buffer_memory,
             max_block_ms=max_block_ms,
             metadata_max_age_ms=metadata_max_age_ms,
-            **asdict(limits),
         )
         required_acks = _checked_acks(acks, enable_idempotence, max_in_flight_requests_per_connection, transactional_id)
         compression = CompressionType.from_name(compression_type)
@@ -224,7 +220,12 @@ class Producer(Closeable):
             wakeup,
             enable_idempotence=enable_idempotence,
             acks=required_acks,
-            limits=limits,
+            retries=retries,
+            retry_backoff_ms=retry_backoff_ms,
+            retry_backoff_max_ms=retry_backoff_max_ms,
+            delivery_timeout_ms=delivery_timeout_ms,
+            max_in_flight_requests_per_connection=max_in_flight_requests_per_connection,
+            max_request_size=max_request_size,
             clock=SYSTEM_CLOCK,
             transactions=self._transactions,
         )

@@ -102,18 +102,6 @@ class _PartitionState:
         return bool(self.failed) or self.unsent is not None
 
 
-@dataclass(frozen=True, slots=True)
-class SendLimits:
-    """How the sender retries and bounds its requests: Kafka's producer configs of the same names."""
-
-    retries: int
-    retry_backoff_ms: int
-    retry_backoff_max_ms: int
-    delivery_timeout_ms: int
-    max_in_flight_requests_per_connection: int
-    max_request_size: int
-
-
 class Sender:
     """Sends the accumulator's batches from a thread of its own; see the module docstring."""
 
@@ -125,7 +113,12 @@ class Sender:
         *,
         enable_idempotence: bool,
         acks: int,
-        limits: SendLimits,
+        retries: int,
+        retry_backoff_ms: int,
+        retry_backoff_max_ms: int,
+        delivery_timeout_ms: int,
+        max_in_flight_requests_per_connection: int,
+        max_request_size: int,
         clock: Clock,
         transactions: TransactionManager | None = None,
     ) -> None:
@@ -134,12 +127,12 @@ class Sender:
         self._wakeup = wakeup
         self._idempotent = enable_idempotence
         self._acks = acks
-        self._retries = limits.retries
-        self._retry_backoff_ms = limits.retry_backoff_ms
-        self._retry_backoff_max_ms = max(limits.retry_backoff_ms, limits.retry_backoff_max_ms)
-        self._delivery_timeout_ns = limits.delivery_timeout_ms * 1_000_000
-        self._max_in_flight = limits.max_in_flight_requests_per_connection
-        self._max_request_size = limits.max_request_size
+        self._retries = retries
+        self._retry_backoff_ms = retry_backoff_ms
+        self._retry_backoff_max_ms = max(retry_backoff_ms, retry_backoff_max_ms)
+        self._delivery_timeout_ns = delivery_timeout_ms * 1_000_000
+        self._max_in_flight = max_in_flight_requests_per_connection
+        self._max_request_size = max_request_size
         self._clock = clock
         self._transactions = transactions
         self.producer_id = self._new_producer_id() if enable_idempotence and transactions is None else NO_PRODUCER_ID

@@ -3,19 +3,15 @@ first phase to the log's owner) and its counts (`CleanResult`, Kafka's `CleanerS
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from storage.compaction.log_snapshot import LogSnapshot, SegmentSnapshot
 
 
-@dataclass(frozen=True, slots=True)
-class CleanResult:
-    """What one pass did (its counts zero unless given). `end_offset` is the next pass's first dirty offset
-    (unchanged when aborted)."""
+@dataclass
+class PassCounts:
+    """What a pass counts as it reads and writes (`CleanResult`'s fields of the same names)."""
 
-    first_dirty_offset: int
-    first_uncleanable_offset: int
-    end_offset: int
     bytes_read: int = 0
     bytes_written: int = 0
     messages_read: int = 0
@@ -23,17 +19,43 @@ class CleanResult:
     invalid_messages: int = 0
     map_bytes_read: int = 0
     map_messages_read: int = 0
-    map_entries: int = 0
     segments_read: int = 0
-    segments_written: int = 0
-    aborted: bool = False
-    duration_ms: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class CleanResult:
+    """What one pass did. `end_offset` is the next pass's first dirty offset (unchanged when aborted)."""
+
+    first_dirty_offset: int
+    first_uncleanable_offset: int
+    end_offset: int
+    bytes_read: int
+    bytes_written: int
+    messages_read: int
+    messages_written: int
+    invalid_messages: int
+    map_bytes_read: int
+    map_messages_read: int
+    map_entries: int
+    segments_read: int
+    segments_written: int
+    aborted: bool
+    duration_ms: float
 
 
 def aborted_pass(snapshot: LogSnapshot) -> CleanResult:
     """The result of a pass that ended before writing anything because the log changed under it."""
     first_dirty = snapshot.first_dirty_offset
-    return CleanResult(first_dirty, first_dirty, first_dirty, aborted=True)
+    return CleanResult(
+        first_dirty,
+        first_dirty,
+        first_dirty,
+        map_entries=0,
+        segments_written=0,
+        aborted=True,
+        duration_ms=0.0,
+        **asdict(PassCounts()),
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -91,7 +91,7 @@ import numpy as np
 from storage import file_names
 from storage.clock import Clock
 from storage.compaction.batch_columns import ChunkRecords, chunks, decode_chunk
-from storage.compaction.clean_result import CleanedGroup, CleanedLog, CleanResult, aborted_pass
+from storage.compaction.clean_result import CleanedGroup, CleanedLog, CleanResult, PassCounts, aborted_pass
 from storage.compaction.cleanable_range import dirty_segments, first_uncleanable_offset, floor_base_offset
 from storage.compaction.cleaned_swap import changed_since, delete_cleaned_files, swap_cleaned
 from storage.compaction.cleaned_transactions import ProducerScan, TransactionTracker, scan_producers
@@ -124,20 +124,6 @@ if TYPE_CHECKING:
 
 
 @dataclass
-class _Stats:
-    """A pass's counts as it goes (`CleanResult`'s fields of the same names)."""
-
-    bytes_read: int = 0
-    bytes_written: int = 0
-    messages_read: int = 0
-    messages_written: int = 0
-    invalid_messages: int = 0
-    map_bytes_read: int = 0
-    map_messages_read: int = 0
-    segments_read: int = 0
-
-
-@dataclass
 class _Pass:
     log: ReadableLog
     now_ms: int
@@ -148,7 +134,7 @@ class _Pass:
     tracker: TransactionTracker
     offset_map: SkimpyOffsetMap
     max_batch_bytes: int
-    stats: _Stats
+    stats: PassCounts
     # Legacy tombstones in a segment whose mtime is not after this are dropped (module docstring).
     legacy_delete_horizon_ms: int
 
@@ -237,7 +223,7 @@ class Cleaner:
         max_batch_bytes = max(log.config.max_message_bytes, self.config.io_buffer_bytes_per_thread)
         offset_map = self.offset_map
         map_tracker = TransactionTracker(collect_aborted_transactions(segments, first_dirty_offset, upper))
-        stats = _Stats()
+        stats = PassCounts()
         full = self._build_offset_map(
             segments, first_dirty_offset, upper, offset_map, map_tracker, max_batch_bytes, stats
         )
@@ -277,6 +263,7 @@ class Cleaner:
             end_offset,
             map_entries=offset_map.size,
             segments_written=len(groups),
+            aborted=False,
             duration_ms=(self._clock.nanoseconds() - start_ns) / 1_000_000,
             **asdict(stats),
         )
@@ -292,7 +279,7 @@ class Cleaner:
         offset_map: SkimpyOffsetMap,
         tracker: TransactionTracker,
         max_batch_bytes: int,
-        stats: _Stats,
+        stats: PassCounts,
     ) -> bool:
         """Maps keys of [start, end); True when the map filled before `end`."""
         offset_map.clear()
@@ -310,7 +297,7 @@ class Cleaner:
         offset_map: SkimpyOffsetMap,
         tracker: TransactionTracker,
         max_batch_bytes: int,
-        stats: _Stats,
+        stats: PassCounts,
     ) -> bool:
         """Puts the keys of `chunk` at offsets >= `start` in order; True when the map filled on the way
         (`latest_offset` then covers what was mapped: the batches before the one that filled it, and its

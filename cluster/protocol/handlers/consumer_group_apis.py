@@ -89,6 +89,21 @@ def heartbeat_fields(body: Any) -> dict[str, Any]:
     }
 
 
+def heartbeat_member(request: Request) -> dict[str, Any]:
+    """What a ConsumerGroupHeartbeat and a ShareGroupHeartbeat tell the coordinator alike: the member, its rack and
+    subscribed topics, and the client it runs in."""
+    body = request.body
+    return {
+        "group_id": body.group_id,
+        "member_id": body.member_id,
+        "member_epoch": body.member_epoch,
+        "rack_id": body.rack_id,
+        "subscribed_topic_names": None if body.subscribed_topic_names is None else tuple(body.subscribed_topic_names),
+        "client_id": request.client_id or "",
+        "client_host": coordinator_client_host(request.context),
+    }
+
+
 def heartbeat_refusal(
     access: AccessControl | None, context: ConnectionContext, group_id: str, subscribed: Iterable[str] | None
 ) -> ErrorCode | None:
@@ -147,18 +162,12 @@ class ConsumerGroupHeartbeatHandler(_ConsumerProtocolHandler):
         if refusal is not None:
             return build(response_type, {**values, "error_code": refusal})
         heartbeat = HeartbeatRequest(
-            group_id=body.group_id,
-            member_id=body.member_id,
-            member_epoch=body.member_epoch,
+            **heartbeat_member(request),
             instance_id=body.instance_id,
-            rack_id=body.rack_id,
             rebalance_timeout_ms=milliseconds(body.rebalance_timeout),
-            subscribed_topic_names=None if body.subscribed_topic_names is None else tuple(body.subscribed_topic_names),
             subscribed_topic_regex=getattr(body, "subscribed_topic_regex", None),
             server_assignor=body.server_assignor,
             owned=None if body.topic_partitions is None else _assignment(body.topic_partitions),
-            client_id=request.client_id or "",
-            client_host=coordinator_client_host(context),
             api_version=request.api_version,
         )
         try:

@@ -30,13 +30,13 @@ from cluster.protocol.handlers.authorization import (
     allows,
 )
 from cluster.protocol.handlers.consumer_group_apis import (
-    coordinator_client_host,
     describe_answer,
     described_assignment,
     described_group_fields,
     failed_group_description,
     heartbeat_answered,
     heartbeat_fields,
+    heartbeat_member,
     heartbeat_refusal,
 )
 from cluster.protocol.messages import build
@@ -60,15 +60,7 @@ class ShareGroupHeartbeatHandler(GuardedHandler[GroupView]):
         refusal = heartbeat_refusal(self._access, context, body.group_id, body.subscribed_topic_names)
         if refusal is not None:
             return build(response_type, {**values, "error_code": refusal})
-        heartbeat = ShareHeartbeatRequest(
-            group_id=body.group_id,
-            member_id=body.member_id,
-            member_epoch=body.member_epoch,
-            subscribed_topic_names=None if body.subscribed_topic_names is None else tuple(body.subscribed_topic_names),
-            rack_id=body.rack_id,
-            client_id=request.client_id or "",
-            client_host=coordinator_client_host(context),
-        )
+        heartbeat = ShareHeartbeatRequest(**heartbeat_member(request))
         try:
             answer = await self._view.share_group_heartbeat(heartbeat)
         except RaybrokerError as exc:
