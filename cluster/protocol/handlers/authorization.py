@@ -16,7 +16,9 @@ type; Kafka's "not asked" value is `AUTHORIZED_OPERATIONS_OMITTED`.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
+
+from kio.schema.errors import ErrorCode
 
 from actors.core.security.acl_bindings import CLUSTER_NAME, SUPPORTED_OPERATIONS, AclOperation, ResourceType
 from cluster.protocol.connection import ConnectionContext
@@ -87,3 +89,25 @@ def authorized_operations(
         if allows(access, context, operation, resource_type, name):
             bits |= 1 << operation
     return bits
+
+
+def cluster_authorized_operations(access: AccessControl | None, context: ConnectionContext, asked: bool) -> int:
+    """The `cluster_authorized_operations` of DescribeCluster and Metadata (v8-10): omitted unless `asked`, 0 unless
+    the principal may DESCRIBE the cluster, else what it may do on the cluster."""
+    if not asked:
+        return AUTHORIZED_OPERATIONS_OMITTED
+    if not allows_cluster(access, context, AclOperation.DESCRIBE):
+        return 0
+    return authorized_operations(access, context, ResourceType.CLUSTER, CLUSTER_NAME)
+
+
+def add_group_operations(
+    access: AccessControl | None, context: ConnectionContext, described: Iterable[dict[str, Any]]
+) -> None:
+    """Sets `authorized_operations` in each described group answered without error: what DescribeGroups,
+    ConsumerGroupDescribe and ShareGroupDescribe fill when asked."""
+    for group in described:
+        if group["error_code"] == ErrorCode.none:
+            group["authorized_operations"] = authorized_operations(
+                access, context, ResourceType.GROUP, group["group_id"]
+            )

@@ -16,13 +16,10 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from actors.core.security.acl_bindings import CLUSTER_NAME, AclOperation, ResourceType
 from cluster.protocol.framing import Request, response_schema
 from cluster.protocol.handlers.authorization import (
-    AUTHORIZED_OPERATIONS_OMITTED,
     GuardedHandler,
-    allows_cluster,
-    authorized_operations,
+    cluster_authorized_operations,
 )
 from cluster.protocol.handlers.metadata import brokers_with
 from cluster.protocol.messages import build
@@ -43,11 +40,9 @@ class DescribeClusterHandler(GuardedHandler[BrokerView]):
     async def __call__(self, request: Request) -> Any:
         endpoint_type = getattr(request.body, "endpoint_type", BROKERS_ENDPOINT)
         node = self._endpoint
-        operations = AUTHORIZED_OPERATIONS_OMITTED
-        if request.body.include_cluster_authorized_operations:
-            operations = 0
-            if allows_cluster(self._access, request.context, AclOperation.DESCRIBE):
-                operations = authorized_operations(self._access, request.context, ResourceType.CLUSTER, CLUSTER_NAME)
+        operations = cluster_authorized_operations(
+            self._access, request.context, request.body.include_cluster_authorized_operations
+        )
         answer: dict[str, Any] = {
             "throttle_time": 0,
             "endpoint_type": endpoint_type,

@@ -43,9 +43,9 @@ from cluster.protocol.framing import Request, response_schema
 from cluster.protocol.handlers.authorization import (
     AUTHORIZED_OPERATIONS_OMITTED,
     GuardedHandler,
+    add_group_operations,
     allows,
     authorized_names,
-    authorized_operations,
 )
 from cluster.protocol.messages import build, milliseconds
 from cluster.protocol.security.access import AccessControl
@@ -284,11 +284,7 @@ def describe_answer(request: Request, key: int, described: list[dict[str, Any]],
     """A ConsumerGroupDescribe or ShareGroupDescribe answer of `described` groups, each described one with its
     authorized operations when the request asks for them."""
     if request.body.include_authorized_operations:
-        for group in described:
-            if group["error_code"] == ErrorCode.none:
-                group["authorized_operations"] = authorized_operations(
-                    access, request.context, ResourceType.GROUP, group["group_id"]
-                )
+        add_group_operations(access, request.context, described)
     return build(response_schema(key, request.api_version), {"throttle_time": 0, "groups": described})
 
 

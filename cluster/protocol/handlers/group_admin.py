@@ -31,10 +31,10 @@ from cluster.protocol.framing import Request, response_schema
 from cluster.protocol.handlers.authorization import (
     AUTHORIZED_OPERATIONS_OMITTED,
     GuardedHandler,
+    add_group_operations,
     allows,
     allows_cluster,
     authorized_names,
-    authorized_operations,
 )
 from cluster.protocol.messages import build
 from cluster.protocol.views.group_view import GroupView
@@ -83,11 +83,7 @@ class DescribeGroupsHandler(GuardedHandler[GroupView]):
         context = request.context
         described = [await self._describe(group, request.api_version, context) for group in request.body.groups]
         if getattr(request.body, "include_authorized_operations", False):
-            for group in described:
-                if group["error_code"] == ErrorCode.none:
-                    group["authorized_operations"] = authorized_operations(
-                        self._access, context, ResourceType.GROUP, group["group_id"]
-                    )
+            add_group_operations(self._access, context, described)
         return build(
             response_schema(DESCRIBE_GROUPS_KEY, request.api_version), {"throttle_time": 0, "groups": described}
         )

@@ -38,7 +38,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from actors.core.security.acl_bindings import CLUSTER_NAME, AclOperation, ResourceType
+from actors.core.security.acl_bindings import AclOperation, ResourceType
 from cluster.protocol.connection import ConnectionContext
 from cluster.protocol.error_codes import error_code
 from cluster.protocol.framing import Request, response_schema
@@ -49,6 +49,7 @@ from cluster.protocol.handlers.authorization import (
     allows_cluster,
     authorized_names,
     authorized_operations,
+    cluster_authorized_operations,
 )
 from cluster.protocol.messages import build
 from cluster.protocol.security.access import AccessControl
@@ -119,11 +120,9 @@ class MetadataHandler(GuardedHandler[BrokerView]):
                     topic["topic_authorized_operations"] = authorized_operations(
                         self._access, context, ResourceType.TOPIC, topic["name"]
                     )
-        cluster_operations = AUTHORIZED_OPERATIONS_OMITTED
-        if getattr(body, "include_cluster_authorized_operations", False):
-            cluster_operations = 0
-            if allows_cluster(self._access, context, AclOperation.DESCRIBE):
-                cluster_operations = authorized_operations(self._access, context, ResourceType.CLUSTER, CLUSTER_NAME)
+        cluster_operations = cluster_authorized_operations(
+            self._access, context, getattr(body, "include_cluster_authorized_operations", False)
+        )
         node = self._endpoint
         brokers = brokers_with(node, await self._view.brokers(), context.listener_name)
         return build(
