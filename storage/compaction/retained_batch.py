@@ -151,13 +151,9 @@ def _build(batch: RecordBatch, retained: Sequence[Record], delete_horizon_ms: in
         compression=batch.compression,
         timestamp_type=batch.timestamp_type,
         base_offset=batch.base_offset,
-        producer_id=batch.producer_id,
-        producer_epoch=batch.producer_epoch,
-        base_sequence=batch.base_sequence,
-        is_transactional=batch.is_transactional,
         is_control=batch.is_control,
-        partition_leader_epoch=batch.partition_leader_epoch,
         delete_horizon_ms=delete_horizon_ms,
+        **batch.producer_fields(),
     )
     for record in retained:
         builder.append(

@@ -266,14 +266,7 @@ def _set_max_timestamp(buffer: bytearray, start: int, size: int, max_timestamp: 
 
 
 def _recompress(batch: RecordBatch, target: CompressionType) -> bytes:
-    builder = RecordBatchBuilder(
-        compression=target,
-        producer_id=batch.producer_id,
-        producer_epoch=batch.producer_epoch,
-        base_sequence=batch.base_sequence,
-        is_transactional=batch.is_transactional,
-        partition_leader_epoch=batch.partition_leader_epoch,
-    )
+    builder = RecordBatchBuilder(compression=target, **batch.producer_fields())
     for record in batch.records():
         builder.append(
             record.key, record.value, timestamp=record.timestamp, headers=record.headers, offset_delta=record.offset

@@ -217,6 +217,17 @@ class RecordBatch:
     def is_transactional(self) -> bool:
         return bool(self.attributes & TRANSACTIONAL_FLAG_MASK)
 
+    def producer_fields(self) -> dict[str, Any]:
+        """The producer id, epoch and base sequence, the transactional flag and the partition leader epoch, as
+        `RecordBatchBuilder` takes them: what a batch written again from this one (recompressed, compacted) keeps."""
+        return {
+            "producer_id": self.producer_id,
+            "producer_epoch": self.producer_epoch,
+            "base_sequence": self.base_sequence,
+            "is_transactional": self.is_transactional,
+            "partition_leader_epoch": self.partition_leader_epoch,
+        }
+
     @property
     def is_control(self) -> bool:
         return bool(self.attributes & CONTROL_FLAG_MASK)
