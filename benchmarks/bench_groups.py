@@ -35,8 +35,9 @@ import uuid
 from typing import Any
 
 from benchmarks.common import BenchContext, Figure
-from benchmarks.kafka_broker import KAFKA_4_VERSION, KafkaBroker
+from benchmarks.kafka_broker import KAFKA_4_VERSION
 from benchmarks.processes import QUIET, in_process
+from benchmarks.side_by_side import beside_kafka
 
 MEMBERS = 10
 PARTITIONS = 22
@@ -166,14 +167,8 @@ PROTOCOLS = {"group_join_s": "classic", "group_join_consumer_s": "consumer"}
 
 
 def run(ctx: BenchContext) -> list[Figure]:
-    from cluster.protocol.listener import KafkaListener
-
-    ctx.environment.broker()
-    ctx.progress(f"  starting Apache Kafka {KAFKA_4_VERSION} (fetched from Maven Central on the first run) ...")
-    listener_properties = {"listeners": "PLAINTEXT://127.0.0.1:0", "num.partitions": "1"}
     figures = []
-    with KafkaBroker(version=KAFKA_4_VERSION) as kafka, KafkaListener(listener_properties) as ray:
-        targets = {"raybroker": ray.bootstrap_servers, "kafka": kafka.bootstrap_servers}
+    with beside_kafka(ctx, {"num.partitions": "1"}, KAFKA_4_VERSION) as targets:
         for figure, protocol in PROTOCOLS.items():
             runs: dict[str, list[float]] = {name: [] for name in targets}
             repeats = 1 if ctx.quick else 3

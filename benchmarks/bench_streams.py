@@ -38,8 +38,9 @@ from pathlib import Path
 
 from benchmarks.common import BenchContext, Figure, throughput_figure
 from benchmarks.java_build import compile_java
-from benchmarks.kafka_broker import KAFKA_VERSION, KafkaBroker
+from benchmarks.kafka_broker import KAFKA_VERSION
 from benchmarks.processes import QUIET, in_process
+from benchmarks.side_by_side import beside_kafka
 
 JAVA_SOURCE = Path(__file__).parent / "java" / "StreamsWordCount.java"
 MAIN_CLASS = "StreamsWordCount"
@@ -58,14 +59,8 @@ KAFKA_GOAL_RATIO = 1.0
 
 
 def run(ctx: BenchContext) -> list[Figure]:
-    from cluster.protocol.listener import KafkaListener
-
-    ctx.environment.broker()
     classpath = compile_java(ctx, JAVA_SOURCE, ARTIFACTS, "Kafka Streams")
-    ctx.progress("  starting Apache Kafka (fetched from Maven Central on the first run) ...")
-    listener_properties = {"listeners": "PLAINTEXT://127.0.0.1:0", "transaction.state.log.num.partitions": "1"}
-    with KafkaBroker() as kafka, KafkaListener(listener_properties) as ray:
-        targets = {"raybroker": ray.bootstrap_servers, "kafka": kafka.bootstrap_servers}
+    with beside_kafka(ctx, {"transaction.state.log.num.partitions": "1"}) as targets:
         lines = 20_000 if ctx.quick else 100_000
         repeats = 1 if ctx.quick else 2
         best = dict.fromkeys(targets, 0.0)

@@ -20,8 +20,9 @@ import uuid
 from typing import Any
 
 from benchmarks.common import BenchContext, Figure
-from benchmarks.kafka_broker import KAFKA_VERSION, KafkaBroker
+from benchmarks.kafka_broker import KAFKA_VERSION
 from benchmarks.processes import CLIENT_TIMEOUT_S, QUIET, in_process
+from benchmarks.side_by_side import beside_kafka
 
 PARTITIONS = 3
 RUNS = 5
@@ -30,12 +31,7 @@ GOAL_RATIO = 1.0
 
 
 def run(ctx: BenchContext) -> list[Figure]:
-    from cluster.protocol.listener import KafkaListener
-
-    ctx.environment.broker()
-    ctx.progress("  starting Apache Kafka (fetched from Maven Central on the first run) ...")
-    with KafkaBroker() as kafka, KafkaListener({"listeners": "PLAINTEXT://127.0.0.1:0", "num.partitions": "1"}) as ray:
-        targets = {"raybroker": ray.bootstrap_servers, "kafka": kafka.bootstrap_servers}
+    with beside_kafka(ctx, {"num.partitions": "1"}) as targets:
         return [_create_topic_s(ctx, targets)]
 
 

@@ -34,8 +34,9 @@ from typing import Any
 
 from benchmarks.bench_wire import create_topic
 from benchmarks.common import BenchContext, Figure, throughput_figure
-from benchmarks.kafka_broker import KAFKA_VERSION, KafkaBroker
+from benchmarks.kafka_broker import KAFKA_VERSION
 from benchmarks.processes import CLIENT_TIMEOUT_S, QUIET, in_process
+from benchmarks.side_by_side import beside_kafka
 
 VALUE_BYTES = 100
 TRANSACTION_RECORDS = 1_000
@@ -46,17 +47,7 @@ PRODUCER_QUEUE = {"queue.buffering.max.messages": 2_000_000, "queue.buffering.ma
 
 
 def run(ctx: BenchContext) -> list[Figure]:
-    from cluster.protocol.listener import KafkaListener
-
-    ctx.environment.broker()
-    ctx.progress("  starting Apache Kafka (fetched from Maven Central on the first run) ...")
-    listener_properties = {
-        "listeners": "PLAINTEXT://127.0.0.1:0",
-        "num.partitions": "1",
-        "transaction.state.log.num.partitions": "1",
-    }
-    with KafkaBroker() as kafka, KafkaListener(listener_properties) as ray:
-        targets = {"raybroker": ray.bootstrap_servers, "kafka": kafka.bootstrap_servers}
+    with beside_kafka(ctx, {"num.partitions": "1", "transaction.state.log.num.partitions": "1"}) as targets:
         return _txn_produce(ctx, targets)
 
 

@@ -24,7 +24,8 @@ from pathlib import Path
 from benchmarks.bench_wire import create_topic
 from benchmarks.common import BenchContext, Figure, throughput_figure
 from benchmarks.java_build import compile_java
-from benchmarks.kafka_broker import KAFKA_4_VERSION, KafkaBroker
+from benchmarks.kafka_broker import KAFKA_4_VERSION
+from benchmarks.side_by_side import beside_kafka
 
 JAVA_SOURCE = Path(__file__).parent / "java" / "TransactionalProducer.java"
 MAIN_CLASS = "TransactionalProducer"
@@ -37,18 +38,10 @@ KAFKA_GOAL_RATIO = 1.0
 
 
 def run(ctx: BenchContext) -> list[Figure]:
-    from cluster.protocol.listener import KafkaListener
-
-    ctx.environment.broker()
     classpath = compile_java(ctx, JAVA_SOURCE, ARTIFACTS, "Kafka's Java producer")
-    ctx.progress(f"  starting Apache Kafka {KAFKA_4_VERSION} (fetched from Maven Central on the first run) ...")
-    listener_properties = {
-        "listeners": "PLAINTEXT://127.0.0.1:0",
-        "num.partitions": "1",
-        "transaction.state.log.num.partitions": "1",
-    }
-    with KafkaBroker(version=KAFKA_4_VERSION) as kafka, KafkaListener(listener_properties) as ray:
-        targets = {"raybroker": ray.bootstrap_servers, "kafka": kafka.bootstrap_servers}
+    with beside_kafka(
+        ctx, {"num.partitions": "1", "transaction.state.log.num.partitions": "1"}, KAFKA_4_VERSION
+    ) as targets:
         transactions = 30 if ctx.quick else 200
         repeats = 1 if ctx.quick else 3
         best = dict.fromkeys(targets, 0.0)

@@ -31,8 +31,9 @@ import uuid
 from typing import Any, NamedTuple
 
 from benchmarks.common import BenchContext, Figure, percentile
-from benchmarks.kafka_broker import KAFKA_VERSION, KafkaBroker
+from benchmarks.kafka_broker import KAFKA_VERSION
 from benchmarks.processes import CLIENT_TIMEOUT_S, QUIET, in_process, spawn
+from benchmarks.side_by_side import beside_kafka
 
 PRODUCE_VALUE_BYTES = 100
 FETCH_VALUE_BYTES = 1024
@@ -61,12 +62,7 @@ def _now_ns() -> int:
 
 
 def run(ctx: BenchContext) -> list[Figure]:
-    from cluster.protocol.listener import KafkaListener
-
-    ctx.environment.broker()
-    ctx.progress("  starting Apache Kafka (fetched from Maven Central on the first run) ...")
-    with KafkaBroker() as kafka, KafkaListener({"listeners": "PLAINTEXT://127.0.0.1:0", "num.partitions": "1"}) as ray:
-        targets = {"raybroker": ray.bootstrap_servers, "kafka": kafka.bootstrap_servers}
+    with beside_kafka(ctx, {"num.partitions": "1"}) as targets:
         return [_wire_produce(ctx, targets), _wire_fetch(ctx, targets), _wire_latency(ctx, targets)]
 
 
