@@ -9,21 +9,25 @@ and that success sets the principal. Only the SASL handlers change a context, an
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import itertools
+from dataclasses import dataclass, field
 from typing import Any
 
 from storage.config.security_config import SASL_PROTOCOLS
 
 ANONYMOUS = "User:ANONYMOUS"
+# Numbers each connection of this process (Kafka's connection id): what share sessions are tied to.
+_connection_ids = itertools.count(1)
 
 
 @dataclass(slots=True)
 class ConnectionContext:
     """One connection's listener, client address and principal (see the module docstring). `sasl` holds the
-    SASL exchange in progress: its mechanism's server state between SaslAuthenticate rounds. Once a client quota
-    applies to the connection (`cluster.protocol.quota_enforcer`), `quota_bound` makes the server handle its
-    requests one at a time, as Kafka handles every connection's, and `muted_until` (`time.monotonic()` seconds) is
-    when a throttled connection may send again: the server reads none of its requests before."""
+        SASL exchange in progress: its mechanism's server state between SaslAuthenticate rounds. Once a client quota
+        applies to the connection (`cluster.protocol.quota_enforcer`), `quota_bound` makes the server handle its
+        requests one at a time, as Kafka handles every connection's, and `muted_until` (`time.monotonic()` seconds) is
+        when a throttled connection may send again: the server reads none of its requests before. `connection_id` is
+    the connection's number, unique in this process."""
 
     listener_name: str
     security_protocol: str
@@ -33,6 +37,7 @@ class ConnectionContext:
     sasl: Any = None
     quota_bound: bool = False
     muted_until: float = 0.0
+    connection_id: int = field(default_factory=lambda: next(_connection_ids))
 
     @classmethod
     def unnamed(cls) -> ConnectionContext:

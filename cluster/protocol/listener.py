@@ -182,6 +182,10 @@ class KafkaListener:
             assert router is not None, "the server answers only after start() returned"
             return await router.handle(payload, context)
 
+        async def disconnected(context: ConnectionContext) -> None:
+            if router is not None:
+                await router.disconnected(context)
+
         server = KafkaServer(
             handle,
             self._config,
@@ -192,6 +196,7 @@ class KafkaListener:
             metrics=self._metrics,
             request_name=request_name,
             connection_throttle=quotas.connection_created,
+            disconnected=disconnected,
         )
         await server.start()
         endpoint = self._endpoint(server)

@@ -160,6 +160,7 @@ from cluster.protocol.handlers.share_fetch import (
     SHARE_FETCH_KEY,
     ShareAcknowledgeHandler,
     ShareFetchHandler,
+    release_disconnected,
 )
 from cluster.protocol.handlers.share_group_apis import (
     SHARE_GROUP_DESCRIBE_KEY,
@@ -333,7 +334,8 @@ class Router:
             }
         )
         num_partitions = broker_config.num_partitions
-        share_sessions = ShareSessions()
+        self._view = view
+        share_sessions = self._share_sessions = ShareSessions()
         self._handlers: dict[int, Handler] = {
             PRODUCE_KEY: ProduceHandler(view, transactions, access, quotas),
             FETCH_KEY: FetchHandler(
@@ -415,6 +417,10 @@ class Router:
         fetch = self._handlers[FETCH_KEY]
         assert isinstance(fetch, FetchHandler)
         fetch.close()
+
+    async def disconnected(self, context: ConnectionContext) -> None:
+        """A client connection closed: the share sessions it opened end, their members' records released."""
+        await release_disconnected(self._view, self._share_sessions, context.connection_id)
 
     @staticmethod
     def overlaps(payload: bytes) -> bool:

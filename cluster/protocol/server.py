@@ -54,7 +54,7 @@ import socket
 import ssl
 import time
 from collections import Counter
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -107,6 +107,7 @@ class KafkaServer:
         metrics: BrokerMetrics = NO_METRICS,
         request_name: RequestName = lambda _payload: None,
         connection_throttle: Callable[[str], int] = lambda _address: 0,
+        disconnected: Callable[[ConnectionContext], Awaitable[None]] | None = None,
     ) -> None:
         """`overlaps(payload)` says whether a request may be handled while other requests of its connection are
         (see the module docstring). `reuse_port` binds with SO_REUSEPORT, so that several listener processes of a
@@ -115,8 +116,10 @@ class KafkaServer:
         and delays of authentication. `metrics` records connections and answered requests, each under the
         (API name, version) `request_name(payload)` gives (a request it names None is not recorded).
         `connection_throttle(address)` is how long in ms to hold a new connection from `address` before closing it
-        unread (0: serve it)."""
+        unread (0: serve it). `disconnected(context)` is told of each served connection that closed while the server
+        runs (what the connection's share sessions need), after its last answer."""
         self._handle = handle
+        self._disconnected = disconnected
         self._metrics = metrics
         self._request_name = request_name
         self._connection_throttle = connection_throttle
@@ -231,6 +234,11 @@ class KafkaServer:
             if not self._per_ip[address]:
                 del self._per_ip[address]
             await self._close(writer)
+            if self._disconnected is not None and not self._stopping:
+                try:
+                    await self._disconnected(context)
+                except Exception:
+                    logger.exception("after closing a connection of %s", address)
 
     async def _close(self, writer: asyncio.StreamWriter) -> None:
         """Closes a connection once its unsent answers are flushed, or at once (dropping them) when the server

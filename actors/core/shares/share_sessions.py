@@ -16,9 +16,13 @@ next request must carry. Epochs (Kafka's `ShareRequestMetadata`):
 - ShareAcknowledge never opens a session: epoch 0 is INVALID_SHARE_SESSION_EPOCH; -1 acknowledges and closes, as a
   final ShareFetch does; any other epoch is checked and moved on as a ShareFetch's.
 
-Not kept yet: a limit on sessions (Kafka's SHARE_SESSION_LIMIT_REACHED) and the eviction of idle ones, and the tie of
-a session to its client connection (Kafka 4.2 drops a session whose connection closed and releases the member's
-records then); a session lives until the member closes it, opens another, or the broker restarts.
+A session belongs to the client connection that opened it (Kafka 4.2's `ShareSessionCache` maps connection ids to
+sessions): when that connection closes, `disconnected` forgets the session and hands back what the member held, for
+its records to be released at once rather than when their locks expire. A session the member opened again over
+another connection stays.
+
+Not kept yet: a limit on sessions (Kafka's SHARE_SESSION_LIMIT_REACHED) and the eviction of idle ones; a session
+lives until the member closes it, opens another, its connection closes, or the broker restarts.
 """
 
 from __future__ import annotations
@@ -49,6 +53,16 @@ def next_epoch(epoch: int) -> int:
 class _Session:
     epoch: int
     partitions: dict[SharePartitionKey, None] = field(default_factory=dict)
+    connection: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ClosedSession:
+    """A session forgotten with its connection: the member and the partitions it fetched from."""
+
+    group_id: str
+    member_id: str
+    partitions: tuple[SharePartitionKey, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,10 +92,11 @@ class ShareSessions:
         forgotten: Iterable[SharePartitionKey] = (),
         *,
         acknowledges: bool = False,
+        connection: int | None = None,
     ) -> SessionContext:
-        """A ShareFetch's session, opened, checked and moved on, or closed (see the module docstring); raises
-        Kafka's errors, changing nothing then. A closed session is forgotten only by `close`, once its
-        acknowledgements were applied."""
+        """A ShareFetch's session, opened (over the client `connection`), checked and moved on, or closed (see the
+        module docstring); raises Kafka's errors, changing nothing then. A closed session is forgotten only by
+        `close`, once its acknowledgements were applied."""
         key = (group_id, member_id)
         named = list(dict.fromkeys(partitions))
         with self._lock:
@@ -93,7 +108,7 @@ class ShareSessions:
             if epoch == INITIAL_EPOCH:
                 if acknowledges:
                     raise InvalidRequestError("Acknowledge data present in Initial Fetch Request")
-                session = _Session(next_epoch(INITIAL_EPOCH), dict.fromkeys(named))
+                session = _Session(next_epoch(INITIAL_EPOCH), dict.fromkeys(named), connection)
                 self._sessions[key] = session
                 return SessionContext(tuple(session.partitions), full=True)
             session = self._checked(key, epoch)
@@ -123,6 +138,13 @@ class ShareSessions:
         with self._lock:
             session = self._sessions.pop((group_id, member_id), None)
         return () if session is None else tuple(session.partitions)
+
+    def disconnected(self, connection: int) -> list[ClosedSession]:
+        """Forgets the sessions the closed client `connection` opened; what each member held (its records are the
+        caller's to release)."""
+        with self._lock:
+            gone = [key for key, session in self._sessions.items() if session.connection == connection]
+            return [ClosedSession(*key, tuple(self._sessions.pop(key).partitions)) for key in gone]
 
     def epoch(self, group_id: str, member_id: str) -> int | None:
         """The epoch the member's next request must carry; None without a session."""

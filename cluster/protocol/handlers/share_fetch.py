@@ -32,9 +32,10 @@ every partition it answers for).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -154,13 +155,7 @@ class _ShareHandler(GuardedHandler[BrokerView]):
 
     async def _close(self, group_id: str, member_id: str, names: Mapping[uuid.UUID, str | ErrorCode]) -> None:
         """Forgets the member's session and releases what it holds in its partitions."""
-        for topic_id, partition in self._sessions.close(group_id, member_id):
-            topic = names.get(topic_id)
-            if isinstance(topic, str):
-                try:
-                    await self._view.share_release(topic, partition, group_id, member_id)
-                except RaybrokerError:
-                    continue
+        await _release(self._view, group_id, member_id, self._sessions.close(group_id, member_id), names)
 
 
 class ShareFetchHandler(_ShareHandler):
@@ -180,7 +175,13 @@ class ShareFetchHandler(_ShareHandler):
             request,
             SHARE_FETCH_KEY,
             lambda group_id, member_id: self._sessions.fetch_context(
-                group_id, member_id, body.share_session_epoch, named, forgotten, acknowledges=bool(acks)
+                group_id,
+                member_id,
+                body.share_session_epoch,
+                named,
+                forgotten,
+                acknowledges=bool(acks),
+                connection=request.context.connection_id,
             ),
         )
         if not isinstance(begun, _Begun):
@@ -283,6 +284,34 @@ class ShareAcknowledgeHandler(_ShareHandler):
             await self._close(group_id, member_id, names)
         responses = [{"topic_id": topic_id, "partitions": partitions} for topic_id, partitions in topics.items()]
         return answer(ErrorCode.none, None, settings.record_lock_duration_ms, responses)
+
+
+async def release_disconnected(view: BrokerView, sessions: ShareSessions, connection: int) -> None:
+    """Forgets the share sessions the closed client `connection` opened and releases the records their members
+    hold, as Kafka 4.2 does when a share consumer's connection goes: the records are delivered again at once rather
+    than when their locks expire. A partition whose leader cannot be reached keeps its records until their locks
+    expire."""
+    for closed in sessions.disconnected(connection):
+        try:
+            names = await view.topic_names_naming({topic_id for topic_id, _ in closed.partitions})
+        except RaybrokerError:
+            continue
+        await _release(view, closed.group_id, closed.member_id, closed.partitions, names)
+
+
+async def _release(
+    view: BrokerView,
+    group_id: str,
+    member_id: str,
+    partitions: Iterable[SharePartitionKey],
+    names: Mapping[uuid.UUID, str | ErrorCode],
+) -> None:
+    """Releases the records the member holds in `partitions` (those of topics named), each at its leader."""
+    for topic_id, partition in partitions:
+        topic = names.get(topic_id)
+        if isinstance(topic, str):
+            with contextlib.suppress(RaybrokerError):
+                await view.share_release(topic, partition, group_id, member_id)
 
 
 class _Answer:

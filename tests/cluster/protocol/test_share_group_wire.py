@@ -10,7 +10,8 @@ records (INVALID_RECORD_STATE), member 1 acknowledging with an unknown type (INV
 epoch, with epoch 0, a member without a session, an opening fetch carrying acknowledgements, an empty member id, a
 heartbeat of an unknown member and one of a fenced epoch; then member 1 accepts its records (none) and acknowledges
 one of them again; and last a lock expires: two more records member 1 acquires and keeps past the record lock go to
-member 2 with delivery count 2, and member 1's late acknowledgement is INVALID_RECORD_STATE."""
+member 2 with delivery count 2, and member 1's late acknowledgement is INVALID_RECORD_STATE; then member 1 acquires two
+more over a connection of its own, which closes: they go to member 2 at once, with delivery count 2."""
 
 from __future__ import annotations
 
@@ -207,6 +208,21 @@ def wrong_input_steps(bootstrap: str) -> list[tuple[str, object]]:
         steps.append(("after the lock", [(f - end, last - end, count) for f, last, count in acquired(second.fetch())]))
         steps.append(("late acknowledgement", partition_codes(first.acknowledge([(end + 1, end + 2, [ACCEPT])]))))
         steps.append(("new holder accepts", partition_codes(second.acknowledge([(end + 1, end + 2, [ACCEPT])]))))
+        # A connection that closes: member 1 opens its session again over a connection of its own and acquires two
+        # more records there; once that connection closes, member 2 gets them, delivered a second time, before
+        # their locks could have expired.
+        produce(2)
+        with WireClient(f"{leader_broker.host}:{leader_broker.port}") as closing:
+            reopened = Session(closing, group, members[0], described.topic_id)
+            deadline = time.monotonic() + DEADLINE_S
+            while not (dropped := acquired(reopened.fetch())):
+                assert time.monotonic() < deadline, "the two records not acquired over the second connection"
+        steps.append(("acquired, then closed", [(f - end, last - end, count) for f, last, count in dropped]))
+        deadline = time.monotonic() + LOCK_S / 2
+        while not (released := acquired(second.fetch())) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        steps.append(("after the close", [(f - end, last - end, count) for f, last, count in released]))
+        steps.append(("taker accepts", partition_codes(second.acknowledge([(end + 3, end + 4, [ACCEPT])]))))
         for member in members[:2]:
             heartbeat(coordinator, group, member, -1, None)
     return steps
@@ -240,5 +256,8 @@ def test_wrong_share_input_answers_as_kafka(share_listener: str, kafka4: str) ->
         ("after the lock", [(1, 2, 2)]),
         ("late acknowledgement", invalid_state),
         ("new holder accepts", [ErrorCode.none]),
+        ("acquired, then closed", [(3, 4, 1)]),
+        ("after the close", [(3, 4, 2)]),
+        ("taker accepts", [ErrorCode.none]),
     ]
     assert raybroker == kafka
