@@ -23,10 +23,10 @@ _connection_ids = itertools.count(1)
 @dataclass(slots=True)
 class ConnectionContext:
     """One connection's listener, client address and principal (see the module docstring). `sasl` holds the
-        SASL exchange in progress: its mechanism's server state between SaslAuthenticate rounds. Once a client quota
-        applies to the connection (`cluster.protocol.quota_enforcer`), `quota_bound` makes the server handle its
-        requests one at a time, as Kafka handles every connection's, and `muted_until` (`time.monotonic()` seconds) is
-        when a throttled connection may send again: the server reads none of its requests before. `connection_id` is
+    SASL exchange in progress: its mechanism's server state between SaslAuthenticate rounds. Once a client quota
+    applies to the connection (`cluster.protocol.quota_enforcer`), `quota_bound` makes the server handle its
+    requests one at a time, as Kafka handles every connection's, and `muted_until` (`time.monotonic()` seconds) is
+    when a throttled connection may send again: the server reads none of its requests before. `connection_id` is
     the connection's number, unique in this process."""
 
     listener_name: str
