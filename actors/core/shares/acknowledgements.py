@@ -2,7 +2,8 @@
 makes of them before any share-partition sees them (Kafka's `KafkaApis.validateAcknowledgementBatches`).
 
 An acknowledgement batch names an offset range and either one acknowledge type for the whole range or one per
-offset. The types and the record state each leads to (Kafka's `SharePartition.ACK_TYPE_TO_RECORD_STATE`):
+offset; `acknowledgement_batches` writes a consumer's acknowledgements as the fewest such batches. The types and the
+record state each leads to (Kafka's `SharePartition.ACK_TYPE_TO_RECORD_STATE`):
 
 | type    | id | record state                                                           |
 |---------|----|------------------------------------------------------------------------|
@@ -78,3 +79,23 @@ def validate_batches(batches: Sequence[AcknowledgementBatch]) -> None:
         unknown = sorted({t for t in types if t not in AcknowledgeType._value2member_map_})
         if unknown:
             raise InvalidRequestError(f"invalid acknowledge type {unknown[0]}")
+
+
+def acknowledgement_batches(types: dict[int, AcknowledgeType]) -> list[AcknowledgementBatch]:
+    """`types` (offset -> type) as the fewest acknowledgement batches: runs of consecutive offsets, each with one type
+    for the run when all agree, else one per offset."""
+    batches: list[AcknowledgementBatch] = []
+    run: list[tuple[int, AcknowledgeType]] = []
+    for offset in sorted(types):
+        if run and offset != run[-1][0] + 1:
+            batches.append(_batch(run))
+            run = []
+        run.append((offset, types[offset]))
+    if run:
+        batches.append(_batch(run))
+    return batches
+
+
+def _batch(run: list[tuple[int, AcknowledgeType]]) -> AcknowledgementBatch:
+    kinds = tuple(int(kind) for _, kind in run)
+    return AcknowledgementBatch(run[0][0], run[-1][0], kinds[:1] if len(set(kinds)) == 1 else kinds)

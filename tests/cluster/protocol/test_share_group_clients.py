@@ -3,22 +3,25 @@
 the in-process broker and against Apache Kafka 4.2, the same sequence on both, compared record by record.
 
 The members share the one partition (the `simple` assignor gives it to both). A share-partition starts at the high
-watermark (`share.auto.offset.reset=latest`, Kafka's default) when its group first fetches, so the test first
-produces warm-up records until a member got one; then a known set: plain records, which must each be ACCEPTed
-exactly once across the members with delivery count 1; a record the members RELEASE on its first delivery, which
-must come back once with delivery count 2 (and then be accepted); a record they REJECT, which must never come
-back; and a record they RELEASE every time, which is delivered `group.share.delivery.count.limit` (5) times and then
-archived. Each broker's deliveries (value, delivery count, acknowledge type) must be those, and the same on both.
-Meanwhile the group is asked over the wire, on both brokers alike: ListGroups (v5, types filter `share`) lists it
-Stable with protocol type and group type `share`, ShareGroupDescribe (v1) shows its two members sharing partition 0
-under the `simple` assignor, and DescribeGroups (v6) answers GROUP_ID_NOT_FOUND (it is no classic group)."""
+watermark (`share.auto.offset.reset=latest`, Kafka's default) when its group first fetches, so the test waits for
+both members to join and then produces warm-up records until a member got one; then a known set: plain records,
+which must each be ACCEPTed exactly once across the members with delivery count 1; a record the members RELEASE on
+its first delivery, which must come back once with delivery count 2 (and then be accepted); a record they REJECT,
+which must never come back; and a record they RELEASE every time, which is delivered
+`group.share.delivery.count.limit` (5) times and then archived. Each broker's deliveries (value, delivery count,
+acknowledge type) must be those, and the same on both. Meanwhile the group is asked over the wire, on both brokers
+alike: ListGroups (v5, types filter `share`) lists it Stable with protocol type and group type `share`,
+ShareGroupDescribe (v1) shows its two members sharing partition 0 under the `simple` assignor, and DescribeGroups
+(v6) answers GROUP_ID_NOT_FOUND (it is no classic group)."""
 
 from __future__ import annotations
 
 import re
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
 import pytest
 from confluent_kafka import Producer
@@ -42,6 +45,27 @@ EXPECTED = {
 
 Deliveries = dict[str, list[tuple[int, str]]]
 LIST_GROUPS, DESCRIBE_GROUPS, SHARE_GROUP_DESCRIBE = 16, 15, 77
+
+
+class Member(Protocol):
+    """A member of the share group the sequence runs on: what it got, and how it stops."""
+
+    def deliveries(self) -> list[tuple[str, int, str]]: ...
+
+    def close(self) -> None: ...
+
+    def tail(self) -> str: ...
+
+
+# Makes the sequence's second member from the topic, the group and the test's folder (a Java one by default).
+MemberFactory = Callable[[str, str, Path], Member]
+
+
+def acknowledge_type(value: str, delivery_count: int) -> str:
+    """How the members acknowledge a record, by its value (as `java/ShareGroupMember.java` decides)."""
+    if value.startswith("bounce") or (value.startswith("release") and delivery_count == 1):
+        return "RELEASE"
+    return "REJECT" if value.startswith("reject") else "ACCEPT"
 
 
 class ShareMember:
@@ -79,13 +103,18 @@ def produce(bootstrap: str, topic: str, values: list[str]) -> None:
     assert producer.flush(30) == 0
 
 
-def share_steps(classpath: str, bootstrap: str, folder: Path) -> tuple[Deliveries, dict[str, object]]:
-    """The module docstring's sequence on one broker; each known record's deliveries across both members, and what
-    the group APIs told of the group meanwhile."""
+def share_steps(
+    classpath: str, bootstrap: str, folder: Path, second: MemberFactory | None = None
+) -> tuple[Deliveries, dict[str, object]]:
+    """The module docstring's sequence on one broker; each known record's deliveries across both members (the second
+    made by `second` when given), and what the group APIs told of the group meanwhile."""
     topic, group = f"kip932-{uuid.uuid4().hex[:8]}", f"shares-{uuid.uuid4().hex[:8]}"
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])[topic].result(timeout=60)
-    members = [ShareMember(classpath, bootstrap, topic, group, folder, name) for name in ("a", "b")]
+    members: list[Member] = [ShareMember(classpath, bootstrap, topic, group, folder, "a")]
+    members.append(
+        second(topic, group, folder) if second else ShareMember(classpath, bootstrap, topic, group, folder, "b")
+    )
 
     def deliveries() -> Deliveries:
         found: Deliveries = {}
@@ -101,6 +130,8 @@ def share_steps(classpath: str, bootstrap: str, folder: Path) -> tuple[Deliverie
         assert done(), f"{what} not within {DEADLINE_S} s:\n" + "\n".join(m.tail() for m in members)  # type: ignore[operator]
 
     try:
+        # Both members in the group before any record: a member quicker to start must not settle every record alone.
+        wait_for("both members joined", lambda: member_count(bootstrap, group) == 2)
         warmups = iter(range(10_000))
 
         def warmed() -> bool:
@@ -121,6 +152,15 @@ def share_steps(classpath: str, bootstrap: str, folder: Path) -> tuple[Deliverie
         for member in members:
             member.close()
     return {value: seen for value, seen in deliveries().items() if not value.startswith("warmup")}, told
+
+
+def member_count(bootstrap: str, group: str) -> int:
+    """How many members ShareGroupDescribe shows in the share group."""
+    with coordinator_client(bootstrap, group, GROUP_KEY) as client:
+        described = client.request(
+            SHARE_GROUP_DESCRIBE, 1, {"group_ids": [group], "include_authorized_operations": False}
+        )
+    return len(described.groups[0].members)
 
 
 def group_on_the_wire(bootstrap: str, group: str) -> dict[str, object]:

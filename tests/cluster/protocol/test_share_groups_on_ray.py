@@ -2,22 +2,42 @@
 `test_share_group_clients` (whose deliveries Apache Kafka 4.2 gives there, `EXPECTED`) through a Kafka listener
 over Ray's partition actors and group coordinator actor: each record accepted once, a RELEASEd one redelivered with
 delivery count 2, a REJECTed one never again, one RELEASEd every time archived after the delivery limit, and the
-group told over the wire as Kafka tells it. The broker runs with `kafka4`'s share settings (`group.share.*` keys in
-its properties, as `server.properties` sets them)."""
+group told over the wire as Kafka tells it. The same sequence with a Python `ShareConsumer` as the second member
+beside the Java one gives the same deliveries. The broker runs with `kafka4`'s share settings (`group.share.*` keys
+in its properties, as `server.properties` sets them).
+
+The Python consumer's own rules (`actors.clients.share_consumer`): implicit acknowledgement accepts what a poll
+returned, a closed member's unacknowledged records go to another member at once with their next delivery count, and
+wrong use raises without changing anything."""
 
 from __future__ import annotations
 
+import threading
+import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
 
+from actors.clients.share_consumer import ShareConsumer, ShareRecord
+from actors.core.shares.acknowledgements import AcknowledgeType
 from cluster.protocol.listener import KafkaListener
+from storage.errors import InvalidRequestError
 from tests.cluster.protocol.conftest import SHARE_GROUP_SETTINGS
-from tests.cluster.protocol.test_share_group_clients import EXPECTED, assert_told_as_kafka_tells_it, share_steps
+from tests.cluster.protocol.test_share_group_clients import (
+    EXPECTED,
+    acknowledge_type,
+    assert_told_as_kafka_tells_it,
+    share_steps,
+)
 
 pytestmark = pytest.mark.ray
+
+DEADLINE_S = 60.0
 
 
 @pytest.fixture(scope="module")
@@ -33,9 +53,133 @@ def ray_listener(start_test_broker: Callable[..., tuple[Any, Any]]) -> Iterator[
         yield started
 
 
+class PythonShareMember:
+    """A `ShareConsumer` member doing what `java/ShareGroupMember.java` does (explicit acknowledgement by value,
+    a commit after every poll), on a thread of the test process (a Ray driver)."""
+
+    def __init__(self, topic: str, group: str) -> None:
+        self._consumer = ShareConsumer(group, acknowledgement_mode="explicit", value_deserializer=bytes.decode)
+        self._consumer.subscribe([topic])
+        self._found: list[tuple[str, int, str]] = []
+        self._failure: BaseException | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="python-share-member", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                records = self._consumer.poll(200)
+                for record in records:
+                    kind = acknowledge_type(record.value, record.delivery_count)
+                    self._consumer.acknowledge(record, AcknowledgeType[kind])
+                    self._found.append((record.value, record.delivery_count, kind))
+                if records:
+                    assert set(self._consumer.commit_sync().values()) == {None}
+        except BaseException as exc:  # reported by close() and tail()
+            self._failure = exc
+        finally:
+            self._consumer.close()
+
+    def deliveries(self) -> list[tuple[str, int, str]]:
+        return list(self._found)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+        if self._failure is not None:
+            raise self._failure
+
+    def tail(self) -> str:
+        return f"--- python member: {self._found[-5:]} failure {self._failure!r}"
+
+
 def test_two_share_consumers_accept_release_and_reject_on_ray_as_on_kafka(
     share_classpath: str, ray_listener: KafkaListener, tmp_path: Path
 ) -> None:
     deliveries, group = share_steps(share_classpath, ray_listener.bootstrap_servers, tmp_path)
     assert deliveries == EXPECTED
     assert_told_as_kafka_tells_it(group)
+
+
+def test_a_python_share_consumer_beside_a_java_one_gets_kafkas_deliveries(
+    share_classpath: str, ray_listener: KafkaListener, tmp_path: Path
+) -> None:
+    deliveries, group = share_steps(
+        share_classpath,
+        ray_listener.bootstrap_servers,
+        tmp_path,
+        second=lambda topic, group_id, _folder: PythonShareMember(topic, group_id),
+    )
+    assert deliveries == EXPECTED
+    assert_told_as_kafka_tells_it(group)
+
+
+def _topic(bootstrap: str) -> str:
+    topic = f"pyshare-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])[topic].result(timeout=60)
+    return topic
+
+
+def _produce(bootstrap: str, topic: str, values: list[str]) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": "5"})
+    for value in values:
+        producer.produce(topic, value=value.encode())
+    assert producer.flush(30) == 0
+
+
+def _poll_until(consumer: ShareConsumer, count: int) -> list[ShareRecord]:
+    got: list[ShareRecord] = []
+    deadline = time.monotonic() + DEADLINE_S
+    while len(got) < count and time.monotonic() < deadline:
+        got.extend(consumer.poll(200))
+    return got
+
+
+def _joined(consumer: ShareConsumer, topic: str) -> None:
+    """Subscribes and polls until the member is assigned (the share-partition starts at the high watermark, Kafka's
+    `share.auto.offset.reset=latest`, when the group first fetches)."""
+    consumer.subscribe([topic])
+    deadline = time.monotonic() + DEADLINE_S
+    while not consumer.assignment() and time.monotonic() < deadline:
+        assert consumer.poll(100) == []
+    assert consumer.assignment() == [(topic, 0)]
+
+
+def test_python_share_consumer_implicit_acknowledgement_and_release_on_close(ray_listener: KafkaListener) -> None:
+    bootstrap = ray_listener.bootstrap_servers
+    topic = _topic(bootstrap)
+    group = f"pyshares-{uuid.uuid4().hex[:8]}"
+    first = ShareConsumer(group)
+    _joined(first, topic)
+    values = [f"v{index}" for index in range(20)]
+    _produce(bootstrap, topic, values)
+    got = _poll_until(first, 20)
+    assert [(r.value.decode(), r.delivery_count) for r in got] == [(value, 1) for value in values]
+    # Wrong use raises and changes nothing: acknowledge belongs to explicit mode.
+    with pytest.raises(InvalidRequestError, match="explicit"):
+        first.acknowledge(got[0])
+    assert first.commit_sync() == {(topic, 0): None}
+    first.close()
+
+    # Explicit mode: unacknowledged records block the next poll; a closed member's records come back at once.
+    second = ShareConsumer(group, acknowledgement_mode="explicit")
+    third = ShareConsumer(group)
+    _joined(second, topic)
+    _produce(bootstrap, topic, ["w0", "w1", "w2"])
+    held = _poll_until(second, 3)
+    assert [(r.value, r.delivery_count) for r in held] == [(b"w0", 1), (b"w1", 1), (b"w2", 1)]
+    second.acknowledge(held[0], AcknowledgeType.ACCEPT)
+    with pytest.raises(InvalidRequestError, match="was not delivered by the last poll"):
+        second.acknowledge(held[0], AcknowledgeType.REJECT)
+    with pytest.raises(InvalidRequestError, match="2 records of the last poll are not acknowledged"):
+        second.poll(0)
+    second.close()
+    third.subscribe([topic])
+    again = _poll_until(third, 2)
+    # Accepted records never come back (all 20 of the first member's, and w0); w1 and w2 do, at once (well before
+    # their 5 s lock would have expired), counted as their second delivery.
+    assert [(r.value, r.delivery_count) for r in again] == [(b"w1", 2), (b"w2", 2)]
+    assert third.poll(500) == []
+    third.close()

@@ -1,0 +1,44 @@
+"""`acknowledgement_batches`: a consumer's acknowledgements (offset -> type) written as the fewest batches that
+`validate_batches` accepts and that give back, offset by offset, the types they were made from."""
+
+from __future__ import annotations
+
+import itertools
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from actors.core.shares.acknowledgements import (
+    AcknowledgementBatch,
+    AcknowledgeType,
+    acknowledgement_batches,
+    validate_batches,
+)
+
+ACKNOWLEDGEMENTS = st.dictionaries(st.integers(0, 60), st.sampled_from(list(AcknowledgeType)), max_size=40)
+
+
+def test_runs_of_one_type_are_one_batch_and_mixed_runs_name_each_offset() -> None:
+    accept, release, gap = AcknowledgeType.ACCEPT, AcknowledgeType.RELEASE, AcknowledgeType.GAP
+    types = {4: accept, 5: accept, 6: accept, 9: release, 10: gap, 12: accept}
+    assert acknowledgement_batches(types) == [
+        AcknowledgementBatch(4, 6, (1,)),
+        AcknowledgementBatch(9, 10, (2, 0)),
+        AcknowledgementBatch(12, 12, (1,)),
+    ]
+    assert acknowledgement_batches({}) == []
+
+
+@given(ACKNOWLEDGEMENTS)
+def test_batches_are_valid_the_fewest_and_give_back_every_type(types: dict[int, AcknowledgeType]) -> None:
+    batches = acknowledgement_batches(types)
+    validate_batches(batches)
+    given_back = {
+        offset: batch.type_at(offset)
+        for batch in batches
+        for offset in range(batch.first_offset, batch.last_offset + 1)
+    }
+    assert given_back == types
+    # The fewest: a batch per run of consecutive offsets, one type when the run's types agree.
+    assert all(later.first_offset > earlier.last_offset + 1 for earlier, later in itertools.pairwise(batches))
+    assert all(len(batch.acknowledge_types) == 1 or len(set(batch.acknowledge_types)) > 1 for batch in batches)
