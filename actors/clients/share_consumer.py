@@ -154,6 +154,11 @@ class ShareConsumer(Closeable):
         """The group's record lock duration, which the records of the last poll are held for."""
         return self._settings.record_lock_duration_ms
 
+    def delivery_count_limit(self) -> int:
+        """The group's delivery count limit (`group.share.delivery.count.limit`): a record released on its last
+        allowed delivery is archived, never delivered again."""
+        return self._settings.delivery_count_limit
+
     # --- records ---------------------------------------------------------------------------------
 
     def poll(self, timeout_ms: int = 1000) -> list[ShareRecord]:

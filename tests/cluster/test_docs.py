@@ -94,6 +94,7 @@ EXAMPLES = {
     ("README.md", "from confluent_kafka import Consumer, Producer"): "test_kafka_clients_example",
     ("README.md", "from cluster.spark.session import get_spark, stop_spark"): "test_spark_example",
     ("docs/clients.md", "import ray"): "test_ray_data_kafka_example",
+    ("docs/clients.md", "from ray.serve.schema import TaskProcessorConfig"): "test_serve_task_queue_example",
     ("docs/performance.md", "python -m benchmarks"): "test_benchmarks_example",
     ("docs/ray-data.md", "import pyarrow as pa"): "test_ray_data_example",
     (
@@ -198,6 +199,12 @@ def test_storage_example(tmp_path: Path) -> None:
     printed = run_python(block, tmp_path)
     check_expected_prints(block.code, printed)
     assert (tmp_path / "demo" / "orders-0" / "00000000000000000000.log").stat().st_size > 0
+
+
+def test_serve_task_queue_example(tmp_path: Path) -> None:
+    """The Serve task processor's configuration (its run on a Serve app is `tests/cluster/serve`'s)."""
+    block = example("test_serve_task_queue_example")
+    check_expected_prints(block.code, run_python(block, tmp_path))
 
 
 def test_dump_log_example() -> None:

@@ -1,0 +1,84 @@
+"""A Serve task queue's outcomes: a compacted topic keyed by task id (`task_messages.Outcome` records), written by
+the workers and read by whoever asks a task's status.
+
+`record` appends an outcome and waits until it is acknowledged by every in-sync replica (acks=all), so a task's
+outcome is durable before its queue record is acknowledged. `outcome` first reads the topic up to its end as it is
+when asked (so an outcome recorded before the call is seen), then answers from what it read; `refresh` only catches
+up, and `known` only answers. The topic is created on first use (`cleanup.policy=compact`: the latest outcome of each
+task stays).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+
+from actors.clients.admin import Admin
+from actors.clients.broker import Broker
+from actors.clients.consumer import Consumer
+from actors.clients.producer import Producer
+from cluster.serve.task_messages import Outcome, outcome_of
+from storage.errors import RequestTimedOutError, TopicExistsError
+
+# How long `refresh` waits for the topic to be read up to the end it saw.
+CATCH_UP_TIMEOUT_S = 30.0
+
+
+def ensure_topic(admin: Admin, name: str, partitions: int, replication_factor: int, config: dict[str, str]) -> None:
+    """Creates the topic unless it exists."""
+    with contextlib.suppress(TopicExistsError):
+        admin.create_topic(name, partitions, config, replication_factor=replication_factor)
+
+
+class TaskResults:
+    """The outcomes of one queue's tasks (see the module docstring); thread-safe."""
+
+    def __init__(self, broker: Broker, topic: str, replication_factor: int) -> None:
+        self.topic = topic
+        self._admin = Admin(broker)
+        ensure_topic(self._admin, topic, 1, replication_factor, {"cleanup.policy": "compact"})
+        self._producer = Producer(broker, linger_ms=0)
+        self._consumer = Consumer(broker, auto_offset_reset="earliest")
+        self._consumer.assign([(topic, partition) for partition in sorted(broker.topic(topic).partitions)])
+        self._outcomes: dict[str, Outcome] = {}
+        self._lock = threading.Lock()
+
+    def record(self, task_id: str, outcome: Outcome) -> None:
+        """Appends `outcome` for `task_id` and waits until it is durable; `TypeError` if its result is no JSON."""
+        value = outcome.value()
+        self._producer.send(self.topic, value=value, key=task_id.encode()).result(CATCH_UP_TIMEOUT_S)
+        with self._lock:
+            self._outcomes[task_id] = outcome
+
+    def outcome(self, task_id: str) -> Outcome | None:
+        """The task's latest outcome, None while it has none (PENDING)."""
+        self.refresh()
+        with self._lock:
+            return self._outcomes.get(task_id)
+
+    def known(self, task_id: str) -> Outcome | None:
+        """The task's latest outcome as far as the topic was read (by `outcome`, `refresh` or `record`)."""
+        with self._lock:
+            return self._outcomes.get(task_id)
+
+    def refresh(self) -> None:
+        """Reads the topic up to the end it has now."""
+        ends = {
+            partition: answer[0]
+            for partition, answer in self._admin.list_offsets(self.topic, "latest").items()
+            if answer
+        }
+        deadline = time.monotonic() + CATCH_UP_TIMEOUT_S
+        with self._lock:
+            while any(self._consumer.position((self.topic, partition)) < end for partition, end in ends.items()):
+                if time.monotonic() > deadline:
+                    raise RequestTimedOutError(f"{self.topic} was not read up to {ends} within {CATCH_UP_TIMEOUT_S} s")
+                for record in self._consumer.poll(timeout_ms=100):
+                    outcome = outcome_of(record.value)
+                    if outcome is not None and record.key is not None:
+                        self._outcomes[record.key.decode(errors="replace")] = outcome
+
+    def close(self) -> None:
+        self._producer.close()
+        self._consumer.close()
