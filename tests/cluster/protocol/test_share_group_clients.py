@@ -57,8 +57,8 @@ class Member(Protocol):
     def tail(self) -> str: ...
 
 
-# Makes the sequence's second member from the topic, the group and the test's folder (a Java one by default).
-MemberFactory = Callable[[str, str, Path], Member]
+# Makes one of the sequence's members from the bootstrap servers, the topic, the group and a name.
+MemberFactory = Callable[[str, str, str, str], Member]
 
 
 def acknowledge_type(value: str, delivery_count: int) -> str:
@@ -103,18 +103,18 @@ def produce(bootstrap: str, topic: str, values: list[str]) -> None:
     assert producer.flush(30) == 0
 
 
-def share_steps(
-    classpath: str, bootstrap: str, folder: Path, second: MemberFactory | None = None
-) -> tuple[Deliveries, dict[str, object]]:
-    """The module docstring's sequence on one broker; each known record's deliveries across both members (the second
-    made by `second` when given), and what the group APIs told of the group meanwhile."""
+def java_member(classpath: str, folder: Path) -> MemberFactory:
+    """Makes Java members (`ShareMember`) logging into `folder`."""
+    return lambda bootstrap, topic, group, name: ShareMember(classpath, bootstrap, topic, group, folder, name)
+
+
+def share_steps(bootstrap: str, makers: tuple[MemberFactory, MemberFactory]) -> tuple[Deliveries, dict[str, object]]:
+    """The module docstring's sequence on one broker with the two members `makers` make; each known record's
+    deliveries across both, and what the group APIs told of the group meanwhile."""
     topic, group = f"kip932-{uuid.uuid4().hex[:8]}", f"shares-{uuid.uuid4().hex[:8]}"
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])[topic].result(timeout=60)
-    members: list[Member] = [ShareMember(classpath, bootstrap, topic, group, folder, "a")]
-    members.append(
-        second(topic, group, folder) if second else ShareMember(classpath, bootstrap, topic, group, folder, "b")
-    )
+    members = [make(bootstrap, topic, group, name) for make, name in zip(makers, ("a", "b"), strict=True)]
 
     def deliveries() -> Deliveries:
         found: Deliveries = {}
@@ -197,7 +197,8 @@ def test_two_share_consumers_accept_release_and_reject_as_on_kafka(
     for name, bootstrap in (("kafka", kafka4), ("raybroker", share_listener)):
         folder = tmp_path / name
         folder.mkdir()
-        outcomes[name] = share_steps(share_classpath, bootstrap, folder)
+        java = java_member(share_classpath, folder)
+        outcomes[name] = share_steps(bootstrap, (java, java))
     kafka_deliveries, kafka_group = outcomes["kafka"]
     assert kafka_deliveries == EXPECTED
     assert outcomes["raybroker"][0] == kafka_deliveries

@@ -32,6 +32,7 @@ from tests.cluster.protocol.test_share_group_clients import (
     EXPECTED,
     acknowledge_type,
     assert_told_as_kafka_tells_it,
+    java_member,
     share_steps,
 )
 
@@ -97,7 +98,8 @@ class PythonShareMember:
 def test_two_share_consumers_accept_release_and_reject_on_ray_as_on_kafka(
     share_classpath: str, ray_listener: KafkaListener, tmp_path: Path
 ) -> None:
-    deliveries, group = share_steps(share_classpath, ray_listener.bootstrap_servers, tmp_path)
+    java = java_member(share_classpath, tmp_path)
+    deliveries, group = share_steps(ray_listener.bootstrap_servers, (java, java))
     assert deliveries == EXPECTED
     assert_told_as_kafka_tells_it(group)
 
@@ -105,11 +107,10 @@ def test_two_share_consumers_accept_release_and_reject_on_ray_as_on_kafka(
 def test_a_python_share_consumer_beside_a_java_one_gets_kafkas_deliveries(
     share_classpath: str, ray_listener: KafkaListener, tmp_path: Path
 ) -> None:
+    python = PythonShareMember
     deliveries, group = share_steps(
-        share_classpath,
         ray_listener.bootstrap_servers,
-        tmp_path,
-        second=lambda topic, group_id, _folder: PythonShareMember(topic, group_id),
+        (java_member(share_classpath, tmp_path), lambda _bootstrap, topic, group_id, _name: python(topic, group_id)),
     )
     assert deliveries == EXPECTED
     assert_told_as_kafka_tells_it(group)
