@@ -1,8 +1,9 @@
 """raybroker and Apache Kafka running side by side for the benchmarks that drive both with the same client.
 
-`beside_kafka(ctx, listener_properties, version)` starts the run's shared broker with a Kafka listener on a free
-port of 127.0.0.1 and one Apache Kafka node of `version`, and yields their bootstrap servers by name
-("raybroker", "kafka"); both stop when the block ends.
+`beside_kafka(ctx, listener_properties, version, kafka_properties)` starts the run's shared broker with a Kafka
+listener on a free port of 127.0.0.1 and one Apache Kafka node of `version` (with `kafka_properties` in its
+`server.properties`), and yields their bootstrap servers by name ("raybroker", "kafka"); both stop when the block
+ends.
 """
 
 from __future__ import annotations
@@ -18,7 +19,10 @@ LISTENERS = "PLAINTEXT://127.0.0.1:0"
 
 @contextmanager
 def beside_kafka(
-    ctx: BenchContext, listener_properties: Mapping[str, str], version: str = KAFKA_VERSION
+    ctx: BenchContext,
+    listener_properties: Mapping[str, str],
+    version: str = KAFKA_VERSION,
+    kafka_properties: Mapping[str, str] | None = None,
 ) -> Iterator[dict[str, str]]:
     """The bootstrap servers of raybroker's listener (with `listener_properties`) and of Apache Kafka `version`."""
     from cluster.protocol.listener import KafkaListener
@@ -26,7 +30,7 @@ def beside_kafka(
     ctx.environment.broker()
     ctx.progress(f"  starting Apache Kafka {version} (fetched from Maven Central on the first run) ...")
     with (
-        KafkaBroker(version=version) as kafka,
+        KafkaBroker(dict(kafka_properties or {}), version=version) as kafka,
         KafkaListener({"listeners": LISTENERS, **listener_properties}) as ours,
     ):
         yield {"raybroker": ours.bootstrap_servers, "kafka": kafka.bootstrap_servers}
