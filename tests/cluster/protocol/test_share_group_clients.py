@@ -12,7 +12,10 @@ which must never come back; and a record they RELEASE every time, which is deliv
 acknowledge type) must be those, and the same on both. Meanwhile the group is asked over the wire, on both brokers
 alike: ListGroups (v5, types filter `share`) lists it Stable with protocol type and group type `share`,
 ShareGroupDescribe (v1) shows its two members sharing partition 0 under the `simple` assignor, and DescribeGroups
-(v6) answers GROUP_ID_NOT_FOUND (it is no classic group)."""
+(v6) answers GROUP_ID_NOT_FOUND (it is no classic group).
+
+A second sequence SIGKILLs the member holding a record it never acknowledged: the other member must get that record
+with delivery count 2, and every record produced after, on both brokers alike (`KILL_EXPECTED`)."""
 
 from __future__ import annotations
 
@@ -61,6 +64,10 @@ class Member(Protocol):
 MemberFactory = Callable[[str, str, str, str], Member]
 
 
+# The sequence of `share_kill_steps`: a record whose first holder is killed holding it, and records after it.
+KILL_EXPECTED = {"hang-0": [(1, "HOLD"), (2, "ACCEPT")], **{f"after-{index}": [(1, "ACCEPT")] for index in range(5)}}
+
+
 def acknowledge_type(value: str, delivery_count: int) -> str:
     """How the members acknowledge a record, by its value (as `java/ShareGroupMember.java` decides)."""
     if value.startswith("bounce") or (value.startswith("release") and delivery_count == 1):
@@ -88,12 +95,18 @@ class ShareMember:
     def close(self) -> None:
         self.stop_file.touch()
         deadline = time.monotonic() + 30
-        while "CLOSED" not in self.process.output() and time.monotonic() < deadline:
+        while "CLOSED" not in self.process.output() and self.process.process.poll() is None:
+            if time.monotonic() > deadline:
+                break
             time.sleep(0.2)
         self.process.stop()
 
     def tail(self) -> str:
         return f"--- {self.process.log_path.name}\n{self.process.output()[-3000:]}"
+
+    def kill(self) -> None:
+        """SIGKILL: the JVM dies holding what it acquired, with no final acknowledgement."""
+        self.process.kill()
 
 
 def produce(bootstrap: str, topic: str, values: list[str]) -> None:
@@ -154,6 +167,54 @@ def share_steps(bootstrap: str, makers: tuple[MemberFactory, MemberFactory]) -> 
     return {value: seen for value, seen in deliveries().items() if not value.startswith("warmup")}, told
 
 
+def share_kill_steps(classpath: str, bootstrap: str, folder: Path) -> Deliveries:
+    """Two Java members; the one that takes `hang-0` holds it and is SIGKILLed; the other must then get it (its second
+    delivery) and the records produced after. Each known record's deliveries across both members."""
+    topic, group = f"kip932-{uuid.uuid4().hex[:8]}", f"shares-{uuid.uuid4().hex[:8]}"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])[topic].result(timeout=60)
+    members = [ShareMember(classpath, bootstrap, topic, group, folder, name) for name in ("a", "b")]
+
+    def deliveries() -> Deliveries:
+        found: Deliveries = {}
+        for member in members:
+            for value, count, kind in member.deliveries():
+                found.setdefault(value, []).append((count, kind))
+        return {value: sorted(seen) for value, seen in found.items() if not value.startswith("warmup")}
+
+    def wait_for(what: str, done: Callable[[], bool]) -> None:
+        deadline = time.monotonic() + DEADLINE_S
+        while not done() and time.monotonic() < deadline:
+            time.sleep(0.3)
+        assert done(), f"{what} not within {DEADLINE_S} s:\n" + "\n".join(m.tail() for m in members)
+
+    try:
+        wait_for("both members joined", lambda: member_count(bootstrap, group) == 2)
+        warmups = iter(range(10_000))
+
+        def warmed() -> bool:
+            if any(value.startswith("warmup") for member in members for value, _, _ in member.deliveries()):
+                return True
+            produce(bootstrap, topic, [f"warmup-{next(warmups)}"])
+            return False
+
+        wait_for("a warm-up record delivered", warmed)
+        produce(bootstrap, topic, ["hang-0"])
+        wait_for("hang-0 held", lambda: any(("hang-0", 1, "HOLD") in member.deliveries() for member in members))
+        (holder,) = [member for member in members if ("hang-0", 1, "HOLD") in member.deliveries()]
+        holder.kill()
+        produce(bootstrap, topic, [f"after-{index}" for index in range(5)])
+        wait_for(
+            "every known record settled",
+            lambda: all(deliveries().get(value, [])[-1:] == expected[-1:] for value, expected in KILL_EXPECTED.items()),
+        )
+        time.sleep(3)  # anything delivered again would show by now
+    finally:
+        for member in members:
+            member.close()
+    return deliveries()
+
+
 def member_count(bootstrap: str, group: str) -> int:
     """How many members ShareGroupDescribe shows in the share group."""
     with coordinator_client(bootstrap, group, GROUP_KEY) as client:
@@ -205,6 +266,20 @@ def test_two_share_consumers_accept_release_and_reject_as_on_kafka(
     assert_told_as_kafka_tells_it(kafka_group)
     # The topic's name differs between the runs (each its own); everything else must match.
     assert json_of(outcomes["raybroker"][1]) == json_of(kafka_group), (kafka_group, outcomes["raybroker"][1])
+
+
+def test_a_killed_members_records_go_to_the_other_as_on_kafka(
+    share_classpath: str, share_listener: str, kafka4: str, tmp_path: Path
+) -> None:
+    """A member SIGKILLed holding a record: the record comes back to the other member with delivery count 2, on both
+    brokers alike (at once when the killed member's connection closes; at the latest when its lock expires)."""
+    outcomes = {}
+    for name, bootstrap in (("kafka", kafka4), ("raybroker", share_listener)):
+        folder = tmp_path / name
+        folder.mkdir()
+        outcomes[name] = share_kill_steps(share_classpath, bootstrap, folder)
+    assert outcomes["kafka"] == KILL_EXPECTED
+    assert outcomes["raybroker"] == outcomes["kafka"]
 
 
 def assert_told_as_kafka_tells_it(group: dict[str, object]) -> None:

@@ -13,12 +13,14 @@ import org.apache.kafka.common.serialization.StringDeserializer;
 /**
  * One member of a share group (KIP-932), Kafka 4.2's KafkaShareConsumer with explicit acknowledgement: it
  * acknowledges each record it gets by its value, RELEASE for a value starting with "release" delivered for the
- * first time and for one starting with "bounce" always, REJECT for one starting with "reject", ACCEPT otherwise, commits after every poll, and prints a line
- * each: "RECORD offset deliveryCount TYPE value", "CLOSED" once it closed. Arguments: bootstrap servers, topic,
- * group id, and a file whose existence tells it to close.
+ * first time and for one starting with "bounce" always, REJECT for one starting with "reject", ACCEPT otherwise,
+ * commits after every poll, and prints a line each: "RECORD offset deliveryCount TYPE value", "CLOSED" once it
+ * closed. A value starting with "hang" delivered for the first time is printed with type HOLD and never acknowledged:
+ * the member stops there (holding it) until it is killed. Arguments: bootstrap servers, topic, group id, and a file
+ * whose existence tells it to close.
  */
 public class ShareGroupMember {
-    public static void main(String[] args) {
+    public static void main(String[] args) throws InterruptedException {
         String bootstrap = args[0];
         String topic = args[1];
         String group = args[2];
@@ -35,6 +37,11 @@ public class ShareGroupMember {
                 ConsumerRecords<String, String> records = consumer.poll(Duration.ofMillis(200));
                 for (ConsumerRecord<String, String> record : records) {
                     short count = record.deliveryCount().orElse((short) -1);
+                    if (record.value().startsWith("hang") && count == 1) {
+                        System.out.println("RECORD " + record.offset() + " " + count + " HOLD " + record.value());
+                        System.out.flush();
+                        Thread.sleep(Long.MAX_VALUE);
+                    }
                     AcknowledgeType type = AcknowledgeType.ACCEPT;
                     if (record.value().startsWith("bounce")
                             || (record.value().startsWith("release") && count == 1)) {
