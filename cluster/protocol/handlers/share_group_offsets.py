@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import asyncio
 from abc import ABC, abstractmethod
-from typing import Any
+from typing import Any, ClassVar
 
 from kio.schema.errors import ErrorCode
 
@@ -50,6 +50,10 @@ from storage.errors import RaybrokerError
 DESCRIBE_SHARE_GROUP_OFFSETS_KEY = 90
 ALTER_SHARE_GROUP_OFFSETS_KEY = 91
 DELETE_SHARE_GROUP_OFFSETS_KEY = 92
+
+# The leaders asked at once by one request: "every topic" asks each partition of the cluster (thousands, on Ray one
+# actor call each), and 64 calls in flight keep a listener's event loop and the actors' threads busy without piling up.
+LEADER_CALLS_AT_ONCE = 64
 
 # Kafka's `Errors` messages these answers carry.
 NOT_HOSTED = "This server does not host this topic-partition."
@@ -88,10 +92,11 @@ class DescribeShareGroupOffsetsHandler(GuardedHandler[BrokerView]):
             topics = await self._view.topics()
         except RaybrokerError as exc:
             return {"group_id": group_id, "topics": [], "error_code": error_code(exc)}
+        calls = asyncio.Semaphore(LEADER_CALLS_AT_ONCE)
         if group.topics is None:
             visible = authorized_names(self._access, context, AclOperation.DESCRIBE, ResourceType.TOPIC, topics)
-            wanted = [(topics[name], None) for name in sorted(visible) if not topics[name].internal]
-            rows = await asyncio.gather(*(self._topic_rows(group_id, topic, parts) for topic, parts in wanted))
+            wanted = [topics[name] for name in sorted(visible) if not topics[name].internal]
+            rows = await asyncio.gather(*(self._topic_rows(group_id, topic, None, calls) for topic in wanted))
             answered = [row for row in rows if row["partitions"]]
             return {"group_id": group_id, "topics": answered, "error_code": ErrorCode.none}
         asked = [topic.topic_name for topic in group.topics]
@@ -108,18 +113,21 @@ class DescribeShareGroupOffsetsHandler(GuardedHandler[BrokerView]):
                 rows = [_offsets_row(p, UNKNOWN_SHARE_OFFSETS) for p in partitions]
                 unknown.append({"topic_name": name, "topic_id": None, "partitions": rows})
             else:
-                known.append(self._topic_rows(group_id, topics[name], partitions))
+                known.append(self._topic_rows(group_id, topics[name], partitions, calls))
         return {
             "group_id": group_id,
             "topics": [*await asyncio.gather(*known), *unknown, *refused],
             "error_code": ErrorCode.none,
         }
 
-    async def _topic_rows(self, group_id: str, topic: TopicInfo, partitions: list[int] | None) -> dict[str, Any]:
-        """The topic's rows: the `partitions` asked (each answered), or every partition the group has state on."""
+    async def _topic_rows(
+        self, group_id: str, topic: TopicInfo, partitions: list[int] | None, calls: asyncio.Semaphore
+    ) -> dict[str, Any]:
+        """The topic's rows: the `partitions` asked (each answered), or every partition the group has state on; the
+        leaders asked while `calls` lets them."""
         every = partitions is None
         asked = range(topic.partition_count) if partitions is None else partitions
-        found = await asyncio.gather(*(self._partition_offsets(group_id, topic, p, every) for p in asked))
+        found = await asyncio.gather(*(self._partition_offsets(group_id, topic, p, every, calls) for p in asked))
         return {
             "topic_name": topic.name,
             "topic_id": topic.topic_id,
@@ -127,12 +135,13 @@ class DescribeShareGroupOffsetsHandler(GuardedHandler[BrokerView]):
         }
 
     async def _partition_offsets(
-        self, group_id: str, topic: TopicInfo, partition: int, only_with_state: bool
+        self, group_id: str, topic: TopicInfo, partition: int, only_with_state: bool, calls: asyncio.Semaphore
     ) -> dict[str, Any] | None:
         if not 0 <= partition < topic.partition_count:
             return _offsets_row(partition, UNKNOWN_SHARE_OFFSETS)
         try:
-            offsets = await self._view.share_offsets(topic.name, partition, group_id)
+            async with calls:
+                offsets = await self._view.share_offsets(topic.name, partition, group_id)
         except RaybrokerError as exc:
             return _offsets_row(partition, UNKNOWN_SHARE_OFFSETS, error_code(exc))
         if offsets is None:
@@ -141,11 +150,12 @@ class DescribeShareGroupOffsetsHandler(GuardedHandler[BrokerView]):
 
 
 class _ShareOffsetsChange(GuardedHandler[BrokerView], ABC):
-    """What AlterShareGroupOffsets and DeleteShareGroupOffsets share: the group's checks and admission."""
+    """What AlterShareGroupOffsets and DeleteShareGroupOffsets share: the group's checks and admission. A subclass
+    names its API `KEY`, the operation on the group it needs and whether it makes an unknown group."""
 
-    KEY = 0
-    GROUP_OPERATION = AclOperation.READ
-    CREATES_GROUP = False
+    KEY: ClassVar[int]
+    GROUP_OPERATION: ClassVar[AclOperation] = AclOperation.READ
+    CREATES_GROUP: ClassVar[bool] = False
 
     def __init__(self, view: BrokerView, groups: GroupView, access: AccessControl | None = None) -> None:
         super().__init__(view, access)
@@ -247,9 +257,7 @@ class DeleteShareGroupOffsetsHandler(_ShareOffsetsChange):
             else:
                 info = topics[name]
                 try:
-                    had = await asyncio.gather(
-                        *(self._view.delete_share_state(name, p, group_id) for p in range(info.partition_count))
-                    )
+                    had = await self._delete_topic(group_id, info)
                 except RaybrokerError as exc:
                     failed.append(_delete_row(name, info.topic_id, error_code(exc), str(exc)))
                     continue
@@ -258,6 +266,16 @@ class DeleteShareGroupOffsetsHandler(_ShareOffsetsChange):
                 else:
                     failed.append(_delete_row(name, None, ErrorCode.unknown_topic_or_partition, NO_OFFSETS_TO_DELETE))
         return [*deleted, *failed]
+
+    async def _delete_topic(self, group_id: str, topic: TopicInfo) -> list[bool]:
+        """Each partition's share-partition of the group dropped at its leader: whether it had one."""
+        calls = asyncio.Semaphore(LEADER_CALLS_AT_ONCE)
+
+        async def delete(partition: int) -> bool:
+            async with calls:
+                return await self._view.delete_share_state(topic.name, partition, group_id)
+
+        return await asyncio.gather(*(delete(p) for p in range(topic.partition_count)))
 
 
 def _delete_row(name: str, topic_id: Any, code: ErrorCode, message: str | None) -> dict[str, Any]:
