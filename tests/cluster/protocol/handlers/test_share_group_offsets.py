@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
+from actors.core.in_process_broker import InProcessBroker
 from actors.core.security.acl_bindings import AclOperation
 from actors.core.shares.share_group import ShareGroupState
 from cluster.protocol.handlers.share_group_offsets import (
@@ -26,7 +27,7 @@ from cluster.protocol.views.group_view import GroupView
 from cluster.protocol.views.in_process_broker_view import InProcessBrokerView
 from cluster.protocol.views.security_view import SecurityView
 from tests.cluster.protocol.handlers.test_authorization import access_with, ask, on_group, on_topic
-from tests.cluster.protocol.helpers import run
+from tests.cluster.protocol.helpers import commit_offsets, run
 
 
 @pytest.fixture
@@ -149,3 +150,17 @@ def test_altering_needs_read_and_deleting_delete_on_the_group_and_read_on_each_t
     )
     assert run(view.share_offsets("t", 0, "mine")) is None
     assert run(view.share_offsets("private", 0, "mine")) is not None
+
+
+def test_a_group_with_committed_offsets_is_not_a_share_group(
+    broker: InProcessBroker, view: InProcessBrokerView, groups: GroupView
+) -> None:
+    """Kafka keeps a group whose consumers only commit as an Empty classic group: Alter and Delete answer
+    GROUP_ID_NOT_FOUND ("Group g is not a share group.") and make no share group of it."""
+    run(view.create_topic("t", 1))
+    commit_offsets(broker, {("committed", "t", 0): 4})
+    admin = Admin(view, groups)
+    assert admin.alter("committed", {"t": [(0, 1)]}) == (ErrorCode.group_id_not_found, [])
+    assert admin.delete("committed", ["t"]) == (ErrorCode.group_id_not_found, [])
+    assert run(groups.describe_share_group("committed")) is None
+    assert run(view.share_offsets("t", 0, "committed")) is None
