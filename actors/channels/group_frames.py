@@ -4,7 +4,8 @@ group API's messages and results.
 
 `GROUP_METHODS` are every method the listeners' `GroupView` calls (`cluster.protocol.views.group_view`): the
 classic protocol's JoinGroup, SyncGroup, Heartbeat and LeaveGroup with their bounded waits, KIP-848's
-ConsumerGroupHeartbeat, KIP-932's ShareGroupHeartbeat and ShareGroupDescribe and a share group's settings, offsets
+ConsumerGroupHeartbeat, KIP-932's ShareGroupHeartbeat and ShareGroupDescribe, a share group's settings and whether
+its offsets may change (AlterShareGroupOffsets, DeleteShareGroupOffsets), offsets
 committed, fetched and deleted (transactional ones too), and the groups listed, described and deleted; and
 `complete_transaction`, which the transaction coordinator calls once a COMMIT or ABORT marker reached a
 `__consumer_offsets` partition. Anything else is refused by the channel.
@@ -66,6 +67,7 @@ GROUP_METHODS = frozenset(
         "share_group_heartbeat",
         "describe_share_group",
         "share_group_settings",
+        "admit_share_offsets_change",
     }
 )
 

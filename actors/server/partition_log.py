@@ -85,7 +85,7 @@ from actors.core.replication.partition_server import PartitionServer
 from actors.core.replication.replica import ACKS_ALL_TIMEOUT_MS, Replica
 from actors.core.shares.acknowledgements import AcknowledgementBatch
 from actors.core.shares.group_share_config import ResolvedShareConfig
-from actors.core.shares.leader_shares import ShareFetched
+from actors.core.shares.leader_shares import ShareFetched, ShareOffsets
 from actors.metrics.gauges import log_samples
 from actors.metrics.ray_export import exported_metrics
 from actors.metrics.recorder import BrokerMetrics, Sample
@@ -646,6 +646,28 @@ class PartitionLogActor:
         self._server.share_release(group_id, member_id)
 
     @ray.method(concurrency_group=READ_GROUP)
+    def share_offsets(self, group_id: str) -> ShareOffsets | None:
+        """A share group's share-partition here as DescribeShareGroupOffsets reports it
+        (`PartitionServer.share_offsets`)."""
+        _check_share_group(group_id)
+        return self._server.share_offsets(group_id)
+
+    @ray.method(concurrency_group=READ_GROUP)
+    def alter_share_offset(self, group_id: str, start_offset: int) -> None:
+        """A share group's share-partition here set to start at `start_offset`
+        (`PartitionServer.alter_share_offset`)."""
+        _check_share_group(group_id)
+        if not is_int(start_offset):
+            raise InvalidRequestError(f"start_offset must be an int, not {type(start_offset).__name__}")
+        self._server.alter_share_offset(group_id, start_offset)
+
+    @ray.method(concurrency_group=READ_GROUP)
+    def delete_share_state(self, group_id: str) -> bool:
+        """A share group's share-partition here dropped (`PartitionServer.delete_share_state`)."""
+        _check_share_group(group_id)
+        return self._server.delete_share_state(group_id)
+
+    @ray.method(concurrency_group=READ_GROUP)
     def describe_producers(self) -> list[ActiveProducer]:
         """The producers the partition remembers and their open transactions (Kafka's DescribeProducers)."""
         return self._log.active_producers()
@@ -805,6 +827,12 @@ def _check_share_member(group_id: object, member_id: object) -> None:
     """A share call's group and member ids as the listener sends them; `InvalidRequestError` otherwise."""
     if not isinstance(group_id, str) or not isinstance(member_id, str):
         raise InvalidRequestError("a share group call needs a group id and a member id")
+
+
+def _check_share_group(group_id: object) -> None:
+    """A share-group offset call's group id as the listener sends it; `InvalidRequestError` otherwise."""
+    if not isinstance(group_id, str) or not group_id:
+        raise InvalidRequestError("a share-group offset call needs a group id")
 
 
 def _check_share_settings(config: object) -> None:

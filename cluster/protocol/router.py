@@ -23,7 +23,8 @@ DescribeClientQuotas (48) and AlterClientQuotas (49) v0-1 (v1 is v0 made flexibl
 (kio has no v0; v4 adds the file system's bytes, v5 is post-4.0), AlterReplicaLogDirs (34) v1-2 (v0 is
 deprecated). DescribeTopicPartitions (75) v0, which Kafka 3.7+'s Admin client prefers to Metadata for
 `describeTopics`. Share groups (KIP-932) as Kafka 4.2 serves them: ShareGroupHeartbeat (76) v1, ShareGroupDescribe
-(77) v1, ShareFetch (78) v1-2 and ShareAcknowledge (79) v1-2 (v0 was 4.0's early access).
+(77) v1, ShareFetch (78) v1-2 and ShareAcknowledge (79) v1-2 (v0 was 4.0's early access); their offsets' admin APIs
+DescribeShareGroupOffsets (90) v0-1, AlterShareGroupOffsets (91) v0 and DeleteShareGroupOffsets (92) v0.
 The transaction APIs serve the TV1 protocol every client speaks to a broker finalizing no `transaction.version` feature,
 and the brokers' verification: AddPartitionsToTxn v0-3 (the client form) and v4-5 (KIP-890's broker form,
 `verify_only`), AddOffsetsToTxn v0-4, EndTxn v0-5 and TxnOffsetCommit v0-5 (v5 of each is transactions v2, which
@@ -168,6 +169,14 @@ from cluster.protocol.handlers.share_group_apis import (
     ShareGroupDescribeHandler,
     ShareGroupHeartbeatHandler,
 )
+from cluster.protocol.handlers.share_group_offsets import (
+    ALTER_SHARE_GROUP_OFFSETS_KEY,
+    DELETE_SHARE_GROUP_OFFSETS_KEY,
+    DESCRIBE_SHARE_GROUP_OFFSETS_KEY,
+    AlterShareGroupOffsetsHandler,
+    DeleteShareGroupOffsetsHandler,
+    DescribeShareGroupOffsetsHandler,
+)
 from cluster.protocol.handlers.topics import (
     CREATE_PARTITIONS_KEY,
     CREATE_TOPICS_KEY,
@@ -263,6 +272,9 @@ SERVED: Mapping[int, ApiRange] = MappingProxyType(
         SHARE_GROUP_DESCRIBE_KEY: ApiRange(1, 1),
         SHARE_FETCH_KEY: ApiRange(1, 2),
         SHARE_ACKNOWLEDGE_KEY: ApiRange(1, 2),
+        DESCRIBE_SHARE_GROUP_OFFSETS_KEY: ApiRange(0, 1),
+        ALTER_SHARE_GROUP_OFFSETS_KEY: ApiRange(0, 0),
+        DELETE_SHARE_GROUP_OFFSETS_KEY: ApiRange(0, 0),
     }
 )
 # Served only while `group.coordinator.rebalance.protocols` lists the consumer protocol.
@@ -407,6 +419,9 @@ class Router:
             SHARE_GROUP_DESCRIBE_KEY: ShareGroupDescribeHandler(groups, view, access),
             SHARE_FETCH_KEY: ShareFetchHandler(view, groups, share_sessions, access),
             SHARE_ACKNOWLEDGE_KEY: ShareAcknowledgeHandler(view, groups, share_sessions, access),
+            DESCRIBE_SHARE_GROUP_OFFSETS_KEY: DescribeShareGroupOffsetsHandler(view, access),
+            ALTER_SHARE_GROUP_OFFSETS_KEY: AlterShareGroupOffsetsHandler(view, groups, access),
+            DELETE_SHARE_GROUP_OFFSETS_KEY: DeleteShareGroupOffsetsHandler(view, groups, access),
         }
         for key in SERVED.keys() - self._served.keys():
             del self._handlers[key]

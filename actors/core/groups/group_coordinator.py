@@ -632,6 +632,23 @@ class GroupCoordinator:
         with self._membership_changed:
             return self._share_groups.settings(group)
 
+    def admit_share_offsets_change(self, group: str, create: bool) -> GroupError:
+        """Whether AlterShareGroupOffsets (`create`: it makes an unknown group) or DeleteShareGroupOffsets may change
+        the share group's offsets (`ShareGroups.admit_offsets_change`); a classic or consumer-protocol group's id,
+        or one with committed offsets (Kafka keeps it as a classic group), is GROUP_ID_NOT_FOUND, as Kafka answers
+        ("Group g is not a share group."). The leaders then change the share-partitions; a member joining in between
+        is not stopped (Kafka holds the group across both steps)."""
+        with self._membership_changed:
+            self._settle(group)
+            if self._membership.has_group(group) or self._consumer_groups.has_group(group):
+                return GroupError.GROUP_ID_NOT_FOUND
+            if self._share_groups.has_group(group):
+                return self._share_groups.admit_offsets_change(group, create)
+        if self.group_offsets(group):
+            return GroupError.GROUP_ID_NOT_FOUND
+        with self._membership_changed:
+            return self._share_groups.admit_offsets_change(group, create)
+
     def check_offset_fetch(self, group: str, member_id: str | None, member_epoch: int) -> GroupError:
         """OffsetFetch v9+'s member check: a consumer-protocol group's member must name its current epoch; the
         classic protocol's members send none."""

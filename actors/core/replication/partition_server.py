@@ -16,7 +16,9 @@ same `PartitionServer`.
   finds every slot taken answers at once, as with `max_wait_ms=0`, so long polls never take every read thread.
 - **Share groups** (KIP-932): the leader holds the partition's share-partitions (`actors.core.shares.leader_shares`),
   so a ShareFetch acquires records beside the log it reads and acknowledgements settle them there
-  (`share_fetch`, `share_acknowledge`, `share_release`; the leader only). They are kept in memory only.
+  (`share_fetch`, `share_acknowledge`, `share_release`; the leader only), and the share-group offset admin APIs
+  read, set and drop them there (`share_offsets`, `alter_share_offset`, `delete_share_state`). They are kept in
+  memory only.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from actors.core.replication.replica import ACKS_ALL, ACKS_ALL_TIMEOUT_MS, Repli
 from actors.core.role_metrics import NO_ROLE_METRICS, RoleMetrics
 from actors.core.shares.acknowledgements import AcknowledgementBatch
 from actors.core.shares.group_share_config import ResolvedShareConfig
-from actors.core.shares.leader_shares import LeaderShares, LogPosition, ShareFetched
+from actors.core.shares.leader_shares import LeaderShares, LogPosition, ShareFetched, ShareOffsets
 from storage.arguments import is_int
 from storage.clock import SYSTEM_CLOCK, Clock
 from storage.errors import InvalidRequestError, KafkaStorageError
@@ -187,6 +189,23 @@ class PartitionServer:
         """Releases the records `member_id` holds here: its share session closed."""
         self.check_leader()
         self.shares.release(group_id, member_id)
+
+    def share_offsets(self, group_id: str) -> ShareOffsets | None:
+        """The group's share-partition as DescribeShareGroupOffsets reports it (`LeaderShares.offsets`); None if it
+        has none here."""
+        log = self.check_leader()
+        return self.shares.offsets(group_id, log.high_watermark, log.leader_epoch)
+
+    def alter_share_offset(self, group_id: str, start_offset: int) -> None:
+        """AlterShareGroupOffsets' part for this partition: the group's share-partition starts at `start_offset`."""
+        self.check_leader()
+        self.shares.alter(group_id, start_offset)
+
+    def delete_share_state(self, group_id: str) -> bool:
+        """DeleteShareGroupOffsets' part for this partition: the group's share-partition dropped; whether it had
+        one."""
+        self.check_leader()
+        return self.shares.delete(group_id)
 
     def _share_position(self) -> LogPosition:
         log = self.check_leader()

@@ -11,6 +11,12 @@ up to the high watermark and at most `max_bytes` (at least one batch), hands the
 answers the bytes read with the ranges acquired for the member; the client keeps the records of those ranges only,
 as Kafka's sends whole batches too. A read that acquired nothing answers no bytes.
 
+The share-group offset admin APIs reach the share-partitions here too: `summary` is the state a share-partition last
+wrote (DescribeShareGroupOffsets), `alter` replaces a group's share-partition by one starting at the given offset with
+nothing in flight (AlterShareGroupOffsets: Kafka initializes the share-group state afresh, and the leader's cached
+share-partition is then fenced and read again), and `delete` drops it (DeleteShareGroupOffsets), so the group's next
+fetch starts again from `share.auto.offset.reset`. The group coordinator checks first that the group is empty.
+
 Not durable yet: the share-partitions live in the leader's memory, so a leader restart or change starts each group
 afresh from `share.auto.offset.reset` (Kafka writes them to `__share_group_state` through its share coordinator).
 """
@@ -23,7 +29,8 @@ from dataclasses import dataclass
 
 from actors.core.shares.acknowledgements import AcknowledgementBatch
 from actors.core.shares.group_share_config import ResolvedShareConfig
-from actors.core.shares.share_partition import AcquiredRecords, InFlightRecords, SharePartition
+from actors.core.shares.share_partition import AcquiredRecords, InFlightRecords, SharePartition, StateSummary
+from actors.core.shares.share_partition_state import UNINITIALIZED_START_OFFSET
 from storage.clock import Clock
 from storage.records.record_batch import iter_batches
 
@@ -44,6 +51,21 @@ class LogPosition:
     log_start_offset: int
     high_watermark: int
     read: Callable[[int, int], bytes]
+
+
+@dataclass(frozen=True, slots=True)
+class ShareOffsets:
+    """A group's share-partition as DescribeShareGroupOffsets reports it: the start offset last written (-1: none
+    yet), the leader epoch written with it, and the lag: the high watermark less that start offset and the records
+    done at or above it (Kafka 4.2's `latest offset - startOffset - deliveryCompleteCount`, negative when the start
+    offset was set past the log's end), -1 without a start offset."""
+
+    start_offset: int
+    leader_epoch: int
+    lag: int
+
+
+UNKNOWN_SHARE_OFFSETS = ShareOffsets(UNINITIALIZED_START_OFFSET, 0, -1)
 
 
 class LeaderShares:
@@ -103,6 +125,35 @@ class LeaderShares:
                 return None
             share.maybe_expire_locks()
             return share.start_offset, share.in_flight()
+
+    def summary(self, group_id: str) -> StateSummary | None:
+        """The state the group's share-partition last wrote (`SharePartition.summary`); None if it has none here."""
+        with self._lock:
+            share = self._partitions.get(group_id)
+            return None if share is None else share.summary()
+
+    def offsets(self, group_id: str, high_watermark: int, leader_epoch: int) -> ShareOffsets | None:
+        """The group's share-partition as DescribeShareGroupOffsets reports it (`ShareOffsets`), for a log at
+        `high_watermark` led in `leader_epoch` (written by an AlterShareGroupOffsets and not since: epoch 0); None if
+        the group has none here."""
+        summary = self.summary(group_id)
+        if summary is None:
+            return None
+        if summary.start_offset == UNINITIALIZED_START_OFFSET:
+            return UNKNOWN_SHARE_OFFSETS
+        lag = high_watermark - summary.start_offset - summary.delivery_complete_count
+        return ShareOffsets(summary.start_offset, leader_epoch if summary.written_by_leader else 0, lag)
+
+    def alter(self, group_id: str, start_offset: int) -> None:
+        """The group's share-partition replaced by one starting at `start_offset`, nothing in flight (see the module
+        docstring); its settings are the group's again at its next use."""
+        with self._lock:
+            self._partitions[group_id] = SharePartition.starting_at(self._clock, start_offset)
+
+    def delete(self, group_id: str) -> bool:
+        """Drops the group's share-partition; whether there was one."""
+        with self._lock:
+            return self._partitions.pop(group_id, None) is not None
 
     def _share_partition(self, group_id: str, config: ResolvedShareConfig, log: LogPosition) -> SharePartition:
         share = self._partitions.get(group_id)

@@ -233,6 +233,18 @@ class ShareGroups:
         """Whether `group_id` is a share group here."""
         return group_id in self._groups
 
+    def admit_offsets_change(self, group_id: str, create: bool) -> GroupError:
+        """Whether AlterShareGroupOffsets (`create`) or DeleteShareGroupOffsets may change the group's share-group
+        state, as Kafka 4.2's group coordinator decides: NON_EMPTY_GROUP while the group has members; an unknown
+        group is made, Empty, when `create` (Kafka's AlterShareGroupOffsets creates it)."""
+        self.expire_sessions()
+        group = self._groups.get(group_id)
+        if group is None:
+            if create:
+                self._groups[group_id] = _Group(group_id)
+            return GroupError.NONE
+        return GroupError.NON_EMPTY_GROUP if group.members else GroupError.NONE
+
     def expire_sessions(self) -> None:
         """Removes the members whose session timed out (Kafka's session timer), bumping their groups' epochs."""
         now_ms = self._clock.milliseconds()

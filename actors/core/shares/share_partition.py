@@ -43,6 +43,14 @@ it acquires). An uninitialized state takes its SPSO from
 
 SPSO also moves when the log start offset passes it (`update_log_start_offset`: retention, DeleteRecords).
 
+The state as last written (`summary`, what DescribeShareGroupOffsets reports): Kafka's share-partition writes its
+state to the share coordinator at every change that settles records (an acknowledgement that changed something, a
+release, a lock expiry) and moves SPSO over the done prefix only once the write succeeded, so the written start offset
+is SPSO from before that change, while the written delivery complete count (the acknowledged and archived records
+at or above it, Kafka 4.2's `deliveryCompleteCount`) already counts what the change settled. An acquisition writes
+nothing. A share-partition that has written nothing reports start offset -1; one built from a given `state`
+(AlterShareGroupOffsets) reports that state until its first write.
+
 Not served yet: Kafka 4.2's record-limit acquire mode (`share.acquire.mode=record_limit`), the lock renewal
 (RENEW), throttled delivery of records near the delivery limit, and read_committed filtering of aborted
 transactions.
@@ -57,7 +65,7 @@ from dataclasses import dataclass
 
 from actors.core.shares.acknowledgements import AcknowledgementBatch, AcknowledgeType, validate_batches
 from actors.core.shares.group_share_config import EARLIEST, ResolvedShareConfig
-from actors.core.shares.share_partition_state import ShareGroupState, StateBatch
+from actors.core.shares.share_partition_state import UNINITIALIZED_START_OFFSET, ShareGroupState, StateBatch
 from storage.clock import Clock
 from storage.errors import InvalidRecordStateError, InvalidRequestError
 
@@ -109,6 +117,17 @@ class InFlightRecords:
     deadline_ms: int | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class StateSummary:
+    """The share-partition's state as last written (see the module docstring): its start offset (-1 before any
+    write), the records done at or above it, and whether the share-partition wrote it (under its leader's epoch)
+    rather than receiving it whole (AlterShareGroupOffsets, which Kafka writes with leader epoch 0)."""
+
+    start_offset: int
+    delivery_complete_count: int
+    written_by_leader: bool
+
+
 @dataclass(slots=True)
 class _Run:
     """Consecutive in-flight offsets in the same state, delivery count, holder and lock deadline."""
@@ -153,6 +172,7 @@ class SharePartition:
         state = state or ShareGroupState()
         self.state_epoch = state.state_epoch
         self._runs: list[_Run] = []
+        self._written = StateSummary(state.start_offset, _done_count(state.state_batches), written_by_leader=False)
         if not state.initialized:
             start = log_start_offset if self.config.auto_offset_reset == EARLIEST else log_end_offset
             self._start = self._end = start
@@ -165,6 +185,15 @@ class SharePartition:
         self._end = self._runs[-1].last + 1 if self._runs else self._start
         self._merge()
         self._advance_start()
+
+    @classmethod
+    def starting_at(cls, clock: Clock, start_offset: int) -> SharePartition:
+        """A share-partition whose state was written whole with `start_offset` and nothing in flight
+        (AlterShareGroupOffsets). Kafka takes any offset: one below 0 (-1 is Kafka's "uninitialized") is reported as
+        written, and the share-partition starts at the log start offset, which it follows from its first use."""
+        share = cls(clock, state=ShareGroupState(start_offset=max(start_offset, UNINITIALIZED_START_OFFSET)))
+        share._written = StateSummary(start_offset, 0, written_by_leader=False)
+        return share
 
     # --- what a reader sees ------------------------------------------------------------------------------
 
@@ -184,6 +213,11 @@ class SharePartition:
         return tuple(
             InFlightRecords(r.first, r.last, r.state, r.delivery_count, r.member_id, r.deadline_ms) for r in self._runs
         )
+
+    def summary(self) -> StateSummary:
+        """The state as last written (see the module docstring), expired locks released first."""
+        self.maybe_expire_locks()
+        return self._written
 
     def next_fetch_offset(self) -> int:
         """Where the next read of the log starts: the first Available in-flight record, else SPEO (Kafka's
@@ -295,6 +329,8 @@ class SharePartition:
         for change_first, change_last, ack_type in changes:
             for run in self._slice(change_first, change_last):
                 self._settle(run, _ACK_STATES[ack_type])
+        if changes:
+            self._write()
         self._merge()
         self._advance_start()
 
@@ -302,9 +338,11 @@ class SharePartition:
         """Releases every record `member_id` holds, as when its share session ends or it leaves the group (Kafka's
         `releaseAcquiredRecords`): each becomes Available, or Archived at the delivery count limit."""
         self.maybe_expire_locks()
-        for run in self._runs:
-            if run.state is RecordState.ACQUIRED and run.member_id == member_id:
-                self._settle(run, RecordState.AVAILABLE)
+        held = [r for r in self._runs if r.state is RecordState.ACQUIRED and r.member_id == member_id]
+        for run in held:
+            self._settle(run, RecordState.AVAILABLE)
+        if held:
+            self._write()
         self._merge()
         self._advance_start()
 
@@ -331,10 +369,16 @@ class SharePartition:
                 self._settle(run, RecordState.AVAILABLE)
                 expired = True
         if expired:
+            self._write()
             self._merge()
             self._advance_start()
 
     # --- the runs ----------------------------------------------------------------------------------------
+
+    def _write(self) -> None:
+        """Records the state a change writes: SPSO before the change moves it, and the records done at or above it."""
+        done = sum(r.last - r.first + 1 for r in self._runs if r.state.terminal)
+        self._written = StateSummary(self._start, done, written_by_leader=True)
 
     def _settle(self, run: _Run, state: RecordState) -> None:
         """Ends `run`'s acquisition in `state`; a release at the delivery count limit archives."""
@@ -391,6 +435,11 @@ class SharePartition:
             cursor = self._end
         del self._runs[:done]
         self._start = cursor
+
+
+def _done_count(batches: Sequence[StateBatch]) -> int:
+    """The acknowledged and archived records of a written state's batches."""
+    return sum(b.last_offset - b.first_offset + 1 for b in batches if RecordState(b.delivery_state).terminal)
 
 
 def _end_of_batch(log_batches: Sequence[tuple[int, int]], offset: int) -> int:

@@ -29,7 +29,7 @@ from actors.core.controller.elections import ElectionError, ElectionType
 from actors.core.controller.topic_metadata import AdvertisedListener, TopicMetadata
 from actors.core.shares.acknowledgements import AcknowledgementBatch
 from actors.core.shares.group_share_config import ResolvedShareConfig
-from actors.core.shares.leader_shares import ShareFetched
+from actors.core.shares.leader_shares import ShareFetched, ShareOffsets
 from cluster.protocol.file_region import FileRegion
 from cluster.protocol.views.local_log_dirs import LocalLogDir
 from cluster.protocol.views.transport import Transport
@@ -482,6 +482,21 @@ class BrokerView:
     async def share_release(self, topic: str, partition: int, group_id: str, member_id: str) -> None:
         """Releases the records a share group member holds in the partition (its share session closed)."""
         await self._partitions.call(topic, partition, "share_release", group_id, member_id)
+
+    async def share_offsets(self, topic: str, partition: int, group_id: str) -> ShareOffsets | None:
+        """The group's share-partition as DescribeShareGroupOffsets reports it, from the partition's leader
+        (`PartitionServer.share_offsets`); None if the group has none there."""
+        return await self._partitions.call(topic, partition, "share_offsets", group_id)
+
+    async def alter_share_offset(self, topic: str, partition: int, group_id: str, start_offset: int) -> None:
+        """The group's share-partition set to start at `start_offset` by the partition's leader
+        (`PartitionServer.alter_share_offset`)."""
+        await self._partitions.call(topic, partition, "alter_share_offset", group_id, start_offset)
+
+    async def delete_share_state(self, topic: str, partition: int, group_id: str) -> bool:
+        """The group's share-partition dropped by the partition's leader (`PartitionServer.delete_share_state`);
+        whether it had one."""
+        return bool(await self._partitions.call(topic, partition, "delete_share_state", group_id))
 
     async def log_dirs(self) -> list[LocalLogDir]:
         """This node's log dirs with their replicas, as DescribeLogDirs reports them (the answering broker's own)."""

@@ -169,6 +169,11 @@ class GroupView:
         """A share group as ShareGroupDescribe shows it; None if it is none."""
         return await self._transport.call("describe_share_group", group)
 
+    async def admit_share_offsets_change(self, group: str, create: bool) -> GroupError:
+        """Whether the share group's offsets may change (`GroupCoordinator.admit_share_offsets_change`); `create`
+        makes an unknown group (AlterShareGroupOffsets)."""
+        return await self._transport.call("admit_share_offsets_change", group, create)
+
     async def share_group_settings(self, group: str) -> ResolvedShareConfig:
         """What a share group runs with, which its share-partitions' leaders apply (ShareFetch, ShareAcknowledge)."""
         return await self._transport.call("share_group_settings", group)

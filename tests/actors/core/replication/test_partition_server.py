@@ -116,6 +116,31 @@ def test_a_follower_refuses_appends_client_reads_and_delete_records(server: Part
     assert server.offsets()[0] == 0
 
 
+def test_share_offsets_are_the_leaders_with_its_high_watermark_and_epoch_and_a_follower_refuses_them(
+    server: PartitionServer,
+) -> None:
+    """DescribeShareGroupOffsets' lag is the leader's high watermark less the start offset (nothing done above it;
+    an altered start offset is written with leader epoch 0); Alter, Delete and Describe are the leader's only, and a
+    follower's refusal changes nothing."""
+    server.append(records(5))
+    assert server.share_offsets("g") is None
+    server.alter_share_offset("g", 2)
+    offsets = server.share_offsets("g")
+    assert offsets is not None and (offsets.start_offset, offsets.leader_epoch, offsets.lag) == (2, 0, 3)
+    assert server.delete_share_state("g") is True
+    assert server.share_offsets("g") is None
+    server.alter_share_offset("g", 2)
+    server.replica.update(LeaderAndIsr(TOPIC, PARTITION, "b", 1, ("a", "b"), ("a", "b")))
+    for refused in (
+        lambda: server.share_offsets("g"),
+        lambda: server.alter_share_offset("g", 0),
+        lambda: server.delete_share_state("g"),
+    ):
+        with pytest.raises(NotLeaderOrFollowerError):
+            refused()
+    assert server.shares.summary("g") is not None
+
+
 def test_a_long_poll_answers_at_once_when_every_slot_is_taken_else_once_min_bytes_are_there(
     server: PartitionServer, slots: threading.BoundedSemaphore
 ) -> None:

@@ -204,3 +204,26 @@ def test_the_groups_own_settings_apply() -> None:
 def test_an_unknown_group_is_described_dead() -> None:
     groups, _, _ = _groups()
     assert groups.describe("nope").state is ShareGroupState.DEAD
+
+
+def test_offsets_change_only_in_a_group_without_members_and_alter_creates_the_group() -> None:
+    """Kafka 4.2's AlterShareGroupOffsets and DeleteShareGroupOffsets: NON_EMPTY_GROUP while a member is in the
+    group, allowed once it left; an unknown group is allowed, and made (Empty) only by Alter (`create`)."""
+    groups, _, _ = _groups()
+    groups.heartbeat(_hb("m1", 0, ("orders",)))
+    assert groups.admit_offsets_change("g", create=True) == GroupError.NON_EMPTY_GROUP
+    assert groups.admit_offsets_change("g", create=False) == GroupError.NON_EMPTY_GROUP
+    groups.heartbeat(_hb("m1", -1))
+    assert groups.admit_offsets_change("g", create=False) == GroupError.NONE
+    assert groups.admit_offsets_change("new", create=False) == GroupError.NONE
+    assert not groups.has_group("new")
+    assert groups.admit_offsets_change("new", create=True) == GroupError.NONE
+    assert groups.describe("new").state == ShareGroupState.EMPTY
+    assert groups.group_ids() == ["g", "new"]
+
+
+def test_a_member_whose_session_timed_out_leaves_the_group_empty_for_offset_changes() -> None:
+    groups, _, clock = _groups()
+    groups.heartbeat(_hb("m1", 0, ("orders",)))
+    clock.sleep(groups.config.group_share_session_timeout_ms)
+    assert groups.admit_offsets_change("g", create=True) == GroupError.NONE

@@ -9,7 +9,7 @@ import pytest
 
 from actors.core.shares.acknowledgements import AcknowledgementBatch, AcknowledgeType
 from actors.core.shares.group_share_config import EARLIEST, LATEST, ResolvedShareConfig
-from actors.core.shares.share_partition import AcquiredRecords, RecordState, SharePartition
+from actors.core.shares.share_partition import AcquiredRecords, RecordState, SharePartition, StateSummary
 from actors.core.shares.share_partition_state import ShareGroupState, StateBatch
 from storage.clock import MockClock
 from storage.errors import InvalidRecordStateError, InvalidRequestError
@@ -404,3 +404,68 @@ def test_a_restart_keeps_the_state_epoch_and_a_fully_done_start_offset() -> None
     sp = SharePartition(MockClock(), ResolvedShareConfig(), state=state)
     assert (sp.state_epoch, sp.start_offset, sp.end_offset) == (7, 10, 12)
     assert sp.state() == ShareGroupState(7, 10, (StateBatch(10, 11, 0, 3),))
+
+
+# --- the state as last written (DescribeShareGroupOffsets) ---------------------------------------------------
+
+
+def test_nothing_is_written_before_records_settle_and_an_acquisition_writes_nothing() -> None:
+    """Kafka's share-partition writes its state only when records settle (`rollbackOrProcessStateUpdates`): before
+    that the share-group state is uninitialized (start offset -1)."""
+    sp = _partition()
+    assert sp.summary() == StateSummary(-1, 0, written_by_leader=False)
+    sp.acquire("m1", [(0, 4)], 500)
+    assert sp.summary() == StateSummary(-1, 0, written_by_leader=False)
+
+
+def test_an_acknowledgement_writes_the_start_offset_from_before_it_moves() -> None:
+    """Kafka writes the state, then moves SPSO over what the write settled: the written start offset lags by one
+    write, while the written delivery complete count already counts the records just settled."""
+    sp = _partition()
+    sp.acquire("m1", [(0, 0)], 500)
+    sp.acknowledge("m1", [_ack(0, 0, ACCEPT)])
+    assert (sp.start_offset, sp.summary()) == (1, StateSummary(0, 1, written_by_leader=True))
+    sp.acquire("m1", [(1, 5)], 500)
+    sp.acknowledge("m1", [_ack(1, 2, ACCEPT), _ack(4, 4, REJECT)])
+    assert (sp.start_offset, sp.summary()) == (3, StateSummary(1, 3, written_by_leader=True))
+    sp.acknowledge("m1", [_ack(3, 3, RELEASE), _ack(5, 5, ACCEPT)])
+    assert (sp.start_offset, sp.summary()) == (3, StateSummary(3, 2, written_by_leader=True))
+
+
+def test_an_acknowledgement_of_settled_records_only_writes_nothing() -> None:
+    """Batches wholly below SPSO are skipped, and a request that changes nothing writes nothing (Kafka's empty
+    `stateBatches`)."""
+    sp = _partition()
+    sp.acquire("m1", [(0, 1)], 500)
+    sp.acknowledge("m1", [_ack(0, 1, ACCEPT)])
+    written = sp.summary()
+    sp.acknowledge("m1", [_ack(0, 1, REJECT)])
+    assert sp.summary() == written == StateSummary(0, 2, written_by_leader=True)
+
+
+def test_a_release_and_a_lock_expiry_write_the_state() -> None:
+    clock = MockClock()
+    sp = _partition(clock, record_lock_duration_ms=1000)
+    sp.acquire("m1", [(0, 1)], 500)
+    sp.acquire("m2", [(2, 3)], 500)
+    sp.acknowledge("m2", [_ack(3, 3, ACCEPT)])
+    assert sp.summary() == StateSummary(0, 1, written_by_leader=True)
+    sp.release_acquired_records("m1")
+    assert sp.summary() == StateSummary(0, 1, written_by_leader=True)
+    sp.acquire("m1", [(0, 1)], 500)
+    sp.acknowledge("m1", [_ack(0, 1, ACCEPT)])
+    assert (sp.start_offset, sp.summary()) == (2, StateSummary(0, 3, written_by_leader=True))
+    clock.sleep(1000)
+    assert sp.summary() == StateSummary(2, 1, written_by_leader=True)
+    assert _states(sp) == [(2, 2, RecordState.AVAILABLE, 1, None), (3, 3, RecordState.ACKNOWLEDGED, 1, None)]
+
+
+@pytest.mark.parametrize("start", [7, 0, -1, -5])
+def test_a_share_partition_starting_at_an_altered_offset_reports_it_as_written(start: int) -> None:
+    """AlterShareGroupOffsets: Kafka takes any start offset and reports it as given (-1: uninitialized) until the
+    share-partition writes; a negative one starts at the log start offset."""
+    sp = SharePartition.starting_at(MockClock(), start)
+    assert sp.summary() == StateSummary(start, 0, written_by_leader=False)
+    assert (sp.start_offset, sp.end_offset, sp.in_flight()) == (max(start, 0), max(start, 0), ())
+    sp.update_log_start_offset(3)
+    assert sp.start_offset == max(start, 3)
