@@ -19,11 +19,11 @@ when the group does not set it.
 raybroker serves no streams groups and has no `group.streams.*` broker keys: their keys are kept and described with
 Kafka's broker defaults and bounds (`STREAMS_DEFAULTS`). `share.auto.offset.reset`'s `by_duration:<ISO-8601>` passes
 Kafka's check here but is refused as not served yet (a share-partition starts at the earliest or the latest offset
-only); `share.isolation.level` is kept and described, not applied (share fetches read uncommitted).
+only); `share.isolation.level` is kept and described, not applied.
 
 `validate(overrides, ...)` checks a group's whole set of overrides as Kafka's `GroupConfig.validate` does, in its
 order and with its messages (each an `InvalidConfigError`, Kafka's INVALID_CONFIG): an unknown name first ("Unknown
-group config name: x"), then each value parsed in `GROUP_CONFIG_KEYS`' order (Kafka's `ConfigDef` messages: "Invalid
+group config name: x"), then each value parsed in the order Kafka defines the keys (its `ConfigDef` messages: "Invalid
 value abc for configuration x: Not a number of type INT", "... Value must be at least 1000"), then, with every key
 not set taken from the broker, each within its broker bounds (consumer, share, then streams keys) and each session
 timeout above its heartbeat interval. `defaults(...)` are the values a group that sets nothing has, which
@@ -203,7 +203,8 @@ def _check_auto_offset_reset(raw: str, text: str) -> None:
     duration = text[len(BY_DURATION) :] if text.lower().startswith(BY_DURATION) else None
     if text in ("earliest", "latest"):
         return
-    if duration is not None and _ISO_DURATION.match(duration) and duration.upper() not in ("P", "PT", "+P", "+PT"):
+    # Java's `Duration.parse` wants at least one number ("P" and "PT" alone are refused).
+    if duration is not None and _ISO_DURATION.match(duration) and any(c.isdigit() for c in duration):
         raise InvalidConfigError(
             f"Invalid value {raw} for configuration {SHARE_AUTO_OFFSET_RESET}: by_duration is not served by raybroker "
             "yet; use 'earliest' or 'latest'"
