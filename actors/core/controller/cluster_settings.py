@@ -91,6 +91,11 @@ class ClusterSettings:
         with self._lock:
             return self._group_configs.configs(group), self._group_configs.defaults()
 
+    def configured_groups(self) -> list[str]:
+        """The groups ListConfigResources names (`GroupConfigStore.listed`)."""
+        with self._lock:
+            return self._group_configs.listed()
+
     def group_configs(self) -> dict[str, GroupConfigVersion]:
         """Every group's own configs with their versions, for the group coordinator's start."""
         with self._lock:

@@ -10,7 +10,9 @@ Records of the metadata log, one per group holding every key it sets:
 A group's version is the offset of the record that wrote its configs; it only grows, so the group coordinator, told
 of each change (and loading every group's at its start), keeps the newest whichever order the news arrives in. A
 group's configs exist whether or not the group does, as in Kafka; the group id "" (Kafka's default resource) is
-refused with INVALID_REQUEST. The store writes before it changes its memory, so what it answers is always on disk.
+refused with INVALID_REQUEST. `listed` are the groups ListConfigResources names, as Kafka's `GroupConfigManager`
+knows them: every group with configs, and every group written since the controller started (one whose keys were all
+deleted too, until a restart). The store writes before it changes its memory, so what it answers is always on disk.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ class GroupConfigStore:
         self._protocol = protocol
         self._share = share
         self._groups: dict[str, GroupConfigVersion] = {}
+        self._written: set[str] = set()
 
     def load(self, key: str, value: Mapping[str, object] | None, offset: int) -> None:
         """Replays the latest record of `key` (a `group-config/...` key; None for a tombstone) written at `offset`."""
@@ -65,6 +68,7 @@ class GroupConfigStore:
             return None
         offset = self._write(GROUP_CONFIG_KEY_PREFIX + group, {"configs": checked} if checked else None)
         written = GroupConfigVersion(offset, checked)
+        self._written.add(group)
         if checked:
             self._groups[group] = written
         else:
@@ -79,6 +83,10 @@ class GroupConfigStore:
     def defaults(self) -> dict[str, str]:
         """Every group key's value for a group that sets none: the broker's."""
         return defaults(self._protocol, self._share)
+
+    def listed(self) -> list[str]:
+        """The groups ListConfigResources names (see the module docstring), sorted."""
+        return sorted({*self._groups, *self._written})
 
     def every_group(self) -> dict[str, GroupConfigVersion]:
         """Every group that sets a key, with its version (the group coordinator loads them at its start)."""

@@ -1,5 +1,5 @@
-"""DescribeConfigs (key 32), AlterConfigs (key 33) and IncrementalAlterConfigs (key 44): topic, broker and group
-configs.
+"""DescribeConfigs (key 32), AlterConfigs (key 33), IncrementalAlterConfigs (key 44) and ListConfigResources (key 74):
+topic, broker and group configs.
 
 Resources are Kafka's: TOPIC (2) named by the topic, BROKER (4) named by this broker's node id (or "", the
 cluster-wide level, which here is the same static config), GROUP (32) named by the group. Each resource gets its own
@@ -30,6 +30,14 @@ error code; a request never fails as a whole.
   INVALID_CONFIG "Can't APPEND to key <key> because its type is not LIST.", the group "" INVALID_REQUEST, and deleting
   a key that is no group key is no error.
 
+ListConfigResources (v1; v0 is Kafka's ListClientMetricsResources) names the config resources of the types asked for
+(none: every type), as Kafka 4.2's `KafkaApis`: TOPIC every topic, internal ones included; BROKER and BROKER_LOGGER
+every broker's node id; GROUP the groups whose configs the controller keeps or wrote since it started
+(`GroupConfigStore.listed`); CLIENT_METRICS none (raybroker keeps no client metrics subscriptions, so v0 answers an
+empty list). A type it does not know answers UNSUPPORTED_VERSION (35) and nothing else; it needs DESCRIBE_CONFIGS on
+the cluster, else CLUSTER_AUTHORIZATION_FAILED (31). `kafka-configs.sh --entity-type groups --describe` asks it for the
+groups to describe, and whether a named group "doesn't exist".
+
 Authorization comes first for each resource, as Kafka's: DescribeConfigs needs DESCRIBE_CONFIGS and the alter APIs
 ALTER_CONFIGS, on the topic for a TOPIC resource (else TOPIC_AUTHORIZATION_FAILED, 29), on the cluster for BROKER,
 BROKER_LOGGER and CLIENT_METRICS resources (else CLUSTER_AUTHORIZATION_FAILED, 31), on the group for a GROUP
@@ -57,7 +65,7 @@ from cluster.protocol.error_codes import (
     error_code,
 )
 from cluster.protocol.framing import Request, response_schema
-from cluster.protocol.handlers.authorization import GuardedHandler, allows
+from cluster.protocol.handlers.authorization import GuardedHandler, allows, allows_cluster
 from cluster.protocol.messages import build
 from cluster.protocol.security.access import AccessControl
 from cluster.protocol.views.broker_view import BrokerView
@@ -70,6 +78,7 @@ from storage.errors import InvalidConfigError, InvalidRequestError, RaybrokerErr
 DESCRIBE_CONFIGS_KEY = 32
 ALTER_CONFIGS_KEY = 33
 INCREMENTAL_ALTER_CONFIGS_KEY = 44
+LIST_CONFIG_RESOURCES_KEY = 74
 TOPIC_CONFIG_NAMES = frozenset(kafka_name(spec.name) for spec in config_fields(LogConfig))
 
 
@@ -79,6 +88,11 @@ class ResourceType(IntEnum):
     TOPIC = 2
     BROKER = 4
     GROUP = 32
+
+
+# The `ConfigResource.Type` values ListConfigResources v1 names: TOPIC, BROKER, BROKER_LOGGER, CLIENT_METRICS, GROUP.
+LISTED_TYPES = (ResourceType.TOPIC, ResourceType.BROKER, 8, 16, ResourceType.GROUP)
+CLIENT_METRICS_TYPE = 16
 
 
 # Kafka's `ConfigResource.Type` values that are the cluster's configs for authorization: BROKER, BROKER_LOGGER and
@@ -270,6 +284,32 @@ class AlterConfigsHandler(GuardedHandler[BrokerView]):
             else:
                 raise InvalidRequestError(f"unknown config operation {operation} for {config.name}")
         await self._view.set_group_config(group, configs, validate_only)
+
+
+class ListConfigResourcesHandler(GuardedHandler[BrokerView]):
+    """Answers ListConfigResources (see the module docstring)."""
+
+    async def __call__(self, request: Request) -> Any:
+        schema = response_schema(LIST_CONFIG_RESOURCES_KEY, request.api_version)
+        if not allows_cluster(self._access, request.context, AclOperation.DESCRIBE_CONFIGS):
+            return build(
+                schema,
+                {"throttle_time": 0, "error_code": ErrorCode.cluster_authorization_failed, "config_resources": []},
+            )
+        asked = tuple(getattr(request.body, "resource_types", (CLIENT_METRICS_TYPE,))) or LISTED_TYPES
+        if any(kind not in LISTED_TYPES for kind in asked):
+            return build(
+                schema, {"throttle_time": 0, "error_code": ErrorCode.unsupported_version, "config_resources": []}
+            )
+        found: list[tuple[int, str]] = []
+        if ResourceType.GROUP in asked:
+            found += [(ResourceType.GROUP, group) for group in await self._view.configured_groups()]
+        brokers = [str(broker.node_id) for broker in await self._view.brokers()] if {4, 8} & set(asked) else []
+        found += [(kind, node) for kind in (8, ResourceType.BROKER) if kind in asked for node in brokers]
+        if ResourceType.TOPIC in asked:
+            found += [(ResourceType.TOPIC, topic) for topic in await self._view.topics()]
+        resources = [{"resource_name": name, "resource_type": int(kind)} for kind, name in found]
+        return build(schema, {"throttle_time": 0, "error_code": ErrorCode.none, "config_resources": resources})
 
 
 def _group_value(config: Any) -> str:

@@ -351,6 +351,10 @@ class BrokerView:
         """Replaces group `group`'s own configs with `configs` (or only checks them); `InvalidConfigError`."""
         await self._controller.call("set_group_config", group, dict(configs), validate_only)
 
+    async def configured_groups(self) -> list[str]:
+        """The groups whose GROUP config resource ListConfigResources names (the controller's `configured_groups`)."""
+        return await self._controller.call("configured_groups")
+
     async def allocate_producer_id(self) -> int:
         """A fresh idempotent-producer id, never handed out before in this cluster."""
         return await self._controller.call("allocate_producer_id")

@@ -6,11 +6,12 @@ keys with the broker's values; then IncrementalAlterConfigs and AlterConfigs tha
 `share.auto.offset.reset`, lock durations under the key's minimum and over `group.share.max.record.lock.duration.ms`,
 an unknown key, APPEND, a null value, a key named twice, the default group "") answer Kafka's codes and messages, and a
 validate_only set is accepted; none of them changes anything, as the DescribeConfigs after one accepted set shows.
-Then Kafka 4.2's own `kafka-configs.sh --entity-type groups` adds `share.auto.offset.reset=earliest`, describes the
-group and deletes the lock duration, printing the same on both. Last, records produced before any member exists are
-read by a Java `KafkaShareConsumer` of that group (`java/ShareGroupMember.java`): the group's
-`share.auto.offset.reset=earliest` starts its share-partition at the log start, where Kafka's default (`latest`)
-would skip them.
+ListConfigResources (v1) names the group among the GROUP resources, and answers UNSUPPORTED_VERSION for an unknown
+type. Then Kafka 4.2's own `kafka-configs.sh --entity-type groups` adds `share.auto.offset.reset=earliest`, describes
+the group, deletes the lock duration, and describes a group never configured ("doesn't exist"), printing the same on
+both. Last, records produced before any member exists are read by a Java `KafkaShareConsumer` of that group
+(`java/ShareGroupMember.java`): the group's `share.auto.offset.reset=earliest` starts its share-partition at the log
+start, where Kafka's default (`latest`) would skip them.
 
 Kafka applies a config change to its brokers' metadata a moment after answering, so a DescribeConfigs that must see
 a change is asked again until it does (at most `DEADLINE_S`)."""
@@ -35,7 +36,7 @@ from tests.cluster.protocol.test_share_group_clients import ShareMember, produce
 pytestmark = pytest.mark.kafka
 
 DEADLINE_S = 60.0
-DESCRIBE_CONFIGS, ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS = 32, 33, 44
+DESCRIBE_CONFIGS, ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS, LIST_CONFIG_RESOURCES = 32, 33, 44, 74
 GROUP = 32
 SET, DELETE, APPEND = 0, 1, 2
 RESET, LOCK = "share.auto.offset.reset", "share.record.lock.duration.ms"
@@ -135,7 +136,14 @@ def config_steps(bootstrap: str, group: str) -> dict[str, object]:
         refused.append(replace_configs(client, group, {"no.such.config": "1"}))
         accepted = alter(client, group, [(LOCK, SET, "20000")], False)
         after = described_once(client, group, lambda entries: entries[LOCK][1] == "20000")
-    return {"fresh": fresh, "refused": refused, "accepted": accepted, "after": after}
+        listed = [
+            (answer.error_code, [r.resource_name for r in answer.config_resources if r.resource_name == group])
+            for answer in (
+                client.request(LIST_CONFIG_RESOURCES, 1, {"resource_types": [GROUP]}),
+                client.request(LIST_CONFIG_RESOURCES, 1, {"resource_types": [GROUP, 99]}),
+            )
+        ]
+    return {"fresh": fresh, "refused": refused, "accepted": accepted, "after": after, "listed": listed}
 
 
 def tool(bootstrap: str, group: str, *arguments: str) -> list[str]:
@@ -147,13 +155,15 @@ def tool(bootstrap: str, group: str, *arguments: str) -> list[str]:
 
 
 def tool_steps(bootstrap: str, group: str) -> list[list[str]]:
-    """kafka-configs' alter, describe and delete of the module docstring, in that order."""
+    """kafka-configs' alter, describe and delete of the module docstring, in that order, and the describe of a group
+    never configured (which the tool tells apart through ListConfigResources)."""
     added = tool(bootstrap, group, "--alter", "--add-config", f"{RESET}=earliest")
     with WireClient(bootstrap.split(",")[0]) as client:
         described_once(client, group, lambda entries: entries[RESET][1] == "earliest")
     described = tool(bootstrap, group, "--describe")
     deleted = tool(bootstrap, group, "--alter", "--delete-config", LOCK)
-    return [added, described, deleted]
+    never = tool(bootstrap, f"never-{group}", "--describe")
+    return [added, described, deleted, never]
 
 
 def read_from_the_beginning(classpath: str, bootstrap: str, group: str, folder: Path) -> list[str]:

@@ -43,6 +43,11 @@ def test_a_groups_configs_are_replaced_deleted_and_survive_a_restart(cluster: Cl
     assert restarted.group_config("g")[0] == {RESET: "earliest", LOCK: "20000"}
     assert restarted.group_config("other")[0] == {}
     assert set(restarted.group_configs()) == {"g"} and restarted.group_configs()["g"].version == first
+    # ListConfigResources names an emptied group until a restart, as Kafka's `GroupConfigManager` does.
+    assert restarted.configured_groups() == ["g"]
+    restarted.set_group_config("emptied", {RESET: "earliest"})
+    restarted.set_group_config("emptied", {})
+    assert restarted.configured_groups() == ["emptied", "g"]
     restarted.set_group_config("g", {LOCK: "40000"})
     assert restarted.group_configs()["g"] == GroupConfigVersion(restarted.group_configs()["g"].version, {LOCK: "40000"})
     assert restarted.group_configs()["g"].version > first

@@ -36,8 +36,10 @@ from cluster.protocol.handlers.configs import (
     ALTER_CONFIGS_KEY,
     DESCRIBE_CONFIGS_KEY,
     INCREMENTAL_ALTER_CONFIGS_KEY,
+    LIST_CONFIG_RESOURCES_KEY,
     AlterConfigsHandler,
     DescribeConfigsHandler,
+    ListConfigResourcesHandler,
 )
 from cluster.protocol.handlers.consumer_group_apis import (
     CONSUMER_GROUP_DESCRIBE_KEY,
@@ -798,3 +800,17 @@ def test_group_configs_need_describe_configs_or_alter_configs_on_the_group(
     answer = ask(DescribeConfigsHandler(view, describer, 0, access), DESCRIBE_CONFIGS_KEY, {"resources": described})
     assert [result.error_code for result in answer.results] == [ErrorCode.none, DENIED_GROUP]
     assert [c.value for c in answer.results[0].configs if c.name == "share.auto.offset.reset"] == ["earliest"]
+
+
+def test_list_config_resources_needs_describe_configs_on_the_cluster(
+    view: InProcessBrokerView, security: SecurityView
+) -> None:
+    run(view.set_group_config("set", {"share.auto.offset.reset": "earliest"}))
+    for allowed, expected in (
+        (on_group("set", AclOperation.ALTER_CONFIGS), DENIED_CLUSTER),
+        (on_cluster(AclOperation.DESCRIBE_CONFIGS), ErrorCode.none),
+    ):
+        handler = ListConfigResourcesHandler(view, access_with(security, allowed))
+        answer = ask(handler, LIST_CONFIG_RESOURCES_KEY, {"resource_types": [32]})
+        assert answer.error_code == expected
+        assert [r.resource_name for r in answer.config_resources] == ([] if expected == DENIED_CLUSTER else ["set"])

@@ -14,8 +14,10 @@ from cluster.protocol.handlers.configs import (
     ALTER_CONFIGS_KEY,
     DESCRIBE_CONFIGS_KEY,
     INCREMENTAL_ALTER_CONFIGS_KEY,
+    LIST_CONFIG_RESOURCES_KEY,
     AlterConfigsHandler,
     DescribeConfigsHandler,
+    ListConfigResourcesHandler,
     ResourceType,
 )
 from cluster.protocol.router import SERVED
@@ -218,3 +220,23 @@ def test_a_groups_configs_are_described_set_and_refused_as_kafka_answers(view: I
         "latest",
         ConfigSource.DEFAULT_CONFIG,
     )
+
+
+def test_list_config_resources_names_configured_groups_topics_and_brokers_as_kafka(view: InProcessBrokerView) -> None:
+    run(view.create_topic("orders", 1))
+    run(view.set_group_config("set", {"share.auto.offset.reset": "earliest"}))
+    run(view.set_group_config("emptied", {"share.auto.offset.reset": "earliest"}))
+    run(view.set_group_config("emptied", {}))
+    handler = ListConfigResourcesHandler(view)
+
+    def listed(version: int, types: list[int] | None) -> tuple[int, list[tuple[int, str]]]:
+        listed = answer(handler, LIST_CONFIG_RESOURCES_KEY, version, {} if types is None else {"resource_types": types})
+        return listed.error_code, [(r.resource_type, r.resource_name) for r in listed.config_resources]
+
+    group = int(ResourceType.GROUP)
+    assert listed(1, [group]) == (ErrorCode.none, [(group, "emptied"), (group, "set")])
+    code, every = listed(1, [])
+    assert code == ErrorCode.none and {(group, "set"), (TOPIC, "orders")} <= set(every)
+    assert listed(1, [group, 99]) == (ErrorCode.unsupported_version, [])
+    # v0 is ListClientMetricsResources: raybroker has no client metrics subscriptions.
+    assert listed(0, None) == (ErrorCode.none, [])
