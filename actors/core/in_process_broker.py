@@ -40,6 +40,7 @@ from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 
 from actors.core.controller.controller import Controller
+from actors.core.controller.group_config_store import GroupConfigVersion
 from actors.core.controller.log_manager_broker import LogManagerBroker
 from actors.core.controller.topic_metadata import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
 from actors.core.groups.group_coordinator import GroupCoordinator
@@ -298,6 +299,7 @@ class InProcessBroker:
                 find_broker=self._node_broker,
                 replicas=self,
                 topic_deleted=self._topic_deleted,
+                group_config_changed=self._group_config_changed,
                 metrics=metrics,
             )
             for node in self.nodes:
@@ -392,6 +394,7 @@ class InProcessBroker:
                     membership=GroupMembership(self.clock, self._membership_config or MembershipConfig.of(self.config)),
                     group_protocol=self.config.group_protocol_config,
                     share_config=self.config.share_group_config,
+                    group_configs=self.controller.group_configs,
                 )
             return self._coordinator
 
@@ -399,6 +402,14 @@ class InProcessBroker:
         """The controller's `topic_deleted`: the group coordinator deletes the topic's committed offsets."""
         if self._coordinator is not None or CONSUMER_OFFSETS_TOPIC in self.controller.topics():
             self.group_coordinator.on_topic_deleted(topic)
+
+    def _group_config_changed(self, group: str, configs: GroupConfigVersion) -> None:
+        """The controller's `group_config_changed`: the group coordinator, if made, applies the group's configs (one
+        made later loads them all; the lock orders this after a coordinator being made)."""
+        with self._lock:
+            coordinator = self._coordinator
+        if coordinator is not None:
+            coordinator.update_group_config(group, configs)
 
     @property
     def transaction_coordinator(self) -> TransactionCoordinator:

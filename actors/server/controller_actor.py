@@ -46,6 +46,7 @@ from ray.experimental import internal_kv
 
 from actors.calls import RayPending, call, get_actor
 from actors.core.controller.controller import Controller
+from actors.core.controller.group_config_store import GroupConfigVersion
 from actors.core.controller.topic_metadata import TRANSACTION_STATE_TOPIC
 from actors.core.replication.leader_and_isr import LeaderAndIsr
 from actors.metrics.cluster_view import ClusterGaugePublisher
@@ -152,6 +153,7 @@ class ControllerActor(Controller):
             replicas=RayReplicaNotifier(),
             metrics=metrics,
             topic_deleted=_tell_group_coordinator,
+            group_config_changed=_tell_group_config,
             node_id=ray.get_runtime_context().get_node_id(),
             claim_epoch=_claim_epoch,
         )
@@ -243,6 +245,16 @@ def _tell_group_coordinator(topic: str) -> None:
     except BrokerNotAvailableError:
         return
     call(coordinator.on_topic_deleted.remote(topic))
+
+
+def _tell_group_config(group: str, configs: GroupConfigVersion) -> None:
+    """The group coordinator actor applies the group's changed configs (none runs before the first broker started:
+    it loads every group's configs when it starts)."""
+    try:
+        coordinator = get_actor(group_coordinator_name())
+    except BrokerNotAvailableError:
+        return
+    call(coordinator.update_group_config.remote(group, configs))
 
 
 def _claim_epoch(at_least: int) -> int:

@@ -5,7 +5,9 @@ All its logic is the plain `actors.core.groups.group_coordinator.GroupCoordinato
 Heartbeat, LeaveGroup, the bounded waits of `await_join` / `await_sync`), tested without Ray; see that module for
 what it owns and guarantees. The actor is that class with Ray's seams, its methods the actor's remote API: the
 controller actor (to create and describe `__consumer_offsets`), each `__consumer_offsets` partition's leader actor
-(`actors.server.internal_partition_leaders`, its appends through the actor's `AppendRoute`), and the wall clock.
+(`actors.server.internal_partition_leaders`, its appends through the actor's `AppendRoute`), and the wall clock; it
+loads every group's own configs from the controller actor when it starts, and the controller actor tells it of each
+change after (`update_group_config`).
 Listeners on its node call it over its group channel (`actors.channels.group_channel`) rather than Ray, once one
 asked for it (`group_channel`). Ray restarts it if it dies; the new one loads the committed offsets again and
 members rejoin.
@@ -55,6 +57,7 @@ class GroupCoordinatorActor(GroupCoordinator):
             membership=GroupMembership(SYSTEM_CLOCK, MembershipConfig.of(config)),
             group_protocol=config.group_protocol_config,
             share_config=config.share_group_config,
+            group_configs=lambda: call(controller().group_configs.remote()),
         )
 
     def group_channel(self) -> tuple[str, str]:

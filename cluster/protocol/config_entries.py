@@ -8,6 +8,10 @@ STATIC_BROKER_CONFIG or DEFAULT_CONFIG likewise, and read-only: raybroker's brok
 `server.properties`), there are no dynamic broker configs to alter. A password key (`ssl.key.password`) is sensitive:
 reported with a null value at every level, as Kafka reports it, so DescribeConfigs never carries a secret.
 
+A group's keys (`storage.config.group_config`, the GROUP resource) are its own value when it sets one (source
+GROUP_CONFIG), else the broker's (source DEFAULT_CONFIG, whatever set the broker's key, as Kafka 4.2 reports them),
+never read-only, with one synonym: the entry itself.
+
 Values are Kafka's strings (`render_value`); an optional broker key left unset (`log.retention.ms`) has a null
 value, as in Kafka. `cleanup.policy` is reported as Kafka's LIST type, although `LogConfig` keeps it as its text.
 """
@@ -20,6 +24,7 @@ from enum import IntEnum
 
 from storage.config.broker_config import DYNAMIC_BROKER_KEYS, BrokerConfig
 from storage.config.config_values import JavaType, config_fields, config_key, kafka_name, render_value
+from storage.config.group_config import GROUP_CONFIG_KEYS
 from storage.config.log_config import LogConfig
 
 # Topic configs whose Kafka type is LIST: the only ones IncrementalAlterConfigs may APPEND to or SUBTRACT from.
@@ -36,6 +41,7 @@ class ConfigSource(IntEnum):
     DYNAMIC_DEFAULT_BROKER_CONFIG = 3
     STATIC_BROKER_CONFIG = 4
     DEFAULT_CONFIG = 5
+    GROUP_CONFIG = 8
 
 
 class ConfigType(IntEnum):
@@ -171,6 +177,21 @@ class ConfigDescriber:
                     doc,
                     levels,
                 )
+            )
+        return entries
+
+    @staticmethod
+    def group_entries(overrides: Mapping[str, str], defaults: Mapping[str, str]) -> list[ConfigEntry]:
+        """Every group key, in Kafka 4.2's order, for a group whose GROUP resource sets `overrides`, where the broker's
+        values are `defaults` (the controller's: it checks the groups' configs against the same broker config)."""
+        entries = []
+        for key in GROUP_CONFIG_KEYS:
+            value, source = defaults[key.name], ConfigSource.DEFAULT_CONFIG
+            if key.name in overrides:
+                value, source = overrides[key.name], ConfigSource.GROUP_CONFIG
+            synonym = ConfigSynonym(key.name, value, source)
+            entries.append(
+                ConfigEntry(key.name, value, source, False, _CONFIG_TYPES[key.java_type], key.doc, (synonym,))
             )
         return entries
 

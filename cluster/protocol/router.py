@@ -83,8 +83,10 @@ from cluster.protocol.handlers.configs import (
     ALTER_CONFIGS_KEY,
     DESCRIBE_CONFIGS_KEY,
     INCREMENTAL_ALTER_CONFIGS_KEY,
+    LIST_CONFIG_RESOURCES_KEY,
     AlterConfigsHandler,
     DescribeConfigsHandler,
+    ListConfigResourcesHandler,
 )
 from cluster.protocol.handlers.consumer_group_apis import (
     CONSUMER_GROUP_DESCRIBE_KEY,
@@ -245,6 +247,7 @@ SERVED: Mapping[int, ApiRange] = MappingProxyType(
         DESCRIBE_CONFIGS_KEY: ApiRange(1, 4),
         ALTER_CONFIGS_KEY: ApiRange(0, 2),
         INCREMENTAL_ALTER_CONFIGS_KEY: ApiRange(0, 1),
+        LIST_CONFIG_RESOURCES_KEY: ApiRange(0, 1),
         DELETE_RECORDS_KEY: ApiRange(0, 2),
         DESCRIBE_CLUSTER_KEY: ApiRange(0, 2),
         OFFSET_FOR_LEADER_EPOCH_KEY: ApiRange(2, 4),
@@ -390,6 +393,7 @@ class Router:
             INCREMENTAL_ALTER_CONFIGS_KEY: AlterConfigsHandler(
                 view, node_id, broker_config.log_config, incremental=True, access=access
             ),
+            LIST_CONFIG_RESOURCES_KEY: ListConfigResourcesHandler(view, access),
             DELETE_RECORDS_KEY: DeleteRecordsHandler(view, access),
             DESCRIBE_CLUSTER_KEY: DescribeClusterHandler(view, endpoint, access),
             OFFSET_FOR_LEADER_EPOCH_KEY: OffsetForLeaderEpochHandler(view, access),

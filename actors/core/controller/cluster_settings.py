@@ -1,5 +1,6 @@
 """The cluster's settings a controller keeps beside its topics: client quotas (`actors.core.quotas.client_quotas`),
-broker configs set at run time and the replication throttles derived from them
+groups' own configs (`actors.core.controller.group_config_store`), broker configs set at run time and the replication
+throttles derived from them
 (`actors.core.controller.dynamic_broker_configs`, `actors.core.quotas.replication_quotas`), finalized features
 (`actors.core.controller.finalized_features`), and the security records: SCRAM credentials
 (`actors.core.security.credential_store`) and ACLs (`actors.core.security.acl_store`). A mixin of `Controller`,
@@ -7,12 +8,14 @@ whose stores, state and lock it works on (declared below for the type checker on
 
 from __future__ import annotations
 
+import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from actors.core.controller.dynamic_broker_configs import DEFAULT_BROKER, DynamicBrokerConfigs
 from actors.core.controller.finalized_features import FeatureUpdate, FinalizedFeatures
+from actors.core.controller.group_config_store import GroupConfigStore, GroupConfigVersion
 from actors.core.controller.topic_metadata import AdvertisedListener, TopicMetadata
 from actors.core.quotas.client_quotas import ClientQuotaStore, Entity, FilterComponent, QuotaAlteration
 from actors.core.quotas.replication_quotas import ALL_PARTITIONS, FOLLOWER, LEADER, ReplicationThrottles
@@ -23,6 +26,9 @@ from actors.core.security.credential_store import ScramCredentialStore
 from actors.core.security.scram import ScramCredential
 from storage.config.broker_config import BrokerConfig
 from storage.config.throttled_replicas import ThrottledReplicas
+from storage.errors import RaybrokerError
+
+logger = logging.getLogger(__name__)
 
 
 class ClusterSettings:
@@ -36,6 +42,8 @@ class ClusterSettings:
         _listeners: dict[str, AdvertisedListener]
         _quotas: ClientQuotaStore
         _broker_configs: DynamicBrokerConfigs
+        _group_configs: GroupConfigStore
+        _group_config_changed: Callable[[str, GroupConfigVersion], None] | None
         _features: FinalizedFeatures
         _scram: ScramCredentialStore
         _acls: AclStore
@@ -64,6 +72,34 @@ class ClusterSettings:
         """The run-time configs of broker `broker`'s own level and of every broker's level."""
         with self._lock:
             return self._broker_configs.configs(broker), self._broker_configs.configs(DEFAULT_BROKER)
+
+    def set_group_config(self, group: str, configs: Mapping[str, str], validate_only: bool = False) -> None:
+        """Replaces the group's own configs with `configs` (Kafka's AlterConfigs on a GROUP resource; the alter
+        handlers give IncrementalAlterConfigs' outcome), checked first; then the group coordinator is told, outside the
+        lock (`actors.core.controller.group_config_store`)."""
+        with self._lock:
+            written = self._group_configs.set(group, configs, validate_only)
+        if written is None or self._group_config_changed is None:
+            return
+        try:
+            self._group_config_changed(group, written)
+        except RaybrokerError as exc:
+            logger.warning("group %s's configs changed, but the group coordinator was not told: %s", group, exc)
+
+    def group_config(self, group: str) -> tuple[dict[str, str], dict[str, str]]:
+        """The keys group `group` sets, and every group key's value where a group sets none (the broker's)."""
+        with self._lock:
+            return self._group_configs.configs(group), self._group_configs.defaults()
+
+    def configured_groups(self) -> list[str]:
+        """The groups ListConfigResources names (`GroupConfigStore.listed`)."""
+        with self._lock:
+            return self._group_configs.listed()
+
+    def group_configs(self) -> dict[str, GroupConfigVersion]:
+        """Every group's own configs with their versions, for the group coordinator's start."""
+        with self._lock:
+            return self._group_configs.every_group()
 
     def replication_throttles(self, node_id: str, broker_id: int | None = None) -> ReplicationThrottles:
         """The replication throttles of the broker on node `node_id` (`actors.core.quotas.replication_quotas`): its

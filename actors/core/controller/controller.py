@@ -17,6 +17,7 @@ Its records (JSON values, readable with `raybroker dump-log --print-data-log`):
 | `quota/<entity>`   | `{"values": {key: value}}`: one client quota entity (`actors.core.quotas.client_quotas`) |
 | `feature/<name>`   | `{"level": n}`: a feature's finalized level (`actors.core.controller.finalized_features`) |
 | `broker-config/<id>` | `{"configs": {key: value}}`: run-time configs of a broker ("": of every broker) |
+| `group-config/<group>` | `{"configs": {key: value}}`: a group's own configs (`...controller.group_config_store`) |
 
 A topic record names the topic's id (KIP-516: a random Kafka Uuid in Kafka's text, `storage.kafka_uuid`, drawn at
 creation, so a topic created again under the same name has another), each partition's leader node (its last leader
@@ -59,8 +60,11 @@ list the placements it holds; its calls answer a `storage.pending.Pending`, so t
 once and then collects), a way to find a node's broker when it registers, the replicas' notifier, the metrics
 (`actors.core.role_metrics`: every ISR change it persists, counted as Kafka's IsrShrinksPerSec or IsrExpandsPerSec),
 and `topic_deleted(name)`, told after a topic is deleted so the group coordinator deletes its committed offsets
-(Kafka's `onPartitionsDeleted`; a failure there is logged, the topic stays deleted). Calls are serialised by one
-lock; replicas and the group coordinator are told outside it.
+(Kafka's `onPartitionsDeleted`; a failure there is logged, the topic stays deleted), and
+`group_config_changed(group, configs)` (a `GroupConfigVersion`), told after a group's configs changed so the group
+coordinator applies them at the group's next heartbeat or fetch (a failure there is logged: the coordinator loads
+every group's configs when it starts again). Calls are serialised by one lock; replicas and the group coordinator are
+told outside it.
 """
 
 from __future__ import annotations
@@ -92,6 +96,7 @@ from actors.core.controller.dynamic_broker_configs import (
 )
 from actors.core.controller.elections import ElectionError, ElectionType, requested_election
 from actors.core.controller.finalized_features import FEATURE_KEY_PREFIX, FinalizedFeatures
+from actors.core.controller.group_config_store import GROUP_CONFIG_KEY_PREFIX, GroupConfigStore, GroupConfigVersion
 from actors.core.controller.metadata_replication import MetadataReplication
 from actors.core.controller.node_broker import NodeBroker
 from actors.core.controller.reassignment import (
@@ -172,18 +177,21 @@ class Controller(ReplicaMoves, ClusterSettings):
         replicas: ReplicaNotifier,
         metrics: RoleMetrics = NO_ROLE_METRICS,
         topic_deleted: Callable[[str], None] | None = None,
+        group_config_changed: Callable[[str, GroupConfigVersion], None] | None = None,
         node_id: str | None = None,
         claim_epoch: Callable[[int], int] | None = None,
     ) -> None:
         """`brokers` are the node brokers running when the controller starts (none when the cluster starts);
         `find_broker(node)` finds the broker of a node that registers (`BrokerNotAvailableError` if none runs);
         `metrics` counts the ISR changes; `topic_deleted(name)` is told of each deleted topic (see the module
-        docstring); `node_id` is the controller's own node (its broker is no metadata mirror); `claim_epoch(at_least)`
+        docstring); `group_config_changed(group, configs)` is told of each change of a group's configs; `node_id` is
+        the controller's own node (its broker is no metadata mirror); `claim_epoch(at_least)`
         answers this controller's epoch, at least `at_least` and above every epoch it answered before (default:
         `at_least`, the epoch after the newest in the metadata log)."""
         self.config = config
         self._node_id = node_id
         self._topic_deleted = topic_deleted
+        self._group_config_changed = group_config_changed
         self._clock = clock
         self._metrics = metrics
         self._find_broker = find_broker
@@ -202,6 +210,7 @@ class Controller(ReplicaMoves, ClusterSettings):
         self._quotas = ClientQuotaStore(self._write)
         self._features = FinalizedFeatures(self._write)
         self._broker_configs = DynamicBrokerConfigs(self._write)
+        self._group_configs = GroupConfigStore(self._write, config.group_protocol_config, config.share_group_config)
         self._replay()
         claim = claim_epoch or (lambda at_least: at_least)
         self._replication.start_epoch(claim(self._replication.latest_epoch + 1))
@@ -246,6 +255,9 @@ class Controller(ReplicaMoves, ClusterSettings):
                 continue
             if name.startswith(BROKER_CONFIG_KEY_PREFIX):
                 self._broker_configs.load(name, None if value is None else json.loads(value))
+                continue
+            if name.startswith(GROUP_CONFIG_KEY_PREFIX):
+                self._group_configs.load(name, None if value is None else json.loads(value), offset)
                 continue
             if value is None:
                 continue

@@ -17,11 +17,11 @@ coordinator's is FENCED_MEMBER_EPOCH, except the previous epoch with owned parti
 (the answer that bumped the epoch was lost). OffsetCommit and OffsetFetch carry the member epoch: another epoch is
 STALE_MEMBER_EPOCH.
 
-Time moves only through the injected clock: every call first removes the members whose
-`group.consumer.session.timeout.ms` passed without a heartbeat, and those that did not revoke partitions within
-their rebalance timeout. Kafka's answers and messages are kept for malformed requests (INVALID_REQUEST), unknown
-groups and members, fenced epochs, unknown assignors, bad regular expressions (RE2 syntax, as Kafka's RE2/J;
-a pattern matches a topic name whole) and a full group.
+Time moves only through the injected clock: every call first removes the members whose session timeout (the group's
+`consumer.session.timeout.ms`, else `group.consumer.session.timeout.ms`) passed without a heartbeat, and those that
+did not revoke partitions within their rebalance timeout. Kafka's answers and messages are kept for malformed
+requests (INVALID_REQUEST), unknown groups and members, fenced epochs, unknown assignors, bad regular expressions (RE2
+syntax, as Kafka's RE2/J; a pattern matches a topic name whole) and a full group.
 
 Static membership (an instance id, `group.instance.id`), as Kafka's: one member holds an instance id at a time (a
 second joining with it while the first is in the group is UNRELEASED_INSTANCE_ID); a static leave (epoch -2) keeps the
@@ -47,8 +47,10 @@ classic protocol's SyncGroup, Heartbeat and LeaveGroup reach a member by its mem
 after the coordinator restarts, a member's heartbeat is UNKNOWN_MEMBER_ID and Kafka's clients join again with
 epoch 0.
 
-Seams: the clock and `find_topics(names)`, the id and partition count of each named topic that exists, and
-`all_topics()`, every non-internal topic name (for regex subscriptions). No I/O of its own; tested on a
+Seams: the clock and `find_topics(names)`, the id and partition count of each named topic that exists,
+`all_topics()`, every non-internal topic name (for regex subscriptions), and `timeouts(group_id)`, the group's session
+timeout and heartbeat interval (its own `consumer.*` configs, else the broker's), read at each heartbeat, as Kafka
+applies a changed group config. No I/O of its own; tested on a
 `MockClock`.
 """
 
@@ -131,9 +133,12 @@ class ConsumerGroups:
         config: GroupProtocolConfig,
         find_topics: Callable[[Iterable[str]], Mapping[str, TopicInfo]],
         all_topics: Callable[[], Iterable[str]],
+        timeouts: Callable[[str], tuple[int, int]] | None = None,
     ) -> None:
         self._clock = clock
         self._config = config
+        default = (config.group_consumer_session_timeout_ms, config.group_consumer_heartbeat_interval_ms)
+        self._timeouts = timeouts or (lambda _group_id: default)
         self._find_topics = find_topics
         self._all_topics = all_topics
         self._groups: dict[str, _Group] = {}
@@ -208,7 +213,7 @@ class ConsumerGroups:
             group.members[member.member_id] = replace(
                 member,
                 member_epoch=STATIC_LEAVE_EPOCH,
-                session_deadline_ms=self._clock.milliseconds() + self._config.group_consumer_session_timeout_ms,
+                session_deadline_ms=self._clock.milliseconds() + self._timeouts(group.group_id)[0],
                 revocation_deadline_ms=None,
             )
         else:
@@ -303,7 +308,7 @@ class ConsumerGroups:
         )
         self._groups[group.group_id] = group
         reconciled = self._update(group, updated, bump, request.owned, now)
-        reconciled.session_deadline_ms = now + self._config.group_consumer_session_timeout_ms
+        reconciled.session_deadline_ms = now + self._timeouts(group.group_id)[0]
         if reconciled.state == MemberState.UNREVOKED_PARTITIONS:
             if reconciled.revocation_deadline_ms is None:
                 reconciled.revocation_deadline_ms = now + reconciled.rebalance_timeout_ms
@@ -321,7 +326,7 @@ class ConsumerGroups:
             None,
             member_id,
             reconciled.member_epoch,
-            self._config.group_consumer_heartbeat_interval_ms,
+            self._timeouts(group.group_id)[1],
             dict(reconciled.assigned) if full_request or changed else None,
         )
 

@@ -47,10 +47,14 @@ left running beside its successor writes nothing after the successor loaded: its
 and the call is run once more on the partition claimed and loaded again, from what the other coordinator wrote.
 Transactional offset commits are the producer's batches (its id and epoch), fenced by the producer's epoch.
 
+Groups' own configs (the GROUP config resource) are the controller's: the coordinator loads them when it starts and is
+told of each change after (`update_group_config`); they apply from a group's next heartbeat
+(`actors.core.groups.group_config_cache`).
+
 Seams: the clock (commit timestamps, membership timeouts), the controller (`TopicAdmin`: to create and describe
 `__consumer_offsets`), `find_partition(p)`, which reaches the leader replica of its partition `p` (`OffsetsPartition`;
 `UnknownTopicOrPartitionError` when no broker knows it), and `allocate_coordinator_epoch(at_least)`, the
-controller's coordinator epochs.
+controller's coordinator epochs, and `group_configs()`, every group's own configs as the controller has them.
 """
 
 from __future__ import annotations
@@ -61,6 +65,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol, TypeVar
 
+from actors.core.controller.group_config_store import GroupConfigVersion
 from actors.core.controller.topic_metadata import CONSUMER_OFFSETS_TOPIC
 from actors.core.coordinator_claims import ClaimedPartition, CoordinatorClaims
 from actors.core.groups.consumer_group_api import (
@@ -71,6 +76,7 @@ from actors.core.groups.consumer_group_api import (
     TopicInfo,
 )
 from actors.core.groups.consumer_group_state import ConsumerGroups
+from actors.core.groups.group_config_cache import GroupConfigCache
 from actors.core.groups.group_membership import (
     CONSUMER_GROUP_TYPE,
     GroupDescription,
@@ -168,12 +174,14 @@ class GroupCoordinator:
         membership: GroupMembership | None = None,
         group_protocol: GroupProtocolConfig | None = None,
         share_config: ShareGroupConfig | None = None,
+        group_configs: Callable[[], Mapping[str, GroupConfigVersion]] | None = None,
     ) -> None:
         """`offsets_topic_partitions` is the broker's `offsets.topic.num.partitions`: the partition count of a
         `__consumer_offsets` this coordinator creates (an existing topic keeps its own), with
         `offsets_topic_replication_factor` replicas (`offsets.topic.replication.factor`, capped at the brokers
         running). `membership` defaults to Kafka's group settings on `clock`, `group_protocol` (the consumer
-        protocol's) and `share_config` (share groups', KIP-932) to Kafka's defaults."""
+        protocol's) and `share_config` (share groups', KIP-932) to Kafka's defaults; `group_configs()` gives every
+        group's own configs (none by default)."""
         self._lock = threading.Lock()
         self._clock = clock
         self._controller = controller
@@ -190,11 +198,15 @@ class GroupCoordinator:
         # Its own lock: a member's JoinGroup never waits behind a commit's append.
         self._membership_changed = threading.Condition()
         self._membership = membership or GroupMembership(clock)
+        group_protocol = group_protocol or GroupProtocolConfig()
+        self._group_configs = GroupConfigCache(group_configs() if group_configs else {}, group_protocol)
         self._consumer_groups = ConsumerGroups(
-            clock, group_protocol or GroupProtocolConfig(), self._find_topics, controller.list_topics
+            clock, group_protocol, self._find_topics, controller.list_topics, self._group_configs.consumer_timeouts
         )
         # Share groups' membership, in memory only: members rejoin after a restart.
-        self._share_groups = ShareGroups(clock, self._find_topics, share_config)
+        self._share_groups = ShareGroups(
+            clock, self._find_topics, share_config, group_configs=self._group_configs.share_config
+        )
 
     def ready(self) -> int:
         """Loads every partition it can reach now; returns how many are loaded (the others load on first use)."""
@@ -648,6 +660,14 @@ class GroupCoordinator:
             return GroupError.GROUP_ID_NOT_FOUND
         with self._membership_changed:
             return self._share_groups.admit_offsets_change(group, create)
+
+    def update_group_config(self, group: str, configs: GroupConfigVersion) -> None:
+        """The controller's news of a change of the group's configs (`GroupConfigCache.update`)."""
+        self._group_configs.update(group, configs)
+
+    def group_config(self, group: str) -> dict[str, str]:
+        """The keys the group's GROUP config resource sets, as last told by the controller."""
+        return self._group_configs.configs(group)
 
     def check_offset_fetch(self, group: str, member_id: str | None, member_epoch: int) -> GroupError:
         """OffsetFetch v9+'s member check: a consumer-protocol group's member must name its current epoch; the

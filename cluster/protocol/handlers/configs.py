@@ -1,8 +1,9 @@
-"""DescribeConfigs (key 32), AlterConfigs (key 33) and IncrementalAlterConfigs (key 44): topic and broker configs.
+"""DescribeConfigs (key 32), AlterConfigs (key 33), IncrementalAlterConfigs (key 44) and ListConfigResources (key 74):
+topic, broker and group configs.
 
 Resources are Kafka's: TOPIC (2) named by the topic, BROKER (4) named by this broker's node id (or "", the
-cluster-wide level, which here is the same static config). Each resource gets its own error code; a request never
-fails as a whole.
+cluster-wide level, which here is the same static config), GROUP (32) named by the group. Each resource gets its own
+error code; a request never fails as a whole.
 
 - DescribeConfigs reports every topic config and every broker key with its value, source, synonyms (v1+ when
   asked), type and documentation (v3+ when asked), as `cluster.protocol.config_entries` builds them;
@@ -19,8 +20,23 @@ fails as a whole.
   for every broker with the name "" (`actors.core.controller.dynamic_broker_configs`), and DescribeConfigs reports
   at Kafka's dynamic levels (described as "", only the keys set for every broker, as Kafka's). Altering any other
   broker key, or a bad throttle value, answers INVALID_REQUEST (Kafka's code for broker configs). A BROKER resource
-  naming another node id, or a resource type other than TOPIC and BROKER (BROKER_LOGGER, GROUP, CLIENT_METRICS),
+  naming another node id, or a resource type other than TOPIC, BROKER and GROUP (BROKER_LOGGER, CLIENT_METRICS),
   answers INVALID_REQUEST as well.
+- A GROUP resource has Kafka 4.2's group keys (`storage.config.group_config`), described for any group id, existing
+  or not, as Kafka's (`ConfigDescriber.group_entries`), and kept by the controller
+  (`actors.core.controller.group_config_store`), which checks them and tells the group coordinator. Kafka's answers
+  for groups differ from topics' in places, kept here: a key named twice is INVALID_REQUEST "Error due to duplicate
+  config keys", a null value to set INVALID_REQUEST "Null value not supported for : <key>", APPEND or SUBTRACT
+  INVALID_CONFIG "Can't APPEND to key <key> because its type is not LIST.", the group "" INVALID_REQUEST, and deleting
+  a key that is no group key is no error.
+
+ListConfigResources (v1; v0 is Kafka's ListClientMetricsResources) names the config resources of the types asked for
+(none: every type), as Kafka 4.2's `KafkaApis`: TOPIC every topic, internal ones included; BROKER and BROKER_LOGGER
+every broker's node id; GROUP the groups whose configs the controller keeps or wrote since it started
+(`GroupConfigStore.listed`); CLIENT_METRICS none (raybroker keeps no client metrics subscriptions, so v0 answers an
+empty list). A type it does not know answers UNSUPPORTED_VERSION (35) and nothing else; it needs DESCRIBE_CONFIGS on
+the cluster, else CLUSTER_AUTHORIZATION_FAILED (31). `kafka-configs.sh --entity-type groups --describe` asks it for the
+groups to describe, and whether a named group "doesn't exist".
 
 Authorization comes first for each resource, as Kafka's: DescribeConfigs needs DESCRIBE_CONFIGS and the alter APIs
 ALTER_CONFIGS, on the topic for a TOPIC resource (else TOPIC_AUTHORIZATION_FAILED, 29), on the cluster for BROKER,
@@ -49,7 +65,7 @@ from cluster.protocol.error_codes import (
     error_code,
 )
 from cluster.protocol.framing import Request, response_schema
-from cluster.protocol.handlers.authorization import GuardedHandler, allows
+from cluster.protocol.handlers.authorization import GuardedHandler, allows, allows_cluster
 from cluster.protocol.messages import build
 from cluster.protocol.security.access import AccessControl
 from cluster.protocol.views.broker_view import BrokerView
@@ -62,6 +78,7 @@ from storage.errors import InvalidConfigError, InvalidRequestError, RaybrokerErr
 DESCRIBE_CONFIGS_KEY = 32
 ALTER_CONFIGS_KEY = 33
 INCREMENTAL_ALTER_CONFIGS_KEY = 44
+LIST_CONFIG_RESOURCES_KEY = 74
 TOPIC_CONFIG_NAMES = frozenset(kafka_name(spec.name) for spec in config_fields(LogConfig))
 
 
@@ -70,12 +87,17 @@ class ResourceType(IntEnum):
 
     TOPIC = 2
     BROKER = 4
+    GROUP = 32
+
+
+# The `ConfigResource.Type` values ListConfigResources v1 names: TOPIC, BROKER, BROKER_LOGGER, CLIENT_METRICS, GROUP.
+LISTED_TYPES = (ResourceType.TOPIC, ResourceType.BROKER, 8, 16, ResourceType.GROUP)
+CLIENT_METRICS_TYPE = 16
 
 
 # Kafka's `ConfigResource.Type` values that are the cluster's configs for authorization: BROKER, BROKER_LOGGER and
-# CLIENT_METRICS; and GROUP, authorized on its group.
+# CLIENT_METRICS (GROUP is authorized on its group).
 CLUSTER_CONFIG_TYPES = frozenset({ResourceType.BROKER, 8, 16})
-GROUP_CONFIG_TYPE = 32
 
 
 def _check_authorized(
@@ -90,7 +112,7 @@ def _check_authorized(
         checked, denied = (acls.ResourceType.TOPIC, name), TopicAuthorizationFailedError
     elif resource.resource_type in CLUSTER_CONFIG_TYPES:
         checked, denied = (acls.ResourceType.CLUSTER, acls.CLUSTER_NAME), ClusterAuthorizationFailedError
-    elif resource.resource_type == GROUP_CONFIG_TYPE:
+    elif resource.resource_type == ResourceType.GROUP:
         checked, denied = (acls.ResourceType.GROUP, name), GroupAuthorizationFailedError
     else:
         return
@@ -135,7 +157,8 @@ class DescribeConfigsHandler(GuardedHandler[BrokerView]):
                 for entry in entries
                 if wanted is None or entry.name in wanted
             ]
-            results.append({**_resource_answer(resource), "configs": configs})
+            # Kafka's DescribeConfigs answers a described resource with an empty message, not a null one.
+            results.append({**_resource_answer(resource), "error_message": "", "configs": configs})
         return build(
             response_schema(DESCRIBE_CONFIGS_KEY, request.api_version), {"throttle_time": 0, "results": results}
         )
@@ -148,7 +171,11 @@ class DescribeConfigsHandler(GuardedHandler[BrokerView]):
             _check_broker(name, self._node_id)
             own, every = await self._view.broker_configs(name or str(self._node_id))
             return self._describer.broker_entries(own, every, per_broker=name != "")
-        raise InvalidRequestError(f"resource type {resource_type} is not served; only TOPIC (2) and BROKER (4)")
+        if resource_type == ResourceType.GROUP:
+            return self._describer.group_entries(*await self._view.group_config(name))
+        raise InvalidRequestError(
+            f"resource type {resource_type} is not served; only TOPIC (2), BROKER (4) and GROUP (32)"
+        )
 
 
 class AlterConfigsHandler(GuardedHandler[BrokerView]):
@@ -189,8 +216,13 @@ class AlterConfigsHandler(GuardedHandler[BrokerView]):
         if resource.resource_type == ResourceType.BROKER:
             await self._alter_broker(resource, validate_only)
             return
+        if resource.resource_type == ResourceType.GROUP:
+            await self._alter_group(resource, validate_only)
+            return
         if resource.resource_type != ResourceType.TOPIC:
-            raise InvalidRequestError(f"resource type {resource.resource_type} cannot be altered; only TOPIC (2)")
+            raise InvalidRequestError(
+                f"resource type {resource.resource_type} cannot be altered; only TOPIC (2), BROKER (4) and GROUP (32)"
+            )
         name = resource.resource_name
         file_names.validate_topic(name)
         names = [config.name for config in resource.configs]
@@ -228,6 +260,62 @@ class AlterConfigsHandler(GuardedHandler[BrokerView]):
             after = {config.name: _value(config) for config in resource.configs}
         changes = {name: after.get(name) for name in {*own, *after}}
         await self._view.alter_broker_configs(broker, changes, validate_only)
+
+    async def _alter_group(self, resource: Any, validate_only: bool) -> None:
+        """A GROUP resource's alteration, with Kafka's answers for groups (see the module docstring)."""
+        group = resource.resource_name
+        names = [config.name for config in resource.configs]
+        if len(set(names)) < len(names):
+            raise InvalidRequestError("Error due to duplicate config keys")
+        if not self._incremental:
+            await self._view.set_group_config(group, {c.name: _group_value(c) for c in resource.configs}, validate_only)
+            return
+        configs, _ = await self._view.group_config(group)
+        for config in resource.configs:
+            operation = config.config_operation
+            if operation == AlterOperation.SET:
+                configs[config.name] = _group_value(config)
+            elif operation == AlterOperation.DELETE:
+                configs.pop(config.name, None)
+            elif operation in (AlterOperation.APPEND, AlterOperation.SUBTRACT):
+                raise InvalidConfigError(
+                    f"Can't {AlterOperation(operation).name} to key {config.name} because its type is not LIST."
+                )
+            else:
+                raise InvalidRequestError(f"unknown config operation {operation} for {config.name}")
+        await self._view.set_group_config(group, configs, validate_only)
+
+
+class ListConfigResourcesHandler(GuardedHandler[BrokerView]):
+    """Answers ListConfigResources (see the module docstring)."""
+
+    async def __call__(self, request: Request) -> Any:
+        schema = response_schema(LIST_CONFIG_RESOURCES_KEY, request.api_version)
+        if not allows_cluster(self._access, request.context, AclOperation.DESCRIBE_CONFIGS):
+            return build(
+                schema,
+                {"throttle_time": 0, "error_code": ErrorCode.cluster_authorization_failed, "config_resources": []},
+            )
+        asked = tuple(getattr(request.body, "resource_types", (CLIENT_METRICS_TYPE,))) or LISTED_TYPES
+        if any(kind not in LISTED_TYPES for kind in asked):
+            return build(
+                schema, {"throttle_time": 0, "error_code": ErrorCode.unsupported_version, "config_resources": []}
+            )
+        found: list[tuple[int, str]] = []
+        if ResourceType.GROUP in asked:
+            found += [(ResourceType.GROUP, group) for group in await self._view.configured_groups()]
+        brokers = [str(broker.node_id) for broker in await self._view.brokers()] if {4, 8} & set(asked) else []
+        found += [(kind, node) for kind in (8, ResourceType.BROKER) if kind in asked for node in brokers]
+        if ResourceType.TOPIC in asked:
+            found += [(ResourceType.TOPIC, topic) for topic in await self._view.topics()]
+        resources = [{"resource_name": name, "resource_type": int(kind)} for kind, name in found]
+        return build(schema, {"throttle_time": 0, "error_code": ErrorCode.none, "config_resources": resources})
+
+
+def _group_value(config: Any) -> str:
+    if config.value is None:
+        raise InvalidRequestError(f"Null value not supported for : {config.name}")
+    return str(config.value)
 
 
 def _resource_answer(resource: Any, exc: RaybrokerError | None = None) -> dict[str, Any]:

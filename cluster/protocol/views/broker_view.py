@@ -342,6 +342,19 @@ class BrokerView:
         """Sets (None: deletes) run-time configs of broker `broker` ("": every broker); `InvalidConfigError`."""
         await self._controller.call("alter_broker_configs", broker, dict(changes), validate_only)
 
+    async def group_config(self, group: str) -> tuple[dict[str, str], dict[str, str]]:
+        """The keys group `group`'s GROUP config resource sets, and every group key's value where a group sets none
+        (the controller's broker config)."""
+        return await self._controller.call("group_config", group)
+
+    async def set_group_config(self, group: str, configs: Mapping[str, str], validate_only: bool = False) -> None:
+        """Replaces group `group`'s own configs with `configs` (or only checks them); `InvalidConfigError`."""
+        await self._controller.call("set_group_config", group, dict(configs), validate_only)
+
+    async def configured_groups(self) -> list[str]:
+        """The groups whose GROUP config resource ListConfigResources names (the controller's `configured_groups`)."""
+        return await self._controller.call("configured_groups")
+
     async def allocate_producer_id(self) -> int:
         """A fresh idempotent-producer id, never handed out before in this cluster."""
         return await self._controller.call("allocate_producer_id")

@@ -84,10 +84,12 @@ def share_classpath(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 @pytest.fixture
 def share_listener(tmp_path: Path) -> Iterator[str]:
-    """A raybroker listener over an in-process broker on the wall clock with `kafka4`'s share group settings (the
-    `group.share.*` keys of `SHARE_GROUP_SETTINGS`); its bootstrap servers."""
+    """A raybroker listener over an in-process broker on the wall clock with `kafka4`'s group settings (the
+    `group.share.*` keys of `SHARE_GROUP_SETTINGS`, and `CONSUMER_HEARTBEAT`); its bootstrap servers."""
     share_settings = {
-        key.replace(".", "_"): value for key, value in SHARE_GROUP_SETTINGS.items() if key.startswith("group.share.")
+        key.replace(".", "_"): value
+        for key, value in {**SHARE_GROUP_SETTINGS, **CONSUMER_HEARTBEAT}.items()
+        if key.startswith("group.")
     }
     broker = start_broker(tmp_path / "share-broker", clock=SYSTEM_CLOCK, **share_settings)
     try:

@@ -5,8 +5,10 @@ delivery count 2, a REJECTed one never again, one RELEASEd every time archived a
 group told over the wire as Kafka tells it. Then the group's offsets, which its partition's actor holds: described
 with lag 0 (every record settled), altered to start at offset 1 (the rest of the log its lag) and deleted, as
 `test_share_group_offsets` shows Kafka 4.2 answering. The same sequence with a Python `ShareConsumer` as the second
-member beside the Java one gives the same deliveries. The broker runs with `kafka4`'s share settings
-(`group.share.*` keys in its properties, as `server.properties` sets them).
+member beside the Java one gives the same deliveries. A group's `share.auto.offset.reset=earliest` set over the wire
+(the controller actor keeps it and tells the group coordinator actor) makes its member read records produced before
+it joined, as on Kafka (`test_group_configs`). The broker runs with `kafka4`'s share settings (`group.share.*` keys
+in its properties, as `server.properties` sets them).
 
 The Python consumer's own rules (`actors.clients.share_consumer`): implicit acknowledgement accepts what a poll
 returned, a closed member's unacknowledged records go to another member at once with their next delivery count, and
@@ -33,6 +35,14 @@ from cluster.protocol.listener import KafkaListener
 from storage.errors import InvalidRequestError
 from tests.cluster.protocol.conftest import SHARE_GROUP_SETTINGS
 from tests.cluster.protocol.helpers import GROUP_KEY, coordinator_client
+from tests.cluster.protocol.test_group_configs import (
+    EARLY_RECORDS,
+    RESET,
+    SET,
+    alter,
+    described_once,
+    read_from_the_beginning,
+)
 from tests.cluster.protocol.test_share_group_clients import (
     EXPECTED,
     acknowledge_type,
@@ -133,6 +143,17 @@ def test_two_share_consumers_accept_release_and_reject_on_ray_as_on_kafka(
         deleted = coordinator.request(DELETE, 0, {"group_id": group_id, "topics": [{"topic_name": topic}]})
         assert [t.error_code for t in deleted.responses] == [ErrorCode.none]
         assert offsets(coordinator, group_id) == []
+
+
+def test_a_share_group_set_to_earliest_reads_from_the_beginning_on_ray(
+    share_classpath: str, ray_listener: KafkaListener, tmp_path: Path
+) -> None:
+    bootstrap = ray_listener.bootstrap_servers
+    with WireClient(bootstrap) as client:
+        assert alter(client, "from-start", [(RESET, SET, "earliest")], False) == (0, None)
+        described = described_once(client, "from-start", lambda entries: entries[RESET][1] == "earliest")
+    assert dict((entry[0], entry[1:4]) for entry in described[1:])[RESET] == ("earliest", False, 8)
+    assert read_from_the_beginning(share_classpath, bootstrap, "from-start", tmp_path) == EARLY_RECORDS
 
 
 def offsets(coordinator: WireClient, group_id: str) -> list[tuple[Any, ...]]:

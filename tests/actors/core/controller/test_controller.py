@@ -7,12 +7,13 @@ restart with everything in it."""
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import pytest
 
 from actors.core.controller.controller import Controller
+from actors.core.controller.group_config_store import GroupConfigVersion
 from actors.core.controller.log_manager_broker import LogManagerBroker
 from actors.core.replication.leader_and_isr import NO_LEADER, LeaderAndIsr
 from actors.core.security.acl_bindings import AclBinding, AclOperation, AclPermissionType, PatternType, ResourceType
@@ -82,8 +83,14 @@ class Cluster:
             raise BrokerNotAvailableError(f"no broker on {node}")
         return LogManagerBroker(self.managers[node])
 
-    def start_controller(self, running: Iterable[str] | None = None, metadata_dir: str = "metadata") -> Controller:
-        """A controller over `root/metadata_dir` that finds the brokers of `running` (default: every node started)."""
+    def start_controller(
+        self,
+        running: Iterable[str] | None = None,
+        metadata_dir: str = "metadata",
+        group_config_changed: Callable[[str, GroupConfigVersion], None] | None = None,
+    ) -> Controller:
+        """A controller over `root/metadata_dir` that finds the brokers of `running` (default: every node started),
+        telling `group_config_changed` of each change of a group's configs."""
         return Controller(
             self.root / metadata_dir,
             BrokerConfig.from_properties(self.properties),
@@ -91,6 +98,7 @@ class Cluster:
             brokers={node: self.find_broker(node) for node in (self.managers if running is None else running)},
             find_broker=self.find_broker,
             replicas=self.replicas,
+            group_config_changed=group_config_changed,
         )
 
     def register(self, *nodes: str) -> None:

@@ -2,8 +2,8 @@
 `__consumer_offsets` partition as Kafka's records, a coordinator made again over the same broker (a restart) and a
 broker opened again over the same dirs both find the committed offsets, a deleted `__consumer_offsets` is created
 again by the next call, Empty groups are deleted with tombstones, and a deleted topic's offsets go with it (groups
-left Empty with no offsets die). The oracle is a dict of the offsets
-committed, and Kafka's record format (`storage.records.consumer_offsets`) read back from the log."""
+left Empty with no offsets die), and groups' own configs apply from their next heartbeat. The oracle is a dict of the
+offsets committed, and Kafka's record format (`storage.records.consumer_offsets`) read back from the log."""
 
 from __future__ import annotations
 
@@ -13,11 +13,14 @@ from pathlib import Path
 
 import pytest
 
+from actors.core.controller.group_config_store import GroupConfigVersion
 from actors.core.controller.topic_metadata import CONSUMER_OFFSETS_TOPIC
 from actors.core.coordinator_claims import COORDINATOR_PRODUCER_ID
+from actors.core.groups.consumer_group_api import HeartbeatRequest
 from actors.core.groups.group_coordinator import FENCING_KEY, GroupCoordinator
 from actors.core.groups.group_membership import GroupError, GroupMembership, MembershipConfig, PendingJoin
 from actors.core.in_process_broker import InProcessBroker
+from actors.core.shares.share_group import ShareHeartbeatRequest
 from actors.core.transactions.markers import TransactionMarker
 from storage.clock import MockClock
 from storage.errors import InvalidGroupIdError, InvalidRequestError
@@ -422,3 +425,31 @@ def test_a_marker_written_on_the_offsets_partition_completes_the_offsets_and_one
     )
     assert coordinator.fetch_committed("g", [("t", 0)]) == {("t", 0): OffsetAndMetadata(5)}
     assert coordinator.unstable_offsets("g", None) == set()
+
+
+def test_a_groups_own_configs_apply_from_its_next_heartbeat_whether_set_before_or_after_the_coordinator_started(
+    broker: InProcessBroker,
+) -> None:
+    broker.controller.create_topic("orders", 1, {})
+    broker.controller.set_group_config("share", {"share.auto.offset.reset": "earliest"})
+    coordinator = broker.group_coordinator
+    assert coordinator.share_group_settings("share").auto_offset_reset == "earliest"
+    assert coordinator.share_group_settings("other").auto_offset_reset == "latest"
+    share_join = ShareHeartbeatRequest("share", "m1", 0, subscribed_topic_names=("orders",))
+    result = coordinator.share_group_heartbeat(share_join).result
+    assert result is not None and result.heartbeat_interval_ms == 5000
+    broker.controller.set_group_config(
+        "share", {"share.heartbeat.interval.ms": "6000", "share.session.timeout.ms": "50000"}
+    )
+    beat = coordinator.share_group_heartbeat(ShareHeartbeatRequest("share", "m1", result.member_epoch)).result
+    assert beat is not None and beat.heartbeat_interval_ms == 6000
+    assert coordinator.share_group_settings("share").auto_offset_reset == "latest"
+    broker.controller.set_group_config("consumer", {"consumer.heartbeat.interval.ms": "7000"})
+    joined = coordinator.consumer_group_heartbeat(
+        HeartbeatRequest("consumer", "c1", 0, rebalance_timeout_ms=30_000, subscribed_topic_names=("orders",), owned={})
+    )
+    assert joined.error == GroupError.NONE and joined.heartbeat_interval_ms == 7000
+    # An older version than the one held, arriving late, is ignored.
+    held = broker.controller.group_configs()["consumer"]
+    coordinator.update_group_config("consumer", GroupConfigVersion(held.version - 1, {}))
+    assert coordinator.group_config("consumer") == {"consumer.heartbeat.interval.ms": "7000"}

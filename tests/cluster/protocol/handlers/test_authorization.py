@@ -36,8 +36,10 @@ from cluster.protocol.handlers.configs import (
     ALTER_CONFIGS_KEY,
     DESCRIBE_CONFIGS_KEY,
     INCREMENTAL_ALTER_CONFIGS_KEY,
+    LIST_CONFIG_RESOURCES_KEY,
     AlterConfigsHandler,
     DescribeConfigsHandler,
+    ListConfigResourcesHandler,
 )
 from cluster.protocol.handlers.consumer_group_apis import (
     CONSUMER_GROUP_DESCRIBE_KEY,
@@ -780,3 +782,35 @@ def test_describe_groups_needs_describe_and_delete_groups_delete_on_each_group(
         ("theirs", DENIED_GROUP),
     ]
     assert set(committed_offsets(broker)) == {("theirs", "t", 0)}
+
+
+def test_group_configs_need_describe_configs_or_alter_configs_on_the_group(
+    view: InProcessBrokerView, security: SecurityView
+) -> None:
+    access = access_with(security, on_group("mine", AclOperation.ALTER_CONFIGS))
+    config = {"name": "share.auto.offset.reset", "value": "earliest", "config_operation": 0}
+    resources = [{"resource_type": 32, "resource_name": name, "configs": [config]} for name in ("mine", "other")]
+    handler = AlterConfigsHandler(view, 0, BrokerConfig().log_config, True, access)
+    answer = ask(handler, INCREMENTAL_ALTER_CONFIGS_KEY, {"resources": resources, "validate_only": False})
+    assert [response.error_code for response in answer.responses] == [ErrorCode.none, DENIED_GROUP]
+    assert run(view.group_config("mine"))[0] == {"share.auto.offset.reset": "earliest"}
+    assert run(view.group_config("other"))[0] == {}
+    described = [{"resource_type": 32, "resource_name": name, "configuration_keys": None} for name in ("mine", "other")]
+    describer = ConfigDescriber(BrokerConfig(), frozenset())
+    answer = ask(DescribeConfigsHandler(view, describer, 0, access), DESCRIBE_CONFIGS_KEY, {"resources": described})
+    assert [result.error_code for result in answer.results] == [ErrorCode.none, DENIED_GROUP]
+    assert [c.value for c in answer.results[0].configs if c.name == "share.auto.offset.reset"] == ["earliest"]
+
+
+def test_list_config_resources_needs_describe_configs_on_the_cluster(
+    view: InProcessBrokerView, security: SecurityView
+) -> None:
+    run(view.set_group_config("set", {"share.auto.offset.reset": "earliest"}))
+    for allowed, expected in (
+        (on_group("set", AclOperation.ALTER_CONFIGS), DENIED_CLUSTER),
+        (on_cluster(AclOperation.DESCRIBE_CONFIGS), ErrorCode.none),
+    ):
+        handler = ListConfigResourcesHandler(view, access_with(security, allowed))
+        answer = ask(handler, LIST_CONFIG_RESOURCES_KEY, {"resource_types": [32]})
+        assert answer.error_code == expected
+        assert [r.resource_name for r in answer.config_resources] == ([] if expected == DENIED_CLUSTER else ["set"])

@@ -14,8 +14,10 @@ from cluster.protocol.handlers.configs import (
     ALTER_CONFIGS_KEY,
     DESCRIBE_CONFIGS_KEY,
     INCREMENTAL_ALTER_CONFIGS_KEY,
+    LIST_CONFIG_RESOURCES_KEY,
     AlterConfigsHandler,
     DescribeConfigsHandler,
+    ListConfigResourcesHandler,
     ResourceType,
 )
 from cluster.protocol.router import SERVED
@@ -177,3 +179,64 @@ def test_each_refused_resource_gets_kafkas_code(view: InProcessBrokerView) -> No
         ErrorCode.invalid_request,
     ]
     assert all(run(view.topic_config(f"target-{index}")) == {} for index in range(len(refused)))
+
+
+def test_a_groups_configs_are_described_set_and_refused_as_kafka_answers(view: InProcessBrokerView) -> None:
+    group = int(ResourceType.GROUP)
+    fresh = describe(view, 4, (group, "g", None)).results[0]
+    assert (fresh.error_code, fresh.error_message, len(fresh.configs)) == (ErrorCode.none, "", 11)
+    assert {entry.config_source for entry in fresh.configs} == {ConfigSource.DEFAULT_CONFIG}
+    refused: list[tuple[list[tuple[str, int, str | None]], ErrorCode]] = [
+        ([("share.record.lock.duration.ms", SET, "500")], ErrorCode.invalid_config),
+        ([("no.such.config", SET, "1")], ErrorCode.invalid_config),
+        ([("share.auto.offset.reset", APPEND, "earliest")], ErrorCode.invalid_config),
+        ([("share.auto.offset.reset", SET, None)], ErrorCode.invalid_request),
+        (
+            [("share.auto.offset.reset", SET, "earliest"), ("share.auto.offset.reset", DELETE, None)],
+            ErrorCode.invalid_request,
+        ),
+    ]
+    for changes, code in refused:
+        configs = [{"name": name, "config_operation": operation, "value": value} for name, operation, value in changes]
+        response = alter(view, 1, [{"resource_type": group, "resource_name": "g", "configs": configs}], True)
+        assert response.responses[0].error_code == code, changes
+    assert run(view.group_config("g"))[0] == {}
+    configs = [{"name": "share.auto.offset.reset", "config_operation": SET, "value": "earliest"}]
+    assert (
+        alter(view, 1, [{"resource_type": group, "resource_name": "g", "configs": configs}], True)
+        .responses[0]
+        .error_code
+        == 0
+    )
+    # AlterConfigs replaces the group's configs with those given.
+    replaced = [{"name": "share.session.timeout.ms", "value": "50000"}]
+    alter(view, 2, [{"resource_type": group, "resource_name": "g", "configs": replaced}], False)
+    entries = {entry.name: entry for entry in describe(view, 4, (group, "g", None)).results[0].configs}
+    assert (entries["share.session.timeout.ms"].value, entries["share.session.timeout.ms"].config_source) == (
+        "50000",
+        ConfigSource.GROUP_CONFIG,
+    )
+    assert (entries["share.auto.offset.reset"].value, entries["share.auto.offset.reset"].config_source) == (
+        "latest",
+        ConfigSource.DEFAULT_CONFIG,
+    )
+
+
+def test_list_config_resources_names_configured_groups_topics_and_brokers_as_kafka(view: InProcessBrokerView) -> None:
+    run(view.create_topic("orders", 1))
+    run(view.set_group_config("set", {"share.auto.offset.reset": "earliest"}))
+    run(view.set_group_config("emptied", {"share.auto.offset.reset": "earliest"}))
+    run(view.set_group_config("emptied", {}))
+    handler = ListConfigResourcesHandler(view)
+
+    def listed(version: int, types: list[int] | None) -> tuple[int, list[tuple[int, str]]]:
+        listed = answer(handler, LIST_CONFIG_RESOURCES_KEY, version, {} if types is None else {"resource_types": types})
+        return listed.error_code, [(r.resource_type, r.resource_name) for r in listed.config_resources]
+
+    group = int(ResourceType.GROUP)
+    assert listed(1, [group]) == (ErrorCode.none, [(group, "emptied"), (group, "set")])
+    code, every = listed(1, [])
+    assert code == ErrorCode.none and {(group, "set"), (TOPIC, "orders")} <= set(every)
+    assert listed(1, [group, 99]) == (ErrorCode.unsupported_version, [])
+    # v0 is ListClientMetricsResources: raybroker has no client metrics subscriptions.
+    assert listed(0, None) == (ErrorCode.none, [])
