@@ -16,7 +16,11 @@ config = TaskProcessorConfig(
   record (`task_messages.Task`, JSON keyed by its id). `enqueue_task_sync` appends it (acks=all) and answers PENDING.
 - Each replica runs `consumer_concurrency` workers, each a `ShareConsumer` of one share group (`group_id`, default
   `serve-<queue_name>`) with explicit acknowledgement, so every replica of the deployment shares the queue's
-  partitions and each task goes to one worker at a time, locked for the group's `share.record.lock.duration.ms`.
+  partitions and each task goes to one worker at a time, locked for the group's `share.record.lock.duration.ms`
+  (a handler must finish within it, or its task goes to another worker too). A worker acquires
+  `max_tasks_per_poll` tasks at a time (1 by default, so an idle worker is never left waiting behind a busy one's
+  batch; more amortize the fetches of short tasks; a soft limit: a batch that several tasks were produced in is
+  acquired whole).
 - A handler that returns: its result goes to the results topic (`<queue_name>-results`, compacted, see
   `task_results`) as SUCCESS, then the task is ACCEPTed. A handler that raises: the task is RELEASEd and delivered
   again (its delivery count one higher) until it has been tried `max_retries` + 1 times or the group's
@@ -28,7 +32,8 @@ config = TaskProcessorConfig(
   it was cancelled) is acknowledged without running again.
 - `get_task_status_sync` answers the task's outcome (PENDING until it has one); `cancel_task_sync` records REVOKED,
   so a worker that has not started the task acknowledges it without running it.
-- `get_metrics_sync` counts this replica's tasks (succeeded, retried, failed, unprocessable, skipped);
+- `get_metrics_sync` counts this replica's tasks (succeeded, retried, failed, unprocessable, skipped) and gives the
+  queue's backlog (`backlog_policy.queue_backlog`, which `backlog_policy.ShareGroupBacklogPolicy` scales on);
   `health_check_sync` says whether each worker thread runs.
 Handlers may be coroutine functions: a worker runs each in its own event loop. Task arguments, results and errors
 are JSON; nothing a producer wrote is unpickled.
@@ -54,6 +59,7 @@ from actors.clients.broker import Broker
 from actors.clients.producer import Producer
 from actors.clients.share_consumer import ShareConsumer, ShareRecord
 from actors.core.shares.acknowledgements import AcknowledgeType
+from cluster.serve.backlog_policy import queue_backlog
 from cluster.serve.task_messages import (
     FAILURE,
     FINAL_STATUSES,
@@ -83,6 +89,9 @@ class RaybrokerAdapterConfig(BaseModel):
     partitions: int = Field(default=1, ge=1, description="partitions of the queue topic when it is created")
     replication_factor: int = Field(default=1, ge=1, description="replicas of the topics the adapter creates")
     results_topic: str | None = Field(default=None, description="the outcomes' topic; <queue_name>-results")
+    max_tasks_per_poll: int = Field(
+        default=1, ge=1, description="the tasks a worker acquires at once (its share consumer's max_poll_records)"
+    )
 
 
 class RaybrokerTaskProcessorAdapter(TaskProcessorAdapter):
@@ -190,14 +199,26 @@ class RaybrokerTaskProcessorAdapter(TaskProcessorAdapter):
         """This replica's task counts and its queue."""
         with self._counts_lock:
             counts = dict(self._counts)
-        return {"queue": self._config.queue_name, "group_id": self._group_id, "workers": self._concurrency, **counts}
+        backlog = queue_backlog(self._ready_broker(), self._config.queue_name, self._group_id)
+        return {
+            "queue": self._config.queue_name,
+            "group_id": self._group_id,
+            "workers": self._concurrency,
+            "backlog": backlog,
+            **counts,
+        }
 
     def health_check_sync(self) -> list[dict[str, Any]]:
         """One entry per worker thread: `ok` while it runs."""
         return [{worker.name: {"ok": "pong" if worker.is_alive() else "stopped"}} for worker in self._workers]
 
     def _work(self) -> None:
-        consumer = ShareConsumer(self._group_id, self._broker, acknowledgement_mode="explicit")
+        consumer = ShareConsumer(
+            self._group_id,
+            self._broker,
+            acknowledgement_mode="explicit",
+            max_poll_records=self._adapter_config.max_tasks_per_poll,
+        )
         try:
             consumer.subscribe([self._config.queue_name])
             while not self._stop.is_set():
@@ -267,6 +288,11 @@ class RaybrokerTaskProcessorAdapter(TaskProcessorAdapter):
     def _count(self, what: str) -> None:
         with self._counts_lock:
             self._counts[what] += 1
+
+    def _ready_broker(self) -> Broker:
+        if self._broker is None:
+            raise InvalidConfigError("the task processor is not initialized: call initialize() first")
+        return self._broker
 
     def _ready_producer(self) -> Producer:
         if self._producer is None:

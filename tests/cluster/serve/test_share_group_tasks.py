@@ -1,10 +1,11 @@
-"""Ray Serve's asynchronous inference on raybroker's share groups (`cluster.serve.share_group_tasks`), on a real
-Serve app over the broker of a real local Ray: a `@task_consumer` deployment of two replicas with two workers each
-takes tasks enqueued through the adapter. Every task completes exactly once with its handler's result; a task
-failing once is delivered again and succeeds; one failing every time is tried `max_retries` + 1 times and goes to
-the failed-task topic with outcome FAILURE; a record naming no handler goes to the unprocessable topic; a cancelled
-task never runs; and a replica killed while it runs tasks loses none: each completes on the other replica after
-its lock expires, and none completes twice. The broker runs with a 3 s record lock (15 s at least in Kafka unless
+"""Ray Serve's asynchronous inference on raybroker's share groups (`cluster.serve.share_group_tasks`), on a real Serve
+app over the broker of a real local Ray: a `@task_consumer` deployment of two replicas with two workers each takes
+tasks enqueued through the adapter. Every task completes exactly once with its handler's result; a task failing once
+is delivered again and succeeds; one failing every time is tried `max_retries` + 1 times and goes to the failed-task
+topic with outcome FAILURE; a record naming no handler goes to the unprocessable topic; a cancelled task never runs;
+and a replica killed while it runs tasks loses none: each completes on the other replica after its lock expires, and
+none completes twice. Under `ShareGroupBacklogPolicy` a deployment grows from one replica to its maximum under a
+backlog and shrinks back once it is drained. The broker runs with a 3 s record lock (15 s at least in Kafka unless
 `group.share.min.record.lock.duration.ms` is lowered, as here)."""
 
 from __future__ import annotations
@@ -18,10 +19,12 @@ from typing import Any
 import pytest
 import ray
 from ray import serve
+from ray.serve.config import AutoscalingConfig, AutoscalingPolicy
 from ray.serve.schema import TaskProcessorConfig
 from ray.serve.task_consumer import instantiate_adapter_from_config, task_consumer, task_handler
 
 from actors.clients.consumer import Consumer
+from cluster.serve.backlog_policy import ShareGroupBacklogPolicy
 from cluster.serve.share_group_tasks import RaybrokerAdapterConfig, RaybrokerTaskProcessorAdapter
 
 pytestmark = pytest.mark.ray
@@ -56,7 +59,7 @@ def _config(queue: str) -> TaskProcessorConfig:
     )
 
 
-def _app(config: TaskProcessorConfig, folder: Path) -> Any:
+def _app(config: TaskProcessorConfig, folder: Path, **options: Any) -> Any:
     @serve.deployment(num_replicas=2, ray_actor_options={"num_cpus": 0}, max_ongoing_requests=4)
     @task_consumer(task_processor_config=config)
     class Worker:
@@ -86,7 +89,7 @@ def _app(config: TaskProcessorConfig, folder: Path) -> Any:
             self._trace(f"poison {task}")
             raise ValueError("never works")
 
-    return Worker.bind()  # type: ignore[attr-defined]
+    return Worker.options(**options).bind()  # type: ignore[attr-defined]
 
 
 def _statuses(adapter: Any, ids: list[str]) -> dict[str, tuple[str, Any]]:
@@ -175,6 +178,52 @@ def test_a_killed_replica_loses_no_task_and_none_completes_twice(serve_broker: N
         ends = [line for line in trace if line.startswith("end")]
         # Each task completed once: a task whose replica died mid-run started twice and ended once.
         assert sorted(ends) == sorted(f"end k{i}" for i in range(16))
+    finally:
+        serve.delete(queue)
+        producer.stop_consumer()
+
+
+def _running_replicas(app: str) -> int:
+    deployments = serve.status().applications[app].deployments
+    return sum(deployment.replica_states.get("RUNNING", 0) for deployment in deployments.values())
+
+
+def test_the_deployment_grows_with_the_backlog_and_shrinks_once_it_is_drained(
+    serve_broker: None, tmp_path: Path
+) -> None:
+    queue = f"scales-{uuid.uuid4().hex[:8]}"
+    config = _config(queue)
+    producer = instantiate_adapter_from_config(config)
+    policy = AutoscalingPolicy(
+        policy_function=ShareGroupBacklogPolicy,
+        policy_kwargs={"queue_name": queue, "tasks_per_replica": 4, "refresh_s": 0.5},
+    )
+    autoscaling = AutoscalingConfig(
+        min_replicas=1, max_replicas=3, upscale_delay_s=0, downscale_delay_s=1, policy=policy
+    )
+    serve.run(
+        _app(config, tmp_path, num_replicas="auto", autoscaling_config=autoscaling), name=queue, route_prefix=None
+    )
+    try:
+        assert _running_replicas(queue) == 1
+        ids = [
+            producer.enqueue_task_sync("square", kwargs={"task": f"a{i}", "value": i, "pause": 2.0}).id
+            for i in range(32)
+        ]
+        most = 1
+        deadline = time.monotonic() + DEADLINE_S
+        while time.monotonic() < deadline and any(
+            producer.get_task_status_sync(task_id).status == "PENDING" for task_id in ids[-4:]
+        ):
+            most = max(most, _running_replicas(queue))
+            time.sleep(0.3)
+        # 32 tasks of 2 s: 8 replicas' worth at 4 a replica, so the deployment went to its maximum.
+        assert most == 3
+        assert _settled(producer, ids) == {task_id: ("SUCCESS", i * i) for i, task_id in enumerate(ids)}
+        assert producer.get_metrics_sync()["backlog"] == 0
+        while time.monotonic() < deadline and _running_replicas(queue) > 1:
+            time.sleep(0.3)
+        assert _running_replicas(queue) == 1
     finally:
         serve.delete(queue)
         producer.stop_consumer()
