@@ -10,9 +10,9 @@ import pytest
 from actors.core.shares.acknowledgements import AcknowledgementBatch, AcknowledgeType
 from actors.core.shares.group_share_config import EARLIEST, LATEST, ResolvedShareConfig
 from actors.core.shares.share_partition import AcquiredRecords, RecordState, SharePartition
-from actors.core.shares.share_partition_state import ShareGroupState, StateBatch
 from storage.clock import MockClock
 from storage.errors import InvalidRecordStateError, InvalidRequestError
+from storage.records.share_group_state import ShareGroupState, ShareSnapshot, StateBatch
 
 ACCEPT, RELEASE, REJECT, GAP = (
     int(AcknowledgeType.ACCEPT),
@@ -388,7 +388,7 @@ def test_a_restart_from_the_written_state_redelivers_no_accepted_record_and_lose
     sp = _partition()
     sp.acquire("m1", [(0, 9)], 500)
     sp.acknowledge("m1", [_ack(0, 1, ACCEPT), _ack(3, 3, ACCEPT), _ack(4, 4, REJECT), _ack(5, 5, RELEASE)])
-    written = ShareGroupState.from_bytes(sp.state().to_bytes())
+    written = ShareSnapshot.from_bytes(ShareSnapshot(sp.state()).to_bytes()).state
     restarted = SharePartition(MockClock(), ResolvedShareConfig(), state=written, log_start_offset=0, log_end_offset=50)
     assert (restarted.start_offset, restarted.end_offset) == (2, 10)
     acquired = restarted.acquire("m2", [(0, 14)], 500)

@@ -28,9 +28,9 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from actors.core.shares.acknowledgements import AcknowledgementBatch, AcknowledgeType
 from actors.core.shares.group_share_config import ResolvedShareConfig
 from actors.core.shares.share_partition import RecordState, SharePartition
-from actors.core.shares.share_partition_state import ShareGroupState
 from storage.clock import MockClock
 from storage.errors import InvalidRecordStateError, InvalidRequestError
+from storage.records.share_group_state import ShareSnapshot
 
 pytestmark = pytest.mark.slow
 
@@ -195,7 +195,7 @@ class SharePartitionMachine(RuleBasedStateMachine):
     @precondition(lambda self: bool(self.model))
     @rule()
     def restart(self) -> None:
-        written = ShareGroupState.from_bytes(self.sp.state().to_bytes())
+        written = ShareSnapshot.from_bytes(ShareSnapshot(self.sp.state()).to_bytes()).state
         self.sp = SharePartition(self.clock, CONFIG, state=written, log_end_offset=LOG_END)
         for record in self.model.values():
             if record.state is RecordState.ACQUIRED:
