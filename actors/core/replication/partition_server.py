@@ -16,7 +16,8 @@ same `PartitionServer`.
   finds every slot taken answers at once, as with `max_wait_ms=0`, so long polls never take every read thread.
 - **Share groups** (KIP-932): the leader holds the partition's share-partitions (`actors.core.shares.leader_shares`),
   so a ShareFetch acquires records beside the log it reads and acknowledgements settle them there
-  (`share_fetch`, `share_acknowledge`, `share_release`; the leader only). They are kept in memory only.
+  (`share_fetch`, `share_acknowledge`, `share_release`; the leader only). Their durable state goes through the
+  host's `share_states` (the in-process broker's `__share_group_state`); without it they are kept in memory only.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from actors.core.replication.replica import ACKS_ALL, ACKS_ALL_TIMEOUT_MS, Repli
 from actors.core.role_metrics import NO_ROLE_METRICS, RoleMetrics
 from actors.core.shares.acknowledgements import AcknowledgementBatch
 from actors.core.shares.group_share_config import ResolvedShareConfig
-from actors.core.shares.leader_shares import LeaderShares, LogPosition, ShareFetched
+from actors.core.shares.leader_shares import LeaderShares, LogPosition, ShareFetched, ShareStatePersister
 from storage.arguments import is_int
 from storage.clock import SYSTEM_CLOCK, Clock
 from storage.errors import InvalidRequestError, KafkaStorageError
@@ -52,7 +53,7 @@ _Answer = TypeVar("_Answer")
 
 class PartitionServer:
     """One replica's appends, reads and long polls; see the module docstring. `topic` names the partition's topic
-    for the metrics of its appends (None: not recorded)."""
+    for the metrics of its appends (None: not recorded); `share_states` keeps its share-partitions' durable states."""
 
     def __init__(
         self,
@@ -65,6 +66,7 @@ class PartitionServer:
         long_poll_slots: threading.Semaphore | None = None,
         on_storage_error: Callable[[KafkaStorageError], None] | None = None,
         clock: Clock = SYSTEM_CLOCK,
+        share_states: ShareStatePersister | None = None,
     ) -> None:
         self.log = log
         self.replica = replica
@@ -73,7 +75,7 @@ class PartitionServer:
         self._metrics = metrics
         self._long_poll_slots = long_poll_slots or threading.BoundedSemaphore(LONG_POLL_SLOTS)
         self._on_storage_error = on_storage_error
-        self.shares = LeaderShares(clock)
+        self.shares = LeaderShares(clock, share_states)
 
     # --- appends -------------------------------------------------------------------------------------------------
 

@@ -1,31 +1,39 @@
 """The share-partitions a partition's leader holds, one per share group consuming the partition (Kafka's
 `SharePartitionManager` cache, for one partition), so that a ShareFetch acquires beside the log it reads.
 
-A share-partition (`share_partition.SharePartition`) is made at its group's first use of the partition: its SPSO
-comes from the group's `share.auto.offset.reset` (the high watermark for `latest`, the log start offset for
-`earliest`), as Kafka initializes one whose state the share coordinator has not written yet. Before each use it
-follows a log start offset that passed its SPSO (retention, DeleteRecords).
+A share-partition (`share_partition.SharePartition`) is made at its group's first use of the partition, from the
+durable state its `ShareStatePersister` reads (`actors.core.shares.share_state_store`: `__share_group_state`); a
+state never written takes its SPSO from the group's `share.auto.offset.reset` (the high watermark for `latest`, the
+log start offset for `earliest`), as Kafka initializes one. Before each use it follows a log start offset that passed
+its SPSO (retention, DeleteRecords).
 
 A fetch reads whole batches from the share-partition's next fetch offset (the first Available record, else SPEO)
 up to the high watermark and at most `max_bytes` (at least one batch), hands their offset ranges to `acquire`, and
 answers the bytes read with the ranges acquired for the member; the client keeps the records of those ranges only,
 as Kafka's sends whole batches too. A read that acquired nothing answers no bytes.
 
-Not durable yet: the share-partitions live in the leader's memory, so a leader restart or change starts each group
-afresh from `share.auto.offset.reset` (Kafka writes them to `__share_group_state` through its share coordinator).
+Durability: after every call, a share-partition whose durable state (`SharePartition.state`) changed since it was
+last written is written before the call answers (an acknowledgement, a release, a lock expiry counted, SPSO moved), so
+an answered ACCEPT is never delivered again and a restarted or new leader loses no record that was not accepted. A
+failed read or write drops the share-partition from memory and raises: its next use reads the durable state again, so
+nothing the failed call changed counts (the member's acknowledgement failed and its records come back). Without a
+persister (the partition actors on Ray for now) the share-partitions live in the leader's memory only.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Protocol
 
 from actors.core.shares.acknowledgements import AcknowledgementBatch
 from actors.core.shares.group_share_config import ResolvedShareConfig
 from actors.core.shares.share_partition import AcquiredRecords, InFlightRecords, SharePartition
 from storage.clock import Clock
 from storage.records.record_batch import iter_batches
+from storage.records.share_group_state import ShareGroupState
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,13 +54,28 @@ class LogPosition:
     read: Callable[[int, int], bytes]
 
 
-class LeaderShares:
-    """The share-partitions of one partition leader, by group (see the module docstring); thread-safe."""
+class ShareStatePersister(Protocol):
+    """Where the durable states of one partition's share-partitions are kept, by group (Kafka's `Persister`)."""
 
-    def __init__(self, clock: Clock) -> None:
+    def read_state(self, group_id: str) -> ShareGroupState:
+        """The group's share-partition state last written (uninitialized if none was)."""
+        ...
+
+    def write_state(self, group_id: str, state: ShareGroupState) -> None:
+        """Writes the group's share-partition state, durable on return."""
+        ...
+
+
+class LeaderShares:
+    """The share-partitions of one partition leader, by group (see the module docstring); thread-safe. `persister`
+    keeps their durable states (None: kept in memory only)."""
+
+    def __init__(self, clock: Clock, persister: ShareStatePersister | None = None) -> None:
         self._clock = clock
+        self._persister = persister
         self._lock = threading.Lock()
         self._partitions: dict[str, SharePartition] = {}
+        self._written: dict[str, ShareGroupState] = {}
 
     def acquire(
         self,
@@ -64,7 +87,7 @@ class LeaderShares:
         max_records: int,
     ) -> ShareFetched:
         """Reads the log from the group's next fetch offset and acquires for `member_id` what it may take."""
-        with self._lock:
+        with self._lock, self._persisted(group_id):
             share = self._share_partition(group_id, config, log)
             offset = share.next_fetch_offset()
             if offset >= log.high_watermark or not share.can_acquire_records():
@@ -85,32 +108,62 @@ class LeaderShares:
         batches: Sequence[AcknowledgementBatch],
     ) -> None:
         """Applies `member_id`'s acknowledgements, all or none (`SharePartition.acknowledge`'s errors)."""
-        with self._lock:
+        with self._lock, self._persisted(group_id):
             self._share_partition(group_id, config, log).acknowledge(member_id, batches)
 
     def release(self, group_id: str, member_id: str) -> None:
         """Releases every record `member_id` holds in the group's share-partition, if it has one."""
-        with self._lock:
+        with self._lock, self._persisted(group_id):
             share = self._partitions.get(group_id)
             if share is not None:
                 share.release_acquired_records(member_id)
 
     def in_flight(self, group_id: str) -> tuple[int, tuple[InFlightRecords, ...]] | None:
         """The group's SPSO and in-flight records; None before its first use of the partition."""
-        with self._lock:
+        with self._lock, self._persisted(group_id):
             share = self._partitions.get(group_id)
             if share is None:
                 return None
             share.maybe_expire_locks()
             return share.start_offset, share.in_flight()
 
+    @contextmanager
+    def _persisted(self, group_id: str) -> Iterator[None]:
+        """Writes the group's share-partition state after the block, even one that raised (a refused
+        acknowledgement may follow a lock expiry), if it changed (see the module docstring). Called with the lock
+        held."""
+        try:
+            yield
+        finally:
+            self._write(group_id)
+
+    def _write(self, group_id: str) -> None:
+        share = self._partitions.get(group_id)
+        if share is None or self._persister is None:
+            return
+        state = share.state()
+        if state == self._written.get(group_id):
+            return
+        try:
+            self._persister.write_state(group_id, state)
+        except BaseException:
+            del self._partitions[group_id], self._written[group_id]
+            raise
+        self._written[group_id] = state
+
     def _share_partition(self, group_id: str, config: ResolvedShareConfig, log: LogPosition) -> SharePartition:
         share = self._partitions.get(group_id)
         if share is None:
+            state = ShareGroupState() if self._persister is None else self._persister.read_state(group_id)
             share = SharePartition(
-                self._clock, config, log_start_offset=log.log_start_offset, log_end_offset=log.high_watermark
+                self._clock,
+                config,
+                state=state,
+                log_start_offset=log.log_start_offset,
+                log_end_offset=log.high_watermark,
             )
             self._partitions[group_id] = share
+            self._written[group_id] = state
         share.config = config
         share.update_log_start_offset(log.log_start_offset)
         return share

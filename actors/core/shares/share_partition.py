@@ -206,7 +206,8 @@ class SharePartition:
 
     def state(self) -> ShareGroupState:
         """The durable state to write (see `storage.records.share_group_state`): SPSO and every in-flight record,
-        Acquired ones as Available with the delivery count they had before their acquisition."""
+        Acquired ones as Available with the delivery count they had before their acquisition, but for the last ones
+        never delivered before it."""
         batches: list[StateBatch] = []
         for run in self._runs:
             state, count = run.state, run.delivery_count
@@ -221,6 +222,10 @@ class SharePartition:
                 batches[-1] = StateBatch(previous.first_offset, run.last, state.value, count)
             else:
                 batches.append(StateBatch(run.first, run.last, state.value, count))
+        # Records at the end never delivered before their current acquisition are as if never read: leaving them out
+        # keeps a fetch of new records from changing the durable state (Kafka writes nothing when it acquires).
+        while batches and (batches[-1].delivery_state, batches[-1].delivery_count) == (RecordState.AVAILABLE.value, 0):
+            batches.pop()
         return ShareGroupState(self.state_epoch, self._start, tuple(batches))
 
     # --- what members do ---------------------------------------------------------------------------------

@@ -201,6 +201,11 @@ class SharePartitionMachine(RuleBasedStateMachine):
             if record.state is RecordState.ACQUIRED:
                 record.state, record.member_id, record.deadline_ms = RecordState.AVAILABLE, None, None
                 record.delivery_count -= 1
+        # The last records never delivered before are not written: read again from the log as new ones.
+        for offset in sorted(self.model, reverse=True):
+            if (self.model[offset].state, self.model[offset].delivery_count) != (RecordState.AVAILABLE, 0):
+                break
+            del self.model[offset]
 
     # --- invariants ----------------------------------------------------------------------------------------
 
@@ -222,17 +227,18 @@ class SharePartitionMachine(RuleBasedStateMachine):
         assert end - start <= CONFIG.max_record_locks + 4
 
     def teardown(self) -> None:
-        """Every member leaves; one consumer acquires and accepts until everything read is done."""
+        """Every member leaves; one consumer acquires and accepts until everything read is done (after a restart the
+        in-flight range may end inside a log batch, so the last batch read may take the rest of it)."""
         end = self.sp.end_offset
         for member in MEMBERS:
             self.sp.release_acquired_records(member)
         for _ in range(CONFIG.delivery_count_limit * LOG_END):
-            batches = [b for b in _read_from(self.sp.next_fetch_offset()) if b[1] < end]
+            batches = [b for b in _read_from(self.sp.next_fetch_offset()) if b[0] < end]
             acquired = self.sp.acquire("drain", batches, LOG_END)
             if not acquired:
                 break
             self.sp.acknowledge("drain", [AcknowledgementBatch(a.first_offset, a.last_offset, (1,)) for a in acquired])
-        assert self.sp.start_offset == self.sp.end_offset == end
+        assert self.sp.start_offset == self.sp.end_offset >= end
         assert self.sp.in_flight() == ()
 
 
