@@ -19,7 +19,7 @@ from actors.core.shares.group_share_config import EARLIEST, ResolvedShareConfig
 from actors.core.shares.share_partition import AcquiredRecords
 from actors.core.shares.share_state_store import ShareStateStore
 from storage.clock import MockClock
-from storage.errors import FencedLeaderEpochError, InvalidRecordStateError
+from storage.errors import FencedLeaderEpochError, InvalidRecordStateError, NotEnoughReplicasError
 from storage.records.record_batch import RecordBatchBuilder, iter_batches
 from storage.records.share_group_state import ShareGroupState, SharePartitionKey, ShareSnapshot, StateBatch
 
@@ -170,3 +170,30 @@ def test_a_refused_acknowledgement_changes_no_durable_state(broker: InProcessBro
     assert written == ShareGroupState(0, 1, ())
     key = SharePartitionKey("g", broker.controller.describe_topic("t").topic_id, 0)
     assert _store(broker).read_state(key, 0) == ShareGroupState(0, 4, ())
+
+
+def test_an_acknowledgement_not_made_durable_fails_and_its_records_come_back(tmp_path: Path) -> None:
+    """`__share_group_state` with 2 replicas, 2 in sync: once a node is lost its appends are refused, so the ACCEPT
+    answers NOT_ENOUGH_REPLICAS and counts for nothing: the share-partition is read again from its durable state, the
+    records go to the next member, and the state a restart would read is the one before the ACCEPT."""
+    properties = {
+        **PROPERTIES,
+        "share.coordinator.state.topic.replication.factor": "2",
+        "share.coordinator.state.topic.min.isr": "2",
+    }
+    broker = InProcessBroker(tmp_path, nodes=2, properties=properties, clock=MockClock())
+    try:
+        broker.controller.create_topic("t", 1, replication_factor=1)
+        leader_node = broker.controller.partition_state("t", 0).leader
+        _produce(broker, "t", 4)
+        assert _acquire(broker, "t", "m1") == [AcquiredRecords(0, 3, 1)]
+        other = next(node for node in broker.nodes if node != leader_node)
+        broker.lose_node(other)
+        with pytest.raises(NotEnoughReplicasError):
+            broker.leader("t", 0).share_acknowledge("g", "m1", EARLIEST_CONFIG, [_ack(0, 3, AcknowledgeType.ACCEPT)])
+        assert _acquire(broker, "t", "m2") == [AcquiredRecords(0, 3, 1)]
+        leader = broker.leader("t", 0)
+        key = SharePartitionKey("g", broker.controller.describe_topic("t").topic_id, 0)
+        assert _store(broker).read_state(key, leader.replica.leader_epoch) == ShareGroupState(0, 0, ())
+    finally:
+        broker.close()
