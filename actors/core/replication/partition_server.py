@@ -17,7 +17,8 @@ same `PartitionServer`.
 - **Share groups** (KIP-932): the leader holds the partition's share-partitions (`actors.core.shares.leader_shares`),
   so a ShareFetch acquires records beside the log it reads and acknowledgements settle them there
   (`share_fetch`, `share_acknowledge`, `share_release`; the leader only). Their durable state goes through the
-  host's `share_states` (the in-process broker's `__share_group_state`); without it they are kept in memory only.
+  host's `share_states` to `__share_group_state` (`actors.core.shares.share_state_store`); without it they are kept
+  in memory only.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ last written is written before the call answers (an acknowledgement, a release, 
 an answered ACCEPT is never delivered again and a restarted or new leader loses no record that was not accepted. A
 failed read or write drops the share-partition from memory and raises: its next use reads the durable state again, so
 nothing the failed call changed counts (the member's acknowledgement failed and its records come back). Without a
-persister (the partition actors on Ray for now) the share-partitions live in the leader's memory only.
+persister (a partition actor outside Ray, in tests) the share-partitions live in the leader's memory only.
 """
 
 from __future__ import annotations

@@ -21,10 +21,12 @@ what was acknowledged."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import pytest
@@ -49,6 +51,7 @@ EXPECTED = {
 }
 
 Deliveries = dict[str, list[tuple[int, str]]]
+Delivered = list[tuple[str, int, str]]
 LIST_GROUPS, DESCRIBE_GROUPS, SHARE_GROUP_DESCRIBE = 16, 15, 77
 
 
@@ -190,48 +193,62 @@ def json_of(seen: dict[str, object]) -> str:
     return re.sub(r"(kip932|shares)-[0-9a-f]{8}", r"\1-*", repr(seen))
 
 
-def test_a_broker_restart_delivers_only_what_was_not_accepted(share_classpath: str, tmp_path: Path) -> None:
-    """See the module docstring's last paragraph: before the restart a member accepts warm-up and `plain-*`
-    records, REJECTs `reject-0` and RELEASEs then accepts `release-0`; `later-*` are produced once it left."""
+def create_topic(bootstrap: str, topic: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])[topic].result(timeout=60)
+
+
+def restart_steps(classpath: str, listen: Callable[[], AbstractContextManager[str]], folder: Path) -> Delivered:
+    """The module docstring's last paragraph on the broker `listen()` starts (over the same log dirs each time) and
+    stops at its end: before the restart a member accepts warm-up and `plain-*` records, REJECTs `reject-0` and
+    RELEASEs then accepts `release-0`; `later-*` are produced once it left. The deliveries to the member that joins
+    after the restart."""
     topic, group = f"kip932-{uuid.uuid4().hex[:8]}", f"shares-{uuid.uuid4().hex[:8]}"
-    root = tmp_path / "broker"
-    broker = start_share_broker(root)
-    try:
-        with start_local_listener(broker) as listener:
-            bootstrap = listener.bootstrap_servers
-            broker.controller.create_topic(topic, 1)
-            before = ShareMember(share_classpath, bootstrap, topic, group, tmp_path, "before")
-            try:
-                warmups = iter(range(10_000))
+    with listen() as bootstrap:
+        create_topic(bootstrap, topic)
+        before = ShareMember(classpath, bootstrap, topic, group, folder, "before")
+        try:
+            warmups = iter(range(10_000))
 
-                def warmed() -> bool:
-                    if before.deliveries():
-                        return True
-                    produce(bootstrap, topic, [f"warmup-{next(warmups)}"])
-                    return False
+            def warmed() -> bool:
+                if before.deliveries():
+                    return True
+                produce(bootstrap, topic, [f"warmup-{next(warmups)}"])
+                return False
 
-                wait_for("a warm-up record delivered", warmed, [before])
-                produce(bootstrap, topic, [*(f"plain-{i}" for i in range(10)), "reject-0", "release-0"])
-                settled = {*(f"plain-{i}" for i in range(10)), "reject-0", "release-0"}
-                wait_for(
-                    "every record settled",
-                    lambda: settled | {"release-0"} <= {v for v, _, kind in before.deliveries() if kind != "RELEASE"},
-                    [before],
-                )
-            finally:
-                before.close()
-            produce(bootstrap, topic, [f"later-{i}" for i in range(10)])
-    finally:
-        broker.close()
-    broker = start_share_broker(root)
-    try:
-        with start_local_listener(broker) as listener:
-            after = ShareMember(share_classpath, listener.bootstrap_servers, topic, group, tmp_path, "after")
-            try:
-                wait_for("every later record delivered", lambda: len(after.deliveries()) >= 10, [after])
-                time.sleep(2)  # anything delivered again would show by now
-            finally:
-                after.close()
-    finally:
-        broker.close()
-    assert sorted(after.deliveries()) == sorted((f"later-{i}", 1, "ACCEPT") for i in range(10))
+            wait_for("a warm-up record delivered", warmed, [before])
+            settled = {*(f"plain-{i}" for i in range(10)), "reject-0", "release-0"}
+            produce(bootstrap, topic, sorted(settled))
+            wait_for(
+                "every record settled",
+                lambda: settled <= {value for value, _, kind in before.deliveries() if kind != "RELEASE"},
+                [before],
+            )
+        finally:
+            before.close()
+        produce(bootstrap, topic, [f"later-{i}" for i in range(10)])
+    with listen() as bootstrap:
+        after = ShareMember(classpath, bootstrap, topic, group, folder, "after")
+        try:
+            wait_for("every later record delivered", lambda: len(after.deliveries()) >= 10, [after])
+            time.sleep(2)  # anything delivered again would show by now
+        finally:
+            after.close()
+    return sorted(after.deliveries())
+
+
+# What the member after the restart gets: the records produced after the first member left, each once.
+RESTART_EXPECTED = sorted((f"later-{i}", 1, "ACCEPT") for i in range(10))
+
+
+def test_a_broker_restart_delivers_only_what_was_not_accepted(share_classpath: str, tmp_path: Path) -> None:
+    @contextlib.contextmanager
+    def listen() -> Iterator[str]:
+        broker = start_share_broker(tmp_path / "broker")
+        try:
+            with start_local_listener(broker) as listener:
+                yield listener.bootstrap_servers
+        finally:
+            broker.close()
+
+    assert restart_steps(share_classpath, listen, tmp_path) == RESTART_EXPECTED
