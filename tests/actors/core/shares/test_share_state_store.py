@@ -1,11 +1,13 @@
 """The share-partitions' durable states in `__share_group_state`, on the in-process broker's real replicas: a state
 written reads back, the latest wins, a store made again (a restart) and a broker opened again on the same log dirs
 load what was written, in Kafka's record format; an older leader is fenced; and a partition leader's share-partitions
-written through the store come back after a restart with every accepted record done and every other one
-delivered again, with its delivery count."""
+written through the store come back after a restart or a leader change with every accepted record done and every
+other one delivered again, with its delivery count, while an acknowledgement whose write is refused counts for
+nothing."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +16,7 @@ import pytest
 
 from actors.core.controller.topic_metadata import SHARE_GROUP_STATE_TOPIC
 from actors.core.in_process_broker import InProcessBroker
+from actors.core.replication.partition_server import PartitionServer
 from actors.core.shares.acknowledgements import AcknowledgementBatch, AcknowledgeType
 from actors.core.shares.group_share_config import EARLIEST, ResolvedShareConfig
 from actors.core.shares.share_partition import AcquiredRecords
@@ -121,6 +124,14 @@ def _acquire(broker: InProcessBroker, topic: str, member: str) -> list[AcquiredR
     return list(fetched.acquired)
 
 
+def _wait_for_high_watermark(leader: PartitionServer, offset: int) -> None:
+    """Until the follower's fetch (a thread of the in-process broker) moved the leader's high watermark to `offset`."""
+    deadline = time.monotonic() + 10
+    while leader.offsets()[1] < offset and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert leader.offsets()[1] == offset
+
+
 def _ack(first: int, last: int, ack_type: AcknowledgeType) -> AcknowledgementBatch:
     return AcknowledgementBatch(first, last, (int(ack_type),))
 
@@ -195,5 +206,37 @@ def test_an_acknowledgement_not_made_durable_fails_and_its_records_come_back(tmp
         leader = broker.leader("t", 0)
         key = SharePartitionKey("g", broker.controller.describe_topic("t").topic_id, 0)
         assert _store(broker).read_state(key, leader.replica.leader_epoch) == ShareGroupState(0, 0, ())
+    finally:
+        broker.close()
+
+
+def test_a_new_leader_redelivers_no_accepted_record_and_every_other_one(tmp_path: Path) -> None:
+    """A leader change: the topic and `__share_group_state` on both nodes, the leader's node lost after ACCEPT 0-3,
+    RELEASE 4 and 5-7 held; the new leader, in a newer epoch, reads the state (fencing the old one's writes) and
+    gives the next member 4 (second delivery) and 5-7 (first delivery again), never 0-3."""
+    properties = {
+        **PROPERTIES,
+        "share.coordinator.state.topic.replication.factor": "2",
+        "share.coordinator.state.topic.min.isr": "1",
+    }
+    broker = InProcessBroker(tmp_path, nodes=2, properties=properties, clock=MockClock())
+    try:
+        broker.controller.create_topic("t", 1, replication_factor=2)
+        _produce(broker, "t", 8)
+        old = broker.leader("t", 0)
+        _wait_for_high_watermark(old, 8)
+        assert _acquire(broker, "t", "m1") == [AcquiredRecords(0, 7, 1)]
+        old.share_acknowledge(
+            "g", "m1", EARLIEST_CONFIG, [_ack(0, 3, AcknowledgeType.ACCEPT), _ack(4, 4, AcknowledgeType.RELEASE)]
+        )
+        old_epoch = old.replica.leader_epoch
+        broker.lose_node(broker.controller.partition_state("t", 0).leader)
+        new = broker.leader("t", 0)
+        assert new is not old and new.replica.leader_epoch > old_epoch
+        _wait_for_high_watermark(new, 8)
+        assert _acquire(broker, "t", "m2") == [AcquiredRecords(4, 4, 2), AcquiredRecords(5, 7, 1)]
+        key = SharePartitionKey("g", broker.controller.describe_topic("t").topic_id, 0)
+        with pytest.raises(FencedLeaderEpochError):
+            broker.share_state_store.write_state(key, ShareGroupState(0, 8, ()), old_epoch)
     finally:
         broker.close()
