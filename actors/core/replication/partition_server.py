@@ -189,7 +189,7 @@ class PartitionServer:
     def share_release(self, group_id: str, member_id: str) -> None:
         """Releases the records `member_id` holds here: its share session closed."""
         self.check_leader()
-        self.shares.release(group_id, member_id)
+        self.shares.release(group_id, member_id, self.replica.leader_epoch)
 
     def _share_position(self) -> LogPosition:
         log = self.check_leader()
@@ -197,6 +197,7 @@ class PartitionServer:
             log.log_start_offset,
             log.high_watermark,
             lambda offset, max_bytes: log.read(offset, max_bytes, isolation="high_watermark").records,
+            self.replica.leader_epoch,
         )
 
     # --- the long poll -------------------------------------------------------------------------------------------

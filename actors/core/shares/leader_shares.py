@@ -14,7 +14,8 @@ as Kafka's sends whole batches too. A read that acquired nothing answers no byte
 
 Durability: after every call, a share-partition whose durable state (`SharePartition.state`) changed since it was
 last written is written before the call answers (an acknowledgement, a release, a lock expiry counted, SPSO moved), so
-an answered ACCEPT is never delivered again and a restarted or new leader loses no record that was not accepted. A
+an answered ACCEPT is never delivered again and a restarted or new leader loses no record that was not accepted. The
+share-partitions are kept for one leader epoch: a replica that leads again later reads their states again. A
 failed read or write drops the share-partition from memory and raises: its next use reads the durable state again, so
 nothing the failed call changed counts (the member's acknowledgement failed and its records come back). Without a
 persister (a partition actor outside Ray, in tests) the share-partitions live in the leader's memory only.
@@ -46,12 +47,14 @@ class ShareFetched:
 
 @dataclass(frozen=True, slots=True)
 class LogPosition:
-    """The leader's log as a share fetch sees it: its start offset, its high watermark, and a read of whole
-    batches from an offset below the high watermark, at most `max_bytes` but at least one batch."""
+    """The leader's log as a share fetch sees it: its start offset, its high watermark, a read of whole batches
+    from an offset below the high watermark, at most `max_bytes` but at least one batch, and the leader epoch the
+    replica leads in."""
 
     log_start_offset: int
     high_watermark: int
     read: Callable[[int, int], bytes]
+    leader_epoch: int
 
 
 class ShareStatePersister(Protocol):
@@ -76,6 +79,7 @@ class LeaderShares:
         self._lock = threading.Lock()
         self._partitions: dict[str, SharePartition] = {}
         self._written: dict[str, ShareGroupState] = {}
+        self._leader_epoch: int | None = None
 
     def acquire(
         self,
@@ -111,16 +115,19 @@ class LeaderShares:
         with self._lock, self._persisted(group_id):
             self._share_partition(group_id, config, log).acknowledge(member_id, batches)
 
-    def release(self, group_id: str, member_id: str) -> None:
-        """Releases every record `member_id` holds in the group's share-partition, if it has one."""
+    def release(self, group_id: str, member_id: str, leader_epoch: int) -> None:
+        """Releases every record `member_id` holds in the group's share-partition, if it has one (in the leader epoch
+        `leader_epoch`)."""
         with self._lock, self._persisted(group_id):
+            self._follow_leader_epoch(leader_epoch)
             share = self._partitions.get(group_id)
             if share is not None:
                 share.release_acquired_records(member_id)
 
     def in_flight(self, group_id: str) -> tuple[int, tuple[InFlightRecords, ...]] | None:
-        """The group's SPSO and in-flight records; None before its first use of the partition."""
-        with self._lock, self._persisted(group_id):
+        """The group's SPSO and in-flight records; None before its first use of the partition. Nothing is written:
+        a lock expiry it finds is written by the next call that changes the share-partition."""
+        with self._lock:
             share = self._partitions.get(group_id)
             if share is None:
                 return None
@@ -151,7 +158,16 @@ class LeaderShares:
             raise
         self._written[group_id] = state
 
+    def _follow_leader_epoch(self, leader_epoch: int) -> None:
+        """Forgets every share-partition made in another leader epoch: the leader may have moved away and back since,
+        and another leader written their states meanwhile, so they are read again. Called with the lock held."""
+        if leader_epoch != self._leader_epoch and self._persister is not None:
+            self._partitions.clear()
+            self._written.clear()
+        self._leader_epoch = leader_epoch
+
     def _share_partition(self, group_id: str, config: ResolvedShareConfig, log: LogPosition) -> SharePartition:
+        self._follow_leader_epoch(log.leader_epoch)
         share = self._partitions.get(group_id)
         if share is None:
             state = ShareGroupState() if self._persister is None else self._persister.read_state(group_id)

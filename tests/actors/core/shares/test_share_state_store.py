@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from actors.core.controller.elections import ElectionType
 from actors.core.controller.topic_metadata import SHARE_GROUP_STATE_TOPIC
 from actors.core.in_process_broker import InProcessBroker
 from actors.core.replication.partition_server import PartitionServer
@@ -238,5 +239,49 @@ def test_a_new_leader_redelivers_no_accepted_record_and_every_other_one(tmp_path
         key = SharePartitionKey("g", broker.controller.describe_topic("t").topic_id, 0)
         with pytest.raises(FencedLeaderEpochError):
             broker.share_state_store.write_state(key, ShareGroupState(0, 8, ()), old_epoch)
+    finally:
+        broker.close()
+
+
+def _wait_for_isr(broker: InProcessBroker, topic: str, size: int) -> None:
+    deadline = time.monotonic() + 15
+    while len(broker.controller.partition_state(topic, 0).isr) < size and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert len(broker.controller.partition_state(topic, 0).isr) == size
+
+
+# Seconds: a restarted follower rejoins the ISR before the preferred election.
+@pytest.mark.slow
+def test_a_replica_leading_again_reads_what_the_leader_between_wrote(tmp_path: Path) -> None:
+    """Leadership leaves a replica whose process keeps running and comes back to it: the share-partition it held
+    in the first epoch is stale (the leader between accepted more), so it is read again, not served from memory."""
+    properties = {
+        **PROPERTIES,
+        "share.coordinator.state.topic.replication.factor": "2",
+        "share.coordinator.state.topic.min.isr": "1",
+        "replica.fetch.wait.max.ms": "50",
+    }
+    broker = InProcessBroker(tmp_path, nodes=2, properties=properties, clock=MockClock())
+    try:
+        broker.controller.create_topic("t", 1, replication_factor=2)
+        preferred = broker.controller.partition_state("t", 0).leader
+        _produce(broker, "t", 8)
+        _wait_for_high_watermark(broker.leader("t", 0), 8)
+        broker.lose_node(preferred)
+        first = broker.leader("t", 0)
+        assert _acquire(broker, "t", "m1") == [AcquiredRecords(0, 7, 1)]
+        first.share_acknowledge("g", "m1", EARLIEST_CONFIG, [_ack(0, 1, AcknowledgeType.ACCEPT)])
+        broker.restart_node(preferred)
+        _wait_for_isr(broker, "t", 2)
+        broker.controller.elect_leaders(ElectionType.PREFERRED, [("t", 0)])
+        between = broker.leader("t", 0)
+        assert between is not first
+        _wait_for_high_watermark(between, 8)
+        assert _acquire(broker, "t", "m2") == [AcquiredRecords(2, 7, 1)]
+        between.share_acknowledge("g", "m2", EARLIEST_CONFIG, [_ack(2, 5, AcknowledgeType.ACCEPT)])
+        broker.lose_node(preferred)
+        assert broker.leader("t", 0) is first
+        _wait_for_high_watermark(first, 8)
+        assert _acquire(broker, "t", "m3") == [AcquiredRecords(6, 7, 1)]
     finally:
         broker.close()
