@@ -97,15 +97,19 @@ class ShareStateStore:
         self._controller = controller
         self._find_partition = find_partition
         self._partition_count = config.share_coordinator_state_topic_num_partitions
-        self._lock = threading.Lock()
+        # One lock per state partition (Kafka's share coordinator runs a shard per partition): writes to different
+        # partitions wait for their own appends only.
+        self._partition_locks = [threading.Lock() for _ in range(self._partition_count)]
+        self._topic_lock = threading.Lock()
         self._topic_ready = False
         self._loaded: dict[int, dict[SharePartitionKey, ShareSnapshot]] = {}
 
     def read_state(self, key: SharePartitionKey, leader_epoch: int) -> ShareGroupState:
         """The share-partition's latest state (uninitialized if none was written), read by the leader of
         `leader_epoch`, which fences older leaders' writes from now on (see the module docstring)."""
-        with self._lock:
-            snapshot = self._snapshots(key.state_partition(self._partition_count)).get(key)
+        partition = key.state_partition(self._partition_count)
+        with self._partition_locks[partition]:
+            snapshot = self._snapshots(partition).get(key)
             if snapshot is not None:
                 _check_epoch(key, snapshot, leader_epoch)
             if snapshot is None or snapshot.leader_epoch < leader_epoch:
@@ -117,8 +121,9 @@ class ShareStateStore:
     def write_state(self, key: SharePartitionKey, state: ShareGroupState, leader_epoch: int) -> None:
         """Writes the share-partition's state, durable on return; `FencedLeaderEpochError` for a leader older than
         the last one that read or wrote it."""
-        with self._lock:
-            snapshot = self._snapshots(key.state_partition(self._partition_count)).get(key)
+        partition = key.state_partition(self._partition_count)
+        with self._partition_locks[partition]:
+            snapshot = self._snapshots(partition).get(key)
             if snapshot is not None:
                 _check_epoch(key, snapshot, leader_epoch)
             self._append(key, state, leader_epoch, snapshot)
@@ -126,6 +131,7 @@ class ShareStateStore:
     def _append(
         self, key: SharePartitionKey, state: ShareGroupState, leader_epoch: int, previous: ShareSnapshot | None
     ) -> None:
+        """Appends the key's new snapshot and caches it. Called with its partition's lock held."""
         now_ms = self._clock.milliseconds()
         snapshot = ShareSnapshot(
             state,
@@ -145,13 +151,15 @@ class ShareStateStore:
         self._loaded[partition][key] = snapshot
 
     def _snapshots(self, partition: int) -> dict[SharePartitionKey, ShareSnapshot]:
-        """The latest snapshot of each key on `partition`, loaded at its first use. Called with the lock held."""
+        """The latest snapshot of each key on `partition`, loaded at its first use. Called with the partition's lock
+        held."""
         loaded = self._loaded.get(partition)
         if loaded is not None:
             return loaded
-        if not self._topic_ready:
-            ensure_share_state_topic(self._controller, self._config)
-            self._topic_ready = True
+        with self._topic_lock:
+            if not self._topic_ready:
+                ensure_share_state_topic(self._controller, self._config)
+                self._topic_ready = True
         name = f"{SHARE_GROUP_STATE_TOPIC}-{partition}"
         loaded = {}
         for batch in internal_batches(self._find_partition(partition), name, LOAD_CHUNK_BYTES):
