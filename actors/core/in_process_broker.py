@@ -21,6 +21,10 @@ real replication and the real group coordinator.
   `__consumer_offsets`
   tells the group coordinator to make the producer's pending transactional offsets committed or drop them
   (`OffsetsCompletingMarkers`).
+- The share-partitions' durable states (`actors.core.shares.share_state_store.ShareStateStore`), made on first use,
+  which creates `__share_group_state`: every partition leader's share-partitions read and write their states there,
+  so a broker opened again on the same root, or a new leader, serves each share group from where its
+  acknowledgements left it.
 - Metrics (`actors.core.role_metrics`): the leaders' appends and the controller's ISR changes go to the injected
   recorder, as on Ray (the Kafka listener takes its own).
 - One injected clock for the logs, the controller's rebalance timer, ISR lag and group timeouts. Nothing runs on
@@ -42,7 +46,11 @@ from pathlib import Path
 from actors.core.controller.controller import Controller
 from actors.core.controller.group_config_store import GroupConfigVersion
 from actors.core.controller.log_manager_broker import LogManagerBroker
-from actors.core.controller.topic_metadata import CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC
+from actors.core.controller.topic_metadata import (
+    CONSUMER_OFFSETS_TOPIC,
+    SHARE_GROUP_STATE_TOPIC,
+    TRANSACTION_STATE_TOPIC,
+)
 from actors.core.groups.group_coordinator import GroupCoordinator
 from actors.core.groups.group_membership import GroupMembership, MembershipConfig
 from actors.core.internal_topics import InProcessInternalPartition
@@ -54,6 +62,7 @@ from actors.core.replication.log_changes import LogChanges
 from actors.core.replication.partition_server import PartitionServer
 from actors.core.replication.replica import Replica
 from actors.core.role_metrics import NO_ROLE_METRICS, RoleMetrics
+from actors.core.shares.share_state_store import PartitionStates, ShareStateStore
 from actors.core.transactions.markers import OffsetsCompletingMarkers, TransactionMarker
 from actors.core.transactions.transaction_coordinator import TransactionCoordinator
 from storage.clock import SYSTEM_CLOCK, Clock
@@ -121,10 +130,12 @@ class LocalReplicas(LocalPartitions):
         config: BrokerConfig,
         controller: Callable[[], Controller],
         find_replica: Callable[[str, int, str], Replica],
+        share_states: Callable[[], ShareStateStore],
         metrics: RoleMetrics = NO_ROLE_METRICS,
     ) -> None:
         super().__init__(clock, config.producer_id_expiration_ms, replicated=True)
         self.node = node
+        self._share_states = share_states
         self._metrics = metrics
         self._settings = ReplicaSettings.from_broker_config(config)
         self._controller = controller
@@ -154,7 +165,16 @@ class LocalReplicas(LocalPartitions):
             leader_link=self._link,
             throttle=self,
         )
-        server = PartitionServer(log, replica, changes, topic=tp[0], metrics=self._metrics, clock=self._clock)
+        topic, partition = tp
+        states = PartitionStates(
+            self._share_states,
+            partition,
+            topic_id=lambda: self._controller().describe_topic(topic).topic_id,
+            leader_epoch=lambda: replica.leader_epoch,
+        )
+        server = PartitionServer(
+            log, replica, changes, topic=topic, metrics=self._metrics, clock=self._clock, share_states=states
+        )
         with self._lock:
             self._served[tp] = server
         return _ReplicaPartition(server)
@@ -284,6 +304,7 @@ class InProcessBroker:
         self._lock = threading.Lock()
         self._coordinator: GroupCoordinator | None = None
         self._transaction_coordinator: TransactionCoordinator | None = None
+        self._share_state_store: ShareStateStore | None = None
         self._transaction_scheduler = Scheduler(clock)
         self._controller: Controller | None = None
         self.nodes: dict[str, InProcessNode] = {}
@@ -321,7 +342,15 @@ class InProcessBroker:
         config = BrokerConfig.from_properties(
             {**self._properties, "log.dirs": ",".join(str(d) for d in dirs), "node.id": str(index)}
         )
-        replicas = LocalReplicas(node, self.clock, config, lambda: self.controller, self.find_replica, self.metrics)
+        replicas = LocalReplicas(
+            node,
+            self.clock,
+            config,
+            lambda: self.controller,
+            self.find_replica,
+            lambda: self.share_state_store,
+            self.metrics,
+        )
 
         def moved(placement: PartitionPlacement) -> None:
             self.controller.assign_replica_dir(placement.topic, placement.partition, node, placement.directory_id)
@@ -397,6 +426,20 @@ class InProcessBroker:
                     group_configs=self.controller.group_configs,
                 )
             return self._coordinator
+
+    @property
+    def share_state_store(self) -> ShareStateStore:
+        """The share-partitions' durable states in `__share_group_state` (created at its first use), which every
+        partition leader's share-partitions read and write."""
+        with self._lock:
+            if self._share_state_store is None:
+                self._share_state_store = ShareStateStore(
+                    self.config.share_group_config,
+                    clock=self.clock,
+                    controller=self.controller,
+                    find_partition=lambda partition: self.internal_partition(SHARE_GROUP_STATE_TOPIC, partition),
+                )
+            return self._share_state_store
 
     def _topic_deleted(self, topic: str) -> None:
         """The controller's `topic_deleted`: the group coordinator deletes the topic's committed offsets."""

@@ -11,6 +11,10 @@ change after (`update_group_config`).
 Listeners on its node call it over its group channel (`actors.channels.group_channel`) rather than Ray, once one
 asked for it (`group_channel`). Ray restarts it if it dies; the new one loads the committed offsets again and
 members rejoin.
+
+It also holds the cluster's `ShareStateStore` (`actors.core.shares.share_state_store`: the share-partitions'
+durable states in `__share_group_state`, Kafka's share coordinator state), which partition leaders read and write
+with `read_share_state` / `write_share_state` (`actors.server.ray_share_states`); a new one loads it again.
 """
 
 from __future__ import annotations
@@ -20,16 +24,18 @@ from collections.abc import Mapping
 
 from actors.calls import call, controller, this_node_id
 from actors.channels.group_channel import GroupChannel
-from actors.core.controller.topic_metadata import CONSUMER_OFFSETS_TOPIC
+from actors.core.controller.topic_metadata import CONSUMER_OFFSETS_TOPIC, SHARE_GROUP_STATE_TOPIC
 from actors.core.groups.group_coordinator import GroupCoordinator
 from actors.core.groups.group_membership import (
     GroupMembership,
     MembershipConfig,
 )
+from actors.core.shares.share_state_store import ShareStateStore
 from actors.server.append_route import AppendRoute
 from actors.server.internal_partition_leaders import RayInternalPartition, RayTopicAdmin
 from storage.clock import SYSTEM_CLOCK
 from storage.config.broker_config import BrokerConfig
+from storage.records.share_group_state import ShareGroupState, SharePartitionKey
 
 
 class GroupCoordinatorActor(GroupCoordinator):
@@ -59,6 +65,22 @@ class GroupCoordinatorActor(GroupCoordinator):
             share_config=config.share_group_config,
             group_configs=lambda: call(controller().group_configs.remote()),
         )
+        self._share_states = ShareStateStore(
+            config.share_group_config,
+            clock=SYSTEM_CLOCK,
+            controller=RayTopicAdmin(),
+            find_partition=lambda partition: RayInternalPartition.leader_of(
+                SHARE_GROUP_STATE_TOPIC, partition, self._route
+            ),
+        )
+
+    def read_share_state(self, key: SharePartitionKey, leader_epoch: int) -> ShareGroupState:
+        """`ShareStateStore.read_state`, for a partition leader's first use of a share-partition."""
+        return self._share_states.read_state(key, leader_epoch)
+
+    def write_share_state(self, key: SharePartitionKey, state: ShareGroupState, leader_epoch: int) -> None:
+        """`ShareStateStore.write_state`, for a partition leader's change of a share-partition."""
+        self._share_states.write_state(key, state, leader_epoch)
 
     def group_channel(self) -> tuple[str, str]:
         """(node, address): the Ray node this actor runs on and the address of its group channel

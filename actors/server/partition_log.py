@@ -96,6 +96,7 @@ from actors.options import (
     REPLICATION_GROUP,
     log_manager_name,
 )
+from actors.server.ray_share_states import RayPartitionStates
 from actors.server.replica_fetch_pieces import ReplicaFetchPiece, checked_piece_count, split
 from actors.server.replica_links import REPLICA_CALL_TIMEOUT_S, RayControllerLink, RayLeaderLink
 from actors.server.replication_throttle import RayReplicationThrottle
@@ -259,22 +260,27 @@ class PartitionLogActor:
             self._unavailable = exc
             return
         log = self._opened_log
+        replica = Replica(
+            log,
+            self._node,
+            self._replica_settings,
+            self._changes,
+            controller=RayControllerLink() if self._node else None,
+            leader_link=self._leader_link if find_replica is not None else None,
+            throttle=RayReplicationThrottle(self._node) if self._node else None,
+        )
+        share_states = None
+        if self._named is not None and self._node:
+            share_states = RayPartitionStates(*self._named, leader_epoch=lambda: replica.leader_epoch)
         self._served = PartitionServer(
             log,
-            Replica(
-                log,
-                self._node,
-                self._replica_settings,
-                self._changes,
-                controller=RayControllerLink() if self._node else None,
-                leader_link=self._leader_link if find_replica is not None else None,
-                throttle=RayReplicationThrottle(self._node) if self._node else None,
-            ),
+            replica,
             self._changes,
             topic=None if self._named is None else self._named[0],
             metrics=self._metrics,
             long_poll_slots=long_poll_slots,
             on_storage_error=lambda exc: _report_log_dir_failure(log.directory.parent, exc),
+            share_states=share_states,
         )
         try:
             self._hw_file = HighWatermarkFile.create(Path(directory))

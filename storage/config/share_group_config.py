@@ -3,25 +3,32 @@ keys (Kafka's `ShareGroupConfig` and `GroupCoordinatorConfig`). `ShareGroupKeys`
 extends it and derives its `share_group_config`, which checks what Kafka checks. A group's own `share.*` keys, which
 these bound, are `actors.core.shares.group_share_config`'s.
 
-| Kafka name                                  | type | default | bounds          | meaning                             |
-|---------------------------------------------|------|---------|-----------------|-------------------------------------|
-| group.share.delivery.count.limit            | int  | 5       | 2..10           | deliveries before a record archives |
-| group.share.partition.max.record.locks      | int  | 2000    | 100..10000      | records in flight per partition     |
-| group.share.record.lock.duration.ms         | int  | 30000   | 1000..3600000   | acquisition lock, unless the group  |
-|                                             |      |         |                 | sets share.record.lock.duration.ms  |
-| group.share.min.record.lock.duration.ms     | int  | 15000   | 1000..30000     | a group's lower bound               |
-| group.share.max.record.lock.duration.ms     | int  | 60000   | 30000..3600000  | a group's upper bound               |
-| group.share.session.timeout.ms              | int  | 45000   | >= 1            | no heartbeat this long: removed     |
-| group.share.min.session.timeout.ms          | int  | 45000   | >= 1            | a group's lower bound               |
-| group.share.max.session.timeout.ms          | int  | 60000   | >= 1            | a group's upper bound               |
-| group.share.heartbeat.interval.ms           | int  | 5000    | >= 1            | a member's heartbeat period         |
-| group.share.min.heartbeat.interval.ms       | int  | 5000    | >= 1            | a group's lower bound               |
-| group.share.max.heartbeat.interval.ms       | int  | 15000   | >= 1            | a group's upper bound               |
-| group.share.max.size                        | int  | 200     | 10..1000        | members of one share group          |
+| Kafka name                                       | type  | default   | bounds         | meaning                     |
+|--------------------------------------------------|-------|-----------|----------------|-----------------------------|
+| group.share.delivery.count.limit                 | int   | 5         | 2..10          | deliveries, then archived   |
+| group.share.partition.max.record.locks           | int   | 2000      | 100..10000     | in flight per partition     |
+| group.share.record.lock.duration.ms              | int   | 30000     | 1000..3600000  | acquisition lock, unless    |
+|                                                  |       |           |                | the group sets its own (*)  |
+| group.share.min.record.lock.duration.ms          | int   | 15000     | 1000..30000    | a group's lower bound       |
+| group.share.max.record.lock.duration.ms          | int   | 60000     | 30000..3600000 | a group's upper bound       |
+| group.share.session.timeout.ms                   | int   | 45000     | >= 1           | no heartbeat: removed       |
+| group.share.min.session.timeout.ms               | int   | 45000     | >= 1           | a group's lower bound       |
+| group.share.max.session.timeout.ms               | int   | 60000     | >= 1           | a group's upper bound       |
+| group.share.heartbeat.interval.ms                | int   | 5000      | >= 1           | a member's heartbeat period |
+| group.share.min.heartbeat.interval.ms            | int   | 5000      | >= 1           | a group's lower bound       |
+| group.share.max.heartbeat.interval.ms            | int   | 15000     | >= 1           | a group's upper bound       |
+| group.share.max.size                             | int   | 200       | 10..1000       | members of one share group  |
+| share.coordinator.state.topic.num.partitions     | int   | 50        | >= 1           | state topic partitions      |
+| share.coordinator.state.topic.replication.factor | short | 3         | 1..32767       | its replicas (capped)       |
+| share.coordinator.state.topic.min.isr            | short | 2         | >= 1           | its min.insync.replicas     |
+| share.coordinator.state.topic.segment.bytes      | int   | 104857600 | >= 1           | its segment.bytes           |
+
+(*) a group's `share.record.lock.duration.ms`, within the min and max keys.
 
 Checked as Kafka checks them: min <= default <= max for the lock duration, the heartbeat interval and the session
 timeout (Kafka's `ShareGroupConfig.validate` and `GroupCoordinatorConfig`'s requirements), and the heartbeat interval
-below the session timeout.
+below the session timeout. The `share.coordinator.state.topic.*` keys are Kafka's `ShareCoordinatorConfig`'s: how
+`__share_group_state`, where the share-partitions' durable state is written, is created.
 """
 
 from __future__ import annotations
@@ -48,6 +55,10 @@ class ShareGroupKeys:
     group_share_min_heartbeat_interval_ms: int = config_field(5000, "int", low=1)
     group_share_max_heartbeat_interval_ms: int = config_field(15000, "int", low=1)
     group_share_max_size: int = config_field(200, "int", low=10, high=1000)
+    share_coordinator_state_topic_num_partitions: int = config_field(50, "int", low=1)
+    share_coordinator_state_topic_replication_factor: int = config_field(3, "int", low=1, high=32767)
+    share_coordinator_state_topic_min_isr: int = config_field(2, "int", low=1, high=32767)
+    share_coordinator_state_topic_segment_bytes: int = config_field(104857600, "int", low=1)
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,9 @@ from storage.logdir.log_dirs import METADATA_TOPIC
 CONSUMER_OFFSETS_TOPIC = "__consumer_offsets"
 # The transaction coordinator's transaction states (`actors.core.transactions.state_topic`), internal as Kafka's is.
 TRANSACTION_STATE_TOPIC = "__transaction_state"
-INTERNAL_TOPICS = frozenset({METADATA_TOPIC, CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC})
+# The share-partitions' durable states (`actors.core.shares.share_state_store`), internal as Kafka's is.
+SHARE_GROUP_STATE_TOPIC = "__share_group_state"
+INTERNAL_TOPICS = frozenset({METADATA_TOPIC, CONSUMER_OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC, SHARE_GROUP_STATE_TOPIC})
 
 
 @dataclass(frozen=True, slots=True)

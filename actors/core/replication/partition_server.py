@@ -17,8 +17,9 @@ same `PartitionServer`.
 - **Share groups** (KIP-932): the leader holds the partition's share-partitions (`actors.core.shares.leader_shares`),
   so a ShareFetch acquires records beside the log it reads and acknowledgements settle them there
   (`share_fetch`, `share_acknowledge`, `share_release`; the leader only), and the share-group offset admin APIs
-  read, set and drop them there (`share_offsets`, `alter_share_offset`, `delete_share_state`). They are kept in
-  memory only.
+  read, set and drop them there (`share_offsets`, `alter_share_offset`, `delete_share_state`). Their durable state
+  goes through the host's `share_states` to `__share_group_state` (`actors.core.shares.share_state_store`); without
+  it they are kept in memory only.
 """
 
 from __future__ import annotations
@@ -33,7 +34,13 @@ from actors.core.replication.replica import ACKS_ALL, ACKS_ALL_TIMEOUT_MS, Repli
 from actors.core.role_metrics import NO_ROLE_METRICS, RoleMetrics
 from actors.core.shares.acknowledgements import AcknowledgementBatch
 from actors.core.shares.group_share_config import ResolvedShareConfig
-from actors.core.shares.leader_shares import LeaderShares, LogPosition, ShareFetched, ShareOffsets
+from actors.core.shares.leader_shares import (
+    LeaderShares,
+    LogPosition,
+    ShareFetched,
+    ShareOffsets,
+    ShareStatePersister,
+)
 from storage.arguments import is_int
 from storage.clock import SYSTEM_CLOCK, Clock
 from storage.errors import InvalidRequestError, KafkaStorageError
@@ -54,7 +61,7 @@ _Answer = TypeVar("_Answer")
 
 class PartitionServer:
     """One replica's appends, reads and long polls; see the module docstring. `topic` names the partition's topic
-    for the metrics of its appends (None: not recorded)."""
+    for the metrics of its appends (None: not recorded); `share_states` keeps its share-partitions' durable states."""
 
     def __init__(
         self,
@@ -67,6 +74,7 @@ class PartitionServer:
         long_poll_slots: threading.Semaphore | None = None,
         on_storage_error: Callable[[KafkaStorageError], None] | None = None,
         clock: Clock = SYSTEM_CLOCK,
+        share_states: ShareStatePersister | None = None,
     ) -> None:
         self.log = log
         self.replica = replica
@@ -75,7 +83,7 @@ class PartitionServer:
         self._metrics = metrics
         self._long_poll_slots = long_poll_slots or threading.BoundedSemaphore(LONG_POLL_SLOTS)
         self._on_storage_error = on_storage_error
-        self.shares = LeaderShares(clock)
+        self.shares = LeaderShares(clock, share_states)
 
     # --- appends -------------------------------------------------------------------------------------------------
 
@@ -188,24 +196,24 @@ class PartitionServer:
     def share_release(self, group_id: str, member_id: str) -> None:
         """Releases the records `member_id` holds here: its share session closed."""
         self.check_leader()
-        self.shares.release(group_id, member_id)
+        self.shares.release(group_id, member_id, self.replica.leader_epoch)
 
     def share_offsets(self, group_id: str) -> ShareOffsets | None:
         """The group's share-partition as DescribeShareGroupOffsets reports it (`LeaderShares.offsets`); None if it
         has none here."""
         log = self.check_leader()
-        return self.shares.offsets(group_id, log.high_watermark, log.leader_epoch)
+        return self.shares.offsets(group_id, log.high_watermark, self.replica.leader_epoch)
 
     def alter_share_offset(self, group_id: str, start_offset: int) -> None:
         """AlterShareGroupOffsets' part for this partition: the group's share-partition starts at `start_offset`."""
         self.check_leader()
-        self.shares.alter(group_id, start_offset)
+        self.shares.alter(group_id, start_offset, self.replica.leader_epoch)
 
     def delete_share_state(self, group_id: str) -> bool:
         """DeleteShareGroupOffsets' part for this partition: the group's share-partition dropped; whether it had
         one."""
         self.check_leader()
-        return self.shares.delete(group_id)
+        return self.shares.delete(group_id, self.replica.leader_epoch)
 
     def _share_position(self) -> LogPosition:
         log = self.check_leader()
@@ -213,6 +221,7 @@ class PartitionServer:
             log.log_start_offset,
             log.high_watermark,
             lambda offset, max_bytes: log.read(offset, max_bytes, isolation="high_watermark").records,
+            self.replica.leader_epoch,
         )
 
     # --- the long poll -------------------------------------------------------------------------------------------

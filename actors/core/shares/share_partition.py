@@ -34,11 +34,11 @@ Time moves only through the injected clock: each call first releases the records
 (acquisition time + the group's `share.record.lock.duration.ms`, else `group.share.record.lock.duration.ms`) has
 passed (Kafka's `AcquisitionLockTimerTask`); `next_deadline_ms` tells a timer when the next one is due.
 
-Durable state (`state`, `share_partition_state.ShareGroupState`): what a restart must keep. A share-partition
-built from it has the same SPSO and the same Available, Acknowledged and Archived records; records that were
-Acquired come back Available with the delivery count they had before that acquisition (Kafka writes nothing when
-it acquires). An uninitialized state takes its SPSO from
-`share.auto.offset.reset`: the log end offset for `latest` (Kafka's default), the log start offset for `earliest`
+Durable state (`state`, `storage.records.share_group_state.ShareGroupState`): what a restart must keep. A
+share-partition built from it has the same SPSO and the same Available, Acknowledged and Archived records; records
+that were Acquired come back Available with the delivery count they had before that acquisition (Kafka writes
+nothing when it acquires). An uninitialized state takes its SPSO from `share.auto.offset.reset`: the log end offset
+for `latest` (Kafka's default), the log start offset for `earliest`
 (Kafka's `startOffsetDuringInitialization`).
 
 SPSO also moves when the log start offset passes it (`update_log_start_offset`: retention, DeleteRecords).
@@ -65,9 +65,9 @@ from dataclasses import dataclass
 
 from actors.core.shares.acknowledgements import AcknowledgementBatch, AcknowledgeType, validate_batches
 from actors.core.shares.group_share_config import EARLIEST, ResolvedShareConfig
-from actors.core.shares.share_partition_state import UNINITIALIZED_START_OFFSET, ShareGroupState, StateBatch
 from storage.clock import Clock
 from storage.errors import InvalidRecordStateError, InvalidRequestError
+from storage.records.share_group_state import UNINITIALIZED_START_OFFSET, ShareGroupState, StateBatch
 
 
 class RecordState(enum.Enum):
@@ -239,8 +239,9 @@ class SharePartition:
         return min(deadlines) if deadlines else None
 
     def state(self) -> ShareGroupState:
-        """The durable state to write (see `share_partition_state`): SPSO and every in-flight record, Acquired ones
-        as Available with the delivery count they had before their acquisition."""
+        """The durable state to write (see `storage.records.share_group_state`): SPSO and every in-flight record,
+        Acquired ones as Available with the delivery count they had before their acquisition, but for the last ones
+        never delivered before it."""
         batches: list[StateBatch] = []
         for run in self._runs:
             state, count = run.state, run.delivery_count
@@ -255,6 +256,10 @@ class SharePartition:
                 batches[-1] = StateBatch(previous.first_offset, run.last, state.value, count)
             else:
                 batches.append(StateBatch(run.first, run.last, state.value, count))
+        # Records at the end never delivered before their current acquisition are as if never read: leaving them out
+        # keeps a fetch of new records from changing the durable state (Kafka writes nothing when it acquires).
+        while batches and (batches[-1].delivery_state, batches[-1].delivery_count) == (RecordState.AVAILABLE.value, 0):
+            batches.pop()
         return ShareGroupState(self.state_epoch, self._start, tuple(batches))
 
     # --- what members do ---------------------------------------------------------------------------------

@@ -82,16 +82,21 @@ def share_classpath(tmp_path_factory: pytest.TempPathFactory) -> str:
     return java_classpath([SHARE_CONSUMER_CLIENTS], {source.name: source.read_text()}, tmp_path_factory.mktemp("java"))
 
 
-@pytest.fixture
-def share_listener(tmp_path: Path) -> Iterator[str]:
-    """A raybroker listener over an in-process broker on the wall clock with `kafka4`'s group settings (the
-    `group.share.*` keys of `SHARE_GROUP_SETTINGS`, and `CONSUMER_HEARTBEAT`); its bootstrap servers."""
+def start_share_broker(root: Path) -> InProcessBroker:
+    """An in-process broker under `root` on the wall clock with `kafka4`'s group settings (the `group.share.*` keys
+    of `SHARE_GROUP_SETTINGS`, and `CONSUMER_HEARTBEAT`)."""
     share_settings = {
         key.replace(".", "_"): value
         for key, value in {**SHARE_GROUP_SETTINGS, **CONSUMER_HEARTBEAT}.items()
         if key.startswith("group.")
     }
-    broker = start_broker(tmp_path / "share-broker", clock=SYSTEM_CLOCK, **share_settings)
+    return start_broker(root, clock=SYSTEM_CLOCK, **share_settings)
+
+
+@pytest.fixture
+def share_listener(tmp_path: Path) -> Iterator[str]:
+    """A raybroker listener over `start_share_broker`'s broker; its bootstrap servers."""
+    broker = start_share_broker(tmp_path / "share-broker")
     try:
         with start_local_listener(broker) as listener:
             yield listener.bootstrap_servers

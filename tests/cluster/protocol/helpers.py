@@ -85,6 +85,7 @@ def start_broker(
         log_dirs_per_node=log_dirs_per_node,
         properties={
             "offsets.topic.num.partitions": str(OFFSETS_TOPIC_PARTITIONS),
+            "share.coordinator.state.topic.num.partitions": str(OFFSETS_TOPIC_PARTITIONS),
             # Followers' idle fetches answer within 50 ms, so stopping a replicated topic never waits 500 ms.
             "replica.fetch.wait.max.ms": "50",
             **{name.replace("_", "."): value for name, value in properties.items()},

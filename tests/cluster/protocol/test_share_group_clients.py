@@ -15,14 +15,22 @@ ShareGroupDescribe (v1) shows its two members sharing partition 0 under the `sim
 (v6) answers GROUP_ID_NOT_FOUND (it is no classic group).
 
 A second sequence SIGKILLs the member holding a record it never acknowledged: the other member must get that record
-with delivery count 2, and every record produced after, on both brokers alike (`KILL_EXPECTED`)."""
+with delivery count 2, and every record produced after, on both brokers alike (`KILL_EXPECTED`).
+
+Durability (KIP-932's, Kafka's `__share_group_state`): a member accepts, rejects and releases records on the
+in-process broker, records are produced after it left, the broker stops and opens again on the same log dirs, and a
+new member of the group gets exactly the records produced meanwhile (each a first delivery), none of those accepted
+or rejected before: what Kafka 4.2 gives after a restart (its share coordinator's snapshot), against the oracle of
+what was acknowledged."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Protocol
 
@@ -32,7 +40,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.errors import ErrorCode
 
 from tests.cluster.applications.java_programs import JavaProcess
-from tests.cluster.protocol.helpers import GROUP_KEY, coordinator_client
+from tests.cluster.protocol.conftest import start_share_broker
+from tests.cluster.protocol.helpers import GROUP_KEY, coordinator_client, start_local_listener
 
 pytestmark = pytest.mark.kafka
 
@@ -47,6 +56,7 @@ EXPECTED = {
 }
 
 Deliveries = dict[str, list[tuple[int, str]]]
+Delivered = list[tuple[str, int, str]]
 LIST_GROUPS, DESCRIBE_GROUPS, SHARE_GROUP_DESCRIBE = 16, 15, 77
 
 
@@ -294,3 +304,71 @@ def assert_told_as_kafka_tells_it(group: dict[str, object]) -> None:
 def json_of(seen: dict[str, object]) -> str:
     """`group_on_the_wire`'s answer with group and topic names masked."""
     return re.sub(r"(kip932|shares)-[0-9a-f]{8}", r"\1-*", repr(seen))
+
+
+def wait_until(what: str, done: Callable[[], bool], members: list[ShareMember]) -> None:
+    deadline = time.monotonic() + DEADLINE_S
+    while not done() and time.monotonic() < deadline:
+        time.sleep(0.3)
+    assert done(), f"{what} not within {DEADLINE_S} s:\n" + "\n".join(m.tail() for m in members)
+
+
+def create_topic(bootstrap: str, topic: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])[topic].result(timeout=60)
+
+
+def restart_steps(classpath: str, listen: Callable[[], AbstractContextManager[str]], folder: Path) -> Delivered:
+    """The module docstring's last paragraph on the broker `listen()` starts (over the same log dirs each time) and
+    stops at its end: before the restart a member accepts warm-up and `plain-*` records, REJECTs `reject-0` and
+    RELEASEs then accepts `release-0`; `later-*` are produced once it left. The deliveries to the member that joins
+    after the restart."""
+    topic, group = f"kip932-{uuid.uuid4().hex[:8]}", f"shares-{uuid.uuid4().hex[:8]}"
+    with listen() as bootstrap:
+        create_topic(bootstrap, topic)
+        before = ShareMember(classpath, bootstrap, topic, group, folder, "before")
+        try:
+            warmups = iter(range(10_000))
+
+            def warmed() -> bool:
+                if before.deliveries():
+                    return True
+                produce(bootstrap, topic, [f"warmup-{next(warmups)}"])
+                return False
+
+            wait_until("a warm-up record delivered", warmed, [before])
+            settled = {*(f"plain-{i}" for i in range(10)), "reject-0", "release-0"}
+            produce(bootstrap, topic, sorted(settled))
+            wait_until(
+                "every record settled",
+                lambda: settled <= {value for value, _, kind in before.deliveries() if kind != "RELEASE"},
+                [before],
+            )
+        finally:
+            before.close()
+        produce(bootstrap, topic, [f"later-{i}" for i in range(10)])
+    with listen() as bootstrap:
+        after = ShareMember(classpath, bootstrap, topic, group, folder, "after")
+        try:
+            wait_until("every later record delivered", lambda: len(after.deliveries()) >= 10, [after])
+            time.sleep(2)  # anything delivered again would show by now
+        finally:
+            after.close()
+    return sorted(after.deliveries())
+
+
+# What the member after the restart gets: the records produced after the first member left, each once.
+RESTART_EXPECTED = sorted((f"later-{i}", 1, "ACCEPT") for i in range(10))
+
+
+def test_a_broker_restart_delivers_only_what_was_not_accepted(share_classpath: str, tmp_path: Path) -> None:
+    @contextlib.contextmanager
+    def listen() -> Iterator[str]:
+        broker = start_share_broker(tmp_path / "broker")
+        try:
+            with start_local_listener(broker) as listener:
+                yield listener.bootstrap_servers
+        finally:
+            broker.close()
+
+    assert restart_steps(share_classpath, listen, tmp_path) == RESTART_EXPECTED

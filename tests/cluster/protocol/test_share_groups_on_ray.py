@@ -8,7 +8,10 @@ with lag 0 (every record settled), altered to start at offset 1 (the rest of the
 member beside the Java one gives the same deliveries. A group's `share.auto.offset.reset=earliest` set over the wire
 (the controller actor keeps it and tells the group coordinator actor) makes its member read records produced before
 it joined, as on Kafka (`test_group_configs`). The broker runs with `kafka4`'s share settings (`group.share.*` keys
-in its properties, as `server.properties` sets them).
+in its properties, as `server.properties` sets them). Last, across a restart of the whole broker on its log dirs
+(partition actors and group coordinator actor started again), `test_share_group_clients.restart_steps`: the member
+after it gets exactly the records not accepted before, the share-partitions' state read back from
+`__share_group_state`.
 
 The Python consumer's own rules (`actors.clients.share_consumer`): implicit acknowledgement accepts what a poll
 returned, a closed member's unacknowledged records go to another member at once with their next delivery count, and
@@ -16,6 +19,7 @@ wrong use raises without changing anything."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 import uuid
@@ -45,9 +49,11 @@ from tests.cluster.protocol.test_group_configs import (
 )
 from tests.cluster.protocol.test_share_group_clients import (
     EXPECTED,
+    RESTART_EXPECTED,
     acknowledge_type,
     assert_told_as_kafka_tells_it,
     java_member,
+    restart_steps,
     share_steps,
 )
 from tests.cluster.protocol.test_share_group_offsets import ALTER, DELETE, DESCRIBE
@@ -57,15 +63,14 @@ pytestmark = pytest.mark.ray
 DEADLINE_S = 60.0
 
 
+SHARE_SETTINGS = {
+    key.replace(".", "_"): value for key, value in SHARE_GROUP_SETTINGS.items() if key.startswith("group.share.")
+}
+
+
 @pytest.fixture(scope="module")
 def ray_listener(start_test_broker: Callable[..., tuple[Any, Any]]) -> Iterator[KafkaListener]:
-    start_test_broker(
-        **{
-            key.replace(".", "_"): value
-            for key, value in SHARE_GROUP_SETTINGS.items()
-            if key.startswith("group.share.")
-        }
-    )
+    start_test_broker(**SHARE_SETTINGS)
     with KafkaListener({"listeners": "PLAINTEXT://127.0.0.1:0"}) as started:
         yield started
 
@@ -247,3 +252,19 @@ def test_python_share_consumer_implicit_acknowledgement_and_release_on_close(ray
     assert [(r.value, r.delivery_count) for r in again] == [(b"w1", 2), (b"w2", 2)]
     assert third.poll(500) == []
     third.close()
+
+
+def test_a_broker_restart_on_ray_delivers_only_what_was_not_accepted(
+    share_classpath: str, start_test_broker: Callable[..., tuple[Any, Any]], tmp_path: Path
+) -> None:
+    """Last in the module: it starts brokers of its own, stopping `ray_listener`'s."""
+    log_dirs: list[Path] | None = None
+
+    @contextlib.contextmanager
+    def listen() -> Iterator[str]:
+        nonlocal log_dirs
+        _, log_dirs = start_test_broker(log_dirs=log_dirs, **SHARE_SETTINGS)
+        with KafkaListener({"listeners": "PLAINTEXT://127.0.0.1:0"}) as started:
+            yield started.bootstrap_servers
+
+    assert restart_steps(share_classpath, listen, tmp_path) == RESTART_EXPECTED

@@ -138,7 +138,7 @@ def test_share_offsets_are_the_leaders_with_its_high_watermark_and_epoch_and_a_f
     ):
         with pytest.raises(NotLeaderOrFollowerError):
             refused()
-    assert server.shares.summary("g") is not None
+    assert server.shares.summary("g", 0) is not None
 
 
 def test_a_long_poll_answers_at_once_when_every_slot_is_taken_else_once_min_bytes_are_there(

@@ -15,13 +15,16 @@ ACCEPT = AcknowledgeType.ACCEPT
 CONFIG = ResolvedShareConfig(auto_offset_reset=EARLIEST)
 
 
+LEADER_EPOCH = 3
+
+
 def _log(high_watermark: int, log_start_offset: int = 0) -> LogPosition:
-    """A log of one-record batches up to `high_watermark`."""
+    """A log of one-record batches up to `high_watermark`, led in `LEADER_EPOCH`."""
 
     def read(offset: int, max_bytes: int) -> bytes:
         return b"".join(_batch(o) for o in range(offset, high_watermark))
 
-    return LogPosition(log_start_offset, high_watermark, read)
+    return LogPosition(log_start_offset, high_watermark, read, LEADER_EPOCH)
 
 
 def _batch(offset: int) -> bytes:
@@ -55,14 +58,14 @@ def test_an_altered_share_partition_starts_there_with_nothing_in_flight() -> Non
     shares = LeaderShares(MockClock())
     log = _log(10)
     shares.acquire("g", "m1", CONFIG, log, 1 << 20, 500)
-    shares.alter("g", 4)
+    shares.alter("g", 4, LEADER_EPOCH)
     assert shares.in_flight("g") == (4, ())
     assert shares.offsets("g", 10, 3) == ShareOffsets(4, 0, 6)
     fetched = shares.acquire("g", "m2", CONFIG, log, 1 << 20, 500)
     assert [(r.first_offset, r.last_offset, r.delivery_count) for r in fetched.acquired] == [(4, 9, 1)]
     shares.acknowledge("g", "m2", CONFIG, log, [AcknowledgementBatch(4, 4, (int(ACCEPT),))])
     assert shares.offsets("g", 10, 3) == ShareOffsets(4, 3, 5)
-    shares.alter("g", 1000)
+    shares.alter("g", 1000, LEADER_EPOCH)
     assert shares.offsets("g", 10, 3) == ShareOffsets(1000, 0, -990)
 
 
@@ -72,9 +75,9 @@ def test_a_deleted_share_partition_starts_again_from_the_auto_offset_reset() -> 
     shares.acquire("g", "m1", CONFIG, log, 1 << 20, 500)
     shares.acknowledge("g", "m1", CONFIG, log, [AcknowledgementBatch(0, 9, (int(ACCEPT),))])
     shares.acquire("h", "m2", CONFIG, log, 1 << 20, 500)
-    assert shares.delete("g") is True
-    assert shares.delete("g") is False
-    assert shares.offsets("g", 10, 0) is None
+    assert shares.delete("g", LEADER_EPOCH) is True
+    assert shares.delete("g", LEADER_EPOCH) is False
+    assert shares.offsets("g", 10, LEADER_EPOCH) is None
     assert shares.in_flight("h") is not None
     fetched = shares.acquire("g", "m1", CONFIG, log, 1 << 20, 500)
     assert [(r.first_offset, r.last_offset, r.delivery_count) for r in fetched.acquired] == [(0, 9, 1)]

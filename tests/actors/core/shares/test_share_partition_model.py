@@ -28,9 +28,9 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from actors.core.shares.acknowledgements import AcknowledgementBatch, AcknowledgeType
 from actors.core.shares.group_share_config import ResolvedShareConfig
 from actors.core.shares.share_partition import RecordState, SharePartition
-from actors.core.shares.share_partition_state import ShareGroupState
 from storage.clock import MockClock
 from storage.errors import InvalidRecordStateError, InvalidRequestError
+from storage.records.share_group_state import ShareSnapshot
 
 pytestmark = pytest.mark.slow
 
@@ -195,12 +195,17 @@ class SharePartitionMachine(RuleBasedStateMachine):
     @precondition(lambda self: bool(self.model))
     @rule()
     def restart(self) -> None:
-        written = ShareGroupState.from_bytes(self.sp.state().to_bytes())
+        written = ShareSnapshot.from_bytes(ShareSnapshot(self.sp.state()).to_bytes()).state
         self.sp = SharePartition(self.clock, CONFIG, state=written, log_end_offset=LOG_END)
         for record in self.model.values():
             if record.state is RecordState.ACQUIRED:
                 record.state, record.member_id, record.deadline_ms = RecordState.AVAILABLE, None, None
                 record.delivery_count -= 1
+        # The last records never delivered before are not written: read again from the log as new ones.
+        for offset in sorted(self.model, reverse=True):
+            if (self.model[offset].state, self.model[offset].delivery_count) != (RecordState.AVAILABLE, 0):
+                break
+            del self.model[offset]
 
     # --- invariants ----------------------------------------------------------------------------------------
 
@@ -222,17 +227,18 @@ class SharePartitionMachine(RuleBasedStateMachine):
         assert end - start <= CONFIG.max_record_locks + 4
 
     def teardown(self) -> None:
-        """Every member leaves; one consumer acquires and accepts until everything read is done."""
+        """Every member leaves; one consumer acquires and accepts until everything read is done (after a restart the
+        in-flight range may end inside a log batch, so the last batch read may take the rest of it)."""
         end = self.sp.end_offset
         for member in MEMBERS:
             self.sp.release_acquired_records(member)
         for _ in range(CONFIG.delivery_count_limit * LOG_END):
-            batches = [b for b in _read_from(self.sp.next_fetch_offset()) if b[1] < end]
+            batches = [b for b in _read_from(self.sp.next_fetch_offset()) if b[0] < end]
             acquired = self.sp.acquire("drain", batches, LOG_END)
             if not acquired:
                 break
             self.sp.acknowledge("drain", [AcknowledgementBatch(a.first_offset, a.last_offset, (1,)) for a in acquired])
-        assert self.sp.start_offset == self.sp.end_offset == end
+        assert self.sp.start_offset == self.sp.end_offset >= end
         assert self.sp.in_flight() == ()
 
 

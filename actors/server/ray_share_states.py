@@ -1,0 +1,43 @@
+"""A partition actor's share-partition states on Ray: the `ShareStatePersister` its leader's `LeaderShares` writes
+through, each read and write a Ray call to the group coordinator actor, which holds the cluster's one
+`ShareStateStore` over `__share_group_state` (`actors.server.group_coordinator_actor`), as Kafka's partition leaders
+call the share coordinator. One writer per state partition keeps the store's cache and its leader-epoch fencing
+right when a partition's leader moves to another node: the new leader's first read fences the old one.
+
+The topic id is asked of the controller at the first call and kept: a topic deleted and created again has a new
+partition actor.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+
+from actors.calls import call, controller, get_actor
+from actors.options import group_coordinator_name
+from storage.records.share_group_state import ShareGroupState, SharePartitionKey
+
+
+class RayPartitionStates:
+    """One partition's share-partition states, kept by the group coordinator actor; `leader_epoch()` is the epoch
+    the replica leads in."""
+
+    def __init__(self, topic: str, partition: int, leader_epoch: Callable[[], int]) -> None:
+        self._topic = topic
+        self._partition = partition
+        self._leader_epoch = leader_epoch
+        self._topic_id: uuid.UUID | None = None
+
+    def read_state(self, group_id: str) -> ShareGroupState:
+        coordinator = get_actor(group_coordinator_name())
+        state: ShareGroupState = call(coordinator.read_share_state.remote(self._key(group_id), self._leader_epoch()))
+        return state
+
+    def write_state(self, group_id: str, state: ShareGroupState) -> None:
+        coordinator = get_actor(group_coordinator_name())
+        call(coordinator.write_share_state.remote(self._key(group_id), state, self._leader_epoch()))
+
+    def _key(self, group_id: str) -> SharePartitionKey:
+        if self._topic_id is None:
+            self._topic_id = call(controller().describe_topic.remote(self._topic)).topic_id
+        return SharePartitionKey(group_id, self._topic_id, self._partition)
