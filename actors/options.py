@@ -40,7 +40,17 @@ READ_THREADS = 4
 # appends waiting for their records to be replicated. Their own threads, so neither ever holds a read thread.
 REPLICATION_GROUP = "replication"
 REPLICATION_THREADS = 16
-PARTITION_CONCURRENCY_GROUPS = {READ_GROUP: READ_THREADS, MAINTENANCE_GROUP: 1, REPLICATION_GROUP: REPLICATION_THREADS}
+# Share group calls (ShareFetch, ShareAcknowledge, the share-group offset APIs): each may wait on the write of its
+# share-partition's durable state (a call to the state store and an acks=all append to `__share_group_state`), so
+# they have threads of their own: members acknowledging at once never hold every read thread of a host's partitions.
+SHARES_GROUP = "shares"
+SHARE_THREADS = 8
+PARTITION_CONCURRENCY_GROUPS = {
+    READ_GROUP: READ_THREADS,
+    MAINTENANCE_GROUP: 1,
+    REPLICATION_GROUP: REPLICATION_THREADS,
+    SHARES_GROUP: SHARE_THREADS,
+}
 # A log manager answers restarted partition hosts on a thread of their own: its SERVICE_CONCURRENCY threads
 # may all be waiting on the very host that is restarting (creates queue behind the one holding its lock).
 HOSTS_GROUP = "hosts"

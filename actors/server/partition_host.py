@@ -51,7 +51,7 @@ import ray
 
 from actors.core.replication.follower import ReplicaSettings
 from actors.core.replication.partition_server import LONG_POLL_SLOTS
-from actors.options import MAINTENANCE_GROUP, READ_GROUP, REPLICATION_GROUP
+from actors.options import MAINTENANCE_GROUP, READ_GROUP, REPLICATION_GROUP, SHARES_GROUP
 from actors.server.partition_log import PartitionLogActor
 from actors.startup_objects import freeze_startup_objects
 from storage.errors import BrokerNotAvailableError, InvalidRequestError, RaybrokerError
@@ -188,6 +188,12 @@ class PartitionHostActor:
     def replication(self, topic: str, partition: int, method: str, *args: Any, **kwargs: Any) -> Any:
         """A method of the replication group (followers' fetches, `acks=all` waits), beside the rest."""
         return self._call(REPLICATION_GROUP, topic, partition, method, args, kwargs)
+
+    @ray.method(concurrency_group=SHARES_GROUP)
+    def shares(self, topic: str, partition: int, method: str, *args: Any, **kwargs: Any) -> Any:
+        """A method of the share group (ShareFetch, ShareAcknowledge, the share-group offset APIs), which may wait on
+        a share-partition's state write, beside the rest."""
+        return self._call(SHARES_GROUP, topic, partition, method, args, kwargs)
 
     @ray.method(concurrency_group=MAINTENANCE_GROUP)
     def maintain(self, topic: str, partition: int, method: str, *args: Any, **kwargs: Any) -> Any:

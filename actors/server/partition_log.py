@@ -94,6 +94,7 @@ from actors.options import (
     NAMESPACE,
     READ_GROUP,
     REPLICATION_GROUP,
+    SHARES_GROUP,
     log_manager_name,
 )
 from actors.server.ray_share_states import RayPartitionStates
@@ -621,9 +622,9 @@ class PartitionLogActor:
         """(log start offset, high watermark, log end offset) of this replica, whatever its role."""
         return self._server.offsets()
 
-    # --- share groups (read group: a share fetch reads the log beside the other reads) ---------------
+    # --- share groups (their own group: a call may wait on its share-partition's state write) --------
 
-    @ray.method(concurrency_group=READ_GROUP)
+    @ray.method(concurrency_group=SHARES_GROUP)
     def share_fetch(
         self, group_id: str, member_id: str, config: ResolvedShareConfig, max_bytes: int, max_records: int
     ) -> ShareFetched:
@@ -634,7 +635,7 @@ class PartitionLogActor:
             raise InvalidRequestError(f"max_records must be a positive int, not {max_records!r}")
         return self._server.share_fetch(group_id, member_id, config, _checked_max_bytes(max_bytes), max_records)
 
-    @ray.method(concurrency_group=READ_GROUP)
+    @ray.method(concurrency_group=SHARES_GROUP)
     def share_acknowledge(
         self, group_id: str, member_id: str, config: ResolvedShareConfig, batches: list[AcknowledgementBatch]
     ) -> None:
@@ -645,20 +646,20 @@ class PartitionLogActor:
             raise InvalidRequestError("share acknowledgements must be a list of AcknowledgementBatch")
         self._server.share_acknowledge(group_id, member_id, config, batches)
 
-    @ray.method(concurrency_group=READ_GROUP)
+    @ray.method(concurrency_group=SHARES_GROUP)
     def share_release(self, group_id: str, member_id: str) -> None:
         """Releases the records a share group member holds here (`PartitionServer.share_release`)."""
         _check_share_member(group_id, member_id)
         self._server.share_release(group_id, member_id)
 
-    @ray.method(concurrency_group=READ_GROUP)
+    @ray.method(concurrency_group=SHARES_GROUP)
     def share_offsets(self, group_id: str) -> ShareOffsets | None:
         """A share group's share-partition here as DescribeShareGroupOffsets reports it
         (`PartitionServer.share_offsets`)."""
         _check_share_group(group_id)
         return self._server.share_offsets(group_id)
 
-    @ray.method(concurrency_group=READ_GROUP)
+    @ray.method(concurrency_group=SHARES_GROUP)
     def alter_share_offset(self, group_id: str, start_offset: int) -> None:
         """A share group's share-partition here set to start at `start_offset`
         (`PartitionServer.alter_share_offset`)."""
@@ -667,7 +668,7 @@ class PartitionLogActor:
             raise InvalidRequestError(f"start_offset must be an int, not {type(start_offset).__name__}")
         self._server.alter_share_offset(group_id, start_offset)
 
-    @ray.method(concurrency_group=READ_GROUP)
+    @ray.method(concurrency_group=SHARES_GROUP)
     def delete_share_state(self, group_id: str) -> bool:
         """A share group's share-partition here dropped (`PartitionServer.delete_share_state`)."""
         _check_share_group(group_id)

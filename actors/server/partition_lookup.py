@@ -28,6 +28,7 @@ from actors.options import (
     NAMESPACE,
     READ_GROUP,
     REPLICATION_GROUP,
+    SHARES_GROUP,
     log_manager_name,
     partition_actor_name,
 )
@@ -97,8 +98,8 @@ def replica_actor(topic: str, partition: int, node_id: str) -> Any:
 @dataclass(frozen=True, slots=True)
 class HostedMethod:
     """`handle.<method>`: `.remote(*args)` sends the call to the host's method of the method's concurrency group
-    (`write`, `read`, `replication` or `maintain`), as an actor method's `.remote` does, and returns its `ObjectRef`
-    (`num_returns` of them, a list, when `.options(num_returns=...)` asked for more than one)."""
+    (`write`, `read`, `replication`, `shares` or `maintain`), as an actor method's `.remote` does, and returns its
+    `ObjectRef` (`num_returns` of them, a list, when `.options(num_returns=...)` asked for more than one)."""
 
     host: Any
     topic: str
@@ -118,6 +119,8 @@ class HostedMethod:
             host_method = self.host.maintain
         elif self.group == REPLICATION_GROUP:
             host_method = self.host.replication
+        elif self.group == SHARES_GROUP:
+            host_method = self.host.shares
         else:
             host_method = self.host.write
         if self.num_returns != 1:
