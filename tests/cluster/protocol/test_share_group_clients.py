@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -83,6 +84,49 @@ def acknowledge_type(value: str, delivery_count: int) -> str:
     if value.startswith("bounce") or (value.startswith("release") and delivery_count == 1):
         return "RELEASE"
     return "REJECT" if value.startswith("reject") else "ACCEPT"
+
+
+class ThreadedMember:
+    """A member on a thread of the test process doing what `java/ShareGroupMember.java` does: each `poll_once` takes
+    one poll's records, acknowledges each by its value (`acknowledge_type`) and commits, and answers them as
+    (value, delivery count, acknowledge type); `close` stops the thread and raises what failed it. A subclass makes its
+    consumer, then calls `start`."""
+
+    def __init__(self, name: str) -> None:
+        self._found: list[tuple[str, int, str]] = []
+        self._failure: BaseException | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def poll_once(self) -> list[tuple[str, int, str]]:
+        raise NotImplementedError
+
+    def close_consumer(self) -> None:
+        raise NotImplementedError
+
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                self._found.extend(self.poll_once())
+        except BaseException as exc:  # reported by close() and tail()
+            self._failure = exc
+        finally:
+            self.close_consumer()
+
+    def deliveries(self) -> list[tuple[str, int, str]]:
+        return list(self._found)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+        if self._failure is not None:
+            raise self._failure
+
+    def tail(self) -> str:
+        return f"--- {self._thread.name}: {self._found[-5:]} failure {self._failure!r}"
 
 
 class ShareMember:

@@ -6,7 +6,6 @@ after the delivery limit) and tells the group over the wire as Kafka does."""
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
 import pytest
@@ -14,6 +13,7 @@ from confluent_kafka import AcknowledgeType, ShareConsumer
 
 from tests.cluster.protocol.test_share_group_clients import (
     EXPECTED,
+    ThreadedMember,
     acknowledge_type,
     assert_told_as_kafka_tells_it,
     json_of,
@@ -23,11 +23,11 @@ from tests.cluster.protocol.test_share_group_clients import (
 pytestmark = pytest.mark.kafka
 
 
-class LibrdkafkaShareMember:
-    """A confluent-kafka `ShareConsumer` doing what `java/ShareGroupMember.java` does (acknowledging each record by its
-    value, a commit after every poll that returned records), on a thread of the test process."""
+class LibrdkafkaShareMember(ThreadedMember):
+    """A confluent-kafka `ShareConsumer` as a `ThreadedMember`."""
 
     def __init__(self, bootstrap: str, topic: str, group: str, name: str) -> None:
+        super().__init__(f"librdkafka-share-member-{name}")
         self._consumer = ShareConsumer(
             {
                 "bootstrap.servers": bootstrap,
@@ -37,39 +37,22 @@ class LibrdkafkaShareMember:
             }
         )
         self._consumer.subscribe([topic])
-        self._found: list[tuple[str, int, str]] = []
-        self._failure: BaseException | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"librdkafka-share-member-{name}", daemon=True)
-        self._thread.start()
+        self.start()
 
-    def _run(self) -> None:
-        try:
-            while not self._stop.is_set():
-                records = [record for record in self._consumer.poll(0.2) if record.error() is None]
-                for record in records:
-                    value, count = record.value().decode(), record.delivery_count()
-                    kind = acknowledge_type(value, count)
-                    self._consumer.acknowledge(record, getattr(AcknowledgeType, kind))
-                    self._found.append((value, count, kind))
-                if records:
-                    self._consumer.commit_sync()
-        except BaseException as exc:  # reported by close() and tail()
-            self._failure = exc
-        finally:
-            self._consumer.close()
+    def poll_once(self) -> list[tuple[str, int, str]]:
+        found = []
+        records = [record for record in self._consumer.poll(0.2) if record.error() is None]
+        for record in records:
+            value, count = record.value().decode(), record.delivery_count()
+            kind = acknowledge_type(value, count)
+            self._consumer.acknowledge(record, getattr(AcknowledgeType, kind))
+            found.append((value, count, kind))
+        if records:
+            self._consumer.commit_sync()
+        return found
 
-    def deliveries(self) -> list[tuple[str, int, str]]:
-        return list(self._found)
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(30)
-        if self._failure is not None:
-            raise self._failure
-
-    def tail(self) -> str:
-        return f"--- librdkafka member: {self._found[-5:]} failure {self._failure!r}"
+    def close_consumer(self) -> None:
+        self._consumer.close()
 
 
 def test_librdkafka_share_consumers_get_kafkas_deliveries(share_listener: str, kafka4: str, tmp_path: Path) -> None:

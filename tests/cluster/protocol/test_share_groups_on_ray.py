@@ -20,7 +20,6 @@ wrong use raises without changing anything."""
 from __future__ import annotations
 
 import contextlib
-import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -50,6 +49,7 @@ from tests.cluster.protocol.test_group_configs import (
 from tests.cluster.protocol.test_share_group_clients import (
     EXPECTED,
     RESTART_EXPECTED,
+    ThreadedMember,
     acknowledge_type,
     assert_told_as_kafka_tells_it,
     java_member,
@@ -75,45 +75,28 @@ def ray_listener(start_test_broker: Callable[..., tuple[Any, Any]]) -> Iterator[
         yield started
 
 
-class PythonShareMember:
-    """A `ShareConsumer` member doing what `java/ShareGroupMember.java` does (explicit acknowledgement by value,
-    a commit after every poll), on a thread of the test process (a Ray driver)."""
+class PythonShareMember(ThreadedMember):
+    """A `ShareConsumer` as a `ThreadedMember` (the test process is a Ray driver)."""
 
     def __init__(self, topic: str, group: str) -> None:
+        super().__init__("python-share-member")
         self._consumer = ShareConsumer(group, acknowledgement_mode="explicit", value_deserializer=bytes.decode)
         self._consumer.subscribe([topic])
-        self._found: list[tuple[str, int, str]] = []
-        self._failure: BaseException | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="python-share-member", daemon=True)
-        self._thread.start()
+        self.start()
 
-    def _run(self) -> None:
-        try:
-            while not self._stop.is_set():
-                records = self._consumer.poll(200)
-                for record in records:
-                    kind = acknowledge_type(record.value, record.delivery_count)
-                    self._consumer.acknowledge(record, AcknowledgeType[kind])
-                    self._found.append((record.value, record.delivery_count, kind))
-                if records:
-                    assert set(self._consumer.commit_sync().values()) == {None}
-        except BaseException as exc:  # reported by close() and tail()
-            self._failure = exc
-        finally:
-            self._consumer.close()
+    def poll_once(self) -> list[tuple[str, int, str]]:
+        found = []
+        records = self._consumer.poll(200)
+        for record in records:
+            kind = acknowledge_type(record.value, record.delivery_count)
+            self._consumer.acknowledge(record, AcknowledgeType[kind])
+            found.append((record.value, record.delivery_count, kind))
+        if records:
+            assert set(self._consumer.commit_sync().values()) == {None}
+        return found
 
-    def deliveries(self) -> list[tuple[str, int, str]]:
-        return list(self._found)
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(30)
-        if self._failure is not None:
-            raise self._failure
-
-    def tail(self) -> str:
-        return f"--- python member: {self._found[-5:]} failure {self._failure!r}"
+    def close_consumer(self) -> None:
+        self._consumer.close()
 
 
 def test_two_share_consumers_accept_release_and_reject_on_ray_as_on_kafka(
