@@ -14,11 +14,17 @@ as Kafka's sends whole batches too. A read that acquired nothing answers no byte
 
 Durability: after every call, a share-partition whose durable state (`SharePartition.state`) changed since it was
 last written is written before the call answers (an acknowledgement, a release, a lock expiry counted, SPSO moved), so
-an answered ACCEPT is never delivered again and a restarted or new leader loses no record that was not accepted. The
-share-partitions are kept for one leader epoch: a replica that leads again later reads their states again. A
-failed read or write drops the share-partition from memory and raises: its next use reads the durable state again, so
-nothing the failed call changed counts (the member's acknowledgement failed and its records come back). Without a
-persister (a partition actor outside Ray, in tests) the share-partitions live in the leader's memory only.
+an answered ACCEPT is never delivered again and a restarted or new leader loses no record that was not accepted.
+The lock is not held while a state is written (a Ray call and an acks=all append on Ray), so members acquire and
+acknowledge while it is: each call stages the state its change made, and one call at a time writes the latest
+state staged, which covers every call staged before it (a group commit, as Kafka's share coordinator batches the
+writes of many acknowledgements); a call answers once a write covering its change is durable. The share-partitions
+are kept for one leader epoch: a replica that leads again later reads their states again. A failed read or write
+drops the share-partition from memory and raises, for every call whose change it carried: its next use reads the
+durable state again, so nothing those calls changed counts (their acknowledgements failed and their records come
+back). A share-partition replaced before its staged state was written (a new leader epoch, an alter or a delete)
+fails the calls still waiting with `FencedLeaderEpochError`, and their state is never written over the new one.
+Without a persister (a partition actor outside Ray, in tests) the share-partitions live in the leader's memory only.
 
 The share-group offset admin APIs reach the share-partitions here too: `summary` is the state a share-partition last
 wrote (DescribeShareGroupOffsets; a group's state not in memory is read first), `alter` replaces a group's
@@ -33,13 +39,14 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from actors.core.shares.acknowledgements import AcknowledgementBatch
 from actors.core.shares.group_share_config import ResolvedShareConfig
 from actors.core.shares.share_partition import AcquiredRecords, InFlightRecords, SharePartition, StateSummary
 from storage.clock import Clock
+from storage.errors import FencedLeaderEpochError
 from storage.records.record_batch import iter_batches
 from storage.records.share_group_state import UNINITIALIZED_START_OFFSET, ShareGroupState
 
@@ -91,6 +98,29 @@ class ShareStatePersister(Protocol):
         ...
 
 
+@dataclass(eq=False)
+class _Writes:
+    """The durable writes of one share-partition in memory (see the module docstring): the state last written, the
+    latest state staged and its version (versions count the states staged), the version durable, whether a call is
+    writing, and the failure of the versions up to `failed_version`."""
+
+    share: SharePartition
+    written: ShareGroupState
+    staged: ShareGroupState = field(init=False)
+    staged_version: int = 0
+    durable_version: int = 0
+    writing: bool = False
+    failure: BaseException | None = None
+    failed_version: int = -1
+
+    def __post_init__(self) -> None:
+        self.staged = self.written
+
+    def fail(self, failure: BaseException) -> None:
+        """Fails every version staged so far: their calls raise `failure` and their state is never written."""
+        self.failure, self.failed_version = failure, self.staged_version
+
+
 class LeaderShares:
     """The share-partitions of one partition leader, by group (see the module docstring); thread-safe. `persister`
     keeps their durable states (None: kept in memory only)."""
@@ -99,8 +129,9 @@ class LeaderShares:
         self._clock = clock
         self._persister = persister
         self._lock = threading.Lock()
+        self._written_out = threading.Condition(self._lock)
         self._partitions: dict[str, SharePartition] = {}
-        self._written: dict[str, ShareGroupState] = {}
+        self._writes: dict[str, _Writes] = {}
         self._leader_epoch: int | None = None
 
     def acquire(
@@ -113,7 +144,7 @@ class LeaderShares:
         max_records: int,
     ) -> ShareFetched:
         """Reads the log from the group's next fetch offset and acquires for `member_id` what it may take."""
-        with self._lock, self._persisted(group_id):
+        with self._persisted(group_id):
             share = self._share_partition(group_id, config, log)
             offset = share.next_fetch_offset()
             if offset >= log.high_watermark or not share.can_acquire_records():
@@ -134,13 +165,13 @@ class LeaderShares:
         batches: Sequence[AcknowledgementBatch],
     ) -> None:
         """Applies `member_id`'s acknowledgements, all or none (`SharePartition.acknowledge`'s errors)."""
-        with self._lock, self._persisted(group_id):
+        with self._persisted(group_id):
             self._share_partition(group_id, config, log).acknowledge(member_id, batches)
 
     def release(self, group_id: str, member_id: str, leader_epoch: int) -> None:
         """Releases every record `member_id` holds in the group's share-partition, if it has one (in the leader epoch
         `leader_epoch`)."""
-        with self._lock, self._persisted(group_id):
+        with self._persisted(group_id):
             self._follow_leader_epoch(leader_epoch)
             share = self._partitions.get(group_id)
             if share is not None:
@@ -181,9 +212,10 @@ class LeaderShares:
         the module docstring); its settings are the group's again at its next use."""
         with self._lock:
             self._follow_leader_epoch(leader_epoch)
-            self._partitions[group_id] = SharePartition.starting_at(self._clock, start_offset)
-            self._written.pop(group_id, None)
-            self._write(group_id)
+            share = SharePartition.starting_at(self._clock, start_offset)
+            self._replace(group_id, share)
+            if self._persister is not None:
+                self._persister.write_state(group_id, share.state())
 
     def delete(self, group_id: str, leader_epoch: int) -> bool:
         """Drops the group's share-partition and writes its state uninitialized; whether there was one."""
@@ -191,8 +223,7 @@ class LeaderShares:
             self._follow_leader_epoch(leader_epoch)
             if self._loaded(group_id) is None:
                 return False
-            del self._partitions[group_id]
-            self._written.pop(group_id, None)
+            self._replace(group_id, None)
             if self._persister is not None:
                 self._persister.write_state(group_id, ShareGroupState())
             return True
@@ -207,41 +238,91 @@ class LeaderShares:
         if not state.initialized:
             return None
         share = SharePartition(self._clock, state=state)
-        self._partitions[group_id] = share
-        self._written[group_id] = state
+        self._keep(group_id, share, state)
         return share
+
+    def _keep(self, group_id: str, share: SharePartition, written: ShareGroupState) -> None:
+        """Holds `share` as the group's share-partition, `written` being its durable state. Called with the lock
+        held."""
+        self._partitions[group_id] = share
+        self._writes[group_id] = _Writes(share, written)
+
+    def _replace(self, group_id: str, share: SharePartition | None) -> None:
+        """Drops the group's share-partition (for `share`, written by the caller, if not None) once no call is
+        writing its state; the calls still waiting for theirs fail (see the module docstring). Called with the lock
+        held."""
+        writes = self._writes.get(group_id)
+        while writes is not None and writes.writing:
+            self._written_out.wait()
+            writes = self._writes.get(group_id)
+        self._forget(group_id, writes, _replaced(group_id))
+        if share is not None:
+            self._keep(group_id, share, share.state())
 
     @contextmanager
     def _persisted(self, group_id: str) -> Iterator[None]:
-        """Writes the group's share-partition state after the block, even one that raised (a refused
-        acknowledgement may follow a lock expiry), if it changed (see the module docstring). Called with the lock
-        held."""
-        try:
-            yield
-        finally:
-            self._write(group_id)
+        """Runs the block under the lock, then makes the group's share-partition state durable if it changed, even
+        after a block that raised (a refused acknowledgement may follow a lock expiry): see the module docstring."""
+        with self._lock:
+            try:
+                yield
+            finally:
+                self._make_durable(group_id)
 
-    def _write(self, group_id: str) -> None:
-        share = self._partitions.get(group_id)
-        if share is None or self._persister is None:
+    def _make_durable(self, group_id: str) -> None:
+        """Stages the share-partition's state if it changed since the last one staged, and then waits until a write
+        covering it is durable, writing the latest state staged when no other call is. Called with the lock held;
+        released while writing."""
+        writes = self._writes.get(group_id)
+        if writes is None or self._persister is None or self._partitions.get(group_id) is not writes.share:
             return
-        state = share.state()
-        if state == self._written.get(group_id):
+        state = writes.share.state()
+        if state == writes.staged:
             return
-        try:
-            self._persister.write_state(group_id, state)
-        except BaseException:
+        writes.staged = state
+        writes.staged_version += 1
+        version = writes.staged_version
+        while writes.durable_version < version:
+            if writes.failure is not None and writes.failed_version >= version:
+                raise writes.failure
+            if writes.writing:
+                self._written_out.wait()
+                continue
+            staged, staged_version = writes.staged, writes.staged_version
+            writes.writing = True
+            self._lock.release()
+            failure: BaseException | None = None
+            try:
+                self._persister.write_state(group_id, staged)
+            except BaseException as exc:
+                failure = exc
+            finally:
+                self._lock.acquire()
+                writes.writing = False
+                self._written_out.notify_all()
+            if failure is not None:
+                self._forget(group_id, writes, failure)
+                raise failure
+            writes.written, writes.durable_version = staged, staged_version
+
+    def _forget(self, group_id: str, writes: _Writes | None, failure: BaseException) -> None:
+        """Drops `writes`' share-partition if it is still the group's, and fails the calls waiting for its states.
+        Called with the lock held."""
+        if writes is None:
+            return
+        writes.fail(failure)
+        self._written_out.notify_all()
+        if self._writes.get(group_id) is writes:
+            del self._writes[group_id]
             self._partitions.pop(group_id, None)
-            self._written.pop(group_id, None)
-            raise
-        self._written[group_id] = state
 
     def _follow_leader_epoch(self, leader_epoch: int) -> None:
         """Forgets every share-partition made in another leader epoch: the leader may have moved away and back since,
         and another leader written their states meanwhile, so they are read again. Called with the lock held."""
         if leader_epoch != self._leader_epoch and self._persister is not None:
+            for group_id, writes in list(self._writes.items()):
+                self._forget(group_id, writes, _replaced(group_id))
             self._partitions.clear()
-            self._written.clear()
         self._leader_epoch = leader_epoch
 
     def _share_partition(self, group_id: str, config: ResolvedShareConfig, log: LogPosition) -> SharePartition:
@@ -256,8 +337,14 @@ class LeaderShares:
                 log_start_offset=log.log_start_offset,
                 log_end_offset=log.high_watermark,
             )
-            self._partitions[group_id] = share
-            self._written[group_id] = state
+            self._keep(group_id, share, state)
         share.config = config
         share.update_log_start_offset(log.log_start_offset)
         return share
+
+
+def _replaced(group_id: str) -> FencedLeaderEpochError:
+    return FencedLeaderEpochError(
+        f"share group {group_id}: its share-partition was replaced (a new leader epoch, or its offsets altered or "
+        "deleted) before this change was written"
+    )

@@ -5,17 +5,26 @@ lag, a group's share-partition altered and deleted, each group apart. The oracle
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import pytest
+
 from actors.core.shares.acknowledgements import AcknowledgementBatch, AcknowledgeType
 from actors.core.shares.group_share_config import EARLIEST, ResolvedShareConfig
 from actors.core.shares.leader_shares import UNKNOWN_SHARE_OFFSETS, LeaderShares, LogPosition, ShareOffsets
 from storage.clock import MockClock
+from storage.errors import BrokerNotAvailableError, FencedLeaderEpochError, InvalidRecordStateError
 from storage.records.record_batch import RecordBatchBuilder
+from storage.records.share_group_state import ShareGroupState
 
 ACCEPT = AcknowledgeType.ACCEPT
+RELEASE = AcknowledgeType.RELEASE
 CONFIG = ResolvedShareConfig(auto_offset_reset=EARLIEST)
 
 
 LEADER_EPOCH = 3
+WAIT_S = 10.0
 
 
 def _log(high_watermark: int, log_start_offset: int = 0) -> LogPosition:
@@ -81,3 +90,113 @@ def test_a_deleted_share_partition_starts_again_from_the_auto_offset_reset() -> 
     assert shares.in_flight("h") is not None
     fetched = shares.acquire("g", "m1", CONFIG, log, 1 << 20, 500)
     assert [(r.first_offset, r.last_offset, r.delivery_count) for r in fetched.acquired] == [(0, 9, 1)]
+
+
+class _HeldPersister:
+    """Durable states by group, each write held at `gate` while `hold` is set (a slow state write: a Ray call and an
+    acks=all append on Ray), failing with `fail_next` if set; keeps every state written, in order."""
+
+    def __init__(self) -> None:
+        self.states: dict[str, ShareGroupState] = {}
+        self.written: list[ShareGroupState] = []
+        self.hold = threading.Event()
+        self.gate = threading.Event()
+        self.writing = threading.Event()
+        self.fail_next: BaseException | None = None
+
+    def read_state(self, group_id: str) -> ShareGroupState:
+        return self.states.get(group_id, ShareGroupState())
+
+    def write_state(self, group_id: str, state: ShareGroupState) -> None:
+        self.writing.set()
+        if self.hold.is_set():
+            assert self.gate.wait(WAIT_S)
+        failure, self.fail_next = self.fail_next, None
+        if failure is not None:
+            raise failure
+        self.states[group_id] = state
+        self.written.append(state)
+
+
+def _accept(shares: LeaderShares, member: str, first: int, last: int, kind: AcknowledgeType = ACCEPT) -> None:
+    shares.acknowledge("g", member, CONFIG, _log(10), [AcknowledgementBatch(first, last, (int(kind),))])
+
+
+def _holding_a_write(shares: LeaderShares, persister: _HeldPersister, pool: ThreadPoolExecutor) -> Future[None]:
+    """m1 holds 0-4 and m2 5-9; m1's acceptance of 0-4 is left writing (held), its call not answered."""
+    shares.acquire("g", "m1", CONFIG, _log(10), 1 << 20, 5)
+    shares.acquire("g", "m2", CONFIG, _log(10), 1 << 20, 5)
+    assert [state.start_offset for state in persister.written] == [0]  # the share-partition's first state
+    persister.written.clear()
+    persister.hold.set()
+    first = pool.submit(_accept, shares, "m1", 0, 4)
+    assert persister.writing.wait(WAIT_S)
+    return first
+
+
+def test_members_go_on_while_a_state_is_written_and_one_write_covers_the_changes_staged_meanwhile() -> None:
+    """The lock is free while a state is written: another member acknowledges (its call waits for a write covering
+    it) and acquires again at once; the states staged meanwhile are written as one, the latest, and each call answers
+    only once its change is durable."""
+    persister = _HeldPersister()
+    shares = LeaderShares(MockClock(), persister)
+    with ThreadPoolExecutor(4) as pool:
+        first = _holding_a_write(shares, persister, pool)
+        second = pool.submit(_accept, shares, "m2", 5, 6)
+        third = pool.submit(_accept, shares, "m2", 7, 7, RELEASE)
+        fetched = pool.submit(shares.acquire, "g", "m3", CONFIG, _log(10), 1 << 20, 5).result(WAIT_S)
+        assert [(r.first_offset, r.last_offset) for r in fetched.acquired] == [(7, 7)]
+        assert not (first.done() or second.done() or third.done())
+        assert persister.written == []
+        persister.gate.set()
+        for call in (first, second, third):
+            call.result(WAIT_S)
+    # m1's state, then one write for m2's two calls: 0-6 accepted, 7 acquired again (written as Available after
+    # one delivery), 8-9 acquired (left out: never delivered before).
+    assert len(persister.written) == 2
+    assert persister.written[0].start_offset == 5
+    last = persister.written[1]
+    assert last.start_offset == 7
+    assert [(b.first_offset, b.last_offset, b.delivery_count) for b in last.state_batches] == [(7, 7, 1)]
+
+
+def test_a_failed_write_fails_every_call_it_carried_and_the_share_partition_is_read_again() -> None:
+    persister = _HeldPersister()
+    shares = LeaderShares(MockClock(), persister)
+    with ThreadPoolExecutor(4) as pool:
+        first = _holding_a_write(shares, persister, pool)
+        second = pool.submit(_accept, shares, "m2", 5, 9)
+        persister.fail_next = BrokerNotAvailableError("state partition has no leader")
+        persister.gate.set()
+        for call in (first, second):
+            with pytest.raises(BrokerNotAvailableError):
+                call.result(WAIT_S)
+    assert persister.written == []
+    fetched = shares.acquire("g", "m3", CONFIG, _log(10), 1 << 20, 500)
+    assert [(r.first_offset, r.last_offset, r.delivery_count) for r in fetched.acquired] == [(0, 9, 1)]
+
+
+def test_a_share_partition_altered_while_a_write_is_held_is_never_overwritten_by_a_state_staged_before() -> None:
+    """The alter waits for the write in progress; a call staged before it either had its state written first (it
+    took the lock first when the write ended) or fails FENCED_LEADER_EPOCH (INVALID_RECORD_STATE if its thread came
+    only after the alter), and its state is never written after the altered one (which wakes first varies, so the
+    scenario runs several times)."""
+    for _ in range(10):
+        persister = _HeldPersister()
+        shares = LeaderShares(MockClock(), persister)
+        with ThreadPoolExecutor(4) as pool:
+            first = _holding_a_write(shares, persister, pool)
+            second = pool.submit(_accept, shares, "m2", 5, 9)
+            altered = pool.submit(shares.alter, "g", 8, LEADER_EPOCH)
+            assert not altered.done()
+            persister.gate.set()
+            first.result(WAIT_S)
+            altered.result(WAIT_S)
+            try:
+                second.result(WAIT_S)
+            except (FencedLeaderEpochError, InvalidRecordStateError):
+                assert [state.start_offset for state in persister.written] == [5, 8]
+            else:
+                assert [state.start_offset for state in persister.written] == [5, 10, 8]
+        assert persister.states["g"].start_offset == 8
+        assert shares.in_flight("g") == (8, ())
