@@ -25,7 +25,7 @@ re-buffers to `DataContext.target_max_block_size`; `estimate_inmemory_data_size`
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -152,11 +152,32 @@ def read_settings(
     value_schema: pa.DataType | pa.Schema | None,
     fail_on_data_loss: bool,
 ) -> ReadSettings:
-    """The rows' schema and decoding for a plan; `InvalidRequestError` for a value schema that does not fit the
-    value format or a column the rows do not have. A json or msgpack read without a schema infers it from up to
-    `DEFAULT_SAMPLE_SIZE` values read here (values stay binary when there is none)."""
+    """The rows' schema and decoding for a plan (`row_settings`, sampling the plan's ranges where a json or msgpack
+    read has no schema)."""
+    return row_settings(
+        lambda: sample_values([planned.range for planned in plan.ranges], DEFAULT_SAMPLE_SIZE, plan.isolation),
+        plan.isolation,
+        columns=columns,
+        value_format=value_format,
+        value_schema=value_schema,
+        fail_on_data_loss=fail_on_data_loss,
+    )
+
+
+def row_settings(
+    sample: Callable[[], Iterable[bytes]],
+    isolation: str,
+    *,
+    columns: Sequence[str] | None,
+    value_format: str,
+    value_schema: pa.DataType | pa.Schema | None,
+    fail_on_data_loss: bool,
+) -> ReadSettings:
+    """The rows' schema and decoding; `InvalidRequestError` for a value schema that does not fit the value format or
+    a column the rows do not have. A json or msgpack read without a schema infers it from the values `sample()`
+    answers (values stay binary when there is none)."""
     check_value_format(value_format, "value_format")
-    value_type = _value_type(plan, value_format, value_schema)
+    value_type = _value_type(sample, value_format, value_schema)
     full = kafka_arrow_schema(include_headers=True)
     layout = None if value_type is None else value_layout(full, value_type)
     names = list(full.names if layout is None else layout.names)
@@ -181,7 +202,7 @@ def read_settings(
     if selected is not None:
         schema = pa.schema([schema.field(name) for name in selected])
     return ReadSettings(
-        include_headers, fail_on_data_loss, value_format == "string", decoder, selected, schema, plan.isolation
+        include_headers, fail_on_data_loss, value_format == "string", decoder, selected, schema, isolation
     )
 
 
@@ -202,7 +223,7 @@ _VALUE_TYPE_CHECKS = (
 
 
 def _value_type(
-    plan: TopicReadPlan, value_format: str, value_schema: pa.DataType | pa.Schema | None
+    sample: Callable[[], Iterable[bytes]], value_format: str, value_schema: pa.DataType | pa.Schema | None
 ) -> pa.DataType | None:
     if value_format not in SCHEMA_FORMATS:
         if value_schema is not None:
@@ -212,8 +233,7 @@ def _value_type(
             )
         return None
     if value_schema is None:
-        sample = sample_values([planned.range for planned in plan.ranges], DEFAULT_SAMPLE_SIZE, plan.isolation)
-        return infer_value_type(python_value(value_format, data) for data in sample)
+        return infer_value_type(python_value(value_format, data) for data in sample())
     value_type = pa.struct(list(value_schema)) if isinstance(value_schema, pa.Schema) else value_schema
     if not isinstance(value_type, pa.DataType):
         raise InvalidRequestError(f"value_schema must be a pyarrow DataType or Schema, got {value_schema!r}")
