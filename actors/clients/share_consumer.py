@@ -34,6 +34,7 @@ from typing import Any
 
 from actors.calls import call, get_actor
 from actors.clients.broker import Broker
+from actors.clients.consumer import ConsumerRecord
 from actors.clients.serializers import Deserializer
 from actors.clients.share_member import ShareMember
 from actors.core.shares.acknowledgements import AcknowledgeType, acknowledgement_batches
@@ -44,7 +45,7 @@ from actors.server.partition_lookup import partition_actor
 from storage.arguments import is_int
 from storage.closeable import Closeable
 from storage.errors import InvalidConfigError, InvalidGroupIdError, InvalidRequestError, RaybrokerError, is_retriable
-from storage.records.record_batch import TimestampType, iter_batches
+from storage.records.record_batch import iter_batches
 from storage.topic_partition import TopicPartition
 
 logger = logging.getLogger(__name__)
@@ -60,18 +61,10 @@ AcknowledgementOutcomes = dict[TopicPartition, RaybrokerError | None]
 
 
 @dataclass(frozen=True, slots=True)
-class ShareRecord:
-    """One record as `poll` returns it (key and value deserialized if deserializers were given), with its delivery
-    count (Kafka's `ConsumerRecord.deliveryCount`: 1 on its first delivery)."""
+class ShareRecord(ConsumerRecord):
+    """One record as `poll` returns it (a `ConsumerRecord`), with its delivery count (Kafka's
+    `ConsumerRecord.deliveryCount`: 1 on its first delivery)."""
 
-    topic: str
-    partition: int
-    offset: int
-    timestamp: int
-    timestamp_type: TimestampType
-    key: Any
-    value: Any
-    headers: tuple[tuple[str, bytes | None], ...]
     delivery_count: int
 
 
