@@ -198,6 +198,16 @@ def error_code(exc: BaseException) -> ErrorCode:
     return ErrorCode.unknown_server_error
 
 
+def share_partition_error_code(exc: BaseException) -> ErrorCode:
+    """Kafka's error code for `exc` on a partition of a ShareFetch or ShareAcknowledge: `error_code`'s, but
+    NOT_LEADER_OR_FOLLOWER where that is LEADER_NOT_AVAILABLE (a partition actor dead or restarting, a call to the
+    share-state store that failed): Kafka's share consumer retries after a metadata refresh for
+    NOT_LEADER_OR_FOLLOWER and throws IllegalStateException for LEADER_NOT_AVAILABLE, which Kafka's broker never
+    answers there."""
+    code = error_code(exc)
+    return ErrorCode.not_leader_or_follower if code == ErrorCode.leader_not_available else code
+
+
 class ProtocolError(Exception):
     """Bytes from a client that are not a request this server can answer: the connection is closed."""
 

@@ -46,7 +46,7 @@ from actors.core.shares.acknowledgements import AcknowledgementBatch
 from actors.core.shares.group_share_config import ResolvedShareConfig
 from actors.core.shares.share_partition import AcquiredRecords
 from actors.core.shares.share_sessions import SessionContext, SharePartitionKey, ShareSessions
-from cluster.protocol.error_codes import coordinator_error_code, error_code
+from cluster.protocol.error_codes import coordinator_error_code, error_code, share_partition_error_code
 from cluster.protocol.framing import Request, response_schema
 from cluster.protocol.handlers.authorization import GuardedHandler, allows, authorized_names
 from cluster.protocol.messages import build, milliseconds
@@ -150,7 +150,7 @@ class _ShareHandler(GuardedHandler[BrokerView]):
         try:
             await self._view.share_acknowledge(topic, partition, group_id, member_id, settings, batches)
         except RaybrokerError as exc:
-            return error_code(exc), str(exc)
+            return share_partition_error_code(exc), str(exc)
         return ErrorCode.none, None
 
     async def _close(self, group_id: str, member_id: str, names: Mapping[uuid.UUID, str | ErrorCode]) -> None:
@@ -231,7 +231,7 @@ class ShareFetchHandler(_ShareHandler):
                         topic, key[1], group_id, member_id, settings, body.max_bytes, remaining
                     )
                 except RaybrokerError as exc:
-                    outcome.error = error_code(exc)
+                    outcome.error = share_partition_error_code(exc)
                     continue
                 if fetched.acquired:
                     outcome.records = fetched.records

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-from cluster.protocol.error_codes import ERROR_CODES, error_code
+from cluster.protocol.error_codes import ERROR_CODES, error_code, share_partition_error_code
 from storage.errors import (
     BrokerNotAvailableError,
     CorruptIndexError,
     CorruptRecordError,
+    FencedLeaderEpochError,
     InvalidProducerEpochError,
     InvalidRecordError,
     InvalidTxnStateError,
@@ -75,3 +76,28 @@ def test_is_retriable_asks_the_flag_and_refuses_foreign_errors() -> None:
     assert is_retriable(UnknownTopicOrPartitionError("gone"))
     assert not is_retriable(InvalidRecordError("bad"))
     assert not is_retriable(TimeoutError("not ours"))
+
+
+# The partition errors Kafka 4.2's share consumer handles in a ShareFetch answer (`ShareFetchCollector`
+# .handleInitializeErrors); any other code makes it throw IllegalStateException.
+SHARE_CONSUMER_HANDLES = {
+    ErrorCode.not_leader_or_follower,
+    ErrorCode.replica_not_available,
+    ErrorCode.kafka_storage_error,
+    ErrorCode.fenced_leader_epoch,
+    ErrorCode.offset_not_available,
+    ErrorCode.unknown_topic_or_partition,
+    ErrorCode.unknown_topic_id,
+    ErrorCode.inconsistent_topic_id,
+    ErrorCode.topic_authorization_failed,
+    ErrorCode.unknown_leader_epoch,
+    ErrorCode.unknown_server_error,
+    ErrorCode.corrupt_message,
+}
+
+
+def test_a_share_fetch_answers_an_unreachable_leader_with_a_code_kafkas_share_consumer_retries() -> None:
+    for exc in (BrokerNotAvailableError("restarting"), LogClosedError("closed"), FencedLeaderEpochError("old")):
+        assert share_partition_error_code(exc) in SHARE_CONSUMER_HANDLES
+    assert share_partition_error_code(BrokerNotAvailableError("x")) == ErrorCode.not_leader_or_follower
+    assert share_partition_error_code(OffsetOutOfRangeError("x")) == error_code(OffsetOutOfRangeError("x"))
