@@ -305,6 +305,7 @@ class InProcessBroker:
         self._coordinator: GroupCoordinator | None = None
         self._transaction_coordinator: TransactionCoordinator | None = None
         self._share_state_store: ShareStateStore | None = None
+        self._share_state_scheduler = Scheduler(clock)
         self._transaction_scheduler = Scheduler(clock)
         self._controller: Controller | None = None
         self.nodes: dict[str, InProcessNode] = {}
@@ -439,6 +440,7 @@ class InProcessBroker:
                     controller=self.controller,
                     find_partition=lambda partition: self.internal_partition(SHARE_GROUP_STATE_TOPIC, partition),
                 )
+                self._share_state_store.schedule(self._share_state_scheduler)
             return self._share_state_store
 
     def _topic_deleted(self, topic: str) -> None:
@@ -491,12 +493,14 @@ class InProcessBroker:
 
     def run_scheduled(self) -> list[str]:
         """Runs every node's periodic log work that is due by the clock (retention, flushes, checkpoints,
-        cleaning); the names of the tasks run."""
+        cleaning) and the coordinators' (transactions, the share-state topic's snapshots and prunes); the names of
+        the tasks run."""
         ran: list[str] = []
         for node in self.nodes.values():
             if node.running:
                 ran.extend(node.scheduler.run_due())
         ran.extend(self._transaction_scheduler.run_due())
+        ran.extend(self._share_state_scheduler.run_due())
         return ran
 
     def lose_node(self, node: str) -> list[LeaderAndIsr]:

@@ -139,5 +139,9 @@ class InProcessInternalPartition:
     def append_replicated(self, batch: bytes) -> LogAppendInfo:
         return self.server.await_replicated(self.server.append(batch, ACKS_ALL))
 
+    def delete_records(self, offset: int) -> int:
+        """DeleteRecords up to `offset` on the leader; its log start offset now."""
+        return self.server.delete_records(offset)
+
     def append_from_coordinator(self, batch: bytes) -> LogAppendInfo:
         return self.server.await_replicated(self.server.append_from_coordinator(batch))

@@ -14,12 +14,14 @@ members rejoin.
 
 It also holds the cluster's `ShareStateStore` (`actors.core.shares.share_state_store`: the share-partitions'
 durable states in `__share_group_state`, Kafka's share coordinator state), which partition leaders read and write
-with `read_share_state` / `write_share_state` (`actors.server.ray_share_states`); a new one loads it again.
+with `read_share_state` / `write_share_state` (`actors.server.ray_share_states`); a new one loads it again. A thread
+of the actor runs the store's periodic work (`ShareStateStore.schedule`: cold snapshots, prunes).
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Mapping
 
 from actors.calls import call, controller, this_node_id
@@ -35,7 +37,11 @@ from actors.server.append_route import AppendRoute
 from actors.server.internal_partition_leaders import RayInternalPartition, RayTopicAdmin
 from storage.clock import SYSTEM_CLOCK
 from storage.config.broker_config import BrokerConfig
+from storage.logdir.scheduler import Scheduler
 from storage.records.share_group_state import ShareGroupState, SharePartitionKey
+
+# How often the share-state store's periodic work is looked at.
+TICK_S = 1.0
 
 
 class GroupCoordinatorActor(GroupCoordinator):
@@ -73,6 +79,16 @@ class GroupCoordinatorActor(GroupCoordinator):
                 SHARE_GROUP_STATE_TOPIC, partition, self._route
             ),
         )
+        self._share_state_tasks = Scheduler(SYSTEM_CLOCK)
+        self._share_states.schedule(self._share_state_tasks)
+        threading.Thread(target=self._run_share_state_tasks, name="share-state-tasks", daemon=True).start()
+
+    def _run_share_state_tasks(self) -> None:
+        """Runs the share-state store's periodic work (cold snapshots, prunes) as it falls due, looking every
+        `TICK_S`, for as long as the actor lives."""
+        while True:
+            self._share_state_tasks.run_due()
+            time.sleep(TICK_S)
 
     def read_share_state(self, key: SharePartitionKey, leader_epoch: int) -> ShareGroupState:
         """`ShareStateStore.read_state`, for a partition leader's first use of a share-partition."""

@@ -73,6 +73,11 @@ class RayInternalPartition:
         answer: bytes = call(self._leader.handle.read.remote(offset, max_bytes))
         return answer
 
+    def delete_records(self, offset: int) -> int:
+        """DeleteRecords up to `offset` on the leader; its log start offset now."""
+        answer: int = call(self._leader.handle.delete_records.remote(offset))
+        return answer
+
     def append_replicated(self, batch: bytes) -> LogAppendInfo:
         """The coordinator's own batch, appended with acks=all."""
         return self._write(Batches(batch))

@@ -22,13 +22,17 @@ these bound, are `actors.core.shares.group_share_config`'s.
 | share.coordinator.state.topic.replication.factor | short | 3         | 1..32767       | its replicas (capped)       |
 | share.coordinator.state.topic.min.isr            | short | 2         | >= 1           | its min.insync.replicas     |
 | share.coordinator.state.topic.segment.bytes      | int   | 104857600 | >= 1           | its segment.bytes           |
+| share.coordinator.state.topic.prune.interval.ms  | int   | 300000    | >= 1           | between prunes of the topic |
+| share.coordinator.cold.partition.snapshot.interval.ms | int | 300000 | >= 1          | a state not written for so  |
+|                                                  |       |           |                | long is written again       |
 
 (*) a group's `share.record.lock.duration.ms`, within the min and max keys.
 
 Checked as Kafka checks them: min <= default <= max for the lock duration, the heartbeat interval and the session
 timeout (Kafka's `ShareGroupConfig.validate` and `GroupCoordinatorConfig`'s requirements), and the heartbeat interval
-below the session timeout. The `share.coordinator.state.topic.*` keys are Kafka's `ShareCoordinatorConfig`'s: how
-`__share_group_state`, where the share-partitions' durable state is written, is created.
+below the session timeout. The `share.coordinator.*` keys are Kafka's `ShareCoordinatorConfig`'s: how
+`__share_group_state`, where the share-partitions' durable state is written, is created and kept small (the last two
+are internal keys in Kafka, with these defaults and bounds).
 """
 
 from __future__ import annotations
@@ -59,6 +63,8 @@ class ShareGroupKeys:
     share_coordinator_state_topic_replication_factor: int = config_field(3, "int", low=1, high=32767)
     share_coordinator_state_topic_min_isr: int = config_field(2, "int", low=1, high=32767)
     share_coordinator_state_topic_segment_bytes: int = config_field(104857600, "int", low=1)
+    share_coordinator_state_topic_prune_interval_ms: int = config_field(300000, "int", low=1)
+    share_coordinator_cold_partition_snapshot_interval_ms: int = config_field(300000, "int", low=1)
 
 
 @dataclass(frozen=True)

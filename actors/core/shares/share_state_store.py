@@ -19,9 +19,11 @@ Guarantees:
   broker in process). A failed append (not enough replicas, a timeout: it may still land) drops the partition's
   cache, so the next call loads it again.
 
-The topic is created on first use with Kafka's settings (`ensure_share_state_topic`). Kafka prunes the topic (it
-deletes records below each share-partition's last snapshot); raybroker does not yet, so the topic grows by one
-record per change of a share-partition's state.
+The topic is created on first use with Kafka's settings (`ensure_share_state_topic`) and kept small as Kafka's share
+coordinator keeps it (`schedule`): every `share.coordinator.cold.partition.snapshot.interval.ms` a state not written
+for that long is written again (a new snapshot of the same state), and every
+`share.coordinator.state.topic.prune.interval.ms` the records of each loaded state partition below its oldest
+latest snapshot are deleted (DeleteRecords): none of them is any key's latest, so loading reads the same states.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from actors.core.internal_topics import InternalPartition, TopicAdmin, ensure_in
 from storage.clock import Clock
 from storage.config.share_group_config import ShareGroupConfig
 from storage.errors import CorruptRecordError, FencedLeaderEpochError, RaybrokerError
+from storage.logdir.scheduler import Scheduler
 from storage.partition.log import LogAppendInfo
 from storage.records.record_batch import RecordBatchBuilder
 from storage.records.share_group_state import ShareGroupState, SharePartitionKey, ShareSnapshot
@@ -48,10 +51,14 @@ LOAD_CHUNK_BYTES = 5 * 1024 * 1024
 
 
 class StatePartition(InternalPartition, Protocol):
-    """The leader replica of a `__share_group_state` partition, as the store reads and appends to it."""
+    """The leader replica of a `__share_group_state` partition, as the store reads, appends to and prunes it."""
 
     def append_replicated(self, batch: bytes) -> LogAppendInfo:
         """Appends `batch`, answered once every in-sync replica has it."""
+        ...
+
+    def delete_records(self, offset: int) -> int:
+        """Moves the log start offset up to `offset` (DeleteRecords); the log start offset it has now."""
         ...
 
 
@@ -103,6 +110,8 @@ class ShareStateStore:
         self._topic_lock = threading.Lock()
         self._topic_ready = False
         self._loaded: dict[int, dict[SharePartitionKey, ShareSnapshot]] = {}
+        # The offset of each loaded key's latest snapshot, by state partition.
+        self._offsets: dict[int, dict[SharePartitionKey, int]] = {}
 
     def read_state(self, key: SharePartitionKey, leader_epoch: int) -> ShareGroupState:
         """The share-partition's latest state (uninitialized if none was written), read by the leader of
@@ -144,11 +153,58 @@ class ShareStateStore:
         builder.append(key.to_bytes(), snapshot.to_bytes(), timestamp=now_ms)
         partition = key.state_partition(self._partition_count)
         try:
-            self._find_partition(partition).append_replicated(builder.build())
+            appended = self._find_partition(partition).append_replicated(builder.build())
         except RaybrokerError:
             self._loaded.pop(partition, None)
+            self._offsets.pop(partition, None)
             raise
         self._loaded[partition][key] = snapshot
+        self._offsets[partition][key] = appended.last_offset
+
+    def schedule(self, scheduler: Scheduler) -> None:
+        """Registers the store's periodic work on `scheduler` (see the module docstring)."""
+        cold_ms = self._config.share_coordinator_cold_partition_snapshot_interval_ms
+        prune_ms = self._config.share_coordinator_state_topic_prune_interval_ms
+        scheduler.schedule("share-state-cold-snapshots", self.snapshot_cold_states, cold_ms, cold_ms)
+        scheduler.schedule("share-state-prune", self.prune, prune_ms, prune_ms)
+
+    def snapshot_cold_states(self) -> int:
+        """Writes again every loaded state not written for `share.coordinator.cold.partition.snapshot.interval.ms`,
+        so that no idle share-partition holds the prune back; the number written. A partition whose append fails is
+        left for the next pass."""
+        written = 0
+        cold_before = self._clock.milliseconds() - self._config.share_coordinator_cold_partition_snapshot_interval_ms
+        for partition in list(self._loaded):
+            with self._partition_locks[partition]:
+                snapshots = self._loaded.get(partition, {})
+                try:
+                    for key, snapshot in list(snapshots.items()):
+                        if snapshot.write_timestamp_ms <= cold_before:
+                            self._append(key, snapshot.state, snapshot.leader_epoch, snapshot)
+                            written += 1
+                except RaybrokerError as exc:
+                    logger.warning("%s-%d: cold snapshots not written: %s", SHARE_GROUP_STATE_TOPIC, partition, exc)
+        return written
+
+    def prune(self) -> dict[int, int]:
+        """Deletes the records of each loaded state partition below its oldest latest snapshot (all of them when it
+        holds no key); each pruned partition's log start offset now. A partition whose DeleteRecords fails is left
+        for the next pass."""
+        pruned: dict[int, int] = {}
+        for partition in list(self._loaded):
+            with self._partition_locks[partition]:
+                offsets = self._offsets.get(partition)
+                if offsets is None:
+                    continue
+                try:
+                    state_partition = self._find_partition(partition)
+                    log_start, high_watermark, _ = state_partition.offsets()
+                    redundant_below = min(offsets.values(), default=high_watermark)
+                    if redundant_below > log_start:
+                        pruned[partition] = state_partition.delete_records(redundant_below)
+                except RaybrokerError as exc:
+                    logger.warning("%s-%d: not pruned: %s", SHARE_GROUP_STATE_TOPIC, partition, exc)
+        return pruned
 
     def _snapshots(self, partition: int) -> dict[SharePartitionKey, ShareSnapshot]:
         """The latest snapshot of each key on `partition`, loaded at its first use. Called with the partition's lock
@@ -162,6 +218,7 @@ class ShareStateStore:
                 self._topic_ready = True
         name = f"{SHARE_GROUP_STATE_TOPIC}-{partition}"
         loaded = {}
+        offsets: dict[SharePartitionKey, int] = {}
         for batch in internal_batches(self._find_partition(partition), name, LOAD_CHUNK_BYTES):
             if batch.is_control:
                 continue
@@ -174,11 +231,14 @@ class ShareStateStore:
                         continue
                     if record.value is None:
                         loaded.pop(key, None)
+                        offsets.pop(key, None)
                     else:
                         loaded[key] = ShareSnapshot.from_bytes(record.value)
+                        offsets[key] = record.offset
                 except CorruptRecordError as exc:
                     logger.warning("%s offset %d skipped: %s", name, record.offset, exc)
         self._loaded[partition] = loaded
+        self._offsets[partition] = offsets
         return loaded
 
 

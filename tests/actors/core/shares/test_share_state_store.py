@@ -7,6 +7,7 @@ nothing."""
 
 from __future__ import annotations
 
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -35,8 +36,8 @@ SECOND = ShareGroupState(0, 12, (StateBatch(13, 13, 2, 1), StateBatch(14, 14, 0,
 EARLIEST_CONFIG = ResolvedShareConfig(auto_offset_reset=EARLIEST)
 
 
-def _open(root: Path, clock: MockClock) -> InProcessBroker:
-    return InProcessBroker(root, properties=PROPERTIES, clock=clock)
+def _open(root: Path, clock: MockClock, properties: dict[str, str] | None = None) -> InProcessBroker:
+    return InProcessBroker(root, properties={**PROPERTIES, **(properties or {})}, clock=clock)
 
 
 @pytest.fixture
@@ -110,6 +111,61 @@ def test_an_older_leader_is_fenced_once_a_newer_one_read_the_state(broker: InPro
     with pytest.raises(FencedLeaderEpochError):
         _store(broker).read_state(KEY, 1)
     assert _store(broker).read_state(KEY, 2) == FIRST
+
+
+def _state_partition_offsets(broker: InProcessBroker, key: SharePartitionKey) -> tuple[int, int, int]:
+    return broker.leader(SHARE_GROUP_STATE_TOPIC, key.state_partition(3)).offsets()
+
+
+def test_the_prune_deletes_every_record_below_the_oldest_latest_snapshot_and_loading_reads_the_same() -> None:
+    """KEY and `same` share a state partition; records no key's latest are deleted (DeleteRecords), up to the oldest
+    latest snapshot, and a store made again loads the same states."""
+    same = SharePartitionKey("g4", uuid.UUID(int=7), 0)
+    assert same.state_partition(3) == KEY.state_partition(3)
+    broker = _open(Path(tempfile.mkdtemp()), MockClock())
+    try:
+        store = broker.share_state_store
+        store.write_state(KEY, FIRST, 0)  # offset 0
+        store.write_state(same, FIRST, 0)  # 1: same's latest
+        store.write_state(KEY, SECOND, 0)  # 2: KEY's latest
+        assert store.prune() == {KEY.state_partition(3): 1}
+        assert _state_partition_offsets(broker, KEY)[:2] == (1, 3)
+        store.write_state(same, SECOND, 0)  # 3: same's latest; KEY's at 2 is now the oldest latest
+        assert store.prune() == {KEY.state_partition(3): 2}
+        assert store.prune() == {}, "nothing more is redundant"
+        restarted = _store(broker)
+        assert (restarted.read_state(KEY, 0), restarted.read_state(same, 0)) == (SECOND, SECOND)
+    finally:
+        broker.close()
+
+
+def test_a_cold_state_is_written_again_so_the_prune_passes_it_and_both_run_on_the_brokers_schedule() -> None:
+    clock = MockClock()
+    broker = _open(
+        Path(tempfile.mkdtemp()),
+        clock,
+        {
+            "share.coordinator.cold.partition.snapshot.interval.ms": "60000",
+            "share.coordinator.state.topic.prune.interval.ms": "60000",
+        },
+    )
+    busy = SharePartitionKey("busy", uuid.UUID(int=7), 0)
+    try:
+        store = broker.share_state_store
+        store.write_state(KEY, FIRST, 4)  # offset 0: KEY goes cold
+        for _ in range(3):
+            clock.sleep(30_000)
+            store.write_state(busy, SECOND, 0)  # 1, 2, 3
+        # At 60 s the cold pass writes KEY again (offset 4, epoch kept), then the prune deletes all below busy's 3.
+        ran = broker.run_scheduled()
+        assert {"share-state-cold-snapshots", "share-state-prune"} <= set(ran)
+        assert _state_partition_offsets(broker, KEY)[:2] == (3, 5)
+        restarted = _store(broker)
+        assert restarted.read_state(KEY, 4) == FIRST
+        with pytest.raises(FencedLeaderEpochError):
+            restarted.write_state(KEY, SECOND, 3)
+    finally:
+        broker.close()
 
 
 def _produce(broker: InProcessBroker, topic: str, count: int) -> None:
