@@ -18,9 +18,10 @@ A group that does not exist is an error (exit 1), as Kafka's tool reports one.
 `--reset-offsets` (one `--group`, which must have no members) plans new start offsets for `--topic T` (every
 partition, or `T:0,2`; `--topic` may repeat) or `--all-topics` (the partitions the group has state on):
 `--to-earliest` (the log start offset), `--to-latest` (the high watermark) or `--to-datetime YYYY-MM-DDThh:mm:ss.sss`
-(the first offset at or after that time, UTC unless the text names a zone; the high watermark when none is). It prints
-Kafka's plan `GROUP TOPIC PARTITION NEW-OFFSET` and writes it (AlterShareGroupOffsets) only with `--execute`;
-`--dry-run`, the default, writes nothing.
+(the first offset at or after that time, UTC unless the text names a zone; the high watermark when none is, with
+Kafka's `Warn:` line). It prints
+Kafka's plan `GROUP TOPIC PARTITION NEW-OFFSET` and writes it (AlterShareGroupOffsets) with `--execute`; with
+`--dry-run` it writes nothing, and one of the two is required, as in Kafka 4.2.
 
 `--delete-offsets` (one `--group` without members, `--topic` repeated) drops the group's state of whole topics
 (DeleteShareGroupOffsets) and prints Kafka's `TOPIC STATUS` table; a topic the group has no state on, or that does not
@@ -111,7 +112,7 @@ def add_commands(subcommands: Any) -> None:
         "--to-datetime", dest="datetime", metavar="YYYY-MM-DDThh:mm:ss.sss", help="first offset at or after a time"
     )
     runs = groups.add_mutually_exclusive_group()
-    runs.add_argument("--dry-run", action="store_true", help="--reset-offsets: print the plan only (the default)")
+    runs.add_argument("--dry-run", action="store_true", help="--reset-offsets: print the plan only")
     runs.add_argument("--execute", action="store_true", help="--reset-offsets: write the plan")
     groups.set_defaults(handler=run_share_groups)
 
@@ -156,6 +157,8 @@ def _check(args: argparse.Namespace) -> None:
             raise UsageError("--reset-offsets needs --topic or --all-topics (one of them)")
         if args.target is None and args.datetime is None:
             raise UsageError("--reset-offsets needs one of --to-earliest, --to-latest, --to-datetime")
+        if not (args.dry_run or args.execute):
+            raise UsageError("--reset-offsets needs --dry-run (print the plan) or --execute (write it)")
     elif args.target or args.datetime or args.dry_run or args.execute or args.all_topics:
         raise UsageError(
             "--to-earliest, --to-latest, --to-datetime, --all-topics, --dry-run, --execute go with --reset-offsets"
@@ -282,6 +285,8 @@ def _reset(args: argparse.Namespace, groups: ShareGroups, admin: Admin) -> None:
                 plan[(topic, number)] = bounds.high_watermark
             else:
                 at = found.get(number)
+                if at is None:
+                    print(f"Warn: Partition {number} from topic {topic} is empty. Falling back to latest known offset.")
                 plan[(topic, number)] = bounds.high_watermark if at is None else at[0]
     if args.execute:
         groups.alter_offsets(group, plan)
