@@ -2,8 +2,9 @@
 
 The roles call one method per batch, request or event, never per record: a partition's append (`produced`), a
 Kafka Fetch answer (`fetched`), a Kafka request answered (`request_answered`), a connection opened or closed, a
-failed login, an ISR change, a compaction pass. Values the broker already holds (a log's size, the cluster's
-offline partitions, consumer lag) are not pushed: a role registers a `GaugeSource`, read each time the metrics are
+failed login, an ISR change, a compaction pass, a share consumer's acknowledgements applied (`share_acknowledged`).
+Values the broker already holds (a log's size, the cluster's offline partitions, consumer lag, a share-partition's
+in-flight records and backlog) are not pushed: a role registers a `GaugeSource`, read each time the metrics are
 exported.
 
 `NO_METRICS` does nothing: the plain classes take it by default, so they run and are tested without a recorder.
@@ -24,7 +25,7 @@ from __future__ import annotations
 
 import bisect
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -45,6 +46,7 @@ from actors.metrics.names import (
     MESSAGES_IN,
     REQUEST_TOTAL_TIME_MS,
     REQUESTS,
+    SHARE_RECORD_ACKNOWLEDGEMENTS,
     MetricKind,
     MetricSpec,
 )
@@ -62,7 +64,7 @@ FETCH_CONSUMER_REQUEST = "FetchConsumer"
 
 class BrokerMetrics(RoleMetrics, Protocol):
     """What the broker's roles report (see the module docstring): the plain roles' events (`RoleMetrics`: `produced`,
-    `isr_changed`) and those of the Kafka listener, the cleaner and the gauge sources."""
+    `isr_changed`, `share_acknowledged`) and those of the Kafka listener, the cleaner and the gauge sources."""
 
     def fetched(self, topic: str, size_bytes: int) -> None:
         """A Kafka Fetch answer carried `size_bytes` of record batches of `topic`."""
@@ -194,6 +196,11 @@ class MetricsRecorder:
             return
         with self._lock:
             self._add(ISR_SHRINKS if after < before else ISR_EXPANDS, (), 1)
+
+    def share_acknowledged(self, records_by_type: Mapping[str, int]) -> None:
+        with self._lock:
+            for ack_type, records in records_by_type.items():
+                self._add(SHARE_RECORD_ACKNOWLEDGEMENTS, (ack_type,), records)
 
     def cleaned(self, bytes_read: int, bytes_written: int, elapsed_s: float) -> None:
         with self._lock:
