@@ -212,6 +212,27 @@ CONSUMER_GROUP_OFFSET = _gauge(
     "kafka_consumergroup_current_offset", "The group's committed offset.", "consumergroup", "topic", "partition"
 )
 
+SHARE_FETCH_REQUESTS = _counter(
+    "kafka_server_brokertopicmetrics_totalsharefetchrequests",
+    "ShareFetch requests that fetched from the topic's partitions (once a request per topic).",
+    "topic",
+)
+FAILED_SHARE_FETCH_REQUESTS = _counter(
+    "kafka_server_brokertopicmetrics_failedsharefetchrequests",
+    "ShareFetch requests in which a partition of the topic answered an error (once a request per topic).",
+    "topic",
+)
+SHARE_ACKNOWLEDGEMENT_REQUESTS = _counter(
+    "kafka_server_brokertopicmetrics_totalshareacknowledgementrequests",
+    "ShareFetch and ShareAcknowledge requests that acknowledged records of the topic (once a request per topic).",
+    "topic",
+)
+FAILED_SHARE_ACKNOWLEDGEMENT_REQUESTS = _counter(
+    "kafka_server_brokertopicmetrics_failedshareacknowledgementrequests",
+    "Acknowledging requests in which a partition of the topic refused its acknowledgements (once a request per topic).",
+    "topic",
+)
+
 # --- Share groups (KIP-932), Kafka 4.2's ShareGroupMetrics and SharePartitionMetrics: the partition processes, where
 # the share-partitions live ----------------------------------------------------------------------------------------
 SHARE_RECORD_ACKNOWLEDGEMENTS = _counter(
@@ -281,6 +302,10 @@ EXPORTED: tuple[MetricSpec, ...] = (
     UNCLEANABLE_PARTITIONS,
     CONSUMER_GROUP_LAG,
     CONSUMER_GROUP_OFFSET,
+    SHARE_FETCH_REQUESTS,
+    FAILED_SHARE_FETCH_REQUESTS,
+    SHARE_ACKNOWLEDGEMENT_REQUESTS,
+    FAILED_SHARE_ACKNOWLEDGEMENT_REQUESTS,
     SHARE_RECORD_ACKNOWLEDGEMENTS,
     SHARE_IN_FLIGHT_MESSAGES,
     SHARE_IN_FLIGHT_BATCHES,

@@ -2,7 +2,8 @@
 consumer: librdkafka's (confluent-kafka's `ShareConsumer`, explicit acknowledgement) over a raybroker listener on the
 in-process broker, which records into one `MetricsRecorder`. The consumer accepts the `a` records, releases each `l`
 record on its first delivery and accepts it on the second, and rejects the `r` records; the oracle is that plan:
-`RecordAcknowledgementsPerSec` counts each type's records, and the share-partition's gauges, read as an export reads
+`RecordAcknowledgementsPerSec` counts each type's records, the share fetch and acknowledgement request meters count
+the topic with no failure, and the share-partition's gauges, read as an export reads
 them, show nothing in flight and no backlog once every record is settled, then the backlog of records produced after.
 """
 
@@ -21,7 +22,11 @@ from kio.schema.errors import ErrorCode
 from actors.core.in_process_broker import InProcessBroker
 from actors.metrics.gauges import share_partition_samples
 from actors.metrics.names import (
+    FAILED_SHARE_ACKNOWLEDGEMENT_REQUESTS,
+    FAILED_SHARE_FETCH_REQUESTS,
+    SHARE_ACKNOWLEDGEMENT_REQUESTS,
     SHARE_BACKLOG,
+    SHARE_FETCH_REQUESTS,
     SHARE_IN_FLIGHT_BATCHES,
     SHARE_IN_FLIGHT_MESSAGES,
     SHARE_RECORD_ACKNOWLEDGEMENTS,
@@ -108,6 +113,13 @@ def test_acknowledgements_are_counted_by_type_and_the_share_partition_shows_its_
     assert metrics.value(SHARE_RECORD_ACKNOWLEDGEMENTS, "Accept") == kinds.count("a") + kinds.count("l")
     assert metrics.value(SHARE_RECORD_ACKNOWLEDGEMENTS, "Release") == kinds.count("l")
     assert metrics.value(SHARE_RECORD_ACKNOWLEDGEMENTS, "Reject") == kinds.count("r")
+    # Every request fetched or acknowledged on the one topic and none failed: the topic's series is the total.
+    for total, failed in (
+        (SHARE_FETCH_REQUESTS, FAILED_SHARE_FETCH_REQUESTS),
+        (SHARE_ACKNOWLEDGEMENT_REQUESTS, FAILED_SHARE_ACKNOWLEDGEMENT_REQUESTS),
+    ):
+        assert metrics.value(total, topic) == metrics.value(total, "") >= 1
+        assert metrics.value(failed, "") == 0
 
     settled_gauges = {SHARE_IN_FLIGHT_MESSAGES.name: 0, SHARE_IN_FLIGHT_BATCHES.name: 0, SHARE_BACKLOG.name: 0}
     assert gauges() == settled_gauges
