@@ -1,13 +1,15 @@
 """What the plain roles of `actors.core` report to the broker's metrics: the seam they take, Ray-free.
 
-`RoleMetrics` holds the events these roles see: a leader's append (`produced`, once per batch) and an ISR change
-the controller persists (`isr_changed`). It is the part of `actors.metrics.recorder.BrokerMetrics` that this
+`RoleMetrics` holds the events these roles see: a leader's append (`produced`, once per batch), an ISR change
+the controller persists (`isr_changed`) and a share consumer's acknowledgements applied (`share_acknowledged`, once
+per call, the records counted by type). It is the part of `actors.metrics.recorder.BrokerMetrics` that this
 package calls: the Ray actors and the in-process broker hand in the process's `MetricsRecorder`, which records them
 under Kafka's names; a role given none takes `NO_ROLE_METRICS`, which records nothing.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Protocol
 
 
@@ -20,6 +22,10 @@ class RoleMetrics(Protocol):
     def isr_changed(self, before: int, after: int) -> None:
         """A partition's ISR went from `before` to `after` replicas."""
 
+    def share_acknowledged(self, records_by_type: Mapping[str, int]) -> None:
+        """A share consumer's acknowledgements were applied: the records of each type (Kafka's `ackType`: Accept,
+        Release, Reject)."""
+
 
 class NoRoleMetrics:
     """Records nothing."""
@@ -28,6 +34,9 @@ class NoRoleMetrics:
         pass
 
     def isr_changed(self, before: int, after: int) -> None:
+        pass
+
+    def share_acknowledged(self, records_by_type: Mapping[str, int]) -> None:
         pass
 
 

@@ -1,5 +1,5 @@
-"""Gauges computed from state the broker already holds, Ray-free: a replica's log numbers, the cluster's offline
-and under-replicated partitions, consumer groups' lag.
+"""Gauges computed from state the broker already holds, Ray-free: a replica's log numbers, a leader's share-partitions,
+the cluster's offline and under-replicated partitions, consumer groups' lag.
 
 Consumer lag is kafka_exporter's `kafka_consumergroup_lag`: for each (group, topic, partition) with a committed
 offset, the partition's high watermark (what ListOffsets "latest" answers a consumer, the `LOG-END-OFFSET` of
@@ -14,6 +14,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from actors.core.replication.leader_and_isr import LeaderAndIsr
+from actors.core.shares.leader_shares import SharePartitionStatistics
 from actors.metrics.names import (
     ACTIVE_CONTROLLER,
     CONSUMER_GROUP_LAG,
@@ -26,6 +27,9 @@ from actors.metrics.names import (
     LOG_START_OFFSET,
     OFFLINE_PARTITIONS,
     REASSIGNING_PARTITIONS,
+    SHARE_BACKLOG,
+    SHARE_IN_FLIGHT_BATCHES,
+    SHARE_IN_FLIGHT_MESSAGES,
     UNCLEANABLE_PARTITIONS,
     UNDER_REPLICATED_PARTITIONS,
 )
@@ -72,6 +76,20 @@ def log_samples(topic: str, partition: int, state: PartitionState) -> list[Sampl
         (LOG_START_OFFSET, labels, state.log_start_offset),
         (LOG_SEGMENTS, labels, state.segments),
     ]
+
+
+def share_partition_samples(topic: str, partition: int, statistics: Iterable[SharePartitionStatistics]) -> list[Sample]:
+    """A partition leader's `kafka.server:type=SharePartitionMetrics` gauges, per share group, and the backlog beside
+    them (the records the group has not acknowledged or archived, which Serve's autoscaling policy reads too)."""
+    samples: list[Sample] = []
+    for found in statistics:
+        labels = (found.group_id, topic, str(partition))
+        samples += [
+            (SHARE_IN_FLIGHT_MESSAGES, labels, found.in_flight_records),
+            (SHARE_IN_FLIGHT_BATCHES, labels, found.in_flight_batches),
+            (SHARE_BACKLOG, labels, found.backlog),
+        ]
+    return samples
 
 
 def uncleanable_samples(

@@ -212,6 +212,57 @@ CONSUMER_GROUP_OFFSET = _gauge(
     "kafka_consumergroup_current_offset", "The group's committed offset.", "consumergroup", "topic", "partition"
 )
 
+SHARE_FETCH_REQUESTS = _counter(
+    "kafka_server_brokertopicmetrics_totalsharefetchrequests",
+    "ShareFetch requests that fetched from the topic's partitions (once a request per topic).",
+    "topic",
+)
+FAILED_SHARE_FETCH_REQUESTS = _counter(
+    "kafka_server_brokertopicmetrics_failedsharefetchrequests",
+    "ShareFetch requests in which a partition of the topic answered an error (once a request per topic).",
+    "topic",
+)
+SHARE_ACKNOWLEDGEMENT_REQUESTS = _counter(
+    "kafka_server_brokertopicmetrics_totalshareacknowledgementrequests",
+    "ShareFetch and ShareAcknowledge requests that acknowledged records of the topic (once a request per topic).",
+    "topic",
+)
+FAILED_SHARE_ACKNOWLEDGEMENT_REQUESTS = _counter(
+    "kafka_server_brokertopicmetrics_failedshareacknowledgementrequests",
+    "Acknowledging requests in which a partition of the topic refused its acknowledgements (once a request per topic).",
+    "topic",
+)
+
+# --- Share groups (KIP-932), Kafka 4.2's ShareGroupMetrics and SharePartitionMetrics: the partition processes, where
+# the share-partitions live ----------------------------------------------------------------------------------------
+SHARE_RECORD_ACKNOWLEDGEMENTS = _counter(
+    "kafka_server_sharegroupmetrics_recordacknowledgements",
+    "Records share consumers acknowledged, by type (Accept, Release, Reject).",
+    "ackType",
+)
+SHARE_IN_FLIGHT_MESSAGES = _gauge(
+    "kafka_server_sharepartitionmetrics_inflightmessagecount",
+    "Records a share-partition tracks between its start and end offsets (SPSO to SPEO).",
+    "group",
+    "topic",
+    "partition",
+)
+SHARE_IN_FLIGHT_BATCHES = _gauge(
+    "kafka_server_sharepartitionmetrics_inflightbatchcount",
+    "Ranges of in-flight records in one state a share-partition tracks.",
+    "group",
+    "topic",
+    "partition",
+)
+SHARE_BACKLOG = _gauge(
+    "kafka_server_sharepartitionmetrics_backlog",
+    "Records of the partition the share group has not acknowledged or archived (the high watermark less the start "
+    "offset and the records done above it: DescribeShareGroupOffsets' lag).",
+    "group",
+    "topic",
+    "partition",
+)
+
 EXPORTED: tuple[MetricSpec, ...] = (
     MESSAGES_IN,
     BYTES_IN,
@@ -251,9 +302,17 @@ EXPORTED: tuple[MetricSpec, ...] = (
     UNCLEANABLE_PARTITIONS,
     CONSUMER_GROUP_LAG,
     CONSUMER_GROUP_OFFSET,
+    SHARE_FETCH_REQUESTS,
+    FAILED_SHARE_FETCH_REQUESTS,
+    SHARE_ACKNOWLEDGEMENT_REQUESTS,
+    FAILED_SHARE_ACKNOWLEDGEMENT_REQUESTS,
+    SHARE_RECORD_ACKNOWLEDGEMENTS,
+    SHARE_IN_FLIGHT_MESSAGES,
+    SHARE_IN_FLIGHT_BATCHES,
+    SHARE_BACKLOG,
 )
 # Series with no Kafka or kafka_exporter counterpart, named in the shape of their family.
-RAYBROKER_ONLY = frozenset({CLEANER_PASSES, CLEANER_BYTES_READ, CLEANER_BYTES_WRITTEN})
+RAYBROKER_ONLY = frozenset({CLEANER_PASSES, CLEANER_BYTES_READ, CLEANER_BYTES_WRITTEN, SHARE_BACKLOG})
 
 
 def exported_series() -> frozenset[str]:

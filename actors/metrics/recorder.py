@@ -1,9 +1,11 @@
 """What the broker's roles tell about their work, and the in-process record of it: `BrokerMetrics`.
 
 The roles call one method per batch, request or event, never per record: a partition's append (`produced`), a
-Kafka Fetch answer (`fetched`), a Kafka request answered (`request_answered`), a connection opened or closed, a
-failed login, an ISR change, a compaction pass. Values the broker already holds (a log's size, the cluster's
-offline partitions, consumer lag) are not pushed: a role registers a `GaugeSource`, read each time the metrics are
+Kafka Fetch answer (`fetched`), a Kafka request answered (`request_answered`), a ShareFetch or ShareAcknowledge
+(`share_requested`), a connection opened or closed, a failed login, an ISR change, a compaction pass, a share
+consumer's acknowledgements applied (`share_acknowledged`).
+Values the broker already holds (a log's size, the cluster's offline partitions, consumer lag, a share-partition's
+in-flight records and backlog) are not pushed: a role registers a `GaugeSource`, read each time the metrics are
 exported.
 
 `NO_METRICS` does nothing: the plain classes take it by default, so they run and are tested without a recorder.
@@ -24,7 +26,7 @@ from __future__ import annotations
 
 import bisect
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -40,11 +42,16 @@ from actors.metrics.names import (
     CONNECTION_COUNT,
     CONNECTION_CREATION,
     FAILED_AUTHENTICATION,
+    FAILED_SHARE_ACKNOWLEDGEMENT_REQUESTS,
+    FAILED_SHARE_FETCH_REQUESTS,
     ISR_EXPANDS,
     ISR_SHRINKS,
     MESSAGES_IN,
     REQUEST_TOTAL_TIME_MS,
     REQUESTS,
+    SHARE_ACKNOWLEDGEMENT_REQUESTS,
+    SHARE_FETCH_REQUESTS,
+    SHARE_RECORD_ACKNOWLEDGEMENTS,
     MetricKind,
     MetricSpec,
 )
@@ -62,7 +69,7 @@ FETCH_CONSUMER_REQUEST = "FetchConsumer"
 
 class BrokerMetrics(RoleMetrics, Protocol):
     """What the broker's roles report (see the module docstring): the plain roles' events (`RoleMetrics`: `produced`,
-    `isr_changed`) and those of the Kafka listener, the cleaner and the gauge sources."""
+    `isr_changed`, `share_acknowledged`) and those of the Kafka listener, the cleaner and the gauge sources."""
 
     def fetched(self, topic: str, size_bytes: int) -> None:
         """A Kafka Fetch answer carried `size_bytes` of record batches of `topic`."""
@@ -75,6 +82,10 @@ class BrokerMetrics(RoleMetrics, Protocol):
     def connection_closed(self, listener: str) -> None: ...
 
     def authentication_failed(self, listener: str) -> None: ...
+
+    def share_requested(self, acknowledging: bool, topics: Iterable[str], failed: Iterable[str]) -> None:
+        """A ShareFetch fetched (`acknowledging` False) or a request acknowledged (True) records of `topics`, and a
+        partition of each of `failed` answered an error; each topic counts once."""
 
     def cleaned(self, bytes_read: int, bytes_written: int, elapsed_s: float) -> None:
         """A compaction pass read and wrote these bytes in `elapsed_s`."""
@@ -101,6 +112,9 @@ class NoMetrics(NoRoleMetrics):
         pass
 
     def authentication_failed(self, listener: str) -> None:
+        pass
+
+    def share_requested(self, acknowledging: bool, topics: Iterable[str], failed: Iterable[str]) -> None:
         pass
 
     def cleaned(self, bytes_read: int, bytes_written: int, elapsed_s: float) -> None:
@@ -194,6 +208,24 @@ class MetricsRecorder:
             return
         with self._lock:
             self._add(ISR_SHRINKS if after < before else ISR_EXPANDS, (), 1)
+
+    def share_requested(self, acknowledging: bool, topics: Iterable[str], failed: Iterable[str]) -> None:
+        total, failures = (
+            (SHARE_ACKNOWLEDGEMENT_REQUESTS, FAILED_SHARE_ACKNOWLEDGEMENT_REQUESTS)
+            if acknowledging
+            else (SHARE_FETCH_REQUESTS, FAILED_SHARE_FETCH_REQUESTS)
+        )
+        with self._lock:
+            # Kafka marks the all-topics meter once for each topic too.
+            for spec, names in ((total, set(topics)), (failures, set(failed))):
+                for topic in names:
+                    self._add(spec, (topic,), 1)
+                    self._add(spec, (ALL_TOPICS,), 1)
+
+    def share_acknowledged(self, records_by_type: Mapping[str, int]) -> None:
+        with self._lock:
+            for ack_type, records in records_by_type.items():
+                self._add(SHARE_RECORD_ACKNOWLEDGEMENTS, (ack_type,), records)
 
     def cleaned(self, bytes_read: int, bytes_written: int, elapsed_s: float) -> None:
         with self._lock:

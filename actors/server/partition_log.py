@@ -86,7 +86,7 @@ from actors.core.replication.replica import ACKS_ALL_TIMEOUT_MS, Replica
 from actors.core.shares.acknowledgements import AcknowledgementBatch
 from actors.core.shares.group_share_config import ResolvedShareConfig
 from actors.core.shares.leader_shares import ShareFetched, ShareOffsets
-from actors.metrics.gauges import log_samples
+from actors.metrics.gauges import log_samples, share_partition_samples
 from actors.metrics.ray_export import exported_metrics
 from actors.metrics.recorder import BrokerMetrics, Sample
 from actors.options import (
@@ -381,10 +381,11 @@ class PartitionLogActor:
             notices().watch(*self._named, address)
 
     def _log_gauges(self) -> list[Sample]:
-        """The log's size and offsets, read at each export of the metrics."""
+        """The log's size and offsets, and a leader's share-partitions, read at each export of the metrics."""
         if self._named is None or self._unavailable is not None:
             return []
-        return log_samples(*self._named, partition_state(self._opened_log))
+        shares = share_partition_samples(*self._named, self._server.share_statistics())
+        return log_samples(*self._named, partition_state(self._opened_log)) + shares
 
     def _stop_serving_channels(self) -> None:
         """The log closed: the append channel and the replica channel serve this partition no more."""

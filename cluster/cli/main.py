@@ -14,6 +14,7 @@ Subcommands:
 | `get-offsets`,         | `cluster.cli.offsets`       | kafka-get-offsets.sh, kafka-delete-records.sh      |
 | `delete-records`       |                             |                                                    |
 | `consumer-groups`      | `cluster.cli.consumer_groups_command` | kafka-consumer-groups.sh                         |
+| `share-groups`         | `cluster.cli.share_groups_command` | kafka-share-groups.sh                     |
 | `status`               | `cluster.cli.status`        | kafka-topics.sh --under-replicated-partitions,     |
 |                        |                             | kafka-metadata-quorum.sh, kafka-consumer-groups.sh |
 |                        |                             | on one screen; exit 1: a partition is offline      |
@@ -63,6 +64,7 @@ from cluster.cli import (
     offsets,
     produce_command,
     reassign_command,
+    share_groups_command,
     sql_command,
     status,
     stream_command,
@@ -92,6 +94,7 @@ COMMAND_MODULES = (
     consume,
     offsets,
     consumer_groups_command,
+    share_groups_command,
     status,
     balancer,
     reassign_command,

@@ -744,12 +744,15 @@ class GroupCoordinator:
 
     def delete_group(self, group: str) -> GroupError:
         """Deletes an Empty group and its committed offsets (tombstones in `__consumer_offsets`); a group with
-        members is NON_EMPTY_GROUP, an unknown one GROUP_ID_NOT_FOUND."""
+        members is NON_EMPTY_GROUP, an unknown one GROUP_ID_NOT_FOUND. A share group's share-partitions are not
+        touched: their leaders drop them (`raybroker share-groups --delete` does that first)."""
         _check_group(group)
         with self._membership_changed:
             verdict = self._membership.delete(group)
             if verdict == GroupError.GROUP_ID_NOT_FOUND:
                 verdict = self._consumer_groups.delete(group)
+            if verdict == GroupError.GROUP_ID_NOT_FOUND:
+                verdict = self._share_groups.delete(group)
         if verdict == GroupError.NON_EMPTY_GROUP:
             return verdict
 

@@ -32,13 +32,14 @@ from typing import TypeVar
 from actors.core.replication.log_changes import LogChanges
 from actors.core.replication.replica import ACKS_ALL, ACKS_ALL_TIMEOUT_MS, Replica
 from actors.core.role_metrics import NO_ROLE_METRICS, RoleMetrics
-from actors.core.shares.acknowledgements import AcknowledgementBatch
+from actors.core.shares.acknowledgements import AcknowledgementBatch, records_by_type
 from actors.core.shares.group_share_config import ResolvedShareConfig
 from actors.core.shares.leader_shares import (
     LeaderShares,
     LogPosition,
     ShareFetched,
     ShareOffsets,
+    SharePartitionStatistics,
     ShareStatePersister,
 )
 from storage.arguments import is_int
@@ -190,8 +191,10 @@ class PartitionServer:
     def share_acknowledge(
         self, group_id: str, member_id: str, config: ResolvedShareConfig, batches: list[AcknowledgementBatch]
     ) -> None:
-        """`member_id`'s acknowledgements of records it acquired here, all or none (`LeaderShares.acknowledge`)."""
+        """`member_id`'s acknowledgements of records it acquired here, all or none (`LeaderShares.acknowledge`),
+        counted by type once applied."""
         self.shares.acknowledge(group_id, member_id, config, self._share_position(), batches)
+        self._metrics.share_acknowledged(records_by_type(batches))
 
     def share_release(self, group_id: str, member_id: str) -> None:
         """Releases the records `member_id` holds here: its share session closed."""
@@ -214,6 +217,13 @@ class PartitionServer:
         one."""
         self.check_leader()
         return self.shares.delete(group_id, self.replica.leader_epoch)
+
+    def share_statistics(self) -> list[SharePartitionStatistics]:
+        """The share-partitions' statistics while the replica leads (`LeaderShares.statistics`), else none: a
+        replica that no longer leads keeps the share-partitions of its last epoch until it leads again."""
+        if self.replica.following:
+            return []
+        return self.shares.statistics(self.log.high_watermark)
 
     def _share_position(self) -> LogPosition:
         log = self.check_leader()

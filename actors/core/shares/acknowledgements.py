@@ -99,3 +99,20 @@ def acknowledgement_batches(types: dict[int, AcknowledgeType]) -> list[Acknowled
 def _batch(run: list[tuple[int, AcknowledgeType]]) -> AcknowledgementBatch:
     kinds = tuple(int(kind) for _, kind in run)
     return AcknowledgementBatch(run[0][0], run[-1][0], kinds[:1] if len(set(kinds)) == 1 else kinds)
+
+
+def records_by_type(batches: Sequence[AcknowledgementBatch]) -> dict[str, int]:
+    """The records `batches` acknowledge, by type as Kafka's `RecordAcknowledgementsPerSec` tags them (`Accept`,
+    `Release`, `Reject`); GAP offsets hold no record and are not counted, as Kafka counts only the client's types."""
+    counts: dict[str, int] = {}
+    for batch in batches:
+        types = batch.acknowledge_types
+        if len(types) == 1:
+            ranges = [(types[0], batch.last_offset - batch.first_offset + 1)]
+        else:
+            ranges = [(kind, 1) for kind in types]
+        for kind, records in ranges:
+            if kind != AcknowledgeType.GAP:
+                name = AcknowledgeType(kind).name.capitalize()
+                counts[name] = counts.get(name, 0) + records
+    return counts

@@ -86,6 +86,24 @@ class ShareOffsets:
 UNKNOWN_SHARE_OFFSETS = ShareOffsets(UNINITIALIZED_START_OFFSET, 0, -1)
 
 
+@dataclass(frozen=True, slots=True)
+class SharePartitionStatistics:
+    """One group's share-partition as the metrics show it (Kafka's `SharePartitionMetrics`): the records tracked
+    between SPSO and SPEO, the runs of equal state they form (Kafka's cached in-flight batches), and the backlog, the
+    lag DescribeShareGroupOffsets reports (`ShareOffsets.lag`)."""
+
+    group_id: str
+    in_flight_records: int
+    in_flight_batches: int
+    backlog: int
+
+
+def share_lag(summary: StateSummary, high_watermark: int) -> int:
+    """The records of a log at `high_watermark` not yet acknowledged or archived, from a share-partition's state as
+    last written: Kafka 4.2's `latest offset - startOffset - deliveryCompleteCount`."""
+    return high_watermark - summary.start_offset - summary.delivery_complete_count
+
+
 class ShareStatePersister(Protocol):
     """Where the durable states of one partition's share-partitions are kept, by group (Kafka's `Persister`)."""
 
@@ -204,8 +222,26 @@ class LeaderShares:
             return None
         if summary.start_offset == UNINITIALIZED_START_OFFSET:
             return UNKNOWN_SHARE_OFFSETS
-        lag = high_watermark - summary.start_offset - summary.delivery_complete_count
+        lag = share_lag(summary, high_watermark)
         return ShareOffsets(summary.start_offset, leader_epoch if summary.written_by_leader else 0, lag)
+
+    def statistics(self, high_watermark: int) -> list[SharePartitionStatistics]:
+        """Each share-partition in memory (a group that fetched here in this leader epoch) as the metrics show it,
+        for a log at `high_watermark`, by group. The backlog of one whose state was never written yet (nothing
+        acknowledged: every change is written before it answers) is everything from its SPSO. Nothing is read or
+        written."""
+        with self._lock:
+            found = []
+            for group_id, share in sorted(self._partitions.items()):
+                summary = share.summary()
+                if summary.start_offset == UNINITIALIZED_START_OFFSET:
+                    backlog = high_watermark - share.start_offset
+                else:
+                    backlog = share_lag(summary, high_watermark)
+                runs = share.in_flight()
+                records = sum(run.last_offset - run.first_offset + 1 for run in runs)
+                found.append(SharePartitionStatistics(group_id, records, len(runs), backlog))
+            return found
 
     def alter(self, group_id: str, start_offset: int, leader_epoch: int) -> None:
         """The group's share-partition replaced by one starting at `start_offset`, nothing in flight, and written (see

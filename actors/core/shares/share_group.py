@@ -245,6 +245,18 @@ class ShareGroups:
             return GroupError.NONE
         return GroupError.NON_EMPTY_GROUP if group.members else GroupError.NONE
 
+    def delete(self, group_id: str) -> GroupError:
+        """Forgets an Empty group (DeleteGroups): NON_EMPTY_GROUP while it has members, GROUP_ID_NOT_FOUND if it is
+        unknown."""
+        self.expire_sessions()
+        group = self._groups.get(group_id)
+        if group is None:
+            return GroupError.GROUP_ID_NOT_FOUND
+        if group.members:
+            return GroupError.NON_EMPTY_GROUP
+        del self._groups[group_id]
+        return GroupError.NONE
+
     def expire_sessions(self) -> None:
         """Removes the members whose session timed out (Kafka's session timer), bumping their groups' epochs."""
         now_ms = self._clock.milliseconds()

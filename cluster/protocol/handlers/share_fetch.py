@@ -15,6 +15,10 @@ answer's top-level error and nothing changes. Then:
   `max_records` for the whole request (a soft limit: whole batches) and `max_bytes` a partition. When nothing is
   acquired it looks again every `POLL_INTERVAL_S` until `max_wait` passed, as Kafka's delayed share fetch waits.
 
+Each request counts in Kafka's BrokerTopicMetrics share meters (`BrokerMetrics.share_requested`): a topic whose
+records it acknowledged, and for a ShareFetch that is not final a topic of its session, once each, as failed too if a
+partition of it answered an error.
+
 The answer names each partition with records, an error or an acknowledgement outcome; the opening request's names
 every partition of the session. `acquisition_lock_timeout` is the group's record lock duration.
 
@@ -46,6 +50,7 @@ from actors.core.shares.acknowledgements import AcknowledgementBatch
 from actors.core.shares.group_share_config import ResolvedShareConfig
 from actors.core.shares.share_partition import AcquiredRecords
 from actors.core.shares.share_sessions import SessionContext, SharePartitionKey, ShareSessions
+from actors.metrics.recorder import NO_METRICS, BrokerMetrics
 from cluster.protocol.error_codes import coordinator_error_code, error_code, share_partition_error_code
 from cluster.protocol.framing import Request, response_schema
 from cluster.protocol.handlers.authorization import GuardedHandler, allows, authorized_names
@@ -96,11 +101,35 @@ class _ShareHandler(GuardedHandler[BrokerView]):
     """What ShareFetch and ShareAcknowledge share: the sessions, the group's settings, the acknowledgements."""
 
     def __init__(
-        self, view: BrokerView, groups: GroupView, sessions: ShareSessions, access: AccessControl | None = None
+        self,
+        view: BrokerView,
+        groups: GroupView,
+        sessions: ShareSessions,
+        access: AccessControl | None = None,
+        metrics: BrokerMetrics = NO_METRICS,
     ) -> None:
         super().__init__(view, access)
         self._groups = groups
         self._sessions = sessions
+        self._metrics = metrics
+
+    def _count(
+        self,
+        acknowledging: bool,
+        names: Mapping[uuid.UUID, str | ErrorCode],
+        outcomes: Iterable[tuple[SharePartitionKey, ErrorCode]],
+    ) -> None:
+        """Kafka's BrokerTopicMetrics share meters: each named topic among `outcomes` once, as failed once if one of
+        its partitions answered an error."""
+        topics, failed = set(), set()
+        for (topic_id, _), code in outcomes:
+            topic = names.get(topic_id)
+            if isinstance(topic, str):
+                topics.add(topic)
+                if code != ErrorCode.none:
+                    failed.add(topic)
+        if topics:
+            self._metrics.share_requested(acknowledging, topics, failed)
 
     async def _begin(
         self, request: Request, api_key: int, session: Callable[[str, str], SessionContext]
@@ -198,10 +227,12 @@ class ShareFetchHandler(_ShareHandler):
             outcome.acknowledge_error, outcome.acknowledge_message = await self._acknowledge(
                 group_id, member_id, settings, topic, key[1], batches
             )
+        self._count(True, names, [(key, outcomes[key].acknowledge_error or ErrorCode.none) for key in acks])
         if context.final:
             await self._close(group_id, member_id, names)
         else:
             await self._acquire(group_id, member_id, settings, context, names, outcomes, body)
+            self._count(False, names, [(key, outcomes[key].error) for key in context.partitions if key in outcomes])
         return answer(ErrorCode.none, None, settings.record_lock_duration_ms, _responses(context, outcomes))
 
     async def _acquire(
@@ -265,6 +296,7 @@ class ShareAcknowledgeHandler(_ShareHandler):
         }
         names = await self._readable(request, {t for t, _ in [*context.partitions, *acks]})
         topics: dict[uuid.UUID, list[dict[str, Any]]] = {}
+        codes: list[tuple[SharePartitionKey, ErrorCode]] = []
         for (topic_id, partition), batches in acks.items():
             topic = names[topic_id]
             code, message = (
@@ -272,6 +304,7 @@ class ShareAcknowledgeHandler(_ShareHandler):
                 if isinstance(topic, ErrorCode)
                 else await self._acknowledge(group_id, member_id, settings, topic, partition, batches)
             )
+            codes.append(((topic_id, partition), code))
             topics.setdefault(topic_id, []).append(
                 {
                     "partition_index": partition,
@@ -280,6 +313,7 @@ class ShareAcknowledgeHandler(_ShareHandler):
                     "current_leader": _NO_LEADER,
                 }
             )
+        self._count(True, names, codes)
         if context.final:
             await self._close(group_id, member_id, names)
         responses = [{"topic_id": topic_id, "partitions": partitions} for topic_id, partitions in topics.items()]

@@ -21,6 +21,8 @@ from actors.metrics.names import (
     CONNECTION_COUNT,
     CONNECTION_CREATION,
     FAILED_AUTHENTICATION,
+    FAILED_SHARE_ACKNOWLEDGEMENT_REQUESTS,
+    FAILED_SHARE_FETCH_REQUESTS,
     ISR_EXPANDS,
     ISR_SHRINKS,
     LATENCY_BUCKETS_MS,
@@ -28,6 +30,9 @@ from actors.metrics.names import (
     MESSAGES_IN,
     REQUEST_TOTAL_TIME_MS,
     REQUESTS,
+    SHARE_ACKNOWLEDGEMENT_REQUESTS,
+    SHARE_FETCH_REQUESTS,
+    SHARE_RECORD_ACKNOWLEDGEMENTS,
 )
 from actors.metrics.recorder import NO_METRICS, BrokerMetrics, MetricsRecorder, Sample
 
@@ -189,5 +194,23 @@ def test_no_metrics_records_nothing_and_takes_every_call() -> None:
     metrics.authentication_failed("PLAINTEXT")
     metrics.isr_changed(2, 1)
     metrics.cleaned(1, 1, 1.0)
+    metrics.share_requested(True, ["t"], ["t"])
+    metrics.share_acknowledged({"Accept": 1})
     metrics.add_gauges(list)
     metrics.remove_gauges(list)
+
+
+def test_share_requests_count_once_per_topic_and_for_all_topics_and_acknowledgements_by_type() -> None:
+    """Kafka's BrokerTopicMetrics share meters mark each topic of a request once, and the all-topics meter once for
+    each of them; RecordAcknowledgementsPerSec adds the records of each type."""
+    metrics = MetricsRecorder()
+    metrics.share_requested(False, ["a", "b", "a"], [])
+    metrics.share_requested(True, ["a", "b"], ["b", "b"])
+    metrics.share_acknowledged({"Accept": 5, "Reject": 1})
+    metrics.share_acknowledged({"Accept": 2, "Release": 3})
+    assert [metrics.value(SHARE_FETCH_REQUESTS, topic) for topic in ("a", "b", "")] == [1, 1, 2]
+    assert metrics.value(FAILED_SHARE_FETCH_REQUESTS, "") == 0
+    assert [metrics.value(SHARE_ACKNOWLEDGEMENT_REQUESTS, topic) for topic in ("a", "b", "")] == [1, 1, 2]
+    assert [metrics.value(FAILED_SHARE_ACKNOWLEDGEMENT_REQUESTS, topic) for topic in ("a", "b", "")] == [0, 1, 1]
+    counts = [metrics.value(SHARE_RECORD_ACKNOWLEDGEMENTS, kind) for kind in ("Accept", "Release", "Reject")]
+    assert counts == [7, 3, 1]

@@ -13,6 +13,8 @@ import pytest
 import ray
 
 from actors.core.replication.leader_and_isr import LeaderAndIsr
+from actors.core.shares.acknowledgements import AcknowledgementBatch, AcknowledgeType
+from actors.core.shares.group_share_config import EARLIEST, ResolvedShareConfig
 from actors.metrics.names import (
     BYTES_IN,
     CLEANER_BYTES_READ,
@@ -23,6 +25,10 @@ from actors.metrics.names import (
     LOG_SIZE,
     LOG_START_OFFSET,
     MESSAGES_IN,
+    SHARE_BACKLOG,
+    SHARE_IN_FLIGHT_BATCHES,
+    SHARE_IN_FLIGHT_MESSAGES,
+    SHARE_RECORD_ACKNOWLEDGEMENTS,
 )
 from actors.metrics.recorder import MetricsRecorder
 from actors.server.cleaner_actor import CleanerActor
@@ -547,3 +553,26 @@ def test_a_long_poll_at_the_log_end_ends_at_once_when_the_controller_changes_the
     assert not poller.is_alive() and time.monotonic() - changed < 10
     assert len(outcome) == 1 and isinstance(outcome[0], error), outcome
     actor.close()
+
+
+def test_a_leaders_share_partitions_are_counted_and_show_their_backlog_in_its_gauges(tmp_path: Path) -> None:
+    """Oracles: the five records acquired and the acknowledgements sent (two accepted, one rejected)."""
+    metrics = MetricsRecorder()
+    actor = open_actor(tmp_path / "orders-3", metrics=metrics)
+    actor.append(batch_bytes(records("s", 5)))
+    config = ResolvedShareConfig(auto_offset_reset=EARLIEST)
+    fetched = actor.share_fetch("g", "m1", config, 1 << 20, 500)
+    assert [(r.first_offset, r.last_offset) for r in fetched.acquired] == [(0, 4)]
+    labels = ("g", "orders", "3")
+    assert metrics.value(SHARE_IN_FLIGHT_MESSAGES, *labels) == metrics.value(SHARE_BACKLOG, *labels) == 5
+    assert metrics.value(SHARE_IN_FLIGHT_BATCHES, *labels) == 1
+    accept, reject = int(AcknowledgeType.ACCEPT), int(AcknowledgeType.REJECT)
+    actor.share_acknowledge(
+        "g", "m1", config, [AcknowledgementBatch(0, 1, (accept,)), AcknowledgementBatch(2, 2, (reject,))]
+    )
+    assert metrics.value(SHARE_RECORD_ACKNOWLEDGEMENTS, "Accept") == 2
+    assert metrics.value(SHARE_RECORD_ACKNOWLEDGEMENTS, "Reject") == 1
+    # Offsets 3 and 4 still acquired: two records in flight, and the backlog.
+    assert metrics.value(SHARE_IN_FLIGHT_MESSAGES, *labels) == metrics.value(SHARE_BACKLOG, *labels) == 2
+    actor.close()
+    assert metrics.snapshot().gauges == {}

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -40,6 +40,9 @@ class Produced:
         self.records.append((topic, records))
 
     def isr_changed(self, before: int, after: int) -> None:
+        pass
+
+    def share_acknowledged(self, records_by_type: Mapping[str, int]) -> None:
         pass
 
 

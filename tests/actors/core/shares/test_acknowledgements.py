@@ -12,6 +12,7 @@ from actors.core.shares.acknowledgements import (
     AcknowledgementBatch,
     AcknowledgeType,
     acknowledgement_batches,
+    records_by_type,
     validate_batches,
 )
 
@@ -42,3 +43,16 @@ def test_batches_are_valid_the_fewest_and_give_back_every_type(types: dict[int, 
     # The fewest: a batch per run of consecutive offsets, one type when the run's types agree.
     assert all(later.first_offset > earlier.last_offset + 1 for earlier, later in itertools.pairwise(batches))
     assert all(len(batch.acknowledge_types) == 1 or len(set(batch.acknowledge_types)) > 1 for batch in batches)
+
+
+def test_records_are_counted_by_type_and_gaps_are_not() -> None:
+    accept, release, reject, gap = (
+        int(t) for t in (AcknowledgeType.ACCEPT, AcknowledgeType.RELEASE, AcknowledgeType.REJECT, AcknowledgeType.GAP)
+    )
+    batches = [
+        AcknowledgementBatch(0, 9, (accept,)),
+        AcknowledgementBatch(10, 13, (release, gap, reject, accept)),
+        AcknowledgementBatch(14, 16, (gap,)),
+    ]
+    assert records_by_type(batches) == {"Accept": 11, "Release": 1, "Reject": 1}
+    assert records_by_type([]) == {}

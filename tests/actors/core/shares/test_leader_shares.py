@@ -12,14 +12,19 @@ import pytest
 
 from actors.core.shares.acknowledgements import AcknowledgementBatch, AcknowledgeType
 from actors.core.shares.group_share_config import EARLIEST, ResolvedShareConfig
-from actors.core.shares.leader_shares import UNKNOWN_SHARE_OFFSETS, LeaderShares, LogPosition, ShareOffsets
+from actors.core.shares.leader_shares import (
+    UNKNOWN_SHARE_OFFSETS,
+    LeaderShares,
+    LogPosition,
+    ShareOffsets,
+    SharePartitionStatistics,
+)
 from storage.clock import MockClock
 from storage.errors import BrokerNotAvailableError, FencedLeaderEpochError, InvalidRecordStateError
 from storage.records.record_batch import RecordBatchBuilder
 from storage.records.share_group_state import ShareGroupState
 
-ACCEPT = AcknowledgeType.ACCEPT
-RELEASE = AcknowledgeType.RELEASE
+ACCEPT, REJECT, RELEASE = AcknowledgeType.ACCEPT, AcknowledgeType.REJECT, AcknowledgeType.RELEASE
 CONFIG = ResolvedShareConfig(auto_offset_reset=EARLIEST)
 
 
@@ -200,3 +205,19 @@ def test_a_share_partition_altered_while_a_write_is_held_is_never_overwritten_by
                 assert [state.start_offset for state in persister.written] == [5, 10, 8]
         assert persister.states["g"].start_offset == 8
         assert shares.in_flight("g") == (8, ())
+
+
+def test_statistics_count_what_is_in_flight_and_the_backlog_the_offsets_report() -> None:
+    """The metrics' view: records and runs of equal state between SPSO and SPEO, and the backlog, which is the lag
+    DescribeShareGroupOffsets reports once a state was written, everything from SPSO before."""
+    shares = LeaderShares(MockClock())
+    log = _log(10)
+    assert shares.statistics(10) == []
+    shares.acquire("g", "m1", CONFIG, log, 1 << 20, 500)
+    assert shares.statistics(10) == [SharePartitionStatistics("g", 10, 1, 10)]
+    shares.acknowledge("g", "m1", CONFIG, log, [AcknowledgementBatch(0, 1, (int(ACCEPT),))])
+    shares.acknowledge("g", "m1", CONFIG, log, [AcknowledgementBatch(5, 5, (int(REJECT),))])
+    # SPSO 2: offsets 2-4 and 6-9 acquired, 5 archived: three runs, eight records, the backlog 12 - 2 - 1.
+    (found,) = shares.statistics(12)
+    assert found == SharePartitionStatistics("g", 8, 3, 9)
+    assert found.backlog == shares.offsets("g", 12, LEADER_EPOCH).lag  # type: ignore[union-attr]

@@ -227,3 +227,14 @@ def test_a_member_whose_session_timed_out_leaves_the_group_empty_for_offset_chan
     groups.heartbeat(_hb("m1", 0, ("orders",)))
     clock.sleep(groups.config.group_share_session_timeout_ms)
     assert groups.admit_offsets_change("g", create=True) == GroupError.NONE
+
+
+def test_only_an_empty_group_is_deleted() -> None:
+    groups, _, _ = _groups()
+    assert groups.delete("g") == GroupError.GROUP_ID_NOT_FOUND
+    groups.heartbeat(_hb("m1", 0, ("t",)))
+    assert groups.delete("g") == GroupError.NON_EMPTY_GROUP
+    assert groups.has_group("g")
+    groups.heartbeat(_hb("m1", -1))
+    assert groups.delete("g") == GroupError.NONE
+    assert not groups.has_group("g") and groups.group_ids() == []
