@@ -179,7 +179,9 @@ def _complete(adapter: Any, tasks: int, first: int) -> float:
     for index, task_id in enumerate(ids):
         while True:
             status = adapter.get_task_status_sync(task_id)
-            if status.status != PENDING:
+            # Ray's Celery adapter reads a task's result and then its status, two reads of the backend: a task that
+            # finished between them answers SUCCESS without its result, and is asked again.
+            if status.status != PENDING and not (status.status == "SUCCESS" and status.result is None):
                 break
             if time.monotonic() > deadline:
                 raise RuntimeError(f"task {index} of {tasks} still PENDING after {DEADLINE_S:g} s")
