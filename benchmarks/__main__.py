@@ -47,6 +47,7 @@ BENCHMARKS: dict[str, tuple[str, ...]] = {
     "bench_streams": ("streams_eos",),
     "bench_groups": ("group_join_s", "group_join_consumer_s"),
     "bench_shares": ("share_consume",),
+    "bench_serve_tasks": ("serve_tasks",),
     "bench_topics": ("create_topic_s",),
     "bench_ray_data": ("ray_data_read", "ray_data_write"),
     # Last: these stop the shared Ray and run a 3-node cluster of their own.

@@ -26,10 +26,18 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 JSON_KEYS = {"name", "value", "unit", "baseline_name", "baseline_value", "ratio", "goal", "met"}
 
 
-def run_module(*args: str, timeout_s: float = 60) -> subprocess.CompletedProcess[str]:
-    """`python -m ARGS...` from the repository root, its output captured."""
+def run_module(
+    *args: str, timeout_s: float = 60, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`python -m ARGS...` from the repository root (in `env` if given), its output captured."""
     return subprocess.run(
-        [sys.executable, "-m", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=timeout_s, check=False
+        [sys.executable, "-m", *args],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+        env=env,
     )
 
 
@@ -202,3 +210,27 @@ def test_quick_storage_append_kafka_run_reports_ours_beside_kafkas_own_append(tm
     is ours over Kafka's MB/s, and the goal text gives Kafka's share of its JVM's write + CRC floor."""
     figure = quick_figure_beside_kafka(tmp_path, "storage_append_kafka", 600)
     assert "of its JVM's FileChannel.write + CRC-32C" in figure["goal"]
+
+
+def test_serve_tasks_without_redis_server_fails_saying_so(tmp_path: Path) -> None:
+    """The Celery baseline needs Debian's redis-server: without it on the PATH the run fails (exit 1) with a message
+    naming the package, before any Ray starts, rather than reporting no figure."""
+    env = {**os.environ, "PATH": str(tmp_path)}
+    result = run_module("benchmarks", "--quick", "--only", "serve_tasks", env=env)
+    assert result.returncode == 1
+    assert "redis-server is not installed" in result.stderr and "apt-get install redis-server" in result.stderr
+    assert "failed: bench_serve_tasks" in result.stderr
+
+
+@pytest.mark.ray
+def test_quick_serve_tasks_run_reports_tasks_per_second_beside_celerys(tmp_path: Path) -> None:
+    """`serve_tasks`: the same Serve app on raybroker's task processor and on Ray's Celery adapter over a Redis server
+    of the benchmark's own, in one run (every task's result checked by the run); the ratio is ours over Celery's."""
+    out = tmp_path / "figures.json"
+    result = run_module("benchmarks", "--quick", "--only", "serve_tasks", "--json", str(out), timeout_s=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    (figure,) = json.loads(out.read_text())["figures"]
+    assert figure["name"] == "serve_tasks" and figure["unit"] == "tasks/s"
+    assert figure["baseline_name"].startswith("Ray Serve's Celery adapter on Redis")
+    assert figure["value"] > 0 and figure["baseline_value"] > 0
+    assert figure["ratio"] == pytest.approx(figure["value"] / figure["baseline_value"])

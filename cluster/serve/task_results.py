@@ -6,6 +6,12 @@ outcome is durable before its queue record is acknowledged. `outcome` first read
 when asked (so an outcome recorded before the call is seen), then answers from what it read; `refresh` only catches
 up, and `known` only answers. The topic is created on first use (`cleanup.policy=compact`: the latest outcome of each
 task stays).
+
+The end is each partition's high watermark, asked of its leader's handle, which is kept across calls and looked up
+again after a `BrokerNotAvailableError` (a leader that moved or restarted), as `partition_lookup` asks of its callers:
+`refresh` runs once a task on every worker and once a status query, and `Admin.list_offsets` looks the leader up
+through the controller and Ray's actor directory on every call (14 ms of a 2-core machine's time, against about 1 ms
+for the one call to a known leader; `benchmarks/bench_serve_tasks.py`).
 """
 
 from __future__ import annotations
@@ -13,13 +19,17 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+from typing import Any
 
+from actors.calls import call
 from actors.clients.admin import Admin
 from actors.clients.broker import Broker
 from actors.clients.consumer import Consumer
 from actors.clients.producer import Producer
+from actors.server.partition_lookup import partition_actor
 from cluster.serve.task_messages import Outcome, outcome_of
-from storage.errors import RequestTimedOutError, TopicExistsError
+from storage.errors import BrokerNotAvailableError, RequestTimedOutError, TopicExistsError
+from storage.partition.log_read import LATEST_TIMESTAMP
 
 # How long `refresh` waits for the topic to be read up to the end it saw.
 CATCH_UP_TIMEOUT_S = 30.0
@@ -36,11 +46,12 @@ class TaskResults:
 
     def __init__(self, broker: Broker, topic: str, replication_factor: int) -> None:
         self.topic = topic
-        self._admin = Admin(broker)
-        ensure_topic(self._admin, topic, 1, replication_factor, {"cleanup.policy": "compact"})
+        ensure_topic(Admin(broker), topic, 1, replication_factor, {"cleanup.policy": "compact"})
         self._producer = Producer(broker, linger_ms=0)
         self._consumer = Consumer(broker, auto_offset_reset="earliest")
-        self._consumer.assign([(topic, partition) for partition in sorted(broker.topic(topic).partitions)])
+        self._partitions = sorted(broker.topic(topic).partitions)
+        self._consumer.assign([(topic, partition) for partition in self._partitions])
+        self._leaders: dict[int, Any] = {}
         self._outcomes: dict[str, Outcome] = {}
         self._lock = threading.Lock()
 
@@ -64,11 +75,7 @@ class TaskResults:
 
     def refresh(self) -> None:
         """Reads the topic up to the end it has now."""
-        ends = {
-            partition: answer[0]
-            for partition, answer in self._admin.list_offsets(self.topic, "latest").items()
-            if answer
-        }
+        ends = {partition: self._end_offset(partition) for partition in self._partitions}
         deadline = time.monotonic() + CATCH_UP_TIMEOUT_S
         with self._lock:
             while any(self._consumer.position((self.topic, partition)) < end for partition, end in ends.items()):
@@ -78,6 +85,24 @@ class TaskResults:
                     outcome = outcome_of(record.value)
                     if outcome is not None and record.key is not None:
                         self._outcomes[record.key.decode(errors="replace")] = outcome
+
+    def _end_offset(self, partition: int) -> int:
+        """The partition's high watermark, from its leader's kept handle; looked up once more if that one fails."""
+        handle = self._leaders.get(partition)
+        if handle is not None:
+            try:
+                return self._high_watermark(handle)
+            except BrokerNotAvailableError:
+                self._leaders.pop(partition, None)
+        handle = partition_actor(self.topic, partition)
+        end = self._high_watermark(handle)
+        self._leaders[partition] = handle
+        return end
+
+    @staticmethod
+    def _high_watermark(handle: Any) -> int:
+        found = call(handle.list_offset.remote(LATEST_TIMESTAMP))
+        return 0 if found is None else int(found.offset)
 
     def close(self) -> None:
         self._producer.close()
