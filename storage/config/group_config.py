@@ -19,7 +19,7 @@ when the group does not set it.
 raybroker serves no streams groups and has no `group.streams.*` broker keys: their keys are kept and described with
 Kafka's broker defaults and bounds (`STREAMS_DEFAULTS`). `share.auto.offset.reset`'s `by_duration:<ISO-8601>` passes
 Kafka's check here but is refused as not served yet (a share-partition starts at the earliest or the latest offset
-only); `share.isolation.level` is kept and described, not applied.
+only). `share.isolation.level` is applied by the group's share-partitions (`actors.core.shares.share_partition`).
 
 `validate(overrides, ...)` checks a group's whole set of overrides as Kafka's `GroupConfig.validate` does, in its
 order and with its messages (each an `InvalidConfigError`, Kafka's INVALID_CONFIG): an unknown name first ("Unknown
@@ -43,7 +43,9 @@ from storage.errors import InvalidConfigError
 
 SHARE_AUTO_OFFSET_RESET = "share.auto.offset.reset"
 BY_DURATION = "by_duration:"
-ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
+READ_COMMITTED = "read_committed"
+READ_UNCOMMITTED = "read_uncommitted"
+ISOLATION_LEVELS = (READ_COMMITTED, READ_UNCOMMITTED)
 # Kafka's `ShareGroupAutoOffsetResetStrategy` grammar for `by_duration:`: Java's `Duration.parse`, not negative.
 _ISO_DURATION = re.compile(r"^\+?P(?:\d+D)?(?:T(?:\d+H)?(?:\d+M)?(?:\d+(?:[.,]\d{1,9})?S)?)?$", re.IGNORECASE)
 
@@ -156,7 +158,7 @@ def defaults(protocol: GroupProtocolConfig, share: ShareGroupConfig) -> dict[str
         "share.heartbeat.interval.ms": str(share.group_share_heartbeat_interval_ms),
         "share.record.lock.duration.ms": str(share.group_share_record_lock_duration_ms),
         SHARE_AUTO_OFFSET_RESET: "latest",
-        "share.isolation.level": "read_uncommitted",
+        "share.isolation.level": READ_UNCOMMITTED,
         **{name: str(value) for name, value in STREAMS_DEFAULTS.items()},
     }
 

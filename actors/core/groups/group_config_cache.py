@@ -15,6 +15,7 @@ from collections.abc import Mapping
 
 from actors.core.controller.group_config_store import GroupConfigVersion
 from actors.core.shares.group_share_config import LATEST, GroupShareConfig
+from storage.config.group_config import READ_UNCOMMITTED
 from storage.config.group_protocol_config import GroupProtocolConfig
 
 
@@ -51,6 +52,7 @@ class GroupConfigCache:
             share_session_timeout_ms=number("share.session.timeout.ms"),
             share_heartbeat_interval_ms=number("share.heartbeat.interval.ms"),
             share_auto_offset_reset=configs.get("share.auto.offset.reset", LATEST),
+            share_isolation_level=configs.get("share.isolation.level", READ_UNCOMMITTED),
         )
 
     def consumer_timeouts(self, group: str) -> tuple[int, int]:
