@@ -7,7 +7,8 @@ Group keys (`GroupConfig`), each None when the group does not set it and the bro
 `share.heartbeat.interval.ms` (within theirs, the interval below the timeout), `share.auto.offset.reset`
 (`latest`, Kafka's default, or `earliest`; Kafka's `by_duration:<ISO-8601>` is not served yet), and
 `share.isolation.level` (`read_uncommitted`, Kafka's default, or `read_committed`: the group acquires records only
-below the last stable offset and never delivers those of aborted transactions).
+below the last stable offset and never delivers those of aborted transactions), and Kafka 4.3's
+`share.delivery.count.limit` (within the broker's `group.share.min/max.delivery.count.limit`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ class GroupShareConfig:
     share_heartbeat_interval_ms: int | None = None
     share_auto_offset_reset: str = LATEST
     share_isolation_level: str = READ_UNCOMMITTED
+    share_delivery_count_limit: int | None = None
 
     def resolve(self, broker: ShareGroupConfig) -> ResolvedShareConfig:
         """The settings that apply to the group on `broker`; `InvalidConfigError` (Kafka's message) if one of the
@@ -74,10 +76,19 @@ class GroupShareConfig:
             "group.share.max.heartbeat.interval.ms",
             broker.group_share_max_heartbeat_interval_ms,
         )
+        delivery_count_limit = _group_value(
+            "share.delivery.count.limit",
+            self.share_delivery_count_limit,
+            broker.group_share_delivery_count_limit,
+            "group.share.min.delivery.count.limit",
+            broker.group_share_min_delivery_count_limit,
+            "group.share.max.delivery.count.limit",
+            broker.group_share_max_delivery_count_limit,
+        )
         if heartbeat_ms >= session_ms:
             raise InvalidConfigError("share.session.timeout.ms must be greater than share.heartbeat.interval.ms")
         return ResolvedShareConfig(
-            delivery_count_limit=broker.group_share_delivery_count_limit,
+            delivery_count_limit=delivery_count_limit,
             max_record_locks=broker.group_share_partition_max_record_locks,
             record_lock_duration_ms=lock_ms,
             session_timeout_ms=session_ms,
