@@ -41,6 +41,9 @@ from cluster.downloads import cache_root, maven_repository
 KAFKA_VERSION = "3.9.1"
 # The Kafka 4 release the tests of Kafka 4's protocol run against, as they run Kafka's own tools of that release.
 KAFKA_4_VERSION = "4.2.2"
+# The newest Kafka release, the oracle of the share-group features later than 4.2 (a group's own delivery count limit,
+# Kafka 4.3's; the share groups' dead-letter topic, Kafka 4.4's).
+KAFKA_4_4_VERSION = "4.4.0"
 SCALA_VERSION = "2.13"
 FETCH_TIMEOUT_S = 900.0
 FORMAT_TIMEOUT_S = 60.0

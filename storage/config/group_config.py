@@ -1,4 +1,5 @@
-"""A group's own configs, the GROUP config resource (type 32), under Kafka 4.2's names: Kafka's `GroupConfig`, set with
+"""A group's own configs, the GROUP config resource (type 32), under Kafka 4.2's names and Kafka 4.3's
+`share.delivery.count.limit`: Kafka's `GroupConfig`, set with
 IncrementalAlterConfigs or AlterConfigs (`kafka-configs.sh --entity-type groups`), each falling back to a broker key
 when the group does not set it.
 
@@ -15,11 +16,12 @@ when the group does not set it.
 | streams.num.standby.replicas       | INT    | 0                                   | 0..2                         |
 | streams.initial.rebalance.delay.ms | INT    | 3000                                | >= 0                         |
 | share.isolation.level              | STRING | read_uncommitted                    | read_(un)committed           |
+| share.delivery.count.limit (4.3)   | INT    | group.share.delivery.count.limit    | >= 2, broker's min..max      |
 
 raybroker serves no streams groups and has no `group.streams.*` broker keys: their keys are kept and described with
 Kafka's broker defaults and bounds (`STREAMS_DEFAULTS`). `share.auto.offset.reset`'s `by_duration:<ISO-8601>` passes
 Kafka's check here but is refused as not served yet (a share-partition starts at the earliest or the latest offset
-only); `share.isolation.level` is kept and described, not applied.
+only). `share.isolation.level` is applied by the group's share-partitions (`actors.core.shares.share_partition`).
 
 `validate(overrides, ...)` checks a group's whole set of overrides as Kafka's `GroupConfig.validate` does, in its
 order and with its messages (each an `InvalidConfigError`, Kafka's INVALID_CONFIG): an unknown name first ("Unknown
@@ -42,8 +44,11 @@ from storage.config.share_group_config import ShareGroupConfig
 from storage.errors import InvalidConfigError
 
 SHARE_AUTO_OFFSET_RESET = "share.auto.offset.reset"
+SHARE_DELIVERY_COUNT_LIMIT = "share.delivery.count.limit"
 BY_DURATION = "by_duration:"
-ISOLATION_LEVELS = ("read_committed", "read_uncommitted")
+READ_COMMITTED = "read_committed"
+READ_UNCOMMITTED = "read_uncommitted"
+ISOLATION_LEVELS = (READ_COMMITTED, READ_UNCOMMITTED)
 # Kafka's `ShareGroupAutoOffsetResetStrategy` grammar for `by_duration:`: Java's `Duration.parse`, not negative.
 _ISO_DURATION = re.compile(r"^\+?P(?:\d+D)?(?:T(?:\d+H)?(?:\d+M)?(?:\d+(?:[.,]\d{1,9})?S)?)?$", re.IGNORECASE)
 
@@ -70,7 +75,8 @@ class GroupConfigKey:
     at_least: int = 0
 
 
-# Kafka 4.2's keys, in the order its DescribeConfigs lists them (its HashMap's order, the same on every broker).
+# Kafka 4.2's keys, in the order its DescribeConfigs lists them (its HashMap's order, the same on every broker), then
+# Kafka 4.3's `share.delivery.count.limit` (4.3 lists more keys, in another order).
 GROUP_CONFIG_KEYS = (
     GroupConfigKey(
         "consumer.session.timeout.ms",
@@ -128,7 +134,15 @@ GROUP_CONFIG_KEYS = (
         1,
     ),
     GroupConfigKey("streams.num.standby.replicas", "int", "The number of standby replicas for each task.", 0),
+    GroupConfigKey(
+        SHARE_DELIVERY_COUNT_LIMIT,
+        "int",
+        "The maximum number of delivery attempts for a record delivered to a share group.",
+        2,
+    ),
 )
+# The keys Kafka 4.2 does not have: its DescribeConfigs lists eleven keys, raybroker's these too.
+KAFKA_4_3_GROUP_CONFIG_NAMES = frozenset({SHARE_DELIVERY_COUNT_LIMIT})
 GROUP_CONFIG_NAMES = frozenset(key.name for key in GROUP_CONFIG_KEYS)
 # The order Kafka's `ConfigDef` parses them in (its definition order), which decides which bad value is reported.
 _PARSE_ORDER = (
@@ -137,6 +151,7 @@ _PARSE_ORDER = (
     "share.session.timeout.ms",
     "share.heartbeat.interval.ms",
     "share.record.lock.duration.ms",
+    SHARE_DELIVERY_COUNT_LIMIT,
     SHARE_AUTO_OFFSET_RESET,
     "streams.session.timeout.ms",
     "streams.heartbeat.interval.ms",
@@ -155,8 +170,9 @@ def defaults(protocol: GroupProtocolConfig, share: ShareGroupConfig) -> dict[str
         "share.session.timeout.ms": str(share.group_share_session_timeout_ms),
         "share.heartbeat.interval.ms": str(share.group_share_heartbeat_interval_ms),
         "share.record.lock.duration.ms": str(share.group_share_record_lock_duration_ms),
+        SHARE_DELIVERY_COUNT_LIMIT: str(share.group_share_delivery_count_limit),
         SHARE_AUTO_OFFSET_RESET: "latest",
-        "share.isolation.level": "read_uncommitted",
+        "share.isolation.level": READ_UNCOMMITTED,
         **{name: str(value) for name, value in STREAMS_DEFAULTS.items()},
     }
 
@@ -225,6 +241,7 @@ def _check_bounds(values: Mapping[str, int | str], protocol: GroupProtocolConfig
         ("share.heartbeat.interval.ms", "group.share", "heartbeat.interval.ms"),
         ("share.session.timeout.ms", "group.share", "session.timeout.ms"),
         ("share.record.lock.duration.ms", "group.share", "record.lock.duration.ms"),
+        (SHARE_DELIVERY_COUNT_LIMIT, "group.share", "delivery.count.limit"),
         ("streams.heartbeat.interval.ms", "group.streams", "heartbeat.interval.ms"),
         ("streams.session.timeout.ms", "group.streams", "session.timeout.ms"),
     )
@@ -246,6 +263,7 @@ def _check_bounds(values: Mapping[str, int | str], protocol: GroupProtocolConfig
             s.group_share_min_record_lock_duration_ms,
             s.group_share_max_record_lock_duration_ms,
         ),
+        SHARE_DELIVERY_COUNT_LIMIT: (s.group_share_min_delivery_count_limit, s.group_share_max_delivery_count_limit),
         "streams.heartbeat.interval.ms": (STREAMS_MIN_HEARTBEAT_INTERVAL_MS, STREAMS_MAX_HEARTBEAT_INTERVAL_MS),
         "streams.session.timeout.ms": (STREAMS_MIN_SESSION_TIMEOUT_MS, STREAMS_MAX_SESSION_TIMEOUT_MS),
     }

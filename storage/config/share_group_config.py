@@ -1,11 +1,16 @@
-"""Share groups' broker settings (KIP-932) under Kafka 4.2's names, defaults and bounds: the broker's `group.share.*`
-keys (Kafka's `ShareGroupConfig` and `GroupCoordinatorConfig`). `ShareGroupKeys` declares them once; `BrokerConfig`
+"""Share groups' broker settings (KIP-932) under Kafka 4.2's names, defaults and bounds, with Kafka 4.3's bounds of a
+group's own delivery count limit: the broker's `group.share.*` keys (Kafka's `ShareGroupConfig` and
+`GroupCoordinatorConfig`). `ShareGroupKeys` declares them once; `BrokerConfig`
 extends it and derives its `share_group_config`, which checks what Kafka checks. A group's own `share.*` keys, which
 these bound, are `actors.core.shares.group_share_config`'s.
 
 | Kafka name                                       | type  | default   | bounds         | meaning                     |
 |--------------------------------------------------|-------|-----------|----------------|-----------------------------|
-| group.share.delivery.count.limit                 | int   | 5         | 2..10          | deliveries, then archived   |
+| group.share.delivery.count.limit                 | int   | 5         | 2..10          | deliveries, then archived,  |
+|                                                  |       |           |                | unless the group sets its   |
+|                                                  |       |           |                | own (**)                    |
+| group.share.min.delivery.count.limit (4.3)       | int   | 2         | 2..5           | a group's lower bound       |
+| group.share.max.delivery.count.limit (4.3)       | int   | 10        | 5..25          | a group's upper bound       |
 | group.share.partition.max.record.locks           | int   | 2000      | 100..10000     | in flight per partition     |
 | group.share.record.lock.duration.ms              | int   | 30000     | 1000..3600000  | acquisition lock, unless    |
 |                                                  |       |           |                | the group sets its own (*)  |
@@ -27,12 +32,14 @@ these bound, are `actors.core.shares.group_share_config`'s.
 |                                                  |       |           |                | long is written again       |
 
 (*) a group's `share.record.lock.duration.ms`, within the min and max keys.
+(**) a group's `share.delivery.count.limit` (Kafka 4.3), within the min and max keys.
 
 Checked as Kafka checks them: min <= default <= max for the lock duration, the heartbeat interval and the session
-timeout (Kafka's `ShareGroupConfig.validate` and `GroupCoordinatorConfig`'s requirements), and the heartbeat interval
-below the session timeout. The `share.coordinator.*` keys are Kafka's `ShareCoordinatorConfig`'s: how
-`__share_group_state`, where the share-partitions' durable state is written, is created and kept small (the last two
-are internal keys in Kafka, with these defaults and bounds).
+timeout (Kafka's `ShareGroupConfig.validate` and `GroupCoordinatorConfig`'s requirements), min <= default <= max for
+the delivery count limit with Kafka 4.3's messages, and the heartbeat interval below the session timeout. The
+`share.coordinator.*` keys are Kafka's `ShareCoordinatorConfig`'s: how `__share_group_state`, where the
+share-partitions' durable state is written, is created and kept small (the last two are internal keys in Kafka, with
+these defaults and bounds).
 """
 
 from __future__ import annotations
@@ -48,6 +55,8 @@ class ShareGroupKeys:
     """The share groups' broker keys, each declared here only."""
 
     group_share_delivery_count_limit: int = config_field(5, "int", low=2, high=10)
+    group_share_min_delivery_count_limit: int = config_field(2, "int", low=2, high=5)
+    group_share_max_delivery_count_limit: int = config_field(10, "int", low=5, high=25)
     group_share_partition_max_record_locks: int = config_field(2000, "int", low=100, high=10000)
     group_share_record_lock_duration_ms: int = config_field(30000, "int", low=1000, high=3600000)
     group_share_min_record_lock_duration_ms: int = config_field(15000, "int", low=1000, high=30000)
@@ -81,6 +90,15 @@ class ShareGroupConfig(ShareGroupKeys):
                 getattr(self, f"group_share_min_{what.replace('.', '_')}"),
                 f"group.share.max.{what}",
                 getattr(self, f"group_share_max_{what.replace('.', '_')}"),
+            )
+        # Kafka 4.3's `ShareGroupConfig.validate`, its messages.
+        if self.group_share_max_delivery_count_limit < self.group_share_delivery_count_limit:
+            raise InvalidConfigError(
+                "group.share.max.delivery.count.limit must be greater than or equal to group.share.delivery.count.limit"
+            )
+        if self.group_share_delivery_count_limit < self.group_share_min_delivery_count_limit:
+            raise InvalidConfigError(
+                "group.share.delivery.count.limit must be greater than or equal to group.share.min.delivery.count.limit"
             )
         if self.group_share_heartbeat_interval_ms >= self.group_share_session_timeout_ms:
             raise InvalidConfigError(

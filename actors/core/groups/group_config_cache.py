@@ -3,9 +3,9 @@ which the controller keeps (`actors.core.controller.group_config_store`): loaded
 then each change as the controller tells it, keeping per group the newest by its version whatever order the news came
 in. What the coordinator's groups read at each heartbeat (and a share group at each ShareFetch), so a change applies
 from the next one, as Kafka's coordinator reads its `GroupConfigManager` then: a share group's `share.*` keys
-(`share_config`) and a consumer-protocol group's `consumer.session.timeout.ms` and `consumer.heartbeat.interval.ms`
-(`consumer_timeouts`). Thread-safe: its own lock, as the controller's news may come while a heartbeat holds the
-coordinator's membership lock.
+(`share_config`, the isolation level and delivery count limit among them) and a consumer-protocol group's
+`consumer.session.timeout.ms` and `consumer.heartbeat.interval.ms` (`consumer_timeouts`). Thread-safe: its own lock,
+as the controller's news may come while a heartbeat holds the coordinator's membership lock.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from collections.abc import Mapping
 
 from actors.core.controller.group_config_store import GroupConfigVersion
 from actors.core.shares.group_share_config import LATEST, GroupShareConfig
+from storage.config.group_config import READ_UNCOMMITTED
 from storage.config.group_protocol_config import GroupProtocolConfig
 
 
@@ -51,6 +52,8 @@ class GroupConfigCache:
             share_session_timeout_ms=number("share.session.timeout.ms"),
             share_heartbeat_interval_ms=number("share.heartbeat.interval.ms"),
             share_auto_offset_reset=configs.get("share.auto.offset.reset", LATEST),
+            share_isolation_level=configs.get("share.isolation.level", READ_UNCOMMITTED),
+            share_delivery_count_limit=number("share.delivery.count.limit"),
         )
 
     def consumer_timeouts(self, group: str) -> tuple[int, int]:

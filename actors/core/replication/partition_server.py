@@ -37,6 +37,7 @@ from actors.core.shares.group_share_config import ResolvedShareConfig
 from actors.core.shares.leader_shares import (
     LeaderShares,
     LogPosition,
+    LogRead,
     ShareFetched,
     ShareOffsets,
     SharePartitionStatistics,
@@ -230,8 +231,9 @@ class PartitionServer:
         return LogPosition(
             log.log_start_offset,
             log.high_watermark,
-            lambda offset, max_bytes: log.read(offset, max_bytes, isolation="high_watermark").records,
+            lambda offset, max_bytes, read_committed: _share_read(log, offset, max_bytes, read_committed),
             self.replica.leader_epoch,
+            log.last_stable_offset,
         )
 
     # --- the long poll -------------------------------------------------------------------------------------------
@@ -262,3 +264,12 @@ class PartitionServer:
                     return result
         finally:
             self._long_poll_slots.release()
+
+
+def _share_read(log: Log, offset: int, max_bytes: int, read_committed: bool) -> LogRead:
+    """A share fetch's read of `log`: up to the high watermark, or up to the last stable offset with the aborted
+    transactions overlapping what was read (`LeaderShares.acquire` archives their batches)."""
+    if not read_committed:
+        return LogRead(log.read(offset, max_bytes, isolation="high_watermark").records)
+    fetched = log.read(offset, max_bytes, isolation="txn_committed")
+    return LogRead(fetched.records, fetched.aborted_transactions or ())

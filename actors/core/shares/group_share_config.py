@@ -4,14 +4,18 @@ what a group runs with once both are resolved.
 
 Group keys (`GroupConfig`), each None when the group does not set it and the broker's value applies:
 `share.record.lock.duration.ms` (within the broker's min..max), `share.session.timeout.ms` and
-`share.heartbeat.interval.ms` (within theirs, the interval below the timeout), and `share.auto.offset.reset`
-(`latest`, Kafka's default, or `earliest`; Kafka's `by_duration:<ISO-8601>` is not served yet).
+`share.heartbeat.interval.ms` (within theirs, the interval below the timeout), `share.auto.offset.reset`
+(`latest`, Kafka's default, or `earliest`; Kafka's `by_duration:<ISO-8601>` is not served yet), and
+`share.isolation.level` (`read_uncommitted`, Kafka's default, or `read_committed`: the group acquires records only
+below the last stable offset and never delivers those of aborted transactions), and Kafka 4.3's
+`share.delivery.count.limit` (within the broker's `group.share.min/max.delivery.count.limit`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from storage.config.group_config import ISOLATION_LEVELS, READ_COMMITTED, READ_UNCOMMITTED
 from storage.config.share_group_config import ShareGroupConfig, require_between
 from storage.errors import InvalidConfigError
 
@@ -29,6 +33,8 @@ class GroupShareConfig:
     share_session_timeout_ms: int | None = None
     share_heartbeat_interval_ms: int | None = None
     share_auto_offset_reset: str = LATEST
+    share_isolation_level: str = READ_UNCOMMITTED
+    share_delivery_count_limit: int | None = None
 
     def resolve(self, broker: ShareGroupConfig) -> ResolvedShareConfig:
         """The settings that apply to the group on `broker`; `InvalidConfigError` (Kafka's message) if one of the
@@ -37,6 +43,11 @@ class GroupShareConfig:
             raise InvalidConfigError(
                 f"invalid value {self.share_auto_offset_reset!r} for share.auto.offset.reset: "
                 f"expected one of {list(AUTO_OFFSET_RESETS)}"
+            )
+        if self.share_isolation_level not in ISOLATION_LEVELS:
+            raise InvalidConfigError(
+                f"invalid value {self.share_isolation_level!r} for share.isolation.level: "
+                f"expected one of {list(ISOLATION_LEVELS)}"
             )
         lock_ms = _group_value(
             "share.record.lock.duration.ms",
@@ -65,15 +76,25 @@ class GroupShareConfig:
             "group.share.max.heartbeat.interval.ms",
             broker.group_share_max_heartbeat_interval_ms,
         )
+        delivery_count_limit = _group_value(
+            "share.delivery.count.limit",
+            self.share_delivery_count_limit,
+            broker.group_share_delivery_count_limit,
+            "group.share.min.delivery.count.limit",
+            broker.group_share_min_delivery_count_limit,
+            "group.share.max.delivery.count.limit",
+            broker.group_share_max_delivery_count_limit,
+        )
         if heartbeat_ms >= session_ms:
             raise InvalidConfigError("share.session.timeout.ms must be greater than share.heartbeat.interval.ms")
         return ResolvedShareConfig(
-            delivery_count_limit=broker.group_share_delivery_count_limit,
+            delivery_count_limit=delivery_count_limit,
             max_record_locks=broker.group_share_partition_max_record_locks,
             record_lock_duration_ms=lock_ms,
             session_timeout_ms=session_ms,
             heartbeat_interval_ms=heartbeat_ms,
             auto_offset_reset=self.share_auto_offset_reset,
+            isolation_level=self.share_isolation_level,
         )
 
 
@@ -87,6 +108,12 @@ class ResolvedShareConfig:
     session_timeout_ms: int = 45000
     heartbeat_interval_ms: int = 5000
     auto_offset_reset: str = LATEST
+    isolation_level: str = READ_UNCOMMITTED
+
+    @property
+    def read_committed(self) -> bool:
+        """Whether the group reads only committed transactional records (`share.isolation.level`)."""
+        return self.isolation_level == READ_COMMITTED
 
 
 def _group_value(name: str, value: int | None, default: int, low_name: str, low: int, high_name: str, high: int) -> int:

@@ -8,9 +8,14 @@ log start offset for `earliest`), as Kafka initializes one. Before each use it f
 its SPSO (retention, DeleteRecords).
 
 A fetch reads whole batches from the share-partition's next fetch offset (the first Available record, else SPEO)
-up to the high watermark and at most `max_bytes` (at least one batch), hands their offset ranges to `acquire`, and
-answers the bytes read with the ranges acquired for the member; the client keeps the records of those ranges only,
-as Kafka's sends whole batches too. A read that acquired nothing answers no bytes.
+up to the high watermark (the last stable offset for a group whose `share.isolation.level` is `read_committed`, as
+Kafka reads for it with `FetchIsolation.TXN_COMMITTED`) and at most `max_bytes` (at least one batch), hands their
+offset ranges to `acquire`, and answers the bytes read with the ranges acquired for the member; the client keeps the
+records of those ranges only, as Kafka's sends whole batches too. A read that acquired nothing answers no bytes. A
+read_committed read also answers the aborted transactions overlapping it (from the `.txnindex`); the batches of
+aborted transactions among those read (`storage.partition.aborted_batches`, the rule Kafka's
+`SharePartition.fetchAbortedTransactionRecordBatches` applies) are archived as soon as acquired and left out of the
+ranges answered (Kafka's `maybeFilterAbortedTransactionalAcquiredRecords`), so they are never delivered.
 
 Durability: after every call, a share-partition whose durable state (`SharePartition.state`) changed since it was
 last written is written before the call answers (an acknowledgement, a release, a lock expiry counted, SPSO moved), so
@@ -47,8 +52,10 @@ from actors.core.shares.group_share_config import ResolvedShareConfig
 from actors.core.shares.share_partition import AcquiredRecords, InFlightRecords, SharePartition, StateSummary
 from storage.clock import Clock
 from storage.errors import FencedLeaderEpochError
+from storage.partition.aborted_batches import AbortedBatches
 from storage.records.record_batch import iter_batches
 from storage.records.share_group_state import UNINITIALIZED_START_OFFSET, ShareGroupState
+from storage.segment.transaction_index import AbortedTxn
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,15 +67,32 @@ class ShareFetched:
 
 
 @dataclass(frozen=True, slots=True)
+class LogRead:
+    """What a share fetch's read of the log returns: whole batches, and for a read_committed read the aborted
+    transactions overlapping them (empty for a read_uncommitted one)."""
+
+    records: bytes
+    aborted_transactions: tuple[AbortedTxn, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class LogPosition:
     """The leader's log as a share fetch sees it: its start offset, its high watermark, a read of whole batches
-    from an offset below the high watermark, at most `max_bytes` but at least one batch, and the leader epoch the
-    replica leads in."""
+    (`read(offset, max_bytes, read_committed)`) from an offset below the high watermark, or below the last stable
+    offset when `read_committed`, at most `max_bytes` but at least one batch, the leader epoch the replica leads in,
+    and its last stable offset (None: the high watermark, a log without open transactions)."""
 
     log_start_offset: int
     high_watermark: int
-    read: Callable[[int, int], bytes]
+    read: Callable[[int, int, bool], LogRead]
     leader_epoch: int
+    last_stable_offset: int | None = None
+
+    def fetchable_end(self, read_committed: bool) -> int:
+        """The offset a read at the isolation level stops before: the last stable offset for read_committed."""
+        if read_committed and self.last_stable_offset is not None:
+            return self.last_stable_offset
+        return self.high_watermark
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,11 +189,14 @@ class LeaderShares:
         with self._persisted(group_id):
             share = self._share_partition(group_id, config, log)
             offset = share.next_fetch_offset()
-            if offset >= log.high_watermark or not share.can_acquire_records():
+            if offset >= log.fetchable_end(config.read_committed) or not share.can_acquire_records():
                 return ShareFetched(b"", ())
-            records = log.read(offset, max_bytes)
+            read = log.read(offset, max_bytes, config.read_committed)
+            records = read.records
             batches = [(batch.base_offset, batch.last_offset) for batch in iter_batches(records)]
             acquired = share.acquire(member_id, batches, max_records)
+            if acquired and read.aborted_transactions:
+                acquired = share.archive_aborted(acquired, _aborted_batches(records, read.aborted_transactions))
         if not acquired:
             return ShareFetched(b"", ())
         return ShareFetched(records, tuple(acquired))
@@ -384,3 +411,9 @@ def _replaced(group_id: str) -> FencedLeaderEpochError:
         f"share group {group_id}: its share-partition was replaced (a new leader epoch, or its offsets altered or "
         "deleted) before this change was written"
     )
+
+
+def _aborted_batches(records: bytes, aborted: Sequence[AbortedTxn]) -> list[tuple[int, int]]:
+    """The (base offset, last offset) of the data batches of aborted transactions among `records`."""
+    dropped = AbortedBatches(aborted)
+    return [(batch.base_offset, batch.last_offset) for batch in iter_batches(records) if dropped.drops(batch)]

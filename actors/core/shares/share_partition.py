@@ -51,9 +51,11 @@ at or above it, Kafka 4.2's `deliveryCompleteCount`) already counts what the cha
 nothing. A share-partition that has written nothing reports start offset -1; one built from a given `state`
 (AlterShareGroupOffsets) reports that state until its first write.
 
+A read_committed group (`share.isolation.level`) reads the log only below its last stable offset, and
+`archive_aborted` archives the records of aborted transactions just acquired, leaving them out of what is delivered.
+
 Not served yet: Kafka 4.2's record-limit acquire mode (`share.acquire.mode=record_limit`), the lock renewal
-(RENEW), throttled delivery of records near the delivery limit, and read_committed filtering of aborted
-transactions.
+(RENEW), and throttled delivery of records near the delivery limit.
 """
 
 from __future__ import annotations
@@ -301,6 +303,31 @@ class SharePartition:
         self._merge()
         self._advance_start()
         return acquired
+
+    def archive_aborted(
+        self, acquired: Sequence[AcquiredRecords], aborted: Sequence[tuple[int, int]]
+    ) -> list[AcquiredRecords]:
+        """Archives the records just `acquired` that lie in the batches of aborted transactions (`aborted`, the
+        (base offset, last offset) of each, in order) and returns the acquired ranges without them: a read_committed
+        group never delivers them (Kafka's `filterAbortedTransactionalAcquiredRecords`). Nothing is written for it, as
+        Kafka writes nothing when it acquires; the durable state carries them Archived from the next write."""
+        kept: list[AcquiredRecords] = []
+        for ranged in acquired:
+            first = ranged.first_offset
+            for base, last in aborted:
+                if last < first or base > ranged.last_offset:
+                    continue
+                if base > first:
+                    kept.append(AcquiredRecords(first, base - 1, ranged.delivery_count))
+                for run in self._slice(max(base, first), min(last, ranged.last_offset)):
+                    if run.state is RecordState.ACQUIRED:
+                        run.state, run.member_id, run.deadline_ms = RecordState.ARCHIVED, None, None
+                first = last + 1
+            if first <= ranged.last_offset:
+                kept.append(AcquiredRecords(first, ranged.last_offset, ranged.delivery_count))
+        self._merge()
+        self._advance_start()
+        return kept
 
     def acknowledge(self, member_id: str, batches: Sequence[AcknowledgementBatch]) -> None:
         """Applies `member_id`'s acknowledgements, all or none (see the module docstring for the errors)."""

@@ -1,6 +1,7 @@
 """Fixtures of the protocol tests: the listener's seams over an in-process broker in a temporary folder, and Apache
-Kafka 4.2's two brokers (`kafka4`) for the Kafka 4 tests of this package (Apache Kafka 3.9 for the differential
-tests, `kafka`, is `tests/cluster/conftest.py`'s)."""
+Kafka 4.2's two brokers (`kafka4`) for the Kafka 4 tests of this package, and Kafka 4.4's (`kafka44`) for the share
+group features newer than 4.2 (Apache Kafka 3.9 for the differential tests, `kafka`, is
+`tests/cluster/conftest.py`'s)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import pytest
 
 from actors.core.in_process_broker import InProcessBroker
 from actors.metrics.recorder import BrokerMetrics
-from benchmarks.kafka_broker import KAFKA_4_VERSION, KafkaQuorum, KafkaUnavailable
+from benchmarks.kafka_broker import KAFKA_4_4_VERSION, KAFKA_4_VERSION, KafkaQuorum, KafkaUnavailable
 from cluster.protocol.feature_cache import FeatureCache
 from cluster.protocol.listener import KafkaListener
 from cluster.protocol.views.group_view import GroupView
@@ -56,6 +57,17 @@ SHARE_GROUP_SETTINGS = {
 @pytest.fixture(scope="package")
 def kafka4() -> Iterator[str]:
     """Two Apache Kafka 4.2 brokers (node ids 1 and 2), started once for the package's Kafka 4 tests (~10 s)."""
+    yield from _two_brokers(KAFKA_4_VERSION)
+
+
+@pytest.fixture(scope="package")
+def kafka44() -> Iterator[str]:
+    """Two Apache Kafka 4.4 brokers with `kafka4`'s settings, started once for the tests of share group features newer
+    than Kafka 4.2 (~10 s)."""
+    yield from _two_brokers(KAFKA_4_4_VERSION)
+
+
+def _two_brokers(version: str) -> Iterator[str]:
     # The internal topics on both brokers: Kafka refuses to create them with more replicas than brokers (default 3).
     settings = {
         "offsets.topic.num.partitions": "1",
@@ -64,11 +76,11 @@ def kafka4() -> Iterator[str]:
         **CONSUMER_HEARTBEAT,
         **SHARE_GROUP_SETTINGS,
     }
-    quorum = KafkaQuorum(2, settings, KAFKA_4_VERSION)
+    quorum = KafkaQuorum(2, settings, version)
     try:
         quorum.start()
     except KafkaUnavailable as exc:
-        skip_or_fail(f"Apache Kafka {KAFKA_4_VERSION} is not available here: {exc}")
+        skip_or_fail(f"Apache Kafka {version} is not available here: {exc}")
     try:
         yield quorum.bootstrap_servers
     finally:

@@ -30,6 +30,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from benchmarks.kafka_broker import KAFKA_4_VERSION
 from cluster.protocol.client import WireClient
+from storage.config.group_config import KAFKA_4_3_GROUP_CONFIG_NAMES
 from tests.cluster.protocol.kafka_tools import CONFIGS, printed_lines, run_kafka_tool
 from tests.cluster.protocol.test_share_group_clients import ShareMember, produce
 
@@ -43,9 +44,10 @@ RESET, LOCK = "share.auto.offset.reset", "share.record.lock.duration.ms"
 EARLY_RECORDS = [f"early-{index}" for index in range(5)]
 
 
-def describe(client: WireClient, group: str) -> list[tuple[Any, ...]]:
+def describe(client: WireClient, group: str, later_keys: bool = False) -> list[tuple[Any, ...]]:
     """Every entry DescribeConfigs v4 gives for the group, with its synonyms and documentation, and the resource's
-    code and message first."""
+    code and message first; Kafka 4.2's keys only unless `later_keys` (raybroker also lists Kafka 4.3's
+    `share.delivery.count.limit`)."""
     answer = client.request(
         DESCRIBE_CONFIGS,
         4,
@@ -70,6 +72,7 @@ def describe(client: WireClient, group: str) -> list[tuple[Any, ...]]:
                 entry.documentation,
             )
             for entry in result.configs
+            if later_keys or entry.name not in KAFKA_4_3_GROUP_CONFIG_NAMES
         ),
     ]
 
@@ -101,11 +104,13 @@ def replace_configs(client: WireClient, group: str, configs: dict[str, str]) -> 
     return response.error_code, response.error_message
 
 
-def described_once(client: WireClient, group: str, done: Callable[[dict[str, Any]], bool]) -> list[tuple[Any, ...]]:
-    """The group's DescribeConfigs once `done(entries by name)` holds (see the module docstring)."""
+def described_once(
+    client: WireClient, group: str, done: Callable[[dict[str, Any]], bool], later_keys: bool = False
+) -> list[tuple[Any, ...]]:
+    """The group's DescribeConfigs (`describe`) once `done(entries by name)` holds (see the module docstring)."""
     deadline = time.monotonic() + DEADLINE_S
     while True:
-        entries = describe(client, group)
+        entries = describe(client, group, later_keys)
         if done({entry[0]: entry for entry in entries[1:]}) or time.monotonic() > deadline:
             return entries
         time.sleep(0.2)

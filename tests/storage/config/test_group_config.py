@@ -97,3 +97,30 @@ def test_accepted_values_are_kept_trimmed_and_the_rest_falls_back_to_the_broker(
 def test_by_duration_passes_kafkas_check_but_is_not_served() -> None:
     with pytest.raises(InvalidConfigError, match="by_duration is not served"):
         validate({"share.auto.offset.reset": "by_duration:PT1H"}, PROTOCOL, SHARE)
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("1", "Invalid value 1 for configuration share.delivery.count.limit: Value must be at least 2"),
+        ("x", "Invalid value x for configuration share.delivery.count.limit: Not a number of type INT"),
+        ("11", "share.delivery.count.limit must be less than or equal to group.share.max.delivery.count.limit"),
+    ],
+)
+def test_kafka_4_3s_delivery_count_limit_refusals(value: str, message: str) -> None:
+    """Kafka 4.3's `GroupConfig`: `atLeast(2)`, then within the broker's `group.share.min/max.delivery.count.limit`
+    (2 and 10 by default), its messages."""
+    with pytest.raises(InvalidConfigError) as refused:
+        validate({"share.delivery.count.limit": value}, PROTOCOL, SHARE)
+    assert str(refused.value) == message
+
+
+def test_kafka_4_3s_delivery_count_limit_is_bounded_by_the_brokers_min_and_max() -> None:
+    share = ShareGroupConfig(group_share_min_delivery_count_limit=4, group_share_max_delivery_count_limit=20)
+    with pytest.raises(InvalidConfigError) as refused:
+        validate({"share.delivery.count.limit": "3"}, PROTOCOL, share)
+    assert str(refused.value) == (
+        "share.delivery.count.limit must be greater than or equal to group.share.min.delivery.count.limit"
+    )
+    assert validate({"share.delivery.count.limit": " 20"}, PROTOCOL, share) == {"share.delivery.count.limit": "20"}
+    assert defaults(PROTOCOL, share)["share.delivery.count.limit"] == "5"

@@ -31,12 +31,17 @@ def test_groups_read_their_own_keys_else_the_brokers() -> None:
             {
                 "share.auto.offset.reset": "earliest",
                 "share.record.lock.duration.ms": "20000",
+                "share.isolation.level": "read_committed",
+                "share.delivery.count.limit": "7",
                 "consumer.session.timeout.ms": "50000",
             },
         ),
     )
     assert cache.share_config("g") == GroupShareConfig(
-        share_record_lock_duration_ms=20000, share_auto_offset_reset="earliest"
+        share_record_lock_duration_ms=20000,
+        share_auto_offset_reset="earliest",
+        share_isolation_level="read_committed",
+        share_delivery_count_limit=7,
     )
     assert cache.share_config("other") == GroupShareConfig()
     assert cache.consumer_timeouts("g") == (50000, 6000)

@@ -75,3 +75,38 @@ def test_a_groups_settings_override_the_brokers() -> None:
     assert resolved == ResolvedShareConfig(
         delivery_count_limit=3, record_lock_duration_ms=15000, heartbeat_interval_ms=6000, auto_offset_reset="earliest"
     )
+
+
+def test_kafka_4_3s_delivery_count_limit_keys() -> None:
+    """Kafka 4.3's `ShareGroupConfig`: `group.share.min.delivery.count.limit` (2, 2..5) and
+    `group.share.max.delivery.count.limit` (10, 5..25) bound a group's limit, and the broker's limit between them."""
+    config = ShareGroupConfig()
+    assert (config.group_share_min_delivery_count_limit, config.group_share_max_delivery_count_limit) == (2, 10)
+    for key, value in (
+        ("group_share_min_delivery_count_limit", 1),
+        ("group_share_min_delivery_count_limit", 6),
+        ("group_share_max_delivery_count_limit", 4),
+        ("group_share_max_delivery_count_limit", 26),
+    ):
+        with pytest.raises(InvalidConfigError):
+            ShareGroupConfig(**{key: value})
+    with pytest.raises(InvalidConfigError) as refused:
+        ShareGroupConfig(group_share_delivery_count_limit=3, group_share_min_delivery_count_limit=4)
+    assert str(refused.value) == (
+        "group.share.delivery.count.limit must be greater than or equal to group.share.min.delivery.count.limit"
+    )
+    with pytest.raises(InvalidConfigError) as refused:
+        ShareGroupConfig(group_share_delivery_count_limit=8, group_share_max_delivery_count_limit=7)
+    assert str(refused.value) == (
+        "group.share.max.delivery.count.limit must be greater than or equal to group.share.delivery.count.limit"
+    )
+
+
+def test_a_groups_delivery_count_limit_overrides_the_brokers_within_its_bounds() -> None:
+    broker = ShareGroupConfig(group_share_max_delivery_count_limit=25)
+    assert GroupShareConfig(share_delivery_count_limit=25).resolve(broker).delivery_count_limit == 25
+    assert GroupShareConfig().resolve(broker).delivery_count_limit == 5
+    with pytest.raises(InvalidConfigError, match=r"share\.delivery\.count\.limit must be less than or equal to"):
+        GroupShareConfig(share_delivery_count_limit=11).resolve(ShareGroupConfig())
+    with pytest.raises(InvalidConfigError, match=r"share\.isolation\.level"):
+        GroupShareConfig(share_isolation_level="committed").resolve(ShareGroupConfig())

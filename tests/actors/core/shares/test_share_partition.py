@@ -58,6 +58,32 @@ def test_acquire_takes_new_records_with_delivery_count_one_and_moves_the_end_off
     assert sp.next_fetch_offset() == 10
 
 
+def test_aborted_batches_just_acquired_are_archived_and_left_out_of_the_answer() -> None:
+    """Kafka's `filterRecordBatchesFromAcquiredRecords` and its archive of the aborted batches: the acquired ranges
+    split around each aborted batch; another member's acquired records in an aborted batch stay as they were (this
+    call did not acquire them); SPSO moves over an archived prefix."""
+    sp = _partition()
+    sp.acquire("m2", [(0, 1)], 500)
+    acquired = sp.acquire("m1", [(0, 1), (2, 3), (4, 4), (5, 7), (8, 9)], 500)
+    assert acquired == [AcquiredRecords(2, 9, 1)]
+    assert sp.archive_aborted(acquired, [(0, 1), (4, 4), (8, 9)]) == [
+        AcquiredRecords(2, 3, 1),
+        AcquiredRecords(5, 7, 1),
+    ]
+    assert sp.start_offset == 0
+    assert _states(sp) == [
+        (0, 1, RecordState.ACQUIRED, 1, "m2"),
+        (2, 3, RecordState.ACQUIRED, 1, "m1"),
+        (4, 4, RecordState.ARCHIVED, 1, None),
+        (5, 7, RecordState.ACQUIRED, 1, "m1"),
+        (8, 9, RecordState.ARCHIVED, 1, None),
+    ]
+    prefix = _partition()
+    kept = prefix.archive_aborted(prefix.acquire("m1", [(0, 1), (2, 2)], 500), [(0, 1)])
+    assert kept == [AcquiredRecords(2, 2, 1)]
+    assert prefix.start_offset == 2
+
+
 def test_acquire_never_hands_an_acquired_record_to_another_member() -> None:
     """Kafka's `acquire`: in-flight records that are not Available are skipped, the rest of the read is new."""
     sp = _partition()
