@@ -75,7 +75,7 @@ class GroupCoordinatorActor(GroupCoordinator):
             config.share_group_config,
             clock=SYSTEM_CLOCK,
             controller=RayTopicAdmin(),
-            find_partition=lambda partition: RayInternalPartition.leader_of(
+            find_partition=lambda partition: RayInternalPartition.routed(
                 SHARE_GROUP_STATE_TOPIC, partition, self._route
             ),
         )

@@ -62,6 +62,12 @@ class RayInternalPartition:
         route.forget(topic, partition)
         return cls(route, topic, partition, route.leader(topic, partition))
 
+    @classmethod
+    def routed(cls, topic: str, partition: int, route: AppendRoute) -> RayInternalPartition:
+        """The partition's leader replica as `route` knows it (looked up only when it has none: the route forgets a
+        leader once a call to it failed), for a writer that looks its partition up at every write."""
+        return cls(route, topic, partition, route.leader(topic, partition))
+
     def leader_epoch(self) -> int:
         return self._leader.leader_epoch
 
