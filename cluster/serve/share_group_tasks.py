@@ -35,6 +35,7 @@ config = TaskProcessorConfig(
 - `get_metrics_sync` counts this replica's tasks (succeeded, retried, failed, unprocessable, skipped) and gives the
   queue's backlog (`backlog_policy.queue_backlog`, which `backlog_policy.ShareGroupBacklogPolicy` scales on);
   `health_check_sync` says whether each worker thread runs.
+- Each `*_sync` method has its `*_async` twin for callers on an event loop (the same call in a thread).
 Handlers may be coroutine functions: a worker runs each in its own event loop. Task arguments, results and errors
 are JSON; nothing a producer wrote is unpickled.
 """
@@ -171,6 +172,31 @@ class RaybrokerTaskProcessorAdapter(TaskProcessorAdapter):
         results = self._ready_results()
         if results.outcome(task_id) is None:
             results.record(task_id, Outcome(REVOKED, finished_at=time.time()))
+
+    # --- the same, for callers on an event loop: each a thread of the default executor, as every call above
+    # waits on Ray calls and sockets ---------------------------------------------------------------------
+
+    async def enqueue_task_async(
+        self, task_name: str, args: Any | None = None, kwargs: Any | None = None, **options: Any
+    ) -> TaskResult:
+        """`enqueue_task_sync`, off the event loop."""
+        return await asyncio.to_thread(self.enqueue_task_sync, task_name, args, kwargs, **options)
+
+    async def get_task_status_async(self, task_id: str) -> TaskResult:
+        """`get_task_status_sync`, off the event loop."""
+        return await asyncio.to_thread(self.get_task_status_sync, task_id)
+
+    async def cancel_task_async(self, task_id: str) -> None:
+        """`cancel_task_sync`, off the event loop."""
+        await asyncio.to_thread(self.cancel_task_sync, task_id)
+
+    async def get_metrics_async(self) -> dict[str, Any]:
+        """`get_metrics_sync`, off the event loop."""
+        return await asyncio.to_thread(self.get_metrics_sync)
+
+    async def health_check_async(self) -> list[dict[str, Any]]:
+        """`health_check_sync`, off the event loop."""
+        return await asyncio.to_thread(self.health_check_sync)
 
     # --- the workers -----------------------------------------------------------------------------
 

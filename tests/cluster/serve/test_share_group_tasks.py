@@ -10,6 +10,7 @@ backlog and shrinks back once it is drained. The broker runs with a 3 s record l
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -147,6 +148,15 @@ def test_tasks_complete_once_retry_and_dead_letter_on_a_serve_app(serve_broker: 
         time.sleep(3)
         assert producer.get_task_status_sync(cancelled).status == "REVOKED"
         assert "start c0" not in (tmp_path / "trace").read_text().splitlines()
+        # The async methods are the same calls off the event loop.
+        asynchronous = asyncio.run(producer.enqueue_task_async("square", kwargs={"task": "x0", "value": 7})).id
+        assert _settled(producer, [asynchronous])[asynchronous] == ("SUCCESS", 49)
+        status = asyncio.run(producer.get_task_status_async(asynchronous))
+        assert (status.status, status.result) == ("SUCCESS", 49)
+        asyncio.run(producer.cancel_task_async(asynchronous))  # it has an outcome: nothing changes
+        assert asyncio.run(producer.get_task_status_async(asynchronous)).status == "SUCCESS"
+        assert asyncio.run(producer.get_metrics_async())["queue"] == queue
+        assert asyncio.run(producer.health_check_async()) == producer.health_check_sync()
     finally:
         serve.delete(queue)
         producer.stop_consumer()
