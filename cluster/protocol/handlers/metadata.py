@@ -97,23 +97,12 @@ class MetadataHandler(GuardedHandler[BrokerView]):
         named_by_id = any(topic_id != ZERO_UUID for topic_id in requested_ids)
         if request.api_version < TOPIC_ID_VERSION and requested is not None and (None in requested or named_by_id):
             return _invalid_request(request, body.topics)
-        may_create = self._auto_create_topics_enable and getattr(body, "allow_auto_topic_creation", True)
-        topics: list[dict[str, Any]]
-        if named_by_id:
-            topics = await self._by_id([topic_id for topic_id in requested_ids if topic_id != ZERO_UUID], context)
-        elif requested is None:
-            every = await self._view.topics()
-            visible = authorized_names(self._access, context, AclOperation.DESCRIBE, ResourceType.TOPIC, every)
-            topics = [self._describe(every[name]) for name in sorted(visible)]
-        else:
-            named = [name for name in requested if name is not None]
-            visible = authorized_names(self._access, context, AclOperation.DESCRIBE, ResourceType.TOPIC, named)
-            cluster_create = allows_cluster(self._access, context, AclOperation.CREATE)
-            topics = list(
-                await asyncio.gather(
-                    *(self._lookup(name, may_create, context, cluster_create, name in visible) for name in requested)
-                )
-            )
+        # The topics, the brokers and the cluster id asked together: one round of controller calls, not two.
+        topics, announced, cluster_id = await asyncio.gather(
+            self._topics(body, context, requested, requested_ids, named_by_id),
+            self._view.brokers(),
+            self._view.cluster_id(),
+        )
         if getattr(body, "include_topic_authorized_operations", False):
             for topic in topics:
                 if topic["error_code"] != ErrorCode.topic_authorization_failed:
@@ -124,7 +113,7 @@ class MetadataHandler(GuardedHandler[BrokerView]):
             self._access, context, getattr(body, "include_cluster_authorized_operations", False)
         )
         node = self._endpoint
-        brokers = brokers_with(node, await self._view.brokers(), context.listener_name)
+        brokers = brokers_with(node, announced, context.listener_name)
         return build(
             response_schema(METADATA_KEY, request.api_version),
             {
@@ -133,12 +122,38 @@ class MetadataHandler(GuardedHandler[BrokerView]):
                     {"node_id": broker.node_id, "host": broker.host, "port": broker.port, "rack": None}
                     for broker in brokers
                 ],
-                "cluster_id": await self._view.cluster_id(),
+                "cluster_id": cluster_id,
                 "controller_id": node.node_id,
                 "topics": topics,
                 "cluster_authorized_operations": cluster_operations,
                 "error_code": ErrorCode.none,
             },
+        )
+
+    async def _topics(
+        self,
+        body: Any,
+        context: ConnectionContext,
+        requested: list[str | None] | None,
+        requested_ids: list[uuid.UUID],
+        named_by_id: bool,
+    ) -> list[dict[str, Any]]:
+        """The request's topic entries: the topics named by id, every topic the principal may describe (`requested`
+        None), or the topics named, described, created or carrying their error."""
+        if named_by_id:
+            return await self._by_id([topic_id for topic_id in requested_ids if topic_id != ZERO_UUID], context)
+        if requested is None:
+            every = await self._view.topics()
+            visible = authorized_names(self._access, context, AclOperation.DESCRIBE, ResourceType.TOPIC, every)
+            return [self._describe(every[name]) for name in sorted(visible)]
+        may_create = self._auto_create_topics_enable and getattr(body, "allow_auto_topic_creation", True)
+        named = [name for name in requested if name is not None]
+        visible = authorized_names(self._access, context, AclOperation.DESCRIBE, ResourceType.TOPIC, named)
+        cluster_create = allows_cluster(self._access, context, AclOperation.CREATE)
+        return list(
+            await asyncio.gather(
+                *(self._lookup(name, may_create, context, cluster_create, name in visible) for name in requested)
+            )
         )
 
     async def _by_id(self, topic_ids: list[uuid.UUID], context: ConnectionContext) -> list[dict[str, Any]]:

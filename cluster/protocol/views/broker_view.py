@@ -18,6 +18,7 @@ through `cluster.protocol.error_codes`; none raises Ray's.
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 import time
 import uuid
@@ -49,6 +50,11 @@ TOPIC_NAMES_MAX_AGE_S = 1.0
 # How long a metadata question the controller answered before waits for it again before the last answer is served
 # (`BrokerView._metadata`): a controller that runs answers in milliseconds.
 KNOWN_ANSWER_WAIT_S = 5.0
+# The metadata questions a request joins when the same one is in flight already (`BrokerView._metadata`): the
+# cluster's brokers and listeners, which change only when a broker or listener starts or stops, and which every
+# Metadata request asks twice (for its brokers and for its partitions' replicas). Topic questions are asked anew, so
+# a topic created or changed through this listener is seen by the next request.
+SHARED_QUESTIONS = frozenset({"listeners", "brokers"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,6 +217,7 @@ class BrokerView:
         self._topic_names: Mapping[uuid.UUID, str] = {}
         self._topic_names_at = -math.inf
         self._known: dict[tuple[Any, ...], Any] = {}
+        self._asking: dict[str, asyncio.Future[Any]] = {}
 
     async def cluster_id(self) -> str:
         """The cluster's id, as Metadata v2+ reports it."""
@@ -244,7 +251,28 @@ class BrokerView:
         broker answers Metadata from its metadata cache whether its controller is reachable or not, and so the
         listeners of the nodes that keep running serve their partitions while the head is lost. A question never
         answered yet waits for the controller and raises its error, and so does a question the controller answers
-        with an error (the last answer is then forgotten)."""
+        with an error (the last answer is then forgotten). A question of `SHARED_QUESTIONS` joins the same question's
+        call in flight, if any: one call answers them all."""
+        if method not in SHARED_QUESTIONS:
+            return await self._ask(method, *args)
+        asking = self._asking.get(method)
+        if asking is None:
+            asking = asyncio.ensure_future(self._ask(method))
+            self._asking[method] = asking
+            asking.add_done_callback(functools.partial(self._asked, method))
+        # Shielded: a request cancelled (its connection closed) leaves the call to the others that joined it.
+        return await asyncio.shield(asking)
+
+    def _asked(self, method: str, asking: asyncio.Future[Any]) -> None:
+        """A shared question answered: the next one is asked anew. Its error is taken here too, for when every
+        request that joined it was cancelled meanwhile."""
+        if self._asking.get(method) is asking:
+            del self._asking[method]
+        if not asking.cancelled():
+            asking.exception()
+
+    async def _ask(self, method: str, *args: Any) -> Any:
+        """`_metadata`'s question asked of the controller (see there)."""
         question = (method, *args)
         known = self._known.get(question)
         try:

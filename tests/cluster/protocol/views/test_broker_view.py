@@ -6,6 +6,9 @@ offline replicas. And what a view answers while its controller is unreachable (K
 
 from __future__ import annotations
 
+import asyncio
+from collections import Counter
+
 import pytest
 
 from actors.core.controller.topic_metadata import AdvertisedListener, TopicMetadata
@@ -92,3 +95,34 @@ def test_metadata_is_answered_from_the_last_answers_while_the_controller_is_unre
     lost = True
     with pytest.raises(BrokerNotAvailableError):
         run(view.topic("deleted"))
+
+
+class CountingController:
+    """The in-process broker's controller, counting the calls of each method the view makes."""
+
+    def __init__(self, broker: InProcessBroker) -> None:
+        self._controller = broker.controller
+        self.calls: Counter[str] = Counter()
+
+    def __getattr__(self, method: str) -> object:
+        self.calls[method] += 1
+        return getattr(self._controller, method)
+
+
+def test_concurrent_requests_share_one_brokers_call_but_each_asks_for_its_topic(broker: InProcessBroker) -> None:
+    """A Metadata request asks the brokers and listeners twice (its brokers, its partitions' replicas), and every
+    member of a rebalancing group asks at once: a question of the cluster's brokers joins the same one in flight,
+    while each topic question is asked anew (a topic just created or changed is seen by the next request)."""
+    counting = CountingController(broker)
+    view = BrokerView(InProcessTransport(lambda: counting, inline=EVERY_METHOD), InProcessPartitions(broker), "node-0")
+    run(view.create_topic("t", 2))
+    counting.calls.clear()
+
+    async def together() -> list[object]:
+        return list(await asyncio.gather(view.brokers(), view.topic("t"), view.topic("t"), view.brokers()))
+
+    first_brokers, first_topic, second_topic, second_brokers = run(together())
+    assert first_brokers == second_brokers and first_topic == second_topic
+    assert (counting.calls["listeners"], counting.calls["brokers"], counting.calls["describe_topic"]) == (1, 1, 2)
+    run(view.brokers())
+    assert counting.calls["listeners"] == 2
