@@ -10,9 +10,10 @@ its SPSO (retention, DeleteRecords).
 A fetch reads whole batches from the share-partition's next fetch offset (the first Available record, else SPEO)
 up to the high watermark (the last stable offset for a group whose `share.isolation.level` is `read_committed`, as
 Kafka reads for it with `FetchIsolation.TXN_COMMITTED`) and at most `max_bytes` (at least one batch), hands their
-offset ranges to `acquire`, and answers the bytes read with the ranges acquired for the member; the client keeps the
-records of those ranges only, as Kafka's sends whole batches too. A read that acquired nothing answers no bytes. A
-read_committed read also answers the aborted transactions overlapping it (from the `.txnindex`); the batches of
+offset ranges to `acquire`, and answers the batches read from the first to the last holding an acquired record
+(Kafka's `maybeSliceFetchRecords` slices its read the same way) with the ranges acquired for the member; the client
+keeps the records of those ranges only, as Kafka's sends whole batches too. A read that acquired nothing answers no
+bytes. A read_committed read also answers the aborted transactions overlapping it (from the `.txnindex`); the batches of
 aborted transactions among those read (`storage.partition.aborted_batches`, the rule Kafka's
 `SharePartition.fetchAbortedTransactionRecordBatches` applies) are archived as soon as acquired and left out of the
 ranges answered (Kafka's `maybeFilterAbortedTransactionalAcquiredRecords`), so they are never delivered.
@@ -193,13 +194,13 @@ class LeaderShares:
                 return ShareFetched(b"", ())
             read = log.read(offset, max_bytes, config.read_committed)
             records = read.records
-            batches = [(batch.base_offset, batch.last_offset) for batch in iter_batches(records)]
-            acquired = share.acquire(member_id, batches, max_records)
+            spans = _batch_spans(records)
+            acquired = share.acquire(member_id, [(base, last) for base, last, _, _ in spans], max_records)
             if acquired and read.aborted_transactions:
                 acquired = share.archive_aborted(acquired, _aborted_batches(records, read.aborted_transactions))
         if not acquired:
             return ShareFetched(b"", ())
-        return ShareFetched(records, tuple(acquired))
+        return ShareFetched(_acquired_slice(records, spans, acquired), tuple(acquired))
 
     def acknowledge(
         self,
@@ -417,3 +418,28 @@ def _aborted_batches(records: bytes, aborted: Sequence[AbortedTxn]) -> list[tupl
     """The (base offset, last offset) of the data batches of aborted transactions among `records`."""
     dropped = AbortedBatches(aborted)
     return [(batch.base_offset, batch.last_offset) for batch in iter_batches(records) if dropped.drops(batch)]
+
+
+def _batch_spans(records: bytes) -> list[tuple[int, int, int, int]]:
+    """Each whole batch of `records` as (base offset, last offset, start byte, end byte)."""
+    spans = []
+    position = 0
+    for batch in iter_batches(records):
+        size = batch.size_in_bytes
+        spans.append((batch.base_offset, batch.last_offset, position, position + size))
+        position += size
+    return spans
+
+
+def _acquired_slice(
+    records: bytes, spans: Sequence[tuple[int, int, int, int]], acquired: Sequence[AcquiredRecords]
+) -> bytes:
+    """The bytes of `records` from the first batch holding an acquired record to the last one (Kafka's
+    `ShareFetchUtils.maybeSliceFetchRecords`): a read of `max_bytes` may run far past what a member may take, and
+    only the acquired ranges are the member's."""
+    first = min(range_.first_offset for range_ in acquired)
+    last = max(range_.last_offset for range_ in acquired)
+    holding = [(start, end) for base, last_offset, start, end in spans if last_offset >= first and base <= last]
+    if not holding:
+        return b""
+    return records[holding[0][0] : holding[-1][1]]

@@ -26,7 +26,7 @@ from storage.clock import MockClock
 from storage.config.group_config import READ_COMMITTED
 from storage.errors import BrokerNotAvailableError, FencedLeaderEpochError, InvalidRecordStateError
 from storage.records.layout import ControlRecordType
-from storage.records.record_batch import RecordBatchBuilder, build_control_batch
+from storage.records.record_batch import RecordBatchBuilder, build_control_batch, iter_batches
 from storage.records.share_group_state import ShareGroupState
 from storage.segment.transaction_index import AbortedTxn
 
@@ -309,3 +309,15 @@ def test_released_aborted_records_are_never_redelivered_to_a_read_committed_grou
     fetched = shares.acquire("g", "m1", committed, log, 1 << 20, 500)
     assert _ranges(fetched) == [(2, 9)]
     assert [r.delivery_count for r in fetched.acquired] == [2]
+
+
+def test_a_fetch_answers_only_the_batches_from_the_first_to_the_last_acquired() -> None:
+    """A read of `max_bytes` runs past what the member may take; the answer is sliced to the acquired batches (Kafka's
+    `ShareFetchUtils.maybeSliceFetchRecords`), and a second member's answer starts where its ranges do."""
+    shares = LeaderShares(MockClock())
+    first = shares.acquire("g", "m1", CONFIG, _log(10), 1 << 20, 3)
+    assert _ranges(first) == [(0, 2)]
+    assert [batch.base_offset for batch in iter_batches(first.records)] == [0, 1, 2]
+    second = shares.acquire("g", "m2", CONFIG, _log(10), 1 << 20, 4)
+    assert _ranges(second) == [(3, 6)]
+    assert [batch.base_offset for batch in iter_batches(second.records)] == [3, 4, 5, 6]
