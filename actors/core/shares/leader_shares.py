@@ -45,7 +45,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 from actors.core.shares.acknowledgements import AcknowledgementBatch
@@ -143,21 +143,17 @@ class ShareStatePersister(Protocol):
 
 @dataclass(eq=False)
 class _Writes:
-    """The durable writes of one share-partition in memory (see the module docstring): the state last written, the
-    latest state staged and its version (versions count the states staged), the version durable, whether a call is
-    writing, and the failure of the versions up to `failed_version`."""
+    """A share-partition held in memory and its durable writes (see the module docstring): the latest state staged
+    and its version (versions count the states staged; the one made with it, already durable, is 0), the version
+    durable, whether a call is writing, and the failure of the versions up to `failed_version`."""
 
     share: SharePartition
-    written: ShareGroupState
-    staged: ShareGroupState = field(init=False)
+    staged: ShareGroupState
     staged_version: int = 0
     durable_version: int = 0
     writing: bool = False
     failure: BaseException | None = None
     failed_version: int = -1
-
-    def __post_init__(self) -> None:
-        self.staged = self.written
 
     def fail(self, failure: BaseException) -> None:
         """Fails every version staged so far: their calls raise `failure` and their state is never written."""
@@ -173,7 +169,7 @@ class LeaderShares:
         self._persister = persister
         self._lock = threading.Lock()
         self._written_out = threading.Condition(self._lock)
-        self._partitions: dict[str, SharePartition] = {}
+        # The share-partitions held, by group, each with its writes.
         self._writes: dict[str, _Writes] = {}
         self._leader_epoch: int | None = None
 
@@ -219,7 +215,7 @@ class LeaderShares:
         `leader_epoch`)."""
         with self._persisted(group_id):
             self._follow_leader_epoch(leader_epoch)
-            share = self._partitions.get(group_id)
+            share = self._held(group_id)
             if share is not None:
                 share.release_acquired_records(member_id)
 
@@ -227,7 +223,7 @@ class LeaderShares:
         """The group's SPSO and in-flight records; None before its first use of the partition. Nothing is written:
         a lock expiry it finds is written by the next call that changes the share-partition."""
         with self._lock:
-            share = self._partitions.get(group_id)
+            share = self._held(group_id)
             if share is None:
                 return None
             share.maybe_expire_locks()
@@ -260,7 +256,7 @@ class LeaderShares:
         written."""
         with self._lock:
             found = []
-            for group_id, share in sorted(self._partitions.items()):
+            for group_id, share in sorted((group_id, writes.share) for group_id, writes in self._writes.items()):
                 summary = share.summary()
                 if summary.start_offset == UNINITIALIZED_START_OFFSET:
                     backlog = high_watermark - share.start_offset
@@ -295,7 +291,7 @@ class LeaderShares:
     def _loaded(self, group_id: str) -> SharePartition | None:
         """The group's share-partition in memory, else made from its durable state if it has one. Called with the
         lock held."""
-        share = self._partitions.get(group_id)
+        share = self._held(group_id)
         if share is not None or self._persister is None:
             return share
         state = self._persister.read_state(group_id)
@@ -305,10 +301,14 @@ class LeaderShares:
         self._keep(group_id, share, state)
         return share
 
+    def _held(self, group_id: str) -> SharePartition | None:
+        """The group's share-partition in memory, if it has one. Called with the lock held."""
+        writes = self._writes.get(group_id)
+        return None if writes is None else writes.share
+
     def _keep(self, group_id: str, share: SharePartition, written: ShareGroupState) -> None:
         """Holds `share` as the group's share-partition, `written` being its durable state. Called with the lock
         held."""
-        self._partitions[group_id] = share
         self._writes[group_id] = _Writes(share, written)
 
     def _replace(self, group_id: str, share: SharePartition | None) -> None:
@@ -338,7 +338,7 @@ class LeaderShares:
         covering it is durable, writing the latest state staged when no other call is. Called with the lock held;
         released while writing."""
         writes = self._writes.get(group_id)
-        if writes is None or self._persister is None or self._partitions.get(group_id) is not writes.share:
+        if writes is None or self._persister is None:
             return
         state = writes.share.state()
         if state == writes.staged:
@@ -367,7 +367,7 @@ class LeaderShares:
             if failure is not None:
                 self._forget(group_id, writes, failure)
                 raise failure
-            writes.written, writes.durable_version = staged, staged_version
+            writes.durable_version = staged_version
 
     def _forget(self, group_id: str, writes: _Writes | None, failure: BaseException) -> None:
         """Drops `writes`' share-partition if it is still the group's, and fails the calls waiting for its states.
@@ -378,7 +378,6 @@ class LeaderShares:
         self._written_out.notify_all()
         if self._writes.get(group_id) is writes:
             del self._writes[group_id]
-            self._partitions.pop(group_id, None)
 
     def _follow_leader_epoch(self, leader_epoch: int) -> None:
         """Forgets every share-partition made in another leader epoch: the leader may have moved away and back since,
@@ -386,12 +385,11 @@ class LeaderShares:
         if leader_epoch != self._leader_epoch and self._persister is not None:
             for group_id, writes in list(self._writes.items()):
                 self._forget(group_id, writes, _replaced(group_id))
-            self._partitions.clear()
         self._leader_epoch = leader_epoch
 
     def _share_partition(self, group_id: str, config: ResolvedShareConfig, log: LogPosition) -> SharePartition:
         self._follow_leader_epoch(log.leader_epoch)
-        share = self._partitions.get(group_id)
+        share = self._held(group_id)
         if share is None:
             state = ShareGroupState() if self._persister is None else self._persister.read_state(group_id)
             share = SharePartition(
