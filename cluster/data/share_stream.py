@@ -93,7 +93,7 @@ class ShareStream:
             max_poll_records=max_records,
             client_id="raybroker-ray-data",
         )
-        self._consumer.subscribe([topics] if isinstance(topics, str) else list(topics))
+        self._consumer.subscribe(list(topics))
         self._poll_timeout_ms = int(poll_timeout_s * 1000)
         self._idle_timeout_s = idle_timeout_s
         self._max_batches = max_batches
