@@ -141,6 +141,16 @@ def this_node_id() -> str:
     return ray.get_runtime_context().get_node_id() if ray.is_initialized() else ""
 
 
+def actor_node(handle: Any) -> str:
+    """The Ray node a running actor is on, asked of the actor itself (`__ray_call__`)."""
+    return str(call(handle.__ray_call__.remote(_own_node)))
+
+
+def _own_node(_actor: object) -> str:
+    """Run inside an actor: the Ray node it runs on."""
+    return this_node_id()
+
+
 # A killed actor's name is released asynchronously; an actor created under the same name before that
 # (a broker restarted right after a stop) would get the dying one back from `get_if_exists`.
 NAME_RELEASE_TIMEOUT_S = 30.0

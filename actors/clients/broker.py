@@ -122,13 +122,15 @@ def stop_broker() -> dict[str, int]:
     return end_offsets
 
 
-def stop_kafka_listeners() -> None:
+def stop_kafka_listeners(node_id: str | None = None) -> None:
     """Stops every node's Kafka-protocol listener processes (named `kafka-listener:*`, started from
-    `cluster.protocol.listener_actor`): each closes its sockets and connections, then its actor is killed."""
+    `cluster.protocol.listener_actor`), or only those of Ray node `node_id`: each closes its sockets and
+    connections, then its actor is killed."""
+    prefix = KAFKA_LISTENER_PREFIX if node_id is None else f"{KAFKA_LISTENER_PREFIX}{node_id}:"
     names = sorted(
         actor["name"]
         for actor in ray.util.list_named_actors(all_namespaces=True)
-        if actor["namespace"] == NAMESPACE and actor["name"].startswith(KAFKA_LISTENER_PREFIX)
+        if actor["namespace"] == NAMESPACE and actor["name"].startswith(prefix)
     )
     for name in names:
         with contextlib.suppress(BrokerNotAvailableError):

@@ -16,7 +16,7 @@ from typing import Any
 
 import ray
 
-from actors.calls import call, controller
+from actors.calls import actor_node, call, controller
 from actors.core.controller.topic_metadata import AdvertisedListener, TopicMetadata
 from actors.core.replication.leader_and_isr import LeaderAndIsr
 from actors.metrics.cluster_view import HighWatermarkReader, committed_offsets
@@ -82,7 +82,7 @@ def read_cluster_status() -> ClusterStatus:
         ctrl.topics.remote(),
         ctrl.metadata_quorum.remote(),
     )
-    controller_node = call(ctrl.__ray_call__.remote(_node_of_actor))
+    controller_node = actor_node(ctrl)
     listeners: dict[str, AdvertisedListener] = call(listeners_ref)
     topics: dict[str, TopicMetadata] = call(topics_ref)
     nodes = {node["NodeID"]: node for node in ray.nodes() if node["Alive"]}
@@ -100,11 +100,6 @@ def read_cluster_status() -> ClusterStatus:
     )
     lags = tuple(consumer_lag(committed, watermarks))
     return ClusterStatus(call(cluster_id_ref), controller_node, brokers, partitions, lags, None, *metadata)
-
-
-def _node_of_actor(_actor: object) -> str:
-    """Run inside an actor (`__ray_call__`): the Ray node it runs on."""
-    return str(ray.get_runtime_context().get_node_id())
 
 
 def _broker(node: str, listener: AdvertisedListener | None, ray_node: dict[str, Any]) -> BrokerStatus:

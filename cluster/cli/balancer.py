@@ -6,15 +6,19 @@ rebalance do (with Kafka's own tools an operator writes a kafka-reassign-partiti
   (`Controller.drain_broker`: each replica goes to the running broker that holds no replica of the partition and
   the fewest replicas of all) and refuses, moving nothing, when a partition cannot move (no broker is free to take
   its replica, it has no leader, or it is being moved already); the broker takes no new replica meanwhile. Then
-  the node can go: `ray stop` on it, or the autoscaler's scale-down.
+  it lets the node go (`actors.clients.node_release`): the node's broker stops and Ray is asked to drain the node,
+  which then leaves the cluster (the autoscaler terminates its machine). `--keep-broker` only moves the replicas. A
+  node running the controller or the group coordinator cannot go: the drain refuses before it moves anything,
+  unless `--keep-broker`.
 - `balance` spreads replicas evenly over the running brokers (`Controller.balance`), so a node that joined takes
   its share of replicas and, by preferred-leader election, of leaders.
 
 Both print the plan (`--dry-run`: and stop there), start the moves (Kafka's reassignments: the new replicas copy
 from the leaders and join the ISRs, then the old ones are deleted) and wait until they are done, printing progress.
 
-Exit codes: 0 done (with `--dry-run`: the plan printed), 1 no such broker, a partition a drain cannot move, or
-`--timeout` reached with moves still under way (they go on), 2 usage error, 130 interrupted (the moves go on).
+Exit codes: 0 done (with `--dry-run`: the plan printed), 1 no such broker, a partition a drain cannot move, a node
+that cannot go, `--timeout` reached with moves still under way (they go on), or Ray refusing to drain the node,
+2 usage error, 130 interrupted (the moves go on).
 """
 
 from __future__ import annotations
@@ -34,9 +38,9 @@ Moves = list[tuple[str, int, tuple[str, ...]]]
 # How often a command looks at its moves while it waits.
 POLL_S = 1.0
 EPILOG = (
-    "Exit codes: 0 done (with --dry-run: the plan printed); 1 no such broker, a partition a drain cannot move "
-    "(nothing is moved then), or --timeout reached with moves still under way (they go on); 2 usage error; 130 "
-    "interrupted (Ctrl-C; the moves go on)."
+    "Exit codes: 0 done (with --dry-run: the plan printed); 1 no such broker, a partition a drain cannot move or a "
+    "node that cannot go (nothing is moved then), --timeout reached with moves still under way (they go on), or Ray "
+    "refusing to drain the node; 2 usage error; 130 interrupted (Ctrl-C; the moves go on)."
 )
 
 
@@ -49,11 +53,17 @@ def add_commands(subcommands: Any) -> None:
         "running broker that holds no replica of its partition and the fewest replicas of all, through Kafka's "
         "reassignments (the new replica copies from the leader and joins the ISR, then the old one is deleted). "
         "Nothing moves if a partition cannot (no broker free to take it, no leader, or already being moved). "
-        "Waits until the broker holds no replica, printing progress; the node can then be removed.",
+        "Waits until the broker holds no replica, printing progress, then stops the broker and asks Ray to drain "
+        "its node (Ray schedules nothing more there and the node leaves the cluster once idle).",
         epilog=EPILOG,
     )
     drain.add_argument(
         "--broker", required=True, metavar="ID", help="the broker: its Kafka node.id, or its Ray node id"
+    )
+    drain.add_argument(
+        "--keep-broker",
+        action="store_true",
+        help="only move the replicas: the broker keeps running and Ray is not asked to drain its node",
     )
     _add_plan_options(drain)
     drain.set_defaults(handler=run_drain)
@@ -95,15 +105,39 @@ def run_drain(args: argparse.Namespace) -> int:
         return EXIT_DATA_ERROR
     names = _names(brokers)
     name = names.get(node, node)
+    release = not (args.keep_broker or args.dry_run)
+    if release:
+        from actors.clients.node_release import kept_by
+
+        reason = kept_by(node)
+        if reason is not None:
+            print_error(f"{reason} (--keep-broker only moves its replicas)")
+            return EXIT_DATA_ERROR
     admin = Admin()
-    return _plan_and_move(
+    code = _plan_and_move(
         lambda dry_run: admin.drain_broker(node, dry_run=dry_run),
         args,
         names,
         f"Broker {name} (Ray node {node}) holds {{count}} replicas; the drain {{verb}}:",
         lambda state: node not in state.replicas,
-        f"Broker {name} holds no replica now: its node can be removed.",
+        f"Broker {name} holds no replica now.",
     )
+    if code != EXIT_OK or not release:
+        return code
+    return _release(node, name)
+
+
+def _release(node: str, name: str) -> int:
+    """Stops the drained broker and asks Ray to drain its node (`release_node`), saying what Ray answered."""
+    from actors.clients.node_release import release_node
+
+    print(f"Stopping broker {name} and asking Ray to drain node {node}.", flush=True)
+    released = release_node(node)
+    if released.ray_accepted:
+        print(f"Ray drains node {node}: it takes no new work and leaves the cluster once idle.")
+        return EXIT_OK
+    print_error(f"broker {name} stopped, but Ray did not accept draining node {node}: {released.ray_refusal}")
+    return EXIT_DATA_ERROR
 
 
 def run_balance(args: argparse.Namespace) -> int:

@@ -1,7 +1,7 @@
 """Replication across three Ray nodes on this machine (`ray.cluster_utils.Cluster`: a head and two workers), each with
 its own log dirs and broker: replicas on distinct nodes, `acks=all`, followers identical to their leader, failover
-when a node is removed, the removed node's disks rejoining on a new node, and a node lost for good healed onto a
-node that joins.
+when a node is removed, the removed node's disks rejoining on a new node, a node lost for good healed onto a
+node that joins, and a node drained and let go to Ray.
 
 Ray's health checks are shortened (`HEALTH_CHECKS`) so that a node killed without notice is declared dead within
 about 2 s rather than Ray's default of about 15 s (5 failed checks 3 s apart), which bounds failover.
@@ -32,12 +32,13 @@ import pytest
 import ray
 from ray.cluster_utils import Cluster
 
-from actors.calls import call
+from actors.calls import call, get_actor
 from actors.clients.admin import Admin
 from actors.clients.broker import Broker, stop_broker
 from actors.clients.consumer import Consumer
 from actors.clients.producer import Producer
 from actors.core.replication.leader_and_isr import LeaderAndIsr
+from actors.options import log_manager_name
 from actors.server.partition_lookup import HostedPartitionHandle, replica_actor
 from cluster.cli.main import main as cli_main
 from storage.errors import (
@@ -1320,3 +1321,56 @@ def test_a_node_lost_for_good_has_its_replicas_recreated_on_a_node_that_joins(no
             timeout_s=30,
             what=f"{topic}-{partition}'s records on the joined node",
         )
+
+
+def test_a_drained_worker_hands_its_replicas_over_stops_its_broker_and_ray_drains_its_node(
+    nodes: Nodes, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`raybroker drain` of a worker once a fourth node joined: each of its replicas moves to the new node (every
+    record kept), then its broker stops (no log manager, not registered, no replica anywhere) and Ray accepts
+    draining the node, as Ray's autoscaler asks before it terminates a node. Last of the module: the drained node
+    stays in Ray, unusable."""
+    admin = Admin()
+    admin.create_topic("drained", partitions=3, replication_factor=3)
+    values = [f"drained-{i}".encode() for i in range(300)]
+    with Producer(acks="all", linger_ms=2) as producer:
+        for future in [producer.send("drained", value, partition=i % 3) for i, value in enumerate(values)]:
+            future.result(timeout=60)
+    worker = next(node for node in sorted(nodes.workers) if node in states("drained")[0].replicas)
+    joined = nodes.add([tmp_path / "fourth-dir0"])
+    wait_until(lambda: joined in registered_brokers(), what="the fourth broker registered")
+    held = [
+        (topic, partition)
+        for topic in admin.list_topics(include_internal=True)
+        for partition, state in states(topic).items()
+        if worker in state.replicas
+    ]
+    ends = {p: call(replica_actor("drained", p, states("drained")[p].leader).offsets.remote())[1] for p in range(3)}
+    before = {p: replica_records("drained", p, states("drained")[p].leader, ends[p]) for p in range(3)}
+
+    code = cli_main(["drain", "--broker", worker, "--timeout", "120"])
+    out, err = capsys.readouterr()
+    assert (code, err) == (0, ""), err
+    assert out.splitlines()[-2:] == [
+        f"Stopping broker {worker} and asking Ray to drain node {worker}.",
+        f"Ray drains node {worker}: it takes no new work and leaves the cluster once idle.",
+    ]
+    for topic, partition in held:
+        state = states(topic)[partition]
+        assert worker not in state.replicas and joined in state.replicas, (topic, partition, state)
+    for p in range(3):
+        assert set(states("drained")[p].isr) == set(states("drained")[p].replicas)
+        assert wait_until(
+            lambda p=p: replica_records("drained", p, joined, ends[p]) == before[p],
+            timeout_s=30,
+            what=f"drained-{p}'s records on the joined node",
+        )
+    assert worker not in registered_brokers()
+    with pytest.raises(BrokerNotAvailableError):
+        get_actor(log_manager_name(worker))
+    wait_until(
+        lambda: worker not in {node["NodeID"] for node in ray.nodes() if node["Alive"]},
+        timeout_s=30,
+        what="Ray took the drained, idle node out of the cluster",
+    )
+    del nodes.workers[worker], nodes.dirs[worker]

@@ -1,7 +1,9 @@
 """`raybroker drain` and `raybroker balance` against a real one-broker cluster: no partition can move there (no other
-broker is free to take a replica), so the drain, dry run or not, exits 1 with the controller's reason in one line
-and moves nothing, an unknown broker is one line too, and a balance finds nothing to move. The moves themselves are
-the controller's (`test_self_healing`, `test_balancing`); moving a replica needs a second node."""
+broker is free to take a replica), so the drain, dry run or only moving replicas, exits 1 with the controller's
+reason in one line and moves nothing, a drain that would let the controller's node go refuses first, an unknown
+broker is one line too, and a balance finds nothing to move. The moves themselves are the controller's
+(`test_self_healing`, `test_balancing`), and a drain that lets a worker node go is `test_zz_replication`'s: moving
+a replica needs a second node."""
 
 from __future__ import annotations
 
@@ -24,10 +26,17 @@ def test_a_drain_that_cannot_move_a_partition_exits_1_and_moves_nothing_and_bala
     broker, _ = start_test_broker(log_dirs_count=1)
     Admin(broker).create_topic("drain-t", 2)
     node = ray.get_runtime_context().get_node_id()
-    for dry_run in (["--dry-run"], []):
-        code, out, err = run(capsys, "drain", "--broker", node, *dry_run)
+    for only_moves in (["--dry-run"], ["--keep-broker"]):
+        code, out, err = run(capsys, "drain", "--broker", node, *only_moves)
         assert (code, out) == (EXIT_DATA_ERROR, "")
         assert "cannot move: no running broker is free to take its replica" in one_error_line(err)
+    # The one node runs the controller: it cannot go, so a drain that would let it go refuses before any move.
+    code, out, err = run(capsys, "drain", "--broker", node)
+    assert (code, out) == (EXIT_DATA_ERROR, "")
+    assert one_error_line(err) == (
+        f"raybroker: error: node {node} runs the controller, whose metadata log is on its disk: the node cannot be "
+        "removed (--keep-broker only moves its replicas)\n"
+    )
     assert Admin(broker).list_partition_reassignments() == []
     assert all(broker.topic("drain-t").state(p).replicas == (node,) for p in (0, 1))
 
