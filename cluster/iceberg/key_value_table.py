@@ -17,6 +17,9 @@ refuse them). `(partition, offset)` identifies a row: the translation writes eac
 
 from __future__ import annotations
 
+import contextlib
+from typing import Any
+
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import NamespaceAlreadyExistsError, NoSuchTableError
@@ -87,10 +90,8 @@ def load_or_create_table(catalog: Catalog, identifier: tuple[str, str], spec_tex
         return catalog.load_table(identifier)
     except NoSuchTableError:
         pass
-    try:
+    with contextlib.suppress(NamespaceAlreadyExistsError):
         catalog.create_namespace(identifier[0])
-    except NamespaceAlreadyExistsError:
-        pass
     return catalog.create_table(identifier, schema=KEY_VALUE_SCHEMA, partition_spec=partition_spec(spec_text))
 
 
@@ -103,8 +104,8 @@ def table_rows(batch: pa.RecordBatch) -> pa.RecordBatch:
     )
 
 
-def _transform(term: PartitionTerm) -> Transform[object, object]:
-    transforms: dict[str, Transform[object, object]] = {
+def _transform(term: PartitionTerm) -> Transform[Any, Any]:
+    transforms: dict[str, Transform[Any, Any]] = {
         "identity": IdentityTransform(),
         "year": YearTransform(),
         "month": MonthTransform(),

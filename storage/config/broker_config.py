@@ -452,7 +452,9 @@ class BrokerConfig(CleanerKeys, ListenerKeys, SecurityKeys, TransactionKeys, Gro
             for key in [key for key in props if key.startswith(ICEBERG_CATALOG_PREFIX)]
         )
         if any(not key for key, _ in catalog):
-            raise InvalidConfigError(f"invalid broker config {ICEBERG_CATALOG_PREFIX!r}: a catalog property needs a key")
+            raise InvalidConfigError(
+                f"invalid broker config {ICEBERG_CATALOG_PREFIX!r}: a catalog property needs a name"
+            )
         values, other_keys = values_from_properties(cls, props)
         ignored = [key for key in other_keys if key in IGNORED_KAFKA_KEYS or key.startswith(IGNORED_KAFKA_KEY_PREFIXES)]
         unknown = [key for key in other_keys if key not in ignored]

@@ -48,7 +48,9 @@ _TRANSFORMS_BY_COLUMN = {
     "key": ("identity", "bucket", "truncate"),
     "value": ("identity", "bucket", "truncate"),
 }
-_TERM = re.compile(r"^(?:(?P<transform>[a-z]+)\(\s*(?:(?P<width>[0-9]+)\s*,\s*)?(?P<arg>[A-Za-z_]\w*)\s*\)|(?P<bare>[A-Za-z_]\w*))$")
+_TERM = re.compile(
+    r"^(?:(?P<transform>[a-z]+)\(\s*(?:(?P<width>[0-9]+)\s*,\s*)?(?P<arg>[A-Za-z_]\w*)\s*\)|(?P<bare>[A-Za-z_]\w*))$"
+)
 _NAME_PART = re.compile(r"^[A-Za-z0-9_-]+$")
 
 

@@ -32,7 +32,9 @@ def _identity(data: bytes) -> bytes:
 def _produce(topic: str, records: list[tuple[bytes, bytes]], producer: Producer) -> list[Row]:
     futures = [producer.send(topic, value=value, key=key) for key, value in records]
     producer.flush()
-    return [(f.result().partition, f.result().offset, key, value) for f, (key, value) in zip(futures, records)]
+    return [
+        (f.result().partition, f.result().offset, key, value) for f, (key, value) in zip(futures, records, strict=True)
+    ]
 
 
 def _table_rows(table: Any) -> list[Row]:

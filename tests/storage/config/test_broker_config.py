@@ -705,7 +705,7 @@ def test_iceberg_catalog_properties_are_kept_verbatim_and_round_trip() -> None:
 
 
 def test_iceberg_catalog_property_without_a_key_is_refused() -> None:
-    with pytest.raises(InvalidConfigError, match="needs a key"):
+    with pytest.raises(InvalidConfigError, match="needs a name"):
         BrokerConfig.from_properties({"iceberg.catalog.": "x"})
     with pytest.raises(InvalidConfigError, match="expected a string"):
         BrokerConfig.from_properties({"iceberg.catalog.uri": ["a"]})
