@@ -72,6 +72,11 @@ self-healing, balancing) with the brokers' replication quotas, in bytes a second
 `raft_learner_recovery_rate`, whose 100 MiB/s default it takes; -1: no bound); a rate set with
 `leader.replication.throttled.rate` or `follower.replication.throttled.rate` takes its place.
 
+`iceberg.catalog.<key>` (any number of them, raybroker keys) is the catalog of the topics kept as Iceberg tables
+(`cluster.iceberg.catalog`): each is handed as `<key>` to pyiceberg's `load_catalog`, so `iceberg.catalog.type=rest`
+and `iceberg.catalog.uri=http://...` name a REST catalog; none set means the embedded SQLite catalog under the
+metadata dir. They are kept verbatim as text in `iceberg_catalog` (the catalog checks them when it loads).
+
 `log.partitions.per.process` and `log.partitions.spare.processes` are raybroker keys (no Kafka equivalent). Each
 partition log lives in a partition host (`actors.server.partition_host`), an actor process holding up to
 `log.partitions.per.process` of them, or with 1 in an actor process of its own (`actors.server.partition_log`). An
@@ -208,6 +213,8 @@ IGNORED_KAFKA_KEYS = frozenset(
 )
 # Families of keys for the network and security layers, which raybroker does not have (Ray carries the calls).
 IGNORED_KAFKA_KEY_PREFIXES = ("listener.name.", "sasl.", "ssl.")
+# The prefix of the Iceberg catalog's properties (see the module docstring).
+ICEBERG_CATALOG_PREFIX = "iceberg.catalog."
 
 # Broker key (as a field name) -> the LogConfig field it is the default of, when the value passes unchanged.
 # The broker keys IncrementalAlterConfigs may set at run time (Kafka's dynamic per-broker and cluster-default configs
@@ -343,6 +350,8 @@ class BrokerConfig(CleanerKeys, ListenerKeys, SecurityKeys, TransactionKeys, Gro
     log_local_retention_ms: int = config_field(-2, "long")
     log_local_retention_bytes: int = config_field(-2, "long")
     ignored_keys: tuple[str, ...] = ()
+    # (key after `iceberg.catalog.`, value) pairs, in the order given.
+    iceberg_catalog: tuple[tuple[str, str], ...] = ()
     log_config: LogConfig = field(init=False, repr=False, compare=False)
     cleaner_config: CleanerConfig = field(init=False, repr=False, compare=False)
     listener_config: ListenerConfig = field(init=False, repr=False, compare=False)
@@ -357,6 +366,13 @@ class BrokerConfig(CleanerKeys, ListenerKeys, SecurityKeys, TransactionKeys, Gro
             raise InvalidConfigError(f"invalid value {list(self.log_dirs)!r} for log.dirs: expected non-empty paths")
         if not isinstance(self.ignored_keys, tuple) or not all(isinstance(key, str) for key in self.ignored_keys):
             raise InvalidConfigError(f"invalid ignored_keys {self.ignored_keys!r}: expected a tuple of strings")
+        if not isinstance(self.iceberg_catalog, tuple) or not all(
+            isinstance(pair, tuple) and len(pair) == 2 and all(isinstance(part, str) for part in pair) and pair[0]
+            for pair in self.iceberg_catalog
+        ):
+            raise InvalidConfigError(
+                f"invalid iceberg catalog properties {self.iceberg_catalog!r}: expected (key, value) strings"
+            )
         object.__setattr__(self, "log_config", self._build_log_config())
         object.__setattr__(self, "cleaner_config", CleanerConfig(**key_values(self, CleanerKeys)))
         object.__setattr__(self, "listener_config", ListenerConfig(**key_values(self, ListenerKeys)))
@@ -431,6 +447,14 @@ class BrokerConfig(CleanerKeys, ListenerKeys, SecurityKeys, TransactionKeys, Gro
             props.setdefault("log.dirs", log_dir)
         if "controller.listener.names" in props and "listeners" in props:
             props["listeners"] = _without_controller_listeners(props["listeners"], props["controller.listener.names"])
+        catalog = tuple(
+            (key.removeprefix(ICEBERG_CATALOG_PREFIX), _catalog_value(key, props.pop(key)))
+            for key in [key for key in props if key.startswith(ICEBERG_CATALOG_PREFIX)]
+        )
+        if any(not key for key, _ in catalog):
+            raise InvalidConfigError(
+                f"invalid broker config {ICEBERG_CATALOG_PREFIX!r}: a catalog property needs a name"
+            )
         values, other_keys = values_from_properties(cls, props)
         ignored = [key for key in other_keys if key in IGNORED_KAFKA_KEYS or key.startswith(IGNORED_KAFKA_KEY_PREFIXES)]
         unknown = [key for key in other_keys if key not in ignored]
@@ -439,11 +463,13 @@ class BrokerConfig(CleanerKeys, ListenerKeys, SecurityKeys, TransactionKeys, Gro
             raise InvalidConfigError(f"unknown broker config(s): {', '.join(hints)}")
         if ignored:
             logger.warning("ignoring Kafka broker settings that raybroker does not use: %s", ", ".join(ignored))
-        return cls(**values, ignored_keys=tuple(ignored))
+        return cls(**values, ignored_keys=tuple(ignored), iceberg_catalog=catalog)
 
     def to_properties(self) -> dict[str, str]:
-        """Every set key under its Kafka name, as Kafka would print it (unset optional keys are left out)."""
-        return render_properties(self)
+        """Every set key under its Kafka name, as Kafka would print it (unset optional keys are left out), and the
+        `iceberg.catalog.` properties: what `from_properties` reads back into the same config."""
+        catalog = {ICEBERG_CATALOG_PREFIX + key: value for key, value in self.iceberg_catalog}
+        return {**render_properties(self), **catalog}
 
 
 def load_server_properties(path: str | Path) -> BrokerConfig:
@@ -477,10 +503,23 @@ def _without_controller_listeners(listeners: Any, controller_names: Any) -> Any:
     return ",".join(kept)
 
 
+def _catalog_value(key: str, value: Any) -> str:
+    """An `iceberg.catalog.` property's value, as text (a properties file gives text; a Python caller may not)."""
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise InvalidConfigError(f"invalid value {value!r} for {key}: expected a string")
+    return str(value).strip()
+
+
 def _describe_unknown(key: str) -> str:
     candidates = [*(kafka_name(spec.name) for spec in config_fields(BrokerConfig)), "broker.id", "log.dir"]
     close = difflib.get_close_matches(key, candidates, n=1)
     return f"{key!r} (did you mean {close[0]!r}?)" if close else repr(key)
 
 
-__all__ = ["IGNORED_KAFKA_KEYS", "IGNORED_KAFKA_KEY_PREFIXES", "BrokerConfig", "load_server_properties"]
+__all__ = [
+    "ICEBERG_CATALOG_PREFIX",
+    "IGNORED_KAFKA_KEYS",
+    "IGNORED_KAFKA_KEY_PREFIXES",
+    "BrokerConfig",
+    "load_server_properties",
+]

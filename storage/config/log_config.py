@@ -6,6 +6,9 @@ Every key has Kafka's Java type (`int`, `long`, `double`, `boolean`, `string`), 
 `storage.config.config_values`; `cleanup.policy` and the two throttled-replicas lists (Kafka lists) are kept as
 their comma-separated text (`storage.config.throttled_replicas` checks the latter).
 Unknown keys, values of the wrong type and values out of Kafka's ranges raise `InvalidConfigError`.
+
+Beside Kafka's keys, raybroker's own `iceberg.*` keys say whether and how the topic is kept as an Iceberg table
+(`storage.config.iceberg_topic_config` owns their syntax and checks; `cluster.iceberg` translates).
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from storage.config.config_values import (
     render_properties,
     render_value,
 )
+from storage.config.iceberg_topic_config import ICEBERG_MODES, check_iceberg_keys
 from storage.config.throttled_replicas import ThrottledReplicas
 from storage.errors import InvalidConfigError
 
@@ -93,6 +97,19 @@ class LogConfig:
     follower_replication_throttled_replicas: str = config_field(
         "", "string", "replicas whose follower-side replication is throttled: '*' or partition:broker pairs"
     )
+    iceberg_mode: str = config_field(
+        "off", "string", "raybroker: off, or key_value (the topic kept as an Iceberg table)", choices=ICEBERG_MODES
+    )
+    iceberg_table: str = config_field("", "string", "raybroker: the Iceberg table, namespace.table (raybroker.<topic>)")
+    iceberg_target_lag_ms: int = config_field(
+        60000, "long", "raybroker: how far the Iceberg table may fall behind the log", low=1
+    )
+    iceberg_partition_spec: str = config_field(
+        "", "string", "raybroker: the Iceberg table's partitioning, e.g. day(timestamp)"
+    )
+    iceberg_value_schema: str = config_field(
+        "", "string", "raybroker: the value's columns in the value modes (unused by key_value)"
+    )
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -103,6 +120,7 @@ class LogConfig:
             )
         for name in ("leader.replication.throttled.replicas", "follower.replication.throttled.replicas"):
             ThrottledReplicas.parse(name, getattr(self, name.replace(".", "_")))
+        check_iceberg_keys(self.iceberg_mode, self.iceberg_table, self.iceberg_partition_spec)
         if self.compression_gzip_level == 0:
             raise InvalidConfigError("invalid value 0 for compression.gzip.level: expected 1..9 or -1")
         if self.max_compaction_lag_ms < self.min_compaction_lag_ms:

@@ -164,6 +164,39 @@ def test_describe_and_alter_configs(admin: AdminClient, broker_admin: Admin, lis
     assert error_of(refused) == KafkaError.INVALID_CONFIG
 
 
+def test_iceberg_topic_configs_are_taken_and_refused_with_the_reason(admin: AdminClient, broker_admin: Admin) -> None:
+    iceberg = {
+        "iceberg.mode": "key_value",
+        "iceberg.table": "lake.ck_clicks",
+        "iceberg.partition.spec": "day(timestamp)",
+    }
+    result(admin.create_topics([NewTopic("ck-iceberg", 1, config=iceberg)]))
+    assert broker_admin.describe_topic("ck-iceberg").config == iceberg
+    (entries,) = result(admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, "ck-iceberg")])).values()
+    assert entries["iceberg.target.lag.ms"].value == "60000" and entries["iceberg.mode"].value == "key_value"
+
+    lag = [ConfigEntry("iceberg.target.lag.ms", "5000", incremental_operation=AlterConfigOpType.SET)]
+    result(
+        admin.incremental_alter_configs(
+            [ConfigResource(ConfigResource.Type.TOPIC, "ck-iceberg", incremental_configs=lag)]
+        )
+    )
+    assert broker_admin.describe_topic("ck-iceberg").config == {**iceberg, "iceberg.target.lag.ms": "5000"}
+
+    bad_spec = [ConfigEntry("iceberg.partition.spec", "day(key)", incremental_operation=AlterConfigOpType.SET)]
+    refused = admin.incremental_alter_configs(
+        [ConfigResource(ConfigResource.Type.TOPIC, "ck-iceberg", incremental_configs=bad_spec)]
+    )
+    with pytest.raises(KafkaException) as raised:
+        next(iter(refused.values())).result(TIMEOUT_S)
+    error: KafkaError = raised.value.args[0]
+    assert error.code() == KafkaError.INVALID_CONFIG and "key takes only identity" in error.str()
+    futures = admin.create_topics([NewTopic("ck-iceberg-bad", 1, config={"iceberg.mode": "parquet"})])
+    assert error_of(futures["ck-iceberg-bad"]) == KafkaError.INVALID_CONFIG
+    assert "ck-iceberg-bad" not in broker_admin.list_topics()
+    assert broker_admin.describe_topic("ck-iceberg").config["iceberg.partition.spec"] == "day(timestamp)"
+
+
 def test_create_partitions_delete_records_and_delete_topics(
     admin: AdminClient, broker_admin: Admin, listener: KafkaListener
 ) -> None:

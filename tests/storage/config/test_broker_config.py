@@ -419,8 +419,16 @@ def test_every_topic_config_synonym_reaches_log_config() -> None:
         for spec in dataclasses.fields(LogConfig)
         if getattr(log_config, spec.name) == getattr(default, spec.name)
     ]
-    # Kafka's throttled-replicas lists are topic configs without a broker synonym.
-    assert unchanged == ["leader_replication_throttled_replicas", "follower_replication_throttled_replicas"]
+    # Kafka's throttled-replicas lists and raybroker's iceberg keys are topic configs without a broker synonym.
+    assert unchanged == [
+        "leader_replication_throttled_replicas",
+        "follower_replication_throttled_replicas",
+        "iceberg_mode",
+        "iceberg_table",
+        "iceberg_target_lag_ms",
+        "iceberg_partition_spec",
+        "iceberg_value_schema",
+    ]
 
 
 def test_broker_id_is_read_as_node_id() -> None:
@@ -685,3 +693,19 @@ def test_bad_listener_keys_raise_naming_the_key(properties: dict[str, str], frag
 def test_exposed_endpoints_are_those_other_machines_may_reach(listeners: str, exposed_hosts: list[str]) -> None:
     config = BrokerConfig.from_properties({"listeners": listeners}).listener_config
     assert [endpoint.host for endpoint in config.exposed_endpoints()] == exposed_hosts
+
+
+def test_iceberg_catalog_properties_are_kept_verbatim_and_round_trip() -> None:
+    config = BrokerConfig.from_properties(
+        {"iceberg.catalog.type": "rest", "iceberg.catalog.uri": " http://catalog:8181 ", "iceberg.catalog.s3.region": 1}
+    )
+    assert config.iceberg_catalog == (("type", "rest"), ("uri", "http://catalog:8181"), ("s3.region", "1"))
+    assert BrokerConfig.from_properties(config.to_properties()) == config
+    assert BrokerConfig.from_properties({}).iceberg_catalog == ()
+
+
+def test_iceberg_catalog_property_without_a_key_is_refused() -> None:
+    with pytest.raises(InvalidConfigError, match="needs a name"):
+        BrokerConfig.from_properties({"iceberg.catalog.": "x"})
+    with pytest.raises(InvalidConfigError, match="expected a string"):
+        BrokerConfig.from_properties({"iceberg.catalog.uri": ["a"]})

@@ -46,10 +46,18 @@ KAFKA_DEFAULTS = {
     "leader.replication.throttled.replicas": "",
     "follower.replication.throttled.replicas": "",
 }
+# raybroker's own topic configs (`storage.config.iceberg_topic_config`), listed after Kafka's.
+RAYBROKER_DEFAULTS = {
+    "iceberg.mode": "off",
+    "iceberg.table": "",
+    "iceberg.target.lag.ms": "60000",
+    "iceberg.partition.spec": "",
+    "iceberg.value.schema": "",
+}
 
 
 def test_defaults_are_kafkas() -> None:
-    assert LogConfig().to_properties() == KAFKA_DEFAULTS
+    assert LogConfig().to_properties() == {**KAFKA_DEFAULTS, **RAYBROKER_DEFAULTS}
 
 
 def test_default_values_have_python_types() -> None:
@@ -69,7 +77,7 @@ def test_kafka_name() -> None:
 
 def test_describe_lists_every_setting_with_its_default() -> None:
     described = LogConfig.describe()
-    assert {name: default for name, (default, _) in described.items()} == KAFKA_DEFAULTS
+    assert {name: default for name, (default, _) in described.items()} == {**KAFKA_DEFAULTS, **RAYBROKER_DEFAULTS}
     assert all(meaning for _, meaning in described.values())
 
 

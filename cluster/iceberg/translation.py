@@ -1,0 +1,197 @@
+"""One round of a topic's translation into its Iceberg table (`key_value` mode), exactly once.
+
+A round:
+1. reads the table's offsets: the `raybroker.offsets` property of its current snapshot's summary, each partition's
+   next offset to translate as JSON (`{"0": 1200, "1": 980}`); a partition it does not name starts at the log
+   start;
+2. plans a read_committed read from there to each partition's last stable offset (`cluster.records.read_plan`:
+   the end offsets are fixed, records of aborted transactions are dropped, open transactions hold the end back);
+3. writes the planned records as Parquet data files, one Ray task per node leading partitions, pinned to it (soft:
+   a node gone runs it elsewhere, fetching through the actors), each reading its ranges from the segment files
+   (`cluster.records.range_reading`) and writing them with pyiceberg's own writer, which splits rows by the
+   partition spec and records the files' statistics (`pyiceberg.io.pyarrow._dataframe_to_data_files`, what
+   pyiceberg 0.12's `Table.append` runs; private, hence the exact pin);
+4. commits every file in ONE Iceberg append, the one committer of the table, whose snapshot summary carries every
+   partition's planned end offset.
+
+Why it is exactly once: the rows of a file and the offsets they advance land in the same atomic commit, and the
+commit asserts that the table's current snapshot is still the one whose offsets the round started from (pyiceberg's
+`AssertRefSnapshotId` on `main`). A crash after writing files but before the commit leaves files no snapshot
+names, which the next round ignores (it starts from the same offsets and writes new files: orphans, for Iceberg's
+`remove_orphan_files` to collect); a crash after the commit leaves the new offsets, which the next round starts
+from; a second committer that raced ahead makes this commit fail (`IcebergCatalogError`), and the next round
+starts from its offsets. Records that retention or DeleteRecords removed before they were translated are skipped
+(they are gone from the log), with a warning.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import ray
+from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.io import load_file_io
+from pyiceberg.io.pyarrow import _dataframe_to_data_files
+from pyiceberg.manifest import DataFile
+from pyiceberg.table import Table
+from pyiceberg.table.metadata import TableMetadata
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from actors.clients.broker import Broker
+from cluster.iceberg.key_value_table import table_rows
+from cluster.records.isolation import READ_COMMITTED
+from cluster.records.offset_ranges import OffsetRange, partitions_of
+from cluster.records.range_reading import read_ranges
+from cluster.records.read_plan import EARLIEST, LATEST, Dialect, PlanRequest, TopicReadPlan, plan_partitions
+from storage.errors import IcebergCatalogError, InvalidRequestError
+
+logger = logging.getLogger(__name__)
+
+# The snapshot summary property holding each partition's next offset to translate.
+OFFSETS_PROPERTY = "raybroker.offsets"
+_DIALECT = Dialect(
+    start="table offset",
+    end="last stable offset",
+    skip_lost="Records deleted before they were translated are skipped.",
+    past_end_error=InvalidRequestError,
+)
+
+
+@dataclass(frozen=True)
+class PreparedRound:
+    """What a round wrote and will commit: the snapshot its offsets came from (None: an empty table), every
+    partition's offsets before and after it, and its data files (already in the warehouse, in no snapshot yet)."""
+
+    topic: str
+    base_snapshot_id: int | None
+    start_offsets: dict[int, int]
+    end_offsets: dict[int, int]
+    data_files: tuple[DataFile, ...]
+
+    @property
+    def rows(self) -> int:
+        return sum(data_file.record_count for data_file in self.data_files)
+
+    @property
+    def advances(self) -> bool:
+        """Whether committing moves the table's offsets (a round with nothing new commits nothing)."""
+        return self.end_offsets != self.start_offsets
+
+
+def table_offsets(table: Table) -> dict[int, int]:
+    """Each partition's next offset to translate, from the current snapshot's summary ({} for an empty table).
+
+    Raises `IcebergCatalogError` for a summary that is not raybroker's (a table some other writer made)."""
+    snapshot = table.current_snapshot()
+    if snapshot is None or snapshot.summary is None:
+        return {}
+    text = snapshot.summary.additional_properties.get(OFFSETS_PROPERTY)
+    if text is None:
+        raise IcebergCatalogError(
+            f"table {table.name()} has snapshot {snapshot.snapshot_id} without {OFFSETS_PROPERTY}"
+        )
+    try:
+        offsets = {int(partition): int(offset) for partition, offset in json.loads(text).items()}
+    except (ValueError, AttributeError, TypeError) as exc:
+        raise IcebergCatalogError(f"table {table.name()}: unreadable {OFFSETS_PROPERTY} {text!r}") from exc
+    return offsets
+
+
+def prepare_round(topic: str, table: Table, broker: Broker) -> PreparedRound:
+    """Steps 1-3 of a round (see the module docstring): the data files of the committed records past the table's
+    offsets, written but not committed."""
+    snapshot = table.current_snapshot()
+    start_offsets = table_offsets(table)
+    tps = partitions_of(broker, [topic])
+    request = PlanRequest(
+        start={tp: start_offsets.get(tp[1], EARLIEST) for tp in tps},
+        end={tp: LATEST for tp in tps},
+        isolation=READ_COMMITTED,
+        fail_on_data_loss=False,
+        dialect=_DIALECT,
+    )
+    plan = plan_partitions(request, broker)
+    _warn_of_skipped_records(topic, start_offsets, plan)
+    end_offsets = {**start_offsets, **{tp[1]: offset for tp, offset in plan.end_offsets.items()}}
+    pending = [
+        _write_data_files.options(
+            num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=True)
+        ).remote([planned.range for planned in ranges], node, table.metadata, dict(table.io.properties))
+        for node, ranges in plan.by_node().items()
+    ]
+    data_files = tuple(data_file for files in ray.get(pending) for data_file in files)
+    return PreparedRound(
+        topic, None if snapshot is None else snapshot.snapshot_id, start_offsets, end_offsets, data_files
+    )
+
+
+def commit_round(table: Table, prepared: PreparedRound) -> int | None:
+    """Step 4: appends the round's files in one commit whose summary carries its end offsets; the new snapshot's
+    id (None when the round had nothing to commit). `table` must be the one the round was prepared from.
+
+    Raises `IcebergCatalogError` when the table moved since (another committer) or the catalog refused."""
+    if not prepared.advances:
+        return None
+    current = table.current_snapshot()
+    if (None if current is None else current.snapshot_id) != prepared.base_snapshot_id:
+        raise IcebergCatalogError(f"table {table.name()} moved since the round of {prepared.topic} was prepared")
+    offsets = {str(partition): offset for partition, offset in sorted(prepared.end_offsets.items())}
+    try:
+        with table.transaction() as transaction:
+            update = transaction.update_snapshot(snapshot_properties={OFFSETS_PROPERTY: json.dumps(offsets)})
+            with update.fast_append() as append:
+                for data_file in prepared.data_files:
+                    append.append_data_file(data_file)
+    except CommitFailedException as exc:
+        raise IcebergCatalogError(f"commit to {table.name()} refused: {exc}") from exc
+    committed = table.current_snapshot()
+    return None if committed is None else committed.snapshot_id
+
+
+def translate_once(topic: str, table: Table, broker: Broker) -> PreparedRound:
+    """A whole round (see the module docstring); what it committed."""
+    prepared = prepare_round(topic, table, broker)
+    commit_round(table, prepared)
+    return prepared
+
+
+@ray.remote(num_cpus=0)
+def _write_data_files(
+    ranges: Sequence[OffsetRange], node: str, metadata: TableMetadata, io_properties: Mapping[str, str]
+) -> list[DataFile]:
+    """On a node leading the ranges' partitions: their records read from the segments (read_committed) and written
+    as the table's data files (`_dataframe_to_data_files` splits them by the partition spec)."""
+    batches = [
+        table_rows(batch)
+        for batch in read_ranges(
+            ranges,
+            fail_on_data_loss=False,
+            include_headers=True,
+            node_ids=[node] * len(ranges),
+            isolation=READ_COMMITTED,
+        )
+    ]
+    if not batches:
+        return []
+    io = load_file_io(dict(io_properties), metadata.location)
+    rows: Any = pa.Table.from_batches(batches)
+    return list(_dataframe_to_data_files(metadata, rows, io, write_uuid=uuid.uuid4()))
+
+
+def _warn_of_skipped_records(topic: str, start_offsets: Mapping[int, int], plan: TopicReadPlan) -> None:
+    for (_, partition), start in plan.start_offsets.items():
+        wanted = start_offsets.get(partition)
+        if wanted is not None and start > wanted:
+            logger.warning(
+                "%s-%d: offsets %d to %d were deleted before they were translated into the Iceberg table",
+                topic,
+                partition,
+                wanted,
+                start - 1,
+            )
