@@ -376,7 +376,7 @@ class Router:
             OFFSET_FETCH_KEY: OffsetFetchHandler(view, groups, access),
             LIST_GROUPS_KEY: ListGroupsHandler(groups, access),
             DESCRIBE_GROUPS_KEY: DescribeGroupsHandler(groups, access),
-            DELETE_GROUPS_KEY: DeleteGroupsHandler(groups, access),
+            DELETE_GROUPS_KEY: DeleteGroupsHandler(groups, view, access),
             OFFSET_DELETE_KEY: OffsetDeleteHandler(view, groups, access),
             ELECT_LEADERS_KEY: ElectLeadersHandler(view, access),
             ALTER_REPLICA_LOG_DIRS_KEY: AlterReplicaLogDirsHandler(view, access),

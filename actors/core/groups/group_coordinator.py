@@ -745,7 +745,8 @@ class GroupCoordinator:
     def delete_group(self, group: str) -> GroupError:
         """Deletes an Empty group and its committed offsets (tombstones in `__consumer_offsets`); a group with
         members is NON_EMPTY_GROUP, an unknown one GROUP_ID_NOT_FOUND. A share group's share-partitions are not
-        touched: their leaders drop them (`raybroker share-groups --delete` does that first)."""
+        touched: their leaders drop them (DeleteGroups over the wire and `raybroker share-groups --delete` do that
+        first)."""
         _check_group(group)
         with self._membership_changed:
             verdict = self._membership.delete(group)

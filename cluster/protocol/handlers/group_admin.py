@@ -9,7 +9,8 @@ DescribeGroups of a group the coordinator does not know, or of a consumer-protoc
 no error up to v5, and GROUP_ID_NOT_FOUND (69) from v6, as Kafka 4 does. Members' metadata and assignments are
 shown in a Stable group only (Kafka's rule: in the other states they are being replaced). DeleteGroups removes an
 Empty group's committed offsets (tombstones in `__consumer_offsets`); a group with members answers NON_EMPTY_GROUP
-(68).
+(68). An empty share group's share-partitions are dropped at every partition's leader first, as Kafka's coordinator
+deletes a share group's state through its persister: a share group created again under that name starts afresh.
 
 Authorization, as Kafka's: ListGroups lists every group to a principal that may DESCRIBE the cluster, else only
 the groups it may DESCRIBE; DescribeGroups needs DESCRIBE on each group and DeleteGroups DELETE, else that group
@@ -23,7 +24,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from actors.core.groups.group_membership import GroupDescription, GroupState
+from actors.core.groups.group_membership import GroupDescription, GroupError, GroupState
 from actors.core.security.acl_bindings import AclOperation, ResourceType
 from cluster.protocol.connection import ConnectionContext
 from cluster.protocol.error_codes import coordinator_error_code, group_error_code
@@ -36,7 +37,10 @@ from cluster.protocol.handlers.authorization import (
     allows_cluster,
     authorized_names,
 )
+from cluster.protocol.handlers.share_group_offsets import drop_share_states
 from cluster.protocol.messages import build
+from cluster.protocol.security.access import AccessControl
+from cluster.protocol.views.broker_view import BrokerView
 from cluster.protocol.views.group_view import GroupView
 from storage.errors import RaybrokerError
 
@@ -128,7 +132,12 @@ def _described(group_id: str, code: ErrorCode, group: GroupDescription | None) -
 
 
 class DeleteGroupsHandler(GuardedHandler[GroupView]):
-    """Answers DeleteGroups, one result per group named."""
+    """Answers DeleteGroups, one result per group named (`partitions`: where an empty share group's share-partitions
+    are dropped first)."""
+
+    def __init__(self, view: GroupView, partitions: BrokerView, access: AccessControl | None = None) -> None:
+        super().__init__(view, access)
+        self._partitions = partitions
 
     async def __call__(self, request: Request) -> Any:
         results = []
@@ -137,6 +146,9 @@ class DeleteGroupsHandler(GuardedHandler[GroupView]):
                 results.append({"group_id": group_id, "error_code": ErrorCode.group_authorization_failed})
                 continue
             try:
+                if await self._view.admit_share_offsets_change(group_id, False) == GroupError.NONE:
+                    topics = await self._partitions.topics()
+                    await drop_share_states(self._partitions, group_id, topics.values())
                 code = group_error_code(await self._view.delete_group(group_id))
             except RaybrokerError as exc:
                 code = coordinator_error_code(exc)

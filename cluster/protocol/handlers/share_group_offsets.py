@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 from abc import ABC, abstractmethod
+from collections.abc import Iterable
 from typing import Any, ClassVar
 
 from kio.schema.errors import ErrorCode
@@ -269,13 +270,19 @@ class DeleteShareGroupOffsetsHandler(_ShareOffsetsChange):
 
     async def _delete_topic(self, group_id: str, topic: TopicInfo) -> list[bool]:
         """Each partition's share-partition of the group dropped at its leader: whether it had one."""
-        calls = asyncio.Semaphore(LEADER_CALLS_AT_ONCE)
+        return await drop_share_states(self._view, group_id, [topic])
 
-        async def delete(partition: int) -> bool:
-            async with calls:
-                return await self._view.delete_share_state(topic.name, partition, group_id)
 
-        return await asyncio.gather(*(delete(p) for p in range(topic.partition_count)))
+async def drop_share_states(view: BrokerView, group_id: str, topics: Iterable[TopicInfo]) -> list[bool]:
+    """The group's share-partition of each partition of `topics` dropped at the partition's leader, up to
+    `LEADER_CALLS_AT_ONCE` leaders asked at once: whether each had one (DeleteShareGroupOffsets, DeleteGroups)."""
+    calls = asyncio.Semaphore(LEADER_CALLS_AT_ONCE)
+
+    async def delete(topic: str, partition: int) -> bool:
+        async with calls:
+            return await view.delete_share_state(topic, partition, group_id)
+
+    return await asyncio.gather(*(delete(t.name, p) for t in topics for p in range(t.partition_count)))
 
 
 def _delete_row(name: str, topic_id: Any, code: ErrorCode, message: str | None) -> dict[str, Any]:

@@ -15,7 +15,8 @@ group GROUP_ID_NOT_FOUND; with an empty group id INVALID_GROUP_ID. Once the memb
 state (a topic the group has no state on answers UNKNOWN_TOPIC_OR_PARTITION too). Then Kafka's tool, on both brokers
 at once: `--reset-offsets --to-earliest` and `--to-latest` (`--execute`), `--delete-offsets` and `--describe --offsets
 --verbose`, printing the same lines on both once names are masked (the idle topic holds `IDLE` records, so
-its latest offset is known).
+its latest offset is known). Last, DeleteGroups deletes the share group (and the consumer group) with its state: the
+group made again by an Alter has only the start offset that Alter set.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from tests.cluster.protocol.test_share_group_wire import METADATA, Session, acqu
 pytestmark = pytest.mark.kafka
 
 DESCRIBE, ALTER, DELETE = 90, 91, 92
+DELETE_GROUPS = 42
 ACCEPT, RELEASE = 1, 2
 DEADLINE_S = 60.0
 SHARE_GROUPS = "org.apache.kafka.tools.consumer.group.ShareGroupCommand"
@@ -216,10 +218,31 @@ def tool_lines(bootstrap: str, names: dict[str, str]) -> list[tuple[str, list[st
     return printed
 
 
+def deleted_group_steps(bootstrap: str, names: dict[str, str]) -> list[tuple[str, object]]:
+    """The group `tool_lines` left (state on `other` only) deleted with DeleteGroups, then given a start offset on
+    `topic` again (Alter creates it anew): every topic described shows that one start offset only, as the group's
+    old state went with it. Lags left out: how many warm-up records each broker took differs."""
+    group, topic = names["group"], names["topic"]
+    with coordinator_client(bootstrap, group, GROUP_KEY) as coordinator:
+        deletion = coordinator.request(DELETE_GROUPS, 2, {"groups_names": [group, names["consumers"]]})
+        values = {
+            "group_id": group,
+            "topics": [{"topic_name": topic, "partitions": [{"partition_index": 0, "start_offset": 0}]}],
+        }
+        alter = altered(coordinator.request(ALTER, 0, values))
+        rows = described(coordinator.request(DESCRIBE, 1, {"groups": [{"group_id": group, "topics": None}]}))
+    return [
+        ("delete groups", sorted((r.group_id, r.error_code) for r in deletion.results)),
+        ("alter after the deletion", alter),
+        ("described after the deletion", [(*row[:7], row[8]) for row in rows]),
+    ]
+
+
 def offsets_and_tool(bootstrap: str) -> tuple[list[tuple[str, object]], dict[str, str], list[tuple[str, list[str]]]]:
-    """`offsets_steps`, then `tool_lines` on what it left."""
+    """`offsets_steps`, then `tool_lines` on what it left, then `deleted_group_steps`."""
     steps, names = offsets_steps(bootstrap)
-    return steps, names, tool_lines(bootstrap, names)
+    printed = tool_lines(bootstrap, names)
+    return [*steps, *deleted_group_steps(bootstrap, names)], names, printed
 
 
 def test_share_group_offsets_answer_as_kafka(share_listener: str, kafka4: str) -> None:
@@ -249,6 +272,8 @@ def test_share_group_offsets_answer_as_kafka(share_listener: str, kafka4: str) -
     idle = (group, none, kafka_names["other"], True, 0, 0, 0, IDLE, none)
     assert kafka["altered"] == [idle, (*consumed, 3, 0, 2, none)]
     assert kafka["deleted, every topic"] == [idle]
+    assert kafka["delete groups"] == sorted([(group, none), (kafka_names["consumers"], none)])
+    assert kafka["described after the deletion"] == [(*consumed, 0, 0, none)]
     assert kafka_tool == [
         ("--reset-offsets --group GROUP --to-earliest --execute --topic TOPIC", ["exit 0", *reset("TOPIC 0 0")]),
         ("--reset-offsets --group GROUP --to-latest --execute --topic OTHER", ["exit 0", *reset(f"OTHER 0 {IDLE}")]),

@@ -758,7 +758,7 @@ def test_list_groups_lists_every_group_to_cluster_describe_and_describable_ones_
 
 
 def test_describe_groups_needs_describe_and_delete_groups_delete_on_each_group(
-    broker: InProcessBroker, groups: GroupView, security: SecurityView
+    broker: InProcessBroker, groups: GroupView, view: InProcessBrokerView, security: SecurityView
 ) -> None:
     commit_offsets(broker, {("mine", "t", 0): 1, ("theirs", "t", 0): 1})
     access = access_with(security, on_group("mine", AclOperation.DELETE))
@@ -776,7 +776,7 @@ def test_describe_groups_needs_describe_and_delete_groups_delete_on_each_group(
         "",
         AUTHORIZED_OPERATIONS_OMITTED,
     )
-    deleted = ask(DeleteGroupsHandler(groups, access), DELETE_GROUPS_KEY, {"groups_names": ["mine", "theirs"]})
+    deleted = ask(DeleteGroupsHandler(groups, view, access), DELETE_GROUPS_KEY, {"groups_names": ["mine", "theirs"]})
     assert [(result.group_id, result.error_code) for result in deleted.results] == [
         ("mine", ErrorCode.none),
         ("theirs", DENIED_GROUP),

@@ -23,6 +23,7 @@ from cluster.protocol.handlers.groups import JOIN_GROUP_KEY, SYNC_GROUP_KEY, Joi
 from cluster.protocol.router import SERVED
 from cluster.protocol.views.broker_view import BrokerEndpoint
 from cluster.protocol.views.group_view import GroupView
+from cluster.protocol.views.in_process_broker_view import InProcessBrokerView
 from tests.cluster.protocol.helpers import answer_async, commit_offsets, committed_offsets, run
 
 ENDPOINT = BrokerEndpoint(3, "broker.example", 19092)
@@ -128,12 +129,12 @@ def test_describe_shows_members_with_their_assignment_and_unknown_groups_as_kafk
 
 @pytest.mark.parametrize("version", versions(DELETE_GROUPS_KEY))
 def test_only_empty_groups_are_deleted_with_their_offsets(
-    version: int, broker: InProcessBroker, groups: GroupView
+    version: int, broker: InProcessBroker, groups: GroupView, view: InProcessBrokerView
 ) -> None:
     stable_group(groups, "active")
     commit_offsets(broker, {("offsets-only", "t", 0): 5})
     values = {"groups_names": ["active", "offsets-only", "missing"]}
-    answer = run(answer_async(DeleteGroupsHandler(groups), DELETE_GROUPS_KEY, version, values))
+    answer = run(answer_async(DeleteGroupsHandler(groups, view), DELETE_GROUPS_KEY, version, values))
     assert [(r.group_id, r.error_code) for r in answer.results] == [
         ("active", ErrorCode.non_empty_group),
         ("offsets-only", ErrorCode.none),
