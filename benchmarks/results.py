@@ -3,7 +3,8 @@
 RESULTS.md is only ever this command's output, so every number in it comes from one run, beside the date, the
 machine and the versions it was measured on; a run of some figures only (`--only`) says which figures it
 measured and which it did not. Each figure is shown beside its baseline from the same run, the ratio and the
-goal. What each figure measures is `docs/performance.md`.
+goal; a figure measured with no baseline (an absolute goal) says so in its row and is named above the table. What
+each figure measures is `docs/performance.md`.
 
     python -m benchmarks --json results.json
     python -m benchmarks.results results.json > benchmarks/RESULTS.md
@@ -20,6 +21,9 @@ from typing import Any
 from benchmarks.__main__ import figure_names, format_number
 from benchmarks.common import Figure
 from benchmarks.run_info import RunInfo
+
+# The baseline cell of a figure measured with no baseline beside it.
+NO_BASELINE = "none (absolute goal)"
 
 
 def load(path: Path) -> tuple[RunInfo, list[Figure]]:
@@ -46,6 +50,7 @@ def render(info: RunInfo, figures: list[Figure]) -> str:
         *(f"| {name} | {value} |" for name, value in _circumstances(info)),
         "",
         _coverage(info, figures),
+        *_unbaselined(figures),
         "",
         "| figure | ours | baseline (same run) | ratio | goal | met |",
         "|---|---|---|---|---|---|",
@@ -87,9 +92,23 @@ def _coverage(info: RunInfo, figures: list[Figure]) -> str:
     )
 
 
+def _unbaselined(figures: list[Figure]) -> list[str]:
+    """The sentence naming the figures measured with no baseline beside them (absolute goals), if any."""
+    names = [f"`{figure.name}`" for figure in figures if figure.baseline_value is None]
+    if not names:
+        return []
+    return [
+        "",
+        f"Measured with no baseline beside them (their goals are absolute, their baseline cell says so): "
+        f"{', '.join(names)}.",
+    ]
+
+
 def _row(figure: Figure) -> str:
     baseline = (
-        "-" if figure.baseline_value is None else f"{format_number(figure.baseline_value)} ({figure.baseline_name})"
+        NO_BASELINE
+        if figure.baseline_value is None
+        else f"{format_number(figure.baseline_value)} ({figure.baseline_name})"
     )
     ratio = "-" if figure.ratio is None else f"{figure.ratio:.2f}"
     met = "-" if figure.met is None else ("yes" if figure.met else "**no**")

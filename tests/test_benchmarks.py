@@ -164,8 +164,18 @@ def test_results_table_escapes_pipes_and_marks_missed_goals() -> None:
     figures = [throughput_figure(name, 1.0, "x/s", "a|b", 2.0, 1.0, "ratio >= 1") for name in figure_names()]
     markdown = render(info, figures)
     assert "Every figure was measured in this run." in markdown
+    assert "Measured with no baseline" not in markdown
     row = next(line for line in markdown.splitlines() if line.startswith("| `encode`"))
     assert "(a\\|b)" in row and "| 0.50 |" in row and row.endswith("| **no** |")
+
+    absolute = absolute_figure("lookup", 131.0, "us p99", "p99 < 50 us", False)
+    markdown = render(info, [*(figure for figure in figures if figure.name != "lookup"), absolute])
+    assert (
+        "Measured with no baseline beside them (their goals are absolute, their baseline cell says so): `lookup`."
+        in (markdown)
+    )
+    row = next(line for line in markdown.splitlines() if line.startswith("| `lookup`"))
+    assert row == "| `lookup` | 131 us p99 | none (absolute goal) | - | p99 < 50 us | **no** |"
 
 
 @pytest.fixture(scope="module")
