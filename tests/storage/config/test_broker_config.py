@@ -419,8 +419,12 @@ def test_every_topic_config_synonym_reaches_log_config() -> None:
         for spec in dataclasses.fields(LogConfig)
         if getattr(log_config, spec.name) == getattr(default, spec.name)
     ]
-    # Kafka's throttled-replicas lists are topic configs without a broker synonym.
-    assert unchanged == ["leader_replication_throttled_replicas", "follower_replication_throttled_replicas"]
+    # Kafka's throttled-replicas lists and its dead-letter flag are topic configs without a broker synonym.
+    assert unchanged == [
+        "leader_replication_throttled_replicas",
+        "follower_replication_throttled_replicas",
+        "errors_deadletterqueue_group_enable",
+    ]
 
 
 def test_broker_id_is_read_as_node_id() -> None:

@@ -185,8 +185,8 @@ def test_each_refused_resource_gets_kafkas_code(view: InProcessBrokerView) -> No
 def test_a_groups_configs_are_described_set_and_refused_as_kafka_answers(view: InProcessBrokerView) -> None:
     group = int(ResourceType.GROUP)
     fresh = describe(view, 4, (group, "g", None)).results[0]
-    # Kafka 4.2's eleven group keys and Kafka 4.3's share.delivery.count.limit.
-    assert (fresh.error_code, fresh.error_message, len(fresh.configs)) == (ErrorCode.none, "", 12)
+    # Kafka 4.2's eleven group keys, Kafka 4.3's share.delivery.count.limit and Kafka 4.4's two dead-letter keys.
+    assert (fresh.error_code, fresh.error_message, len(fresh.configs)) == (ErrorCode.none, "", 14)
     assert {entry.name for entry in fresh.configs} >= LATER_GROUP_CONFIG_NAMES
     assert {entry.config_source for entry in fresh.configs} == {ConfigSource.DEFAULT_CONFIG}
     refused: list[tuple[list[tuple[str, int, str | None]], ErrorCode]] = [
