@@ -31,7 +31,7 @@ from actors.core.groups.group_membership import (
     PendingJoin,
     SyncResult,
 )
-from actors.core.shares.group_share_config import ResolvedShareConfig
+from actors.core.shares.group_share_config import DeadLetterSettings, ResolvedShareConfig
 from actors.core.shares.share_group import (
     ShareGroupDescription,
     ShareGroupState,
@@ -94,6 +94,7 @@ GROUP_CODEC = CallCodec(
         ShareMemberDescription,
         ShareGroupDescription,
         ResolvedShareConfig,
+        DeadLetterSettings,
     )
 )
 

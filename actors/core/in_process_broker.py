@@ -62,6 +62,7 @@ from actors.core.replication.log_changes import LogChanges
 from actors.core.replication.partition_server import PartitionServer
 from actors.core.replication.replica import Replica
 from actors.core.role_metrics import NO_ROLE_METRICS, RoleMetrics
+from actors.core.shares.dead_letters import DeadLetterQueue, PartitionDeadLetters
 from actors.core.shares.share_state_store import PartitionStates, ShareStateStore
 from actors.core.transactions.markers import OffsetsCompletingMarkers, TransactionMarker
 from actors.core.transactions.transaction_coordinator import TransactionCoordinator
@@ -131,11 +132,13 @@ class LocalReplicas(LocalPartitions):
         controller: Callable[[], Controller],
         find_replica: Callable[[str, int, str], Replica],
         share_states: Callable[[], ShareStateStore],
+        dead_letters: Callable[[], DeadLetterQueue],
         metrics: RoleMetrics = NO_ROLE_METRICS,
     ) -> None:
         super().__init__(clock, config.producer_id_expiration_ms, replicated=True)
         self.node = node
         self._share_states = share_states
+        self._dead_letters = dead_letters
         self._metrics = metrics
         self._settings = ReplicaSettings.from_broker_config(config)
         self._controller = controller
@@ -173,7 +176,14 @@ class LocalReplicas(LocalPartitions):
             leader_epoch=lambda: replica.leader_epoch,
         )
         server = PartitionServer(
-            log, replica, changes, topic=topic, metrics=self._metrics, clock=self._clock, share_states=states
+            log,
+            replica,
+            changes,
+            topic=topic,
+            metrics=self._metrics,
+            clock=self._clock,
+            share_states=states,
+            dead_letters=PartitionDeadLetters(lambda batch: self._dead_letters().write(batch), topic, partition),
         )
         with self._lock:
             self._served[tp] = server
@@ -305,6 +315,7 @@ class InProcessBroker:
         self._coordinator: GroupCoordinator | None = None
         self._transaction_coordinator: TransactionCoordinator | None = None
         self._share_state_store: ShareStateStore | None = None
+        self._dead_letter_queue: DeadLetterQueue | None = None
         self._share_state_scheduler = Scheduler(clock)
         self._transaction_scheduler = Scheduler(clock)
         self._controller: Controller | None = None
@@ -350,6 +361,7 @@ class InProcessBroker:
             lambda: self.controller,
             self.find_replica,
             lambda: self.share_state_store,
+            lambda: self.dead_letter_queue,
             self.metrics,
         )
 
@@ -442,6 +454,20 @@ class InProcessBroker:
                 )
                 self._share_state_store.schedule(self._share_state_scheduler)
             return self._share_state_store
+
+    @property
+    def dead_letter_queue(self) -> DeadLetterQueue:
+        """The writer of share groups' dead letters (Kafka 4.4's dead-letter topics), appending to each topic's
+        leader replica as a coordinator does."""
+        with self._lock:
+            if self._dead_letter_queue is None:
+                self._dead_letter_queue = DeadLetterQueue(
+                    self.controller,
+                    lambda topic, partition, batch: self.internal_partition(topic, partition).append_replicated(batch),
+                    self.clock,
+                    self.config.num_partitions,
+                )
+            return self._dead_letter_queue
 
     def _topic_deleted(self, topic: str) -> None:
         """The controller's `topic_deleted`: the group coordinator deletes the topic's committed offsets."""

@@ -15,7 +15,10 @@ members rejoin.
 It also holds the cluster's `ShareStateStore` (`actors.core.shares.share_state_store`: the share-partitions'
 durable states in `__share_group_state`, Kafka's share coordinator state), which partition leaders read and write
 with `read_share_state` / `write_share_state` (`actors.server.ray_share_states`); a new one loads it again. A thread
-of the actor runs the store's periodic work (`ShareStateStore.schedule`: cold snapshots, prunes).
+of the actor runs the store's periodic work (`ShareStateStore.schedule`: cold snapshots, prunes). And it writes the
+share groups' dead letters (`write_dead_letters`: Kafka 4.4's dead-letter topics, `actors.core.shares.dead_letters`),
+creating a missing topic through the controller actor and appending through its `AppendRoute`, as Kafka's brokers
+send them to the topic's leader.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from actors.core.groups.group_membership import (
     GroupMembership,
     MembershipConfig,
 )
+from actors.core.shares.dead_letters import DeadLetterBatch, DeadLetterQueue
 from actors.core.shares.share_state_store import ShareStateStore
 from actors.server.append_route import AppendRoute
 from actors.server.internal_partition_leaders import RayInternalPartition, RayTopicAdmin
@@ -79,6 +83,14 @@ class GroupCoordinatorActor(GroupCoordinator):
                 SHARE_GROUP_STATE_TOPIC, partition, self._route
             ),
         )
+        self._dead_letters = DeadLetterQueue(
+            RayTopicAdmin(),
+            lambda topic, partition, batch: RayInternalPartition.routed(
+                topic, partition, self._route
+            ).append_replicated(batch),
+            SYSTEM_CLOCK,
+            config.num_partitions,
+        )
         self._share_state_tasks = Scheduler(SYSTEM_CLOCK)
         self._share_states.schedule(self._share_state_tasks)
         threading.Thread(target=self._run_share_state_tasks, name="share-state-tasks", daemon=True).start()
@@ -97,6 +109,11 @@ class GroupCoordinatorActor(GroupCoordinator):
     def write_share_state(self, key: SharePartitionKey, state: ShareGroupState, leader_epoch: int) -> None:
         """`ShareStateStore.write_state`, for a partition leader's change of a share-partition."""
         self._share_states.write_state(key, state, leader_epoch)
+
+    def write_dead_letters(self, batch: DeadLetterBatch) -> None:
+        """`DeadLetterQueue.write`, for a partition leader's share-partition that archived records of a group with a
+        dead-letter topic."""
+        self._dead_letters.write(batch)
 
     def group_channel(self) -> tuple[str, str]:
         """(node, address): the Ray node this actor runs on and the address of its group channel

@@ -97,7 +97,7 @@ from actors.options import (
     SHARES_GROUP,
     log_manager_name,
 )
-from actors.server.ray_share_states import RayPartitionStates
+from actors.server.ray_share_states import RayPartitionStates, ray_dead_letters
 from actors.server.replica_fetch_pieces import ReplicaFetchPiece, checked_piece_count, split
 from actors.server.replica_links import REPLICA_CALL_TIMEOUT_S, RayControllerLink, RayLeaderLink
 from actors.server.replication_throttle import RayReplicationThrottle
@@ -270,9 +270,10 @@ class PartitionLogActor:
             leader_link=self._leader_link if find_replica is not None else None,
             throttle=RayReplicationThrottle(self._node) if self._node else None,
         )
-        share_states = None
+        share_states = dead_letters = None
         if self._named is not None and self._node:
             share_states = RayPartitionStates(*self._named, leader_epoch=lambda: replica.leader_epoch)
+            dead_letters = ray_dead_letters(*self._named)
         self._served = PartitionServer(
             log,
             replica,
@@ -282,6 +283,7 @@ class PartitionLogActor:
             long_poll_slots=long_poll_slots,
             on_storage_error=lambda exc: _report_log_dir_failure(log.directory.parent, exc),
             share_states=share_states,
+            dead_letters=dead_letters,
         )
         try:
             self._hw_file = HighWatermarkFile.create(Path(directory))

@@ -6,6 +6,9 @@ right when a partition's leader moves to another node: the new leader's first re
 
 The topic id is asked of the controller at the first call and kept: a topic deleted and created again has a new
 partition actor.
+
+`ray_dead_letters` is the partition's `DeadLetterWriter` the same way: each batch of dead letters a Ray call to the
+group coordinator actor's `write_dead_letters`.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import uuid
 from collections.abc import Callable
 
 from actors.calls import call, controller, get_actor
+from actors.core.shares.dead_letters import DeadLetterBatch, PartitionDeadLetters
 from actors.options import group_coordinator_name
 from storage.records.share_group_state import ShareGroupState, SharePartitionKey
 
@@ -41,3 +45,12 @@ class RayPartitionStates:
         if self._topic_id is None:
             self._topic_id = call(controller().describe_topic.remote(self._topic)).topic_id
         return SharePartitionKey(group_id, self._topic_id, self._partition)
+
+
+def ray_dead_letters(topic: str, partition: int) -> PartitionDeadLetters:
+    """The partition's `DeadLetterWriter`: its dead letters written by the group coordinator actor."""
+
+    def write(batch: DeadLetterBatch) -> None:
+        call(get_actor(group_coordinator_name()).write_dead_letters.remote(batch))
+
+    return PartitionDeadLetters(write, topic, partition)

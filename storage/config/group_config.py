@@ -17,11 +17,16 @@ when the group does not set it.
 | streams.initial.rebalance.delay.ms | INT    | 3000                                | >= 0                         |
 | share.isolation.level              | STRING | read_uncommitted                    | read_(un)committed           |
 | share.delivery.count.limit (4.3)   | INT    | group.share.delivery.count.limit    | >= 2, broker's min..max      |
+| errors.deadletterqueue.topic.name (4.4) | STRING | "" (no dead-letter topic)    | not starting with `__`       |
+| errors.deadletterqueue.copy.record.enable (4.4) | BOOLEAN | false               | true, false                  |
 
 raybroker serves no streams groups and has no `group.streams.*` broker keys: their keys are kept and described with
 Kafka's broker defaults and bounds (`STREAMS_DEFAULTS`). `share.auto.offset.reset`'s `by_duration:<ISO-8601>` passes
 Kafka's check here but is refused as not served yet (a share-partition starts at the earliest or the latest offset
 only). `share.isolation.level` is applied by the group's share-partitions (`actors.core.shares.share_partition`).
+Kafka 4.4's dead-letter keys (KIP-1191) name the topic a share group's rejected and over-delivered records are
+written to (`actors.core.shares.dead_letters`); like Kafka, only a name starting with `__` is refused here, the
+broker's prefix and the topic's `errors.deadletterqueue.group.enable` are checked when a dead letter is written.
 
 `validate(overrides, ...)` checks a group's whole set of overrides as Kafka's `GroupConfig.validate` does, in its
 order and with its messages (each an `InvalidConfigError`, Kafka's INVALID_CONFIG): an unknown name first ("Unknown
@@ -45,6 +50,8 @@ from storage.errors import InvalidConfigError
 
 SHARE_AUTO_OFFSET_RESET = "share.auto.offset.reset"
 SHARE_DELIVERY_COUNT_LIMIT = "share.delivery.count.limit"
+ERRORS_DLQ_TOPIC_NAME = "errors.deadletterqueue.topic.name"
+ERRORS_DLQ_COPY_RECORD_ENABLE = "errors.deadletterqueue.copy.record.enable"
 BY_DURATION = "by_duration:"
 READ_COMMITTED = "read_committed"
 READ_UNCOMMITTED = "read_uncommitted"
@@ -76,7 +83,8 @@ class GroupConfigKey:
 
 
 # Kafka 4.2's keys, in the order its DescribeConfigs lists them (its HashMap's order, the same on every broker), then
-# Kafka 4.3's `share.delivery.count.limit` (4.3 lists more keys, in another order).
+# Kafka 4.3's `share.delivery.count.limit` and Kafka 4.4's dead-letter keys (4.3 and 4.4 list more keys, in another
+# order).
 GROUP_CONFIG_KEYS = (
     GroupConfigKey(
         "consumer.session.timeout.ms",
@@ -140,9 +148,22 @@ GROUP_CONFIG_KEYS = (
         "The maximum number of delivery attempts for a record delivered to a share group.",
         2,
     ),
+    GroupConfigKey(
+        ERRORS_DLQ_TOPIC_NAME,
+        "string",
+        "The name of the topic to be used as the dead-letter queue (DLQ) topic for this share group. If blank (the "
+        "default), the group does not have a DLQ topic.",
+    ),
+    GroupConfigKey(
+        ERRORS_DLQ_COPY_RECORD_ENABLE,
+        "boolean",
+        "When writing onto the dead-letter queue topic, whether to copy the original record onto the DLQ topic, or "
+        "just write a record containing the context information headers.",
+    ),
 )
-# The keys Kafka 4.2 does not have: its DescribeConfigs lists eleven keys, raybroker's these too.
-KAFKA_4_3_GROUP_CONFIG_NAMES = frozenset({SHARE_DELIVERY_COUNT_LIMIT})
+# The keys Kafka 4.2 does not have (4.3's limit, 4.4's dead-letter keys): its DescribeConfigs lists eleven keys,
+# raybroker's these too.
+LATER_GROUP_CONFIG_NAMES = frozenset({SHARE_DELIVERY_COUNT_LIMIT, ERRORS_DLQ_TOPIC_NAME, ERRORS_DLQ_COPY_RECORD_ENABLE})
 GROUP_CONFIG_NAMES = frozenset(key.name for key in GROUP_CONFIG_KEYS)
 # The order Kafka's `ConfigDef` parses them in (its definition order), which decides which bad value is reported.
 _PARSE_ORDER = (
@@ -158,6 +179,8 @@ _PARSE_ORDER = (
     "streams.num.standby.replicas",
     "streams.initial.rebalance.delay.ms",
     "share.isolation.level",
+    ERRORS_DLQ_TOPIC_NAME,
+    ERRORS_DLQ_COPY_RECORD_ENABLE,
 )
 _KEYS = {key.name: key for key in GROUP_CONFIG_KEYS}
 
@@ -173,6 +196,8 @@ def defaults(protocol: GroupProtocolConfig, share: ShareGroupConfig) -> dict[str
         SHARE_DELIVERY_COUNT_LIMIT: str(share.group_share_delivery_count_limit),
         SHARE_AUTO_OFFSET_RESET: "latest",
         "share.isolation.level": READ_UNCOMMITTED,
+        ERRORS_DLQ_TOPIC_NAME: "",
+        ERRORS_DLQ_COPY_RECORD_ENABLE: "false",
         **{name: str(value) for name, value in STREAMS_DEFAULTS.items()},
     }
 
@@ -189,13 +214,23 @@ def validate(overrides: Mapping[str, str], protocol: GroupProtocolConfig, share:
             parsed[name] = _parse(_KEYS[name], overrides[name])
     values = {**{name: _parse(_KEYS[name], value) for name, value in defaults(protocol, share).items()}, **parsed}
     _check_bounds(values, protocol, share)
+    if str(values[ERRORS_DLQ_TOPIC_NAME]).startswith("__"):
+        raise InvalidConfigError(f"{ERRORS_DLQ_TOPIC_NAME}: DLQ topic name must not start with '__'")
     return {name: str(parsed[name]) for name in overrides}
 
 
 def _parse(key: GroupConfigKey, raw: str) -> int | str:
-    """Kafka's `ConfigDef.parse` of one value, with its messages."""
+    """Kafka's `ConfigDef.parse` of one value, with its messages (a BOOLEAN kept as `true` or `false`)."""
     text = raw.strip()
+    if key.java_type == "boolean":
+        if text.lower() not in ("true", "false"):
+            raise InvalidConfigError(
+                f"Invalid value {raw} for configuration {key.name}: Expected value to be either true or false"
+            )
+        return text.lower()
     if key.java_type == "string":
+        if key.name == ERRORS_DLQ_TOPIC_NAME:
+            return text
         if key.name == SHARE_AUTO_OFFSET_RESET:
             _check_auto_offset_reset(raw, text)
         elif text not in ISOLATION_LEVELS:

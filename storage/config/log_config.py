@@ -97,6 +97,9 @@ class LogConfig:
     follower_replication_throttled_replicas: str = config_field(
         "", "string", "replicas whose follower-side replication is throttled: '*' or partition:broker pairs"
     )
+    errors_deadletterqueue_group_enable: bool = config_field(
+        False, "boolean", "Kafka 4.4: share groups may write their dead letters to this topic (KIP-1191)"
+    )
     iceberg_mode: str = config_field(
         "off", "string", "raybroker: off, or key_value (the topic kept as an Iceberg table)", choices=ICEBERG_MODES
     )

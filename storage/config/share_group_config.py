@@ -30,6 +30,11 @@ these bound, are `actors.core.shares.group_share_config`'s.
 | share.coordinator.state.topic.prune.interval.ms  | int   | 300000    | >= 1           | between prunes of the topic |
 | share.coordinator.cold.partition.snapshot.interval.ms | int | 300000 | >= 1          | a state not written for so  |
 |                                                  |       |           |                | long is written again       |
+| errors.deadletterqueue.topic.name.prefix (4.4)   | string| dlq.      |                | what a group's dead-letter  |
+|                                                  |       |           |                | topic's name must start with|
+|                                                  |       |           |                | ("": any name)              |
+| errors.deadletterqueue.auto.create.topics.enable (4.4) | boolean | false |          | a missing dead-letter topic |
+|                                                  |       |           |                | is created at its first use |
 
 (*) a group's `share.record.lock.duration.ms`, within the min and max keys.
 (**) a group's `share.delivery.count.limit` (Kafka 4.3), within the min and max keys.
@@ -39,7 +44,8 @@ timeout (Kafka's `ShareGroupConfig.validate` and `GroupCoordinatorConfig`'s requ
 the delivery count limit with Kafka 4.3's messages, and the heartbeat interval below the session timeout. The
 `share.coordinator.*` keys are Kafka's `ShareCoordinatorConfig`'s: how `__share_group_state`, where the
 share-partitions' durable state is written, is created and kept small (the last two are internal keys in Kafka, with
-these defaults and bounds).
+these defaults and bounds). The `errors.deadletterqueue.*` keys are Kafka 4.4's `GroupCoordinatorConfig` keys of
+KIP-1191's dead-letter topics (`actors.core.shares.dead_letters`).
 """
 
 from __future__ import annotations
@@ -74,6 +80,8 @@ class ShareGroupKeys:
     share_coordinator_state_topic_segment_bytes: int = config_field(104857600, "int", low=1)
     share_coordinator_state_topic_prune_interval_ms: int = config_field(300000, "int", low=1)
     share_coordinator_cold_partition_snapshot_interval_ms: int = config_field(300000, "int", low=1)
+    errors_deadletterqueue_topic_name_prefix: str = config_field("dlq.", "string")
+    errors_deadletterqueue_auto_create_topics_enable: bool = config_field(False, "boolean")
 
 
 @dataclass(frozen=True)

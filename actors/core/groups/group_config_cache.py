@@ -15,7 +15,7 @@ from collections.abc import Mapping
 
 from actors.core.controller.group_config_store import GroupConfigVersion
 from actors.core.shares.group_share_config import LATEST, GroupShareConfig
-from storage.config.group_config import READ_UNCOMMITTED
+from storage.config.group_config import ERRORS_DLQ_COPY_RECORD_ENABLE, ERRORS_DLQ_TOPIC_NAME, READ_UNCOMMITTED
 from storage.config.group_protocol_config import GroupProtocolConfig
 
 
@@ -54,6 +54,8 @@ class GroupConfigCache:
             share_auto_offset_reset=configs.get("share.auto.offset.reset", LATEST),
             share_isolation_level=configs.get("share.isolation.level", READ_UNCOMMITTED),
             share_delivery_count_limit=number("share.delivery.count.limit"),
+            errors_deadletterqueue_topic_name=configs.get(ERRORS_DLQ_TOPIC_NAME, ""),
+            errors_deadletterqueue_copy_record_enable=configs.get(ERRORS_DLQ_COPY_RECORD_ENABLE) == "true",
         )
 
     def consumer_timeouts(self, group: str) -> tuple[int, int]:

@@ -33,6 +33,7 @@ from actors.core.replication.log_changes import LogChanges
 from actors.core.replication.replica import ACKS_ALL, ACKS_ALL_TIMEOUT_MS, Replica
 from actors.core.role_metrics import NO_ROLE_METRICS, RoleMetrics
 from actors.core.shares.acknowledgements import AcknowledgementBatch, records_by_type
+from actors.core.shares.dead_letters import DeadLetterWriter
 from actors.core.shares.group_share_config import ResolvedShareConfig
 from actors.core.shares.leader_shares import (
     LeaderShares,
@@ -63,7 +64,8 @@ _Answer = TypeVar("_Answer")
 
 class PartitionServer:
     """One replica's appends, reads and long polls; see the module docstring. `topic` names the partition's topic
-    for the metrics of its appends (None: not recorded); `share_states` keeps its share-partitions' durable states."""
+    for the metrics of its appends (None: not recorded); `share_states` keeps its share-partitions' durable states and
+    `dead_letters` writes their dead letters (Kafka 4.4's dead-letter topic)."""
 
     def __init__(
         self,
@@ -77,6 +79,7 @@ class PartitionServer:
         on_storage_error: Callable[[KafkaStorageError], None] | None = None,
         clock: Clock = SYSTEM_CLOCK,
         share_states: ShareStatePersister | None = None,
+        dead_letters: DeadLetterWriter | None = None,
     ) -> None:
         self.log = log
         self.replica = replica
@@ -85,7 +88,7 @@ class PartitionServer:
         self._metrics = metrics
         self._long_poll_slots = long_poll_slots or threading.BoundedSemaphore(LONG_POLL_SLOTS)
         self._on_storage_error = on_storage_error
-        self.shares = LeaderShares(clock, share_states)
+        self.shares = LeaderShares(clock, share_states, dead_letters)
 
     # --- appends -------------------------------------------------------------------------------------------------
 
@@ -200,7 +203,7 @@ class PartitionServer:
     def share_release(self, group_id: str, member_id: str) -> None:
         """Releases the records `member_id` holds here: its share session closed."""
         self.check_leader()
-        self.shares.release(group_id, member_id, self.replica.leader_epoch)
+        self.shares.release(group_id, member_id, self.replica.leader_epoch, self._share_position())
 
     def share_offsets(self, group_id: str) -> ShareOffsets | None:
         """The group's share-partition as DescribeShareGroupOffsets reports it (`LeaderShares.offsets`); None if it

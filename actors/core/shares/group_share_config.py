@@ -8,7 +8,10 @@ Group keys (`GroupConfig`), each None when the group does not set it and the bro
 (`latest`, Kafka's default, or `earliest`; Kafka's `by_duration:<ISO-8601>` is not served yet), and
 `share.isolation.level` (`read_uncommitted`, Kafka's default, or `read_committed`: the group acquires records only
 below the last stable offset and never delivers those of aborted transactions), and Kafka 4.3's
-`share.delivery.count.limit` (within the broker's `group.share.min/max.delivery.count.limit`).
+`share.delivery.count.limit` (within the broker's `group.share.min/max.delivery.count.limit`), and Kafka 4.4's
+`errors.deadletterqueue.topic.name` and `errors.deadletterqueue.copy.record.enable` (KIP-1191: where the group's
+rejected and over-delivered records are written, `actors.core.shares.dead_letters`), which the broker's
+`errors.deadletterqueue.topic.name.prefix` and `errors.deadletterqueue.auto.create.topics.enable` accompany.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ class GroupShareConfig:
     share_auto_offset_reset: str = LATEST
     share_isolation_level: str = READ_UNCOMMITTED
     share_delivery_count_limit: int | None = None
+    errors_deadletterqueue_topic_name: str = ""
+    errors_deadletterqueue_copy_record_enable: bool = False
 
     def resolve(self, broker: ShareGroupConfig) -> ResolvedShareConfig:
         """The settings that apply to the group on `broker`; `InvalidConfigError` (Kafka's message) if one of the
@@ -95,7 +100,30 @@ class GroupShareConfig:
             heartbeat_interval_ms=heartbeat_ms,
             auto_offset_reset=self.share_auto_offset_reset,
             isolation_level=self.share_isolation_level,
+            dead_letters=DeadLetterSettings(
+                self.errors_deadletterqueue_topic_name,
+                self.errors_deadletterqueue_copy_record_enable,
+                broker.errors_deadletterqueue_topic_name_prefix,
+                broker.errors_deadletterqueue_auto_create_topics_enable,
+            ),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetterSettings:
+    """Where a share group's dead letters go (Kafka 4.4, KIP-1191): the group's `errors.deadletterqueue.topic.name`
+    ("": none) and `errors.deadletterqueue.copy.record.enable`, the broker's `errors.deadletterqueue.topic.name.prefix`
+    and `errors.deadletterqueue.auto.create.topics.enable`."""
+
+    topic: str = ""
+    copy_record: bool = False
+    topic_prefix: str = "dlq."
+    auto_create_topics: bool = False
+
+    @property
+    def enabled(self) -> bool:
+        """Whether the group has a dead-letter topic (Kafka's `isDLQEnabledForGroup`)."""
+        return bool(self.topic)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +137,7 @@ class ResolvedShareConfig:
     heartbeat_interval_ms: int = 5000
     auto_offset_reset: str = LATEST
     isolation_level: str = READ_UNCOMMITTED
+    dead_letters: DeadLetterSettings = DeadLetterSettings()
 
     @property
     def read_committed(self) -> bool:

@@ -32,6 +32,12 @@ back). A share-partition replaced before its staged state was written (a new lea
 fails the calls still waiting with `FencedLeaderEpochError`, and their state is never written over the new one.
 Without a persister (a partition actor outside Ray, in tests) the share-partitions live in the leader's memory only.
 
+Dead letters (Kafka 4.4's dead-letter topic, `actors.core.shares.dead_letters`): the ranges a call archived for the
+group's dead-letter topic (`SharePartition.take_dead_letters`) are handed to the leader's `DeadLetterWriter` once the
+call's state is durable, outside the lock, with each record's key and value read from the log when the group copies
+records, before the call answers. A write that fails is logged and the records stay archived, as Kafka archives them
+whether its write succeeds or not.
+
 The share-group offset admin APIs reach the share-partitions here too: `summary` is the state a share-partition last
 wrote (DescribeShareGroupOffsets; a group's state not in memory is read first), `alter` replaces a group's
 share-partition by one starting at the given offset with nothing in flight and writes it (AlterShareGroupOffsets:
@@ -42,6 +48,7 @@ coordinator checks first that the group is empty.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -49,7 +56,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from actors.core.shares.acknowledgements import AcknowledgementBatch
-from actors.core.shares.group_share_config import ResolvedShareConfig
+from actors.core.shares.dead_letters import DeadLetters, DeadLetterWriter
+from actors.core.shares.group_share_config import DeadLetterSettings, ResolvedShareConfig
 from actors.core.shares.share_partition import AcquiredRecords, InFlightRecords, SharePartition, StateSummary
 from storage.clock import Clock
 from storage.errors import FencedLeaderEpochError
@@ -57,6 +65,11 @@ from storage.partition.aborted_batches import AbortedBatches
 from storage.records.record_batch import iter_batches
 from storage.records.share_group_state import UNINITIALIZED_START_OFFSET, ShareGroupState
 from storage.segment.transaction_index import AbortedTxn
+
+logger = logging.getLogger(__name__)
+
+# The bytes of each read of the log for the records a dead letter copies (one batch at least).
+DEAD_LETTER_READ_BYTES = 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,11 +175,17 @@ class _Writes:
 
 class LeaderShares:
     """The share-partitions of one partition leader, by group (see the module docstring); thread-safe. `persister`
-    keeps their durable states (None: kept in memory only)."""
+    keeps their durable states (None: kept in memory only); `dead_letters` writes their dead letters (None: dropped)."""
 
-    def __init__(self, clock: Clock, persister: ShareStatePersister | None = None) -> None:
+    def __init__(
+        self,
+        clock: Clock,
+        persister: ShareStatePersister | None = None,
+        dead_letters: DeadLetterWriter | None = None,
+    ) -> None:
         self._clock = clock
         self._persister = persister
+        self._dead_letters = dead_letters
         self._lock = threading.Lock()
         self._written_out = threading.Condition(self._lock)
         # The share-partitions held, by group, each with its writes.
@@ -183,7 +202,7 @@ class LeaderShares:
         max_records: int,
     ) -> ShareFetched:
         """Reads the log from the group's next fetch offset and acquires for `member_id` what it may take."""
-        with self._persisted(group_id):
+        with self._persisted(group_id, log):
             share = self._share_partition(group_id, config, log)
             offset = share.next_fetch_offset()
             if offset >= log.fetchable_end(config.read_committed) or not share.can_acquire_records():
@@ -207,13 +226,13 @@ class LeaderShares:
         batches: Sequence[AcknowledgementBatch],
     ) -> None:
         """Applies `member_id`'s acknowledgements, all or none (`SharePartition.acknowledge`'s errors)."""
-        with self._persisted(group_id):
+        with self._persisted(group_id, log):
             self._share_partition(group_id, config, log).acknowledge(member_id, batches)
 
-    def release(self, group_id: str, member_id: str, leader_epoch: int) -> None:
+    def release(self, group_id: str, member_id: str, leader_epoch: int, log: LogPosition | None = None) -> None:
         """Releases every record `member_id` holds in the group's share-partition, if it has one (in the leader epoch
-        `leader_epoch`)."""
-        with self._persisted(group_id):
+        `leader_epoch`); `log` is read for the records its dead letters copy (None: none copied)."""
+        with self._persisted(group_id, log):
             self._follow_leader_epoch(leader_epoch)
             share = self._held(group_id)
             if share is not None:
@@ -324,14 +343,42 @@ class LeaderShares:
             self._keep(group_id, share, share.state())
 
     @contextmanager
-    def _persisted(self, group_id: str) -> Iterator[None]:
+    def _persisted(self, group_id: str, log: LogPosition | None = None) -> Iterator[None]:
         """Runs the block under the lock, then makes the group's share-partition state durable if it changed, even
-        after a block that raised (a refused acknowledgement may follow a lock expiry): see the module docstring."""
-        with self._lock:
-            try:
-                yield
-            finally:
-                self._make_durable(group_id)
+        after a block that raised (a refused acknowledgement may follow a lock expiry), then writes the dead letters
+        that state archived, reading their records from `log` (see the module docstring)."""
+        letters: list[DeadLetters] = []
+        settings = DeadLetterSettings()
+        try:
+            with self._lock:
+                try:
+                    yield
+                finally:
+                    self._make_durable(group_id)
+                    share = self._held(group_id)
+                    if share is not None:
+                        letters, settings = share.take_dead_letters(), share.config.dead_letters
+        finally:
+            if letters:
+                self._write_dead_letters(group_id, settings, letters, log)
+
+    def _write_dead_letters(
+        self, group_id: str, settings: DeadLetterSettings, letters: list[DeadLetters], log: LogPosition | None
+    ) -> None:
+        """Hands `letters` to the dead-letter writer, with their records' keys and values when the group copies
+        them; a failure is logged (the records stay archived)."""
+        if self._dead_letters is None:
+            logger.warning(
+                "share group %s: no dead-letter writer here, %d ranges archived only", group_id, len(letters)
+            )
+            return
+        try:
+            originals = _originals(letters, log) if settings.copy_record and log is not None else {}
+            self._dead_letters.write_dead_letters(group_id, settings, tuple(letters), originals)
+        except Exception as exc:  # Kafka archives whether its write succeeds or not; the member's call stands.
+            logger.warning(
+                "share group %s: failed to write to DLQ, proceeding to ARCHIVED regardless: %s", group_id, exc
+            )
 
     def _make_durable(self, group_id: str) -> None:
         """Stages the share-partition's state if it changed since the last one staged, and then waits until a write
@@ -410,6 +457,23 @@ def _replaced(group_id: str) -> FencedLeaderEpochError:
         f"share group {group_id}: its share-partition was replaced (a new leader epoch, or its offsets altered or "
         "deleted) before this change was written"
     )
+
+
+def _originals(letters: Sequence[DeadLetters], log: LogPosition) -> dict[int, tuple[bytes | None, bytes | None]]:
+    """The key and value of every record of `letters`' ranges still in the log (read_uncommitted), by offset."""
+    wanted = {offset for letter in letters for offset in range(letter.first_offset, letter.last_offset + 1)}
+    found: dict[int, tuple[bytes | None, bytes | None]] = {}
+    offset, last = max(min(wanted), log.log_start_offset), max(wanted)
+    while offset <= last and offset < log.high_watermark:
+        batches = list(iter_batches(log.read(offset, DEAD_LETTER_READ_BYTES, False).records))
+        if not batches:
+            break
+        for batch in batches:
+            for record in batch.records():
+                if record.offset in wanted:
+                    found[record.offset] = (record.key, record.value)
+        offset = batches[-1].next_offset
+    return found
 
 
 def _aborted_batches(records: bytes, aborted: Sequence[AbortedTxn]) -> list[tuple[int, int]]:

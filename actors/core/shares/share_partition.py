@@ -51,6 +51,14 @@ at or above it, Kafka 4.2's `deliveryCompleteCount`) already counts what the cha
 nothing. A share-partition that has written nothing reports start offset -1; one built from a given `state`
 (AlterShareGroupOffsets) reports that state until its first write.
 
+Dead letters (Kafka 4.4, KIP-1191): when the group has a dead-letter topic (`errors.deadletterqueue.topic.name`),
+each range a REJECT archives, and each range archived because its delivery count reached the limit (a release, a
+lock expiry or a member's records released at the limit), is kept with its delivery count and reason for
+`take_dead_letters`, which the leader writes to that topic (`actors.core.shares.dead_letters`). The records are
+Archived at once: Kafka's intermediate ARCHIVING state, held while the dead letter is written, ends Archived whether
+the write succeeds or not. A GAP and an aborted transaction's records are archived without a dead letter, as Kafka
+archives them.
+
 A read_committed group (`share.isolation.level`) reads the log only below its last stable offset, and
 `archive_aborted` archives the records of aborted transactions just acquired, leaving them out of what is delivered.
 
@@ -66,6 +74,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from actors.core.shares.acknowledgements import AcknowledgementBatch, AcknowledgeType, validate_batches
+from actors.core.shares.dead_letters import CLIENT_REJECT, DELIVERY_COUNT_EXCEEDED, DeadLetters
 from actors.core.shares.group_share_config import EARLIEST, ResolvedShareConfig
 from storage.clock import Clock
 from storage.errors import InvalidRecordStateError, InvalidRequestError
@@ -174,6 +183,7 @@ class SharePartition:
         state = state or ShareGroupState()
         self.state_epoch = state.state_epoch
         self._runs: list[_Run] = []
+        self._dead_letters: list[DeadLetters] = []
         self._written = StateSummary(state.start_offset, _done_count(state.state_batches), written_by_leader=False)
         if not state.initialized:
             start = log_start_offset if self.config.auto_offset_reset == EARLIEST else log_end_offset
@@ -360,7 +370,7 @@ class SharePartition:
             changes.extend(_type_ranges(batch, first))
         for change_first, change_last, ack_type in changes:
             for run in self._slice(change_first, change_last):
-                self._settle(run, _ACK_STATES[ack_type])
+                self._settle(run, _ACK_STATES[ack_type], rejected=ack_type is AcknowledgeType.REJECT)
         if changes:
             self._write()
         self._merge()
@@ -412,10 +422,20 @@ class SharePartition:
         done = sum(r.last - r.first + 1 for r in self._runs if r.state.terminal)
         self._written = StateSummary(self._start, done, written_by_leader=True)
 
-    def _settle(self, run: _Run, state: RecordState) -> None:
-        """Ends `run`'s acquisition in `state`; a release at the delivery count limit archives."""
+    def take_dead_letters(self) -> list[DeadLetters]:
+        """The ranges archived for the dead-letter topic since the last call (see the module docstring), in the order
+        they were archived."""
+        taken, self._dead_letters = self._dead_letters, []
+        return taken
+
+    def _settle(self, run: _Run, state: RecordState, *, rejected: bool = False) -> None:
+        """Ends `run`'s acquisition in `state`; a release at the delivery count limit archives. A range archived by
+        a REJECT (`rejected`) or at the limit is kept as dead letters when the group has a dead-letter topic."""
+        message = CLIENT_REJECT if rejected else None
         if state is RecordState.AVAILABLE and run.delivery_count >= self.config.delivery_count_limit:
-            state = RecordState.ARCHIVED
+            state, message = RecordState.ARCHIVED, DELIVERY_COUNT_EXCEEDED
+        if message is not None and self.config.dead_letters.enabled:
+            self._dead_letters.append(DeadLetters(run.first, run.last, run.delivery_count, message))
         run.state, run.member_id, run.deadline_ms = state, None, None
 
     def _overlapping(self, first: int, last: int) -> Iterator[_Run]:

@@ -29,6 +29,7 @@ from actors.core.groups.group_membership import (
     JoinResult,
     MemberDescription,
 )
+from actors.core.shares.group_share_config import DeadLetterSettings, ResolvedShareConfig
 from storage.errors import CoordinatorLoadInProgressError, InvalidRequestError
 from storage.records.consumer_offsets import OffsetAndMetadata
 
@@ -199,3 +200,9 @@ def test_random_bytes_raise_only_invalid_request_or_decode() -> None:
             GROUP_CODEC.decode_request(body[1:])
         except InvalidRequestError:
             pass
+
+
+def test_a_share_groups_settings_come_back_with_their_dead_letter_topic() -> None:
+    """The settings a listener asks the coordinator for at each ShareFetch, Kafka 4.4's dead-letter keys among them."""
+    settings = ResolvedShareConfig(delivery_count_limit=3, dead_letters=DeadLetterSettings("dlq.t", True, "", True))
+    assert same(answered(GROUP_CODEC.encode_value(settings)), settings)

@@ -30,7 +30,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from benchmarks.kafka_broker import KAFKA_4_VERSION
 from cluster.protocol.client import WireClient
-from storage.config.group_config import KAFKA_4_3_GROUP_CONFIG_NAMES
+from storage.config.group_config import LATER_GROUP_CONFIG_NAMES
 from tests.cluster.protocol.kafka_tools import CONFIGS, printed_lines, run_kafka_tool
 from tests.cluster.protocol.test_share_group_clients import ShareMember, produce
 
@@ -72,7 +72,7 @@ def describe(client: WireClient, group: str, later_keys: bool = False) -> list[t
                 entry.documentation,
             )
             for entry in result.configs
-            if later_keys or entry.name not in KAFKA_4_3_GROUP_CONFIG_NAMES
+            if later_keys or entry.name not in LATER_GROUP_CONFIG_NAMES
         ),
     ]
 

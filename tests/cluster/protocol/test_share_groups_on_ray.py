@@ -7,7 +7,8 @@ with lag 0 (every record settled), altered to start at offset 1 (the rest of the
 `test_share_group_offsets` shows Kafka 4.2 answering. The same sequence with a Python `ShareConsumer` as the second
 member beside the Java one gives the same deliveries. A group's `share.auto.offset.reset=earliest` set over the wire
 (the controller actor keeps it and tells the group coordinator actor) makes its member read records produced before
-it joined, as on Kafka (`test_group_configs`). The broker runs with `kafka4`'s share settings (`group.share.*` keys
+it joined, as on Kafka (`test_group_configs`). A group with a dead-letter topic gets the dead letters Kafka 4.4 writes
+(`test_share_group_dead_letters`). The broker runs with `kafka4`'s share settings (`group.share.*` keys
 in its properties, as `server.properties` sets them). Last, across a restart of the whole broker on its log dirs
 (partition actors and group coordinator actor started again), `test_share_group_clients.restart_steps`: the member
 after it gets exactly the records not accepted before, the share-partitions' state read back from
@@ -56,6 +57,7 @@ from tests.cluster.protocol.test_share_group_clients import (
     restart_steps,
     share_steps,
 )
+from tests.cluster.protocol.test_share_group_dead_letters import assert_as_kafka_writes_them, dead_letter_steps
 from tests.cluster.protocol.test_share_group_offsets import ALTER, DELETE, DESCRIBE
 
 pytestmark = pytest.mark.ray
@@ -131,6 +133,15 @@ def test_two_share_consumers_accept_release_and_reject_on_ray_as_on_kafka(
         deleted = coordinator.request(DELETE, 0, {"group_id": group_id, "topics": [{"topic_name": topic}]})
         assert [t.error_code for t in deleted.responses] == [ErrorCode.none]
         assert offsets(coordinator, group_id) == []
+
+
+def test_dead_letters_on_ray_are_written_as_kafka_4_4_writes_them(
+    share_classpath: str, ray_listener: KafkaListener, tmp_path: Path
+) -> None:
+    """`test_share_group_dead_letters`' sequence through Ray's partition actors, which hand their dead letters to the
+    group coordinator actor, and the controller actor: the refusals, deliveries and dead-letter records Kafka 4.4
+    gives there."""
+    assert_as_kafka_writes_them(dead_letter_steps(share_classpath, ray_listener.bootstrap_servers, tmp_path))
 
 
 def test_a_share_group_set_to_earliest_reads_from_the_beginning_on_ray(

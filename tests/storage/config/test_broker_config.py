@@ -419,10 +419,12 @@ def test_every_topic_config_synonym_reaches_log_config() -> None:
         for spec in dataclasses.fields(LogConfig)
         if getattr(log_config, spec.name) == getattr(default, spec.name)
     ]
-    # Kafka's throttled-replicas lists and raybroker's iceberg keys are topic configs without a broker synonym.
+    # Kafka's throttled-replicas lists, its dead-letter flag and raybroker's iceberg keys are topic configs without
+    # a broker synonym.
     assert unchanged == [
         "leader_replication_throttled_replicas",
         "follower_replication_throttled_replicas",
+        "errors_deadletterqueue_group_enable",
         "iceberg_mode",
         "iceberg_table",
         "iceberg_target_lag_ms",

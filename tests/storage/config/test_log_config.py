@@ -45,6 +45,7 @@ KAFKA_DEFAULTS = {
     "local.retention.bytes": "-2",
     "leader.replication.throttled.replicas": "",
     "follower.replication.throttled.replicas": "",
+    "errors.deadletterqueue.group.enable": "false",  # Kafka 4.4's (KIP-1191)
 }
 # raybroker's own topic configs (`storage.config.iceberg_topic_config`), listed after Kafka's.
 RAYBROKER_DEFAULTS = {

@@ -23,7 +23,7 @@ from cluster.protocol.handlers.configs import (
 from cluster.protocol.router import SERVED
 from cluster.protocol.views.in_process_broker_view import InProcessBrokerView
 from storage.config.broker_config import BrokerConfig
-from storage.config.group_config import KAFKA_4_3_GROUP_CONFIG_NAMES
+from storage.config.group_config import LATER_GROUP_CONFIG_NAMES
 from tests.cluster.protocol.helpers import answer, leader_log, run
 
 NODE_ID = 2
@@ -185,9 +185,9 @@ def test_each_refused_resource_gets_kafkas_code(view: InProcessBrokerView) -> No
 def test_a_groups_configs_are_described_set_and_refused_as_kafka_answers(view: InProcessBrokerView) -> None:
     group = int(ResourceType.GROUP)
     fresh = describe(view, 4, (group, "g", None)).results[0]
-    # Kafka 4.2's eleven group keys and Kafka 4.3's share.delivery.count.limit.
-    assert (fresh.error_code, fresh.error_message, len(fresh.configs)) == (ErrorCode.none, "", 12)
-    assert {entry.name for entry in fresh.configs} >= KAFKA_4_3_GROUP_CONFIG_NAMES
+    # Kafka 4.2's eleven group keys, Kafka 4.3's share.delivery.count.limit and Kafka 4.4's two dead-letter keys.
+    assert (fresh.error_code, fresh.error_message, len(fresh.configs)) == (ErrorCode.none, "", 14)
+    assert {entry.name for entry in fresh.configs} >= LATER_GROUP_CONFIG_NAMES
     assert {entry.config_source for entry in fresh.configs} == {ConfigSource.DEFAULT_CONFIG}
     refused: list[tuple[list[tuple[str, int, str | None]], ErrorCode]] = [
         ([("share.record.lock.duration.ms", SET, "500")], ErrorCode.invalid_config),
