@@ -27,9 +27,12 @@ from actors.metrics.names import (
     LOG_START_OFFSET,
     OFFLINE_PARTITIONS,
     REASSIGNING_PARTITIONS,
+    SHARE_ARCHIVED,
     SHARE_BACKLOG,
     SHARE_IN_FLIGHT_BATCHES,
     SHARE_IN_FLIGHT_MESSAGES,
+    SHARE_LOCK_TIMEOUTS,
+    SHARE_REDELIVERED,
     UNCLEANABLE_PARTITIONS,
     UNDER_REPLICATED_PARTITIONS,
 )
@@ -79,15 +82,21 @@ def log_samples(topic: str, partition: int, state: PartitionState) -> list[Sampl
 
 
 def share_partition_samples(topic: str, partition: int, statistics: Iterable[SharePartitionStatistics]) -> list[Sample]:
-    """A partition leader's `kafka.server:type=SharePartitionMetrics` gauges, per share group, and the backlog beside
-    them (the records the group has not acknowledged or archived, which Serve's autoscaling policy reads too)."""
+    """A partition leader's `kafka.server:type=SharePartitionMetrics` gauges, per share group, the backlog beside
+    them (the records the group has not acknowledged or archived, which Serve's autoscaling policy reads too), and
+    the group's delivery tally as counters' totals (lock timeouts, redeliveries, archivings by reason)."""
     samples: list[Sample] = []
     for found in statistics:
         labels = (found.group_id, topic, str(partition))
+        tally = found.tally
         samples += [
             (SHARE_IN_FLIGHT_MESSAGES, labels, found.in_flight_records),
             (SHARE_IN_FLIGHT_BATCHES, labels, found.in_flight_batches),
             (SHARE_BACKLOG, labels, found.backlog),
+            (SHARE_LOCK_TIMEOUTS, labels, tally.lock_timeouts),
+            (SHARE_REDELIVERED, labels, tally.redelivered),
+            (SHARE_ARCHIVED, (*labels, "reject"), tally.rejected),
+            (SHARE_ARCHIVED, (*labels, "delivery_limit"), tally.delivery_limit),
         ]
     return samples
 

@@ -254,6 +254,30 @@ SHARE_IN_FLIGHT_BATCHES = _gauge(
     "topic",
     "partition",
 )
+SHARE_LOCK_TIMEOUTS = _counter(
+    "kafka_server_sharepartitionmetrics_acquisitionlocktimeout",
+    "Records whose acquisition lock expired before their holder acknowledged them (Kafka's "
+    "AcquisitionLockTimeoutPerSec).",
+    "group",
+    "topic",
+    "partition",
+)
+SHARE_REDELIVERED = _counter(
+    "kafka_server_sharepartitionmetrics_redeliveredrecords",
+    "Records acquired again after an earlier delivery (released, or their lock expired).",
+    "group",
+    "topic",
+    "partition",
+)
+SHARE_ARCHIVED = _counter(
+    "kafka_server_sharepartitionmetrics_archivedrecords",
+    "Records archived undelivered: rejected by a consumer (reason reject) or at the group's delivery count limit "
+    "(reason delivery_limit); the dead letters, when the group has a dead-letter topic.",
+    "group",
+    "topic",
+    "partition",
+    "reason",
+)
 SHARE_BACKLOG = _gauge(
     "kafka_server_sharepartitionmetrics_backlog",
     "Records of the partition the share group has not acknowledged or archived (the high watermark less the start "
@@ -307,12 +331,17 @@ EXPORTED: tuple[MetricSpec, ...] = (
     SHARE_ACKNOWLEDGEMENT_REQUESTS,
     FAILED_SHARE_ACKNOWLEDGEMENT_REQUESTS,
     SHARE_RECORD_ACKNOWLEDGEMENTS,
+    SHARE_LOCK_TIMEOUTS,
+    SHARE_REDELIVERED,
+    SHARE_ARCHIVED,
     SHARE_IN_FLIGHT_MESSAGES,
     SHARE_IN_FLIGHT_BATCHES,
     SHARE_BACKLOG,
 )
 # Series with no Kafka or kafka_exporter counterpart, named in the shape of their family.
-RAYBROKER_ONLY = frozenset({CLEANER_PASSES, CLEANER_BYTES_READ, CLEANER_BYTES_WRITTEN, SHARE_BACKLOG})
+RAYBROKER_ONLY = frozenset(
+    {CLEANER_PASSES, CLEANER_BYTES_READ, CLEANER_BYTES_WRITTEN, SHARE_BACKLOG, SHARE_REDELIVERED, SHARE_ARCHIVED}
+)
 
 
 def exported_series() -> frozenset[str]:

@@ -6,7 +6,8 @@ Kafka Fetch answer (`fetched`), a Kafka request answered (`request_answered`), a
 consumer's acknowledgements applied (`share_acknowledged`).
 Values the broker already holds (a log's size, the cluster's offline partitions, consumer lag, a share-partition's
 in-flight records and backlog) are not pushed: a role registers a `GaugeSource`, read each time the metrics are
-exported.
+exported. A source may also give a counter's total so far, one the role keeps itself and that only grows (a
+share-partition's redelivered and archived records: counted inside its state changes, which hold no recorder).
 
 `NO_METRICS` does nothing: the plain classes take it by default, so they run and are tested without a recorder.
 The plain roles of `actors.core` see only their part of `BrokerMetrics`, `actors.core.role_metrics.RoleMetrics`
@@ -279,7 +280,8 @@ class MetricsRecorder:
                 # A role in the middle of closing; its values are simply not refreshed this time.
                 continue
             for spec, labels, value in samples:
-                gauges[(spec, labels)] = value
+                # A source's counter sample is the counter's total so far (it only grows), a gauge's its value now.
+                (counters if spec.kind is MetricKind.COUNTER else gauges)[(spec, labels)] = value
         return MetricsSnapshot(counters, histograms, gauges)
 
     def value(self, spec: MetricSpec, *labels: str) -> float:

@@ -52,13 +52,19 @@ import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from actors.core.shares.acknowledgements import AcknowledgementBatch
 from actors.core.shares.dead_letters import DeadLetters, DeadLetterWriter
 from actors.core.shares.group_share_config import DeadLetterSettings, ResolvedShareConfig
-from actors.core.shares.share_partition import AcquiredRecords, InFlightRecords, SharePartition, StateSummary
+from actors.core.shares.share_partition import (
+    AcquiredRecords,
+    DeliveryTally,
+    InFlightRecords,
+    SharePartition,
+    StateSummary,
+)
 from storage.clock import Clock
 from storage.errors import FencedLeaderEpochError
 from storage.partition.aborted_batches import AbortedBatches
@@ -127,13 +133,15 @@ UNKNOWN_SHARE_OFFSETS = ShareOffsets(UNINITIALIZED_START_OFFSET, 0, -1)
 @dataclass(frozen=True, slots=True)
 class SharePartitionStatistics:
     """One group's share-partition as the metrics show it (Kafka's `SharePartitionMetrics`): the records tracked
-    between SPSO and SPEO, the runs of equal state they form (Kafka's cached in-flight batches), and the backlog, the
-    lag DescribeShareGroupOffsets reports (`ShareOffsets.lag`)."""
+    between SPSO and SPEO, the runs of equal state they form (Kafka's cached in-flight batches), the backlog, the
+    lag DescribeShareGroupOffsets reports (`ShareOffsets.lag`), and the records counted as their deliveries ended
+    since this leader first held the group (`DeliveryTally`: redelivered, archived, lock timeouts)."""
 
     group_id: str
     in_flight_records: int
     in_flight_batches: int
     backlog: int
+    tally: DeliveryTally = field(default_factory=DeliveryTally)
 
 
 def share_lag(summary: StateSummary, high_watermark: int) -> int:
@@ -190,6 +198,7 @@ class LeaderShares:
         self._written_out = threading.Condition(self._lock)
         # The share-partitions held, by group, each with its writes.
         self._writes: dict[str, _Writes] = {}
+        self._tallies: dict[str, DeliveryTally] = {}
         self._leader_epoch: int | None = None
 
     def acquire(
@@ -283,7 +292,8 @@ class LeaderShares:
                     backlog = share_lag(summary, high_watermark)
                 runs = share.in_flight()
                 records = sum(run.last_offset - run.first_offset + 1 for run in runs)
-                found.append(SharePartitionStatistics(group_id, records, len(runs), backlog))
+                tally = self._tallies.setdefault(group_id, DeliveryTally())
+                found.append(SharePartitionStatistics(group_id, records, len(runs), backlog, replace(tally)))
             return found
 
     def alter(self, group_id: str, start_offset: int, leader_epoch: int) -> None:
@@ -291,7 +301,7 @@ class LeaderShares:
         the module docstring); its settings are the group's again at its next use."""
         with self._lock:
             self._follow_leader_epoch(leader_epoch)
-            share = SharePartition.starting_at(self._clock, start_offset)
+            share = SharePartition.starting_at(self._clock, start_offset, self._tally(group_id))
             self._replace(group_id, share)
             if self._persister is not None:
                 self._persister.write_state(group_id, share.state())
@@ -316,9 +326,14 @@ class LeaderShares:
         state = self._persister.read_state(group_id)
         if not state.initialized:
             return None
-        share = SharePartition(self._clock, state=state)
+        share = SharePartition(self._clock, state=state, tally=self._tally(group_id))
         self._keep(group_id, share, state)
         return share
+
+    def _tally(self, group_id: str) -> DeliveryTally:
+        """The group's delivery tally here, shared by every share-partition this leader makes for it, so that the
+        counts only grow (a counter's rule) across reloads, alterations and leader epochs. Called with the lock held."""
+        return self._tallies.setdefault(group_id, DeliveryTally())
 
     def _held(self, group_id: str) -> SharePartition | None:
         """The group's share-partition in memory, if it has one. Called with the lock held."""
@@ -445,6 +460,7 @@ class LeaderShares:
                 state=state,
                 log_start_offset=log.log_start_offset,
                 log_end_offset=log.high_watermark,
+                tally=self._tally(group_id),
             )
             self._keep(group_id, share, state)
         share.config = config

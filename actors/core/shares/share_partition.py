@@ -105,6 +105,19 @@ _ACK_STATES = {
 }
 
 
+@dataclass(slots=True)
+class DeliveryTally:
+    """Records counted as their deliveries ended, for the metrics: acquired again after an earlier delivery
+    (`redelivered`), archived by a REJECT (`rejected`) or at the delivery count limit (`delivery_limit`), and released
+    by their acquisition lock's expiry (`lock_timeouts`, Kafka's AcquisitionLockTimeoutPerSec). Only ever grows; one
+    tally may outlive several share-partitions of a group (its leader keeps it across reloads)."""
+
+    redelivered: int = 0
+    rejected: int = 0
+    delivery_limit: int = 0
+    lock_timeouts: int = 0
+
+
 @dataclass(frozen=True, slots=True)
 class AcquiredRecords:
     """An offset range (inclusive) acquired for a member, and its records' delivery count (ShareFetch's
@@ -177,8 +190,10 @@ class SharePartition:
         state: ShareGroupState | None = None,
         log_start_offset: int = 0,
         log_end_offset: int = 0,
+        tally: DeliveryTally | None = None,
     ) -> None:
         self.config = config or ResolvedShareConfig()
+        self.tally = tally if tally is not None else DeliveryTally()
         self._clock = clock
         state = state or ShareGroupState()
         self.state_epoch = state.state_epoch
@@ -199,11 +214,12 @@ class SharePartition:
         self._advance_start()
 
     @classmethod
-    def starting_at(cls, clock: Clock, start_offset: int) -> SharePartition:
+    def starting_at(cls, clock: Clock, start_offset: int, tally: DeliveryTally | None = None) -> SharePartition:
         """A share-partition whose state was written whole with `start_offset` and nothing in flight
         (AlterShareGroupOffsets). Kafka takes any offset: one below 0 (-1 is Kafka's "uninitialized") is reported as
         written, and the share-partition starts at the log start offset, which it follows from its first use."""
-        share = cls(clock, state=ShareGroupState(start_offset=max(start_offset, UNINITIALIZED_START_OFFSET)))
+        state = ShareGroupState(start_offset=max(start_offset, UNINITIALIZED_START_OFFSET))
+        share = cls(clock, state=state, tally=tally)
         share._written = StateSummary(start_offset, 0, written_by_leader=False)
         return share
 
@@ -301,6 +317,8 @@ class SharePartition:
                     run.delivery_count += 1
                     taken.append(run)
                     count += run.last - run.first + 1
+                    if run.delivery_count > 1:
+                        self.tally.redelivered += run.last - run.first + 1
         room = min(max_fetch_records - count, self.config.max_record_locks - (self._end - self._start))
         if last >= self._end and room > 0:
             new_first = max(first, self._end)
@@ -408,6 +426,7 @@ class SharePartition:
         expired = False
         for run in self._runs:
             if run.deadline_ms is not None and run.deadline_ms <= now_ms:
+                self.tally.lock_timeouts += run.last - run.first + 1
                 self._settle(run, RecordState.AVAILABLE)
                 expired = True
         if expired:
@@ -432,8 +451,12 @@ class SharePartition:
         """Ends `run`'s acquisition in `state`; a release at the delivery count limit archives. A range archived by
         a REJECT (`rejected`) or at the limit is kept as dead letters when the group has a dead-letter topic."""
         message = CLIENT_REJECT if rejected else None
+        records = run.last - run.first + 1
+        if rejected:
+            self.tally.rejected += records
         if state is RecordState.AVAILABLE and run.delivery_count >= self.config.delivery_count_limit:
             state, message = RecordState.ARCHIVED, DELIVERY_COUNT_EXCEEDED
+            self.tally.delivery_limit += records
         if message is not None and self.config.dead_letters.enabled:
             self._dead_letters.append(DeadLetters(run.first, run.last, run.delivery_count, message))
         run.state, run.member_id, run.deadline_ms = state, None, None

@@ -31,8 +31,10 @@ from actors.metrics.names import (
     REQUEST_TOTAL_TIME_MS,
     REQUESTS,
     SHARE_ACKNOWLEDGEMENT_REQUESTS,
+    SHARE_BACKLOG,
     SHARE_FETCH_REQUESTS,
     SHARE_RECORD_ACKNOWLEDGEMENTS,
+    SHARE_REDELIVERED,
 )
 from actors.metrics.recorder import NO_METRICS, BrokerMetrics, MetricsRecorder, Sample
 
@@ -161,6 +163,19 @@ def test_gauge_sources_are_read_at_each_snapshot_until_removed() -> None:
     recorder.remove_gauges(log_size)
     recorder.remove_gauges(log_size)  # again: nothing happens
     assert (LOG_SIZE, ("orders", "0")) not in recorder.snapshot().gauges
+
+
+def test_a_sources_counter_sample_is_the_counters_total_and_its_gauge_sample_a_gauge() -> None:
+    """A source may give a counter's total it keeps itself (a share-partition's redelivered records): the snapshot
+    holds it among the counters, which the export hands to Ray as differences, and a gauge's sample among the
+    gauges."""
+    recorder = MetricsRecorder()
+    labels = ("workers", "tasks", "0")
+    recorder.add_gauges(lambda: [(SHARE_REDELIVERED, labels, 7), (SHARE_BACKLOG, labels, 3)])
+    snapshot = recorder.snapshot()
+    assert snapshot.counters[(SHARE_REDELIVERED, labels)] == 7
+    assert snapshot.gauges[(SHARE_BACKLOG, labels)] == 3
+    assert (SHARE_REDELIVERED, labels) not in snapshot.gauges
 
 
 def test_concurrent_callers_lose_no_count() -> None:

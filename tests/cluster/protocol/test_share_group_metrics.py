@@ -4,7 +4,8 @@ in-process broker, which records into one `MetricsRecorder`. The consumer accept
 record on its first delivery and accepts it on the second, and rejects the `r` records; the oracle is that plan:
 `RecordAcknowledgementsPerSec` counts each type's records, the share fetch and acknowledgement request meters count
 the topic with no failure, and the share-partition's gauges, read as an export reads
-them, show nothing in flight and no backlog once every record is settled, then the backlog of records produced after.
+them, show nothing in flight and no backlog once every record is settled, then the backlog of records produced after;
+its counters, the `l` records redelivered and the `r` records archived by rejection.
 """
 
 from __future__ import annotations
@@ -25,11 +26,14 @@ from actors.metrics.names import (
     FAILED_SHARE_ACKNOWLEDGEMENT_REQUESTS,
     FAILED_SHARE_FETCH_REQUESTS,
     SHARE_ACKNOWLEDGEMENT_REQUESTS,
+    SHARE_ARCHIVED,
     SHARE_BACKLOG,
     SHARE_FETCH_REQUESTS,
     SHARE_IN_FLIGHT_BATCHES,
     SHARE_IN_FLIGHT_MESSAGES,
+    SHARE_LOCK_TIMEOUTS,
     SHARE_RECORD_ACKNOWLEDGEMENTS,
+    SHARE_REDELIVERED,
 )
 from actors.metrics.recorder import MetricsRecorder
 from cluster.protocol.client import WireClient
@@ -77,10 +81,11 @@ def test_acknowledgements_are_counted_by_type_and_the_share_partition_shows_its_
     consumer.subscribe([topic])
 
     def gauges() -> dict[str, float]:
-        """The share-partition's gauges as an export of the leader's metrics reads them."""
+        """The share-partition's gauges and counter totals as an export of the leader's metrics reads them, by name
+        (and an archiving's reason)."""
         samples = share_partition_samples(topic, 0, broker.leader(topic, 0).share_statistics())
-        assert {labels for _, labels, _ in samples} == {(group, topic, "0")}
-        return {spec.name: value for spec, _, value in samples}
+        assert {labels[:3] for _, labels, _ in samples} == {(group, topic, "0")}
+        return {":".join((spec.name, *labels[3:])): value for spec, labels, value in samples}
 
     settled: list[str] = []
     deadline = time.monotonic() + DEADLINE_S
@@ -121,7 +126,16 @@ def test_acknowledgements_are_counted_by_type_and_the_share_partition_shows_its_
         assert metrics.value(total, topic) == metrics.value(total, "") >= 1
         assert metrics.value(failed, "") == 0
 
-    settled_gauges = {SHARE_IN_FLIGHT_MESSAGES.name: 0, SHARE_IN_FLIGHT_BATCHES.name: 0, SHARE_BACKLOG.name: 0}
+    # Each `l` record was delivered twice, each `r` archived by its rejection; no lock expired, no limit reached.
+    settled_gauges = {
+        SHARE_IN_FLIGHT_MESSAGES.name: 0,
+        SHARE_IN_FLIGHT_BATCHES.name: 0,
+        SHARE_BACKLOG.name: 0,
+        SHARE_LOCK_TIMEOUTS.name: 0,
+        SHARE_REDELIVERED.name: kinds.count("l"),
+        f"{SHARE_ARCHIVED.name}:reject": kinds.count("r"),
+        f"{SHARE_ARCHIVED.name}:delivery_limit": 0,
+    }
     assert gauges() == settled_gauges
     for index in range(3):
         producer.produce(topic, value=f"late{index}".encode())

@@ -21,7 +21,7 @@ from actors.core.shares.leader_shares import (
     ShareOffsets,
     SharePartitionStatistics,
 )
-from actors.core.shares.share_partition import RecordState
+from actors.core.shares.share_partition import DeliveryTally, RecordState
 from storage.clock import MockClock
 from storage.config.group_config import READ_COMMITTED
 from storage.errors import BrokerNotAvailableError, FencedLeaderEpochError, InvalidRecordStateError
@@ -214,8 +214,9 @@ def test_a_share_partition_altered_while_a_write_is_held_is_never_overwritten_by
 
 
 def test_statistics_count_what_is_in_flight_and_the_backlog_the_offsets_report() -> None:
-    """The metrics' view: records and runs of equal state between SPSO and SPEO, and the backlog, which is the lag
-    DescribeShareGroupOffsets reports once a state was written, everything from SPSO before."""
+    """The metrics' view: records and runs of equal state between SPSO and SPEO, the backlog, which is the lag
+    DescribeShareGroupOffsets reports once a state was written, everything from SPSO before, and the delivery
+    tally."""
     shares = LeaderShares(MockClock())
     log = _log(10)
     assert shares.statistics(10) == []
@@ -225,7 +226,7 @@ def test_statistics_count_what_is_in_flight_and_the_backlog_the_offsets_report()
     shares.acknowledge("g", "m1", CONFIG, log, [AcknowledgementBatch(5, 5, (int(REJECT),))])
     # SPSO 2: offsets 2-4 and 6-9 acquired, 5 archived: three runs, eight records, the backlog 12 - 2 - 1.
     (found,) = shares.statistics(12)
-    assert found == SharePartitionStatistics("g", 8, 3, 9)
+    assert found == SharePartitionStatistics("g", 8, 3, 9, DeliveryTally(rejected=1))
     assert found.backlog == shares.offsets("g", 12, LEADER_EPOCH).lag  # type: ignore[union-attr]
 
 

@@ -9,7 +9,13 @@ import pytest
 
 from actors.core.shares.acknowledgements import AcknowledgementBatch, AcknowledgeType
 from actors.core.shares.group_share_config import EARLIEST, LATEST, ResolvedShareConfig
-from actors.core.shares.share_partition import AcquiredRecords, RecordState, SharePartition, StateSummary
+from actors.core.shares.share_partition import (
+    AcquiredRecords,
+    DeliveryTally,
+    RecordState,
+    SharePartition,
+    StateSummary,
+)
 from storage.clock import MockClock
 from storage.errors import InvalidRecordStateError, InvalidRequestError
 from storage.records.share_group_state import ShareGroupState, ShareSnapshot, StateBatch
@@ -345,6 +351,28 @@ def test_an_expired_lock_at_the_delivery_count_limit_archives() -> None:
     clock.sleep(15000)
     sp.maybe_expire_locks()
     assert (sp.start_offset, sp.in_flight(), sp.next_deadline_ms()) == (1, (), None)
+
+
+def test_the_delivery_tally_counts_redeliveries_lock_timeouts_and_archivings_by_reason() -> None:
+    """The metrics' tally of records as their deliveries end: a lock expiry (Kafka's AcquisitionLockTimeoutPerSec
+    marks its records), every acquisition after the first (redelivered), a REJECT and the delivery count limit (each
+    an archiving of its own reason). Accepts, first deliveries and GAPs count in none; a tally handed to a new
+    share-partition of the group keeps counting from its totals."""
+    clock = MockClock()
+    sp = _partition(clock, delivery_count_limit=2, record_lock_duration_ms=15000)
+    sp.acquire("m1", [(0, 9)], 500)
+    assert sp.tally == DeliveryTally()
+    clock.sleep(15000)
+    sp.maybe_expire_locks()
+    assert sp.tally == DeliveryTally(lock_timeouts=10)
+    assert sp.acquire("m2", [(0, 9)], 500) == [AcquiredRecords(0, 9, 2)]
+    assert sp.tally == DeliveryTally(redelivered=10, lock_timeouts=10)
+    sp.acknowledge("m2", [_ack(0, 1, ACCEPT), _ack(2, 4, REJECT), _ack(5, 5, GAP), _ack(6, 9, RELEASE)])
+    assert sp.tally == DeliveryTally(redelivered=10, rejected=3, delivery_limit=4, lock_timeouts=10)
+    again = SharePartition(clock, state=sp.state(), tally=sp.tally)
+    again.acquire("m3", [(10, 11)], 500)
+    again.acknowledge("m3", [_ack(10, 11, REJECT)])
+    assert again.tally == DeliveryTally(redelivered=10, rejected=5, delivery_limit=4, lock_timeouts=10)
 
 
 def test_the_group_lock_duration_applies_to_the_next_acquisition() -> None:
