@@ -132,8 +132,15 @@ class OmbRunner:
             str(phases.warm_up_s),
             str(phases.test_s),
         ]
+        # In the work dir: OMB's log4j configuration also writes `benchmark-worker.log` where the JVM runs.
         done = subprocess.run(
-            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=RUN_TIMEOUT_S, check=False
+            command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=RUN_TIMEOUT_S,
+            check=False,
+            cwd=self.ctx.workdir,
         )
         log.write_text(done.stdout)
         lines = [line for line in done.stdout.splitlines() if line.startswith(RESULT_PREFIX)]
