@@ -45,7 +45,7 @@ from typing import Any
 from benchmarks.bench_replication import stop_shared_ray, three_nodes
 from benchmarks.bench_replication_kafka import WORKER_NICENESS, start_listeners
 from benchmarks.common import BenchContext, Figure, throughput_figure
-from benchmarks.java_build import compile_against
+from benchmarks.java_build import compile_against, require_jdk
 from benchmarks.kafka_broker import KAFKA_VERSION
 from benchmarks.kafka_cluster import KafkaCluster
 from benchmarks.omb_build import OMB_COMMIT, OmbUnavailable, driver_file, omb_classpath, payload_file
@@ -89,6 +89,7 @@ QUICK = Phases(warm_up_s=3, test_s=6, repeats=1, small_partitions_repeats=0, exa
 
 def run(ctx: BenchContext) -> list[Figure]:
     phases = QUICK if ctx.quick else FULL
+    require_jdk("the OpenMessaging Benchmark")
     ctx.progress(f"  building OpenMessaging Benchmark {OMB_COMMIT[:7]} (cached after the first run) ...")
     classpath = compile_against(ctx, Path(__file__).parent / "java" / "OmbRun.java", omb_classpath())
     ctx.progress("  stopping the shared Ray: this module runs its own 3-node cluster")

@@ -20,14 +20,20 @@ COMPILE_TIMEOUT_S = 180.0
 def compile_java(ctx: BenchContext, source: Path, artifacts: list[tuple[str, str, str]], what: str) -> str:
     """The classpath running `source` compiled against `artifacts` (group, artifact, version) into the scratch folder
     `<source stem>-classes`; `what` names what needs it in the error of a machine without a JDK."""
-    if shutil.which("javac") is None or shutil.which("java") is None:
-        raise KafkaUnavailable(f"a JDK (javac and java) is needed to run {what}")
+    require_jdk(what)
     jars = list(dict.fromkeys(jar for group in artifacts for jar in artifact_jars(*group)))
     return compile_against(ctx, source, jars)
 
 
+def require_jdk(what: str) -> None:
+    """`KafkaUnavailable` naming `what` on a machine without javac and java."""
+    if shutil.which("javac") is None or shutil.which("java") is None:
+        raise KafkaUnavailable(f"a JDK (javac and java) is needed to run {what}")
+
+
 def compile_against(ctx: BenchContext, source: Path, jars: list[Path]) -> str:
-    """The classpath running `source` compiled against `jars` into the scratch folder `<source stem>-classes`."""
+    """The classpath running `source` compiled against `jars` into the scratch folder `<source stem>-classes`
+    (`require_jdk` first)."""
     classes = ctx.scratch(f"{source.stem}-classes")
     classpath = os.pathsep.join(str(jar) for jar in jars)
     done = subprocess.run(
