@@ -98,7 +98,7 @@ def kafka_tools_jar(version: str = KAFKA_VERSION) -> Path:
     home = kafka_home(version)
     jar = home / "tools" / f"kafka-tools-{version}.jar"
     if not jar.exists():
-        _maven(
+        run_maven(
             [
                 "dependency:copy",
                 f"-Dartifact=org.apache.kafka:kafka-tools:{version}",
@@ -156,10 +156,10 @@ def _fetch(home: Path, dependencies: list[tuple[str, str, str]], what: str) -> N
     shutil.rmtree(libs, ignore_errors=True)
     (home / "pom.xml").write_text(_pom(dependencies))
     arguments = ["-f", str(home / "pom.xml"), "dependency:copy-dependencies", "-DincludeScope=runtime"]
-    _maven([*arguments, f"-DoutputDirectory={libs}"], what, libs)
+    run_maven([*arguments, f"-DoutputDirectory={libs}"], what, libs)
 
 
-def _maven(arguments: list[str], what: str, into: Path) -> None:
+def run_maven(arguments: list[str], what: str, into: Path) -> None:
     """Runs Maven quietly on the download cache's repository to put `what` into `into`, within `FETCH_TIMEOUT_S`,
     reporting progress every 15 s; `KafkaUnavailable` if it cannot."""
     mvn = shutil.which("mvn")

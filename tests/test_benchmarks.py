@@ -244,3 +244,29 @@ def test_quick_serve_tasks_run_reports_tasks_per_second_beside_celerys(tmp_path:
     assert figure["baseline_name"].startswith("Ray Serve's Celery adapter on Redis")
     assert figure["value"] > 0 and figure["baseline_value"] > 0
     assert figure["ratio"] == pytest.approx(figure["value"] / figure["baseline_value"])
+
+
+@pytest.mark.ray
+@pytest.mark.kafka
+@pytest.mark.timeout(1260)
+def test_quick_omb_run_reports_throughput_and_e2e_p99_beside_kafkas(tmp_path: Path) -> None:
+    """`omb_throughput` and `omb_e2e_p99`: the OpenMessaging Benchmark, built from its pinned source, against raybroker
+    on three Ray nodes and a three-broker Apache Kafka in one run; the e2e figure's rate is half Kafka's measured
+    maximum, and its ratio is ours over Kafka's p99. Slow: ~3 minutes on a quiet machine (both clusters' start and
+    one OMB run per side and figure), over 10 with a load average near 100."""
+    out = tmp_path / "figures.json"
+    names = ["omb_throughput", "omb_e2e_p99"]
+    result = run_module("benchmarks", "--quick", "--only", *names, "--json", str(out), timeout_s=1200)
+    assert result.returncode == 0, result.stderr[-3000:]
+    figures = {figure["name"]: figure for figure in json.loads(out.read_text())["figures"]}
+    assert set(figures) == set(names)
+    for figure in figures.values():
+        check_beside_kafka(figure)
+    assert (
+        figures["omb_throughput"]["unit"] == "MB/s"
+        and "1-topic-100-partitions-1kb" in figures["omb_throughput"]["goal"]
+    )
+    assert figures["omb_e2e_p99"]["unit"] == "ms" and "half Kafka's max" in figures["omb_e2e_p99"]["goal"]
+    fixed_rate = float(figures["omb_e2e_p99"]["goal"].split(" msg/s")[0].rsplit(", ", 1)[1].replace(",", ""))
+    kafka_max_msgs_s = figures["omb_throughput"]["baseline_value"] * 1024  # MiB/s of 1 KiB payloads
+    assert fixed_rate == pytest.approx(kafka_max_msgs_s / 2, rel=0.01)
