@@ -363,6 +363,6 @@ class InvalidGroupIdError(BrokerError):
     """A consumer-group call without a valid group id: none configured, or not a non-empty string (INVALID_GROUP_ID)."""
 
 
-class IcebergCatalogError(RaybrokerError):
+class IcebergCatalogError(BrokerError):
     """The Iceberg catalog or warehouse of a topic's table could not be loaded, read or committed to (unreachable,
     refused, a table of another shape): translation pauses and is tried again, the topic keeps serving."""
