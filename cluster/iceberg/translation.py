@@ -6,11 +6,16 @@ A round:
    start;
 2. plans a read_committed read from there to each partition's last stable offset (`cluster.records.read_plan`:
    the end offsets are fixed, records of aborted transactions are dropped, open transactions hold the end back);
-3. writes the planned records as Parquet data files, one Ray task per node leading partitions, pinned to it (soft:
-   a node gone runs it elsewhere, fetching through the actors), each reading its ranges from the segment files
-   (`cluster.records.range_reading`) and writing them with pyiceberg's own writer, which splits rows by the
-   partition spec and records the files' statistics (`pyiceberg.io.pyarrow._dataframe_to_data_files`, what
-   pyiceberg 0.12's `Table.append` runs; private, hence the exact pin);
+3. writes the planned records as Parquet data files, one Ray task per node leading partitions, each reading its
+   ranges (`cluster.records.range_reading`, told the leaders' nodes) and writing them with pyiceberg's own writer,
+   which splits rows by the partition spec and records the files' statistics
+   (`pyiceberg.io.pyarrow._dataframe_to_data_files`, what pyiceberg 0.12's `Table.append` runs; private, hence the
+   exact pin). Where the tasks run depends on the warehouse:
+   - an object store (`s3://`, `gs://`, ...), which every node reaches: on the leader's node (soft affinity: a node
+     gone runs it elsewhere, fetching through the actors), so the records are read from the segment files there;
+   - a local one (`file://` or a path without a scheme, `is_local_warehouse`): on the committer's node (hard
+     affinity), as a file written on another machine's disk is one the committer and every reader on this node
+     cannot see; the records then come over Ray from the leaders' nodes;
 4. commits every file in ONE Iceberg append, the one committer of the table, whose snapshot summary carries every
    partition's planned end offset.
 
@@ -32,6 +37,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlparse
 
 import pyarrow as pa
 import ray
@@ -119,9 +125,12 @@ def prepare_round(topic: str, table: Table, broker: Broker) -> PreparedRound:
     plan = plan_partitions(request, broker)
     _warn_of_skipped_records(topic, start_offsets, plan)
     end_offsets = {**start_offsets, **{tp[1]: offset for tp, offset in plan.end_offsets.items()}}
+    local = is_local_warehouse(table.metadata.location)
+    committer_node = ray.get_runtime_context().get_node_id()
     pending = [
         _write_data_files.options(
-            num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=True)
+            num_cpus=0,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(committer_node if local else node, soft=not local),
         ).remote([planned.range for planned in ranges], node, table.metadata, dict(table.io.properties))
         for node, ranges in plan.by_node().items()
     ]
@@ -129,6 +138,12 @@ def prepare_round(topic: str, table: Table, broker: Broker) -> PreparedRound:
     return PreparedRound(
         topic, None if snapshot is None else snapshot.snapshot_id, start_offsets, end_offsets, data_files
     )
+
+
+def is_local_warehouse(location: str) -> bool:
+    """Whether a table location is on a node's own disk (`file://`, or a path without a scheme) rather than in an
+    object store every node reaches."""
+    return urlparse(location).scheme in ("", "file")
 
 
 def commit_round(table: Table, prepared: PreparedRound) -> int | None:
