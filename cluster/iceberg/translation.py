@@ -85,6 +85,10 @@ class PreparedRound:
         return sum(data_file.record_count for data_file in self.data_files)
 
     @property
+    def size_bytes(self) -> int:
+        return sum(data_file.file_size_in_bytes for data_file in self.data_files)
+
+    @property
     def advances(self) -> bool:
         """Whether committing moves the table's offsets (a round with nothing new commits nothing)."""
         return self.end_offsets != self.start_offsets
