@@ -37,9 +37,10 @@ from actors.metrics.recorder import NO_METRICS, BrokerMetrics, Sample
 from cluster.iceberg.catalog import open_catalog
 from cluster.iceberg.key_value_table import load_or_create_table
 from cluster.iceberg.translation import commit_round, prepare_round
+from cluster.iceberg.value_table import load_or_create_value_tables
 from cluster.records.offset_ranges import partitions_of
 from cluster.records.read_plan import snapshot_partitions
-from storage.config.iceberg_topic_config import table_identifier
+from storage.config.iceberg_topic_config import VALUE_MODES, table_identifier
 from storage.config.log_config import LogConfig
 
 logger = logging.getLogger(__name__)
@@ -80,6 +81,7 @@ class TopicStatus:
     partitions: tuple[PartitionStatus, ...] = ()
     rounds: int = 0
     rounds_failed: int = 0
+    dead_letters: int = 0
 
     @property
     def lag(self) -> int:
@@ -163,11 +165,21 @@ class TranslationDriver:
         try:
             if self._catalog is None:
                 self._catalog = open_catalog(self._catalog_properties)
-            table = load_or_create_table(
-                self._catalog, table_identifier(config.iceberg_table, topic), config.iceberg_partition_spec
-            )
-            prepared = prepare_round(topic, table, self._broker)
-            snapshot_id = commit_round(table, prepared)
+            identifier = table_identifier(config.iceberg_table, topic)
+            if config.iceberg_mode in VALUE_MODES:
+                table, dead_letters, values = load_or_create_value_tables(
+                    self._catalog,
+                    identifier,
+                    config.iceberg_mode,
+                    config.iceberg_value_schema,
+                    config.iceberg_partition_spec,
+                )
+                prepared = prepare_round(topic, table, self._broker, values, dead_letters)
+                snapshot_id = commit_round(table, prepared, dead_letters)
+            else:
+                table = load_or_create_table(self._catalog, identifier, config.iceberg_partition_spec)
+                prepared = prepare_round(topic, table, self._broker)
+                snapshot_id = commit_round(table, prepared)
         except Exception as exc:  # Any failure pauses this topic only (see the module docstring).
             self._catalog = None
             self._paused(topic, entry, exc)
@@ -185,6 +197,7 @@ class TranslationDriver:
             snapshot_id=None if current is None else current.snapshot_id,
             partitions=_partitions(entry.table_offsets, prepared.end_offsets),
             rounds=entry.status.rounds + 1,
+            dead_letters=entry.status.dead_letters + prepared.dead_letters,
         )
         self._refresh_offsets(topic, entry)
 
