@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
 from pyiceberg.catalog import Catalog
+from ray.exceptions import RayTaskError
 
 from actors.calls import call
 from actors.clients.broker import Broker
@@ -202,7 +203,9 @@ class TranslationDriver:
         self._refresh_offsets(topic, entry)
 
     def _paused(self, topic: str, entry: _Topic, exc: Exception) -> None:
-        reason = f"{type(exc).__name__}: {exc}".splitlines()[0][:MAX_REASON_CHARS]
+        # A writer task's error reaches here wrapped in Ray's, whose first line names only the task.
+        cause = exc.cause if isinstance(exc, RayTaskError) and isinstance(exc.cause, BaseException) else exc
+        reason = f"{type(cause).__name__}: {cause}".strip().splitlines()[0][:MAX_REASON_CHARS]
         self._metrics.iceberg_round_failed(topic)
         if entry.status.state != PAUSED:
             logger.warning("Iceberg translation of %s paused, tried again every pass: %s", topic, reason)

@@ -5,6 +5,7 @@ pauses (its status says why, the topic keeps serving) and resumes once it can, w
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -147,3 +148,31 @@ def test_the_cli_describes_a_topic_and_refuses_one_not_translated(
         err.strip()
         == "raybroker: error: topic 'iceberg-off' is not kept as an Iceberg table (no such topic, or iceberg.mode=off)"
     )
+
+
+def test_value_json_rows_and_dead_letters_land_once_each(driver: BrokerConfig) -> None:
+    topic = "iceberg-json"
+    Admin().create_topic(
+        topic,
+        PARTITIONS,
+        config={
+            "iceberg.mode": "value_json",
+            "iceberg.value.schema": "id BIGINT NOT NULL, name STRING",
+            "iceberg.partition.spec": "partition",
+            "iceberg.target.lag.ms": TARGET_LAG_MS,
+        },
+    )
+    values = [json.dumps({"id": i, "name": f"n{i}"}).encode() if i % 5 else b"not json %d" % i for i in range(50)]
+    produced = _produce(topic, values)
+    status = _wait_for(topic, lambda s: _caught_up(s) and sum(p.table_offset for p in s.partitions) == 50)
+    assert status.dead_letters == 10
+    catalog = open_catalog(catalog_properties(driver))
+    rows = catalog.load_table(("raybroker", topic)).scan().to_arrow().to_pylist()
+    dead = catalog.load_table(("raybroker", f"{topic}_dlq")).scan().to_arrow().to_pylist()
+    assert sorted((r["partition"], r["offset"], r["id"], r["name"]) for r in rows) == sorted(
+        (p, o, json.loads(v)["id"], json.loads(v)["name"]) for p, o, v in produced if not v.startswith(b"not")
+    )
+    assert sorted((r["partition"], r["offset"], r["value"]) for r in dead) == sorted(
+        (p, o, v) for p, o, v in produced if v.startswith(b"not")
+    )
+    assert all(r["error"].startswith("value does not decode: JSONDecodeError") for r in dead)
