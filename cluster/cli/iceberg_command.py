@@ -2,11 +2,11 @@
 driver (`cluster.iceberg.translation_driver_actor`) sees them now.
 
 Per topic, a header line `Topic: T  Table: ns.table  Mode: key_value  Snapshot: 123...  State: translating` (or
-`State: paused (reason)`: the catalog or warehouse could not be reached, the round is tried again each pass), then
-the table `PARTITION TABLE-OFFSET LAST-STABLE-OFFSET LAG` (the table's next offset to translate, the log's last
-stable offset, and the offsets between). No topic translated prints "No topic is kept as an Iceberg table.";
-`--topic T` of a topic not translated (unknown, or `iceberg.mode=off`) is an error (exit 1), as is a cluster whose
-driver does not run (a broker started without `raybroker start`).
+`State: paused (reason)`: the catalog or warehouse could not be reached, the round is tried again every
+`iceberg.target.lag.ms`), then the table `PARTITION TABLE-OFFSET LAST-STABLE-OFFSET LAG` (the table's next offset to
+translate, the log's last stable offset, and the offsets between). No topic translated prints "No topic is kept as
+an Iceberg table."; `--topic T` of a topic not translated (unknown, or `iceberg.mode=off`) is an error (exit 1), as
+is a cluster whose driver does not run (a broker started without `raybroker start`).
 """
 
 from __future__ import annotations

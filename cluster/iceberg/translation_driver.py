@@ -208,7 +208,9 @@ class TranslationDriver:
         reason = f"{type(cause).__name__}: {cause}".strip().splitlines()[0][:MAX_REASON_CHARS]
         self._metrics.iceberg_round_failed(topic)
         if entry.status.state != PAUSED:
-            logger.warning("Iceberg translation of %s paused, tried again every pass: %s", topic, reason)
+            logger.warning(
+                "Iceberg translation of %s paused, tried again every iceberg.target.lag.ms: %s", topic, reason
+            )
         self._update(entry, state=PAUSED, reason=reason, rounds_failed=entry.status.rounds_failed + 1)
 
     def _refresh_offsets(self, topic: str, entry: _Topic) -> None:
