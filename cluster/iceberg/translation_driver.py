@@ -5,8 +5,9 @@ A pass (`run_pass`, every `POLL_INTERVAL_S` from the actor's thread):
 1. reads every topic's configs from the controller, so a topic created, altered (its mode, table, lag target) or
    deleted since the last pass is picked up; a topic no longer translated is forgotten;
 2. for each translated topic whose time has come (`iceberg.target.lag.ms` after its last round began), runs one
-   round (`cluster.iceberg.translation`: exactly once, whatever fails in the middle); the other topics' last stable
-   offsets are asked of their leaders, so that the lag stays current between rounds.
+   round (`cluster.iceberg.translation`: exactly once, whatever fails in the middle); then, and for the other
+   topics, the last stable offsets are asked of the leaders, so that the lag stays current between rounds and
+   while a topic is paused.
 
 A round that fails pauses the topic's translation: a catalog or warehouse that cannot be reached (the catalog's
 database or REST endpoint down, a warehouse folder not writable), a commit refused. The reason is logged once when
@@ -184,6 +185,7 @@ class TranslationDriver:
         except Exception as exc:  # Any failure pauses this topic only (see the module docstring).
             self._catalog = None
             self._paused(topic, entry, exc)
+            self._refresh_offsets(topic, entry)
             return
         if snapshot_id is not None:
             self._metrics.iceberg_committed(topic, len(prepared.data_files), prepared.size_bytes)

@@ -1,11 +1,13 @@
 """The cluster's translation driver on a real broker over Ray: a topic produced to while the driver runs ends up in
 its table record for record by (partition, offset) once the lag is 0; a topic whose warehouse cannot be written
-pauses (its status says why, the topic keeps serving) and resumes once it can, with 0 missing and 0 duplicated;
+pauses (its status says why, the topic keeps serving) and resumes once it can, with 0 missing and 0 duplicated, as
+does one whose catalog cannot be opened (logged once, counted in the metrics);
 `raybroker iceberg --describe` prints the table, the snapshot, the state and each partition's offsets."""
 
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -15,10 +17,13 @@ from typing import Any
 import pytest
 
 from actors.clients.admin import Admin
+from actors.clients.broker import Broker
 from actors.clients.producer import Producer
+from actors.metrics.names import ICEBERG_BYTES_WRITTEN, ICEBERG_FILES_WRITTEN, ICEBERG_LAG, ICEBERG_ROUNDS_FAILED
+from actors.metrics.recorder import MetricsRecorder
 from cluster.cli.iceberg_command import describe_lines
 from cluster.iceberg.catalog import catalog_properties, open_catalog
-from cluster.iceberg.translation_driver import PAUSED, TRANSLATING, TopicStatus
+from cluster.iceberg.translation_driver import PAUSED, TRANSLATING, TopicStatus, TranslationDriver
 from cluster.iceberg.translation_driver_actor import iceberg_driver_status, start_iceberg_driver
 from storage.config.broker_config import BrokerConfig
 from tests.cluster.cli.cli_support import run
@@ -176,3 +181,46 @@ def test_value_json_rows_and_dead_letters_land_once_each(driver: BrokerConfig) -
         (p, o, v) for p, o, v in produced if v.startswith(b"not")
     )
     assert all(r["error"].startswith("value does not decode: JSONDecodeError") for r in dead)
+
+
+def test_a_catalog_that_cannot_be_reached_pauses_logs_once_and_resumes(
+    driver: BrokerConfig, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A driver of its own in this process (the plain class, passes run by hand) over an SQLite catalog whose folder
+    is taken by a file: the catalog cannot be opened until the file goes."""
+    topic = "iceberg-no-catalog"
+    _create(topic)
+    expected = _produce(topic, [b"c-%d" % i for i in range(25)])
+    blocked = tmp_path / "catalog-home"
+    blocked.write_bytes(b"not a folder")
+    properties = {
+        "type": "sql",
+        "uri": f"sqlite:///{blocked / 'catalog.db'}",
+        "warehouse": (tmp_path / "warehouse").as_uri(),
+    }
+    now = [0.0]
+    metrics = MetricsRecorder()
+    own = TranslationDriver(properties, Broker.connect(), clock=lambda: now[0], metrics=metrics)
+    with caplog.at_level(logging.WARNING, logger="cluster.iceberg.translation_driver"):
+        for _ in range(3):
+            own.run_pass()
+            now[0] += 1.0
+    (paused,) = own.status(topic)
+    assert paused.state == PAUSED and paused.rounds_failed == 3 and "cannot load the Iceberg catalog" in paused.reason
+    assert sum(p.lag for p in paused.partitions) == 25
+    assert [r.getMessage() for r in caplog.records if topic in r.getMessage()] == [
+        f"Iceberg translation of {topic} paused, tried again every iceberg.target.lag.ms: {paused.reason}"
+    ]
+    assert metrics.value(ICEBERG_ROUNDS_FAILED, topic) == 3
+    assert metrics.value(ICEBERG_LAG, topic) == 25
+
+    blocked.unlink()
+    own.run_pass()
+    (resumed,) = own.status(topic)
+    assert resumed.state == TRANSLATING and resumed.reason == "" and resumed.lag == 0
+    table = open_catalog(properties).load_table(("raybroker", topic))
+    rows = sorted((r["partition"], r["offset"], r["value"]) for r in table.scan().to_arrow().to_pylist())
+    assert rows == sorted(expected)
+    assert metrics.value(ICEBERG_FILES_WRITTEN, topic) >= 1 and metrics.value(ICEBERG_BYTES_WRITTEN, topic) > 0
+    assert metrics.value(ICEBERG_LAG, topic) == 0
+    own.close()
