@@ -2,7 +2,8 @@
 its table record for record by (partition, offset) once the lag is 0; a topic whose warehouse cannot be written
 pauses (its status says why, the topic keeps serving) and resumes once it can, with 0 missing and 0 duplicated, as
 does one whose catalog cannot be opened (logged once, counted in the metrics);
-`raybroker iceberg --describe` prints the table, the snapshot, the state and each partition's offsets."""
+`raybroker iceberg --describe` prints the table, the snapshot, the state and each partition's offsets; value_json
+rows and dead letters land once each; `stop_broker` stops the driver."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from typing import Any
 import pytest
 
 from actors.clients.admin import Admin
-from actors.clients.broker import Broker
+from actors.clients.broker import Broker, stop_broker
 from actors.clients.producer import Producer
 from actors.metrics.names import ICEBERG_BYTES_WRITTEN, ICEBERG_FILES_WRITTEN, ICEBERG_LAG, ICEBERG_ROUNDS_FAILED
 from actors.metrics.recorder import MetricsRecorder
@@ -26,6 +27,7 @@ from cluster.iceberg.catalog import catalog_properties, open_catalog
 from cluster.iceberg.translation_driver import PAUSED, TRANSLATING, TopicStatus, TranslationDriver
 from cluster.iceberg.translation_driver_actor import iceberg_driver_status, start_iceberg_driver
 from storage.config.broker_config import BrokerConfig
+from storage.errors import BrokerNotAvailableError
 from tests.cluster.cli.cli_support import run
 
 pytestmark = pytest.mark.ray
@@ -224,3 +226,11 @@ def test_a_catalog_that_cannot_be_reached_pauses_logs_once_and_resumes(
     assert metrics.value(ICEBERG_FILES_WRITTEN, topic) >= 1 and metrics.value(ICEBERG_BYTES_WRITTEN, topic) > 0
     assert metrics.value(ICEBERG_LAG, topic) == 0
     own.close()
+
+
+def test_stop_broker_stops_the_driver(driver: BrokerConfig) -> None:
+    """Last in this module: the broker is stopped (the next module's fixture starts its own)."""
+    assert iceberg_driver_status() != []
+    stop_broker()
+    with pytest.raises(BrokerNotAvailableError):
+        iceberg_driver_status()
