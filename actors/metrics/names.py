@@ -277,6 +277,11 @@ ICEBERG_BYTES_WRITTEN = _counter(
     "Bytes of data files committed to the topic's Iceberg table.",
     "topic",
 )
+ICEBERG_DEAD_LETTERS = _counter(
+    "kafka_server_icebergtopicmetrics_deadletters",
+    "Records of the topic committed to its dead-letter table (values that do not fit iceberg.value.schema).",
+    "topic",
+)
 ICEBERG_ROUNDS_FAILED = _counter(
     "kafka_server_icebergtopicmetrics_roundsfailed",
     "Translation rounds of the topic that failed (catalog or warehouse unreachable, a commit refused).",
@@ -333,6 +338,7 @@ EXPORTED: tuple[MetricSpec, ...] = (
     ICEBERG_LAG,
     ICEBERG_FILES_WRITTEN,
     ICEBERG_BYTES_WRITTEN,
+    ICEBERG_DEAD_LETTERS,
     ICEBERG_ROUNDS_FAILED,
 )
 # Series with no Kafka or kafka_exporter counterpart, named in the shape of their family.
@@ -345,6 +351,7 @@ RAYBROKER_ONLY = frozenset(
         ICEBERG_LAG,
         ICEBERG_FILES_WRITTEN,
         ICEBERG_BYTES_WRITTEN,
+        ICEBERG_DEAD_LETTERS,
         ICEBERG_ROUNDS_FAILED,
     }
 )

@@ -46,6 +46,7 @@ from actors.metrics.names import (
     FAILED_SHARE_ACKNOWLEDGEMENT_REQUESTS,
     FAILED_SHARE_FETCH_REQUESTS,
     ICEBERG_BYTES_WRITTEN,
+    ICEBERG_DEAD_LETTERS,
     ICEBERG_FILES_WRITTEN,
     ICEBERG_ROUNDS_FAILED,
     ISR_EXPANDS,
@@ -94,8 +95,9 @@ class BrokerMetrics(RoleMetrics, Protocol):
     def cleaned(self, bytes_read: int, bytes_written: int, elapsed_s: float) -> None:
         """A compaction pass read and wrote these bytes in `elapsed_s`."""
 
-    def iceberg_committed(self, topic: str, files: int, size_bytes: int) -> None:
-        """A translation round of `topic` committed `files` data files of `size_bytes` to its Iceberg table."""
+    def iceberg_committed(self, topic: str, files: int, size_bytes: int, dead_letters: int) -> None:
+        """A translation round of `topic` committed `files` data files of `size_bytes` to its Iceberg table (and
+        dead-letter table), `dead_letters` records of them to the dead-letter table."""
 
     def iceberg_round_failed(self, topic: str) -> None:
         """A translation round of `topic` failed (it is tried again at the next pass)."""
@@ -130,7 +132,7 @@ class NoMetrics(NoRoleMetrics):
     def cleaned(self, bytes_read: int, bytes_written: int, elapsed_s: float) -> None:
         pass
 
-    def iceberg_committed(self, topic: str, files: int, size_bytes: int) -> None:
+    def iceberg_committed(self, topic: str, files: int, size_bytes: int, dead_letters: int) -> None:
         pass
 
     def iceberg_round_failed(self, topic: str) -> None:
@@ -251,10 +253,12 @@ class MetricsRecorder:
             self._gauges[(CLEANER_MAX_CLEAN_TIME, ())] = elapsed_s
             self._gauges[(CLEANER_RECOPY_PERCENT, ())] = 100.0 * bytes_written / bytes_read if bytes_read else 0.0
 
-    def iceberg_committed(self, topic: str, files: int, size_bytes: int) -> None:
+    def iceberg_committed(self, topic: str, files: int, size_bytes: int, dead_letters: int) -> None:
         with self._lock:
             self._add(ICEBERG_FILES_WRITTEN, (topic,), files)
             self._add(ICEBERG_BYTES_WRITTEN, (topic,), size_bytes)
+            if dead_letters:
+                self._add(ICEBERG_DEAD_LETTERS, (topic,), dead_letters)
 
     def iceberg_round_failed(self, topic: str) -> None:
         with self._lock:

@@ -188,7 +188,8 @@ class TranslationDriver:
             self._refresh_offsets(topic, entry)
             return
         if snapshot_id is not None:
-            self._metrics.iceberg_committed(topic, len(prepared.data_files), prepared.size_bytes)
+            files = len(prepared.data_files) + len(prepared.dead_letter_files)
+            self._metrics.iceberg_committed(topic, files, prepared.size_bytes, prepared.dead_letters)
         current = table.current_snapshot()
         entry.table_offsets = dict(prepared.end_offsets)
         if entry.status.state == PAUSED:

@@ -20,7 +20,13 @@ import pytest
 from actors.clients.admin import Admin
 from actors.clients.broker import Broker, stop_broker
 from actors.clients.producer import Producer
-from actors.metrics.names import ICEBERG_BYTES_WRITTEN, ICEBERG_FILES_WRITTEN, ICEBERG_LAG, ICEBERG_ROUNDS_FAILED
+from actors.metrics.names import (
+    ICEBERG_BYTES_WRITTEN,
+    ICEBERG_DEAD_LETTERS,
+    ICEBERG_FILES_WRITTEN,
+    ICEBERG_LAG,
+    ICEBERG_ROUNDS_FAILED,
+)
 from actors.metrics.recorder import MetricsRecorder
 from cluster.cli.iceberg_command import describe_lines
 from cluster.iceberg.catalog import catalog_properties, open_catalog
@@ -224,7 +230,7 @@ def test_a_catalog_that_cannot_be_reached_pauses_logs_once_and_resumes(
     rows = sorted((r["partition"], r["offset"], r["value"]) for r in table.scan().to_arrow().to_pylist())
     assert rows == sorted(expected)
     assert metrics.value(ICEBERG_FILES_WRITTEN, topic) >= 1 and metrics.value(ICEBERG_BYTES_WRITTEN, topic) > 0
-    assert metrics.value(ICEBERG_LAG, topic) == 0
+    assert metrics.value(ICEBERG_LAG, topic) == 0 and metrics.value(ICEBERG_DEAD_LETTERS, topic) == 0
     own.close()
 
 
