@@ -50,6 +50,7 @@ from pyiceberg.types import (
 
 from cluster.iceberg.key_value_table import KEY_VALUE_SCHEMA, create_table, partition_spec, table_rows
 from storage.config.iceberg_value_schema import ValueColumn, parse_value_schema
+from storage.errors import IcebergCatalogError
 
 DEAD_LETTER_SUFFIX = "_dlq"
 ERROR_COLUMN = "error"
@@ -117,7 +118,38 @@ def load_or_create_value_tables(
     schema = value_schema(columns)
     table = create_table(catalog, identifier, schema, partition_spec(spec_text, schema, columns))
     dead_letters = create_table(catalog, dead_letter_identifier(identifier), DEAD_LETTER_SCHEMA, PartitionSpec())
-    return table, dead_letters, ValueRows(mode.removeprefix("value_"), columns)
+    return table, dead_letters, ValueRows(mode.removeprefix("value_"), evolve(table, columns))
+
+
+def evolve(table: Table, columns: tuple[ValueColumn, ...]) -> tuple[ValueColumn, ...]:
+    """The table's value columns once `iceberg.value.schema`'s new ones are added to it, as Iceberg allows: a new
+    column is added (optional: the rows already written have none), and a column the config no longer names stays
+    (filled while values still have it), so the table's columns only grow. A column whose type changed, or a new
+    one declared required, cannot be applied to the rows already written: `IcebergCatalogError` with the reason,
+    which pauses the topic until the config is set back."""
+    existing = [
+        ValueColumn(field.name, str(field.field_type), field.required)
+        for field in table.schema().fields[len(_RECORD_FIELDS) :]
+    ]
+    by_name = {column.name: column for column in existing}
+    added = []
+    for column in columns:
+        old = by_name.get(column.name)
+        if old is None:
+            if column.required:
+                raise IcebergCatalogError(
+                    f"table {table.name()}: new column {column.name!r} cannot be required (the rows written have none)"
+                )
+            added.append(column)
+        elif old.type != column.type:
+            raise IcebergCatalogError(
+                f"table {table.name()}: column {column.name!r} is {old.type}, iceberg.value.schema says {column.type}"
+            )
+    if added:
+        with table.update_schema() as update:
+            for column in added:
+                update.add_column(column.name, _ICEBERG_TYPES[column.type])
+    return (*existing, *added)
 
 
 @dataclass(frozen=True)

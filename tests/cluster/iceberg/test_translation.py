@@ -2,7 +2,7 @@
 record once by (partition, offset), keys and values as the bytes produced (not UTF-8 included), an aborted
 transaction's records absent, and a round interrupted after writing its files but before committing them, then run
 again, neither losing nor repeating a record; in a value mode, dead letters committed before such a crash are not
-written again."""
+written again, and a column added to the value schema is added to the table."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from cluster.iceberg.key_value_table import load_or_create_table
 from cluster.iceberg.translation import commit_round, prepare_round, table_offsets, translate_once
 from cluster.iceberg.value_table import load_or_create_value_tables
 from storage.config.broker_config import BrokerConfig
+from storage.errors import IcebergCatalogError
 
 pytestmark = pytest.mark.ray
 
@@ -127,3 +128,26 @@ def test_dead_letters_committed_before_a_crash_are_not_written_again(broker: Any
     good = sorted(row["offset"] for row in table.refresh().scan().to_arrow().to_pylist())
     bad = sorted(row["offset"] for row in dead_letters.refresh().scan().to_arrow().to_pylist())
     assert good == list(range(1, 20, 2)) and bad == list(range(0, 20, 2))
+
+
+def test_a_column_added_to_the_value_schema_is_added_to_the_table(broker: Any, tmp_path: Path) -> None:
+    topic = "iceberg-evolve"
+    Admin().create_topic(topic, 1)
+    catalog = open_catalog(catalog_properties(BrokerConfig.from_properties({"log.dirs": str(tmp_path / "meta")})))
+    identifier = ("raybroker", topic)
+    with Producer(value_serializer=_identity, key_serializer=_identity) as producer:
+        _produce(topic, [(b"k", b'{"id": 1, "name": "a"}')], producer)
+        table, dead_letters, values = load_or_create_value_tables(catalog, identifier, "value_json", "id INT", "")
+        translate_once(topic, table, broker, values, dead_letters)
+        _produce(topic, [(b"k", b'{"id": 2, "name": "b"}')], producer)
+    table, dead_letters, values = load_or_create_value_tables(
+        catalog, identifier, "value_json", "name STRING, id INT", ""
+    )
+    assert [column.name for column in values.columns] == ["id", "name"]
+    translate_once(topic, table, broker, values, dead_letters)
+    rows = table.refresh().scan(selected_fields=("offset", "id", "name")).to_arrow().to_pylist()
+    assert sorted((r["offset"], r["id"], r["name"]) for r in rows) == [(0, 1, None), (1, 2, "b")]
+    with pytest.raises(IcebergCatalogError, match=r"column 'id' is int, iceberg\.value\.schema says string"):
+        load_or_create_value_tables(catalog, identifier, "value_json", "id STRING", "")
+    with pytest.raises(IcebergCatalogError, match="new column 'n' cannot be required"):
+        load_or_create_value_tables(catalog, identifier, "value_json", "id INT, n INT NOT NULL", "")
