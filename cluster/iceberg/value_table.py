@@ -13,7 +13,8 @@ A record whose value does not fit (not JSON / msgpack, not an object / a map, a 
 range, a required field absent, no value at all) becomes a row of the dead-letter table `<table>_dlq`: the
 `key_value` columns (`cluster.iceberg.key_value_table`: its key, value and headers as bytes) and `error`, the reason.
 Fields the schema does not name are ignored. `(partition, offset)` identifies a row in either table; each record
-lands in exactly one of them (`cluster.iceberg.translation` commits both).
+lands in exactly one of them (`cluster.iceberg.translation` commits both). The table's columns only grow with the
+config (`evolve`).
 
 Values are decoded record by record in Python (`json.loads`, `msgpack.unpackb`): column-wise decoding is left for
 when the throughput is measured.
