@@ -61,6 +61,9 @@ _DDL_COLUMN = re.compile(
     re.IGNORECASE,
 )
 _SIZED_TYPES = ("varchar", "char")
+_UNSUPPORTED = "nested types (struct, list, map, array) and decimals are not supported yet"
+# A column of a type this module refuses: its type word, or any `<` (the element types of a nested type).
+_UNSUPPORTED_DDL = re.compile(r"^(?:`[^`]+`|\w+)\s+(?:array|map|struct|decimal|numeric|dec)\b|<", re.IGNORECASE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +105,8 @@ def _iceberg_columns(text: str, stripped: str) -> tuple[ValueColumn, ...]:
         if not isinstance(field, dict) or not isinstance(field.get("name"), str) or not field["name"]:
             raise _error(text, f"field {field!r} has no name")
         kind = field.get("type")
+        if isinstance(kind, dict) or (isinstance(kind, str) and kind.startswith("decimal")):
+            raise _error(text, f"field {field['name']!r}: {_UNSUPPORTED}")
         if not isinstance(kind, str) or kind not in VALUE_TYPES:
             raise _error(text, f"field {field['name']!r}: type {kind!r} is not one of {', '.join(VALUE_TYPES)}")
         required = field.get("required", False)
@@ -112,6 +117,8 @@ def _iceberg_columns(text: str, stripped: str) -> tuple[ValueColumn, ...]:
 
 
 def _ddl_columns(text: str, stripped: str) -> tuple[ValueColumn, ...]:
+    if any(_UNSUPPORTED_DDL.search(raw.strip()) for raw in stripped.split(",")):
+        raise _error(text, _UNSUPPORTED)
     columns = []
     for raw in stripped.split(","):
         match = _DDL_COLUMN.match(raw.strip())

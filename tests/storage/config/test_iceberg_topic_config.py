@@ -68,6 +68,14 @@ def test_value_schema_in_spark_ddl_and_as_an_iceberg_schema_give_the_same_column
     assert config.iceberg_mode == "value_json"
 
 
+def test_columns_named_like_nested_types_are_columns() -> None:
+    assert parse_value_schema("map STRING, `array` INT, dec DOUBLE") == (
+        ValueColumn("map", "string"),
+        ValueColumn("array", "int"),
+        ValueColumn("dec", "double"),
+    )
+
+
 def test_key_value_does_not_read_the_value_schema() -> None:
     assert LogConfig.from_properties({"iceberg.mode": "key_value", "iceberg.value.schema": "x"}).iceberg_value_schema
 
@@ -88,7 +96,15 @@ def test_empty_partition_spec_is_unpartitioned() -> None:
         ({"iceberg.mode": "parquet"}, "expected one of"),
         ({"iceberg.mode": "value_json"}, "the value modes need the value's columns"),
         ({"iceberg.mode": "value_msgpack", "iceberg.value.schema": "id BIGINT,"}, "'' is not `NAME TYPE [NOT NULL]`"),
-        ({"iceberg.mode": "value_json", "iceberg.value.schema": "id DECIMAL(10, 2)"}, "is not `NAME TYPE"),
+        ({"iceberg.mode": "value_json", "iceberg.value.schema": "id DECIMAL(10, 2)"}, "decimals are not supported yet"),
+        ({"iceberg.mode": "value_json", "iceberg.value.schema": "tags ARRAY<STRING>"}, "nested types (struct, list"),
+        (
+            {
+                "iceberg.mode": "value_json",
+                "iceberg.value.schema": _iceberg_schema({"name": "a", "type": {"type": "list"}}),
+            },
+            "field 'a': nested types",
+        ),
         ({"iceberg.mode": "value_json", "iceberg.value.schema": "id UUID"}, "type UUID is not one of BOOLEAN"),
         ({"iceberg.mode": "value_json", "iceberg.value.schema": "id INT(3)"}, "only VARCHAR(N) and CHAR(N)"),
         ({"iceberg.mode": "value_json", "iceberg.value.schema": "offset BIGINT"}, "'offset' is the record's own"),
