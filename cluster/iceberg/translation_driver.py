@@ -58,7 +58,8 @@ MAX_REASON_CHARS = 500
 @dataclass(frozen=True, slots=True)
 class PartitionStatus:
     """One partition of a translated topic: the table's next offset to translate and the log's last stable offset
-    when last asked."""
+    when last asked. Until the driver's first round of the topic succeeds, the table could not be read, and its
+    offset is taken as the log start offset."""
 
     partition: int
     table_offset: int
@@ -72,7 +73,8 @@ class PartitionStatus:
 @dataclass(frozen=True, slots=True)
 class TopicStatus:
     """What a translated topic's table holds and whether its translation runs (`translating`) or waits for its
-    catalog or warehouse (`paused`, with the reason)."""
+    catalog or warehouse (`paused`, with the reason); its rounds (those with nothing new included), failed rounds
+    and dead letters are counted since the driver started."""
 
     topic: str
     table: str
