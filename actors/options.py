@@ -24,6 +24,9 @@ concurrency, resources and placement.
 - Cleaner actors (`actors.server.cleaner_actor`), `log.cleaner.threads` per node, named per node and index, are
   pinned to the node whose disks hold the logs they read and write; each runs one pass at a time (one thread,
   as a Kafka cleaner thread) and is restarted by Ray if it dies (the pass it ran is retried later).
+- The Iceberg translation driver (`cluster.iceberg.translation_driver_actor`), one per cluster, is pinned to the
+  controller's node, where the embedded Iceberg catalog's files are (beside the metadata dir); restarted by Ray if
+  it dies, it resumes from the tables' own offsets.
 """
 
 from __future__ import annotations
@@ -87,6 +90,7 @@ def transaction_coordinator_name() -> str:
     return "transaction-coordinator"
 
 
+ICEBERG_DRIVER_NAME = "iceberg-driver"
 KAFKA_LISTENER_PREFIX = "kafka-listener:"
 
 
@@ -168,3 +172,9 @@ def kafka_listener_options(node_id: str, index: int) -> dict[str, Any]:
     """One Kafka-protocol listener process on the node whose broker it serves: its handlers run on their own
     event loop thread, so the actor's own calls (ready, stop) need no concurrency of their own."""
     return _pinned_actor_options(kafka_listener_name(node_id, index), node_id)
+
+
+def iceberg_driver_options(node_id: str) -> dict[str, Any]:
+    """The cluster's Iceberg translation driver, on the controller's node: its loop runs on a thread of its own, and
+    the actor's calls (status, stop) on two more, so `raybroker iceberg --describe` never waits behind a round."""
+    return _pinned_actor_options(ICEBERG_DRIVER_NAME, node_id, max_concurrency=2)

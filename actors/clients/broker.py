@@ -5,8 +5,9 @@ session): it makes sure the cluster's controller exists (created on this node th
 metadata log in the first log dir), starts this node's log manager over its `log.dirs`, registers it
 (the controller learns which partitions this node's disks hold), and makes sure the internal
 `__consumer_offsets` topic exists. Running it again is harmless: every actor is named and found again.
-`stop_broker()` stops the Kafka-protocol listeners first (started beside the broker by `raybroker start`, from
-`cluster.protocol.listener_actor`, and found here by name), then shuts every log manager down cleanly
+`stop_broker()` stops the Iceberg translation driver and the Kafka-protocol listeners first (started beside the
+broker by `raybroker start`, from `cluster.iceberg.translation_driver_actor` and `cluster.protocol.listener_actor`,
+and found here by name), then shuts every log manager down cleanly
 (partitions flushed and closed, checkpoints and clean-shutdown markers written), then the controller.
 
 `Broker` is what users hold: `Broker.connect()` finds the running broker; `broker.partition("t", 0)`
@@ -29,6 +30,7 @@ from actors.core.groups.offsets_topic import ensure_consumer_offsets_topic
 from actors.core.transactions.state_topic import ensure_transaction_state_topic
 from actors.options import (
     CONTROLLER_NAME,
+    ICEBERG_DRIVER_NAME,
     KAFKA_LISTENER_PREFIX,
     NAMESPACE,
     controller_options,
@@ -50,6 +52,8 @@ from storage.errors import BrokerNotAvailableError, RaybrokerError, UnknownTopic
 logger = logging.getLogger(__name__)
 # A listener closes its sockets and connections at once; a stuck one is killed after this long.
 LISTENER_STOP_TIMEOUT_S = 15.0
+# The Iceberg driver ends its round in progress (it waits up to 30 s for it itself); a stuck one is killed after this.
+ICEBERG_DRIVER_STOP_TIMEOUT_S = 40.0
 
 
 def start_broker(config: BrokerConfig | Mapping[str, str] | None = None) -> str:
@@ -98,6 +102,12 @@ def stop_broker() -> dict[str, int]:
     ctrl = controller()
     # First, so that the controller starts no transaction coordinator behind the one stopped below.
     call(ctrl.prepare_shutdown.remote())
+    # First, so that no translation round reads a partition while it closes (a round cut short commits nothing).
+    with contextlib.suppress(BrokerNotAvailableError):
+        driver = get_actor(ICEBERG_DRIVER_NAME)
+        with contextlib.suppress(RaybrokerError):
+            call(driver.stop.remote(), timeout_s=ICEBERG_DRIVER_STOP_TIMEOUT_S)
+        kill_and_wait(driver, ICEBERG_DRIVER_NAME)
     # First, so that no Kafka client reaches a partition while it closes.
     stop_kafka_listeners()
     # First, so that no commit, state or marker is appended while the partitions close.

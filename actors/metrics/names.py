@@ -287,6 +287,31 @@ SHARE_BACKLOG = _gauge(
     "partition",
 )
 
+# --- Iceberg topics (raybroker's own: `cluster.iceberg.translation_driver` records them) -----------------------------
+ICEBERG_LAG = _gauge(
+    "kafka_server_icebergtopicmetrics_lag",
+    "Offsets of the topic's partitions not yet in its Iceberg table (last stable offset less the table's offset).",
+    "topic",
+)
+ICEBERG_FILES_WRITTEN = _counter(
+    "kafka_server_icebergtopicmetrics_fileswritten", "Data files committed to the topic's Iceberg table.", "topic"
+)
+ICEBERG_BYTES_WRITTEN = _counter(
+    "kafka_server_icebergtopicmetrics_byteswritten",
+    "Bytes of data files committed to the topic's Iceberg table.",
+    "topic",
+)
+ICEBERG_DEAD_LETTERS = _counter(
+    "kafka_server_icebergtopicmetrics_deadletters",
+    "Records of the topic committed to its dead-letter table (values that do not fit iceberg.value.schema).",
+    "topic",
+)
+ICEBERG_ROUNDS_FAILED = _counter(
+    "kafka_server_icebergtopicmetrics_roundsfailed",
+    "Translation rounds of the topic that failed (catalog or warehouse unreachable, a commit refused).",
+    "topic",
+)
+
 EXPORTED: tuple[MetricSpec, ...] = (
     MESSAGES_IN,
     BYTES_IN,
@@ -337,10 +362,27 @@ EXPORTED: tuple[MetricSpec, ...] = (
     SHARE_IN_FLIGHT_MESSAGES,
     SHARE_IN_FLIGHT_BATCHES,
     SHARE_BACKLOG,
+    ICEBERG_LAG,
+    ICEBERG_FILES_WRITTEN,
+    ICEBERG_BYTES_WRITTEN,
+    ICEBERG_DEAD_LETTERS,
+    ICEBERG_ROUNDS_FAILED,
 )
 # Series with no Kafka or kafka_exporter counterpart, named in the shape of their family.
 RAYBROKER_ONLY = frozenset(
-    {CLEANER_PASSES, CLEANER_BYTES_READ, CLEANER_BYTES_WRITTEN, SHARE_BACKLOG, SHARE_REDELIVERED, SHARE_ARCHIVED}
+    {
+        CLEANER_PASSES,
+        CLEANER_BYTES_READ,
+        CLEANER_BYTES_WRITTEN,
+        SHARE_BACKLOG,
+        SHARE_REDELIVERED,
+        SHARE_ARCHIVED,
+        ICEBERG_LAG,
+        ICEBERG_FILES_WRITTEN,
+        ICEBERG_BYTES_WRITTEN,
+        ICEBERG_DEAD_LETTERS,
+        ICEBERG_ROUNDS_FAILED,
+    }
 )
 
 

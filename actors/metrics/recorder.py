@@ -3,7 +3,8 @@
 The roles call one method per batch, request or event, never per record: a partition's append (`produced`), a
 Kafka Fetch answer (`fetched`), a Kafka request answered (`request_answered`), a ShareFetch or ShareAcknowledge
 (`share_requested`), a connection opened or closed, a failed login, an ISR change, a compaction pass, a share
-consumer's acknowledgements applied (`share_acknowledged`).
+consumer's acknowledgements applied (`share_acknowledged`), an Iceberg translation round committed or failed
+(`iceberg_committed`, `iceberg_round_failed`).
 Values the broker already holds (a log's size, the cluster's offline partitions, consumer lag, a share-partition's
 in-flight records and backlog) are not pushed: a role registers a `GaugeSource`, read each time the metrics are
 exported. A source may also give a counter's total so far, one the role keeps itself and that only grows (a
@@ -45,6 +46,10 @@ from actors.metrics.names import (
     FAILED_AUTHENTICATION,
     FAILED_SHARE_ACKNOWLEDGEMENT_REQUESTS,
     FAILED_SHARE_FETCH_REQUESTS,
+    ICEBERG_BYTES_WRITTEN,
+    ICEBERG_DEAD_LETTERS,
+    ICEBERG_FILES_WRITTEN,
+    ICEBERG_ROUNDS_FAILED,
     ISR_EXPANDS,
     ISR_SHRINKS,
     MESSAGES_IN,
@@ -91,6 +96,13 @@ class BrokerMetrics(RoleMetrics, Protocol):
     def cleaned(self, bytes_read: int, bytes_written: int, elapsed_s: float) -> None:
         """A compaction pass read and wrote these bytes in `elapsed_s`."""
 
+    def iceberg_committed(self, topic: str, files: int, size_bytes: int, dead_letters: int) -> None:
+        """A translation round of `topic` committed `files` data files of `size_bytes` to its Iceberg table (and
+        dead-letter table), `dead_letters` records of them to the dead-letter table."""
+
+    def iceberg_round_failed(self, topic: str) -> None:
+        """A translation round of `topic` failed (it is tried again at the next pass)."""
+
     def add_gauges(self, source: GaugeSource) -> None:
         """Reads `source` each time the metrics are exported, until `remove_gauges`."""
 
@@ -119,6 +131,12 @@ class NoMetrics(NoRoleMetrics):
         pass
 
     def cleaned(self, bytes_read: int, bytes_written: int, elapsed_s: float) -> None:
+        pass
+
+    def iceberg_committed(self, topic: str, files: int, size_bytes: int, dead_letters: int) -> None:
+        pass
+
+    def iceberg_round_failed(self, topic: str) -> None:
         pass
 
     def add_gauges(self, source: GaugeSource) -> None:
@@ -235,6 +253,17 @@ class MetricsRecorder:
             self._add(CLEANER_BYTES_WRITTEN, (), bytes_written)
             self._gauges[(CLEANER_MAX_CLEAN_TIME, ())] = elapsed_s
             self._gauges[(CLEANER_RECOPY_PERCENT, ())] = 100.0 * bytes_written / bytes_read if bytes_read else 0.0
+
+    def iceberg_committed(self, topic: str, files: int, size_bytes: int, dead_letters: int) -> None:
+        with self._lock:
+            self._add(ICEBERG_FILES_WRITTEN, (topic,), files)
+            self._add(ICEBERG_BYTES_WRITTEN, (topic,), size_bytes)
+            if dead_letters:
+                self._add(ICEBERG_DEAD_LETTERS, (topic,), dead_letters)
+
+    def iceberg_round_failed(self, topic: str) -> None:
+        with self._lock:
+            self._add(ICEBERG_ROUNDS_FAILED, (topic,), 1)
 
     def add_gauges(self, source: GaugeSource) -> None:
         with self._lock:

@@ -205,10 +205,12 @@ def _start_broker_and_report(config: BrokerConfig, started: HeadState | None) ->
     # starts fast.
     from actors.clients.broker import start_broker
     from cluster import runtime
+    from cluster.iceberg.translation_driver_actor import start_iceberg_driver
     from cluster.protocol.listener_actor import start_kafka_listeners
 
     node_id = start_broker(config)
     listeners = start_kafka_listeners(config, node_id)
+    start_iceberg_driver(config)
     address = runtime.gcs_address()
     if listeners.exposed:
         exposed = ", ".join(f"{endpoint.host or '*'}:{endpoint.port}" for endpoint in listeners.exposed)

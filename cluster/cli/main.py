@@ -15,6 +15,7 @@ Subcommands:
 | `delete-records`       |                             |                                                    |
 | `consumer-groups`      | `cluster.cli.consumer_groups_command` | kafka-consumer-groups.sh                         |
 | `share-groups`         | `cluster.cli.share_groups_command` | kafka-share-groups.sh                     |
+| `iceberg`              | `cluster.cli.iceberg_command` | - (topics kept as Iceberg tables)                |
 | `status`               | `cluster.cli.status`        | kafka-topics.sh --under-replicated-partitions,     |
 |                        |                             | kafka-metadata-quorum.sh, kafka-consumer-groups.sh |
 |                        |                             | on one screen; exit 1: a partition is offline      |
@@ -60,6 +61,7 @@ from cluster.cli import (
     consumer_groups_command,
     demos,
     dump_log_command,
+    iceberg_command,
     lifecycle,
     offsets,
     produce_command,
@@ -95,6 +97,7 @@ COMMAND_MODULES = (
     offsets,
     consumer_groups_command,
     share_groups_command,
+    iceberg_command,
     status,
     balancer,
     reassign_command,

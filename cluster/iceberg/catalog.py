@@ -44,11 +44,11 @@ def open_catalog(properties: Mapping[str, str]) -> Catalog:
 
     Raises `IcebergCatalogError` when it cannot be loaded (pyiceberg's and the driver's errors, wrapped)."""
     uri = properties.get("uri", "")
-    if properties.get("type") == "sql" and uri.startswith("sqlite:///"):
-        Path(uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
     try:
+        if properties.get("type") == "sql" and uri.startswith("sqlite:///"):
+            Path(uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
         return load_catalog(CATALOG_NAME, **properties)
-    except Exception as exc:  # pyiceberg raises ValueError, NotImplementedError, SQLAlchemy's and HTTP errors.
+    except Exception as exc:  # pyiceberg's ValueError, NotImplementedError, SQLAlchemy's, HTTP errors; mkdir's OSError.
         raise IcebergCatalogError(f"cannot load the Iceberg catalog ({_described(properties)}): {exc}") from exc
 
 

@@ -48,6 +48,7 @@ from pyiceberg.types import (
 )
 
 from storage.config.iceberg_topic_config import PartitionTerm, parse_partition_spec
+from storage.config.iceberg_value_schema import ValueColumn
 
 KEY_VALUE_SCHEMA = Schema(
     NestedField(1, "partition", IntegerType(), required=False),
@@ -74,25 +75,34 @@ KEY_VALUE_SCHEMA = Schema(
 _FIRST_PARTITION_FIELD_ID = 1000
 
 
-def partition_spec(text: str) -> PartitionSpec:
-    """`iceberg.partition.spec`'s value as an Iceberg partition spec over `KEY_VALUE_SCHEMA`."""
+def partition_spec(
+    text: str, schema: Schema = KEY_VALUE_SCHEMA, value_columns: tuple[ValueColumn, ...] | None = None
+) -> PartitionSpec:
+    """`iceberg.partition.spec`'s value as an Iceberg partition spec over `KEY_VALUE_SCHEMA`, or over a value mode's
+    schema and its value columns."""
     fields = []
-    for index, term in enumerate(parse_partition_spec(text)):
-        source = KEY_VALUE_SCHEMA.find_field(term.column)
+    for index, term in enumerate(parse_partition_spec(text, value_columns)):
+        source = schema.find_field(term.column)
         name = term.column if term.transform == "identity" else f"{term.column}_{term.transform}"
         fields.append(PartitionField(source.field_id, _FIRST_PARTITION_FIELD_ID + index, _transform(term), name))
     return PartitionSpec(*fields)
 
 
 def load_or_create_table(catalog: Catalog, identifier: tuple[str, str], spec_text: str) -> Table:
-    """The topic's table, created (with its namespace) on first use with the schema and partition spec."""
+    """The topic's `key_value` table, created (with its namespace) on first use with the schema and partition
+    spec."""
+    return create_table(catalog, identifier, KEY_VALUE_SCHEMA, partition_spec(spec_text))
+
+
+def create_table(catalog: Catalog, identifier: tuple[str, str], schema: Schema, spec: PartitionSpec) -> Table:
+    """The table, created (with its namespace) on first use with `schema` and `spec`."""
     try:
         return catalog.load_table(identifier)
     except NoSuchTableError:
         pass
     with contextlib.suppress(NamespaceAlreadyExistsError):
         catalog.create_namespace(identifier[0])
-    return catalog.create_table(identifier, schema=KEY_VALUE_SCHEMA, partition_spec=partition_spec(spec_text))
+    return catalog.create_table(identifier, schema=schema, partition_spec=spec)
 
 
 def table_rows(batch: pa.RecordBatch) -> pa.RecordBatch:

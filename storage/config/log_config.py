@@ -101,7 +101,10 @@ class LogConfig:
         False, "boolean", "Kafka 4.4: share groups may write their dead letters to this topic (KIP-1191)"
     )
     iceberg_mode: str = config_field(
-        "off", "string", "raybroker: off, or key_value (the topic kept as an Iceberg table)", choices=ICEBERG_MODES
+        "off",
+        "string",
+        "raybroker: off, key_value, value_json or value_msgpack (the topic kept as an Iceberg table)",
+        choices=ICEBERG_MODES,
     )
     iceberg_table: str = config_field("", "string", "raybroker: the Iceberg table, namespace.table (raybroker.<topic>)")
     iceberg_target_lag_ms: int = config_field(
@@ -111,7 +114,7 @@ class LogConfig:
         "", "string", "raybroker: the Iceberg table's partitioning, e.g. day(timestamp)"
     )
     iceberg_value_schema: str = config_field(
-        "", "string", "raybroker: the value's columns in the value modes (unused by key_value)"
+        "", "string", "raybroker: the value's columns in the value modes, an Iceberg schema (JSON) or Spark DDL"
     )
 
     def __post_init__(self) -> None:
@@ -123,7 +126,9 @@ class LogConfig:
             )
         for name in ("leader.replication.throttled.replicas", "follower.replication.throttled.replicas"):
             ThrottledReplicas.parse(name, getattr(self, name.replace(".", "_")))
-        check_iceberg_keys(self.iceberg_mode, self.iceberg_table, self.iceberg_partition_spec)
+        check_iceberg_keys(
+            self.iceberg_mode, self.iceberg_table, self.iceberg_partition_spec, self.iceberg_value_schema
+        )
         if self.compression_gzip_level == 0:
             raise InvalidConfigError("invalid value 0 for compression.gzip.level: expected 1..9 or -1")
         if self.max_compaction_lag_ms < self.min_compaction_lag_ms:

@@ -23,6 +23,10 @@ from actors.metrics.names import (
     FAILED_AUTHENTICATION,
     FAILED_SHARE_ACKNOWLEDGEMENT_REQUESTS,
     FAILED_SHARE_FETCH_REQUESTS,
+    ICEBERG_BYTES_WRITTEN,
+    ICEBERG_DEAD_LETTERS,
+    ICEBERG_FILES_WRITTEN,
+    ICEBERG_ROUNDS_FAILED,
     ISR_EXPANDS,
     ISR_SHRINKS,
     LATENCY_BUCKETS_MS,
@@ -229,3 +233,15 @@ def test_share_requests_count_once_per_topic_and_for_all_topics_and_acknowledgem
     assert [metrics.value(FAILED_SHARE_ACKNOWLEDGEMENT_REQUESTS, topic) for topic in ("a", "b", "")] == [0, 1, 1]
     counts = [metrics.value(SHARE_RECORD_ACKNOWLEDGEMENTS, kind) for kind in ("Accept", "Release", "Reject")]
     assert counts == [7, 3, 1]
+
+
+def test_iceberg_rounds_count_files_bytes_dead_letters_and_failures_per_topic() -> None:
+    recorder = MetricsRecorder()
+    recorder.iceberg_committed("clicks", 3, 3000, 0)
+    recorder.iceberg_committed("clicks", 2, 500, 7)
+    recorder.iceberg_round_failed("clicks")
+    assert recorder.value(ICEBERG_FILES_WRITTEN, "clicks") == 5
+    assert recorder.value(ICEBERG_BYTES_WRITTEN, "clicks") == 3500
+    assert recorder.value(ICEBERG_DEAD_LETTERS, "clicks") == 7
+    assert recorder.value(ICEBERG_ROUNDS_FAILED, "clicks") == 1
+    assert recorder.value(ICEBERG_ROUNDS_FAILED, "views") == 0

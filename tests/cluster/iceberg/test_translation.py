@@ -1,11 +1,13 @@
 """A topic translated into its Iceberg table on a real broker over Ray, read back with pyiceberg: every committed
 record once by (partition, offset), keys and values as the bytes produced (not UTF-8 included), an aborted
 transaction's records absent, and a round interrupted after writing its files but before committing them, then run
-again, neither losing nor repeating a record."""
+again, neither losing nor repeating a record; in a value mode, dead letters committed before such a crash are not
+written again, and a column added to the value schema is added to the table."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +17,10 @@ from actors.clients.admin import Admin
 from actors.clients.producer import Producer
 from cluster.iceberg.catalog import catalog_properties, open_catalog
 from cluster.iceberg.key_value_table import load_or_create_table
-from cluster.iceberg.translation import prepare_round, table_offsets, translate_once
+from cluster.iceberg.translation import commit_round, prepare_round, table_offsets, translate_once
+from cluster.iceberg.value_table import load_or_create_value_tables
 from storage.config.broker_config import BrokerConfig
+from storage.errors import IcebergCatalogError
 
 pytestmark = pytest.mark.ray
 
@@ -104,3 +108,46 @@ def test_a_round_interrupted_before_its_commit_loses_and_repeats_nothing(broker:
     assert len(rows) == len(set((p, o) for p, o, _, _ in rows)) == 100
     assert rows == sorted(expected)
     assert sum(table_offsets(table).values()) == 100
+
+
+def test_dead_letters_committed_before_a_crash_are_not_written_again(broker: Any, tmp_path: Path) -> None:
+    """The dead-letter table is committed first: a round that dies between the two commits leaves it ahead, and the
+    next round adds no dead letter twice and every good record once."""
+    topic = "iceberg-dlq-resume"
+    Admin().create_topic(topic, 1)
+    catalog = open_catalog(catalog_properties(BrokerConfig.from_properties({"log.dirs": str(tmp_path / "meta")})))
+    table, dead_letters, values = load_or_create_value_tables(catalog, ("raybroker", topic), "value_json", "id INT", "")
+    with Producer(value_serializer=_identity, key_serializer=_identity) as producer:
+        _produce(topic, [(b"k", b'{"id": %d}' % i if i % 2 else b"bad") for i in range(20)], producer)
+    interrupted = prepare_round(topic, table, broker, values, dead_letters)
+    assert (interrupted.rows, interrupted.dead_letters) == (10, 10)
+    # Only the dead letters' commit happened before the crash.
+    commit_round(dead_letters, replace(interrupted, data_files=interrupted.dead_letter_files, dead_letter_files=()))
+    resumed = translate_once(topic, table.refresh(), broker, values, dead_letters.refresh())
+    assert (resumed.rows, resumed.dead_letters) == (10, 0)
+    good = sorted(row["offset"] for row in table.refresh().scan().to_arrow().to_pylist())
+    bad = sorted(row["offset"] for row in dead_letters.refresh().scan().to_arrow().to_pylist())
+    assert good == list(range(1, 20, 2)) and bad == list(range(0, 20, 2))
+
+
+def test_a_column_added_to_the_value_schema_is_added_to_the_table(broker: Any, tmp_path: Path) -> None:
+    topic = "iceberg-evolve"
+    Admin().create_topic(topic, 1)
+    catalog = open_catalog(catalog_properties(BrokerConfig.from_properties({"log.dirs": str(tmp_path / "meta")})))
+    identifier = ("raybroker", topic)
+    with Producer(value_serializer=_identity, key_serializer=_identity) as producer:
+        _produce(topic, [(b"k", b'{"id": 1, "name": "a"}')], producer)
+        table, dead_letters, values = load_or_create_value_tables(catalog, identifier, "value_json", "id INT", "")
+        translate_once(topic, table, broker, values, dead_letters)
+        _produce(topic, [(b"k", b'{"id": 2, "name": "b"}')], producer)
+    table, dead_letters, values = load_or_create_value_tables(
+        catalog, identifier, "value_json", "name STRING, id INT", ""
+    )
+    assert [column.name for column in values.columns] == ["id", "name"]
+    translate_once(topic, table, broker, values, dead_letters)
+    rows = table.refresh().scan(selected_fields=("offset", "id", "name")).to_arrow().to_pylist()
+    assert sorted((r["offset"], r["id"], r["name"]) for r in rows) == [(0, 1, None), (1, 2, "b")]
+    with pytest.raises(IcebergCatalogError, match=r"column 'id' is int, iceberg\.value\.schema says string"):
+        load_or_create_value_tables(catalog, identifier, "value_json", "id STRING", "")
+    with pytest.raises(IcebergCatalogError, match="new column 'n' cannot be required"):
+        load_or_create_value_tables(catalog, identifier, "value_json", "id INT, n INT NOT NULL", "")

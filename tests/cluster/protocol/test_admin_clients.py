@@ -195,6 +195,15 @@ def test_iceberg_topic_configs_are_taken_and_refused_with_the_reason(admin: Admi
     assert error_of(futures["ck-iceberg-bad"]) == KafkaError.INVALID_CONFIG
     assert "ck-iceberg-bad" not in broker_admin.list_topics()
     assert broker_admin.describe_topic("ck-iceberg").config["iceberg.partition.spec"] == "day(timestamp)"
+    json_mode = {"iceberg.mode": "value_json", "iceberg.value.schema": "id BIGINT, payload MAP<STRING, INT>"}
+    futures = admin.create_topics([NewTopic("ck-iceberg-json", 1, config=json_mode)])
+    with pytest.raises(KafkaException) as raised:
+        futures["ck-iceberg-json"].result(TIMEOUT_S)
+    error = raised.value.args[0]
+    assert error.code() == KafkaError.INVALID_CONFIG and "nested types (struct, list, map, array)" in error.str()
+    json_mode["iceberg.value.schema"] = "id BIGINT NOT NULL, name STRING"
+    result(admin.create_topics([NewTopic("ck-iceberg-json", 1, config=json_mode)]))
+    assert broker_admin.describe_topic("ck-iceberg-json").config == json_mode
 
 
 def test_create_partitions_delete_records_and_delete_topics(
