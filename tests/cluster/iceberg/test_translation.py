@@ -1,8 +1,9 @@
 """A topic translated into its Iceberg table on a real broker over Ray, read back with pyiceberg: every committed
 record once by (partition, offset), keys and values as the bytes produced (not UTF-8 included), an aborted
-transaction's records absent, and a round interrupted after writing its files but before committing them, then run
-again, neither losing nor repeating a record; in a value mode, dead letters committed before such a crash are not
-written again, and a column added to the value schema is added to the table."""
+transaction's records absent, a table partitioned by day and key bucket, and a round interrupted after writing its
+files but before committing them, then run again, neither losing nor repeating a record; in a value mode, dead
+letters committed before such a crash are not written again, and a column added to the value schema is added to
+the table."""
 
 from __future__ import annotations
 
@@ -85,6 +86,23 @@ def test_rows_equal_the_committed_records_and_aborted_ones_never_land(broker: An
     snapshot = table.current_snapshot().snapshot_id
     assert translate_once(topic, table, broker).rows == 0
     assert table.refresh().current_snapshot().snapshot_id == snapshot
+
+
+def test_a_table_partitioned_by_day_and_key_bucket_takes_every_record(broker: Any, tmp_path: Path) -> None:
+    """The time and bucket transforms (pyiceberg computes them with pyiceberg-core): every record lands once, in
+    files whose partition values are the day of its timestamp and the bucket of its key."""
+    topic, spec = "iceberg-by-day", "day(timestamp), bucket(4, key)"
+    Admin().create_topic(topic, PARTITIONS, config={"iceberg.mode": "key_value", "iceberg.partition.spec": spec})
+    catalog = open_catalog(catalog_properties(BrokerConfig.from_properties({"log.dirs": str(tmp_path / "meta")})))
+    table = load_or_create_table(catalog, ("raybroker", topic), spec)
+    with Producer(value_serializer=_identity, key_serializer=_identity) as producer:
+        expected = _produce(topic, [(b"k%d" % i, b"v%d" % i) for i in range(50)], producer)
+    assert translate_once(topic, table, broker).rows == 50
+    assert _table_rows(table) == sorted(expected)
+    assert [field.name for field in table.spec().fields] == ["timestamp_day", "key_bucket"]
+    files = list(table.scan().plan_files())
+    buckets = {task.file.partition[1] for task in files}
+    assert len(files) > 1 and buckets <= set(range(4)) and len(buckets) > 1
 
 
 def test_a_round_interrupted_before_its_commit_loses_and_repeats_nothing(broker: Any, tmp_path: Path) -> None:
