@@ -4,9 +4,9 @@ the records a share group's member acquires, acknowledged batch by batch) and `w
 appended as whole batches). See `docs/ray-data.md`."""
 
 from cluster.data.datasink import TopicWriteResult, write_topic
-from cluster.data.datasource import read_topic
 from cluster.data.share_stream import ShareStream, share_stream
 from cluster.data.streaming import StreamBatch, TopicStream, stream_topic
+from cluster.data.topic_reads import read_topic
 
 __all__ = [
     "ShareStream",

@@ -1,4 +1,5 @@
-"""Topics -> a Ray Data `Dataset`, read by the broker's own path: `read_topic`.
+"""Topics -> a Ray Data `Dataset`, read by the broker's own path: the datasource of `read_topic`
+(`cluster.data.topic_reads`).
 
 `read_topic(topics, start=..., end=..., isolation=..., columns=..., value_format=..., value_schema=...)` plans the
 read on the driver (`cluster.data.read_planning` over `cluster.records.read_plan`: offsets fixed now, typed errors now)
@@ -35,7 +36,7 @@ import ray
 from ray.data import DataContext, Dataset, Datasource, ReadTask
 from ray.data.block import BlockMetadata
 
-from cluster.data.read_planning import Bound, plan_topic_read, task_groups
+from cluster.data.read_planning import task_groups
 from cluster.records.arrow_records import kafka_arrow_schema
 from cluster.records.isolation import READ_COMMITTED
 from cluster.records.range_reading import read_ranges, sample_values
@@ -50,7 +51,6 @@ from cluster.records.value_formats import (
     python_value,
     value_layout,
 )
-from storage.arguments import is_int
 from storage.errors import InvalidRequestError
 
 # Ray's label of every node's id (`ray.io/node-id`): a read of one node's partitions asks for it.
@@ -286,30 +286,3 @@ def read_plan(plan: TopicReadPlan, settings: ReadSettings, override_num_blocks: 
             )
         )
     return reads[0] if len(reads) == 1 else reads[0].union(*reads[1:])
-
-
-def read_topic(
-    topics: str | Sequence[str],
-    *,
-    start: Bound = "earliest",
-    end: Bound = "latest",
-    isolation: str = "read_committed",
-    columns: Sequence[str] | None = None,
-    value_format: str = "binary",
-    value_schema: pa.DataType | pa.Schema | None = None,
-    fail_on_data_loss: bool = True,
-    override_num_blocks: int | None = None,
-) -> Dataset:
-    """Topics as a Ray Data Dataset, read from the partitions where they lie (see the module docstring); the
-    bounds are `cluster.data.read_planning`'s. Raises the typed errors of a bad read here, before any task starts."""
-    if override_num_blocks is not None and (not is_int(override_num_blocks) or override_num_blocks < 1):
-        raise InvalidRequestError(f"override_num_blocks must be a positive int, got {override_num_blocks!r}")
-    plan = plan_topic_read(topics, start=start, end=end, isolation=isolation, fail_on_data_loss=fail_on_data_loss)
-    settings = read_settings(
-        plan,
-        columns=columns,
-        value_format=value_format,
-        value_schema=value_schema,
-        fail_on_data_loss=fail_on_data_loss,
-    )
-    return read_plan(plan, settings, override_num_blocks)

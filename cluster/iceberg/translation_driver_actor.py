@@ -40,7 +40,8 @@ class IcebergDriverActor:
 
     def __init__(self, properties: dict[str, str], poll_interval_s: float = POLL_INTERVAL_S) -> None:
         config = BrokerConfig.from_properties(properties)
-        self._driver = TranslationDriver(catalog_properties(config), Broker.connect(), metrics=exported_metrics())
+        self._catalog_properties = catalog_properties(config)
+        self._driver = TranslationDriver(self._catalog_properties, Broker.connect(), metrics=exported_metrics())
         self._poll_interval_s = poll_interval_s
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="iceberg-driver", daemon=True)
@@ -51,6 +52,11 @@ class IcebergDriverActor:
 
     def status(self, topic: str | None = None) -> list[TopicStatus]:
         return self._driver.status(topic)
+
+    def catalog_properties(self) -> dict[str, str]:
+        """The properties the tables' catalog is loaded with, for the cluster's own readers of the tables
+        (`cluster.data.table_history`); they may hold the catalog's credentials, which stay inside the Ray cluster."""
+        return dict(self._catalog_properties)
 
     def stop(self) -> None:
         self._stopping.set()
@@ -82,6 +88,11 @@ def start_iceberg_driver(config: BrokerConfig, poll_interval_s: float = POLL_INT
     )
     call(driver.ready.remote())
     return driver
+
+
+def iceberg_catalog_properties() -> dict[str, str]:
+    """The running driver's catalog properties; `BrokerNotAvailableError` when no driver runs."""
+    return dict(call(get_actor(ICEBERG_DRIVER_NAME).catalog_properties.remote()))
 
 
 def iceberg_driver_status(topic: str | None = None) -> list[TopicStatus]:

@@ -17,8 +17,7 @@ import ray
 from actors.calls import call, controller
 from actors.clients.admin import Admin
 from actors.clients.producer import Producer
-from cluster.data import share_stream, write_topic
-from cluster.data.datasource import read_topic
+from cluster.data import read_topic, share_stream, write_topic
 from storage.errors import InvalidConfigError, InvalidRequestError
 
 pytestmark = [pytest.mark.ray, pytest.mark.filterwarnings("ignore::DeprecationWarning:ray.data.context")]
