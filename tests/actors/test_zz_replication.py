@@ -1326,10 +1326,10 @@ def test_a_node_lost_for_good_has_its_replicas_recreated_on_a_node_that_joins(no
 def test_a_drained_worker_hands_its_replicas_over_stops_its_broker_and_ray_drains_its_node(
     nodes: Nodes, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """`raybroker drain` of a worker once a fourth node joined: each of its replicas moves to the new node (every
-    record kept), then its broker stops (no log manager, not registered, no replica anywhere) and Ray accepts
-    draining the node, as Ray's autoscaler asks before it terminates a node. Last of the module: the drained node
-    stays in Ray, unusable."""
+    """`raybroker drain` of a worker once a fourth node joined, an idempotent acks=all producer running throughout:
+    each of its replicas moves to the new node (every record kept; every acknowledged record in its leader's log
+    once, none failed), then its broker stops (no log manager, not registered, no replica anywhere) and Ray accepts
+    draining the node, as Ray's autoscaler asks before it terminates a node: the node, idle, leaves the cluster."""
     admin = Admin()
     admin.create_topic("drained", partitions=3, replication_factor=3)
     values = [f"drained-{i}".encode() for i in range(300)]
@@ -1348,9 +1348,26 @@ def test_a_drained_worker_hands_its_replicas_over_stops_its_broker_and_ray_drain
     ends = {p: call(replica_actor("drained", p, states("drained")[p].leader).offsets.remote())[1] for p in range(3)}
     before = {p: replica_records("drained", p, states("drained")[p].leader, ends[p]) for p in range(3)}
 
-    code = cli_main(["drain", "--broker", worker, "--timeout", "120"])
+    # An idempotent acks=all producer runs through the drain, its leaders moving off the worker.
+    stop, acked = threading.Event(), Acked()
+    producing = threading.Thread(target=produce_until, args=(stop, "d", acked, "drained", 3), daemon=True)
+    producing.start()
+    try:
+        code = cli_main(["drain", "--broker", worker, "--timeout", "120"])
+    finally:
+        stop.set()
+        producing.join(timeout=120)
     out, err = capsys.readouterr()
     assert (code, err) == (0, ""), err
+    assert not producing.is_alive() and acked.errors == [], acked.errors[:3]
+    assert len(acked.by_offset) > 10
+    for p in range(3):
+        last = max(offset for (q, offset) in acked.by_offset if q == p)
+        log = replica_records("drained", p, states("drained")[p].leader, last + 1)
+        values = [value for _, value, _ in log]
+        assert len(values) == len(set(values)), f"duplicates in drained-{p}"
+        in_log = {offset: value for offset, value, _ in log}
+        assert all(in_log.get(o) == v for (q, o), v in acked.by_offset.items() if q == p), f"lost in drained-{p}"
     assert out.splitlines()[-2:] == [
         f"Stopping broker {worker} and asking Ray to drain node {worker}.",
         f"Ray drains node {worker}: it takes no new work and leaves the cluster once idle.",
