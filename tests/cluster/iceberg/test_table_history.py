@@ -7,6 +7,7 @@ read."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from cluster.data import read_topic
 from cluster.iceberg.catalog import catalog_properties, open_catalog
 from cluster.iceberg.key_value_table import load_or_create_table
 from cluster.iceberg.translation import table_offsets, translate_once
-from cluster.iceberg.translation_driver_actor import start_iceberg_driver
+from cluster.iceberg.translation_driver_actor import iceberg_driver_status, start_iceberg_driver
 from storage.config.broker_config import BrokerConfig
 from storage.errors import InvalidRequestError
 
@@ -28,6 +29,8 @@ pytestmark = pytest.mark.ray
 
 PARTITIONS = 3
 TOPIC = "history-kv"
+ROUNDS_APART_MS = 3_600_000
+WAIT_S = 60.0
 Row = tuple[int, int, bytes, str]
 
 
@@ -57,8 +60,15 @@ def _rows(dataset: Any) -> list[Row]:
 
 
 def test_the_table_and_the_log_after_it_read_as_one_dataset(config: BrokerConfig) -> None:
-    # Translated by hand (the driver's own rounds are a minute apart for this topic), so the split is known.
-    Admin().create_topic(TOPIC, PARTITIONS, config={"iceberg.mode": "key_value", "iceberg.target.lag.ms": "60000"})
+    # Translated by hand, so the split between table and log is known: the driver runs its first round of the topic
+    # as soon as it sees it (nothing to commit yet, the topic is empty), and its next an hour later.
+    Admin().create_topic(
+        TOPIC, PARTITIONS, config={"iceberg.mode": "key_value", "iceberg.target.lag.ms": str(ROUNDS_APART_MS)}
+    )
+    deadline = time.monotonic() + WAIT_S
+    while not any(status.rounds >= 1 for status in iceberg_driver_status(TOPIC)):
+        assert time.monotonic() < deadline, f"no first round of {TOPIC}: {iceberg_driver_status(TOPIC)}"
+        time.sleep(0.1)
     table = load_or_create_table(open_catalog(catalog_properties(config)), ("raybroker", TOPIC), "")
     with Producer(key_serializer=_identity, value_serializer=_identity) as producer:
         translated = _produce(producer, 0, 60)
