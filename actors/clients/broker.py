@@ -112,10 +112,7 @@ def stop_broker() -> dict[str, int]:
     stop_kafka_listeners()
     # First, so that no commit, state or marker is appended while the partitions close.
     with contextlib.suppress(BrokerNotAvailableError):
-        transactions = get_actor(transaction_coordinator_name())
-        with contextlib.suppress(RaybrokerError):
-            call(transactions.stop.remote())
-        kill_and_wait(transactions, transaction_coordinator_name())
+        stop_transaction_coordinator(get_actor(transaction_coordinator_name()))
     with contextlib.suppress(BrokerNotAvailableError):
         kill_and_wait(get_actor(group_coordinator_name()), group_coordinator_name())
     end_offsets: dict[str, int] = {}
@@ -124,11 +121,25 @@ def stop_broker() -> dict[str, int]:
             manager = get_actor(log_manager_name(node_id))
         except Exception:
             continue
-        end_offsets.update(call(manager.shutdown.remote()))
-        call(ctrl.unregister_broker.remote(node_id))
-        kill_and_wait(manager, log_manager_name(node_id))
+        end_offsets.update(stop_node_broker(ctrl, node_id, manager))
     call(ctrl.shutdown.remote())
     kill_and_wait(ctrl, CONTROLLER_NAME)
+    return end_offsets
+
+
+def stop_transaction_coordinator(transactions: Any) -> None:
+    """Stops the transaction coordinator actor (its appends end; one that does not answer is killed anyway)."""
+    with contextlib.suppress(RaybrokerError):
+        call(transactions.stop.remote())
+    kill_and_wait(transactions, transaction_coordinator_name())
+
+
+def stop_node_broker(ctrl: Any, node_id: str, manager: Any) -> dict[str, int]:
+    """Shuts node `node_id`'s log manager `manager` down cleanly (its partitions, hosts and cleaners), unregisters
+    the broker from the controller `ctrl`, then kills the actor; returns its partitions' final log end offsets."""
+    end_offsets: dict[str, int] = call(manager.shutdown.remote())
+    call(ctrl.unregister_broker.remote(node_id))
+    kill_and_wait(manager, log_manager_name(node_id))
     return end_offsets
 
 

@@ -28,10 +28,10 @@ from typing import Any
 
 import ray
 
-from actors.calls import actor_node, call, controller, get_actor, kill_and_wait
-from actors.clients.broker import stop_kafka_listeners
+from actors.calls import actor_node, call, controller, get_actor
+from actors.clients.broker import stop_kafka_listeners, stop_node_broker, stop_transaction_coordinator
 from actors.options import group_coordinator_name, log_manager_name, transaction_coordinator_name
-from storage.errors import BrokerNotAvailableError, InvalidRequestError, RaybrokerError
+from storage.errors import BrokerNotAvailableError, InvalidRequestError
 
 # Ray takes a node for idle only once the processes stopped on it have exited and its raylet has reported so: the
 # drain is asked again every `RAY_DRAIN_RETRY_S` for up to `RAY_DRAIN_WAIT_S` while Ray answers it is not idle.
@@ -60,13 +60,8 @@ def release_node(node: str) -> NodeRelease:
     with contextlib.suppress(BrokerNotAvailableError):
         transactions = get_actor(transaction_coordinator_name())
         if actor_node(transactions) == node:
-            with contextlib.suppress(RaybrokerError):
-                call(transactions.stop.remote())
-            kill_and_wait(transactions, transaction_coordinator_name())
-    manager = get_actor(log_manager_name(node))
-    call(manager.shutdown.remote())
-    call(ctrl.unregister_broker.remote(node))
-    kill_and_wait(manager, log_manager_name(node))
+            stop_transaction_coordinator(transactions)
+    stop_node_broker(ctrl, node, get_actor(log_manager_name(node)))
     accepted, refusal = _drain_ray_node(node)
     return NodeRelease(node, accepted, refusal)
 
