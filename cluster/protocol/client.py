@@ -66,17 +66,24 @@ class WireClient(Closeable):
 
     def request(self, api_key: int, version: int, values: Mapping[str, Any]) -> Any:
         """The kio response of `version` to the request of `api_key`/`version` built from `values`."""
+        return self.receive(api_key, version, self.send(api_key, version, values))
+
+    def send(self, api_key: int, version: int, values: Mapping[str, Any]) -> int:
+        """Sends the request of `api_key`/`version` built from `values` without reading its answer (`receive` does);
+        its correlation id."""
         body = build(load_request_schema(api_key, version), values)
         self._correlation_id += 1
         try:
             self._sock.sendall(encode_request(api_key, self._correlation_id, self._client_id, body))
         except OSError as exc:
             raise ConnectionClosedError(f"{self.address} closed the connection: {exc}") from exc
-        correlation_id, response = decode_response(self.read_frame(), load_response_schema(api_key, version))
-        if correlation_id != self._correlation_id:
-            raise ConnectionClosedError(
-                f"{self.address} answered correlation id {correlation_id}, not {self._correlation_id}"
-            )
+        return self._correlation_id
+
+    def receive(self, api_key: int, version: int, correlation_id: int) -> Any:
+        """The kio response of `version` to the request of `api_key` sent as `correlation_id`, the next answer."""
+        answered, response = decode_response(self.read_frame(), load_response_schema(api_key, version))
+        if answered != correlation_id:
+            raise ConnectionClosedError(f"{self.address} answered correlation id {answered}, not {correlation_id}")
         return response
 
     def read_frame(self) -> bytes:

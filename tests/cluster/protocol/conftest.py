@@ -43,6 +43,8 @@ CONSUMER_HEARTBEAT = {
 # brokers (its defaults want 3 replicas, 2 in sync, 50 partitions).
 # The Java client the share group tests' members run on.
 SHARE_CONSUMER_CLIENTS = ("org.apache.kafka", "kafka-clients", "4.2.2")
+# The slf4j binding of Kafka 4.2's slf4j-api (1.7): the Java programs' client logs.
+SLF4J_SIMPLE = ("org.slf4j", "slf4j-simple", "1.7.36")
 SHARE_GROUP_SETTINGS = {
     "group.share.heartbeat.interval.ms": "1000",
     "group.share.min.heartbeat.interval.ms": "1000",
@@ -89,9 +91,16 @@ def _two_brokers(version: str) -> Iterator[str]:
 
 @pytest.fixture(scope="package")
 def share_classpath(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """Kafka 4.2's Java client with `java/ShareGroupMember.java` compiled beside it (a `KafkaShareConsumer` member)."""
+    """Kafka 4.2's Java client with `java/ShareGroupMember.java` compiled beside it (a `KafkaShareConsumer` member),
+    and slf4j's simple logger set to WARN: what the client warns of (a broker's errors, a lost connection) goes to
+    the member's log, which a failing test shows."""
     source = Path(__file__).parent / "java" / "ShareGroupMember.java"
-    return java_classpath([SHARE_CONSUMER_CLIENTS], {source.name: source.read_text()}, tmp_path_factory.mktemp("java"))
+    folder = tmp_path_factory.mktemp("java")
+    classpath = java_classpath([SHARE_CONSUMER_CLIENTS, SLF4J_SIMPLE], {source.name: source.read_text()}, folder)
+    (folder / "simplelogger.properties").write_text(
+        "org.slf4j.simpleLogger.defaultLogLevel=warn\norg.slf4j.simpleLogger.showDateTime=true\n"
+    )
+    return classpath
 
 
 def start_share_broker(root: Path) -> InProcessBroker:

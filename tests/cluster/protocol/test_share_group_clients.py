@@ -15,7 +15,7 @@ ShareGroupDescribe (v1) shows its two members sharing partition 0 under the `sim
 (v6) answers GROUP_ID_NOT_FOUND (it is no classic group).
 
 A second sequence SIGKILLs the member holding a record it never acknowledged: the other member must get that record
-with delivery count 2, and every record produced after, on both brokers alike (`KILL_EXPECTED`).
+with delivery count 2, and every record produced once it has, on both brokers alike (`KILL_EXPECTED`).
 
 Durability (KIP-932's, Kafka's `__share_group_state`): a member accepts, rejects and releases records on the
 in-process broker, records are produced after it left, the broker stops and opens again on the same log dirs, and a
@@ -257,6 +257,11 @@ def share_kill_steps(classpath: str, bootstrap: str, folder: Path) -> Deliveries
         wait_for("hang-0 held", lambda: any(("hang-0", 1, "HOLD") in member.deliveries() for member in members))
         (holder,) = [member for member in members if ("hang-0", 1, "HOLD") in member.deliveries()]
         holder.kill()
+        wait_for("hang-0 delivered again", lambda: deliveries().get("hang-0", [])[-1:] == [(2, "ACCEPT")])
+        # The killed member's last ShareFetch may still wait at the broker (the consumer fetches in the background
+        # while its application holds hang-0) for up to fetch.max.wait.ms (500): records produced meanwhile would be
+        # acquired for it, on either broker, and come to the other member only as second deliveries.
+        time.sleep(1.5)
         produce(bootstrap, topic, [f"after-{index}" for index in range(5)])
         wait_for(
             "every known record settled",
