@@ -2,7 +2,7 @@
 
 A topic kept as a `key_value` Iceberg table (`iceberg.mode`, `cluster.iceberg`) has its history in the table, also
 past the log's retention. This read takes each topic's table at its current snapshot, whose summary says up to which
-offset of each partition the table holds the committed records (`cluster.iceberg.translation.table_offsets`), and
+offset of each partition the table holds the committed records (`cluster.iceberg.topic_tables`), and
 the log from those offsets on (a partition the table has nothing of, from the log start), and gives them as one
 Dataset with `read_topic`'s rows: the table's rows turned back into the Kafka schema (`topic` added, its
 `timestamp_type` as `timestampType`) and decoded by the same `ReadSettings` as the log's. The snapshot and the log's
@@ -20,28 +20,21 @@ loss, as for any read (`fail_on_data_loss`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from functools import partial
 
 import pyarrow as pa
 import ray
-from pyiceberg.exceptions import NoSuchTableError
 from ray.data import Dataset
 
-from actors.calls import call
-from actors.clients.broker import Broker
 from cluster.data.datasource import ReadSettings, read_plan, read_settings
 from cluster.data.read_planning import Bound, plan_topic_read
-from cluster.iceberg.catalog import CATALOG_NAME, open_catalog
-from cluster.iceberg.translation import table_offsets
+from cluster.iceberg.catalog import CATALOG_NAME
+from cluster.iceberg.topic_tables import table_snapshots
 from cluster.iceberg.translation_driver_actor import iceberg_catalog_properties
 from cluster.records.arrow_records import kafka_arrow_schema
 from cluster.records.isolation import READ_COMMITTED
-from storage.config.iceberg_topic_config import table_identifier
-from storage.config.log_config import LogConfig
 from storage.errors import InvalidRequestError
-
-KEY_VALUE = "key_value"
 
 
 def read_table_and_tail(
@@ -64,47 +57,20 @@ def read_table_and_tail(
         )
     names = [topics] if isinstance(topics, str) else list(topics)
     properties = iceberg_catalog_properties()
-    snapshots = _table_snapshots(names, properties)
-    tail_starts = {topic: offsets for topic, (_, _, offsets) in snapshots.items() if offsets}
+    snapshots = table_snapshots(names, properties)
+    tail_starts = {topic: snapshot.offsets for topic, snapshot in snapshots.items() if snapshot.offsets}
     plan = plan_topic_read(names, start=tail_starts, end=end, isolation=isolation, fail_on_data_loss=fail_on_data_loss)
     settings = read_settings(
         plan, columns=columns, value_format=value_format, value_schema=value_schema, fail_on_data_loss=fail_on_data_loss
     )
     parts = [read_plan(plan, settings, override_num_blocks)]
     catalog_kwargs = {"name": CATALOG_NAME, **properties}
-    for topic, (identifier, snapshot_id, _) in sorted(snapshots.items()):
+    for topic, snapshot in sorted(snapshots.items()):
         table = ray.data.read_iceberg(
-            table_identifier=identifier, snapshot_id=snapshot_id, catalog_kwargs=catalog_kwargs
+            table_identifier=snapshot.identifier, snapshot_id=snapshot.snapshot_id, catalog_kwargs=catalog_kwargs
         )
         parts.append(table.map_batches(partial(_kafka_rows, topic, settings), batch_format="pyarrow"))
     return parts[0].union(*parts[1:]) if len(parts) > 1 else parts[0]
-
-
-def _table_snapshots(
-    topics: Sequence[str], properties: Mapping[str, str]
-) -> dict[str, tuple[str, int, dict[int, int]]]:
-    """Each topic's table at its current snapshot: its identifier, the snapshot's id and the offsets it holds up to
-    (a topic whose table has no snapshot yet is left out). `InvalidRequestError` for a topic not kept as a
-    `key_value` table."""
-    configs: dict[str, dict[str, str]] = call(Broker.connect().controller.topic_configs.remote())
-    catalog = open_catalog(properties)
-    snapshots = {}
-    for topic in topics:
-        config = LogConfig.from_properties(configs.get(topic, {}))
-        if config.iceberg_mode != KEY_VALUE:
-            raise InvalidRequestError(
-                f"history='table' reads topics kept as key_value Iceberg tables; {topic!r} has "
-                f"iceberg.mode={config.iceberg_mode}"
-            )
-        identifier = table_identifier(config.iceberg_table, topic)
-        try:
-            table = catalog.load_table(identifier)
-        except NoSuchTableError:
-            continue
-        snapshot = table.current_snapshot()
-        if snapshot is not None:
-            snapshots[topic] = (".".join(identifier), snapshot.snapshot_id, table_offsets(table))
-    return snapshots
 
 
 def _kafka_rows(topic: str, settings: ReadSettings, rows: pa.Table) -> pa.Table:

@@ -21,6 +21,8 @@ timestamp, timestampType int`, and `headers array<struct<key:string,value:binary
 | option `kafka.isolation.level`)       |                                                    | committed` |
 | `includeHeaders`                      | add the `headers` column                           | false      |
 | `valueFormat`, `valueSchema`          | decode values (`cluster.spark.spark_value_formats`)      | `binary`   |
+| `history`                             | `log`, or `table`: a topic's Iceberg table, then   | `log`      |
+|                                       | its log (`cluster.spark.table_history`)            |            |
 
 Offsets are planned on the driver (`cluster.spark.planning`: the semantics of the offset options, the consistent
 snapshot, how ranges become Spark tasks) and read in the executors' JVM (`cluster.spark.segment_source`: a
@@ -133,11 +135,18 @@ def read_plan(
     df = segment_dataframe(spark, plan, includeHeaders) if jvm and decoder is None else None
     if df is None:
         df = _python_read(spark, plan, schema, layout, includeHeaders, decoder)
-    if valueFormat == "string":
-        df = df.withColumn("value", F.col("value").cast("string"))
-    elif layout is not None and value_type is not None and valueFormat not in PYTHON_FORMATS:
-        df = df.select(*json_columns(value_type, layout))
+    df = _decoded(df, valueFormat, value_type, layout)
     _plans[df] = plan
+    return df
+
+
+def _decoded(df: DataFrame, value_format: str, value_type: T.DataType | None, layout: ValueLayout | None) -> DataFrame:
+    """A Kafka-schema DataFrame with its values decoded in the JVM (`string`, `json`), as they were read for the
+    others."""
+    if value_format == "string":
+        return df.withColumn("value", F.col("value").cast("string"))
+    if layout is not None and value_type is not None and value_format not in PYTHON_FORMATS:
+        return df.select(*json_columns(value_type, layout))
     return df
 
 
@@ -179,10 +188,18 @@ def read_topics(
     valueSchema: str | T.DataType | None = None,
     sampleSize: int = DEFAULT_SAMPLE_SIZE,
     jvm: bool = True,
+    history: str = "log",
     **options: Any,
 ) -> DataFrame:
     """`spark.read.format("kafka")` over raybroker's topics: `plan_read` with the session's cores, then
-    `read_plan`. `options` are `plan_read`'s (`startingOffsets`, `endingOffsets`, `minPartitions`, ...)."""
+    `read_plan`. `options` are `plan_read`'s (`startingOffsets`, `endingOffsets`, `minPartitions`, ...). With
+    `history="table"`, topics kept as Iceberg tables are read from their table and then their log
+    (`cluster.spark.table_history`)."""
+    if history not in ("log", "table"):
+        raise InvalidRequestError(f"history must be 'log' or 'table', got {history!r}")
+    if history == "table":
+        with_assign = options if assign is None else {**options, "assign": assign}
+        return _read_table_and_tail(spark, topics, includeHeaders, valueFormat, valueSchema, jvm, with_assign)
     plan = plan_read(topics=topics, assign=assign, parallelism=spark.sparkContext.defaultParallelism, **options)
     return read_plan(
         spark,
@@ -193,6 +210,31 @@ def read_topics(
         sampleSize=sampleSize,
         jvm=jvm,
     )
+
+
+def _read_table_and_tail(
+    spark: SparkSession,
+    topics: str | Sequence[str] | None,
+    include_headers: bool,
+    value_format: str,
+    value_schema: str | T.DataType | None,
+    jvm: bool,
+    options: Mapping[str, Any],
+) -> DataFrame:
+    """The topics' Iceberg tables and their logs after them as one DataFrame (`cluster.spark.table_history`)."""
+    # Here, not at the top: the table's read needs pyiceberg (~0.7 s to import), which a read of the log alone
+    # never loads.
+    from cluster.spark.table_history import check_history_read, table_parts
+
+    passed = check_history_read(options, value_format, value_schema)
+    kafka_schema = kafka_spark_schema(include_headers)
+    starts, tables = table_parts(spark, topics, kafka_schema)
+    plan = plan_read(topics=topics, startingOffsets=starts, parallelism=spark.sparkContext.defaultParallelism, **passed)
+    log = read_plan(spark, plan, includeHeaders=include_headers, jvm=jvm)
+    rows = log if tables is None else log.unionByName(tables)
+    value_type = None if value_schema is None or value_format != "json" else parse_schema(value_schema)
+    layout = None if value_type is None else value_layout(kafka_schema, value_type)
+    return _decoded(rows, value_format, value_type, layout)
 
 
 def planned_read(df: DataFrame) -> ReadPlan:

@@ -1,16 +1,17 @@
-"""`read_topic(..., history="table")` on a real broker over Ray with its translation driver: a topic whose first
-records are in its Iceberg table and then deleted from the log (DeleteRecords: as retention would), and whose later
-records are in the log only, reads back as one Dataset equal to everything produced, each record once, by
-(partition, offset), key and value, decoded by the read's value format; the log alone has only the later records.
-A read with other bounds, of a topic not kept as a table, or with an unknown history is refused before anything is
-read."""
+"""`read_topic(..., history="table")` and the Spark bridge's `read_topics(..., history="table")` on a real broker over
+Ray with its translation driver: a topic whose first records are in its Iceberg table and then deleted from the log
+(DeleteRecords: as retention would), and whose later records are in the log only, reads back as one Dataset (one
+DataFrame) equal to everything produced, each record once, by (partition, offset), key and value, decoded by the
+read's value format; the log alone has only the later records. A read with other bounds, of a topic not kept as a
+table, or with an unknown history is refused before anything is read."""
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 
@@ -22,10 +23,11 @@ from cluster.iceberg.catalog import catalog_properties, open_catalog
 from cluster.iceberg.key_value_table import load_or_create_table
 from cluster.iceberg.translation import table_offsets, translate_once
 from cluster.iceberg.translation_driver_actor import iceberg_driver_status, start_iceberg_driver
+from cluster.spark.kafka_source import kafka_spark_schema, read_topics
 from storage.config.broker_config import BrokerConfig
 from storage.errors import InvalidRequestError
 
-pytestmark = pytest.mark.ray
+pytestmark = [pytest.mark.ray, pytest.mark.spark]
 
 PARTITIONS = 3
 TOPIC = "history-kv"
@@ -59,7 +61,16 @@ def _rows(dataset: Any) -> list[Row]:
     return sorted((row["partition"], row["offset"], row["key"], row["value"]) for row in dataset.take_all())
 
 
-def test_the_table_and_the_log_after_it_read_as_one_dataset(config: BrokerConfig) -> None:
+class History(NamedTuple):
+    """The topic's records: those in its table (deleted from its log) and those in its log only."""
+
+    translated: list[Row]
+    tail: list[Row]
+
+
+@pytest.fixture(scope="module")
+def history(config: BrokerConfig) -> History:
+    """`TOPIC` with 60 records translated into its table and deleted from its log, then 30 more in its log."""
     # Translated by hand, so the split between table and log is known: the driver runs its first round of the topic
     # as soon as it sees it (nothing to commit yet, the topic is empty), and its next an hour later.
     Admin().create_topic(
@@ -77,11 +88,39 @@ def test_the_table_and_the_log_after_it_read_as_one_dataset(config: BrokerConfig
     offsets = table_offsets(table.refresh())
     for partition, offset in offsets.items():
         Admin().delete_records(TOPIC, partition, offset)
+    return History(translated, tail)
 
+
+def test_the_table_and_the_log_after_it_read_as_one_dataset(history: History) -> None:
     combined = read_topic(TOPIC, history="table", value_format="string")
-    assert _rows(combined) == sorted(translated + tail)
-    assert _rows(read_topic(TOPIC, value_format="string")) == sorted(tail)
+    assert _rows(combined) == sorted(history.translated + history.tail)
+    assert _rows(read_topic(TOPIC, value_format="string")) == sorted(history.tail)
     assert set(combined.schema().names) == set(read_topic(TOPIC).schema().names)
+
+
+def test_spark_reads_the_table_and_the_log_after_it_as_one_dataframe(history: History, spark: Any) -> None:
+    """The same through the Spark bridge: the same rows, in Spark's Kafka-source schema, on the JVM reader and in
+    Python workers alike; JSON values decoded by the schema given."""
+    everything = history.translated + history.tail
+    for jvm in (True, False):
+        combined = read_topics(spark, topics=TOPIC, history="table", valueFormat="string", jvm=jvm)
+        plain = read_topics(spark, topics=TOPIC, valueFormat="string", jvm=jvm)
+        assert _types(combined) == _types(plain)
+        assert _spark_rows(combined) == sorted(everything)
+    headers = read_topics(spark, topics=TOPIC, history="table", includeHeaders=True)
+    assert headers.columns == kafka_spark_schema(True).names
+    assert headers.count() == len(everything)
+    parsed = read_topics(spark, topics=TOPIC, history="table", valueFormat="json", valueSchema="v string")
+    assert parsed.where("v IS NOT NULL").count() == 0  # the values are not JSON objects: null, as Spark's from_json
+    assert parsed.count() == len(everything)
+
+
+def _types(df: Any) -> list[tuple[str, Any]]:
+    return [(field.name, field.dataType) for field in df.schema]
+
+
+def _spark_rows(df: Any) -> list[Row]:
+    return sorted((row["partition"], row["offset"], bytes(row["key"]), row["value"]) for row in df.collect())
 
 
 def test_a_read_the_table_cannot_answer_is_refused_before_it_starts(config: BrokerConfig) -> None:
@@ -92,3 +131,22 @@ def test_a_read_the_table_cannot_answer_is_refused_before_it_starts(config: Brok
         read_topic("history-plain", history="table", start=5)
     with pytest.raises(InvalidRequestError, match="history must be 'log' or 'table'"):
         read_topic("history-plain", history="iceberg")
+
+
+def test_a_spark_read_the_table_cannot_answer_is_refused_before_it_starts(spark: Any) -> None:
+    Admin().create_topic("history-plain-spark", 1)
+    with pytest.raises(InvalidRequestError, match=r"iceberg\.mode=off"):
+        read_topics(spark, topics="history-plain-spark", history="table")
+    refused: list[tuple[dict[str, Any], str]] = [
+        ({"startingOffsets": "latest"}, "startingOffsets='earliest'"),
+        ({"isolationLevel": "read_uncommitted"}, "isolationLevel='read_committed'"),
+        ({"startingTimestamp": 5}, "startingTimestamp"),
+        ({"valueFormat": "msgpack"}, "reads values as binary, string, json"),
+        ({"valueFormat": "json"}, "needs a valueSchema"),
+        ({"history": "iceberg"}, "history must be 'log' or 'table'"),
+    ]
+    for options, message in refused:
+        with pytest.raises(InvalidRequestError, match=re.escape(message)):
+            read_topics(spark, topics="history-plain-spark", **{"history": "table", **options})
+    with pytest.raises(InvalidRequestError, match="assign"):
+        read_topics(spark, assign={"history-plain-spark": [0]}, history="table")
