@@ -22,7 +22,7 @@ timestamp, timestampType int`, and `headers array<struct<key:string,value:binary
 | `includeHeaders`                      | add the `headers` column                           | false      |
 | `valueFormat`, `valueSchema`          | decode values (`cluster.spark.spark_value_formats`)      | `binary`   |
 | `history`                             | `log`, or `table`: a topic's Iceberg table, then   | `log`      |
-|                                       | its log (`cluster.spark.table_history`)            |            |
+|                                       | its log (`cluster.spark.iceberg_history`)          |            |
 
 Offsets are planned on the driver (`cluster.spark.planning`: the semantics of the offset options, the consistent
 snapshot, how ranges become Spark tasks) and read in the executors' JVM (`cluster.spark.segment_source`: a
@@ -194,7 +194,7 @@ def read_topics(
     """`spark.read.format("kafka")` over raybroker's topics: `plan_read` with the session's cores, then
     `read_plan`. `options` are `plan_read`'s (`startingOffsets`, `endingOffsets`, `minPartitions`, ...). With
     `history="table"`, topics kept as Iceberg tables are read from their table and then their log
-    (`cluster.spark.table_history`)."""
+    (`cluster.spark.iceberg_history`)."""
     if history not in ("log", "table"):
         raise InvalidRequestError(f"history must be 'log' or 'table', got {history!r}")
     if history == "table":
@@ -221,10 +221,10 @@ def _read_table_and_tail(
     jvm: bool,
     options: Mapping[str, Any],
 ) -> DataFrame:
-    """The topics' Iceberg tables and their logs after them as one DataFrame (`cluster.spark.table_history`)."""
+    """The topics' Iceberg tables and their logs after them as one DataFrame (`cluster.spark.iceberg_history`)."""
     # Here, not at the top: the table's read needs pyiceberg (~0.7 s to import), which a read of the log alone
     # never loads.
-    from cluster.spark.table_history import check_history_read, table_parts
+    from cluster.spark.iceberg_history import check_history_read, table_parts
 
     passed = check_history_read(options, value_format, value_schema)
     kafka_schema = kafka_spark_schema(include_headers)
