@@ -180,11 +180,12 @@ def test_results_table_escapes_pipes_and_marks_missed_goals() -> None:
 
 @pytest.fixture(scope="module")
 def quick_ray_figures(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
-    """`ray_data_read`, `ray_data_write` and `create_topic_s` of one `--quick` run, by name: one run, so one embedded
-    Ray, broker and listener of the benchmark's own (its subprocess) serve the three. Slow (~60 s): 24 partitions,
-    every Ray Data read and write of both sides once, and an Apache Kafka JVM, which is what `--quick` runs."""
+    """`ray_data_read`, `ray_data_write`, `iceberg_translate` and `create_topic_s` of one `--quick` run, by name: one
+    run, so one embedded Ray, broker and listener of the benchmark's own (its subprocess) serve them. Slow (~90 s): 24
+    partitions, every Ray Data read and write of both sides once, and an Apache Kafka JVM, which is what `--quick`
+    runs."""
     out = tmp_path_factory.mktemp("quick-ray") / "figures.json"
-    names = ["ray_data_read", "ray_data_write", "create_topic_s"]
+    names = ["ray_data_read", "ray_data_write", "iceberg_translate", "create_topic_s"]
     result = run_module("benchmarks", "--quick", "--only", *names, "--json", str(out), timeout_s=900)
     assert result.returncode == 0, result.stderr[-3000:]
     figures = {figure["name"]: figure for figure in json.loads(out.read_text())["figures"]}
@@ -203,6 +204,18 @@ def test_quick_ray_data_run_reports_reads_and_writes_beside_their_baselines(
     assert quick_ray_figures["ray_data_write"]["baseline_name"] == "Dataset.write_kafka"
     for name in ("ray_data_read", "ray_data_write"):
         assert quick_ray_figures[name]["value"] > 0 and quick_ray_figures[name]["baseline_value"] > 0
+
+
+@pytest.mark.ray
+@pytest.mark.kafka
+def test_quick_iceberg_run_reports_translation_beside_ray_datas_read_kafka_and_write_iceberg(
+    quick_ray_figures: dict[str, dict[str, Any]],
+) -> None:
+    """`iceberg_translate` against Ray Data's `read_kafka` + `write_iceberg` on the same records, in the same run (the
+    benchmark itself checks each table holds every record once)."""
+    figure = quick_ray_figures["iceberg_translate"]
+    assert figure["baseline_name"] == "ray.data.read_kafka + write_iceberg"
+    assert figure["value"] > 0 and figure["baseline_value"] > 0 and figure["unit"] == "MB/s"
 
 
 @pytest.mark.ray
