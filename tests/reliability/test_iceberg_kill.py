@@ -1,0 +1,166 @@
+"""kill -9 through Iceberg translation: a transactional producer writes to a `key_value` topic (one transaction in
+three aborted) while the translation driver commits a round every 200 ms, and the harness SIGKILLs, at random
+moments, the driver's process (the committer, at any point of a round: planning, its Parquet tasks, its Iceberg
+commit) and the partition host holding the topic's partitions in turn; Ray restarts each (`max_restarts=-1`).
+
+Once the producer stopped and the table caught up with the log's last stable offsets: the table holds exactly what a
+read_committed consumer reads from the log, each record once by (partition, offset) with its value; every record of a
+transaction whose commit returned is in it, none of a transaction whose abort returned. Quick mode: 4 kills; long
+mode: 20.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from actors.calls import get_actor
+from actors.clients.admin import Admin
+from actors.clients.broker import Broker
+from actors.clients.consumer import Consumer
+from actors.clients.producer import Producer
+from actors.options import ICEBERG_DRIVER_NAME
+from cluster.iceberg.catalog import catalog_properties, open_catalog
+from cluster.iceberg.translation_driver import TRANSLATING
+from cluster.iceberg.translation_driver_actor import iceberg_driver_status, start_iceberg_driver
+from storage.config.broker_config import BrokerConfig
+from tests.reliability.broker_support import seeded_random, sigkill_and_wait, wait_for
+from tests.reliability.modes import scaled
+
+pytestmark = [pytest.mark.reliability, pytest.mark.ray]
+
+KILLS = scaled(4, 20)
+PARTITIONS = 3
+TOPIC = "iceberg-kill9"
+RECORDS_PER_TRANSACTION = 20
+# The producer's pace: a transaction every this many seconds, so the table has a few thousand rows to check.
+TRANSACTION_EVERY_S = 0.05
+CATCH_UP_S = 120.0
+Row = tuple[int, int, bytes]
+
+
+def _identity(data: bytes) -> bytes:
+    return data
+
+
+@pytest.fixture(scope="module")
+def config(start_test_broker: Callable[..., tuple[Any, list[Path]]]) -> Iterator[BrokerConfig]:
+    _, log_dirs = start_test_broker(log_dirs_count=1)
+    config = BrokerConfig.from_properties({"log.dirs": str(log_dirs[0])})
+    start_iceberg_driver(config, poll_interval_s=0.1)
+    yield config
+
+
+class TransactionalWriter:
+    """Writes transactions until stopped, one in three aborted; what each transaction's commit or abort returned.
+    A transaction that failed (a partition actor restarting) is aborted, or its producer replaced (fencing the old
+    one): its records are in neither list, and the oracle is the log's read_committed read."""
+
+    def __init__(self) -> None:
+        self.committed: list[Row] = []
+        self.aborted: list[Row] = []
+        self.failures = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="iceberg-kill-writer", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(120)
+        assert not self._thread.is_alive(), "the writer did not stop"
+
+    def _run(self) -> None:
+        producer = self._producer()
+        number = 0
+        while not self._stop.is_set():
+            number += 1
+            try:
+                producer.begin_transaction()
+                futures = [
+                    (producer.send(TOPIC, value=b"t%d-%d" % (number, index)), b"t%d-%d" % (number, index))
+                    for index in range(RECORDS_PER_TRANSACTION)
+                ]
+                producer.flush()
+                rows = [(f.result().partition, f.result().offset, value) for f, value in futures]
+                if number % 3 == 0:
+                    producer.abort_transaction()
+                    self.aborted.extend(rows)
+                else:
+                    producer.commit_transaction()
+                    self.committed.extend(rows)
+            except Exception:
+                self.failures += 1
+                producer.close()
+                producer = self._producer()
+            time.sleep(TRANSACTION_EVERY_S)
+        producer.close()
+
+    @staticmethod
+    def _producer() -> Producer:
+        producer = Producer(transactional_id="iceberg-kill9", value_serializer=_identity, linger_ms=1)
+        producer.init_transactions()
+        return producer
+
+
+def _read_committed() -> tuple[list[Row], dict[int, int]]:
+    """Every record a read_committed consumer reads from the topic, and the last stable offset of each partition."""
+    tps = [(TOPIC, partition) for partition in range(PARTITIONS)]
+    with Consumer(isolation_level="read_committed", value_deserializer=_identity) as consumer:
+        consumer.assign(tps)
+        consumer.seek_to_end()
+        ends = {tp[1]: consumer.position(tp) for tp in tps}
+        consumer.seek_to_beginning()
+        rows: list[Row] = []
+        deadline = time.monotonic() + CATCH_UP_S
+        while any(consumer.position(tp) < ends[tp[1]] for tp in tps):
+            assert time.monotonic() < deadline, "the read_committed read did not reach the last stable offsets"
+            records = consumer.poll(500)
+            rows.extend((r.partition, r.offset, r.value) for r in records if r.offset < ends[r.partition])
+    return sorted(rows), ends
+
+
+def _table_rows(config: BrokerConfig) -> list[Row]:
+    table = open_catalog(catalog_properties(config)).load_table(("raybroker", TOPIC))
+    rows = table.scan(selected_fields=("partition", "offset", "value")).to_arrow().to_pylist()
+    return sorted((row["partition"], row["offset"], row["value"]) for row in rows)
+
+
+def test_sigkills_of_the_driver_and_the_partition_host_lose_and_repeat_nothing(config: BrokerConfig) -> None:
+    """Slow (~60 s): each kill waits for Ray to restart the process killed."""
+    rng, _ = seeded_random("iceberg kill -9")
+    Admin().create_topic(TOPIC, PARTITIONS, config={"iceberg.mode": "key_value", "iceberg.target.lag.ms": "200"})
+    writer = TransactionalWriter()
+    try:
+        for kill in range(KILLS):
+            time.sleep(rng.uniform(0.3, 1.5))
+            if kill % 2 == 0:
+                sigkill_and_wait(get_actor(ICEBERG_DRIVER_NAME), rng.uniform(0.0, 0.3), ready="ready")
+            else:
+                # The partition host holding the partition (it holds every partition of the node's topics).
+                host = Broker.connect().partition(TOPIC, rng.randrange(PARTITIONS)).host
+                sigkill_and_wait(host, rng.uniform(0.0, 0.3), "ping")
+    finally:
+        writer.stop()
+    assert writer.committed, f"no transaction committed ({writer.failures} failed)"
+    expected, ends = _read_committed()
+
+    def caught_up() -> bool:
+        statuses = iceberg_driver_status(TOPIC)
+        held = {p.partition: p.table_offset for p in statuses[0].partitions} if statuses else {}
+        return bool(statuses) and statuses[0].state == TRANSLATING and held == ends
+
+    wait_for(caught_up, CATCH_UP_S, f"the table of {TOPIC} to reach {ends}: {iceberg_driver_status(TOPIC)}")
+    rows = _table_rows(config)
+    assert len({(p, o) for p, o, _ in rows}) == len(rows), "a record is in the table twice"
+    assert rows == expected
+    assert set(writer.committed) <= set(rows)
+    assert not set(writer.aborted) & set(rows)
+    print(
+        f"{KILLS} kills: {len(rows)} rows, {len(writer.committed)} committed and {len(writer.aborted)} aborted by "
+        f"the writer, {writer.failures} transactions failed"
+    )
