@@ -14,7 +14,7 @@ range, a required field absent, no value at all) becomes a row of the dead-lette
 `key_value` columns (`cluster.iceberg.key_value_table`: its key, value and headers as bytes) and `error`, the reason.
 Fields the schema does not name are ignored. `(partition, offset)` identifies a row in either table; each record
 lands in exactly one of them (`cluster.iceberg.translation` commits both). The table's columns only grow with the
-config (`evolve`).
+config, and widen as Iceberg promotes types (`evolve`).
 
 Values are decoded record by record in Python (`json.loads`, `msgpack.unpackb`): column-wise decoding is left for
 when the throughput is measured.
@@ -89,6 +89,9 @@ _ARROW_TYPES = {
     "timestamptz": pa.timestamp("us", tz="UTC"),
 }
 _INT_BOUNDS = {"int": 2**31, "long": 2**63}
+# The type changes Iceberg applies to a column whose rows are written (its spec's type promotions, of the types a
+# value schema declares).
+PROMOTIONS = (("int", "long"), ("float", "double"))
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 
 
@@ -123,17 +126,18 @@ def load_or_create_value_tables(
 
 
 def evolve(table: Table, columns: tuple[ValueColumn, ...]) -> tuple[ValueColumn, ...]:
-    """The table's value columns once `iceberg.value.schema`'s new ones are added to it, as Iceberg allows: a new
-    column is added (optional: the rows already written have none), and a column the config no longer names stays
-    (filled while values still have it), so the table's columns only grow. A column whose type changed, or a new
-    one declared required, cannot be applied to the rows already written: `IcebergCatalogError` with the reason,
-    which pauses the topic until the config is set back."""
+    """The table's value columns once `iceberg.value.schema`'s changes are applied to it, as Iceberg allows: a new
+    column is added (optional: the rows already written have none), a column widened as Iceberg promotes types (int
+    to long, float to double) is promoted, and a column the config no longer names stays (filled while values still
+    have it), so the table's columns only grow. Any other change of a column's type, or a new column declared
+    required, cannot be applied to the rows already written: `IcebergCatalogError` with the reason, which pauses the
+    topic until the config is set back."""
     existing = [
         ValueColumn(field.name, str(field.field_type), field.required)
         for field in table.schema().fields[len(_RECORD_FIELDS) :]
     ]
     by_name = {column.name: column for column in existing}
-    added = []
+    added, promoted = [], {}
     for column in columns:
         old = by_name.get(column.name)
         if old is None:
@@ -143,14 +147,20 @@ def evolve(table: Table, columns: tuple[ValueColumn, ...]) -> tuple[ValueColumn,
                 )
             added.append(column)
         elif old.type != column.type:
-            raise IcebergCatalogError(
-                f"table {table.name()}: column {column.name!r} is {old.type}, iceberg.value.schema says {column.type}"
-            )
-    if added:
+            if (old.type, column.type) not in PROMOTIONS:
+                raise IcebergCatalogError(
+                    f"table {table.name()}: column {column.name!r} is {old.type}, iceberg.value.schema says "
+                    f"{column.type} (Iceberg widens only {', '.join(f'{a} to {b}' for a, b in PROMOTIONS)})"
+                )
+            promoted[column.name] = column.type
+    if added or promoted:
         with table.update_schema() as update:
+            for name, kind in promoted.items():
+                update.update_column(name, field_type=_ICEBERG_TYPES[kind])
             for column in added:
                 update.add_column(column.name, _ICEBERG_TYPES[column.type])
-    return (*existing, *added)
+    widened = [ValueColumn(c.name, promoted.get(c.name, c.type), c.required) for c in existing]
+    return (*widened, *added)
 
 
 @dataclass(frozen=True)

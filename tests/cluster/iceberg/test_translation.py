@@ -148,7 +148,9 @@ def test_dead_letters_committed_before_a_crash_are_not_written_again(broker: Any
     assert good == list(range(1, 20, 2)) and bad == list(range(0, 20, 2))
 
 
-def test_a_column_added_to_the_value_schema_is_added_to_the_table(broker: Any, tmp_path: Path) -> None:
+def test_a_column_added_to_the_value_schema_is_added_to_the_table_and_one_widened_is_promoted(
+    broker: Any, tmp_path: Path
+) -> None:
     topic = "iceberg-evolve"
     Admin().create_topic(topic, 1)
     catalog = open_catalog(catalog_properties(BrokerConfig.from_properties({"log.dirs": str(tmp_path / "meta")})))
@@ -167,5 +169,18 @@ def test_a_column_added_to_the_value_schema_is_added_to_the_table(broker: Any, t
     assert sorted((r["offset"], r["id"], r["name"]) for r in rows) == [(0, 1, None), (1, 2, "b")]
     with pytest.raises(IcebergCatalogError, match=r"column 'id' is int, iceberg\.value\.schema says string"):
         load_or_create_value_tables(catalog, identifier, "value_json", "id STRING", "")
+    # Widened as Iceberg promotes: the rows written read back as the wider type, and a value past int's range lands.
+    with Producer(value_serializer=_identity, key_serializer=_identity) as producer:
+        _produce(topic, [(b"k", b'{"id": 4000000000, "name": "c"}')], producer)
+    table, dead_letters, values = load_or_create_value_tables(
+        catalog, identifier, "value_json", "name STRING, id BIGINT", ""
+    )
+    assert [(column.name, column.type) for column in values.columns] == [("id", "long"), ("name", "string")]
+    assert translate_once(topic, table, broker, values, dead_letters).rows == 1
+    rows = table.refresh().scan(selected_fields=("offset", "id")).to_arrow()
+    assert str(rows.schema.field("id").type) == "int64"
+    assert sorted((r["offset"], r["id"]) for r in rows.to_pylist()) == [(0, 1), (1, 2), (2, 4_000_000_000)]
+    with pytest.raises(IcebergCatalogError, match=r"column 'id' is long, iceberg\.value\.schema says int"):
+        load_or_create_value_tables(catalog, identifier, "value_json", "id INT", "")
     with pytest.raises(IcebergCatalogError, match="new column 'n' cannot be required"):
-        load_or_create_value_tables(catalog, identifier, "value_json", "id INT, n INT NOT NULL", "")
+        load_or_create_value_tables(catalog, identifier, "value_json", "id BIGINT, n INT NOT NULL", "")
