@@ -3,6 +3,11 @@ for the same job, `ray.data.read_kafka(...).write_iceberg(...)`, on the same rec
 
 | figure              | ours                                         | baseline                                        |
 |---------------------|----------------------------------------------|-------------------------------------------------|
+| `iceberg_lag_p99`   | ms from a record's timestamp to the commit   | none (absolute goal): p99 <= the topic's        |
+|                     | of the snapshot holding it, p99 over every   | `iceberg.target.lag.ms` (`LAG_TARGET_MS`) at    |
+|                     | record, the translation driver running while | `OFFERED_MB_S` offered                          |
+|                     | a producer offers `OFFERED_MB_S` for         |                                                 |
+|                     | `LAG_RUN_S`                                  |                                                 |
 | `iceberg_translate` | MB/s of record keys and values committed     | `ray.data.read_kafka(topic, bootstrap_servers=  |
 |                     | into a `key_value` table by one translation  | listener).drop_columns(["headers"])             |
 |                     | round (`translate_once`: read_committed from | .materialize().write_iceberg(table)` into a     |
@@ -21,17 +26,36 @@ in `PARTITIONS` partitions, `ROWS` of them (`QUICK_ROWS` with --quick). Both wri
 SQL catalog on SQLite with a file warehouse in the run's work dir, the broker's embedded default), each run into a
 table of its own made before the clock starts; a run is timed until its commit returned. The sides alternate, best of
 `REPEATS` each, and each table must then hold every record once.
+
+The lag: the cluster's translation driver (`start_iceberg_driver`, its catalog in the work dir) translates a topic of
+`PARTITIONS` partitions in `key_value` mode with `iceberg.target.lag.ms` = `LAG_TARGET_MS` while one producer thread
+(the Python `Producer`, 1 KB values) offers `OFFERED_MB_S` for `LAG_RUN_S`, paced in steps of 10 ms. Once the table
+holds every record, each record's lag is the commit time of the first snapshot whose offsets (its summary's
+`raybroker.offsets`) pass it, less the record's timestamp (set when it was sent). The goal is met when the p99 is
+within the target and the producer got the offered rate through; the figure's goal text says what it got.
 """
 
 from __future__ import annotations
 
+import json
+import time
 import uuid
 from typing import Any
 
 from benchmarks.bench_spark import prepare
-from benchmarks.common import BenchContext, Figure, throughput_figure, timer
+from benchmarks.common import BenchContext, Figure, absolute_figure, percentile, throughput_figure, timer
 
 PARTITIONS = 16
+LAG_TARGET_MS = 10_000
+QUICK_LAG_TARGET_MS = 3_000
+OFFERED_MB_S = 50.0
+QUICK_OFFERED_MB_S = 2.0
+LAG_RUN_S = 60.0
+QUICK_LAG_RUN_S = 10.0
+LAG_VALUE = b"x" * 1000
+# The producer got the offered load through when it wrote at least this share of it.
+OFFERED_SHARE = 0.9
+CATCH_UP_S = 300.0
 ROWS = 500_000
 QUICK_ROWS = 20_000
 REPEATS = 3
@@ -84,6 +108,7 @@ def run(ctx: BenchContext) -> list[Figure]:
         f"read_kafka + write_iceberg {best['write_iceberg']:,.0f} ({theirs_mb:.1f} MB/s)"
     )
     return [
+        _lag(ctx, home),
         throughput_figure(
             "iceberg_translate",
             ours_mb,
@@ -92,7 +117,7 @@ def run(ctx: BenchContext) -> list[Figure]:
             theirs_mb,
             GOAL_RATIO,
             f"ratio >= {GOAL_RATIO} (key and value bytes; {PARTITIONS} partitions, {rows} records, best of {repeats})",
-        )
+        ),
     ]
 
 
@@ -125,3 +150,95 @@ def _checked_payload(table: Any, rows: int, name: str) -> int:
     if data.num_rows != rows or distinct != rows:
         raise AssertionError(f"{name}: the table holds {data.num_rows} rows, {distinct} distinct (wanted {rows})")
     return int(pc.sum(pc.binary_length(data["key"])).as_py()) + int(pc.sum(pc.binary_length(data["value"])).as_py())
+
+
+def _lag(ctx: BenchContext, home: Any) -> Figure:
+    """`iceberg_lag_p99` (see the module docstring)."""
+    from actors.clients.admin import Admin
+    from cluster.iceberg.catalog import open_catalog
+    from cluster.iceberg.translation_driver_actor import iceberg_driver_status, start_iceberg_driver
+    from storage.config.broker_config import BrokerConfig
+
+    target_ms = QUICK_LAG_TARGET_MS if ctx.quick else LAG_TARGET_MS
+    offered = QUICK_OFFERED_MB_S if ctx.quick else OFFERED_MB_S
+    run_s = QUICK_LAG_RUN_S if ctx.quick else LAG_RUN_S
+    lag_home = home / "lag"
+    properties = {"type": "sql", "uri": f"sqlite:///{lag_home / 'catalog.db'}", "warehouse": (lag_home / "wh").as_uri()}
+    lag_home.mkdir()
+    config = BrokerConfig.from_properties(
+        {"log.dirs": str(lag_home / "meta"), **{f"iceberg.catalog.{key}": value for key, value in properties.items()}}
+    )
+    topic = f"iceberg-lag-{uuid.uuid4().hex[:8]}"
+    Admin().create_topic(
+        topic, PARTITIONS, config={"iceberg.mode": "key_value", "iceberg.target.lag.ms": str(target_ms)}
+    )
+    start_iceberg_driver(config)
+    written = _offer(topic, offered, run_s)
+    achieved = written * len(LAG_VALUE) / run_s / 1e6
+    deadline = time.monotonic() + CATCH_UP_S
+    while sum(p.table_offset for s in iceberg_driver_status(topic) for p in s.partitions) < written:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{topic}: the table did not catch up: {iceberg_driver_status(topic)}")
+        time.sleep(0.5)
+    lags = _record_lags(open_catalog(properties).load_table(("raybroker", topic)), written)
+    Admin().delete_topic(topic)  # The driver, idle then, runs on with the broker the later benchmarks share.
+    p99, p50 = percentile(lags, 0.99), percentile(lags, 0.5)
+    ctx.progress(
+        f"  Iceberg lag at {achieved:.1f} MB/s produced ({offered} offered, target {target_ms} ms): p50 {p50:.0f} ms, "
+        f"p99 {p99:.0f} ms over {written} records"
+    )
+    met = p99 <= target_ms and achieved >= OFFERED_SHARE * offered
+    return absolute_figure(
+        "iceberg_lag_p99",
+        p99,
+        "ms",
+        f"p99 <= iceberg.target.lag.ms ({target_ms} ms) at {offered:g} MB/s offered ({achieved:.1f} MB/s produced, "
+        f"{PARTITIONS} partitions, {run_s:g} s; p50 {p50:.0f} ms)",
+        met,
+    )
+
+
+def _offer(topic: str, mb_s: float, run_s: float) -> int:
+    """Sends `LAG_VALUE` records at `mb_s` for `run_s`, paced every 10 ms; how many were acknowledged."""
+    from actors.clients.producer import Producer
+
+    per_step = mb_s * 1e6 / len(LAG_VALUE) / 100
+    sent = 0
+    began = time.monotonic()
+    with Producer(linger_ms=5) as producer:
+        while (elapsed := time.monotonic() - began) < run_s:
+            due = int(per_step * (elapsed * 100 + 1))
+            for _ in range(due - sent):
+                producer.send(topic, value=LAG_VALUE)
+            sent = max(sent, due)
+            time.sleep(max(0.0, began + (elapsed * 100 + 1) / 100 - time.monotonic()))
+        producer.flush()
+    return sent
+
+
+def _record_lags(table: Any, written: int) -> list[float]:
+    """Each row's lag in ms (see the module docstring), ascending; `AssertionError` unless the table holds `written`
+    rows."""
+    import numpy as np
+
+    from cluster.iceberg.translation import OFFSETS_PROPERTY
+
+    rows = table.scan(selected_fields=("partition", "offset", "timestamp")).to_arrow()
+    if rows.num_rows != written:
+        raise AssertionError(f"the lag table holds {rows.num_rows} rows, {written} were written")
+    commits = sorted(
+        (snapshot.timestamp_ms, json.loads(snapshot.summary.additional_properties[OFFSETS_PROPERTY]))
+        for snapshot in table.snapshots()
+        if snapshot.summary is not None and OFFSETS_PROPERTY in snapshot.summary.additional_properties
+    )
+    partitions = rows.column("partition").to_numpy()
+    offsets = rows.column("offset").to_numpy()
+    stamps = rows.column("timestamp").cast("int64").to_numpy() / 1000.0
+    lags = np.empty(rows.num_rows)
+    for partition in np.unique(partitions):
+        ends = np.array([int(summary.get(str(partition), 0)) for _, summary in commits])
+        times = np.array([committed for committed, _ in commits], dtype=float)
+        mine = partitions == partition
+        index = np.searchsorted(ends, offsets[mine], side="right")
+        lags[mine] = times[index] - stamps[mine]
+    return sorted(lags.tolist())

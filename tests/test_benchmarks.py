@@ -180,12 +180,12 @@ def test_results_table_escapes_pipes_and_marks_missed_goals() -> None:
 
 @pytest.fixture(scope="module")
 def quick_ray_figures(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
-    """`ray_data_read`, `ray_data_write`, `iceberg_translate` and `create_topic_s` of one `--quick` run, by name: one
-    run, so one embedded Ray, broker and listener of the benchmark's own (its subprocess) serve them. Slow (~90 s): 24
-    partitions, every Ray Data read and write of both sides once, and an Apache Kafka JVM, which is what `--quick`
-    runs."""
+    """`ray_data_read`, `ray_data_write`, `iceberg_translate`, `iceberg_lag_p99` and `create_topic_s` of one `--quick`
+    run, by name: one run, so one embedded Ray, broker and listener of the benchmark's own (its subprocess) serve them.
+    Slow (~2 min): 24 partitions, every Ray Data read and write of both sides once, 10 s of translation under load,
+    and an Apache Kafka JVM, which is what `--quick` runs."""
     out = tmp_path_factory.mktemp("quick-ray") / "figures.json"
-    names = ["ray_data_read", "ray_data_write", "iceberg_translate", "create_topic_s"]
+    names = ["ray_data_read", "ray_data_write", "iceberg_translate", "iceberg_lag_p99", "create_topic_s"]
     result = run_module("benchmarks", "--quick", "--only", *names, "--json", str(out), timeout_s=900)
     assert result.returncode == 0, result.stderr[-3000:]
     figures = {figure["name"]: figure for figure in json.loads(out.read_text())["figures"]}
@@ -208,14 +208,17 @@ def test_quick_ray_data_run_reports_reads_and_writes_beside_their_baselines(
 
 @pytest.mark.ray
 @pytest.mark.kafka
-def test_quick_iceberg_run_reports_translation_beside_ray_datas_read_kafka_and_write_iceberg(
+def test_quick_iceberg_run_reports_translation_beside_ray_datas_and_the_lag_p99(
     quick_ray_figures: dict[str, dict[str, Any]],
 ) -> None:
     """`iceberg_translate` against Ray Data's `read_kafka` + `write_iceberg` on the same records, in the same run (the
-    benchmark itself checks each table holds every record once)."""
+    benchmark itself checks each table holds every record once), and `iceberg_lag_p99`, an absolute goal."""
     figure = quick_ray_figures["iceberg_translate"]
     assert figure["baseline_name"] == "ray.data.read_kafka + write_iceberg"
     assert figure["value"] > 0 and figure["baseline_value"] > 0 and figure["unit"] == "MB/s"
+    lag = quick_ray_figures["iceberg_lag_p99"]
+    assert lag["baseline_name"] is None and lag["unit"] == "ms" and lag["value"] > 0
+    assert lag["goal"].startswith("p99 <= iceberg.target.lag.ms (3000 ms) at 2 MB/s offered")
 
 
 @pytest.mark.ray

@@ -4,10 +4,12 @@
 A pass (`run_pass`, every `POLL_INTERVAL_S` from the actor's thread):
 1. reads every topic's configs from the controller, so a topic created, altered (its mode, table, lag target) or
    deleted since the last pass is picked up; a topic no longer translated is forgotten;
-2. for each translated topic whose time has come (`iceberg.target.lag.ms` after its last round began), runs one
-   round (`cluster.iceberg.translation`: exactly once, whatever fails in the middle); then, and for the other
-   topics, the last stable offsets are asked of the leaders, so that the lag stays current between rounds and
-   while a topic is paused.
+2. for each translated topic whose time has come, runs one round (`cluster.iceberg.translation`: exactly once,
+   whatever fails in the middle); then, and for the other topics, the last stable offsets are asked of the leaders,
+   so that the lag stays current between rounds and while a topic is paused. A topic's next round is due
+   `iceberg.target.lag.ms` after its last round began, less that round's duration: a record that arrives just after a
+   round began waits for the next round and then for its commit, which takes about as long as the last one did, so
+   it lands within the target (rounds run back to back when they take longer than the target).
 
 A round that fails pauses the topic's translation: a catalog or warehouse that cannot be reached (the catalog's
 database or REST endpoint down, a warehouse folder not writable), a commit refused. The reason is logged once when
@@ -129,6 +131,13 @@ class TranslationDriver:
         with self._lock:
             return [t.status for name, t in sorted(self._topics.items()) if topic is None or name == topic]
 
+    def seconds_until_due(self) -> float:
+        """How long until the next round of a topic is due (0 if one is; infinite with no topic translated): the loop
+        wakes then rather than at its next poll, so a round starts on time."""
+        with self._lock:
+            due = min((entry.next_due_s for entry in self._topics.values()), default=float("inf"))
+        return max(0.0, due - self._clock())
+
     def lag_samples(self) -> Iterable[Sample]:
         return [(ICEBERG_LAG, (status.topic,), float(status.lag)) for status in self.status()]
 
@@ -142,8 +151,8 @@ class TranslationDriver:
             entry = self._entry(topic, config)
             now = self._clock()
             if now >= entry.next_due_s:
-                entry.next_due_s = now + entry.target_lag_s
                 self._run_round(topic, config, entry)
+                entry.next_due_s = now + max(0.0, entry.target_lag_s - (self._clock() - now))
             else:
                 self._refresh_offsets(topic, entry)
 

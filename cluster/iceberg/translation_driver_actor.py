@@ -36,7 +36,8 @@ STOP_TIMEOUT_S = 30.0
 
 
 class IcebergDriverActor:
-    """Runs `TranslationDriver.run_pass` every `poll_interval_s` until `stop` (see the module docstring)."""
+    """Runs `TranslationDriver.run_pass` every `poll_interval_s`, or sooner when a topic's round is due, until
+    `stop` (see the module docstring)."""
 
     def __init__(self, properties: dict[str, str], poll_interval_s: float = POLL_INTERVAL_S) -> None:
         config = BrokerConfig.from_properties(properties)
@@ -69,7 +70,7 @@ class IcebergDriverActor:
                 self._driver.run_pass()
             except Exception:  # The controller between leaders: the loop goes on, the next pass asks again.
                 logger.exception("Iceberg translation pass failed")
-            self._stopping.wait(self._poll_interval_s)
+            self._stopping.wait(min(self._poll_interval_s, self._driver.seconds_until_due()))
 
 
 _IcebergDriver = ray.remote(IcebergDriverActor)
