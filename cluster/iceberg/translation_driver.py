@@ -7,9 +7,10 @@ A pass (`run_pass`, every `POLL_INTERVAL_S` from the actor's thread):
 2. for each translated topic whose time has come, runs one round (`cluster.iceberg.translation`: exactly once,
    whatever fails in the middle); then, and for the other topics, the last stable offsets are asked of the leaders,
    so that the lag stays current between rounds and while a topic is paused. A topic's next round is due
-   `iceberg.target.lag.ms` after its last round began, less that round's duration: a record that arrives just after a
-   round began waits for the next round and then for its commit, which takes about as long as the last one did, so
-   it lands within the target (rounds run back to back when they take longer than the target).
+   `iceberg.target.lag.ms` after its last round began, less what the next round is expected to take
+   (`ROUND_MARGIN` times the longest of its last rounds): a record that arrives just after a round began waits for
+   the next round and then for its commit, so it lands within the target (rounds run back to back when they take
+   longer than the target).
 
 A round that fails pauses the topic's translation: a catalog or warehouse that cannot be reached (the catalog's
 database or REST endpoint down, a warehouse folder not writable), a commit refused. The reason is logged once when
@@ -28,6 +29,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
@@ -53,6 +55,11 @@ logger = logging.getLogger(__name__)
 POLL_INTERVAL_S = 0.5
 TRANSLATING = "translating"
 PAUSED = "paused"
+# A round starts this many times the longest of the last `ROUNDS_REMEMBERED` rounds' durations before its topic's
+# target lag runs out since the last round began: a record that arrived just after that round began then lands within
+# the target also when the next round takes longer than the last (more records, a busier node).
+ROUND_MARGIN = 1.5
+ROUNDS_REMEMBERED = 5
 # A reason longer than this is cut: an HTTP client's error may carry a whole response body.
 MAX_REASON_CHARS = 500
 
@@ -100,6 +107,8 @@ class _Topic:
     target_lag_s: float
     next_due_s: float = 0.0
     table_offsets: dict[int, int] = field(default_factory=dict)
+    # The last rounds' durations (s), the newest last: what the next round is expected to take.
+    durations: deque[float] = field(default_factory=lambda: deque(maxlen=ROUNDS_REMEMBERED))
 
 
 class TranslationDriver:
@@ -152,7 +161,9 @@ class TranslationDriver:
             now = self._clock()
             if now >= entry.next_due_s:
                 self._run_round(topic, config, entry)
-                entry.next_due_s = now + max(0.0, entry.target_lag_s - (self._clock() - now))
+                entry.durations.append(self._clock() - now)
+                expected = ROUND_MARGIN * max(entry.durations)
+                entry.next_due_s = now + max(0.0, entry.target_lag_s - expected)
             else:
                 self._refresh_offsets(topic, entry)
 
