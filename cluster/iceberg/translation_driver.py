@@ -8,9 +8,11 @@ A pass (`run_pass`, every `POLL_INTERVAL_S` from the actor's thread):
    whatever fails in the middle); then, and for the other topics, the last stable offsets are asked of the leaders,
    so that the lag stays current between rounds and while a topic is paused. A topic's next round is due
    `iceberg.target.lag.ms` after its last round began, less what the next round is expected to take
-   (`ROUND_MARGIN` times the longest of its last rounds): a record that arrives just after a round began waits for
-   the next round and then for its commit, so it lands within the target (rounds run back to back when they take
-   longer than the target).
+   (`ROUND_MARGIN` times the longest of its last rounds that translated records; `FIRST_ROUND_SHARE` of the target
+   before any did): a record that arrives just after a round began waits for the next round and then for its
+   commit, so it lands within the target (rounds run back to back when they take longer than the target). After a
+   round that found nothing, the wait runs from when new records are first seen (an idle topic is not translated
+   every pass, and its first records wait no longer than later ones).
 
 A round that fails pauses the topic's translation: a catalog or warehouse that cannot be reached (the catalog's
 database or REST endpoint down, a warehouse folder not writable), a commit refused. The reason is logged once when
@@ -60,6 +62,8 @@ PAUSED = "paused"
 # the target also when the next round takes longer than the last (more records, a busier node).
 ROUND_MARGIN = 1.5
 ROUNDS_REMEMBERED = 5
+# What a topic's round is expected to take, as a share of its target lag, before any round of it translated records.
+FIRST_ROUND_SHARE = 0.3
 # A reason longer than this is cut: an HTTP client's error may carry a whole response body.
 MAX_REASON_CHARS = 500
 
@@ -107,8 +111,11 @@ class _Topic:
     target_lag_s: float
     next_due_s: float = 0.0
     table_offsets: dict[int, int] = field(default_factory=dict)
-    # The last rounds' durations (s), the newest last: what the next round is expected to take.
+    # The durations (s) of the last rounds that translated records, the newest last: what the next round is expected
+    # to take.
     durations: deque[float] = field(default_factory=lambda: deque(maxlen=ROUNDS_REMEMBERED))
+    # Whether the last round found nothing to translate: the next records' wait then starts when they are seen.
+    caught_up: bool = False
 
 
 class TranslationDriver:
@@ -160,12 +167,18 @@ class TranslationDriver:
             entry = self._entry(topic, config)
             now = self._clock()
             if now >= entry.next_due_s:
-                self._run_round(topic, config, entry)
-                entry.durations.append(self._clock() - now)
-                expected = ROUND_MARGIN * max(entry.durations)
-                entry.next_due_s = now + max(0.0, entry.target_lag_s - expected)
+                moved = self._run_round(topic, config, entry)
+                if moved:
+                    entry.durations.append(self._clock() - now)
+                entry.caught_up = moved is False
+                entry.next_due_s = now + max(0.0, entry.target_lag_s - _expected_round_s(entry))
             else:
                 self._refresh_offsets(topic, entry)
+                if entry.caught_up and entry.status.lag > 0:
+                    # Records came after a round that found none, within the last pass: their wait starts now.
+                    entry.caught_up = False
+                    due = now - POLL_INTERVAL_S + entry.target_lag_s - _expected_round_s(entry)
+                    entry.next_due_s = min(entry.next_due_s, due)
 
     def _translated_topics(self) -> dict[str, LogConfig]:
         configs: dict[str, dict[str, str]] = call(self._broker.controller.topic_configs.remote())
@@ -185,7 +198,8 @@ class TranslationDriver:
             entry.next_due_s = min(entry.next_due_s, self._clock() + entry.target_lag_s)
             return entry
 
-    def _run_round(self, topic: str, config: LogConfig, entry: _Topic) -> None:
+    def _run_round(self, topic: str, config: LogConfig, entry: _Topic) -> bool | None:
+        """One round of the topic: whether it translated records (None: it failed and the topic paused)."""
         try:
             if self._catalog is None:
                 self._catalog = open_catalog(self._catalog_properties)
@@ -208,7 +222,7 @@ class TranslationDriver:
             self._catalog = None
             self._paused(topic, entry, exc)
             self._refresh_offsets(topic, entry)
-            return
+            return None
         if snapshot_id is not None:
             files = len(prepared.data_files) + len(prepared.dead_letter_files)
             self._metrics.iceberg_committed(topic, files, prepared.size_bytes, prepared.dead_letters)
@@ -226,6 +240,7 @@ class TranslationDriver:
             dead_letters=entry.status.dead_letters + prepared.dead_letters,
         )
         self._refresh_offsets(topic, entry)
+        return prepared.advances
 
     def _paused(self, topic: str, entry: _Topic, exc: Exception) -> None:
         # A writer task's error reaches here wrapped in Ray's, whose first line names only the task.
@@ -253,6 +268,13 @@ class TranslationDriver:
     def _update(self, entry: _Topic, **changes: object) -> None:
         with self._lock:
             entry.status = replace(entry.status, **changes)  # type: ignore[arg-type]
+
+
+def _expected_round_s(entry: _Topic) -> float:
+    """What the topic's next round is expected to take (see `ROUND_MARGIN` and `FIRST_ROUND_SHARE`)."""
+    if not entry.durations:
+        return FIRST_ROUND_SHARE * entry.target_lag_s
+    return ROUND_MARGIN * max(entry.durations)
 
 
 def _partitions(table_offsets: Mapping[int, int], last_stable: Mapping[int, int]) -> tuple[PartitionStatus, ...]:
