@@ -57,9 +57,10 @@ logger = logging.getLogger(__name__)
 POLL_INTERVAL_S = 0.5
 TRANSLATING = "translating"
 PAUSED = "paused"
-# A round starts this many times the longest of the last `ROUNDS_REMEMBERED` rounds' durations before its topic's
-# target lag runs out since the last round began: a record that arrived just after that round began then lands within
-# the target also when the next round takes longer than the last (more records, a busier node).
+# A round starts this many times the longest duration of the topic's last `ROUNDS_REMEMBERED` rounds that translated
+# records before its target lag runs out since the last round began: a record that arrived just after that round
+# began then lands within the target also when the next round takes longer than the last (more records, a busier
+# node).
 ROUND_MARGIN = 1.5
 ROUNDS_REMEMBERED = 5
 # What a topic's round is expected to take, as a share of its target lag, before any round of it translated records.
