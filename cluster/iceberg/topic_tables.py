@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 from pyiceberg.exceptions import NoSuchTableError
+from pyiceberg.table import Table
 
 from actors.calls import call
 from actors.clients.broker import Broker
@@ -28,11 +29,12 @@ KEY_VALUE = "key_value"
 
 class TableSnapshot(NamedTuple):
     """A topic's table at the snapshot a read takes: the table's identifier (`namespace.table`), the snapshot's id,
-    and the offset of each partition up to which the table holds its records."""
+    the offset of each partition up to which the table holds its records, and the table as loaded."""
 
     identifier: str
     snapshot_id: int
     offsets: dict[int, int]
+    table: Table
 
 
 def table_snapshots(topics: Sequence[str], properties: Mapping[str, str]) -> dict[str, TableSnapshot]:
@@ -54,12 +56,11 @@ def table_snapshots(topics: Sequence[str], properties: Mapping[str, str]) -> dic
             continue
         snapshot = table.current_snapshot()
         if snapshot is not None:
-            snapshots[topic] = TableSnapshot(".".join(identifier), snapshot.snapshot_id, table_offsets(table))
+            snapshots[topic] = TableSnapshot(".".join(identifier), snapshot.snapshot_id, table_offsets(table), table)
     return snapshots
 
 
-def snapshot_data_files(properties: Mapping[str, str], snapshot: TableSnapshot) -> list[str]:
+def snapshot_data_files(snapshot: TableSnapshot) -> list[str]:
     """The data files of the table at `snapshot` (their locations, as the catalog's warehouse names them). A
     `key_value` table is only appended to, so its rows are exactly its data files' rows."""
-    table = open_catalog(properties).load_table(snapshot.identifier)
-    return [task.file.file_path for task in table.scan(snapshot_id=snapshot.snapshot_id).plan_files()]
+    return [task.file.file_path for task in snapshot.table.scan(snapshot_id=snapshot.snapshot_id).plan_files()]

@@ -30,6 +30,7 @@ from actors.clients.broker import Broker
 from cluster.iceberg.topic_tables import snapshot_data_files, table_snapshots
 from cluster.iceberg.translation_driver_actor import iceberg_catalog_properties
 from cluster.records.isolation import READ_COMMITTED
+from cluster.records.read_plan import EARLIEST
 from cluster.spark.planning import topic_partitions
 from storage.errors import InvalidRequestError
 
@@ -37,7 +38,6 @@ from storage.errors import InvalidRequestError
 PASSED_OPTIONS = frozenset({"failOnDataLoss", "minPartitions"})
 FIXED_OPTIONS = {"startingOffsets": "earliest", "endingOffsets": "latest", "isolationLevel": READ_COMMITTED}
 VALUE_FORMATS = ("binary", "string", "json")
-EARLIEST = -2
 
 
 def check_history_read(options: Mapping[str, Any], value_format: str, value_schema: object) -> dict[str, Any]:
@@ -73,7 +73,7 @@ def table_parts(
         starts.setdefault(topic, {})[str(partition)] = held.get(partition, EARLIEST)
     tables = []
     for topic, snapshot in sorted(snapshots.items()):
-        files = snapshot_data_files(properties, snapshot)
+        files = snapshot_data_files(snapshot)
         if files:
             tables.append(_kafka_rows(spark.read.parquet(*files), topic, kafka_schema))
     return starts, reduce(DataFrame.unionByName, tables) if tables else None

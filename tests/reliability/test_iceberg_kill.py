@@ -27,8 +27,9 @@ from actors.clients.producer import Producer
 from actors.options import ICEBERG_DRIVER_NAME
 from cluster.iceberg.catalog import catalog_properties, open_catalog
 from cluster.iceberg.translation_driver import TRANSLATING
-from cluster.iceberg.translation_driver_actor import iceberg_driver_status, start_iceberg_driver
+from cluster.iceberg.translation_driver_actor import iceberg_driver_status
 from storage.config.broker_config import BrokerConfig
+from tests.cluster.iceberg.driver_support import start_broker_with_driver
 from tests.reliability.broker_support import seeded_random, sigkill_and_wait, wait_for
 from tests.reliability.modes import scaled
 
@@ -50,10 +51,7 @@ def _identity(data: bytes) -> bytes:
 
 @pytest.fixture(scope="module")
 def config(start_test_broker: Callable[..., tuple[Any, list[Path]]]) -> Iterator[BrokerConfig]:
-    _, log_dirs = start_test_broker(log_dirs_count=1)
-    config = BrokerConfig.from_properties({"log.dirs": str(log_dirs[0])})
-    start_iceberg_driver(config, poll_interval_s=0.1)
-    yield config
+    yield start_broker_with_driver(start_test_broker, poll_interval_s=0.1)
 
 
 class TransactionalWriter:

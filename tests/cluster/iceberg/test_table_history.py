@@ -22,10 +22,11 @@ from cluster.data import read_topic
 from cluster.iceberg.catalog import catalog_properties, open_catalog
 from cluster.iceberg.key_value_table import load_or_create_table
 from cluster.iceberg.translation import table_offsets, translate_once
-from cluster.iceberg.translation_driver_actor import iceberg_driver_status, start_iceberg_driver
+from cluster.iceberg.translation_driver_actor import iceberg_driver_status
 from cluster.spark.kafka_source import kafka_spark_schema, read_topics
 from storage.config.broker_config import BrokerConfig
 from storage.errors import InvalidRequestError
+from tests.cluster.iceberg.driver_support import start_broker_with_driver
 
 pytestmark = [pytest.mark.ray, pytest.mark.spark]
 
@@ -38,10 +39,7 @@ Row = tuple[int, int, bytes, str]
 
 @pytest.fixture(scope="module")
 def config(start_test_broker: Callable[..., tuple[Any, list[Path]]]) -> Iterator[BrokerConfig]:
-    _, log_dirs = start_test_broker(log_dirs_count=1)
-    config = BrokerConfig.from_properties({"log.dirs": str(log_dirs[0])})
-    start_iceberg_driver(config, poll_interval_s=0.2)
-    yield config
+    yield start_broker_with_driver(start_test_broker, poll_interval_s=0.2)
 
 
 def _identity(data: bytes) -> bytes:

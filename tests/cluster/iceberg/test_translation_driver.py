@@ -31,10 +31,11 @@ from actors.metrics.recorder import MetricsRecorder
 from cluster.cli.iceberg_command import describe_lines
 from cluster.iceberg.catalog import catalog_properties, open_catalog
 from cluster.iceberg.translation_driver import PAUSED, TRANSLATING, TopicStatus, TranslationDriver
-from cluster.iceberg.translation_driver_actor import iceberg_driver_status, start_iceberg_driver
+from cluster.iceberg.translation_driver_actor import iceberg_driver_status
 from storage.config.broker_config import BrokerConfig
 from storage.errors import BrokerNotAvailableError
 from tests.cluster.cli.cli_support import run
+from tests.cluster.iceberg.driver_support import start_broker_with_driver
 
 pytestmark = pytest.mark.ray
 
@@ -49,10 +50,7 @@ def _identity(data: bytes) -> bytes:
 
 @pytest.fixture(scope="module")
 def driver(start_test_broker: Callable[..., tuple[Any, list[Path]]]) -> Iterator[BrokerConfig]:
-    _, log_dirs = start_test_broker(log_dirs_count=1)
-    config = BrokerConfig.from_properties({"log.dirs": str(log_dirs[0])})
-    start_iceberg_driver(config, poll_interval_s=0.2)
-    yield config
+    yield start_broker_with_driver(start_test_broker, poll_interval_s=0.2)
 
 
 def _create(topic: str) -> None:
