@@ -72,7 +72,7 @@ def run(ctx: BenchContext) -> list[Figure]:
     import ray
 
     from actors.clients.broker import stop_kafka_listeners
-    from cluster.iceberg.catalog import CATALOG_NAME, open_catalog
+    from cluster.iceberg.catalog import CATALOG_NAME, catalog_properties, open_catalog
     from cluster.protocol.listener_actor import start_kafka_listeners
     from storage.config.broker_config import BrokerConfig
 
@@ -82,7 +82,7 @@ def run(ctx: BenchContext) -> list[Figure]:
     ray.data.DataContext.get_current().enable_progress_bars = False
     topic, _ = prepare(ctx, PARTITIONS, rows)
     home = ctx.scratch("iceberg")
-    properties = {"type": "sql", "uri": f"sqlite:///{home / 'catalog.db'}", "warehouse": (home / "wh").as_uri()}
+    properties = catalog_properties(BrokerConfig.from_properties({"log.dirs": str(home / "meta")}))
     catalog = open_catalog(properties)
     catalog.create_namespace(NAMESPACE)
     config = BrokerConfig.from_properties({"listeners": "PLAINTEXT://127.0.0.1:0"})
@@ -159,7 +159,7 @@ def _checked_payload(table: Any, rows: int, name: str) -> int:
 def _lag(ctx: BenchContext, home: Any) -> Figure:
     """`iceberg_lag_p99` (see the module docstring)."""
     from actors.clients.admin import Admin
-    from cluster.iceberg.catalog import open_catalog
+    from cluster.iceberg.catalog import catalog_properties, open_catalog
     from cluster.iceberg.translation_driver_actor import iceberg_driver_status, start_iceberg_driver
     from storage.config.broker_config import BrokerConfig
 
@@ -167,11 +167,8 @@ def _lag(ctx: BenchContext, home: Any) -> Figure:
     offered = QUICK_OFFERED_MB_S if ctx.quick else OFFERED_MB_S
     run_s = QUICK_LAG_RUN_S if ctx.quick else LAG_RUN_S
     lag_home = home / "lag"
-    properties = {"type": "sql", "uri": f"sqlite:///{lag_home / 'catalog.db'}", "warehouse": (lag_home / "wh").as_uri()}
-    lag_home.mkdir()
-    config = BrokerConfig.from_properties(
-        {"log.dirs": str(lag_home / "meta"), **{f"iceberg.catalog.{key}": value for key, value in properties.items()}}
-    )
+    config = BrokerConfig.from_properties({"log.dirs": str(lag_home / "meta")})
+    properties = catalog_properties(config)
     topic = f"iceberg-lag-{uuid.uuid4().hex[:8]}"
     lag_config = {
         "iceberg.mode": "key_value",
