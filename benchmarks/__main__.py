@@ -57,7 +57,7 @@ BENCHMARKS: dict[str, tuple[str, ...]] = {
     "bench_failover": ("failover_s", "failover_pause_s"),
     "bench_reassign": ("reassign_mb_s", "reassign_produce_p99"),
     "bench_omb": ("omb_throughput", "omb_throughput_16p", "omb_e2e_p99", "omb_exactly_once"),
-    "bench_iceberg": ("iceberg_translate", "iceberg_lag_p99"),
+    "bench_iceberg": ("iceberg_translate", "iceberg_lag_p99", "iceberg_scan"),
 }
 
 

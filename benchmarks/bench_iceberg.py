@@ -1,5 +1,6 @@
 """Topics into Iceberg tables: raybroker's translation (`cluster.iceberg.translation`) against what Ray Data offers
-for the same job, `ray.data.read_kafka(...).write_iceberg(...)`, on the same records in the same run.
+for the same job, `ray.data.read_kafka(...).write_iceberg(...)`, on the same records in the same run; and Spark's scan
+of the table it wrote (`iceberg_scan`, `benchmarks.iceberg_scan`).
 
 | figure              | ours                                         | baseline                                        |
 |---------------------|----------------------------------------------|-------------------------------------------------|
@@ -48,6 +49,7 @@ from typing import Any
 
 from benchmarks.bench_spark import prepare
 from benchmarks.common import BenchContext, Figure, absolute_figure, percentile, throughput_figure, timer
+from benchmarks.iceberg_scan import scan_figure
 
 PARTITIONS = 16
 LAG_TARGET_MS = 10_000
@@ -113,6 +115,7 @@ def run(ctx: BenchContext) -> list[Figure]:
     )
     return [
         _lag(ctx, home),
+        scan_figure(ctx, ours.refresh(), properties, payload),
         throughput_figure(
             "iceberg_translate",
             ours_mb,

@@ -170,12 +170,13 @@ def prepare(ctx: BenchContext, partitions: int, rows: int) -> tuple[str, Path]:
 
 def start_spark(ctx: BenchContext) -> SparkSession:
     """The run's Spark session, started by whichever Spark benchmark runs first, with Spark's Kafka connector
-    (`bench_spark_kafka` reads through it; resolved from the download cache after the first download)."""
+    (`bench_spark_kafka` reads through it) and Iceberg's Spark runtime (`iceberg_scan`), resolved from the download
+    cache after the first download."""
     from cluster.spark.session import active_session, get_spark
 
     starting = active_session() is None
     began = time.perf_counter()
-    spark = get_spark(kafka_connector=True)
+    spark = get_spark(kafka_connector=True, iceberg=True)
     if starting:
         ctx.progress(f"  Spark started in {time.perf_counter() - began:.1f} s")
     return spark

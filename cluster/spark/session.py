@@ -28,8 +28,9 @@ over its Kafka listener (`kafka_bootstrap_servers()`) once the session has the c
 (`kafka_connector_configs`). Spark ships the resolved jars to RayDP's executors itself. Only the connector, its
 token provider, kafka-clients and commons-pool2 are fetched (5.5 MB): its other dependencies are already among
 Spark's jars at the same versions. The first start downloads them into the project's download cache
-(`cluster.downloads.ivy_home`; Maven Central only, with time limits: `configs/ivysettings-kafka-connector.xml`);
-later starts resolve from that cache, offline too.
+(`cluster.downloads.ivy_home`; Maven Central only, with time limits: `configs/ivysettings-maven-central.xml`);
+later starts resolve from that cache, offline too. `get_spark(iceberg=True)` adds Iceberg's Spark runtime and SQLite's
+JDBC driver (59 MB) the same way, for Spark's own reads of the topics' Iceberg tables (`cluster.spark.iceberg_runtime`).
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ import storage.errors
 from actors.calls import call, controller
 from cluster.downloads import ivy_home
 from cluster.runtime import ensure_ray, gcs_address
+from cluster.spark.iceberg_runtime import ICEBERG_PACKAGES
 from cluster.spark.reading import warm_up_task
 from cluster.spark.segment_jar import segment_jar
 from storage.errors import BrokerNotAvailableError, RaybrokerError
@@ -59,7 +61,7 @@ if TYPE_CHECKING:
 
 CONFIGS_DIR = Path(__file__).resolve().parents[2] / "configs"
 QUIET_LOG4J_PATH = CONFIGS_DIR / "log4j2-quiet.properties"
-KAFKA_CONNECTOR_IVY_SETTINGS_PATH = CONFIGS_DIR / "ivysettings-kafka-connector.xml"
+IVY_SETTINGS_PATH = CONFIGS_DIR / "ivysettings-maven-central.xml"
 # Spark's Kafka connector; its version is pyspark's, and pyspark's wheels are built for Scala 2.12.
 KAFKA_CONNECTOR_ARTIFACT = "org.apache.spark:spark-sql-kafka-0-10_2.12"
 # The connector's dependencies that Spark's own jars already hold, at the versions the connector asks for.
@@ -137,9 +139,20 @@ def kafka_connector_configs() -> dict[str, str]:
     return {
         "spark.jars.packages": kafka_connector_coordinate(),
         "spark.jars.excludes": ",".join(KAFKA_CONNECTOR_EXCLUDES),
-        "spark.jars.ivySettings": str(KAFKA_CONNECTOR_IVY_SETTINGS_PATH),
+        "spark.jars.ivySettings": str(IVY_SETTINGS_PATH),
         "spark.jars.ivy": str(ivy_home()),
     }
+
+
+def package_configs(kafka_connector: bool, iceberg: bool) -> dict[str, str]:
+    """The Spark configs that load the packages asked for from Maven Central through Ivy: Spark's Kafka connector
+    (`kafka_connector_configs`), Iceberg's Spark runtime (`cluster.spark.iceberg_runtime.ICEBERG_PACKAGES`), both or
+    neither."""
+    configs = kafka_connector_configs() if kafka_connector or iceberg else {}
+    packages = ([kafka_connector_coordinate()] if kafka_connector else []) + (list(ICEBERG_PACKAGES) if iceberg else [])
+    if packages:
+        configs["spark.jars.packages"] = ",".join(packages)
+    return configs
 
 
 def kafka_bootstrap_servers() -> str:
@@ -176,6 +189,7 @@ def get_spark(
     configs: Mapping[str, str] | None = None,
     warm_up: bool = True,
     kafka_connector: bool = False,
+    iceberg: bool = False,
     segment_reader: bool = True,
 ) -> SparkSession:
     """The process's RayDP Spark session, started on first use (see the module docstring).
@@ -184,9 +198,10 @@ def get_spark(
     embedded Ray that `stop_spark` shuts down again). Later calls return the running session and ignore the
     sizing arguments. `kafka_connector` adds Spark's Kafka connector (`kafka_connector_configs`, which `configs`
     may override); if Ivy cannot resolve it, the start fails with a `RaybrokerError` (Ivy's own report is on
-    stderr). `segment_reader` loads the JVM segment reader (`cluster.spark.segment_jar`, built on first use), with
-    which `read_topics` decodes in the executors' JVM (`cluster.spark.segment_source`); without it, or when its jar
-    cannot be had, reads decode in Spark's Python workers.
+    stderr). `iceberg` adds Iceberg's Spark runtime the same way (`cluster.spark.iceberg_runtime`).
+    `segment_reader` loads the JVM segment reader (`cluster.spark.segment_jar`, built on first use), with which
+    `read_topics` decodes in the executors' JVM (`cluster.spark.segment_source`); without it, or when its jar cannot
+    be had, reads decode in Spark's Python workers.
     """
     global _session, _started_ray, _segment_reader
     running = active_session()
@@ -198,7 +213,8 @@ def get_spark(
     import raydp
     from pyspark.errors import PySparkRuntimeError
 
-    extra = {**kafka_connector_configs(), **(configs or {})} if kafka_connector else dict(configs or {})
+    extra = package_configs(kafka_connector, iceberg)
+    extra.update(configs or {})
     jar = segment_jar() if segment_reader else None
     if jar is not None:
         # On the JVMs' class paths, not in `spark.jars`: that list would replace the jars Spark resolves for
@@ -219,9 +235,9 @@ def get_spark(
         # spark-submit exits before the JVM gateway starts when Ivy cannot resolve a package; pyspark only says
         # that the gateway exited.
         stop_spark()
-        if kafka_connector and exc.getErrorClass() == "JAVA_GATEWAY_EXITED":
+        if "spark.jars.packages" in extra and exc.getErrorClass() == "JAVA_GATEWAY_EXITED":
             raise RaybrokerError(
-                f"Spark did not start: Ivy could not resolve {kafka_connector_coordinate()} (neither cached under"
+                f"Spark did not start: Ivy could not resolve {extra['spark.jars.packages']} (neither cached under"
                 f" {ivy_home()} nor downloadable from Maven Central); its report is on stderr"
             ) from exc
         raise

@@ -44,11 +44,11 @@ def kafka(kafka_broker: KafkaBroker) -> str:
 @pytest.fixture(scope="package")
 def spark(ray_session: None) -> Iterator[Any]:
     """The RayDP Spark session (1 executor x 2 cores, settings of `cluster.spark.session`), with Spark's Kafka
-    connector (resolved from the download cache, `cluster.downloads`, once it was downloaded). The first test of the
-    package that uses it shows the session's start (~25 s here) as its setup time."""
+    connector and Iceberg's Spark runtime (resolved from the download cache, `cluster.downloads`, once downloaded).
+    The first test of the package that uses it shows the session's start (~25 s here) as its setup time."""
     from cluster.spark.session import get_spark, stop_spark
 
-    session = get_spark(kafka_connector=True)
+    session = get_spark(kafka_connector=True, iceberg=True)
     try:
         yield session
     finally:
