@@ -20,9 +20,10 @@ removed their records are not data loss: those records are simply not there.
 Leader changes: a fetch that finds the partition's leader gone (its node died, or another replica leads now:
 `BrokerNotAvailableError`) looks the leader up again and goes on from the same offset, through the actor when the
 new leader is on another node, waiting up to `LEADER_WAIT_S` for an election, as a Kafka consumer retries within
-`default.api.timeout.ms`. A new leader may not yet have moved its high watermark up to what the old one had
-published; a fetch that finds the planned records in its log but above its high watermark waits for it, within the
-same bound, rather than taking them for lost.
+`default.api.timeout.ms`; a read that starts while its partition has no leader (the controller still names one whose
+node just died) waits for one the same way. A new leader may not yet have moved its high watermark up to what the
+old one had published; a fetch that finds the planned records in its log but above its high watermark waits for it,
+within the same bound, rather than taking them for lost.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import pyarrow as pa
 
@@ -74,7 +76,6 @@ class _RangeReader:
     ) -> None:
         self.range = offset_range
         self.isolation = log_isolation(isolation)
-        self.handle = partition_handle((offset_range.topic, offset_range.partition))
         self.position = offset_range.start
         self.fail_on_data_loss = fail_on_data_loss
         self.max_bytes = _fetch_bytes(offset_range.size * FIRST_FETCH_BYTES_PER_RECORD)
@@ -82,6 +83,9 @@ class _RangeReader:
         self.node_id = node_id
         # When the range last stopped making progress for want of a leader (monotonic s), None while it reads.
         self.stalled_since: float | None = None
+        # A read task may start while its partition is between leaders (the controller still names a leader whose
+        # node just died): it waits for the election as a fetch that finds its leader gone does.
+        self.handle = self._leader_handle(refresh=False)
 
     @property
     def done(self) -> bool:
@@ -170,20 +174,30 @@ class _RangeReader:
     def _follow_new_leader(self, cause: BrokerNotAvailableError) -> None:
         """The leader the fetch went to is gone or no longer leads: waits for the partition's leader and fires
         the same fetch there; raises `cause`'s kind once `LEADER_WAIT_S` passed without one."""
+        if not self._wait_for_leader():
+            raise self._no_leader(cause)
+        self.handle = self._leader_handle(refresh=True)
+        self.node_id = None
+        self.fire()
+
+    def _leader_handle(self, refresh: bool) -> Any:
+        """The handle of the partition's leader replica (`refresh`: looked up again rather than this process's
+        cached one), looked up every `LEADER_RETRY_S` while the partition has none; raises
+        `BrokerNotAvailableError` once `LEADER_WAIT_S` passed without one."""
         tp = (self.range.topic, self.range.partition)
         while True:
-            if not self._wait_for_leader():
-                raise type(cause)(
-                    f"{tp[0]}-{tp[1]}: no leader answered for {LEADER_WAIT_S:.0f} s: {cause}", offset=self.position
-                )
             try:
-                self.handle = partition_handle(tp, refresh=True)
+                return partition_handle(tp, refresh=refresh)
             except BrokerNotAvailableError as exc:
-                cause = exc
-                continue
-            self.node_id = None
-            self.fire()
-            return
+                if not self._wait_for_leader():
+                    raise self._no_leader(exc) from None
+
+    def _no_leader(self, cause: BrokerNotAvailableError) -> BrokerNotAvailableError:
+        """The error a range raises when it waited `LEADER_WAIT_S` for a leader: `cause`'s kind, naming it."""
+        return type(cause)(
+            f"{self.range.topic}-{self.range.partition}: no leader answered for {LEADER_WAIT_S:.0f} s: {cause}",
+            offset=self.position,
+        )
 
     def _wait_for_leader(self) -> bool:
         """Pauses `LEADER_RETRY_S` before looking again; False once the range has waited `LEADER_WAIT_S`."""
