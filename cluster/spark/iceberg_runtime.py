@@ -78,11 +78,19 @@ def register_iceberg_catalog(spark: SparkSession, properties: Mapping[str, str] 
     """Names the broker's Iceberg catalog (`properties`, by default the running translation driver's) as the
     session's catalog `raybroker` and returns that name. `RaybrokerError` when the session lacks the Iceberg runtime
     (start it with `get_spark(iceberg=True)`); `BrokerNotAvailableError` when no properties are given and no driver
-    runs."""
+    runs. Naming another catalog than the session's `raybroker` (another broker's) replaces it: Spark forgets the
+    catalogs it loaded (and the current catalog and namespace, back to Spark's own)."""
     if not _has_runtime(spark):
         raise RaybrokerError("this Spark session has no Iceberg runtime: start it with get_spark(iceberg=True)")
-    for key, value in spark_catalog_configs(properties or iceberg_catalog_properties()).items():
-        spark.conf.set(key, value)
+    configs = spark_catalog_configs(properties or iceberg_catalog_properties())
+    named = {row["key"]: row["value"] for row in spark.sql("SET").collect() if _names_catalog(row["key"])}
+    if named != configs:
+        for key in named.keys() - configs.keys():
+            spark.conf.unset(key)
+        for key, value in configs.items():
+            spark.conf.set(key, value)
+        # Spark keeps a catalog it loaded for the session's life, whatever its configs become later.
+        spark._jsparkSession.sessionState().catalogManager().reset()
     return CATALOG_NAME
 
 
@@ -94,6 +102,11 @@ def topic_table_name(topic: str) -> str:
         raise UnknownTopicOrPartitionError(f"no topic {topic!r}")
     identifier = table_identifier(LogConfig.from_properties(configs[topic]).iceberg_table, topic)
     return ".".join(f"`{part.replace('`', '``')}`" for part in (CATALOG_NAME, *identifier))
+
+
+def _names_catalog(key: str) -> bool:
+    """Whether a Spark config is one of catalog `raybroker`'s."""
+    return key == CONF_PREFIX or key.startswith(f"{CONF_PREFIX}.")
 
 
 def _has_runtime(spark: SparkSession) -> bool:

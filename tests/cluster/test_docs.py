@@ -32,6 +32,7 @@ import shlex
 import socket
 import stat
 import sys
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -97,6 +98,7 @@ EXAMPLES = {
     ("docs/clients.md", "from ray.serve.schema import TaskProcessorConfig"): "test_serve_task_queue_example",
     ("docs/performance.md", "python -m benchmarks"): "test_benchmarks_example",
     ("docs/ray-data.md", "import pyarrow as pa"): "test_ray_data_example",
+    ("docs/iceberg.md", "from cluster.spark.iceberg_runtime import"): "test_iceberg_spark_example",
     (
         "docs/security.md",
         "mkdir -p /tmp/rb/tls   # then a test CA (pip install trustme): client.pem (the CA), server.key, server.pem",
@@ -283,6 +285,43 @@ def test_spark_example(spark: Any, page_views: list[dict[str, Any]], tmp_path: P
     assert shown_counts(printed) == views_per_page(page_views)
     assert sum(json.loads(printed[-1])["page-views"].values()) == len(page_views)
     assert active_session() is spark
+
+
+@pytest.mark.ray
+@pytest.mark.spark
+def test_iceberg_spark_example(spark: Any, page_views: list[dict[str, Any]], tmp_path: Path) -> None:
+    """On the package's Spark session and the `page_views` broker, with the translation driver started (its catalog
+    under `tmp_path`) and a topic `orders` kept as a `key_value` table: the first `show` prints the topic's records,
+    the second the table's snapshot."""
+    from actors import Admin, Producer
+    from cluster.iceberg.translation_driver_actor import iceberg_driver_status, start_iceberg_driver
+    from storage.config.broker_config import BrokerConfig
+
+    start_iceberg_driver(BrokerConfig.from_properties({"log.dirs": str(tmp_path / "meta")}), poll_interval_s=0.2)
+    Admin().create_topic("orders", 2, config={"iceberg.mode": "key_value", "iceberg.target.lag.ms": "300"})
+    with Producer() as producer:
+        producer.send_many("orders", [{"order": i} for i in range(5)]).result()
+    deadline = time.monotonic() + 60
+    while sum(p.table_offset for status in iceberg_driver_status("orders") for p in status.partitions) < 5:
+        assert time.monotonic() < deadline, iceberg_driver_status("orders")
+        time.sleep(0.2)
+    records, snapshots = shown_tables(run_python(example("test_iceberg_spark_example"), tmp_path))
+    assert len(records) == 1 + 5 and {"partition", "offset", "key", "value"} <= set(records[0])
+    assert len(snapshots) == 2 and "snapshot_id" in snapshots[0]
+
+
+def shown_tables(printed: list[str]) -> list[list[list[str]]]:
+    """The tables Spark's `show()` printed, each a list of rows (its header first) of cells."""
+    tables: list[list[list[str]]] = []
+    borders = 0
+    for line in printed:
+        if line.startswith("+"):
+            borders += 1
+            if borders % 3 == 1:
+                tables.append([])
+        elif line.startswith("|"):
+            tables[-1].append([cell.strip() for cell in line.strip().strip("|").split("|")])
+    return tables
 
 
 @pytest.mark.ray

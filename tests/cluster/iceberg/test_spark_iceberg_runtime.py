@@ -102,6 +102,32 @@ def test_spark_reads_a_key_value_table_record_for_record(config: BrokerConfig, s
     )
 
 
+def test_naming_another_catalog_replaces_the_sessions(
+    config: BrokerConfig, spark: Any, catalog: str, tmp_path: Path
+) -> None:
+    """Another broker's catalog (here one made by hand) replaces the one Spark loaded, and back."""
+    other = catalog_properties(BrokerConfig.from_properties({"log.dirs": str(tmp_path / "other")}))
+    elsewhere = open_catalog(other)
+    elsewhere.create_namespace("raybroker")
+    table = elsewhere.create_table(
+        ("raybroker", "elsewhere"), schema=pa.schema([("partition", pa.int32()), ("offset", pa.int64())])
+    )
+    table.append(pa.table({"partition": pa.array([7], pa.int32()), "offset": pa.array([70], pa.int64())}))
+    Admin().create_topic(
+        "spark-runtime-back", 1, config={"iceberg.mode": "key_value", "iceberg.target.lag.ms": TARGET_LAG_MS}
+    )
+    with Producer(key_serializer=_identity, value_serializer=_identity) as producer:
+        _wait_for_offsets("spark-runtime-back", _produce(producer, "spark-runtime-back", [(b"k", b"v")]))
+    try:
+        register_iceberg_catalog(spark, other)
+        assert [tuple(row) for row in spark.table("raybroker.raybroker.elsewhere").collect()] == [(7, 70)]
+        assert not spark.catalog.tableExists("raybroker.raybroker.`spark-runtime-back`")
+    finally:
+        register_iceberg_catalog(spark)
+    assert spark.catalog.tableExists("raybroker.raybroker.`spark-runtime-back`")
+    assert not spark.catalog.tableExists("raybroker.raybroker.elsewhere")
+
+
 def _spark_columns(spark: Any, topic: str) -> list[tuple[Any, ...]]:
     rows = spark.sql(
         "SELECT partition, offset, unix_micros(timestamp) AS micros, timestamp_type, key, value, headers"
