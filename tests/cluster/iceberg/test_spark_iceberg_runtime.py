@@ -2,8 +2,9 @@
 the broker's translation driver keeps, through the catalog `register_iceberg_catalog` names in Spark: a `key_value`
 table's rows equal the committed records by (partition, offset), key and value bytes (the aborted transaction's
 absent), and pyiceberg's scan of the same table; the same session sees the driver's later commits (and the driver
-can still commit while Spark holds the catalog); a `value_json` table's columns and its dead letters equal what was
-produced; the table's `.snapshots` metadata table lists pyiceberg's snapshots and time travel reads the first."""
+can still commit while Spark holds the catalog); the table's `.snapshots` metadata table lists pyiceberg's snapshots
+and time travel reads the first; another broker's catalog replaces the session's. For each value mode (`value_json`,
+`value_msgpack`), pyiceberg, Spark and Ray Data's `read_iceberg` read the same parsed rows and dead letters."""
 
 from __future__ import annotations
 
@@ -13,14 +14,16 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import msgpack
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
+import ray
 
 from actors.clients.admin import Admin
 from actors.clients.producer import Producer
 from cluster.iceberg.catalog import catalog_properties, open_catalog
-from cluster.iceberg.translation_driver_actor import iceberg_driver_status
+from cluster.iceberg.translation_driver_actor import iceberg_catalog_properties, iceberg_driver_status
 from cluster.spark.iceberg_runtime import register_iceberg_catalog, topic_table_name
 from storage.config.broker_config import BrokerConfig
 from tests.cluster.iceberg.driver_support import start_broker_with_driver
@@ -179,26 +182,63 @@ def _wait_for_offsets(topic: str, records: list[Record]) -> int:
     raise AssertionError(f"{topic}: the table did not reach {ends} in {WAIT_S} s: {iceberg_driver_status(topic)}")
 
 
-def test_spark_reads_a_value_json_table_and_its_dead_letters(spark: Any, catalog: str) -> None:
-    topic = "spark-runtime-json"
+ENCODERS: dict[str, Callable[[dict[str, Any]], bytes]] = {
+    "value_json": lambda value: json.dumps(value).encode(),
+    "value_msgpack": lambda value: msgpack.packb(value),
+}
+
+
+@pytest.mark.parametrize("mode", sorted(ENCODERS))
+def test_every_reader_reads_a_value_table_and_its_dead_letters(
+    config: BrokerConfig, spark: Any, catalog: str, mode: str
+) -> None:
+    """pyiceberg, Spark's Iceberg runtime and Ray Data's `read_iceberg` read the same rows of a value mode's table:
+    the committed values that parse, by (partition, offset), the aborted transaction's absent; the others in the
+    dead-letter table."""
+    topic = f"spark-runtime-{mode.replace('_', '-')}"
     Admin().create_topic(
         topic,
         PARTITIONS,
         config={
-            "iceberg.mode": "value_json",
+            "iceberg.mode": mode,
             "iceberg.value.schema": "id BIGINT NOT NULL, name STRING",
             "iceberg.target.lag.ms": TARGET_LAG_MS,
         },
     )
-    values = [json.dumps({"id": i, "name": f"n{i}"}).encode() if i % 4 else b"not json %d" % i for i in range(40)]
-    with Producer(key_serializer=_identity, value_serializer=_identity) as producer:
-        produced = _produce(producer, topic, [(b"k%d" % i, value) for i, value in enumerate(values)])
-    _wait_for_offsets(topic, produced)
-    rows = spark.table(topic_table_name(topic)).collect()
-    assert sorted((row["partition"], row["offset"], row["id"], row["name"]) for row in rows) == sorted(
-        (p, o, json.loads(v)["id"], json.loads(v)["name"]) for p, o, _, v in produced if not v.startswith(b"not")
-    )
-    dead = spark.table(f"{topic_table_name(topic)[:-1]}_dlq`").collect()
-    assert sorted((row["partition"], row["offset"], bytes(row["value"])) for row in dead) == sorted(
-        (p, o, v) for p, o, _, v in produced if v.startswith(b"not")
-    )
+    encode = ENCODERS[mode]
+    values = [encode({"id": i, "name": f"n{i}"}) if i % 4 else b"\xc1 not a value %d" % i for i in range(40)]
+    with Producer(transactional_id=f"{topic}-tx", key_serializer=_identity, value_serializer=_identity) as tx:
+        tx.init_transactions()
+        tx.begin_transaction()
+        committed = _produce(tx, topic, [(b"k%d" % i, value) for i, value in enumerate(values[:20])])
+        tx.commit_transaction()
+        tx.begin_transaction()
+        aborted = _produce(tx, topic, [(b"a%d" % i, encode({"id": -i, "name": "aborted"})) for i in range(10)])
+        tx.abort_transaction()
+        tx.begin_transaction()
+        committed += _produce(tx, topic, [(b"k%d" % i, value) for i, value in enumerate(values[20:], 20)])
+        tx.commit_transaction()
+    _wait_for_offsets(topic, committed + aborted)
+    parsed = [(p, o, _id(v, mode)) for p, o, _, v in committed if not v.startswith(b"\xc1")]
+    expected = sorted((p, o, i, f"n{i}") for p, o, i in parsed)
+    dead_expected = sorted((p, o, v) for p, o, _, v in committed if v.startswith(b"\xc1"))
+    catalog_kwargs = {"name": catalog, **iceberg_catalog_properties()}
+    for name in (topic, f"{topic}_dlq"):
+        table = open_catalog(catalog_properties(config)).load_table(("raybroker", name))
+        spark_rows = [row.asDict() for row in spark.table(f"raybroker.raybroker.`{name}`").collect()]
+        ray_rows = ray.data.read_iceberg(table_identifier=f"raybroker.{name}", catalog_kwargs=catalog_kwargs)
+        for reader, rows in {
+            "pyiceberg": table.scan().to_arrow().to_pylist(),
+            "spark": spark_rows,
+            "ray data": ray_rows.take_all(),
+        }.items():
+            if name == topic:
+                got = sorted((r["partition"], r["offset"], r["id"], r["name"]) for r in rows)
+                assert got == expected, reader
+            else:
+                assert sorted((r["partition"], r["offset"], bytes(r["value"])) for r in rows) == dead_expected, reader
+
+
+def _id(value: bytes, mode: str) -> int:
+    decoded = json.loads(value) if mode == "value_json" else msgpack.unpackb(value)
+    return int(decoded["id"])
