@@ -8,8 +8,8 @@ A pass (`run_pass`, every `POLL_INTERVAL_S` from the actor's thread):
    whatever fails in the middle); then, and for the other topics, the last stable offsets are asked of the leaders,
    so that the lag stays current between rounds and while a topic is paused. A topic's next round is due
    `iceberg.target.lag.ms` after its last round began, less what the next round is expected to take
-   (`ROUND_MARGIN` times the longest of its last rounds that translated records; `FIRST_ROUND_SHARE` of the target
-   before any did): a record that arrives just after a round began waits for the next round and then for its
+   (`ROUND_MARGIN` times the longest of its last rounds that translated records, and at least `MIN_ROUND_SHARE` of
+   the target): a record that arrives just after a round began waits for the next round and then for its
    commit, so it lands within the target (rounds run back to back when they take longer than the target). After a
    round that found nothing, the wait runs from when new records are first seen (an idle topic is not translated
    every pass, and its first records wait no longer than later ones).
@@ -63,8 +63,10 @@ PAUSED = "paused"
 # node).
 ROUND_MARGIN = 1.5
 ROUNDS_REMEMBERED = 5
-# What a topic's round is expected to take, as a share of its target lag, before any round of it translated records.
-FIRST_ROUND_SHARE = 0.3
+# The least a topic's round is expected to take, as a share of its target lag (all it is expected to take before any
+# round of it translated records): the remembered rounds may be far smaller than the next one (a round that caught
+# the first few records of a burst, its next round the records of the whole wait after it).
+MIN_ROUND_SHARE = 0.3
 # A reason longer than this is cut: an HTTP client's error may carry a whole response body.
 MAX_REASON_CHARS = 500
 
@@ -272,10 +274,8 @@ class TranslationDriver:
 
 
 def _expected_round_s(entry: _Topic) -> float:
-    """What the topic's next round is expected to take (see `ROUND_MARGIN` and `FIRST_ROUND_SHARE`)."""
-    if not entry.durations:
-        return FIRST_ROUND_SHARE * entry.target_lag_s
-    return ROUND_MARGIN * max(entry.durations)
+    """What the topic's next round is expected to take (see `ROUND_MARGIN` and `MIN_ROUND_SHARE`)."""
+    return max(MIN_ROUND_SHARE * entry.target_lag_s, ROUND_MARGIN * max(entry.durations, default=0.0))
 
 
 def _partitions(table_offsets: Mapping[int, int], last_stable: Mapping[int, int]) -> tuple[PartitionStatus, ...]:

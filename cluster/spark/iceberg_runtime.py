@@ -17,8 +17,10 @@ How pyiceberg's properties become the Iceberg runtime's (`spark_catalog_configs`
 | every other property             | the same key (`warehouse`, `credential`, `s3.endpoint`, ...)                      |
 
 and always `cache-enabled=false`: each query loads the table's current snapshot, where Iceberg's default cache would
-answer from a snapshot up to 30 s old while the translation driver commits. The Spark catalog's name must be
-pyiceberg's (`CATALOG_NAME`): a JDBC catalog keeps each table's row under its catalog's name.
+answer from a snapshot up to 30 s old while the translation driver commits; and `io.manifest.cache-enabled=true`:
+manifests, which never change once written, are read once per session rather than at every query's planning. The
+Spark catalog's name must be pyiceberg's (`CATALOG_NAME`): a JDBC catalog keeps each table's row under its catalog's
+name.
 
 `jdbc.init-catalog-tables=false`, measured: the runtime's check that the catalog's tables exist (pyiceberg made
 them) leaves a read transaction open on its pooled SQLite connection, after which the broker's commits wait on
@@ -71,6 +73,7 @@ def spark_catalog_configs(properties: Mapping[str, str]) -> dict[str, str]:
             }
         )
     runtime["cache-enabled"] = "false"
+    runtime["io.manifest.cache-enabled"] = "true"
     return {CONF_PREFIX: ICEBERG_CATALOG_CLASS} | {f"{CONF_PREFIX}.{key}": value for key, value in runtime.items()}
 
 

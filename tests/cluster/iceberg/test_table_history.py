@@ -8,6 +8,7 @@ table, or with an unknown history is refused before anything is read."""
 from __future__ import annotations
 
 import re
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -148,3 +149,43 @@ def test_a_spark_read_the_table_cannot_answer_is_refused_before_it_starts(spark:
             read_topics(spark, topics="history-plain-spark", **{"history": "table", **options})
     with pytest.raises(InvalidRequestError, match="assign"):
         read_topics(spark, assign={"history-plain-spark": [0]}, history="table")
+
+
+def test_the_combined_read_equals_the_logs_records_while_producers_run(config: BrokerConfig, spark: Any) -> None:
+    """A producer writes all along while the driver translates every 300 ms: each combined read (Ray Data's, then
+    Spark's) taken in the middle holds each record once and equals the log's records up to where it ends, read
+    after it; the table held records when the reads ran, so both parts made them."""
+    topic = "history-live"
+    Admin().create_topic(topic, PARTITIONS, config={"iceberg.mode": "key_value", "iceberg.target.lag.ms": "300"})
+    stop = threading.Event()
+
+    def produce() -> None:
+        with Producer(key_serializer=_identity, value_serializer=_identity, linger_ms=1) as producer:
+            burst = 0
+            while not stop.is_set():
+                for i in range(40):
+                    producer.send(topic, key=b"k%d-%d" % (burst, i), value=b"v%d-%d" % (burst, i))
+                producer.flush()
+                burst += 1
+                time.sleep(0.05)
+
+    writer = threading.Thread(target=produce, name="history-live-writer")
+    writer.start()
+    try:
+        for read in ("ray data", "spark", "ray data", "spark"):
+            time.sleep(1.0)
+            translated = sum(p.table_offset for status in iceberg_driver_status(topic) for p in status.partitions)
+            if read == "spark":
+                got = read_topics(spark, topics=topic, history="table").collect()
+                combined = sorted((r["partition"], r["offset"], bytes(r["key"]), bytes(r["value"])) for r in got)
+            else:
+                rows = read_topic(topic, history="table").take_all()
+                combined = sorted((r["partition"], r["offset"], r["key"], r["value"]) for r in rows)
+            log = sorted((r["partition"], r["offset"], r["key"], r["value"]) for r in read_topic(topic).take_all())
+            ends = {p: o + 1 for p, o, _, _ in combined}
+            assert translated > 0 and len(combined) > translated, (read, translated, len(combined))
+            assert len({(p, o) for p, o, _, _ in combined}) == len(combined), read
+            assert combined == [row for row in log if row[1] < ends.get(row[0], 0)], read
+    finally:
+        stop.set()
+        writer.join(30)

@@ -27,6 +27,7 @@ def test_the_embedded_catalog_is_the_same_sqlite_file_through_jdbc(tmp_path: Pat
         f"{PREFIX}.warehouse": (tmp_path / "meta-iceberg" / "warehouse").as_uri(),
         f"{PREFIX}.jdbc.init-catalog-tables": "false",
         f"{PREFIX}.cache-enabled": "false",
+        f"{PREFIX}.io.manifest.cache-enabled": "true",
     }
 
 
@@ -36,6 +37,7 @@ def test_a_rest_catalog_keeps_its_type_uri_and_other_keys() -> None:
         PREFIX: ICEBERG_CATALOG_CLASS,
         **{f"{PREFIX}.{key}": value for key, value in properties.items()},
         f"{PREFIX}.cache-enabled": "false",
+        f"{PREFIX}.io.manifest.cache-enabled": "true",
     }
 
 
