@@ -172,8 +172,12 @@ def test_the_combined_read_equals_the_logs_records_while_producers_run(config: B
     writer = threading.Thread(target=produce, name="history-live-writer")
     writer.start()
     try:
+        deadline = time.monotonic() + WAIT_S
+        while not any(p.table_offset for status in iceberg_driver_status(topic) for p in status.partitions):
+            assert time.monotonic() < deadline, f"nothing of {topic} translated: {iceberg_driver_status(topic)}"
+            time.sleep(0.1)
         for read in ("ray data", "spark", "ray data", "spark"):
-            time.sleep(1.0)
+            time.sleep(0.5)
             translated = sum(p.table_offset for status in iceberg_driver_status(topic) for p in status.partitions)
             if read == "spark":
                 got = read_topics(spark, topics=topic, history="table").collect()
