@@ -180,12 +180,19 @@ def test_results_table_escapes_pipes_and_marks_missed_goals() -> None:
 
 @pytest.fixture(scope="module")
 def quick_ray_figures(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
-    """`ray_data_read`, `ray_data_write`, `iceberg_translate`, `iceberg_lag_p99` and `create_topic_s` of one `--quick`
-    run, by name: one run, so one embedded Ray, broker and listener of the benchmark's own (its subprocess) serve them.
-    Slow (~2 min): 24 partitions, every Ray Data read and write of both sides once, 10 s of translation under load,
-    and an Apache Kafka JVM, which is what `--quick` runs."""
+    """`ray_data_read`, `ray_data_write`, `iceberg_translate`, `iceberg_lag_p99`, `iceberg_scan` and `create_topic_s` of
+    one `--quick` run, by name: one run, so one embedded Ray, broker and listener of the benchmark's own (its
+    subprocess) serve them. Slow (~3 min): 24 partitions, every Ray Data read and write of both sides once, 10 s of
+    translation under load, a Spark session, and an Apache Kafka JVM, which is what `--quick` runs."""
     out = tmp_path_factory.mktemp("quick-ray") / "figures.json"
-    names = ["ray_data_read", "ray_data_write", "iceberg_translate", "iceberg_lag_p99", "create_topic_s"]
+    names = [
+        "ray_data_read",
+        "ray_data_write",
+        "iceberg_translate",
+        "iceberg_lag_p99",
+        "iceberg_scan",
+        "create_topic_s",
+    ]
     result = run_module("benchmarks", "--quick", "--only", *names, "--json", str(out), timeout_s=900)
     assert result.returncode == 0, result.stderr[-3000:]
     figures = {figure["name"]: figure for figure in json.loads(out.read_text())["figures"]}
@@ -208,17 +215,22 @@ def test_quick_ray_data_run_reports_reads_and_writes_beside_their_baselines(
 
 @pytest.mark.ray
 @pytest.mark.kafka
-def test_quick_iceberg_run_reports_translation_beside_ray_datas_and_the_lag_p99(
+@pytest.mark.spark
+def test_quick_iceberg_run_reports_translation_beside_ray_datas_the_lag_p99_and_the_scan(
     quick_ray_figures: dict[str, dict[str, Any]],
 ) -> None:
     """`iceberg_translate` against Ray Data's `read_kafka` + `write_iceberg` on the same records, in the same run (the
-    benchmark itself checks each table holds every record once), and `iceberg_lag_p99`, an absolute goal."""
+    benchmark itself checks each table holds every record once), `iceberg_lag_p99`, an absolute goal, and
+    `iceberg_scan` against Spark over the table's files (the benchmark checks both answer the same)."""
     figure = quick_ray_figures["iceberg_translate"]
     assert figure["baseline_name"] == "ray.data.read_kafka + write_iceberg"
     assert figure["value"] > 0 and figure["baseline_value"] > 0 and figure["unit"] == "MB/s"
     lag = quick_ray_figures["iceberg_lag_p99"]
     assert lag["baseline_name"] is None and lag["unit"] == "ms" and lag["value"] > 0
     assert lag["goal"].startswith("p99 <= iceberg.target.lag.ms (3000 ms) at 2 MB/s offered")
+    scan = quick_ray_figures["iceberg_scan"]
+    assert scan["baseline_name"] == "spark.read.parquet of the table's files"
+    assert scan["value"] > 0 and scan["baseline_value"] > 0 and scan["unit"] == "MB/s"
 
 
 @pytest.mark.ray
