@@ -37,15 +37,13 @@ from ray.cluster_utils import Cluster
 
 from actors.clients.admin import Admin
 from actors.clients.broker import Broker, stop_broker
-from actors.clients.consumer import Consumer
 from actors.clients.producer import Producer
-from cluster.iceberg.catalog import catalog_properties, open_catalog
-from cluster.iceberg.translation_driver import TRANSLATING
 from cluster.iceberg.translation_driver_actor import iceberg_driver_status, start_iceberg_driver
 from storage.config.broker_config import BrokerConfig
 from storage.errors import BrokerNotAvailableError, OutOfOrderSequenceError
 from tests.actors.support import release_session_ray, start_broker_on
 from tests.reliability.broker_support import Acknowledgements, wait_for
+from tests.reliability.iceberg_checks import read_committed, table_rows, wait_for_table
 from tests.reliability.modes import scaled
 
 pytestmark = [pytest.mark.reliability, pytest.mark.ray]
@@ -79,7 +77,6 @@ WRITE_S = 2.0
 FAILOVER_S = 30.0
 REJOIN_S = 90.0
 CATCH_UP_S = 90.0
-Row = tuple[int, int, bytes | None, bytes | None]
 
 
 def _identity(data: bytes) -> bytes:
@@ -193,29 +190,6 @@ def _rounds() -> int:
     return statuses[0].rounds if statuses else 0
 
 
-def _read_committed() -> tuple[list[Row], dict[int, int]]:
-    """Every record a read_committed consumer reads from the topic, and each partition's last stable offset."""
-    tps = [(TOPIC, partition) for partition in range(PARTITIONS)]
-    with Consumer(isolation_level="read_committed", value_deserializer=_identity) as consumer:
-        consumer.assign(tps)
-        consumer.seek_to_end()
-        ends = {tp[1]: consumer.position(tp) for tp in tps}
-        consumer.seek_to_beginning()
-        rows: list[Row] = []
-        deadline = time.monotonic() + CATCH_UP_S
-        while any(consumer.position(tp) < ends[tp[1]] for tp in tps):
-            assert time.monotonic() < deadline, "the read_committed read did not reach the last stable offsets"
-            records = consumer.poll(500)
-            rows.extend((r.partition, r.offset, r.key, r.value) for r in records if r.offset < ends[r.partition])
-    return sorted(rows), ends
-
-
-def _table_rows(config: BrokerConfig) -> list[Row]:
-    table = open_catalog(catalog_properties(config)).load_table(("raybroker", TOPIC))
-    rows = table.scan(selected_fields=("partition", "offset", "key", "value")).to_arrow().to_pylist()
-    return sorted((row["partition"], row["offset"], row["key"], row["value"]) for row in rows)
-
-
 def _fail_over_and_rejoin(nodes: Nodes, writer: KeyedWriter, removal: int) -> str:
     """Once the driver ran a few rounds, removes the worker node leading the most partitions, waits for the
     failover and for writes acknowledged after it, then brings its disks back on a new node and waits until they
@@ -274,15 +248,9 @@ def test_leader_failovers_during_translation_lose_and_repeat_nothing(nodes: Node
     # A send in flight at a leader change may fail with OutOfOrderSequenceError (see
     # tests/actors/test_zz_replication.py): never acknowledged, so in the log at most once, as the oracle reads it.
     assert all(isinstance(error, OutOfOrderSequenceError) for error in writer.acks.failures), writer.acks.failures[:3]
-    expected, ends = _read_committed()
-
-    def caught_up() -> bool:
-        statuses = iceberg_driver_status(TOPIC)
-        held = {p.partition: p.table_offset for p in statuses[0].partitions} if statuses else {}
-        return bool(statuses) and statuses[0].state == TRANSLATING and held == ends
-
-    wait_for(caught_up, CATCH_UP_S, f"the table of {TOPIC} to reach {ends}: {iceberg_driver_status(TOPIC)}")
-    rows = _table_rows(config)
+    expected, ends = read_committed(TOPIC, PARTITIONS, CATCH_UP_S)
+    wait_for_table(TOPIC, ends, CATCH_UP_S)
+    rows = table_rows(config, TOPIC)
     in_table = [(partition, offset) for partition, offset, _, _ in rows]
     duplicated = len(in_table) - len(set(in_table))
     missing = sorted({(p, o) for p, o, _, _ in expected} - set(in_table))

@@ -22,15 +22,12 @@ import pytest
 from actors.calls import get_actor
 from actors.clients.admin import Admin
 from actors.clients.broker import Broker
-from actors.clients.consumer import Consumer
 from actors.clients.producer import Producer
 from actors.options import ICEBERG_DRIVER_NAME
-from cluster.iceberg.catalog import catalog_properties, open_catalog
-from cluster.iceberg.translation_driver import TRANSLATING
-from cluster.iceberg.translation_driver_actor import iceberg_driver_status
 from storage.config.broker_config import BrokerConfig
 from tests.cluster.iceberg.driver_support import start_broker_with_driver
-from tests.reliability.broker_support import seeded_random, sigkill_and_wait, wait_for
+from tests.reliability.broker_support import seeded_random, sigkill_and_wait
+from tests.reliability.iceberg_checks import Row, read_committed, table_rows, wait_for_table
 from tests.reliability.modes import scaled
 
 pytestmark = [pytest.mark.reliability, pytest.mark.ray]
@@ -42,7 +39,6 @@ RECORDS_PER_TRANSACTION = 20
 # The producer's pace: a transaction every this many seconds, so the table has a few thousand rows to check.
 TRANSACTION_EVERY_S = 0.05
 CATCH_UP_S = 120.0
-Row = tuple[int, int, bytes]
 
 
 def _identity(data: bytes) -> bytes:
@@ -84,7 +80,7 @@ class TransactionalWriter:
                     for index in range(RECORDS_PER_TRANSACTION)
                 ]
                 producer.flush()
-                rows = [(f.result().partition, f.result().offset, value) for f, value in futures]
+                rows = [(f.result().partition, f.result().offset, None, value) for f, value in futures]
                 if number % 3 == 0:
                     producer.abort_transaction()
                     self.aborted.extend(rows)
@@ -105,29 +101,6 @@ class TransactionalWriter:
         return producer
 
 
-def _read_committed() -> tuple[list[Row], dict[int, int]]:
-    """Every record a read_committed consumer reads from the topic, and the last stable offset of each partition."""
-    tps = [(TOPIC, partition) for partition in range(PARTITIONS)]
-    with Consumer(isolation_level="read_committed", value_deserializer=_identity) as consumer:
-        consumer.assign(tps)
-        consumer.seek_to_end()
-        ends = {tp[1]: consumer.position(tp) for tp in tps}
-        consumer.seek_to_beginning()
-        rows: list[Row] = []
-        deadline = time.monotonic() + CATCH_UP_S
-        while any(consumer.position(tp) < ends[tp[1]] for tp in tps):
-            assert time.monotonic() < deadline, "the read_committed read did not reach the last stable offsets"
-            records = consumer.poll(500)
-            rows.extend((r.partition, r.offset, r.value) for r in records if r.offset < ends[r.partition])
-    return sorted(rows), ends
-
-
-def _table_rows(config: BrokerConfig) -> list[Row]:
-    table = open_catalog(catalog_properties(config)).load_table(("raybroker", TOPIC))
-    rows = table.scan(selected_fields=("partition", "offset", "value")).to_arrow().to_pylist()
-    return sorted((row["partition"], row["offset"], row["value"]) for row in rows)
-
-
 def test_sigkills_of_the_driver_and_the_partition_host_lose_and_repeat_nothing(config: BrokerConfig) -> None:
     """Slow (~60 s): each kill waits for Ray to restart the process killed."""
     rng, _ = seeded_random("iceberg kill -9")
@@ -145,16 +118,10 @@ def test_sigkills_of_the_driver_and_the_partition_host_lose_and_repeat_nothing(c
     finally:
         writer.stop()
     assert writer.committed, f"no transaction committed ({writer.failures} failed)"
-    expected, ends = _read_committed()
-
-    def caught_up() -> bool:
-        statuses = iceberg_driver_status(TOPIC)
-        held = {p.partition: p.table_offset for p in statuses[0].partitions} if statuses else {}
-        return bool(statuses) and statuses[0].state == TRANSLATING and held == ends
-
-    wait_for(caught_up, CATCH_UP_S, f"the table of {TOPIC} to reach {ends}: {iceberg_driver_status(TOPIC)}")
-    rows = _table_rows(config)
-    assert len({(p, o) for p, o, _ in rows}) == len(rows), "a record is in the table twice"
+    expected, ends = read_committed(TOPIC, PARTITIONS, CATCH_UP_S)
+    wait_for_table(TOPIC, ends, CATCH_UP_S)
+    rows = table_rows(config, TOPIC)
+    assert len({(p, o) for p, o, _, _ in rows}) == len(rows), "a record is in the table twice"
     assert rows == expected
     assert set(writer.committed) <= set(rows)
     assert not set(writer.aborted) & set(rows)
