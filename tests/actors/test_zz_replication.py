@@ -3,8 +3,9 @@ its own log dirs and broker: replicas on distinct nodes, `acks=all`, followers i
 when a node is removed, the removed node's disks rejoining on a new node, a node lost for good healed onto a
 node that joins, and a node drained and let go to Ray.
 
-Ray's health checks are shortened (`HEALTH_CHECKS`) so that a node killed without notice is declared dead within
-about 2 s rather than Ray's default of about 15 s (5 failed checks 3 s apart), which bounds failover.
+Ray's health checks are shortened (`tests.actors.three_nodes.HEALTH_CHECKS`) so that a node killed without notice is
+declared dead within about 2 s rather than Ray's default of about 15 s (5 failed checks 3 s apart), which bounds
+failover.
 
 This module needs its own Ray cluster: it stops the shared session's broker and Ray first (`OWNS_RAY`, so it runs
 after every other test of the session), and only worker nodes are removed: the head holds the controller and its
@@ -18,7 +19,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
-import os
 import signal
 import threading
 import time
@@ -30,11 +30,10 @@ from typing import Any
 import psutil
 import pytest
 import ray
-from ray.cluster_utils import Cluster
 
 from actors.calls import call, get_actor
 from actors.clients.admin import Admin
-from actors.clients.broker import Broker, stop_broker
+from actors.clients.broker import Broker
 from actors.clients.consumer import Consumer
 from actors.clients.producer import Producer
 from actors.core.replication.leader_and_isr import LeaderAndIsr
@@ -51,14 +50,12 @@ from storage.errors import (
 )
 from storage.records.file_records import iter_any_batches
 from storage.records.record_batch import RecordBatch
-from tests.actors.support import release_session_ray, start_broker_on
+from tests.actors.three_nodes import Nodes, three_nodes
 from tests.reliability.modes import scaled
 
 pytestmark = pytest.mark.ray
 OWNS_RAY = True
 
-NODE_ARGS = {"num_cpus": 1, "object_store_memory": 128 * 1024 * 1024}
-HEALTH_CHECKS = {"health_check_period_ms": 300, "health_check_timeout_ms": 300, "health_check_failure_threshold": 3}
 BROKER_SETTINGS = {
     "offsets.topic.num.partitions": "1",
     "log.initial.task.delay.ms": "200",
@@ -77,63 +74,10 @@ BROKER_SETTINGS = {
 }
 
 
-@dataclass
-class Nodes:
-    """The cluster, the head's node id, and each live node's log dirs."""
-
-    cluster: Cluster
-    head: str
-    dirs: dict[str, list[Path]]
-    workers: dict[str, Any]
-
-    def start_broker(self, node: str, log_dirs: list[Path]) -> None:
-        properties = {"log.dirs": ",".join(str(d) for d in log_dirs), **BROKER_SETTINGS}
-        start_broker_on(node, properties)
-
-    def remove(self, node: str) -> list[Path]:
-        """Removes a worker node (its raylet and every process on it); returns its log dirs."""
-        self.cluster.remove_node(self.workers.pop(node), allow_graceful=False)
-        return self.dirs.pop(node)
-
-    def add(self, log_dirs: list[Path]) -> str:
-        """A new worker node over `log_dirs` (a replaced host with the old disks), with its broker."""
-        before = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
-        worker = self.cluster.add_node(**NODE_ARGS)
-        self.cluster.wait_for_nodes()
-        node = next(n["NodeID"] for n in ray.nodes() if n["Alive"] and n["NodeID"] not in before)
-        self.workers[node] = worker
-        self.dirs[node] = log_dirs
-        self.start_broker(node, log_dirs)
-        return node
-
-
 @pytest.fixture(scope="module")
 def nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Nodes]:
-    release_session_ray()
-    os.environ["RAY_LOG_TO_DRIVER"] = "0"
-    cluster = Cluster(
-        initialize_head=True,
-        head_node_args={**NODE_ARGS, "include_dashboard": False, "_system_config": HEALTH_CHECKS},
-    )
-    try:
-        workers = [cluster.add_node(**NODE_ARGS) for _ in range(2)]
-        ray.init(address=cluster.address, namespace="raybroker", log_to_driver=False, logging_level="ERROR")
-        cluster.wait_for_nodes()
-        head = ray.get_runtime_context().get_node_id()
-        root = tmp_path_factory.mktemp("replication")
-        alive = [n["NodeID"] for n in ray.nodes() if n["Alive"]]
-        others = sorted(node for node in alive if node != head)
-        by_id = {worker.node_id: worker for worker in workers}
-        state = Nodes(cluster, head, {}, {node: by_id[node] for node in others})
-        for index, node in enumerate([head, *others]):
-            state.dirs[node] = [root / f"node{index}-dir0"]
-            state.start_broker(node, state.dirs[node])
+    with three_nodes(tmp_path_factory.mktemp("replication"), BROKER_SETTINGS) as state:
         yield state
-        with contextlib.suppress(BrokerNotAvailableError):
-            stop_broker()
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
 
 
 def wait_until(condition: Any, timeout_s: float = 60.0, what: str = "condition") -> Any:

@@ -16,32 +16,26 @@ Quick mode: 1 node removal; long mode: 3.
 
 This module owns its Ray cluster (`OWNS_RAY`: it runs after the tests sharing the session's Ray, which it shuts
 down first); only worker nodes are removed, as the head holds the controller and the driver. Ray's health checks
-are shortened (`HEALTH_CHECKS`) so that a removed node is declared dead within about 2 s rather than ~15 s.
+are shortened (`tests.actors.three_nodes.HEALTH_CHECKS`) so that a removed node is declared dead within about 2 s
+rather than ~15 s.
 """
 
 from __future__ import annotations
 
-import contextlib
-import logging
-import os
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
-import ray
-from ray.cluster_utils import Cluster
 
 from actors.clients.admin import Admin
-from actors.clients.broker import Broker, stop_broker
+from actors.clients.broker import Broker
 from actors.clients.producer import Producer
 from cluster.iceberg.translation_driver_actor import iceberg_driver_status, start_iceberg_driver
 from storage.config.broker_config import BrokerConfig
-from storage.errors import BrokerNotAvailableError, OutOfOrderSequenceError
-from tests.actors.support import release_session_ray, start_broker_on
+from storage.errors import OutOfOrderSequenceError
+from tests.actors.three_nodes import Nodes, three_nodes
 from tests.reliability.broker_support import Acknowledgements, wait_for
 from tests.reliability.iceberg_checks import read_committed, table_rows, wait_for_table
 from tests.reliability.modes import scaled
@@ -52,9 +46,6 @@ OWNS_RAY = True
 REMOVALS = scaled(1, 3)
 TOPIC = "iceberg-failover"
 PARTITIONS = 3
-# One logical CPU per node: the driver's writer tasks and the partition hosts take none.
-NODE_ARGS: dict[str, Any] = {"num_cpus": 1, "object_store_memory": 128 * 1024 * 1024}
-HEALTH_CHECKS = {"health_check_period_ms": 300, "health_check_timeout_ms": 300, "health_check_failure_threshold": 3}
 BROKER_SETTINGS = {
     "offsets.topic.num.partitions": "1",
     "transaction.state.log.num.partitions": "1",
@@ -83,62 +74,13 @@ def _identity(data: bytes) -> bytes:
     return data
 
 
-@dataclass
-class Nodes:
-    """The cluster, the head's node id, the worker nodes' Ray handles and every live node's log dirs."""
-
-    cluster: Cluster
-    head: str
-    workers: dict[str, Any]
-    dirs: dict[str, list[Path]]
-
-    def start_broker(self, node: str) -> None:
-        start_broker_on(node, {"log.dirs": ",".join(str(d) for d in self.dirs[node]), **BROKER_SETTINGS})
-
-    def remove(self, node: str) -> list[Path]:
-        """Kills a worker node's raylet and every process on it, with no notice; returns its log dirs."""
-        self.cluster.remove_node(self.workers.pop(node), allow_graceful=False)
-        return self.dirs.pop(node)
-
-    def add(self, log_dirs: list[Path]) -> str:
-        """A new worker node with its broker over `log_dirs` (a replaced host with the old disks); its node id."""
-        before = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
-        worker = self.cluster.add_node(**NODE_ARGS)
-        self.cluster.wait_for_nodes()
-        node = next(n["NodeID"] for n in ray.nodes() if n["Alive"] and n["NodeID"] not in before)
-        self.workers[node] = worker
-        self.dirs[node] = log_dirs
-        self.start_broker(node)
-        return node
-
-
 @pytest.fixture(scope="module")
 def nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Nodes]:
     """Three nodes with a broker each, the head's first (it hosts the controller), and the translation driver on
     the head."""
-    release_session_ray()
-    os.environ["RAY_LOG_TO_DRIVER"] = "0"
-    cluster = Cluster(
-        initialize_head=True,
-        head_node_args={**NODE_ARGS, "include_dashboard": False, "_system_config": HEALTH_CHECKS},
-    )
-    try:
-        workers = [cluster.add_node(**NODE_ARGS) for _ in range(2)]
-        ray.init(address=cluster.address, namespace="raybroker", log_to_driver=False, logging_level=logging.ERROR)
-        cluster.wait_for_nodes()
-        head = ray.get_runtime_context().get_node_id()
-        root = tmp_path_factory.mktemp("iceberg-failover")
-        state = Nodes(cluster, head, {worker.node_id: worker for worker in workers}, {})
-        for index, node in enumerate([head, *sorted(state.workers)]):
-            state.dirs[node] = [root / f"node{index}-dir0"]
-            state.start_broker(node)
-        start_iceberg_driver(BrokerConfig.from_properties({"log.dirs": str(state.dirs[head][0])}), 0.1)
+    with three_nodes(tmp_path_factory.mktemp("iceberg-failover"), BROKER_SETTINGS) as state:
+        start_iceberg_driver(BrokerConfig.from_properties({"log.dirs": str(state.dirs[state.head][0])}), 0.1)
         yield state
-        with contextlib.suppress(BrokerNotAvailableError):
-            stop_broker()
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
 
 
 class KeyedWriter:
