@@ -9,32 +9,25 @@ within about a second."""
 
 from __future__ import annotations
 
-import contextlib
-import os
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
 import ray
-from ray.cluster_utils import Cluster
 
 from actors.clients.admin import Admin
-from actors.clients.broker import Broker, stop_broker
+from actors.clients.broker import Broker
 from actors.clients.producer import Producer
 from cluster.data import read_topic
 from cluster.data.locality import read_locality
 from cluster.data.read_planning import plan_topic_read
-from storage.errors import BrokerNotAvailableError
-from tests.actors.support import release_session_ray, start_broker_on
+from tests.actors.three_nodes import Nodes, three_nodes
 
 pytestmark = [pytest.mark.ray, pytest.mark.filterwarnings("ignore::DeprecationWarning:ray.data.context")]
 OWNS_RAY = True
 
-# One CPU per node: a node runs one read task at a time, so pinning is visible; 128 MiB of object store each.
-NODE_ARGS = {"num_cpus": 1, "object_store_memory": 128 * 1024 * 1024}
-HEALTH_CHECKS = {"health_check_period_ms": 300, "health_check_timeout_ms": 300, "health_check_failure_threshold": 3}
+# One CPU per node (`tests.actors.three_nodes.NODE_ARGS`): a node runs one read task at a time, so pinning is visible.
 BROKER_SETTINGS = {
     "offsets.topic.num.partitions": "1",
     "log.initial.task.delay.ms": "200",
@@ -49,38 +42,11 @@ RECORDS = 300
 COLUMNS = ["topic", "partition", "offset", "value"]
 
 
-@dataclass
-class Nodes:
-    cluster: Cluster
-    head: str
-    workers: dict[str, Any]
-
-
 @pytest.fixture(scope="module")
 def nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Nodes]:
-    release_session_ray()
-    os.environ["RAY_LOG_TO_DRIVER"] = "0"
-    cluster = Cluster(
-        initialize_head=True,
-        head_node_args={**NODE_ARGS, "include_dashboard": False, "_system_config": HEALTH_CHECKS},
-    )
-    try:
-        workers = [cluster.add_node(**NODE_ARGS) for _ in range(2)]
-        ray.init(address=cluster.address, namespace="raybroker", log_to_driver=False, logging_level="ERROR")
-        cluster.wait_for_nodes()
+    with three_nodes(tmp_path_factory.mktemp("ray-data-nodes"), BROKER_SETTINGS) as state:
         ray.data.DataContext.get_current().enable_progress_bars = False
-        head = ray.get_runtime_context().get_node_id()
-        root = tmp_path_factory.mktemp("ray-data-nodes")
-        by_id = {worker.node_id: worker for worker in workers}
-        for index, node in enumerate([head, *sorted(by_id)]):
-            properties = {"log.dirs": str(root / f"node{index}"), **BROKER_SETTINGS}
-            start_broker_on(node, properties)
-        yield Nodes(cluster, head, by_id)
-        with contextlib.suppress(BrokerNotAvailableError):
-            stop_broker()
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
+        yield state
 
 
 def leaders(topic: str) -> dict[int, str]:
@@ -111,7 +77,7 @@ def test_reads_run_on_their_leaders_nodes_and_survive_a_removed_node(nodes: Node
     planned_before = read_topic("spread", columns=COLUMNS)
     victim = next(node for node in sorted(nodes.workers) if node in led.values())
     moved = sorted(p for p, node in led.items() if node == victim)
-    nodes.cluster.remove_node(nodes.workers.pop(victim), allow_graceful=False)
+    nodes.remove(victim)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and any(leaders("spread")[p] == victim for p in moved):
         time.sleep(0.1)
