@@ -1,22 +1,27 @@
 """kill -9 through Iceberg translation: a transactional producer writes to a `key_value` topic (one transaction in
 three aborted) while the translation driver commits a round every 200 ms, and the harness SIGKILLs, at random
-moments, the driver's process (the committer, at any point of a round: planning, its Parquet tasks, its Iceberg
-commit) and the partition host holding the topic's partitions in turn; Ray restarts each (`max_restarts=-1`).
+moments, in turn, the driver's process (the committer, at any point of a round: planning, its Parquet tasks, its
+Iceberg commit; Ray restarts it, `max_restarts=-1`), the partition host holding the topic's partitions (restarted
+too), and a Ray worker while it runs a round's Parquet-writing task (a translator; Ray retries the task, or the round
+fails and is run again).
 
 Once the producer stopped and the table caught up with the log's last stable offsets: the table holds exactly what a
 read_committed consumer reads from the log, each record once by (partition, offset) with its value; every record of a
-transaction whose commit returned is in it, none of a transaction whose abort returned. Quick mode: 4 kills; long
-mode: 20.
+transaction whose commit returned is in it, none of a transaction whose abort returned. Quick mode: 4 kills (one of
+a translator); long mode: 20.
 """
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from actors.calls import get_actor
@@ -38,6 +43,9 @@ TOPIC = "iceberg-kill9"
 RECORDS_PER_TRANSACTION = 20
 # The producer's pace: a transaction every this many seconds, so the table has a few thousand rows to check.
 TRANSACTION_EVERY_S = 0.05
+# The Ray task writing a partition's Parquet files in a round, and how long a kill waits to catch one running.
+TRANSLATION_TASK = "_write_data_files"
+TRANSLATOR_WAIT_S = 20.0
 CATCH_UP_S = 120.0
 
 
@@ -101,23 +109,43 @@ class TransactionalWriter:
         return producer
 
 
-def test_sigkills_of_the_driver_and_the_partition_host_lose_and_repeat_nothing(config: BrokerConfig) -> None:
+def _sigkill_a_translator() -> int:
+    """SIGKILLs a Ray worker of this test's Ray (a process this one started) while it runs a translation task (its
+    process title is then `ray::<task>`), caught within `TRANSLATOR_WAIT_S`; 1 if one was killed."""
+    title = f"ray::{TRANSLATION_TASK}"
+    deadline = time.monotonic() + TRANSLATOR_WAIT_S
+    while time.monotonic() < deadline:
+        for process in psutil.Process().children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                args = process.cmdline()
+                if args and args[0].split(" ")[0] == title:
+                    process.send_signal(signal.SIGKILL)
+                    return 1
+        time.sleep(0.002)
+    return 0
+
+
+def test_sigkills_of_the_driver_the_partition_host_and_translators_lose_and_repeat_nothing(config: BrokerConfig) -> None:
     """Slow (~60 s): each kill waits for Ray to restart the process killed."""
     rng, _ = seeded_random("iceberg kill -9")
     Admin().create_topic(TOPIC, PARTITIONS, config={"iceberg.mode": "key_value", "iceberg.target.lag.ms": "200"})
     writer = TransactionalWriter()
+    translators_killed = 0
     try:
         for kill in range(KILLS):
             time.sleep(rng.uniform(0.3, 1.5))
-            if kill % 2 == 0:
+            if kill % 3 == 0:
                 sigkill_and_wait(get_actor(ICEBERG_DRIVER_NAME), rng.uniform(0.0, 0.3), ready="ready")
-            else:
+            elif kill % 3 == 1:
                 # The partition host holding the partition (it holds every partition of the node's topics).
                 host = Broker.connect().partition(TOPIC, rng.randrange(PARTITIONS)).host
                 sigkill_and_wait(host, rng.uniform(0.0, 0.3), "ping")
+            else:
+                translators_killed += _sigkill_a_translator()
     finally:
         writer.stop()
     assert writer.committed, f"no transaction committed ({writer.failures} failed)"
+    assert translators_killed == KILLS // 3, f"{translators_killed} translation tasks caught running"
     expected, ends = read_committed(TOPIC, PARTITIONS, CATCH_UP_S)
     wait_for_table(TOPIC, ends, CATCH_UP_S)
     rows = table_rows(config, TOPIC)
