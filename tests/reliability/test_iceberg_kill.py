@@ -125,7 +125,7 @@ def _sigkill_a_translator() -> int:
     return 0
 
 
-def test_sigkills_of_the_driver_the_partition_host_and_translators_lose_and_repeat_nothing(config: BrokerConfig) -> None:
+def test_sigkills_of_driver_partition_host_and_translators_lose_and_repeat_nothing(config: BrokerConfig) -> None:
     """Slow (~60 s): each kill waits for Ray to restart the process killed."""
     rng, _ = seeded_random("iceberg kill -9")
     Admin().create_topic(TOPIC, PARTITIONS, config={"iceberg.mode": "key_value", "iceberg.target.lag.ms": "200"})
