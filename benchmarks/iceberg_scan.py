@@ -35,13 +35,12 @@ def scan_figure(ctx: BenchContext, table: Any, properties: Mapping[str, str], pa
     """`iceberg_scan` over `table` (a pyiceberg table of the catalog of `properties` holding `payload` bytes of keys
     and values); see the module docstring."""
     from benchmarks.bench_spark import start_spark
-    from cluster.iceberg.catalog import CATALOG_NAME
-    from cluster.spark.iceberg_runtime import register_iceberg_catalog
+    from cluster.spark.iceberg_runtime import register_iceberg_catalog, spark_table_name
 
     spark = start_spark(ctx)
     register_iceberg_catalog(spark, properties)
     copy = _parquet_copy(ctx, table)
-    name = ".".join(f"`{part}`" for part in (CATALOG_NAME, *table.name()))
+    name = spark_table_name(table.name())
     rows = table.current_snapshot().summary.additional_properties.get("total-records")
     repeats = QUICK_REPEATS if ctx.quick else REPEATS
     runs = {"iceberg": lambda: _query(spark.table(name)), "parquet": lambda: _query(spark.read.parquet(str(copy)))}

@@ -103,7 +103,12 @@ def topic_table_name(topic: str) -> str:
     configs: dict[str, dict[str, str]] = call(Broker.connect().controller.topic_configs.remote())
     if topic not in configs:
         raise UnknownTopicOrPartitionError(f"no topic {topic!r}")
-    identifier = table_identifier(LogConfig.from_properties(configs[topic]).iceberg_table, topic)
+    return spark_table_name(table_identifier(LogConfig.from_properties(configs[topic]).iceberg_table, topic))
+
+
+def spark_table_name(identifier: tuple[str, ...]) -> str:
+    """Spark's name of the table `identifier` (namespace and table) in the catalog `register_iceberg_catalog`
+    names, each part quoted."""
     return ".".join(f"`{part.replace('`', '``')}`" for part in (CATALOG_NAME, *identifier))
 
 
