@@ -21,6 +21,10 @@ their futures.
   `InvalidRecordError`, ...). Once a batch of a partition has failed for good, the partition's sequence
   is no longer known, so its remaining batches continue under a fresh producer id from sequence 0
   (Kafka's idempotent-producer reset; the other partitions keep theirs).
+- Answers: a partition's futures are answered in the order its batches were first sent, as Kafka's `send`
+  promises for its callbacks. A call can succeed before an earlier one's failure is resolved (the earlier call
+  was written on a leader that died before answering, and the new leader the route found took the later call);
+  the later batches' answers wait until the earlier ones' resent copies are answered.
 - Transactions (a `TransactionManager`): the producer id and epoch are the transaction manager's, and every batch
   carries the transactional flag. Before a partition's first batch of a transaction the manager adds the partition
   to it (AddPartitionsToTxn, one call for every new partition of the pass); if that is refused, or once the
@@ -39,7 +43,7 @@ import itertools
 import logging
 import sys
 import threading
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -95,6 +99,10 @@ class _PartitionState:
     # gets a sequence below one sent before it (see `Sender._collect`).
     unsent: tuple[list[ProducerBatch], BaseException] | None = None
     retry_at_ns: int = 0
+    # The batches drained and not yet answered, by id, in the order they were first drained; and the outcomes
+    # that wait for an earlier batch's (see `Sender._in_send_order`).
+    unanswered: OrderedDict[int, ProducerBatch] = field(default_factory=OrderedDict)
+    held: dict[int, tuple[int, int] | BaseException] = field(default_factory=dict)
 
     @property
     def failing(self) -> bool:
@@ -170,7 +178,7 @@ class Sender:
                 now = self._clock.nanoseconds()
                 completions = self._collect(now)
                 check = self._accumulator.ready(now)
-                completions += self._send(check.partitions, now)
+                completions = self._in_send_order(completions + self._send(check.partitions, now))
                 timeout = 0.0 if completions else self._wait_seconds(check, now)
                 self._complete(completions)
                 if timeout != 0.0:
@@ -217,7 +225,7 @@ class Sender:
             if state.failing or now < state.retry_at_ns:
                 continue
             while (room := self._batch_room(state)) > 0:
-                batches = self._accumulator.drain(tp, room, self._max_request_size)
+                batches = self._drain(state, room, self._max_request_size)
                 if not batches:
                     break
                 try:
@@ -254,9 +262,16 @@ class Sender:
             return ready, []
         refused: list[Completion] = []
         for tp in ready:
-            while batches := self._accumulator.drain(tp, sys.maxsize, sys.maxsize):
+            while batches := self._drain(self._state(tp), sys.maxsize, sys.maxsize):
                 refused.extend((batch, error) for batch in batches)
         return [], refused
+
+    def _drain(self, state: _PartitionState, max_batches: int, max_bytes: int) -> list[ProducerBatch]:
+        """The partition's next closed batches from the accumulator, each noted in its send order the first time."""
+        batches = self._accumulator.drain((state.topic, state.partition), max_batches, max_bytes)
+        for batch in batches:
+            state.unanswered.setdefault(id(batch), batch)
+        return batches
 
     def _batch_room(self, state: _PartitionState) -> int:
         """How many more batches the partition may be sent now. An idempotent producer's partition remembers its
@@ -385,6 +400,20 @@ class Sender:
                 f"created; last error: {error}"
             )
         return None
+
+    def _in_send_order(self, completions: list[Completion]) -> list[Completion]:
+        """The completions that may be given now, each partition's in its send order: an outcome whose partition
+        has an earlier batch still unanswered is held until that one's comes."""
+        touched: list[_PartitionState] = []
+        for batch, outcome in completions:
+            state = self._partitions[(batch.topic, batch.partition)]
+            state.held[id(batch)] = outcome
+            touched.append(state)
+        ready: list[Completion] = []
+        for state in dict.fromkeys(touched):
+            while state.unanswered and (first := next(iter(state.unanswered))) in state.held:
+                ready.append((state.unanswered.pop(first), state.held.pop(first)))
+        return ready
 
     def _complete(self, completions: list[Completion]) -> None:
         """Answers the futures (outside any lock: their callbacks may send), then releases the batches."""

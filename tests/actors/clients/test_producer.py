@@ -21,13 +21,14 @@ from storage.errors import (
     InvalidRequestError,
     InvalidTimestampError,
     RecordTooLargeError,
+    RequestTimedOutError,
     SerializationError,
     UnknownTopicOrPartitionError,
     UnsupportedCompressionTypeError,
 )
 from storage.records.compression import CompressionType
 from storage.records.record_batch import RecordBatch, RecordBatchBuilder, TimestampType, iter_batches
-from tests.actors.support import append_channel_connections
+from tests.actors.support import append_channel_connections, wait_for
 from tests.conftest import ONE_ACTOR_PER_PARTITION
 
 pytestmark = pytest.mark.ray
@@ -38,6 +39,7 @@ TOPICS = {
     "append-time": (1, {"message.timestamp.type": "LogAppendTime"}),
     "killed": (2, {}),
     "small": (1, {"max.message.bytes": "2000"}),
+    "answers": (1, {}),
 }
 
 
@@ -381,6 +383,64 @@ def test_callbacks_may_send_again(broker: Any) -> None:
         future = producer.send("one", b"first")
         future.add_done_callback(lambda _: producer.send("one", b"second").add_done_callback(lambda _: chained.set()))
         assert chained.wait(10)
+
+
+class AnswerLostLate:
+    """An append that was written but whose answer was lost (it fails as the route fails such a call, with
+    REQUEST_TIMED_OUT), reported only once `later` is done: the route's leader watch may abandon a call with the
+    leader it went to after the next call, sent to the new leader, was answered."""
+
+    def __init__(self, call: Any, later: Future[Any]) -> None:
+        self._call = call
+        self._later = later
+
+    def add_done_callback(self, callback: Any) -> None:
+        self._call.add_done_callback(lambda: self._later.add_done_callback(lambda _: callback()))
+
+    def result(self) -> Any:
+        self._call.result()
+        raise RequestTimedOutError("the leader went away before answering an append")
+
+
+def test_answers_come_in_send_order_when_a_later_call_succeeds_before_an_earlier_ones_failure(
+    broker: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Kafka's `send` answers a partition's records in send order. Here the first call's answer is lost and its
+    failure comes after the second call succeeded: the first batch is resent, recognised as a duplicate and
+    answered with its offset, and only then is the second batch answered."""
+    from actors import Producer
+    from actors.server.append_route import AppendRoute
+
+    real_send = AppendRoute.send
+    second_answered: Future[Any] = Future()
+    calls: list[Any] = []
+
+    def send(route: AppendRoute, leader: Any, topic: str, *args: Any, **kwargs: Any) -> Any:
+        call = real_send(route, leader, topic, *args, **kwargs)
+        if topic != "answers":
+            return call
+        calls.append(call)
+        if len(calls) == 1:
+            return AnswerLostLate(call, second_answered)
+        if len(calls) == 2:
+            call.add_done_callback(lambda: second_answered.set_result(None))
+        return call
+
+    monkeypatch.setattr(AppendRoute, "send", send)
+    start = end_offsets(broker, "answers")[0]
+    answered: list[str] = []
+    with Producer(broker, linger_ms=0, enable_idempotence=True) as producer:
+        first = producer.send("answers", b"first")
+        first.add_done_callback(lambda _: answered.append("first"))
+        # The second record goes in a call of its own, while the first is still in flight.
+        wait_for(lambda: len(calls) == 1)
+        second = producer.send("answers", b"second")
+        second.add_done_callback(lambda _: answered.append("second"))
+        producer.flush()
+    assert len(calls) == 3, "the first batch was not resent alone"
+    assert answered == ["first", "second"]
+    assert [first.result().offset, second.result().offset] == [start, start + 1]
+    assert [r.value for r in consume(broker, {("answers", 0): start}, 2)] == [b"first", b"second"]
 
 
 @pytest.mark.parametrize(
