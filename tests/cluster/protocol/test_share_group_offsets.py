@@ -34,9 +34,16 @@ from kio.schema.errors import ErrorCode
 
 from benchmarks.kafka_broker import KAFKA_4_VERSION
 from cluster.protocol.client import WireClient
-from tests.cluster.protocol.helpers import COORDINATOR_RETRIED, GROUP_KEY, assigned_member, coordinator_client
+from tests.cluster.protocol.helpers import GROUP_KEY, assigned_member, coordinator_client
 from tests.cluster.protocol.kafka_tools import printed_lines, run_kafka_tool
-from tests.cluster.protocol.test_share_group_wire import METADATA, Session, acquired, heartbeat, partition_codes
+from tests.cluster.protocol.test_share_group_wire import (
+    METADATA,
+    Session,
+    acquired,
+    heartbeat,
+    join_holding_partition_0,
+    partition_codes,
+)
 
 pytestmark = pytest.mark.kafka
 
@@ -141,15 +148,7 @@ def offsets_steps(bootstrap: str) -> tuple[list[tuple[str, object]], dict[str, s
             return deleted(coordinator.request(DELETE, 0, values))
 
         deadline = time.monotonic() + DEADLINE_S
-        while (joined := heartbeat(coordinator, group, member, 0, topic)).error_code in COORDINATOR_RETRIED:
-            assert time.monotonic() < deadline, joined
-            time.sleep(0.2)
-        answer = joined
-        # Until the member is given partition 0 (Kafka first initializes the share-partition's state).
-        while answer.assignment is None or not any(0 in t.partitions for t in answer.assignment.topic_partitions):
-            assert time.monotonic() < deadline, answer
-            time.sleep(0.5)
-            answer = heartbeat(coordinator, group, member, answer.member_epoch, None)
+        join_holding_partition_0(coordinator, group, [member], topic, deadline)
         session = Session(leader, group, member, topic_metadata.topic_id)
         assert session.fetch().error_code == ErrorCode.none
         while not (warm := acquired(session.fetch())):

@@ -119,6 +119,35 @@ def heartbeat(coordinator: WireClient, group: str, member: str, epoch: int, topi
     return coordinator.request(HEARTBEAT, 1, values)
 
 
+def join_holding_partition_0(
+    coordinator: WireClient, group: str, members: list[str], topic: str, deadline: float
+) -> dict[str, int]:
+    """Joins `members` to the share group `group` subscribed to `topic`, then heartbeats until each holds partition 0,
+    failing at `deadline` (`time.monotonic()`); each member's epoch. Kafka first initializes the share-partition's
+    state and gives the partition in a later heartbeat's answer, raybroker in the join's; an answer without an
+    assignment leaves the member's as it was."""
+    epochs: dict[str, int] = {}
+    given: dict[str, bool] = {}
+
+    def note(member: str, answer: Any) -> None:
+        epochs[member] = answer.member_epoch
+        if answer.assignment is not None:
+            given[member] = any(0 in t.partitions for t in answer.assignment.topic_partitions)
+
+    for member in members:
+        while (joined := heartbeat(coordinator, group, member, 0, topic)).error_code in COORDINATOR_RETRIED:
+            assert time.monotonic() < deadline, joined
+            time.sleep(0.2)
+        assert joined.error_code == ErrorCode.none, joined
+        note(member, joined)
+    while not all(given.get(member, False) for member in members):
+        assert time.monotonic() < deadline, f"partition 0 not given to every member: {given}"
+        time.sleep(0.5)
+        for member in members:
+            note(member, heartbeat(coordinator, group, member, epochs[member], None))
+    return epochs
+
+
 def wrong_input_steps(bootstrap: str) -> list[tuple[str, object]]:
     """The module docstring's sequence on one broker: each step's name and what its answer said."""
     topic, group = f"kip932-{uuid.uuid4().hex[:8]}", f"wire-{uuid.uuid4().hex[:8]}"
@@ -150,30 +179,7 @@ def wrong_input_steps(bootstrap: str) -> list[tuple[str, object]]:
         coordinator_client(bootstrap, group, GROUP_KEY) as coordinator,
         WireClient(f"{leader_broker.host}:{leader_broker.port}") as leader,
     ):
-        epochs: dict[str, int] = {}
-        given: dict[str, bool] = {}
-
-        def note(member: str, answer: Any) -> None:
-            """The member's epoch, and whether it holds partition 0: an answer without an assignment leaves it."""
-            epochs[member] = answer.member_epoch
-            if answer.assignment is not None:
-                given[member] = any(0 in t.partitions for t in answer.assignment.topic_partitions)
-
-        for member in members[:2]:
-            deadline = time.monotonic() + DEADLINE_S
-            while (joined := heartbeat(coordinator, group, member, 0, topic)).error_code in COORDINATOR_RETRIED:
-                assert time.monotonic() < deadline, joined
-                time.sleep(0.2)
-            assert joined.error_code == ErrorCode.none, joined
-            note(member, joined)
-        # Until both members hold partition 0: Kafka first initializes the share-partition's state, and gives it in a
-        # later heartbeat's answer; raybroker gives it at once.
-        deadline = time.monotonic() + DEADLINE_S
-        while not all(given.get(member, False) for member in members[:2]):
-            assert time.monotonic() < deadline, f"partition 0 not given to both members: {given}"
-            time.sleep(0.5)
-            for member in members[:2]:
-                note(member, heartbeat(coordinator, group, member, epochs[member], None))
+        epochs = join_holding_partition_0(coordinator, group, members[:2], topic, time.monotonic() + DEADLINE_S)
         first, second = (Session(leader, group, m, described.topic_id) for m in members[:2])
         stranger = Session(leader, group, members[2], described.topic_id)
         assert first.fetch().error_code == ErrorCode.none
