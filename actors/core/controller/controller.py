@@ -65,6 +65,10 @@ and `topic_deleted(name)`, told after a topic is deleted so the group coordinato
 coordinator applies them at the group's next heartbeat or fetch (a failure there is logged: the coordinator loads
 every group's configs when it starts again). Calls are serialised by one lock; replicas and the group coordinator are
 told outside it.
+
+The class is split by what it owns: topics in `actors.core.controller.topic_admin`, replica moves in
+`actors.core.controller.replica_moves` and the cluster's settings in `actors.core.controller.cluster_settings`, mixins
+of `Controller` working on its state under its lock.
 """
 
 from __future__ import annotations
@@ -73,7 +77,6 @@ import functools
 import json
 import logging
 import threading
-import uuid
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -81,11 +84,8 @@ from typing import Any, Protocol
 
 from actors.core.controller.assignment import (
     after_broker_lost,
-    check_replication_factor,
     elect_if_offline,
     moved_replica,
-    new_partition_state,
-    place_replicas,
     preferred_election,
 )
 from actors.core.controller.broker_sessions import BrokerSessions
@@ -103,8 +103,8 @@ from actors.core.controller.reassignment import (
     completed,
 )
 from actors.core.controller.replica_moves import ReplicaMoves
+from actors.core.controller.topic_admin import TopicAdmin
 from actors.core.controller.topic_metadata import (
-    INTERNAL_TOPICS,
     AdvertisedListener,
     TopicMetadata,
 )
@@ -116,37 +116,27 @@ from actors.core.replication.leader_and_isr import LeaderAndIsr
 from actors.core.role_metrics import NO_ROLE_METRICS, RoleMetrics
 from actors.core.security.acl_store import ACL_KEY_PREFIX, AclStore
 from actors.core.security.credential_store import SCRAM_KEY_PREFIX, ScramCredentialStore
-from storage import file_names
 from storage.arguments import is_int
 from storage.clock import Clock
 from storage.config.broker_config import BrokerConfig
-from storage.config.log_config import LogConfig
 from storage.errors import (
     BrokerNotAvailableError,
     FencedLeaderEpochError,
     IneligibleReplicaError,
     InvalidConfigError,
-    InvalidPartitionsError,
     InvalidRequestError,
-    InvalidTopicError,
     InvalidUpdateVersionError,
     NotControllerError,
     RaybrokerError,
-    TopicExistsError,
     UnknownTopicOrPartitionError,
 )
 from storage.files.meta_properties import new_directory_id
-from storage.kafka_uuid import ZERO_UUID, random_uuid
-from storage.logdir.log_dirs import METADATA_TOPIC
+from storage.kafka_uuid import ZERO_UUID
 from storage.logdir.metadata_mirror import open_metadata_log
-from storage.pending import collect
 from storage.records.record_batch import RecordBatchBuilder
 
 logger = logging.getLogger(__name__)
 
-# A topic may have at most this many partitions: on Ray each is an actor process (~120 MiB), so far more
-# than a cluster of this kind can host is refused up front instead of exhausting memory.
-MAX_PARTITIONS_PER_TOPIC = 10_000
 # How often the monitor pass looks for replicas to heal (`_heal_lost_replicas`).
 HEAL_CHECK_MS = 1000
 
@@ -163,7 +153,7 @@ class ReplicaNotifier(Protocol):
         ...
 
 
-class Controller(ReplicaMoves, ClusterSettings):
+class Controller(TopicAdmin, ReplicaMoves, ClusterSettings):
     """Cluster metadata; see the module docstring. Thread-safe (one lock)."""
 
     def __init__(
@@ -636,200 +626,9 @@ class Controller(ReplicaMoves, ClusterSettings):
             raise BrokerNotAvailableError(f"the broker on node {node_id} is not running")
         return broker
 
-    def _place(self, topic: str, count: int, replication_factor: int) -> list[tuple[str, ...]]:
-        """Replicas for `count` new partitions of `topic` (`actors.core.controller.assignment.place_replicas`)."""
-        if not self._brokers:
-            raise BrokerNotAvailableError("no broker is registered; start one with `raybroker start`")
-        return place_replicas(count, replication_factor, self._placeable(), self.partition_states(), topic)
-
     def _placeable(self) -> list[str]:
         """The brokers new replicas may go to: the registered ones not being drained."""
         return [node for node in self._brokers if node not in self._draining]
-
-    def _replication_factor(self, requested: object) -> int:
-        """The topic's replication factor: `requested`, or `default.replication.factor` for None or -1 (Kafka's
-        CreateTopics lets -1 mean the broker's default)."""
-        if requested is None or requested == -1:
-            requested = self.config.default_replication_factor
-        return check_replication_factor(requested, len(self._brokers))
-
-    # --- topics ----------------------------------------------------------------------------------
-
-    def _validated_config(self, config: object) -> dict[str, str]:
-        if config is not None and not isinstance(config, Mapping):
-            raise InvalidConfigError(f"a topic config must be a mapping, not {type(config).__name__}")
-        overrides = {str(k): str(v) for k, v in (config or {}).items()}
-        LogConfig.from_properties(overrides, base=self.config.log_config)
-        return overrides
-
-    def create_topic(
-        self,
-        name: str,
-        partitions: int,
-        config: Mapping[str, str] | None = None,
-        validate_only: bool = False,
-        replication_factor: int | None = None,
-    ) -> TopicMetadata:
-        """Creates the topic's partitions, `replication_factor` replicas each (None or -1:
-        `default.replication.factor`) on distinct least-loaded brokers (Kafka's CreateTopics). If a replica
-        cannot be created, the topic is deleted again (with the replicas that were) and the error raised.
-        With `validate_only`, runs every check and places the partitions but writes and creates nothing."""
-        file_names.validate_topic(name)
-        if name == METADATA_TOPIC:
-            raise InvalidTopicError(f"topic name {name!r} is reserved for the cluster metadata log")
-        _check_partition_count(partitions)
-        overrides = self._validated_config(config)
-        with self._lock:
-            if name in self._topics:
-                raise TopicExistsError(f"topic {name!r} already exists")
-            # Kafka's rule: metric names turn '.' into '_', so 'a.b' and 'a_b' may not both exist.
-            colliding = [t for t in self._topics if t.replace(".", "_") == name.replace(".", "_")]
-            if colliding:
-                raise InvalidTopicError(f"topic {name!r} collides with existing topic {colliding[0]!r}")
-            placed = self._place(name, partitions, self._replication_factor(replication_factor))
-            states = {p: new_partition_state(name, p, replicas) for p, replicas in enumerate(placed)}
-            topic = TopicMetadata(
-                name, {p: s.leader for p, s in states.items()}, overrides, states, self._new_topic_id()
-            )
-            if validate_only:
-                return topic
-            self._persist_topic(topic)
-            try:
-                self._create_partitions(topic, range(partitions))
-            except BaseException:
-                self.delete_topic(name)
-                raise
-            return topic
-
-    def _create_partitions(self, topic: TopicMetadata, partitions: range) -> None:
-        """Creates every replica of the partitions on its broker, records the log dir each landed in and tells
-        each its state; if any creation fails, raises its error once every creation has ended, so that the
-        caller's rollback never overtakes a creation still running."""
-        asked = [(p, node) for p in partitions for node in topic.state(p).replicas]
-        placements = collect(
-            [self._broker(node).create_partition(topic.name, p, topic.config, topic.topic_id) for p, node in asked]
-        )
-        placed = topic
-        for (partition, node), placement in zip(asked, placements, strict=True):
-            if placement.directory_id:
-                placed = placed.with_state(placed.state(partition).with_directory(node, placement.directory_id))
-        if placed is not topic:
-            self._persist_topic(placed)
-        if topic.replication_factor > 1:
-            self._push(placed.state(p) for p in partitions)
-
-    def add_partitions(self, name: str, total: int, validate_only: bool = False) -> TopicMetadata:
-        """Grows a topic to `total` partitions (Kafka's CreatePartitions; topics never shrink). If a new
-        partition cannot be created, the topic goes back to its old partitions and the error is raised.
-        With `validate_only`, runs every check and places the partitions but writes and creates nothing."""
-        _check_partition_count(total)
-        with self._lock:
-            topic = self.describe_topic(name)
-            current = len(topic.partitions)
-            if total <= current:
-                raise InvalidPartitionsError(f"topic {name!r} has {current} partitions; {total} would not grow it")
-            grown = topic
-            placed = self._place(name, total - current, topic.replication_factor)
-            for partition, replicas in zip(range(current, total), placed, strict=True):
-                grown = grown.with_state(new_partition_state(name, partition, replicas))
-            if validate_only:
-                return grown
-            self._persist_topic(grown)
-            try:
-                self._create_partitions(grown, range(current, total))
-            except BaseException:
-                self._persist_topic(topic)
-                collect(
-                    [
-                        self._brokers[node].delete_partition(name, p)
-                        for p in range(current, total)
-                        for node in grown.state(p).replicas
-                        if node in self._brokers
-                    ]
-                )
-                raise
-            return grown
-
-    def alter_topic_config(self, name: str, config: Mapping[str, str | None]) -> TopicMetadata:
-        """Merges `config` into the topic's overrides (a None value removes that override, as Kafka's incremental
-        DELETE) and applies it to every partition."""
-        with self._lock:
-            merged = {**self.describe_topic(name).config, **config}
-            return self.set_topic_config(name, {key: value for key, value in merged.items() if value is not None})
-
-    def set_topic_config(self, name: str, config: Mapping[str, str], validate_only: bool = False) -> TopicMetadata:
-        """Replaces the topic's overrides with `config` (keys left out go back to the broker's defaults, as Kafka's
-        AlterConfigs) and applies them to every partition; with `validate_only`, only checks them."""
-        with self._lock:
-            topic = self.describe_topic(name)
-            merged = self._validated_config(config)
-            altered = replace(topic, config=merged)
-            if validate_only:
-                return altered
-            self._persist_topic(altered)
-            nodes = sorted(
-                {node for p in topic.partitions for node in topic.state(p).replicas if node in self._brokers}
-            )
-            collect([self._broker(node).set_topic_config(name, merged) for node in nodes])
-            return altered
-
-    def delete_topic(self, name: str) -> None:
-        """Kafka-style async delete: partitions stop now, their folders are removed after the delay; then
-        `topic_deleted` is told (the group coordinator deletes the topic's committed offsets)."""
-        with self._lock:
-            topic = self.describe_topic(name)
-            self._write(f"topic/{name}", None)
-            del self._topics[name]
-            pending = [
-                self._brokers[node].delete_partition(name, p)
-                for p in topic.partitions
-                for node in topic.state(p).replicas
-                if node in self._brokers
-            ]
-        try:
-            collect(pending)
-        finally:
-            self._tell_topic_deleted(name)
-
-    def _tell_topic_deleted(self, name: str) -> None:
-        if self._topic_deleted is None:
-            return
-        try:
-            self._topic_deleted(name)
-        except RaybrokerError as exc:
-            logger.warning("topic %s deleted, but its committed offsets were not: %s", name, exc)
-
-    def describe_topic(self, name: str) -> TopicMetadata:
-        topic = self._topics.get(name) if isinstance(name, str) else None
-        if topic is None:
-            raise UnknownTopicOrPartitionError(f"unknown topic {name!r}")
-        return topic
-
-    def topic_names(self) -> dict[uuid.UUID, str]:
-        """Every topic's name by its topic id (the Kafka listeners resolve the ids of Fetch v13+ with it)."""
-        with self._lock:
-            return {topic.topic_id: name for name, topic in self._topics.items()}
-
-    def _new_topic_id(self) -> uuid.UUID:
-        """A random topic id no topic of the cluster has (Kafka's `Uuid.randomUuid`, never a reserved id)."""
-        taken = {topic.topic_id for topic in self._topics.values()}
-        while True:
-            topic_id = random_uuid()
-            if topic_id not in taken:
-                return topic_id
-
-    def list_topics(self, include_internal: bool = False) -> list[str]:
-        return sorted(name for name in self._topics if include_internal or name not in INTERNAL_TOPICS)
-
-    def topics(self) -> dict[str, TopicMetadata]:
-        return dict(self._topics)
-
-    def partition_states(self) -> list[LeaderAndIsr]:
-        """Every partition's replication state (the cluster's gauges read them at each export)."""
-        return [state for topic in list(self._topics.values()) for state in topic.states()]
-
-    def topic_configs(self) -> dict[str, dict[str, str]]:
-        return {name: dict(topic.config) for name, topic in self._topics.items()}
 
     # --- producer ids ----------------------------------------------------------------------------
 
@@ -888,10 +687,3 @@ class Controller(ReplicaMoves, ClusterSettings):
         """Closes the metadata log (flushed, with its clean-shutdown marker)."""
         with self._lock:
             self._log.close()
-
-
-def _check_partition_count(partitions: object) -> None:
-    if not is_int(partitions):
-        raise InvalidPartitionsError(f"partition count must be an int, not {type(partitions).__name__}")
-    if not 1 <= partitions <= MAX_PARTITIONS_PER_TOPIC:
-        raise InvalidPartitionsError(f"partition count {partitions} is outside 1..{MAX_PARTITIONS_PER_TOPIC}")
