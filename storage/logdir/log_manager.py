@@ -45,9 +45,9 @@ found at startup (a move the broker stopped in) is deleted, only ever the copy, 
 partition is still in another online dir (Kafka reloads it as the future replica and goes on fetching: the same
 outcome, from the start of the copy).
 
-Deleting a partition rewrites its dir's checkpoints at once (as Kafka's async delete does), so a topic created
-again under the same name never inherits them. Shutdown closes (flushes) every online partition, writes the
-checkpoints, then the clean-shutdown markers, and unlocks.
+Deleting partitions rewrites their dirs' checkpoints at once, once for all of them (as Kafka's batched async delete
+does), so a topic created again under the same name never inherits them. Shutdown closes (flushes) every online
+partition, writes the checkpoints, then the clean-shutdown markers, and unlocks.
 
 Scheduling: `schedule(scheduler, broker_config)` registers the periodic work on a
 `storage.logdir.scheduler.Scheduler` at Kafka's intervals (`log.retention.check.interval.ms`,
@@ -71,7 +71,7 @@ import shutil
 import threading
 import time
 import uuid
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -84,9 +84,9 @@ from storage.compaction.cleaner_threads import CleanerThread, local_cleaner_thre
 from storage.config.broker_config import BrokerConfig
 from storage.config.cleaner_config import CleanerConfig
 from storage.config.log_config import LogConfig
-from storage.errors import InvalidTopicError, KafkaStorageError, RaybrokerError, ReplicaNotAvailableError
+from storage.errors import KafkaStorageError
 from storage.files.partition_metadata import record_topic_id
-from storage.logdir.alter_log_dirs import AlterLogDirs, named_log_dir
+from storage.logdir.alter_log_dirs import AlterLogDirs
 from storage.logdir.log_dirs import LoadedDir, LogDirs
 from storage.logdir.metadata_mirror import MetadataMirror
 from storage.logdir.partition_handles import (
@@ -98,6 +98,7 @@ from storage.logdir.partition_handles import (
     PartitionHandle,
     PartitionState,
 )
+from storage.logdir.replica_dir_moves import ReplicaDirMoves
 from storage.logdir.scheduler import Scheduler
 from storage.partition.log import Log
 from storage.partition.producer_state import PRODUCER_ID_EXPIRATION_MS
@@ -151,7 +152,7 @@ def checkpoint_values(states: Mapping[TopicPartition, PartitionState]) -> dict[s
     }
 
 
-class LogManager:
+class LogManager(ReplicaDirMoves):
     """The partitions of one broker over one or more log dirs; see the module docstring."""
 
     def __init__(
@@ -507,91 +508,59 @@ class LogManager:
         return _local_log(handle)
 
     def delete_log(self, topic: str, partition: int) -> bool:
-        """Kafka-style async delete: the partition closes and stops, its folder is renamed `...-delete` now and
-        removed after the delay, and its dir's checkpoints are rewritten without it. False if it did not exist."""
-        tp = (topic, partition)
-        with self._lock:
-            creating = self._creating.get(tp)
-        if creating is not None:
-            # A delete never overtakes the creation it follows.
-            creating[1].wait()
-        self._abandon_move(tp)
-        with self._lock:
-            handle = self.partition(topic, partition)
-            if handle is None:
-                return False
-            directory = self._dir_of.pop(tp)
-            del self._handles[tp]
-            try:
-                handle.close().result()
-            except Exception as exc:
-                logger.warning("closing deleted partition %s-%d failed: %s", topic, partition, exc)
-            finally:
-                self._factory.stop(tp, handle)
-            self._dirs.schedule_folder_delete(directory / file_names.partition_dir_name(topic, partition), *tp)
-            self._write_checkpoints([directory])
-            if self._cleaner is not None:
-                self._cleaner.unregister(topic, partition)
-                self._cleaner.checkpoint(directory)
-            return True
+        """`delete_logs` of one partition: False if it did not exist."""
+        return bool(self.delete_logs(topic, [partition]))
 
-    # --- moving replicas between dirs (AlterReplicaLogDirs) ---------------------------------------
-
-    def alter_replica_log_dirs(self, dirs: Mapping[TopicPartition, str]) -> dict[TopicPartition, RaybrokerError | None]:
-        """Kafka's `ReplicaManager.alterReplicaLogDirs`: moves each partition's replica into the log dir named (its
-        absolute path), answering per partition None or why not, as Kafka checks it: `InvalidTopicError` for a name
-        too long for its `-future` folder, `LogDirNotFoundError` for a dir not in `log.dirs`, `KafkaStorageError` for
-        an offline dir or partition (or any dir offline, when a copy would start), `ReplicaNotAvailableError` when
-        the broker holds no replica (the dir is then where the partition is created later). A move under way to
-        another dir is abandoned first; a replica already in the dir is left as it is. The copy and the swap run on
-        the `alter-log-dirs` thread (`storage.logdir.alter_log_dirs`)."""
-        return {tp: self._alter_replica_log_dir(tp, target) for tp, target in dirs.items()}
-
-    def _alter_replica_log_dir(self, tp: TopicPartition, target: str) -> RaybrokerError | None:
-        try:
-            if file_names.future_dir_name_too_long(*tp):
-                raise InvalidTopicError(f"the topic name is too long: {tp[0][:20]}...")
-            directory = named_log_dir(target, self.log_dirs)
-            if not self._dirs.is_online(directory):
-                raise KafkaStorageError(f"log dir {target} is offline", path=directory)
+    def delete_logs(self, topic: str, partitions: Iterable[int]) -> list[int]:
+        """Kafka-style async delete of partitions of `topic` (Kafka's batched `asyncDelete`): each closes and stops,
+        its folder is renamed `...-delete` now and removed after the delay, and the checkpoints of the dirs that held
+        them are rewritten once, without them (each rewrite asks every partition of its dir, so one per deleted
+        partition would cost a topic's deletion its partitions squared). Answers the partitions that existed. One
+        whose dir is offline is left as it is, and the first such `KafkaStorageError` is raised once the others
+        are deleted."""
+        wanted = list(dict.fromkeys(partitions))
+        for partition in wanted:
             with self._lock:
-                handle = self.partition(*tp)
-                current = self._dir_of.get(tp)
-                moving_to = self._moves.target(tp)
-            if moving_to is not None and moving_to != directory:
-                self._abandon_move(tp)
-            if handle is None:
-                self._moves.prefer(tp, directory)
-                raise ReplicaNotAvailableError(f"this broker holds no replica of {tp[0]}-{tp[1]}")
-            if current == directory or moving_to == directory:
-                return None
-            if self._dirs.offline_dirs:
-                offline = ", ".join(str(d) for d in self._dirs.offline_dirs)
-                raise KafkaStorageError(f"cannot create a future log while log dirs {offline} are offline")
-            handle.start_move(str(directory)).result()
-            self._moves.start(tp, directory)
-        except RaybrokerError as exc:
-            return exc
-        return None
-
-    def _abandon_move(self, tp: TopicPartition) -> None:
-        """Drops `tp`'s move under way, if any, and its copy."""
-        if self._moves.cancel(tp) is None:
-            return
-        handle = self._handles.get(tp)
-        if handle is not None:
-            try:
-                handle.abort_move().result()
-            except Exception as exc:
-                logger.warning("dropping the copy of %s-%d failed: %s", tp[0], tp[1], exc)
-
-    def wait_for_moves(self, timeout_s: float) -> bool:
-        """Waits until no move is under way; False if one still is after `timeout_s`."""
-        return self._moves.wait_until_done(timeout_s)
-
-    def _handle_if_held(self, tp: TopicPartition) -> PartitionHandle | None:
+                creating = self._creating.get((topic, partition))
+            if creating is not None:
+                # A delete never overtakes the creation it follows.
+                creating[1].wait()
+            self._abandon_move((topic, partition))
+        failure: KafkaStorageError | None = None
         with self._lock:
-            return self._handles.get(tp)
+            removed: list[tuple[TopicPartition, Path, PartitionHandle]] = []
+            for partition in wanted:
+                try:
+                    handle = self.partition(topic, partition)
+                except KafkaStorageError as exc:
+                    failure = failure or exc
+                    continue
+                if handle is not None:
+                    tp = (topic, partition)
+                    removed.append((tp, self._dir_of.pop(tp), handle))
+                    del self._handles[tp]
+            closing = [(tp, directory, handle, _close(handle)) for tp, directory, handle in removed]
+            for tp, directory, handle, closed in closing:
+                try:
+                    closed()
+                except Exception as exc:
+                    logger.warning("closing deleted partition %s-%d failed: %s", tp[0], tp[1], exc)
+                finally:
+                    self._factory.stop(tp, handle)
+                self._dirs.schedule_folder_delete(directory / file_names.partition_dir_name(*tp), *tp)
+                if self._cleaner is not None:
+                    self._cleaner.unregister(*tp)
+            directories = list(dict.fromkeys(directory for _, directory, _ in removed))
+            if directories:
+                self._write_checkpoints(directories)
+            if self._cleaner is not None:
+                for directory in directories:
+                    self._cleaner.checkpoint(directory)
+        if failure is not None:
+            raise failure
+        return [tp[1] for tp, _, _ in removed]
+
+    # --- moving replicas between dirs (AlterReplicaLogDirs; the requests are `ReplicaDirMoves`') ----------
 
     def _replica_moved(self, tp: TopicPartition, progress: MoveProgress) -> None:
         """A partition's log now lives in its copy's dir (Kafka's `replaceCurrentWithFutureLog`): its placement, both
@@ -881,6 +850,21 @@ class LogManager:
                 pending.result(timeout=max(0.0, deadline - time.monotonic()))
             except Exception as exc:
                 logger.warning("a partition of offline dir %s did not close its files: %s", directory, exc)
+
+
+def _close(handle: PartitionHandle) -> Callable[[], object]:
+    """Asks a partition to close and answers the wait for it, so that several close at once; a call that fails
+    at once fails in the wait."""
+    try:
+        pending = handle.close()
+    except Exception as exc:
+        failure = exc
+
+        def fail() -> object:
+            raise failure
+
+        return fail
+    return pending.result
 
 
 def _local_log(handle: PartitionHandle) -> Log:
