@@ -81,8 +81,8 @@ class RayNodeBroker:
     def create_partition(self, topic: str, partition: int, config: dict[str, str], topic_id: uuid.UUID) -> RayPending:
         return RayPending(self.handle.create_partition.remote(topic, partition, config, topic_id))
 
-    def delete_partition(self, topic: str, partition: int) -> RayPending:
-        return RayPending(self.handle.delete_partition.remote(topic, partition))
+    def delete_partitions(self, topic: str, partitions: list[int]) -> RayPending:
+        return RayPending(self.handle.delete_partitions.remote(topic, partitions))
 
     def set_topic_config(self, topic: str, config: dict[str, str]) -> RayPending:
         return RayPending(self.handle.set_topic_config.remote(topic, config))

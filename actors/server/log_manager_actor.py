@@ -181,9 +181,10 @@ class LogManagerActor:
             topic, partition, None if config is None else self._topic_config(config), topic_id
         )
 
-    def delete_partition(self, topic: str, partition: int) -> bool:
-        """Kafka-style async delete: the actor stops, the folder becomes `...-delete`, removed later."""
-        return self._manager.delete_log(topic, partition)
+    def delete_partitions(self, topic: str, partitions: list[int]) -> list[int]:
+        """Kafka-style async delete of this node's replicas of `partitions` (`LogManager.delete_logs`): each stops,
+        its folder becomes `...-delete`, removed later; answers those the node had."""
+        return self._manager.delete_logs(topic, partitions)
 
     def set_topic_config(self, topic: str, config: dict[str, str]) -> int:
         """New topic overrides for this node's partitions of `topic`; returns how many were updated."""

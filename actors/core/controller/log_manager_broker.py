@@ -30,8 +30,8 @@ class LogManagerBroker:
             lambda: self.manager.get_or_create_partition(topic, partition, self._topic_config(config), topic_id)
         )
 
-    def delete_partition(self, topic: str, partition: int) -> Future[bool]:
-        return completed(lambda: self.manager.delete_log(topic, partition))
+    def delete_partitions(self, topic: str, partitions: list[int]) -> Future[list[int]]:
+        return completed(lambda: self.manager.delete_logs(topic, partitions))
 
     def set_topic_config(self, topic: str, config: dict[str, str]) -> Future[int]:
         return completed(lambda: self.manager.set_topic_config(topic, self._topic_config(config)))

@@ -23,8 +23,9 @@ class NodeBroker(MirrorLink, Protocol):
         `topic_id` in its folder's `partition.metadata`."""
         ...
 
-    def delete_partition(self, topic: str, partition: int) -> Pending[bool]:
-        """Kafka-style async delete of the node's replica; False if it had none."""
+    def delete_partitions(self, topic: str, partitions: list[int]) -> Pending[list[int]]:
+        """Kafka-style async delete of the node's replicas of `partitions` of `topic`, all in one call (their dirs'
+        checkpoints rewritten once); answers those it had."""
         ...
 
     def set_topic_config(self, topic: str, config: dict[str, str]) -> Pending[int]:

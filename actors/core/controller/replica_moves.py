@@ -146,7 +146,7 @@ class ReplicaMoves:
         """Deletes the replicas `before` had and `after` has not, on the brokers still running (Kafka's StopReplica
         with deletion); a failure is logged (the folder is found stray when its broker starts again)."""
         gone = [node for node in before.replicas if node not in after.replicas and node in self._brokers]
-        pending = [(node, self._broker(node).delete_partition(after.topic, after.partition)) for node in gone]
+        pending = [(node, self._broker(node).delete_partitions(after.topic, [after.partition])) for node in gone]
         for node, deletion in pending:
             try:
                 deletion.result()

@@ -32,7 +32,7 @@ from storage.errors import (
 )
 from storage.kafka_uuid import random_uuid
 from storage.logdir.log_dirs import METADATA_TOPIC
-from storage.pending import collect
+from storage.pending import Pending, collect
 
 logger = logging.getLogger(__name__)
 
@@ -146,14 +146,7 @@ class TopicAdmin:
                 self._create_partitions(grown, range(current, total))
             except BaseException:
                 self._persist_topic(topic)
-                collect(
-                    [
-                        self._brokers[node].delete_partition(name, p)
-                        for p in range(current, total)
-                        for node in grown.state(p).replicas
-                        if node in self._brokers
-                    ]
-                )
+                collect(self._delete_replicas_of(grown, range(current, total)))
                 raise
             return grown
 
@@ -187,16 +180,20 @@ class TopicAdmin:
             topic = self.describe_topic(name)
             self._write(f"topic/{name}", None)
             del self._topics[name]
-            pending = [
-                self._brokers[node].delete_partition(name, p)
-                for p in topic.partitions
-                for node in topic.state(p).replicas
-                if node in self._brokers
-            ]
+            pending = self._delete_replicas_of(topic, topic.partitions)
         try:
             collect(pending)
         finally:
             self._tell_topic_deleted(name)
+
+    def _delete_replicas_of(self, topic: TopicMetadata, partitions: Iterable[int]) -> list[Pending[list[int]]]:
+        """Asks each running broker holding replicas of `partitions` to delete them, in one call a broker."""
+        held: dict[str, list[int]] = {}
+        for partition in partitions:
+            for node in topic.state(partition).replicas:
+                if node in self._brokers:
+                    held.setdefault(node, []).append(partition)
+        return [self._brokers[node].delete_partitions(topic.name, numbers) for node, numbers in held.items()]
 
     def _tell_topic_deleted(self, name: str) -> None:
         if self._topic_deleted is None:

@@ -40,12 +40,13 @@ from storage.files.meta_properties import MetaProperties, read_meta_properties, 
 from storage.files.partition_metadata import PartitionMetadata, read_partition_metadata
 from storage.kafka_uuid import random_uuid
 from storage.logdir.log_manager import LogManager
-from storage.logdir.partition_handles import LocalPartition, LocalPartitions
+from storage.logdir.partition_handles import LocalPartition, LocalPartitions, PartitionState
 from storage.logdir.scheduler import Scheduler
 from storage.partition.log import Log
 from storage.pending import Pending, completed
 from storage.records.record_batch import RecordBatchBuilder
 from storage.segment.log_segment import LogSegment
+from storage.topic_partition import TopicPartition
 
 CLUSTER_ID = "XB4QhweWTe-kZwMNW25y1A"
 OTHER_CLUSTER_ID = "OtherClusterAAAAAAAAAAA"
@@ -631,6 +632,51 @@ def test_deleting_a_log_rewrites_only_its_dirs_checkpoints(
     for name in names:
         assert OffsetCheckpointFile(dirs[1] / name).read() == {}
     assert OffsetCheckpointFile(dirs[0] / file_names.REPLICATION_OFFSET_CHECKPOINT).read() == {("t", 0): 1}
+
+
+class StateAsks(LocalPartitions):
+    """Local partitions whose handles count how often they are asked their state (each checkpoint rewrite asks
+    every partition of its dirs)."""
+
+    def __init__(self, clock: MockClock) -> None:
+        super().__init__(clock)
+        self.asked = 0
+
+    def handle_for(self, tp: TopicPartition, log: Log) -> LocalPartition:
+        factory = self
+
+        class Counted(LocalPartition):
+            def state(self) -> Pending[PartitionState]:
+                factory.asked += 1
+                return super().state()
+
+        return Counted(log)
+
+
+def test_deleting_a_topics_logs_at_once_rewrites_each_dir_once(dirs: list[Path], clock: MockClock) -> None:
+    """Kafka's batched async delete: the partitions deleted together cost one checkpoint rewrite per dir, so each
+    partition left is asked its state once, not once per deleted partition; the checkpoints lose every deleted
+    partition, keep the others, and a partition that never existed is not answered."""
+    partitions = StateAsks(clock)
+    manager = new_manager(dirs, clock, partitions=partitions)
+    manager.startup()
+    for partition in range(6):
+        append(manager.get_or_create_log("gone", partition), clock, 1)
+    append(manager.get_or_create_log("kept", 0), clock, 2)
+    manager.checkpoint_high_watermarks()
+    partitions.asked = 0
+    assert manager.delete_logs("gone", [5, 0, 1, 2, 3, 4, 9]) == [5, 0, 1, 2, 3, 4]
+    assert partitions.asked == 1
+    checkpointed = {
+        tp: offset
+        for directory in dirs
+        for tp, offset in OffsetCheckpointFile(directory / file_names.REPLICATION_OFFSET_CHECKPOINT).read().items()
+    }
+    assert checkpointed == {("kept", 0): 2}
+    assert sorted(manager.all_logs()) == [("kept", 0)]
+    assert not any((d / f"gone-{p}").exists() for d in dirs for p in range(6))
+    assert manager.delete_logs("gone", [0]) == []
+    manager.shutdown()
 
 
 def test_unclean_restart_recovers_only_from_the_recovery_point(tmp_path: Path, clock: MockClock) -> None:
