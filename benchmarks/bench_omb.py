@@ -19,10 +19,11 @@ brokers, both on this machine, in the same run.
 OMB is built from its pinned source (`benchmarks.omb_build`); what runs is its `LocalWorker` and Kafka driver (stock
 `kafka-clients` 3.6.1) driven by `benchmarks/java/OmbRun.java`, which goes through OMB's WorkloadGenerator's
 steps (topic, consumer, producer, probe, load, warm-up, reset, measure) with phases of seconds, where the
-generator's are whole minutes. Each run is a JVM of its own with a new topic, as each OMB workload run is. The
-maximum rate is a publish rate no producer reaches (`MAX_RATE`), so the producer is held back only by its 32 MiB
-buffer, that is by the broker's acknowledgements; OMB's own max-rate mode instead steers the rate to what the
-consumer keeps up with, which needs minutes to settle. The goal text gives each side's consume rate beside it.
+generator's are whole minutes. Each run is a JVM of its own with a new topic, as each OMB workload run is, and the
+topic is deleted after it (`_delete_topic` says why). The maximum rate is a publish rate no producer reaches
+(`MAX_RATE`), so the producer is held back only by its 32 MiB buffer, that is by the broker's acknowledgements;
+OMB's own max-rate mode instead steers the rate to what the consumer keeps up with, which needs minutes to settle.
+The goal text gives each side's consume rate beside it.
 
 raybroker runs as `produce_rf3_kafka` runs it (`benchmarks.bench_replication_kafka`: three Ray nodes, a broker and
 a Kafka listener on each, Ray's workers at niceness 0 as Kafka's JVMs). The sides alternate, the first side
@@ -49,6 +50,7 @@ from benchmarks.java_build import compile_against, require_jdk
 from benchmarks.kafka_broker import KAFKA_VERSION
 from benchmarks.kafka_cluster import KafkaCluster
 from benchmarks.omb_build import OMB_COMMIT, OmbUnavailable, driver_file, omb_classpath, payload_file
+from benchmarks.processes import QUIET
 
 SIDES = ("raybroker", "kafka")
 MESSAGE_BYTES = 1024
@@ -64,6 +66,8 @@ OMB_HEAP = "-Xmx1g"
 RUN_TIMEOUT_S = 300.0
 # What starts `OmbRun`'s result line (OMB's log lines share its stdout).
 RESULT_PREFIX = "omb-result: "
+# How long deleting a finished run's topic may take.
+DELETE_TIMEOUT_S = 120.0
 # The driver profiles' placeholder, replaced by each side's bootstrap servers.
 BOOTSTRAP_PLACEHOLDER = "bootstrap.servers=localhost:9092"
 
@@ -113,10 +117,12 @@ class OmbRunner:
             for side, bootstrap in bootstraps.items()
             for profile in ("kafka-throughput", "kafka-exactly-once")
         }
+        self.bootstraps = bootstraps
         self.runs = 0
 
     def run(self, side: str, profile: str, partitions: int, rate: float, phases: Phases) -> dict[str, Any]:
-        """One OMB run's result (`OmbRun`'s JSON); `OmbUnavailable` with the log's tail if it failed."""
+        """One OMB run's result (`OmbRun`'s JSON), its topic deleted after it; `OmbUnavailable` with the log's tail
+        if it failed."""
         self.runs += 1
         log = self.ctx.workdir / f"omb-{self.runs:02d}-{side}-{profile}-{partitions}p.log"
         command = [
@@ -150,6 +156,7 @@ class OmbRunner:
             what = f"{side} ({profile}, {partitions} partitions)"
             raise OmbUnavailable(f"OMB run on {what} exited {done.returncode}:\n{tail}")
         result: dict[str, Any] = json.loads(lines[0].removeprefix(RESULT_PREFIX))
+        _delete_topic(self.bootstraps[side], result["topic"])
         return result
 
 
@@ -249,6 +256,21 @@ def _e2e_figure(results: dict[str, list[dict[str, Any]]], rate: float, phases: P
         + "; ".join(notes),
         met,
     )
+
+
+def _delete_topic(bootstrap: str, topic: str) -> None:
+    """Deletes a finished run's topic, so that each run meets a broker holding only its own topic (without it, the
+    fourth run's brokers would also hold the three topics before it: 300 idle partition replicas a broker, and on
+    raybroker a partition host process for each 16 of them, which the next topic would start anew); a broker
+    refusing is a `RuntimeError` naming the topic."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
+    try:
+        admin.delete_topics([topic], operation_timeout=DELETE_TIMEOUT_S)[topic].result(timeout=DELETE_TIMEOUT_S)
+    except KafkaException as exc:
+        raise RuntimeError(f"deleting OMB's topic {topic} at {bootstrap} failed: {exc}") from exc
 
 
 def _driver_yaml(ctx: BenchContext, profile: str, side: str, bootstrap: str) -> Path:

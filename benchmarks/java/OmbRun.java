@@ -20,8 +20,8 @@ import org.HdrHistogram.Histogram;
  * seconds. It does what OMB's WorkloadGenerator does for a workload of one topic, one producer and one consumer
  * (create the topic, the consumer, the producer; probe until the consumer has a record; load at the rate; warm up;
  * reset the stats; measure), but the generator's phases are whole minutes and a benchmark run here has seconds.
- * Prints one line, "omb-result: " and a JSON object: the measured window's publish and consume rates and the
- * publish and end-to-end latency percentiles (milliseconds) of OMB's histograms.
+ * Prints one line, "omb-result: " and a JSON object: the run's topic, the measured window's publish and consume
+ * rates and the publish and end-to-end latency percentiles (milliseconds) of OMB's histograms.
  */
 public final class OmbRun {
     private static final long PROBE_TIMEOUT_MS = 60_000;
@@ -75,7 +75,8 @@ public final class OmbRun {
         CountersStats totals = worker.getCountersStats();
 
         StringBuilder json = new StringBuilder(RESULT_PREFIX + "{");
-        json.append("\"seconds\": ").append(elapsedS);
+        json.append("\"topic\": \"").append(topics.get(0)).append('"');
+        json.append(", \"seconds\": ").append(elapsedS);
         json.append(", \"publish_msgs_s\": ").append(period.messagesSent / elapsedS);
         json.append(", \"publish_mb_s\": ").append(period.bytesSent / elapsedS / 1024 / 1024);
         json.append(", \"consume_msgs_s\": ").append(period.messagesReceived / elapsedS);
@@ -89,7 +90,8 @@ public final class OmbRun {
         System.out.println(json);
         System.out.flush();
         // No stopAll: the producer's close would first send what its 32 MiB buffer holds, half a minute at the
-        // 1 MB/s of a loaded machine, for records nobody measures. The topic and group are this run's alone.
+        // 1 MB/s of a loaded machine, for records nobody measures. The topic and group are this run's alone (the
+        // caller deletes the topic).
         System.exit(0);
     }
 
