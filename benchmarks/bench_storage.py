@@ -127,7 +127,16 @@ def _append(ctx: BenchContext) -> Figure:
         return total_bytes / elapsed() / MB
 
     ours, floor = _interleaved(3, lambda: log_append_rate(ctx, batches, total_batches), checked_write_rate)
-    return throughput_figure("storage_append", ours, "MB/s", "write() + CRC-32C", floor, 0.8, "ratio >= 0.8")
+    return throughput_figure(
+        "storage_append",
+        ours,
+        "MB/s",
+        "write() + CRC-32C",
+        floor,
+        None,
+        "report: the raw-write floor; the goal is `storage_append_kafka`'s (>= 1.0x Kafka's log append, whose own "
+        "ratio to its JVM's raw write that figure's goal text gives)",
+    )
 
 
 def _interleaved(repeats: int, ours: Callable[[], float], baseline: Callable[[], float]) -> tuple[float, float]:

@@ -41,7 +41,6 @@ from benchmarks.side_by_side import beside_kafka
 VALUE_BYTES = 100
 TRANSACTION_RECORDS = 1_000
 KAFKA_GOAL_RATIO = 1.0
-IDEMPOTENT_GOAL_RATIO = 0.8
 # The local queue holds a whole run (see bench_wire): the figure is the broker's pace, not the queue's.
 PRODUCER_QUEUE = {"queue.buffering.max.messages": 2_000_000, "queue.buffering.max.kbytes": 2_097_151}
 
@@ -153,8 +152,8 @@ def _txn_produce(ctx: BenchContext, targets: dict[str, str]) -> list[Figure]:
             "rec/s",
             "raybroker, the same client idempotent",
             idempotent["raybroker"],
-            IDEMPOTENT_GOAL_RATIO,
-            f"ratio >= {IDEMPOTENT_GOAL_RATIO:g} (Apache Kafka's own transactional / idempotent ratio, same client: "
-            f"{kafka_ratio:.2f})",
+            kafka_ratio,
+            f"ratio >= Apache Kafka's own transactional / idempotent ratio with the same client in this run, "
+            f"{kafka_ratio:.2f} ({best['kafka']:,.0f} / {idempotent['kafka']:,.0f} rec/s)",
         ),
     ]
