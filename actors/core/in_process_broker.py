@@ -25,8 +25,8 @@ real replication and the real group coordinator.
   which creates `__share_group_state`: every partition leader's share-partitions read and write their states there,
   so a broker opened again on the same root, or a new leader, serves each share group from where its
   acknowledgements left it.
-- Metrics (`actors.core.role_metrics`): the leaders' appends and the controller's ISR changes go to the injected
-  recorder, as on Ray (the Kafka listener takes its own).
+- Metrics (`actors.core.role_metrics`): the leaders' appends, the controller's ISR changes and the bytes reassignments
+  move go to the injected recorder, as on Ray (the Kafka listener takes its own).
 - One injected clock for the logs, the controller's rebalance timer, ISR lag and group timeouts. Nothing runs on
   a timer of its own but the followers' fetches: the log managers' periodic work runs when `run_scheduled` is
   called (a test moving a `MockClock` calls it), and a node is lost when `lose_node` says so, as the Ray
@@ -167,6 +167,7 @@ class LocalReplicas(LocalPartitions):
             controller=_ControllerLink(self._controller),
             leader_link=self._link,
             throttle=self,
+            metrics=self._metrics,
         )
         topic, partition = tp
         states = PartitionStates(

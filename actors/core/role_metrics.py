@@ -1,10 +1,12 @@
 """What the plain roles of `actors.core` report to the broker's metrics: the seam they take, Ray-free.
 
-`RoleMetrics` holds the events these roles see: a leader's append (`produced`, once per batch), an ISR change
-the controller persists (`isr_changed`) and a share consumer's acknowledgements applied (`share_acknowledged`, once
-per call, the records counted by type). It is the part of `actors.metrics.recorder.BrokerMetrics` that this
-package calls: the Ray actors and the in-process broker hand in the process's `MetricsRecorder`, which records them
-under Kafka's names; a role given none takes `NO_ROLE_METRICS`, which records nothing.
+`RoleMetrics` holds the events these roles see: a leader's append (`produced`, once per batch), an ISR change the
+controller persists (`isr_changed`), a share consumer's acknowledgements applied (`share_acknowledged`, once per call,
+the records counted by type) and the bytes a reassignment's new replica fetched and its leader sent
+(`reassignment_bytes_in`, `reassignment_bytes_out`, once per replica fetch). It is the part of
+`actors.metrics.recorder.BrokerMetrics` that this package calls: the Ray actors and the in-process broker hand in the
+process's `MetricsRecorder`, which records them under Kafka's names; a role given none takes `NO_ROLE_METRICS`, which
+records nothing.
 """
 
 from __future__ import annotations
@@ -26,6 +28,12 @@ class RoleMetrics(Protocol):
         """A share consumer's acknowledgements were applied: the records of each type (Kafka's `ackType`: Accept,
         Release, Reject)."""
 
+    def reassignment_bytes_in(self, size_bytes: int) -> None:
+        """A replica being added by a reassignment appended `size_bytes` fetched from its leader."""
+
+    def reassignment_bytes_out(self, size_bytes: int) -> None:
+        """A leader answered `size_bytes` to the fetch of a replica being added by a reassignment."""
+
 
 class NoRoleMetrics:
     """Records nothing."""
@@ -37,6 +45,12 @@ class NoRoleMetrics:
         pass
 
     def share_acknowledged(self, records_by_type: Mapping[str, int]) -> None:
+        pass
+
+    def reassignment_bytes_in(self, size_bytes: int) -> None:
+        pass
+
+    def reassignment_bytes_out(self, size_bytes: int) -> None:
         pass
 
 

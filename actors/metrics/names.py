@@ -85,6 +85,15 @@ BYTES_IN = _counter(
 BYTES_OUT = _counter(
     "kafka_server_brokertopicmetrics_bytesout", "Bytes of record batches in Fetch answers to Kafka consumers.", "topic"
 )
+# Kafka's ReassignmentBytesInPerSec and ReassignmentBytesOutPerSec, counted for all topics only, as Kafka does.
+REASSIGNMENT_BYTES_IN = _counter(
+    "kafka_server_brokertopicmetrics_reassignmentbytesin",
+    "Bytes this broker's replicas being added by a reassignment fetched from their leaders.",
+)
+REASSIGNMENT_BYTES_OUT = _counter(
+    "kafka_server_brokertopicmetrics_reassignmentbytesout",
+    "Bytes this broker's leaders sent to replicas being added by a reassignment.",
+)
 
 # --- RequestMetrics: the Kafka listeners --------------------------------------------------------------------------
 REQUESTS = _counter(
@@ -316,6 +325,8 @@ EXPORTED: tuple[MetricSpec, ...] = (
     MESSAGES_IN,
     BYTES_IN,
     BYTES_OUT,
+    REASSIGNMENT_BYTES_IN,
+    REASSIGNMENT_BYTES_OUT,
     REQUESTS,
     REQUEST_TOTAL_TIME_MS,
     CONNECTION_COUNT,

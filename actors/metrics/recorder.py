@@ -53,6 +53,8 @@ from actors.metrics.names import (
     ISR_EXPANDS,
     ISR_SHRINKS,
     MESSAGES_IN,
+    REASSIGNMENT_BYTES_IN,
+    REASSIGNMENT_BYTES_OUT,
     REQUEST_TOTAL_TIME_MS,
     REQUESTS,
     SHARE_ACKNOWLEDGEMENT_REQUESTS,
@@ -245,6 +247,14 @@ class MetricsRecorder:
         with self._lock:
             for ack_type, records in records_by_type.items():
                 self._add(SHARE_RECORD_ACKNOWLEDGEMENTS, (ack_type,), records)
+
+    def reassignment_bytes_in(self, size_bytes: int) -> None:
+        with self._lock:
+            self._add(REASSIGNMENT_BYTES_IN, (), size_bytes)
+
+    def reassignment_bytes_out(self, size_bytes: int) -> None:
+        with self._lock:
+            self._add(REASSIGNMENT_BYTES_OUT, (), size_bytes)
 
     def cleaned(self, bytes_read: int, bytes_written: int, elapsed_s: float) -> None:
         with self._lock:

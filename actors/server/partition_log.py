@@ -269,6 +269,7 @@ class PartitionLogActor:
             controller=RayControllerLink() if self._node else None,
             leader_link=self._leader_link if find_replica is not None else None,
             throttle=RayReplicationThrottle(self._node) if self._node else None,
+            metrics=self._metrics,
         )
         share_states = dead_letters = None
         if self._named is not None and self._node:

@@ -112,9 +112,11 @@ class ReplicaFetcher:
         *,
         in_sync: Callable[[], bool] = lambda: True,
         throttle: Callable[[int], float] | None = None,
+        appended: Callable[[int], None] = lambda size_bytes: None,
     ) -> None:
         """`in_sync()` says whether this replica is in its partition's ISR now; `throttle(recorded)` records the bytes
-        the last fetch of a replica out of the ISR copied and answers how long to hold off (None: never throttled)."""
+        the last fetch of a replica out of the ISR copied and answers how long to hold off (None: never throttled);
+        `appended(size_bytes)` is told the bytes of each fetch appended."""
         self._name = name
         self._log = log
         self._leader = leader
@@ -122,6 +124,7 @@ class ReplicaFetcher:
         self._on_change = on_change
         self._in_sync = in_sync
         self._throttle = throttle
+        self._appended = appended
         self._stopped = threading.Event()
         # Held while the loop changes the log, and by `stop`: no change begins once `stop` returned.
         self._changing = threading.Lock()
@@ -220,6 +223,7 @@ class ReplicaFetcher:
                     # Restarted empty at a leader's log start inside a batch: the log starts where that batch does.
                     log.truncate_fully_and_start_at(first_offset)
                 log.append_as_follower(records)
+                self._appended(len(records))
             log.update_high_watermark(max(log.high_watermark, min(fetched.high_watermark, log.log_end_offset)))
             if fetched.log_start_offset > log.log_start_offset:
                 log.maybe_increment_log_start_offset(min(fetched.log_start_offset, log.high_watermark))

@@ -46,6 +46,7 @@ from actors.core.replication.follower import LeaderLink, ReplicaFetch, ReplicaFe
 from actors.core.replication.leader_and_isr import NO_CONTROLLER_EPOCH, LeaderAndIsr
 from actors.core.replication.leader_state import LeaderState
 from actors.core.replication.log_changes import LogChanges
+from actors.core.role_metrics import NO_ROLE_METRICS, RoleMetrics
 from storage.arguments import is_int
 from storage.errors import (
     FencedLeaderEpochError,
@@ -111,10 +112,13 @@ class Replica:
         leader_link: Callable[[LeaderAndIsr], LeaderLink] | None = None,
         isr_checks: bool = True,
         throttle: ReplicationThrottle | None = None,
+        metrics: RoleMetrics = NO_ROLE_METRICS,
     ) -> None:
         """`leader_link(state)` links a follower to `state`'s leader (None: this replica never follows, as outside
         a cluster); `isr_checks` False leaves the ISR shrink check to whoever calls `check_isr` (a test moving a
-        `MockClock`); `throttle` is the broker's replication quotas (None: never throttled)."""
+        `MockClock`); `throttle` is the broker's replication quotas (None: never throttled); `metrics` counts the
+        bytes a reassignment moves (Kafka's ReassignmentBytesIn and ReassignmentBytesOut): those a replica being
+        added appends, and those its leader sends it."""
         self.log = log
         self.node = node
         self.settings = settings
@@ -123,6 +127,7 @@ class Replica:
         self._leader_link = leader_link
         self._isr_checks = isr_checks
         self._throttle = throttle
+        self._metrics = metrics
         # Per follower out of the ISR: the bytes the leader's last answer sent it, recorded with its next fetch.
         self._unrecorded: dict[str, int] = {}
         self._lock = threading.RLock()
@@ -233,8 +238,15 @@ class Replica:
             throttle=None
             if throttle is None
             else lambda recorded: throttle.admit(FOLLOWER, state.topic, state.partition, recorded),
+            appended=self._appended_as_follower,
         )
         self._fetcher.start()
+
+    def _appended_as_follower(self, size_bytes: int) -> None:
+        """A fetch appended: counted as a reassignment's while the controller's latest state adds this replica."""
+        state = self._state
+        if state is not None and self.node in state.adding:
+            self._metrics.reassignment_bytes_in(size_bytes)
 
     def _in_sync(self) -> bool:
         """Whether the controller's latest state has this replica in the ISR."""
@@ -381,6 +393,8 @@ class Replica:
                 records = bytes(log.read(offset, max_bytes, isolation="log_end").records)
                 if throttle is not None:
                     self._unrecorded[follower] = len(records)
+                if records and follower in leader.state.adding:
+                    self._metrics.reassignment_bytes_out(len(records))
                 return ReplicaFetch(records, log.high_watermark, log.log_start_offset, log.log_end_offset)
             self._changes.wait(seen, deadline)
 

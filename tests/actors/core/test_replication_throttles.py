@@ -14,6 +14,8 @@ import pytest
 
 from actors.core.controller.topic_metadata import AdvertisedListener
 from actors.core.in_process_broker import InProcessBroker
+from actors.metrics.names import REASSIGNMENT_BYTES_IN, REASSIGNMENT_BYTES_OUT
+from actors.metrics.recorder import MetricsRecorder
 from storage.clock import SYSTEM_CLOCK
 from storage.records.record_batch import RecordBatchBuilder
 from tests.cluster.protocol.helpers import start_broker
@@ -126,3 +128,33 @@ def test_a_replica_in_the_isr_is_not_throttled(two_nodes: InProcessBroker) -> No
         assert time.monotonic() - started < DEADLINE_S, "the follower in the ISR was throttled"
         time.sleep(0.01)
     assert time.monotonic() - started < RECORDS * len(VALUE) / 1000 / 10
+
+
+def test_a_moves_bytes_are_counted_as_kafkas_reassignment_bytes_in_and_out(tmp_path: Path) -> None:
+    """Kafka's ReassignmentBytesInPerSec and ReassignmentBytesOutPerSec: an unthrottled move counts every byte the new
+    replica copied, on the follower's side and on the leader's (the leader's log, as its new replica fetched it
+    whole); a follower in the ISR of a partition not moving is not counted, nor is the moved partition once the
+    move is done."""
+    metrics = MetricsRecorder()
+    broker = start_broker(tmp_path, nodes=2, clock=SYSTEM_CLOCK, metrics=metrics)
+    try:
+        controller = broker.controller
+        controller.create_topic("steady", 1, replication_factor=2)
+        write(broker, "steady", 50)
+        controller.create_topic("moving", 1, replication_factor=1)
+        write(broker, "moving", RECORDS)
+        (source,) = controller.partition_state("moving", 0).replicas
+        moved_bytes = broker.leader("moving", 0).log.size_in_bytes
+        target = next(node for node in BROKER_IDS if node != source)
+        assert controller.alter_partition_reassignments({("moving", 0): (target,)}) == {("moving", 0): None}
+        started = time.monotonic()
+        while controller.partition_state("moving", 0).replicas != (target,):
+            assert time.monotonic() - started < DEADLINE_S, "the new replica did not catch up"
+            time.sleep(0.02)
+        counted = (metrics.value(REASSIGNMENT_BYTES_IN), metrics.value(REASSIGNMENT_BYTES_OUT))
+        assert counted == (moved_bytes, moved_bytes)
+        write(broker, "steady", 50)
+        write(broker, "moving", 10)
+        assert (metrics.value(REASSIGNMENT_BYTES_IN), metrics.value(REASSIGNMENT_BYTES_OUT)) == counted
+    finally:
+        broker.close()
