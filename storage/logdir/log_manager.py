@@ -41,9 +41,9 @@ Moving a partition into another dir (AlterReplicaLogDirs, `alter_replica_log_dir
 serves (`storage.partition.future_log`, run by its handle, advanced by the `alter-log-dirs` thread of
 `storage.logdir.alter_log_dirs`), then swaps: the partition's placement, both dirs' checkpoints and its cleaning
 state follow, and its old folder, renamed `-delete`, is removed after `file.delete.delay.ms`. A `-future` folder
-found at startup (a move the broker stopped in) is deleted, only ever the copy, and the move starts again if the
-partition is still in another online dir (Kafka reloads it as the future replica and goes on fetching: the same
-outcome, from the start of the copy).
+found at startup (a move the broker stopped in) is taken up again if the partition is still in another online dir:
+the move starts again from what the copy holds that equals the log (Kafka reloads it as the future replica and goes
+on fetching from its end); otherwise it is deleted, only ever the copy.
 
 Deleting partitions rewrites their dirs' checkpoints at once, once for all of them (as Kafka's batched async delete
 does), so a topic created again under the same name never inherits them. Shutdown closes (flushes) every online
@@ -291,17 +291,19 @@ class LogManager(ReplicaDirMoves):
                 self._resume_moves(found)
 
     def _resume_moves(self, loaded: LoadedDir) -> None:
-        """The `-future` folders found in a dir: each is deleted (it is only a copy; the log it copies is in another
-        dir) and, if that partition is still held in another online dir, its move into this dir starts again."""
+        """The `-future` folders found in a dir: if that partition is still held in another online dir, its move into
+        this dir starts again and takes up the copy the folder holds (`storage.partition.future_log`); otherwise, or
+        if the move does not start, the folder is deleted (it is only a copy; the log it copies is elsewhere)."""
         for tp, folder in loaded.futures.items():
-            shutil.rmtree(folder, ignore_errors=True)
             current = self._dir_of.get(tp)
             if current is None or current == loaded.path or not self._dirs.is_online(loaded.path):
+                shutil.rmtree(folder, ignore_errors=True)
                 logger.warning("deleted %s: no partition %s-%d left to move into %s", folder, tp[0], tp[1], loaded.path)
                 continue
-            logger.info("partition %s-%d was being moved into %s: starting again", tp[0], tp[1], loaded.path)
+            logger.info("partition %s-%d was being moved into %s: taking its copy up again", tp[0], tp[1], loaded.path)
             failed = self.alter_replica_log_dirs({tp: str(loaded.path)})[tp]
             if failed is not None:
+                shutil.rmtree(folder, ignore_errors=True)
                 logger.warning("the move of %s-%d into %s did not start again: %s", tp[0], tp[1], loaded.path, failed)
 
     def _set_aside_strays(self, loaded: LoadedDir, is_stray: Callable[[TopicPartition], bool]) -> LoadedDir:

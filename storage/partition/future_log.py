@@ -28,8 +28,10 @@ middle of one keeps reading its open file, a read that chose one before the swap
 copy is renamed before the old folder, as Kafka does: a crash between the two renames leaves the partition in both
 dirs, which the next startup refuses to choose between (Kafka's rule), rather than in none.
 
-Crash behaviour: a `-future` folder is only ever a copy. The log manager deletes one it finds at startup and, if the
-partition is still in another dir, starts the move again (`storage.logdir.log_manager`).
+Crash behaviour: a `-future` folder is only ever a copy. If the partition is still in another dir, the log manager
+starts its move again at startup (`storage.logdir.log_manager`), and the copy is taken up where it stood (`create`,
+`_adopt`): what of each segment's `.log` equals the log's is kept and the rest copied, as Kafka reloads a future log
+it finds and fetches on from its end. Otherwise the log manager deletes the folder.
 """
 
 from __future__ import annotations
@@ -85,8 +87,9 @@ class SwappedLog:
 class FutureLog:
     """The copy of `log`'s folder in `folder` (see the module docstring)."""
 
-    def __init__(self, log: Log, folder: Path) -> None:
-        """Creates `folder` (empty: what a crash left there is discarded first)."""
+    def __init__(self, log: Log, folder: Path, *, resume: bool = False) -> None:
+        """Creates `folder` (empty: what a crash left there is discarded first), or with `resume` takes up the copy a
+        stopped move left in it (`_adopt`)."""
         self._log = log
         self.directory = folder
         self._copied: dict[int, _CopiedSegment] = {}
@@ -96,6 +99,9 @@ class FutureLog:
         self.log_end_offset = log.log_start_offset
         self.size_bytes = 0
         try:
+            if resume:
+                self._adopt()
+                return
             shutil.rmtree(folder, ignore_errors=True)
             folder.mkdir()
         except OSError as exc:
@@ -103,11 +109,56 @@ class FutureLog:
 
     @classmethod
     def create(cls, log: Log, log_dir: Path) -> FutureLog:
-        """A new copy of `log` in `log_dir`, in a `-future` folder of a new name."""
+        """A copy of `log` in `log_dir`: the one a stopped move left there in a `-future` folder of this partition, if
+        any (Kafka reloads such a folder as the future replica and goes on copying), else a new one in a `-future`
+        folder of a new name. Of several such folders the one holding the most bytes is taken up and the others are
+        deleted."""
         topic_partition = file_names.parse_partition_dir_name(log.directory.name)
         if topic_partition is None:
             raise KafkaStorageError("only a partition's log can move between log dirs", path=log.directory)
+        try:
+            left = sorted(
+                (
+                    entry
+                    for entry in log_dir.iterdir()
+                    if entry.is_dir() and file_names.parse_future_dir_name(entry.name) == topic_partition
+                ),
+                key=lambda folder: -sum(path.stat().st_size for path in folder.iterdir() if path.is_file()),
+            )
+        except OSError as exc:
+            raise KafkaStorageError(f"cannot list the log dir: {exc}", path=log_dir) from exc
+        for extra in left[1:]:
+            shutil.rmtree(extra, ignore_errors=True)
+        if left:
+            return cls(log, left[0], resume=True)
         return cls(log, log_dir / file_names.future_dir_name(*topic_partition, uuid.uuid4().hex))
+
+    def _adopt(self) -> None:
+        """Takes up the copy in the folder: each segment's `.log` there keeps the part equal to the log's (compared
+        chunk by chunk: bytes past the copy's last fsync may be lost in a crash, and the log may have been cut by its
+        recovery or rewritten by the cleaner since) and is copied on from there; every other file goes (the files of
+        segments the log no longer has, indexes and small files, copied again once their segments are whole and at
+        the swap)."""
+        log = self._log
+        with log.lock:
+            segments = log.log_segments()
+        kept = set()
+        for segment in segments:
+            path = file_names.log_file(self.directory, segment.base_offset)
+            if not path.is_file():
+                continue
+            same = _equal_prefix(segment, path)
+            os.truncate(path, same)
+            self._copied[segment.base_offset] = _CopiedSegment(segment, same)
+            kept.add(path.name)
+        for entry in self.directory.iterdir():
+            if entry.name not in kept:
+                if entry.is_dir():
+                    shutil.rmtree(entry)
+                else:
+                    entry.unlink()
+        self.size_bytes = sum(copied.log_bytes for copied in self._copied.values())
+        logger.info("%s: taking up its copy in %s (%d bytes kept)", log.directory, self.directory, self.size_bytes)
 
     @property
     def log_dir(self) -> Path:
@@ -301,6 +352,20 @@ def _write_file(path: Path, data: bytes, *, fsync: bool = False) -> None:
             os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _equal_prefix(segment: LogSegment, copy: Path) -> int:
+    """The bytes at the start of `copy` equal to the segment's `.log`, in whole `COPY_CHUNK_BYTES` chunks (and the
+    last, shorter one)."""
+    size = min(segment.size, copy.stat().st_size)
+    same = 0
+    with open(copy, "rb") as copied:
+        while same < size:
+            wanted = min(COPY_CHUNK_BYTES, size - same)
+            if copied.read(wanted) != segment.log.read(same, wanted):
+                break
+            same += wanted
+    return same
 
 
 def _fsync_file(path: Path) -> None:

@@ -185,7 +185,7 @@ def test_a_move_under_way_is_replaced_through_the_manager(manager: LogManager, c
     assert keys(log) == [(i, b"k%d" % i) for i in range(50)]
 
 
-def test_a_broker_restarted_mid_move_moves_the_partition_again(dirs: list[Path], clock: MockClock) -> None:
+def test_a_broker_restarted_mid_move_takes_the_move_up_again(dirs: list[Path], clock: MockClock) -> None:
     manager = new_manager(dirs, clock)
     log = manager.get_or_create_log("t", 0)
     written = [append(log, clock, b"k%d" % index) for index in range(100)]
@@ -204,8 +204,8 @@ def test_a_broker_restarted_mid_move_moves_the_partition_again(dirs: list[Path],
         lock.release()
     moved: list[PartitionPlacement] = []
     restarted = new_manager(dirs, clock, moved)
-    assert not partial.exists()
     assert restarted.wait_for_moves(MOVE_TIMEOUT_S)
+    assert not partial.exists(), "the copy the stopped move left became the partition's folder"
     assert restarted.log_dir_of("t", 0) == target and [p.directory for p in moved] == [str(target)]
     assert keys(restarted.get_or_create_log("t", 0)) == written
     restarted.shutdown()

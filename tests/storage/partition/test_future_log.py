@@ -226,6 +226,34 @@ def test_a_read_of_a_segment_chosen_before_the_swap_starts_again_on_the_moved_lo
     assert log.read(0, 1000).records == log.log_segments()[0].read(0, 1000).records  # type: ignore[union-attr]
 
 
+def test_a_copy_a_stopped_move_left_is_taken_up_where_it_equals_the_log(tmp_path: Path, clock: MockClock) -> None:
+    """As Kafka reloads a future log it finds and fetches on from its end: a move started again into the same dir
+    takes up the copy in its `-future` folder (another `-future` folder of the partition there is deleted), keeps
+    what equals the log and copies the rest, here a chunk of a segment damaged as by a crash before its fsync and a
+    segment the copy never reached; the moved folder is byte for byte the log's."""
+    log = filled_log(tmp_path, clock)
+    (tmp_path / "b").mkdir()
+    source_files = folder_bytes(log.directory)
+    first = FutureLog.create(log, tmp_path / "b")
+    first.copy(max_bytes=3 * 4096)
+    partial = first.size_bytes
+    stale = tmp_path / "b" / file_names.future_dir_name("orders", 0, "0" * 32)
+    stale.mkdir()
+    damaged = file_names.log_file(first.directory, log.log_segments()[1].base_offset)
+    with open(damaged, "r+b") as file:
+        file.seek(100)
+        file.write(b"\0" * 50)
+    taken_up = FutureLog.create(log, tmp_path / "b")
+    assert taken_up.directory == first.directory and not stale.exists()
+    assert 0 < taken_up.size_bytes < partial, "the damaged segment's copy is kept only up to the damage"
+    while not taken_up.copy():
+        pass
+    swapped = taken_up.swap()
+    assert swapped.directory == tmp_path / "b" / "orders-0"
+    assert folder_bytes(log.directory) == source_files
+    log.close()
+
+
 def test_a_future_folder_name_too_long_is_refused(tmp_path: Path) -> None:
     with pytest.raises(InvalidTopicError):
         file_names.future_dir_name("t" * 220, 0, "0" * 32)
