@@ -7,7 +7,7 @@ The only keeper of cleaning state for one broker's compacted partitions, across 
   see `checkpoint_file.py`), read when the manager is created and rewritten atomically by `checkpoint()`.
   A missing or corrupt file means "never cleaned": the next pass starts at the log start, which is always
   safe. Entries of partitions not registered (yet) are kept, in the dir they were read from;
-- which partition is being cleaned (never two passes on one partition);
+- which partition is being cleaned (never two passes on one partition), and none while its owner pauses it;
 - which partitions failed, why and when, and when they may be tried again.
 
 The partitions themselves are `CleanablePartition`s (in process: `storage.logdir.partition_handles.LocalPartition`;
@@ -179,14 +179,17 @@ class CleanerManager:
         *,
         threads: Sequence[CleanerThread] = (),
         on_checkpoint_failure: Callable[[Path, BaseException], object] | None = None,
+        paused: Callable[[TopicPartition], bool] = lambda tp: False,
     ) -> None:
         """Reads the cleaner checkpoint of each of `log_dirs`; `threads` run the passes (one each at a time; none:
         nothing is cleaned). A dir whose checkpoint cannot be written is passed to `on_checkpoint_failure` (the
-        log manager takes it offline); without one the error is raised."""
+        log manager takes it offline); without one the error is raised. No pass starts on a partition while
+        `paused(tp)` says so (one being moved to another log dir, as Kafka's `abortAndPauseCleaning` pauses it)."""
         self.config = config or CleanerConfig()
         self._threads = tuple(threads)
         self._clock = clock
         self._on_checkpoint_failure = on_checkpoint_failure
+        self._paused = paused
         self._lock = threading.RLock()
         self._checkpoint_lock = threading.Lock()
         self._log_dirs = [Path(directory) for directory in log_dirs]
@@ -245,7 +248,7 @@ class CleanerManager:
     # --- choosing ------------------------------------------------------------------------------------
 
     def cleanable_logs(self, now_ms: int | None = None) -> list[LogToClean]:
-        """Every compacted partition that qualifies for a pass now, filthiest first (in-progress and
+        """Every compacted partition that qualifies for a pass now, filthiest first (in-progress, paused and
         backing-off partitions excluded). A partition that cannot answer is marked failed. Every checkpoint
         entry found out of range is reset here, qualifying or not; `run_once` writes it."""
         now_ms = self._clock.milliseconds() if now_ms is None else now_ms
@@ -253,7 +256,8 @@ class CleanerManager:
             asked = []
             for tp, registered in self._partitions.items():
                 failure = self._failures.get(tp)
-                if tp in self._in_progress or (failure is not None and now_ms < failure.retry_at_ms):
+                backing_off = failure is not None and now_ms < failure.retry_at_ms
+                if tp in self._in_progress or backing_off or self._paused(tp):
                     continue
                 asked.append((tp, registered.partition.cleanable(self._offsets.get(tp))))
             candidates = []

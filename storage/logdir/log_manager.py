@@ -40,10 +40,12 @@ offline (logged, and listed by `offline_dirs`), anything else is logged, and the
 Moving a partition into another dir (AlterReplicaLogDirs, `alter_replica_log_dirs`) copies its log there while it
 serves (`storage.partition.future_log`, run by its handle, advanced by the `alter-log-dirs` thread of
 `storage.logdir.alter_log_dirs`), then swaps: the partition's placement, both dirs' checkpoints and its cleaning
-state follow, and its old folder, renamed `-delete`, is removed after `file.delete.delay.ms`. A `-future` folder
-found at startup (a move the broker stopped in) is taken up again if the partition is still in another online dir:
-the move starts again from what the copy holds that equals the log (Kafka reloads it as the future replica and goes
-on fetching from its end); otherwise it is deleted, only ever the copy.
+state follow, and its old folder, renamed `-delete`, is removed after `file.delete.delay.ms`. No compaction pass
+starts on a partition while it moves (Kafka pauses its cleaning), so the cleaner does not rewrite segments the copy
+has taken; one under way when the move starts ends as it would, and the copy takes its swapped segments again. A
+`-future` folder found at startup (a move the broker stopped in) is taken up again if the partition is still in
+another online dir: the move starts again from what the copy holds that equals the log (Kafka reloads it as the
+future replica and goes on fetching from its end); otherwise it is deleted, only ever the copy.
 
 Deleting partitions rewrites their dirs' checkpoints at once, once for all of them (as Kafka's batched async delete
 does), so a topic created again under the same name never inherits them. Shutdown closes (flushes) every online
@@ -277,6 +279,7 @@ class LogManager(ReplicaDirMoves):
                     self.cleaner_config,
                     threads=self._cleaner_threads,
                     on_checkpoint_failure=self._cleaner_checkpoint_failed,
+                    paused=lambda tp: self._moves.target(tp) is not None,
                 )
                 for found in loaded:
                     try:

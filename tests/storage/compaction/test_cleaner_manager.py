@@ -117,6 +117,25 @@ def test_run_once_cleans_records_progress_and_then_has_nothing_to_do(tmp_path: P
     assert manager.run_once() == []
 
 
+def test_no_pass_starts_on_a_paused_partition(tmp_path: Path, clock: MockClock) -> None:
+    """A partition its owner pauses (moving to another log dir, as Kafka's `abortAndPauseCleaning` pauses it) is
+    neither chosen nor cleaned, however dirty, while the others are; once resumed it is cleaned."""
+    paused = {("a", 0)}
+    logs = {name: open_log(tmp_path, clock, name=f"{name}-0") for name in "ab"}
+    for log in logs.values():
+        fill(log, clock, keys=5, rounds=6)
+    config = CleanerConfig.from_properties({"log.cleaner.backoff.ms": BACKOFF_MS})
+    threads = small_threads(clock, config)
+    manager = CleanerManager([tmp_path], clock, config, threads=threads, paused=paused.__contains__)
+    for name, log in logs.items():
+        register(manager, name, log)
+    assert [ltc.topic for ltc in manager.cleanable_logs()] == ["b"]
+    assert len(manager.run_once()) == 1 and set(manager.cleaner_offsets()) == {("b", 0)}
+    assert manager.cleanable_logs() == [] and manager.run_once() == []
+    paused.clear()
+    assert len(manager.run_once()) == 1 and set(manager.cleaner_offsets()) == {("a", 0), ("b", 0)}
+
+
 def test_progress_survives_a_restart_of_the_manager(tmp_path: Path, clock: MockClock) -> None:
     log = open_log(tmp_path, clock)
     fill(log, clock, keys=5, rounds=6)

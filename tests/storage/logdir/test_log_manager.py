@@ -40,7 +40,7 @@ from storage.files.meta_properties import MetaProperties, read_meta_properties, 
 from storage.files.partition_metadata import PartitionMetadata, read_partition_metadata
 from storage.kafka_uuid import random_uuid
 from storage.logdir.log_manager import LogManager
-from storage.logdir.partition_handles import LocalPartition, LocalPartitions, PartitionState
+from storage.logdir.partition_handles import LocalPartition, LocalPartitions, MoveProgress, PartitionState
 from storage.logdir.scheduler import Scheduler
 from storage.partition.log import Log
 from storage.pending import Pending, completed
@@ -1207,6 +1207,33 @@ def test_the_cleaner_pass_compacts_one_partition_at_a_time_and_checkpoints_it(
     again.startup()
     assert again.cleaner is not None and again.cleaner.cleaner_offsets() == {("c", 0): 6}
     again.shutdown()
+
+
+def test_no_cleaner_pass_runs_on_a_partition_while_it_moves_between_dirs(
+    dirs: list[Path], clock: MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As Kafka pauses a moving partition's cleaning: while the copy is under way (its rounds held back here) the
+    dirty compacted partition is not cleaned; once it has moved, it is."""
+    gate = threading.Event()
+    advance = LocalPartition.advance_move
+
+    def held_back(handle: LocalPartition) -> Pending[MoveProgress]:
+        gate.wait(timeout=30)
+        return advance(handle)
+
+    monkeypatch.setattr(LocalPartition, "advance_move", held_back)
+    manager = new_manager(dirs[:2], clock, cleaner_config=SMALL_CLEANER)
+    manager.startup()
+    log = manager.get_or_create_log("c", 0, COMPACTED)
+    append_repeating(log, clock, 8, keys=2)
+    target = next(d for d in dirs[:2] if d != manager.log_dir_of("c", 0))
+    assert manager.alter_replica_log_dirs({("c", 0): str(target)}) == {("c", 0): None}
+    assert manager.run_cleaner() == 0
+    gate.set()
+    assert manager.wait_for_moves(30) and manager.log_dir_of("c", 0) == target
+    assert manager.run_cleaner() == 1
+    assert [record.offset for record in manager.get_or_create_log("c", 0).records()] == [4, 5, 6, 7]
+    manager.shutdown()
 
 
 class CleanFails:
