@@ -94,8 +94,9 @@ class FutureLog:
         self.directory = folder
         self._copied: dict[int, _CopiedSegment] = {}
         self._truncations = log.truncations
-        # Where the copy stands after the last round, for describing it: the offset it has reached (the base of the
-        # first segment not copied whole, the log end once all is) and the `.log` bytes copied.
+        # Where the copy stands after the last round, for describing it: the offset it has reached (in the first
+        # segment not copied whole, as far as its offset index shows, to within two `index.interval.bytes`; the log
+        # end once all is) and the `.log` bytes copied.
         self.log_end_offset = log.log_start_offset
         self.size_bytes = 0
         try:
@@ -200,7 +201,7 @@ class FutureLog:
             done = self._copied.get(segment.base_offset)
             missing = segment.size - (0 if done is None else done.log_bytes)
             if missing > 0 and left == 0:
-                self.log_end_offset = segment.base_offset
+                self.log_end_offset = _indexed_offset_below(segment, 0 if done is None else done.log_bytes)
             left += max(missing, 0)
         self.size_bytes = sum(copied.log_bytes for copied in self._copied.values())
         return left < CAUGHT_UP_BYTES
@@ -352,6 +353,22 @@ def _write_file(path: Path, data: bytes, *, fsync: bool = False) -> None:
             os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _indexed_offset_below(segment: LogSegment, position: int) -> int:
+    """An offset every record below which lies in the segment's first `position` bytes, from its offset index (a
+    binary search; entries grow in offset and position alike): an entry names the last offset of the append starting
+    at its position, so the append of the last entry at or before `position` may still be cut, and the one before it
+    is whole; the segment's base offset without two such entries."""
+    index = segment.offset_index
+    low, high = 0, index.entries
+    while low < high:
+        middle = (low + high) // 2
+        if index.entry(middle).position <= position:
+            low = middle + 1
+        else:
+            high = middle
+    return segment.base_offset if low < 2 else index.entry(low - 2).offset + 1
 
 
 def _equal_prefix(segment: LogSegment, copy: Path) -> int:

@@ -18,7 +18,7 @@ from storage.config.log_config import LogConfig
 from storage.errors import InvalidTopicError
 from storage.partition.future_log import FutureLog
 from storage.partition.log import Log
-from storage.records.record_batch import ControlRecordType, RecordBatchBuilder
+from storage.records.record_batch import ControlRecordType, RecordBatchBuilder, iter_batches
 from storage.segment.log_segment import SegmentDeletedError
 
 START_MS = 1_700_000_000_000
@@ -251,6 +251,34 @@ def test_a_copy_a_stopped_move_left_is_taken_up_where_it_equals_the_log(tmp_path
     swapped = taken_up.swap()
     assert swapped.directory == tmp_path / "b" / "orders-0"
     assert folder_bytes(log.directory) == source_files
+    log.close()
+
+
+def test_the_copys_end_offset_follows_the_bytes_copied_within_a_segment(tmp_path: Path, clock: MockClock) -> None:
+    """What DescribeLogDirs reports of a future replica (its lag, Kafka's `logEndOffset` of the future log): after
+    each small round, every record below the copy's end offset is whole in the copied bytes, the end offset never
+    goes back, it moves inside a segment (not only from one segment's base to the next) and reaches the log end."""
+    config = LogConfig(segment_bytes=64 * 1024, segment_index_bytes=4096, index_interval_bytes=256)
+    log = Log.open(tmp_path / "a" / "orders-0", config, clock=clock)
+    for index in range(1000):
+        plain(log, b"k%d" % index, clock)
+    (tmp_path / "b").mkdir()
+    future = FutureLog.create(log, tmp_path / "b")
+    bases = {segment.base_offset for segment in log.log_segments()}
+    ends = []
+    while future.size_bytes < log.size_in_bytes:
+        future.copy(max_bytes=3000)
+        whole = {
+            record.offset
+            for path in sorted(future.directory.glob("*" + file_names.LOG_SUFFIX))
+            for batch in iter_batches(path.read_bytes())
+            for record in batch.records()
+        }
+        assert set(range(future.log_end_offset)) <= whole | set(range(log.log_start_offset))
+        assert not ends or future.log_end_offset >= ends[-1]
+        ends.append(future.log_end_offset)
+    assert ends[-1] == log.log_end_offset
+    assert any(end not in bases for end in ends[:-1]), "the end offset moved inside a segment"
     log.close()
 
 
