@@ -36,9 +36,9 @@ from storage.pending import Pending, collect
 
 logger = logging.getLogger(__name__)
 
-# A topic may have at most this many partitions: far more than a cluster of this kind hosts (each partition
-# replica costs ~1.4 MiB in a partition host process, and a process per `log.partitions.per.process` of them) is
-# refused up front instead of exhausting the nodes' memory.
+# A topic may have at most this many partitions: far more than a cluster of this kind hosts (a written partition
+# replica holds up to ~1.4 MiB of its partition host process, docs/operating.md, and each
+# `log.partitions.per.process` of them a process) is refused up front instead of exhausting the nodes' memory.
 MAX_PARTITIONS_PER_TOPIC = 10_000
 
 
