@@ -35,7 +35,7 @@ from __future__ import annotations
 import os
 import time
 import uuid
-from typing import Any
+from typing import Any, Protocol
 
 from benchmarks.bench_replication import (
     ISR_WAIT_S,
@@ -43,7 +43,6 @@ from benchmarks.bench_replication import (
     REPLICATION_FACTOR,
     VALUE_BYTES,
     IsrRuns,
-    ThreeNodes,
     full_isr,
     leader_offsets,
     states,
@@ -87,9 +86,16 @@ def run(ctx: BenchContext) -> list[Figure]:
             return [_produce_rf3_kafka(ctx, targets)]
 
 
-def start_listeners(nodes: ThreeNodes) -> str:
+class RayNodes(Protocol):
+    """A Ray cluster's head and worker nodes by Ray node id: the benchmarks' `ThreeNodes`, the tests' `Nodes`."""
+
+    head: str
+    workers: dict[str, Any]
+
+
+def start_listeners(nodes: RayNodes) -> str:
     """One Kafka listener actor on each node (`node.id` 0 on the head, then the workers); the bootstrap servers of
-    all three."""
+    all of them."""
     from cluster.protocol.listener_actor import start_kafka_listeners
     from storage.config.broker_config import BrokerConfig
 

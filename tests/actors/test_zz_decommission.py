@@ -22,9 +22,10 @@ from typing import Any
 
 import pytest
 
+from benchmarks.bench_replication_kafka import start_listeners
 from benchmarks.kafka_broker import KafkaUnavailable
 from benchmarks.kafka_cluster import KafkaCluster
-from tests.actors.three_nodes import Nodes, three_nodes
+from tests.actors.three_nodes import three_nodes
 from tests.cluster.protocol.kafka_tools import REASSIGN_PARTITIONS, run_kafka_tool
 from tests.conftest import skip_or_fail
 
@@ -53,18 +54,6 @@ def bootstraps(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, s
                 yield {"raybroker": ray_bootstrap, "kafka": kafka.bootstrap_servers}
         except KafkaUnavailable as exc:
             skip_or_fail(f"Apache Kafka is not available here: {exc}")
-
-
-def start_listeners(nodes: Nodes) -> str:
-    """A Kafka listener on each node, `node.id` 0 on the head, then the workers; the bootstrap servers of all."""
-    from cluster.protocol.listener_actor import start_kafka_listeners
-    from storage.config.broker_config import BrokerConfig
-
-    bootstrap = []
-    for broker_id, node in enumerate([nodes.head, *sorted(nodes.workers)]):
-        config = BrokerConfig.from_properties({"listeners": "PLAINTEXT://127.0.0.1:0", "node.id": str(broker_id)})
-        bootstrap.append(start_kafka_listeners(config, node).bootstrap_servers)
-    return ",".join(bootstrap)
 
 
 class RunningProducer:
