@@ -383,9 +383,9 @@ class Router:
             DESCRIBE_LOG_DIRS_KEY: DescribeLogDirsHandler(view, access),
             ALTER_PARTITION_REASSIGNMENTS_KEY: AlterPartitionReassignmentsHandler(view, access),
             LIST_PARTITION_REASSIGNMENTS_KEY: ListPartitionReassignmentsHandler(view, access),
-            CREATE_TOPICS_KEY: CreateTopicsHandler(view, describer, node_id, num_partitions, access, quotas),
+            CREATE_TOPICS_KEY: CreateTopicsHandler(view, describer, num_partitions, access, quotas),
             DELETE_TOPICS_KEY: DeleteTopicsHandler(view, broker_config.delete_topic_enable, access, quotas),
-            CREATE_PARTITIONS_KEY: CreatePartitionsHandler(view, node_id, access, quotas),
+            CREATE_PARTITIONS_KEY: CreatePartitionsHandler(view, access, quotas),
             DESCRIBE_CONFIGS_KEY: DescribeConfigsHandler(view, describer, node_id, access),
             ALTER_CONFIGS_KEY: AlterConfigsHandler(
                 view, node_id, broker_config.log_config, incremental=False, access=access

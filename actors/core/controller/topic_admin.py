@@ -9,12 +9,13 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from actors.core.controller.assignment import check_replication_factor, new_partition_state, place_replicas
 from actors.core.controller.node_broker import NodeBroker
+from actors.core.controller.reassignment import check_target
 from actors.core.controller.topic_metadata import INTERNAL_TOPICS, TopicMetadata
 from actors.core.replication.leader_and_isr import LeaderAndIsr
 from storage import file_names
@@ -25,6 +26,7 @@ from storage.errors import (
     BrokerNotAvailableError,
     InvalidConfigError,
     InvalidPartitionsError,
+    InvalidReplicaAssignmentError,
     InvalidTopicError,
     RaybrokerError,
     TopicExistsError,
@@ -76,11 +78,13 @@ class TopicAdmin:
         config: Mapping[str, str] | None = None,
         validate_only: bool = False,
         replication_factor: int | None = None,
+        assignment: Sequence[Sequence[str]] | None = None,
     ) -> TopicMetadata:
         """Creates the topic's partitions, `replication_factor` replicas each (None or -1:
-        `default.replication.factor`) on distinct least-loaded brokers (Kafka's CreateTopics). If a replica
-        cannot be created, the topic is deleted again (with the replicas that were) and the error raised.
-        With `validate_only`, runs every check and places the partitions but writes and creates nothing."""
+        `default.replication.factor`) on distinct least-loaded brokers, or each partition's replicas on the brokers
+        `assignment` names (Kafka's CreateTopics; `partitions` is then its length). If a replica cannot be
+        created, the topic is deleted again (with the replicas that were) and the error raised. With
+        `validate_only`, runs every check and places the partitions but writes and creates nothing."""
         file_names.validate_topic(name)
         if name == METADATA_TOPIC:
             raise InvalidTopicError(f"topic name {name!r} is reserved for the cluster metadata log")
@@ -93,7 +97,14 @@ class TopicAdmin:
             colliding = [t for t in self._topics if t.replace(".", "_") == name.replace(".", "_")]
             if colliding:
                 raise InvalidTopicError(f"topic {name!r} collides with existing topic {colliding[0]!r}")
-            placed = self._place(name, partitions, self._replication_factor(replication_factor))
+            if assignment is None:
+                placed = self._place(name, partitions, self._replication_factor(replication_factor))
+            else:
+                placed = self._assigned(assignment, None)
+                if len(placed) != partitions:
+                    raise InvalidReplicaAssignmentError(
+                        f"{len(placed)} partition assignment(s) for a topic of {partitions} partition(s)"
+                    )
             states = {p: new_partition_state(name, p, replicas) for p, replicas in enumerate(placed)}
             topic = TopicMetadata(
                 name, {p: s.leader for p, s in states.items()}, overrides, states, self._new_topic_id()
@@ -125,10 +136,13 @@ class TopicAdmin:
         if topic.replication_factor > 1:
             self._push(placed.state(p) for p in partitions)
 
-    def add_partitions(self, name: str, total: int, validate_only: bool = False) -> TopicMetadata:
-        """Grows a topic to `total` partitions (Kafka's CreatePartitions; topics never shrink). If a new
-        partition cannot be created, the topic goes back to its old partitions and the error is raised.
-        With `validate_only`, runs every check and places the partitions but writes and creates nothing."""
+    def add_partitions(
+        self, name: str, total: int, validate_only: bool = False, assignment: Sequence[Sequence[str]] | None = None
+    ) -> TopicMetadata:
+        """Grows a topic to `total` partitions (Kafka's CreatePartitions; topics never shrink), the new ones placed
+        as `create_topic` places them, or by `assignment` (one per new partition, each with the topic's replication
+        factor). If a new partition cannot be created, the topic goes back to its old partitions and the error is
+        raised. With `validate_only`, runs every check and places the partitions but writes and creates nothing."""
         _check_partition_count(total)
         with self._lock:
             topic = self.describe_topic(name)
@@ -136,7 +150,15 @@ class TopicAdmin:
             if total <= current:
                 raise InvalidPartitionsError(f"topic {name!r} has {current} partitions; {total} would not grow it")
             grown = topic
-            placed = self._place(name, total - current, topic.replication_factor)
+            if assignment is None:
+                placed = self._place(name, total - current, topic.replication_factor)
+            elif len(assignment) != total - current:
+                raise InvalidReplicaAssignmentError(
+                    f"Attempted to add {total - current} additional partition(s), but only {len(assignment)} "
+                    "assignment(s) were specified."
+                )
+            else:
+                placed = self._assigned(assignment, topic.replication_factor)
             for partition, replicas in zip(range(current, total), placed, strict=True):
                 grown = grown.with_state(new_partition_state(name, partition, replicas))
             if validate_only:
@@ -240,6 +262,22 @@ class TopicAdmin:
         if not self._brokers:
             raise BrokerNotAvailableError("no broker is registered; start one with `raybroker start`")
         return place_replicas(count, replication_factor, self._placeable(), self.partition_states(), topic)
+
+    def _assigned(self, assignment: Sequence[Sequence[str]], replication_factor: int | None) -> list[tuple[str, ...]]:
+        """A manual assignment's replicas, checked as Kafka's controller checks one: each list names running
+        brokers, each once, and as many as `replication_factor` (None: as many as the first list);
+        `InvalidReplicaAssignmentError` otherwise."""
+        placed: list[tuple[str, ...]] = []
+        for replicas in assignment:
+            nodes = check_target(replicas, self._brokers)
+            expected = replication_factor if replication_factor is not None else len((placed or [nodes])[0])
+            if len(nodes) != expected:
+                raise InvalidReplicaAssignmentError(
+                    f"The manual partition assignment includes a partition with {len(nodes)} replica(s), but this "
+                    f"is not consistent with previous partitions, which have {expected} replica(s)."
+                )
+            placed.append(nodes)
+        return placed
 
     def _replication_factor(self, requested: object) -> int:
         """The topic's replication factor: `requested`, or `default.replication.factor` for None or -1 (Kafka's

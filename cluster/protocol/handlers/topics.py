@@ -8,11 +8,10 @@ CreateTopics:
 - `replication_factor` -1 takes the broker's `default.replication.factor`; the controller places that many replicas
   of each partition on distinct brokers. 0, below -1, or more than the running brokers answers
   INVALID_REPLICATION_FACTOR (38).
-- Manual `assignments` replace both counts (sent with either, INVALID_REQUEST, 42); they must number the
-  partitions 0..n-1 and give each exactly this broker, else INVALID_REPLICA_ASSIGNMENT (39), and create one replica
-  per partition. raybroker's controller still chooses the Ray node that hosts each partition (every listener
-  serves every partition); an assignment of several replicas, which only the controller's placement could honour,
-  answers INVALID_REQUEST.
+- Manual `assignments` replace both counts (sent with either, INVALID_REQUEST, 42) and place each partition's
+  replicas on the brokers they name, the first preferred as leader, as Kafka's controller does. They must number
+  the partitions 0..n-1 once each, and each must name registered brokers (a listener's `node.id`), each once, as
+  many as the first partition has; else INVALID_REPLICA_ASSIGNMENT (39) with Kafka's message.
 - `configs` are Kafka's topic configs, checked against Kafka's names and ranges: INVALID_CONFIG (40) otherwise,
   a null value included. A topic named twice in one request answers INVALID_REQUEST for each entry.
 - `validate_only` runs every check and creates nothing. v5+ answers carry the partition count, the replication
@@ -25,8 +24,9 @@ id (an id entry refused for DELETE keeps its name only if the principal may DESC
 `delete.topic.enable=false` every entry answers TOPIC_DELETION_DISABLED (73).
 
 CreatePartitions grows a topic to `count` (not growing it answers INVALID_PARTITIONS), each new partition with the
-topic's replication factor, placed by the controller; given `assignments` are checked as CreateTopics checks them;
-`validate_only` changes nothing.
+topic's replication factor, placed by the controller or by the given `assignments` (one per new partition, each
+checked as CreateTopics checks them, with as many replicas as the topic's replication factor); `validate_only`
+changes nothing.
 
 A `controller_mutation_rate` quota (KIP-599; `actors.core.quotas.controller_mutations`) applying to the connection's
 user and client id is charged each topic's partitions (created, added or deleted) once the topic passed every other
@@ -71,8 +71,6 @@ CREATE_TOPICS_KEY = 19
 DELETE_TOPICS_KEY = 20
 CREATE_PARTITIONS_KEY = 37
 USE_DEFAULT = -1  # num_partitions / replication_factor: the broker's default
-# What a manual assignment creates: one replica per partition, on this broker.
-ASSIGNED_REPLICATION_FACTOR = 1
 BOTH_NAME_AND_ID = "You may not specify both topic name and topic id."
 NEITHER_NAME_NOR_ID = "Neither topic name nor id were specified."
 # The first versions whose controller_mutation_rate quota is strict (KIP-599).
@@ -117,14 +115,12 @@ class CreateTopicsHandler(GuardedHandler[BrokerView]):
         self,
         view: BrokerView,
         describer: ConfigDescriber,
-        node_id: int,
         num_partitions: int,
         access: AccessControl | None = None,
         quotas: QuotaEnforcer | None = None,
     ) -> None:
         super().__init__(view, access)
         self._describer = describer
-        self._node_id = node_id
         self._num_partitions = num_partitions
         self._quotas = quotas
 
@@ -144,13 +140,16 @@ class CreateTopicsHandler(GuardedHandler[BrokerView]):
                     cluster_create or allows(self._access, context, AclOperation.CREATE, ResourceType.TOPIC, topic.name)
                 ):
                     raise TopicRequestError(ErrorCode.topic_authorization_failed, "Authorization failed.")
-                partition_count = self._partition_count(topic)
+                assignment = _assignment(topic)
+                partition_count = self._partition_count(topic) if assignment is None else len(assignment)
                 factor = _replication_factor(topic)
                 configs = _configs(topic.configs)
                 if mutations is not None:
-                    await self._view.create_topic(topic.name, partition_count, configs, True, factor)
+                    await self._view.create_topic(topic.name, partition_count, configs, True, factor, assignment)
                     mutations.record(partition_count)
-                info = await self._view.create_topic(topic.name, partition_count, configs, body.validate_only, factor)
+                info = await self._view.create_topic(
+                    topic.name, partition_count, configs, body.validate_only, factor, assignment
+                )
                 if not body.validate_only:
                     result["topic_id"] = wire_topic_id(info.topic_id)
             except TopicRequestError as exc:
@@ -188,20 +187,6 @@ class CreateTopicsHandler(GuardedHandler[BrokerView]):
         )
 
     def _partition_count(self, topic: Any) -> int:
-        if topic.assignments:
-            if topic.num_partitions != USE_DEFAULT or topic.replication_factor != USE_DEFAULT:
-                raise TopicRequestError(
-                    ErrorCode.invalid_request,
-                    "num_partitions and replication_factor must be -1 when replica assignments are given",
-                )
-            indexes = sorted(assignment.partition_index for assignment in topic.assignments)
-            if indexes != list(range(len(indexes))):
-                raise TopicRequestError(
-                    ErrorCode.invalid_replica_assignment, f"partitions {indexes} are not numbered 0..n-1"
-                )
-            for assignment in topic.assignments:
-                _check_replicas(tuple(assignment.broker_ids), self._node_id)
-            return len(indexes)
         count = self._num_partitions if topic.num_partitions == USE_DEFAULT else topic.num_partitions
         if count < 1:
             raise TopicRequestError(
@@ -290,10 +275,9 @@ class CreatePartitionsHandler(GuardedHandler[BrokerView]):
     """Answers CreatePartitions (see the module docstring)."""
 
     def __init__(
-        self, view: BrokerView, node_id: int, access: AccessControl | None = None, quotas: QuotaEnforcer | None = None
+        self, view: BrokerView, access: AccessControl | None = None, quotas: QuotaEnforcer | None = None
     ) -> None:
         super().__init__(view, access)
-        self._node_id = node_id
         self._quotas = quotas
 
     async def __call__(self, request: Request) -> Any:
@@ -308,12 +292,11 @@ class CreatePartitionsHandler(GuardedHandler[BrokerView]):
                     raise TopicRequestError(ErrorCode.invalid_request, f"topic {topic.name!r} is named more than once")
                 if not allows(self._access, request.context, AclOperation.ALTER, ResourceType.TOPIC, topic.name):
                     raise TopicRequestError(ErrorCode.topic_authorization_failed, "The topic authorization is failed.")
-                for assignment in topic.assignments or ():
-                    _check_replicas(tuple(assignment.broker_ids), self._node_id)
+                assignment = None if topic.assignments is None else [tuple(a.broker_ids) for a in topic.assignments]
                 if mutations is not None:
-                    await self._view.create_partitions(topic.name, topic.count, True)
+                    await self._view.create_partitions(topic.name, topic.count, True, assignment)
                     mutations.record(topic.count - (await self._view.topic(topic.name)).partition_count)
-                await self._view.create_partitions(topic.name, topic.count, body.validate_only)
+                await self._view.create_partitions(topic.name, topic.count, body.validate_only, assignment)
             except TopicRequestError as exc:
                 result.update(error_code=exc.code, error_message=exc.message)
             except RaybrokerError as exc:
@@ -330,7 +313,7 @@ def _replication_factor(topic: Any) -> int | None:
     """A CreateTopics entry's replication factor for the view: None for the broker's default; 0 or below -1 is
     INVALID_REPLICATION_FACTOR (the view refuses more than the running brokers)."""
     if topic.assignments:
-        return ASSIGNED_REPLICATION_FACTOR
+        return None
     factor: int = topic.replication_factor
     if factor == USE_DEFAULT:
         return None
@@ -352,17 +335,30 @@ def _configs(configs: Any) -> dict[str, str]:
     return values
 
 
-def _check_replicas(broker_ids: tuple[int, ...], node_id: int) -> None:
-    """A manual assignment must name this broker alone: several replicas answer INVALID_REQUEST (only the
-    controller's placement makes them), another broker INVALID_REPLICA_ASSIGNMENT."""
-    if len(broker_ids) > ASSIGNED_REPLICATION_FACTOR:
+def _assignment(topic: Any) -> list[tuple[int, ...]] | None:
+    """A CreateTopics entry's manual assignment, each partition's broker ids in partition order (None if it gives
+    none), refused as Kafka refuses it: INVALID_REQUEST with a partition count or replication factor beside it,
+    INVALID_REPLICA_ASSIGNMENT for a partition assigned twice or partitions not numbered 0..n-1."""
+    if not topic.assignments:
+        return None
+    if topic.num_partitions != USE_DEFAULT or topic.replication_factor != USE_DEFAULT:
         raise TopicRequestError(
             ErrorCode.invalid_request,
-            f"replicas {list(broker_ids)}: manual assignments of several replicas are not supported; give a "
-            "replication factor (CreateTopics) and the controller places the replicas",
+            "Both numPartitions or replicationFactor and replicasAssignments were set. "
+            "Both cannot be used at the same time.",
         )
-    if broker_ids != (node_id,):
+    by_index: dict[int, tuple[int, ...]] = {}
+    for assignment in topic.assignments:
+        if assignment.partition_index in by_index:
+            raise TopicRequestError(
+                ErrorCode.invalid_replica_assignment,
+                f"Found multiple manual partition assignments for partition {assignment.partition_index}",
+            )
+        by_index[assignment.partition_index] = tuple(assignment.broker_ids)
+    if sorted(by_index) != list(range(len(by_index))):
         raise TopicRequestError(
             ErrorCode.invalid_replica_assignment,
-            f"replicas {list(broker_ids)}: a manually assigned partition has one replica, on broker {node_id}",
+            "Attempted to create topic with non-consecutive partition ids: "
+            f"{sorted(by_index)} are not numbered 0..{len(by_index) - 1}",
         )
+    return [by_index[index] for index in range(len(by_index))]

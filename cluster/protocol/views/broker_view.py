@@ -22,7 +22,7 @@ import functools
 import math
 import time
 import uuid
-from collections.abc import Awaitable, Collection, Iterable, Mapping
+from collections.abc import Awaitable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -329,15 +329,28 @@ class BrokerView:
         config: Mapping[str, str] | None = None,
         validate_only: bool = False,
         replication_factor: int | None = None,
+        assignment: Sequence[tuple[int, ...]] | None = None,
     ) -> TopicInfo:
         """Creates a topic with `config` (Kafka's topic config names) over the broker's defaults and
-        `replication_factor` replicas per partition (None: `default.replication.factor`); with `validate_only`,
-        only checks that it could. `TopicExistsError`, `InvalidTopicError`, `InvalidConfigError`,
-        `InvalidPartitionsError`, `InvalidReplicationFactorError` (below 1 or above the running brokers)."""
+        `replication_factor` replicas per partition (None: `default.replication.factor`), or each partition's
+        replicas on the brokers `assignment` names by Kafka broker id; with `validate_only`, only checks that it
+        could. `TopicExistsError`, `InvalidTopicError`, `InvalidConfigError`, `InvalidPartitionsError`,
+        `InvalidReplicationFactorError` (below 1 or above the running brokers), `InvalidReplicaAssignmentError`."""
+        nodes = None if assignment is None else await self._assigned_nodes(assignment)
         created = await self._controller.call(
-            "create_topic", name, partition_count, dict(config or {}), validate_only, replication_factor
+            "create_topic", name, partition_count, dict(config or {}), validate_only, replication_factor, nodes
         )
         return topic_info(created, *await self._cluster())
+
+    async def _assigned_nodes(self, assignment: Sequence[tuple[int, ...]]) -> list[tuple[str, ...]]:
+        """A manual assignment's Ray nodes: each broker id the node whose listener announces it;
+        `InvalidReplicaAssignmentError` with Kafka's message for a list Kafka's controller refuses."""
+        nodes = {found.broker_id: node for node, found in (await self._listeners()).items()}
+        for broker_ids in assignment:
+            problem = _assignment_problem(broker_ids, nodes)
+            if problem is not None:
+                raise InvalidReplicaAssignmentError(problem)
+        return [tuple(nodes[broker] for broker in broker_ids) for broker_ids in assignment]
 
     async def delete_topic(self, name: str) -> None:
         """Deletes a topic; `UnknownTopicOrPartitionError` if there is none of that name."""
@@ -345,10 +358,17 @@ class BrokerView:
         self._partitions.forget_topic(name)
         self._topic_names_at = -math.inf
 
-    async def create_partitions(self, name: str, total: int, validate_only: bool = False) -> TopicInfo:
-        """Grows a topic to `total` partitions (or only checks that it could); `InvalidPartitionsError` unless it
-        grows."""
-        grown = await self._controller.call("add_partitions", name, total, validate_only)
+    async def create_partitions(
+        self, name: str, total: int, validate_only: bool = False, assignment: Sequence[tuple[int, ...]] | None = None
+    ) -> TopicInfo:
+        """Grows a topic to `total` partitions (or only checks that it could), the new ones placed by the controller
+        or on the brokers `assignment` names by Kafka broker id; `InvalidPartitionsError` unless it grows,
+        `InvalidReplicaAssignmentError` for an assignment Kafka's controller refuses."""
+        nodes = None
+        if assignment is not None:
+            await self._controller.call("describe_topic", name)  # an unknown topic is refused first, as in Kafka
+            nodes = await self._assigned_nodes(assignment)
+        grown = await self._controller.call("add_partitions", name, total, validate_only, nodes)
         return topic_info(grown, *await self._cluster())
 
     async def topic_config(self, name: str) -> dict[str, str]:

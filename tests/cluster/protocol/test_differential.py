@@ -11,6 +11,7 @@ started skips this module with the reason. Both brokers start empty, so the same
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -225,6 +226,66 @@ def test_create_topic_errors_agree(both: dict[str, str]) -> None:
         }
     assert answers["kafka"]["existing"] == 36
     assert answers["raybroker"] == answers["kafka"]
+
+
+def _outcome(future: Any) -> tuple[int, str] | None:
+    """A topic future's error code and message (None: it succeeded)."""
+    from confluent_kafka import KafkaException
+
+    try:
+        future.result(timeout=DEADLINE_S)
+    except KafkaException as exc:
+        return int(exc.args[0].code()), str(exc.args[0].str())
+    return None
+
+
+def _manual_assignment_answers(bootstrap: str) -> dict[str, Any]:
+    """CreateTopics and CreatePartitions with manual replica assignments naming the one broker B, a broker that
+    does not exist (B+100) or B twice: each answer with the broker's id written B, and the topic they create
+    (librdkafka refuses an empty replica list, or a count of lists unlike the partitions added, before asking)."""
+    from confluent_kafka.admin import NewPartitions, NewTopic
+
+    admin = _admin(bootstrap)
+    (broker,) = admin.list_topics(timeout=DEADLINE_S).brokers
+    asked = {
+        "assigned": [[broker], [broker]],
+        "assigned-unregistered": [[broker], [broker + 100]],
+        "assigned-twice": [[broker, broker]],
+    }
+    answers: dict[str, Any] = {}
+    for topic, assignment in asked.items():
+        new = NewTopic(topic, len(assignment), replica_assignment=assignment)
+        answers[topic] = _outcome(admin.create_topics([new], operation_timeout=10)[topic])
+    grown = {
+        "grown by one": NewPartitions("assigned", 3, [[broker]]),
+        "grown onto an unregistered broker": NewPartitions("assigned", 4, [[broker + 100]]),
+    }
+    for name, partitions in grown.items():
+        answers[name] = _outcome(admin.create_partitions([partitions], operation_timeout=10)["assigned"])
+    metadata = admin.list_topics("assigned", timeout=DEADLINE_S).topics["assigned"]
+    answers["replicas"] = [list(metadata.partitions[p].replicas) for p in sorted(metadata.partitions)]
+    return _named(answers, broker)
+
+
+def _named(value: Any, broker: int) -> Any:
+    """`value` with the broker's id written B (and B+100) in its messages and lists."""
+    if isinstance(value, dict):
+        return {key: _named(item, broker) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(_named(item, broker) for item in value)
+    if isinstance(value, int) and value in (broker, broker + 100):
+        return "B" if value == broker else "B+100"
+    if isinstance(value, str):
+        return re.sub(rf"\b{broker + 100}\b", "B+100", re.sub(rf"\b{broker}\b", "B", value))
+    return value
+
+
+def test_manual_replica_assignments_agree(both: dict[str, str]) -> None:
+    answers = {name: _manual_assignment_answers(bootstrap) for name, bootstrap in both.items()}
+    oracle = answers["kafka"]
+    assert oracle["assigned"] is None and oracle["grown by one"] is None, oracle
+    assert oracle["replicas"] == [["B"]] * 3, oracle
+    assert answers["raybroker"] == oracle
 
 
 def _fetch_error_below(bootstrap: str, topic: str, offset: int) -> tuple[int | None, int]:

@@ -422,7 +422,7 @@ def test_init_producer_id_needs_write_on_the_transactional_id(
 
 
 def create_topics(view: InProcessBrokerView, access: AccessControl, *names: str) -> dict[str, Any]:
-    handler = CreateTopicsHandler(view, ConfigDescriber(BrokerConfig(), frozenset()), 0, 1, access)
+    handler = CreateTopicsHandler(view, ConfigDescriber(BrokerConfig(), frozenset()), 1, access)
     topics = [
         {"name": name, "num_partitions": 1, "replication_factor": 1, "assignments": [], "configs": []} for name in names
     ]
@@ -488,7 +488,7 @@ def test_delete_topics_needs_delete_and_describe_on_the_topic_or_delete_on_the_c
 def test_create_partitions_needs_alter_on_the_topic(view: InProcessBrokerView, security: SecurityView) -> None:
     for name in ("grown", "fixed"):
         run(view.create_topic(name, 1))
-    handler = CreatePartitionsHandler(view, 0, access_with(security, on_topic("grown", AclOperation.ALTER)))
+    handler = CreatePartitionsHandler(view, access_with(security, on_topic("grown", AclOperation.ALTER)))
     topics = [{"name": name, "count": 2, "assignments": None} for name in ("grown", "fixed")]
     answer = ask(handler, CREATE_PARTITIONS_KEY, {"topics": topics, "timeout": 1000, "validate_only": False})
     assert {result.name: result.error_code for result in answer.results} == {

@@ -4,6 +4,8 @@ and Kafka's error code for each refused entry, in every served version."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,9 +21,10 @@ from cluster.protocol.handlers.topics import (
     DeleteTopicsHandler,
 )
 from cluster.protocol.router import SERVED
+from cluster.protocol.views.broker_view import BrokerEndpoint
 from cluster.protocol.views.in_process_broker_view import InProcessBrokerView
 from storage.config.broker_config import BrokerConfig
-from tests.cluster.protocol.helpers import answer, run
+from tests.cluster.protocol.helpers import answer, run, start_broker
 
 NODE_ID = 0
 NUM_PARTITIONS = 3
@@ -43,7 +46,7 @@ def creatable(name: str, partitions: int = -1, factor: int = -1, **extra: Any) -
 
 def create(view: InProcessBrokerView, version: int, *topics: dict[str, Any], validate_only: bool = False) -> Any:
     describer = ConfigDescriber(BrokerConfig(num_partitions=NUM_PARTITIONS), {"num.partitions"})
-    handler = CreateTopicsHandler(view, describer, NODE_ID, NUM_PARTITIONS)
+    handler = CreateTopicsHandler(view, describer, NUM_PARTITIONS)
     return answer(
         handler, CREATE_TOPICS_KEY, version, {"topics": topics, "timeout": 30000, "validate_only": validate_only}
     )
@@ -118,7 +121,7 @@ def test_each_refused_entry_gets_kafkas_code(view: InProcessBrokerView) -> None:
         ("twice", ErrorCode.invalid_request),
         ("assigned-and-counted", ErrorCode.invalid_request),
         ("assigned-elsewhere", ErrorCode.invalid_replica_assignment),
-        ("assigned-twice", ErrorCode.invalid_request),
+        ("assigned-twice", ErrorCode.invalid_replica_assignment),
     ]
     assert all(topic.error_message for topic in response.topics)
     assert set(run(view.topics())) == {"existing"}
@@ -143,9 +146,93 @@ def test_a_replication_factor_beyond_the_brokers_is_refused_with_the_brokers_rea
 
 
 def test_manual_assignments_give_the_partition_count(view: InProcessBrokerView) -> None:
+    run(view.announce(BrokerEndpoint(NODE_ID, "node-0", 9092)))
     assignments = [{"partition_index": index, "broker_ids": [NODE_ID]} for index in (1, 0)]
     assert codes(create(view, 4, creatable("assigned", assignments=assignments))) == {"assigned": ErrorCode.none}
     assert run(view.topic("assigned")).partition_count == 2
+
+
+@pytest.fixture
+def two_brokers(tmp_path: Path) -> Iterator[InProcessBrokerView]:
+    """A broker on two nodes, `node.id` 10 and 11; the first node's listener's view."""
+    running = start_broker(tmp_path / "two", nodes=2)
+    try:
+        views = {node: InProcessBrokerView(running, node) for node in ("node-0", "node-1")}
+        for broker_id, (node, view) in enumerate(views.items(), start=10):
+            run(view.announce(BrokerEndpoint(broker_id, node, 9092)))
+        yield views["node-0"]
+    finally:
+        running.close()
+
+
+def test_manual_assignments_place_each_replica_where_asked_and_are_checked_as_kafka_checks_them(
+    two_brokers: InProcessBrokerView,
+) -> None:
+    """Kafka's controller's rules and messages: replicas (the first leading) on the named brokers; partitions named
+    twice, numbered with a gap, an empty list, a broker twice or unknown, or partitions of unequal sizes are
+    INVALID_REPLICA_ASSIGNMENT; CreatePartitions' assignments give one list per new partition with the topic's
+    replication factor."""
+
+    def assigned(name: str, *lists: list[int], indexes: list[int] | None = None) -> dict[str, Any]:
+        numbers = indexes if indexes is not None else range(len(lists))
+        entries = [{"partition_index": i, "broker_ids": brokers} for i, brokers in zip(numbers, lists, strict=True)]
+        return creatable(name, assignments=entries)
+
+    response = create(
+        two_brokers,
+        7,
+        assigned("uneven", [11, 10], [10, 11], [11]),
+        assigned("placed", [11, 10], [10, 11]),
+        assigned("gap", [10], [11], indexes=[0, 2]),
+        assigned("repeated", [10], [11], indexes=[0, 0]),
+        assigned("empty", []),
+        assigned("doubled", [10, 10]),
+        assigned("unknown", [10, 12]),
+    )
+    messages = {(topic.name, topic.error_code): topic.error_message for topic in response.topics}
+    uneven = (
+        "The manual partition assignment includes a partition with 1 replica(s), but this is not consistent with "
+        "previous partitions, which have 2 replica(s)."
+    )
+    assert messages == {
+        ("uneven", ErrorCode.invalid_replica_assignment): uneven,
+        ("placed", ErrorCode.none): None,
+        ("gap", ErrorCode.invalid_replica_assignment): (
+            "Attempted to create topic with non-consecutive partition ids: [0, 2] are not numbered 0..1"
+        ),
+        ("repeated", ErrorCode.invalid_replica_assignment): (
+            "Found multiple manual partition assignments for partition 0"
+        ),
+        ("empty", ErrorCode.invalid_replica_assignment): (
+            "The manual partition assignment includes an empty replica list."
+        ),
+        ("doubled", ErrorCode.invalid_replica_assignment): (
+            "The manual partition assignment includes the broker 10 more than once."
+        ),
+        ("unknown", ErrorCode.invalid_replica_assignment): (
+            "The manual partition assignment includes broker 12, but no such broker is registered."
+        ),
+    } or [r.error_code for r in response.topics]
+    placed = run(two_brokers.topic("placed"))
+    assert [(p.leader, p.replicas) for p in placed.partitions] == [(11, (11, 10)), (10, (10, 11))]
+
+    grown = grow(
+        two_brokers,
+        3,
+        [{"name": "placed", "count": 4, "assignments": [{"broker_ids": [10, 11]}]}],
+    )
+    assert [(r.error_code, r.error_message) for r in grown.results] == [
+        (
+            ErrorCode.invalid_replica_assignment,
+            "Attempted to add 2 additional partition(s), but only 1 assignment(s) were specified.",
+        )
+    ]
+    grown = grow(two_brokers, 3, [{"name": "placed", "count": 3, "assignments": [{"broker_ids": [10]}]}])
+    assert [(r.error_code, r.error_message) for r in grown.results] == [(ErrorCode.invalid_replica_assignment, uneven)]
+    grown = grow(two_brokers, 3, [{"name": "placed", "count": 3, "assignments": [{"broker_ids": [11, 10]}]}])
+    assert [r.error_code for r in grown.results] == [ErrorCode.none]
+    placed = run(two_brokers.topic("placed"))
+    assert [p.replicas for p in placed.partitions] == [(11, 10), (10, 11), (11, 10)]
 
 
 def delete(
@@ -205,7 +292,7 @@ def test_delete_is_refused_when_disabled(view: InProcessBrokerView) -> None:
 
 
 def grow(view: InProcessBrokerView, version: int, topics: list[dict[str, Any]], validate_only: bool = False) -> Any:
-    handler = CreatePartitionsHandler(view, NODE_ID)
+    handler = CreatePartitionsHandler(view)
     return answer(
         handler, CREATE_PARTITIONS_KEY, version, {"topics": topics, "timeout": 30000, "validate_only": validate_only}
     )
@@ -234,20 +321,19 @@ def test_create_partitions_grows_only(view: InProcessBrokerView, version: int) -
 
 
 def test_create_partitions_validate_only_and_assignments(view: InProcessBrokerView) -> None:
+    """A validate-only growth changes nothing, with or without an assignment; an assignment for a topic that does
+    not exist answers UNKNOWN_TOPIC_OR_PARTITION, as Kafka's controller looks the topic up first."""
+    run(view.announce(BrokerEndpoint(NODE_ID, "node-0", 9092)))
     run(view.create_topic("checked", 1))
-    response = grow(
-        view,
-        3,
-        [
-            {"name": "checked", "count": 4, "assignments": None},
-            {"name": "checked-elsewhere", "count": 2, "assignments": [{"broker_ids": [7]}]},
-            {"name": "checked-twice", "count": 2, "assignments": [{"broker_ids": [NODE_ID, 7]}]},
-        ],
-        validate_only=True,
-    )
-    assert [r.error_code for r in response.results] == [
-        ErrorCode.none,
-        ErrorCode.invalid_replica_assignment,
-        ErrorCode.invalid_request,
-    ]
+    for assignments in (None, [{"broker_ids": [NODE_ID]}, {"broker_ids": [NODE_ID]}, {"broker_ids": [NODE_ID]}]):
+        response = grow(
+            view,
+            3,
+            [
+                {"name": "checked", "count": 4, "assignments": assignments},
+                {"name": "missing", "count": 2, "assignments": [{"broker_ids": [7]}]},
+            ],
+            validate_only=True,
+        )
+        assert [r.error_code for r in response.results] == [ErrorCode.none, ErrorCode.unknown_topic_or_partition]
     assert run(view.topic("checked")).partition_count == 1
