@@ -204,14 +204,15 @@ def free_ports(count: int) -> list[int]:
 
 class KafkaNode:
     """One Apache Kafka process in `folder`: broker and KRaft controller in one (`process.roles=broker,controller`),
-    node `node_id` of a quorum, serving clients on 127.0.0.1:`port` and the quorum on `controller_port`.
+    node `node_id` of a quorum, serving clients on 127.0.0.1:`port` and the quorum on `controller_port`; or, with
+    `controller_port` None, a broker alone (`process.roles=broker`) that joins the quorum's voters.
 
     `start` writes `server.properties` (the quorum's listeners, `log.dirs` = `folder/data`, then `properties`),
     formats the storage with the cluster's id and starts `java -cp <jars> kafka.Kafka` in a session of its own,
     logging to `kafka.log`; `stop` ends that one process (SIGTERM, SIGKILL after `STOP_TIMEOUT_S`).
     """
 
-    def __init__(self, folder: Path, node_id: int, port: int, controller_port: int) -> None:
+    def __init__(self, folder: Path, node_id: int, port: int, controller_port: int | None) -> None:
         self.folder = folder
         self.node_id = node_id
         self.port = port
@@ -231,11 +232,14 @@ class KafkaNode:
     def start(self, jars: list[Path], cluster_id: str, voters: str, properties: dict[str, str]) -> None:
         """Formats and starts the node (see the class docstring); does not wait for it to answer."""
         self.folder.mkdir(parents=True, exist_ok=True)
+        listeners = f"PLAINTEXT://127.0.0.1:{self.port}"
+        if self.controller_port is not None:
+            listeners += f",CONTROLLER://127.0.0.1:{self.controller_port}"
         settings = {
-            "process.roles": "broker,controller",
+            "process.roles": "broker" if self.controller_port is None else "broker,controller",
             "node.id": str(self.node_id),
             "controller.quorum.voters": voters,
-            "listeners": f"PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}",
+            "listeners": listeners,
             "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "PLAINTEXT",
@@ -319,8 +323,8 @@ class KafkaQuorum:
 
     `start` waits until an AdminClient's metadata lists every broker; `stop` sends SIGTERM to every node at once
     (so they shut down side by side rather than each waiting for a quorum that is leaving), waits for each (SIGKILL
-    after `STOP_TIMEOUT_S`), and removes the folder. `KafkaBroker` is one node, `benchmarks.kafka_cluster`'s
-    `KafkaCluster` three.
+    after `STOP_TIMEOUT_S`), and removes the folder. `add_broker` starts one more node, a broker alone, while it
+    runs. `KafkaBroker` is one node, `benchmarks.kafka_cluster`'s `KafkaCluster` three.
     """
 
     def __init__(self, brokers: int, properties: dict[str, str], version: str = KAFKA_VERSION) -> None:
@@ -329,6 +333,8 @@ class KafkaQuorum:
         self.version = version
         self.folder: Path | None = None
         self.nodes: list[KafkaNode] = []
+        self._voters = ""
+        self._cluster_id = ""
 
     @property
     def bootstrap_servers(self) -> str:
@@ -356,12 +362,12 @@ class KafkaQuorum:
             KafkaNode(self.folder / f"node{index + 1}", index + 1, ports[2 * index], ports[2 * index + 1])
             for index in range(self.brokers)
         ]
-        voters = ",".join(node.voter for node in self.nodes)
-        cluster_id = new_cluster_id()
+        self._voters = ",".join(node.voter for node in self.nodes)
+        self._cluster_id = new_cluster_id()
         started = time.monotonic()
         try:
             for node in self.nodes:
-                node.start(jars, cluster_id, voters, self.properties)
+                node.start(jars, self._cluster_id, self._voters, self.properties)
             wait_until_answering(self.bootstrap_servers, self.nodes)
         except BaseException:
             self.stop()
@@ -370,6 +376,21 @@ class KafkaQuorum:
             f"Kafka {self.version} answers on {self.bootstrap_servers}, {self.brokers} broker(s) "
             f"({time.monotonic() - started:.1f} s)"
         )
+
+    def add_broker(self) -> str:
+        """Starts one more node, a broker alone (`process.roles=broker`, the next `node.id`) that joins the running
+        quorum, as a broker added to a Kafka cluster; waits until the metadata lists it. The bootstrap servers with
+        it."""
+        if self.folder is None:
+            raise KafkaUnavailable("the cluster is not running: start it before adding a broker")
+        node_id = len(self.nodes) + 1
+        (port,) = free_ports(1)
+        node = KafkaNode(self.folder / f"node{node_id}", node_id, port, None)
+        self.nodes.append(node)
+        node.start(kafka_jars(self.version), self._cluster_id, self._voters, self.properties)
+        wait_until_answering(self.bootstrap_servers, self.nodes)
+        progress(f"Kafka broker {node_id} joined on 127.0.0.1:{port}")
+        return self.bootstrap_servers
 
     def stop(self) -> None:
         """Stops every node this object started (see the class docstring); safe to call again."""

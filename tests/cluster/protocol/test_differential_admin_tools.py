@@ -17,9 +17,10 @@
   level and bad throttle values answered alike. `raybroker reassign` runs the same steps against
   raybroker and prints what Kafka's tool prints against Apache Kafka (its error on the CLI's one error line).
   Moves between brokers run in `handlers/test_reassignments.py` (two in-process nodes) and
-  `tests/actors/test_zz_replication.py`, and this tool decommissioning a broker of three Ray nodes under a producer,
-  beside a three-broker Kafka, in `tests/actors/test_zz_decommission.py`; KIP-860's refusals, with Kafka 4.2's tool,
-  in `test_kafka4_reassignments.py`.
+  `tests/actors/test_zz_replication.py`, and this tool on three Ray nodes under a producer, beside a three-broker
+  Kafka, in `tests/actors/test_zz_reassign_tools.py` (a broker decommissioned; a throttled move listed and
+  cancelled; a spread onto a fourth broker); KIP-860's refusals, with Kafka 4.2's tool, in
+  `test_kafka4_reassignments.py`.
 - kafka-configs.sh `--alter`/`--describe` of client quotas (AlterClientQuotas, DescribeClientQuotas) through the
   listener on Ray, whose quotas live in the controller actor, and the quota enforced there: a client id of 64 KiB/s
   writing 12 times that sees throttle events on both brokers (Kafka's windows let ten times through at once). The
