@@ -24,6 +24,9 @@ with the same concurrency groups (`actors.options`):
   other (a per-partition lock), so a pass never finds the log closed under it (`LogClosedError`).
 - `replication` (several threads) serves its leaders' answers to followers' fetches and the waits of `acks=all`
   appends, which may each wait up to `replica.fetch.wait.max.ms` / `request.timeout.ms`.
+- `shares` (several threads) serves ShareFetch, ShareAcknowledge and the share-group offset APIs; ShareFetches that
+  wait for records share the host's pool of `SHARE_POLL_SLOTS` (4 of its 8 threads), so acknowledgements always
+  find a thread.
 
 Errors are the partition log's own typed errors; a partition the host does not hold (deleted, or now in
 another host after its topic was created again) answers `BrokerNotAvailableError`, which clients treat as
@@ -50,7 +53,7 @@ from typing import Any
 import ray
 
 from actors.core.replication.follower import ReplicaSettings
-from actors.core.replication.partition_server import LONG_POLL_SLOTS
+from actors.core.replication.partition_server import LONG_POLL_SLOTS, SHARE_POLL_SLOTS
 from actors.options import MAINTENANCE_GROUP, READ_GROUP, REPLICATION_GROUP, SHARES_GROUP
 from actors.server.partition_log import PartitionLogActor
 from actors.startup_objects import freeze_startup_objects
@@ -107,6 +110,7 @@ class PartitionHostActor:
         self._logs: dict[TopicPartition, PartitionLogActor] = {}
         self._closing_locks: dict[TopicPartition, threading.Lock] = {}
         self._long_poll_slots = threading.BoundedSemaphore(LONG_POLL_SLOTS)
+        self._share_poll_slots = threading.BoundedSemaphore(SHARE_POLL_SLOTS)
         for spec in (resume() if resume is not None else None) or []:
             self._logs[(spec.topic, spec.partition)] = self._new_log(
                 spec.directory, spec.config, *checkpointed_offsets(Path(spec.directory))
@@ -131,6 +135,7 @@ class PartitionHostActor:
             log_start_offset,
             self._cleaner_config,
             long_poll_slots=self._long_poll_slots,
+            share_poll_slots=self._share_poll_slots,
             producer_id_expiration_ms=self._producer_id_expiration_ms,
             replica_settings=self._replica_settings,
             find_replica=self._find_replica,

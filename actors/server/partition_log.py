@@ -208,6 +208,7 @@ class PartitionLogActor:
         cleaner_config: dict[str, str] | None = None,
         resume: Callable[[], ResumePoint | None] | None = None,
         long_poll_slots: threading.Semaphore | None = None,
+        share_poll_slots: threading.Semaphore | None = None,
         producer_id_expiration_ms: int = PRODUCER_ID_EXPIRATION_MS,
         replica_settings: ReplicaSettings | None = None,
         find_replica: Callable[[str, int, str], Any] | None = None,
@@ -215,11 +216,12 @@ class PartitionLogActor:
         high_watermark: int | None = None,
     ) -> None:
         """`resume`, when given, answers None on a first start and a `ResumePoint` after a restart;
-        `long_poll_slots` (a partition host's, shared by its partitions) bounds the fetches waiting at once,
-        default `PartitionServer`'s own; `producer_id_expiration_ms` is the broker's
-        `producer.id.expiration.ms`, `replica_settings` its `replica.*` settings; `find_replica(topic, partition,
-        node)` finds another replica's actor (`actors.server.partition_lookup.replica_actor`: a follower's leader);
-        `metrics` records its appends and reads its log's numbers (default: the process's, exported to Ray);
+        `long_poll_slots` and `share_poll_slots` (a partition host's, shared by its partitions) bound the fetches
+        and the ShareFetches waiting at once, default `PartitionServer`'s own; `producer_id_expiration_ms` is the
+        broker's `producer.id.expiration.ms`, `replica_settings` its `replica.*` settings; `find_replica(topic,
+        partition, node)` finds another replica's actor (`actors.server.partition_lookup.replica_actor`: a
+        follower's leader); `metrics` records its appends and reads its log's numbers (default: the process's,
+        exported to Ray);
         `high_watermark`, the checkpointed one of a log found on disk (None for a new one), is where its high
         watermark starts until the controller's state says how many replicas it has (`reopen_as_replica`)."""
         # Counts the changes a waiting fetch must look at (appends, DeleteRecords, close), under its own lock.
@@ -282,6 +284,7 @@ class PartitionLogActor:
             topic=None if self._named is None else self._named[0],
             metrics=self._metrics,
             long_poll_slots=long_poll_slots,
+            share_poll_slots=share_poll_slots,
             on_storage_error=lambda exc: _report_log_dir_failure(log.directory.parent, exc),
             share_states=share_states,
             dead_letters=dead_letters,
@@ -630,14 +633,23 @@ class PartitionLogActor:
 
     @ray.method(concurrency_group=SHARES_GROUP)
     def share_fetch(
-        self, group_id: str, member_id: str, config: ResolvedShareConfig, max_bytes: int, max_records: int
+        self,
+        group_id: str,
+        member_id: str,
+        config: ResolvedShareConfig,
+        max_bytes: int,
+        max_records: int,
+        max_wait_ms: int = 0,
     ) -> ShareFetched:
-        """Records acquired for a share group's member by this leader (`PartitionServer.share_fetch`)."""
+        """Records acquired for a share group's member by this leader, waiting up to `max_wait_ms` when there are
+        none (`PartitionServer.share_fetch`)."""
         _check_share_member(group_id, member_id)
         _check_share_settings(config)
         if not is_int(max_records) or max_records < 1:
             raise InvalidRequestError(f"max_records must be a positive int, not {max_records!r}")
-        return self._server.share_fetch(group_id, member_id, config, _checked_max_bytes(max_bytes), max_records)
+        return self._server.share_fetch(
+            group_id, member_id, config, _checked_max_bytes(max_bytes), max_records, max_wait_ms
+        )
 
     @ray.method(concurrency_group=SHARES_GROUP)
     def share_acknowledge(

@@ -4,6 +4,8 @@ fetch, and an `acks=all` append waiting for its replication.
 Every change a waiter must look at (an append, a high watermark that moved, DeleteRecords, retention, a role change,
 close) calls `notify`, which counts it, runs the owner's `publish` (the partition actor rewrites its high-watermark
 file and sends its change notices there, so same-node readers see each change in order) and wakes every waiter. A
+share acknowledgement or release, which frees record locks a waiting ShareFetch may take, calls `wake`: counted and
+woken, not published (the log did not change). A
 waiter reads `count` before it looks at the log, then `wait(seen, deadline)`: a change between its look and its wait
 is then seen, not slept through. The counter has its own lock, apart from the log's, so appends never wait for
 readers. Waits are in real (monotonic) time: they bound how long a caller is kept, not when the log's data expires."""
@@ -34,6 +36,13 @@ class LogChanges:
             self._changed.notify_all()
             if self._publish is not None:
                 self._publish()
+
+    def wake(self) -> None:
+        """Counts one change that readers of the log need not see but a waiting ShareFetch must (an acknowledgement
+        or a release freed record locks) and wakes every waiter, without publishing."""
+        with self._changed:
+            self._count += 1
+            self._changed.notify_all()
 
     def wait(self, seen: int, deadline: float) -> int | None:
         """Waits until a change after count `seen` (returns the new count) or the `time.monotonic()` `deadline`

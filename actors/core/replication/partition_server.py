@@ -13,7 +13,10 @@ same `PartitionServer`.
 - **The long poll** (Kafka's `fetch.max.wait.ms` / `fetch.min.bytes`): `long_poll` answers at once when at least
   `min_bytes` are there, else waits on the partition's change counter (`LogChanges`) and looks again, until
   `min_bytes` are there or `max_wait_ms` expired. A waiting fetch holds one of the host's `long_poll_slots`; one that
-  finds every slot taken answers at once, as with `max_wait_ms=0`, so long polls never take every read thread.
+  finds every slot taken answers at once, as with `max_wait_ms=0`, so long polls never take every read thread. A
+  ShareFetch that acquired nothing waits the same way, for an append or for an acknowledgement or release that frees
+  record locks (`LogChanges.wake`), as Kafka's delayed share fetch completes on either; it holds one of the host's
+  `share_poll_slots`, so acknowledgements always find a share thread.
 - **Share groups** (KIP-932): the leader holds the partition's share-partitions (`actors.core.shares.leader_shares`),
   so a ShareFetch acquires records beside the log it reads and acknowledgements settle them there
   (`share_fetch`, `share_acknowledge`, `share_release`; the leader only), and the share-group offset admin APIs
@@ -58,6 +61,9 @@ from storage.segment.log_segment import FetchDataInfo
 # Long-poll fetches waiting at once per host (a partition actor, a partition host, an in-process partition): half of
 # a partition actor's four read threads, so offsets, states and fetches that find data always have a thread.
 LONG_POLL_SLOTS = 2
+# ShareFetches waiting at once per host: half of a host's share threads (`actors.options.SHARE_THREADS`), so the
+# acknowledgements that would wake them always have a thread.
+SHARE_POLL_SLOTS = 4
 
 _Answer = TypeVar("_Answer")
 
@@ -76,6 +82,7 @@ class PartitionServer:
         topic: str | None,
         metrics: RoleMetrics = NO_ROLE_METRICS,
         long_poll_slots: threading.Semaphore | None = None,
+        share_poll_slots: threading.Semaphore | None = None,
         on_storage_error: Callable[[KafkaStorageError], None] | None = None,
         clock: Clock = SYSTEM_CLOCK,
         share_states: ShareStatePersister | None = None,
@@ -87,6 +94,7 @@ class PartitionServer:
         self._topic = topic
         self._metrics = metrics
         self._long_poll_slots = long_poll_slots or threading.BoundedSemaphore(LONG_POLL_SLOTS)
+        self._share_poll_slots = share_poll_slots or threading.BoundedSemaphore(SHARE_POLL_SLOTS)
         self._on_storage_error = on_storage_error
         self.shares = LeaderShares(clock, share_states, dead_letters)
 
@@ -187,10 +195,22 @@ class PartitionServer:
     # --- share groups -------------------------------------------------------------------------------------------
 
     def share_fetch(
-        self, group_id: str, member_id: str, config: ResolvedShareConfig, max_bytes: int, max_records: int
+        self,
+        group_id: str,
+        member_id: str,
+        config: ResolvedShareConfig,
+        max_bytes: int,
+        max_records: int,
+        max_wait_ms: int = 0,
     ) -> ShareFetched:
-        """A ShareFetch's part for this partition: records acquired for `member_id` (`LeaderShares.acquire`)."""
-        return self.shares.acquire(group_id, member_id, config, self._share_position(), max_bytes, max_records)
+        """A ShareFetch's part for this partition: records acquired for `member_id` (`LeaderShares.acquire`); when
+        none could be, waits up to `max_wait_ms` for an append, an acknowledgement or a release, looking again after
+        each (see the module docstring)."""
+
+        def acquired() -> ShareFetched:
+            return self.shares.acquire(group_id, member_id, config, self._share_position(), max_bytes, max_records)
+
+        return self.long_poll(acquired, lambda fetched: len(fetched.acquired), max_wait_ms, 1, self._share_poll_slots)
 
     def share_acknowledge(
         self, group_id: str, member_id: str, config: ResolvedShareConfig, batches: list[AcknowledgementBatch]
@@ -198,12 +218,14 @@ class PartitionServer:
         """`member_id`'s acknowledgements of records it acquired here, all or none (`LeaderShares.acknowledge`),
         counted by type once applied."""
         self.shares.acknowledge(group_id, member_id, config, self._share_position(), batches)
+        self.changes.wake()
         self._metrics.share_acknowledged(records_by_type(batches))
 
     def share_release(self, group_id: str, member_id: str) -> None:
         """Releases the records `member_id` holds here: its share session closed."""
         self.check_leader()
         self.shares.release(group_id, member_id, self.replica.leader_epoch, self._share_position())
+        self.changes.wake()
 
     def share_offsets(self, group_id: str) -> ShareOffsets | None:
         """The group's share-partition as DescribeShareGroupOffsets reports it (`LeaderShares.offsets`); None if it
@@ -242,11 +264,18 @@ class PartitionServer:
     # --- the long poll -------------------------------------------------------------------------------------------
 
     def long_poll(
-        self, answer: Callable[[], _Answer], size: Callable[[_Answer], int], max_wait_ms: int, min_bytes: int
+        self,
+        answer: Callable[[], _Answer],
+        size: Callable[[_Answer], int],
+        max_wait_ms: int,
+        min_bytes: int,
+        slots: threading.Semaphore | None = None,
     ) -> _Answer:
         """`answer()` once at least `min_bytes` (by `size`) are there or `max_wait_ms` expired, looking again after
-        each change; at once without a free long-poll slot (see the module docstring). Errors (an offset out of
-        range, a fenced epoch, a closed log) are raised by `answer` as they come."""
+        each change; at once without a free slot of `slots` (default the long-poll slots; see the module
+        docstring). Errors (an offset out of range, a fenced epoch, a closed log) are raised by `answer` as they
+        come."""
+        slots = slots or self._long_poll_slots
         for name, value in (("max_wait_ms", max_wait_ms), ("min_bytes", min_bytes)):
             if not is_int(value):
                 raise InvalidRequestError(f"{name} must be an int, not {type(value).__name__}")
@@ -254,7 +283,7 @@ class PartitionServer:
         # Read before answering: an append between the answer and the wait is then seen, not slept through.
         seen = self.changes.count
         result = answer()
-        if max_wait_ms <= 0 or size(result) >= min_bytes or not self._long_poll_slots.acquire(blocking=False):
+        if max_wait_ms <= 0 or size(result) >= min_bytes or not slots.acquire(blocking=False):
             return result
         try:
             while True:
@@ -266,7 +295,7 @@ class PartitionServer:
                 if size(result) >= min_bytes or time.monotonic() >= deadline:
                     return result
         finally:
-            self._long_poll_slots.release()
+            slots.release()
 
 
 def _share_read(log: Log, offset: int, max_bytes: int, read_committed: bool) -> LogRead:

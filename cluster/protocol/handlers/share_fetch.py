@@ -13,7 +13,9 @@ answer's top-level error and nothing changes. Then:
   session;
 - any other ShareFetch acquires records for the member from each partition of its session (`BrokerView.share_fetch`),
   `max_records` for the whole request (a soft limit: whole batches) and `max_bytes` a partition. When nothing is
-  acquired it looks again every `POLL_INTERVAL_S` until `max_wait` passed, as Kafka's delayed share fetch waits.
+  acquired it waits up to `max_wait`, as Kafka's delayed share fetch waits: a session of one partition at the
+  partition's leader, which answers as soon as an append, an acknowledgement or a release lets it acquire records
+  (`PartitionServer.share_fetch`); a session of several looks again every `POLL_INTERVAL_S`.
 
 Each request counts in Kafka's BrokerTopicMetrics share meters (`BrokerMetrics.share_requested`): a topic whose
 records it acknowledged, and for a ShareFetch that is not final a topic of its session, once each, as failed too if a
@@ -271,7 +273,38 @@ class ShareFetchHandler(_ShareHandler):
             done = any(outcome.acquired or outcome.error != ErrorCode.none for outcome in outcomes.values())
             if done or time.monotonic() + POLL_INTERVAL_S > deadline:
                 return
+            if len(context.partitions) == 1:
+                (key,) = context.partitions
+                await self._wait_at_leader(group_id, member_id, settings, names, key, outcomes[key], body, deadline)
+                return
             await asyncio.sleep(POLL_INTERVAL_S)
+
+    async def _wait_at_leader(
+        self,
+        group_id: str,
+        member_id: str,
+        settings: ResolvedShareConfig,
+        names: Mapping[uuid.UUID, str | ErrorCode],
+        key: SharePartitionKey,
+        outcome: _Outcome,
+        body: Any,
+        deadline: float,
+    ) -> None:
+        """The one partition's acquisition again, waiting at its leader until `deadline` for records to acquire."""
+        topic = names[key[0]]
+        if isinstance(topic, ErrorCode):  # answered with its error before any wait
+            return
+        max_wait_ms = max(0, int((deadline - time.monotonic()) * 1000))
+        try:
+            fetched = await self._view.share_fetch(
+                topic, key[1], group_id, member_id, settings, body.max_bytes, max(body.max_records, 1), max_wait_ms
+            )
+        except RaybrokerError as exc:
+            outcome.error = share_partition_error_code(exc)
+            return
+        if fetched.acquired:
+            outcome.records = fetched.records
+            outcome.acquired = list(fetched.acquired)
 
 
 class ShareAcknowledgeHandler(_ShareHandler):

@@ -520,11 +520,13 @@ class BrokerView:
         config: ResolvedShareConfig,
         max_bytes: int,
         max_records: int,
+        max_wait_ms: int = 0,
     ) -> ShareFetched:
         """Records of the partition acquired for a share group's member by the partition's leader, which holds the
-        group's share-partition (`PartitionServer.share_fetch`)."""
+        group's share-partition, waiting there up to `max_wait_ms` when there are none (`PartitionServer.
+        share_fetch`)."""
         return await self._partitions.call(
-            topic, partition, "share_fetch", group_id, member_id, config, max_bytes, max_records
+            topic, partition, "share_fetch", group_id, member_id, config, max_bytes, max_records, max_wait_ms
         )
 
     async def share_acknowledge(

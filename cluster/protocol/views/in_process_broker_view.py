@@ -30,6 +30,9 @@ from storage.partition.log import LogAppendInfo
 from storage.records.file_records import TimestampAndOffset
 from storage.topic_partition import TopicPartition
 
+# The partition methods that may wait (`PartitionServer.share_fetch` with `max_wait_ms`): never on the event loop.
+WAITING_METHODS = frozenset({"share_fetch"})
+
 
 class InProcessBrokerView(BrokerView):
     """The in-process broker as the listener of its node `node` sees it (see the module docstring); `broker` is
@@ -65,7 +68,11 @@ class InProcessPartitions:
         return await on_worker(manager.alter_replica_log_dirs, dict(dirs))
 
     async def call(self, topic: str, partition: int, method: str, *args: Any) -> Any:
-        return getattr(self._broker.leader(topic, partition), method)(*args)
+        """The leader's `method`, on the event loop; a ShareFetch, which may wait for records, on a worker thread."""
+        bound = getattr(self._broker.leader(topic, partition), method)
+        if method in WAITING_METHODS:
+            return await on_worker(bound, *args)
+        return bound(*args)
 
     async def list_offset(
         self, topic: str, partition: int, timestamp: int, isolation: str, current_leader_epoch: int

@@ -3,7 +3,8 @@ folder, the controller's states handed over by the test.
 
 Oracles: Kafka's rules for a partition's leader (only the leader takes appends and client reads; `acks=all` on a
 partition with one replica is acknowledged once appended; a retried idempotent batch is not counted twice) and the
-long poll's contract (answers once `min_bytes` are there, at once when every slot is taken)."""
+long poll's contract (answers once `min_bytes` are there, at once when every slot is taken), which a share fetch
+that finds nothing to acquire keeps too (answered once an acknowledgement frees records)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,9 @@ from actors.core.replication.leader_and_isr import LeaderAndIsr
 from actors.core.replication.log_changes import LogChanges
 from actors.core.replication.partition_server import PartitionServer
 from actors.core.replication.replica import ACKS_ALL, Replica
+from actors.core.shares.acknowledgements import AcknowledgementBatch, AcknowledgeType
+from actors.core.shares.group_share_config import EARLIEST, ResolvedShareConfig
+from actors.core.shares.leader_shares import ShareFetched
 from storage.clock import MockClock
 from storage.errors import BrokerNotAvailableError, NotLeaderOrFollowerError
 from storage.records.layout import ControlRecordType
@@ -163,4 +167,31 @@ def test_a_long_poll_answers_at_once_when_every_slot_is_taken_else_once_min_byte
     server.append(records(2))
     waiting.join(WAIT_MS / 1000)
     assert answered and answered[0] > 0
+    assert time.monotonic() - started < WAIT_MS / 1000 / 2
+
+
+def test_a_share_fetch_that_finds_every_record_locked_waits_until_an_acknowledgement_frees_some(
+    server: PartitionServer,
+) -> None:
+    """As Kafka's delayed share fetch: a member finding nothing to acquire waits up to its `max_wait_ms`, and is
+    answered as soon as another member's acknowledgement (here a RELEASE) makes records available again."""
+    config = ResolvedShareConfig(auto_offset_reset=EARLIEST)
+    server.append(records(5))
+    held = server.share_fetch("g", "a", config, 1 << 20, 100)
+    assert [(r.first_offset, r.last_offset) for r in held.acquired] == [(0, 4)]
+
+    started = time.monotonic()
+    assert server.share_fetch("g", "b", config, 1 << 20, 100, max_wait_ms=200).acquired == ()
+    assert time.monotonic() - started >= 0.2
+
+    answered: list[ShareFetched] = []
+    waiting = threading.Thread(
+        target=lambda: answered.append(server.share_fetch("g", "b", config, 1 << 20, 100, max_wait_ms=WAIT_MS))
+    )
+    started = time.monotonic()
+    waiting.start()
+    time.sleep(0.1)
+    server.share_acknowledge("g", "a", config, [AcknowledgementBatch(0, 4, (AcknowledgeType.RELEASE,))])
+    waiting.join(WAIT_MS / 1000)
+    assert [(r.first_offset, r.last_offset) for r in answered[0].acquired] == [(0, 4)]
     assert time.monotonic() - started < WAIT_MS / 1000 / 2
