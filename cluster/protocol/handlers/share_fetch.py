@@ -8,7 +8,9 @@ answer's top-level error and nothing changes. Then:
 - the acknowledgements it carries are applied per partition at the partition's leader
   (`BrokerView.share_acknowledge`, all or none per partition): a partition's outcome is its `acknowledge_error_code`
   in a ShareFetch, its `error_code` in a ShareAcknowledge (INVALID_RECORD_STATE for records the member does not
-  hold, INVALID_REQUEST for malformed batches or unknown acknowledge types, Kafka's checks);
+  hold, INVALID_REQUEST for malformed batches or unknown acknowledge types, Kafka's checks). A ShareFetch that is
+  not final acquires while its acknowledgements are written, as Kafka's `KafkaApis` runs both at once and answers
+  when both are done: an acknowledgement's durable write does not hold the fetch back;
 - a final request (epoch -1) then releases every record the member holds in its session's partitions and forgets the
   session;
 - any other ShareFetch acquires records for the member from each partition of its session (`BrokerView.share_fetch`),
@@ -219,21 +221,26 @@ class ShareFetchHandler(_ShareHandler):
             return begun
         answer, group_id, member_id, context, settings = begun
         names = await self._readable(request, {t for t, _ in [*context.partitions, *acks]})
-        outcomes: dict[SharePartitionKey, _Outcome] = {}
-        for key, batches in acks.items():
-            topic = names[key[0]]
-            outcome = outcomes.setdefault(key, _Outcome())
-            if isinstance(topic, ErrorCode):
-                outcome.acknowledge_error = topic
-                continue
-            outcome.acknowledge_error, outcome.acknowledge_message = await self._acknowledge(
-                group_id, member_id, settings, topic, key[1], batches
-            )
-        self._count(True, names, [(key, outcomes[key].acknowledge_error or ErrorCode.none) for key in acks])
+        outcomes: dict[SharePartitionKey, _Outcome] = {key: _Outcome() for key in acks}
+
+        async def acknowledged() -> None:
+            for key, batches in acks.items():
+                topic = names[key[0]]
+                if isinstance(topic, ErrorCode):
+                    outcomes[key].acknowledge_error = topic
+                    continue
+                outcomes[key].acknowledge_error, outcomes[key].acknowledge_message = await self._acknowledge(
+                    group_id, member_id, settings, topic, key[1], batches
+                )
+            self._count(True, names, [(key, outcomes[key].acknowledge_error or ErrorCode.none) for key in acks])
+
         if context.final:
+            await acknowledged()
             await self._close(group_id, member_id, names)
         else:
-            await self._acquire(group_id, member_id, settings, context, names, outcomes, body)
+            await asyncio.gather(
+                acknowledged(), self._acquire(group_id, member_id, settings, context, names, outcomes, body)
+            )
             self._count(False, names, [(key, outcomes[key].error) for key in context.partitions if key in outcomes])
         return answer(ErrorCode.none, None, settings.record_lock_duration_ms, _responses(context, outcomes))
 
