@@ -326,14 +326,24 @@ def decommission(bootstrap: str, workdir: Path) -> dict[str, Any]:
     }
 
 
+def each_side(
+    sides: dict[str, Side], root: Path, scenario: Callable[[Side, Path], dict[str, Any]]
+) -> dict[str, dict[str, Any]]:
+    """`scenario` on each side in turn, with a work folder of its own under `root`; each side's outcome. In turn,
+    not at once: run at once on two cores, raybroker's throttled move twice finished on two of its three partitions
+    before `--cancel` came, and a CreateTopics once failed with librdkafka's _DESTROY_BROKER; neither is explained
+    yet, and the sides in turn passed 3 runs in a row."""
+    outcomes = {}
+    for name, side in sides.items():
+        (root / name).mkdir()
+        outcomes[name] = scenario(side, root / name)
+    return outcomes
+
+
 def test_kafka_reassign_partitions_decommissions_a_broker_under_a_producer_as_on_kafka(
     sides: dict[str, Side], tmp_path: Path
 ) -> None:
-    outcomes = {}
-    for name, side in sides.items():
-        workdir = tmp_path / name
-        workdir.mkdir()
-        outcomes[name] = decommission(side.bootstrap, workdir)
+    outcomes = each_side(sides, tmp_path, lambda side, workdir: decommission(side.bootstrap, workdir))
     expected = {"victim holds": [], "completed": completed("decommissioned"), **PRODUCED_WELL}
     assert outcomes["kafka"] == expected, outcomes
     assert outcomes["raybroker"] == expected, outcomes
@@ -453,11 +463,7 @@ def cancel_then_spread(side: Side, workdir: Path) -> dict[str, Any]:
 def test_kafka_reassign_partitions_lists_and_cancels_a_throttled_move_then_spreads_onto_a_new_broker_as_on_kafka(
     sides: dict[str, Side], tmp_path: Path
 ) -> None:
-    outcomes = {}
-    for name, side in sides.items():
-        workdir = tmp_path / name
-        workdir.mkdir()
-        outcomes[name] = cancel_then_spread(side, workdir)
+    outcomes = each_side(sides, tmp_path, cancel_then_spread)
     oracle = outcomes["kafka"]
     assert oracle["listed"][0] == "Current partition reassignments:" and len(oracle["listed"]) == 1 + PARTITIONS, oracle
     assert oracle["listed after cancel"] == ["No partition reassignments found."], oracle

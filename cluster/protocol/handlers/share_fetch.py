@@ -254,9 +254,11 @@ class ShareFetchHandler(_ShareHandler):
         outcomes: dict[SharePartitionKey, _Outcome],
         body: Any,
     ) -> None:
-        """Acquires records from the session's partitions into `outcomes`, waiting up to `max_wait` for some."""
+        """Acquires records from the session's partitions into `outcomes`, waiting up to `max_wait` for some: a
+        session of one partition at its leader, one of several looking again every `POLL_INTERVAL_S`."""
         deadline = time.monotonic() + milliseconds(body.max_wait) / 1000
         remaining = max(body.max_records, 1)
+        wait_ms = 0
         while True:
             for key in context.partitions:
                 topic = names.get(key[0], ErrorCode.unknown_topic_id)
@@ -266,52 +268,42 @@ class ShareFetchHandler(_ShareHandler):
                     continue
                 if remaining <= 0:
                     break
-                try:
-                    fetched = await self._view.share_fetch(
-                        topic, key[1], group_id, member_id, settings, body.max_bytes, remaining
-                    )
-                except RaybrokerError as exc:
-                    outcome.error = share_partition_error_code(exc)
-                    continue
-                if fetched.acquired:
-                    outcome.records = fetched.records
-                    outcome.acquired = list(fetched.acquired)
-                    remaining -= sum(r.last_offset - r.first_offset + 1 for r in fetched.acquired)
+                remaining -= await self._fetch_into(
+                    outcome, topic, key[1], group_id, member_id, settings, body.max_bytes, remaining, wait_ms
+                )
             done = any(outcome.acquired or outcome.error != ErrorCode.none for outcome in outcomes.values())
-            if done or time.monotonic() + POLL_INTERVAL_S > deadline:
+            if done or wait_ms > 0 or time.monotonic() + POLL_INTERVAL_S > deadline:
                 return
             if len(context.partitions) == 1:
-                (key,) = context.partitions
-                await self._wait_at_leader(group_id, member_id, settings, names, key, outcomes[key], body, deadline)
-                return
-            await asyncio.sleep(POLL_INTERVAL_S)
+                wait_ms = max(1, int((deadline - time.monotonic()) * 1000))
+            else:
+                await asyncio.sleep(POLL_INTERVAL_S)
 
-    async def _wait_at_leader(
+    async def _fetch_into(
         self,
+        outcome: _Outcome,
+        topic: str,
+        partition: int,
         group_id: str,
         member_id: str,
         settings: ResolvedShareConfig,
-        names: Mapping[uuid.UUID, str | ErrorCode],
-        key: SharePartitionKey,
-        outcome: _Outcome,
-        body: Any,
-        deadline: float,
-    ) -> None:
-        """The one partition's acquisition again, waiting at its leader until `deadline` for records to acquire."""
-        topic = names[key[0]]
-        if isinstance(topic, ErrorCode):  # answered with its error before any wait
-            return
-        max_wait_ms = max(0, int((deadline - time.monotonic()) * 1000))
+        max_bytes: int,
+        max_records: int,
+        max_wait_ms: int,
+    ) -> int:
+        """One partition's acquisition at its leader (waiting there up to `max_wait_ms` for records) into `outcome`:
+        its records, or its error; the count of records acquired."""
         try:
             fetched = await self._view.share_fetch(
-                topic, key[1], group_id, member_id, settings, body.max_bytes, max(body.max_records, 1), max_wait_ms
+                topic, partition, group_id, member_id, settings, max_bytes, max_records, max_wait_ms
             )
         except RaybrokerError as exc:
             outcome.error = share_partition_error_code(exc)
-            return
+            return 0
         if fetched.acquired:
             outcome.records = fetched.records
             outcome.acquired = list(fetched.acquired)
+        return sum(r.last_offset - r.first_offset + 1 for r in fetched.acquired)
 
 
 class ShareAcknowledgeHandler(_ShareHandler):
