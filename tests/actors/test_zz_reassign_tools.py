@@ -35,7 +35,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks.bench_replication_kafka import start_listeners
+from benchmarks.bench_replication_kafka import kafka_leaders, start_listeners
 from benchmarks.kafka_broker import KAFKA_VERSION, KafkaUnavailable
 from benchmarks.kafka_cluster import KafkaCluster
 from tests.actors.three_nodes import Nodes, three_nodes
@@ -156,16 +156,11 @@ def broker_ids(bootstrap: str) -> list[int]:
     return sorted(admin(bootstrap).list_topics(timeout=30).brokers)
 
 
-def leaders(bootstrap: str, topic: str) -> dict[int, int]:
-    found = admin(bootstrap).list_topics(topic, timeout=30).topics[topic]
-    return {number: partition.leader for number, partition in sorted(found.partitions.items())}
-
-
-def led_by(bootstrap: str, topic: str, expected: dict[int, int]) -> bool:
+def led_by(bootstrap: str, topic: str, expected: list[int]) -> bool:
     """Whether the metadata names the `expected` leaders within `READ_TIMEOUT_S` (a broker's metadata follows an
     election with a lag)."""
     deadline = time.monotonic() + READ_TIMEOUT_S
-    while leaders(bootstrap, topic) != expected:
+    while kafka_leaders(bootstrap, topic) != expected:
         if time.monotonic() > deadline:
             return False
         time.sleep(0.2)
@@ -433,9 +428,9 @@ def cancel_then_spread(side: Side, workdir: Path) -> dict[str, Any]:
     reversed_file = write_plan(workdir / "reversed.json", topic, {p: held[::-1] for p, held in original.items()})
     tool(side.bootstrap, "--execute", "--reassignment-json-file", str(reversed_file), version=KAFKA_4_TOOLS)
     verify_until_done(side.bootstrap, reversed_file, KAFKA_4_TOOLS)
-    leaders_kept = leaders(side.bootstrap, topic) == {p: held[0] for p, held in original.items()}
+    leaders_kept = kafka_leaders(side.bootstrap, topic) == [original[p][0] for p in range(PARTITIONS)]
     elected = elect_preferred(side.bootstrap, topic, workdir)
-    leaders_preferred = led_by(side.bootstrap, topic, {p: held[1] for p, held in original.items()})
+    leaders_preferred = led_by(side.bootstrap, topic, [original[p][1] for p in range(PARTITIONS)])
 
     all_ids = broker_ids(side.add_broker())
     new_broker = all_ids[-1]

@@ -268,9 +268,11 @@ class TopicAdmin:
         brokers, each once, and as many as `replication_factor` (None: as many as the first list);
         `InvalidReplicaAssignmentError` otherwise."""
         placed: list[tuple[str, ...]] = []
+        expected = replication_factor
         for replicas in assignment:
             nodes = check_target(replicas, self._brokers)
-            expected = replication_factor if replication_factor is not None else len((placed or [nodes])[0])
+            if expected is None:
+                expected = len(nodes)
             if len(nodes) != expected:
                 raise InvalidReplicaAssignmentError(
                     f"The manual partition assignment includes a partition with {len(nodes)} replica(s), but this "

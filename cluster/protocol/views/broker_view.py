@@ -343,14 +343,13 @@ class BrokerView:
         return topic_info(created, *await self._cluster())
 
     async def _assigned_nodes(self, assignment: Sequence[tuple[int, ...]]) -> list[tuple[str, ...]]:
-        """A manual assignment's Ray nodes: each broker id the node whose listener announces it;
-        `InvalidReplicaAssignmentError` with Kafka's message for a list Kafka's controller refuses."""
-        nodes = {found.broker_id: node for node, found in (await self._listeners()).items()}
-        for broker_ids in assignment:
-            problem = _assignment_problem(broker_ids, nodes)
-            if problem is not None:
-                raise InvalidReplicaAssignmentError(problem)
-        return [tuple(nodes[broker] for broker in broker_ids) for broker_ids in assignment]
+        """A manual assignment's Ray nodes, each list's as `_nodes_of` finds them."""
+        nodes = await self._nodes_by_broker_id()
+        return [_nodes_of(broker_ids, nodes) for broker_ids in assignment]
+
+    async def _nodes_by_broker_id(self) -> dict[int, str]:
+        """The Ray node of each Kafka broker id a running listener announces."""
+        return {found.broker_id: node for node, found in (await self._listeners()).items()}
 
     async def delete_topic(self, name: str) -> None:
         """Deletes a topic; `UnknownTopicOrPartitionError` if there is none of that name."""
@@ -421,16 +420,14 @@ class BrokerView:
         the one in progress), answered per partition by the controller (`Controller.alter_partition_reassignments`,
         which refuses a change of replication factor unless `allow_replication_factor_change`, KIP-860). A broker
         id no running listener announces is refused here with Kafka's message."""
-        listeners = await self._listeners()
-        nodes = {found.broker_id: node for node, found in listeners.items()}
+        nodes = await self._nodes_by_broker_id()
         refused: dict[tuple[str, int], RaybrokerError | None] = {}
         translated: dict[tuple[str, int], tuple[str, ...] | None] = {}
         for key, broker_ids in requests.items():
-            problem = None if broker_ids is None else _assignment_problem(broker_ids, nodes)
-            if problem is not None:
-                refused[key] = InvalidReplicaAssignmentError(problem)
-            else:
-                translated[key] = None if broker_ids is None else tuple(nodes[broker] for broker in broker_ids)
+            try:
+                translated[key] = None if broker_ids is None else _nodes_of(broker_ids, nodes)
+            except InvalidReplicaAssignmentError as exc:
+                refused[key] = exc
         answered: dict[tuple[str, int], RaybrokerError | None] = (
             await self._controller.call("alter_partition_reassignments", translated, allow_replication_factor_change)
             if translated
@@ -595,19 +592,24 @@ class BrokerView:
         return listeners, frozenset(brokers)
 
 
-def _assignment_problem(broker_ids: tuple[int, ...], nodes: Mapping[int, str]) -> str | None:
-    """Kafka's controller's message for a manual replica assignment it refuses, checked in its order (an empty
-    list, then each broker id in ascending order: not registered, or named twice); None if it is valid."""
+def _nodes_of(broker_ids: tuple[int, ...], nodes: Mapping[int, str]) -> tuple[str, ...]:
+    """The Ray nodes of a manual replica assignment (`nodes`: each broker id's); `InvalidReplicaAssignmentError` with
+    Kafka's controller's message for a list it refuses, checked in its order (an empty list, then each broker id in
+    ascending order: not registered, or named twice)."""
     if not broker_ids:
-        return "The manual partition assignment includes an empty replica list."
+        raise InvalidReplicaAssignmentError("The manual partition assignment includes an empty replica list.")
     previous = None
     for broker in sorted(broker_ids):
         if broker not in nodes:
-            return f"The manual partition assignment includes broker {broker}, but no such broker is registered."
+            raise InvalidReplicaAssignmentError(
+                f"The manual partition assignment includes broker {broker}, but no such broker is registered."
+            )
         if broker == previous:
-            return f"The manual partition assignment includes the broker {broker} more than once."
+            raise InvalidReplicaAssignmentError(
+                f"The manual partition assignment includes the broker {broker} more than once."
+            )
         previous = broker
-    return None
+    return tuple(nodes[broker] for broker in broker_ids)
 
 
 def topic_info(
