@@ -10,8 +10,8 @@ with `BrokerNotAvailableError` (nothing sent); both are retriable: the producer 
 resends, as after a failed Ray call. `write_marker` sends a transaction coordinator's COMMIT/ABORT marker the same way.
 
 `AppendConnections` is an `AppendRoute`'s pool (`actors.server.append_route`: the Python producer's sender, the Kafka
-listener, the coordinators): `for_leader(handle, state)` answers the connection to use for a partition's appends, or
-None when they must be Ray calls.
+listener, the coordinators): `for_address(address)` answers the connection to the append channel a leader on this
+node named, or None when its appends must be Ray calls.
 """
 
 from __future__ import annotations
@@ -22,9 +22,8 @@ import socket
 import threading
 from collections import deque
 from concurrent.futures import Future
-from typing import Any
 
-from actors.calls import call, this_node_id
+from actors.calls import this_node_id
 from actors.channels.append_frames import (
     SIZE,
     decode_answer,
@@ -32,7 +31,6 @@ from actors.channels.append_frames import (
     encode_marker_request,
     encode_request,
 )
-from actors.core.replication.leader_and_isr import LeaderAndIsr
 from actors.core.transactions.markers import TransactionMarker
 from storage.errors import AnswerLostError, BrokerNotAvailableError, InvalidRequestError, RaybrokerError
 from storage.partition.log import LogAppendInfo
@@ -170,15 +168,17 @@ class AppendConnections:
         self._connections: dict[str, AppendConnection] = {}
         self._lock = threading.Lock()
 
-    def for_leader(self, handle: Any, state: LeaderAndIsr) -> AppendConnection | None:
-        """The connection to the append channel of the leader `handle` (its partition's state `state`), when the
-        leader is on this node (with followers, the caller waits for an `acks=all` append's replication itself, with
-        the leader's `await_replicated`, a Ray call run on its replication threads, as the channel's appends never
-        wait); None otherwise, or when the leader has no channel or it cannot be reached, and the appends go as Ray
-        calls. Raises what the leader's actor raises (a restarting one: `BrokerNotAvailableError`, retriable)."""
-        if not self._node or state.leader != self._node:
-            return None
-        address = call(handle.append_channel.remote())
+    @property
+    def node(self) -> str:
+        """The Ray node this pool's process runs on: only leaders there are reached over their append channels."""
+        return self._node
+
+    def for_address(self, address: str | None) -> AppendConnection | None:
+        """The connection to the append channel at `address` (what a leader on this node answers to
+        `append_channel()`; with followers, the caller waits for an `acks=all` append's replication itself, with the
+        leader's `await_replicated`, a Ray call run on its replication threads, as the channel's appends never wait);
+        None when the leader has no channel (`address` None) or it cannot be reached, and the appends go as Ray
+        calls."""
         if address is None:
             return None
         with self._lock:

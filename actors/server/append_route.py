@@ -64,7 +64,8 @@ from actors.core.replication.leader_and_isr import LeaderAndIsr
 from actors.core.replication.replica import ACKS_ALL, ACKS_ALL_TIMEOUT_MS
 from actors.core.transactions.markers import TransactionMarker
 from actors.server.append_order import AppendOrder
-from actors.server.partition_lookup import leader_replica
+from actors.server.lookup_batches import LookupBatches
+from actors.server.partition_lookup import leader_replicas
 from actors.server.sequence_fence import BatchProducer, SequenceFences, batch_producer
 from storage.errors import AnswerLostError, BrokerNotAvailableError, RaybrokerError, RequestTimedOutError
 from storage.partition.log import LogAppendInfo
@@ -293,20 +294,46 @@ class AppendRoute:
         self._leaders: dict[PartitionKey, PartitionLeader] = {}
         self._order = AppendOrder()
         self._fences = SequenceFences()
+        self._lookups: LookupBatches[PartitionKey, PartitionLeader] = LookupBatches(self.look_up)
         self.watch = _LeaderWatch()
 
     def leader(self, topic: str, partition: int) -> PartitionLeader:
         """The partition's leader as last found, or looked up now (blocking: Ray's name service, the controller).
         Raises what the lookup raises (`BrokerNotAvailableError` while it has no leader, retriable)."""
         key = (topic, partition)
-        leader = self._leaders.get(key)
-        if leader is None:
-            handle, state = leader_replica(topic, partition)
-            _await_leadership(handle, state)
-            channel = self._connections.for_leader(handle, state) if self._same_node_channels else None
-            leader = PartitionLeader(handle, state.replication_factor > 1, channel, state.leader_epoch)
-            self._leaders[key] = leader
+        leader = self._leaders.get(key) or self.look_up([key])[key]
+        if isinstance(leader, RaybrokerError):
+            raise leader
         return leader
+
+    def look_up(self, keys: list[PartitionKey]) -> dict[PartitionKey, PartitionLeader | RaybrokerError]:
+        """The leaders of `keys` looked up together (blocking), each kept for the partition's next appends, or the
+        error its lookup met: one question to the controller and to each leading node's log manager
+        (`leader_replicas`), and the replicas' own questions (whether each knows it leads, which channel serves it)
+        all sent before any answer is awaited."""
+        found: dict[PartitionKey, PartitionLeader | RaybrokerError] = {}
+        replicas: dict[PartitionKey, tuple[Any, LeaderAndIsr]] = {}
+        for key, replica in leader_replicas(keys).items():
+            if isinstance(replica, RaybrokerError):
+                found[key] = replica
+            else:
+                replicas[key] = replica
+        local = self._connections.node if self._same_node_channels else None
+        asked = {
+            key: (handle.replication_state.remote(), handle.append_channel.remote() if state.leader == local else None)
+            for key, (handle, state) in replicas.items()
+        }
+        for key, (state_asked, channel_asked) in asked.items():
+            handle, state = replicas[key]
+            try:
+                _await_leadership(handle, state, call(state_asked, timeout_s=LEADERSHIP_KNOWN_S))
+                channel = None if channel_asked is None else self._connections.for_address(call(channel_asked))
+            except RaybrokerError as exc:
+                found[key] = exc
+                continue
+            leader = PartitionLeader(handle, state.replication_factor > 1, channel, state.leader_epoch)
+            self._leaders[key] = found[key] = leader
+        return found
 
     def kept(self, topic: str, partition: int) -> PartitionLeader | None:
         """The partition's leader as last found, None if it is to be looked up."""
@@ -371,9 +398,7 @@ class AppendRoute:
             try:
                 if admitted is not None:
                     await admitted
-                leader = self._leaders.get(key)
-                if leader is None:
-                    leader = await asyncio.to_thread(self.leader, topic, partition)
+                leader = self._leaders.get(key) or await self._lookups.get(key)
                 if producer is not None:
                     # After the lookup: an earlier append's failure may have come in while it ran.
                     self._fences.check(key, producer)
@@ -420,15 +445,14 @@ class AppendRoute:
         self._connections.close()
 
 
-def _await_leadership(handle: Any, state: LeaderAndIsr) -> None:
-    """Returns once the replica `handle` holds `state` or a newer one (its leader epoch); `BrokerNotAvailableError`
-    (LEADER_NOT_AVAILABLE, retriable) if it does not within `LEADERSHIP_KNOWN_S`. An idempotent producer's pipeline
-    sent to a replica that learns it leads between two of its appends would be refused NOT_LEADER_OR_FOLLOWER for
-    the first and OUT_OF_ORDER_SEQUENCE_NUMBER for the next, on which librdkafka starts a new producer epoch and
-    writes its unacknowledged messages again."""
+def _await_leadership(handle: Any, state: LeaderAndIsr, known: LeaderAndIsr | None) -> None:
+    """Returns once the replica `handle` holds `state` or a newer one (its leader epoch), `known` being the state it
+    held when last asked; `BrokerNotAvailableError` (LEADER_NOT_AVAILABLE, retriable) if it does not within
+    `LEADERSHIP_KNOWN_S`. An idempotent producer's pipeline sent to a replica that learns it leads between two of
+    its appends would be refused NOT_LEADER_OR_FOLLOWER for the first and OUT_OF_ORDER_SEQUENCE_NUMBER for the
+    next, on which librdkafka starts a new producer epoch and writes its unacknowledged messages again."""
     deadline = time.monotonic() + LEADERSHIP_KNOWN_S
     while True:
-        known: LeaderAndIsr | None = call(handle.replication_state.remote(), timeout_s=LEADERSHIP_KNOWN_S)
         if known is not None and known.leader_epoch >= state.leader_epoch:
             return
         if time.monotonic() >= deadline:
@@ -437,6 +461,7 @@ def _await_leadership(handle: Any, state: LeaderAndIsr) -> None:
                 f"not know it yet (it holds epoch {None if known is None else known.leader_epoch})"
             )
         time.sleep(LEADERSHIP_POLL_S)
+        known = call(handle.replication_state.remote(), timeout_s=LEADERSHIP_KNOWN_S)
 
 
 def _replicated_after(appended: AppendReply, handle: Any, timeout_ms: int) -> AppendReply:

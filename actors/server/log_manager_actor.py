@@ -204,6 +204,10 @@ class LogManagerActor:
         """The actor handle of the host holding (topic, partition), None if no host here holds it."""
         return self._partitions.host_of((topic, partition))
 
+    def partition_hosts(self, keys: list[tuple[str, int]]) -> list[Any | None]:
+        """`partition_host` of each (topic, partition), in order: one call for a client's first contact with many."""
+        return [self._partitions.host_of(key) for key in keys]
+
     @ray.method(concurrency_group=HOSTS_GROUP)
     def partition_folder(self, topic: str, partition: int) -> str | None:
         """The folder of this node's partition (None if it has none), for its restarted actor, answered on a thread of

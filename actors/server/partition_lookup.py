@@ -1,9 +1,10 @@
 """Finding a partition's replicas, for the client facades, the listeners and the server's own actors.
 
-A partition's clients talk to its leader replica: the controller says which node leads it, and the replica on
-that node is found by its actor's name (`partition:<topic>:<partition>:<node id>`) or, when that node's broker
-hosts several partitions per process (`log.partitions.per.process` > 1), through the node's log manager (which
-host): the lookup answers a `HostedPartitionHandle`, which callers use exactly as an actor handle. A replica
+A partition's clients talk to its leader replica: the controller says which node leads it, and the node's log
+manager says which partition host holds the replica there (`log.partitions.per.process` > 1): the lookup answers a
+`HostedPartitionHandle`, which callers use exactly as an actor handle; a replica no host holds is found by its
+actor's name (`partition:<topic>:<partition>:<node id>`). `leader_replicas` looks many partitions up with one
+question to the controller and one to each leading node's log manager. A replica
 that no longer leads answers `NotLeaderOrFollowerError`, a `BrokerNotAvailableError`. Lookups are not cached
 here (leaders move, and a topic deleted and created again may land in another host): every caller keeps the
 handle it got and looks again after a `BrokerNotAvailableError`.
@@ -16,6 +17,8 @@ partition_method_group`).
 from __future__ import annotations
 
 import dataclasses
+from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +39,7 @@ from actors.server.partition_host import partition_method_group
 from storage.errors import (
     BrokerNotAvailableError,
     InvalidRequestError,
+    RaybrokerError,
     RequestTimedOutError,
     UnknownTopicOrPartitionError,
 )
@@ -44,6 +48,8 @@ from storage.errors import (
 # stands still (paused, hung) while Ray keeps its node alive never answers, and a lookup waiting on it would hold back
 # every append behind it after the controller elected a new leader elsewhere.
 HOST_LOOKUP_TIMEOUT_S = 5.0
+
+PartitionKey = tuple[str, int]
 
 
 def partition_actor(topic: str, partition: int) -> Any:
@@ -56,43 +62,82 @@ def leader_replica(topic: str, partition: int) -> tuple[Any, LeaderAndIsr]:
     `HostedPartitionHandle` of a partition held by a partition host. `UnknownTopicOrPartitionError` if the cluster
     has no such partition, `BrokerNotAvailableError` (LEADER_NOT_AVAILABLE, retriable) while it has no leader or
     its leader's replica cannot be reached."""
-    state = call(controller().partition_state.remote(topic, partition))
-    if state.offline:
-        raise BrokerNotAvailableError(
-            f"{topic}-{partition} has no leader: none of its in-sync replicas {list(state.isr)} is running"
-        )
-    try:
-        return replica_actor(topic, partition, state.leader), state
-    except UnknownTopicOrPartitionError:
-        # The partition exists: its leader's node is gone or its replica is (re)starting, a retriable state.
-        raise BrokerNotAvailableError(
-            f"the leader of {topic}-{partition} on node {state.leader} is not available"
-        ) from None
+    found = leader_replicas([(topic, partition)])[(topic, partition)]
+    if isinstance(found, RaybrokerError):
+        raise found
+    return found
+
+
+def leader_replicas(keys: Sequence[PartitionKey]) -> dict[PartitionKey, tuple[Any, LeaderAndIsr] | RaybrokerError]:
+    """`leader_replica` of many partitions at once: one question to the controller and one to each leading node's
+    log manager, where the partitions one by one would ask both each (a client's first contact with a topic of
+    thousands of partitions). Each key maps to its replica and state, or to the error `leader_replica` raises for
+    it; an error of the controller itself is raised."""
+    found: dict[PartitionKey, tuple[Any, LeaderAndIsr] | RaybrokerError] = {}
+    led: dict[str, list[tuple[PartitionKey, LeaderAndIsr]]] = defaultdict(list)
+    states = call(controller().leader_states.remote(list(keys)))
+    for (topic, partition), state in zip(keys, states, strict=True):
+        if isinstance(state, RaybrokerError):
+            found[(topic, partition)] = state
+        elif state.offline:
+            found[(topic, partition)] = BrokerNotAvailableError(
+                f"{topic}-{partition} has no leader: none of its in-sync replicas {list(state.isr)} is running"
+            )
+        else:
+            led[state.leader].append(((topic, partition), state))
+    for node_id, partitions in led.items():
+        replicas = _replicas_on(node_id, [key for key, _ in partitions])
+        for (topic, partition), state in partitions:
+            replica = replicas[(topic, partition)]
+            if isinstance(replica, UnknownTopicOrPartitionError):
+                # The partition exists: its leader's node is gone or its replica is (re)starting, a retriable state.
+                found[(topic, partition)] = BrokerNotAvailableError(
+                    f"the leader of {topic}-{partition} on node {node_id} is not available"
+                )
+            elif isinstance(replica, RaybrokerError):
+                found[(topic, partition)] = replica
+            else:
+                found[(topic, partition)] = (replica, state)
+    return found
 
 
 def replica_actor(topic: str, partition: int, node_id: str) -> Any:
     """The replica of (topic, partition) on Ray node `node_id`, as `partition_actor` answers it;
     `UnknownTopicOrPartitionError` if that node hosts none, `BrokerNotAvailableError` (retriable) if its log manager
     does not say within `HOST_LOOKUP_TIMEOUT_S`."""
+    replica = _replicas_on(node_id, [(topic, partition)])[(topic, partition)]
+    if isinstance(replica, RaybrokerError):
+        raise replica
+    return replica
+
+
+def _replicas_on(node_id: str, keys: list[PartitionKey]) -> dict[PartitionKey, Any]:
+    """`replica_actor` of each of `keys` on node `node_id`, its error in its place: the node's log manager says which
+    host holds each (one call), and a partition no host holds is looked up as an actor of its own."""
     try:
-        return ray.get_actor(partition_actor_name(topic, partition, node_id), namespace=NAMESPACE)
-    except ValueError:
-        pass
-    try:
-        host = call(
-            get_actor(log_manager_name(node_id)).partition_host.remote(topic, partition),
-            timeout_s=HOST_LOOKUP_TIMEOUT_S,
-        )
+        hosts = call(get_actor(log_manager_name(node_id)).partition_hosts.remote(keys), timeout_s=HOST_LOOKUP_TIMEOUT_S)
     except BrokerNotAvailableError:
-        host = None
+        hosts = [None] * len(keys)
     except RequestTimedOutError:
-        raise BrokerNotAvailableError(
-            f"the broker of node {node_id} did not say within {HOST_LOOKUP_TIMEOUT_S:g} s which process hosts "
-            f"{topic}-{partition} (it stands still, or its node is gone)"
-        ) from None
-    if host is None:
-        raise UnknownTopicOrPartitionError(f"no replica of {topic}-{partition} is hosted on node {node_id}")
-    return HostedPartitionHandle(host, topic, partition)
+        unanswered = BrokerNotAvailableError(
+            f"the broker of node {node_id} did not say within {HOST_LOOKUP_TIMEOUT_S:g} s which processes host "
+            f"{len(keys)} partition(s) (it stands still, or its node is gone)"
+        )
+        return dict.fromkeys(keys, unanswered)
+    replicas: dict[PartitionKey, Any] = {}
+    for (topic, partition), host in zip(keys, hosts, strict=True):
+        if host is not None:
+            replicas[(topic, partition)] = HostedPartitionHandle(host, topic, partition)
+            continue
+        try:
+            replicas[(topic, partition)] = ray.get_actor(
+                partition_actor_name(topic, partition, node_id), namespace=NAMESPACE
+            )
+        except ValueError:
+            replicas[(topic, partition)] = UnknownTopicOrPartitionError(
+                f"no replica of {topic}-{partition} is hosted on node {node_id}"
+            )
+    return replicas
 
 
 @dataclass(frozen=True, slots=True)

@@ -294,9 +294,11 @@ def test_lost_answers_are_deduplicated_because_at_most_five_batches_are_unacknow
     Admin(broker).create_topic(topic, 1)
     losing = LosingHandle(broker.partition(topic, 0), lose_every=4)
     state = broker.topic(topic).state(0)
-    monkeypatch.setattr(actors.server.append_route, "leader_replica", lambda *_: (losing, state))
+    monkeypatch.setattr(
+        actors.server.append_route, "leader_replicas", lambda keys: dict.fromkeys(keys, (losing, state))
+    )
     # Ray calls whose answers get lost, not the append channel (whose answers come or break the connection).
-    monkeypatch.setattr(actors.channels.append_connection.AppendConnections, "for_leader", lambda *_, **__: None)
+    monkeypatch.setattr(actors.channels.append_connection.AppendConnections, "for_address", lambda *_, **__: None)
     acks = Acknowledgements()
     # Tiny batches sent faster than the partition answers: a backlog of many ready batches builds up.
     with Producer(broker, linger_ms=0, batch_size=256, retry_backoff_ms=10, retries=50) as producer:
@@ -365,11 +367,11 @@ def test_batches_whose_lookup_failed_behind_a_failing_call_are_sent_after_its_re
     lookups_fail_until = [0.0]
     refused_lookups = [0]
 
-    def lookup(*_: Any) -> Any:
+    def lookup(keys: list[Any]) -> dict[Any, Any]:
         if time.monotonic() < lookups_fail_until[0]:
             refused_lookups[0] += 1
-            raise BrokerNotAvailableError("the partition's actor is restarting")
-        return dropping, state
+            return dict.fromkeys(keys, BrokerNotAvailableError("the partition's actor is restarting"))
+        return dict.fromkeys(keys, (dropping, state))
 
     send = actors.server.append_route.AppendRoute.send
 
@@ -380,9 +382,9 @@ def test_batches_whose_lookup_failed_behind_a_failing_call_are_sent_after_its_re
             lookups_fail_until[0] = time.monotonic() + 2 * LATE_FAILURE_S
         return sent
 
-    monkeypatch.setattr(actors.server.append_route, "leader_replica", lookup)
+    monkeypatch.setattr(actors.server.append_route, "leader_replicas", lookup)
     monkeypatch.setattr(actors.server.append_route.AppendRoute, "send", send_then_forget)
-    monkeypatch.setattr(actors.channels.append_connection.AppendConnections, "for_leader", lambda *_, **__: None)
+    monkeypatch.setattr(actors.channels.append_connection.AppendConnections, "for_address", lambda *_, **__: None)
     acks = Acknowledgements()
     # One batch a call (max_request_size), so batches wait behind the dropped call.
     with Producer(

@@ -499,6 +499,17 @@ class Controller(TopicAdmin, ReplicaMoves, ClusterSettings):
             raise UnknownTopicOrPartitionError(f"topic {topic!r} has no partition {partition!r}")
         return metadata.state(partition).sent_by(self._replication.epoch)
 
+    def leader_states(self, keys: Sequence[tuple[str, int]]) -> list[LeaderAndIsr | UnknownTopicOrPartitionError]:
+        """`partition_state` of each (topic, partition), in order, with the error of a partition the cluster does not
+        have in its place: one question for a client's first contact with every partition of a large topic."""
+        states: list[LeaderAndIsr | UnknownTopicOrPartitionError] = []
+        for topic, partition in keys:
+            try:
+                states.append(self.partition_state(topic, partition))
+            except UnknownTopicOrPartitionError as exc:
+                states.append(exc)
+        return states
+
     def alter_partition(
         self, topic: str, partition: int, leader: str, leader_epoch: int, partition_epoch: int, isr: Sequence[str]
     ) -> LeaderAndIsr:

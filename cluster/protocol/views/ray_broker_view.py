@@ -54,8 +54,9 @@ from actors.clients.local_fetch import LocatedRead
 from actors.core.replication.replica import check_current_leader_epoch
 from actors.options import CONTROLLER_NAME, log_manager_name
 from actors.server.append_route import AppendRoute
+from actors.server.lookup_batches import LookupBatches
 from actors.server.partition_log import FetchResult, FileSlices
-from actors.server.partition_lookup import partition_actor
+from actors.server.partition_lookup import leader_replicas
 from cluster.protocol.file_region import SENDFILE_MIN_BYTES, FileRegion, open_region
 from cluster.protocol.views.broker_view import BrokerView, FetchedRecords, PartitionFetch
 from cluster.protocol.views.local_log_dirs import LocalLogDir, local_log_dirs
@@ -108,6 +109,7 @@ class RayPartitions:
     def __init__(self, node: str) -> None:
         self._node = node
         self._handles: dict[tuple[str, int], Any] = {}
+        self._lookups: LookupBatches[tuple[str, int], Any] = LookupBatches(_leader_handles)
         self._appends = AppendRoute()
         # Partitions whose actor runs on another node: fetched through the actor, not located.
         self._remote: set[tuple[str, int]] = set()
@@ -306,9 +308,15 @@ class RayPartitions:
         key = (topic, partition)
         handle = self._handles.get(key)
         if handle is None:
-            handle = await asyncio.to_thread(partition_actor, topic, partition)
-            self._handles[key] = handle
+            handle = self._handles[key] = await self._lookups.get(key)
         return handle
+
+
+def _leader_handles(keys: list[tuple[str, int]]) -> dict[tuple[str, int], Any]:
+    """The leader replicas' handles of `keys` (`leader_replicas`), each key's error in its place."""
+    return {
+        key: found if isinstance(found, RaybrokerError) else found[0] for key, found in leader_replicas(keys).items()
+    }
 
 
 def _from_view(request: PartitionFetch, view: LocalLogView) -> FetchedRecords | None:

@@ -12,7 +12,12 @@ from typing import Any
 
 import pytest
 
-from storage.errors import BrokerNotAvailableError, NotLeaderOrFollowerError, RequestTimedOutError
+from storage.errors import (
+    BrokerNotAvailableError,
+    NotLeaderOrFollowerError,
+    RequestTimedOutError,
+    UnknownTopicOrPartitionError,
+)
 from storage.records.record_batch import RecordBatchBuilder, iter_batches
 from tests.actors.support import now_ms
 from tests.conftest import ONE_ACTOR_PER_PARTITION
@@ -221,3 +226,38 @@ def test_an_append_that_finds_the_leader_looked_up_again_waits_for_its_producers
     finally:
         route.close()
     assert read_back(broker, topic, 0) == [b"seq-1", b"seq-2"]
+
+
+def test_appends_to_many_new_partitions_share_one_lookup(broker: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A route meeting every partition of a topic at once (a Produce request naming them all) looks their leaders
+    up together: the appends of one event-loop pass make one bulk lookup, each lands at offset 0 of its own
+    partition, and a partition the cluster does not have fails alone with its own error."""
+    from actors import Admin
+    from actors.server.append_route import AppendRoute
+
+    partitions = 6
+    Admin(broker).create_topic("route-many", partitions)
+    looked_up: list[list[tuple[str, int]]] = []
+    look_up = AppendRoute.look_up
+
+    def recorded(route: AppendRoute, keys: list[tuple[str, int]]) -> Any:
+        looked_up.append(sorted(keys))
+        return look_up(route, keys)
+
+    monkeypatch.setattr(AppendRoute, "look_up", recorded)
+
+    async def append_all() -> list[Any]:
+        route = AppendRoute()
+        try:
+            appended = [route.append("route-many", p, recent_batch(tag=p), 1) for p in range(partitions + 1)]
+            return list(await asyncio.gather(*appended, return_exceptions=True))
+        finally:
+            route.close()
+
+    answers = asyncio.run(append_all())
+    assert looked_up == [[("route-many", p) for p in range(partitions + 1)]]
+    assert [answer.first_offset for answer in answers[:partitions]] == [0] * partitions
+    assert isinstance(answers[partitions], UnknownTopicOrPartitionError)
+    for p in range(partitions):
+        batches = list(iter_batches(broker.partition("route-many", p).read.remote(0, 1 << 20).future().result()))
+        assert [record.key for batch in batches for record in batch.records()] == [f"k{p}-0".encode()]
