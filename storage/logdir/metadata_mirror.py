@@ -30,7 +30,13 @@ from storage.logdir.log_dirs import METADATA_TOPIC
 from storage.partition.log import Log
 
 # The metadata log's own config, the same on the controller and on every copy: compacted by key.
-METADATA_LOG_CONFIG = LogConfig(cleanup_policy="compact", segment_index_bytes=1024 * 1024)
+# A topic is one record (its every partition's assignment and state: ~330 bytes a partition), so the batch limit is
+# KRaft's own (`KafkaRaftClient`'s 8 MiB batches) rather than a topic's default 1 MiB, which refused topics of more
+# than ~3,000 partitions.
+METADATA_MAX_BATCH_BYTES = 8 * 1024 * 1024
+METADATA_LOG_CONFIG = LogConfig(
+    cleanup_policy="compact", segment_index_bytes=1024 * 1024, max_message_bytes=METADATA_MAX_BATCH_BYTES
+)
 # The partition number of a copy's folder; the controller's log is partition 0.
 MIRROR_PARTITION = 1
 # A copy with no batch yet (its leader-epoch-checkpoint empty) answers this as its newest epoch.

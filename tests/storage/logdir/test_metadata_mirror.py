@@ -8,10 +8,16 @@ from pathlib import Path
 import pytest
 
 from storage.clock import MockClock
-from storage.errors import StaleControllerEpochError
-from storage.logdir.metadata_mirror import NO_EPOCH, MetadataMirror, MirrorState, open_metadata_log
+from storage.errors import RecordTooLargeError, StaleControllerEpochError
+from storage.logdir.metadata_mirror import (
+    METADATA_MAX_BATCH_BYTES,
+    NO_EPOCH,
+    MetadataMirror,
+    MirrorState,
+    open_metadata_log,
+)
 from storage.partition.log import Log
-from storage.records.record_batch import RecordBatchBuilder
+from storage.records.record_batch import RecordBatchBuilder, iter_batches
 
 
 def controller_batches(log: Log, epoch: int, keys: list[str]) -> tuple[int, bytes]:
@@ -60,3 +66,25 @@ def test_an_older_controller_is_refused_also_after_the_copy_is_reopened(tmp_path
         reopened.append(3, 0, batches)
     controller.close()
     reopened.close()
+
+
+def test_a_topic_of_ten_thousand_partitions_fits_one_metadata_record_and_the_copy_takes_it(tmp_path: Path) -> None:
+    """A topic is one metadata record (~330 bytes a partition): 10,000 partitions are ~3.3 MB, past a topic's
+    default `max.message.bytes` (1 MiB) but within KRaft's 8 MiB batches; a record past 8 MiB is still refused."""
+    clock = MockClock()
+    controller = open_metadata_log(tmp_path / "controller", clock)
+    mirror = MetadataMirror(tmp_path / "broker", clock)
+    topic = b"p" * (330 * 10_000)
+    controller.become_leader(1)
+    builder = RecordBatchBuilder()
+    builder.append(b"topic/large", topic, timestamp=1)
+    assert controller.append(builder.build()).last_offset == 0
+    assert mirror.append(1, 0, bytes(controller.read(0, 1 << 20).records)) == MirrorState(1, 1)
+    (record,) = next(iter_batches(mirror.read(0, 1 << 20))).records()
+    assert record.value == topic
+    too_large = RecordBatchBuilder()
+    too_large.append(b"topic/too-large", b"p" * METADATA_MAX_BATCH_BYTES, timestamp=1)
+    with pytest.raises(RecordTooLargeError):
+        controller.append(too_large.build())
+    controller.close()
+    mirror.close()
