@@ -49,6 +49,7 @@ BENCHMARKS: dict[str, tuple[str, ...]] = {
     "bench_shares": ("share_consume",),
     "bench_serve_tasks": ("serve_tasks",),
     "bench_topics": ("create_topic_s",),
+    "bench_scaling": ("partitions_scaling", "partitions_scaling_memory", "partitions_scaling_create_s"),
     "bench_ray_data": ("ray_data_read", "ray_data_write"),
     # Last: these stop the shared Ray and run a 3-node cluster of their own.
     "bench_ray_data_locality": ("ray_data_locality",),

@@ -26,6 +26,24 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True, slots=True)
+class Curves:
+    """What a figure's plot shows (`python -m benchmarks.results --plots`): a line per side, each its (x, y) points
+    in the order drawn, with the axes' labels and scales. A figure that is one number has none."""
+
+    title: str
+    x_label: str
+    y_label: str
+    lines: dict[str, list[tuple[float, float]]]
+    log_x: bool = False
+    log_y: bool = False
+
+    @classmethod
+    def from_json(cls, document: dict[str, Any]) -> Curves:
+        lines = {name: [(float(x), float(y)) for x, y in points] for name, points in document.pop("lines").items()}
+        return cls(lines=lines, **document)
+
+
+@dataclass(frozen=True, slots=True)
 class Figure:
     """One row of the table and of the JSON list (field names are the JSON keys)."""
 
@@ -37,18 +55,32 @@ class Figure:
     ratio: float | None
     goal: str
     met: bool | None
+    curves: Curves | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
+    @classmethod
+    def from_json(cls, document: dict[str, Any]) -> Figure:
+        """The figure `to_json` wrote (a run written before figures had curves has no "curves" key)."""
+        curves = document.pop("curves", None)
+        return cls(**document, curves=None if curves is None else Curves.from_json(dict(curves)))
+
 
 def throughput_figure(
-    name: str, value: float, unit: str, baseline_name: str, baseline_value: float, min_ratio: float | None, goal: str
+    name: str,
+    value: float,
+    unit: str,
+    baseline_name: str,
+    baseline_value: float,
+    min_ratio: float | None,
+    goal: str,
+    curves: Curves | None = None,
 ) -> Figure:
     """A higher-is-better figure against its baseline; `met` is `ratio >= min_ratio` (None: report only)."""
     ratio = value / baseline_value if baseline_value > 0 else None
     met = None if min_ratio is None or ratio is None else ratio >= min_ratio
-    return Figure(name, value, unit, baseline_name, baseline_value, ratio, goal, met)
+    return Figure(name, value, unit, baseline_name, baseline_value, ratio, goal, met, curves)
 
 
 def absolute_figure(name: str, value: float, unit: str, goal: str, met: bool | None) -> Figure:

@@ -7,7 +7,9 @@ goal; a figure measured with no baseline (an absolute goal) says so in its row a
 each figure measures is `docs/performance.md`.
 
     python -m benchmarks --json results.json
-    python -m benchmarks.results results.json > benchmarks/RESULTS.md
+    python -m benchmarks.results results.json --plots benchmarks/plots > benchmarks/RESULTS.md
+
+`--plots DIR` also draws the figures that carry curves as PNGs (`benchmarks.plots`), named in stderr.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 
 from benchmarks.__main__ import figure_names, format_number
 from benchmarks.common import Figure
+from benchmarks.plots import write_plots
 from benchmarks.run_info import RunInfo
 
 # The baseline cell of a figure measured with no baseline beside it.
@@ -31,7 +34,7 @@ def load(path: Path) -> tuple[RunInfo, list[Figure]]:
     try:
         document: Any = json.loads(path.read_text())
         info = RunInfo.from_json(document["run"])
-        figures = [Figure(**figure) for figure in document["figures"]]
+        figures = [Figure.from_json(dict(figure)) for figure in document["figures"]]
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ValueError(f"{path}: not a `python -m benchmarks --json` file ({exc})") from exc
     return info, figures
@@ -122,12 +125,23 @@ def main(argv: list[str] | None = None) -> int:
         description="Render a `python -m benchmarks --json` run as Markdown (benchmarks/RESULTS.md) on stdout.",
     )
     parser.add_argument("run", type=Path, help="the JSON file `python -m benchmarks --json PATH` wrote")
+    parser.add_argument(
+        "--plots", type=Path, metavar="DIR", help="also draw each figure's curves as DIR/<figure>.png (matplotlib)"
+    )
     args = parser.parse_args(argv)
     try:
         info, figures = load(args.run)
     except ValueError as exc:
         print(f"python -m benchmarks.results: error: {exc}", file=sys.stderr)
         return 1
+    if args.plots is not None:
+        try:
+            written = write_plots(info, figures, args.plots)
+        except (OSError, ImportError) as exc:
+            print(f"python -m benchmarks.results: error: cannot draw plots into {args.plots}: {exc}", file=sys.stderr)
+            return 1
+        for path in written:
+            print(f"wrote {path}", file=sys.stderr)
     sys.stdout.write(render(info, figures))
     return 0
 

@@ -1,9 +1,9 @@
 """raybroker and Apache Kafka running side by side for the benchmarks that drive both with the same client.
 
-`beside_kafka(ctx, listener_properties, version, kafka_properties)` starts the run's shared broker with a Kafka
-listener on a free port of 127.0.0.1 and one Apache Kafka node of `version` (with `kafka_properties` in its
-`server.properties`), and yields their bootstrap servers by name ("raybroker", "kafka"); both stop when the block
-ends.
+`beside_kafka(ctx, listener_properties, version, kafka_properties, broker_properties)` starts the run's shared
+broker (with `broker_properties`) and a Kafka listener on a free port of 127.0.0.1, and one Apache Kafka node of
+`version` (with `kafka_properties` in its `server.properties`), and yields their bootstrap servers by name
+("raybroker", "kafka"); both stop when the block ends.
 """
 
 from __future__ import annotations
@@ -23,11 +23,13 @@ def beside_kafka(
     listener_properties: Mapping[str, str],
     version: str = KAFKA_VERSION,
     kafka_properties: Mapping[str, str] | None = None,
+    broker_properties: Mapping[str, str] | None = None,
 ) -> Iterator[dict[str, str]]:
-    """The bootstrap servers of raybroker's listener (with `listener_properties`) and of Apache Kafka `version`."""
+    """The bootstrap servers of raybroker's listener (with `listener_properties`, over the run's broker with
+    `broker_properties`) and of Apache Kafka `version`."""
     from cluster.protocol.listener import KafkaListener
 
-    ctx.environment.broker()
+    ctx.environment.broker(dict(broker_properties or {}))
     ctx.progress(f"  starting Apache Kafka {version} (fetched from Maven Central on the first run) ...")
     with (
         KafkaBroker(dict(kafka_properties or {}), version=version) as kafka,

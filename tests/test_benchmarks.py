@@ -18,12 +18,12 @@ from typing import Any
 import pytest
 
 from benchmarks.__main__ import figure_names, format_table
-from benchmarks.common import absolute_figure, percentile, throughput_figure
+from benchmarks.common import Curves, Figure, absolute_figure, percentile, throughput_figure
 from benchmarks.results import render
 from benchmarks.run_info import RunInfo
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-JSON_KEYS = {"name", "value", "unit", "baseline_name", "baseline_value", "ratio", "goal", "met"}
+JSON_KEYS = {"name", "value", "unit", "baseline_name", "baseline_value", "ratio", "goal", "met", "curves"}
 
 
 def run_module(
@@ -143,11 +143,12 @@ def test_results_of_a_file_that_is_not_a_run_is_a_one_line_error(tmp_path: Path)
     assert result.stderr.startswith("python -m benchmarks.results: error: ") and len(result.stderr.splitlines()) == 1
 
 
-def test_results_table_escapes_pipes_and_marks_missed_goals() -> None:
-    info = RunInfo(
+def sample_run(mode: str = "full", only: list[str] | None = None) -> RunInfo:
+    """A run's circumstances as `collect` records them, without asking this machine (`java -version`)."""
+    return RunInfo(
         started_utc="2026-01-01 00:00 UTC",
-        mode="full",
-        only=None,
+        mode=mode,
+        only=only,
         duration_s=1.0,
         os="Linux",
         cpu_model=None,
@@ -161,6 +162,10 @@ def test_results_table_escapes_pipes_and_marks_missed_goals() -> None:
         packages={"ray": None},
         commit=None,
     )
+
+
+def test_results_table_escapes_pipes_and_marks_missed_goals() -> None:
+    info = sample_run()
     figures = [throughput_figure(name, 1.0, "x/s", "a|b", 2.0, 1.0, "ratio >= 1") for name in figure_names()]
     markdown = render(info, figures)
     assert "Every figure was measured in this run." in markdown
@@ -298,3 +303,35 @@ def test_quick_omb_run_reports_throughput_and_e2e_p99_beside_kafkas(tmp_path: Pa
     fixed_rate = float(figures["omb_e2e_p99"]["goal"].split(" msg/s")[0].rsplit(", ", 1)[1].replace(",", ""))
     kafka_max_msgs_s = figures["omb_throughput"]["baseline_value"] * 1024  # MiB/s of 1 KiB payloads
     assert fixed_rate == pytest.approx(kafka_max_msgs_s / 2, rel=0.01)
+
+
+def test_a_figures_curves_survive_its_json_and_are_drawn_as_a_png(tmp_path: Path) -> None:
+    """A figure with curves, written as `--json` writes it and read back by `python -m benchmarks.results --plots`:
+    the same figure comes back, the plot of each figure with curves is a PNG named after it, and a figure without
+    curves has none; a run written before figures had curves still loads."""
+    curves = Curves(
+        "producer throughput",
+        "partitions",
+        "records/s",
+        {"raybroker": [(10.0, 500_000.0), (1_000.0, 75_000.0)], "kafka": [(10.0, 340_000.0), (1_000.0, 47_000.0)]},
+        log_x=True,
+    )
+    scaled = throughput_figure(
+        "partitions_scaling", 75_000.0, "rec/s", "Apache Kafka", 47_000.0, 1.0, "ratio >= 1", curves
+    )
+    plain = absolute_figure("lookup", 12.5, "us p99", "p99 < 50 us", True)
+    info = sample_run("quick", ["partitions_scaling", "lookup"])
+    document = {"run": info.to_json(), "figures": [scaled.to_json(), plain.to_json()]}
+    assert Figure.from_json(json.loads(json.dumps(document["figures"][0]))) == scaled
+    run = tmp_path / "run.json"
+    run.write_text(json.dumps(document))
+    plots = tmp_path / "plots"
+    result = run_module("benchmarks.results", str(run), "--plots", str(plots), timeout_s=120)
+    assert result.returncode == 0, result.stderr
+    assert sorted(path.name for path in plots.iterdir()) == ["partitions_scaling.png"]
+    assert (plots / "partitions_scaling.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "| `partitions_scaling` |" in result.stdout
+
+    del document["figures"][1]["curves"]
+    run.write_text(json.dumps(document))
+    assert run_module("benchmarks.results", str(run), timeout_s=120).returncode == 0

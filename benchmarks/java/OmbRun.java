@@ -95,7 +95,10 @@ public final class OmbRun {
         System.exit(0);
     }
 
-    /** p50, p99 and p99.9 of a histogram of microseconds, in milliseconds. */
+    /**
+     * p50, p99 and p99.9 of a histogram of microseconds, in milliseconds, and its distribution as "NAME_cdf":
+     * [percentile, milliseconds] pairs from p1 to p99.99, what a latency CDF plot draws.
+     */
     private static void append(StringBuilder json, String name, Histogram histogram) {
         double[] percentiles = {50, 99, 99.9};
         String[] keys = {"p50", "p99", "p999"};
@@ -103,5 +106,12 @@ public final class OmbRun {
             double ms = histogram.getValueAtPercentile(percentiles[i]) / 1000.0;
             json.append(", \"").append(name).append('_').append(keys[i]).append("_ms\": ").append(ms);
         }
+        double[] cdf = {1, 5, 10, 25, 50, 75, 90, 95, 99, 99.5, 99.9, 99.99};
+        json.append(", \"").append(name).append("_cdf\": [");
+        for (int i = 0; i < cdf.length; i++) {
+            double ms = histogram.getValueAtPercentile(cdf[i]) / 1000.0;
+            json.append(i == 0 ? "" : ", ").append('[').append(cdf[i]).append(", ").append(ms).append(']');
+        }
+        json.append(']');
     }
 }
