@@ -303,6 +303,19 @@ def test_quick_omb_run_reports_throughput_and_e2e_p99_beside_kafkas(tmp_path: Pa
     fixed_rate = float(figures["omb_e2e_p99"]["goal"].split(" msg/s")[0].rsplit(", ", 1)[1].replace(",", ""))
     kafka_max_msgs_s = figures["omb_throughput"]["baseline_value"] * 1024  # MiB/s of 1 KiB payloads
     assert fixed_rate == pytest.approx(kafka_max_msgs_s / 2, rel=0.01)
+    # Each side's latency distribution, for the plot: percentiles from p1 to p99.99, latencies never decreasing, and
+    # its p99 the figure's own.
+    lines = figures["omb_e2e_p99"]["curves"]["lines"]
+    assert set(lines) == {"raybroker", "kafka"}
+    for side, points in lines.items():
+        percentiles = [percent for _, percent in points]
+        latencies = [ms for ms, _ in points]
+        assert percentiles[0] == 1 and percentiles[-1] == 99.99 and percentiles == sorted(percentiles)
+        assert latencies == sorted(latencies)
+        p99 = dict((percent, ms) for ms, percent in points)[99]
+        assert p99 == (
+            figures["omb_e2e_p99"]["value"] if side == "raybroker" else figures["omb_e2e_p99"]["baseline_value"]
+        )
 
 
 def test_a_figures_curves_survive_its_json_and_are_drawn_as_a_png(tmp_path: Path) -> None:
