@@ -21,7 +21,9 @@ partitions hosts many in each process (at the default 16 it would start 625 proc
 the USS of every Ray worker process of the node (partition hosts, spares, log manager, controller, coordinators)
 plus this process, which runs the Kafka listener: everything that serves the topic, as Kafka's one JVM does. Kafka
 runs with its heap of `benchmarks.kafka_broker.HEAP`. One run a side per count (10,000 partitions take minutes to
-create), the sides' order swapped at each count; each topic is deleted before the next count's.
+create), the sides' order swapped at each count; each topic is deleted before the next count's. A side that fails at
+a count (a client's error or timeout) ends the module there: the figures are those of the largest count both sides
+got through, the failure is in every goal text, and the throughput goal is unmet.
 """
 
 from __future__ import annotations
