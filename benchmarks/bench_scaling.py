@@ -37,6 +37,7 @@ from dataclasses import dataclass
 
 import psutil
 
+from benchmarks.bench_wire import CONSUMER_QUEUE_BACKOFF, PRODUCER_QUEUE
 from benchmarks.common import BenchContext, Curves, Figure, percentile, throughput_figure
 from benchmarks.kafka_broker import KAFKA_VERSION
 from benchmarks.processes import CLIENT_TIMEOUT_S, QUIET, in_process
@@ -60,12 +61,7 @@ SOCKET_TIMEOUT_MS = 300_000
 # POLICY_VIOLATION "Unable to perform excessively large batch operation".
 CREATE_STEP = 5_000
 MIB = 1024 * 1024
-PRODUCER = {
-    "acks": "all",
-    "linger.ms": 5,
-    "queue.buffering.max.messages": 2_000_000,
-    "queue.buffering.max.kbytes": 2_097_151,
-}
+PRODUCER = {"acks": "all", "linger.ms": 5, **PRODUCER_QUEUE}
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,10 +135,10 @@ def _measure(
     create_s = in_process(create_topic, bootstrap, topic, count)
     produce_s = in_process(produce, bootstrap, topic, count, records)
     latencies = in_process(produce_at_rate, bootstrap, topic, count, latency_s)
-    consume_s = in_process(consume, bootstrap, topic, count, records + len(latencies))
+    read = records + len(latencies)
+    consume_s = in_process(consume, bootstrap, topic, count, read)
     grown = max(0, memory() - before)
     in_process(delete_topic, bootstrap, topic)
-    read = records + len(latencies)
     point = Point(create_s, records / produce_s, read / consume_s, percentile(latencies, 0.99), grown / count)
     ctx.progress(
         f"  {side} {count:,} partitions: created in {create_s:.1f} s, produce {point.produce_rps:,.0f} rec/s, "
@@ -253,7 +249,7 @@ def consume(bootstrap: str, topic: str, count: int, records: int) -> float:
             "bootstrap.servers": bootstrap,
             "group.id": f"bench-scaling-{uuid.uuid4().hex[:8]}",
             "enable.auto.commit": False,
-            "fetch.queue.backoff.ms": "10",
+            **CONSUMER_QUEUE_BACKOFF,
             **QUIET,
         }
     )
