@@ -28,6 +28,10 @@ with the same concurrency groups (`actors.options`):
   wait for records share the host's pool of `SHARE_POLL_SLOTS` (4 of its 8 threads), so acknowledgements always
   find a thread.
 
+The log manager's scheduled passes (checkpoints, retention, flushes, producer expiry) ask a host once for all the
+partitions it holds (`read_each`, `maintain_each`), each partition's answer or error its own in the list answered: a
+pass over 10,000 partitions is then a call per host, not 10,000 calls.
+
 Errors are the partition log's own typed errors; a partition the host does not hold (deleted, or now in
 another host after its topic was created again) answers `BrokerNotAvailableError`, which clients treat as
 retriable and answer by looking the partition up again; a method of another group or none answers
@@ -72,6 +76,33 @@ def partition_method_group(method: str) -> str | None:
     if not callable(function) or isinstance(function, type):
         raise InvalidRequestError(f"a partition has no method {method!r}")
     return getattr(function, "__ray_concurrency_group__", None)
+
+
+def _check_group(group: str | None, method: str) -> None:
+    """`InvalidRequestError` unless `method` is a partition method of concurrency group `group`."""
+    if not isinstance(method, str) or partition_method_group(method) != group:
+        raise InvalidRequestError(f"{method!r} is not a partition method of concurrency group {group or 'default'}")
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """One partition's part of a batched host call: its answer, or the error it raised, which `unwrap` raises."""
+
+    value: Any = None
+    error: Exception | None = None
+
+    def unwrap(self) -> Any:
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+
+def _outcome(serve: Callable[[str, int, str], Any], key: TopicPartition, method: str) -> Outcome:
+    """`serve(topic, partition, method)` as an `Outcome`: one partition's failure is its own, not the batch's."""
+    try:
+        return Outcome(serve(key[0], key[1], method))
+    except Exception as exc:
+        return Outcome(error=exc)
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,11 +237,23 @@ class PartitionHostActor:
         with self._closing_locks.get((topic, partition)) or contextlib.nullcontext():
             return self._call(MAINTENANCE_GROUP, topic, partition, method, args, kwargs)
 
+    @ray.method(concurrency_group=READ_GROUP)
+    def read_each(self, method: str, keys: list[TopicPartition]) -> list[Outcome]:
+        """`read` of `method`, of no arguments, for each partition of `keys`, in order: the log manager's scheduled
+        passes ask a host once for all its partitions rather than once per partition."""
+        _check_group(READ_GROUP, method)
+        return [_outcome(self.read, key, method) for key in keys]
+
+    @ray.method(concurrency_group=MAINTENANCE_GROUP)
+    def maintain_each(self, method: str, keys: list[TopicPartition]) -> list[Outcome]:
+        """`maintain` of `method`, of no arguments, for each partition of `keys`, in order (as `read_each`)."""
+        _check_group(MAINTENANCE_GROUP, method)
+        return [_outcome(self.maintain, key, method) for key in keys]
+
     def _call(
         self, group: str | None, topic: str, partition: int, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> Any:
-        if not isinstance(method, str) or partition_method_group(method) != group:
-            raise InvalidRequestError(f"{method!r} is not a partition method of concurrency group {group or 'default'}")
+        _check_group(group, method)
         log = self._logs.get((topic, partition))
         if log is None:
             raise BrokerNotAvailableError(f"partition {topic}-{partition} is not hosted by {self.name}")

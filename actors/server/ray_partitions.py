@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,14 +39,16 @@ from actors.calls import RayPending, call, call_when_available, controller, get_
 from actors.core.host_placement import HostPlacement, PlacedHost
 from actors.core.replication.follower import ReplicaSettings
 from actors.options import (
+    MAINTENANCE_GROUP,
     PARTITION_CONCURRENCY_GROUPS,
+    READ_GROUP,
     log_manager_name,
     partition_actor_name,
     partition_host_name,
     partition_host_options,
     partition_options,
 )
-from actors.server.partition_host import HostedPartitionSpec, PartitionHostActor
+from actors.server.partition_host import HostedPartitionSpec, Outcome, PartitionHostActor, partition_method_group
 from actors.server.partition_log import PartitionLogActor, ResumePoint
 from actors.server.partition_lookup import HostedPartitionHandle, replica_actor
 from storage.compaction.clean_result import CleanedLog
@@ -55,7 +57,8 @@ from storage.config.broker_config import BrokerConfig
 from storage.config.log_config import LogConfig
 from storage.errors import BrokerNotAvailableError, RaybrokerError
 from storage.logdir.log_dirs import checkpointed_offsets
-from storage.logdir.partition_handles import PartitionCheckpoints, PartitionHandle
+from storage.logdir.partition_handles import PartitionCheckpoints, PartitionHandle, PartitionQuestion
+from storage.pending import Pending
 from storage.topic_partition import TopicPartition
 
 logger = logging.getLogger(__name__)
@@ -65,6 +68,9 @@ _partition_actor = ray.remote(concurrency_groups=PARTITION_CONCURRENCY_GROUPS)  
 PartitionLog = _partition_actor(PartitionLogActor)
 PartitionHost = _partition_actor(PartitionHostActor)
 
+# The partition host's call that asks many partitions a question of the concurrency group named (every
+# `PartitionQuestion` is of one of them).
+_BATCHED_CALLS: dict[str | None, str] = {READ_GROUP: "read_each", MAINTENANCE_GROUP: "maintain_each"}
 # How long a partition may take to open its log: recovery after a crash reads (and CRC-checks) every batch
 # above the recovery point, minutes for gigabytes of unflushed log.
 READY_TIMEOUT_SECONDS = 600
@@ -128,6 +134,36 @@ class RayPartition:
 
     def __repr__(self) -> str:
         return f"RayPartition({self.actor!r})"
+
+
+class HostAnswers:
+    """A partition host's answer to a batched question (`RayPartitions.ask_each`), fetched once and shared by the
+    `HostAnswer` of each partition it names."""
+
+    __slots__ = ("_outcomes", "_ref")
+
+    def __init__(self, ref: Any) -> None:
+        self._ref = ref
+        self._outcomes: list[Outcome] | None = None
+
+    def outcome(self, index: int, timeout: float | None) -> Outcome:
+        """The `index`th partition's outcome; the host's failure as a whole (dead, restarting) is raised for each."""
+        if self._outcomes is None:
+            self._outcomes = call(self._ref, timeout_s=timeout)
+        return self._outcomes[index]
+
+
+class HostAnswer:
+    """One partition's answer within a `HostAnswers`, as a `storage.pending.Pending`."""
+
+    __slots__ = ("_answers", "_index")
+
+    def __init__(self, answers: HostAnswers, index: int) -> None:
+        self._answers = answers
+        self._index = index
+
+    def result(self, timeout: float | None = None) -> Any:
+        return self._answers.outcome(self._index, timeout).unwrap()
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,6 +232,8 @@ class RayPartitions:
         # Guards the hosts' placement, and keeps a stop and a reopen of one partition from interleaving;
         # `hosted_partitions` never takes it (see there).
         self._lock = threading.RLock()
+        # Partitions placed in a host whose `open_partition` has not answered yet: not lost, only not open yet.
+        self._opening: set[TopicPartition] = set()
         self._placement: HostPlacement[Any] | None = None
         if self._per_process > 1:
             self._placement = HostPlacement(
@@ -216,6 +254,7 @@ class RayPartitions:
         if self._placement is not None:
             with self._lock:
                 host = self._placement.place(tp, str(folder))
+                self._opening.add(tp)
             actor: Any = HostedPartitionHandle(host.handle, topic, partition)
             properties = config.to_properties()
 
@@ -248,7 +287,29 @@ class RayPartitions:
         except Exception as exc:
             self.stop(tp, handle)
             raise BrokerNotAvailableError(f"the actor of {folder.name} did not start: {exc}") from None
+        finally:
+            with self._lock:
+                self._opening.discard(tp)
         return handle
+
+    def ask_each(
+        self, handles: Mapping[TopicPartition, PartitionHandle], question: PartitionQuestion
+    ) -> dict[TopicPartition, Pending[Any]]:
+        """One call per partition host for all the partitions of `handles` it holds (`PartitionHostActor.read_each`
+        or `maintain_each`, by the question's concurrency group), one per partition actor."""
+        batched = _BATCHED_CALLS[partition_method_group(question)]
+        answers: dict[TopicPartition, Pending[Any]] = {}
+        by_host: dict[Any, list[TopicPartition]] = {}
+        for tp, handle in handles.items():
+            assert isinstance(handle, RayPartition), handle
+            if isinstance(handle.actor, HostedPartitionHandle):
+                by_host.setdefault(handle.actor.host, []).append(tp)
+            else:
+                answers[tp] = getattr(handle, question)()
+        for host, keys in by_host.items():
+            host_answers = HostAnswers(getattr(host, batched).remote(question, keys))
+            answers.update({tp: HostAnswer(host_answers, index) for index, tp in enumerate(keys)})
+        return answers
 
     def stop(self, tp: TopicPartition, handle: PartitionHandle) -> None:
         """Kills the partition's actor for good, or drops it from its host (closing its log there)."""
@@ -337,12 +398,17 @@ class RayPartitions:
 
     def reopen_lost_partitions(self, config_for: Callable[[str], LogConfig]) -> int:
         """Reopens, from disk, partitions a host should hold but does not (it restarted while the log manager
-        could not tell it which it held); returns how many. A no-op without hosts."""
+        could not tell it which it held); returns how many. Only partitions whose opening had answered before the host
+        was asked count: one still opening is not held yet, and is not lost. A no-op without hosts."""
         reopened = 0
         for host in self._hosts():
+            with self._lock:
+                opened = {tp for tp in host.partitions if tp not in self._opening}
             held = {(t, p) for t, p in call(host.handle.partitions.remote(), timeout_s=READY_TIMEOUT_SECONDS)}
             with self._lock:
-                lost = [(tp, folder) for tp, folder in host.partitions.items() if tp not in held and folder]
+                lost = [
+                    (tp, folder) for tp, folder in host.partitions.items() if tp in opened and tp not in held and folder
+                ]
                 for (topic, partition), folder in lost:
                     logger.warning("partition host %s lost %s-%d: reopening it", host.name, topic, partition)
                     opened = host.handle.open_partition.remote(

@@ -77,7 +77,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TypeVar
+from typing import Any
 
 from storage import file_names
 from storage.clock import SYSTEM_CLOCK, Clock
@@ -98,18 +98,16 @@ from storage.logdir.partition_handles import (
     PartitionCheckpoints,
     PartitionFactory,
     PartitionHandle,
+    PartitionQuestion,
     PartitionState,
 )
 from storage.logdir.replica_dir_moves import ReplicaDirMoves
 from storage.logdir.scheduler import Scheduler
 from storage.partition.log import Log
 from storage.partition.producer_state import PRODUCER_ID_EXPIRATION_MS
-from storage.pending import Pending
 from storage.topic_partition import TopicPartition
 
 logger = logging.getLogger(__name__)
-
-T = TypeVar("T")
 
 # How long taking a dir offline waits for its partitions to close their files: a partition busy with a long
 # append answers after it; one that does not (its process hung on the failed disk) must not stall the broker.
@@ -603,19 +601,19 @@ class LogManager(ReplicaDirMoves):
         """Placement and live state of this broker's partitions (of `topic`, or all); state None for a
         partition that cannot answer (its dir offline, its process restarting)."""
         with self._lock:
-            items = [(tp, self._dir_of[tp], h) for tp, h in sorted(self._handles.items()) if topic in (None, tp[0])]
-        asked = [(tp, directory, handle.state()) for tp, directory, handle in items]
+            items = {tp: (self._dir_of[tp], h) for tp, h in sorted(self._handles.items()) if topic in (None, tp[0])}
+        asked = self._factory.ask_each({tp: handle for tp, (_, handle) in items.items()}, "state")
         described: list[tuple[PartitionPlacement, PartitionState | None]] = []
-        for (t, p), directory, pending in asked:
+        for tp, (directory, _) in items.items():
             try:
-                state: PartitionState | None = pending.result()
+                state: PartitionState | None = asked[tp].result()
             except Exception:
                 state = None
-            described.append((self._placement((t, p), directory), state))
+            described.append((self._placement(tp, directory), state))
         return described
 
     def describe_dirs(self) -> list[LogDirInfo]:
-        states = self._each_partition(lambda handle: handle.state())
+        states = self._each_partition("state")
         offline = self._dirs.offline_dirs
         infos = []
         for directory in self.log_dirs:
@@ -665,20 +663,20 @@ class LogManager(ReplicaDirMoves):
 
     def run_retention(self) -> int:
         """One retention pass over every online partition; returns the number of segments deleted."""
-        return sum(self._each_partition(lambda handle: handle.delete_old_segments()).values())
+        return sum(self._each_partition("delete_old_segments").values())
 
     def flush_dirty_logs(self) -> int:
         """fsyncs partitions whose last flush is older than their `flush.ms`; returns how many were flushed."""
-        return sum(self._each_partition(lambda handle: handle.flush_if_due()).values())
+        return sum(self._each_partition("flush_if_due").values())
 
     def remove_expired_producers(self) -> int:
         """Every online partition forgets its producers idle longer than `producer.id.expiration.ms`; returns how
         many were forgotten."""
-        return sum(self._each_partition(lambda handle: handle.remove_expired_producers()).values())
+        return sum(self._each_partition("remove_expired_producers").values())
 
     def delete_due_files(self) -> int:
         """Unlinks `.deleted` segments and `-delete` folders whose delay has passed; returns what is left."""
-        pending = sum(self._each_partition(lambda handle: handle.delete_due_files()).values())
+        pending: int = sum(self._each_partition("delete_due_files").values())
         with self._lock:
             return pending + self._dirs.delete_due_folders()
 
@@ -713,7 +711,7 @@ class LogManager(ReplicaDirMoves):
         restarting) keeps the entries the file had: dropping them would reopen it at offset 0 of its first segment,
         bringing back records DeleteRecords removed."""
         if states is None:
-            states = self._each_partition(lambda handle: handle.state(), dirs)
+            states = self._each_partition("state", dirs)
         values = checkpoint_values(states)
         # Under the lock from reading the placement to the last write: the scheduler and a delete both write
         # (they would share `<name>.tmp`), and a partition deleted meanwhile must not be written back.
@@ -730,15 +728,18 @@ class LogManager(ReplicaDirMoves):
                     self._dirs.write_checkpoint(directory, name, here)
 
     def _each_partition(
-        self, call: Callable[[PartitionHandle], Pending[T]], dirs: Collection[Path] | None = None
-    ) -> dict[TopicPartition, T]:
-        """Asks every online partition (of `dirs`, default all) at once, then collects the answers; an I/O
-        error takes that partition's dir offline, any other failure is logged, and the pass goes on."""
+        self, question: PartitionQuestion, dirs: Collection[Path] | None = None
+    ) -> dict[TopicPartition, Any]:
+        """Asks every online partition (of `dirs`, default all) `question` at once (`PartitionFactory.ask_each`), then
+        collects the answers; an I/O error takes that partition's dir offline, any other failure is logged, and the
+        pass goes on."""
         with self._lock:
-            handles = [(tp, self._dir_of[tp], handle) for tp, handle in self._online_handles(dirs).items()]
-        asked = [(tp, directory, call(handle)) for tp, directory, handle in handles]
-        answers: dict[TopicPartition, T] = {}
-        for tp, directory, pending in asked:
+            handles = self._online_handles(dirs)
+            dir_of = {tp: self._dir_of[tp] for tp in handles}
+        asked = self._factory.ask_each(handles, question)
+        answers: dict[TopicPartition, Any] = {}
+        for tp, pending in asked.items():
+            directory = dir_of[tp]
             try:
                 answers[tp] = pending.result()
             except (KafkaStorageError, OSError) as exc:

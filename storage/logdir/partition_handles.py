@@ -6,7 +6,9 @@ where a partition's log lives is the factory's business. In process, a `LocalPar
 itself; on Ray, `actors.server.ray_partitions` gives each partition an actor (or a place in a partition
 host) behind the same two protocols. Every handle call answers a `storage.pending.Pending`, so a manager
 asks all its partitions at once and then collects: Ray partitions work in parallel, local ones answer at
-the call. Errors are the partition's own typed errors (`storage.errors`), raised by `result()`.
+the call. A scheduled pass asks every partition the same question through the factory's `ask_each`, so a factory may
+send one call for many partitions (on Ray, one per partition host). Errors are the partition's own typed errors
+(`storage.errors`), raised by `result()`.
 
 `partition_state`, `flush_if_due`, `swap_and_retain`, `reopen_as_replica` and `LogMove` are the one implementation of
 what a partition reports, when it flushes, how it ends a compaction pass, where a reopened replica's high watermark
@@ -18,10 +20,10 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 from storage.clock import Clock
 from storage.compaction.clean_result import CleanedLog, CleanResult
@@ -37,6 +39,12 @@ from storage.pending import Pending, completed
 from storage.topic_partition import TopicPartition
 
 T = TypeVar("T")
+
+# What a log manager's passes ask every partition (`PartitionFactory.ask_each`): `PartitionHandle` methods of no
+# arguments.
+PartitionQuestion = Literal[
+    "state", "delete_old_segments", "delete_due_files", "flush_if_due", "remove_expired_producers"
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,6 +247,12 @@ class PartitionFactory(Protocol):
         """Releases the partition for good (its log closed or not): nothing of it keeps running."""
         ...
 
+    def ask_each(
+        self, handles: Mapping[TopicPartition, PartitionHandle], question: PartitionQuestion
+    ) -> dict[TopicPartition, Pending[Any]]:
+        """Asks each of `handles` `question` at once; each answer is collected from its partition's `Pending`."""
+        ...
+
 
 class LocalPartition:
     """A `Log` in this process. Calls run at once, under the log's lock; a closed log (deleted, or its dir
@@ -349,3 +363,9 @@ class LocalPartitions:
     def stop(self, tp: TopicPartition, handle: PartitionHandle) -> None:
         if isinstance(handle, LocalPartition) and not handle.log.closed:
             handle.log.close_without_marker()
+
+    def ask_each(
+        self, handles: Mapping[TopicPartition, PartitionHandle], question: PartitionQuestion
+    ) -> dict[TopicPartition, Pending[Any]]:
+        """Each handle's own call: in process, each answers at once."""
+        return {tp: getattr(handle, question)() for tp, handle in handles.items()}

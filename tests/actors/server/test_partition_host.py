@@ -235,6 +235,34 @@ def host_loads(client: Broker) -> dict[Any, list[tuple[str, int]]]:
     return loads
 
 
+def test_a_host_answers_a_question_of_many_partitions_in_one_call(broker: tuple[Broker, list[Path]]) -> None:
+    """The log manager's scheduled passes ask a host once for all its partitions: each partition's answer is its
+    own (as its own call's would be), a partition the host does not hold fails alone, and a method of another
+    concurrency group fails the whole call."""
+    client, _ = broker
+    call(client.controller.create_topic.remote("asked", PER_PROCESS + 1))
+    handles = [client.partition("asked", p) for p in range(PER_PROCESS + 1)]
+    by_host: dict[Any, list[HostedPartitionHandle]] = {}
+    for handle in handles:
+        by_host.setdefault(handle.host._actor_id, []).append(handle)
+    here = max(by_host.values(), key=len)
+    host = here[0].host
+    assert len(here) >= 2
+    for count, handle in enumerate(here):
+        fill(handle, f"a{count}", count + 1)
+    keys = [("asked", handle.partition) for handle in here] + [("asked", 99)]
+    outcomes = call(host.read_each.remote("state", keys))
+    assert [outcome.unwrap() for outcome in outcomes[:-1]] == [call(handle.state.remote()) for handle in here]
+    assert [outcome.unwrap().log_end_offset for outcome in outcomes[:-1]] == [3 * (n + 1) for n in range(len(here))]
+    with pytest.raises(BrokerNotAvailableError):
+        outcomes[-1].unwrap()
+    flushed = call(host.maintain_each.remote("flush_if_due", keys[:-1]))
+    assert [outcome.error for outcome in flushed] == [None] * len(here)
+    for host_method, method in [("read_each", "flush_if_due"), ("maintain_each", "state"), ("read_each", "_log")]:
+        with pytest.raises(InvalidRequestError):
+            call(getattr(host, host_method).remote(method, keys))
+
+
 def test_retention_runs_on_hosted_partitions(broker: tuple[Broker, list[Path]]) -> None:
     client, _ = broker
     config = {"retention.ms": "1000", "segment.bytes": "1024", "file.delete.delay.ms": "100"}
