@@ -286,7 +286,7 @@ CONSUMER_PROTOCOL_KEYS = frozenset({CONSUMER_GROUP_HEARTBEAT_KEY, CONSUMER_GROUP
 BEFORE_AUTHENTICATION = frozenset({API_VERSIONS_KEY, SASL_HANDSHAKE_KEY, SASL_AUTHENTICATE_KEY})
 
 # The requests a connection may have in flight together (see `Router.overlaps`).
-OVERLAPPING = frozenset({PRODUCE_KEY, FETCH_KEY})
+OVERLAPPING = frozenset({PRODUCE_KEY, FETCH_KEY, LIST_OFFSETS_KEY})
 
 Handler = Callable[[Request], Awaitable[Any | None]]
 
@@ -443,8 +443,9 @@ class Router:
 
     @staticmethod
     def overlaps(payload: bytes) -> bool:
-        """Whether the request may be handled while earlier requests of its connection still are: Produce and
-        Fetch, the requests clients pipeline (their order is kept per partition); everything else runs alone."""
+        """Whether the request may be handled while earlier requests of its connection still are: Produce, Fetch and
+        ListOffsets, the requests clients pipeline (librdkafka resets each partition's offset with a ListOffsets of
+        its own: thousands at a consumer's first contact with a topic); everything else runs alone."""
         return len(payload) >= FIXED_HEADER.size and FIXED_HEADER.unpack_from(payload)[0] in OVERLAPPING
 
     async def handle(self, payload: bytes, context: ConnectionContext) -> bytes | SplicedFrame | None:

@@ -14,10 +14,10 @@ at `sasl.server.max.receive.size` until it has authenticated, and a failed authe
 Requests of one connection are answered in the order they arrived, as Kafka requires. Clients pipeline them
 (librdkafka sends up to `max.in.flight` Produce requests at once), and each one here waits on an actor, so
 handling them strictly one at a time would cap a connection at one actor round trip per request. Requests the
-`overlaps` predicate accepts (the router's: Produce and Fetch) are therefore handled concurrently while the next
-frames are read; any other request waits until every earlier one of its connection is handled, and the connection
-reads nothing more until it is handled too, so group and admin calls keep Kafka's one-at-a-time order. Appends
-to one partition still reach its log in arrival order: handlers start in arrival order and the broker view
+`overlaps` predicate accepts (the router's: Produce, Fetch and ListOffsets) are therefore handled concurrently while
+the next frames are read; any other request waits until every earlier one of its connection is handled, and the
+connection reads nothing more until it is handled too, so group and admin calls keep Kafka's one-at-a-time order.
+Appends to one partition still reach its log in arrival order: handlers start in arrival order and the broker view
 submits each partition's appends in the order they were asked for. At most `queued.max.requests` requests (of all
 connections) are read and not yet answered; the next frame is read when one is answered.
 

@@ -1,0 +1,116 @@
+"""A consumer's first contact with a topic resets each partition's offset with a ListOffsets of its own (librdkafka
+sends thousands at once over one connection): the listener handles a connection's pipelined ListOffsets side by
+side, as it does Produce and Fetch, and still answers them in the order they were sent, each with its own
+partition's offset. The oracle is the records appended to each partition (partition k holds k + 1 records, so its
+latest offset is k + 1) and the order of the correlation ids; the view's answers are delayed so that they end in
+the reverse of the order they were asked in."""
+
+from __future__ import annotations
+
+import asyncio
+
+from kio.index import load_request_schema, load_response_schema
+from kio.schema.errors import ErrorCode
+from kio.serial import entity_reader
+
+from actors.core.in_process_broker import InProcessBroker
+from cluster.protocol.framing import SIZE, encode_request
+from cluster.protocol.handlers.list_offsets import LIST_OFFSETS_KEY
+from cluster.protocol.listener import KafkaListener
+from cluster.protocol.messages import build
+from cluster.protocol.views.group_view import GroupView
+from cluster.protocol.views.in_process_broker_view import InProcessBrokerView
+from cluster.protocol.views.security_view import SecurityView
+from cluster.protocol.views.transaction_view import TransactionView
+from storage.partition.log_read import LATEST_TIMESTAMP
+from storage.records.record_batch import RecordBatchBuilder
+from tests.cluster.protocol.helpers import leader_log
+
+TOPIC = "first-contact"
+REQUESTS = 8
+# The k-th answer waits (REQUESTS - k) * STEP_S: asked one after the other they would take REQUESTS^2 / 2 steps.
+STEP_S = 0.05
+VERSION = 7
+
+
+class ReversingOffsets(InProcessBrokerView):
+    """The in-process broker's view whose k-th `list_offset` is delayed by (REQUESTS - k) * STEP_S, counting how many
+    were under way at once."""
+
+    def __init__(self, broker: InProcessBroker) -> None:
+        super().__init__(broker)
+        self.asked = 0
+        self.under_way = 0
+        self.most_under_way = 0
+
+    async def list_offset(self, *args: object) -> object:
+        delay_s = max(REQUESTS - self.asked, 0) * STEP_S
+        self.asked += 1
+        self.under_way += 1
+        self.most_under_way = max(self.most_under_way, self.under_way)
+        try:
+            await asyncio.sleep(delay_s)
+            return await super().list_offset(*args)  # type: ignore[arg-type]
+        finally:
+            self.under_way -= 1
+
+
+def list_offsets_body(partition: int) -> object:
+    return build(
+        load_request_schema(LIST_OFFSETS_KEY, VERSION),
+        {
+            "replica_id": -1,
+            "isolation_level": 0,
+            "topics": [
+                {
+                    "name": TOPIC,
+                    "partitions": [
+                        {"partition_index": partition, "current_leader_epoch": -1, "timestamp": LATEST_TIMESTAMP}
+                    ],
+                }
+            ],
+        },
+    )
+
+
+async def pipeline(port: int, bodies: list[object]) -> list[tuple[int, int, ErrorCode, int]]:
+    """Sends every request before reading any answer, on one connection; (correlation id, partition, error, offset)
+    of each answer, in the order they came."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    response_type = load_response_schema(LIST_OFFSETS_KEY, VERSION)
+    answers = []
+    try:
+        writer.write(
+            b"".join(encode_request(LIST_OFFSETS_KEY, index, "test", body) for index, body in enumerate(bodies))
+        )
+        await writer.drain()
+        for _ in bodies:
+            (size,) = SIZE.unpack(await reader.readexactly(SIZE.size))
+            payload = await reader.readexactly(size)
+            header, header_size = entity_reader(response_type.__header_schema__)(payload, 0)
+            response, _ = entity_reader(response_type)(payload, header_size)
+            found = response.topics[0].partitions[0]
+            answers.append((header.correlation_id, found.partition_index, found.error_code, found.offset))
+    finally:
+        writer.close()
+    return answers
+
+
+def test_pipelined_list_offsets_run_side_by_side_and_are_answered_in_send_order(broker: InProcessBroker) -> None:
+    broker.controller.create_topic(TOPIC, REQUESTS)
+    view = ReversingOffsets(broker)
+    for partition in range(REQUESTS):
+        builder = RecordBatchBuilder()
+        for index in range(partition + 1):
+            builder.append(None, b"%d" % index, timestamp=1000)
+        leader_log(view, TOPIC, partition).append(builder.build())
+    with KafkaListener(
+        {"listeners": "PLAINTEXT://127.0.0.1:0"},
+        view,
+        SecurityView.in_process(broker.controller),
+        groups=GroupView.in_process(broker),
+        transactions=TransactionView.in_process(broker),
+    ) as listener:
+        answers = asyncio.run(pipeline(listener.port, [list_offsets_body(p) for p in range(REQUESTS)]))
+    assert answers == [(p, p, ErrorCode.none, p + 1) for p in range(REQUESTS)]
+    assert view.most_under_way == REQUESTS
