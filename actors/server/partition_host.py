@@ -30,7 +30,8 @@ with the same concurrency groups (`actors.options`):
 
 The log manager's scheduled passes (checkpoints, retention, flushes, producer expiry) ask a host once for all the
 partitions it holds (`read_each`, `maintain_each`), each partition's answer or error its own in the list answered: a
-pass over 10,000 partitions is then a call per host, not 10,000 calls.
+pass over 10,000 partitions is then a call per host, not 10,000 calls. A listener sends the reads that answer at once
+(ListOffsets) it asks of a host in one pass of its event loop as one `read_many` call, the same way.
 
 Errors are the partition log's own typed errors; a partition the host does not hold (deleted, or now in
 another host after its topic was created again) answers `BrokerNotAvailableError`, which clients treat as
@@ -47,10 +48,11 @@ torn tail cut), so no acknowledged append is lost and no record removed by Delet
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -97,12 +99,23 @@ class Outcome:
         return self.value
 
 
-def _outcome(serve: Callable[[str, int, str], Any], key: TopicPartition, method: str) -> Outcome:
-    """`serve(topic, partition, method)` as an `Outcome`: one partition's failure is its own, not the batch's."""
+def _outcome(work: Callable[[], Any]) -> Outcome:
+    """`work()` as an `Outcome`: one partition's failure is its own, not the batch's."""
     try:
-        return Outcome(serve(key[0], key[1], method))
+        return Outcome(work())
     except Exception as exc:
         return Outcome(error=exc)
+
+
+@dataclass(frozen=True, slots=True)
+class ReadCall:
+    """One call of a `read_many`: a read-group method of one partition, with its arguments."""
+
+    topic: str
+    partition: int
+    method: str
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,13 +255,24 @@ class PartitionHostActor:
         """`read` of `method`, of no arguments, for each partition of `keys`, in order: the log manager's scheduled
         passes ask a host once for all its partitions rather than once per partition."""
         _check_group(READ_GROUP, method)
-        return [_outcome(self.read, key, method) for key in keys]
+        return [_outcome(functools.partial(self.read, *key, method)) for key in keys]
+
+    @ray.method(concurrency_group=READ_GROUP)
+    def read_many(self, calls: list[ReadCall]) -> list[Outcome]:
+        """Several `read`s, of any partitions held here, one after the other, each outcome its own: a listener sends the
+        reads it asks of this host in one pass of its event loop as one call (`actors.server.host_reads`)."""
+        for call in calls:
+            _check_group(READ_GROUP, call.method)
+        return [
+            _outcome(functools.partial(self.read, call.topic, call.partition, call.method, *call.args, **call.kwargs))
+            for call in calls
+        ]
 
     @ray.method(concurrency_group=MAINTENANCE_GROUP)
     def maintain_each(self, method: str, keys: list[TopicPartition]) -> list[Outcome]:
         """`maintain` of `method`, of no arguments, for each partition of `keys`, in order (as `read_each`)."""
         _check_group(MAINTENANCE_GROUP, method)
-        return [_outcome(self.maintain, key, method) for key in keys]
+        return [_outcome(functools.partial(self.maintain, *key, method)) for key in keys]
 
     def _call(
         self, group: str | None, topic: str, partition: int, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]

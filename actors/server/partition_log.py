@@ -66,6 +66,7 @@ import contextlib
 import logging
 import pickle
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -117,6 +118,7 @@ from storage.errors import (
     InvalidRequestError,
     KafkaStorageError,
     RaybrokerError,
+    UnknownTopicOrPartitionError,
 )
 from storage.logdir.partition_handles import (
     LogMove,
@@ -143,6 +145,10 @@ from storage.records.layout import ControlRecordType
 from storage.segment.transaction_index import AbortedTxn
 
 logger = logging.getLogger(__name__)
+
+# How long a new or reopened replica waits before asking the controller for its state again, doubling up to the maximum.
+STATE_ASK_BACKOFF_S = 0.5
+STATE_ASK_MAX_BACKOFF_S = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -296,13 +302,7 @@ class PartitionLogActor:
         self._changes.notify()
         self._metrics.add_gauges(self._log_gauges)
         if self._named is not None and self._node and find_replica is not None:
-            if self._opened_log.high_watermark < self._opened_log.log_end_offset:
-                # Reopened with a tail past its checkpointed high watermark, which no reader sees until the
-                # controller's state says how many replicas it has: asked before serving (a lock-free controller call),
-                # so a partition with one replica is never read short of its log end.
-                self._ask_replication_state(*self._named)
-            else:
-                threading.Thread(target=self._ask_replication_state, args=self._named, daemon=True).start()
+            self._start_learning_replication_state(*self._named)
 
     @property
     def _log(self) -> Log:
@@ -402,15 +402,41 @@ class PartitionLogActor:
 
     # --- replication (the role is the plain `Replica`'s) ------------------------------------------
 
-    def _ask_replication_state(self, topic: str, partition: int) -> None:
-        """Asks the controller once for this partition's state (a restarted replica is not told again)."""
+    def _start_learning_replication_state(self, topic: str, partition: int) -> None:
+        """Learns the partition's state from the controller on a thread of its own (`_learn_replication_state`). A log
+        reopened with a tail past its checkpointed high watermark, which no reader sees until the controller's state
+        says how many replicas it has, asks once before serving (a lock-free controller call), so a partition with one
+        replica is never read short of its log end."""
+        if self._opened_log.high_watermark == self._opened_log.log_end_offset or not self._ask_replication_state(
+            topic, partition
+        ):
+            threading.Thread(target=self._learn_replication_state, args=(topic, partition), daemon=True).start()
+
+    def _ask_replication_state(self, topic: str, partition: int) -> bool:
+        """Asks the controller once for this partition's state; whether it answered (or no longer has the partition)."""
         try:
             state = call(controller().partition_state.remote(topic, partition), timeout_s=REPLICA_CALL_TIMEOUT_S)
+        except UnknownTopicOrPartitionError:
+            return True
         except RaybrokerError as exc:
             logger.info("%s-%d: no replication state from the controller yet: %s", topic, partition, exc)
-            return
+            return False
         with contextlib.suppress(RaybrokerError):
             self.update_replication(state)
+        return True
+
+    def _learn_replication_state(self, topic: str, partition: int) -> None:
+        """Asks the controller for this partition's state until it answers, backing off up to `STATE_ASK_MAX_BACKOFF_S`,
+        unless the partition closes or learns a state meanwhile. A new or reopened replica is told its state by no one
+        else: the controller pushes states to the replicas of a partition when it changes them (a leader elected, a
+        follower added), not at creation, so a replica whose one question went unanswered (the controller busy past
+        `REPLICA_CALL_TIMEOUT_S` creating 5,000 partitions) would never lead, and every append to it would fail."""
+        backoff_s = STATE_ASK_BACKOFF_S
+        while self._unavailable is None and self._known_state() is None:
+            if self._ask_replication_state(topic, partition):
+                return
+            time.sleep(backoff_s)
+            backoff_s = min(2 * backoff_s, STATE_ASK_MAX_BACKOFF_S)
 
     def _leader_link(self, state: LeaderAndIsr) -> LeaderLink:
         assert self._find_replica is not None, "followers are linked only where replicas can be found"
@@ -441,6 +467,9 @@ class PartitionLogActor:
     @ray.method(concurrency_group=READ_GROUP)
     def replication_state(self) -> LeaderAndIsr | None:
         """The controller's latest state of this partition as this replica knows it (None before any)."""
+        return self._known_state()
+
+    def _known_state(self) -> LeaderAndIsr | None:
         return self._served.replica.state if self._served is not None else None
 
     def _check_leader(self, current_leader_epoch: int = UNDEFINED_EPOCH) -> None:

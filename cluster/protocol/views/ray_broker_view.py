@@ -18,13 +18,16 @@ consumer's next fetch starts. From `SENDFILE_MIN_BYTES` on the bytes stay in the
 them (`cluster.protocol.file_region`), smaller ones are read here. Whenever the view cannot answer (a first fetch or a
 seek, an offset outside the published log, a segment deleted or swapped, a follower or a new leader epoch, an
 unpublished high-watermark position), the actor is asked where the bytes lie (`locate`, which long-polls as `fetch`
-does), the view learns that position, in the epoch published before the call, and answers from it; a located file that
-is no longer the located one falls back to the actor's `fetch`. A fetch at the end of the log that may wait
-(`max_wait_ms`, `min_bytes`) waits for the partition's change notices (`actors.channels.change_notices`: a datagram from
-the partition's process after each change it publishes, to this listener's `ChangeWatcher`, named to the partition by
-one Ray call), then reads the view again. A partition found on another node is fetched through its actor from then on.
-ListOffsets' latest offset of a partition with a view is answered from its high-watermark file too (the leader
-publishes it only while it answers that offset); other timestamps ask the actor.
+does; a partition's first fetch asks without waiting, with the other reads of its host in the same pass of the event
+loop, and waits on the view it opens), the view learns that position, in the epoch published before the call, and
+answers from it; a located file that is no longer the located one falls back to the actor's `fetch`. A fetch at the end
+of the log that may wait (`max_wait_ms`, `min_bytes`) waits for the partition's change notices
+(`actors.channels.change_notices`: a datagram from the partition's process after each change it publishes, to this
+listener's `ChangeWatcher`, named to the partition by one Ray call), then reads the view again. A partition found on
+another node is fetched through its actor from then on. ListOffsets' latest offset of a partition with a view is
+answered from its high-watermark file too (the leader publishes it only while it answers that offset); other timestamps
+ask the actor, the ListOffsets of one pass of the event loop to one partition host in one call
+(`actors.server.host_reads`).
 
 A client's `current_leader_epoch` (Fetch and ListOffsets, KIP-320) costs no call of its own: a fetch the view answers
 compares it with the leader epoch published with the offsets it answers (each look of a waiting fetch again), and a
@@ -54,9 +57,10 @@ from actors.clients.local_fetch import LocatedRead
 from actors.core.replication.replica import check_current_leader_epoch
 from actors.options import CONTROLLER_NAME, log_manager_name
 from actors.server.append_route import AppendRoute
+from actors.server.host_reads import HostReads
 from actors.server.lookup_batches import LookupBatches
 from actors.server.partition_log import FetchResult, FileSlices
-from actors.server.partition_lookup import leader_replicas
+from actors.server.partition_lookup import HostedPartitionHandle, leader_replicas
 from cluster.protocol.file_region import SENDFILE_MIN_BYTES, FileRegion, open_region
 from cluster.protocol.views.broker_view import BrokerView, FetchedRecords, PartitionFetch
 from cluster.protocol.views.local_log_dirs import LocalLogDir, local_log_dirs
@@ -110,6 +114,7 @@ class RayPartitions:
         self._node = node
         self._handles: dict[tuple[str, int], Any] = {}
         self._lookups: LookupBatches[tuple[str, int], Any] = LookupBatches(_leader_handles)
+        self._host_reads = HostReads()
         self._appends = AppendRoute()
         # Partitions whose actor runs on another node: fetched through the actor, not located.
         self._remote: set[tuple[str, int]] = set()
@@ -120,8 +125,18 @@ class RayPartitions:
     async def call(self, topic: str, partition: int, method: str, *args: Any, **kwargs: Any) -> Any:
         """The partition actor's `method`; a retriable error forgets its handle and view, except a client's leader
         epoch fenced (the client's metadata, not the handle, is stale; or the replica learns the epoch soon)."""
+        return await self._call(False, topic, partition, method, *args, **kwargs)
+
+    async def read_at_once(self, topic: str, partition: int, method: str, *args: Any, **kwargs: Any) -> Any:
+        """`call` of a read that answers without waiting: for a hosted partition, sent with the other reads asked of its
+        host in this pass of the event loop (`actors.server.host_reads`)."""
+        return await self._call(True, topic, partition, method, *args, **kwargs)
+
+    async def _call(self, at_once: bool, topic: str, partition: int, method: str, *args: Any, **kwargs: Any) -> Any:
         handle = await self._handle(topic, partition)
         try:
+            if at_once and isinstance(handle, HostedPartitionHandle):
+                return await self._host_reads.read(handle, method, *args, **kwargs)
             return await answer(getattr(handle, method).remote(*args, **kwargs))
         except RaybrokerError as exc:
             if exc.retriable and not isinstance(exc, FencedLeaderEpochError | UnknownLeaderEpochError):
@@ -142,8 +157,8 @@ class RayPartitions:
         key = request.key
         view = self._views.get(key)
         max_wait_ms = request.max_wait_ms
+        deadline = time.monotonic() + max(max_wait_ms, 0) / 1000
         if view is not None:
-            deadline = time.monotonic() + max(max_wait_ms, 0) / 1000
             answer = await self._from_view_waiting(request, view, deadline)
             if answer is not None:
                 return answer
@@ -152,17 +167,27 @@ class RayPartitions:
         if read.locating:
             epoch = None if view is None else view.leader_epoch()
             _counts["located"] += 1
-            located: FileSlices = await self.call(
+            # A partition's first fetch here asks where its bytes lie without waiting, with the other reads of its host
+            # in this pass (a consumer's first contact with thousands of partitions); with nothing there yet it waits
+            # on the view the answer opens.
+            first = view is None
+            located: FileSlices = await (self.read_at_once if first else self.call)(
                 *key,
                 "locate",
                 request.offset,
                 request.max_bytes,
                 1,
-                max_wait_ms,
+                0 if first else max_wait_ms,
                 request.min_bytes,
                 request.isolation,
                 current_leader_epoch=request.current_leader_epoch,
             )
+            if first and not located.slices and located.node_id == self._node and max_wait_ms > 0:
+                self._open_view(key, located.high_watermark_file)
+                opened = self._views.get(key)
+                waited = None if opened is None else await self._from_view_waiting(request, opened, deadline)
+                if waited is not None:
+                    return waited
             if located.node_id == self._node:
                 if view is not None and view.high_watermark_file != located.high_watermark_file:
                     # The partition moved to another log dir of this node: its file is the new folder's.
@@ -186,7 +211,7 @@ class RayPartitions:
                     located.last_stable_offset,
                     located.aborted_transactions,
                 )
-            max_wait_ms = 0  # waited for already
+            max_wait_ms = max(0, int((deadline - time.monotonic()) * 1000)) if first else 0  # else waited for already
         else:
             read.actor_fetched()
         result: FetchResult = await self.call(
@@ -217,7 +242,7 @@ class RayPartitions:
             check_current_leader_epoch(current_leader_epoch, leader_epoch, f"{topic}-{partition}")
             _counts["view_offsets"] += 1
             return found
-        return await self.call(topic, partition, "list_offset", timestamp, isolation, current_leader_epoch)
+        return await self.read_at_once(topic, partition, "list_offset", timestamp, isolation, current_leader_epoch)
 
     async def _from_view_waiting(
         self, request: PartitionFetch, view: LocalLogView, deadline: float

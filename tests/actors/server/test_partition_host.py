@@ -5,6 +5,7 @@ restarted log manager finds its hosts instead of duplicating them."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -15,6 +16,8 @@ import ray
 
 from actors.calls import call
 from actors.clients.broker import Broker
+from actors.server.host_reads import HostReads
+from actors.server.partition_host import ReadCall
 from actors.server.partition_lookup import HostedPartitionHandle
 from storage import file_names
 from storage.errors import (
@@ -25,6 +28,7 @@ from storage.errors import (
     RequestTimedOutError,
 )
 from storage.files.checkpoint_file import OffsetCheckpointFile
+from storage.partition.log_read import LATEST_TIMESTAMP
 from storage.records.record_batch import CRC_OFFSET
 from tests.actors.support import append_channel_connections, manager, now_ms, wait_for
 from tests.storage.builders import Rec, as_recs, batch_bytes, kafka_decode
@@ -261,6 +265,32 @@ def test_a_host_answers_a_question_of_many_partitions_in_one_call(broker: tuple[
     for host_method, method in [("read_each", "flush_if_due"), ("maintain_each", "state"), ("read_each", "_log")]:
         with pytest.raises(InvalidRequestError):
             call(getattr(host, host_method).remote(method, keys))
+
+
+def test_reads_of_one_pass_go_to_each_host_as_one_call(broker: tuple[Broker, list[Path]]) -> None:
+    """`HostReads`: the reads asked in one pass of an event loop reach each host as one `read_many`; each caller gets
+    what its own call answers (the oracle: each partition's `list_offset` asked alone), a partition the host does not
+    hold fails alone, and a method of another concurrency group fails the whole call."""
+    client, _ = broker
+    call(client.controller.create_topic.remote("gathered", PER_PROCESS + 2))
+    handles = [client.partition("gathered", p) for p in range(PER_PROCESS + 2)]
+    assert len({handle.host._actor_id for handle in handles}) >= 2
+    for partition, handle in enumerate(handles):
+        fill(handle, f"g{partition}", partition + 1)
+    alone = [call(handle.list_offset.remote(LATEST_TIMESTAMP, "high_watermark", -1)) for handle in handles]
+    missing = HostedPartitionHandle(handles[0].host, "gathered", 99)
+
+    async def gathered() -> list[Any]:
+        reads = HostReads()
+        asked = [reads.read(handle, "list_offset", LATEST_TIMESTAMP, "high_watermark", -1) for handle in handles]
+        return await asyncio.gather(*asked, reads.read(missing, "offsets"), return_exceptions=True)
+
+    answers = asyncio.run(gathered())
+    assert answers[:-1] == alone
+    assert [found.offset for found in alone] == [3 * (p + 1) for p in range(len(handles))]
+    assert isinstance(answers[-1], BrokerNotAvailableError)
+    with pytest.raises(InvalidRequestError):
+        call(handles[0].host.read_many.remote([ReadCall("gathered", 0, "append", (b"",))]))
 
 
 def test_retention_runs_on_hosted_partitions(broker: tuple[Broker, list[Path]]) -> None:
