@@ -91,6 +91,7 @@ from storage.files.partition_metadata import record_topic_id
 from storage.logdir.alter_log_dirs import AlterLogDirs
 from storage.logdir.log_dirs import LoadedDir, LogDirs
 from storage.logdir.metadata_mirror import MetadataMirror
+from storage.logdir.partition_dirs import PartitionDirs
 from storage.logdir.partition_handles import (
     LocalPartition,
     LocalPartitions,
@@ -195,7 +196,7 @@ class LogManager(ReplicaDirMoves):
         )
         self._lock = threading.RLock()
         self._handles: dict[TopicPartition, PartitionHandle] = {}
-        self._dir_of: dict[TopicPartition, Path] = {}
+        self._dir_of = PartitionDirs()
         # Partitions being created outside the lock: the dir tried first (placement counts it) and when it ends.
         self._creating: dict[TopicPartition, tuple[Path | None, threading.Event]] = {}
         self._cleaner: CleanerManager | None = None
@@ -416,10 +417,10 @@ class LogManager(ReplicaDirMoves):
     def partition_counts(self) -> dict[Path, int]:
         """Partitions per live log dir (what placement compares)."""
         offline = self._dirs.offline_dirs
-        counts = {directory: 0 for directory in self.log_dirs if directory not in offline}
-        for directory in [*self._dir_of.values(), *(first for first, _ in self._creating.values())]:
-            if directory in counts:
-                counts[directory] += 1
+        counts = {directory: self._dir_of.count(directory) for directory in self.log_dirs if directory not in offline}
+        for first, _ in self._creating.values():
+            if first in counts:
+                counts[first] += 1
         return counts
 
     def placements(self) -> list[PartitionPlacement]:

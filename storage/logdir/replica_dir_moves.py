@@ -16,6 +16,7 @@ from storage import file_names
 from storage.errors import InvalidTopicError, KafkaStorageError, RaybrokerError, ReplicaNotAvailableError
 from storage.logdir.alter_log_dirs import AlterLogDirs, named_log_dir
 from storage.logdir.log_dirs import LogDirs
+from storage.logdir.partition_dirs import PartitionDirs
 from storage.logdir.partition_handles import PartitionHandle
 from storage.topic_partition import TopicPartition
 
@@ -29,7 +30,7 @@ class ReplicaDirMoves:
         _dirs: LogDirs
         _lock: threading.RLock
         _handles: dict[TopicPartition, PartitionHandle]
-        _dir_of: dict[TopicPartition, Path]
+        _dir_of: PartitionDirs
         _moves: AlterLogDirs
 
         @property
