@@ -142,13 +142,16 @@ class GroupChannelTransport:
 GROUP_TRANSPORTS = ("in_process", "group_channel")
 
 
-def start_local_listener(broker: InProcessBroker, metrics: BrokerMetrics | None = None) -> KafkaListener:
+def start_local_listener(
+    broker: InProcessBroker, metrics: BrokerMetrics | None = None, view: InProcessBrokerView | None = None
+) -> KafkaListener:
     """A PLAINTEXT listener on a free port of 127.0.0.1 serving `broker` in process (its topics, groups,
     transactions and credentials), one partition per topic it auto-creates, which it does not: Kafka's clients
-    then reach the in-process broker without Ray. The listener records into `metrics` if given."""
+    then reach the in-process broker without Ray. The listener records into `metrics` if given, and serves the
+    partitions through `view` if given (a test's view that delays or counts calls)."""
     return KafkaListener(
         {"listeners": "PLAINTEXT://127.0.0.1:0", "num.partitions": "1", "auto.create.topics.enable": "false"},
-        InProcessBrokerView(broker),
+        view or InProcessBrokerView(broker),
         SecurityView.in_process(broker.controller),
         groups=GroupView.in_process(broker),
         transactions=TransactionView.in_process(broker),

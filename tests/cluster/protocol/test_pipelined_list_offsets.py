@@ -16,15 +16,11 @@ from kio.serial import entity_reader
 from actors.core.in_process_broker import InProcessBroker
 from cluster.protocol.framing import SIZE, encode_request
 from cluster.protocol.handlers.list_offsets import LIST_OFFSETS_KEY
-from cluster.protocol.listener import KafkaListener
 from cluster.protocol.messages import build
-from cluster.protocol.views.group_view import GroupView
 from cluster.protocol.views.in_process_broker_view import InProcessBrokerView
-from cluster.protocol.views.security_view import SecurityView
-from cluster.protocol.views.transaction_view import TransactionView
 from storage.partition.log_read import LATEST_TIMESTAMP
 from storage.records.record_batch import RecordBatchBuilder
-from tests.cluster.protocol.helpers import leader_log
+from tests.cluster.protocol.helpers import leader_log, start_local_listener
 
 TOPIC = "first-contact"
 REQUESTS = 8
@@ -104,13 +100,7 @@ def test_pipelined_list_offsets_run_side_by_side_and_are_answered_in_send_order(
         for index in range(partition + 1):
             builder.append(None, b"%d" % index, timestamp=1000)
         leader_log(view, TOPIC, partition).append(builder.build())
-    with KafkaListener(
-        {"listeners": "PLAINTEXT://127.0.0.1:0"},
-        view,
-        SecurityView.in_process(broker.controller),
-        groups=GroupView.in_process(broker),
-        transactions=TransactionView.in_process(broker),
-    ) as listener:
+    with start_local_listener(broker, view=view) as listener:
         answers = asyncio.run(pipeline(listener.port, [list_offsets_body(p) for p in range(REQUESTS)]))
     assert answers == [(p, p, ErrorCode.none, p + 1) for p in range(REQUESTS)]
     assert view.most_under_way == REQUESTS

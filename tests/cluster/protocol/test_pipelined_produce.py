@@ -30,7 +30,7 @@ from cluster.protocol.views.security_view import SecurityView
 from cluster.protocol.views.transaction_view import TransactionView
 from cluster.protocol.views.transport import Transport
 from storage.records.record_batch import RecordBatchBuilder, iter_batches
-from tests.cluster.protocol.helpers import leader_log
+from tests.cluster.protocol.helpers import leader_log, start_local_listener
 
 TOPIC = "pipelined"
 TXN = "pipelined-txn"
@@ -174,13 +174,7 @@ def test_pipelined_v13_batches_land_in_send_order_when_their_topic_lookups_end_i
         )
         for sequence in sequences
     ]
-    with KafkaListener(
-        {"listeners": "PLAINTEXT://127.0.0.1:0"},
-        view,
-        SecurityView.in_process(broker.controller),
-        groups=GroupView.in_process(broker),
-        transactions=TransactionView.in_process(broker),
-    ) as listener:
+    with start_local_listener(broker, view=view) as listener:
         answers = asyncio.run(pipeline(listener.port, bodies, TOPIC_ID_VERSION))
     assert view.lookups >= REQUESTS
     assert answers == [(index, ErrorCode.none) for index in range(REQUESTS)]
