@@ -403,11 +403,13 @@ class RayPartitions:
         reopened = 0
         for host in self._hosts():
             with self._lock:
-                opened = {tp for tp in host.partitions if tp not in self._opening}
+                open_before = {tp for tp in host.partitions if tp not in self._opening}
             held = {(t, p) for t, p in call(host.handle.partitions.remote(), timeout_s=READY_TIMEOUT_SECONDS)}
             with self._lock:
                 lost = [
-                    (tp, folder) for tp, folder in host.partitions.items() if tp in opened and tp not in held and folder
+                    (tp, folder)
+                    for tp, folder in host.partitions.items()
+                    if tp in open_before and tp not in held and folder
                 ]
                 for (topic, partition), folder in lost:
                     logger.warning("partition host %s lost %s-%d: reopening it", host.name, topic, partition)
