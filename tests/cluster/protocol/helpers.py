@@ -304,6 +304,23 @@ def add_acls(controller: Controller, *bindings: AclBinding) -> None:
     controller.create_acls(list(bindings))
 
 
+async def pipelined(port: int, api_key: int, version: int, bodies: list[Any]) -> list[tuple[int, Any]]:
+    """Sends every request of `bodies` (correlation ids 0, 1, ...) before reading any answer, on one connection to
+    127.0.0.1:`port`; (correlation id, response) of each answer, in the order they came."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    response_type = load_response_schema(api_key, version)
+    answers = []
+    try:
+        writer.write(b"".join(encode_request(api_key, index, "test", body) for index, body in enumerate(bodies)))
+        await writer.drain()
+        for _ in bodies:
+            (size,) = SIZE.unpack(await reader.readexactly(SIZE.size))
+            answers.append(decode_response(await reader.readexactly(size), response_type))
+    finally:
+        writer.close()
+    return answers
+
+
 def leader_log(view: InProcessBrokerView, topic: str, partition: int) -> Log:
     """The `Log` of the partition's leader replica in the view's in-process broker (to seed records or look at
     what a request left)."""

@@ -9,18 +9,16 @@ from __future__ import annotations
 
 import asyncio
 
-from kio.index import load_request_schema, load_response_schema
+from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
-from kio.serial import entity_reader
 
 from actors.core.in_process_broker import InProcessBroker
-from cluster.protocol.framing import SIZE, encode_request
 from cluster.protocol.handlers.list_offsets import LIST_OFFSETS_KEY
 from cluster.protocol.messages import build
 from cluster.protocol.views.in_process_broker_view import InProcessBrokerView
 from storage.partition.log_read import LATEST_TIMESTAMP
 from storage.records.record_batch import RecordBatchBuilder
-from tests.cluster.protocol.helpers import leader_log, start_local_listener
+from tests.cluster.protocol.helpers import leader_log, pipelined, start_local_listener
 
 TOPIC = "first-contact"
 REQUESTS = 8
@@ -69,29 +67,6 @@ def list_offsets_body(partition: int) -> object:
     )
 
 
-async def pipeline(port: int, bodies: list[object]) -> list[tuple[int, int, ErrorCode, int]]:
-    """Sends every request before reading any answer, on one connection; (correlation id, partition, error, offset)
-    of each answer, in the order they came."""
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    response_type = load_response_schema(LIST_OFFSETS_KEY, VERSION)
-    answers = []
-    try:
-        writer.write(
-            b"".join(encode_request(LIST_OFFSETS_KEY, index, "test", body) for index, body in enumerate(bodies))
-        )
-        await writer.drain()
-        for _ in bodies:
-            (size,) = SIZE.unpack(await reader.readexactly(SIZE.size))
-            payload = await reader.readexactly(size)
-            header, header_size = entity_reader(response_type.__header_schema__)(payload, 0)
-            response, _ = entity_reader(response_type)(payload, header_size)
-            found = response.topics[0].partitions[0]
-            answers.append((header.correlation_id, found.partition_index, found.error_code, found.offset))
-    finally:
-        writer.close()
-    return answers
-
-
 def test_pipelined_list_offsets_run_side_by_side_and_are_answered_in_send_order(broker: InProcessBroker) -> None:
     broker.controller.create_topic(TOPIC, REQUESTS)
     view = ReversingOffsets(broker)
@@ -101,6 +76,9 @@ def test_pipelined_list_offsets_run_side_by_side_and_are_answered_in_send_order(
             builder.append(None, b"%d" % index, timestamp=1000)
         leader_log(view, TOPIC, partition).append(builder.build())
     with start_local_listener(broker, view=view) as listener:
-        answers = asyncio.run(pipeline(listener.port, [list_offsets_body(p) for p in range(REQUESTS)]))
+        bodies = [list_offsets_body(p) for p in range(REQUESTS)]
+        answered = asyncio.run(pipelined(listener.port, LIST_OFFSETS_KEY, VERSION, bodies))
+    found = [(correlation_id, response.topics[0].partitions[0]) for correlation_id, response in answered]
+    answers = [(correlation_id, p.partition_index, p.error_code, p.offset) for correlation_id, p in found]
     assert answers == [(p, p, ErrorCode.none, p + 1) for p in range(REQUESTS)]
     assert view.most_under_way == REQUESTS

@@ -14,13 +14,11 @@ import uuid
 from collections.abc import Collection, Iterator, Mapping
 
 import pytest
-from kio.index import load_request_schema, load_response_schema
+from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
-from kio.serial import entity_reader
 
 from actors.core.in_process_broker import InProcessBroker
 from actors.core.transactions.transaction_metadata import TxnError
-from cluster.protocol.framing import SIZE, encode_request
 from cluster.protocol.handlers.produce import PRODUCE_KEY
 from cluster.protocol.listener import KafkaListener
 from cluster.protocol.messages import build
@@ -30,7 +28,7 @@ from cluster.protocol.views.security_view import SecurityView
 from cluster.protocol.views.transaction_view import TransactionView
 from cluster.protocol.views.transport import Transport
 from storage.records.record_batch import RecordBatchBuilder, iter_batches
-from tests.cluster.protocol.helpers import leader_log, start_local_listener
+from tests.cluster.protocol.helpers import leader_log, pipelined, start_local_listener
 
 TOPIC = "pipelined"
 TXN = "pipelined-txn"
@@ -93,23 +91,10 @@ def produce_body(records: bytes) -> object:
     )
 
 
-async def pipeline(port: int, bodies: list[object], version: int = PRODUCE_VERSION) -> list[tuple[int, ErrorCode]]:
+def pipeline(port: int, bodies: list[object], version: int = PRODUCE_VERSION) -> list[tuple[int, ErrorCode]]:
     """Sends every request before reading any answer, on one connection; (correlation id, error) of each answer."""
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    response_type = load_response_schema(PRODUCE_KEY, version)
-    answers = []
-    try:
-        writer.write(b"".join(encode_request(PRODUCE_KEY, index, "test", body) for index, body in enumerate(bodies)))
-        await writer.drain()
-        for _ in bodies:
-            (size,) = SIZE.unpack(await reader.readexactly(SIZE.size))
-            payload = await reader.readexactly(size)
-            header, header_size = entity_reader(response_type.__header_schema__)(payload, 0)
-            response, _ = entity_reader(response_type)(payload, header_size)
-            answers.append((header.correlation_id, response.responses[0].partition_responses[0].error_code))
-    finally:
-        writer.close()
-    return answers
+    answered = asyncio.run(pipelined(port, PRODUCE_KEY, version, bodies))
+    return [(correlation_id, body.responses[0].partition_responses[0].error_code) for correlation_id, body in answered]
 
 
 def test_pipelined_transactional_batches_land_in_send_order_when_their_verifications_end_in_reverse(
@@ -123,7 +108,7 @@ def test_pipelined_transactional_batches_land_in_send_order_when_their_verificat
     sequences = [index * RECORDS_PER_BATCH for index in range(REQUESTS)]
     bodies = [produce_body(transactional_batch(producer_id, epoch, sequence)) for sequence in sequences]
 
-    answers = asyncio.run(pipeline(listener.port, bodies))
+    answers = pipeline(listener.port, bodies)
 
     assert transactions.calls == REQUESTS
     assert answers == [(index, ErrorCode.none) for index in range(REQUESTS)]
@@ -175,7 +160,7 @@ def test_pipelined_v13_batches_land_in_send_order_when_their_topic_lookups_end_i
         for sequence in sequences
     ]
     with start_local_listener(broker, view=view) as listener:
-        answers = asyncio.run(pipeline(listener.port, bodies, TOPIC_ID_VERSION))
+        answers = pipeline(listener.port, bodies, TOPIC_ID_VERSION)
     assert view.lookups >= REQUESTS
     assert answers == [(index, ErrorCode.none) for index in range(REQUESTS)]
     stored = [batch.base_sequence for batch in iter_batches(leader_log(view, TOPIC, 0).read(0, 1 << 20).records)]
