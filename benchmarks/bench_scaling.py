@@ -8,7 +8,7 @@ one topic of 10, 100, 1,000 and 10,000 partitions at a time (10 to 1,000 with --
 |                               | turn (acks=all, linger 5 ms), all acknowledged   |                                  |
 | `partitions_scaling_memory`   | bytes per partition the broker's processes grew  | Kafka's JVM, measured the same   |
 |                               | by (USS), from before the topic's creation to    | way                              |
-|                               | after it was written and read                    |                                  |
+|                               | `SETTLE_S` after it was written and read         |                                  |
 | `partitions_scaling_create_s` | seconds from AdminClient's create_topics until   | Kafka's time                     |
 |                               | the metadata names a leader for every partition  |                                  |
 
@@ -54,6 +54,9 @@ LATENCY_SECONDS = 5.0
 QUICK_LATENCY_SECONDS = 2.0
 LATENCY_TICK_S = 0.01
 CREATE_TIMEOUT_S = 900.0
+# Seconds at rest before the memory is read, on both sides: what a broker holds once a workload is over, after
+# raybroker's processes gave back the heap the workload freed (`actors.heap_trim`, within ~2 s of a burst's end).
+SETTLE_S = 5.0
 # librdkafka's largest `socket.timeout.ms`: how long one CreateTopics or CreatePartitions request may take.
 SOCKET_TIMEOUT_MS = 300_000
 # Partitions a topic is created with, then added by this many at a time (CreatePartitions): Kafka's KRaft controller
@@ -137,6 +140,7 @@ def _measure(
     latencies = in_process(produce_at_rate, bootstrap, topic, count, latency_s)
     read = records + len(latencies)
     consume_s = in_process(consume, bootstrap, topic, count, read)
+    time.sleep(SETTLE_S)
     grown = max(0, memory() - before)
     in_process(delete_topic, bootstrap, topic)
     point = Point(create_s, records / produce_s, read / consume_s, percentile(latencies, 0.99), grown / count)

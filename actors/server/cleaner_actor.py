@@ -27,6 +27,7 @@ from typing import Any
 
 import ray
 
+from actors import heap_trim
 from actors.calls import RayPending, kill_and_wait
 from actors.metrics.ray_export import exported_metrics
 from actors.metrics.recorder import BrokerMetrics
@@ -62,6 +63,7 @@ class CleanerActor:
 
     def __init__(self, cleaner_config: dict[str, str], metrics: BrokerMetrics | None = None) -> None:
         """`metrics` records each pass (default: the process's, exported to Ray)."""
+        heap_trim.start()
         os.nice(CLEANER_NICENESS)
         self._cleaner = Cleaner(CleanerConfig.from_properties(cleaner_config), SYSTEM_CLOCK)
         self._statistics = CleanerStatistics(0, 0, 0)

@@ -44,6 +44,7 @@ from typing import Any
 import ray
 from ray.experimental import internal_kv
 
+from actors import heap_trim
 from actors.calls import RayPending, call, get_actor
 from actors.core.controller.controller import Controller
 from actors.core.controller.group_config_store import GroupConfigVersion
@@ -143,6 +144,7 @@ class ControllerActor(Controller):
     the controller is served on Ray with no edit here); see the module docstring."""
 
     def __init__(self, metadata_dir: str, broker_config: dict[str, str]) -> None:
+        heap_trim.start()
         metrics = exported_metrics()
         super().__init__(
             Path(metadata_dir),

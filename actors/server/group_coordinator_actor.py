@@ -27,6 +27,7 @@ import threading
 import time
 from collections.abc import Mapping
 
+from actors import heap_trim
 from actors.calls import call, controller, this_node_id
 from actors.channels.group_channel import GroupChannel
 from actors.core.controller.topic_metadata import CONSUMER_OFFSETS_TOPIC, SHARE_GROUP_STATE_TOPIC
@@ -54,6 +55,7 @@ class GroupCoordinatorActor(GroupCoordinator):
 
     def __init__(self, properties: Mapping[str, str]) -> None:
         """`properties`: the broker's `server.properties` (`offsets.topic.*` and `group.*` keys are read)."""
+        heap_trim.start()
         config = BrokerConfig.from_properties(properties)
         self._route = AppendRoute()
         self._channel_lock = threading.Lock()

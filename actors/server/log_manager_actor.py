@@ -37,6 +37,7 @@ from typing import Any
 
 import ray
 
+from actors import heap_trim
 from actors.calls import call, controller
 from actors.core.quotas.replication_quotas import FOLLOWER, LEADER, SIDES, ReplicationQuotas, ReplicationThrottles
 from actors.metrics.gauges import uncleanable_samples
@@ -81,6 +82,7 @@ class LogManagerActor:
         node_id: str,
         broker_config: dict[str, str],
     ) -> None:
+        heap_trim.start()
         self.node_id = node_id
         self.config = BrokerConfig.from_properties(broker_config)
         cluster_id, topic_configs = _cluster_metadata()

@@ -58,6 +58,7 @@ from typing import Any
 
 import ray
 
+from actors import heap_trim
 from actors.core.replication.follower import ReplicaSettings
 from actors.core.replication.partition_server import LONG_POLL_SLOTS, SHARE_POLL_SLOTS
 from actors.options import MAINTENANCE_GROUP, READ_GROUP, REPLICATION_GROUP, SHARES_GROUP
@@ -146,6 +147,7 @@ class PartitionHostActor:
         self.name = name
         if ray.is_initialized():
             freeze_startup_objects()
+        heap_trim.start()
         self._replica_settings = replica_settings
         self._find_replica = find_replica
         self._cleaner_config = dict(cleaner_config)

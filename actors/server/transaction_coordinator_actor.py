@@ -46,6 +46,7 @@ from typing import Any
 
 import ray
 
+from actors import heap_trim
 from actors.calls import call, controller, get_actor, this_node_id
 from actors.channels.group_connection import GroupCaller
 from actors.channels.transaction_channel import TransactionChannel
@@ -122,6 +123,7 @@ class TransactionCoordinatorActor:
     """The plain `TransactionCoordinator` over Ray's seams; see the module docstring."""
 
     def __init__(self, config: TransactionConfig) -> None:
+        heap_trim.start()
         self._config = config
         self._making = threading.Lock()
         self._coordinator: TransactionCoordinator | None = None

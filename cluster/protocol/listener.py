@@ -33,6 +33,7 @@ import threading
 from collections.abc import Mapping
 from types import TracebackType
 
+from actors import heap_trim
 from actors.metrics.ray_export import exported_metrics
 from actors.metrics.recorder import BrokerMetrics
 from cluster.protocol.connection import ConnectionContext
@@ -98,6 +99,7 @@ class KafkaListener:
         self._router: Router | None = None
         self._thread.start()
         self._server = self._started.result()
+        heap_trim.start()
 
     @property
     def ports(self) -> dict[str, int]:
