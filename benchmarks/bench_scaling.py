@@ -45,7 +45,7 @@ from benchmarks.side_by_side import beside_kafka
 
 COUNTS = (10, 100, 1_000, 10_000)
 QUICK_COUNTS = (10, 100, 1_000)
-PER_PROCESS = 1_000
+PER_PROCESS = 2_000
 VALUE_BYTES = 100
 RECORDS = 1_000_000
 QUICK_RECORDS = 200_000
@@ -55,8 +55,8 @@ QUICK_LATENCY_SECONDS = 2.0
 LATENCY_TICK_S = 0.01
 CREATE_TIMEOUT_S = 900.0
 # Seconds at rest before the memory is read, on both sides: what a broker holds once a workload is over, after
-# raybroker's processes gave back the heap the workload freed (`actors.heap_trim`, within ~2 s of a burst's end).
-SETTLE_S = 5.0
+# raybroker's processes gave back the heap the workload freed (`actors.heap_trim`, ~3 s after a process comes to rest).
+SETTLE_S = 10.0
 # librdkafka's largest `socket.timeout.ms`: how long one CreateTopics or CreatePartitions request may take.
 SOCKET_TIMEOUT_MS = 300_000
 # Partitions a topic is created with, then added by this many at a time (CreatePartitions): Kafka's KRaft controller
