@@ -8,11 +8,11 @@ whole free page back (`madvise(MADV_DONTNEED)`), which costs ~5-15 ms on a heap 
 while it walks it.
 
 `start()` starts, once per process, a daemon thread that reads the process's resident size every `CHECK_INTERVAL_S`
-and trims once after each stretch of activity, when the size has stayed within `MOVED_BYTES` for `REST_CHECKS` looks
-in a row: a burst's garbage is all freed once its work ends, and trimming in its middle would hand back pages the
-burst takes again (and keep what it frees later). A process at rest is not trimmed again until its size moves; a busy
-one at most once per `REST_CHECKS` looks. Only a glibc Linux process has both `malloc_trim` and `/proc/self/statm`;
-elsewhere `start()` does nothing and says so by returning False.
+and trims when the size has stayed within `MOVED_BYTES` for `REST_CHECKS` looks in a row and is `MOVED_BYTES` above
+what it was after the last trim: a burst's garbage is all freed once its work ends, and trimming in its middle would
+hand back pages the burst takes again (and keep what it frees later). A process at rest is not trimmed again until it
+grows; a busy one at most once per `REST_CHECKS` looks. Only a glibc Linux process has both `malloc_trim` and
+`/proc/self/statm`; elsewhere `start()` does nothing and says so by returning False.
 """
 
 from __future__ import annotations
@@ -61,20 +61,15 @@ def resident_bytes() -> int | None:
 
 def _trim_at_rest(trim: Callable[[int], int], check_interval_s: float, rest_checks: int) -> None:
     previous = resident_bytes() or 0
+    after_trim = previous
     calm = 0
-    trimmed = False
     while True:
         time.sleep(check_interval_s)
         resident = resident_bytes() or 0
-        if abs(resident - previous) >= MOVED_BYTES:
-            calm = 0
-            trimmed = False
-        else:
-            calm += 1
-            if not trimmed and calm >= rest_checks:
-                trim(0)
-                trimmed = True
-                resident = resident_bytes() or 0
+        calm = calm + 1 if abs(resident - previous) < MOVED_BYTES else 0
+        if calm >= rest_checks and resident - after_trim >= MOVED_BYTES:
+            trim(0)
+            resident = after_trim = resident_bytes() or 0
         previous = resident
 
 
