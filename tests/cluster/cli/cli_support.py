@@ -8,7 +8,9 @@ from cluster.cli.main import main
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    """Runs `raybroker *argv` in this process; returns (exit code, stdout, stderr)."""
+    """Runs `raybroker *argv` in this process; returns (exit code, stdout, stderr). What the test printed before (a
+    download's progress, fetching Kafka's tools on a machine's first run) is dropped first: it is not the command's."""
+    capsys.readouterr()
     code = main(list(argv))
     captured = capsys.readouterr()
     return code, captured.out, captured.err
