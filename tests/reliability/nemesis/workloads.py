@@ -20,7 +20,6 @@ reach `ends` (the input's final high watermarks, filled in by the caller). A cli
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 from collections.abc import Callable
@@ -196,9 +195,13 @@ def transform(
                 producer.close(5)
                 producer = None
                 continue
-        with contextlib.suppress(RaybrokerError):
+        try:
             for tp in inputs:
                 consumer.seek(tp, consumer.committed(tp) or 0)
+        except RaybrokerError as exc:  # not rewound: no poll before the next round's producer rewinds it
+            history.add(name, "error", error=repr(exc))
+            producer.close(5)
+            producer = None
     if producer is not None:
         producer.close(30)
     consumer.close()
@@ -292,8 +295,11 @@ def transform_with_confluent(
                     producer = None
             except KafkaException:
                 producer = None
-        with contextlib.suppress(KafkaException):
+        try:
             rewind()
+        except KafkaException as exc:  # not rewound: no poll before the next round's producer rewinds it
+            history.add(name, "error", error=str(exc.args[0]))
+            producer = None
     consumer.close()
 
 
