@@ -18,7 +18,6 @@ grows; a busy one at most once per `REST_CHECKS` looks. Only a glibc Linux proce
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import threading
 import time
@@ -38,15 +37,16 @@ _started = False
 def start(check_interval_s: float = CHECK_INTERVAL_S, rest_checks: int = REST_CHECKS) -> bool:
     """Starts this process's trimming thread unless it runs already; whether it runs."""
     global _started
-    trim = _malloc_trim()
-    if trim is None or resident_bytes() is None:
-        return False
     with _lock:
-        if not _started:
-            _started = True
-            threading.Thread(
-                target=_trim_at_rest, args=(trim, check_interval_s, rest_checks), name="heap-trim", daemon=True
-            ).start()
+        if _started:
+            return True
+        trim = _malloc_trim()
+        if trim is None or resident_bytes() is None:
+            return False
+        _started = True
+        threading.Thread(
+            target=_trim_at_rest, args=(trim, check_interval_s, rest_checks), name="heap-trim", daemon=True
+        ).start()
     return True
 
 
@@ -74,10 +74,10 @@ def _trim_at_rest(trim: Callable[[int], int], check_interval_s: float, rest_chec
 
 
 def _malloc_trim() -> Callable[[int], int] | None:
-    """glibc's `int malloc_trim(size_t pad)`, None on a C library without it (musl, macOS)."""
+    """glibc's `int malloc_trim(size_t pad)` among the symbols the process has loaded (no `find_library`, which runs
+    `ldconfig` in a subprocess), None on a C library without it (musl, macOS)."""
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        trim = libc.malloc_trim
+        trim = ctypes.CDLL(None).malloc_trim
     except (OSError, AttributeError):
         return None
     trim.argtypes = [ctypes.c_size_t]
