@@ -298,14 +298,17 @@ class Controller(TopicAdmin, ReplicaMoves, ClusterSettings):
             self._draining.discard(node_id)
             self._sessions.beat(node_id)
             placements = broker.partitions().result()
-            changed: list[LeaderAndIsr] = []
+            moved: dict[tuple[str, int], LeaderAndIsr] = {}
             for placement in placements:
                 topic = self._topics.get(placement.topic)
                 if topic is None or placement.partition not in topic.partitions:
                     continue
-                moved = moved_replica(topic.state(placement.partition), node_id, self._brokers, placement.directory_id)
-                if moved is not None:
-                    changed.append(self._persist_state(moved))
+                key = (placement.topic, placement.partition)
+                state = moved.get(key) or topic.state(placement.partition)
+                new = moved_replica(state, node_id, self._brokers, placement.directory_id)
+                if new is not None:
+                    moved[key] = new
+            changed = self._persist_states(list(moved.values()))
             changed.extend(self._elect_offline())
             held = [
                 topic.state(partition)
@@ -321,9 +324,22 @@ class Controller(TopicAdmin, ReplicaMoves, ClusterSettings):
 
     def _persist_state(self, state: LeaderAndIsr) -> LeaderAndIsr:
         """Writes a partition's new replication state into its topic's record; returns it."""
-        self._metrics.isr_changed(len(self._topics[state.topic].state(state.partition).isr), len(state.isr))
-        self._persist_topic(self._topics[state.topic].with_state(state))
+        self._persist_states([state])
         return state
+
+    def _persist_states(self, states: Sequence[LeaderAndIsr]) -> list[LeaderAndIsr]:
+        """Writes partitions' new replication states (at most one per partition), one record per topic they touch:
+        a topic's record holds all its partitions, so a record per state would make a change of every partition
+        (a broker's loss, an election) write the topic once per partition. Returns the states."""
+        by_topic: dict[str, list[LeaderAndIsr]] = {}
+        for state in states:
+            by_topic.setdefault(state.topic, []).append(state)
+        for name, changed in by_topic.items():
+            topic = self._topics[name]
+            for state in changed:
+                self._metrics.isr_changed(len(topic.state(state.partition).isr), len(state.isr))
+            self._persist_topic(topic.with_states(changed))
+        return list(states)
 
     def _elect_offline(self) -> list[LeaderAndIsr]:
         """New leaders for partitions whose leader is gone, from their live in-sync replicas."""
@@ -332,11 +348,9 @@ class Controller(TopicAdmin, ReplicaMoves, ClusterSettings):
     def _change_every_partition(self, decide: Callable[[LeaderAndIsr], LeaderAndIsr | None]) -> list[LeaderAndIsr]:
         """Persists `decide(state)` for every partition it changes (under the lock); returns the new states."""
         changed = []
-        for name, topic in list(self._topics.items()):
-            for partition in topic.partitions:
-                state = decide(self._topics[name].state(partition))
-                if state is not None:
-                    changed.append(self._persist_state(state))
+        for topic in list(self._topics.values()):
+            decided = [decide(topic.state(partition)) for partition in topic.partitions]
+            changed.extend(self._persist_states([state for state in decided if state is not None]))
         return changed
 
     def _push(self, states: Iterable[LeaderAndIsr], only: str | None = None) -> None:
@@ -686,9 +700,10 @@ class Controller(TopicAdmin, ReplicaMoves, ClusterSettings):
                 elected = requested_election(metadata.state(partition), election_type, self._brokers)
                 if isinstance(elected, ElectionError):
                     outcomes[(topic, partition)] = elected
-                else:
-                    changed.append(self._persist_state(elected))
+                elif (topic, partition) not in outcomes:
+                    changed.append(elected)
                     outcomes[(topic, partition)] = ElectionError.NONE
+            self._persist_states(changed)
         self._push(changed)
         if every_partition:
             return {tp: outcome for tp, outcome in outcomes.items() if outcome != ElectionError.ELECTION_NOT_NEEDED}

@@ -5,6 +5,7 @@ travel between processes and threads unchanged."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -85,9 +86,13 @@ class TopicMetadata:
         return [self.state(partition) for partition in self.partitions]
 
     def with_state(self, state: LeaderAndIsr) -> TopicMetadata:
-        leader = state.leader or self.partitions.get(state.partition, state.replicas[0])
-        return replace(
-            self,
-            partitions={**self.partitions, state.partition: leader},
-            replication={**self.replication, state.partition: state},
-        )
+        return self.with_states([state])
+
+    def with_states(self, states: Iterable[LeaderAndIsr]) -> TopicMetadata:
+        """The topic with each of `states` as its partition's replication state (the last one given wins)."""
+        partitions = dict(self.partitions)
+        replication = dict(self.replication)
+        for state in states:
+            partitions[state.partition] = state.leader or partitions.get(state.partition, state.replicas[0])
+            replication[state.partition] = state
+        return replace(self, partitions=partitions, replication=replication)

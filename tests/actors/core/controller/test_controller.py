@@ -311,6 +311,36 @@ def test_a_lost_broker_leaves_every_isr_and_its_partitions_elect_from_the_isr(cl
     assert led_by(cluster, "node-a") == []
 
 
+def metadata_log_bytes(cluster: Cluster) -> int:
+    """Bytes the controller's metadata log holds on disk (it flushes each record as it writes it)."""
+    return sum(path.stat().st_size for path in (cluster.root / "metadata").rglob("*.log"))
+
+
+def test_a_lost_broker_writes_each_topics_changes_once_not_once_per_partition(cluster: Cluster) -> None:
+    """A topic's record holds every partition's state, so a broker's loss that changes all of a topic's partitions
+    writes the topic once (Kafka writes one small record per changed partition: the bytes grow with the partitions
+    changed, not with their square)."""
+    partitions = 300
+    before_create = metadata_log_bytes(cluster)
+    cluster.controller.create_topic("t", partitions, replication_factor=2)
+    topic_bytes = metadata_log_bytes(cluster) - before_create
+    before_loss = metadata_log_bytes(cluster)
+    changed = cluster.controller.check_brokers({"node-b", "node-c"})
+    named_a = [p for p in range(partitions) if "node-a" in cluster.controller.partition_state("t", p).replicas]
+    assert sorted(state.partition for state in changed) == named_a
+    assert len(changed) > partitions / 2
+    assert metadata_log_bytes(cluster) - before_loss < 2 * topic_bytes
+
+    def states() -> dict[int, tuple[object, ...]]:
+        replayed = cluster.controller.partition_states()
+        return {s.partition: (s.leader, s.leader_epoch, s.isr, s.version) for s in replayed}
+
+    after_loss = states()
+    cluster.controller.close()
+    cluster.controller = cluster.start_controller(("node-b", "node-c"))
+    assert states() == after_loss, "the replayed metadata log lost a change"
+
+
 SESSION_MS = 9000  # Kafka's broker.session.timeout.ms, the default
 
 
