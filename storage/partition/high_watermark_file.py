@@ -37,8 +37,7 @@ hold: a replica truncates its log (rewriting segment bytes in place) only while 
 in a newer epoch, so bytes learned in one epoch are vouched for only while the file still names that epoch
 (`storage.partition.local_log_view`).
 
-Publishing writes bytes 0..108 over the old ones in one slice assignment to a shared mapping, which another process
-may see half done: a reader takes a snapshot only if both sequences are equal and the CRC matches, and reads again
+Publishing writes bytes 0..108 over the old ones in one `pwrite`, which another process may see half done: a reader takes a snapshot only if both sequences are equal and the CRC matches, and reads again
 otherwise (`READ_ATTEMPTS`). The file keeps its inode for the life of the partition folder, so a reader that
 opened it keeps seeing the current owner's state after the owner restarts; a new owner continues the sequence of
 the old one, so a change is never missed by a reader comparing sequences. The position is published only while
@@ -54,7 +53,6 @@ until its successor publishes. The file holds nothing that recovery needs and is
 
 from __future__ import annotations
 
-import mmap
 import os
 import struct
 import zlib
@@ -94,7 +92,7 @@ CRC_OFFSET = _HEAD.size
 TRAILER_OFFSET = CRC_OFFSET + _CRC.size
 RECORD_BYTES = TRAILER_OFFSET + _SEQUENCE.size
 _SEQUENCE_MODULUS = 1 << 64
-# One page: the mapping the owner writes through.
+# One page: the file's length (the record is its first `RECORD_BYTES`).
 FILE_BYTES = 4096
 # A publish takes a few microseconds; a reader that finds one half done twice in a row asks the owner instead.
 READ_ATTEMPTS = 3
@@ -126,9 +124,9 @@ class HighWatermarkFile:
     """The owner's side: `create(partition_dir)`, then `publish(log)` after every change and `publish_closed()`
     when the log stops serving. One writer at a time (the caller serialises publishes)."""
 
-    def __init__(self, path: Path, mapping: mmap.mmap, sequence: int) -> None:
+    def __init__(self, path: Path, fd: int, sequence: int) -> None:
         self.path = path
-        self._mapping = mapping
+        self._fd = fd
         self._sequence = sequence
         # The (segment, (device, inode)) last published: a segment's identity is stat'ed once, not per append.
         self._identity: tuple[LogSegment, tuple[int, int]] | None = None
@@ -142,11 +140,11 @@ class HighWatermarkFile:
         try:
             if os.fstat(fd).st_size < FILE_BYTES:
                 os.ftruncate(fd, FILE_BYTES)
-            mapping = mmap.mmap(fd, FILE_BYTES, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
-        finally:
+            (old,) = _SEQUENCE.unpack_from(os.pread(fd, _SEQUENCE.size, SEQUENCE_OFFSET))
+        except BaseException:
             os.close(fd)
-        (old,) = _SEQUENCE.unpack_from(mapping, SEQUENCE_OFFSET)
-        hw_file = cls(path, mapping, old + old % 2)
+            raise
+        hw_file = cls(path, fd, old + old % 2)
         hw_file.publish_closed()
         return hw_file
 
@@ -189,7 +187,7 @@ class HighWatermarkFile:
         self._write(STATE_CLOSED, 0, 0, 0, -1, -1, 0, 0, 0, -1, -1)
 
     def close(self) -> None:
-        self._mapping.close()
+        os.close(self._fd)
 
     def _segment_identity(self, segment: LogSegment) -> tuple[int, int] | None:
         cached = self._identity
@@ -208,7 +206,7 @@ class HighWatermarkFile:
         _HEAD.pack_into(record, 0, MAGIC, VERSION, state, self._sequence, *fields)
         _CRC.pack_into(record, CRC_OFFSET, zlib.crc32(memoryview(record)[:CRC_OFFSET]))
         _SEQUENCE.pack_into(record, TRAILER_OFFSET, self._sequence)
-        self._mapping[:RECORD_BYTES] = record
+        os.pwrite(self._fd, record, 0)
 
 
 class HighWatermarkReader:

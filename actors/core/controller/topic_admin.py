@@ -127,11 +127,13 @@ class TopicAdmin:
         placements = collect(
             [self._broker(node).create_partition(topic.name, p, topic.config, topic.topic_id) for p, node in asked]
         )
-        placed = topic
+        directories: dict[int, LeaderAndIsr] = {}
         for (partition, node), placement in zip(asked, placements, strict=True):
             if placement.directory_id:
-                placed = placed.with_state(placed.state(partition).with_directory(node, placement.directory_id))
-        if placed is not topic:
+                state = directories.get(partition) or topic.state(partition)
+                directories[partition] = state.with_directory(node, placement.directory_id)
+        placed = topic.with_states(directories.values())
+        if directories:
             self._persist_topic(placed)
         if topic.replication_factor > 1:
             self._push(placed.state(p) for p in partitions)
@@ -149,7 +151,6 @@ class TopicAdmin:
             current = len(topic.partitions)
             if total <= current:
                 raise InvalidPartitionsError(f"topic {name!r} has {current} partitions; {total} would not grow it")
-            grown = topic
             if assignment is None:
                 placed = self._place(name, total - current, topic.replication_factor)
             elif len(assignment) != total - current:
@@ -159,8 +160,10 @@ class TopicAdmin:
                 )
             else:
                 placed = self._assigned(assignment, topic.replication_factor)
-            for partition, replicas in zip(range(current, total), placed, strict=True):
-                grown = grown.with_state(new_partition_state(name, partition, replicas))
+            grown = topic.with_states(
+                new_partition_state(name, partition, replicas)
+                for partition, replicas in zip(range(current, total), placed, strict=True)
+            )
             if validate_only:
                 return grown
             self._persist_topic(grown)
