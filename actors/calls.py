@@ -11,6 +11,7 @@ Finding a partition's replicas is `actors.server.partition_lookup`'s.
 from __future__ import annotations
 
 import concurrent.futures
+import threading
 import time
 from collections.abc import Callable
 from typing import Any, NoReturn
@@ -133,6 +134,29 @@ def get_actor(name: str) -> Any:
 
 def controller() -> Any:
     return get_actor(CONTROLLER_NAME)
+
+
+class CachedController:
+    """The controller's handle, looked up once for a process's many callers: each `controller()` is a round trip
+    to Ray's GCS and a new handle (a partition host opening thousands of partitions spent most of its CPU there).
+    A caller whose call through the handle failed (`RaybrokerError`: the controller restarting or replaced)
+    `forget`s it, so the next `handle()` looks the controller up again."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._handle: Any = None
+
+    def handle(self) -> Any:
+        with self._lock:
+            if self._handle is None:
+                self._handle = controller()
+            return self._handle
+
+    def forget(self, handle: Any) -> None:
+        """Drops `handle` if it is still the one kept (another caller may have looked up a newer one)."""
+        with self._lock:
+            if self._handle is handle:
+                self._handle = None
 
 
 def this_node_id() -> str:

@@ -74,7 +74,7 @@ from typing import Any
 
 import ray
 
-from actors.calls import call, controller
+from actors.calls import CachedController, call
 from actors.channels import replica_channel
 from actors.channels.append_channel import serve, stop_serving
 from actors.channels.change_notices import CHANGE_WATCHER_PREFIX, notices
@@ -149,6 +149,8 @@ logger = logging.getLogger(__name__)
 # How long a new or reopened replica waits before asking the controller for its state again, doubling up to the maximum.
 STATE_ASK_BACKOFF_S = 0.5
 STATE_ASK_MAX_BACKOFF_S = 10.0
+# The controller's handle, shared by the partitions of this process (a host opens thousands).
+_CONTROLLER = CachedController()
 
 
 @dataclass(frozen=True, slots=True)
@@ -414,11 +416,14 @@ class PartitionLogActor:
 
     def _ask_replication_state(self, topic: str, partition: int) -> bool:
         """Asks the controller once for this partition's state; whether it answered (or no longer has the partition)."""
+        handle = None
         try:
-            state = call(controller().partition_state.remote(topic, partition), timeout_s=REPLICA_CALL_TIMEOUT_S)
+            handle = _CONTROLLER.handle()
+            state = call(handle.partition_state.remote(topic, partition), timeout_s=REPLICA_CALL_TIMEOUT_S)
         except UnknownTopicOrPartitionError:
             return True
         except RaybrokerError as exc:
+            _CONTROLLER.forget(handle)
             logger.info("%s-%d: no replication state from the controller yet: %s", topic, partition, exc)
             return False
         with contextlib.suppress(RaybrokerError):

@@ -45,3 +45,32 @@ def test_a_replica_whose_first_question_failed_asks_again_until_the_controller_a
         )
     finally:
         replica.close()
+
+
+def test_replicas_of_a_process_learn_their_states_from_a_controller_that_replaced_the_one_they_asked(
+    start_test_broker: Callable[..., tuple[Any, list[Path]]], tmp_path: Path
+) -> None:
+    """The replicas of one process share the controller's handle (a host opens thousands); once the controller they
+    asked is gone for good and another runs under its name, a replica's failed question makes the next one look the
+    new controller up."""
+    client, log_dirs = start_test_broker(log_dirs_count=1)
+    call(client.controller.create_topic.remote("first", 1))
+    call(client.controller.create_topic.remote("second", 1))
+    stop_broker()
+    replicas = []
+    try:
+        first = PartitionLogActor(str(tmp_path / "first-0"), {}, find_replica=replica_actor)
+        replicas.append(first)
+        client, log_dirs = start_test_broker(log_dirs=log_dirs)
+        wait_for(lambda: first.replication_state() is not None, timeout_s=60, what="the first replica's state")  # type: ignore[operator]
+        stop_broker()
+        client, _ = start_test_broker(log_dirs=log_dirs)
+        second = PartitionLogActor(str(tmp_path / "second-0"), {}, find_replica=replica_actor)
+        replicas.append(second)
+        wait_for(lambda: second.replication_state() is not None, timeout_s=60, what="the second replica's state")  # type: ignore[operator]
+        expected = call(client.controller.describe_topic.remote("second")).state(0)
+        learned = second.replication_state()  # type: ignore[operator]
+        assert (learned.leader, learned.leader_epoch) == (expected.leader, expected.leader_epoch)
+    finally:
+        for replica in replicas:
+            replica.close()
