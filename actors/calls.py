@@ -139,24 +139,30 @@ def controller() -> Any:
 class CachedController:
     """The controller's handle, looked up once for a process's many callers: each `controller()` is a round trip
     to Ray's GCS and a new handle (a partition host opening thousands of partitions spent most of its CPU there).
-    A caller whose call through the handle failed (`RaybrokerError`: the controller restarting or replaced)
-    `forget`s it, so the next `handle()` looks the controller up again."""
+    A call that finds the controller unavailable (`BrokerNotAvailableError`: restarting, or replaced by another
+    under its name) forgets the handle, so the next call looks the controller up again."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._handle: Any = None
 
-    def handle(self) -> Any:
+    def call(self, method: str, *args: Any, timeout_s: float | None = None) -> Any:
+        """`call` of the controller's `method` with `args`."""
         with self._lock:
             if self._handle is None:
                 self._handle = controller()
-            return self._handle
+            handle = self._handle
+        try:
+            return call(getattr(handle, method).remote(*args), timeout_s=timeout_s)
+        except BrokerNotAvailableError:
+            with self._lock:
+                if self._handle is handle:
+                    self._handle = None
+            raise
 
-    def forget(self, handle: Any) -> None:
-        """Drops `handle` if it is still the one kept (another caller may have looked up a newer one)."""
-        with self._lock:
-            if self._handle is handle:
-                self._handle = None
+
+# The process's controller handle, for callers that ask it once per partition (a host's replicas).
+SHARED_CONTROLLER = CachedController()
 
 
 def this_node_id() -> str:

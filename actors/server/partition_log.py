@@ -74,7 +74,7 @@ from typing import Any
 
 import ray
 
-from actors.calls import CachedController, call
+from actors.calls import SHARED_CONTROLLER
 from actors.channels import replica_channel
 from actors.channels.append_channel import serve, stop_serving
 from actors.channels.change_notices import CHANGE_WATCHER_PREFIX, notices
@@ -110,8 +110,7 @@ from storage.compaction.cleaned_swap import changed_since
 from storage.compaction.cleaner import Cleaner
 from storage.compaction.cleaner_manager import LogToClean, log_to_clean
 from storage.compaction.log_snapshot import LogSnapshot, snapshot_for_cleaning
-from storage.config.cleaner_config import CleanerConfig
-from storage.config.log_config import LogConfig
+from storage.config.shared_configs import shared_cleaner_config, shared_log_config
 from storage.errors import (
     BrokerNotAvailableError,
     InvalidConfigError,
@@ -149,8 +148,6 @@ logger = logging.getLogger(__name__)
 # How long a new or reopened replica waits before asking the controller for its state again, doubling up to the maximum.
 STATE_ASK_BACKOFF_S = 0.5
 STATE_ASK_MAX_BACKOFF_S = 10.0
-# The controller's handle, shared by the partitions of this process (a host opens thousands).
-_CONTROLLER = CachedController()
 
 
 @dataclass(frozen=True, slots=True)
@@ -257,14 +254,14 @@ class PartitionLogActor:
                 high_watermark = resumed.high_watermark
             self._opened_log = Log.open(
                 Path(directory),
-                LogConfig.from_properties(config),
+                shared_log_config(config),
                 recovery_point=recovery_point,
                 log_start_offset=log_start_offset,
                 producer_id_expiration_ms=producer_id_expiration_ms,
             )
             if high_watermark is not None:
                 reopen_as_replica(self._opened_log, high_watermark)
-            self._cleaner = Cleaner(CleanerConfig.from_properties(cleaner_config or {}), self._opened_log.clock)
+            self._cleaner = Cleaner(shared_cleaner_config(cleaner_config or {}), self._opened_log.clock)
             # Every partition is its own leader, in the epoch its log last had.
             self._opened_log.become_leader()
         except RaybrokerError as exc:
@@ -416,14 +413,11 @@ class PartitionLogActor:
 
     def _ask_replication_state(self, topic: str, partition: int) -> bool:
         """Asks the controller once for this partition's state; whether it answered (or no longer has the partition)."""
-        handle = None
         try:
-            handle = _CONTROLLER.handle()
-            state = call(handle.partition_state.remote(topic, partition), timeout_s=REPLICA_CALL_TIMEOUT_S)
+            state = SHARED_CONTROLLER.call("partition_state", topic, partition, timeout_s=REPLICA_CALL_TIMEOUT_S)
         except UnknownTopicOrPartitionError:
             return True
         except RaybrokerError as exc:
-            _CONTROLLER.forget(handle)
             logger.info("%s-%d: no replication state from the controller yet: %s", topic, partition, exc)
             return False
         with contextlib.suppress(RaybrokerError):
@@ -523,7 +517,7 @@ class PartitionLogActor:
     def update_config(self, config: dict[str, str]) -> None:
         if not isinstance(config, Mapping):
             raise InvalidConfigError(f"a topic config must be a mapping, not {type(config).__name__}")
-        self._log.update_config(LogConfig.from_properties(config))
+        self._log.update_config(shared_log_config(config))
 
     def close(self) -> PartitionState:
         """Clean shutdown of the log (flush, trim, markers); returns its final state, again if called again (after

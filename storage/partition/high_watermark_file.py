@@ -37,12 +37,13 @@ hold: a replica truncates its log (rewriting segment bytes in place) only while 
 in a newer epoch, so bytes learned in one epoch are vouched for only while the file still names that epoch
 (`storage.partition.local_log_view`).
 
-Publishing writes bytes 0..108 over the old ones in one `pwrite`, which another process may see half done: a reader takes a snapshot only if both sequences are equal and the CRC matches, and reads again
-otherwise (`READ_ATTEMPTS`). The file keeps its inode for the life of the partition folder, so a reader that
-opened it keeps seeing the current owner's state after the owner restarts; a new owner continues the sequence of
-the old one, so a change is never missed by a reader comparing sequences. The position is published only while
-the high watermark equals the log end offset (always, with one replica), as the active segment's size; otherwise
-the segment fields are -1 and readers ask the owner.
+Publishing writes bytes 0..108 over the old ones in one `pwrite` (no shared mapping: the page is the page cache's,
+not the owner's), which another process may see half done: a reader takes a snapshot only if both sequences are
+equal and the CRC matches, and reads again otherwise (`READ_ATTEMPTS`). The file keeps its inode for the life of
+the partition folder, so a reader that opened it keeps seeing the current owner's state after the owner restarts; a
+new owner continues the sequence of the old one, so a change is never missed by a reader comparing sequences. The
+position is published only while the high watermark equals the log end offset (always, with one replica), as the
+active segment's size; otherwise the segment fields are -1 and readers ask the owner.
 
 The bytes are untrusted (any process may write the file): `read` checks magic, version, CRC and that the offsets
 make sense (0 <= log start <= last stable offset <= high watermark <= log end), and answers None for anything else,
