@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from storage.config.cleaner_config import CleanerConfig
 from storage.config.log_config import LogConfig
@@ -18,30 +18,29 @@ from storage.config.log_config import LogConfig
 # Distinct properties kept parsed: a process sees one per topic config it serves.
 CONFIGS_KEPT = 256
 
+ConfigT = TypeVar("ConfigT", LogConfig, CleanerConfig)
+_KINDS: dict[str, type[LogConfig] | type[CleanerConfig]] = {kind.__name__: kind for kind in (LogConfig, CleanerConfig)}
+
 
 def shared_log_config(properties: Mapping[str, Any]) -> LogConfig:
     """`LogConfig.from_properties(properties)`, the same object for equal properties."""
-    try:
-        key = frozenset(properties.items())
-    except TypeError:
-        return LogConfig.from_properties(properties)
-    return _log_config(key)
+    return _shared(LogConfig, properties)
 
 
 def shared_cleaner_config(properties: Mapping[str, Any]) -> CleanerConfig:
     """`CleanerConfig.from_properties(properties)`, the same object for equal properties."""
+    return _shared(CleanerConfig, properties)
+
+
+def _shared(kind: type[ConfigT], properties: Mapping[str, Any]) -> ConfigT:
     try:
         key = frozenset(properties.items())
     except TypeError:
-        return CleanerConfig.from_properties(properties)
-    return _cleaner_config(key)
+        return kind.from_properties(properties)
+    parsed: ConfigT = _parsed(kind.__name__, key)
+    return parsed
 
 
 @functools.lru_cache(maxsize=CONFIGS_KEPT)
-def _log_config(properties: frozenset[tuple[str, Any]]) -> LogConfig:
-    return LogConfig.from_properties(dict(properties))
-
-
-@functools.lru_cache(maxsize=CONFIGS_KEPT)
-def _cleaner_config(properties: frozenset[tuple[str, Any]]) -> CleanerConfig:
-    return CleanerConfig.from_properties(dict(properties))
+def _parsed(kind: str, properties: frozenset[tuple[str, Any]]) -> Any:
+    return _KINDS[kind].from_properties(dict(properties))
