@@ -1153,9 +1153,16 @@ def input_divergence(source: str, extras: set[bytes], done: Transformed, acked: 
             if not isinstance(batch, RecordBatch):
                 continue
             for record in batch.records():
-                if record.key != f"topic/{source}".encode() or record.value is None:
+                if record.key is None or record.value is None:
                     continue
-                for partition, state in sorted(json.loads(record.value).get("replication", {}).items()):
+                body = json.loads(record.value)
+                if record.key == f"topic/{source}".encode():
+                    changed = sorted(body.get("replication", {}).items())
+                elif record.key.startswith(f"partition/{source}/".encode()):
+                    changed = [(record.key.decode().rsplit("/", 1)[1], body["state"])]
+                else:
+                    continue
+                for partition, state in changed:
                     leader = short.get(state["leader"], state["leader"][:6])
                     isr = [short.get(node, node[:6]) for node in state["isr"]]
                     lines.append(f"  state {partition}: leader {leader} epoch {state['epoch']} isr {isr}")

@@ -9,6 +9,7 @@ Its records (JSON values, readable with `raybroker dump-log --print-data-log`):
 |--------------------|------------------------------------------------------------------|
 | `cluster`          | `{"cluster_id": ...}`                                            |
 | `topic/<name>`     | `{"topic_id", "partitions": {"0": node}, "replication": {"0": state}, "config"}`; null: deleted |
+| `partition/<name>/<p>` | `{"topic_id", "leader", "state"}`: one partition's newer state (`partition_records`) |
 | `producer-ids`     | `{"next": N}`: the next idempotent-producer id to hand out       |
 | `coordinator-epochs` | `{"next": N}`: the next coordinator epoch to hand out (transaction and group coordinators) |
 | `controller`       | `{"epoch", "node"}`: the controller that started last, in which epoch on which node |
@@ -99,6 +100,11 @@ from actors.core.controller.finalized_features import FEATURE_KEY_PREFIX, Finali
 from actors.core.controller.group_config_store import GROUP_CONFIG_KEY_PREFIX, GroupConfigStore, GroupConfigVersion
 from actors.core.controller.metadata_replication import MetadataReplication
 from actors.core.controller.node_broker import NodeBroker
+from actors.core.controller.partition_records import (
+    PARTITION_KEY_PREFIX,
+    partition_record,
+    replayed_partition_states,
+)
 from actors.core.controller.reassignment import (
     completed,
 )
@@ -232,6 +238,8 @@ class Controller(TopicAdmin, ReplicaMoves, ClusterSettings):
         for record in self._log.records():
             if record.key is not None:
                 latest[record.key] = (record.offset, record.value)
+        topic_offsets: dict[str, int] = {}
+        partition_states: list[tuple[int, str, dict[str, Any]]] = []
         for key, (offset, value) in latest.items():
             name = key.decode("utf-8")
             if name.startswith(ACL_KEY_PREFIX):
@@ -261,17 +269,27 @@ class Controller(TopicAdmin, ReplicaMoves, ClusterSettings):
             elif name.startswith("topic/"):
                 topic = name[len("topic/") :]
                 self._topics[topic] = TopicMetadata.from_record(topic, body)
+                topic_offsets[topic] = offset
+            elif name.startswith(PARTITION_KEY_PREFIX):
+                partition_states.append((offset, name, body))
             elif name.startswith(SCRAM_KEY_PREFIX):
                 self._scram.load(name, body)
+        self._topics.update(replayed_partition_states(self._topics, topic_offsets, partition_states))
 
     def _write(self, key: str, value: dict[str, Any] | None) -> int:
         """Appends the record (a null value for None), flushes it and sends it to the metadata mirrors in sync
         (`actors.core.controller.metadata_replication`); returns its offset. `NotControllerError` once a successor
         fenced this controller."""
+        return self._write_many([(key, value)])
+
+    def _write_many(self, records: Sequence[tuple[str, dict[str, Any] | None]]) -> int:
+        """`_write` of several records in one batch (one append, flush and send); returns the last one's offset."""
         self._replication.check_active()
         builder = RecordBatchBuilder()
-        payload = None if value is None else json.dumps(value, sort_keys=True).encode("utf-8")
-        builder.append(key.encode("utf-8"), payload, timestamp=self._clock.milliseconds())
+        now_ms = self._clock.milliseconds()
+        for key, value in records:
+            payload = None if value is None else json.dumps(value, sort_keys=True).encode("utf-8")
+            builder.append(key.encode("utf-8"), payload, timestamp=now_ms)
         info = self._log.append(builder.build())
         self._log.flush()
         self._replication.replicate(info.first_offset, self._brokers)
@@ -334,11 +352,17 @@ class Controller(TopicAdmin, ReplicaMoves, ClusterSettings):
         by_topic: dict[str, list[LeaderAndIsr]] = {}
         for state in states:
             by_topic.setdefault(state.topic, []).append(state)
+        updated: dict[str, TopicMetadata] = {}
+        records: list[tuple[str, dict[str, Any] | None]] = []
         for name, changed in by_topic.items():
             topic = self._topics[name]
             for state in changed:
                 self._metrics.isr_changed(len(topic.state(state.partition).isr), len(state.isr))
-            self._persist_topic(topic.with_states(changed))
+            updated[name] = topic = topic.with_states(changed)
+            records.extend(partition_record(topic, state.partition) for state in changed)
+        if records:
+            self._write_many(records)
+        self._topics.update(updated)
         return list(states)
 
     def _elect_offline(self) -> list[LeaderAndIsr]:

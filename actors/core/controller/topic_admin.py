@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from actors.core.controller.assignment import check_replication_factor, new_partition_state, place_replicas
 from actors.core.controller.node_broker import NodeBroker
+from actors.core.controller.partition_records import partition_tombstones
 from actors.core.controller.reassignment import check_target
 from actors.core.controller.topic_metadata import INTERNAL_TOPICS, TopicMetadata
 from actors.core.replication.leader_and_isr import LeaderAndIsr
@@ -55,6 +56,8 @@ class TopicAdmin:
         _topic_deleted: Callable[[str], None] | None
 
         def _write(self, key: str, value: dict[str, Any] | None) -> int: ...
+
+        def _write_many(self, records: Sequence[tuple[str, dict[str, Any] | None]]) -> int: ...
 
         def _persist_topic(self, topic: TopicMetadata) -> None: ...
 
@@ -203,7 +206,7 @@ class TopicAdmin:
         `topic_deleted` is told (the group coordinator deletes the topic's committed offsets)."""
         with self._lock:
             topic = self.describe_topic(name)
-            self._write(f"topic/{name}", None)
+            self._write_many([(f"topic/{name}", None), *partition_tombstones(topic)])
             del self._topics[name]
             pending = self._delete_replicas_of(topic, topic.partitions)
         try:

@@ -341,6 +341,32 @@ def test_a_lost_broker_writes_each_topics_changes_once_not_once_per_partition(cl
     assert states() == after_loss, "the replayed metadata log lost a change"
 
 
+def test_one_partitions_isr_change_writes_that_partition_not_its_topic_and_replays(cluster: Cluster) -> None:
+    """An ISR change of one partition of a large topic writes a record of that partition (Kafka's
+    PartitionChangeRecord), a few hundred bytes whatever the topic's size; a restarted controller replays it over the
+    topic's record; a topic deleted and created again under its name does not get the old partition's state back."""
+    cluster.controller.create_topic("t", 300, replication_factor=2)
+    state = cluster.controller.partition_state("t", 7)
+    before = metadata_log_bytes(cluster)
+    shrunk = cluster.controller.alter_partition("t", 7, state.leader, state.leader_epoch, state.version, [state.leader])
+    assert shrunk.isr == (state.leader,)
+    assert metadata_log_bytes(cluster) - before < 1_000
+    cluster.controller.close()
+    cluster.controller = cluster.start_controller()
+    replayed = cluster.controller.partition_state("t", 7)
+    assert (replayed.leader, replayed.leader_epoch, replayed.isr, replayed.version) == (
+        shrunk.leader,
+        shrunk.leader_epoch,
+        shrunk.isr,
+        shrunk.version,
+    )
+    cluster.controller.delete_topic("t")
+    cluster.controller.create_topic("t", 300, replication_factor=2)
+    cluster.controller.close()
+    cluster.controller = cluster.start_controller()
+    assert len(cluster.controller.partition_state("t", 7).isr) == 2
+
+
 SESSION_MS = 9000  # Kafka's broker.session.timeout.ms, the default
 
 
