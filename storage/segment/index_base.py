@@ -29,10 +29,11 @@ full index and is resized like any other.
 from __future__ import annotations
 
 import abc
+import contextlib
 import mmap
 import os
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import ClassVar, Generic, TypeVar
 
@@ -181,8 +182,7 @@ class IndexBase(abc.ABC, Generic[EntryT]):
         if rounded == self._length:
             return False
         try:
-            fd = self._reopen()
-            try:
+            with self._reopened() as fd:
                 # The old mapping is replaced, never closed nor set to None first: a reader thread may be
                 # searching it (the partition actor reads while its writer rolls) and must find a mapping at
                 # every moment. It only touches used entries, which stay inside the new length, and the old
@@ -190,8 +190,6 @@ class IndexBase(abc.ABC, Generic[EntryT]):
                 os.ftruncate(fd, rounded)
                 self._length = rounded
                 self._map(fd)
-            finally:
-                os.close(fd)
         except OSError as exc:
             raise KafkaStorageError(f"cannot resize index to {rounded} bytes: {exc.strerror}", path=self._path) from exc
         self._max_entries = rounded // self.ENTRY_SIZE
@@ -236,11 +234,8 @@ class IndexBase(abc.ABC, Generic[EntryT]):
         try:
             if self._mmap is not None:
                 self._mmap.flush()
-            fd = self._reopen()
-            try:
+            with self._reopened() as fd:
                 os.fsync(fd)
-            finally:
-                os.close(fd)
         except OSError as exc:
             raise KafkaStorageError(f"cannot flush index: {exc.strerror}", path=self._path) from exc
 
@@ -370,11 +365,16 @@ class IndexBase(abc.ABC, Generic[EntryT]):
         if self._closed:
             raise StorageError("index is closed", path=self._path)
 
-    def _reopen(self) -> int:
-        """A new descriptor of the open index's file, for the caller to close: the index keeps none of its own (its
+    @contextlib.contextmanager
+    def _reopened(self) -> Iterator[int]:
+        """A descriptor of the open index's file for the block, closed after it: the index keeps none of its own (its
         mapping holds the file), so a partition costs one descriptor per index, as Kafka's mapped indexes do."""
         self._check_open()
-        return os.open(self._path, os.O_RDWR | os.O_CLOEXEC)
+        fd = os.open(self._path, os.O_RDWR | os.O_CLOEXEC)
+        try:
+            yield fd
+        finally:
+            os.close(fd)
 
     def _check_writable(self) -> None:
         self._check_open()

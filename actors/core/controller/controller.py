@@ -341,14 +341,14 @@ class Controller(TopicAdmin, ReplicaMoves, ClusterSettings):
         self._push(held, only=node_id)
 
     def _persist_state(self, state: LeaderAndIsr) -> LeaderAndIsr:
-        """Writes a partition's new replication state into its topic's record; returns it."""
+        """Writes a partition's new replication state (`_persist_states`); returns it."""
         self._persist_states([state])
         return state
 
     def _persist_states(self, states: Sequence[LeaderAndIsr]) -> list[LeaderAndIsr]:
-        """Writes partitions' new replication states (at most one per partition), one record per topic they touch:
-        a topic's record holds all its partitions, so a record per state would make a change of every partition
-        (a broker's loss, an election) write the topic once per partition. Returns the states."""
+        """Writes partitions' new replication states as one batch of partition records
+        (`actors.core.controller.partition_records`), one append, flush and send to the mirrors however many
+        partitions a pass changes (a broker's loss, an election); returns the states."""
         by_topic: dict[str, list[LeaderAndIsr]] = {}
         for state in states:
             by_topic.setdefault(state.topic, []).append(state)

@@ -85,9 +85,6 @@ class TopicMetadata:
         """The replication state of each partition (`state`)."""
         return [self.state(partition) for partition in self.partitions]
 
-    def with_state(self, state: LeaderAndIsr) -> TopicMetadata:
-        return self.with_states([state])
-
     def with_states(self, states: Iterable[LeaderAndIsr]) -> TopicMetadata:
         """The topic with each of `states` as its partition's replication state (the last one given wins)."""
         partitions = dict(self.partitions)
