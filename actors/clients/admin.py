@@ -7,7 +7,8 @@ replicas, leader and leader epoch, named by the Ray node ids of their brokers; t
 partition with no leader (offline: none of its in-sync replicas runs), or whose leader's broker is not running (its
 node was lost while no controller ran, until a session later the controller takes it for lost), has no replica to
 ask, and is described with -1 for its numbers, as Kafka answers an unknown offset, so that an operator still sees it
-(`raybroker topics --describe --unavailable-partitions`).
+(`raybroker topics --describe --unavailable-partitions`); so is a partition whose leader replica went away between
+the controller's answer and its own (removed as a reassignment completed).
 
 SCRAM credentials and ACLs live in the controller (`actors.core.security`); a password is salted and hashed here,
 as Kafka's Admin client does, and only the credential travels. Every method blocks until the broker has answered
@@ -37,7 +38,13 @@ from actors.core.security.scram import (
 )
 from actors.server.partition_lookup import partition_actor, replica_actor
 from storage.arguments import is_int
-from storage.errors import InvalidConfigError, InvalidRequestError, RaybrokerError
+from storage.errors import (
+    BrokerNotAvailableError,
+    InvalidConfigError,
+    InvalidRequestError,
+    RaybrokerError,
+    UnknownTopicOrPartitionError,
+)
 from storage.kafka_uuid import ZERO_UUID, uuid_text
 from storage.logdir.partition_handles import PartitionState
 
@@ -249,15 +256,10 @@ class Admin:
         states = [metadata.state(p) for p in sorted(metadata.partitions)]
         running = set(call(self._controller.brokers.remote()))
         refs = [
-            None
-            if state.offline or state.leader not in running
-            else replica_actor(metadata.name, state.partition, state.leader).state.remote()
+            None if state.offline or state.leader not in running else _ask_leader(metadata.name, state)
             for state in states
         ]
-        described = [
-            _partition_description(state, None if ref is None else call(ref))
-            for state, ref in zip(states, refs, strict=True)
-        ]
+        described = [_partition_description(state, _leader_log(ref)) for state, ref in zip(states, refs, strict=True)]
         return TopicDescription(
             metadata.name,
             dict(metadata.config),
@@ -265,6 +267,30 @@ class Admin:
             metadata.replication_factor,
             "" if metadata.topic_id == ZERO_UUID else uuid_text(metadata.topic_id),
         )
+
+
+# What a replica the controller named answers when it went away since (deleted as a move completed, its process
+# ended): it is described as one without a leader.
+_REPLICA_GONE = (BrokerNotAvailableError, UnknownTopicOrPartitionError)
+
+
+def _ask_leader(topic: str, state: LeaderAndIsr) -> object | None:
+    """The pending `state()` call of the partition's leader replica; None if that replica is gone already."""
+    try:
+        return replica_actor(topic, state.partition, state.leader).state.remote()
+    except _REPLICA_GONE:
+        return None
+
+
+def _leader_log(ref: object | None) -> PartitionState | None:
+    """A leader replica's `state()` answer; None when there was no replica to ask or the one asked went away before
+    answering."""
+    if ref is None:
+        return None
+    try:
+        return call(ref)
+    except _REPLICA_GONE:
+        return None
 
 
 def _partition_description(state: LeaderAndIsr, log: PartitionState | None) -> PartitionDescription:

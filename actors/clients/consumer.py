@@ -379,21 +379,30 @@ class Consumer(Closeable):
     def _list_offsets(
         self, timestamps: Mapping[TopicPartition, int]
     ) -> dict[TopicPartition, TimestampAndOffset | None]:
-        """ListOffsets of every partition at once. A leader elected a moment ago answers OFFSET_NOT_AVAILABLE until its
-        high watermark reaches its epoch's start (KIP-207): asked again every `retry.backoff.ms`, up to
-        `default.api.timeout.ms`, as Kafka's consumer does."""
+        """ListOffsets of every partition at once. A retriable answer is asked again every `retry.backoff.ms`, up to
+        `default.api.timeout.ms`, as Kafka's consumer does: a leader elected a moment ago answers OFFSET_NOT_AVAILABLE
+        until its high watermark reaches its epoch's start (KIP-207), and a replica that stopped leading since its
+        handle was looked up (NOT_LEADER_OR_FOLLOWER) or went away is replaced by the leader looked up again."""
         found: dict[TopicPartition, TimestampAndOffset | None] = {}
         waiting = dict(timestamps)
         deadline = time.monotonic() + DEFAULT_API_TIMEOUT_S
         while waiting:
-            refs = {tp: self._handle(tp).list_offset.remote(ts, self._isolation) for tp, ts in waiting.items()}
+            refs = {}
+            for tp, ts in waiting.items():
+                try:
+                    refs[tp] = self._handle(tp).list_offset.remote(ts, self._isolation)
+                except RaybrokerError as exc:
+                    if not exc.retriable or time.monotonic() >= deadline:
+                        raise
             for tp, ref in refs.items():
                 try:
                     found[tp] = call(ref)
                     del waiting[tp]
-                except OffsetNotAvailableError:
-                    if time.monotonic() >= deadline:
+                except RaybrokerError as exc:
+                    if not exc.retriable or time.monotonic() >= deadline:
                         raise
+                    if not isinstance(exc, OffsetNotAvailableError):
+                        self._handles.pop(tp, None)
             if waiting:
                 time.sleep(RETRY_BACKOFF_S)
         return {tp: found[tp] for tp in timestamps}

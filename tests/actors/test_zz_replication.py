@@ -182,6 +182,30 @@ def test_a_partition_reassigned_to_another_node_keeps_every_record_there(
         replica_actor("moved", 0, source)
 
 
+def test_a_consumers_offset_lookups_follow_a_leader_that_moved(nodes: Nodes) -> None:
+    """A consumer's offset lookups (`seek_to_beginning`, `position`, `offsets_for_times`) keep answering after the
+    partition's leadership moved to another replica since the consumer last asked: the replica it asked before, a
+    follower now, answers NOT_LEADER_OR_FOLLOWER, and the consumer looks the leader up again, as Kafka's consumer
+    retries a retriable ListOffsets error within `default.api.timeout.ms`."""
+    admin = Admin()
+    admin.create_topic("lead-moves", partitions=1, replication_factor=2)
+    first = states("lead-moves")[0]
+    tp = ("lead-moves", 0)
+    with Producer(acks="all") as producer:
+        sent = [producer.send("lead-moves", f"v{i}".encode(), partition=0).result(timeout=60) for i in range(10)]
+    with Consumer(auto_offset_reset="earliest", value_deserializer=None) as consumer:
+        consumer.assign([tp])
+        consumer.seek_to_end()
+        assert consumer.position(tp) == 10
+        moved = (first.replicas[1], first.replicas[0])
+        assert admin.alter_partition_reassignments({tp: list(moved)}) == {tp: None}
+        wait_until(lambda: states("lead-moves")[0].leader == moved[0], what="the preferred leader elected")
+        consumer.seek_to_beginning()
+        assert consumer.position(tp) == 0
+        first_at = next(record for record in sent if record.timestamp >= sent[4].timestamp)
+        assert consumer.offsets_for_times({tp: sent[4].timestamp}) == {tp: (first_at.offset, first_at.timestamp)}
+
+
 def test_acks_all_writes_reach_every_replica_identically(nodes: Nodes) -> None:
     """Three partitions, so that one is led on the producer's own node (its appends go over the leader's append
     channel, then `await_replicated`) and two elsewhere (Ray calls): every acknowledged write is on every replica."""

@@ -164,3 +164,33 @@ def test_a_replication_factor_one_broker_cannot_place_is_refused_and_creates_not
     with pytest.raises(InvalidReplicationFactorError, match=f"replication factor.* {factor}"):
         admin.create_topic(f"replicated{factor}", 1, replication_factor=factor)
     assert f"replicated{factor}" not in admin.list_topics()
+
+
+def test_a_leader_replica_gone_before_it_answers_is_described_with_unknown_numbers(
+    admin_and_dirs: tuple[Any, list[Path]],
+) -> None:
+    """A partition whose leader replica went away between the controller's answer and its own (a reassignment that
+    completed removes the old replica so) is still described, with its replication state and -1 for the numbers
+    only that replica knows, as a partition without a leader is; the other partitions keep theirs. The replica is
+    deleted from its broker behind the controller's back, as the controller's own deletion ends a move."""
+    from actors.calls import call, get_actor
+    from actors.options import log_manager_name
+
+    admin, _ = admin_and_dirs
+    admin.create_topic("gone-leader", 2)
+    offsets = produce("gone-leader", [1_000, 2_000], partition=1)
+    before = admin.describe_topic("gone-leader").partitions
+    log_manager = get_actor(log_manager_name(before[0].node_id))
+    assert call(log_manager.delete_partitions.remote("gone-leader", [0])) == [0]
+    try:
+        gone, kept = admin.describe_topic("gone-leader").partitions
+        assert (gone.node_id, gone.replicas, gone.isr, gone.leader_epoch) == (
+            before[0].node_id,
+            before[0].replicas,
+            before[0].isr,
+            before[0].leader_epoch,
+        )
+        assert (gone.log_start_offset, gone.log_end_offset, gone.high_watermark) == (-1, -1, -1)
+        assert (kept.log_start_offset, kept.log_end_offset) == (0, offsets[-1] + 1)
+    finally:
+        admin.delete_topic("gone-leader")
