@@ -5,13 +5,16 @@ partition actors, so a Python process takes records from a share group beside Ka
 several members may share. `poll` heartbeats when due, sends the acknowledgements pending from the records it
 returned before, then asks each assigned partition's leader to acquire records for the member
 (`PartitionServer.share_fetch`: whole batches, each record locked for the group's `share.record.lock.duration.ms`
-with its delivery count) and returns them, at most `max_poll_records` (a soft limit: whole batches), waiting up to
-`timeout_ms` (looking again every `POLL_INTERVAL_S`) while none come.
+with its delivery count) and returns them, at most `max_poll_records` (a soft limit: whole batches; a hard one with
+`share_acquire_mode="record_limit"`, Kafka 4.2's `share.acquire.mode`, which asks the partitions one after another
+for what the poll may still take), waiting up to `timeout_ms` (looking again every `POLL_INTERVAL_S`) while none
+come.
 
 Acknowledgement (Kafka's `share.acknowledgement.mode`):
 - `implicit` (the default): every record a `poll` returned is accepted by the next `poll`, `commit_sync` or `close`;
 - `explicit`: each record is acknowledged with `acknowledge(record, ack_type)` (ACCEPT, RELEASE: delivered again with a
-  higher delivery count, REJECT: never again) before the next `poll`, which otherwise raises
+  higher delivery count, REJECT: never again; Kafka 4.2's RENEW of the lock is not sent by this consumer and raises)
+  before the next `poll`, which otherwise raises
   `InvalidRequestError` as Kafka's raises IllegalStateException. `acknowledge` in implicit mode raises too.
 Offsets inside an acquired range that hold no record (control batches, compacted away) are acknowledged as GAP, as
 Kafka's client does. `commit_sync` sends the pending acknowledgements at once and answers each partition's outcome
@@ -53,6 +56,10 @@ logger = logging.getLogger(__name__)
 IMPLICIT = "implicit"
 EXPLICIT = "explicit"
 ACKNOWLEDGEMENT_MODES = (IMPLICIT, EXPLICIT)
+# Kafka 4.2's `share.acquire.mode` (KIP-1206).
+BATCH_OPTIMIZED = "batch_optimized"
+RECORD_LIMIT = "record_limit"
+ACQUIRE_MODES = (BATCH_OPTIMIZED, RECORD_LIMIT)
 # How often a poll that acquired nothing asks the leaders again while its timeout lasts (as the listener's ShareFetch
 # waits: a share-partition acquires at once or not at all).
 POLL_INTERVAL_S = 0.05
@@ -77,6 +84,7 @@ class ShareConsumer(Closeable):
         broker: Broker | None = None,
         *,
         acknowledgement_mode: str = IMPLICIT,
+        share_acquire_mode: str = BATCH_OPTIMIZED,
         max_poll_records: int = 500,
         max_partition_fetch_bytes: int = 1024 * 1024,
         key_deserializer: Deserializer | None = None,
@@ -90,6 +98,10 @@ class ShareConsumer(Closeable):
             raise InvalidConfigError(
                 f"acknowledgement_mode must be one of {', '.join(ACKNOWLEDGEMENT_MODES)}, got {acknowledgement_mode!r}"
             )
+        if share_acquire_mode not in ACQUIRE_MODES:
+            raise InvalidConfigError(
+                f"share_acquire_mode must be one of {', '.join(ACQUIRE_MODES)}, got {share_acquire_mode!r}"
+            )
         for name, value in (
             ("max_poll_records", max_poll_records),
             ("max_partition_fetch_bytes", max_partition_fetch_bytes),
@@ -98,6 +110,7 @@ class ShareConsumer(Closeable):
                 raise InvalidConfigError(f"{name} must be an int >= 1, got {value!r}")
         self._broker = broker or Broker.connect()
         self._explicit = acknowledgement_mode == EXPLICIT
+        self._record_limit = share_acquire_mode == RECORD_LIMIT
         self._max_poll_records = max_poll_records
         self._max_partition_fetch_bytes = max_partition_fetch_bytes
         self._key_deserializer = key_deserializer
@@ -184,6 +197,8 @@ class ShareConsumer(Closeable):
             raise InvalidRequestError(
                 "GAP is not acknowledged by hand: the consumer sends it for offsets without a record"
             )
+        if kind == AcknowledgeType.RENEW:
+            raise InvalidRequestError("RENEW is not sent by this consumer: acknowledge within the record lock")
         tp = (record.topic, record.partition)
         delivered = self._delivered.get(tp)
         if delivered is None or record.offset not in delivered:
@@ -221,30 +236,50 @@ class ShareConsumer(Closeable):
         self._delivered.clear()
 
     def _acquire(self) -> list[ShareRecord]:
-        partitions = list(self._member.assignment)
-        refs = {}
-        for tp in partitions:
-            try:
-                refs[tp] = self._handle(tp).share_fetch.remote(
-                    self._member.group_id,
-                    self._member.member_id,
-                    self._settings,
-                    self._max_partition_fetch_bytes,
-                    self._max_poll_records,
-                )
-            except RaybrokerError as exc:
-                self._forget_leader(tp, exc)
+        """One round of acquisitions: every assigned partition asked at once for `max_poll_records`, or in the
+        record-limit mode one after another, each for what the poll may still take."""
         records: list[ShareRecord] = []
+        if self._record_limit:
+            for tp in list(self._member.assignment):
+                left = self._max_poll_records - len(records)
+                if left <= 0:
+                    break
+                records.extend(self._take(tp, self._ask(tp, left)))
+            return records
+        refs = {tp: self._ask(tp, self._max_poll_records) for tp in list(self._member.assignment)}
         for tp, ref in refs.items():
-            try:
-                fetched: ShareFetched = call(ref)
-            except RaybrokerError as exc:
-                self._forget_leader(tp, exc)
-                continue
-            if fetched.acquired:
-                self._touched.add(tp)
-                records.extend(self._records_of(tp, fetched))
+            records.extend(self._take(tp, ref))
         return records
+
+    def _ask(self, tp: TopicPartition, max_records: int) -> Any:
+        """The pending acquisition at `tp`'s leader; None when its leader could not be asked."""
+        try:
+            return self._handle(tp).share_fetch.remote(
+                self._member.group_id,
+                self._member.member_id,
+                self._settings,
+                self._max_partition_fetch_bytes,
+                max_records,
+                0,
+                self._record_limit,
+            )
+        except RaybrokerError as exc:
+            self._forget_leader(tp, exc)
+            return None
+
+    def _take(self, tp: TopicPartition, ref: Any) -> list[ShareRecord]:
+        """The records an acquisition `_ask` started got (none if it failed or was not started)."""
+        if ref is None:
+            return []
+        try:
+            fetched: ShareFetched = call(ref)
+        except RaybrokerError as exc:
+            self._forget_leader(tp, exc)
+            return []
+        if not fetched.acquired:
+            return []
+        self._touched.add(tp)
+        return self._records_of(tp, fetched)
 
     def _records_of(self, tp: TopicPartition, fetched: ShareFetched) -> list[ShareRecord]:
         """The records of `fetched` inside its acquired ranges; offsets of those ranges without a record go to the

@@ -246,7 +246,7 @@ FAILED_SHARE_ACKNOWLEDGEMENT_REQUESTS = _counter(
 # the share-partitions live ----------------------------------------------------------------------------------------
 SHARE_RECORD_ACKNOWLEDGEMENTS = _counter(
     "kafka_server_sharegroupmetrics_recordacknowledgements",
-    "Records share consumers acknowledged, by type (Accept, Release, Reject).",
+    "Records share consumers acknowledged, by type (Accept, Release, Reject, Renew).",
     "ackType",
 )
 SHARE_IN_FLIGHT_MESSAGES = _gauge(

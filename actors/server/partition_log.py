@@ -102,6 +102,13 @@ from actors.server.ray_share_states import RayPartitionStates, ray_dead_letters
 from actors.server.replica_fetch_pieces import ReplicaFetchPiece, checked_piece_count, split
 from actors.server.replica_links import REPLICA_CALL_TIMEOUT_S, RayControllerLink, RayLeaderLink
 from actors.server.replication_throttle import RayReplicationThrottle
+from actors.server.share_arguments import (
+    check_share_acknowledgements,
+    check_share_fetch_limit,
+    check_share_group,
+    check_share_member,
+    check_share_settings,
+)
 from actors.startup_objects import freeze_startup_objects
 from storage import file_names
 from storage.arguments import is_int
@@ -668,46 +675,50 @@ class PartitionLogActor:
         max_bytes: int,
         max_records: int,
         max_wait_ms: int = 0,
+        record_limit: bool = False,
     ) -> ShareFetched:
         """Records acquired for a share group's member by this leader, waiting up to `max_wait_ms` when there are
-        none (`PartitionServer.share_fetch`)."""
-        _check_share_member(group_id, member_id)
-        _check_share_settings(config)
-        if not is_int(max_records) or max_records < 1:
-            raise InvalidRequestError(f"max_records must be a positive int, not {max_records!r}")
-        return self._server.share_fetch(
-            group_id, member_id, config, _checked_max_bytes(max_bytes), max_records, max_wait_ms
-        )
+        none, at most `max_records` with `record_limit` (`PartitionServer.share_fetch`)."""
+        check_share_member(group_id, member_id)
+        check_share_settings(config)
+        check_share_fetch_limit(max_records, record_limit)
+        max_bytes = _checked_max_bytes(max_bytes)
+        return self._server.share_fetch(group_id, member_id, config, max_bytes, max_records, max_wait_ms, record_limit)
 
     @ray.method(concurrency_group=SHARES_GROUP)
     def share_acknowledge(
-        self, group_id: str, member_id: str, config: ResolvedShareConfig, batches: list[AcknowledgementBatch]
+        self,
+        group_id: str,
+        member_id: str,
+        config: ResolvedShareConfig,
+        batches: list[AcknowledgementBatch],
+        renew: bool = False,
     ) -> None:
-        """A share group member's acknowledgements, all or none (`PartitionServer.share_acknowledge`)."""
-        _check_share_member(group_id, member_id)
-        _check_share_settings(config)
-        if not isinstance(batches, list) or not all(isinstance(batch, AcknowledgementBatch) for batch in batches):
-            raise InvalidRequestError("share acknowledgements must be a list of AcknowledgementBatch")
-        self._server.share_acknowledge(group_id, member_id, config, batches)
+        """A share group member's acknowledgements, all or none, RENEW among them only with `renew`
+        (`PartitionServer.share_acknowledge`)."""
+        check_share_member(group_id, member_id)
+        check_share_settings(config)
+        check_share_acknowledgements(batches, renew)
+        self._server.share_acknowledge(group_id, member_id, config, batches, renew)
 
     @ray.method(concurrency_group=SHARES_GROUP)
     def share_release(self, group_id: str, member_id: str) -> None:
         """Releases the records a share group member holds here (`PartitionServer.share_release`)."""
-        _check_share_member(group_id, member_id)
+        check_share_member(group_id, member_id)
         self._server.share_release(group_id, member_id)
 
     @ray.method(concurrency_group=SHARES_GROUP)
     def share_offsets(self, group_id: str) -> ShareOffsets | None:
         """A share group's share-partition here as DescribeShareGroupOffsets reports it
         (`PartitionServer.share_offsets`)."""
-        _check_share_group(group_id)
+        check_share_group(group_id)
         return self._server.share_offsets(group_id)
 
     @ray.method(concurrency_group=SHARES_GROUP)
     def alter_share_offset(self, group_id: str, start_offset: int) -> None:
         """A share group's share-partition here set to start at `start_offset`
         (`PartitionServer.alter_share_offset`)."""
-        _check_share_group(group_id)
+        check_share_group(group_id)
         if not is_int(start_offset):
             raise InvalidRequestError(f"start_offset must be an int, not {type(start_offset).__name__}")
         self._server.alter_share_offset(group_id, start_offset)
@@ -715,7 +726,7 @@ class PartitionLogActor:
     @ray.method(concurrency_group=SHARES_GROUP)
     def delete_share_state(self, group_id: str) -> bool:
         """A share group's share-partition here dropped (`PartitionServer.delete_share_state`)."""
-        _check_share_group(group_id)
+        check_share_group(group_id)
         return self._server.delete_share_state(group_id)
 
     @ray.method(concurrency_group=READ_GROUP)
@@ -872,24 +883,6 @@ def _checked_isolation(isolation: object) -> str:
     if not isinstance(isolation, str) or isolation not in CONSUMER_ISOLATIONS:
         raise InvalidRequestError(f"isolation must be one of {', '.join(CONSUMER_ISOLATIONS)}, not {isolation!r}")
     return isolation
-
-
-def _check_share_member(group_id: object, member_id: object) -> None:
-    """A share call's group and member ids as the listener sends them; `InvalidRequestError` otherwise."""
-    if not isinstance(group_id, str) or not isinstance(member_id, str):
-        raise InvalidRequestError("a share group call needs a group id and a member id")
-
-
-def _check_share_group(group_id: object) -> None:
-    """A share-group offset call's group id as the listener sends it; `InvalidRequestError` otherwise."""
-    if not isinstance(group_id, str) or not group_id:
-        raise InvalidRequestError("a share-group offset call needs a group id")
-
-
-def _check_share_settings(config: object) -> None:
-    """A share call's group settings as the listener sends them; `InvalidRequestError` otherwise."""
-    if not isinstance(config, ResolvedShareConfig):
-        raise InvalidRequestError(f"expected a share group's settings, not {type(config).__name__}")
 
 
 def _checked_max_bytes(max_bytes: object) -> int:

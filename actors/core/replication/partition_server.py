@@ -202,22 +202,29 @@ class PartitionServer:
         max_bytes: int,
         max_records: int,
         max_wait_ms: int = 0,
+        record_limit: bool = False,
     ) -> ShareFetched:
         """A ShareFetch's part for this partition: records acquired for `member_id` (`LeaderShares.acquire`); when
         none could be, waits up to `max_wait_ms` for an append, an acknowledgement or a release, looking again after
         each (see the module docstring)."""
 
         def acquired() -> ShareFetched:
-            return self.shares.acquire(group_id, member_id, config, self._share_position(), max_bytes, max_records)
+            position = self._share_position()
+            return self.shares.acquire(group_id, member_id, config, position, max_bytes, max_records, record_limit)
 
         return self.long_poll(acquired, lambda fetched: len(fetched.acquired), max_wait_ms, 1, self._share_poll_slots)
 
     def share_acknowledge(
-        self, group_id: str, member_id: str, config: ResolvedShareConfig, batches: list[AcknowledgementBatch]
+        self,
+        group_id: str,
+        member_id: str,
+        config: ResolvedShareConfig,
+        batches: list[AcknowledgementBatch],
+        renew: bool = False,
     ) -> None:
-        """`member_id`'s acknowledgements of records it acquired here, all or none (`LeaderShares.acknowledge`),
-        counted by type once applied."""
-        self.shares.acknowledge(group_id, member_id, config, self._share_position(), batches)
+        """`member_id`'s acknowledgements of records it acquired here, all or none (`LeaderShares.acknowledge`; RENEW
+        among them only with `renew`), counted by type once applied."""
+        self.shares.acknowledge(group_id, member_id, config, self._share_position(), batches, renew)
         self.changes.wake()
         self._metrics.share_acknowledged(records_by_type(batches))
 

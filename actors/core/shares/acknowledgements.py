@@ -11,13 +11,15 @@ record state each leads to (Kafka's `SharePartition.ACK_TYPE_TO_RECORD_STATE`):
 | ACCEPT  | 1  | Acknowledged: processed, never delivered again                         |
 | RELEASE | 2  | Available: delivered again (Archived once the delivery count limit is reached) |
 | REJECT  | 3  | Archived: unprocessable, never delivered again                         |
+| RENEW   | 4  | Acquired still, its lock renewed for the group's lock duration (KIP-1222) |
 
-GAP exists on the wire only: the client sends it for offsets inside an acquired range that held no record. Kafka
-4.2's RENEW (4, KIP-1222: extend the acquisition lock) is not served here: it is refused as an unknown type.
+GAP exists on the wire only: the client sends it for offsets inside an acquired range that held no record. RENEW
+(Kafka 4.2) is taken only from a request that says it carries renewals (ShareFetch and ShareAcknowledge v2's
+`IsRenewAck`); anywhere else it is an unknown type, as Kafka's `validateAcknowledgementBatches` refuses it.
 
 A partition's batches are refused whole with INVALID_REQUEST (`InvalidRequestError`) when a batch's last offset is
 below its first, a batch starts at or below the end of the one before it (overlapping or out of order), it names no
-type, it names several types but not exactly one per offset, or a type is not one of the four.
+type, it names several types but not exactly one per offset, or a type is not one of those taken.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ class AcknowledgeType(enum.IntEnum):
     ACCEPT = 1
     RELEASE = 2
     REJECT = 3
+    RENEW = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,9 +57,9 @@ class AcknowledgementBatch:
         return AcknowledgeType(self.acknowledge_types[offset - self.first_offset])
 
 
-def validate_batches(batches: Sequence[AcknowledgementBatch]) -> None:
+def validate_batches(batches: Sequence[AcknowledgementBatch], renew: bool = False) -> None:
     """Raises `InvalidRequestError` (Kafka's INVALID_REQUEST, with its reason) unless `batches` are well formed for
-    one share-partition (see the module docstring)."""
+    one share-partition, RENEW among their types only with `renew` (see the module docstring)."""
     next_offset = -1
     for batch in batches:
         if batch.last_offset < batch.first_offset:
@@ -76,7 +79,8 @@ def validate_batches(batches: Sequence[AcknowledgementBatch]) -> None:
                 f"acknowledgement batch {batch.first_offset}-{batch.last_offset} has {len(types)} types: "
                 "one for the batch or one per offset"
             )
-        unknown = sorted({t for t in types if t not in AcknowledgeType._value2member_map_})
+        taken = AcknowledgeType._value2member_map_
+        unknown = sorted({t for t in types if t not in taken or (t == AcknowledgeType.RENEW and not renew)})
         if unknown:
             raise InvalidRequestError(f"invalid acknowledge type {unknown[0]}")
 

@@ -209,8 +209,10 @@ class LeaderShares:
         log: LogPosition,
         max_bytes: int,
         max_records: int,
+        record_limit: bool = False,
     ) -> ShareFetched:
-        """Reads the log from the group's next fetch offset and acquires for `member_id` what it may take."""
+        """Reads the log from the group's next fetch offset and acquires for `member_id` what it may take, at most
+        `max_records` with `record_limit` (`SharePartition.acquire`)."""
         with self._persisted(group_id, log):
             share = self._share_partition(group_id, config, log)
             offset = share.next_fetch_offset()
@@ -219,7 +221,7 @@ class LeaderShares:
             read = log.read(offset, max_bytes, config.read_committed)
             records = read.records
             spans = _batch_spans(records)
-            acquired = share.acquire(member_id, [(base, last) for base, last, _, _ in spans], max_records)
+            acquired = share.acquire(member_id, [(base, last) for base, last, _, _ in spans], max_records, record_limit)
             if acquired and read.aborted_transactions:
                 acquired = share.archive_aborted(acquired, _aborted_batches(records, read.aborted_transactions))
         if not acquired:
@@ -233,10 +235,12 @@ class LeaderShares:
         config: ResolvedShareConfig,
         log: LogPosition,
         batches: Sequence[AcknowledgementBatch],
+        renew: bool = False,
     ) -> None:
-        """Applies `member_id`'s acknowledgements, all or none (`SharePartition.acknowledge`'s errors)."""
+        """Applies `member_id`'s acknowledgements, all or none (`SharePartition.acknowledge`'s errors), RENEW among
+        them only with `renew`."""
         with self._persisted(group_id, log):
-            self._share_partition(group_id, config, log).acknowledge(member_id, batches)
+            self._share_partition(group_id, config, log).acknowledge(member_id, batches, renew)
 
     def release(self, group_id: str, member_id: str, leader_epoch: int, log: LogPosition | None = None) -> None:
         """Releases every record `member_id` holds in the group's share-partition, if it has one (in the leader epoch

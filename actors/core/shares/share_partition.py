@@ -21,7 +21,10 @@ first, a whole run at a time until `max_fetch_records` is reached (a soft limit,
 SPEO, at most `max_fetch_records` less those acquired and at most `group.share.partition.max.record.locks` in
 flight (Kafka 4.2's `lastOffsetAndMaxRecordsToAcquire`), rounded up to the end of the log batch holding the last
 one (Kafka's `lastOffsetFromBatchWithRequestOffset`), so the locks can exceed the limit by one batch. A read that
-begins below SPSO is taken from SPSO on.
+begins below SPSO is taken from SPSO on. In the record-limit acquire mode (Kafka 4.2's `share.acquire.mode=
+record_limit`, ShareFetch v2's `ShareAcquireMode` 1) `max_fetch_records` is a hard limit: an Available run is
+acquired only up to it, and of new records the batch holding the last one still goes into flight whole, its records
+past the limit Available with delivery count 0 (Kafka's in-flight batch with per-offset state), for the next fetch.
 
 Acknowledging (Kafka's `acknowledge`) is all or nothing for the share-partition: the batches are first checked as
 `acknowledgements.validate_batches` does (INVALID_REQUEST), then each batch's offsets below SPSO are skipped (they
@@ -29,6 +32,8 @@ are done already), a batch when nothing is in flight is INVALID_RECORD_STATE ("n
 starting at or past SPEO or ending past it is INVALID_REQUEST ("past acquired records"),
 and an offset in it that is not Acquired by this member (Available, another member's, already acknowledged or
 archived) is INVALID_RECORD_STATE (`InvalidRecordStateError`); only when every batch passes does any record change.
+A RENEW (Kafka 4.2, KIP-1222) leaves its records Acquired by the member and moves their lock deadline to now plus the
+group's lock duration; it changes nothing the durable state holds, so it writes nothing.
 
 Time moves only through the injected clock: each call first releases the records whose lock deadline
 (acquisition time + the group's `share.record.lock.duration.ms`, else `group.share.record.lock.duration.ms`) has
@@ -62,8 +67,7 @@ archives them.
 A read_committed group (`share.isolation.level`) reads the log only below its last stable offset, and
 `archive_aborted` archives the records of aborted transactions just acquired, leaving them out of what is delivered.
 
-Not served yet: Kafka 4.2's record-limit acquire mode (`share.acquire.mode=record_limit`), the lock renewal
-(RENEW), and throttled delivery of records near the delivery limit.
+Not served yet: throttled delivery of records near the delivery limit.
 """
 
 from __future__ import annotations
@@ -293,10 +297,15 @@ class SharePartition:
     # --- what members do ---------------------------------------------------------------------------------
 
     def acquire(
-        self, member_id: str, log_batches: Sequence[tuple[int, int]], max_fetch_records: int
+        self,
+        member_id: str,
+        log_batches: Sequence[tuple[int, int]],
+        max_fetch_records: int,
+        record_limit: bool = False,
     ) -> list[AcquiredRecords]:
         """Acquires for `member_id` what it may take of the records a read of the log returned, `log_batches` being
-        the (base offset, last offset) of each batch read, in order (see the module docstring)."""
+        the (base offset, last offset) of each batch read, in order; `record_limit` makes `max_fetch_records` a hard
+        limit (see the module docstring)."""
         self.maybe_expire_locks()
         if max_fetch_records <= 0 or not log_batches:
             return []
@@ -313,6 +322,8 @@ class SharePartition:
                 if count >= max_fetch_records:
                     break
                 if run.state is RecordState.AVAILABLE:
+                    if record_limit and count + run.last - run.first + 1 > max_fetch_records:
+                        self._split_before(run.first + max_fetch_records - count)
                     run.state, run.member_id, run.deadline_ms = RecordState.ACQUIRED, member_id, deadline_ms
                     run.delivery_count += 1
                     taken.append(run)
@@ -323,9 +334,12 @@ class SharePartition:
         if last >= self._end and room > 0:
             new_first = max(first, self._end)
             new_last = min(last, _end_of_batch(log_batches, new_first + room - 1))
-            run = _Run(new_first, new_last, RecordState.ACQUIRED, 1, member_id, deadline_ms)
+            acquired_last = min(new_last, new_first + room - 1) if record_limit else new_last
+            run = _Run(new_first, acquired_last, RecordState.ACQUIRED, 1, member_id, deadline_ms)
             self._runs.append(run)
             taken.append(run)
+            if acquired_last < new_last:
+                self._runs.append(_Run(acquired_last + 1, new_last, RecordState.AVAILABLE, 0))
             self._end = new_last + 1
         acquired = _coalesce([AcquiredRecords(r.first, r.last, r.delivery_count) for r in taken])
         self._merge()
@@ -357,10 +371,11 @@ class SharePartition:
         self._advance_start()
         return kept
 
-    def acknowledge(self, member_id: str, batches: Sequence[AcknowledgementBatch]) -> None:
-        """Applies `member_id`'s acknowledgements, all or none (see the module docstring for the errors)."""
+    def acknowledge(self, member_id: str, batches: Sequence[AcknowledgementBatch], renew: bool = False) -> None:
+        """Applies `member_id`'s acknowledgements, all or none (see the module docstring for the errors); with
+        `renew`, RENEW may be among them."""
         self.maybe_expire_locks()
-        validate_batches(batches)
+        validate_batches(batches, renew)
         changes: list[tuple[int, int, AcknowledgeType]] = []
         for batch in batches:
             if batch.last_offset < self._start:
@@ -386,10 +401,14 @@ class SharePartition:
                         offset=max(run.first, first),
                     )
             changes.extend(_type_ranges(batch, first))
+        renewed_until = self._clock.milliseconds() + self.config.record_lock_duration_ms
         for change_first, change_last, ack_type in changes:
             for run in self._slice(change_first, change_last):
-                self._settle(run, _ACK_STATES[ack_type], rejected=ack_type is AcknowledgeType.REJECT)
-        if changes:
+                if ack_type is AcknowledgeType.RENEW:
+                    run.deadline_ms = renewed_until
+                else:
+                    self._settle(run, _ACK_STATES[ack_type], rejected=ack_type is AcknowledgeType.REJECT)
+        if any(ack_type is not AcknowledgeType.RENEW for _, _, ack_type in changes):
             self._write()
         self._merge()
         self._advance_start()

@@ -14,7 +14,8 @@ answer's top-level error and nothing changes. Then:
 - a final request (epoch -1) then releases every record the member holds in its session's partitions and forgets the
   session;
 - any other ShareFetch acquires records for the member from each partition of its session (`BrokerView.share_fetch`),
-  `max_records` for the whole request (a soft limit: whole batches) and `max_bytes` a partition. When nothing is
+  `max_records` for the whole request (a soft limit: whole batches; a hard one in the record-limit acquire mode,
+  ShareFetch v2's `ShareAcquireMode` 1, `SharePartition.acquire`) and `max_bytes` a partition. When nothing is
   acquired it waits up to `max_wait`, as Kafka's delayed share fetch waits: a session of one partition at the
   partition's leader, which answers as soon as an append, an acknowledgement or a release lets it acquire records
   (`PartitionServer.share_fetch`); a session of several looks again every `POLL_INTERVAL_S`.
@@ -32,9 +33,11 @@ checked after the group's authorization, as Kafka's `KafkaApis` does.
 Authorization, as Kafka's: READ on the group (else GROUP_AUTHORIZATION_FAILED, top level) and READ on each topic
 (else TOPIC_AUTHORIZATION_FAILED for its partitions); an unknown topic id answers UNKNOWN_TOPIC_ID.
 
-Not served yet: ShareFetch v2's record-limit acquire mode (`share_acquire_mode` 1 is served as batch mode) and the
-RENEW acknowledgement (INVALID_REQUEST); `current_leader` and `node_endpoints` are left empty (a single node leads
-every partition it answers for).
+An acquire mode other than Kafka's two is INVALID_REQUEST at the top level. A v2 request whose `IsRenewAck` is set
+may carry RENEW acknowledgements (KIP-1222: the records' locks renewed, `SharePartition.acknowledge`); such a
+ShareFetch acquires nothing, and one whose fetch limits are not all 0 is INVALID_REQUEST at the top level, with
+Kafka's message. RENEW in any other request is an unknown type (INVALID_REQUEST for the partition).
+`current_leader` and `node_endpoints` are left empty (a single node leads every partition it answers for).
 """
 
 from __future__ import annotations
@@ -72,6 +75,8 @@ _NO_LEADER = {"leader_id": -1, "leader_epoch": -1}
 # Kafka's `KafkaApis.isMemberIdValid`: a client-made member id (a UUID's 22 base64 characters) of at most 36.
 MAX_MEMBER_ID_LENGTH = 36
 INVALID_MEMBER_ID = "Invalid member id in the request."
+# ShareFetch v2's `ShareAcquireMode` (KIP-1206): Kafka's `ShareAcquireMode` ids.
+BATCH_OPTIMIZED_MODE, RECORD_LIMIT_MODE = 0, 1
 
 
 def member_id_valid(member_id: str) -> bool:
@@ -179,9 +184,10 @@ class _ShareHandler(GuardedHandler[BrokerView]):
         topic: str,
         partition: int,
         batches: list[AcknowledgementBatch],
+        renew: bool,
     ) -> tuple[ErrorCode, str | None]:
         try:
-            await self._view.share_acknowledge(topic, partition, group_id, member_id, settings, batches)
+            await self._view.share_acknowledge(topic, partition, group_id, member_id, settings, batches, renew)
         except RaybrokerError as exc:
             return share_partition_error_code(exc), str(exc)
         return ErrorCode.none, None
@@ -196,6 +202,13 @@ class ShareFetchHandler(_ShareHandler):
 
     async def __call__(self, request: Request) -> Any:
         body = request.body
+        mode = getattr(body, "share_acquire_mode", BATCH_OPTIMIZED_MODE)
+        renew = getattr(body, "is_renew_ack", False)
+        refused = _renewal_refused(body) if renew else None
+        if mode not in (BATCH_OPTIMIZED_MODE, RECORD_LIMIT_MODE):
+            refused = f"Unknown share acquire mode id: {mode}"
+        if refused is not None:
+            return _Answer(response_schema(SHARE_FETCH_KEY, request.api_version))(ErrorCode.invalid_request, refused)
         named = [(t.topic_id, p.partition_index) for t in body.topics for p in t.partitions]
         acks = {
             (t.topic_id, p.partition_index): _batches(p.acknowledgement_batches)
@@ -230,13 +243,15 @@ class ShareFetchHandler(_ShareHandler):
                     outcomes[key].acknowledge_error = topic
                     continue
                 outcomes[key].acknowledge_error, outcomes[key].acknowledge_message = await self._acknowledge(
-                    group_id, member_id, settings, topic, key[1], batches
+                    group_id, member_id, settings, topic, key[1], batches, renew
                 )
             self._count(True, names, [(key, outcomes[key].acknowledge_error or ErrorCode.none) for key in acks])
 
         if context.final:
             await acknowledged()
             await self._close(group_id, member_id, names)
+        elif renew:
+            await acknowledged()
         else:
             await asyncio.gather(
                 acknowledged(), self._acquire(group_id, member_id, settings, context, names, outcomes, body)
@@ -258,6 +273,7 @@ class ShareFetchHandler(_ShareHandler):
         session of one partition at its leader, one of several looking again every `POLL_INTERVAL_S`."""
         deadline = time.monotonic() + milliseconds(body.max_wait) / 1000
         remaining = max(body.max_records, 1)
+        record_limit = getattr(body, "share_acquire_mode", BATCH_OPTIMIZED_MODE) == RECORD_LIMIT_MODE
         wait_ms = 0
         while True:
             for key in context.partitions:
@@ -268,8 +284,9 @@ class ShareFetchHandler(_ShareHandler):
                     continue
                 if remaining <= 0:
                     break
+                limit = (remaining, record_limit)
                 remaining -= await self._fetch_into(
-                    outcome, topic, key[1], group_id, member_id, settings, body.max_bytes, remaining, wait_ms
+                    outcome, topic, key[1], group_id, member_id, settings, body.max_bytes, limit, wait_ms
                 )
             done = any(outcome.acquired or outcome.error != ErrorCode.none for outcome in outcomes.values())
             if done or wait_ms > 0 or time.monotonic() + POLL_INTERVAL_S > deadline:
@@ -288,14 +305,16 @@ class ShareFetchHandler(_ShareHandler):
         member_id: str,
         settings: ResolvedShareConfig,
         max_bytes: int,
-        max_records: int,
+        limit: tuple[int, bool],
         max_wait_ms: int,
     ) -> int:
         """One partition's acquisition at its leader (waiting there up to `max_wait_ms` for records) into `outcome`:
-        its records, or its error; the count of records acquired."""
+        its records, or its error; the count of records acquired. `limit` is the records it may acquire, and whether
+        that is a hard limit (the record-limit acquire mode)."""
+        max_records, record_limit = limit
         try:
             fetched = await self._view.share_fetch(
-                topic, partition, group_id, member_id, settings, max_bytes, max_records, max_wait_ms
+                topic, partition, group_id, member_id, settings, max_bytes, max_records, max_wait_ms, record_limit
             )
         except RaybrokerError as exc:
             outcome.error = share_partition_error_code(exc)
@@ -334,7 +353,9 @@ class ShareAcknowledgeHandler(_ShareHandler):
             code, message = (
                 (topic, None)
                 if isinstance(topic, ErrorCode)
-                else await self._acknowledge(group_id, member_id, settings, topic, partition, batches)
+                else await self._acknowledge(
+                    group_id, member_id, settings, topic, partition, batches, getattr(body, "is_renew_ack", False)
+                )
             )
             codes.append(((topic_id, partition), code))
             topics.setdefault(topic_id, []).append(
@@ -399,6 +420,22 @@ class _Answer:
                 "node_endpoints": [],
             },
         )
+
+
+def _renewal_refused(body: Any) -> str | None:
+    """Why a ShareFetch carrying renewals (`IsRenewAck`) is refused, in Kafka's words: it fetches nothing, so each
+    of its fetch limits must be 0 (KIP-1222); None when they are."""
+    nonzero = [
+        f"{name} must be set to 0, "
+        for name, value in (
+            ("maxBytes", body.max_bytes),
+            ("minBytes", body.min_bytes),
+            ("maxRecords", body.max_records),
+            ("maxWaitMs", milliseconds(body.max_wait)),
+        )
+        if value != 0
+    ]
+    return "".join(nonzero) + "if isRenewAck is true." if nonzero else None
 
 
 def _batches(batches: Any) -> list[AcknowledgementBatch]:

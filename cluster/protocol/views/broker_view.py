@@ -518,12 +518,22 @@ class BrokerView:
         max_bytes: int,
         max_records: int,
         max_wait_ms: int = 0,
+        record_limit: bool = False,
     ) -> ShareFetched:
         """Records of the partition acquired for a share group's member by the partition's leader, which holds the
-        group's share-partition, waiting there up to `max_wait_ms` when there are none (`PartitionServer.
-        share_fetch`)."""
+        group's share-partition, waiting there up to `max_wait_ms` when there are none, at most `max_records` with
+        `record_limit` (`PartitionServer.share_fetch`)."""
         return await self._partitions.call(
-            topic, partition, "share_fetch", group_id, member_id, config, max_bytes, max_records, max_wait_ms
+            topic,
+            partition,
+            "share_fetch",
+            group_id,
+            member_id,
+            config,
+            max_bytes,
+            max_records,
+            max_wait_ms,
+            record_limit,
         )
 
     async def share_acknowledge(
@@ -534,10 +544,11 @@ class BrokerView:
         member_id: str,
         config: ResolvedShareConfig,
         batches: list[AcknowledgementBatch],
+        renew: bool = False,
     ) -> None:
-        """A share group member's acknowledgements of records it acquired, all or none, at the partition's leader
-        (`PartitionServer.share_acknowledge`)."""
-        await self._partitions.call(topic, partition, "share_acknowledge", group_id, member_id, config, batches)
+        """A share group member's acknowledgements of records it acquired, all or none, at the partition's leader,
+        RENEW among them only with `renew` (`PartitionServer.share_acknowledge`)."""
+        await self._partitions.call(topic, partition, "share_acknowledge", group_id, member_id, config, batches, renew)
 
     async def share_release(self, topic: str, partition: int, group_id: str, member_id: str) -> None:
         """Releases the records a share group member holds in the partition (its share session closed)."""

@@ -59,6 +59,7 @@ QUIET_S = 1.0
 FIND_COORDINATOR = 10
 # FindCoordinator v4's key types.
 GROUP_KEY, TRANSACTION_KEY = 0, 1
+METADATA_KEY = 3
 # What a coordinator answers while it is elected or loading: the question is asked again.
 COORDINATOR_RETRIED = {
     ErrorCode.coordinator_not_available,
@@ -140,6 +141,24 @@ class GroupChannelTransport:
 
 # The ways a group view reaches the in-process coordinator: directly, and through its group channel.
 GROUP_TRANSPORTS = ("in_process", "group_channel")
+
+
+def topic_and_leader(bootstrap: str, topic: str) -> tuple[Any, str]:
+    """The topic as Metadata (v12) describes it, and its partition 0's leader as `host:port` (where a share group's
+    requests for it go)."""
+    with WireClient(bootstrap.split(",")[0]) as any_broker:
+        metadata = any_broker.request(
+            METADATA_KEY,
+            12,
+            {
+                "topics": [{"topic_id": None, "name": topic}],
+                "allow_auto_topic_creation": False,
+                "include_topic_authorized_operations": False,
+            },
+        )
+    (described,) = metadata.topics
+    (leader,) = [b for b in metadata.brokers if b.node_id == described.partitions[0].leader_id]
+    return described, f"{leader.host}:{leader.port}"
 
 
 def start_local_listener(

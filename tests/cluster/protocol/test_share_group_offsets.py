@@ -34,10 +34,9 @@ from kio.schema.errors import ErrorCode
 
 from benchmarks.kafka_broker import KAFKA_4_VERSION
 from cluster.protocol.client import WireClient
-from tests.cluster.protocol.helpers import GROUP_KEY, assigned_member, coordinator_client
+from tests.cluster.protocol.helpers import GROUP_KEY, assigned_member, coordinator_client, topic_and_leader
 from tests.cluster.protocol.kafka_tools import printed_lines, run_kafka_tool
 from tests.cluster.protocol.test_share_group_wire import (
-    METADATA,
     Session,
     acquired,
     heartbeat,
@@ -112,23 +111,12 @@ def offsets_steps(bootstrap: str) -> tuple[list[tuple[str, object]], dict[str, s
             producer.produce(topic, value=f"v{index}".encode())
         assert producer.flush(30) == 0
 
-    with WireClient(bootstrap.split(",")[0]) as any_broker:
-        metadata = any_broker.request(
-            METADATA,
-            12,
-            {
-                "topics": [{"topic_id": None, "name": topic}],
-                "allow_auto_topic_creation": False,
-                "include_topic_authorized_operations": False,
-            },
-        )
-    (topic_metadata,) = metadata.topics
-    (leader_broker,) = [b for b in metadata.brokers if b.node_id == topic_metadata.partitions[0].leader_id]
+    topic_metadata, leader_address = topic_and_leader(bootstrap, topic)
     member = uuid.uuid4().hex[:22]
     steps: list[tuple[str, object]] = []
     with (
         coordinator_client(bootstrap, group, GROUP_KEY) as coordinator,
-        WireClient(f"{leader_broker.host}:{leader_broker.port}") as leader,
+        WireClient(leader_address) as leader,
     ):
 
         def describe(topics: list[tuple[str, list[int]]] | None, group_id: str = group, version: int = 1) -> Any:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -29,11 +30,11 @@ from kio.schema.errors import ErrorCode
 
 from cluster.protocol.client import WireClient
 from tests.cluster.protocol.conftest import SHARE_GROUP_SETTINGS
-from tests.cluster.protocol.helpers import COORDINATOR_RETRIED, GROUP_KEY, coordinator_client
+from tests.cluster.protocol.helpers import COORDINATOR_RETRIED, GROUP_KEY, coordinator_client, topic_and_leader
 
 pytestmark = pytest.mark.kafka
 
-METADATA, HEARTBEAT, FETCH, ACKNOWLEDGE = 3, 76, 78, 79
+HEARTBEAT, FETCH, ACKNOWLEDGE = 76, 78, 79
 ACCEPT, REJECT = 1, 3
 DEADLINE_S = 60.0
 # `kafka4`'s and `share_listener`'s record lock (`group.share.record.lock.duration.ms`).
@@ -47,13 +48,17 @@ class Session:
         self.leader, self.group, self.member, self.topic_id = leader, group, member, topic_id
         self.epoch = 0
 
-    def fetch(self, acks: list[tuple[int, int, list[int]]] | None = None, epoch: int | None = None) -> Any:
-        return self._moved(self.leader.request(FETCH, 2, self.values(acks, epoch)), epoch)
+    def fetch(
+        self, acks: list[tuple[int, int, list[int]]] | None = None, epoch: int | None = None, **fields: Any
+    ) -> Any:
+        """A ShareFetch (v2) of the session; `fields` set others of the request (`share_acquire_mode`,
+        `is_renew_ack`, the limits)."""
+        return self._moved(self.leader.request(FETCH, 2, {**self.values(acks, epoch), **fields}), epoch)
 
     def values(
         self, acks: list[tuple[int, int, list[int]]] | None = None, epoch: int | None = None, max_wait: int = 500
     ) -> dict[str, Any]:
-        """A ShareFetch of the session (v2)."""
+        """A ShareFetch of the session (v2), in the batch-optimized acquire mode."""
         return {
             "group_id": self.group,
             "member_id": self.member,
@@ -72,8 +77,10 @@ class Session:
             "forgotten_topics_data": [],
         }
 
-    def acknowledge(self, acks: list[tuple[int, int, list[int]]], epoch: int | None = None) -> Any:
+    def acknowledge(self, acks: list[tuple[int, int, list[int]]], epoch: int | None = None, renew: bool = False) -> Any:
+        """A ShareAcknowledge (v2) of the session, saying it carries renewals with `renew`."""
         values = {
+            "is_renew_ack": renew,
             "group_id": self.group,
             "member_id": self.member,
             "share_session_epoch": self.epoch if epoch is None else epoch,
@@ -148,36 +155,32 @@ def join_holding_partition_0(
     return epochs
 
 
-def wrong_input_steps(bootstrap: str) -> list[tuple[str, object]]:
-    """The module docstring's sequence on one broker: each step's name and what its answer said."""
-    topic, group = f"kip932-{uuid.uuid4().hex[:8]}", f"wire-{uuid.uuid4().hex[:8]}"
+def one_partition_topic(bootstrap: str, prefix: str, linger_ms: int = 5) -> tuple[str, Callable[[int], None]]:
+    """A new topic of one partition, and what writes `count` records to it (flushed: one batch when `linger_ms` lets
+    them gather)."""
+    topic = f"{prefix}-{uuid.uuid4().hex[:8]}"
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(timeout=60)
-    producer = Producer({"bootstrap.servers": bootstrap})
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": linger_ms})
 
     def produce(count: int) -> None:
         for index in range(count):
             producer.produce(topic, value=f"v{index}".encode())
         assert producer.flush(30) == 0
 
-    with WireClient(bootstrap.split(",")[0]) as any_broker:
-        metadata = any_broker.request(
-            METADATA,
-            12,
-            {
-                "topics": [{"topic_id": None, "name": topic}],
-                "allow_auto_topic_creation": False,
-                "include_topic_authorized_operations": False,
-            },
-        )
-    (described,) = metadata.topics
-    leader_id = described.partitions[0].leader_id
-    (leader_broker,) = [b for b in metadata.brokers if b.node_id == leader_id]
+    return topic, produce
+
+
+def wrong_input_steps(bootstrap: str) -> list[tuple[str, object]]:
+    """The module docstring's sequence on one broker: each step's name and what its answer said."""
+    topic, produce = one_partition_topic(bootstrap, "kip932")
+    group = f"wire-{uuid.uuid4().hex[:8]}"
+    described, leader_address = topic_and_leader(bootstrap, topic)
     steps: list[tuple[str, object]] = []
     members = [uuid.uuid4().hex[:22] for _ in range(3)]
     with (
         coordinator_client(bootstrap, group, GROUP_KEY) as coordinator,
-        WireClient(f"{leader_broker.host}:{leader_broker.port}") as leader,
+        WireClient(leader_address) as leader,
     ):
         epochs = join_holding_partition_0(coordinator, group, members[:2], topic, time.monotonic() + DEADLINE_S)
         first, second = (Session(leader, group, m, described.topic_id) for m in members[:2])
@@ -230,7 +233,7 @@ def wrong_input_steps(bootstrap: str) -> list[tuple[str, object]]:
         # more records there; once that connection closes, member 2 gets them, delivered a second time, before
         # their locks could have expired.
         produce(2)
-        with WireClient(f"{leader_broker.host}:{leader_broker.port}") as closing:
+        with WireClient(leader_address) as closing:
             reopened = Session(closing, group, members[0], described.topic_id)
             deadline = time.monotonic() + DEADLINE_S
             while not (dropped := acquired(reopened.fetch())):
@@ -245,7 +248,7 @@ def wrong_input_steps(bootstrap: str) -> list[tuple[str, object]]:
         # its own and sends a ShareFetch that may wait 5 s, the connection closes while it waits, and then two
         # records come: they go to member 2 at once, not when a lock expires. Whether the closed fetch acquired them
         # first (a delivery counted: count 2) or not (count 1) varies from run to run on Kafka 4.2.2; both are its.
-        with WireClient(f"{leader_broker.host}:{leader_broker.port}") as waiting:
+        with WireClient(leader_address) as waiting:
             waiter = Session(waiting, group, members[0], described.topic_id)
             assert acquired(waiter.fetch()) == []
             waiting.send(FETCH, 2, waiter.values(max_wait=5000))

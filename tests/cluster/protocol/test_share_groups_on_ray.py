@@ -36,7 +36,7 @@ from actors.clients.share_consumer import ShareConsumer, ShareRecord
 from actors.core.shares.acknowledgements import AcknowledgeType
 from cluster.protocol.client import WireClient
 from cluster.protocol.listener import KafkaListener
-from storage.errors import InvalidRequestError
+from storage.errors import InvalidConfigError, InvalidRequestError
 from tests.cluster.protocol.conftest import SHARE_GROUP_SETTINGS
 from tests.cluster.protocol.helpers import GROUP_KEY, coordinator_client
 from tests.cluster.protocol.test_group_configs import (
@@ -246,6 +246,33 @@ def test_python_share_consumer_implicit_acknowledgement_and_release_on_close(ray
     assert [(r.value, r.delivery_count) for r in again] == [(b"w1", 2), (b"w2", 2)]
     assert third.poll(500) == []
     third.close()
+
+
+def test_python_share_consumer_in_the_record_limit_mode_takes_at_most_max_poll_records(
+    ray_listener: KafkaListener,
+) -> None:
+    """`share_acquire_mode="record_limit"` (Kafka 4.2's `share.acquire.mode`): ten records written as one batch come
+    three a poll, each once, in order, though the batch-optimized mode would acquire the whole batch at once; an
+    unknown mode is refused when the consumer is made."""
+    bootstrap = ray_listener.bootstrap_servers
+    topic = _topic(bootstrap)
+    with pytest.raises(InvalidConfigError, match="share_acquire_mode"):
+        ShareConsumer("any", share_acquire_mode="records")
+    consumer = ShareConsumer(f"pylimit-{uuid.uuid4().hex[:8]}", share_acquire_mode="record_limit", max_poll_records=3)
+    _joined(consumer, topic)
+    values = [f"r{index}" for index in range(10)]
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": "200"})
+    for value in values:
+        producer.produce(topic, value=value.encode())
+    assert producer.flush(30) == 0
+    polls: list[list[tuple[str, int]]] = []
+    deadline = time.monotonic() + DEADLINE_S
+    while sum(len(p) for p in polls) < 10 and time.monotonic() < deadline:
+        if got := consumer.poll(200):
+            polls.append([(r.value.decode(), r.delivery_count) for r in got])
+    consumer.close()
+    assert [len(p) for p in polls] == [3, 3, 3, 1]
+    assert [record for p in polls for record in p] == [(value, 1) for value in values]
 
 
 def test_a_broker_restart_on_ray_delivers_only_what_was_not_accepted(

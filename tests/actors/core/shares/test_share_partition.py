@@ -20,11 +20,12 @@ from storage.clock import MockClock
 from storage.errors import InvalidRecordStateError, InvalidRequestError
 from storage.records.share_group_state import ShareGroupState, ShareSnapshot, StateBatch
 
-ACCEPT, RELEASE, REJECT, GAP = (
+ACCEPT, RELEASE, REJECT, GAP, RENEW = (
     int(AcknowledgeType.ACCEPT),
     int(AcknowledgeType.RELEASE),
     int(AcknowledgeType.REJECT),
     int(AcknowledgeType.GAP),
+    int(AcknowledgeType.RENEW),
 )
 
 
@@ -104,6 +105,21 @@ def test_max_fetch_records_is_a_soft_limit_rounded_up_to_the_log_batch() -> None
     sp = _partition()
     assert sp.acquire("m1", [(0, 4), (5, 9), (10, 14)], 7) == [AcquiredRecords(0, 9, 1)]
     assert sp.end_offset == 10
+
+
+def test_the_record_limit_mode_acquires_exactly_max_fetch_records_and_leaves_the_batchs_rest_available() -> None:
+    """Kafka 4.2's `record_limit` acquire mode: of new records, the first `max_fetch_records`; the log batch holding
+    the last one goes into flight whole (SPEO at its end), the rest Available, never delivered; the next fetch starts
+    there, and an Available run is acquired only up to the limit too."""
+    sp = _partition()
+    assert sp.acquire("m1", [(0, 9), (10, 14)], 3, record_limit=True) == [AcquiredRecords(0, 2, 1)]
+    assert sp.end_offset == 10
+    assert _states(sp) == [(0, 2, RecordState.ACQUIRED, 1, "m1"), (3, 9, RecordState.AVAILABLE, 0, None)]
+    assert sp.next_fetch_offset() == 3
+    assert sp.acquire("m2", [(0, 9), (10, 14)], 4, record_limit=True) == [AcquiredRecords(3, 6, 1)]
+    assert sp.acquire("m2", [(0, 9), (10, 14)], 5, record_limit=True) == [AcquiredRecords(7, 11, 1)]
+    assert sp.end_offset == 15
+    assert sp.state().state_batches == ()
 
 
 def test_new_records_stop_at_the_record_lock_limit() -> None:
@@ -310,6 +326,35 @@ def test_acknowledging_over_skipped_offsets_leaves_them_alone() -> None:
 
 
 # --- release and lock expiry ---------------------------------------------------------------------------------
+
+
+def test_renew_extends_the_members_lock_and_writes_nothing() -> None:
+    """Kafka 4.2's RENEW (KIP-1222): the member's records stay Acquired, locked for the group's lock duration from the
+    renewal; nothing durable changes, so nothing is written; records the member does not hold are
+    INVALID_RECORD_STATE and RENEW in a request that does not renew is INVALID_REQUEST, both changing nothing."""
+    clock = MockClock()
+    sp = _partition(clock, record_lock_duration_ms=30_000)
+    sp.acquire("m1", [(0, 9)], 500)
+    sp.acquire("m2", [(10, 14)], 500)
+    written = sp.summary()
+    clock.sleep(20_000)
+    sp.acknowledge("m1", [_ack(0, 4, RENEW)], renew=True)
+    assert sp.summary() == written
+    sp.acknowledge("m1", [_ack(5, 6, RENEW, ACCEPT)], renew=True)
+    with pytest.raises(InvalidRequestError):
+        sp.acknowledge("m1", [_ack(7, 7, RENEW)])
+    with pytest.raises(InvalidRecordStateError):
+        sp.acknowledge("m1", [_ack(10, 10, RENEW)], renew=True)
+    clock.sleep(15_000)
+    sp.maybe_expire_locks()
+    assert _states(sp) == [
+        (0, 5, RecordState.ACQUIRED, 1, "m1"),
+        (6, 6, RecordState.ACKNOWLEDGED, 1, None),
+        (7, 14, RecordState.AVAILABLE, 1, None),
+    ]
+    clock.sleep(15_000)
+    sp.maybe_expire_locks()
+    assert _states(sp)[0] == (0, 5, RecordState.AVAILABLE, 1, None)
 
 
 def test_release_acquired_records_releases_only_that_members() -> None:

@@ -1,13 +1,14 @@
 """Random histories of one share-partition against a per-offset model (hypothesis's rule-based state machine):
-several members acquire, accept, release, reject, acknowledge offset by offset (GAP included) and acknowledge what
-they do not hold, locks expire on a mock clock, members leave, records are deleted below SPSO, and the share-partition
-restarts from its written state. After every step the share-partition's
-records equal the model's offset by offset, and KIP-932's promises hold:
+several members acquire (in either acquire mode), accept, release, reject, renew their locks, acknowledge offset by
+offset (GAP and RENEW included) and acknowledge what they do not hold, locks expire on a mock clock, members leave,
+records are deleted below SPSO, and the share-partition restarts from its written state. After every step the
+share-partition's records equal the model's offset by offset, and KIP-932's promises hold:
 
 - no offset is acquired by two members at once, and an accepted record is never acquired again (across restarts);
 - a delivery count never exceeds `group.share.delivery.count.limit`, and a release or expiry at the limit archives;
 - SPSO is the first offset not done and never moves back, and no more than the record lock limit (plus the rest of
   one log batch) is in flight;
+- in the record-limit acquire mode, exactly the first `max_records` acquirable offsets are acquired;
 - a refused acknowledgement changes nothing, and the log start offset moving past SPSO drops what lies below;
 - when the members release what they hold and someone accepts everything, every offset below SPEO ends accepted or
   archived and SPSO reaches SPEO.
@@ -27,7 +28,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from actors.core.shares.acknowledgements import AcknowledgementBatch, AcknowledgeType
 from actors.core.shares.group_share_config import ResolvedShareConfig
-from actors.core.shares.share_partition import RecordState, SharePartition
+from actors.core.shares.share_partition import AcquiredRecords, RecordState, SharePartition
 from storage.clock import MockClock
 from storage.errors import InvalidRecordStateError, InvalidRequestError
 from storage.records.share_group_state import ShareSnapshot
@@ -86,6 +87,13 @@ class SharePartitionMachine(RuleBasedStateMachine):
         if state is RecordState.ACKNOWLEDGED:
             self.accepted.add(offset)
 
+    def _apply(self, offset: int, ack_type: AcknowledgeType) -> None:
+        """An acknowledgement of an offset the member holds: RENEW moves its lock deadline, the others settle it."""
+        if ack_type is AcknowledgeType.RENEW:
+            self.model[offset].deadline_ms = self.clock.milliseconds() + CONFIG.record_lock_duration_ms
+        else:
+            self._settle(offset, _STATES[ack_type])
+
     def _expire(self) -> None:
         now = self.clock.milliseconds()
         for offset, record in self.model.items():
@@ -97,10 +105,13 @@ class SharePartitionMachine(RuleBasedStateMachine):
 
     # --- rules ---------------------------------------------------------------------------------------------
 
-    @rule(member=st.sampled_from(MEMBERS), max_records=st.integers(1, 30))
-    def acquire(self, member: str, max_records: int) -> None:
+    @rule(member=st.sampled_from(MEMBERS), max_records=st.integers(1, 30), record_limit=st.booleans())
+    def acquire(self, member: str, max_records: int, record_limit: bool) -> None:
         self._expire()
-        acquired = self.sp.acquire(member, _read_from(self.sp.next_fetch_offset()), max_records)
+        start, end = self.sp.start_offset, self.sp.end_offset
+        acquired = self.sp.acquire(member, _read_from(self.sp.next_fetch_offset()), max_records, record_limit)
+        if record_limit:
+            self._check_record_limit(acquired, max_records, start, end)
         deadline = self.clock.milliseconds() + CONFIG.record_lock_duration_ms
         for batch in acquired:
             for offset in range(batch.first_offset, batch.last_offset + 1):
@@ -111,9 +122,27 @@ class SharePartitionMachine(RuleBasedStateMachine):
                 record.delivery_count += 1
                 assert batch.delivery_count == record.delivery_count
 
+    def _check_record_limit(self, acquired: list[AcquiredRecords], max_records: int, start: int, end: int) -> None:
+        """The record-limit acquire mode (Kafka 4.2's `record_limit`): exactly the first `max_records` of the
+        Available in-flight offsets, then of the new ones the record lock limit leaves room for; the rest of the log
+        batch holding the last new one goes into flight Available, never delivered."""
+        available = [o for o in sorted(self.model) if start <= o < end and self.model[o].state is RecordState.AVAILABLE]
+        room = max(0, min(CONFIG.max_record_locks - (end - start), LOG_END - end))
+        expected = (available + list(range(end, end + room)))[:max_records]
+        got = [o for batch in acquired for o in range(batch.first_offset, batch.last_offset + 1)]
+        assert got == expected, (got, expected)
+        new = [o for o in expected if o >= end]
+        if new:
+            batch_end = next(last for first, last in LOG_BATCHES if first <= new[-1] <= last)
+            for offset in range(new[-1] + 1, batch_end + 1):
+                self.model[offset] = _Offset(RecordState.AVAILABLE, 0)
+            assert self.sp.end_offset == batch_end + 1
+
     @rule(
         member=st.sampled_from(MEMBERS),
-        ack_type=st.sampled_from([AcknowledgeType.ACCEPT, AcknowledgeType.RELEASE, AcknowledgeType.REJECT]),
+        ack_type=st.sampled_from(
+            [AcknowledgeType.ACCEPT, AcknowledgeType.RELEASE, AcknowledgeType.REJECT, AcknowledgeType.RENEW]
+        ),
         data=st.data(),
     )
     def acknowledge_held(self, member: str, ack_type: AcknowledgeType, data: st.DataObject) -> None:
@@ -125,9 +154,9 @@ class SharePartitionMachine(RuleBasedStateMachine):
         last = first
         while last + 1 in held and data.draw(st.booleans()):
             last += 1
-        self.sp.acknowledge(member, [AcknowledgementBatch(first, last, (int(ack_type),))])
+        self.sp.acknowledge(member, [AcknowledgementBatch(first, last, (int(ack_type),))], renew=True)
         for offset in range(first, last + 1):
-            self._settle(offset, _STATES[ack_type])
+            self._apply(offset, ack_type)
 
     @rule(member=st.sampled_from(MEMBERS), first=st.integers(0, LOG_END), length=st.integers(1, 10))
     def acknowledge_anything(self, member: str, first: int, length: int) -> None:
@@ -165,9 +194,9 @@ class SharePartitionMachine(RuleBasedStateMachine):
             last += 1
         size = last - first + 1
         types = data.draw(st.lists(st.sampled_from(list(AcknowledgeType)), min_size=size, max_size=size))
-        self.sp.acknowledge(member, [AcknowledgementBatch(first, last, tuple(int(t) for t in types))])
+        self.sp.acknowledge(member, [AcknowledgementBatch(first, last, tuple(int(t) for t in types))], renew=True)
         for offset, ack_type in zip(range(first, last + 1), types, strict=True):
-            self._settle(offset, _STATES[ack_type])
+            self._apply(offset, ack_type)
 
     @rule(advance=st.integers(1, 20))
     def delete_records(self, advance: int) -> None:
