@@ -33,7 +33,8 @@ checked after the group's authorization, as Kafka's `KafkaApis` does.
 Authorization, as Kafka's: READ on the group (else GROUP_AUTHORIZATION_FAILED, top level) and READ on each topic
 (else TOPIC_AUTHORIZATION_FAILED for its partitions); an unknown topic id answers UNKNOWN_TOPIC_ID.
 
-An acquire mode other than Kafka's two is INVALID_REQUEST at the top level. A v2 request whose `IsRenewAck` is set
+An acquire mode other than Kafka's two is INVALID_REQUEST at the top level, before the session moves (Kafka 4.2.2
+answers UNKNOWN_SERVER_ERROR after the request took the session's next epoch). A v2 request whose `IsRenewAck` is set
 may carry RENEW acknowledgements (KIP-1222: the records' locks renewed, `SharePartition.acknowledge`); such a
 ShareFetch acquires nothing, and one whose fetch limits are not all 0 is INVALID_REQUEST at the top level, with
 Kafka's message. RENEW in any other request is an unknown type (INVALID_REQUEST for the partition).

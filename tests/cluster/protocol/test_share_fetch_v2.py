@@ -6,15 +6,15 @@ The sequence: two members join holding partition 0; member 1 fetches until a war
 share-partition starts at the high watermark) and accepts it. Ten records are produced as one batch. Member 1 asks
 for 3 in the record-limit mode: it gets exactly the first 3 (the batch's other 7 go into flight Available); member 2
 asks for 4 in the record-limit mode and gets the next 4; member 1 asks for 2 in the batch-optimized mode and gets all
-3 left (whole in-flight runs, a soft limit). A ShareFetch with an acquire mode Kafka does not know is answered with a
-top-level error, as Kafka answers it, and acquires nothing: the records produced next go to the member who asks
-after it.
+3 left (whole in-flight runs, a soft limit).
 
 Renewal: member 1 acquires two more records and, 3 s into their 5 s lock, renews it (ShareAcknowledge with
 `IsRenewAck` and RENEW); at 6 s member 2 still gets nothing (the lock runs from the renewal), and member 1 then
 accepts both. Meanwhile: RENEW in a request that does not say it renews is INVALID_REQUEST for the partition; a
 renewing ShareFetch whose fetch limits are not 0 is INVALID_REQUEST at the top level; one whose limits are 0 renews
-and acquires nothing. The offsets are compared relative to the ten records' first."""
+and acquires nothing. Last, a ShareFetch with an acquire mode Kafka does not know: a top-level error (see the test),
+nothing acquired, and the records produced next go to the member who asks after it. The offsets are compared
+relative to the ten records' first."""
 
 from __future__ import annotations
 
@@ -83,14 +83,7 @@ def share_fetch_v2_steps(bootstrap: str) -> list[tuple[str, object]]:
         steps.append(("record limit 3", limited))
         steps.append(("record limit 4, the other member", relative(fetch(second, RECORD_LIMIT, 4))))
         steps.append(("batch mode 2", relative(fetch(first, BATCH_OPTIMIZED, 2))))
-        unknown = fetch(first, 7, 5)
-        steps.append(("an unknown mode", (unknown.error_code, relative(unknown))))
-        produce(2)
-        deadline = time.monotonic() + DEADLINE_S
-        while not (after := relative(fetch(second, RECORD_LIMIT, 5))):
-            assert time.monotonic() < deadline, "the two records not acquired"
-        steps.append(("after the unknown mode", after))
-        second_held = [(start + 3, start + 6, [ACCEPT]), (start + 10, start + 11, [ACCEPT])]
+        second_held = [(start + 3, start + 6, [ACCEPT])]
         steps.append(("the other member accepts", partition_codes(second.acknowledge(second_held))))
         first_held = [(start, start + 2, [ACCEPT]), (start + 7, start + 9, [ACCEPT])]
         steps.append(("member 1 accepts", partition_codes(first.acknowledge(first_held))))
@@ -111,6 +104,14 @@ def share_fetch_v2_steps(bootstrap: str) -> list[tuple[str, object]]:
         time.sleep(max(0.0, acquired_at + 6 - time.monotonic()))
         steps.append(("past the first lock", relative(second.fetch())))
         steps.append(("holder accepts", partition_codes(first.acknowledge([(renewed[0][0], renewed[0][1], [ACCEPT])]))))
+        # Last, as it leaves member 1's session apart on the two brokers (see the test).
+        unknown = fetch(first, 7, 5)
+        steps.append(("an unknown mode", (unknown.error_code, relative(unknown))))
+        produce(2)
+        deadline = time.monotonic() + DEADLINE_S
+        while not (after := relative(fetch(second, RECORD_LIMIT, 5))):
+            assert time.monotonic() < deadline, "the two records after the unknown mode not acquired"
+        steps.append(("after the unknown mode", after))
         for member in members:
             heartbeat(coordinator, group, member, -1, None)
     return steps
@@ -119,7 +120,12 @@ def share_fetch_v2_steps(bootstrap: str) -> list[tuple[str, object]]:
 def test_acquire_modes_and_renewals_answer_as_on_kafka(share_listener: str, kafka4: str) -> None:
     with ThreadPoolExecutor(2) as pool:
         kafka, raybroker = pool.map(share_fetch_v2_steps, [kafka4, share_listener])
-    named = dict(kafka)
+    named, ours = dict(kafka), dict(raybroker)
+    # An unknown acquire mode: Kafka 4.2.2 answers UNKNOWN_SERVER_ERROR (its ShareAcquireMode.forId throws) after the
+    # request took the session's next epoch (and applied its acknowledgements); raybroker refuses it as the bad input
+    # it is, INVALID_REQUEST, before the session moves. Neither acquires anything, and the records go on to others.
+    assert named.pop("an unknown mode") == (ErrorCode.unknown_server_error, [])
+    assert ours.pop("an unknown mode") == (ErrorCode.invalid_request, [])
     assert [named[step] for step in ("record limit 3", "record limit 4, the other member", "batch mode 2")] == [
         [(0, 2, 1)],
         [(3, 6, 1)],
@@ -127,4 +133,4 @@ def test_acquire_modes_and_renewals_answer_as_on_kafka(share_listener: str, kafk
     ]
     assert named["past the first lock"] == []
     assert named["holder accepts"] == [ErrorCode.none]
-    assert raybroker == kafka
+    assert ours == named
