@@ -386,21 +386,24 @@ class Consumer(Closeable):
         found: dict[TopicPartition, TimestampAndOffset | None] = {}
         waiting = dict(timestamps)
         deadline = time.monotonic() + DEFAULT_API_TIMEOUT_S
+
+        def raise_unless_retried(exc: RaybrokerError) -> None:
+            if not exc.retriable or time.monotonic() >= deadline:
+                raise exc
+
         while waiting:
             refs = {}
             for tp, ts in waiting.items():
                 try:
                     refs[tp] = self._handle(tp).list_offset.remote(ts, self._isolation)
                 except RaybrokerError as exc:
-                    if not exc.retriable or time.monotonic() >= deadline:
-                        raise
+                    raise_unless_retried(exc)
             for tp, ref in refs.items():
                 try:
                     found[tp] = call(ref)
                     del waiting[tp]
                 except RaybrokerError as exc:
-                    if not exc.retriable or time.monotonic() >= deadline:
-                        raise
+                    raise_unless_retried(exc)
                     if not isinstance(exc, OffsetNotAvailableError):
                         self._handles.pop(tp, None)
             if waiting:

@@ -260,8 +260,8 @@ class ShareConsumer(Closeable):
                 self._settings,
                 self._max_partition_fetch_bytes,
                 max_records,
-                0,
-                self._record_limit,
+                max_wait_ms=0,
+                record_limit=self._record_limit,
             )
         except RaybrokerError as exc:
             self._forget_leader(tp, exc)

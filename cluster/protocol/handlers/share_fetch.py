@@ -285,9 +285,17 @@ class ShareFetchHandler(_ShareHandler):
                     continue
                 if remaining <= 0:
                     break
-                limit = (remaining, record_limit)
                 remaining -= await self._fetch_into(
-                    outcome, topic, key[1], group_id, member_id, settings, body.max_bytes, limit, wait_ms
+                    outcome,
+                    topic,
+                    key[1],
+                    group_id,
+                    member_id,
+                    settings,
+                    body.max_bytes,
+                    remaining,
+                    wait_ms,
+                    record_limit,
                 )
             done = any(outcome.acquired or outcome.error != ErrorCode.none for outcome in outcomes.values())
             if done or wait_ms > 0 or time.monotonic() + POLL_INTERVAL_S > deadline:
@@ -306,13 +314,13 @@ class ShareFetchHandler(_ShareHandler):
         member_id: str,
         settings: ResolvedShareConfig,
         max_bytes: int,
-        limit: tuple[int, bool],
+        max_records: int,
         max_wait_ms: int,
+        record_limit: bool,
     ) -> int:
         """One partition's acquisition at its leader (waiting there up to `max_wait_ms` for records) into `outcome`:
-        its records, or its error; the count of records acquired. `limit` is the records it may acquire, and whether
-        that is a hard limit (the record-limit acquire mode)."""
-        max_records, record_limit = limit
+        its records, or its error; the count of records acquired (at most `max_records` with `record_limit`, the
+        record-limit acquire mode)."""
         try:
             fetched = await self._view.share_fetch(
                 topic, partition, group_id, member_id, settings, max_bytes, max_records, max_wait_ms, record_limit
@@ -347,6 +355,7 @@ class ShareAcknowledgeHandler(_ShareHandler):
             for p in t.partitions
         }
         names = await self._readable(request, {t for t, _ in [*context.partitions, *acks]})
+        renew = getattr(body, "is_renew_ack", False)
         topics: dict[uuid.UUID, list[dict[str, Any]]] = {}
         codes: list[tuple[SharePartitionKey, ErrorCode]] = []
         for (topic_id, partition), batches in acks.items():
@@ -354,9 +363,7 @@ class ShareAcknowledgeHandler(_ShareHandler):
             code, message = (
                 (topic, None)
                 if isinstance(topic, ErrorCode)
-                else await self._acknowledge(
-                    group_id, member_id, settings, topic, partition, batches, getattr(body, "is_renew_ack", False)
-                )
+                else await self._acknowledge(group_id, member_id, settings, topic, partition, batches, renew)
             )
             codes.append(((topic_id, partition), code))
             topics.setdefault(topic_id, []).append(
