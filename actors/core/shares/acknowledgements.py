@@ -18,8 +18,10 @@ GAP exists on the wire only: the client sends it for offsets inside an acquired 
 `IsRenewAck`); anywhere else it is an unknown type, as Kafka's `validateAcknowledgementBatches` refuses it.
 
 A partition's batches are refused whole with INVALID_REQUEST (`InvalidRequestError`) when a batch's last offset is
-below its first, a batch starts at or below the end of the one before it (overlapping or out of order), it names no
-type, it names several types but not exactly one per offset, or a type is not one of those taken.
+below its first, a batch starts below the last offset of the one before it (overlapping or out of order), it names
+no type, it names several types but not exactly one per offset, or a type is not one of those taken. A batch starting
+at the last offset of the one before it passes, as Kafka's check lets it (`firstOffset < prevEndOffset`): that offset
+is then acknowledged twice, which the share-partition refuses (INVALID_RECORD_STATE).
 """
 
 from __future__ import annotations
@@ -60,17 +62,17 @@ class AcknowledgementBatch:
 def validate_batches(batches: Sequence[AcknowledgementBatch], renew: bool = False) -> None:
     """Raises `InvalidRequestError` (Kafka's INVALID_REQUEST, with its reason) unless `batches` are well formed for
     one share-partition, RENEW among their types only with `renew` (see the module docstring)."""
-    next_offset = -1
+    previous_last = -1
     for batch in batches:
         if batch.last_offset < batch.first_offset:
             raise InvalidRequestError(
                 f"acknowledgement batch {batch.first_offset}-{batch.last_offset} ends before it starts"
             )
-        if batch.first_offset < next_offset:
+        if batch.first_offset < previous_last:
             raise InvalidRequestError(
                 f"acknowledgement batch {batch.first_offset}-{batch.last_offset} overlaps or precedes the one before it"
             )
-        next_offset = batch.last_offset + 1
+        previous_last = batch.last_offset
         types = batch.acknowledge_types
         if not types:
             raise InvalidRequestError(f"acknowledgement batch {batch.first_offset}-{batch.last_offset} names no type")

@@ -31,7 +31,8 @@ Acknowledging (Kafka's `acknowledge`) is all or nothing for the share-partition:
 are done already), a batch when nothing is in flight is INVALID_RECORD_STATE ("not found in the cache"), a batch
 starting at or past SPEO or ending past it is INVALID_REQUEST ("past acquired records"),
 and an offset in it that is not Acquired by this member (Available, another member's, already acknowledged or
-archived) is INVALID_RECORD_STATE (`InvalidRecordStateError`); only when every batch passes does any record change.
+archived, or settled by the batch before it in the same request: a RENEW leaves it Acquired) is INVALID_RECORD_STATE
+(`InvalidRecordStateError`); only when every batch passes does any record change.
 A RENEW (Kafka 4.2, KIP-1222) leaves its records Acquired by the member and moves their lock deadline to now plus the
 group's lock duration; it changes nothing the durable state holds, so it writes nothing.
 
@@ -377,6 +378,7 @@ class SharePartition:
         self.maybe_expire_locks()
         validate_batches(batches, renew)
         changes: list[tuple[int, int, AcknowledgeType]] = []
+        claimed_last = -1
         for batch in batches:
             if batch.last_offset < self._start:
                 continue
@@ -394,6 +396,13 @@ class SharePartition:
                     "Batch record not found. The last offset in request is past acquired records.",
                     offset=batch.last_offset,
                 )
+            if first <= claimed_last:
+                raise InvalidRecordStateError(
+                    "The record state is invalid. The acknowledgement of delivery could not be completed.",
+                    offset=first,
+                )
+            if batch.type_at(batch.last_offset) is not AcknowledgeType.RENEW:
+                claimed_last = batch.last_offset
             for run in self._overlapping(first, batch.last_offset):
                 if run.state is not RecordState.ACQUIRED or run.member_id != member_id:
                     raise InvalidRecordStateError(

@@ -6,7 +6,8 @@ holder, who then acknowledges them).
 The sequence: two members join and wait until their heartbeats give them partition 0; member 1 opens its share session
 and fetches until a warm-up record is acquired (the share-partition starts at the high watermark), accepts it, then
 three records are produced and acquired by member 1. Then, each answer recorded: member 2 acknowledging member 1's
-records (INVALID_RECORD_STATE), member 1 acknowledging with an unknown type (INVALID_REQUEST), with a stale session
+records (INVALID_RECORD_STATE), member 1 acknowledging with an unknown type (INVALID_REQUEST), in two batches sharing
+an offset (INVALID_RECORD_STATE: Kafka's check lets them pass, the shared offset is settled twice), with a stale session
 epoch, with epoch 0, a member without a session, an opening fetch carrying acknowledgements, an empty member id, a
 heartbeat of an unknown member and one of a fenced epoch; then member 1 accepts its records (none) and acknowledges
 one of them again; and last a lock expires: two more records member 1 acquires and keeps past the record lock go to
@@ -202,6 +203,12 @@ def wrong_input_steps(bootstrap: str) -> list[tuple[str, object]]:
         steps.append(("an unknown type", partition_codes(first.acknowledge([(start, start, [9])]))))
         steps.append(("a batch ending before it starts", partition_codes(first.acknowledge([(end, start, [ACCEPT])]))))
         steps.append(("types not one per offset", partition_codes(first.acknowledge([(start, end, [1, 1])]))))
+        steps.append(
+            (
+                "batches sharing an offset",
+                partition_codes(first.acknowledge([(start, start + 1, [ACCEPT]), (start + 1, end, [ACCEPT])])),
+            )
+        )
         steps.append(("a stale epoch", first.acknowledge([(start, start, [ACCEPT])], epoch=first.epoch + 5).error_code))
         steps.append(("epoch 0 on acknowledge", first.acknowledge([(start, start, [ACCEPT])], epoch=0).error_code))
         steps.append(("no session", stranger.acknowledge([(start, start, [ACCEPT])], epoch=1).error_code))
@@ -280,6 +287,7 @@ def test_wrong_share_input_answers_as_kafka(share_listener: str, kafka4: str) ->
         ("an unknown type", invalid_request),
         ("a batch ending before it starts", invalid_request),
         ("types not one per offset", invalid_request),
+        ("batches sharing an offset", invalid_state),
         ("a stale epoch", ErrorCode.invalid_share_session_epoch),
         ("epoch 0 on acknowledge", ErrorCode.invalid_share_session_epoch),
         ("no session", ErrorCode.share_session_not_found),

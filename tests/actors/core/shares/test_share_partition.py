@@ -298,7 +298,7 @@ def test_a_bad_batch_fails_the_whole_acknowledgement() -> None:
     "batches",
     [
         [_ack(5, 4, ACCEPT)],
-        [_ack(0, 4, ACCEPT), _ack(4, 6, ACCEPT)],
+        [_ack(0, 4, ACCEPT), _ack(3, 6, ACCEPT)],
         [_ack(5, 6, ACCEPT), _ack(0, 1, ACCEPT)],
         [_ack(0, 4)],
         [_ack(0, 4, ACCEPT, ACCEPT)],
@@ -314,6 +314,24 @@ def test_malformed_acknowledgements_are_invalid_request(batches: list[Acknowledg
     with pytest.raises(InvalidRequestError):
         sp.acknowledge("m1", batches)
     assert _states(sp) == [(0, 9, RecordState.ACQUIRED, 1, "m1")]
+
+
+def test_a_batch_starting_at_the_last_offset_of_the_one_before_is_invalid_record_state() -> None:
+    """Kafka's `validateAcknowledgementBatches` lets a batch start at the previous batch's last offset; that offset is
+    then settled when the second batch reaches it, so Kafka's share-partition answers INVALID_RECORD_STATE and rolls
+    the whole request back. A RENEW leaves its offset Acquired, so a batch after it may settle that offset."""
+    sp = _partition()
+    sp.acquire("m1", [(0, 9)], 500)
+    with pytest.raises(InvalidRecordStateError) as refused:
+        sp.acknowledge("m1", [_ack(0, 4, ACCEPT), _ack(4, 6, ACCEPT)])
+    assert refused.value.offset == 4
+    assert _states(sp) == [(0, 9, RecordState.ACQUIRED, 1, "m1")]
+    sp.acknowledge("m1", [_ack(0, 4, RENEW), _ack(4, 6, ACCEPT)], renew=True)
+    assert _states(sp) == [
+        (0, 3, RecordState.ACQUIRED, 1, "m1"),
+        (4, 6, RecordState.ACKNOWLEDGED, 1, None),
+        (7, 9, RecordState.ACQUIRED, 1, "m1"),
+    ]
 
 
 def test_acknowledging_over_skipped_offsets_leaves_them_alone() -> None:

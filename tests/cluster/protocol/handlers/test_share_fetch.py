@@ -167,10 +167,12 @@ def test_wrong_acknowledgements_answer_kafkas_codes_and_change_nothing(shares: S
     def acknowledged(member: Member, acks: list[tuple[int, int, list[int]]]) -> ErrorCode:
         return member.acknowledge(acks).responses[0].partitions[0].error_code
 
-    # Records another member holds, an unknown acknowledge type, overlapping batches, offsets never fetched.
+    # Records another member holds, an unknown acknowledge type, overlapping batches (by more than the last offset of
+    # the one before, or by it), offsets never fetched.
     assert acknowledged(second, [(0, 0, [ACCEPT])]) == ErrorCode.invalid_record_state
     assert acknowledged(first, [(0, 0, [7])]) == ErrorCode.invalid_request
-    assert acknowledged(first, [(0, 1, [ACCEPT]), (1, 2, [ACCEPT])]) == ErrorCode.invalid_request
+    assert acknowledged(first, [(0, 1, [ACCEPT]), (0, 2, [ACCEPT])]) == ErrorCode.invalid_request
+    assert acknowledged(first, [(0, 1, [ACCEPT]), (1, 2, [ACCEPT])]) == ErrorCode.invalid_record_state
     assert acknowledged(first, [(2, 9, [ACCEPT])]) == ErrorCode.invalid_request
     # All or nothing: 0 is fine but 5 was never acquired, so 0 stays acquired and can be accepted after.
     assert acknowledged(first, [(0, 0, [ACCEPT]), (5, 5, [ACCEPT])]) == ErrorCode.invalid_request
