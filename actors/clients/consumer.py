@@ -337,6 +337,13 @@ class Consumer(Closeable):
         self._resolve_positions([tp])
         return self._positions[tp]
 
+    def published_high_watermark(self, tp: TopicPartition) -> int | None:
+        """`tp`'s high watermark as its leader on this node last published it (its high-watermark file, rewritten
+        before an append is acknowledged), read without a call; None when this consumer does not follow `tp`'s tail
+        on its node or the file cannot tell (ask the leader)."""
+        tail = self._tails.get(tp)
+        return None if tail is None else tail.high_watermark()
+
     def seek(self, tp: TopicPartition, offset: int) -> None:
         """The next `poll` reads `tp` from `offset` (checked against the log on the next fetch)."""
         tp = self._check_assigned(tp)

@@ -100,6 +100,11 @@ class LocalTail:
                 next_offset,
             )
 
+    def high_watermark(self) -> int | None:
+        """The high watermark the leader last published, None when the file cannot tell (ask the actor)."""
+        published = self._reader.read()
+        return None if published is None else published.high_watermark
+
     def at(self, offset: int | None) -> bool:
         """Whether the cursor is at `offset` (a fetch from there may be answered here; None: no position yet)."""
         return self._cursor is not None and self._cursor.offset == offset

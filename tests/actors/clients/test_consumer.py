@@ -182,6 +182,30 @@ def test_latest_starts_at_the_end_and_sees_only_new_records(sent: list[Sent]) ->
         assert [(r.offset, r.value) for r in records] == list(zip(offsets, [b"new-1", b"new-2"], strict=True))
 
 
+def test_the_published_high_watermark_is_read_once_the_tail_is_followed_and_is_the_end_every_ack_reached(
+    sent: list[Sent],
+) -> None:
+    """`Consumer.published_high_watermark`: None before the consumer follows the partition's tail on its node, then
+    the leader's high watermark without a call, which already counts every append acknowledged before it is read
+    (the oracle: the offsets the producer's acknowledgements gave)."""
+    from actors import Admin, Consumer
+
+    Admin().create_topic("published-hw", 1)
+    tp = ("published-hw", 0)
+    with Consumer(auto_offset_reset="earliest") as consumer:
+        consumer.assign([tp])
+        assert consumer.published_high_watermark(tp) is None
+        offsets = produce("published-hw", [b"a", b"b"])
+        assert [r.offset for r in poll_until(consumer, 2)] == offsets
+        deadline = time.monotonic() + 20
+        while consumer.published_high_watermark(tp) is None and time.monotonic() < deadline:
+            consumer.poll(timeout_ms=50)
+        assert consumer.published_high_watermark(tp) == offsets[-1] + 1
+        for value in (b"c", b"d", b"e"):
+            (offset,) = produce("published-hw", [value])
+            assert consumer.published_high_watermark(tp) == offset + 1
+
+
 def test_a_position_below_the_log_start_is_reset_by_the_policy(sent: list[Sent]) -> None:
     from actors import Admin, Consumer
 
