@@ -2,13 +2,14 @@
 partition actors, so a Python process takes records from a share group beside Kafka's share consumers.
 
 `subscribe(topics)` joins the share group (`actors.clients.share_member`); the coordinator assigns partitions, which
-several members may share. `poll` heartbeats when due, sends the acknowledgements pending from the records it
-returned before, then asks each assigned partition's leader to acquire records for the member
-(`PartitionServer.share_fetch`: whole batches, each record locked for the group's `share.record.lock.duration.ms`
-with its delivery count) and returns them, at most `max_poll_records` (a soft limit: whole batches; a hard one with
-`share_acquire_mode="record_limit"`, Kafka 4.2's `share.acquire.mode`, which asks the partitions one after another
-for what the poll may still take), waiting up to `timeout_ms` (looking again every `POLL_INTERVAL_S`) while none
-come.
+several members may share. `poll` heartbeats when due, then asks each assigned partition's leader to acquire records
+for the member, each fetch carrying the partition's acknowledgements pending from the records it returned before (one
+call, as Kafka's ShareFetch piggybacks them; `PartitionServer.share_fetch`: whole batches, each record locked for the
+group's `share.record.lock.duration.ms` with its delivery count) and returns them, at most `max_poll_records` (a soft
+limit: whole batches; a hard one with `share_acquire_mode="record_limit"`, Kafka 4.2's `share.acquire.mode`, which
+asks the partitions one after another for what the poll may still take), waiting up to `timeout_ms` (looking again
+every `POLL_INTERVAL_S`) while none come. Acknowledgements of a partition the poll does not ask (no longer assigned,
+or past the record limit) go in a ShareAcknowledge of their own.
 
 Acknowledgement (Kafka's `share.acknowledgement.mode`):
 - `implicit` (the default): every record a `poll` returned is accepted by the next `poll`, `commit_sync` or `close`;
@@ -180,8 +181,6 @@ class ShareConsumer(Closeable):
             if self._member.due:
                 self._member.heartbeat()
                 self._settings = self._member.settings()
-            if self._pending:
-                self._report(self._send_pending())
             records = self._acquire()
             if records or time.monotonic() >= deadline:
                 return records
@@ -237,22 +236,32 @@ class ShareConsumer(Closeable):
 
     def _acquire(self) -> list[ShareRecord]:
         """One round of acquisitions: every assigned partition asked at once for `max_poll_records`, or in the
-        record-limit mode one after another, each for what the poll may still take."""
+        record-limit mode one after another, each for what the poll may still take. Each fetch carries the
+        partition's pending acknowledgements; those of a partition not asked are sent on their own. Their outcomes
+        are reported."""
+        pending, self._pending = self._pending, {}
+        outcomes: AcknowledgementOutcomes = {}
         records: list[ShareRecord] = []
         if self._record_limit:
             for tp in list(self._member.assignment):
                 left = self._max_poll_records - len(records)
                 if left <= 0:
                     break
-                records.extend(self._take(tp, self._ask(tp, left)))
-            return records
-        refs = {tp: self._ask(tp, self._max_poll_records) for tp in list(self._member.assignment)}
-        for tp, ref in refs.items():
-            records.extend(self._take(tp, ref))
+                acks = pending.pop(tp, None)
+                records.extend(self._take(tp, self._ask(tp, left, acks), acks is not None, outcomes))
+        else:
+            asked = [(tp, pending.pop(tp, None)) for tp in list(self._member.assignment)]
+            refs = [(tp, self._ask(tp, self._max_poll_records, acks), acks is not None) for tp, acks in asked]
+            for tp, ref, acknowledged in refs:
+                records.extend(self._take(tp, ref, acknowledged, outcomes))
+        if pending:
+            outcomes.update(self._acknowledge(pending))
+        if outcomes:
+            self._report(outcomes)
         return records
 
-    def _ask(self, tp: TopicPartition, max_records: int) -> Any:
-        """The pending acquisition at `tp`'s leader; None when its leader could not be asked."""
+    def _ask(self, tp: TopicPartition, max_records: int, acks: dict[int, AcknowledgeType] | None) -> Any:
+        """The pending acquisition at `tp`'s leader, carrying `acks`; the error when its leader could not be asked."""
         try:
             return self._handle(tp).share_fetch.remote(
                 self._member.group_id,
@@ -262,20 +271,27 @@ class ShareConsumer(Closeable):
                 max_records,
                 max_wait_ms=0,
                 record_limit=self._record_limit,
+                acknowledgements=None if acks is None else acknowledgement_batches(acks),
             )
         except RaybrokerError as exc:
-            self._forget_leader(tp, exc)
-            return None
+            return exc
 
-    def _take(self, tp: TopicPartition, ref: Any) -> list[ShareRecord]:
-        """The records an acquisition `_ask` started got (none if it failed or was not started)."""
-        if ref is None:
-            return []
+    def _take(
+        self, tp: TopicPartition, ref: Any, acknowledged: bool, outcomes: AcknowledgementOutcomes
+    ) -> list[ShareRecord]:
+        """The records an acquisition `_ask` started got (none if it failed or was not started); the outcome of the
+        acknowledgements it carried goes to `outcomes`."""
         try:
+            if isinstance(ref, RaybrokerError):
+                raise ref
             fetched: ShareFetched = call(ref)
         except RaybrokerError as exc:
+            if acknowledged:
+                outcomes[tp] = exc
             self._forget_leader(tp, exc)
             return []
+        if acknowledged:
+            outcomes[tp] = fetched.acknowledge_error
         if not fetched.acquired:
             return []
         self._touched.add(tp)
@@ -319,6 +335,10 @@ class ShareConsumer(Closeable):
 
     def _send_pending(self) -> AcknowledgementOutcomes:
         pending, self._pending = self._pending, {}
+        return self._acknowledge(pending)
+
+    def _acknowledge(self, pending: dict[TopicPartition, dict[int, AcknowledgeType]]) -> AcknowledgementOutcomes:
+        """Sends each partition's acknowledgements in a ShareAcknowledge of its own; answers each one's outcome."""
         outcomes: AcknowledgementOutcomes = {}
         for tp, types in pending.items():
             try:
@@ -329,8 +349,11 @@ class ShareConsumer(Closeable):
                 )
                 outcomes[tp] = None
             except RaybrokerError as exc:
-                self._forget_leader(tp, exc)
+                # A refusal is the acknowledgements' outcome (Kafka's commitSync answers it too); only a leader
+                # that moved or went away drops the handle.
                 outcomes[tp] = exc
+                if is_retriable(exc):
+                    self._handles.pop(tp, None)
         return outcomes
 
     def _report(self, outcomes: AcknowledgementOutcomes) -> None:

@@ -676,14 +676,20 @@ class PartitionLogActor:
         max_records: int,
         max_wait_ms: int = 0,
         record_limit: bool = False,
+        acknowledgements: list[AcknowledgementBatch] | None = None,
     ) -> ShareFetched:
-        """Records acquired for a share group's member by this leader, waiting up to `max_wait_ms` when there are
-        none, at most `max_records` with `record_limit` (`PartitionServer.share_fetch`)."""
+        """Records acquired for a share group's member by this leader after the `acknowledgements` it carries,
+        waiting up to `max_wait_ms` when there are none, at most `max_records` with `record_limit`
+        (`PartitionServer.share_fetch`)."""
         check_share_member(group_id, member_id)
         check_share_settings(config)
         check_share_fetch_limit(max_records, record_limit)
+        if acknowledgements:
+            check_share_acknowledgements(acknowledgements, False)
         max_bytes = _checked_max_bytes(max_bytes)
-        return self._server.share_fetch(group_id, member_id, config, max_bytes, max_records, max_wait_ms, record_limit)
+        return self._server.share_fetch(
+            group_id, member_id, config, max_bytes, max_records, max_wait_ms, record_limit, acknowledgements
+        )
 
     @ray.method(concurrency_group=SHARES_GROUP)
     def share_acknowledge(

@@ -27,6 +27,8 @@ config = TaskProcessorConfig(
   `group.share.delivery.count.limit` is reached; then its outcome is FAILURE and the task goes to
   `failed_task_queue_name` (then ACCEPTed), or is REJECTed (archived) when there is none. A record that is no task or
   names no registered handler goes to `unprocessable_task_queue_name` the same way, without retries.
+- A worker's acknowledgements go with its next poll's fetch (one call; `close` sends the last ones), and one
+  refused (the task's lock expired and another worker took it) is logged.
 - A worker (or its replica) that dies holds its tasks until their locks expire; they are then delivered to another
   worker. A task whose outcome is already recorded (its worker died between recording it and acknowledging it, or
   it was cancelled) is acknowledged without running again.
@@ -254,9 +256,6 @@ class RaybrokerTaskProcessorAdapter(TaskProcessorAdapter):
                 self._ready_results().refresh()
                 for record in records:
                     consumer.acknowledge(record, self._run(record, consumer.delivery_count_limit()))
-                for (topic, partition), error in consumer.commit_sync().items():
-                    if error is not None:
-                        logger.warning("acknowledging tasks of %s-%d failed: %s", topic, partition, error)
         except Exception:
             logger.exception("task worker %s stopped", threading.current_thread().name)
             raise

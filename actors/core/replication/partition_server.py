@@ -27,6 +27,7 @@ same `PartitionServer`.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable
@@ -49,7 +50,7 @@ from actors.core.shares.leader_shares import (
 )
 from storage.arguments import is_int
 from storage.clock import SYSTEM_CLOCK, Clock
-from storage.errors import InvalidRequestError, KafkaStorageError
+from storage.errors import InvalidRequestError, KafkaStorageError, RaybrokerError
 from storage.partition.leader_epoch_cache import UNDEFINED_EPOCH
 from storage.partition.log import Log, LogAppendInfo
 from storage.partition.producer_append import AppendOrigin
@@ -203,16 +204,25 @@ class PartitionServer:
         max_records: int,
         max_wait_ms: int = 0,
         record_limit: bool = False,
+        acknowledgements: list[AcknowledgementBatch] | None = None,
     ) -> ShareFetched:
-        """A ShareFetch's part for this partition: records acquired for `member_id` (`LeaderShares.acquire`); when
-        none could be, waits up to `max_wait_ms` for an append, an acknowledgement or a release, looking again after
-        each (see the module docstring)."""
+        """A ShareFetch's part for this partition: first the `acknowledgements` it carries, if any (as
+        `share_acknowledge`; a refusal is answered in `acknowledge_error`, the acquisition goes on), then records
+        acquired for `member_id` (`LeaderShares.acquire`); when none could be, waits up to `max_wait_ms` for an
+        append, an acknowledgement or a release, looking again after each (see the module docstring)."""
+        refused: RaybrokerError | None = None
+        if acknowledgements:
+            try:
+                self.share_acknowledge(group_id, member_id, config, acknowledgements)
+            except RaybrokerError as exc:
+                refused = exc
 
         def acquired() -> ShareFetched:
             position = self._share_position()
             return self.shares.acquire(group_id, member_id, config, position, max_bytes, max_records, record_limit)
 
-        return self.long_poll(acquired, lambda fetched: len(fetched.acquired), max_wait_ms, 1, self._share_poll_slots)
+        fetched = self.long_poll(acquired, lambda got: len(got.acquired), max_wait_ms, 1, self._share_poll_slots)
+        return fetched if refused is None else dataclasses.replace(fetched, acknowledge_error=refused)
 
     def share_acknowledge(
         self,

@@ -66,7 +66,7 @@ from actors.core.shares.share_partition import (
     StateSummary,
 )
 from storage.clock import Clock
-from storage.errors import FencedLeaderEpochError
+from storage.errors import FencedLeaderEpochError, RaybrokerError
 from storage.partition.aborted_batches import AbortedBatches
 from storage.records.record_batch import iter_batches
 from storage.records.share_group_state import UNINITIALIZED_START_OFFSET, ShareGroupState
@@ -80,10 +80,12 @@ DEAD_LETTER_READ_BYTES = 1024 * 1024
 
 @dataclass(frozen=True, slots=True)
 class ShareFetched:
-    """A share fetch's answer for one partition: the batches read (whole) and the ranges acquired in them."""
+    """A share fetch's answer for one partition: the batches read (whole) and the ranges acquired in them; when the
+    fetch carried acknowledgements, why they were refused (None: applied, or none carried)."""
 
     records: bytes
     acquired: tuple[AcquiredRecords, ...]
+    acknowledge_error: RaybrokerError | None = None
 
 
 @dataclass(frozen=True, slots=True)

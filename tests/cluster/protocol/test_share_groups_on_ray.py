@@ -36,7 +36,7 @@ from actors.clients.share_consumer import ShareConsumer, ShareRecord
 from actors.core.shares.acknowledgements import AcknowledgeType
 from cluster.protocol.client import WireClient
 from cluster.protocol.listener import KafkaListener
-from storage.errors import InvalidConfigError, InvalidRequestError
+from storage.errors import InvalidConfigError, InvalidRecordStateError, InvalidRequestError
 from tests.cluster.protocol.conftest import SHARE_GROUP_SETTINGS
 from tests.cluster.protocol.helpers import GROUP_KEY, coordinator_client
 from tests.cluster.protocol.test_group_configs import (
@@ -273,6 +273,50 @@ def test_python_share_consumer_in_the_record_limit_mode_takes_at_most_max_poll_r
     consumer.close()
     assert [len(p) for p in polls] == [3, 3, 3, 1]
     assert [record for p in polls for record in p] == [(value, 1) for value in values]
+
+
+def test_python_share_consumer_acknowledgements_ride_on_its_next_poll_and_a_refused_one_is_reported(
+    ray_listener: KafkaListener,
+) -> None:
+    """Explicit acknowledgements go with the next poll's fetch (as Kafka's ShareFetch piggybacks them) and reach the
+    acknowledgement callback: None when applied; `InvalidRecordStateError` when the records' lock expired and
+    another member took them, reported and not raised, the other member's accept then applying. An accepted record
+    is never delivered again."""
+    bootstrap = ray_listener.bootstrap_servers
+    topic = _topic(bootstrap)
+    group = f"pyack-{uuid.uuid4().hex[:8]}"
+    reported: list[dict[tuple[str, int], Any]] = []
+    first = ShareConsumer(group, acknowledgement_mode="explicit", acknowledgement_commit_callback=reported.append)
+    second = ShareConsumer(group, acknowledgement_mode="explicit")
+    _joined(first, topic)
+    _joined(second, topic)
+    _produce(bootstrap, topic, ["a0", "a1"])
+    held = _poll_until(first, 2)
+    assert [(r.value, r.delivery_count) for r in held] == [(b"a0", 1), (b"a1", 1)]
+    time.sleep(int(SHARE_GROUP_SETTINGS["group.share.record.lock.duration.ms"]) / 1000 + 0.5)
+    taken = _poll_until(second, 2)
+    assert [(r.value, r.delivery_count) for r in taken] == [(b"a0", 2), (b"a1", 2)]
+    for record in held:
+        first.acknowledge(record, AcknowledgeType.ACCEPT)
+    assert first.poll(0) == []
+    assert [list(outcome) for outcome in reported] == [[(topic, 0)]]
+    assert isinstance(reported[0][(topic, 0)], InvalidRecordStateError)
+    for record in taken:
+        second.acknowledge(record, AcknowledgeType.ACCEPT)
+    assert second.commit_sync() == {(topic, 0): None}
+
+    reported.clear()
+    _produce(bootstrap, topic, ["a2"])
+    (late,) = _poll_until(first, 1)
+    first.acknowledge(late, AcknowledgeType.ACCEPT)
+    assert first.poll(300) == []
+    assert reported == [{(topic, 0): None}]
+    first.close()
+    second.close()
+    third = ShareConsumer(group)
+    _joined(third, topic)
+    assert third.poll(1000) == []
+    third.close()
 
 
 def test_a_broker_restart_on_ray_delivers_only_what_was_not_accepted(

@@ -25,7 +25,7 @@ from actors.core.shares.acknowledgements import AcknowledgementBatch, Acknowledg
 from actors.core.shares.group_share_config import EARLIEST, ResolvedShareConfig
 from actors.core.shares.leader_shares import ShareFetched
 from storage.clock import MockClock
-from storage.errors import BrokerNotAvailableError, NotLeaderOrFollowerError
+from storage.errors import BrokerNotAvailableError, InvalidRecordStateError, NotLeaderOrFollowerError
 from storage.records.layout import ControlRecordType
 from tests.storage.builders import START_MS, batch_bytes, open_log, simple_records
 
@@ -195,3 +195,24 @@ def test_a_share_fetch_that_finds_every_record_locked_waits_until_an_acknowledge
     waiting.join(WAIT_MS / 1000)
     assert [(r.first_offset, r.last_offset) for r in answered[0].acquired] == [(0, 4)]
     assert time.monotonic() - started < WAIT_MS / 1000 / 2
+
+
+def test_a_share_fetch_applies_the_acknowledgements_it_carries_before_it_acquires(server: PartitionServer) -> None:
+    """Kafka's ShareFetch with piggybacked acknowledgements: they are applied first (a RELEASE makes its records
+    available to the same fetch, delivered a second time), and one refused (records another member holds) is
+    answered in `acknowledge_error` while the fetch still acquires; a refused one changes nothing."""
+    config = ResolvedShareConfig(auto_offset_reset=EARLIEST)
+    server.append(records(5))
+    held = server.share_fetch("g", "a", config, 1 << 20, 100)
+    assert [(r.first_offset, r.last_offset, r.delivery_count) for r in held.acquired] == [(0, 4, 1)]
+    release = [AcknowledgementBatch(0, 4, (AcknowledgeType.RELEASE,))]
+    again = server.share_fetch("g", "a", config, 1 << 20, 100, acknowledgements=release)
+    assert again.acknowledge_error is None
+    assert [(r.first_offset, r.last_offset, r.delivery_count) for r in again.acquired] == [(0, 4, 2)]
+
+    server.append(records(2))
+    accept = [AcknowledgementBatch(0, 4, (AcknowledgeType.ACCEPT,))]
+    refused = server.share_fetch("g", "b", config, 1 << 20, 100, acknowledgements=accept)
+    assert isinstance(refused.acknowledge_error, InvalidRecordStateError)
+    assert [(r.first_offset, r.last_offset, r.delivery_count) for r in refused.acquired] == [(5, 6, 1)]
+    assert server.share_fetch("g", "a", config, 1 << 20, 100, acknowledgements=accept).acknowledge_error is None
