@@ -27,7 +27,6 @@ same `PartitionServer`.
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
 import threading
 import time
@@ -68,23 +67,6 @@ LONG_POLL_SLOTS = 2
 SHARE_POLL_SLOTS = 4
 
 _Answer = TypeVar("_Answer")
-
-
-# The threads that apply the acknowledgements a ShareFetch carries and wait for their state write while it acquires,
-# one pool for every partition a process serves (started on first use), as many as a host's share threads.
-ACKNOWLEDGE_THREADS = 8
-_acknowledge_pool: concurrent.futures.ThreadPoolExecutor | None = None
-_acknowledge_pool_lock = threading.Lock()
-
-
-def _acknowledgers() -> concurrent.futures.ThreadPoolExecutor:
-    global _acknowledge_pool
-    with _acknowledge_pool_lock:
-        if _acknowledge_pool is None:
-            _acknowledge_pool = concurrent.futures.ThreadPoolExecutor(
-                ACKNOWLEDGE_THREADS, thread_name_prefix="share-acknowledge"
-            )
-        return _acknowledge_pool
 
 
 class PartitionServer:
@@ -224,33 +206,23 @@ class PartitionServer:
         record_limit: bool = False,
         acknowledgements: list[AcknowledgementBatch] | None = None,
     ) -> ShareFetched:
-        """A ShareFetch's part for this partition: records acquired for `member_id` (`LeaderShares.acquire`); when
-        none could be, waits up to `max_wait_ms` for an append, an acknowledgement or a release, looking again after
-        each (see the module docstring). The `acknowledgements` it carries are applied first (records they release
-        may be acquired by it), and their state is written beside the acquisition, as Kafka's `KafkaApis` applies
-        them before it fetches and writes their state meanwhile; the answer waits for that write: a refusal is
-        answered in `acknowledge_error`."""
-        applying = None
+        """A ShareFetch's part for this partition: first the `acknowledgements` it carries, if any (as
+        `share_acknowledge`; a refusal is answered in `acknowledge_error`, the acquisition goes on), then records
+        acquired for `member_id` (`LeaderShares.acquire`); when none could be, waits up to `max_wait_ms` for an
+        append, an acknowledgement or a release, looking again after each (see the module docstring)."""
+        refused: RaybrokerError | None = None
         if acknowledgements:
-            applied = threading.Event()
-            applying = _acknowledgers().submit(
-                self._acknowledge_carried, group_id, member_id, config, acknowledgements, applied
-            )
-            applied.wait()
+            try:
+                self.share_acknowledge(group_id, member_id, config, acknowledgements)
+            except RaybrokerError as exc:
+                refused = exc
 
         def acquired() -> ShareFetched:
             position = self._share_position()
             return self.shares.acquire(group_id, member_id, config, position, max_bytes, max_records, record_limit)
 
-        try:
-            fetched = self.long_poll(acquired, lambda got: len(got.acquired), max_wait_ms, 1, self._share_poll_slots)
-        finally:
-            refused = None if applying is None else applying.exception()
-        if refused is None:
-            return fetched
-        if not isinstance(refused, RaybrokerError):
-            raise refused
-        return dataclasses.replace(fetched, acknowledge_error=refused)
+        fetched = self.long_poll(acquired, lambda got: len(got.acquired), max_wait_ms, 1, self._share_poll_slots)
+        return fetched if refused is None else dataclasses.replace(fetched, acknowledge_error=refused)
 
     def share_acknowledge(
         self,
@@ -259,29 +231,12 @@ class PartitionServer:
         config: ResolvedShareConfig,
         batches: list[AcknowledgementBatch],
         renew: bool = False,
-        applied: Callable[[], None] | None = None,
     ) -> None:
         """`member_id`'s acknowledgements of records it acquired here, all or none (`LeaderShares.acknowledge`; RENEW
-        among them only with `renew`), counted by type once applied; `applied` as `LeaderShares.acknowledge`
-        calls it."""
-        self.shares.acknowledge(group_id, member_id, config, self._share_position(), batches, renew, applied)
+        among them only with `renew`), counted by type once applied."""
+        self.shares.acknowledge(group_id, member_id, config, self._share_position(), batches, renew)
         self.changes.wake()
         self._metrics.share_acknowledged(records_by_type(batches))
-
-    def _acknowledge_carried(
-        self,
-        group_id: str,
-        member_id: str,
-        config: ResolvedShareConfig,
-        batches: list[AcknowledgementBatch],
-        applied: threading.Event,
-    ) -> None:
-        """A ShareFetch's acknowledgements (on an acknowledging thread): `applied` is set once the share-partition
-        took or refused them, or they failed before."""
-        try:
-            self.share_acknowledge(group_id, member_id, config, batches, applied=applied.set)
-        finally:
-            applied.set()
 
     def share_release(self, group_id: str, member_id: str) -> None:
         """Releases the records `member_id` holds here: its share session closed."""

@@ -238,17 +238,11 @@ class LeaderShares:
         log: LogPosition,
         batches: Sequence[AcknowledgementBatch],
         renew: bool = False,
-        applied: Callable[[], None] | None = None,
     ) -> None:
         """Applies `member_id`'s acknowledgements, all or none (`SharePartition.acknowledge`'s errors), RENEW among
-        them only with `renew`; `applied` is called once the share-partition took them (or refused them), before
-        their state is written."""
+        them only with `renew`."""
         with self._persisted(group_id, log):
-            try:
-                self._share_partition(group_id, config, log).acknowledge(member_id, batches, renew)
-            finally:
-                if applied is not None:
-                    applied()
+            self._share_partition(group_id, config, log).acknowledge(member_id, batches, renew)
 
     def release(self, group_id: str, member_id: str, leader_epoch: int, log: LogPosition | None = None) -> None:
         """Releases every record `member_id` holds in the group's share-partition, if it has one (in the leader epoch

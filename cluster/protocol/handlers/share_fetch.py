@@ -9,11 +9,12 @@ INVALID_SHARE_SESSION_EPOCH, INVALID_REQUEST) is the answer's top-level error an
 - the acknowledgements it carries are applied per partition at the partition's leader
   (`BrokerView.share_acknowledge`, all or none per partition): a partition's outcome is its `acknowledge_error_code`
   in a ShareFetch, its `error_code` in a ShareAcknowledge (INVALID_RECORD_STATE for records the member does not
-  hold, INVALID_REQUEST for malformed batches or unknown acknowledge types, Kafka's checks). A ShareFetch that is
-  not final acquires while its acknowledgements' state is written, as Kafka's `KafkaApis` does, answering when both
-  are done: an acknowledgement's durable write does not hold the fetch back. In a session of one partition the
-  acknowledgements go with the acquisition's call to the leader, which applies them first (records they release may
-  be acquired by the same fetch, as on Kafka); a session of several sends them in calls of their own beside it;
+  hold, INVALID_REQUEST for malformed batches or unknown acknowledge types, Kafka's checks). In a session of one
+  partition a ShareFetch that is not final sends them with the acquisition's call to the leader, which applies them
+  first (records they release may be acquired by the same fetch, as on Kafka) and then acquires: one call where two
+  cost more of a 2-core machine's CPU than the state write they let overlap (`docs/performance.md`). A session of
+  several sends them in calls of their own while it acquires, as Kafka's `KafkaApis` writes their state meanwhile;
+  either way the answer comes once both are done;
 - a final request (epoch -1) then releases every record the member holds in its session's partitions and forgets the
   session;
 - any other ShareFetch acquires records for the member from each partition of its session (`BrokerView.share_fetch`),
@@ -375,7 +376,7 @@ def _carried(
     names: Mapping[uuid.UUID, str | ErrorCode],
 ) -> dict[SharePartitionKey, list[AcknowledgementBatch]]:
     """The acknowledgements that go with the acquisition's call: those of a session's only partition, whose topic
-    may be read (one call to the leader instead of two; it applies them beside the acquisition)."""
+    may be read (one call to the leader instead of two; it applies them before it acquires)."""
     if len(context.partitions) != 1:
         return {}
     (key,) = context.partitions
