@@ -198,10 +198,9 @@ def test_a_share_fetch_that_finds_every_record_locked_waits_until_an_acknowledge
 
 
 def test_a_share_fetch_applies_the_acknowledgements_it_carries_before_it_acquires(server: PartitionServer) -> None:
-    """Kafka's ShareFetch with piggybacked acknowledgements: they are applied before the acquisition (a RELEASE makes
-    its records available to the same fetch, delivered a second time) and answered with it, and one refused (records
-    another member holds) is answered in `acknowledge_error` while the fetch still acquires; a refused one changes
-    nothing."""
+    """Kafka's ShareFetch with piggybacked acknowledgements: they are applied first (a RELEASE makes its records
+    available to the same fetch, delivered a second time), and one refused (records another member holds) is
+    answered in `acknowledge_error` while the fetch still acquires; a refused one changes nothing."""
     config = ResolvedShareConfig(auto_offset_reset=EARLIEST)
     server.append(records(5))
     held = server.share_fetch("g", "a", config, 1 << 20, 100)
