@@ -6,9 +6,8 @@ outcome is durable before its queue record is acknowledged. `outcome` first read
 when asked (so an outcome recorded before the call is seen), then answers from what it read; a task already read as
 SUCCESS or FAILURE is answered without reading, as the task processor writes nothing after either (a worker skips a
 task that has one; only a task whose lock expired under a worker runs twice), while a REVOKED task may still be
-finished by a worker that had started it. `refresh` only catches
-up, and `known` only answers. The topic is created on first use (`cleanup.policy=compact`: the latest outcome of each
-task stays).
+finished by a worker that had started it. `refresh` only catches up, and `known` only answers. The topic is created
+on first use (`cleanup.policy=compact`: the latest outcome of each task stays).
 
 The end is each partition's high watermark. Once the reader's consumer follows the partition's tail on its own node
 (`actors.clients.local_tail`), it is read from the leader's high-watermark file, which the leader rewrites before it
@@ -72,13 +71,11 @@ class TaskResults:
 
     def outcome(self, task_id: str) -> Outcome | None:
         """The task's latest outcome, None while it has none (PENDING)."""
-        with self._lock:
-            read = self._outcomes.get(task_id)
+        read = self.known(task_id)
         if read is not None and read.status in ENDED_STATUSES:
             return read
         self.refresh()
-        with self._lock:
-            return self._outcomes.get(task_id)
+        return self.known(task_id)
 
     def known(self, task_id: str) -> Outcome | None:
         """The task's latest outcome as far as the topic was read (by `outcome`, `refresh` or `record`)."""
