@@ -419,13 +419,13 @@ class Router:
             LIST_TRANSACTIONS_KEY: ListTransactionsHandler(transactions, access),
             CONSUMER_GROUP_HEARTBEAT_KEY: ConsumerGroupHeartbeatHandler(groups, features, access),
             CONSUMER_GROUP_DESCRIBE_KEY: ConsumerGroupDescribeHandler(groups, features, access),
-            SHARE_GROUP_HEARTBEAT_KEY: ShareGroupHeartbeatHandler(groups, access),
-            SHARE_GROUP_DESCRIBE_KEY: ShareGroupDescribeHandler(groups, view, access),
-            SHARE_FETCH_KEY: ShareFetchHandler(view, groups, share_sessions, access, metrics),
-            SHARE_ACKNOWLEDGE_KEY: ShareAcknowledgeHandler(view, groups, share_sessions, access, metrics),
-            DESCRIBE_SHARE_GROUP_OFFSETS_KEY: DescribeShareGroupOffsetsHandler(view, access),
-            ALTER_SHARE_GROUP_OFFSETS_KEY: AlterShareGroupOffsetsHandler(view, groups, access),
-            DELETE_SHARE_GROUP_OFFSETS_KEY: DeleteShareGroupOffsetsHandler(view, groups, access),
+            SHARE_GROUP_HEARTBEAT_KEY: ShareGroupHeartbeatHandler(groups, access, features),
+            SHARE_GROUP_DESCRIBE_KEY: ShareGroupDescribeHandler(groups, view, access, features),
+            SHARE_FETCH_KEY: ShareFetchHandler(view, groups, share_sessions, access, metrics, features),
+            SHARE_ACKNOWLEDGE_KEY: ShareAcknowledgeHandler(view, groups, share_sessions, access, metrics, features),
+            DESCRIBE_SHARE_GROUP_OFFSETS_KEY: DescribeShareGroupOffsetsHandler(view, access, features),
+            ALTER_SHARE_GROUP_OFFSETS_KEY: AlterShareGroupOffsetsHandler(view, groups, access, features),
+            DELETE_SHARE_GROUP_OFFSETS_KEY: DeleteShareGroupOffsetsHandler(view, groups, access, features),
         }
         for key in SERVED.keys() - self._served.keys():
             del self._handlers[key]

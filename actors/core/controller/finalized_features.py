@@ -8,12 +8,15 @@ producers use transactions v2 (KIP-890 part 2: no AddPartitionsToTxn, an epoch b
 transactions v1; the protocol serves both whatever the level, as Kafka's does (a client picks by the finalized level).
 `group.version` 0-1: at 1 the group coordinator serves Kafka 4's consumer group protocol (KIP-848:
 ConsumerGroupHeartbeat and ConsumerGroupDescribe answer UNSUPPORTED_VERSION below it, as Kafka 4.2's do, the classic
-protocol serving either way). Every other feature is supported at level 0 only and not listed, as Kafka 3.9 lists none
-of the features it supports at 0 only.
+protocol serving either way). `share.version` 0-1: at 1 the listener serves share groups (KIP-932: below it every
+share-group API answers UNSUPPORTED_VERSION, as Kafka 4.2's broker does, `cluster.protocol.handlers.share_version_gate`;
+the Python `ShareConsumer`, which calls the actors, is not gated). Every other feature is supported at level 0 only
+and not listed, as Kafka 3.9 lists none of the features it supports at 0 only.
 
-A new cluster finalizes `metadata.version`, `transaction.version` 2 and `group.version` 1 at its controller's first
-start (`bootstrap`, as Kafka 4's `kafka-storage format`); a cluster started before keeps its levels (`kafka-features
-upgrade --feature group.version=1` turns the consumer protocol on there). A level of 0 is not finalized: a
+A new cluster finalizes `metadata.version`, `transaction.version` 2, `group.version` 1 and `share.version` 1 at its
+controller's first start (`bootstrap`, as Kafka 4.2's `kafka-storage format`); a cluster started before keeps its
+levels (`kafka-features upgrade --feature group.version=1` turns the consumer protocol on there, `share.version=1`
+share groups). A level of 0 is not finalized: a
 feature set to 0 leaves the finalized levels, and ApiVersions lists only the levels above 0, as a Kafka broker does.
 
 UpdateFeatures (`update`) checks every update as Kafka's controller does, in order: a known upgrade type, a level not
@@ -49,13 +52,21 @@ TRANSACTION_VERSION_LEVEL = 2
 GROUP_VERSION = "group.version"
 # KIP-848's consumer group protocol: the level from which it is served, and what a new cluster finalizes.
 GROUP_VERSION_LEVEL = 1
+SHARE_VERSION = "share.version"
+# KIP-932's share groups: the level from which they are served, and what a new cluster finalizes (Kafka 4.2's).
+SHARE_VERSION_LEVEL = 1
 SUPPORTED_FEATURES: dict[str, tuple[int, int]] = {
     METADATA_VERSION: (METADATA_VERSION_LEVEL, METADATA_VERSION_LEVEL),
     TRANSACTION_VERSION: (0, TRANSACTION_VERSION_LEVEL),
     GROUP_VERSION: (0, GROUP_VERSION_LEVEL),
+    SHARE_VERSION: (0, SHARE_VERSION_LEVEL),
 }
 # The levels a cluster finalizes at its first start besides `metadata.version` (the highest it supports).
-BOOTSTRAP_LEVELS = {TRANSACTION_VERSION: TRANSACTION_VERSION_LEVEL, GROUP_VERSION: GROUP_VERSION_LEVEL}
+BOOTSTRAP_LEVELS = {
+    TRANSACTION_VERSION: TRANSACTION_VERSION_LEVEL,
+    GROUP_VERSION: GROUP_VERSION_LEVEL,
+    SHARE_VERSION: SHARE_VERSION_LEVEL,
+}
 FEATURE_KEY_PREFIX = "feature/"
 # UpdateFeatures' upgrade types (v1+; v0's allow_downgrade is SAFE_DOWNGRADE or UPGRADE).
 UPGRADE = 1

@@ -1,9 +1,10 @@
 """Share groups' record APIs (KIP-932) as Kafka 4.2 serves them: ShareFetch (78) v1-2 and ShareAcknowledge (79)
 v1-2, which Kafka 4.2's `KafkaShareConsumer` sends to each partition's leader.
 
-Each request first passes its share session (`actors.core.shares.share_sessions`: epoch 0 opens, -1 closes, any other
-must be the session's); a session error (SHARE_SESSION_NOT_FOUND, INVALID_SHARE_SESSION_EPOCH, INVALID_REQUEST) is the
-answer's top-level error and nothing changes. Then:
+Both answer UNSUPPORTED_VERSION, before any other check, while the cluster's `share.version` is below 1
+(`share_version_gate`). Each request first passes its share session (`actors.core.shares.share_sessions`: epoch 0
+opens, -1 closes, any other must be the session's); a session error (SHARE_SESSION_NOT_FOUND,
+INVALID_SHARE_SESSION_EPOCH, INVALID_REQUEST) is the answer's top-level error and nothing changes. Then:
 
 - the acknowledgements it carries are applied per partition at the partition's leader
   (`BrokerView.share_acknowledge`, all or none per partition): a partition's outcome is its `acknowledge_error_code`
@@ -60,8 +61,10 @@ from actors.core.shares.share_partition import AcquiredRecords
 from actors.core.shares.share_sessions import SessionContext, SharePartitionKey, ShareSessions
 from actors.metrics.recorder import NO_METRICS, BrokerMetrics
 from cluster.protocol.error_codes import coordinator_error_code, error_code, share_partition_error_code
+from cluster.protocol.feature_cache import FeatureCache
 from cluster.protocol.framing import Request, response_schema
 from cluster.protocol.handlers.authorization import GuardedHandler, allows, authorized_names
+from cluster.protocol.handlers.share_version_gate import ShareVersionGate
 from cluster.protocol.messages import build, milliseconds
 from cluster.protocol.security.access import AccessControl
 from cluster.protocol.views.broker_view import BrokerView
@@ -117,11 +120,13 @@ class _ShareHandler(GuardedHandler[BrokerView]):
         sessions: ShareSessions,
         access: AccessControl | None = None,
         metrics: BrokerMetrics = NO_METRICS,
+        features: FeatureCache | None = None,
     ) -> None:
         super().__init__(view, access)
         self._groups = groups
         self._sessions = sessions
         self._metrics = metrics
+        self._gate = ShareVersionGate(features)
 
     def _count(
         self,
@@ -203,6 +208,9 @@ class ShareFetchHandler(_ShareHandler):
 
     async def __call__(self, request: Request) -> Any:
         body = request.body
+        unserved = self._gate.refusal()
+        if unserved is not None:
+            return _Answer(response_schema(SHARE_FETCH_KEY, request.api_version))(unserved)
         mode = getattr(body, "share_acquire_mode", BATCH_OPTIMIZED_MODE)
         renew = getattr(body, "is_renew_ack", False)
         refused = _renewal_refused(body) if renew else None
@@ -339,6 +347,9 @@ class ShareAcknowledgeHandler(_ShareHandler):
 
     async def __call__(self, request: Request) -> Any:
         body = request.body
+        unserved = self._gate.refusal()
+        if unserved is not None:
+            return _Answer(response_schema(SHARE_ACKNOWLEDGE_KEY, request.api_version))(unserved)
         begun = await self._begin(
             request,
             SHARE_ACKNOWLEDGE_KEY,

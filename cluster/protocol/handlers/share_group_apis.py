@@ -10,6 +10,8 @@ client host is the connection's address as Kafka writes it (`/127.0.0.1`).
 ShareGroupDescribe answers each group: its state, epochs, assignor (`simple`) and members with their assignments by
 topic id and name; a group that is not a share group, GROUP_ID_NOT_FOUND ("Group g not found.").
 
+Both answer UNSUPPORTED_VERSION while the cluster's `share.version` is below 1 (`share_version_gate`).
+
 Authorization, as Kafka's: a heartbeat needs READ on the group (else GROUP_AUTHORIZATION_FAILED) and DESCRIBE on each
 topic it subscribes to (else TOPIC_AUTHORIZATION_FAILED); describing needs DESCRIBE on each group.
 """
@@ -23,6 +25,7 @@ from kio.schema.errors import ErrorCode
 from actors.core.security.acl_bindings import AclOperation, ResourceType
 from actors.core.shares.share_group import ShareGroupDescription, ShareHeartbeatRequest
 from cluster.protocol.error_codes import coordinator_error_code, group_error_code
+from cluster.protocol.feature_cache import FeatureCache
 from cluster.protocol.framing import Request, response_schema
 from cluster.protocol.handlers.authorization import (
     AUTHORIZED_OPERATIONS_OMITTED,
@@ -39,6 +42,7 @@ from cluster.protocol.handlers.consumer_group_apis import (
     heartbeat_member,
     heartbeat_refusal,
 )
+from cluster.protocol.handlers.share_version_gate import ShareVersionGate
 from cluster.protocol.messages import build
 from cluster.protocol.security.access import AccessControl
 from cluster.protocol.views.broker_view import BrokerView
@@ -52,11 +56,20 @@ SHARE_GROUP_DESCRIBE_KEY = 77
 class ShareGroupHeartbeatHandler(GuardedHandler[GroupView]):
     """Answers ShareGroupHeartbeat (see the module docstring)."""
 
+    def __init__(
+        self, view: GroupView, access: AccessControl | None = None, features: FeatureCache | None = None
+    ) -> None:
+        super().__init__(view, access)
+        self._gate = ShareVersionGate(features)
+
     async def __call__(self, request: Request) -> Any:
         body = request.body
         context = request.context
         values = heartbeat_fields(body)
         response_type = response_schema(SHARE_GROUP_HEARTBEAT_KEY, request.api_version)
+        unserved = self._gate.refusal(before_known=ErrorCode.coordinator_not_available)
+        if unserved is not None:
+            return build(response_type, {**values, "error_code": unserved, "member_id": None, "member_epoch": 0})
         refusal = heartbeat_refusal(self._access, context, body.group_id, body.subscribed_topic_names)
         if refusal is not None:
             return build(response_type, {**values, "error_code": refusal})
@@ -77,9 +90,16 @@ class ShareGroupHeartbeatHandler(GuardedHandler[GroupView]):
 class ShareGroupDescribeHandler(GuardedHandler[GroupView]):
     """Answers ShareGroupDescribe (see the module docstring); `broker` names the assigned topics."""
 
-    def __init__(self, view: GroupView, broker: BrokerView, access: AccessControl | None = None) -> None:
+    def __init__(
+        self,
+        view: GroupView,
+        broker: BrokerView,
+        access: AccessControl | None = None,
+        features: FeatureCache | None = None,
+    ) -> None:
         super().__init__(view, access)
         self._broker = broker
+        self._gate = ShareVersionGate(features)
 
     async def __call__(self, request: Request) -> Any:
         body = request.body
@@ -87,6 +107,9 @@ class ShareGroupDescribeHandler(GuardedHandler[GroupView]):
         return describe_answer(request, SHARE_GROUP_DESCRIBE_KEY, described, self._access)
 
     async def _describe(self, group_id: str, request: Request) -> dict[str, Any]:
+        refusal = self._gate.refusal()
+        if refusal is not None:
+            return failed_group_description(group_id, refusal, None)
         if not allows(self._access, request.context, AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
             return failed_group_description(group_id, ErrorCode.group_authorization_failed, None)
         if not group_id:

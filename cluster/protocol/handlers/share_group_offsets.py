@@ -22,6 +22,10 @@ offset), and a partition named twice takes the last. A topic that does not exist
 answers UNKNOWN_TOPIC_OR_PARTITION; Delete answers it too for a topic the group has no state on ("There is no offset
 information to delete."), both with topic id zero, as Kafka does. Group-level errors answer no topics.
 
+While the cluster's `share.version` is below 1 (`share_version_gate`), Describe answers UNSUPPORTED_VERSION for each
+group, Alter and Delete for the request ("The version of API is not supported.", Kafka's message), before any other
+check.
+
 Authorization, as Kafka's `KafkaApis`: Describe needs DESCRIBE on the group (else GROUP_AUTHORIZATION_FAILED for the
 group) and on each topic (else TOPIC_AUTHORIZATION_FAILED for its partitions); Alter READ on the group and on each
 topic; Delete DELETE on the group and READ on each topic (TOPIC_AUTHORIZATION_FAILED for the topic).
@@ -40,8 +44,10 @@ from actors.core.groups.group_membership import GroupError
 from actors.core.security.acl_bindings import AclOperation, ResourceType
 from actors.core.shares.leader_shares import UNKNOWN_SHARE_OFFSETS, ShareOffsets
 from cluster.protocol.error_codes import coordinator_error_code, error_code, group_error_code
+from cluster.protocol.feature_cache import FeatureCache
 from cluster.protocol.framing import Request, response_schema
 from cluster.protocol.handlers.authorization import GuardedHandler, allows, authorized_names
+from cluster.protocol.handlers.share_version_gate import UNSUPPORTED_VERSION_MESSAGE, ShareVersionGate
 from cluster.protocol.messages import build
 from cluster.protocol.security.access import AccessControl
 from cluster.protocol.views.broker_view import BrokerView, TopicInfo
@@ -78,6 +84,12 @@ def _offsets_row(partition: int, offsets: ShareOffsets, code: ErrorCode = ErrorC
 class DescribeShareGroupOffsetsHandler(GuardedHandler[BrokerView]):
     """Answers DescribeShareGroupOffsets (see the module docstring)."""
 
+    def __init__(
+        self, view: BrokerView, access: AccessControl | None = None, features: FeatureCache | None = None
+    ) -> None:
+        super().__init__(view, access)
+        self._gate = ShareVersionGate(features)
+
     async def __call__(self, request: Request) -> Any:
         described = [await self._describe(request, group) for group in request.body.groups]
         return build(
@@ -87,6 +99,9 @@ class DescribeShareGroupOffsetsHandler(GuardedHandler[BrokerView]):
 
     async def _describe(self, request: Request, group: Any) -> dict[str, Any]:
         context, group_id = request.context, group.group_id
+        unserved = self._gate.refusal()
+        if unserved is not None:
+            return {"group_id": group_id, "topics": [], "error_code": unserved}
         if not allows(self._access, context, AclOperation.DESCRIBE, ResourceType.GROUP, group_id):
             return {"group_id": group_id, "topics": [], "error_code": ErrorCode.group_authorization_failed}
         try:
@@ -158,13 +173,22 @@ class _ShareOffsetsChange(GuardedHandler[BrokerView], ABC):
     GROUP_OPERATION: ClassVar[AclOperation] = AclOperation.READ
     CREATES_GROUP: ClassVar[bool] = False
 
-    def __init__(self, view: BrokerView, groups: GroupView, access: AccessControl | None = None) -> None:
+    def __init__(
+        self,
+        view: BrokerView,
+        groups: GroupView,
+        access: AccessControl | None = None,
+        features: FeatureCache | None = None,
+    ) -> None:
         super().__init__(view, access)
         self._groups = groups
+        self._gate = ShareVersionGate(features)
 
     async def __call__(self, request: Request) -> Any:
         body = request.body
         group_id = body.group_id
+        if self._gate.refusal() is not None:
+            return self._answer(request, ErrorCode.unsupported_version, UNSUPPORTED_VERSION_MESSAGE)
         if not allows(self._access, request.context, self.GROUP_OPERATION, ResourceType.GROUP, group_id):
             return self._answer(request, ErrorCode.group_authorization_failed)
         if not group_id:

@@ -13,10 +13,14 @@ two Kafka 4.2 brokers, `kafka4`), over real sockets and with Kafka 4.2's own `ka
 - `group.version` turns the consumer group protocol on and off alike: at 0 a ConsumerGroupHeartbeat and a
   ConsumerGroupDescribe answer UNSUPPORTED_VERSION on both, at 1 (a new cluster's level, set back afterwards) a member
   joins at epoch 1 and the group is described Stable.
+- `share.version` turns share groups on and off alike: at 0 ShareGroupHeartbeat, ShareGroupDescribe, ShareFetch,
+  ShareAcknowledge and the three share-group offset APIs answer UNSUPPORTED_VERSION on both, with Kafka's messages
+  where the answer has one; at 1 (a new cluster's level, set back afterwards) a member joins at epoch 1.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 import time
 import uuid
@@ -39,6 +43,8 @@ from actors.core.controller.finalized_features import (
     GROUP_VERSION_LEVEL,
     METADATA_VERSION,
     METADATA_VERSION_LEVEL,
+    SHARE_VERSION,
+    SHARE_VERSION_LEVEL,
     TRANSACTION_VERSION,
     TRANSACTION_VERSION_LEVEL,
 )
@@ -150,6 +156,7 @@ def test_api_versions_carry_the_features_as_kafkas_broker(kafka4: str, raybroker
         (METADATA_VERSION, METADATA_VERSION_LEVEL, METADATA_VERSION_LEVEL),
         (TRANSACTION_VERSION, TRANSACTION_VERSION_LEVEL, TRANSACTION_VERSION_LEVEL),
         (GROUP_VERSION, GROUP_VERSION_LEVEL, GROUP_VERSION_LEVEL),
+        (SHARE_VERSION, SHARE_VERSION_LEVEL, SHARE_VERSION_LEVEL),
     }
 
 
@@ -161,10 +168,11 @@ def test_kafka_features_prints_kafkas_lines_and_a_change_moves_the_epoch(kafka4:
         METADATA_VERSION: ("3.9-IV0", "3.9-IV0", "3.9-IV0", ours[METADATA_VERSION][-1]),
         TRANSACTION_VERSION: ("0", "2", "2", ours[METADATA_VERSION][-1]),
         GROUP_VERSION: ("0", "1", "1", ours[METADATA_VERSION][-1]),
+        SHARE_VERSION: ("0", "1", "1", ours[METADATA_VERSION][-1]),
     }
     oracle = described(kafka4)
-    assert [oracle[name][:3] for name in (TRANSACTION_VERSION, GROUP_VERSION)] == [
-        ours[name][:3] for name in (TRANSACTION_VERSION, GROUP_VERSION)
+    assert [oracle[name][:3] for name in (TRANSACTION_VERSION, GROUP_VERSION, SHARE_VERSION)] == [
+        ours[name][:3] for name in (TRANSACTION_VERSION, GROUP_VERSION, SHARE_VERSION)
     ]
     too_new = ["upgrade", "--feature", "transaction.version=3"]
     assert features_tool(raybroker, *too_new) == features_tool(kafka4, *too_new)
@@ -243,4 +251,70 @@ def consumer_protocol_answers(bootstrap: str) -> tuple[Any, ...]:
         int(described.error_code),
         described.error_message,
         described.group_state,
+    )
+
+
+def test_share_version_turns_share_groups_on_and_off_as_on_kafka(kafka4: str, raybroker: str) -> None:
+    answers: dict[str, list[tuple[Any, ...]]] = {}
+    try:
+        for name, bootstrap in (("kafka", kafka4), ("raybroker", raybroker)):
+            changed = features_tool(bootstrap, "downgrade", "--feature", f"{SHARE_VERSION}=0")
+            assert changed == (0, [f"{SHARE_VERSION} was downgraded to 0."]), name
+            off = until(functools.partial(share_group_answers, bootstrap), lambda answer: answer[0][0] != 0)
+            restored = features_tool(bootstrap, "upgrade", "--feature", f"{SHARE_VERSION}={SHARE_VERSION_LEVEL}")
+            assert restored == (0, [f"{SHARE_VERSION} was upgraded to {SHARE_VERSION_LEVEL}."]), name
+            on = until(functools.partial(share_group_answers, bootstrap), lambda answer: answer[0][0] == 0)
+            answers[name] = [off, on[0]]
+    finally:
+        for bootstrap in (kafka4, raybroker):
+            features_tool(bootstrap, "upgrade", "--feature", f"{SHARE_VERSION}={SHARE_VERSION_LEVEL}")
+    assert answers["raybroker"] == answers["kafka"]
+    assert {answer[0] for answer in answers["kafka"][0]} == {35}
+    assert answers["kafka"][1][:2] == (0, 1)
+
+
+def until(answered: Any, wanted: Any) -> Any:
+    """`answered()` once `wanted` holds of it (Kafka's brokers learn a feature change from the metadata log)."""
+    deadline = time.monotonic() + DEADLINE_S
+    while True:
+        answer = answered()
+        if wanted(answer) or time.monotonic() > deadline:
+            return answer
+        time.sleep(0.5)
+
+
+def share_group_answers(bootstrap: str) -> tuple[tuple[Any, ...], ...]:
+    """A new member's heartbeat into a new share group, then each other share-group API about that group: (code,
+    epoch or message) of each; the member leaves if it joined."""
+    group = f"sv-{uuid.uuid4().hex[:8]}"
+    member = uuid.uuid4().hex[:22]
+    with coordinator_client(bootstrap, group, GROUP_KEY, DEADLINE_S) as client:
+        join = {"group_id": group, "member_id": member, "member_epoch": 0, "subscribed_topic_names": [f"{group}-x"]}
+        joined = client.request(76, 1, join)
+        (described,) = client.request(77, 1, {"group_ids": [group], "include_authorized_operations": False}).groups
+        session = {"group_id": group, "member_id": member, "share_session_epoch": 0, "topics": []}
+        fetch = {
+            **session,
+            "max_wait": 0,
+            "min_bytes": 1,
+            "max_bytes": 1 << 20,
+            "max_records": 100,
+            "batch_size": 100,
+            "forgotten_topics_data": [],
+        }
+        fetched = client.request(78, 2, fetch)
+        acknowledged = client.request(79, 2, {**session, "share_session_epoch": 1, "is_renew_ack": False})
+        (offsets,) = client.request(90, 1, {"groups": [{"group_id": group, "topics": None}]}).groups
+        altered = client.request(91, 0, {"group_id": group, "topics": []})
+        deleted = client.request(92, 0, {"group_id": group, "topics": []})
+        if joined.error_code == 0:
+            client.request(76, 1, {**join, "member_epoch": -1, "subscribed_topic_names": None})
+    return (
+        (int(joined.error_code), joined.member_epoch if joined.error_code == 0 else joined.error_message),
+        (int(described.error_code), described.error_message),
+        (int(fetched.error_code), fetched.error_message),
+        (int(acknowledged.error_code), acknowledged.error_message),
+        (int(offsets.error_code), offsets.error_message),
+        (int(altered.error_code), altered.error_message),
+        (int(deleted.error_code), deleted.error_message),
     )

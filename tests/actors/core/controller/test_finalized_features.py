@@ -70,12 +70,18 @@ def kafka_like(levels: dict[str, int]) -> tuple[FinalizedFeatures, RecordLog]:
 
 def test_a_new_cluster_finalizes_its_metadata_version_and_a_restart_keeps_levels_and_epoch(cluster: Cluster) -> None:
     epoch, levels = cluster.controller.finalized_features()
-    # Kafka 4's `kafka-storage format` defaults: transactions v2, the consumer group protocol.
-    assert levels == {METADATA_VERSION: METADATA_VERSION_LEVEL, "transaction.version": 2, "group.version": 1}
+    # Kafka 4.2's `kafka-storage format` defaults: transactions v2, the consumer group protocol, share groups.
+    assert levels == {
+        METADATA_VERSION: METADATA_VERSION_LEVEL,
+        "transaction.version": 2,
+        "group.version": 1,
+        "share.version": 1,
+    }
     assert epoch >= 0
     cluster.controller.update_features([FeatureUpdate("transaction.version", 0, SAFE_DOWNGRADE)], False, "0")
     updated = cluster.controller.finalized_features()
-    assert updated[0] > epoch and updated[1] == {METADATA_VERSION: METADATA_VERSION_LEVEL, "group.version": 1}
+    assert updated[0] > epoch
+    assert updated[1] == {METADATA_VERSION: METADATA_VERSION_LEVEL, "group.version": 1, "share.version": 1}
     cluster.controller.close()
 
     cluster.controller = cluster.start_controller()
@@ -97,6 +103,7 @@ def test_a_new_cluster_finalizes_its_metadata_version_and_a_restart_keeps_levels
 )
 def test_a_refused_update_answers_kafkas_message_and_writes_nothing(update: FeatureUpdate, reason: str) -> None:
     store, log = kafka_like({"transaction.version": 2})
+    store.update([FeatureUpdate("share.version", 0, SAFE_DOWNGRADE)], False, "1")
     before = (store.epoch, store.levels(), len(log.records))
     # A valid update beside it is not applied either: the request fails as a whole.
     with pytest.raises(InvalidUpdateVersionError) as refused:
@@ -116,7 +123,7 @@ def test_updates_are_written_in_order_and_level_zero_leaves_the_finalized_levels
         validate_only=False,
         controller="1",
     )
-    assert store.levels() == {METADATA_VERSION: 29, "transaction.version": 2}
+    assert store.levels() == {METADATA_VERSION: 29, "transaction.version": 2, "share.version": 1}
     assert store.epoch == len(log.records) - 1 > epoch
     assert log.records[-2:] == [
         (f"{FEATURE_KEY_PREFIX}group.version", {"level": 0}),

@@ -49,8 +49,14 @@ def test_update_features_needs_alter_on_the_cluster(broker: InProcessBroker, sec
         ("transaction.version", ErrorCode.none, "NONE")
     ]
     epoch, levels = features.current()
-    assert before[1] == {METADATA_VERSION: METADATA_VERSION_LEVEL, "transaction.version": 2, "group.version": 1}
-    assert epoch > before[0] and levels == {METADATA_VERSION: METADATA_VERSION_LEVEL, "group.version": 1}
+    assert before[1] == {
+        METADATA_VERSION: METADATA_VERSION_LEVEL,
+        "transaction.version": 2,
+        "group.version": 1,
+        "share.version": 1,
+    }
+    assert epoch > before[0]
+    assert levels == {METADATA_VERSION: METADATA_VERSION_LEVEL, "group.version": 1, "share.version": 1}
 
 
 def test_v0_requests_are_answered_with_kafkas_top_level_message(security: SecurityView) -> None:
