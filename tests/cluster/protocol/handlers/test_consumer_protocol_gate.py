@@ -47,8 +47,9 @@ def described(features: FeatureCache, groups: GroupView) -> Any:
     return group
 
 
-def set_group_version(features: FeatureCache, security: SecurityView, level: int, upgrade_type: int) -> None:
-    update = {"feature": GROUP_VERSION, "max_version_level": level, "upgrade_type": upgrade_type}
+def set_feature(features: FeatureCache, security: SecurityView, feature: str, level: int, upgrade_type: int) -> None:
+    """UpdateFeatures of one feature through this listener's handler, which reloads `features`."""
+    update = {"feature": feature, "max_version_level": level, "upgrade_type": upgrade_type}
     handler = UpdateFeaturesHandler(security, features, 0, access_for(security))
     answer = ask(handler, UPDATE_FEATURES_KEY, {"feature_updates": [update]}, 1)
     assert [result.error_code for result in answer.results] == [ErrorCode.none]
@@ -68,7 +69,7 @@ def test_the_consumer_protocol_follows_group_version(
     joined = heartbeat(features, groups)
     assert (joined.error_code, joined.member_epoch) == (ErrorCode.none, 1)
 
-    set_group_version(features, security, 0, SAFE_DOWNGRADE)
+    set_feature(features, security, GROUP_VERSION, 0, SAFE_DOWNGRADE)
     refused = heartbeat(features, groups, joined.member_epoch)
     assert (refused.error_code, refused.error_message, refused.member_id, refused.member_epoch) == (
         ErrorCode.unsupported_version,
@@ -84,7 +85,7 @@ def test_the_consumer_protocol_follows_group_version(
         (),
     )
 
-    set_group_version(features, security, GROUP_VERSION_LEVEL, UPGRADE)
+    set_feature(features, security, GROUP_VERSION, GROUP_VERSION_LEVEL, UPGRADE)
     again = heartbeat(features, groups, joined.member_epoch)
     assert (again.error_code, again.member_id, again.member_epoch) == (ErrorCode.none, "member-1", 1)
     assert described(features, groups).group_state == "Stable"

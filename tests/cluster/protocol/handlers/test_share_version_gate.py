@@ -16,7 +16,6 @@ from kio.schema.errors import ErrorCode
 from actors.core.controller.finalized_features import SHARE_VERSION, SHARE_VERSION_LEVEL
 from actors.core.shares.share_sessions import ShareSessions
 from cluster.protocol.feature_cache import FeatureCache
-from cluster.protocol.handlers.features import UPDATE_FEATURES_KEY, UpdateFeaturesHandler
 from cluster.protocol.handlers.share_fetch import (
     SHARE_ACKNOWLEDGE_KEY,
     SHARE_FETCH_KEY,
@@ -41,10 +40,10 @@ from cluster.protocol.handlers.share_version_gate import UNSUPPORTED_VERSION_MES
 from cluster.protocol.views.group_view import GroupView
 from cluster.protocol.views.in_process_broker_view import InProcessBrokerView
 from cluster.protocol.views.security_view import SecurityView
-from tests.cluster.protocol.handlers.test_acls import access_for, ask
+from tests.cluster.protocol.handlers.test_acls import ask
+from tests.cluster.protocol.handlers.test_consumer_protocol_gate import SAFE_DOWNGRADE, UPGRADE, set_feature
 from tests.cluster.protocol.helpers import run
 
-SAFE_DOWNGRADE, UPGRADE = 2, 1
 SESSION = {"group_id": "g", "member_id": "member-1", "share_session_epoch": 0, "topics": []}
 
 
@@ -83,13 +82,6 @@ def the_others(features: FeatureCache, view: InProcessBrokerView, groups: GroupV
     ]
 
 
-def set_share_version(features: FeatureCache, security: SecurityView, level: int, upgrade_type: int) -> None:
-    update = {"feature": SHARE_VERSION, "max_version_level": level, "upgrade_type": upgrade_type}
-    handler = UpdateFeaturesHandler(security, features, 0, access_for(security))
-    answer = ask(handler, UPDATE_FEATURES_KEY, {"feature_updates": [update]}, 1)
-    assert [result.error_code for result in answer.results] == [ErrorCode.none]
-
-
 def test_share_groups_follow_share_version(
     view: InProcessBrokerView, groups: GroupView, security: SecurityView
 ) -> None:
@@ -105,13 +97,13 @@ def test_share_groups_follow_share_version(
     served = the_others(features, view, groups)
     assert ErrorCode.unsupported_version not in {code for code, _ in served}
 
-    set_share_version(features, security, 0, SAFE_DOWNGRADE)
+    set_feature(features, security, SHARE_VERSION, 0, SAFE_DOWNGRADE)
     refused = heartbeat(features, groups, joined.member_epoch)
     assert (refused.error_code, refused.member_id, refused.member_epoch) == (ErrorCode.unsupported_version, None, 0)
     unsupported = (ErrorCode.unsupported_version, None)
     with_message = (ErrorCode.unsupported_version, UNSUPPORTED_VERSION_MESSAGE)
     assert the_others(features, view, groups) == [unsupported] * 4 + [with_message] * 2
 
-    set_share_version(features, security, SHARE_VERSION_LEVEL, UPGRADE)
+    set_feature(features, security, SHARE_VERSION, SHARE_VERSION_LEVEL, UPGRADE)
     again = heartbeat(features, groups, joined.member_epoch)
     assert (again.error_code, again.member_id, again.member_epoch) == (ErrorCode.none, "member-1", 1)
