@@ -184,7 +184,7 @@ def security(broker: InProcessBroker) -> SecurityView:
 @pytest.fixture
 def features(security: SecurityView) -> FeatureCache:
     """A listener's copy of the in-process controller's features (a new cluster's: `transaction.version` 2,
-    `group.version` 1)."""
+    `group.version` 1, `share.version` 1)."""
     cache = FeatureCache(security)
     run(cache.refresh())
     return cache

@@ -27,8 +27,9 @@
   quota semantics are compared with Kafka 4.2 in `test_client_quotas.py`.
 - kafka-features.sh (ApiVersions' features, UpdateFeatures) through the listener on Ray, whose features live in the
   controller actor: `describe` agrees on `metadata.version` (3.9-IV0, the level Kafka 3.9.1 finalizes; Kafka also
-  lists `kraft.version`, which raybroker has not, and raybroker `transaction.version` 0-2 and `group.version` 0-1,
-  finalized at 2 and 1 as on Kafka 4.2, which Kafka 3.9 does not list), an unknown feature is refused alike
+  lists `kraft.version`, which raybroker has not, and raybroker `transaction.version` 0-2, `group.version` 0-1 and
+  `share.version` 0-1, finalized at 2, 1 and 1 as on Kafka 4.2, which Kafka 3.9 does not list), an unknown feature is
+  refused alike
   (raybroker's message begins with Kafka 4's "The update failed for all features ..."), and a downgrade of
   `transaction.version` to 0 is answered alike and moves raybroker's epoch at once (raybroker's is set back to 2, a new
   cluster's level, afterwards). Kafka 4.2, which supports `transaction.version` 2 as raybroker does where Kafka 3.9
@@ -518,10 +519,11 @@ def test_kafka_features_agree_on_ray(kafka: str, raybroker: str) -> None:
     (features, other), (oracle_features, oracle_other) = (described(run["describe"][1]) for run in (ours, oracle))
     assert (ours["describe"][0], other) == (oracle["describe"][0], oracle_other) == (0, [])
     assert oracle_features.keys() == {"kraft.version", "metadata.version"}
-    assert features.keys() == {"metadata.version", "transaction.version", "group.version"}
+    assert features.keys() == {"metadata.version", "transaction.version", "group.version", "share.version"}
     levels = ("SupportedMinVersion", "SupportedMaxVersion", "FinalizedVersionLevel")
     assert [features["transaction.version"][field] for field in levels] == ["0", "2", "2"]
     assert [features["group.version"][field] for field in levels] == ["0", "1", "1"]
+    assert [features["share.version"][field] for field in levels] == ["0", "1", "1"]
     before, oracle_before = features["metadata.version"], oracle_features["metadata.version"]
     for field in ("SupportedMaxVersion", "FinalizedVersionLevel"):
         assert before[field] == oracle_before[field] == "3.9-IV0", (before, oracle_before)
